@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of inferd. Idempotent: packages that
+# are already present are not reinstalled, and an existing venv is reused.
+#
+# This is the only file in the tree that knows package names.
+#
+#   deploy/install-deps.sh            Debian packages + the Python test venv
+#   deploy/install-deps.sh --no-venv  Debian packages only
+#
+# Environment:
+#   INFERD_VENV   where the Python test tools go
+#                 (default ${XDG_CACHE_HOME:-$HOME/.cache}/inferd/venv)
+# Works as root, or as a user with sudo. Never touches the system Python.
+set -euo pipefail
+
+DEBS=(
+    build-essential cmake ninja-build pkg-config git
+    libuv1-dev libmsgpack-dev libjansson-dev check libpcre2-dev
+    libxxhash-dev libhttp-parser-dev libsystemd-dev libedit-dev
+    python3 python3-venv python3-pip curl ca-certificates
+    systemd
+)
+PIP_PKGS=(pytest numpy gguf openai httpx tokenizers)
+
+want_venv=1
+for a in "$@"; do
+    case "$a" in
+        --no-venv) want_venv=0 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        *) echo "install-deps: unknown option '$a'" >&2; exit 2 ;;
+    esac
+done
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+else
+    echo "install-deps: need root or sudo to install Debian packages" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${DEBS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${SUDO[@]}" apt-get update -qq
+    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+    echo "install-deps: Debian packages already installed"
+fi
+
+if [ "$want_venv" -eq 1 ]; then
+    venv="${INFERD_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/venv}"
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "install-deps: creating Python venv at $venv"
+        mkdir -p "$(dirname "$venv")"
+        python3 -m venv "$venv"
+    fi
+    if ! "$venv/bin/python" -c 'import pytest, numpy, gguf, openai, httpx, tokenizers' 2>/dev/null; then
+        echo "install-deps: installing ${PIP_PKGS[*]} into $venv"
+        "$venv/bin/python" -m pip install -q --upgrade pip
+        "$venv/bin/python" -m pip install -q "${PIP_PKGS[@]}"
+    else
+        echo "install-deps: Python test tools already in $venv"
+    fi
+fi
+echo "install-deps: done"

@@ -1,0 +1,33 @@
+/*
+ * kernels.h — the compute kernels' C interface (CPU today; CUDA behind the
+ * same shapes in kernels/cuda). Kernels know nothing of requests or sockets.
+ *
+ * Conventions (STYLE.md "Kernels"): outputs first, caller allocates, every
+ * pointer carries a shape comment, offsets into the KV pool are 64-bit.
+ * Functions return 0 or a negative IFD_E* code (IFD_ENOTSUP for shapes that
+ * have no specialization).
+ */
+#ifndef IFD_KERNELS_H
+#define IFD_KERNELS_H
+
+#include <stdbool.h>
+
+/* SIMD features of this CPU, detected once at run time (cpuid + xgetbv). */
+typedef struct {
+    bool avx2;
+    bool fma;
+    bool f16c;
+    bool avx512f;
+    bool avx512bw;
+    bool avx512vnni;
+    bool avx512bf16;
+} ifd_cpu_features_t;
+
+/* Thread-safe; the result is computed on first use and cached.
+ * $INFERD_CPU=scalar|avx2 caps the features (for tests of fallbacks). */
+const ifd_cpu_features_t *ifd_cpu_features(void);
+
+/* "avx512", "avx2", or "scalar": the widest path the CPU kernels will use. */
+const char *ifd_cpu_isa_name(void);
+
+#endif

@@ -1,0 +1,92 @@
+/* testutil.c — see testutil.h. */
+#include "testutil.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char *ifd_test_data_dir(void)
+{
+    const char *d = getenv("INFERD_TESTDATA_DIR");
+    struct stat st;
+    if (d && *d && stat(d, &st) == 0 && S_ISDIR(st.st_mode))
+        return d;
+    return NULL;
+}
+
+const char *ifd_test_data_file(const char *rel, char *buf, size_t len)
+{
+    const char *d = ifd_test_data_dir();
+    struct stat st;
+    if (!d)
+        return NULL;
+    snprintf(buf, len, "%s/%s", d, rel);
+    return stat(buf, &st) == 0 ? buf : NULL;
+}
+
+const char *ifd_test_model_path(char *buf, size_t len)
+{
+    struct stat st;
+    const char *m = getenv("INFERD_TEST_MODEL");
+    if (m && *m) {
+        snprintf(buf, len, "%s", m);
+    } else {
+        const char *dir = getenv("INFERD_MODEL_DIR");
+        const char *xdg = getenv("XDG_CACHE_HOME");
+        const char *home = getenv("HOME");
+        if (dir && *dir)
+            snprintf(buf, len, "%s/%s", dir, IFD_TEST_MODEL_FILE);
+        else if (xdg && *xdg)
+            snprintf(buf, len, "%s/inferd/models/%s", xdg, IFD_TEST_MODEL_FILE);
+        else
+            snprintf(buf, len, "%s/.cache/inferd/models/%s", home ? home : "", IFD_TEST_MODEL_FILE);
+    }
+    return stat(buf, &st) == 0 && S_ISREG(st.st_mode) ? buf : NULL;
+}
+
+void ifd_test_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("SKIPPED: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(77);
+}
+
+int ifd_test_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
+
+void *ifd_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    long n = ftell(f);
+    rewind(f);
+    char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        p[n] = '\0';
+        *len = (size_t)n;
+    }
+    return p;
+}

@@ -1,0 +1,38 @@
+/*
+ * testutil.h — helpers shared by the Check tests: where the test data and
+ * the default model are, loud skips, and running a suite.
+ *
+ * A skipped test prints "SKIPPED: <why>" to stderr and exits 77, which CTest
+ * (SKIP_RETURN_CODE 77) reports as skipped, never as passed.
+ */
+#ifndef IFD_TESTUTIL_H
+#define IFD_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+
+/* The default model's file name, as deploy/fetch-model.sh stores it. */
+#define IFD_TEST_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+/* $INFERD_TESTDATA_DIR when it exists as a directory, else NULL. */
+const char *ifd_test_data_dir(void);
+
+/* Path of a file under the test data dir in buf; NULL when the directory
+ * or the file is missing. */
+const char *ifd_test_data_file(const char *rel, char *buf, size_t len);
+
+/* $INFERD_TEST_MODEL, else the fetch-model.sh location
+ * (${INFERD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/models}/…);
+ * NULL when that file does not exist. */
+const char *ifd_test_model_path(char *buf, size_t len);
+
+/* Prints "SKIPPED: …" and exits 77. */
+void ifd_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* Runs the suite in fork mode; returns the process exit status. */
+int ifd_test_run(Suite *s);
+
+/* Reads a whole file into malloc'ed memory (*len set); NULL on error. */
+void *ifd_test_read_file(const char *path, size_t *len);
+
+#endif
