@@ -26,7 +26,9 @@ else
 fi
 
 # Tests that also run under the sanitizers (fast, and where memory bugs hide).
-ASAN_TESTS=(test_error test_arena test_gguf test_gguf_corrupt)
+ASAN_TESTS=(test_error test_arena test_gguf test_gguf_corrupt test_kvpool test_tokenizer test_chat_template
+            test_proto_wire test_proto_openai test_proto_sse
+            test_threadpool test_cpu_kernels test_cpu_attention)
 
 echo "== sanitizer build ($ASAN_DIR) =="
 cmake -S . -B "$ASAN_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Debug \

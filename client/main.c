@@ -8,6 +8,7 @@
 #include "error.h"
 #include "inspect.h"
 #include "log.h"
+#include "tokcmd.h"
 
 #include <getopt.h>
 #include <stdbool.h>
@@ -52,6 +53,8 @@ static const struct {
     const char *help;
 } ifd__cmds[] = {
     {"inspect", ifd__cmd_inspect, "print a GGUF model file's summary"},
+    {"tokenize", ifd_tokcmd_tokenize, "print the token ids of text on stdin"},
+    {"detokenize", ifd_tokcmd_detokenize, "print the text of token ids on stdin"},
 };
 
 static void ifd__usage(FILE *f)

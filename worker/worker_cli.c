@@ -1,39 +1,72 @@
 /*
  * worker_cli.c — inferd-worker's command line.
  *
- * Modes today: --inspect FILE.gguf [--json]. The engine (--serve), offline
- * generation (--prompt) and the backends arrive with their issues.
+ * Modes: --inspect FILE.gguf [--json]; offline generation
+ * (--model PATH --prompt TEXT | --prompt-ids "ID ..."); --devices.
+ * --serve --fd N: the engine loop for the router (serve.c).
  */
 #include "worker_cli.h"
 
+#include "backend.h"
+#include "chat_template.h"
 #include "error.h"
+#include "generate.h"
 #include "inspect.h"
+#include "model.h"
+#include "serve.h"
+#include "tokenizer.h"
 #include "kernels.h"
 #include "log.h"
 #ifdef IFD_HAVE_CUDA
 #include "cuda/cuda_device.h"
 #endif
 
+#include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void ifd__usage(FILE *f)
 {
     fprintf(f,
             "Usage: inferd-worker --inspect FILE.gguf [--json]\n"
+            "       inferd-worker --model PATH --prompt TEXT [options]\n"
+            "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
             "       inferd-worker --devices\n"
             "\n"
             "The inferd worker: runs a model for the inferd router (one process per GPU).\n"
             "\n"
-            "  --inspect FILE   print a GGUF file's architecture, hyper-parameters,\n"
-            "                   tokenizer summary and tensor table\n"
-            "  --json           machine-readable output for --inspect\n"
-            "  --devices        list the compute devices this worker can use\n"
-            "  --log-level L    error | warn | info | debug (default: $INFERD_LOG or info)\n"
-            "  -h, --help       this help\n"
-            "  -V, --version    print the version\n");
+            "  --inspect FILE        print a GGUF file's architecture, hyper-parameters,\n"
+            "                        tokenizer summary and tensor table\n"
+            "  --json                machine-readable output (--inspect, generation)\n"
+            "  --devices             list the compute devices this worker can use\n"
+            "  --serve --fd N        serve the router on socket N (spawned by inferd)\n"
+            "\n"
+            "Offline generation:\n"
+            "  --model PATH          GGUF model file\n"
+            "  --prompt TEXT         prompt; wrapped in the model's chat template as a user\n"
+            "                        message unless --raw\n"
+            "  --prompt-ids \"ID ...\" token ids used exactly as given (no template, no BOS)\n"
+            "  --system TEXT         system message (chat mode)\n"
+            "  --chat-template NAME  override the detected template (%s)\n"
+            "  --raw                 tokenize the prompt as-is (plus BOS if the vocabulary asks)\n"
+            "  -n, --n-predict N     tokens to generate (default 128)\n"
+            "  --no-kv-cache         recompute the whole context at every token\n"
+            "  --temperature T       0 = greedy (the default when not given)\n"
+            "  --top-k K, --top-p P, --min-p P, --repeat-penalty R\n"
+            "  --seed S              sampling seed (default 0)\n"
+            "  --ignore-eos          do not stop at end-of-turn tokens\n"
+            "  --threads N           CPU threads (default: all)\n"
+            "  --dump-logits F.npy   float32 logits of every prompt position and generated\n"
+            "                        step, shape [rows, vocab]\n"
+            "\n"
+            "  --log-level L         error | warn | info | debug (default: $INFERD_LOG or info)\n"
+            "  -h, --help            this help\n"
+            "  -V, --version         print the version\n",
+            ifd_chat_family_names());
 }
 
 static int ifd__devices(void)
@@ -57,24 +90,293 @@ static int ifd__devices(void)
     return 0;
 }
 
+typedef struct {
+    const char *model;
+    const char *prompt;
+    const char *prompt_ids;
+    const char *system;
+    const char *chat_template;
+    const char *dump_logits;
+    bool raw, json, no_cache, ignore_eos;
+    int threads;
+    ifd_generate_params_t gp;
+} ifd__gen_opts_t;
+
+typedef struct {
+    ifd_detok_t *detok;
+} ifd__stream_t;
+
+static int ifd__stream_token(void *ctx, int32_t token)
+{
+    ifd__stream_t *st = ctx;
+    const char *text;
+    size_t len;
+    if (ifd_detok_push(st->detok, token, &text, &len) == 0 && len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int ifd__parse_ids(const char *s, ifd_tokens_t *out)
+{
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s) {
+            if (*s == ' ' || *s == ',' || *s == '\t' || *s == '\n') {
+                s++;
+                continue;
+            }
+            return IFD_EINVAL;
+        }
+        if (errno || v < 0 || v > INT32_MAX)
+            return IFD_EINVAL;
+        if (ifd_tokens_push(out, (ifd_token_t)v))
+            return IFD_ENOMEM;
+        s = end;
+    }
+    return out->n ? 0 : IFD_EINVAL;
+}
+
+static int ifd__generate_main(ifd__gen_opts_t *o)
+{
+    char err[1024] = "";
+    ifd_backend_t *be = NULL;
+    ifd_model_t *m = NULL;
+    ifd_tokenizer_t *tok = NULL;
+    ifd_chat_template_t *tpl = NULL;
+    ifd_detok_t *detok = NULL;
+    ifd_tokens_t prompt = {0};
+    ifd_generate_result_t res = {0};
+    FILE *dump = NULL;
+    int status = 1, rc;
+
+    if ((rc = ifd_backend_cpu_create(&be, o->threads))) {
+        fprintf(stderr, "inferd-worker: cannot start the CPU backend: %s\n", ifd_strerror(rc));
+        goto out;
+    }
+    if ((rc = ifd_model_load(&m, o->model, be, err, sizeof err))) {
+        fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
+        goto out;
+    }
+    if ((rc = ifd_tokenizer_create_gguf(&tok, ifd_model_gguf(m), err, sizeof err))) {
+        fprintf(stderr, "inferd-worker: tokenizer: %s\n", err[0] ? err : ifd_strerror(rc));
+        goto out;
+    }
+    const ifd_token_t *stop_ids = NULL;
+    size_t n_stop = ifd_tokenizer_eog_ids(tok, &stop_ids);
+    if (o->prompt_ids) {
+        if (ifd__parse_ids(o->prompt_ids, &prompt) != 0) {
+            fprintf(stderr, "inferd-worker: --prompt-ids: expected token ids separated by "
+                            "spaces\n");
+            status = 2;
+            goto out;
+        }
+        for (size_t i = 0; i < prompt.n; i++) {
+            if (prompt.ids[i] >= ifd_tokenizer_n_vocab(tok)) {
+                fprintf(stderr, "inferd-worker: --prompt-ids: id %d is outside the vocabulary "
+                                "(%d tokens)\n", prompt.ids[i], ifd_tokenizer_n_vocab(tok));
+                status = 2;
+                goto out;
+            }
+        }
+    } else if (o->raw) {
+        rc = ifd_tokenizer_encode(tok, o->prompt, strlen(o->prompt), IFD_TOK_ADD_SPECIAL, &prompt);
+        if (rc) {
+            fprintf(stderr, "inferd-worker: tokenize: %s\n", ifd_strerror(rc));
+            goto out;
+        }
+    } else {
+        ifd_chat_params_t cp = ifd_chat_default_params();
+        cp.name = o->chat_template;
+        if ((rc = ifd_chat_template_create(&tpl, tok, &cp, err, sizeof err))) {
+            fprintf(stderr, "inferd-worker: chat template: %s\n", err[0] ? err : ifd_strerror(rc));
+            status = 2;
+            goto out;
+        }
+        ifd_chat_msg_t msgs[2];
+        size_t n_msgs = 0;
+        if (o->system)
+            msgs[n_msgs++] = (ifd_chat_msg_t){"system", o->system};
+        msgs[n_msgs++] = (ifd_chat_msg_t){"user", o->prompt};
+        ifd_chat_prompt_t cpr;
+        if ((rc = ifd_chat_render(tpl, msgs, n_msgs, true, &cpr))) {
+            fprintf(stderr, "inferd-worker: chat template: %s\n", ifd_strerror(rc));
+            goto out;
+        }
+        rc = ifd_chat_tokenize(tpl, tok, &cpr, &prompt);
+        ifd_chat_prompt_free(&cpr);
+        if (rc) {
+            fprintf(stderr, "inferd-worker: tokenize: %s\n", ifd_strerror(rc));
+            goto out;
+        }
+        n_stop = ifd_chat_template_stop_ids(tpl, &stop_ids);
+    }
+    if (prompt.n == 0) {
+        fprintf(stderr, "inferd-worker: the prompt is empty\n");
+        status = 2;
+        goto out;
+    }
+    if (o->dump_logits && !(dump = fopen(o->dump_logits, "wb"))) {
+        fprintf(stderr, "inferd-worker: %s: %s\n", o->dump_logits, strerror(errno));
+        goto out;
+    }
+    ifd__stream_t st = {0};
+    ifd_generate_params_t gp = o->gp;
+    gp.use_cache = !o->no_cache;
+    gp.ignore_eos = o->ignore_eos;
+    gp.stop_ids = (const int32_t *)stop_ids;
+    gp.n_stop_ids = n_stop;
+    gp.dump_logits = dump;
+    if (!o->json) {
+        if ((rc = ifd_detok_create(&detok, tok, 0)))
+            goto out;
+        st.detok = detok;
+        gp.on_token = ifd__stream_token;
+        gp.cb_ctx = &st;
+    }
+    rc = ifd_generate(m, prompt.ids, (int)prompt.n, &gp, &res);
+    if (rc) {
+        fprintf(stderr, "inferd-worker: generation failed: %s\n", ifd_strerror(rc));
+        goto out;
+    }
+    if (!o->json) {
+        const char *text;
+        size_t len;
+        if (ifd_detok_flush(detok, &text, &len) == 0 && len)
+            fwrite(text, 1, len, stdout);
+        fputc('\n', stdout);
+    } else {
+        char *text = NULL;
+        size_t len = 0;
+        if ((rc = ifd_tokenizer_decode(tok, res.tokens, (size_t)res.n_tokens, 0, &text, &len)))
+            goto out;
+        json_t *j = json_object(), *pt = json_array(), *gt = json_array();
+        for (size_t i = 0; i < prompt.n; i++)
+            json_array_append_new(pt, json_integer(prompt.ids[i]));
+        for (int i = 0; i < res.n_tokens; i++)
+            json_array_append_new(gt, json_integer(res.tokens[i]));
+        json_object_set_new(j, "prompt_tokens", pt);
+        json_object_set_new(j, "tokens", gt);
+        json_object_set_new(j, "text", json_stringn_nocheck(text, len));
+        json_object_set_new(j, "finish_reason", json_string(res.finish_reason));
+        json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
+        json_object_set_new(j, "prefill_tok_s",
+                            json_real(res.prefill_ms > 0 ? prompt.n / (res.prefill_ms / 1e3) : 0));
+        json_object_set_new(j, "decode_tok_s",
+                            json_real(res.decode_ms > 0 && res.n_tokens > 1
+                                          ? (res.n_tokens - 1) / (res.decode_ms / 1e3)
+                                          : 0));
+        json_object_set_new(j, "total_ms", json_real(res.total_ms));
+        json_object_set_new(j, "use_cache", json_boolean(!o->no_cache));
+        json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+        fputc('\n', stdout);
+        json_decref(j);
+        free(text);
+    }
+    status = 0;
+out:
+    if (dump)
+        fclose(dump);
+    ifd_generate_result_free(&res);
+    ifd_tokens_free(&prompt);
+    ifd_detok_destroy(detok);
+    ifd_chat_template_destroy(tpl);
+    ifd_tokenizer_destroy(tok);
+    ifd_model_destroy(m);
+    if (be)
+        be->ops->destroy(be);
+    return status;
+}
+
+static bool ifd__parse_float(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end)
+        return false;
+    *out = (float)v;
+    return true;
+}
+
+static bool ifd__parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
 int ifd_worker_main(int argc, char **argv)
 {
-    enum { OPT_JSON = 256, OPT_DEVICES, OPT_LOG_LEVEL };
+    enum {
+        OPT_JSON = 256,
+        OPT_DEVICES,
+        OPT_LOG_LEVEL,
+        OPT_MODEL,
+        OPT_PROMPT,
+        OPT_PROMPT_IDS,
+        OPT_SYSTEM,
+        OPT_TEMPLATE,
+        OPT_RAW,
+        OPT_NO_CACHE,
+        OPT_TEMP,
+        OPT_TOP_K,
+        OPT_TOP_P,
+        OPT_MIN_P,
+        OPT_REPEAT,
+        OPT_SEED,
+        OPT_IGNORE_EOS,
+        OPT_THREADS,
+        OPT_DUMP,
+        OPT_SERVE,
+        OPT_FD,
+    };
     static const struct option opts[] = {
         {"inspect", required_argument, NULL, 'i'},
         {"json", no_argument, NULL, OPT_JSON},
         {"devices", no_argument, NULL, OPT_DEVICES},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"prompt", required_argument, NULL, OPT_PROMPT},
+        {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
+        {"system", required_argument, NULL, OPT_SYSTEM},
+        {"chat-template", required_argument, NULL, OPT_TEMPLATE},
+        {"raw", no_argument, NULL, OPT_RAW},
+        {"n-predict", required_argument, NULL, 'n'},
+        {"no-kv-cache", no_argument, NULL, OPT_NO_CACHE},
+        {"temperature", required_argument, NULL, OPT_TEMP},
+        {"top-k", required_argument, NULL, OPT_TOP_K},
+        {"top-p", required_argument, NULL, OPT_TOP_P},
+        {"min-p", required_argument, NULL, OPT_MIN_P},
+        {"repeat-penalty", required_argument, NULL, OPT_REPEAT},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"dump-logits", required_argument, NULL, OPT_DUMP},
+        {"serve", no_argument, NULL, OPT_SERVE},
+        {"fd", required_argument, NULL, OPT_FD},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     const char *inspect = NULL;
-    bool json = false, devices = false;
+    bool json = false, devices = false, serve = false;
+    int serve_fd = -1;
+    ifd__gen_opts_t go;
+    memset(&go, 0, sizeof go);
+    go.gp = ifd_generate_default_params();
     int c;
+    long lv;
     optind = 1;
     ifd_log_set_tag("inferd-worker");
-    while ((c = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hVn:", opts, NULL)) != -1) {
         switch (c) {
         case 'i':
             inspect = optarg;
@@ -94,6 +396,94 @@ int ifd_worker_main(int argc, char **argv)
             ifd_log_set_level(l);
             break;
         }
+        case OPT_MODEL:
+            go.model = optarg;
+            break;
+        case OPT_PROMPT:
+            go.prompt = optarg;
+            break;
+        case OPT_PROMPT_IDS:
+            go.prompt_ids = optarg;
+            break;
+        case OPT_SYSTEM:
+            go.system = optarg;
+            break;
+        case OPT_TEMPLATE:
+            go.chat_template = optarg;
+            break;
+        case OPT_RAW:
+            go.raw = true;
+            break;
+        case 'n':
+            if (!ifd__parse_int(optarg, 1, 1 << 20, &lv)) {
+                fprintf(stderr, "inferd-worker: -n wants a count >= 1, not '%s'\n", optarg);
+                return 2;
+            }
+            go.gp.n_predict = (int)lv;
+            break;
+        case OPT_NO_CACHE:
+            go.no_cache = true;
+            break;
+        case OPT_TEMP:
+        case OPT_TOP_P:
+        case OPT_MIN_P:
+        case OPT_REPEAT: {
+            float f;
+            if (!ifd__parse_float(optarg, &f)) {
+                fprintf(stderr, "inferd-worker: '%s' is not a number\n", optarg);
+                return 2;
+            }
+            if (c == OPT_TEMP)
+                go.gp.sampling.temperature = f;
+            else if (c == OPT_TOP_P)
+                go.gp.sampling.top_p = f;
+            else if (c == OPT_MIN_P)
+                go.gp.sampling.min_p = f;
+            else
+                go.gp.sampling.repetition_penalty = f;
+            break;
+        }
+        case OPT_TOP_K:
+            if (!ifd__parse_int(optarg, 0, INT32_MAX, &lv)) {
+                fprintf(stderr, "inferd-worker: bad --top-k '%s'\n", optarg);
+                return 2;
+            }
+            go.gp.sampling.top_k = (int32_t)lv;
+            break;
+        case OPT_SEED: {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end) {
+                fprintf(stderr, "inferd-worker: bad --seed '%s'\n", optarg);
+                return 2;
+            }
+            go.gp.sampling.seed = v;
+            break;
+        }
+        case OPT_IGNORE_EOS:
+            go.ignore_eos = true;
+            break;
+        case OPT_THREADS:
+            if (!ifd__parse_int(optarg, 1, 1024, &lv)) {
+                fprintf(stderr, "inferd-worker: bad --threads '%s'\n", optarg);
+                return 2;
+            }
+            go.threads = (int)lv;
+            break;
+        case OPT_DUMP:
+            go.dump_logits = optarg;
+            break;
+        case OPT_SERVE:
+            serve = true;
+            break;
+        case OPT_FD:
+            if (!ifd__parse_int(optarg, 0, 1 << 20, &lv)) {
+                fprintf(stderr, "inferd-worker: bad --fd '%s'\n", optarg);
+                return 2;
+            }
+            serve_fd = (int)lv;
+            break;
         case 'h':
             ifd__usage(stdout);
             return 0;
@@ -112,8 +502,31 @@ int ifd_worker_main(int argc, char **argv)
     }
     if (devices)
         return ifd__devices();
+    if (serve) {
+        if (serve_fd < 0) {
+            fprintf(stderr, "inferd-worker: --serve needs --fd N (the router's socket)\n");
+            return 2;
+        }
+        ifd_serve_opts_t so = {serve_fd, go.model, go.threads};
+        return ifd_worker_serve(&so);
+    }
     if (inspect)
         return ifd_inspect_file(stdout, stderr, inspect, json) == 0 ? 0 : 1;
+    if (go.model) {
+        if (!go.prompt == !go.prompt_ids) {
+            fprintf(stderr, "inferd-worker: --model needs exactly one of --prompt or "
+                            "--prompt-ids\n");
+            return 2;
+        }
+        int prc = ifd_sampling_params_check(&go.gp.sampling, IFD_SAMPLER_MAX_VOCAB);
+        if (prc) {
+            fprintf(stderr, "inferd-worker: invalid sampling parameters: %s\n",
+                    ifd_strerror(prc));
+            return 2;
+        }
+        go.json = json;
+        return ifd__generate_main(&go);
+    }
     ifd__usage(stderr);
     return 2;
 }

@@ -1,0 +1,220 @@
+/*
+ * bench/bench_cpu_kernels.c — throughput of the CPU kernels on SmolLM2-135M
+ * shapes.
+ *
+ *   bench_cpu_kernels [--threads 1,2] [--min-ms 300] [--quick]
+ *
+ * For each thread count: ifd_cpu_matmul_f32 at decode (m = 1, a GEMV bound by
+ * streaming the weights) and prefill (m = 512) for every projection shape
+ * (k=576 → n=576/192/1536, k=1536 → n=576, and the 49152-row output layer at
+ * m = 1); paged attention (9 query / 3 KV heads, head_dim 64, f32 and f16 KV)
+ * for decode batches at contexts 512 and 2048 and a 512-token causal
+ * prefill; and the cost of one empty thread-pool run. Each number is the
+ * mean over repetitions filling at least --min-ms. $INFERD_CPU caps the ISA.
+ * Prints one JSON object:
+ *   {"isa", "cpus", "matmul":[{"m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
+ *    "attention":[{"kind","batch","ctx","kv_dtype","threads","ms","tokens_s"}…],
+ *    "threadpool_run_us":[{"threads","us"}…]}
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpu/cpu_kernels.h"
+#include "kernels.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static float *rnd_array(int64_t n, uint64_t seed)
+{
+    float *a = malloc(sizeof(float) * (size_t)n);
+    if (!a) {
+        fprintf(stderr, "bench_cpu_kernels: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = (float)((seed >> 40) * (1.0 / 16777216.0)) - 0.5f;
+    }
+    return a;
+}
+
+static double min_ms = 300;
+static int first_row = 1;
+
+static void sep(void)
+{
+    printf(first_row ? "\n    " : ",\n    ");
+    first_row = 0;
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+static void bench_matmul(int m, int n, int k, ifd_threadpool_t *tp)
+{
+    float *x = rnd_array((int64_t)m * k, 1), *w = rnd_array((int64_t)n * k, 2);
+    float *y = malloc(sizeof(float) * (size_t)m * n);
+    ifd_cpu_matmul_f32(y, x, w, m, n, k, tp); /* warm-up */
+    int reps = 0;
+    double t0 = now_ms(), t1;
+    do {
+        ifd_cpu_matmul_f32(y, x, w, m, n, k, tp);
+        reps++;
+        t1 = now_ms();
+    } while (t1 - t0 < min_ms);
+    const double ms = (t1 - t0) / reps;
+    sep();
+    printf("{\"m\": %d, \"n\": %d, \"k\": %d, \"threads\": %d, \"ms\": %.4f, \"gflop_s\": %.2f, "
+           "\"weights_gb_s\": %.2f}",
+           m, n, k, ifd_threadpool_size(tp), ms, 2.0 * m * n * k / ms / 1e6,
+           4.0 * n * k / ms / 1e6);
+    fflush(stdout);
+    free(x), free(w), free(y);
+}
+
+/* ---- attention --------------------------------------------------------------- */
+
+enum { NH = 9, NKV = 3, HD = 64, BS = 16 };
+
+/* batch sequences of ctx tokens each; decode = the last token of each,
+ * prefill = all ctx tokens of one sequence. */
+static void bench_attention(const char *kind, int batch, int ctx, ifd_dtype_t dt,
+                            ifd_threadpool_t *tp)
+{
+    const int blocks_per_seq = (ctx + BS - 1) / BS;
+    const int n_blocks = blocks_per_seq * batch;
+    const int64_t elems = (int64_t)n_blocks * NKV * BS * HD;
+    ifd_kv_layer_t kv = {.dtype = dt, .block_size = BS, .n_kv_heads = NKV, .head_dim = HD};
+    kv.k = malloc((size_t)ifd_dtype_size(dt) * (size_t)elems);
+    kv.v = malloc((size_t)ifd_dtype_size(dt) * (size_t)elems);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) /* interleaved, as a busy pool hands them out */
+        bt[i] = (i % batch) * blocks_per_seq + i / batch;
+    /* Fill the cache through kv_write, one sequence at a time. */
+    float *kr = rnd_array((int64_t)ctx * NKV * HD, 3), *vr = rnd_array((int64_t)ctx * NKV * HD, 4);
+    int64_t *slot = malloc(sizeof(int64_t) * (size_t)ctx);
+    for (int s = 0; s < batch; s++) {
+        for (int p = 0; p < ctx; p++)
+            slot[p] = (int64_t)bt[s * blocks_per_seq + p / BS] * BS + p % BS;
+        ifd_cpu_kv_write(&kv, kr, vr, slot, ctx);
+    }
+    const int prefill = strcmp(kind, "prefill") == 0;
+    const int n_tok = prefill ? ctx : batch;
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)n_tok), *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
+    for (int t = 0; t < n_tok; t++) {
+        seq[t] = prefill ? 0 : t;
+        pos[t] = prefill ? t : ctx - 1;
+    }
+    float *q = rnd_array((int64_t)n_tok * NH * HD, 5);
+    float *out = malloc(sizeof(float) * (size_t)n_tok * NH * HD);
+    const float scale = 1.0f / sqrtf((float)HD);
+    ifd_cpu_paged_attention(out, q, &kv, seq, pos, bt, blocks_per_seq, n_tok, NH, scale, 0, tp);
+    int reps = 0;
+    double t0 = now_ms(), t1;
+    do {
+        ifd_cpu_paged_attention(out, q, &kv, seq, pos, bt, blocks_per_seq, n_tok, NH, scale, 0,
+                                tp);
+        reps++;
+        t1 = now_ms();
+    } while (t1 - t0 < min_ms);
+    const double ms = (t1 - t0) / reps;
+    sep();
+    printf("{\"kind\": \"%s\", \"batch\": %d, \"ctx\": %d, \"kv_dtype\": \"%s\", \"threads\": %d, "
+           "\"ms\": %.4f, \"tokens_s\": %.1f}",
+           kind, batch, ctx, dt == IFD_DTYPE_F16 ? "f16" : "f32", ifd_threadpool_size(tp), ms,
+           n_tok / ms * 1e3);
+    fflush(stdout);
+    free(kv.k), free(kv.v), free(bt), free(kr), free(vr), free(slot), free(seq), free(pos), free(q),
+        free(out);
+}
+
+/* ---- thread pool ------------------------------------------------------------- */
+
+static void noop(void *ctx, int task, int n_tasks)
+{
+    (void)ctx, (void)task, (void)n_tasks;
+}
+
+static void bench_pool(ifd_threadpool_t *tp)
+{
+    int reps = 0;
+    double t0 = now_ms(), t1;
+    do {
+        for (int i = 0; i < 1000; i++)
+            ifd_threadpool_run(tp, noop, NULL, 2 * ifd_threadpool_size(tp));
+        reps += 1000;
+        t1 = now_ms();
+    } while (t1 - t0 < min_ms);
+    sep();
+    printf("{\"threads\": %d, \"us\": %.3f}", ifd_threadpool_size(tp), (t1 - t0) * 1e3 / reps);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    int threads[8] = {1, 2}, n_threads = 2, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            n_threads = 0;
+            for (char *p = argv[++i]; *p && n_threads < 8;) {
+                threads[n_threads++] = (int)strtol(p, &p, 10);
+                if (*p == ',')
+                    p++;
+            }
+        } else if (strcmp(argv[i], "--min-ms") == 0 && i + 1 < argc) {
+            min_ms = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else {
+            fprintf(stderr, "usage: %s [--threads 1,2] [--min-ms 300] [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    ifd_threadpool_t *pools[8];
+    for (int i = 0; i < n_threads; i++)
+        if (ifd_threadpool_create(&pools[i], threads[i]) != 0) {
+            fprintf(stderr, "bench_cpu_kernels: cannot create a pool of %d threads\n", threads[i]);
+            return 1;
+        }
+    static const int shapes[][2] = {{576, 576}, {192, 576}, {1536, 576}, {576, 1536}};
+    printf("{\"isa\": \"%s\", \"cpus\": %ld,\n  \"matmul\": [", ifd_cpu_isa_name(),
+           sysconf(_SC_NPROCESSORS_ONLN));
+    for (int t = 0; t < n_threads; t++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            bench_matmul(1, shapes[s][0], shapes[s][1], pools[t]);
+        bench_matmul(1, 49152, 576, pools[t]);
+        if (!quick)
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                bench_matmul(64, shapes[s][0], shapes[s][1], pools[t]);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            bench_matmul(512, shapes[s][0], shapes[s][1], pools[t]);
+    }
+    printf("\n  ],\n  \"attention\": [");
+    first_row = 1;
+    for (int t = 0; t < n_threads; t++) {
+        bench_attention("decode", 1, 512, IFD_DTYPE_F32, pools[t]);
+        bench_attention("decode", 8, 512, IFD_DTYPE_F32, pools[t]);
+        bench_attention("decode", 8, 2048, IFD_DTYPE_F32, pools[t]);
+        bench_attention("decode", 8, 2048, IFD_DTYPE_F16, pools[t]);
+        bench_attention("prefill", 1, 512, IFD_DTYPE_F32, pools[t]);
+        if (!quick)
+            bench_attention("prefill", 1, 512, IFD_DTYPE_F16, pools[t]);
+    }
+    printf("\n  ],\n  \"threadpool_run_us\": [");
+    first_row = 1;
+    for (int t = 0; t < n_threads; t++)
+        bench_pool(pools[t]);
+    printf("\n  ]\n}\n");
+    for (int i = 0; i < n_threads; i++)
+        ifd_threadpool_destroy(pools[i]);
+    return 0;
+}

@@ -1,0 +1,184 @@
+/*
+ * config.h — the daemon's settings, defined once in a table: name, type,
+ * default, whether SIGHUP may change it at run time, valid range, help.
+ *
+ * Sources, lowest precedence first: the table's defaults, a JSON config file
+ * (--config FILE: one object whose keys are the table's names; an unknown
+ * key or a wrong type is an error naming the key), then command-line flags
+ * (--max-queue 64 or --max-queue=64; the flag is the key with '-' for '_';
+ * a bool flag alone means true, --no-NAME false). `inferd --help` prints
+ * the table, docs/configuration.md documents it.
+ *
+ * Reload (SIGHUP): ifd_config_reload re-reads the file and re-applies the
+ * same flags into a fresh config; ifd_config_apply_reloadable then copies
+ * only the reloadable keys into the running config and logs a warning for
+ * every other key whose value changed (those need a restart).
+ *
+ * Types: STR (a string, "" = unset), INT (int64), BYTES (uint64; JSON number
+ * or a string with a K/M/G/T suffix, powers of 1024), BOOL, SECS (double
+ * seconds; a number or "250ms"/"2s"/"1m").
+ *
+ * Ownership: an ifd_config_t owns its strings (malloc'ed); free them with
+ * ifd_config_free. Plain data otherwise: copy with ifd_config_copy.
+ * Threading: not thread-safe; the loop thread owns the running config.
+ */
+#ifndef IFD_DAEMON_CONFIG_H
+#define IFD_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* X(name, type, default, reloadable, arg, min, max, help) */
+#define IFD_CONFIG_KEYS(X)                                                                     \
+    X(model, STR, "", 0, "PATH", 0, 0, "GGUF model file to serve (required)")                  \
+    X(model_name, STR, "", 0, "ID",  0, 0,                                                     \
+      "model id clients send and /v1/models lists; default: the file name without .gguf")     \
+    X(chat_template, STR, "", 0, "NAME", 0, 0,                                                 \
+      "chat template family (chatml, llama3, gemma, llama2, mistral, phi3); default: detect")  \
+    X(max_model_len, INT, "0", 0, "N", 0, 1 << 22,                                             \
+      "context length (prompt + completion) limit; 0: the model's, capped by the KV pool")     \
+    X(workers, INT, "1", 0, "N", 0, 64, "CPU worker processes")                                \
+    X(gpus, STR, "", 0, "LIST", 0, 0,                                                          \
+      "GPU ids, e.g. 0,1: one worker per GPU (needs the CUDA backend)")                        \
+    X(threads, INT, "0", 0, "N", 0, 1024, "CPU threads per worker; 0: cores / workers")        \
+    X(worker_binary, STR, "", 0, "PATH", 0, 0,                                                 \
+      "the inferd-worker program; default: next to inferd, else $PATH")                        \
+    X(kv_budget, BYTES, "1G", 0, "BYTES", 1 << 20, 0, "KV cache memory per device")            \
+    X(kv_dtype, STR, "f16", 0, "TYPE", 0, 0, "KV cache element type: f32, f16 or bf16")        \
+    X(block_size, INT, "16", 0, "N", 1, 256, "tokens per KV block")                            \
+    X(max_seqs, INT, "0", 0, "N", 0, 65536,                                                    \
+      "sequences a worker runs at once; 0: the worker's default")                              \
+    X(max_batched_tokens, INT, "0", 0, "N", 0, 1 << 20,                                        \
+      "tokens in one engine step; 0: the worker's default")                                    \
+    X(prefix_cache, BOOL, "true", 1, NULL, 0, 0,                                               \
+      "reuse cached prompt prefixes (requests may still opt out with use_cache)")              \
+    X(max_queue, INT, "256", 1, "N", 0, 1 << 20,                                               \
+      "sequences waiting for a worker (and requests being tokenized) before new requests "     \
+      "get 503")                                                                               \
+    X(socket, STR, "", 0, "PATH", 0, 0,                                                        \
+      "Unix socket; default /run/inferd/inferd.sock as root, else "                            \
+      "$XDG_RUNTIME_DIR/inferd.sock")                                                          \
+    X(socket_mode, STR, "0660", 0, "MODE", 0, 0, "permissions of the Unix socket (octal)")     \
+    X(listen, STR, "", 0, "HOST:PORT", 0, 0,                                                   \
+      "also listen on TCP (off by default; a non-loopback address needs an API key)")          \
+    X(api_key, STR, "", 1, "KEY", 0, 0, "API key TCP clients must send as a Bearer token")      \
+    X(api_key_file, STR, "", 1, "FILE", 0, 0, "file holding the API key (first line)")         \
+    X(max_connections, INT, "1024", 1, "N", 1, 1 << 20, "open client connections at most")     \
+    X(max_header_bytes, BYTES, "16K", 1, "BYTES", 1024, 1 << 20,                               \
+      "request line and headers at most (431 beyond)")                                         \
+    X(max_body_bytes, BYTES, "4M", 1, "BYTES", 1024, 1 << 30, "request body at most (413)")    \
+    X(output_buffer_bytes, BYTES, "4M", 1, "BYTES", 65536, 1 << 30,                            \
+      "unsent response bytes per connection before a slow reader is dropped")                  \
+    X(header_timeout, SECS, "10", 1, "SECS", 0.01, 3600,                                       \
+      "time to receive a request's headers (408 beyond)")                                      \
+    X(body_timeout, SECS, "30", 1, "SECS", 0.01, 3600, "time to receive a request's body")     \
+    X(keepalive_timeout, SECS, "60", 1, "SECS", 0.01, 86400,                                   \
+      "idle time before a keep-alive connection is closed")                                    \
+    X(shutdown_grace, SECS, "30", 1, "SECS", 0, 86400,                                         \
+      "on SIGTERM, time in-flight requests get to finish")                                     \
+    X(worker_ping_interval, SECS, "5", 1, "SECS", 0.05, 3600, "liveness ping period")          \
+    X(worker_timeout, SECS, "30", 1, "SECS", 0.1, 3600,                                        \
+      "a worker that does not answer a ping this long is killed and replaced")                 \
+    X(worker_start_timeout, SECS, "300", 1, "SECS", 1, 86400,                                  \
+      "time a worker gets to load the model and report ready")                                 \
+    X(restart_backoff, SECS, "0.5", 1, "SECS", 0, 3600,                                        \
+      "delay before restarting a crashed worker (doubles per crash in a row)")                 \
+    X(restart_backoff_max, SECS, "30", 1, "SECS", 0, 86400, "longest restart delay")           \
+    X(crash_loop_limit, INT, "5", 1, "N", 1, 1000,                                             \
+      "crashes within crash_loop_window after which a worker is no longer restarted")          \
+    X(crash_loop_window, SECS, "60", 1, "SECS", 1, 86400, "see crash_loop_limit")              \
+    X(route_slack, INT, "4", 1, "N", 0, 1 << 20,                                               \
+      "a worker holding the prompt's prefix is preferred unless it runs this many more "       \
+      "sequences than the least-loaded one")                                                   \
+    X(log_level, STR, "info", 1, "LEVEL", 0, 0, "error, warn, info or debug")                  \
+    X(log_file, STR, "", 1, "FILE", 0, 0,                                                      \
+      "append logs to FILE (reopened on SIGHUP); default stderr")
+
+typedef enum {
+    IFD_CFG_STR = 0,
+    IFD_CFG_INT,
+    IFD_CFG_BYTES,
+    IFD_CFG_BOOL,
+    IFD_CFG_SECS,
+} ifd_cfg_type_t;
+
+#define IFD__CFG_CTYPE_STR   char *
+#define IFD__CFG_CTYPE_INT   int64_t
+#define IFD__CFG_CTYPE_BYTES uint64_t
+#define IFD__CFG_CTYPE_BOOL  bool
+#define IFD__CFG_CTYPE_SECS  double
+
+typedef struct {
+#define IFD__CFG_FIELD(name, type, def, reload, arg, lo, hi, help) IFD__CFG_CTYPE_##type name;
+    IFD_CONFIG_KEYS(IFD__CFG_FIELD)
+#undef IFD__CFG_FIELD
+} ifd_config_t;
+
+/* One row of the table, for tools (help, docs, the reload diff). */
+typedef struct {
+    const char *name;
+    ifd_cfg_type_t type;
+    const char *def;
+    bool reloadable;
+    const char *arg; /* metavariable in --help; NULL for bools */
+    double lo, hi;   /* range for INT/BYTES/SECS; lo == hi == 0: none */
+    const char *help;
+    size_t offset; /* of the field in ifd_config_t */
+} ifd_cfg_key_t;
+
+/* The table (n rows into *n). Static storage. */
+const ifd_cfg_key_t *ifd_config_keys(size_t *n);
+
+/* What the command line asked for besides settings. */
+typedef struct {
+    bool help;
+    bool version;
+    bool print_config; /* --print-config: print the effective config as JSON, exit */
+    char *config_file; /* --config FILE, or NULL; owned */
+    int argc;          /* the settings flags, kept for reloads */
+    char **argv;       /* owned copies */
+} ifd_config_cli_t;
+
+/* Fills every key with its default. Returns 0 or IFD_ENOMEM. */
+int ifd_config_init(ifd_config_t *c);
+
+/* Frees the strings; c may be re-initialised afterwards. */
+void ifd_config_free(ifd_config_t *c);
+
+/* Deep copy. 0 or IFD_ENOMEM (dst is then freed and zeroed). */
+int ifd_config_copy(ifd_config_t *dst, const ifd_config_t *src);
+
+/*
+ * Builds the configuration from argv: defaults, then --config FILE, then
+ * the flags; validates ranges. On success *c is set (free with
+ * ifd_config_free) and *cli describes the rest (free with
+ * ifd_config_cli_free). Returns 0, or IFD_EINVAL with a one-line reason in
+ * err (unknown flag or key, bad value, value out of range, file unreadable
+ * or not JSON).
+ */
+int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char **argv,
+                         char *err, size_t errlen);
+void ifd_config_cli_free(ifd_config_cli_t *cli);
+
+/* Re-reads cli's file and flags into *out (for SIGHUP). Same errors. */
+int ifd_config_reload(ifd_config_t *out, const ifd_config_cli_t *cli, char *err, size_t errlen);
+
+/* Copies the reloadable keys of `next` into `cur`, logs each change, and
+ * warns about non-reloadable keys that differ. Returns the number of keys
+ * changed, or IFD_ENOMEM. */
+int ifd_config_apply_reloadable(ifd_config_t *cur, const ifd_config_t *next);
+
+/* Sets one key from its text form ("64", "4M", "true", "250ms").
+ * 0, IFD_ENOTFOUND (unknown key), IFD_EINVAL (bad value or range; err). */
+int ifd_config_set(ifd_config_t *c, const char *key, const char *value, char *err,
+                   size_t errlen);
+
+/* Writes --help (usage line + every key). */
+void ifd_config_usage(FILE *f);
+
+/* Writes the configuration as one JSON object (api keys shown as "***"). */
+int ifd_config_print_json(const ifd_config_t *c, FILE *f);
+
+#endif

@@ -1,0 +1,234 @@
+/*
+ * metrics.c — see metrics.h. Three tables define every metric: counters
+ * read from ifd_metrics_t, gauges read from ifd_metrics_gauges_t (both by
+ * offset), and histograms. Labeled families (status codes, finish reasons,
+ * KV block states, worker states) are written by small loops after them.
+ */
+#include "metrics.h"
+
+#include "error.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static const double ifd__ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                          2.5,   5,    10,    20,   40,  80};
+static const double ifd__itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
+                                         0.1,   0.25,   0.5,   1,    2.5,   5};
+static const double ifd__e2e_bounds[] = {0.05, 0.1, 0.25, 0.5, 1,  2.5, 5,
+                                         10,   20,  40,   80,  160, 320};
+
+#define IFD__ARRLEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+void ifd_metrics_init(ifd_metrics_t *m)
+{
+    memset(m, 0, sizeof *m);
+    m->ttft.bounds = ifd__ttft_bounds;
+    m->ttft.n_bounds = IFD__ARRLEN(ifd__ttft_bounds);
+    m->itl.bounds = ifd__itl_bounds;
+    m->itl.n_bounds = IFD__ARRLEN(ifd__itl_bounds);
+    m->e2e.bounds = ifd__e2e_bounds;
+    m->e2e.n_bounds = IFD__ARRLEN(ifd__e2e_bounds);
+    m->queue_time.bounds = ifd__ttft_bounds;
+    m->queue_time.n_bounds = IFD__ARRLEN(ifd__ttft_bounds);
+}
+
+void ifd_hist_observe(ifd_hist_t *h, double v)
+{
+    int i = 0;
+    while (i < h->n_bounds && v > h->bounds[i])
+        i++;
+    h->counts[i]++;
+    h->count++;
+    h->sum += v;
+}
+
+void ifd_metrics_count_status(ifd_metrics_t *m, int status)
+{
+    for (int i = 0; i < m->n_http; i++) {
+        if (m->http[i].code == status) {
+            m->http[i].n++;
+            return;
+        }
+    }
+    if (m->n_http < IFD_METRICS_MAX_CODES) {
+        m->http[m->n_http].code = status;
+        m->http[m->n_http].n = 1;
+        m->n_http++;
+    }
+}
+
+/* ---- the tables ---------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    const char *help;
+    size_t off;
+} ifd__u64_row_t;
+
+static const ifd__u64_row_t ifd__counters[] = {
+    {"inferd_prompt_tokens_total", "Prompt tokens of finished sequences.",
+     offsetof(ifd_metrics_t, prompt_tokens)},
+    {"inferd_generation_tokens_total", "Tokens generated.",
+     offsetof(ifd_metrics_t, generation_tokens)},
+    {"inferd_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+     offsetof(ifd_metrics_t, prefix_query_tokens)},
+    {"inferd_prefix_cache_hits_total", "Prompt tokens served from the prefix cache.",
+     offsetof(ifd_metrics_t, prefix_hit_tokens)},
+    {"inferd_worker_starts_total", "Worker processes started.",
+     offsetof(ifd_metrics_t, worker_starts)},
+    {"inferd_worker_restarts_total", "Worker processes restarted after dying.",
+     offsetof(ifd_metrics_t, worker_restarts)},
+    {"inferd_worker_crashes_total", "Worker processes that died unexpectedly.",
+     offsetof(ifd_metrics_t, worker_crashes)},
+    {"inferd_redispatched_sequences_total",
+     "Sequences resumed on another worker after theirs died.",
+     offsetof(ifd_metrics_t, worker_redispatched)},
+    {"inferd_connections_total", "Client connections accepted.",
+     offsetof(ifd_metrics_t, connections_total)},
+    {"inferd_connections_rejected_total", "Connections refused over max_connections.",
+     offsetof(ifd_metrics_t, connections_rejected)},
+    {"inferd_queue_rejected_total", "Requests answered 503 because the queue was full.",
+     offsetof(ifd_metrics_t, queue_rejected)},
+};
+
+typedef struct {
+    const char *name;
+    const char *type; /* "gauge" or "counter" */
+    const char *help;
+    size_t off;
+} ifd__gauge_row_t;
+
+static const ifd__gauge_row_t ifd__gauges[] = {
+    {"inferd_queue_depth", "gauge",
+     "Sequences waiting for a worker plus requests being tokenized.",
+     offsetof(ifd_metrics_gauges_t, queue_depth)},
+    {"inferd_requests_running", "gauge", "Generation requests being served.",
+     offsetof(ifd_metrics_gauges_t, requests_running)},
+    {"inferd_sequences_running", "gauge", "Sequences dispatched to workers.",
+     offsetof(ifd_metrics_gauges_t, seqs_running)},
+    {"inferd_connections", "gauge", "Open client connections.",
+     offsetof(ifd_metrics_gauges_t, connections)},
+    {"inferd_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
+     offsetof(ifd_metrics_gauges_t, kv_total)},
+    {"inferd_kv_evictions_total", "counter", "Cached KV blocks evicted for new allocations.",
+     offsetof(ifd_metrics_gauges_t, kv_evictions)},
+    {"inferd_kv_alloc_failures_total", "counter", "KV allocations that found no block.",
+     offsetof(ifd_metrics_gauges_t, kv_alloc_failures)},
+    {"inferd_preemptions_total", "counter", "Sequences preempted by the workers' schedulers.",
+     offsetof(ifd_metrics_gauges_t, preemptions)},
+    {"inferd_engine_steps_total", "counter", "Engine steps run by the workers.",
+     offsetof(ifd_metrics_gauges_t, engine_steps)},
+};
+
+typedef struct {
+    const char *name;
+    const char *help;
+    size_t off;
+} ifd__hist_row_t;
+
+static const ifd__hist_row_t ifd__hists[] = {
+    {"inferd_time_to_first_token_seconds", "Time from a request's arrival to its first token.",
+     offsetof(ifd_metrics_t, ttft)},
+    {"inferd_inter_token_latency_seconds", "Time between two tokens of one sequence.",
+     offsetof(ifd_metrics_t, itl)},
+    {"inferd_e2e_request_latency_seconds", "Time from a request's arrival to its last token.",
+     offsetof(ifd_metrics_t, e2e)},
+    {"inferd_request_queue_time_seconds", "Time from arrival to dispatch to a worker.",
+     offsetof(ifd_metrics_t, queue_time)},
+};
+
+static const char *const ifd__fin_names[IFD_FIN_COUNT] = {"stop", "length", "abort", "error"};
+
+/* ---- rendering ----------------------------------------------------------------------- */
+
+static int ifd__head(ifd_buf_t *o, const char *name, const char *type, const char *help)
+{
+    return ifd_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, const char *model,
+                       ifd_buf_t *out)
+{
+    size_t start = out->len;
+    int rc = 0;
+#define IFD__P(...)                                                                          \
+    do {                                                                                     \
+        if ((rc = ifd_buf_printf(out, __VA_ARGS__)))                                         \
+            goto fail;                                                                       \
+    } while (0)
+#define IFD__H(n, t, h)                                                                      \
+    do {                                                                                     \
+        if ((rc = ifd__head(out, n, t, h)))                                                  \
+            goto fail;                                                                       \
+    } while (0)
+
+    IFD__H("inferd_info", "gauge", "The daemon's version and model (value 1).");
+    IFD__P("inferd_info{version=\"%s\",model=\"%s\"} 1\n", IFD_VERSION, model);
+    IFD__H("inferd_uptime_seconds", "gauge", "Seconds since the daemon started.");
+    IFD__P("inferd_uptime_seconds %.3f\n", g->uptime_s);
+
+    IFD__H("inferd_http_requests_total", "counter", "HTTP responses by status code.");
+    for (int i = 0; i < m->n_http; i++)
+        IFD__P("inferd_http_requests_total{code=\"%d\"} %llu\n", m->http[i].code,
+               (unsigned long long)m->http[i].n);
+    IFD__H("inferd_request_success_total", "counter",
+           "Finished completion choices by finish reason.");
+    for (int i = 0; i < IFD_FIN_COUNT; i++)
+        IFD__P("inferd_request_success_total{finish_reason=\"%s\"} %llu\n", ifd__fin_names[i],
+               (unsigned long long)m->finished[i]);
+
+    for (size_t i = 0; i < sizeof ifd__counters / sizeof ifd__counters[0]; i++) {
+        const ifd__u64_row_t *r = &ifd__counters[i];
+        IFD__H(r->name, "counter", r->help);
+        IFD__P("%s %llu\n", r->name,
+               (unsigned long long)*(const uint64_t *)((const char *)m + r->off));
+    }
+    for (size_t i = 0; i < sizeof ifd__gauges / sizeof ifd__gauges[0]; i++) {
+        const ifd__gauge_row_t *r = &ifd__gauges[i];
+        IFD__H(r->name, r->type, r->help);
+        IFD__P("%s %lld\n", r->name,
+               (long long)*(const int64_t *)((const char *)g + r->off));
+    }
+
+    IFD__H("inferd_kv_blocks", "gauge", "KV cache blocks by state (used = held by sequences).");
+    IFD__P("inferd_kv_blocks{state=\"free\"} %lld\n", (long long)g->kv_free);
+    IFD__P("inferd_kv_blocks{state=\"used\"} %lld\n", (long long)g->kv_used);
+    IFD__P("inferd_kv_blocks{state=\"cached\"} %lld\n", (long long)g->kv_cached);
+    IFD__H("inferd_kv_cache_usage_ratio", "gauge", "Fraction of KV blocks held by sequences.");
+    IFD__P("inferd_kv_cache_usage_ratio %.6f\n",
+           g->kv_total ? (double)g->kv_used / (double)g->kv_total : 0.0);
+    IFD__H("inferd_prefix_cache_hit_ratio", "gauge",
+           "Prompt tokens served from the prefix cache / prompt tokens looked up.");
+    IFD__P("inferd_prefix_cache_hit_ratio %.6f\n",
+           m->prefix_query_tokens ? (double)m->prefix_hit_tokens / (double)m->prefix_query_tokens
+                                  : 0.0);
+    IFD__H("inferd_workers", "gauge", "Worker processes by state.");
+    IFD__P("inferd_workers{state=\"ready\"} %lld\n", (long long)g->workers_ready);
+    IFD__P("inferd_workers{state=\"starting\"} %lld\n", (long long)g->workers_starting);
+    IFD__P("inferd_workers{state=\"down\"} %lld\n", (long long)g->workers_down);
+    IFD__P("inferd_workers{state=\"failed\"} %lld\n", (long long)g->workers_failed);
+
+    for (size_t i = 0; i < sizeof ifd__hists / sizeof ifd__hists[0]; i++) {
+        const ifd__hist_row_t *r = &ifd__hists[i];
+        const ifd_hist_t *h = (const ifd_hist_t *)((const char *)m + r->off);
+        IFD__H(r->name, "histogram", r->help);
+        uint64_t cum = 0;
+        for (int b = 0; b < h->n_bounds; b++) {
+            cum += h->counts[b];
+            IFD__P("%s_bucket{le=\"%g\"} %llu\n", r->name, h->bounds[b], (unsigned long long)cum);
+        }
+        cum += h->counts[h->n_bounds];
+        IFD__P("%s_bucket{le=\"+Inf\"} %llu\n", r->name, (unsigned long long)cum);
+        IFD__P("%s_sum %.6f\n%s_count %llu\n", r->name, h->sum, r->name,
+               (unsigned long long)h->count);
+    }
+    return 0;
+#undef IFD__P
+#undef IFD__H
+fail:
+    out->len = start;
+    if (out->data)
+        out->data[start] = '\0';
+    return rc;
+}

@@ -1,0 +1,93 @@
+/*
+ * metrics.h — the daemon's counters, gauges and histograms, and their
+ * Prometheus text exposition (GET /metrics).
+ *
+ * Counters and histograms live in ifd_metrics_t, updated by the loop thread
+ * as things happen. Gauges (queue depth, running requests, KV blocks,
+ * workers by state, …) are not stored: the caller samples them into an
+ * ifd_metrics_gauges_t right before rendering. Every metric is defined once,
+ * in the tables of metrics.c (name, type, help); names follow Prometheus
+ * conventions (`inferd_` prefix, `_total` counters, `_seconds` histograms)
+ * and mirror vLLM's where one exists.
+ *
+ * Plain data, no allocation except into the output buffer. Threading: the
+ * loop thread only.
+ */
+#ifndef IFD_DAEMON_METRICS_H
+#define IFD_DAEMON_METRICS_H
+
+#include "arena.h"
+
+#include <stdint.h>
+
+#define IFD_HIST_MAX_BUCKETS 20
+#define IFD_METRICS_MAX_CODES 32
+
+typedef struct {
+    const double *bounds; /* upper bounds, ascending (static storage) */
+    int n_bounds;
+    uint64_t counts[IFD_HIST_MAX_BUCKETS + 1]; /* per bucket, the last is +Inf */
+    uint64_t count;
+    double sum;
+} ifd_hist_t;
+
+/* Why a completion choice ended (label finish_reason). */
+typedef enum {
+    IFD_FIN_STOP = 0,
+    IFD_FIN_LENGTH,
+    IFD_FIN_ABORT, /* the client went away or the daemon gave up on it */
+    IFD_FIN_ERROR,
+    IFD_FIN_COUNT
+} ifd_fin_t;
+
+typedef struct {
+    struct {
+        int code;
+        uint64_t n;
+    } http[IFD_METRICS_MAX_CODES]; /* responses by status code */
+    int n_http;
+    uint64_t finished[IFD_FIN_COUNT]; /* choices by finish reason */
+    uint64_t prompt_tokens;          /* of every finished choice */
+    uint64_t generation_tokens;
+    uint64_t prefix_query_tokens;    /* prompt tokens looked up in the prefix cache */
+    uint64_t prefix_hit_tokens;      /* of which served from it */
+    uint64_t worker_starts;
+    uint64_t worker_restarts;
+    uint64_t worker_crashes;
+    uint64_t worker_redispatched;    /* sequences moved after a worker died */
+    uint64_t connections_total;
+    uint64_t connections_rejected;   /* over max_connections */
+    uint64_t queue_rejected;         /* 503 because the queue was full */
+    ifd_hist_t ttft;                 /* seconds from arrival to the first token */
+    ifd_hist_t itl;                  /* seconds between two tokens of a sequence */
+    ifd_hist_t e2e;                  /* seconds from arrival to the last token */
+    ifd_hist_t queue_time;           /* seconds from arrival to dispatch */
+} ifd_metrics_t;
+
+/* Sampled just before rendering. */
+typedef struct {
+    int64_t queue_depth;       /* sequences waiting for a worker + requests tokenizing */
+    int64_t requests_running;  /* generation requests being served */
+    int64_t seqs_running;      /* sequences dispatched to workers */
+    int64_t connections;
+    int64_t kv_total, kv_free, kv_used, kv_cached;
+    uint64_t kv_evictions;
+    uint64_t kv_alloc_failures;
+    uint64_t preemptions;      /* summed over workers' last stats */
+    uint64_t engine_steps;
+    int64_t workers_ready, workers_starting, workers_down, workers_failed;
+    double uptime_s;
+} ifd_metrics_gauges_t;
+
+void ifd_metrics_init(ifd_metrics_t *m);
+
+void ifd_hist_observe(ifd_hist_t *h, double v);
+
+/* Counts one HTTP response with this status. */
+void ifd_metrics_count_status(ifd_metrics_t *m, int status);
+
+/* Appends the exposition text (format 0.0.4). 0 or IFD_ENOMEM. */
+int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, const char *model,
+                       ifd_buf_t *out);
+
+#endif

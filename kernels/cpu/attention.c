@@ -1,0 +1,497 @@
+/*
+ * attention.c — the paged KV cache on the CPU: writing K/V rows into their
+ * slots (ifd_cpu_kv_write) and causal grouped-query attention over them for a
+ * ragged batch (ifd_cpu_paged_attention).
+ *
+ * Layout of one layer's K (and V) region: [block][kv_head][token][head_dim] of
+ * kv->dtype, so the rows of one head inside a block are contiguous and a run
+ * of positions inside a block is read (and converted to f32) in one piece.
+ * All offsets are computed in 64-bit.
+ *
+ * Attention work item = (query token, KV head): it serves the G = n_heads /
+ * n_kv_heads query heads that share the KV head, so each K/V row is loaded
+ * and converted once for the whole group. Positions are visited in chunks of
+ * at most IFD__ATT_CHUNK rows (never crossing a block) with an online softmax
+ * (running max m, running sum l, f32 accumulator in the output row itself):
+ *   s_j = scale·(q·k_j);  m' = max(m, max_j s_j);  acc = acc·e^(m−m') + Σ_j e^(s_j−m')·v_j
+ *   l = l·e^(m−m') + Σ_j e^(s_j−m');  out = acc / l.
+ * Only the positions a token may see are touched, so unused or stale slots
+ * (NaN-poisoned in the tests) never enter the arithmetic. Items are claimed
+ * dynamically by the pool's threads, which balances causal prefill (later
+ * tokens see more positions). Each output element is computed by one thread
+ * in a fixed order, so results do not depend on the thread count.
+ */
+#include "cpu_kernels.h"
+
+#include "cpu_simd.h"
+#include "error.h"
+#include "fp16.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum {
+    IFD__ATT_MAX_HEAD_DIM = 256,
+    IFD__ATT_MAX_GROUP = 32, /* query heads per KV head */
+    IFD__ATT_CHUNK = 16,     /* positions per online-softmax step */
+};
+
+static int ifd__kv_check(const ifd_kv_layer_t *kv)
+{
+    if (!kv || !kv->k || !kv->v || kv->block_size <= 0 || kv->n_kv_heads <= 0 ||
+        kv->head_dim <= 0)
+        return IFD_EINVAL;
+    if (kv->dtype != IFD_DTYPE_F32 && kv->dtype != IFD_DTYPE_F16 && kv->dtype != IFD_DTYPE_BF16)
+        return IFD_ENOTSUP;
+    return 0;
+}
+
+/* Element offset of (block, head, token-in-block) in a K or V region. */
+static inline int64_t ifd__kv_off(const ifd_kv_layer_t *kv, int64_t block, int head, int tok)
+{
+    return ((block * kv->n_kv_heads + head) * kv->block_size + tok) * (int64_t)kv->head_dim;
+}
+
+int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v,
+                     const int64_t *slot, int n_tok)
+{
+    int rc = ifd__kv_check(kv);
+    if (rc)
+        return rc;
+    if (n_tok < 0)
+        return IFD_EINVAL;
+    const int hd = kv->head_dim, nkv = kv->n_kv_heads, bs = kv->block_size;
+    const size_t es = (size_t)ifd_dtype_size(kv->dtype);
+    for (int t = 0; t < n_tok; t++) {
+        if (slot[t] < 0)
+            continue;
+        const int64_t block = slot[t] / bs;
+        const int off = (int)(slot[t] % bs);
+        for (int h = 0; h < nkv; h++) {
+            const int64_t src = ((int64_t)t * nkv + h) * hd;
+            const int64_t dst = ifd__kv_off(kv, block, h, off);
+            char *kd = (char *)kv->k + dst * (int64_t)es;
+            char *vd = (char *)kv->v + dst * (int64_t)es;
+            switch (kv->dtype) {
+            case IFD_DTYPE_F32:
+                memcpy(kd, k + src, sizeof(float) * (size_t)hd);
+                memcpy(vd, v + src, sizeof(float) * (size_t)hd);
+                break;
+            case IFD_DTYPE_F16:
+                ifd_f32_to_f16_n((uint16_t *)kd, k + src, hd);
+                ifd_f32_to_f16_n((uint16_t *)vd, v + src, hd);
+                break;
+            case IFD_DTYPE_BF16:
+                ifd_f32_to_bf16_n((uint16_t *)kd, k + src, hd);
+                ifd_f32_to_bf16_n((uint16_t *)vd, v + src, hd);
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- attention ------------------------------------------------------------- */
+
+typedef struct {
+    float *out;
+    const float *q;
+    const ifd_kv_layer_t *kv;
+    const int32_t *seq;
+    const int32_t *pos;
+    const int32_t *block_tables;
+    int max_blocks;
+    int n_heads;
+    int group;
+    float scale;
+    int window;
+    ifd__isa_t isa;
+} ifd__att_t;
+
+/* Returns f32 rows [n, hd] of a K or V run: the region itself for F32, else
+ * converted into buf. */
+static const float *ifd__rows_f32(const ifd_kv_layer_t *kv, const void *region, int64_t off,
+                                  int n, float *buf)
+{
+    const int64_t cnt = (int64_t)n * kv->head_dim;
+    switch (kv->dtype) {
+    case IFD_DTYPE_F16:
+        ifd_f16_to_f32_n(buf, (const uint16_t *)region + off, cnt);
+        return buf;
+    case IFD_DTYPE_BF16:
+        ifd_bf16_to_f32_n(buf, (const uint16_t *)region + off, cnt);
+        return buf;
+    default:
+        return (const float *)region + off;
+    }
+}
+
+/*
+ * One chunk of n positions for the G query heads: s[g][j] scores, then the
+ * online-softmax update of m[g], l[g] and acc (= out rows [G][hd]).
+ */
+static void ifd__chunk_scalar(const float *q, const float *K, const float *V, int n, int G, int hd,
+                              float scale, float *m, float *l, float *acc)
+{
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (int64_t)g * hd;
+        float *ag = acc + (int64_t)g * hd;
+        float s[IFD__ATT_CHUNK];
+        float cmax = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            const float *kj = K + (int64_t)j * hd;
+            float d = 0;
+            for (int e = 0; e < hd; e++)
+                d += qg[e] * kj[e];
+            s[j] = d * scale;
+            cmax = s[j] > cmax ? s[j] : cmax;
+        }
+        const float mnew = cmax > m[g] ? cmax : m[g];
+        const float corr = expf(m[g] - mnew);
+        float lsum = 0;
+        for (int j = 0; j < n; j++) {
+            s[j] = expf(s[j] - mnew);
+            lsum += s[j];
+        }
+        l[g] = l[g] * corr + lsum;
+        m[g] = mnew;
+        for (int e = 0; e < hd; e++) {
+            float a = ag[e] * corr;
+            for (int j = 0; j < n; j++)
+                a += s[j] * V[(int64_t)j * hd + e];
+            ag[e] = a;
+        }
+    }
+}
+
+#if IFD__X86
+
+/*
+ * The SIMD chunk kernels. Scores: one accumulator per position (16 for
+ * AVX-512, 8 per half for AVX2), all advanced together over head_dim with
+ * the query vector loaded once, then summed across lanes for all positions at
+ * once by a transpose-and-add tree. Rows past n reuse row n − 1 (valid memory
+ * of the same run) and their scores are masked out. PV: blocks of 4 vectors
+ * of head_dim with two accumulator sets (even/odd positions), 8 independent
+ * FMA chains. head_dim needs no particular multiple: the last vector is
+ * masked.
+ */
+
+/* Lane j of the result = Σ lanes of d[j], for 8 vectors. */
+IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__hsum8x8(const __m256 *d)
+{
+    __m256 b[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm256_add_ps(_mm256_unpacklo_ps(d[2 * i], d[2 * i + 1]),
+                             _mm256_unpackhi_ps(d[2 * i], d[2 * i + 1]));
+    __m256 c[2];
+    #pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        __m256d x = _mm256_castps_pd(b[2 * i]), y = _mm256_castps_pd(b[2 * i + 1]);
+        c[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20),
+                         _mm256_permute2f128_ps(c[0], c[1], 0x31));
+}
+
+/* Scores of rows K[0..7] (rows ≥ n alias row n − 1) for one query. */
+IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__scores8(const float *qg, const float *K, int n, int hd)
+{
+    const float *kr[8];
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        kr[j] = K + (int64_t)(j < n ? j : n - 1) * hd;
+    __m256 d[8];
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        d[j] = _mm256_setzero_ps();
+    int e = 0;
+    for (; e + 8 <= hd; e += 8) {
+        __m256 qv = _mm256_loadu_ps(qg + e);
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            d[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[j] + e), d[j]);
+    }
+    if (e < hd) {
+        __m256i mk = ifd__mask8(hd - e);
+        __m256 qv = _mm256_maskload_ps(qg + e, mk);
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            d[j] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(kr[j] + e, mk), d[j]);
+    }
+    return ifd__hsum8x8(d);
+}
+
+IFD__TARGET_AVX2 static void ifd__chunk_avx2(const float *q, const float *K, const float *V, int n,
+                                             int G, int hd, float scale, float *m, float *l,
+                                             float *acc)
+{
+    const __m256i m_lo = ifd__mask8(n < 8 ? n : 8), m_hi = ifd__mask8(n > 8 ? n - 8 : 0);
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (int64_t)g * hd;
+        float *ag = acc + (int64_t)g * hd;
+        float s[IFD__ATT_CHUNK] __attribute__((aligned(32)));
+        const __m256 sc = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+        __m256 s0 = _mm256_mul_ps(ifd__scores8(qg, K, n, hd), sc);
+        s0 = _mm256_blendv_ps(ninf, s0, _mm256_castsi256_ps(m_lo));
+        __m256 s1 = ninf;
+        if (n > 8) {
+            s1 = _mm256_mul_ps(ifd__scores8(qg, K + 8 * (int64_t)hd, n - 8, hd), sc);
+            s1 = _mm256_blendv_ps(ninf, s1, _mm256_castsi256_ps(m_hi));
+        }
+        const float cmax = ifd__hmax8(_mm256_max_ps(s0, s1));
+        const float mnew = cmax > m[g] ? cmax : m[g];
+        const float corr = expf(m[g] - mnew);
+        const __m256 mb = _mm256_set1_ps(mnew);
+        __m256 p0 = _mm256_and_ps(ifd__exp8(_mm256_sub_ps(s0, mb)), _mm256_castsi256_ps(m_lo));
+        __m256 p1 = _mm256_and_ps(ifd__exp8(_mm256_sub_ps(s1, mb)), _mm256_castsi256_ps(m_hi));
+        _mm256_store_ps(s, p0);
+        _mm256_store_ps(s + 8, p1);
+        l[g] = l[g] * corr + ifd__hsum8(_mm256_add_ps(p0, p1));
+        m[g] = mnew;
+
+        const __m256 cv = _mm256_set1_ps(corr);
+        for (int e0 = 0; e0 < hd; e0 += 32) {
+            __m256i mk[4];
+            __m256 a[4], b[4];
+            #pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const int left = hd - e0 - 8 * u;
+                mk[u] = ifd__mask8(left <= 0 ? 0 : left < 8 ? left : 8);
+                a[u] = _mm256_mul_ps(_mm256_maskload_ps(ag + e0 + 8 * u, mk[u]), cv);
+                b[u] = _mm256_setzero_ps();
+            }
+            int j = 0;
+            for (; j + 2 <= n; j += 2) {
+                const float *v0 = V + (int64_t)j * hd + e0, *v1 = v0 + hd;
+                const __m256 pa = _mm256_set1_ps(s[j]), pb = _mm256_set1_ps(s[j + 1]);
+                #pragma GCC unroll 4
+                for (int u = 0; u < 4; u++) {
+                    a[u] = _mm256_fmadd_ps(pa, _mm256_maskload_ps(v0 + 8 * u, mk[u]), a[u]);
+                    b[u] = _mm256_fmadd_ps(pb, _mm256_maskload_ps(v1 + 8 * u, mk[u]), b[u]);
+                }
+            }
+            if (j < n) {
+                const float *v0 = V + (int64_t)j * hd + e0;
+                const __m256 pa = _mm256_set1_ps(s[j]);
+                #pragma GCC unroll 4
+                for (int u = 0; u < 4; u++)
+                    a[u] = _mm256_fmadd_ps(pa, _mm256_maskload_ps(v0 + 8 * u, mk[u]), a[u]);
+            }
+            #pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                _mm256_maskstore_ps(ag + e0 + 8 * u, mk[u], _mm256_add_ps(a[u], b[u]));
+        }
+    }
+}
+
+/* Lane j of the result = Σ lanes of d[j], for 16 vectors. */
+IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__hsum16x16(const __m512 *d)
+{
+    __m512 b[8];
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        b[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[2 * i], d[2 * i + 1]),
+                             _mm512_unpackhi_ps(d[2 * i], d[2 * i + 1]));
+    __m512 c[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+        c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    /* c[i] holds, per 128-bit lane L, the partial sums of d[4i..4i+3]. */
+    __m512 e01 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 e23 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm512_shuffle_f32x4(c[2], c[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K, const float *V,
+                                                 int n, int G, int hd, float scale, float *m,
+                                                 float *l, float *acc)
+{
+    const __mmask16 nm = ifd__mask16(n);
+    const float *kr[16];
+    #pragma GCC unroll 16
+    for (int j = 0; j < 16; j++)
+        kr[j] = K + (int64_t)(j < n ? j : n - 1) * hd;
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (int64_t)g * hd;
+        float *ag = acc + (int64_t)g * hd;
+        float s[IFD__ATT_CHUNK] __attribute__((aligned(64)));
+        __m512 d[16];
+        #pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            d[j] = _mm512_setzero_ps();
+        int e = 0;
+        for (; e + 16 <= hd; e += 16) {
+            __m512 qv = _mm512_loadu_ps(qg + e);
+            #pragma GCC unroll 16
+            for (int j = 0; j < 16; j++)
+                d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr[j] + e), d[j]);
+        }
+        if (e < hd) {
+            __mmask16 mk = ifd__mask16(hd - e);
+            __m512 qv = _mm512_maskz_loadu_ps(mk, qg + e);
+            #pragma GCC unroll 16
+            for (int j = 0; j < 16; j++)
+                d[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, kr[j] + e), d[j]);
+        }
+        const __m512 sv = _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), nm, ifd__hsum16x16(d),
+                                             _mm512_set1_ps(scale));
+        const float cmax = _mm512_reduce_max_ps(sv);
+        const float mnew = cmax > m[g] ? cmax : m[g];
+        const float corr = expf(m[g] - mnew);
+        const __m512 p =
+            _mm512_maskz_mov_ps(nm, ifd__exp16(_mm512_sub_ps(sv, _mm512_set1_ps(mnew))));
+        _mm512_store_ps(s, p);
+        l[g] = l[g] * corr + _mm512_reduce_add_ps(p);
+        m[g] = mnew;
+
+        const __m512 cv = _mm512_set1_ps(corr);
+        for (int e0 = 0; e0 < hd; e0 += 64) {
+            __mmask16 mk[4];
+            __m512 a[4], b[4];
+            #pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const int left = hd - e0 - 16 * u;
+                mk[u] = ifd__mask16(left <= 0 ? 0 : left < 16 ? left : 16);
+                a[u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], ag + e0 + 16 * u), cv);
+                b[u] = _mm512_setzero_ps();
+            }
+            int j = 0;
+            for (; j + 2 <= n; j += 2) {
+                const float *v0 = V + (int64_t)j * hd + e0, *v1 = v0 + hd;
+                const __m512 pa = _mm512_set1_ps(s[j]), pb = _mm512_set1_ps(s[j + 1]);
+                #pragma GCC unroll 4
+                for (int u = 0; u < 4; u++) {
+                    a[u] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(mk[u], v0 + 16 * u), a[u]);
+                    b[u] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(mk[u], v1 + 16 * u), b[u]);
+                }
+            }
+            if (j < n) {
+                const float *v0 = V + (int64_t)j * hd + e0;
+                const __m512 pa = _mm512_set1_ps(s[j]);
+                #pragma GCC unroll 4
+                for (int u = 0; u < 4; u++)
+                    a[u] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(mk[u], v0 + 16 * u), a[u]);
+            }
+            #pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                _mm512_mask_storeu_ps(ag + e0 + 16 * u, mk[u], _mm512_add_ps(a[u], b[u]));
+        }
+    }
+}
+
+#endif
+
+static void ifd__att_item(void *arg, int item, int n_items)
+{
+    (void)n_items;
+    const ifd__att_t *c = arg;
+    const ifd_kv_layer_t *kv = c->kv;
+    const int nkv = kv->n_kv_heads, hd = kv->head_dim, bs = kv->block_size, G = c->group;
+    const int t = item / nkv, kvh = item % nkv;
+    const int64_t row = ((int64_t)t * c->n_heads + (int64_t)kvh * G) * hd;
+    const float *q = c->q + row;
+    float *acc = c->out + row;
+    memset(acc, 0, sizeof(float) * (size_t)G * (size_t)hd);
+    if (c->seq[t] < 0)
+        return; /* padding row */
+
+    const int32_t *bt = c->block_tables + (int64_t)c->seq[t] * c->max_blocks;
+    const int p_end = c->pos[t];
+    const int p_lo = c->window > 0 && p_end - c->window + 1 > 0 ? p_end - c->window + 1 : 0;
+    float m[IFD__ATT_MAX_GROUP], l[IFD__ATT_MAX_GROUP];
+    for (int g = 0; g < G; g++)
+        m[g] = -INFINITY, l[g] = 0;
+    float kbuf[IFD__ATT_CHUNK * IFD__ATT_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    float vbuf[IFD__ATT_CHUNK * IFD__ATT_MAX_HEAD_DIM] __attribute__((aligned(64)));
+
+    for (int p = p_lo; p <= p_end;) {
+        const int off = p % bs;
+        int n = bs - off;
+        if (n > p_end - p + 1)
+            n = p_end - p + 1;
+        if (n > IFD__ATT_CHUNK)
+            n = IFD__ATT_CHUNK;
+        const int64_t base = ifd__kv_off(kv, bt[p / bs], kvh, off);
+        const float *K = ifd__rows_f32(kv, kv->k, base, n, kbuf);
+        const float *V = ifd__rows_f32(kv, kv->v, base, n, vbuf);
+        switch (c->isa) {
+#if IFD__X86
+        case IFD__ISA_AVX512:
+            ifd__chunk_avx512(q, K, V, n, G, hd, c->scale, m, l, acc);
+            break;
+        case IFD__ISA_AVX2:
+            ifd__chunk_avx2(q, K, V, n, G, hd, c->scale, m, l, acc);
+            break;
+#endif
+        default:
+            ifd__chunk_scalar(q, K, V, n, G, hd, c->scale, m, l, acc);
+            break;
+        }
+        p += n;
+    }
+    for (int g = 0; g < G; g++) {
+        const float inv = 1.0f / l[g];
+        float *ag = acc + (int64_t)g * hd;
+        for (int e = 0; e < hd; e++)
+            ag[e] *= inv;
+    }
+}
+
+int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const ifd_kv_layer_t *kv,
+                            const int32_t *seq, const int32_t *pos, const int32_t *block_tables,
+                            int max_blocks, int n_tok, int n_heads, float scale, int window,
+                            ifd_threadpool_t *tp)
+{
+    int rc = ifd__kv_check(kv);
+    if (rc)
+        return rc;
+    if (n_tok < 0 || max_blocks <= 0 || n_heads <= 0 || window < 0 || !isfinite(scale) ||
+        n_heads % kv->n_kv_heads != 0)
+        return IFD_EINVAL;
+    if (kv->head_dim > IFD__ATT_MAX_HEAD_DIM || n_heads / kv->n_kv_heads > IFD__ATT_MAX_GROUP)
+        return IFD_ENOTSUP;
+    /* Every block a token will read must be mapped (checked here, on the
+     * caller's thread, so the workers cannot fail). */
+    const int bs = kv->block_size;
+    for (int t = 0; t < n_tok; t++) {
+        if (seq[t] < 0)
+            continue;
+        const int p_end = pos[t];
+        if (p_end < 0 || p_end / bs >= max_blocks)
+            return IFD_EINVAL;
+        const int p_lo = window > 0 && p_end - window + 1 > 0 ? p_end - window + 1 : 0;
+        const int32_t *bt = block_tables + (int64_t)seq[t] * max_blocks;
+        for (int b = p_lo / bs; b <= p_end / bs; b++)
+            if (bt[b] < 0)
+                return IFD_EINVAL;
+    }
+    ifd__att_t c = {
+        .out = out,
+        .q = q,
+        .kv = kv,
+        .seq = seq,
+        .pos = pos,
+        .block_tables = block_tables,
+        .max_blocks = max_blocks,
+        .n_heads = n_heads,
+        .group = n_heads / kv->n_kv_heads,
+        .scale = scale,
+        .window = window,
+        .isa = ifd__cpu_isa(),
+    };
+    const int64_t items = (int64_t)n_tok * kv->n_kv_heads;
+    if (items > INT32_MAX)
+        return IFD_EINVAL;
+    ifd_threadpool_run(tp, ifd__att_item, &c, (int)items);
+    return 0;
+}

@@ -1,0 +1,125 @@
+/*
+ * cpu_kernels.h — the CPU kernels: the CPU backend's compute and the
+ * reference the CUDA kernels are tested against.
+ *
+ * Conventions (STYLE.md "Kernels"): outputs first, the caller allocates,
+ * every pointer carries its shape, offsets into the KV pool are 64-bit.
+ * Return 0, IFD_EINVAL for bad shapes, IFD_ENOTSUP for an unsupported
+ * dtype/specialization. Matrices are row-major. Each kernel picks its SIMD
+ * path at run time (ifd_cpu_features(): AVX-512, AVX2+FMA, scalar).
+ *
+ * Threading: a kernel that takes an ifd_threadpool_t splits its work over
+ * the pool (tp may be NULL: run on the calling thread). Kernels are
+ * reentrant; the pool itself runs one parallel job at a time (see
+ * threadpool.h).
+ */
+#ifndef IFD_CPU_KERNELS_H
+#define IFD_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "threadpool.h"
+
+/* Element type of the KV pool and of weights handed to kernels. */
+typedef enum {
+    IFD_DTYPE_F32 = 0,
+    IFD_DTYPE_F16 = 1,
+    IFD_DTYPE_BF16 = 2,
+} ifd_dtype_t;
+
+/* Bytes per element of a dtype (4, 2, 2). */
+int ifd_dtype_size(ifd_dtype_t t);
+
+/* RoPE pairing: NORM = interleaved pairs (x[2i], x[2i+1]) — GGUF llama;
+ * NEOX = halves (x[i], x[i + n_rot/2]) — HF, Gemma. */
+typedef enum {
+    IFD_ROPE_NORM = 0,
+    IFD_ROPE_NEOX = 2,
+} ifd_rope_mode_t;
+
+/* y = x · wᵀ: y[m,n] = Σ_k x[m,k] w[n,k] (w is a PyTorch/GGUF [out, in]
+ * weight). f32 accumulate. Multi-threaded over n (and m). */
+int ifd_cpu_matmul_f32(float *restrict y,       /* [m, n] */
+                       const float *restrict x, /* [m, k] */
+                       const float *restrict w, /* [n, k] */
+                       int m, int n, int k, ifd_threadpool_t *tp);
+
+/* y[r] = x[r] / rms(x[r]) * w, rms = sqrt(mean(x²) + eps). y may equal x. */
+int ifd_cpu_rmsnorm(float *y,       /* [rows, dim] */
+                    const float *x, /* [rows, dim] */
+                    const float *w, /* [dim] */
+                    int rows, int dim, float eps);
+
+/* Rotates the first n_rot dims of every head in place.
+ * θ_i = pos · freq_scale · base^(−2i/n_rot) / (freq_factors ? freq_factors[i] : 1). */
+int ifd_cpu_rope(float *x,             /* [n_tok, n_heads, head_dim] */
+                 const int32_t *pos,   /* [n_tok] */
+                 int n_tok, int n_heads, int head_dim, int n_rot, float base, float freq_scale,
+                 const float *freq_factors, /* [n_rot/2] or NULL */
+                 ifd_rope_mode_t mode);
+
+/* Numerically stable softmax of each row, in place. */
+int ifd_cpu_softmax(float *x, /* [rows, n] */ int rows, int n);
+
+/* out = silu(gate) · up (SwiGLU) / gelu_tanh(gate) · up (GeGLU). */
+int ifd_cpu_swiglu(float *out, const float *gate, const float *up, /* [n] each */ int64_t n);
+int ifd_cpu_geglu_tanh(float *out, const float *gate, const float *up, /* [n] */ int64_t n);
+
+/*
+ * Paged KV cache, one layer. K and V each live in a region laid out
+ * [block][kv_head][token_in_block][head_dim] of dtype `kv_dtype`; the block
+ * id indexes the region (64-bit offsets).
+ */
+typedef struct {
+    void *k;           /* layer's K region base */
+    void *v;           /* layer's V region base */
+    ifd_dtype_t dtype; /* F32, F16 or BF16 */
+    int block_size;    /* tokens per block (16 by default) */
+    int n_kv_heads;
+    int head_dim;
+} ifd_kv_layer_t;
+
+/* Writes each token's K and V rows into its slot (slot = block * block_size
+ * + offset); slot < 0 means padding and is skipped. */
+int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
+                     const float *k,       /* [n_tok, n_kv_heads, head_dim] */
+                     const float *v,       /* [n_tok, n_kv_heads, head_dim] */
+                     const int64_t *slot,  /* [n_tok] */
+                     int n_tok);
+
+/*
+ * Causal grouped-query attention over the paged cache for a ragged batch of
+ * query tokens. Token t belongs to sequence seq[t] and sits at position
+ * pos[t]; it attends to that sequence's cached positions
+ * [max(0, pos[t] − window + 1), pos[t]] (window 0 = unlimited), whose K/V
+ * must already be written. Position p of sequence s lives in block
+ * block_tables[s * max_blocks + p / block_size] at offset p % block_size.
+ * Query head h uses KV head h / (n_heads / n_kv_heads).
+ * out[t, h] = Σ_p softmax_p(scale · q·k_p) v_p.
+ */
+int ifd_cpu_paged_attention(float *restrict out,       /* [n_tok, n_heads, head_dim] */
+                            const float *restrict q,   /* [n_tok, n_heads, head_dim] */
+                            const ifd_kv_layer_t *kv,
+                            const int32_t *seq,          /* [n_tok] */
+                            const int32_t *pos,          /* [n_tok] */
+                            const int32_t *block_tables, /* [n_seqs, max_blocks] */
+                            int max_blocks, int n_tok, int n_heads, float scale, int window,
+                            ifd_threadpool_t *tp);
+
+/* fp16 / bf16 <-> f32 (round to nearest even; NaN stays NaN). */
+float ifd_f16_to_f32(uint16_t h);
+uint16_t ifd_f32_to_f16(float f);
+float ifd_bf16_to_f32(uint16_t h);
+uint16_t ifd_f32_to_bf16(float f);
+
+/*
+ * Dequantizes n elements (a multiple of the type's block size) of ggml type
+ * `type` (ifd_ggml_type_t) at x into y. Supported: F32, F16, BF16, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL (others:
+ * IFD_ENOTSUP; n not a block multiple: IFD_EINVAL).
+ */
+int ifd_cpu_dequantize(float *restrict y,       /* [n] */
+                       const void *restrict x,  /* n elements of `type`, packed blocks */
+                       uint32_t type, int64_t n);
+
+#endif

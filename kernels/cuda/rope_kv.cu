@@ -1,0 +1,183 @@
+/*
+ * rope_kv.cu — RoPE fused with the KV-pool write (rope_kv.h).
+ *
+ * One block per token. The token's cos/sin table (n_rot / 2 pairs) is built
+ * first in shared memory, computed as ifd_cpu_rope does: theta_scale =
+ * powf(base, -2 / n_rot) (on the host, with the host's libm, so it is the
+ * CPU's value), t_i = pos * theta_scale^i by repeated float multiplication
+ * (thread i repeats the CPU's sequence of products, so t_i is bit-identical),
+ * theta_i = freq_scale * (t_i / ff_i). Then the block rotates the q heads
+ * in place and the k heads on their way to the pool, and copies v. All
+ * float operations are explicitly rounded (no FMA contraction), matching the
+ * CPU's arithmetic; only cosf/sinf come from CUDA's libm.
+ *
+ * Specialization: the pool dtype (F32, F16, BF16).
+ */
+#include "rope_kv.h"
+
+#include "cuda_check.h"
+#include "cuda_prim.cuh"
+
+namespace {
+
+constexpr int THREADS = 256;
+constexpr int MAX_HEAD_DIM = 1024;
+
+struct rope_args {
+    float *q;
+    const float *k;
+    const float *v;
+    void *kc;
+    void *vc;
+    const int32_t *pos;
+    const int64_t *slot;
+    const float *ff;
+    int64_t q_ld, k_ld, v_ld;
+    int n_heads, n_kv, hd, bs, n_rot, neox;
+    float theta_scale, freq_scale;
+};
+
+template <int KVT> IFD_DEV void put(void *base, int64_t i, float x)
+{
+    if (KVT == IFD_DTYPE_F32)
+        ((float *)base)[i] = x;
+    else if (KVT == IFD_DTYPE_BF16)
+        ((uint16_t *)base)[i] = ifd_f32_bf16(x);
+    else
+        ((uint16_t *)base)[i] = ifd_f32_f16(x);
+}
+
+/* Element indices of pair i in a head (NORM: adjacent; NEOX: halves). */
+IFD_DEV void pair_idx(int i, int half, int neox, int *i0, int *i1)
+{
+    *i0 = neox ? i : 2 * i;
+    *i1 = neox ? i + half : 2 * i + 1;
+}
+
+template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_kernel(rope_args a)
+{
+    __shared__ float cs[MAX_HEAD_DIM / 2], sn[MAX_HEAD_DIM / 2];
+    const int64_t t = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int half = a.n_rot / 2, hd = a.hd;
+
+    for (int i = tid; i < half; i += THREADS) {
+        float theta = (float)a.pos[t];
+        for (int j = 0; j < i; j++)
+            theta = __fmul_rn(theta, a.theta_scale);
+        const float ff = a.ff ? a.ff[i] : 1.0f;
+        const float th = __fmul_rn(a.freq_scale, __fdiv_rn(theta, ff));
+        cs[i] = cosf(th);
+        sn[i] = sinf(th);
+    }
+    __syncthreads();
+
+    /* q, in place. */
+    float *qt = a.q + t * a.q_ld;
+    for (int j = tid; j < a.n_heads * half; j += THREADS) {
+        const int h = j / half, i = j % half;
+        int i0, i1;
+        pair_idx(i, half, a.neox, &i0, &i1);
+        float *qh = qt + (int64_t)h * hd;
+        const float x0 = qh[i0], x1 = qh[i1];
+        qh[i0] = __fsub_rn(__fmul_rn(x0, cs[i]), __fmul_rn(x1, sn[i]));
+        qh[i1] = __fadd_rn(__fmul_rn(x0, sn[i]), __fmul_rn(x1, cs[i]));
+    }
+
+    const int64_t slot = a.slot[t];
+    if (slot < 0)
+        return;
+    const int64_t blk = slot / a.bs, off = slot % a.bs;
+    const float *kt = a.k + t * a.k_ld, *vt = a.v + t * a.v_ld;
+    /* Element index of (kv head h, dim 0) of this token in the pool. */
+    auto dst = [&](int h) { return ((blk * a.n_kv + h) * a.bs + off) * (int64_t)hd; };
+
+    for (int j = tid; j < a.n_kv * half; j += THREADS) {
+        const int h = j / half, i = j % half;
+        int i0, i1;
+        pair_idx(i, half, a.neox, &i0, &i1);
+        const float *kh = kt + (int64_t)h * hd;
+        const float x0 = kh[i0], x1 = kh[i1];
+        const int64_t d = dst(h);
+        put<KVT>(a.kc, d + i0, __fsub_rn(__fmul_rn(x0, cs[i]), __fmul_rn(x1, sn[i])));
+        put<KVT>(a.kc, d + i1, __fadd_rn(__fmul_rn(x0, sn[i]), __fmul_rn(x1, cs[i])));
+    }
+    const int pass = hd - a.n_rot; /* dims n_rot.. are copied unrotated */
+    for (int j = tid; j < a.n_kv * pass; j += THREADS) {
+        const int h = j / pass, e = a.n_rot + j % pass;
+        put<KVT>(a.kc, dst(h) + e, kt[(int64_t)h * hd + e]);
+    }
+    for (int j = tid; j < a.n_kv * hd; j += THREADS) {
+        const int h = j / hd, e = j % hd;
+        put<KVT>(a.vc, dst(h) + e, vt[(int64_t)h * hd + e]);
+    }
+}
+
+} // namespace
+
+extern "C" int ifd_cuda_rope_kv_write(float *q, const ifd_kv_layer_t *kv,
+                                      const float *IFD_CUDA_RESTRICT k,
+                                      const float *IFD_CUDA_RESTRICT v,
+                                      const int32_t *IFD_CUDA_RESTRICT pos,
+                                      const int64_t *IFD_CUDA_RESTRICT slot, int n_tok,
+                                      int n_heads, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+                                      const ifd_cuda_rope_t *rope, ifd_cuda_stream_t stream)
+{
+    if (!kv || !rope || n_tok < 0 || n_heads <= 0 || kv->n_kv_heads <= 0 || kv->head_dim <= 0 ||
+        kv->block_size <= 0)
+        return IFD_EINVAL;
+    const int hd = kv->head_dim;
+    if (rope->n_rot <= 0 || rope->n_rot % 2 != 0 || rope->n_rot > hd || !(rope->base > 0.0f) ||
+        !(rope->freq_scale == rope->freq_scale))
+        return IFD_EINVAL;
+    if (q_ld < (int64_t)n_heads * hd || k_ld < (int64_t)kv->n_kv_heads * hd ||
+        v_ld < (int64_t)kv->n_kv_heads * hd)
+        return IFD_EINVAL;
+    if (rope->mode != IFD_ROPE_NORM && rope->mode != IFD_ROPE_NEOX)
+        return IFD_ENOTSUP;
+    if (hd > MAX_HEAD_DIM)
+        return IFD_ENOTSUP;
+    if (n_tok == 0)
+        return 0;
+    if (!q || !k || !v || !pos || !slot || !kv->k || !kv->v)
+        return IFD_EINVAL;
+
+    rope_args a;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.kc = kv->k;
+    a.vc = kv->v;
+    a.pos = pos;
+    a.slot = slot;
+    a.ff = rope->freq_factors;
+    a.q_ld = q_ld;
+    a.k_ld = k_ld;
+    a.v_ld = v_ld;
+    a.n_heads = n_heads;
+    a.n_kv = kv->n_kv_heads;
+    a.hd = hd;
+    a.bs = kv->block_size;
+    a.n_rot = rope->n_rot;
+    a.neox = rope->mode == IFD_ROPE_NEOX;
+    a.theta_scale = powf(rope->base, -2.0f / (float)rope->n_rot); /* as ifd_cpu_rope */
+    a.freq_scale = rope->freq_scale;
+
+    void (*kern)(rope_args);
+    switch (kv->dtype) {
+    case IFD_DTYPE_F32:
+        kern = rope_kv_kernel<IFD_DTYPE_F32>;
+        break;
+    case IFD_DTYPE_F16:
+        kern = rope_kv_kernel<IFD_DTYPE_F16>;
+        break;
+    case IFD_DTYPE_BF16:
+        kern = rope_kv_kernel<IFD_DTYPE_BF16>;
+        break;
+    default:
+        return IFD_ENOTSUP;
+    }
+    IFD_LAUNCH(kern, dim3((unsigned)n_tok), dim3(THREADS), 0, stream, a);
+    IFD_CUDA_CHECK_LAUNCH("rope_kv_kernel");
+    return 0;
+}

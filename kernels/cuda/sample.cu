@@ -1,0 +1,367 @@
+/*
+ * sample.cu — greedy / top-k / top-p / min-p sampling (sample.h).
+ *
+ * One block per row, no sorting and no scratch memory: every pass re-reads
+ * the row (it stays in L2) and recomputes s_i = l_i / T (IEEE division),
+ * x_i = s_i == m ? 0 : s_i - m (float32) and the integer weight
+ * q_i = ifd_sampling_weight(x_i), all with explicitly rounded operations, so
+ * each value is bit-identical to the CPU sampler's. Then, as sampler.h
+ * defines it:
+ *   1. max, first argmax, and the NaN/+inf check (greedy rows stop here);
+ *   2. min-p: A = {q_i >= qmin}, qmin = max(1, ceil(min_p * 2^43));
+ *   3. top-k (0 < k < |A|): the k-th largest s over A by a 4-pass radix
+ *      select over order-preserving 32-bit keys of s (-0 folded into +0,
+ *      since the definition compares values); B = A with s at or above it;
+ *   4. Q = sum of q over B, an exact uint64 sum;
+ *   5. top-p (< 1): the smallest value v in B whose heavier members weigh
+ *      (double) less than top_p * Q (or v == m), by a 4-pass radix descent
+ *      over the same keys with uint64 weight sums per digit; it also yields
+ *      Z, the weight of everything kept (C);
+ *   6. the draw: t = ifd_sampling_target(seed, position, Z); each thread
+ *      sums the kept weights of a contiguous run of ids, an exclusive scan
+ *      orders the runs, and the one thread whose run contains t walks it in
+ *      ascending id to the first id where the running sum exceeds t.
+ * Integer sums do not depend on order, so the result is independent of the
+ * block size and the GPU.
+ */
+#include "sample.h"
+
+#include "cuda_check.h"
+#include "cuda_prim.cuh"
+
+#include "sampling_math.h"
+
+namespace {
+
+constexpr int THREADS = 512;
+constexpr int NWARPS = THREADS / 32;
+constexpr float GREEDY_TEMP = 1e-5f; /* IFD_SAMPLER_GREEDY_TEMP */
+
+/* Order-preserving key of a float (larger float = larger key), -0 == +0. */
+IFD_DEV uint32_t fkey(float s)
+{
+    uint32_t u = ifd_f2u(s == 0.0f ? 0.0f : s);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct row_ctx {
+    const float *l;
+    int V;
+    float T, m;
+};
+
+IFD_DEV float scaled(const row_ctx &c, int i)
+{
+    return __fdiv_rn(c.l[i], c.T);
+}
+
+IFD_DEV float xof(const row_ctx &c, float s)
+{
+    return s == c.m ? 0.0f : __fsub_rn(s, c.m);
+}
+
+/* ---- block-wide helpers (all threads call them) --------------------------- */
+
+struct smem_t {
+    union {
+        uint32_t h32[256];
+        unsigned long long h64[256];
+    } hist;
+    unsigned long long red64[NWARPS];
+    float redf[NWARPS];
+    int redi[NWARPS];
+    uint32_t key, mask;
+    unsigned long long acc, z;
+    int32_t token;
+};
+
+IFD_DEV unsigned long long block_sum_u64(unsigned long long v, smem_t &sm)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0)
+        sm.red64[w] = v;
+    __syncthreads();
+    unsigned long long t = 0;
+    for (int i = 0; i < NWARPS; i++)
+        t += sm.red64[i];
+    return t;
+}
+
+/* Exclusive prefix sum over threads in thread order. */
+IFD_DEV unsigned long long block_excl_scan_u64(unsigned long long v, smem_t &sm)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    unsigned long long inc = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        unsigned long long n = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o)
+            inc += n;
+    }
+    __syncthreads();
+    if (lane == 31)
+        sm.red64[w] = inc;
+    __syncthreads();
+    unsigned long long before = 0;
+    for (int i = 0; i < w; i++)
+        before += sm.red64[i];
+    return before + inc - v;
+}
+
+/* Max value with its lowest index (NaN excluded by the caller). */
+IFD_DEV void block_argmax(float *v, int *idx, smem_t &sm)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    float bv = *v;
+    int bi = *idx;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi))
+            bv = ov, bi = oi;
+    }
+    __syncthreads();
+    if (lane == 0) {
+        sm.redf[w] = bv;
+        sm.redi[w] = bi;
+    }
+    __syncthreads();
+    bv = sm.redf[0];
+    bi = sm.redi[0];
+    for (int i = 1; i < NWARPS; i++)
+        if (sm.redf[i] > bv || (sm.redf[i] == bv && sm.redi[i] < bi))
+            bv = sm.redf[i], bi = sm.redi[i];
+    *v = bv;
+    *idx = bi;
+}
+
+IFD_DEV int block_or(int v, smem_t &sm)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1)
+        v |= __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0)
+        sm.redi[w] = v;
+    __syncthreads();
+    int r = 0;
+    for (int i = 0; i < NWARPS; i++)
+        r |= sm.redi[i];
+    return r;
+}
+
+__global__ void __launch_bounds__(THREADS)
+    sample_kernel(int32_t *tokens, const float *logits, const ifd_cuda_sample_params_t *params,
+                  int V)
+{
+    __shared__ smem_t sm;
+    const int row = blockIdx.x, tid = threadIdx.x;
+    const ifd_cuda_sample_params_t P = params[row];
+    row_ctx c;
+    c.l = logits + (int64_t)row * V;
+    c.V = V;
+
+    /* 1. max, first argmax, bad values. */
+    float best = -INFINITY;
+    int bidx = 0x7fffffff, bad = 0;
+    for (int i = tid; i < V; i += THREADS) {
+        const float v = c.l[i];
+        bad |= (v != v) | (v == INFINITY);
+        if (v > best || (v == best && i < bidx))
+            best = v, bidx = i;
+    }
+    bad = block_or(bad, sm);
+    block_argmax(&best, &bidx, sm);
+    const bool params_ok = P.temperature >= 0.0f && P.temperature <= 3.4e38f &&
+                           P.top_p >= 0.0f && P.top_p <= 1.0f && P.min_p >= 0.0f &&
+                           P.min_p <= 1.0f;
+    if (bad || best == -INFINITY || !params_ok) {
+        if (tid == 0)
+            tokens[row] = -1;
+        return;
+    }
+    if (P.temperature < GREEDY_TEMP) {
+        if (tid == 0)
+            tokens[row] = bidx < V ? bidx : 0;
+        return;
+    }
+    c.T = P.temperature;
+    c.m = __fdiv_rn(best, c.T); /* division by T > 0 is monotone: max(l / T) */
+    /* qmin = max(1, ceil(min_p * 2^43)); the product is exact. */
+    const double qd = ceil((double)P.min_p * (double)(1ull << IFD_SAMPLING_WEIGHT_BITS));
+    const uint64_t qmin = qd < 1.0 ? 1 : (uint64_t)qd;
+
+    /* Weight of id i if it is in A (else 0), and its key. */
+    auto weight_a = [&](int i, uint32_t *key) -> uint64_t {
+        const float s = scaled(c, i);
+        const float x = xof(c, s);
+        if (!(x >= IFD_SAMPLING_X_MIN))
+            return 0; /* q = 0 < qmin */
+        const uint64_t q = ifd_sampling_weight(x);
+        if (q < qmin)
+            return 0;
+        *key = fkey(s);
+        return q;
+    };
+
+    /* 3. top-k threshold key over A (0 = none: every key is >= 0). */
+    uint32_t kkey = 0;
+    if (P.top_k > 0 && P.top_k < V) {
+        int na = 0;
+        for (int i = tid; i < V; i += THREADS) {
+            uint32_t key;
+            na += weight_a(i, &key) != 0;
+        }
+        const unsigned long long nA = block_sum_u64((unsigned long long)na, sm);
+        if (nA > (unsigned long long)P.top_k) {
+            uint32_t prefix = 0, mask = 0;
+            uint32_t kk = (uint32_t)P.top_k;
+            for (int shift = 24; shift >= 0; shift -= 8) {
+                for (int b = tid; b < 256; b += THREADS)
+                    sm.hist.h32[b] = 0;
+                __syncthreads();
+                for (int i = tid; i < V; i += THREADS) {
+                    uint32_t key;
+                    if (weight_a(i, &key) && (key & mask) == prefix)
+                        atomicAdd(&sm.hist.h32[(key >> shift) & 255u], 1u);
+                }
+                __syncthreads();
+                if (tid == 0) {
+                    int b = 255;
+                    for (; b > 0; b--) {
+                        if (kk <= sm.hist.h32[b])
+                            break;
+                        kk -= sm.hist.h32[b];
+                    }
+                    sm.key = prefix | ((uint32_t)b << shift);
+                    sm.mask = mask | (255u << shift);
+                    sm.hist.h32[0] = kk; /* carried in shared memory to all */
+                }
+                __syncthreads();
+                prefix = sm.key;
+                mask = sm.mask;
+                kk = sm.hist.h32[0];
+                __syncthreads();
+            }
+            kkey = prefix;
+        }
+    }
+
+    /* Weight of id i if it is in B (else 0), and its key. */
+    auto weight = [&](int i, uint32_t *key) -> uint64_t {
+        const uint64_t q = weight_a(i, key);
+        return q && *key >= kkey ? q : 0;
+    };
+
+    /* 4. Q. */
+    unsigned long long part = 0;
+    for (int i = tid; i < V; i += THREADS) {
+        uint32_t key;
+        part += weight(i, &key);
+    }
+    const unsigned long long Q = block_sum_u64(part, sm);
+
+    /* 5. top-p: cut key and Z. */
+    uint32_t cut = 0;
+    unsigned long long Z = Q;
+    if (P.top_p < 1.0f) {
+        const double thr = __dmul_rn((double)P.top_p, (double)Q);
+        uint32_t prefix = 0, mask = 0;
+        unsigned long long acc = 0;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int b = tid; b < 256; b += THREADS)
+                sm.hist.h64[b] = 0;
+            __syncthreads();
+            for (int i = tid; i < V; i += THREADS) {
+                uint32_t key;
+                const uint64_t q = weight(i, &key);
+                if (q && (key & mask) == prefix)
+                    atomicAdd(&sm.hist.h64[(key >> shift) & 255u], (unsigned long long)q);
+            }
+            __syncthreads();
+            if (tid == 0) {
+                unsigned long long run = 0, best_run = 0;
+                int bb = -1;
+                for (int b = 255; b >= 0; b--) {
+                    const unsigned long long w = sm.hist.h64[b];
+                    if (w == 0)
+                        continue;
+                    const unsigned long long above = acc + run;
+                    if (above == 0 || (double)above < thr) {
+                        bb = b;
+                        best_run = run;
+                    } else {
+                        break;
+                    }
+                    run += w;
+                }
+                /* bb >= 0: the maximum survives and is in the top bucket. */
+                sm.acc = acc + best_run;
+                sm.z = sm.acc + sm.hist.h64[bb];
+                sm.key = prefix | ((uint32_t)bb << shift);
+                sm.mask = mask | (255u << shift);
+            }
+            __syncthreads();
+            prefix = sm.key;
+            mask = sm.mask;
+            acc = sm.acc;
+            Z = sm.z;
+            __syncthreads();
+        }
+        cut = prefix;
+    }
+
+    /* 6. the draw over contiguous runs of ids. */
+    const uint64_t target = ifd_sampling_target(P.seed, P.position, Z);
+    const int seg = (V + THREADS - 1) / THREADS;
+    const int i0 = tid * seg, i1 = i0 + seg < V ? i0 + seg : V;
+    unsigned long long mine = 0;
+    for (int i = i0; i < i1; i++) {
+        uint32_t key;
+        const uint64_t q = weight(i, &key);
+        if (q && key >= cut)
+            mine += q;
+    }
+    if (tid == 0)
+        sm.token = -1;
+    const unsigned long long before = block_excl_scan_u64(mine, sm);
+    if (mine && before <= target && target < before + mine) {
+        unsigned long long run = before;
+        for (int i = i0; i < i1; i++) {
+            uint32_t key;
+            const uint64_t q = weight(i, &key);
+            if (!q || key < cut)
+                continue;
+            run += q;
+            if (run > target) {
+                sm.token = i;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    if (tid == 0)
+        tokens[row] = sm.token;
+}
+
+} // namespace
+
+extern "C" int ifd_cuda_sample(int32_t *IFD_CUDA_RESTRICT tokens,
+                               const float *IFD_CUDA_RESTRICT logits,
+                               const ifd_cuda_sample_params_t *IFD_CUDA_RESTRICT params,
+                               int n_rows, int vocab, ifd_cuda_stream_t stream)
+{
+    if (n_rows < 0 || vocab < 1 || vocab > IFD_SAMPLING_MAX_VOCAB)
+        return IFD_EINVAL;
+    if (n_rows == 0)
+        return 0;
+    if (!tokens || !logits || !params)
+        return IFD_EINVAL;
+    void (*kern)(int32_t *, const float *, const ifd_cuda_sample_params_t *, int) = sample_kernel;
+    IFD_LAUNCH(kern, dim3((unsigned)n_rows), dim3(THREADS), 0, stream, tokens, logits, params,
+               vocab);
+    IFD_CUDA_CHECK_LAUNCH("sample_kernel");
+    return 0;
+}

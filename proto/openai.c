@@ -1,0 +1,1365 @@
+/*
+ * openai.c — OpenAI request parsing/validation and response JSON (see
+ * openai.h).
+ *
+ * Parsing: jansson reads the body; each field is then checked by a small
+ * typed getter that names the field's full path in the error, in OpenAI's
+ * wording, and copies what it keeps into the request arena, so the JSON
+ * tree is freed before returning. Responses are built as jansson trees and
+ * dumped compactly (no newlines, so a dump is one SSE data line) straight
+ * into the output buffer.
+ */
+#include "openai.h"
+
+#include "error.h"
+#include "sse.h"
+
+#include <jansson.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+const char *ifd_oai_error_type(int status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "service_unavailable_error";
+    default:
+        return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    if (!src)
+        src = "";
+    size_t n = strlen(src);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void error_vset(ifd_oai_error_t *e, int status, const char *type, const char *code,
+                       const char *param, const char *fmt, va_list ap)
+{
+    e->status = status;
+    copy_str(e->type, sizeof(e->type), type ? type : ifd_oai_error_type(status));
+    copy_str(e->code, sizeof(e->code), code);
+    copy_str(e->param, sizeof(e->param), param);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+}
+
+void ifd_oai_error_set(ifd_oai_error_t *e, int status, const char *type, const char *code,
+                       const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(e, status, type, code, param, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- UTF-8 ------------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 character at p (n bytes left), or 0 when it is
+ * invalid; then *skip is the maximal invalid subpart to replace by one
+ * U+FFFD (as Python's errors="replace" and WHATWG decoders do). */
+static size_t utf8_char(const unsigned char *p, size_t n, size_t *skip)
+{
+    unsigned char c = p[0];
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xbf;
+    *skip = 1;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        need = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        need = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        need = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    size_t i = 1;
+    for (; i < need && i < n; i++) {
+        unsigned char b = p[i];
+        unsigned char l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xbf;
+        if (b < l || b > h)
+            break;
+    }
+    if (i == need)
+        return need;
+    *skip = i;
+    return 0;
+}
+
+/* Appends p[0..n) to b with invalid sequences replaced; *chars counts
+ * characters (may be NULL). */
+static int utf8_sanitize(ifd_buf_t *b, const char *p, size_t n, size_t *chars)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    size_t i = 0, count = 0;
+    while (i < n) {
+        size_t skip;
+        size_t len = utf8_char(u + i, n - i, &skip);
+        int rc = len ? ifd_buf_append(b, p + i, len) : ifd_buf_append(b, "\xef\xbf\xbd", 3);
+        if (rc < 0)
+            return rc;
+        i += len ? len : skip;
+        count++;
+    }
+    if (chars)
+        *chars = count;
+    return 0;
+}
+
+/* Characters of p[0..n) after sanitizing. */
+static size_t utf8_count(const char *p, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    size_t i = 0, count = 0;
+    while (i < n) {
+        size_t skip;
+        size_t len = utf8_char(u + i, n - i, &skip);
+        i += len ? len : skip;
+        count++;
+    }
+    return count;
+}
+
+/* A JSON string of arbitrary bytes (NULL on OOM). */
+static json_t *jstr(const char *p, size_t n)
+{
+    if (!p || n == 0)
+        return json_string("");
+    json_t *s = json_stringn(p, n); /* succeeds iff valid UTF-8 */
+    if (s)
+        return s;
+    ifd_buf_t b = IFD_BUF_INIT;
+    if (utf8_sanitize(&b, p, n, NULL) < 0) {
+        ifd_buf_free(&b);
+        return NULL;
+    }
+    s = json_stringn_nocheck(b.data, b.len);
+    ifd_buf_free(&b);
+    return s;
+}
+
+/* JSON has no infinities: -inf logprobs become -9999.0 (vLLM's choice). */
+static json_t *jreal(double v)
+{
+    if (!isfinite(v))
+        v = v > 0 ? 9999.0 : -9999.0;
+    return json_real(v);
+}
+
+/* ---- JSON building ------------------------------------------------------------------ */
+
+/* Builders count failed insertions in *bad instead of checking each call. */
+static void oset(json_t *o, const char *key, json_t *v, int *bad)
+{
+    if (!o || !v || json_object_set_new(o, key, v) != 0)
+        (*bad)++;
+}
+
+static void aadd(json_t *a, json_t *v, int *bad)
+{
+    if (!a || !v || json_array_append_new(a, v) != 0)
+        (*bad)++;
+}
+
+static int dump_cb(const char *p, size_t n, void *data)
+{
+    return ifd_buf_append(data, p, n) == 0 ? 0 : -1;
+}
+
+#define DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
+
+/* Appends j (consumed) to out; on failure out is unchanged. */
+static int emit(ifd_buf_t *out, json_t *j, int bad, bool sse)
+{
+    size_t start = out->len;
+    int rc = 0;
+    if (!j || bad) {
+        rc = IFD_ENOMEM;
+        goto done;
+    }
+    if ((sse && ifd_buf_append(out, "data: ", 6) < 0) ||
+        json_dump_callback(j, dump_cb, out, DUMP_FLAGS) != 0 ||
+        (sse && ifd_buf_append(out, "\n\n", 2) < 0))
+        rc = IFD_ENOMEM;
+done:
+    json_decref(j);
+    if (rc < 0) {
+        out->len = start;
+        if (out->data)
+            out->data[start] = '\0';
+    }
+    return rc;
+}
+
+static json_t *error_obj(const ifd_oai_error_t *e, int *bad)
+{
+    json_t *inner = json_object();
+    oset(inner, "message", json_string(e->message), bad);
+    oset(inner, "type", json_string(e->type), bad);
+    oset(inner, "param", e->param[0] ? json_string(e->param) : json_null(), bad);
+    oset(inner, "code", e->code[0] ? json_string(e->code) : json_null(), bad);
+    json_t *o = json_object();
+    oset(o, "error", inner, bad);
+    return o;
+}
+
+int ifd_oai_error_json(ifd_buf_t *out, const ifd_oai_error_t *e)
+{
+    int bad = 0;
+    json_t *o = error_obj(e, &bad);
+    return emit(out, o, bad, false);
+}
+
+int ifd_oai_stream_error(ifd_buf_t *out, const ifd_oai_error_t *e)
+{
+    int bad = 0;
+    json_t *o = error_obj(e, &bad);
+    return emit(out, o, bad, true);
+}
+
+/* ---- request parsing ------------------------------------------------------------------- */
+
+typedef struct {
+    ifd_arena_t *a;
+    ifd_oai_error_t *err;
+} pctx_t;
+
+#define PARAM_MAX 128
+
+static int perr(pctx_t *c, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int perr(pctx_t *c, const char *code, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(c->err, 400, "invalid_request_error", code, param, fmt, ap);
+    va_end(ap);
+    return IFD_EINVAL;
+}
+
+static int oom(pctx_t *c)
+{
+    ifd_oai_error_set(c->err, 500, NULL, NULL, NULL, "out of memory");
+    return IFD_ENOMEM;
+}
+
+static const char *jtype(const json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a decimal number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
+
+static int bad_type(pctx_t *c, const char *param, const char *want, const json_t *j)
+{
+    return perr(c, "invalid_type", param, "Invalid type for '%s': expected %s, but got %s instead.",
+                param, want, jtype(j));
+}
+
+static int missing(pctx_t *c, const char *param)
+{
+    return perr(c, "missing_required_parameter", param, "Missing required parameter: '%s'.", param);
+}
+
+/* The value of key, or NULL when absent or null (null means "not given"). */
+static json_t *get(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return (v && !json_is_null(v)) ? v : NULL;
+}
+
+static int p_number(pctx_t *c, const json_t *j, const char *param, double lo, bool lo_open,
+                    double hi, float *out)
+{
+    if (!json_is_number(j))
+        return bad_type(c, param, "a decimal", j);
+    double v = json_number_value(j);
+    if (v < lo || (lo_open && v == lo))
+        return perr(c, "decimal_below_min_value", param,
+                    "Invalid '%s': decimal below minimum value. Expected a value %s %g, but "
+                    "got %g instead.",
+                    param, lo_open ? ">" : ">=", lo, v);
+    if (v > hi)
+        return perr(c, "decimal_above_max_value", param,
+                    "Invalid '%s': decimal above maximum value. Expected a value <= %g, but "
+                    "got %g instead.",
+                    param, hi, v);
+    *out = (float)v;
+    return 0;
+}
+
+static int p_int(pctx_t *c, const json_t *j, const char *param, int64_t lo, int64_t hi,
+                 int64_t *out)
+{
+    if (!json_is_integer(j)) {
+        if (json_is_real(j))
+            return perr(c, "invalid_type", param,
+                        "Invalid type for '%s': expected an integer, but got a decimal number "
+                        "instead.",
+                        param);
+        return bad_type(c, param, "an integer", j);
+    }
+    int64_t v = json_integer_value(j);
+    if (v < lo)
+        return perr(c, "integer_below_min_value", param,
+                    "Invalid '%s': integer below minimum value. Expected a value >= %" PRId64
+                    ", but got %" PRId64 " instead.",
+                    param, lo, v);
+    if (v > hi)
+        return perr(c, "integer_above_max_value", param,
+                    "Invalid '%s': integer above maximum value. Expected a value <= %" PRId64
+                    ", but got %" PRId64 " instead.",
+                    param, hi, v);
+    *out = v;
+    return 0;
+}
+
+static int p_bool(pctx_t *c, const json_t *j, const char *param, bool *out)
+{
+    if (!json_is_boolean(j))
+        return bad_type(c, param, "a boolean", j);
+    *out = json_is_true(j);
+    return 0;
+}
+
+/* Copies a JSON string into the arena (jansson strings hold no NUL: the
+ * parser is not given JSON_ALLOW_NUL). */
+static int p_string(pctx_t *c, const json_t *j, const char *param, char **out, size_t *len)
+{
+    if (!json_is_string(j))
+        return bad_type(c, param, "a string", j);
+    size_t n = json_string_length(j);
+    char *s = ifd_arena_strndup(c->a, json_string_value(j), n);
+    if (!s)
+        return oom(c);
+    *out = s;
+    if (len)
+        *len = n;
+    return 0;
+}
+
+static int empty_array(pctx_t *c, const char *param)
+{
+    return perr(c, "empty_array", param,
+                "Invalid '%s': empty array. Expected an array with minimum length 1, but got "
+                "an empty array instead.",
+                param);
+}
+
+static int array_too_long(pctx_t *c, const char *param, size_t max, size_t got)
+{
+    return perr(c, "array_above_max_length", param,
+                "Invalid '%s': array too long. Expected an array with maximum length %zu, but "
+                "got an array with length %zu instead.",
+                param, max, got);
+}
+
+/* An array of token ids in [0, INT32_MAX]; `base` names the array. */
+static int p_token_array(pctx_t *c, const json_t *j, const char *base, size_t max, bool allow_empty,
+                         int32_t **out, size_t *n_out)
+{
+    char param[PARAM_MAX];
+    if (!json_is_array(j))
+        return bad_type(c, base, "an array", j);
+    size_t n = json_array_size(j);
+    if (n == 0 && !allow_empty)
+        return empty_array(c, base);
+    if (n > max)
+        return array_too_long(c, base, max, n);
+    int32_t *ids = n ? ifd_arena_alloc(c->a, n * sizeof(int32_t)) : NULL;
+    if (n && !ids)
+        return oom(c);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(param, sizeof(param), "%s[%zu]", base, i);
+        int64_t v;
+        int rc = p_int(c, json_array_get(j, i), param, 0, INT32_MAX, &v);
+        if (rc < 0)
+            return rc;
+        ids[i] = (int32_t)v;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+static const char *const k_roles[] = {"system",    "developer", "user",
+                                      "assistant", "tool",      "function"};
+
+/* messages: a non-empty array of {role, content, name}. */
+static int p_messages(pctx_t *c, const json_t *j, ifd_oai_message_t **out, size_t *n_out)
+{
+    char param[PARAM_MAX];
+    if (!json_is_array(j))
+        return bad_type(c, "messages", "an array", j);
+    size_t n = json_array_size(j);
+    if (n == 0)
+        return empty_array(c, "messages");
+    ifd_oai_message_t *msgs = ifd_arena_calloc(c->a, n, sizeof(*msgs));
+    if (!msgs)
+        return oom(c);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(j, i);
+        ifd_oai_message_t *dst = &msgs[i];
+        int rc;
+        snprintf(param, sizeof(param), "messages[%zu]", i);
+        if (!json_is_object(m))
+            return bad_type(c, param, "an object", m);
+
+        snprintf(param, sizeof(param), "messages[%zu].role", i);
+        const json_t *role = get(m, "role");
+        if (!role)
+            return missing(c, param);
+        if (!json_is_string(role))
+            return bad_type(c, param, "a string", role);
+        const char *rs = json_string_value(role);
+        size_t r = 0;
+        while (r < sizeof(k_roles) / sizeof(k_roles[0]) && strcmp(rs, k_roles[r]) != 0)
+            r++;
+        if (r == sizeof(k_roles) / sizeof(k_roles[0]))
+            return perr(c, "invalid_value", param,
+                        "Invalid value: '%.64s'. Supported values are: 'system', "
+                        "'developer', 'user', 'assistant', 'tool', and 'function'.",
+                        rs);
+        dst->role = k_roles[r];
+
+        snprintf(param, sizeof(param), "messages[%zu].name", i);
+        const json_t *name = get(m, "name");
+        if (name && (rc = p_string(c, name, param, &dst->name, NULL)) < 0)
+            return rc;
+
+        snprintf(param, sizeof(param), "messages[%zu].content", i);
+        const json_t *content = get(m, "content");
+        if (!content) {
+            /* An assistant turn may be only tool calls. */
+            if (strcmp(dst->role, "assistant") != 0)
+                return missing(c, param);
+            dst->content = ifd_arena_strdup(c->a, "");
+            if (!dst->content)
+                return oom(c);
+            continue;
+        }
+        if (json_is_string(content)) {
+            if ((rc = p_string(c, content, param, &dst->content, NULL)) < 0)
+                return rc;
+            continue;
+        }
+        if (!json_is_array(content))
+            return bad_type(c, param, "a string or an array", content);
+        /* Text parts are joined with "\n" (vLLM's "string" content format). */
+        size_t total = 0, np = json_array_size(content);
+        for (size_t k = 0; k < np; k++) {
+            const json_t *part = json_array_get(content, k);
+            snprintf(param, sizeof(param), "messages[%zu].content[%zu]", i, k);
+            if (!json_is_object(part))
+                return bad_type(c, param, "an object", part);
+            snprintf(param, sizeof(param), "messages[%zu].content[%zu].type", i, k);
+            const json_t *type = get(part, "type");
+            if (!type)
+                return missing(c, param);
+            if (!json_is_string(type))
+                return bad_type(c, param, "a string", type);
+            if (strcmp(json_string_value(type), "text") != 0)
+                return perr(c, "invalid_value", param,
+                            "Invalid value: '%.64s'. This server supports only text content "
+                            "parts: supported values are: 'text'.",
+                            json_string_value(type));
+            snprintf(param, sizeof(param), "messages[%zu].content[%zu].text", i, k);
+            const json_t *text = get(part, "text");
+            if (!text)
+                return missing(c, param);
+            if (!json_is_string(text))
+                return bad_type(c, param, "a string", text);
+            total += json_string_length(text) + 1;
+        }
+        char *joined = ifd_arena_alloc(c->a, total + 1);
+        if (!joined)
+            return oom(c);
+        size_t off = 0;
+        for (size_t k = 0; k < np; k++) {
+            const json_t *text = json_object_get(json_array_get(content, k), "text");
+            size_t tl = json_string_length(text);
+            if (k > 0)
+                joined[off++] = '\n';
+            memcpy(joined + off, json_string_value(text), tl);
+            off += tl;
+        }
+        joined[off] = '\0';
+        dst->content = joined;
+    }
+    *out = msgs;
+    *n_out = n;
+    return 0;
+}
+
+/* stop: a string or an array of at most IFD_OAI_MAX_STOP strings. */
+static int p_stop(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+{
+    char param[PARAM_MAX];
+    size_t n = 1;
+    if (json_is_array(j)) {
+        n = json_array_size(j);
+        if (n > IFD_OAI_MAX_STOP)
+            return array_too_long(c, "stop", IFD_OAI_MAX_STOP, n);
+    } else if (!json_is_string(j)) {
+        return bad_type(c, "stop", "a string or an array of strings", j);
+    }
+    r->stop = ifd_arena_calloc(c->a, n ? n : 1, sizeof(char *));
+    if (!r->stop)
+        return oom(c);
+    r->n_stop = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_is_array(j) ? json_array_get(j, i) : j;
+        if (json_is_array(j))
+            snprintf(param, sizeof(param), "stop[%zu]", i);
+        else
+            snprintf(param, sizeof(param), "stop");
+        char *str;
+        size_t len;
+        int rc = p_string(c, s, param, &str, &len);
+        if (rc < 0)
+            return rc;
+        if (len > 0) /* an empty stop string would match everywhere: dropped */
+            r->stop[r->n_stop++] = str;
+    }
+    return 0;
+}
+
+/* logit_bias: {"<token id>": bias in [-100, 100], …}. */
+static int p_logit_bias(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+{
+    if (!json_is_object(j))
+        return bad_type(c, "logit_bias", "an object", j);
+    size_t n = json_object_size(j);
+    if (n > IFD_OAI_MAX_LOGIT_BIAS)
+        return perr(c, "invalid_value", "logit_bias",
+                    "Invalid 'logit_bias': too many entries. Expected at most %d, but got %zu "
+                    "instead.",
+                    IFD_OAI_MAX_LOGIT_BIAS, n);
+    r->logit_bias = n ? ifd_arena_calloc(c->a, n, sizeof(*r->logit_bias)) : NULL;
+    if (n && !r->logit_bias)
+        return oom(c);
+    r->n_logit_bias = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)j, key, val)
+    {
+        const char *k = key;
+        long long id = 0;
+        bool ok = *k != '\0' && strlen(k) <= 10;
+        for (; ok && *k; k++) {
+            if (*k < '0' || *k > '9')
+                ok = false;
+            else
+                id = id * 10 + (*k - '0');
+        }
+        if (!ok || id > INT32_MAX)
+            return perr(c, "invalid_value", "logit_bias",
+                        "Invalid key in 'logit_bias': '%.32s' is not a token id (a "
+                        "non-negative integer).",
+                        key);
+        if (!json_is_number(val))
+            return perr(c, "invalid_type", "logit_bias",
+                        "Invalid type for 'logit_bias' value of token %.32s: expected a "
+                        "number, but got %s instead.",
+                        key, jtype(val));
+        double b = json_number_value(val);
+        if (b < -100.0 || b > 100.0)
+            return perr(c, b < 0 ? "decimal_below_min_value" : "decimal_above_max_value",
+                        "logit_bias",
+                        "Invalid 'logit_bias' value for token %.32s: expected a value in "
+                        "[-100, 100], but got %g instead.",
+                        key, b);
+        r->logit_bias[r->n_logit_bias].id = (int32_t)id;
+        r->logit_bias[r->n_logit_bias].bias = (float)b;
+        r->n_logit_bias++;
+    }
+    return 0;
+}
+
+/* Fields both endpoints share. */
+static int p_common(pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    const json_t *v;
+    int64_t iv;
+    int rc;
+
+    if ((v = get(o, "model")) && (rc = p_string(c, v, "model", &r->model, NULL)) < 0)
+        return rc;
+
+    /* Both are checked; max_completion_tokens wins over the deprecated max_tokens. */
+    if ((v = get(o, "max_tokens"))) {
+        if ((rc = p_int(c, v, "max_tokens", 1, INT32_MAX, &iv)) < 0)
+            return rc;
+        r->max_tokens = iv;
+    }
+    if ((v = get(o, "max_completion_tokens"))) {
+        if ((rc = p_int(c, v, "max_completion_tokens", 1, INT32_MAX, &iv)) < 0)
+            return rc;
+        r->max_tokens = iv;
+    }
+
+    if ((v = get(o, "temperature")) &&
+        (rc = p_number(c, v, "temperature", 0, false, 2, &r->temperature)) < 0)
+        return rc;
+    if ((v = get(o, "top_p")) && (rc = p_number(c, v, "top_p", 0, false, 1, &r->top_p)) < 0)
+        return rc;
+    if ((v = get(o, "top_k"))) {
+        if ((rc = p_int(c, v, "top_k", -1, INT32_MAX, &iv)) < 0)
+            return rc;
+        r->top_k = iv < 0 ? 0 : (int32_t)iv;
+    }
+    if ((v = get(o, "min_p")) && (rc = p_number(c, v, "min_p", 0, false, 1, &r->min_p)) < 0)
+        return rc;
+    if ((v = get(o, "frequency_penalty")) &&
+        (rc = p_number(c, v, "frequency_penalty", -2, false, 2, &r->frequency_penalty)) < 0)
+        return rc;
+    if ((v = get(o, "presence_penalty")) &&
+        (rc = p_number(c, v, "presence_penalty", -2, false, 2, &r->presence_penalty)) < 0)
+        return rc;
+    if ((v = get(o, "repetition_penalty")) &&
+        (rc = p_number(c, v, "repetition_penalty", 0, true, 1e6, &r->repetition_penalty)) < 0)
+        return rc;
+    if ((v = get(o, "seed"))) {
+        if ((rc = p_int(c, v, "seed", INT64_MIN, INT64_MAX, &iv)) < 0)
+            return rc;
+        r->has_seed = true;
+        r->seed = (uint64_t)iv;
+    }
+    if ((v = get(o, "stop")) && (rc = p_stop(c, v, r)) < 0)
+        return rc;
+    if ((v = get(o, "stop_token_ids")) &&
+        (rc = p_token_array(c, v, "stop_token_ids", IFD_OAI_MAX_STOP_IDS, true, &r->stop_token_ids,
+                            &r->n_stop_token_ids)) < 0)
+        return rc;
+    if ((v = get(o, "logit_bias")) && (rc = p_logit_bias(c, v, r)) < 0)
+        return rc;
+    if ((v = get(o, "n"))) {
+        if ((rc = p_int(c, v, "n", 1, IFD_OAI_MAX_N, &iv)) < 0)
+            return rc;
+        r->n = (uint32_t)iv;
+    }
+    if ((v = get(o, "stream")) && (rc = p_bool(c, v, "stream", &r->stream)) < 0)
+        return rc;
+    if ((v = get(o, "stream_options"))) {
+        if (!json_is_object(v))
+            return bad_type(c, "stream_options", "an object", v);
+        if (!r->stream)
+            return perr(c, "invalid_value", "stream_options",
+                        "The 'stream_options' parameter is only allowed when 'stream' is "
+                        "enabled.");
+        const json_t *iu = get(v, "include_usage");
+        if (iu && (rc = p_bool(c, iu, "stream_options.include_usage", &r->include_usage)) < 0)
+            return rc;
+    }
+    if ((v = get(o, "ignore_eos")) && (rc = p_bool(c, v, "ignore_eos", &r->ignore_eos)) < 0)
+        return rc;
+    if ((v = get(o, "use_cache")) && (rc = p_bool(c, v, "use_cache", &r->use_cache)) < 0)
+        return rc;
+    return 0;
+}
+
+static void request_defaults(ifd_oai_request_t *r, ifd_oai_kind_t kind)
+{
+    memset(r, 0, sizeof(*r));
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->temperature = 1.0f;
+    r->top_p = 1.0f;
+    r->repetition_penalty = 1.0f;
+    r->n = 1;
+    r->use_cache = true;
+    r->add_generation_prompt = true;
+}
+
+/* Parses the body into a JSON object, or fills the error. */
+static json_t *load_object(pctx_t *c, const char *body, size_t len)
+{
+    json_error_t je;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &je);
+    if (!root) {
+        perr(c, NULL, NULL,
+             "We could not parse the JSON body of your request: %s (line %d, column %d).", je.text,
+             je.line, je.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        perr(c, "invalid_type", NULL,
+             "Invalid type for the request body: expected a JSON object, but got %s "
+             "instead.",
+             jtype(root));
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* Features the server does not implement are refused, never ignored. */
+static int p_unsupported_chat(pctx_t *c, const json_t *o)
+{
+    const json_t *v;
+    const json_t *tc = get(o, "tool_choice");
+    bool tools_off = tc && json_is_string(tc) && strcmp(json_string_value(tc), "none") == 0;
+    if ((v = get(o, "tools")) && !tools_off) {
+        if (!json_is_array(v))
+            return bad_type(c, "tools", "an array", v);
+        if (json_array_size(v) > 0)
+            return perr(c, "unsupported_parameter", "tools",
+                        "Unsupported parameter: 'tools': this server does not implement tool "
+                        "calling.");
+    }
+    if ((v = get(o, "response_format"))) {
+        if (!json_is_object(v))
+            return bad_type(c, "response_format", "an object", v);
+        const json_t *t = get(v, "type");
+        if (!t)
+            return missing(c, "response_format.type");
+        if (!json_is_string(t))
+            return bad_type(c, "response_format.type", "a string", t);
+        if (strcmp(json_string_value(t), "text") != 0)
+            return perr(c, "unsupported_value", "response_format.type",
+                        "Unsupported value: 'response_format.type' does not support '%.40s' "
+                        "on this server; supported values are: 'text'.",
+                        json_string_value(t));
+    }
+    return 0;
+}
+
+int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
+                       ifd_oai_error_t *err)
+{
+    pctx_t c = {a, err};
+    request_defaults(out, IFD_OAI_CHAT);
+    json_t *o = load_object(&c, body, len);
+    if (!o)
+        return IFD_EINVAL;
+    const json_t *v;
+    int64_t iv;
+    int rc;
+
+    if (!(v = get(o, "messages"))) {
+        rc = missing(&c, "messages");
+        goto out;
+    }
+    if ((rc = p_messages(&c, v, &out->messages, &out->n_messages)) < 0)
+        goto out;
+    if ((rc = p_common(&c, o, out)) < 0)
+        goto out;
+    if ((v = get(o, "logprobs")) && (rc = p_bool(&c, v, "logprobs", &out->logprobs)) < 0)
+        goto out;
+    if ((v = get(o, "top_logprobs"))) {
+        if ((rc = p_int(&c, v, "top_logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
+            goto out;
+        if (!out->logprobs) {
+            rc = perr(&c, "invalid_value", "top_logprobs",
+                      "Invalid value for 'top_logprobs': 'logprobs' must be set to true when "
+                      "'top_logprobs' is used.");
+            goto out;
+        }
+        out->top_logprobs = (uint32_t)iv;
+    }
+    if ((v = get(o, "add_generation_prompt")) &&
+        (rc = p_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
+        goto out;
+    if ((v = get(o, "continue_final_message")) &&
+        (rc = p_bool(&c, v, "continue_final_message", &out->continue_final_message)) < 0)
+        goto out;
+    rc = p_unsupported_chat(&c, o);
+out:
+    json_decref(o);
+    return rc;
+}
+
+/* prompt: a string, [string…], [int…] (one prompt of ids) or [[int…]…]. */
+static int p_prompt(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+{
+    char param[PARAM_MAX];
+    int rc;
+    if (json_is_string(j)) {
+        r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
+        if (!r->prompts)
+            return oom(c);
+        r->n_prompts = 1;
+        return p_string(c, j, "prompt", &r->prompts[0].text, &r->prompts[0].text_len);
+    }
+    if (!json_is_array(j))
+        return bad_type(c, "prompt", "a string or an array", j);
+    size_t n = json_array_size(j);
+    if (n == 0)
+        return empty_array(c, "prompt");
+    const json_t *first = json_array_get(j, 0);
+    if (json_is_integer(first)) {
+        r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
+        if (!r->prompts)
+            return oom(c);
+        r->n_prompts = 1;
+        return p_token_array(c, j, "prompt", SIZE_MAX, false, &r->prompts[0].tokens,
+                             &r->prompts[0].n_tokens);
+    }
+    if (n > IFD_OAI_MAX_PROMPTS)
+        return array_too_long(c, "prompt", IFD_OAI_MAX_PROMPTS, n);
+    bool strings = json_is_string(first);
+    r->prompts = ifd_arena_calloc(c->a, n, sizeof(*r->prompts));
+    if (!r->prompts)
+        return oom(c);
+    r->n_prompts = n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(j, i);
+        snprintf(param, sizeof(param), "prompt[%zu]", i);
+        if (strings) {
+            if ((rc = p_string(c, e, param, &r->prompts[i].text, &r->prompts[i].text_len)) < 0)
+                return rc;
+        } else if (json_is_array(e)) {
+            if ((rc = p_token_array(c, e, param, SIZE_MAX, false, &r->prompts[i].tokens,
+                                    &r->prompts[i].n_tokens)) < 0)
+                return rc;
+        } else {
+            return bad_type(c, param, i == 0 ? "a string, an integer or an array" : "an array", e);
+        }
+    }
+    return 0;
+}
+
+int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
+                             ifd_oai_error_t *err)
+{
+    pctx_t c = {a, err};
+    request_defaults(out, IFD_OAI_COMPLETION);
+    json_t *o = load_object(&c, body, len);
+    if (!o)
+        return IFD_EINVAL;
+    const json_t *v;
+    int64_t iv;
+    int rc;
+
+    if (!(v = get(o, "prompt"))) {
+        rc = missing(&c, "prompt");
+        goto out;
+    }
+    if ((rc = p_prompt(&c, v, out)) < 0)
+        goto out;
+    if ((rc = p_common(&c, o, out)) < 0)
+        goto out;
+    if (out->max_tokens < 0)
+        out->max_tokens = IFD_OAI_DEFAULT_COMPLETION_MAX_TOKENS;
+    if ((v = get(o, "logprobs"))) {
+        if ((rc = p_int(&c, v, "logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
+            goto out;
+        out->logprobs = true;
+        out->top_logprobs = (uint32_t)iv;
+    }
+    if ((v = get(o, "echo")) && (rc = p_bool(&c, v, "echo", &out->echo)) < 0)
+        goto out;
+    if ((v = get(o, "suffix"))) {
+        if (!json_is_string(v)) {
+            rc = bad_type(&c, "suffix", "a string", v);
+            goto out;
+        }
+        if (json_string_length(v) > 0) {
+            rc = perr(&c, "unsupported_parameter", "suffix",
+                      "Unsupported parameter: 'suffix' is not supported by this server.");
+            goto out;
+        }
+    }
+    if ((v = get(o, "best_of"))) {
+        if ((rc = p_int(&c, v, "best_of", 1, IFD_OAI_MAX_N, &iv)) < 0)
+            goto out;
+        if (iv < (int64_t)out->n) {
+            rc = perr(&c, "invalid_value", "best_of",
+                      "Invalid 'best_of': it must be greater than or equal to 'n' (%u), but "
+                      "got %" PRId64 ".",
+                      out->n, iv);
+            goto out;
+        }
+        if (iv > (int64_t)out->n) {
+            rc = perr(&c, "unsupported_value", "best_of",
+                      "Unsupported value: 'best_of' greater than 'n' is not supported by this "
+                      "server.");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    json_decref(o);
+    return rc;
+}
+
+int ifd_oai_parse_tokenize(ifd_arena_t *a, const char *body, size_t len, ifd_oai_tokenize_t *out,
+                           ifd_oai_error_t *err)
+{
+    pctx_t c = {a, err};
+    memset(out, 0, sizeof(*out));
+    out->add_special_tokens = true;
+    out->add_generation_prompt = true;
+    json_t *o = load_object(&c, body, len);
+    if (!o)
+        return IFD_EINVAL;
+    const json_t *v, *prompt = get(o, "prompt"), *messages = get(o, "messages");
+    int rc = 0;
+    if ((v = get(o, "model")) && (rc = p_string(&c, v, "model", &out->model, NULL)) < 0)
+        goto out;
+    if (prompt && messages) {
+        rc = perr(&c, "invalid_value", "messages", "Give either 'prompt' or 'messages', not both.");
+        goto out;
+    }
+    if (!prompt && !messages) {
+        rc = missing(&c, "prompt");
+        goto out;
+    }
+    if (prompt && (rc = p_string(&c, prompt, "prompt", &out->prompt, &out->prompt_len)) < 0)
+        goto out;
+    if (messages && (rc = p_messages(&c, messages, &out->messages, &out->n_messages)) < 0)
+        goto out;
+    if ((v = get(o, "add_special_tokens")) &&
+        (rc = p_bool(&c, v, "add_special_tokens", &out->add_special_tokens)) < 0)
+        goto out;
+    if ((v = get(o, "add_generation_prompt")) &&
+        (rc = p_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
+        goto out;
+    if ((v = get(o, "return_token_strs")) &&
+        (rc = p_bool(&c, v, "return_token_strs", &out->return_token_strs)) < 0)
+        goto out;
+out:
+    json_decref(o);
+    return rc;
+}
+
+int ifd_oai_parse_detokenize(ifd_arena_t *a, const char *body, size_t len,
+                             ifd_oai_detokenize_t *out, ifd_oai_error_t *err)
+{
+    pctx_t c = {a, err};
+    memset(out, 0, sizeof(*out));
+    json_t *o = load_object(&c, body, len);
+    if (!o)
+        return IFD_EINVAL;
+    const json_t *v;
+    int rc = 0;
+    if ((v = get(o, "model")) && (rc = p_string(&c, v, "model", &out->model, NULL)) < 0)
+        goto out;
+    if (!(v = get(o, "tokens"))) {
+        rc = missing(&c, "tokens");
+        goto out;
+    }
+    rc = p_token_array(&c, v, "tokens", SIZE_MAX, true, &out->tokens, &out->n_tokens);
+out:
+    json_decref(o);
+    return rc;
+}
+
+/* ---- responses ----------------------------------------------------------------------- */
+
+void ifd_oai_make_id(char *out, ifd_oai_kind_t kind, uint64_t r0, uint64_t r1)
+{
+    snprintf(out, IFD_OAI_ID_MAX, "%s-%016" PRIx64 "%016" PRIx64,
+             kind == IFD_OAI_CHAT ? "chatcmpl" : "cmpl", r0, r1);
+}
+
+static json_t *usage_obj(const ifd_oai_usage_t *u, int *bad)
+{
+    json_t *o = json_object();
+    oset(o, "prompt_tokens", json_integer(u->prompt_tokens), bad);
+    oset(o, "completion_tokens", json_integer(u->completion_tokens), bad);
+    oset(o, "total_tokens",
+         json_integer((json_int_t)u->prompt_tokens + (json_int_t)u->completion_tokens), bad);
+    json_t *d = json_object();
+    oset(d, "cached_tokens", json_integer(u->cached_tokens), bad);
+    oset(o, "prompt_tokens_details", d, bad);
+    return o;
+}
+
+int ifd_oai_usage_json(ifd_buf_t *out, const ifd_oai_usage_t *u)
+{
+    int bad = 0;
+    json_t *o = usage_obj(u, &bad);
+    return emit(out, o, bad, false);
+}
+
+static json_t *bytes_array(const char *p, size_t n, int *bad)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        aadd(a, json_integer((unsigned char)p[i]), bad);
+    return a;
+}
+
+/* The chat shape: {"content":[{token,logprob,bytes,top_logprobs}]}. */
+static json_t *chat_logprobs(const ifd_oai_logprob_t *lp, size_t n, int *bad)
+{
+    json_t *content = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_object();
+        oset(e, "token", jstr(lp[i].bytes, lp[i].len), bad);
+        oset(e, "logprob", jreal(lp[i].logprob), bad);
+        oset(e, "bytes", bytes_array(lp[i].bytes, lp[i].len, bad), bad);
+        json_t *top = json_array();
+        for (size_t k = 0; k < lp[i].n_top; k++) {
+            const ifd_oai_top_logprob_t *t = &lp[i].top[k];
+            json_t *te = json_object();
+            oset(te, "token", jstr(t->bytes, t->len), bad);
+            oset(te, "logprob", jreal(t->logprob), bad);
+            oset(te, "bytes", bytes_array(t->bytes, t->len, bad), bad);
+            aadd(top, te, bad);
+        }
+        oset(e, "top_logprobs", top, bad);
+        aadd(content, e, bad);
+    }
+    json_t *o = json_object();
+    oset(o, "content", content, bad);
+    oset(o, "refusal", json_null(), bad);
+    return o;
+}
+
+/* The completions shape: {tokens, token_logprobs, top_logprobs, text_offset}. */
+static json_t *completion_logprobs(const ifd_oai_logprob_t *lp, size_t n, uint32_t offset, int *bad)
+{
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    uint64_t off = offset;
+    for (size_t i = 0; i < n; i++) {
+        aadd(tokens, jstr(lp[i].bytes, lp[i].len), bad);
+        aadd(lps, jreal(lp[i].logprob), bad);
+        aadd(offs, json_integer((json_int_t)off), bad);
+        off += utf8_count(lp[i].bytes, lp[i].len);
+        if (lp[i].n_top == 0) {
+            aadd(tops, json_null(), bad);
+            continue;
+        }
+        json_t *t = json_object();
+        for (size_t k = 0; k < lp[i].n_top; k++) {
+            json_t *key = jstr(lp[i].top[k].bytes, lp[i].top[k].len);
+            if (!key || !t) {
+                (*bad)++;
+                json_decref(key);
+                continue;
+            }
+            /* Keys are C strings: a token holding NUL is cut there. */
+            oset(t, json_string_value(key), jreal(lp[i].top[k].logprob), bad);
+            json_decref(key);
+        }
+        aadd(tops, t, bad);
+    }
+    json_t *o = json_object();
+    oset(o, "tokens", tokens, bad);
+    oset(o, "token_logprobs", lps, bad);
+    oset(o, "top_logprobs", tops, bad);
+    oset(o, "text_offset", offs, bad);
+    return o;
+}
+
+static json_t *logprobs_obj(ifd_oai_kind_t kind, const ifd_oai_logprob_t *lp, size_t n,
+                            uint32_t offset, int *bad)
+{
+    if (n > 0 && !lp) {
+        (*bad)++;
+        return NULL;
+    }
+    return kind == IFD_OAI_CHAT ? chat_logprobs(lp, n, bad)
+                                : completion_logprobs(lp, n, offset, bad);
+}
+
+int ifd_oai_logprobs_json(ifd_buf_t *out, ifd_oai_kind_t kind, const ifd_oai_logprob_t *lp,
+                          size_t n, uint32_t text_offset)
+{
+    int bad = 0;
+    json_t *o = logprobs_obj(kind, lp, n, text_offset, &bad);
+    return emit(out, o, bad, false);
+}
+
+static json_t *choice_logprobs(ifd_oai_kind_t kind, const ifd_oai_choice_t *c, int *bad)
+{
+    if (!c->has_logprobs)
+        return json_null();
+    return logprobs_obj(kind, c->logprobs, c->n_logprobs, c->text_offset, bad);
+}
+
+static json_t *finish_json(const char *reason)
+{
+    return reason ? json_string(reason) : json_null();
+}
+
+/* {"id","object","created","model"[,"system_fingerprint"]} */
+static json_t *base_obj(const ifd_oai_meta_t *m, const char *object, int *bad)
+{
+    json_t *o = json_object();
+    oset(o, "id", json_string(m->id), bad);
+    oset(o, "object", json_string(object), bad);
+    oset(o, "created", json_integer(m->created), bad);
+    oset(o, "model", jstr(m->model, strlen(m->model)), bad);
+    if (m->system_fingerprint)
+        oset(o, "system_fingerprint", json_string(m->system_fingerprint), bad);
+    return o;
+}
+
+static bool meta_ok(const ifd_oai_meta_t *m)
+{
+    return m && m->id && m->model && (m->kind == IFD_OAI_CHAT || m->kind == IFD_OAI_COMPLETION);
+}
+
+int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice_t *choices,
+                          size_t n_choices, const ifd_oai_usage_t *usage)
+{
+    if (!meta_ok(m) || !usage || (n_choices && !choices))
+        return IFD_EINVAL;
+    int bad = 0;
+    bool chat = m->kind == IFD_OAI_CHAT;
+    json_t *o = base_obj(m, chat ? "chat.completion" : "text_completion", &bad);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n_choices; i++) {
+        const ifd_oai_choice_t *c = &choices[i];
+        json_t *ch = json_object();
+        oset(ch, "index", json_integer(c->index), &bad);
+        if (chat) {
+            json_t *msg = json_object();
+            oset(msg, "role", json_string("assistant"), &bad);
+            oset(msg, "content", jstr(c->text, c->text_len), &bad);
+            oset(msg, "refusal", json_null(), &bad);
+            oset(ch, "message", msg, &bad);
+        } else {
+            oset(ch, "text", jstr(c->text, c->text_len), &bad);
+        }
+        oset(ch, "logprobs", choice_logprobs(m->kind, c, &bad), &bad);
+        oset(ch, "finish_reason", finish_json(c->finish_reason), &bad);
+        aadd(arr, ch, &bad);
+    }
+    oset(o, "choices", arr, &bad);
+    oset(o, "usage", usage_obj(usage, &bad), &bad);
+    return emit(out, o, bad, false);
+}
+
+/* ---- streaming ------------------------------------------------------------------------- */
+
+enum { ST_NEW = 0, ST_STARTED = 1, ST_FINISHED = 2 };
+
+int ifd_oai_stream_init(ifd_oai_stream_t *s, ifd_arena_t *a, const ifd_oai_meta_t *m,
+                        uint32_t n_choices, bool include_usage)
+{
+    memset(s, 0, sizeof(*s));
+    if (!meta_ok(m) || n_choices == 0)
+        return IFD_EINVAL;
+    s->meta = *m;
+    s->include_usage = include_usage;
+    s->n_choices = n_choices;
+    s->state = ifd_arena_calloc(a, n_choices, sizeof(*s->state));
+    s->text_offset = ifd_arena_calloc(a, n_choices, sizeof(*s->text_offset));
+    if (!s->state || !s->text_offset)
+        return IFD_ENOMEM;
+    return 0;
+}
+
+/* One chunk with one choice; `role` adds role:"assistant" (chat). */
+static int stream_chunk(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c, bool role,
+                        const char *finish)
+{
+    int bad = 0;
+    bool chat = s->meta.kind == IFD_OAI_CHAT;
+    json_t *o = base_obj(&s->meta, chat ? "chat.completion.chunk" : "text_completion", &bad);
+    json_t *ch = json_object();
+    oset(ch, "index", json_integer(c->index), &bad);
+    if (chat) {
+        json_t *delta = json_object();
+        if (role)
+            oset(delta, "role", json_string("assistant"), &bad);
+        if (role || c->text_len > 0)
+            oset(delta, "content", jstr(c->text, c->text_len), &bad);
+        oset(ch, "delta", delta, &bad);
+    } else {
+        oset(ch, "text", jstr(c->text, c->text_len), &bad);
+    }
+    ifd_oai_choice_t tmp = *c;
+    tmp.text_offset = s->text_offset[c->index];
+    oset(ch, "logprobs", choice_logprobs(s->meta.kind, &tmp, &bad), &bad);
+    oset(ch, "finish_reason", finish_json(finish), &bad);
+    json_t *arr = json_array();
+    aadd(arr, ch, &bad);
+    oset(o, "choices", arr, &bad);
+    if (s->include_usage)
+        oset(o, "usage", json_null(), &bad);
+    int rc = emit(out, o, bad, true);
+    if (rc == 0)
+        s->text_offset[c->index] += (uint32_t)utf8_count(c->text, c->text_len);
+    return rc;
+}
+
+static int stream_check(const ifd_oai_stream_t *s, const ifd_oai_choice_t *c)
+{
+    if (!s->state || s->ended || !c || c->index >= s->n_choices ||
+        s->state[c->index] == ST_FINISHED || (c->text_len > 0 && !c->text))
+        return IFD_EINVAL;
+    return 0;
+}
+
+int ifd_oai_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out)
+{
+    if (!s->state || s->ended)
+        return IFD_EINVAL;
+    if (s->meta.kind != IFD_OAI_CHAT)
+        return 0;
+    for (uint32_t i = 0; i < s->n_choices; i++) {
+        if (s->state[i] != ST_NEW)
+            continue;
+        ifd_oai_choice_t c = {.index = i};
+        int rc = stream_chunk(s, out, &c, true, NULL);
+        if (rc < 0)
+            return rc;
+        s->state[i] = ST_STARTED;
+    }
+    return 0;
+}
+
+int ifd_oai_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c)
+{
+    int rc = stream_check(s, c);
+    if (rc < 0 || c->finish_reason)
+        return IFD_EINVAL;
+    bool role = s->meta.kind == IFD_OAI_CHAT && s->state[c->index] == ST_NEW;
+    if (!role && c->text_len == 0 && !c->has_logprobs)
+        return 0; /* nothing to say */
+    rc = stream_chunk(s, out, c, role, NULL);
+    if (rc == 0)
+        s->state[c->index] = ST_STARTED;
+    return rc;
+}
+
+int ifd_oai_stream_finish(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c)
+{
+    int rc = stream_check(s, c);
+    if (rc < 0 || !c->finish_reason)
+        return IFD_EINVAL;
+    bool role = s->meta.kind == IFD_OAI_CHAT && s->state[c->index] == ST_NEW;
+    rc = stream_chunk(s, out, c, role, c->finish_reason);
+    if (rc == 0)
+        s->state[c->index] = ST_FINISHED;
+    return rc;
+}
+
+int ifd_oai_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usage_t *usage)
+{
+    if (!s->state || s->ended || (s->include_usage && !usage))
+        return IFD_EINVAL;
+    for (uint32_t i = 0; i < s->n_choices; i++)
+        if (s->state[i] != ST_FINISHED)
+            return IFD_EINVAL;
+    size_t start = out->len;
+    int rc = 0;
+    if (s->include_usage) {
+        int bad = 0;
+        bool chat = s->meta.kind == IFD_OAI_CHAT;
+        json_t *o = base_obj(&s->meta, chat ? "chat.completion.chunk" : "text_completion", &bad);
+        oset(o, "choices", json_array(), &bad);
+        oset(o, "usage", usage_obj(usage, &bad), &bad);
+        rc = emit(out, o, bad, true);
+    }
+    if (rc == 0 && (rc = ifd_sse_done(out)) < 0) {
+        out->len = start;
+        if (out->data)
+            out->data[start] = '\0';
+    }
+    if (rc == 0)
+        s->ended = true;
+    return rc;
+}
+
+/* ---- other endpoints --------------------------------------------------------------------- */
+
+int ifd_oai_models_json(ifd_buf_t *out, const ifd_oai_model_t *models, size_t n)
+{
+    if (n && !models)
+        return IFD_EINVAL;
+    int bad = 0;
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const ifd_oai_model_t *m = &models[i];
+        if (!m->id) {
+            bad++;
+            continue;
+        }
+        json_t *e = json_object();
+        oset(e, "id", jstr(m->id, strlen(m->id)), &bad);
+        oset(e, "object", json_string("model"), &bad);
+        oset(e, "created", json_integer(m->created), &bad);
+        oset(e, "owned_by", json_string(m->owned_by ? m->owned_by : "inferd"), &bad);
+        const char *root = m->root ? m->root : m->id;
+        oset(e, "root", jstr(root, strlen(root)), &bad);
+        oset(e, "parent", json_null(), &bad);
+        if (m->max_model_len > 0)
+            oset(e, "max_model_len", json_integer(m->max_model_len), &bad);
+        aadd(data, e, &bad);
+    }
+    json_t *o = json_object();
+    oset(o, "object", json_string("list"), &bad);
+    oset(o, "data", data, &bad);
+    return emit(out, o, bad, false);
+}
+
+int ifd_oai_tokenize_json(ifd_buf_t *out, const int32_t *tokens, size_t n, int64_t max_model_len,
+                          const ifd_oai_bytes_t *token_strs)
+{
+    if (n && !tokens)
+        return IFD_EINVAL;
+    int bad = 0;
+    json_t *o = json_object();
+    oset(o, "count", json_integer((json_int_t)n), &bad);
+    oset(o, "max_model_len", json_integer(max_model_len), &bad);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        aadd(arr, json_integer(tokens[i]), &bad);
+    oset(o, "tokens", arr, &bad);
+    if (token_strs) {
+        json_t *strs = json_array();
+        for (size_t i = 0; i < n; i++)
+            aadd(strs, jstr(token_strs[i].p, token_strs[i].len), &bad);
+        oset(o, "token_strs", strs, &bad);
+    } else {
+        oset(o, "token_strs", json_null(), &bad);
+    }
+    return emit(out, o, bad, false);
+}
+
+int ifd_oai_detokenize_json(ifd_buf_t *out, const char *text, size_t len)
+{
+    int bad = 0;
+    json_t *o = json_object();
+    oset(o, "prompt", jstr(text, len), &bad);
+    return emit(out, o, bad, false);
+}

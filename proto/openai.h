@@ -1,0 +1,343 @@
+/*
+ * openai.h — the OpenAI-compatible HTTP API as data: request bodies of
+ * POST /v1/chat/completions, /v1/completions, /tokenize and /detokenize
+ * parsed and validated into plain structs, and the JSON of every response
+ * (completions, SSE chunks, usage, logprobs, /v1/models, errors) built from
+ * plain structs. Shapes follow what the official openai Python client reads
+ * (shared/specs/SERVING-API.md) and vLLM for /tokenize and /detokenize.
+ *
+ * Parsing: unknown keys are ignored and JSON null means "not given" for
+ * every optional field. A rejected request fills an ifd_oai_error_t the way
+ * OpenAI does: status 400, type "invalid_request_error", `param` the exact
+ * path of the offending field ("temperature", "messages[2].content[0].type",
+ * "prompt[1]", "stream_options.include_usage"), `code` such as
+ * "invalid_type", "decimal_above_max_value", "missing_required_parameter"
+ * (or null), and a message in OpenAI's wording. Validation is what can be
+ * checked without the model; the router still checks token ids against the
+ * vocabulary and the prompt length against the context.
+ *
+ * Memory: parsed requests live in the caller's per-request arena (every
+ * string and array is allocated there and freed with it; nothing else to
+ * free). Response builders only read their inputs and append text to an
+ * ifd_buf_t; on failure they leave the buffer as it was.
+ *
+ * Text: token bytes handed to the builders may be any bytes (a token can be
+ * half a UTF-8 character); invalid UTF-8 is replaced by U+FFFD in JSON
+ * strings, while logprob "bytes" arrays keep the raw bytes. Non-finite
+ * logprobs (-inf) are written as -9999.0, as vLLM does.
+ *
+ * Threading: all functions are reentrant; a stream state belongs to one
+ * thread at a time.
+ */
+#ifndef IFD_OPENAI_H
+#define IFD_OPENAI_H
+
+#include "arena.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Limits enforced by the parser (each with its own 400 error). */
+#define IFD_OAI_MAX_STOP                      4    /* stop strings (OpenAI's limit) */
+#define IFD_OAI_MAX_STOP_IDS                  1024 /* stop_token_ids (vLLM extension) */
+#define IFD_OAI_MAX_N                         128  /* choices per prompt */
+#define IFD_OAI_MAX_TOP_LOGPROBS              20   /* chat top_logprobs and completions logprobs */
+#define IFD_OAI_MAX_LOGIT_BIAS                1024 /* logit_bias entries */
+#define IFD_OAI_MAX_PROMPTS                   256  /* prompts in one completions request */
+#define IFD_OAI_DEFAULT_COMPLETION_MAX_TOKENS 16   /* OpenAI's default for /v1/completions */
+
+/* Room for an id from ifd_oai_make_id, NUL included. */
+#define IFD_OAI_ID_MAX 48
+
+typedef enum {
+    IFD_OAI_CHAT = 0,       /* /v1/chat/completions */
+    IFD_OAI_COMPLETION = 1, /* /v1/completions */
+} ifd_oai_kind_t;
+
+/* ---- errors ---------------------------------------------------------------------- */
+
+/* An OpenAI error object plus the HTTP status to send it with. Empty
+ * `param` or `code` are written as JSON null. */
+typedef struct {
+    int status;
+    char type[40];
+    char code[48];
+    char param[128];
+    char message[512];
+} ifd_oai_error_t;
+
+/* OpenAI's error type for a status: 400/404/405/413/422 "invalid_request_error",
+ * 401 "authentication_error", 403 "permission_error", 429 "rate_limit_error",
+ * 503 "service_unavailable_error", other >= 500 "server_error". */
+const char *ifd_oai_error_type(int status);
+
+/* Fills *e: type from ifd_oai_error_type(status) when type is NULL; code and
+ * param may be NULL (null). Messages longer than the buffer are cut. */
+void ifd_oai_error_set(ifd_oai_error_t *e, int status, const char *type, const char *code,
+                       const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* Appends {"error":{"message","type","param","code"}}. 0 or IFD_ENOMEM. */
+int ifd_oai_error_json(ifd_buf_t *out, const ifd_oai_error_t *e);
+
+/* ---- requests ---------------------------------------------------------------------- */
+
+typedef struct {
+    const char *role; /* static string: "system" | "developer" | "user" | "assistant" | "tool" |
+                         "function" */
+    char *content;    /* a string, or its text parts joined with "\n"; "" for null */
+    char *name;       /* NULL when absent */
+} ifd_oai_message_t;
+
+/* One completions prompt: text or token ids (exactly one is non-NULL). */
+typedef struct {
+    char *text;
+    size_t text_len;
+    int32_t *tokens; /* each in [0, INT32_MAX]; n_tokens >= 1 */
+    size_t n_tokens;
+} ifd_oai_prompt_t;
+
+typedef struct {
+    int32_t id; /* >= 0; the router checks it against the vocabulary */
+    float bias; /* in [-100, 100] */
+} ifd_oai_logit_bias_t;
+
+typedef struct {
+    ifd_oai_kind_t kind;
+    char *model; /* NULL when absent (the router picks its one model) */
+
+    /* chat: n_messages >= 1 */
+    ifd_oai_message_t *messages;
+    size_t n_messages;
+    bool add_generation_prompt;  /* vLLM extension; default true */
+    bool continue_final_message; /* vLLM extension; default false */
+
+    /* completions: n_prompts in [1, IFD_OAI_MAX_PROMPTS]; choice index of
+     * prompt p, sample i is p * n + i (OpenAI's order) */
+    ifd_oai_prompt_t *prompts;
+    size_t n_prompts;
+    bool echo;
+
+    /* max_completion_tokens, else max_tokens; >= 1. -1 when neither came
+     * (chat: up to the context); completions default to 16. */
+    int64_t max_tokens;
+    float temperature;        /* [0, 2], default 1 */
+    float top_p;              /* [0, 1], default 1 */
+    int32_t top_k;            /* 0 off (-1 accepted as off), default 0 */
+    float min_p;              /* [0, 1], default 0 */
+    float frequency_penalty;  /* [-2, 2], default 0 */
+    float presence_penalty;   /* [-2, 2], default 0 */
+    float repetition_penalty; /* > 0, default 1 */
+    bool has_seed;
+    uint64_t seed; /* the JSON integer's two's-complement bits */
+
+    char **stop; /* n_stop <= IFD_OAI_MAX_STOP non-empty strings (empty ones dropped) */
+    size_t n_stop;
+    int32_t *stop_token_ids; /* vLLM extension */
+    size_t n_stop_token_ids;
+    ifd_oai_logit_bias_t *logit_bias; /* in the order of the JSON object */
+    size_t n_logit_bias;
+
+    uint32_t n; /* [1, IFD_OAI_MAX_N], default 1 */
+
+    /* chat: logprobs (bool) and top_logprobs; completions: logprobs given
+     * (an int) sets logprobs = true and top_logprobs = its value. */
+    bool logprobs;
+    uint32_t top_logprobs; /* [0, IFD_OAI_MAX_TOP_LOGPROBS] */
+
+    bool stream;
+    bool include_usage; /* stream_options.include_usage */
+    bool ignore_eos;    /* vLLM extension, default false */
+    bool use_cache;     /* inferd extension: consult the prefix cache; default true */
+} ifd_oai_request_t;
+
+/*
+ * Parses the body of a POST /v1/chat/completions (or /v1/completions)
+ * request into *out, allocating from `a`. Returns 0; IFD_EINVAL with *err
+ * filled (status 400) for invalid JSON or fields; IFD_ENOMEM (*err: 500).
+ * `body` need not be NUL-terminated. Requests the server cannot honour
+ * (tools, non-text response_format, image parts, suffix, best_of > n) are
+ * refused with 400 and the field named, rather than silently ignored.
+ */
+int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
+                       ifd_oai_error_t *err);
+int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
+                             ifd_oai_error_t *err);
+
+/* POST /tokenize (vLLM): {"prompt": str} or {"messages": […]}, plus
+ * add_special_tokens (default true), add_generation_prompt (default true),
+ * return_token_strs (default false). Exactly one of prompt/messages. */
+typedef struct {
+    char *model;
+    char *prompt; /* NULL when messages were given */
+    size_t prompt_len;
+    ifd_oai_message_t *messages;
+    size_t n_messages;
+    bool add_special_tokens;
+    bool add_generation_prompt;
+    bool return_token_strs;
+} ifd_oai_tokenize_t;
+
+/* POST /detokenize (vLLM): {"tokens": [int, …]}. */
+typedef struct {
+    char *model;
+    int32_t *tokens; /* may be empty */
+    size_t n_tokens;
+} ifd_oai_detokenize_t;
+
+/* Same contract as ifd_oai_parse_chat. */
+int ifd_oai_parse_tokenize(ifd_arena_t *a, const char *body, size_t len, ifd_oai_tokenize_t *out,
+                           ifd_oai_error_t *err);
+int ifd_oai_parse_detokenize(ifd_arena_t *a, const char *body, size_t len,
+                             ifd_oai_detokenize_t *out, ifd_oai_error_t *err);
+
+/* ---- responses ------------------------------------------------------------------------ */
+
+/* Identity shared by every object of one response. Strings are borrowed. */
+typedef struct {
+    ifd_oai_kind_t kind;
+    const char *id; /* from ifd_oai_make_id; the same in every chunk */
+    const char *model;
+    int64_t created;                /* unix seconds; the same in every chunk */
+    const char *system_fingerprint; /* NULL: omitted */
+} ifd_oai_meta_t;
+
+typedef struct {
+    uint32_t prompt_tokens;
+    uint32_t completion_tokens;
+    uint32_t cached_tokens; /* prompt_tokens_details.cached_tokens */
+} ifd_oai_usage_t;
+
+/* Raw bytes (e.g. a token's text, possibly not valid UTF-8). */
+typedef struct {
+    const char *p;
+    size_t len;
+} ifd_oai_bytes_t;
+
+/* One alternative of a token's top logprobs. */
+typedef struct {
+    const char *bytes; /* the token's raw bytes */
+    size_t len;
+    float logprob;
+} ifd_oai_top_logprob_t;
+
+/* One generated token with its logprob and alternatives (most probable first). */
+typedef struct {
+    const char *bytes;
+    size_t len;
+    float logprob;
+    const ifd_oai_top_logprob_t *top;
+    size_t n_top;
+} ifd_oai_logprob_t;
+
+/* A choice of a non-streamed response, or the part of one a chunk carries. */
+typedef struct {
+    uint32_t index;
+    const char *text; /* may be NULL when text_len is 0 */
+    size_t text_len;
+    const char *finish_reason; /* "stop", "length", …; NULL: null */
+    /* logprobs: when has_logprobs, a logprobs object over these n_logprobs
+     * tokens (possibly none); otherwise "logprobs": null. */
+    bool has_logprobs;
+    const ifd_oai_logprob_t *logprobs;
+    size_t n_logprobs;
+    uint32_t text_offset; /* completions: offset of this text in the whole output */
+} ifd_oai_choice_t;
+
+/* Writes "chatcmpl-<32 hex>" (chat) or "cmpl-<32 hex>" from 128 random bits
+ * the caller supplies; out holds IFD_OAI_ID_MAX bytes. */
+void ifd_oai_make_id(char *out, ifd_oai_kind_t kind, uint64_t r0, uint64_t r1);
+
+/* Appends the usage object:
+ * {"prompt_tokens","completion_tokens","total_tokens","prompt_tokens_details":{"cached_tokens"}}.
+ */
+int ifd_oai_usage_json(ifd_buf_t *out, const ifd_oai_usage_t *u);
+
+/* Appends a logprobs object over n tokens: chat
+ * {"content":[{token,logprob,bytes,top_logprobs:[{token,logprob,bytes}]}]},
+ * completions {tokens,token_logprobs,top_logprobs:[{token:logprob}],
+ * text_offset} with offsets counted in characters from text_offset.
+ * 0 or IFD_ENOMEM. */
+int ifd_oai_logprobs_json(ifd_buf_t *out, ifd_oai_kind_t kind, const ifd_oai_logprob_t *lp,
+                          size_t n, uint32_t text_offset);
+
+/*
+ * Appends a whole non-streamed response: chat.completion (choices with
+ * message {role:"assistant", content}) or text_completion (choices with
+ * text), with usage. 0, IFD_EINVAL (NULL meta strings), IFD_ENOMEM.
+ */
+int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice_t *choices,
+                          size_t n_choices, const ifd_oai_usage_t *usage);
+
+/*
+ * Streaming. One state per response keeps the OpenAI invariants: the same
+ * id/created in every chunk; in chat, role "assistant" in the first delta
+ * of each choice; finish_reason only on a choice's last chunk (nothing for
+ * that choice may follow); with include_usage, "usage": null on every
+ * chunk and one usage chunk with "choices": [] before "data: [DONE]".
+ * Every function appends whole SSE events to `out`.
+ */
+typedef struct {
+    ifd_oai_meta_t meta; /* its strings are borrowed for the stream's life */
+    bool include_usage;
+    uint32_t n_choices;
+    uint8_t *state;        /* per choice: 0 nothing sent, 1 started, 2 finished */
+    uint32_t *text_offset; /* per choice: characters sent so far (completions logprobs) */
+    bool ended;
+} ifd_oai_stream_t;
+
+/* Sets up a stream of n_choices (>= 1) choices; per-choice state comes
+ * from `a`. 0, IFD_EINVAL, IFD_ENOMEM. */
+int ifd_oai_stream_init(ifd_oai_stream_t *s, ifd_arena_t *a, const ifd_oai_meta_t *m,
+                        uint32_t n_choices, bool include_usage);
+
+/* Chat: sends the role chunk ({"role":"assistant","content":""}) of every
+ * choice not started yet, so clients see a first chunk before any token.
+ * Completions: nothing. Optional. */
+int ifd_oai_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out);
+
+/*
+ * A content chunk for choice c->index: c->text (may be empty) and, when
+ * c->has_logprobs, their logprobs; c->finish_reason must be NULL. A chunk
+ * with no text, no logprobs and nothing else to say is skipped. Returns 0,
+ * IFD_EINVAL (bad index, finished choice, a finish_reason, ended stream),
+ * IFD_ENOMEM.
+ */
+int ifd_oai_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c);
+
+/* The last chunk of choice c->index: any remaining text/logprobs and
+ * c->finish_reason (required). Same errors as ifd_oai_stream_delta. */
+int ifd_oai_stream_finish(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c);
+
+/* Ends the stream: the usage chunk when include_usage (usage required
+ * then), then "data: [DONE]". IFD_EINVAL if a choice is unfinished. */
+int ifd_oai_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usage_t *usage);
+
+/* An error inside a stream (the status is already 200): "data: {"error":…}".
+ * The caller should then end the stream with ifd_sse_done. */
+int ifd_oai_stream_error(ifd_buf_t *out, const ifd_oai_error_t *e);
+
+/* ---- other endpoints -------------------------------------------------------------------- */
+
+typedef struct {
+    const char *id;
+    int64_t created;
+    const char *owned_by;  /* NULL: "inferd" */
+    const char *root;      /* vLLM extension (the model path); NULL: id */
+    int64_t max_model_len; /* vLLM extension; <= 0: omitted */
+} ifd_oai_model_t;
+
+/* GET /v1/models: {"object":"list","data":[{id,object:"model",created,
+ * owned_by,root,parent:null,max_model_len}]}. */
+int ifd_oai_models_json(ifd_buf_t *out, const ifd_oai_model_t *models, size_t n);
+
+/* POST /tokenize response: {"count","max_model_len","tokens":[…],
+ * "token_strs": null | [str…]}. token_strs (n entries) may be NULL. */
+int ifd_oai_tokenize_json(ifd_buf_t *out, const int32_t *tokens, size_t n, int64_t max_model_len,
+                          const ifd_oai_bytes_t *token_strs);
+
+/* POST /detokenize response: {"prompt": text}. */
+int ifd_oai_detokenize_json(ifd_buf_t *out, const char *text, size_t len);
+
+#endif

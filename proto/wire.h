@@ -1,0 +1,386 @@
+/*
+ * wire.h — the router↔worker protocol: message structs, their msgpack
+ * encoding inside fixed-header frames, and a streaming frame reader.
+ *
+ * Pure functions, no I/O: the caller moves the bytes (a socketpair per
+ * worker; file descriptors travel beside a frame through SCM_RIGHTS, see
+ * common/fdpass.h). proto/README.md documents the schema as a table.
+ *
+ * Frame = header (IFD_WIRE_HEADER_SIZE bytes, big-endian) + body:
+ *
+ *     offset 0  u32  magic    IFD_WIRE_MAGIC ("IFDW")
+ *     offset 4  u16  version  IFD_WIRE_VERSION
+ *     offset 6  u16  type     an ifd_wire_type_t
+ *     offset 8  u32  length   body bytes, <= IFD_WIRE_MAX_BODY
+ *
+ * The body is one msgpack array holding the message's fields in the order
+ * of its table (wire.c), exactly that many elements; nested structs are
+ * nested arrays; strings are msgpack str; integer fields take any msgpack
+ * integer encoding that fits; float fields take float32 or float64. Nothing
+ * may follow the array inside the body.
+ *
+ * Invariants the decoder enforces before it allocates anything: magic,
+ * version, a known type, length <= the cap, and for every array a count no
+ * larger than its field's limit and than the bytes left in the body. It
+ * never reads outside the bytes it is given. Every failure returns a
+ * negative IFD_E* code (IFD_ETRUNC, IFD_EFORMAT, IFD_ETYPE, IFD_ERANGE,
+ * IFD_ETOOBIG, IFD_EVERSION, IFD_ENOMEM) and, when the caller passes a
+ * buffer, a message naming the field ("add.sampling.logit_bias[3].bias:
+ * expected float, got str").
+ *
+ * Ownership: a message being encoded is only read (its pointers are
+ * borrowed for the call). A decoded message owns every string and array it
+ * points to (malloc'ed); free them all with ifd_wire_msg_free. A failed
+ * decode leaves nothing allocated and the message zeroed.
+ *
+ * Threading: every function here is reentrant; a reader belongs to one
+ * thread at a time.
+ */
+#ifndef IFD_WIRE_H
+#define IFD_WIRE_H
+
+#include "arena.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
+#define IFD_WIRE_VERSION     1
+#define IFD_WIRE_HEADER_SIZE 12
+
+/* Limits, checked by encoder and decoder alike. */
+#define IFD_WIRE_MAX_BODY       (32u << 20) /* bytes of one frame body */
+#define IFD_WIRE_MAX_TOKENS     (1u << 22)  /* token ids in one add request */
+#define IFD_WIRE_MAX_STR        4096u       /* bytes of one string (paths, messages) */
+#define IFD_WIRE_MAX_EVENTS     (1u << 16)  /* token events in one TOKENS frame */
+#define IFD_WIRE_MAX_STOP_IDS   1024u       /* stop token ids of one request */
+#define IFD_WIRE_MAX_LOGIT_BIAS (1u << 20)  /* logit_bias entries of one request */
+#define IFD_WIRE_MAX_TOP        20u         /* top logprobs of one token (OpenAI's limit) */
+
+/* Who sends a message. */
+typedef enum {
+    IFD_WIRE_TO_WORKER = 1, /* router → worker */
+    IFD_WIRE_TO_ROUTER = 2, /* worker → router */
+} ifd_wire_dir_t;
+
+/*
+ * The message types, defined once: X(NAME, code, direction, union member).
+ * Codes are part of the protocol: never renumber, only add (and bump
+ * IFD_WIRE_VERSION when a body changes).
+ */
+#define IFD_WIRE_MESSAGES(X)                                                                       \
+    X(HELLO, 1, IFD_WIRE_TO_WORKER, hello)                                                         \
+    X(ADD, 2, IFD_WIRE_TO_WORKER, add)                                                             \
+    X(CANCEL, 3, IFD_WIRE_TO_WORKER, cancel)                                                       \
+    X(STATS_REQ, 4, IFD_WIRE_TO_WORKER, stats_req)                                                 \
+    X(DRAIN, 5, IFD_WIRE_TO_WORKER, drain)                                                         \
+    X(SHUTDOWN, 6, IFD_WIRE_TO_WORKER, shutdown)                                                   \
+    X(READY, 65, IFD_WIRE_TO_ROUTER, ready)                                                        \
+    X(TOKENS, 66, IFD_WIRE_TO_ROUTER, tokens)                                                      \
+    X(FINISHED, 67, IFD_WIRE_TO_ROUTER, finished)                                                  \
+    X(ERROR, 68, IFD_WIRE_TO_ROUTER, error)                                                        \
+    X(STATS, 69, IFD_WIRE_TO_ROUTER, stats)
+
+typedef enum {
+#define IFD__WIRE_ENUM(name, code, dir, member) IFD_WIRE_##name = (code),
+    IFD_WIRE_MESSAGES(IFD__WIRE_ENUM)
+#undef IFD__WIRE_ENUM
+} ifd_wire_type_t;
+
+/* KV pool geometry as both sides must agree on it (common/kvpool.h). */
+typedef struct {
+    uint32_t n_layers;
+    uint32_t n_kv_heads;
+    uint32_t head_dim;
+    uint32_t dtype;      /* ifd_kv_dtype_t: 0 f32, 1 f16, 2 bf16 */
+    uint32_t block_size; /* tokens per block */
+    uint64_t n_blocks;   /* blocks per device */
+    uint64_t fingerprint;
+} ifd_wire_kv_geometry_t;
+
+/* HELLO (router → worker, first frame): the worker's configuration. The
+ * pool's fds travel with this frame (SCM_RIGHTS): the metadata fd first,
+ * then one data fd per device (-1 slots are simply absent: n_fds says how
+ * many were sent). */
+typedef struct {
+    uint32_t slot; /* worker slot id: its ledger index in the pool */
+    char *model_path;
+    char *backend;               /* "cpu" | "cuda" */
+    int32_t device;              /* device index; -1 for the CPU backend */
+    uint32_t kv_device;          /* the pool data segment this worker computes on */
+    uint32_t n_threads;          /* CPU threads; 0: the worker decides */
+    uint32_t max_seqs;           /* 0: the worker's default */
+    uint32_t max_batched_tokens; /* 0: the worker's default */
+    uint32_t n_fds;
+    ifd_wire_kv_geometry_t kv;
+} ifd_wire_hello_t;
+
+/* One logit_bias entry; same layout as ifd_logit_bias_t (worker/sampler.h). */
+typedef struct {
+    int32_t id;
+    float bias;
+} ifd_wire_logit_bias_t;
+
+/* Mirrors ifd_sampling_params_t (worker/sampler.h), whose documentation
+ * gives each field's meaning and range; the worker checks the ranges with
+ * ifd_sampling_params_check, the decoder only the shapes. */
+typedef struct {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    float repetition_penalty;
+    float frequency_penalty;
+    float presence_penalty;
+    ifd_wire_logit_bias_t *logit_bias; /* n_logit_bias entries */
+    uint32_t n_logit_bias;
+    int32_t n_logprobs;     /* -1 none, 0 the chosen token's, 1..20 also top ones */
+    uint32_t logprobs_mode; /* ifd_logprobs_mode_t: 0 raw, 1 processed */
+    uint64_t seed;
+} ifd_wire_sampling_t;
+
+/* ADD (router → worker): start (or resume) a request. tokens holds the
+ * prompt followed by the n_generated tokens already streamed to the client
+ * (a request re-dispatched after a worker crash); the worker treats those
+ * as generated for penalties, positions and max_tokens. */
+typedef struct {
+    uint64_t id;     /* nonzero, unique per router */
+    int32_t *tokens; /* n_tokens >= 1 */
+    uint32_t n_tokens;
+    uint32_t n_generated; /* <= n_tokens - 1 */
+    ifd_wire_sampling_t sampling;
+    int32_t *stop_ids; /* n_stop_ids extra stop tokens (EOS is implicit) */
+    uint32_t n_stop_ids;
+    uint32_t max_tokens; /* completion tokens in all, n_generated included; >= 1 */
+    bool ignore_eos;
+    int32_t priority; /* lower runs first; 0 normal */
+    bool use_cache;   /* consult and feed the prefix cache */
+} ifd_wire_add_t;
+
+/* CANCEL (router → worker): drop a request in any state. */
+typedef struct {
+    uint64_t id;
+} ifd_wire_cancel_t;
+
+/* STATS_REQ (router → worker): ask for a STATS frame echoing seq. */
+typedef struct {
+    uint64_t seq;
+} ifd_wire_stats_req_t;
+
+/* DRAIN and SHUTDOWN carry no fields (an empty array). DRAIN: finish what
+ * runs, admit nothing new. SHUTDOWN: exit now. */
+typedef struct {
+    uint8_t unused_;
+} ifd_wire_empty_t;
+
+/* READY (worker → router): the model is loaded and the pool attached. */
+typedef struct {
+    uint32_t slot;
+    int32_t pid;
+    char *model_name;
+    char *arch; /* "llama", "gemma3", … */
+    uint32_t n_vocab;
+    uint32_t n_ctx;    /* context length the worker serves */
+    char *backend;     /* as running: "cpu" | "cuda" */
+    char *device_name; /* e.g. "NVIDIA H100", "cpu (16 threads)" */
+    uint32_t max_seqs;
+    uint32_t max_batched_tokens;
+    ifd_wire_kv_geometry_t kv;
+} ifd_wire_ready_t;
+
+/* One alternative in a token's top logprobs. */
+typedef struct {
+    int32_t token;
+    float logprob;
+} ifd_wire_top_t;
+
+/* One sampled token of one request. */
+typedef struct {
+    uint64_t id;
+    int32_t token;
+    bool has_logprob;    /* logprob and top are meaningful */
+    float logprob;       /* of token; may be -inf */
+    ifd_wire_top_t *top; /* n_top <= IFD_WIRE_MAX_TOP entries, most probable first */
+    uint32_t n_top;
+} ifd_wire_token_t;
+
+/* TOKENS (worker → router): every token one engine step produced. */
+typedef struct {
+    uint64_t step;
+    ifd_wire_token_t *events; /* n_events >= 1 */
+    uint32_t n_events;
+} ifd_wire_tokens_t;
+
+typedef enum {
+    IFD_WIRE_FINISH_STOP = 0,      /* EOS or a stop token */
+    IFD_WIRE_FINISH_LENGTH = 1,    /* max_tokens or the context length */
+    IFD_WIRE_FINISH_CANCELLED = 2, /* a CANCEL arrived */
+    IFD_WIRE_FINISH_ERROR = 3,     /* an ERROR frame with this id precedes it */
+} ifd_wire_finish_t;
+#define IFD_WIRE_FINISH_COUNT 4
+
+/* FINISHED (worker → router): the request is over and its blocks released
+ * (full ones published to the prefix cache). No event for it follows. */
+typedef struct {
+    uint64_t id;
+    uint32_t reason;            /* ifd_wire_finish_t */
+    int32_t stop_token;         /* the token that stopped it; -1 if none */
+    uint32_t prompt_tokens;     /* prompt length (without resumed tokens) */
+    uint32_t completion_tokens; /* all generated, resumed ones included */
+    uint32_t cached_tokens;     /* prompt tokens served from the prefix cache */
+} ifd_wire_finished_t;
+
+/* ERROR (worker → router): id 0 concerns the worker, else that request. */
+typedef struct {
+    uint64_t id;
+    int32_t code; /* IFD_E* or -errno */
+    char *message;
+} ifd_wire_error_t;
+
+/* STATS (worker → router). Gauges are current values; counters run from the
+ * worker's start; rates/averages are the worker's own recent window. */
+typedef struct {
+    uint64_t seq; /* from the STATS_REQ; 0 when unsolicited */
+    uint32_t running;
+    uint32_t waiting;
+    uint64_t kv_blocks_in_use; /* held by this worker's sequences */
+    uint64_t kv_blocks_total;  /* of its device */
+    uint64_t steps;
+    uint64_t prefill_tokens;
+    uint64_t decode_tokens;
+    double tokens_per_step; /* recent mean */
+    double batch_occupancy; /* recent mean of step tokens / max_batched_tokens */
+    uint64_t prefix_query_tokens;
+    uint64_t prefix_hit_tokens;
+    double prefix_hit_rate; /* hit / query tokens, 0 when none */
+    uint64_t preemptions;
+    uint64_t forward_ns; /* time split of all steps */
+    uint64_t sampling_ns;
+    uint64_t scheduling_ns;
+} ifd_wire_stats_t;
+
+typedef struct {
+    ifd_wire_type_t type;
+    union {
+        ifd_wire_hello_t hello;
+        ifd_wire_add_t add;
+        ifd_wire_cancel_t cancel;
+        ifd_wire_stats_req_t stats_req;
+        ifd_wire_empty_t drain;
+        ifd_wire_empty_t shutdown;
+        ifd_wire_ready_t ready;
+        ifd_wire_tokens_t tokens;
+        ifd_wire_finished_t finished;
+        ifd_wire_error_t error;
+        ifd_wire_stats_t stats;
+    } u;
+} ifd_wire_msg_t;
+
+typedef struct {
+    uint16_t version;
+    uint16_t type;
+    uint32_t length; /* body bytes */
+} ifd_wire_header_t;
+
+/* "add", "tokens", …; NULL for an unknown type. */
+const char *ifd_wire_type_name(int type);
+
+/* The direction of a known type; 0 for an unknown one. */
+int ifd_wire_type_dir(int type);
+
+/* Sampling parameters with the defaults of ifd_sampling_default_params():
+ * temperature 1, top_p 1, repetition_penalty 1, n_logprobs -1, rest 0. */
+ifd_wire_sampling_t ifd_wire_default_sampling(void);
+
+/*
+ * Appends one whole frame for msg to out. Checks what the decoder would
+ * reject (known type, limits, n_generated < n_tokens, enums in range, …)
+ * and returns IFD_EINVAL / IFD_ETOOBIG instead of writing such a frame;
+ * IFD_ENOMEM. On error out->len is restored.
+ */
+int ifd_wire_encode(ifd_buf_t *out, const ifd_wire_msg_t *msg);
+
+/*
+ * Parses and checks a header from the first n bytes at p: IFD_ETRUNC when
+ * n < IFD_WIRE_HEADER_SIZE, IFD_EFORMAT (bad magic, unknown type),
+ * IFD_EVERSION, IFD_ETOOBIG (length > max_body; 0 means IFD_WIRE_MAX_BODY).
+ * err (errlen bytes, may be NULL) receives a message on failure.
+ */
+int ifd_wire_decode_header(const void *p, size_t n, uint32_t max_body, ifd_wire_header_t *h,
+                           char *err, size_t errlen);
+
+/* Decodes a body of h->length bytes (h from ifd_wire_decode_header) into
+ * *out (zeroed first). Errors as described at the top of this file. */
+int ifd_wire_decode_body(const ifd_wire_header_t *h, const void *body, ifd_wire_msg_t *out,
+                         char *err, size_t errlen);
+
+/* Header + body from a contiguous buffer: decodes the frame at p (n bytes
+ * available) and sets *consumed (may be NULL) to its size. IFD_ETRUNC when
+ * the frame is not complete. */
+int ifd_wire_decode(const void *p, size_t n, ifd_wire_msg_t *out, size_t *consumed, char *err,
+                    size_t errlen);
+
+/* Frees everything a decoded message owns and zeroes it (type kept).
+ * NULL and zeroed messages are fine. Never call it on a message whose
+ * pointers you own yourself. */
+void ifd_wire_msg_free(ifd_wire_msg_t *msg);
+
+/* ---- streaming frame reader --------------------------------------------------
+ *
+ * Accumulates bytes as they arrive (read(2), uv_read_cb) and yields whole
+ * frames. It checks each header as soon as its 12 bytes are in, so a bad or
+ * oversized frame is refused before its body is buffered. Framing errors
+ * are sticky: the stream cannot be resynchronised and the caller should
+ * drop the connection (for a worker: kill and restart it).
+ */
+typedef struct {
+    ifd_buf_t buf;
+    size_t off;        /* first unconsumed byte of buf */
+    uint32_t max_body; /* the cap for this stream */
+    int err;           /* sticky framing error, 0 when healthy */
+    char errmsg[160];
+} ifd_wire_reader_t;
+
+/* A frame inside the reader: body points into the reader's buffer and is
+ * valid until the next call of any reader function. */
+typedef struct {
+    ifd_wire_header_t hdr;
+    const uint8_t *body;
+} ifd_wire_frame_t;
+
+/* max_body 0 or above IFD_WIRE_MAX_BODY means IFD_WIRE_MAX_BODY. Never fails. */
+void ifd_wire_reader_init(ifd_wire_reader_t *r, uint32_t max_body);
+
+/* Frees the buffer. */
+void ifd_wire_reader_close(ifd_wire_reader_t *r);
+
+/* Copies n bytes in. Returns 0, IFD_ENOMEM, or the sticky framing error
+ * (the bytes are then dropped). */
+int ifd_wire_reader_feed(ifd_wire_reader_t *r, const void *p, size_t n);
+
+/* Zero-copy alternative to feed: returns room for at least `want` bytes
+ * (*avail set to the room there is) to read(2) into, then commit the count
+ * actually read. NULL on IFD_ENOMEM. */
+void *ifd_wire_reader_prepare(ifd_wire_reader_t *r, size_t want, size_t *avail);
+int ifd_wire_reader_commit(ifd_wire_reader_t *r, size_t n);
+
+/* Next complete frame: 1 and *f set; 0 when more bytes are needed; a
+ * negative (sticky) framing error otherwise. */
+int ifd_wire_reader_next(ifd_wire_reader_t *r, ifd_wire_frame_t *f);
+
+/*
+ * Next frame decoded: 1 with *msg filled (free it with ifd_wire_msg_free),
+ * 0 for more bytes, or a negative error. A body that fails to decode is
+ * skipped and its error returned without making the reader sticky (the
+ * framing is intact), so the caller may choose to go on.
+ */
+int ifd_wire_reader_next_msg(ifd_wire_reader_t *r, ifd_wire_msg_t *msg);
+
+/* The message of the last error (framing or body), "" if none. */
+const char *ifd_wire_reader_error(const ifd_wire_reader_t *r);
+
+/* Bytes buffered and not yet returned as frames. */
+size_t ifd_wire_reader_pending(const ifd_wire_reader_t *r);
+
+#endif

@@ -1,0 +1,603 @@
+/*
+ * cuda_emu.cc — the CPU emulator behind cuda_emu.h: fibers for the threads
+ * of a block, checked barriers, warp-collective operations, lazy cp.async,
+ * and the CUDA runtime API subset on host memory.
+ *
+ * Scheduling: every thread of the current block is a fiber (ucontext for its
+ * first entry, _setjmp/_longjmp for every later switch, which needs no system
+ * call). The scheduler makes passes over the fibers in a freshly shuffled
+ * order, resuming each runnable one until it reaches a synchronisation point
+ * or ends; after a pass, a block barrier opens when every live thread waits
+ * at it, a warp barrier when all 32 lanes of the warp do. A pass in which
+ * nothing ran and nothing opened is a deadlock (a divergent barrier) and
+ * aborts. Warp exchanges use two deposit buffers alternately, so each needs
+ * one barrier: a lane can only overwrite a buffer after the next exchange's
+ * barrier, which every lane reaches after reading it.
+ *
+ * Test code: global state and abort() on misuse are fine here.
+ */
+#include "cuda_emu.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <ucontext.h>
+#include <vector>
+
+namespace {
+
+enum fiber_state { F_RUN, F_BAR_BLOCK, F_BAR_WARP, F_DONE };
+
+struct copy_op {
+    void *dst;
+    const void *src;
+    bool valid;
+};
+
+struct fiber {
+    ucontext_t uc;
+    jmp_buf jb;
+    bool started = false;
+    fiber_state st = F_RUN;
+    uint3 tid;
+    int lane = 0, warp = 0;
+    int xparity = 0; /* which warp deposit buffer the next exchange uses */
+    std::vector<copy_op> open_group;
+    std::vector<std::vector<copy_op>> groups; /* committed, oldest first */
+};
+
+struct warp_buf {
+    unsigned char slot[2][32][64];
+};
+
+struct block_state {
+    dim3 grid, block;
+    uint3 bidx;
+    std::vector<fiber> f;
+    std::vector<warp_buf> wb;
+    jmp_buf sched;
+    int cur = -1;
+    const std::function<void()> *body = nullptr;
+};
+
+block_state *g_blk;
+std::vector<unsigned char> g_smem;
+std::vector<char *> g_stacks;
+const size_t k_stack = 256 * 1024;
+uint64_t g_rng = 0;
+cudaError_t g_last = cudaSuccess;
+
+uint64_t next_rand()
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+void die(const char *what)
+{
+    fprintf(stderr, "cuda_emu: %s (block %u,%u,%u)\n", what, g_blk ? g_blk->bidx.x : 0,
+            g_blk ? g_blk->bidx.y : 0, g_blk ? g_blk->bidx.z : 0);
+    abort();
+}
+
+fiber &me()
+{
+    if (!g_blk || g_blk->cur < 0)
+        die("device function called outside a kernel launch");
+    return g_blk->f[(size_t)g_blk->cur];
+}
+
+/* Back to the scheduler; returns when this fiber is resumed. */
+void yield_to_sched()
+{
+    fiber &f = me();
+    if (!_setjmp(f.jb))
+        _longjmp(g_blk->sched, 1);
+}
+
+void fiber_entry()
+{
+    (*g_blk->body)();
+    fiber &f = me();
+    f.st = F_DONE;
+    _longjmp(g_blk->sched, 1);
+}
+
+void apply(const copy_op &c)
+{
+    if (c.valid)
+        memcpy(c.dst, c.src, 16);
+    else
+        memset(c.dst, 0, 16);
+}
+
+/* Runs fiber i until it yields or ends. Kept out of line so that no local of
+ * the scheduler loop lives across the _setjmp. */
+__attribute__((noinline)) void resume(block_state &b, int i)
+{
+    fiber &f = b.f[(size_t)i];
+    b.cur = i;
+    if (!_setjmp(b.sched)) {
+        if (!f.started) {
+            f.started = true;
+            ucontext_t here;
+            swapcontext(&here, &f.uc);
+        } else {
+            _longjmp(f.jb, 1);
+        }
+    }
+    b.cur = -1;
+}
+
+void run_block()
+{
+    block_state &b = *g_blk;
+    const size_t n = b.f.size();
+    std::vector<size_t> order(n);
+    size_t alive = n;
+    while (alive > 0) {
+        for (size_t i = 0; i < n; i++)
+            order[i] = i;
+        for (size_t i = n; i > 1; i--) {
+            size_t j = (size_t)(next_rand() % i);
+            size_t t = order[i - 1];
+            order[i - 1] = order[j];
+            order[j] = t;
+        }
+        bool progress = false;
+        for (size_t k = 0; k < n; k++) {
+            fiber &f = b.f[order[k]];
+            if (f.st != F_RUN)
+                continue;
+            progress = true;
+            resume(b, (int)order[k]);
+        }
+        /* Open barriers. */
+        alive = 0;
+        size_t at_block = 0;
+        for (auto &f : b.f) {
+            if (f.st != F_DONE)
+                alive++;
+            if (f.st == F_BAR_BLOCK)
+                at_block++;
+        }
+        if (alive > 0 && at_block == alive) {
+            for (auto &f : b.f)
+                if (f.st == F_BAR_BLOCK)
+                    f.st = F_RUN;
+            progress = true;
+        }
+        for (size_t w = 0; w < n / 32; w++) {
+            int waiting = 0, done = 0;
+            for (size_t l = 0; l < 32; l++) {
+                fiber_state s = b.f[w * 32 + l].st;
+                waiting += s == F_BAR_WARP;
+                done += s == F_DONE;
+            }
+            if (waiting == 32) {
+                for (size_t l = 0; l < 32; l++)
+                    b.f[w * 32 + l].st = F_RUN;
+                progress = true;
+            } else if (waiting > 0 && done > 0) {
+                die("warp operation with exited lanes");
+            }
+        }
+        if (alive > 0 && !progress)
+            die("deadlock: threads wait at different barriers (divergent __syncthreads?)");
+    }
+}
+
+void bar(fiber_state kind)
+{
+    me().st = kind;
+    yield_to_sched();
+}
+
+} // namespace
+
+/* ---- launch ---------------------------------------------------------------------- */
+
+void ifd_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body)
+{
+    size_t nthreads = (size_t)block.x * block.y * block.z;
+    if (nthreads == 0 || nthreads % 32 != 0 || nthreads > 1024 || grid.x == 0 || grid.y == 0 ||
+        grid.z == 0) {
+        g_last = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (smem > 227 * 1024) {
+        g_last = cudaErrorInvalidValue;
+        return;
+    }
+    if (g_rng == 0) {
+        const char *s = getenv("IFD_EMU_SEED");
+        g_rng = s ? strtoull(s, nullptr, 0) : 0x9e3779b97f4a7c15ull;
+        if (g_rng == 0)
+            g_rng = 1;
+    }
+    while (g_stacks.size() < nthreads)
+        g_stacks.push_back((char *)malloc(k_stack));
+    g_smem.assign(smem + 16, 0xff);
+
+    block_state b;
+    b.grid = grid;
+    b.block = block;
+    b.body = &body;
+    g_blk = &b;
+    for (unsigned bz = 0; bz < grid.z; bz++)
+        for (unsigned by = 0; by < grid.y; by++)
+            for (unsigned bx = 0; bx < grid.x; bx++) {
+                b.bidx = make_uint3(bx, by, bz);
+                b.f.assign(nthreads, fiber());
+                b.wb.assign(nthreads / 32, warp_buf());
+                memset(g_smem.data(), 0xff, g_smem.size());
+                for (size_t i = 0; i < nthreads; i++) {
+                    fiber &f = b.f[i];
+                    f.tid = make_uint3((unsigned)(i % block.x), (unsigned)(i / block.x % block.y),
+                                       (unsigned)(i / ((size_t)block.x * block.y)));
+                    f.lane = (int)(i % 32);
+                    f.warp = (int)(i / 32);
+                    getcontext(&f.uc);
+                    f.uc.uc_stack.ss_sp = g_stacks[i];
+                    f.uc.uc_stack.ss_size = k_stack;
+                    f.uc.uc_link = nullptr;
+                    makecontext(&f.uc, fiber_entry, 0);
+                }
+                run_block();
+            }
+    g_blk = nullptr;
+}
+
+unsigned char *ifd_emu_dyn_smem()
+{
+    uintptr_t p = (uintptr_t)g_smem.data();
+    return (unsigned char *)((p + 15) & ~(uintptr_t)15);
+}
+
+uint3 ifd_emu_thread_idx()
+{
+    return me().tid;
+}
+
+uint3 ifd_emu_block_idx()
+{
+    me();
+    return g_blk->bidx;
+}
+
+dim3 ifd_emu_block_dim()
+{
+    me();
+    return g_blk->block;
+}
+
+dim3 ifd_emu_grid_dim()
+{
+    me();
+    return g_blk->grid;
+}
+
+int ifd_emu_lane()
+{
+    return me().lane;
+}
+
+void __syncthreads()
+{
+    bar(F_BAR_BLOCK);
+}
+
+void __syncwarp(unsigned mask)
+{
+    if (mask != 0xffffffffu)
+        die("__syncwarp with a partial mask is not emulated");
+    bar(F_BAR_WARP);
+}
+
+void ifd_emu_warp_share(const void *mine, size_t n, void *all)
+{
+    if (n > 64)
+        die("warp exchange larger than 64 bytes");
+    fiber &f = me();
+    warp_buf &w = g_blk->wb[(size_t)f.warp];
+    int p = f.xparity;
+    f.xparity ^= 1;
+    memcpy(w.slot[p][f.lane], mine, n);
+    bar(F_BAR_WARP);
+    for (int l = 0; l < 32; l++)
+        memcpy((unsigned char *)all + (size_t)l * n, w.slot[p][l], n);
+}
+
+/* ---- 16-bit floats ------------------------------------------------------------ */
+
+float ifd_emu_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    int e = (h >> 10) & 0x1f;
+    uint32_t m = h & 0x3ff;
+    uint32_t u;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e == 0) {
+        if (m == 0) {
+            u = sign;
+        } else {
+            float f = ldexpf((float)m, -24);
+            memcpy(&u, &f, 4);
+            u |= sign;
+        }
+    } else {
+        u = sign | ((uint32_t)(e - 15 + 127) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t ifd_emu_f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) /* rounds to >= 65520: inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below 2^-14: subnormal half (or zero) */
+        float af;
+        memcpy(&af, &a, 4);
+        float q = af * 16777216.0f; /* units of 2^-24, exact */
+        float r = nearbyintf(q);    /* round half to even (default mode) */
+        return (uint16_t)(sign | (uint16_t)r);
+    }
+    uint32_t e = (a >> 23) - 127 + 15;
+    uint32_t m = a & 0x7fffffu;
+    uint32_t v = (e << 10) | (m >> 13);
+    uint32_t rest = m & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (v & 1u)))
+        v++;
+    return (uint16_t)(sign | v);
+}
+
+/* ---- mma, ldmatrix, cp.async -------------------------------------------------------- */
+
+void ifd_emu_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2], bool bf16)
+{
+    struct frag {
+        uint32_t a[4], b[2];
+    } mine, all[32];
+    memcpy(mine.a, a, sizeof mine.a);
+    memcpy(mine.b, b, sizeof mine.b);
+    ifd_emu_warp_share(&mine, sizeof mine, all);
+    auto h2f = [bf16](uint16_t h) {
+        if (bf16) {
+            uint32_t u = (uint32_t)h << 16;
+            float f;
+            memcpy(&f, &u, 4);
+            return f;
+        }
+        return ifd_emu_f16_to_f32(h);
+    };
+    auto A = [&](int r, int k) {
+        int lane = (r % 8) * 4 + (k % 8) / 2;
+        int reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+        uint32_t v = all[lane].a[reg];
+        return h2f((uint16_t)(k % 2 ? v >> 16 : v & 0xffff));
+    };
+    auto B = [&](int k, int n) {
+        int lane = n * 4 + (k % 8) / 2;
+        uint32_t v = all[lane].b[k >= 8 ? 1 : 0];
+        return h2f((uint16_t)(k % 2 ? v >> 16 : v & 0xffff));
+    };
+    int lane = ifd_emu_lane(), g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i % 2);
+        float s = c[i];
+        for (int k = 0; k < 16; k++)
+            s += A(r, k) * B(k, n);
+        c[i] = s;
+    }
+}
+
+void ifd_emu_ldmatrix_x4(uint32_t r[4], const void *row_addr, bool trans)
+{
+    const unsigned char *all[32];
+    const unsigned char *mine = (const unsigned char *)row_addr;
+    if (((uintptr_t)mine & 15) != 0)
+        die("ldmatrix row address not 16-byte aligned");
+    ifd_emu_warp_share(&mine, sizeof mine, all);
+    int lane = ifd_emu_lane();
+    for (int i = 0; i < 4; i++) {
+        if (!trans) {
+            memcpy(&r[i], all[i * 8 + lane / 4] + 4 * (lane % 4), 4);
+        } else {
+            uint16_t lo, hi;
+            memcpy(&lo, all[i * 8 + 2 * (lane % 4)] + 2 * (lane / 4), 2);
+            memcpy(&hi, all[i * 8 + 2 * (lane % 4) + 1] + 2 * (lane / 4), 2);
+            r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+        }
+    }
+}
+
+void ifd_emu_cp_async16(void *dst, const void *src, bool valid)
+{
+    if (((uintptr_t)dst & 15) != 0 || (valid && ((uintptr_t)src & 15) != 0))
+        die("cp.async with a misaligned address");
+    me().open_group.push_back(copy_op{dst, src, valid});
+}
+
+/* A committed group lands, at random, either at once or only when waited
+ * for: the first exposes a buffer overwritten while others still read it,
+ * the second a read that did not wait. */
+void ifd_emu_cp_async_commit()
+{
+    fiber &f = me();
+    if (next_rand() & 1) {
+        for (const copy_op &c : f.open_group)
+            apply(c);
+        f.open_group.clear();
+    }
+    f.groups.push_back(std::move(f.open_group));
+    f.open_group.clear();
+}
+
+void ifd_emu_cp_async_wait(int n)
+{
+    fiber &f = me();
+    while (f.groups.size() > (size_t)n) {
+        for (const copy_op &c : f.groups.front())
+            apply(c);
+        f.groups.erase(f.groups.begin());
+    }
+}
+
+/* ---- the CUDA runtime API subset ------------------------------------------------------- */
+
+extern "C" {
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    return *p ? cudaSuccess : (g_last = cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFree(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k)
+{
+    (void)k;
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st)
+{
+    (void)st;
+    return cudaMemcpy(d, s, n, k);
+}
+
+cudaError_t cudaMemset(void *d, int v, size_t n)
+{
+    memset(d, v, n);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
+{
+    (void)st;
+    return cudaMemset(d, v, n);
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = g_last;
+    g_last = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+    return g_last;
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess:
+        return "no error (emulator)";
+    case cudaErrorInvalidValue:
+        return "invalid argument (emulator)";
+    case cudaErrorMemoryAllocation:
+        return "out of memory (emulator)";
+    case cudaErrorInvalidConfiguration:
+        return "invalid configuration argument (emulator)";
+    default:
+        return "error (emulator)";
+    }
+}
+
+const char *cudaGetErrorName(cudaError_t e)
+{
+    return cudaGetErrorString(e);
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    (void)s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+    *d = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d)
+{
+    return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev)
+{
+    (void)dev;
+    switch (a) {
+    case cudaDevAttrMultiProcessorCount:
+        *v = 4;
+        break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+        *v = 227 * 1024;
+        break;
+    case cudaDevAttrComputeCapabilityMajor:
+        *v = 9;
+        break;
+    case cudaDevAttrComputeCapabilityMinor:
+        *v = 0;
+        break;
+    default:
+        *v = 0;
+        break;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute a, int v)
+{
+    (void)f;
+    (void)a;
+    (void)v;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
+{
+    if (dev != 0)
+        return cudaErrorInvalidDevice;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "inferd CUDA emulator (CPU)");
+    p->totalGlobalMem = (size_t)1 << 30;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 4;
+    return cudaSuccess;
+}
+
+} /* extern "C" */

@@ -1,0 +1,69 @@
+# tests/gpu/kernels.cmake — the CUDA kernel tests (issue 9), included from
+# tests/gpu/CMakeLists.txt when the CUDA backend is on.
+#
+# Two builds of the same plain-C test programs (gpu_test.h harness, no Check):
+#  - test_gpu_<name>: against the real kernels (label gpu; skip with exit 77
+#    where there is no device);
+#  - test_gpu_<name>_emu: against the same kernel sources compiled as C++ for
+#    the CPU emulator in emu/ (labels unit, emu), with small shapes, so the
+#    kernels' indexing, masking and synchronisation run in CI without a GPU.
+# tests/gpu/check.sh builds the gpu ones on the device machine without CMake.
+set(IFD_GPU_TESTS attention fused dequant sample)
+# The sampler test compiles the CPU sampler in directly (not ifd_worker_lib,
+# which would drag the real CUDA library into the emulator build), with the
+# flags worker/CMakeLists.txt gives it.
+set(IFD_GPU_SAMPLER ${PROJECT_SOURCE_DIR}/worker/sampler.c)
+set_source_files_properties(${IFD_GPU_SAMPLER} PROPERTIES COMPILE_OPTIONS
+                            "-ffp-contract=off;-fno-trapping-math;-fopenmp-simd")
+
+add_library(ifd_gpu_test STATIC gpu_test.c)
+target_include_directories(ifd_gpu_test PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(ifd_gpu_test PUBLIC ifd_kernels_cuda ifd_kernels ifd_common)
+
+foreach(t ${IFD_GPU_TESTS})
+  set(srcs test_gpu_${t}.c)
+  if(t STREQUAL "sample")
+    list(APPEND srcs ${IFD_GPU_SAMPLER})
+  endif()
+  ifd_add_test(test_gpu_${t} SOURCES ${srcs} LIBS ifd_gpu_test LABELS gpu TIMEOUT 600)
+  target_include_directories(test_gpu_${t} PRIVATE ${PROJECT_SOURCE_DIR}/worker)
+endforeach()
+
+# ---- the emulator build -------------------------------------------------------
+include(CheckLanguage)
+check_language(CXX)
+if(CMAKE_CXX_COMPILER)
+  enable_language(CXX)
+  set(emu_srcs emu/cuda_emu.cc)
+  foreach(k device attn_decode attn_prefill rmsnorm rope_kv glu embed dequant sample)
+    set(w ${CMAKE_CURRENT_BINARY_DIR}/emu/${k}_emu.cc)
+    file(CONFIGURE OUTPUT ${w}
+         CONTENT "#include \"${PROJECT_SOURCE_DIR}/kernels/cuda/${k}.cu\"\n")
+    list(APPEND emu_srcs ${w})
+  endforeach()
+  add_library(ifd_kernels_emu STATIC ${emu_srcs})
+  target_compile_features(ifd_kernels_emu PUBLIC cxx_std_17)
+  target_compile_definitions(ifd_kernels_emu PUBLIC IFD_CUDA_EMU)
+  target_include_directories(ifd_kernels_emu PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/emu
+                             ${PROJECT_SOURCE_DIR}/kernels ${CUDAToolkit_INCLUDE_DIRS})
+  # No FMA contraction (the sampler is bit-exact), no fortified longjmp (the
+  # fibers switch stacks with it), CUDA pragmas are unknown to g++.
+  target_compile_options(ifd_kernels_emu PRIVATE -ffp-contract=off -U_FORTIFY_SOURCE
+                         -Wno-unknown-pragmas -Wall -Wextra)
+  target_link_libraries(ifd_kernels_emu PUBLIC ifd_common)
+
+  add_library(ifd_gpu_test_emu STATIC gpu_test.c)
+  target_include_directories(ifd_gpu_test_emu PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(ifd_gpu_test_emu PUBLIC ifd_kernels_emu ifd_kernels ifd_common)
+
+  foreach(t ${IFD_GPU_TESTS})
+    set(srcs test_gpu_${t}.c)
+    if(t STREQUAL "sample")
+      list(APPEND srcs ${IFD_GPU_SAMPLER})
+    endif()
+    ifd_add_test(test_gpu_${t}_emu SOURCES ${srcs} LIBS ifd_gpu_test_emu LABELS unit emu
+                 TIMEOUT 300)
+    target_include_directories(test_gpu_${t}_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker)
+    set_target_properties(test_gpu_${t}_emu PROPERTIES LINKER_LANGUAGE CXX)
+  endforeach()
+endif()

@@ -1,0 +1,445 @@
+/*
+ * test_gpu_attention.c — the paged decode and prefill attention kernels
+ * against ifd_cpu_paged_attention on fresh random data.
+ *
+ * Every case builds a KV pool whose blocks are handed out in a random
+ * order (non-contiguous block tables), fills the slots each sequence owns
+ * with random K/V, and NaN-poisons everything else: the unused tail of a
+ * sequence's last block, spare blocks, and the outputs and workspace before
+ * the call. Block-table entries past a sequence's blocks hold a huge index,
+ * so reading one would fault. Queries are rounded to the KV dtype first, so
+ * both sides multiply exactly the same numbers; what remains is the GPU
+ * rounding P to 16 bits before P.V and summation order.
+ *
+ * Tolerances (relative L2 over the whole output): bf16 KV 1e-2, f16 KV 2e-3.
+ * Shapes: head dims 64/128/256, group sizes 1, 4, 6 and 20 (two head
+ * groups), contexts from 1 to 16384 with odd lengths and block boundaries,
+ * 1 and 200 sequences, sliding windows, padding tokens. Under the emulator
+ * the shapes are cut down to what runs in seconds.
+ */
+#include "gpu_test.h"
+
+#include "cuda/cuda_kernels.h"
+#include "error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BS 16
+#define BT_POISON 0x3fffffff
+
+typedef struct {
+    int n_seqs, max_blocks, n_phys, n_kv, hd;
+    ifd_dtype_t dt;
+    int32_t *ctx;  /* [n_seqs] positions with K/V */
+    int32_t *bt;   /* [n_seqs * max_blocks] */
+    uint16_t *k, *v; /* host pool [n_phys][n_kv][BS][hd] */
+    void *dk, *dv;
+    int32_t *dbt;
+} pool_t;
+
+static uint16_t to16(ifd_dtype_t t, float x)
+{
+    return t == IFD_DTYPE_BF16 ? ifd_f32_to_bf16(x) : ifd_f32_to_f16(x);
+}
+
+static float from16(ifd_dtype_t t, uint16_t h)
+{
+    return t == IFD_DTYPE_BF16 ? ifd_bf16_to_f32(h) : ifd_f16_to_f32(h);
+}
+
+/* A pool holding ctx[s] positions for each sequence, plus spare blocks. */
+static void pool_make(pool_t *P, const int32_t *ctx, int n_seqs, int n_kv, int hd, ifd_dtype_t dt,
+                      float sigma)
+{
+    memset(P, 0, sizeof *P);
+    P->n_seqs = n_seqs;
+    P->n_kv = n_kv;
+    P->hd = hd;
+    P->dt = dt;
+    P->ctx = gt_xmalloc((size_t)n_seqs * 4);
+    memcpy(P->ctx, ctx, (size_t)n_seqs * 4);
+    int used = 0, maxb = 1;
+    for (int s = 0; s < n_seqs; s++) {
+        int nb = (ctx[s] + BS - 1) / BS;
+        used += nb;
+        maxb = nb > maxb ? nb : maxb;
+    }
+    P->max_blocks = maxb + 1;
+    P->n_phys = used + 3;
+    int32_t *perm = gt_xmalloc((size_t)P->n_phys * 4);
+    gt_permutation(perm, P->n_phys);
+    P->bt = gt_xmalloc((size_t)n_seqs * P->max_blocks * 4);
+    const int64_t blk = (int64_t)n_kv * BS * hd; /* elements per block */
+    const int64_t total = (int64_t)P->n_phys * blk;
+    P->k = gt_xmalloc((size_t)total * 2);
+    P->v = gt_xmalloc((size_t)total * 2);
+    memset(P->k, 0xff, (size_t)total * 2); /* NaN in f16 and bf16 */
+    memset(P->v, 0xff, (size_t)total * 2);
+    int next = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int nb = (ctx[s] + BS - 1) / BS;
+        for (int b = 0; b < P->max_blocks; b++)
+            P->bt[s * P->max_blocks + b] = b < nb ? perm[next++] : BT_POISON;
+        for (int p = 0; p < ctx[s]; p++) {
+            int64_t phys = P->bt[s * P->max_blocks + p / BS];
+            for (int h = 0; h < n_kv; h++) {
+                int64_t off = ((phys * n_kv + h) * BS + p % BS) * hd;
+                for (int d = 0; d < hd; d++) {
+                    P->k[off + d] = to16(dt, sigma * gt_randn());
+                    P->v[off + d] = to16(dt, gt_randn());
+                }
+            }
+        }
+    }
+    free(perm);
+    P->dk = gt_dupload(P->k, (size_t)total * 2);
+    P->dv = gt_dupload(P->v, (size_t)total * 2);
+    P->dbt = gt_dupload(P->bt, (size_t)n_seqs * P->max_blocks * 4);
+}
+
+static void pool_free(pool_t *P)
+{
+    free(P->ctx), free(P->bt), free(P->k), free(P->v);
+    gt_dfree(P->dk), gt_dfree(P->dv), gt_dfree(P->dbt);
+}
+
+static ifd_kv_layer_t pool_layer(const pool_t *P, int device)
+{
+    ifd_kv_layer_t kv = {
+        .k = device ? P->dk : (void *)P->k,
+        .v = device ? P->dv : (void *)P->v,
+        .dtype = P->dt,
+        .block_size = BS,
+        .n_kv_heads = P->n_kv,
+        .head_dim = P->hd,
+    };
+    return kv;
+}
+
+/* The CPU reference for n_tok tokens (seq, pos) into ref. */
+static void reference(float *ref, const float *q, const pool_t *P, const int32_t *seq,
+                      const int32_t *pos, int n_tok, int n_heads, float scale, int window)
+{
+    ifd_kv_layer_t kv = pool_layer(P, 0);
+    static ifd_threadpool_t *tp;
+    if (!tp && ifd_threadpool_create(&tp, 0) != 0)
+        tp = NULL;
+    int rc = ifd_cpu_paged_attention(ref, q, &kv, seq, pos, P->bt, P->max_blocks, n_tok, n_heads,
+                                     scale, window, tp);
+    GT_EXPECT(rc == 0, "ifd_cpu_paged_attention returned %d", rc);
+}
+
+/* Random queries rounded to the KV dtype. */
+static float *make_q(int64_t n, ifd_dtype_t dt)
+{
+    float *q = gt_xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        q[i] = from16(dt, to16(dt, gt_randn()));
+    return q;
+}
+
+static double tol_kv(ifd_dtype_t dt)
+{
+    return dt == IFD_DTYPE_BF16 ? 1e-2 : 2e-3;
+}
+
+static const char *dt_name(ifd_dtype_t dt)
+{
+    return dt == IFD_DTYPE_BF16 ? "bf16" : "f16";
+}
+
+/* ---- decode ---------------------------------------------------------------------- */
+
+/*
+ * One decode batch: sequence s has context ctx[s]; one token per sequence at
+ * position ctx[s] - 1, in shuffled order, plus `pad` padding tokens.
+ */
+static void decode_case(const int32_t *ctx, int n_seqs, int n_heads, int n_kv, int hd,
+                        ifd_dtype_t dt, int window, int pad, float sigma)
+{
+    pool_t P;
+    pool_make(&P, ctx, n_seqs, n_kv, hd, dt, sigma);
+    const int n_tok = n_seqs + pad;
+    int32_t *seq = gt_xmalloc((size_t)n_tok * 4), *pos = gt_xmalloc((size_t)n_tok * 4);
+    int32_t *perm = gt_xmalloc((size_t)n_tok * 4);
+    gt_permutation(perm, n_tok);
+    int max_ctx = 1;
+    for (int t = 0; t < n_tok; t++) {
+        int s = perm[t];
+        seq[t] = s < n_seqs ? s : -1;
+        pos[t] = s < n_seqs ? ctx[s] - 1 : 0;
+        if (s < n_seqs) {
+            int c = window > 0 && ctx[s] > window ? window : ctx[s];
+            max_ctx = c > max_ctx ? c : max_ctx;
+        }
+    }
+    const int64_t nq = (int64_t)n_tok * n_heads * hd;
+    float *q = make_q(nq, dt);
+    float *ref = gt_xmalloc((size_t)nq * 4), *got = gt_xmalloc((size_t)nq * 4);
+    const float scale = 1.0f / sqrtf((float)hd);
+    reference(ref, q, &P, seq, pos, n_tok, n_heads, scale, window);
+
+    float *dq = gt_dupload(q, (size_t)nq * 4);
+    float *dout = gt_dalloc_poison((size_t)nq * 4);
+    int32_t *dseq = gt_dupload(seq, (size_t)n_tok * 4), *dpos = gt_dupload(pos, (size_t)n_tok * 4);
+    size_t wsb = 0;
+    int rc = ifd_cuda_paged_decode_workspace(&wsb, n_tok, n_heads, n_kv, hd, max_ctx);
+    GT_EXPECT(rc == 0, "workspace query returned %d", rc);
+    void *ws = wsb ? gt_dalloc_poison(wsb) : NULL;
+    ifd_kv_layer_t kv = pool_layer(&P, 1);
+    rc = ifd_cuda_paged_decode_attention(dout, dq, &kv, dseq, dpos, P.dbt, P.max_blocks, n_tok,
+                                         n_heads, scale, window, max_ctx, ws, wsb, NULL);
+    GT_EXPECT(rc == 0, "ifd_cuda_paged_decode_attention returned %d", rc);
+    gt_sync();
+    gt_download(got, dout, (size_t)nq * 4);
+    double e = gt_rel_l2(got, ref, nq);
+    GT_EXPECT(e <= tol_kv(dt),
+              "decode seqs=%d heads=%d/%d hd=%d %s window=%d max_ctx=%d: rel L2 %.3g > %.3g",
+              n_seqs, n_heads, n_kv, hd, dt_name(dt), window, max_ctx, e, tol_kv(dt));
+    if (e > tol_kv(dt)) { /* name the first bad token for debugging */
+        for (int t = 0; t < n_tok; t++) {
+            int64_t o = (int64_t)t * n_heads * hd;
+            double et = gt_rel_l2(got + o, ref + o, (int64_t)n_heads * hd);
+            if (et > tol_kv(dt)) {
+                printf("    token %d (seq %d pos %d): rel L2 %.3g, got[0]=%g ref[0]=%g\n", t,
+                       seq[t], pos[t], et, got[o], ref[o]);
+                break;
+            }
+        }
+    }
+    free(seq), free(pos), free(perm), free(q), free(ref), free(got);
+    gt_dfree(dq), gt_dfree(dout), gt_dfree(dseq), gt_dfree(dpos), gt_dfree(ws);
+    pool_free(&P);
+}
+
+/* Context lengths around block boundaries and odd sizes, up to maxc. */
+static int32_t pick_ctx(int i, int maxc)
+{
+    static const int32_t special[] = {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129, 255, 257};
+    int n = (int)(sizeof special / sizeof special[0]);
+    if (i < n && special[i] <= maxc)
+        return special[i];
+    return 1 + (int32_t)gt_rand_int(maxc);
+}
+
+static void test_decode_shapes(void)
+{
+    static const int hds[] = {64, 128, 256};
+    static const int heads[][2] = {{8, 8}, {32, 8}, {12, 2}, {40, 2}};
+    const ifd_dtype_t dts[] = {IFD_DTYPE_BF16, IFD_DTYPE_F16};
+    const int small = gt_small();
+    for (int hi = 0; hi < 3; hi++) {
+        for (int gi = 0; gi < 4; gi++) {
+            if (small && (hi + gi) % 2)
+                continue;
+            const ifd_dtype_t dt = dts[(hi + gi) % 2];
+            const int n_seqs = small ? 3 : 13;
+            int32_t ctx[13];
+            for (int s = 0; s < n_seqs; s++)
+                ctx[s] = pick_ctx(s + gi * 3, small ? 300 : 3000);
+            decode_case(ctx, n_seqs, heads[gi][0], heads[gi][1], hds[hi], dt, 0, gi == 1, 1.0f);
+        }
+    }
+}
+
+static void test_decode_window(void)
+{
+    const int small = gt_small();
+    const int n_seqs = small ? 3 : 20;
+    int32_t ctx[20];
+    for (int s = 0; s < n_seqs; s++)
+        ctx[s] = pick_ctx(s, small ? 200 : 5000);
+    decode_case(ctx, n_seqs, 8, 2, 128, IFD_DTYPE_BF16, 37, 1, 1.0f);
+    decode_case(ctx, n_seqs, 8, 4, 64, IFD_DTYPE_F16, 128, 0, 1.0f);
+    decode_case(ctx, n_seqs, 4, 1, 256, IFD_DTYPE_BF16, 1, 0, 1.0f);
+}
+
+/* Peaked softmax (large scores) stresses the running maximum and the merge. */
+static void test_decode_peaked(void)
+{
+    const int small = gt_small();
+    int32_t ctx[4] = {small ? 150 : 4000, 40, small ? 99 : 2049, 1};
+    decode_case(ctx, 4, 16, 4, 128, IFD_DTYPE_BF16, 0, 0, 6.0f);
+    decode_case(ctx, 4, 16, 4, 64, IFD_DTYPE_F16, 0, 0, 6.0f);
+}
+
+static void test_decode_one_seq(void)
+{
+    int32_t ctx[1] = {gt_small() ? 333 : 16384};
+    decode_case(ctx, 1, 32, 8, 128, IFD_DTYPE_BF16, 0, 0, 1.0f);
+    if (!gt_small()) {
+        decode_case(ctx, 1, 8, 1, 256, IFD_DTYPE_F16, 0, 0, 1.0f);
+        decode_case(ctx, 1, 16, 16, 64, IFD_DTYPE_BF16, 4096, 0, 1.0f);
+    }
+}
+
+static void test_decode_200_seqs(void)
+{
+    const int n = gt_small() ? 20 : 200;
+    int32_t *ctx = gt_xmalloc((size_t)n * 4);
+    for (int s = 0; s < n; s++)
+        ctx[s] = gt_small() ? 1 + (int32_t)gt_rand_int(40)
+                            : (s % 50 == 0 ? 16384 : pick_ctx(s, 2500));
+    decode_case(ctx, n, 32, 8, 128, IFD_DTYPE_BF16, 0, 2, 1.0f);
+    if (!gt_small())
+        decode_case(ctx, n, 16, 2, 64, IFD_DTYPE_F16, 0, 0, 1.0f);
+    free(ctx);
+}
+
+static void test_decode_errors(void)
+{
+    ifd_kv_layer_t kv = {.k = (void *)16, .v = (void *)16, .dtype = IFD_DTYPE_BF16,
+                         .block_size = BS, .n_kv_heads = 2, .head_dim = 96};
+    float *p = (float *)16, *o = (float *)64;
+    int32_t *i = (int32_t *)16;
+    GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 4, 1.0f, 0, 16, NULL, 0,
+                                              NULL) == IFD_ENOTSUP,
+              "head_dim 96 accepted");
+    kv.head_dim = 128;
+    kv.block_size = 32;
+    GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 4, 1.0f, 0, 16, NULL, 0,
+                                              NULL) == IFD_ENOTSUP,
+              "block size 32 accepted");
+    kv.block_size = BS;
+    kv.dtype = IFD_DTYPE_F32;
+    GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 4, 1.0f, 0, 16, NULL, 0,
+                                              NULL) == IFD_ENOTSUP,
+              "f32 KV accepted");
+    kv.dtype = IFD_DTYPE_BF16;
+    GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 3, 1.0f, 0, 16, NULL, 0,
+                                              NULL) == IFD_EINVAL,
+              "3 heads over 2 KV heads accepted");
+}
+
+/* ---- prefill ---------------------------------------------------------------------- */
+
+/*
+ * One prefill batch: sequence s has a cached prefix of prefix[s] positions
+ * and a new chunk of qlen[s] tokens (all in the pool already).
+ */
+static void prefill_case(const int32_t *prefix, const int32_t *qlen, int n_seqs, int n_heads,
+                         int n_kv, int hd, ifd_dtype_t dt, int window, float sigma)
+{
+    int32_t *ctx = gt_xmalloc((size_t)n_seqs * 4), *cu = gt_xmalloc((size_t)(n_seqs + 1) * 4);
+    int max_q = 0;
+    cu[0] = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        ctx[s] = prefix[s] + qlen[s];
+        cu[s + 1] = cu[s] + qlen[s];
+        max_q = qlen[s] > max_q ? qlen[s] : max_q;
+    }
+    const int n_tok = cu[n_seqs];
+    pool_t P;
+    pool_make(&P, ctx, n_seqs, n_kv, hd, dt, sigma);
+    int32_t *seq = gt_xmalloc((size_t)n_tok * 4), *pos = gt_xmalloc((size_t)n_tok * 4);
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < qlen[s]; i++) {
+            seq[cu[s] + i] = s;
+            pos[cu[s] + i] = prefix[s] + i;
+        }
+    const int64_t nq = (int64_t)n_tok * n_heads * hd;
+    float *q = make_q(nq, dt);
+    float *ref = gt_xmalloc((size_t)nq * 4), *got = gt_xmalloc((size_t)nq * 4);
+    const float scale = 1.0f / sqrtf((float)hd);
+    reference(ref, q, &P, seq, pos, n_tok, n_heads, scale, window);
+
+    float *dq = gt_dupload(q, (size_t)nq * 4);
+    float *dout = gt_dalloc_poison((size_t)nq * 4);
+    int32_t *dcu = gt_dupload(cu, (size_t)(n_seqs + 1) * 4);
+    int32_t *dctx = gt_dupload(ctx, (size_t)n_seqs * 4);
+    ifd_kv_layer_t kv = pool_layer(&P, 1);
+    int rc = ifd_cuda_paged_prefill_attention(dout, dq, &kv, dcu, dctx, P.dbt, P.max_blocks,
+                                              n_seqs, n_tok, max_q, n_heads, scale, window, NULL);
+    GT_EXPECT(rc == 0, "ifd_cuda_paged_prefill_attention returned %d", rc);
+    gt_sync();
+    gt_download(got, dout, (size_t)nq * 4);
+    double e = gt_rel_l2(got, ref, nq);
+    GT_EXPECT(e <= tol_kv(dt),
+              "prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d: rel L2 %.3g > %.3g",
+              n_seqs, n_tok, n_heads, n_kv, hd, dt_name(dt), window, e, tol_kv(dt));
+    if (e > tol_kv(dt)) {
+        for (int t = 0; t < n_tok; t++) {
+            int64_t o = (int64_t)t * n_heads * hd;
+            double et = gt_rel_l2(got + o, ref + o, (int64_t)n_heads * hd);
+            if (et > tol_kv(dt)) {
+                printf("    token %d (seq %d pos %d): rel L2 %.3g, got[0]=%g ref[0]=%g\n", t,
+                       seq[t], pos[t], et, got[o], ref[o]);
+                break;
+            }
+        }
+    }
+    free(ctx), free(cu), free(seq), free(pos), free(q), free(ref), free(got);
+    gt_dfree(dq), gt_dfree(dout), gt_dfree(dcu), gt_dfree(dctx);
+    pool_free(&P);
+}
+
+static void test_prefill_shapes(void)
+{
+    static const int hds[] = {64, 128, 256};
+    static const int heads[][2] = {{8, 8}, {32, 8}, {12, 2}, {40, 2}};
+    const ifd_dtype_t dts[] = {IFD_DTYPE_BF16, IFD_DTYPE_F16};
+    const int small = gt_small();
+    for (int hi = 0; hi < 3; hi++) {
+        for (int gi = 0; gi < 4; gi++) {
+            if (small && (hi + gi) % 2)
+                continue;
+            int32_t prefix[4] = {0, 5, 16, small ? 40 : 300};
+            int32_t qlen[4] = {small ? 17 : 200, 1, small ? 33 : 64, small ? 9 : 129};
+            prefill_case(prefix, qlen, 4, heads[gi][0], heads[gi][1], hds[hi], dts[(hi + gi) % 2],
+                         0, 1.0f);
+        }
+    }
+}
+
+static void test_prefill_window(void)
+{
+    const int small = gt_small();
+    int32_t prefix[3] = {small ? 20 : 700, 0, 3};
+    int32_t qlen[3] = {small ? 40 : 333, small ? 30 : 257, 1};
+    prefill_case(prefix, qlen, 3, 8, 2, 128, IFD_DTYPE_BF16, 33, 1.0f);
+    prefill_case(prefix, qlen, 3, 8, 8, 64, IFD_DTYPE_F16, 64, 1.0f);
+    prefill_case(prefix, qlen, 3, 4, 1, 256, IFD_DTYPE_BF16, 1, 1.0f);
+}
+
+static void test_prefill_peaked(void)
+{
+    int32_t prefix[2] = {gt_small() ? 50 : 1000, 0};
+    int32_t qlen[2] = {gt_small() ? 20 : 300, gt_small() ? 24 : 250};
+    prefill_case(prefix, qlen, 2, 16, 4, 128, IFD_DTYPE_BF16, 0, 6.0f);
+}
+
+static void test_prefill_long(void)
+{
+    /* One long chunk with a long cached prefix (16384 positions in all), and
+     * a batch of 200 short chunks. */
+    const int small = gt_small();
+    int32_t prefix[1] = {small ? 100 : 15360}, qlen[1] = {small ? 50 : 1024};
+    prefill_case(prefix, qlen, 1, 32, 8, 128, IFD_DTYPE_BF16, 0, 1.0f);
+    const int n = small ? 12 : 200;
+    int32_t *pf = gt_xmalloc((size_t)n * 4), *ql = gt_xmalloc((size_t)n * 4);
+    for (int s = 0; s < n; s++) {
+        pf[s] = (int32_t)gt_rand_int(small ? 40 : 600);
+        ql[s] = 1 + (int32_t)gt_rand_int(small ? 20 : 70);
+    }
+    prefill_case(pf, ql, n, 16, 4, 64, IFD_DTYPE_F16, 0, 1.0f);
+    free(pf), free(ql);
+}
+
+int main(void)
+{
+    gt_begin("test_gpu_attention");
+    gt_case("decode_shapes", test_decode_shapes);
+    gt_case("decode_window", test_decode_window);
+    gt_case("decode_peaked", test_decode_peaked);
+    gt_case("decode_one_seq", test_decode_one_seq);
+    gt_case("decode_200_seqs", test_decode_200_seqs);
+    gt_case("decode_errors", test_decode_errors);
+    gt_case("prefill_shapes", test_prefill_shapes);
+    gt_case("prefill_window", test_prefill_window);
+    gt_case("prefill_peaked", test_prefill_peaked);
+    gt_case("prefill_long", test_prefill_long);
+    return gt_end();
+}

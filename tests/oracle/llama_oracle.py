@@ -1,0 +1,438 @@
+#!/usr/bin/env python3
+"""llama_oracle.py — a small NumPy reference for GGUF models of architecture `llama`.
+
+It exists to check inferd's C runtime against something written independently:
+this file follows the architecture's definition (MODEL-FORMATS.md §2 and §5.1),
+not inferd's code. Weights are read and dequantized by the PyPI `gguf` package
+(gguf.GGUFReader + gguf.quants.dequantize) and kept as float64; every activation
+is float64 too, so the oracle's own rounding error (~1e-13 relative) is far
+below the 1e-3 tolerance it is used with.
+
+The forward pass, for token t at position p (0-based, counting every token):
+    h = E[t]
+    per layer:  a = RMSNorm(h; attn_norm)
+                q, k, v = Wq a, Wk a, Wv a                 (heads of head_dim)
+                q, k = RoPE(q, p), RoPE(k, p)              interleaved pairs (x[2i], x[2i+1])
+                o = softmax(q·K^T / sqrt(head_dim), causal) V     grouped-query attention
+                h = h + Wo o
+                f = RMSNorm(h; ffn_norm)
+                h = h + Wdown(silu(Wgate f) * (Wup f))
+    logits = W_out RMSNorm(h; output_norm)     (W_out = token_embd when output.weight is absent)
+
+RoPE pairs (x[2i], x[2i+1]) because llama.cpp's converter permuted the Q/K rows
+of the HF checkpoint back to Meta's interleaved order (§2.4). The angle of pair
+i at position p is p * freq_scale * base^(-2i/n_rot) / ff[i], where base is
+`llama.rope.freq_base`, freq_scale = 1 / `llama.rope.scaling.factor` for linear
+scaling, and ff = the `rope_freqs.weight` tensor (Llama 3's frequency factors)
+when the file has one, else 1.
+
+Logit rows (the --dump-logits convention shared with inferd-worker): for a
+prompt of n_prompt tokens and N >= 1 generated tokens, the dump holds
+n_prompt + N - 1 rows: the logits at every prompt position, then the logits
+after feeding each generated token except the last. Row i is the distribution
+that predicts token i+1 of the sequence prompt + generated, so row
+n_prompt - 1 + j predicted generated token j. With N = 0 it holds the n_prompt
+prompt rows.
+
+Usage as a library:
+    m = LlamaOracle("model.gguf")
+    res = m.generate([1, 9690, ...], n_new=64)   # res.tokens, res.logits [rows, vocab]
+CLI:
+    llama_oracle.py --model PATH --tokens "id id ..." [-n N] [--dump-logits F.npy] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+try:
+    import gguf
+except ImportError:  # the caller decides whether that is a skip or an error
+    gguf = None
+
+ARCH = "llama"
+
+
+# ---- GGUF reading -------------------------------------------------------------------------------
+
+def _field(reader, key, default=None):
+    """The value of metadata key `key` (scalar, string or list), or `default`."""
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def _scalar(reader, key, default=None):
+    v = _field(reader, key, default)
+    if isinstance(v, list):  # a per-layer array; these models use one value for all layers
+        if len(set(v)) != 1:
+            raise ValueError(f"{key}: per-layer values {v} are not supported by the oracle")
+        v = v[0]
+    return v
+
+
+@dataclass
+class HParams:
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_rot: int
+    eps: float
+    rope_base: float
+    freq_scale: float
+    bos: int | None
+    eos: int | None
+    eot: int | None
+
+
+def read_hparams(reader) -> HParams:
+    arch = _field(reader, "general.architecture")
+    if arch != ARCH:
+        raise ValueError(f"architecture is {arch!r}; this oracle implements {ARCH!r} only")
+    p = ARCH + "."
+    n_embd = int(_scalar(reader, p + "embedding_length"))
+    n_head = int(_scalar(reader, p + "attention.head_count"))
+    head_dim = int(_scalar(reader, p + "attention.key_length", n_embd // n_head))
+    vlen = int(_scalar(reader, p + "attention.value_length", head_dim))
+    if vlen != head_dim:
+        raise ValueError(f"value_length {vlen} != key_length {head_dim}: not a llama layout")
+    tokens = _field(reader, "tokenizer.ggml.tokens") or []
+    scaling = _field(reader, p + "rope.scaling.type", "none")
+    factor = float(_scalar(reader, p + "rope.scaling.factor", 0.0) or 0.0)
+    if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
+        raise ValueError(f"rope scaling {scaling!r} is not supported by the oracle")
+    freq_scale = 1.0 / factor if (scaling == "linear" and factor > 0.0) else 1.0
+    return HParams(
+        n_vocab=int(_scalar(reader, p + "vocab_size", len(tokens))),
+        n_embd=n_embd,
+        n_layer=int(_scalar(reader, p + "block_count")),
+        n_ff=int(_scalar(reader, p + "feed_forward_length")),
+        n_head=n_head,
+        n_head_kv=int(_scalar(reader, p + "attention.head_count_kv", n_head)),
+        head_dim=head_dim,
+        n_rot=int(_scalar(reader, p + "rope.dimension_count", head_dim)),
+        eps=float(_scalar(reader, p + "attention.layer_norm_rms_epsilon")),
+        rope_base=float(_scalar(reader, p + "rope.freq_base", 10000.0)),
+        freq_scale=freq_scale,
+        bos=_scalar(reader, "tokenizer.ggml.bos_token_id"),
+        eos=_scalar(reader, "tokenizer.ggml.eos_token_id"),
+        eot=_scalar(reader, "tokenizer.ggml.eot_token_id"),
+    )
+
+
+def _dequant(t, dtype) -> np.ndarray:
+    """Tensor `t` as a dense array of shape (ne[n-1], ..., ne[0]) — for a matrix that is
+    [out, in], i.e. y = W @ x, the HF orientation (GGUF's ne0 is the input dimension)."""
+    a = gguf.quants.dequantize(t.data, t.tensor_type)
+    shape = tuple(int(d) for d in reversed(t.shape))
+    return np.asarray(a, dtype=dtype).reshape(shape)
+
+
+# ---- the model ----------------------------------------------------------------------------------
+
+@dataclass
+class Layer:
+    attn_norm: np.ndarray  # [n_embd]
+    wq: np.ndarray         # [n_head*hd, n_embd]
+    wk: np.ndarray         # [n_head_kv*hd, n_embd]
+    wv: np.ndarray         # [n_head_kv*hd, n_embd]
+    wo: np.ndarray         # [n_embd, n_head*hd]
+    ffn_norm: np.ndarray   # [n_embd]
+    w_gate: np.ndarray     # [n_ff, n_embd]
+    w_up: np.ndarray       # [n_ff, n_embd]
+    w_down: np.ndarray     # [n_embd, n_ff]
+    bq: np.ndarray | None = None
+    bk: np.ndarray | None = None
+    bv: np.ndarray | None = None
+    bo: np.ndarray | None = None
+
+
+@dataclass
+class Cache:
+    """Per-layer K (after RoPE) and V of every position fed so far: [n_head_kv, n_ctx, hd]."""
+    k: list
+    v: list
+    n: int = 0
+
+
+@dataclass
+class Result:
+    prompt: list
+    tokens: list                       # generated tokens
+    logits: np.ndarray                 # [rows, n_vocab] float64, rows as in the module doc
+    timings: dict = field(default_factory=dict)
+
+
+class LlamaOracle:
+    def __init__(self, path: str, dtype=np.float64):
+        if gguf is None:
+            raise ImportError("the PyPI package 'gguf' is required")
+        self.dtype = dtype
+        reader = gguf.GGUFReader(path, "r")
+        self.hp = hp = read_hparams(reader)
+        self.vocab = _field(reader, "tokenizer.ggml.tokens")
+        self.token_type = _field(reader, "tokenizer.ggml.token_type")
+        tensors = {t.name: t for t in reader.tensors}
+
+        def get(name, shape, required=True):
+            t = tensors.get(name)
+            if t is None:
+                if required:
+                    raise ValueError(f"tensor {name} is missing")
+                return None
+            a = _dequant(t, dtype)
+            if a.shape != shape:
+                raise ValueError(f"tensor {name}: shape {a.shape}, expected {shape}")
+            return a
+
+        E, D, hd = hp.n_vocab, hp.n_embd, hp.head_dim
+        qd, kvd = hp.n_head * hd, hp.n_head_kv * hd
+        self.tok_embd = get("token_embd.weight", (E, D))
+        self.output_norm = get("output_norm.weight", (D,))
+        out = get("output.weight", (E, D), required=False)
+        self.output = self.tok_embd if out is None else out      # tied embedding (§2.3)
+        self.tied = out is None
+        ff = get("rope_freqs.weight", (hp.n_rot // 2,), required=False)
+        self.layers = []
+        for i in range(hp.n_layer):
+            b = f"blk.{i}."
+            self.layers.append(Layer(
+                attn_norm=get(b + "attn_norm.weight", (D,)),
+                wq=get(b + "attn_q.weight", (qd, D)),
+                wk=get(b + "attn_k.weight", (kvd, D)),
+                wv=get(b + "attn_v.weight", (kvd, D)),
+                wo=get(b + "attn_output.weight", (D, qd)),
+                ffn_norm=get(b + "ffn_norm.weight", (D,)),
+                w_gate=get(b + "ffn_gate.weight", (hp.n_ff, D)),
+                w_up=get(b + "ffn_up.weight", (hp.n_ff, D)),
+                w_down=get(b + "ffn_down.weight", (D, hp.n_ff)),
+                bq=get(b + "attn_q.bias", (qd,), required=False),
+                bk=get(b + "attn_k.bias", (kvd,), required=False),
+                bv=get(b + "attn_v.bias", (kvd,), required=False),
+                bo=get(b + "attn_output.bias", (D,), required=False),
+            ))
+        # Inverse frequency of rotation pair i (§2.4): freq_scale * base^(-2i/n_rot) / ff[i].
+        i = np.arange(hp.n_rot // 2, dtype=np.float64)
+        inv = hp.freq_scale * hp.rope_base ** (-2.0 * i / hp.n_rot)
+        if ff is not None:
+            inv = inv / ff.astype(np.float64)
+        self.inv_freq = inv
+        self.has_rope_freqs = ff is not None
+
+    # -- building blocks (each follows MODEL-FORMATS.md §5.1) --
+
+    def rmsnorm(self, x, w):
+        """x / sqrt(mean(x^2) + eps) * w over the last axis."""
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        return x / np.sqrt(ms + self.hp.eps) * w
+
+    def rope(self, x, pos):
+        """Rotate x [heads, T, hd] at positions pos [T]; interleaved pairs (x[2i], x[2i+1])
+        over the first n_rot dims (GGUF llama layout)."""
+        nr = self.hp.n_rot
+        ang = pos.astype(np.float64)[:, None] * self.inv_freq[None, :]   # [T, nr/2]
+        cos, sin = np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)
+        a = x[..., 0:nr:2]
+        b = x[..., 1:nr:2]
+        y = x.copy()
+        y[..., 0:nr:2] = a * cos - b * sin
+        y[..., 1:nr:2] = a * sin + b * cos
+        return y
+
+    @staticmethod
+    def silu(x):
+        return x / (1.0 + np.exp(-x))
+
+    def new_cache(self, n_ctx: int) -> Cache:
+        hp = self.hp
+        shape = (hp.n_head_kv, n_ctx, hp.head_dim)
+        return Cache(k=[np.zeros(shape, self.dtype) for _ in range(hp.n_layer)],
+                     v=[np.zeros(shape, self.dtype) for _ in range(hp.n_layer)])
+
+    def forward(self, tokens, cache: Cache) -> np.ndarray:
+        """Feed `tokens` (continuing the sequence held in `cache`, which it extends) and
+        return the logits at each of their positions: [len(tokens), n_vocab]."""
+        hp = self.hp
+        T = len(tokens)
+        p0 = cache.n
+        if p0 + T > cache.k[0].shape[1]:
+            raise ValueError(f"cache holds {cache.k[0].shape[1]} positions, need {p0 + T}")
+        pos = np.arange(p0, p0 + T)
+        S = p0 + T                                     # keys visible to the last query
+        nh, nkv, hd = hp.n_head, hp.n_head_kv, hp.head_dim
+        group = nh // nkv
+        scale = self.dtype(1.0 / np.sqrt(hd))
+        # Causal mask: query t (position p0+t) sees keys 0..p0+t.
+        mask = np.where(np.arange(S)[None, :] <= pos[:, None], 0.0, -np.inf).astype(self.dtype)
+
+        h = self.tok_embd[np.asarray(tokens, dtype=np.int64)]                 # [T, D]
+        # Every array stays in self.dtype: one stray float64 operand would make NumPy
+        # convert whole weight matrices at every step.
+        for li, L in enumerate(self.layers):
+            a = self.rmsnorm(h, L.attn_norm)
+            q = a @ L.wq.T
+            k = a @ L.wk.T
+            v = a @ L.wv.T
+            if L.bq is not None:
+                q = q + L.bq
+            if L.bk is not None:
+                k = k + L.bk
+            if L.bv is not None:
+                v = v + L.bv
+            q = self.rope(q.reshape(T, nh, hd).transpose(1, 0, 2), pos)         # [nh, T, hd]
+            k = self.rope(k.reshape(T, nkv, hd).transpose(1, 0, 2), pos)        # [nkv, T, hd]
+            v = v.reshape(T, nkv, hd).transpose(1, 0, 2)
+            cache.k[li][:, p0:S] = k
+            cache.v[li][:, p0:S] = v
+            K = cache.k[li][:, :S]                                              # [nkv, S, hd]
+            V = cache.v[li][:, :S]
+            # GQA: query head j uses kv head j // group (consecutive heads share one).
+            qg = q.reshape(nkv, group * T, hd)
+            s = (qg @ K.transpose(0, 2, 1)).reshape(nkv, group, T, S) * scale + mask
+            s = s - s.max(axis=-1, keepdims=True)
+            pr = np.exp(s)
+            pr /= pr.sum(axis=-1, keepdims=True)
+            o = (pr.reshape(nkv, group * T, S) @ V).reshape(nh, T, hd)          # [nh, T, hd]
+            o = o.transpose(1, 0, 2).reshape(T, nh * hd)
+            att = o @ L.wo.T
+            if L.bo is not None:
+                att = att + L.bo
+            h = h + att
+            f = self.rmsnorm(h, L.ffn_norm)
+            h = h + (self.silu(f @ L.w_gate.T) * (f @ L.w_up.T)) @ L.w_down.T
+        cache.n = S
+        logits = self.rmsnorm(h, self.output_norm) @ self.output.T
+        assert logits.dtype == self.dtype, logits.dtype
+        return logits
+
+    def score(self, tokens) -> np.ndarray:
+        """Logits at every position of `tokens` from one pass over the whole sequence
+        (no cache reuse): [len(tokens), n_vocab]. Scoring prompt + generated[:-1] gives
+        the same rows as generate() whenever the generated tokens are the oracle's own
+        greedy choices, in one compute-bound pass instead of a step per token."""
+        return self.forward(list(tokens), self.new_cache(len(tokens)))
+
+    def stop_tokens(self):
+        return {t for t in (self.hp.eos, self.hp.eot) if t is not None}
+
+    def generate(self, prompt, n_new: int, stop_at_eos: bool = False,
+                 use_cache: bool = True) -> Result:
+        """Greedy generation of up to n_new tokens after `prompt` (ids used as-is: no BOS or
+        template is added). Returns the generated tokens and the logit rows of the module
+        doc. With stop_at_eos, generation ends after the first EOS/EOT token (which is kept).
+        use_cache=False recomputes the whole sequence at every step (slow; a self-check)."""
+        prompt = [int(t) for t in prompt]
+        if not prompt:
+            raise ValueError("empty prompt")
+        for t in prompt:
+            if not 0 <= t < self.hp.n_vocab:
+                raise ValueError(f"token id {t} out of range [0, {self.hp.n_vocab})")
+        stops = self.stop_tokens()
+        t0 = time.perf_counter()
+        cache = self.new_cache(len(prompt) + max(n_new, 1))
+        rows = [self.forward(prompt, cache)]
+        t1 = time.perf_counter()
+        out = []
+        while len(out) < n_new:
+            tok = int(np.argmax(rows[-1][-1]))
+            out.append(tok)
+            if len(out) == n_new or (stop_at_eos and tok in stops):
+                break
+            if use_cache:
+                rows.append(self.forward([tok], cache))
+            else:
+                c = self.new_cache(len(prompt) + len(out))
+                rows.append(self.forward(prompt + out, c)[-1:])
+        t2 = time.perf_counter()
+        logits = np.concatenate(rows, axis=0)
+        return Result(prompt=prompt, tokens=out, logits=logits,
+                      timings={"prefill_s": t1 - t0, "decode_s": t2 - t1})
+
+    # -- text, for humans only (the comparison is on ids and logits) --
+
+    def detokenize(self, ids) -> str:
+        """Byte-level BPE decode (GPT-2 byte↔unicode map, MODEL-FORMATS.md §6.1); control
+        tokens are rendered as their text."""
+        inv = _unicode_to_byte()
+        out = bytearray()
+        for t in ids:
+            s = self.vocab[t]
+            if self.token_type is not None and self.token_type[t] == 3:   # control
+                out += s.encode("utf-8")
+                continue
+            for ch in s:
+                b = inv.get(ch)
+                out += bytes([b]) if b is not None else ch.encode("utf-8")
+        return out.decode("utf-8", errors="replace")
+
+
+def _unicode_to_byte():
+    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    m = {chr(b): b for b in keep}
+    n = 0
+    for b in range(256):
+        if b not in keep:
+            m[chr(0x100 + n)] = b
+            n += 1
+    return m
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description="NumPy reference forward pass for GGUF llama models (greedy generation).")
+    ap.add_argument("--model", required=True, help="GGUF file of architecture llama")
+    ap.add_argument("--tokens", required=True,
+                    help='prompt token ids, space-separated ("1 9690 198 ..."); used as-is')
+    ap.add_argument("-n", type=int, default=16, help="tokens to generate (default 16)")
+    ap.add_argument("--dump-logits", metavar="FILE.npy",
+                    help="write float32 logits [n_prompt + n - 1, vocab] (see module doc)")
+    ap.add_argument("--stop-at-eos", action="store_true",
+                    help="stop after an EOS/EOT token (default: always generate n tokens)")
+    ap.add_argument("--no-kv-cache", action="store_true",
+                    help="recompute the whole sequence at every step")
+    ap.add_argument("--float32", action="store_true", help="compute in float32, not float64")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    a = ap.parse_args(argv)
+    if a.n < 0:
+        ap.error("-n must be >= 0")
+    try:
+        prompt = [int(x) for x in a.tokens.replace(",", " ").split()]
+    except ValueError:
+        ap.error("--tokens takes integer ids")
+    t0 = time.perf_counter()
+    m = LlamaOracle(a.model, np.float32 if a.float32 else np.float64)
+    t_load = time.perf_counter() - t0
+    res = m.generate(prompt, a.n, stop_at_eos=a.stop_at_eos, use_cache=not a.no_kv_cache)
+    if a.dump_logits:
+        np.save(a.dump_logits, res.logits.astype(np.float32))
+    text = m.detokenize(res.tokens)
+    if a.json:
+        json.dump({"prompt_tokens": res.prompt, "tokens": res.tokens, "text": text,
+                   "load_s": round(t_load, 3),
+                   "prefill_s": round(res.timings["prefill_s"], 3),
+                   "decode_s": round(res.timings["decode_s"], 3)}, sys.stdout)
+        print()
+    else:
+        print(text)
+        print(f"[oracle] {len(prompt)} prompt + {len(res.tokens)} generated tokens: "
+              f"{' '.join(map(str, res.tokens))}", file=sys.stderr)
+        print(f"[oracle] load {t_load:.2f}s prefill {res.timings['prefill_s']:.2f}s "
+              f"decode {res.timings['decode_s']:.2f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

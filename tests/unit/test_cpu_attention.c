@@ -1,0 +1,393 @@
+/*
+ * test_cpu_attention.c — the paged KV cache kernels: ifd_cpu_kv_write and
+ * ifd_cpu_paged_attention against a double-precision reference.
+ *
+ * Each case builds one layer's K/V pool poisoned with NaN everywhere, gives
+ * five sequences shuffled, non-contiguous physical blocks (unused block-table
+ * entries −1), writes their K/V through kv_write in shuffled batches with
+ * padding slots, and then runs one ragged batch mixing a prefill chunk on top
+ * of cached context, a whole prompt, a first token and two decode tokens,
+ * interleaved, plus padding rows (seq −1). Outputs start as NaN. Cases cover
+ * f32/f16/bf16 KV, GQA group sizes 1..4, head dims 8..256 (not all multiples
+ * of the SIMD width), block sizes 1..32 and sliding windows.
+ *
+ * Tolerance: |out − ref| ≤ 4e-6 (outputs are convex combinations of V rows
+ * with |v| ≤ 1; f32 scores and accumulation; the reference uses the K/V
+ * values as stored, i.e. after f16/bf16 rounding). The pool's result must be
+ * bitwise equal to the single-thread result.
+ *
+ * CTest runs this binary natively and with INFERD_CPU=avx2 / scalar.
+ */
+#include "testutil.h"
+
+#include "cpu/cpu_kernels.h"
+#include "error.h"
+#include "kernels.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state;
+
+static uint64_t rng_next(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rnd(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+static void shuffle_int(int *a, int n)
+{
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(rng_next() % (uint64_t)(i + 1));
+        int t = a[i];
+        a[i] = a[j], a[j] = t;
+    }
+}
+
+/* The value a dtype stores for x. */
+static float stored(ifd_dtype_t dt, float x)
+{
+    switch (dt) {
+    case IFD_DTYPE_F16:
+        return ifd_f16_to_f32(ifd_f32_to_f16(x));
+    case IFD_DTYPE_BF16:
+        return ifd_bf16_to_f32(ifd_f32_to_bf16(x));
+    default:
+        return x;
+    }
+}
+
+static int is_poison(const void *region, ifd_dtype_t dt, int64_t i)
+{
+    if (dt == IFD_DTYPE_F32)
+        return isnan(((const float *)region)[i]);
+    uint16_t h = ((const uint16_t *)region)[i];
+    return dt == IFD_DTYPE_F16 ? (h & 0x7fff) > 0x7c00 : (h & 0x7fff) > 0x7f80;
+}
+
+static float load_elem(const void *region, ifd_dtype_t dt, int64_t i)
+{
+    switch (dt) {
+    case IFD_DTYPE_F16:
+        return ifd_f16_to_f32(((const uint16_t *)region)[i]);
+    case IFD_DTYPE_BF16:
+        return ifd_bf16_to_f32(((const uint16_t *)region)[i]);
+    default:
+        return ((const float *)region)[i];
+    }
+}
+
+typedef struct {
+    int n_heads, n_kv, hd, bs;
+    ifd_dtype_t dt;
+    int window;
+} att_cfg_t;
+
+enum { NSEQ = 5 };
+
+typedef struct {
+    const att_cfg_t *cfg;
+    int len[NSEQ];     /* cached length of each sequence after this step */
+    int max_blocks;
+    int32_t *bt;       /* [NSEQ, max_blocks] */
+    float *src_k;      /* [NSEQ, maxlen, n_kv, hd] the f32 rows written */
+    float *src_v;
+    int maxlen;
+    ifd_kv_layer_t kv;
+    int64_t pool_elems;
+} att_world_t;
+
+static float *src_row(const att_world_t *w, float *base, int s, int p, int h)
+{
+    return base + (((int64_t)s * w->maxlen + p) * w->cfg->n_kv + h) * w->cfg->hd;
+}
+
+static void world_build(att_world_t *w, const att_cfg_t *cfg)
+{
+    static const int lens[NSEQ] = {37, 1, 20, 64, 9};
+    memset(w, 0, sizeof *w);
+    w->cfg = cfg;
+    int total_blocks = 0;
+    for (int s = 0; s < NSEQ; s++) {
+        w->len[s] = lens[s];
+        int nb = (lens[s] + cfg->bs - 1) / cfg->bs;
+        total_blocks += nb;
+        if (nb + 2 > w->max_blocks)
+            w->max_blocks = nb + 2;
+        if (lens[s] > w->maxlen)
+            w->maxlen = lens[s];
+    }
+    /* Physical blocks: a shuffled permutation of a pool with spare blocks. */
+    const int n_blocks = total_blocks + 7;
+    int *perm = malloc(sizeof(int) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++)
+        perm[i] = i;
+    shuffle_int(perm, n_blocks);
+    w->bt = malloc(sizeof(int32_t) * (size_t)NSEQ * w->max_blocks);
+    int next = 0;
+    for (int s = 0; s < NSEQ; s++)
+        for (int b = 0; b < w->max_blocks; b++)
+            w->bt[s * w->max_blocks + b] =
+                b < (w->len[s] + cfg->bs - 1) / cfg->bs ? perm[next++] : -1;
+    free(perm);
+
+    w->kv.dtype = cfg->dt;
+    w->kv.block_size = cfg->bs;
+    w->kv.n_kv_heads = cfg->n_kv;
+    w->kv.head_dim = cfg->hd;
+    w->pool_elems = (int64_t)n_blocks * cfg->n_kv * cfg->bs * cfg->hd;
+    const size_t es = (size_t)ifd_dtype_size(cfg->dt);
+    w->kv.k = malloc(es * (size_t)w->pool_elems);
+    w->kv.v = malloc(es * (size_t)w->pool_elems);
+    for (int64_t i = 0; i < w->pool_elems; i++) {
+        if (cfg->dt == IFD_DTYPE_F32) {
+            ((float *)w->kv.k)[i] = NAN;
+            ((float *)w->kv.v)[i] = NAN;
+        } else {
+            uint16_t nan16 = cfg->dt == IFD_DTYPE_F16 ? 0x7e00 : 0x7fc0;
+            ((uint16_t *)w->kv.k)[i] = nan16;
+            ((uint16_t *)w->kv.v)[i] = nan16;
+        }
+    }
+    const int64_t src_n = (int64_t)NSEQ * w->maxlen * cfg->n_kv * cfg->hd;
+    w->src_k = malloc(sizeof(float) * (size_t)src_n);
+    w->src_v = malloc(sizeof(float) * (size_t)src_n);
+    for (int64_t i = 0; i < src_n; i++) {
+        w->src_k[i] = rnd(-1, 1);
+        w->src_v[i] = rnd(-1, 1);
+    }
+
+    /* Write every (seq, pos) through kv_write: shuffled, in batches of up to 13
+     * tokens with a padding slot (−1) after every fifth token. */
+    int n_rows = 0;
+    for (int s = 0; s < NSEQ; s++)
+        n_rows += w->len[s];
+    int *order = malloc(sizeof(int) * (size_t)n_rows);
+    int *row_seq = malloc(sizeof(int) * (size_t)n_rows), *row_pos = malloc(sizeof(int) * (size_t)n_rows);
+    for (int s = 0, r = 0; s < NSEQ; s++)
+        for (int p = 0; p < w->len[s]; p++, r++)
+            row_seq[r] = s, row_pos[r] = p, order[r] = r;
+    shuffle_int(order, n_rows);
+    const int hd = cfg->hd, nkv = cfg->n_kv;
+    float *kb = malloc(sizeof(float) * 16 * (size_t)nkv * hd);
+    float *vb = malloc(sizeof(float) * 16 * (size_t)nkv * hd);
+    int64_t slot[16];
+    for (int r = 0; r < n_rows;) {
+        int n = 0;
+        while (n < 16 && r < n_rows) {
+            if (n % 6 == 5) {
+                slot[n] = -1; /* padding row: its data must not land anywhere */
+                for (int i = 0; i < nkv * hd; i++)
+                    kb[n * nkv * hd + i] = vb[n * nkv * hd + i] = 1e9f;
+                n++;
+                continue;
+            }
+            const int s = row_seq[order[r]], p = row_pos[order[r]];
+            slot[n] = (int64_t)w->bt[s * w->max_blocks + p / cfg->bs] * cfg->bs + p % cfg->bs;
+            memcpy(kb + n * nkv * hd, src_row(w, w->src_k, s, p, 0), sizeof(float) * nkv * hd);
+            memcpy(vb + n * nkv * hd, src_row(w, w->src_v, s, p, 0), sizeof(float) * nkv * hd);
+            n++, r++;
+        }
+        ck_assert_int_eq(ifd_cpu_kv_write(&w->kv, kb, vb, slot, n), 0);
+    }
+    free(kb), free(vb), free(order), free(row_seq), free(row_pos);
+}
+
+static void world_free(att_world_t *w)
+{
+    free(w->bt), free(w->src_k), free(w->src_v), free(w->kv.k), free(w->kv.v);
+}
+
+/* Every written element holds its stored value; every other one is still NaN. */
+static void check_pool(const att_world_t *w)
+{
+    const att_cfg_t *cfg = w->cfg;
+    char *written = calloc((size_t)w->pool_elems, 1);
+    for (int s = 0; s < NSEQ; s++)
+        for (int p = 0; p < w->len[s]; p++)
+            for (int h = 0; h < cfg->n_kv; h++) {
+                const int64_t blk = w->bt[s * w->max_blocks + p / cfg->bs];
+                const int64_t o = ((blk * cfg->n_kv + h) * cfg->bs + p % cfg->bs) * cfg->hd;
+                const float *sk = src_row(w, w->src_k, s, p, h), *sv = src_row(w, w->src_v, s, p, h);
+                for (int e = 0; e < cfg->hd; e++) {
+                    ck_assert(load_elem(w->kv.k, cfg->dt, o + e) == stored(cfg->dt, sk[e]));
+                    ck_assert(load_elem(w->kv.v, cfg->dt, o + e) == stored(cfg->dt, sv[e]));
+                    written[o + e] = 1;
+                }
+            }
+    for (int64_t i = 0; i < w->pool_elems; i++)
+        if (!written[i])
+            ck_assert_msg(is_poison(w->kv.k, cfg->dt, i) && is_poison(w->kv.v, cfg->dt, i),
+                          "kv_write touched unused element %lld", (long long)i);
+    free(written);
+}
+
+static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
+{
+    att_world_t w;
+    world_build(&w, cfg);
+    check_pool(&w);
+
+    /* The batch: seq 0 prefill chunk 21..36 over 21 cached positions, seq 1
+     * first token, seq 2 decode at 19, seq 3 whole prompt 0..63, seq 4 decode
+     * at 8, two padding rows; shuffled. */
+    int tok_seq[128], tok_pos[128], n_tok = 0;
+    for (int p = 21; p < 37; p++)
+        tok_seq[n_tok] = 0, tok_pos[n_tok++] = p;
+    tok_seq[n_tok] = 1, tok_pos[n_tok++] = 0;
+    tok_seq[n_tok] = 2, tok_pos[n_tok++] = 19;
+    for (int p = 0; p < 64; p++)
+        tok_seq[n_tok] = 3, tok_pos[n_tok++] = p;
+    tok_seq[n_tok] = 4, tok_pos[n_tok++] = 8;
+    tok_seq[n_tok] = -1, tok_pos[n_tok++] = 0;
+    tok_seq[n_tok] = -1, tok_pos[n_tok++] = 12345;
+    int order[128];
+    for (int i = 0; i < n_tok; i++)
+        order[i] = i;
+    shuffle_int(order, n_tok);
+    int32_t seq[128], pos[128];
+    for (int i = 0; i < n_tok; i++)
+        seq[i] = tok_seq[order[i]], pos[i] = tok_pos[order[i]];
+
+    const int nh = cfg->n_heads, hd = cfg->hd, G = cfg->n_heads / cfg->n_kv;
+    const int64_t qn = (int64_t)n_tok * nh * hd;
+    float *q = malloc(sizeof(float) * (size_t)qn);
+    float *out = malloc(sizeof(float) * (size_t)qn), *out1 = malloc(sizeof(float) * (size_t)qn);
+    for (int64_t i = 0; i < qn; i++)
+        q[i] = rnd(-3, 3), out[i] = out1[i] = NAN;
+    const float scale = 1.0f / sqrtf((float)hd);
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &w.kv, seq, pos, w.bt, w.max_blocks, n_tok, nh,
+                                             scale, cfg->window, tp),
+                     0);
+    ck_assert_int_eq(ifd_cpu_paged_attention(out1, q, &w.kv, seq, pos, w.bt, w.max_blocks, n_tok,
+                                             nh, scale, cfg->window, NULL),
+                     0);
+    ck_assert_msg(memcmp(out, out1, sizeof(float) * (size_t)qn) == 0,
+                  "attention differs between the pool and one thread");
+
+    double *sc = malloc(sizeof(double) * (size_t)w.maxlen);
+    double worst = 0;
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < nh; h++) {
+            const float *o = out + ((int64_t)t * nh + h) * hd;
+            if (seq[t] < 0) {
+                for (int e = 0; e < hd; e++)
+                    ck_assert(o[e] == 0.0f);
+                continue;
+            }
+            const float *qh = q + ((int64_t)t * nh + h) * hd;
+            const int kvh = h / G, s = seq[t];
+            const int lo = cfg->window > 0 && pos[t] - cfg->window + 1 > 0 ? pos[t] - cfg->window + 1
+                                                                           : 0;
+            double mx = -INFINITY, sum = 0;
+            for (int p = lo; p <= pos[t]; p++) {
+                const float *k = src_row(&w, w.src_k, s, p, kvh);
+                double d = 0;
+                for (int e = 0; e < hd; e++)
+                    d += (double)qh[e] * stored(cfg->dt, k[e]);
+                sc[p] = d * scale;
+                mx = sc[p] > mx ? sc[p] : mx;
+            }
+            for (int p = lo; p <= pos[t]; p++)
+                sum += (sc[p] = exp(sc[p] - mx));
+            for (int e = 0; e < hd; e++) {
+                double ref = 0;
+                for (int p = lo; p <= pos[t]; p++)
+                    ref += sc[p] / sum * stored(cfg->dt, src_row(&w, w.src_v, s, p, kvh)[e]);
+                const double err = fabs(o[e] - ref);
+                ck_assert_msg(err <= 4e-6,
+                              "attention t=%d (seq %d pos %d) head %d dim %d: %.9g ref %.9g", t, s,
+                              pos[t], h, e, o[e], ref);
+                worst = err > worst ? err : worst;
+            }
+        }
+    printf("attention heads %d/%d hd %d bs %d dtype %d window %d: max |err| %.3g\n", nh, cfg->n_kv,
+           hd, cfg->bs, (int)cfg->dt, cfg->window, worst);
+    free(sc), free(q), free(out), free(out1);
+    world_free(&w);
+}
+
+static const att_cfg_t att_cfgs[] = {
+    {9, 3, 64, 16, IFD_DTYPE_F32, 0},   /* SmolLM2 */
+    {9, 3, 64, 16, IFD_DTYPE_F16, 0},   {9, 3, 64, 16, IFD_DTYPE_BF16, 0},
+    {4, 1, 256, 16, IFD_DTYPE_BF16, 5}, /* Gemma 3 270M-like, sliding window */
+    {8, 8, 40, 7, IFD_DTYPE_F32, 1},    /* window 1: only the token itself */
+    {6, 2, 17, 5, IFD_DTYPE_F16, 3},    {16, 4, 128, 32, IFD_DTYPE_F32, 0},
+    {2, 1, 8, 1, IFD_DTYPE_F32, 0},     {3, 3, 24, 3, IFD_DTYPE_F16, 40},
+};
+
+START_TEST(test_attention)
+{
+    rng_state = 100 + (uint64_t)_i;
+    ifd_threadpool_t *tp = NULL;
+    ck_assert_int_eq(ifd_threadpool_create(&tp, 3), 0);
+    att_case(&att_cfgs[_i], tp);
+    ifd_threadpool_destroy(tp);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+    float kbuf[64] = {0}, vbuf[64] = {0}, q[64] = {0}, out[64];
+    int32_t bt[2] = {0, -1}, seq = 0, pos = 3;
+    int64_t slot = 0;
+    ifd_kv_layer_t kv = {kbuf, vbuf, IFD_DTYPE_F32, 4, 1, 8};
+    ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), 0);
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 2, 1, 0, NULL), 0);
+    pos = 4; /* block 1 is unmapped */
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 2, 1, 0, NULL),
+                     IFD_EINVAL);
+    pos = 8; /* past max_blocks */
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 2, 1, 0, NULL),
+                     IFD_EINVAL);
+    pos = 3;
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 2, 1, -1, NULL),
+                     IFD_EINVAL);
+    kv.n_kv_heads = 2; /* 3 query heads over 2 KV heads */
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 3, 1, 0, NULL),
+                     IFD_EINVAL);
+    kv.n_kv_heads = 1;
+    kv.head_dim = 300;
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 1, 1, 0, NULL),
+                     IFD_ENOTSUP);
+    kv.head_dim = 8;
+    kv.dtype = (ifd_dtype_t)9;
+    ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_ENOTSUP);
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 1, 1, 0, NULL),
+                     IFD_ENOTSUP);
+    kv.dtype = IFD_DTYPE_F32;
+    kv.block_size = 0;
+    ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_EINVAL);
+}
+END_TEST
+
+static Suite *attention_suite(void)
+{
+    Suite *s = suite_create("cpu_attention");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_attention, 0, (int)(sizeof att_cfgs / sizeof att_cfgs[0]));
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    const char *cap = getenv("INFERD_CPU");
+    const ifd_cpu_features_t *f = ifd_cpu_features();
+    if (cap && strcmp(cap, "avx2") == 0 && !(f->avx2 && f->fma && f->f16c))
+        ifd_test_skip("INFERD_CPU=avx2 but this CPU has no AVX2/FMA/F16C");
+    printf("cpu kernels path: %s (INFERD_CPU=%s)\n", ifd_cpu_isa_name(), cap ? cap : "");
+    return ifd_test_run(attention_suite());
+}

@@ -1,0 +1,507 @@
+/*
+ * test_engine.c — the engine's scheduler on a fake model that really uses
+ * the paged KV pool: the fake forward writes (token, position) into each
+ * token's KV slot and computes every sampled row's logits from the whole
+ * context read back through the block table. Any wrong block, slot, prefix
+ * hit or lost KV after preemption changes the output, so "batched equals
+ * solo" checks the bookkeeping end to end. Deterministic and fast.
+ */
+#include "testutil.h"
+
+#include "engine.h"
+#include "error.h"
+#include "kvpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VOCAB 64
+#define STOP_ID 0
+#define MAX_REQ 64
+#define MAX_OUT 256
+
+typedef struct {
+    ifd_kvpool_t *pool;
+    int bad; /* context inconsistencies seen */
+    int forwards;
+} fake_t;
+
+static float *kv_at(fake_t *f, int32_t local_block, int off)
+{
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(f->pool, &g);
+    float *k = ifd_kvpool_layer_k(f->pool, 0, 0);
+    return k + ((int64_t)local_block * g.block_size + off) * 2;
+}
+
+static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
+{
+    fake_t *f = ctx;
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(f->pool, &g);
+    int bs = g.block_size;
+    f->forwards++;
+    for (int i = 0; i < b->n_tok; i++) {
+        if (b->slot[i] < 0)
+            continue;
+        float *kv = kv_at(f, (int32_t)(b->slot[i] / bs), (int)(b->slot[i] % bs));
+        kv[0] = (float)b->tokens[i];
+        kv[1] = (float)b->pos[i];
+    }
+    for (int r = 0; r < b->n_logits; r++) {
+        int i = b->logit_rows[r];
+        const int32_t *table = b->block_tables + (int64_t)b->seq[i] * b->max_blocks;
+        uint64_t h = 1469598103934665603ull;
+        for (int p = 0; p <= b->pos[i]; p++) {
+            float *kv = kv_at(f, table[p / bs], p % bs);
+            if ((int)kv[1] != p)
+                f->bad++;
+            h = (h ^ (uint64_t)(int)kv[0]) * 1099511628211ull;
+            h ^= h >> 29;
+        }
+        float *row = logits + (size_t)r * VOCAB;
+        for (int v = 0; v < VOCAB; v++)
+            row[v] = 0.0f;
+        row[h % VOCAB] = 10.0f;
+    }
+    return 0;
+}
+
+typedef struct {
+    int32_t out[MAX_REQ][MAX_OUT];
+    int n_out[MAX_REQ];
+    int finished[MAX_REQ];
+    ifd_finish_reason_t reason[MAX_REQ];
+    ifd_engine_usage_t usage[MAX_REQ];
+} sink_t;
+
+static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
+{
+    sink_t *s = ctx;
+    ck_assert_uint_lt(id, MAX_REQ);
+    ck_assert_int_eq(s->finished[id], 0);
+    ck_assert_int_lt(s->n_out[id], MAX_OUT);
+    s->out[id][s->n_out[id]++] = res->token;
+}
+
+static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t reason,
+                      const ifd_engine_usage_t *u)
+{
+    sink_t *s = ctx;
+    s->finished[id]++;
+    s->reason[id] = reason;
+    s->usage[id] = *u;
+}
+
+typedef struct {
+    fake_t fake;
+    ifd_kvpool_t *pool;
+    ifd_engine_t *eng;
+    sink_t *sink;
+} rig_t;
+
+static void rig_open(rig_t *r, int n_blocks, int budget, int max_seqs, int n_ctx)
+{
+    memset(r, 0, sizeof *r);
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = 1;
+    kp.n_kv_heads = 1;
+    kp.head_dim = 2;
+    kp.dtype = IFD_KV_F32;
+    kp.n_blocks = n_blocks;
+    kp.n_workers = 2;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
+    r->fake.pool = r->pool;
+    r->sink = calloc(1, sizeof *r->sink);
+    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward};
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    static const int32_t eos[] = {STOP_ID};
+    ep.eos_ids = eos;
+    ep.n_eos_ids = 1;
+    ep.max_batched_tokens = budget;
+    ep.max_seqs = max_seqs;
+    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish};
+    ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
+}
+
+static void rig_check_pool(rig_t *r)
+{
+    char err[512];
+    ck_assert_msg(ifd_kvpool_check(r->pool, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r->fake.bad, 0);
+}
+
+static void rig_close(rig_t *r)
+{
+    ifd_engine_destroy(r->eng);
+    rig_check_pool(r);
+    ifd_kvpool_stats_t st;
+    ck_assert_int_eq(ifd_kvpool_stats(r->pool, &st), 0);
+    ck_assert_int_eq(st.in_use, 0); /* nothing leaked */
+    ifd_kvpool_destroy(r->pool);
+    free(r->sink);
+}
+
+static int run_to_idle(rig_t *r, int max_steps)
+{
+    int steps = 0;
+    while (!ifd_engine_idle(r->eng)) {
+        ck_assert_int_ge(ifd_engine_step(r->eng, NULL), 0);
+        ck_assert_int_lt(++steps, max_steps);
+    }
+    return steps;
+}
+
+static int32_t prompts[MAX_REQ][400];
+static int prompt_len[MAX_REQ];
+
+static void make_prompts(int n, int max_len, unsigned seed)
+{
+    srand(seed);
+    for (int i = 0; i < n; i++) {
+        prompt_len[i] = 1 + rand() % max_len;
+        for (int j = 0; j < prompt_len[i]; j++)
+            prompts[i][j] = 1 + rand() % (VOCAB - 1);
+    }
+}
+
+static ifd_engine_request_t req(int i, int max_tokens)
+{
+    ifd_engine_request_t r;
+    memset(&r, 0, sizeof r);
+    r.id = (uint64_t)i;
+    r.prompt = prompts[i];
+    r.n_prompt = prompt_len[i];
+    r.sampling = ifd_sampling_default_params();
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = max_tokens;
+    r.use_cache = true;
+    return r;
+}
+
+/* Each request alone in a roomy engine: the reference outputs. */
+static void solo_outputs(int n, int max_tokens, sink_t *ref)
+{
+    for (int i = 0; i < n; i++) {
+        rig_t r;
+        rig_open(&r, 256, 512, 64, 1024);
+        ifd_engine_request_t q = req(i, max_tokens);
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+        run_to_idle(&r, 10000);
+        ck_assert_int_eq(r.sink->finished[i], 1);
+        ref->n_out[i] = r.sink->n_out[i];
+        memcpy(ref->out[i], r.sink->out[i], sizeof ref->out[i]);
+        ref->reason[i] = r.sink->reason[i];
+        rig_close(&r);
+    }
+}
+
+static void assert_same(const sink_t *a, const sink_t *b, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(b->finished[i], 1);
+        ck_assert_int_eq(a->n_out[i], b->n_out[i]);
+        ck_assert_msg(memcmp(a->out[i], b->out[i], (size_t)a->n_out[i] * 4) == 0,
+                      "request %d differs", i);
+        ck_assert_int_eq(a->reason[i], b->reason[i]);
+    }
+}
+
+START_TEST(test_batched_equals_solo)
+{
+    make_prompts(32, 120, 1);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(32, 24, ref);
+    rig_t r;
+    rig_open(&r, 512, 64, 64, 1024);
+    for (int i = 0; i < 32; i++) {
+        ifd_engine_request_t q = req(i, 24);
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    int steps = run_to_idle(&r, 10000);
+    assert_same(ref, r.sink, 32);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_uint_eq(st.finished, 32);
+    ck_assert(st.tokens / st.steps > 8); /* real batching happened */
+    printf("batched: %d steps, %.1f tokens/step\n", steps, (double)st.tokens / (double)st.steps);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+START_TEST(test_budget_filled_decodes_first_then_chunks)
+{
+    make_prompts(5, 10, 2);
+    prompt_len[4] = 100;
+    rig_t r;
+    rig_open(&r, 256, 16, 64, 1024);
+    for (int i = 0; i < 4; i++) {
+        ifd_engine_request_t q = req(i, 50);
+        q.ignore_eos = true;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    /* prefill the 4 short ones until all decode */
+    ifd_engine_step_stats_t st;
+    for (int k = 0; k < 8; k++)
+        ifd_engine_step(r.eng, &st);
+    ck_assert_int_eq(st.n_decode_tokens, 4);
+    ifd_engine_request_t q = req(4, 5);
+    q.ignore_eos = true;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    ck_assert_int_eq(ifd_engine_step(r.eng, &st), 5);
+    ck_assert_int_eq(st.n_tokens, 16);       /* budget filled */
+    ck_assert_int_eq(st.n_decode_tokens, 4); /* every decode first */
+    ck_assert_int_eq(st.n_prefill_tokens, 12);
+    int chunks = 1;
+    while (r.sink->n_out[4] == 0) {
+        ifd_engine_step(r.eng, &st);
+        chunks++;
+    }
+    ck_assert_int_ge(chunks, 8); /* 100 tokens in 12-token chunks */
+    run_to_idle(&r, 1000);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_chunked_prefill_equals_whole)
+{
+    make_prompts(2, 10, 3);
+    prompt_len[0] = 300;
+    for (int j = 0; j < 300; j++)
+        prompts[0][j] = 1 + (j * 7) % (VOCAB - 1);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(1, 30, ref);
+    rig_t r;
+    rig_open(&r, 256, 7, 4, 1024); /* odd budget: chunk edges mid-block */
+    ifd_engine_request_t q = req(0, 30);
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 10000);
+    assert_same(ref, r.sink, 1);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+START_TEST(test_prefix_reuse)
+{
+    make_prompts(2, 10, 4);
+    prompt_len[0] = prompt_len[1] = 64;
+    for (int j = 0; j < 64; j++)
+        prompts[1][j] = prompts[0][j] = 1 + (j * 5) % (VOCAB - 1);
+    rig_t r;
+    rig_open(&r, 64, 512, 8, 1024);
+    ifd_engine_request_t q = req(0, 10);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[0].cached_tokens, 0);
+    q = req(1, 10);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    ifd_engine_step_stats_t st;
+    ifd_engine_step(r.eng, &st);
+    /* (64 - 1) / 16 = 3 full blocks reused: only 16 tokens prefilled */
+    ck_assert_int_eq(st.n_prefill_tokens, 16);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[1].cached_tokens, 48);
+    ck_assert_int_eq(r.sink->n_out[0], r.sink->n_out[1]);
+    ck_assert(memcmp(r.sink->out[0], r.sink->out[1], (size_t)r.sink->n_out[0] * 4) == 0);
+    /* a different salt does not see the blocks */
+    prompt_len[2] = 64;
+    memcpy(prompts[2], prompts[0], 64 * 4);
+    q = req(2, 10);
+    q.ignore_eos = true;
+    q.salt = 99;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[2].cached_tokens, 0);
+    ifd_kvpool_stats_t ps;
+    ifd_kvpool_stats(r.pool, &ps);
+    ck_assert_int_gt(ps.cached, 0);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_tiny_pool_preempts_and_completes_all)
+{
+    make_prompts(12, 40, 5);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(12, 40, ref);
+    rig_t r;
+    rig_open(&r, 12, 64, 16, 1024); /* 12 blocks of 16 tokens for 12 requests */
+    for (int i = 0; i < 12; i++) {
+        ifd_engine_request_t q = req(i, 40);
+        ifd_engine_add(r.eng, &q);
+    }
+    run_to_idle(&r, 100000);
+    assert_same(ref, r.sink, 12);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_uint_gt(st.preemptions, 0);
+    printf("tiny pool: %llu preemptions\n", (unsigned long long)st.preemptions);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+START_TEST(test_cancel_in_every_state)
+{
+    make_prompts(4, 10, 6);
+    prompt_len[1] = 200; /* will be mid-prefill */
+    rig_t r;
+    rig_open(&r, 128, 32, 2, 1024); /* max_seqs 2: request 3 stays waiting */
+    for (int i = 0; i < 4; i++) {
+        ifd_engine_request_t q = req(i, 100);
+        q.ignore_eos = true;
+        ifd_engine_add(r.eng, &q);
+    }
+    for (int k = 0; k < 3; k++)
+        ifd_engine_step(r.eng, NULL);
+    ck_assert_int_gt(r.sink->n_out[0], 0);  /* 0 decoding */
+    ck_assert_int_eq(r.sink->n_out[1], 0);  /* 1 prefilling */
+    ck_assert_int_eq(ifd_engine_cancel(r.eng, 0), 0);
+    ck_assert_int_eq(ifd_engine_cancel(r.eng, 1), 0);
+    ck_assert_int_eq(ifd_engine_cancel(r.eng, 3), 0);
+    ck_assert_int_eq(ifd_engine_cancel(r.eng, 77), IFD_ENOTFOUND);
+    run_to_idle(&r, 1000);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(r.sink->finished[i], 1);
+    ck_assert_int_eq(r.sink->reason[0], IFD_FINISH_CANCELLED);
+    ck_assert_int_eq(r.sink->reason[1], IFD_FINISH_CANCELLED);
+    ck_assert_int_eq(r.sink->reason[3], IFD_FINISH_CANCELLED);
+    ck_assert_int_eq(r.sink->n_out[3], 0);
+    ck_assert_int_eq(r.sink->reason[2], IFD_FINISH_LENGTH);
+    ck_assert_int_eq(r.sink->n_out[2], 100);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_finish_reasons_and_errors)
+{
+    make_prompts(4, 10, 7);
+    rig_t r;
+    rig_open(&r, 8, 64, 8, 40); /* context of 40 tokens, 8 blocks */
+    ifd_engine_request_t q = req(0, 1000);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->reason[0], IFD_FINISH_LENGTH);
+    ck_assert_int_eq(prompt_len[0] + r.sink->n_out[0], 40);
+    /* max_tokens */
+    q = req(1, 3);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->n_out[1], 3);
+    /* a stop token ends with "stop" and is the last token, even with ignore_eos */
+    q = req(2, 200);
+    q.ignore_eos = true;
+    int32_t stops[VOCAB];
+    for (int v = 0; v < VOCAB; v++)
+        stops[v] = v;
+    q.stop_ids = stops;
+    q.n_stop_ids = VOCAB;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->reason[2], IFD_FINISH_STOP);
+    ck_assert_int_eq(r.sink->n_out[2], 1);
+    /* invalid requests */
+    q = req(3, 5);
+    q.n_prompt = 0;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    q = req(3, 5);
+    q.n_prompt = 40;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL); /* no room to generate */
+    q = req(3, 5);
+    q.sampling.temperature = -1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    q = req(3, 5);
+    int32_t badtok = VOCAB;
+    q.prompt = &badtok;
+    q.n_prompt = 1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    q = req(3, 5);
+    ifd_engine_add(r.eng, &q);
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EEXIST);
+    run_to_idle(&r, 1000);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_request_larger_than_pool_errors)
+{
+    make_prompts(1, 10, 8);
+    prompt_len[0] = 100;
+    rig_t r;
+    rig_open(&r, 4, 64, 8, 1024); /* 64 tokens of KV in all */
+    ifd_engine_request_t q = req(0, 5);
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 100);
+    ck_assert_int_eq(r.sink->reason[0], IFD_FINISH_ERROR);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_no_cache_mode_same_tokens)
+{
+    make_prompts(3, 50, 9);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(3, 20, ref);
+    rig_t r;
+    rig_open(&r, 128, 32, 8, 1024);
+    for (int i = 0; i < 3; i++) {
+        ifd_engine_request_t q = req(i, 20);
+        q.use_cache = false;
+        ifd_engine_add(r.eng, &q);
+    }
+    run_to_idle(&r, 10000);
+    assert_same(ref, r.sink, 3);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_uint_eq(st.cached_prompt_tokens, 0);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+START_TEST(test_resume_with_generated_tokens)
+{
+    make_prompts(1, 30, 10);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(1, 20, ref);
+    ck_assert_int_ge(ref->n_out[0], 6);
+    rig_t r;
+    rig_open(&r, 64, 64, 8, 1024);
+    ifd_engine_request_t q = req(0, 20);
+    q.generated = ref->out[0];
+    q.n_generated = 5;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->n_out[0], ref->n_out[0] - 5);
+    ck_assert(memcmp(r.sink->out[0], ref->out[0] + 5, (size_t)r.sink->n_out[0] * 4) == 0);
+    ck_assert_int_eq(r.sink->usage[0].completion_tokens, ref->n_out[0]);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("scheduler");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_batched_equals_solo);
+    tcase_add_test(tc, test_budget_filled_decodes_first_then_chunks);
+    tcase_add_test(tc, test_chunked_prefill_equals_whole);
+    tcase_add_test(tc, test_prefix_reuse);
+    tcase_add_test(tc, test_tiny_pool_preempts_and_completes_all);
+    tcase_add_test(tc, test_cancel_in_every_state);
+    tcase_add_test(tc, test_finish_reasons_and_errors);
+    tcase_add_test(tc, test_request_larger_than_pool_errors);
+    tcase_add_test(tc, test_no_cache_mode_same_tokens);
+    tcase_add_test(tc, test_resume_with_generated_tokens);
+    suite_add_tcase(s, tc);
+    return ifd_test_run(s);
+}

@@ -1,0 +1,222 @@
+/*
+ * test_engine_model.c — the engine on the real default model (label model):
+ *  - 32 concurrent greedy requests of varied lengths produce exactly the
+ *    tokens each produces alone;
+ *  - a repeated prompt reuses the cached blocks (no prefill for the shared
+ *    full blocks) and gives the identical output;
+ *  - a pool too small for all requests still completes every one of them,
+ *    with the same outputs.
+ */
+#include "testutil.h"
+
+#include "backend.h"
+#include "engine.h"
+#include "error.h"
+#include "kvpool.h"
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_REQ 32
+#define N_OUT 12
+
+static ifd_backend_t *be;
+static ifd_model_t *model;
+
+typedef struct {
+    int32_t out[N_REQ][N_OUT];
+    int n_out[N_REQ];
+    int finished[N_REQ];
+    ifd_engine_usage_t usage[N_REQ];
+} sink_t;
+
+static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
+{
+    sink_t *s = ctx;
+    if (s->n_out[id] < N_OUT)
+        s->out[id][s->n_out[id]] = res->token;
+    s->n_out[id]++;
+}
+
+static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t r, const ifd_engine_usage_t *u)
+{
+    sink_t *s = ctx;
+    (void)r;
+    s->finished[id]++;
+    s->usage[id] = *u;
+}
+
+static int32_t prompts[N_REQ][200];
+static int plen[N_REQ];
+
+static void make_prompts(void)
+{
+    srand(42);
+    for (int i = 0; i < N_REQ; i++) {
+        plen[i] = 5 + (i * 37) % 120;
+        for (int j = 0; j < plen[i]; j++)
+            prompts[i][j] = 200 + rand() % 40000;
+    }
+}
+
+/* Runs requests [first, first+n) with the given concurrency and pool size. */
+static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks, int budget,
+                  ifd_engine_stats_t *st_out, ifd_kvpool_t *shared_pool)
+{
+    const ifd_model_config_t *cfg = ifd_model_config(model);
+    ifd_kvpool_t *pool = shared_pool;
+    if (!pool) {
+        ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+        kp.n_layers = (int)cfg->n_layer;
+        kp.n_kv_heads = (int)cfg->n_head_kv;
+        kp.head_dim = (int)cfg->head_dim;
+        kp.dtype = IFD_KV_F32;
+        kp.n_blocks = pool_blocks;
+        kp.n_workers = 1;
+        ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
+    }
+    ifd_engine_model_t em;
+    ck_assert_int_eq(ifd_engine_model_from(&em, model, pool, 0), 0);
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ep.max_seqs = max_seqs;
+    ep.max_batched_tokens = budget;
+    ifd_engine_callbacks_t cb = {sink, on_token, on_finish};
+    ifd_engine_t *eng;
+    ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
+    for (int i = first; i < first + n; i++) {
+        ifd_engine_request_t r;
+        memset(&r, 0, sizeof r);
+        r.id = (uint64_t)i;
+        r.prompt = prompts[i];
+        r.n_prompt = plen[i];
+        r.sampling = ifd_sampling_default_params();
+        r.sampling.temperature = 0.0f;
+        r.max_tokens = N_OUT;
+        r.ignore_eos = true;
+        r.use_cache = true;
+        ck_assert_int_eq(ifd_engine_add(eng, &r), 0);
+    }
+    while (!ifd_engine_idle(eng))
+        ck_assert_int_ge(ifd_engine_step(eng, NULL), 0);
+    if (st_out)
+        ifd_engine_stats(eng, st_out);
+    ifd_engine_destroy(eng);
+    ifd_engine_model_free(&em);
+    char err[256];
+    ck_assert_msg(ifd_kvpool_check(pool, err, sizeof err) == 0, "%s", err);
+    if (!shared_pool)
+        ifd_kvpool_destroy(pool);
+}
+
+static void assert_same(const sink_t *a, const sink_t *b)
+{
+    for (int i = 0; i < N_REQ; i++) {
+        ck_assert_int_eq(b->finished[i], 1);
+        ck_assert_int_eq(a->n_out[i], N_OUT);
+        ck_assert_int_eq(b->n_out[i], N_OUT);
+        for (int t = 0; t < N_OUT; t++)
+            ck_assert_msg(a->out[i][t] == b->out[i][t], "request %d token %d: %d vs %d", i, t,
+                          a->out[i][t], b->out[i][t]);
+    }
+}
+
+static sink_t *solo_ref(void)
+{
+    static sink_t ref;
+    static int done;
+    if (!done) {
+        for (int i = 0; i < N_REQ; i++)
+            serve(&ref, i, 1, 1, 64, 256, NULL, NULL);
+        done = 1;
+    }
+    return &ref;
+}
+
+START_TEST(test_batched_equals_solo)
+{
+    sink_t *ref = solo_ref();
+    sink_t *b = calloc(1, sizeof *b);
+    ifd_engine_stats_t st;
+    serve(b, 0, N_REQ, 32, 1024, 256, &st, NULL);
+    assert_same(ref, b);
+    printf("32 concurrent: %llu steps, %.1f tokens/step\n", (unsigned long long)st.steps,
+           (double)st.tokens / (double)st.steps);
+    free(b);
+}
+END_TEST
+
+START_TEST(test_small_pool_completes_all)
+{
+    sink_t *ref = solo_ref();
+    sink_t *b = calloc(1, sizeof *b);
+    ifd_engine_stats_t st;
+    serve(b, 0, N_REQ, 32, 24, 128, &st, NULL); /* 24 blocks = 384 tokens of KV */
+    assert_same(ref, b);
+    ck_assert_uint_gt(st.preemptions, 0);
+    printf("small pool: %llu preemptions\n", (unsigned long long)st.preemptions);
+    free(b);
+}
+END_TEST
+
+START_TEST(test_repeated_prompt_reuses_blocks)
+{
+    sink_t *ref = solo_ref();
+    const ifd_model_config_t *cfg = ifd_model_config(model);
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = (int)cfg->n_layer;
+    kp.n_kv_heads = (int)cfg->n_head_kv;
+    kp.head_dim = (int)cfg->head_dim;
+    kp.dtype = IFD_KV_F32;
+    kp.n_blocks = 64;
+    kp.n_workers = 1;
+    ifd_kvpool_t *pool;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
+    int i = 3; /* plen 116: 7 full blocks reusable */
+    ck_assert_int_ge(plen[i], 100);
+    sink_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    ifd_engine_stats_t st_a, st_b;
+    serve(a, i, 1, 4, 0, 256, &st_a, pool);
+    serve(b, i, 1, 4, 0, 256, &st_b, pool);
+    int shared = (plen[i] - 1) / 16 * 16;
+    ck_assert_int_eq(b->usage[i].cached_tokens, shared);
+    ck_assert_uint_eq(st_b.prefill_tokens, (uint64_t)(plen[i] - shared));
+    ck_assert_uint_eq(st_a.prefill_tokens, (uint64_t)plen[i]);
+    for (int t = 0; t < N_OUT; t++) {
+        ck_assert_int_eq(a->out[i][t], ref->out[i][t]);
+        ck_assert_int_eq(b->out[i][t], ref->out[i][t]);
+    }
+    free(a);
+    free(b);
+    ifd_kvpool_destroy(pool);
+}
+END_TEST
+
+int main(void)
+{
+    char path[4096], err[512];
+    if (!ifd_test_model_path(path, sizeof path))
+        ifd_test_skip("default model not found at %s (run deploy/fetch-model.sh)", path);
+    if (ifd_backend_cpu_create(&be, 0) || ifd_model_load(&model, path, be, err, sizeof err)) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        return 1;
+    }
+    make_prompts();
+    Suite *s = suite_create("engine_model");
+    TCase *tc = tcase_create("smollm2");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_batched_equals_solo);
+    tcase_add_test(tc, test_small_pool_completes_all);
+    tcase_add_test(tc, test_repeated_prompt_reuses_blocks);
+    suite_add_tcase(s, tc);
+    /* no fork: the model is loaded once and the solo reference shared */
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    ifd_model_destroy(model);
+    be->ops->destroy(be);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,1020 @@
+/*
+ * test_proto_openai.c — the OpenAI JSON mapping (proto/openai.h): valid
+ * chat, completions, tokenize and detokenize requests of every shape;
+ * a table of invalid ones, each expected to fail with status 400 and the
+ * exact `param` and `code` OpenAI would give; and every response builder,
+ * its output parsed back and checked field by field (streams through the
+ * SSE parser, with the OpenAI stream invariants checked chunk by chunk).
+ */
+#include "testutil.h"
+
+#include "error.h"
+#include "openai.h"
+#include "sse.h"
+
+#include <jansson.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+/* The value at a dotted path ("choices.0.delta.role"); NULL if absent. */
+static json_t *jp(json_t *j, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", path);
+    char *save = NULL;
+    for (char *part = strtok_r(buf, ".", &save); part && j; part = strtok_r(NULL, ".", &save)) {
+        char *end;
+        long idx = strtol(part, &end, 10);
+        if (*end == '\0' && json_is_array(j))
+            j = json_array_get(j, (size_t)idx);
+        else
+            j = json_object_get(j, part);
+    }
+    return j;
+}
+
+static const char *js(json_t *root, const char *path)
+{
+    json_t *v = jp(root, path);
+    ck_assert_msg(v && json_is_string(v), "%s is not a string", path);
+    return json_string_value(v);
+}
+
+static long long ji(json_t *root, const char *path)
+{
+    json_t *v = jp(root, path);
+    ck_assert_msg(v && json_is_integer(v), "%s is not an integer", path);
+    return json_integer_value(v);
+}
+
+static double jnum(json_t *root, const char *path)
+{
+    json_t *v = jp(root, path);
+    ck_assert_msg(v && json_is_number(v), "%s is not a number", path);
+    return json_number_value(v);
+}
+
+static int jnull(json_t *root, const char *path)
+{
+    json_t *v = jp(root, path);
+    return v && json_is_null(v);
+}
+
+static json_t *load(const char *s, size_t n)
+{
+    json_error_t e;
+    json_t *j = json_loadb(s, n, 0, &e);
+    ck_assert_msg(j != NULL, "bad JSON (%s): %.*s", e.text, (int)n, s);
+    return j;
+}
+
+/* ---- valid requests ------------------------------------------------------------------- */
+
+static int parse_chat(ifd_arena_t *a, const char *body, ifd_oai_request_t *r, ifd_oai_error_t *e)
+{
+    return ifd_oai_parse_chat(a, body, strlen(body), r, e);
+}
+
+static int parse_cmpl(ifd_arena_t *a, const char *body, ifd_oai_request_t *r, ifd_oai_error_t *e)
+{
+    return ifd_oai_parse_completion(a, body, strlen(body), r, e);
+}
+
+START_TEST(test_chat_minimal_defaults)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    ck_assert_int_eq(parse_chat(&a,
+                                "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+                                "\"content\":\"Hello\"}]}",
+                                &r, &e),
+                     0);
+    ck_assert_int_eq(r.kind, IFD_OAI_CHAT);
+    ck_assert_str_eq(r.model, "m");
+    ck_assert_uint_eq(r.n_messages, 1);
+    ck_assert_str_eq(r.messages[0].role, "user");
+    ck_assert_str_eq(r.messages[0].content, "Hello");
+    ck_assert_ptr_null(r.messages[0].name);
+    ck_assert_int_eq(r.max_tokens, -1);
+    ck_assert(r.temperature == 1.0f && r.top_p == 1.0f && r.min_p == 0.0f);
+    ck_assert_int_eq(r.top_k, 0);
+    ck_assert(r.repetition_penalty == 1.0f && r.frequency_penalty == 0 && r.presence_penalty == 0);
+    ck_assert(!r.has_seed && !r.stream && !r.include_usage && !r.logprobs && !r.ignore_eos);
+    ck_assert(r.use_cache && r.add_generation_prompt && !r.continue_final_message);
+    ck_assert_uint_eq(r.n, 1);
+    ck_assert_uint_eq(r.n_stop, 0);
+    ck_assert_uint_eq(r.n_logit_bias, 0);
+    ck_assert_uint_eq(r.top_logprobs, 0);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_chat_every_field)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{\"model\":\"smol\",\"messages\":["
+        "{\"role\":\"system\",\"content\":\"Be brief.\"},"
+        "{\"role\":\"user\",\"name\":\"bob\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+        "{\"type\":\"text\",\"text\":\"b\\u00e9\"}]},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]},"
+        "{\"role\":\"developer\",\"content\":\"\"}],"
+        "\"max_tokens\":50,\"max_completion_tokens\":40,\"temperature\":0.5,\"top_p\":0.9,"
+        "\"top_k\":-1,\"min_p\":0.1,\"seed\":-1,\"stop\":[\"\\n\\n\",\"\",\"END\"],"
+        "\"presence_penalty\":-2,\"frequency_penalty\":2,\"repetition_penalty\":1.2,"
+        "\"logit_bias\":{\"50256\":-100,\"7\":2.5},\"n\":3,\"logprobs\":true,"
+        "\"top_logprobs\":5,\"stream\":true,\"stream_options\":{\"include_usage\":true,"
+        "\"include_obfuscation\":false},\"ignore_eos\":true,\"use_cache\":false,"
+        "\"stop_token_ids\":[2,3],\"user\":\"x\",\"unknown_key\":{\"deep\":[1,2]},"
+        "\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},"
+        "\"add_generation_prompt\":false,\"continue_final_message\":true,"
+        "\"frequency\":null}";
+    int rc = parse_chat(&a, body, &r, &e);
+    ck_assert_msg(rc == 0, "%s (%s)", e.message, e.param);
+    ck_assert_str_eq(r.model, "smol");
+    ck_assert_uint_eq(r.n_messages, 4);
+    ck_assert_str_eq(r.messages[1].content, "a\nb\xc3\xa9");
+    ck_assert_str_eq(r.messages[1].name, "bob");
+    ck_assert_str_eq(r.messages[2].role, "assistant");
+    ck_assert_str_eq(r.messages[2].content, "");
+    ck_assert_str_eq(r.messages[3].role, "developer");
+    ck_assert_int_eq(r.max_tokens, 40); /* max_completion_tokens wins */
+    ck_assert(r.temperature == 0.5f && r.top_p == 0.9f && r.min_p == 0.1f);
+    ck_assert_int_eq(r.top_k, 0);
+    ck_assert(r.has_seed && r.seed == UINT64_MAX);
+    ck_assert_uint_eq(r.n_stop, 2); /* the empty one is dropped */
+    ck_assert_str_eq(r.stop[0], "\n\n");
+    ck_assert_str_eq(r.stop[1], "END");
+    ck_assert(r.presence_penalty == -2.0f && r.frequency_penalty == 2.0f);
+    ck_assert(r.repetition_penalty == 1.2f);
+    ck_assert_uint_eq(r.n_logit_bias, 2);
+    ck_assert_int_eq(r.logit_bias[0].id, 50256);
+    ck_assert(r.logit_bias[0].bias == -100.0f);
+    ck_assert_int_eq(r.logit_bias[1].id, 7);
+    ck_assert(r.logit_bias[1].bias == 2.5f);
+    ck_assert_uint_eq(r.n, 3);
+    ck_assert(r.logprobs);
+    ck_assert_uint_eq(r.top_logprobs, 5);
+    ck_assert(r.stream && r.include_usage && r.ignore_eos && !r.use_cache);
+    ck_assert_uint_eq(r.n_stop_token_ids, 2);
+    ck_assert_int_eq(r.stop_token_ids[1], 3);
+    ck_assert(!r.add_generation_prompt && r.continue_final_message);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_chat_nulls_are_absent)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{\"model\":null,\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":null}],"
+        "\"max_tokens\":null,\"temperature\":null,\"top_p\":null,\"n\":null,\"stop\":null,"
+        "\"seed\":null,\"logit_bias\":null,\"logprobs\":null,\"top_logprobs\":null,"
+        "\"stream\":null,\"stream_options\":null,\"tools\":null,\"response_format\":null}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_ptr_null(r.model);
+    ck_assert_int_eq(r.max_tokens, -1);
+    ck_assert(r.temperature == 1.0f && r.n == 1 && !r.has_seed && !r.stream);
+    /* A stop string alone; max_tokens alone. */
+    ck_assert_int_eq(parse_chat(&a,
+                                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                "\"stop\":\"###\",\"max_tokens\":7,\"temperature\":0}",
+                                &r, &e),
+                     0);
+    ck_assert_uint_eq(r.n_stop, 1);
+    ck_assert_str_eq(r.stop[0], "###");
+    ck_assert_int_eq(r.max_tokens, 7);
+    ck_assert(r.temperature == 0.0f);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_completion_prompt_shapes)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+
+    ck_assert_int_eq(parse_cmpl(&a, "{\"model\":\"m\",\"prompt\":\"Once upon\"}", &r, &e), 0);
+    ck_assert_int_eq(r.kind, IFD_OAI_COMPLETION);
+    ck_assert_uint_eq(r.n_prompts, 1);
+    ck_assert_str_eq(r.prompts[0].text, "Once upon");
+    ck_assert_uint_eq(r.prompts[0].text_len, 9);
+    ck_assert_ptr_null(r.prompts[0].tokens);
+    ck_assert_int_eq(r.max_tokens, IFD_OAI_DEFAULT_COMPLETION_MAX_TOKENS);
+    ck_assert(!r.logprobs && !r.echo);
+
+    ck_assert_int_eq(parse_cmpl(&a, "{\"prompt\":[\"a\",\"\",\"c\"],\"max_tokens\":3}", &r, &e), 0);
+    ck_assert_uint_eq(r.n_prompts, 3);
+    ck_assert_str_eq(r.prompts[1].text, "");
+    ck_assert_str_eq(r.prompts[2].text, "c");
+    ck_assert_int_eq(r.max_tokens, 3);
+
+    ck_assert_int_eq(
+        parse_cmpl(&a, "{\"prompt\":[1,2,2147483647],\"logprobs\":3,\"echo\":true}", &r, &e), 0);
+    ck_assert_uint_eq(r.n_prompts, 1);
+    ck_assert_ptr_null(r.prompts[0].text);
+    ck_assert_uint_eq(r.prompts[0].n_tokens, 3);
+    ck_assert_int_eq(r.prompts[0].tokens[2], 2147483647);
+    ck_assert(r.logprobs && r.top_logprobs == 3 && r.echo);
+
+    ck_assert_int_eq(parse_cmpl(&a,
+                                "{\"prompt\":[[5],[6,7]],\"logprobs\":0,\"best_of\":1,"
+                                "\"suffix\":\"\",\"stream\":true,\"stream_options\":"
+                                "{\"include_usage\":false}}",
+                                &r, &e),
+                     0);
+    ck_assert_uint_eq(r.n_prompts, 2);
+    ck_assert_uint_eq(r.prompts[1].n_tokens, 2);
+    ck_assert_int_eq(r.prompts[1].tokens[1], 7);
+    ck_assert(r.logprobs && r.top_logprobs == 0);
+    ck_assert(r.stream && !r.include_usage);
+
+    /* What vllm bench serve sends. */
+    ck_assert_int_eq(parse_cmpl(&a,
+                                "{\"model\":\"m\",\"prompt\":\"x\",\"temperature\":0.0,"
+                                "\"repetition_penalty\":1.0,\"max_tokens\":128,"
+                                "\"logprobs\":null,\"stream\":true,\"ignore_eos\":true,"
+                                "\"stream_options\":{\"include_usage\":true}}",
+                                &r, &e),
+                     0);
+    ck_assert(r.stream && r.include_usage && r.ignore_eos && !r.logprobs);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_tokenize_detokenize)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_error_t e;
+    ifd_oai_tokenize_t t;
+    const char *b1 = "{\"model\":\"m\",\"prompt\":\"hi there\",\"add_special_tokens\":false}";
+    ck_assert_int_eq(ifd_oai_parse_tokenize(&a, b1, strlen(b1), &t, &e), 0);
+    ck_assert_str_eq(t.model, "m");
+    ck_assert_str_eq(t.prompt, "hi there");
+    ck_assert_uint_eq(t.prompt_len, 8);
+    ck_assert(!t.add_special_tokens && t.add_generation_prompt && !t.return_token_strs);
+    const char *b2 = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                     "\"add_generation_prompt\":false,\"return_token_strs\":true}";
+    ck_assert_int_eq(ifd_oai_parse_tokenize(&a, b2, strlen(b2), &t, &e), 0);
+    ck_assert_ptr_null(t.prompt);
+    ck_assert_uint_eq(t.n_messages, 1);
+    ck_assert(t.add_special_tokens && !t.add_generation_prompt && t.return_token_strs);
+
+    ifd_oai_detokenize_t d;
+    const char *b3 = "{\"model\":\"m\",\"tokens\":[1,0,49151]}";
+    ck_assert_int_eq(ifd_oai_parse_detokenize(&a, b3, strlen(b3), &d, &e), 0);
+    ck_assert_uint_eq(d.n_tokens, 3);
+    ck_assert_int_eq(d.tokens[2], 49151);
+    const char *b4 = "{\"tokens\":[]}";
+    ck_assert_int_eq(ifd_oai_parse_detokenize(&a, b4, strlen(b4), &d, &e), 0);
+    ck_assert_uint_eq(d.n_tokens, 0);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+/* ---- invalid requests ------------------------------------------------------------------- */
+
+enum { EP_CHAT, EP_CMPL, EP_TOK, EP_DETOK };
+
+typedef struct {
+    int ep;
+    const char *body;
+    const char *param; /* "" for null */
+    const char *code;  /* "" for null */
+} bad_case_t;
+
+#define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+
+static const bad_case_t k_bad[] = {
+    /* body */
+    {EP_CHAT, "{\"messages\": [", "", ""},
+    {EP_CHAT, "", "", ""},
+    {EP_CHAT, "{\"a\":1} trailing", "", ""},
+    {EP_CHAT, "[1,2]", "", "invalid_type"},
+    {EP_CHAT, "\"str\"", "", "invalid_type"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "", ""},
+    /* messages */
+    {EP_CHAT, "{}", "messages", "missing_required_parameter"},
+    {EP_CHAT, "{\"messages\":\"hi\"}", "messages", "invalid_type"},
+    {EP_CHAT, "{\"messages\":[]}", "messages", "empty_array"},
+    {EP_CHAT, "{\"messages\":[1]}", "messages[0]", "invalid_type"},
+    {EP_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages[0].role",
+     "missing_required_parameter"},
+    {EP_CHAT, "{\"messages\":[{\"role\":5,\"content\":\"x\"}]}", "messages[0].role",
+     "invalid_type"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "messages[0].role",
+     "invalid_value"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content",
+     "missing_required_parameter"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content",
+     "invalid_type"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[\"x\"]}]}", "messages[0].content[0]",
+     "invalid_type"},
+    {EP_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+     "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+     "messages[0].content[1].type", "invalid_value"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+     "messages[0].content[0].text", "missing_required_parameter"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"a\"}]}]}",
+     "messages[0].content[0].type", "missing_required_parameter"},
+    {EP_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\","
+     "\"content\":\"b\"},{\"role\":\"user\",\"content\":7}]}",
+     "messages[2].content", "invalid_type"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":5}]}",
+     "messages[0].name", "invalid_type"},
+    /* scalar fields */
+    {EP_CHAT, "{" MSG ",\"model\":5}", "model", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"temperature\":\"hot\"}", "temperature", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"temperature\":2.5}", "temperature", "decimal_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"temperature\":-0.1}", "temperature", "decimal_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"top_p\":1.5}", "top_p", "decimal_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"top_p\":true}", "top_p", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"top_k\":-2}", "top_k", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"top_k\":1.5}", "top_k", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"min_p\":2}", "min_p", "decimal_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"frequency_penalty\":3}", "frequency_penalty", "decimal_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"presence_penalty\":-3}", "presence_penalty", "decimal_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"repetition_penalty\":0}", "repetition_penalty",
+     "decimal_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"max_tokens\":-5}", "max_tokens", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"max_tokens\":0}", "max_tokens", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"max_tokens\":1.5}", "max_tokens", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"max_tokens\":\"10\"}", "max_tokens", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"max_tokens\":1099511627776}", "max_tokens", "integer_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"max_tokens\":5,\"max_completion_tokens\":-1}", "max_completion_tokens",
+     "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"max_tokens\":-1,\"max_completion_tokens\":5}", "max_tokens",
+     "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"n\":0}", "n", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"n\":129}", "n", "integer_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"seed\":\"x\"}", "seed", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"seed\":1.5}", "seed", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"stop\":5}", "stop", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop",
+     "array_above_max_length"},
+    {EP_CHAT, "{" MSG ",\"stop\":[\"a\",1]}", "stop[1]", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"stop_token_ids\":[-1]}", "stop_token_ids[0]", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"logit_bias\":[1]}", "logit_bias", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"logit_bias\":{\"abc\":1}}", "logit_bias", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"logit_bias\":{\"-5\":1}}", "logit_bias", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"logit_bias\":{\"99999999999\":1}}", "logit_bias", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"logit_bias\":{\"5\":200}}", "logit_bias", "decimal_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"logit_bias\":{\"5\":\"x\"}}", "logit_bias", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"stream\":\"yes\"}", "stream", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"stream_options\":{\"include_usage\":true}}", "stream_options",
+     "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"stream\":true,\"stream_options\":5}", "stream_options", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
+     "stream_options.include_usage", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"logprobs\":1}", "logprobs", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs",
+     "integer_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"top_logprobs\":2}", "top_logprobs", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"ignore_eos\":\"no\"}", "ignore_eos", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"use_cache\":0}", "use_cache", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", "tools", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}", "response_format.type",
+     "unsupported_value"},
+    {EP_CHAT, "{" MSG ",\"add_generation_prompt\":1}", "add_generation_prompt", "invalid_type"},
+    /* completions */
+    {EP_CMPL, "{}", "prompt", "missing_required_parameter"},
+    {EP_CMPL, "{\"prompt\":5}", "prompt", "invalid_type"},
+    {EP_CMPL, "{\"prompt\":[]}", "prompt", "empty_array"},
+    {EP_CMPL, "{\"prompt\":[\"a\",5]}", "prompt[1]", "invalid_type"},
+    {EP_CMPL, "{\"prompt\":[1,\"a\"]}", "prompt[1]", "invalid_type"},
+    {EP_CMPL, "{\"prompt\":[1,-2]}", "prompt[1]", "integer_below_min_value"},
+    {EP_CMPL, "{\"prompt\":[[1,2],[]]}", "prompt[1]", "empty_array"},
+    {EP_CMPL, "{\"prompt\":[[1],[2,3000000000]]}", "prompt[1][1]", "integer_above_max_value"},
+    {EP_CMPL, "{\"prompt\":[{}]}", "prompt[0]", "invalid_type"},
+    {EP_CMPL, "{\"prompt\":[true]}", "prompt[0]", "invalid_type"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs", "invalid_type"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs", "integer_above_max_value"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"echo\":1}", "echo", "invalid_type"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix", "unsupported_parameter"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"best_of\":2}", "best_of", "unsupported_value"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"n\":2,\"best_of\":1}", "best_of", "invalid_value"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens", "integer_below_min_value"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"temperature\":3}", "temperature", "decimal_above_max_value"},
+    /* tokenize / detokenize */
+    {EP_TOK, "{}", "prompt", "missing_required_parameter"},
+    {EP_TOK, "{\"prompt\":5}", "prompt", "invalid_type"},
+    {EP_TOK, "{\"prompt\":\"x\"," MSG "}", "messages", "invalid_value"},
+    {EP_TOK, "{\"messages\":[{\"role\":\"x\",\"content\":\"y\"}]}", "messages[0].role",
+     "invalid_value"},
+    {EP_TOK, "{\"prompt\":\"x\",\"add_special_tokens\":\"x\"}", "add_special_tokens",
+     "invalid_type"},
+    {EP_DETOK, "{}", "tokens", "missing_required_parameter"},
+    {EP_DETOK, "{\"tokens\":\"x\"}", "tokens", "invalid_type"},
+    {EP_DETOK, "{\"tokens\":[1,\"a\"]}", "tokens[1]", "invalid_type"},
+    {EP_DETOK, "{\"tokens\":[1,2.0]}", "tokens[1]", "invalid_type"},
+};
+
+static int parse_any(ifd_arena_t *a, int ep, const char *body, size_t len, ifd_oai_error_t *e)
+{
+    ifd_oai_request_t r;
+    ifd_oai_tokenize_t t;
+    ifd_oai_detokenize_t d;
+    switch (ep) {
+    case EP_CHAT:
+        return ifd_oai_parse_chat(a, body, len, &r, e);
+    case EP_CMPL:
+        return ifd_oai_parse_completion(a, body, len, &r, e);
+    case EP_TOK:
+        return ifd_oai_parse_tokenize(a, body, len, &t, e);
+    default:
+        return ifd_oai_parse_detokenize(a, body, len, &d, e);
+    }
+}
+
+START_TEST(test_invalid_requests)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    for (size_t i = 0; i < sizeof(k_bad) / sizeof(k_bad[0]); i++) {
+        const bad_case_t *c = &k_bad[i];
+        ifd_oai_error_t e;
+        memset(&e, 0x55, sizeof(e));
+        int rc = parse_any(&a, c->ep, c->body, strlen(c->body), &e);
+        ck_assert_msg(rc == IFD_EINVAL, "case %zu (%s): rc %s", i, c->body, ifd_err_name(rc));
+        ck_assert_int_eq(e.status, 400);
+        ck_assert_str_eq(e.type, "invalid_request_error");
+        ck_assert_msg(strcmp(e.param, c->param) == 0, "case %zu (%s): param '%s', want '%s'", i,
+                      c->body, e.param, c->param);
+        ck_assert_msg(strcmp(e.code, c->code) == 0, "case %zu (%s): code '%s', want '%s'", i,
+                      c->body, e.code, c->code);
+        ck_assert(strlen(e.message) > 10);
+        /* Messages quote the param the way OpenAI does. */
+        if (c->param[0] && strcmp(c->code, "invalid_value") != 0 &&
+            strcmp(c->code, "unsupported_parameter") != 0 &&
+            strcmp(c->code, "unsupported_value") != 0)
+            ck_assert_msg(strstr(e.message, c->param), "case %zu: %s", i, e.message);
+    }
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_invalid_wording_and_limits)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_error_t e;
+    ifd_oai_request_t r;
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"max_tokens\":1.5}", &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.message, "Invalid type for 'max_tokens': expected an integer, but got a "
+                                "decimal number instead.");
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"temperature\":3}", &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.message, "Invalid 'temperature': decimal above maximum value. Expected "
+                                "a value <= 2, but got 3 instead.");
+    ck_assert_int_eq(parse_chat(&a, "{}", &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.message, "Missing required parameter: 'messages'.");
+    ck_assert_int_eq(parse_chat(&a, "{\"messages\":[", &r, &e), IFD_EINVAL);
+    ck_assert(strstr(e.message, "could not parse the JSON body"));
+
+    /* 257 prompts are too many; 256 are fine. */
+    ifd_buf_t b = IFD_BUF_INIT;
+    ifd_buf_puts(&b, "{\"prompt\":[");
+    for (int i = 0; i < 257; i++)
+        ifd_buf_printf(&b, "%s\"p%d\"", i ? "," : "", i);
+    ifd_buf_puts(&b, "]}");
+    ck_assert_int_eq(ifd_oai_parse_completion(&a, b.data, b.len, &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "prompt");
+    ck_assert_str_eq(e.code, "array_above_max_length");
+    ifd_buf_clear(&b);
+    ifd_buf_puts(&b, "{\"prompt\":[");
+    for (int i = 0; i < 256; i++)
+        ifd_buf_printf(&b, "%s\"p%d\"", i ? "," : "", i);
+    ifd_buf_puts(&b, "]}");
+    ck_assert_int_eq(ifd_oai_parse_completion(&a, b.data, b.len, &r, &e), 0);
+    ck_assert_uint_eq(r.n_prompts, 256);
+    ck_assert_str_eq(r.prompts[255].text, "p255");
+    /* A body that is not NUL-terminated is read only up to len. */
+    ck_assert_int_eq(ifd_oai_parse_completion(&a, "{\"prompt\":\"x\"}GARBAGE", 14, &r, &e), 0);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+/* ---- responses ------------------------------------------------------------------------------ */
+
+static const ifd_oai_meta_t k_chat_meta = {IFD_OAI_CHAT, "chatcmpl-abc", "smol", 1700000000, NULL};
+static const ifd_oai_meta_t k_cmpl_meta = {IFD_OAI_COMPLETION, "cmpl-xyz", "smol", 1700000001,
+                                           "fp_inferd"};
+
+START_TEST(test_error_json)
+{
+    ifd_oai_error_t e;
+    ifd_oai_error_set(&e, 404, NULL, "model_not_found", "model", "The model '%s' does not exist",
+                      "gpt-9");
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_error_json(&b, &e), 0);
+    json_t *j = load(b.data, b.len);
+    ck_assert_str_eq(js(j, "error.message"), "The model 'gpt-9' does not exist");
+    ck_assert_str_eq(js(j, "error.type"), "invalid_request_error");
+    ck_assert_str_eq(js(j, "error.param"), "model");
+    ck_assert_str_eq(js(j, "error.code"), "model_not_found");
+    json_decref(j);
+
+    ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "boom");
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_error_json(&b, &e), 0);
+    j = load(b.data, b.len);
+    ck_assert(jnull(j, "error.param") && jnull(j, "error.code"));
+    ck_assert_str_eq(js(j, "error.type"), "server_error");
+    json_decref(j);
+    ck_assert_str_eq(ifd_oai_error_type(401), "authentication_error");
+    ck_assert_str_eq(ifd_oai_error_type(503), "service_unavailable_error");
+    ck_assert_str_eq(ifd_oai_error_type(413), "invalid_request_error");
+    ck_assert_str_eq(ifd_oai_error_type(429), "rate_limit_error");
+
+    /* In a stream: one SSE event. */
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_stream_error(&b, &e), 0);
+    ck_assert(strncmp(b.data, "data: {\"error\":{\"message\":\"boom\"", 32) == 0);
+    ck_assert(strcmp(b.data + b.len - 2, "\n\n") == 0);
+    ck_assert(memchr(b.data, '\n', b.len - 2) == NULL);
+    ifd_buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_chat_response)
+{
+    ifd_oai_top_logprob_t top[2] = {{"Hi", 2, -0.1f}, {"\xe2\x80", 2, -2.5f}};
+    ifd_oai_logprob_t lp[2] = {{"Hi", 2, -0.1f, top, 2}, {"\xff!", 2, -INFINITY, NULL, 0}};
+    ifd_oai_choice_t ch[2] = {
+        {.index = 0,
+         .text = "Hi \xe2\x80\x94 there",
+         .text_len = 12,
+         .finish_reason = "stop",
+         .has_logprobs = true,
+         .logprobs = lp,
+         .n_logprobs = 2},
+        {.index = 1, .text = NULL, .text_len = 0, .finish_reason = "length"},
+    };
+    ifd_oai_usage_t u = {10, 5, 8};
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_chat_meta, ch, 2, &u), 0);
+    json_t *j = load(b.data, b.len);
+    ck_assert_str_eq(js(j, "id"), "chatcmpl-abc");
+    ck_assert_str_eq(js(j, "object"), "chat.completion");
+    ck_assert_int_eq(ji(j, "created"), 1700000000);
+    ck_assert_str_eq(js(j, "model"), "smol");
+    ck_assert_ptr_null(jp(j, "system_fingerprint"));
+    ck_assert_int_eq(ji(j, "choices.0.index"), 0);
+    ck_assert_str_eq(js(j, "choices.0.message.role"), "assistant");
+    ck_assert_str_eq(js(j, "choices.0.message.content"), "Hi \xe2\x80\x94 there");
+    ck_assert_str_eq(js(j, "choices.0.finish_reason"), "stop");
+    ck_assert_str_eq(js(j, "choices.0.logprobs.content.0.token"), "Hi");
+    ck_assert(fabs(jnum(j, "choices.0.logprobs.content.0.logprob") + 0.1) < 1e-6);
+    ck_assert_int_eq(ji(j, "choices.0.logprobs.content.0.bytes.1"), 'i');
+    ck_assert_str_eq(js(j, "choices.0.logprobs.content.0.top_logprobs.1.token"), "\xef\xbf\xbd");
+    ck_assert_int_eq(ji(j, "choices.0.logprobs.content.0.top_logprobs.1.bytes.0"), 0xe2);
+    ck_assert_int_eq(ji(j, "choices.0.logprobs.content.0.top_logprobs.1.bytes.1"), 0x80);
+    /* invalid byte → U+FFFD, raw bytes kept; -inf → -9999.0 */
+    ck_assert_str_eq(js(j, "choices.0.logprobs.content.1.token"), "\xef\xbf\xbd!");
+    ck_assert_int_eq(ji(j, "choices.0.logprobs.content.1.bytes.0"), 255);
+    ck_assert(jnum(j, "choices.0.logprobs.content.1.logprob") == -9999.0);
+    ck_assert_uint_eq(json_array_size(jp(j, "choices.0.logprobs.content.1.top_logprobs")), 0);
+    ck_assert_str_eq(js(j, "choices.1.message.content"), "");
+    ck_assert(jnull(j, "choices.1.logprobs"));
+    ck_assert_str_eq(js(j, "choices.1.finish_reason"), "length");
+    ck_assert_int_eq(ji(j, "usage.prompt_tokens"), 10);
+    ck_assert_int_eq(ji(j, "usage.completion_tokens"), 5);
+    ck_assert_int_eq(ji(j, "usage.total_tokens"), 15);
+    ck_assert_int_eq(ji(j, "usage.prompt_tokens_details.cached_tokens"), 8);
+    json_decref(j);
+
+    /* Bad input leaves the buffer alone. */
+    size_t len = b.len;
+    ifd_oai_meta_t bad = k_chat_meta;
+    bad.id = NULL;
+    ck_assert_int_eq(ifd_oai_response_json(&b, &bad, ch, 2, &u), IFD_EINVAL);
+    ck_assert_uint_eq(b.len, len);
+    ifd_buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_completion_response)
+{
+    ifd_oai_top_logprob_t top[2] = {{" the", 4, -0.5f}, {" a", 2, -1.0f}};
+    ifd_oai_logprob_t lp[3] = {
+        {" the", 4, -0.5f, top, 2}, {" caf\xc3\xa9", 6, -0.25f, top, 1}, {"!", 1, -3.0f, NULL, 0}};
+    ifd_oai_choice_t ch = {.index = 0,
+                           .text = " the caf\xc3\xa9!",
+                           .text_len = 11,
+                           .finish_reason = "length",
+                           .has_logprobs = true,
+                           .logprobs = lp,
+                           .n_logprobs = 3,
+                           .text_offset = 100};
+    ifd_oai_usage_t u = {3, 3, 0};
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_cmpl_meta, &ch, 1, &u), 0);
+    json_t *j = load(b.data, b.len);
+    ck_assert_str_eq(js(j, "object"), "text_completion");
+    ck_assert_str_eq(js(j, "system_fingerprint"), "fp_inferd");
+    ck_assert_str_eq(js(j, "choices.0.text"), " the caf\xc3\xa9!");
+    ck_assert_ptr_null(jp(j, "choices.0.message"));
+    ck_assert_str_eq(js(j, "choices.0.logprobs.tokens.1"), " caf\xc3\xa9");
+    ck_assert(jnum(j, "choices.0.logprobs.token_logprobs.2") == -3.0);
+    ck_assert(jnum(j, "choices.0.logprobs.top_logprobs.0. a") == -1.0);
+    ck_assert(jnum(j, "choices.0.logprobs.top_logprobs.1. the") == -0.5);
+    ck_assert(jnull(j, "choices.0.logprobs.top_logprobs.2"));
+    /* character offsets: " the" is 4, " café" is 5 characters (6 bytes) */
+    ck_assert_int_eq(ji(j, "choices.0.logprobs.text_offset.0"), 100);
+    ck_assert_int_eq(ji(j, "choices.0.logprobs.text_offset.1"), 104);
+    ck_assert_int_eq(ji(j, "choices.0.logprobs.text_offset.2"), 109);
+    ck_assert_int_eq(ji(j, "usage.prompt_tokens_details.cached_tokens"), 0);
+    json_decref(j);
+
+    /* The bare helpers. */
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_usage_json(&b, &u), 0);
+    ck_assert_str_eq(b.data, "{\"prompt_tokens\":3,\"completion_tokens\":3,\"total_tokens\":6,"
+                             "\"prompt_tokens_details\":{\"cached_tokens\":0}}");
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_logprobs_json(&b, IFD_OAI_CHAT, lp, 0, 0), 0);
+    ck_assert_str_eq(b.data, "{\"content\":[],\"refusal\":null}");
+    ifd_buf_free(&b);
+}
+END_TEST
+
+/* Runs `out` through the SSE parser; returns the JSON chunks and counts [DONE]. */
+static json_t *sse_chunks(const ifd_buf_t *out, int *done_last)
+{
+    ifd_sse_parser_t p;
+    ifd_sse_parser_init(&p, 0);
+    ck_assert_int_eq(ifd_sse_parser_feed(&p, out->data, out->len), 0);
+    json_t *arr = json_array();
+    ifd_sse_event_t ev;
+    int rc;
+    *done_last = 0;
+    while ((rc = ifd_sse_parser_next(&p, &ev)) == 1) {
+        ck_assert_msg(*done_last == 0, "an event after [DONE]");
+        if (strcmp(ev.data, "[DONE]") == 0) {
+            *done_last = 1;
+            continue;
+        }
+        json_array_append_new(arr, load(ev.data, ev.len));
+    }
+    ck_assert_int_eq(rc, 0);
+    ifd_sse_parser_close(&p);
+    return arr;
+}
+
+START_TEST(test_chat_stream)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_stream_t s;
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_chat_meta, 2, true), 0);
+    ck_assert_int_eq(ifd_oai_stream_start(&s, &b), 0);
+    ifd_oai_logprob_t lp = {"Hel", 3, -0.5f, NULL, 0};
+    ifd_oai_choice_t c = {.index = 0,
+                          .text = "Hel",
+                          .text_len = 3,
+                          .has_logprobs = true,
+                          .logprobs = &lp,
+                          .n_logprobs = 1};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0);
+    c = (ifd_oai_choice_t){.index = 1, .text = "Yo", .text_len = 2};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0);
+    size_t before = b.len;
+    c = (ifd_oai_choice_t){.index = 1, .text = NULL, .text_len = 0};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0); /* nothing to send */
+    ck_assert_uint_eq(b.len, before);
+    c = (ifd_oai_choice_t){.index = 0, .text = "lo", .text_len = 2, .finish_reason = "stop"};
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), 0);
+    /* Nothing may follow a finished choice; the stream cannot end early. */
+    c = (ifd_oai_choice_t){.index = 0, .text = "x", .text_len = 1};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), IFD_EINVAL);
+    c.finish_reason = "stop";
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), IFD_EINVAL);
+    size_t mark = b.len;
+    ifd_oai_usage_t u = {7, 3, 4};
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, &u), IFD_EINVAL);
+    c = (ifd_oai_choice_t){.index = 1, .text = "!", .text_len = 1, .finish_reason = "length"};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), IFD_EINVAL); /* reason in a delta */
+    c.index = 2;
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), IFD_EINVAL); /* no such choice */
+    c.index = 1;
+    c.finish_reason = NULL;
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), IFD_EINVAL); /* reason missing */
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, NULL), IFD_EINVAL);
+    ck_assert_uint_eq(b.len, mark); /* refusals write nothing */
+    c.finish_reason = "length";
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), 0);
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, &u), 0);
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, &u), IFD_EINVAL);
+
+    int done = 0;
+    json_t *chunks = sse_chunks(&b, &done);
+    ck_assert_int_eq(done, 1);
+    size_t n = json_array_size(chunks);
+    ck_assert_uint_eq(n, 7); /* 2 role chunks, 2 deltas, 2 finishes, usage */
+    char acc[2][32] = {"", ""};
+    int role_seen[2] = {0, 0}, finished[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        json_t *ch = json_array_get(chunks, i);
+        ck_assert_str_eq(js(ch, "id"), "chatcmpl-abc");
+        ck_assert_int_eq(ji(ch, "created"), 1700000000);
+        ck_assert_str_eq(js(ch, "object"), "chat.completion.chunk");
+        ck_assert_str_eq(js(ch, "model"), "smol");
+        json_t *choices = jp(ch, "choices");
+        ck_assert(json_is_array(choices));
+        if (i == n - 1) {
+            /* the usage chunk */
+            ck_assert_uint_eq(json_array_size(choices), 0);
+            ck_assert_int_eq(ji(ch, "usage.prompt_tokens"), 7);
+            ck_assert_int_eq(ji(ch, "usage.completion_tokens"), 3);
+            ck_assert_int_eq(ji(ch, "usage.total_tokens"), 10);
+            ck_assert_int_eq(ji(ch, "usage.prompt_tokens_details.cached_tokens"), 4);
+            continue;
+        }
+        ck_assert(jnull(ch, "usage"));
+        ck_assert_uint_eq(json_array_size(choices), 1);
+        int idx = (int)ji(ch, "choices.0.index");
+        ck_assert(idx == 0 || idx == 1);
+        ck_assert_msg(!finished[idx], "chunk %zu after choice %d finished", i, idx);
+        json_t *role = jp(ch, "choices.0.delta.role");
+        if (role) {
+            ck_assert_msg(!role_seen[idx], "role twice");
+            ck_assert_str_eq(json_string_value(role), "assistant");
+        } else {
+            ck_assert_msg(role_seen[idx], "first delta of %d lacks the role", idx);
+        }
+        role_seen[idx] = 1;
+        json_t *content = jp(ch, "choices.0.delta.content");
+        if (content)
+            strcat(acc[idx], json_string_value(content));
+        if (!jnull(ch, "choices.0.finish_reason"))
+            finished[idx] = 1;
+    }
+    ck_assert(finished[0] && finished[1]);
+    ck_assert_str_eq(acc[0], "Hello");
+    ck_assert_str_eq(acc[1], "Yo!");
+    /* The first delta of choice 0 carries its logprobs; the others have null. */
+    ck_assert_str_eq(js(chunks, "2.choices.0.logprobs.content.0.token"), "Hel");
+    ck_assert(jnull(chunks, "3.choices.0.logprobs"));
+    ck_assert_str_eq(js(chunks, "4.choices.0.finish_reason"), "stop");
+    ck_assert_str_eq(js(chunks, "5.choices.0.finish_reason"), "length");
+    json_decref(chunks);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_chat_stream_no_start_no_usage)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_stream_t s;
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_chat_meta, 2, false), 0);
+    ifd_oai_choice_t c = {.index = 0, .text = "A", .text_len = 1};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0);
+    /* Choice 1 produces nothing at all: its only chunk has role, "" and the reason. */
+    c = (ifd_oai_choice_t){.index = 1, .finish_reason = "stop"};
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), 0);
+    c = (ifd_oai_choice_t){.index = 0, .finish_reason = "stop"};
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), 0);
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, NULL), 0);
+    int done;
+    json_t *ch = sse_chunks(&b, &done);
+    ck_assert_int_eq(done, 1);
+    ck_assert_uint_eq(json_array_size(ch), 3);
+    ck_assert_str_eq(js(ch, "0.choices.0.delta.role"), "assistant");
+    ck_assert_str_eq(js(ch, "0.choices.0.delta.content"), "A");
+    ck_assert_str_eq(js(ch, "1.choices.0.delta.role"), "assistant");
+    ck_assert_str_eq(js(ch, "1.choices.0.delta.content"), "");
+    ck_assert_str_eq(js(ch, "1.choices.0.finish_reason"), "stop");
+    /* The last content chunk with nothing left: delta {} (as OpenAI sends). */
+    ck_assert_uint_eq(json_object_size(jp(ch, "2.choices.0.delta")), 0);
+    ck_assert_str_eq(js(ch, "2.choices.0.finish_reason"), "stop");
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_ptr_null(jp(json_array_get(ch, i), "usage")); /* no usage key at all */
+    json_decref(ch);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_completion_stream)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_stream_t s;
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_cmpl_meta, 1, true), 0);
+    ck_assert_int_eq(ifd_oai_stream_start(&s, &b), 0);
+    ck_assert_uint_eq(b.len, 0); /* completions have no role chunk */
+    ifd_oai_logprob_t lp1 = {"caf\xc3\xa9", 5, -0.5f, NULL, 0};
+    ifd_oai_logprob_t lp2 = {" au", 3, -1.5f, NULL, 0};
+    ifd_oai_choice_t c = {.index = 0,
+                          .text = "caf\xc3\xa9",
+                          .text_len = 5,
+                          .has_logprobs = true,
+                          .logprobs = &lp1,
+                          .n_logprobs = 1};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0);
+    c = (ifd_oai_choice_t){.index = 0,
+                           .text = " au",
+                           .text_len = 3,
+                           .finish_reason = "length",
+                           .has_logprobs = true,
+                           .logprobs = &lp2,
+                           .n_logprobs = 1};
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), 0);
+    ifd_oai_usage_t u = {2, 2, 0};
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, &u), 0);
+    ck_assert(strcmp(b.data + b.len - 14, "data: [DONE]\n\n") == 0);
+    int done;
+    json_t *ch = sse_chunks(&b, &done);
+    ck_assert_uint_eq(json_array_size(ch), 3);
+    ck_assert_str_eq(js(ch, "0.object"), "text_completion");
+    ck_assert_str_eq(js(ch, "0.id"), "cmpl-xyz");
+    ck_assert_str_eq(js(ch, "0.system_fingerprint"), "fp_inferd");
+    ck_assert_str_eq(js(ch, "0.choices.0.text"), "caf\xc3\xa9");
+    ck_assert(jnull(ch, "0.choices.0.finish_reason"));
+    ck_assert(jnull(ch, "0.usage"));
+    ck_assert_int_eq(ji(ch, "0.choices.0.logprobs.text_offset.0"), 0);
+    ck_assert_int_eq(ji(ch, "1.choices.0.logprobs.text_offset.0"), 4); /* "café": 4 chars */
+    ck_assert_str_eq(js(ch, "1.choices.0.text"), " au");
+    ck_assert_str_eq(js(ch, "1.choices.0.finish_reason"), "length");
+    ck_assert_uint_eq(json_array_size(jp(ch, "2.choices")), 0);
+    ck_assert_int_eq(ji(ch, "2.usage.total_tokens"), 4);
+    json_decref(ch);
+
+    /* Bad set-ups. */
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_cmpl_meta, 0, false), IFD_EINVAL);
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), IFD_EINVAL);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_models_tokenize_ids)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    ifd_oai_model_t m[2] = {{"smol", 1700000000, NULL, "/models/smol.gguf", 8192},
+                            {"other", 5, "me", NULL, 0}};
+    ck_assert_int_eq(ifd_oai_models_json(&b, m, 2), 0);
+    json_t *j = load(b.data, b.len);
+    ck_assert_str_eq(js(j, "object"), "list");
+    ck_assert_str_eq(js(j, "data.0.id"), "smol");
+    ck_assert_str_eq(js(j, "data.0.object"), "model");
+    ck_assert_int_eq(ji(j, "data.0.created"), 1700000000);
+    ck_assert_str_eq(js(j, "data.0.owned_by"), "inferd");
+    ck_assert_str_eq(js(j, "data.0.root"), "/models/smol.gguf");
+    ck_assert(jnull(j, "data.0.parent"));
+    ck_assert_int_eq(ji(j, "data.0.max_model_len"), 8192);
+    ck_assert_str_eq(js(j, "data.1.owned_by"), "me");
+    ck_assert_str_eq(js(j, "data.1.root"), "other");
+    ck_assert_ptr_null(jp(j, "data.1.max_model_len"));
+    json_decref(j);
+
+    ifd_buf_clear(&b);
+    const int32_t toks[3] = {1, 2, 49151};
+    ifd_oai_bytes_t strs[3] = {{"a", 1}, {"\xc3", 1}, {"", 0}};
+    ck_assert_int_eq(ifd_oai_tokenize_json(&b, toks, 3, 2048, strs), 0);
+    j = load(b.data, b.len);
+    ck_assert_int_eq(ji(j, "count"), 3);
+    ck_assert_int_eq(ji(j, "max_model_len"), 2048);
+    ck_assert_int_eq(ji(j, "tokens.2"), 49151);
+    ck_assert_str_eq(js(j, "token_strs.1"), "\xef\xbf\xbd");
+    json_decref(j);
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_tokenize_json(&b, NULL, 0, 2048, NULL), 0);
+    ck_assert_str_eq(b.data, "{\"count\":0,\"max_model_len\":2048,\"tokens\":[],"
+                             "\"token_strs\":null}");
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_detokenize_json(&b, "hi \"you\"\n", 9), 0);
+    ck_assert_str_eq(b.data, "{\"prompt\":\"hi \\\"you\\\"\\n\"}");
+    ifd_buf_free(&b);
+
+    char id[IFD_OAI_ID_MAX];
+    ifd_oai_make_id(id, IFD_OAI_CHAT, 0x0123456789abcdefull, 1);
+    ck_assert_str_eq(id, "chatcmpl-0123456789abcdef0000000000000001");
+    ifd_oai_make_id(id, IFD_OAI_COMPLETION, 0, UINT64_MAX);
+    ck_assert_str_eq(id, "cmpl-0000000000000000ffffffffffffffff");
+}
+END_TEST
+
+/* Mutated request bodies: every parse ends in 0 or a clean 400. */
+START_TEST(test_fuzz_requests)
+{
+    static const char *seeds[] = {
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+        "\"text\",\"text\":\"hi\"}]}],\"stop\":[\"a\",\"b\"],\"logit_bias\":{\"5\":1},"
+        "\"n\":2,\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,"
+        "\"stream_options\":{\"include_usage\":true},\"seed\":7,\"temperature\":0.5}",
+        "{\"prompt\":[[1,2,3],[4]],\"max_tokens\":5,\"logprobs\":2,\"echo\":false,"
+        "\"best_of\":1,\"stop_token_ids\":[1]}",
+        "{\"prompt\":\"x\",\"add_special_tokens\":true}",
+        "{\"tokens\":[1,2,3]}",
+    };
+    static const char alphabet[] = "{}[]\":,0123456789-.eE \\tnulrfasx";
+    const char *env = getenv("INFERD_FUZZ_ITERS");
+    long iters = env ? atol(env) : 3000;
+    uint64_t st = 0x2545f4914f6cdd1dull;
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    size_t ok = 0, refused = 0;
+    for (int ep = 0; ep < 4; ep++) {
+        const char *seed = seeds[ep];
+        size_t sl = strlen(seed);
+        for (long it = 0; it < iters; it++) {
+            char buf[512];
+            size_t n = sl;
+            memcpy(buf, seed, n);
+            int edits = 1 + (int)(st % 3);
+            for (int k = 0; k < edits; k++) {
+                st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+                if (n == 0)
+                    break;
+                size_t at = (size_t)(st >> 16) % n;
+                switch (st % 4) {
+                case 0:
+                    buf[at] = alphabet[(st >> 40) % (sizeof(alphabet) - 1)];
+                    break;
+                case 1:
+                    memmove(buf + at, buf + at + 1, n - at - 1);
+                    n--;
+                    break;
+                case 2:
+                    if (n < sizeof(buf) - 1) {
+                        memmove(buf + at + 1, buf + at, n - at);
+                        buf[at] = alphabet[(st >> 40) % (sizeof(alphabet) - 1)];
+                        n++;
+                    }
+                    break;
+                default:
+                    n = at + 1;
+                    break;
+                }
+            }
+            /* Exact-size, not NUL-terminated: parsers must respect len. */
+            char *body = malloc(n ? n : 1);
+            memcpy(body, buf, n);
+            ifd_oai_error_t e;
+            memset(&e, 0, sizeof(e));
+            int rc = parse_any(&a, ep, body, n, &e);
+            if (rc == 0) {
+                ok++;
+            } else {
+                ck_assert_int_eq(rc, IFD_EINVAL);
+                ck_assert_int_eq(e.status, 400);
+                ck_assert(e.message[0] != '\0');
+                refused++;
+            }
+            free(body);
+            ifd_arena_reset(&a);
+        }
+    }
+    ck_assert_uint_gt(ok, 0);
+    ck_assert_uint_gt(refused, 0);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("proto_openai");
+    TCase *tc = tcase_create("openai");
+    tcase_add_test(tc, test_chat_minimal_defaults);
+    tcase_add_test(tc, test_chat_every_field);
+    tcase_add_test(tc, test_chat_nulls_are_absent);
+    tcase_add_test(tc, test_completion_prompt_shapes);
+    tcase_add_test(tc, test_tokenize_detokenize);
+    tcase_add_test(tc, test_invalid_requests);
+    tcase_add_test(tc, test_invalid_wording_and_limits);
+    tcase_add_test(tc, test_error_json);
+    tcase_add_test(tc, test_chat_response);
+    tcase_add_test(tc, test_completion_response);
+    tcase_add_test(tc, test_chat_stream);
+    tcase_add_test(tc, test_chat_stream_no_start_no_usage);
+    tcase_add_test(tc, test_completion_stream);
+    tcase_add_test(tc, test_models_tokenize_ids);
+    tcase_add_test(tc, test_fuzz_requests);
+    suite_add_tcase(s, tc);
+    return ifd_test_run(s);
+}

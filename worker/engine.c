@@ -1,0 +1,772 @@
+/*
+ * engine.c — see engine.h.
+ *
+ * Sequences live in two arrays of pointers: `running` in admission order
+ * (the last one is the first to be preempted) and `waiting` in scheduling
+ * order (priority descending, then arrival). Both stay small (max_seqs and
+ * the router's queue bound), so plain arrays with memmove are the simplest
+ * correct structure.
+ *
+ * Invariants per sequence: blocks[0..n_blocks) cover positions
+ * [0, n_blocks * block_size) and hold the KV of positions [0, n_computed);
+ * the first n_published blocks are in the prefix cache (read-only). A sequence never writes below
+ * n_published * block_size (prefix hits stop at n_tokens - 1, so writes
+ * always land in blocks of its own), hence no copy-on-write is needed here.
+ */
+#include "engine.h"
+
+#include "error.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    uint64_t id;
+    int32_t *tokens; /* prompt, then generated */
+    int32_t n_tokens, cap_tokens;
+    int32_t n_prompt;
+    int32_t n_gen;
+    int32_t n_computed;
+    int32_t *blocks;
+    int32_t n_blocks, cap_blocks;
+    int32_t n_published;
+    bool publish_failed;
+    ifd_sampling_params_t sampling;
+    ifd_logit_bias_t *bias;
+    int32_t *stop_ids;
+    int32_t n_stop_ids;
+    int32_t max_tokens;
+    bool ignore_eos, use_cache, cancelled, admitted_once;
+    int32_t priority;
+    uint64_t salt;
+    uint64_t arrival;
+    int32_t cached_tokens;
+    /* this step */
+    int32_t sched;
+    bool sample;
+} ifd__seq_t;
+
+typedef struct {
+    ifd__seq_t **v;
+    int n, cap;
+} ifd__queue_t;
+
+struct ifd_engine {
+    ifd_engine_params_t p;
+    int32_t *eos_ids;
+    ifd_engine_model_t model;
+    ifd_kvpool_t *pool;
+    ifd_engine_callbacks_t cb;
+    int block_size;
+    int32_t pool_blocks; /* blocks on our device */
+    ifd__queue_t running, waiting;
+    ifd_sampler_t *sampler;
+    uint64_t arrivals;
+    /* batch buffers, sized for max_batched_tokens tokens and max_seqs sequences */
+    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables;
+    int64_t *b_slot;
+    int b_tables_cap;
+    float *logits;
+    ifd__seq_t **sched;
+    ifd_engine_stats_t st;
+};
+
+static double ifd__ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+const char *ifd_finish_reason_name(ifd_finish_reason_t r)
+{
+    static const char *const names[] = {"stop", "length", "cancelled", "error"};
+    return (unsigned)r < 4 ? names[r] : "?";
+}
+
+ifd_engine_params_t ifd_engine_default_params(void)
+{
+    ifd_engine_params_t p = {.eos_ids = NULL,
+                             .n_eos_ids = 0,
+                             .max_batched_tokens = 256,
+                             .max_seqs = 64,
+                             .worker = 0,
+                             .device = 0};
+    return p;
+}
+
+/* ---- queues ---------------------------------------------------------------- */
+
+static int ifd__q_insert(ifd__queue_t *q, int at, ifd__seq_t *s)
+{
+    if (q->n == q->cap) {
+        int cap = q->cap ? q->cap * 2 : 16;
+        ifd__seq_t **v = realloc(q->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return IFD_ENOMEM;
+        q->v = v;
+        q->cap = cap;
+    }
+    memmove(q->v + at + 1, q->v + at, (size_t)(q->n - at) * sizeof *q->v);
+    q->v[at] = s;
+    q->n++;
+    return 0;
+}
+
+static void ifd__q_remove_at(ifd__queue_t *q, int at)
+{
+    memmove(q->v + at, q->v + at + 1, (size_t)(q->n - at - 1) * sizeof *q->v);
+    q->n--;
+}
+
+/* Waiting order: higher priority first, then earlier arrival. */
+static int ifd__waiting_pos(const ifd__queue_t *q, const ifd__seq_t *s)
+{
+    int i = 0;
+    while (i < q->n && (q->v[i]->priority > s->priority ||
+                        (q->v[i]->priority == s->priority && q->v[i]->arrival < s->arrival)))
+        i++;
+    return i;
+}
+
+/* ---- sequences --------------------------------------------------------------- */
+
+static void ifd__seq_free(ifd__seq_t *s)
+{
+    if (!s)
+        return;
+    free(s->tokens);
+    free(s->blocks);
+    free(s->bias);
+    free(s->stop_ids);
+    free(s);
+}
+
+static void ifd__seq_release(ifd_engine_t *e, ifd__seq_t *s)
+{
+    if (s->n_blocks > 0) {
+        int rc = ifd_kvpool_unref(e->pool, e->p.worker, s->blocks, s->n_blocks);
+        if (rc)
+            IFD_ERROR("engine: releasing %d blocks of request %llu: %s", s->n_blocks,
+                      (unsigned long long)s->id, ifd_strerror(rc));
+    }
+    s->n_blocks = 0;
+    s->n_published = 0;
+    s->n_computed = 0;
+}
+
+static int ifd__seq_reserve_blocks(ifd__seq_t *s, int32_t n)
+{
+    if (n <= s->cap_blocks)
+        return 0;
+    int32_t cap = s->cap_blocks ? s->cap_blocks : 8;
+    while (cap < n)
+        cap *= 2;
+    int32_t *b = realloc(s->blocks, (size_t)cap * sizeof *b);
+    if (!b)
+        return IFD_ENOMEM;
+    s->blocks = b;
+    s->cap_blocks = cap;
+    return 0;
+}
+
+static void ifd__finish(ifd_engine_t *e, ifd__seq_t *s, ifd_finish_reason_t reason)
+{
+    ifd__seq_release(e, s);
+    ifd_engine_usage_t u = {s->n_prompt, s->n_gen, s->cached_tokens};
+    e->st.finished++;
+    if (e->cb.on_finish)
+        e->cb.on_finish(e->cb.ctx, s->id, reason, &u);
+    ifd__seq_free(s);
+}
+
+/* ---- create / add / cancel ------------------------------------------------- */
+
+int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
+                      const ifd_engine_model_t *model, ifd_kvpool_t *pool,
+                      const ifd_engine_callbacks_t *cb)
+{
+    if (!p || p->max_batched_tokens < 1 || p->max_seqs < 1 || !model || !model->forward ||
+        model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids))
+        return IFD_EINVAL;
+    ifd_engine_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return IFD_ENOMEM;
+    e->p = *p;
+    if (p->n_eos_ids) {
+        e->eos_ids = malloc((size_t)p->n_eos_ids * sizeof *e->eos_ids);
+        if (!e->eos_ids) {
+            free(e);
+            return IFD_ENOMEM;
+        }
+        memcpy(e->eos_ids, p->eos_ids, (size_t)p->n_eos_ids * sizeof *e->eos_ids);
+    }
+    e->p.eos_ids = e->eos_ids;
+    e->model = *model;
+    e->pool = pool;
+    if (cb)
+        e->cb = *cb;
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(pool, &g);
+    e->block_size = g.block_size;
+    e->pool_blocks = (int32_t)g.n_blocks;
+    int rc = ifd_sampler_create(model->n_vocab, &e->sampler);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    size_t nt = (size_t)p->max_batched_tokens, ns = (size_t)p->max_seqs;
+    e->b_tokens = malloc(nt * sizeof(int32_t));
+    e->b_pos = malloc(nt * sizeof(int32_t));
+    e->b_seq = malloc(nt * sizeof(int32_t));
+    e->b_slot = malloc(nt * sizeof(int64_t));
+    e->b_rows = malloc(ns * sizeof(int32_t));
+    e->sched = malloc(ns * sizeof *e->sched);
+    e->logits = malloc(ns * (size_t)model->n_vocab * sizeof(float));
+    if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_rows || !e->sched ||
+        !e->logits) {
+        ifd_engine_destroy(e);
+        return IFD_ENOMEM;
+    }
+    e->st.max_batched_tokens = p->max_batched_tokens;
+    *out = e;
+    return 0;
+}
+
+void ifd_engine_destroy(ifd_engine_t *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->running.n; i++) {
+        ifd__seq_release(e, e->running.v[i]);
+        ifd__seq_free(e->running.v[i]);
+    }
+    for (int i = 0; i < e->waiting.n; i++) {
+        ifd__seq_release(e, e->waiting.v[i]);
+        ifd__seq_free(e->waiting.v[i]);
+    }
+    free(e->running.v);
+    free(e->waiting.v);
+    ifd_sampler_destroy(e->sampler);
+    free(e->eos_ids);
+    free(e->b_tokens);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_slot);
+    free(e->b_rows);
+    free(e->b_tables);
+    free(e->sched);
+    free(e->logits);
+    free(e);
+}
+
+static ifd__seq_t *ifd__find(const ifd_engine_t *e, uint64_t id, ifd__queue_t **q, int *at)
+{
+    ifd__queue_t *qs[2] = {(ifd__queue_t *)&e->running, (ifd__queue_t *)&e->waiting};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < qs[k]->n; i++) {
+            if (qs[k]->v[i]->id == id) {
+                if (q)
+                    *q = qs[k];
+                if (at)
+                    *at = i;
+                return qs[k]->v[i];
+            }
+        }
+    }
+    return NULL;
+}
+
+int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
+{
+    if (!r || !r->prompt || r->n_prompt < 1 || r->n_generated < 0 ||
+        (r->n_generated > 0 && !r->generated) || r->max_tokens < 1 || r->n_stop_ids < 0)
+        return IFD_EINVAL;
+    int64_t len = (int64_t)r->n_prompt + r->n_generated;
+    if (len >= e->model.n_ctx)
+        return IFD_EINVAL;
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->model.n_vocab)
+            return IFD_EINVAL;
+    for (int32_t i = 0; i < r->n_generated; i++)
+        if (r->generated[i] < 0 || r->generated[i] >= e->model.n_vocab)
+            return IFD_EINVAL;
+    if (ifd_sampling_params_check(&r->sampling, e->model.n_vocab) != 0)
+        return IFD_EINVAL;
+    if (ifd__find(e, r->id, NULL, NULL))
+        return IFD_EEXIST;
+    ifd__seq_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return IFD_ENOMEM;
+    s->id = r->id;
+    s->cap_tokens = (int32_t)len + (r->max_tokens - r->n_generated > 0 ? r->max_tokens - r->n_generated : 0) + 1;
+    if (s->cap_tokens > e->model.n_ctx + 1)
+        s->cap_tokens = e->model.n_ctx + 1;
+    s->tokens = malloc((size_t)s->cap_tokens * sizeof *s->tokens);
+    s->sampling = r->sampling;
+    if (r->sampling.n_logit_bias) {
+        s->bias = malloc(r->sampling.n_logit_bias * sizeof *s->bias);
+        if (s->bias)
+            memcpy(s->bias, r->sampling.logit_bias, r->sampling.n_logit_bias * sizeof *s->bias);
+        s->sampling.logit_bias = s->bias;
+    }
+    if (r->n_stop_ids) {
+        s->stop_ids = malloc((size_t)r->n_stop_ids * sizeof *s->stop_ids);
+        if (s->stop_ids)
+            memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s->stop_ids);
+    }
+    if (!s->tokens || (r->sampling.n_logit_bias && !s->bias) || (r->n_stop_ids && !s->stop_ids)) {
+        ifd__seq_free(s);
+        return IFD_ENOMEM;
+    }
+    memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
+    if (r->n_generated)
+        memcpy(s->tokens + r->n_prompt, r->generated, (size_t)r->n_generated * sizeof *s->tokens);
+    s->n_tokens = (int32_t)len;
+    s->n_prompt = r->n_prompt;
+    s->n_gen = r->n_generated;
+    s->n_stop_ids = r->n_stop_ids;
+    s->max_tokens = r->max_tokens;
+    s->ignore_eos = r->ignore_eos;
+    s->use_cache = r->use_cache;
+    s->priority = r->priority;
+    s->salt = r->salt;
+    s->arrival = e->arrivals++;
+    int rc = ifd__q_insert(&e->waiting, ifd__waiting_pos(&e->waiting, s), s);
+    if (rc) {
+        ifd__seq_free(s);
+        return rc;
+    }
+    return 0;
+}
+
+int ifd_engine_cancel(ifd_engine_t *e, uint64_t id)
+{
+    ifd__seq_t *s = ifd__find(e, id, NULL, NULL);
+    if (!s)
+        return IFD_ENOTFOUND;
+    s->cancelled = true;
+    return 0;
+}
+
+bool ifd_engine_idle(const ifd_engine_t *e)
+{
+    return e->running.n == 0 && e->waiting.n == 0;
+}
+
+/* ---- scheduling ------------------------------------------------------------ */
+
+/* Preempts running[at]: its blocks go back to the pool (published ones stay
+ * cached and may serve it again) and it returns to the front of the waiting
+ * queue among its priority. */
+static int ifd__preempt(ifd_engine_t *e, int at)
+{
+    ifd__seq_t *s = e->running.v[at];
+    ifd__q_remove_at(&e->running, at);
+    ifd__seq_release(e, s);
+    e->st.preemptions++;
+    IFD_DEBUG("engine: preempted request %llu (%d tokens)", (unsigned long long)s->id,
+              s->n_tokens);
+    /* ahead of every waiting request of the same priority */
+    int i = 0;
+    while (i < e->waiting.n && e->waiting.v[i]->priority > s->priority)
+        i++;
+    return ifd__q_insert(&e->waiting, i, s);
+}
+
+/* Blocks needed to hold positions [0, n). */
+static int32_t ifd__blocks_for(const ifd_engine_t *e, int32_t n)
+{
+    return (n + e->block_size - 1) / e->block_size;
+}
+
+/* Grows s's blocks to cover `upto` positions. 0 or IFD_ENOBLOCKS/IFD_ENOMEM. */
+static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
+{
+    int32_t need = ifd__blocks_for(e, upto);
+    if (need <= s->n_blocks)
+        return 0;
+    int rc = ifd__seq_reserve_blocks(s, need);
+    if (rc)
+        return rc;
+    rc = ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, need - s->n_blocks,
+                          s->blocks + s->n_blocks);
+    if (rc)
+        return rc;
+    s->n_blocks = need;
+    return 0;
+}
+
+/* Tokens s wants computed this step. */
+static int32_t ifd__want(const ifd__seq_t *s)
+{
+    return s->n_tokens - s->n_computed;
+}
+
+/* Admission: consult the prefix cache (use_cache only). */
+static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
+{
+    if (!s->use_cache)
+        return 0;
+    int32_t max_blocks = (s->n_tokens - 1) / e->block_size;
+    if (max_blocks <= 0)
+        return 0;
+    int rc = ifd__seq_reserve_blocks(s, max_blocks);
+    if (rc)
+        return rc;
+    int got = ifd_kvpool_lookup(e->pool, e->p.worker, s->salt, s->tokens, s->n_tokens - 1,
+                                s->blocks, max_blocks, NULL);
+    if (got < 0)
+        return got;
+    /* blocks on another device cannot be read by this engine's kernels */
+    int keep = 0;
+    while (keep < got && ifd_kvpool_block_device(e->pool, s->blocks[keep]) == e->p.device)
+        keep++;
+    if (keep < got)
+        ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + keep, got - keep);
+    s->n_blocks = keep;
+    s->n_published = keep;
+    s->n_computed = keep * e->block_size;
+    if (!s->admitted_once) {
+        s->cached_tokens = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
+        e->st.cached_prompt_tokens += (uint64_t)s->cached_tokens;
+        e->st.prompt_tokens += (uint64_t)s->n_prompt;
+    }
+    return 0;
+}
+
+/* Fills e->sched with the sequences of this step. Returns how many. */
+static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
+{
+    int budget = e->p.max_batched_tokens;
+    int n_sched = 0;
+
+    /* cancellations first, so their blocks are free for everyone else */
+    ifd__queue_t *qs[2] = {&e->running, &e->waiting};
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < qs[k]->n;) {
+            ifd__seq_t *s = qs[k]->v[i];
+            if (s->cancelled) {
+                ifd__q_remove_at(qs[k], i);
+                ifd__finish(e, s, IFD_FINISH_CANCELLED);
+            } else {
+                i++;
+            }
+        }
+    }
+
+    /* 1. running sequences, oldest first */
+    for (int i = 0; i < e->running.n && budget > 0;) {
+        ifd__seq_t *s = e->running.v[i];
+        int32_t n = ifd__want(s);
+        if (n > budget)
+            n = budget;
+        int rc;
+        while ((rc = ifd__grow(e, s, s->n_computed + n)) == IFD_ENOBLOCKS) {
+            int victim = e->running.n - 1;
+            if (victim == i) {
+                if (e->running.n == 1 && e->waiting.n == 0 && n_sched == 0) {
+                    IFD_WARN("engine: request %llu cannot grow: the KV pool is full",
+                             (unsigned long long)s->id);
+                    ifd__q_remove_at(&e->running, i);
+                    ifd__finish(e, s, IFD_FINISH_LENGTH);
+                } else {
+                    ifd__preempt(e, i);
+                    st->n_preempted++;
+                }
+                goto next_running;
+            }
+            ifd__preempt(e, victim);
+            st->n_preempted++;
+        }
+        if (rc) {
+            IFD_ERROR("engine: request %llu: %s", (unsigned long long)s->id, ifd_strerror(rc));
+            ifd__q_remove_at(&e->running, i);
+            ifd__finish(e, s, IFD_FINISH_ERROR);
+            continue;
+        }
+        s->sched = n;
+        s->sample = s->n_computed + n == s->n_tokens;
+        e->sched[n_sched++] = s;
+        budget -= n;
+        i++;
+    next_running:;
+    }
+
+    /* 2. waiting requests in order, while budget and max_seqs allow */
+    while (budget > 0 && e->waiting.n > 0 && e->running.n < e->p.max_seqs) {
+        ifd__seq_t *s = e->waiting.v[0];
+        if (ifd__blocks_for(e, s->n_tokens + 1) > e->pool_blocks) {
+            IFD_WARN("engine: request %llu needs %d blocks, the pool has %d",
+                     (unsigned long long)s->id, ifd__blocks_for(e, s->n_tokens + 1),
+                     e->pool_blocks);
+            ifd__q_remove_at(&e->waiting, 0);
+            ifd__finish(e, s, IFD_FINISH_ERROR);
+            continue;
+        }
+        int rc = ifd__admit_lookup(e, s);
+        if (rc) {
+            ifd__q_remove_at(&e->waiting, 0);
+            ifd__finish(e, s, IFD_FINISH_ERROR);
+            continue;
+        }
+        int32_t n = ifd__want(s);
+        if (n > budget)
+            n = budget;
+        rc = ifd__grow(e, s, s->n_computed + n);
+        if (rc == IFD_ENOBLOCKS) {
+            ifd__seq_release(e, s); /* give back the prefix hits; try again later */
+            break;
+        }
+        if (rc) {
+            ifd__q_remove_at(&e->waiting, 0);
+            ifd__finish(e, s, IFD_FINISH_ERROR);
+            continue;
+        }
+        s->admitted_once = true;
+        ifd__q_remove_at(&e->waiting, 0);
+        if ((rc = ifd__q_insert(&e->running, e->running.n, s))) {
+            ifd__finish(e, s, IFD_FINISH_ERROR);
+            continue;
+        }
+        s->sched = n;
+        s->sample = s->n_computed + n == s->n_tokens;
+        e->sched[n_sched++] = s;
+        budget -= n;
+    }
+    return n_sched;
+}
+
+/* ---- one step ---------------------------------------------------------------- */
+
+static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
+{
+    while (!s->publish_failed && (s->n_published + 1) * e->block_size <= s->n_computed) {
+        int b = s->n_published;
+        int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
+        int rc = ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
+                                    s->tokens + (int64_t)b * e->block_size, NULL);
+        if (rc < 0) {
+            IFD_WARN("engine: publishing block %d of request %llu: %s", b,
+                     (unsigned long long)s->id, ifd_strerror(rc));
+            s->publish_failed = true;
+            return;
+        }
+        s->n_published++;
+    }
+}
+
+static bool ifd__is_stop(const ifd_engine_t *e, const ifd__seq_t *s, int32_t tok)
+{
+    for (int32_t i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] == tok)
+            return true;
+    for (int32_t i = 0; i < e->p.n_eos_ids && !s->ignore_eos; i++)
+        if (e->p.eos_ids[i] == tok)
+            return true;
+    return false;
+}
+
+int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
+{
+    ifd_engine_step_stats_t st;
+    memset(&st, 0, sizeof st);
+    double t0 = ifd__ms();
+    int n_sched = ifd__schedule(e, &st);
+    if (n_sched == 0) {
+        if (st_out)
+            *st_out = st;
+        return 0;
+    }
+    /* build the ragged batch */
+    int max_blocks = 1;
+    for (int k = 0; k < n_sched; k++)
+        if (e->sched[k]->n_blocks > max_blocks)
+            max_blocks = e->sched[k]->n_blocks;
+    if (n_sched * max_blocks > e->b_tables_cap) {
+        int cap = n_sched * max_blocks * 2;
+        int32_t *t = realloc(e->b_tables, (size_t)cap * sizeof *t);
+        if (!t)
+            return IFD_ENOMEM;
+        e->b_tables = t;
+        e->b_tables_cap = cap;
+    }
+    int n_tok = 0, n_rows = 0;
+    for (int k = 0; k < n_sched; k++) {
+        ifd__seq_t *s = e->sched[k];
+        int32_t *row = e->b_tables + (int64_t)k * max_blocks;
+        for (int32_t b = 0; b < max_blocks; b++)
+            row[b] = b < s->n_blocks ? ifd_kvpool_block_local(e->pool, s->blocks[b]) : 0;
+        for (int32_t j = 0; j < s->sched; j++) {
+            int32_t p = s->n_computed + j;
+            e->b_tokens[n_tok] = s->tokens[p];
+            e->b_pos[n_tok] = p;
+            e->b_seq[n_tok] = k;
+            e->b_slot[n_tok] = (int64_t)row[p / e->block_size] * e->block_size + p % e->block_size;
+            n_tok++;
+        }
+        if (s->sample)
+            e->b_rows[n_rows++] = n_tok - 1;
+        if (s->n_computed < s->n_prompt)
+            st.n_prefill_tokens += s->sched;
+        else
+            st.n_decode_tokens += s->sched;
+    }
+    ifd_batch_t batch = {
+        .n_tok = n_tok,
+        .tokens = e->b_tokens,
+        .pos = e->b_pos,
+        .seq = e->b_seq,
+        .slot = e->b_slot,
+        .n_seqs = n_sched,
+        .block_tables = e->b_tables,
+        .max_blocks = max_blocks,
+        .n_logits = n_rows,
+        .logit_rows = e->b_rows,
+    };
+    double t1 = ifd__ms();
+    int rc = e->model.forward(e->model.ctx, &batch, e->logits);
+    double t2 = ifd__ms();
+    if (rc) {
+        IFD_ERROR("engine: forward of %d tokens failed: %s", n_tok, ifd_strerror(rc));
+        for (int k = 0; k < n_sched; k++) {
+            int at = 0;
+            ifd__queue_t *q = NULL;
+            if (ifd__find(e, e->sched[k]->id, &q, &at)) {
+                ifd__q_remove_at(q, at);
+                ifd__finish(e, e->sched[k], IFD_FINISH_ERROR);
+            }
+        }
+        return rc;
+    }
+    /* advance, publish, sample, finish */
+    int row = 0;
+    for (int k = 0; k < n_sched; k++) {
+        ifd__seq_t *s = e->sched[k];
+        s->n_computed += s->sched;
+        if (s->use_cache)
+            ifd__publish(e, s);
+        if (!s->sample)
+            continue;
+        const float *lg = e->logits + (size_t)row++ * (size_t)e->model.n_vocab;
+        ifd_sampler_history_t h = {s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
+                                   (size_t)(s->n_tokens - s->n_prompt)};
+        ifd_sample_result_t res;
+        int src = ifd_sampler_sample(e->sampler, &s->sampling, lg, &h, (uint64_t)s->n_tokens, &res);
+        int at = 0;
+        ifd__queue_t *q = NULL;
+        IFD_ASSERT(ifd__find(e, s->id, &q, &at) == s);
+        if (src) {
+            IFD_ERROR("engine: sampling request %llu: %s", (unsigned long long)s->id,
+                      ifd_strerror(src));
+            ifd__q_remove_at(q, at);
+            ifd__finish(e, s, IFD_FINISH_ERROR);
+            continue;
+        }
+        s->tokens[s->n_tokens++] = res.token;
+        s->n_gen++;
+        if (!s->use_cache)
+            s->n_computed = 0; /* recompute everything next step */
+        if (e->cb.on_token)
+            e->cb.on_token(e->cb.ctx, s->id, &res);
+        int fin = -1;
+        if (ifd__is_stop(e, s, res.token))
+            fin = IFD_FINISH_STOP;
+        else if (s->n_gen >= s->max_tokens || s->n_tokens >= e->model.n_ctx ||
+                 s->n_tokens >= s->cap_tokens)
+            fin = IFD_FINISH_LENGTH;
+        if (fin >= 0) {
+            ifd__q_remove_at(q, at);
+            ifd__finish(e, s, (ifd_finish_reason_t)fin);
+        }
+    }
+    double t3 = ifd__ms();
+    st.n_seqs = n_sched;
+    st.n_tokens = n_tok;
+    st.schedule_ms = t1 - t0;
+    st.forward_ms = t2 - t1;
+    st.sample_ms = t3 - t2;
+    e->st.steps++;
+    e->st.tokens += (uint64_t)n_tok;
+    e->st.prefill_tokens += (uint64_t)st.n_prefill_tokens;
+    e->st.decode_tokens += (uint64_t)st.n_decode_tokens;
+    e->st.schedule_ms += st.schedule_ms;
+    e->st.forward_ms += st.forward_ms;
+    e->st.sample_ms += st.sample_ms;
+    if (st_out)
+        *st_out = st;
+    return n_sched;
+}
+
+void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
+{
+    *out = e->st;
+    out->running = e->running.n;
+    out->waiting = e->waiting.n;
+    int64_t held = 0;
+    for (int i = 0; i < e->running.n; i++)
+        held += e->running.v[i]->n_blocks;
+    out->blocks_held = held;
+}
+
+/* ---- the real model's adapter ------------------------------------------------ */
+
+typedef struct {
+    ifd_model_t *m;
+    ifd_kv_layer_t *kv;
+} ifd__model_ctx_t;
+
+static int ifd__model_forward(void *ctx, const ifd_batch_t *b, float *logits)
+{
+    ifd__model_ctx_t *c = ctx;
+    return ifd_model_forward(c->m, b, c->kv, logits);
+}
+
+int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev)
+{
+    const ifd_model_config_t *cfg = ifd_model_config(m);
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(pool, &g);
+    if (g.n_layers != (int)cfg->n_layer || g.n_kv_heads != (int)cfg->n_head_kv ||
+        g.head_dim != (int)cfg->head_dim)
+        return IFD_EMISMATCH;
+    ifd__model_ctx_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return IFD_ENOMEM;
+    c->m = m;
+    c->kv = calloc(cfg->n_layer, sizeof *c->kv);
+    if (!c->kv) {
+        free(c);
+        return IFD_ENOMEM;
+    }
+    for (uint32_t l = 0; l < cfg->n_layer; l++) {
+        c->kv[l].k = ifd_kvpool_layer_k(pool, dev, (int)l);
+        c->kv[l].v = ifd_kvpool_layer_v(pool, dev, (int)l);
+        c->kv[l].dtype = (ifd_dtype_t)g.dtype;
+        c->kv[l].block_size = g.block_size;
+        c->kv[l].n_kv_heads = g.n_kv_heads;
+        c->kv[l].head_dim = g.head_dim;
+        if (!c->kv[l].k || !c->kv[l].v) {
+            free(c->kv);
+            free(c);
+            return IFD_ENODEV;
+        }
+    }
+    out->ctx = c;
+    out->n_vocab = (int32_t)cfg->n_vocab;
+    out->n_ctx = (int32_t)cfg->n_ctx_train;
+    out->forward = ifd__model_forward;
+    return 0;
+}
+
+void ifd_engine_model_free(ifd_engine_model_t *em)
+{
+    ifd__model_ctx_t *c = em->ctx;
+    if (c) {
+        free(c->kv);
+        free(c);
+    }
+    em->ctx = NULL;
+}

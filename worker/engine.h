@@ -1,0 +1,157 @@
+/*
+ * engine.h — the worker's serving engine: iteration-level scheduling with
+ * continuous batching, chunked prefill, prefix reuse through the shared KV
+ * pool, and preemption by recomputation (vLLM-style).
+ *
+ * Every ifd_engine_step builds one ragged batch under a token budget
+ * (max_batched_tokens): first every running sequence (a decode token, or its
+ * next prefill chunk), oldest first, then waiting requests in FCFS order
+ * (higher priority first) while the budget and max_seqs allow. At admission
+ * the prefix cache is consulted and matched blocks are neither recomputed
+ * nor re-allocated. When a running sequence needs a block and the pool has
+ * none, the most recently admitted sequence is preempted: its blocks are
+ * released and it goes back to the front of the waiting queue, to be
+ * recomputed later from its tokens (prompt + what it has generated). Full
+ * blocks are published to the prefix cache as soon as their KV is computed.
+ *
+ * The model is reached through ifd_engine_model_t (the real model with its
+ * KV views, or a fake one in tests). Results leave through callbacks called
+ * from inside ifd_engine_step: one token event per sampled token, one finish
+ * event per request (after which the engine forgets it).
+ *
+ * Ownership: requests are copied on ifd_engine_add. The pool and the model
+ * adapter are borrowed and must outlive the engine. Threading: one thread
+ * (the worker's engine loop) calls everything.
+ */
+#ifndef IFD_ENGINE_H
+#define IFD_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvpool.h"
+#include "model.h"
+#include "sampler.h"
+
+typedef struct ifd_engine ifd_engine_t;
+
+/* What the engine needs from a model. forward has ifd_model_forward's
+ * contract; block tables hold LOCAL block ids of the engine's device. */
+typedef struct {
+    void *ctx;
+    int32_t n_vocab;
+    int32_t n_ctx; /* context length limit (prompt + generated) */
+    int (*forward)(void *ctx, const ifd_batch_t *b, float *logits);
+} ifd_engine_model_t;
+
+typedef enum {
+    IFD_FINISH_STOP = 0,   /* a stop token */
+    IFD_FINISH_LENGTH,     /* max_tokens, or the context limit */
+    IFD_FINISH_CANCELLED,  /* ifd_engine_cancel */
+    IFD_FINISH_ERROR,      /* the request could not be served (named in the log) */
+} ifd_finish_reason_t;
+
+const char *ifd_finish_reason_name(ifd_finish_reason_t r); /* "stop", "length", ... */
+
+typedef struct {
+    int32_t prompt_tokens;
+    int32_t completion_tokens; /* generated, including tokens passed as already generated */
+    int32_t cached_tokens;     /* prompt tokens served from the prefix cache (first admission) */
+} ifd_engine_usage_t;
+
+typedef struct {
+    void *ctx;
+    /* a sampled token; res carries logprobs when the request asked for them */
+    void (*on_token)(void *ctx, uint64_t id, const ifd_sample_result_t *res);
+    void (*on_finish)(void *ctx, uint64_t id, ifd_finish_reason_t reason,
+                      const ifd_engine_usage_t *usage);
+} ifd_engine_callbacks_t;
+
+typedef struct {
+    /* End-of-generation ids of the model (copied): a request stops after one
+     * unless it sets ignore_eos. May be NULL/0. */
+    const int32_t *eos_ids;
+    int32_t n_eos_ids;
+    int max_batched_tokens; /* token budget per step (default 256) */
+    int max_seqs;           /* running sequences at most (default 64) */
+    int worker;             /* this worker's slot in the pool ledger (default 0) */
+    int device;             /* the pool device this engine computes on (default 0) */
+} ifd_engine_params_t;
+
+ifd_engine_params_t ifd_engine_default_params(void);
+
+typedef struct {
+    uint64_t id;                 /* unique among live requests */
+    const int32_t *prompt;       /* [n_prompt], n_prompt >= 1 */
+    int32_t n_prompt;
+    const int32_t *generated;    /* tokens already streamed (resumption), may be NULL */
+    int32_t n_generated;
+    ifd_sampling_params_t sampling; /* logit_bias is copied */
+    const int32_t *stop_ids;     /* end generation after one of these (even with ignore_eos) */
+    int32_t n_stop_ids;
+    int32_t max_tokens;          /* total generated tokens, including n_generated; >= 1 */
+    bool ignore_eos;             /* do not stop at the engine's eos_ids */
+    bool use_cache;              /* false: recompute the whole context every step */
+    int32_t priority;            /* higher runs first; FCFS among equals */
+    uint64_t salt;               /* prefix-cache namespace (adapter, tenant) */
+} ifd_engine_request_t;
+
+int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
+                      const ifd_engine_model_t *model, ifd_kvpool_t *pool,
+                      const ifd_engine_callbacks_t *cb);
+/* Releases every block the engine still holds. NULL is a no-op. */
+void ifd_engine_destroy(ifd_engine_t *e);
+
+/* Queues a request. 0; IFD_EINVAL (bad request: empty prompt, bad sampling
+ * parameters, a prompt longer than the context); IFD_EEXIST (duplicate id);
+ * IFD_ENOMEM. A request that cannot fit the pool even alone finishes with
+ * IFD_FINISH_ERROR at its first scheduling. */
+int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r);
+
+/* Cancels a queued or running request: it finishes with
+ * IFD_FINISH_CANCELLED at the start of the next step (its blocks return to
+ * the pool then). 0 or IFD_ENOTFOUND. */
+int ifd_engine_cancel(ifd_engine_t *e, uint64_t id);
+
+typedef struct {
+    int n_seqs;         /* sequences in the batch */
+    int n_tokens;       /* tokens in the batch */
+    int n_prefill_tokens;
+    int n_decode_tokens;
+    int n_preempted;    /* preemptions during scheduling */
+    double schedule_ms, forward_ms, sample_ms;
+} ifd_engine_step_stats_t;
+
+/* Runs one step (schedule, forward, sample, finish). Returns the number of
+ * sequences that ran (0 when idle), or a negative error (the model failed:
+ * every request in the batch is finished with IFD_FINISH_ERROR). */
+int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st);
+
+/* No request queued or running. */
+bool ifd_engine_idle(const ifd_engine_t *e);
+
+typedef struct {
+    int32_t running;
+    int32_t waiting;
+    uint64_t steps;
+    uint64_t tokens;          /* batched tokens over all steps */
+    uint64_t prefill_tokens;
+    uint64_t decode_tokens;
+    uint64_t cached_prompt_tokens; /* prompt tokens skipped thanks to the prefix cache */
+    uint64_t prompt_tokens;        /* prompt tokens admitted */
+    uint64_t preemptions;
+    uint64_t finished;
+    int64_t blocks_held;      /* blocks this engine holds now */
+    double forward_ms, sample_ms, schedule_ms; /* totals */
+    int32_t max_batched_tokens;
+} ifd_engine_stats_t;
+
+void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);
+
+/* An engine model adapter over a loaded model and a pool device: fills the
+ * per-layer KV views from the pool. *out_ctx must be freed with
+ * ifd_engine_model_free. */
+int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev);
+void ifd_engine_model_free(ifd_engine_model_t *em);
+
+#endif

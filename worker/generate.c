@@ -1,0 +1,286 @@
+/*
+ * generate.c — see generate.h.
+ *
+ * The sequence's KV lives in a private single-device host pool sized for
+ * prompt + n_predict tokens; blocks are allocated as the sequence grows and
+ * its block table grows with them. Without the cache, every step runs the
+ * whole context as one prefill (positions 0..n-1 written into the same
+ * blocks again) and samples from its last row.
+ */
+#include "generate.h"
+
+#include "error.h"
+#include "kvpool.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double ifd__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+ifd_generate_params_t ifd_generate_default_params(void)
+{
+    ifd_generate_params_t p;
+    memset(&p, 0, sizeof p);
+    p.n_predict = 128;
+    p.use_cache = true;
+    p.prefill_chunk = 512;
+    p.sampling = ifd_sampling_default_params();
+    p.sampling.temperature = 0.0f;
+    return p;
+}
+
+void ifd_generate_result_free(ifd_generate_result_t *r)
+{
+    free(r->tokens);
+    memset(r, 0, sizeof *r);
+}
+
+/* NumPy .npy v1.0 float32 [rows, cols]: the header is a fixed 128 bytes so
+ * the row count can be patched in at the end. */
+static int ifd__npy_header(FILE *f, int64_t rows, int64_t cols)
+{
+    char hdr[128];
+    memset(hdr, ' ', sizeof hdr);
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    hdr[8] = (char)(118 & 0xff);
+    hdr[9] = 0;
+    char dict[118];
+    int n = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                     (long long)rows, (long long)cols);
+    if (n < 0 || n >= (int)sizeof dict - 1)
+        return IFD_EOVERFLOW;
+    memcpy(hdr + 10, dict, (size_t)n);
+    hdr[127] = '\n';
+    if (fseek(f, 0, SEEK_SET) != 0 || fwrite(hdr, 1, sizeof hdr, f) != sizeof hdr)
+        return IFD_EINTERNAL;
+    return 0;
+}
+
+typedef struct {
+    ifd_model_t *m;
+    const ifd_model_config_t *cfg;
+    ifd_kvpool_t *pool;
+    ifd_kv_layer_t *kv;
+    int32_t *blocks; /* the block table */
+    int n_blocks, max_blocks, block_size;
+    /* batch buffers */
+    int32_t *pos, *seq, *rows;
+    int64_t *slot;
+    float *logits;
+    int cap_rows;
+} ifd__gen_t;
+
+/* Makes sure blocks cover positions [0, n_tokens). */
+static int ifd__ensure_blocks(ifd__gen_t *g, int n_tokens)
+{
+    int need = (n_tokens + g->block_size - 1) / g->block_size;
+    if (need > g->max_blocks)
+        return IFD_EINVAL;
+    if (need > g->n_blocks) {
+        int rc = ifd_kvpool_alloc(g->pool, 0, 0, need - g->n_blocks, g->blocks + g->n_blocks);
+        if (rc)
+            return rc;
+        g->n_blocks = need;
+    }
+    return 0;
+}
+
+/* Runs tokens[start..end) at positions start..end-1; logits for the last
+ * `n_logits` rows into g->logits. */
+static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, int n_logits)
+{
+    int n = end - start;
+    int rc = ifd__ensure_blocks(g, end);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        int p = start + i;
+        g->pos[i] = p;
+        g->seq[i] = 0;
+        g->slot[i] = (int64_t)ifd_kvpool_block_local(g->pool, g->blocks[p / g->block_size]) *
+                         g->block_size +
+                     p % g->block_size;
+    }
+    for (int i = 0; i < n_logits; i++)
+        g->rows[i] = n - n_logits + i;
+    ifd_batch_t b = {
+        .n_tok = n,
+        .tokens = tokens + start,
+        .pos = g->pos,
+        .seq = g->seq,
+        .slot = g->slot,
+        .n_seqs = 1,
+        .block_tables = g->blocks,
+        .max_blocks = g->max_blocks,
+        .n_logits = n_logits,
+        .logit_rows = g->rows,
+    };
+    /* block tables hold local ids for the kernels (one device here) */
+    return ifd_model_forward(g->m, &b, g->kv, g->logits);
+}
+
+static int ifd__dump(FILE *f, const float *rows, int n, int vocab, int *written)
+{
+    if (!f || n <= 0)
+        return 0;
+    if (fwrite(rows, sizeof(float), (size_t)n * (size_t)vocab, f) != (size_t)n * (size_t)vocab)
+        return IFD_EINTERNAL;
+    *written += n;
+    return 0;
+}
+
+int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
+                 const ifd_generate_params_t *p, ifd_generate_result_t *r)
+{
+    memset(r, 0, sizeof *r);
+    const ifd_model_config_t *cfg = ifd_model_config(m);
+    if (n_prompt <= 0 || p->n_predict <= 0)
+        return IFD_EINVAL;
+    if ((int64_t)n_prompt + p->n_predict > (int64_t)cfg->n_ctx_train) {
+        IFD_ERROR("prompt (%d tokens) + %d new tokens exceed the model's context of %u", n_prompt,
+                  p->n_predict, cfg->n_ctx_train);
+        return IFD_EINVAL;
+    }
+    const int vocab = (int)cfg->n_vocab;
+    const int total = n_prompt + p->n_predict;
+    const int chunk = p->prefill_chunk > 0 ? p->prefill_chunk : 512;
+    /* rows needed at once: a prefill chunk (all rows when dumping), or the
+     * whole context in no-cache mode */
+    const int max_tok = p->use_cache ? (chunk < total ? chunk : total) : total;
+
+    ifd__gen_t g;
+    memset(&g, 0, sizeof g);
+    g.m = m;
+    g.cfg = cfg;
+    int rc = 0;
+    ifd_sampler_t *sampler = NULL;
+    int32_t *seq_tokens = NULL;
+
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = (int)cfg->n_layer;
+    kp.n_kv_heads = (int)cfg->n_head_kv;
+    kp.head_dim = (int)cfg->head_dim;
+    kp.dtype = IFD_KV_F32;
+    g.block_size = kp.block_size;
+    g.max_blocks = (total + kp.block_size - 1) / kp.block_size;
+    kp.n_blocks = g.max_blocks;
+    kp.n_workers = 1;
+    if ((rc = ifd_kvpool_create(&kp, &g.pool)))
+        goto out;
+    g.kv = calloc(cfg->n_layer, sizeof *g.kv);
+    g.blocks = calloc((size_t)g.max_blocks, sizeof *g.blocks);
+    g.pos = malloc((size_t)max_tok * sizeof *g.pos);
+    g.seq = malloc((size_t)max_tok * sizeof *g.seq);
+    g.rows = malloc((size_t)max_tok * sizeof *g.rows);
+    g.slot = malloc((size_t)max_tok * sizeof *g.slot);
+    g.logits = malloc((size_t)max_tok * (size_t)vocab * sizeof(float));
+    seq_tokens = malloc((size_t)total * sizeof *seq_tokens);
+    r->tokens = malloc((size_t)p->n_predict * sizeof *r->tokens);
+    if (!g.kv || !g.blocks || !g.pos || !g.seq || !g.rows || !g.slot || !g.logits ||
+        !seq_tokens || !r->tokens) {
+        rc = IFD_ENOMEM;
+        goto out;
+    }
+    for (uint32_t l = 0; l < cfg->n_layer; l++) {
+        g.kv[l].k = ifd_kvpool_layer_k(g.pool, 0, (int)l);
+        g.kv[l].v = ifd_kvpool_layer_v(g.pool, 0, (int)l);
+        g.kv[l].dtype = IFD_DTYPE_F32;
+        g.kv[l].block_size = g.block_size;
+        g.kv[l].n_kv_heads = (int)cfg->n_head_kv;
+        g.kv[l].head_dim = (int)cfg->head_dim;
+    }
+    if ((rc = ifd_sampler_create(vocab, &sampler)))
+        goto out;
+    memcpy(seq_tokens, prompt, (size_t)n_prompt * sizeof *seq_tokens);
+    if (p->dump_logits && (rc = ifd__npy_header(p->dump_logits, 0, vocab)))
+        goto out;
+
+    const bool dump = p->dump_logits != NULL;
+    const float *last = g.logits;
+    double t0 = ifd__now_ms();
+    /* prefill: the prompt in chunks; logits of the last row (all rows when dumping) */
+    for (int start = 0; start < n_prompt;) {
+        int end = p->use_cache ? (start + chunk < n_prompt ? start + chunk : n_prompt) : n_prompt;
+        int n_logits = dump ? end - start : (end == n_prompt ? 1 : 0);
+        if ((rc = ifd__run(&g, seq_tokens, start, end, n_logits)))
+            goto out;
+        if ((rc = ifd__dump(p->dump_logits, g.logits, dump ? n_logits : 0, vocab,
+                            &r->n_logit_rows)))
+            goto out;
+        if (end == n_prompt)
+            last = g.logits + (size_t)(n_logits - 1) * (size_t)vocab;
+        start = end;
+    }
+    double t_prefill = ifd__now_ms();
+    r->prefill_ms = t_prefill - t0;
+    r->finish_reason = "length";
+
+    int n_seq = n_prompt;
+    for (int step = 0; step < p->n_predict; step++) {
+        ifd_sampler_history_t hist = {prompt, (size_t)n_prompt, r->tokens, (size_t)r->n_tokens};
+        ifd_sample_result_t res;
+        if ((rc = ifd_sampler_sample(sampler, &p->sampling, last, &hist, (uint64_t)n_seq, &res)))
+            goto out;
+        if (step == 0)
+            r->ttft_ms = ifd__now_ms() - t0;
+        r->tokens[r->n_tokens++] = res.token;
+        seq_tokens[n_seq++] = res.token;
+        if (p->on_token && p->on_token(p->cb_ctx, res.token)) {
+            r->finish_reason = "callback";
+            break;
+        }
+        bool stop = false;
+        for (size_t i = 0; i < p->n_stop_ids && !p->ignore_eos; i++)
+            stop |= p->stop_ids[i] == res.token;
+        if (stop) {
+            r->finish_reason = "stop";
+            break;
+        }
+        if (step + 1 == p->n_predict)
+            break;
+        /* next logits: one new token with the cache, the whole context without */
+        if (p->use_cache)
+            rc = ifd__run(&g, seq_tokens, n_seq - 1, n_seq, 1);
+        else
+            rc = ifd__run(&g, seq_tokens, 0, n_seq, 1);
+        if (rc)
+            goto out;
+        last = g.logits;
+        if ((rc = ifd__dump(p->dump_logits, g.logits, 1, vocab, &r->n_logit_rows)))
+            goto out;
+    }
+    double t_end = ifd__now_ms();
+    r->decode_ms = t_end - t0 - r->ttft_ms;
+    r->total_ms = t_end - t0;
+    if (p->dump_logits) {
+        if ((rc = ifd__npy_header(p->dump_logits, r->n_logit_rows, vocab)))
+            goto out;
+        fflush(p->dump_logits);
+    }
+out:
+    ifd_sampler_destroy(sampler);
+    if (g.pool && g.n_blocks)
+        ifd_kvpool_free(g.pool, 0, g.blocks, g.n_blocks);
+    ifd_kvpool_destroy(g.pool);
+    free(g.kv);
+    free(g.blocks);
+    free(g.pos);
+    free(g.seq);
+    free(g.rows);
+    free(g.slot);
+    free(g.logits);
+    free(seq_tokens);
+    if (rc) {
+        free(r->tokens);
+        r->tokens = NULL;
+        r->n_tokens = 0;
+    }
+    return rc;
+}

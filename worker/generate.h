@@ -1,0 +1,62 @@
+/*
+ * generate.h — offline (engine-less) generation for one sequence: prefill
+ * the prompt in chunks, then decode token by token, with the KV cache in a
+ * private paged pool (common/kvpool) — or, with use_cache off, recomputing
+ * the whole context at every step (the KV-caching benchmark's baseline).
+ *
+ * Ownership: the model and tokenizer are borrowed; the result's token list
+ * is owned by the caller (ifd_generate_result_free). Threading: one call at
+ * a time per model.
+ */
+#ifndef IFD_GENERATE_H
+#define IFD_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model.h"
+#include "sampler.h"
+
+/* Called for every generated token, in order. Return non-zero to stop. */
+typedef int (*ifd_token_cb)(void *ctx, int32_t token);
+
+typedef struct {
+    int n_predict;            /* tokens to generate (>= 1) */
+    bool use_cache;           /* false: recompute the whole context every step */
+    int prefill_chunk;        /* tokens per prefill forward (default 512) */
+    ifd_sampling_params_t sampling;
+    const int32_t *stop_ids;  /* generation ends after one of these (not with ignore_eos) */
+    size_t n_stop_ids;
+    bool ignore_eos;
+    FILE *dump_logits;        /* if set: .npy of float32 logits [rows, vocab] */
+    ifd_token_cb on_token;
+    void *cb_ctx;
+} ifd_generate_params_t;
+
+ifd_generate_params_t ifd_generate_default_params(void);
+
+typedef struct {
+    int32_t *tokens; /* generated ids (malloc'ed) */
+    int n_tokens;
+    const char *finish_reason; /* "length", "stop" or "callback" (static) */
+    double ttft_ms;            /* start → first token sampled */
+    double prefill_ms;
+    double decode_ms;          /* after the first token */
+    double total_ms;
+    int n_logit_rows;          /* rows written to dump_logits */
+} ifd_generate_result_t;
+
+void ifd_generate_result_free(ifd_generate_result_t *r);
+
+/*
+ * Generates for prompt[0..n_prompt). With dump_logits, the rows are the
+ * logits at every prompt position followed by those at every generated
+ * token except the last (row i predicts token i + 1 of prompt+output):
+ * n_prompt + n_generated - 1 rows. Returns 0, IFD_EINVAL (empty prompt,
+ * prompt + n_predict beyond the model's context), or a model/pool error.
+ */
+int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
+                 const ifd_generate_params_t *p, ifd_generate_result_t *r);
+
+#endif

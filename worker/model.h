@@ -1,0 +1,67 @@
+/*
+ * model.h — a loaded model (weights on a backend) and its forward pass over
+ * a ragged batch, written once against the backend interface (backend.h).
+ *
+ * Architectures: llama (SmolLM2, Llama 3.x, TinyLlama, Mistral-style) and
+ * gemma3. Weights are dequantized to f32 once at load (MODEL-FORMATS.md
+ * §3); a tensor with an unsupported type or a wrong shape fails the load
+ * with a message naming it.
+ *
+ * Ownership: ifd_model_load keeps the GGUF mapping open for the model's
+ * lifetime (the tokenizer reads its metadata); the backend must outlive the
+ * model. Threading: one thread at a time per model (the engine thread).
+ */
+#ifndef IFD_MODEL_H
+#define IFD_MODEL_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "gguf.h"
+#include "model_config.h"
+
+typedef struct ifd_model ifd_model_t;
+
+/*
+ * One forward step: n_tok tokens from n_seqs sequences, prefill chunks and
+ * single decode tokens mixed. Token i is tokens[i] at position pos[i] of
+ * sequence seq[i]; its K/V are written to slot[i] (block * block_size +
+ * offset; < 0 = do not write) before attention, and it attends to positions
+ * 0..pos[i] of its sequence through block_tables[seq[i] * max_blocks + …].
+ * Logits are computed only for the n_logits tokens listed in logit_rows.
+ * All arrays are host memory.
+ */
+typedef struct {
+    int n_tok;
+    const int32_t *tokens;       /* [n_tok] */
+    const int32_t *pos;          /* [n_tok] */
+    const int32_t *seq;          /* [n_tok] */
+    const int64_t *slot;         /* [n_tok] */
+    int n_seqs;
+    const int32_t *block_tables; /* [n_seqs, max_blocks] */
+    int max_blocks;
+    int n_logits;
+    const int32_t *logit_rows;   /* [n_logits], indices into the batch */
+} ifd_batch_t;
+
+/* Loads the GGUF at `path` onto `be`. 0, or an IFD_E* code or -errno, with a one-line
+ * message in errbuf (file, tensor, what was expected). */
+int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char *errbuf,
+                   size_t errlen);
+void ifd_model_destroy(ifd_model_t *m);
+
+const ifd_model_config_t *ifd_model_config(const ifd_model_t *m);
+const ifd_gguf_t *ifd_model_gguf(const ifd_model_t *m);
+/* Bytes of weights held on the backend. */
+uint64_t ifd_model_weight_bytes(const ifd_model_t *m);
+
+/*
+ * Runs the batch. kv[l] is layer l's view of the paged KV cache
+ * (n_kv_heads and head_dim must match the model). logits: host memory
+ * [n_logits, n_vocab]. Returns 0, IFD_EINVAL for an inconsistent batch
+ * (token id out of range, bad sequence index), or a backend error.
+ */
+int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
+                      float *logits);
+
+#endif

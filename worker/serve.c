@@ -1,0 +1,460 @@
+/*
+ * serve.c — see serve.h.
+ *
+ * Writes are blocking and complete (the router reads its workers eagerly);
+ * reads are non-blocking and feed a wire reader. Token events of one step
+ * are gathered by the engine callbacks into `ev` and sent as TOKENS frames;
+ * a finishing request first flushes the events gathered so far, so the
+ * router always sees a request's last token before its FINISHED frame.
+ */
+#include "serve.h"
+
+#include "backend.h"
+#include "engine.h"
+#include "error.h"
+#include "fdpass.h"
+#include "kvpool.h"
+#include "log.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    int fd;
+    ifd_buf_t out;            /* encoded frames to write after the step */
+    ifd_wire_token_t *ev;     /* this step's token events */
+    ifd_wire_top_t *tops;     /* their top-logprob storage */
+    uint32_t n_ev, cap_ev;
+    uint64_t step;
+    ifd_engine_t *eng;
+    bool draining;
+    int status;
+} ifd__srv_t;
+
+static int ifd__write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                struct pollfd pfd = {fd, POLLOUT, 0};
+                poll(&pfd, 1, -1);
+                continue;
+            }
+            return -errno;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int ifd__queue(ifd__srv_t *s, const ifd_wire_msg_t *m)
+{
+    int rc = ifd_wire_encode(&s->out, m);
+    if (rc)
+        IFD_ERROR("worker: encoding a %s frame: %s", ifd_wire_type_name(m->type), ifd_strerror(rc));
+    return rc;
+}
+
+static int ifd__flush(ifd__srv_t *s)
+{
+    if (!s->out.len)
+        return 0;
+    int rc = ifd__write_all(s->fd, s->out.data, s->out.len);
+    ifd_buf_clear(&s->out);
+    return rc;
+}
+
+static void ifd__send_error(ifd__srv_t *s, uint64_t id, int code, const char *msg)
+{
+    ifd_wire_msg_t m = {.type = IFD_WIRE_ERROR};
+    m.u.error.id = id;
+    m.u.error.code = code;
+    m.u.error.message = (char *)msg;
+    ifd__queue(s, &m);
+}
+
+static void ifd__on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
+{
+    ifd__srv_t *s = ctx;
+    if (s->n_ev == s->cap_ev) {
+        uint32_t cap = s->cap_ev ? s->cap_ev * 2 : 64;
+        ifd_wire_token_t *ev = realloc(s->ev, cap * sizeof *ev);
+        ifd_wire_top_t *tops = ev ? realloc(s->tops, cap * IFD_WIRE_MAX_TOP * sizeof *tops) : NULL;
+        if (ev)
+            s->ev = ev;
+        if (!ev || !tops) {
+            IFD_ERROR("worker: out of memory for token events");
+            return;
+        }
+        s->tops = tops;
+        s->cap_ev = cap;
+        for (uint32_t i = 0; i < s->n_ev; i++) /* tops moved */
+            s->ev[i].top = s->ev[i].n_top ? s->tops + (size_t)i * IFD_WIRE_MAX_TOP : NULL;
+    }
+    ifd_wire_token_t *e = &s->ev[s->n_ev];
+    memset(e, 0, sizeof *e);
+    e->id = id;
+    e->token = res->token;
+    if (res->n_top > 0 || res->rank > 0) {
+        e->has_logprob = true;
+        e->logprob = res->logprob;
+        e->n_top = (uint32_t)(res->n_top < (int)IFD_WIRE_MAX_TOP ? res->n_top : (int)IFD_WIRE_MAX_TOP);
+        e->top = e->n_top ? s->tops + (size_t)s->n_ev * IFD_WIRE_MAX_TOP : NULL;
+        for (uint32_t i = 0; i < e->n_top; i++) {
+            e->top[i].token = res->top_ids[i];
+            e->top[i].logprob = res->top_logprobs[i];
+        }
+    }
+    s->n_ev++;
+}
+
+static void ifd__on_finish(void *ctx, uint64_t id, ifd_finish_reason_t reason,
+                           const ifd_engine_usage_t *u)
+{
+    ifd__srv_t *s = ctx;
+    /* the tokens of this step go first */
+    if (s->n_ev) {
+        ifd_wire_msg_t m = {.type = IFD_WIRE_TOKENS};
+        m.u.tokens.step = s->step;
+        m.u.tokens.events = s->ev;
+        m.u.tokens.n_events = s->n_ev;
+        ifd__queue(s, &m);
+        s->n_ev = 0;
+    }
+    static const uint32_t map[] = {IFD_WIRE_FINISH_STOP, IFD_WIRE_FINISH_LENGTH,
+                                   IFD_WIRE_FINISH_CANCELLED, IFD_WIRE_FINISH_ERROR};
+    ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
+    m.u.finished.id = id;
+    m.u.finished.reason = map[reason];
+    m.u.finished.stop_token = -1;
+    m.u.finished.prompt_tokens = (uint32_t)u->prompt_tokens;
+    m.u.finished.completion_tokens = (uint32_t)u->completion_tokens;
+    m.u.finished.cached_tokens = (uint32_t)u->cached_tokens;
+    if (reason == IFD_FINISH_ERROR)
+        ifd__send_error(s, id, IFD_EINTERNAL, "the request could not be served (see the worker log)");
+    ifd__queue(s, &m);
+}
+
+static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
+{
+    if (s->draining) {
+        ifd__send_error(s, a->id, IFD_EBUSY, "worker is draining");
+        ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
+        m.u.finished.id = a->id;
+        m.u.finished.reason = IFD_WIRE_FINISH_ERROR;
+        m.u.finished.stop_token = -1;
+        ifd__queue(s, &m);
+        return;
+    }
+    ifd_engine_request_t r;
+    memset(&r, 0, sizeof r);
+    r.id = a->id;
+    r.prompt = a->tokens;
+    r.n_prompt = (int32_t)(a->n_tokens - a->n_generated);
+    r.generated = a->n_generated ? a->tokens + r.n_prompt : NULL;
+    r.n_generated = (int32_t)a->n_generated;
+    r.sampling = ifd_sampling_default_params();
+    r.sampling.temperature = a->sampling.temperature;
+    r.sampling.top_k = a->sampling.top_k;
+    r.sampling.top_p = a->sampling.top_p;
+    r.sampling.min_p = a->sampling.min_p;
+    r.sampling.repetition_penalty = a->sampling.repetition_penalty;
+    r.sampling.frequency_penalty = a->sampling.frequency_penalty;
+    r.sampling.presence_penalty = a->sampling.presence_penalty;
+    r.sampling.logit_bias = (const ifd_logit_bias_t *)a->sampling.logit_bias;
+    r.sampling.n_logit_bias = a->sampling.n_logit_bias;
+    r.sampling.n_logprobs = a->sampling.n_logprobs;
+    r.sampling.logprobs_mode = (ifd_logprobs_mode_t)a->sampling.logprobs_mode;
+    r.sampling.seed = a->sampling.seed;
+    r.stop_ids = a->stop_ids;
+    r.n_stop_ids = (int32_t)a->n_stop_ids;
+    r.max_tokens = (int32_t)a->max_tokens;
+    r.ignore_eos = a->ignore_eos;
+    r.use_cache = a->use_cache;
+    r.priority = -a->priority; /* wire: lower first; engine: higher first */
+    int rc = ifd_engine_add(s->eng, &r);
+    if (rc) {
+        ifd__send_error(s, a->id, rc, rc == IFD_EEXIST ? "duplicate request id"
+                                                       : "invalid request (tokens, length or "
+                                                         "sampling parameters)");
+        ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
+        m.u.finished.id = a->id;
+        m.u.finished.reason = IFD_WIRE_FINISH_ERROR;
+        m.u.finished.stop_token = -1;
+        m.u.finished.prompt_tokens = (uint32_t)r.n_prompt;
+        ifd__queue(s, &m);
+    }
+}
+
+static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
+{
+    ifd_engine_stats_t st;
+    ifd_engine_stats(s->eng, &st);
+    ifd_wire_msg_t m = {.type = IFD_WIRE_STATS};
+    ifd_wire_stats_t *w = &m.u.stats;
+    w->seq = seq;
+    w->running = (uint32_t)st.running;
+    w->waiting = (uint32_t)st.waiting;
+    w->kv_blocks_in_use = (uint64_t)st.blocks_held;
+    w->kv_blocks_total = blocks_total;
+    w->steps = st.steps;
+    w->prefill_tokens = st.prefill_tokens;
+    w->decode_tokens = st.decode_tokens;
+    w->tokens_per_step = st.steps ? (double)st.tokens / (double)st.steps : 0.0;
+    w->batch_occupancy = w->tokens_per_step / (double)st.max_batched_tokens;
+    w->prefix_query_tokens = st.prompt_tokens;
+    w->prefix_hit_tokens = st.cached_prompt_tokens;
+    w->prefix_hit_rate =
+        st.prompt_tokens ? (double)st.cached_prompt_tokens / (double)st.prompt_tokens : 0.0;
+    w->preemptions = st.preemptions;
+    w->forward_ns = (uint64_t)(st.forward_ms * 1e6);
+    w->sampling_ns = (uint64_t)(st.sample_ms * 1e6);
+    w->scheduling_ns = (uint64_t)(st.schedule_ms * 1e6);
+    ifd__queue(s, &m);
+}
+
+/* Reads the HELLO frame (with its fds). */
+static int ifd__read_hello(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *hello, int *fds,
+                           int *nfds)
+{
+    char buf[65536];
+    size_t len = 0;
+    int rc = ifd_fdpass_recv(fd, buf, sizeof buf, &len, fds, IFD_FDPASS_MAX_FDS, nfds);
+    if (rc)
+        return rc;
+    if ((rc = ifd_wire_reader_feed(rd, buf, len)))
+        return rc;
+    for (;;) {
+        rc = ifd_wire_reader_next_msg(rd, hello);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            return hello->type == IFD_WIRE_HELLO ? 0 : IFD_EFORMAT;
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n == 0)
+            return IFD_ECLOSED;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if ((rc = ifd_wire_reader_feed(rd, buf, (size_t)n)))
+            return rc;
+    }
+}
+
+int ifd_worker_serve(const ifd_serve_opts_t *o)
+{
+    ifd__srv_t s;
+    memset(&s, 0, sizeof s);
+    s.fd = o->fd;
+    s.status = 1;
+    ifd_wire_reader_t rd;
+    ifd_wire_reader_init(&rd, 0);
+    ifd_wire_msg_t hello = {0};
+    int fds[IFD_FDPASS_MAX_FDS], nfds = 0;
+    ifd_backend_t *be = NULL;
+    ifd_model_t *model = NULL;
+    ifd_tokenizer_t *tok = NULL;
+    ifd_kvpool_t *pool = NULL;
+    ifd_engine_model_t em = {0};
+    char err[1024] = "";
+
+    int rc = ifd__read_hello(s.fd, &rd, &hello, fds, &nfds);
+    if (rc) {
+        IFD_ERROR("worker: no HELLO from the router: %s (%s)", ifd_strerror(rc),
+                  ifd_wire_reader_error(&rd));
+        goto out;
+    }
+    const ifd_wire_hello_t *h = &hello.u.hello;
+    if (nfds < 1) {
+        IFD_ERROR("worker: HELLO came without the KV pool's fds");
+        ifd__send_error(&s, 0, IFD_EINVAL, "HELLO without the KV pool fds");
+        goto out;
+    }
+    const char *path = o->model_path ? o->model_path : h->model_path;
+    int threads = o->n_threads > 0 ? o->n_threads : (int)h->n_threads;
+    if ((rc = ifd_backend_cpu_create(&be, threads))) {
+        ifd__send_error(&s, 0, rc, "cannot start the CPU backend");
+        goto out;
+    }
+    if ((rc = ifd_model_load(&model, path, be, err, sizeof err))) {
+        IFD_ERROR("worker: %s", err);
+        ifd__send_error(&s, 0, rc, err);
+        goto out;
+    }
+    if ((rc = ifd_tokenizer_create_gguf(&tok, ifd_model_gguf(model), err, sizeof err))) {
+        IFD_ERROR("worker: tokenizer: %s", err);
+        ifd__send_error(&s, 0, rc, err);
+        goto out;
+    }
+    ifd_kvpool_params_t expect = ifd_kvpool_default_params();
+    const ifd_model_config_t *cfg = ifd_model_config(model);
+    expect.n_layers = (int)cfg->n_layer;
+    expect.n_kv_heads = (int)cfg->n_head_kv;
+    expect.head_dim = (int)cfg->head_dim;
+    expect.dtype = (ifd_kv_dtype_t)h->kv.dtype;
+    expect.block_size = (int)h->kv.block_size;
+    expect.fingerprint = h->kv.fingerprint;
+    if ((rc = ifd_kvpool_attach(fds[0], fds + 1, nfds - 1, &expect, &pool))) {
+        snprintf(err, sizeof err, "cannot attach the KV pool: %s", ifd_strerror(rc));
+        IFD_ERROR("worker: %s", err);
+        ifd__send_error(&s, 0, rc, err);
+        goto out;
+    }
+    if ((rc = ifd_engine_model_from(&em, model, pool, (int)h->kv_device))) {
+        ifd__send_error(&s, 0, rc, "the KV pool does not fit the model");
+        goto out;
+    }
+    const ifd_token_t *eos;
+    size_t n_eos = ifd_tokenizer_eog_ids(tok, &eos);
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ep.eos_ids = (const int32_t *)eos;
+    ep.n_eos_ids = (int32_t)n_eos;
+    ep.worker = (int)h->slot;
+    ep.device = (int)h->kv_device;
+    if (h->max_seqs)
+        ep.max_seqs = (int)h->max_seqs;
+    if (h->max_batched_tokens)
+        ep.max_batched_tokens = (int)h->max_batched_tokens;
+    ifd_engine_callbacks_t cb = {&s, ifd__on_token, ifd__on_finish};
+    if ((rc = ifd_engine_create(&s.eng, &ep, &em, pool, &cb))) {
+        ifd__send_error(&s, 0, rc, "cannot create the engine");
+        goto out;
+    }
+    ifd_kvpool_params_t geo;
+    ifd_kvpool_geometry(pool, &geo);
+    ifd_wire_msg_t ready = {.type = IFD_WIRE_READY};
+    ifd_wire_ready_t *r = &ready.u.ready;
+    char devname[64];
+    snprintf(devname, sizeof devname, "cpu (%d threads)", threads > 0 ? threads
+                                                                      : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    r->slot = h->slot;
+    r->pid = (int32_t)getpid();
+    r->model_name = (char *)cfg->name;
+    r->arch = (char *)cfg->arch_name;
+    r->n_vocab = cfg->n_vocab;
+    r->n_ctx = cfg->n_ctx_train;
+    r->backend = (char *)"cpu";
+    r->device_name = devname;
+    r->max_seqs = (uint32_t)ep.max_seqs;
+    r->max_batched_tokens = (uint32_t)ep.max_batched_tokens;
+    r->kv = h->kv;
+    r->kv.n_blocks = (uint64_t)geo.n_blocks;
+    ifd__queue(&s, &ready);
+    if ((rc = ifd__flush(&s)))
+        goto out;
+    IFD_INFO("worker %u ready: %s on %s", h->slot, cfg->name, devname);
+
+    fcntl(s.fd, F_SETFL, fcntl(s.fd, F_GETFL) | O_NONBLOCK);
+    bool done = false;
+    for (;;) {
+        /* handle everything already decoded (HELLO may have brought more) */
+        ifd_wire_msg_t m;
+        int got;
+        while ((got = ifd_wire_reader_next_msg(&rd, &m)) != 0) {
+            if (got < 0) {
+                IFD_ERROR("worker: bad frame from the router: %s", ifd_wire_reader_error(&rd));
+                if (rd.err)
+                    goto out; /* framing lost */
+                continue;
+            }
+            switch (m.type) {
+            case IFD_WIRE_ADD:
+                ifd__handle_add(&s, &m.u.add);
+                break;
+            case IFD_WIRE_CANCEL:
+                ifd_engine_cancel(s.eng, m.u.cancel.id);
+                break;
+            case IFD_WIRE_STATS_REQ:
+                ifd__send_stats(&s, m.u.stats_req.seq, (uint64_t)geo.n_blocks);
+                break;
+            case IFD_WIRE_DRAIN:
+                s.draining = true;
+                break;
+            case IFD_WIRE_SHUTDOWN:
+                done = true;
+                break;
+            default:
+                IFD_WARN("worker: unexpected %s frame", ifd_wire_type_name(m.type));
+                break;
+            }
+            ifd_wire_msg_free(&m);
+        }
+        if (done || (s.draining && ifd_engine_idle(s.eng)))
+            break;
+        if ((rc = ifd__flush(&s)))
+            goto out;
+        bool idle = ifd_engine_idle(s.eng);
+        struct pollfd pfd = {s.fd, POLLIN, 0};
+        int pr = poll(&pfd, 1, idle ? -1 : 0);
+        if (pr < 0 && errno != EINTR)
+            goto out;
+        if (pr > 0) {
+            size_t avail;
+            void *dst = ifd_wire_reader_prepare(&rd, 65536, &avail);
+            if (!dst)
+                goto out;
+            ssize_t n = read(s.fd, dst, avail);
+            if (n == 0) {
+                IFD_INFO("worker: the router closed the connection");
+                s.status = 0;
+                goto out;
+            }
+            if (n < 0 && errno != EAGAIN && errno != EINTR)
+                goto out;
+            if (n > 0 && ifd_wire_reader_commit(&rd, (size_t)n) < 0) {
+                IFD_ERROR("worker: bad frame from the router: %s", ifd_wire_reader_error(&rd));
+                goto out;
+            }
+            continue; /* handle the new frames before stepping */
+        }
+        if (!idle) {
+            s.step++;
+            ifd_engine_step(s.eng, NULL);
+            if (s.n_ev) {
+                ifd_wire_msg_t tm = {.type = IFD_WIRE_TOKENS};
+                tm.u.tokens.step = s.step;
+                tm.u.tokens.events = s.ev;
+                tm.u.tokens.n_events = s.n_ev;
+                /* a request's FINISHED frame already queued was preceded by its
+                 * tokens (ifd__on_finish flushes them): appending is in order */
+                ifd__queue(&s, &tm);
+                s.n_ev = 0;
+            }
+        }
+    }
+    ifd__flush(&s);
+    s.status = 0;
+out:
+    ifd__flush(&s);
+    ifd_engine_destroy(s.eng);
+    ifd_engine_model_free(&em);
+    if (pool)
+        ifd_kvpool_reclaim(pool, (int)hello.u.hello.slot);
+    ifd_kvpool_destroy(pool);
+    ifd_tokenizer_destroy(tok);
+    ifd_model_destroy(model);
+    if (be)
+        be->ops->destroy(be);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    ifd_wire_msg_free(&hello);
+    ifd_wire_reader_close(&rd);
+    ifd_buf_free(&s.out);
+    free(s.ev);
+    free(s.tops);
+    return s.status;
+}

@@ -1,0 +1,30 @@
+/*
+ * serve.h — the worker's serving loop (`inferd-worker --serve --fd N`): the
+ * process the router spawns, one per device.
+ *
+ * Protocol (proto/wire.h): the router's first frame is HELLO with the KV
+ * pool's fds attached (SCM_RIGHTS); the worker attaches the pool, loads the
+ * model (HELLO's path unless overridden), answers READY, then loops: it
+ * reads frames without blocking between engine steps (sleeping in poll(2)
+ * only when idle), runs one ifd_engine_step, and writes one TOKENS frame
+ * per step followed by the FINISHED frames of that step. EOF on the socket
+ * (the router is gone) or SHUTDOWN ends the loop; DRAIN refuses new
+ * requests and ends the loop once the engine is idle.
+ *
+ * Threading: single-threaded apart from the CPU backend's pool.
+ */
+#ifndef IFD_SERVE_H
+#define IFD_SERVE_H
+
+typedef struct {
+    int fd;                 /* the socket to the router */
+    const char *model_path; /* overrides HELLO's model_path when set */
+    int n_threads;          /* overrides HELLO's n_threads when > 0 */
+} ifd_serve_opts_t;
+
+/* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,
+ * DRAIN or the router closing the socket; 1 on a setup or protocol error
+ * (logged, and reported to the router in an ERROR frame when possible). */
+int ifd_worker_serve(const ifd_serve_opts_t *o);
+
+#endif
