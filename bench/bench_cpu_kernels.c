@@ -4,15 +4,17 @@
  *
  *   bench_cpu_kernels [--threads 1,2] [--min-ms 300] [--quick]
  *
- * For each thread count: ifd_cpu_matmul_f32 at decode (m = 1, a GEMV bound by
- * streaming the weights) and prefill (m = 512) for every projection shape
- * (k=576 → n=576/192/1536, k=1536 → n=576, and the 49152-row output layer at
- * m = 1); paged attention (9 query / 3 KV heads, head_dim 64, f32 and f16 KV)
+ * For each thread count: matmul through both APIs — ifd_cpu_matmul_f32 on a
+ * plain [n, k] weight ("f32") and ifd_cpu_matmul_packed on weights packed once
+ * beforehand ("packed", what the CPU backend uses) — at decode (m = 1, bound by
+ * streaming the weights), m = 64 and prefill (m = 512) for every projection
+ * shape (k=576 → n=576/192/1536, k=1536 → n=576, and the 49152-row output
+ * layer at m = 1); paged attention (9 query / 3 KV heads, head_dim 64, f32 and f16 KV)
  * for decode batches at contexts 512 and 2048 and a 512-token causal
  * prefill; and the cost of one empty thread-pool run. Each number is the
  * mean over repetitions filling at least --min-ms. $INFERD_CPU caps the ISA.
  * Prints one JSON object:
- *   {"isa", "cpus", "matmul":[{"m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
+ *   {"isa", "cpus", "matmul":[{"api","m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
  *    "attention":[{"kind","batch","ctx","kv_dtype","threads","ms","tokens_s"}…],
  *    "threadpool_run_us":[{"threads","us"}…]}
  */
@@ -59,26 +61,41 @@ static void sep(void)
 
 /* ---- matmul ------------------------------------------------------------------ */
 
-static void bench_matmul(int m, int n, int k, ifd_threadpool_t *tp)
+/* packed: weights pre-packed once (ifd_cpu_matmul_pack, as the CPU backend
+ * does at load) and multiplied with ifd_cpu_matmul_packed. */
+static void bench_matmul(int m, int n, int k, int packed, ifd_threadpool_t *tp)
 {
     float *x = rnd_array((int64_t)m * k, 1), *w = rnd_array((int64_t)n * k, 2);
-    float *y = malloc(sizeof(float) * (size_t)m * n);
-    ifd_cpu_matmul_f32(y, x, w, m, n, k, tp); /* warm-up */
+    float *y = malloc(sizeof(float) * (size_t)m * n), *wp = NULL;
+    if (packed) {
+        int64_t nf = ifd_cpu_matmul_packed_floats(n, k);
+        wp = aligned_alloc(64, ((size_t)nf * sizeof(float) + 63) / 64 * 64);
+        ifd_cpu_matmul_pack(wp, w, n, k);
+    }
     int reps = 0;
-    double t0 = now_ms(), t1;
-    do {
-        ifd_cpu_matmul_f32(y, x, w, m, n, k, tp);
-        reps++;
+    double t0 = 0, t1;
+    for (int warm = 1;; warm = 0) {
+        if (packed)
+            ifd_cpu_matmul_packed(y, x, wp, m, n, k, tp);
+        else
+            ifd_cpu_matmul_f32(y, x, w, m, n, k, tp);
         t1 = now_ms();
-    } while (t1 - t0 < min_ms);
+        if (warm) {
+            t0 = t1;
+            continue;
+        }
+        reps++;
+        if (t1 - t0 >= min_ms)
+            break;
+    }
     const double ms = (t1 - t0) / reps;
     sep();
-    printf("{\"m\": %d, \"n\": %d, \"k\": %d, \"threads\": %d, \"ms\": %.4f, \"gflop_s\": %.2f, "
-           "\"weights_gb_s\": %.2f}",
-           m, n, k, ifd_threadpool_size(tp), ms, 2.0 * m * n * k / ms / 1e6,
-           4.0 * n * k / ms / 1e6);
+    printf("{\"api\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"threads\": %d, \"ms\": %.4f, "
+           "\"gflop_s\": %.2f, \"weights_gb_s\": %.2f}",
+           packed ? "packed" : "f32", m, n, k, ifd_threadpool_size(tp), ms,
+           2.0 * m * n * k / ms / 1e6, 4.0 * n * k / ms / 1e6);
     fflush(stdout);
-    free(x), free(w), free(y);
+    free(x), free(w), free(y), free(wp);
 }
 
 /* ---- attention --------------------------------------------------------------- */
@@ -188,16 +205,17 @@ int main(int argc, char **argv)
     static const int shapes[][2] = {{576, 576}, {192, 576}, {1536, 576}, {576, 1536}};
     printf("{\"isa\": \"%s\", \"cpus\": %ld,\n  \"matmul\": [", ifd_cpu_isa_name(),
            sysconf(_SC_NPROCESSORS_ONLN));
-    for (int t = 0; t < n_threads; t++) {
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            bench_matmul(1, shapes[s][0], shapes[s][1], pools[t]);
-        bench_matmul(1, 49152, 576, pools[t]);
-        if (!quick)
+    for (int t = 0; t < n_threads; t++)
+        for (int packed = 0; packed < 2; packed++) {
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-                bench_matmul(64, shapes[s][0], shapes[s][1], pools[t]);
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            bench_matmul(512, shapes[s][0], shapes[s][1], pools[t]);
-    }
+                bench_matmul(1, shapes[s][0], shapes[s][1], packed, pools[t]);
+            bench_matmul(1, 49152, 576, packed, pools[t]);
+            if (!quick)
+                for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                    bench_matmul(64, shapes[s][0], shapes[s][1], packed, pools[t]);
+            for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+                bench_matmul(512, shapes[s][0], shapes[s][1], packed, pools[t]);
+        }
     printf("\n  ],\n  \"attention\": [");
     first_row = 1;
     for (int t = 0; t < n_threads; t++) {

@@ -130,8 +130,7 @@ int main(int argc, char **argv)
             uint64_t pos = 0;
             for (int w = 0; w < 20; w++) {
                 ifd_sample_result_t out;
-                ifd_sampler_sample(s, &cfg[c].p, rows + (size_t)(w % ROWS) * V, &h, pos++,
-                                   &out);
+                ifd_sampler_sample(s, &cfg[c].p, rows + (size_t)(w % ROWS) * V, &h, pos++, &out);
             }
             for (int r = 0; r < nruns; r++) {
                 long iters = 0;
@@ -139,9 +138,8 @@ int main(int argc, char **argv)
                 do {
                     for (int k = 0; k < 16; k++, iters++) {
                         ifd_sample_result_t out;
-                        int err = ifd_sampler_sample(s, &cfg[c].p,
-                                                     rows + (size_t)(iters % ROWS) * V, &h,
-                                                     pos++, &out);
+                        int err = ifd_sampler_sample(
+                            s, &cfg[c].p, rows + (size_t)(iters % ROWS) * V, &h, pos++, &out);
                         if (err) {
                             fprintf(stderr, "bench_sampler: %s\n", ifd_strerror(err));
                             return 1;

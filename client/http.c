@@ -41,8 +41,9 @@ int ifd_http_target_url(ifd_http_target_t *t, const char *url, char *err, size_t
     memset(t, 0, sizeof(*t));
     t->tcp = true;
     if (strncasecmp(url, "https://", 8) == 0) {
-        snprintf(err, errlen, "https is not supported (use http:// on a trusted network, "
-                              "or the Unix socket)");
+        snprintf(err, errlen,
+                 "https is not supported (use http:// on a trusted network, "
+                 "or the Unix socket)");
         return IFD_EINVAL;
     }
     if (strncasecmp(url, "http://", 7) != 0) {
@@ -123,7 +124,7 @@ void ifd_http_default_socket(char *out, size_t n)
         snprintf(out, n, "%s", sys);
 }
 
-/* ---- http-parser callbacks ------------------------------------------------------------ */
+/* ---- http-parser callbacks ------------------------------------------------------------------- */
 
 static int on_header_field(http_parser *p, const char *at, size_t len)
 {
@@ -199,7 +200,7 @@ static const http_parser_settings parser_settings = {
     .on_message_complete = on_message_complete,
 };
 
-/* ---- connection ------------------------------------------------------------------------- */
+/* ---- connection ------------------------------------------------------------------------------ */
 
 void ifd_http_conn_init(ifd_http_conn_t *c)
 {
@@ -303,14 +304,14 @@ static int conn_parse(ifd_http_conn_t *c, const char *buf, size_t n)
     size_t used = http_parser_execute(&c->parser, &parser_settings, buf, n);
     if (c->state == IFD_HTTP_DONE)
         return 1;
+    if (n == 0) /* EOF before the response was complete (whatever the parser thinks) */
+        return conn_fail(c, c->err < 0 ? c->err : IFD_ECLOSED);
     enum http_errno he = HTTP_PARSER_ERRNO(&c->parser);
     if (he != HPE_OK || used != n) {
         if (c->err < 0)
             return conn_fail(c, c->err); /* a callback's error */
         return conn_fail(c, IFD_EFORMAT);
     }
-    if (n == 0) /* EOF before the response was complete */
-        return conn_fail(c, IFD_ECLOSED);
     return 0;
 }
 
@@ -361,16 +362,19 @@ int ifd_http_conn_io(ifd_http_conn_t *c, short revents)
     }
     if (c->state == IFD_HTTP_SENDING && (revents & POLLOUT)) {
         while (c->out_off < c->out.len) {
-            ssize_t n = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off,
-                             MSG_NOSIGNAL);
+            ssize_t n =
+                send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
             if (n < 0) {
                 if (errno == EINTR)
                     continue;
                 if (errno == EAGAIN)
                     return 0;
-                if (errno == EPIPE || errno == ECONNRESET) /* maybe an early answer */
-                    return conn_read(c) != 0 ? (c->state == IFD_HTTP_DONE ? 1 : c->err)
-                                             : conn_fail(c, IFD_ECLOSED);
+                if (errno == EPIPE || errno == ECONNRESET) {
+                    /* The peer stopped reading: it may have answered early (413). */
+                    c->state = IFD_HTTP_RECEIVING;
+                    ifd_buf_free(&c->out);
+                    return conn_read(c);
+                }
                 return conn_fail(c, -errno);
             }
             c->out_off += (size_t)n;

@@ -45,13 +45,13 @@
 /* Where requests go. Plain data. */
 typedef struct {
     bool tcp;
-    char path[108];   /* Unix socket path (tcp false) */
-    char host[256];   /* Host header value (tcp: the URL's host[:port]) */
-    char prefix[256]; /* path prefix from the URL, "" or "/x" (no trailing '/') */
+    char path[108];               /* Unix socket path (tcp false) */
+    char host[256];               /* Host header value (tcp: the URL's host[:port]) */
+    char prefix[256];             /* path prefix from the URL, "" or "/x" (no trailing '/') */
     struct sockaddr_storage addr; /* tcp: the resolved address */
     socklen_t addrlen;
     char api_key[IFD_HTTP_API_KEY_MAX]; /* "" = send no Authorization header */
-    char where[400];  /* for messages: the socket path or the URL */
+    char where[400];                    /* for messages: the socket path or the URL */
 } ifd_http_target_t;
 
 /* A Unix socket target. 0, or IFD_ETOOBIG when the path does not fit
@@ -90,18 +90,18 @@ typedef int (*ifd_http_body_cb)(void *ud, const char *data, size_t len);
 typedef struct {
     /* read-only for the caller */
     ifd_http_state_t state;
-    int status;            /* HTTP status, 0 until the headers are in */
-    int err;               /* the error that failed the connection */
+    int status; /* HTTP status, 0 until the headers are in */
+    int err;    /* the error that failed the connection */
     char content_type[128];
-    char retry_after[32];  /* Retry-After header, "" when absent */
-    ifd_buf_t body;        /* the body, when no body callback was set */
+    char retry_after[32]; /* Retry-After header, "" when absent */
+    ifd_buf_t body;       /* the body, when no body callback was set */
     /* private */
     int fd;
     ifd_buf_t out;
     size_t out_off;
     http_parser parser;
-    int hdr;               /* header being read: 0 other, 1 content-type, 2 retry-after */
-    bool hdr_value;        /* the last header callback was a value */
+    int hdr;        /* header being read: 0 other, 1 content-type, 2 retry-after */
+    bool hdr_value; /* the last header callback was a value */
     ifd_buf_t field;
     ifd_http_head_cb head_cb;
     ifd_http_body_cb body_cb;

@@ -1,13 +1,18 @@
 /*
  * main.c — infer, the command-line client.
  *
- * Subcommands are a table (name, handler, one-line help). Today:
- * `infer inspect FILE.gguf [--json]`; prompting, chat, status and the
- * benchmarks arrive with the client issue.
+ * Subcommands are a table (name, handler, one-line help). A first argument
+ * that is no command is a prompt (`infer "Hello"`, `infer -n 20 "Hi"`,
+ * `infer -`), except a lone word that looks like a mistyped command.
+ * docs/cli.md is the manual.
  */
+#include "bench.h"
+#include "chat.h"
 #include "error.h"
 #include "inspect.h"
 #include "log.h"
+#include "prompt.h"
+#include "status.h"
 #include "tokcmd.h"
 
 #include <getopt.h>
@@ -52,6 +57,11 @@ static const struct {
     ifd_cmd_fn fn;
     const char *help;
 } ifd__cmds[] = {
+    {"prompt", ifd_prompt_main, "send one prompt, stream the answer (same as infer \"PROMPT\")"},
+    {"chat", ifd_chat_main, "talk with the model: history, streaming, /commands"},
+    {"models", ifd_status_models_main, "list the models the daemon serves"},
+    {"status", ifd_status_main, "workers, KV blocks, prefix hits, queue, tokens/s (--watch)"},
+    {"bench", ifd_bench_main, "serving benchmarks: bench serve, bench cache"},
     {"inspect", ifd__cmd_inspect, "print a GGUF model file's summary"},
     {"tokenize", ifd_tokcmd_tokenize, "print the token ids of text on stdin"},
     {"detokenize", ifd_tokcmd_detokenize, "print the text of token ids on stdin"},
@@ -59,11 +69,56 @@ static const struct {
 
 static void ifd__usage(FILE *f)
 {
-    fprintf(f, "Usage: infer COMMAND [options]\n\nCommands:\n");
+    fprintf(f, "Usage: infer [options] PROMPT...   (or - for stdin; see infer prompt --help)\n"
+               "       infer COMMAND [options]\n\nCommands:\n");
     for (size_t i = 0; i < sizeof ifd__cmds / sizeof ifd__cmds[0]; i++)
         fprintf(f, "  %-12s %s\n", ifd__cmds[i].name, ifd__cmds[i].help);
     fprintf(f, "\n  -h, --help     this help (infer COMMAND --help for a command's)\n"
-               "  -V, --version  print the version\n");
+               "  -V, --version  print the version\n"
+               "\nExit status: 0 ok, 1 local failure, 2 usage, 3 daemon unreachable, 4 request\n"
+               "rejected (HTTP 4xx), 5 daemon error, 130 interrupted. See docs/cli.md.\n");
+}
+
+/* Edit distance of two short words (a mistyped command), capped at 3. */
+static int ifd__distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 31 || lb > 31)
+        return 3;
+    int d[32][32];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            int x = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < x)
+                x = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < x)
+                x = d[i][j - 1] + 1;
+            d[i][j] = x;
+        }
+    }
+    return d[la][lb] < 3 ? d[la][lb] : 3;
+}
+
+/* A lone lowercase word with a '-' in it or close to a command's name is
+ * taken for a mistyped command rather than a one-word prompt. NULL: a
+ * prompt; else the command to suggest ("" when none is close). */
+static const char *ifd__mistyped(int argc, char **argv)
+{
+    const char *w = argv[1];
+    if (argc != 2 || !(w[0] >= 'a' && w[0] <= 'z') ||
+        strspn(w, "abcdefghijklmnopqrstuvwxyz-") != strlen(w))
+        return NULL;
+    const char *best = NULL;
+    for (size_t i = 0; i < sizeof ifd__cmds / sizeof ifd__cmds[0]; i++)
+        if (ifd__distance(w, ifd__cmds[i].name) <= (strlen(w) > 4 ? 2 : 1))
+            best = ifd__cmds[i].name;
+    if (best)
+        return best;
+    return strchr(w, '-') ? "" : NULL;
 }
 
 int main(int argc, char **argv)
@@ -87,7 +142,15 @@ int main(int argc, char **argv)
             return ifd__cmds[i].fn(argc - 1, argv + 1);
         }
     }
-    fprintf(stderr, "infer: unknown command '%s'\n\n", argv[1]);
-    ifd__usage(stderr);
-    return 2;
+    const char *near = ifd__mistyped(argc, argv);
+    if (near) {
+        fprintf(stderr, "infer: unknown command '%s'", argv[1]);
+        if (near[0])
+            fprintf(stderr, " — did you mean '%s'?", near);
+        fprintf(stderr, "\n(to send it as a prompt: infer prompt %s; all commands: infer --help)\n",
+                argv[1]);
+        return 2;
+    }
+    optind = 1;
+    return ifd_prompt_main(argc, argv);
 }

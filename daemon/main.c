@@ -1,54 +1,658 @@
 /*
- * main.c — inferd, the router daemon.
+ * main.c — inferd, the router daemon: start-up, signals, shutdown.
  *
- * Today it parses its command line only: the listeners, HTTP API and worker
- * supervision arrive with the router issue (see README.md, "Status").
+ * Start-up: settings (config.h) → log → the model's hyper-parameters and
+ * tokenizer read from the GGUF file (no weights) → the KV pool, sized by
+ * kv_budget → listeners (systemd's, or the Unix socket and optional TCP) →
+ * HTTP server, supervisor, router, API on one libuv loop → workers spawned.
+ * sd_notify READY=1 once every worker has reported ready.
+ *
+ * Shutdown (SIGTERM or SIGINT; a second one hurries it): STOPPING=1, stop
+ * accepting, close idle connections, let requests in flight finish for up to
+ * shutdown_grace (then end them), stop the workers (SHUTDOWN, then SIGKILL),
+ * close every handle, exit 0. SIGHUP reopens log_file and applies the
+ * reloadable settings. Signal callbacks run on the loop (uv_signal), never
+ * in signal context.
+ *
+ * The state below is one struct on main's stack, passed to every callback:
+ * no globals.
  */
+#include "api.h"
+#include "config.h"
 #include "error.h"
+#include "gen.h"
+#include "gguf.h"
+#include "http.h"
+#include "listen.h"
 #include "log.h"
+#include "metrics.h"
+#include "model_config.h"
+#include "router.h"
+#include "supervisor.h"
 
-#include <getopt.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+#include <xxhash.h>
 
-static void ifd__usage(FILE *f)
+#define IFD__MAX_LISTENERS 8
+
+typedef struct {
+    uv_loop_t loop;
+    ifd_config_t cfg;
+    ifd_config_cli_t cli;
+    ifd_model_config_t mcfg;
+    ifd_tokenizer_t *tok;
+    ifd_chat_template_t *tpl;
+    ifd_kvpool_t *pool;
+    ifd_metrics_t metrics;
+    ifd_http_server_t *http;
+    ifd_sup_t *sup;
+    ifd_router_t *router;
+    ifd_api_t api;
+    ifd_listener_t lst[IFD__MAX_LISTENERS];
+    int n_lst;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t grace_timer;
+    uv_timer_t step_timer; /* runs shutdown steps outside other callbacks */
+    int stage;             /* 0 serving, 1 draining, 2 stopping workers, 3 closing */
+    int exit_code;
+    bool ran; /* the loop ran to its end: clean up */
+    char model_id[256];
+    char model_path[PATH_MAX];
+    char worker_bin[PATH_MAX];
+} ifd__daemon_t;
+
+static void ifd__shutdown_step(ifd__daemon_t *d);
+static void ifd__begin_shutdown(ifd__daemon_t *d, const char *why);
+static void ifd__step_cb(uv_timer_t *t);
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static int ifd__open_log(const char *path)
 {
-    fprintf(f, "Usage: inferd --model PATH [options]\n"
-               "\n"
-               "The inferd router daemon: serves a model over an OpenAI-compatible HTTP API\n"
-               "on a Unix socket.\n"
-               "\n"
-               "  --model PATH     GGUF file to serve\n"
-               "  -h, --help       this help\n"
-               "  -V, --version    print the version\n"
-               "\n"
-               "Serving is not implemented yet in this version; see README.md (Status).\n");
+    if (!path || !*path)
+        return 0;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        int e = errno;
+        IFD_ERROR("log_file %s: %s", path, strerror(e));
+        return -e;
+    }
+    fflush(stderr);
+    dup2(fd, 2);
+    close(fd);
+    return 0;
+}
+
+static int ifd__load_api_key(const ifd_config_t *cfg, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (cfg->api_key_file && *cfg->api_key_file) {
+        FILE *f = fopen(cfg->api_key_file, "re");
+        if (!f) {
+            int e = errno;
+            IFD_ERROR("api_key_file %s: %s", cfg->api_key_file, strerror(e));
+            return -e;
+        }
+        if (!fgets(out, (int)len, f))
+            out[0] = '\0';
+        fclose(f);
+        out[strcspn(out, "\r\n")] = '\0';
+        if (!out[0]) {
+            IFD_ERROR("api_key_file %s is empty", cfg->api_key_file);
+            return IFD_EINVAL;
+        }
+        return 0;
+    }
+    if (cfg->api_key && *cfg->api_key)
+        snprintf(out, len, "%s", cfg->api_key);
+    return 0;
+}
+
+/* The worker program: the setting, else next to this binary (installed or
+ * in the build tree), else whatever $PATH finds. */
+static void ifd__find_worker(const ifd_config_t *cfg, char *out, size_t len)
+{
+    if (cfg->worker_binary && *cfg->worker_binary) {
+        snprintf(out, len, "%s", cfg->worker_binary);
+        return;
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            const char *cands[] = {"%s/inferd-worker", "%s/../worker/inferd-worker",
+                                   "%s/../libexec/inferd/inferd-worker"};
+            for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+                char p[PATH_MAX + 64];
+                snprintf(p, sizeof p, cands[i], self);
+                if (access(p, X_OK) == 0) {
+                    snprintf(out, len, "%.*s", (int)len - 1, p);
+                    return;
+                }
+            }
+        }
+    }
+    snprintf(out, len, "inferd-worker");
+}
+
+static ifd_http_limits_t ifd__limits(const ifd_config_t *c)
+{
+    ifd_http_limits_t l;
+    l.max_connections = (int)c->max_connections;
+    l.max_header_bytes = (size_t)c->max_header_bytes;
+    l.max_body_bytes = (size_t)c->max_body_bytes;
+    l.output_cap = (size_t)c->output_buffer_bytes;
+    l.header_timeout_ms = (uint64_t)(c->header_timeout * 1000.0);
+    l.body_timeout_ms = (uint64_t)(c->body_timeout * 1000.0);
+    l.keepalive_timeout_ms = (uint64_t)(c->keepalive_timeout * 1000.0);
+    return l;
+}
+
+static void ifd__sup_timing(const ifd_config_t *c, ifd_sup_params_t *p)
+{
+    p->ping_interval_s = c->worker_ping_interval;
+    p->timeout_s = c->worker_timeout;
+    p->start_timeout_s = c->worker_start_timeout;
+    p->backoff_s = c->restart_backoff;
+    p->backoff_max_s = c->restart_backoff_max;
+    p->crash_loop_limit = (int)c->crash_loop_limit;
+    p->crash_loop_window_s = c->crash_loop_window;
+}
+
+/* ---- supervisor callbacks ------------------------------------------------------------------ */
+
+static void ifd__on_ready(void *ctx, int w)
+{
+    ifd__daemon_t *d = ctx;
+    ifd_router_on_ready(d->router, w);
+    if (d->api.ready_once)
+        return;
+    int ready, starting, down, failed;
+    ifd_sup_counts(d->sup, &ready, &starting, &down, &failed);
+    if (ready < ifd_sup_n_workers(d->sup))
+        return;
+    d->api.ready_once = true;
+    IFD_INFO("ready: serving %s with %d worker%s on %s", d->model_id, ready, ready == 1 ? "" : "s",
+             d->n_lst ? d->lst[0].name : "?");
+    ifd_notify("READY=1\nSTATUS=serving %s with %d worker(s)", d->model_id, ready);
+}
+
+static void ifd__on_message(void *ctx, int w, const ifd_wire_msg_t *m)
+{
+    ifd__daemon_t *d = ctx;
+    ifd_router_on_message(d->router, w, m);
+}
+
+static void ifd__on_lost(void *ctx, int w)
+{
+    ifd__daemon_t *d = ctx;
+    ifd_router_on_lost(d->router, w);
+}
+
+static void ifd__on_failed(void *ctx, int w)
+{
+    ifd__daemon_t *d = ctx;
+    (void)w;
+    ifd_router_on_failed(d->router);
+    if (!d->api.ready_once && ifd_sup_all_failed(d->sup) && d->stage == 0) {
+        IFD_ERROR("no worker could be started: giving up (see the errors above)");
+        d->exit_code = 1;
+        ifd__begin_shutdown(d, "no worker");
+    }
+}
+
+static void ifd__on_stopped(void *ctx)
+{
+    ifd__daemon_t *d = ctx;
+    if (d->stage == 2) {
+        d->stage = 3;
+        uv_timer_start(&d->step_timer, ifd__step_cb, 0, 0);
+    }
+}
+
+/* ---- shutdown ------------------------------------------------------------------------------- */
+
+static void ifd__closed_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void ifd__step_cb(uv_timer_t *t)
+{
+    ifd__shutdown_step(t->data);
+}
+
+/* Runs the next shutdown stage when its condition holds. */
+static void ifd__shutdown_step(ifd__daemon_t *d)
+{
+    if (d->stage == 1 && !d->api.gens) {
+        uv_timer_stop(&d->grace_timer);
+        d->stage = 2;
+        IFD_INFO("shutdown: requests done, stopping the workers");
+        ifd_router_stopping(d->router);
+        ifd_sup_stop(d->sup, 5.0); /* on_stopped moves to stage 3 */
+        return;
+    }
+    if (d->stage == 3) {
+        d->stage = 4;
+        IFD_INFO("shutdown: workers stopped, closing");
+        for (int i = 0; i < d->n_lst; i++)
+            ifd_listen_unlink(&d->lst[i]);
+        ifd_http_server_destroy(d->http);
+        d->http = NULL;
+        ifd_sup_destroy(d->sup);
+        d->sup = NULL;
+        uv_close((uv_handle_t *)&d->sig_term, ifd__closed_cb);
+        uv_close((uv_handle_t *)&d->sig_int, ifd__closed_cb);
+        uv_close((uv_handle_t *)&d->sig_hup, ifd__closed_cb);
+        uv_close((uv_handle_t *)&d->grace_timer, ifd__closed_cb);
+        uv_close((uv_handle_t *)&d->step_timer, ifd__closed_cb);
+    }
+}
+
+static void ifd__on_idle(void *ctx)
+{
+    ifd__daemon_t *d = ctx;
+    if (d->stage == 1) /* not from inside the callback that freed the last request */
+        uv_timer_start(&d->step_timer, ifd__step_cb, 0, 0);
+}
+
+static void ifd__grace_cb(uv_timer_t *t)
+{
+    ifd__daemon_t *d = t->data;
+    if (d->stage != 1)
+        return;
+    IFD_WARN("shutdown: grace period over, ending %s requests still running",
+             d->api.gens ? "the" : "no");
+    ifd_gen_abort_all(&d->api);
+    uv_timer_start(&d->step_timer, ifd__step_cb, 0, 0);
+}
+
+static void ifd__begin_shutdown(ifd__daemon_t *d, const char *why)
+{
+    if (d->stage >= 1) {
+        if (d->stage == 1) {
+            IFD_WARN("%s again: not waiting for requests any longer", why);
+            ifd_gen_abort_all(&d->api);
+            uv_timer_start(&d->step_timer, ifd__step_cb, 0, 0);
+        }
+        return;
+    }
+    d->stage = 1;
+    IFD_INFO("%s: draining (%lld requests in flight, grace %.1f s)", why,
+             (long long)(d->api.n_running + d->api.n_tokenizing), d->cfg.shutdown_grace);
+    ifd_notify("STOPPING=1\nSTATUS=draining");
+    d->api.draining = true;
+    ifd_http_server_drain(d->http);
+    uv_timer_start(&d->grace_timer, ifd__grace_cb, (uint64_t)(d->cfg.shutdown_grace * 1000.0),
+                   0);
+    uv_timer_start(&d->step_timer, ifd__step_cb, 0, 0);
+}
+
+static void ifd__reload(ifd__daemon_t *d)
+{
+    IFD_INFO("SIGHUP: reopening the log and reloading the settings");
+    ifd_config_t next;
+    char err[512] = "";
+    if (ifd_config_reload(&next, &d->cli, err, sizeof err) != 0) {
+        IFD_ERROR("reload: %s (keeping the current settings)", err);
+        ifd__open_log(d->cfg.log_file);
+        return;
+    }
+    ifd_log_level_t lvl;
+    if (ifd_log_parse_level(next.log_level, &lvl) != 0) {
+        IFD_ERROR("reload: bad log_level '%s' (keeping the current settings)", next.log_level);
+        ifd_config_free(&next);
+        return;
+    }
+    char key[512];
+    if (ifd__load_api_key(&next, key, sizeof key) != 0) {
+        ifd_config_free(&next);
+        return;
+    }
+    ifd__open_log(next.log_file); /* first, so the changes below are logged there */
+    ifd_log_set_level(lvl);
+    ifd_config_apply_reloadable(&d->cfg, &next);
+    ifd_config_free(&next);
+    snprintf(d->api.api_key, sizeof d->api.api_key, "%s", key);
+    ifd_http_limits_t lim = ifd__limits(&d->cfg);
+    ifd_http_server_set_limits(d->http, &lim);
+    ifd_sup_params_t sp;
+    memset(&sp, 0, sizeof sp);
+    ifd__sup_timing(&d->cfg, &sp);
+    ifd_sup_set_timing(d->sup, &sp);
+    ifd_router_set_slack(d->router, (int)d->cfg.route_slack);
+}
+
+static void ifd__signal_cb(uv_signal_t *h, int signum)
+{
+    ifd__daemon_t *d = h->data;
+    if (signum == SIGHUP) {
+        if (d->stage == 0)
+            ifd__reload(d);
+        return;
+    }
+    ifd__begin_shutdown(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- start-up --------------------------------------------------------------------------------- */
+
+static int ifd__load_model(ifd__daemon_t *d, char *err, size_t errlen)
+{
+    ifd_gguf_t *g = NULL;
+    int rc = ifd_gguf_open(&g, d->cfg.model, err, errlen);
+    if (rc)
+        return rc;
+    if ((rc = ifd_model_config_from_gguf(&d->mcfg, g, err, errlen)))
+        goto out;
+    if ((rc = ifd_tokenizer_create_gguf(&d->tok, g, err, errlen)))
+        goto out;
+    ifd_chat_params_t cp = ifd_chat_default_params();
+    if (d->cfg.chat_template && *d->cfg.chat_template)
+        cp.name = d->cfg.chat_template;
+    if ((rc = ifd_chat_template_create(&d->tpl, d->tok, &cp, err, errlen)))
+        goto out;
+out:
+    ifd_gguf_close(g);
+    return rc;
+}
+
+static uint64_t ifd__fingerprint(const ifd__daemon_t *d)
+{
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    stat(d->model_path, &st);
+    struct {
+        uint64_t size, mtime, ino;
+        uint32_t layers, heads_kv, head_dim, vocab;
+    } k = {(uint64_t)st.st_size, (uint64_t)st.st_mtime, (uint64_t)st.st_ino, d->mcfg.n_layer,
+           d->mcfg.n_head_kv, d->mcfg.head_dim, d->mcfg.n_vocab};
+    uint64_t h = XXH3_64bits(&k, sizeof k);
+    return h ^ XXH3_64bits(d->model_path, strlen(d->model_path));
+}
+
+static int ifd__open_listeners(ifd__daemon_t *d, const char *api_key, char *err, size_t errlen)
+{
+    int rc = ifd_listen_systemd(d->lst, IFD__MAX_LISTENERS, &d->n_lst, err, errlen);
+    if (rc)
+        return rc;
+    if (d->n_lst > 0) {
+        IFD_INFO("using %d socket(s) from systemd (socket and listen settings ignored)", d->n_lst);
+    } else {
+        char path[512];
+        if (d->cfg.socket && *d->cfg.socket)
+            snprintf(path, sizeof path, "%s", d->cfg.socket);
+        else if ((rc = ifd_listen_default_socket(path, sizeof path, err, errlen)))
+            return rc;
+        char *end;
+        unsigned long mode = strtoul(d->cfg.socket_mode, &end, 8);
+        if (*end || mode > 0777) {
+            snprintf(err, errlen, "socket_mode '%s' is not an octal mode", d->cfg.socket_mode);
+            return IFD_EINVAL;
+        }
+        if ((rc = ifd_listen_unix(&d->lst[0], path, (unsigned)mode, err, errlen)))
+            return rc;
+        d->n_lst = 1;
+        if (d->cfg.listen && *d->cfg.listen) {
+            if ((rc = ifd_listen_tcp(&d->lst[1], d->cfg.listen, err, errlen)))
+                return rc;
+            d->n_lst = 2;
+        }
+    }
+    for (int i = 0; i < d->n_lst; i++) {
+        if (d->lst[i].kind == IFD_LISTEN_TCP && !d->lst[i].loopback && !api_key[0]) {
+            snprintf(err, errlen,
+                     "refusing to listen on %s (not a loopback address) without an API key: "
+                     "set api_key or api_key_file", d->lst[i].name);
+            return IFD_EINVAL;
+        }
+    }
+    return 0;
+}
+
+static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
+{
+    ifd_log_level_t lvl;
+    if (!d->cfg.model || !*d->cfg.model) {
+        snprintf(err, errlen, "no model: pass --model PATH (or \"model\" in the config file)");
+        return IFD_EINVAL;
+    }
+    if (d->cfg.gpus && *d->cfg.gpus) {
+        snprintf(err, errlen,
+                 "--gpus %s: GPU workers need the CUDA backend, which inferd-worker does not "
+                 "have yet; use --workers N for CPU workers", d->cfg.gpus);
+        return IFD_ENOTSUP;
+    }
+    if (d->cfg.workers < 1) {
+        snprintf(err, errlen, "workers must be at least 1");
+        return IFD_EINVAL;
+    }
+    if (ifd_log_parse_level(d->cfg.log_level, &lvl) != 0) {
+        snprintf(err, errlen, "log_level '%s': expected error, warn, info or debug",
+                 d->cfg.log_level);
+        return IFD_EINVAL;
+    }
+    const char *dt = d->cfg.kv_dtype;
+    if (strcmp(dt, "f32") && strcmp(dt, "f16") && strcmp(dt, "bf16")) {
+        snprintf(err, errlen, "kv_dtype '%s': expected f32, f16 or bf16", dt);
+        return IFD_EINVAL;
+    }
+    return 0;
+}
+
+static int ifd__run(ifd__daemon_t *d)
+{
+    char err[1024] = "";
+    int rc;
+    if ((rc = ifd__validate(d, err, sizeof err)))
+        goto fail;
+    ifd_log_level_t lvl;
+    ifd_log_parse_level(d->cfg.log_level, &lvl);
+    ifd_log_set_level(lvl);
+    if (ifd__open_log(d->cfg.log_file))
+        return 1;
+    if (!realpath(d->cfg.model, d->model_path)) {
+        snprintf(err, sizeof err, "model %s: %s", d->cfg.model, strerror(errno));
+        rc = -errno;
+        goto fail;
+    }
+    if ((rc = ifd__load_model(d, err, sizeof err)))
+        goto fail;
+    if (d->cfg.model_name && *d->cfg.model_name) {
+        snprintf(d->model_id, sizeof d->model_id, "%s", d->cfg.model_name);
+    } else {
+        const char *b = strrchr(d->model_path, '/');
+        snprintf(d->model_id, sizeof d->model_id, "%.*s", (int)sizeof d->model_id - 1,
+                 b ? b + 1 : d->model_path);
+        size_t l = strlen(d->model_id);
+        if (l > 5 && !strcmp(d->model_id + l - 5, ".gguf"))
+            d->model_id[l - 5] = '\0';
+    }
+    ifd__find_worker(&d->cfg, d->worker_bin, sizeof d->worker_bin);
+
+    /* the KV pool: one host segment shared by every CPU worker */
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = (int)d->mcfg.n_layer;
+    kp.n_kv_heads = (int)d->mcfg.n_head_kv;
+    kp.head_dim = (int)d->mcfg.head_dim;
+    kp.dtype = !strcmp(d->cfg.kv_dtype, "f32")   ? IFD_KV_F32
+               : !strcmp(d->cfg.kv_dtype, "f16") ? IFD_KV_F16
+                                                  : IFD_KV_BF16;
+    kp.block_size = (int)d->cfg.block_size;
+    kp.bytes_budget = d->cfg.kv_budget;
+    kp.n_devices = 1;
+    kp.n_workers = (int)d->cfg.workers;
+    kp.fingerprint = ifd__fingerprint(d);
+    if ((rc = ifd_kvpool_create(&kp, &d->pool))) {
+        snprintf(err, sizeof err, "cannot create the KV pool (%llu bytes): %s",
+                 (unsigned long long)kp.bytes_budget, ifd_strerror(rc));
+        goto fail;
+    }
+    ifd_kvpool_params_t geo;
+    ifd_kvpool_geometry(d->pool, &geo);
+    int64_t pool_tokens = geo.n_blocks * geo.block_size;
+    int64_t mml = d->mcfg.n_ctx_train;
+    if (d->cfg.max_model_len > 0 && d->cfg.max_model_len < mml)
+        mml = d->cfg.max_model_len;
+    if (pool_tokens < mml) {
+        IFD_WARN("the KV pool holds %lld tokens: limiting the context to that (raise kv_budget "
+                 "for the model's %u)", (long long)pool_tokens, d->mcfg.n_ctx_train);
+        mml = pool_tokens;
+    }
+    IFD_INFO("model %s (%s, %u layers, context %lld), KV pool %lld blocks of %d tokens (%s)",
+             d->model_id, d->mcfg.arch_name, d->mcfg.n_layer, (long long)mml,
+             (long long)geo.n_blocks, geo.block_size, d->cfg.kv_dtype);
+
+    if ((rc = ifd__load_api_key(&d->cfg, d->api.api_key, sizeof d->api.api_key)))
+        return 1;
+    if ((rc = ifd__open_listeners(d, d->api.api_key, err, sizeof err)))
+        goto fail;
+
+    if ((rc = uv_loop_init(&d->loop))) {
+        snprintf(err, sizeof err, "uv_loop_init: %s", uv_strerror(rc));
+        goto fail;
+    }
+    ifd_metrics_init(&d->metrics);
+    ifd_http_limits_t lim = ifd__limits(&d->cfg);
+    ifd_http_handler_t hh = {&d->api, ifd_api_on_request};
+    if ((rc = ifd_http_server_create(&d->http, &d->loop, &lim, &hh, &d->metrics)))
+        goto fail;
+    for (int i = 0; i < d->n_lst; i++) {
+        if ((rc = ifd_http_server_listen(d->http, &d->lst[i]))) {
+            snprintf(err, sizeof err, "cannot listen on %s", d->lst[i].name);
+            goto fail;
+        }
+        IFD_INFO("listening on %s%s", d->lst[i].name,
+                 d->lst[i].kind == IFD_LISTEN_TCP && d->api.api_key[0] ? " (API key required)"
+                                                                        : "");
+    }
+
+    ifd_sup_params_t sp;
+    memset(&sp, 0, sizeof sp);
+    sp.worker_binary = d->worker_bin;
+    sp.model_path = d->model_path;
+    sp.log_level = d->cfg.log_level;
+    sp.n_workers = (int)d->cfg.workers;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    sp.n_threads = d->cfg.threads > 0 ? (int)d->cfg.threads
+                                      : (int)(ncpu / d->cfg.workers > 0 ? ncpu / d->cfg.workers
+                                                                        : 1);
+    sp.max_seqs = (uint32_t)d->cfg.max_seqs;
+    sp.max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
+    sp.kv.n_layers = (uint32_t)geo.n_layers;
+    sp.kv.n_kv_heads = (uint32_t)geo.n_kv_heads;
+    sp.kv.head_dim = (uint32_t)geo.head_dim;
+    sp.kv.dtype = (uint32_t)geo.dtype;
+    sp.kv.block_size = (uint32_t)geo.block_size;
+    sp.kv.n_blocks = (uint64_t)geo.n_blocks;
+    sp.kv.fingerprint = kp.fingerprint;
+    sp.pool = d->pool;
+    ifd__sup_timing(&d->cfg, &sp);
+    ifd_sup_callbacks_t scb = {d, ifd__on_ready, ifd__on_message, ifd__on_lost, ifd__on_failed,
+                               ifd__on_stopped};
+    if ((rc = ifd_sup_create(&d->sup, &d->loop, &sp, &scb, &d->metrics)))
+        goto fail;
+    const ifd_token_t *eog;
+    size_t n_eog = ifd_tokenizer_eog_ids(d->tok, &eog);
+    ifd_router_params_t rp = {d->pool, d->sup, &d->metrics, eog, (uint32_t)n_eog,
+                              (int)d->cfg.route_slack};
+    if ((rc = ifd_router_create(&d->router, &rp)))
+        goto fail;
+
+    ifd_api_t *api = &d->api;
+    api->loop = &d->loop;
+    api->cfg = &d->cfg;
+    api->tok = d->tok;
+    api->tpl = d->tpl;
+    api->router = d->router;
+    api->sup = d->sup;
+    api->pool = d->pool;
+    api->metrics = &d->metrics;
+    api->http = d->http;
+    api->model_id = d->model_id;
+    api->model_path = d->model_path;
+    api->max_model_len = mml;
+    api->n_vocab = ifd_tokenizer_n_vocab(d->tok);
+    api->created = (int64_t)time(NULL);
+    api->start_ns = uv_hrtime();
+    api->rng = api->start_ns ^ ((uint64_t)getpid() << 32);
+    api->on_idle = ifd__on_idle;
+    api->idle_ctx = d;
+
+    uv_signal_init(&d->loop, &d->sig_term);
+    uv_signal_init(&d->loop, &d->sig_int);
+    uv_signal_init(&d->loop, &d->sig_hup);
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+    uv_signal_start(&d->sig_term, ifd__signal_cb, SIGTERM);
+    uv_signal_start(&d->sig_int, ifd__signal_cb, SIGINT);
+    uv_signal_start(&d->sig_hup, ifd__signal_cb, SIGHUP);
+    uv_timer_init(&d->loop, &d->grace_timer);
+    uv_timer_init(&d->loop, &d->step_timer);
+    d->grace_timer.data = d->step_timer.data = d;
+
+    IFD_INFO("starting %d worker%s (%s, %d threads each)", sp.n_workers,
+             sp.n_workers == 1 ? "" : "s", d->worker_bin, sp.n_threads);
+    ifd_sup_start(d->sup);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    d->ran = true;
+    IFD_INFO("stopped");
+    return d->exit_code;
+
+fail:
+    IFD_ERROR("%s", err[0] ? err : ifd_strerror(rc));
+    for (int i = 0; i < d->n_lst; i++)
+        ifd_listen_unlink(&d->lst[i]);
+    return 1;
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
+    ifd__daemon_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        fprintf(stderr, "inferd: out of memory\n");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
     ifd_log_set_tag("inferd");
-    while ((c = getopt_long(argc, argv, "m:hV", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm':
-            break;
-        case 'h':
-            ifd__usage(stdout);
-            return 0;
-        case 'V':
-            printf("inferd %s\n", IFD_VERSION);
-            return 0;
-        default:
-            ifd__usage(stderr);
-            return 2;
+    char err[1024] = "";
+    if (ifd_config_from_args(&d->cfg, &d->cli, argc, argv, err, sizeof err) != 0) {
+        fprintf(stderr, "inferd: %s\n", err);
+        free(d);
+        return 2;
+    }
+    int code = 0;
+    if (d->cli.help) {
+        ifd_config_usage(stdout);
+    } else if (d->cli.version) {
+        printf("inferd %s\n", IFD_VERSION);
+    } else if (d->cli.print_config) {
+        code = ifd_config_print_json(&d->cfg, stdout) ? 1 : 0;
+    } else {
+        code = ifd__run(d);
+        if (d->ran) { /* every handle is closed; a failed start just exits */
+            if (uv_loop_close(&d->loop) != 0)
+                IFD_WARN("handles left open at exit");
+            ifd_router_destroy(d->router);
+            ifd_kvpool_destroy(d->pool);
+            ifd_chat_template_destroy(d->tpl);
+            ifd_tokenizer_destroy(d->tok);
         }
     }
-    IFD_ERROR("serving is not implemented yet in this version (see README.md, Status)");
-    return 1;
+    ifd_config_free(&d->cfg);
+    ifd_config_cli_free(&d->cli);
+    free(d);
+    return code;
 }

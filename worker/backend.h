@@ -29,6 +29,7 @@ typedef struct {
     ifd_dtype_t dtype; /* F32 today; quantized kinds later */
     int64_t rows;
     int64_t cols;
+    bool packed;       /* data is in the backend's matmul layout (prepare_matmul) */
 } ifd_weight_t;
 
 typedef enum {
@@ -48,6 +49,10 @@ typedef struct {
     int (*upload)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*download)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*sync)(ifd_backend_t *be);
+    /* Optional (may be NULL): converts a row-major matrix used only by
+     * matmul into the backend's preferred layout, in place (w->data is
+     * replaced and the old memory freed; w->packed set). */
+    int (*prepare_matmul)(ifd_backend_t *be, ifd_weight_t *w);
 
     /* out[i] = emb[tokens[i]] * scale */
     int (*embed)(ifd_backend_t *be, float *out /* [n, cols] */, const ifd_weight_t *emb,

@@ -83,7 +83,32 @@ static int ifd__cpu_matmul(ifd_backend_t *be, float *y, const float *x, const if
 {
     if (w->dtype != IFD_DTYPE_F32)
         return IFD_ENOTSUP;
+    if (w->packed)
+        return ifd_cpu_matmul_packed(y, x, w->data, m, (int)w->rows, (int)w->cols, ifd__tp(be));
     return ifd_cpu_matmul_f32(y, x, w->data, m, (int)w->rows, (int)w->cols, ifd__tp(be));
+}
+
+/* Pre-packs a weight for ifd_cpu_matmul_packed: one summation order per
+ * output for any batch size (batched results equal unbatched ones), and no
+ * per-call packing for batch-1 decode. */
+static int ifd__cpu_prepare_matmul(ifd_backend_t *be, ifd_weight_t *w)
+{
+    if (w->dtype != IFD_DTYPE_F32 || w->packed)
+        return w->packed ? 0 : IFD_ENOTSUP;
+    if (w->rows > INT32_MAX || w->cols > INT32_MAX)
+        return IFD_ERANGE;
+    int64_t nf = ifd_cpu_matmul_packed_floats((int)w->rows, (int)w->cols);
+    if (nf < 0)
+        return (int)nf;
+    void *wp;
+    int rc = ifd__cpu_alloc(be, (size_t)nf * sizeof(float), &wp);
+    if (rc)
+        return rc;
+    ifd_cpu_matmul_pack(wp, w->data, (int)w->rows, (int)w->cols);
+    free(w->data);
+    w->data = wp;
+    w->packed = true;
+    return 0;
 }
 
 static int ifd__cpu_rmsnorm(ifd_backend_t *be, float *y, const float *x, const ifd_weight_t *w,
@@ -157,6 +182,7 @@ static const ifd_backend_ops_t ifd__cpu_ops = {
     .upload = ifd__cpu_copy,
     .download = ifd__cpu_copy,
     .sync = ifd__cpu_sync,
+    .prepare_matmul = ifd__cpu_prepare_matmul,
     .embed = ifd__cpu_embed,
     .matmul = ifd__cpu_matmul,
     .rmsnorm = ifd__cpu_rmsnorm,

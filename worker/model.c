@@ -132,6 +132,19 @@ static int ifd__load(ifd__loader_t *L, ifd_weight_t *w, const char *name, int64_
     return 0;
 }
 
+/* Lets the backend lay a matmul-only weight out its way (pre-packing). */
+static int ifd__prepare_matmul(ifd__loader_t *L, ifd_weight_t *w, const char *name)
+{
+    ifd_backend_t *be = L->m->be;
+    if (!be->ops->prepare_matmul)
+        return 0;
+    int rc = be->ops->prepare_matmul(be, w);
+    if (rc)
+        return ifd__load_fail(L, rc, "tensor '%s': cannot prepare it for matmul: %s", name,
+                              ifd_strerror(rc));
+    return 0;
+}
+
 static void ifd__free_weight(ifd_model_t *m, ifd_weight_t *w)
 {
     if (w->data)
@@ -154,8 +167,12 @@ static int ifd__load_all(ifd__loader_t *L)
     if ((rc = ifd__load(L, &m->output, "output.weight", c->n_vocab, E, true)))
         return rc;
     m->output_tied = m->output.data == NULL;
-    if (m->output_tied)
-        m->output = m->tok_embd;
+    if (m->output_tied) {
+        /* a copy of its own, so the backend may lay it out for matmul while
+         * the embedding keeps rows for the gather */
+        if ((rc = ifd__load(L, &m->output, "token_embd.weight", c->n_vocab, E, false)))
+            return rc;
+    }
     if (c->has_rope_freqs) {
         ifd_weight_t rf;
         if ((rc = ifd__load(L, &rf, "rope_freqs.weight", 1, c->n_rot / 2, false)))
@@ -194,9 +211,11 @@ static int ifd__load_all(ifd__loader_t *L)
             snprintf(name, sizeof name, "blk.%u.%s.weight", l, tab[i].suffix);
             if ((rc = ifd__load(L, tab[i].w, name, tab[i].rows, tab[i].cols, false)))
                 return rc;
+            if (tab[i].rows > 1 && (rc = ifd__prepare_matmul(L, tab[i].w, name)))
+                return rc;
         }
     }
-    return 0;
+    return ifd__prepare_matmul(L, &m->output, "output");
 }
 
 static void ifd__scratch_free(ifd_model_t *m)
@@ -301,8 +320,7 @@ void ifd_model_destroy(ifd_model_t *m)
         }
         free(m->layers);
     }
-    if (!m->output_tied)
-        ifd__free_weight(m, &m->output);
+    ifd__free_weight(m, &m->output); /* tied: a copy of its own */
     ifd__free_weight(m, &m->tok_embd);
     ifd__free_weight(m, &m->output_norm);
     if (m->rope_freqs)

@@ -47,20 +47,20 @@ _Static_assert(IFD_SAMPLER_MAX_VOCAB == IFD_SAMPLING_MAX_VOCAB, "vocabulary limi
 #define PROMPT_BIT 0x80000000u
 
 /* Block size of the fused check-and-maximum scan of a row. */
-#define SCAN_BLOCK 1024
+#define SCAN_BLOCK      1024
 #define MAX_SCAN_BLOCKS (IFD_SAMPLER_MAX_VOCAB / SCAN_BLOCK)
 
 /* Histogram bins per nat below the maximum; candidates lie within 30 nats.
  * Bin NO_BIN counts the tokens with weight 0. */
 #define BINS_PER_NAT 8
-#define NBINS (30 * BINS_PER_NAT + 1)
-#define NO_BIN 255
+#define NBINS        (30 * BINS_PER_NAT + 1)
+#define NO_BIN       255
 /* The histogram first covers bins 0..GUESS_BINS (8 nats below the maximum),
  * then, when a cut lies deeper, twice that, then all. */
 #define GUESS_BINS (8 * BINS_PER_NAT)
 /* Tokens per entry of the block-minimum index over bins, which lets scans
  * for the tokens near the maximum skip whole blocks. */
-#define BIN_BLOCK 64
+#define BIN_BLOCK      64
 #define MAX_BIN_BLOCKS (IFD_SAMPLER_MAX_VOCAB / BIN_BLOCK)
 _Static_assert(NBINS <= NO_BIN, "bins must fit in a byte");
 
@@ -147,8 +147,7 @@ IFD__ALWAYS_INLINE int scan_body(const float *restrict x, int32_t n, float *rest
     return bad;
 }
 
-IFD__ALWAYS_INLINE void scale_body(const float *restrict x, int32_t n, float t,
-                                   float *restrict out)
+IFD__ALWAYS_INLINE void scale_body(const float *restrict x, int32_t n, float t, float *restrict out)
 {
 #pragma omp simd
     for (int32_t i = 0; i < n; i++)
@@ -169,9 +168,9 @@ IFD__ALWAYS_INLINE int bin_of(float x)
  * returns the sum of q, exact since n <= 2^20. vtmp [n] is scratch: the float
  * part runs at full vector width over 32-bit lanes, the rounding to 64-bit
  * integers in a second loop. */
-IFD__ALWAYS_INLINE uint64_t weights_body(const float *restrict s, int32_t n, float m,
-                                         uint64_t qmin, uint64_t *restrict q,
-                                         uint8_t *restrict bin, float *restrict vtmp)
+IFD__ALWAYS_INLINE uint64_t weights_body(const float *restrict s, int32_t n, float m, uint64_t qmin,
+                                         uint64_t *restrict q, uint8_t *restrict bin,
+                                         float *restrict vtmp)
 {
 #pragma omp simd
     for (int32_t i = 0; i < n; i++) {
@@ -221,8 +220,7 @@ IFD__ALWAYS_INLINE int32_t count_ge_body(const float *restrict x, int32_t n, flo
 }
 
 /* bmin[j] = the smallest bin among tokens [j * BIN_BLOCK, (j+1) * BIN_BLOCK). */
-IFD__ALWAYS_INLINE void bin_min_body(const uint8_t *restrict bin, int32_t n,
-                                     uint8_t *restrict bmin)
+IFD__ALWAYS_INLINE void bin_min_body(const uint8_t *restrict bin, int32_t n, uint8_t *restrict bmin)
 {
     for (int32_t b = 0; b < n; b += BIN_BLOCK) {
         const uint8_t *restrict bb = bin + b;
@@ -235,44 +233,43 @@ IFD__ALWAYS_INLINE void bin_min_body(const uint8_t *restrict bin, int32_t n,
     }
 }
 
-#define IFD__ROW_KERNELS(SUFFIX, ATTR)                                                      \
-    ATTR static int any_bad_##SUFFIX(const float *x, int32_t n)                             \
-    {                                                                                       \
-        return any_bad_body(x, n);                                                          \
-    }                                                                                       \
-    ATTR static float row_max_##SUFFIX(const float *x, int32_t n)                           \
-    {                                                                                       \
-        return row_max_body(x, n);                                                          \
-    }                                                                                       \
-    ATTR static int scan_##SUFFIX(const float *x, int32_t n, float *bmax)                   \
-    {                                                                                       \
-        return scan_body(x, n, bmax);                                                       \
-    }                                                                                       \
-    ATTR static void scale_##SUFFIX(const float *x, int32_t n, float t, float *out)         \
-    {                                                                                       \
-        scale_body(x, n, t, out);                                                           \
-    }                                                                                       \
-    ATTR static uint64_t weights_##SUFFIX(const float *s, int32_t n, float m, uint64_t qmin, \
-                                          uint64_t *q, uint8_t *bin, float *vtmp)           \
-    {                                                                                       \
-        return weights_body(s, n, m, qmin, q, bin, vtmp);                                   \
-    }                                                                                       \
-    ATTR static uint64_t weight_sum_##SUFFIX(const float *s, int32_t n, float m,            \
-                                             float *vtmp)                                   \
-    {                                                                                       \
-        return weight_sum_body(s, n, m, vtmp);                                              \
-    }                                                                                       \
-    ATTR static int32_t count_ge_##SUFFIX(const float *x, int32_t n, float v)               \
-    {                                                                                       \
-        return count_ge_body(x, n, v);                                                      \
-    }                                                                                       \
-    ATTR static void bin_min_##SUFFIX(const uint8_t *bin, int32_t n, uint8_t *bmin)         \
-    {                                                                                       \
-        bin_min_body(bin, n, bmin);                                                         \
-    }                                                                                       \
-    static const row_kernels_t row_kernels_##SUFFIX = {                                     \
-        any_bad_##SUFFIX, row_max_##SUFFIX,    scan_##SUFFIX,       scale_##SUFFIX,         \
-        weights_##SUFFIX, weight_sum_##SUFFIX, count_ge_##SUFFIX,  bin_min_##SUFFIX,       \
+#define IFD__ROW_KERNELS(SUFFIX, ATTR)                                                             \
+    ATTR static int any_bad_##SUFFIX(const float *x, int32_t n)                                    \
+    {                                                                                              \
+        return any_bad_body(x, n);                                                                 \
+    }                                                                                              \
+    ATTR static float row_max_##SUFFIX(const float *x, int32_t n)                                  \
+    {                                                                                              \
+        return row_max_body(x, n);                                                                 \
+    }                                                                                              \
+    ATTR static int scan_##SUFFIX(const float *x, int32_t n, float *bmax)                          \
+    {                                                                                              \
+        return scan_body(x, n, bmax);                                                              \
+    }                                                                                              \
+    ATTR static void scale_##SUFFIX(const float *x, int32_t n, float t, float *out)                \
+    {                                                                                              \
+        scale_body(x, n, t, out);                                                                  \
+    }                                                                                              \
+    ATTR static uint64_t weights_##SUFFIX(const float *s, int32_t n, float m, uint64_t qmin,       \
+                                          uint64_t *q, uint8_t *bin, float *vtmp)                  \
+    {                                                                                              \
+        return weights_body(s, n, m, qmin, q, bin, vtmp);                                          \
+    }                                                                                              \
+    ATTR static uint64_t weight_sum_##SUFFIX(const float *s, int32_t n, float m, float *vtmp)      \
+    {                                                                                              \
+        return weight_sum_body(s, n, m, vtmp);                                                     \
+    }                                                                                              \
+    ATTR static int32_t count_ge_##SUFFIX(const float *x, int32_t n, float v)                      \
+    {                                                                                              \
+        return count_ge_body(x, n, v);                                                             \
+    }                                                                                              \
+    ATTR static void bin_min_##SUFFIX(const uint8_t *bin, int32_t n, uint8_t *bmin)                \
+    {                                                                                              \
+        bin_min_body(bin, n, bmin);                                                                \
+    }                                                                                              \
+    static const row_kernels_t row_kernels_##SUFFIX = {                                            \
+        any_bad_##SUFFIX, row_max_##SUFFIX,    scan_##SUFFIX,     scale_##SUFFIX,                  \
+        weights_##SUFFIX, weight_sum_##SUFFIX, count_ge_##SUFFIX, bin_min_##SUFFIX,                \
     };
 
 IFD__ROW_KERNELS(base, )
@@ -414,8 +411,8 @@ static int check_history(const int32_t *ids, size_t n, int32_t vocab, const char
 {
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= vocab) {
-            IFD_DEBUG("sampler: %s token %zu is %d, outside the vocabulary of %d", what, i,
-                      ids[i], vocab);
+            IFD_DEBUG("sampler: %s token %zu is %d, outside the vocabulary of %d", what, i, ids[i],
+                      vocab);
             return IFD_ERANGE;
         }
     }
@@ -501,8 +498,7 @@ static int process(ifd_sampler_t *s, const ifd_sampling_params_t *p, const float
 }
 
 int ifd_sampler_process_logits(ifd_sampler_t *s, const ifd_sampling_params_t *p,
-                               const float *logits, const ifd_sampler_history_t *hist,
-                               float *out)
+                               const float *logits, const ifd_sampler_history_t *hist, float *out)
 {
     int err = ifd_sampling_params_check(p, s->vocab);
     if (err)
@@ -595,14 +591,14 @@ static float topp_cut(float *vs, uint64_t *vq, size_t n, double thr, float m, ui
 {
     float cut = INFINITY;
     size_t lo = 0, hi = n;
-#define SWAP(a, b)                                                                          \
-    do {                                                                                    \
-        float ts = vs[a];                                                                   \
-        uint64_t tq = vq[a];                                                                \
-        vs[a] = vs[b];                                                                      \
-        vq[a] = vq[b];                                                                      \
-        vs[b] = ts;                                                                         \
-        vq[b] = tq;                                                                         \
+#define SWAP(a, b)                                                                                 \
+    do {                                                                                           \
+        float ts = vs[a];                                                                          \
+        uint64_t tq = vq[a];                                                                       \
+        vs[a] = vs[b];                                                                             \
+        vq[a] = vq[b];                                                                             \
+        vs[b] = ts;                                                                                \
+        vq[b] = tq;                                                                                \
     } while (0)
     while (lo < hi) {
         float piv = median3(vs[lo], vs[lo + (hi - lo) / 2], vs[hi - 1]);
@@ -671,13 +667,13 @@ static void histogram(ifd_sampler_t *s, int upto)
      * mask, over four interleaved partial histograms. */
     memset(s->part_count, 0, sizeof s->part_count);
     memset(s->part_mass, 0, sizeof s->part_mass);
-#define HIST(j, i)                                                                          \
-    do {                                                                                    \
-        uint64_t qi = q[i];                                                                 \
-        unsigned b = bin[i] | (0u - (unsigned)(qi == 0));                                   \
-        b &= NO_BIN;                                                                        \
-        s->part_count[j][b]++;                                                              \
-        s->part_mass[j][b] += qi;                                                           \
+#define HIST(j, i)                                                                                 \
+    do {                                                                                           \
+        uint64_t qi = q[i];                                                                        \
+        unsigned b = bin[i] | (0u - (unsigned)(qi == 0));                                          \
+        b &= NO_BIN;                                                                               \
+        s->part_count[j][b]++;                                                                     \
+        s->part_mass[j][b] += qi;                                                                  \
     } while (0)
     int32_t i = 0;
     for (; i + 4 <= V; i += 4) {
@@ -690,10 +686,9 @@ static void histogram(ifd_sampler_t *s, int upto)
         HIST(0, i);
 #undef HIST
     for (int b = 0; b < NBINS; b++) {
-        bc[b] = s->part_count[0][b] + s->part_count[1][b] + s->part_count[2][b] +
-                s->part_count[3][b];
-        bm[b] = s->part_mass[0][b] + s->part_mass[1][b] + s->part_mass[2][b] +
-                s->part_mass[3][b];
+        bc[b] =
+            s->part_count[0][b] + s->part_count[1][b] + s->part_count[2][b] + s->part_count[3][b];
+        bm[b] = s->part_mass[0][b] + s->part_mass[1][b] + s->part_mass[2][b] + s->part_mass[3][b];
     }
 }
 
@@ -743,9 +738,11 @@ static int32_t walk_row(const uint64_t *restrict q, int32_t V, uint64_t target)
     return -1;
 }
 
-/* Steps 5-7 on the processed row l [V] with maximum lmax (finite or +inf). */
+/* Steps 5-7 on the processed row l [V] with maximum lmax (finite or +inf).
+ * *z_row is set to the sum of all weights of l at T = 1 when this draw
+ * computed it on the way (T == 1, no min-p), else to 0. */
 static int32_t draw(ifd_sampler_t *s, const ifd_sampling_params_t *p, const float *l, float lmax,
-                    uint64_t position)
+                    uint64_t position, uint64_t *z_row)
 {
     const int32_t V = s->vocab;
     const float T = p->temperature;
@@ -763,6 +760,7 @@ static int32_t draw(ifd_sampler_t *s, const ifd_sampling_params_t *p, const floa
     const uint64_t qmin = minq > 1.0 ? (uint64_t)minq : 1;
     uint64_t total = s->k->weights(sc, V, m, qmin, s->q, s->bin, s->fwork);
     IFD_ASSERT(total >= (1ull << IFD_SAMPLING_WEIGHT_BITS));
+    *z_row = T == 1.0f && qmin == 1 ? total : 0;
     uint64_t *restrict q = s->q;
 
     bool use_k = p->top_k > 0 && p->top_k < V;
@@ -888,15 +886,18 @@ static int32_t draw(ifd_sampler_t *s, const ifd_sampling_params_t *p, const floa
 
 /* Logprobs of x [V] (no NaN or +inf) into out: log-softmax with the
  * normalizer from the integer weights (relative error of a weight < 4e-7,
- * and tokens 30 nats below the maximum add under V * e^-30 to the sum). */
-static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_top,
-                     ifd_sample_result_t *out)
+ * and tokens 30 nats below the maximum add under V * e^-30 to the sum).
+ * z, when nonzero, is that sum already computed, with m the row's maximum. */
+static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_top, uint64_t z,
+                     float m, ifd_sample_result_t *out)
 {
     const int32_t V = s->vocab;
-    float m = s->k->row_max(x, V);
+    if (!z)
+        m = s->k->row_max(x, V);
     double lse = INFINITY; /* all -inf: every logprob is -inf */
     if (m != -INFINITY) {
-        uint64_t z = s->k->weight_sum(x, V, m, s->fwork);
+        if (!z)
+            z = s->k->weight_sum(x, V, m, s->fwork);
         lse = (double)m + log((double)z * 0x1p-43);
     }
 #define LOGPROB(v) ((v) == -INFINITY ? -INFINITY : (float)((double)(v)-lse))
@@ -958,10 +959,14 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *p, const f
     }
 
     ifd_sample_result_t r = {0};
-    r.token = p->temperature < IFD_SAMPLER_GREEDY_TEMP ? best : draw(s, p, l, lmax, position);
+    uint64_t z_row = 0; /* the weight sum of l at T = 1, if the draw made it */
+    if (p->temperature < IFD_SAMPLER_GREEDY_TEMP)
+        r.token = best;
+    else
+        r.token = draw(s, p, l, lmax, position, &z_row);
     if (p->n_logprobs >= 0) {
         const float *src = p->logprobs_mode == IFD_LOGPROBS_RAW ? logits : l;
-        logprobs(s, src, r.token, p->n_logprobs, &r);
+        logprobs(s, src, r.token, p->n_logprobs, src == l ? z_row : 0, lmax, &r);
     }
     memcpy(out, &r, sizeof r);
     return 0;

@@ -168,9 +168,9 @@ int32_t ifd_sampler_vocab(const ifd_sampler_t *s);
  * for a history or logit_bias id outside [0, vocab). On error *out is
  * untouched and the sampler stays usable.
  */
-int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *params,
-                       const float *logits, const ifd_sampler_history_t *hist,
-                       uint64_t position, ifd_sample_result_t *out);
+int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *params, const float *logits,
+                       const ifd_sampler_history_t *hist, uint64_t position,
+                       ifd_sample_result_t *out);
 
 /*
  * Steps 1-3 alone: writes the processed logits of `logits` [vocab] into
@@ -179,7 +179,6 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *params,
  * that an all -inf row is accepted.
  */
 int ifd_sampler_process_logits(ifd_sampler_t *s, const ifd_sampling_params_t *params,
-                               const float *logits, const ifd_sampler_history_t *hist,
-                               float *out);
+                               const float *logits, const ifd_sampler_history_t *hist, float *out);
 
 #endif

@@ -38,30 +38,59 @@ typedef enum {
 } ifd_rope_mode_t;
 
 /* y = x · wᵀ: y[m,n] = Σ_k x[m,k] w[n,k] (w is a PyTorch/GGUF [out, in]
- * weight). f32 accumulate. Multi-threaded over n (and m). */
+ * weight). f32 accumulate. Multi-threaded over n. The result does not depend
+ * on the thread count, but it does on m (small m take a dot-product path,
+ * larger m pack w on the fly): use the packed API below where a row must not
+ * depend on its batch. */
 int ifd_cpu_matmul_f32(float *restrict y,       /* [m, n] */
                        const float *restrict x, /* [m, k] */
                        const float *restrict w, /* [n, k] */
                        int m, int n, int k, ifd_threadpool_t *tp);
 
-/* y[r] = x[r] / rms(x[r]) * w, rms = sqrt(mean(x²) + eps). y may equal x. */
+/*
+ * Pre-packed weights. ifd_cpu_matmul_pack rearranges w [n, k] once (at model
+ * load) into panels of NR rows (NR = 32 with AVX-512, else 16; zero padded)
+ * split in k-blocks, each block [kc][NR]: the layout the packed kernels
+ * stream. ifd_cpu_matmul_packed then computes y = x · wᵀ from it for any m
+ * with ONE summation order per output element, so a row's result is bitwise
+ * the same whatever the batch size, the thread count or the rows around it
+ * (the engine's "batched equals alone" rests on this). The layout depends on
+ * the ISA picked at run time: pack and multiply in the same process.
+ * ifd_cpu_matmul_packed_floats gives the packed size in floats (or
+ * IFD_EINVAL); wp must be 64-byte aligned.
+ */
+int64_t ifd_cpu_matmul_packed_floats(int n, int k);
+int ifd_cpu_matmul_pack(float *restrict wp, /* [packed_floats(n, k)] */
+                        const float *restrict w, /* [n, k] */
+                        int n, int k);
+int ifd_cpu_matmul_packed(float *restrict y,        /* [m, n] */
+                          const float *restrict x,  /* [m, k] */
+                          const float *restrict wp, /* packed [n, k] */
+                          int m, int n, int k, ifd_threadpool_t *tp);
+
+/* y[r] = x[r] / rms(x[r]) * w, rms = sqrt(mean(x²) + eps). y may equal x.
+ * Σx² in double, then (x · scale) · w in float, as ggml. IFD_EINVAL: dim ≤ 0, eps < 0. */
 int ifd_cpu_rmsnorm(float *y,       /* [rows, dim] */
                     const float *x, /* [rows, dim] */
                     const float *w, /* [dim] */
                     int rows, int dim, float eps);
 
 /* Rotates the first n_rot dims of every head in place.
- * θ_i = pos · freq_scale · base^(−2i/n_rot) / (freq_factors ? freq_factors[i] : 1). */
+ * θ_i = pos · freq_scale · base^(−2i/n_rot) / (freq_factors ? freq_factors[i] : 1),
+ * with base^(−2i/n_rot)·pos accumulated by repeated float multiplication
+ * exactly as llama.cpp does (rope.c). IFD_EINVAL: n_rot odd, ≤ 0 or > head_dim;
+ * IFD_ENOTSUP: another mode or n_rot > 1024. */
 int ifd_cpu_rope(float *x,             /* [n_tok, n_heads, head_dim] */
                  const int32_t *pos,   /* [n_tok] */
                  int n_tok, int n_heads, int head_dim, int n_rot, float base, float freq_scale,
                  const float *freq_factors, /* [n_rot/2] or NULL */
                  ifd_rope_mode_t mode);
 
-/* Numerically stable softmax of each row, in place. */
+/* Numerically stable softmax of each row, in place (row sums in double). */
 int ifd_cpu_softmax(float *x, /* [rows, n] */ int rows, int n);
 
-/* out = silu(gate) · up (SwiGLU) / gelu_tanh(gate) · up (GeGLU). */
+/* out = silu(gate) · up (SwiGLU) / gelu_tanh(gate) · up (GeGLU). out may
+ * equal gate or up. */
 int ifd_cpu_swiglu(float *out, const float *gate, const float *up, /* [n] each */ int64_t n);
 int ifd_cpu_geglu_tanh(float *out, const float *gate, const float *up, /* [n] */ int64_t n);
 
@@ -80,7 +109,8 @@ typedef struct {
 } ifd_kv_layer_t;
 
 /* Writes each token's K and V rows into its slot (slot = block * block_size
- * + offset); slot < 0 means padding and is skipped. */
+ * + offset); slot < 0 means padding and is skipped. F16/BF16 round to
+ * nearest even. Single-threaded. IFD_ENOTSUP for another dtype. */
 int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
                      const float *k,       /* [n_tok, n_kv_heads, head_dim] */
                      const float *v,       /* [n_tok, n_kv_heads, head_dim] */
@@ -95,7 +125,16 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
  * must already be written. Position p of sequence s lives in block
  * block_tables[s * max_blocks + p / block_size] at offset p % block_size.
  * Query head h uses KV head h / (n_heads / n_kv_heads).
- * out[t, h] = Σ_p softmax_p(scale · q·k_p) v_p.
+ * out[t, h] = Σ_p softmax_p(scale · q·k_p) v_p, f32 accumulation (online
+ * softmax over runs of ≤ 16 positions); only those positions are read, so
+ * other slots may hold anything. seq[t] < 0 marks a padding row: its output
+ * is zeros and nothing is read. Each (token, KV head) is computed by one
+ * thread in an order that depends only on the token's own positions, so a
+ * row's result does not depend on the batch or the thread count.
+ * IFD_EINVAL: bad sizes, n_heads not a multiple of n_kv_heads, window < 0,
+ * a needed block-table entry < 0 or pos[t] / block_size ≥ max_blocks
+ * (checked before any work); IFD_ENOTSUP: head_dim > 256, more than 32
+ * query heads per KV head, or another dtype.
  */
 int ifd_cpu_paged_attention(float *restrict out,       /* [n_tok, n_heads, head_dim] */
                             const float *restrict q,   /* [n_tok, n_heads, head_dim] */

@@ -29,6 +29,7 @@
 #include "cpu_simd.h"
 #include "error.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -58,6 +59,7 @@ typedef struct {
     int kc;            /* k-block of the packed path, <= IFD__MM_KC */
     ifd__isa_t isa;
     int packed;
+    const float *wpre; /* pre-packed panels (ifd_cpu_matmul_pack) or NULL */
 } ifd__mm_t;
 
 /* ---- scalar ---------------------------------------------------------------- */
@@ -87,6 +89,33 @@ static void ifd__mm_scalar(const ifd__mm_t *c, int n0, int n1)
             for (int p = 0; p < k; p++)
                 s += xr[p] * wr[p];
             yr[j] = s;
+        }
+    }
+}
+
+/* Scalar kernel over pre-packed panels of 16 rows: per output, the same
+ * k-block sums as the SIMD packed kernels (one chain per k-block, added into
+ * y), so every row is computed the same way whatever m is. */
+static void ifd__packed_scalar(const ifd__mm_t *c, int n0, int n1)
+{
+    enum { NR = 16 };
+    const int k = c->k;
+    for (int j0 = n0; j0 < n1; j0 += NR) {
+        int nv = n1 - j0 < NR ? n1 - j0 : NR;
+        const float *panel = c->wpre + (int64_t)(j0 / NR) * NR * k;
+        for (int p0 = 0; p0 < k; p0 += c->kc) {
+            int kc = k - p0 < c->kc ? k - p0 : c->kc;
+            const float *wb = panel + (int64_t)p0 * NR;
+            for (int i = 0; i < c->m; i++) {
+                const float *xr = c->x + (int64_t)i * k + p0;
+                float *yr = c->y + (int64_t)i * c->n + j0;
+                for (int j = 0; j < nv; j++) {
+                    float acc = 0.0f;
+                    for (int p = 0; p < kc; p++)
+                        acc = fmaf(xr[p], wb[(int64_t)p * NR + j], acc);
+                    yr[j] = p0 > 0 ? yr[j] + acc : acc;
+                }
+            }
         }
     }
 }
@@ -262,31 +291,35 @@ IFD__TARGET_AVX2 static void ifd__packed_avx2(const ifd__mm_t *c, int n0, int n1
         __m256i m0 = ifd__mask8(nv < 8 ? nv : 8), m1 = ifd__mask8(nv > 8 ? nv - 8 : 0);
         for (int p0 = 0; p0 < k; p0 += c->kc) {
             int kc = k - p0 < c->kc ? k - p0 : c->kc;
-            ifd__pack_avx2(wp, c->w, k, j0, nv, p0, kc, NR);
+            const float *wb = wp;
+            if (c->wpre)
+                wb = c->wpre + (int64_t)(j0 / NR) * NR * k + (int64_t)p0 * NR;
+            else
+                ifd__pack_avx2(wp, c->w, k, j0, nv, p0, kc, NR);
             int acc = p0 > 0;
             const float *xb = c->x + p0;
             float *yb = c->y + j0;
             int i = 0;
             for (; i + MR <= c->m; i += MR)
-                ifd__ukr_avx2(yb + (int64_t)i * c->n, c->n, xb + (int64_t)i * k, k, wp, kc, m0, m1,
+                ifd__ukr_avx2(yb + (int64_t)i * c->n, c->n, xb + (int64_t)i * k, k, wb, kc, m0, m1,
                               acc, MR);
             float *yr = yb + (int64_t)i * c->n;
             const float *xr = xb + (int64_t)i * k;
             switch (c->m - i) {
             case 5:
-                ifd__ukr_avx2(yr, c->n, xr, k, wp, kc, m0, m1, acc, 5);
+                ifd__ukr_avx2(yr, c->n, xr, k, wb, kc, m0, m1, acc, 5);
                 break;
             case 4:
-                ifd__ukr_avx2(yr, c->n, xr, k, wp, kc, m0, m1, acc, 4);
+                ifd__ukr_avx2(yr, c->n, xr, k, wb, kc, m0, m1, acc, 4);
                 break;
             case 3:
-                ifd__ukr_avx2(yr, c->n, xr, k, wp, kc, m0, m1, acc, 3);
+                ifd__ukr_avx2(yr, c->n, xr, k, wb, kc, m0, m1, acc, 3);
                 break;
             case 2:
-                ifd__ukr_avx2(yr, c->n, xr, k, wp, kc, m0, m1, acc, 2);
+                ifd__ukr_avx2(yr, c->n, xr, k, wb, kc, m0, m1, acc, 2);
                 break;
             case 1:
-                ifd__ukr_avx2(yr, c->n, xr, k, wp, kc, m0, m1, acc, 1);
+                ifd__ukr_avx2(yr, c->n, xr, k, wb, kc, m0, m1, acc, 1);
                 break;
             default:
                 break;
@@ -414,19 +447,23 @@ IFD__TARGET_AVX512 static void ifd__packed_avx512(const ifd__mm_t *c, int n0, in
         __mmask16 m0 = ifd__mask16(nv < 16 ? nv : 16), m1 = ifd__mask16(nv > 16 ? nv - 16 : 0);
         for (int p0 = 0; p0 < k; p0 += c->kc) {
             int kc = k - p0 < c->kc ? k - p0 : c->kc;
-            ifd__pack_avx2(wp, c->w, k, j0, nv, p0, kc, NR);
+            const float *wb = wp;
+            if (c->wpre)
+                wb = c->wpre + (int64_t)(j0 / NR) * NR * k + (int64_t)p0 * NR;
+            else
+                ifd__pack_avx2(wp, c->w, k, j0, nv, p0, kc, NR);
             int acc = p0 > 0;
             const float *xb = c->x + p0;
             float *yb = c->y + j0;
             int i = 0;
             for (; i + MR <= c->m; i += MR)
-                ifd__ukr_avx512(yb + (int64_t)i * c->n, c->n, xb + (int64_t)i * k, k, wp, kc, m0,
+                ifd__ukr_avx512(yb + (int64_t)i * c->n, c->n, xb + (int64_t)i * k, k, wb, kc, m0,
                                 m1, acc, MR);
             float *yr = yb + (int64_t)i * c->n;
             const float *xr = xb + (int64_t)i * k;
 #define IFD__TAIL5(R)                                                                               \
     case R:                                                                                         \
-        ifd__ukr_avx512(yr, c->n, xr, k, wp, kc, m0, m1, acc, R);                                   \
+        ifd__ukr_avx512(yr, c->n, xr, k, wb, kc, m0, m1, acc, R);                                   \
         break
             switch (c->m - i) {
                 IFD__TAIL5(11);
@@ -476,9 +513,51 @@ static void ifd__mm_task(void *arg, int task, int n_tasks)
         return;
 #endif
     default:
-        ifd__mm_scalar(c, n0, n1);
+        if (c->wpre)
+            ifd__packed_scalar(c, n0, n1);
+        else
+            ifd__mm_scalar(c, n0, n1);
         return;
     }
+}
+
+/* Equal k-blocks (576 = 2 x 288, not 384 + 192), multiples of 16. Depends
+ * on k only, so a packed layout and the kernels agree on it. */
+static int ifd__kc_for(int k)
+{
+    int kblocks = (k + IFD__MM_KC - 1) / IFD__MM_KC;
+    int kc = ((k + kblocks - 1) / kblocks + 15) / 16 * 16;
+    return kc > IFD__MM_KC ? IFD__MM_KC : kc;
+}
+
+/* Panel width of the packed layout for an ISA. */
+static int ifd__nr_for(ifd__isa_t isa)
+{
+    return isa == IFD__ISA_AVX512 ? 32 : 16;
+}
+
+static void ifd__mm_run(ifd__mm_t *c, ifd_threadpool_t *tp)
+{
+    const int m = c->m, n = c->n, k = c->k;
+    c->kc = ifd__kc_for(k);
+    /* A task's rows of w: whole micro-panels, and whole 64-byte lines of y. */
+    int grain = c->packed && c->isa == IFD__ISA_AVX512 ? 32 : 16;
+
+    /* About 4 tasks per thread for balance on a busy machine, but no task
+     * smaller than ~64K multiply-adds (a run costs a few microseconds). */
+    int threads = ifd_threadpool_size(tp);
+    int64_t grains = (n + grain - 1) / grain;
+    int64_t work_per_grain = (int64_t)m * k * grain;
+    int64_t max_tasks = (work_per_grain * grains) / (1 << 16) + 1;
+    int64_t tasks = threads > 1 ? 4 * (int64_t)threads : 1;
+    if (tasks > max_tasks)
+        tasks = max_tasks;
+    if (tasks > grains)
+        tasks = grains;
+    int64_t grains_per_task = (grains + tasks - 1) / tasks;
+    c->rows_per_task = (int)(grains_per_task * grain);
+    tasks = (n + c->rows_per_task - 1) / c->rows_per_task;
+    ifd_threadpool_run(tp, ifd__mm_task, c, (int)tasks);
 }
 
 int ifd_cpu_matmul_f32(float *restrict y, const float *restrict x, const float *restrict w, int m,
@@ -494,28 +573,52 @@ int ifd_cpu_matmul_f32(float *restrict y, const float *restrict x, const float *
     }
     ifd__mm_t c = {.y = y, .x = x, .w = w, .m = m, .n = n, .k = k, .isa = ifd__cpu_isa()};
     c.packed = m >= IFD__MM_PACK_MIN_M;
-    /* Equal k-blocks (576 = 2 × 288, not 384 + 192), multiples of 16. */
-    int kblocks = (k + IFD__MM_KC - 1) / IFD__MM_KC;
-    c.kc = ((k + kblocks - 1) / kblocks + 15) / 16 * 16;
-    if (c.kc > IFD__MM_KC)
-        c.kc = IFD__MM_KC;
-    /* A task's rows of w: whole micro-panels, and whole 64-byte lines of y. */
-    int grain = c.packed && c.isa == IFD__ISA_AVX512 ? 32 : 16;
+    ifd__mm_run(&c, tp);
+    return 0;
+}
 
-    /* About 4 tasks per thread for balance on a busy machine, but no task
-     * smaller than ~64K multiply-adds (a run costs a few microseconds). */
-    int threads = ifd_threadpool_size(tp);
-    int64_t grains = (n + grain - 1) / grain;
-    int64_t work_per_grain = (int64_t)m * k * grain;
-    int64_t max_tasks = (work_per_grain * grains) / (1 << 16) + 1;
-    int64_t tasks = threads > 1 ? 4 * (int64_t)threads : 1;
-    if (tasks > max_tasks)
-        tasks = max_tasks;
-    if (tasks > grains)
-        tasks = grains;
-    int64_t grains_per_task = (grains + tasks - 1) / tasks;
-    c.rows_per_task = (int)(grains_per_task * grain);
-    tasks = (n + c.rows_per_task - 1) / c.rows_per_task;
-    ifd_threadpool_run(tp, ifd__mm_task, &c, (int)tasks);
+int64_t ifd_cpu_matmul_packed_floats(int n, int k)
+{
+    if (n <= 0 || k <= 0)
+        return IFD_EINVAL;
+    int nr = ifd__nr_for(ifd__cpu_isa());
+    return (int64_t)((n + nr - 1) / nr) * nr * k;
+}
+
+int ifd_cpu_matmul_pack(float *restrict wp, const float *restrict w, int n, int k)
+{
+    if (n <= 0 || k <= 0)
+        return IFD_EINVAL;
+    const int nr = ifd__nr_for(ifd__cpu_isa());
+    const int kc = ifd__kc_for(k);
+    for (int j0 = 0; j0 < n; j0 += nr) {
+        int nv = n - j0 < nr ? n - j0 : nr;
+        float *panel = wp + (int64_t)(j0 / nr) * nr * k;
+        for (int p0 = 0; p0 < k; p0 += kc) {
+            int kcb = k - p0 < kc ? k - p0 : kc;
+            float *dst = panel + (int64_t)p0 * nr;
+            for (int p = 0; p < kcb; p++) {
+                for (int j = 0; j < nr; j++)
+                    dst[(int64_t)p * nr + j] = j < nv ? w[(int64_t)(j0 + j) * k + p0 + p] : 0.0f;
+            }
+        }
+    }
+    return 0;
+}
+
+int ifd_cpu_matmul_packed(float *restrict y, const float *restrict x, const float *restrict wp,
+                          int m, int n, int k, ifd_threadpool_t *tp)
+{
+    if (m < 0 || n < 0 || k < 0 || !wp)
+        return IFD_EINVAL;
+    if (m == 0 || n == 0)
+        return 0;
+    if (k == 0) {
+        memset(y, 0, sizeof(float) * (size_t)m * (size_t)n);
+        return 0;
+    }
+    ifd__mm_t c = {.y = y, .x = x, .wpre = wp, .m = m, .n = n, .k = k, .isa = ifd__cpu_isa()};
+    c.packed = 1;
+    ifd__mm_run(&c, tp);
     return 0;
 }

@@ -14,8 +14,17 @@
  * when someone sleeps (Dekker-style: each side stores its flag, then reads the
  * other's, all seq_cst), so a run on a busy pool costs a few atomics.
  *
- * Invariants: job fields are written only while no task of the previous run
- * is unfinished; `done` is reset before the new generation is published.
+ * The job (fn, ctx, n_tasks) of generation g lives in slot g % 2, written
+ * with release before g is published and read with acquire. A worker that
+ * read generation g's slot and then wins the claim CAS for generation g is
+ * guaranteed to have read g's values: the slot is next rewritten (for g + 2)
+ * only after the counter has moved to g + 1, and an acquire read of that
+ * rewrite would make the CAS see the newer counter and fail. (A single slot
+ * is not enough: run g + 1's n_tasks is written while the counter still says
+ * "g, all claimed", and a late worker comparing the old index against the new
+ * count would claim a task that does not exist.)
+ * `done` is reset before the new generation is published; it reaches n_tasks
+ * only after every claimed task of the run has returned.
  * A run started from inside a task of the same pool (nesting) executes its
  * tasks on the calling thread instead of deadlocking.
  */
@@ -49,11 +58,12 @@ struct ifd_threadpool {
     int n_threads;      /* including the caller */
     pthread_t *threads; /* [n_threads - 1] */
 
-    /* The job of the current generation (relaxed atomics: a stale read is
-     * harmless because the claim CAS on `next` validates the generation). */
-    _Atomic(ifd_task_cb) fn;
-    _Atomic(void *) ctx;
-    _Atomic int n_tasks;
+    /* The job of generation g is jobs[g & 1] (see the file comment). */
+    struct {
+        _Atomic(ifd_task_cb) fn;
+        _Atomic(void *) ctx;
+        _Atomic int n_tasks;
+    } jobs[2];
 
     _Atomic uint64_t next;   /* generation << 32 | next task index */
     _Atomic uint32_t gen;    /* futex word: the published generation */
@@ -69,12 +79,14 @@ static long ifd__futex(_Atomic uint32_t *addr, int op, uint32_t val)
     return syscall(SYS_futex, (uint32_t *)addr, op, val, NULL, NULL, 0);
 }
 
-/* Claims and runs tasks of generation g until none is left; returns the count. */
-static uint32_t ifd__work(ifd_threadpool_t *tp, uint32_t g)
+/* Claims and runs tasks of generation g until none is left; returns how
+ * many it ran and sets *n_out to the run's task count. */
+static uint32_t ifd__work(ifd_threadpool_t *tp, uint32_t g, int *n_out)
 {
-    ifd_task_cb fn = atomic_load_explicit(&tp->fn, memory_order_relaxed);
-    void *ctx = atomic_load_explicit(&tp->ctx, memory_order_relaxed);
-    int n = atomic_load_explicit(&tp->n_tasks, memory_order_relaxed);
+    ifd_task_cb fn = atomic_load_explicit(&tp->jobs[g & 1].fn, memory_order_acquire);
+    void *ctx = atomic_load_explicit(&tp->jobs[g & 1].ctx, memory_order_acquire);
+    int n = atomic_load_explicit(&tp->jobs[g & 1].n_tasks, memory_order_acquire);
+    *n_out = n;
     uint32_t ran = 0;
     uint64_t cur = atomic_load_explicit(&tp->next, memory_order_acquire);
     for (;;) {
@@ -90,11 +102,12 @@ static uint32_t ifd__work(ifd_threadpool_t *tp, uint32_t g)
     return ran;
 }
 
-static void ifd__finish(ifd_threadpool_t *tp, uint32_t ran)
+/* Adds a worker's finished tasks to `done`; n is the run's task count as
+ * read by the claims (valid, since ran > 0 means the claims succeeded). */
+static void ifd__finish(ifd_threadpool_t *tp, uint32_t ran, int n)
 {
     if (ran == 0)
         return;
-    int n = atomic_load_explicit(&tp->n_tasks, memory_order_relaxed);
     uint32_t now = atomic_fetch_add(&tp->done, ran) + ran;
     if ((int)now == n && atomic_load(&tp->caller_wait))
         ifd__futex(&tp->done, FUTEX_WAKE_PRIVATE, 1);
@@ -125,7 +138,9 @@ static void *ifd__worker_main(void *arg)
         seen = g;
         if (atomic_load(&tp->stop))
             return NULL;
-        ifd__finish(tp, ifd__work(tp, g));
+        int n;
+        uint32_t ran = ifd__work(tp, g, &n);
+        ifd__finish(tp, ran, n);
     }
 }
 
@@ -194,17 +209,18 @@ void ifd_threadpool_run(ifd_threadpool_t *tp, ifd_task_cb fn, void *ctx, int n_t
             fn(ctx, i, n_tasks);
         return;
     }
-    atomic_store_explicit(&tp->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&tp->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&tp->n_tasks, n_tasks, memory_order_relaxed);
+    const uint32_t g = atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&tp->jobs[g & 1].fn, fn, memory_order_release);
+    atomic_store_explicit(&tp->jobs[g & 1].ctx, ctx, memory_order_release);
+    atomic_store_explicit(&tp->jobs[g & 1].n_tasks, n_tasks, memory_order_release);
     atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
-    uint32_t g = atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
     atomic_store_explicit(&tp->next, (uint64_t)g << 32, memory_order_release);
     atomic_store(&tp->gen, g);
     if (atomic_load(&tp->n_sleepers) > 0)
         ifd__futex(&tp->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
 
-    uint32_t ran = ifd__work(tp, g);
+    int n_seen;
+    uint32_t ran = ifd__work(tp, g, &n_seen);
     if (ran)
         atomic_fetch_add(&tp->done, ran);
 

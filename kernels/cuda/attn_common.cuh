@@ -29,7 +29,8 @@
 
 #include <math.h>
 
-namespace ifd_attn {
+namespace ifd_attn
+{
 
 /* The only KV block size the CUDA attention kernels support. */
 constexpr int KV_BLOCK = 16;
@@ -56,6 +57,40 @@ template <int D> IFD_DEV void state_init(warp_state<D> &st)
     st.l[0] = st.l[1] = 0.0f;
 }
 
+/* The warp's Q operand (A-fragments of its 16 rows): loaded into registers
+ * once when head_dim <= 128, read from shared memory at every step for 256,
+ * where the registers are needed for the O accumulators. */
+template <int D> struct q_operand {
+    static constexpr bool REG = D <= 128;
+    uint32_t f[REG ? D / 16 : 1][4];
+    const unsigned char *s; /* the warp's 16 Q rows in shared memory */
+};
+
+template <int D> IFD_DEV void q_load(q_operand<D> &q, const unsigned char *sQ)
+{
+    const int lane = threadIdx.x & 31;
+    q.s = sQ;
+    if constexpr (q_operand<D>::REG) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            ifd_ldsm_x4(q.f[kk], sQ + swz<D>(lane & 15, 2 * kk + (lane >> 4)));
+    }
+}
+
+/* Q's A-fragment for dims 16kk .. 16kk + 15. */
+template <int D> IFD_DEV void q_frag(const q_operand<D> &q, int kk, uint32_t a[4])
+{
+    if constexpr (q_operand<D>::REG) {
+        a[0] = q.f[kk][0];
+        a[1] = q.f[kk][1];
+        a[2] = q.f[kk][2];
+        a[3] = q.f[kk][3];
+    } else {
+        const int lane = threadIdx.x & 31;
+        ifd_ldsm_x4(a, q.s + swz<D>(lane & 15, 2 * kk + (lane >> 4)));
+    }
+}
+
 /* Completes l: the sum over the quad's four threads. */
 template <int D> IFD_DEV void state_reduce_l(warp_state<D> &st)
 {
@@ -67,13 +102,13 @@ template <int D> IFD_DEV void state_reduce_l(warp_state<D> &st)
 }
 
 /*
- * One step over NK = 8 * NT keys (NT even): sQ = the warp's 16 Q rows,
+ * One step over NK = 8 * NT keys (NT even): q = the warp's 16 Q rows,
  * sK / sV = [NK][D] tiles. With MASK, valid(r, k) says whether local row r
  * (0..15) may see local key k (0..NK-1); without it every key is visible.
  * Keys whose K/V rows were zero-filled must be masked.
  */
 template <int D, int NT, bool BF16, bool MASK, class Valid>
-IFD_DEV void attn_step(warp_state<D> &st, const unsigned char *sQ, const unsigned char *sK,
+IFD_DEV void attn_step(warp_state<D> &st, const q_operand<D> &q, const unsigned char *sK,
                        const unsigned char *sV, float scale_log2, Valid valid)
 {
     static_assert(NT % 2 == 0, "keys come in 16-key steps");
@@ -83,13 +118,13 @@ IFD_DEV void attn_step(warp_state<D> &st, const unsigned char *sQ, const unsigne
     for (int j = 0; j < NT; j++)
         s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 
-    /* S = Q K^T. K's B-fragments: matrix mi holds keys 16jj + (mi >> 1) * 8
-     * .. + 7 at chunk 2kk + (mi & 1); (r0, r1) serve key tile 2jj, (r2, r3)
-     * key tile 2jj + 1. */
+        /* S = Q K^T. K's B-fragments: matrix mi holds keys 16jj + (mi >> 1) * 8
+         * .. + 7 at chunk 2kk + (mi & 1); (r0, r1) serve key tile 2jj, (r2, r3)
+         * key tile 2jj + 1. */
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
         uint32_t a[4];
-        ifd_ldsm_x4(a, sQ + swz<D>(lane & 15, 2 * kk + (lane >> 4)));
+        q_frag<D>(q, kk, a);
 #pragma unroll
         for (int jj = 0; jj < NT / 2; jj++) {
             uint32_t b[4];
@@ -158,7 +193,8 @@ IFD_DEV void attn_step(warp_state<D> &st, const unsigned char *sQ, const unsigne
 #pragma unroll
         for (int dd = 0; dd < D / 16; dd++) {
             uint32_t b[4];
-            ifd_ldsm_x4_trans(b, sV + swz<D>(16 * ks + (mi & 1) * 8 + (lane & 7), 2 * dd + (mi >> 1)));
+            ifd_ldsm_x4_trans(b,
+                              sV + swz<D>(16 * ks + (mi & 1) * 8 + (lane & 7), 2 * dd + (mi >> 1)));
             ifd_mma_16816<BF16>(st.o[2 * dd], pa, b);
             ifd_mma_16816<BF16>(st.o[2 * dd + 1], pa, b + 2);
         }

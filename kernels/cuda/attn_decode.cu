@@ -14,10 +14,11 @@
  * each split writes its normalized partial output and log2-sum-exp to the
  * workspace and merge_kernel combines them.
  *
- * Split plan: enough splits that the grid has about 4 blocks per SM (at
- * least 8 KV blocks per split, so each warp gets two), computed from the
- * host-side bound max_ctx; the last split of a token absorbs any blocks
- * beyond the plan, so a token longer than max_ctx is still right.
+ * Split plan: enough splits that the grid has about 16 blocks per SM, i.e.
+ * several waves, so the partial last wave costs little (but at least 8 KV
+ * blocks per split, so each warp gets two), computed from the host-side
+ * bound max_ctx; the last split of a token absorbs any blocks beyond the
+ * plan, so a token longer than max_ctx is still right.
  *
  * Specializations: head_dim 64/128/256 x {bf16, f16}; STAGES 4 for 64,
  * else 2. Shared memory: Q tile + 4 warps x STAGES x (K + V) tiles.
@@ -29,10 +30,14 @@
 
 using namespace ifd_attn;
 
-namespace {
+namespace
+{
 
 constexpr int NWARPS = 4;
 constexpr int MIN_BLOCKS_PER_SPLIT = 8;
+/* Thread blocks per SM the split plan aims at: several waves of the 2-4
+ * resident blocks, so the last, partial wave costs little. */
+constexpr int TARGET_BLOCKS_PER_SM = 16;
 
 struct decode_args {
     float *out;
@@ -136,6 +141,8 @@ __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
     warp_state<D> st;
     state_init<D>(st);
     __syncthreads(); /* the Q tile */
+    q_operand<D> qo;
+    q_load<D>(qo, sQ);
 
     const int first = b0 + warp;
     const int nb = first < b1 ? (b1 - first + NWARPS - 1) / NWARPS : 0;
@@ -156,13 +163,12 @@ __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
         const unsigned char *sk = ring + (size_t)(i % STAGES) * 2 * TILE;
         const unsigned char *sv = sk + TILE;
         if (b * KV_BLOCK >= lo && b * KV_BLOCK + KV_BLOCK - 1 <= p) {
-            attn_step<D, 2, BF16, false>(st, sQ, sk, sv, a.scale_log2,
+            attn_step<D, 2, BF16, false>(st, qo, sk, sv, a.scale_log2,
                                          [](int, int) { return true; });
         } else {
             const int kb = b * KV_BLOCK;
-            attn_step<D, 2, BF16, true>(st, sQ, sk, sv, a.scale_log2, [=](int, int k) {
-                return kb + k >= lo && kb + k <= p;
-            });
+            attn_step<D, 2, BF16, true>(st, qo, sk, sv, a.scale_log2,
+                                        [=](int, int k) { return kb + k >= lo && kb + k <= p; });
         }
         __syncwarp(); /* the stage is free for the next issue */
     }
@@ -172,9 +178,9 @@ __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
     /* Merge the warps: O, m, l of every warp into shared memory (over the
      * rings, which no one uses any more). */
     __syncthreads();
-    float *mo = (float *)sRing;                 /* [NWARPS][16][D] */
-    float *mm = mo + NWARPS * 16 * D;           /* [NWARPS][16] */
-    float *ml = mm + NWARPS * 16;               /* [NWARPS][16] */
+    float *mo = (float *)sRing;       /* [NWARPS][16][D] */
+    float *mm = mo + NWARPS * 16 * D; /* [NWARPS][16] */
+    float *ml = mm + NWARPS * 16;     /* [NWARPS][16] */
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int n = 0; n < D / 8; n++) {
@@ -261,7 +267,7 @@ int make_plan(int n_tok, int n_heads, int n_kv, int max_ctx, plan_t *pl)
     /* KV blocks a run of max_ctx positions can touch (it may start mid-block). */
     const int64_t max_nblk = max_ctx <= 1 ? 1 : ((int64_t)max_ctx + 14) / KV_BLOCK + 1;
     const int64_t base = (int64_t)n_tok * n_kv * pl->head_groups;
-    int64_t want = (4 * (int64_t)sms + base - 1) / base;
+    int64_t want = (TARGET_BLOCKS_PER_SM * (int64_t)sms + base - 1) / base;
     want = want < 1 ? 1 : want > max_nblk ? max_nblk : want;
     int64_t bps = (max_nblk + want - 1) / want;
     bps = bps < MIN_BLOCKS_PER_SPLIT ? MIN_BLOCKS_PER_SPLIT : bps;
@@ -322,12 +328,13 @@ extern "C" int ifd_cuda_paged_decode_workspace(size_t *bytes, int n_tok, int n_h
     return 0;
 }
 
-extern "C" int ifd_cuda_paged_decode_attention(
-    float *IFD_CUDA_RESTRICT out, const float *IFD_CUDA_RESTRICT q, const ifd_kv_layer_t *kv,
-    const int32_t *IFD_CUDA_RESTRICT seq, const int32_t *IFD_CUDA_RESTRICT pos,
-    const int32_t *IFD_CUDA_RESTRICT block_tables, int max_blocks, int n_tok, int n_heads,
-    float scale, int window, int max_ctx, void *workspace, size_t ws_bytes,
-    ifd_cuda_stream_t stream)
+extern "C" int
+ifd_cuda_paged_decode_attention(float *IFD_CUDA_RESTRICT out, const float *IFD_CUDA_RESTRICT q,
+                                const ifd_kv_layer_t *kv, const int32_t *IFD_CUDA_RESTRICT seq,
+                                const int32_t *IFD_CUDA_RESTRICT pos,
+                                const int32_t *IFD_CUDA_RESTRICT block_tables, int max_blocks,
+                                int n_tok, int n_heads, float scale, int window, int max_ctx,
+                                void *workspace, size_t ws_bytes, ifd_cuda_stream_t stream)
 {
     if (!kv)
         return IFD_EINVAL;

@@ -48,15 +48,15 @@ int ifd_cuda_paged_decode_workspace(size_t *bytes, int n_tok, int n_heads, int n
  * Returns 0, IFD_EINVAL (bad shapes, NULL pointers, misaligned q/out/pool,
  * workspace too small), IFD_ENOTSUP (dtype, block size, head dim), IFD_ECUDA.
  */
-int ifd_cuda_paged_decode_attention(float *IFD_CUDA_RESTRICT out,       /* [n_tok, n_heads, head_dim] */
-                                    const float *IFD_CUDA_RESTRICT q,   /* [n_tok, n_heads, head_dim] */
-                                    const ifd_kv_layer_t *kv,
-                                    const int32_t *IFD_CUDA_RESTRICT seq,          /* [n_tok] */
-                                    const int32_t *IFD_CUDA_RESTRICT pos,          /* [n_tok] */
-                                    const int32_t *IFD_CUDA_RESTRICT block_tables, /* [n_seqs, max_blocks] */
-                                    int max_blocks, int n_tok, int n_heads, float scale,
-                                    int window, int max_ctx, void *workspace,
-                                    size_t workspace_bytes, ifd_cuda_stream_t stream);
+int ifd_cuda_paged_decode_attention(
+    float *IFD_CUDA_RESTRICT out,                  /* [n_tok, n_heads, head_dim] */
+    const float *IFD_CUDA_RESTRICT q,              /* [n_tok, n_heads, head_dim] */
+    const ifd_kv_layer_t *kv,                      /* the layer's pool */
+    const int32_t *IFD_CUDA_RESTRICT seq,          /* [n_tok] */
+    const int32_t *IFD_CUDA_RESTRICT pos,          /* [n_tok] */
+    const int32_t *IFD_CUDA_RESTRICT block_tables, /* [n_seqs, max_blocks] */
+    int max_blocks, int n_tok, int n_heads, float scale, int window, int max_ctx, void *workspace,
+    size_t workspace_bytes, ifd_cuda_stream_t stream);
 
 IFD_CUDA_API_END
 

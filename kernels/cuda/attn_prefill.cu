@@ -26,7 +26,8 @@
 
 using namespace ifd_attn;
 
-namespace {
+namespace
+{
 
 constexpr int BM = 64;
 constexpr int NWARPS = 4;
@@ -118,6 +119,9 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
 
     warp_state<D> st;
     state_init<D>(st);
+    __syncthreads(); /* the Q tile */
+    q_operand<D> qo;
+    q_load<D>(qo, sQ + warp * 16 * D * 2);
     const int kt0 = key_lo / BN, kt1 = key_hi / BN;
     issue(kt0, 0);
     ifd_cp_async_commit();
@@ -130,16 +134,15 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
         __syncthreads();
         const int k_first = kt * BN, k_last = kt * BN + BN - 1;
         if (active && k_first <= wp_last && k_last >= wlo) {
-            const unsigned char *sq = sQ + warp * 16 * D * 2;
             /* Every key visible to every row: below the first row's position
              * and inside the last row's window. */
             const bool full = k_last <= wp_first && (W == 0 || k_first >= wp_last - W + 1);
             if (full) {
-                attn_step<D, BN / 8, BF16, false>(st, sq, sK + buf * KVT, sV + buf * KVT,
-                                                   a.scale_log2, [](int, int) { return true; });
+                attn_step<D, BN / 8, BF16, false>(st, qo, sK + buf * KVT, sV + buf * KVT,
+                                                  a.scale_log2, [](int, int) { return true; });
             } else {
                 attn_step<D, BN / 8, BF16, true>(
-                    st, sq, sK + buf * KVT, sV + buf * KVT, a.scale_log2, [=](int r, int k) {
+                    st, qo, sK + buf * KVT, sV + buf * KVT, a.scale_log2, [=](int r, int k) {
                         int row = wr0 + r;
                         row = row < rows ? row : rows - 1;
                         const int p = pos0 + row / G, key = k_first + k;

@@ -37,16 +37,15 @@ IFD_CUDA_API_BEGIN
  * Returns 0, IFD_EINVAL (bad shapes, NULL or misaligned pointers),
  * IFD_ENOTSUP (dtype, block size, head dim), IFD_ECUDA.
  */
-int ifd_cuda_paged_prefill_attention(float *IFD_CUDA_RESTRICT out,     /* [n_tok, n_heads, hd] */
-                                     const float *IFD_CUDA_RESTRICT q, /* [n_tok, n_heads, hd] */
-                                     const ifd_kv_layer_t *kv,
-                                     const int32_t *IFD_CUDA_RESTRICT cu_q,    /* [n_seqs + 1] */
-                                     const int32_t *IFD_CUDA_RESTRICT ctx_len, /* [n_seqs] */
-                                     const int32_t *IFD_CUDA_RESTRICT block_tables,
-                                     /* [n_seqs, max_blocks] */
-                                     int max_blocks, int n_seqs, int n_tok, int max_q_len,
-                                     int n_heads, float scale, int window,
-                                     ifd_cuda_stream_t stream);
+int ifd_cuda_paged_prefill_attention(
+    float *IFD_CUDA_RESTRICT out,                  /* [n_tok, n_heads, head_dim] */
+    const float *IFD_CUDA_RESTRICT q,              /* [n_tok, n_heads, head_dim] */
+    const ifd_kv_layer_t *kv,                      /* the layer's pool */
+    const int32_t *IFD_CUDA_RESTRICT cu_q,         /* [n_seqs + 1] */
+    const int32_t *IFD_CUDA_RESTRICT ctx_len,      /* [n_seqs] */
+    const int32_t *IFD_CUDA_RESTRICT block_tables, /* [n_seqs, max_blocks] */
+    int max_blocks, int n_seqs, int n_tok, int max_q_len, int n_heads, float scale, int window,
+    ifd_cuda_stream_t stream);
 
 IFD_CUDA_API_END
 

@@ -20,26 +20,26 @@ extern "C" {
 
 /* Evaluates a cudaError_t expression; on failure logs it and returns
  * IFD_ECUDA from the enclosing function (which must return int). */
-#define IFD_CUDA_CHECK(call)                                                                \
-    do {                                                                                    \
-        cudaError_t ifd__cuda_err = (call);                                                 \
-        if (ifd__cuda_err != cudaSuccess) {                                                 \
-            IFD_ERROR("%s:%d: %s: %s", __FILE__, __LINE__, #call,                           \
-                      cudaGetErrorString(ifd__cuda_err));                                   \
-            return IFD_ECUDA;                                                               \
-        }                                                                                   \
+#define IFD_CUDA_CHECK(call)                                                                       \
+    do {                                                                                           \
+        cudaError_t ifd__cuda_err = (call);                                                        \
+        if (ifd__cuda_err != cudaSuccess) {                                                        \
+            IFD_ERROR("%s:%d: %s: %s", __FILE__, __LINE__, #call,                                  \
+                      cudaGetErrorString(ifd__cuda_err));                                          \
+            return IFD_ECUDA;                                                                      \
+        }                                                                                          \
     } while (0)
 
 /* Right after a kernel launch: the launch's own error (bad configuration,
  * too much shared memory, no device); logs the kernel's name. */
-#define IFD_CUDA_CHECK_LAUNCH(kernel_name)                                                  \
-    do {                                                                                    \
-        cudaError_t ifd__cuda_err = cudaGetLastError();                                     \
-        if (ifd__cuda_err != cudaSuccess) {                                                 \
-            IFD_ERROR("%s:%d: launching %s: %s", __FILE__, __LINE__, (kernel_name),         \
-                      cudaGetErrorString(ifd__cuda_err));                                   \
-            return IFD_ECUDA;                                                               \
-        }                                                                                   \
+#define IFD_CUDA_CHECK_LAUNCH(kernel_name)                                                         \
+    do {                                                                                           \
+        cudaError_t ifd__cuda_err = cudaGetLastError();                                            \
+        if (ifd__cuda_err != cudaSuccess) {                                                        \
+            IFD_ERROR("%s:%d: launching %s: %s", __FILE__, __LINE__, (kernel_name),                \
+                      cudaGetErrorString(ifd__cuda_err));                                          \
+            return IFD_ECUDA;                                                                      \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -36,13 +36,13 @@
  * fn is a kernel (function pointer); the caller checks the launch with
  * IFD_CUDA_CHECK_LAUNCH right after. */
 #ifdef IFD_CUDA_EMU
-#define IFD_LAUNCH(fn, grid, block, smem, stream, ...)                                      \
-    do {                                                                                    \
-        (void)(stream);                                                                     \
-        ifd_emu_launch((grid), (block), (smem), [&]() { (fn)(__VA_ARGS__); });               \
+#define IFD_LAUNCH(fn, grid, block, smem, stream, ...)                                             \
+    do {                                                                                           \
+        (void)(stream);                                                                            \
+        ifd_emu_launch((grid), (block), (smem), [&]() { (fn)(__VA_ARGS__); });                     \
     } while (0)
 #else
-#define IFD_LAUNCH(fn, grid, block, smem, stream, ...)                                      \
+#define IFD_LAUNCH(fn, grid, block, smem, stream, ...)                                             \
     (fn)<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
 #endif
 
@@ -165,7 +165,8 @@ IFD_DEV double ifd_warp_sum_d(double v)
  *   B 16x8 (k x n):    b[0] = B[2t..2t+1][g],   b[1] = B[2t+8..2t+9][g]
  *   C/D 16x8:          c[0..1] = C[g][2t..2t+1], c[2..3] = C[g+8][2t..2t+1]
  * d = a * b + c in place on c. */
-template <bool BF16> IFD_DEV void ifd_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2])
+template <bool BF16>
+IFD_DEV void ifd_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2])
 {
 #ifndef IFD_CUDA_EMU
     if (BF16)
@@ -222,8 +223,7 @@ IFD_DEV void ifd_cp_async16(void *smem_dst, const void *gmem_src, bool valid)
 #ifndef IFD_CUDA_EMU
     uint32_t d = (uint32_t)__cvta_generic_to_shared(smem_dst);
     int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gmem_src),
-                 "r"(n));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gmem_src), "r"(n));
 #else
     ifd_emu_cp_async16(smem_dst, gmem_src, valid);
 #endif

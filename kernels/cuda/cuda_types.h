@@ -37,7 +37,7 @@ extern "C" {
 }
 #undef restrict
 #define IFD_CUDA_API_BEGIN extern "C" {
-#define IFD_CUDA_API_END }
+#define IFD_CUDA_API_END   }
 #else
 #define IFD_CUDA_RESTRICT restrict
 #include "cpu/cpu_kernels.h"

@@ -21,7 +21,8 @@ extern "C" {
 #include "ggml_types.h"
 }
 
-namespace {
+namespace
+{
 
 IFD_DEV float h16(const uint8_t *p)
 {

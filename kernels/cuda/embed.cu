@@ -11,7 +11,8 @@
 #include "cuda_check.h"
 #include "cuda_prim.cuh"
 
-namespace {
+namespace
+{
 
 template <int T> IFD_DEV float get1(const void *tab, int64_t i)
 {
@@ -54,8 +55,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const uint16_t lo = (uint16_t)(p[j] & 0xffffu), hi = (uint16_t)(p[j] >> 16);
-                y[2 * j] = __fmul_rn(T == IFD_DTYPE_BF16 ? ifd_bf16_f32(lo) : ifd_f16_f32(lo),
-                                     scale);
+                y[2 * j] =
+                    __fmul_rn(T == IFD_DTYPE_BF16 ? ifd_bf16_f32(lo) : ifd_f16_f32(lo), scale);
                 y[2 * j + 1] =
                     __fmul_rn(T == IFD_DTYPE_BF16 ? ifd_bf16_f32(hi) : ifd_f16_f32(hi), scale);
             }
@@ -76,8 +77,7 @@ int launch(float *out, const void *tab, const int32_t *ids, int n_tok, int dim, 
     const bool vec = dim % per == 0 && (uintptr_t)tab % 16 == 0 && (uintptr_t)out % 16 == 0;
     void (*kern)(float *, const void *, const int32_t *, int, int, float) =
         vec ? embed_kernel<T, true> : embed_kernel<T, false>;
-    IFD_LAUNCH(kern, dim3((unsigned)n_tok), dim3(256), 0, stream, out, tab, ids, dim, vocab,
-               scale);
+    IFD_LAUNCH(kern, dim3((unsigned)n_tok), dim3(256), 0, stream, out, tab, ids, dim, vocab, scale);
     IFD_CUDA_CHECK_LAUNCH("embed_kernel");
     return 0;
 }

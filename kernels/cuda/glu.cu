@@ -14,7 +14,8 @@
 #include "cuda_check.h"
 #include "cuda_prim.cuh"
 
-namespace {
+namespace
+{
 
 template <int ACT> IFD_DEV float act1(float g, float u)
 {

@@ -24,7 +24,7 @@ typedef enum {
  * (F32, BF16 or F16, round to nearest even) and must not overlap gate_up.
  * Returns 0, IFD_EINVAL, IFD_ENOTSUP (act, out_dtype), IFD_ECUDA.
  */
-int ifd_cuda_glu(void *IFD_CUDA_RESTRICT out,           /* [rows, n_ff] of out_dtype */
+int ifd_cuda_glu(void *IFD_CUDA_RESTRICT out,            /* [rows, n_ff] of out_dtype */
                  const float *IFD_CUDA_RESTRICT gate_up, /* [rows, 2 * n_ff] */
                  int rows, int n_ff, ifd_glu_t act, ifd_dtype_t out_dtype,
                  ifd_cuda_stream_t stream);

@@ -16,7 +16,8 @@
 #include "cuda_prim.cuh"
 #include "rmsnorm.h"
 
-namespace {
+namespace
+{
 
 enum { OUT_F32 = 0, OUT_BF16 = 1, OUT_F16 = 2 };
 

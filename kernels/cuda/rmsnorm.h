@@ -24,10 +24,10 @@ IFD_CUDA_API_BEGIN
  * Returns 0, IFD_EINVAL (rows < 0, dim <= 0, eps < 0, NULL pointers),
  * IFD_ENOTSUP (out_dtype), IFD_ECUDA.
  */
-int ifd_cuda_rmsnorm(void *y,                             /* [rows, dim] of out_dtype */
-                     float *residual,                     /* [rows, dim], in/out */
-                     const float *IFD_CUDA_RESTRICT x,    /* [rows, dim] or NULL */
-                     const float *IFD_CUDA_RESTRICT w,    /* [dim] */
+int ifd_cuda_rmsnorm(void *y,                          /* [rows, dim] of out_dtype */
+                     float *residual,                  /* [rows, dim], in/out */
+                     const float *IFD_CUDA_RESTRICT x, /* [rows, dim] or NULL */
+                     const float *IFD_CUDA_RESTRICT w, /* [dim] */
                      int rows, int dim, float eps, int gemma, ifd_dtype_t out_dtype,
                      ifd_cuda_stream_t stream);
 

@@ -18,7 +18,8 @@
 #include "cuda_check.h"
 #include "cuda_prim.cuh"
 
-namespace {
+namespace
+{
 
 constexpr int THREADS = 256;
 constexpr int MAX_HEAD_DIM = 1024;
@@ -119,8 +120,8 @@ extern "C" int ifd_cuda_rope_kv_write(float *q, const ifd_kv_layer_t *kv,
                                       const float *IFD_CUDA_RESTRICT k,
                                       const float *IFD_CUDA_RESTRICT v,
                                       const int32_t *IFD_CUDA_RESTRICT pos,
-                                      const int64_t *IFD_CUDA_RESTRICT slot, int n_tok,
-                                      int n_heads, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+                                      const int64_t *IFD_CUDA_RESTRICT slot, int n_tok, int n_heads,
+                                      int64_t q_ld, int64_t k_ld, int64_t v_ld,
                                       const ifd_cuda_rope_t *rope, ifd_cuda_stream_t stream)
 {
     if (!kv || !rope || n_tok < 0 || n_heads <= 0 || kv->n_kv_heads <= 0 || kv->head_dim <= 0 ||

@@ -38,11 +38,11 @@ typedef struct {
  * Returns 0, IFD_EINVAL (bad shapes/parameters, NULL pointers),
  * IFD_ENOTSUP (mode, dtype, head_dim), IFD_ECUDA.
  */
-int ifd_cuda_rope_kv_write(float *q,                             /* [n_tok, q_ld], in/out */
-                           const ifd_kv_layer_t *kv,             /* device regions */
-                           const float *IFD_CUDA_RESTRICT k,     /* [n_tok, k_ld] */
-                           const float *IFD_CUDA_RESTRICT v,     /* [n_tok, v_ld] */
-                           const int32_t *IFD_CUDA_RESTRICT pos, /* [n_tok] */
+int ifd_cuda_rope_kv_write(float *q,                              /* [n_tok, q_ld], in/out */
+                           const ifd_kv_layer_t *kv,              /* device regions */
+                           const float *IFD_CUDA_RESTRICT k,      /* [n_tok, k_ld] */
+                           const float *IFD_CUDA_RESTRICT v,      /* [n_tok, v_ld] */
+                           const int32_t *IFD_CUDA_RESTRICT pos,  /* [n_tok] */
                            const int64_t *IFD_CUDA_RESTRICT slot, /* [n_tok] */
                            int n_tok, int n_heads, int64_t q_ld, int64_t k_ld, int64_t v_ld,
                            const ifd_cuda_rope_t *rope, ifd_cuda_stream_t stream);

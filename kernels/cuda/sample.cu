@@ -31,7 +31,8 @@
 
 #include "sampling_math.h"
 
-namespace {
+namespace
+{
 
 constexpr int THREADS = 512;
 constexpr int NWARPS = THREADS / 32;
@@ -174,9 +175,8 @@ __global__ void __launch_bounds__(THREADS)
     }
     bad = block_or(bad, sm);
     block_argmax(&best, &bidx, sm);
-    const bool params_ok = P.temperature >= 0.0f && P.temperature <= 3.4e38f &&
-                           P.top_p >= 0.0f && P.top_p <= 1.0f && P.min_p >= 0.0f &&
-                           P.min_p <= 1.0f;
+    const bool params_ok = P.temperature >= 0.0f && P.temperature <= 3.4e38f && P.top_p >= 0.0f &&
+                           P.top_p <= 1.0f && P.min_p >= 0.0f && P.min_p <= 1.0f;
     if (bad || best == -INFINITY || !params_ok) {
         if (tid == 0)
             tokens[row] = -1;
@@ -350,8 +350,8 @@ __global__ void __launch_bounds__(THREADS)
 
 extern "C" int ifd_cuda_sample(int32_t *IFD_CUDA_RESTRICT tokens,
                                const float *IFD_CUDA_RESTRICT logits,
-                               const ifd_cuda_sample_params_t *IFD_CUDA_RESTRICT params,
-                               int n_rows, int vocab, ifd_cuda_stream_t stream)
+                               const ifd_cuda_sample_params_t *IFD_CUDA_RESTRICT params, int n_rows,
+                               int vocab, ifd_cuda_stream_t stream)
 {
     if (n_rows < 0 || vocab < 1 || vocab > IFD_SAMPLING_MAX_VOCAB)
         return IFD_EINVAL;

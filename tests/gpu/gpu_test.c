@@ -64,6 +64,18 @@ void gt_fail(const char *file, int line, const char *fmt, ...)
     gt.case_failures++;
 }
 
+void gt_note(const char *fmt, ...)
+{
+    if (!getenv("IFD_TEST_VERBOSE"))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("    ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
 int gt_case_failures(void)
 {
     return gt.case_failures;

@@ -38,11 +38,15 @@ int gt_small(void);
 void gt_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define GT_EXPECT(cond, ...)                                                                \
-    do {                                                                                    \
-        if (!(cond))                                                                        \
-            gt_fail(__FILE__, __LINE__, __VA_ARGS__);                                       \
+#define GT_EXPECT(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            gt_fail(__FILE__, __LINE__, __VA_ARGS__);                                              \
     } while (0)
+
+/* Prints an indented detail line (e.g. a measured error) when
+ * $IFD_TEST_VERBOSE is set. */
+void gt_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Failures recorded in the current case so far. */
 int gt_case_failures(void);

@@ -27,14 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BS 16
+#define BS        16
 #define BT_POISON 0x3fffffff
 
 typedef struct {
     int n_seqs, max_blocks, n_phys, n_kv, hd;
     ifd_dtype_t dt;
-    int32_t *ctx;  /* [n_seqs] positions with K/V */
-    int32_t *bt;   /* [n_seqs * max_blocks] */
+    int32_t *ctx;    /* [n_seqs] positions with K/V */
+    int32_t *bt;     /* [n_seqs * max_blocks] */
     uint16_t *k, *v; /* host pool [n_phys][n_kv][BS][hd] */
     void *dk, *dv;
     int32_t *dbt;
@@ -87,9 +87,11 @@ static void pool_make(pool_t *P, const int32_t *ctx, int n_seqs, int n_kv, int h
             int64_t phys = P->bt[s * P->max_blocks + p / BS];
             for (int h = 0; h < n_kv; h++) {
                 int64_t off = ((phys * n_kv + h) * BS + p % BS) * hd;
+                /* Uniform with unit variance: cheap enough for millions of
+                 * positions (the distribution's shape does not matter). */
                 for (int d = 0; d < hd; d++) {
-                    P->k[off + d] = to16(dt, sigma * gt_randn());
-                    P->v[off + d] = to16(dt, gt_randn());
+                    P->k[off + d] = to16(dt, sigma * gt_rand_uniform(-1.7320508f, 1.7320508f));
+                    P->v[off + d] = to16(dt, gt_rand_uniform(-1.7320508f, 1.7320508f));
                 }
             }
         }
@@ -196,6 +198,8 @@ static void decode_case(const int32_t *ctx, int n_seqs, int n_heads, int n_kv, i
     gt_sync();
     gt_download(got, dout, (size_t)nq * 4);
     double e = gt_rel_l2(got, ref, nq);
+    gt_note("decode seqs=%d heads=%d/%d hd=%d %s window=%d: rel L2 %.2e", n_seqs, n_heads, n_kv, hd,
+            dt_name(dt), window, e);
     GT_EXPECT(e <= tol_kv(dt),
               "decode seqs=%d heads=%d/%d hd=%d %s window=%d max_ctx=%d: rel L2 %.3g > %.3g",
               n_seqs, n_heads, n_kv, hd, dt_name(dt), window, max_ctx, e, tol_kv(dt));
@@ -235,7 +239,7 @@ static void test_decode_shapes(void)
         for (int gi = 0; gi < 4; gi++) {
             if (small && (hi + gi) % 2)
                 continue;
-            const ifd_dtype_t dt = dts[(hi + gi) % 2];
+            const ifd_dtype_t dt = dts[(hi + gi / 2) % 2];
             const int n_seqs = small ? 3 : 13;
             int32_t ctx[13];
             for (int s = 0; s < n_seqs; s++)
@@ -281,8 +285,8 @@ static void test_decode_200_seqs(void)
     const int n = gt_small() ? 20 : 200;
     int32_t *ctx = gt_xmalloc((size_t)n * 4);
     for (int s = 0; s < n; s++)
-        ctx[s] = gt_small() ? 1 + (int32_t)gt_rand_int(40)
-                            : (s % 50 == 0 ? 16384 : pick_ctx(s, 2500));
+        ctx[s] =
+            gt_small() ? 1 + (int32_t)gt_rand_int(40) : (s % 100 == 0 ? 16384 : pick_ctx(s, 700));
     decode_case(ctx, n, 32, 8, 128, IFD_DTYPE_BF16, 0, 2, 1.0f);
     if (!gt_small())
         decode_case(ctx, n, 16, 2, 64, IFD_DTYPE_F16, 0, 0, 1.0f);
@@ -291,8 +295,12 @@ static void test_decode_200_seqs(void)
 
 static void test_decode_errors(void)
 {
-    ifd_kv_layer_t kv = {.k = (void *)16, .v = (void *)16, .dtype = IFD_DTYPE_BF16,
-                         .block_size = BS, .n_kv_heads = 2, .head_dim = 96};
+    ifd_kv_layer_t kv = {.k = (void *)16,
+                         .v = (void *)16,
+                         .dtype = IFD_DTYPE_BF16,
+                         .block_size = BS,
+                         .n_kv_heads = 2,
+                         .head_dim = 96};
     float *p = (float *)16, *o = (float *)64;
     int32_t *i = (int32_t *)16;
     GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 4, 1.0f, 0, 16, NULL, 0,
@@ -351,12 +359,14 @@ static void prefill_case(const int32_t *prefix, const int32_t *qlen, int n_seqs,
     int32_t *dcu = gt_dupload(cu, (size_t)(n_seqs + 1) * 4);
     int32_t *dctx = gt_dupload(ctx, (size_t)n_seqs * 4);
     ifd_kv_layer_t kv = pool_layer(&P, 1);
-    int rc = ifd_cuda_paged_prefill_attention(dout, dq, &kv, dcu, dctx, P.dbt, P.max_blocks,
-                                              n_seqs, n_tok, max_q, n_heads, scale, window, NULL);
+    int rc = ifd_cuda_paged_prefill_attention(dout, dq, &kv, dcu, dctx, P.dbt, P.max_blocks, n_seqs,
+                                              n_tok, max_q, n_heads, scale, window, NULL);
     GT_EXPECT(rc == 0, "ifd_cuda_paged_prefill_attention returned %d", rc);
     gt_sync();
     gt_download(got, dout, (size_t)nq * 4);
     double e = gt_rel_l2(got, ref, nq);
+    gt_note("prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d: rel L2 %.2e", n_seqs, n_tok,
+            n_heads, n_kv, hd, dt_name(dt), window, e);
     GT_EXPECT(e <= tol_kv(dt),
               "prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d: rel L2 %.3g > %.3g",
               n_seqs, n_tok, n_heads, n_kv, hd, dt_name(dt), window, e, tol_kv(dt));
@@ -388,8 +398,8 @@ static void test_prefill_shapes(void)
                 continue;
             int32_t prefix[4] = {0, 5, 16, small ? 40 : 300};
             int32_t qlen[4] = {small ? 17 : 200, 1, small ? 33 : 64, small ? 9 : 129};
-            prefill_case(prefix, qlen, 4, heads[gi][0], heads[gi][1], hds[hi], dts[(hi + gi) % 2],
-                         0, 1.0f);
+            prefill_case(prefix, qlen, 4, heads[gi][0], heads[gi][1], hds[hi],
+                         dts[(hi + gi / 2) % 2], 0, 1.0f);
         }
     }
 }
@@ -416,7 +426,7 @@ static void test_prefill_long(void)
     /* One long chunk with a long cached prefix (16384 positions in all), and
      * a batch of 200 short chunks. */
     const int small = gt_small();
-    int32_t prefix[1] = {small ? 100 : 15360}, qlen[1] = {small ? 50 : 1024};
+    int32_t prefix[1] = {small ? 100 : 16384 - 97}, qlen[1] = {small ? 50 : 97};
     prefill_case(prefix, qlen, 1, 32, 8, 128, IFD_DTYPE_BF16, 0, 1.0f);
     const int n = small ? 12 : 200;
     int32_t *pf = gt_xmalloc((size_t)n * 4), *ql = gt_xmalloc((size_t)n * 4);

@@ -84,7 +84,7 @@ static void dequant_one(uint32_t type, int64_t n)
 static void test_types(void)
 {
     static const uint32_t types[] = {IFD_GGML_Q4_0, IFD_GGML_Q4_1, IFD_GGML_Q8_0, IFD_GGML_Q4_K,
-                                     IFD_GGML_Q6_K, IFD_GGML_F16, IFD_GGML_F32};
+                                     IFD_GGML_Q6_K, IFD_GGML_F16,  IFD_GGML_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         dequant_one(types[i], 256);
         dequant_one(types[i], gt_small() ? 256 * 37 : 256 * 4099);

@@ -164,20 +164,24 @@ static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd
     unsigned char *kc = gt_xmalloc((size_t)pool_n * esz), *vc = gt_xmalloc((size_t)pool_n * esz);
     memset(kc, 0xff, (size_t)pool_n * esz);
     memset(vc, 0xff, (size_t)pool_n * esz);
-    ifd_kv_layer_t hkv = {.k = kc, .v = vc, .dtype = kv_t, .block_size = bs,
-                          .n_kv_heads = n_kv, .head_dim = hd};
+    ifd_kv_layer_t hkv = {
+        .k = kc, .v = vc, .dtype = kv_t, .block_size = bs, .n_kv_heads = n_kv, .head_dim = hd};
     ifd_cpu_kv_write(&hkv, k, v, slot, n_tok);
 
     float *d_qkv = gt_dupload(qkv, (size_t)(n_tok * ld) * 4);
     int32_t *d_pos = gt_dupload(pos, (size_t)n_tok * 4);
     int64_t *d_slot = gt_dupload(slot, (size_t)n_tok * 8);
     float *d_ff = gt_dupload(ff, sizeof ff);
-    void *d_kc = gt_dalloc_poison((size_t)pool_n * esz), *d_vc = gt_dalloc_poison((size_t)pool_n * esz);
+    void *d_kc = gt_dalloc_poison((size_t)pool_n * esz),
+         *d_vc = gt_dalloc_poison((size_t)pool_n * esz);
     ifd_kv_layer_t dkv = hkv;
     dkv.k = d_kc;
     dkv.v = d_vc;
-    ifd_cuda_rope_t rope = {.n_rot = n_rot, .base = base, .freq_scale = fscale,
-                            .freq_factors = with_ff ? d_ff : NULL, .mode = mode};
+    ifd_cuda_rope_t rope = {.n_rot = n_rot,
+                            .base = base,
+                            .freq_scale = fscale,
+                            .freq_factors = with_ff ? d_ff : NULL,
+                            .mode = mode};
     int rc = ifd_cuda_rope_kv_write(d_qkv, &dkv, d_qkv + q_ld, d_qkv + q_ld + kv_ld, d_pos, d_slot,
                                     n_tok, n_heads, ld, ld, ld, &rope, NULL);
     GT_EXPECT(rc == 0, "ifd_cuda_rope_kv_write returned %d", rc);
@@ -203,10 +207,10 @@ static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd
     float *fv_ref = gt_xmalloc((size_t)pool_n * 4), *fv_got = gt_xmalloc((size_t)pool_n * 4);
     int64_t poison_bad = 0, nw = 0;
     for (int64_t i = 0; i < pool_n; i++) {
-        int ref_poison = esz == 4 ? ((uint32_t *)kc)[i] == 0xffffffffu
-                                  : ((uint16_t *)kc)[i] == 0xffffu;
-        int got_poison = esz == 4 ? ((uint32_t *)gk)[i] == 0xffffffffu
-                                  : ((uint16_t *)gk)[i] == 0xffffu;
+        int ref_poison =
+            esz == 4 ? ((uint32_t *)kc)[i] == 0xffffffffu : ((uint16_t *)kc)[i] == 0xffffu;
+        int got_poison =
+            esz == 4 ? ((uint32_t *)gk)[i] == 0xffffffffu : ((uint16_t *)gk)[i] == 0xffffu;
         poison_bad += ref_poison != got_poison;
         if (ref_poison)
             continue;
@@ -316,9 +320,8 @@ static void embed_one(int n_tok, int dim, int vocab, ifd_dtype_t tt, float scale
     float *ref = gt_xmalloc((size_t)n_tok * dim * 4), *got = gt_xmalloc((size_t)n_tok * dim * 4);
     for (int t = 0; t < n_tok; t++)
         for (int d = 0; d < dim; d++)
-            ref[(int64_t)t * dim + d] = ids[t] < 0 || ids[t] >= vocab
-                                            ? NAN
-                                            : tf[(int64_t)ids[t] * dim + d] * scale;
+            ref[(int64_t)t * dim + d] =
+                ids[t] < 0 || ids[t] >= vocab ? NAN : tf[(int64_t)ids[t] * dim + d] * scale;
     void *d_tab = gt_dupload(tab, (size_t)tn * esz);
     int32_t *d_ids = gt_dupload(ids, (size_t)n_tok * 4);
     float *d_out = gt_dalloc_poison((size_t)n_tok * dim * 4);

@@ -163,9 +163,9 @@ static void sample_batch(int V, int n, int kind0, int mix0, int bad_rows)
     for (int r = 0; r < n; r++) {
         if (got[r] != want[r]) {
             if (bad++ < 5)
-                printf("    V=%d row %d (kind %d, T=%g k=%d p=%g min_p=%g): GPU %d, CPU %d\n", V,
-                       r, (kind0 + r) % 8, (double)cp[r].temperature, cp[r].top_k,
-                       (double)cp[r].top_p, (double)cp[r].min_p, got[r], want[r]);
+                printf("    V=%d row %d (kind %d, T=%g k=%d p=%g min_p=%g): GPU %d, CPU %d\n", V, r,
+                       (kind0 + r) % 8, (double)cp[r].temperature, cp[r].top_k, (double)cp[r].top_p,
+                       (double)cp[r].min_p, got[r], want[r]);
         }
     }
     GT_EXPECT(bad == 0, "V=%d: %d of %d rows sampled a different token", V, bad, n);

@@ -1,5 +1,6 @@
 /*
- * test_cpu_kernels.c — the dense CPU kernels (matmul, RMSNorm, RoPE, softmax,
+ * test_cpu_kernels.c — the dense CPU kernels (matmul on plain and pre-packed
+ * weights, RMSNorm, RoPE, softmax,
  * SwiGLU, GeGLU, dtype sizes) against plain double-precision references on
  * seeded random data of awkward shapes (1, primes, sizes that are not
  * multiples of the SIMD width or of the matmul's blocking).
@@ -94,8 +95,16 @@ static void mm_case(int m, int n, int k, ifd_threadpool_t *tp)
     float *w = rnd_array((int64_t)n * k, -1, 1);
     float *y = nan_array((int64_t)m * n);
     float *y1 = nan_array((int64_t)m * n);
+    float *yp = nan_array((int64_t)m * n);
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, m, n, k, tp), 0);
     ck_assert_int_eq(ifd_cpu_matmul_f32(y1, x, w, m, n, k, NULL), 0);
+    /* The pre-packed API (what the CPU backend uses) on the same data. */
+    const int64_t nf = ifd_cpu_matmul_packed_floats(n, k);
+    ck_assert_int_ge(nf, (int64_t)n * k);
+    float *wp = aligned_alloc(64, ((size_t)nf * sizeof(float) + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(wp);
+    ck_assert_int_eq(ifd_cpu_matmul_pack(wp, w, n, k), 0);
+    ck_assert_int_eq(ifd_cpu_matmul_packed(yp, x, wp, m, n, k, tp), 0);
     double worst = 0;
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -105,17 +114,22 @@ static void mm_case(int m, int n, int k, ifd_threadpool_t *tp)
                 ref += t;
                 mag += fabs(t);
             }
-            const float got = y[(int64_t)i * n + j];
+            const float got = y[(int64_t)i * n + j], gotp = yp[(int64_t)i * n + j];
             const double tol = 4.0 * sqrt((double)k) * FLT_EPSILON * mag + 1e-30;
             ck_assert_msg(fabs(got - ref) <= tol, "matmul m=%d n=%d k=%d y[%d,%d]=%.9g ref %.9g",
                           m, n, k, i, j, got, ref);
+            ck_assert_msg(fabs(gotp - ref) <= tol,
+                          "matmul_packed m=%d n=%d k=%d y[%d,%d]=%.9g ref %.9g", m, n, k, i, j,
+                          gotp, ref);
+            if (mag > 0 && fabs(gotp - ref) / mag > worst)
+                worst = fabs(gotp - ref) / mag;
             if (mag > 0 && fabs(got - ref) / mag > worst)
                 worst = fabs(got - ref) / mag;
         }
     /* The thread count changes who computes a row, never how. */
     ck_assert_msg(memcmp(y, y1, sizeof(float) * (size_t)m * n) == 0,
                   "matmul m=%d n=%d k=%d differs between the pool and one thread", m, n, k);
-    free(x), free(w), free(y), free(y1);
+    free(x), free(w), free(y), free(y1), free(yp), free(wp);
     if (worst > mm_worst)
         mm_worst = worst, mm_worst_k = k;
 }
@@ -160,6 +174,8 @@ START_TEST(test_matmul_edges)
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, 2, 0, 3, NULL), 0);
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, -1, 2, 3, NULL), IFD_EINVAL);
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, 2, 2, -3, NULL), IFD_EINVAL);
+    ck_assert_int_lt(ifd_cpu_matmul_packed_floats(0, 3), 0);
+    ck_assert_int_eq(ifd_cpu_matmul_packed(y, x, NULL, 2, 2, 3, NULL), IFD_EINVAL);
     /* Exact small integers: [1 2 3; 4 5 6] · [1 1 1; 1 1 1]ᵀ. */
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, 2, 2, 3, NULL), 0);
     ck_assert(y[0] == 6 && y[1] == 6 && y[2] == 15 && y[3] == 15);

@@ -230,8 +230,8 @@ static int chi2_ok(const long *counts, const double *probs, int V, long n, doubl
     int cats = 0;
     for (int i = 0; i < V; i++) {
         if (probs[i] == 0) {
-            ck_assert_msg(counts[i] == 0, "token %d has probability 0 but was drawn %ld times",
-                          i, counts[i]);
+            ck_assert_msg(counts[i] == 0, "token %d has probability 0 but was drawn %ld times", i,
+                          counts[i]);
             continue;
         }
         double e = probs[i] * (double)n;
@@ -344,11 +344,11 @@ START_TEST(test_defaults_and_param_checks)
     ck_assert_int_eq(ifd_sampling_params_check(&d, 10), 0);
 
     ifd_sampling_params_t p;
-#define BAD(stmt, code)                                                                     \
-    do {                                                                                    \
-        p = d;                                                                              \
-        stmt;                                                                               \
-        ck_assert_int_eq(ifd_sampling_params_check(&p, 10), code);                          \
+#define BAD(stmt, code)                                                                            \
+    do {                                                                                           \
+        p = d;                                                                                     \
+        stmt;                                                                                      \
+        ck_assert_int_eq(ifd_sampling_params_check(&p, 10), code);                                 \
     } while (0)
     BAD(p.temperature = -0.1f, IFD_EINVAL);
     BAD(p.temperature = NAN, IFD_EINVAL);
@@ -403,11 +403,11 @@ START_TEST(test_bad_rows_and_ids)
     ifd_sample_result_t r, untouched;
     memset(&untouched, 0xab, sizeof untouched);
     float row[4] = {1, 2, 3, 4};
-#define EXPECT(code, l, h)                                                                  \
-    do {                                                                                    \
-        memcpy(&r, &untouched, sizeof r);                                                   \
-        ck_assert_int_eq(ifd_sampler_sample(s, &p, l, h, 0, &r), code);                     \
-        ck_assert(memcmp(&r, &untouched, sizeof r) == 0);                                   \
+#define EXPECT(code, l, h)                                                                         \
+    do {                                                                                           \
+        memcpy(&r, &untouched, sizeof r);                                                          \
+        ck_assert_int_eq(ifd_sampler_sample(s, &p, l, h, 0, &r), code);                            \
+        ck_assert(memcmp(&r, &untouched, sizeof r) == 0);                                          \
     } while (0)
     float nan_row[4] = {1, NAN, 3, 4};
     EXPECT(IFD_EINVAL, nan_row, NULL);
@@ -553,7 +553,7 @@ START_TEST(test_top_p_sets)
     const struct {
         float top_p;
         unsigned set;
-    } cases[] = {{0.0f, 0x1}, {0.3f, 0x1}, {0.49f, 0x1}, {0.51f, 0x3}, {0.79f, 0x3},
+    } cases[] = {{0.0f, 0x1},  {0.3f, 0x1},  {0.49f, 0x1}, {0.51f, 0x3}, {0.79f, 0x3},
                  {0.81f, 0x7}, {0.94f, 0x7}, {0.96f, 0xf}, {1.0f, 0xf}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         p.top_p = cases[i].top_p;
@@ -770,6 +770,17 @@ START_TEST(test_logprobs)
                 ck_assert(l[i] <= l[r.top_ids[4]]);
         }
     }
+    /* At T = 1 without min-p the sampler reuses the draw's weight sum as
+     * the normalizer: the same values. */
+    p = ifd_sampling_default_params();
+    p.n_logprobs = 2;
+    p.top_p = 0.9f;
+    for (uint64_t pos = 0; pos < 20; pos++) {
+        ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, pos, &r), 0);
+        ck_assert(fabs(r.logprob - ((double)l[r.token] - lse)) < 1e-5);
+        ck_assert(fabs(r.top_logprobs[0] - (9.0 - lse)) < 1e-5);
+    }
+
     /* n_logprobs = 0: the chosen token's logprob only. */
     p = ifd_sampling_default_params();
     p.n_logprobs = 0;
@@ -801,6 +812,12 @@ START_TEST(test_logprobs)
     ck_assert_int_eq(r.rank, 1);
     double z2 = z - exp((double)l[100] - m) + exp((double)l[100] + 20.0 - m);
     ck_assert(fabs(r.logprob - ((double)l[100] + 20.0 - (m + log(z2)))) < 1e-5);
+    p.temperature = 1.0f; /* sampled: the normalizer comes from the draw */
+    for (uint64_t pos = 0; pos < 20; pos++) {
+        ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, pos, &r), 0);
+        ck_assert_int_eq(r.token, 100);
+        ck_assert(fabs(r.logprob - ((double)l[100] + 20.0 - (m + log(z2)))) < 1e-5);
+    }
     ifd_sampler_destroy(s);
 
     /* More alternatives asked than the vocabulary has; -inf entries. */
@@ -863,8 +880,8 @@ static void conformance(uint64_t seed, int cases)
             int32_t want = ref_token(l, V, &p, pos);
             int32_t got = sample1(sv, &p, l, pos);
             ck_assert_msg(got == want,
-                          "case %d: V %d T %g k %d p %g min_p %g pos %llu: got %d, want %d", c,
-                          V, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
+                          "case %d: V %d T %g k %d p %g min_p %g pos %llu: got %d, want %d", c, V,
+                          (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
                           (unsigned long long)pos, got, want);
             checked++;
         }

@@ -87,17 +87,35 @@ static void sum_cb(void *arg, int task, int n_tasks)
     atomic_fetch_add(&c->sum, task + 1);
 }
 
+/* Back-to-back runs whose task counts and callbacks change every time, with
+ * more threads than cores so workers get preempted mid-handshake: a worker
+ * that mixed up two runs would run a task twice, run one with the wrong ctx or
+ * count, or leave the caller waiting forever. */
 START_TEST(test_many_runs)
 {
-    ifd_threadpool_t *tp = NULL;
-    ck_assert_int_eq(ifd_threadpool_create(&tp, 3), 0);
-    for (int r = 0; r < 20000; r++) {
-        sum_ctx_t c = {0};
-        int n = 1 + r % 9;
-        ifd_threadpool_run(tp, sum_cb, &c, n);
-        ck_assert_int_eq(atomic_load(&c.sum), (long)n * (n + 1) / 2);
+    static const int threads[] = {3, 6};
+    for (size_t a = 0; a < sizeof threads / sizeof threads[0]; a++) {
+        ifd_threadpool_t *tp = NULL;
+        ck_assert_int_eq(ifd_threadpool_create(&tp, threads[a]), 0);
+        _Atomic int hits[16];
+        for (int r = 0; r < 20000; r++) {
+            const int n = 2 + (r * 7) % 13;
+            if (r % 2) {
+                sum_ctx_t c = {0};
+                ifd_threadpool_run(tp, sum_cb, &c, n);
+                ck_assert_int_eq(atomic_load(&c.sum), (long)n * (n + 1) / 2);
+            } else {
+                count_ctx_t c = {.hits = hits, .expect_n = n};
+                for (int i = 0; i < 16; i++)
+                    atomic_store(&hits[i], 0);
+                ifd_threadpool_run(tp, count_cb, &c, n);
+                ck_assert_int_eq(atomic_load(&c.bad_n), 0);
+                for (int i = 0; i < 16; i++)
+                    ck_assert_int_eq(atomic_load(&hits[i]), i < n);
+            }
+        }
+        ifd_threadpool_destroy(tp);
     }
-    ifd_threadpool_destroy(tp);
 }
 END_TEST
 

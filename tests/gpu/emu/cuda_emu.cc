@@ -21,10 +21,12 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <ucontext.h>
 #include <vector>
 
-namespace {
+namespace
+{
 
 enum fiber_state { F_RUN, F_BAR_BLOCK, F_BAR_WARP, F_DONE };
 
@@ -597,6 +599,40 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
     p->major = 9;
     p->minor = 0;
     p->multiProcessorCount = 4;
+    return cudaSuccess;
+}
+
+/* Events: host wall-clock time (the emulator runs launches synchronously). */
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    *e = (cudaEvent_t) new double(0.0);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    delete (double *)e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    (void)s;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    *(double *)e = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    (void)e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    *ms = (float)(*(double *)b - *(double *)a);
     return cudaSuccess;
 }
 

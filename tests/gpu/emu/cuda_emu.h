@@ -55,9 +55,9 @@ dim3 ifd_emu_block_dim();
 dim3 ifd_emu_grid_dim();
 
 #define threadIdx (ifd_emu_thread_idx())
-#define blockIdx (ifd_emu_block_idx())
-#define blockDim (ifd_emu_block_dim())
-#define gridDim (ifd_emu_grid_dim())
+#define blockIdx  (ifd_emu_block_idx())
+#define blockDim  (ifd_emu_block_dim())
+#define gridDim   (ifd_emu_grid_dim())
 
 /* ---- synchronisation ---------------------------------------------------------- */
 

@@ -1,0 +1,461 @@
+/*
+ * api.c — see api.h. The route table below is the one list of endpoints;
+ * ifd_api_on_request authenticates, finds the route (404 / 405 with Allow)
+ * and calls its handler. Each handler answers exactly once.
+ */
+#include "api.h"
+
+#include "error.h"
+#include "gen.h"
+#include "log.h"
+
+#include <http_parser.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef void (*ifd__handler_fn)(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+
+static void ifd__chat(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__completions(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__models(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+
+static const struct {
+    const char *path;
+    enum http_method method;
+    ifd__handler_fn fn;
+    bool open; /* no API key needed, even on TCP */
+} ifd__routes[] = {
+    {"/v1/chat/completions", HTTP_POST, ifd__chat, false},
+    {"/v1/completions", HTTP_POST, ifd__completions, false},
+    {"/v1/models", HTTP_GET, ifd__models, false},
+    {"/health", HTTP_GET, ifd__health, true},
+    {"/metrics", HTTP_GET, ifd__metrics, false},
+    {"/tokenize", HTTP_POST, ifd__tokenize, false},
+    {"/detokenize", HTTP_POST, ifd__detokenize, false},
+};
+#define IFD__N_ROUTES (sizeof ifd__routes / sizeof ifd__routes[0])
+
+/* ---- errors -------------------------------------------------------------------------------- */
+
+void ifd_api_error(ifd_http_conn_t *c, const ifd_oai_error_t *e, int retry_after)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    char extra[128] = "";
+    if (retry_after > 0)
+        snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after);
+    else if (e->status == 401)
+        snprintf(extra, sizeof extra, "WWW-Authenticate: Bearer\r\n");
+    if (ifd_oai_error_json(&b, e) == 0)
+        ifd_http_respond(c, e->status, "application/json", extra[0] ? extra : NULL, b.data,
+                         b.len);
+    else
+        ifd_http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
+    ifd_buf_free(&b);
+}
+
+void ifd_api_errorf(ifd_http_conn_t *c, int status, const char *code, const char *param,
+                    const char *fmt, ...)
+{
+    ifd_oai_error_t e;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ifd_oai_error_set(&e, status, NULL, code, param, "%s", msg);
+    ifd_api_error(c, &e, status == 503 ? 1 : 0);
+}
+
+uint64_t ifd_api_random(ifd_api_t *api)
+{
+    /* splitmix64: ids and default seeds need to differ, not to be secret */
+    uint64_t z = (api->rng += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* ---- routing -------------------------------------------------------------------------------- */
+
+static bool ifd__key_ok(const ifd_api_t *api, const char *auth)
+{
+    static const char bearer[] = "Bearer ";
+    if (!auth || strncasecmp(auth, bearer, sizeof bearer - 1) != 0)
+        return false;
+    const char *k = auth + sizeof bearer - 1;
+    while (*k == ' ')
+        k++;
+    size_t kl = strlen(k), al = strlen(api->api_key);
+    /* constant time in the key's length */
+    unsigned char diff = (unsigned char)(kl != al);
+    for (size_t i = 0; i < al; i++)
+        diff |= (unsigned char)(api->api_key[i] ^ (i < kl ? k[i] : 0));
+    return diff == 0;
+}
+
+void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    ifd_api_t *api = ctx;
+    int path_match = -1;
+    for (size_t i = 0; i < IFD__N_ROUTES; i++) {
+        if (strcmp(ifd__routes[i].path, r->path) != 0)
+            continue;
+        path_match = (int)i;
+        if ((int)ifd__routes[i].method == r->method)
+            break;
+    }
+    bool open = path_match >= 0 && ifd__routes[path_match].open;
+    if (r->transport == IFD_LISTEN_TCP && api->api_key[0] && !open &&
+        !ifd__key_ok(api, r->authorization)) {
+        ifd_api_errorf(c, 401, "invalid_api_key", NULL,
+                       r->authorization ? "Incorrect API key provided."
+                                        : "You didn't provide an API key. Send it as "
+                                          "'Authorization: Bearer KEY'.");
+        return;
+    }
+    if (path_match < 0) {
+        ifd_api_errorf(c, 404, "not_found", NULL, "Unknown route: %s %.200s", r->method_name,
+                       r->path);
+        return;
+    }
+    for (size_t i = 0; i < IFD__N_ROUTES; i++) {
+        if (strcmp(ifd__routes[i].path, r->path) == 0 &&
+            (int)ifd__routes[i].method == r->method) {
+            ifd__routes[i].fn(api, c, r);
+            return;
+        }
+    }
+    /* the path exists with other methods */
+    char allow[128] = "Allow: ";
+    bool first = true;
+    for (size_t i = 0; i < IFD__N_ROUTES; i++) {
+        if (strcmp(ifd__routes[i].path, r->path) == 0) {
+            if (!first)
+                strcat(allow, ", ");
+            strcat(allow, http_method_str(ifd__routes[i].method));
+            first = false;
+        }
+    }
+    strcat(allow, "\r\n");
+    ifd_oai_error_t e;
+    ifd_oai_error_set(&e, 405, NULL, "method_not_allowed", NULL,
+                      "Method %s is not allowed on %s.", r->method_name, r->path);
+    ifd_buf_t b = IFD_BUF_INIT;
+    ifd_oai_error_json(&b, &e);
+    ifd_http_respond(c, 405, "application/json", allow, b.data ? b.data : "", b.len);
+    ifd_buf_free(&b);
+}
+
+/* ---- completions ---------------------------------------------------------------------------- */
+
+static void ifd__chat(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    ifd_gen_handle(api, c, r, IFD_OAI_CHAT);
+}
+
+static void ifd__completions(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    ifd_gen_handle(api, c, r, IFD_OAI_COMPLETION);
+}
+
+/* ---- models, health, metrics ---------------------------------------------------------------- */
+
+static void ifd__models(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    (void)r;
+    ifd_oai_model_t m = {api->model_id, api->created, "inferd", api->model_path,
+                         api->max_model_len};
+    ifd_buf_t b = IFD_BUF_INIT;
+    if (ifd_oai_models_json(&b, &m, 1) == 0)
+        ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
+    else
+        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+    ifd_buf_free(&b);
+}
+
+void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
+{
+    memset(g, 0, sizeof *g);
+    g->queue_depth = api->n_tokenizing + ifd_router_queued(api->router);
+    g->requests_running = api->n_running;
+    g->seqs_running = ifd_router_dispatched(api->router);
+    g->connections = ifd_http_server_connections(api->http);
+    ifd_kvpool_stats_t st;
+    if (ifd_kvpool_stats(api->pool, &st) == 0) {
+        g->kv_total = st.total;
+        g->kv_free = st.free;
+        g->kv_used = st.in_use;
+        g->kv_cached = st.cached;
+        g->kv_evictions = st.evictions;
+        g->kv_alloc_failures = st.alloc_failures;
+    }
+    int ready, starting, down, failed;
+    ifd_sup_counts(api->sup, &ready, &starting, &down, &failed);
+    g->workers_ready = ready;
+    g->workers_starting = starting;
+    g->workers_down = down;
+    g->workers_failed = failed;
+    for (int w = 0; w < ifd_sup_n_workers(api->sup); w++) {
+        const ifd_worker_info_t *wi = ifd_sup_worker(api->sup, w);
+        if (wi->has_stats) {
+            g->preemptions += wi->stats.preemptions;
+            g->engine_steps += wi->stats.steps;
+        }
+    }
+    g->uptime_s = (double)(uv_hrtime() - api->start_ns) / 1e9;
+}
+
+static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    (void)r;
+    ifd_metrics_gauges_t g;
+    ifd_api_gauges(api, &g);
+    ifd_buf_t b = IFD_BUF_INIT;
+    if (ifd_metrics_render(api->metrics, &g, api->model_id, &b) == 0)
+        ifd_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data,
+                         b.len);
+    else
+        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+    ifd_buf_free(&b);
+}
+
+static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    (void)r;
+    int ready, starting, down, failed;
+    ifd_sup_counts(api->sup, &ready, &starting, &down, &failed);
+    int n = ifd_sup_n_workers(api->sup);
+    const char *status;
+    int code = 200;
+    if (api->draining) {
+        status = "draining";
+        code = 503;
+    } else if (ready == n) {
+        status = "ok";
+    } else if (ready > 0) {
+        status = "degraded";
+    } else if (failed == n) {
+        status = "unavailable";
+        code = 503;
+    } else {
+        status = "starting";
+        code = 503;
+    }
+    json_t *o = json_object();
+    json_t *ws = json_array();
+    for (int w = 0; w < n; w++) {
+        const ifd_worker_info_t *wi = ifd_sup_worker(api->sup, w);
+        json_t *x = json_object();
+        json_object_set_new(x, "id", json_integer(w));
+        json_object_set_new(x, "state", json_string(ifd_worker_state_name(wi->state)));
+        json_object_set_new(x, "pid", json_integer(wi->pid));
+        json_object_set_new(x, "device", json_string(wi->device_name));
+        json_object_set_new(x, "running", json_integer(ifd_router_worker_load(api->router, w)));
+        json_object_set_new(x, "starts", json_integer((json_int_t)wi->starts));
+        json_object_set_new(x, "crashes", json_integer((json_int_t)wi->crashes));
+        json_object_set_new(x, "crash_loop", json_boolean(wi->crash_loop));
+        json_object_set_new(x, "last_exit", json_string(wi->last_exit));
+        json_array_append_new(ws, x);
+    }
+    json_object_set_new(o, "status", json_string(status));
+    json_object_set_new(o, "model", json_string(api->model_id));
+    json_object_set_new(o, "workers", ws);
+    json_object_set_new(o, "queue_depth",
+                        json_integer(api->n_tokenizing + ifd_router_queued(api->router)));
+    json_object_set_new(o, "requests_running", json_integer(api->n_running));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!s) {
+        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+        return;
+    }
+    ifd_http_respond(c, code, "application/json", code == 503 ? "Retry-After: 1\r\n" : NULL, s,
+                     strlen(s));
+    free(s);
+}
+
+/* ---- /tokenize and /detokenize ---------------------------------------------------------------- */
+
+typedef struct {
+    uv_work_t work;
+    ifd_api_t *api;
+    ifd_http_conn_t *conn; /* NULL once the client is gone */
+    ifd_arena_t arena;
+    ifd_oai_tokenize_t req;
+    ifd_tokens_t ids;
+    int rc;
+    bool bad_messages;
+} ifd__tokjob_t;
+
+static void ifd__tokjob_abort(void *ud)
+{
+    ifd__tokjob_t *j = ud;
+    j->conn = NULL;
+}
+
+static void ifd__tokjob_work(uv_work_t *w)
+{
+    ifd__tokjob_t *j = w->data;
+    const ifd_api_t *api = j->api;
+    if (j->req.messages) {
+        ifd_chat_msg_t *msgs = calloc(j->req.n_messages, sizeof *msgs);
+        if (!msgs) {
+            j->rc = IFD_ENOMEM;
+            return;
+        }
+        for (size_t i = 0; i < j->req.n_messages; i++) {
+            const char *role = j->req.messages[i].role;
+            msgs[i].role = !strcmp(role, "developer") ? "system" : role;
+            msgs[i].content = j->req.messages[i].content ? j->req.messages[i].content : "";
+        }
+        ifd_chat_prompt_t p;
+        j->rc = ifd_chat_render(api->tpl, msgs, j->req.n_messages, j->req.add_generation_prompt,
+                                &p);
+        free(msgs);
+        if (j->rc == IFD_EINVAL)
+            j->bad_messages = true;
+        if (!j->rc)
+            j->rc = ifd_chat_tokenize(api->tpl, api->tok, &p, &j->ids);
+        ifd_chat_prompt_free(&p);
+        return;
+    }
+    unsigned flags = IFD_TOK_PARSE_SPECIAL | (j->req.add_special_tokens ? IFD_TOK_ADD_SPECIAL : 0);
+    j->rc = ifd_tokenizer_encode(api->tok, j->req.prompt ? j->req.prompt : "", j->req.prompt_len,
+                                 flags, &j->ids);
+}
+
+static void ifd__tokjob_done(uv_work_t *w, int status)
+{
+    ifd__tokjob_t *j = w->data;
+    ifd_http_conn_t *c = j->conn;
+    if (c) {
+        ifd_http_set_abort(c, NULL, NULL);
+        if (status < 0 || j->bad_messages) {
+            ifd_api_errorf(c, 400, "invalid_value", "messages",
+                           "The messages cannot be expressed in the model's chat template.");
+        } else if (j->rc) {
+            ifd_api_errorf(c, 500, NULL, NULL, "Tokenizing failed: %s", ifd_strerror(j->rc));
+        } else {
+            ifd_oai_bytes_t *strs = NULL;
+            if (j->req.return_token_strs && j->ids.n) {
+                strs = ifd_arena_calloc(&j->arena, j->ids.n, sizeof *strs);
+                for (size_t i = 0; strs && i < j->ids.n; i++) {
+                    char tmp[256];
+                    int n = ifd_tokenizer_token_bytes(j->api->tok, j->ids.ids[i],
+                                                      IFD_DETOK_RENDER_SPECIAL, tmp, sizeof tmp);
+                    if (n < 0)
+                        n = 0;
+                    if ((size_t)n > sizeof tmp)
+                        n = (int)sizeof tmp;
+                    strs[i].p = ifd_arena_strndup(&j->arena, tmp, (size_t)n);
+                    strs[i].len = strs[i].p ? (size_t)n : 0;
+                    if (!strs[i].p)
+                        strs[i].p = "";
+                }
+            }
+            ifd_buf_t b = IFD_BUF_INIT;
+            if (ifd_oai_tokenize_json(&b, j->ids.ids, j->ids.n, j->api->max_model_len, strs) ==
+                0)
+                ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
+            else
+                ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+            ifd_buf_free(&b);
+        }
+    }
+    ifd_tokens_free(&j->ids);
+    ifd_arena_close(&j->arena);
+    free(j);
+}
+
+static bool ifd__model_ok(ifd_api_t *api, ifd_http_conn_t *c, const char *model)
+{
+    if (!model || !strcmp(model, api->model_id) || !strcmp(model, api->model_path))
+        return true;
+    ifd_api_errorf(c, 404, "model_not_found", "model", "The model `%.200s` does not exist.",
+                   model);
+    return false;
+}
+
+static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    ifd__tokjob_t *j = calloc(1, sizeof *j);
+    if (!j) {
+        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+        return;
+    }
+    j->api = api;
+    ifd_arena_init(&j->arena, 0);
+    ifd_oai_error_t e;
+    memset(&e, 0, sizeof e);
+    if (ifd_oai_parse_tokenize(&j->arena, r->body, r->body_len, &j->req, &e)) {
+        if (!e.status)
+            ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
+        ifd_api_error(c, &e, 0);
+        goto fail;
+    }
+    if (!ifd__model_ok(api, c, j->req.model))
+        goto fail;
+    j->conn = c;
+    j->work.data = j;
+    ifd_http_set_abort(c, ifd__tokjob_abort, j);
+    if (uv_queue_work(api->loop, &j->work, ifd__tokjob_work, ifd__tokjob_done) != 0) {
+        ifd_http_set_abort(c, NULL, NULL);
+        ifd_api_errorf(c, 500, NULL, NULL, "The request could not be queued.");
+        goto fail;
+    }
+    return;
+fail:
+    ifd_arena_close(&j->arena);
+    free(j);
+}
+
+static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_detokenize_t d;
+    ifd_oai_error_t e;
+    memset(&e, 0, sizeof e);
+    if (ifd_oai_parse_detokenize(&a, r->body, r->body_len, &d, &e)) {
+        if (!e.status)
+            ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
+        ifd_api_error(c, &e, 0);
+        goto out;
+    }
+    if (!ifd__model_ok(api, c, d.model))
+        goto out;
+    for (size_t i = 0; i < d.n_tokens; i++) {
+        if (d.tokens[i] < 0 || d.tokens[i] >= api->n_vocab) {
+            char param[48];
+            snprintf(param, sizeof param, "tokens[%zu]", i);
+            ifd_api_errorf(c, 400, "invalid_value", param,
+                           "Token id %d is not in the vocabulary (%d tokens).", d.tokens[i],
+                           api->n_vocab);
+            goto out;
+        }
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = ifd_tokenizer_decode(api->tok, d.tokens, d.n_tokens, IFD_DETOK_RENDER_SPECIAL, &text,
+                                  &len);
+    if (rc) {
+        ifd_api_errorf(c, 500, NULL, NULL, "Decoding failed: %s", ifd_strerror(rc));
+        goto out;
+    }
+    ifd_buf_t b = IFD_BUF_INIT;
+    if (ifd_oai_detokenize_json(&b, text, len) == 0)
+        ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
+    else
+        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+    ifd_buf_free(&b);
+    free(text);
+out:
+    ifd_arena_close(&a);
+}

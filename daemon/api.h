@@ -1,0 +1,82 @@
+/*
+ * api.h — the HTTP API: the route table, authentication, and the endpoints
+ * other than completions (GET /v1/models, /health, /metrics; POST
+ * /tokenize, /detokenize). Completions (POST /v1/chat/completions and
+ * /v1/completions) live in gen.h and share this context.
+ *
+ * Every error is OpenAI's error object with the right status, decided
+ * before any 200 is sent: 400 (with `param`), 401 (TCP without the right
+ * Bearer key, when a key is configured), 404 (unknown route or model), 405
+ * (with Allow), 413/431/408 (http.c), 503 (+ Retry-After: queue full, no
+ * worker, shutting down), 500.
+ *
+ * The context is plain data wired by main.c; every pointer in it is
+ * borrowed and outlives the API. Threading: loop thread only (the
+ * tokenizer and template are also read from uv threadpool threads, which
+ * they allow).
+ */
+#ifndef IFD_DAEMON_API_H
+#define IFD_DAEMON_API_H
+
+#include "chat_template.h"
+#include "config.h"
+#include "http.h"
+#include "kvpool.h"
+#include "metrics.h"
+#include "openai.h"
+#include "router.h"
+#include "supervisor.h"
+#include "tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct ifd_gen ifd_gen_t;
+
+typedef struct {
+    uv_loop_t *loop;
+    const ifd_config_t *cfg; /* the running configuration (reloadable keys change) */
+    const ifd_tokenizer_t *tok;
+    const ifd_chat_template_t *tpl;
+    ifd_router_t *router;
+    ifd_sup_t *sup;
+    ifd_kvpool_t *pool;
+    ifd_metrics_t *metrics;
+    ifd_http_server_t *http;
+    const char *model_id;   /* what clients send as "model" */
+    const char *model_path; /* /v1/models "root" */
+    int64_t max_model_len;
+    int32_t n_vocab;
+    int64_t created;   /* unix seconds at start */
+    uint64_t start_ns; /* uv_hrtime at start */
+    char api_key[512]; /* effective key ("" = none); set by main from api_key(_file) */
+    bool draining;
+    bool ready_once;   /* every worker was ready at least once */
+
+    /* generation requests */
+    int64_t n_tokenizing; /* admitted, being tokenized (they count in the queue) */
+    int64_t n_running;    /* tokenized and being served */
+    ifd_gen_t *gens;      /* every live generation request */
+    uint64_t rng;         /* ids and seeds */
+    void (*on_idle)(void *ctx); /* called when the last generation request ends */
+    void *idle_ctx;
+} ifd_api_t;
+
+/* The http handler: routes one request. */
+void ifd_api_on_request(void *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+
+/* Answers with an OpenAI error object. retry_after > 0 adds Retry-After. */
+void ifd_api_error(ifd_http_conn_t *c, const ifd_oai_error_t *e, int retry_after);
+
+/* Writes an error with a formatted message (type from the status). */
+void ifd_api_errorf(ifd_http_conn_t *c, int status, const char *code, const char *param,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Samples the gauges for /metrics. */
+void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g);
+
+/* A random 64-bit number from the API's generator. */
+uint64_t ifd_api_random(ifd_api_t *api);
+
+#endif

@@ -1,0 +1,978 @@
+/*
+ * gen.c — see gen.h.
+ *
+ * A request (ifd_gen_t) has one choice per (prompt, sample) pair, each with
+ * its router sequence, its incremental detokenizer and its text. Text flows
+ * through two offsets per choice:
+ *   scan     stop strings have been searched in text[0 .. scan) and none
+ *            starts before it (a stop may still begin in the last
+ *            max_stop_len - 1 bytes, so scan trails the end by that much);
+ *   emitted  bytes already sent (streams) — never past the longest suffix
+ *            that could still grow into a stop string, so no stop text
+ *            ever leaves. A stop string's first byte is a UTF-8 lead byte,
+ *            so holding back from there never splits a character.
+ * A matched stop string cuts the text there, finishes the choice with
+ * "stop" and releases (cancels) its sequence at once.
+ *
+ * Tokens that end a sequence by id (EOS, end-of-turn, stop_token_ids) are
+ * counted but never detokenized: their text is not part of the answer.
+ *
+ * Lifetime rules: the gen is freed by ifd__gen_free only — when its
+ * response is complete, its client went away (and no threadpool job is
+ * pending), or the daemon aborts it. Router callbacks may free it: they
+ * release every sequence first, so the router never calls into freed
+ * memory afterwards.
+ */
+#include "gen.h"
+
+#include "error.h"
+#include "log.h"
+#include "sse.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define IFD__MAX_CHOICES 256
+
+typedef struct {
+    ifd_gen_t *g;
+    uint32_t index;
+    uint32_t prompt;
+    ifd_rseq_t *seq; /* NULL once finished or released */
+    ifd_detok_t *detok;
+    ifd_buf_t text;
+    size_t scan;
+    size_t emitted;
+    bool done;
+    const char *finish; /* "stop" | "length" once done */
+    uint32_t n_tokens;  /* completion tokens */
+    uint32_t cached;
+    ifd_oai_logprob_t *lp;
+    size_t n_lp, cap_lp, lp_sent;
+    uint64_t t_last_ns;
+    bool echoed;
+} ifd__choice_t;
+
+struct ifd_gen {
+    ifd_api_t *api;
+    ifd_gen_t *prev, *next;
+    ifd_http_conn_t *conn; /* NULL once the client is gone */
+    ifd_arena_t arena;
+    ifd_oai_request_t req;
+    ifd_oai_kind_t kind;
+    uint64_t t_arrival_ns;
+    bool first_token_seen;
+
+    /* tokenizing on the threadpool */
+    uv_work_t work;
+    bool work_pending;
+    bool reserved; /* counted in api->n_tokenizing */
+    bool running;  /* counted in api->n_running */
+    bool aborted;
+    ifd_tokens_t *ptoks; /* per prompt */
+    char **echo;         /* per prompt: text to echo (completions) */
+    size_t *echo_len;
+    int work_rc;
+    ifd_oai_error_t work_err;
+
+    /* stop ids never detokenized (sorted) */
+    int32_t *stop_set;
+    size_t n_stop_set;
+    size_t max_stop_len;
+
+    size_t n_prompts; /* 1 for chat */
+    uint32_t n_choices;
+    uint32_t n_done;
+    bool in_start;        /* ifd__start is submitting: completion waits */
+    bool complete_pending;
+    ifd__choice_t *ch;
+
+    char id[IFD_OAI_ID_MAX];
+    int64_t created;
+    ifd_oai_stream_t stream;
+    bool streaming; /* headers sent */
+    ifd_buf_t out;
+    bool failed;
+    ifd_oai_error_t err;
+};
+
+static void ifd__gen_free(ifd_gen_t *g);
+static void ifd__complete(ifd_gen_t *g);
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static int ifd__cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool ifd__is_stop_id(const ifd_gen_t *g, int32_t t)
+{
+    return g->n_stop_set && bsearch(&t, g->stop_set, g->n_stop_set, sizeof t, ifd__cmp_i32);
+}
+
+static double ifd__secs(uint64_t a_ns, uint64_t b_ns)
+{
+    return b_ns > a_ns ? (double)(b_ns - a_ns) / 1e9 : 0.0;
+}
+
+static void ifd__fail(ifd_gen_t *g, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void ifd__fail(ifd_gen_t *g, int status, const char *code, const char *fmt, ...)
+{
+    if (g->failed)
+        return;
+    g->failed = true;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ifd_oai_error_set(&g->err, status, NULL, code, NULL, "%s", msg);
+}
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+/* Sends what g->out holds (streams). false: the client is gone (g freed). */
+static bool ifd__flush(ifd_gen_t *g)
+{
+    if (!g->out.len)
+        return true;
+    int rc = g->conn ? ifd_http_stream_write(g->conn, g->out.data, g->out.len) : IFD_ECLOSED;
+    ifd_buf_clear(&g->out);
+    if (rc) {
+        IFD_INFO("gen %s: client stopped reading or left: cancelling", g->id);
+        g->conn = NULL;
+        ifd__gen_free(g);
+        return false;
+    }
+    return true;
+}
+
+static void ifd__fill_choice(ifd__choice_t *c, ifd_oai_choice_t *oc, size_t upto)
+{
+    memset(oc, 0, sizeof *oc);
+    oc->index = c->index;
+    oc->text = c->text.data ? c->text.data + c->emitted : NULL;
+    oc->text_len = upto - c->emitted;
+    if (c->g->req.logprobs) {
+        oc->has_logprobs = c->n_lp > c->lp_sent;
+        oc->logprobs = c->lp + c->lp_sent;
+        oc->n_logprobs = c->n_lp - c->lp_sent;
+    }
+}
+
+/* Streams text[emitted .. upto) (and new logprobs); with finish, the last chunk. */
+static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
+{
+    ifd_gen_t *g = c->g;
+    if (!g->streaming)
+        return true;
+    ifd_oai_choice_t oc;
+    ifd__fill_choice(c, &oc, upto);
+    int rc;
+    if (finish) {
+        oc.finish_reason = finish;
+        rc = ifd_oai_stream_finish(&g->stream, &g->out, &oc);
+    } else if (oc.text_len || oc.n_logprobs) {
+        rc = ifd_oai_stream_delta(&g->stream, &g->out, &oc);
+    } else {
+        return true;
+    }
+    if (rc)
+        IFD_ERROR("gen %s: building a chunk: %s", g->id, ifd_strerror(rc));
+    c->emitted = upto;
+    c->lp_sent = c->n_lp;
+    return ifd__flush(g);
+}
+
+/* Earliest stop string in text[from..len): its offset, or -1. */
+static long ifd__find_stop(const ifd_gen_t *g, const char *t, size_t from, size_t len)
+{
+    long best = -1;
+    for (size_t i = 0; i < g->req.n_stop; i++) {
+        const char *s = g->req.stop[i];
+        size_t sl = strlen(s);
+        if (!sl || len - from < sl)
+            continue;
+        const char *p = memmem(t + from, len - from, s, sl);
+        if (p && (best < 0 || p - t < best))
+            best = p - t;
+    }
+    return best;
+}
+
+/* Longest suffix of text[from..len) that is a proper prefix of a stop string. */
+static size_t ifd__hold(const ifd_gen_t *g, const char *t, size_t from, size_t len)
+{
+    size_t hold = 0;
+    for (size_t i = 0; i < g->req.n_stop; i++) {
+        const char *s = g->req.stop[i];
+        size_t sl = strlen(s);
+        size_t k = sl ? sl - 1 : 0;
+        if (k > len - from)
+            k = len - from;
+        for (; k > hold; k--)
+            if (memcmp(t + len - k, s, k) == 0)
+                break;
+        if (k > hold)
+            hold = k;
+    }
+    return hold;
+}
+
+/* Marks a choice finished; for streams sends its last chunk. false: g freed. */
+static bool ifd__choice_done(ifd__choice_t *c, const char *finish)
+{
+    ifd_gen_t *g = c->g;
+    c->done = true;
+    c->finish = finish;
+    g->n_done++;
+    ifd_metrics_t *m = g->api->metrics;
+    m->finished[!strcmp(finish, "length") ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
+    if (!ifd__emit(c, c->text.len, finish))
+        return false;
+    if (g->n_done == g->n_choices) {
+        ifd__complete(g);
+        return false;
+    }
+    return true;
+}
+
+/* New text appended: look for stop strings; stream what is safe. false: g freed. */
+static bool ifd__advance(ifd__choice_t *c, bool final)
+{
+    ifd_gen_t *g = c->g;
+    if (g->req.n_stop) {
+        long at = ifd__find_stop(g, c->text.data ? c->text.data : "", c->scan, c->text.len);
+        if (at >= 0) {
+            c->text.len = (size_t)at;
+            c->text.data[at] = '\0';
+            if (c->seq) {
+                ifd_router_release(g->api->router, c->seq);
+                c->seq = NULL;
+            }
+            return ifd__choice_done(c, "stop");
+        }
+        size_t keep = g->max_stop_len > 0 ? g->max_stop_len - 1 : 0;
+        if (c->text.len > c->scan + keep)
+            c->scan = c->text.len - keep;
+    }
+    if (final || !g->streaming)
+        return true;
+    size_t hold = g->req.n_stop ? ifd__hold(g, c->text.data, c->emitted, c->text.len) : 0;
+    return ifd__emit(c, c->text.len - hold, NULL);
+}
+
+/* ---- router callbacks --------------------------------------------------------------------- */
+
+static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
+{
+    ifd_gen_t *g = c->g;
+    if (c->n_lp == c->cap_lp) {
+        size_t cap = c->cap_lp ? c->cap_lp * 2 : 16;
+        ifd_oai_logprob_t *v = realloc(c->lp, cap * sizeof *v);
+        if (!v)
+            return;
+        c->lp = v;
+        c->cap_lp = cap;
+    }
+    const ifd_tokenizer_t *tok = g->api->tok;
+    char tmp[256];
+    ifd_oai_logprob_t *l = &c->lp[c->n_lp];
+    memset(l, 0, sizeof *l);
+    int n = ifd_tokenizer_token_bytes(tok, ev->token, 0, tmp, sizeof tmp);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof tmp)
+        n = (int)sizeof tmp;
+    l->bytes = ifd_arena_strndup(&g->arena, tmp, (size_t)n);
+    l->len = (size_t)n;
+    l->logprob = ev->logprob;
+    if (ev->n_top) {
+        ifd_oai_top_logprob_t *top = ifd_arena_calloc(&g->arena, ev->n_top, sizeof *top);
+        if (top) {
+            for (uint32_t i = 0; i < ev->n_top; i++) {
+                int k = ifd_tokenizer_token_bytes(tok, ev->top[i].token, 0, tmp, sizeof tmp);
+                if (k < 0)
+                    k = 0;
+                if ((size_t)k > sizeof tmp)
+                    k = (int)sizeof tmp;
+                top[i].bytes = ifd_arena_strndup(&g->arena, tmp, (size_t)k);
+                top[i].len = (size_t)k;
+                top[i].logprob = ev->top[i].logprob;
+            }
+            l->top = top;
+            l->n_top = g->req.top_logprobs < ev->n_top ? g->req.top_logprobs : ev->n_top;
+        }
+    }
+    if (l->bytes)
+        c->n_lp++;
+}
+
+static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev)
+{
+    (void)s;
+    ifd__choice_t *c = owner;
+    ifd_gen_t *g = c->g;
+    if (c->done)
+        return;
+    uint64_t now = uv_hrtime();
+    ifd_metrics_t *m = g->api->metrics;
+    if (!g->first_token_seen) {
+        g->first_token_seen = true;
+        ifd_hist_observe(&m->ttft, ifd__secs(g->t_arrival_ns, now));
+    }
+    if (c->t_last_ns)
+        ifd_hist_observe(&m->itl, ifd__secs(c->t_last_ns, now));
+    c->t_last_ns = now;
+    c->n_tokens++;
+    if (ifd__is_stop_id(g, ev->token))
+        return; /* FINISHED follows; its text is not part of the answer */
+    if (g->req.logprobs && ev->has_logprob)
+        ifd__add_logprob(c, ev);
+    const char *t;
+    size_t n;
+    if (ifd_detok_push(c->detok, ev->token, &t, &n) != 0)
+        return;
+    if (n && ifd_buf_append(&c->text, t, n))
+        return;
+    ifd__advance(c, false);
+}
+
+static void ifd__on_error(void *owner, ifd_rseq_t *s, int code, const char *msg)
+{
+    (void)s;
+    ifd__choice_t *c = owner;
+    ifd_gen_t *g = c->g;
+    IFD_WARN("gen %s choice %u: %s (%s)", g->id, c->index, msg, ifd_err_name(code));
+    if (code == IFD_ENODEV || code == IFD_ECLOSED)
+        ifd__fail(g, 503, NULL, "%s", msg);
+    else
+        ifd__fail(g, 500, NULL, "The request could not be completed: %s", msg);
+}
+
+static void ifd__on_finished(void *owner, ifd_rseq_t *s, const ifd_wire_finished_t *f)
+{
+    (void)s;
+    ifd__choice_t *c = owner;
+    ifd_gen_t *g = c->g;
+    c->seq = NULL; /* freed by the router after this returns */
+    if (c->done)
+        return;
+    c->cached = f->cached_tokens;
+    if (f->reason == IFD_WIRE_FINISH_ERROR || f->reason == IFD_WIRE_FINISH_CANCELLED) {
+        ifd__fail(g, 500, NULL, "The request could not be completed.");
+        g->api->metrics->finished[IFD_FIN_ERROR]++;
+        c->done = true;
+        g->n_done++;
+        ifd__complete(g); /* a failed request ends at once */
+        return;
+    }
+    const char *t;
+    size_t n;
+    if (ifd_detok_flush(c->detok, &t, &n) == 0 && n)
+        ifd_buf_append(&c->text, t, n);
+    if (!ifd__advance(c, true) || c->done)
+        return;
+    ifd__choice_done(c, f->reason == IFD_WIRE_FINISH_LENGTH ? "length" : "stop");
+}
+
+static void ifd__on_dispatched(void *owner, ifd_rseq_t *s)
+{
+    (void)s;
+    ifd__choice_t *c = owner;
+    ifd_hist_observe(&c->g->api->metrics->queue_time,
+                     ifd__secs(c->g->t_arrival_ns, uv_hrtime()));
+}
+
+static const ifd_rseq_ops_t ifd__ops = {ifd__on_token, ifd__on_error, ifd__on_finished,
+                                        ifd__on_dispatched};
+
+/* ---- completion and teardown ------------------------------------------------------------ */
+
+static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u)
+{
+    memset(u, 0, sizeof *u);
+    for (size_t p = 0; p < g->n_prompts; p++) {
+        uint32_t best = 0;
+        for (uint32_t i = 0; i < g->req.n; i++) {
+            const ifd__choice_t *c = &g->ch[p * g->req.n + i];
+            if (c->cached > best)
+                best = c->cached;
+        }
+        uint32_t pt = (uint32_t)g->ptoks[p].n;
+        u->prompt_tokens += pt;
+        u->cached_tokens += best < pt ? best : pt;
+    }
+    for (uint32_t i = 0; i < g->n_choices; i++)
+        u->completion_tokens += g->ch[i].n_tokens;
+}
+
+/* Every choice is done (or the request failed): send the end, free. */
+static void ifd__complete(ifd_gen_t *g)
+{
+    if (g->in_start) {
+        g->complete_pending = true;
+        return;
+    }
+    ifd_api_t *api = g->api;
+    ifd_metrics_t *m = api->metrics;
+    ifd_oai_usage_t u;
+    ifd__usage(g, &u);
+    m->prompt_tokens += u.prompt_tokens;
+    m->generation_tokens += u.completion_tokens;
+    m->prefix_query_tokens += u.prompt_tokens;
+    m->prefix_hit_tokens += u.cached_tokens;
+    ifd_hist_observe(&m->e2e, ifd__secs(g->t_arrival_ns, uv_hrtime()));
+    if (!g->conn) {
+        ifd__gen_free(g);
+        return;
+    }
+    if (g->streaming) {
+        if (g->failed) {
+            ifd_oai_stream_error(&g->out, &g->err);
+            ifd_sse_done(&g->out);
+        } else if (ifd_oai_stream_end(&g->stream, &g->out, &u)) {
+            IFD_ERROR("gen %s: ending the stream failed", g->id);
+            ifd_sse_done(&g->out);
+        }
+        if (ifd__flush(g)) {
+            ifd_http_conn_t *conn = g->conn;
+            g->conn = NULL;
+            ifd_http_set_abort(conn, NULL, NULL);
+            ifd_http_stream_end(conn);
+            ifd__gen_free(g);
+        }
+        return;
+    }
+    ifd_http_conn_t *conn = g->conn;
+    g->conn = NULL;
+    ifd_http_set_abort(conn, NULL, NULL);
+    if (g->failed) {
+        ifd_api_error(conn, &g->err, g->err.status == 503 ? 1 : 0);
+        ifd__gen_free(g);
+        return;
+    }
+    ifd_oai_choice_t *oc = ifd_arena_calloc(&g->arena, g->n_choices, sizeof *oc);
+    ifd_oai_meta_t meta = {g->kind, g->id, api->model_id, g->created, NULL};
+    ifd_buf_t body = IFD_BUF_INIT;
+    int rc = oc ? 0 : IFD_ENOMEM;
+    for (uint32_t i = 0; i < g->n_choices && !rc; i++) {
+        ifd__choice_t *c = &g->ch[i];
+        oc[i].index = c->index;
+        oc[i].finish_reason = c->finish;
+        oc[i].text = c->text.data;
+        oc[i].text_len = c->text.len;
+        if (g->req.echo && g->echo[c->prompt]) {
+            size_t el = g->echo_len[c->prompt];
+            char *t = ifd_arena_alloc(&g->arena, el + c->text.len + 1);
+            if (!t) {
+                rc = IFD_ENOMEM;
+                break;
+            }
+            memcpy(t, g->echo[c->prompt], el);
+            if (c->text.len)
+                memcpy(t + el, c->text.data, c->text.len);
+            t[el + c->text.len] = '\0';
+            oc[i].text = t;
+            oc[i].text_len = el + c->text.len;
+        }
+        if (g->req.logprobs) {
+            oc[i].has_logprobs = true;
+            oc[i].logprobs = c->lp;
+            oc[i].n_logprobs = c->n_lp;
+        }
+    }
+    if (!rc)
+        rc = ifd_oai_response_json(&body, &meta, oc, g->n_choices, &u);
+    if (rc)
+        ifd_api_errorf(conn, 500, NULL, NULL, "Building the response failed: %s",
+                       ifd_strerror(rc));
+    else
+        ifd_http_respond(conn, 200, "application/json", NULL, body.data, body.len);
+    ifd_buf_free(&body);
+    ifd__gen_free(g);
+}
+
+static void ifd__gen_free(ifd_gen_t *g)
+{
+    ifd_api_t *api = g->api;
+    if (g->conn) {
+        ifd_http_set_abort(g->conn, NULL, NULL);
+        g->conn = NULL;
+    }
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        ifd__choice_t *c = &g->ch[i];
+        if (c->seq) {
+            ifd_router_release(api->router, c->seq);
+            c->seq = NULL;
+        }
+        if (!c->done) {
+            api->metrics->finished[IFD_FIN_ABORT]++;
+            c->done = true;
+        }
+        ifd_detok_destroy(c->detok);
+        ifd_buf_free(&c->text);
+        free(c->lp);
+    }
+    if (g->ptoks)
+        for (size_t p = 0; p < g->n_prompts; p++)
+            ifd_tokens_free(&g->ptoks[p]);
+    if (g->reserved)
+        api->n_tokenizing--;
+    if (g->running)
+        api->n_running--;
+    if (g->prev)
+        g->prev->next = g->next;
+    else if (api->gens == g)
+        api->gens = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    ifd_buf_free(&g->out);
+    free(g->ch);
+    free(g->stop_set);
+    ifd_arena_close(&g->arena);
+    free(g);
+    if (!api->gens && api->on_idle)
+        api->on_idle(api->idle_ctx);
+}
+
+static void ifd__abort_cb(void *ud)
+{
+    ifd_gen_t *g = ud;
+    g->conn = NULL;
+    IFD_INFO("gen %s: client went away: cancelling its sequences", g->id);
+    if (g->work_pending) {
+        g->aborted = true; /* freed when the tokenizing job returns */
+        return;
+    }
+    ifd__gen_free(g);
+}
+
+void ifd_gen_abort_all(ifd_api_t *api)
+{
+    ifd_gen_t *g = api->gens;
+    while (g) {
+        ifd_gen_t *next = g->next;
+        if (g->work_pending) {
+            if (g->conn) {
+                ifd_http_conn_t *conn = g->conn;
+                g->conn = NULL;
+                ifd_http_set_abort(conn, NULL, NULL);
+                ifd_api_errorf(conn, 503, NULL, NULL, "The server is shutting down.");
+            }
+            g->aborted = true;
+        } else {
+            ifd__fail(g, 503, NULL, "The server is shutting down.");
+            ifd__complete(g);
+        }
+        g = next;
+    }
+}
+
+/* ---- tokenizing (uv threadpool) ----------------------------------------------------------- */
+
+static void ifd__work_cb(uv_work_t *w)
+{
+    ifd_gen_t *g = w->data;
+    const ifd_tokenizer_t *tok = g->api->tok;
+    g->work_rc = 0;
+    if (g->kind == IFD_OAI_CHAT) {
+        ifd_chat_msg_t *msgs = calloc(g->req.n_messages, sizeof *msgs);
+        if (!msgs) {
+            g->work_rc = IFD_ENOMEM;
+            return;
+        }
+        for (size_t i = 0; i < g->req.n_messages; i++) {
+            const char *role = g->req.messages[i].role;
+            msgs[i].role = !strcmp(role, "developer") ? "system" : role;
+            msgs[i].content = g->req.messages[i].content ? g->req.messages[i].content : "";
+        }
+        ifd_chat_prompt_t pr;
+        int rc = ifd_chat_render(g->api->tpl, msgs, g->req.n_messages,
+                                 g->req.add_generation_prompt, &pr);
+        free(msgs);
+        if (rc == IFD_EINVAL) {
+            g->work_rc = rc;
+            ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", "messages",
+                              "The messages cannot be expressed in the model's chat template "
+                              "(%s): check the roles and their order.",
+                              ifd_chat_family_name(ifd_chat_template_family(g->api->tpl)));
+            return;
+        }
+        if (!rc)
+            rc = ifd_chat_tokenize(g->api->tpl, tok, &pr, &g->ptoks[0]);
+        ifd_chat_prompt_free(&pr);
+        g->work_rc = rc;
+        return;
+    }
+    for (size_t p = 0; p < g->n_prompts && !g->work_rc; p++) {
+        ifd_oai_prompt_t *pp = &g->req.prompts[p];
+        if (pp->text) {
+            g->work_rc = ifd_tokenizer_encode(tok, pp->text, pp->text_len,
+                                              IFD_TOK_ADD_SPECIAL | IFD_TOK_PARSE_SPECIAL,
+                                              &g->ptoks[p]);
+            g->echo[p] = pp->text;
+            g->echo_len[p] = pp->text_len;
+        } else {
+            for (size_t i = 0; i < pp->n_tokens && !g->work_rc; i++)
+                g->work_rc = ifd_tokens_push(&g->ptoks[p], pp->tokens[i]);
+            if (!g->work_rc && g->req.echo) {
+                char *t = NULL;
+                size_t tl = 0;
+                if (ifd_tokenizer_decode(tok, pp->tokens, pp->n_tokens, 0, &t, &tl) == 0) {
+                    g->echo[p] = ifd_arena_strndup(&g->arena, t, tl);
+                    g->echo_len[p] = tl;
+                }
+                free(t);
+            }
+        }
+    }
+}
+
+static void ifd__start(ifd_gen_t *g);
+
+static void ifd__after_work_cb(uv_work_t *w, int status)
+{
+    ifd_gen_t *g = w->data;
+    g->work_pending = false;
+    g->reserved = false;
+    g->api->n_tokenizing--;
+    if (g->aborted || !g->conn || status == UV_ECANCELED) {
+        ifd__gen_free(g);
+        return;
+    }
+    if (g->work_rc) {
+        ifd_http_conn_t *conn = g->conn;
+        g->conn = NULL;
+        ifd_http_set_abort(conn, NULL, NULL);
+        if (g->work_err.status)
+            ifd_api_error(conn, &g->work_err, 0);
+        else
+            ifd_api_errorf(conn, 500, NULL, NULL, "Tokenizing the prompt failed: %s",
+                           ifd_strerror(g->work_rc));
+        ifd__gen_free(g);
+        return;
+    }
+    ifd__start(g);
+}
+
+/* ---- starting the sequences ----------------------------------------------------------------- */
+
+static void ifd__reject(ifd_gen_t *g, int status, const char *code, const char *param,
+                        const char *msg)
+{
+    ifd_http_conn_t *conn = g->conn;
+    g->conn = NULL;
+    ifd_http_set_abort(conn, NULL, NULL);
+    ifd_oai_error_t e;
+    ifd_oai_error_set(&e, status, NULL, code, param, "%s", msg);
+    ifd_api_error(conn, &e, status == 503 ? 1 : 0);
+    ifd__gen_free(g);
+}
+
+static int ifd__build_stop_set(ifd_gen_t *g)
+{
+    const ifd_token_t *ids = NULL;
+    size_t n = 0;
+    if (!g->req.ignore_eos) {
+        if (g->kind == IFD_OAI_CHAT)
+            n = ifd_chat_template_stop_ids(g->api->tpl, &ids);
+        else
+            n = ifd_tokenizer_eog_ids(g->api->tok, &ids);
+    }
+    size_t total = n + g->req.n_stop_token_ids;
+    if (!total)
+        return 0;
+    g->stop_set = malloc(total * sizeof *g->stop_set);
+    if (!g->stop_set)
+        return IFD_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        g->stop_set[i] = ids[i];
+    for (size_t i = 0; i < g->req.n_stop_token_ids; i++)
+        g->stop_set[n + i] = g->req.stop_token_ids[i];
+    qsort(g->stop_set, total, sizeof *g->stop_set, ifd__cmp_i32);
+    g->n_stop_set = total;
+    return 0;
+}
+
+static void ifd__start(ifd_gen_t *g)
+{
+    ifd_api_t *api = g->api;
+    const ifd_oai_request_t *rq = &g->req;
+    char msg[512];
+    /* context length, per prompt */
+    int64_t max_tokens = rq->max_tokens;
+    for (size_t p = 0; p < g->n_prompts; p++) {
+        int64_t n = (int64_t)g->ptoks[p].n;
+        if (n == 0) {
+            ifd__reject(g, 400, "invalid_value", g->kind == IFD_OAI_CHAT ? "messages" : "prompt",
+                        "The prompt is empty.");
+            return;
+        }
+        int64_t mt = max_tokens >= 0 ? max_tokens : api->max_model_len - n;
+        if (n + (mt > 0 ? mt : 1) > api->max_model_len) {
+            snprintf(msg, sizeof msg,
+                     "This model's maximum context length is %lld tokens. However, you "
+                     "requested %lld tokens (%lld in the %s, %lld in the completion). Please "
+                     "reduce the length of the %s or completion.",
+                     (long long)api->max_model_len, (long long)(n + (mt > 0 ? mt : 0)),
+                     (long long)n, g->kind == IFD_OAI_CHAT ? "messages" : "prompt",
+                     (long long)(mt > 0 ? mt : 0),
+                     g->kind == IFD_OAI_CHAT ? "messages" : "prompt");
+            ifd__reject(g, 400, "context_length_exceeded",
+                        g->kind == IFD_OAI_CHAT ? "messages" : "prompt", msg);
+            return;
+        }
+    }
+    if (ifd__build_stop_set(g)) {
+        ifd__reject(g, 500, NULL, NULL, "Out of memory.");
+        return;
+    }
+    g->n_choices = (uint32_t)(g->n_prompts * rq->n);
+    g->ch = calloc(g->n_choices, sizeof *g->ch);
+    if (!g->ch) {
+        ifd__reject(g, 500, NULL, NULL, "Out of memory.");
+        return;
+    }
+    for (size_t i = 0; i < rq->n_stop; i++) {
+        size_t l = strlen(rq->stop[i]);
+        if (l > g->max_stop_len)
+            g->max_stop_len = l;
+    }
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        g->ch[i].g = g;
+        g->ch[i].index = i;
+        g->ch[i].prompt = i / rq->n;
+        if (ifd_detok_create(&g->ch[i].detok, api->tok, 0)) {
+            ifd__reject(g, 500, NULL, NULL, "Out of memory.");
+            return;
+        }
+    }
+    /* the sequences */
+    ifd_wire_logit_bias_t *lb = NULL;
+    if (rq->n_logit_bias) {
+        lb = ifd_arena_calloc(&g->arena, rq->n_logit_bias, sizeof *lb);
+        if (!lb) {
+            ifd__reject(g, 500, NULL, NULL, "Out of memory.");
+            return;
+        }
+        for (size_t i = 0; i < rq->n_logit_bias; i++) {
+            lb[i].id = rq->logit_bias[i].id;
+            lb[i].bias = rq->logit_bias[i].bias;
+        }
+    }
+    /* stop ids sent to the worker: chat's end-of-turn ids (EOS is the worker's own) */
+    int32_t *wstop = NULL;
+    size_t n_wstop = 0;
+    if (g->n_stop_set) {
+        wstop = g->stop_set;
+        n_wstop = g->n_stop_set > IFD_WIRE_MAX_STOP_IDS ? IFD_WIRE_MAX_STOP_IDS : g->n_stop_set;
+    }
+    g->running = true;
+    api->n_running++;
+    g->in_start = true;
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        ifd__choice_t *c = &g->ch[i];
+        uint32_t sample = i % rq->n;
+        ifd_rseq_params_t sp;
+        memset(&sp, 0, sizeof sp);
+        sp.prompt = g->ptoks[c->prompt].ids;
+        sp.n_prompt = (uint32_t)g->ptoks[c->prompt].n;
+        int64_t mt = max_tokens >= 0 ? max_tokens : api->max_model_len - (int64_t)sp.n_prompt;
+        sp.max_tokens = (uint32_t)mt;
+        sp.sampling = ifd_wire_default_sampling();
+        sp.sampling.temperature = rq->temperature;
+        sp.sampling.top_k = rq->top_k < 0 ? 0 : rq->top_k;
+        sp.sampling.top_p = rq->top_p;
+        sp.sampling.min_p = rq->min_p;
+        sp.sampling.repetition_penalty = rq->repetition_penalty;
+        sp.sampling.frequency_penalty = rq->frequency_penalty;
+        sp.sampling.presence_penalty = rq->presence_penalty;
+        sp.sampling.logit_bias = lb;
+        sp.sampling.n_logit_bias = (uint32_t)rq->n_logit_bias;
+        sp.sampling.n_logprobs = rq->logprobs ? (int32_t)rq->top_logprobs : -1;
+        sp.sampling.logprobs_mode = 0;
+        sp.sampling.seed = rq->has_seed ? rq->seed + sample : ifd_api_random(api);
+        sp.stop_ids = wstop;
+        sp.n_stop_ids = (uint32_t)n_wstop;
+        sp.ignore_eos = rq->ignore_eos;
+        sp.use_cache = rq->use_cache && api->cfg->prefix_cache;
+        int rc = ifd_router_submit(api->router, &sp, &ifd__ops, c, &c->seq);
+        if (rc) {
+            g->in_start = false;
+            ifd__reject(g, 500, NULL, NULL, "The request could not be queued.");
+            return;
+        }
+    }
+    g->in_start = false;
+    if (g->complete_pending) { /* a sequence failed at once */
+        ifd__complete(g);
+        return;
+    }
+    /* headers now: every error that can be decided early has been */
+    if (rq->stream) {
+        ifd_oai_meta_t meta = {g->kind, g->id, api->model_id, g->created, NULL};
+        int rc = ifd_oai_stream_init(&g->stream, &g->arena, &meta, g->n_choices,
+                                     rq->include_usage);
+        if (!rc)
+            rc = ifd_http_stream_begin(g->conn, 200, "text/event-stream", NULL);
+        if (rc) {
+            IFD_WARN("gen %s: starting the stream failed: %s", g->id, ifd_strerror(rc));
+            g->conn = NULL;
+            ifd__gen_free(g);
+            return;
+        }
+        g->streaming = true;
+        if (g->kind == IFD_OAI_CHAT)
+            ifd_oai_stream_start(&g->stream, &g->out);
+        if (g->req.echo) {
+            for (uint32_t i = 0; i < g->n_choices; i++) {
+                ifd__choice_t *c = &g->ch[i];
+                ifd_oai_choice_t oc;
+                memset(&oc, 0, sizeof oc);
+                oc.index = c->index;
+                oc.text = g->echo[c->prompt];
+                oc.text_len = g->echo[c->prompt] ? g->echo_len[c->prompt] : 0;
+                if (oc.text_len)
+                    ifd_oai_stream_delta(&g->stream, &g->out, &oc);
+            }
+        }
+        ifd__flush(g);
+    }
+}
+
+/* ---- entry ------------------------------------------------------------------------------------ */
+
+void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r,
+                    ifd_oai_kind_t kind)
+{
+    ifd_gen_t *g = calloc(1, sizeof *g);
+    if (!g) {
+        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+        return;
+    }
+    g->api = api;
+    g->kind = kind;
+    g->t_arrival_ns = r->t_ns;
+    g->created = (int64_t)time(NULL);
+    ifd_arena_init(&g->arena, 0);
+    g->next = api->gens;
+    if (api->gens)
+        api->gens->prev = g;
+    api->gens = g;
+    ifd_oai_make_id(g->id, kind, ifd_api_random(api), ifd_api_random(api));
+    g->conn = c;
+
+    ifd_oai_error_t e;
+    memset(&e, 0, sizeof e);
+    int rc = kind == IFD_OAI_CHAT ? ifd_oai_parse_chat(&g->arena, r->body, r->body_len, &g->req, &e)
+                                  : ifd_oai_parse_completion(&g->arena, r->body, r->body_len,
+                                                             &g->req, &e);
+    if (rc) {
+        if (!e.status)
+            ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
+        g->conn = NULL;
+        ifd_api_error(c, &e, 0);
+        ifd__gen_free(g);
+        return;
+    }
+    ifd_oai_request_t *rq = &g->req;
+    g->n_prompts = kind == IFD_OAI_CHAT ? 1 : rq->n_prompts;
+    if (rq->model && strcmp(rq->model, api->model_id) != 0 &&
+        strcmp(rq->model, api->model_path) != 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "The model `%.200s` does not exist.", rq->model);
+        ifd__reject(g, 404, "model_not_found", "model", msg);
+        return;
+    }
+    if (rq->continue_final_message) {
+        ifd__reject(g, 400, "unsupported_parameter", "continue_final_message",
+                    "Unsupported parameter: 'continue_final_message' is not supported by this "
+                    "server.");
+        return;
+    }
+    if ((uint64_t)g->n_prompts * rq->n > IFD__MAX_CHOICES) {
+        ifd__reject(g, 400, "invalid_value", "n",
+                    "Too many choices: the number of prompts times 'n' must be at most 256.");
+        return;
+    }
+    char param[64], msg[256];
+    for (size_t i = 0; i < rq->n_logit_bias; i++) {
+        if (rq->logit_bias[i].id >= api->n_vocab) {
+            snprintf(msg, sizeof msg, "Invalid key in 'logit_bias': token id %d is not in the "
+                     "vocabulary (%d tokens).", rq->logit_bias[i].id, api->n_vocab);
+            ifd__reject(g, 400, "invalid_value", "logit_bias", msg);
+            return;
+        }
+    }
+    for (size_t i = 0; i < rq->n_stop_token_ids; i++) {
+        if (rq->stop_token_ids[i] >= api->n_vocab) {
+            snprintf(param, sizeof param, "stop_token_ids[%zu]", i);
+            snprintf(msg, sizeof msg, "Token id %d is not in the vocabulary (%d tokens).",
+                     rq->stop_token_ids[i], api->n_vocab);
+            ifd__reject(g, 400, "invalid_value", param, msg);
+            return;
+        }
+    }
+    for (size_t p = 0; kind == IFD_OAI_COMPLETION && p < g->n_prompts; p++) {
+        for (size_t i = 0; i < rq->prompts[p].n_tokens; i++) {
+            if (rq->prompts[p].tokens[i] >= api->n_vocab) {
+                if (g->n_prompts > 1)
+                    snprintf(param, sizeof param, "prompt[%zu][%zu]", p, i);
+                else
+                    snprintf(param, sizeof param, "prompt[%zu]", i);
+                snprintf(msg, sizeof msg, "Token id %d is not in the vocabulary (%d tokens).",
+                         rq->prompts[p].tokens[i], api->n_vocab);
+                ifd__reject(g, 400, "invalid_value", param, msg);
+                return;
+            }
+        }
+    }
+    if (rq->max_tokens > api->max_model_len) {
+        snprintf(msg, sizeof msg, "This model's maximum context length is %lld tokens, but "
+                 "max_tokens is %lld.", (long long)api->max_model_len,
+                 (long long)rq->max_tokens);
+        ifd__reject(g, 400, "context_length_exceeded", "max_tokens", msg);
+        return;
+    }
+    /* availability and admission, before any tokenizing */
+    if (api->draining) {
+        ifd__reject(g, 503, NULL, NULL, "The server is shutting down.");
+        return;
+    }
+    if (ifd_sup_all_failed(api->sup)) {
+        ifd__reject(g, 503, NULL, NULL,
+                    "No worker is available: they crashed repeatedly (see /health).");
+        return;
+    }
+    int64_t depth = api->n_tokenizing + ifd_router_queued(api->router);
+    if (depth >= api->cfg->max_queue) {
+        api->metrics->queue_rejected++;
+        ifd__reject(g, 503, NULL, NULL, "The server is busy: the request queue is full. "
+                                        "Retry later.");
+        return;
+    }
+    g->reserved = true;
+    api->n_tokenizing++;
+
+    g->ptoks = ifd_arena_calloc(&g->arena, g->n_prompts, sizeof *g->ptoks);
+    g->echo = ifd_arena_calloc(&g->arena, g->n_prompts, sizeof *g->echo);
+    g->echo_len = ifd_arena_calloc(&g->arena, g->n_prompts, sizeof *g->echo_len);
+    if (!g->ptoks || !g->echo || !g->echo_len) {
+        ifd__reject(g, 500, NULL, NULL, "Out of memory.");
+        return;
+    }
+    ifd_http_set_abort(c, ifd__abort_cb, g);
+    g->work.data = g;
+    rc = uv_queue_work(api->loop, &g->work, ifd__work_cb, ifd__after_work_cb);
+    if (rc) {
+        ifd__reject(g, 500, NULL, NULL, "The request could not be queued.");
+        return;
+    }
+    g->work_pending = true;
+}

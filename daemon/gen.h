@@ -1,0 +1,38 @@
+/*
+ * gen.h — one completion request (POST /v1/chat/completions or
+ * /v1/completions) from its body to its last byte.
+ *
+ * Life: parse and validate (proto/openai.h) → model check → admission (a
+ * place in the bounded queue is reserved before any tokenizing; 503 +
+ * Retry-After when max_queue is reached) → chat template + tokenize on the
+ * uv threadpool → context-length check (400 context_length_exceeded) → one
+ * router sequence per choice (n per prompt, seed + i when a seed is given)
+ * → tokens come back: detokenized incrementally (UTF-8 safe), stop strings
+ * matched on the text (and never returned; text that could still become a
+ * stop string is held back), logprobs collected → streamed as SSE chunks or
+ * gathered into one response with usage (cached_tokens from the prefix
+ * cache).
+ *
+ * Every failure before the first byte is an HTTP error; after a stream has
+ * started it is an error event followed by [DONE]. A client that goes away
+ * cancels every sequence of its request in the workers.
+ *
+ * Ownership: a request object owns its arena, detokenizers and buffers; it
+ * frees itself when its response is complete or its client is gone (never
+ * while a threadpool job of it is pending). Threading: loop thread, except
+ * the tokenizing job.
+ */
+#ifndef IFD_DAEMON_GEN_H
+#define IFD_DAEMON_GEN_H
+
+#include "api.h"
+
+/* Serves one completion request on c. Always answers (now or later). */
+void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r,
+                    ifd_oai_kind_t kind);
+
+/* Ends every request in progress (shutdown grace over): streams get an
+ * error event and [DONE], others a 503; their sequences are cancelled. */
+void ifd_gen_abort_all(ifd_api_t *api);
+
+#endif

@@ -1,0 +1,671 @@
+/*
+ * router.c — see router.h.
+ *
+ * Every live sequence is in the id hash (chained buckets) and in exactly
+ * one of: the queue (doubly linked, FIFO, resumed ones pushed to the
+ * front), a worker's list (dispatched), or "limbo" — taken out of both while
+ * its final callbacks run, so that a callback releasing it (or another
+ * sequence) never frees memory the caller is still walking. Only
+ * ifd__free_seq unlinks a sequence from the hash.
+ *
+ * ifd__pump is the only place that dispatches; it is not re-entered (a
+ * submit from inside one of its callbacks sets `repump`).
+ */
+#include "router.h"
+
+#include "error.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct ifd_rseq {
+    uint64_t id;
+    int32_t *tokens; /* prompt then generated */
+    uint32_t n_prompt, n_gen, cap;
+    ifd_wire_sampling_t sampling;
+    int32_t *stop_ids;
+    uint32_t n_stop_ids;
+    uint32_t max_tokens;
+    bool ignore_eos, use_cache;
+    int32_t priority;
+    const ifd_rseq_ops_t *ops;
+    void *owner; /* NULL once released */
+    int worker;  /* >= 0 while dispatched */
+    bool queued;
+    bool limbo;
+    bool dispatched_once;
+    bool cancel_sent;
+    ifd_rseq_t *qprev, *qnext;
+    ifd_rseq_t *wprev, *wnext;
+    ifd_rseq_t *hnext;
+};
+
+struct ifd_router {
+    ifd_router_params_t p;
+    int32_t *eog;
+    ifd_rseq_t **buckets;
+    size_t n_buckets;
+    int n_live;
+    ifd_rseq_t *qhead, *qtail;
+    int n_queued;
+    int n_dispatched;
+    int n_workers;
+    ifd_rseq_t **whead; /* per worker */
+    int *load;
+    uint64_t next_id;
+    int rr;
+    int block_size;
+    int32_t *probe;
+    size_t probe_cap;
+    int *scores;
+    bool stopping;
+    bool pumping, repump;
+};
+
+static void ifd__pump(ifd_router_t *r);
+
+uint64_t ifd_rseq_id(const ifd_rseq_t *s)
+{
+    return s->id;
+}
+
+const int32_t *ifd_rseq_tokens(const ifd_rseq_t *s, uint32_t *n_prompt, uint32_t *n_generated)
+{
+    if (n_prompt)
+        *n_prompt = s->n_prompt;
+    if (n_generated)
+        *n_generated = s->n_gen;
+    return s->tokens;
+}
+
+int ifd_rseq_worker(const ifd_rseq_t *s)
+{
+    return s->worker;
+}
+
+/* ---- hash ---------------------------------------------------------------------------- */
+
+static size_t ifd__bucket(const ifd_router_t *r, uint64_t id)
+{
+    uint64_t h = id * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 20) & (r->n_buckets - 1);
+}
+
+static ifd_rseq_t *ifd__find(const ifd_router_t *r, uint64_t id)
+{
+    for (ifd_rseq_t *s = r->buckets[ifd__bucket(r, id)]; s; s = s->hnext)
+        if (s->id == id)
+            return s;
+    return NULL;
+}
+
+static int ifd__hash_add(ifd_router_t *r, ifd_rseq_t *s)
+{
+    if ((size_t)r->n_live + 1 > r->n_buckets) {
+        size_t nb = r->n_buckets * 2;
+        ifd_rseq_t **b = calloc(nb, sizeof *b);
+        if (!b)
+            return IFD_ENOMEM;
+        ifd_rseq_t **old = r->buckets;
+        size_t on = r->n_buckets;
+        r->buckets = b;
+        r->n_buckets = nb;
+        for (size_t i = 0; i < on; i++) {
+            ifd_rseq_t *x = old[i];
+            while (x) {
+                ifd_rseq_t *next = x->hnext;
+                size_t k = ifd__bucket(r, x->id);
+                x->hnext = b[k];
+                b[k] = x;
+                x = next;
+            }
+        }
+        free(old);
+    }
+    size_t k = ifd__bucket(r, s->id);
+    s->hnext = r->buckets[k];
+    r->buckets[k] = s;
+    r->n_live++;
+    return 0;
+}
+
+static void ifd__free_seq(ifd_router_t *r, ifd_rseq_t *s)
+{
+    ifd_rseq_t **pp = &r->buckets[ifd__bucket(r, s->id)];
+    while (*pp && *pp != s)
+        pp = &(*pp)->hnext;
+    IFD_ASSERT(*pp == s);
+    *pp = s->hnext;
+    r->n_live--;
+    free(s->tokens);
+    free(s->stop_ids);
+    free(s->sampling.logit_bias);
+    free(s);
+}
+
+/* ---- lists ---------------------------------------------------------------------------- */
+
+static void ifd__q_unlink(ifd_router_t *r, ifd_rseq_t *s)
+{
+    IFD_ASSERT(s->queued);
+    if (s->qprev)
+        s->qprev->qnext = s->qnext;
+    else
+        r->qhead = s->qnext;
+    if (s->qnext)
+        s->qnext->qprev = s->qprev;
+    else
+        r->qtail = s->qprev;
+    s->qprev = s->qnext = NULL;
+    s->queued = false;
+    r->n_queued--;
+}
+
+static void ifd__q_push(ifd_router_t *r, ifd_rseq_t *s, bool front)
+{
+    s->queued = true;
+    if (front) {
+        s->qprev = NULL;
+        s->qnext = r->qhead;
+        if (r->qhead)
+            r->qhead->qprev = s;
+        else
+            r->qtail = s;
+        r->qhead = s;
+    } else {
+        s->qnext = NULL;
+        s->qprev = r->qtail;
+        if (r->qtail)
+            r->qtail->qnext = s;
+        else
+            r->qhead = s;
+        r->qtail = s;
+    }
+    r->n_queued++;
+}
+
+static void ifd__w_unlink(ifd_router_t *r, ifd_rseq_t *s)
+{
+    int w = s->worker;
+    IFD_ASSERT(w >= 0);
+    if (s->wprev)
+        s->wprev->wnext = s->wnext;
+    else
+        r->whead[w] = s->wnext;
+    if (s->wnext)
+        s->wnext->wprev = s->wprev;
+    s->wprev = s->wnext = NULL;
+    s->worker = -1;
+    r->load[w]--;
+    r->n_dispatched--;
+}
+
+static void ifd__w_link(ifd_router_t *r, ifd_rseq_t *s, int w)
+{
+    s->worker = w;
+    s->wprev = NULL;
+    s->wnext = r->whead[w];
+    if (r->whead[w])
+        r->whead[w]->wprev = s;
+    r->whead[w] = s;
+    r->load[w]++;
+    r->n_dispatched++;
+}
+
+/* ---- create / destroy ----------------------------------------------------------------- */
+
+int ifd_router_create(ifd_router_t **out, const ifd_router_params_t *p)
+{
+    ifd_router_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return IFD_ENOMEM;
+    r->p = *p;
+    r->n_workers = ifd_sup_n_workers(p->sup);
+    r->n_buckets = 1024;
+    r->buckets = calloc(r->n_buckets, sizeof *r->buckets);
+    r->whead = calloc((size_t)r->n_workers, sizeof *r->whead);
+    r->load = calloc((size_t)r->n_workers, sizeof *r->load);
+    r->scores = calloc((size_t)r->n_workers, sizeof *r->scores);
+    r->eog = p->n_eog_ids ? malloc(p->n_eog_ids * sizeof *r->eog) : NULL;
+    if (!r->buckets || !r->whead || !r->load || !r->scores || (p->n_eog_ids && !r->eog)) {
+        ifd_router_destroy(r);
+        return IFD_ENOMEM;
+    }
+    if (p->n_eog_ids)
+        memcpy(r->eog, p->eog_ids, p->n_eog_ids * sizeof *r->eog);
+    r->p.eog_ids = r->eog;
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(p->pool, &g);
+    r->block_size = g.block_size > 0 ? g.block_size : 16;
+    r->next_id = 1;
+    *out = r;
+    return 0;
+}
+
+void ifd_router_destroy(ifd_router_t *r)
+{
+    if (!r)
+        return;
+    if (r->buckets) {
+        for (size_t i = 0; i < r->n_buckets; i++) {
+            ifd_rseq_t *s = r->buckets[i];
+            while (s) {
+                ifd_rseq_t *next = s->hnext;
+                free(s->tokens);
+                free(s->stop_ids);
+                free(s->sampling.logit_bias);
+                free(s);
+                s = next;
+            }
+        }
+    }
+    free(r->buckets);
+    free(r->whead);
+    free(r->load);
+    free(r->scores);
+    free(r->eog);
+    free(r->probe);
+    free(r);
+}
+
+void ifd_router_set_slack(ifd_router_t *r, int route_slack)
+{
+    r->p.route_slack = route_slack;
+}
+
+/* ---- submit / release --------------------------------------------------------------------- */
+
+int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rseq_ops_t *ops,
+                      void *owner, ifd_rseq_t **out)
+{
+    if (!p->prompt || p->n_prompt < 1 || p->max_tokens < 1 ||
+        (uint64_t)p->n_prompt + p->max_tokens > IFD_WIRE_MAX_TOKENS || !ops || !owner)
+        return IFD_EINVAL;
+    ifd_rseq_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return IFD_ENOMEM;
+    s->cap = p->n_prompt + (p->max_tokens < 64 ? p->max_tokens : 64);
+    s->tokens = malloc(s->cap * sizeof *s->tokens);
+    s->sampling = p->sampling;
+    s->sampling.logit_bias = NULL;
+    if (p->sampling.n_logit_bias) {
+        s->sampling.logit_bias = malloc(p->sampling.n_logit_bias * sizeof *p->sampling.logit_bias);
+        if (s->sampling.logit_bias)
+            memcpy(s->sampling.logit_bias, p->sampling.logit_bias,
+                   p->sampling.n_logit_bias * sizeof *p->sampling.logit_bias);
+    }
+    if (p->n_stop_ids) {
+        s->stop_ids = malloc(p->n_stop_ids * sizeof *s->stop_ids);
+        if (s->stop_ids)
+            memcpy(s->stop_ids, p->stop_ids, p->n_stop_ids * sizeof *s->stop_ids);
+    }
+    if (!s->tokens || (p->sampling.n_logit_bias && !s->sampling.logit_bias) ||
+        (p->n_stop_ids && !s->stop_ids)) {
+        free(s->tokens);
+        free(s->stop_ids);
+        free(s->sampling.logit_bias);
+        free(s);
+        return IFD_ENOMEM;
+    }
+    memcpy(s->tokens, p->prompt, p->n_prompt * sizeof *s->tokens);
+    s->n_prompt = p->n_prompt;
+    s->n_stop_ids = p->n_stop_ids;
+    s->max_tokens = p->max_tokens;
+    s->ignore_eos = p->ignore_eos;
+    s->use_cache = p->use_cache;
+    s->priority = p->priority;
+    s->ops = ops;
+    s->owner = owner;
+    s->worker = -1;
+    s->id = r->next_id++;
+    if (ifd__hash_add(r, s)) {
+        free(s->tokens);
+        free(s->stop_ids);
+        free(s->sampling.logit_bias);
+        free(s);
+        return IFD_ENOMEM;
+    }
+    ifd__q_push(r, s, false);
+    *out = s;
+    ifd__pump(r);
+    return 0;
+}
+
+void ifd_router_release(ifd_router_t *r, ifd_rseq_t *s)
+{
+    if (!s)
+        return;
+    s->owner = NULL;
+    if (s->limbo)
+        return; /* freed by whoever put it in limbo */
+    if (s->worker >= 0) {
+        if (!s->cancel_sent) {
+            s->cancel_sent = true;
+            ifd_wire_msg_t m = {.type = IFD_WIRE_CANCEL};
+            m.u.cancel.id = s->id;
+            if (ifd_sup_send(r->p.sup, s->worker, &m) != 0)
+                IFD_DEBUG("router: cancel of %llu not sent (worker gone)",
+                          (unsigned long long)s->id);
+        }
+        return; /* freed when FINISHED comes (or the worker dies) */
+    }
+    if (s->queued)
+        ifd__q_unlink(r, s);
+    ifd__free_seq(r, s);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------ */
+
+static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
+{
+    int n_cand = 0, only = -1;
+    for (int w = 0; w < r->n_workers; w++) {
+        const ifd_worker_info_t *wi = ifd_sup_worker(r->p.sup, w);
+        r->scores[w] = -1;
+        if (wi->state != IFD_W_READY || (uint32_t)r->load[w] >= wi->max_seqs)
+            continue;
+        r->scores[w] = 0;
+        n_cand++;
+        only = w;
+    }
+    if (n_cand <= 1)
+        return only;
+    /* prefix-aware: count the cached leading blocks on each worker's device */
+    uint32_t n_tok = s->n_prompt + s->n_gen;
+    int max_blocks = n_tok > 1 ? (int)((n_tok - 1) / (uint32_t)r->block_size) : 0;
+    if (max_blocks > 0 && s->use_cache) {
+        if ((size_t)max_blocks > r->probe_cap) {
+            int32_t *pb = realloc(r->probe, (size_t)max_blocks * sizeof *pb);
+            if (pb) {
+                r->probe = pb;
+                r->probe_cap = (size_t)max_blocks;
+            }
+        }
+        if ((size_t)max_blocks <= r->probe_cap) {
+            int got = ifd_kvpool_probe(r->p.pool, 0, s->tokens, (int)n_tok - 1, r->probe,
+                                       max_blocks);
+            for (int b = 0; b < got; b++) {
+                int dev = ifd_kvpool_block_device(r->p.pool, r->probe[b]);
+                for (int w = 0; w < r->n_workers; w++)
+                    if (r->scores[w] >= 0 && ifd_sup_worker(r->p.sup, w)->kv_device == dev)
+                        r->scores[w]++;
+            }
+        }
+    }
+    int least = -1, best = -1;
+    for (int k = 0; k < r->n_workers; k++) {
+        int w = (r->rr + k) % r->n_workers;
+        if (r->scores[w] < 0)
+            continue;
+        if (least < 0 || r->load[w] < r->load[least])
+            least = w;
+        if (best < 0 || r->scores[w] > r->scores[best] ||
+            (r->scores[w] == r->scores[best] && r->load[w] < r->load[best]))
+            best = w;
+    }
+    int pick = least;
+    if (best >= 0 && r->scores[best] > 0 && r->load[best] <= r->load[least] + r->p.route_slack)
+        pick = best;
+    r->rr = (pick + 1) % r->n_workers;
+    return pick;
+}
+
+static int ifd__send_add(ifd_router_t *r, ifd_rseq_t *s, int w)
+{
+    ifd_wire_msg_t m = {.type = IFD_WIRE_ADD};
+    ifd_wire_add_t *a = &m.u.add;
+    a->id = s->id;
+    a->tokens = s->tokens;
+    a->n_tokens = s->n_prompt + s->n_gen;
+    a->n_generated = s->n_gen;
+    a->sampling = s->sampling;
+    a->stop_ids = s->stop_ids;
+    a->n_stop_ids = s->n_stop_ids;
+    a->max_tokens = s->max_tokens;
+    a->ignore_eos = s->ignore_eos;
+    a->priority = s->priority;
+    a->use_cache = s->use_cache;
+    return ifd_sup_send(r->p.sup, w, &m);
+}
+
+static void ifd__pump(ifd_router_t *r)
+{
+    if (r->pumping) {
+        r->repump = true;
+        return;
+    }
+    r->pumping = true;
+    do {
+        r->repump = false;
+        while (r->qhead) {
+            ifd_rseq_t *s = r->qhead;
+            int w = ifd__choose(r, s);
+            if (w < 0)
+                break;
+            int rc = ifd__send_add(r, s, w);
+            if (rc == IFD_EINVAL) {
+                /* cannot be encoded: fail it rather than loop */
+                ifd__q_unlink(r, s);
+                s->limbo = true;
+                ifd_wire_finished_t f = {s->id, IFD_WIRE_FINISH_ERROR, -1, s->n_prompt, s->n_gen,
+                                         0};
+                if (s->owner && s->ops->on_error)
+                    s->ops->on_error(s->owner, s, IFD_EINVAL, "the request could not be sent");
+                if (s->owner)
+                    s->ops->on_finished(s->owner, s, &f);
+                ifd__free_seq(r, s);
+                continue;
+            }
+            if (rc) {
+                IFD_WARN("router: worker %d cannot take requests: %s", w, ifd_strerror(rc));
+                ifd_sup_kill(r->p.sup, w, "its socket failed");
+                continue; /* it is no longer READY */
+            }
+            ifd__q_unlink(r, s);
+            ifd__w_link(r, s, w);
+            if (!s->dispatched_once) {
+                s->dispatched_once = true;
+                if (s->owner && s->ops->on_dispatched)
+                    s->ops->on_dispatched(s->owner, s);
+            }
+        }
+    } while (r->repump);
+    r->pumping = false;
+}
+
+/* ---- worker events -------------------------------------------------------------------------- */
+
+void ifd_router_on_ready(ifd_router_t *r, int w)
+{
+    (void)w;
+    ifd__pump(r);
+}
+
+static int ifd__append(ifd_rseq_t *s, int32_t tok)
+{
+    uint32_t n = s->n_prompt + s->n_gen;
+    if (n == s->cap) {
+        uint32_t cap = s->cap * 2;
+        int32_t *t = realloc(s->tokens, cap * sizeof *t);
+        if (!t)
+            return IFD_ENOMEM;
+        s->tokens = t;
+        s->cap = cap;
+    }
+    s->tokens[n] = tok;
+    s->n_gen++;
+    return 0;
+}
+
+/* Finishes a sequence taken out of every list (limbo) and frees it. */
+static void ifd__finish(ifd_router_t *r, ifd_rseq_t *s, const ifd_wire_finished_t *f,
+                        int err, const char *msg)
+{
+    s->limbo = true;
+    if (err && s->owner && s->ops->on_error)
+        s->ops->on_error(s->owner, s, err, msg);
+    if (s->owner)
+        s->ops->on_finished(s->owner, s, f);
+    ifd__free_seq(r, s);
+}
+
+void ifd_router_on_message(ifd_router_t *r, int w, const ifd_wire_msg_t *m)
+{
+    switch (m->type) {
+    case IFD_WIRE_TOKENS:
+        for (uint32_t i = 0; i < m->u.tokens.n_events; i++) {
+            const ifd_wire_token_t *ev = &m->u.tokens.events[i];
+            ifd_rseq_t *s = ifd__find(r, ev->id);
+            if (!s || s->worker != w || s->limbo)
+                continue;
+            if (ifd__append(s, ev->token)) {
+                IFD_ERROR("router: out of memory for tokens of %llu", (unsigned long long)s->id);
+                continue;
+            }
+            if (s->owner && s->ops->on_token)
+                s->ops->on_token(s->owner, s, ev);
+        }
+        break;
+    case IFD_WIRE_ERROR: {
+        ifd_rseq_t *s = ifd__find(r, m->u.error.id);
+        if (s && s->worker == w && s->owner && s->ops->on_error)
+            s->ops->on_error(s->owner, s, m->u.error.code,
+                             m->u.error.message ? m->u.error.message : "worker error");
+        break;
+    }
+    case IFD_WIRE_FINISHED: {
+        ifd_rseq_t *s = ifd__find(r, m->u.finished.id);
+        if (!s || s->worker != w || s->limbo)
+            break;
+        ifd__w_unlink(r, s);
+        ifd__finish(r, s, &m->u.finished, 0, NULL);
+        ifd__pump(r);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static bool ifd__has(const int32_t *v, uint32_t n, int32_t x)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == x)
+            return true;
+    return false;
+}
+
+static int ifd__cmp_id(const void *a, const void *b)
+{
+    uint64_t x = (*(ifd_rseq_t *const *)a)->id, y = (*(ifd_rseq_t *const *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+void ifd_router_on_lost(ifd_router_t *r, int w)
+{
+    int n = r->load[w];
+    if (n == 0) {
+        ifd__pump(r);
+        return;
+    }
+    ifd_rseq_t **v = malloc((size_t)n * sizeof *v);
+    int k = 0;
+    while (r->whead[w]) {
+        ifd_rseq_t *s = r->whead[w];
+        ifd__w_unlink(r, s);
+        s->limbo = true;
+        s->cancel_sent = false;
+        if (v)
+            v[k++] = s;
+        else
+            ifd__finish(r, s, &(ifd_wire_finished_t){s->id, IFD_WIRE_FINISH_ERROR, -1,
+                                                     s->n_prompt, s->n_gen, 0},
+                        IFD_ENOMEM, "out of memory");
+    }
+    if (v)
+        qsort(v, (size_t)k, sizeof *v, ifd__cmp_id);
+    int resumed = 0;
+    /* finish what is over, collect the rest in id order */
+    for (int i = 0; i < k; i++) {
+        ifd_rseq_t *s = v[i];
+        ifd_wire_finished_t f = {s->id, IFD_WIRE_FINISH_ERROR, -1, s->n_prompt, s->n_gen, 0};
+        int32_t last = s->n_gen ? s->tokens[s->n_prompt + s->n_gen - 1] : -1;
+        if (!s->owner) {
+            ifd__free_seq(r, s);
+            v[i] = NULL;
+        } else if (s->n_gen >= s->max_tokens) {
+            f.reason = IFD_WIRE_FINISH_LENGTH;
+            ifd__finish(r, s, &f, 0, NULL);
+            v[i] = NULL;
+        } else if (s->n_gen && (ifd__has(s->stop_ids, s->n_stop_ids, last) ||
+                                (!s->ignore_eos && ifd__has(r->eog, r->p.n_eog_ids, last)))) {
+            f.reason = IFD_WIRE_FINISH_STOP;
+            f.stop_token = last;
+            ifd__finish(r, s, &f, 0, NULL);
+            v[i] = NULL;
+        } else if (r->stopping) {
+            ifd__finish(r, s, &f, IFD_ECLOSED, "the server is shutting down");
+            v[i] = NULL;
+        }
+    }
+    /* requeue at the front, keeping their order; owners may have released
+     * some of them from inside the callbacks above */
+    for (int i = k - 1; i >= 0; i--) {
+        ifd_rseq_t *s = v[i];
+        if (!s)
+            continue;
+        s->limbo = false;
+        if (!s->owner) {
+            ifd__free_seq(r, s);
+            continue;
+        }
+        ifd__q_push(r, s, true);
+        resumed++;
+    }
+    free(v);
+    if (resumed) {
+        IFD_WARN("router: resuming %d sequences of worker %d elsewhere", resumed, w);
+        if (r->p.metrics)
+            r->p.metrics->worker_redispatched += (uint64_t)resumed;
+    }
+    ifd_router_on_failed(r); /* fails the queue if nobody is left */
+    ifd__pump(r);
+}
+
+void ifd_router_on_failed(ifd_router_t *r)
+{
+    if (!ifd_sup_all_failed(r->p.sup))
+        return;
+    while (r->qhead) {
+        ifd_rseq_t *s = r->qhead;
+        ifd__q_unlink(r, s);
+        ifd_wire_finished_t f = {s->id, IFD_WIRE_FINISH_ERROR, -1, s->n_prompt, s->n_gen, 0};
+        ifd__finish(r, s, &f, IFD_ENODEV, "no worker is available (crash loop)");
+    }
+}
+
+void ifd_router_stopping(ifd_router_t *r)
+{
+    r->stopping = true;
+}
+
+int ifd_router_queued(const ifd_router_t *r)
+{
+    return r->n_queued;
+}
+
+int ifd_router_dispatched(const ifd_router_t *r)
+{
+    return r->n_dispatched;
+}
+
+int ifd_router_live(const ifd_router_t *r)
+{
+    return r->n_live;
+}
+
+int ifd_router_worker_load(const ifd_router_t *r, int w)
+{
+    return w >= 0 && w < r->n_workers ? r->load[w] : 0;
+}

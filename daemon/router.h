@@ -1,0 +1,117 @@
+/*
+ * router.h — sequences, the router's queue and dispatch to workers.
+ *
+ * A sequence (ifd_rseq_t) is one generation: one choice of one prompt of
+ * an API request. The router gives it a unique id, queues it, sends it to a
+ * worker as an ADD frame when one has room (a READY worker running fewer
+ * than its max_seqs sequences), and hands the worker's TOKENS / ERROR /
+ * FINISHED events for it to its owner through ifd_rseq_ops_t.
+ *
+ * Routing: the prompt is probed in the KV pool's prefix index
+ * (ifd_kvpool_probe, no references taken); among the workers with room,
+ * the one whose device holds the longest cached prefix wins unless it runs
+ * more than route_slack sequences beyond the least-loaded one, which then
+ * wins instead (ties: the lowest load, then round robin).
+ *
+ * Resumption: the router keeps every token streamed for a sequence. When
+ * its worker dies, the sequence goes back to the front of the queue and is
+ * re-sent (to any worker) as an ADD of prompt + streamed tokens with
+ * n_generated set, so the owner sees the stream continue with no gap and no
+ * duplicate (and, with the same seed, the same tokens). A sequence whose
+ * last streamed token already ended it (max_tokens reached, a stop id) is
+ * finished locally instead.
+ *
+ * Ownership: sequences belong to the router. The owner holds a pointer from
+ * submit until on_finished returns or until it calls ifd_router_release
+ * (after which no callback comes; a sequence still running in a worker is
+ * cancelled there and freed when its FINISHED arrives). Callbacks may call
+ * ifd_router_release on any sequence and ifd_router_submit; they must not
+ * free the router. Threading: loop thread only.
+ */
+#ifndef IFD_DAEMON_ROUTER_H
+#define IFD_DAEMON_ROUTER_H
+
+#include "kvpool.h"
+#include "metrics.h"
+#include "supervisor.h"
+#include "wire.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ifd_router ifd_router_t;
+typedef struct ifd_rseq ifd_rseq_t;
+
+typedef struct {
+    /* one token of this sequence (already appended to its tokens) */
+    void (*on_token)(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev);
+    /* the worker reported an error for it; on_finished follows */
+    void (*on_error)(void *owner, ifd_rseq_t *s, int code, const char *message);
+    /* the last callback; the sequence is freed when it returns */
+    void (*on_finished)(void *owner, ifd_rseq_t *s, const ifd_wire_finished_t *f);
+    /* sent to a worker (the first time) */
+    void (*on_dispatched)(void *owner, ifd_rseq_t *s);
+} ifd_rseq_ops_t;
+
+typedef struct {
+    const int32_t *prompt; /* copied */
+    uint32_t n_prompt;     /* >= 1 */
+    ifd_wire_sampling_t sampling; /* logit_bias copied */
+    const int32_t *stop_ids; /* extra stop ids (copied); EOS is the worker's */
+    uint32_t n_stop_ids;
+    uint32_t max_tokens; /* >= 1 */
+    bool ignore_eos;
+    bool use_cache;
+    int32_t priority;
+} ifd_rseq_params_t;
+
+typedef struct {
+    ifd_kvpool_t *pool;
+    ifd_sup_t *sup;
+    ifd_metrics_t *metrics;
+    const int32_t *eog_ids; /* the model's end-of-generation ids (copied) */
+    uint32_t n_eog_ids;
+    int route_slack;
+} ifd_router_params_t;
+
+/* 0, IFD_ENOMEM. */
+int ifd_router_create(ifd_router_t **out, const ifd_router_params_t *p);
+/* Frees every sequence (no callbacks) and the router. */
+void ifd_router_destroy(ifd_router_t *r);
+
+void ifd_router_set_slack(ifd_router_t *r, int route_slack);
+
+/* Queues a new sequence and dispatches what can be. 0 with *out set,
+ * IFD_EINVAL (bad params), IFD_ENOMEM. */
+int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rseq_ops_t *ops,
+                      void *owner, ifd_rseq_t **out);
+
+/* The owner is done with s (see above). */
+void ifd_router_release(ifd_router_t *r, ifd_rseq_t *s);
+
+/* Read-only views of a sequence. */
+uint64_t ifd_rseq_id(const ifd_rseq_t *s);
+const int32_t *ifd_rseq_tokens(const ifd_rseq_t *s, uint32_t *n_prompt, uint32_t *n_generated);
+int ifd_rseq_worker(const ifd_rseq_t *s); /* -1 when queued */
+
+/* Hooks for the supervisor's callbacks (main wires them). */
+void ifd_router_on_ready(ifd_router_t *r, int w);
+void ifd_router_on_message(ifd_router_t *r, int w, const ifd_wire_msg_t *m);
+void ifd_router_on_lost(ifd_router_t *r, int w);
+/* A worker entered FAILED: when none can serve any more, queued sequences
+ * fail (on_error + on_finished with reason error). */
+void ifd_router_on_failed(ifd_router_t *r);
+
+/* Shutting down: sequences of workers that die from now on are not resumed
+ * but finished with an error. */
+void ifd_router_stopping(ifd_router_t *r);
+
+/* Sequences waiting in the queue / dispatched / alive in all (released
+ * ones still running in a worker included). */
+int ifd_router_queued(const ifd_router_t *r);
+int ifd_router_dispatched(const ifd_router_t *r);
+int ifd_router_live(const ifd_router_t *r);
+/* Sequences dispatched to worker w. */
+int ifd_router_worker_load(const ifd_router_t *r, int w);
+
+#endif

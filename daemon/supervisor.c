@@ -1,0 +1,718 @@
+/*
+ * supervisor.c — see supervisor.h.
+ *
+ * Per worker slot: an embedded uv_timer (start timeout, restart back-off,
+ * kill grace) that lives as long as the supervisor, and per run of the
+ * process a uv_process_t and a uv_pipe_t (the router's end of the
+ * socketpair). A run ends when the process has exited AND both per-run
+ * handles are closed; only then may the slot be respawned (libuv handles
+ * cannot be re-initialised while closing). `lost` makes on_lost fire once
+ * per run, whichever comes first: EOF, a framing error, a kill, the exit.
+ * Pool references are reclaimed in the exit callback only: a process that
+ * is still alive might still write into its blocks.
+ */
+#include "supervisor.h"
+
+#include "error.h"
+#include "fdpass.h"
+#include "log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define IFD__CRASH_RING 1024
+
+typedef struct {
+    ifd_worker_info_t info;
+    ifd_sup_t *sup;
+    int idx;
+    uv_process_t proc;
+    uv_pipe_t pipe;
+    uv_timer_t timer;
+    bool proc_active; /* spawned, not yet closed */
+    bool proc_exited;
+    bool pipe_active; /* initialised, not yet closed */
+    bool pipe_open;   /* readable and writable */
+    bool lost;        /* on_lost called for this run */
+    bool respawn_pending;
+    ifd_wire_reader_t rd;
+    uint64_t ping_seq;
+    uint64_t ping_sent_ms;
+    bool ping_out;
+    uint64_t run_start_ms;
+    int crashes_in_row;
+    uint64_t crash_ms[IFD__CRASH_RING];
+    uint64_t n_crash_ms;
+} ifd__worker_t;
+
+struct ifd_sup {
+    uv_loop_t *loop;
+    ifd_sup_params_t p;
+    char *binary, *model, *level;
+    ifd_sup_callbacks_t cb;
+    ifd_metrics_t *metrics;
+    ifd__worker_t *w;
+    int n;
+    uv_timer_t ping_timer;
+    bool stopping;
+    bool destroying;
+    bool stopped_reported;
+    int open_handles;
+};
+
+typedef struct {
+    uv_write_t req;
+    size_t len;
+    char data[];
+} ifd__wreq_t;
+
+static void ifd__spawn(ifd__worker_t *w);
+static void ifd__lose(ifd__worker_t *w, const char *why);
+
+const char *ifd_worker_state_name(ifd_worker_state_t s)
+{
+    switch (s) {
+    case IFD_W_STARTING: return "starting";
+    case IFD_W_READY: return "ready";
+    case IFD_W_DOWN: return "restarting";
+    case IFD_W_FAILED: return "failed";
+    case IFD_W_STOPPING: return "stopping";
+    case IFD_W_STOPPED: return "stopped";
+    }
+    return "?";
+}
+
+static uint64_t ifd__ms(const ifd_sup_t *s, double secs)
+{
+    (void)s;
+    return secs <= 0 ? 0 : (uint64_t)(secs * 1000.0 + 0.5);
+}
+
+/* ---- handle bookkeeping ---------------------------------------------------------- */
+
+static void ifd__maybe_free(ifd_sup_t *s)
+{
+    if (!s->destroying || s->open_handles > 0)
+        return;
+    for (int i = 0; i < s->n; i++)
+        ifd_wire_reader_close(&s->w[i].rd);
+    free(s->w);
+    free(s->binary);
+    free(s->model);
+    free(s->level);
+    free(s);
+}
+
+static void ifd__check_stopped(ifd_sup_t *s)
+{
+    if (!s->stopping || s->stopped_reported)
+        return;
+    for (int i = 0; i < s->n; i++)
+        if (s->w[i].proc_active || s->w[i].pipe_active)
+            return;
+    s->stopped_reported = true;
+    if (s->cb.on_stopped)
+        s->cb.on_stopped(s->cb.ctx);
+}
+
+static void ifd__handle_closed(uv_handle_t *h)
+{
+    ifd_sup_t *s = h->data;
+    s->open_handles--;
+    ifd__maybe_free(s);
+}
+
+static void ifd__pipe_closed(uv_handle_t *h)
+{
+    ifd__worker_t *w = h->data;
+    ifd_sup_t *s = w->sup;
+    w->pipe_active = false;
+    s->open_handles--;
+    if (s->destroying) {
+        ifd__maybe_free(s);
+        return;
+    }
+    if (w->respawn_pending && !w->proc_active) {
+        w->respawn_pending = false;
+        ifd__spawn(w);
+    }
+    ifd__check_stopped(s);
+}
+
+static void ifd__proc_closed(uv_handle_t *h)
+{
+    ifd__worker_t *w = h->data;
+    ifd_sup_t *s = w->sup;
+    w->proc_active = false;
+    s->open_handles--;
+    if (s->destroying) {
+        ifd__maybe_free(s);
+        return;
+    }
+    if (w->respawn_pending && !w->pipe_active) {
+        w->respawn_pending = false;
+        ifd__spawn(w);
+    }
+    ifd__check_stopped(s);
+}
+
+static void ifd__close_pipe(ifd__worker_t *w)
+{
+    if (!w->pipe_active || uv_is_closing((uv_handle_t *)&w->pipe))
+        return;
+    w->pipe_open = false;
+    uv_close((uv_handle_t *)&w->pipe, ifd__pipe_closed);
+}
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+static void ifd__write_cb(uv_write_t *req, int status)
+{
+    (void)status; /* a failed write shows up as EOF/exit too */
+    free(req);
+}
+
+int ifd_sup_send(ifd_sup_t *s, int wi, const ifd_wire_msg_t *m)
+{
+    if (wi < 0 || wi >= s->n)
+        return IFD_EINVAL;
+    ifd__worker_t *w = &s->w[wi];
+    if (!w->pipe_open)
+        return IFD_ECLOSED;
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = ifd_wire_encode(&b, m);
+    if (rc) {
+        IFD_ERROR("worker %d: encoding a %s frame: %s", wi, ifd_wire_type_name(m->type),
+                  ifd_strerror(rc));
+        ifd_buf_free(&b);
+        return rc == IFD_ENOMEM ? rc : IFD_EINVAL;
+    }
+    ifd__wreq_t *r = malloc(sizeof *r + b.len);
+    if (!r) {
+        ifd_buf_free(&b);
+        return IFD_ENOMEM;
+    }
+    r->len = b.len;
+    memcpy(r->data, b.data, b.len);
+    ifd_buf_free(&b);
+    uv_buf_t ub = uv_buf_init(r->data, (unsigned)r->len);
+    rc = uv_write(&r->req, (uv_stream_t *)&w->pipe, &ub, 1, ifd__write_cb);
+    if (rc < 0) {
+        free(r);
+        return IFD_ECLOSED;
+    }
+    return 0;
+}
+
+/* ---- reading ------------------------------------------------------------------------ */
+
+static void ifd__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    ifd__worker_t *w = h->data;
+    size_t avail = 0;
+    void *p = ifd_wire_reader_prepare(&w->rd, 65536, &avail);
+    *buf = uv_buf_init(p, p ? (unsigned)avail : 0);
+}
+
+static void ifd__on_ready(ifd__worker_t *w, const ifd_wire_ready_t *r)
+{
+    ifd_sup_t *s = w->sup;
+    if (w->info.state != IFD_W_STARTING) {
+        IFD_WARN("worker %d: unexpected READY", w->idx);
+        return;
+    }
+    uv_timer_stop(&w->timer);
+    w->info.state = IFD_W_READY;
+    w->info.max_seqs = r->max_seqs ? r->max_seqs : 1;
+    w->info.n_ctx = r->n_ctx;
+    snprintf(w->info.device_name, sizeof w->info.device_name, "%s",
+             r->device_name ? r->device_name : "");
+    w->run_start_ms = uv_now(s->loop);
+    w->ping_out = false;
+    IFD_INFO("worker %d (pid %d) ready: %s, %s, max %u sequences", w->idx, w->info.pid,
+             r->model_name ? r->model_name : "?", w->info.device_name, w->info.max_seqs);
+    if (s->cb.on_ready)
+        s->cb.on_ready(s->cb.ctx, w->idx);
+}
+
+static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    ifd__worker_t *w = st->data;
+    ifd_sup_t *s = w->sup;
+    if (nread < 0) {
+        if (!s->stopping)
+            IFD_WARN("worker %d (pid %d): connection lost: %s", w->idx, w->info.pid,
+                     nread == UV_EOF ? "end of stream" : uv_strerror((int)nread));
+        ifd__close_pipe(w);
+        ifd__lose(w, NULL);
+        return;
+    }
+    if (nread == 0)
+        return;
+    if (ifd_wire_reader_commit(&w->rd, (size_t)nread) < 0) {
+        IFD_ERROR("worker %d: broken frames: %s", w->idx, ifd_wire_reader_error(&w->rd));
+        ifd_sup_kill(s, w->idx, "broken frames");
+        return;
+    }
+    for (;;) {
+        if (!w->pipe_open)
+            return; /* killed while handling a frame */
+        ifd_wire_msg_t m;
+        int rc = ifd_wire_reader_next_msg(&w->rd, &m);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            IFD_ERROR("worker %d: bad frame: %s", w->idx, ifd_wire_reader_error(&w->rd));
+            if (w->rd.err) {
+                ifd_sup_kill(s, w->idx, "broken frames");
+                return;
+            }
+            continue;
+        }
+        switch (m.type) {
+        case IFD_WIRE_READY:
+            ifd__on_ready(w, &m.u.ready);
+            break;
+        case IFD_WIRE_STATS:
+            if (w->ping_out && m.u.stats.seq == w->ping_seq)
+                w->ping_out = false;
+            w->info.stats = m.u.stats;
+            w->info.has_stats = true;
+            break;
+        case IFD_WIRE_ERROR:
+            if (m.u.error.id == 0) {
+                IFD_ERROR("worker %d: %s (%s)", w->idx,
+                          m.u.error.message ? m.u.error.message : "",
+                          ifd_err_name(m.u.error.code));
+                break;
+            }
+            /* fall through */
+        case IFD_WIRE_TOKENS:
+        case IFD_WIRE_FINISHED:
+            if (w->info.state == IFD_W_READY || w->info.state == IFD_W_STOPPING)
+                if (s->cb.on_message)
+                    s->cb.on_message(s->cb.ctx, w->idx, &m);
+            break;
+        default:
+            IFD_WARN("worker %d: unexpected %s frame", w->idx, ifd_wire_type_name(m.type));
+            break;
+        }
+        ifd_wire_msg_free(&m);
+    }
+}
+
+/* ---- death and restart ---------------------------------------------------------------- */
+
+static void ifd__timer_restart_cb(uv_timer_t *t)
+{
+    ifd__worker_t *w = t->data;
+    if (w->sup->stopping || w->sup->destroying)
+        return;
+    if (w->proc_active || w->pipe_active) {
+        w->respawn_pending = true; /* when the old handles are closed */
+        return;
+    }
+    ifd__spawn(w);
+}
+
+static void ifd__lose(ifd__worker_t *w, const char *why)
+{
+    ifd_sup_t *s = w->sup;
+    if (w->lost)
+        return;
+    w->lost = true;
+    if (w->info.state == IFD_W_READY || w->info.state == IFD_W_STARTING)
+        w->info.state = IFD_W_DOWN; /* no longer serving, whatever comes next */
+    if (why)
+        IFD_WARN("worker %d (pid %d): %s", w->idx, w->info.pid, why);
+    if (s->cb.on_lost)
+        s->cb.on_lost(s->cb.ctx, w->idx);
+}
+
+/* The process is gone (exit callback or failed spawn): restart or give up. */
+static void ifd__after_exit(ifd__worker_t *w)
+{
+    ifd_sup_t *s = w->sup;
+    if (s->stopping || s->destroying) {
+        w->info.state = IFD_W_STOPPED;
+        return;
+    }
+    uint64_t now = uv_now(s->loop);
+    w->info.crashes++;
+    if (s->metrics)
+        s->metrics->worker_crashes++;
+    if (w->run_start_ms && now - w->run_start_ms > ifd__ms(s, s->p.crash_loop_window_s))
+        w->crashes_in_row = 0;
+    w->crashes_in_row++;
+    w->crash_ms[w->n_crash_ms++ % IFD__CRASH_RING] = now;
+    int recent = 0;
+    uint64_t window = ifd__ms(s, s->p.crash_loop_window_s);
+    for (uint64_t i = 0; i < w->n_crash_ms && i < IFD__CRASH_RING; i++)
+        if (now - w->crash_ms[i] <= window)
+            recent++;
+    if (recent >= s->p.crash_loop_limit) {
+        w->info.state = IFD_W_FAILED;
+        w->info.crash_loop = true;
+        IFD_ERROR("worker %d crashed %d times within %.0f s: crash loop, not restarting it "
+                  "(last: %s)", w->idx, recent, s->p.crash_loop_window_s, w->info.last_exit);
+        if (s->cb.on_failed)
+            s->cb.on_failed(s->cb.ctx, w->idx);
+        return;
+    }
+    double delay = s->p.backoff_s;
+    for (int i = 1; i < w->crashes_in_row && delay < s->p.backoff_max_s; i++)
+        delay *= 2;
+    if (delay > s->p.backoff_max_s)
+        delay = s->p.backoff_max_s;
+    w->info.state = IFD_W_DOWN;
+    IFD_INFO("worker %d: restarting in %.2f s", w->idx, delay);
+    uv_timer_start(&w->timer, ifd__timer_restart_cb, ifd__ms(s, delay), 0);
+}
+
+static void ifd__exit_cb(uv_process_t *p, int64_t status, int sig)
+{
+    ifd__worker_t *w = p->data;
+    ifd_sup_t *s = w->sup;
+    w->proc_exited = true;
+    if (sig)
+        snprintf(w->info.last_exit, sizeof w->info.last_exit, "killed by signal %d", sig);
+    else
+        snprintf(w->info.last_exit, sizeof w->info.last_exit, "exit status %lld",
+                 (long long)status);
+    bool expected = s->stopping || s->destroying;
+    if (expected)
+        IFD_INFO("worker %d (pid %d) exited: %s", w->idx, w->info.pid, w->info.last_exit);
+    else
+        IFD_ERROR("worker %d (pid %d) died: %s", w->idx, w->info.pid, w->info.last_exit);
+    int n = ifd_kvpool_reclaim(s->p.pool, w->info.slot);
+    if (n > 0)
+        IFD_INFO("worker %d: reclaimed %d KV block references", w->idx, n);
+    else if (n < 0)
+        IFD_ERROR("worker %d: reclaiming its KV blocks: %s", w->idx, ifd_strerror(n));
+    ifd__lose(w, NULL);
+    ifd__close_pipe(w);
+    w->info.pid = 0;
+    uv_timer_stop(&w->timer);
+    uv_close((uv_handle_t *)&w->proc, ifd__proc_closed);
+    ifd__after_exit(w);
+}
+
+static void ifd__timer_start_timeout_cb(uv_timer_t *t)
+{
+    ifd__worker_t *w = t->data;
+    if (w->info.state == IFD_W_STARTING)
+        ifd_sup_kill(w->sup, w->idx, "did not report ready in time");
+}
+
+static void ifd__timer_kill_cb(uv_timer_t *t)
+{
+    ifd__worker_t *w = t->data;
+    if (w->proc_active && !w->proc_exited) {
+        IFD_WARN("worker %d (pid %d) did not exit in time: killing it", w->idx, w->info.pid);
+        uv_process_kill(&w->proc, SIGKILL);
+    }
+}
+
+void ifd_sup_kill(ifd_sup_t *s, int wi, const char *why)
+{
+    if (wi < 0 || wi >= s->n)
+        return;
+    ifd__worker_t *w = &s->w[wi];
+    if (w->proc_active && !w->proc_exited) {
+        IFD_WARN("worker %d (pid %d): killing it: %s", wi, w->info.pid, why);
+        uv_process_kill(&w->proc, SIGKILL);
+    }
+    ifd__close_pipe(w);
+    ifd__lose(w, NULL);
+}
+
+/* ---- spawning ------------------------------------------------------------------------ */
+
+static int ifd__send_hello(ifd__worker_t *w, int sock)
+{
+    ifd_sup_t *s = w->sup;
+    ifd_wire_msg_t m = {.type = IFD_WIRE_HELLO};
+    ifd_wire_hello_t *h = &m.u.hello;
+    int fds[2] = {ifd_kvpool_meta_fd(s->p.pool), ifd_kvpool_data_fd(s->p.pool, 0)};
+    h->slot = (uint32_t)w->info.slot;
+    h->model_path = s->model;
+    h->backend = (char *)"cpu";
+    h->device = -1;
+    h->kv_device = (uint32_t)w->info.kv_device;
+    h->n_threads = (uint32_t)(s->p.n_threads > 0 ? s->p.n_threads : 0);
+    h->max_seqs = s->p.max_seqs;
+    h->max_batched_tokens = s->p.max_batched_tokens;
+    h->n_fds = 2;
+    h->kv = s->p.kv;
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = ifd_wire_encode(&b, &m);
+    if (!rc)
+        rc = ifd_fdpass_send(sock, b.data, b.len, fds, 2);
+    ifd_buf_free(&b);
+    return rc;
+}
+
+static void ifd__spawn(ifd__worker_t *w)
+{
+    ifd_sup_t *s = w->sup;
+    int sv[2] = {-1, -1};
+    w->lost = false;
+    w->proc_exited = false;
+    w->ping_out = false;
+    w->run_start_ms = 0;
+    w->info.state = IFD_W_STARTING;
+    w->info.has_stats = false;
+    ifd_wire_reader_close(&w->rd);
+    ifd_wire_reader_init(&w->rd, 0);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        IFD_ERROR("worker %d: socketpair: %s", w->idx, strerror(errno));
+        snprintf(w->info.last_exit, sizeof w->info.last_exit, "socketpair failed");
+        ifd__after_exit(w);
+        return;
+    }
+    char *args[8];
+    int a = 0;
+    args[a++] = s->binary;
+    args[a++] = (char *)"--serve";
+    args[a++] = (char *)"--fd";
+    args[a++] = (char *)"3";
+    args[a++] = (char *)"--log-level";
+    args[a++] = s->level;
+    args[a] = NULL;
+    uv_stdio_container_t stdio[4];
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 2; /* a worker's stdout goes to the log too */
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = sv[1];
+    uv_process_options_t o;
+    memset(&o, 0, sizeof o);
+    o.exit_cb = ifd__exit_cb;
+    o.file = s->binary;
+    o.args = args;
+    o.stdio = stdio;
+    o.stdio_count = 4;
+    w->proc.data = w;
+    int rc = uv_spawn(s->loop, &w->proc, &o);
+    close(sv[1]);
+    if (rc < 0) {
+        IFD_ERROR("worker %d: cannot start %s: %s", w->idx, s->binary, uv_strerror(rc));
+        snprintf(w->info.last_exit, sizeof w->info.last_exit, "spawn failed: %s",
+                 uv_strerror(rc));
+        close(sv[0]);
+        /* uv_spawn initialised the handle even on failure: close it */
+        w->proc_active = true;
+        w->proc_exited = true;
+        s->open_handles++;
+        uv_close((uv_handle_t *)&w->proc, ifd__proc_closed);
+        ifd__after_exit(w);
+        return;
+    }
+    w->proc_active = true;
+    s->open_handles++;
+    w->info.pid = w->proc.pid;
+    w->info.starts++;
+    if (s->metrics) {
+        s->metrics->worker_starts++;
+        if (w->info.starts > 1)
+            s->metrics->worker_restarts++;
+    }
+    IFD_INFO("worker %d: started pid %d (%s)", w->idx, w->info.pid, s->binary);
+    if ((rc = ifd__send_hello(w, sv[0])) != 0) {
+        IFD_ERROR("worker %d: sending HELLO: %s", w->idx, ifd_strerror(rc));
+        close(sv[0]);
+        ifd_sup_kill(s, w->idx, "HELLO failed");
+        return;
+    }
+    uv_pipe_init(s->loop, &w->pipe, 0);
+    w->pipe.data = w;
+    w->pipe_active = true;
+    s->open_handles++;
+    if ((rc = uv_pipe_open(&w->pipe, sv[0])) < 0 ||
+        (rc = uv_read_start((uv_stream_t *)&w->pipe, ifd__alloc_cb, ifd__read_cb)) < 0) {
+        IFD_ERROR("worker %d: socket: %s", w->idx, uv_strerror(rc));
+        close(sv[0]);
+        ifd_sup_kill(s, w->idx, "socket setup failed");
+        return;
+    }
+    w->pipe_open = true;
+    uv_timer_start(&w->timer, ifd__timer_start_timeout_cb, ifd__ms(s, s->p.start_timeout_s), 0);
+}
+
+/* ---- liveness ------------------------------------------------------------------------ */
+
+static void ifd__ping_cb(uv_timer_t *t)
+{
+    ifd_sup_t *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    for (int i = 0; i < s->n; i++) {
+        ifd__worker_t *w = &s->w[i];
+        if (w->info.state != IFD_W_READY || !w->pipe_open)
+            continue;
+        if (w->ping_out) {
+            if (now - w->ping_sent_ms > ifd__ms(s, s->p.timeout_s))
+                ifd_sup_kill(s, i, "stopped answering pings");
+            continue;
+        }
+        ifd_wire_msg_t m = {.type = IFD_WIRE_STATS_REQ};
+        m.u.stats_req.seq = ++w->ping_seq;
+        if (ifd_sup_send(s, i, &m) == 0) {
+            w->ping_out = true;
+            w->ping_sent_ms = now;
+        }
+    }
+}
+
+/* ---- public --------------------------------------------------------------------------- */
+
+int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
+                   const ifd_sup_callbacks_t *cb, ifd_metrics_t *metrics)
+{
+    if (p->n_workers < 1 || p->n_workers > IFD_KVPOOL_MAX_WORKERS || !p->pool ||
+        !p->worker_binary || !p->model_path)
+        return IFD_EINVAL;
+    ifd_sup_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return IFD_ENOMEM;
+    s->w = calloc((size_t)p->n_workers, sizeof *s->w);
+    s->binary = strdup(p->worker_binary);
+    s->model = strdup(p->model_path);
+    s->level = strdup(p->log_level ? p->log_level : "info");
+    if (!s->w || !s->binary || !s->model || !s->level) {
+        free(s->w);
+        free(s->binary);
+        free(s->model);
+        free(s->level);
+        free(s);
+        return IFD_ENOMEM;
+    }
+    s->loop = loop;
+    s->p = *p;
+    s->cb = *cb;
+    s->metrics = metrics;
+    s->n = p->n_workers;
+    for (int i = 0; i < s->n; i++) {
+        ifd__worker_t *w = &s->w[i];
+        w->sup = s;
+        w->idx = i;
+        w->info.slot = i;
+        w->info.kv_device = 0; /* CPU workers share the host segment */
+        w->info.state = IFD_W_DOWN;
+        ifd_wire_reader_init(&w->rd, 0);
+        uv_timer_init(loop, &w->timer);
+        w->timer.data = w;
+        s->open_handles++;
+    }
+    uv_timer_init(loop, &s->ping_timer);
+    s->ping_timer.data = s;
+    s->open_handles++;
+    *out = s;
+    return 0;
+}
+
+int ifd_sup_start(ifd_sup_t *s)
+{
+    for (int i = 0; i < s->n; i++)
+        ifd__spawn(&s->w[i]);
+    uint64_t iv = ifd__ms(s, s->p.ping_interval_s);
+    uv_timer_start(&s->ping_timer, ifd__ping_cb, iv, iv);
+    return 0;
+}
+
+int ifd_sup_n_workers(const ifd_sup_t *s)
+{
+    return s->n;
+}
+
+const ifd_worker_info_t *ifd_sup_worker(const ifd_sup_t *s, int w)
+{
+    return w >= 0 && w < s->n ? &s->w[w].info : NULL;
+}
+
+void ifd_sup_counts(const ifd_sup_t *s, int *ready, int *starting, int *down, int *failed)
+{
+    *ready = *starting = *down = *failed = 0;
+    for (int i = 0; i < s->n; i++) {
+        switch (s->w[i].info.state) {
+        case IFD_W_READY: (*ready)++; break;
+        case IFD_W_STARTING: (*starting)++; break;
+        case IFD_W_FAILED: (*failed)++; break;
+        default: (*down)++; break;
+        }
+    }
+}
+
+bool ifd_sup_all_failed(const ifd_sup_t *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        ifd_worker_state_t st = s->w[i].info.state;
+        if (st == IFD_W_READY || st == IFD_W_STARTING || st == IFD_W_DOWN)
+            return false;
+    }
+    return true;
+}
+
+void ifd_sup_set_timing(ifd_sup_t *s, const ifd_sup_params_t *p)
+{
+    s->p.ping_interval_s = p->ping_interval_s;
+    s->p.timeout_s = p->timeout_s;
+    s->p.start_timeout_s = p->start_timeout_s;
+    s->p.backoff_s = p->backoff_s;
+    s->p.backoff_max_s = p->backoff_max_s;
+    s->p.crash_loop_limit = p->crash_loop_limit;
+    s->p.crash_loop_window_s = p->crash_loop_window_s;
+    if (!s->stopping) {
+        uint64_t iv = ifd__ms(s, s->p.ping_interval_s);
+        uv_timer_start(&s->ping_timer, ifd__ping_cb, iv, iv);
+    }
+}
+
+void ifd_sup_stop(ifd_sup_t *s, double grace_s)
+{
+    if (s->stopping)
+        return;
+    s->stopping = true;
+    uv_timer_stop(&s->ping_timer);
+    for (int i = 0; i < s->n; i++) {
+        ifd__worker_t *w = &s->w[i];
+        w->respawn_pending = false;
+        uv_timer_stop(&w->timer);
+        if (w->proc_active && !w->proc_exited) {
+            w->info.state = IFD_W_STOPPING;
+            ifd_wire_msg_t m = {.type = IFD_WIRE_SHUTDOWN};
+            if (ifd_sup_send(s, i, &m) != 0)
+                uv_process_kill(&w->proc, SIGTERM);
+            uv_timer_start(&w->timer, ifd__timer_kill_cb, ifd__ms(s, grace_s), 0);
+        } else if (w->info.state != IFD_W_FAILED) {
+            w->info.state = IFD_W_STOPPED;
+        }
+    }
+    ifd__check_stopped(s);
+}
+
+void ifd_sup_destroy(ifd_sup_t *s)
+{
+    if (!s)
+        return;
+    s->stopping = true;
+    s->destroying = true;
+    uv_close((uv_handle_t *)&s->ping_timer, ifd__handle_closed);
+    for (int i = 0; i < s->n; i++) {
+        ifd__worker_t *w = &s->w[i];
+        if (w->proc_active && !w->proc_exited)
+            uv_process_kill(&w->proc, SIGKILL);
+        if (w->proc_active && !uv_is_closing((uv_handle_t *)&w->proc))
+            uv_close((uv_handle_t *)&w->proc, ifd__proc_closed);
+        ifd__close_pipe(w);
+        w->timer.data = s;
+        uv_close((uv_handle_t *)&w->timer, ifd__handle_closed);
+    }
+}

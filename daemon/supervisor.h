@@ -1,0 +1,139 @@
+/*
+ * supervisor.h — the worker processes: started with uv_spawn, one
+ * socketpair each (the worker's end becomes its fd 3), handed the KV pool's
+ * fds and their configuration in the HELLO frame, watched, restarted.
+ *
+ * Life of a worker slot:
+ *   STARTING  spawned, HELLO sent, waiting for READY (worker_start_timeout,
+ *             then it is killed);
+ *   READY     serving; pinged with STATS_REQ every worker_ping_interval; a
+ *             worker that leaves a ping unanswered for worker_timeout is
+ *             SIGKILLed (a hung worker is a crashed worker);
+ *   DOWN      died unexpectedly (exit, signal, broken frames, EOF): its
+ *             pool references are reclaimed (ifd_kvpool_reclaim) once the
+ *             process is gone, the owner is told (on_lost) so it can move
+ *             the worker's sequences, and a restart is scheduled after a
+ *             back-off that doubles per crash in a row (restart_backoff …
+ *             restart_backoff_max);
+ *   FAILED    crash_loop_limit crashes within crash_loop_window: no more
+ *             restarts (reported by /health and the log);
+ *   STOPPING / STOPPED  on shutdown (SHUTDOWN frame, SIGKILL after a grace).
+ *
+ * Frames from workers are read eagerly (a worker writes with blocking
+ * writes, so the router must never stop reading). TOKENS, FINISHED and
+ * ERROR frames with a request id go to on_message; READY, STATS and worker
+ * errors are handled here.
+ *
+ * Ownership: the supervisor owns its handles and frees itself in the close
+ * callbacks after ifd_sup_destroy. Borrowed: the loop, the pool, the
+ * metrics, the strings in the params (kept by copy). Threading: loop only.
+ */
+#ifndef IFD_DAEMON_SUPERVISOR_H
+#define IFD_DAEMON_SUPERVISOR_H
+
+#include "kvpool.h"
+#include "metrics.h"
+#include "wire.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef enum {
+    IFD_W_STARTING = 0,
+    IFD_W_READY,
+    IFD_W_DOWN,
+    IFD_W_FAILED,
+    IFD_W_STOPPING,
+    IFD_W_STOPPED,
+} ifd_worker_state_t;
+
+const char *ifd_worker_state_name(ifd_worker_state_t s);
+
+/* What the supervisor knows of a worker; read by the router and /health. */
+typedef struct {
+    int slot;
+    ifd_worker_state_t state;
+    int pid; /* 0 when no process */
+    uint32_t max_seqs; /* from READY */
+    uint32_t n_ctx;
+    int kv_device;
+    uint64_t starts;
+    uint64_t crashes;
+    bool crash_loop;
+    char last_exit[96]; /* "signal 9", "status 1", "" */
+    char device_name[64];
+    bool has_stats;
+    ifd_wire_stats_t stats; /* the last STATS answer */
+} ifd_worker_info_t;
+
+typedef struct {
+    const char *worker_binary;
+    const char *model_path;
+    const char *log_level; /* passed to the workers' --log-level */
+    int n_workers;
+    int n_threads;         /* per worker; 0: the worker decides */
+    uint32_t max_seqs;
+    uint32_t max_batched_tokens;
+    ifd_wire_kv_geometry_t kv;
+    ifd_kvpool_t *pool;
+    double ping_interval_s;
+    double timeout_s;
+    double start_timeout_s;
+    double backoff_s;
+    double backoff_max_s;
+    int crash_loop_limit;
+    double crash_loop_window_s;
+} ifd_sup_params_t;
+
+typedef struct {
+    void *ctx;
+    void (*on_ready)(void *ctx, int w);
+    /* TOKENS, FINISHED, ERROR (with an id). The message is freed after the call. */
+    void (*on_message)(void *ctx, int w, const ifd_wire_msg_t *m);
+    /* The worker's requests are gone (it died or is being killed). Called
+     * once per run of the process, before any restart. */
+    void (*on_lost)(void *ctx, int w);
+    /* A worker reached FAILED (crash loop). */
+    void (*on_failed)(void *ctx, int w);
+    /* Every worker process has exited after ifd_sup_stop. */
+    void (*on_stopped)(void *ctx);
+} ifd_sup_callbacks_t;
+
+typedef struct ifd_sup ifd_sup_t;
+
+/* 0, IFD_EINVAL, IFD_ENOMEM. Starts nothing yet. */
+int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
+                   const ifd_sup_callbacks_t *cb, ifd_metrics_t *metrics);
+
+/* Spawns every worker. 0; a spawn failure is handled like a crash. */
+int ifd_sup_start(ifd_sup_t *s);
+
+/* Sends one frame to worker w. 0, IFD_ECLOSED (not connected), IFD_EINVAL
+ * (encoding refused; logged), IFD_ENOMEM. */
+int ifd_sup_send(ifd_sup_t *s, int w, const ifd_wire_msg_t *m);
+
+int ifd_sup_n_workers(const ifd_sup_t *s);
+const ifd_worker_info_t *ifd_sup_worker(const ifd_sup_t *s, int w);
+
+/* Counts by state (READY, STARTING + DOWN, FAILED). */
+void ifd_sup_counts(const ifd_sup_t *s, int *ready, int *starting, int *down, int *failed);
+
+/* True when no worker is READY, STARTING or DOWN (all FAILED/STOPPED). */
+bool ifd_sup_all_failed(const ifd_sup_t *s);
+
+/* New timings (SIGHUP): ping, timeouts, back-off, crash loop. */
+void ifd_sup_set_timing(ifd_sup_t *s, const ifd_sup_params_t *p);
+
+/* Shuts every worker down: SHUTDOWN, then SIGKILL after grace_s; no
+ * restarts. on_stopped fires once all processes have exited. */
+void ifd_sup_stop(ifd_sup_t *s, double grace_s);
+
+/* SIGKILLs worker w now (tests and the liveness check). */
+void ifd_sup_kill(ifd_sup_t *s, int w, const char *why);
+
+/* Closes every handle; frees the supervisor once they are closed.
+ * Processes still running are SIGKILLed. */
+void ifd_sup_destroy(ifd_sup_t *s);
+
+#endif

@@ -1,0 +1,230 @@
+"""inferd through the official `openai` Python package (label model), over an
+httpx Unix-socket transport: chat and completions, streaming and not, stop
+strings, seeds, n, logprobs, usage (cached_tokens), errors as the client's
+exception classes, and 64 concurrent streaming clients whose answers must
+equal their solo answers. After every test no KV block may be held.
+
+Usage: test_daemon_openai.py INFERD   (run by the venv's python: $INFERD_PYTHON)
+"""
+import concurrent.futures
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import Daemon, require_model, run_tests, skip  # noqa: E402
+
+try:
+    import httpx
+    import openai
+except ImportError as e:  # pragma: no cover
+    skip("the openai/httpx packages are not installed (%s): run deploy/install-deps.sh" % e)
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+D = None
+C = None
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+
+
+def client(max_retries=0):
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=D.sock), timeout=120,
+                        limits=httpx.Limits(max_connections=100))
+    return openai.OpenAI(base_url="http://localhost/v1", api_key="unused", http_client=http,
+                         max_retries=max_retries)
+
+
+def chat(content, **kw):
+    kw.setdefault("max_tokens", 16)
+    kw.setdefault("temperature", 0)
+    return C.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}],
+                                     **kw)
+
+
+def stream_chat(content, **kw):
+    kw.setdefault("max_tokens", 16)
+    kw.setdefault("temperature", 0)
+    text, finish, n_role, usage = "", None, 0, None
+    for ch in C.chat.completions.create(model=MODEL, stream=True,
+                                        messages=[{"role": "user", "content": content}], **kw):
+        if ch.usage:
+            usage = ch.usage
+        for c in ch.choices:
+            if c.delta.role:
+                n_role += 1
+            text += c.delta.content or ""
+            if c.finish_reason:
+                assert finish is None, "two finish_reasons"
+                finish = c.finish_reason
+    assert n_role == 1, "role must come once, in the first delta"
+    return text, finish, usage
+
+
+def after():
+    D.wait_idle()
+
+
+def test_chat_nonstream_and_stream_agree():
+    r = chat("Name three colors.", max_tokens=20)
+    assert r.object == "chat.completion" and r.model == MODEL
+    msg = r.choices[0].message
+    assert msg.role == "assistant" and msg.content, r
+    assert r.choices[0].finish_reason in ("stop", "length")
+    u = r.usage
+    assert u.prompt_tokens > 5 and u.completion_tokens >= 1
+    assert u.total_tokens == u.prompt_tokens + u.completion_tokens
+    assert u.prompt_tokens_details.cached_tokens >= 0
+    text, finish, usage = stream_chat("Name three colors.", max_tokens=20,
+                                      stream_options={"include_usage": True})
+    assert text == msg.content, (text, msg.content)
+    assert finish == r.choices[0].finish_reason
+    assert usage.completion_tokens == u.completion_tokens and usage.prompt_tokens == u.prompt_tokens
+    after()
+
+
+def test_completions():
+    r = C.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=12,
+                             temperature=0)
+    assert r.object == "text_completion" and r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 12
+    s = C.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=12,
+                             temperature=0, stream=True)
+    text = "".join(ch.choices[0].text for ch in s if ch.choices)
+    assert text == r.choices[0].text, (text, r.choices[0].text)
+    e = C.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=12,
+                             temperature=0, echo=True)
+    assert e.choices[0].text == "Once upon a time" + r.choices[0].text
+    # several prompts: choice index = prompt * n + sample
+    m = C.completions.create(model=MODEL, prompt=["Once upon a time", "The sky is"],
+                             max_tokens=12, temperature=0, n=2)
+    assert [c.index for c in m.choices] == [0, 1, 2, 3]
+    by = {c.index: c.text for c in m.choices}
+    assert by[0] == by[1] == r.choices[0].text and by[2] == by[3], by
+    after()
+
+
+def test_stop_strings():
+    base = chat("Write a sentence about the sea.", max_tokens=24).choices[0].message.content
+    assert len(base) > 12, base
+    # stop on a piece from the middle: the answer ends right before it
+    stop = base[8:12]
+    cut = base[:base.index(stop)]
+    r = chat("Write a sentence about the sea.", max_tokens=24, stop=[stop, "zzzzqq"])
+    assert r.choices[0].message.content == cut and r.choices[0].finish_reason == "stop", \
+        (r.choices[0].message.content, cut, stop)
+    text, finish, _ = stream_chat("Write a sentence about the sea.", max_tokens=24, stop=stop)
+    assert text == cut and finish == "stop", (text, cut)
+    assert stop not in text
+    # a stop string that never appears changes nothing
+    r = chat("Write a sentence about the sea.", max_tokens=24, stop="\u00a7\u00a7never")
+    assert r.choices[0].message.content == base
+    after()
+
+
+def test_seeds_and_n():
+    kw = dict(max_tokens=16, temperature=1.0, top_p=0.95)
+    a = chat("Invent a word.", seed=1234, n=3, **kw)
+    b = chat("Invent a word.", seed=1234, n=3, **kw)
+    ta = [c.message.content for c in a.choices]
+    tb = [c.message.content for c in b.choices]
+    assert ta == tb, "the same seed must give the same samples"
+    assert [c.index for c in a.choices] == [0, 1, 2]
+    # choice i samples with seed + i: choice 1 of seed 1234 == choice 0 of seed 1235
+    c1 = chat("Invent a word.", seed=1235, **kw)
+    assert c1.choices[0].message.content == ta[1], (c1.choices[0].message.content, ta)
+    assert a.usage.completion_tokens >= 3 and a.usage.prompt_tokens == b.usage.prompt_tokens
+    after()
+
+
+def test_logprobs():
+    r = chat("Say yes.", max_tokens=5, logprobs=True, top_logprobs=3)
+    lp = r.choices[0].logprobs.content
+    assert 1 <= len(lp) <= 5, lp
+    for t in lp:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 3 and isinstance(t.bytes, list)
+        assert t.top_logprobs[0].logprob >= t.top_logprobs[-1].logprob
+    # greedy: the chosen token is the most probable one
+    assert abs(lp[0].logprob - lp[0].top_logprobs[0].logprob) < 1e-4
+    c = C.completions.create(model=MODEL, prompt="Hello", max_tokens=4, temperature=0,
+                             logprobs=2)
+    l2 = c.choices[0].logprobs
+    assert len(l2.tokens) == 4 and len(l2.token_logprobs) == 4 and len(l2.top_logprobs) == 4
+    assert all(len(x) <= 2 for x in l2.top_logprobs) and len(l2.text_offset) == 4
+    after()
+
+
+def test_prefix_cache_cached_tokens():
+    long = "Here is some background. " * 20 + "Question: what is two plus two?"
+    a = chat(long, max_tokens=4)
+    b = chat(long, max_tokens=4)
+    assert b.usage.prompt_tokens == a.usage.prompt_tokens > 64
+    assert b.usage.prompt_tokens_details.cached_tokens >= 64, b.usage
+    assert b.choices[0].message.content == a.choices[0].message.content
+    after()
+
+
+def test_errors_as_client_exceptions():
+    try:
+        chat("x", max_tokens=-1)
+        raise AssertionError("negative max_tokens accepted")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and e.param == "max_tokens", e
+    try:
+        C.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+        raise AssertionError("unknown model accepted")
+    except openai.NotFoundError as e:
+        assert e.code == "model_not_found" and e.param == "model", e
+    try:
+        chat("word " * 9000)
+        raise AssertionError("over-long prompt accepted")
+    except openai.BadRequestError as e:
+        assert e.code == "context_length_exceeded", e
+    try:
+        chat("x", temperature=5)
+        raise AssertionError("temperature 5 accepted")
+    except openai.BadRequestError as e:
+        assert e.param == "temperature", e
+    models = C.models.list()
+    assert models.data[0].id == MODEL
+    after()
+
+
+PROMPTS = ["Give me a fact about the number %d." % i for i in range(32)]
+
+
+def test_64_concurrent_streams_equal_solo():
+    solo = {}
+    for p in PROMPTS:
+        solo[p] = chat(p, max_tokens=16).choices[0].message.content
+    clients = PROMPTS + PROMPTS  # 64 streams, each prompt twice
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(64) as ex:
+        futs = [ex.submit(stream_chat, p, max_tokens=16) for p in clients]
+        results = [f.result() for f in futs]
+    dt = time.time() - t0
+    bad = [(p, r[0], solo[p]) for p, r in zip(clients, results) if r[0] != solo[p]]
+    assert not bad, "%d of 64 streams differ from their solo answer, e.g. %r" % (len(bad), bad[0])
+    assert all(r[1] in ("stop", "length") for r in results)
+    print("     64 concurrent streams: %.1f s" % dt)
+    m = after()
+    return m
+
+
+def main():
+    global D, C
+    require_model()
+    D = Daemon(INFERD)
+    C = client()
+    try:
+        rc = run_tests(globals())
+    finally:
+        code = D.stop()
+        if code != 0:
+            print("inferd exited with %d" % code)
+            rc = 1
+    if rc:
+        print("---- daemon log ----\n" + D.logtext())
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

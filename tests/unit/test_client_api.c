@@ -1,0 +1,191 @@
+/*
+ * test_client_api.c — the CLI's OpenAI layer (client/api.h): request bodies
+ * carry exactly the fields that were set; the reader, fed a chat stream and
+ * a completions stream split at every byte, delivers the text, counts the
+ * content-bearing chunks (role-only and usage-only chunks apart), takes the
+ * finish reason and usage, stops at [DONE], records an error event, and
+ * parses non-streamed bodies; error messages are extracted from OpenAI,
+ * plain and non-JSON error bodies.
+ */
+#include "testutil.h"
+
+#include "api.h"
+#include "error.h"
+
+#include <string.h>
+
+START_TEST(test_bodies)
+{
+    ifd_api_params_t p = ifd_api_default_params();
+    json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "hi");
+    char *s = ifd_api_chat_body(&p, msgs);
+    json_t *o = json_loads(s, 0, NULL);
+    ck_assert(json_is_true(json_object_get(o, "stream")));
+    ck_assert(json_is_true(json_object_get(json_object_get(o, "stream_options"), "include_usage")));
+    ck_assert_int_eq(json_object_size(o), 3); /* stream, stream_options, messages */
+    json_decref(o);
+    free(s);
+
+    p.model = "m";
+    p.max_tokens = 7;
+    p.temperature = 0;
+    p.top_p = 0.5;
+    p.has_seed = true;
+    p.seed = -3;
+    p.stream = false;
+    p.ignore_eos = true;
+    p.use_cache = 0;
+    s = ifd_api_chat_body(&p, msgs);
+    o = json_loads(s, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "model")), "m");
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "max_completion_tokens")), 7);
+    ck_assert(json_real_value(json_object_get(o, "temperature")) == 0.0);
+    ck_assert(json_real_value(json_object_get(o, "top_p")) == 0.5);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "seed")), -3);
+    ck_assert(json_is_false(json_object_get(o, "stream")));
+    ck_assert_ptr_null(json_object_get(o, "stream_options"));
+    ck_assert(json_is_true(json_object_get(o, "ignore_eos")));
+    ck_assert(json_is_false(json_object_get(o, "use_cache")));
+    json_decref(o);
+    free(s);
+    json_decref(msgs);
+
+    int32_t toks[] = {5, 6, 7};
+    s = ifd_api_completion_body(&p, NULL, toks, 3);
+    o = json_loads(s, 0, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "max_tokens")), 7);
+    ck_assert_int_eq(json_array_size(json_object_get(o, "prompt")), 3);
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(o, "prompt"), 2)), 7);
+    json_decref(o);
+    free(s);
+    s = ifd_api_completion_body(&p, "text", NULL, 0);
+    ck_assert_ptr_nonnull(strstr(s, "\"prompt\":\"text\""));
+    free(s);
+}
+END_TEST
+
+typedef struct {
+    ifd_buf_t text;
+    int chunks, with_text;
+} seen_t;
+
+static int on_text(void *ud, const char *t, size_t n)
+{
+    return ifd_buf_append(&((seen_t *)ud)->text, t, n);
+}
+
+static void on_chunk(void *ud, bool has_text)
+{
+    seen_t *s = ud;
+    s->chunks++;
+    s->with_text += has_text;
+}
+
+static const char chat_stream[] =
+    ": ping\n\n"
+    "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+    "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}],\"usage\":null}"
+    "\n\n"
+    "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"},"
+    "\"finish_reason\":null}],\"usage\":null}\r\n\r\n"
+    "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\u00fc\"},"
+    "\"finish_reason\":\"length\"}],\"usage\":null}\n\n"
+    "data: {\"id\":\"chatcmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,"
+    "\"completion_tokens\":2,\"total_tokens\":11,\"prompt_tokens_details\":{\"cached_tokens\":4}}}"
+    "\n\n"
+    "data: [DONE]\n\n"
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"after\"}}]}\n\n";
+
+START_TEST(test_chat_stream)
+{
+    size_t len = strlen(chat_stream);
+    for (size_t step = 1; step <= len; step = step < 8 ? step + 1 : step * 3) {
+        seen_t s = {0};
+        ifd_api_reader_t r;
+        ifd_api_reader_init(&r, on_text, on_chunk, &s);
+        for (size_t i = 0; i < len; i += step)
+            ck_assert_int_eq(
+                ifd_api_reader_feed(&r, true, chat_stream + i, len - i < step ? len - i : step), 0);
+        ck_assert_int_eq(ifd_api_reader_finish(&r), 0);
+        ck_assert(r.done);
+        ck_assert_str_eq(s.text.data, "Hello \xc3\xbc");
+        ck_assert_int_eq(s.chunks, 3);
+        ck_assert_int_eq(s.with_text, 2);
+        ck_assert_uint_eq(r.n_chunks, 3);
+        ck_assert_str_eq(r.finish_reason, "length");
+        ck_assert(r.has_usage);
+        ck_assert_int_eq(r.usage.prompt_tokens, 9);
+        ck_assert_int_eq(r.usage.completion_tokens, 2);
+        ck_assert_int_eq(r.usage.cached_tokens, 4);
+        ck_assert_str_eq(r.id, "chatcmpl-1");
+        ck_assert_str_eq(r.error, "");
+        ifd_api_reader_close(&r);
+        ifd_buf_free(&s.text);
+    }
+}
+END_TEST
+
+START_TEST(test_completion_and_errors)
+{
+    const char *st = "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n"
+                     "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":null}]}\n\n"
+                     "data: {\"error\":{\"message\":\"worker died\",\"type\":\"server_error\"}}\n\n"
+                     "data: [DONE]\n\n";
+    seen_t s = {0};
+    ifd_api_reader_t r;
+    ifd_api_reader_init(&r, on_text, on_chunk, &s);
+    ck_assert_int_eq(ifd_api_reader_feed(&r, true, st, strlen(st)), 0);
+    ck_assert_str_eq(s.text.data, "a");
+    ck_assert_int_eq(s.chunks, 2); /* an empty text still counts (vLLM) */
+    ck_assert_int_eq(s.with_text, 1);
+    ck_assert_str_eq(r.error, "worker died");
+    ck_assert(r.done);
+    ifd_api_reader_close(&r);
+    ifd_buf_free(&s.text);
+
+    /* not JSON inside the stream */
+    ifd_api_reader_init(&r, NULL, NULL, NULL);
+    ck_assert_int_eq(ifd_api_reader_feed(&r, true, "data: {oops\n\n", 13), IFD_EFORMAT);
+    ifd_api_reader_close(&r);
+
+    /* a whole object */
+    const char *body = "{\"id\":\"x\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,"
+                       "\"message\":{\"role\":\"assistant\",\"content\":\"whole\"},"
+                       "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1,"
+                       "\"completion_tokens\":1,\"total_tokens\":2}}";
+    memset(&s, 0, sizeof(s));
+    ifd_api_reader_init(&r, on_text, on_chunk, &s);
+    r.keep_response = true;
+    ck_assert_int_eq(ifd_api_reader_feed(&r, false, body, 10), 0);
+    ck_assert_int_eq(ifd_api_reader_feed(&r, false, body + 10, strlen(body) - 10), 0);
+    ck_assert_int_eq(ifd_api_reader_finish(&r), 0);
+    ck_assert_str_eq(s.text.data, "whole");
+    ck_assert_str_eq(r.finish_reason, "stop");
+    ck_assert_ptr_nonnull(r.response);
+    ck_assert_int_eq(r.usage.completion_tokens, 1);
+    ifd_api_reader_close(&r);
+    ifd_buf_free(&s.text);
+
+    char msg[64];
+    const char *e1 = "{\"error\":{\"message\":\"bad temperature\",\"param\":\"temperature\"}}";
+    ifd_api_error_message(e1, strlen(e1), msg, sizeof(msg));
+    ck_assert_str_eq(msg, "bad temperature");
+    ifd_api_error_message("{\"error\":\"plain\"}", 17, msg, sizeof(msg));
+    ck_assert_str_eq(msg, "plain");
+    ifd_api_error_message("Bad Gateway\r\nmore", 17, msg, sizeof(msg));
+    ck_assert_str_eq(msg, "Bad Gateway");
+    ifd_api_error_message(NULL, 0, msg, sizeof(msg));
+    ck_assert_str_eq(msg, "");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("client_api");
+    TCase *tc = tcase_create("api");
+    tcase_add_test(tc, test_bodies);
+    tcase_add_test(tc, test_chat_stream);
+    tcase_add_test(tc, test_completion_and_errors);
+    suite_add_tcase(s, tc);
+    return ifd_test_run(s);
+}
