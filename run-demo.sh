@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job: build inferd and run the default model.
-# Today: build, then inspect the default model (the runtime and the daemon
-# are still landing; see README.md "Status").
+# The main job: build inferd, inspect the default model and let it answer
+# "Explain paged attention in one paragraph." (offline, through
+# inferd-worker; the daemon path replaces this once the router lands).
 set -euo pipefail
 cd "$(dirname "$0")"
 BUILD_DIR=${BUILD_DIR:-build}
@@ -10,4 +10,8 @@ command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 model=$(deploy/fetch-model.sh --path)
-"$BUILD_DIR/worker/inferd-worker" --inspect "$model"
+"$BUILD_DIR/worker/inferd-worker" --inspect "$model" | head -n 32
+echo
+echo "> Explain paged attention in one paragraph."
+"$BUILD_DIR/worker/inferd-worker" --model "$model" -n 256 \
+    --prompt "Explain paged attention in one paragraph."

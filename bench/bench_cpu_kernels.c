@@ -126,7 +126,8 @@ static void bench_attention(const char *kind, int batch, int ctx, ifd_dtype_t dt
     }
     const int prefill = strcmp(kind, "prefill") == 0;
     const int n_tok = prefill ? ctx : batch;
-    int32_t *seq = malloc(sizeof(int32_t) * (size_t)n_tok), *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)n_tok),
+            *pos = malloc(sizeof(int32_t) * (size_t)n_tok);
     for (int t = 0; t < n_tok; t++) {
         seq[t] = prefill ? 0 : t;
         pos[t] = prefill ? t : ctx - 1;
@@ -138,8 +139,7 @@ static void bench_attention(const char *kind, int batch, int ctx, ifd_dtype_t dt
     int reps = 0;
     double t0 = now_ms(), t1;
     do {
-        ifd_cpu_paged_attention(out, q, &kv, seq, pos, bt, blocks_per_seq, n_tok, NH, scale, 0,
-                                tp);
+        ifd_cpu_paged_attention(out, q, &kv, seq, pos, bt, blocks_per_seq, n_tok, NH, scale, 0, tp);
         reps++;
         t1 = now_ms();
     } while (t1 - t0 < min_ms);

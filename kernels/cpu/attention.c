@@ -39,8 +39,7 @@ enum {
 
 static int ifd__kv_check(const ifd_kv_layer_t *kv)
 {
-    if (!kv || !kv->k || !kv->v || kv->block_size <= 0 || kv->n_kv_heads <= 0 ||
-        kv->head_dim <= 0)
+    if (!kv || !kv->k || !kv->v || kv->block_size <= 0 || kv->n_kv_heads <= 0 || kv->head_dim <= 0)
         return IFD_EINVAL;
     if (kv->dtype != IFD_DTYPE_F32 && kv->dtype != IFD_DTYPE_F16 && kv->dtype != IFD_DTYPE_BF16)
         return IFD_ENOTSUP;
@@ -53,8 +52,8 @@ static inline int64_t ifd__kv_off(const ifd_kv_layer_t *kv, int64_t block, int h
     return ((block * kv->n_kv_heads + head) * kv->block_size + tok) * (int64_t)kv->head_dim;
 }
 
-int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v,
-                     const int64_t *slot, int n_tok)
+int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v, const int64_t *slot,
+                     int n_tok)
 {
     int rc = ifd__kv_check(kv);
     if (rc)
@@ -111,8 +110,8 @@ typedef struct {
 
 /* Returns f32 rows [n, hd] of a K or V run: the region itself for F32, else
  * converted into buf. */
-static const float *ifd__rows_f32(const ifd_kv_layer_t *kv, const void *region, int64_t off,
-                                  int n, float *buf)
+static const float *ifd__rows_f32(const ifd_kv_layer_t *kv, const void *region, int64_t off, int n,
+                                  float *buf)
 {
     const int64_t cnt = (int64_t)n * kv->head_dim;
     switch (kv->dtype) {
@@ -182,12 +181,12 @@ static void ifd__chunk_scalar(const float *q, const float *K, const float *V, in
 IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__hsum8x8(const __m256 *d)
 {
     __m256 b[4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         b[i] = _mm256_add_ps(_mm256_unpacklo_ps(d[2 * i], d[2 * i + 1]),
                              _mm256_unpackhi_ps(d[2 * i], d[2 * i + 1]));
     __m256 c[2];
-    #pragma GCC unroll 2
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++) {
         __m256d x = _mm256_castps_pd(b[2 * i]), y = _mm256_castps_pd(b[2 * i + 1]);
         c[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)),
@@ -201,24 +200,24 @@ IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__hsum8x8(const __m256 *d)
 IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__scores8(const float *qg, const float *K, int n, int hd)
 {
     const float *kr[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
         kr[j] = K + (int64_t)(j < n ? j : n - 1) * hd;
     __m256 d[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
         d[j] = _mm256_setzero_ps();
     int e = 0;
     for (; e + 8 <= hd; e += 8) {
         __m256 qv = _mm256_loadu_ps(qg + e);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
             d[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[j] + e), d[j]);
     }
     if (e < hd) {
         __m256i mk = ifd__mask8(hd - e);
         __m256 qv = _mm256_maskload_ps(qg + e, mk);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
             d[j] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(kr[j] + e, mk), d[j]);
     }
@@ -257,7 +256,7 @@ IFD__TARGET_AVX2 static void ifd__chunk_avx2(const float *q, const float *K, con
         for (int e0 = 0; e0 < hd; e0 += 32) {
             __m256i mk[4];
             __m256 a[4], b[4];
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
                 const int left = hd - e0 - 8 * u;
                 mk[u] = ifd__mask8(left <= 0 ? 0 : left < 8 ? left : 8);
@@ -268,7 +267,7 @@ IFD__TARGET_AVX2 static void ifd__chunk_avx2(const float *q, const float *K, con
             for (; j + 2 <= n; j += 2) {
                 const float *v0 = V + (int64_t)j * hd + e0, *v1 = v0 + hd;
                 const __m256 pa = _mm256_set1_ps(s[j]), pb = _mm256_set1_ps(s[j + 1]);
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int u = 0; u < 4; u++) {
                     a[u] = _mm256_fmadd_ps(pa, _mm256_maskload_ps(v0 + 8 * u, mk[u]), a[u]);
                     b[u] = _mm256_fmadd_ps(pb, _mm256_maskload_ps(v1 + 8 * u, mk[u]), b[u]);
@@ -277,11 +276,11 @@ IFD__TARGET_AVX2 static void ifd__chunk_avx2(const float *q, const float *K, con
             if (j < n) {
                 const float *v0 = V + (int64_t)j * hd + e0;
                 const __m256 pa = _mm256_set1_ps(s[j]);
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int u = 0; u < 4; u++)
                     a[u] = _mm256_fmadd_ps(pa, _mm256_maskload_ps(v0 + 8 * u, mk[u]), a[u]);
             }
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
                 _mm256_maskstore_ps(ag + e0 + 8 * u, mk[u], _mm256_add_ps(a[u], b[u]));
         }
@@ -292,12 +291,12 @@ IFD__TARGET_AVX2 static void ifd__chunk_avx2(const float *q, const float *K, con
 IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__hsum16x16(const __m512 *d)
 {
     __m512 b[8];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
         b[i] = _mm512_add_ps(_mm512_unpacklo_ps(d[2 * i], d[2 * i + 1]),
                              _mm512_unpackhi_ps(d[2 * i], d[2 * i + 1]));
     __m512 c[4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
         c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
@@ -318,7 +317,7 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K,
 {
     const __mmask16 nm = ifd__mask16(n);
     const float *kr[16];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < 16; j++)
         kr[j] = K + (int64_t)(j < n ? j : n - 1) * hd;
     for (int g = 0; g < G; g++) {
@@ -326,20 +325,20 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K,
         float *ag = acc + (int64_t)g * hd;
         float s[IFD__ATT_CHUNK] __attribute__((aligned(64)));
         __m512 d[16];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < 16; j++)
             d[j] = _mm512_setzero_ps();
         int e = 0;
         for (; e + 16 <= hd; e += 16) {
             __m512 qv = _mm512_loadu_ps(qg + e);
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
                 d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr[j] + e), d[j]);
         }
         if (e < hd) {
             __mmask16 mk = ifd__mask16(hd - e);
             __m512 qv = _mm512_maskz_loadu_ps(mk, qg + e);
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
                 d[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, kr[j] + e), d[j]);
         }
@@ -358,7 +357,7 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K,
         for (int e0 = 0; e0 < hd; e0 += 64) {
             __mmask16 mk[4];
             __m512 a[4], b[4];
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
                 const int left = hd - e0 - 16 * u;
                 mk[u] = ifd__mask16(left <= 0 ? 0 : left < 16 ? left : 16);
@@ -369,7 +368,7 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K,
             for (; j + 2 <= n; j += 2) {
                 const float *v0 = V + (int64_t)j * hd + e0, *v1 = v0 + hd;
                 const __m512 pa = _mm512_set1_ps(s[j]), pb = _mm512_set1_ps(s[j + 1]);
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int u = 0; u < 4; u++) {
                     a[u] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(mk[u], v0 + 16 * u), a[u]);
                     b[u] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(mk[u], v1 + 16 * u), b[u]);
@@ -378,11 +377,11 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K,
             if (j < n) {
                 const float *v0 = V + (int64_t)j * hd + e0;
                 const __m512 pa = _mm512_set1_ps(s[j]);
-                #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int u = 0; u < 4; u++)
                     a[u] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(mk[u], v0 + 16 * u), a[u]);
             }
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
                 _mm512_mask_storeu_ps(ag + e0 + 16 * u, mk[u], _mm512_add_ps(a[u], b[u]));
         }

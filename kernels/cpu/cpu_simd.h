@@ -27,9 +27,9 @@
 #define IFD__X86 0
 #endif
 
-#define IFD__TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define IFD__TARGET_AVX2   __attribute__((target("avx2,fma,f16c")))
 #define IFD__TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-#define IFD__INLINE static inline __attribute__((always_inline))
+#define IFD__INLINE        static inline __attribute__((always_inline))
 
 typedef enum {
     IFD__ISA_SCALAR = 0,
@@ -98,7 +98,8 @@ IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__exp8(__m256 x)
     /* 2^n in two halves so n = 128 (x near 88.7) does not overflow the exponent. */
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i h = _mm256_srai_epi32(ni, 1);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
+    __m256 s1 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
     __m256 s2 = _mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23));
     p = _mm256_andnot_ps(zero_mask, _mm256_mul_ps(_mm256_mul_ps(p, s1), s2));

@@ -34,8 +34,8 @@
 #include <string.h>
 
 enum {
-    IFD__MM_PACK_MIN_M = 16,/* from here on the packed path wins (bench_cpu_kernels) */
-    IFD__MM_KC = 384,       /* k-block: a [KC][32] f32 panel is 48 KiB */
+    IFD__MM_PACK_MIN_M = 16, /* from here on the packed path wins (bench_cpu_kernels) */
+    IFD__MM_KC = 384,        /* k-block: a [KC][32] f32 panel is 48 KiB */
 };
 
 int ifd_dtype_size(ifd_dtype_t t)
@@ -177,23 +177,23 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__dot_avx2(const ifd__mm_t *c, int i0, int 
 IFD__TARGET_AVX2 static void ifd__dot_rows_avx2(const ifd__mm_t *c, int j0, int j1)
 {
 #define IFD__DOTJ2(NJ)                                                                             \
-    do {                                                                                            \
-        for (int i = 0; i < c->m; i += 4) {                                                         \
-            switch (c->m - i) {                                                                     \
-            case 1:                                                                                 \
-                ifd__dot_avx2(c, i, j, 1, NJ);                                                    \
-                break;                                                                              \
-            case 2:                                                                                 \
-                ifd__dot_avx2(c, i, j, 2, NJ);                                                    \
-                break;                                                                              \
-            case 3:                                                                                 \
-                ifd__dot_avx2(c, i, j, 3, NJ);                                                    \
-                break;                                                                              \
-            default:                                                                                \
-                ifd__dot_avx2(c, i, j, 4, NJ);                                                    \
-                break;                                                                              \
-            }                                                                                       \
-        }                                                                                           \
+    do {                                                                                           \
+        for (int i = 0; i < c->m; i += 4) {                                                        \
+            switch (c->m - i) {                                                                    \
+            case 1:                                                                                \
+                ifd__dot_avx2(c, i, j, 1, NJ);                                                     \
+                break;                                                                             \
+            case 2:                                                                                \
+                ifd__dot_avx2(c, i, j, 2, NJ);                                                     \
+                break;                                                                             \
+            case 3:                                                                                \
+                ifd__dot_avx2(c, i, j, 3, NJ);                                                     \
+                break;                                                                             \
+            default:                                                                               \
+                ifd__dot_avx2(c, i, j, 4, NJ);                                                     \
+                break;                                                                             \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
     int j = j0;
     for (; j + 4 <= j1; j += 4)
@@ -382,23 +382,23 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__dot_avx512(const ifd__mm_t *c, int i0, 
 IFD__TARGET_AVX512 static void ifd__dot_rows_avx512(const ifd__mm_t *c, int j0, int j1)
 {
 #define IFD__DOTJ5(NJ)                                                                             \
-    do {                                                                                            \
-        for (int i = 0; i < c->m; i += 4) {                                                         \
-            switch (c->m - i) {                                                                     \
-            case 1:                                                                                 \
-                ifd__dot_avx512(c, i, j, 1, NJ);                                                    \
-                break;                                                                              \
-            case 2:                                                                                 \
-                ifd__dot_avx512(c, i, j, 2, NJ);                                                    \
-                break;                                                                              \
-            case 3:                                                                                 \
-                ifd__dot_avx512(c, i, j, 3, NJ);                                                    \
-                break;                                                                              \
-            default:                                                                                \
-                ifd__dot_avx512(c, i, j, 4, NJ);                                                    \
-                break;                                                                              \
-            }                                                                                       \
-        }                                                                                           \
+    do {                                                                                           \
+        for (int i = 0; i < c->m; i += 4) {                                                        \
+            switch (c->m - i) {                                                                    \
+            case 1:                                                                                \
+                ifd__dot_avx512(c, i, j, 1, NJ);                                                   \
+                break;                                                                             \
+            case 2:                                                                                \
+                ifd__dot_avx512(c, i, j, 2, NJ);                                                   \
+                break;                                                                             \
+            case 3:                                                                                \
+                ifd__dot_avx512(c, i, j, 3, NJ);                                                   \
+                break;                                                                             \
+            default:                                                                               \
+                ifd__dot_avx512(c, i, j, 4, NJ);                                                   \
+                break;                                                                             \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
     int j = j0;
     for (; j + 4 <= j1; j += 4)
@@ -461,9 +461,9 @@ IFD__TARGET_AVX512 static void ifd__packed_avx512(const ifd__mm_t *c, int n0, in
                                 m1, acc, MR);
             float *yr = yb + (int64_t)i * c->n;
             const float *xr = xb + (int64_t)i * k;
-#define IFD__TAIL5(R)                                                                               \
-    case R:                                                                                         \
-        ifd__ukr_avx512(yr, c->n, xr, k, wb, kc, m0, m1, acc, R);                                   \
+#define IFD__TAIL5(R)                                                                              \
+    case R:                                                                                        \
+        ifd__ukr_avx512(yr, c->n, xr, k, wb, kc, m0, m1, acc, R);                                  \
         break
             switch (c->m - i) {
                 IFD__TAIL5(11);

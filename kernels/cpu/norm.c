@@ -59,9 +59,8 @@ IFD__TARGET_AVX2 static void ifd__scale_mul_avx2(float *y, const float *x, const
     __m256 sv = _mm256_set1_ps(scale);
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i,
-                         _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv),
-                                       _mm256_loadu_ps(w + i)));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv),
+                                              _mm256_loadu_ps(w + i)));
     for (; i < n; i++)
         y[i] = (x[i] * scale) * w[i];
 }
@@ -73,7 +72,8 @@ IFD__TARGET_AVX512 static double ifd__sumsq_avx512(const float *x, int n)
     for (; i < n; i += 16) {
         __m512 v = _mm512_maskz_loadu_ps(ifd__mask16(n - i < 16 ? n - i : 16), x + i);
         __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-        __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        __m512d hi =
+            _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
         a0 = _mm512_fmadd_pd(lo, lo, a0);
         a1 = _mm512_fmadd_pd(hi, hi, a1);
     }

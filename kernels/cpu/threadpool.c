@@ -92,8 +92,8 @@ static uint32_t ifd__work(ifd_threadpool_t *tp, uint32_t g, int *n_out)
     for (;;) {
         if ((uint32_t)(cur >> 32) != g || (int)(uint32_t)cur >= n)
             break;
-        if (!atomic_compare_exchange_weak_explicit(&tp->next, &cur, cur + 1,
-                                                   memory_order_acq_rel, memory_order_acquire))
+        if (!atomic_compare_exchange_weak_explicit(&tp->next, &cur, cur + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
             continue;
         fn(ctx, (int)(uint32_t)cur, n);
         ran++;

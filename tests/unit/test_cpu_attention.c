@@ -97,10 +97,10 @@ enum { NSEQ = 5 };
 
 typedef struct {
     const att_cfg_t *cfg;
-    int len[NSEQ];     /* cached length of each sequence after this step */
+    int len[NSEQ]; /* cached length of each sequence after this step */
     int max_blocks;
-    int32_t *bt;       /* [NSEQ, max_blocks] */
-    float *src_k;      /* [NSEQ, maxlen, n_kv, hd] the f32 rows written */
+    int32_t *bt;  /* [NSEQ, max_blocks] */
+    float *src_k; /* [NSEQ, maxlen, n_kv, hd] the f32 rows written */
     float *src_v;
     int maxlen;
     ifd_kv_layer_t kv;
@@ -173,7 +173,8 @@ static void world_build(att_world_t *w, const att_cfg_t *cfg)
     for (int s = 0; s < NSEQ; s++)
         n_rows += w->len[s];
     int *order = malloc(sizeof(int) * (size_t)n_rows);
-    int *row_seq = malloc(sizeof(int) * (size_t)n_rows), *row_pos = malloc(sizeof(int) * (size_t)n_rows);
+    int *row_seq = malloc(sizeof(int) * (size_t)n_rows),
+        *row_pos = malloc(sizeof(int) * (size_t)n_rows);
     for (int s = 0, r = 0; s < NSEQ; s++)
         for (int p = 0; p < w->len[s]; p++, r++)
             row_seq[r] = s, row_pos[r] = p, order[r] = r;
@@ -218,7 +219,8 @@ static void check_pool(const att_world_t *w)
             for (int h = 0; h < cfg->n_kv; h++) {
                 const int64_t blk = w->bt[s * w->max_blocks + p / cfg->bs];
                 const int64_t o = ((blk * cfg->n_kv + h) * cfg->bs + p % cfg->bs) * cfg->hd;
-                const float *sk = src_row(w, w->src_k, s, p, h), *sv = src_row(w, w->src_v, s, p, h);
+                const float *sk = src_row(w, w->src_k, s, p, h),
+                            *sv = src_row(w, w->src_v, s, p, h);
                 for (int e = 0; e < cfg->hd; e++) {
                     ck_assert(load_elem(w->kv.k, cfg->dt, o + e) == stored(cfg->dt, sk[e]));
                     ck_assert(load_elem(w->kv.v, cfg->dt, o + e) == stored(cfg->dt, sv[e]));
@@ -287,8 +289,8 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
             }
             const float *qh = q + ((int64_t)t * nh + h) * hd;
             const int kvh = h / G, s = seq[t];
-            const int lo = cfg->window > 0 && pos[t] - cfg->window + 1 > 0 ? pos[t] - cfg->window + 1
-                                                                           : 0;
+            const int lo =
+                cfg->window > 0 && pos[t] - cfg->window + 1 > 0 ? pos[t] - cfg->window + 1 : 0;
             double mx = -INFINITY, sum = 0;
             for (int p = lo; p <= pos[t]; p++) {
                 const float *k = src_row(&w, w.src_k, s, p, kvh);
@@ -318,7 +320,7 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
 }
 
 static const att_cfg_t att_cfgs[] = {
-    {9, 3, 64, 16, IFD_DTYPE_F32, 0},   /* SmolLM2 */
+    {9, 3, 64, 16, IFD_DTYPE_F32, 0}, /* SmolLM2 */
     {9, 3, 64, 16, IFD_DTYPE_F16, 0},   {9, 3, 64, 16, IFD_DTYPE_BF16, 0},
     {4, 1, 256, 16, IFD_DTYPE_BF16, 5}, /* Gemma 3 270M-like, sliding window */
     {8, 8, 40, 7, IFD_DTYPE_F32, 1},    /* window 1: only the token itself */

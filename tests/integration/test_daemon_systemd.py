@@ -1,0 +1,134 @@
+"""inferd under systemd's protocols (label model), without systemd as PID 1:
+socket activation through `systemd-socket-activate` (the daemon serves on the
+socket it was handed and leaves the file alone), sd_notify READY=1 once the
+workers are ready and STOPPING=1 on SIGTERM (received on a NOTIFY_SOCKET we
+own), and `systemd-analyze verify` of deploy/inferd.service and
+deploy/inferd.socket. Each part that lacks its tool says so and is skipped.
+
+Usage: test_daemon_systemd.py INFERD SOURCE_DIR
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import (UnixHTTPConnection, model_path, require_model,  # noqa: E402
+                              run_tests)
+
+INFERD = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "inferd"
+SRC = sys.argv[2] if len(sys.argv) > 2 else "."
+SKIPPED = []
+
+
+def get(sock, path):
+    c = UnixHTTPConnection(sock, timeout=30)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def test_socket_activation_and_notify():
+    tool = shutil.which("systemd-socket-activate")
+    if not tool:
+        SKIPPED.append("systemd-socket-activate not installed")
+        print("     SKIPPED: systemd-socket-activate not installed")
+        return
+    tmp = tempfile.mkdtemp()
+    sock = os.path.join(tmp, "activated.sock")
+    notify_path = os.path.join(tmp, "notify")
+    n = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    n.bind(notify_path)
+    n.settimeout(60)
+    env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+    log = open(os.path.join(tmp, "log"), "wb")
+    # systemd-socket-activate hands the child only the variables named with -E
+    p = subprocess.Popen([tool, "-l", sock, "-E", "NOTIFY_SOCKET=" + notify_path, INFERD,
+                          "--model", model_path(),
+                          "--kv-budget", "128M", "--socket", os.path.join(tmp, "unused.sock")],
+                         env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        t0 = time.time()
+        while not os.path.exists(sock):
+            assert time.time() - t0 < 10 and p.poll() is None
+            time.sleep(0.02)
+        # the first connection starts the daemon; it answers on the passed socket
+        t0 = time.time()
+        while True:
+            try:
+                code, body = get(sock, "/health")
+                if code == 200:
+                    break
+            except OSError:
+                pass
+            assert time.time() - t0 < 60 and p.poll() is None, open(log.name).read()
+            time.sleep(0.05)
+        msgs = []
+        while not any("READY=1" in m for m in msgs):
+            msgs.append(n.recv(4096).decode())
+        assert json.loads(body)["status"] == "ok"
+        assert not os.path.exists(os.path.join(tmp, "unused.sock")), \
+            "with LISTEN_FDS the socket setting must be ignored"
+        code, body = get(sock, "/v1/models")
+        assert code == 200
+        p.send_signal(signal.SIGTERM)
+        while not any("STOPPING=1" in m for m in msgs):
+            msgs.append(n.recv(4096).decode())
+        assert p.wait(30) == 0, open(log.name).read()
+        # a socket systemd owns is not ours to remove
+        assert os.path.exists(sock)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        n.close()
+
+
+def test_units_verify():
+    tool = shutil.which("systemd-analyze")
+    if not tool:
+        SKIPPED.append("systemd-analyze not installed")
+        print("     SKIPPED: systemd-analyze not installed")
+        return
+    tmp = tempfile.mkdtemp()
+    for u in ("inferd.service", "inferd.socket"):
+        text = open(os.path.join(SRC, "deploy", u)).read()
+        # verify checks that ExecStart= is executable: point it at the build
+        text = text.replace("/usr/local/bin/inferd", INFERD)
+        with open(os.path.join(tmp, u), "w") as f:
+            f.write(text)
+    out = subprocess.run([tool, "verify", os.path.join(tmp, "inferd.service"),
+                          os.path.join(tmp, "inferd.socket")], capture_output=True, text=True,
+                         timeout=60)
+    problems = [ln for ln in (out.stdout + out.stderr).splitlines()
+                if "inferd" in ln and ("rror" in ln or "arning" in ln or "nknown" in ln)]
+    assert out.returncode == 0 and not problems, out.stdout + out.stderr
+    svc = open(os.path.join(SRC, "deploy", "inferd.service")).read()
+    for want in ["Type=notify", "User=inferd", "RuntimeDirectory=inferd", "CacheDirectory=inferd",
+                 "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes",
+                 "DevicePolicy=closed", "DeviceAllow=/dev/nvidia", "Restart=on-failure"]:
+        assert want in svc, want
+    cfg = subprocess.run([INFERD, "--config", os.path.join(SRC, "deploy", "inferd.json"),
+                          "--print-config"], capture_output=True, text=True)
+    assert cfg.returncode == 0, "deploy/inferd.json is not a valid config: " + cfg.stderr
+
+
+def main():
+    require_model()
+    rc = run_tests(globals())
+    if rc == 0 and len(SKIPPED) == 2:
+        print("SKIPPED: " + "; ".join(SKIPPED))
+        return 77
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# test_worker_generate.sh WORKER — offline generation through the CLI
+# (label model): --no-kv-cache gives exactly the cached path's tokens;
+# --dump-logits writes a [n_prompt + n - 1, vocab] float32 .npy; seeded
+# sampling is reproducible; bad arguments are usage errors (exit 2).
+set -euo pipefail
+worker=$1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+model=${INFERD_TEST_MODEL:-${INFERD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
+[ -f "$model" ] || { echo "SKIPPED: default model not found at $model" >&2; exit 77; }
+py=${INFERD_PYTHON:-python3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+tokens() { "$py" -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
+
+for prompt in "Explain paged attention in one paragraph." "Write a haiku about caches."; do
+    a=$("$worker" --model "$model" --prompt "$prompt" -n 40 --ignore-eos --json | tokens)
+    b=$("$worker" --model "$model" --prompt "$prompt" -n 40 --ignore-eos --json --no-kv-cache | tokens)
+    [ "$a" == "$b" ] || fail "no-cache tokens differ for '$prompt': $a vs $b"
+done
+
+"$worker" --model "$model" --prompt-ids "1 9690 198 2683 359" -n 6 --ignore-eos \
+    --dump-logits "$tmp/l.npy" --json > "$tmp/out.json"
+"$py" - "$tmp/l.npy" "$tmp/out.json" <<'PY' || fail "dump-logits"
+import json, sys
+try:
+    import numpy as np
+except ImportError:
+    sys.exit(0)
+a = np.load(sys.argv[1])
+out = json.load(open(sys.argv[2]))
+assert a.dtype == np.float32 and a.shape == (5 + 6 - 1, 49152), a.shape
+# row i predicts token i + 1: greedy tokens are the argmax of the rows after the prompt
+assert list(a[4:].argmax(axis=1)) == out["tokens"], (list(a[4:].argmax(axis=1)), out["tokens"])
+PY
+
+s1=$("$worker" --model "$model" --prompt "Tell me a story." -n 24 --temperature 0.9 --top-p 0.9 --seed 11 --json | tokens)
+s2=$("$worker" --model "$model" --prompt "Tell me a story." -n 24 --temperature 0.9 --top-p 0.9 --seed 11 --json | tokens)
+s3=$("$worker" --model "$model" --prompt "Tell me a story." -n 24 --temperature 0.9 --top-p 0.9 --seed 12 --json | tokens)
+[ "$s1" == "$s2" ] || fail "the same seed gave different tokens"
+[ "$s1" != "$s3" ] || fail "different seeds gave the same 24 tokens"
+
+for bad in "-n 0" "--temperature x" "--prompt-ids 1,abc" "--prompt-ids 99999999" "--top-p 2"; do
+    # shellcheck disable=SC2086
+    set +e
+    "$worker" --model "$model" --prompt "x" $bad >/dev/null 2>&1
+    rc=$?
+    set -e
+    [ $rc -ne 0 ] || fail "'$bad' was accepted"
+done
+set +e
+"$worker" --model /nonexistent.gguf --prompt x >/dev/null 2>"$tmp/err"
+rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q "/nonexistent.gguf" "$tmp/err" || fail "missing model: rc $rc, $(cat "$tmp/err")"
+echo "1 passed, 0 failed"
