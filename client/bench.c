@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -861,13 +862,22 @@ static int serve_main(int argc, char **argv)
             code = ifd_cli_report(&s.t, rc);
             goto out;
         }
-        if (have0 && scrape_tokens(&s.t, &s.co, &in1, &out1)) {
-            res->server_in = in1 - in0;
-            res->server_out = out1 - out0;
-        }
         if (ifd_loadgen_summarize(reqs, n, dur, s.ignore_eos == 1, res) < 0) {
             code = IFD_EXIT_FAIL;
             goto out;
+        }
+        /* The daemon may count a request a moment after its last byte went
+         * out: give its counters up to a second to agree with the usage. */
+        for (int tries = 0; have0 && tries < 10; tries++) {
+            if (!scrape_tokens(&s.t, &s.co, &in1, &out1))
+                break;
+            res->server_in = in1 - in0;
+            res->server_out = out1 - out0;
+            if ((int64_t)res->server_in == res->in_tokens &&
+                (int64_t)res->server_out == res->out_tokens)
+                break;
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
         }
         any_failed += res->failed;
         ifd_loadgen_print(stdout, res, path);
@@ -1119,12 +1129,76 @@ out:
 
 /* ---- infer bench ----------------------------------------------------------------------------- */
 
+/* ---- infer bench plot ------------------------------------------------------------------ */
+
+static void plot_usage(FILE *f)
+{
+    fprintf(f, "Usage: infer bench plot RESULTS.json OUT.svg\n"
+               "\n"
+               "Draw the plot of `infer bench serve --plot` again from the JSON that\n"
+               "`infer bench serve --json` wrote: output throughput and the p99 latencies\n"
+               "against concurrency. Needs no daemon.\n");
+}
+
+static double jnum(json_t *o, const char *k1, const char *k2)
+{
+    json_t *v = json_object_get(o, k1);
+    if (k2)
+        v = json_object_get(v, k2);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static int plot_main(int argc, char **argv)
+{
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        plot_usage(stdout);
+        return IFD_EXIT_OK;
+    }
+    if (argc != 3) {
+        plot_usage(stderr);
+        return IFD_EXIT_USAGE;
+    }
+    json_error_t je;
+    json_t *o = json_load_file(argv[1], 0, &je);
+    json_t *runs = json_object_get(o, "runs");
+    size_t n = json_array_size(runs);
+    if (!o || n == 0) {
+        fprintf(stderr, "infer bench plot: %s: %s\n", argv[1],
+                o ? "no runs (not the JSON of infer bench serve)" : je.text);
+        json_decref(o);
+        return IFD_EXIT_USAGE;
+    }
+    ifd_loadgen_result_t *r = calloc(n, sizeof(*r));
+    if (!r) {
+        json_decref(o);
+        return IFD_EXIT_FAIL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(runs, i);
+        r[i].concurrency = (int)json_integer_value(json_object_get(x, "max_concurrency"));
+        r[i].completed = (size_t)json_integer_value(json_object_get(x, "completed"));
+        r[i].out_tput = jnum(x, "output_throughput", NULL);
+        r[i].req_tput = jnum(x, "request_throughput", NULL);
+        r[i].ttft.p99 = jnum(x, "ttft_ms", "p99");
+        r[i].tpot.p99 = jnum(x, "tpot_ms", "p99");
+        r[i].itl.p99 = jnum(x, "itl_ms", "p99");
+        r[i].e2e.p99 = jnum(x, "e2el_ms", "p99");
+    }
+    const char *model = json_string_value(json_object_get(o, "model"));
+    int code = write_plot(argv[2], r, n, model ? model : "?");
+    free(r);
+    json_decref(o);
+    return code;
+}
+
 static void bench_usage(FILE *f)
 {
     fprintf(f, "Usage: infer bench serve [options]   load generator: latency and throughput\n"
                "       infer bench cache [options]   use_cache on vs off: the KV-cache speedup\n"
+               "       infer bench plot RESULTS.json OUT.svg   redraw a sweep's plot\n"
                "\n"
-               "infer bench COMMAND --help describes each. Both talk to a running daemon.\n");
+               "infer bench COMMAND --help describes each. serve and cache talk to a running\n"
+               "daemon.\n");
 }
 
 int ifd_bench_main(int argc, char **argv)
@@ -1142,6 +1216,8 @@ int ifd_bench_main(int argc, char **argv)
         return serve_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "cache") == 0)
         return cache_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "plot") == 0)
+        return plot_main(argc - 1, argv + 1);
     fprintf(stderr, "infer bench: unknown benchmark '%s'\n\n", argv[1]);
     bench_usage(stderr);
     return IFD_EXIT_USAGE;

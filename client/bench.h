@@ -12,6 +12,7 @@
  *   infer bench cache   the same prompt, 256 new tokens, greedy, with
  *                       use_cache on and off, 3 repetitions each: both
  *                       latencies and the speedup.
+ *   infer bench plot    redraws a sweep's SVG from the JSON of bench serve.
  *
  * All requests of a run are driven by one thread with poll(2) over
  * non-blocking sockets (one connection per request), so the generator

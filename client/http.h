@@ -51,7 +51,7 @@ typedef struct {
     struct sockaddr_storage addr; /* tcp: the resolved address */
     socklen_t addrlen;
     char api_key[IFD_HTTP_API_KEY_MAX]; /* "" = send no Authorization header */
-    char where[400];                    /* for messages: the socket path or the URL */
+    char where[520];                    /* for messages: the socket path or the URL */
 } ifd_http_target_t;
 
 /* A Unix socket target. 0, or IFD_ETOOBIG when the path does not fit

@@ -59,7 +59,7 @@ static void fmt_num(char *buf, size_t n, double v)
     if (v != 0 && (fabs(v) >= 1e6 || fabs(v) < 1e-3))
         snprintf(buf, n, "%.0e", v);
     else
-        snprintf(buf, n, "%.4g", v);
+        snprintf(buf, n, "%.6g", v);
 }
 
 typedef struct {

@@ -53,8 +53,7 @@ void ifd_api_error(ifd_http_conn_t *c, const ifd_oai_error_t *e, int retry_after
     else if (e->status == 401)
         snprintf(extra, sizeof extra, "WWW-Authenticate: Bearer\r\n");
     if (ifd_oai_error_json(&b, e) == 0)
-        ifd_http_respond(c, e->status, "application/json", extra[0] ? extra : NULL, b.data,
-                         b.len);
+        ifd_http_respond(c, e->status, "application/json", extra[0] ? extra : NULL, b.data, b.len);
     else
         ifd_http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
     ifd_buf_free(&b);
@@ -126,8 +125,7 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
         return;
     }
     for (size_t i = 0; i < IFD__N_ROUTES; i++) {
-        if (strcmp(ifd__routes[i].path, r->path) == 0 &&
-            (int)ifd__routes[i].method == r->method) {
+        if (strcmp(ifd__routes[i].path, r->path) == 0 && (int)ifd__routes[i].method == r->method) {
             ifd__routes[i].fn(api, c, r);
             return;
         }
@@ -145,8 +143,8 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
     }
     strcat(allow, "\r\n");
     ifd_oai_error_t e;
-    ifd_oai_error_set(&e, 405, NULL, "method_not_allowed", NULL,
-                      "Method %s is not allowed on %s.", r->method_name, r->path);
+    ifd_oai_error_set(&e, 405, NULL, "method_not_allowed", NULL, "Method %s is not allowed on %s.",
+                      r->method_name, r->path);
     ifd_buf_t b = IFD_BUF_INIT;
     ifd_oai_error_json(&b, &e);
     ifd_http_respond(c, 405, "application/json", allow, b.data ? b.data : "", b.len);
@@ -219,8 +217,7 @@ static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_requ
     ifd_api_gauges(api, &g);
     ifd_buf_t b = IFD_BUF_INIT;
     if (ifd_metrics_render(api->metrics, &g, api->model_id, &b) == 0)
-        ifd_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data,
-                         b.len);
+        ifd_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
     else
         ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
     ifd_buf_free(&b);
@@ -281,7 +278,7 @@ static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
     free(s);
 }
 
-/* ---- /tokenize and /detokenize ---------------------------------------------------------------- */
+/* ---- /tokenize and /detokenize ----------------------------------------------------------- */
 
 typedef struct {
     uv_work_t work;
@@ -316,8 +313,8 @@ static void ifd__tokjob_work(uv_work_t *w)
             msgs[i].content = j->req.messages[i].content ? j->req.messages[i].content : "";
         }
         ifd_chat_prompt_t p;
-        j->rc = ifd_chat_render(api->tpl, msgs, j->req.n_messages, j->req.add_generation_prompt,
-                                &p);
+        j->rc =
+            ifd_chat_render(api->tpl, msgs, j->req.n_messages, j->req.add_generation_prompt, &p);
         free(msgs);
         if (j->rc == IFD_EINVAL)
             j->bad_messages = true;
@@ -361,8 +358,7 @@ static void ifd__tokjob_done(uv_work_t *w, int status)
                 }
             }
             ifd_buf_t b = IFD_BUF_INIT;
-            if (ifd_oai_tokenize_json(&b, j->ids.ids, j->ids.n, j->api->max_model_len, strs) ==
-                0)
+            if (ifd_oai_tokenize_json(&b, j->ids.ids, j->ids.n, j->api->max_model_len, strs) == 0)
                 ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
             else
                 ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
@@ -378,8 +374,7 @@ static bool ifd__model_ok(ifd_api_t *api, ifd_http_conn_t *c, const char *model)
 {
     if (!model || !strcmp(model, api->model_id) || !strcmp(model, api->model_path))
         return true;
-    ifd_api_errorf(c, 404, "model_not_found", "model", "The model `%.200s` does not exist.",
-                   model);
+    ifd_api_errorf(c, 404, "model_not_found", "model", "The model `%.200s` does not exist.", model);
     return false;
 }
 
@@ -443,8 +438,8 @@ static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_r
     }
     char *text = NULL;
     size_t len = 0;
-    int rc = ifd_tokenizer_decode(api->tok, d.tokens, d.n_tokens, IFD_DETOK_RENDER_SPECIAL, &text,
-                                  &len);
+    int rc =
+        ifd_tokenizer_decode(api->tok, d.tokens, d.n_tokens, IFD_DETOK_RENDER_SPECIAL, &text, &len);
     if (rc) {
         ifd_api_errorf(c, 500, NULL, NULL, "Decoding failed: %s", ifd_strerror(rc));
         goto out;

@@ -52,13 +52,13 @@ typedef struct {
     uint64_t start_ns; /* uv_hrtime at start */
     char api_key[512]; /* effective key ("" = none); set by main from api_key(_file) */
     bool draining;
-    bool ready_once;   /* every worker was ready at least once */
+    bool ready_once; /* every worker was ready at least once */
 
     /* generation requests */
-    int64_t n_tokenizing; /* admitted, being tokenized (they count in the queue) */
-    int64_t n_running;    /* tokenized and being served */
-    ifd_gen_t *gens;      /* every live generation request */
-    uint64_t rng;         /* ids and seeds */
+    int64_t n_tokenizing;       /* admitted, being tokenized (they count in the queue) */
+    int64_t n_running;          /* tokenized and being served */
+    ifd_gen_t *gens;            /* every live generation request */
+    uint64_t rng;               /* ids and seeds */
     void (*on_idle)(void *ctx); /* called when the last generation request ends */
     void *idle_ctx;
 } ifd_api_t;

@@ -18,7 +18,7 @@
 #include <strings.h>
 
 static const ifd_cfg_key_t ifd__keys[] = {
-#define IFD__CFG_ROW(name, type, def, reload, arg, lo, hi, help)                                 \
+#define IFD__CFG_ROW(name, type, def, reload, arg, lo, hi, help)                                   \
     {#name, IFD_CFG_##type, def, reload, arg, lo, hi, help, offsetof(ifd_config_t, name)},
     IFD_CONFIG_KEYS(IFD__CFG_ROW)
 #undef IFD__CFG_ROW
@@ -78,11 +78,28 @@ static int ifd__parse_bytes(const char *s, uint64_t *out)
         return IFD_EINVAL;
     double mul = 1;
     switch (*end) {
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'i' || *end == 'I')
         end++;
@@ -131,11 +148,16 @@ static int ifd__parse_secs(const char *s, double *out)
 static const char *ifd__type_name(ifd_cfg_type_t t)
 {
     switch (t) {
-    case IFD_CFG_STR: return "string";
-    case IFD_CFG_INT: return "integer";
-    case IFD_CFG_BYTES: return "bytes";
-    case IFD_CFG_BOOL: return "bool";
-    case IFD_CFG_SECS: return "seconds";
+    case IFD_CFG_STR:
+        return "string";
+    case IFD_CFG_INT:
+        return "integer";
+    case IFD_CFG_BYTES:
+        return "bytes";
+    case IFD_CFG_BOOL:
+        return "bool";
+    case IFD_CFG_SECS:
+        return "seconds";
     }
     return "?";
 }
@@ -202,8 +224,7 @@ static int ifd__set_key(ifd_config_t *c, const ifd_cfg_key_t *k, const char *v, 
     return IFD_EINVAL;
 }
 
-int ifd_config_set(ifd_config_t *c, const char *key, const char *value, char *err,
-                   size_t errlen)
+int ifd_config_set(ifd_config_t *c, const char *key, const char *value, char *err, size_t errlen)
 {
     const ifd_cfg_key_t *k = ifd__find(key, strlen(key));
     if (!k) {
@@ -293,7 +314,8 @@ static int ifd__load_file(ifd_config_t *c, const char *path, char *err, size_t e
     }
     const char *key;
     json_t *v;
-    json_object_foreach(root, key, v) {
+    json_object_foreach(root, key, v)
+    {
         const ifd_cfg_key_t *k = ifd__find(key, strlen(key));
         char text[4096];
         if (!k) {
@@ -312,13 +334,14 @@ static int ifd__load_file(ifd_config_t *c, const char *path, char *err, size_t e
                 size_t i, off = 0;
                 json_t *e;
                 text[0] = '\0';
-                json_array_foreach(v, i, e) {
+                json_array_foreach(v, i, e)
+                {
                     if (!json_is_integer(e)) {
                         ok = false;
                         break;
                     }
-                    off += (size_t)snprintf(text + off, sizeof text - off, "%s%lld",
-                                            i ? "," : "", (long long)json_integer_value(e));
+                    off += (size_t)snprintf(text + off, sizeof text - off, "%s%lld", i ? "," : "",
+                                            (long long)json_integer_value(e));
                     if (off >= sizeof text)
                         ok = false;
                 }
@@ -459,8 +482,8 @@ static int ifd__keep_arg(ifd_config_cli_t *cli, const char *a)
     return 0;
 }
 
-int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char **argv,
-                         char *err, size_t errlen)
+int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char **argv, char *err,
+                         size_t errlen)
 {
     memset(cli, 0, sizeof *cli);
     memset(c, 0, sizeof *c);
@@ -531,10 +554,14 @@ static bool ifd__equal(const ifd_config_t *a, const ifd_config_t *b, const ifd_c
         const char *sa = *(char *const *)fa, *sb = *(char *const *)fb;
         return strcmp(sa ? sa : "", sb ? sb : "") == 0;
     }
-    case IFD_CFG_INT: return *(const int64_t *)fa == *(const int64_t *)fb;
-    case IFD_CFG_BYTES: return *(const uint64_t *)fa == *(const uint64_t *)fb;
-    case IFD_CFG_BOOL: return *(const bool *)fa == *(const bool *)fb;
-    case IFD_CFG_SECS: return *(const double *)fa == *(const double *)fb;
+    case IFD_CFG_INT:
+        return *(const int64_t *)fa == *(const int64_t *)fb;
+    case IFD_CFG_BYTES:
+        return *(const uint64_t *)fa == *(const uint64_t *)fb;
+    case IFD_CFG_BOOL:
+        return *(const bool *)fa == *(const bool *)fb;
+    case IFD_CFG_SECS:
+        return *(const double *)fa == *(const double *)fb;
     }
     return true;
 }
@@ -573,18 +600,17 @@ int ifd_config_apply_reloadable(ifd_config_t *cur, const ifd_config_t *next)
 
 void ifd_config_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: inferd --model PATH [options]\n"
-            "\n"
-            "The inferd router daemon: serves a model over an OpenAI-compatible HTTP API on\n"
-            "a Unix socket (and optionally TCP), with worker processes doing the compute.\n"
-            "\n"
-            "  --config FILE          JSON file with any of the settings below (flags win)\n"
-            "  --print-config         print the effective settings as JSON and exit\n"
-            "  -h, --help             this help\n"
-            "  -V, --version          print the version\n"
-            "\n"
-            "Settings (flag = config key with '-' for '_'; [r] = reloaded on SIGHUP):\n");
+    fprintf(f, "Usage: inferd --model PATH [options]\n"
+               "\n"
+               "The inferd router daemon: serves a model over an OpenAI-compatible HTTP API on\n"
+               "a Unix socket (and optionally TCP), with worker processes doing the compute.\n"
+               "\n"
+               "  --config FILE          JSON file with any of the settings below (flags win)\n"
+               "  --print-config         print the effective settings as JSON and exit\n"
+               "  -h, --help             this help\n"
+               "  -V, --version          print the version\n"
+               "\n"
+               "Settings (flag = config key with '-' for '_'; [r] = reloaded on SIGHUP):\n");
     for (size_t i = 0; i < IFD__N_KEYS; i++) {
         const ifd_cfg_key_t *k = &ifd__keys[i];
         char flag[128];
@@ -597,9 +623,30 @@ void ifd_config_usage(FILE *f)
             snprintf(flag, sizeof flag, "--[no-]%s", name);
         else
             snprintf(flag, sizeof flag, "--%s %s", name, k->arg ? k->arg : "V");
-        fprintf(f, "  %-30s %s%s (%s, default %s%s%s)\n", flag, k->reloadable ? "[r] " : "",
-                k->help, ifd__type_name(k->type), k->def[0] ? "" : "\"", k->def,
-                k->def[0] ? "" : "\"");
+        char text[512];
+        snprintf(text, sizeof text, "%s%s (%s, default %s%s%s)", k->reloadable ? "[r] " : "",
+                 k->help, ifd__type_name(k->type), k->def[0] ? "" : "\"", k->def,
+                 k->def[0] ? "" : "\"");
+        /* wrap the text at 100 columns under a 33-column flag field */
+        fprintf(f, "  %-30s", flag);
+        int col = 32 > (int)strlen(flag) + 2 ? 32 : (int)strlen(flag) + 2;
+        const char *w = text;
+        while (*w) {
+            size_t wl = strcspn(w, " ");
+            if (col + 1 + (int)wl > 100 && col > 33) {
+                fprintf(f, "\n%33s", "");
+                col = 33;
+            } else {
+                fputc(' ', f);
+                col++;
+            }
+            fwrite(w, 1, wl, f);
+            col += (int)wl;
+            w += wl;
+            while (*w == ' ')
+                w++;
+        }
+        fputc('\n', f);
     }
     fprintf(f, "\nSignals: SIGTERM drains and exits 0; SIGHUP reopens the log file and reloads\n"
                "the [r] settings. Docs: docs/configuration.md, docs/api.md, docs/deploy.md.\n");
@@ -622,10 +669,18 @@ int ifd_config_print_json(const ifd_config_t *c, FILE *f)
             j = json_string(s ? s : "");
             break;
         }
-        case IFD_CFG_INT: j = json_integer(*(const int64_t *)v); break;
-        case IFD_CFG_BYTES: j = json_integer((json_int_t) * (const uint64_t *)v); break;
-        case IFD_CFG_BOOL: j = json_boolean(*(const bool *)v); break;
-        case IFD_CFG_SECS: j = json_real(*(const double *)v); break;
+        case IFD_CFG_INT:
+            j = json_integer(*(const int64_t *)v);
+            break;
+        case IFD_CFG_BYTES:
+            j = json_integer((json_int_t) * (const uint64_t *)v);
+            break;
+        case IFD_CFG_BOOL:
+            j = json_boolean(*(const bool *)v);
+            break;
+        case IFD_CFG_SECS:
+            j = json_real(*(const double *)v);
+            break;
         }
         json_object_set_new(o, k->name, j);
     }

@@ -85,7 +85,7 @@ struct ifd_gen {
     size_t n_prompts; /* 1 for chat */
     uint32_t n_choices;
     uint32_t n_done;
-    bool in_start;        /* ifd__start is submitting: completion waits */
+    bool in_start; /* ifd__start is submitting: completion waits */
     bool complete_pending;
     ifd__choice_t *ch;
 
@@ -385,8 +385,7 @@ static void ifd__on_dispatched(void *owner, ifd_rseq_t *s)
 {
     (void)s;
     ifd__choice_t *c = owner;
-    ifd_hist_observe(&c->g->api->metrics->queue_time,
-                     ifd__secs(c->g->t_arrival_ns, uv_hrtime()));
+    ifd_hist_observe(&c->g->api->metrics->queue_time, ifd__secs(c->g->t_arrival_ns, uv_hrtime()));
 }
 
 static const ifd_rseq_ops_t ifd__ops = {ifd__on_token, ifd__on_error, ifd__on_finished,
@@ -490,8 +489,7 @@ static void ifd__complete(ifd_gen_t *g)
     if (!rc)
         rc = ifd_oai_response_json(&body, &meta, oc, g->n_choices, &u);
     if (rc)
-        ifd_api_errorf(conn, 500, NULL, NULL, "Building the response failed: %s",
-                       ifd_strerror(rc));
+        ifd_api_errorf(conn, 500, NULL, NULL, "Building the response failed: %s", ifd_strerror(rc));
     else
         ifd_http_respond(conn, 200, "application/json", NULL, body.data, body.len);
     ifd_buf_free(&body);
@@ -593,8 +591,8 @@ static void ifd__work_cb(uv_work_t *w)
             msgs[i].content = g->req.messages[i].content ? g->req.messages[i].content : "";
         }
         ifd_chat_prompt_t pr;
-        int rc = ifd_chat_render(g->api->tpl, msgs, g->req.n_messages,
-                                 g->req.add_generation_prompt, &pr);
+        int rc = ifd_chat_render(g->api->tpl, msgs, g->req.n_messages, g->req.add_generation_prompt,
+                                 &pr);
         free(msgs);
         if (rc == IFD_EINVAL) {
             g->work_rc = rc;
@@ -613,9 +611,9 @@ static void ifd__work_cb(uv_work_t *w)
     for (size_t p = 0; p < g->n_prompts && !g->work_rc; p++) {
         ifd_oai_prompt_t *pp = &g->req.prompts[p];
         if (pp->text) {
-            g->work_rc = ifd_tokenizer_encode(tok, pp->text, pp->text_len,
-                                              IFD_TOK_ADD_SPECIAL | IFD_TOK_PARSE_SPECIAL,
-                                              &g->ptoks[p]);
+            g->work_rc =
+                ifd_tokenizer_encode(tok, pp->text, pp->text_len,
+                                     IFD_TOK_ADD_SPECIAL | IFD_TOK_PARSE_SPECIAL, &g->ptoks[p]);
             g->echo[p] = pp->text;
             g->echo_len[p] = pp->text_len;
         } else {
@@ -722,8 +720,7 @@ static void ifd__start(ifd_gen_t *g)
                      "reduce the length of the %s or completion.",
                      (long long)api->max_model_len, (long long)(n + (mt > 0 ? mt : 0)),
                      (long long)n, g->kind == IFD_OAI_CHAT ? "messages" : "prompt",
-                     (long long)(mt > 0 ? mt : 0),
-                     g->kind == IFD_OAI_CHAT ? "messages" : "prompt");
+                     (long long)(mt > 0 ? mt : 0), g->kind == IFD_OAI_CHAT ? "messages" : "prompt");
             ifd__reject(g, 400, "context_length_exceeded",
                         g->kind == IFD_OAI_CHAT ? "messages" : "prompt", msg);
             return;
@@ -817,8 +814,7 @@ static void ifd__start(ifd_gen_t *g)
     /* headers now: every error that can be decided early has been */
     if (rq->stream) {
         ifd_oai_meta_t meta = {g->kind, g->id, api->model_id, g->created, NULL};
-        int rc = ifd_oai_stream_init(&g->stream, &g->arena, &meta, g->n_choices,
-                                     rq->include_usage);
+        int rc = ifd_oai_stream_init(&g->stream, &g->arena, &meta, g->n_choices, rq->include_usage);
         if (!rc)
             rc = ifd_http_stream_begin(g->conn, 200, "text/event-stream", NULL);
         if (rc) {
@@ -846,7 +842,7 @@ static void ifd__start(ifd_gen_t *g)
     }
 }
 
-/* ---- entry ------------------------------------------------------------------------------------ */
+/* ---- entry ------------------------------------------------------------------------------- */
 
 void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r,
                     ifd_oai_kind_t kind)
@@ -870,9 +866,9 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
 
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);
-    int rc = kind == IFD_OAI_CHAT ? ifd_oai_parse_chat(&g->arena, r->body, r->body_len, &g->req, &e)
-                                  : ifd_oai_parse_completion(&g->arena, r->body, r->body_len,
-                                                             &g->req, &e);
+    int rc = kind == IFD_OAI_CHAT
+                 ? ifd_oai_parse_chat(&g->arena, r->body, r->body_len, &g->req, &e)
+                 : ifd_oai_parse_completion(&g->arena, r->body, r->body_len, &g->req, &e);
     if (rc) {
         if (!e.status)
             ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
@@ -904,8 +900,10 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     char param[64], msg[256];
     for (size_t i = 0; i < rq->n_logit_bias; i++) {
         if (rq->logit_bias[i].id >= api->n_vocab) {
-            snprintf(msg, sizeof msg, "Invalid key in 'logit_bias': token id %d is not in the "
-                     "vocabulary (%d tokens).", rq->logit_bias[i].id, api->n_vocab);
+            snprintf(msg, sizeof msg,
+                     "Invalid key in 'logit_bias': token id %d is not in the "
+                     "vocabulary (%d tokens).",
+                     rq->logit_bias[i].id, api->n_vocab);
             ifd__reject(g, 400, "invalid_value", "logit_bias", msg);
             return;
         }
@@ -934,9 +932,10 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
         }
     }
     if (rq->max_tokens > api->max_model_len) {
-        snprintf(msg, sizeof msg, "This model's maximum context length is %lld tokens, but "
-                 "max_tokens is %lld.", (long long)api->max_model_len,
-                 (long long)rq->max_tokens);
+        snprintf(msg, sizeof msg,
+                 "This model's maximum context length is %lld tokens, but "
+                 "max_tokens is %lld.",
+                 (long long)api->max_model_len, (long long)rq->max_tokens);
         ifd__reject(g, 400, "context_length_exceeded", "max_tokens", msg);
         return;
     }
@@ -953,8 +952,9 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     int64_t depth = api->n_tokenizing + ifd_router_queued(api->router);
     if (depth >= api->cfg->max_queue) {
         api->metrics->queue_rejected++;
-        ifd__reject(g, 503, NULL, NULL, "The server is busy: the request queue is full. "
-                                        "Retry later.");
+        ifd__reject(g, 503, NULL, NULL,
+                    "The server is busy: the request queue is full. "
+                    "Retry later.");
         return;
     }
     g->reserved = true;

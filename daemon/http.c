@@ -122,7 +122,8 @@ struct ifd_http_server {
     ifd_metrics_t *metrics;
     ifd__listener_t *listeners;
     ifd_http_conn_t *conns; /* doubly linked */
-    int n_conns;
+    int n_conns;            /* allocated (closing ones included) */
+    int n_open;             /* not closing: what max_connections limits */
     bool draining;
     bool destroying;
     int n_listeners_open;
@@ -142,22 +143,38 @@ static void ifd__maybe_free_server(ifd_http_server_t *s);
 const char *ifd_http_reason(int status)
 {
     switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Unknown";
     }
 }
 
@@ -237,6 +254,7 @@ static void ifd__close(ifd_http_conn_t *c, bool notify)
     if (c->closing)
         return;
     c->closing = true;
+    c->srv->n_open--;
     if (c->abort_cb) {
         void (*cb)(void *) = c->abort_cb;
         void *ud = c->abort_ud;
@@ -645,8 +663,7 @@ static void ifd__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 /* Parses buffered input while the connection is not busy. */
 static void ifd__parse(ifd_http_conn_t *c)
 {
-    while (!c->closing && !c->close_after_write && c->state != IFD__BUSY &&
-           c->in_off < c->in.len) {
+    while (!c->closing && !c->close_after_write && c->state != IFD__BUSY && c->in_off < c->in.len) {
         size_t avail = c->in.len - c->in_off;
         size_t n = http_parser_execute(&c->parser, &ifd__settings, c->in.data + c->in_off, avail);
         c->in_off += n;
@@ -793,6 +810,7 @@ static void ifd__connection_cb(uv_stream_t *server, int status)
         s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
+    s->n_open++;
     if (uv_accept(server, &c->h.stream) < 0) {
         ifd__close(c, false);
         return;
@@ -801,7 +819,7 @@ static void ifd__connection_cb(uv_stream_t *server, int status)
         uv_tcp_nodelay(&c->h.tcp, 1);
     if (s->metrics)
         s->metrics->connections_total++;
-    if (s->n_conns > s->lim.max_connections || s->draining) {
+    if (s->n_open > s->lim.max_connections || s->draining) {
         if (s->metrics && !s->draining)
             s->metrics->connections_rejected++;
         ifd__reject(c);
@@ -919,5 +937,5 @@ void ifd_http_server_destroy(ifd_http_server_t *s)
 
 int ifd_http_server_connections(const ifd_http_server_t *s)
 {
-    return s->n_conns;
+    return s->n_open;
 }

@@ -59,8 +59,8 @@ typedef struct {
     const char *authorization; /* header value, or NULL */
     const char *request_id;    /* X-Request-Id, or NULL */
     ifd_listen_kind_t transport;
-    bool loopback;  /* a Unix socket, or TCP on a loopback address */
-    uint64_t t_ns;  /* uv_hrtime() when the request was complete */
+    bool loopback; /* a Unix socket, or TCP on a loopback address */
+    uint64_t t_ns; /* uv_hrtime() when the request was complete */
 } ifd_http_request_t;
 
 typedef struct {

@@ -70,8 +70,7 @@ static int ifd__socket_live(const char *path)
     return -e;
 }
 
-int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *err,
-                    size_t errlen)
+int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *err, size_t errlen)
 {
     memset(l, 0, sizeof *l);
     l->fd = -1;
@@ -193,8 +192,8 @@ int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t er
         return IFD_EINVAL;
     }
     int rc = IFD_EINVAL;
-    int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                    res->ai_protocol);
+    int fd =
+        socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, res->ai_protocol);
     if (fd < 0) {
         rc = -errno;
         ifd__err(err, errlen, "socket(%s): %s", hostport, strerror(-rc));

@@ -48,8 +48,7 @@ int ifd_listen_default_socket(char *buf, size_t len, char *err, size_t errlen);
 
 /* Creates, binds and listens on a Unix socket at path with `mode`
  * (creating the parent directory as root when it is /run/inferd). */
-int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *err,
-                    size_t errlen);
+int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *err, size_t errlen);
 
 /* Binds and listens on TCP "HOST:PORT". */
 int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t errlen);

@@ -297,8 +297,7 @@ static void ifd__begin_shutdown(ifd__daemon_t *d, const char *why)
     ifd_notify("STOPPING=1\nSTATUS=draining");
     d->api.draining = true;
     ifd_http_server_drain(d->http);
-    uv_timer_start(&d->grace_timer, ifd__grace_cb, (uint64_t)(d->cfg.shutdown_grace * 1000.0),
-                   0);
+    uv_timer_start(&d->grace_timer, ifd__grace_cb, (uint64_t)(d->cfg.shutdown_grace * 1000.0), 0);
     uv_timer_start(&d->step_timer, ifd__step_cb, 0, 0);
 }
 
@@ -348,7 +347,7 @@ static void ifd__signal_cb(uv_signal_t *h, int signum)
     ifd__begin_shutdown(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-/* ---- start-up --------------------------------------------------------------------------------- */
+/* ---- start-up ---------------------------------------------------------------------------- */
 
 static int ifd__load_model(ifd__daemon_t *d, char *err, size_t errlen)
 {
@@ -379,7 +378,7 @@ static uint64_t ifd__fingerprint(const ifd__daemon_t *d)
         uint64_t size, mtime, ino;
         uint32_t layers, heads_kv, head_dim, vocab;
     } k = {(uint64_t)st.st_size, (uint64_t)st.st_mtime, (uint64_t)st.st_ino, d->mcfg.n_layer,
-           d->mcfg.n_head_kv, d->mcfg.head_dim, d->mcfg.n_vocab};
+           d->mcfg.n_head_kv,    d->mcfg.head_dim,      d->mcfg.n_vocab};
     uint64_t h = XXH3_64bits(&k, sizeof k);
     return h ^ XXH3_64bits(d->model_path, strlen(d->model_path));
 }
@@ -416,7 +415,8 @@ static int ifd__open_listeners(ifd__daemon_t *d, const char *api_key, char *err,
         if (d->lst[i].kind == IFD_LISTEN_TCP && !d->lst[i].loopback && !api_key[0]) {
             snprintf(err, errlen,
                      "refusing to listen on %s (not a loopback address) without an API key: "
-                     "set api_key or api_key_file", d->lst[i].name);
+                     "set api_key or api_key_file",
+                     d->lst[i].name);
             return IFD_EINVAL;
         }
     }
@@ -433,7 +433,8 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
     if (d->cfg.gpus && *d->cfg.gpus) {
         snprintf(err, errlen,
                  "--gpus %s: GPU workers need the CUDA backend, which inferd-worker does not "
-                 "have yet; use --workers N for CPU workers", d->cfg.gpus);
+                 "have yet; use --workers N for CPU workers",
+                 d->cfg.gpus);
         return IFD_ENOTSUP;
     }
     if (d->cfg.workers < 1) {
@@ -490,7 +491,7 @@ static int ifd__run(ifd__daemon_t *d)
     kp.head_dim = (int)d->mcfg.head_dim;
     kp.dtype = !strcmp(d->cfg.kv_dtype, "f32")   ? IFD_KV_F32
                : !strcmp(d->cfg.kv_dtype, "f16") ? IFD_KV_F16
-                                                  : IFD_KV_BF16;
+                                                 : IFD_KV_BF16;
     kp.block_size = (int)d->cfg.block_size;
     kp.bytes_budget = d->cfg.kv_budget;
     kp.n_devices = 1;
@@ -509,7 +510,8 @@ static int ifd__run(ifd__daemon_t *d)
         mml = d->cfg.max_model_len;
     if (pool_tokens < mml) {
         IFD_WARN("the KV pool holds %lld tokens: limiting the context to that (raise kv_budget "
-                 "for the model's %u)", (long long)pool_tokens, d->mcfg.n_ctx_train);
+                 "for the model's %u)",
+                 (long long)pool_tokens, d->mcfg.n_ctx_train);
         mml = pool_tokens;
     }
     IFD_INFO("model %s (%s, %u layers, context %lld), KV pool %lld blocks of %d tokens (%s)",
@@ -537,7 +539,7 @@ static int ifd__run(ifd__daemon_t *d)
         }
         IFD_INFO("listening on %s%s", d->lst[i].name,
                  d->lst[i].kind == IFD_LISTEN_TCP && d->api.api_key[0] ? " (API key required)"
-                                                                        : "");
+                                                                       : "");
     }
 
     ifd_sup_params_t sp;
@@ -547,9 +549,9 @@ static int ifd__run(ifd__daemon_t *d)
     sp.log_level = d->cfg.log_level;
     sp.n_workers = (int)d->cfg.workers;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    sp.n_threads = d->cfg.threads > 0 ? (int)d->cfg.threads
-                                      : (int)(ncpu / d->cfg.workers > 0 ? ncpu / d->cfg.workers
-                                                                        : 1);
+    sp.n_threads = d->cfg.threads > 0
+                       ? (int)d->cfg.threads
+                       : (int)(ncpu / d->cfg.workers > 0 ? ncpu / d->cfg.workers : 1);
     sp.max_seqs = (uint32_t)d->cfg.max_seqs;
     sp.max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
     sp.kv.n_layers = (uint32_t)geo.n_layers;
@@ -561,14 +563,14 @@ static int ifd__run(ifd__daemon_t *d)
     sp.kv.fingerprint = kp.fingerprint;
     sp.pool = d->pool;
     ifd__sup_timing(&d->cfg, &sp);
-    ifd_sup_callbacks_t scb = {d, ifd__on_ready, ifd__on_message, ifd__on_lost, ifd__on_failed,
-                               ifd__on_stopped};
+    ifd_sup_callbacks_t scb = {
+        d, ifd__on_ready, ifd__on_message, ifd__on_lost, ifd__on_failed, ifd__on_stopped};
     if ((rc = ifd_sup_create(&d->sup, &d->loop, &sp, &scb, &d->metrics)))
         goto fail;
     const ifd_token_t *eog;
     size_t n_eog = ifd_tokenizer_eog_ids(d->tok, &eog);
-    ifd_router_params_t rp = {d->pool, d->sup, &d->metrics, eog, (uint32_t)n_eog,
-                              (int)d->cfg.route_slack};
+    ifd_router_params_t rp = {d->pool, d->sup,          &d->metrics,
+                              eog,     (uint32_t)n_eog, (int)d->cfg.route_slack};
     if ((rc = ifd_router_create(&d->router, &rp)))
         goto fail;
 

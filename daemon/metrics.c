@@ -11,12 +11,11 @@
 #include <stddef.h>
 #include <string.h>
 
-static const double ifd__ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                          2.5,   5,    10,    20,   40,  80};
+static const double ifd__ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                          1,     2.5,  5,     10,   20,  40,   80};
 static const double ifd__itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
                                          0.1,   0.25,   0.5,   1,    2.5,   5};
-static const double ifd__e2e_bounds[] = {0.05, 0.1, 0.25, 0.5, 1,  2.5, 5,
-                                         10,   20,  40,   80,  160, 320};
+static const double ifd__e2e_bounds[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320};
 
 #define IFD__ARRLEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -100,8 +99,7 @@ typedef struct {
 } ifd__gauge_row_t;
 
 static const ifd__gauge_row_t ifd__gauges[] = {
-    {"inferd_queue_depth", "gauge",
-     "Sequences waiting for a worker plus requests being tokenized.",
+    {"inferd_queue_depth", "gauge", "Sequences waiting for a worker plus requests being tokenized.",
      offsetof(ifd_metrics_gauges_t, queue_depth)},
     {"inferd_requests_running", "gauge", "Generation requests being served.",
      offsetof(ifd_metrics_gauges_t, requests_running)},
@@ -152,15 +150,15 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
 {
     size_t start = out->len;
     int rc = 0;
-#define IFD__P(...)                                                                          \
-    do {                                                                                     \
-        if ((rc = ifd_buf_printf(out, __VA_ARGS__)))                                         \
-            goto fail;                                                                       \
+#define IFD__P(...)                                                                                \
+    do {                                                                                           \
+        if ((rc = ifd_buf_printf(out, __VA_ARGS__)))                                               \
+            goto fail;                                                                             \
     } while (0)
-#define IFD__H(n, t, h)                                                                      \
-    do {                                                                                     \
-        if ((rc = ifd__head(out, n, t, h)))                                                  \
-            goto fail;                                                                       \
+#define IFD__H(n, t, h)                                                                            \
+    do {                                                                                           \
+        if ((rc = ifd__head(out, n, t, h)))                                                        \
+            goto fail;                                                                             \
     } while (0)
 
     IFD__H("inferd_info", "gauge", "The daemon's version and model (value 1).");
@@ -187,8 +185,7 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
     for (size_t i = 0; i < sizeof ifd__gauges / sizeof ifd__gauges[0]; i++) {
         const ifd__gauge_row_t *r = &ifd__gauges[i];
         IFD__H(r->name, r->type, r->help);
-        IFD__P("%s %lld\n", r->name,
-               (long long)*(const int64_t *)((const char *)g + r->off));
+        IFD__P("%s %lld\n", r->name, (long long)*(const int64_t *)((const char *)g + r->off));
     }
 
     IFD__H("inferd_kv_blocks", "gauge", "KV cache blocks by state (used = held by sequences).");

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#define IFD_HIST_MAX_BUCKETS 20
+#define IFD_HIST_MAX_BUCKETS  20
 #define IFD_METRICS_MAX_CODES 32
 
 typedef struct {
@@ -47,33 +47,33 @@ typedef struct {
     } http[IFD_METRICS_MAX_CODES]; /* responses by status code */
     int n_http;
     uint64_t finished[IFD_FIN_COUNT]; /* choices by finish reason */
-    uint64_t prompt_tokens;          /* of every finished choice */
+    uint64_t prompt_tokens;           /* of every finished choice */
     uint64_t generation_tokens;
-    uint64_t prefix_query_tokens;    /* prompt tokens looked up in the prefix cache */
-    uint64_t prefix_hit_tokens;      /* of which served from it */
+    uint64_t prefix_query_tokens; /* prompt tokens looked up in the prefix cache */
+    uint64_t prefix_hit_tokens;   /* of which served from it */
     uint64_t worker_starts;
     uint64_t worker_restarts;
     uint64_t worker_crashes;
-    uint64_t worker_redispatched;    /* sequences moved after a worker died */
+    uint64_t worker_redispatched; /* sequences moved after a worker died */
     uint64_t connections_total;
-    uint64_t connections_rejected;   /* over max_connections */
-    uint64_t queue_rejected;         /* 503 because the queue was full */
-    ifd_hist_t ttft;                 /* seconds from arrival to the first token */
-    ifd_hist_t itl;                  /* seconds between two tokens of a sequence */
-    ifd_hist_t e2e;                  /* seconds from arrival to the last token */
-    ifd_hist_t queue_time;           /* seconds from arrival to dispatch */
+    uint64_t connections_rejected; /* over max_connections */
+    uint64_t queue_rejected;       /* 503 because the queue was full */
+    ifd_hist_t ttft;               /* seconds from arrival to the first token */
+    ifd_hist_t itl;                /* seconds between two tokens of a sequence */
+    ifd_hist_t e2e;                /* seconds from arrival to the last token */
+    ifd_hist_t queue_time;         /* seconds from arrival to dispatch */
 } ifd_metrics_t;
 
 /* Sampled just before rendering. */
 typedef struct {
-    int64_t queue_depth;       /* sequences waiting for a worker + requests tokenizing */
-    int64_t requests_running;  /* generation requests being served */
-    int64_t seqs_running;      /* sequences dispatched to workers */
+    int64_t queue_depth;      /* sequences waiting for a worker + requests tokenizing */
+    int64_t requests_running; /* generation requests being served */
+    int64_t seqs_running;     /* sequences dispatched to workers */
     int64_t connections;
     int64_t kv_total, kv_free, kv_used, kv_cached;
     uint64_t kv_evictions;
     uint64_t kv_alloc_failures;
-    uint64_t preemptions;      /* summed over workers' last stats */
+    uint64_t preemptions; /* summed over workers' last stats */
     uint64_t engine_steps;
     int64_t workers_ready, workers_starting, workers_down, workers_failed;
     double uptime_s;

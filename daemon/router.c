@@ -383,8 +383,8 @@ static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
             }
         }
         if ((size_t)max_blocks <= r->probe_cap) {
-            int got = ifd_kvpool_probe(r->p.pool, 0, s->tokens, (int)n_tok - 1, r->probe,
-                                       max_blocks);
+            int got =
+                ifd_kvpool_probe(r->p.pool, 0, s->tokens, (int)n_tok - 1, r->probe, max_blocks);
             for (int b = 0; b < got; b++) {
                 int dev = ifd_kvpool_block_device(r->p.pool, r->probe[b]);
                 for (int w = 0; w < r->n_workers; w++)
@@ -499,8 +499,8 @@ static int ifd__append(ifd_rseq_t *s, int32_t tok)
 }
 
 /* Finishes a sequence taken out of every list (limbo) and frees it. */
-static void ifd__finish(ifd_router_t *r, ifd_rseq_t *s, const ifd_wire_finished_t *f,
-                        int err, const char *msg)
+static void ifd__finish(ifd_router_t *r, ifd_rseq_t *s, const ifd_wire_finished_t *f, int err,
+                        const char *msg)
 {
     s->limbo = true;
     if (err && s->owner && s->ops->on_error)
@@ -579,9 +579,10 @@ void ifd_router_on_lost(ifd_router_t *r, int w)
         if (v)
             v[k++] = s;
         else
-            ifd__finish(r, s, &(ifd_wire_finished_t){s->id, IFD_WIRE_FINISH_ERROR, -1,
-                                                     s->n_prompt, s->n_gen, 0},
-                        IFD_ENOMEM, "out of memory");
+            ifd__finish(
+                r, s,
+                &(ifd_wire_finished_t){s->id, IFD_WIRE_FINISH_ERROR, -1, s->n_prompt, s->n_gen, 0},
+                IFD_ENOMEM, "out of memory");
     }
     if (v)
         qsort(v, (size_t)k, sizeof *v, ifd__cmp_id);

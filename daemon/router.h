@@ -54,10 +54,10 @@ typedef struct {
 } ifd_rseq_ops_t;
 
 typedef struct {
-    const int32_t *prompt; /* copied */
-    uint32_t n_prompt;     /* >= 1 */
+    const int32_t *prompt;        /* copied */
+    uint32_t n_prompt;            /* >= 1 */
     ifd_wire_sampling_t sampling; /* logit_bias copied */
-    const int32_t *stop_ids; /* extra stop ids (copied); EOS is the worker's */
+    const int32_t *stop_ids;      /* extra stop ids (copied); EOS is the worker's */
     uint32_t n_stop_ids;
     uint32_t max_tokens; /* >= 1 */
     bool ignore_eos;

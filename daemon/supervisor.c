@@ -76,12 +76,18 @@ static void ifd__lose(ifd__worker_t *w, const char *why);
 const char *ifd_worker_state_name(ifd_worker_state_t s)
 {
     switch (s) {
-    case IFD_W_STARTING: return "starting";
-    case IFD_W_READY: return "ready";
-    case IFD_W_DOWN: return "restarting";
-    case IFD_W_FAILED: return "failed";
-    case IFD_W_STOPPING: return "stopping";
-    case IFD_W_STOPPED: return "stopped";
+    case IFD_W_STARTING:
+        return "starting";
+    case IFD_W_READY:
+        return "ready";
+    case IFD_W_DOWN:
+        return "restarting";
+    case IFD_W_FAILED:
+        return "failed";
+    case IFD_W_STOPPING:
+        return "stopping";
+    case IFD_W_STOPPED:
+        return "stopped";
     }
     return "?";
 }
@@ -287,8 +293,7 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             break;
         case IFD_WIRE_ERROR:
             if (m.u.error.id == 0) {
-                IFD_ERROR("worker %d: %s (%s)", w->idx,
-                          m.u.error.message ? m.u.error.message : "",
+                IFD_ERROR("worker %d: %s (%s)", w->idx, m.u.error.message ? m.u.error.message : "",
                           ifd_err_name(m.u.error.code));
                 break;
             }
@@ -360,7 +365,8 @@ static void ifd__after_exit(ifd__worker_t *w)
         w->info.state = IFD_W_FAILED;
         w->info.crash_loop = true;
         IFD_ERROR("worker %d crashed %d times within %.0f s: crash loop, not restarting it "
-                  "(last: %s)", w->idx, recent, s->p.crash_loop_window_s, w->info.last_exit);
+                  "(last: %s)",
+                  w->idx, recent, s->p.crash_loop_window_s, w->info.last_exit);
         if (s->cb.on_failed)
             s->cb.on_failed(s->cb.ctx, w->idx);
         return;
@@ -505,8 +511,7 @@ static void ifd__spawn(ifd__worker_t *w)
     close(sv[1]);
     if (rc < 0) {
         IFD_ERROR("worker %d: cannot start %s: %s", w->idx, s->binary, uv_strerror(rc));
-        snprintf(w->info.last_exit, sizeof w->info.last_exit, "spawn failed: %s",
-                 uv_strerror(rc));
+        snprintf(w->info.last_exit, sizeof w->info.last_exit, "spawn failed: %s", uv_strerror(rc));
         close(sv[0]);
         /* uv_spawn initialised the handle even on failure: close it */
         w->proc_active = true;
@@ -642,10 +647,18 @@ void ifd_sup_counts(const ifd_sup_t *s, int *ready, int *starting, int *down, in
     *ready = *starting = *down = *failed = 0;
     for (int i = 0; i < s->n; i++) {
         switch (s->w[i].info.state) {
-        case IFD_W_READY: (*ready)++; break;
-        case IFD_W_STARTING: (*starting)++; break;
-        case IFD_W_FAILED: (*failed)++; break;
-        default: (*down)++; break;
+        case IFD_W_READY:
+            (*ready)++;
+            break;
+        case IFD_W_STARTING:
+            (*starting)++;
+            break;
+        case IFD_W_FAILED:
+            (*failed)++;
+            break;
+        default:
+            (*down)++;
+            break;
         }
     }
 }

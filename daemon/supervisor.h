@@ -54,7 +54,7 @@ const char *ifd_worker_state_name(ifd_worker_state_t s);
 typedef struct {
     int slot;
     ifd_worker_state_t state;
-    int pid; /* 0 when no process */
+    int pid;           /* 0 when no process */
     uint32_t max_seqs; /* from READY */
     uint32_t n_ctx;
     int kv_device;
@@ -72,7 +72,7 @@ typedef struct {
     const char *model_path;
     const char *log_level; /* passed to the workers' --log-level */
     int n_workers;
-    int n_threads;         /* per worker; 0: the worker decides */
+    int n_threads; /* per worker; 0: the worker decides */
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
     ifd_wire_kv_geometry_t kv;

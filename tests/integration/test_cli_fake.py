@@ -35,7 +35,7 @@ ANSWER8 = "".join(f"tok{i} " for i in range(8))
 
 def test_help():
     for cmd in ([], ["prompt"], ["chat"], ["models"], ["status"], ["bench"], ["bench", "serve"],
-                ["bench", "cache"], ["inspect"], ["tokenize"], ["detokenize"]):
+                ["bench", "cache"], ["bench", "plot"], ["inspect"], ["tokenize"], ["detokenize"]):
         rc, out, err = run([INFER] + cmd + ["--help"])
         check(rc == 0 and "Usage" in out, f"infer {' '.join(cmd)} --help: rc {rc}, {out[:200]}")
     rc, out, _ = run([INFER, "--help"])
@@ -283,6 +283,13 @@ def test_bench(f):
         root = ET.parse(svg).getroot()
         check(root.tag.endswith("svg") and len(root.findall(".//{*}polyline")) == 5,
               "plot: not an SVG with 5 lines")
+        svg2 = os.path.join(d, "p2.svg")
+        rc, out, err = run([INFER, "bench", "plot", js2, svg2])
+        lines = [e.get("points") for e in ET.parse(svg2).getroot().findall(".//{*}polyline")]
+        check(rc == 0 and lines == [e.get("points") for e in root.findall(".//{*}polyline")],
+              f"bench plot from the JSON differs: {rc} {err}")
+        rc, out, err = run([INFER, "bench", "plot", svg, svg2])
+        check(rc == 2 and "infer bench plot" in err, f"bench plot of a non-JSON: {rc} {err}")
 
         rc, out, err = run([INFER, "bench", "serve", "--socket", f.sock, "-r", "50", "-N", "5",
                             "--input-len", "4", "--output-len", "2", "--json", "-"], timeout=60)

@@ -459,14 +459,14 @@ class _Handler(BaseHTTPRequestHandler):
                      if chat else {"index": 0, "text": t, "finish_reason": finish if last else None})
                 ev({**base, "choices": [c], "usage": None})
                 sent += 1
+            with srv.lock:  # counted before the client can see the end
+                srv.counters["in"] += prompt_tokens
+                srv.counters["out"] += n_out
+                srv.counters["done"] += 1
             if incl:
                 ev({**base, "choices": [], "usage": usage})
             self._chunk(b"data: [DONE]\n\n")
             self._chunk(b"")
-            with srv.lock:
-                srv.counters["in"] += prompt_tokens
-                srv.counters["out"] += n_out
-                srv.counters["done"] += 1
         except (BrokenPipeError, ConnectionResetError):
             with srv.lock:
                 srv.counters["abort"] += 1

@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -57,6 +58,7 @@ class Daemon:
     """One inferd process on a temporary socket."""
 
     def __init__(self, inferd, args=(), env=None, workers=1, wait=True, tmpdir=None):
+        self.own_dir = tmpdir is None  # removed by stop()
         self.dir = tmpdir or tempfile.mkdtemp(prefix="inferd-test-")
         self.sock = os.path.join(self.dir, "inferd.sock")
         self.logpath = os.path.join(self.dir, "inferd.log")
@@ -99,9 +101,14 @@ class Daemon:
             rc = self.proc.wait()
             raise AssertionError("inferd did not exit after %s:\n%s" % (sig, self.logtext()))
         self.log.close()
+        self.final_log = self.logtext()
+        if self.own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
         return rc
 
     def logtext(self):
+        if getattr(self, "final_log", None) is not None:
+            return self.final_log
         try:
             with open(self.logpath, "rb") as f:
                 return f.read().decode("utf-8", "replace")[-6000:]

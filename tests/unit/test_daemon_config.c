@@ -1,0 +1,177 @@
+/*
+ * test_daemon_config.c — the daemon's settings table (daemon/config.h):
+ * defaults, flag syntax (--k v, --k=v, --[no-]bool), value types and units,
+ * ranges, the JSON file (unknown keys and wrong types refused), flags over
+ * the file, reload of reloadable keys only; and the metrics exposition
+ * (daemon/metrics.h).
+ */
+#include "testutil.h"
+
+#include "config.h"
+#include "error.h"
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int parse(ifd_config_t *c, ifd_config_cli_t *cli, char *err, int n, ...)
+{
+    char *argv[32];
+    va_list ap;
+    va_start(ap, n);
+    argv[0] = (char *)"inferd";
+    for (int i = 0; i < n; i++)
+        argv[i + 1] = va_arg(ap, char *);
+    va_end(ap);
+    return ifd_config_from_args(c, cli, n + 1, argv, err, 512);
+}
+
+static char *write_tmp(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/ifd-cfg-XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+START_TEST(test_defaults_and_flags)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
+    ck_assert_int_eq(c.workers, 1);
+    ck_assert_int_eq(c.max_queue, 256);
+    ck_assert_uint_eq(c.kv_budget, 1ull << 30);
+    ck_assert(c.prefix_cache);
+    ck_assert_str_eq(c.socket_mode, "0660");
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+
+    ck_assert_int_eq(parse(&c, &cli, err, 8, "--max-queue", "7", "--kv-budget=512M",
+                           "--no-prefix-cache", "--header-timeout", "250ms", "--model", "m.gguf"),
+                     0);
+    ck_assert_int_eq(c.max_queue, 7);
+    ck_assert_uint_eq(c.kv_budget, 512ull << 20);
+    ck_assert(!c.prefix_cache);
+    ck_assert(c.header_timeout > 0.2499 && c.header_timeout < 0.2501);
+    ck_assert_str_eq(c.model, "m.gguf");
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+}
+END_TEST
+
+START_TEST(test_bad_flags)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    ck_assert_int_eq(parse(&c, &cli, err, 1, "--max-queu"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--max-queu"));
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--workers", "many"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "workers"));
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--workers", "1000"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "range"));
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--kv-budget", "12Q"), IFD_EINVAL);
+    ck_assert_int_eq(parse(&c, &cli, err, 1, "--workers"), IFD_EINVAL);
+    ck_assert_int_eq(parse(&c, &cli, err, 1, "stray"), IFD_EINVAL);
+}
+END_TEST
+
+START_TEST(test_file_precedence_and_errors)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    char *p = write_tmp("{\"max_queue\": 9, \"workers\": 2, \"gpus\": [0, 1], "
+                        "\"kv_budget\": \"2G\", \"log_level\": \"debug\"}");
+    char path[64];
+    snprintf(path, sizeof path, "%s", p);
+    ck_assert_int_eq(parse(&c, &cli, err, 4, "--config", path, "--workers", "3"), 0);
+    ck_assert_int_eq(c.max_queue, 9);
+    ck_assert_int_eq(c.workers, 3); /* the flag wins */
+    ck_assert_str_eq(c.gpus, "0,1");
+    ck_assert_uint_eq(c.kv_budget, 2ull << 30);
+
+    /* reload: the file changes; flags still win; only reloadable keys apply */
+    FILE *f = fopen(path, "w");
+    fputs("{\"max_queue\": 11, \"workers\": 5, \"block_size\": 32, \"log_level\": \"warn\"}", f);
+    fclose(f);
+    ifd_config_t next;
+    ck_assert_int_eq(ifd_config_reload(&next, &cli, err, sizeof err), 0);
+    ck_assert_int_eq(next.workers, 3);
+    ck_assert_int_eq(next.block_size, 32);
+    int changed = ifd_config_apply_reloadable(&c, &next);
+    ck_assert_int_eq(changed, 2); /* max_queue, log_level */
+    ck_assert_int_eq(c.max_queue, 11);
+    ck_assert_str_eq(c.log_level, "warn");
+    ck_assert_int_eq(c.block_size, 16); /* needs a restart */
+    ifd_config_free(&next);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+
+    const char *bad[] = {"{\"max_queeu\": 1}",    "{\"max_queue\": \"x\"}",    "[1]", "{\"a\":",
+                         "{\"prefix_cache\": 1}", "{\"header_timeout\": true}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(path, "w");
+        fputs(bad[i], f);
+        fclose(f);
+        err[0] = '\0';
+        ck_assert_msg(parse(&c, &cli, err, 2, "--config", path) == IFD_EINVAL, "%s", bad[i]);
+        ck_assert_msg(err[0], "no message for %s", bad[i]);
+    }
+    unlink(path);
+}
+END_TEST
+
+START_TEST(test_metrics_render)
+{
+    ifd_metrics_t m;
+    ifd_metrics_init(&m);
+    ifd_metrics_count_status(&m, 200);
+    ifd_metrics_count_status(&m, 200);
+    ifd_metrics_count_status(&m, 503);
+    ifd_hist_observe(&m.ttft, 0.003);
+    ifd_hist_observe(&m.ttft, 100.0);
+    m.finished[IFD_FIN_STOP] = 4;
+    ifd_metrics_gauges_t g;
+    memset(&g, 0, sizeof g);
+    g.kv_total = 10;
+    g.kv_used = 3;
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_metrics_render(&m, &g, "model", &b), 0);
+    ck_assert_ptr_nonnull(strstr(b.data, "inferd_http_requests_total{code=\"200\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(b.data, "inferd_http_requests_total{code=\"503\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(b.data, "inferd_request_success_total{finish_reason=\"stop\"} 4"));
+    const char *tt = "inferd_time_to_first_token_seconds_bucket";
+    char want[128];
+    snprintf(want, sizeof want, "%s{le=\"0.005\"} 1\n", tt);
+    ck_assert_ptr_nonnull(strstr(b.data, want));
+    snprintf(want, sizeof want, "%s{le=\"+Inf\"} 2\n", tt);
+    ck_assert_ptr_nonnull(strstr(b.data, want));
+    ck_assert_ptr_nonnull(strstr(b.data, "inferd_time_to_first_token_seconds_count 2"));
+    ck_assert_ptr_nonnull(strstr(b.data, "inferd_kv_blocks{state=\"used\"} 3"));
+    ck_assert_ptr_nonnull(strstr(b.data, "inferd_kv_cache_usage_ratio 0.300000"));
+    ck_assert_ptr_nonnull(strstr(b.data, "# TYPE inferd_queue_depth gauge"));
+    ifd_buf_free(&b);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("daemon_config");
+    TCase *tc = tcase_create("config");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_defaults_and_flags);
+    tcase_add_test(tc, test_bad_flags);
+    tcase_add_test(tc, test_file_precedence_and_errors);
+    tcase_add_test(tc, test_metrics_render);
+    suite_add_tcase(s, tc);
+    return ifd_test_run(s);
+}
