@@ -455,8 +455,9 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk(b"data: [DONE]\n\n")
                     self._chunk(b"")
                     return
-                c = ({"index": 0, "delta": {"content": t}, "finish_reason": finish if last else None}
-                     if chat else {"index": 0, "text": t, "finish_reason": finish if last else None})
+                fin = finish if last else None
+                c = ({"index": 0, "delta": {"content": t}, "finish_reason": fin} if chat
+                     else {"index": 0, "text": t, "finish_reason": fin})
                 ev({**base, "choices": [c], "usage": None})
                 sent += 1
             with srv.lock:  # counted before the client can see the end
