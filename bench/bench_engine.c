@@ -79,12 +79,7 @@ int main(int argc, char **argv)
     }
     char path[4096];
     if (!model) {
-        const char *dir = getenv("INFERD_MODEL_DIR"), *home = getenv("HOME");
-        if (dir)
-            snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-        else
-            snprintf(path, sizeof path, "%s/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                     home ? home : "");
+        ifd_default_model_path(path, sizeof path);
         model = path;
     }
     if (n_req < 1 || plen < 1 || olen < 1 || budget < 1) {

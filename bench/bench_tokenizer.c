@@ -14,6 +14,7 @@
  * tokens/s and bytes per token. Exit status 77 when the vocabulary is absent.
  */
 #include "error.h"
+#include "model_config.h"
 #include "tokenizer.h"
 
 #include <stdio.h>
@@ -99,12 +100,7 @@ int main(int argc, char **argv)
         }
     }
     if (!vocab) {
-        const char *dir = getenv("INFERD_MODEL_DIR"), *home = getenv("HOME");
-        if (dir)
-            snprintf(defpath, sizeof defpath, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-        else
-            snprintf(defpath, sizeof defpath,
-                     "%s/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+        ifd_default_model_path(defpath, sizeof defpath);
         vocab = defpath;
     }
     ifd_tokenizer_t *t;

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int ifd__cfg_fail(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
@@ -181,4 +182,17 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
     return 0;
 #undef IFD__REQ_U32
 #undef IFD__OPT_U32
+}
+
+void ifd_default_model_path(char *buf, size_t len)
+{
+    const char *dir = getenv("INFERD_MODEL_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (dir && *dir)
+        snprintf(buf, len, "%s/%s", dir, IFD_DEFAULT_MODEL_FILE);
+    else if (xdg && *xdg)
+        snprintf(buf, len, "%s/inferd/models/%s", xdg, IFD_DEFAULT_MODEL_FILE);
+    else
+        snprintf(buf, len, "%s/.cache/inferd/models/%s", home ? home : "", IFD_DEFAULT_MODEL_FILE);
 }

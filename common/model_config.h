@@ -54,4 +54,11 @@ typedef struct {
 int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, char *errbuf,
                                size_t errlen);
 
+/* The default model's file name and where deploy/fetch-model.sh stores it:
+ * ${INFERD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/models}/FILE.
+ * Writes the path into buf (truncated to len) whether or not the file
+ * exists. Thread-safe (reads the environment only). */
+#define IFD_DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+void ifd_default_model_path(char *buf, size_t len);
+
 #endif

@@ -1,6 +1,8 @@
 /* testutil.c — see testutil.h. */
 #include "testutil.h"
 
+#include "model_config.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +35,7 @@ const char *ifd_test_model_path(char *buf, size_t len)
     if (m && *m) {
         snprintf(buf, len, "%s", m);
     } else {
-        const char *dir = getenv("INFERD_MODEL_DIR");
-        const char *xdg = getenv("XDG_CACHE_HOME");
-        const char *home = getenv("HOME");
-        if (dir && *dir)
-            snprintf(buf, len, "%s/%s", dir, IFD_TEST_MODEL_FILE);
-        else if (xdg && *xdg)
-            snprintf(buf, len, "%s/inferd/models/%s", xdg, IFD_TEST_MODEL_FILE);
-        else
-            snprintf(buf, len, "%s/.cache/inferd/models/%s", home ? home : "", IFD_TEST_MODEL_FILE);
+        ifd_default_model_path(buf, len);
     }
     return stat(buf, &st) == 0 && S_ISREG(st.st_mode) ? buf : NULL;
 }

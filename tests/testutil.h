@@ -11,9 +11,6 @@
 #include <check.h>
 #include <stddef.h>
 
-/* The default model's file name, as deploy/fetch-model.sh stores it. */
-#define IFD_TEST_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 /* $INFERD_TESTDATA_DIR when it exists as a directory, else NULL. */
 const char *ifd_test_data_dir(void);
 
@@ -22,7 +19,7 @@ const char *ifd_test_data_dir(void);
 const char *ifd_test_data_file(const char *rel, char *buf, size_t len);
 
 /* $INFERD_TEST_MODEL, else the fetch-model.sh location
- * (${INFERD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/models}/…);
+ * (ifd_default_model_path in common/model_config.h);
  * NULL when that file does not exist. */
 const char *ifd_test_model_path(char *buf, size_t len);
 
