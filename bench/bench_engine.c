@@ -110,11 +110,7 @@ int main(int argc, char **argv)
         if (conc < 1)
             continue;
         int nr = conc == 1 && n_req_c1 > 0 ? n_req_c1 : n_req;
-        ifd_kvpool_params_t kp = ifd_kvpool_default_params();
-        kp.n_layers = (int)cfg->n_layer;
-        kp.n_kv_heads = (int)cfg->n_head_kv;
-        kp.head_dim = (int)cfg->head_dim;
-        kp.dtype = IFD_KV_F32;
+        ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
         kp.n_blocks = (int64_t)conc * ((plen + olen) / kp.block_size + 2) + 16;
         kp.n_workers = 1;
         ifd_kvpool_t *pool;

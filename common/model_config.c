@@ -196,3 +196,13 @@ void ifd_default_model_path(char *buf, size_t len)
     else
         snprintf(buf, len, "%s/.cache/inferd/models/%s", home ? home : "", IFD_DEFAULT_MODEL_FILE);
 }
+
+ifd_kvpool_params_t ifd_model_kvpool_params(const ifd_model_config_t *cfg)
+{
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = (int)cfg->n_layer;
+    kp.n_kv_heads = (int)cfg->n_head_kv;
+    kp.head_dim = (int)cfg->head_dim;
+    kp.dtype = IFD_KV_F32;
+    return kp;
+}

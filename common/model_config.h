@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "gguf.h"
+#include "kvpool.h"
 
 typedef enum {
     IFD_ARCH_LLAMA = 0,
@@ -53,6 +54,11 @@ typedef struct {
  */
 int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, char *errbuf,
                                size_t errlen);
+
+/* ifd_kvpool_default_params() with the model's KV geometry (n_layers,
+ * n_kv_heads, head_dim) filled in, and f32 K/V; the caller sets the rest
+ * (block count or budget, workers, dtype, fingerprint). Pure. */
+ifd_kvpool_params_t ifd_model_kvpool_params(const ifd_model_config_t *cfg);
 
 /* The default model's file name and where deploy/fetch-model.sh stores it:
  * ${INFERD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/models}/FILE.

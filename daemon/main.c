@@ -485,10 +485,7 @@ static int ifd__run(ifd__daemon_t *d)
     ifd__find_worker(&d->cfg, d->worker_bin, sizeof d->worker_bin);
 
     /* the KV pool: one host segment shared by every CPU worker */
-    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
-    kp.n_layers = (int)d->mcfg.n_layer;
-    kp.n_kv_heads = (int)d->mcfg.n_head_kv;
-    kp.head_dim = (int)d->mcfg.head_dim;
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(&d->mcfg);
     kp.dtype = !strcmp(d->cfg.kv_dtype, "f32")   ? IFD_KV_F32
                : !strcmp(d->cfg.kv_dtype, "f16") ? IFD_KV_F16
                                                  : IFD_KV_BF16;

@@ -9,6 +9,8 @@
  */
 #include "generate.h"
 
+#include "engine.h"
+
 #include "error.h"
 #include "kvpool.h"
 #include "log.h"
@@ -64,17 +66,14 @@ static int ifd__npy_header(FILE *f, int64_t rows, int64_t cols)
 }
 
 typedef struct {
-    ifd_model_t *m;
-    const ifd_model_config_t *cfg;
     ifd_kvpool_t *pool;
-    ifd_kv_layer_t *kv;
+    ifd_engine_model_t em; /* the model over the pool's KV views */
     int32_t *blocks; /* the block table */
     int n_blocks, max_blocks, block_size;
     /* batch buffers */
     int32_t *pos, *seq, *rows;
     int64_t *slot;
     float *logits;
-    int cap_rows;
 } ifd__gen_t;
 
 /* Makes sure blocks cover positions [0, n_tokens). */
@@ -123,7 +122,7 @@ static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, in
         .logit_rows = g->rows,
     };
     /* block tables hold local ids for the kernels (one device here) */
-    return ifd_model_forward(g->m, &b, g->kv, g->logits);
+    return g->em.forward(g->em.ctx, &b, g->logits);
 }
 
 static int ifd__dump(FILE *f, const float *rows, int n, int vocab, int *written)
@@ -157,24 +156,18 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
 
     ifd__gen_t g;
     memset(&g, 0, sizeof g);
-    g.m = m;
-    g.cfg = cfg;
     int rc = 0;
     ifd_sampler_t *sampler = NULL;
     int32_t *seq_tokens = NULL;
 
-    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
-    kp.n_layers = (int)cfg->n_layer;
-    kp.n_kv_heads = (int)cfg->n_head_kv;
-    kp.head_dim = (int)cfg->head_dim;
-    kp.dtype = IFD_KV_F32;
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
     g.block_size = kp.block_size;
     g.max_blocks = (total + kp.block_size - 1) / kp.block_size;
     kp.n_blocks = g.max_blocks;
     kp.n_workers = 1;
-    if ((rc = ifd_kvpool_create(&kp, &g.pool)))
+    if ((rc = ifd_kvpool_create(&kp, &g.pool)) ||
+        (rc = ifd_engine_model_from(&g.em, m, g.pool, 0)))
         goto out;
-    g.kv = calloc(cfg->n_layer, sizeof *g.kv);
     g.blocks = calloc((size_t)g.max_blocks, sizeof *g.blocks);
     g.pos = malloc((size_t)max_tok * sizeof *g.pos);
     g.seq = malloc((size_t)max_tok * sizeof *g.seq);
@@ -183,18 +176,10 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
     g.logits = malloc((size_t)max_tok * (size_t)vocab * sizeof(float));
     seq_tokens = malloc((size_t)total * sizeof *seq_tokens);
     r->tokens = malloc((size_t)p->n_predict * sizeof *r->tokens);
-    if (!g.kv || !g.blocks || !g.pos || !g.seq || !g.rows || !g.slot || !g.logits ||
+    if (!g.blocks || !g.pos || !g.seq || !g.rows || !g.slot || !g.logits ||
         !seq_tokens || !r->tokens) {
         rc = IFD_ENOMEM;
         goto out;
-    }
-    for (uint32_t l = 0; l < cfg->n_layer; l++) {
-        g.kv[l].k = ifd_kvpool_layer_k(g.pool, 0, (int)l);
-        g.kv[l].v = ifd_kvpool_layer_v(g.pool, 0, (int)l);
-        g.kv[l].dtype = IFD_DTYPE_F32;
-        g.kv[l].block_size = g.block_size;
-        g.kv[l].n_kv_heads = (int)cfg->n_head_kv;
-        g.kv[l].head_dim = (int)cfg->head_dim;
     }
     if ((rc = ifd_sampler_create(vocab, &sampler)))
         goto out;
@@ -268,8 +253,8 @@ out:
     ifd_sampler_destroy(sampler);
     if (g.pool && g.n_blocks)
         ifd_kvpool_free(g.pool, 0, g.blocks, g.n_blocks);
+    ifd_engine_model_free(&g.em);
     ifd_kvpool_destroy(g.pool);
-    free(g.kv);
     free(g.blocks);
     free(g.pos);
     free(g.seq);

@@ -300,11 +300,8 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
-    ifd_kvpool_params_t expect = ifd_kvpool_default_params();
     const ifd_model_config_t *cfg = ifd_model_config(model);
-    expect.n_layers = (int)cfg->n_layer;
-    expect.n_kv_heads = (int)cfg->n_head_kv;
-    expect.head_dim = (int)cfg->head_dim;
+    ifd_kvpool_params_t expect = ifd_model_kvpool_params(cfg);
     expect.dtype = (ifd_kv_dtype_t)h->kv.dtype;
     expect.block_size = (int)h->kv.block_size;
     expect.fingerprint = h->kv.fingerprint;

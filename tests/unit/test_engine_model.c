@@ -68,11 +68,7 @@ static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks,
     const ifd_model_config_t *cfg = ifd_model_config(model);
     ifd_kvpool_t *pool = shared_pool;
     if (!pool) {
-        ifd_kvpool_params_t kp = ifd_kvpool_default_params();
-        kp.n_layers = (int)cfg->n_layer;
-        kp.n_kv_heads = (int)cfg->n_head_kv;
-        kp.head_dim = (int)cfg->head_dim;
-        kp.dtype = IFD_KV_F32;
+        ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
         kp.n_blocks = pool_blocks;
         kp.n_workers = 1;
         ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
@@ -164,11 +160,7 @@ START_TEST(test_repeated_prompt_reuses_blocks)
 {
     sink_t *ref = solo_ref();
     const ifd_model_config_t *cfg = ifd_model_config(model);
-    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
-    kp.n_layers = (int)cfg->n_layer;
-    kp.n_kv_heads = (int)cfg->n_head_kv;
-    kp.head_dim = (int)cfg->head_dim;
-    kp.dtype = IFD_KV_F32;
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
     kp.n_blocks = 64;
     kp.n_workers = 1;
     ifd_kvpool_t *pool;

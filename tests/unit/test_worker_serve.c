@@ -82,11 +82,7 @@ START_TEST(test_serve_protocol)
     }
     const ifd_model_config_t *cfg = ifd_model_config(m);
 
-    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
-    kp.n_layers = (int)cfg->n_layer;
-    kp.n_kv_heads = (int)cfg->n_head_kv;
-    kp.head_dim = (int)cfg->head_dim;
-    kp.dtype = IFD_KV_F32;
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
     kp.n_blocks = 64;
     kp.n_workers = 4;
     kp.fingerprint = 0x1234;
