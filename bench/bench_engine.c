@@ -56,12 +56,13 @@ int main(int argc, char **argv)
     const char *model = NULL;
     int n_req = 64, n_req_c1 = 0, plen = 128, olen = 128, budget = 256, threads = 0;
     char conc_list[256] = "1,4,16,64";
+    const char *kv_name = "f16"; /* the daemon's default kv_dtype */
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},    {"requests", required_argument, NULL, 'r'},
         {"prompt", required_argument, NULL, 'p'},   {"output", required_argument, NULL, 'o'},
         {"concurrency", required_argument, NULL, 'c'}, {"budget", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'},  {"requests-c1", required_argument, NULL, '1'},
-        {NULL, 0, NULL, 0},
+        {"kv-dtype", required_argument, NULL, 'k'}, {NULL, 0, NULL, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -74,6 +75,7 @@ int main(int argc, char **argv)
         case 'b': budget = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case '1': n_req_c1 = atoi(optarg); break;
+        case 'k': kv_name = optarg; break;
         default: fprintf(stderr, "bench_engine: bad option\n"); return 2;
         }
     }
@@ -81,6 +83,18 @@ int main(int argc, char **argv)
     if (!model) {
         ifd_default_model_path(path, sizeof path);
         model = path;
+    }
+    static const struct {
+        const char *name;
+        ifd_kv_dtype_t dtype;
+    } kv_types[] = {{"f32", IFD_KV_F32}, {"f16", IFD_KV_F16}, {"bf16", IFD_KV_BF16}};
+    int kv_type = -1;
+    for (int i = 0; i < (int)(sizeof kv_types / sizeof kv_types[0]); i++)
+        if (!strcmp(kv_name, kv_types[i].name))
+            kv_type = i;
+    if (kv_type < 0) {
+        fprintf(stderr, "bench_engine: --kv-dtype '%s': expected f32, f16 or bf16\n", kv_name);
+        return 2;
     }
     if (n_req < 1 || plen < 1 || olen < 1 || budget < 1) {
         fprintf(stderr, "bench_engine: sizes must be positive\n");
@@ -100,9 +114,10 @@ int main(int argc, char **argv)
         prompts[i] = 100 + rand() % ((int)cfg->n_vocab - 200);
 
     printf("{\"bench\":\"engine\",\"model\":\"%s\",\"isa\":\"%s\",\"threads\":%d,"
-           "\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,\"runs\":[",
+           "\"kv_dtype\":\"%s\",\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,"
+           "\"runs\":[",
            cfg->name, ifd_cpu_isa_name(), threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-           plen, olen, budget);
+           kv_name, plen, olen, budget);
     double base = 0;
     int first = 1;
     for (char *tok = strtok(conc_list, ","); tok; tok = strtok(NULL, ",")) {
@@ -111,6 +126,7 @@ int main(int argc, char **argv)
             continue;
         int nr = conc == 1 && n_req_c1 > 0 ? n_req_c1 : n_req;
         ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
+        kp.dtype = kv_types[kv_type].dtype;
         kp.n_blocks = (int64_t)conc * ((plen + olen) / kp.block_size + 2) + 16;
         kp.n_workers = 1;
         ifd_kvpool_t *pool;

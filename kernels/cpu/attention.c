@@ -34,6 +34,7 @@
 enum {
     IFD__ATT_MAX_HEAD_DIM = 256,
     IFD__ATT_MAX_GROUP = 32, /* query heads per KV head */
+    IFD__ATT_MAX_ITEM_HEADS = 64, /* query heads one work item may serve */
     IFD__ATT_CHUNK = 16,     /* positions per online-softmax step */
 };
 
@@ -105,6 +106,8 @@ typedef struct {
     int group;
     float scale;
     int window;
+    int heads_per_item; /* KV heads one work item serves */
+    int items_per_tok;
     ifd__isa_t isa;
 } ifd__att_t;
 
@@ -123,6 +126,29 @@ static const float *ifd__rows_f32(const ifd_kv_layer_t *kv, const void *region, 
         return buf;
     default:
         return (const float *)region + off;
+    }
+}
+
+/* Positions [p, p + n) form one chunk: at most IFD__ATT_CHUNK, inside one block. */
+static inline int ifd__chunk_len(int p, int p_end, int bs)
+{
+    int n = bs - p % bs;
+    if (n > p_end - p + 1)
+        n = p_end - p + 1;
+    return n < IFD__ATT_CHUNK ? n : IFD__ATT_CHUNK;
+}
+
+/* Asks for the K and V rows of a chunk ahead of use: chunks sit in different
+ * blocks, which the hardware prefetcher cannot guess, and a decode step is
+ * bound by reading every sequence's cache from memory. */
+static inline void ifd__prefetch_rows(const ifd_kv_layer_t *kv, int64_t off, int n)
+{
+    const int64_t es = ifd_dtype_size(kv->dtype);
+    const char *k = (const char *)kv->k + off * es, *v = (const char *)kv->v + off * es;
+    const int64_t bytes = (int64_t)n * kv->head_dim * es;
+    for (int64_t b = 0; b < bytes; b += 64) {
+        __builtin_prefetch(k + b, 0, 3);
+        __builtin_prefetch(v + b, 0, 3);
     }
 }
 
@@ -311,15 +337,36 @@ IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__hsum16x16(const __m512 *d)
                          _mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K, const float *V,
-                                                 int n, int G, int hd, float scale, float *m,
-                                                 float *l, float *acc)
+/* 16 f32 lanes of a K or V row at element e, converted from the KV dtype:
+ * the raw path reads f16/bf16 rows whole (head_dim a multiple of 16, so no
+ * mask is needed); f32 rows may end in a masked vector. */
+IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__kv16(const void *row, int e, __mmask16 mk,
+                                                const int dt)
 {
+    switch (dt) {
+    case IFD_DTYPE_F16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e)));
+    case IFD_DTYPE_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e))),
+            16));
+    default:
+        return _mm512_maskz_loadu_ps(mk, (const float *)row + e);
+    }
+}
+
+/* K holds 16 readable rows (rows >= n are finite filler whose scores are
+ * masked out), V holds n rows, both of dtype dt with row stride hd. The
+ * softmax correction e^(m - m') is computed in vector registers too: a libm
+ * call here would spill every live vector register around it. */
+IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void *K, const void *V,
+                                                      int n, int G, int hd, float scale, float *m,
+                                                      float *l, float *acc, const int dt)
+{
+    const int64_t es = dt == IFD_DTYPE_F32 ? 4 : 2;
+    const int64_t stride = (int64_t)hd * es; /* bytes per row */
+    const char *Kb = K, *Vb = V;
     const __mmask16 nm = ifd__mask16(n);
-    const float *kr[16];
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++)
-        kr[j] = K + (int64_t)(j < n ? j : n - 1) * hd;
     for (int g = 0; g < G; g++) {
         const float *qg = q + (int64_t)g * hd;
         float *ag = acc + (int64_t)g * hd;
@@ -333,27 +380,26 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K,
             __m512 qv = _mm512_loadu_ps(qg + e);
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
-                d[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr[j] + e), d[j]);
+                d[j] = _mm512_fmadd_ps(qv, ifd__kv16(Kb + j * stride, e, 0xffff, dt), d[j]);
         }
-        if (e < hd) {
+        if (e < hd) { /* f32 only */
             __mmask16 mk = ifd__mask16(hd - e);
             __m512 qv = _mm512_maskz_loadu_ps(mk, qg + e);
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
-                d[j] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, kr[j] + e), d[j]);
+                d[j] = _mm512_fmadd_ps(qv, ifd__kv16(Kb + j * stride, e, mk, dt), d[j]);
         }
         const __m512 sv = _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), nm, ifd__hsum16x16(d),
                                              _mm512_set1_ps(scale));
         const float cmax = _mm512_reduce_max_ps(sv);
         const float mnew = cmax > m[g] ? cmax : m[g];
-        const float corr = expf(m[g] - mnew);
+        const __m512 cv = ifd__exp16(_mm512_set1_ps(m[g] - mnew)); /* e^-inf = 0 */
         const __m512 p =
             _mm512_maskz_mov_ps(nm, ifd__exp16(_mm512_sub_ps(sv, _mm512_set1_ps(mnew))));
         _mm512_store_ps(s, p);
-        l[g] = l[g] * corr + _mm512_reduce_add_ps(p);
+        l[g] = l[g] * _mm512_cvtss_f32(cv) + _mm512_reduce_add_ps(p);
         m[g] = mnew;
 
-        const __m512 cv = _mm512_set1_ps(corr);
         for (int e0 = 0; e0 < hd; e0 += 64) {
             __mmask16 mk[4];
             __m512 a[4], b[4];
@@ -366,26 +412,60 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512(const float *q, const float *K,
             }
             int j = 0;
             for (; j + 2 <= n; j += 2) {
-                const float *v0 = V + (int64_t)j * hd + e0, *v1 = v0 + hd;
+                const char *v0 = Vb + j * stride, *v1 = v0 + stride;
                 const __m512 pa = _mm512_set1_ps(s[j]), pb = _mm512_set1_ps(s[j + 1]);
 #pragma GCC unroll 4
-                for (int u = 0; u < 4; u++) {
-                    a[u] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(mk[u], v0 + 16 * u), a[u]);
-                    b[u] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(mk[u], v1 + 16 * u), b[u]);
-                }
+                for (int u = 0; u < 4; u++)
+                    if (mk[u]) {
+                        a[u] = _mm512_fmadd_ps(pa, ifd__kv16(v0, e0 + 16 * u, mk[u], dt), a[u]);
+                        b[u] = _mm512_fmadd_ps(pb, ifd__kv16(v1, e0 + 16 * u, mk[u], dt), b[u]);
+                    }
             }
             if (j < n) {
-                const float *v0 = V + (int64_t)j * hd + e0;
+                const char *v0 = Vb + j * stride;
                 const __m512 pa = _mm512_set1_ps(s[j]);
 #pragma GCC unroll 4
                 for (int u = 0; u < 4; u++)
-                    a[u] = _mm512_fmadd_ps(pa, _mm512_maskz_loadu_ps(mk[u], v0 + 16 * u), a[u]);
+                    if (mk[u])
+                        a[u] = _mm512_fmadd_ps(pa, ifd__kv16(v0, e0 + 16 * u, mk[u], dt), a[u]);
             }
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
                 _mm512_mask_storeu_ps(ag + e0 + 16 * u, mk[u], _mm512_add_ps(a[u], b[u]));
         }
     }
+}
+
+/* A chunk on AVX-512: a whole chunk (16 rows) is read in place in its own
+ * dtype; a partial one, or a head_dim that is not a multiple of 16 with
+ * 16-bit K/V, goes through f32 copies (K zero-padded to 16 rows). */
+IFD__TARGET_AVX512 static void ifd__chunk_avx512_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
+                                                    const float *q, int G, float scale, float *m,
+                                                    float *l, float *acc, float *kbuf,
+                                                    float *vbuf)
+{
+    const int hd = kv->head_dim;
+    const int64_t es = ifd_dtype_size(kv->dtype);
+    const char *K = (const char *)kv->k + base * es, *V = (const char *)kv->v + base * es;
+    if (n == IFD__ATT_CHUNK && (kv->dtype == IFD_DTYPE_F32 || hd % 16 == 0)) {
+        switch (kv->dtype) {
+        case IFD_DTYPE_F16:
+            ifd__chunk_avx512(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_F16);
+            return;
+        case IFD_DTYPE_BF16:
+            ifd__chunk_avx512(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_BF16);
+            return;
+        default:
+            ifd__chunk_avx512(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_F32);
+            return;
+        }
+    }
+    const float *Kf = ifd__rows_f32(kv, kv->k, base, n, kbuf);
+    if (Kf != kbuf)
+        memcpy(kbuf, Kf, sizeof(float) * (size_t)n * (size_t)hd);
+    memset(kbuf + (int64_t)n * hd, 0, sizeof(float) * (size_t)(IFD__ATT_CHUNK - n) * (size_t)hd);
+    const float *Vf = ifd__rows_f32(kv, kv->v, base, n, vbuf);
+    ifd__chunk_avx512(q, kbuf, Vf, n, G, hd, scale, m, l, acc, IFD_DTYPE_F32);
 }
 
 #endif
@@ -396,49 +476,62 @@ static void ifd__att_item(void *arg, int item, int n_items)
     const ifd__att_t *c = arg;
     const ifd_kv_layer_t *kv = c->kv;
     const int nkv = kv->n_kv_heads, hd = kv->head_dim, bs = kv->block_size, G = c->group;
-    const int t = item / nkv, kvh = item % nkv;
-    const int64_t row = ((int64_t)t * c->n_heads + (int64_t)kvh * G) * hd;
+    const int t = item / c->items_per_tok;
+    const int h0 = item % c->items_per_tok * c->heads_per_item;
+    const int h1 = h0 + c->heads_per_item < nkv ? h0 + c->heads_per_item : nkv;
+    const int64_t row = ((int64_t)t * c->n_heads + (int64_t)h0 * G) * hd;
     const float *q = c->q + row;
     float *acc = c->out + row;
-    memset(acc, 0, sizeof(float) * (size_t)G * (size_t)hd);
+    const int nq = (h1 - h0) * G; /* query heads served */
+    memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hd);
     if (c->seq[t] < 0)
         return; /* padding row */
 
     const int32_t *bt = c->block_tables + (int64_t)c->seq[t] * c->max_blocks;
     const int p_end = c->pos[t];
     const int p_lo = c->window > 0 && p_end - c->window + 1 > 0 ? p_end - c->window + 1 : 0;
-    float m[IFD__ATT_MAX_GROUP], l[IFD__ATT_MAX_GROUP];
-    for (int g = 0; g < G; g++)
+    float m[IFD__ATT_MAX_ITEM_HEADS], l[IFD__ATT_MAX_ITEM_HEADS];
+    for (int g = 0; g < nq; g++)
         m[g] = -INFINITY, l[g] = 0;
     float kbuf[IFD__ATT_CHUNK * IFD__ATT_MAX_HEAD_DIM] __attribute__((aligned(64)));
     float vbuf[IFD__ATT_CHUNK * IFD__ATT_MAX_HEAD_DIM] __attribute__((aligned(64)));
 
+    /* Chunk by chunk, each served KV head in turn: the heads' rows of one
+     * block lie next to each other, so memory is read in long runs. */
     for (int p = p_lo; p <= p_end;) {
-        const int off = p % bs;
-        int n = bs - off;
-        if (n > p_end - p + 1)
-            n = p_end - p + 1;
-        if (n > IFD__ATT_CHUNK)
-            n = IFD__ATT_CHUNK;
-        const int64_t base = ifd__kv_off(kv, bt[p / bs], kvh, off);
-        const float *K = ifd__rows_f32(kv, kv->k, base, n, kbuf);
-        const float *V = ifd__rows_f32(kv, kv->v, base, n, vbuf);
-        switch (c->isa) {
+        const int n = ifd__chunk_len(p, p_end, bs);
+        if (p + n <= p_end) { /* the next chunk lives in another block: ask for it now */
+            const int pn = p + n, nn = ifd__chunk_len(pn, p_end, bs);
+            for (int h = h0; h < h1; h++)
+                ifd__prefetch_rows(kv, ifd__kv_off(kv, bt[pn / bs], h, pn % bs), nn);
+        }
+        for (int h = h0; h < h1; h++) {
+            const int64_t base = ifd__kv_off(kv, bt[p / bs], h, p % bs);
+            const int i = (h - h0) * G; /* first query head of this KV head */
+            const float *qh = q + (int64_t)i * hd;
+            float *ah = acc + (int64_t)i * hd;
 #if IFD__X86
-        case IFD__ISA_AVX512:
-            ifd__chunk_avx512(q, K, V, n, G, hd, c->scale, m, l, acc);
-            break;
-        case IFD__ISA_AVX2:
-            ifd__chunk_avx2(q, K, V, n, G, hd, c->scale, m, l, acc);
-            break;
+            if (c->isa == IFD__ISA_AVX512) {
+                ifd__chunk_avx512_kv(kv, base, n, qh, G, c->scale, m + i, l + i, ah, kbuf, vbuf);
+                continue;
+            }
 #endif
-        default:
-            ifd__chunk_scalar(q, K, V, n, G, hd, c->scale, m, l, acc);
-            break;
+            const float *K = ifd__rows_f32(kv, kv->k, base, n, kbuf);
+            const float *V = ifd__rows_f32(kv, kv->v, base, n, vbuf);
+            switch (c->isa) {
+#if IFD__X86
+            case IFD__ISA_AVX2:
+                ifd__chunk_avx2(qh, K, V, n, G, hd, c->scale, m + i, l + i, ah);
+                break;
+#endif
+            default:
+                ifd__chunk_scalar(qh, K, V, n, G, hd, c->scale, m + i, l + i, ah);
+                break;
+            }
         }
         p += n;
     }
-    for (int g = 0; g < G; g++) {
+    for (int g = 0; g < nq; g++) {
         const float inv = 1.0f / l[g];
         float *ag = acc + (int64_t)g * hd;
         for (int e = 0; e < hd; e++)
@@ -474,6 +567,14 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
             if (bt[b] < 0)
                 return IFD_EINVAL;
     }
+    /* Work item = (token, run of KV heads): all of a token's heads when
+     * there are enough tokens to keep ~4 items per thread, fewer (down to
+     * one) when there are not, e.g. a single decode token. */
+    const int threads = ifd_threadpool_size(tp), G = n_heads / kv->n_kv_heads;
+    int hpi = kv->n_kv_heads;
+    while (hpi > 1 && ((int64_t)n_tok * ((kv->n_kv_heads + hpi - 1) / hpi) < 4 * threads ||
+                       hpi * G > IFD__ATT_MAX_ITEM_HEADS))
+        hpi--;
     ifd__att_t c = {
         .out = out,
         .q = q,
@@ -483,12 +584,14 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
         .block_tables = block_tables,
         .max_blocks = max_blocks,
         .n_heads = n_heads,
-        .group = n_heads / kv->n_kv_heads,
+        .group = G,
         .scale = scale,
         .window = window,
+        .heads_per_item = hpi,
+        .items_per_tok = (kv->n_kv_heads + hpi - 1) / hpi,
         .isa = ifd__cpu_isa(),
     };
-    const int64_t items = (int64_t)n_tok * kv->n_kv_heads;
+    const int64_t items = (int64_t)n_tok * c.items_per_tok;
     if (items > INT32_MAX)
         return IFD_EINVAL;
     ifd_threadpool_run(tp, ifd__att_item, &c, (int)items);

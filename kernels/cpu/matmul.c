@@ -18,6 +18,11 @@
  *    are padded with zeros to NR and the results stored through lane masks;
  *    k-blocks after the first add into y.
  *
+ * Pre-packed weights (ifd_cpu_matmul_pack) are one sequential stream per
+ * task; the micro-kernel prefetches the next block into L2 while it computes
+ * the current one, since a decode batch of a few dozen rows is bound by
+ * reading the weights as much as by the FMAs.
+ *
  * Parallelism: the tasks split n into contiguous ranges (multiples of 16
  * rows, so no two threads write one cache line of y); each task packs its own
  * panels and reads all of x, so tasks share nothing and need no barrier.
@@ -409,8 +414,9 @@ IFD__TARGET_AVX512 static void ifd__dot_rows_avx512(const ifd__mm_t *c, int j0, 
 }
 
 IFD__TARGET_AVX512 IFD__INLINE void ifd__ukr_avx512(float *y, int ldy, const float *x, int ldx,
-                                                    const float *wp, int kc, __mmask16 m0,
-                                                    __mmask16 m1, int accumulate, const int MI)
+                                                    const float *wp, const char *pf, int npf, int kc,
+                                                    __mmask16 m0, __mmask16 m1, int accumulate,
+                                                    const int MI)
 {
     __m512 c0[12], c1[12];
 #pragma GCC unroll 12
@@ -418,6 +424,10 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__ukr_avx512(float *y, int ldy, const flo
         c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
     for (int p = 0; p < kc; p++) {
         __m512 b0 = _mm512_load_ps(wp + p * 32), b1 = _mm512_load_ps(wp + p * 32 + 16);
+        if (p < npf)
+            _mm_prefetch(pf + (int64_t)p * 64, _MM_HINT_T1);
+        if (p + kc < npf)
+            _mm_prefetch(pf + (int64_t)(p + kc) * 64, _MM_HINT_T1);
 #pragma GCC unroll 12
         for (int i = 0; i < MI; i++) {
             __m512 a = _mm512_set1_ps(x[(int64_t)i * ldx + p]);
@@ -455,15 +465,23 @@ IFD__TARGET_AVX512 static void ifd__packed_avx512(const ifd__mm_t *c, int n0, in
             int acc = p0 > 0;
             const float *xb = c->x + p0;
             float *yb = c->y + j0;
+            /* While computing a pre-packed block, pull the next block of the
+             * stream (the same size or smaller) into L2, each pass over the
+             * block asking for its share of the lines: one line per step of
+             * p, two when a single pass covers all of m. */
+            const int passes = (c->m + MR - 1) / MR;
+            const int lines = c->wpre ? kc * NR * 4 / 64 : 0;
+            const int share = (lines + passes - 1) / passes;
+            const char *pf = (const char *)(wb + (int64_t)kc * NR);
             int i = 0;
-            for (; i + MR <= c->m; i += MR)
-                ifd__ukr_avx512(yb + (int64_t)i * c->n, c->n, xb + (int64_t)i * k, k, wb, kc, m0,
-                                m1, acc, MR);
+            for (; i + MR <= c->m; i += MR, pf += (int64_t)share * 64)
+                ifd__ukr_avx512(yb + (int64_t)i * c->n, c->n, xb + (int64_t)i * k, k, wb, pf,
+                                share, kc, m0, m1, acc, MR);
             float *yr = yb + (int64_t)i * c->n;
             const float *xr = xb + (int64_t)i * k;
 #define IFD__TAIL5(R)                                                                              \
     case R:                                                                                        \
-        ifd__ukr_avx512(yr, c->n, xr, k, wb, kc, m0, m1, acc, R);                                  \
+        ifd__ukr_avx512(yr, c->n, xr, k, wb, pf, share, kc, m0, m1, acc, R);                                 \
         break
             switch (c->m - i) {
                 IFD__TAIL5(11);
@@ -543,13 +561,17 @@ static void ifd__mm_run(ifd__mm_t *c, ifd_threadpool_t *tp)
     /* A task's rows of w: whole micro-panels, and whole 64-byte lines of y. */
     int grain = c->packed && c->isa == IFD__ISA_AVX512 ? 32 : 16;
 
-    /* About 4 tasks per thread for balance on a busy machine, but no task
-     * smaller than ~64K multiply-adds (a run costs a few microseconds). */
+    /* One contiguous range of w per thread: each task streams its weights
+     * with the next block always prefetched, and a task's first block is the
+     * one read cold, so fewer tasks read faster (bench_engine: +5% at
+     * concurrency 16 over 4 tasks per thread). Tasks are still claimed
+     * dynamically: if a worker is late, the caller runs its task too. No task
+     * is smaller than ~64K multiply-adds (a run costs a few microseconds). */
     int threads = ifd_threadpool_size(tp);
     int64_t grains = (n + grain - 1) / grain;
     int64_t work_per_grain = (int64_t)m * k * grain;
     int64_t max_tasks = (work_per_grain * grains) / (1 << 16) + 1;
-    int64_t tasks = threads > 1 ? 4 * (int64_t)threads : 1;
+    int64_t tasks = threads;
     if (tasks > max_tasks)
         tasks = max_tasks;
     if (tasks > grains)
