@@ -8,10 +8,11 @@
  *
  *   bench_engine [--model PATH] [--requests N] [--prompt P] [--output O]
  *                [--concurrency 1,4,16,64] [--budget B] [--threads T]
- *                [--requests-c1 N1]
+ *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16]
  *
  * --requests-c1 lets the (slow) concurrency-1 run use fewer requests: its
- * throughput is a rate, so it stays comparable.
+ * throughput is a rate, so it stays comparable. --kv-dtype defaults to f16,
+ * the daemon's default kv_dtype, so the numbers are those of a served model.
  */
 #include "backend.h"
 #include "engine.h"
