@@ -21,6 +21,7 @@ typedef void (*ifd__handler_fn)(ifd_api_t *api, ifd_http_conn_t *c, const ifd_ht
 static void ifd__chat(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__completions(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__models(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__model(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
@@ -30,15 +31,17 @@ static const struct {
     const char *path;
     enum http_method method;
     ifd__handler_fn fn;
-    bool open; /* no API key needed, even on TCP */
+    bool open;   /* no API key needed, even on TCP */
+    bool prefix; /* path ends in "/": matches it followed by one non-empty segment */
 } ifd__routes[] = {
-    {"/v1/chat/completions", HTTP_POST, ifd__chat, false},
-    {"/v1/completions", HTTP_POST, ifd__completions, false},
-    {"/v1/models", HTTP_GET, ifd__models, false},
-    {"/health", HTTP_GET, ifd__health, true},
-    {"/metrics", HTTP_GET, ifd__metrics, false},
-    {"/tokenize", HTTP_POST, ifd__tokenize, false},
-    {"/detokenize", HTTP_POST, ifd__detokenize, false},
+    {"/v1/chat/completions", HTTP_POST, ifd__chat, false, false},
+    {"/v1/completions", HTTP_POST, ifd__completions, false, false},
+    {"/v1/models", HTTP_GET, ifd__models, false, false},
+    {"/v1/models/", HTTP_GET, ifd__model, false, true},
+    {"/health", HTTP_GET, ifd__health, true, false},
+    {"/metrics", HTTP_GET, ifd__metrics, false, false},
+    {"/tokenize", HTTP_POST, ifd__tokenize, false, false},
+    {"/detokenize", HTTP_POST, ifd__detokenize, false, false},
 };
 #define IFD__N_ROUTES (sizeof ifd__routes / sizeof ifd__routes[0])
 
@@ -99,12 +102,21 @@ static bool ifd__key_ok(const ifd_api_t *api, const char *auth)
     return diff == 0;
 }
 
+static bool ifd__path_is(size_t route, const char *path)
+{
+    const char *p = ifd__routes[route].path;
+    if (!ifd__routes[route].prefix)
+        return strcmp(p, path) == 0;
+    size_t n = strlen(p);
+    return strncmp(p, path, n) == 0 && path[n] && !strchr(path + n, '/');
+}
+
 void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     ifd_api_t *api = ctx;
     int path_match = -1;
     for (size_t i = 0; i < IFD__N_ROUTES; i++) {
-        if (strcmp(ifd__routes[i].path, r->path) != 0)
+        if (!ifd__path_is(i, r->path))
             continue;
         path_match = (int)i;
         if ((int)ifd__routes[i].method == r->method)
@@ -125,7 +137,7 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
         return;
     }
     for (size_t i = 0; i < IFD__N_ROUTES; i++) {
-        if (strcmp(ifd__routes[i].path, r->path) == 0 && (int)ifd__routes[i].method == r->method) {
+        if (ifd__path_is(i, r->path) && (int)ifd__routes[i].method == r->method) {
             ifd__routes[i].fn(api, c, r);
             return;
         }
@@ -134,7 +146,7 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
     char allow[128] = "Allow: ";
     bool first = true;
     for (size_t i = 0; i < IFD__N_ROUTES; i++) {
-        if (strcmp(ifd__routes[i].path, r->path) == 0) {
+        if (ifd__path_is(i, r->path)) {
             if (!first)
                 strcat(allow, ", ");
             strcat(allow, http_method_str(ifd__routes[i].method));
@@ -172,6 +184,51 @@ static void ifd__models(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
                          api->max_model_len};
     ifd_buf_t b = IFD_BUF_INIT;
     if (ifd_oai_models_json(&b, &m, 1) == 0)
+        ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
+    else
+        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+    ifd_buf_free(&b);
+}
+
+static int ifd__hex(char ch)
+{
+    return ch >= '0' && ch <= '9'   ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
+}
+
+/* GET /v1/models/{id}: the id is percent-decoded (an id with a '/' arrives
+ * as %2F); anything but the served model is OpenAI's 404 model_not_found. */
+static void ifd__model(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    const char *enc = r->path + strlen("/v1/models/");
+    char id[256];
+    size_t n = 0;
+    bool ok = true;
+    for (const char *p = enc; *p && ok; p++) {
+        int ch = (unsigned char)*p;
+        if (ch == '%') {
+            int hi = ifd__hex(p[1]), lo = hi < 0 ? -1 : ifd__hex(p[2]);
+            ok = lo >= 0 && (hi | lo) != 0;
+            ch = (hi << 4) | lo;
+            p += 2;
+        }
+        if (ok && n + 1 < sizeof id)
+            id[n++] = (char)ch;
+        else
+            ok = false;
+    }
+    id[n] = 0;
+    if (!ok || strcmp(id, api->model_id) != 0) {
+        ifd_api_errorf(c, 404, "model_not_found", "model", "The model '%.200s' does not exist.",
+                       ok ? id : enc);
+        return;
+    }
+    ifd_oai_model_t m = {api->model_id, api->created, "inferd", api->model_path,
+                         api->max_model_len};
+    ifd_buf_t b = IFD_BUF_INIT;
+    if (ifd_oai_model_json(&b, &m) == 0)
         ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
     else
         ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");

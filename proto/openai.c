@@ -222,7 +222,7 @@ done:
 static json_t *error_obj(const ifd_oai_error_t *e, int *bad)
 {
     json_t *inner = json_object();
-    oset(inner, "message", json_string(e->message), bad);
+    oset(inner, "message", jstr(e->message, strlen(e->message)), bad); /* may echo raw input */
     oset(inner, "type", json_string(e->type), bad);
     oset(inner, "param", e->param[0] ? json_string(e->param) : json_null(), bad);
     oset(inner, "code", e->code[0] ? json_string(e->code) : json_null(), bad);
@@ -414,7 +414,7 @@ static int p_token_array(pctx_t *c, const json_t *j, const char *base, size_t ma
         return oom(c);
     for (size_t i = 0; i < n; i++) {
         snprintf(param, sizeof(param), "%s[%zu]", base, i);
-        int64_t v;
+        int64_t v = 0;
         int rc = p_int(c, json_array_get(j, i), param, 0, INT32_MAX, &v);
         if (rc < 0)
             return rc;
@@ -1302,6 +1302,21 @@ int ifd_oai_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usage_
 
 /* ---- other endpoints --------------------------------------------------------------------- */
 
+static json_t *model_obj(const ifd_oai_model_t *m, int *bad)
+{
+    json_t *e = json_object();
+    oset(e, "id", jstr(m->id, strlen(m->id)), bad);
+    oset(e, "object", json_string("model"), bad);
+    oset(e, "created", json_integer(m->created), bad);
+    oset(e, "owned_by", json_string(m->owned_by ? m->owned_by : "inferd"), bad);
+    const char *root = m->root ? m->root : m->id;
+    oset(e, "root", jstr(root, strlen(root)), bad);
+    oset(e, "parent", json_null(), bad);
+    if (m->max_model_len > 0)
+        oset(e, "max_model_len", json_integer(m->max_model_len), bad);
+    return e;
+}
+
 int ifd_oai_models_json(ifd_buf_t *out, const ifd_oai_model_t *models, size_t n)
 {
     if (n && !models)
@@ -1309,27 +1324,24 @@ int ifd_oai_models_json(ifd_buf_t *out, const ifd_oai_model_t *models, size_t n)
     int bad = 0;
     json_t *data = json_array();
     for (size_t i = 0; i < n; i++) {
-        const ifd_oai_model_t *m = &models[i];
-        if (!m->id) {
+        if (!models[i].id) {
             bad++;
             continue;
         }
-        json_t *e = json_object();
-        oset(e, "id", jstr(m->id, strlen(m->id)), &bad);
-        oset(e, "object", json_string("model"), &bad);
-        oset(e, "created", json_integer(m->created), &bad);
-        oset(e, "owned_by", json_string(m->owned_by ? m->owned_by : "inferd"), &bad);
-        const char *root = m->root ? m->root : m->id;
-        oset(e, "root", jstr(root, strlen(root)), &bad);
-        oset(e, "parent", json_null(), &bad);
-        if (m->max_model_len > 0)
-            oset(e, "max_model_len", json_integer(m->max_model_len), &bad);
-        aadd(data, e, &bad);
+        aadd(data, model_obj(&models[i], &bad), &bad);
     }
     json_t *o = json_object();
     oset(o, "object", json_string("list"), &bad);
     oset(o, "data", data, &bad);
     return emit(out, o, bad, false);
+}
+
+int ifd_oai_model_json(ifd_buf_t *out, const ifd_oai_model_t *m)
+{
+    if (!m || !m->id)
+        return IFD_EINVAL;
+    int bad = 0;
+    return emit(out, model_obj(m, &bad), bad, false);
 }
 
 int ifd_oai_tokenize_json(ifd_buf_t *out, const int32_t *tokens, size_t n, int64_t max_model_len,

@@ -332,6 +332,9 @@ typedef struct {
  * owned_by,root,parent:null,max_model_len}]}. */
 int ifd_oai_models_json(ifd_buf_t *out, const ifd_oai_model_t *models, size_t n);
 
+/* GET /v1/models/{id}: the one model object of the list above. */
+int ifd_oai_model_json(ifd_buf_t *out, const ifd_oai_model_t *m);
+
 /* POST /tokenize response: {"count","max_model_len","tokens":[…],
  * "token_strs": null | [str…]}. token_strs (n entries) may be NULL. */
 int ifd_oai_tokenize_json(ifd_buf_t *out, const int32_t *tokens, size_t n, int64_t max_model_len,

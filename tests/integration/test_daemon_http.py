@@ -108,6 +108,16 @@ def test_curl_health_models_metrics():
     m = json.loads(body)
     assert m["object"] == "list" and m["data"][0]["id"] == "SmolLM2-135M-Instruct.Q4_1", m
     assert m["data"][0]["root"].endswith(".gguf") and m["data"][0]["max_model_len"] == 8192
+    code, body = D.curl("http://localhost/v1/models/SmolLM2-135M-Instruct.Q4_1", expect=200)
+    assert json.loads(body) == m["data"][0], body
+    code, body = D.curl("http://localhost/v1/models/SmolLM2-135M-Instruct%2EQ4_1", expect=200)
+    code, body = D.curl("http://localhost/v1/models/gpt-9", expect=404)
+    e = json.loads(body)["error"]
+    assert e["code"] == "model_not_found" and e["param"] == "model" and "gpt-9" in e["message"], e
+    D.curl("http://localhost/v1/models/a/b", expect=404)
+    D.curl("http://localhost/v1/models/%ff%fe", expect=404)
+    D.curl("http://localhost/v1/models/%zz", expect=404)
+    code, body = D.curl("http://localhost/v1/models/x", "-X", "DELETE", expect=405)
     code, body = D.curl("http://localhost/metrics", expect=200)
     text = body.decode()
     for name in ["inferd_http_requests_total", "inferd_queue_depth", "inferd_requests_running",

@@ -185,6 +185,12 @@ def test_errors_as_client_exceptions():
         assert e.param == "temperature", e
     models = C.models.list()
     assert models.data[0].id == MODEL
+    assert C.models.retrieve(MODEL).id == MODEL
+    try:
+        C.models.retrieve("gpt-9")
+        raise AssertionError("unknown model retrieved")
+    except openai.NotFoundError as e:
+        assert e.code == "model_not_found", e
     after()
 
 

@@ -545,6 +545,15 @@ START_TEST(test_error_json)
     ck_assert_str_eq(ifd_oai_error_type(413), "invalid_request_error");
     ck_assert_str_eq(ifd_oai_error_type(429), "rate_limit_error");
 
+    /* A message that echoes raw input with invalid UTF-8 still serializes. */
+    ifd_oai_error_set(&e, 404, NULL, "not_found", NULL, "Unknown route: GET /%s", "\xff\xfe");
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_error_json(&b, &e), 0);
+    j = load(b.data, b.len);
+    ck_assert(strncmp(js(j, "error.message"), "Unknown route: GET /", 20) == 0);
+    json_decref(j);
+    ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "boom");
+
     /* In a stream: one SSE event. */
     ifd_buf_clear(&b);
     ck_assert_int_eq(ifd_oai_stream_error(&b, &e), 0);
@@ -891,6 +900,17 @@ START_TEST(test_models_tokenize_ids)
     ck_assert_str_eq(js(j, "data.1.root"), "other");
     ck_assert_ptr_null(jp(j, "data.1.max_model_len"));
     json_decref(j);
+
+    /* GET /v1/models/{id}: the same object, alone. */
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_model_json(&b, &m[0]), 0);
+    j = load(b.data, b.len);
+    ck_assert_str_eq(js(j, "id"), "smol");
+    ck_assert_str_eq(js(j, "object"), "model");
+    ck_assert_int_eq(ji(j, "max_model_len"), 8192);
+    json_decref(j);
+    ifd_oai_model_t noid = {NULL, 0, NULL, NULL, 0};
+    ck_assert_int_eq(ifd_oai_model_json(&b, &noid), IFD_EINVAL);
 
     ifd_buf_clear(&b);
     const int32_t toks[3] = {1, 2, 49151};
