@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""compare.py — inferd-worker against the NumPy oracle on the prompts of prompts.json.
+"""compare.py — inferd-worker against the NumPy oracle on the prompts of prompts.json
+(SmolLM2, architecture llama) or prompts_gemma3.json (Gemma 3 270M).
 
 For each prompt (token ids, used as-is) it runs
     inferd-worker --model M --prompt-ids "ids" -n N --json --dump-logits F.npy
@@ -25,7 +26,8 @@ Exit status: 0 all prompts within tolerance and greedy tokens identical; 1 a row
 exceeds --tol (default 1e-3), the tokens differ, or the worker failed; 77 ("SKIPPED: why")
 when the model, numpy/gguf, the worker binary or its --prompt-ids option is missing.
 
-    compare.py WORKER [--model PATH] [-n 64] [--prompts prompts.json] [--tol 1e-3]
+    compare.py WORKER [--model PATH | --model-file NAME] [-n 64] [--prompts prompts.json]
+               [--tol 1e-3]
                [--only NAME] [--worker-arg ARG ...] [--keep DIR] [--oracle-generate]
 """
 
@@ -46,12 +48,16 @@ def skip(why: str):
     sys.exit(SKIP)
 
 
+def model_dir() -> str:
+    """Where deploy/fetch-model.sh stores models."""
+    return os.environ.get("INFERD_MODEL_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "inferd", "models")
+
+
 def default_model() -> str:
     if os.environ.get("INFERD_TEST_MODEL"):
         return os.environ["INFERD_TEST_MODEL"]
-    d = os.environ.get("INFERD_MODEL_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "inferd", "models")
-    return os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return os.path.join(model_dir(), "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def run_worker(worker, model, ids, n, extra, dump):
@@ -73,7 +79,10 @@ def run_worker(worker, model, ids, n, extra, dump):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("worker", help="path of the inferd-worker binary")
-    ap.add_argument("--model", default=default_model())
+    ap.add_argument("--model", default=None,
+                    help="GGUF file (default $INFERD_TEST_MODEL, else the default model)")
+    ap.add_argument("--model-file", metavar="NAME",
+                    help="a file name in fetch-model.sh's model directory, instead of --model")
     ap.add_argument("-n", type=int, default=64, help="greedy tokens per prompt (default 64)")
     ap.add_argument("--prompts", default=os.path.join(HERE, "prompts.json"))
     ap.add_argument("--tol", type=float, default=1e-3, help="max rel-L2 per row (1e-3)")
@@ -85,6 +94,10 @@ def main() -> int:
                     help="let the oracle generate on its own (KV-cached, one step per token) "
                          "instead of scoring the worker's tokens in one pass (slower)")
     a = ap.parse_args()
+    if a.model_file:
+        a.model = os.path.join(model_dir(), a.model_file)
+    elif not a.model:
+        a.model = default_model()
     if a.n < 1:
         ap.error("-n must be >= 1")
 
@@ -98,7 +111,8 @@ def main() -> int:
     from llama_oracle import LlamaOracle
 
     if not os.path.isfile(a.model):
-        skip(f"model not found at {a.model} (run deploy/fetch-model.sh)")
+        skip(f"model not found at {a.model} (run deploy/fetch-model.sh"
+             f"{' gemma3' if 'gemma' in os.path.basename(a.model) else ''})")
     if not (os.path.isfile(a.worker) and os.access(a.worker, os.X_OK)):
         skip(f"inferd-worker binary not found at {a.worker}")
     h = subprocess.run([a.worker, "--help"], capture_output=True, text=True, timeout=60)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""llama_oracle.py — a small NumPy reference for GGUF models of architecture `llama`.
+"""llama_oracle.py — a small NumPy reference for GGUF models of architecture `llama`
+and `gemma3`.
 
 It exists to check inferd's C runtime against something written independently:
 this file follows the architecture's definition (MODEL-FORMATS.md §2 and §5.1),
@@ -18,6 +19,20 @@ The forward pass, for token t at position p (0-based, counting every token):
                 f = RMSNorm(h; ffn_norm)
                 h = h + Wdown(silu(Wgate f) * (Wup f))
     logits = W_out RMSNorm(h; output_norm)     (W_out = token_embd when output.weight is absent)
+
+Gemma 3 (`gemma3`, MODEL-FORMATS.md §2.2 and §5.2) differs in:
+    h = E[t] * sqrt(n_embd)
+    per layer:  a = RMSNorm(h; attn_norm)         (GGUF norm weights already hold 1 + w)
+                q, k = RMSNorm per head (q_norm, k_norm) BEFORE RoPE; v as is
+                RoPE on NEOX pairs (x[i], x[i + n_rot/2]); base 10000 on local layers
+                (`rope.freq_base_swa` if present), `rope.freq_base` on global ones
+                local layers also mask keys with i - j >= sliding_window
+                h = h + RMSNorm(Wo o; post_attention_norm)
+                f = RMSNorm(h; ffn_norm)
+                h = h + RMSNorm(Wdown(gelu_tanh(Wgate f) * (Wup f)); post_ffw_norm)
+    local layers: `attention.sliding_window_pattern` (per-layer bools, true = local) when
+    present, else llama.cpp's period 6 (layer l is global iff (l + 1) % 6 == 0).
+    Scores are scaled by 1/sqrt(head_dim) as for llama (query_pre_attn_scalar = 256).
 
 RoPE pairs (x[2i], x[2i+1]) because llama.cpp's converter permuted the Q/K rows
 of the HF checkpoint back to Meta's interleaved order (§2.4). The angle of pair
@@ -56,7 +71,7 @@ try:
 except ImportError:  # the caller decides whether that is a skip or an error
     gguf = None
 
-ARCH = "llama"
+ARCHS = ("llama", "gemma3")
 
 
 # ---- GGUF reading -------------------------------------------------------------------------------
@@ -94,13 +109,18 @@ class HParams:
     bos: int | None
     eos: int | None
     eot: int | None
+    arch: str = "llama"
+    emb_scale: float = 1.0             # gemma3: sqrt(n_embd)
+    window: int = 0                    # sliding window of local layers (gemma3)
+    local: tuple = ()                  # per layer: True = local (sliding-window) layer
+    rope_base_local: float = 10000.0
 
 
 def read_hparams(reader) -> HParams:
     arch = _field(reader, "general.architecture")
-    if arch != ARCH:
-        raise ValueError(f"architecture is {arch!r}; this oracle implements {ARCH!r} only")
-    p = ARCH + "."
+    if arch not in ARCHS:
+        raise ValueError(f"architecture is {arch!r}; this oracle implements {ARCHS} only")
+    p = arch + "."
     n_embd = int(_scalar(reader, p + "embedding_length"))
     n_head = int(_scalar(reader, p + "attention.head_count"))
     head_dim = int(_scalar(reader, p + "attention.key_length", n_embd // n_head))
@@ -113,10 +133,24 @@ def read_hparams(reader) -> HParams:
     if scaling not in ("none", "linear") and factor not in (0.0, 1.0):
         raise ValueError(f"rope scaling {scaling!r} is not supported by the oracle")
     freq_scale = 1.0 / factor if (scaling == "linear" and factor > 0.0) else 1.0
+    n_layer = int(_scalar(reader, p + "block_count"))
+    extra = {}
+    if arch == "gemma3":
+        pattern = _field(reader, p + "attention.sliding_window_pattern")
+        if isinstance(pattern, list):
+            local = tuple(bool(x) for x in pattern)
+        else:
+            local = tuple((l + 1) % 6 != 0 for l in range(n_layer))
+        extra = dict(emb_scale=float(np.sqrt(n_embd)),
+                     window=int(_scalar(reader, p + "attention.sliding_window")),
+                     local=local,
+                     rope_base_local=float(_scalar(reader, p + "rope.freq_base_swa", 10000.0)))
     return HParams(
+        arch=arch,
+        **extra,
         n_vocab=int(_scalar(reader, p + "vocab_size", len(tokens))),
         n_embd=n_embd,
-        n_layer=int(_scalar(reader, p + "block_count")),
+        n_layer=n_layer,
         n_ff=int(_scalar(reader, p + "feed_forward_length")),
         n_head=n_head,
         n_head_kv=int(_scalar(reader, p + "attention.head_count_kv", n_head)),
@@ -156,6 +190,10 @@ class Layer:
     bk: np.ndarray | None = None
     bv: np.ndarray | None = None
     bo: np.ndarray | None = None
+    q_norm: np.ndarray | None = None      # gemma3 [hd]
+    k_norm: np.ndarray | None = None      # gemma3 [hd]
+    post_attn_norm: np.ndarray | None = None  # gemma3 [n_embd]
+    post_ffw_norm: np.ndarray | None = None   # gemma3 [n_embd]
 
 
 @dataclass
@@ -205,9 +243,14 @@ class LlamaOracle:
         self.tied = out is None
         ff = get("rope_freqs.weight", (hp.n_rot // 2,), required=False)
         self.layers = []
+        gemma = hp.arch == "gemma3"
         for i in range(hp.n_layer):
             b = f"blk.{i}."
             self.layers.append(Layer(
+                q_norm=get(b + "attn_q_norm.weight", (hd,)) if gemma else None,
+                k_norm=get(b + "attn_k_norm.weight", (hd,)) if gemma else None,
+                post_attn_norm=get(b + "post_attention_norm.weight", (D,)) if gemma else None,
+                post_ffw_norm=get(b + "post_ffw_norm.weight", (D,)) if gemma else None,
                 attn_norm=get(b + "attn_norm.weight", (D,)),
                 wq=get(b + "attn_q.weight", (qd, D)),
                 wk=get(b + "attn_k.weight", (kvd, D)),
@@ -228,6 +271,8 @@ class LlamaOracle:
         if ff is not None:
             inv = inv / ff.astype(np.float64)
         self.inv_freq = inv
+        # gemma3 local layers: their own base, never scaled (§5.2).
+        self.inv_freq_local = hp.rope_base_local ** (-2.0 * i / hp.n_rot)
         self.has_rope_freqs = ff is not None
 
     # -- building blocks (each follows MODEL-FORMATS.md §5.1) --
@@ -237,22 +282,30 @@ class LlamaOracle:
         ms = np.mean(x * x, axis=-1, keepdims=True)
         return x / np.sqrt(ms + self.hp.eps) * w
 
-    def rope(self, x, pos):
-        """Rotate x [heads, T, hd] at positions pos [T]; interleaved pairs (x[2i], x[2i+1])
-        over the first n_rot dims (GGUF llama layout)."""
+    def rope(self, x, pos, inv_freq=None):
+        """Rotate x [heads, T, hd] at positions pos [T] over the first n_rot dims: pairs
+        (x[2i], x[2i+1]) for llama (GGUF layout), (x[i], x[i + n_rot/2]) for gemma3."""
         nr = self.hp.n_rot
-        ang = pos.astype(np.float64)[:, None] * self.inv_freq[None, :]   # [T, nr/2]
+        inv = self.inv_freq if inv_freq is None else inv_freq
+        ang = pos.astype(np.float64)[:, None] * inv[None, :]               # [T, nr/2]
         cos, sin = np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)
-        a = x[..., 0:nr:2]
-        b = x[..., 1:nr:2]
+        if self.hp.arch == "gemma3":
+            ia, ib = slice(0, nr // 2), slice(nr // 2, nr)
+        else:
+            ia, ib = slice(0, nr, 2), slice(1, nr, 2)
+        a, b = x[..., ia], x[..., ib]
         y = x.copy()
-        y[..., 0:nr:2] = a * cos - b * sin
-        y[..., 1:nr:2] = a * sin + b * cos
+        y[..., ia] = a * cos - b * sin
+        y[..., ib] = a * sin + b * cos
         return y
 
     @staticmethod
     def silu(x):
         return x / (1.0 + np.exp(-x))
+
+    @staticmethod
+    def gelu_tanh(x):
+        return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
     def new_cache(self, n_ctx: int) -> Cache:
         hp = self.hp
@@ -273,13 +326,23 @@ class LlamaOracle:
         nh, nkv, hd = hp.n_head, hp.n_head_kv, hp.head_dim
         group = nh // nkv
         scale = self.dtype(1.0 / np.sqrt(hd))
-        # Causal mask: query t (position p0+t) sees keys 0..p0+t.
-        mask = np.where(np.arange(S)[None, :] <= pos[:, None], 0.0, -np.inf).astype(self.dtype)
+        # Causal mask: query t (position p0+t) sees keys 0..p0+t; on gemma3's local layers
+        # also only keys with (p0+t) - j < window.
+        keys = np.arange(S)[None, :]
+        mask = np.where(keys <= pos[:, None], 0.0, -np.inf).astype(self.dtype)
+        mask_local = mask
+        if hp.window > 0:
+            mask_local = np.where((keys <= pos[:, None]) & (pos[:, None] - keys < hp.window),
+                                  0.0, -np.inf).astype(self.dtype)
+        gemma = hp.arch == "gemma3"
 
         h = self.tok_embd[np.asarray(tokens, dtype=np.int64)]                 # [T, D]
+        if gemma:
+            h = h * self.dtype(hp.emb_scale)
         # Every array stays in self.dtype: one stray float64 operand would make NumPy
         # convert whole weight matrices at every step.
         for li, L in enumerate(self.layers):
+            local = gemma and hp.local[li]
             a = self.rmsnorm(h, L.attn_norm)
             q = a @ L.wq.T
             k = a @ L.wk.T
@@ -290,8 +353,14 @@ class LlamaOracle:
                 k = k + L.bk
             if L.bv is not None:
                 v = v + L.bv
-            q = self.rope(q.reshape(T, nh, hd).transpose(1, 0, 2), pos)         # [nh, T, hd]
-            k = self.rope(k.reshape(T, nkv, hd).transpose(1, 0, 2), pos)        # [nkv, T, hd]
+            q = q.reshape(T, nh, hd).transpose(1, 0, 2)                         # [nh, T, hd]
+            k = k.reshape(T, nkv, hd).transpose(1, 0, 2)                        # [nkv, T, hd]
+            if gemma:                                 # QK-norm over each head, before RoPE
+                q = self.rmsnorm(q, L.q_norm)
+                k = self.rmsnorm(k, L.k_norm)
+            inv = self.inv_freq_local if local else None
+            q = self.rope(q, pos, inv)
+            k = self.rope(k, pos, inv)
             v = v.reshape(T, nkv, hd).transpose(1, 0, 2)
             cache.k[li][:, p0:S] = k
             cache.v[li][:, p0:S] = v
@@ -299,7 +368,8 @@ class LlamaOracle:
             V = cache.v[li][:, :S]
             # GQA: query head j uses kv head j // group (consecutive heads share one).
             qg = q.reshape(nkv, group * T, hd)
-            s = (qg @ K.transpose(0, 2, 1)).reshape(nkv, group, T, S) * scale + mask
+            s = (qg @ K.transpose(0, 2, 1)).reshape(nkv, group, T, S) * scale
+            s = s + (mask_local if local else mask)
             s = s - s.max(axis=-1, keepdims=True)
             pr = np.exp(s)
             pr /= pr.sum(axis=-1, keepdims=True)
@@ -308,9 +378,15 @@ class LlamaOracle:
             att = o @ L.wo.T
             if L.bo is not None:
                 att = att + L.bo
+            if gemma:
+                att = self.rmsnorm(att, L.post_attn_norm)
             h = h + att
             f = self.rmsnorm(h, L.ffn_norm)
-            h = h + (self.silu(f @ L.w_gate.T) * (f @ L.w_up.T)) @ L.w_down.T
+            if gemma:
+                m = (self.gelu_tanh(f @ L.w_gate.T) * (f @ L.w_up.T)) @ L.w_down.T
+                h = h + self.rmsnorm(m, L.post_ffw_norm)
+            else:
+                h = h + (self.silu(f @ L.w_gate.T) * (f @ L.w_up.T)) @ L.w_down.T
         cache.n = S
         logits = self.rmsnorm(h, self.output_norm) @ self.output.T
         assert logits.dtype == self.dtype, logits.dtype
@@ -362,10 +438,19 @@ class LlamaOracle:
     # -- text, for humans only (the comparison is on ids and logits) --
 
     def detokenize(self, ids) -> str:
-        """Byte-level BPE decode (GPT-2 byte↔unicode map, MODEL-FORMATS.md §6.1); control
-        tokens are rendered as their text."""
-        inv = _unicode_to_byte()
+        """Byte-level BPE decode (GPT-2 byte↔unicode map, MODEL-FORMATS.md §6.1), or for
+        gemma3's SentencePiece vocabulary ▁ → space and <0xXX> → that byte; control tokens
+        are rendered as their text."""
         out = bytearray()
+        if self.hp.arch == "gemma3":
+            for t in ids:
+                s = self.vocab[t]
+                if len(s) == 6 and s.startswith("<0x") and s.endswith(">"):
+                    out.append(int(s[3:5], 16))
+                else:
+                    out += s.replace("\u2581", " ").encode("utf-8")
+            return out.decode("utf-8", errors="replace")
+        inv = _unicode_to_byte()
         for t in ids:
             s = self.vocab[t]
             if self.token_type is not None and self.token_type[t] == 3:   # control
