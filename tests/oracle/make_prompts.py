@@ -110,6 +110,14 @@ def hf_ids(path: str, user: str):
     return tk(text, add_special_tokens=False)["input_ids"]
 
 
+def write_prompts(path: str, model: str, how: str, prompts: list):
+    """The prompts file both make_prompts*.py write: {"model", "how", "prompts": [...]}."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"model": os.path.basename(model), "how": how, "prompts": prompts}, f,
+                  indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -136,10 +144,7 @@ def main() -> int:
     how += ("; cross-checked identical to transformers AutoTokenizer(gguf_file=...) + "
             "apply_chat_template" if checked else "; transformers was not available to "
             "cross-check")
-    with open(a.out, "w", encoding="utf-8") as f:
-        json.dump({"model": os.path.basename(a.model), "how": how, "prompts": out}, f,
-                  indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_prompts(a.out, a.model, how, out)
     return 0
 
 

@@ -24,7 +24,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
-from make_prompts import CODE_TEXT, LONG_TEXT  # noqa: E402  (texts only)
+from make_prompts import CODE_TEXT, LONG_TEXT, write_prompts  # noqa: E402
 
 PROMPTS = [
     ("raw", "The capital of France is", True),
@@ -51,10 +51,7 @@ def main() -> int:
         print(f"{name}: {len(ids)} tokens", file=sys.stderr)
     how = ("BOS + text (raw) or Gemma's chat template (user turn, generation prompt); ids from "
            "inferd-worker's tokenizer (make_prompts_gemma3.py)")
-    with open(a.out, "w", encoding="utf-8") as f:
-        json.dump({"model": os.path.basename(a.model), "how": how, "prompts": out}, f,
-                  indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_prompts(a.out, a.model, how, out)
     return 0
 
 
