@@ -29,6 +29,11 @@ int ifd_log_parse_level(const char *s, ifd_log_level_t *out)
     return IFD_EINVAL;
 }
 
+const char *ifd_log_level_name(ifd_log_level_t level)
+{
+    return (int)level >= 0 && (int)level < 4 ? ifd__level_names[level] : "?";
+}
+
 void ifd_log_set_level(ifd_log_level_t level)
 {
     atomic_store(&ifd__log_level, (int)level);

@@ -4,8 +4,9 @@
  * this is also the daemon's log.
  *
  * The level and tag are process-wide settings (the one piece of global state
- * besides signal flags: a log sink is per process by nature). Set them once
- * at start-up; ifd_log itself is thread-safe (one fprintf per line).
+ * besides signal flags: a log sink is per process by nature). Set the tag
+ * once at start-up; the level may change at any time (atomic; a SIGHUP
+ * reload does). ifd_log itself is thread-safe (one fprintf per line).
  * The level can also come from $INFERD_LOG (error|warn|info|debug).
  */
 #ifndef IFD_LOG_H
@@ -26,6 +27,9 @@ ifd_log_level_t ifd_log_get_level(void);
 
 /* Parse "error", "warn", "info", "debug". Returns 0 or IFD_EINVAL. */
 int ifd_log_parse_level(const char *s, ifd_log_level_t *out);
+
+/* The name ifd_log_parse_level takes for a level ("?" when out of range). */
+const char *ifd_log_level_name(ifd_log_level_t level);
 
 /* Short tag printed on every line ("inferd", "worker0"); copied. */
 void ifd_log_set_tag(const char *tag);

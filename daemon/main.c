@@ -334,6 +334,7 @@ static void ifd__reload(ifd__daemon_t *d)
     ifd__sup_timing(&d->cfg, &sp);
     ifd_sup_set_timing(d->sup, &sp);
     ifd_router_set_slack(d->router, (int)d->cfg.route_slack);
+    ifd_sup_set_log_level(d->sup, d->cfg.log_level); /* parsed above: cannot fail on the name */
 }
 
 static void ifd__signal_cb(uv_signal_t *h, int signum)

@@ -3,10 +3,16 @@
  *
  * Per worker slot: an embedded uv_timer (start timeout, restart back-off,
  * kill grace) that lives as long as the supervisor, and per run of the
- * process a uv_process_t and a uv_pipe_t (the router's end of the
- * socketpair). A run ends when the process has exited AND both per-run
- * handles are closed; only then may the slot be respawned (libuv handles
- * cannot be re-initialised while closing). `lost` makes on_lost fire once
+ * process a uv_process_t, a uv_pipe_t (the router's end of the socketpair)
+ * and a uv_pipe_t reading the worker's stdout and stderr. A run ends when
+ * the process has exited AND all three per-run handles are closed; only then
+ * may the slot be respawned (libuv handles cannot be re-initialised while
+ * closing).
+ *
+ * Worker output is relayed line by line to the daemon's own stderr (one
+ * write per line), so it follows the daemon when SIGHUP reopens log_file
+ * onto fd 2; a worker that inherited fd 2 would keep writing to the rotated
+ * file. `lost` makes on_lost fire once
  * per run, whichever comes first: EOF, a framing error, a kill, the exit.
  * Pool references are reclaimed in the exit callback only: a process that
  * is still alive might still write into its blocks.
@@ -18,6 +24,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +32,7 @@
 #include <unistd.h>
 
 #define IFD__CRASH_RING 1024
+#define IFD__LOG_LINE   4096 /* a longer worker line is relayed in pieces */
 
 typedef struct {
     ifd_worker_info_t info;
@@ -33,6 +41,10 @@ typedef struct {
     uv_process_t proc;
     uv_pipe_t pipe;
     uv_timer_t timer;
+    uv_pipe_t logp;   /* the worker's stdout and stderr */
+    bool log_active;  /* initialised, not yet closed */
+    size_t log_len;
+    char log_line[IFD__LOG_LINE];
     bool proc_active; /* spawned, not yet closed */
     bool proc_exited;
     bool pipe_active; /* initialised, not yet closed */
@@ -118,7 +130,7 @@ static void ifd__check_stopped(ifd_sup_t *s)
     if (!s->stopping || s->stopped_reported)
         return;
     for (int i = 0; i < s->n; i++)
-        if (s->w[i].proc_active || s->w[i].pipe_active)
+        if (s->w[i].proc_active || s->w[i].pipe_active || s->w[i].log_active)
             return;
     s->stopped_reported = true;
     if (s->cb.on_stopped)
@@ -132,38 +144,41 @@ static void ifd__handle_closed(uv_handle_t *h)
     ifd__maybe_free(s);
 }
 
-static void ifd__pipe_closed(uv_handle_t *h)
+/* One of a run's handles is closed: respawn once the last one is. */
+static void ifd__run_handle_closed(ifd__worker_t *w)
 {
-    ifd__worker_t *w = h->data;
     ifd_sup_t *s = w->sup;
-    w->pipe_active = false;
     s->open_handles--;
     if (s->destroying) {
         ifd__maybe_free(s);
         return;
     }
-    if (w->respawn_pending && !w->proc_active) {
+    if (w->respawn_pending && !w->proc_active && !w->pipe_active && !w->log_active) {
         w->respawn_pending = false;
         ifd__spawn(w);
     }
     ifd__check_stopped(s);
 }
 
+static void ifd__pipe_closed(uv_handle_t *h)
+{
+    ifd__worker_t *w = h->data;
+    w->pipe_active = false;
+    ifd__run_handle_closed(w);
+}
+
 static void ifd__proc_closed(uv_handle_t *h)
 {
     ifd__worker_t *w = h->data;
-    ifd_sup_t *s = w->sup;
     w->proc_active = false;
-    s->open_handles--;
-    if (s->destroying) {
-        ifd__maybe_free(s);
-        return;
-    }
-    if (w->respawn_pending && !w->pipe_active) {
-        w->respawn_pending = false;
-        ifd__spawn(w);
-    }
-    ifd__check_stopped(s);
+    ifd__run_handle_closed(w);
+}
+
+static void ifd__log_closed(uv_handle_t *h)
+{
+    ifd__worker_t *w = h->data;
+    w->log_active = false;
+    ifd__run_handle_closed(w);
 }
 
 static void ifd__close_pipe(ifd__worker_t *w)
@@ -172,6 +187,77 @@ static void ifd__close_pipe(ifd__worker_t *w)
         return;
     w->pipe_open = false;
     uv_close((uv_handle_t *)&w->pipe, ifd__pipe_closed);
+}
+
+/* ---- the worker's output ------------------------------------------------------------ */
+
+static void ifd__log_write(const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(2, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return; /* nowhere to log that logging failed */
+        p += k, n -= (size_t)k;
+    }
+}
+
+static void ifd__log_alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    ifd__worker_t *w = h->data;
+    *buf = uv_buf_init(w->log_line + w->log_len, (unsigned)(IFD__LOG_LINE - w->log_len));
+}
+
+static void ifd__log_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    ifd__worker_t *w = st->data;
+    if (nread < 0) { /* EOF (the process is gone) or an error: flush what is left */
+        if (w->log_len > 0) { /* < IFD__LOG_LINE: a full buffer is always written out */
+            w->log_line[w->log_len++] = '\n';
+            ifd__log_write(w->log_line, w->log_len);
+            w->log_len = 0;
+        }
+        if (!uv_is_closing((uv_handle_t *)&w->logp))
+            uv_close((uv_handle_t *)&w->logp, ifd__log_closed);
+        return;
+    }
+    w->log_len += (size_t)nread;
+    /* Whole lines out, one write each; a full buffer without a newline too. */
+    size_t start = 0;
+    for (size_t i = 0; i < w->log_len; i++) {
+        if (w->log_line[i] == '\n') {
+            ifd__log_write(w->log_line + start, i + 1 - start);
+            start = i + 1;
+        }
+    }
+    if (start == 0 && w->log_len == IFD__LOG_LINE) {
+        ifd__log_write(w->log_line, w->log_len);
+        start = w->log_len;
+    }
+    memmove(w->log_line, w->log_line + start, w->log_len - start);
+    w->log_len -= start;
+}
+
+/* Reads fd (the worker's output) into the daemon's log until EOF. */
+static int ifd__log_open(ifd__worker_t *w, int fd)
+{
+    ifd_sup_t *s = w->sup;
+    uv_pipe_init(s->loop, &w->logp, 0);
+    w->logp.data = w;
+    w->log_active = true;
+    w->log_len = 0;
+    s->open_handles++;
+    int rc = uv_pipe_open(&w->logp, fd);
+    if (rc == 0)
+        rc = uv_read_start((uv_stream_t *)&w->logp, ifd__log_alloc_cb, ifd__log_read_cb);
+    if (rc < 0) {
+        IFD_ERROR("worker %d: output pipe: %s", w->idx, uv_strerror(rc));
+        uv_close((uv_handle_t *)&w->logp, ifd__log_closed); /* closes fd too */
+    }
+    return rc;
 }
 
 /* ---- sending ------------------------------------------------------------------------ */
@@ -319,7 +405,7 @@ static void ifd__timer_restart_cb(uv_timer_t *t)
     ifd__worker_t *w = t->data;
     if (w->sup->stopping || w->sup->destroying)
         return;
-    if (w->proc_active || w->pipe_active) {
+    if (w->proc_active || w->pipe_active || w->log_active) {
         w->respawn_pending = true; /* when the old handles are closed */
         return;
     }
@@ -482,6 +568,14 @@ static void ifd__spawn(ifd__worker_t *w)
         ifd__after_exit(w);
         return;
     }
+    int lp[2] = {-1, -1};
+    if (pipe2(lp, O_CLOEXEC) != 0) {
+        IFD_ERROR("worker %d: pipe: %s", w->idx, strerror(errno));
+        snprintf(w->info.last_exit, sizeof w->info.last_exit, "pipe failed");
+        close(sv[0]), close(sv[1]);
+        ifd__after_exit(w);
+        return;
+    }
     char *args[8];
     int a = 0;
     args[a++] = s->binary;
@@ -494,9 +588,9 @@ static void ifd__spawn(ifd__worker_t *w)
     uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
     stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = 2; /* a worker's stdout goes to the log too */
+    stdio[1].data.fd = lp[1]; /* stdout and stderr: relayed to the log */
     stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = 2;
+    stdio[2].data.fd = lp[1];
     stdio[3].flags = UV_INHERIT_FD;
     stdio[3].data.fd = sv[1];
     uv_process_options_t o;
@@ -509,10 +603,12 @@ static void ifd__spawn(ifd__worker_t *w)
     w->proc.data = w;
     int rc = uv_spawn(s->loop, &w->proc, &o);
     close(sv[1]);
+    close(lp[1]);
     if (rc < 0) {
         IFD_ERROR("worker %d: cannot start %s: %s", w->idx, s->binary, uv_strerror(rc));
         snprintf(w->info.last_exit, sizeof w->info.last_exit, "spawn failed: %s", uv_strerror(rc));
         close(sv[0]);
+        close(lp[0]);
         /* uv_spawn initialised the handle even on failure: close it */
         w->proc_active = true;
         w->proc_exited = true;
@@ -524,6 +620,7 @@ static void ifd__spawn(ifd__worker_t *w)
     w->proc_active = true;
     s->open_handles++;
     w->info.pid = w->proc.pid;
+    ifd__log_open(w, lp[0]); /* on failure the output is lost, the worker still runs */
     w->info.starts++;
     if (s->metrics) {
         s->metrics->worker_starts++;
@@ -688,6 +785,24 @@ void ifd_sup_set_timing(ifd_sup_t *s, const ifd_sup_params_t *p)
     }
 }
 
+int ifd_sup_set_log_level(ifd_sup_t *s, const char *level)
+{
+    ifd_log_level_t lvl;
+    if (!level || ifd_log_parse_level(level, &lvl) != 0)
+        return IFD_EINVAL;
+    char *copy = strdup(level);
+    if (!copy)
+        return IFD_ENOMEM;
+    free(s->level);
+    s->level = copy;
+    ifd_wire_msg_t m = {.type = IFD_WIRE_LOG_LEVEL};
+    m.u.log_level.level = (uint32_t)lvl;
+    for (int i = 0; i < s->n; i++)
+        if (s->w[i].pipe_open)
+            (void)ifd_sup_send(s, i, &m); /* a worker that is going away restarts with it */
+    return 0;
+}
+
 void ifd_sup_stop(ifd_sup_t *s, double grace_s)
 {
     if (s->stopping)
@@ -725,6 +840,8 @@ void ifd_sup_destroy(ifd_sup_t *s)
         if (w->proc_active && !uv_is_closing((uv_handle_t *)&w->proc))
             uv_close((uv_handle_t *)&w->proc, ifd__proc_closed);
         ifd__close_pipe(w);
+        if (w->log_active && !uv_is_closing((uv_handle_t *)&w->logp))
+            uv_close((uv_handle_t *)&w->logp, ifd__log_closed);
         w->timer.data = s;
         uv_close((uv_handle_t *)&w->timer, ifd__handle_closed);
     }

@@ -125,6 +125,10 @@ bool ifd_sup_all_failed(const ifd_sup_t *s);
 /* New timings (SIGHUP): ping, timeouts, back-off, crash loop. */
 void ifd_sup_set_timing(ifd_sup_t *s, const ifd_sup_params_t *p);
 
+/* SIGHUP's log_level for the workers: running ones get a LOG_LEVEL frame,
+ * later starts the --log-level flag. IFD_EINVAL for a bad name. */
+int ifd_sup_set_log_level(ifd_sup_t *s, const char *level);
+
 /* Shuts every worker down: SHUTDOWN, then SIGKILL after grace_s; no
  * restarts. on_stopped fires once all processes have exited. */
 void ifd_sup_stop(ifd_sup_t *s, double grace_s);

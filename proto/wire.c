@@ -201,6 +201,10 @@ static const wstruct_t stats_req_desc = {"stats_req", sizeof(ifd_wire_stats_req_
 static const wstruct_t drain_desc = {"drain", sizeof(ifd_wire_empty_t), NULL, 0, NULL};
 static const wstruct_t shutdown_desc = {"shutdown", sizeof(ifd_wire_empty_t), NULL, 0, NULL};
 
+static const wfield_t log_level_fields[] = {FU32M(ifd_wire_log_level_t, level, 3)};
+static const wstruct_t log_level_desc = {"log_level", sizeof(ifd_wire_log_level_t),
+                                         log_level_fields, NF(log_level_fields), NULL};
+
 static const wfield_t ready_fields[] = {
     FU32(ifd_wire_ready_t, slot),
     FI32(ifd_wire_ready_t, pid),
@@ -1223,7 +1227,7 @@ int ifd_wire_reader_next(ifd_wire_reader_t *r, ifd_wire_frame_t *f)
 
 int ifd_wire_reader_next_msg(ifd_wire_reader_t *r, ifd_wire_msg_t *msg)
 {
-    ifd_wire_frame_t f;
+    ifd_wire_frame_t f = {.body = NULL};
     int rc = ifd_wire_reader_next(r, &f);
     if (rc <= 0)
         return rc;

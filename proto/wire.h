@@ -76,6 +76,7 @@ typedef enum {
     X(STATS_REQ, 4, IFD_WIRE_TO_WORKER, stats_req)                                                 \
     X(DRAIN, 5, IFD_WIRE_TO_WORKER, drain)                                                         \
     X(SHUTDOWN, 6, IFD_WIRE_TO_WORKER, shutdown)                                                   \
+    X(LOG_LEVEL, 7, IFD_WIRE_TO_WORKER, log_level)                                                 \
     X(READY, 65, IFD_WIRE_TO_ROUTER, ready)                                                        \
     X(TOKENS, 66, IFD_WIRE_TO_ROUTER, tokens)                                                      \
     X(FINISHED, 67, IFD_WIRE_TO_ROUTER, finished)                                                  \
@@ -167,6 +168,12 @@ typedef struct {
 typedef struct {
     uint64_t seq;
 } ifd_wire_stats_req_t;
+
+/* LOG_LEVEL (router → worker): the log level to use from now on (the
+ * daemon's log_level after a SIGHUP): ifd_log_level_t, 0 error .. 3 debug. */
+typedef struct {
+    uint32_t level;
+} ifd_wire_log_level_t;
 
 /* DRAIN and SHUTDOWN carry no fields (an empty array). DRAIN: finish what
  * runs, admit nothing new. SHUTDOWN: exit now. */
@@ -269,6 +276,7 @@ typedef struct {
         ifd_wire_stats_req_t stats_req;
         ifd_wire_empty_t drain;
         ifd_wire_empty_t shutdown;
+        ifd_wire_log_level_t log_level;
         ifd_wire_ready_t ready;
         ifd_wire_tokens_t tokens;
         ifd_wire_finished_t finished;

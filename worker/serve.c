@@ -384,6 +384,11 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
             case IFD_WIRE_SHUTDOWN:
                 done = true;
                 break;
+            case IFD_WIRE_LOG_LEVEL:
+                ifd_log_set_level((ifd_log_level_t)m.u.log_level.level);
+                IFD_INFO("worker: log level now %s",
+                         ifd_log_level_name((ifd_log_level_t)m.u.log_level.level));
+                break;
             default:
                 IFD_WARN("worker: unexpected %s frame", ifd_wire_type_name(m.type));
                 break;

@@ -480,6 +480,12 @@ def test_sighup_reload_and_log_reopen():
         text = open(log).read()
         assert "'max_queue' changed" in text and "'log_level' changed" in text, text
         assert "'block_size' changed but needs a restart" in text, text
+        # The worker's output is relayed through the daemon, so it follows the reopened
+        # log, and the worker took the new level (a LOG_LEVEL frame).
+        while "log level now debug" not in open(log).read():
+            assert time.time() - t0 < 10, "the worker's level change is not in the new log"
+            time.sleep(0.05)
+        assert "started pid" in open(log + ".1").read()
         d.curl("http://localhost/health", expect=200)
     finally:
         assert d.stop() == 0

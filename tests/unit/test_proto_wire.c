@@ -84,6 +84,9 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
     case IFD_WIRE_DRAIN:
     case IFD_WIRE_SHUTDOWN:
         break;
+    case IFD_WIRE_LOG_LEVEL:
+        m.u.log_level.level = 3;
+        break;
     case IFD_WIRE_READY:
         m.u.ready = (ifd_wire_ready_t){.slot = 3,
                                        .pid = 4242,
@@ -149,7 +152,7 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
 static const ifd_wire_type_t k_types[] = {
     IFD_WIRE_HELLO,    IFD_WIRE_ADD,      IFD_WIRE_CANCEL, IFD_WIRE_STATS_REQ,
     IFD_WIRE_DRAIN,    IFD_WIRE_SHUTDOWN, IFD_WIRE_READY,  IFD_WIRE_TOKENS,
-    IFD_WIRE_FINISHED, IFD_WIRE_ERROR,    IFD_WIRE_STATS,
+    IFD_WIRE_FINISHED, IFD_WIRE_ERROR,    IFD_WIRE_STATS,  IFD_WIRE_LOG_LEVEL,
 };
 #define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
 
@@ -544,6 +547,9 @@ START_TEST(test_wrong_msgpack_types)
     /* Wide encodings of small values are fine. */
     EXPECT_BODY(IFD_WIRE_CANCEL, 0, "", 0x91, 0xcf, 0, 0, 0, 0, 0, 0, 0, 1);
     EXPECT_BODY(IFD_WIRE_CANCEL, 0, "", 0xdc, 0x00, 0x01, 0xd3, 0, 0, 0, 0, 0, 0, 0, 1);
+    /* A log level past debug (3). */
+    EXPECT_BODY(IFD_WIRE_LOG_LEVEL, IFD_ERANGE, "log_level.level: 4 above 3", 0x91, 0x04);
+    EXPECT_BODY(IFD_WIRE_LOG_LEVEL, 0, "", 0x91, 0x00);
     /* An enum out of range; a u32 above 2^32; an i32 out of range. */
     EXPECT_BODY(IFD_WIRE_FINISHED, IFD_ERANGE, "finished.reason: 4 above 3", 0x96, 0x01, 0x04, 0xff,
                 0x00, 0x00, 0x00);
