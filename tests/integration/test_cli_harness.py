@@ -27,6 +27,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.dont_write_bytecode = True
+import model_paths  # noqa: E402  (tests/model_paths.py)
+
 SKIP = 77
 
 
@@ -120,12 +124,7 @@ def metrics(sock_path):
 
 
 def default_model():
-    m = os.environ.get("INFERD_TEST_MODEL")
-    if m:
-        return m
-    base = os.environ.get("INFERD_MODEL_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "inferd", "models")
-    return os.path.join(base, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return model_paths.model_path()
 
 
 class Daemon:

@@ -16,7 +16,7 @@ if "$infer" no-such-command >/dev/null 2>&1; then fail "infer accepted a bad com
 out=$("$worker" --inspect /nonexistent.gguf 2>&1) && fail "inspect of a missing file succeeded"
 echo "$out" | grep -q "/nonexistent.gguf" || fail "missing-file error does not name the file: $out"
 
-model=${INFERD_TEST_MODEL:-${INFERD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
+model=${INFERD_TEST_MODEL:-$(bash "$(dirname "$0")/../../deploy/fetch-model.sh" --path)}
 if [ ! -f "$model" ]; then
     echo "SKIPPED: default model not found at $model (run deploy/fetch-model.sh)" >&2
     exit 77

@@ -20,16 +20,15 @@ import tempfile
 import time
 import traceback
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.dont_write_bytecode = True
+import model_paths  # noqa: E402  (tests/model_paths.py)
+
 SKIP = 77
 
 
 def model_path():
-    m = os.environ.get("INFERD_TEST_MODEL")
-    if m:
-        return m
-    d = os.environ.get("INFERD_MODEL_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "inferd", "models")
-    return os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return model_paths.model_path()
 
 
 def skip(why):

@@ -23,6 +23,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.dont_write_bytecode = True
+import model_paths  # noqa: E402  (tests/model_paths.py)
+
 try:
     import numpy as np
     import gguf
@@ -36,13 +40,6 @@ TOOL = sys.argv[1]
 MAX_PER_TYPE = 3
 MAX_ELEMS_PER_TYPE = 40_000_000
 
-
-def model_dir():
-    d = os.environ.get("INFERD_MODEL_DIR")
-    if d:
-        return d
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                        os.path.join(os.environ["HOME"], ".cache"), "inferd", "models")
 
 
 def ulp_diff(a, b):
@@ -150,9 +147,8 @@ def check_random(tmp):
 
 
 def main():
-    default = os.environ.get("INFERD_TEST_MODEL") or os.path.join(
-        model_dir(), "SmolLM2-135M-Instruct.Q4_1.gguf")
-    gemma = os.path.join(model_dir(), "gemma-3-270m-q4_k_m.gguf")
+    default = model_paths.model_path()
+    gemma = model_paths.model_path("gemma3")
     models = [p for p in (default, gemma) if os.path.isfile(p)]
     if not os.path.isfile(default):
         print(f"SKIPPED: default model not found at {default} (run deploy/fetch-model.sh)",

@@ -6,7 +6,7 @@
 set -euo pipefail
 worker=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
-model=${INFERD_TEST_MODEL:-${INFERD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
+model=${INFERD_TEST_MODEL:-$(bash "$(dirname "$0")/../../deploy/fetch-model.sh" --path)}
 [ -f "$model" ] || { echo "SKIPPED: default model not found at $model" >&2; exit 77; }
 py=${INFERD_PYTHON:-python3}
 tmp=$(mktemp -d)

@@ -26,7 +26,7 @@ Exit status: 0 all prompts within tolerance and greedy tokens identical; 1 a row
 exceeds --tol (default 1e-3), the tokens differ, or the worker failed; 77 ("SKIPPED: why")
 when the model, numpy/gguf, the worker binary or its --prompt-ids option is missing.
 
-    compare.py WORKER [--model PATH | --model-file NAME] [-n 64] [--prompts prompts.json]
+    compare.py WORKER [--model PATH | --model-name NAME] [-n 64] [--prompts prompts.json]
                [--tol 1e-3]
                [--only NAME] [--worker-arg ARG ...] [--keep DIR] [--oracle-generate]
 """
@@ -39,6 +39,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.dont_write_bytecode = True   # keep the source tree clean (it may be read-only)
+import model_paths  # noqa: E402  (tests/model_paths.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
 
@@ -46,18 +50,6 @@ SKIP = 77
 def skip(why: str):
     print(f"SKIPPED: {why}", flush=True)
     sys.exit(SKIP)
-
-
-def model_dir() -> str:
-    """Where deploy/fetch-model.sh stores models."""
-    return os.environ.get("INFERD_MODEL_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "inferd", "models")
-
-
-def default_model() -> str:
-    if os.environ.get("INFERD_TEST_MODEL"):
-        return os.environ["INFERD_TEST_MODEL"]
-    return os.path.join(model_dir(), "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def run_worker(worker, model, ids, n, extra, dump):
@@ -81,8 +73,8 @@ def main() -> int:
     ap.add_argument("worker", help="path of the inferd-worker binary")
     ap.add_argument("--model", default=None,
                     help="GGUF file (default $INFERD_TEST_MODEL, else the default model)")
-    ap.add_argument("--model-file", metavar="NAME",
-                    help="a file name in fetch-model.sh's model directory, instead of --model")
+    ap.add_argument("--model-name", metavar="NAME",
+                    help="a deploy/fetch-model.sh model name (smollm2, gemma3), instead of --model")
     ap.add_argument("-n", type=int, default=64, help="greedy tokens per prompt (default 64)")
     ap.add_argument("--prompts", default=os.path.join(HERE, "prompts.json"))
     ap.add_argument("--tol", type=float, default=1e-3, help="max rel-L2 per row (1e-3)")
@@ -94,10 +86,8 @@ def main() -> int:
                     help="let the oracle generate on its own (KV-cached, one step per token) "
                          "instead of scoring the worker's tokens in one pass (slower)")
     a = ap.parse_args()
-    if a.model_file:
-        a.model = os.path.join(model_dir(), a.model_file)
-    elif not a.model:
-        a.model = default_model()
+    if not a.model:
+        a.model = model_paths.model_path(a.model_name or "smollm2")
     if a.n < 1:
         ap.error("-n must be >= 1")
 
@@ -106,7 +96,6 @@ def main() -> int:
         import gguf  # noqa: F401  (llama_oracle needs it)
     except ImportError as e:
         skip(f"Python package missing ({e.name}); run deploy/install-deps.sh")
-    sys.dont_write_bytecode = True   # keep the source tree clean (it may be read-only)
     sys.path.insert(0, HERE)
     from llama_oracle import LlamaOracle
 
