@@ -251,11 +251,13 @@ static int ifd__log_open(ifd__worker_t *w, int fd)
     w->log_len = 0;
     s->open_handles++;
     int rc = uv_pipe_open(&w->logp, fd);
-    if (rc == 0)
+    if (rc < 0)
+        close(fd); /* not the handle's yet */
+    else
         rc = uv_read_start((uv_stream_t *)&w->logp, ifd__log_alloc_cb, ifd__log_read_cb);
     if (rc < 0) {
         IFD_ERROR("worker %d: output pipe: %s", w->idx, uv_strerror(rc));
-        uv_close((uv_handle_t *)&w->logp, ifd__log_closed); /* closes fd too */
+        uv_close((uv_handle_t *)&w->logp, ifd__log_closed);
     }
     return rc;
 }
