@@ -10,6 +10,10 @@
  * sent as token ids to /v1/completions, so its length is exact and no two
  * prompts share a cacheable prefix. Every run of a sweep gets fresh
  * windows, so no run profits from the prefix cache filled by the last.
+ * With --prefix-len P, every prompt starts with the same P tokens (the
+ * pool's first P) followed by its own window: the shared-system-prompt
+ * case, where the prefix cache serves the P tokens from the second request
+ * on (the warm-up request computes them).
  */
 #include "bench.h"
 
@@ -203,6 +207,7 @@ enum {
     OPT_INPUT_LEN,
     OPT_OUTPUT_LEN,
     OPT_RANGE,
+    OPT_PREFIX_LEN,
     OPT_PROMPTS,
     OPT_ENDPOINT,
     OPT_IGNORE_EOS,
@@ -224,7 +229,7 @@ typedef struct {
     const char *model;
     double temperature;
     bool chat;
-    long long input_len, output_len, num, conc, warmup;
+    long long input_len, output_len, prefix_len, num, conc, warmup;
     double range, rate;
     int ignore_eos; /* -1 default (on for random prompts), 0, 1 */
     const char *prompts_file;
@@ -259,6 +264,9 @@ static void serve_usage(FILE *f)
             "      --input-len N       prompt tokens (default 128)\n"
             "      --output-len N      tokens to generate (default 128)\n"
             "      --range-ratio R     lengths uniform in [len*(1-R), len*(1+R)] (default 0)\n"
+            "      --prefix-len P      P more prompt tokens, the same for every request, in\n"
+            "                          front (a shared system prompt: the prefix cache serves\n"
+            "                          them; default 0)\n"
             "      --prompts FILE      prompts from FILE instead: one per line, or JSON lines\n"
             "                          {\"prompt\": …, \"max_tokens\": …}\n"
             "      --endpoint E        completions (default) or chat\n"
@@ -422,6 +430,7 @@ typedef struct {
     ifd_loadgen_prompt_t *v;
     size_t n;
     int32_t *pool;
+    int32_t *joined; /* with --prefix-len: prefix + window per prompt */
     char **texts;
     size_t n_texts;
     file_prompt_t *file;
@@ -437,6 +446,7 @@ static void prompt_set_free(prompt_set_t *ps)
     free(ps->texts);
     free(ps->file);
     free(ps->pool);
+    free(ps->joined);
     free(ps->v);
     memset(ps, 0, sizeof(*ps));
 }
@@ -478,8 +488,8 @@ static int make_prompts(serve_t *s, size_t total, prompt_set_t *ps)
     size_t n_pool = 0;
     int code = 1;
     if (!s->chat)
-        code = token_pool(&s->t, &s->co, s->model, (size_t)max_in + total + 1, &rng, &ps->pool,
-                          &n_pool);
+        code = token_pool(&s->t, &s->co, s->model, (size_t)(s->prefix_len + max_in) + total + 1,
+                          &rng, &ps->pool, &n_pool);
     if (code > 1) {
         free(in_len);
         return code;
@@ -498,9 +508,24 @@ static int make_prompts(serve_t *s, size_t total, prompt_set_t *ps)
             off[i - 1] = off[j];
             off[j] = x;
         }
+        /* windows start after the prefix, so they share nothing with it */
+        const size_t pre = (size_t)s->prefix_len, stride = pre + (size_t)max_in;
+        if (pre > 0 && !(ps->joined = malloc(total * stride * sizeof(int32_t)))) {
+            free(off);
+            free(in_len);
+            return IFD_EXIT_FAIL;
+        }
         for (size_t i = 0; i < total; i++) {
-            ps->v[i].tokens = ps->pool + off[i];
+            const int32_t *win = ps->pool + pre + off[i];
+            ps->v[i].tokens = win;
             ps->v[i].n_tokens = (size_t)in_len[i];
+            if (pre > 0) {
+                int32_t *d = ps->joined + i * stride;
+                memcpy(d, ps->pool, pre * sizeof(int32_t));
+                memcpy(d + pre, win, (size_t)in_len[i] * sizeof(int32_t));
+                ps->v[i].tokens = d;
+                ps->v[i].n_tokens = pre + (size_t)in_len[i];
+            }
         }
         free(off);
         free(in_len);
@@ -630,6 +655,7 @@ static int serve_main(int argc, char **argv)
         {"input-len", required_argument, NULL, OPT_INPUT_LEN},
         {"output-len", required_argument, NULL, OPT_OUTPUT_LEN},
         {"range-ratio", required_argument, NULL, OPT_RANGE},
+        {"prefix-len", required_argument, NULL, OPT_PREFIX_LEN},
         {"prompts", required_argument, NULL, OPT_PROMPTS},
         {"endpoint", required_argument, NULL, OPT_ENDPOINT},
         {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
@@ -692,6 +718,10 @@ static int serve_main(int argc, char **argv)
             if (ifd_cli_parse_double(optarg, 0, 0.99, &s.range) < 0)
                 bad = "--range-ratio";
             break;
+        case OPT_PREFIX_LEN:
+            if (ifd_cli_parse_int(optarg, 0, 1 << 22, &s.prefix_len) < 0)
+                bad = "--prefix-len";
+            break;
         case OPT_PROMPTS:
             s.prompts_file = optarg;
             break;
@@ -752,6 +782,11 @@ static int serve_main(int argc, char **argv)
     }
     if (optind != argc) {
         fprintf(stderr, "infer bench serve: unexpected argument '%s'\n", argv[optind]);
+        return IFD_EXIT_USAGE;
+    }
+    if (s.prefix_len > 0 && (s.chat || s.prompts_file)) {
+        fprintf(stderr, "infer bench serve: --prefix-len needs random token prompts (not "
+                        "--prompts or --endpoint chat)\n");
         return IFD_EXIT_USAGE;
     }
     if (s.conc == 0 && !isfinite(s.rate)) {
@@ -892,9 +927,11 @@ static int serve_main(int argc, char **argv)
     if (s.n_sweep > 1)
         print_sweep(stdout, results, s.n_sweep);
     if (s.json_file) {
-        json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:b,s:f,s:s,s:I,s:o}", "benchmark",
-                              "serve", "model", model, "where", s.t.where, "endpoint", path,
-                              "input_len", s.prompts_file ? json_null() : json_integer(s.input_len),
+        json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:I,s:o,s:o,s:b,s:f,s:s,s:I,s:o}",
+                              "benchmark", "serve", "model", model, "where", s.t.where, "endpoint",
+                              path, "input_len",
+                              s.prompts_file ? json_null() : json_integer(s.input_len),
+                              "prefix_len", (json_int_t)s.prefix_len,
                               "output_len", json_integer(s.output_len), "range_ratio",
                               json_real(s.range), "ignore_eos", s.ignore_eos == 1, "temperature",
                               s.temperature, "prompts", s.prompts_file ? s.prompts_file : "random",

@@ -12,8 +12,8 @@ temporary Unix socket, so the client's own logic is checked without a model:
 - the chat REPL on a pseudo-terminal: streaming, /system, /save, /reset, Ctrl-C in the
   middle of an answer (the server sees the disconnect), Ctrl-D; and piped;
 - bench serve (token counts equal the server's usage and its /metrics; unique prompts of
-  exact length; sweep with JSON and SVG; Poisson; chat endpoint; failure exit codes) and
-  bench cache.
+  exact length; a shared --prefix-len; sweep with JSON and SVG; Poisson; chat endpoint;
+  failure exit codes) and bench cache.
 """
 import json
 import os
@@ -267,6 +267,23 @@ def test_bench(f):
                                        b["temperature"] == 0 and len(b["prompt"]) == 16
                                        for b in bodies), "request bodies")
         check(len({tuple(b["prompt"]) for b in bodies}) == 7, "prompts are not unique")
+
+        # --prefix-len: the same 6 tokens in front of every prompt, unique windows after.
+        n0 = len(f.requests)
+        rc, out, err = run([INFER, "bench", "serve", "--socket", f.sock, "-N", "4", "-c", "2",
+                            "--input-len", "5", "--prefix-len", "6", "--output-len", "2",
+                            "--json", js, "--no-progress"], timeout=120)
+        check(rc == 0, f"bench serve --prefix-len rc {rc}: {err}")
+        r = json.load(open(js))
+        check(r["prefix_len"] == 6 and r["runs"][0]["total_input_tokens"] == 4 * 11,
+              f"prefix run {r['prefix_len']} {r['runs'][0]['total_input_tokens']}")
+        bodies = [b["prompt"] for p, b, h in f.requests[n0:] if p == "/v1/completions"]
+        check(len(bodies) == 5 and all(len(b) == 11 and b[:6] == bodies[0][:6] for b in bodies),
+              f"prefix bodies {bodies}")
+        check(len({tuple(b[6:]) for b in bodies}) == 5, "windows after the prefix are not unique")
+        rc, out, err = run([INFER, "bench", "serve", "--socket", f.sock, "--prefix-len", "4",
+                            "--endpoint", "chat"])
+        check(rc == 2 and "--prefix-len" in err, f"--prefix-len with chat: {rc} {err}")
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
             s = run0[k]
             check(s["n"] > 0 and s["p50"] <= s["p99"] + 1e-9 if "p50" in s else True, k)
