@@ -156,7 +156,7 @@ typedef struct {
     uint32_t max_tokens; /* completion tokens in all, n_generated included; >= 1 */
     bool ignore_eos;
     int32_t priority; /* lower runs first; 0 normal */
-    bool use_cache;   /* consult and feed the prefix cache */
+    bool use_cache;   /* false: no KV cache (recompute every step), no prefix cache */
 } ifd_wire_add_t;
 
 /* CANCEL (router → worker): drop a request in any state. */
