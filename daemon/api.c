@@ -206,18 +206,22 @@ static void ifd__model(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reques
     char id[256];
     size_t n = 0;
     bool ok = true;
-    for (const char *p = enc; *p && ok; p++) {
+    for (const char *p = enc; ok && *p; p++) {
         int ch = (unsigned char)*p;
-        if (ch == '%') {
+        if (ch == '%') { /* "%XX", not %00; a short escape ends the loop here */
             int hi = ifd__hex(p[1]), lo = hi < 0 ? -1 : ifd__hex(p[2]);
-            ok = lo >= 0 && (hi | lo) != 0;
-            ch = (hi << 4) | lo;
+            if (lo < 0 || (hi | lo) == 0) {
+                ok = false;
+                break;
+            }
+            ch = hi << 4 | lo;
             p += 2;
         }
-        if (ok && n + 1 < sizeof id)
-            id[n++] = (char)ch;
-        else
+        if (n + 1 >= sizeof id) {
             ok = false;
+            break;
+        }
+        id[n++] = (char)ch;
     }
     id[n] = 0;
     if (!ok || strcmp(id, api->model_id) != 0) {

@@ -117,6 +117,9 @@ def test_curl_health_models_metrics():
     D.curl("http://localhost/v1/models/a/b", expect=404)
     D.curl("http://localhost/v1/models/%ff%fe", expect=404)
     D.curl("http://localhost/v1/models/%zz", expect=404)
+    for bad in ("x%", "x%4", "%00", "x" * 300):   # short escapes at the end, NUL, too long
+        D.curl("http://localhost/v1/models/" + bad, expect=404)
+    D.curl("http://localhost/health", expect=200)
     code, body = D.curl("http://localhost/v1/models/x", "-X", "DELETE", expect=405)
     code, body = D.curl("http://localhost/metrics", expect=200)
     text = body.decode()
