@@ -85,15 +85,8 @@ int main(int argc, char **argv)
         ifd_default_model_path(path, sizeof path);
         model = path;
     }
-    static const struct {
-        const char *name;
-        ifd_kv_dtype_t dtype;
-    } kv_types[] = {{"f32", IFD_KV_F32}, {"f16", IFD_KV_F16}, {"bf16", IFD_KV_BF16}};
-    int kv_type = -1;
-    for (int i = 0; i < (int)(sizeof kv_types / sizeof kv_types[0]); i++)
-        if (!strcmp(kv_name, kv_types[i].name))
-            kv_type = i;
-    if (kv_type < 0) {
+    ifd_kv_dtype_t kv_dtype;
+    if (ifd_kv_dtype_parse(kv_name, &kv_dtype) != 0) {
         fprintf(stderr, "bench_engine: --kv-dtype '%s': expected f32, f16 or bf16\n", kv_name);
         return 2;
     }
@@ -127,7 +120,7 @@ int main(int argc, char **argv)
             continue;
         int nr = conc == 1 && n_req_c1 > 0 ? n_req_c1 : n_req;
         ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
-        kp.dtype = kv_types[kv_type].dtype;
+        kp.dtype = kv_dtype;
         kp.n_blocks = (int64_t)conc * ((plen + olen) / kp.block_size + 2) + 16;
         kp.n_workers = 1;
         ifd_kvpool_t *pool;

@@ -64,6 +64,18 @@ static int kv_dtype_size(int dtype)
     }
 }
 
+int ifd_kv_dtype_parse(const char *name, ifd_kv_dtype_t *out)
+{
+    static const char *const names[] = {"f32", "f16", "bf16"}; /* index = ifd_kv_dtype_t */
+    for (int i = 0; i < 3; i++) {
+        if (name && strcmp(name, names[i]) == 0) {
+            *out = (ifd_kv_dtype_t)i;
+            return 0;
+        }
+    }
+    return IFD_EINVAL;
+}
+
 ifd_kvpool_params_t ifd_kvpool_default_params(void)
 {
     ifd_kvpool_params_t p;

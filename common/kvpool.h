@@ -85,6 +85,9 @@ typedef enum {
     IFD_KV_BF16 = 2,
 } ifd_kv_dtype_t;
 
+/* "f32", "f16" or "bf16" (the kv_dtype setting) → *out. 0 or IFD_EINVAL. */
+int ifd_kv_dtype_parse(const char *name, ifd_kv_dtype_t *out);
+
 /* Where a device's data segment lives. */
 typedef enum {
     IFD_KVSEG_HOST = 0,     /* memfd made by ifd_kvpool_create, mmapped */

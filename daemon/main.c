@@ -447,9 +447,9 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
                  d->cfg.log_level);
         return IFD_EINVAL;
     }
-    const char *dt = d->cfg.kv_dtype;
-    if (strcmp(dt, "f32") && strcmp(dt, "f16") && strcmp(dt, "bf16")) {
-        snprintf(err, errlen, "kv_dtype '%s': expected f32, f16 or bf16", dt);
+    ifd_kv_dtype_t dt;
+    if (ifd_kv_dtype_parse(d->cfg.kv_dtype, &dt) != 0) {
+        snprintf(err, errlen, "kv_dtype '%s': expected f32, f16 or bf16", d->cfg.kv_dtype);
         return IFD_EINVAL;
     }
     return 0;
@@ -487,9 +487,7 @@ static int ifd__run(ifd__daemon_t *d)
 
     /* the KV pool: one host segment shared by every CPU worker */
     ifd_kvpool_params_t kp = ifd_model_kvpool_params(&d->mcfg);
-    kp.dtype = !strcmp(d->cfg.kv_dtype, "f32")   ? IFD_KV_F32
-               : !strcmp(d->cfg.kv_dtype, "f16") ? IFD_KV_F16
-                                                 : IFD_KV_BF16;
+    ifd_kv_dtype_parse(d->cfg.kv_dtype, &kp.dtype); /* checked with the other settings */
     kp.block_size = (int)d->cfg.block_size;
     kp.bytes_budget = d->cfg.kv_budget;
     kp.n_devices = 1;

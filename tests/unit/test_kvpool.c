@@ -146,6 +146,22 @@ static void publish_seq(ifd_kvpool_t *pool, int w, const int32_t *blocks, int n,
 
 /* ---- create / attach ------------------------------------------------------------------------ */
 
+START_TEST(test_dtype_names)
+{
+    ifd_kv_dtype_t t = IFD_KV_F32;
+    ck_assert_int_eq(ifd_kv_dtype_parse("f16", &t), 0);
+    ck_assert_int_eq(t, IFD_KV_F16);
+    ck_assert_int_eq(ifd_kv_dtype_parse("bf16", &t), 0);
+    ck_assert_int_eq(t, IFD_KV_BF16);
+    ck_assert_int_eq(ifd_kv_dtype_parse("f32", &t), 0);
+    ck_assert_int_eq(t, IFD_KV_F32);
+    ck_assert_int_eq(ifd_kv_dtype_parse("F16", &t), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kv_dtype_parse("", &t), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kv_dtype_parse(NULL, &t), IFD_EINVAL);
+    ck_assert_int_eq(t, IFD_KV_F32); /* untouched on failure */
+}
+END_TEST
+
 START_TEST(test_params_and_geometry)
 {
     ifd_kvpool_params_t d = ifd_kvpool_default_params();
@@ -1260,6 +1276,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("kvpool");
     tcase_set_timeout(tc, 60);
     if (ifd__repeat == 1) {
+        tcase_add_test(tc, test_dtype_names);
         tcase_add_test(tc, test_params_and_geometry);
         tcase_add_test(tc, test_attach_checks_everything);
         tcase_add_test(tc, test_fdpass_and_attach_in_child);
