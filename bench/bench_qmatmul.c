@@ -1,0 +1,214 @@
+/*
+ * bench/bench_qmatmul.c — quantized matmul (kernels/cpu/qmatmul.h) against
+ * the f32 packed one the CPU backend used before, on SmolLM2 / Gemma 3 shapes.
+ *
+ *   bench_qmatmul [--threads 2] [--rounds 5] [--min-ms 60] [--types Q4_1,Q8_0,...]
+ *
+ * The machine is shared and noisy, so the two are timed in alternation:
+ * each round runs f32 then quantized (each for at least --min-ms) and the
+ * result is the median per side plus the median of the per-round ratios.
+ * "q" includes quantizing the activations. Also the cost of one empty
+ * thread-pool run (the sync a matmul pays) and of a decode step's worth of
+ * them. Prints one JSON object:
+ *   {"isa", "threads", "matmul": [{"type","m","n","k","f32_ms","q_ms","speedup",
+ *    "q_weights_gb_s"}...], "sync": {"run_us", "runs_per_step", "step_us"}}
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/cpu_kernels.h"
+#include "cpu/qmatmul.h"
+#include "ggml_types.h"
+#include "kernels.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static uint64_t seed = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    return seed;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+    if (!p) {
+        fprintf(stderr, "bench_qmatmul: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* Random GGUF rows: every byte random, except that no 16-bit slot (so no
+ * f16 scale, wherever the type keeps it) is an inf or NaN. */
+static void *random_gguf(uint32_t type, int n, int k)
+{
+    size_t bytes = (size_t)n * (k / ifd_ggml_block_elems(type)) * ifd_ggml_block_bytes(type);
+    uint8_t *w = xmalloc(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        w[i] = (uint8_t)rnd();
+    for (size_t i = 0; i + 1 < bytes; i += 2)
+        if ((w[i + 1] & 0x7c) == 0x7c)
+            w[i + 1] &= 0x3f;
+    return w;
+}
+
+static double min_ms = 60;
+
+typedef void (*run_fn)(void *ctx);
+
+static double time_ms(run_fn fn, void *ctx)
+{
+    fn(ctx);
+    int reps = 0;
+    double t0 = now_ms(), t1;
+    do {
+        fn(ctx);
+        reps++;
+        t1 = now_ms();
+    } while (t1 - t0 < min_ms);
+    return (t1 - t0) / reps;
+}
+
+typedef struct {
+    int m, n, k;
+    uint32_t type;
+    float *x, *y, *wp;
+    void *wq;
+    ifd_cpu_qact_t a;
+    ifd_threadpool_t *tp;
+} job_t;
+
+static void run_f32(void *p)
+{
+    job_t *j = p;
+    ifd_cpu_matmul_packed(j->y, j->x, j->wp, j->m, j->n, j->k, j->tp);
+}
+
+static void run_q(void *p)
+{
+    job_t *j = p;
+    ifd_cpu_quantize_act(&j->a, j->x, j->tp);
+    ifd_cpu_qmatmul(j->y, &j->a, j->wq, j->type, j->n, j->tp);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int first = 1;
+
+static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool_t *tp)
+{
+    job_t j = {.m = m, .n = n, .k = k, .type = type, .tp = tp};
+    j.x = xmalloc(sizeof(float) * (size_t)m * k);
+    for (int64_t i = 0; i < (int64_t)m * k; i++)
+        j.x[i] = (float)(rnd() >> 40) / 16777216.0f - 0.5f;
+    j.y = xmalloc(sizeof(float) * (size_t)m * n);
+    void *src = random_gguf(type, n, k);
+    float *w = xmalloc(sizeof(float) * (size_t)n * k);
+    ifd_cpu_dequantize(w, src, type, (int64_t)n * k);
+    j.wp = xmalloc(sizeof(float) * (size_t)ifd_cpu_matmul_packed_floats(n, k));
+    ifd_cpu_matmul_pack(j.wp, w, n, k);
+    int64_t qb = ifd_cpu_qweight_bytes(type, n, k);
+    j.wq = xmalloc((size_t)qb);
+    ifd_cpu_qweight_pack(j.wq, src, type, n, k);
+    void *amem = xmalloc((size_t)ifd_cpu_qact_bytes(m, k));
+    ifd_cpu_qact_init(&j.a, amem, m, k);
+    double tf[32], tq[32], ratio[32];
+    if (rounds > 32)
+        rounds = 32;
+    for (int r = 0; r < rounds; r++) {
+        tf[r] = time_ms(run_f32, &j);
+        tq[r] = time_ms(run_q, &j);
+        ratio[r] = tf[r] / tq[r];
+    }
+    qsort(tf, rounds, sizeof(double), cmp_d);
+    qsort(tq, rounds, sizeof(double), cmp_d);
+    qsort(ratio, rounds, sizeof(double), cmp_d);
+    printf(first ? "\n    " : ",\n    ");
+    first = 0;
+    printf("{\"type\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"f32_ms\": %.4f, \"q_ms\": %.4f, "
+           "\"speedup\": %.3f, \"q_weights_gb_s\": %.2f}",
+           ifd_ggml_type_name(type), m, n, k, tf[rounds / 2], tq[rounds / 2], ratio[rounds / 2],
+           (double)qb / tq[rounds / 2] / 1e6);
+    fflush(stdout);
+    free(j.x), free(j.y), free(src), free(w), free(j.wp), free(j.wq), free(amem);
+}
+
+static void noop(void *ctx, int task, int n_tasks)
+{
+    (void)ctx, (void)task, (void)n_tasks;
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 2, rounds = 5;
+    const char *types = "Q4_1,Q8_0,Q4_K,Q5_0,Q6_K";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--min-ms") == 0 && i + 1 < argc)
+            min_ms = atof(argv[++i]);
+        else if (strcmp(argv[i], "--types") == 0 && i + 1 < argc)
+            types = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--threads 2] [--rounds 5] [--min-ms 60] [--types ...]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    ifd_threadpool_t *tp;
+    if (ifd_threadpool_create(&tp, threads) != 0)
+        return 1;
+    printf("{\"isa\": \"%s\", \"threads\": %d,\n  \"matmul\": [", ifd_cpu_isa_name(), threads);
+    static const uint32_t all[] = {IFD_GGML_Q4_0, IFD_GGML_Q4_1, IFD_GGML_Q5_0, IFD_GGML_Q5_1,
+                                   IFD_GGML_Q8_0, IFD_GGML_Q4_K, IFD_GGML_Q5_K, IFD_GGML_Q6_K};
+    /* SmolLM2 (k 576 / 1536) and Gemma 3 270M (k 640 / 1024 / 2048) shapes */
+    static const int shapes[][2] = {{1536, 576}, {576, 1536}, {2048, 640}, {640, 2048}};
+    for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
+        const char *name = ifd_ggml_type_name(all[t]);
+        const char *hit = strstr(types, name);
+        if (!hit || (hit[strlen(name)] != ',' && hit[strlen(name)] != 0))
+            continue;
+        const int qk = (int)ifd_ggml_block_elems(all[t]);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            if (shapes[s][1] % qk)
+                continue;
+            bench(all[t], 1, shapes[s][0], shapes[s][1], rounds, tp);
+            bench(all[t], 512, shapes[s][0], shapes[s][1], rounds, tp);
+        }
+        if (576 % qk == 0)
+            bench(all[t], 1, 49152, 576, rounds, tp); /* SmolLM2's output layer */
+    }
+    /* sync: an empty run of the pool, and a decode step's worth (SmolLM2:
+     * 30 layers × 7 matmuls + attention, + output ≈ 30·8 + 1 runs; each
+     * quantized matmul adds none: its activations are quantized inline) */
+    int reps = 0;
+    double t0 = now_ms(), t1;
+    do {
+        for (int i = 0; i < 1000; i++)
+            ifd_threadpool_run(tp, noop, NULL, threads);
+        reps += 1000;
+        t1 = now_ms();
+    } while (t1 - t0 < 200);
+    const double us = (t1 - t0) * 1e3 / reps;
+    const int runs = 30 * 8 + 1;
+    printf("\n  ],\n  \"sync\": {\"run_us\": %.3f, \"runs_per_step\": %d, \"step_us\": %.1f}\n}\n",
+           us, runs, us * runs);
+    ifd_threadpool_destroy(tp);
+    return 0;
+}

@@ -1,0 +1,795 @@
+/*
+ * qmatmul.c — matrix products on ggml-quantized weights with 8-bit
+ * activations (qmatmul.h has the contract).
+ *
+ * Every supported type is first decoded, block by 32-element block, into one
+ * canonical form: 32 small integers q and one or two f32 numbers, such that
+ * the weight is ws·(q − zp) (Q4_0, Q5_0, Q8_0), ws·q + wm (Q4_1, Q5_1, and
+ * the K-quants Q4_K/Q5_K with ws = d·sc, wm = −dmin·m, both exact in f32),
+ * or ws_lo·q / ws_hi·q on the two 16-element halves (Q6_K, q − 32 signed).
+ * Those values are exactly the ones ifd_cpu_dequantize produces.
+ *
+ * Packed layout ("8-row groups"): rows are taken 8 at a time (the last group
+ * zero-padded); a group stores its k/32 blocks one after the other, each
+ *   ws[8] (f16 for the legacy types, f32 for the K-quants), then wm[8] or
+ *   ws_hi[8] when the type has one, then (5-bit types) 8 32-bit masks of the
+ *   5th bits, then the quants:
+ *   4/5-bit: 4 vectors of 32 bytes; vector g, byte r·4 + t holds element
+ *     4g + t of row r in its low nibble and element 16 + 4g + t in its high
+ *     nibble (5th bits: mask 2g for the low nibbles, 2g + 1 for the high);
+ *   8-bit: 8 vectors; vector g, byte r·4 + t is element 4g + t of row r.
+ * So a vector of nibbles, masked or shifted, is "4 consecutive columns of
+ * 8 rows" as unsigned bytes, and one maddubs against the activation's 4
+ * bytes broadcast to every lane gives each row's partial dot in its own
+ * lane: the 8 lanes of the f32 accumulator are the 8 rows, no horizontal
+ * sums, and the integer sums are exact (their magnitude bounds are noted
+ * where they are added in 16 bits).
+ *
+ * Order: per output, blocks in order, each folded in with the fma formula
+ * of qmatmul.h. The scalar loop and the AVX2 lanes do the same IEEE
+ * operations, so they agree bitwise; tiles of 1..4 activation rows share
+ * the weight unpacking but never an accumulator, so the batch size does not
+ * change a result either.
+ *
+ * Parallelism: tasks take contiguous ranges of row groups (pairs, so no two
+ * tasks write one 64-byte line of y); activation rows are walked in chunks
+ * of 64 so a chunk of x stays in L2 while the task's weights stream past.
+ */
+#include "qmatmul.h"
+
+#include "cpu_kernels.h"
+#include "cpu_simd.h"
+#include "error.h"
+#include "ggml_types.h"
+
+#include <math.h>
+#include <string.h>
+
+enum {
+    QB = 32,       /* elements per canonical block */
+    QG = 8,        /* rows per group */
+    QM_CHUNK = 64, /* activation rows per pass over a task's weights */
+};
+
+/* ---- type table and canonical decode --------------------------------------- */
+
+typedef struct {
+    int16_t q[QB];
+    float ws, w2; /* w2: the min (two == 1) or the upper half's scale (two == 2) */
+} qblk_t;
+
+typedef void (*qdecode_fn)(qblk_t *o, const uint8_t *row, int b);
+
+typedef struct {
+    uint32_t type;
+    int qk, bytes; /* ggml block geometry */
+    int bits;      /* 4, 5 or 8 */
+    int f32sc;     /* packed scales in f32 (else f16) */
+    int two;       /* 0: none, 1: min, 2: half-block scales */
+    int zp;        /* zero point subtracted from q */
+    qdecode_fn decode;
+} qtype_t;
+
+static inline uint16_t rd16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static void dec_q4_0(qblk_t *o, const uint8_t *row, int b)
+{
+    const uint8_t *blk = row + (size_t)b * 18;
+    o->ws = ifd_f16_to_f32(rd16(blk));
+    o->w2 = 0;
+    for (int j = 0; j < 16; j++) {
+        o->q[j] = blk[2 + j] & 0xF;
+        o->q[j + 16] = blk[2 + j] >> 4;
+    }
+}
+
+static void dec_q4_1(qblk_t *o, const uint8_t *row, int b)
+{
+    const uint8_t *blk = row + (size_t)b * 20;
+    o->ws = ifd_f16_to_f32(rd16(blk));
+    o->w2 = ifd_f16_to_f32(rd16(blk + 2));
+    for (int j = 0; j < 16; j++) {
+        o->q[j] = blk[4 + j] & 0xF;
+        o->q[j + 16] = blk[4 + j] >> 4;
+    }
+}
+
+static void dec_q5_0(qblk_t *o, const uint8_t *row, int b)
+{
+    const uint8_t *blk = row + (size_t)b * 22;
+    o->ws = ifd_f16_to_f32(rd16(blk));
+    o->w2 = 0;
+    uint32_t qh = rd32(blk + 2);
+    for (int j = 0; j < 16; j++) {
+        o->q[j] = (int16_t)((blk[6 + j] & 0xF) | ((qh >> j) & 1u) << 4);
+        o->q[j + 16] = (int16_t)((blk[6 + j] >> 4) | ((qh >> (j + 16)) & 1u) << 4);
+    }
+}
+
+static void dec_q5_1(qblk_t *o, const uint8_t *row, int b)
+{
+    const uint8_t *blk = row + (size_t)b * 24;
+    o->ws = ifd_f16_to_f32(rd16(blk));
+    o->w2 = ifd_f16_to_f32(rd16(blk + 2));
+    uint32_t qh = rd32(blk + 4);
+    for (int j = 0; j < 16; j++) {
+        o->q[j] = (int16_t)((blk[8 + j] & 0xF) | ((qh >> j) & 1u) << 4);
+        o->q[j + 16] = (int16_t)((blk[8 + j] >> 4) | ((qh >> (j + 16)) & 1u) << 4);
+    }
+}
+
+static void dec_q8_0(qblk_t *o, const uint8_t *row, int b)
+{
+    const uint8_t *blk = row + (size_t)b * 34;
+    o->ws = ifd_f16_to_f32(rd16(blk));
+    o->w2 = 0;
+    for (int j = 0; j < 32; j++)
+        o->q[j] = (int8_t)blk[2 + j];
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
+static void kq_scale_min(const uint8_t *s, int j, int *sc, int *mn)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Sub-block j (32 elements) of a K super-block: chunk j/2 of 32 bytes, low
+ * nibbles for even j, high for odd (MODEL-FORMATS.md §3). */
+static void dec_q4_k(qblk_t *o, const uint8_t *row, int b)
+{
+    const uint8_t *blk = row + (size_t)(b / 8) * 144;
+    const int j = b % 8;
+    int sc, mn;
+    kq_scale_min(blk + 4, j, &sc, &mn);
+    o->ws = ifd_f16_to_f32(rd16(blk)) * (float)sc;
+    o->w2 = -(ifd_f16_to_f32(rd16(blk + 2)) * (float)mn);
+    const uint8_t *q = blk + 16 + 32 * (j / 2);
+    for (int l = 0; l < 32; l++)
+        o->q[l] = (j & 1) ? q[l] >> 4 : q[l] & 0xF;
+}
+
+static void dec_q5_k(qblk_t *o, const uint8_t *row, int b)
+{
+    const uint8_t *blk = row + (size_t)(b / 8) * 176;
+    const int j = b % 8;
+    int sc, mn;
+    kq_scale_min(blk + 4, j, &sc, &mn);
+    o->ws = ifd_f16_to_f32(rd16(blk)) * (float)sc;
+    o->w2 = -(ifd_f16_to_f32(rd16(blk + 2)) * (float)mn);
+    const uint8_t *qh = blk + 16, *q = blk + 48 + 32 * (j / 2);
+    for (int l = 0; l < 32; l++) {
+        int lo = (j & 1) ? q[l] >> 4 : q[l] & 0xF;
+        o->q[l] = (int16_t)(lo | ((qh[l] >> j) & 1) << 4);
+    }
+}
+
+/* Q6_K element e = 128h + 32c + l: low 4 bits from ql[64h + l + 32(c&1)]
+ * (high nibble for c ≥ 2), high 2 from qh[32h + l] >> 2c; scale e/16. */
+static void dec_q6_k(qblk_t *o, const uint8_t *row, int b)
+{
+    const uint8_t *blk = row + (size_t)(b / 8) * 210;
+    const int e0 = (b % 8) * 32, h = e0 / 128, c = (e0 % 128) / 32;
+    const float d = ifd_f16_to_f32(rd16(blk + 208));
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    const uint8_t *ql = blk + 64 * h + 32 * (c & 1), *qh = blk + 128 + 32 * h;
+    for (int l = 0; l < 32; l++) {
+        int lo = c >= 2 ? ql[l] >> 4 : ql[l] & 0xF;
+        o->q[l] = (int16_t)((lo | ((qh[l] >> (2 * c)) & 3) << 4) - 32);
+    }
+    o->ws = d * (float)sc[e0 / 16];
+    o->w2 = d * (float)sc[e0 / 16 + 1];
+}
+
+static const qtype_t qtypes[] = {
+    {IFD_GGML_Q4_0, 32, 18, 4, 0, 0, 8, dec_q4_0},
+    {IFD_GGML_Q4_1, 32, 20, 4, 0, 1, 0, dec_q4_1},
+    {IFD_GGML_Q5_0, 32, 22, 5, 0, 0, 16, dec_q5_0},
+    {IFD_GGML_Q5_1, 32, 24, 5, 0, 1, 0, dec_q5_1},
+    {IFD_GGML_Q8_0, 32, 34, 8, 0, 0, 0, dec_q8_0},
+    {IFD_GGML_Q4_K, 256, 144, 4, 1, 1, 0, dec_q4_k},
+    {IFD_GGML_Q5_K, 256, 176, 5, 1, 1, 0, dec_q5_k},
+    {IFD_GGML_Q6_K, 256, 210, 8, 1, 2, 0, dec_q6_k},
+};
+
+static const qtype_t *qtype_find(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof qtypes / sizeof qtypes[0]; i++)
+        if (qtypes[i].type == type)
+            return &qtypes[i];
+    return NULL;
+}
+
+/* Packed bytes of one 32-element block of one 8-row group, and offsets. */
+static int qt_scale_bytes(const qtype_t *t)
+{
+    return (t->f32sc ? 4 : 2) * QG * (t->two ? 2 : 1);
+}
+
+static int qt_qh_bytes(const qtype_t *t)
+{
+    return t->bits == 5 ? 32 : 0;
+}
+
+static int qt_block_bytes(const qtype_t *t)
+{
+    return qt_scale_bytes(t) + qt_qh_bytes(t) + (t->bits == 8 ? 256 : 128);
+}
+
+bool ifd_cpu_qtype_supported(uint32_t type)
+{
+    return qtype_find(type) != NULL;
+}
+
+int64_t ifd_cpu_qweight_bytes(uint32_t type, int n, int k)
+{
+    const qtype_t *t = qtype_find(type);
+    if (!t)
+        return IFD_ENOTSUP;
+    if (n <= 0 || k <= 0 || k % t->qk)
+        return IFD_EINVAL;
+    return (int64_t)((n + QG - 1) / QG) * (k / QB) * qt_block_bytes(t);
+}
+
+static void put_scale(uint8_t *p, int f32sc, int r, float v)
+{
+    if (f32sc)
+        memcpy(p + 4 * r, &v, 4);
+    else {
+        uint16_t h = ifd_f32_to_f16(v); /* exact: v came from an f16 */
+        memcpy(p + 2 * r, &h, 2);
+    }
+}
+
+static float get_scale(const uint8_t *p, int f32sc, int r)
+{
+    if (f32sc) {
+        float v;
+        memcpy(&v, p + 4 * r, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * r, 2);
+    return ifd_f16_to_f32(h);
+}
+
+int ifd_cpu_qweight_pack(void *restrict dst, const void *restrict src, uint32_t type, int n, int k)
+{
+    int64_t total = ifd_cpu_qweight_bytes(type, n, k);
+    if (total < 0)
+        return (int)total;
+    if (!dst || !src)
+        return IFD_EINVAL;
+    const qtype_t *t = qtype_find(type);
+    const int nb = k / QB, bb = qt_block_bytes(t), scb = qt_scale_bytes(t), qhb = qt_qh_bytes(t);
+    const size_t row_bytes = (size_t)(k / t->qk) * t->bytes;
+    const int half = scb / 2; /* offset of the second value array */
+    uint8_t *out = dst;
+    memset(out, 0, (size_t)total);
+    for (int g0 = 0; g0 < n; g0 += QG) {
+        for (int b = 0; b < nb; b++) {
+            uint8_t *blk = out + ((int64_t)(g0 / QG) * nb + b) * bb;
+            uint8_t *qh = blk + scb, *qs = qh + qhb;
+            for (int r = 0; r < QG && g0 + r < n; r++) {
+                qblk_t q;
+                t->decode(&q, (const uint8_t *)src + (size_t)(g0 + r) * row_bytes, b);
+                put_scale(blk, t->f32sc, r, q.ws);
+                if (t->two)
+                    put_scale(blk + half, t->f32sc, r, q.w2);
+                for (int e = 0; e < QB; e++) {
+                    int v = q.q[e];
+                    if (t->bits == 8) {
+                        qs[(e / 4) * 32 + r * 4 + e % 4] = (uint8_t)(int8_t)v;
+                        continue;
+                    }
+                    int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
+                    qs[g * 32 + p] |= (uint8_t)((v & 0xF) << (hi ? 4 : 0));
+                    if (t->bits == 5 && (v & 0x10)) {
+                        uint32_t mask;
+                        memcpy(&mask, qh + 4 * (2 * g + hi), 4);
+                        mask |= 1u << p;
+                        memcpy(qh + 4 * (2 * g + hi), &mask, 4);
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* Element e of row r of a packed block, as the canonical q. */
+static int packed_q(const qtype_t *t, const uint8_t *blk, int r, int e)
+{
+    const uint8_t *qh = blk + qt_scale_bytes(t), *qs = qh + qt_qh_bytes(t);
+    if (t->bits == 8)
+        return (int8_t)qs[(e / 4) * 32 + r * 4 + e % 4];
+    int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
+    int v = (qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF;
+    if (t->bits == 5) {
+        uint32_t mask;
+        memcpy(&mask, qh + 4 * (2 * g + hi), 4);
+        v |= (int)((mask >> p) & 1) << 4;
+    }
+    return v;
+}
+
+int ifd_cpu_qweight_row(float *restrict y, const void *restrict wq, uint32_t type, int n, int k,
+                        int row)
+{
+    int64_t total = ifd_cpu_qweight_bytes(type, n, k);
+    if (total < 0)
+        return (int)total;
+    if (row < 0 || row >= n)
+        return IFD_EINVAL;
+    const qtype_t *t = qtype_find(type);
+    const int nb = k / QB, bb = qt_block_bytes(t), half = qt_scale_bytes(t) / 2, r = row % QG;
+    const uint8_t *grp = (const uint8_t *)wq + (int64_t)(row / QG) * nb * bb;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (int64_t)b * bb;
+        float ws = get_scale(blk, t->f32sc, r);
+        float w2 = t->two ? get_scale(blk + half, t->f32sc, r) : 0.0f;
+        float *o = y + (int64_t)b * QB;
+        /* the same expressions as dequant.c, so the values match bitwise */
+        for (int e = 0; e < QB; e++) {
+            int q = packed_q(t, blk, r, e);
+            if (t->two == 1)
+                o[e] = ws * (float)q + w2;
+            else if (t->two == 2)
+                o[e] = (e < 16 ? ws : w2) * (float)q;
+            else
+                o[e] = ws * (float)(q - t->zp);
+        }
+    }
+    return 0;
+}
+
+/* ---- activations ------------------------------------------------------------- */
+
+static int64_t align64(int64_t v)
+{
+    return (v + 63) & ~(int64_t)63;
+}
+
+int64_t ifd_cpu_qact_bytes(int m, int k)
+{
+    if (m <= 0 || k <= 0 || k % QB)
+        return IFD_EINVAL;
+    int64_t nb = (int64_t)m * (k / QB);
+    return align64((int64_t)m * k) + align64(nb * 4) * 2 + 64;
+}
+
+int ifd_cpu_qact_init(ifd_cpu_qact_t *a, void *mem, int m, int k)
+{
+    if (ifd_cpu_qact_bytes(m, k) < 0 || !mem)
+        return IFD_EINVAL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    int64_t nb = (int64_t)m * (k / QB);
+    a->q = (int8_t *)p;
+    a->d = (float *)(p + align64((int64_t)m * k));
+    a->s = (int32_t *)((uint8_t *)a->d + align64(nb * 4));
+    a->m = m;
+    a->k = k;
+    return 0;
+}
+
+/* d = amax/127, q = round-to-nearest-even(x · 127/amax): the same IEEE
+ * operations in both paths. */
+static void qact_block_scalar(int8_t *q, float *d, int32_t *s, const float *x)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < QB; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < QB; j++) {
+        q[j] = (int8_t)lrintf(x[j] * id);
+        sum += q[j];
+    }
+    *d = amax / 127.0f;
+    *s = sum;
+}
+
+#if IFD__X86
+IFD__TARGET_AVX2 static void qact_block_avx2(int8_t *q, float *d, int32_t *s, const float *x)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v0, absm), _mm256_and_ps(v1, absm)),
+                              _mm256_max_ps(_mm256_and_ps(v2, absm), _mm256_and_ps(v3, absm)));
+    const float amax = ifd__hmax8(mx);
+    const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, id));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, id));
+    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    /* packs work per 128-bit lane: undo the interleave with one permute */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+    *d = amax / 127.0f;
+    *s = _mm_cvtsi128_si32(s4);
+}
+#endif
+
+typedef struct {
+    ifd_cpu_qact_t *a;
+    const float *x;
+    int rows_per_task;
+    int isa;
+} qact_job_t;
+
+static void qact_task(void *arg, int task, int n_tasks)
+{
+    (void)n_tasks;
+    const qact_job_t *j = arg;
+    const int k = j->a->k, nb = k / QB;
+    int i0 = task * j->rows_per_task, i1 = i0 + j->rows_per_task;
+    if (i1 > j->a->m)
+        i1 = j->a->m;
+    for (int i = i0; i < i1; i++) {
+        for (int b = 0; b < nb; b++) {
+            int8_t *q = j->a->q + (int64_t)i * k + b * QB;
+            float *d = j->a->d + (int64_t)i * nb + b;
+            int32_t *s = j->a->s + (int64_t)i * nb + b;
+            const float *x = j->x + (int64_t)i * k + b * QB;
+#if IFD__X86
+            if (j->isa >= IFD__ISA_AVX2) {
+                qact_block_avx2(q, d, s, x);
+                continue;
+            }
+#endif
+            qact_block_scalar(q, d, s, x);
+        }
+    }
+}
+
+int ifd__cpu_quantize_act_isa(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadpool_t *tp,
+                              int isa)
+{
+    if (!a || !x || a->m <= 0 || a->k <= 0 || a->k % QB)
+        return IFD_EINVAL;
+    if (isa > (int)ifd__cpu_isa())
+        return IFD_ENOTSUP;
+    qact_job_t j = {a, x, a->m, isa};
+    int tasks = 1;
+    /* below ~64K elements a second thread costs more than it saves */
+    if ((int64_t)a->m * a->k >= 65536 && ifd_threadpool_size(tp) > 1) {
+        tasks = ifd_threadpool_size(tp);
+        j.rows_per_task = (a->m + tasks - 1) / tasks;
+        tasks = (a->m + j.rows_per_task - 1) / j.rows_per_task;
+    }
+    ifd_threadpool_run(tasks > 1 ? tp : NULL, qact_task, &j, tasks);
+    return 0;
+}
+
+int ifd_cpu_quantize_act(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadpool_t *tp)
+{
+    return ifd__cpu_quantize_act_isa(a, x, tp, ifd__cpu_isa() >= IFD__ISA_AVX2);
+}
+
+/* ---- the product --------------------------------------------------------------- */
+
+typedef struct {
+    float *y;
+    const ifd_cpu_qact_t *a;
+    const uint8_t *w;
+    const qtype_t *t;
+    int n, nb, bb;
+    int groups_per_task;
+    int isa;
+} qmm_t;
+
+/* Scalar: the reference order (qmatmul.h), one output at a time. */
+static void qmm_scalar(const qmm_t *c, int G0, int G1)
+{
+    const qtype_t *t = c->t;
+    const int k = c->a->k, nb = c->nb, half = qt_scale_bytes(t) / 2;
+    for (int G = G0; G < G1; G++) {
+        const uint8_t *grp = c->w + (int64_t)G * nb * c->bb;
+        const int rows = c->n - G * QG < QG ? c->n - G * QG : QG;
+        for (int i = 0; i < c->a->m; i++) {
+            const int8_t *xq = c->a->q + (int64_t)i * k;
+            const float *xd = c->a->d + (int64_t)i * nb;
+            const int32_t *xs = c->a->s + (int64_t)i * nb;
+            for (int r = 0; r < rows; r++) {
+                float acc = 0.0f;
+                for (int b = 0; b < nb; b++) {
+                    const uint8_t *blk = grp + (int64_t)b * c->bb;
+                    const int8_t *xb = xq + b * QB;
+                    int32_t lo = 0, hi = 0;
+                    for (int e = 0; e < 16; e++)
+                        lo += packed_q(t, blk, r, e) * xb[e];
+                    for (int e = 16; e < QB; e++)
+                        hi += packed_q(t, blk, r, e) * xb[e];
+                    const float ws = get_scale(blk, t->f32sc, r), dx = xd[b];
+                    if (t->two == 2) {
+                        const float w2 = get_scale(blk + half, t->f32sc, r);
+                        acc = fmaf(ws * dx, (float)lo, acc);
+                        acc = fmaf(w2 * dx, (float)hi, acc);
+                        continue;
+                    }
+                    acc = fmaf(ws * dx, (float)(lo + hi - t->zp * xs[b]), acc);
+                    if (t->two == 1)
+                        acc = fmaf(get_scale(blk + half, t->f32sc, r), dx * (float)xs[b], acc);
+                }
+                c->y[(int64_t)i * c->n + G * QG + r] = acc;
+            }
+        }
+    }
+}
+
+#if IFD__X86
+
+/* The 32-bit mask m as 32 bytes: 0x10 where bit p is set, else 0. */
+IFD__TARGET_AVX2 IFD__INLINE __m256i qh_expand(const uint8_t *p)
+{
+    uint32_t m;
+    memcpy(&m, p, 4);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                          2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+IFD__TARGET_AVX2 IFD__INLINE __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* y[i0..i0+MI, 8 rows of group G]: one tile; the per-output operations are
+ * those of qmm_scalar, lane r being row r. The type's parameters are
+ * compile-time constants in each instantiation. */
+IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, const int MI,
+                                             const int BITS, const int F32SC, const int TWO,
+                                             const int ZP)
+{
+    const int k = c->a->k, nb = c->nb, bb = c->bb;
+    const int scb = (F32SC ? 4 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : 0;
+    const uint8_t *grp = c->w + (int64_t)G * nb * bb;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < MI; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (int64_t)b * bb;
+        const uint8_t *qh = blk + scb, *qs = qh + qhb;
+        __m256 ws, w2 = _mm256_setzero_ps();
+        if (F32SC) {
+            ws = _mm256_loadu_ps((const float *)(const void *)blk);
+            if (TWO)
+                w2 = _mm256_loadu_ps((const float *)(const void *)(blk + 32));
+        } else {
+            ws = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+            if (TWO)
+                w2 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+        }
+        __m256i W[8];
+        if (BITS == 8) {
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++)
+                W[g] = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+        } else {
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m256i L = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+                W[g] = _mm256_and_si256(L, m4);
+                W[g + 4] = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                if (BITS == 5) {
+                    W[g] = _mm256_or_si256(W[g], qh_expand(qh + 8 * g));
+                    W[g + 4] = _mm256_or_si256(W[g + 4], qh_expand(qh + 8 * g + 4));
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MI; i++) {
+            const int8_t *xb = c->a->q + (int64_t)(i0 + i) * k + b * QB;
+            const float dx = c->a->d[(int64_t)(i0 + i) * nb + b];
+            const int32_t sx = c->a->s[(int64_t)(i0 + i) * nb + b];
+            __m256i lo, hi;
+            if (BITS == 8) {
+                /* signed × signed: |w| (≤ 128) times x with w's sign; one
+                 * maddubs pair ≤ 2·128·127 < 2^15, so widen each at once */
+                lo = hi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++) {
+                    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(W[g], W[g]),
+                                                     _mm256_sign_epi8(bcast4(xb + 4 * g), W[g]));
+                    p = _mm256_madd_epi16(p, ones);
+                    if (g < 4)
+                        lo = _mm256_add_epi32(lo, p);
+                    else
+                        hi = _mm256_add_epi32(hi, p);
+                }
+            } else {
+                /* unsigned nibbles: a maddubs lane ≤ 2·15·127 (4-bit, 8 of
+                 * them fit 16 bits) or 2·31·127 (5-bit, 4 of them fit) */
+                __m256i s[8];
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++)
+                    s[g] = _mm256_maddubs_epi16(W[g], bcast4(xb + 4 * g));
+                __m256i l16 = _mm256_add_epi16(_mm256_add_epi16(s[0], s[1]),
+                                               _mm256_add_epi16(s[2], s[3]));
+                __m256i h16 = _mm256_add_epi16(_mm256_add_epi16(s[4], s[5]),
+                                               _mm256_add_epi16(s[6], s[7]));
+                if (BITS == 4) {
+                    lo = _mm256_madd_epi16(_mm256_add_epi16(l16, h16), ones);
+                    hi = _mm256_setzero_si256();
+                } else {
+                    lo = _mm256_madd_epi16(l16, ones);
+                    hi = _mm256_madd_epi16(h16, ones);
+                }
+            }
+            const __m256 fdx = _mm256_set1_ps(dx);
+            if (TWO == 2) {
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(ws, fdx), _mm256_cvtepi32_ps(lo), acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(w2, fdx), _mm256_cvtepi32_ps(hi), acc[i]);
+                continue;
+            }
+            __m256i is = _mm256_add_epi32(lo, hi);
+            if (ZP)
+                is = _mm256_sub_epi32(is, _mm256_set1_epi32(ZP * sx));
+            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(ws, fdx), _mm256_cvtepi32_ps(is), acc[i]);
+            if (TWO == 1)
+                acc[i] = _mm256_fmadd_ps(w2, _mm256_set1_ps(dx * (float)sx), acc[i]);
+        }
+    }
+    const int rows = c->n - G * QG < QG ? c->n - G * QG : QG;
+#pragma GCC unroll 4
+    for (int i = 0; i < MI; i++) {
+        float *yr = c->y + (int64_t)(i0 + i) * c->n + G * QG;
+        if (rows == QG)
+            _mm256_storeu_ps(yr, acc[i]);
+        else
+            _mm256_maskstore_ps(yr, ifd__mask8(rows), acc[i]);
+    }
+}
+
+/* One function per type: groups [G0, G1) for every activation row. */
+#define QMM_AVX2(name, BITS, F32SC, TWO, ZP)                                                       \
+    IFD__TARGET_AVX2 static void qmm_avx2_##name(const qmm_t *c, int G0, int G1)                  \
+    {                                                                                              \
+        const int m = c->a->m;                                                                     \
+        for (int c0 = 0; c0 < m; c0 += QM_CHUNK) {                                                 \
+            const int c1 = c0 + QM_CHUNK < m ? c0 + QM_CHUNK : m;                                  \
+            for (int G = G0; G < G1; G++) {                                                        \
+                int i = c0;                                                                        \
+                for (; i + 4 <= c1; i += 4)                                                        \
+                    qtile_avx2(c, G, i, 4, BITS, F32SC, TWO, ZP);                                  \
+                switch (c1 - i) {                                                                  \
+                case 3:                                                                            \
+                    qtile_avx2(c, G, i, 3, BITS, F32SC, TWO, ZP);                                  \
+                    break;                                                                         \
+                case 2:                                                                            \
+                    qtile_avx2(c, G, i, 2, BITS, F32SC, TWO, ZP);                                  \
+                    break;                                                                         \
+                case 1:                                                                            \
+                    qtile_avx2(c, G, i, 1, BITS, F32SC, TWO, ZP);                                  \
+                    break;                                                                         \
+                default:                                                                           \
+                    break;                                                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+QMM_AVX2(q4_0, 4, 0, 0, 8)
+QMM_AVX2(q4_1, 4, 0, 1, 0)
+QMM_AVX2(q5_0, 5, 0, 0, 16)
+QMM_AVX2(q5_1, 5, 0, 1, 0)
+QMM_AVX2(q8_0, 8, 0, 0, 0)
+QMM_AVX2(q4_k, 4, 1, 1, 0)
+QMM_AVX2(q5_k, 5, 1, 1, 0)
+QMM_AVX2(q6_k, 8, 1, 2, 0)
+#undef QMM_AVX2
+
+static void qmm_avx2(const qmm_t *c, int G0, int G1)
+{
+    switch (c->t->type) {
+    case IFD_GGML_Q4_0:
+        qmm_avx2_q4_0(c, G0, G1);
+        return;
+    case IFD_GGML_Q4_1:
+        qmm_avx2_q4_1(c, G0, G1);
+        return;
+    case IFD_GGML_Q5_0:
+        qmm_avx2_q5_0(c, G0, G1);
+        return;
+    case IFD_GGML_Q5_1:
+        qmm_avx2_q5_1(c, G0, G1);
+        return;
+    case IFD_GGML_Q8_0:
+        qmm_avx2_q8_0(c, G0, G1);
+        return;
+    case IFD_GGML_Q4_K:
+        qmm_avx2_q4_k(c, G0, G1);
+        return;
+    case IFD_GGML_Q5_K:
+        qmm_avx2_q5_k(c, G0, G1);
+        return;
+    case IFD_GGML_Q6_K:
+        qmm_avx2_q6_k(c, G0, G1);
+        return;
+    default:
+        IFD_ASSERT(!"qmatmul: type without an AVX2 kernel");
+    }
+}
+
+#endif /* IFD__X86 */
+
+static void qmm_task(void *arg, int task, int n_tasks)
+{
+    (void)n_tasks;
+    const qmm_t *c = arg;
+    const int groups = (c->n + QG - 1) / QG;
+    int G0 = task * c->groups_per_task, G1 = G0 + c->groups_per_task;
+    if (G1 > groups)
+        G1 = groups;
+    if (G0 >= G1)
+        return;
+#if IFD__X86
+    if (c->isa >= IFD__ISA_AVX2) {
+        qmm_avx2(c, G0, G1);
+        return;
+    }
+#endif
+    qmm_scalar(c, G0, G1);
+}
+
+int ifd__cpu_qmatmul_isa(float *restrict y, const ifd_cpu_qact_t *xa, const void *restrict wq,
+                         uint32_t type, int n, ifd_threadpool_t *tp, int isa)
+{
+    if (!xa || !y || !wq || xa->m <= 0)
+        return IFD_EINVAL;
+    int64_t bytes = ifd_cpu_qweight_bytes(type, n, xa->k);
+    if (bytes < 0)
+        return (int)bytes;
+    if (isa > (int)ifd__cpu_isa())
+        return IFD_ENOTSUP;
+    const qtype_t *t = qtype_find(type);
+    qmm_t c = {.y = y, .a = xa, .w = wq, .t = t, .n = n, .nb = xa->k / QB,
+               .bb = qt_block_bytes(t), .isa = isa};
+    /* One contiguous range of row groups per thread (each streams its part
+     * of w once per activation chunk), in pairs of groups; no task under
+     * ~64K multiply-adds. */
+    const int groups = (n + QG - 1) / QG, pairs = (groups + 1) / 2;
+    int64_t work_per_pair = (int64_t)xa->m * xa->k * 2 * QG;
+    int64_t tasks = ifd_threadpool_size(tp);
+    int64_t max_tasks = work_per_pair * pairs / 65536 + 1;
+    if (tasks > max_tasks)
+        tasks = max_tasks;
+    if (tasks > pairs)
+        tasks = pairs;
+    c.groups_per_task = (int)((pairs + tasks - 1) / tasks) * 2;
+    tasks = (groups + c.groups_per_task - 1) / c.groups_per_task;
+    ifd_threadpool_run(tasks > 1 ? tp : NULL, qmm_task, &c, (int)tasks);
+    return 0;
+}
+
+int ifd_cpu_qmatmul(float *restrict y, const ifd_cpu_qact_t *xa, const void *restrict wq,
+                    uint32_t type, int n, ifd_threadpool_t *tp)
+{
+    return ifd__cpu_qmatmul_isa(y, xa, wq, type, n, tp, ifd__cpu_isa() >= IFD__ISA_AVX2);
+}
