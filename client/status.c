@@ -283,7 +283,9 @@ static double hist_mean(const snap_t *s, const char *base)
 static void view_build(view_t *v, const snap_t *s, const snap_t *prev)
 {
     v->uptime = mget(s, "inferd_uptime_seconds", NULL, NULL);
-    v->kv_total = mget(s, "inferd_kv_blocks_total", NULL, NULL);
+    v->kv_total = mget(s, "inferd_kv_blocks_capacity", NULL, NULL);
+    if (isnan(v->kv_total)) /* the name before 0.1.1 */
+        v->kv_total = mget(s, "inferd_kv_blocks_total", NULL, NULL);
     v->kv_free = mget(s, "inferd_kv_blocks", "state", "free");
     v->kv_used = mget(s, "inferd_kv_blocks", "state", "used");
     v->kv_cached = mget(s, "inferd_kv_blocks", "state", "cached");

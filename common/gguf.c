@@ -620,6 +620,15 @@ int ifd_gguf_open(ifd_gguf_t **out, const char *path, char *errbuf, size_t errle
             IFD_ERROR("%s: fstat: %s", path, strerror(-rc));
         return rc;
     }
+    if (!S_ISREG(st.st_mode)) { /* a directory mmaps as ENODEV: say what it is instead */
+        close(fd);
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "%s: %s, not a GGUF file", path,
+                     S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+        else
+            IFD_ERROR("%s: not a regular GGUF file", path);
+        return IFD_EINVAL;
+    }
     size_t size = (size_t)st.st_size;
     const uint8_t *base = NULL;
     if (size > 0) {

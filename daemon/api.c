@@ -1,7 +1,8 @@
 /*
  * api.c — see api.h. The route table below is the one list of endpoints;
  * ifd_api_on_request authenticates, finds the route (404 / 405 with Allow)
- * and calls its handler. Each handler answers exactly once.
+ * and calls its handler. Each handler answers exactly once. HEAD is served
+ * by every GET route: the HTTP layer sends the headers and drops the body.
  */
 #include "api.h"
 
@@ -26,6 +27,7 @@ static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
 static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__version(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 
 static const struct {
     const char *path;
@@ -39,6 +41,9 @@ static const struct {
     {"/v1/models", HTTP_GET, ifd__models, false, false},
     {"/v1/models/", HTTP_GET, ifd__model, false, true},
     {"/health", HTTP_GET, ifd__health, true, false},
+    {"/ping", HTTP_GET, ifd__health, true, false}, /* vLLM's (SageMaker's) name for it */
+    {"/ping", HTTP_POST, ifd__health, true, false},
+    {"/version", HTTP_GET, ifd__version, true, false},
     {"/metrics", HTTP_GET, ifd__metrics, false, false},
     {"/tokenize", HTTP_POST, ifd__tokenize, false, false},
     {"/detokenize", HTTP_POST, ifd__detokenize, false, false},
@@ -114,12 +119,13 @@ static bool ifd__path_is(size_t route, const char *path)
 void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     ifd_api_t *api = ctx;
+    int method = r->method == HTTP_HEAD ? HTTP_GET : r->method;
     int path_match = -1;
     for (size_t i = 0; i < IFD__N_ROUTES; i++) {
         if (!ifd__path_is(i, r->path))
             continue;
         path_match = (int)i;
-        if ((int)ifd__routes[i].method == r->method)
+        if ((int)ifd__routes[i].method == method)
             break;
     }
     bool open = path_match >= 0 && ifd__routes[path_match].open;
@@ -137,7 +143,7 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
         return;
     }
     for (size_t i = 0; i < IFD__N_ROUTES; i++) {
-        if (ifd__path_is(i, r->path) && (int)ifd__routes[i].method == r->method) {
+        if (ifd__path_is(i, r->path) && (int)ifd__routes[i].method == method) {
             ifd__routes[i].fn(api, c, r);
             return;
         }
@@ -150,6 +156,8 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
             if (!first)
                 strcat(allow, ", ");
             strcat(allow, http_method_str(ifd__routes[i].method));
+            if (ifd__routes[i].method == HTTP_GET)
+                strcat(allow, ", HEAD");
             first = false;
         }
     }
@@ -239,6 +247,13 @@ static void ifd__model(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reques
     ifd_buf_free(&b);
 }
 
+static void ifd__version(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    (void)api, (void)r;
+    static const char body[] = "{\"version\":\"" IFD_VERSION "\"}";
+    ifd_http_respond(c, 200, "application/json", NULL, body, sizeof body - 1);
+}
+
 void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
 {
     memset(g, 0, sizeof *g);
@@ -269,6 +284,11 @@ void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
         }
     }
     g->uptime_s = (double)(uv_hrtime() - api->start_ns) / 1e9;
+    ifd_kvpool_params_t geo;
+    ifd_kvpool_geometry(api->pool, &geo);
+    g->kv_block_size = geo.block_size;
+    g->kv_dtype = api->cfg->kv_dtype;
+    g->prefix_cache = api->cfg->prefix_cache;
 }
 
 static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
@@ -290,15 +310,23 @@ static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
     int ready, starting, down, failed;
     ifd_sup_counts(api->sup, &ready, &starting, &down, &failed);
     int n = ifd_sup_n_workers(api->sup);
+    int stalled = 0; /* ready, but not answering pings */
+    for (int w = 0; w < n; w++) {
+        const ifd_worker_info_t *wi = ifd_sup_worker(api->sup, w);
+        if (wi->state == IFD_W_READY && wi->unresponsive)
+            stalled++;
+    }
     const char *status;
     int code = 200;
     if (api->draining) {
         status = "draining";
         code = 503;
-    } else if (ready == n) {
+    } else if (ready == n && !stalled) {
         status = "ok";
     } else if (ready > 0) {
         status = "degraded";
+        if (ready == stalled)
+            code = 503; /* no worker is answering: nothing would be served soon */
     } else if (failed == n) {
         status = "unavailable";
         code = 503;
@@ -312,13 +340,19 @@ static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
         const ifd_worker_info_t *wi = ifd_sup_worker(api->sup, w);
         json_t *x = json_object();
         json_object_set_new(x, "id", json_integer(w));
-        json_object_set_new(x, "state", json_string(ifd_worker_state_name(wi->state)));
+        json_object_set_new(x, "state",
+                            json_string(wi->state == IFD_W_READY && wi->unresponsive
+                                            ? "unresponsive"
+                                            : ifd_worker_state_name(wi->state)));
         json_object_set_new(x, "pid", json_integer(wi->pid));
         json_object_set_new(x, "device", json_string(wi->device_name));
         json_object_set_new(x, "running", json_integer(ifd_router_worker_load(api->router, w)));
         json_object_set_new(x, "starts", json_integer((json_int_t)wi->starts));
         json_object_set_new(x, "crashes", json_integer((json_int_t)wi->crashes));
         json_object_set_new(x, "crash_loop", json_boolean(wi->crash_loop));
+        json_object_set_new(x, "crash_loops", json_integer((json_int_t)wi->crash_loops));
+        if (wi->state == IFD_W_FAILED)
+            json_object_set_new(x, "retry_in_s", json_real(wi->retry_in_s));
         json_object_set_new(x, "last_exit", json_string(wi->last_exit));
         json_array_append_new(ws, x);
     }

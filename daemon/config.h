@@ -87,8 +87,12 @@
       "delay before restarting a crashed worker (doubles per crash in a row)")                 \
     X(restart_backoff_max, SECS, "30", 1, "SECS", 0, 86400, "longest restart delay")           \
     X(crash_loop_limit, INT, "5", 1, "N", 1, 1000,                                             \
-      "crashes within crash_loop_window after which a worker is no longer restarted")          \
+      "crashes within crash_loop_window that make a crash loop (see crash_loop_backoff)")      \
     X(crash_loop_window, SECS, "60", 1, "SECS", 1, 86400, "see crash_loop_limit")              \
+    X(crash_loop_backoff, SECS, "60", 1, "SECS", 0.1, 86400,                                   \
+      "a worker in a crash loop is tried again after this (doubles per loop in a row)")        \
+    X(crash_loop_backoff_max, SECS, "900", 1, "SECS", 0.1, 86400,                              \
+      "longest delay before trying a crash-looping worker again")                              \
     X(route_slack, INT, "4", 1, "N", 0, 1 << 20,                                               \
       "a worker holding the prompt's prefix is preferred unless it runs this many more "       \
       "sequences than the least-loaded one")                                                   \

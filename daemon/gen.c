@@ -87,6 +87,7 @@ struct ifd_gen {
     uint32_t n_done;
     bool in_start; /* ifd__start is submitting: completion waits */
     bool complete_pending;
+    bool counted; /* its tokens are in the metrics (ifd__count_tokens) */
     ifd__choice_t *ch;
 
     char id[IFD_OAI_ID_MAX];
@@ -411,6 +412,21 @@ static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u)
         u->completion_tokens += g->ch[i].n_tokens;
 }
 
+/* Adds the request's prompt and generated tokens to the metrics, once: at
+ * completion, or when it is freed unfinished (a client that went away still
+ * had its prompt processed and its streamed tokens generated). */
+static void ifd__count_tokens(ifd_gen_t *g, const ifd_oai_usage_t *u)
+{
+    if (g->counted)
+        return;
+    g->counted = true;
+    ifd_metrics_t *m = g->api->metrics;
+    m->prompt_tokens += u->prompt_tokens;
+    m->generation_tokens += u->completion_tokens;
+    m->prefix_query_tokens += u->prompt_tokens;
+    m->prefix_hit_tokens += u->cached_tokens;
+}
+
 /* Every choice is done (or the request failed): send the end, free. */
 static void ifd__complete(ifd_gen_t *g)
 {
@@ -422,10 +438,7 @@ static void ifd__complete(ifd_gen_t *g)
     ifd_metrics_t *m = api->metrics;
     ifd_oai_usage_t u;
     ifd__usage(g, &u);
-    m->prompt_tokens += u.prompt_tokens;
-    m->generation_tokens += u.completion_tokens;
-    m->prefix_query_tokens += u.prompt_tokens;
-    m->prefix_hit_tokens += u.cached_tokens;
+    ifd__count_tokens(g, &u);
     ifd_hist_observe(&m->e2e, ifd__secs(g->t_arrival_ns, uv_hrtime()));
     if (!g->conn) {
         ifd__gen_free(g);
@@ -499,6 +512,11 @@ static void ifd__complete(ifd_gen_t *g)
 static void ifd__gen_free(ifd_gen_t *g)
 {
     ifd_api_t *api = g->api;
+    if (!g->counted && g->ch) { /* tokenized and dispatched: ch is made then */
+        ifd_oai_usage_t u;
+        ifd__usage(g, &u);
+        ifd__count_tokens(g, &u);
+    }
     if (g->conn) {
         ifd_http_set_abort(g->conn, NULL, NULL);
         g->conn = NULL;

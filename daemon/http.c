@@ -22,14 +22,19 @@
 #include "http.h"
 
 #include "error.h"
+#include "httpframe.h"
 #include "log.h"
 #include "openai.h"
 
+#include <arpa/inet.h>
 #include <http_parser.h>
+#include <netinet/in.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #define IFD__MAX_PIPELINED (64u * 1024) /* buffered input while busy before reading pauses */
 #define IFD__HDR_VALUE_MAX 4096
@@ -80,8 +85,11 @@ struct ifd_http_conn {
     struct ifd_http_conn *prev, *next;
     ifd_listen_kind_t transport;
     bool loopback;
+    int64_t peer_uid, peer_pid; /* SO_PEERCRED on a Unix socket, else -1 */
+    char peer[64];              /* who, for the access log */
 
     http_parser parser;
+    ifd_httpframe_t frame; /* strict framing, checked before the parser sees a byte */
     ifd__state_t state;
     ifd__tact_t tact;
     bool closing;
@@ -106,6 +114,7 @@ struct ifd_http_conn {
     bool keep_alive;
     bool http10;
     bool expect_continue;
+    bool head; /* a HEAD request: the response has headers only */
 
     /* the response */
     bool streaming;
@@ -161,6 +170,8 @@ const char *ifd_http_reason(int status)
         return "Request Timeout";
     case 413:
         return "Content Too Large";
+    case 417:
+        return "Expectation Failed";
     case 422:
         return "Unprocessable Content";
     case 429:
@@ -173,6 +184,8 @@ const char *ifd_http_reason(int status)
         return "Not Implemented";
     case 503:
         return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
     default:
         return "Unknown";
     }
@@ -344,10 +357,22 @@ static int ifd__head(ifd_http_conn_t *c, int status, const char *ctype, const ch
     if (!rc)
         rc = ifd_buf_puts(&b, "\r\n");
     if (!rc)
-        rc = ifd__write(c, b.data, b.len, body, blen, NULL, 0);
+        rc = ifd__write(c, b.data, b.len, body, c->head ? 0 : blen, NULL, 0);
     ifd_buf_free(&b);
     if (s->metrics)
         ifd_metrics_count_status(s->metrics, status);
+    /* one access-log line per response: who (the peer's uid and pid on the
+     * Unix socket, its address on TCP), what, and the status; successful
+     * probes (/health, /ping, /metrics, /version every few seconds) at debug */
+    static const char *const probes[] = {"/health", "/ping", "/metrics", "/version"};
+    ifd_log_level_t lvl = IFD_LOG_INFO;
+    for (size_t i = 0; status < 400 && c->url.len && i < sizeof probes / sizeof probes[0]; i++)
+        if (!strcmp(c->url.data, probes[i]))
+            lvl = IFD_LOG_DEBUG;
+    if (ifd_log_get_level() >= lvl)
+        ifd_log(lvl, "http: %s %.200s %d (%s)",
+                c->url.len ? http_method_str((enum http_method)c->parser.method) : "-",
+                c->url.len ? c->url.data : "-", status, c->peer);
     return rc;
 }
 
@@ -505,6 +530,7 @@ static int ifd__on_message_begin(http_parser *p)
     c->hdr_bytes = 0;
     c->fail_status = 0;
     c->expect_continue = false;
+    c->head = false;
     c->fresh = false;
     c->state = IFD__HEADERS;
     ifd__arm(c, c->srv->lim.header_timeout_ms, IFD__T_TIMEOUT);
@@ -644,6 +670,7 @@ static void ifd__dispatch(ifd_http_conn_t *c)
         r.query = "";
     }
     r.method = (int)c->parser.method;
+    c->head = c->parser.method == HTTP_HEAD;
     r.method_name = http_method_str((enum http_method)c->parser.method);
     r.path = c->url.data;
     r.body = c->body.data;
@@ -652,6 +679,9 @@ static void ifd__dispatch(ifd_http_conn_t *c)
     r.request_id = c->hval[IFD__H_REQID].len ? c->hval[IFD__H_REQID].data : NULL;
     r.transport = c->transport;
     r.loopback = c->loopback;
+    r.peer_uid = c->peer_uid;
+    r.peer_pid = c->peer_pid;
+    r.peer = c->peer;
     r.t_ns = uv_hrtime();
     IFD_DEBUG("http: %s %s (%zu body bytes)", r.method_name, r.path, r.body_len);
     c->srv->h.on_request(c->srv->h.ctx, c, &r);
@@ -660,16 +690,27 @@ static void ifd__dispatch(ifd_http_conn_t *c)
 static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void ifd__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 
-/* Parses buffered input while the connection is not busy. */
+/* Parses buffered input while the connection is not busy. The framing
+ * checker sees each byte first and the parser only what it accepted, so the
+ * two stay at the same position: both end a request at the same byte. */
 static void ifd__parse(ifd_http_conn_t *c)
 {
     while (!c->closing && !c->close_after_write && c->state != IFD__BUSY && c->in_off < c->in.len) {
         size_t avail = c->in.len - c->in_off;
-        size_t n = http_parser_execute(&c->parser, &ifd__settings, c->in.data + c->in_off, avail);
+        const char *at = c->in.data + c->in_off;
+        size_t ok = ifd_httpframe_feed(&c->frame, at, avail);
+        size_t n = ok ? http_parser_execute(&c->parser, &ifd__settings, at, ok) : 0;
         c->in_off += n;
         enum http_errno err = HTTP_PARSER_ERRNO(&c->parser);
         if (err == HPE_PAUSED) {
             http_parser_pause(&c->parser, 0);
+            if (!c->frame.done || n != ok) {
+                /* cannot happen for a request the checker accepts; refuse, never guess */
+                IFD_WARN("http: the parser and the framing checker disagree on a request's end");
+                ifd__fail(c, 400, NULL, "Malformed HTTP request (ambiguous framing).");
+                return;
+            }
+            ifd_httpframe_reset(&c->frame);
             ifd__dispatch(c);
             continue;
         }
@@ -685,8 +726,20 @@ static void ifd__parse(ifd_http_conn_t *c)
                 ifd__fail(c, 417, NULL, "Unsupported Expect header.");
             else if (st)
                 ifd__fail(c, st, NULL, "The request could not be read.");
+            else if (c->frame.status)
+                ifd__fail(c, c->frame.status, NULL, c->frame.why);
             else
                 ifd__fail(c, 400, NULL, "Malformed HTTP request.");
+            return;
+        }
+        if (c->frame.status) {
+            IFD_DEBUG("http: refused: %s", c->frame.why);
+            ifd__fail(c, c->frame.status, NULL, c->frame.why);
+            return;
+        }
+        if (c->frame.done) {
+            IFD_WARN("http: the framing checker ended a request the parser did not");
+            ifd__fail(c, 400, NULL, "Malformed HTTP request (ambiguous framing).");
             return;
         }
         if (n < avail)
@@ -779,6 +832,43 @@ static void ifd__reject(ifd_http_conn_t *c)
         ifd__close(c, false);
 }
 
+/* Who is on the other end: SO_PEERCRED on a Unix socket (uid and pid as
+ * the kernel recorded them at connect(); they cannot be forged by the
+ * client), the address on TCP. */
+static void ifd__identify_peer(ifd_http_conn_t *c)
+{
+    c->peer_uid = c->peer_pid = -1;
+    snprintf(c->peer, sizeof c->peer, "?");
+    uv_os_fd_t fd;
+    if (uv_fileno(&c->h.handle, &fd) != 0)
+        return;
+    if (c->transport == IFD_LISTEN_UNIX) {
+        struct ucred cr;
+        socklen_t len = sizeof cr;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 && len == sizeof cr) {
+            c->peer_uid = (int64_t)cr.uid;
+            c->peer_pid = (int64_t)cr.pid;
+            snprintf(c->peer, sizeof c->peer, "uid %lld pid %lld", (long long)c->peer_uid,
+                     (long long)c->peer_pid);
+        }
+        return;
+    }
+    struct sockaddr_storage ss;
+    int sl = (int)sizeof ss;
+    if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &sl) != 0)
+        return;
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
+        uv_ip4_name(in, host, sizeof host);
+        snprintf(c->peer, sizeof c->peer, "%s:%d", host, ntohs(in->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
+        uv_ip6_name(in6, host, sizeof host);
+        snprintf(c->peer, sizeof c->peer, "[%s]:%d", host, ntohs(in6->sin6_port));
+    }
+}
+
 static void ifd__connection_cb(uv_stream_t *server, int status)
 {
     ifd__listener_t *l = server->data;
@@ -817,6 +907,7 @@ static void ifd__connection_cb(uv_stream_t *server, int status)
     }
     if (l->kind == IFD_LISTEN_TCP)
         uv_tcp_nodelay(&c->h.tcp, 1);
+    ifd__identify_peer(c);
     if (s->metrics)
         s->metrics->connections_total++;
     if (s->n_open > s->lim.max_connections || s->draining) {
@@ -827,6 +918,7 @@ static void ifd__connection_cb(uv_stream_t *server, int status)
     }
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
+    ifd_httpframe_init(&c->frame);
     if (uv_read_start(&c->h.stream, ifd__alloc_cb, ifd__read_cb) < 0) {
         ifd__close(c, false);
         return;

@@ -61,6 +61,11 @@ typedef struct {
     ifd_listen_kind_t transport;
     bool loopback; /* a Unix socket, or TCP on a loopback address */
     uint64_t t_ns; /* uv_hrtime() when the request was complete */
+    /* Unix socket: the client process as the kernel saw it connect
+     * (SO_PEERCRED); -1 when unknown or on TCP */
+    int64_t peer_uid;
+    int64_t peer_pid;
+    const char *peer; /* "uid 1000 pid 4242" or "127.0.0.1:51234", for logs */
 } ifd_http_request_t;
 
 typedef struct {

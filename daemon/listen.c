@@ -12,6 +12,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,27 @@ static bool ifd__is_loopback(const struct sockaddr *sa)
     return false;
 }
 
+/* l->name = "HOST:PORT" (IPv6 as "[HOST]:PORT") of the bound TCP socket l->fd;
+ * also sets l->loopback. Keeps the old name if getsockname fails. */
+static void ifd__tcp_name(ifd_listener_t *l)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char h[INET6_ADDRSTRLEN] = "?";
+    if (getsockname(l->fd, (struct sockaddr *)&ss, &sl) != 0)
+        return;
+    l->loopback = ifd__is_loopback((struct sockaddr *)&ss);
+    if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &in->sin_addr, h, sizeof h);
+        snprintf(l->name, sizeof l->name, "%s:%d", h, ntohs(in->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, h, sizeof h);
+        snprintf(l->name, sizeof l->name, "[%s]:%d", h, ntohs(in6->sin6_port));
+    }
+}
+
 int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t errlen)
 {
     memset(l, 0, sizeof *l);
@@ -172,6 +194,21 @@ int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t er
     const char *colon = strrchr(hostport, ':');
     if (!colon || !colon[1] || (size_t)(colon - hostport) >= sizeof host) {
         ifd__err(err, errlen, "listen: '%s' is not HOST:PORT", hostport);
+        return IFD_EINVAL;
+    }
+    /* the port: decimal digits, 0..65535 (0: the kernel picks a free one) */
+    const char *ps = colon + 1;
+    unsigned long port = 0;
+    for (const char *q = ps; *q; q++) {
+        if (*q < '0' || *q > '9' || q - ps >= 5) {
+            port = 65536;
+            break;
+        }
+        port = port * 10 + (unsigned long)(*q - '0');
+    }
+    if (port > 65535) {
+        ifd__err(err, errlen, "listen: port '%s' in '%s' is not a number from 0 to 65535", ps,
+                 hostport);
         return IFD_EINVAL;
     }
     size_t hl = (size_t)(colon - hostport);
@@ -209,6 +246,7 @@ int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t er
     }
     l->loopback = ifd__is_loopback(res->ai_addr);
     l->fd = fd;
+    ifd__tcp_name(l); /* the port really bound: port 0 means "any free one" */
     rc = 0;
 out:
     freeaddrinfo(res);
@@ -244,24 +282,9 @@ int ifd_listen_systemd(ifd_listener_t *out, int max, int *n, char *err, size_t e
             else
                 snprintf(l->name, sizeof l->name, "systemd fd %d", fd);
         } else if (sd_is_socket_inet(fd, 0, SOCK_STREAM, 1, 0) > 0) {
-            struct sockaddr_storage ss;
-            socklen_t sl = sizeof ss;
-            char h[INET6_ADDRSTRLEN] = "?";
-            int port = 0;
             l->kind = IFD_LISTEN_TCP;
-            if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-                l->loopback = ifd__is_loopback((struct sockaddr *)&ss);
-                if (ss.ss_family == AF_INET) {
-                    struct sockaddr_in *in = (struct sockaddr_in *)&ss;
-                    inet_ntop(AF_INET, &in->sin_addr, h, sizeof h);
-                    port = ntohs(in->sin_port);
-                } else if (ss.ss_family == AF_INET6) {
-                    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-                    inet_ntop(AF_INET6, &in6->sin6_addr, h, sizeof h);
-                    port = ntohs(in6->sin6_port);
-                }
-            }
-            snprintf(l->name, sizeof l->name, "%s:%d", h, port);
+            snprintf(l->name, sizeof l->name, "systemd fd %d", fd);
+            ifd__tcp_name(l);
         } else {
             ifd__err(err, errlen, "systemd fd %d is not a listening stream socket", fd);
             return IFD_EINVAL;
@@ -290,7 +313,30 @@ void ifd_notify(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    int rc = sd_notify(0, msg);
-    if (rc < 0)
-        IFD_WARN("sd_notify(%s): %s", msg, strerror(-rc));
+    /* Not sd_notify(): it sends on a blocking socket, and a manager that
+     * reads slowly (its queue holds ~10 datagrams) would then stall the
+     * loop — the watchdog pings come from the loop. A full queue drops the
+     * message instead (a late watchdog ping is the manager's to judge). */
+    const char *path = getenv("NOTIFY_SOCKET");
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    size_t pl = strlen(path);
+    if ((path[0] != '/' && path[0] != '@') || pl >= sizeof sa.sun_path) {
+        IFD_WARN("NOTIFY_SOCKET=%s: not a socket path", path);
+        return;
+    }
+    memcpy(sa.sun_path, path, pl);
+    if (path[0] == '@')
+        sa.sun_path[0] = '\0'; /* an abstract socket */
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        IFD_WARN("notify: socket: %s", strerror(errno));
+        return;
+    }
+    ssize_t n = sendto(fd, msg, strlen(msg), MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&sa,
+                       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + pl));
+    if (n < 0)
+        IFD_WARN("notify(%s): %s", msg, strerror(errno));
+    close(fd);
 }

@@ -50,7 +50,10 @@ int ifd_listen_default_socket(char *buf, size_t len, char *err, size_t errlen);
  * (creating the parent directory as root when it is /run/inferd). */
 int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *err, size_t errlen);
 
-/* Binds and listens on TCP "HOST:PORT". */
+/* Binds and listens on TCP "HOST:PORT". PORT is decimal 0..65535 (anything
+ * else is IFD_EINVAL, never a silent wrap-around); 0 lets the kernel pick a
+ * free port. l->name is then the address really bound ("127.0.0.1:41234",
+ * "[::1]:8000"), so the log shows the port clients must use. */
 int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t errlen);
 
 /* Adopts the sockets systemd passed (LISTEN_FDS, unsetting the variables).

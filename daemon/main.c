@@ -5,7 +5,9 @@
  * tokenizer read from the GGUF file (no weights) → the KV pool, sized by
  * kv_budget → listeners (systemd's, or the Unix socket and optional TCP) →
  * HTTP server, supervisor, router, API on one libuv loop → workers spawned.
- * sd_notify READY=1 once every worker has reported ready.
+ * sd_notify READY=1 once every worker has reported ready; until then
+ * EXTEND_TIMEOUT_USEC every few seconds, and WATCHDOG=1 every WatchdogSec/2
+ * for as long as the loop runs (ifd__sd_tick_cb).
  *
  * Shutdown (SIGTERM or SIGINT; a second one hurries it): STOPPING=1, stop
  * accepting, close idle connections, let requests in flight finish for up to
@@ -38,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -63,6 +66,8 @@ typedef struct {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t grace_timer;
     uv_timer_t step_timer; /* runs shutdown steps outside other callbacks */
+    uv_timer_t sd_timer;   /* systemd: WATCHDOG=1, EXTEND_TIMEOUT_USEC while loading */
+    uint64_t watchdog_usec; /* WatchdogSec= (0: no watchdog) */
     int stage;             /* 0 serving, 1 draining, 2 stopping workers, 3 closing */
     int exit_code;
     bool ran; /* the loop ran to its end: clean up */
@@ -93,6 +98,23 @@ static int ifd__open_log(const char *path)
     return 0;
 }
 
+/* A key clients can send: 'Authorization: Bearer KEY' carries no spaces or
+ * control characters (the header's value is trimmed, so a key of only
+ * spaces could never match and would lock everybody out). */
+static int ifd__check_api_key(const char *key, const char *from)
+{
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
+        if (*p <= 0x20 || *p == 0x7f) {
+            IFD_ERROR("%s: the API key contains %s (byte 0x%02x at %zu): a Bearer token cannot "
+                      "carry it, so no client could authenticate",
+                      from, *p == ' ' ? "a space" : "whitespace or a control character", *p,
+                      (size_t)(p - (const unsigned char *)key));
+            return IFD_EINVAL;
+        }
+    }
+    return 0;
+}
+
 static int ifd__load_api_key(const ifd_config_t *cfg, char *out, size_t len)
 {
     out[0] = '\0';
@@ -111,10 +133,16 @@ static int ifd__load_api_key(const ifd_config_t *cfg, char *out, size_t len)
             IFD_ERROR("api_key_file %s is empty", cfg->api_key_file);
             return IFD_EINVAL;
         }
-        return 0;
+        return ifd__check_api_key(out, "api_key_file");
     }
-    if (cfg->api_key && *cfg->api_key)
+    if (cfg->api_key && *cfg->api_key) {
+        if (strlen(cfg->api_key) >= len) {
+            IFD_ERROR("api_key: longer than %zu bytes", len - 1);
+            return IFD_EINVAL;
+        }
         snprintf(out, len, "%s", cfg->api_key);
+        return ifd__check_api_key(out, "api_key");
+    }
     return 0;
 }
 
@@ -170,6 +198,8 @@ static void ifd__sup_timing(const ifd_config_t *c, ifd_sup_params_t *p)
     p->backoff_max_s = c->restart_backoff_max;
     p->crash_loop_limit = (int)c->crash_loop_limit;
     p->crash_loop_window_s = c->crash_loop_window;
+    p->crash_loop_backoff_s = c->crash_loop_backoff;
+    p->crash_loop_backoff_max_s = c->crash_loop_backoff_max;
 }
 
 /* ---- supervisor callbacks ------------------------------------------------------------------ */
@@ -260,7 +290,41 @@ static void ifd__shutdown_step(ifd__daemon_t *d)
         uv_close((uv_handle_t *)&d->sig_hup, ifd__closed_cb);
         uv_close((uv_handle_t *)&d->grace_timer, ifd__closed_cb);
         uv_close((uv_handle_t *)&d->step_timer, ifd__closed_cb);
+        uv_close((uv_handle_t *)&d->sd_timer, ifd__closed_cb);
     }
+}
+
+/* systemd's timers, kept from the loop itself: a loop that stops turning
+ * stops the watchdog pings, and systemd restarts the service. Until every
+ * worker is ready, each tick also extends the start-up timeout by one
+ * worker_start_timeout (a worker that takes longer is killed by the
+ * supervisor anyway), so TimeoutStartSec= need not cover model loading. */
+static void ifd__sd_tick_cb(uv_timer_t *t)
+{
+    ifd__daemon_t *d = t->data;
+    if (d->watchdog_usec)
+        ifd_notify("WATCHDOG=1");
+    if (!d->api.ready_once && d->stage == 0)
+        ifd_notify("EXTEND_TIMEOUT_USEC=%llu",
+                   (unsigned long long)((d->cfg.worker_start_timeout + 30.0) * 1e6));
+}
+
+static void ifd__sd_start(ifd__daemon_t *d)
+{
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0)
+        d->watchdog_usec = usec;
+    /* the watchdog's half period, and at most 5 s so the start-up extension is
+     * renewed well before it runs out */
+    uint64_t ms = d->watchdog_usec ? d->watchdog_usec / 2000 : 5000;
+    if (ms > 5000)
+        ms = 5000;
+    if (ms < 10)
+        ms = 10;
+    if (d->watchdog_usec)
+        IFD_INFO("systemd watchdog: %.1f s, pinging every %.1f s", (double)usec / 1e6,
+                 (double)ms / 1000.0);
+    uv_timer_start(&d->sd_timer, ifd__sd_tick_cb, 0, ms);
 }
 
 static void ifd__on_idle(void *ctx)
@@ -370,6 +434,25 @@ out:
     return rc;
 }
 
+/* --model DIR: a Hugging Face model directory (config.json beside the
+ * weights) is the model loader's to read or refuse; any other directory is
+ * a mistake this names before the loader would fail on it obscurely. */
+static int ifd__check_model_dir(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    if (access(cfg, R_OK) == 0)
+        return 0;
+    snprintf(err, errlen,
+             "model %.600s is a directory without a config.json: pass a .gguf file, or a Hugging "
+             "Face model directory (config.json, tokenizer.json and *.safetensors)",
+             path);
+    return IFD_EINVAL;
+}
+
 static uint64_t ifd__fingerprint(const ifd__daemon_t *d)
 {
     struct stat st;
@@ -471,6 +554,8 @@ static int ifd__run(ifd__daemon_t *d)
         rc = -errno;
         goto fail;
     }
+    if ((rc = ifd__check_model_dir(d->model_path, err, sizeof err)))
+        goto fail;
     if ((rc = ifd__load_model(d, err, sizeof err)))
         goto fail;
     if (d->cfg.model_name && *d->cfg.model_name) {
@@ -599,7 +684,9 @@ static int ifd__run(ifd__daemon_t *d)
     uv_signal_start(&d->sig_hup, ifd__signal_cb, SIGHUP);
     uv_timer_init(&d->loop, &d->grace_timer);
     uv_timer_init(&d->loop, &d->step_timer);
-    d->grace_timer.data = d->step_timer.data = d;
+    uv_timer_init(&d->loop, &d->sd_timer);
+    d->grace_timer.data = d->step_timer.data = d->sd_timer.data = d;
+    ifd__sd_start(d);
 
     IFD_INFO("starting %d worker%s (%s, %d threads each)", sp.n_workers,
              sp.n_workers == 1 ? "" : "s", d->worker_bin, sp.n_threads);

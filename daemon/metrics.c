@@ -8,6 +8,7 @@
 
 #include "error.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -105,9 +106,9 @@ static const ifd__gauge_row_t ifd__gauges[] = {
      offsetof(ifd_metrics_gauges_t, requests_running)},
     {"inferd_sequences_running", "gauge", "Sequences dispatched to workers.",
      offsetof(ifd_metrics_gauges_t, seqs_running)},
-    {"inferd_connections", "gauge", "Open client connections.",
+    {"inferd_connections_open", "gauge", "Open client connections.",
      offsetof(ifd_metrics_gauges_t, connections)},
-    {"inferd_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
+    {"inferd_kv_blocks_capacity", "gauge", "KV cache blocks in the pool.",
      offsetof(ifd_metrics_gauges_t, kv_total)},
     {"inferd_kv_evictions_total", "counter", "Cached KV blocks evicted for new allocations.",
      offsetof(ifd_metrics_gauges_t, kv_evictions)},
@@ -138,6 +139,60 @@ static const ifd__hist_row_t ifd__hists[] = {
 
 static const char *const ifd__fin_names[IFD_FIN_COUNT] = {"stop", "length", "abort", "error"};
 
+/* vLLM's names for the same numbers (vllm/v1/metrics/loggers.py), each with
+ * a model_name label. Source: a gauge (int64 in ifd_metrics_gauges_t), a
+ * counter (uint64 in ifd_metrics_t) or a histogram (ifd_hist_t there). */
+typedef enum { IFD__V_GAUGE, IFD__V_COUNTER, IFD__V_HIST } ifd__vsrc_t;
+
+typedef struct {
+    const char *name;
+    ifd__vsrc_t src;
+    const char *help;
+    size_t off;
+} ifd__vllm_row_t;
+
+static const ifd__vllm_row_t ifd__vllm[] = {
+    {"vllm:num_requests_running", IFD__V_GAUGE, "Sequences running on the workers.",
+     offsetof(ifd_metrics_gauges_t, seqs_running)},
+    {"vllm:num_requests_waiting", IFD__V_GAUGE, "Sequences waiting to be scheduled.",
+     offsetof(ifd_metrics_gauges_t, queue_depth)},
+    {"vllm:prompt_tokens_total", IFD__V_COUNTER, "Prompt tokens processed.",
+     offsetof(ifd_metrics_t, prompt_tokens)},
+    {"vllm:generation_tokens_total", IFD__V_COUNTER, "Tokens generated.",
+     offsetof(ifd_metrics_t, generation_tokens)},
+    {"vllm:num_preemptions_total", IFD__V_GAUGE, "Preemptions by the workers' schedulers.",
+     offsetof(ifd_metrics_gauges_t, preemptions)},
+    {"vllm:prefix_cache_queries_total", IFD__V_COUNTER, "Prompt tokens looked up in the cache.",
+     offsetof(ifd_metrics_t, prefix_query_tokens)},
+    {"vllm:prefix_cache_hits_total", IFD__V_COUNTER, "Prompt tokens served from the cache.",
+     offsetof(ifd_metrics_t, prefix_hit_tokens)},
+    {"vllm:time_to_first_token_seconds", IFD__V_HIST, "Time to the first token.",
+     offsetof(ifd_metrics_t, ttft)},
+    {"vllm:time_per_output_token_seconds", IFD__V_HIST, "Time between two output tokens.",
+     offsetof(ifd_metrics_t, itl)},
+    {"vllm:inter_token_latency_seconds", IFD__V_HIST, "Time between two output tokens.",
+     offsetof(ifd_metrics_t, itl)},
+    {"vllm:e2e_request_latency_seconds", IFD__V_HIST, "Time from arrival to the last token.",
+     offsetof(ifd_metrics_t, e2e)},
+    {"vllm:request_queue_time_seconds", IFD__V_HIST, "Time from arrival to scheduling.",
+     offsetof(ifd_metrics_t, queue_time)},
+};
+
+/* The Prometheus label-value escape: backslash, double quote, newline. */
+static void ifd__label_escape(char *out, size_t cap, const char *v)
+{
+    size_t n = 0;
+    for (; v && *v && n + 3 < cap; v++) {
+        char ch = *v;
+        if (ch == '\\' || ch == '"' || ch == '\n') {
+            out[n++] = '\\';
+            ch = ch == '\n' ? 'n' : ch;
+        }
+        out[n++] = ch;
+    }
+    out[n] = '\0';
+}
+
 /* ---- rendering ----------------------------------------------------------------------- */
 
 static int ifd__head(ifd_buf_t *o, const char *name, const char *type, const char *help)
@@ -161,8 +216,10 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
             goto fail;                                                                             \
     } while (0)
 
+    char mn[600];
+    ifd__label_escape(mn, sizeof mn, model);
     IFD__H("inferd_info", "gauge", "The daemon's version and model (value 1).");
-    IFD__P("inferd_info{version=\"%s\",model=\"%s\"} 1\n", IFD_VERSION, model);
+    IFD__P("inferd_info{version=\"%s\",model=\"%s\"} 1\n", IFD_VERSION, mn);
     IFD__H("inferd_uptime_seconds", "gauge", "Seconds since the daemon started.");
     IFD__P("inferd_uptime_seconds %.3f\n", g->uptime_s);
 
@@ -220,6 +277,52 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
         IFD__P("%s_sum %.6f\n%s_count %llu\n", r->name, h->sum, r->name,
                (unsigned long long)h->count);
     }
+
+    /* vLLM's names */
+    for (size_t i = 0; i < sizeof ifd__vllm / sizeof ifd__vllm[0]; i++) {
+        const ifd__vllm_row_t *r = &ifd__vllm[i];
+        if (r->src == IFD__V_GAUGE) {
+            /* counters among the sampled values are named *_total */
+            size_t nl = strlen(r->name);
+            bool ctr = nl > 6 && !strcmp(r->name + nl - 6, "_total");
+            IFD__H(r->name, ctr ? "counter" : "gauge", r->help);
+            IFD__P("%s{model_name=\"%s\"} %lld\n", r->name, mn,
+                   (long long)*(const int64_t *)((const char *)g + r->off));
+        } else if (r->src == IFD__V_COUNTER) {
+            IFD__H(r->name, "counter", r->help);
+            IFD__P("%s{model_name=\"%s\"} %llu\n", r->name, mn,
+                   (unsigned long long)*(const uint64_t *)((const char *)m + r->off));
+        } else {
+            const ifd_hist_t *h = (const ifd_hist_t *)((const char *)m + r->off);
+            IFD__H(r->name, "histogram", r->help);
+            uint64_t cum = 0;
+            for (int b = 0; b < h->n_bounds; b++) {
+                cum += h->counts[b];
+                IFD__P("%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", r->name, mn, h->bounds[b],
+                       (unsigned long long)cum);
+            }
+            cum += h->counts[h->n_bounds];
+            IFD__P("%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", r->name, mn,
+                   (unsigned long long)cum);
+            IFD__P("%s_sum{model_name=\"%s\"} %.6f\n%s_count{model_name=\"%s\"} %llu\n", r->name,
+                   mn, h->sum, r->name, mn, (unsigned long long)h->count);
+        }
+    }
+    double usage = g->kv_total ? (double)g->kv_used / (double)g->kv_total : 0.0;
+    IFD__H("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
+    IFD__P("vllm:kv_cache_usage_perc{model_name=\"%s\"} %.6f\n", mn, usage);
+    IFD__H("vllm:gpu_cache_usage_perc", "gauge",
+           "Fraction of KV cache blocks in use (0 to 1; vLLM's older name).");
+    IFD__P("vllm:gpu_cache_usage_perc{model_name=\"%s\"} %.6f\n", mn, usage);
+    IFD__H("vllm:request_success_total", "counter", "Finished requests by finish reason.");
+    for (int i = 0; i < IFD_FIN_COUNT; i++)
+        IFD__P("vllm:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %llu\n", mn,
+               ifd__fin_names[i], (unsigned long long)m->finished[i]);
+    IFD__H("vllm:cache_config_info", "gauge", "The KV cache configuration (value 1).");
+    IFD__P("vllm:cache_config_info{model_name=\"%s\",block_size=\"%lld\",cache_dtype=\"%s\","
+           "num_gpu_blocks=\"%lld\",enable_prefix_caching=\"%s\"} 1\n",
+           mn, (long long)g->kv_block_size, g->kv_dtype ? g->kv_dtype : "", (long long)g->kv_total,
+           g->prefix_cache ? "True" : "False");
     return 0;
 #undef IFD__P
 #undef IFD__H

@@ -7,8 +7,12 @@
  * workers by state, …) are not stored: the caller samples them into an
  * ifd_metrics_gauges_t right before rendering. Every metric is defined once,
  * in the tables of metrics.c (name, type, help); names follow Prometheus
- * conventions (`inferd_` prefix, `_total` counters, `_seconds` histograms)
- * and mirror vLLM's where one exists.
+ * conventions (`inferd_` prefix, `_total` only on counters, `_seconds`
+ * histograms; no gauge is named like a counter family's `_total` sample).
+ *
+ * The same numbers are also exposed under vLLM's names (`vllm:…`, each with
+ * a model_name label), so tools written for vLLM — dashboards, the Gateway
+ * API inference extension's endpoint picker — work unmodified.
  *
  * Plain data, no allocation except into the output buffer. Threading: the
  * loop thread only.
@@ -18,6 +22,7 @@
 
 #include "arena.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define IFD_HIST_MAX_BUCKETS  20
@@ -77,6 +82,10 @@ typedef struct {
     uint64_t engine_steps;
     int64_t workers_ready, workers_starting, workers_down, workers_failed;
     double uptime_s;
+    /* the cache configuration (vllm:cache_config_info) */
+    int64_t kv_block_size;
+    const char *kv_dtype; /* "f16", …; NULL: not shown */
+    bool prefix_cache;
 } ifd_metrics_gauges_t;
 
 void ifd_metrics_init(ifd_metrics_t *m);
@@ -86,7 +95,8 @@ void ifd_hist_observe(ifd_hist_t *h, double v);
 /* Counts one HTTP response with this status. */
 void ifd_metrics_count_status(ifd_metrics_t *m, int status);
 
-/* Appends the exposition text (format 0.0.4). 0 or IFD_ENOMEM. */
+/* Appends the exposition text (format 0.0.4). model is the served model's
+ * name (escaped here for label values). 0 or IFD_ENOMEM. */
 int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, const char *model,
                        ifd_buf_t *out);
 

@@ -374,8 +374,12 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             ifd__on_ready(w, &m.u.ready);
             break;
         case IFD_WIRE_STATS:
-            if (w->ping_out && m.u.stats.seq == w->ping_seq)
+            if (w->ping_out && m.u.stats.seq == w->ping_seq) {
                 w->ping_out = false;
+                if (w->info.unresponsive)
+                    IFD_INFO("worker %d (pid %d) answers pings again", w->idx, w->info.pid);
+                w->info.unresponsive = false;
+            }
             w->info.stats = m.u.stats;
             w->info.has_stats = true;
             break;
@@ -440,8 +444,10 @@ static void ifd__after_exit(ifd__worker_t *w)
     w->info.crashes++;
     if (s->metrics)
         s->metrics->worker_crashes++;
-    if (w->run_start_ms && now - w->run_start_ms > ifd__ms(s, s->p.crash_loop_window_s))
+    if (w->run_start_ms && now - w->run_start_ms > ifd__ms(s, s->p.crash_loop_window_s)) {
         w->crashes_in_row = 0;
+        w->info.crash_loops = 0;
+    }
     w->crashes_in_row++;
     w->crash_ms[w->n_crash_ms++ % IFD__CRASH_RING] = now;
     int recent = 0;
@@ -450,11 +456,25 @@ static void ifd__after_exit(ifd__worker_t *w)
         if (now - w->crash_ms[i] <= window)
             recent++;
     if (recent >= s->p.crash_loop_limit) {
+        /* a crash loop: wait much longer, but never give up for good (the
+         * cause may be outside: memory, a device, a file being replaced) */
+        double retry = s->p.crash_loop_backoff_s;
+        for (uint64_t i = 1; i < w->info.crash_loops + 1 && retry < s->p.crash_loop_backoff_max_s;
+             i++)
+            retry *= 2;
+        if (retry > s->p.crash_loop_backoff_max_s)
+            retry = s->p.crash_loop_backoff_max_s;
+        w->info.crash_loops++;
         w->info.state = IFD_W_FAILED;
         w->info.crash_loop = true;
-        IFD_ERROR("worker %d crashed %d times within %.0f s: crash loop, not restarting it "
-                  "(last: %s)",
-                  w->idx, recent, s->p.crash_loop_window_s, w->info.last_exit);
+        w->info.retry_in_s = retry;
+        IFD_ERROR("worker %d crashed %d times within %.0f s: crash loop %llu, trying again in "
+                  "%.1f s (last: %s)",
+                  w->idx, recent, s->p.crash_loop_window_s, (unsigned long long)w->info.crash_loops,
+                  retry, w->info.last_exit);
+        /* on_failed may begin a shutdown (no worker ever started): then the
+         * stop below has cancelled nothing yet, so start the timer first */
+        uv_timer_start(&w->timer, ifd__timer_restart_cb, ifd__ms(s, retry), 0);
         if (s->cb.on_failed)
             s->cb.on_failed(s->cb.ctx, w->idx);
         return;
@@ -560,6 +580,9 @@ static void ifd__spawn(ifd__worker_t *w)
     w->proc_exited = false;
     w->ping_out = false;
     w->run_start_ms = 0;
+    w->info.unresponsive = false;
+    w->info.crash_loop = false;
+    w->info.retry_in_s = 0;
     w->info.state = IFD_W_STARTING;
     w->info.has_stats = false;
     ifd_wire_reader_close(&w->rd);
@@ -662,8 +685,16 @@ static void ifd__ping_cb(uv_timer_t *t)
         if (w->info.state != IFD_W_READY || !w->pipe_open)
             continue;
         if (w->ping_out) {
-            if (now - w->ping_sent_ms > ifd__ms(s, s->p.timeout_s))
+            uint64_t age = now - w->ping_sent_ms;
+            if (age > ifd__ms(s, s->p.timeout_s)) {
                 ifd_sup_kill(s, i, "stopped answering pings");
+            } else if (!w->info.unresponsive && age + 10 >= 2 * ifd__ms(s, s->p.ping_interval_s)) {
+                /* one long engine step can delay one answer; two intervals is a stall */
+                w->info.unresponsive = true;
+                IFD_WARN("worker %d (pid %d): no answer to a ping for %.1f s (killed after "
+                         "%.0f s)",
+                         i, w->info.pid, (double)age / 1000.0, s->p.timeout_s);
+            }
             continue;
         }
         ifd_wire_msg_t m = {.type = IFD_WIRE_STATS_REQ};
@@ -781,6 +812,8 @@ void ifd_sup_set_timing(ifd_sup_t *s, const ifd_sup_params_t *p)
     s->p.backoff_max_s = p->backoff_max_s;
     s->p.crash_loop_limit = p->crash_loop_limit;
     s->p.crash_loop_window_s = p->crash_loop_window_s;
+    s->p.crash_loop_backoff_s = p->crash_loop_backoff_s;
+    s->p.crash_loop_backoff_max_s = p->crash_loop_backoff_max_s;
     if (!s->stopping) {
         uint64_t iv = ifd__ms(s, s->p.ping_interval_s);
         uv_timer_start(&s->ping_timer, ifd__ping_cb, iv, iv);

@@ -7,16 +7,22 @@
  *   STARTING  spawned, HELLO sent, waiting for READY (worker_start_timeout,
  *             then it is killed);
  *   READY     serving; pinged with STATS_REQ every worker_ping_interval; a
- *             worker that leaves a ping unanswered for worker_timeout is
- *             SIGKILLed (a hung worker is a crashed worker);
+ *             worker whose ping is unanswered after two intervals is marked
+ *             unresponsive (/health: degraded) until it answers; one that
+ *             leaves a ping unanswered for worker_timeout is SIGKILLed (a
+ *             hung worker is a crashed worker);
  *   DOWN      died unexpectedly (exit, signal, broken frames, EOF): its
  *             pool references are reclaimed (ifd_kvpool_reclaim) once the
  *             process is gone, the owner is told (on_lost) so it can move
  *             the worker's sequences, and a restart is scheduled after a
  *             back-off that doubles per crash in a row (restart_backoff …
  *             restart_backoff_max);
- *   FAILED    crash_loop_limit crashes within crash_loop_window: no more
- *             restarts (reported by /health and the log);
+ *   FAILED    crash_loop_limit crashes within crash_loop_window: a crash
+ *             loop (reported by /health and the log). The worker is tried
+ *             again after crash_loop_backoff, doubling per loop in a row up
+ *             to crash_loop_backoff_max; a run longer than the window resets
+ *             the count. (At start-up, when every worker fails before any
+ *             was ever ready, the daemon gives up instead: see main.c.)
  *   STOPPING / STOPPED  on shutdown (SHUTDOWN frame, SIGKILL after a grace).
  *
  * Frames from workers are read eagerly (a worker writes with blocking
@@ -60,7 +66,10 @@ typedef struct {
     int kv_device;
     uint64_t starts;
     uint64_t crashes;
-    bool crash_loop;
+    bool crash_loop;      /* FAILED by a crash loop: retried after crash_loop_backoff */
+    bool unresponsive;    /* READY but a ping has gone unanswered for 2 intervals */
+    uint64_t crash_loops; /* crash loops in a row (reset by a run longer than the window) */
+    double retry_in_s;    /* FAILED: seconds until the next try (at the time of the loop) */
     char last_exit[96]; /* "signal 9", "status 1", "" */
     char device_name[64];
     bool has_stats;
@@ -84,6 +93,8 @@ typedef struct {
     double backoff_max_s;
     int crash_loop_limit;
     double crash_loop_window_s;
+    double crash_loop_backoff_s;     /* first retry of a worker in a crash loop */
+    double crash_loop_backoff_max_s; /* the retry delay doubles per loop up to this */
 } ifd_sup_params_t;
 
 typedef struct {

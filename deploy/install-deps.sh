@@ -18,7 +18,7 @@ DEBS=(
     libuv1-dev libmsgpack-dev libjansson-dev check libpcre2-dev
     libxxhash-dev libhttp-parser-dev libsystemd-dev libedit-dev
     python3 python3-venv python3-pip curl ca-certificates
-    systemd
+    systemd clang
 )
 PIP_PKGS=(pytest numpy gguf openai httpx tokenizers)
 
@@ -53,6 +53,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
     echo "install-deps: Debian packages already installed"
+fi
+# libFuzzer's runtime (tests/fuzz) is only a Recommends of clang: name the one
+# of the installed clang's version (libclang-rt-14-dev on Debian 12).
+clang_major=$(clang --version 2>/dev/null | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -1)
+if [ -n "$clang_major" ]; then
+    rt="libclang-rt-$clang_major-dev"
+    if ! dpkg-query -W -f='${Status}' "$rt" 2>/dev/null | grep -q "install ok installed"; then
+        echo "install-deps: installing $rt (libFuzzer)"
+        export DEBIAN_FRONTEND=noninteractive
+        "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "$rt" ||
+            echo "install-deps: $rt is not available: the fuzz runs will skip" >&2
+    fi
 fi
 
 if [ "$want_venv" -eq 1 ]; then

@@ -2,19 +2,22 @@
 socket activation through `systemd-socket-activate` (the daemon serves on the
 socket it was handed and leaves the file alone), sd_notify READY=1 once the
 workers are ready and STOPPING=1 on SIGTERM (received on a NOTIFY_SOCKET we
-own), and `systemd-analyze verify` of deploy/inferd.service and
-deploy/inferd.socket. Each part that lacks its tool says so and is skipped.
+own), EXTEND_TIMEOUT_USEC while the workers load and WATCHDOG=1 from the
+loop (WATCHDOG_USEC), `systemd-analyze verify` of deploy/inferd.service and
+deploy/inferd.socket, and its `systemd-analyze security` score (at most 2.0). Each part that lacks its tool says so and is skipped.
 
 Usage: test_daemon_systemd.py INFERD SOURCE_DIR
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,10 +51,28 @@ def test_socket_activation_and_notify():
     n = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     n.bind(notify_path)
     n.settimeout(60)
+    # read the notifications as they come, as systemd does (the daemon drops
+    # messages rather than block on a full queue)
+    msgs = []
+
+    def reader():
+        while True:
+            try:
+                msgs.append(n.recv(4096).decode())
+            except OSError:
+                return
+    threading.Thread(target=reader, daemon=True).start()
+
+    def wait_msg(pred, timeout=30):
+        t0 = time.time()
+        while not any(pred(m) for m in list(msgs)):
+            assert time.time() - t0 < timeout, msgs[-20:]
+            time.sleep(0.02)
     env = dict(os.environ, NOTIFY_SOCKET=notify_path)
     log = open(os.path.join(tmp, "log"), "wb")
     # systemd-socket-activate hands the child only the variables named with -E
-    p = subprocess.Popen([tool, "-l", sock, "-E", "NOTIFY_SOCKET=" + notify_path, INFERD,
+    p = subprocess.Popen([tool, "-l", sock, "-E", "NOTIFY_SOCKET=" + notify_path,
+                          "-E", "WATCHDOG_USEC=400000", INFERD,
                           "--model", model_path(),
                           "--kv-budget", "128M", "--socket", os.path.join(tmp, "unused.sock")],
                          env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -71,17 +92,24 @@ def test_socket_activation_and_notify():
                 pass
             assert time.time() - t0 < 60 and p.poll() is None, open(log.name).read()
             time.sleep(0.05)
-        msgs = []
-        while not any("READY=1" in m for m in msgs):
-            msgs.append(n.recv(4096).decode())
+        wait_msg(lambda m: "READY=1" in m)
         assert json.loads(body)["status"] == "ok"
+        # start-up: the timeout extended while the workers load, before READY=1
+        ready_at = [i for i, m in enumerate(msgs) if "READY=1" in m][0]
+        ext = [m for m in msgs[:ready_at] if m.startswith("EXTEND_TIMEOUT_USEC=")]
+        assert ext and int(ext[0].split("=")[1]) >= 300 * 10**6, msgs
+        # the watchdog: pinged every WATCHDOG_USEC/2 from the loop
+        t0 = time.time()
+        while sum("WATCHDOG=1" in m for m in msgs[ready_at:]) < 3:
+            assert time.time() - t0 < 5, msgs[-20:]
+            time.sleep(0.05)
+        assert not any(m.startswith("EXTEND_TIMEOUT_USEC=") for m in msgs[ready_at + 1:]), msgs
         assert not os.path.exists(os.path.join(tmp, "unused.sock")), \
             "with LISTEN_FDS the socket setting must be ignored"
         code, body = get(sock, "/v1/models")
         assert code == 200
         p.send_signal(signal.SIGTERM)
-        while not any("STOPPING=1" in m for m in msgs):
-            msgs.append(n.recv(4096).decode())
+        wait_msg(lambda m: "STOPPING=1" in m)
         assert p.wait(30) == 0, open(log.name).read()
         # a socket systemd owns is not ours to remove
         assert os.path.exists(sock)
@@ -116,6 +144,21 @@ def test_units_verify():
                  "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes",
                  "DevicePolicy=closed", "DeviceAllow=/dev/nvidia", "Restart=on-failure"]:
         assert want in svc, want
+    for want in ["TimeoutStartSec=", "WatchdogSec=", "CapabilityBoundingSet=\n",
+                 "PrivateNetwork=yes", "SystemCallFilter=", "UMask=", "ProtectProc=",
+                 "RestrictAddressFamilies=AF_UNIX\n", "MemoryDenyWriteExecute="]:
+        assert want in svc, want
+    # the exposure score, offline (systemd 250+): at most 2.0
+    sec = subprocess.run([tool, "security", "--offline=true",
+                          os.path.join(tmp, "inferd.service")], capture_output=True, text=True,
+                         timeout=60)
+    m = re.search(r"Overall exposure level for inferd\.service: (\d+\.\d+)", sec.stdout)
+    if sec.returncode != 0 and not m:
+        print("     SKIPPED (security): this systemd-analyze cannot score offline: " +
+              sec.stderr.strip()[:200])
+    else:
+        assert m and float(m.group(1)) <= 2.0, sec.stdout[-3000:]
+        print("     systemd-analyze security: %s" % m.group(1))
     cfg = subprocess.run([INFERD, "--config", os.path.join(SRC, "deploy", "inferd.json"),
                           "--print-config"], capture_output=True, text=True)
     assert cfg.returncode == 0, "deploy/inferd.json is not a valid config: " + cfg.stderr

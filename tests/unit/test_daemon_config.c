@@ -163,6 +163,70 @@ START_TEST(test_metrics_render)
 }
 END_TEST
 
+/* vLLM's names with a model_name label; no gauge named *_total and no
+ * family whose name is another counter family's name minus "_total"
+ * (OpenMetrics parsers read inferd_x_total as a sample of family inferd_x). */
+START_TEST(test_metrics_vllm_and_families)
+{
+    ifd_metrics_t m;
+    ifd_metrics_init(&m);
+    m.prompt_tokens = 7;
+    m.generation_tokens = 20;
+    m.finished[IFD_FIN_ABORT] = 1;
+    ifd_hist_observe(&m.itl, 0.02);
+    ifd_metrics_gauges_t g;
+    memset(&g, 0, sizeof g);
+    g.kv_total = 8;
+    g.kv_used = 2;
+    g.seqs_running = 3;
+    g.queue_depth = 4;
+    g.kv_block_size = 16;
+    g.kv_dtype = "f16";
+    g.prefix_cache = true;
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_metrics_render(&m, &g, "my \"model\"", &b), 0);
+    const char *want[] = {
+        "vllm:num_requests_running{model_name=\"my \\\"model\\\"\"} 3\n",
+        "vllm:num_requests_waiting{model_name=\"my \\\"model\\\"\"} 4\n",
+        "vllm:kv_cache_usage_perc{model_name=\"my \\\"model\\\"\"} 0.250000\n",
+        "vllm:prompt_tokens_total{model_name=\"my \\\"model\\\"\"} 7\n",
+        "vllm:generation_tokens_total{model_name=\"my \\\"model\\\"\"} 20\n",
+        "vllm:request_success_total{model_name=\"my \\\"model\\\"\",finished_reason=\"abort\"} 1\n",
+        "vllm:time_per_output_token_seconds_count{model_name=\"my \\\"model\\\"\"} 1\n",
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"my \\\"model\\\"\",le=\"+Inf\"} 0\n",
+        "vllm:e2e_request_latency_seconds_sum{model_name=",
+        "vllm:cache_config_info{model_name=\"my \\\"model\\\"\",block_size=\"16\",cache_dtype=\"f16\","
+        "num_gpu_blocks=\"8\",enable_prefix_caching=\"True\"} 1\n",
+        "# TYPE vllm:prompt_tokens_total counter\n",
+        "# TYPE vllm:num_requests_running gauge\n",
+        "inferd_connections_open ",
+        "inferd_kv_blocks_capacity 8\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(b.data, want[i]), "missing: %s", want[i]);
+    /* the families */
+    char names[128][96], types[128][16];
+    int n = 0;
+    for (const char *p = b.data; (p = strstr(p, "# TYPE ")) != NULL; p++) {
+        ck_assert_int_lt(n, 128);
+        ck_assert_int_eq(sscanf(p, "# TYPE %95s %15s", names[n], types[n]), 2);
+        n++;
+    }
+    ck_assert_int_gt(n, 40);
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(names[i]);
+        bool total = l > 6 && !strcmp(names[i] + l - 6, "_total");
+        ck_assert_msg(!total || !strcmp(types[i], "counter"), "%s is a %s", names[i], types[i]);
+        for (int j = 0; j < n; j++) {
+            ck_assert_msg(i == j || strcmp(names[i], names[j]), "%s twice", names[i]);
+            if (total && strlen(names[j]) == l - 6 && !strncmp(names[i], names[j], l - 6))
+                ck_abort_msg("families %s and %s collide", names[i], names[j]);
+        }
+    }
+    ifd_buf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon_config");
@@ -172,6 +236,7 @@ int main(void)
     tcase_add_test(tc, test_bad_flags);
     tcase_add_test(tc, test_file_precedence_and_errors);
     tcase_add_test(tc, test_metrics_render);
+    tcase_add_test(tc, test_metrics_vllm_and_families);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

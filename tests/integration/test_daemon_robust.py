@@ -1,0 +1,292 @@
+"""inferd against the failures of issue 17 and the vLLM metric names (label
+model): each test is the regression test of one failure found by hand —
+--listen port checks and the bound port logged, aborted streams counted in
+the token metrics, strict HTTP/1.1 framing (docs/api.md), an API key of
+spaces refused, --model DIR explained, a SIGSTOPped worker shown as
+degraded, a crash loop retried, SO_PEERCRED in the access log — plus the
+vLLM-compatible /metrics names, HEAD /metrics, /version and /ping.
+
+Usage: test_daemon_robust.py INFERD WORKER   (standard library only)
+"""
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import (Daemon, UnixHTTPConnection, model_path,  # noqa: E402
+                              require_model, run_tests)
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+WORKER = sys.argv[2] if len(sys.argv) > 2 else "inferd-worker"
+D = None
+
+
+def full_log(d):
+    with open(d.logpath, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def start_fails(args, timeout=60):
+    """Runs inferd with args that must make it refuse to start: (rc, output)."""
+    d = tempfile.mkdtemp()
+    cmd = [INFERD, "--model", model_path(), "--socket", os.path.join(d, "s.sock"),
+           "--kv-budget", "64M"] + list(args)
+    env = dict(os.environ)
+    env.pop("NOTIFY_SOCKET", None)
+    env.pop("LISTEN_FDS", None)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return out.returncode, out.stdout + out.stderr
+
+
+# ---- start-up checks -------------------------------------------------------------------------
+
+def test_listen_port_checked_and_logged():
+    for bad in ("127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:80x",
+                "127.0.0.1:0000080"):
+        rc, out = start_fails(["--listen", bad])
+        assert rc != 0 and "0 to 65535" in out, (bad, rc, out[-500:])
+    # port 0: the kernel picks one, the log names it, clients reach it there
+    d = Daemon(INFERD, ["--listen", "127.0.0.1:0"])
+    try:
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", full_log(d))
+        assert m and int(m.group(1)) != 0, d.logtext()
+        port = int(m.group(1))
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        resp = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            resp += b
+        s.close()
+        assert resp.startswith(b"HTTP/1.1 200"), resp[:200]
+    finally:
+        assert d.stop() == 0
+
+
+def test_blank_api_key_refused():
+    rc, out = start_fails(["--api-key", "   "])
+    assert rc != 0 and "API key" in out, out[-500:]
+    keyfile = os.path.join(tempfile.mkdtemp(), "key")
+    with open(keyfile, "w") as f:
+        f.write("  \t \n")
+    rc, out = start_fails(["--api-key-file", keyfile])
+    assert rc != 0 and "API key" in out, out[-500:]
+    rc, out = start_fails(["--api-key", "abc def"])
+    assert rc != 0 and "space" in out, out[-500:]
+
+
+def test_model_directory_explained():
+    d = tempfile.mkdtemp()
+    rc, out = start_fails(["--model", d])
+    assert rc != 0, out
+    assert "directory" in out and "mmap" not in out and "No such device" not in out, out[-500:]
+
+
+# ---- counting ------------------------------------------------------------------------------
+
+def test_aborted_stream_counts_tokens():
+    before = D.metrics()
+    c = UnixHTTPConnection(D.sock, timeout=60)
+    body = {"prompt": "Count from one to one hundred:", "max_tokens": 200, "stream": True,
+            "temperature": 0, "ignore_eos": True}
+    c.request("POST", "/v1/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    chunks = 0
+    while chunks < 20:
+        line = r.readline()
+        assert line, "the stream ended early"
+        if line.startswith(b"data:") and b'"text"' in line:
+            chunks += 1
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    m = D.wait_idle()
+    gen = m["inferd_generation_tokens_total"] - before["inferd_generation_tokens_total"]
+    prompt = m["inferd_prompt_tokens_total"] - before["inferd_prompt_tokens_total"]
+    assert 20 <= gen < 200, (gen, chunks)
+    assert prompt > 3, prompt
+    assert m['inferd_request_success_total{finish_reason="abort"}'] > \
+        before['inferd_request_success_total{finish_reason="abort"}']
+    key = 'vllm:generation_tokens_total{model_name="%s"}' % D.model
+    assert m[key] == m["inferd_generation_tokens_total"], m[key]
+
+
+# ---- strict HTTP/1.1 framing ---------------------------------------------------------------
+
+H = b"Host: x\r\n"
+FRAMING = [
+    (b"POST /v1/completions HTTP/1.1\r\n" + H + b"Content-Length : 33\r\n\r\n"
+     b'{"prompt":"x","max_tokens":1}    ', 400),
+    (b"POST /v1/completions HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n"
+     b'1d\r\n{"prompt":"x","max_tokens":1}XX0\r\n\r\n', 400),
+    (b"POST /v1/completions HTTP/1.1\r\n" + H + b"Transfer-Encoding: identity, chunked\r\n\r\n"
+     b'1d\r\n{"prompt":"x","max_tokens":1}\r\n0\r\n\r\n', 501),
+    (b"GET /health HTTP/9.9\r\n" + H + b"\r\n", 505),
+    (b"GET /health\r\n\r\n", 400),
+    (b"POST /v1/completions HTTP/1.1\r\n" + H + b"Content-Length: 5\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    (b"POST /v1/completions HTTP/1.1\r\n" + H + b"Content-Length: 2\r\nContent-Length: 2\r\n"
+     b"\r\n{}", 400),
+    (b"GET /health HTTP/1.1\r\n" + H + b"X-A: 1\r\n folded\r\n\r\n", 400),
+    (b"GET /health HTTP/1.1\r\n\r\n", 400),
+    (b"GET /health HTTP/1.1\n" + H + b"\n", 400),
+    (b"GET /health HTTP/1.1\r\n" + H + b"X-A: \x01\r\n\r\n", 400),
+]
+
+
+def test_strict_framing():
+    for req, status in FRAMING:
+        resp = D.raw(req, timeout=10)
+        assert resp.startswith(b"HTTP/1.1 %d " % status), (req, resp[:300])
+        assert b"Connection: close" in resp, resp[:300]
+        body = resp.partition(b"\r\n\r\n")[2]
+        assert json.loads(body)["error"]["message"], body
+    # the accepted forms still work: chunked, pipelined, HTTP/1.0, a HEAD
+    body = b'{"prompt":"Hi","max_tokens":1}'
+    chunked = (b"POST /v1/completions HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n"
+               + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+    resp = D.raw(chunked + b"GET /health HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\n",
+                 timeout=30)
+    assert resp.count(b"HTTP/1.1 200 OK") == 2, resp[:1000]
+    D.wait_idle()
+
+
+# ---- liveness and restarts ---------------------------------------------------------------------
+
+def test_sigstop_worker_is_degraded():
+    d = Daemon(INFERD, ["--worker-ping-interval", "0.2", "--worker-timeout", "60"])
+    try:
+        pid = d.worker_pids()[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.time()
+            h = None
+            while time.time() - t0 < 5:
+                code, data = d.request("GET", "/health")
+                h = json.loads(data)
+                if h["status"] == "degraded":
+                    break
+                time.sleep(0.05)
+            assert h["status"] == "degraded" and code == 503, h
+            assert h["workers"][0]["state"] == "unresponsive", h
+            assert time.time() - t0 < 2, "took %.1f s" % (time.time() - t0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        d.wait_ready(timeout=10)
+        assert d.worker_pids()[0] == pid  # not replaced: it answered again
+    finally:
+        assert d.stop() == 0
+
+
+def test_crash_loop_retried():
+    tmp = tempfile.mkdtemp()
+    flag = os.path.join(tmp, "broken")
+    wrapper = os.path.join(tmp, "flaky-worker")
+    with open(wrapper, "w") as f:
+        f.write('#!/bin/sh\nif [ -e "%s" ]; then exit 3; fi\nexec "%s" "$@"\n'
+                % (flag, os.path.abspath(WORKER)))
+    os.chmod(wrapper, stat.S_IRWXU)
+    d = Daemon(INFERD, ["--worker-binary", wrapper, "--crash-loop-limit", "2",
+                        "--restart-backoff", "0.05", "--crash-loop-backoff", "1",
+                        "--crash-loop-backoff-max", "2"], tmpdir=tmp)
+    try:
+        open(flag, "w").close()
+        os.kill(d.worker_pids()[0], signal.SIGKILL)
+        h = d.wait_ready(status="unavailable", timeout=30)
+        w = h["workers"][0]
+        assert w["state"] == "failed" and w["crash_loop"] and w["crash_loops"] >= 1, h
+        assert 0 < w["retry_in_s"] <= 2, w
+        # still broken: it is retried, loops again, the delay doubles (capped)
+        t0 = time.time()
+        while time.time() - t0 < 20:
+            h = json.loads(d.request("GET", "/health")[1])
+            if h["workers"][0]["crash_loops"] >= 2:
+                break
+            time.sleep(0.1)
+        assert h["workers"][0]["crash_loops"] >= 2, h
+        assert h["workers"][0].get("retry_in_s", 2) == 2, h
+        os.unlink(flag)  # repaired: the next retry serves again
+        d.wait_ready(timeout=30)
+        code, data = d.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1})
+        assert code == 200, data
+        assert "trying again in" in full_log(d)
+    finally:
+        assert d.stop() == 0
+
+
+# ---- vLLM metric names and endpoints -----------------------------------------------------
+
+def test_vllm_metrics_and_endpoints():
+    code, data = D.request("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 3})
+    assert code == 200
+    m = D.metrics()
+    lab = '{model_name="%s"}' % D.model
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
+                 "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_count",
+                 "vllm:time_per_output_token_seconds_count",
+                 "vllm:e2e_request_latency_seconds_count"):
+        assert name + lab in m, name
+    assert m["vllm:prompt_tokens_total" + lab] == m["inferd_prompt_tokens_total"]
+    assert m["vllm:e2e_request_latency_seconds_count" + lab] >= 1
+    assert m['vllm:request_success_total{model_name="%s",finished_reason="length"}'
+             % D.model] >= 1
+    text = D.request("GET", "/metrics")[1].decode()
+    assert re.search(r'vllm:cache_config_info\{model_name="[^"]+",block_size="\d+",'
+                     r'cache_dtype="\w+",num_gpu_blocks="\d+",enable_prefix_caching="\w+"\} 1',
+                     text), text[-2000:]
+    assert "inferd_connections_open " in text and "\ninferd_connections " not in text
+    assert "# TYPE inferd_kv_blocks_total" not in text
+    # HEAD /metrics: the headers of GET, no body
+    c = UnixHTTPConnection(D.sock, timeout=10)
+    c.request("HEAD", "/metrics")
+    r = c.getresponse()
+    assert r.status == 200 and int(r.getheader("Content-Length")) > 1000
+    assert r.read() == b""
+    c.close()
+    resp = D.raw(b"HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 200") and resp.endswith(b"\r\n\r\n"), resp
+    v = D.json("GET", "/version")
+    assert re.match(r"\d+\.\d+\.\d+", v["version"]), v
+    assert D.json("GET", "/ping")["status"] == "ok"
+    assert D.json("POST", "/ping", body={})["status"] == "ok"
+    code, _ = D.request("DELETE", "/metrics")
+    assert code == 405 and "HEAD" in D.last_headers.get("Allow", ""), D.last_headers
+    D.wait_idle()
+
+
+def test_peercred_logged():
+    D.request("GET", "/v1/models?probe=1")
+    want = "http: GET /v1/models 200 (uid %d pid %d)" % (os.getuid(), os.getpid())
+    t0 = time.time()
+    while want not in full_log(D) and time.time() - t0 < 5:
+        time.sleep(0.05)
+    assert want in full_log(D), full_log(D)[-1500:]
+    assert "probe=1" not in full_log(D)  # the query string is not logged
+    assert "http: GET /health 200" not in full_log(D)  # probes: at debug level
+
+
+def main():
+    global D
+    require_model()
+    D = Daemon(INFERD)
+    D.model = D.json("GET", "/v1/models")["data"][0]["id"]
+    try:
+        rc = run_tests(globals(), sys.argv[3:] or None)
+    finally:
+        assert D.stop() == 0
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
