@@ -1,17 +1,51 @@
 /*
  * backend.h — the compute backend interface the model code is written
  * against, once for every device: the CPU backend (backend_cpu.c) and the
- * CUDA backend implement the same table of operations. The model code in
- * worker/ never calls a device API directly.
+ * CUDA backend (backend_cuda.c) implement the same table of operations. The
+ * model code in worker/ never calls a device API directly.
  *
- * Memory: every float/int pointer handed to a compute op is backend memory
- * (host memory for the CPU backend, device memory for CUDA), obtained from
- * ops->alloc and filled with ops->upload. Weights are ifd_weight_t views of
- * backend memory. Ops are enqueued in order; ops->sync waits for them.
+ * The interface is made of FUSED operations, the granularity a GPU wants (one
+ * kernel or one GEMM each, no round trip through memory between the parts):
+ *   load_weight / load_proj   weights from the file's bytes, stored as the
+ *                             backend likes (f32 + packed on the CPU today,
+ *                             bf16 on CUDA, quantized blocks later);
+ *   embed                     token rows → residual stream;
+ *   rmsnorm                   residual += delta, then y = RMSNorm(residual);
+ *   proj                      y = x · Wᵀ (+ bias) for a projection made of
+ *                             one or more parts (QKV, gate|up) over all
+ *                             tokens of the step;
+ *   rope_kv                   QKV output → (QK-norm) → RoPE on q and k → k and
+ *                             v written into their KV-pool slots, q out;
+ *   attention                 paged attention over a ragged batch; the
+ *                             backend picks decode or prefill kernels;
+ *   glu                       act(gate) * up from a fused gate|up output;
+ *   gather_rows               the rows that need logits.
+ *
+ * Memory: every buffer handed to a compute op is backend memory (host memory
+ * for the CPU backend, device memory for CUDA): activations are ifd_act_t
+ * (pointer + dtype + shape) allocated with act_alloc; index arrays (tokens,
+ * positions, slots, block tables) come from ops->alloc and are filled with
+ * ops->upload. Weights are ifd_weight_t / ifd_proj_t made by load_weight /
+ * load_proj from HOST bytes (the mapped GGUF, or generated random weights)
+ * and freed with weight_free / proj_free. Ops are enqueued in order on one
+ * stream; ops->sync waits for them; download is synchronous.
+ *
+ * Activation dtypes: the backend chooses them. The residual stream and
+ * every projection output are f32 on every backend (ops->f32 role); the
+ * inputs of a projection — the normed residual, the attention output, the
+ * GLU output — have ops->mm_in_dtype (f32 on the CPU, bf16 on CUDA, where
+ * the GEMMs read bf16 and accumulate in f32). The model code never reads or
+ * writes activation memory itself.
+ *
+ * Batch invariance: for every op, the value of one output element must not
+ * depend on the other rows of the batch (one summation order per output
+ * element for every batch size). The engine's "batched equals alone" rests
+ * on it; the CPU backend keeps it bit for bit.
  *
  * Threading: a backend is used by one thread at a time (the worker's engine
  * thread); it may use its own threads internally (the CPU thread pool).
- * Errors: ops return 0 or a negative IFD_E* code.
+ * Errors: ops return 0 or a negative IFD_E* code (IFD_ENOTSUP for a weight
+ * type or shape the backend cannot handle, with a log line naming it).
  */
 #ifndef IFD_BACKEND_H
 #define IFD_BACKEND_H
@@ -21,27 +55,118 @@
 #include <stdint.h>
 
 #include "cpu/cpu_kernels.h"
+#include "ggml_types.h"
 
-/* A weight matrix [rows, cols] (row-major: `rows` outputs of `cols` inputs,
- * the GGUF/PyTorch [out, in] convention) or a vector (rows = 1). */
+/* An activation buffer: backend memory holding rows × cols elements of
+ * dtype, row-major, rows contiguous. `rows` is the capacity; ops take the
+ * number of rows they use. */
 typedef struct {
-    void *data;        /* backend memory */
-    ifd_dtype_t dtype; /* F32 today; quantized kinds later */
+    void *data;
+    ifd_dtype_t dtype;
     int64_t rows;
     int64_t cols;
-    bool packed;       /* data is in the backend's matmul layout (prepare_matmul) */
+} ifd_act_t;
+
+/* A weight as stored by a backend: a matrix [rows, cols] (row-major: `rows`
+ * outputs of `cols` inputs, the GGUF/PyTorch [out, in] convention) or a
+ * vector (rows = 1). dtype is the ggml type of what the backend keeps
+ * (F32, BF16, or a quantized block type such as Q4_K); `layout` and `aux`
+ * are the backend's own (e.g. pre-packed panels). Only the backend that
+ * made it reads data. */
+typedef struct {
+    void *data;            /* backend memory */
+    ifd_ggml_type_t dtype; /* what is stored */
+    int64_t rows;
+    int64_t cols;
+    int layout;            /* backend-private: 0 = plain row-major */
+    void *aux;             /* backend-private, or NULL */
+    uint64_t bytes;        /* backend memory held (for accounting) */
 } ifd_weight_t;
 
+/* Where a weight comes from: host bytes of `type` holding rows × cols
+ * elements (packed ggml blocks along each row, as in a GGUF file). `name`
+ * is for messages. Valid only for the duration of the load call. */
+typedef struct {
+    const char *name;
+    const void *data;
+    ifd_ggml_type_t type;
+    int64_t rows;
+    int64_t cols;
+} ifd_weight_src_t;
+
+/* What a loaded vector or matrix is for (the backend may store each kind
+ * differently). */
 typedef enum {
-    IFD_GLU_SWIGLU = 0, /* silu(gate) * up — Llama */
-    IFD_GLU_GEGLU_TANH = 1, /* gelu_tanh(gate) * up — Gemma */
-} ifd_glu_t;
+    IFD_WEIGHT_VECTOR = 0,    /* f32 vector used as is (rope frequency factors) */
+    IFD_WEIGHT_NORM = 1,      /* RMSNorm weight w, applied as y = x̂ · w */
+    IFD_WEIGHT_NORM_ADD1 = 2, /* RMSNorm weight applied as x̂ · (1 + w): Gemma in HF
+                               * checkpoints. GGUF files store 1 + w already: their
+                               * Gemma norms load as IFD_WEIGHT_NORM. */
+    IFD_WEIGHT_EMBED = 3,     /* [vocab, dim] embedding table read by row */
+} ifd_weight_use_t;
+
+/*
+ * A projection y = x · Wᵀ (+ b) whose output is the concatenation, in order,
+ * of up to IFD_PROJ_MAX_PARTS parts (Q|K|V, gate|up; one part otherwise).
+ * The backend decides at load how to keep it: one merged matrix when it can
+ * (same stored type: one GEMM), or the parts side by side (e.g. a Q4_K_M
+ * file's Q4_K attn_q next to a Q6_K attn_v) computed into their column
+ * ranges of y. Biases are optional per part (Qwen 2's Q/K/V biases); a
+ * projection without any has bias.data == NULL.
+ */
+#define IFD_PROJ_MAX_PARTS 3
+typedef struct {
+    int n_parts;                             /* as stored (after any merge) */
+    ifd_weight_t part[IFD_PROJ_MAX_PARTS];   /* outputs part_row0[i] .. + part[i].rows */
+    int64_t part_row0[IFD_PROJ_MAX_PARTS];
+    ifd_weight_t bias;                       /* f32 [rows] or data NULL */
+    int64_t rows;                            /* Σ part rows: columns of y */
+    int64_t cols;                            /* inputs */
+} ifd_proj_t;
+
+/* The rotation of rope_kv: as ifd_cpu_rope's parameters. */
+typedef struct {
+    int n_rot;                 /* rotated dims per head: even, <= head_dim */
+    float base;                /* theta base */
+    float freq_scale;          /* 1 = none */
+    const float *freq_factors; /* [n_rot / 2] backend memory, or NULL */
+    ifd_rope_mode_t mode;      /* NORM (GGUF llama) or NEOX (Gemma, HF) */
+} ifd_rope_t;
+
+/*
+ * The step's batch as attention sees it. Per token (backend memory):
+ * seq[t] (index into block_tables rows; < 0 = padding) and pos[t]. When the
+ * batch is "varlen" — tokens grouped by sequence in order 0..n_seqs-1, each
+ * sequence's tokens consecutive positions ending at its last one (what the
+ * engine builds) — cu_q and ctx_len describe it per sequence: sequence s
+ * has query rows cu_q[s] .. cu_q[s + 1] - 1 and a context of ctx_len[s]
+ * positions after the step; otherwise cu_q and ctx_len are NULL and a
+ * backend must treat every token on its own (decode-style). Host scalars:
+ * max_q_len (longest q run: 1 = decode only), max_ctx (most positions any
+ * token attends to, before any window). workspace: backend memory of at
+ * least ops->attn_workspace(...) bytes for split-K partials (NULL if 0).
+ */
+typedef struct {
+    int n_tok;
+    int n_seqs;
+    const int32_t *seq;          /* [n_tok] */
+    const int32_t *pos;          /* [n_tok] */
+    const int32_t *block_tables; /* [n_seqs, max_blocks] */
+    int max_blocks;
+    const int32_t *cu_q;         /* [n_seqs + 1] or NULL */
+    const int32_t *ctx_len;      /* [n_seqs] or NULL */
+    int max_q_len;
+    int max_ctx;
+    void *workspace;
+    size_t workspace_bytes;
+} ifd_attn_batch_t;
 
 typedef struct ifd_backend ifd_backend_t;
 
 typedef struct {
     const char *name;
-    bool host_memory; /* backend memory is directly addressable by the host */
+    bool host_memory;        /* backend memory is directly addressable by the host */
+    ifd_dtype_t mm_in_dtype; /* dtype of projection inputs (see the top) */
     void (*destroy)(ifd_backend_t *be);
 
     int (*alloc)(ifd_backend_t *be, size_t bytes, void **out);
@@ -49,37 +174,66 @@ typedef struct {
     int (*upload)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*download)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*sync)(ifd_backend_t *be);
-    /* Optional (may be NULL): converts a row-major matrix used only by
-     * matmul into the backend's preferred layout, in place (w->data is
-     * replaced and the old memory freed; w->packed set). */
-    int (*prepare_matmul)(ifd_backend_t *be, ifd_weight_t *w);
 
-    /* out[i] = emb[tokens[i]] * scale */
-    int (*embed)(ifd_backend_t *be, float *out /* [n, cols] */, const ifd_weight_t *emb,
+    /* Whether load_weight / load_proj accept source data of this type. */
+    bool (*can_load)(ifd_backend_t *be, ifd_ggml_type_t type);
+    /* Weights. load_weight: a vector or table (src->rows = 1 for a vector).
+     * load_proj: a projection from n parts with the same cols; bias[i] may
+     * be NULL or have data NULL (no bias for that part), else [1, rows_i].
+     * Both leave *out zeroed on failure. The free ops accept zeroed ones. */
+    int (*load_weight)(ifd_backend_t *be, ifd_weight_t *out, const ifd_weight_src_t *src,
+                       ifd_weight_use_t use);
+    int (*load_proj)(ifd_backend_t *be, ifd_proj_t *out, const ifd_weight_src_t *parts,
+                     const ifd_weight_src_t *const *bias, int n);
+    void (*weight_free)(ifd_backend_t *be, ifd_weight_t *w);
+    void (*proj_free)(ifd_backend_t *be, ifd_proj_t *p);
+
+    /* Activation buffers of rows × cols of `dtype` (F32 or mm_in_dtype). */
+    int (*act_alloc)(ifd_backend_t *be, ifd_act_t *out, ifd_dtype_t dtype, int64_t rows,
+                     int64_t cols);
+    void (*act_free)(ifd_backend_t *be, ifd_act_t *a);
+
+    /* x[i] = emb[tokens[i]] * scale (x f32 [n, emb->cols]). IFD_ERANGE for
+     * an id outside the table where the backend can check it. */
+    int (*embed)(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *emb,
                  const int32_t *tokens /* [n] */, int n, float scale);
-    /* y = x · wᵀ */
-    int (*matmul)(ifd_backend_t *be, float *y /* [m, w->rows] */, const float *x /* [m, w->cols] */,
-                  const ifd_weight_t *w, int m);
-    int (*rmsnorm)(ifd_backend_t *be, float *y /* [rows, w->cols] */, const float *x,
+    /* For each of `rows` rows: if delta: residual += delta; then
+     * y = residual / rms(residual) * w (w from load_weight NORM/NORM_ADD1).
+     * residual, delta f32 [rows, w->cols]; y F32 or mm_in_dtype. y may be
+     * residual itself (in place, F32, delta NULL: Gemma's post-norms). */
+    int (*rmsnorm)(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual, const ifd_act_t *delta,
                    const ifd_weight_t *w, int rows, float eps);
-    /* y += x */
-    int (*add)(ifd_backend_t *be, float *y, const float *x, int64_t n);
-    int (*rope)(ifd_backend_t *be, float *x /* [n_tok, n_heads, head_dim] */,
-                const int32_t *pos /* [n_tok] */, int n_tok, int n_heads, int head_dim, int n_rot,
-                float base, float freq_scale, const float *freq_factors /* [n_rot/2] or NULL */,
-                ifd_rope_mode_t mode);
-    int (*kv_write)(ifd_backend_t *be, const ifd_kv_layer_t *kv, const float *k, const float *v,
-                    const int64_t *slot /* [n_tok] */, int n_tok);
-    int (*attention)(ifd_backend_t *be, float *out /* [n_tok, n_heads, head_dim] */,
-                     const float *q, const ifd_kv_layer_t *kv, const int32_t *seq,
-                     const int32_t *pos, const int32_t *block_tables, int max_blocks, int n_tok,
-                     int n_heads, float scale, int window);
-    int (*glu)(ifd_backend_t *be, float *out, const float *gate, const float *up, int64_t n,
+    /* y[:m] = x[:m] · pᵀ (+ bias): x mm_in_dtype [m, p->cols], y f32 [m, p->rows]. */
+    int (*proj)(ifd_backend_t *be, ifd_act_t *y, const ifd_act_t *x, const ifd_proj_t *p, int m);
+    /*
+     * From a fused QKV output qkv f32 [n_tok, (n_heads + 2 n_kv) · head_dim]
+     * (Q heads, then K, then V): optional per-head RMSNorm of q and k
+     * (q_norm/k_norm over head_dim; NULL = none; Gemma 3, Qwen 3), RoPE on
+     * q and k at pos[t], k and v written into slot[t] of the layer's pool
+     * (slot < 0: not written), rotated q into q_out f32 [n_tok, n_heads ·
+     * head_dim]. n_kv and head_dim are kv's.
+     */
+    int (*rope_kv)(ifd_backend_t *be, ifd_act_t *q_out, const ifd_act_t *qkv,
+                   const ifd_weight_t *q_norm, const ifd_weight_t *k_norm, float eps,
+                   const ifd_kv_layer_t *kv, const int32_t *pos /* [n_tok] */,
+                   const int64_t *slot /* [n_tok] */, int n_tok, int n_heads,
+                   const ifd_rope_t *rope);
+    /* Bytes of attention workspace for this batch shape (0 if none). */
+    int (*attn_workspace)(ifd_backend_t *be, size_t *bytes, const ifd_attn_batch_t *ab,
+                          const ifd_kv_layer_t *kv, int n_heads);
+    /* out = paged causal GQA attention of q (f32 [n_tok, n_heads · head_dim])
+     * over the pool (semantics of ifd_cpu_paged_attention); out has
+     * mm_in_dtype. window 0 = unlimited. */
+    int (*attention)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *q,
+                     const ifd_kv_layer_t *kv, const ifd_attn_batch_t *ab, int n_heads,
+                     float scale, int window);
+    /* out[r, i] = act(gate_up[r, i]) · gate_up[r, n_ff + i] for r < rows:
+     * gate_up f32 [rows, 2 n_ff] (a fused gate|up proj), out mm_in_dtype. */
+    int (*glu)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *gate_up, int rows, int n_ff,
                ifd_glu_t kind);
-    /* out[i] = x[rows[i]] */
-    int (*gather_rows)(ifd_backend_t *be, float *out /* [n_rows, dim] */,
-                       const float *x /* [*, dim] */, const int32_t *rows /* [n_rows] */,
-                       int n_rows, int dim);
+    /* out[i] = x[rows[i]] (both f32, same cols). */
+    int (*gather_rows)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x,
+                       const int32_t *rows /* [n_rows] */, int n_rows);
 } ifd_backend_ops_t;
 
 struct ifd_backend {

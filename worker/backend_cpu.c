@@ -1,6 +1,15 @@
 /*
  * backend_cpu.c — the CPU backend: host memory, kernels/cpu and a thread
  * pool. Allocations are 64-byte aligned for the SIMD kernels.
+ *
+ * Storage: every weight is dequantized to f32 at load (ifd_cpu_dequantize);
+ * a projection's parts are concatenated into one [Σ rows, cols] matrix and
+ * pre-packed (ifd_cpu_matmul_pack, layout IFD__LAYOUT_PACKED), so QKV and
+ * gate|up are one matmul each. All activations are f32 (mm_in_dtype F32).
+ *
+ * Batch invariance: the packed matmul gives each output one summation order
+ * for every batch size, and every other op works row by row, so a token's
+ * results do not depend on the rest of the batch, bit for bit.
  */
 #include "backend.h"
 
@@ -8,23 +17,29 @@
 #include "log.h"
 
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
+#include <sys/mman.h>
+
+enum { IFD__LAYOUT_PLAIN = 0, IFD__LAYOUT_PACKED = 1 };
 
 typedef struct {
     ifd_backend_t base;
     ifd_threadpool_t *tp;
+    /* rope_kv's contiguous K and V rows, grown as needed */
+    float *kv_tmp;
+    size_t kv_tmp_floats;
 } ifd__cpu_backend_t;
 
-static ifd_threadpool_t *ifd__tp(ifd_backend_t *be)
+static ifd__cpu_backend_t *ifd__cpu(ifd_backend_t *be)
 {
-    return ((ifd__cpu_backend_t *)be)->tp;
+    return (ifd__cpu_backend_t *)be;
 }
 
 static void ifd__cpu_destroy(ifd_backend_t *be)
 {
-    ifd__cpu_backend_t *c = (ifd__cpu_backend_t *)be;
+    ifd__cpu_backend_t *c = ifd__cpu(be);
     ifd_threadpool_destroy(c->tp);
+    free(c->kv_tmp);
     free(c);
 }
 
@@ -75,135 +90,337 @@ static int ifd__cpu_sync(ifd_backend_t *be)
     return 0;
 }
 
-static int ifd__cpu_embed(ifd_backend_t *be, float *out, const ifd_weight_t *emb,
+/* ---- weights ------------------------------------------------------------- */
+
+static bool ifd__cpu_can_load(ifd_backend_t *be, ifd_ggml_type_t type)
+{
+    (void)be;
+    /* exactly the types ifd_cpu_dequantize knows (a one-block probe) */
+    uint32_t be_elems = ifd_ggml_block_elems(type);
+    uint64_t bb = ifd_ggml_block_bytes(type);
+    if (!be_elems || !bb || be_elems > 256)
+        return false;
+    uint8_t zero[512] = {0};
+    float y[256];
+    return bb <= sizeof zero && ifd_cpu_dequantize(y, zero, type, be_elems) == 0;
+}
+
+/* src's rows × cols elements, dequantized to f32 into dst. */
+static int ifd__cpu_dequant(float *dst, const ifd_weight_src_t *src)
+{
+    int rc = ifd_cpu_dequantize(dst, src->data, src->type, src->rows * src->cols);
+    if (rc)
+        IFD_ERROR("cpu backend: tensor '%s' (%s): %s", src->name, ifd_ggml_type_name(src->type),
+                  ifd_strerror(rc));
+    return rc;
+}
+
+static int ifd__cpu_load_weight(ifd_backend_t *be, ifd_weight_t *out, const ifd_weight_src_t *src,
+                                ifd_weight_use_t use)
+{
+    memset(out, 0, sizeof *out);
+    size_t n = (size_t)(src->rows * src->cols), bytes = n * sizeof(float);
+    float *w;
+    int rc = ifd__cpu_alloc(be, bytes, (void **)&w);
+    if (rc)
+        return rc;
+    if ((rc = ifd__cpu_dequant(w, src))) {
+        free(w);
+        return rc;
+    }
+    if (use == IFD_WEIGHT_NORM_ADD1)
+        for (size_t i = 0; i < n; i++)
+            w[i] = 1.0f + w[i];
+    *out = (ifd_weight_t){.data = w, .dtype = IFD_GGML_F32, .rows = src->rows,
+                          .cols = src->cols, .bytes = bytes};
+    return 0;
+}
+
+static void ifd__cpu_weight_free(ifd_backend_t *be, ifd_weight_t *w)
+{
+    (void)be;
+    free(w->data);
+    memset(w, 0, sizeof *w);
+}
+
+static void ifd__cpu_proj_free(ifd_backend_t *be, ifd_proj_t *p)
+{
+    for (int i = 0; i < p->n_parts; i++)
+        ifd__cpu_weight_free(be, &p->part[i]);
+    ifd__cpu_weight_free(be, &p->bias);
+    memset(p, 0, sizeof *p);
+}
+
+/* Every part dequantized into one f32 [Σ rows, cols] matrix, packed. */
+static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weight_src_t *parts,
+                              const ifd_weight_src_t *const *bias, int n)
+{
+    memset(out, 0, sizeof *out);
+    if (n < 1 || n > IFD_PROJ_MAX_PARTS)
+        return IFD_EINVAL;
+    int64_t rows = 0, cols = parts[0].cols;
+    bool any_bias = false;
+    for (int i = 0; i < n; i++) {
+        if (parts[i].cols != cols)
+            return IFD_EINVAL;
+        rows += parts[i].rows;
+        any_bias |= bias && bias[i] && bias[i]->data;
+    }
+    if (rows > INT32_MAX || cols > INT32_MAX)
+        return IFD_ERANGE;
+    int64_t nf = ifd_cpu_matmul_packed_floats((int)rows, (int)cols);
+    if (nf < 0)
+        return (int)nf;
+    float *w = NULL, *wp = NULL, *b = NULL;
+    int rc = ifd__cpu_alloc(be, (size_t)(rows * cols) * sizeof(float), (void **)&w);
+    if (rc)
+        return rc;
+    int64_t r0 = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        rc = ifd__cpu_dequant(w + r0 * cols, &parts[i]);
+        r0 += parts[i].rows;
+    }
+    if (rc == 0 && any_bias && (rc = ifd__cpu_alloc(be, (size_t)rows * sizeof(float),
+                                                    (void **)&b)) == 0) {
+        r0 = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            if (bias[i] && bias[i]->data)
+                rc = ifd__cpu_dequant(b + r0, bias[i]);
+            else
+                memset(b + r0, 0, (size_t)parts[i].rows * sizeof(float));
+            r0 += parts[i].rows;
+        }
+    }
+    if (rc == 0 && (rc = ifd__cpu_alloc(be, (size_t)nf * sizeof(float), (void **)&wp)) == 0)
+        ifd_cpu_matmul_pack(wp, w, (int)rows, (int)cols);
+    free(w);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    out->n_parts = 1;
+    out->part[0] = (ifd_weight_t){.data = wp, .dtype = IFD_GGML_F32, .rows = rows, .cols = cols,
+                                  .layout = IFD__LAYOUT_PACKED,
+                                  .bytes = (uint64_t)nf * sizeof(float)};
+    if (b)
+        out->bias = (ifd_weight_t){.data = b, .dtype = IFD_GGML_F32, .rows = 1, .cols = rows,
+                                   .bytes = (uint64_t)rows * sizeof(float)};
+    out->rows = rows;
+    out->cols = cols;
+    return 0;
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+static int ifd__cpu_act_alloc(ifd_backend_t *be, ifd_act_t *out, ifd_dtype_t dtype, int64_t rows,
+                              int64_t cols)
+{
+    memset(out, 0, sizeof *out);
+    if (dtype != IFD_DTYPE_F32 || rows < 0 || cols <= 0)
+        return IFD_EINVAL;
+    int rc = ifd__cpu_alloc(be, (size_t)(rows * cols) * sizeof(float), &out->data);
+    if (rc)
+        return rc;
+    out->dtype = dtype;
+    out->rows = rows;
+    out->cols = cols;
+    return 0;
+}
+
+static void ifd__cpu_act_free(ifd_backend_t *be, ifd_act_t *a)
+{
+    (void)be;
+    free(a->data);
+    memset(a, 0, sizeof *a);
+}
+
+static float *ifd__f(const ifd_act_t *a)
+{
+    return a->data;
+}
+
+/* ---- compute -------------------------------------------------------------- */
+
+static int ifd__cpu_embed(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *emb,
                           const int32_t *tokens, int n, float scale)
 {
     (void)be;
-    if (emb->dtype != IFD_DTYPE_F32)
-        return IFD_ENOTSUP;
+    if (emb->dtype != IFD_GGML_F32 || x->cols != emb->cols || n > x->rows)
+        return IFD_EINVAL;
     const float *e = emb->data;
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= emb->rows)
             return IFD_ERANGE;
         const float *row = e + (int64_t)tokens[i] * emb->cols;
-        float *o = out + (int64_t)i * emb->cols;
+        float *o = ifd__f(x) + (int64_t)i * emb->cols;
         for (int64_t j = 0; j < emb->cols; j++)
             o[j] = row[j] * scale;
     }
     return 0;
 }
 
-static int ifd__cpu_matmul(ifd_backend_t *be, float *y, const float *x, const ifd_weight_t *w,
-                           int m)
+static int ifd__cpu_rmsnorm(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual,
+                            const ifd_act_t *delta, const ifd_weight_t *w, int rows, float eps)
 {
-    if (w->dtype != IFD_DTYPE_F32)
-        return IFD_ENOTSUP;
-    if (w->packed)
-        return ifd_cpu_matmul_packed(y, x, w->data, m, (int)w->rows, (int)w->cols, ifd__tp(be));
-    return ifd_cpu_matmul_f32(y, x, w->data, m, (int)w->rows, (int)w->cols, ifd__tp(be));
+    (void)be;
+    if (rows > residual->rows || rows > y->rows || residual->cols != w->cols ||
+        y->cols != w->cols || (delta && delta->cols != w->cols))
+        return IFD_EINVAL;
+    if (delta) {
+        float *r = ifd__f(residual);
+        const float *d = ifd__f(delta);
+        for (int64_t i = 0; i < (int64_t)rows * w->cols; i++)
+            r[i] += d[i];
+    }
+    return ifd_cpu_rmsnorm(ifd__f(y), ifd__f(residual), w->data, rows, (int)w->cols, eps);
 }
 
-/* Pre-packs a weight for ifd_cpu_matmul_packed: one summation order per
- * output for any batch size (batched results equal unbatched ones), and no
- * per-call packing for batch-1 decode. */
-static int ifd__cpu_prepare_matmul(ifd_backend_t *be, ifd_weight_t *w)
+static int ifd__cpu_proj(ifd_backend_t *be, ifd_act_t *y, const ifd_act_t *x, const ifd_proj_t *p,
+                         int m)
 {
-    if (w->dtype != IFD_DTYPE_F32 || w->packed)
-        return w->packed ? 0 : IFD_ENOTSUP;
-    if (w->rows > INT32_MAX || w->cols > INT32_MAX)
-        return IFD_ERANGE;
-    int64_t nf = ifd_cpu_matmul_packed_floats((int)w->rows, (int)w->cols);
-    if (nf < 0)
-        return (int)nf;
-    void *wp;
-    int rc = ifd__cpu_alloc(be, (size_t)nf * sizeof(float), &wp);
-    if (rc)
+    /* load_proj always merges the parts (see the top of the file) */
+    const ifd_weight_t *w = &p->part[0];
+    if (p->n_parts != 1 || w->layout != IFD__LAYOUT_PACKED || x->cols != p->cols ||
+        y->cols != p->rows || m > x->rows || m > y->rows)
+        return IFD_EINVAL;
+    int rc = ifd_cpu_matmul_packed(ifd__f(y), ifd__f(x), w->data, m, (int)w->rows, (int)w->cols,
+                                   ifd__cpu(be)->tp);
+    if (rc || !p->bias.data)
         return rc;
-    ifd_cpu_matmul_pack(wp, w->data, (int)w->rows, (int)w->cols);
-    free(w->data);
-    w->data = wp;
-    w->packed = true;
+    const float *b = p->bias.data;
+    for (int r = 0; r < m; r++) {
+        float *row = ifd__f(y) + (int64_t)r * p->rows;
+        for (int64_t j = 0; j < p->rows; j++)
+            row[j] += b[j];
+    }
     return 0;
 }
 
-static int ifd__cpu_rmsnorm(ifd_backend_t *be, float *y, const float *x, const ifd_weight_t *w,
-                            int rows, float eps)
+static int ifd__cpu_rope_kv(ifd_backend_t *be, ifd_act_t *q_out, const ifd_act_t *qkv,
+                            const ifd_weight_t *q_norm, const ifd_weight_t *k_norm, float eps,
+                            const ifd_kv_layer_t *kv, const int32_t *pos, const int64_t *slot,
+                            int n_tok, int n_heads, const ifd_rope_t *rope)
 {
-    (void)be;
-    return ifd_cpu_rmsnorm(y, x, w->data, rows, (int)w->cols, eps);
-}
-
-static int ifd__cpu_add(ifd_backend_t *be, float *y, const float *x, int64_t n)
-{
-    (void)be;
-    for (int64_t i = 0; i < n; i++)
-        y[i] += x[i];
-    return 0;
-}
-
-static int ifd__cpu_rope(ifd_backend_t *be, float *x, const int32_t *pos, int n_tok, int n_heads,
-                         int head_dim, int n_rot, float base, float freq_scale,
-                         const float *freq_factors, ifd_rope_mode_t mode)
-{
-    (void)be;
-    return ifd_cpu_rope(x, pos, n_tok, n_heads, head_dim, n_rot, base, freq_scale, freq_factors,
-                        mode);
-}
-
-static int ifd__cpu_kv_write(ifd_backend_t *be, const ifd_kv_layer_t *kv, const float *k,
-                             const float *v, const int64_t *slot, int n_tok)
-{
-    (void)be;
+    ifd__cpu_backend_t *c = ifd__cpu(be);
+    const int hd = kv->head_dim, nkv = kv->n_kv_heads;
+    const int64_t qd = (int64_t)n_heads * hd, kvd = (int64_t)nkv * hd, ld = qd + 2 * kvd;
+    if (qkv->cols != ld || q_out->cols != qd || n_tok > qkv->rows || n_tok > q_out->rows)
+        return IFD_EINVAL;
+    size_t need = (size_t)n_tok * (size_t)kvd * 2;
+    if (need > c->kv_tmp_floats) {
+        float *t = realloc(c->kv_tmp, need * sizeof(float));
+        if (!t)
+            return IFD_ENOMEM;
+        c->kv_tmp = t;
+        c->kv_tmp_floats = need;
+    }
+    float *k = c->kv_tmp, *v = c->kv_tmp + (size_t)n_tok * kvd;
+    float *q = ifd__f(q_out);
+    for (int t = 0; t < n_tok; t++) {
+        const float *row = ifd__f(qkv) + (int64_t)t * ld;
+        memcpy(q + (int64_t)t * qd, row, (size_t)qd * sizeof(float));
+        memcpy(k + (int64_t)t * kvd, row + qd, (size_t)kvd * sizeof(float));
+        memcpy(v + (int64_t)t * kvd, row + qd + kvd, (size_t)kvd * sizeof(float));
+    }
+    int rc = 0;
+    if (q_norm && (rc = ifd_cpu_rmsnorm(q, q, q_norm->data, n_tok * n_heads, hd, eps)))
+        return rc;
+    if (k_norm && (rc = ifd_cpu_rmsnorm(k, k, k_norm->data, n_tok * nkv, hd, eps)))
+        return rc;
+    if ((rc = ifd_cpu_rope(q, pos, n_tok, n_heads, hd, rope->n_rot, rope->base, rope->freq_scale,
+                           rope->freq_factors, rope->mode)) ||
+        (rc = ifd_cpu_rope(k, pos, n_tok, nkv, hd, rope->n_rot, rope->base, rope->freq_scale,
+                           rope->freq_factors, rope->mode)))
+        return rc;
     return ifd_cpu_kv_write(kv, k, v, slot, n_tok);
 }
 
-static int ifd__cpu_attention(ifd_backend_t *be, float *out, const float *q,
-                              const ifd_kv_layer_t *kv, const int32_t *seq, const int32_t *pos,
-                              const int32_t *block_tables, int max_blocks, int n_tok, int n_heads,
+static int ifd__cpu_attn_workspace(ifd_backend_t *be, size_t *bytes, const ifd_attn_batch_t *ab,
+                                   const ifd_kv_layer_t *kv, int n_heads)
+{
+    (void)be, (void)ab, (void)kv, (void)n_heads;
+    *bytes = 0;
+    return 0;
+}
+
+/* The CPU kernel takes every token on its own (seq, pos), so the varlen
+ * description (cu_q, ctx_len) is not needed. */
+static int ifd__cpu_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *q,
+                              const ifd_kv_layer_t *kv, const ifd_attn_batch_t *ab, int n_heads,
                               float scale, int window)
 {
-    return ifd_cpu_paged_attention(out, q, kv, seq, pos, block_tables, max_blocks, n_tok, n_heads,
-                                   scale, window, ifd__tp(be));
+    if (ab->n_tok > out->rows || ab->n_tok > q->rows)
+        return IFD_EINVAL;
+    return ifd_cpu_paged_attention(ifd__f(out), ifd__f(q), kv, ab->seq, ab->pos,
+                                   ab->block_tables, ab->max_blocks, ab->n_tok, n_heads, scale,
+                                   window, ifd__cpu(be)->tp);
 }
 
-static int ifd__cpu_glu(ifd_backend_t *be, float *out, const float *gate, const float *up,
-                        int64_t n, ifd_glu_t kind)
+static int ifd__cpu_glu(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *gate_up, int rows,
+                        int n_ff, ifd_glu_t kind)
 {
     (void)be;
+    if (gate_up->cols != 2 * (int64_t)n_ff || out->cols != n_ff || rows > out->rows ||
+        rows > gate_up->rows)
+        return IFD_EINVAL;
+    int (*fn)(float *, const float *, const float *, int64_t);
     switch (kind) {
     case IFD_GLU_SWIGLU:
-        return ifd_cpu_swiglu(out, gate, up, n);
+        fn = ifd_cpu_swiglu;
+        break;
     case IFD_GLU_GEGLU_TANH:
-        return ifd_cpu_geglu_tanh(out, gate, up, n);
+        fn = ifd_cpu_geglu_tanh;
+        break;
+    default:
+        return IFD_ENOTSUP;
     }
-    return IFD_ENOTSUP;
+    for (int r = 0; r < rows; r++) {
+        const float *gu = ifd__f(gate_up) + (int64_t)r * 2 * n_ff;
+        int rc = fn(ifd__f(out) + (int64_t)r * n_ff, gu, gu + n_ff, n_ff);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
-static int ifd__cpu_gather_rows(ifd_backend_t *be, float *out, const float *x, const int32_t *rows,
-                                int n_rows, int dim)
+static int ifd__cpu_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x,
+                                const int32_t *rows, int n_rows)
 {
     (void)be;
-    for (int i = 0; i < n_rows; i++)
-        memcpy(out + (int64_t)i * dim, x + (int64_t)rows[i] * dim, (size_t)dim * sizeof(float));
+    if (out->cols != x->cols || n_rows > out->rows)
+        return IFD_EINVAL;
+    const size_t dim = (size_t)x->cols;
+    for (int i = 0; i < n_rows; i++) {
+        if (rows[i] < 0 || rows[i] >= x->rows)
+            return IFD_EINVAL;
+        memcpy(ifd__f(out) + (size_t)i * dim, ifd__f(x) + (size_t)rows[i] * dim,
+               dim * sizeof(float));
+    }
     return 0;
 }
 
 static const ifd_backend_ops_t ifd__cpu_ops = {
     .name = "cpu",
     .host_memory = true,
+    .mm_in_dtype = IFD_DTYPE_F32,
     .destroy = ifd__cpu_destroy,
     .alloc = ifd__cpu_alloc,
     .free = ifd__cpu_free,
     .upload = ifd__cpu_copy,
     .download = ifd__cpu_copy,
     .sync = ifd__cpu_sync,
-    .prepare_matmul = ifd__cpu_prepare_matmul,
+    .can_load = ifd__cpu_can_load,
+    .load_weight = ifd__cpu_load_weight,
+    .load_proj = ifd__cpu_load_proj,
+    .weight_free = ifd__cpu_weight_free,
+    .proj_free = ifd__cpu_proj_free,
+    .act_alloc = ifd__cpu_act_alloc,
+    .act_free = ifd__cpu_act_free,
     .embed = ifd__cpu_embed,
-    .matmul = ifd__cpu_matmul,
     .rmsnorm = ifd__cpu_rmsnorm,
-    .add = ifd__cpu_add,
-    .rope = ifd__cpu_rope,
-    .kv_write = ifd__cpu_kv_write,
+    .proj = ifd__cpu_proj,
+    .rope_kv = ifd__cpu_rope_kv,
+    .attn_workspace = ifd__cpu_attn_workspace,
     .attention = ifd__cpu_attention,
     .glu = ifd__cpu_glu,
     .gather_rows = ifd__cpu_gather_rows,

@@ -1,15 +1,19 @@
 /*
  * model.c — weight loading and the forward pass for llama and gemma3.
  *
- * Loading: each tensor is looked up by its GGUF name, its shape checked
- * against the hyper-parameters, dequantized to f32 (ifd_cpu_dequantize) and
- * placed in backend memory. A tied model (no output.weight) reuses
- * token_embd as the output projection.
+ * Loading: each tensor is looked up by its GGUF name and its shape checked
+ * against the hyper-parameters; the backend stores it as it likes from the
+ * file's bytes (load_weight / load_proj: the CPU dequantizes to f32 and
+ * packs). Q|K|V and gate|up are each ONE projection (ifd_proj_t), with the
+ * optional "<name>.bias" tensors beside each part (none in llama/gemma3
+ * files; Qwen 2 has Q/K/V biases). A tied model (no output.weight) projects
+ * with a copy of token_embd.
  *
- * Forward (MODEL-FORMATS.md §5): embedding → per layer [norm → Q/K/V →
- * (gemma: QK-norm) → RoPE → KV write → paged attention → output projection
- * (gemma: post-norm) → residual → norm → gated MLP (gemma: post-norm) →
- * residual] → final norm on the rows that need logits → output projection.
+ * Forward (MODEL-FORMATS.md §5), in the backend's fused ops: embedding →
+ * per layer [ (+ previous delta) RMSNorm → QKV proj → (gemma: QK-norm) RoPE
+ * + K/V write → paged attention → output proj (gemma: post-norm) → (+ delta)
+ * RMSNorm → gate|up proj → GLU → down proj (gemma: post-norm) ] → last
+ * residual add + final norm on the rows that need logits → output proj.
  * GGUF llama stores Q/K permuted for interleaved RoPE (NORM); gemma3 uses
  * NEOX pairs.
  */
@@ -24,36 +28,62 @@
 #include <string.h>
 
 typedef struct {
-    ifd_weight_t attn_norm, wq, wk, wv, wo;
-    ifd_weight_t q_norm, k_norm, post_attn_norm; /* gemma3 */
-    ifd_weight_t ffn_norm, w_gate, w_up, w_down;
-    ifd_weight_t post_ffw_norm;                  /* gemma3 */
+    ifd_weight_t attn_norm, ffn_norm;
+    ifd_weight_t q_norm, k_norm, post_attn_norm, post_ffw_norm; /* gemma3 (data NULL otherwise) */
+    ifd_proj_t qkv;     /* Q|K|V, with optional biases */
+    ifd_proj_t wo;
+    ifd_proj_t gate_up; /* gate|up */
+    ifd_proj_t down;
 } ifd__layer_t;
 
-/* Scratch activations for up to `cap` tokens. */
+/* Activations for up to `cap` tokens (ifd_act_t: the backend's dtypes) and
+ * the batch's index arrays in backend memory. */
 typedef struct {
     int cap;
-    float *x, *a, *q, *k, *v, *o, *g, *u, *t;
+    ifd_act_t x;   /* f32 [cap, E]: the residual stream */
+    ifd_act_t a;   /* mm_in [cap, E]: normed residual */
+    ifd_act_t qkv; /* f32 [cap, qd + 2 kvd] */
+    ifd_act_t q;   /* f32 [cap, qd]: rotated queries */
+    ifd_act_t o;   /* mm_in [cap, qd]: attention output */
+    ifd_act_t t;   /* f32 [cap, E]: a block's output (the pending residual delta) */
+    ifd_act_t gu;  /* f32 [cap, 2F]: gate|up */
+    ifd_act_t g;   /* mm_in [cap, F]: GLU output */
     int32_t *tokens, *pos, *seq;
     int64_t *slot;
 } ifd__scratch_t;
+
+/* Buffers sized by n_logits. */
+typedef struct {
+    int cap;
+    ifd_act_t xs, ts; /* f32 [cap, E]: gathered residual and last delta */
+    ifd_act_t xn;     /* mm_in [cap, E]: final-normed */
+    ifd_act_t logits; /* f32 [cap, V] */
+    int32_t *rows;
+} ifd__logit_bufs_t;
+
+/* Buffers sized by n_seqs / max_blocks / the attention workspace. */
+typedef struct {
+    int32_t *block_tables;
+    size_t block_tables_cap; /* bytes */
+    int32_t *cu_q, *ctx_len; /* backend memory [seqs_cap + 1], [seqs_cap] */
+    int32_t *h_cu_q, *h_ctx_len; /* host copies */
+    int seqs_cap;
+    void *workspace;
+    size_t workspace_cap;
+} ifd__batch_bufs_t;
 
 struct ifd_model {
     ifd_model_config_t cfg;
     ifd_gguf_t *gguf;
     ifd_backend_t *be;
     ifd__layer_t *layers;
-    ifd_weight_t tok_embd, output_norm, output;
-    float *rope_freqs; /* backend memory [n_rot/2] or NULL */
+    ifd_weight_t tok_embd, output_norm, rope_freqs;
+    ifd_proj_t output;
     bool output_tied;
     uint64_t weight_bytes;
     ifd__scratch_t s;
-    /* per-call buffers that depend on the batch, grown as needed */
-    int32_t *block_tables;
-    size_t block_tables_cap;
-    int32_t *logit_rows;
-    float *xs, *logits;
-    int logits_cap;
+    ifd__logit_bufs_t lg;
+    ifd__batch_bufs_t bb;
 };
 
 typedef struct {
@@ -79,14 +109,15 @@ static int ifd__load_fail(ifd__loader_t *L, int rc, const char *fmt, ...)
     return rc;
 }
 
-/* Loads tensor `name` as an f32 weight of [rows, cols] (rows = 1 for a
- * vector). Missing and optional → *w stays zeroed and 0 is returned. */
-static int ifd__load(ifd__loader_t *L, ifd_weight_t *w, const char *name, int64_t rows,
+/* Finds tensor `name` of [rows, cols] (rows = 1: a vector) whose type the
+ * backend can load, as a source for it. Missing and optional → src->data
+ * NULL and 0. */
+static int ifd__find(ifd__loader_t *L, ifd_weight_src_t *src, const char *name, int64_t rows,
                      int64_t cols, bool optional)
 {
     ifd_model_t *m = L->m;
     const ifd_gguf_tensor_t *t = ifd_gguf_find_tensor(m->gguf, name);
-    memset(w, 0, sizeof *w);
+    *src = (ifd_weight_src_t){.name = name, .rows = rows, .cols = cols};
     if (!t) {
         if (optional)
             return 0;
@@ -101,55 +132,55 @@ static int ifd__load(ifd__loader_t *L, ifd_weight_t *w, const char *name, int64_
                               "tensor '%s' has shape [%llu, %llu] (%u dims), expected [%lld, %lld]",
                               name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                               t->n_dims, (long long)cols, (long long)rows);
-    size_t n = (size_t)(rows * cols);
-    size_t bytes = n * sizeof(float);
-    void *dst;
-    int rc = m->be->ops->alloc(m->be, bytes, &dst);
-    if (rc)
-        return ifd__load_fail(L, rc, "tensor '%s': cannot allocate %zu bytes", name, bytes);
-    float *host = m->be->ops->host_memory ? dst : malloc(bytes);
-    if (!host) {
-        m->be->ops->free(m->be, dst);
-        return ifd__load_fail(L, IFD_ENOMEM, "tensor '%s': out of memory", name);
-    }
-    rc = ifd_cpu_dequantize(host, t->data, t->type, (int64_t)n);
-    if (rc == 0 && !m->be->ops->host_memory)
-        rc = m->be->ops->upload(m->be, dst, host, bytes);
-    if (!m->be->ops->host_memory)
-        free(host);
-    if (rc) {
-        m->be->ops->free(m->be, dst);
-        if (rc == IFD_ENOTSUP)
-            return ifd__load_fail(L, rc, "tensor '%s' has type %s, which inferd cannot load",
-                                  name, ifd_ggml_type_name(t->type));
-        return ifd__load_fail(L, rc, "tensor '%s': %s", name, ifd_strerror(rc));
-    }
-    w->data = dst;
-    w->dtype = IFD_DTYPE_F32;
-    w->rows = rows;
-    w->cols = cols;
-    m->weight_bytes += bytes;
+    if (!m->be->ops->can_load(m->be, (ifd_ggml_type_t)t->type))
+        return ifd__load_fail(L, IFD_ENOTSUP, "tensor '%s' has type %s, which inferd cannot load",
+                              name, ifd_ggml_type_name(t->type));
+    src->data = t->data;
+    src->type = (ifd_ggml_type_t)t->type;
     return 0;
 }
 
-/* Lets the backend lay a matmul-only weight out its way (pre-packing). */
-static int ifd__prepare_matmul(ifd__loader_t *L, ifd_weight_t *w, const char *name)
+/* A vector or table; optional and missing → w stays zeroed. */
+static int ifd__load_weight(ifd__loader_t *L, ifd_weight_t *w, const char *name, int64_t rows,
+                            int64_t cols, ifd_weight_use_t use, bool optional)
 {
     ifd_backend_t *be = L->m->be;
-    if (!be->ops->prepare_matmul)
-        return 0;
-    int rc = be->ops->prepare_matmul(be, w);
-    if (rc)
-        return ifd__load_fail(L, rc, "tensor '%s': cannot prepare it for matmul: %s", name,
-                              ifd_strerror(rc));
+    ifd_weight_src_t src;
+    memset(w, 0, sizeof *w);
+    int rc = ifd__find(L, &src, name, rows, cols, optional);
+    if (rc || !src.data)
+        return rc;
+    if ((rc = be->ops->load_weight(be, w, &src, use)))
+        return ifd__load_fail(L, rc, "tensor '%s': %s", name, ifd_strerror(rc));
+    L->m->weight_bytes += w->bytes;
     return 0;
 }
 
-static void ifd__free_weight(ifd_model_t *m, ifd_weight_t *w)
+/* A projection from n parts: names[i] ("%s.weight", with an optional
+ * "%s.bias" beside it) of rows[i] × cols. */
+static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *names,
+                          const int64_t *rows, int n, int64_t cols)
 {
-    if (w->data)
-        m->be->ops->free(m->be, w->data);
-    w->data = NULL;
+    ifd_backend_t *be = L->m->be;
+    char wname[IFD_PROJ_MAX_PARTS][96], bname[IFD_PROJ_MAX_PARTS][96];
+    ifd_weight_src_t w[IFD_PROJ_MAX_PARTS], b[IFD_PROJ_MAX_PARTS];
+    const ifd_weight_src_t *bp[IFD_PROJ_MAX_PARTS];
+    memset(p, 0, sizeof *p);
+    int rc;
+    for (int i = 0; i < n; i++) {
+        snprintf(wname[i], sizeof wname[i], "%s.weight", names[i]);
+        snprintf(bname[i], sizeof bname[i], "%s.bias", names[i]);
+        if ((rc = ifd__find(L, &w[i], wname[i], rows[i], cols, false)) ||
+            (rc = ifd__find(L, &b[i], bname[i], 1, rows[i], true)))
+            return rc;
+        bp[i] = &b[i];
+    }
+    if ((rc = be->ops->load_proj(be, p, w, bp, n)))
+        return ifd__load_fail(L, rc, "tensor '%s': %s", wname[0], ifd_strerror(rc));
+    for (int i = 0; i < p->n_parts; i++)
+        L->m->weight_bytes += p->part[i].bytes;
+    L->m->weight_bytes += p->bias.bytes;
+    return 0;
 }
 
 static int ifd__load_all(ifd__loader_t *L)
@@ -159,73 +190,94 @@ static int ifd__load_all(ifd__loader_t *L)
     const int64_t E = c->n_embd, F = c->n_ff, hd = c->head_dim;
     const int64_t qd = (int64_t)c->n_head * hd, kvd = (int64_t)c->n_head_kv * hd;
     const bool gemma = c->arch == IFD_ARCH_GEMMA3;
+    /* GGUF stores Gemma's RMSNorm weights as 1 + w already (the converter
+     * adds the 1), so they are plain NORM weights here. */
+    const ifd_weight_use_t norm = IFD_WEIGHT_NORM;
     int rc;
-    if ((rc = ifd__load(L, &m->tok_embd, "token_embd.weight", c->n_vocab, E, false)))
+    if ((rc = ifd__load_weight(L, &m->tok_embd, "token_embd.weight", c->n_vocab, E,
+                               IFD_WEIGHT_EMBED, false)))
         return rc;
-    if ((rc = ifd__load(L, &m->output_norm, "output_norm.weight", 1, E, false)))
+    if ((rc = ifd__load_weight(L, &m->output_norm, "output_norm.weight", 1, E, norm, false)))
         return rc;
-    if ((rc = ifd__load(L, &m->output, "output.weight", c->n_vocab, E, true)))
+    /* A tied model (no output.weight) projects with token_embd: a copy of
+     * its own, so the backend may lay it out for matmul while the embedding
+     * keeps rows for the gather. */
+    m->output_tied = ifd_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+    const char *out_name = m->output_tied ? "token_embd" : "output";
+    if ((rc = ifd__load_proj(L, &m->output, &out_name, (const int64_t[]){c->n_vocab}, 1, E)))
         return rc;
-    m->output_tied = m->output.data == NULL;
-    if (m->output_tied) {
-        /* a copy of its own, so the backend may lay it out for matmul while
-         * the embedding keeps rows for the gather */
-        if ((rc = ifd__load(L, &m->output, "token_embd.weight", c->n_vocab, E, false)))
-            return rc;
-    }
-    if (c->has_rope_freqs) {
-        ifd_weight_t rf;
-        if ((rc = ifd__load(L, &rf, "rope_freqs.weight", 1, c->n_rot / 2, false)))
-            return rc;
-        m->rope_freqs = rf.data;
-    }
+    if (c->has_rope_freqs &&
+        (rc = ifd__load_weight(L, &m->rope_freqs, "rope_freqs.weight", 1, c->n_rot / 2,
+                               IFD_WEIGHT_VECTOR, false)))
+        return rc;
     m->layers = calloc(c->n_layer, sizeof *m->layers);
     if (!m->layers)
         return ifd__load_fail(L, IFD_ENOMEM, "out of memory");
     for (uint32_t l = 0; l < c->n_layer; l++) {
         ifd__layer_t *ly = &m->layers[l];
-        char name[96];
+        char n[4][64];
         struct {
             ifd_weight_t *w;
             const char *suffix;
-            int64_t rows, cols;
             bool want;
-        } tab[] = {
-            {&ly->attn_norm, "attn_norm", 1, E, true},
-            {&ly->wq, "attn_q", qd, E, true},
-            {&ly->wk, "attn_k", kvd, E, true},
-            {&ly->wv, "attn_v", kvd, E, true},
-            {&ly->wo, "attn_output", E, qd, true},
-            {&ly->q_norm, "attn_q_norm", 1, hd, gemma},
-            {&ly->k_norm, "attn_k_norm", 1, hd, gemma},
-            {&ly->post_attn_norm, "post_attention_norm", 1, E, gemma},
-            {&ly->ffn_norm, "ffn_norm", 1, E, true},
-            {&ly->w_gate, "ffn_gate", F, E, true},
-            {&ly->w_up, "ffn_up", F, E, true},
-            {&ly->w_down, "ffn_down", E, F, true},
-            {&ly->post_ffw_norm, "post_ffw_norm", 1, E, gemma},
+        } vecs[] = {
+            {&ly->attn_norm, "attn_norm", true},
+            {&ly->q_norm, "attn_q_norm", gemma},
+            {&ly->k_norm, "attn_k_norm", gemma},
+            {&ly->post_attn_norm, "post_attention_norm", gemma},
+            {&ly->ffn_norm, "ffn_norm", true},
+            {&ly->post_ffw_norm, "post_ffw_norm", gemma},
         };
-        for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
-            if (!tab[i].want)
+        for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
+            if (!vecs[i].want)
                 continue;
-            snprintf(name, sizeof name, "blk.%u.%s.weight", l, tab[i].suffix);
-            if ((rc = ifd__load(L, tab[i].w, name, tab[i].rows, tab[i].cols, false)))
-                return rc;
-            if (tab[i].rows > 1 && (rc = ifd__prepare_matmul(L, tab[i].w, name)))
+            char name[96];
+            snprintf(name, sizeof name, "blk.%u.%s.weight", l, vecs[i].suffix);
+            int64_t len = (vecs[i].w == &ly->q_norm || vecs[i].w == &ly->k_norm) ? hd : E;
+            if ((rc = ifd__load_weight(L, vecs[i].w, name, 1, len, norm, false)))
                 return rc;
         }
+        const char *suffix[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+        const char *names[4];
+        for (int i = 0; i < 4; i++) {
+            snprintf(n[i], sizeof n[i], "blk.%u.%s", l, suffix[i]);
+            names[i] = n[i];
+        }
+        if ((rc = ifd__load_proj(L, &ly->qkv, names, (const int64_t[]){qd, kvd, kvd}, 3, E)) ||
+            (rc = ifd__load_proj(L, &ly->wo, &names[3], (const int64_t[]){E}, 1, qd)))
+            return rc;
+        const char *fsuffix[] = {"ffn_gate", "ffn_up", "ffn_down"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(n[i], sizeof n[i], "blk.%u.%s", l, fsuffix[i]);
+            names[i] = n[i];
+        }
+        if ((rc = ifd__load_proj(L, &ly->gate_up, names, (const int64_t[]){F, F}, 2, E)) ||
+            (rc = ifd__load_proj(L, &ly->down, &names[2], (const int64_t[]){E}, 1, F)))
+            return rc;
     }
-    return ifd__prepare_matmul(L, &m->output, "output");
+    return 0;
+}
+
+static void ifd__free_idx(ifd_backend_t *be, void *pp)
+{
+    void **p = pp;
+    if (*p)
+        be->ops->free(be, *p);
+    *p = NULL;
 }
 
 static void ifd__scratch_free(ifd_model_t *m)
 {
+    ifd_backend_t *be = m->be;
     ifd__scratch_t *s = &m->s;
-    void *bufs[] = {s->x, s->a, s->q, s->k, s->v, s->o, s->g, s->u, s->t,
-                    s->tokens, s->pos, s->seq, s->slot};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i])
-            m->be->ops->free(m->be, bufs[i]);
+    ifd_act_t *acts[] = {&s->x, &s->a, &s->qkv, &s->q, &s->o, &s->t, &s->gu, &s->g};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        if (acts[i]->data)
+            be->ops->act_free(be, acts[i]);
+    ifd__free_idx(be, &s->tokens);
+    ifd__free_idx(be, &s->pos);
+    ifd__free_idx(be, &s->seq);
+    ifd__free_idx(be, &s->slot);
     memset(s, 0, sizeof *s);
 }
 
@@ -234,53 +286,80 @@ static int ifd__scratch_reserve(ifd_model_t *m, int n_tok)
     if (n_tok <= m->s.cap)
         return 0;
     ifd__scratch_free(m);
+    ifd_backend_t *be = m->be;
     const ifd_model_config_t *c = &m->cfg;
-    size_t n = (size_t)n_tok;
-    size_t E = c->n_embd, F = c->n_ff, qd = (size_t)c->n_head * c->head_dim,
-           kvd = (size_t)c->n_head_kv * c->head_dim;
+    const int64_t n = n_tok, E = c->n_embd, F = c->n_ff, qd = (int64_t)c->n_head * c->head_dim,
+                  kvd = (int64_t)c->n_head_kv * c->head_dim;
+    const ifd_dtype_t f32 = IFD_DTYPE_F32, mmin = be->ops->mm_in_dtype;
     ifd__scratch_t *s = &m->s;
     struct {
-        void **p;
-        size_t bytes;
-    } tab[] = {
-        {(void **)&s->x, n * E * 4},   {(void **)&s->a, n * E * 4},
-        {(void **)&s->q, n * qd * 4},  {(void **)&s->k, n * kvd * 4},
-        {(void **)&s->v, n * kvd * 4}, {(void **)&s->o, n * qd * 4},
-        {(void **)&s->g, n * F * 4},   {(void **)&s->u, n * F * 4},
-        {(void **)&s->t, n * (E > qd ? E : qd) * 4},
-        {(void **)&s->tokens, n * 4},  {(void **)&s->pos, n * 4},
-        {(void **)&s->seq, n * 4},     {(void **)&s->slot, n * 8},
+        ifd_act_t *a;
+        ifd_dtype_t dt;
+        int64_t cols;
+    } acts[] = {
+        {&s->x, f32, E},   {&s->a, mmin, E},  {&s->qkv, f32, qd + 2 * kvd},
+        {&s->q, f32, qd},  {&s->o, mmin, qd}, {&s->t, f32, E},
+        {&s->gu, f32, 2 * F}, {&s->g, mmin, F},
     };
-    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
-        int rc = m->be->ops->alloc(m->be, tab[i].bytes, tab[i].p);
-        if (rc) {
-            ifd__scratch_free(m);
-            return rc;
-        }
+    int rc = 0;
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0] && rc == 0; i++)
+        rc = be->ops->act_alloc(be, acts[i].a, acts[i].dt, n, acts[i].cols);
+    if (rc == 0 && (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->tokens)) == 0 &&
+        (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->pos)) == 0 &&
+        (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->seq)) == 0)
+        rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->slot);
+    if (rc) {
+        ifd__scratch_free(m);
+        return rc;
     }
     s->cap = n_tok;
     return 0;
 }
 
+static void ifd__logits_free(ifd_model_t *m)
+{
+    ifd_backend_t *be = m->be;
+    ifd__logit_bufs_t *g = &m->lg;
+    ifd_act_t *acts[] = {&g->xs, &g->ts, &g->xn, &g->logits};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        if (acts[i]->data)
+            be->ops->act_free(be, acts[i]);
+    ifd__free_idx(be, &g->rows);
+    memset(g, 0, sizeof *g);
+}
+
 static int ifd__logits_reserve(ifd_model_t *m, int n_logits)
 {
-    if (n_logits <= m->logits_cap)
+    if (n_logits <= m->lg.cap)
         return 0;
+    ifd__logits_free(m);
     ifd_backend_t *be = m->be;
-    if (m->xs)
-        be->ops->free(be, m->xs), m->xs = NULL;
-    if (m->logits)
-        be->ops->free(be, m->logits), m->logits = NULL;
-    if (m->logit_rows)
-        be->ops->free(be, m->logit_rows), m->logit_rows = NULL;
-    m->logits_cap = 0;
+    ifd__logit_bufs_t *g = &m->lg;
+    const int64_t E = m->cfg.n_embd;
     int rc;
-    if ((rc = be->ops->alloc(be, (size_t)n_logits * m->cfg.n_embd * 4, (void **)&m->xs)) ||
-        (rc = be->ops->alloc(be, (size_t)n_logits * m->cfg.n_vocab * 4, (void **)&m->logits)) ||
-        (rc = be->ops->alloc(be, (size_t)n_logits * 4, (void **)&m->logit_rows)))
+    if ((rc = be->ops->act_alloc(be, &g->xs, IFD_DTYPE_F32, n_logits, E)) ||
+        (rc = be->ops->act_alloc(be, &g->ts, IFD_DTYPE_F32, n_logits, E)) ||
+        (rc = be->ops->act_alloc(be, &g->xn, be->ops->mm_in_dtype, n_logits, E)) ||
+        (rc = be->ops->act_alloc(be, &g->logits, IFD_DTYPE_F32, n_logits, m->cfg.n_vocab)) ||
+        (rc = be->ops->alloc(be, (size_t)n_logits * 4, (void **)&g->rows))) {
+        ifd__logits_free(m);
         return rc;
-    m->logits_cap = n_logits;
+    }
+    g->cap = n_logits;
     return 0;
+}
+
+static void ifd__batch_bufs_free(ifd_model_t *m)
+{
+    ifd_backend_t *be = m->be;
+    ifd__batch_bufs_t *bb = &m->bb;
+    ifd__free_idx(be, &bb->block_tables);
+    ifd__free_idx(be, &bb->cu_q);
+    ifd__free_idx(be, &bb->ctx_len);
+    ifd__free_idx(be, &bb->workspace);
+    free(bb->h_cu_q);
+    free(bb->h_ctx_len);
+    memset(bb, 0, sizeof *bb);
 }
 
 int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char *errbuf,
@@ -312,28 +391,27 @@ void ifd_model_destroy(ifd_model_t *m)
 {
     if (!m)
         return;
+    ifd_backend_t *be = m->be;
     if (m->layers) {
         for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-            ifd_weight_t *ws = (ifd_weight_t *)&m->layers[l];
-            for (size_t i = 0; i < sizeof(ifd__layer_t) / sizeof(ifd_weight_t); i++)
-                ifd__free_weight(m, &ws[i]);
+            ifd__layer_t *ly = &m->layers[l];
+            ifd_weight_t *ws[] = {&ly->attn_norm,      &ly->ffn_norm,      &ly->q_norm,
+                                  &ly->k_norm,         &ly->post_attn_norm, &ly->post_ffw_norm};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+                be->ops->weight_free(be, ws[i]);
+            ifd_proj_t *ps[] = {&ly->qkv, &ly->wo, &ly->gate_up, &ly->down};
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+                be->ops->proj_free(be, ps[i]);
         }
         free(m->layers);
     }
-    ifd__free_weight(m, &m->output); /* tied: a copy of its own */
-    ifd__free_weight(m, &m->tok_embd);
-    ifd__free_weight(m, &m->output_norm);
-    if (m->rope_freqs)
-        m->be->ops->free(m->be, m->rope_freqs);
+    be->ops->proj_free(be, &m->output);
+    be->ops->weight_free(be, &m->tok_embd);
+    be->ops->weight_free(be, &m->output_norm);
+    be->ops->weight_free(be, &m->rope_freqs);
     ifd__scratch_free(m);
-    if (m->block_tables)
-        m->be->ops->free(m->be, m->block_tables);
-    if (m->xs)
-        m->be->ops->free(m->be, m->xs);
-    if (m->logits)
-        m->be->ops->free(m->be, m->logits);
-    if (m->logit_rows)
-        m->be->ops->free(m->be, m->logit_rows);
+    ifd__logits_free(m);
+    ifd__batch_bufs_free(m);
     ifd_gguf_close(m->gguf);
     free(m);
 }
@@ -371,6 +449,93 @@ static int ifd__check_batch(const ifd_model_t *m, const ifd_batch_t *b, int bloc
     return 0;
 }
 
+/* Fills the attention description of batch b (host side: cu_q / ctx_len
+ * when the batch is varlen, see backend.h) and grows the per-batch buffers. */
+static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
+                           ifd_attn_batch_t *ab)
+{
+    ifd_backend_t *be = m->be;
+    ifd__batch_bufs_t *bb = &m->bb;
+    int rc;
+    size_t bt_bytes = (size_t)b->n_seqs * (size_t)b->max_blocks * sizeof(int32_t);
+    if (bt_bytes > bb->block_tables_cap) {
+        ifd__free_idx(be, &bb->block_tables);
+        bb->block_tables_cap = 0;
+        if ((rc = be->ops->alloc(be, bt_bytes, (void **)&bb->block_tables)))
+            return rc;
+        bb->block_tables_cap = bt_bytes;
+    }
+    if (b->n_seqs > bb->seqs_cap) {
+        ifd__free_idx(be, &bb->cu_q);
+        ifd__free_idx(be, &bb->ctx_len);
+        free(bb->h_cu_q);
+        free(bb->h_ctx_len);
+        bb->seqs_cap = 0;
+        size_t n = (size_t)b->n_seqs;
+        bb->h_cu_q = malloc((n + 1) * 4);
+        bb->h_ctx_len = malloc(n * 4);
+        if (!bb->h_cu_q || !bb->h_ctx_len)
+            return IFD_ENOMEM;
+        if ((rc = be->ops->alloc(be, (n + 1) * 4, (void **)&bb->cu_q)) ||
+            (rc = be->ops->alloc(be, n * 4, (void **)&bb->ctx_len)))
+            return rc;
+        bb->seqs_cap = b->n_seqs;
+    }
+    /* varlen: sequence ids non-decreasing, one run per sequence, consecutive
+     * positions in each run */
+    bool varlen = true;
+    int max_q = 0, max_ctx = 0;
+    for (int s = 0; s <= b->n_seqs; s++)
+        bb->h_cu_q[s] = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        bb->h_ctx_len[s] = 0;
+    for (int i = 0; i < b->n_tok; i++) {
+        int s = b->seq[i];
+        if (b->pos[i] + 1 > max_ctx)
+            max_ctx = b->pos[i] + 1;
+        if (i > 0 && (s < b->seq[i - 1] ||
+                      (s == b->seq[i - 1] && b->pos[i] != b->pos[i - 1] + 1)))
+            varlen = false;
+        bb->h_cu_q[s + 1]++;
+        bb->h_ctx_len[s] = b->pos[i] + 1;
+    }
+    for (int s = 0; s < b->n_seqs; s++) {
+        if (bb->h_cu_q[s + 1] > max_q)
+            max_q = bb->h_cu_q[s + 1];
+        bb->h_cu_q[s + 1] += bb->h_cu_q[s];
+    }
+    *ab = (ifd_attn_batch_t){
+        .n_tok = b->n_tok,
+        .n_seqs = b->n_seqs,
+        .seq = m->s.seq,
+        .pos = m->s.pos,
+        .block_tables = bb->block_tables,
+        .max_blocks = b->max_blocks,
+        .cu_q = varlen ? bb->cu_q : NULL,
+        .ctx_len = varlen ? bb->ctx_len : NULL,
+        .max_q_len = varlen ? max_q : b->n_tok,
+        .max_ctx = max_ctx,
+    };
+    size_t ws = 0;
+    if ((rc = be->ops->attn_workspace(be, &ws, ab, kv, (int)m->cfg.n_head)))
+        return rc;
+    if (ws > bb->workspace_cap) {
+        ifd__free_idx(be, &bb->workspace);
+        bb->workspace_cap = 0;
+        if ((rc = be->ops->alloc(be, ws, &bb->workspace)))
+            return rc;
+        bb->workspace_cap = ws;
+    }
+    ab->workspace = ws ? bb->workspace : NULL;
+    ab->workspace_bytes = bb->workspace_cap;
+    if ((rc = be->ops->upload(be, bb->block_tables, b->block_tables, bt_bytes)))
+        return rc;
+    if (varlen && ((rc = be->ops->upload(be, bb->cu_q, bb->h_cu_q, (size_t)(b->n_seqs + 1) * 4)) ||
+                   (rc = be->ops->upload(be, bb->ctx_len, bb->h_ctx_len, (size_t)b->n_seqs * 4))))
+        return rc;
+    return 0;
+}
+
 int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
                       float *logits)
 {
@@ -386,29 +551,22 @@ int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t
         return IFD_EINVAL;
     if ((rc = ifd__scratch_reserve(m, b->n_tok)) || (rc = ifd__logits_reserve(m, b->n_logits)))
         return rc;
-    size_t bt_bytes = (size_t)b->n_seqs * (size_t)b->max_blocks * sizeof(int32_t);
-    if (bt_bytes > m->block_tables_cap) {
-        if (m->block_tables)
-            op->free(be, m->block_tables), m->block_tables = NULL;
-        m->block_tables_cap = 0;
-        if ((rc = op->alloc(be, bt_bytes, (void **)&m->block_tables)))
-            return rc;
-        m->block_tables_cap = bt_bytes;
-    }
     ifd__scratch_t *s = &m->s;
     const int n = b->n_tok;
     if ((rc = op->upload(be, s->tokens, b->tokens, (size_t)n * 4)) ||
         (rc = op->upload(be, s->pos, b->pos, (size_t)n * 4)) ||
         (rc = op->upload(be, s->seq, b->seq, (size_t)n * 4)) ||
         (rc = op->upload(be, s->slot, b->slot, (size_t)n * 8)) ||
-        (rc = op->upload(be, m->block_tables, b->block_tables, bt_bytes)) ||
-        (rc = op->upload(be, m->logit_rows, b->logit_rows, (size_t)b->n_logits * 4)))
+        (rc = op->upload(be, m->lg.rows, b->logit_rows, (size_t)b->n_logits * 4)))
+        return rc;
+    ifd_attn_batch_t ab;
+    if ((rc = ifd__attn_batch(m, b, kv, &ab)))
         return rc;
 
-    const int E = (int)c->n_embd, hd = (int)c->head_dim;
-    const int nh = (int)c->n_head, nkv = (int)c->n_head_kv;
+    const int nh = (int)c->n_head;
     const bool gemma = c->arch == IFD_ARCH_GEMMA3;
-    const ifd_rope_mode_t mode = gemma ? IFD_ROPE_NEOX : IFD_ROPE_NORM;
+    const float eps = c->rms_eps;
+    const ifd_glu_t glu = gemma ? IFD_GLU_GEGLU_TANH : IFD_GLU_SWIGLU;
 
 #define IFD__TRY(call)                                                                      \
     do {                                                                                    \
@@ -416,48 +574,46 @@ int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t
             return rc;                                                                      \
     } while (0)
 
-    IFD__TRY(op->embed(be, s->x, &m->tok_embd, s->tokens, n, c->embd_scale));
+    /* The residual add of each block is fused into the next norm: s->t is
+     * the pending delta from the previous block (none before layer 0). */
+    IFD__TRY(op->embed(be, &s->x, &m->tok_embd, s->tokens, n, c->embd_scale));
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const ifd__layer_t *ly = &m->layers[l];
         const bool local = gemma && c->layer_is_local[l];
-        IFD__TRY(op->rmsnorm(be, s->a, s->x, &ly->attn_norm, n, c->rms_eps));
-        IFD__TRY(op->matmul(be, s->q, s->a, &ly->wq, n));
-        IFD__TRY(op->matmul(be, s->k, s->a, &ly->wk, n));
-        IFD__TRY(op->matmul(be, s->v, s->a, &ly->wv, n));
-        if (gemma) {
-            IFD__TRY(op->rmsnorm(be, s->q, s->q, &ly->q_norm, n * nh, c->rms_eps));
-            IFD__TRY(op->rmsnorm(be, s->k, s->k, &ly->k_norm, n * nkv, c->rms_eps));
-        }
-        float base = local ? c->rope_base_local : c->rope_base;
-        float fscale = local ? 1.0f : c->rope_freq_scale;
-        IFD__TRY(op->rope(be, s->q, s->pos, n, nh, hd, (int)c->n_rot, base, fscale, m->rope_freqs,
-                          mode));
-        IFD__TRY(op->rope(be, s->k, s->pos, n, nkv, hd, (int)c->n_rot, base, fscale,
-                          m->rope_freqs, mode));
-        IFD__TRY(op->kv_write(be, &kv[l], s->k, s->v, s->slot, n));
-        IFD__TRY(op->attention(be, s->o, s->q, &kv[l], s->seq, s->pos, m->block_tables,
-                               b->max_blocks, n, nh, c->attn_scale,
+        const ifd_rope_t rope = {
+            .n_rot = (int)c->n_rot,
+            .base = local ? c->rope_base_local : c->rope_base,
+            .freq_scale = local ? 1.0f : c->rope_freq_scale,
+            .freq_factors = m->rope_freqs.data,
+            /* GGUF llama stores Q/K permuted for interleaved pairs */
+            .mode = gemma ? IFD_ROPE_NEOX : IFD_ROPE_NORM,
+        };
+        IFD__TRY(op->rmsnorm(be, &s->a, &s->x, l ? &s->t : NULL, &ly->attn_norm, n, eps));
+        IFD__TRY(op->proj(be, &s->qkv, &s->a, &ly->qkv, n));
+        IFD__TRY(op->rope_kv(be, &s->q, &s->qkv, ly->q_norm.data ? &ly->q_norm : NULL,
+                             ly->k_norm.data ? &ly->k_norm : NULL, eps, &kv[l], s->pos, s->slot,
+                             n, nh, &rope));
+        IFD__TRY(op->attention(be, &s->o, &s->q, &kv[l], &ab, nh, c->attn_scale,
                                local ? (int)c->sliding_window : 0));
-        IFD__TRY(op->matmul(be, s->t, s->o, &ly->wo, n));
+        IFD__TRY(op->proj(be, &s->t, &s->o, &ly->wo, n));
         if (gemma)
-            IFD__TRY(op->rmsnorm(be, s->t, s->t, &ly->post_attn_norm, n, c->rms_eps));
-        IFD__TRY(op->add(be, s->x, s->t, (int64_t)n * E));
-        IFD__TRY(op->rmsnorm(be, s->a, s->x, &ly->ffn_norm, n, c->rms_eps));
-        IFD__TRY(op->matmul(be, s->g, s->a, &ly->w_gate, n));
-        IFD__TRY(op->matmul(be, s->u, s->a, &ly->w_up, n));
-        IFD__TRY(op->glu(be, s->g, s->g, s->u, (int64_t)n * c->n_ff,
-                         gemma ? IFD_GLU_GEGLU_TANH : IFD_GLU_SWIGLU));
-        IFD__TRY(op->matmul(be, s->t, s->g, &ly->w_down, n));
+            IFD__TRY(op->rmsnorm(be, &s->t, &s->t, NULL, &ly->post_attn_norm, n, eps));
+        IFD__TRY(op->rmsnorm(be, &s->a, &s->x, &s->t, &ly->ffn_norm, n, eps));
+        IFD__TRY(op->proj(be, &s->gu, &s->a, &ly->gate_up, n));
+        IFD__TRY(op->glu(be, &s->g, &s->gu, n, (int)c->n_ff, glu));
+        IFD__TRY(op->proj(be, &s->t, &s->g, &ly->down, n));
         if (gemma)
-            IFD__TRY(op->rmsnorm(be, s->t, s->t, &ly->post_ffw_norm, n, c->rms_eps));
-        IFD__TRY(op->add(be, s->x, s->t, (int64_t)n * E));
+            IFD__TRY(op->rmsnorm(be, &s->t, &s->t, NULL, &ly->post_ffw_norm, n, eps));
     }
     if (b->n_logits == 0)
         return op->sync(be);
-    IFD__TRY(op->gather_rows(be, m->xs, s->x, m->logit_rows, b->n_logits, E));
-    IFD__TRY(op->rmsnorm(be, m->xs, m->xs, &m->output_norm, b->n_logits, c->rms_eps));
-    IFD__TRY(op->matmul(be, m->logits, m->xs, &m->output, b->n_logits));
-    IFD__TRY(op->download(be, logits, m->logits, (size_t)b->n_logits * c->n_vocab * 4));
+    /* the last residual add and the final norm, on the sampled rows only */
+    ifd__logit_bufs_t *g = &m->lg;
+    IFD__TRY(op->gather_rows(be, &g->xs, &s->x, g->rows, b->n_logits));
+    IFD__TRY(op->gather_rows(be, &g->ts, &s->t, g->rows, b->n_logits));
+    IFD__TRY(op->rmsnorm(be, &g->xn, &g->xs, &g->ts, &m->output_norm, b->n_logits, eps));
+    IFD__TRY(op->proj(be, &g->logits, &g->xn, &m->output, b->n_logits));
+    IFD__TRY(op->download(be, logits, g->logits.data, (size_t)b->n_logits * c->n_vocab * 4));
     return op->sync(be);
 #undef IFD__TRY
 }

@@ -89,6 +89,13 @@ int ifd_cpu_rope(float *x,             /* [n_tok, n_heads, head_dim] */
 /* Numerically stable softmax of each row, in place (row sums in double). */
 int ifd_cpu_softmax(float *x, /* [rows, n] */ int rows, int n);
 
+/* The gated activations (the CPU functions below, ifd_cuda_glu, the
+ * backends' glu op). */
+typedef enum {
+    IFD_GLU_SWIGLU = 0,     /* silu(g) * u, silu(g) = g / (1 + e^-g) (Llama) */
+    IFD_GLU_GEGLU_TANH = 1, /* gelu_tanh(g) * u (Gemma) */
+} ifd_glu_t;
+
 /* out = silu(gate) · up (SwiGLU) / gelu_tanh(gate) · up (GeGLU). out may
  * equal gate or up. */
 int ifd_cpu_swiglu(float *out, const float *gate, const float *up, /* [n] each */ int64_t n);

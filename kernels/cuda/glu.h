@@ -10,10 +10,7 @@
 
 IFD_CUDA_API_BEGIN
 
-typedef enum {
-    IFD_GLU_SWIGLU = 0,     /* silu(g) * u, silu(g) = g / (1 + e^-g) (Llama) */
-    IFD_GLU_GEGLU_TANH = 1, /* gelu_tanh(g) * u (Gemma) */
-} ifd_glu_t;
+/* ifd_glu_t (SwiGLU, GeGLU tanh) is cpu_kernels.h's. */
 
 /*
  * out[r, i] = act(gate_up[r, i]) * gate_up[r, n_ff + i]: each input row is a
