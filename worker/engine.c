@@ -141,6 +141,7 @@ static void ifd__seq_free(ifd__seq_t *s)
     free(s->blocks);
     free(s->bias);
     free(s->stop_ids);
+    ifd_constraint_destroy(s->sampling.constraint);
     free(s);
 }
 
@@ -306,6 +307,7 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
         s->cap_tokens = e->model.n_ctx + 1;
     s->tokens = malloc((size_t)s->cap_tokens * sizeof *s->tokens);
     s->sampling = r->sampling;
+    s->sampling.constraint = NULL; /* taken over only once the add succeeds */
     if (r->sampling.n_logit_bias) {
         s->bias = malloc(r->sampling.n_logit_bias * sizeof *s->bias);
         if (s->bias)
@@ -339,6 +341,7 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
         ifd__seq_free(s);
         return rc;
     }
+    s->sampling.constraint = r->sampling.constraint;
     return 0;
 }
 

@@ -86,7 +86,8 @@ typedef struct {
     int32_t n_prompt;
     const int32_t *generated;    /* tokens already streamed (resumption), may be NULL */
     int32_t n_generated;
-    ifd_sampling_params_t sampling; /* logit_bias is copied */
+    ifd_sampling_params_t sampling; /* logit_bias is copied; the engine owns
+                                       the constraint once the add succeeds */
     const int32_t *stop_ids;     /* end generation after one of these (even with ignore_eos) */
     int32_t n_stop_ids;
     int32_t max_tokens;          /* total generated tokens, including n_generated; >= 1 */

@@ -93,6 +93,7 @@ struct ifd_sampler {
     float *fwork;     /* [vocab] float scratch: weights, quickselects */
     cand_t *work;     /* [vocab] the survivor list, ascending id */
     uint32_t *counts; /* [vocab] history counters, zero between calls */
+    uint32_t *mask;   /* [(vocab + 31) / 32] a constraint's allowed tokens */
     float block_max[MAX_SCAN_BLOCKS];
     uint8_t bin_min[MAX_BIN_BLOCKS]; /* smallest bin of each BIN_BLOCK tokens */
     uint32_t bin_count[NO_BIN + 1];
@@ -354,7 +355,9 @@ int ifd_sampler_create(int32_t vocab, ifd_sampler_t **out)
     s->fwork = malloc(n * sizeof *s->fwork);
     s->work = malloc(n * sizeof *s->work);
     s->counts = calloc(n, sizeof *s->counts);
-    if (!s->logits || !s->scaled || !s->q || !s->bin || !s->fwork || !s->work || !s->counts) {
+    s->mask = malloc((n + 31) / 32 * sizeof *s->mask);
+    if (!s->logits || !s->scaled || !s->q || !s->bin || !s->fwork || !s->work || !s->counts ||
+        !s->mask) {
         IFD_ERROR("sampler: allocating scratch for a vocabulary of %d failed", vocab);
         ifd_sampler_destroy(s);
         return IFD_ENOMEM;
@@ -374,6 +377,7 @@ void ifd_sampler_destroy(ifd_sampler_t *s)
     free(s->fwork);
     free(s->work);
     free(s->counts);
+    free(s->mask);
     free(s);
 }
 
@@ -940,12 +944,31 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *p, const f
     int err = ifd_sampling_params_check(p, s->vocab);
     if (err)
         return err;
-    bool modify = p->n_logit_bias > 0 ||
+    bool modify = p->n_logit_bias > 0 || p->constraint ||
                   (penalties_active(p) && hist && (hist->n_prompt || hist->n_generated));
     const float *l = modify ? s->logits : logits;
     err = process(s, p, logits, hist, modify ? s->logits : NULL);
     if (err)
         return err;
+    if (p->constraint) {
+        err = ifd_constraint_mask(p->constraint, hist ? hist->generated : NULL,
+                                  hist ? hist->n_generated : 0, s->mask);
+        if (err) {
+            IFD_WARN("sampler: grammar constraint: %s", ifd_strerror(err));
+            return err;
+        }
+        float *x = s->logits;
+        for (int32_t w = 0; w < (s->vocab + 31) / 32; w++) {
+            uint32_t m = s->mask[w];
+            if (m == 0xffffffffu)
+                continue;
+            int32_t base = w * 32;
+            int32_t end = base + 32 < s->vocab ? base + 32 : s->vocab;
+            for (int32_t i = base; i < end; i++)
+                if (!((m >> (i - base)) & 1))
+                    x[i] = -INFINITY;
+        }
+    }
     /* The block maxima, and the check of a row that process() did not copy
      * (a processed row is checked already). */
     if (s->k->scan(l, s->vocab, s->block_max))

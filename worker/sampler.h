@@ -18,7 +18,10 @@
  *     tokens only: with c = occurrences of the id among generated tokens,
  *     c > 0: l = l - f * (float)c, then l = l - p.
  *     Steps 1-3 are float32 operations in exactly this order (vLLM v1's order:
- *     bias before penalties). The result is the "processed logits" l'.
+ *     bias before penalties).
+ * 3b. Grammar: with a constraint, l = -inf for every token its mask (after
+ *     the generated history) does not allow. The result is the "processed
+ *     logits" l'. ifd_sampler_process_logits stops before this step.
  *     A NaN or +inf in the input, or produced by steps 1-3, is an error;
  *     -inf means "never sample this token".
  *  4. Greedy when temperature < IFD_SAMPLER_GREEDY_TEMP (vLLM's 1e-5): the
@@ -70,14 +73,18 @@
  * need distinct seeds (e.g. seed + choice index), or they sample alike.
  *
  * Threading: a sampler is used by one thread at a time; create one per
- * thread to sample rows in parallel. Parameters, logits and histories are
- * only read, and need to live only for the duration of the call.
+ * thread to sample rows in parallel. Parameters (but the constraint),
+ * logits and histories are only read, and need to live only for the
+ * duration of the call. A request without a constraint pays one pointer
+ * test for this step.
  */
 #ifndef IFD_SAMPLER_H
 #define IFD_SAMPLER_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "grammar_mask.h"
 
 /* Temperatures below this are greedy (vLLM's _SAMPLING_EPS). */
 #define IFD_SAMPLER_GREEDY_TEMP 1e-5f
@@ -116,6 +123,11 @@ typedef struct {
     int32_t n_logprobs;
     ifd_logprobs_mode_t logprobs_mode; /* default IFD_LOGPROBS_RAW */
     uint64_t seed;                     /* default 0 */
+    /* Structured output (step 3b): NULL, or the sequence's grammar
+     * constraint. It is the one parameter the sampler changes: each call
+     * brings it to the history's generated tokens (grammar_mask.h). Owned by
+     * whoever owns the request (the engine frees it with the sequence). */
+    ifd_constraint_t *constraint;
 } ifd_sampling_params_t;
 
 /* The token history penalties look at. Either array may be NULL when its
@@ -149,7 +161,7 @@ ifd_sampling_params_t ifd_sampling_default_params(void);
 int ifd_sampling_params_check(const ifd_sampling_params_t *params, int32_t vocab);
 
 /* Allocates a sampler for rows of `vocab` logits, with all scratch memory it
- * will ever need (41 bytes per vocabulary entry: 10.3 MiB for 262144), so
+ * will ever need (41.1 bytes per vocabulary entry: 10.3 MiB for 262144), so
  * sampling never allocates. Returns 0 and *out, IFD_EINVAL when vocab is not in
  * [1, IFD_SAMPLER_MAX_VOCAB], or IFD_ENOMEM. Free with ifd_sampler_destroy. */
 int ifd_sampler_create(int32_t vocab, ifd_sampler_t **out);
@@ -164,7 +176,8 @@ int32_t ifd_sampler_vocab(const ifd_sampler_t *s);
  * Samples one token from `logits` [vocab] (step 1-7 above) for the token at
  * `position` of its sequence, with `hist` (NULL = empty) for the penalties.
  * Fills *out. Returns 0; IFD_EINVAL for bad params, a NaN or +inf logit
- * (before or after steps 1-3) or a row that is -inf everywhere; IFD_ERANGE
+ * (before or after steps 1-3), a row that is -inf everywhere (also when the
+ * grammar allows nothing) or a history the constraint rejects; IFD_ERANGE
  * for a history or logit_bias id outside [0, vocab). On error *out is
  * untouched and the sampler stays usable.
  */

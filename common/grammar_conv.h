@@ -1,0 +1,74 @@
+/*
+ * grammar_conv.h — constraint sources compiled to grammar text (the format
+ * of grammar.h): JSON Schema, "any JSON object", regular expressions,
+ * choice lists and tool calls. The router calls these while it validates a
+ * request, so an unsupported feature is a 400 naming it before anything
+ * runs; the worker compiles the resulting text once per distinct grammar.
+ *
+ * JSON Schema subset (docs/api.md lists it): type (one or a list), enum,
+ * const, properties / required / additionalProperties, items, prefixItems,
+ * minItems / maxItems, $defs / definitions and local $ref ("#/$defs/X",
+ * "#/definitions/X", "#", JSON-pointer paths), anyOf (oneOf is treated as
+ * anyOf), allOf with one member, string minLength / maxLength, pattern
+ * (the regex subset below), format date / time / date-time / uuid,
+ * nullable (OpenAPI), and annotations that do not constrain (title,
+ * description, default, examples, $schema, $id, $comment, deprecated,
+ * readOnly, writeOnly). Anything else (minimum, multipleOf, not, if,
+ * patternProperties, uniqueItems, other formats, …) is refused with
+ * IFD_ENOTSUP and a message naming the keyword. Properties are generated
+ * in schema order, required ones always, optional ones possibly; no extra
+ * properties are ever generated (valid whatever additionalProperties says).
+ * Numbers: at most 16 integer and 15 fraction digits; whitespace between
+ * tokens: none, one space, or a newline and up to 12 spaces/tabs.
+ *
+ * Regex subset: literals, escapes (\d \D \w \W \s \S \n \r \t \f \v \xHH
+ * \uHHHH and escaped punctuation), classes [...] / [^...] with ranges and
+ * the class escapes, `.` (any character but newline), groups (...) (?:...)
+ * (?P<n>...) (?<n>...), alternation, quantifiers * + ? {m} {m,} {m,n}
+ * (lazy `?` suffix accepted: it does not change what matches), ^ at the
+ * start and $ at the end. Refused: backreferences, lookaround, \b \B,
+ * possessive quantifiers, inline flags. A regex constraint must match the
+ * whole output (vLLM's guided_regex); a JSON Schema `pattern` is a search,
+ * so an unanchored side lets any string characters through.
+ *
+ * All functions append grammar text to `out` and return 0, IFD_ENOTSUP
+ * (unsupported feature), IFD_EFORMAT (invalid input), IFD_ETOOBIG or
+ * IFD_ENOMEM, with a message in err (errlen bytes) on failure. Reentrant.
+ */
+#ifndef IFD_GRAMMAR_CONV_H
+#define IFD_GRAMMAR_CONV_H
+
+#include "arena.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* root ::= a JSON value matching schema (borrowed). */
+int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, char *err, size_t errlen);
+
+/* root ::= any JSON object (response_format json_object). */
+int ifd_gconv_json_object(ifd_buf_t *out);
+
+/* root ::= a string matching the whole regex. */
+int ifd_gconv_regex(const char *re, size_t len, ifd_buf_t *out, char *err, size_t errlen);
+
+/* root ::= exactly one of the n strings. */
+int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out, char *err,
+                     size_t errlen);
+
+/* One function a tool call may name: its parameters' JSON Schema (NULL:
+ * any object). Borrowed. */
+typedef struct {
+    const char *name;
+    const json_t *parameters;
+} ifd_gconv_tool_t;
+
+/*
+ * Tool calls as vLLM forces them for tool_choice "required": a JSON array
+ * of [min_calls, max_calls] (max 0: unbounded) objects
+ * {"name": <one of the tools>, "parameters": <its parameters>}.
+ */
+int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
+                         unsigned max_calls, ifd_buf_t *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,425 @@
+/*
+ * test_grammar.c — the grammar compiler and matcher (common/grammar.h) and
+ * the converters (common/grammar_conv.h): hand-picked sentences, compile
+ * errors, regexes against PCRE2 on random strings, JSON Schemas against
+ * valid and invalid instances, and random JSON documents under the
+ * json_object grammar.
+ */
+#include "testutil.h"
+
+#include "error.h"
+#include "grammar.h"
+#include "grammar_conv.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ifd_grammar_t *compile_ok(const char *text)
+{
+    char err[256];
+    ifd_grammar_t *g = NULL;
+    int rc = ifd_grammar_compile(text, strlen(text), &g, err, sizeof err);
+    ck_assert_msg(rc == 0, "compile failed: %s\n%s", err, text);
+    return g;
+}
+
+/* Whole-sentence match. */
+static bool matches(const ifd_grammar_t *g, const char *s, size_t n)
+{
+    ifd_gmatch_t *m;
+    ck_assert_int_eq(ifd_gmatch_create(g, &m), 0);
+    bool ok = ifd_gmatch_accept(m, s, n) == 0 && ifd_gmatch_can_end(m);
+    ifd_gmatch_destroy(m);
+    return ok;
+}
+
+static bool matches_s(const ifd_grammar_t *g, const char *s)
+{
+    return matches(g, s, strlen(s));
+}
+
+START_TEST(test_gbnf_basics)
+{
+    ifd_grammar_t *g = compile_ok("root ::= \"a\" b* | [x-z]+ \"!\"?\n"
+                                  "b ::= \"b\" | \"c\" # comment\n");
+    ck_assert(matches_s(g, "a"));
+    ck_assert(matches_s(g, "abcb"));
+    ck_assert(matches_s(g, "xyz!"));
+    ck_assert(matches_s(g, "z"));
+    ck_assert(!matches_s(g, ""));
+    ck_assert(!matches_s(g, "ab!"));
+    ck_assert(!matches_s(g, "xa"));
+    ifd_grammar_destroy(g);
+
+    g = compile_ok("root ::= [0-9]{2,4} \"-\" x{3}\nx ::= [ab]\n");
+    ck_assert(matches_s(g, "12-aba"));
+    ck_assert(matches_s(g, "1234-bbb"));
+    ck_assert(!matches_s(g, "1-aaa"));
+    ck_assert(!matches_s(g, "12345-aaa"));
+    ck_assert(!matches_s(g, "12-aa"));
+    ifd_grammar_destroy(g);
+
+    /* multi-line rule, groups, empty alternative, unicode, escapes */
+    g = compile_ok("root ::= ( \"é\" | [α-ω] )\n"
+                   "    ( \"\\n\" | \"\\x41\" | \"\\u00e9\" | )\n"
+                   "    [^a-z]\n");
+    ck_assert(matches_s(g, "é\nZ"));
+    ck_assert(matches_s(g, "βAZ"));
+    ck_assert(matches_s(g, "ωé€"));
+    ck_assert(matches_s(g, "ω😀"));
+    ck_assert(!matches_s(g, "ωa"));
+    ck_assert(!matches_s(g, "a"));
+    /* a byte prefix of a multi-byte character is a live state */
+    ifd_gmatch_t *m;
+    ck_assert_int_eq(ifd_gmatch_create(g, &m), 0);
+    ck_assert(ifd_gmatch_check(m, "\xce", 1));
+    ck_assert(!ifd_gmatch_check(m, "\xff", 1));
+    ck_assert_int_eq(ifd_gmatch_accept(m, "\xce\xb2", 2), 0);
+    ck_assert(!ifd_gmatch_can_end(m));
+    ck_assert_int_eq(ifd_gmatch_accept(m, "Q", 1), 0);
+    ck_assert(ifd_gmatch_can_end(m));
+    ck_assert(ifd_gmatch_is_done(m));
+    ck_assert_int_eq(ifd_gmatch_accept(m, "Q", 1), IFD_EINVAL);
+    ifd_gmatch_reset(m);
+    ck_assert(!ifd_gmatch_can_end(m));
+    ifd_gmatch_destroy(m);
+    ifd_grammar_destroy(g);
+
+    /* right recursion runs in constant depth: a long list */
+    g = compile_ok("root ::= item (\",\" item)*\nitem ::= [a-z]+\n");
+    size_t n = 200000;
+    char *big = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (i % 7 == 6) ? ',' : (char)('a' + i % 26);
+    big[n - 1] = 'q';
+    ck_assert(matches(g, big, n));
+    free(big);
+    ifd_grammar_destroy(g);
+}
+END_TEST
+
+START_TEST(test_gbnf_errors)
+{
+    static const struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"root ::= foo\n", "undefined rule 'foo'"},
+        {"start ::= \"a\"\n", "no 'root' rule"},
+        {"root ::= root \"a\" | \"b\"\n", "left-recursive"},
+        {"root ::= a\na ::= b? a \"x\"\nb ::= \"y\"\n", "left-recursive"},
+        {"root ::= (\"a\"?)*\n", "left-recursive"},
+        {"root ::= \"abc\n", "unterminated"},
+        {"root ::= [ab", "unterminated"},
+        {"root ::= [z-a]\n", "reversed"},
+        {"root ::= \"a\" )\n", "unexpected ')'"},
+        {"root ::= \"a\" $\n", "unexpected character"},
+        {"root ::= \"a\"{3,2}\n", "max below min"},
+        {"root ::= \"a\"{99999}\n", "repetition count"},
+        {"root ::= \"\\q\"\n", "unknown escape"},
+        {"root ::= \"a\"\nroot ::= \"b\"\n", "defined twice"},
+        {"just text\n", "expected a rule"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256];
+        ifd_grammar_t *g = NULL;
+        int rc = ifd_grammar_compile(cases[i].text, strlen(cases[i].text), &g, err, sizeof err);
+        ck_assert_msg(rc != 0, "accepted: %s", cases[i].text);
+        ck_assert_ptr_null(g);
+        ck_assert_msg(strstr(err, cases[i].needle), "'%s' → '%s'", cases[i].text, err);
+    }
+}
+END_TEST
+
+static ifd_grammar_t *regex_grammar(const char *re)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    char err[256];
+    int rc = ifd_gconv_regex(re, strlen(re), &b, err, sizeof err);
+    ck_assert_msg(rc == 0, "regex %s: %s", re, err);
+    ifd_grammar_t *g = compile_ok(b.data);
+    ifd_buf_free(&b);
+    return g;
+}
+
+/* Random strings over a small alphabet: the grammar accepts exactly what
+ * PCRE2 matches in full. */
+START_TEST(test_regex_vs_pcre2)
+{
+    static const char *const res[] = {
+        "a", "ab|ba", "a*b+", "(ab)?c{2,3}", "[a-c]+-?[0-9]{1,2}", "[^ab]", "\\d+\\.\\d*",
+        "(?:a|bc)*", "x{0,2}y{1,}", ".", "a.b", "\\w\\W\\s\\S", "[\\d_]+", "(a|b)(c|)",
+        "^a+$", "(?P<n>a)b", "a??b+?", "[-a]", "[a\\]]+", "\\x61\\u0062",
+    };
+    const char alpha[] = "abcxy019_-. \n]";
+    uint64_t rng = 12345;
+    for (size_t r = 0; r < sizeof res / sizeof res[0]; r++) {
+        ifd_grammar_t *g = regex_grammar(res[r]);
+        int perr;
+        PCRE2_SIZE eoff;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)res[r], PCRE2_ZERO_TERMINATED,
+                                       PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_UTF | PCRE2_ALT_BSUX,
+                                       &perr,
+                                       &eoff, NULL);
+        ck_assert_ptr_nonnull(re);
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+        int pos = 0;
+        for (int t = 0; t < 3000; t++) {
+            char s[8];
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int len = (int)((rng >> 33) % 7);
+            for (int i = 0; i < len; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                s[i] = alpha[(rng >> 33) % (sizeof alpha - 1)];
+            }
+            bool want = pcre2_match(re, (PCRE2_SPTR)s, (size_t)len, 0, 0, md, NULL) >= 0;
+            bool got = matches(g, s, (size_t)len);
+            ck_assert_msg(want == got, "regex %s on \"%.*s\": pcre2 %d, grammar %d", res[r], len,
+                          s, want, got);
+            pos += want;
+        }
+        ck_assert_msg(pos > 0 || r == 10 || r == 11, "regex %s: no positive sample", res[r]);
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+        ifd_grammar_destroy(g);
+    }
+    /* refused features */
+    static const char *const bad[] = {"(a)\\1", "a(?=b)", "\\bword", "a++", "(?i)a", "a$b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        ck_assert_int_eq(ifd_gconv_regex(bad[i], strlen(bad[i]), &b, err, sizeof err),
+                         IFD_ENOTSUP);
+        ck_assert(strstr(err, "regex"));
+        ifd_buf_free(&b);
+    }
+}
+END_TEST
+
+static ifd_grammar_t *schema_grammar(const char *schema)
+{
+    json_error_t je;
+    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
+    ck_assert_msg(s != NULL, "bad test schema %s", schema);
+    ifd_buf_t b = IFD_BUF_INIT;
+    char err[256];
+    int rc = ifd_gconv_json_schema(s, &b, err, sizeof err);
+    ck_assert_msg(rc == 0, "schema %s: %s", schema, err);
+    ifd_grammar_t *g = compile_ok(b.data);
+    ifd_buf_free(&b);
+    json_decref(s);
+    return g;
+}
+
+START_TEST(test_json_schema)
+{
+    static const struct {
+        const char *schema;
+        const char *good[6];
+        const char *bad[6];
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":"
+         "\"integer\"}},\"required\":[\"name\",\"age\"]}",
+         {"{\"name\":\"Al\",\"age\":3}", "{ \"name\" : \"\\u00e9\\n\" , \"age\" : -12 }",
+          "{\"name\":\"\",\"age\":0}"},
+         {"{\"name\":\"Al\"}", "{\"age\":3,\"name\":\"x\"}", "{\"name\":\"a\",\"age\":1.5}",
+          "{\"name\":\"a\",\"age\":01}", "{\"name\":\"a\nb\",\"age\":1}"}},
+        {"{\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"null\"},\"c\":{\"enum\":"
+         "[1,\"x\",[true]]}}}",
+         {"{}", "{\"a\":true}", "{\"b\":null,\"c\":\"x\"}", "{\"a\":false,\"b\":null,\"c\":[true]}",
+          "{\"c\":1}"},
+         {"{\"c\":2}", "{\"b\":null,\"a\":true}", "{,}", "{\"a\":true,}"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"minItems\":2,\"maxItems\":3}",
+         {"[1,2]", "[1.5e3, -0.25, 7]", "[ 0 ,1 ]"},
+         {"[]", "[1]", "[1,2,3,4]", "[1,]", "[1 2]"}},
+        {"{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+         "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]"
+         "}},\"$ref\":\"#/$defs/node\"}",
+         {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2},{\"v\":3,\"kids\":[]}]}"},
+         {"{\"kids\":[]}", "{\"v\":1,\"kids\":[{}]}"}},
+        {"{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"const\":{\"k\":[1]}}]}",
+         {"\"\"", "\"ab\"", "{\"k\":[1]}"},
+         {"\"abc\"", "{\"k\":[2]}", "{ \"k\":[1]}"}},
+        {"{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"}",
+         {"\"AB-123\""},
+         {"\"AB-12\"", "\"ab-123\"", "\"AB-1234\""}},
+        {"{\"type\":\"string\",\"pattern\":\"q\\\"\"}",
+         {"\"q\\\"\"", "\"xq\\\"y\""},
+         {"\"q\"\"", "\"x\""}},
+        {"{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},"
+         "\"t\":{\"type\":\"string\",\"format\":\"date-time\"},\"u\":{\"type\":\"string\","
+         "\"format\":\"uuid\"}},\"required\":[\"d\",\"t\",\"u\"],\"additionalProperties\":false}",
+         {"{\"d\":\"2024-02-29\",\"t\":\"2024-01-01T12:30:00Z\",\"u\":"
+          "\"123e4567-e89b-12d3-a456-426614174000\"}",
+          "{\"d\":\"1999-12-31\",\"t\":\"2024-01-01T23:59:59.123+02:00\",\"u\":"
+          "\"00000000-0000-0000-0000-00000000000A\"}"},
+         {"{\"d\":\"2024-13-01\",\"t\":\"2024-01-01T12:30:00Z\",\"u\":"
+          "\"123e4567-e89b-12d3-a456-426614174000\"}",
+          "{\"d\":\"2024-01-01\",\"t\":\"2024-01-01 12:30:00Z\",\"u\":"
+          "\"123e4567-e89b-12d3-a456-426614174000\"}"}},
+        {"{\"type\":[\"integer\",\"null\"]}", {"5", "null"}, {"\"5\"", "5.5"}},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"boolean\"}]}",
+         {"[\"a\",true]"}, {"[\"a\"]", "[true,\"a\"]"}},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
+         {"{}", "{\"x\":1,\"y\":2}"}, {"{\"x\":\"1\"}"}},
+        {"true", {"1", "{\"a\":[null,{}]}", "\"s\""}, {"nul"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ifd_grammar_t *g = schema_grammar(cases[i].schema);
+        for (size_t j = 0; j < 6 && cases[i].good[j]; j++)
+            ck_assert_msg(matches_s(g, cases[i].good[j]), "schema %zu rejects %s", i,
+                          cases[i].good[j]);
+        for (size_t j = 0; j < 6 && cases[i].bad[j]; j++)
+            ck_assert_msg(!matches_s(g, cases[i].bad[j]), "schema %zu accepts %s", i,
+                          cases[i].bad[j]);
+        ifd_grammar_destroy(g);
+    }
+}
+END_TEST
+
+START_TEST(test_json_schema_unsupported)
+{
+    static const struct {
+        const char *schema, *keyword;
+    } cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":3}", "'minimum'"},
+        {"{\"type\":\"number\",\"multipleOf\":2}", "'multipleOf'"},
+        {"{\"not\":{}}", "'not'"},
+        {"{\"type\":\"object\",\"patternProperties\":{}}", "'patternProperties'"},
+        {"{\"type\":\"string\",\"format\":\"email\"}", "'format'"},
+        {"{\"$ref\":\"http://x/y.json\"}", "$ref"},
+        {"{\"$ref\":\"#/$defs/missing\"}", "$ref"},
+        {"{\"allOf\":[{},{}]}", "'allOf'"},
+        {"{\"type\":\"strin\"}", "'type'"},
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "regex"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
+        {"false", "'false'"},
+        {"{\"anyOf\":[{}],\"type\":\"string\"}", "'type'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "'required'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_error_t je;
+        json_t *s = json_loads(cases[i].schema, JSON_DECODE_ANY, &je);
+        ck_assert_ptr_nonnull(s);
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        int rc = ifd_gconv_json_schema(s, &b, err, sizeof err);
+        ck_assert_msg(rc == IFD_ENOTSUP, "%s: rc %d", cases[i].schema, rc);
+        ck_assert_msg(strstr(err, cases[i].keyword), "%s → %s", cases[i].schema, err);
+        ifd_buf_free(&b);
+        json_decref(s);
+    }
+}
+END_TEST
+
+/* A random JSON value of bounded depth. */
+static json_t *random_json(uint64_t *rng, int depth)
+{
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    unsigned k = (unsigned)(*rng >> 33);
+    switch (depth > 3 ? k % 5 : k % 7) {
+    case 0: return json_integer((json_int_t)(k % 2000) - 1000);
+    case 1: return json_real((double)(k % 1000) / 8.0 - 50.0);
+    case 2: {
+        static const char *const strs[] = {"", "a", "é\"\\\n\t", "x y", "\x01", "日本"};
+        return json_string(strs[k % 6]);
+    }
+    case 3: return json_boolean(k & 8);
+    case 4: return json_null();
+    case 5: {
+        json_t *a = json_array();
+        for (unsigned i = 0; i < k % 4; i++)
+            json_array_append_new(a, random_json(rng, depth + 1));
+        return a;
+    }
+    default: {
+        json_t *o = json_object();
+        for (unsigned i = 0; i < k % 4; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "k%u", i);
+            json_object_set_new(o, key, random_json(rng, depth + 1));
+        }
+        return o;
+    }
+    }
+}
+
+START_TEST(test_json_object_mode)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_gconv_json_object(&b), 0);
+    ifd_grammar_t *g = compile_ok(b.data);
+    ifd_buf_free(&b);
+    uint64_t rng = 7;
+    for (int t = 0; t < 300; t++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "v", random_json(&rng, 0));
+        char *s = json_dumps(o, t % 2 ? JSON_COMPACT : JSON_INDENT(2));
+        ck_assert_msg(matches_s(g, s), "rejects %s", s);
+        free(s);
+        json_decref(o);
+    }
+    ck_assert(!matches_s(g, "[1]"));
+    ck_assert(!matches_s(g, "{\"a\":1"));
+    ck_assert(!matches_s(g, " {}"));
+    ifd_grammar_destroy(g);
+}
+END_TEST
+
+START_TEST(test_choice_and_tools)
+{
+    const char *choices[] = {"yes", "no", "maybe \"so\""};
+    ifd_buf_t b = IFD_BUF_INIT;
+    char err[256];
+    ck_assert_int_eq(ifd_gconv_choice(choices, 3, &b, err, sizeof err), 0);
+    ifd_grammar_t *g = compile_ok(b.data);
+    ck_assert(matches_s(g, "yes"));
+    ck_assert(matches_s(g, "maybe \"so\""));
+    ck_assert(!matches_s(g, "ye"));
+    ck_assert(!matches_s(g, "yesno"));
+    ifd_grammar_destroy(g);
+    ifd_buf_free(&b);
+
+    json_error_t je;
+    json_t *p = json_loads("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"
+                           "\"required\":[\"city\"]}",
+                           0, &je);
+    ifd_gconv_tool_t tools[] = {{"get_weather", p}, {"noop", NULL}};
+    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 0, &b, err, sizeof err), 0);
+    g = compile_ok(b.data);
+    ck_assert(matches_s(g, "[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Oslo\"}}]"));
+    ck_assert(matches_s(g, "[{\"name\": \"noop\", \"parameters\": {}}, {\"name\":\"noop\","
+                           "\"parameters\":{\"a\":1}}]"));
+    ck_assert(!matches_s(g, "[]"));
+    ck_assert(!matches_s(g, "[{\"name\":\"other\",\"parameters\":{}}]"));
+    ck_assert(!matches_s(g, "[{\"name\":\"get_weather\",\"parameters\":{}}]"));
+    ifd_grammar_destroy(g);
+    ifd_buf_free(&b);
+    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 1, &b, err, sizeof err), 0);
+    g = compile_ok(b.data);
+    ck_assert(!matches_s(g, "[{\"name\":\"noop\",\"parameters\":{}},{\"name\":\"noop\","
+                            "\"parameters\":{}}]"));
+    ifd_grammar_destroy(g);
+    ifd_buf_free(&b);
+    json_decref(p);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("grammar");
+    TCase *tc = tcase_create("grammar");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_gbnf_basics);
+    tcase_add_test(tc, test_gbnf_errors);
+    tcase_add_test(tc, test_regex_vs_pcre2);
+    tcase_add_test(tc, test_json_schema);
+    tcase_add_test(tc, test_json_schema_unsupported);
+    tcase_add_test(tc, test_json_object_mode);
+    tcase_add_test(tc, test_choice_and_tools);
+    suite_add_tcase(s, tc);
+    return ifd_test_run(s);
+}
