@@ -921,16 +921,15 @@ static int object_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     if (!rc && ifd_buf_puts(b, "\"{\" ws "))
         rc = IFD_ENOMEM;
     if (!rc && nreq) {
-        bool first = true;
+        /* schema order: optional ones before the first required one carry
+         * their comma after them, later ones before them */
+        bool seen_req = false;
         for (size_t j = 0; j < np && !rc; j++) {
-            if (!isreq[j])
-                continue;
-            rc = ifd_buf_printf(b, first ? "s%u " : "\",\" ws s%u ", kv[j]) ? IFD_ENOMEM : 0;
-            first = false;
+            const char *f = isreq[j] ? (seen_req ? "\",\" ws s%u " : "s%u ")
+                                     : (seen_req ? "( \",\" ws s%u )? " : "( s%u \",\" ws )? ");
+            rc = ifd_buf_printf(b, f, kv[j]) ? IFD_ENOMEM : 0;
+            seen_req |= isreq[j];
         }
-        for (size_t j = 0; j < np && !rc; j++)
-            if (!isreq[j])
-                rc = ifd_buf_printf(b, "( \",\" ws s%u )? ", kv[j]) ? IFD_ENOMEM : 0;
     } else if (!rc) {
         /* tails: t_j ::= ( "," ws kv_j )? t_{j+1}; first present one picks the tail */
         unsigned *tail = calloc(np + 1, sizeof *tail);

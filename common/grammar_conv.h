@@ -16,7 +16,8 @@
  * readOnly, writeOnly). Anything else (minimum, multipleOf, not, if,
  * patternProperties, uniqueItems, other formats, …) is refused with
  * IFD_ENOTSUP and a message naming the keyword. Properties are generated
- * in schema order, required ones always, optional ones possibly; no extra
+ * in schema order (the order of "properties"), required ones always,
+ * optional ones possibly; no extra
  * properties are ever generated (valid whatever additionalProperties says).
  * Numbers: at most 16 integer and 15 fraction digits; whitespace between
  * tokens: none, one space, or a newline and up to 12 spaces/tabs.
