@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     1
+#define IFD_WIRE_VERSION     2
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -57,6 +57,7 @@
 #define IFD_WIRE_MAX_STOP_IDS   1024u       /* stop token ids of one request */
 #define IFD_WIRE_MAX_LOGIT_BIAS (1u << 20)  /* logit_bias entries of one request */
 #define IFD_WIRE_MAX_TOP        20u         /* top logprobs of one token (OpenAI's limit) */
+#define IFD_WIRE_MAX_GRAMMAR    (1u << 20)  /* bytes of one request's grammar (IFD_GRAMMAR_MAX_TEXT) */
 
 /* Who sends a message. */
 typedef enum {
@@ -157,6 +158,10 @@ typedef struct {
     bool ignore_eos;
     int32_t priority; /* lower runs first; 0 normal */
     bool use_cache;   /* false: no KV cache (recompute every step), no prefix cache */
+    /* Structured output: grammar text (common/grammar.h) the generated
+     * bytes must follow, compiled by the worker; NULL or "" for none. Up to
+     * IFD_WIRE_MAX_GRAMMAR bytes. Added in version 2. */
+    char *grammar;
 } ifd_wire_add_t;
 
 /* CANCEL (router → worker): drop a request in any state. */

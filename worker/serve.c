@@ -34,6 +34,9 @@ typedef struct {
     uint32_t n_ev, cap_ev;
     uint64_t step;
     ifd_engine_t *eng;
+    const ifd_tokenizer_t *tok;
+    ifd_vocab_t *vocab;   /* built at the first request with a grammar */
+    ifd_gstore_t *gstore; /* compiled grammars and their mask caches */
     bool draining;
     int status;
 } ifd__srv_t;
@@ -184,11 +187,38 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.ignore_eos = a->ignore_eos;
     r.use_cache = a->use_cache;
     r.priority = -a->priority; /* wire: lower first; engine: higher first */
-    int rc = ifd_engine_add(s->eng, &r);
+    int rc = 0;
+    char gerr[300] = "";
+    if (a->grammar && a->grammar[0]) {
+        if (!s->gstore) {
+            rc = ifd_vocab_create_tokenizer(s->tok, &s->vocab);
+            if (!rc)
+                rc = ifd_gstore_create(s->vocab, &s->gstore);
+            if (rc) {
+                ifd_vocab_destroy(s->vocab);
+                s->vocab = NULL;
+                snprintf(gerr, sizeof gerr, "cannot build the vocabulary trie");
+            }
+        }
+        if (!rc) {
+            char e[256] = "";
+            rc = ifd_constraint_create(s->gstore, a->grammar, strlen(a->grammar),
+                                       &r.sampling.constraint, e, sizeof e);
+            if (rc)
+                snprintf(gerr, sizeof gerr, "invalid grammar: %s", e);
+        }
+    }
+    if (!rc) {
+        rc = ifd_engine_add(s->eng, &r);
+        if (rc) {
+            ifd_constraint_destroy(r.sampling.constraint); /* not taken over */
+            snprintf(gerr, sizeof gerr, "%s",
+                     rc == IFD_EEXIST ? "duplicate request id"
+                                      : "invalid request (tokens, length or sampling parameters)");
+        }
+    }
     if (rc) {
-        ifd__send_error(s, a->id, rc, rc == IFD_EEXIST ? "duplicate request id"
-                                                       : "invalid request (tokens, length or "
-                                                         "sampling parameters)");
+        ifd__send_error(s, a->id, rc, gerr);
         ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
         m.u.finished.id = a->id;
         m.u.finished.reason = IFD_WIRE_FINISH_ERROR;
@@ -300,6 +330,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
+    s.tok = tok;
     const ifd_model_config_t *cfg = ifd_model_config(model);
     ifd_kvpool_params_t expect = ifd_model_kvpool_params(cfg);
     expect.dtype = (ifd_kv_dtype_t)h->kv.dtype;
@@ -442,7 +473,9 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     s.status = 0;
 out:
     ifd__flush(&s);
-    ifd_engine_destroy(s.eng);
+    ifd_engine_destroy(s.eng); /* frees the constraints before their store */
+    ifd_gstore_destroy(s.gstore);
+    ifd_vocab_destroy(s.vocab);
     ifd_engine_model_free(&em);
     if (pool)
         ifd_kvpool_reclaim(pool, (int)hello.u.hello.slot);
