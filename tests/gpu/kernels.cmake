@@ -11,9 +11,9 @@
 set(IFD_GPU_TESTS attention fused dequant sample)
 # The sampler test compiles the CPU sampler in directly (not ifd_worker_lib,
 # which would drag the real CUDA library into the emulator build), with the
-# flags worker/CMakeLists.txt gives it.
-set(IFD_GPU_SAMPLER ${PROJECT_SOURCE_DIR}/worker/sampler.c)
-set_source_files_properties(${IFD_GPU_SAMPLER} PROPERTIES COMPILE_OPTIONS
+# flags worker/CMakeLists.txt gives it, and the grammar masks it applies.
+set(IFD_GPU_SAMPLER ${PROJECT_SOURCE_DIR}/worker/sampler.c ${PROJECT_SOURCE_DIR}/worker/grammar_mask.c)
+set_source_files_properties(${PROJECT_SOURCE_DIR}/worker/sampler.c PROPERTIES COMPILE_OPTIONS
                             "-ffp-contract=off;-fno-trapping-math;-fopenmp-simd")
 
 add_library(ifd_gpu_test STATIC gpu_test.c)
