@@ -1,14 +1,27 @@
 /*
  * bench_engine.c — offline serving throughput of the worker engine on the
- * CPU backend: N requests (random prompts of ~P tokens, O output tokens,
- * ignore_eos), all queued at once, served with max_seqs = concurrency.
- * For each concurrency it reports output tokens/s, mean step time and mean
- * tokens per step, and the throughput ratio to concurrency 1. One JSON
- * object on stdout.
+ * CPU backend: N requests (random prompts of P tokens, O output tokens,
+ * ignore_eos) from a closed loop of `concurrency` clients (a new request
+ * is added as soon as one finishes, as `infer bench serve -c` does), served
+ * with max_seqs = concurrency. For each concurrency and prefill cap it
+ * reports output tokens/s, mean step time and tokens per step, time to first
+ * token and inter-token latency (mean and percentiles, measured in the token
+ * callback), the throughput ratio to concurrency 1, and the rates of the
+ * steps that held only prefill (prefill_only_tok_s: prompt tokens/s) or only
+ * decodes (decode_only_tok_s: tokens/s of batched decode; with concurrency
+ * = requests = B, one prompt and --budget >= B x P, a pure "prefill B
+ * prompts, then decode B sequences" run, as bench/cpu_vs_llamacpp.sh uses
+ * for pp512, tg128 and batched decode). One JSON object on stdout.
  *
  *   bench_engine [--model PATH] [--requests N] [--prompt P] [--output O]
  *                [--concurrency 1,4,16,64] [--budget B] [--threads T]
  *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16]
+ *                [--prefill-cap auto,off,N,...]
+ *
+ * --prefill-cap lists engine prefill_cap settings to compare (engine.h):
+ * auto (0, the default: adaptive), off (-1: only the budget) or a fixed cap
+ * of prefill tokens per step while sequences decode: the latency/throughput
+ * trade-off curve of chunked prefill.
  *
  * --requests-c1 lets the (slow) concurrency-1 run use fewer requests: its
  * throughput is a rate, so it stays comparable. --kv-dtype defaults to f16,
@@ -35,15 +48,25 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Per-run timing: request i was sent at sent[i]; its tokens' gaps go to itl. */
 typedef struct {
     long tokens;
     int finished;
+    double *sent, *last, *ttft, *itl;
+    long n_itl;
 } count_t;
 
 static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
 {
-    (void)id, (void)res;
-    ((count_t *)ctx)->tokens++;
+    (void)res;
+    count_t *c = ctx;
+    double t = now_s();
+    if (c->last[id] == 0)
+        c->ttft[id] = t - c->sent[id];
+    else
+        c->itl[c->n_itl++] = t - c->last[id];
+    c->last[id] = t;
+    c->tokens++;
 }
 
 static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t r, const ifd_engine_usage_t *u)
@@ -52,18 +75,52 @@ static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t r, const ifd_e
     ((count_t *)ctx)->finished++;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Prints ,"name":{"mean":…,"p50":…,"p90":…,"p99":…,"max":…} of v[0..n) in ms (sorts v);
+ * returns p99 / mean. */
+static double print_dist(const char *name, double *v, long n)
+{
+    double sum = 0;
+    for (long i = 0; i < n; i++)
+        sum += v[i];
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+#define PCT(q) (n ? v[(long)((double)(n - 1) * (q) + 0.5)] * 1e3 : 0.0)
+    printf(",\"%s\":{\"mean\":%.1f,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,\"max\":%.1f}", name,
+           n ? sum / (double)n * 1e3 : 0.0, PCT(0.5), PCT(0.9), PCT(0.99), PCT(1.0));
+    double ratio = sum > 0 ? PCT(0.99) / (sum / (double)n * 1e3) : 0.0;
+#undef PCT
+    return ratio;
+}
+
+/* "auto" -> 0, "off" -> -1, else a positive count; -2 when bad. */
+static int parse_cap(const char *s)
+{
+    if (strcmp(s, "auto") == 0)
+        return 0;
+    if (strcmp(s, "off") == 0)
+        return -1;
+    int v = atoi(s);
+    return v > 0 ? v : -2;
+}
+
 int main(int argc, char **argv)
 {
     const char *model = NULL;
     int n_req = 64, n_req_c1 = 0, plen = 128, olen = 128, budget = 256, threads = 0;
-    char conc_list[256] = "1,4,16,64";
+    char conc_list[256] = "1,4,16,64", cap_list[256] = "auto";
     const char *kv_name = "f16"; /* the daemon's default kv_dtype */
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},    {"requests", required_argument, NULL, 'r'},
         {"prompt", required_argument, NULL, 'p'},   {"output", required_argument, NULL, 'o'},
         {"concurrency", required_argument, NULL, 'c'}, {"budget", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'},  {"requests-c1", required_argument, NULL, '1'},
-        {"kv-dtype", required_argument, NULL, 'k'}, {NULL, 0, NULL, 0},
+        {"kv-dtype", required_argument, NULL, 'k'}, {"prefill-cap", required_argument, NULL, 'P'},
+        {NULL, 0, NULL, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -77,6 +134,7 @@ int main(int argc, char **argv)
         case 't': threads = atoi(optarg); break;
         case '1': n_req_c1 = atoi(optarg); break;
         case 'k': kv_name = optarg; break;
+        case 'P': snprintf(cap_list, sizeof cap_list, "%s", optarg); break;
         default: fprintf(stderr, "bench_engine: bad option\n"); return 2;
         }
     }
@@ -94,6 +152,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_engine: sizes must be positive\n");
         return 2;
     }
+    int caps[16], n_caps = 0;
+    for (char *tok = strtok(cap_list, ","); tok && n_caps < 16; tok = strtok(NULL, ",")) {
+        if ((caps[n_caps++] = parse_cap(tok)) < -1) {
+            fprintf(stderr, "bench_engine: --prefill-cap '%s': expected auto, off or N > 0\n",
+                    tok);
+            return 2;
+        }
+    }
+    int concs[16], n_concs = 0;
+    for (char *tok = strtok(conc_list, ","); tok && n_concs < 16; tok = strtok(NULL, ","))
+        if (atoi(tok) >= 1)
+            concs[n_concs++] = atoi(tok);
     char err[1024] = "";
     ifd_backend_t *be;
     ifd_model_t *m;
@@ -112,76 +182,110 @@ int main(int argc, char **argv)
            "\"runs\":[",
            cfg->name, ifd_cpu_isa_name(), threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
            kv_name, plen, olen, budget);
-    double base = 0;
+    double base[16] = {0}; /* concurrency-1 throughput per prefill cap */
     int first = 1;
-    for (char *tok = strtok(conc_list, ","); tok; tok = strtok(NULL, ",")) {
-        int conc = atoi(tok);
-        if (conc < 1)
-            continue;
-        int nr = conc == 1 && n_req_c1 > 0 ? n_req_c1 : n_req;
-        ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
-        kp.dtype = kv_dtype;
-        kp.n_blocks = (int64_t)conc * ((plen + olen) / kp.block_size + 2) + 16;
-        kp.n_workers = 1;
-        ifd_kvpool_t *pool;
-        ifd_engine_model_t em;
-        ifd_engine_t *eng;
-        count_t cnt = {0, 0};
-        ifd_engine_params_t ep = ifd_engine_default_params();
-        ep.max_seqs = conc;
-        ep.max_batched_tokens = budget > conc ? budget : conc;
-        ifd_engine_callbacks_t cb = {&cnt, on_token, on_finish};
-        if (ifd_kvpool_create(&kp, &pool) || ifd_engine_model_from(&em, m, pool, 0) ||
-            ifd_engine_create(&eng, &ep, &em, pool, &cb)) {
-            fprintf(stderr, "bench_engine: setup failed\n");
-            return 1;
-        }
-        for (int i = 0; i < nr; i++) {
-            ifd_engine_request_t r;
-            memset(&r, 0, sizeof r);
-            r.id = (uint64_t)i;
-            r.prompt = prompts + (size_t)i * (size_t)plen;
-            r.n_prompt = plen;
-            r.sampling = ifd_sampling_default_params();
-            r.sampling.temperature = 0.0f;
-            r.max_tokens = olen;
-            r.ignore_eos = true;
-            r.use_cache = true;
-            if (ifd_engine_add(eng, &r)) {
-                fprintf(stderr, "bench_engine: add failed\n");
+    int max_req = n_req > n_req_c1 ? n_req : n_req_c1;
+    count_t cnt;
+    cnt.sent = calloc((size_t)max_req, sizeof(double));
+    cnt.last = calloc((size_t)max_req, sizeof(double));
+    cnt.ttft = calloc((size_t)max_req, sizeof(double));
+    cnt.itl = calloc((size_t)max_req * (size_t)olen, sizeof(double));
+    for (int ci = 0; ci < n_concs; ci++) {
+        for (int ki = 0; ki < n_caps; ki++) {
+            int conc = concs[ci], cap = caps[ki];
+            int nr = conc == 1 && n_req_c1 > 0 ? n_req_c1 : n_req;
+            ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
+            kp.dtype = kv_dtype;
+            kp.n_blocks = (int64_t)conc * ((plen + olen) / kp.block_size + 2) + 16;
+            kp.n_workers = 1;
+            ifd_kvpool_t *pool;
+            ifd_engine_model_t em;
+            ifd_engine_t *eng;
+            cnt.tokens = 0, cnt.finished = 0, cnt.n_itl = 0;
+            memset(cnt.last, 0, (size_t)max_req * sizeof(double));
+            ifd_engine_params_t ep = ifd_engine_default_params();
+            ep.max_seqs = conc;
+            ep.max_batched_tokens = budget > conc ? budget : conc;
+            ep.prefill_cap = cap;
+            ifd_engine_callbacks_t cb = {&cnt, on_token, on_finish};
+            if (ifd_kvpool_create(&kp, &pool) || ifd_engine_model_from(&em, m, pool, 0) ||
+                ifd_engine_create(&eng, &ep, &em, pool, &cb)) {
+                fprintf(stderr, "bench_engine: setup failed\n");
                 return 1;
             }
-        }
-        double t0 = now_s();
-        while (!ifd_engine_idle(eng)) {
-            int rc = ifd_engine_step(eng, NULL);
-            if (rc < 0) {
-                fprintf(stderr, "bench_engine: step failed: %s\n", ifd_strerror(rc));
-                return 1;
+            double t0 = now_s(), pf_s = 0, dec_s = 0;
+            long pf_tok = 0, dec_tok = 0; /* steps of only prefill / only decodes */
+            int sent = 0;
+            while (sent < nr || !ifd_engine_idle(eng)) {
+                /* closed loop: keep conc requests in flight */
+                while (sent < nr && sent - cnt.finished < conc) {
+                    ifd_engine_request_t r;
+                    memset(&r, 0, sizeof r);
+                    r.id = (uint64_t)sent;
+                    r.prompt = prompts + (size_t)sent * (size_t)plen;
+                    r.n_prompt = plen;
+                    r.sampling = ifd_sampling_default_params();
+                    r.sampling.temperature = 0.0f;
+                    r.max_tokens = olen;
+                    r.ignore_eos = true;
+                    r.use_cache = true;
+                    if (ifd_engine_add(eng, &r)) {
+                        fprintf(stderr, "bench_engine: add failed\n");
+                        return 1;
+                    }
+                    cnt.sent[sent++] = now_s();
+                }
+                ifd_engine_step_stats_t ss;
+                double ts = now_s();
+                int rc = ifd_engine_step(eng, &ss);
+                ts = now_s() - ts;
+                if (ss.n_decode_tokens == 0 && ss.n_prefill_tokens > 0)
+                    pf_s += ts, pf_tok += ss.n_prefill_tokens;
+                else if (ss.n_prefill_tokens == 0 && ss.n_decode_tokens > 0)
+                    dec_s += ts, dec_tok += ss.n_decode_tokens;
+                if (rc < 0) {
+                    fprintf(stderr, "bench_engine: step failed: %s\n", ifd_strerror(rc));
+                    return 1;
+                }
             }
+            double dt = now_s() - t0;
+            ifd_engine_stats_t st;
+            ifd_engine_stats(eng, &st);
+            double tps = (double)cnt.tokens / dt;
+            if (conc == 1 && base[ki] == 0)
+                base[ki] = tps;
+            fprintf(stderr,
+                    "bench_engine: concurrency %d, prefill cap %d: %d requests, %.1f s, "
+                    "%.1f output tok/s\n",
+                    conc, cap, nr, dt, tps);
+            char cap_name[16];
+            snprintf(cap_name, sizeof cap_name, "%d", cap);
+            printf("%s{\"concurrency\":%d,\"prefill_cap\":\"%s\",\"requests\":%d,"
+                   "\"seconds\":%.2f,\"output_tokens\":%ld,"
+                   "\"output_tok_s\":%.2f,\"steps\":%llu,\"mean_step_ms\":%.2f,"
+                   "\"tokens_per_step\":%.1f,\"forward_ms\":%.0f,\"sample_ms\":%.0f,"
+                   "\"schedule_ms\":%.0f,\"ratio_to_c1\":%.2f,"
+                   "\"prefill_only_tok_s\":%.1f,\"decode_only_tok_s\":%.2f",
+                   first ? "" : ",", conc, cap == 0 ? "auto" : cap < 0 ? "off" : cap_name,
+                   nr, dt, cnt.tokens, tps, (unsigned long long)st.steps,
+                   st.steps ? dt * 1e3 / (double)st.steps : 0.0,
+                   st.steps ? (double)st.tokens / (double)st.steps : 0.0, st.forward_ms,
+                   st.sample_ms, st.schedule_ms, base[ki] > 0 ? tps / base[ki] : 0.0,
+                   pf_s > 0 ? (double)pf_tok / pf_s : 0.0,
+                   dec_s > 0 ? (double)dec_tok / dec_s : 0.0);
+            print_dist("ttft_ms", cnt.ttft, nr);
+            printf(",\"itl_p99_over_mean\":%.2f}", print_dist("itl_ms", cnt.itl, cnt.n_itl));
+            fflush(stdout);
+            first = 0;
+            ifd_engine_destroy(eng);
+            ifd_engine_model_free(&em);
+            ifd_kvpool_destroy(pool);
         }
-        double dt = now_s() - t0;
-        ifd_engine_stats_t st;
-        ifd_engine_stats(eng, &st);
-        double tps = (double)cnt.tokens / dt;
-        if (conc == 1 || base == 0)
-            base = conc == 1 ? tps : base;
-        fprintf(stderr, "bench_engine: concurrency %d: %d requests, %.1f s, %.1f output tok/s\n",
-                conc, nr, dt, tps);
-        printf("%s{\"concurrency\":%d,\"requests\":%d,\"seconds\":%.2f,\"output_tokens\":%ld,"
-               "\"output_tok_s\":%.2f,\"steps\":%llu,\"mean_step_ms\":%.2f,"
-               "\"tokens_per_step\":%.1f,\"forward_ms\":%.0f,\"sample_ms\":%.0f,"
-               "\"schedule_ms\":%.0f,\"ratio_to_c1\":%.2f}",
-               first ? "" : ",", conc, nr, dt, cnt.tokens, tps, (unsigned long long)st.steps,
-               st.steps ? dt * 1e3 / (double)st.steps : 0.0,
-               st.steps ? (double)st.tokens / (double)st.steps : 0.0, st.forward_ms, st.sample_ms,
-               st.schedule_ms, base > 0 ? tps / base : 0.0);
-        fflush(stdout);
-        first = 0;
-        ifd_engine_destroy(eng);
-        ifd_engine_model_free(&em);
-        ifd_kvpool_destroy(pool);
     }
+    free(cnt.sent);
+    free(cnt.last);
+    free(cnt.ttft);
+    free(cnt.itl);
     printf("]}\n");
     free(prompts);
     ifd_model_destroy(m);

@@ -70,6 +70,8 @@ struct ifd_engine {
     int b_tables_cap;
     float *logits;
     ifd__seq_t **sched;
+    bool sched_decodes; /* this step carries decodes (feeds decode_ema) */
+    double decode_ema;  /* mean tokens of recent steps with decodes; 0 before the first */
     ifd_engine_stats_t st;
 };
 
@@ -92,6 +94,7 @@ ifd_engine_params_t ifd_engine_default_params(void)
                              .n_eos_ids = 0,
                              .max_batched_tokens = 256,
                              .max_seqs = 64,
+                             .prefill_cap = 0,
                              .worker = 0,
                              .device = 0};
     return p;
@@ -408,6 +411,12 @@ static int32_t ifd__want(const ifd__seq_t *s)
     return s->n_tokens - s->n_computed;
 }
 
+/* s computes one generated token this step (anything else is prefill). */
+static bool ifd__decoding(const ifd__seq_t *s)
+{
+    return ifd__want(s) == 1 && s->n_computed >= s->n_prompt;
+}
+
 /* Admission: consult the prefix cache (use_cache only). */
 static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
 {
@@ -440,6 +449,21 @@ static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
     return 0;
 }
 
+/* Prefill tokens this step may carry when n_dec running sequences want a
+ * decode token (engine.h, prefill_cap). */
+static int ifd__prefill_allowance(const ifd_engine_t *e, int n_dec)
+{
+    int left = e->p.max_batched_tokens - n_dec;
+    if (n_dec == 0 || e->p.prefill_cap < 0)
+        return left;
+    int cap = e->p.prefill_cap;
+    if (cap == 0) {
+        int total = (int)(IFD_ENGINE_STEP_RATIO * e->decode_ema + 0.5);
+        cap = total - n_dec > IFD_ENGINE_PREFILL_FLOOR ? total - n_dec : IFD_ENGINE_PREFILL_FLOOR;
+    }
+    return cap < left ? cap : left;
+}
+
 /* Fills e->sched with the sequences of this step. Returns how many. */
 static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
 {
@@ -460,12 +484,27 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
         }
     }
 
+    /* Prefill (chunks of running sequences, then admissions) shares what
+     * the cap leaves beside the decodes. */
+    int n_dec = 0;
+    for (int i = 0; i < e->running.n; i++)
+        n_dec += ifd__decoding(e->running.v[i]);
+    int prefill_left = ifd__prefill_allowance(e, n_dec);
+    e->sched_decodes = n_dec > 0;
+
     /* 1. running sequences, oldest first */
     for (int i = 0; i < e->running.n && budget > 0;) {
         ifd__seq_t *s = e->running.v[i];
         int32_t n = ifd__want(s);
+        bool prefill = !ifd__decoding(s);
+        if (prefill && n > prefill_left)
+            n = prefill_left;
         if (n > budget)
             n = budget;
+        if (n <= 0) { /* a prefill chunk over the cap: next step */
+            i++;
+            continue;
+        }
         int rc;
         while ((rc = ifd__grow(e, s, s->n_computed + n)) == IFD_ENOBLOCKS) {
             int victim = e->running.n - 1;
@@ -494,12 +533,14 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
         s->sample = s->n_computed + n == s->n_tokens;
         e->sched[n_sched++] = s;
         budget -= n;
+        if (prefill)
+            prefill_left -= n;
         i++;
     next_running:;
     }
 
-    /* 2. waiting requests in order, while budget and max_seqs allow */
-    while (budget > 0 && e->waiting.n > 0 && e->running.n < e->p.max_seqs) {
+    /* 2. waiting requests in order, while budget, prefill cap and max_seqs allow */
+    while (budget > 0 && prefill_left > 0 && e->waiting.n > 0 && e->running.n < e->p.max_seqs) {
         ifd__seq_t *s = e->waiting.v[0];
         if (ifd__blocks_for(e, s->n_tokens + 1) > e->pool_blocks) {
             IFD_WARN("engine: request %llu needs %d blocks, the pool has %d",
@@ -518,6 +559,8 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
         int32_t n = ifd__want(s);
         if (n > budget)
             n = budget;
+        if (n > prefill_left)
+            n = prefill_left;
         rc = ifd__grow(e, s, s->n_computed + n);
         if (rc == IFD_ENOBLOCKS) {
             ifd__seq_release(e, s); /* give back the prefix hits; try again later */
@@ -538,6 +581,7 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
         s->sample = s->n_computed + n == s->n_tokens;
         e->sched[n_sched++] = s;
         budget -= n;
+        prefill_left -= n;
     }
     return n_sched;
 }
@@ -691,6 +735,10 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     st.schedule_ms = t1 - t0;
     st.forward_ms = t2 - t1;
     st.sample_ms = t3 - t2;
+    if (e->sched_decodes)
+        e->decode_ema = e->decode_ema == 0
+                            ? (double)n_tok
+                            : e->decode_ema + ((double)n_tok - e->decode_ema) / IFD_ENGINE_STEP_EMA;
     e->st.steps++;
     e->st.tokens += (uint64_t)n_tok;
     e->st.prefill_tokens += (uint64_t)st.n_prefill_tokens;
@@ -706,6 +754,7 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
 void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
 {
     *out = e->st;
+    out->decode_step_tokens = e->decode_ema;
     out->running = e->running.n;
     out->waiting = e->waiting.n;
     int64_t held = 0;

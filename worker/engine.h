@@ -6,7 +6,10 @@
  * Every ifd_engine_step builds one ragged batch under a token budget
  * (max_batched_tokens): first every running sequence (a decode token, or its
  * next prefill chunk), oldest first, then waiting requests in FCFS order
- * (higher priority first) while the budget and max_seqs allow. At admission
+ * (higher priority first) while the budget and max_seqs allow. While any
+ * sequence decodes, prefill tokens (chunks of running sequences and new
+ * admissions together) are further capped (prefill_cap) so that decodes
+ * keep a steady pace. At admission
  * the prefix cache is consulted and matched blocks are neither recomputed
  * nor re-allocated. When a running sequence needs a block and the pool has
  * none, the most recently admitted sequence is preempted: its blocks are
@@ -67,12 +70,31 @@ typedef struct {
                       const ifd_engine_usage_t *usage);
 } ifd_engine_callbacks_t;
 
+/* The adaptive prefill cap (prefill_cap 0). With a step cost affine in its
+ * tokens (weights read once, then per-token work), a step of at most RATIO x
+ * the mean tokens of decoding steps takes at most RATIO x their mean time:
+ * the p99 inter-token latency stays within RATIO x its mean, and in steady
+ * state the cap ((RATIO - 1) x decodes + RATIO x the mean prefill per step)
+ * always exceeds the prefill the stream of new requests brings. The floor
+ * keeps prefill moving when the mean is small (a few decodes). */
+#define IFD_ENGINE_STEP_RATIO 1.5
+#define IFD_ENGINE_PREFILL_FLOOR 32
+#define IFD_ENGINE_STEP_EMA 64 /* steps: weight 1/64 per new step in the mean */
+
 typedef struct {
     /* End-of-generation ids of the model (copied): a request stops after one
      * unless it sets ignore_eos. May be NULL/0. */
     const int32_t *eos_ids;
     int32_t n_eos_ids;
     int max_batched_tokens; /* token budget per step (default 256) */
+    /* Prefill tokens per step while running sequences decode, so that a new
+     * prompt does not stall the streams already generating (their
+     * inter-token latency): > 0 a fixed cap; 0 (default) adaptive: the step
+     * may hold at most IFD_ENGINE_STEP_RATIO x the recent mean tokens of
+     * decoding steps, and never less than the decodes + IFD_ENGINE_PREFILL_FLOOR;
+     * < 0 no cap but max_batched_tokens. Steps without decodes always get the
+     * whole budget. */
+    int prefill_cap;
     int max_seqs;           /* running sequences at most (default 64) */
     int worker;             /* this worker's slot in the pool ledger (default 0) */
     int device;             /* the pool device this engine computes on (default 0) */
@@ -145,6 +167,7 @@ typedef struct {
     int64_t blocks_held;      /* blocks this engine holds now */
     double forward_ms, sample_ms, schedule_ms; /* totals */
     int32_t max_batched_tokens;
+    double decode_step_tokens; /* recent mean tokens of steps with decodes (adaptive cap) */
 } ifd_engine_stats_t;
 
 void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);

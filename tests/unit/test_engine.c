@@ -101,7 +101,8 @@ typedef struct {
     sink_t *sink;
 } rig_t;
 
-static void rig_open(rig_t *r, int n_blocks, int budget, int max_seqs, int n_ctx)
+static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n_ctx,
+                         int prefill_cap)
 {
     memset(r, 0, sizeof *r);
     ifd_kvpool_params_t kp = ifd_kvpool_default_params();
@@ -121,8 +122,14 @@ static void rig_open(rig_t *r, int n_blocks, int budget, int max_seqs, int n_ctx
     ep.n_eos_ids = 1;
     ep.max_batched_tokens = budget;
     ep.max_seqs = max_seqs;
+    ep.prefill_cap = prefill_cap;
     ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish};
     ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
+}
+
+static void rig_open(rig_t *r, int n_blocks, int budget, int max_seqs, int n_ctx)
+{
+    rig_open_cap(r, n_blocks, budget, max_seqs, n_ctx, 0);
 }
 
 static void rig_check_pool(rig_t *r)
@@ -181,12 +188,13 @@ static ifd_engine_request_t req(int i, int max_tokens)
 }
 
 /* Each request alone in a roomy engine: the reference outputs. */
-static void solo_outputs(int n, int max_tokens, sink_t *ref)
+static void solo_outputs_eos(int n, int max_tokens, bool ignore_eos, sink_t *ref)
 {
     for (int i = 0; i < n; i++) {
         rig_t r;
         rig_open(&r, 256, 512, 64, 1024);
         ifd_engine_request_t q = req(i, max_tokens);
+        q.ignore_eos = ignore_eos;
         ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
         run_to_idle(&r, 10000);
         ck_assert_int_eq(r.sink->finished[i], 1);
@@ -195,6 +203,11 @@ static void solo_outputs(int n, int max_tokens, sink_t *ref)
         ref->reason[i] = r.sink->reason[i];
         rig_close(&r);
     }
+}
+
+static void solo_outputs(int n, int max_tokens, sink_t *ref)
+{
+    solo_outputs_eos(n, max_tokens, false, ref);
 }
 
 static void assert_same(const sink_t *a, const sink_t *b, int n)
@@ -262,6 +275,63 @@ START_TEST(test_budget_filled_decodes_first_then_chunks)
     ck_assert_int_ge(chunks, 8); /* 100 tokens in 12-token chunks */
     run_to_idle(&r, 1000);
     rig_close(&r);
+}
+END_TEST
+
+/* While sequences decode, prefill per step stays under the cap (fixed or
+ * adaptive), decodes are never held back, steps without decodes get the whole
+ * budget, and the tokens are those of each request alone. */
+START_TEST(test_prefill_cap_keeps_decodes_steady)
+{
+    static const int caps[] = {8, 0, -1};
+    make_prompts(12, 10, 11);
+    for (int i = 4; i < 12; i++)
+        prompt_len[i] = 150;
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs_eos(12, 40, true, ref);
+    for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+        rig_t r;
+        rig_open_cap(&r, 512, 128, 16, 1024, caps[c]);
+        for (int i = 0; i < 4; i++) {
+            ifd_engine_request_t q = req(i, 40);
+            q.ignore_eos = true;
+            ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+        }
+        /* no decodes yet: the first step takes every short prompt at once */
+        ifd_engine_step_stats_t st;
+        ck_assert_int_eq(ifd_engine_step(r.eng, &st), 4);
+        ck_assert_int_eq(st.n_decode_tokens, 0);
+        for (int i = 4; i < 12; i++) {
+            ifd_engine_request_t q = req(i, 40);
+            q.ignore_eos = true;
+            ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+        }
+        int steps = 0, capped = 0;
+        while (!ifd_engine_idle(r.eng)) {
+            ifd_engine_stats_t es;
+            ifd_engine_stats(r.eng, &es);
+            ck_assert_int_ge(ifd_engine_step(r.eng, &st), 0);
+            ck_assert_int_lt(++steps, 2000);
+            if (st.n_decode_tokens == 0)
+                continue;
+            int n_dec = st.n_tokens - st.n_prefill_tokens; /* one token each */
+            if (caps[c] > 0) {
+                ck_assert_int_le(st.n_prefill_tokens, caps[c]);
+            } else if (caps[c] == 0) {
+                int total = (int)(IFD_ENGINE_STEP_RATIO * es.decode_step_tokens + 0.5);
+                int lim = total > n_dec + IFD_ENGINE_PREFILL_FLOOR ? total
+                                                                 : n_dec + IFD_ENGINE_PREFILL_FLOOR;
+                ck_assert_int_le(st.n_tokens, lim);
+            }
+            capped += st.n_prefill_tokens > 0 && st.n_tokens < 128;
+        }
+        assert_same(ref, r.sink, 12);
+        if (caps[c] >= 0)
+            ck_assert_int_gt(capped, 0); /* the cap, not the budget, bounded some steps */
+        printf("prefill cap %d: %d steps\n", caps[c], steps);
+        rig_close(&r);
+    }
+    free(ref);
 }
 END_TEST
 
@@ -494,6 +564,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_batched_equals_solo);
     tcase_add_test(tc, test_budget_filled_decodes_first_then_chunks);
+    tcase_add_test(tc, test_prefill_cap_keeps_decodes_steady);
     tcase_add_test(tc, test_chunked_prefill_equals_whole);
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_tiny_pool_preempts_and_completes_all);

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""cpu_vs_llamacpp.py -- the measuring half of bench/cpu_vs_llamacpp.sh (run that).
+
+For each model and repetition, every workload runs once per engine, each in
+a process of its own (so each has its own peak RSS, read with wait4), the
+engine order alternating between repetitions so both see the same machine:
+
+  single   1 sequence, a 512-token random prompt prefilled in one batch
+           (pp512: prompt tokens/s), then 128 decode steps (tg128: tokens/s)
+  batchedB B sequences (4, 16, 64) of 32-token random prompts prefilled in one
+           batch, then 64 decode steps of B tokens (decode tokens/s)
+
+inferd runs bench/bench_engine (the real engine, CPU backend, f16 KV pool;
+prefill_only_tok_s / decode_only_tok_s of its steps), llama.cpp runs
+bench/llamacpp_driver.py (llama-cpp-python's llama_decode, f16 KV), with the
+same thread count and the same KV capacity in tokens. Reported per metric:
+the median over repetitions for each engine, and inferd / llama.cpp as the
+median of the per-repetition ratios (paired, so a load change during the run
+hits both sides of a ratio alike). For RSS a ratio above 1 means inferd uses
+more. The load average before every run is recorded with it.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+ENGINES = ("llama.cpp", "inferd")
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def git_commit(repo):
+    try:
+        return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def spawn_measured(cmd):
+    """Runs cmd; returns (its last stdout line as JSON, its peak RSS in MiB, seconds,
+    the load average before it)."""
+    load = [round(x, 2) for x in os.getloadavg()]
+    t0 = time.time()
+    with open(os.devnull, "rb") as devnull:
+        p = subprocess.Popen(cmd, stdin=devnull, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # read both pipes to the end, then reap with wait4 to get the child's rusage
+        out, err = _drain(p)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    out, err = out.decode(), err.decode()
+    if p.returncode != 0:
+        sys.exit("cpu_vs_llamacpp: %s failed (%d):\n%s" % (shlex.join(cmd), p.returncode, err[-2000:]))
+    try:
+        doc = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        sys.exit("cpu_vs_llamacpp: %s printed no JSON:\n%s" % (shlex.join(cmd), out[-2000:]))
+    return doc, ru.ru_maxrss / 1024.0, time.time() - t0, load
+
+
+def _drain(p):
+    import selectors
+    sel = selectors.DefaultSelector()
+    bufs = {p.stdout: [], p.stderr: []}
+    for f in bufs:
+        sel.register(f, selectors.EVENT_READ)
+    while sel.get_map():
+        for key, _ in sel.select():
+            chunk = os.read(key.fd, 65536)
+            if chunk:
+                bufs[key.fileobj].append(chunk)
+            else:
+                sel.unregister(key.fileobj)
+    return b"".join(bufs[p.stdout]), b"".join(bufs[p.stderr])
+
+
+def kv_tokens(conc, prompt, output):
+    """bench_engine's pool capacity in tokens (blocks of 16, see bench_engine.c)."""
+    return (conc * ((prompt + output) // 16 + 2) + 16) * 16
+
+
+def workloads(smoke):
+    if smoke:
+        return [("single", 1, 32, 9), ("batched2", 2, 8, 5)]
+    return [("single", 1, 512, 129), ("batched4", 4, 32, 65), ("batched16", 16, 32, 65),
+            ("batched64", 64, 32, 65)]
+
+
+def command(engine, a, model, conc, prompt, output):
+    budget = max(512, conc * prompt)
+    if engine == "inferd":
+        return [a.bench_engine, "--model", model, "--threads", str(a.threads), "--concurrency",
+                str(conc), "--requests", str(conc), "--requests-c1", str(conc), "--prompt",
+                str(prompt), "--output", str(output), "--budget", str(budget),
+                "--prefill-cap", "off"]
+    return [a.llama_python, a.driver, "--model", model, "--threads", str(a.threads),
+            "--concurrency", str(conc), "--prompt", str(prompt), "--output", str(output),
+            "--budget", str(budget), "--n-ctx", str(kv_tokens(conc, prompt, output))]
+
+
+def metrics_of(wname, doc, prompt, output):
+    run = doc["runs"][0]
+    if wname == "single":
+        return {"pp%d_tok_s" % prompt: run["prefill_only_tok_s"],
+                "tg%d_tok_s" % (output - 1): run["decode_only_tok_s"]}
+    return {"%s_decode_tok_s" % wname: run["decode_only_tok_s"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench-engine", required=True)
+    ap.add_argument("--driver", required=True)
+    ap.add_argument("--llama-python", required=True)
+    ap.add_argument("--model", action="append", required=True, help="name=path")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--repo", default=".")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--inferd-only", action="store_true")
+    a = ap.parse_args()
+    if a.smoke:
+        a.reps = 1
+        a.model = a.model[:1]
+    engines = ("inferd",) if a.inferd_only else ENGINES
+    report = {
+        "bench": "cpu_vs_llamacpp",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": a.threads,
+        "commit": git_commit(a.repo),
+        "reps": a.reps,
+        "smoke": a.smoke,
+        "models": [],
+    }
+    for spec in a.model:
+        name, path = spec.split("=", 1)
+        per = {e: {} for e in engines}  # engine -> metric -> [per rep]
+        runs = []
+        for rep in range(a.reps):
+            order = engines if rep % 2 == 0 else tuple(reversed(engines))
+            rss = {e: 0.0 for e in engines}
+            for wname, conc, prompt, output in workloads(a.smoke):
+                for e in order:
+                    doc, rss_mib, secs, load = spawn_measured(
+                        command(e, a, path, conc, prompt, output))
+                    m = metrics_of(wname, doc, prompt, output)
+                    m["rss_%s_mib" % wname] = round(rss_mib, 1)
+                    rss[e] = max(rss[e], rss_mib)
+                    for k, v in m.items():
+                        per[e].setdefault(k, []).append(v)
+                    runs.append({"rep": rep, "workload": wname, "engine": e, "load_avg": load,
+                                 "seconds": round(secs, 1), "metrics": m})
+                    if e == "inferd":
+                        report.setdefault("inferd_isa", doc.get("isa"))
+                    print("cpu_vs_llamacpp: %s rep %d %s %s: %s (load %s)" %
+                          (name, rep, wname, e, m, load[0]), file=sys.stderr)
+            for e in engines:
+                per[e].setdefault("rss_peak_mib", []).append(round(rss[e], 1))
+        summary = {}
+        for k in per[engines[0]]:
+            row = {e: statistics.median(per[e][k]) for e in engines}
+            for e in engines:
+                row[e + "_reps"] = per[e][k]
+            if len(engines) == 2:
+                ratios = [i / l for i, l in zip(per["inferd"][k], per["llama.cpp"][k]) if l > 0]
+                row["ratio"] = round(statistics.median(ratios), 3) if ratios else None
+            summary[k] = row
+        report["models"].append({"name": name, "path": path,
+                                 "file_mib": round(os.path.getsize(path) / 2**20, 1),
+                                 "summary": summary, "runs": runs})
+    report["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    text = json.dumps(report)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# cpu_vs_llamacpp.sh — inferd against llama.cpp on the CPU, side by side: the
+# same GGUF, the same thread count, the same workloads, interleaved, several
+# repetitions; prints both and inferd ÷ llama.cpp as one JSON object
+# (bench/cpu_vs_llamacpp.py does the measuring; docs/benchmarks.md has the
+# results and what each number means).
+#
+#   bench/cpu_vs_llamacpp.sh [--build DIR] [--models default,gemma3] [--reps N]
+#                            [--threads T] [--json FILE] [--smoke] [--inferd-only]
+#
+# llama.cpp comes from the PyPI sdist of llama-cpp-python (LLAMACPP_PY_VERSION,
+# default 0.3.36, which vendors llama.cpp 0c1e57098), built once from source for
+# this CPU (GGML_NATIVE) into a wheel cached outside the repository and
+# installed into its own venv:
+#   ${XDG_CACHE_HOME:-~/.cache}/inferd/llamacpp-wheels/   the built wheel (reused)
+#   ${XDG_CACHE_HOME:-~/.cache}/inferd/llamacpp-venv/     the venv that runs it
+# The first run builds it (tens of minutes on 2 cores); later runs reuse it.
+# inferd is measured with DIR/bench/bench_engine (built if missing).
+#
+# --smoke: one repetition of tiny workloads on the default model (seconds once
+# the wheel exists); --inferd-only skips llama.cpp (no build needed).
+# Exit status: 0, 1 on a failed step, 2 on bad usage.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build="$root/build"
+models="default,gemma3"
+reps=3
+threads=2
+json=""
+smoke=0
+inferd_only=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build) build=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --json) json=$2; shift 2 ;;
+    --smoke) smoke=1; shift ;;
+    --inferd-only) inferd_only=1; shift ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "cpu_vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/inferd"
+venv="$cache/llamacpp-venv"
+wheels="$cache/llamacpp-wheels"
+version="${LLAMACPP_PY_VERSION:-0.3.36}"
+
+# llama-cpp-python, built once for this CPU
+if [ "$inferd_only" = 0 ] &&
+   ! "$venv/bin/python" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$version')" 2>/dev/null; then
+    echo "cpu_vs_llamacpp: installing llama-cpp-python $version into $venv" >&2
+    mkdir -p "$wheels"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    if ! ls "$wheels"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
+        echo "cpu_vs_llamacpp: building llama.cpp from the sdist (log: $cache/llamacpp-build.log)" >&2
+        CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF" \
+        CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+            "$venv/bin/pip" wheel --no-deps -v "llama-cpp-python==$version" -w "$wheels" \
+            >"$cache/llamacpp-build.log" 2>&1 ||
+            { echo "cpu_vs_llamacpp: the build failed, see $cache/llamacpp-build.log" >&2; exit 1; }
+    fi
+    "$venv/bin/pip" install -q --find-links "$wheels" numpy "llama-cpp-python==$version" ||
+        { echo "cpu_vs_llamacpp: installing the wheel failed" >&2; exit 1; }
+fi
+
+# inferd's side
+if [ ! -x "$build/bench/bench_engine" ]; then
+    cmake --build "$build" --target bench_engine >&2 ||
+        { echo "cpu_vs_llamacpp: no $build/bench/bench_engine (configure $build first)" >&2; exit 1; }
+fi
+
+# the models
+model_args=()
+IFS=, read -r -a names <<<"$models"
+for name in "${names[@]}"; do
+    if [ "$name" = default ]; then
+        path=$("$root/deploy/fetch-model.sh" --path)
+    else
+        path=$("$root/deploy/fetch-model.sh" --path "$name")
+    fi
+    [ -f "$path" ] || { echo "cpu_vs_llamacpp: model $name not found (deploy/fetch-model.sh $name)" >&2; exit 1; }
+    model_args+=(--model "$name=$path")
+done
+
+py="$venv/bin/python"
+[ "$inferd_only" = 1 ] && py=python3
+args=(--bench-engine "$build/bench/bench_engine" --driver "$here/llamacpp_driver.py"
+      --llama-python "$venv/bin/python" --threads "$threads" --reps "$reps" --repo "$root"
+      "${model_args[@]}")
+[ "$smoke" = 1 ] && args+=(--smoke)
+[ "$inferd_only" = 1 ] && args+=(--inferd-only)
+[ -n "$json" ] && args+=(--json "$json")
+exec "$py" "$here/cpu_vs_llamacpp.py" "${args[@]}"
