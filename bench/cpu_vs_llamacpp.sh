@@ -5,8 +5,8 @@
 # (bench/cpu_vs_llamacpp.py does the measuring; docs/benchmarks.md has the
 # results and what each number means).
 #
-#   bench/cpu_vs_llamacpp.sh [--build DIR] [--models default,gemma3] [--reps N]
-#                            [--threads T] [--json FILE] [--smoke] [--inferd-only]
+#   bench/cpu_vs_llamacpp.sh [--build DIR] [--bench-engine PATH] [--models default,gemma3]
+#                            [--reps N] [--threads T] [--json FILE] [--smoke] [--inferd-only]
 #
 # llama.cpp comes from the PyPI sdist of llama-cpp-python (LLAMACPP_PY_VERSION,
 # default 0.3.36, which vendors llama.cpp 0c1e57098), built once from source for
@@ -15,16 +15,19 @@
 #   ${XDG_CACHE_HOME:-~/.cache}/inferd/llamacpp-wheels/   the built wheel (reused)
 #   ${XDG_CACHE_HOME:-~/.cache}/inferd/llamacpp-venv/     the venv that runs it
 # The first run builds it (tens of minutes on 2 cores); later runs reuse it.
-# inferd is measured with DIR/bench/bench_engine (built if missing).
+# inferd is measured with DIR/bench/bench_engine (built if missing; default DIR:
+# build/ of this checkout), or the --bench-engine given.
 #
 # --smoke: one repetition of tiny workloads on the default model (seconds once
-# the wheel exists); --inferd-only skips llama.cpp (no build needed).
+# the wheel exists; tests/integration/test_bench_cpu_vs_llamacpp.sh runs it);
+# --inferd-only skips llama.cpp (no build needed).
 # Exit status: 0, 1 on a failed step, 2 on bad usage.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build"
+bench_engine=""
 models="default,gemma3"
 reps=3
 threads=2
@@ -34,13 +37,14 @@ inferd_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
+    --bench-engine) bench_engine=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
     --inferd-only) inferd_only=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -70,9 +74,10 @@ if [ "$inferd_only" = 0 ] &&
 fi
 
 # inferd's side
-if [ ! -x "$build/bench/bench_engine" ]; then
-    cmake --build "$build" --target bench_engine >&2 ||
-        { echo "cpu_vs_llamacpp: no $build/bench/bench_engine (configure $build first)" >&2; exit 1; }
+if [ -z "$bench_engine" ]; then
+    bench_engine="$build/bench/bench_engine"
+    [ -x "$bench_engine" ] || cmake --build "$build" --target bench_engine >&2 ||
+        { echo "cpu_vs_llamacpp: no $bench_engine (configure $build first)" >&2; exit 1; }
 fi
 
 # the models
@@ -90,7 +95,7 @@ done
 
 py="$venv/bin/python"
 [ "$inferd_only" = 1 ] && py=python3
-args=(--bench-engine "$build/bench/bench_engine" --driver "$here/llamacpp_driver.py"
+args=(--bench-engine "$bench_engine" --driver "$here/llamacpp_driver.py"
       --llama-python "$venv/bin/python" --threads "$threads" --reps "$reps" --repo "$root"
       "${model_args[@]}")
 [ "$smoke" = 1 ] && args+=(--smoke)
