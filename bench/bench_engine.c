@@ -23,6 +23,14 @@
  * of prefill tokens per step while sequences decode: the latency/throughput
  * trade-off curve of chunked prefill.
  *
+ * --simulate A,B replaces the model by a cost model: no weights are loaded, a
+ * step of n tokens takes A + B x n ms of virtual time (the clock every timing
+ * here reads), logits are zeros. The engine's scheduling is the real one
+ * and does not depend on time (a closed loop adds requests when others
+ * finish), so steps, tokens per step and the latency distribution in units
+ * of step cost are exact; fitted A and B (from the real runs' mean step
+ * times) give a curve free of the machine's load.
+ *
  * --requests-c1 lets the (slow) concurrency-1 run use fewer requests: its
  * throughput is a rate, so it stays comparable. --kv-dtype defaults to f16,
  * the daemon's default kv_dtype, so the numbers are those of a served model.
@@ -41,11 +49,26 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Virtual time of --simulate (ms); < 0 when measuring for real. */
+static double sim_ms = -1, sim_a, sim_b;
+
 static double now_s(void)
 {
+    if (sim_ms >= 0)
+        return sim_ms / 1e3;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+#define SIM_VOCAB 256
+
+static int sim_forward(void *ctx, const ifd_batch_t *b, float *logits)
+{
+    (void)ctx;
+    sim_ms += sim_a + sim_b * b->n_tok;
+    memset(logits, 0, (size_t)b->n_logits * SIM_VOCAB * sizeof *logits);
+    return 0;
 }
 
 /* Per-run timing: request i was sent at sent[i]; its tokens' gaps go to itl. */
@@ -120,6 +143,7 @@ int main(int argc, char **argv)
         {"concurrency", required_argument, NULL, 'c'}, {"budget", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'},  {"requests-c1", required_argument, NULL, '1'},
         {"kv-dtype", required_argument, NULL, 'k'}, {"prefill-cap", required_argument, NULL, 'P'},
+        {"simulate", required_argument, NULL, 'S'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -135,6 +159,13 @@ int main(int argc, char **argv)
         case '1': n_req_c1 = atoi(optarg); break;
         case 'k': kv_name = optarg; break;
         case 'P': snprintf(cap_list, sizeof cap_list, "%s", optarg); break;
+        case 'S':
+            if (sscanf(optarg, "%lf,%lf", &sim_a, &sim_b) != 2 || sim_a < 0 || sim_b < 0) {
+                fprintf(stderr, "bench_engine: --simulate A,B: step cost A + B x tokens ms\n");
+                return 2;
+            }
+            sim_ms = 0;
+            break;
         default: fprintf(stderr, "bench_engine: bad option\n"); return 2;
         }
     }
@@ -165,26 +196,37 @@ int main(int argc, char **argv)
         if (atoi(tok) >= 1)
             concs[n_concs++] = atoi(tok);
     char err[1024] = "";
-    ifd_backend_t *be;
-    ifd_model_t *m;
-    if (ifd_backend_cpu_create(&be, threads) || ifd_model_load(&m, model, be, err, sizeof err)) {
-        fprintf(stderr, "bench_engine: %s\n", err);
-        return 1;
+    ifd_backend_t *be = NULL;
+    ifd_model_t *m = NULL;
+    const ifd_model_config_t *cfg = NULL;
+    char name[160] = "simulated";
+    int n_vocab = SIM_VOCAB;
+    if (sim_ms < 0) {
+        if (ifd_backend_cpu_create(&be, threads) ||
+            ifd_model_load(&m, model, be, err, sizeof err)) {
+            fprintf(stderr, "bench_engine: %s\n", err);
+            return 1;
+        }
+        cfg = ifd_model_config(m);
+        snprintf(name, sizeof name, "%s", cfg->name);
+        n_vocab = (int)cfg->n_vocab;
+    } else {
+        snprintf(name, sizeof name, "simulated %g + %g ms/token", sim_a, sim_b);
     }
-    const ifd_model_config_t *cfg = ifd_model_config(m);
-    int32_t *prompts = malloc((size_t)n_req * (size_t)plen * sizeof *prompts);
+    int max_req = n_req > n_req_c1 ? n_req : n_req_c1;
+    int32_t *prompts = malloc((size_t)max_req * (size_t)plen * sizeof *prompts);
     srand(1234);
-    for (long i = 0; i < (long)n_req * plen; i++)
-        prompts[i] = 100 + rand() % ((int)cfg->n_vocab - 200);
+    for (long i = 0; i < (long)max_req * plen; i++)
+        prompts[i] = 100 + rand() % (n_vocab - 200 > 1 ? n_vocab - 200 : 1);
 
     printf("{\"bench\":\"engine\",\"model\":\"%s\",\"isa\":\"%s\",\"threads\":%d,"
            "\"kv_dtype\":\"%s\",\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,"
            "\"runs\":[",
-           cfg->name, ifd_cpu_isa_name(), threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+           name, sim_ms < 0 ? ifd_cpu_isa_name() : "none",
+           threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
            kv_name, plen, olen, budget);
     double base[16] = {0}; /* concurrency-1 throughput per prefill cap */
     int first = 1;
-    int max_req = n_req > n_req_c1 ? n_req : n_req_c1;
     count_t cnt;
     cnt.sent = calloc((size_t)max_req, sizeof(double));
     cnt.last = calloc((size_t)max_req, sizeof(double));
@@ -194,7 +236,13 @@ int main(int argc, char **argv)
         for (int ki = 0; ki < n_caps; ki++) {
             int conc = concs[ci], cap = caps[ki];
             int nr = conc == 1 && n_req_c1 > 0 ? n_req_c1 : n_req;
-            ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
+            ifd_kvpool_params_t kp;
+            if (cfg) {
+                kp = ifd_model_kvpool_params(cfg);
+            } else { /* the fake model keeps nothing in it: a small geometry */
+                kp = ifd_kvpool_default_params();
+                kp.n_layers = 1, kp.n_kv_heads = 1, kp.head_dim = 2;
+            }
             kp.dtype = kv_dtype;
             kp.n_blocks = (int64_t)conc * ((plen + olen) / kp.block_size + 2) + 16;
             kp.n_workers = 1;
@@ -208,7 +256,10 @@ int main(int argc, char **argv)
             ep.max_batched_tokens = budget > conc ? budget : conc;
             ep.prefill_cap = cap;
             ifd_engine_callbacks_t cb = {&cnt, on_token, on_finish};
-            if (ifd_kvpool_create(&kp, &pool) || ifd_engine_model_from(&em, m, pool, 0) ||
+            ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward};
+            if (!cfg)
+                em = sim;
+            if (ifd_kvpool_create(&kp, &pool) || (cfg && ifd_engine_model_from(&em, m, pool, 0)) ||
                 ifd_engine_create(&eng, &ep, &em, pool, &cb)) {
                 fprintf(stderr, "bench_engine: setup failed\n");
                 return 1;
@@ -278,7 +329,8 @@ int main(int argc, char **argv)
             fflush(stdout);
             first = 0;
             ifd_engine_destroy(eng);
-            ifd_engine_model_free(&em);
+            if (cfg)
+                ifd_engine_model_free(&em);
             ifd_kvpool_destroy(pool);
         }
     }
@@ -289,6 +341,7 @@ int main(int argc, char **argv)
     printf("]}\n");
     free(prompts);
     ifd_model_destroy(m);
-    be->ops->destroy(be);
+    if (be)
+        be->ops->destroy(be);
     return 0;
 }
