@@ -1,6 +1,8 @@
 /*
- * chat_template.c — built-in renderers for the chat-template families of
- * chat_template.h, each a transcription of its official Jinja template's
+ * chat_template.c — chat_template.h: choosing the template, rendering the
+ * model's own Jinja template through common/jinja (with special-token
+ * placeholders, see the header), and the built-in renderers for the
+ * families, each a transcription of its official Jinja template's
  * behaviour (golden-tested against Jinja renderings of those templates):
  *
  *   chatml   SmolLM2 / Qwen: <|im_start|>{role}\n{content}<|im_end|>\n; a default
@@ -23,11 +25,15 @@
  */
 #include "chat_template.h"
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "error.h"
+#include "jinja.h"
 #include "log.h"
 
 static const char *const ifd__family_names[IFD_CHAT_FAMILY_COUNT] = {
@@ -44,8 +50,20 @@ static const char *const ifd__family_stops[IFD_CHAT_FAMILY_COUNT][4] = {
     {"<|end|>", "<|endoftext|>", NULL},
 };
 
+/* A control token's text, protected in request strings. */
+typedef struct {
+    const char *s;
+    size_t n;
+} ifd__special_t;
+
 struct ifd_chat_template {
     ifd_chat_family_t family;
+    ifd_jinja_t *jinja;     /* the model's/user's template, or NULL: a built-in family renders */
+    char *source;           /* its text */
+    bool has_date;          /* params->date given: passed as date_string */
+    ifd__special_t *specials; /* CONTROL/UNKNOWN texts, longest first */
+    size_t n_specials;
+    uint8_t special_first[256]; /* 1 for bytes that start a special text */
     bool llama31;         /* llama3: the 3.1+ form with the system preamble */
     char *default_system; /* chatml: the template's default system prompt, or NULL */
     char *bos_text;
@@ -57,6 +75,8 @@ struct ifd_chat_template {
 
 const char *ifd_chat_family_name(ifd_chat_family_t f)
 {
+    if (f == IFD_CHAT_JINJA)
+        return "jinja";
     return (unsigned)f < IFD_CHAT_FAMILY_COUNT ? ifd__family_names[f] : "?";
 }
 
@@ -180,54 +200,190 @@ static int ifd__cmp_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+__attribute__((format(printf, 3, 4))) static void ifd__errf(char *errbuf, size_t errlen,
+                                                              const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (errbuf && errlen)
+        snprintf(errbuf, errlen, "%s", msg);
+    else
+        IFD_ERROR("%s", msg);
+}
+
+/* Reads a template file (at most 4 MiB). 0, or -errno / IFD_ETOOBIG / IFD_ENOMEM. */
+static int ifd__read_file(const char *path, char **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    size_t cap = 1 << 14, n = 0, k;
+    char *b = malloc(cap + 1);
+    int rc = b ? 0 : IFD_ENOMEM;
+    while (!rc && (k = fread(b + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n < cap)
+            continue;
+        if (cap >= (4u << 20)) {
+            rc = IFD_ETOOBIG;
+            break;
+        }
+        char *nb = realloc(b, cap * 2 + 1);
+        if (!nb) {
+            rc = IFD_ENOMEM;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    if (!rc && ferror(f))
+        rc = -EIO;
+    fclose(f);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    b[n] = '\0';
+    *out = b;
+    return 0;
+}
+
+static int ifd__cmp_special(const void *a, const void *b)
+{
+    const ifd__special_t *x = a, *y = b;
+    return (x->n < y->n) - (x->n > y->n); /* longest first */
+}
+
+/* The vocabulary's CONTROL/UNKNOWN texts: what special parsing matches. */
+static int ifd__collect_specials(ifd_chat_template_t *t, const ifd_tokenizer_t *tok)
+{
+    int32_t nv = ifd_tokenizer_n_vocab(tok);
+    size_t cap = 0;
+    for (int32_t id = 0; id < nv; id++) {
+        ifd_toktype_t ty = ifd_tokenizer_token_type(tok, id);
+        if (ty != IFD_TOKTYPE_CONTROL && ty != IFD_TOKTYPE_UNKNOWN)
+            continue;
+        size_t n;
+        const char *s = ifd_tokenizer_token_text(tok, id, &n);
+        if (!s || n == 0)
+            continue;
+        if (t->n_specials == cap) {
+            cap = cap ? cap * 2 : 64;
+            ifd__special_t *ns = realloc(t->specials, cap * sizeof *ns);
+            if (!ns)
+                return IFD_ENOMEM;
+            t->specials = ns;
+        }
+        t->specials[t->n_specials++] = (ifd__special_t){s, n};
+        t->special_first[(unsigned char)s[0]] = 1;
+    }
+    if (t->n_specials)
+        qsort(t->specials, t->n_specials, sizeof *t->specials, ifd__cmp_special);
+    return 0;
+}
+
 int ifd_chat_template_create(ifd_chat_template_t **out, const ifd_tokenizer_t *tok,
                              const ifd_chat_params_t *params, char *errbuf, size_t errlen)
 {
+    *out = NULL;
     ifd_chat_params_t dp = ifd_chat_default_params();
     if (!params)
         params = &dp;
     const char *jinja = params->jinja ? params->jinja
                         : tok         ? ifd_tokenizer_chat_template(tok)
                                       : NULL;
-    ifd_chat_family_t fam;
-    if (params->name) {
-        if (ifd_chat_family_from_name(params->name, &fam)) {
-            if (errbuf && errlen)
-                snprintf(errbuf, errlen, "unknown chat template '%s' (known: %s)", params->name,
-                         ifd_chat_family_names());
-            else
-                IFD_ERROR("unknown chat template '%s' (known: %s)", params->name,
-                          ifd_chat_family_names());
+    char *file_text = NULL;
+    bool from_file = false, by_name = false;
+    ifd_chat_family_t fam = IFD_CHAT_JINJA;
+    int rc;
+    if (params->name && ifd_chat_family_from_name(params->name, &fam) == 0) {
+        by_name = true; /* a built-in family; the template text only supplies details */
+    } else if (params->name) {
+        rc = ifd__read_file(params->name, &file_text);
+        if (rc == -ENOENT && !strchr(params->name, '/') && !strstr(params->name, ".jinja")) {
+            ifd__errf(errbuf, errlen,
+                      "unknown chat template '%s' (known: %s, or the path of a Jinja file)",
+                      params->name, ifd_chat_family_names());
             return IFD_ENOTFOUND;
         }
-    } else if (jinja ? ifd_chat_detect(jinja, &fam) : (!tok || ifd__detect_vocab(tok, &fam))) {
-        const char *why = jinja ? "the model's chat template is not one inferd knows"
-                                : "the model has no chat template";
-        if (errbuf && errlen)
-            snprintf(errbuf, errlen, "%s; choose one with --chat-template NAME (known: %s)", why,
-                     ifd_chat_family_names());
-        else
-            IFD_ERROR("%s; choose one with --chat-template NAME (known: %s)", why,
-                      ifd_chat_family_names());
+        if (rc) {
+            ifd__errf(errbuf, errlen, "chat template file '%s': %s", params->name,
+                      rc < 0 && rc > -4096 ? strerror(-rc) : ifd_strerror(rc));
+            return rc == IFD_ENOMEM || rc == IFD_ETOOBIG ? rc : IFD_ENOTFOUND;
+        }
+        jinja = file_text;
+        from_file = true;
+    }
+    ifd_jinja_t *parsed = NULL;
+    if (jinja && !by_name) {
+        char perr[512];
+        rc = ifd_jinja_parse(&parsed, jinja, strlen(jinja), perr, sizeof perr);
+        if (rc == IFD_ENOMEM) {
+            free(file_text);
+            return rc;
+        }
+        if (rc && from_file) {
+            ifd__errf(errbuf, errlen, "chat template file '%s': %s", params->name, perr);
+            free(file_text);
+            return rc;
+        }
+        if (rc) {
+            /* the model's template uses something inferd's Jinja lacks: fall
+             * back to the family it looks like */
+            if (ifd_chat_detect(jinja, &fam)) {
+                ifd__errf(errbuf, errlen,
+                          "the model's chat template cannot be used (%s) and is not one inferd "
+                          "knows; choose one with --chat-template NAME|FILE (known: %s)",
+                          perr, ifd_chat_family_names());
+                return IFD_ENOTFOUND;
+            }
+            IFD_WARN("the model's chat template cannot be used (%s); rendering with the "
+                     "built-in '%s' template instead",
+                     perr, ifd_chat_family_name(fam));
+        } else if (ifd_chat_detect(jinja, &fam)) {
+            fam = IFD_CHAT_JINJA;
+        }
+    } else if (!by_name && (!tok || ifd__detect_vocab(tok, &fam))) {
+        ifd__errf(errbuf, errlen,
+                  "the model has no chat template; choose one with --chat-template NAME|FILE "
+                  "(known: %s)",
+                  ifd_chat_family_names());
         return IFD_ENOTFOUND;
     }
     ifd_chat_template_t *t = calloc(1, sizeof *t);
-    if (!t)
+    if (!t) {
+        ifd_jinja_destroy(parsed);
+        free(file_text);
         return IFD_ENOMEM;
+    }
     t->family = fam;
+    t->jinja = parsed;
+    if (parsed) {
+        t->source = file_text ? file_text : strdup(jinja);
+        file_text = NULL;
+        if (!t->source)
+            goto nomem;
+    }
+    free(file_text);
+    t->has_date = params->date != NULL;
     snprintf(t->date, sizeof t->date, "%s", params->date ? params->date : "26 Jul 2024");
+    int bi = fam == IFD_CHAT_JINJA ? IFD_CHAT_CHATML : (int)fam; /* defaults table row */
     t->llama31 = fam == IFD_CHAT_LLAMA3 && (!jinja || strstr(jinja, "Cutting Knowledge Date"));
     static const char *const bos_dflt[IFD_CHAT_FAMILY_COUNT] = {
         "", "<|begin_of_text|>", "<bos>", "<s>", "<s>", "<s>"};
     static const char *const eos_dflt[IFD_CHAT_FAMILY_COUNT] = {
         "<|im_end|>", "<|eot_id|>", "<eos>", "</s>", "</s>", "<|endoftext|>"};
-    t->bos_text = ifd__token_text_dup(tok, tok ? ifd_tokenizer_bos(tok) : -1, bos_dflt[fam]);
-    t->eos_text = ifd__token_text_dup(tok, tok ? ifd_tokenizer_eos(tok) : -1, eos_dflt[fam]);
+    t->bos_text = ifd__token_text_dup(tok, tok ? ifd_tokenizer_bos(tok) : -1, bos_dflt[bi]);
+    t->eos_text = ifd__token_text_dup(tok, tok ? ifd_tokenizer_eos(tok) : -1, eos_dflt[bi]);
     if (!t->bos_text || !t->eos_text)
         goto nomem;
-    if (fam == IFD_CHAT_CHATML && jinja) {
+    if (fam == IFD_CHAT_CHATML && jinja && !parsed)
         t->default_system = ifd__chatml_default_system(jinja);
-    }
+    if (tok && parsed && ifd__collect_specials(t, tok))
+        goto nomem;
     if (tok) {
         const ifd_token_t *eog;
         size_t n_eog = ifd_tokenizer_eog_ids(tok, &eog);
@@ -236,7 +392,7 @@ int ifd_chat_template_create(ifd_chat_template_t **out, const ifd_tokenizer_t *t
             goto nomem;
         for (size_t i = 0; i < n_eog; i++)
             t->stops[t->n_stops++] = eog[i];
-        for (size_t i = 0; ifd__family_stops[fam][i]; i++) {
+        for (size_t i = 0; fam != IFD_CHAT_JINJA && ifd__family_stops[fam][i]; i++) {
             const char *s = ifd__family_stops[fam][i];
             ifd_token_t id = ifd_tokenizer_find(tok, s, strlen(s));
             if (id >= 0)
@@ -262,11 +418,19 @@ void ifd_chat_template_destroy(ifd_chat_template_t *t)
 {
     if (!t)
         return;
+    ifd_jinja_destroy(t->jinja);
+    free(t->source);
+    free(t->specials);
     free(t->default_system);
     free(t->bos_text);
     free(t->eos_text);
     free(t->stops);
     free(t);
+}
+
+const char *ifd_chat_template_source(const ifd_chat_template_t *t)
+{
+    return t->jinja ? t->source : NULL;
 }
 
 ifd_chat_family_t ifd_chat_template_family(const ifd_chat_template_t *t)
@@ -318,9 +482,9 @@ static void ifd__lit(ifd__rb_t *b, const char *s)
 }
 
 /* Message text: recorded as a plain span (merged with an adjacent one). */
-static void ifd__msg(ifd__rb_t *b, const char *s)
+static void ifd__msgn(ifd__rb_t *b, const char *s, size_t n)
 {
-    size_t n = strlen(s), off = b->n;
+    size_t off = b->n;
     ifd__rb_put(b, s, n);
     if (b->err || n == 0)
         return;
@@ -339,6 +503,11 @@ static void ifd__msg(ifd__rb_t *b, const char *s)
         b->spcap = cap;
     }
     b->sp[b->nsp++] = (ifd_span_t){off, n};
+}
+
+static void ifd__msg(ifd__rb_t *b, const char *s)
+{
+    ifd__msgn(b, s, strlen(s));
 }
 
 /* Python str.isspace() for the code point at p (UTF-8); *len gets its size. */
@@ -610,13 +779,344 @@ static int ifd__render_phi3(const ifd_chat_template_t *t, ifd__rb_t *b, const if
     return 0;
 }
 
-void ifd_chat_prompt_free(ifd_chat_prompt_t *p)
+/* ---- Jinja rendering ------------------------------------------------------------------ */
+
+/* Placeholders: a 12-digit prefix found nowhere in the template or the
+ * request, then an 8-digit index into the protected texts. Digits survive
+ * every filter a template applies to message text (tojson, trim, upper, …). */
+#define IFD__PH_PREFIX 12
+#define IFD__PH_LEN    20
+
+typedef struct {
+    char prefix[IFD__PH_PREFIX + 1];
+    const char **orig; /* into the request copy's strings, which outlive rendering */
+    size_t *olen;
+    size_t n, cap;
+} ifd__ph_t;
+
+/* The protected (CONTROL/UNKNOWN) token text at s[0..n) (longest), or NULL. */
+static const ifd__special_t *ifd__special_at(const ifd_chat_template_t *t, const char *s,
+                                             size_t n)
 {
-    if (!p)
-        return;
-    free(p->text);
-    free(p->content);
-    memset(p, 0, sizeof *p);
+    if (!t->special_first[(unsigned char)s[0]])
+        return NULL;
+    for (size_t i = 0; i < t->n_specials; i++)
+        if (t->specials[i].n <= n && memcmp(t->specials[i].s, s, t->specials[i].n) == 0)
+            return &t->specials[i];
+    return NULL;
+}
+
+/* Rewrites one JSON string in place when it holds protected texts. */
+static int ifd__protect_string(const ifd_chat_template_t *t, ifd__ph_t *ph, json_t *j)
+{
+    const char *s = json_string_value(j);
+    size_t n = json_string_length(j);
+    ifd_buf_t b = IFD_BUF_INIT;
+    bool changed = false;
+    for (size_t i = 0; i < n;) {
+        const ifd__special_t *sp = ifd__special_at(t, s + i, n - i);
+        if (!sp) {
+            if (ifd_buf_append(&b, s + i, 1))
+                goto nomem;
+            i++;
+            continue;
+        }
+        if (ph->n == ph->cap) {
+            size_t cap = ph->cap ? ph->cap * 2 : 16;
+            const char **no = realloc(ph->orig, cap * sizeof *no);
+            if (!no)
+                goto nomem;
+            ph->orig = no;
+            size_t *nl = realloc(ph->olen, cap * sizeof *nl);
+            if (!nl)
+                goto nomem;
+            ph->olen = nl;
+            ph->cap = cap;
+        }
+        /* the tokenizer's own text: it outlives rendering */
+        ph->orig[ph->n] = sp->s;
+        ph->olen[ph->n] = sp->n;
+        if (ifd_buf_printf(&b, "%s%08zu", ph->prefix, ph->n))
+            goto nomem;
+        ph->n++;
+        changed = true;
+        i += sp->n;
+    }
+    int rc = changed && json_string_setn(j, b.data, b.len) ? IFD_ENOMEM : 0;
+    ifd_buf_free(&b);
+    return rc;
+nomem:
+    ifd_buf_free(&b);
+    return IFD_ENOMEM;
+}
+
+static int ifd__protect(const ifd_chat_template_t *t, ifd__ph_t *ph, json_t *j)
+{
+    const char *k;
+    json_t *v;
+    size_t i;
+    int rc = 0;
+    switch (json_typeof(j)) {
+    case JSON_STRING: return ifd__protect_string(t, ph, j);
+    case JSON_ARRAY:
+        json_array_foreach(j, i, v)
+        {
+            if ((rc = ifd__protect(t, ph, v)))
+                return rc;
+        }
+        return 0;
+    case JSON_OBJECT:
+        json_object_foreach(j, k, v)
+        {
+            if ((rc = ifd__protect(t, ph, v)))
+                return rc;
+        }
+        return 0;
+    default: return 0;
+    }
+}
+
+/* Picks a prefix that occurs in neither the template nor the request. */
+static void ifd__pick_prefix(const ifd_chat_template_t *t, const char *req, size_t req_len,
+                             ifd__ph_t *ph)
+{
+    for (uint64_t k = 0; k < 1000; k++) {
+        snprintf(ph->prefix, sizeof ph->prefix, "%012llu",
+                 (unsigned long long)(739148205617ull + k * 1048573ull));
+        if (!strstr(t->source, ph->prefix) && !memmem(req, req_len, ph->prefix, IFD__PH_PREFIX))
+            return;
+    }
+}
+
+/* Normalises one OpenAI message (a deep copy, modified in place) the way
+ * vLLM prepares messages for a template. */
+static int ifd__norm_message(json_t *m, size_t idx, char *errbuf, size_t errlen)
+{
+    if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
+        ifd__errf(errbuf, errlen, "message %zu: expected an object with a string 'role'", idx);
+        return IFD_EINVAL;
+    }
+    json_t *c = json_object_get(m, "content");
+    if (!c || json_is_null(c)) {
+        if (json_object_set_new(m, "content", json_string("")))
+            return IFD_ENOMEM;
+    } else if (json_is_array(c)) {
+        ifd_buf_t b = IFD_BUF_INIT;
+        size_t i, k = 0;
+        json_t *part;
+        json_array_foreach(c, i, part)
+        {
+            const char *ty = json_string_value(json_object_get(part, "type"));
+            json_t *tx = json_object_get(part, "text");
+            if (!ty || strcmp(ty, "text") != 0 || !json_is_string(tx)) {
+                ifd_buf_free(&b);
+                ifd__errf(errbuf, errlen,
+                          "message %zu: content part %zu: only {\"type\": \"text\", \"text\": "
+                          "…} parts are supported",
+                          idx, i);
+                return IFD_EINVAL;
+            }
+            if ((k++ && ifd_buf_append(&b, "\n", 1)) ||
+                ifd_buf_append(&b, json_string_value(tx), json_string_length(tx))) {
+                ifd_buf_free(&b);
+                return IFD_ENOMEM;
+            }
+        }
+        int rc = json_object_set_new(m, "content", json_stringn(b.data ? b.data : "", b.len));
+        ifd_buf_free(&b);
+        if (rc)
+            return IFD_ENOMEM;
+    } else if (!json_is_string(c)) {
+        ifd__errf(errbuf, errlen, "message %zu: 'content' must be a string, null or an array",
+                  idx);
+        return IFD_EINVAL;
+    }
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (json_is_null(calls)) {
+        json_object_del(m, "tool_calls");
+    } else if (calls) {
+        size_t i;
+        json_t *tc;
+        if (!json_is_array(calls)) {
+            ifd__errf(errbuf, errlen, "message %zu: 'tool_calls' must be an array", idx);
+            return IFD_EINVAL;
+        }
+        json_array_foreach(calls, i, tc)
+        {
+            json_t *fn = json_object_get(tc, "function");
+            if (!json_is_object(fn)) {
+                ifd__errf(errbuf, errlen, "message %zu: tool call %zu has no 'function' object",
+                          idx, i);
+                return IFD_EINVAL;
+            }
+            json_t *args = json_object_get(fn, "arguments");
+            json_t *parsed = NULL;
+            if (!args || json_is_null(args) ||
+                (json_is_string(args) && json_string_length(args) == 0))
+                parsed = json_object();
+            else if (json_is_string(args))
+                parsed = json_loadb(json_string_value(args), json_string_length(args),
+                                    JSON_DECODE_ANY, NULL);
+            if (parsed && json_object_set_new(fn, "arguments", parsed))
+                return IFD_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* Restores placeholders in text[0..n) into p, recording their spans. */
+static int ifd__restore(const ifd__ph_t *ph, const char *text, size_t n, ifd__rb_t *b)
+{
+    size_t i = 0;
+    while (i < n) {
+        const char *m = ph->n ? memmem(text + i, n - i, ph->prefix, IFD__PH_PREFIX) : NULL;
+        size_t at = m ? (size_t)(m - text) : n;
+        ifd__rb_put(b, text + i, at - i);
+        if (!m)
+            break;
+        size_t idx = 0;
+        bool ok = at + IFD__PH_LEN <= n;
+        for (size_t k = at + IFD__PH_PREFIX; ok && k < at + IFD__PH_LEN; k++) {
+            ok = text[k] >= '0' && text[k] <= '9';
+            idx = idx * 10 + (size_t)(text[k] - '0');
+        }
+        if (!ok || idx >= ph->n) {
+            ifd__rb_put(b, text + at, IFD__PH_PREFIX);
+            i = at + IFD__PH_PREFIX;
+            continue;
+        }
+        ifd__msgn(b, ph->orig[idx], ph->olen[idx]);
+        i = at + IFD__PH_LEN;
+    }
+    return b->err;
+}
+
+static int ifd__render_jinja(const ifd_chat_template_t *t, const ifd_chat_request_t *req,
+                             ifd_chat_prompt_t *out, char *errbuf, size_t errlen)
+{
+    int rc = 0;
+    ifd__ph_t ph = {0};
+    char *text = NULL, *dump = NULL;
+    size_t tlen = 0;
+    json_t *ctx = json_object();
+    json_t *msgs = json_deep_copy(req->messages);
+    json_t *tools = req->tools && !json_is_null(req->tools) ? json_deep_copy(req->tools) : json_null();
+    if (!ctx || !msgs || !tools) {
+        rc = IFD_ENOMEM;
+        goto done;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        if ((rc = ifd__norm_message(m, i, errbuf, errlen)))
+            goto done;
+    }
+    if (t->n_specials) {
+        json_t *both = json_pack("[OO]", msgs, tools);
+        dump = both ? json_dumps(both, JSON_COMPACT) : NULL;
+        json_decref(both);
+        if (!dump) {
+            rc = IFD_ENOMEM;
+            goto done;
+        }
+        ifd__pick_prefix(t, dump, strlen(dump), &ph);
+        if ((rc = ifd__protect(t, &ph, msgs)) || (rc = ifd__protect(t, &ph, tools)))
+            goto done;
+    }
+    if (req->vars && json_is_object(req->vars) && json_object_update(ctx, (json_t *)req->vars)) {
+        rc = IFD_ENOMEM;
+        goto done;
+    }
+    if (t->has_date && !json_object_get(ctx, "date_string") &&
+        json_object_set_new(ctx, "date_string", json_string(t->date)))
+        rc = IFD_ENOMEM;
+    if (!json_object_get(ctx, "bos_token"))
+        rc = rc ? rc : json_object_set_new(ctx, "bos_token", json_string(t->bos_text));
+    if (!json_object_get(ctx, "eos_token"))
+        rc = rc ? rc : json_object_set_new(ctx, "eos_token", json_string(t->eos_text));
+    if (rc || json_object_set(ctx, "messages", msgs) || json_object_set(ctx, "tools", tools) ||
+        json_object_set_new(ctx, "documents", json_null()) ||
+        json_object_set_new(ctx, "add_generation_prompt", json_boolean(req->add_generation_prompt))) {
+        rc = IFD_ENOMEM;
+        goto done;
+    }
+    rc = ifd_jinja_render(t->jinja, ctx, NULL, &text, &tlen, errbuf, errlen);
+    if (rc)
+        goto done;
+    ifd__rb_t b = {0};
+    ifd__rb_put(&b, "", 0);
+    if ((rc = ifd__restore(&ph, text, tlen, &b))) {
+        free(b.s);
+        free(b.sp);
+        goto done;
+    }
+    out->text = b.s;
+    out->len = b.n;
+    out->content = b.sp;
+    out->n_content = b.nsp;
+done:
+    free(text);
+    free(dump);
+    free(ph.orig);
+    free(ph.olen);
+    json_decref(ctx);
+    json_decref(msgs);
+    json_decref(tools);
+    return rc;
+}
+
+static int ifd__render_builtin(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
+                               bool add_generation_prompt, ifd_chat_prompt_t *out);
+
+int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request_t *req,
+                            ifd_chat_prompt_t *out, char *errbuf, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (errbuf && errlen)
+        errbuf[0] = '\0';
+    if (!json_is_array(req->messages)) {
+        ifd__errf(errbuf, errlen, "messages must be an array");
+        return IFD_EINVAL;
+    }
+    if (t->jinja)
+        return ifd__render_jinja(t, req, out, errbuf, errlen);
+    /* a built-in family: role and text content only */
+    if (json_array_size(req->tools) > 0) {
+        ifd__errf(errbuf, errlen,
+                  "the built-in '%s' chat template cannot render tools; give the model's "
+                  "template with --chat-template FILE",
+                  ifd_chat_family_name(t->family));
+        return IFD_ENOTSUP;
+    }
+    json_t *msgs = json_deep_copy(req->messages);
+    size_t n = json_array_size(msgs);
+    ifd_chat_msg_t *m = calloc(n ? n : 1, sizeof *m);
+    int rc = msgs && m ? 0 : IFD_ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        json_t *jm = json_array_get(msgs, i);
+        if ((rc = ifd__norm_message(jm, i, errbuf, errlen)))
+            break;
+        if (json_array_size(json_object_get(jm, "tool_calls")) > 0) {
+            ifd__errf(errbuf, errlen,
+                      "message %zu: the built-in '%s' chat template cannot render tool calls; "
+                      "give the model's template with --chat-template FILE",
+                      i, ifd_chat_family_name(t->family));
+            rc = IFD_ENOTSUP;
+            break;
+        }
+        m[i].role = json_string_value(json_object_get(jm, "role"));
+        m[i].content = json_string_value(json_object_get(jm, "content"));
+    }
+    if (!rc) {
+        rc = ifd__render_builtin(t, m, n, req->add_generation_prompt, out);
+        if (rc == IFD_EINVAL)
+            ifd__errf(errbuf, errlen, "the '%s' chat template cannot render these messages "
+                      "(roles must alternate user/assistant)", ifd_chat_family_name(t->family));
+    }
+    free(m);
+    json_decref(msgs);
+    return rc;
 }
 
 int ifd_chat_render(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
@@ -626,6 +1126,38 @@ int ifd_chat_render(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, si
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
             return IFD_EINVAL;
+    if (!t->jinja)
+        return ifd__render_builtin(t, msgs, n, add_generation_prompt, out);
+    json_t *arr = json_array();
+    int rc = arr ? 0 : IFD_ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++)
+        if (json_array_append_new(arr, json_pack("{s:s,s:s}", "role", msgs[i].role, "content",
+                                                 msgs[i].content)))
+            rc = IFD_ENOMEM;
+    if (!rc) {
+        char err[512];
+        ifd_chat_request_t req = {arr, NULL, NULL, add_generation_prompt};
+        rc = ifd_chat_render_request(t, &req, out, err, sizeof err);
+        if (rc)
+            IFD_WARN("chat template: %s", err);
+    }
+    json_decref(arr);
+    return rc;
+}
+
+void ifd_chat_prompt_free(ifd_chat_prompt_t *p)
+{
+    if (!p)
+        return;
+    free(p->text);
+    free(p->content);
+    memset(p, 0, sizeof *p);
+}
+
+static int ifd__render_builtin(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
+                               bool add_generation_prompt, ifd_chat_prompt_t *out)
+{
+    memset(out, 0, sizeof *out);
     ifd__rb_t b = {0};
     ifd__rb_put(&b, "", 0); /* always a NUL-terminated string, even when empty */
     int rc;

@@ -1,9 +1,11 @@
 /*
- * test_chat_template.c — the built-in chat-template renderers against golden
- * strings rendered by Jinja2 from the official templates
- * (tests/data/tokenizer/chat_golden.json: system messages, multi-turn, empty
- * content, forged control text, non-alternating roles), family detection,
- * errors for unknown names, and tokenization of rendered prompts on small
+ * test_chat_template.c — chat templates against golden strings rendered by
+ * Jinja2 from the official templates (tests/data/tokenizer/chat_golden.json:
+ * system messages, multi-turn, empty content, forged control text,
+ * non-alternating roles), both through common/jinja (the templates
+ * themselves) and through the built-in family renderers (by name); family
+ * detection, --chat-template NAME|FILE, errors, the request API (tools, tool
+ * calls, content parts), and tokenization of rendered prompts on small
  * synthetic vocabularies: control text inside a message never becomes a
  * control token, and a template that starts with BOS never yields two.
  */
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static json_t *load_golden(void)
 {
@@ -30,8 +33,24 @@ static json_t *load_golden(void)
     return j;
 }
 
+/* The Jinja text of a golden template (caller frees). */
+static char *golden_jinja(const char *name)
+{
+    json_t *doc = load_golden();
+    const char *s =
+        json_string_value(json_object_get(json_object_get(json_object_get(doc, "templates"), name),
+                                          "jinja"));
+    ck_assert_ptr_nonnull(s);
+    char *r = strdup(s);
+    json_decref(doc);
+    return r;
+}
+
+/* _i: 0 renders each golden template with common/jinja, 1 with the built-in
+ * family of the same name. */
 START_TEST(test_golden)
 {
+    bool builtin = _i == 1;
     json_t *doc = load_golden();
     json_t *tpls = json_object_get(doc, "templates");
     json_t *cases = json_object_get(doc, "cases");
@@ -45,10 +64,14 @@ START_TEST(test_golden)
         const char *fam = json_string_value(json_object_get(tp, "family"));
         ifd_chat_params_t p = ifd_chat_default_params();
         p.jinja = json_string_value(json_object_get(tp, "jinja"));
+        p.date = "26 Jul 2024"; /* what the golden renderings used */
+        if (builtin)
+            p.name = fam;
         ifd_chat_template_t *t;
         char err[256];
         ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
         ck_assert_str_eq(ifd_chat_family_name(ifd_chat_template_family(t)), fam);
+        ck_assert(builtin == (ifd_chat_template_source(t) == NULL));
         json_t *jm = json_object_get(c, "messages");
         size_t n = json_array_size(jm);
         ifd_chat_msg_t msgs[16];
@@ -61,9 +84,11 @@ START_TEST(test_golden)
         int rc = ifd_chat_render(t, msgs, n, gen, &pr);
         const char *exp = json_string_value(json_object_get(c, "expected"));
         if (!exp) {
-            /* Jinja raised. inferd deliberately accepts a leading system
-             * message for mistral (merged into the first user turn). */
-            if (strcmp(fam, "mistral") == 0 && n > 0 && strcmp(msgs[0].role, "system") == 0) {
+            /* Jinja raised. The built-in mistral family deliberately
+             * accepts a leading system message (merged into the first user
+             * turn); the template itself raises, as in Python. */
+            if (builtin && strcmp(fam, "mistral") == 0 && n > 0 &&
+                strcmp(msgs[0].role, "system") == 0) {
                 ck_assert_int_eq(rc, 0);
                 ifd_chat_prompt_free(&pr);
             } else {
@@ -127,11 +152,31 @@ START_TEST(test_names_and_detection)
     ck_assert_ptr_null(t);
     ck_assert_msg(strstr(err, "vicuna") && strstr(err, "chatml") && strstr(err, "gemma"),
                   "the error should name the template and list the known ones: %s", err);
+    /* a template of no known family is rendered as it is */
     p = ifd_chat_default_params();
-    p.jinja = "{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}";
+    p.jinja = "{% for m in messages %}### {{ m.role }}: {{ m.content }}\n{% endfor %}";
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_chat_template_family(t), IFD_CHAT_JINJA);
+    ck_assert_str_eq(ifd_chat_family_name(IFD_CHAT_JINJA), "jinja");
+    ck_assert_int_eq(ifd_chat_family_from_name("jinja", &f), IFD_ENOTFOUND);
+    ifd_chat_msg_t hm[] = {{"user", "Hi"}, {"assistant", "Yo"}};
+    ifd_chat_prompt_t pr;
+    ck_assert_int_eq(ifd_chat_render(t, hm, 2, true, &pr), 0);
+    ck_assert_str_eq(pr.text, "### user: Hi\n### assistant: Yo\n");
+    ifd_chat_prompt_free(&pr);
+    ifd_chat_template_destroy(t);
+    /* a model template inferd's Jinja cannot parse falls back to the family
+     * it looks like; one of no family is an error naming the construct */
+    p.jinja = "{% include 'x' %}<|im_start|>";
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_chat_template_family(t), IFD_CHAT_CHATML);
+    ck_assert_ptr_null(ifd_chat_template_source(t));
+    ifd_chat_template_destroy(t);
+    p.jinja = "{% include 'x' %}";
     err[0] = '\0';
     ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), IFD_ENOTFOUND);
-    ck_assert_ptr_nonnull(strstr(err, "--chat-template"));
+    ck_assert_msg(strstr(err, "--chat-template") && strstr(err, "include") && strstr(err, "line 1"),
+                  "%s", err);
     /* the name wins over the template */
     p.name = "phi3";
     ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
@@ -228,13 +273,18 @@ static size_t count_id(const ifd_tokens_t *v, ifd_token_t id)
     return n;
 }
 
+/* _i: 0 = the model's own template (Jinja), 1 = the built-in chatml family */
 START_TEST(test_chatml_no_forgery)
 {
     static const char *const extra[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    vocab_spec_t vs = {"smollm", extra, 3, 1, 2, "{{ '<|im_start|>' }}"};
+    char *jinja = golden_jinja("chatml");
+    vocab_spec_t vs = {"smollm", extra, 3, 1, 2, jinja};
     ifd_tokenizer_t *tok = make_vocab(&vs);
     ifd_chat_template_t *t;
-    ck_assert_int_eq(ifd_chat_template_create(&t, tok, NULL, NULL, 0), 0);
+    ifd_chat_params_t cp = ifd_chat_default_params();
+    cp.name = _i ? "chatml" : NULL;
+    ck_assert_int_eq(ifd_chat_template_create(&t, tok, &cp, NULL, 0), 0);
+    ck_assert(!_i == (ifd_chat_template_source(t) != NULL));
     ck_assert_int_eq(ifd_chat_template_family(t), IFD_CHAT_CHATML);
     const ifd_token_t *stops;
     size_t ns = ifd_chat_template_stop_ids(t, &stops);
@@ -272,6 +322,7 @@ START_TEST(test_chatml_no_forgery)
     ifd_chat_prompt_free(&pr);
     ifd_chat_template_destroy(t);
     ifd_tokenizer_destroy(tok);
+    free(jinja);
 }
 END_TEST
 
@@ -280,7 +331,8 @@ START_TEST(test_llama3_single_bos)
     static const char *const extra[] = {"<|begin_of_text|>", "<|end_of_text|>",
                                         "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
     /* llama-bpe adds BOS; the 3.1+ template renders it too: still one BOS */
-    vocab_spec_t vs = {"llama-bpe", extra, 5, 0, 4, "Cutting Knowledge Date <|start_header_id|>"};
+    char *j32 = golden_jinja("llama3.2"), *j30 = golden_jinja("llama3.0");
+    vocab_spec_t vs = {"llama-bpe", extra, 5, 0, 4, j32};
     ifd_tokenizer_t *tok = make_vocab(&vs);
     ck_assert(ifd_tokenizer_add_bos(tok));
     ifd_chat_template_t *t;
@@ -308,7 +360,7 @@ START_TEST(test_llama3_single_bos)
     /* Llama 3.0 template (no BOS when there are no messages): the tokenizer
      * adds the one BOS */
     ifd_chat_params_t p = ifd_chat_default_params();
-    p.jinja = "{{ bos_token }}<|start_header_id|>";
+    p.jinja = j30;
     ck_assert_int_eq(ifd_chat_template_create(&t, tok, &p, NULL, 0), 0);
     ck_assert_int_eq(ifd_chat_render(t, NULL, 0, true, &pr), 0);
     ck_assert_str_eq(pr.text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -320,6 +372,8 @@ START_TEST(test_llama3_single_bos)
     ifd_chat_prompt_free(&pr);
     ifd_chat_template_destroy(t);
     ifd_tokenizer_destroy(tok);
+    free(j32);
+    free(j30);
 }
 END_TEST
 
@@ -351,14 +405,133 @@ START_TEST(test_detect_from_vocab)
 }
 END_TEST
 
+/* --chat-template FILE: a Jinja file is rendered; one that does not parse is
+ * an error naming the construct and line; a missing path is an error. */
+START_TEST(test_template_file)
+{
+    char path[] = "/tmp/ifd_tpl_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    static const char good[] = "{%- for m in messages -%}\n[{{ m.role | upper }}] {{ m.content }}\n"
+                               "{% endfor -%}\n{% if add_generation_prompt %}[ASSISTANT] {% endif %}\n";
+    ck_assert_int_eq(write(fd, good, sizeof good - 1), (ssize_t)(sizeof good - 1));
+    close(fd);
+    ifd_chat_params_t p = ifd_chat_default_params();
+    p.name = path;
+    p.jinja = "{{ 'ignored: the file wins' }}";
+    ifd_chat_template_t *t;
+    char err[256];
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    ifd_chat_msg_t m[] = {{"system", "S"}, {"user", "U"}};
+    ifd_chat_prompt_t pr;
+    ck_assert_int_eq(ifd_chat_render(t, m, 2, true, &pr), 0);
+    ck_assert_str_eq(pr.text, "[SYSTEM] S\n[USER] U\n[ASSISTANT] ");
+    ifd_chat_prompt_free(&pr);
+    ifd_chat_template_destroy(t);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("ok\n{% for m in messages %}\n{% call foo() %}{% endcall %}{% endfor %}", f);
+    fclose(f);
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), IFD_ENOTSUP);
+    ck_assert_msg(strstr(err, "line 3") && strstr(err, "'call'"), "%s", err);
+    unlink(path);
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), IFD_ENOTFOUND);
+    ck_assert_msg(strstr(err, path) != NULL, "%s", err);
+}
+END_TEST
+
+/* ifd_chat_render_request: tools, tool calls with string arguments, tool
+ * results, content parts, extra variables, errors from raise_exception, and
+ * the built-in families refusing tools. */
+START_TEST(test_request_api)
+{
+    static const char tpl[] =
+        "{%- if tools %}TOOLS {{ tools | map(attribute='function.name') | join(',') }}\n{% endif -%}"
+        "{%- for m in messages -%}"
+        "{%- if m.role == 'assistant' and m.tool_calls is defined -%}"
+        "{%- for c in m.tool_calls %}CALL {{ c.function.name }} {{ c.function.arguments | tojson }}"
+        " city={{ c.function.arguments.city }}\n{% endfor -%}"
+        "{%- elif m.role == 'tool' -%}RESULT {{ m.tool_call_id }}: {{ m.content }}{{ '\n' }}"
+        "{%- elif m.role == 'bad' -%}{{ raise_exception('no bad roles here') }}"
+        "{%- else -%}{{ m.role }}: {{ m.content }}{{ '\n' }}{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- if enable_thinking is defined and not enable_thinking %}NOTHINK\n{% endif -%}";
+    ifd_chat_params_t p = ifd_chat_default_params();
+    p.jinja = tpl;
+    ifd_chat_template_t *t;
+    char err[256];
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    json_error_t je;
+    json_t *msgs = json_loads(
+        "[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+        "{\"type\":\"text\",\"text\":\"b\"}]},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+        "\"function\",\"function\":{\"name\":\"wx\",\"arguments\":\"{\\\"city\\\": \\\"Oslo\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}]",
+        0, &je);
+    ck_assert_msg(msgs != NULL, "%s", je.text);
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"wx\"}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}]",
+                               0, &je);
+    json_t *vars = json_pack("{s:b}", "enable_thinking", 0);
+    ifd_chat_request_t req = {msgs, tools, vars, true};
+    ifd_chat_prompt_t pr;
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), 0);
+    ck_assert_str_eq(pr.text, "TOOLS wx,search\nuser: a\nb\nCALL wx {\"city\": \"Oslo\"} city=Oslo\n"
+                              "RESULT c1: sunny\nNOTHINK\n");
+    ifd_chat_prompt_free(&pr);
+    /* the request is not modified */
+    ck_assert(json_is_array(json_object_get(json_array_get(msgs, 0), "content")));
+    /* raise_exception → IFD_EINVAL with the template's message */
+    json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "bad", "content", "x"));
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), IFD_EINVAL);
+    ck_assert_str_eq(err, "no bad roles here");
+    ck_assert_ptr_null(pr.text);
+    /* malformed messages */
+    json_t *bad = json_loads("[{\"content\":\"no role\"}]", 0, &je);
+    req.messages = bad;
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "role"));
+    json_decref(bad);
+    bad = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]", 0, &je);
+    req.messages = bad;
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "text"));
+    json_decref(bad);
+    ifd_chat_template_destroy(t);
+    /* a built-in family renders role/content and refuses tools */
+    p = ifd_chat_default_params();
+    p.name = "chatml";
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    json_array_remove(msgs, 3);
+    req.messages = msgs;
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), IFD_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(err, "tools"));
+    req.tools = NULL;
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), IFD_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(err, "tool calls"));
+    json_array_remove(msgs, 2);
+    json_array_remove(msgs, 1);
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), 0);
+    ck_assert_str_eq(pr.text, "<|im_start|>user\na\nb<|im_end|>\n<|im_start|>assistant\n");
+    ifd_chat_prompt_free(&pr);
+    ifd_chat_template_destroy(t);
+    json_decref(msgs);
+    json_decref(tools);
+    json_decref(vars);
+}
+END_TEST
+
 static Suite *chat_suite(void)
 {
     Suite *s = suite_create("chat_template");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_golden);
+    tcase_add_loop_test(tc, test_golden, 0, 2);
+    tcase_add_test(tc, test_template_file);
+    tcase_add_test(tc, test_request_api);
     tcase_add_test(tc, test_mistral_system);
     tcase_add_test(tc, test_names_and_detection);
-    tcase_add_test(tc, test_chatml_no_forgery);
+    tcase_add_loop_test(tc, test_chatml_no_forgery, 0, 2);
     tcase_add_test(tc, test_llama3_single_bos);
     tcase_add_test(tc, test_detect_from_vocab);
     suite_add_tcase(s, tc);

@@ -1,0 +1,72 @@
+/*
+ * jinja.h — a Jinja2-subset interpreter for model chat templates.
+ *
+ * A template is lexed and parsed once into an AST (ifd_jinja_parse) and
+ * rendered any number of times against a context given as a jansson object
+ * (ifd_jinja_render). The language and environment are those of Hugging
+ * Face's apply_chat_template: jinja2's ImmutableSandboxedEnvironment with
+ * trim_blocks=True, lstrip_blocks=True, the loopcontrols extension
+ * (break/continue), the {% generation %} tag (renders its body), the globals
+ * raise_exception(msg), strftime_now(fmt), namespace(...), range(...), and
+ * transformers' tojson (json.dumps with ensure_ascii=False; indent,
+ * separators, sort_keys, ensure_ascii accepted). Output is byte-identical to
+ * Python's jinja2 3.1 for what is supported (docs/chat-templates.md lists it);
+ * anything else is refused at parse time with an error naming the construct
+ * and its line ("line 12: unsupported tag 'include'", "unknown filter 'x'").
+ *
+ * Values follow Python: str (indexed by code point), int (64-bit), float,
+ * bool, None, list, dict (insertion-ordered), Jinja's Undefined (printing it
+ * gives "", reading an attribute of it is an error, as in jinja2's default
+ * Undefined).
+ *
+ * Limits: a rendering stops with IFD_ETOOBIG and a message when it exceeds
+ * the output size, total loop iterations, call depth or memory given in
+ * ifd_jinja_limits_t; parsing refuses nesting deeper than 200. Hostile
+ * templates get an error, never a crash or a hang.
+ *
+ * Ownership: ifd_jinja_parse copies what it needs from src; the template is
+ * freed with ifd_jinja_destroy. ifd_jinja_render does not keep ctx; *out is
+ * malloc'ed and owned by the caller.
+ * Threading: a parsed template is immutable; any number of threads may render
+ * it concurrently (each rendering has its own memory).
+ */
+#ifndef IFD_JINJA_H
+#define IFD_JINJA_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ifd_jinja ifd_jinja_t;
+
+/*
+ * Parses src[0..len). Returns 0; IFD_ENOTSUP (a construct outside the
+ * subset: errbuf names it and its line); IFD_EFORMAT (a syntax error, with
+ * line); IFD_ETOOBIG (nesting too deep); IFD_ENOMEM. errbuf may be NULL.
+ */
+int ifd_jinja_parse(ifd_jinja_t **out, const char *src, size_t len, char *errbuf, size_t errlen);
+void ifd_jinja_destroy(ifd_jinja_t *t); /* NULL is a no-op */
+
+typedef struct {
+    size_t max_output;     /* bytes of rendered text (default 16 MiB) */
+    size_t max_memory;     /* bytes of values allocated while rendering (default 256 MiB) */
+    uint64_t max_iters;    /* loop iterations in all loops together (default 1,000,000) */
+    unsigned max_depth;    /* macro call / recursion depth (default 64) */
+    int64_t now;           /* strftime_now's time (Unix seconds, local time); 0 = time(NULL) */
+} ifd_jinja_limits_t;
+
+ifd_jinja_limits_t ifd_jinja_default_limits(void);
+
+/*
+ * Renders t with the variables of `ctx` (a JSON object: messages, tools,
+ * add_generation_prompt, bos_token, …; NULL = none). lim NULL = defaults.
+ * *out gets the text (malloc'ed, NUL-terminated, caller frees), *out_len its
+ * length. Returns 0; IFD_EINVAL (a runtime error: raise_exception, a type
+ * error, an undefined attribute — errbuf holds the message, and for
+ * raise_exception exactly the template's message); IFD_ETOOBIG (a limit);
+ * IFD_ENOMEM. On error *out is NULL.
+ */
+int ifd_jinja_render(const ifd_jinja_t *t, const json_t *ctx, const ifd_jinja_limits_t *lim,
+                     char **out, size_t *out_len, char *errbuf, size_t errlen);
+
+#endif
