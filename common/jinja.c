@@ -1308,8 +1308,10 @@ static jv arith(R *r, int op, jv a, jv b)
             jlist *l = mklist(r, a.u.l->n + b.u.l->n);
             if (!l)
                 return UNDEF;
-            memcpy(l->v, a.u.l->v, a.u.l->n * sizeof *l->v);
-            memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof *l->v);
+            if (a.u.l->n)
+                memcpy(l->v, a.u.l->v, a.u.l->n * sizeof *l->v);
+            if (b.u.l->n)
+                memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof *l->v);
             l->n = a.u.l->n + b.u.l->n;
             l->tuple = a.u.l->tuple && b.u.l->tuple;
             return vlist(l);

@@ -1507,8 +1507,12 @@ static int parse_body(P *p, const char *const *ends, nvec_t *out)
         if (parse_stmt(p, out))
             return p->rc;
     }
-    if (ends)
-        return perr(p, IFD_EFORMAT, "missing '{%% %s %%}' at the end of the template", ends[0]);
+    if (ends) {
+        size_t k = 0;
+        while (ends[k + 1])
+            k++;
+        return perr(p, IFD_EFORMAT, "missing '{%% %s %%}' at the end of the template", ends[k]);
+    }
     p->depth--;
     return 0;
 }

@@ -64,8 +64,8 @@ static const char ifd__tok_usage[] =
     "  --no-special          do not add BOS/EOS\n"
     "  --parse-special       match control-token text (e.g. <|im_start|>) in the input\n"
     "  --chat                treat stdin as one user message: apply the chat template\n"
-    "  --chat-template NAME  template family for --chat (chatml, llama3, gemma, llama2,\n"
-    "                        mistral, phi3); default: detected from the model\n";
+    "  --chat-template NAME|FILE  template for --chat: a family (chatml, llama3, gemma,\n"
+    "                        llama2, mistral, phi3) or a Jinja file; default: the model's\n";
 
 int ifd_tokcmd_tokenize(int argc, char **argv)
 {

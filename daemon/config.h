@@ -35,8 +35,9 @@
     X(model, STR, "", 0, "PATH", 0, 0, "GGUF model file to serve (required)")                  \
     X(model_name, STR, "", 0, "ID",  0, 0,                                                     \
       "model id clients send and /v1/models lists; default: the file name without .gguf")     \
-    X(chat_template, STR, "", 0, "NAME", 0, 0,                                                 \
-      "chat template family (chatml, llama3, gemma, llama2, mistral, phi3); default: detect")  \
+    X(chat_template, STR, "", 0, "NAME|FILE", 0, 0,                                            \
+      "chat template: a family (chatml, llama3, gemma, llama2, mistral, phi3) or a Jinja file; " \
+      "default: the model's own")                                                              \
     X(max_model_len, INT, "0", 0, "N", 0, 1 << 22,                                             \
       "context length (prompt + completion) limit; 0: the model's, capped by the KV pool")     \
     X(workers, INT, "1", 0, "N", 0, 64, "CPU worker processes")                                \

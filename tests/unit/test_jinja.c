@@ -1,6 +1,11 @@
 /*
  * test_jinja.c — common/jinja against expected strings rendered by Python's
- * jinja2 3.1 in transformers' environment (trim_blocks, lstrip_blocks).
+ * jinja2 3.1 in transformers' environment (tests/data/jinja/jinja_golden.json,
+ * from gen_jinja_golden.py: whitespace control, operators, tests, filters,
+ * methods, loops, macros, namespaces, errors); load-time errors naming the
+ * construct and line; the limits against hostile templates (nesting,
+ * recursion, loop iterations, output and memory); and mutated templates
+ * that must fail cleanly, never crash (run under ASan in test.sh).
  */
 #include "testutil.h"
 
@@ -12,17 +17,246 @@
 #include <stdlib.h>
 #include <string.h>
 
-START_TEST(test_basic)
+static json_t *load_golden(void)
+{
+    const char *src = getenv("INFERD_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/jinja/jinja_golden.json", src ? src : ".");
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    ck_assert_msg(j != NULL, "%s:%d: %s", path, err.line, err.text);
+    return j;
+}
+
+/* Parses and renders src with ctx: the return code, *out (caller frees). */
+static int render(const char *src, const json_t *ctx, const ifd_jinja_limits_t *lim, char **out,
+                  char *err, size_t errlen)
 {
     ifd_jinja_t *t;
-    char err[256];
-    ck_assert_int_eq(ifd_jinja_parse(&t, "a{{ 1 + 2 }}b", 13, err, sizeof err), 0);
-    char *out;
+    *out = NULL;
+    int rc = ifd_jinja_parse(&t, src, strlen(src), err, errlen);
+    if (rc)
+        return rc;
     size_t n;
-    ck_assert_int_eq(ifd_jinja_render(t, NULL, NULL, &out, &n, err, sizeof err), 0);
-    ck_assert_str_eq(out, "a3b");
-    free(out);
+    rc = ifd_jinja_render(t, ctx, lim, out, &n, err, errlen);
+    if (!rc)
+        ck_assert_uint_eq(n, strlen(*out));
     ifd_jinja_destroy(t);
+    return rc;
+}
+
+START_TEST(test_golden)
+{
+    json_t *doc = load_golden();
+    json_t *ctx = json_object_get(doc, "context");
+    json_t *cases = json_object_get(doc, "cases");
+    ck_assert_uint_gt(json_array_size(cases), 60);
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c)
+    {
+        const char *src = json_string_value(json_object_get(c, "template"));
+        const char *exp = json_string_value(json_object_get(c, "expected"));
+        char *out, err[512] = "";
+        int rc = render(src, ctx, NULL, &out, err, sizeof err);
+        if (!exp) {
+            ck_assert_msg(rc != 0, "case %zu [%s]: jinja2 raised, inferd rendered [%s]", i, src,
+                          out);
+            const char *msg = json_string_value(json_object_get(c, "message"));
+            if (msg)
+                ck_assert_str_eq(err, msg);
+            continue;
+        }
+        ck_assert_msg(rc == 0, "case %zu [%s]: %s", i, src, err);
+        /* strftime_now: only its length is in the golden output */
+        ck_assert_msg(strcmp(out, exp) == 0, "case %zu [%s]:\n got      [%s]\n expected [%s]", i,
+                      src, out, exp);
+        free(out);
+    }
+    json_decref(doc);
+}
+END_TEST
+
+/* Constructs outside the subset and syntax errors: refused at parse time,
+ * naming the construct and its line. */
+START_TEST(test_load_errors)
+{
+    static const struct {
+        const char *src;
+        int rc;
+        const char *needle;
+    } cases[] = {
+        {"a\n{% include 'x.j2' %}", IFD_ENOTSUP, "line 2: unsupported tag 'include'"},
+        {"{% extends 'base' %}", IFD_ENOTSUP, "'extends'"},
+        {"\n\n{% call m() %}x{% endcall %}", IFD_ENOTSUP, "line 3: unsupported tag 'call'"},
+        {"{{ x | nosuchfilter }}", IFD_ENOTSUP, "no filter named 'nosuchfilter'"},
+        {"{{ x is nosuchtest }}", IFD_ENOTSUP, "no test named 'nosuchtest'"},
+        {"{% for x in y recursive %}{% endfor %}", IFD_ENOTSUP, "recursive"},
+        {"{{ f(*args) }}", IFD_ENOTSUP, "*args"},
+        {"{% if x %}never closed", IFD_EFORMAT, "endif"},
+        {"{% for x in y %}{% endif %}", IFD_EFORMAT, "endif"},
+        {"{{ 'unterminated }}", IFD_EFORMAT, "unterminated"},
+        {"{{ x", IFD_EFORMAT, "unterminated"},
+        {"{% break %}", IFD_EFORMAT, "outside a loop"},
+        {"{{ 1 + }}", IFD_EFORMAT, "line 1"},
+        {"{% frobnicate %}", IFD_EFORMAT, "frobnicate"},
+        {"{{ a b }}", IFD_EFORMAT, "unexpected"},
+        {"{{ '\\x4' }}", IFD_EFORMAT, "escape"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ifd_jinja_t *t = (ifd_jinja_t *)1;
+        char err[256] = "";
+        int rc = ifd_jinja_parse(&t, cases[i].src, strlen(cases[i].src), err, sizeof err);
+        ck_assert_msg(rc == cases[i].rc, "[%s]: rc %d (%s), want %d", cases[i].src, rc, err,
+                      cases[i].rc);
+        ck_assert_ptr_null(t);
+        ck_assert_msg(strstr(err, cases[i].needle), "[%s]: error '%s' lacks '%s'", cases[i].src,
+                      err, cases[i].needle);
+    }
+    /* an unknown filter inside an if is jinja2's run-time error, not a load error */
+    char *out, err[256];
+    ck_assert_int_eq(render("{% if x %}{{ x | nofilter }}{% endif %}ok", NULL, NULL, &out, err,
+                            sizeof err),
+                     0);
+    ck_assert_str_eq(out, "ok");
+    free(out);
+    json_t *ctx = json_pack("{s:b}", "x", 1);
+    ck_assert_int_eq(render("{% if x %}{{ x | nofilter }}{% endif %}", ctx, NULL, &out, err,
+                            sizeof err),
+                     IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "nofilter"));
+    json_decref(ctx);
+}
+END_TEST
+
+/* Limits: each hostile template ends with IFD_ETOOBIG and a message. */
+START_TEST(test_limits)
+{
+    ifd_jinja_limits_t lim = ifd_jinja_default_limits();
+    lim.max_output = 1 << 20;
+    lim.max_iters = 100000;
+    lim.max_memory = 64u << 20;
+    char *out, err[256];
+    static const struct {
+        const char *src;
+        const char *needle;
+    } cases[] = {
+        {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+         "iterations"},
+        {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "deeper"},
+        {"{% for i in range(99999) %}{{ 'x' * 1000 }}{% endfor %}", "output"},
+        {"{{ 'x' * 100000000 }}", "larger"},
+        {"{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+         "{% endfor %}",
+         "bytes"},
+        {"{{ range(1000000) | length }}", "range"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        err[0] = '\0';
+        int rc = render(cases[i].src, NULL, &lim, &out, err, sizeof err);
+        ck_assert_msg(rc == IFD_ETOOBIG, "[%s]: rc %d (%s)", cases[i].src, rc, err);
+        ck_assert_ptr_null(out);
+        ck_assert_msg(strstr(err, cases[i].needle), "[%s]: '%s' lacks '%s'", cases[i].src, err,
+                      cases[i].needle);
+    }
+    /* nesting deeper than the parser allows: an error, not a stack overflow */
+    size_t depth = 5000;
+    char *deep = malloc(depth * 2 + 16);
+    size_t o = 0;
+    deep[o++] = '{';
+    deep[o++] = '{';
+    for (size_t i = 0; i < depth; i++)
+        deep[o++] = '(';
+    deep[o++] = '1';
+    for (size_t i = 0; i < depth; i++)
+        deep[o++] = ')';
+    deep[o++] = '}';
+    deep[o++] = '}';
+    deep[o] = '\0';
+    ifd_jinja_t *t;
+    ck_assert_int_eq(ifd_jinja_parse(&t, deep, o, err, sizeof err), IFD_ETOOBIG);
+    free(deep);
+    char *ifs = malloc(5000 * 12 + 1);
+    o = 0;
+    for (int i = 0; i < 5000; i++)
+        o += (size_t)sprintf(ifs + o, "{%% if 1 %%}");
+    ck_assert_int_eq(ifd_jinja_parse(&t, ifs, o, err, sizeof err), IFD_ETOOBIG);
+    free(ifs);
+}
+END_TEST
+
+/* Context values from JSON: types, order, nesting; no context at all. */
+START_TEST(test_context)
+{
+    json_error_t je;
+    json_t *ctx = json_loads("{\"z\": 1, \"a\": [1.5, \"s\", null, true, {\"k\": \"v\"}], "
+                             "\"big\": 9007199254740993}",
+                             0, &je);
+    char *out, err[256];
+    ck_assert_int_eq(render("{{ a }}|{{ a | tojson }}|{{ big }}|{{ z is integer }}", ctx, NULL,
+                            &out, err, sizeof err),
+                     0);
+    ck_assert_str_eq(out, "[1.5, 's', None, True, {'k': 'v'}]|[1.5, \"s\", null, true, {\"k\": "
+                          "\"v\"}]|9007199254740993|True");
+    free(out);
+    json_t *arr = json_array();
+    ck_assert_int_eq(render("x", arr, NULL, &out, err, sizeof err), IFD_EINVAL);
+    json_decref(arr);
+    json_decref(ctx);
+    ck_assert_int_eq(render("", NULL, NULL, &out, err, sizeof err), 0);
+    ck_assert_str_eq(out, "");
+    free(out);
+}
+END_TEST
+
+/* Mutated templates: every mutation parses or fails with an error, and
+ * renders or fails with an error; never a crash, a hang or a leak. */
+START_TEST(test_mutations)
+{
+    json_t *doc = load_golden();
+    json_t *ctx = json_object_get(doc, "context");
+    json_t *cases = json_object_get(doc, "cases");
+    static const char alphabet[] = "{}%#-+()[]'\"|.,:~=<>!* \nabcifornedset0123";
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    ifd_jinja_limits_t lim = ifd_jinja_default_limits();
+    lim.max_iters = 20000;
+    lim.max_output = 1 << 18;
+    size_t parsed = 0;
+    for (int round = 0; round < 3000; round++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const char *src = json_string_value(
+            json_object_get(json_array_get(cases, (seed >> 33) % json_array_size(cases)),
+                            "template"));
+        size_t n = strlen(src);
+        char *m = malloc(n + 8);
+        memcpy(m, src, n + 1);
+        int edits = 1 + (int)((seed >> 20) % 4);
+        for (int e = 0; e < edits && n > 0; e++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (seed >> 33) % n;
+            switch ((seed >> 12) % 3) {
+            case 0: m[at] = alphabet[(seed >> 40) % (sizeof alphabet - 1)]; break;
+            case 1: memmove(m + at, m + at + 1, n - at); n--; break;
+            default:
+                memmove(m + at + 1, m + at, n - at + 1);
+                m[at] = alphabet[(seed >> 40) % (sizeof alphabet - 1)];
+                n++;
+            }
+        }
+        ifd_jinja_t *t;
+        char err[256];
+        if (ifd_jinja_parse(&t, m, n, err, sizeof err) == 0) {
+            char *out;
+            size_t on;
+            parsed++;
+            if (ifd_jinja_render(t, ctx, &lim, &out, &on, err, sizeof err) == 0)
+                free(out);
+            ifd_jinja_destroy(t);
+        }
+        free(m);
+    }
+    ck_assert_uint_gt(parsed, 100);
+    json_decref(doc);
 }
 END_TEST
 
@@ -30,7 +264,12 @@ static Suite *jinja_suite(void)
 {
     Suite *s = suite_create("jinja");
     TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_basic);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_golden);
+    tcase_add_test(tc, test_load_errors);
+    tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_context);
+    tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     return s;
 }
