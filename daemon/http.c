@@ -596,6 +596,12 @@ static int ifd__on_headers_complete(http_parser *p)
 {
     ifd_http_conn_t *c = p->data;
     ifd_http_server_t *s = c->srv;
+    /* Nothing is ever upgraded (no CONNECT tunnels, no WebSocket, no h2c):
+     * without this http-parser would end a CONNECT or "Upgrade:" request
+     * right after its head and leave its body for another protocol, framing
+     * it unlike the checker (found by tests/fuzz/fuzz_http.c). The request
+     * is then routed like any other (404/405). */
+    p->upgrade = 0;
     c->http10 = p->http_major == 1 && p->http_minor == 0;
     c->keep_alive = http_should_keep_alive(p) != 0;
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > s->lim.max_body_bytes) {

@@ -158,6 +158,13 @@ def test_strict_framing():
     resp = D.raw(chunked + b"GET /health HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\n",
                  timeout=30)
     assert resp.count(b"HTTP/1.1 200 OK") == 2, resp[:1000]
+    # nothing is upgraded: CONNECT and Upgrade: requests are framed like any
+    # other, their body read, the next request found where it starts (fuzz_http)
+    resp = D.raw(b"CONNECT x:443 HTTP/1.1\r\n" + H + b"Content-Length: 2\r\n\r\n{}"
+                 b"GET /x HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+                 b"Content-Length: 3\r\n\r\nabc"
+                 b"GET /health HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\n", timeout=30)
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", resp) == [b"404", b"404", b"200"], resp[:1500]
     D.wait_idle()
 
 

@@ -1,0 +1,56 @@
+/*
+ * fuzz_openai.c — OpenAI/vLLM request decoding (proto/openai.h): the body
+ * of POST /v1/chat/completions, /v1/completions, /tokenize or /detokenize
+ * (chosen by the first byte) parsed into its request struct. Properties: no
+ * memory error; a refusal is a 400 (or a 500 for memory) with a message;
+ * an accepted request has the fields the daemon relies on in range.
+ */
+#include "fuzz.h"
+
+#include "arena.h"
+#include "error.h"
+#include "openai.h"
+
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    int which = data[0] % 4;
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_error_t e;
+    memset(&e, 0, sizeof e);
+    int rc;
+    if (which < 2) {
+        ifd_oai_request_t r;
+        rc = which == 0 ? ifd_oai_parse_chat(&a, body, len, &r, &e)
+                        : ifd_oai_parse_completion(&a, body, len, &r, &e);
+        if (rc == 0) {
+            IFD_FUZZ_CHECK(r.n >= 1 && r.n <= IFD_OAI_MAX_N);
+            IFD_FUZZ_CHECK(r.n_stop <= IFD_OAI_MAX_STOP);
+            for (size_t i = 0; i < r.n_stop; i++)
+                IFD_FUZZ_CHECK(r.stop[i] && r.stop[i][0]);
+        }
+    } else if (which == 2) {
+        ifd_oai_tokenize_t t;
+        rc = ifd_oai_parse_tokenize(&a, body, len, &t, &e);
+        if (rc == 0)
+            IFD_FUZZ_CHECK((t.prompt != NULL) != (t.messages != NULL));
+    } else {
+        ifd_oai_detokenize_t d;
+        rc = ifd_oai_parse_detokenize(&a, body, len, &d, &e);
+        if (rc == 0)
+            IFD_FUZZ_CHECK(d.n_tokens == 0 || d.tokens != NULL);
+    }
+    if (rc != 0) {
+        IFD_FUZZ_CHECK(rc == IFD_EINVAL || rc == IFD_ENOMEM);
+        IFD_FUZZ_CHECK(e.status == 400 || e.status == 404 || e.status == 500);
+        IFD_FUZZ_CHECK(memchr(e.message, '\0', sizeof e.message) != NULL && e.message[0]);
+    }
+    ifd_arena_close(&a);
+    return 0;
+}

@@ -1,0 +1,105 @@
+/*
+ * make_wire_seeds.c — writes the seed corpus of fuzz_wire: one stream per
+ * message type (a piece-size byte, then the encoded frame), and one stream
+ * holding every frame in a row. Run by hand when the protocol changes:
+ * `make_wire_seeds tests/fuzz/corpus/wire` (target built on request only).
+ */
+#include "wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void ifd__write(const char *dir, const char *name, unsigned piece, const ifd_buf_t *b)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return;
+    fputc((int)piece, f);
+    fwrite(b->data, 1, b->len, f);
+    fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    ifd_wire_msg_t m[12];
+    memset(m, 0, sizeof m);
+    int32_t toks[] = {1, 2, 3, 4};
+    ifd_wire_logit_bias_t lb[] = {{5, -1.5f}};
+    ifd_wire_top_t top[] = {{7, -0.5f}, {8, -1.0f}};
+    ifd_wire_token_t ev[] = {{42, 7, true, -0.5f, top, 2}, {43, 9, false, 0, NULL, 0}};
+    m[0].type = IFD_WIRE_HELLO;
+    m[0].u.hello =
+        (ifd_wire_hello_t){3, (char *)"/models/m.gguf",       (char *)"cpu", -1, 0, 2, 8, 512,
+                           2, {30, 3, 64, 1, 16, 364, 0x1234}};
+    m[1].type = IFD_WIRE_ADD;
+    m[1].u.add.id = 42;
+    m[1].u.add.tokens = toks;
+    m[1].u.add.n_tokens = 4;
+    m[1].u.add.n_generated = 1;
+    m[1].u.add.sampling = ifd_wire_default_sampling();
+    m[1].u.add.sampling.logit_bias = lb;
+    m[1].u.add.sampling.n_logit_bias = 1;
+    m[1].u.add.sampling.n_logprobs = 2;
+    m[1].u.add.stop_ids = toks;
+    m[1].u.add.n_stop_ids = 2;
+    m[1].u.add.max_tokens = 16;
+    m[1].u.add.use_cache = true;
+    m[2].type = IFD_WIRE_CANCEL;
+    m[2].u.cancel.id = 42;
+    m[3].type = IFD_WIRE_STATS_REQ;
+    m[3].u.stats_req.seq = 9;
+    m[4].type = IFD_WIRE_DRAIN;
+    m[5].type = IFD_WIRE_SHUTDOWN;
+    m[6].type = IFD_WIRE_LOG_LEVEL;
+    m[6].u.log_level.level = 3;
+    m[7].type = IFD_WIRE_READY;
+    m[7].u.ready = (ifd_wire_ready_t){3,
+                                      1234,
+                                      (char *)"m",
+                                      (char *)"llama",
+                                      49152,
+                                      8192,
+                                      (char *)"cpu",
+                                      (char *)"cpu (2 threads)",
+                                      8,
+                                      512,
+                                      {30, 3, 64, 1, 16, 364, 0x1234}};
+    m[8].type = IFD_WIRE_TOKENS;
+    m[8].u.tokens.step = 5;
+    m[8].u.tokens.events = ev;
+    m[8].u.tokens.n_events = 2;
+    m[9].type = IFD_WIRE_FINISHED;
+    m[9].u.finished = (ifd_wire_finished_t){42, IFD_WIRE_FINISH_LENGTH, -1, 4, 16, 2};
+    m[10].type = IFD_WIRE_ERROR;
+    m[10].u.error.id = 42;
+    m[10].u.error.code = -12;
+    m[10].u.error.message = (char *)"out of memory";
+    m[11].type = IFD_WIRE_STATS;
+    m[11].u.stats.seq = 9;
+    m[11].u.stats.running = 2;
+    m[11].u.stats.kv_blocks_total = 364;
+    ifd_buf_t all = IFD_BUF_INIT;
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        ifd_buf_t b = IFD_BUF_INIT;
+        int rc = ifd_wire_encode(&b, &m[i]);
+        if (rc) {
+            fprintf(stderr, "%s: %d\n", ifd_wire_type_name((int)m[i].type), rc);
+            return 1;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "%s", ifd_wire_type_name((int)m[i].type));
+        ifd__write(argv[1], name, 0, &b);
+        ifd_buf_append(&all, b.data, b.len);
+        ifd_buf_free(&b);
+    }
+    ifd__write(argv[1], "all-in-pieces-of-7", 7, &all);
+    ifd__write(argv[1], "all-at-once", 0, &all);
+    ifd_buf_free(&all);
+    return 0;
+}

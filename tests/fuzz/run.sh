@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# run.sh SOURCE_DIR BUILD_DIR — builds the libFuzzer targets of tests/fuzz with
+# clang (ASan + UBSan + libFuzzer) in BUILD_DIR and runs each for
+# $INFERD_FUZZ_SECONDS (default 20) starting from its committed corpus. New
+# inputs go to a temporary directory, never into the source tree. A crash
+# fails the test and prints the input's path: fix the bug, then add the input
+# to tests/fuzz/corpus/<target>/ so the plain regression test keeps it.
+# Skips (77) when clang or libFuzzer's runtime is missing.
+set -euo pipefail
+src=$1
+build=$2
+secs=${INFERD_FUZZ_SECONDS:-20}
+targets=(http openai wire gguf tokenizer chat)
+
+if ! command -v clang >/dev/null 2>&1; then
+    echo "SKIPPED: clang is not installed (deploy/install-deps.sh installs it)"
+    exit 77
+fi
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }' \
+    > "$probe/p.c"
+if ! clang -fsanitize=fuzzer "$probe/p.c" -o "$probe/p" 2>"$probe/err"; then
+    echo "SKIPPED: clang cannot link libFuzzer: $(head -c 300 "$probe/err")"
+    exit 77
+fi
+
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
+# CI=true makes warnings errors in the main build; clang's differ from gcc's,
+# so the fuzz tree is built without -Werror
+CI= cmake -S "$src" -B "$build" "${gen[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DINFERD_CUDA=OFF -DINFERD_FUZZ=ON \
+    -DINFERD_SANITIZE=address,undefined >/dev/null
+lf=()
+for t in "${targets[@]}"; do lf+=("fuzz_${t}_lf"); done
+cmake --build "$build" -j "${JOBS:-2}" --target "${lf[@]}"
+
+fail=0
+for t in "${targets[@]}"; do
+    work=$(mktemp -d)
+    log="$work/log"
+    echo "== fuzz_$t: ${secs}s"
+    set +e
+    (cd "$work" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        "$build/tests/fuzz/fuzz_${t}_lf" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+        -error_exitcode=1 \
+        -print_final_stats=1 "$work" "$src/tests/fuzz/corpus/$t") >"$log" 2>&1
+    rc=$?
+    set -e
+    if [ $rc -eq 77 ] && grep -q '^SKIPPED:' "$log"; then
+        grep '^SKIPPED:' "$log" | head -1
+    elif [ $rc -ne 0 ]; then
+        tail -60 "$log"
+        crash=$(ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null | head -1 || true)
+        echo "fuzz_$t FAILED (rc $rc); input kept: ${crash:-none} — add it to tests/fuzz/corpus/$t/ once fixed"
+        [ -n "$crash" ] && cp "$crash" "$build/" && echo "copied to $build/$(basename "$crash")"
+        fail=1
+    else
+        echo "fuzz_$t: ok, $(grep -E '^stat::(number_of_executed_units|new_units_added)' "$log" |
+            tr -s ' \n' ' ' || true)"
+    fi
+    rm -rf "$work"
+done
+exit $fail
