@@ -50,6 +50,7 @@ int main(int argc, char **argv)
     m[1].u.add.n_stop_ids = 2;
     m[1].u.add.max_tokens = 16;
     m[1].u.add.use_cache = true;
+    m[1].u.add.grammar = (char *)"root ::= \"yes\" | \"no\"";
     m[2].type = IFD_WIRE_CANCEL;
     m[2].u.cancel.id = 42;
     m[3].type = IFD_WIRE_STATS_REQ;
