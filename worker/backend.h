@@ -244,4 +244,13 @@ struct ifd_backend {
  * 0 or IFD_ENOMEM. Destroy with be->ops->destroy(be). */
 int ifd_backend_cpu_create(ifd_backend_t **out, int n_threads);
 
+/* The CUDA backend on device `device` (backend_cuda.c; built only with the
+ * CUDA backend on, IFD_HAVE_CUDA, or against the emulator in tests/gpu/emu):
+ * bf16 weights and GEMM inputs, one stream; f32 = true: f32 weights and
+ * activations instead (an exact mode for checks, 2x the memory). IFD_ENODEV when there is no
+ * such device or no driver, with the runtime's reason in errbuf; IFD_ECUDA
+ * or IFD_ENOMEM when setting it up failed. Destroy with be->ops->destroy. */
+int ifd_backend_cuda_create(ifd_backend_t **out, int device, bool f32, char *errbuf,
+                            size_t errlen);
+
 #endif

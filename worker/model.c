@@ -22,6 +22,7 @@
 #include "error.h"
 #include "log.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,10 +87,18 @@ struct ifd_model {
     ifd__batch_bufs_t bb;
 };
 
+/* Where tensors come from: the GGUF (m->gguf), or generated random
+ * weights (random: host buffers made per tensor, freed after each backend
+ * load call). */
 typedef struct {
     ifd_model_t *m;
     char *err;
     size_t errlen;
+    const char *what; /* the file's path, or "random weights" */
+    bool random;
+    uint64_t seed;
+    void *bufs[2 * IFD_PROJ_MAX_PARTS];
+    int n_bufs;
 } ifd__loader_t;
 
 static int ifd__load_fail(ifd__loader_t *L, int rc, const char *fmt, ...)
@@ -103,10 +112,55 @@ static int ifd__load_fail(ifd__loader_t *L, int rc, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (L->err && L->errlen)
-        snprintf(L->err, L->errlen, "%s: %s", ifd_gguf_path(L->m->gguf), msg);
+        snprintf(L->err, L->errlen, "%s: %s", L->what, msg);
     else
-        IFD_ERROR("%s: %s", ifd_gguf_path(L->m->gguf), msg);
+        IFD_ERROR("%s: %s", L->what, msg);
     return rc;
+}
+
+static void ifd__loader_release(ifd__loader_t *L)
+{
+    for (int i = 0; i < L->n_bufs; i++)
+        free(L->bufs[i]);
+    L->n_bufs = 0;
+}
+
+static uint64_t ifd__mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Random bf16 weights for tensor `name`: element i is a function of (seed,
+ * name, i) only, so every backend and every run with the same seed gets the
+ * same values, and bf16 values are exact in f32 (the CPU and a bf16 GPU
+ * hold identical weights). Vectors (norm weights) are 1 + U(-0.1, 0.1);
+ * matrices U(-a, a) with a = sqrt(3 / cols), unit variance of each output
+ * for unit inputs. Optional tensors (biases, output.weight, rope_freqs) do
+ * not exist. */
+static int ifd__random_src(ifd__loader_t *L, ifd_weight_src_t *src)
+{
+    uint64_t h = 1469598103934665603ull ^ L->seed;
+    for (const char *p = src->name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    const size_t n = (size_t)(src->rows * src->cols);
+    uint16_t *v = malloc(n * 2 + 2);
+    if (!v || L->n_bufs == (int)(sizeof L->bufs / sizeof L->bufs[0])) {
+        free(v);
+        return ifd__load_fail(L, IFD_ENOMEM, "tensor '%s': out of memory", src->name);
+    }
+    L->bufs[L->n_bufs++] = v;
+    const bool vec = src->rows == 1;
+    const float a = vec ? 0.1f : sqrtf(3.0f / (float)src->cols);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = ifd__mix(h + 0x9e3779b97f4a7c15ull * (i + 1));
+        float u = (float)(r >> 40) / 8388608.0f - 1.0f; /* [-1, 1) */
+        v[i] = ifd_f32_to_bf16((vec ? 1.0f : 0.0f) + a * u);
+    }
+    src->data = v;
+    src->type = IFD_GGML_BF16;
+    return 0;
 }
 
 /* Finds tensor `name` of [rows, cols] (rows = 1: a vector) whose type the
@@ -116,8 +170,10 @@ static int ifd__find(ifd__loader_t *L, ifd_weight_src_t *src, const char *name, 
                      int64_t cols, bool optional)
 {
     ifd_model_t *m = L->m;
-    const ifd_gguf_tensor_t *t = ifd_gguf_find_tensor(m->gguf, name);
     *src = (ifd_weight_src_t){.name = name, .rows = rows, .cols = cols};
+    if (L->random)
+        return optional ? 0 : ifd__random_src(L, src);
+    const ifd_gguf_tensor_t *t = ifd_gguf_find_tensor(m->gguf, name);
     if (!t) {
         if (optional)
             return 0;
@@ -148,9 +204,13 @@ static int ifd__load_weight(ifd__loader_t *L, ifd_weight_t *w, const char *name,
     ifd_weight_src_t src;
     memset(w, 0, sizeof *w);
     int rc = ifd__find(L, &src, name, rows, cols, optional);
-    if (rc || !src.data)
+    if (rc || !src.data) {
+        ifd__loader_release(L);
         return rc;
-    if ((rc = be->ops->load_weight(be, w, &src, use)))
+    }
+    rc = be->ops->load_weight(be, w, &src, use);
+    ifd__loader_release(L);
+    if (rc)
         return ifd__load_fail(L, rc, "tensor '%s': %s", name, ifd_strerror(rc));
     L->m->weight_bytes += w->bytes;
     return 0;
@@ -171,11 +231,15 @@ static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *na
         snprintf(wname[i], sizeof wname[i], "%s.weight", names[i]);
         snprintf(bname[i], sizeof bname[i], "%s.bias", names[i]);
         if ((rc = ifd__find(L, &w[i], wname[i], rows[i], cols, false)) ||
-            (rc = ifd__find(L, &b[i], bname[i], 1, rows[i], true)))
+            (rc = ifd__find(L, &b[i], bname[i], 1, rows[i], true))) {
+            ifd__loader_release(L);
             return rc;
+        }
         bp[i] = &b[i];
     }
-    if ((rc = be->ops->load_proj(be, p, w, bp, n)))
+    rc = be->ops->load_proj(be, p, w, bp, n);
+    ifd__loader_release(L);
+    if (rc)
         return ifd__load_fail(L, rc, "tensor '%s': %s", wname[0], ifd_strerror(rc));
     for (int i = 0; i < p->n_parts; i++)
         L->m->weight_bytes += p->part[i].bytes;
@@ -202,7 +266,7 @@ static int ifd__load_all(ifd__loader_t *L)
     /* A tied model (no output.weight) projects with token_embd: a copy of
      * its own, so the backend may lay it out for matmul while the embedding
      * keeps rows for the gather. */
-    m->output_tied = ifd_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+    m->output_tied = L->random || ifd_gguf_find_tensor(m->gguf, "output.weight") == NULL;
     const char *out_name = m->output_tied ? "token_embd" : "output";
     if ((rc = ifd__load_proj(L, &m->output, &out_name, (const int64_t[]){c->n_vocab}, 1, E)))
         return rc;
@@ -376,9 +440,36 @@ int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char 
     }
     rc = ifd_model_config_from_gguf(&m->cfg, m->gguf, errbuf, errlen);
     if (rc == 0) {
-        ifd__loader_t L = {m, errbuf, errlen};
+        ifd__loader_t L = {.m = m, .err = errbuf, .errlen = errlen, .what = path};
         rc = ifd__load_all(&L);
     }
+    if (rc) {
+        ifd_model_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int ifd_model_load_random(ifd_model_t **out, const ifd_model_config_t *cfg, uint64_t seed,
+                          ifd_backend_t *be, char *errbuf, size_t errlen)
+{
+    if (cfg->n_layer == 0 || cfg->n_layer > IFD_MAX_LAYERS || cfg->n_embd == 0 ||
+        cfg->n_head == 0 || cfg->n_head_kv == 0 || cfg->n_head % cfg->n_head_kv ||
+        cfg->head_dim == 0 || cfg->head_dim % 2 || cfg->n_rot > cfg->head_dim ||
+        cfg->n_rot % 2 || cfg->n_ff == 0 || cfg->n_vocab == 0 || cfg->has_rope_freqs) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "random weights: inconsistent shape");
+        return IFD_EINVAL;
+    }
+    ifd_model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return IFD_ENOMEM;
+    m->be = be;
+    m->cfg = *cfg;
+    ifd__loader_t L = {.m = m, .err = errbuf, .errlen = errlen, .what = "random weights",
+                       .random = true, .seed = seed};
+    int rc = ifd__load_all(&L);
     if (rc) {
         ifd_model_destroy(m);
         return rc;

@@ -48,6 +48,17 @@ typedef struct {
  * message in errbuf (file, tensor, what was expected). */
 int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char *errbuf,
                    size_t errlen);
+/*
+ * A model of shape `cfg` (every field filled, as ifd_model_config_from_gguf
+ * would; has_rope_freqs false) with random bf16-exact weights from `seed`
+ * (model.c: each value a function of seed, tensor name and index only), so
+ * the same seed gives the same weights on every backend; the output matrix
+ * is tied to token_embd. For speed runs and CPU-vs-GPU checks in real
+ * shapes without a file. ifd_model_gguf returns NULL for it.
+ * 0, IFD_EINVAL (inconsistent shape), or a backend error (message in errbuf).
+ */
+int ifd_model_load_random(ifd_model_t **out, const ifd_model_config_t *cfg, uint64_t seed,
+                          ifd_backend_t *be, char *errbuf, size_t errlen);
 void ifd_model_destroy(ifd_model_t *m);
 
 const ifd_model_config_t *ifd_model_config(const ifd_model_t *m);

@@ -12,6 +12,7 @@
 
 #include "attn_decode.h"
 #include "attn_prefill.h"
+#include "convert.h"
 #include "dequant.h"
 #include "embed.h"
 #include "glu.h"

@@ -46,7 +46,7 @@ for a in ${CUDA_ARCH:-80 90}; do
 done
 
 mkdir -p "$B/obj"
-KERNELS=(device attn_decode attn_prefill rmsnorm rope_kv glu embed dequant sample)
+KERNELS=(device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample)
 CREFS=(common/error.c common/log.c common/ggml_types.c kernels/kernels.c kernels/cpu/fp16.c
        kernels/cpu/dequant.c kernels/cpu/threadpool.c kernels/cpu/attention.c
        kernels/cpu/norm.c kernels/cpu/rope.c kernels/cpu/activations.c kernels/cpu/matmul.c

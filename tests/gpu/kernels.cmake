@@ -34,8 +34,8 @@ include(CheckLanguage)
 check_language(CXX)
 if(CMAKE_CXX_COMPILER)
   enable_language(CXX)
-  set(emu_srcs emu/cuda_emu.cc)
-  foreach(k device attn_decode attn_prefill rmsnorm rope_kv glu embed dequant sample)
+  set(emu_srcs emu/cuda_emu.cc emu/cublaslt_emu.cc)
+  foreach(k device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample)
     set(w ${CMAKE_CURRENT_BINARY_DIR}/emu/${k}_emu.cc)
     file(CONFIGURE OUTPUT ${w}
          CONTENT "#include \"${PROJECT_SOURCE_DIR}/kernels/cuda/${k}.cu\"\n")
@@ -66,4 +66,19 @@ if(CMAKE_CXX_COMPILER)
     target_include_directories(test_gpu_${t}_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker)
     set_target_properties(test_gpu_${t}_emu PROPERTIES LINKER_LANGUAGE CXX)
   endforeach()
+
+  # The CUDA backend end to end: model.c and both backends compiled into the
+  # test (ifd_worker_lib would link the real CUDA libraries), the kernels and
+  # the CUDA runtime / cuBLASLt slice from the emulator.
+  set(IFD_BACKEND_SRCS ${PROJECT_SOURCE_DIR}/worker/model.c
+      ${PROJECT_SOURCE_DIR}/worker/backend_cpu.c ${PROJECT_SOURCE_DIR}/worker/backend_cuda.c)
+  ifd_add_test(test_backend_cuda_emu SOURCES test_backend_cuda.c ${IFD_BACKEND_SRCS}
+               LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
+  target_include_directories(test_backend_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
+                             ${CUDAToolkit_INCLUDE_DIRS})
+  set_target_properties(test_backend_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
 endif()
+
+# On a GPU: the same test against the real CUDA backend (ifd_worker_lib).
+ifd_add_test(test_backend_cuda SOURCES test_backend_cuda.c LIBS ifd_gpu_test ifd_worker_lib
+             LABELS gpu TIMEOUT 600)

@@ -636,4 +636,52 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     return cudaSuccess;
 }
 
+/* Streams: launches and copies run synchronously on the calling thread, so
+ * a stream is only a token. */
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    *s = (cudaStream_t) new int(0);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    (void)flags;
+    return cudaStreamCreate(s);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    delete (int *)s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width,
+                              size_t height, cudaMemcpyKind k, cudaStream_t st)
+{
+    (void)k, (void)st;
+    if (width > dpitch || width > spitch)
+        return g_last = cudaErrorInvalidValue;
+    for (size_t r = 0; r < height; r++)
+        memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t n)
+{
+    return cudaMalloc(p, n);
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    return cudaFree(p);
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
+{
+    *free_b = (size_t)1 << 30;
+    *total = (size_t)1 << 30;
+    return cudaSuccess;
+}
+
 } /* extern "C" */

@@ -1,0 +1,213 @@
+/*
+ * test_backend_cuda.c — the CUDA backend (worker/backend_cuda.c) end to end
+ * against the CPU backend: the same tiny random-weight models
+ * (ifd_model_load_random, same seed → identical bf16-exact weights), the
+ * same batches through model.c on both, logits compared row by row.
+ *
+ * Models: a Llama (GQA 4/2, head_dim 64, NORM RoPE) and a Gemma 3 (QK-norm,
+ * sandwich norms, GeGLU, NEOX RoPE, embedding scale, sliding-window layers
+ * of window 8 next to a global one). Steps, on shuffled non-contiguous
+ * block tables with bf16 KV on both sides:
+ *   1. prefill of two sequences (13 and 21 tokens: past the window and a
+ *      block boundary), logits at EVERY position (the prefill kernel);
+ *   2. one decode token each (the decode kernel, split-K workspace);
+ *   3. a mixed step: a decode token of sequence 0 and a 6-token chunk of
+ *      sequence 1 (the prefill kernel with ragged query lengths).
+ * Configurations and tolerances (relative L2 per logits row; the weights
+ * are bf16-exact, so both sides hold the same values):
+ *   bf16 GEMM inputs, f16 KV (the default kv_dtype)   ≤ 1e-2 (measured ≤ 7.2e-3)
+ *   bf16 GEMM inputs, bf16 KV                          ≤ 2e-2 (measured ≤ 1.1e-2:
+ *       the attention kernels also round q and P to bf16 for the MMA)
+ *   exact mode (f32 weights/activations/GEMMs), f16 KV ≤ 2e-3 (measured ≤ 4.5e-4:
+ *       q and P rounded to f16 in attention), and at position 0 — where
+ *       attention is v itself — ≤ 1e-5, pinning every other op to f32.
+ * (3 layers, measured on the emulator; IFD_TEST_VERBOSE=1 prints them.)
+ *
+ * On the emulator (IFD_CUDA_EMU, labels unit + emu) the real backend code,
+ * the real kernels and an emulated cuBLASLt (reference loop) run on the
+ * CPU; on a GPU the same program checks the real thing (label gpu).
+ */
+#include "gpu_test.h"
+
+#include "backend.h"
+#include "error.h"
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BS = 16, NB = 8, MAXB = 3 };
+
+static ifd_model_config_t tiny(bool gemma)
+{
+    ifd_model_config_t c;
+    memset(&c, 0, sizeof c);
+    c.arch = gemma ? IFD_ARCH_GEMMA3 : IFD_ARCH_LLAMA;
+    snprintf(c.arch_name, sizeof c.arch_name, "%s", gemma ? "gemma3" : "llama");
+    c.n_layer = 3;
+    c.n_embd = 128;
+    c.n_ff = 192;
+    c.n_head = 4;
+    c.n_head_kv = 2;
+    c.head_dim = 64;
+    c.n_rot = 64;
+    c.n_vocab = 101;
+    c.n_ctx_train = 256;
+    c.rms_eps = 1e-6f;
+    c.rope_base = gemma ? 1000000.0f : 10000.0f;
+    c.rope_freq_scale = 1.0f;
+    c.rope_base_local = 10000.0f;
+    c.attn_scale = 1.0f / 8.0f;
+    c.embd_scale = gemma ? sqrtf(128.0f) : 1.0f;
+    if (gemma) {
+        c.sliding_window = 8;
+        c.layer_is_local[0] = c.layer_is_local[2] = true;
+    }
+    return c;
+}
+
+typedef struct {
+    ifd_backend_t *be;
+    ifd_model_t *m;
+    void *k[3], *v[3];
+    ifd_kv_layer_t kv[3];
+} side_t;
+
+static size_t region_bytes(const ifd_model_config_t *c)
+{
+    return (size_t)NB * c->n_head_kv * BS * c->head_dim * 2;
+}
+
+/* cuda: 0 the CPU backend, 1 CUDA (bf16), 2 CUDA exact mode (f32). */
+static int side_open(side_t *s, int cuda, const ifd_model_config_t *c, ifd_dtype_t kv_dtype)
+{
+    char err[256] = "";
+    int rc = cuda ? ifd_backend_cuda_create(&s->be, 0, cuda == 2, err, sizeof err)
+                  : ifd_backend_cpu_create(&s->be, 1);
+    if (rc) {
+        gt_fail(__FILE__, __LINE__, "backend create: %s %s", ifd_strerror(rc), err);
+        return rc;
+    }
+    if ((rc = ifd_model_load_random(&s->m, c, 42, s->be, err, sizeof err))) {
+        gt_fail(__FILE__, __LINE__, "load: %s", err);
+        return rc;
+    }
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        if ((rc = s->be->ops->alloc(s->be, region_bytes(c), &s->k[l])) ||
+            (rc = s->be->ops->alloc(s->be, region_bytes(c), &s->v[l])))
+            return rc;
+        s->kv[l] = (ifd_kv_layer_t){s->k[l], s->v[l], kv_dtype, BS, (int)c->n_head_kv,
+                                    (int)c->head_dim};
+    }
+    return 0;
+}
+
+static void side_close(side_t *s, const ifd_model_config_t *c)
+{
+    if (!s->be)
+        return;
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        s->be->ops->free(s->be, s->k[l]);
+        s->be->ops->free(s->be, s->v[l]);
+    }
+    ifd_model_destroy(s->m);
+    s->be->ops->destroy(s->be);
+}
+
+/* One step: for each of the 2 sequences, q[s] new tokens starting at
+ * position p0[s]; logits for every token when all_rows, else for each
+ * sequence's last. Returns the worst row's relative L2. */
+static double step(side_t *cpu, side_t *gpu, const ifd_model_config_t *c, const int *p0,
+                   const int *q, bool all_rows, double tol, double tol0)
+{
+    static const int32_t tables[2 * MAXB] = {5, 2, 6, 0, 7, 3};
+    int32_t tok[64], pos[64], seq[64], rows[64];
+    int64_t slot[64];
+    int n = 0, nl = 0;
+    for (int s = 0; s < 2; s++)
+        for (int j = 0; j < q[s]; j++) {
+            int p = p0[s] + j;
+            tok[n] = (int32_t)((p * 31 + s * 17 + 7) % (int)c->n_vocab);
+            pos[n] = p;
+            seq[n] = s;
+            slot[n] = (int64_t)tables[s * MAXB + p / BS] * BS + p % BS;
+            if (all_rows || j == q[s] - 1)
+                rows[nl++] = n;
+            n++;
+        }
+    ifd_batch_t b = {n, tok, pos, seq, slot, 2, tables, MAXB, nl, rows};
+    float *lc = malloc(sizeof(float) * (size_t)nl * c->n_vocab);
+    float *lg = malloc(sizeof(float) * (size_t)nl * c->n_vocab);
+    int rc1 = ifd_model_forward(cpu->m, &b, cpu->kv, lc);
+    int rc2 = ifd_model_forward(gpu->m, &b, gpu->kv, lg);
+    GT_EXPECT(rc1 == 0 && rc2 == 0, "forward: cpu %s, cuda %s", ifd_strerror(rc1),
+              ifd_strerror(rc2));
+    double worst = 0;
+    for (int r = 0; r < nl && rc1 == 0 && rc2 == 0; r++) {
+        double e = gt_rel_l2(lg + (size_t)r * c->n_vocab, lc + (size_t)r * c->n_vocab,
+                             c->n_vocab);
+        /* exact mode, position 0: attention over one position is v itself,
+         * so everything else must agree to f32 rounding */
+        const double t = tol0 > 0 && pos[rows[r]] == 0 ? tol0 : tol;
+        GT_EXPECT(e <= t, "row %d (seq %d pos %d): rel L2 %.3g > %.0e", r, seq[rows[r]],
+                  pos[rows[r]], e, t);
+        worst = e > worst ? e : worst;
+    }
+    free(lc);
+    free(lg);
+    return worst;
+}
+
+/* The three configurations checked, with their tolerances (see the top). */
+typedef enum { MODE_BF16 = 0, MODE_BF16_KV = 1, MODE_EXACT = 2 } mode_t_;
+
+static void run(bool gemma, mode_t_ mode)
+{
+    ifd_model_config_t c = tiny(gemma);
+    static const double tols[] = {1e-2, 2e-2, 2e-3};
+    static const char *names[] = {"bf16, f16 KV", "bf16, bf16 KV", "exact f32, f16 KV"};
+    const double tol = tols[mode], tol0 = mode == MODE_EXACT ? 1e-5 : 0;
+    const ifd_dtype_t kvt = mode == MODE_BF16_KV ? IFD_DTYPE_BF16 : IFD_DTYPE_F16;
+    side_t cpu = {0}, gpu = {0};
+    if (side_open(&cpu, 0, &c, kvt) == 0 &&
+        side_open(&gpu, mode == MODE_EXACT ? 2 : 1, &c, kvt) == 0) {
+        GT_EXPECT(ifd_model_weight_bytes(gpu.m) > 0, "no weights");
+        const int p1[2] = {0, 0}, q1[2] = {13, 21};
+        const int p2[2] = {13, 21}, q2[2] = {1, 1};
+        const int p3[2] = {14, 22}, q3[2] = {1, 6};
+        double e1 = step(&cpu, &gpu, &c, p1, q1, true, tol, tol0);
+        double e2 = step(&cpu, &gpu, &c, p2, q2, false, tol, tol0);
+        double e3 = step(&cpu, &gpu, &c, p3, q3, true, tol, tol0);
+        gt_note("%s (%s): worst rel L2 prefill %.2e, decode %.2e, mixed %.2e", c.arch_name,
+                names[mode], e1, e2, e3);
+    }
+    side_close(&gpu, &c);
+    side_close(&cpu, &c);
+}
+
+#define CASE(fn, gemma, mode)                                                              \
+    static void fn(void)                                                                    \
+    {                                                                                       \
+        run(gemma, mode);                                                                   \
+    }
+CASE(llama_bf16, false, MODE_BF16)
+CASE(gemma_bf16, true, MODE_BF16)
+CASE(llama_bf16_kv, false, MODE_BF16_KV)
+CASE(gemma_bf16_kv, true, MODE_BF16_KV)
+CASE(llama_exact, false, MODE_EXACT)
+CASE(gemma_exact, true, MODE_EXACT)
+#undef CASE
+
+int main(void)
+{
+    gt_begin("test_backend_cuda");
+    gt_case("llama: bf16 vs the CPU backend (f16 KV)", llama_bf16);
+    gt_case("gemma3: bf16 vs the CPU backend (f16 KV)", gemma_bf16);
+    gt_case("llama: bf16 vs the CPU backend (bf16 KV)", llama_bf16_kv);
+    gt_case("gemma3: bf16 vs the CPU backend (bf16 KV)", gemma_bf16_kv);
+    gt_case("llama: exact mode vs the CPU backend", llama_exact);
+    gt_case("gemma3: exact mode vs the CPU backend", gemma_exact);
+    return gt_end();
+}

@@ -1,0 +1,675 @@
+/*
+ * backend_cuda.c — the CUDA backend: device memory, one stream, the kernels
+ * of kernels/cuda and cuBLASLt bf16 GEMMs with f32 accumulation.
+ *
+ * Storage: projection matrices and the embedding table are bf16 on the
+ * device, dequantized there once at load (ifd_cuda_dequantize_bf16 on the
+ * file's raw blocks; types it lacks go through ifd_cpu_dequantize on the
+ * host first); a projection's parts are one merged [Σ rows, cols] bf16
+ * matrix, so QKV and gate|up are one GEMM each. Norm weights, biases and
+ * rope factors are f32. Activations: the residual stream and projection
+ * outputs f32, projection inputs bf16 (mm_in_dtype).
+ *
+ * Ops: embed, rmsnorm (+ residual add), rope_kv (RoPE + KV write; QK-norm
+ * first), glu and gather_rows (the embedding gather on an f32 table) are one
+ * kernel each; attention runs the decode kernel (split-K with the caller's
+ * workspace) when every sequence brings one token or the batch is not
+ * varlen, else the prefill kernel, into an f32 buffer converted to bf16.
+ * GEMM: row-major y[m, N] = x[m, K] · W[N, K]ᵀ is, column-major,
+ * yᵀ (N × m) = op_T(W as K × N) · xᵀ (K × m); a bias is cuBLASLt's BIAS
+ * epilogue. Logits come back to the host (download).
+ *
+ * Scratch (rope_kv's contiguous K, attention's f32 output) grows on demand
+ * and is then reused: after the first steps of the largest batch no step
+ * allocates. Every CUDA and cuBLASLt call is checked and logged where it
+ * fails (IFD_ECUDA). Threading: as backend.h — one thread at a time; the
+ * device is made current in create and in every op that could run on
+ * another thread's context (none today: the engine thread only).
+ *
+ * Exact mode (f32 = true at create): f32 weights, activations and GEMMs
+ * (CUBLAS_COMPUTE_32F, no TF32), twice the memory, for checking the
+ * backend against the CPU to f32 rounding rather than bf16's.
+ *
+ * Not yet (issue 13): CUDA graphs for decode steps, sampling on the device,
+ * pinned staging buffers (uploads are from pageable memory, which the
+ * runtime stages before cudaMemcpyAsync returns), cached GEMM heuristics.
+ */
+#include "backend.h"
+
+#include "cuda/cuda_kernels.h"
+#include "error.h"
+#include "log.h"
+
+/* cuBLASLt's header has a K&R-style declaration (strict-prototypes). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
+#include <cuda_runtime_api.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { IFD__LT_WORKSPACE = 32 << 20 };
+
+typedef struct {
+    ifd_backend_t base;
+    int device;
+    bool f32; /* exact mode: f32 weights and activations, f32 GEMMs */
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t mm;      /* W^T · x, no epilogue */
+    cublasLtMatmulDesc_t mm_bias; /* the same + bias */
+    void *lt_ws;
+    /* scratch, grown on demand */
+    float *k_tmp;
+    size_t k_tmp_bytes;
+    float *attn_f32;
+    size_t attn_f32_bytes;
+} ifd__cuda_backend_t;
+
+static ifd__cuda_backend_t *ifd__cu(ifd_backend_t *be)
+{
+    return (ifd__cuda_backend_t *)be;
+}
+
+static cudaStream_t ifd__st(ifd_backend_t *be)
+{
+    return ifd__cu(be)->stream;
+}
+
+#define IFD__CK(call)                                                                       \
+    do {                                                                                    \
+        cudaError_t ifd__e = (call);                                                        \
+        if (ifd__e != cudaSuccess) {                                                        \
+            IFD_ERROR("cuda backend: %s: %s", #call, cudaGetErrorString(ifd__e));           \
+            return IFD_ECUDA;                                                               \
+        }                                                                                   \
+    } while (0)
+
+#define IFD__LT(call)                                                                       \
+    do {                                                                                    \
+        cublasStatus_t ifd__s = (call);                                                     \
+        if (ifd__s != CUBLAS_STATUS_SUCCESS) {                                              \
+            IFD_ERROR("cuda backend: %s: %s", #call, cublasLtGetStatusString(ifd__s));      \
+            return IFD_ECUDA;                                                               \
+        }                                                                                   \
+    } while (0)
+
+static void ifd__cuda_destroy(ifd_backend_t *be)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    if (c->stream)
+        (void)cudaStreamSynchronize(c->stream);
+    if (c->mm)
+        (void)cublasLtMatmulDescDestroy(c->mm);
+    if (c->mm_bias)
+        (void)cublasLtMatmulDescDestroy(c->mm_bias);
+    if (c->lt)
+        (void)cublasLtDestroy(c->lt);
+    (void)cudaFree(c->lt_ws);
+    (void)cudaFree(c->k_tmp);
+    (void)cudaFree(c->attn_f32);
+    if (c->stream)
+        (void)cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static int ifd__cuda_alloc(ifd_backend_t *be, size_t bytes, void **out)
+{
+    (void)be;
+    *out = NULL;
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        IFD_ERROR("cuda backend: cudaMalloc(%zu): %s", bytes, cudaGetErrorString(e));
+        *out = NULL;
+        return e == cudaErrorMemoryAllocation ? IFD_ENOMEM : IFD_ECUDA;
+    }
+    return 0;
+}
+
+static void ifd__cuda_free(ifd_backend_t *be, void *p)
+{
+    (void)be;
+    if (p)
+        (void)cudaFree(p);
+}
+
+static int ifd__cuda_upload(ifd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ifd__st(be)));
+    return 0;
+}
+
+static int ifd__cuda_download(ifd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ifd__st(be)));
+    IFD__CK(cudaStreamSynchronize(ifd__st(be)));
+    return 0;
+}
+
+static int ifd__cuda_sync(ifd_backend_t *be)
+{
+    IFD__CK(cudaStreamSynchronize(ifd__st(be)));
+    return 0;
+}
+
+/* Grows a device scratch buffer to at least `bytes`. */
+static int ifd__grow(ifd_backend_t *be, void **p, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap)
+        return 0;
+    IFD__CK(cudaStreamSynchronize(ifd__st(be)));
+    (void)cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    int rc = ifd__cuda_alloc(be, bytes, p);
+    if (rc == 0)
+        *cap = bytes;
+    return rc;
+}
+
+/* ---- weights ------------------------------------------------------------- */
+
+static bool ifd__cuda_can_load(ifd_backend_t *be, ifd_ggml_type_t type)
+{
+    (void)be;
+    /* everything the host dequantizer knows (the fallback path) */
+    uint32_t n = ifd_ggml_block_elems(type), bb = ifd_ggml_block_bytes(type);
+    uint8_t zero[512] = {0};
+    float y[256];
+    return n && bb && n <= 256 && bb <= sizeof zero && ifd_cpu_dequantize(y, zero, type, n) == 0;
+}
+
+/* src dequantized on the host into malloc'ed f32 (*out). */
+static int ifd__host_f32(const ifd_weight_src_t *src, float **out)
+{
+    size_t n = (size_t)(src->rows * src->cols);
+    float *h = malloc(n * sizeof(float) + 1);
+    if (!h)
+        return IFD_ENOMEM;
+    int rc = ifd_cpu_dequantize(h, src->data, src->type, (int64_t)n);
+    if (rc) {
+        IFD_ERROR("cuda backend: tensor '%s' (%s): %s", src->name,
+                  ifd_ggml_type_name(src->type), ifd_strerror(rc));
+        free(h);
+        return rc;
+    }
+    *out = h;
+    return 0;
+}
+
+/* src's elements as bf16 into device memory dst (16-byte aligned). BF16 is
+ * copied; types the device dequantizer has go up raw and are converted
+ * there; the rest go through the host dequantizer as f32. Synchronous. */
+static int ifd__to_bf16(ifd_backend_t *be, uint16_t *dst, const ifd_weight_src_t *src)
+{
+    const int64_t n = src->rows * src->cols;
+    uint64_t row_bytes;
+    int rc = ifd_ggml_row_bytes(src->type, (uint64_t)src->cols, &row_bytes);
+    if (rc)
+        return rc;
+    const size_t raw_bytes = (size_t)(row_bytes * (uint64_t)src->rows);
+    if (src->type == IFD_GGML_BF16)
+        return ifd__cuda_upload(be, dst, src->data, raw_bytes) ? IFD_ECUDA : ifd__cuda_sync(be);
+    void *tmp;
+    if ((rc = ifd__cuda_alloc(be, raw_bytes, &tmp)))
+        return rc;
+    if ((rc = ifd__cuda_upload(be, tmp, src->data, raw_bytes)) == 0) {
+        rc = ifd_cuda_dequantize_bf16(dst, tmp, src->type, n, ifd__st(be));
+        if (rc == IFD_ENOTSUP) {
+            float *h = NULL;
+            void *tf;
+            rc = ifd__host_f32(src, &h);
+            if (rc == 0 && (rc = ifd__cuda_alloc(be, (size_t)n * 4, &tf)) == 0) {
+                if ((rc = ifd__cuda_upload(be, tf, h, (size_t)n * 4)) == 0)
+                    rc = ifd_cuda_dequantize_bf16(dst, tf, IFD_GGML_F32, n, ifd__st(be));
+                int rs = ifd__cuda_sync(be);
+                rc = rc ? rc : rs;
+                ifd__cuda_free(be, tf);
+            }
+            free(h);
+        }
+    }
+    int rs = ifd__cuda_sync(be);
+    ifd__cuda_free(be, tmp);
+    return rc ? rc : rs;
+}
+
+static int ifd__cuda_load_weight(ifd_backend_t *be, ifd_weight_t *out,
+                                 const ifd_weight_src_t *src, ifd_weight_use_t use)
+{
+    memset(out, 0, sizeof *out);
+    const size_t n = (size_t)(src->rows * src->cols);
+    void *d;
+    int rc;
+    if (use == IFD_WEIGHT_EMBED && !ifd__cu(be)->f32) {
+        if ((rc = ifd__cuda_alloc(be, n * 2, &d)))
+            return rc;
+        if ((rc = ifd__to_bf16(be, d, src))) {
+            ifd__cuda_free(be, d);
+            return rc;
+        }
+        *out = (ifd_weight_t){.data = d, .dtype = IFD_GGML_BF16, .rows = src->rows,
+                              .cols = src->cols, .bytes = n * 2};
+        return 0;
+    }
+    float *h;
+    if ((rc = ifd__host_f32(src, &h)))
+        return rc;
+    if (use == IFD_WEIGHT_NORM_ADD1)
+        for (size_t i = 0; i < n; i++)
+            h[i] = 1.0f + h[i];
+    if ((rc = ifd__cuda_alloc(be, n * 4, &d)) == 0 &&
+        ((rc = ifd__cuda_upload(be, d, h, n * 4)) || (rc = ifd__cuda_sync(be)))) {
+        ifd__cuda_free(be, d);
+    }
+    free(h);
+    if (rc)
+        return rc;
+    *out = (ifd_weight_t){.data = d, .dtype = IFD_GGML_F32, .rows = src->rows,
+                          .cols = src->cols, .bytes = n * 4};
+    return 0;
+}
+
+static void ifd__cuda_weight_free(ifd_backend_t *be, ifd_weight_t *w)
+{
+    ifd__cuda_free(be, w->data);
+    memset(w, 0, sizeof *w);
+}
+
+static void ifd__cuda_proj_free(ifd_backend_t *be, ifd_proj_t *p)
+{
+    for (int i = 0; i < p->n_parts; i++)
+        ifd__cuda_weight_free(be, &p->part[i]);
+    ifd__cuda_weight_free(be, &p->bias);
+    memset(p, 0, sizeof *p);
+}
+
+/* All parts into one bf16 [Σ rows, cols] matrix; biases into one f32
+ * vector (zeros for parts without). */
+static int ifd__cuda_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weight_src_t *parts,
+                               const ifd_weight_src_t *const *bias, int n)
+{
+    memset(out, 0, sizeof *out);
+    if (n < 1 || n > IFD_PROJ_MAX_PARTS)
+        return IFD_EINVAL;
+    int64_t rows = 0, cols = parts[0].cols;
+    bool any_bias = false;
+    for (int i = 0; i < n; i++) {
+        if (parts[i].cols != cols)
+            return IFD_EINVAL;
+        rows += parts[i].rows;
+        any_bias |= bias && bias[i] && bias[i]->data;
+    }
+    const bool f32 = ifd__cu(be)->f32;
+    const size_t esz = f32 ? 4 : 2;
+    uint8_t *w;
+    int rc = ifd__cuda_alloc(be, (size_t)(rows * cols) * esz, (void **)&w);
+    if (rc)
+        return rc;
+    int64_t r0 = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        uint8_t *dst = w + (size_t)(r0 * cols) * esz;
+        if (f32) {
+            float *h;
+            if ((rc = ifd__host_f32(&parts[i], &h)) == 0) {
+                size_t b = (size_t)(parts[i].rows * cols) * 4;
+                if ((rc = ifd__cuda_upload(be, dst, h, b)) == 0)
+                    rc = ifd__cuda_sync(be);
+                free(h);
+            }
+        } else if (((uintptr_t)dst & 15) == 0) {
+            rc = ifd__to_bf16(be, (uint16_t *)dst, &parts[i]);
+        } else { /* a part starting mid-vector: convert aside, then copy */
+            void *tmp;
+            size_t b = (size_t)(parts[i].rows * cols) * 2;
+            if ((rc = ifd__cuda_alloc(be, b, &tmp)) == 0) {
+                if ((rc = ifd__to_bf16(be, tmp, &parts[i])) == 0) {
+                    cudaError_t e = cudaMemcpy(dst, tmp, b, cudaMemcpyDeviceToDevice);
+                    if (e != cudaSuccess) {
+                        IFD_ERROR("cuda backend: cudaMemcpy: %s", cudaGetErrorString(e));
+                        rc = IFD_ECUDA;
+                    }
+                }
+                ifd__cuda_free(be, tmp);
+            }
+        }
+        r0 += parts[i].rows;
+    }
+    float *bh = NULL;
+    void *bd = NULL;
+    if (rc == 0 && any_bias) {
+        bh = calloc((size_t)rows, sizeof(float));
+        rc = bh ? 0 : IFD_ENOMEM;
+        r0 = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            if (bias[i] && bias[i]->data) {
+                float *h;
+                if ((rc = ifd__host_f32(bias[i], &h)) == 0) {
+                    memcpy(bh + r0, h, (size_t)parts[i].rows * sizeof(float));
+                    free(h);
+                }
+            }
+            r0 += parts[i].rows;
+        }
+        if (rc == 0 && (rc = ifd__cuda_alloc(be, (size_t)rows * 4, &bd)) == 0 &&
+            ((rc = ifd__cuda_upload(be, bd, bh, (size_t)rows * 4)) || (rc = ifd__cuda_sync(be))))
+            ifd__cuda_free(be, bd), bd = NULL;
+    }
+    free(bh);
+    if (rc) {
+        ifd__cuda_free(be, w);
+        return rc;
+    }
+    out->n_parts = 1;
+    out->part[0] = (ifd_weight_t){.data = w, .dtype = f32 ? IFD_GGML_F32 : IFD_GGML_BF16,
+                                  .rows = rows, .cols = cols,
+                                  .bytes = (uint64_t)(rows * cols) * esz};
+    if (bd)
+        out->bias = (ifd_weight_t){.data = bd, .dtype = IFD_GGML_F32, .rows = 1, .cols = rows,
+                                   .bytes = (uint64_t)rows * 4};
+    out->rows = rows;
+    out->cols = cols;
+    return 0;
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+static int ifd__cuda_act_alloc(ifd_backend_t *be, ifd_act_t *out, ifd_dtype_t dtype,
+                               int64_t rows, int64_t cols)
+{
+    memset(out, 0, sizeof *out);
+    if ((dtype != IFD_DTYPE_F32 && dtype != IFD_DTYPE_BF16) || rows < 0 || cols <= 0)
+        return IFD_EINVAL;
+    int rc = ifd__cuda_alloc(be, (size_t)(rows * cols) * (size_t)ifd_dtype_size(dtype),
+                             &out->data);
+    if (rc)
+        return rc;
+    out->dtype = dtype;
+    out->rows = rows;
+    out->cols = cols;
+    return 0;
+}
+
+static void ifd__cuda_act_free(ifd_backend_t *be, ifd_act_t *a)
+{
+    ifd__cuda_free(be, a->data);
+    memset(a, 0, sizeof *a);
+}
+
+/* ---- compute -------------------------------------------------------------- */
+
+static int ifd__cuda_embed(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *emb,
+                           const int32_t *tokens, int n, float scale)
+{
+    if ((emb->dtype != IFD_GGML_BF16 && emb->dtype != IFD_GGML_F32) ||
+        x->dtype != IFD_DTYPE_F32 || x->cols != emb->cols || n > x->rows)
+        return IFD_EINVAL;
+    return ifd_cuda_embed(x->data, emb->data, tokens, n, (int)emb->cols, (int)emb->rows,
+                          emb->dtype == IFD_GGML_F32 ? IFD_DTYPE_F32 : IFD_DTYPE_BF16, scale,
+                          ifd__st(be));
+}
+
+static int ifd__cuda_rmsnorm(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual,
+                             const ifd_act_t *delta, const ifd_weight_t *w, int rows, float eps)
+{
+    if (rows > residual->rows || rows > y->rows || residual->cols != w->cols ||
+        y->cols != w->cols || (delta && delta->cols != w->cols) ||
+        residual->dtype != IFD_DTYPE_F32)
+        return IFD_EINVAL;
+    return ifd_cuda_rmsnorm(y->data, residual->data, delta ? delta->data : NULL, w->data, rows,
+                            (int)w->cols, eps, 0, y->dtype, ifd__st(be));
+}
+
+static int ifd__cuda_proj(ifd_backend_t *be, ifd_act_t *y, const ifd_act_t *x,
+                          const ifd_proj_t *p, int m)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    const ifd_weight_t *w = &p->part[0];
+    const cudaDataType_t in_t = c->f32 ? CUDA_R_32F : CUDA_R_16BF;
+    if (p->n_parts != 1 || w->dtype != (c->f32 ? IFD_GGML_F32 : IFD_GGML_BF16) ||
+        x->dtype != be->ops->mm_in_dtype || y->dtype != IFD_DTYPE_F32 || x->cols != p->cols ||
+        y->cols != p->rows || m > x->rows || m > y->rows)
+        return IFD_EINVAL;
+    if (m == 0)
+        return 0;
+    const uint64_t N = (uint64_t)p->rows, K = (uint64_t)p->cols;
+    cublasLtMatmulDesc_t desc = c->mm;
+    if (p->bias.data) {
+        desc = c->mm_bias;
+        const void *bp = p->bias.data;
+        IFD__LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
+                                               sizeof bp));
+    }
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    int rc = 0;
+    if (cublasLtMatrixLayoutCreate(&la, in_t, K, N, (int64_t)K) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lb, in_t, K, (uint64_t)m, (int64_t)K) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, N, (uint64_t)m, (int64_t)N) !=
+            CUBLAS_STATUS_SUCCESS) {
+        IFD_ERROR("cuda backend: cublasLtMatrixLayoutCreate failed (%llu x %llu, m %d)",
+                  (unsigned long long)N, (unsigned long long)K, m);
+        rc = IFD_ECUDA;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    if (rc == 0) {
+        cublasStatus_t s = cublasLtMatmul(c->lt, desc, &one, w->data, la, x->data, lb, &zero,
+                                          y->data, ld, y->data, ld, NULL, c->lt_ws,
+                                          IFD__LT_WORKSPACE, c->stream);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            IFD_ERROR("cuda backend: cublasLtMatmul(%llu x %llu, m %d): %s",
+                      (unsigned long long)N, (unsigned long long)K, m,
+                      cublasLtGetStatusString(s));
+            rc = IFD_ECUDA;
+        }
+    }
+    if (la)
+        (void)cublasLtMatrixLayoutDestroy(la);
+    if (lb)
+        (void)cublasLtMatrixLayoutDestroy(lb);
+    if (ld)
+        (void)cublasLtMatrixLayoutDestroy(ld);
+    return rc;
+}
+
+static int ifd__cuda_rope_kv(ifd_backend_t *be, ifd_act_t *q_out, const ifd_act_t *qkv,
+                             const ifd_weight_t *q_norm, const ifd_weight_t *k_norm, float eps,
+                             const ifd_kv_layer_t *kv, const int32_t *pos, const int64_t *slot,
+                             int n_tok, int n_heads, const ifd_rope_t *rope)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    const int hd = kv->head_dim, nkv = kv->n_kv_heads;
+    const int64_t qd = (int64_t)n_heads * hd, kvd = (int64_t)nkv * hd, ld = qd + 2 * kvd;
+    if (qkv->cols != ld || q_out->cols != qd || n_tok > qkv->rows || n_tok > q_out->rows ||
+        qkv->dtype != IFD_DTYPE_F32 || q_out->dtype != IFD_DTYPE_F32)
+        return IFD_EINVAL;
+    if (n_tok == 0)
+        return 0;
+    const float *base = qkv->data;
+    IFD__CK(cudaMemcpy2DAsync(q_out->data, (size_t)qd * 4, base, (size_t)ld * 4, (size_t)qd * 4,
+                              (size_t)n_tok, cudaMemcpyDeviceToDevice, c->stream));
+    int rc;
+    if (q_norm && (rc = ifd_cuda_rmsnorm(q_out->data, q_out->data, NULL, q_norm->data,
+                                         n_tok * n_heads, hd, eps, 0, IFD_DTYPE_F32, c->stream)))
+        return rc;
+    const float *k = base + qd;
+    int64_t k_ld = ld;
+    if (k_norm) {
+        if ((rc = ifd__grow(be, (void **)&c->k_tmp, &c->k_tmp_bytes, (size_t)(n_tok * kvd) * 4)))
+            return rc;
+        IFD__CK(cudaMemcpy2DAsync(c->k_tmp, (size_t)kvd * 4, base + qd, (size_t)ld * 4,
+                                  (size_t)kvd * 4, (size_t)n_tok, cudaMemcpyDeviceToDevice,
+                                  c->stream));
+        if ((rc = ifd_cuda_rmsnorm(c->k_tmp, c->k_tmp, NULL, k_norm->data, n_tok * nkv, hd, eps,
+                                   0, IFD_DTYPE_F32, c->stream)))
+            return rc;
+        k = c->k_tmp;
+        k_ld = kvd;
+    }
+    const ifd_cuda_rope_t r = {rope->n_rot, rope->base, rope->freq_scale, rope->freq_factors,
+                               rope->mode};
+    return ifd_cuda_rope_kv_write(q_out->data, kv, k, base + qd + kvd, pos, slot, n_tok, n_heads,
+                                  qd, k_ld, ld, &r, c->stream);
+}
+
+/* Decode kernel unless the batch is varlen with a run longer than one. */
+static bool ifd__use_decode(const ifd_attn_batch_t *ab)
+{
+    return !ab->cu_q || ab->max_q_len <= 1;
+}
+
+static int ifd__cuda_attn_workspace(ifd_backend_t *be, size_t *bytes, const ifd_attn_batch_t *ab,
+                                    const ifd_kv_layer_t *kv, int n_heads)
+{
+    (void)be;
+    *bytes = 0;
+    if (!ifd__use_decode(ab))
+        return 0;
+    return ifd_cuda_paged_decode_workspace(bytes, ab->n_tok, n_heads, kv->n_kv_heads,
+                                           kv->head_dim, ab->max_ctx);
+}
+
+static int ifd__cuda_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *q,
+                               const ifd_kv_layer_t *kv, const ifd_attn_batch_t *ab, int n_heads,
+                               float scale, int window)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    const int64_t qd = (int64_t)n_heads * kv->head_dim;
+    if (ab->n_tok > out->rows || ab->n_tok > q->rows || out->cols != qd || q->cols != qd ||
+        q->dtype != IFD_DTYPE_F32)
+        return IFD_EINVAL;
+    float *o32 = out->data;
+    int rc;
+    if (out->dtype != IFD_DTYPE_F32) {
+        if ((rc = ifd__grow(be, (void **)&c->attn_f32, &c->attn_f32_bytes,
+                            (size_t)(ab->n_tok * qd) * 4)))
+            return rc;
+        o32 = c->attn_f32;
+    }
+    if (ifd__use_decode(ab))
+        rc = ifd_cuda_paged_decode_attention(o32, q->data, kv, ab->seq, ab->pos,
+                                             ab->block_tables, ab->max_blocks, ab->n_tok, n_heads,
+                                             scale, window, ab->max_ctx, ab->workspace,
+                                             ab->workspace_bytes, c->stream);
+    else
+        rc = ifd_cuda_paged_prefill_attention(o32, q->data, kv, ab->cu_q, ab->ctx_len,
+                                              ab->block_tables, ab->max_blocks, ab->n_seqs,
+                                              ab->n_tok, ab->max_q_len, n_heads, scale, window,
+                                              c->stream);
+    if (rc || o32 == out->data)
+        return rc;
+    return ifd_cuda_convert_f32(out->data, o32, ab->n_tok * qd, out->dtype, c->stream);
+}
+
+static int ifd__cuda_glu(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *gate_up, int rows,
+                         int n_ff, ifd_glu_t kind)
+{
+    if (gate_up->cols != 2 * (int64_t)n_ff || out->cols != n_ff || rows > out->rows ||
+        rows > gate_up->rows || gate_up->dtype != IFD_DTYPE_F32)
+        return IFD_EINVAL;
+    return ifd_cuda_glu(out->data, gate_up->data, rows, n_ff, kind, out->dtype, ifd__st(be));
+}
+
+/* The embedding gather on an f32 table with scale 1 copies rows exactly. */
+static int ifd__cuda_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x,
+                                 const int32_t *rows, int n_rows)
+{
+    if (out->cols != x->cols || n_rows > out->rows || x->dtype != IFD_DTYPE_F32 ||
+        out->dtype != IFD_DTYPE_F32)
+        return IFD_EINVAL;
+    return ifd_cuda_embed(out->data, x->data, rows, n_rows, (int)x->cols, (int)x->rows,
+                          IFD_DTYPE_F32, 1.0f, ifd__st(be));
+}
+
+#define IFD__CUDA_OPS_COMMON \
+    .host_memory = false, \
+    .destroy = ifd__cuda_destroy, \
+    .alloc = ifd__cuda_alloc, \
+    .free = ifd__cuda_free, \
+    .upload = ifd__cuda_upload, \
+    .download = ifd__cuda_download, \
+    .sync = ifd__cuda_sync, \
+    .can_load = ifd__cuda_can_load, \
+    .load_weight = ifd__cuda_load_weight, \
+    .load_proj = ifd__cuda_load_proj, \
+    .weight_free = ifd__cuda_weight_free, \
+    .proj_free = ifd__cuda_proj_free, \
+    .act_alloc = ifd__cuda_act_alloc, \
+    .act_free = ifd__cuda_act_free, \
+    .embed = ifd__cuda_embed, \
+    .rmsnorm = ifd__cuda_rmsnorm, \
+    .proj = ifd__cuda_proj, \
+    .rope_kv = ifd__cuda_rope_kv, \
+    .attn_workspace = ifd__cuda_attn_workspace, \
+    .attention = ifd__cuda_attention, \
+    .glu = ifd__cuda_glu, \
+    .gather_rows = ifd__cuda_gather_rows,
+
+static const ifd_backend_ops_t ifd__cuda_ops = {
+    .name = "cuda",
+    .mm_in_dtype = IFD_DTYPE_BF16,
+    IFD__CUDA_OPS_COMMON
+};
+
+/* Exact mode (ifd_backend_cuda_create's f32): f32 everywhere. */
+static const ifd_backend_ops_t ifd__cuda_ops_f32 = {
+    .name = "cuda-f32",
+    .mm_in_dtype = IFD_DTYPE_F32,
+    IFD__CUDA_OPS_COMMON
+};
+#undef IFD__CUDA_OPS_COMMON
+
+static int ifd__cuda_init(ifd__cuda_backend_t *c, char *errbuf, size_t errlen)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= c->device || c->device < 0) {
+        snprintf(errbuf, errlen, "no CUDA device %d (%s)", c->device,
+                 e != cudaSuccess ? cudaGetErrorString(e) : "not present");
+        return IFD_ENODEV;
+    }
+    IFD__CK(cudaSetDevice(c->device));
+    IFD__CK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    IFD__LT(cublasLtCreate(&c->lt));
+    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+    IFD__LT(cublasLtMatmulDescCreate(&c->mm, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    IFD__LT(cublasLtMatmulDescCreate(&c->mm_bias, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasLtMatmulDesc_t ds[2] = {c->mm, c->mm_bias};
+    for (int i = 0; i < 2; i++) {
+        IFD__LT(cublasLtMatmulDescSetAttribute(ds[i], CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+        IFD__LT(cublasLtMatmulDescSetAttribute(ds[i], CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    }
+    IFD__LT(cublasLtMatmulDescSetAttribute(c->mm_bias, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                           sizeof epi));
+    return ifd__cuda_alloc(&c->base, IFD__LT_WORKSPACE, &c->lt_ws);
+}
+
+int ifd_backend_cuda_create(ifd_backend_t **out, int device, bool f32, char *errbuf,
+                            size_t errlen)
+{
+    ifd__cuda_backend_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return IFD_ENOMEM;
+    c->base.ops = f32 ? &ifd__cuda_ops_f32 : &ifd__cuda_ops;
+    c->device = device;
+    c->f32 = f32;
+    char dummy[8];
+    if (!errbuf || !errlen)
+        errbuf = dummy, errlen = sizeof dummy;
+    errbuf[0] = 0;
+    int rc = ifd__cuda_init(c, errbuf, errlen);
+    if (rc) {
+        if (!errbuf[0])
+            snprintf(errbuf, errlen, "CUDA backend setup failed: %s", ifd_strerror(rc));
+        ifd__cuda_destroy(&c->base);
+        return rc;
+    }
+    *out = &c->base;
+    return 0;
+}
