@@ -8,6 +8,7 @@
 #include "worker_cli.h"
 
 #include "backend.h"
+#include "shape.h"
 #include "chat_template.h"
 #include "error.h"
 #include "generate.h"
@@ -34,6 +35,7 @@ static void ifd__usage(FILE *f)
     fprintf(f,
             "Usage: inferd-worker --inspect FILE.gguf [--json]\n"
             "       inferd-worker --model PATH --prompt TEXT [options]\n"
+            "       inferd-worker --random-weights SHAPE.json --prompt-ids \"ID ...\" [options]\n"
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
             "       inferd-worker --devices\n"
             "\n"
@@ -47,6 +49,12 @@ static void ifd__usage(FILE *f)
             "\n"
             "Offline generation:\n"
             "  --model PATH          GGUF model file\n"
+            "  --random-weights F    instead of --model: random weights in the shape of the\n"
+            "                        JSON file F (deploy/shapes/); needs --prompt-ids\n"
+            "  --weights-seed S      seed of the random weights (default 0): the same seed\n"
+            "                        gives the same weights on every backend\n"
+            "  --backend B           cpu (default), cuda (device 0 of CUDA_VISIBLE_DEVICES)\n"
+            "                        or cuda-f32 (exact mode: f32 weights and activations)\n"
             "  --prompt TEXT         prompt; wrapped in the model's chat template as a user\n"
             "                        message unless --raw\n"
             "  --prompt-ids \"ID ...\" token ids used exactly as given (no template, no BOS)\n"
@@ -93,6 +101,9 @@ static int ifd__devices(void)
 
 typedef struct {
     const char *model;
+    const char *shape; /* --random-weights */
+    uint64_t weights_seed;
+    const char *backend;
     const char *prompt;
     const char *prompt_ids;
     const char *system;
@@ -141,6 +152,81 @@ static int ifd__parse_ids(const char *s, ifd_tokens_t *out)
     return out->n ? 0 : IFD_EINVAL;
 }
 
+int ifd_worker_backend_create(ifd_backend_t **out, const char *name, int threads, char *err,
+                              size_t errlen)
+{
+    int rc;
+    if (!name || strcmp(name, "cpu") == 0) {
+        if ((rc = ifd_backend_cpu_create(out, threads)))
+            snprintf(err, errlen, "cannot start the CPU backend: %s", ifd_strerror(rc));
+        return rc;
+    }
+    if (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-f32") == 0) {
+#ifdef IFD_HAVE_CUDA
+        return ifd_backend_cuda_create(out, 0, strcmp(name, "cuda-f32") == 0, err, errlen);
+#else
+        snprintf(err, errlen, "backend '%s': this build has no CUDA backend "
+                              "(configure with -DINFERD_CUDA=ON)", name);
+        return IFD_ENOTSUP;
+#endif
+    }
+    snprintf(err, errlen, "unknown backend '%s' (cpu, cuda, cuda-f32)", name);
+    return IFD_EINVAL;
+}
+
+/* Generation on a random-weight model: token ids in, token ids out (no
+ * tokenizer, no stop tokens); with --json the timings too. */
+static int ifd__random_generate(const ifd__gen_opts_t *o, ifd_model_t *m)
+{
+    ifd_tokens_t prompt = {0};
+    ifd_generate_result_t res = {0};
+    int rc = 0;
+    if (!o->prompt_ids || ifd__parse_ids(o->prompt_ids, &prompt) != 0) {
+        fprintf(stderr, "inferd-worker: --random-weights needs --prompt-ids \"ID ...\"\n");
+        rc = IFD_EINVAL;
+        goto out;
+    }
+    for (size_t i = 0; i < prompt.n; i++)
+        if ((uint32_t)prompt.ids[i] >= ifd_model_config(m)->n_vocab) {
+            fprintf(stderr, "inferd-worker: --prompt-ids: id %d is outside the vocabulary\n",
+                    prompt.ids[i]);
+            rc = IFD_EINVAL;
+            goto out;
+        }
+    ifd_generate_params_t gp = o->gp;
+    gp.use_cache = !o->no_cache;
+    gp.ignore_eos = true;
+    if ((rc = ifd_generate(m, prompt.ids, (int)prompt.n, &gp, &res))) {
+        fprintf(stderr, "inferd-worker: generation failed: %s\n", ifd_strerror(rc));
+        goto out;
+    }
+    if (o->json) {
+        json_t *j = json_object(), *gt = json_array();
+        for (int i = 0; i < res.n_tokens; i++)
+            json_array_append_new(gt, json_integer(res.tokens[i]));
+        json_object_set_new(j, "tokens", gt);
+        json_object_set_new(j, "backend", json_string(o->backend ? o->backend : "cpu"));
+        json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(m)));
+        json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
+        json_object_set_new(j, "decode_tok_s",
+                            json_real(res.decode_ms > 0 && res.n_tokens > 1
+                                          ? (res.n_tokens - 1) / (res.decode_ms / 1e3)
+                                          : 0));
+        json_object_set_new(j, "total_ms", json_real(res.total_ms));
+        json_dumpf(j, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(j);
+    } else {
+        for (int i = 0; i < res.n_tokens; i++)
+            printf("%s%d", i ? " " : "", res.tokens[i]);
+        fputc('\n', stdout);
+    }
+out:
+    ifd_generate_result_free(&res);
+    ifd_tokens_free(&prompt);
+    return rc;
+}
+
 static int ifd__generate_main(ifd__gen_opts_t *o)
 {
     char err[1024] = "";
@@ -154,8 +240,20 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
     FILE *dump = NULL;
     int status = 1, rc;
 
-    if ((rc = ifd_backend_cpu_create(&be, o->threads))) {
-        fprintf(stderr, "inferd-worker: cannot start the CPU backend: %s\n", ifd_strerror(rc));
+    if ((rc = ifd_worker_backend_create(&be, o->backend, o->threads, err, sizeof err))) {
+        fprintf(stderr, "inferd-worker: %s\n", err);
+        goto out;
+    }
+    if (o->shape) {
+        ifd_model_config_t cfg;
+        if ((rc = ifd_shape_load(&cfg, o->shape, err, sizeof err)) ||
+            (rc = ifd_model_load_random(&m, &cfg, o->weights_seed, be, err, sizeof err))) {
+            fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
+            goto out;
+        }
+        if ((rc = ifd__random_generate(o, m)))
+            goto out;
+        status = 0;
         goto out;
     }
     if ((rc = ifd_model_load(&m, o->model, be, err, sizeof err))) {
@@ -338,6 +436,9 @@ int ifd_worker_main(int argc, char **argv)
         OPT_DUMP,
         OPT_SERVE,
         OPT_FD,
+        OPT_RANDOM,
+        OPT_WSEED,
+        OPT_BACKEND,
     };
     static const struct option opts[] = {
         {"inspect", required_argument, NULL, 'i'},
@@ -363,6 +464,9 @@ int ifd_worker_main(int argc, char **argv)
         {"dump-logits", required_argument, NULL, OPT_DUMP},
         {"serve", no_argument, NULL, OPT_SERVE},
         {"fd", required_argument, NULL, OPT_FD},
+        {"random-weights", required_argument, NULL, OPT_RANDOM},
+        {"weights-seed", required_argument, NULL, OPT_WSEED},
+        {"backend", required_argument, NULL, OPT_BACKEND},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -451,17 +555,27 @@ int ifd_worker_main(int argc, char **argv)
             }
             go.gp.sampling.top_k = (int32_t)lv;
             break;
-        case OPT_SEED: {
+        case OPT_SEED:
+        case OPT_WSEED: {
             char *end;
             errno = 0;
             unsigned long long v = strtoull(optarg, &end, 10);
             if (errno || end == optarg || *end) {
-                fprintf(stderr, "inferd-worker: bad --seed '%s'\n", optarg);
+                fprintf(stderr, "inferd-worker: bad seed '%s'\n", optarg);
                 return 2;
             }
-            go.gp.sampling.seed = v;
+            if (c == OPT_SEED)
+                go.gp.sampling.seed = v;
+            else
+                go.weights_seed = v;
             break;
         }
+        case OPT_RANDOM:
+            go.shape = optarg;
+            break;
+        case OPT_BACKEND:
+            go.backend = optarg;
+            break;
         case OPT_IGNORE_EOS:
             go.ignore_eos = true;
             break;
@@ -513,7 +627,11 @@ int ifd_worker_main(int argc, char **argv)
     }
     if (inspect)
         return ifd_inspect_file(stdout, stderr, inspect, json) == 0 ? 0 : 1;
-    if (go.model) {
+    if (go.model && go.shape) {
+        fprintf(stderr, "inferd-worker: --model and --random-weights exclude each other\n");
+        return 2;
+    }
+    if (go.model || go.shape) {
         if (!go.prompt == !go.prompt_ids) {
             fprintf(stderr, "inferd-worker: --model needs exactly one of --prompt or "
                             "--prompt-ids\n");

@@ -5,8 +5,18 @@
 #ifndef IFD_WORKER_CLI_H
 #define IFD_WORKER_CLI_H
 
+#include <stddef.h>
+
 /* Runs inferd-worker with argv; returns the process exit status
  * (0 ok, 1 runtime failure, 2 usage error). */
 int ifd_worker_main(int argc, char **argv);
+
+struct ifd_backend;
+/* The backend named `name` ("cpu" or NULL, "cuda", "cuda-f32": device 0 of
+ * CUDA_VISIBLE_DEVICES) with `threads` CPU threads (0 = all). 0, or an
+ * IFD_E* code with a one-line reason in err (IFD_ENOTSUP: a build without
+ * CUDA; IFD_ENODEV: no device or driver). */
+int ifd_worker_backend_create(struct ifd_backend **out, const char *name, int threads, char *err,
+                              size_t errlen);
 
 #endif
