@@ -1130,10 +1130,17 @@ int ifd_chat_render(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, si
         return ifd__render_builtin(t, msgs, n, add_generation_prompt, out);
     json_t *arr = json_array();
     int rc = arr ? 0 : IFD_ENOMEM;
-    for (size_t i = 0; !rc && i < n; i++)
-        if (json_array_append_new(arr, json_pack("{s:s,s:s}", "role", msgs[i].role, "content",
-                                                 msgs[i].content)))
+    for (size_t i = 0; !rc && i < n; i++) {
+        /* json_pack refuses invalid UTF-8 (found by tests/fuzz/fuzz_chat.c):
+         * that is the caller's bad input, not a lack of memory */
+        json_t *o = json_pack("{s:s,s:s}", "role", msgs[i].role, "content", msgs[i].content);
+        if (!o) {
+            IFD_WARN("chat template: message %zu is not valid UTF-8", i);
+            rc = IFD_EINVAL;
+        } else if (json_array_append_new(arr, o)) {
             rc = IFD_ENOMEM;
+        }
+    }
     if (!rc) {
         char err[512];
         ifd_chat_request_t req = {arr, NULL, NULL, add_generation_prompt};

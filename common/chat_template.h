@@ -131,7 +131,8 @@ void ifd_chat_prompt_free(ifd_chat_prompt_t *p); /* frees the fields, zeroes p *
 /*
  * Renders msgs[0..n) (n may be 0) and, with add_generation_prompt, the
  * header of the assistant's turn. Returns 0, IFD_EINVAL (a role the family
- * cannot express, or the Jinja template raised: the message is logged),
+ * cannot express, the Jinja template raised, or — for a Jinja template — a
+ * message that is not valid UTF-8: the message is logged),
  * IFD_ETOOBIG (a Jinja limit), IFD_ENOMEM. On error *out is zeroed.
  * Same as ifd_chat_render_request with {role, content} messages and no tools.
  */
