@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_chat_template_conformance.sh JINJA_RENDER — the CTest entry of
-# test_chat_template_conformance.py. Runs it with the test venv's Python
+# test_chat_template_conformance.sh [--models] JINJA_RENDER — the CTest entry of
+# test_chat_template_conformance.py (with --models: test_chat_template_models.py). Runs it with the test venv's Python
 # ($INFERD_PYTHON, else the venv of deploy/install-deps.sh); skips (exit 77)
 # without one or without jinja2 in it.
 set -euo pipefail
@@ -18,4 +18,9 @@ if ! "$py" -c 'import jinja2' 2>/dev/null; then
     echo "SKIPPED: jinja2 is not installed in $py (run deploy/install-deps.sh)" >&2
     exit 77
 fi
-exec "$py" "$here/test_chat_template_conformance.py" "$@"
+script=test_chat_template_conformance.py
+if [ "${1:-}" = --models ]; then
+    script=test_chat_template_models.py
+    shift
+fi
+exec "$py" "$here/$script" "$@"
