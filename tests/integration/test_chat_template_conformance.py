@@ -118,11 +118,19 @@ def conversations():
         yield name, ctx
 
 
+_compiled = {}
+
+
 def py_render(env, src, ctx):
-    try:
-        tpl = env.from_string(src)
-    except jinja2.TemplateError as e:
-        return "parse", str(e)
+    """("ok", text) / ("parse" | "raise" | "error", message); compiles once per source."""
+    if src not in _compiled:
+        try:
+            _compiled[src] = env.from_string(src)
+        except jinja2.TemplateError as e:
+            _compiled[src] = e
+    tpl = _compiled[src]
+    if isinstance(tpl, Exception):
+        return "parse", str(tpl)
     try:
         return "ok", tpl.render(**ctx)
     except jinja2.TemplateError as e:
