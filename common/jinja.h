@@ -48,11 +48,11 @@ int ifd_jinja_parse(ifd_jinja_t **out, const char *src, size_t len, char *errbuf
 void ifd_jinja_destroy(ifd_jinja_t *t); /* NULL is a no-op */
 
 typedef struct {
-    size_t max_output;     /* bytes of rendered text (default 16 MiB) */
-    size_t max_memory;     /* bytes of values allocated while rendering (default 256 MiB) */
-    uint64_t max_iters;    /* loop iterations in all loops together (default 1,000,000) */
-    unsigned max_depth;    /* macro call / recursion depth (default 64) */
-    int64_t now;           /* strftime_now's time (Unix seconds, local time); 0 = time(NULL) */
+    size_t max_output;  /* bytes of rendered text (default 16 MiB) */
+    size_t max_memory;  /* bytes of values allocated while rendering (default 256 MiB) */
+    uint64_t max_iters; /* loop iterations in all loops together (default 1,000,000) */
+    unsigned max_depth; /* macro call / recursion depth (default 64) */
+    int64_t now;        /* strftime_now's time (Unix seconds, local time); 0 = time(NULL) */
 } ifd_jinja_limits_t;
 
 ifd_jinja_limits_t ifd_jinja_default_limits(void);

@@ -17,15 +17,15 @@
 
 typedef enum {
     /* statements */
-    IFD__JN_TEXT,    /* s/sn: literal text */
-    IFD__JN_OUT,     /* a: expression */
-    IFD__JN_IF,      /* a: condition, v: body, w: else body (an elif is one IF in w) */
-    IFD__JN_FOR,     /* names: targets, a: iterable, b: filter or NULL, v: body, w: else;
-                        i: 1 when the body refers to `loop` */
-    IFD__JN_SET,     /* names[0] (and a NULL) or a: NS target (ATTR), b: value;
-                        nnames > 1: tuple unpacking */
+    IFD__JN_TEXT,     /* s/sn: literal text */
+    IFD__JN_OUT,      /* a: expression */
+    IFD__JN_IF,       /* a: condition, v: body, w: else body (an elif is one IF in w) */
+    IFD__JN_FOR,      /* names: targets, a: iterable, b: filter or NULL, v: body, w: else;
+                         i: 1 when the body refers to `loop` */
+    IFD__JN_SET,      /* names[0] (and a NULL) or a: NS target (ATTR), b: value;
+                         nnames > 1: tuple unpacking */
     IFD__JN_SETBLOCK, /* names[0]: variable, v: body, c: filter chain or NULL */
-    IFD__JN_MACRO,   /* s: name, names: params, w: defaults (NULL entries = none), v: body */
+    IFD__JN_MACRO,    /* s: name, names: params, w: defaults (NULL entries = none), v: body */
     IFD__JN_BREAK,
     IFD__JN_CONTINUE,
     IFD__JN_FILTERBLOCK, /* c: filter chain (a FILTER whose innermost a is NULL), v: body */

@@ -198,8 +198,8 @@ static int segment(P *p, const char *src, size_t len)
     bool line_starting = true, lstrip_next = false;
     for (;;) {
         size_t t = pos;
-        while (t + 1 < len && !(src[t] == '{' && (src[t + 1] == '{' || src[t + 1] == '%' ||
-                                                  src[t + 1] == '#')))
+        while (t + 1 < len &&
+               !(src[t] == '{' && (src[t + 1] == '{' || src[t + 1] == '%' || src[t + 1] == '#')))
             t++;
         bool eof = t + 1 >= len;
         size_t dend = eof ? len : t;
@@ -359,20 +359,47 @@ static int decode_string(P *p, const char *s, size_t n, tok_t *t)
         char c = s[++i];
         int digits = 0;
         switch (c) {
-        case 'n': d[o++] = '\n'; break;
-        case 't': d[o++] = '\t'; break;
-        case 'r': d[o++] = '\r'; break;
-        case 'a': d[o++] = '\a'; break;
-        case 'b': d[o++] = '\b'; break;
-        case 'f': d[o++] = '\f'; break;
-        case 'v': d[o++] = '\v'; break;
-        case '\\': d[o++] = '\\'; break;
-        case '\'': d[o++] = '\''; break;
-        case '"': d[o++] = '"'; break;
-        case '\n': break;
-        case 'x': digits = 2; break;
-        case 'u': digits = 4; break;
-        case 'U': digits = 8; break;
+        case 'n':
+            d[o++] = '\n';
+            break;
+        case 't':
+            d[o++] = '\t';
+            break;
+        case 'r':
+            d[o++] = '\r';
+            break;
+        case 'a':
+            d[o++] = '\a';
+            break;
+        case 'b':
+            d[o++] = '\b';
+            break;
+        case 'f':
+            d[o++] = '\f';
+            break;
+        case 'v':
+            d[o++] = '\v';
+            break;
+        case '\\':
+            d[o++] = '\\';
+            break;
+        case '\'':
+            d[o++] = '\'';
+            break;
+        case '"':
+            d[o++] = '"';
+            break;
+        case '\n':
+            break;
+        case 'x':
+            digits = 2;
+            break;
+        case 'u':
+            digits = 4;
+            break;
+        case 'U':
+            digits = 8;
+            break;
         default:
             if (c >= '0' && c <= '7') {
                 uint32_t v = 0;
@@ -410,9 +437,9 @@ static int decode_string(P *p, const char *s, size_t n, tok_t *t)
     return 0;
 }
 
-static const char *const ifd__ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/",
-                                       "%",  "~",  "<",  ">",  "=",  "(",  ")", "[", "]", "{",
-                                       "}",  ",",  ".",  ":",  "|",  NULL};
+static const char *const ifd__ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                       "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                       "]",  "{",  "}",  ",",  ".",  ":",  "|", NULL};
 
 static int tokenize(P *p, const char *s, size_t n)
 {
@@ -546,11 +573,15 @@ static const char *tok_desc(P *p)
 {
     tok_t *t = cur(p);
     switch (t->kind) {
-    case TK_END: return "end of tag";
-    case TK_STR: return "string";
+    case TK_END:
+        return "end of tag";
+    case TK_STR:
+        return "string";
     case TK_INT:
-    case TK_FLOAT: return "number";
-    default: break;
+    case TK_FLOAT:
+        return "number";
+    default:
+        break;
     }
     char *d = ifd_arena_strndup(p->A, t->s, t->n);
     return d ? d : "token";
@@ -1063,12 +1094,12 @@ static ifd__jn_t *parse_compare(P *p)
 {
     ifd__jn_t *l = parse_math1(p), *res = NULL;
     while (l) {
-        int op = is_op(p, "==")   ? IFD__OP_EQ
-                 : is_op(p, "!=") ? IFD__OP_NE
-                 : is_op(p, "<")  ? IFD__OP_LT
-                 : is_op(p, "<=") ? IFD__OP_LE
-                 : is_op(p, ">")  ? IFD__OP_GT
-                 : is_op(p, ">=") ? IFD__OP_GE
+        int op = is_op(p, "==")     ? IFD__OP_EQ
+                 : is_op(p, "!=")   ? IFD__OP_NE
+                 : is_op(p, "<")    ? IFD__OP_LT
+                 : is_op(p, "<=")   ? IFD__OP_LE
+                 : is_op(p, ">")    ? IFD__OP_GT
+                 : is_op(p, ">=")   ? IFD__OP_GE
                  : is_name(p, "in") ? IFD__OP_IN
                                     : -1;
         if (op < 0 && is_name(p, "not") && p->toks[p->ti + 1].kind == TK_NAME &&
@@ -1419,8 +1450,8 @@ static int parse_wrapped(P *p, ifd__jn_t *n, const char *end)
 }
 
 static const char *const ifd__unsupported_tags[] = {
-    "call", "include", "import", "from", "extends", "block", "with", "do", "autoescape",
-    "trans", "pluralize", "print", NULL};
+    "call", "include",    "import", "from",      "extends", "block", "with",
+    "do",   "autoescape", "trans",  "pluralize", "print",   NULL};
 
 static int parse_stmt(P *p, nvec_t *out)
 {
