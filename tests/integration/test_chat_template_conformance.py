@@ -161,6 +161,16 @@ def main():
         cpath = os.path.join(tmp, "cases.json")
         with open(cpath, "w") as f:
             json.dump([c for _, c in cases], f)
+        if not sys.argv[2:]:
+            # plus the official templates of tests/data/tokenizer/chat_golden.json (SmolLM2,
+            # Phi-3.5, Gemma 3, Llama 2 / 3.0, Mistral v0.2), missing from the corpus
+            gpath = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                                 "tokenizer", "chat_golden.json")
+            for gname, g in json.load(open(gpath))["templates"].items():
+                fp = os.path.join(tmp, f"golden-{gname}.jinja")
+                with open(fp, "w", encoding="utf-8") as f:
+                    f.write(g["jinja"])
+                files.append(fp)
         for path in files:
             name = os.path.basename(path)
             with open(path, encoding="utf-8") as f:
