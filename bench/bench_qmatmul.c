@@ -98,7 +98,7 @@ static void run_q(void *p)
 {
     job_t *j = p;
     ifd_cpu_quantize_act(&j->a, j->x, j->tp);
-    ifd_cpu_qmatmul(j->y, &j->a, j->wq, j->type, j->n, j->tp);
+    ifd_cpu_qmatmul(j->y, j->n, &j->a, j->wq, j->type, j->n, j->tp);
 }
 
 static int cmp_d(const void *a, const void *b)

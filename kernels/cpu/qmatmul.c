@@ -489,6 +489,7 @@ int ifd_cpu_quantize_act(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadp
 
 typedef struct {
     float *y;
+    int64_t ldy;
     const ifd_cpu_qact_t *a;
     const uint8_t *w;
     const qtype_t *t;
@@ -530,7 +531,7 @@ static void qmm_scalar(const qmm_t *c, int G0, int G1)
                     if (t->two == 1)
                         acc = fmaf(get_scale(blk + half, t->f32sc, r), dx * (float)xs[b], acc);
                 }
-                c->y[(int64_t)i * c->n + G * QG + r] = acc;
+                c->y[(int64_t)i * c->ldy + G * QG + r] = acc;
             }
         }
     }
@@ -659,7 +660,7 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
     const int rows = c->n - G * QG < QG ? c->n - G * QG : QG;
 #pragma GCC unroll 4
     for (int i = 0; i < MI; i++) {
-        float *yr = c->y + (int64_t)(i0 + i) * c->n + G * QG;
+        float *yr = c->y + (int64_t)(i0 + i) * c->ldy + G * QG;
         if (rows == QG)
             _mm256_storeu_ps(yr, acc[i]);
         else
@@ -758,10 +759,11 @@ static void qmm_task(void *arg, int task, int n_tasks)
     qmm_scalar(c, G0, G1);
 }
 
-int ifd__cpu_qmatmul_isa(float *restrict y, const ifd_cpu_qact_t *xa, const void *restrict wq,
-                         uint32_t type, int n, ifd_threadpool_t *tp, int isa)
+int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
+                         const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp,
+                         int isa)
 {
-    if (!xa || !y || !wq || xa->m <= 0)
+    if (!xa || !y || !wq || xa->m <= 0 || ldy < n)
         return IFD_EINVAL;
     int64_t bytes = ifd_cpu_qweight_bytes(type, n, xa->k);
     if (bytes < 0)
@@ -769,7 +771,7 @@ int ifd__cpu_qmatmul_isa(float *restrict y, const ifd_cpu_qact_t *xa, const void
     if (isa > (int)ifd__cpu_isa())
         return IFD_ENOTSUP;
     const qtype_t *t = qtype_find(type);
-    qmm_t c = {.y = y, .a = xa, .w = wq, .t = t, .n = n, .nb = xa->k / QB,
+    qmm_t c = {.y = y, .ldy = ldy, .a = xa, .w = wq, .t = t, .n = n, .nb = xa->k / QB,
                .bb = qt_block_bytes(t), .isa = isa};
     /* One contiguous range of row groups per thread (each streams its part
      * of w once per activation chunk), in pairs of groups; no task under
@@ -788,8 +790,8 @@ int ifd__cpu_qmatmul_isa(float *restrict y, const ifd_cpu_qact_t *xa, const void
     return 0;
 }
 
-int ifd_cpu_qmatmul(float *restrict y, const ifd_cpu_qact_t *xa, const void *restrict wq,
-                    uint32_t type, int n, ifd_threadpool_t *tp)
+int ifd_cpu_qmatmul(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
+                    const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp)
 {
-    return ifd__cpu_qmatmul_isa(y, xa, wq, type, n, tp, ifd__cpu_isa() >= IFD__ISA_AVX2);
+    return ifd__cpu_qmatmul_isa(y, ldy, xa, wq, type, n, tp, ifd__cpu_isa() >= IFD__ISA_AVX2);
 }

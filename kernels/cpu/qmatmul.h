@@ -77,16 +77,19 @@ int ifd_cpu_qact_init(ifd_cpu_qact_t *a, void *mem, int m, int k);
  * give unspecified (but not undefined) results. 0 or IFD_EINVAL. */
 int ifd_cpu_quantize_act(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadpool_t *tp);
 
-/* y [xa->m, n] = x · wᵀ for a packed wq [n, xa->k] of `type`.
+/* y[i, 0..n) = x[i] · wᵀ for a packed wq [n, xa->k] of `type`, i < xa->m;
+ * y's rows are ldy ≥ n floats apart and columns n..ldy are not touched (so
+ * the parts of a projection can fill their column ranges of one output).
  * 0, IFD_EINVAL (shapes), IFD_ENOTSUP (type). */
-int ifd_cpu_qmatmul(float *restrict y, const ifd_cpu_qact_t *xa, const void *restrict wq,
-                    uint32_t type, int n, ifd_threadpool_t *tp);
+int ifd_cpu_qmatmul(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
+                    const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp);
 
 /* For tests and benchmarks: the same with the SIMD path forced
  * (0 scalar, 1 AVX2; IFD_ENOTSUP when this CPU lacks it). */
 int ifd__cpu_quantize_act_isa(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadpool_t *tp,
                               int isa);
-int ifd__cpu_qmatmul_isa(float *restrict y, const ifd_cpu_qact_t *xa, const void *restrict wq,
-                         uint32_t type, int n, ifd_threadpool_t *tp, int isa);
+int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
+                         const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp,
+                         int isa);
 
 #endif

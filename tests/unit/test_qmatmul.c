@@ -10,7 +10,8 @@
  *  - products: against an f64 reference Σ w·(d·q) within float rounding,
  *    and against the true f32 x within the activation rounding bound;
  *    the scalar and AVX2 kernels agree bitwise; m rows at once equal the m
- *    rows one at a time (batch invariance), with 1 and 2 threads.
+ *    rows one at a time (batch invariance), with 1 and 2 threads; a row
+ *    stride ldy > n leaves the other columns alone.
  * Every path this CPU has is forced in turn (the AVX2 one is skipped with a
  * message where the CPU lacks it).
  */
@@ -229,17 +230,27 @@ static void check_product(const wcase_t *c, int m, int isa, ifd_threadpool_t *tp
         x[i] = frand(&seed) * 2.0f;
     void *mem;
     ifd_cpu_qact_t a = qact_make(x, m, k, isa, tp1, &mem);
-    float *y = malloc(sizeof(float) * m * n), *y2 = malloc(sizeof(float) * m * n);
+    /* y2: 2 threads, rows ldy = n + 3 apart with the gaps poisoned (NaN) */
+    const int ldy = n + 3;
+    float *y = malloc(sizeof(float) * m * n), *y2 = malloc(sizeof(float) * m * ldy);
     float *y1 = malloc(sizeof(float) * n);
-    ck_assert_int_eq(ifd__cpu_qmatmul_isa(y, &a, c->packed, c->type, n, tp1, isa), 0);
-    ck_assert_int_eq(ifd__cpu_qmatmul_isa(y2, &a, c->packed, c->type, n, tp2, isa), 0);
-    ck_assert_msg(memcmp(y, y2, sizeof(float) * m * n) == 0, "%s: 1 thread != 2 threads",
-                  ifd_ggml_type_name(c->type));
+    for (int i = 0; i < m * ldy; i++)
+        y2[i] = NAN;
+    ck_assert_int_eq(ifd__cpu_qmatmul_isa(y, n, &a, c->packed, c->type, n, tp1, isa), 0);
+    ck_assert_int_eq(ifd__cpu_qmatmul_isa(y2, ldy, &a, c->packed, c->type, n, tp2, isa), 0);
+    ck_assert_int_eq(ifd__cpu_qmatmul_isa(y2, n - 1, &a, c->packed, c->type, n, tp2, isa),
+                     IFD_EINVAL);
+    for (int i = 0; i < m; i++) {
+        ck_assert_msg(memcmp(y + (int64_t)i * n, y2 + (int64_t)i * ldy, sizeof(float) * n) == 0,
+                      "%s: 1 thread != 2 threads", ifd_ggml_type_name(c->type));
+        for (int j = n; j < ldy; j++)
+            ck_assert_msg(isnan(y2[(int64_t)i * ldy + j]), "column %d of ldy %d written", j, ldy);
+    }
     for (int i = 0; i < m; i++) {
         /* the row alone: a one-row view of the same activations */
         ifd_cpu_qact_t one = {a.q + (int64_t)i * k, a.d + (int64_t)i * nb, a.s + (int64_t)i * nb,
                               1, k};
-        ck_assert_int_eq(ifd__cpu_qmatmul_isa(y1, &one, c->packed, c->type, n, tp2, isa), 0);
+        ck_assert_int_eq(ifd__cpu_qmatmul_isa(y1, n, &one, c->packed, c->type, n, tp2, isa), 0);
         if (memcmp(y1, y + (int64_t)i * n, sizeof(float) * n) != 0)
             ck_abort_msg("%s m=%d n=%d k=%d isa=%d: row %d batched != alone",
                          ifd_ggml_type_name(c->type), m, n, k, isa, i);
