@@ -240,9 +240,22 @@ struct ifd_backend {
     const ifd_backend_ops_t *ops;
 };
 
-/* The CPU backend with n_threads compute threads (0 = all online CPUs).
- * 0 or IFD_ENOMEM. Destroy with be->ops->destroy(be). */
+/* How the CPU backend keeps matrices: AUTO = quantized types stay
+ * quantized (8-bit activations; close to, not equal to, f32 results), F32 =
+ * everything dequantized to f32 (the exact path, for exactness checks). */
+typedef enum {
+    IFD_WEIGHTS_AUTO = 0,
+    IFD_WEIGHTS_F32 = 1,
+} ifd_weights_dtype_t;
+
+/* "auto" / "f32" → *out; IFD_EINVAL otherwise. */
+int ifd_weights_dtype_parse(const char *s, ifd_weights_dtype_t *out);
+
+/* The CPU backend with n_threads compute threads (0 = all online CPUs) and
+ * weights AUTO (ifd_backend_cpu_create) or as given. 0, IFD_EINVAL (bad
+ * weights value) or IFD_ENOMEM. Destroy with be->ops->destroy(be). */
 int ifd_backend_cpu_create(ifd_backend_t **out, int n_threads);
+int ifd_backend_cpu_create_ex(ifd_backend_t **out, int n_threads, ifd_weights_dtype_t weights);
 
 /* The CUDA backend on device `device` (backend_cuda.c; built only with the
  * CUDA backend on, IFD_HAVE_CUDA, or against the emulator in tests/gpu/emu):

@@ -2,17 +2,31 @@
  * backend_cpu.c — the CPU backend: host memory, kernels/cpu and a thread
  * pool. Allocations are 64-byte aligned for the SIMD kernels.
  *
- * Storage: every weight is dequantized to f32 at load (ifd_cpu_dequantize);
- * a projection's parts are concatenated into one [Σ rows, cols] matrix and
- * pre-packed (ifd_cpu_matmul_pack, layout IFD__LAYOUT_PACKED), so QKV and
- * gate|up are one matmul each. All activations are f32 (mm_in_dtype F32).
+ * Storage (weights "auto", the default): a projection whose parts all have
+ * a type kernels/cpu/qmatmul.h computes on (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q4_K, Q5_K, Q6_K) stays quantized, repacked into 8-row groups (layout
+ * IFD__LAYOUT_Q, dtype = the ggml type): parts of one type are merged into
+ * one matrix (QKV and gate|up one product each), parts of different types
+ * (a Q4_K_M file's Q5_0 attn_q beside a Q8_0 attn_v) stay side by side and
+ * fill their column ranges of y. The input rows are quantized to 8 bits per
+ * 32 elements once per projection. An embedding table of such a type stays
+ * quantized too (rows decoded on lookup), and a tied output projection
+ * shares its buffer (refcounted through `aux`). Everything else — other
+ * types, norms, vectors, and every weight with weights "f32"
+ * (ifd_backend_cpu_create_ex) — is dequantized to f32 (ifd_cpu_dequantize);
+ * f32 projections are concatenated into one [Σ rows, cols] matrix and
+ * pre-packed (ifd_cpu_matmul_pack, layout IFD__LAYOUT_PACKED): that is the
+ * exact path the oracle tests check at 1e-3. All activations are f32
+ * (mm_in_dtype F32).
  *
- * Batch invariance: the packed matmul gives each output one summation order
- * for every batch size, and every other op works row by row, so a token's
- * results do not depend on the rest of the batch, bit for bit.
+ * Batch invariance: the packed and the quantized matmuls give each output
+ * one summation order for every batch size (activations are quantized row
+ * by row), and every other op works row by row, so a token's results do
+ * not depend on the rest of the batch, bit for bit.
  */
 #include "backend.h"
 
+#include "cpu/qmatmul.h"
 #include "error.h"
 #include "log.h"
 
@@ -20,14 +34,31 @@
 #include <string.h>
 #include <sys/mman.h>
 
-enum { IFD__LAYOUT_PLAIN = 0, IFD__LAYOUT_PACKED = 1 };
+enum { IFD__LAYOUT_PLAIN = 0, IFD__LAYOUT_PACKED = 1, IFD__LAYOUT_Q = 2 };
+
+/* aux of a quantized weight: its buffer's reference count (an embedding
+ * table and the tied output projection share one). */
+typedef struct {
+    int refs;
+} ifd__qshare_t;
 
 typedef struct {
     ifd_backend_t base;
     ifd_threadpool_t *tp;
+    ifd_weights_dtype_t weights;
     /* rope_kv's contiguous K and V rows, grown as needed */
     float *kv_tmp;
     size_t kv_tmp_floats;
+    /* proj's quantized input rows, grown as needed */
+    void *qact;
+    size_t qact_bytes;
+    /* the last quantized embedding table, for a tied output to share */
+    struct {
+        const void *src;
+        ifd_ggml_type_t type;
+        int64_t rows, cols;
+        ifd_weight_t w;
+    } last_embed;
 } ifd__cpu_backend_t;
 
 static ifd__cpu_backend_t *ifd__cpu(ifd_backend_t *be)
@@ -40,6 +71,7 @@ static void ifd__cpu_destroy(ifd_backend_t *be)
     ifd__cpu_backend_t *c = ifd__cpu(be);
     ifd_threadpool_destroy(c->tp);
     free(c->kv_tmp);
+    free(c->qact);
     free(c);
 }
 
@@ -115,10 +147,76 @@ static int ifd__cpu_dequant(float *dst, const ifd_weight_src_t *src)
     return rc;
 }
 
+/* Whether a matrix of src's type and shape stays quantized. */
+static bool ifd__cpu_keeps_q(ifd_backend_t *be, const ifd_weight_src_t *src)
+{
+    return ifd__cpu(be)->weights == IFD_WEIGHTS_AUTO && ifd_cpu_qtype_supported(src->type) &&
+           src->rows <= INT32_MAX && src->cols <= INT32_MAX &&
+           ifd_cpu_qweight_bytes(src->type, (int)src->rows, (int)src->cols) > 0;
+}
+
+/* A quantized weight from n parts of one type (rows concatenated). */
+static int ifd__cpu_load_q(ifd_backend_t *be, ifd_weight_t *out, const ifd_weight_src_t *parts,
+                           int n)
+{
+    int64_t rows = 0, cols = parts[0].cols;
+    for (int i = 0; i < n; i++)
+        rows += parts[i].rows;
+    const ifd_ggml_type_t type = parts[0].type;
+    if (rows > INT32_MAX)
+        return IFD_ERANGE;
+    int64_t bytes = ifd_cpu_qweight_bytes(type, (int)rows, (int)cols);
+    if (bytes < 0)
+        return (int)bytes;
+    const void *src = parts[0].data;
+    uint8_t *cat = NULL;
+    if (n > 1) { /* the parts' rows one after the other, as one tensor */
+        const uint64_t row_bytes = (uint64_t)(cols / ifd_ggml_block_elems(type)) *
+                                   ifd_ggml_block_bytes(type);
+        if (!(cat = malloc(row_bytes * (uint64_t)rows)))
+            return IFD_ENOMEM;
+        uint64_t off = 0;
+        for (int i = 0; i < n; i++) {
+            memcpy(cat + off, parts[i].data, row_bytes * (uint64_t)parts[i].rows);
+            off += row_bytes * (uint64_t)parts[i].rows;
+        }
+        src = cat;
+    }
+    void *wq = NULL;
+    ifd__qshare_t *share = malloc(sizeof *share);
+    int rc = share ? ifd__cpu_alloc(be, (size_t)bytes, &wq) : IFD_ENOMEM;
+    if (rc == 0)
+        rc = ifd_cpu_qweight_pack(wq, src, type, (int)rows, (int)cols);
+    free(cat);
+    if (rc) {
+        free(wq);
+        free(share);
+        IFD_ERROR("cpu backend: tensor '%s' (%s): cannot repack: %s", parts[0].name,
+                  ifd_ggml_type_name(type), ifd_strerror(rc));
+        return rc;
+    }
+    share->refs = 1;
+    *out = (ifd_weight_t){.data = wq, .dtype = type, .rows = rows, .cols = cols,
+                          .layout = IFD__LAYOUT_Q, .aux = share, .bytes = (uint64_t)bytes};
+    return 0;
+}
+
 static int ifd__cpu_load_weight(ifd_backend_t *be, ifd_weight_t *out, const ifd_weight_src_t *src,
                                 ifd_weight_use_t use)
 {
     memset(out, 0, sizeof *out);
+    if (use == IFD_WEIGHT_EMBED && src->rows > 1 && ifd__cpu_keeps_q(be, src)) {
+        int rc = ifd__cpu_load_q(be, out, src, 1);
+        if (rc == 0) {
+            ifd__cpu_backend_t *c = ifd__cpu(be);
+            c->last_embed.src = src->data;
+            c->last_embed.type = src->type;
+            c->last_embed.rows = src->rows;
+            c->last_embed.cols = src->cols;
+            c->last_embed.w = *out;
+        }
+        return rc;
+    }
     size_t n = (size_t)(src->rows * src->cols), bytes = n * sizeof(float);
     float *w;
     int rc = ifd__cpu_alloc(be, bytes, (void **)&w);
@@ -138,7 +236,18 @@ static int ifd__cpu_load_weight(ifd_backend_t *be, ifd_weight_t *out, const ifd_
 
 static void ifd__cpu_weight_free(ifd_backend_t *be, ifd_weight_t *w)
 {
-    (void)be;
+    ifd__cpu_backend_t *c = ifd__cpu(be);
+    if (w->layout == IFD__LAYOUT_Q && w->aux) {
+        ifd__qshare_t *share = w->aux;
+        IFD_ASSERT(share->refs > 0);
+        if (--share->refs > 0) {
+            memset(w, 0, sizeof *w);
+            return;
+        }
+        free(share);
+    }
+    if (w->data && w->data == c->last_embed.w.data)
+        memset(&c->last_embed, 0, sizeof c->last_embed);
     free(w->data);
     memset(w, 0, sizeof *w);
 }
@@ -151,7 +260,84 @@ static void ifd__cpu_proj_free(ifd_backend_t *be, ifd_proj_t *p)
     memset(p, 0, sizeof *p);
 }
 
-/* Every part dequantized into one f32 [Σ rows, cols] matrix, packed. */
+/* The biases of n parts as one f32 [Σ rows] vector (zeros where a part has
+ * none) in *out, or NULL when no part has one. */
+static int ifd__cpu_load_bias(ifd_backend_t *be, float **out, const ifd_weight_src_t *parts,
+                              const ifd_weight_src_t *const *bias, int n, int64_t rows)
+{
+    *out = NULL;
+    bool any_bias = false;
+    for (int i = 0; i < n; i++)
+        any_bias |= bias && bias[i] && bias[i]->data;
+    if (!any_bias)
+        return 0;
+    float *b;
+    int rc = ifd__cpu_alloc(be, (size_t)rows * sizeof(float), (void **)&b);
+    if (rc)
+        return rc;
+    int64_t r0 = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (bias[i] && bias[i]->data)
+            rc = ifd__cpu_dequant(b + r0, bias[i]);
+        else
+            memset(b + r0, 0, (size_t)parts[i].rows * sizeof(float));
+        r0 += parts[i].rows;
+    }
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+/* Quantized parts: one merged weight when all have one type, else one
+ * weight per part (a tied output shares the embedding's buffer). */
+static int ifd__cpu_load_proj_q(ifd_backend_t *be, ifd_proj_t *out, const ifd_weight_src_t *parts,
+                                const ifd_weight_src_t *const *bias, int n, int64_t rows)
+{
+    ifd__cpu_backend_t *c = ifd__cpu(be);
+    bool same = true;
+    for (int i = 1; i < n; i++)
+        same &= parts[i].type == parts[0].type;
+    int rc = 0;
+    if (n == 1 && c->last_embed.w.data && c->last_embed.src == parts[0].data &&
+        c->last_embed.type == parts[0].type && c->last_embed.rows == parts[0].rows &&
+        c->last_embed.cols == parts[0].cols) {
+        out->part[0] = c->last_embed.w;
+        out->part[0].bytes = 0; /* counted once, with the embedding */
+        ((ifd__qshare_t *)out->part[0].aux)->refs++;
+        out->n_parts = 1;
+    } else if (same) {
+        rc = ifd__cpu_load_q(be, &out->part[0], parts, n);
+        out->n_parts = rc ? 0 : 1;
+    } else {
+        int64_t r0 = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            if ((rc = ifd__cpu_load_q(be, &out->part[i], &parts[i], 1)) == 0) {
+                out->part_row0[i] = r0;
+                out->n_parts = i + 1;
+            }
+            r0 += parts[i].rows;
+        }
+    }
+    float *b = NULL;
+    if (rc == 0)
+        rc = ifd__cpu_load_bias(be, &b, parts, bias, n, rows);
+    if (rc) {
+        ifd__cpu_proj_free(be, out);
+        return rc;
+    }
+    if (b)
+        out->bias = (ifd_weight_t){.data = b, .dtype = IFD_GGML_F32, .rows = 1, .cols = rows,
+                                   .bytes = (uint64_t)rows * sizeof(float)};
+    out->rows = rows;
+    out->cols = parts[0].cols;
+    return 0;
+}
+
+/* Quantized where every part's type allows it (see the top of the file),
+ * else every part dequantized into one f32 [Σ rows, cols] matrix, packed. */
 static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weight_src_t *parts,
                               const ifd_weight_src_t *const *bias, int n)
 {
@@ -159,15 +345,17 @@ static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weig
     if (n < 1 || n > IFD_PROJ_MAX_PARTS)
         return IFD_EINVAL;
     int64_t rows = 0, cols = parts[0].cols;
-    bool any_bias = false;
+    bool all_q = true;
     for (int i = 0; i < n; i++) {
         if (parts[i].cols != cols)
             return IFD_EINVAL;
         rows += parts[i].rows;
-        any_bias |= bias && bias[i] && bias[i]->data;
+        all_q &= ifd__cpu_keeps_q(be, &parts[i]);
     }
     if (rows > INT32_MAX || cols > INT32_MAX)
         return IFD_ERANGE;
+    if (all_q)
+        return ifd__cpu_load_proj_q(be, out, parts, bias, n, rows);
     int64_t nf = ifd_cpu_matmul_packed_floats((int)rows, (int)cols);
     if (nf < 0)
         return (int)nf;
@@ -180,17 +368,8 @@ static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weig
         rc = ifd__cpu_dequant(w + r0 * cols, &parts[i]);
         r0 += parts[i].rows;
     }
-    if (rc == 0 && any_bias && (rc = ifd__cpu_alloc(be, (size_t)rows * sizeof(float),
-                                                    (void **)&b)) == 0) {
-        r0 = 0;
-        for (int i = 0; i < n && rc == 0; i++) {
-            if (bias[i] && bias[i]->data)
-                rc = ifd__cpu_dequant(b + r0, bias[i]);
-            else
-                memset(b + r0, 0, (size_t)parts[i].rows * sizeof(float));
-            r0 += parts[i].rows;
-        }
-    }
+    if (rc == 0)
+        rc = ifd__cpu_load_bias(be, &b, parts, bias, n, rows);
     if (rc == 0 && (rc = ifd__cpu_alloc(be, (size_t)nf * sizeof(float), (void **)&wp)) == 0)
         ifd_cpu_matmul_pack(wp, w, (int)rows, (int)cols);
     free(w);
@@ -245,14 +424,20 @@ static int ifd__cpu_embed(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *e
                           const int32_t *tokens, int n, float scale)
 {
     (void)be;
-    if (emb->dtype != IFD_GGML_F32 || x->cols != emb->cols || n > x->rows)
+    const bool q = emb->layout == IFD__LAYOUT_Q;
+    if ((!q && emb->dtype != IFD_GGML_F32) || x->cols != emb->cols || n > x->rows)
         return IFD_EINVAL;
     const float *e = emb->data;
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= emb->rows)
             return IFD_ERANGE;
-        const float *row = e + (int64_t)tokens[i] * emb->cols;
         float *o = ifd__f(x) + (int64_t)i * emb->cols;
+        const float *row = o;
+        if (!q)
+            row = e + (int64_t)tokens[i] * emb->cols;
+        else if (ifd_cpu_qweight_row(o, emb->data, emb->dtype, (int)emb->rows, (int)emb->cols,
+                                     tokens[i]) != 0)
+            return IFD_EINVAL;
         for (int64_t j = 0; j < emb->cols; j++)
             o[j] = row[j] * scale;
     }
@@ -275,16 +460,44 @@ static int ifd__cpu_rmsnorm(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual
     return ifd_cpu_rmsnorm(ifd__f(y), ifd__f(residual), w->data, rows, (int)w->cols, eps);
 }
 
+/* The quantized parts: x quantized once, each part into its columns. */
+static int ifd__cpu_proj_q(ifd_backend_t *be, float *y, const float *x, const ifd_proj_t *p, int m)
+{
+    ifd__cpu_backend_t *c = ifd__cpu(be);
+    int64_t need = ifd_cpu_qact_bytes(m, (int)p->cols);
+    if (need < 0)
+        return (int)need;
+    if ((size_t)need > c->qact_bytes) {
+        free(c->qact);
+        c->qact_bytes = 0;
+        if ((c->qact = malloc((size_t)need)) == NULL)
+            return IFD_ENOMEM;
+        c->qact_bytes = (size_t)need;
+    }
+    ifd_cpu_qact_t a;
+    int rc = ifd_cpu_qact_init(&a, c->qact, m, (int)p->cols);
+    if (rc == 0)
+        rc = ifd_cpu_quantize_act(&a, x, c->tp);
+    for (int i = 0; i < p->n_parts && rc == 0; i++)
+        rc = ifd_cpu_qmatmul(y + p->part_row0[i], p->rows, &a, p->part[i].data, p->part[i].dtype,
+                             (int)p->part[i].rows, c->tp);
+    return rc;
+}
+
 static int ifd__cpu_proj(ifd_backend_t *be, ifd_act_t *y, const ifd_act_t *x, const ifd_proj_t *p,
                          int m)
 {
-    /* load_proj always merges the parts (see the top of the file) */
+    /* f32 parts are always merged (see the top of the file) */
     const ifd_weight_t *w = &p->part[0];
-    if (p->n_parts != 1 || w->layout != IFD__LAYOUT_PACKED || x->cols != p->cols ||
+    const bool q = w->layout == IFD__LAYOUT_Q;
+    if ((!q && (p->n_parts != 1 || w->layout != IFD__LAYOUT_PACKED)) || x->cols != p->cols ||
         y->cols != p->rows || m > x->rows || m > y->rows)
         return IFD_EINVAL;
-    int rc = ifd_cpu_matmul_packed(ifd__f(y), ifd__f(x), w->data, m, (int)w->rows, (int)w->cols,
-                                   ifd__cpu(be)->tp);
+    if (m == 0)
+        return 0;
+    int rc = q ? ifd__cpu_proj_q(be, ifd__f(y), ifd__f(x), p, m)
+               : ifd_cpu_matmul_packed(ifd__f(y), ifd__f(x), w->data, m, (int)w->rows,
+                                       (int)w->cols, ifd__cpu(be)->tp);
     if (rc || !p->bias.data)
         return rc;
     const float *b = p->bias.data;
@@ -428,10 +641,29 @@ static const ifd_backend_ops_t ifd__cpu_ops = {
 
 int ifd_backend_cpu_create(ifd_backend_t **out, int n_threads)
 {
+    return ifd_backend_cpu_create_ex(out, n_threads, IFD_WEIGHTS_AUTO);
+}
+
+int ifd_weights_dtype_parse(const char *s, ifd_weights_dtype_t *out)
+{
+    if (s && strcmp(s, "auto") == 0)
+        *out = IFD_WEIGHTS_AUTO;
+    else if (s && strcmp(s, "f32") == 0)
+        *out = IFD_WEIGHTS_F32;
+    else
+        return IFD_EINVAL;
+    return 0;
+}
+
+int ifd_backend_cpu_create_ex(ifd_backend_t **out, int n_threads, ifd_weights_dtype_t weights)
+{
+    if (weights != IFD_WEIGHTS_AUTO && weights != IFD_WEIGHTS_F32)
+        return IFD_EINVAL;
     ifd__cpu_backend_t *c = calloc(1, sizeof *c);
     if (!c)
         return IFD_ENOMEM;
     c->base.ops = &ifd__cpu_ops;
+    c->weights = weights;
     int rc = ifd_threadpool_create(&c->tp, n_threads);
     if (rc) {
         free(c);

@@ -316,7 +316,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     }
     const char *path = o->model_path ? o->model_path : h->model_path;
     int threads = o->n_threads > 0 ? o->n_threads : (int)h->n_threads;
-    if ((rc = ifd_backend_cpu_create(&be, threads))) {
+    if ((rc = ifd_backend_cpu_create_ex(&be, threads, o->weights))) {
         ifd__send_error(&s, 0, rc, "cannot start the CPU backend");
         goto out;
     }

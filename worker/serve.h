@@ -16,10 +16,13 @@
 #ifndef IFD_SERVE_H
 #define IFD_SERVE_H
 
+#include "backend.h"
+
 typedef struct {
     int fd;                 /* the socket to the router */
     const char *model_path; /* overrides HELLO's model_path when set */
     int n_threads;          /* overrides HELLO's n_threads when > 0 */
+    ifd_weights_dtype_t weights; /* the CPU backend's weights (backend.h) */
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

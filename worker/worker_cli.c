@@ -37,6 +37,7 @@ static void ifd__usage(FILE *f)
             "       inferd-worker --model PATH --prompt TEXT [options]\n"
             "       inferd-worker --random-weights SHAPE.json --prompt-ids \"ID ...\" [options]\n"
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
+            "                     [--weights-dtype auto|f32]\n"
             "       inferd-worker --devices\n"
             "\n"
             "The inferd worker: runs a model for the inferd router (one process per GPU).\n"
@@ -69,6 +70,9 @@ static void ifd__usage(FILE *f)
             "  --seed S              sampling seed (default 0)\n"
             "  --ignore-eos          do not stop at end-of-turn tokens\n"
             "  --threads N           CPU threads (default: all)\n"
+            "  --weights-dtype D     auto: quantized weights stay quantized (8-bit\n"
+            "                        activations); f32: dequantize everything to f32, the\n"
+            "                        exact path (default auto)\n"
             "  --dump-logits F.npy   float32 logits of every prompt position and generated\n"
             "                        step, shape [rows, vocab]\n"
             "\n"
@@ -111,6 +115,7 @@ typedef struct {
     const char *dump_logits;
     bool raw, json, no_cache, ignore_eos;
     int threads;
+    ifd_weights_dtype_t weights;
     ifd_generate_params_t gp;
 } ifd__gen_opts_t;
 
@@ -152,12 +157,12 @@ static int ifd__parse_ids(const char *s, ifd_tokens_t *out)
     return out->n ? 0 : IFD_EINVAL;
 }
 
-int ifd_worker_backend_create(ifd_backend_t **out, const char *name, int threads, char *err,
-                              size_t errlen)
+int ifd_worker_backend_create(ifd_backend_t **out, const char *name, int threads,
+                              ifd_weights_dtype_t weights, char *err, size_t errlen)
 {
     int rc;
     if (!name || strcmp(name, "cpu") == 0) {
-        if ((rc = ifd_backend_cpu_create(out, threads)))
+        if ((rc = ifd_backend_cpu_create_ex(out, threads, weights)))
             snprintf(err, errlen, "cannot start the CPU backend: %s", ifd_strerror(rc));
         return rc;
     }
@@ -240,7 +245,8 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
     FILE *dump = NULL;
     int status = 1, rc;
 
-    if ((rc = ifd_worker_backend_create(&be, o->backend, o->threads, err, sizeof err))) {
+    if ((rc = ifd_worker_backend_create(&be, o->backend, o->threads, o->weights, err,
+                                        sizeof err))) {
         fprintf(stderr, "inferd-worker: %s\n", err);
         goto out;
     }
@@ -369,6 +375,7 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
                                           ? (res.n_tokens - 1) / (res.decode_ms / 1e3)
                                           : 0));
         json_object_set_new(j, "total_ms", json_real(res.total_ms));
+        json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(m)));
         json_object_set_new(j, "use_cache", json_boolean(!o->no_cache));
         json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
         fputc('\n', stdout);
@@ -434,6 +441,7 @@ int ifd_worker_main(int argc, char **argv)
         OPT_IGNORE_EOS,
         OPT_THREADS,
         OPT_DUMP,
+        OPT_WEIGHTS,
         OPT_SERVE,
         OPT_FD,
         OPT_RANDOM,
@@ -462,6 +470,7 @@ int ifd_worker_main(int argc, char **argv)
         {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"dump-logits", required_argument, NULL, OPT_DUMP},
+        {"weights-dtype", required_argument, NULL, OPT_WEIGHTS},
         {"serve", no_argument, NULL, OPT_SERVE},
         {"fd", required_argument, NULL, OPT_FD},
         {"random-weights", required_argument, NULL, OPT_RANDOM},
@@ -589,6 +598,13 @@ int ifd_worker_main(int argc, char **argv)
         case OPT_DUMP:
             go.dump_logits = optarg;
             break;
+        case OPT_WEIGHTS:
+            if (ifd_weights_dtype_parse(optarg, &go.weights) != 0) {
+                fprintf(stderr, "inferd-worker: --weights-dtype '%s': expected auto or f32\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case OPT_SERVE:
             serve = true;
             break;
@@ -622,7 +638,7 @@ int ifd_worker_main(int argc, char **argv)
             fprintf(stderr, "inferd-worker: --serve needs --fd N (the router's socket)\n");
             return 2;
         }
-        ifd_serve_opts_t so = {serve_fd, go.model, go.threads};
+        ifd_serve_opts_t so = {serve_fd, go.model, go.threads, go.weights};
         return ifd_worker_serve(&so);
     }
     if (inspect)
