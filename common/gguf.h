@@ -104,6 +104,17 @@ int ifd_gguf_open_mem(ifd_gguf_t **out, const void *data, size_t size, const cha
 
 void ifd_gguf_close(ifd_gguf_t *g);
 
+/* Gives back this process's resident pages of the tensor data of a mapped
+ * file (MADV_DONTNEED; nothing for ifd_gguf_open_mem images). For a loader
+ * that has copied every tensor into memory of its own: without it the file's
+ * pages it read stay in its RSS as long as the file is mapped. Tensor data
+ * stays readable (a later read faults the pages back in from the file). */
+void ifd_gguf_release_tensor_pages(const ifd_gguf_t *g);
+/* The same for one tensor's data (t from this handle, or NULL: nothing),
+ * as soon as the loader has copied it: keeps the load's peak RSS near what
+ * the loader keeps. */
+void ifd_gguf_release_tensor(const ifd_gguf_t *g, const ifd_gguf_tensor_t *t);
+
 const char *ifd_gguf_path(const ifd_gguf_t *g);
 uint32_t ifd_gguf_version(const ifd_gguf_t *g);
 uint32_t ifd_gguf_alignment(const ifd_gguf_t *g);

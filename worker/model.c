@@ -212,6 +212,7 @@ static int ifd__load_weight(ifd__loader_t *L, ifd_weight_t *w, const char *name,
     ifd__loader_release(L);
     if (rc)
         return ifd__load_fail(L, rc, "tensor '%s': %s", name, ifd_strerror(rc));
+    ifd_gguf_release_tensor(L->m->gguf, ifd_gguf_find_tensor(L->m->gguf, name));
     L->m->weight_bytes += w->bytes;
     return 0;
 }
@@ -241,6 +242,8 @@ static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *na
     ifd__loader_release(L);
     if (rc)
         return ifd__load_fail(L, rc, "tensor '%s': %s", wname[0], ifd_strerror(rc));
+    for (int i = 0; i < n; i++) /* copied: the file's pages need not stay resident */
+        ifd_gguf_release_tensor(L->m->gguf, ifd_gguf_find_tensor(L->m->gguf, wname[i]));
     for (int i = 0; i < p->n_parts; i++)
         L->m->weight_bytes += p->part[i].bytes;
     L->m->weight_bytes += p->bias.bytes;
@@ -447,6 +450,8 @@ int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char 
         ifd_model_destroy(m);
         return rc;
     }
+    /* every backend copies what it keeps: the file's pages need not stay resident */
+    ifd_gguf_release_tensor_pages(m->gguf);
     *out = m;
     return 0;
 }
