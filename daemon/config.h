@@ -48,6 +48,9 @@
       "the inferd-worker program; default: next to inferd, else $PATH")                        \
     X(kv_budget, BYTES, "1G", 0, "BYTES", 1 << 20, 0, "KV cache memory per device")            \
     X(kv_dtype, STR, "f16", 0, "TYPE", 0, 0, "KV cache element type: f32, f16 or bf16")        \
+    X(weights_dtype, STR, "auto", 0, "TYPE", 0, 0,                                             \
+      "CPU workers' weights: auto (quantized types stay quantized, 8-bit activations) or f32 " \
+      "(all dequantized to f32: the exact, slower path)")                                      \
     X(block_size, INT, "16", 0, "N", 1, 256, "tokens per KV block")                            \
     X(max_seqs, INT, "0", 0, "N", 0, 65536,                                                    \
       "sequences a worker runs at once; 0: the worker's default")                              \

@@ -535,6 +535,10 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "kv_dtype '%s': expected f32, f16 or bf16", d->cfg.kv_dtype);
         return IFD_EINVAL;
     }
+    if (strcmp(d->cfg.weights_dtype, "auto") != 0 && strcmp(d->cfg.weights_dtype, "f32") != 0) {
+        snprintf(err, errlen, "weights_dtype '%s': expected auto or f32", d->cfg.weights_dtype);
+        return IFD_EINVAL;
+    }
     return 0;
 }
 
@@ -628,6 +632,7 @@ static int ifd__run(ifd__daemon_t *d)
     sp.worker_binary = d->worker_bin;
     sp.model_path = d->model_path;
     sp.log_level = d->cfg.log_level;
+    sp.weights_dtype = d->cfg.weights_dtype;
     sp.n_workers = (int)d->cfg.workers;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     sp.n_threads = d->cfg.threads > 0

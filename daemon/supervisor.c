@@ -64,7 +64,7 @@ typedef struct {
 struct ifd_sup {
     uv_loop_t *loop;
     ifd_sup_params_t p;
-    char *binary, *model, *level;
+    char *binary, *model, *level, *weights;
     ifd_sup_callbacks_t cb;
     ifd_metrics_t *metrics;
     ifd__worker_t *w;
@@ -122,6 +122,7 @@ static void ifd__maybe_free(ifd_sup_t *s)
     free(s->binary);
     free(s->model);
     free(s->level);
+    free(s->weights);
     free(s);
 }
 
@@ -601,7 +602,7 @@ static void ifd__spawn(ifd__worker_t *w)
         ifd__after_exit(w);
         return;
     }
-    char *args[8];
+    char *args[12];
     int a = 0;
     args[a++] = s->binary;
     args[a++] = (char *)"--serve";
@@ -609,6 +610,8 @@ static void ifd__spawn(ifd__worker_t *w)
     args[a++] = (char *)"3";
     args[a++] = (char *)"--log-level";
     args[a++] = s->level;
+    args[a++] = (char *)"--weights-dtype";
+    args[a++] = s->weights;
     args[a] = NULL;
     uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
@@ -721,11 +724,13 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
     s->binary = strdup(p->worker_binary);
     s->model = strdup(p->model_path);
     s->level = strdup(p->log_level ? p->log_level : "info");
-    if (!s->w || !s->binary || !s->model || !s->level) {
+    s->weights = strdup(p->weights_dtype ? p->weights_dtype : "auto");
+    if (!s->w || !s->binary || !s->model || !s->level || !s->weights) {
         free(s->w);
         free(s->binary);
         free(s->model);
         free(s->level);
+        free(s->weights);
         free(s);
         return IFD_ENOMEM;
     }

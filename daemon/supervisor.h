@@ -80,6 +80,7 @@ typedef struct {
     const char *worker_binary;
     const char *model_path;
     const char *log_level; /* passed to the workers' --log-level */
+    const char *weights_dtype; /* passed to the workers' --weights-dtype (NULL: theirs) */
     int n_workers;
     int n_threads; /* per worker; 0: the worker decides */
     uint32_t max_seqs;
