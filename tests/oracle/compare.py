@@ -28,13 +28,14 @@ when the model, numpy/gguf, the worker binary or its --prompt-ids option is miss
 
 Quantized compute (the worker's default on the CPU: 8-bit activations against the file's
 quantized weights) is not exact, so for it the test states its expected error instead:
---tol bounds the max rel-L2, --min-top1 the top-1 agreement (share of rows), and
+--tol bounds the max rel-L2, --tol-median its median over the rows, --min-top1 the
+top-1 agreement (share of rows), and
 --greedy-min N asks for equal greedy tokens only over the first N (after a difference the
 oracle still scores the worker's own tokens, so every row stays comparable). The exact f32
 path is checked with --worker-arg=--weights-dtype --worker-arg=f32 and the defaults.
 
     compare.py WORKER [--model PATH | --model-name NAME] [-n 64] [--prompts prompts.json]
-               [--tol 1e-3] [--min-top1 F] [--greedy-min N]
+               [--tol 1e-3] [--tol-median T] [--min-top1 F] [--greedy-min N]
                [--only NAME] [--worker-arg ARG ...] [--keep DIR] [--oracle-generate]
 """
 
@@ -85,6 +86,8 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=64, help="greedy tokens per prompt (default 64)")
     ap.add_argument("--prompts", default=os.path.join(HERE, "prompts.json"))
     ap.add_argument("--tol", type=float, default=1e-3, help="max rel-L2 per row (1e-3)")
+    ap.add_argument("--tol-median", type=float, default=None,
+                    help="max median (over rows) rel-L2 (default: not checked)")
     ap.add_argument("--min-top1", type=float, default=0.0,
                     help="min share of rows whose argmax equals the oracle's (default 0)")
     ap.add_argument("--greedy-min", type=int, default=None, metavar="N",
@@ -191,7 +194,7 @@ def main() -> int:
         if wl.ndim != 2 or wl.shape[1] != oracle.hp.n_vocab:
             problems.append(f"worker logits have shape {wl.shape}, want [rows, "
                             f"{oracle.hp.n_vocab}]")
-            rel_max, top1, rows = float("nan"), float("nan"), 0
+            rel_max, rel_med, top1, rows = float("nan"), float("nan"), float("nan"), 0
         else:
             if wl.shape[0] == want_rows + 1:
                 note = f" (worker dumped {wl.shape[0]} rows = n_prompt + N; compared {want_rows})"
@@ -205,7 +208,10 @@ def main() -> int:
                 problems.append("worker logits contain NaN/Inf")
             rel = np.linalg.norm(w - o, axis=1) / np.linalg.norm(o, axis=1)
             rel_max = float(np.max(rel)) if rows else float("nan")
+            rel_med = float(np.median(rel)) if rows else float("nan")
             top1 = float(np.mean(np.argmax(w, axis=1) == np.argmax(o, axis=1))) if rows else 0.0
+            if a.tol_median is not None and not rel_med <= a.tol_median:
+                problems.append(f"median rel-L2 {rel_med:.3e} exceeds {a.tol_median:g}")
             if rows and not top1 >= a.min_top1:
                 problems.append(f"top-1 agreement {top1 * 100:.2f}% is below "
                                 f"{a.min_top1 * 100:.2f}%")
@@ -214,6 +220,7 @@ def main() -> int:
                                 f"exceeds {a.tol:g}")
         first = "none" if diff is None else str(diff)
         print(f"[{name}] prompt {n_prompt} tok, generated {k}/{a.n}: max rel-L2 {rel_max:.3e} "
+              f"(median {rel_med:.3e}) "
               f"over {rows} rows, top-1 agreement {top1 * 100:.2f}%, first token "
               f"difference: {first}; worker {wsecs:.1f}s, oracle {osecs:.1f}s{note}",
               flush=True)
