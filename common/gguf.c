@@ -680,7 +680,7 @@ void ifd_gguf_close(ifd_gguf_t *g)
 /* Whole pages of [off, end) of the mapping; advice: a failure costs only RSS. */
 static void ifd__release(const ifd_gguf_t *g, uint64_t off, uint64_t end)
 {
-    if (!g->mapped || end > g->size || off >= end)
+    if (!g || !g->mapped || end > g->size || off >= end)
         return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = ((uintptr_t)g->base + off + page - 1) & ~(page - 1);
@@ -691,12 +691,13 @@ static void ifd__release(const ifd_gguf_t *g, uint64_t off, uint64_t end)
 
 void ifd_gguf_release_tensor_pages(const ifd_gguf_t *g)
 {
-    ifd__release(g, g->data_offset, g->size);
+    if (g)
+        ifd__release(g, g->data_offset, g->size);
 }
 
 void ifd_gguf_release_tensor(const ifd_gguf_t *g, const ifd_gguf_tensor_t *t)
 {
-    if (t)
+    if (g && t)
         ifd__release(g, g->data_offset + t->offset, g->data_offset + t->offset + t->nbytes);
 }
 

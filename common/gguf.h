@@ -108,7 +108,8 @@ void ifd_gguf_close(ifd_gguf_t *g);
  * file (MADV_DONTNEED; nothing for ifd_gguf_open_mem images). For a loader
  * that has copied every tensor into memory of its own: without it the file's
  * pages it read stay in its RSS as long as the file is mapped. Tensor data
- * stays readable (a later read faults the pages back in from the file). */
+ * stays readable (a later read faults the pages back in from the file).
+ * g NULL: nothing. */
 void ifd_gguf_release_tensor_pages(const ifd_gguf_t *g);
 /* The same for one tensor's data (t from this handle, or NULL: nothing),
  * as soon as the loader has copied it: keeps the load's peak RSS near what

@@ -212,7 +212,8 @@ static int ifd__load_weight(ifd__loader_t *L, ifd_weight_t *w, const char *name,
     ifd__loader_release(L);
     if (rc)
         return ifd__load_fail(L, rc, "tensor '%s': %s", name, ifd_strerror(rc));
-    ifd_gguf_release_tensor(L->m->gguf, ifd_gguf_find_tensor(L->m->gguf, name));
+    if (!L->random) /* copied: the file's pages need not stay resident */
+        ifd_gguf_release_tensor(L->m->gguf, ifd_gguf_find_tensor(L->m->gguf, name));
     L->m->weight_bytes += w->bytes;
     return 0;
 }
@@ -242,7 +243,7 @@ static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *na
     ifd__loader_release(L);
     if (rc)
         return ifd__load_fail(L, rc, "tensor '%s': %s", wname[0], ifd_strerror(rc));
-    for (int i = 0; i < n; i++) /* copied: the file's pages need not stay resident */
+    for (int i = 0; i < n && !L->random; i++) /* copied: the file's pages need not stay */
         ifd_gguf_release_tensor(L->m->gguf, ifd_gguf_find_tensor(L->m->gguf, wname[i]));
     for (int i = 0; i < p->n_parts; i++)
         L->m->weight_bytes += p->part[i].bytes;
