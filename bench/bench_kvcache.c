@@ -75,7 +75,7 @@ int main(int argc, char **argv)
     ifd_chat_template_t *tpl;
     if (ifd_backend_cpu_create(&be, threads) ||
         ifd_model_load(&m, model, be, err, sizeof err) ||
-        ifd_tokenizer_create_gguf(&tok, ifd_model_gguf(m), err, sizeof err) ||
+        ifd_model_source_tokenizer(ifd_model_source(m), &tok, err, sizeof err) ||
         ifd_chat_template_create(&tpl, tok, &chat_params, err, sizeof err)) {
         fprintf(stderr, "bench_kvcache: %s\n", err);
         return 1;

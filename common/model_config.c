@@ -1,16 +1,20 @@
 /*
  * model_config.c — resolves hyper-parameters from GGUF metadata, applying
- * llama.cpp's defaults where a key is absent.
+ * llama.cpp's defaults where a key is absent, or from a Hugging Face
+ * config.json, applying transformers' config-class defaults.
  */
 #include "model_config.h"
 #include "error.h"
 #include "log.h"
 
+#include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int ifd__cfg_fail(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -63,14 +67,23 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
         return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT,
                              "%s: general.architecture is missing", path);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%.*s", (int)s.len, s.ptr);
-    if (strcmp(cfg->arch_name, "llama") == 0)
-        cfg->arch = IFD_ARCH_LLAMA;
-    else if (strcmp(cfg->arch_name, "gemma3") == 0)
-        cfg->arch = IFD_ARCH_GEMMA3;
-    else
+    static const struct {
+        const char *name;
+        ifd_arch_t arch;
+    } archs[] = {{"llama", IFD_ARCH_LLAMA},
+                 {"gemma3", IFD_ARCH_GEMMA3},
+                 {"qwen2", IFD_ARCH_QWEN2},
+                 {"qwen3", IFD_ARCH_QWEN3}};
+    size_t ai = 0;
+    while (ai < sizeof archs / sizeof archs[0] && strcmp(cfg->arch_name, archs[ai].name) != 0)
+        ai++;
+    if (ai == sizeof archs / sizeof archs[0])
         return ifd__cfg_fail(errbuf, errlen, IFD_ENOTSUP,
-                             "%s: architecture '%s' is not supported (supported: llama, gemma3)",
+                             "%s: architecture '%s' is not supported (supported: llama, gemma3, "
+                             "qwen2, qwen3)",
                              path, cfg->arch_name);
+    cfg->arch = archs[ai].arch;
+    cfg->format = IFD_FORMAT_GGUF;
     if (ifd_gguf_get_str(g, "general.name", &s) == 0)
         snprintf(cfg->name, sizeof cfg->name, "%.*s", (int)s.len, s.ptr);
 
@@ -142,11 +155,18 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
         if (!(s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
             cfg->rope_freq_scale = 1.0f / factor;
     }
-    cfg->rope_base_local = 10000.0f;
-    snprintf(key, sizeof key, "%s.rope.freq_base_swa", a);
-    ifd_gguf_get_f32(g, key, &cfg->rope_base_local);
+    cfg->rope_base_local = cfg->rope_base;
+    cfg->rope_freq_scale_local = cfg->rope_freq_scale;
+    cfg->rope_neox = cfg->arch != IFD_ARCH_LLAMA;
+    cfg->has_qk_norm = cfg->arch == IFD_ARCH_GEMMA3 || cfg->arch == IFD_ARCH_QWEN3;
+    snprintf(key, sizeof key, "%s.final_logit_softcapping", a);
+    ifd_gguf_get_f32(g, key, &cfg->final_logit_softcap);
 
     if (cfg->arch == IFD_ARCH_GEMMA3) {
+        cfg->rope_base_local = 10000.0f;
+        cfg->rope_freq_scale_local = 1.0f;
+        snprintf(key, sizeof key, "%s.rope.freq_base_swa", a);
+        ifd_gguf_get_f32(g, key, &cfg->rope_base_local);
         IFD__OPT_U32(sliding_window, "attention.sliding_window", 512);
         /* Per-layer bool array when present, else llama.cpp's period-6 rule. */
         snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
@@ -179,6 +199,8 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
                              (unsigned long long)emb->ne[0], cfg->n_embd);
     cfg->n_vocab = (uint32_t)emb->ne[1];
     cfg->has_rope_freqs = ifd_gguf_find_tensor(g, "rope_freqs.weight") != NULL;
+    cfg->has_attn_bias = ifd_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    cfg->tied_embeddings = ifd_gguf_find_tensor(g, "output.weight") == NULL;
     return 0;
 #undef IFD__REQ_U32
 #undef IFD__OPT_U32
@@ -205,4 +227,422 @@ ifd_kvpool_params_t ifd_model_kvpool_params(const ifd_model_config_t *cfg)
     kp.head_dim = (int)cfg->head_dim;
     kp.dtype = IFD_KV_F32;
     return kp;
+}
+
+/* ---- Hugging Face config.json ------------------------------------------------------------ */
+
+const char *ifd_model_format_name(ifd_model_format_t f)
+{
+    return f == IFD_FORMAT_HF ? "hf" : "gguf";
+}
+
+typedef struct {
+    const char *file; /* for messages */
+    char *err;
+    size_t errlen;
+} ifd__hf_t;
+
+/* An optional number: absent or null → dflt; another type is an error. */
+static int ifd__hf_num(ifd__hf_t *h, const json_t *o, const char *key, double dflt, double *out)
+{
+    const json_t *v = json_object_get(o, key);
+    *out = dflt;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: %s is not a number", h->file,
+                             key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+/* A u32: required (dflt < 0) or defaulted. */
+static int ifd__hf_u32(ifd__hf_t *h, const json_t *o, const char *key, long long dflt,
+                       uint32_t *out)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (dflt < 0)
+            return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: %s is missing", h->file,
+                                 key);
+        *out = (uint32_t)dflt;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > UINT32_MAX)
+        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                             "%s: %s is not an integer in 0..2^32-1", h->file, key);
+    *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+static bool ifd__hf_bool(const json_t *o, const char *key, bool dflt)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+static const char *ifd__hf_str(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* rope_scaling (or transformers 5's rope_parameters) → cfg; `global` says
+ * whether it is for the global layers (gemma3 scales only those). */
+static int ifd__hf_rope_scaling(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *rs)
+{
+    if (!rs || json_is_null(rs))
+        return 0;
+    if (!json_is_object(rs))
+        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: rope_scaling is not an object",
+                             h->file);
+    const char *type = ifd__hf_str(rs, "rope_type");
+    if (!type)
+        type = ifd__hf_str(rs, "type");
+    if (!type || strcmp(type, "default") == 0)
+        return 0;
+    double factor, low, high;
+    uint32_t orig;
+    int rc;
+    if ((rc = ifd__hf_num(h, rs, "factor", 1.0, &factor)))
+        return rc;
+    if (!(factor > 0))
+        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: rope_scaling.factor %g invalid",
+                             h->file, factor);
+    if (strcmp(type, "linear") == 0) {
+        cfg->rope_freq_scale = (float)(1.0 / factor);
+        return 0;
+    }
+    if (strcmp(type, "llama3") == 0) {
+        if ((rc = ifd__hf_num(h, rs, "low_freq_factor", 1.0, &low)) ||
+            (rc = ifd__hf_num(h, rs, "high_freq_factor", 4.0, &high)) ||
+            (rc = ifd__hf_u32(h, rs, "original_max_position_embeddings", 8192, &orig)))
+            return rc;
+        if (!(high > low) || orig == 0)
+            return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                                 "%s: rope_scaling llama3: high_freq_factor %g must exceed "
+                                 "low_freq_factor %g, original context %u > 0",
+                                 h->file, high, low, orig);
+        cfg->llama3_factor = (float)factor;
+        cfg->llama3_low_freq = (float)low;
+        cfg->llama3_high_freq = (float)high;
+        cfg->llama3_orig_ctx = orig;
+        cfg->has_rope_freqs = true;
+        return 0;
+    }
+    return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
+                         "%s: rope_scaling type '%s' is not supported (supported: linear, llama3)",
+                         h->file, type);
+}
+
+void ifd_model_config_rope_factors(const ifd_model_config_t *cfg, float *out)
+{
+    const double two_pi = 6.283185307179586;
+    const double lo_wl = cfg->llama3_orig_ctx / cfg->llama3_low_freq;
+    const double hi_wl = cfg->llama3_orig_ctx / cfg->llama3_high_freq;
+    for (uint32_t i = 0; i < cfg->n_rot / 2; i++) {
+        double freq = pow(cfg->rope_base, -2.0 * i / cfg->n_rot);
+        double wl = two_pi / freq;
+        double f;
+        if (wl < hi_wl) {
+            f = 1.0;
+        } else if (wl > lo_wl) {
+            f = cfg->llama3_factor;
+        } else {
+            double s = (cfg->llama3_orig_ctx / wl - cfg->llama3_low_freq) /
+                       (cfg->llama3_high_freq - cfg->llama3_low_freq);
+            f = 1.0 / ((1.0 - s) / cfg->llama3_factor + s);
+        }
+        out[i] = (float)f;
+    }
+}
+
+/* generation_config.json: eos ids and sampling defaults; absent is fine. */
+static int ifd__hf_generation(ifd__hf_t *h0, ifd_model_config_t *cfg, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    json_error_t jerr;
+    json_t *j = json_load_file(path, 0, &jerr);
+    if (!j) {
+        if (errno == ENOENT && access(path, F_OK) != 0)
+            return 0;
+        return ifd__cfg_fail(h0->err, h0->errlen, IFD_EFORMAT, "%s: not valid JSON (line %d): %s",
+                             path, jerr.line, jerr.text);
+    }
+    ifd__hf_t h = {path, h0->err, h0->errlen};
+    ifd_gen_defaults_t *g = &cfg->gen;
+    int rc = 0;
+    g->present = true;
+    g->do_sample = ifd__hf_bool(j, "do_sample", false);
+    double v;
+    if ((rc = ifd__hf_num(&h, j, "temperature", -1, &v)))
+        goto out;
+    g->temperature = (float)v;
+    if ((rc = ifd__hf_num(&h, j, "top_p", -1, &v)))
+        goto out;
+    g->top_p = (float)v;
+    if ((rc = ifd__hf_num(&h, j, "top_k", -1, &v)))
+        goto out;
+    g->top_k = (int32_t)v;
+    const json_t *eos = json_object_get(j, "eos_token_id");
+    if (json_is_integer(eos)) {
+        g->eos_ids[g->n_eos++] = (int32_t)json_integer_value(eos);
+    } else if (json_is_array(eos)) {
+        size_t i;
+        const json_t *e;
+        json_array_foreach(eos, i, e)
+        {
+            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                json_integer_value(e) > INT32_MAX) {
+                rc = ifd__cfg_fail(h.err, h.errlen, IFD_EFORMAT,
+                                   "%s: eos_token_id[%zu] is not a token id", path, i);
+                goto out;
+            }
+            if (g->n_eos < IFD_MAX_EOS_IDS)
+                g->eos_ids[g->n_eos++] = (int32_t)json_integer_value(e);
+        }
+    } else if (eos && !json_is_null(eos)) {
+        rc = ifd__cfg_fail(h.err, h.errlen, IFD_EFORMAT,
+                           "%s: eos_token_id is neither an id nor a list of ids", path);
+    }
+out:
+    json_decref(j);
+    return rc;
+}
+
+/* The HF class name → architecture, and what the class fixes. */
+static const struct {
+    const char *hf;
+    ifd_arch_t arch;
+    const char *act; /* hidden_act the forward pass implements */
+} ifd__hf_archs[] = {
+    {"LlamaForCausalLM", IFD_ARCH_LLAMA, "silu"},
+    {"MistralForCausalLM", IFD_ARCH_LLAMA, "silu"},
+    {"Gemma3ForCausalLM", IFD_ARCH_GEMMA3, "gelu_pytorch_tanh"},
+    {"Gemma3ForConditionalGeneration", IFD_ARCH_GEMMA3, "gelu_pytorch_tanh"},
+    {"Qwen2ForCausalLM", IFD_ARCH_QWEN2, "silu"},
+    {"Qwen3ForCausalLM", IFD_ARCH_QWEN3, "silu"},
+};
+
+static const char *const ifd__arch_names[] = {"llama", "gemma3", "qwen2", "qwen3"};
+
+static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *root)
+{
+    int rc;
+    const json_t *archs = json_object_get(root, "architectures");
+    const char *an = json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
+    if (!an)
+        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                             "%s: architectures is missing (expected e.g. [\"LlamaForCausalLM\"])",
+                             h->file);
+    size_t ai = 0, na = sizeof ifd__hf_archs / sizeof ifd__hf_archs[0];
+    while (ai < na && strcmp(an, ifd__hf_archs[ai].hf) != 0)
+        ai++;
+    if (ai == na)
+        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
+                             "%s: architecture '%s' is not supported (supported: "
+                             "LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, "
+                             "Gemma3ForConditionalGeneration, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                             h->file, an);
+    cfg->arch = ifd__hf_archs[ai].arch;
+    snprintf(cfg->hf_arch, sizeof cfg->hf_arch, "%s", an);
+    snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s", ifd__arch_names[cfg->arch]);
+    const bool gemma = cfg->arch == IFD_ARCH_GEMMA3;
+    const char *dt = ifd__hf_str(root, "torch_dtype");
+    if (!dt)
+        dt = ifd__hf_str(root, "dtype");
+    /* the language model's keys: top level, or text_config (multimodal Gemma 3) */
+    const json_t *c = root;
+    const json_t *tc = json_object_get(root, "text_config");
+    if (strcmp(an, "Gemma3ForConditionalGeneration") == 0) {
+        if (!json_is_object(tc))
+            return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: text_config is missing",
+                                 h->file);
+        c = tc;
+        if (!dt)
+            dt = ifd__hf_str(c, "torch_dtype");
+        if (!dt)
+            dt = ifd__hf_str(c, "dtype");
+    }
+    snprintf(cfg->dtype, sizeof cfg->dtype, "%s", dt ? dt : "");
+
+    /* Gemma3TextConfig's defaults fill what a 4B text_config leaves out */
+    const long long d_vocab = gemma ? 262208 : -1, d_embd = gemma ? 2304 : -1,
+                    d_ff = gemma ? 9216 : -1, d_layer = gemma ? 26 : -1, d_head = gemma ? 8 : -1;
+    if ((rc = ifd__hf_u32(h, c, "vocab_size", d_vocab, &cfg->n_vocab)) ||
+        (rc = ifd__hf_u32(h, c, "hidden_size", d_embd, &cfg->n_embd)) ||
+        (rc = ifd__hf_u32(h, c, "intermediate_size", d_ff, &cfg->n_ff)) ||
+        (rc = ifd__hf_u32(h, c, "num_hidden_layers", d_layer, &cfg->n_layer)) ||
+        (rc = ifd__hf_u32(h, c, "num_attention_heads", d_head, &cfg->n_head)))
+        return rc;
+    if ((rc = ifd__hf_u32(h, c, "num_key_value_heads", gemma ? 4 : cfg->n_head, &cfg->n_head_kv)))
+        return rc;
+    if (cfg->n_head == 0 || cfg->n_head_kv == 0 || cfg->n_head % cfg->n_head_kv != 0)
+        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                             "%s: head counts %u / %u: kv heads must divide heads", h->file,
+                             cfg->n_head, cfg->n_head_kv);
+    if (cfg->n_layer == 0 || cfg->n_layer > IFD_MAX_LAYERS)
+        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                             "%s: num_hidden_layers %u out of 1..%d", h->file, cfg->n_layer,
+                             IFD_MAX_LAYERS);
+    if ((rc = ifd__hf_u32(h, c, "head_dim", gemma ? 256 : cfg->n_embd / cfg->n_head,
+                          &cfg->head_dim)))
+        return rc;
+    if (cfg->head_dim == 0 || cfg->head_dim % 2 || cfg->n_embd == 0 || cfg->n_ff == 0 ||
+        cfg->n_vocab == 0)
+        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                             "%s: head_dim %u, hidden_size %u, intermediate_size %u, "
+                             "vocab_size %u: invalid",
+                             h->file, cfg->head_dim, cfg->n_embd, cfg->n_ff, cfg->n_vocab);
+    cfg->n_rot = cfg->head_dim;
+    if ((rc = ifd__hf_u32(h, c, "max_position_embeddings", gemma ? 131072 : 2048,
+                          &cfg->n_ctx_train)))
+        return rc;
+    double v;
+    if ((rc = ifd__hf_num(h, c, "rms_norm_eps", gemma ? 1e-6 : 1e-6, &v)))
+        return rc;
+    cfg->rms_eps = (float)v;
+
+    const char *act = ifd__hf_str(c, "hidden_activation");
+    if (!act)
+        act = ifd__hf_str(c, "hidden_act");
+    if (!act)
+        act = ifd__hf_archs[ai].act;
+    if (strcmp(act, ifd__hf_archs[ai].act) != 0 &&
+        !(gemma && strcmp(act, "gelu_pytorch_tanh") == 0))
+        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
+                             "%s: activation '%s' is not supported for %s (expected %s)", h->file,
+                             act, an, ifd__hf_archs[ai].act);
+    if (ifd__hf_bool(c, "mlp_bias", false))
+        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP, "%s: mlp_bias is not supported",
+                             h->file);
+    if (json_object_get(c, "attn_logit_softcapping") &&
+        !json_is_null(json_object_get(c, "attn_logit_softcapping")))
+        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
+                             "%s: attn_logit_softcapping is not supported", h->file);
+    cfg->has_attn_bias = cfg->arch == IFD_ARCH_QWEN2 || ifd__hf_bool(c, "attention_bias", false);
+    cfg->has_qk_norm = gemma || cfg->arch == IFD_ARCH_QWEN3;
+    cfg->tied_embeddings =
+        ifd__hf_bool(c, "tie_word_embeddings", ifd__hf_bool(root, "tie_word_embeddings", gemma));
+    if ((rc = ifd__hf_num(h, c, "final_logit_softcapping", 0, &v)))
+        return rc;
+    cfg->final_logit_softcap = (float)v;
+
+    /* RoPE: HF checkpoints are in rotate-half order for every architecture */
+    cfg->rope_neox = true;
+    cfg->rope_freq_scale = 1.0f;
+    const json_t *rp = json_object_get(c, "rope_parameters"); /* transformers >= 5 */
+    const json_t *rp_full = rp, *rp_local = NULL;
+    if (json_is_object(rp) && json_object_get(rp, "full_attention")) {
+        rp_full = json_object_get(rp, "full_attention");
+        rp_local = json_object_get(rp, "sliding_attention");
+    }
+    if ((rc = ifd__hf_num(h, c, "rope_theta", gemma ? 1e6 : 10000.0, &v)))
+        return rc;
+    if (json_is_object(rp_full) && (rc = ifd__hf_num(h, rp_full, "rope_theta", v, &v)))
+        return rc;
+    cfg->rope_base = (float)v;
+    const json_t *rs = json_object_get(c, "rope_scaling");
+    if ((rc = ifd__hf_rope_scaling(h, cfg, (rs && !json_is_null(rs)) ? rs : rp_full)))
+        return rc;
+    cfg->rope_base_local = cfg->rope_base;
+    cfg->rope_freq_scale_local = cfg->rope_freq_scale;
+    cfg->attn_scale = 1.0f / sqrtf((float)cfg->head_dim);
+    cfg->embd_scale = 1.0f;
+
+    if (gemma) {
+        if ((rc = ifd__hf_num(h, c, "rope_local_base_freq", 10000.0, &v)))
+            return rc;
+        if (json_is_object(rp_local) && (rc = ifd__hf_num(h, rp_local, "rope_theta", v, &v)))
+            return rc;
+        cfg->rope_base_local = (float)v;
+        cfg->rope_freq_scale_local = 1.0f;
+        if ((rc = ifd__hf_num(h, c, "query_pre_attn_scalar", 256, &v)))
+            return rc;
+        if (!(v > 0))
+            return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                                 "%s: query_pre_attn_scalar %g invalid", h->file, v);
+        cfg->attn_scale = (float)(1.0 / sqrt(v));
+        /* HF multiplies by sqrt(hidden) cast to the weights' dtype */
+        float es = sqrtf((float)cfg->n_embd);
+        if (strcmp(cfg->dtype, "bfloat16") == 0) {
+            uint32_t b;
+            memcpy(&b, &es, 4);
+            b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+            memcpy(&es, &b, 4);
+        }
+        cfg->embd_scale = es;
+        if ((rc = ifd__hf_u32(h, c, "sliding_window", 4096, &cfg->sliding_window)))
+            return rc;
+        const json_t *lt = json_object_get(c, "layer_types");
+        if (json_is_array(lt)) {
+            if (json_array_size(lt) != cfg->n_layer)
+                return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                                     "%s: layer_types has %zu entries for %u layers", h->file,
+                                     json_array_size(lt), cfg->n_layer);
+            for (uint32_t l = 0; l < cfg->n_layer; l++) {
+                const char *t = json_string_value(json_array_get(lt, l));
+                if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))
+                    return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
+                                         "%s: layer_types[%u] is not sliding_attention or "
+                                         "full_attention",
+                                         h->file, l);
+                cfg->layer_is_local[l] = strcmp(t, "sliding_attention") == 0;
+            }
+        } else {
+            uint32_t period;
+            if ((rc = ifd__hf_u32(h, c, "sliding_window_pattern", 6, &period)))
+                return rc;
+            for (uint32_t l = 0; l < cfg->n_layer; l++)
+                cfg->layer_is_local[l] = period > 0 && (l + 1) % period != 0;
+        }
+    } else if (strcmp(an, "MistralForCausalLM") == 0) {
+        if ((rc = ifd__hf_u32(h, c, "sliding_window", 0, &cfg->sliding_window)))
+            return rc;
+        for (uint32_t l = 0; l < cfg->n_layer; l++)
+            cfg->layer_is_local[l] = cfg->sliding_window > 0;
+    } else if ((cfg->arch == IFD_ARCH_QWEN2 || cfg->arch == IFD_ARCH_QWEN3) &&
+               ifd__hf_bool(c, "use_sliding_window", false)) {
+        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
+                             "%s: use_sliding_window is not supported for %s", h->file, an);
+    }
+    return 0;
+}
+
+int ifd_model_config_from_hf(ifd_model_config_t *cfg, const char *dir, char *errbuf,
+                             size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->format = IFD_FORMAT_HF;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        if (access(path, F_OK) != 0) {
+            int rc = -errno;
+            return ifd__cfg_fail(errbuf, errlen, rc, "%s: %s", path, strerror(-rc));
+        }
+        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: not valid JSON (line %d): %s",
+                             path, jerr.line, jerr.text);
+    }
+    ifd__hf_t h = {path, errbuf, errlen};
+    int rc = json_is_object(root)
+                 ? ifd__hf_parse(&h, cfg, root)
+                 : ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: not a JSON object", path);
+    json_decref(root);
+    if (rc == 0)
+        rc = ifd__hf_generation(&h, cfg, dir);
+    if (rc == 0) {
+        /* the model's name: the directory's last component */
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/')
+            n--;
+        size_t b = n;
+        while (b > 0 && dir[b - 1] != '/')
+            b--;
+        snprintf(cfg->name, sizeof cfg->name, "%.*s", (int)(n - b), dir + b);
+    }
+    return rc;
 }

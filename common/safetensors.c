@@ -449,6 +449,30 @@ void ifd_safetensors_close(ifd_safetensors_t *st)
     free(st);
 }
 
+/* Whole pages of [p, p + n). */
+static void ifd__st_release(const void *p, uint64_t n)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)p + n) & ~(page - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+void ifd_safetensors_release(const ifd_safetensors_t *st, const ifd_st_tensor_t *t)
+{
+    (void)st;
+    if (t && t->nbytes)
+        ifd__st_release(t->data, t->nbytes);
+}
+
+void ifd_safetensors_release_all(const ifd_safetensors_t *st)
+{
+    for (size_t i = 0; st && i < st->n_shards; i++)
+        if (st->shards[i].map)
+            ifd__st_release(st->shards[i].map, st->shards[i].size);
+}
+
 size_t ifd_safetensors_count(const ifd_safetensors_t *st)
 {
     return st->n_tensors;

@@ -73,6 +73,14 @@ const char *ifd_safetensors_file(const ifd_safetensors_t *st, size_t i);
 /* Sum of the shards' sizes in bytes. */
 uint64_t ifd_safetensors_total_bytes(const ifd_safetensors_t *st);
 
+/* Gives back this process's resident pages of tensor t's data (whole pages
+ * inside it; MADV_DONTNEED), for a loader that has copied it. The data stays
+ * readable (a later read faults the pages back in from the file). t NULL:
+ * nothing. ifd_safetensors_release_all: every shard's data. Advice only: a
+ * failure costs RSS, nothing else. */
+void ifd_safetensors_release(const ifd_safetensors_t *st, const ifd_st_tensor_t *t);
+void ifd_safetensors_release_all(const ifd_safetensors_t *st);
+
 /* Element size in bytes of a safetensors dtype name, or 0 when unknown. */
 size_t ifd_safetensors_dtype_size(const char *dtype);
 

@@ -630,6 +630,9 @@ static int ifd__build_eog(ifd_tokenizer_t *t)
     IFD__EOG_ADD(t->eos);
     IFD__EOG_ADD(t->eot);
     IFD__EOG_ADD(t->eom);
+    for (size_t i = 0; i < t->n_gen_eos; i++)
+        if (t->gen_eos[i] < t->n_vocab)
+            IFD__EOG_ADD(t->gen_eos[i]);
 #undef IFD__EOG_ADD
     if (t->eot >= 0)
         t->toks[t->eot].type = IFD_TOKTYPE_CONTROL;

@@ -94,6 +94,9 @@ struct ifd_tokenizer {
 
     ifd_token_t *eog;
     size_t n_eog;
+    /* generation_config.json's eos_token_id list (HF loader), added to eog */
+    ifd_token_t gen_eos[8];
+    size_t n_gen_eos;
 
     char *chat_template;
 };

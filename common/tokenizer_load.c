@@ -456,6 +456,76 @@ static ifd_token_t ifd__hf_id(const ifd_tokenizer_t *t, const char *s)
     return s ? ifd__tok_lookup(t, s, strlen(s)) : IFD_TOKEN_NONE;
 }
 
+/* The directory of `file` into buf. */
+static void ifd__dir_of(const char *file, char *buf, size_t len)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", file);
+    snprintf(buf, len, "%s", dirname(tmp));
+}
+
+/* Newer checkpoints keep the template in chat_template.jinja next to
+ * tokenizer.json instead of tokenizer_config.json; absent is fine. */
+static int ifd__hf_template_file(ifd_tokenizer_t *t, const char *tj, char *errbuf, size_t errlen)
+{
+    char dir[4096], path[4200];
+    ifd__dir_of(tj, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            char *p = realloc(buf, cap = cap ? cap * 2 : 8192);
+            if (!p) {
+                rc = IFD_ENOMEM;
+                break;
+            }
+            buf = p;
+        }
+        size_t r = fread(buf + n, 1, 4096, f);
+        n += r;
+        if (r < 4096)
+            break;
+    }
+    if (rc == 0 && ferror(f)) {
+        ifd__lerr(errbuf, errlen, "%s: read error", path);
+        rc = IFD_EFORMAT;
+    }
+    fclose(f);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    t->chat_template = buf;
+    return 0;
+}
+
+/* generation_config.json's eos_token_id (an id or a list) next to tokenizer.json: HF stops
+ * generation on each of them (Llama 3: <|end_of_text|>, <|eom_id|>, <|eot_id|>). */
+static void ifd__hf_gen_eos(ifd_tokenizer_t *t, const char *tj)
+{
+    char dir[4096], path[4200];
+    ifd__dir_of(tj, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    json_t *g = json_load_file(path, 0, NULL);
+    if (!g)
+        return;
+    const json_t *e = json_object_get(g, "eos_token_id");
+    size_t n = json_is_array(e) ? json_array_size(e) : 1;
+    for (size_t i = 0; i < n && t->n_gen_eos < sizeof t->gen_eos / sizeof t->gen_eos[0]; i++) {
+        const json_t *x = json_is_array(e) ? json_array_get(e, i) : e;
+        if (json_is_integer(x) && json_integer_value(x) >= 0 &&
+            json_integer_value(x) <= INT32_MAX)
+            t->gen_eos[t->n_gen_eos++] = (ifd_token_t)json_integer_value(x);
+    }
+    json_decref(g);
+}
+
 int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbuf, size_t errlen)
 {
     char tj[4096], tc[4096];
@@ -646,6 +716,9 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
         rc = IFD_ENOMEM;
         goto done;
     }
+    if (!cts && (rc = ifd__hf_template_file(t, tj, errbuf, errlen)))
+        goto done;
+    ifd__hf_gen_eos(t, tj);
     if ((rc = ifd__tok_finish(t, NULL)))
         goto done;
     *out = t;

@@ -1,26 +1,33 @@
 /*
- * model.c — weight loading and the forward pass for llama and gemma3.
+ * model.c — weight loading and the forward pass for llama (incl. Mistral),
+ * gemma3, qwen2 and qwen3, from GGUF or a Hugging Face directory.
  *
- * Loading: each tensor is looked up by its GGUF name and its shape checked
- * against the hyper-parameters; the backend stores it as it likes from the
- * file's bytes (load_weight / load_proj: the CPU dequantizes to f32 and
- * packs). Q|K|V and gate|up are each ONE projection (ifd_proj_t), with the
- * optional "<name>.bias" tensors beside each part (none in llama/gemma3
- * files; Qwen 2 has Q/K/V biases). A tied model (no output.weight) projects
- * with a copy of token_embd.
+ * Loading: each tensor is looked up by its GGUF name through the model
+ * source (common/model_source.h: a GGUF file, or an HF directory whose
+ * safetensors names it maps) and its shape checked against the
+ * hyper-parameters; the backend stores it as it likes from the mapped
+ * file's bytes, one tensor at a time (load_weight / load_proj: the CPU
+ * dequantizes to f32 and packs). Q|K|V and gate|up are each ONE projection
+ * (ifd_proj_t), with the optional "<name>.bias" tensors beside each part
+ * (required when the config has q/k/v biases: Qwen 2). HF Gemma norms are w
+ * and load as NORM_ADD1; GGUF already stores 1 + w. A tied model (no
+ * output.weight) projects with a copy of token_embd.
  *
  * Forward (MODEL-FORMATS.md §5), in the backend's fused ops: embedding →
  * per layer [ (+ previous delta) RMSNorm → QKV proj → (gemma: QK-norm) RoPE
  * + K/V write → paged attention → output proj (gemma: post-norm) → (+ delta)
  * RMSNorm → gate|up proj → GLU → down proj (gemma: post-norm) ] → last
- * residual add + final norm on the rows that need logits → output proj.
- * GGUF llama stores Q/K permuted for interleaved RoPE (NORM); gemma3 uses
- * NEOX pairs.
+ * residual add + final norm on the rows that need logits → output proj
+ * (→ final soft-cap when configured). RoPE pairing follows the config:
+ * GGUF llama stores Q/K permuted for interleaved RoPE (NORM); gemma3, qwen
+ * and every HF checkpoint use NEOX pairs. Local (sliding-window) layers are
+ * those the config marks (gemma3's pattern, Mistral's window on all).
  */
 #include "model.h"
 
 #include "error.h"
 #include "log.h"
+#include "model_source.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -30,7 +37,8 @@
 
 typedef struct {
     ifd_weight_t attn_norm, ffn_norm;
-    ifd_weight_t q_norm, k_norm, post_attn_norm, post_ffw_norm; /* gemma3 (data NULL otherwise) */
+    ifd_weight_t q_norm, k_norm;                /* gemma3, qwen3 (data NULL otherwise) */
+    ifd_weight_t post_attn_norm, post_ffw_norm; /* gemma3 (data NULL otherwise) */
     ifd_proj_t qkv;     /* Q|K|V, with optional biases */
     ifd_proj_t wo;
     ifd_proj_t gate_up; /* gate|up */
@@ -75,7 +83,7 @@ typedef struct {
 
 struct ifd_model {
     ifd_model_config_t cfg;
-    ifd_gguf_t *gguf;
+    ifd_model_source_t *src; /* NULL for random weights */
     ifd_backend_t *be;
     ifd__layer_t *layers;
     ifd_weight_t tok_embd, output_norm, rope_freqs;
@@ -87,14 +95,14 @@ struct ifd_model {
     ifd__batch_bufs_t bb;
 };
 
-/* Where tensors come from: the GGUF (m->gguf), or generated random
+/* Where tensors come from: the model source (m->src), or generated random
  * weights (random: host buffers made per tensor, freed after each backend
  * load call). */
 typedef struct {
     ifd_model_t *m;
     char *err;
     size_t errlen;
-    const char *what; /* the file's path, or "random weights" */
+    const char *what; /* the file's or directory's path, or "random weights" */
     bool random;
     uint64_t seed;
     void *bufs[2 * IFD_PROJ_MAX_PARTS];
@@ -112,9 +120,9 @@ static int ifd__load_fail(ifd__loader_t *L, int rc, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (L->err && L->errlen)
-        snprintf(L->err, L->errlen, "%s: %s", L->what, msg);
+        snprintf(L->err, L->errlen, "%s", msg);
     else
-        IFD_ERROR("%s: %s", L->what, msg);
+        IFD_ERROR("%s", msg);
     return rc;
 }
 
@@ -148,7 +156,8 @@ static int ifd__random_src(ifd__loader_t *L, ifd_weight_src_t *src)
     uint16_t *v = malloc(n * 2 + 2);
     if (!v || L->n_bufs == (int)(sizeof L->bufs / sizeof L->bufs[0])) {
         free(v);
-        return ifd__load_fail(L, IFD_ENOMEM, "tensor '%s': out of memory", src->name);
+        return ifd__load_fail(L, IFD_ENOMEM, "%s: tensor '%s': out of memory", L->what,
+                              src->name);
     }
     L->bufs[L->n_bufs++] = v;
     const bool vec = src->rows == 1;
@@ -163,21 +172,27 @@ static int ifd__random_src(ifd__loader_t *L, ifd_weight_src_t *src)
     return 0;
 }
 
-/* Finds tensor `name` of [rows, cols] (rows = 1: a vector) whose type the
- * backend can load, as a source for it. Missing and optional → src->data
- * NULL and 0. */
+/* Finds tensor `name` (a GGUF name) of [rows, cols] (rows = 1: a vector)
+ * whose type the backend can load, as a source for it; *add_one (may be
+ * NULL) says the file stores w for a 1 + w norm (HF Gemma). Missing and
+ * optional → src->data NULL and 0. Messages name the file and the tensor
+ * as the file names it. */
 static int ifd__find(ifd__loader_t *L, ifd_weight_src_t *src, const char *name, int64_t rows,
-                     int64_t cols, bool optional)
+                     int64_t cols, bool optional, bool *add_one)
 {
     ifd_model_t *m = L->m;
+    ifd_tensor_view_t tv, *t = &tv;
     *src = (ifd_weight_src_t){.name = name, .rows = rows, .cols = cols};
+    if (add_one)
+        *add_one = false;
     if (L->random)
         return optional ? 0 : ifd__random_src(L, src);
-    const ifd_gguf_tensor_t *t = ifd_gguf_find_tensor(m->gguf, name);
-    if (!t) {
+    if (ifd_model_source_find(m->src, name, &tv) != 0) {
         if (optional)
             return 0;
-        return ifd__load_fail(L, IFD_EFORMAT, "tensor '%s' is missing", name);
+        char fname[256];
+        ifd_model_source_name(m->src, name, fname, sizeof fname);
+        return ifd__load_fail(L, IFD_EFORMAT, "%s: tensor '%s' is missing", L->what, fname);
     }
     bool is_vec = rows == 1;
     bool shape_ok = is_vec ? (t->n_dims == 1 && (int64_t)t->ne[0] == cols)
@@ -185,14 +200,23 @@ static int ifd__find(ifd__loader_t *L, ifd_weight_src_t *src, const char *name, 
                               (int64_t)t->ne[1] == rows);
     if (!shape_ok)
         return ifd__load_fail(L, IFD_EFORMAT,
-                              "tensor '%s' has shape [%llu, %llu] (%u dims), expected [%lld, %lld]",
-                              name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                              t->n_dims, (long long)cols, (long long)rows);
-    if (!m->be->ops->can_load(m->be, (ifd_ggml_type_t)t->type))
-        return ifd__load_fail(L, IFD_ENOTSUP, "tensor '%s' has type %s, which inferd cannot load",
-                              name, ifd_ggml_type_name(t->type));
+                              "%s: tensor '%s' has shape [%llu, %llu] (%u dims, innermost "
+                              "first), expected [%lld, %lld]",
+                              t->file, t->name, (unsigned long long)t->ne[0],
+                              (unsigned long long)t->ne[1], t->n_dims, (long long)cols,
+                              (long long)rows);
+    if (t->ggml_type == IFD_TENSOR_TYPE_UNSUPPORTED ||
+        !m->be->ops->can_load(m->be, (ifd_ggml_type_t)t->ggml_type))
+        return ifd__load_fail(L, IFD_ENOTSUP,
+                              "%s: tensor '%s' has type %s, which inferd cannot load", t->file,
+                              t->name,
+                              t->ggml_type == IFD_TENSOR_TYPE_UNSUPPORTED
+                                  ? "(a safetensors integer/f64/f8 dtype)"
+                                  : ifd_ggml_type_name(t->ggml_type));
     src->data = t->data;
-    src->type = (ifd_ggml_type_t)t->type;
+    src->type = (ifd_ggml_type_t)t->ggml_type;
+    if (add_one)
+        *add_one = t->add_one;
     return 0;
 }
 
@@ -202,26 +226,29 @@ static int ifd__load_weight(ifd__loader_t *L, ifd_weight_t *w, const char *name,
 {
     ifd_backend_t *be = L->m->be;
     ifd_weight_src_t src;
+    bool add_one;
     memset(w, 0, sizeof *w);
-    int rc = ifd__find(L, &src, name, rows, cols, optional);
+    int rc = ifd__find(L, &src, name, rows, cols, optional, &add_one);
     if (rc || !src.data) {
         ifd__loader_release(L);
         return rc;
     }
+    if (add_one && use == IFD_WEIGHT_NORM)
+        use = IFD_WEIGHT_NORM_ADD1;
     rc = be->ops->load_weight(be, w, &src, use);
     ifd__loader_release(L);
     if (rc)
-        return ifd__load_fail(L, rc, "tensor '%s': %s", name, ifd_strerror(rc));
+        return ifd__load_fail(L, rc, "%s: tensor '%s': %s", L->what, name, ifd_strerror(rc));
     if (!L->random) /* copied: the file's pages need not stay resident */
-        ifd_gguf_release_tensor(L->m->gguf, ifd_gguf_find_tensor(L->m->gguf, name));
+        ifd_model_source_release(L->m->src, name);
     L->m->weight_bytes += w->bytes;
     return 0;
 }
 
-/* A projection from n parts: names[i] ("%s.weight", with an optional
- * "%s.bias" beside it) of rows[i] × cols. */
+/* A projection from n parts: names[i] ("%s.weight", with a "%s.bias"
+ * beside it, optional unless need_bias) of rows[i] × cols. */
 static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *names,
-                          const int64_t *rows, int n, int64_t cols)
+                          const int64_t *rows, int n, int64_t cols, bool need_bias)
 {
     ifd_backend_t *be = L->m->be;
     char wname[IFD_PROJ_MAX_PARTS][96], bname[IFD_PROJ_MAX_PARTS][96];
@@ -232,8 +259,8 @@ static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *na
     for (int i = 0; i < n; i++) {
         snprintf(wname[i], sizeof wname[i], "%s.weight", names[i]);
         snprintf(bname[i], sizeof bname[i], "%s.bias", names[i]);
-        if ((rc = ifd__find(L, &w[i], wname[i], rows[i], cols, false)) ||
-            (rc = ifd__find(L, &b[i], bname[i], 1, rows[i], true))) {
+        if ((rc = ifd__find(L, &w[i], wname[i], rows[i], cols, false, NULL)) ||
+            (rc = ifd__find(L, &b[i], bname[i], 1, rows[i], !need_bias || L->random, NULL))) {
             ifd__loader_release(L);
             return rc;
         }
@@ -242,9 +269,9 @@ static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *na
     rc = be->ops->load_proj(be, p, w, bp, n);
     ifd__loader_release(L);
     if (rc)
-        return ifd__load_fail(L, rc, "tensor '%s': %s", wname[0], ifd_strerror(rc));
+        return ifd__load_fail(L, rc, "%s: tensor '%s': %s", L->what, wname[0], ifd_strerror(rc));
     for (int i = 0; i < n && !L->random; i++) /* copied: the file's pages need not stay */
-        ifd_gguf_release_tensor(L->m->gguf, ifd_gguf_find_tensor(L->m->gguf, wname[i]));
+        ifd_model_source_release(L->m->src, wname[i]);
     for (int i = 0; i < p->n_parts; i++)
         L->m->weight_bytes += p->part[i].bytes;
     L->m->weight_bytes += p->bias.bytes;
@@ -260,7 +287,8 @@ static int ifd__load_all(ifd__loader_t *L)
     const bool gemma = c->arch == IFD_ARCH_GEMMA3;
     /* GGUF stores Gemma's RMSNorm weights as 1 + w already (the converter
      * adds the 1), so they are plain NORM weights here. */
-    const ifd_weight_use_t norm = IFD_WEIGHT_NORM;
+    const ifd_weight_use_t norm = IFD_WEIGHT_NORM; /* HF Gemma: NORM_ADD1, by the source */
+    ifd_tensor_view_t tv;
     int rc;
     if ((rc = ifd__load_weight(L, &m->tok_embd, "token_embd.weight", c->n_vocab, E,
                                IFD_WEIGHT_EMBED, false)))
@@ -270,9 +298,10 @@ static int ifd__load_all(ifd__loader_t *L)
     /* A tied model (no output.weight) projects with token_embd: a copy of
      * its own, so the backend may lay it out for matmul while the embedding
      * keeps rows for the gather. */
-    m->output_tied = L->random || ifd_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+    m->output_tied = L->random || ifd_model_source_find(m->src, "output.weight", &tv) != 0;
     const char *out_name = m->output_tied ? "token_embd" : "output";
-    if ((rc = ifd__load_proj(L, &m->output, &out_name, (const int64_t[]){c->n_vocab}, 1, E)))
+    if ((rc = ifd__load_proj(L, &m->output, &out_name, (const int64_t[]){c->n_vocab}, 1, E,
+                             false)))
         return rc;
     if (c->has_rope_freqs &&
         (rc = ifd__load_weight(L, &m->rope_freqs, "rope_freqs.weight", 1, c->n_rot / 2,
@@ -280,7 +309,7 @@ static int ifd__load_all(ifd__loader_t *L)
         return rc;
     m->layers = calloc(c->n_layer, sizeof *m->layers);
     if (!m->layers)
-        return ifd__load_fail(L, IFD_ENOMEM, "out of memory");
+        return ifd__load_fail(L, IFD_ENOMEM, "%s: out of memory", L->what);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         ifd__layer_t *ly = &m->layers[l];
         char n[4][64];
@@ -290,8 +319,8 @@ static int ifd__load_all(ifd__loader_t *L)
             bool want;
         } vecs[] = {
             {&ly->attn_norm, "attn_norm", true},
-            {&ly->q_norm, "attn_q_norm", gemma},
-            {&ly->k_norm, "attn_k_norm", gemma},
+            {&ly->q_norm, "attn_q_norm", c->has_qk_norm},
+            {&ly->k_norm, "attn_k_norm", c->has_qk_norm},
             {&ly->post_attn_norm, "post_attention_norm", gemma},
             {&ly->ffn_norm, "ffn_norm", true},
             {&ly->post_ffw_norm, "post_ffw_norm", gemma},
@@ -311,16 +340,17 @@ static int ifd__load_all(ifd__loader_t *L)
             snprintf(n[i], sizeof n[i], "blk.%u.%s", l, suffix[i]);
             names[i] = n[i];
         }
-        if ((rc = ifd__load_proj(L, &ly->qkv, names, (const int64_t[]){qd, kvd, kvd}, 3, E)) ||
-            (rc = ifd__load_proj(L, &ly->wo, &names[3], (const int64_t[]){E}, 1, qd)))
+        if ((rc = ifd__load_proj(L, &ly->qkv, names, (const int64_t[]){qd, kvd, kvd}, 3, E,
+                                 c->has_attn_bias)) ||
+            (rc = ifd__load_proj(L, &ly->wo, &names[3], (const int64_t[]){E}, 1, qd, false)))
             return rc;
         const char *fsuffix[] = {"ffn_gate", "ffn_up", "ffn_down"};
         for (int i = 0; i < 3; i++) {
             snprintf(n[i], sizeof n[i], "blk.%u.%s", l, fsuffix[i]);
             names[i] = n[i];
         }
-        if ((rc = ifd__load_proj(L, &ly->gate_up, names, (const int64_t[]){F, F}, 2, E)) ||
-            (rc = ifd__load_proj(L, &ly->down, &names[2], (const int64_t[]){E}, 1, F)))
+        if ((rc = ifd__load_proj(L, &ly->gate_up, names, (const int64_t[]){F, F}, 2, E, false)) ||
+            (rc = ifd__load_proj(L, &ly->down, &names[2], (const int64_t[]){E}, 1, F, false)))
             return rc;
     }
     return 0;
@@ -437,22 +467,21 @@ int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char 
     if (!m)
         return IFD_ENOMEM;
     m->be = be;
-    int rc = ifd_gguf_open(&m->gguf, path, errbuf, errlen);
+    int rc = ifd_model_source_open(&m->src, path, errbuf, errlen);
     if (rc) {
         free(m);
         return rc;
     }
-    rc = ifd_model_config_from_gguf(&m->cfg, m->gguf, errbuf, errlen);
-    if (rc == 0) {
-        ifd__loader_t L = {.m = m, .err = errbuf, .errlen = errlen, .what = path};
-        rc = ifd__load_all(&L);
-    }
+    m->cfg = *ifd_model_source_config(m->src);
+    ifd__loader_t L = {.m = m, .err = errbuf, .errlen = errlen,
+                       .what = ifd_model_source_path(m->src)};
+    rc = ifd__load_all(&L);
     if (rc) {
         ifd_model_destroy(m);
         return rc;
     }
     /* every backend copies what it keeps: the file's pages need not stay resident */
-    ifd_gguf_release_tensor_pages(m->gguf);
+    ifd_model_source_release_all(m->src);
     *out = m;
     return 0;
 }
@@ -509,7 +538,7 @@ void ifd_model_destroy(ifd_model_t *m)
     ifd__scratch_free(m);
     ifd__logits_free(m);
     ifd__batch_bufs_free(m);
-    ifd_gguf_close(m->gguf);
+    ifd_model_source_close(m->src);
     free(m);
 }
 
@@ -520,7 +549,12 @@ const ifd_model_config_t *ifd_model_config(const ifd_model_t *m)
 
 const ifd_gguf_t *ifd_model_gguf(const ifd_model_t *m)
 {
-    return m->gguf;
+    return m->src ? ifd_model_source_gguf(m->src) : NULL;
+}
+
+const ifd_model_source_t *ifd_model_source(const ifd_model_t *m)
+{
+    return m->src;
 }
 
 uint64_t ifd_model_weight_bytes(const ifd_model_t *m)
@@ -676,14 +710,15 @@ int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t
     IFD__TRY(op->embed(be, &s->x, &m->tok_embd, s->tokens, n, c->embd_scale));
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const ifd__layer_t *ly = &m->layers[l];
-        const bool local = gemma && c->layer_is_local[l];
+        const bool local = c->sliding_window > 0 && c->layer_is_local[l];
         const ifd_rope_t rope = {
             .n_rot = (int)c->n_rot,
             .base = local ? c->rope_base_local : c->rope_base,
-            .freq_scale = local ? 1.0f : c->rope_freq_scale,
+            .freq_scale = local ? c->rope_freq_scale_local : c->rope_freq_scale,
             .freq_factors = m->rope_freqs.data,
-            /* GGUF llama stores Q/K permuted for interleaved pairs */
-            .mode = gemma ? IFD_ROPE_NEOX : IFD_ROPE_NORM,
+            /* GGUF llama stores Q/K permuted for interleaved pairs; gemma3,
+             * qwen and HF checkpoints pair (i, i + n_rot/2) */
+            .mode = c->rope_neox ? IFD_ROPE_NEOX : IFD_ROPE_NORM,
         };
         IFD__TRY(op->rmsnorm(be, &s->a, &s->x, l ? &s->t : NULL, &ly->attn_norm, n, eps));
         IFD__TRY(op->proj(be, &s->qkv, &s->a, &ly->qkv, n));
@@ -711,6 +746,12 @@ int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t
     IFD__TRY(op->rmsnorm(be, &g->xn, &g->xs, &g->ts, &m->output_norm, b->n_logits, eps));
     IFD__TRY(op->proj(be, &g->logits, &g->xn, &m->output, b->n_logits));
     IFD__TRY(op->download(be, logits, g->logits.data, (size_t)b->n_logits * c->n_vocab * 4));
-    return op->sync(be);
+    IFD__TRY(op->sync(be));
+    if (c->final_logit_softcap > 0) { /* Gemma-style c·tanh(logits / c), on the host copy */
+        const float cap = c->final_logit_softcap;
+        for (size_t i = 0; i < (size_t)b->n_logits * c->n_vocab; i++)
+            logits[i] = cap * tanhf(logits[i] / cap);
+    }
+    return 0;
 #undef IFD__TRY
 }

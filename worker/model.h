@@ -2,14 +2,15 @@
  * model.h — a loaded model (weights on a backend) and its forward pass over
  * a ragged batch, written once against the backend interface (backend.h).
  *
- * Architectures: llama (SmolLM2, Llama 3.x, TinyLlama, Mistral-style) and
- * gemma3. Weights are dequantized to f32 once at load (MODEL-FORMATS.md
- * §3); a tensor with an unsupported type or a wrong shape fails the load
- * with a message naming it.
+ * Architectures: llama (SmolLM2, Llama 3.x, TinyLlama, Mistral), gemma3,
+ * qwen2, qwen3, from GGUF or a Hugging Face directory. Weights are
+ * dequantized to f32 once at load (MODEL-FORMATS.md §3); a tensor with an
+ * unsupported type or a wrong shape fails the load with a message naming
+ * the file and the tensor.
  *
- * Ownership: ifd_model_load keeps the GGUF mapping open for the model's
- * lifetime (the tokenizer reads its metadata); the backend must outlive the
- * model. Threading: one thread at a time per model (the engine thread).
+ * Ownership: ifd_model_load keeps the model source (GGUF mapping or
+ * safetensors shards) open for the model's lifetime (the tokenizer reads its
+ * metadata); the backend must outlive the model. Threading: one thread at a time per model (the engine thread).
  */
 #ifndef IFD_MODEL_H
 #define IFD_MODEL_H
@@ -19,6 +20,7 @@
 #include "backend.h"
 #include "gguf.h"
 #include "model_config.h"
+#include "model_source.h"
 
 typedef struct ifd_model ifd_model_t;
 
@@ -44,8 +46,10 @@ typedef struct {
     const int32_t *logit_rows;   /* [n_logits], indices into the batch */
 } ifd_batch_t;
 
-/* Loads the GGUF at `path` onto `be`. 0, or an IFD_E* code or -errno, with a one-line
- * message in errbuf (file, tensor, what was expected). */
+/* Loads the model at `path` — a GGUF file or a Hugging Face directory
+ * (config.json + safetensors; common/model_source.h) — onto `be`. 0, or an
+ * IFD_E* code or -errno, with a one-line message in errbuf (file, tensor,
+ * what was expected). */
 int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char *errbuf,
                    size_t errlen);
 /*
@@ -62,7 +66,10 @@ int ifd_model_load_random(ifd_model_t **out, const ifd_model_config_t *cfg, uint
 void ifd_model_destroy(ifd_model_t *m);
 
 const ifd_model_config_t *ifd_model_config(const ifd_model_t *m);
+/* The GGUF handle, or NULL for a model loaded from a Hugging Face directory. */
 const ifd_gguf_t *ifd_model_gguf(const ifd_model_t *m);
+/* Where the model came from (format, path, tokenizer); lives as long as m. */
+const ifd_model_source_t *ifd_model_source(const ifd_model_t *m);
 /* Bytes of weights held on the backend. */
 uint64_t ifd_model_weight_bytes(const ifd_model_t *m);
 

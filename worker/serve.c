@@ -325,7 +325,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
-    if ((rc = ifd_tokenizer_create_gguf(&tok, ifd_model_gguf(model), err, sizeof err))) {
+    if ((rc = ifd_model_source_tokenizer(ifd_model_source(model), &tok, err, sizeof err))) {
         IFD_ERROR("worker: tokenizer: %s", err);
         ifd__send_error(&s, 0, rc, err);
         goto out;

@@ -130,6 +130,14 @@ int ifd_shape_load(ifd_model_config_t *cfg, const char *path, char *errbuf, size
         for (uint32_t l = 0; l < cfg->n_layer; l++)
             cfg->layer_is_local[l] = cfg->sliding_window > 0 && (l + 1) % period != 0;
     }
+    /* what the architecture implies, as ifd_model_config_from_gguf sets it */
+    const bool gemma = cfg->arch == IFD_ARCH_GEMMA3;
+    cfg->rope_neox = gemma;
+    cfg->has_qk_norm = gemma;
+    cfg->tied_embeddings = true;
+    cfg->rope_freq_scale_local = gemma ? 1.0f : cfg->rope_freq_scale;
+    if (!gemma)
+        cfg->rope_base_local = cfg->rope_base;
 out:
     json_decref(j);
     return rc;

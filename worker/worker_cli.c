@@ -266,7 +266,7 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
         fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
         goto out;
     }
-    if ((rc = ifd_tokenizer_create_gguf(&tok, ifd_model_gguf(m), err, sizeof err))) {
+    if ((rc = ifd_model_source_tokenizer(ifd_model_source(m), &tok, err, sizeof err))) {
         fprintf(stderr, "inferd-worker: tokenizer: %s\n", err[0] ? err : ifd_strerror(rc));
         goto out;
     }
