@@ -185,6 +185,11 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
         }
         cfg->embd_scale = sqrtf((float)cfg->n_embd);
     } else {
+        /* Mistral-style: a window on every layer when the file states one
+         * (llama.cpp's converter does not write it for llama; ours may) */
+        IFD__OPT_U32(sliding_window, "attention.sliding_window", 0);
+        for (uint32_t l = 0; l < cfg->n_layer; l++)
+            cfg->layer_is_local[l] = cfg->sliding_window > 0;
         cfg->embd_scale = 1.0f;
     }
     cfg->attn_scale = 1.0f / sqrtf((float)cfg->head_dim);
@@ -500,7 +505,7 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
                           &cfg->n_ctx_train)))
         return rc;
     double v;
-    if ((rc = ifd__hf_num(h, c, "rms_norm_eps", gemma ? 1e-6 : 1e-6, &v)))
+    if ((rc = ifd__hf_num(h, c, "rms_norm_eps", 1e-6, &v)))
         return rc;
     cfg->rms_eps = (float)v;
 

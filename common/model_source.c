@@ -350,6 +350,11 @@ const ifd_gguf_t *ifd_model_source_gguf(const ifd_model_source_t *s)
     return s->gguf;
 }
 
+const struct ifd_safetensors *ifd_model_source_safetensors(const ifd_model_source_t *s)
+{
+    return s->st;
+}
+
 uint64_t ifd_model_source_bytes(const ifd_model_source_t *s)
 {
     return s->gguf ? ifd_gguf_file_size(s->gguf) : ifd_safetensors_total_bytes(s->st);

@@ -70,6 +70,9 @@ ifd_model_format_t ifd_model_source_format(const ifd_model_source_t *s);
 const char *ifd_model_source_path(const ifd_model_source_t *s);
 /* The GGUF handle; NULL for a Hugging Face directory. */
 const ifd_gguf_t *ifd_model_source_gguf(const ifd_model_source_t *s);
+/* The safetensors shards; NULL for GGUF. */
+struct ifd_safetensors;
+const struct ifd_safetensors *ifd_model_source_safetensors(const ifd_model_source_t *s);
 /* Total bytes of the weight files (GGUF file, or every shard). */
 uint64_t ifd_model_source_bytes(const ifd_model_source_t *s);
 /* Number of weight files (1 for GGUF, the shard count for HF). */

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""llama_oracle.py — a small NumPy reference for GGUF models of architecture `llama`
-and `gemma3`.
+"""llama_oracle.py — a small NumPy reference for models of architecture `llama`
+(incl. Mistral), `gemma3`, `qwen2` and `qwen3`, read from a GGUF file or from a
+Hugging Face directory (config.json + safetensors).
 
 It exists to check inferd's C runtime against something written independently:
 this file follows the architecture's definition (MODEL-FORMATS.md §2 and §5.1),
@@ -41,6 +42,19 @@ i at position p is p * freq_scale * base^(-2i/n_rot) / ff[i], where base is
 scaling, and ff = the `rope_freqs.weight` tensor (Llama 3's frequency factors)
 when the file has one, else 1.
 
+Qwen 2 / Qwen 3 (`qwen2`, `qwen3`): the llama pass with NEOX pairs (no Q/K permutation
+in their GGUFs either), q/k/v biases (Qwen 2), per-head QK-norm before RoPE (Qwen 3).
+
+Hugging Face directories (read with NumPy from the safetensors format, §4.1; config.json
+§4.2/§4.3): the weights are in HF order, so RoPE uses rotate-half pairs (x[i], x[i+d/2])
+for every architecture (§4.4) — the same rotation GGUF llama gets from its permuted rows.
+Gemma's HF norm weights are w, used as (1 + w) (§5.2). Llama 3 `rope_scaling` follows HF's
+formula (inv_freq / factor on the low band, a linear blend in between); Mistral's
+`sliding_window` masks every layer; Gemma 3's `query_pre_attn_scalar` sets the score scale,
+`layer_types` / `sliding_window_pattern` the local layers, `rope_local_base_freq` their base,
+`final_logit_softcapping` c (when set) maps logits to c·tanh(logits/c); the embedding scale
+sqrt(hidden) is rounded to bfloat16 when torch_dtype is bfloat16, as transformers does.
+
 Logit rows (the --dump-logits convention shared with inferd-worker): for a
 prompt of n_prompt tokens and N >= 1 generated tokens, the dump holds
 n_prompt + N - 1 rows: the logits at every prompt position, then the logits
@@ -60,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -71,7 +86,10 @@ try:
 except ImportError:  # the caller decides whether that is a skip or an error
     gguf = None
 
-ARCHS = ("llama", "gemma3")
+ARCHS = ("llama", "gemma3", "qwen2", "qwen3")
+HF_ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama",
+            "Gemma3ForCausalLM": "gemma3", "Gemma3ForConditionalGeneration": "gemma3",
+            "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
 
 
 # ---- GGUF reading -------------------------------------------------------------------------------
@@ -114,6 +132,13 @@ class HParams:
     window: int = 0                    # sliding window of local layers (gemma3)
     local: tuple = ()                  # per layer: True = local (sliding-window) layer
     rope_base_local: float = 10000.0
+    local_scaled: bool = False         # local layers use freq_scale too (not gemma3)
+    neox: bool = False                 # RoPE pairs (x[i], x[i + n_rot/2])
+    qk_norm: bool = False              # per-head RMSNorm of q, k before RoPE
+    norm_plus_one: bool = False        # HF gemma: norm weights are w, used as 1 + w
+    attn_scale: float = 0.0            # 0: 1/sqrt(head_dim)
+    softcap: float = 0.0               # final logit soft-cap (0: none)
+    llama3: dict | None = None         # HF rope_scaling of type llama3
 
 
 def read_hparams(reader) -> HParams:
@@ -134,17 +159,23 @@ def read_hparams(reader) -> HParams:
         raise ValueError(f"rope scaling {scaling!r} is not supported by the oracle")
     freq_scale = 1.0 / factor if (scaling == "linear" and factor > 0.0) else 1.0
     n_layer = int(_scalar(reader, p + "block_count"))
-    extra = {}
+    extra = dict(neox=arch != "llama", qk_norm=arch in ("gemma3", "qwen3"))
     if arch == "gemma3":
         pattern = _field(reader, p + "attention.sliding_window_pattern")
         if isinstance(pattern, list):
             local = tuple(bool(x) for x in pattern)
         else:
             local = tuple((l + 1) % 6 != 0 for l in range(n_layer))
-        extra = dict(emb_scale=float(np.sqrt(n_embd)),
+        extra.update(emb_scale=float(np.sqrt(n_embd)),
                      window=int(_scalar(reader, p + "attention.sliding_window")),
                      local=local,
                      rope_base_local=float(_scalar(reader, p + "rope.freq_base_swa", 10000.0)))
+    else:
+        extra.update(rope_base_local=float(_scalar(reader, p + "rope.freq_base", 10000.0)),
+                     local_scaled=True)
+        window = int(_scalar(reader, p + "attention.sliding_window", 0) or 0)
+        if window:                         # Mistral-style: every layer sees the window
+            extra.update(window=window, local=tuple(True for _ in range(n_layer)))
     return HParams(
         arch=arch,
         **extra,
@@ -163,6 +194,118 @@ def read_hparams(reader) -> HParams:
         eos=_scalar(reader, "tokenizer.ggml.eos_token_id"),
         eot=_scalar(reader, "tokenizer.ggml.eot_token_id"),
     )
+
+
+# ---- Hugging Face directories ---------------------------------------------------------------
+
+_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": "bf16", "F64": np.float64}
+
+
+def read_safetensors(path: str) -> dict:
+    """{name: float64 array} of one safetensors file (format: MODEL-FORMATS.md §4.1)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = memoryview(raw)[8 + n:]
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        dt = _ST_DTYPES.get(e["dtype"])
+        if dt is None:
+            continue                       # not a weight the model uses
+        buf = data[b:end]
+        if dt == "bf16":
+            a = (np.frombuffer(buf, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(buf, dt)
+        out[name] = a.astype(np.float64).reshape(e["shape"])
+    return out
+
+
+def read_hf_dir(path: str):
+    """(config dict of the text model, top-level config, {name: array}) of an HF directory."""
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        top = json.load(f)
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    tensors = {}
+    for fn in files:
+        tensors.update(read_safetensors(os.path.join(path, fn)))
+    cfg = top.get("text_config", top) if top["architectures"][0].endswith(
+        "ConditionalGeneration") else top
+    return cfg, top, tensors
+
+
+def hf_hparams(cfg: dict, top: dict) -> HParams:
+    cls = top["architectures"][0]
+    if cls not in HF_ARCHS:
+        raise ValueError(f"HF architecture {cls!r} is not implemented by the oracle")
+    arch = HF_ARCHS[cls]
+    gemma = arch == "gemma3"
+    g = (lambda k, d: cfg.get(k, d) if cfg.get(k) is not None else d)
+    n_embd = g("hidden_size", 2304 if gemma else None)
+    n_head = g("num_attention_heads", 8 if gemma else None)
+    head_dim = g("head_dim", 256 if gemma else n_embd // n_head)
+    n_layer = g("num_hidden_layers", 26 if gemma else None)
+    rs = cfg.get("rope_scaling") or {}
+    rtype = rs.get("rope_type", rs.get("type", "default"))
+    freq_scale, llama3 = 1.0, None
+    if rtype == "linear":
+        freq_scale = 1.0 / rs["factor"]
+    elif rtype == "llama3":
+        llama3 = rs
+    elif rtype != "default":
+        raise ValueError(f"rope_scaling {rtype!r} is not implemented by the oracle")
+    hp = HParams(
+        arch=arch, n_vocab=g("vocab_size", 262208 if gemma else None), n_embd=n_embd,
+        n_layer=n_layer, n_ff=g("intermediate_size", 9216 if gemma else None), n_head=n_head,
+        n_head_kv=g("num_key_value_heads", 4 if gemma else n_head), head_dim=head_dim,
+        n_rot=head_dim, eps=g("rms_norm_eps", 1e-6),
+        rope_base=g("rope_theta", 1e6 if gemma else 10000.0), freq_scale=freq_scale,
+        bos=None, eos=None, eot=None, neox=True, qk_norm=arch in ("gemma3", "qwen3"),
+        llama3=llama3, softcap=g("final_logit_softcapping", 0.0))
+    if gemma:
+        es = np.float32(np.sqrt(n_embd))
+        if (top.get("torch_dtype") or cfg.get("torch_dtype")) == "bfloat16":
+            b = int(es.view(np.uint32))
+            b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+            es = np.uint32(b).view(np.float32)
+        lt = cfg.get("layer_types")
+        if lt:
+            local = tuple(t == "sliding_attention" for t in lt)
+        else:
+            per = g("sliding_window_pattern", 6)
+            local = tuple((l + 1) % per != 0 for l in range(n_layer))
+        hp.emb_scale = float(es)
+        hp.window = g("sliding_window", 4096)
+        hp.local = local
+        hp.rope_base_local = g("rope_local_base_freq", 10000.0)
+        hp.norm_plus_one = True
+        hp.attn_scale = 1.0 / np.sqrt(g("query_pre_attn_scalar", 256))
+    else:
+        hp.rope_base_local = hp.rope_base
+        hp.local_scaled = True
+        if cls == "MistralForCausalLM" and cfg.get("sliding_window"):
+            hp.window = int(cfg["sliding_window"])
+            hp.local = tuple(True for _ in range(n_layer))
+    return hp
+
+
+# HF name (after the text prefix) of each Layer field; gemma differs for the norms.
+_HF_LAYER = {"attn_norm": "input_layernorm", "wq": "self_attn.q_proj", "wk": "self_attn.k_proj",
+             "wv": "self_attn.v_proj", "wo": "self_attn.o_proj", "q_norm": "self_attn.q_norm",
+             "k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm",
+             "w_gate": "mlp.gate_proj", "w_up": "mlp.up_proj", "w_down": "mlp.down_proj"}
+_HF_LAYER_GEMMA = dict(_HF_LAYER, ffn_norm="pre_feedforward_layernorm",
+                       post_attn_norm="post_attention_layernorm",
+                       post_ffw_norm="post_feedforward_layernorm")
 
 
 def _dequant(t, dtype) -> np.ndarray:
@@ -214,9 +357,12 @@ class Result:
 
 class LlamaOracle:
     def __init__(self, path: str, dtype=np.float64):
+        self.dtype = dtype
+        if os.path.isdir(path):
+            self._init_hf(path)
+            return
         if gguf is None:
             raise ImportError("the PyPI package 'gguf' is required")
-        self.dtype = dtype
         reader = gguf.GGUFReader(path, "r")
         self.hp = hp = read_hparams(reader)
         self.vocab = _field(reader, "tokenizer.ggml.tokens")
@@ -247,8 +393,8 @@ class LlamaOracle:
         for i in range(hp.n_layer):
             b = f"blk.{i}."
             self.layers.append(Layer(
-                q_norm=get(b + "attn_q_norm.weight", (hd,)) if gemma else None,
-                k_norm=get(b + "attn_k_norm.weight", (hd,)) if gemma else None,
+                q_norm=get(b + "attn_q_norm.weight", (hd,)) if hp.qk_norm else None,
+                k_norm=get(b + "attn_k_norm.weight", (hd,)) if hp.qk_norm else None,
                 post_attn_norm=get(b + "post_attention_norm.weight", (D,)) if gemma else None,
                 post_ffw_norm=get(b + "post_ffw_norm.weight", (D,)) if gemma else None,
                 attn_norm=get(b + "attn_norm.weight", (D,)),
@@ -265,21 +411,91 @@ class LlamaOracle:
                 bv=get(b + "attn_v.bias", (kvd,), required=False),
                 bo=get(b + "attn_output.bias", (D,), required=False),
             ))
+        self._set_rope(ff)
+
+    def _set_rope(self, ff):
+        hp = self.hp
         # Inverse frequency of rotation pair i (§2.4): freq_scale * base^(-2i/n_rot) / ff[i].
         i = np.arange(hp.n_rot // 2, dtype=np.float64)
         inv = hp.freq_scale * hp.rope_base ** (-2.0 * i / hp.n_rot)
         if ff is not None:
             inv = inv / ff.astype(np.float64)
+        if hp.llama3 is not None:          # HF _compute_llama3_parameters, §2.4
+            r = hp.llama3
+            factor, lo, hi = r["factor"], r.get("low_freq_factor", 1.0), r.get("high_freq_factor", 4.0)
+            orig = r.get("original_max_position_embeddings", 8192)
+            wl = 2 * np.pi / inv
+            scaled = np.where(wl > orig / lo, inv / factor, inv)
+            smooth = (orig / wl - lo) / (hi - lo)
+            blended = (1 - smooth) * inv / factor + smooth * inv
+            medium = (wl >= orig / hi) & (wl <= orig / lo)
+            inv = np.where(medium, blended, scaled)
         self.inv_freq = inv
-        # gemma3 local layers: their own base, never scaled (§5.2).
-        self.inv_freq_local = hp.rope_base_local ** (-2.0 * i / hp.n_rot)
-        self.has_rope_freqs = ff is not None
+        # local layers: gemma3's own base, never scaled (§5.2); others as the global ones.
+        self.inv_freq_local = inv if hp.local_scaled else \
+            hp.rope_base_local ** (-2.0 * i / hp.n_rot)
+        self.has_rope_freqs = ff is not None or hp.llama3 is not None
+
+    def _init_hf(self, path):
+        """Loads an HF directory: weights in HF order (rotate-half RoPE), names §2.1/§2.2."""
+        cfg, top, t = read_hf_dir(path)
+        self.hp = hp = hf_hparams(cfg, top)
+        self.vocab, self.token_type = None, None
+        dtype = self.dtype
+        pre = next((p for p in ("model.", "language_model.model.", "model.language_model.")
+                    if p + "embed_tokens.weight" in t), None)
+        if pre is None:
+            raise ValueError("no embed_tokens.weight in the checkpoint")
+
+        def get(name, shape, required=True):
+            a = t.get(name)
+            if a is None:
+                if required:
+                    raise ValueError(f"tensor {name} is missing")
+                return None
+            if a.shape != shape:
+                raise ValueError(f"tensor {name}: shape {a.shape}, expected {shape}")
+            return a.astype(dtype)
+
+        E, D, hd = hp.n_vocab, hp.n_embd, hp.head_dim
+        qd, kvd = hp.n_head * hd, hp.n_head_kv * hd
+        gemma = hp.arch == "gemma3"
+        tied = cfg.get("tie_word_embeddings", top.get("tie_word_embeddings", gemma))
+        self.tok_embd = get(pre + "embed_tokens.weight", (E, D))
+        self.output_norm = get(pre + "norm.weight", (D,))
+        head = None if tied else next((get(n, (E, D)) for n in
+                                       ("lm_head.weight", "language_model.lm_head.weight")
+                                       if n in t), None)
+        if not tied and head is None:
+            raise ValueError("lm_head.weight is missing and tie_word_embeddings is false")
+        self.output = self.tok_embd if tied else head
+        self.tied = tied
+        names = _HF_LAYER_GEMMA if gemma else _HF_LAYER
+        shapes = {"attn_norm": (D,), "wq": (qd, D), "wk": (kvd, D), "wv": (kvd, D),
+                  "wo": (D, qd), "q_norm": (hd,), "k_norm": (hd,), "ffn_norm": (D,),
+                  "w_gate": (hp.n_ff, D), "w_up": (hp.n_ff, D), "w_down": (D, hp.n_ff),
+                  "post_attn_norm": (D,), "post_ffw_norm": (D,)}
+        self.layers = []
+        for i in range(hp.n_layer):
+            b = f"{pre}layers.{i}."
+            kw = {}
+            for fld, hn in names.items():
+                if fld in ("q_norm", "k_norm") and not hp.qk_norm:
+                    continue
+                kw[fld] = get(b + hn + ".weight", shapes[fld])
+            for fld, hn, n in (("bq", "self_attn.q_proj", qd), ("bk", "self_attn.k_proj", kvd),
+                               ("bv", "self_attn.v_proj", kvd), ("bo", "self_attn.o_proj", D)):
+                kw[fld] = get(b + hn + ".bias", (n,), required=False)
+            self.layers.append(Layer(**kw))
+        self._set_rope(None)
 
     # -- building blocks (each follows MODEL-FORMATS.md §5.1) --
 
     def rmsnorm(self, x, w):
-        """x / sqrt(mean(x^2) + eps) * w over the last axis."""
+        """x / sqrt(mean(x^2) + eps) * w over the last axis ((1 + w) for HF Gemma)."""
         ms = np.mean(x * x, axis=-1, keepdims=True)
+        if self.hp.norm_plus_one:
+            w = w + self.dtype(1.0)
         return x / np.sqrt(ms + self.hp.eps) * w
 
     def rope(self, x, pos, inv_freq=None):
@@ -289,7 +505,7 @@ class LlamaOracle:
         inv = self.inv_freq if inv_freq is None else inv_freq
         ang = pos.astype(np.float64)[:, None] * inv[None, :]               # [T, nr/2]
         cos, sin = np.cos(ang).astype(self.dtype), np.sin(ang).astype(self.dtype)
-        if self.hp.arch == "gemma3":
+        if self.hp.neox:
             ia, ib = slice(0, nr // 2), slice(nr // 2, nr)
         else:
             ia, ib = slice(0, nr, 2), slice(1, nr, 2)
@@ -325,7 +541,7 @@ class LlamaOracle:
         S = p0 + T                                     # keys visible to the last query
         nh, nkv, hd = hp.n_head, hp.n_head_kv, hp.head_dim
         group = nh // nkv
-        scale = self.dtype(1.0 / np.sqrt(hd))
+        scale = self.dtype(hp.attn_scale or 1.0 / np.sqrt(hd))
         # Causal mask: query t (position p0+t) sees keys 0..p0+t; on gemma3's local layers
         # also only keys with (p0+t) - j < window.
         keys = np.arange(S)[None, :]
@@ -342,7 +558,7 @@ class LlamaOracle:
         # Every array stays in self.dtype: one stray float64 operand would make NumPy
         # convert whole weight matrices at every step.
         for li, L in enumerate(self.layers):
-            local = gemma and hp.local[li]
+            local = bool(hp.local) and hp.local[li]
             a = self.rmsnorm(h, L.attn_norm)
             q = a @ L.wq.T
             k = a @ L.wk.T
@@ -355,7 +571,7 @@ class LlamaOracle:
                 v = v + L.bv
             q = q.reshape(T, nh, hd).transpose(1, 0, 2)                         # [nh, T, hd]
             k = k.reshape(T, nkv, hd).transpose(1, 0, 2)                        # [nkv, T, hd]
-            if gemma:                                 # QK-norm over each head, before RoPE
+            if hp.qk_norm:                            # QK-norm over each head, before RoPE
                 q = self.rmsnorm(q, L.q_norm)
                 k = self.rmsnorm(k, L.k_norm)
             inv = self.inv_freq_local if local else None
@@ -389,6 +605,9 @@ class LlamaOracle:
                 h = h + (self.silu(f @ L.w_gate.T) * (f @ L.w_up.T)) @ L.w_down.T
         cache.n = S
         logits = self.rmsnorm(h, self.output_norm) @ self.output.T
+        if hp.softcap:
+            c = self.dtype(hp.softcap)
+            logits = c * np.tanh(logits / c)
         assert logits.dtype == self.dtype, logits.dtype
         return logits
 
@@ -441,6 +660,8 @@ class LlamaOracle:
         """Byte-level BPE decode (GPT-2 byte↔unicode map, MODEL-FORMATS.md §6.1), or for
         gemma3's SentencePiece vocabulary ▁ → space and <0xXX> → that byte; control tokens
         are rendered as their text."""
+        if self.vocab is None:             # HF directory: the oracle reads no tokenizer
+            return ""
         out = bytearray()
         if self.hp.arch == "gemma3":
             for t in ids:
@@ -477,8 +698,10 @@ def _unicode_to_byte():
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        description="NumPy reference forward pass for GGUF llama models (greedy generation).")
-    ap.add_argument("--model", required=True, help="GGUF file of architecture llama")
+        description="NumPy reference forward pass for llama/gemma3/qwen2/qwen3 models from GGUF "
+                    "or a Hugging Face directory (greedy generation).")
+    ap.add_argument("--model", required=True,
+                    help="GGUF file, or Hugging Face directory (config.json + safetensors)")
     ap.add_argument("--tokens", required=True,
                     help='prompt token ids, space-separated ("1 9690 198 ..."); used as-is')
     ap.add_argument("-n", type=int, default=16, help="tokens to generate (default 16)")
