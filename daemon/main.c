@@ -24,6 +24,7 @@
 #include "error.h"
 #include "gen.h"
 #include "gguf.h"
+#include "model_source.h"
 #include "http.h"
 #include "listen.h"
 #include "log.h"
@@ -414,15 +415,16 @@ static void ifd__signal_cb(uv_signal_t *h, int signum)
 
 /* ---- start-up ---------------------------------------------------------------------------- */
 
+/* The model's config and tokenizer, from a GGUF file or a Hugging Face
+ * directory (common/model_source.h); the workers load the weights. */
 static int ifd__load_model(ifd__daemon_t *d, char *err, size_t errlen)
 {
-    ifd_gguf_t *g = NULL;
-    int rc = ifd_gguf_open(&g, d->cfg.model, err, errlen);
+    ifd_model_source_t *src = NULL;
+    int rc = ifd_model_source_open(&src, d->cfg.model, err, errlen);
     if (rc)
         return rc;
-    if ((rc = ifd_model_config_from_gguf(&d->mcfg, g, err, errlen)))
-        goto out;
-    if ((rc = ifd_tokenizer_create_gguf(&d->tok, g, err, errlen)))
+    d->mcfg = *ifd_model_source_config(src);
+    if ((rc = ifd_model_source_tokenizer(src, &d->tok, err, errlen)))
         goto out;
     ifd_chat_params_t cp = ifd_chat_default_params();
     if (d->cfg.chat_template && *d->cfg.chat_template)
@@ -430,7 +432,7 @@ static int ifd__load_model(ifd__daemon_t *d, char *err, size_t errlen)
     if ((rc = ifd_chat_template_create(&d->tpl, d->tok, &cp, err, errlen)))
         goto out;
 out:
-    ifd_gguf_close(g);
+    ifd_model_source_close(src);
     return rc;
 }
 

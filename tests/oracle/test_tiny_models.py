@@ -25,23 +25,28 @@ llama.cpp's converter does. Then, for each:
     is no model each fail with exit status != 0 and a one-line message naming the file (and
     tensor);
   * --inspect DIR --json reports format, architecture and source, the chat template from
-    tokenizer_config.json and generation_config.json's eos ids among the stop tokens.
+    tokenizer_config.json and generation_config.json's eos ids among the stop tokens;
+  * with --inferd: the daemon serves the Qwen 2 directory (`--model DIR`): /v1/models lists
+    it and a chat completion, rendered with the directory's ChatML template, succeeds.
 
 Exit 0 on success, 1 on a failure, 77 ("SKIPPED: why") without numpy/gguf/tokenizers, the
 shared vocabulary or the worker.
 
-    test_tiny_models.py WORKER [--keep DIR] [--only NAME ...] [--tol 1e-4] [--full]
+    test_tiny_models.py WORKER [--inferd INFERD] [--keep DIR] [--only NAME ...] [--tol 1e-4] [--full]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -227,9 +232,71 @@ def inspect_test(worker, path):
           "--inspect FILE.gguf prints the format")
 
 
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=60)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(60)
+        self.sock.connect(self.path)
+
+
+def _http(sock, method, url, body=None):
+    c = _UnixHTTP(sock)
+    c.request(method, url, body=json.dumps(body) if body is not None else None,
+              headers={"content-type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, json.loads(data or b"null")
+
+
+def daemon_test(inferd, model, root):
+    """inferd --model DIR serves the directory."""
+    sock = os.path.join(root, "inferd.sock")
+    log = open(os.path.join(root, "inferd.log"), "w")
+    p = subprocess.Popen([inferd, "--model", model, "--socket", sock, "--kv-budget", "32M",
+                          "--workers", "1"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None:
+            try:
+                st, r = _http(sock, "GET", "/v1/models")
+                if st == 200 and r["data"]:
+                    break
+            except (OSError, http.client.HTTPException, ValueError):
+                pass
+            time.sleep(0.2)
+        st, r = _http(sock, "GET", "/v1/models")
+        check(st == 200 and r["data"][0]["id"] == os.path.basename(model) and
+              r["data"][0]["root"] == os.path.realpath(model),
+              f"daemon: /v1/models lists the directory ({st})")
+        st, r = _http(sock, "POST", "/v1/chat/completions",
+                      {"messages": [{"role": "user", "content": "Hello there"}],
+                       "max_tokens": 4})
+        # ChatML from tokenizer_config.json: <|im_start|> user \n Hello there <|im_end|> \n
+        # <|im_start|> assistant \n = 11 tokens with this vocabulary
+        ok = st == 200 and r["usage"]["completion_tokens"] >= 1 and \
+            r["usage"]["prompt_tokens"] == 11
+        check(ok, f"daemon: chat completion from the HF directory ({st}, "
+                  f"usage {r.get('usage') if isinstance(r, dict) else r})")
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError) as e:
+        check(False, f"daemon: {e}; log in {log.name}")
+    finally:
+        p.terminate()
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+        log.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("worker")
+    ap.add_argument("--inferd", help="the daemon binary: also serve a directory through it")
     ap.add_argument("--keep", metavar="DIR", help="write the models here and keep them")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--tol", type=float, default=1e-4)
@@ -289,6 +356,8 @@ def main() -> int:
             corruption_tests(a.worker, root, "llama")
         if not a.only or "qwen2" in a.only:
             inspect_test(a.worker, os.path.join(root, "qwen2"))
+            if a.inferd:
+                daemon_test(a.inferd, os.path.join(root, "qwen2"), root)
     except RuntimeError as e:
         check(False, str(e))
     finally:
