@@ -37,16 +37,16 @@ static int ifd__cmd_inspect(int argc, char **argv)
             json = true;
             break;
         case 'h':
-            printf("Usage: infer inspect FILE.gguf [--json]\n\n"
-                   "Print a GGUF model's architecture, hyper-parameters, tokenizer summary\n"
-                   "and tensor table (--json: one JSON object).\n");
+            printf("Usage: infer inspect FILE.gguf|DIR [--json]\n\n"
+                   "Print a GGUF file's or Hugging Face directory's format, architecture,\n"
+                   "hyper-parameters, tokenizer summary and tensors (--json: one JSON object).\n");
             return 0;
         default:
             return 2;
         }
     }
     if (optind + 1 != argc) {
-        fprintf(stderr, "Usage: infer inspect FILE.gguf [--json]\n");
+        fprintf(stderr, "Usage: infer inspect FILE.gguf|DIR [--json]\n");
         return 2;
     }
     return ifd_inspect_file(stdout, stderr, argv[optind], json) == 0 ? 0 : 1;
@@ -62,7 +62,7 @@ static const struct {
     {"models", ifd_status_models_main, "list the models the daemon serves"},
     {"status", ifd_status_main, "workers, KV blocks, prefix hits, queue, tokens/s (--watch)"},
     {"bench", ifd_bench_main, "serving benchmarks: bench serve, bench cache"},
-    {"inspect", ifd__cmd_inspect, "print a GGUF model file's summary"},
+    {"inspect", ifd__cmd_inspect, "print a GGUF file's or Hugging Face directory's summary"},
     {"tokenize", ifd_tokcmd_tokenize, "print the token ids of text on stdin"},
     {"detokenize", ifd_tokcmd_detokenize, "print the text of token ids on stdin"},
 };

@@ -24,11 +24,11 @@ struct ifd_model_source {
     ifd_model_format_t format;
     char *path;
     ifd_model_config_t cfg;
-    ifd_gguf_t *gguf;       /* GGUF */
-    ifd_safetensors_t *st;  /* HF */
-    char prefix[64];        /* HF: prefix of the text model's tensors ("model.") */
-    char lm_head[96];       /* HF: the output projection's name, "" when absent */
-    float *rope_freqs;      /* HF llama3: n_rot / 2 synthesized factors */
+    ifd_gguf_t *gguf;      /* GGUF */
+    ifd_safetensors_t *st; /* HF */
+    char prefix[64];       /* HF: prefix of the text model's tensors ("model.") */
+    char lm_head[96];      /* HF: the output projection's name, "" when absent */
+    float *rope_freqs;     /* HF llama3: n_rot / 2 synthesized factors */
 };
 
 static int ifd__src_fail(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
@@ -266,8 +266,7 @@ static int ifd__open_hf(ifd_model_source_t *s, const char *dir, char *errbuf, si
     return 0;
 }
 
-int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errbuf,
-                          size_t errlen)
+int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errbuf, size_t errlen)
 {
     ifd_model_source_t *s = calloc(1, sizeof *s);
     if (!s)

@@ -41,14 +41,14 @@ typedef struct ifd_model_source ifd_model_source_t;
 
 /* One tensor as the loader sees it. */
 typedef struct {
-    const char *name;  /* the name in the file (HF name for a directory) */
-    const char *file;  /* the file holding it (GGUF path or shard) */
+    const char *name;   /* the name in the file (HF name for a directory) */
+    const char *file;   /* the file holding it (GGUF path or shard) */
     uint32_t ggml_type; /* ggml id (quantized kinds for GGUF; F32/F16/BF16 for HF) */
     uint32_t n_dims;
-    uint64_t ne[4];    /* innermost first; unused dims 1 */
-    const void *data;  /* in the mapping; may be unaligned for HF */
+    uint64_t ne[4];   /* innermost first; unused dims 1 */
+    const void *data; /* in the mapping; may be unaligned for HF */
     uint64_t nbytes;
-    bool add_one;      /* the value is 1 + stored (HF Gemma 3 RMSNorm weights) */
+    bool add_one; /* the value is 1 + stored (HF Gemma 3 RMSNorm weights) */
 } ifd_tensor_view_t;
 
 /*
@@ -60,8 +60,7 @@ typedef struct {
  * the file (and tensor) in errbuf; IFD_ENOTSUP for a directory that is not
  * a Hugging Face model (no config.json).
  */
-int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errbuf,
-                          size_t errlen);
+int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errbuf, size_t errlen);
 void ifd_model_source_close(ifd_model_source_t *s); /* NULL is a no-op */
 
 const ifd_model_config_t *ifd_model_source_config(const ifd_model_source_t *s);

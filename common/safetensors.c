@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #define IFD__ST_MAX_HEADER (100u << 20)
-#define IFD__ST_INDEX "model.safetensors.index.json"
-#define IFD__ST_SINGLE "model.safetensors"
+#define IFD__ST_INDEX      "model.safetensors.index.json"
+#define IFD__ST_SINGLE     "model.safetensors"
 
 typedef struct {
     char *path;
@@ -199,8 +199,8 @@ static int ifd__st_entry(ifd__sterr_t *e, ifd_safetensors_t *st, const ifd__shar
     for (uint32_t d = 0; d < t.n_dims; d++) {
         uint64_t dim;
         if (!ifd__st_uint(json_array_get(shape, d), &dim) || dim > INT64_MAX)
-            return ifd__st_fail(e, IFD_EFORMAT, "%s: tensor '%s': shape[%u] is not an int ≥ 0",
-                                f, name, d);
+            return ifd__st_fail(e, IFD_EFORMAT, "%s: tensor '%s': shape[%u] is not an int ≥ 0", f,
+                                name, d);
         if (dim && n > UINT64_MAX / dim)
             return ifd__st_fail(e, IFD_EFORMAT, "%s: tensor '%s': shape overflows", f, name);
         t.shape[d] = (int64_t)dim;
@@ -209,11 +209,11 @@ static int ifd__st_entry(ifd__sterr_t *e, ifd_safetensors_t *st, const ifd__shar
     t.n_elems = n;
     uint64_t b, end;
     if (!json_is_array(offs) || json_array_size(offs) != 2 ||
-        !ifd__st_uint(json_array_get(offs, 0), &b) || !ifd__st_uint(json_array_get(offs, 1), &end) ||
-        end < b)
+        !ifd__st_uint(json_array_get(offs, 0), &b) ||
+        !ifd__st_uint(json_array_get(offs, 1), &end) || end < b)
         return ifd__st_fail(e, IFD_EFORMAT,
-                            "%s: tensor '%s': data_offsets is not [begin, end] with begin ≤ end",
-                            f, name);
+                            "%s: tensor '%s': data_offsets is not [begin, end] with begin ≤ end", f,
+                            name);
     if (n > UINT64_MAX / esz || end - b != n * esz)
         return ifd__st_fail(e, IFD_EFORMAT,
                             "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, "
@@ -329,8 +329,7 @@ static int ifd__st_sort(ifd__sterr_t *e, ifd_safetensors_t *st)
     for (size_t i = 1; i < st->n_tensors; i++)
         if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0)
             return ifd__st_fail(e, IFD_EFORMAT, "%s: tensor '%s' is also in %s",
-                                st->tensors[i].file, st->tensors[i].name,
-                                st->tensors[i - 1].file);
+                                st->tensors[i].file, st->tensors[i].name, st->tensors[i - 1].file);
     return 0;
 }
 
@@ -363,8 +362,7 @@ static int ifd__st_index(ifd__sterr_t *e, ifd_safetensors_t *st, const char *ind
     json_t *v;
     json_object_foreach((json_t *)wm, key, v)
     {
-        if (!json_is_string(v) || strchr(json_string_value(v), '/') ||
-            json_string_length(v) == 0) {
+        if (!json_is_string(v) || strchr(json_string_value(v), '/') || json_string_length(v) == 0) {
             rc = ifd__st_fail(e, IFD_EFORMAT,
                               "%s: weight_map['%s'] is not a file name in the index's directory",
                               index, key);

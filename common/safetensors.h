@@ -29,19 +29,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IFD_ST_MAX_DIMS 8
+#define IFD_ST_MAX_DIMS    8
 #define IFD_ST_UNSUPPORTED UINT32_MAX
 
 typedef struct {
-    const char *name;  /* NUL-terminated copy */
-    char dtype[12];    /* as the header spells it: "BF16" */
+    const char *name;   /* NUL-terminated copy */
+    char dtype[12];     /* as the header spells it: "BF16" */
     uint32_t ggml_type; /* 0 F32, 1 F16, 30 BF16 (ggml ids), or IFD_ST_UNSUPPORTED */
     uint32_t n_dims;
     int64_t shape[IFD_ST_MAX_DIMS]; /* outermost first (PyTorch order) */
     uint64_t n_elems;
     uint64_t nbytes;
-    const void *data;  /* inside the shard's mapping; may be unaligned */
-    const char *file;  /* path of the shard holding it */
+    const void *data; /* inside the shard's mapping; may be unaligned */
+    const char *file; /* path of the shard holding it */
 } ifd_st_tensor_t;
 
 typedef struct ifd_safetensors ifd_safetensors_t;
@@ -56,8 +56,7 @@ typedef struct ifd_safetensors ifd_safetensors_t;
  * for a header over 100 MiB; IFD_ENOMEM. The message goes to errbuf, or to
  * the log when errbuf is NULL.
  */
-int ifd_safetensors_open(ifd_safetensors_t **out, const char *path, char *errbuf,
-                         size_t errlen);
+int ifd_safetensors_open(ifd_safetensors_t **out, const char *path, char *errbuf, size_t errlen);
 /* NULL is a no-op. Unmaps every shard. */
 void ifd_safetensors_close(ifd_safetensors_t *st);
 

@@ -99,7 +99,10 @@ int ifd_tokenizer_create_gguf_file(ifd_tokenizer_t **out, const char *path, char
  * tokenizer.json (and optionally tokenizer_config.json), or the path of a
  * tokenizer.json whose directory may hold tokenizer_config.json. The
  * pre-tokenizer/normalizer/decoder are mapped onto the same pre types and
- * flags as the GGUF loader (what does not map is IFD_ENOTSUP, named).
+ * flags as the GGUF loader (what does not map is IFD_ENOTSUP, named). The
+ * chat template comes from tokenizer_config.json, else chat_template.jinja in
+ * the same directory; generation_config.json's eos_token_id ids there (when
+ * present) join the end-of-generation set.
  */
 int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbuf, size_t errlen);
 

@@ -32,7 +32,7 @@
 
 /* X(name, type, default, reloadable, arg, min, max, help) */
 #define IFD_CONFIG_KEYS(X)                                                                     \
-    X(model, STR, "", 0, "PATH", 0, 0, "GGUF model file to serve (required)")                  \
+    X(model, STR, "", 0, "PATH", 0, 0, "GGUF file or Hugging Face directory to serve (required)") \
     X(model_name, STR, "", 0, "ID",  0, 0,                                                     \
       "model id clients send and /v1/models lists; default: the file name without .gguf")     \
     X(chat_template, STR, "", 0, "NAME|FILE", 0, 0,                                            \

@@ -1,7 +1,7 @@
 /*
  * worker_cli.c — inferd-worker's command line.
  *
- * Modes: --inspect FILE.gguf [--json]; offline generation
+ * Modes: --inspect FILE.gguf|DIR [--json]; offline generation
  * (--model PATH --prompt TEXT | --prompt-ids "ID ..."); --devices.
  * --serve --fd N: the engine loop for the router (serve.c).
  */
@@ -33,7 +33,7 @@
 static void ifd__usage(FILE *f)
 {
     fprintf(f,
-            "Usage: inferd-worker --inspect FILE.gguf [--json]\n"
+            "Usage: inferd-worker --inspect FILE.gguf|DIR [--json]\n"
             "       inferd-worker --model PATH --prompt TEXT [options]\n"
             "       inferd-worker --random-weights SHAPE.json --prompt-ids \"ID ...\" [options]\n"
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
@@ -42,8 +42,8 @@ static void ifd__usage(FILE *f)
             "\n"
             "The inferd worker: runs a model for the inferd router (one process per GPU).\n"
             "\n"
-            "  --inspect FILE        print a GGUF file's architecture, hyper-parameters,\n"
-            "                        tokenizer summary and tensor table\n"
+            "  --inspect PATH        print a GGUF file's or Hugging Face directory's format,\n"
+            "                        architecture, hyper-parameters, tokenizer summary and tensors\n"
             "  --json                machine-readable output (--inspect, generation)\n"
             "  --devices             list the compute devices this worker can use\n"
             "  --serve --fd N        serve the router on socket N (spawned by inferd)\n"

@@ -208,17 +208,13 @@ START_TEST(test_bad_headers)
         {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", IFD_EFORMAT, "data_offsets"},
         {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", IFD_EFORMAT,
          "data_offsets"},
-        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", IFD_EFORMAT,
-         "begin"},
-        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}", IFD_EFORMAT,
-         "need 4"},
-        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", IFD_EFORMAT,
-         "need 8"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", IFD_EFORMAT, "begin"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}", IFD_EFORMAT, "need 4"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", IFD_EFORMAT, "need 8"},
         /* out of range: the data section holds 64 bytes */
         {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[64,68]}}", IFD_ETRUNC,
          "past the data section"},
-        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[20],\"data_offsets\":[0,80]}}", IFD_ETRUNC,
-         "'w'"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[20],\"data_offsets\":[0,80]}}", IFD_ETRUNC, "'w'"},
         /* overlapping */
         {"{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
          "\"y\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[12,28]}}",
@@ -263,8 +259,7 @@ static void write_shards(void)
     float a[4] = {1, 2, 3, 4}, b[2] = {5, 6};
     char p[400];
     snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", tmpdir);
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", a,
-             sizeof a);
+    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", a, sizeof a);
     snprintf(p, sizeof p, "%s/model-00002-of-00002.safetensors", tmpdir);
     write_st(p, "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", b, sizeof b);
 }
@@ -345,9 +340,11 @@ START_TEST(test_directories)
     char err[512];
     ck_assert_msg(ifd_safetensors_open(&st, tmpdir, err, sizeof err) == 0, "%s", err);
     ck_assert_uint_eq(ifd_safetensors_count(st), 1);
-    ck_assert_uint_eq(ifd_safetensors_total_bytes(st), 8 + strlen("{\"w\":{\"dtype\":\"F32\","
-                                                                   "\"shape\":[2],\"data_"
-                                                                   "offsets\":[0,8]}}") + 8);
+    ck_assert_uint_eq(ifd_safetensors_total_bytes(st), 8 +
+                                                           strlen("{\"w\":{\"dtype\":\"F32\","
+                                                                  "\"shape\":[2],\"data_"
+                                                                  "offsets\":[0,8]}}") +
+                                                           8);
     ifd_safetensors_close(st);
     ifd_safetensors_close(NULL);
     rm_tmpdir();
