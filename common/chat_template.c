@@ -285,6 +285,21 @@ static int ifd__collect_specials(ifd_chat_template_t *t, const ifd_tokenizer_t *
     return 0;
 }
 
+/* Renders [{user: "Hello"}] with a generation prompt: the rc (errbuf set). */
+static int ifd__trial_render(const ifd_jinja_t *j, char *errbuf, size_t errlen)
+{
+    json_t *ctx = json_pack("{s:[{s:s,s:s}],s:b,s:n,s:n,s:s,s:s}", "messages", "role", "user",
+                            "content", "Hello", "add_generation_prompt", 1, "tools", "documents",
+                            "bos_token", "", "eos_token", "");
+    if (!ctx)
+        return IFD_ENOMEM;
+    char *out = NULL;
+    int rc = ifd_jinja_render(j, ctx, NULL, &out, NULL, errbuf, errlen);
+    free(out);
+    json_decref(ctx);
+    return rc;
+}
+
 int ifd_chat_template_create(ifd_chat_template_t **out, const ifd_tokenizer_t *tok,
                              const ifd_chat_params_t *params, char *errbuf, size_t errlen)
 {
@@ -329,6 +344,20 @@ int ifd_chat_template_create(ifd_chat_template_t **out, const ifd_tokenizer_t *t
             ifd__errf(errbuf, errlen, "chat template file '%s': %s", params->name, perr);
             free(file_text);
             return rc;
+        }
+        if (!rc && !from_file && ifd__trial_render(parsed, perr, sizeof perr) == IFD_ENOTSUP) {
+            /* it parses but a plain chat reaches something inferd lacks: the
+             * family it looks like if there is one, else the template (other
+             * conversations may render) */
+            if (ifd_chat_detect(jinja, &fam) == 0) {
+                ifd_jinja_destroy(parsed);
+                parsed = NULL;
+                rc = IFD_ENOTSUP;
+            } else {
+                IFD_WARN("the model's chat template fails on a plain chat (%s); keeping it",
+                         perr);
+                fam = IFD_CHAT_JINJA;
+            }
         }
         if (rc) {
             /* the model's template uses something inferd's Jinja lacks: fall

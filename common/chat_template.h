@@ -10,8 +10,9 @@
  *      for a Hugging Face directory): rendered by common/jinja, exactly as
  *      transformers' apply_chat_template renders it (docs/chat-templates.md);
  *   4. a built-in family as fallback: detected from that template's text
- *      when it does not parse (logged as a warning), or from the vocabulary
- *      when there is none (<start_of_turn> → gemma, <|im_start|> → chatml, …).
+ *      when it does not parse or a trial rendering of a one-message chat
+ *      reaches a construct inferd lacks (logged as a warning), or from the
+ *      vocabulary when there is none (<start_of_turn> → gemma, …).
  * Built-in families (byte-identical to their official templates on plain
  * conversations, golden-tested): chatml (SmolLM2, Qwen), llama3, gemma,
  * llama2, mistral, phi3. An unknown name is an error that lists them.

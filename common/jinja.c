@@ -134,7 +134,7 @@ static jv eval(R *r, frame_t *f, const ifd__jn_t *n)
             return UNDEF;
         r->line = n->line;
         if (n->op == IFD__JF_N) {
-            ifd__j_rerr(r, IFD_EINVAL, "no filter named '%s'", n->s);
+            ifd__j_rerr(r, IFD_ENOTSUP, "no filter named '%s'", n->s);
             return UNDEF;
         }
         return ifd__j_apply_filter(r, f, n->op, v, &a);
@@ -145,7 +145,7 @@ static jv eval(R *r, frame_t *f, const ifd__jn_t *n)
         if (r->rc || eval_args(r, f, n, &a))
             return UNDEF;
         if (n->op == IFD__JT_N) {
-            ifd__j_rerr(r, IFD_EINVAL, "no test named '%s'", n->s);
+            ifd__j_rerr(r, IFD_ENOTSUP, "no test named '%s'", n->s);
             return UNDEF;
         }
         bool t = ifd__j_apply_test(r, n->op, v, &a);

@@ -64,7 +64,9 @@ ifd_jinja_limits_t ifd_jinja_default_limits(void);
  * length. Returns 0; IFD_EINVAL (a runtime error: raise_exception, a type
  * error, an undefined attribute — errbuf holds the message, and for
  * raise_exception exactly the template's message); IFD_ETOOBIG (a limit);
- * IFD_ENOMEM. On error *out is NULL.
+ * IFD_ENOTSUP (reached a construct outside the subset: an unknown filter or
+ * test that jinja2 too only looks up when it runs, a str.format spec, an
+ * integer beyond 64 bits); IFD_ENOMEM. On error *out is NULL.
  */
 int ifd_jinja_render(const ifd_jinja_t *t, const json_t *ctx, const ifd_jinja_limits_t *lim,
                      char **out, size_t *out_len, char *errbuf, size_t errlen);

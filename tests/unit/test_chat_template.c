@@ -172,6 +172,17 @@ START_TEST(test_names_and_detection)
     ck_assert_int_eq(ifd_chat_template_family(t), IFD_CHAT_CHATML);
     ck_assert_ptr_null(ifd_chat_template_source(t));
     ifd_chat_template_destroy(t);
+    /* … also when only rendering reaches the unsupported part */
+    p.jinja = "{% if messages %}{{ messages | from_json }}{% endif %}<|im_start|>";
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_chat_template_family(t), IFD_CHAT_CHATML);
+    ck_assert_ptr_null(ifd_chat_template_source(t));
+    ifd_chat_template_destroy(t);
+    /* a template raising for a plain chat is still the model's own */
+    p.jinja = "{{ raise_exception('system message required') }}<|im_start|>";
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(ifd_chat_template_source(t));
+    ifd_chat_template_destroy(t);
     p.jinja = "{% include 'x' %}";
     err[0] = '\0';
     ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), IFD_ENOTFOUND);
