@@ -16,7 +16,7 @@
  *   bench_engine [--model PATH] [--requests N] [--prompt P] [--output O]
  *                [--concurrency 1,4,16,64] [--budget B] [--threads T]
  *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16]
- *                [--prefill-cap auto,off,N,...]
+ *                [--prefill-cap auto,off,N,...] [--weights-dtype auto|f32]
  *
  * --prefill-cap lists engine prefill_cap settings to compare (engine.h):
  * auto (0, the default: adaptive), off (-1: only the budget) or a fixed cap
@@ -33,7 +33,8 @@
  *
  * --requests-c1 lets the (slow) concurrency-1 run use fewer requests: its
  * throughput is a rate, so it stays comparable. --kv-dtype defaults to f16,
- * the daemon's default kv_dtype, so the numbers are those of a served model.
+ * the daemon's default kv_dtype, so the numbers are those of a served model;
+ * --weights-dtype likewise defaults to the daemon's auto (backend.h).
  */
 #include "backend.h"
 #include "engine.h"
@@ -137,13 +138,14 @@ int main(int argc, char **argv)
     int n_req = 64, n_req_c1 = 0, plen = 128, olen = 128, budget = 256, threads = 0;
     char conc_list[256] = "1,4,16,64", cap_list[256] = "auto";
     const char *kv_name = "f16"; /* the daemon's default kv_dtype */
+    const char *weights_name = "auto"; /* the daemon's default weights_dtype */
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},    {"requests", required_argument, NULL, 'r'},
         {"prompt", required_argument, NULL, 'p'},   {"output", required_argument, NULL, 'o'},
         {"concurrency", required_argument, NULL, 'c'}, {"budget", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'},  {"requests-c1", required_argument, NULL, '1'},
         {"kv-dtype", required_argument, NULL, 'k'}, {"prefill-cap", required_argument, NULL, 'P'},
-        {"simulate", required_argument, NULL, 'S'},
+        {"simulate", required_argument, NULL, 'S'}, {"weights-dtype", required_argument, NULL, 'w'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -158,6 +160,7 @@ int main(int argc, char **argv)
         case 't': threads = atoi(optarg); break;
         case '1': n_req_c1 = atoi(optarg); break;
         case 'k': kv_name = optarg; break;
+        case 'w': weights_name = optarg; break;
         case 'P': snprintf(cap_list, sizeof cap_list, "%s", optarg); break;
         case 'S':
             if (sscanf(optarg, "%lf,%lf", &sim_a, &sim_b) != 2 || sim_a < 0 || sim_b < 0) {
@@ -177,6 +180,12 @@ int main(int argc, char **argv)
     ifd_kv_dtype_t kv_dtype;
     if (ifd_kv_dtype_parse(kv_name, &kv_dtype) != 0) {
         fprintf(stderr, "bench_engine: --kv-dtype '%s': expected f32, f16 or bf16\n", kv_name);
+        return 2;
+    }
+    ifd_weights_dtype_t weights;
+    if (ifd_weights_dtype_parse(weights_name, &weights) != 0) {
+        fprintf(stderr, "bench_engine: --weights-dtype '%s': expected auto or f32\n",
+                weights_name);
         return 2;
     }
     if (n_req < 1 || plen < 1 || olen < 1 || budget < 1) {
@@ -202,7 +211,7 @@ int main(int argc, char **argv)
     char name[160] = "simulated";
     int n_vocab = SIM_VOCAB;
     if (sim_ms < 0) {
-        if (ifd_backend_cpu_create(&be, threads) ||
+        if (ifd_backend_cpu_create_ex(&be, threads, weights) ||
             ifd_model_load(&m, model, be, err, sizeof err)) {
             fprintf(stderr, "bench_engine: %s\n", err);
             return 1;
@@ -220,11 +229,11 @@ int main(int argc, char **argv)
         prompts[i] = 100 + rand() % (n_vocab - 200 > 1 ? n_vocab - 200 : 1);
 
     printf("{\"bench\":\"engine\",\"model\":\"%s\",\"isa\":\"%s\",\"threads\":%d,"
-           "\"kv_dtype\":\"%s\",\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,"
-           "\"runs\":[",
+           "\"kv_dtype\":\"%s\",\"weights_dtype\":\"%s\",\"weight_bytes\":%llu,"
+           "\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,\"runs\":[",
            name, sim_ms < 0 ? ifd_cpu_isa_name() : "none",
-           threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-           kv_name, plen, olen, budget);
+           threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN), kv_name, weights_name,
+           (unsigned long long)(m ? ifd_model_weight_bytes(m) : 0), plen, olen, budget);
     double base[16] = {0}; /* concurrency-1 throughput per prefill cap */
     int first = 1;
     count_t cnt;
