@@ -116,19 +116,49 @@ static bool ifd__path_is(size_t route, const char *path)
     return strncmp(p, path, n) == 0 && path[n] && !strchr(path + n, '/');
 }
 
+int ifd_api_route_find(const char *path, int method, bool *path_known, bool *open)
+{
+    if (method == HTTP_HEAD)
+        method = HTTP_GET;
+    int found = -1;
+    *path_known = *open = false;
+    for (size_t i = 0; i < IFD__N_ROUTES; i++) {
+        if (!ifd__path_is(i, path))
+            continue;
+        if (!*path_known)
+            *open = ifd__routes[i].open;
+        *path_known = true;
+        if ((int)ifd__routes[i].method == method) {
+            *open = ifd__routes[i].open;
+            found = (int)i;
+            break;
+        }
+    }
+    return found;
+}
+
+int ifd_api_route_allow(const char *path, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < IFD__N_ROUTES; i++) {
+        if (!ifd__path_is(i, path))
+            continue;
+        const char *m = http_method_str(ifd__routes[i].method);
+        int k = snprintf(buf + n, len - n, "%s%s%s", n ? ", " : "", m,
+                         ifd__routes[i].method == HTTP_GET ? ", HEAD" : "");
+        if (k < 0 || (size_t)k >= len - n)
+            return IFD_ETOOBIG;
+        n += (size_t)k;
+    }
+    return 0;
+}
+
 void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     ifd_api_t *api = ctx;
-    int method = r->method == HTTP_HEAD ? HTTP_GET : r->method;
-    int path_match = -1;
-    for (size_t i = 0; i < IFD__N_ROUTES; i++) {
-        if (!ifd__path_is(i, r->path))
-            continue;
-        path_match = (int)i;
-        if ((int)ifd__routes[i].method == method)
-            break;
-    }
-    bool open = path_match >= 0 && ifd__routes[path_match].open;
+    bool known, open;
+    int route = ifd_api_route_find(r->path, r->method, &known, &open);
     if (r->transport == IFD_LISTEN_TCP && api->api_key[0] && !open &&
         !ifd__key_ok(api, r->authorization)) {
         ifd_api_errorf(c, 401, "invalid_api_key", NULL,
@@ -137,31 +167,19 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
                                           "'Authorization: Bearer KEY'.");
         return;
     }
-    if (path_match < 0) {
+    if (!known) {
         ifd_api_errorf(c, 404, "not_found", NULL, "Unknown route: %s %.200s", r->method_name,
                        r->path);
         return;
     }
-    for (size_t i = 0; i < IFD__N_ROUTES; i++) {
-        if (ifd__path_is(i, r->path) && (int)ifd__routes[i].method == method) {
-            ifd__routes[i].fn(api, c, r);
-            return;
-        }
+    if (route >= 0) {
+        ifd__routes[route].fn(api, c, r);
+        return;
     }
     /* the path exists with other methods */
-    char allow[128] = "Allow: ";
-    bool first = true;
-    for (size_t i = 0; i < IFD__N_ROUTES; i++) {
-        if (ifd__path_is(i, r->path)) {
-            if (!first)
-                strcat(allow, ", ");
-            strcat(allow, http_method_str(ifd__routes[i].method));
-            if (ifd__routes[i].method == HTTP_GET)
-                strcat(allow, ", HEAD");
-            first = false;
-        }
-    }
-    strcat(allow, "\r\n");
+    char methods[96], allow[128];
+    ifd_api_route_allow(r->path, methods, sizeof methods); /* the table's: always fits */
+    snprintf(allow, sizeof allow, "Allow: %s\r\n", methods);
     ifd_oai_error_t e;
     ifd_oai_error_set(&e, 405, NULL, "method_not_allowed", NULL, "Method %s is not allowed on %s.",
                       r->method_name, r->path);

@@ -66,6 +66,15 @@ typedef struct {
 /* The http handler: routes one request. */
 void ifd_api_on_request(void *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 
+/* The route table (pure, any thread). ifd_api_route_find: the index of the
+ * route serving (path, method), HEAD served by GET routes, or -1;
+ * *path_known says whether the path exists with some method (405 rather
+ * than 404), *open whether it needs no API key. ifd_api_route_allow writes
+ * the path's methods for an Allow header ("GET, HEAD, POST"; "" when none):
+ * 0 or IFD_ETOOBIG. */
+int ifd_api_route_find(const char *path, int method, bool *path_known, bool *open);
+int ifd_api_route_allow(const char *path, char *buf, size_t len);
+
 /* Answers with an OpenAI error object. retry_after > 0 adds Retry-After. */
 void ifd_api_error(ifd_http_conn_t *c, const ifd_oai_error_t *e, int retry_after);
 

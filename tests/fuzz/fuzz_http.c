@@ -3,13 +3,15 @@
  * framing checker (daemon/httpframe.h) sees each byte first, http-parser
  * gets only what it accepted, and each complete request pauses the parser.
  * The input is a connection's byte stream, fed in pieces whose sizes come
- * from its first byte. Properties: no memory error; the checker and the
+ * from its first byte; each complete request's path goes through the API's
+ * route table. Properties: no memory error; the checker and the
  * parser end every request at the same byte (the framing never disagrees);
  * a request the checker refused is never completed by the parser; the
  * callbacks' byte counts stay within the input.
  */
 #include "fuzz.h"
 
+#include "api.h"
 #include "httpframe.h"
 
 #include <http_parser.h>
@@ -18,13 +20,34 @@
 typedef struct {
     size_t url, hdr, body;
     int complete;
+    char path[512]; /* the current request's target, as much as fits */
+    size_t path_len;
 } ifd__counts_t;
 
 static int ifd__on_url(http_parser *p, const char *at, size_t n)
 {
-    (void)at;
-    ((ifd__counts_t *)p->data)->url += n;
+    ifd__counts_t *c = p->data;
+    c->url += n;
+    for (size_t i = 0; i < n && c->path_len + 1 < sizeof c->path; i++)
+        c->path[c->path_len++] = at[i];
+    c->path[c->path_len] = '\0';
     return 0;
+}
+
+/* The route table on the request's path, as the API looks it up. */
+static void ifd__route(ifd__counts_t *c, int method)
+{
+    char *q = strchr(c->path, '?');
+    if (q)
+        *q = '\0';
+    bool known, open;
+    int r = ifd_api_route_find(c->path, method, &known, &open);
+    char allow[96];
+    IFD_FUZZ_CHECK(ifd_api_route_allow(c->path, allow, sizeof allow) == 0);
+    IFD_FUZZ_CHECK(r < 0 || known);
+    IFD_FUZZ_CHECK(known == (allow[0] != '\0'));
+    c->path_len = 0;
+    c->path[0] = '\0';
 }
 
 static int ifd__on_hdr(http_parser *p, const char *at, size_t n)
@@ -93,6 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 /* the parser ended a request: the checker must have, at the same byte */
                 IFD_FUZZ_CHECK(f.done && !f.status);
                 IFD_FUZZ_CHECK(n == ok);
+                ifd__route(&cnt, (int)p.method);
                 http_parser_pause(&p, 0);
                 ifd_httpframe_reset(&f);
                 requests++;

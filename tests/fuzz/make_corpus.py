@@ -48,6 +48,11 @@ def http():
         "obs-fold": b"GET / HTTP/1.1\r\n" + H + b"X-A: 1\r\n 2\r\n\r\n",
         "connect": b"CONNECT x:443 HTTP/1.1\r\n" + H + b"\r\n",
         "upgrade": b"GET / HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+        "routes": b"".join(b"%s %s HTTP/1.1\r\n" % (m, p) + H + b"Content-Length: 0\r\n\r\n"
+                           for m, p in [(b"GET", b"/v1/models/a%2Fb"), (b"POST", b"/ping"),
+                                        (b"DELETE", b"/metrics"), (b"GET", b"/version?x=1"),
+                                        (b"HEAD", b"/v1/models/"), (b"PUT", b"/tokenize"),
+                                        (b"GET", b"/v1/models/a/b"), (b"GET", b"*")]),
     }
     for name, r in reqs.items():
         put("http", name + "-whole", b"\x00" + r)
