@@ -148,8 +148,10 @@ int main(int argc, char **argv)
                     if (rc || !((bits[ids.ids[i] >> 5] >> (ids.ids[i] & 31)) & 1)) {
                         char tb[64];
                         int tl = ifd_tokenizer_token_bytes(tok, ids.ids[i], 0, tb, sizeof tb);
-                        fprintf(stderr, "bench_grammar: %s: token %zu (%d, '%.*s') not allowed "
-                                "(rc %d)\n", bc->name, i, ids.ids[i], tl > 0 ? tl : 0, tb, rc);
+                        fprintf(stderr,
+                                "bench_grammar: %s: token %zu (%d, '%.*s') not allowed "
+                                "(rc %d)\n",
+                                bc->name, i, ids.ids[i], tl > 0 ? tl : 0, tb, rc);
                         return 1;
                     }
                 }

@@ -120,8 +120,7 @@ static int scratch_push(ifd__gmem_t *m, const ifd__gnode_t *n)
 
 /* Expands the stack (pos, parent) until every top is a SET element,
  * adding the results to the scratch list. */
-static int expand(const ifd_grammar_t *g, ifd__gmem_t *m, uint32_t pos,
-                  const ifd__gnode_t *parent)
+static int expand(const ifd_grammar_t *g, ifd__gmem_t *m, uint32_t pos, const ifd__gnode_t *parent)
 {
     for (;;) {
         const ifd__gelem_t *e = &g->el[pos];
@@ -182,8 +181,8 @@ int ifd__grammar_start(const ifd_grammar_t *g, ifd__gmem_t *m, ifd__gstate_t *ou
     return scratch_finish(m, out);
 }
 
-int ifd__grammar_advance(const ifd_grammar_t *g, ifd__gmem_t *m, const ifd__gstate_t *in,
-                         uint8_t b, ifd__gstate_t *out)
+int ifd__grammar_advance(const ifd_grammar_t *g, ifd__gmem_t *m, const ifd__gstate_t *in, uint8_t b,
+                         ifd__gstate_t *out)
 {
     m->n_scratch = 0;
     m->scratch_accept = false;
@@ -670,15 +669,44 @@ static int read_char(parser_t *p, uint32_t *out, bool *esc)
         char e = *p->s++;
         int digits = 0;
         switch (e) {
-        case 'n': *out = '\n'; return 0;
-        case 'r': *out = '\r'; return 0;
-        case 't': *out = '\t'; return 0;
-        case '0': *out = 0; return 0;
-        case 'x': digits = 2; break;
-        case 'u': digits = 4; break;
-        case 'U': digits = 8; break;
-        case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '\'':
-        case '.': case '(': case ')': case '|': case '*': case '+': case '?': case '{': case '}':
+        case 'n':
+            *out = '\n';
+            return 0;
+        case 'r':
+            *out = '\r';
+            return 0;
+        case 't':
+            *out = '\t';
+            return 0;
+        case '0':
+            *out = 0;
+            return 0;
+        case 'x':
+            digits = 2;
+            break;
+        case 'u':
+            digits = 4;
+            break;
+        case 'U':
+            digits = 8;
+            break;
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+        case '\'':
+        case '.':
+        case '(':
+        case ')':
+        case '|':
+        case '*':
+        case '+':
+        case '?':
+        case '{':
+        case '}':
             *out = (uint32_t)e;
             return 0;
         default:
@@ -1149,8 +1177,7 @@ static int check_left_recursion(parser_t *p, const ifd_grammar_t *g)
             uint32_t cur = stack[sp - 1];
             /* enumerate the first refs of r in order; cur counts them */
             uint32_t k = 0, found = UINT32_MAX;
-            for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1] && found == UINT32_MAX;
-                 a++) {
+            for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1] && found == UINT32_MAX; a++) {
                 for (uint32_t pos = g->alts[a];; pos++) {
                     const ifd__gelem_t *e = &g->el[pos];
                     if (e->type != IFD__GE_RULE)
@@ -1170,8 +1197,7 @@ static int check_left_recursion(parser_t *p, const ifd_grammar_t *g)
             }
             stack[sp - 1] = cur + 1;
             if (color[found] == 1) {
-                rc = perr(p, IFD_EFORMAT, "rule '%s' is left-recursive",
-                          p->rules[found].name);
+                rc = perr(p, IFD_EFORMAT, "rule '%s' is left-recursive", p->rules[found].name);
             } else if (color[found] == 0) {
                 color[found] = 1;
                 stack[sp++] = found;
@@ -1186,8 +1212,7 @@ out:
     return rc;
 }
 
-int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char *err,
-                        size_t errlen)
+int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';

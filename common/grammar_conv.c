@@ -39,7 +39,8 @@ static const char BASE_RULES[] =
     "jdate ::= \"\\\"\" jdatec \"\\\"\"\n"
     "jtime ::= \"\\\"\" jtimec \"\\\"\"\n"
     "jdatetime ::= \"\\\"\" jdatec \"T\" jtimec \"\\\"\"\n"
-    "juuid ::= \"\\\"\" jhex{8} \"-\" jhex{4} \"-\" jhex{4} \"-\" jhex{4} \"-\" jhex{12} \"\\\"\"\n";
+    "juuid ::= \"\\\"\" jhex{8} \"-\" jhex{4} \"-\" jhex{4} \"-\" jhex{4} \"-\" jhex{12} "
+    "\"\\\"\"\n";
 
 typedef struct {
     const json_t *doc;
@@ -141,8 +142,7 @@ static int add_rule(conv_t *c, unsigned id, const ifd_buf_t *body)
     if (ifd_buf_printf(&c->rules, "s%u ::= %s\n", id, body->len ? body->data : "\"\""))
         return cerr(c, IFD_ENOMEM, "out of memory");
     if (c->rules.len > IFD_GRAMMAR_MAX_TEXT)
-        return cerr(c, IFD_ETOOBIG, "the schema's grammar is over %u bytes",
-                    IFD_GRAMMAR_MAX_TEXT);
+        return cerr(c, IFD_ETOOBIG, "the schema's grammar is over %u bytes", IFD_GRAMMAR_MAX_TEXT);
     return 0;
 }
 
@@ -280,18 +280,20 @@ static int put_set(ifd_buf_t *b, const cpset_t *s, bool json)
     static const struct {
         uint32_t cp;
         const char *esc;
-    } shorts[] = {{'"', "\\u005C\\u0022"}, {'\\', "\\u005C\\u005C"}, {'\n', "\\u005Cn"},
-                  {'\r', "\\u005Cr"},      {'\t', "\\u005Ct"}};
+    } shorts[] = {{'"', "\\u005C\\u0022"},
+                  {'\\', "\\u005C\\u005C"},
+                  {'\n', "\\u005Cn"},
+                  {'\r', "\\u005Cr"},
+                  {'\t', "\\u005Ct"}};
     for (size_t i = 0; i < sizeof shorts / sizeof shorts[0] && !rc; i++) {
         if (cps_has(s, shorts[i].cp)) {
-            rc = ifd_buf_printf(b, "%s\"%s\"", alts++ ? " | " : " ", shorts[i].esc) ? IFD_ENOMEM
-                                                                                   : 0;
+            rc =
+                ifd_buf_printf(b, "%s\"%s\"", alts++ ? " | " : " ", shorts[i].esc) ? IFD_ENOMEM : 0;
         }
     }
     for (uint32_t cp = 0; cp < 0x20 && !rc; cp++) {
         if (cps_has(s, cp))
-            rc = ifd_buf_printf(b, "%s\"\\u005Cu00%X%X\"", alts++ ? " | " : " ", cp >> 4,
-                                cp & 15)
+            rc = ifd_buf_printf(b, "%s\"\\u005Cu00%X%X\"", alts++ ? " | " : " ", cp >> 4, cp & 15)
                      ? IFD_ENOMEM
                      : 0;
     }
@@ -340,12 +342,24 @@ static int rx_class_escape(char e, cpset_t *s)
 static int rx_char_escape(rx_t *x, char e, uint32_t *cp)
 {
     switch (e) {
-    case 'n': *cp = '\n'; return 0;
-    case 'r': *cp = '\r'; return 0;
-    case 't': *cp = '\t'; return 0;
-    case 'f': *cp = '\f'; return 0;
-    case 'v': *cp = '\v'; return 0;
-    case '0': *cp = 0; return 0;
+    case 'n':
+        *cp = '\n';
+        return 0;
+    case 'r':
+        *cp = '\r';
+        return 0;
+    case 't':
+        *cp = '\t';
+        return 0;
+    case 'f':
+        *cp = '\f';
+        return 0;
+    case 'v':
+        *cp = '\v';
+        return 0;
+    case '0':
+        *cp = 0;
+        return 0;
     case 'x':
     case 'u': {
         int digits = e == 'x' ? 2 : 4;
@@ -492,7 +506,8 @@ static int rx_atom(rx_t *x, ifd_buf_t *b)
             if (x->s < x->end && *x->s == ':') {
                 x->s++;
             } else if (x->s < x->end && (*x->s == 'P' || *x->s == '<') &&
-                       !(x->end - x->s >= 2 && x->s[0] == '<' && (x->s[1] == '=' || x->s[1] == '!'))) {
+                       !(x->end - x->s >= 2 && x->s[0] == '<' &&
+                         (x->s[1] == '=' || x->s[1] == '!'))) {
                 if (*x->s == 'P')
                     x->s++;
                 if (x->s >= x->end || *x->s != '<')
@@ -644,8 +659,7 @@ static int rx_alt(rx_t *x, ifd_buf_t *b)
 
 /* The regex as one grammar item (a group) into b. search: an unanchored
  * side accepts any characters there (JSON Schema's pattern semantics). */
-static int rx_convert(conv_t *c, const char *re, size_t len, bool json, bool search,
-                      ifd_buf_t *b)
+static int rx_convert(conv_t *c, const char *re, size_t len, bool json, bool search, ifd_buf_t *b)
 {
     rx_t x = {c, re, re, re + len, json, 0};
     bool head = len && re[0] == '^';
@@ -681,17 +695,43 @@ static int rx_convert(conv_t *c, const char *re, size_t len, bool json, bool sea
 /* ---- JSON Schema ---------------------------------------------------------------------- */
 
 static const char *const KNOWN[] = {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "items",
-    "prefixItems", "minItems", "maxItems", "$defs", "definitions", "$ref", "anyOf", "oneOf",
-    "allOf", "minLength", "maxLength", "pattern", "format", "nullable",
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "$defs",
+    "definitions",
+    "$ref",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "nullable",
     /* annotations */
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
-    "readOnly", "writeOnly",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$schema",
+    "$id",
+    "$comment",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
 };
 static const char *const CONSTRAINING[] = {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "items",
-    "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
-    "nullable"};
+    "type",    "enum",        "const",    "properties", "required",  "additionalProperties",
+    "items",   "prefixItems", "minItems", "maxItems",   "minLength", "maxLength",
+    "pattern", "format",      "nullable"};
 
 static bool in_list(const char *k, const char *const *l, size_t n)
 {
@@ -757,8 +797,7 @@ static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
     }
     const json_t *t = resolve(doc, ref);
     if (!t)
-        return cerr(c, IFD_ENOTSUP, "$ref '%.200s' is not a local reference into the schema",
-                    ref);
+        return cerr(c, IFD_ENOTSUP, "$ref '%.200s' is not a local reference into the schema", ref);
     if (c->n_refs == MAX_REFS)
         return cerr(c, IFD_ETOOBIG, "more than %d distinct $ref targets", MAX_REFS);
     ref_t *r = realloc(c->refs, (c->n_refs + 1) * sizeof *r);
@@ -811,8 +850,8 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
         const char *f = json_string_value(fmt);
         static const struct {
             const char *name, *rule;
-        } formats[] = {{"date", "jdate"}, {"time", "jtime"}, {"date-time", "jdatetime"},
-                       {"uuid", "juuid"}};
+        } formats[] = {
+            {"date", "jdate"}, {"time", "jtime"}, {"date-time", "jdatetime"}, {"uuid", "juuid"}};
         if (!f)
             return cerr(c, IFD_ENOTSUP, "'format' must be a string");
         if (pat || mn >= 0 || mx >= 0)
@@ -841,9 +880,8 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
     if (mx >= 0 && mx < mn)
         return cerr(c, IFD_ENOTSUP, "'maxLength' below 'minLength'");
     if (mx >= 0)
-        return ifd_buf_printf(b, "\"\\u0022\" jchar{%lld,%lld} \"\\u0022\" ", mn, mx)
-                   ? IFD_ENOMEM
-                   : 0;
+        return ifd_buf_printf(b, "\"\\u0022\" jchar{%lld,%lld} \"\\u0022\" ", mn, mx) ? IFD_ENOMEM
+                                                                                      : 0;
     return ifd_buf_printf(b, "\"\\u0022\" jchar{%lld,} \"\\u0022\" ", mn) ? IFD_ENOMEM : 0;
 }
 
@@ -1236,8 +1274,7 @@ int ifd_gconv_regex(const char *re, size_t len, ifd_buf_t *out, char *err, size_
     return rc;
 }
 
-int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out, char *err,
-                     size_t errlen)
+int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out, char *err, size_t errlen)
 {
     conv_t c;
     conv_init(&c, err, errlen);

@@ -92,8 +92,8 @@ int ifd__grammar_start(const ifd_grammar_t *g, ifd__gmem_t *m, ifd__gstate_t *ou
 /* The state after byte b from `in` (which stays valid), allocated from m.
  * An empty result (n == 0, !accept) means b is rejected. 0, IFD_ETOOBIG,
  * IFD_ENOMEM. */
-int ifd__grammar_advance(const ifd_grammar_t *g, ifd__gmem_t *m, const ifd__gstate_t *in,
-                         uint8_t b, ifd__gstate_t *out);
+int ifd__grammar_advance(const ifd_grammar_t *g, ifd__gmem_t *m, const ifd__gstate_t *in, uint8_t b,
+                         ifd__gstate_t *out);
 
 /* A deep copy of s into m (for compaction). 0 or IFD_ENOMEM. */
 int ifd__gstate_copy(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out);

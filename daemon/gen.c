@@ -28,7 +28,9 @@
 #include "error.h"
 #include "log.h"
 #include "sse.h"
+#include "toolcall.h"
 
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,10 @@ typedef struct {
     size_t n_lp, cap_lp, lp_sent;
     uint64_t t_last_ns;
     bool echoed;
+    /* chat with tools: the calls found in the text when it finished */
+    ifd_oai_tool_call_t *calls;
+    size_t n_calls;
+    size_t content_len; /* with calls: the text before them */
 } ifd__choice_t;
 
 struct ifd_gen {
@@ -190,8 +196,9 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
     return ifd__flush(g);
 }
 
-/* Earliest stop string in text[from..len): its offset, or -1. */
-static long ifd__find_stop(const ifd_gen_t *g, const char *t, size_t from, size_t len)
+/* Earliest stop string in text[from..len): its offset (and *slen its
+ * length), or -1. */
+static long ifd__find_stop(const ifd_gen_t *g, const char *t, size_t from, size_t len, size_t *slen)
 {
     long best = -1;
     for (size_t i = 0; i < g->req.n_stop; i++) {
@@ -200,10 +207,57 @@ static long ifd__find_stop(const ifd_gen_t *g, const char *t, size_t from, size_
         if (!sl || len - from < sl)
             continue;
         const char *p = memmem(t + from, len - from, s, sl);
-        if (p && (best < 0 || p - t < best))
+        if (p && (best < 0 || p - t < best)) {
             best = p - t;
+            *slen = sl;
+        }
     }
     return best;
+}
+
+/* Chat with tools: tool calls may appear in the output. */
+static bool ifd__tools_active(const ifd_gen_t *g)
+{
+    return g->kind == IFD_OAI_CHAT && g->req.n_tools &&
+           g->req.tool_choice != IFD_OAI_TOOL_CHOICE_NONE;
+}
+
+/* Where streaming must stop for now so that a tool call is not sent as
+ * content: forced calls hold everything, auto mode from a possible start. */
+static size_t ifd__tool_hold_from(const ifd__choice_t *c)
+{
+    const ifd_gen_t *g = c->g;
+    if (!ifd__tools_active(g))
+        return c->text.len;
+    if (g->req.tool_choice != IFD_OAI_TOOL_CHOICE_AUTO)
+        return 0;
+    return ifd_toolcall_hold_from(c->text.data ? c->text.data : "", c->text.len);
+}
+
+/* Parses the finished text of a choice for tool calls (ids drawn here). */
+static void ifd__parse_calls(ifd__choice_t *c)
+{
+    ifd_gen_t *g = c->g;
+    ifd_toolcall_result_t r;
+    if (!ifd__tools_active(g) ||
+        ifd_toolcall_parse(&g->arena, c->text.data ? c->text.data : "", c->text.len, &g->req, &r) ||
+        !r.n_calls)
+        return;
+    ifd_oai_tool_call_t *tc = ifd_arena_calloc(&g->arena, r.n_calls, sizeof *tc);
+    if (!tc)
+        return;
+    for (size_t i = 0; i < r.n_calls; i++) {
+        tc[i].id = ifd_arena_sprintf(&g->arena, "call_%016llx%08llx",
+                                     (unsigned long long)ifd_api_random(g->api),
+                                     (unsigned long long)(ifd_api_random(g->api) & 0xffffffffu));
+        tc[i].name = r.calls[i].name;
+        tc[i].arguments = r.calls[i].arguments;
+        if (!tc[i].id)
+            return;
+    }
+    c->calls = tc;
+    c->n_calls = r.n_calls;
+    c->content_len = r.content_len;
 }
 
 /* Longest suffix of text[from..len) that is a proper prefix of a stop string. */
@@ -230,12 +284,31 @@ static bool ifd__choice_done(ifd__choice_t *c, const char *finish)
 {
     ifd_gen_t *g = c->g;
     c->done = true;
+    if (strcmp(finish, "stop") == 0)
+        ifd__parse_calls(c);
+    if (c->n_calls)
+        finish = "tool_calls";
     c->finish = finish;
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;
     m->finished[!strcmp(finish, "length") ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
-    if (!ifd__emit(c, c->text.len, finish))
+    if (c->n_calls && g->streaming) {
+        /* content before the calls, the calls as deltas, then the end */
+        if (c->content_len > c->emitted && !ifd__emit(c, c->content_len, NULL))
+            return false;
+        ifd_oai_choice_t oc;
+        memset(&oc, 0, sizeof oc);
+        oc.index = c->index;
+        oc.tool_calls = c->calls;
+        oc.n_tool_calls = c->n_calls;
+        if (ifd_oai_stream_tool_calls(&g->stream, &g->out, &oc))
+            IFD_ERROR("gen %s: building the tool-call chunks failed", g->id);
+        c->lp_sent = c->n_lp;
+        if (!ifd__emit(c, c->emitted, finish))
+            return false;
+    } else if (!ifd__emit(c, c->text.len, finish)) {
         return false;
+    }
     if (g->n_done == g->n_choices) {
         ifd__complete(g);
         return false;
@@ -248,8 +321,11 @@ static bool ifd__advance(ifd__choice_t *c, bool final)
 {
     ifd_gen_t *g = c->g;
     if (g->req.n_stop) {
-        long at = ifd__find_stop(g, c->text.data ? c->text.data : "", c->scan, c->text.len);
+        size_t slen = 0;
+        long at = ifd__find_stop(g, c->text.data ? c->text.data : "", c->scan, c->text.len, &slen);
         if (at >= 0) {
+            if (g->req.include_stop_str)
+                at += (long)slen; /* vLLM's include_stop_str_in_output */
             c->text.len = (size_t)at;
             c->text.data[at] = '\0';
             if (c->seq) {
@@ -265,7 +341,15 @@ static bool ifd__advance(ifd__choice_t *c, bool final)
     if (final || !g->streaming)
         return true;
     size_t hold = g->req.n_stop ? ifd__hold(g, c->text.data, c->emitted, c->text.len) : 0;
-    return ifd__emit(c, c->text.len - hold, NULL);
+    size_t upto = c->text.len - hold;
+    size_t tool = ifd__tool_hold_from(c);
+    if (tool < upto)
+        upto = tool;
+    if (upto < c->emitted)
+        upto = c->emitted;
+    if (upto == c->emitted && tool < c->text.len)
+        return true; /* holding what may be a tool call */
+    return ifd__emit(c, upto, NULL);
 }
 
 /* ---- router callbacks --------------------------------------------------------------------- */
@@ -478,7 +562,9 @@ static void ifd__complete(ifd_gen_t *g)
         oc[i].index = c->index;
         oc[i].finish_reason = c->finish;
         oc[i].text = c->text.data;
-        oc[i].text_len = c->text.len;
+        oc[i].text_len = c->n_calls ? c->content_len : c->text.len;
+        oc[i].tool_calls = c->calls;
+        oc[i].n_tool_calls = c->n_calls;
         if (g->req.echo && g->echo[c->prompt]) {
             size_t el = g->echo_len[c->prompt];
             char *t = ifd_arena_alloc(&g->arena, el + c->text.len + 1);
@@ -592,6 +678,82 @@ void ifd_gen_abort_all(ifd_api_t *api)
 
 /* ---- tokenizing (uv threadpool) ----------------------------------------------------------- */
 
+/*
+ * Tools with a built-in template family (which has no syntax for them):
+ * the tool definitions go into the system message, Hermes-style, with
+ * instructions to answer with <tool_call> blocks (parsed back by
+ * proto/toolcall); assistant tool calls are rendered as such blocks and
+ * role "tool" messages as user turns holding <tool_response> blocks. The
+ * strings come from g's arena. 0, IFD_ENOMEM.
+ */
+static int ifd__tool_text(ifd_gen_t *g, ifd_chat_msg_t *msgs, size_t n)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const ifd_oai_message_t *m = &rq->messages[i];
+        if (!strcmp(m->role, "tool")) {
+            ifd_buf_clear(&b);
+            rc = ifd_buf_printf(&b, "<tool_response>\n%s\n</tool_response>", msgs[i].content);
+            msgs[i].role = "user";
+            msgs[i].content = rc ? "" : ifd_arena_strdup(&g->arena, b.data);
+        } else if (m->tool_calls) {
+            json_error_t je;
+            json_t *calls = json_loads(m->tool_calls, 0, &je);
+            ifd_buf_clear(&b);
+            rc = ifd_buf_puts(&b, msgs[i].content);
+            for (size_t k = 0; !rc && k < json_array_size(calls); k++) {
+                json_t *f = json_object_get(json_array_get(calls, k), "function");
+                json_t *args = json_object_get(f, "arguments");
+                json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, &je)
+                                                      : json_incref(args);
+                json_t *o = json_object();
+                json_object_set(o, "name", json_object_get(f, "name"));
+                json_object_set_new(o, "arguments", parsed ? parsed : json_object());
+                char *t = json_dumps(o, JSON_COMPACT);
+                rc = !t ||
+                     ifd_buf_printf(&b, "%s<tool_call>\n%s\n</tool_call>", b.len ? "\n" : "", t);
+                free(t);
+                json_decref(o);
+            }
+            json_decref(calls);
+            msgs[i].content = rc ? "" : ifd_arena_strdup(&g->arena, b.data ? b.data : "");
+        }
+        if (!msgs[i].content)
+            rc = IFD_ENOMEM;
+    }
+    ifd_buf_free(&b);
+    return rc ? IFD_ENOMEM : 0;
+}
+
+/* The system text that describes the tools (built-in families only). */
+static char *ifd__tools_system(ifd_gen_t *g, const char *system)
+{
+    json_error_t je;
+    json_t *tools = json_loads(g->req.tools_json, 0, &je);
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = 0;
+    if (system && system[0])
+        rc = ifd_buf_printf(&b, "%s\n\n", system);
+    rc = rc || ifd_buf_puts(&b, "# Tools\n\nYou can call functions to help with the request. "
+                                "Their signatures (JSON Schema) are inside <tools></tools>:\n"
+                                "<tools>\n");
+    for (size_t i = 0; !rc && i < json_array_size(tools); i++) {
+        char *t = json_dumps(json_array_get(tools, i), JSON_COMPACT);
+        rc = !t || ifd_buf_printf(&b, "%s\n", t);
+        free(t);
+    }
+    rc = rc || ifd_buf_puts(&b, "</tools>\n\nTo call a function, answer with one JSON object "
+                                "per call inside <tool_call></tool_call> tags:\n<tool_call>\n"
+                                "{\"name\": <function name>, \"arguments\": <the arguments as "
+                                "a JSON object>}\n</tool_call>");
+    json_decref(tools);
+    char *out = rc ? NULL : ifd_arena_strdup(&g->arena, b.data);
+    ifd_buf_free(&b);
+    return out;
+}
+
 static void ifd__work_cb(uv_work_t *w)
 {
     ifd_gen_t *g = w->data;
@@ -608,9 +770,34 @@ static void ifd__work_cb(uv_work_t *w)
             msgs[i].role = !strcmp(role, "developer") ? "system" : role;
             msgs[i].content = g->req.messages[i].content ? g->req.messages[i].content : "";
         }
-        ifd_chat_prompt_t pr;
-        int rc = ifd_chat_render(g->api->tpl, msgs, g->req.n_messages, g->req.add_generation_prompt,
-                                 &pr);
+        int rc = ifd__tool_text(g, msgs, g->req.n_messages);
+        ifd_chat_msg_t *all = msgs;
+        size_t n_all = g->req.n_messages;
+        if (!rc && g->req.tools_json && g->req.tool_choice != IFD_OAI_TOOL_CHOICE_NONE) {
+            bool has_sys = n_all && !strcmp(msgs[0].role, "system");
+            char *sys = ifd__tools_system(g, has_sys ? msgs[0].content : NULL);
+            if (!sys) {
+                rc = IFD_ENOMEM;
+            } else if (has_sys) {
+                msgs[0].content = sys;
+            } else {
+                all = calloc(n_all + 1, sizeof *all);
+                if (!all) {
+                    rc = IFD_ENOMEM;
+                    all = msgs;
+                } else {
+                    all[0].role = "system";
+                    all[0].content = sys;
+                    memcpy(all + 1, msgs, n_all * sizeof *msgs);
+                    n_all++;
+                }
+            }
+        }
+        ifd_chat_prompt_t pr = {0};
+        if (!rc)
+            rc = ifd_chat_render(g->api->tpl, all, n_all, g->req.add_generation_prompt, &pr);
+        if (all != msgs)
+            free(all);
         free(msgs);
         if (rc == IFD_EINVAL) {
             g->work_rc = rc;
@@ -724,6 +911,14 @@ static void ifd__start(ifd_gen_t *g)
     /* context length, per prompt */
     int64_t max_tokens = rq->max_tokens;
     for (size_t p = 0; p < g->n_prompts; p++) {
+        /* vLLM's truncate_prompt_tokens: keep the last k tokens */
+        int64_t k =
+            rq->truncate_prompt_tokens < 0 ? api->max_model_len : rq->truncate_prompt_tokens;
+        if (k > 0 && (int64_t)g->ptoks[p].n > k) {
+            ifd_tokens_t *t = &g->ptoks[p];
+            memmove(t->ids, t->ids + (t->n - (size_t)k), (size_t)k * sizeof *t->ids);
+            t->n = (size_t)k;
+        }
         int64_t n = (int64_t)g->ptoks[p].n;
         if (n == 0) {
             ifd__reject(g, 400, "invalid_value", g->kind == IFD_OAI_CHAT ? "messages" : "prompt",
@@ -817,6 +1012,8 @@ static void ifd__start(ifd_gen_t *g)
         sp.n_stop_ids = (uint32_t)n_wstop;
         sp.ignore_eos = rq->ignore_eos;
         sp.use_cache = rq->use_cache && api->cfg->prefix_cache;
+        sp.priority = rq->priority;
+        sp.grammar = rq->grammar;
         int rc = ifd_router_submit(api->router, &sp, &ifd__ops, c, &c->seq);
         if (rc) {
             g->in_start = false;

@@ -29,6 +29,7 @@ struct ifd_rseq {
     uint32_t max_tokens;
     bool ignore_eos, use_cache;
     int32_t priority;
+    char *grammar; /* NULL: unconstrained */
     const ifd_rseq_ops_t *ops;
     void *owner; /* NULL once released */
     int worker;  /* >= 0 while dispatched */
@@ -140,6 +141,7 @@ static void ifd__free_seq(ifd_router_t *r, ifd_rseq_t *s)
     r->n_live--;
     free(s->tokens);
     free(s->stop_ids);
+    free(s->grammar);
     free(s->sampling.logit_bias);
     free(s);
 }
@@ -254,6 +256,7 @@ void ifd_router_destroy(ifd_router_t *r)
                 ifd_rseq_t *next = s->hnext;
                 free(s->tokens);
                 free(s->stop_ids);
+                free(s->grammar);
                 free(s->sampling.logit_bias);
                 free(s);
                 s = next;
@@ -300,10 +303,13 @@ int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rse
         if (s->stop_ids)
             memcpy(s->stop_ids, p->stop_ids, p->n_stop_ids * sizeof *s->stop_ids);
     }
+    if (p->grammar && p->grammar[0])
+        s->grammar = strdup(p->grammar);
     if (!s->tokens || (p->sampling.n_logit_bias && !s->sampling.logit_bias) ||
-        (p->n_stop_ids && !s->stop_ids)) {
+        (p->n_stop_ids && !s->stop_ids) || (p->grammar && p->grammar[0] && !s->grammar)) {
         free(s->tokens);
         free(s->stop_ids);
+        free(s->grammar);
         free(s->sampling.logit_bias);
         free(s);
         return IFD_ENOMEM;
@@ -322,6 +328,7 @@ int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rse
     if (ifd__hash_add(r, s)) {
         free(s->tokens);
         free(s->stop_ids);
+        free(s->grammar);
         free(s->sampling.logit_bias);
         free(s);
         return IFD_ENOMEM;
@@ -426,6 +433,7 @@ static int ifd__send_add(ifd_router_t *r, ifd_rseq_t *s, int w)
     a->ignore_eos = s->ignore_eos;
     a->priority = s->priority;
     a->use_cache = s->use_cache;
+    a->grammar = s->grammar;
     return ifd_sup_send(r->p.sup, w, &m);
 }
 

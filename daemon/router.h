@@ -63,6 +63,7 @@ typedef struct {
     bool ignore_eos;
     bool use_cache;
     int32_t priority;
+    const char *grammar; /* structured output (common/grammar.h text), copied; NULL none */
 } ifd_rseq_params_t;
 
 typedef struct {

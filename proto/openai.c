@@ -10,6 +10,7 @@
  * into the output buffer.
  */
 #include "openai.h"
+#include "openai_impl.h"
 
 #include "error.h"
 #include "sse.h"
@@ -247,17 +248,9 @@ int ifd_oai_stream_error(ifd_buf_t *out, const ifd_oai_error_t *e)
 
 /* ---- request parsing ------------------------------------------------------------------- */
 
-typedef struct {
-    ifd_arena_t *a;
-    ifd_oai_error_t *err;
-} pctx_t;
-
 #define PARAM_MAX 128
 
-static int perr(pctx_t *c, const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int perr(pctx_t *c, const char *code, const char *param, const char *fmt, ...)
+int ifd__oai_perr(ifd__oai_pctx_t *c, const char *code, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -266,13 +259,13 @@ static int perr(pctx_t *c, const char *code, const char *param, const char *fmt,
     return IFD_EINVAL;
 }
 
-static int oom(pctx_t *c)
+int ifd__oai_oom(ifd__oai_pctx_t *c)
 {
     ifd_oai_error_set(c->err, 500, NULL, NULL, NULL, "out of memory");
     return IFD_ENOMEM;
 }
 
-static const char *jtype(const json_t *j)
+const char *ifd__oai_jtype(const json_t *j)
 {
     switch (json_typeof(j)) {
     case JSON_OBJECT:
@@ -293,117 +286,127 @@ static const char *jtype(const json_t *j)
     }
 }
 
-static int bad_type(pctx_t *c, const char *param, const char *want, const json_t *j)
+int ifd__oai_bad_type(ifd__oai_pctx_t *c, const char *param, const char *want, const json_t *j)
 {
-    return perr(c, "invalid_type", param, "Invalid type for '%s': expected %s, but got %s instead.",
-                param, want, jtype(j));
+    return ifd__oai_perr(c, "invalid_type", param,
+                         "Invalid type for '%s': expected %s, but got %s instead.", param, want,
+                         ifd__oai_jtype(j));
 }
 
-static int missing(pctx_t *c, const char *param)
+int ifd__oai_missing(ifd__oai_pctx_t *c, const char *param)
 {
-    return perr(c, "missing_required_parameter", param, "Missing required parameter: '%s'.", param);
+    return ifd__oai_perr(c, "missing_required_parameter", param,
+                         "Missing required parameter: '%s'.", param);
 }
 
 /* The value of key, or NULL when absent or null (null means "not given"). */
-static json_t *get(const json_t *o, const char *key)
+json_t *ifd__oai_get(const json_t *o, const char *key)
 {
     json_t *v = json_object_get(o, key);
     return (v && !json_is_null(v)) ? v : NULL;
 }
 
-static int p_number(pctx_t *c, const json_t *j, const char *param, double lo, bool lo_open,
-                    double hi, float *out)
+int ifd__oai_p_number(ifd__oai_pctx_t *c, const json_t *j, const char *param, double lo,
+                      bool lo_open, double hi, float *out)
 {
     if (!json_is_number(j))
-        return bad_type(c, param, "a decimal", j);
+        return ifd__oai_bad_type(c, param, "a decimal", j);
     double v = json_number_value(j);
     if (v < lo || (lo_open && v == lo))
-        return perr(c, "decimal_below_min_value", param,
-                    "Invalid '%s': decimal below minimum value. Expected a value %s %g, but "
-                    "got %g instead.",
-                    param, lo_open ? ">" : ">=", lo, v);
+        return ifd__oai_perr(
+            c, "decimal_below_min_value", param,
+            "Invalid '%s': decimal below minimum value. Expected a value %s %g, but "
+            "got %g instead.",
+            param, lo_open ? ">" : ">=", lo, v);
     if (v > hi)
-        return perr(c, "decimal_above_max_value", param,
-                    "Invalid '%s': decimal above maximum value. Expected a value <= %g, but "
-                    "got %g instead.",
-                    param, hi, v);
+        return ifd__oai_perr(
+            c, "decimal_above_max_value", param,
+            "Invalid '%s': decimal above maximum value. Expected a value <= %g, but "
+            "got %g instead.",
+            param, hi, v);
     *out = (float)v;
     return 0;
 }
 
-static int p_int(pctx_t *c, const json_t *j, const char *param, int64_t lo, int64_t hi,
-                 int64_t *out)
+int ifd__oai_p_int(ifd__oai_pctx_t *c, const json_t *j, const char *param, int64_t lo, int64_t hi,
+                   int64_t *out)
 {
     if (!json_is_integer(j)) {
         if (json_is_real(j))
-            return perr(c, "invalid_type", param,
-                        "Invalid type for '%s': expected an integer, but got a decimal number "
-                        "instead.",
-                        param);
-        return bad_type(c, param, "an integer", j);
+            return ifd__oai_perr(
+                c, "invalid_type", param,
+                "Invalid type for '%s': expected an integer, but got a decimal number "
+                "instead.",
+                param);
+        return ifd__oai_bad_type(c, param, "an integer", j);
     }
     int64_t v = json_integer_value(j);
     if (v < lo)
-        return perr(c, "integer_below_min_value", param,
-                    "Invalid '%s': integer below minimum value. Expected a value >= %" PRId64
-                    ", but got %" PRId64 " instead.",
-                    param, lo, v);
+        return ifd__oai_perr(
+            c, "integer_below_min_value", param,
+            "Invalid '%s': integer below minimum value. Expected a value >= %" PRId64
+            ", but got %" PRId64 " instead.",
+            param, lo, v);
     if (v > hi)
-        return perr(c, "integer_above_max_value", param,
-                    "Invalid '%s': integer above maximum value. Expected a value <= %" PRId64
-                    ", but got %" PRId64 " instead.",
-                    param, hi, v);
+        return ifd__oai_perr(
+            c, "integer_above_max_value", param,
+            "Invalid '%s': integer above maximum value. Expected a value <= %" PRId64
+            ", but got %" PRId64 " instead.",
+            param, hi, v);
     *out = v;
     return 0;
 }
 
-static int p_bool(pctx_t *c, const json_t *j, const char *param, bool *out)
+int ifd__oai_p_bool(ifd__oai_pctx_t *c, const json_t *j, const char *param, bool *out)
 {
     if (!json_is_boolean(j))
-        return bad_type(c, param, "a boolean", j);
+        return ifd__oai_bad_type(c, param, "a boolean", j);
     *out = json_is_true(j);
     return 0;
 }
 
 /* Copies a JSON string into the arena (jansson strings hold no NUL: the
  * parser is not given JSON_ALLOW_NUL). */
-static int p_string(pctx_t *c, const json_t *j, const char *param, char **out, size_t *len)
+int ifd__oai_p_string(ifd__oai_pctx_t *c, const json_t *j, const char *param, char **out,
+                      size_t *len)
 {
     if (!json_is_string(j))
-        return bad_type(c, param, "a string", j);
+        return ifd__oai_bad_type(c, param, "a string", j);
     size_t n = json_string_length(j);
     char *s = ifd_arena_strndup(c->a, json_string_value(j), n);
     if (!s)
-        return oom(c);
+        return ifd__oai_oom(c);
     *out = s;
     if (len)
         *len = n;
     return 0;
 }
 
-static int empty_array(pctx_t *c, const char *param)
+static int empty_array(ifd__oai_pctx_t *c, const char *param)
 {
-    return perr(c, "empty_array", param,
-                "Invalid '%s': empty array. Expected an array with minimum length 1, but got "
-                "an empty array instead.",
-                param);
+    return ifd__oai_perr(
+        c, "empty_array", param,
+        "Invalid '%s': empty array. Expected an array with minimum length 1, but got "
+        "an empty array instead.",
+        param);
 }
 
-static int array_too_long(pctx_t *c, const char *param, size_t max, size_t got)
+static int array_too_long(ifd__oai_pctx_t *c, const char *param, size_t max, size_t got)
 {
-    return perr(c, "array_above_max_length", param,
-                "Invalid '%s': array too long. Expected an array with maximum length %zu, but "
-                "got an array with length %zu instead.",
-                param, max, got);
+    return ifd__oai_perr(
+        c, "array_above_max_length", param,
+        "Invalid '%s': array too long. Expected an array with maximum length %zu, but "
+        "got an array with length %zu instead.",
+        param, max, got);
 }
 
 /* An array of token ids in [0, INT32_MAX]; `base` names the array. */
-static int p_token_array(pctx_t *c, const json_t *j, const char *base, size_t max, bool allow_empty,
-                         int32_t **out, size_t *n_out)
+static int p_token_array(ifd__oai_pctx_t *c, const json_t *j, const char *base, size_t max,
+                         bool allow_empty, int32_t **out, size_t *n_out)
 {
     char param[PARAM_MAX];
     if (!json_is_array(j))
-        return bad_type(c, base, "an array", j);
+        return ifd__oai_bad_type(c, base, "an array", j);
     size_t n = json_array_size(j);
     if (n == 0 && !allow_empty)
         return empty_array(c, base);
@@ -411,11 +414,11 @@ static int p_token_array(pctx_t *c, const json_t *j, const char *base, size_t ma
         return array_too_long(c, base, max, n);
     int32_t *ids = n ? ifd_arena_alloc(c->a, n * sizeof(int32_t)) : NULL;
     if (n && !ids)
-        return oom(c);
+        return ifd__oai_oom(c);
     for (size_t i = 0; i < n; i++) {
         snprintf(param, sizeof(param), "%s[%zu]", base, i);
         int64_t v = 0;
-        int rc = p_int(c, json_array_get(j, i), param, 0, INT32_MAX, &v);
+        int rc = ifd__oai_p_int(c, json_array_get(j, i), param, 0, INT32_MAX, &v);
         if (rc < 0)
             return rc;
         ids[i] = (int32_t)v;
@@ -429,94 +432,97 @@ static const char *const k_roles[] = {"system",    "developer", "user",
                                       "assistant", "tool",      "function"};
 
 /* messages: a non-empty array of {role, content, name}. */
-static int p_messages(pctx_t *c, const json_t *j, ifd_oai_message_t **out, size_t *n_out)
+static int p_messages(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_message_t **out, size_t *n_out)
 {
     char param[PARAM_MAX];
     if (!json_is_array(j))
-        return bad_type(c, "messages", "an array", j);
+        return ifd__oai_bad_type(c, "messages", "an array", j);
     size_t n = json_array_size(j);
     if (n == 0)
         return empty_array(c, "messages");
     ifd_oai_message_t *msgs = ifd_arena_calloc(c->a, n, sizeof(*msgs));
     if (!msgs)
-        return oom(c);
+        return ifd__oai_oom(c);
     for (size_t i = 0; i < n; i++) {
         const json_t *m = json_array_get(j, i);
         ifd_oai_message_t *dst = &msgs[i];
         int rc;
         snprintf(param, sizeof(param), "messages[%zu]", i);
         if (!json_is_object(m))
-            return bad_type(c, param, "an object", m);
+            return ifd__oai_bad_type(c, param, "an object", m);
 
         snprintf(param, sizeof(param), "messages[%zu].role", i);
-        const json_t *role = get(m, "role");
+        const json_t *role = ifd__oai_get(m, "role");
         if (!role)
-            return missing(c, param);
+            return ifd__oai_missing(c, param);
         if (!json_is_string(role))
-            return bad_type(c, param, "a string", role);
+            return ifd__oai_bad_type(c, param, "a string", role);
         const char *rs = json_string_value(role);
         size_t r = 0;
         while (r < sizeof(k_roles) / sizeof(k_roles[0]) && strcmp(rs, k_roles[r]) != 0)
             r++;
         if (r == sizeof(k_roles) / sizeof(k_roles[0]))
-            return perr(c, "invalid_value", param,
-                        "Invalid value: '%.64s'. Supported values are: 'system', "
-                        "'developer', 'user', 'assistant', 'tool', and 'function'.",
-                        rs);
+            return ifd__oai_perr(c, "invalid_value", param,
+                                 "Invalid value: '%.64s'. Supported values are: 'system', "
+                                 "'developer', 'user', 'assistant', 'tool', and 'function'.",
+                                 rs);
         dst->role = k_roles[r];
 
         snprintf(param, sizeof(param), "messages[%zu].name", i);
-        const json_t *name = get(m, "name");
-        if (name && (rc = p_string(c, name, param, &dst->name, NULL)) < 0)
+        const json_t *name = ifd__oai_get(m, "name");
+        if (name && (rc = ifd__oai_p_string(c, name, param, &dst->name, NULL)) < 0)
+            return rc;
+        if ((rc = ifd__oai_p_message_tools(c, m, i, dst)) < 0)
             return rc;
 
         snprintf(param, sizeof(param), "messages[%zu].content", i);
-        const json_t *content = get(m, "content");
+        const json_t *content = ifd__oai_get(m, "content");
         if (!content) {
             /* An assistant turn may be only tool calls. */
             if (strcmp(dst->role, "assistant") != 0)
-                return missing(c, param);
+                return ifd__oai_missing(c, param);
             dst->content = ifd_arena_strdup(c->a, "");
             if (!dst->content)
-                return oom(c);
+                return ifd__oai_oom(c);
             continue;
         }
         if (json_is_string(content)) {
-            if ((rc = p_string(c, content, param, &dst->content, NULL)) < 0)
+            if ((rc = ifd__oai_p_string(c, content, param, &dst->content, NULL)) < 0)
                 return rc;
             continue;
         }
         if (!json_is_array(content))
-            return bad_type(c, param, "a string or an array", content);
+            return ifd__oai_bad_type(c, param, "a string or an array", content);
         /* Text parts are joined with "\n" (vLLM's "string" content format). */
         size_t total = 0, np = json_array_size(content);
         for (size_t k = 0; k < np; k++) {
             const json_t *part = json_array_get(content, k);
             snprintf(param, sizeof(param), "messages[%zu].content[%zu]", i, k);
             if (!json_is_object(part))
-                return bad_type(c, param, "an object", part);
+                return ifd__oai_bad_type(c, param, "an object", part);
             snprintf(param, sizeof(param), "messages[%zu].content[%zu].type", i, k);
-            const json_t *type = get(part, "type");
+            const json_t *type = ifd__oai_get(part, "type");
             if (!type)
-                return missing(c, param);
+                return ifd__oai_missing(c, param);
             if (!json_is_string(type))
-                return bad_type(c, param, "a string", type);
+                return ifd__oai_bad_type(c, param, "a string", type);
             if (strcmp(json_string_value(type), "text") != 0)
-                return perr(c, "invalid_value", param,
-                            "Invalid value: '%.64s'. This server supports only text content "
-                            "parts: supported values are: 'text'.",
-                            json_string_value(type));
+                return ifd__oai_perr(
+                    c, "invalid_value", param,
+                    "Invalid value: '%.64s'. This server supports only text content "
+                    "parts: supported values are: 'text'.",
+                    json_string_value(type));
             snprintf(param, sizeof(param), "messages[%zu].content[%zu].text", i, k);
-            const json_t *text = get(part, "text");
+            const json_t *text = ifd__oai_get(part, "text");
             if (!text)
-                return missing(c, param);
+                return ifd__oai_missing(c, param);
             if (!json_is_string(text))
-                return bad_type(c, param, "a string", text);
+                return ifd__oai_bad_type(c, param, "a string", text);
             total += json_string_length(text) + 1;
         }
         char *joined = ifd_arena_alloc(c->a, total + 1);
         if (!joined)
-            return oom(c);
+            return ifd__oai_oom(c);
         size_t off = 0;
         for (size_t k = 0; k < np; k++) {
             const json_t *text = json_object_get(json_array_get(content, k), "text");
@@ -535,7 +541,7 @@ static int p_messages(pctx_t *c, const json_t *j, ifd_oai_message_t **out, size_
 }
 
 /* stop: a string or an array of at most IFD_OAI_MAX_STOP strings. */
-static int p_stop(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+static int p_stop(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
 {
     char param[PARAM_MAX];
     size_t n = 1;
@@ -544,11 +550,11 @@ static int p_stop(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
         if (n > IFD_OAI_MAX_STOP)
             return array_too_long(c, "stop", IFD_OAI_MAX_STOP, n);
     } else if (!json_is_string(j)) {
-        return bad_type(c, "stop", "a string or an array of strings", j);
+        return ifd__oai_bad_type(c, "stop", "a string or an array of strings", j);
     }
     r->stop = ifd_arena_calloc(c->a, n ? n : 1, sizeof(char *));
     if (!r->stop)
-        return oom(c);
+        return ifd__oai_oom(c);
     r->n_stop = 0;
     for (size_t i = 0; i < n; i++) {
         const json_t *s = json_is_array(j) ? json_array_get(j, i) : j;
@@ -558,7 +564,7 @@ static int p_stop(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
             snprintf(param, sizeof(param), "stop");
         char *str;
         size_t len;
-        int rc = p_string(c, s, param, &str, &len);
+        int rc = ifd__oai_p_string(c, s, param, &str, &len);
         if (rc < 0)
             return rc;
         if (len > 0) /* an empty stop string would match everywhere: dropped */
@@ -568,19 +574,20 @@ static int p_stop(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
 }
 
 /* logit_bias: {"<token id>": bias in [-100, 100], …}. */
-static int p_logit_bias(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+static int p_logit_bias(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
 {
     if (!json_is_object(j))
-        return bad_type(c, "logit_bias", "an object", j);
+        return ifd__oai_bad_type(c, "logit_bias", "an object", j);
     size_t n = json_object_size(j);
     if (n > IFD_OAI_MAX_LOGIT_BIAS)
-        return perr(c, "invalid_value", "logit_bias",
-                    "Invalid 'logit_bias': too many entries. Expected at most %d, but got %zu "
-                    "instead.",
-                    IFD_OAI_MAX_LOGIT_BIAS, n);
+        return ifd__oai_perr(
+            c, "invalid_value", "logit_bias",
+            "Invalid 'logit_bias': too many entries. Expected at most %d, but got %zu "
+            "instead.",
+            IFD_OAI_MAX_LOGIT_BIAS, n);
     r->logit_bias = n ? ifd_arena_calloc(c->a, n, sizeof(*r->logit_bias)) : NULL;
     if (n && !r->logit_bias)
-        return oom(c);
+        return ifd__oai_oom(c);
     r->n_logit_bias = 0;
     const char *key;
     json_t *val;
@@ -596,22 +603,22 @@ static int p_logit_bias(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
                 id = id * 10 + (*k - '0');
         }
         if (!ok || id > INT32_MAX)
-            return perr(c, "invalid_value", "logit_bias",
-                        "Invalid key in 'logit_bias': '%.32s' is not a token id (a "
-                        "non-negative integer).",
-                        key);
+            return ifd__oai_perr(c, "invalid_value", "logit_bias",
+                                 "Invalid key in 'logit_bias': '%.32s' is not a token id (a "
+                                 "non-negative integer).",
+                                 key);
         if (!json_is_number(val))
-            return perr(c, "invalid_type", "logit_bias",
-                        "Invalid type for 'logit_bias' value of token %.32s: expected a "
-                        "number, but got %s instead.",
-                        key, jtype(val));
+            return ifd__oai_perr(c, "invalid_type", "logit_bias",
+                                 "Invalid type for 'logit_bias' value of token %.32s: expected a "
+                                 "number, but got %s instead.",
+                                 key, ifd__oai_jtype(val));
         double b = json_number_value(val);
         if (b < -100.0 || b > 100.0)
-            return perr(c, b < 0 ? "decimal_below_min_value" : "decimal_above_max_value",
-                        "logit_bias",
-                        "Invalid 'logit_bias' value for token %.32s: expected a value in "
-                        "[-100, 100], but got %g instead.",
-                        key, b);
+            return ifd__oai_perr(c, b < 0 ? "decimal_below_min_value" : "decimal_above_max_value",
+                                 "logit_bias",
+                                 "Invalid 'logit_bias' value for token %.32s: expected a value in "
+                                 "[-100, 100], but got %g instead.",
+                                 key, b);
         r->logit_bias[r->n_logit_bias].id = (int32_t)id;
         r->logit_bias[r->n_logit_bias].bias = (float)b;
         r->n_logit_bias++;
@@ -620,83 +627,91 @@ static int p_logit_bias(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
 }
 
 /* Fields both endpoints share. */
-static int p_common(pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+static int p_common(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     const json_t *v;
     int64_t iv;
     int rc;
 
-    if ((v = get(o, "model")) && (rc = p_string(c, v, "model", &r->model, NULL)) < 0)
+    if ((v = ifd__oai_get(o, "model")) &&
+        (rc = ifd__oai_p_string(c, v, "model", &r->model, NULL)) < 0)
         return rc;
 
     /* Both are checked; max_completion_tokens wins over the deprecated max_tokens. */
-    if ((v = get(o, "max_tokens"))) {
-        if ((rc = p_int(c, v, "max_tokens", 1, INT32_MAX, &iv)) < 0)
+    if ((v = ifd__oai_get(o, "max_tokens"))) {
+        if ((rc = ifd__oai_p_int(c, v, "max_tokens", 1, INT32_MAX, &iv)) < 0)
             return rc;
         r->max_tokens = iv;
     }
-    if ((v = get(o, "max_completion_tokens"))) {
-        if ((rc = p_int(c, v, "max_completion_tokens", 1, INT32_MAX, &iv)) < 0)
+    if ((v = ifd__oai_get(o, "max_completion_tokens"))) {
+        if ((rc = ifd__oai_p_int(c, v, "max_completion_tokens", 1, INT32_MAX, &iv)) < 0)
             return rc;
         r->max_tokens = iv;
     }
 
-    if ((v = get(o, "temperature")) &&
-        (rc = p_number(c, v, "temperature", 0, false, 2, &r->temperature)) < 0)
+    if ((v = ifd__oai_get(o, "temperature")) &&
+        (rc = ifd__oai_p_number(c, v, "temperature", 0, false, 2, &r->temperature)) < 0)
         return rc;
-    if ((v = get(o, "top_p")) && (rc = p_number(c, v, "top_p", 0, false, 1, &r->top_p)) < 0)
+    if ((v = ifd__oai_get(o, "top_p")) &&
+        (rc = ifd__oai_p_number(c, v, "top_p", 0, false, 1, &r->top_p)) < 0)
         return rc;
-    if ((v = get(o, "top_k"))) {
-        if ((rc = p_int(c, v, "top_k", -1, INT32_MAX, &iv)) < 0)
+    if ((v = ifd__oai_get(o, "top_k"))) {
+        if ((rc = ifd__oai_p_int(c, v, "top_k", -1, INT32_MAX, &iv)) < 0)
             return rc;
         r->top_k = iv < 0 ? 0 : (int32_t)iv;
     }
-    if ((v = get(o, "min_p")) && (rc = p_number(c, v, "min_p", 0, false, 1, &r->min_p)) < 0)
+    if ((v = ifd__oai_get(o, "min_p")) &&
+        (rc = ifd__oai_p_number(c, v, "min_p", 0, false, 1, &r->min_p)) < 0)
         return rc;
-    if ((v = get(o, "frequency_penalty")) &&
-        (rc = p_number(c, v, "frequency_penalty", -2, false, 2, &r->frequency_penalty)) < 0)
+    if ((v = ifd__oai_get(o, "frequency_penalty")) &&
+        (rc = ifd__oai_p_number(c, v, "frequency_penalty", -2, false, 2, &r->frequency_penalty)) <
+            0)
         return rc;
-    if ((v = get(o, "presence_penalty")) &&
-        (rc = p_number(c, v, "presence_penalty", -2, false, 2, &r->presence_penalty)) < 0)
+    if ((v = ifd__oai_get(o, "presence_penalty")) &&
+        (rc = ifd__oai_p_number(c, v, "presence_penalty", -2, false, 2, &r->presence_penalty)) < 0)
         return rc;
-    if ((v = get(o, "repetition_penalty")) &&
-        (rc = p_number(c, v, "repetition_penalty", 0, true, 1e6, &r->repetition_penalty)) < 0)
+    if ((v = ifd__oai_get(o, "repetition_penalty")) &&
+        (rc = ifd__oai_p_number(c, v, "repetition_penalty", 0, true, 1e6, &r->repetition_penalty)) <
+            0)
         return rc;
-    if ((v = get(o, "seed"))) {
-        if ((rc = p_int(c, v, "seed", INT64_MIN, INT64_MAX, &iv)) < 0)
+    if ((v = ifd__oai_get(o, "seed"))) {
+        if ((rc = ifd__oai_p_int(c, v, "seed", INT64_MIN, INT64_MAX, &iv)) < 0)
             return rc;
         r->has_seed = true;
         r->seed = (uint64_t)iv;
     }
-    if ((v = get(o, "stop")) && (rc = p_stop(c, v, r)) < 0)
+    if ((v = ifd__oai_get(o, "stop")) && (rc = p_stop(c, v, r)) < 0)
         return rc;
-    if ((v = get(o, "stop_token_ids")) &&
+    if ((v = ifd__oai_get(o, "stop_token_ids")) &&
         (rc = p_token_array(c, v, "stop_token_ids", IFD_OAI_MAX_STOP_IDS, true, &r->stop_token_ids,
                             &r->n_stop_token_ids)) < 0)
         return rc;
-    if ((v = get(o, "logit_bias")) && (rc = p_logit_bias(c, v, r)) < 0)
+    if ((v = ifd__oai_get(o, "logit_bias")) && (rc = p_logit_bias(c, v, r)) < 0)
         return rc;
-    if ((v = get(o, "n"))) {
-        if ((rc = p_int(c, v, "n", 1, IFD_OAI_MAX_N, &iv)) < 0)
+    if ((v = ifd__oai_get(o, "n"))) {
+        if ((rc = ifd__oai_p_int(c, v, "n", 1, IFD_OAI_MAX_N, &iv)) < 0)
             return rc;
         r->n = (uint32_t)iv;
     }
-    if ((v = get(o, "stream")) && (rc = p_bool(c, v, "stream", &r->stream)) < 0)
+    if ((v = ifd__oai_get(o, "stream")) && (rc = ifd__oai_p_bool(c, v, "stream", &r->stream)) < 0)
         return rc;
-    if ((v = get(o, "stream_options"))) {
+    if ((v = ifd__oai_get(o, "stream_options"))) {
         if (!json_is_object(v))
-            return bad_type(c, "stream_options", "an object", v);
+            return ifd__oai_bad_type(c, "stream_options", "an object", v);
         if (!r->stream)
-            return perr(c, "invalid_value", "stream_options",
-                        "The 'stream_options' parameter is only allowed when 'stream' is "
-                        "enabled.");
-        const json_t *iu = get(v, "include_usage");
-        if (iu && (rc = p_bool(c, iu, "stream_options.include_usage", &r->include_usage)) < 0)
+            return ifd__oai_perr(c, "invalid_value", "stream_options",
+                                 "The 'stream_options' parameter is only allowed when 'stream' is "
+                                 "enabled.");
+        const json_t *iu = ifd__oai_get(v, "include_usage");
+        if (iu &&
+            (rc = ifd__oai_p_bool(c, iu, "stream_options.include_usage", &r->include_usage)) < 0)
             return rc;
     }
-    if ((v = get(o, "ignore_eos")) && (rc = p_bool(c, v, "ignore_eos", &r->ignore_eos)) < 0)
+    if ((v = ifd__oai_get(o, "ignore_eos")) &&
+        (rc = ifd__oai_p_bool(c, v, "ignore_eos", &r->ignore_eos)) < 0)
         return rc;
-    if ((v = get(o, "use_cache")) && (rc = p_bool(c, v, "use_cache", &r->use_cache)) < 0)
+    if ((v = ifd__oai_get(o, "use_cache")) &&
+        (rc = ifd__oai_p_bool(c, v, "use_cache", &r->use_cache)) < 0)
         return rc;
     return 0;
 }
@@ -712,65 +727,35 @@ static void request_defaults(ifd_oai_request_t *r, ifd_oai_kind_t kind)
     r->n = 1;
     r->use_cache = true;
     r->add_generation_prompt = true;
+    r->parallel_tool_calls = true;
 }
 
 /* Parses the body into a JSON object, or fills the error. */
-static json_t *load_object(pctx_t *c, const char *body, size_t len)
+static json_t *load_object(ifd__oai_pctx_t *c, const char *body, size_t len)
 {
     json_error_t je;
     json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &je);
     if (!root) {
-        perr(c, NULL, NULL,
-             "We could not parse the JSON body of your request: %s (line %d, column %d).", je.text,
-             je.line, je.column);
+        ifd__oai_perr(c, NULL, NULL,
+                      "We could not parse the JSON body of your request: %s (line %d, column %d).",
+                      je.text, je.line, je.column);
         return NULL;
     }
     if (!json_is_object(root)) {
-        perr(c, "invalid_type", NULL,
-             "Invalid type for the request body: expected a JSON object, but got %s "
-             "instead.",
-             jtype(root));
+        ifd__oai_perr(c, "invalid_type", NULL,
+                      "Invalid type for the request body: expected a JSON object, but got %s "
+                      "instead.",
+                      ifd__oai_jtype(root));
         json_decref(root);
         return NULL;
     }
     return root;
 }
 
-/* Features the server does not implement are refused, never ignored. */
-static int p_unsupported_chat(pctx_t *c, const json_t *o)
-{
-    const json_t *v;
-    const json_t *tc = get(o, "tool_choice");
-    bool tools_off = tc && json_is_string(tc) && strcmp(json_string_value(tc), "none") == 0;
-    if ((v = get(o, "tools")) && !tools_off) {
-        if (!json_is_array(v))
-            return bad_type(c, "tools", "an array", v);
-        if (json_array_size(v) > 0)
-            return perr(c, "unsupported_parameter", "tools",
-                        "Unsupported parameter: 'tools': this server does not implement tool "
-                        "calling.");
-    }
-    if ((v = get(o, "response_format"))) {
-        if (!json_is_object(v))
-            return bad_type(c, "response_format", "an object", v);
-        const json_t *t = get(v, "type");
-        if (!t)
-            return missing(c, "response_format.type");
-        if (!json_is_string(t))
-            return bad_type(c, "response_format.type", "a string", t);
-        if (strcmp(json_string_value(t), "text") != 0)
-            return perr(c, "unsupported_value", "response_format.type",
-                        "Unsupported value: 'response_format.type' does not support '%.40s' "
-                        "on this server; supported values are: 'text'.",
-                        json_string_value(t));
-    }
-    return 0;
-}
-
 int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                        ifd_oai_error_t *err)
 {
-    pctx_t c = {a, err};
+    ifd__oai_pctx_t c = {a, err};
     request_defaults(out, IFD_OAI_CHAT);
     json_t *o = load_object(&c, body, len);
     if (!o)
@@ -779,144 +764,43 @@ int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_req
     int64_t iv;
     int rc;
 
-    if (!(v = get(o, "messages"))) {
-        rc = missing(&c, "messages");
+    if (!(v = ifd__oai_get(o, "messages"))) {
+        rc = ifd__oai_missing(&c, "messages");
         goto out;
     }
     if ((rc = p_messages(&c, v, &out->messages, &out->n_messages)) < 0)
         goto out;
     if ((rc = p_common(&c, o, out)) < 0)
         goto out;
-    if ((v = get(o, "logprobs")) && (rc = p_bool(&c, v, "logprobs", &out->logprobs)) < 0)
+    if ((v = ifd__oai_get(o, "logprobs")) &&
+        (rc = ifd__oai_p_bool(&c, v, "logprobs", &out->logprobs)) < 0)
         goto out;
-    if ((v = get(o, "top_logprobs"))) {
-        if ((rc = p_int(&c, v, "top_logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
+    if ((v = ifd__oai_get(o, "top_logprobs"))) {
+        if ((rc = ifd__oai_p_int(&c, v, "top_logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
             goto out;
         if (!out->logprobs) {
-            rc = perr(&c, "invalid_value", "top_logprobs",
-                      "Invalid value for 'top_logprobs': 'logprobs' must be set to true when "
-                      "'top_logprobs' is used.");
+            rc = ifd__oai_perr(
+                &c, "invalid_value", "top_logprobs",
+                "Invalid value for 'top_logprobs': 'logprobs' must be set to true when "
+                "'top_logprobs' is used.");
             goto out;
         }
         out->top_logprobs = (uint32_t)iv;
     }
-    if ((v = get(o, "add_generation_prompt")) &&
-        (rc = p_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
+    if ((v = ifd__oai_get(o, "add_generation_prompt")) &&
+        (rc = ifd__oai_p_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
         goto out;
-    if ((v = get(o, "continue_final_message")) &&
-        (rc = p_bool(&c, v, "continue_final_message", &out->continue_final_message)) < 0)
+    if ((v = ifd__oai_get(o, "continue_final_message")) &&
+        (rc = ifd__oai_p_bool(&c, v, "continue_final_message", &out->continue_final_message)) < 0)
         goto out;
-    rc = p_unsupported_chat(&c, o);
-out:
-    json_decref(o);
-    return rc;
-}
-
-/* prompt: a string, [string…], [int…] (one prompt of ids) or [[int…]…]. */
-static int p_prompt(pctx_t *c, const json_t *j, ifd_oai_request_t *r)
-{
-    char param[PARAM_MAX];
-    int rc;
-    if (json_is_string(j)) {
-        r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
-        if (!r->prompts)
-            return oom(c);
-        r->n_prompts = 1;
-        return p_string(c, j, "prompt", &r->prompts[0].text, &r->prompts[0].text_len);
-    }
-    if (!json_is_array(j))
-        return bad_type(c, "prompt", "a string or an array", j);
-    size_t n = json_array_size(j);
-    if (n == 0)
-        return empty_array(c, "prompt");
-    const json_t *first = json_array_get(j, 0);
-    if (json_is_integer(first)) {
-        r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
-        if (!r->prompts)
-            return oom(c);
-        r->n_prompts = 1;
-        return p_token_array(c, j, "prompt", SIZE_MAX, false, &r->prompts[0].tokens,
-                             &r->prompts[0].n_tokens);
-    }
-    if (n > IFD_OAI_MAX_PROMPTS)
-        return array_too_long(c, "prompt", IFD_OAI_MAX_PROMPTS, n);
-    bool strings = json_is_string(first);
-    r->prompts = ifd_arena_calloc(c->a, n, sizeof(*r->prompts));
-    if (!r->prompts)
-        return oom(c);
-    r->n_prompts = n;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *e = json_array_get(j, i);
-        snprintf(param, sizeof(param), "prompt[%zu]", i);
-        if (strings) {
-            if ((rc = p_string(c, e, param, &r->prompts[i].text, &r->prompts[i].text_len)) < 0)
-                return rc;
-        } else if (json_is_array(e)) {
-            if ((rc = p_token_array(c, e, param, SIZE_MAX, false, &r->prompts[i].tokens,
-                                    &r->prompts[i].n_tokens)) < 0)
-                return rc;
-        } else {
-            return bad_type(c, param, i == 0 ? "a string, an integer or an array" : "an array", e);
-        }
-    }
-    return 0;
-}
-
-int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
-                             ifd_oai_error_t *err)
-{
-    pctx_t c = {a, err};
-    request_defaults(out, IFD_OAI_COMPLETION);
-    json_t *o = load_object(&c, body, len);
-    if (!o)
-        return IFD_EINVAL;
-    const json_t *v;
-    int64_t iv;
-    int rc;
-
-    if (!(v = get(o, "prompt"))) {
-        rc = missing(&c, "prompt");
+    if ((rc = ifd__oai_parse_ext(&c, o, out)) < 0)
         goto out;
-    }
-    if ((rc = p_prompt(&c, v, out)) < 0)
-        goto out;
-    if ((rc = p_common(&c, o, out)) < 0)
-        goto out;
-    if (out->max_tokens < 0)
-        out->max_tokens = IFD_OAI_DEFAULT_COMPLETION_MAX_TOKENS;
-    if ((v = get(o, "logprobs"))) {
-        if ((rc = p_int(&c, v, "logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
-            goto out;
-        out->logprobs = true;
-        out->top_logprobs = (uint32_t)iv;
-    }
-    if ((v = get(o, "echo")) && (rc = p_bool(&c, v, "echo", &out->echo)) < 0)
-        goto out;
-    if ((v = get(o, "suffix"))) {
-        if (!json_is_string(v)) {
-            rc = bad_type(&c, "suffix", "a string", v);
-            goto out;
-        }
-        if (json_string_length(v) > 0) {
-            rc = perr(&c, "unsupported_parameter", "suffix",
-                      "Unsupported parameter: 'suffix' is not supported by this server.");
-            goto out;
-        }
-    }
-    if ((v = get(o, "best_of"))) {
-        if ((rc = p_int(&c, v, "best_of", 1, IFD_OAI_MAX_N, &iv)) < 0)
-            goto out;
-        if (iv < (int64_t)out->n) {
-            rc = perr(&c, "invalid_value", "best_of",
-                      "Invalid 'best_of': it must be greater than or equal to 'n' (%u), but "
-                      "got %" PRId64 ".",
-                      out->n, iv);
-            goto out;
-        }
-        if (iv > (int64_t)out->n) {
-            rc = perr(&c, "unsupported_value", "best_of",
-                      "Unsupported value: 'best_of' greater than 'n' is not supported by this "
-                      "server.");
+    {
+        char *mj = json_dumps(ifd__oai_get(o, "messages"), JSON_COMPACT);
+        out->messages_json = mj ? ifd_arena_strdup(a, mj) : NULL;
+        free(mj);
+        if (!out->messages_json) {
+            rc = ifd__oai_oom(&c);
             goto out;
         }
     }
@@ -926,40 +810,163 @@ out:
     return rc;
 }
 
+/* prompt: a string, [string…], [int…] (one prompt of ids) or [[int…]…]. */
+static int p_prompt(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+{
+    char param[PARAM_MAX];
+    int rc;
+    if (json_is_string(j)) {
+        r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
+        if (!r->prompts)
+            return ifd__oai_oom(c);
+        r->n_prompts = 1;
+        return ifd__oai_p_string(c, j, "prompt", &r->prompts[0].text, &r->prompts[0].text_len);
+    }
+    if (!json_is_array(j))
+        return ifd__oai_bad_type(c, "prompt", "a string or an array", j);
+    size_t n = json_array_size(j);
+    if (n == 0)
+        return empty_array(c, "prompt");
+    const json_t *first = json_array_get(j, 0);
+    if (json_is_integer(first)) {
+        r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
+        if (!r->prompts)
+            return ifd__oai_oom(c);
+        r->n_prompts = 1;
+        return p_token_array(c, j, "prompt", SIZE_MAX, false, &r->prompts[0].tokens,
+                             &r->prompts[0].n_tokens);
+    }
+    if (n > IFD_OAI_MAX_PROMPTS)
+        return array_too_long(c, "prompt", IFD_OAI_MAX_PROMPTS, n);
+    bool strings = json_is_string(first);
+    r->prompts = ifd_arena_calloc(c->a, n, sizeof(*r->prompts));
+    if (!r->prompts)
+        return ifd__oai_oom(c);
+    r->n_prompts = n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(j, i);
+        snprintf(param, sizeof(param), "prompt[%zu]", i);
+        if (strings) {
+            if ((rc = ifd__oai_p_string(c, e, param, &r->prompts[i].text,
+                                        &r->prompts[i].text_len)) < 0)
+                return rc;
+        } else if (json_is_array(e)) {
+            if ((rc = p_token_array(c, e, param, SIZE_MAX, false, &r->prompts[i].tokens,
+                                    &r->prompts[i].n_tokens)) < 0)
+                return rc;
+        } else {
+            return ifd__oai_bad_type(c, param,
+                                     i == 0 ? "a string, an integer or an array" : "an array", e);
+        }
+    }
+    return 0;
+}
+
+int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
+                             ifd_oai_error_t *err)
+{
+    ifd__oai_pctx_t c = {a, err};
+    request_defaults(out, IFD_OAI_COMPLETION);
+    json_t *o = load_object(&c, body, len);
+    if (!o)
+        return IFD_EINVAL;
+    const json_t *v;
+    int64_t iv;
+    int rc;
+
+    if (!(v = ifd__oai_get(o, "prompt"))) {
+        rc = ifd__oai_missing(&c, "prompt");
+        goto out;
+    }
+    if ((rc = p_prompt(&c, v, out)) < 0)
+        goto out;
+    if ((rc = p_common(&c, o, out)) < 0)
+        goto out;
+    if (out->max_tokens < 0)
+        out->max_tokens = IFD_OAI_DEFAULT_COMPLETION_MAX_TOKENS;
+    if ((v = ifd__oai_get(o, "logprobs"))) {
+        if ((rc = ifd__oai_p_int(&c, v, "logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
+            goto out;
+        out->logprobs = true;
+        out->top_logprobs = (uint32_t)iv;
+    }
+    if ((v = ifd__oai_get(o, "echo")) && (rc = ifd__oai_p_bool(&c, v, "echo", &out->echo)) < 0)
+        goto out;
+    if ((v = ifd__oai_get(o, "suffix"))) {
+        if (!json_is_string(v)) {
+            rc = ifd__oai_bad_type(&c, "suffix", "a string", v);
+            goto out;
+        }
+        if (json_string_length(v) > 0) {
+            rc = ifd__oai_perr(&c, "unsupported_parameter", "suffix",
+                               "Unsupported parameter: 'suffix' is not supported by this server.");
+            goto out;
+        }
+    }
+    if ((v = ifd__oai_get(o, "best_of"))) {
+        if ((rc = ifd__oai_p_int(&c, v, "best_of", 1, IFD_OAI_MAX_N, &iv)) < 0)
+            goto out;
+        if (iv < (int64_t)out->n) {
+            rc = ifd__oai_perr(
+                &c, "invalid_value", "best_of",
+                "Invalid 'best_of': it must be greater than or equal to 'n' (%u), but "
+                "got %" PRId64 ".",
+                out->n, iv);
+            goto out;
+        }
+        if (iv > (int64_t)out->n) {
+            rc = ifd__oai_perr(
+                &c, "unsupported_value", "best_of",
+                "Unsupported value: 'best_of' greater than 'n' is not supported by this "
+                "server.");
+            goto out;
+        }
+    }
+    if ((rc = ifd__oai_parse_ext(&c, o, out)) < 0)
+        goto out;
+    rc = 0;
+out:
+    json_decref(o);
+    return rc;
+}
+
 int ifd_oai_parse_tokenize(ifd_arena_t *a, const char *body, size_t len, ifd_oai_tokenize_t *out,
                            ifd_oai_error_t *err)
 {
-    pctx_t c = {a, err};
+    ifd__oai_pctx_t c = {a, err};
     memset(out, 0, sizeof(*out));
     out->add_special_tokens = true;
     out->add_generation_prompt = true;
     json_t *o = load_object(&c, body, len);
     if (!o)
         return IFD_EINVAL;
-    const json_t *v, *prompt = get(o, "prompt"), *messages = get(o, "messages");
+    const json_t *v, *prompt = ifd__oai_get(o, "prompt"), *messages = ifd__oai_get(o, "messages");
     int rc = 0;
-    if ((v = get(o, "model")) && (rc = p_string(&c, v, "model", &out->model, NULL)) < 0)
+    if ((v = ifd__oai_get(o, "model")) &&
+        (rc = ifd__oai_p_string(&c, v, "model", &out->model, NULL)) < 0)
         goto out;
     if (prompt && messages) {
-        rc = perr(&c, "invalid_value", "messages", "Give either 'prompt' or 'messages', not both.");
+        rc = ifd__oai_perr(&c, "invalid_value", "messages",
+                           "Give either 'prompt' or 'messages', not both.");
         goto out;
     }
     if (!prompt && !messages) {
-        rc = missing(&c, "prompt");
+        rc = ifd__oai_missing(&c, "prompt");
         goto out;
     }
-    if (prompt && (rc = p_string(&c, prompt, "prompt", &out->prompt, &out->prompt_len)) < 0)
+    if (prompt &&
+        (rc = ifd__oai_p_string(&c, prompt, "prompt", &out->prompt, &out->prompt_len)) < 0)
         goto out;
     if (messages && (rc = p_messages(&c, messages, &out->messages, &out->n_messages)) < 0)
         goto out;
-    if ((v = get(o, "add_special_tokens")) &&
-        (rc = p_bool(&c, v, "add_special_tokens", &out->add_special_tokens)) < 0)
+    if ((v = ifd__oai_get(o, "add_special_tokens")) &&
+        (rc = ifd__oai_p_bool(&c, v, "add_special_tokens", &out->add_special_tokens)) < 0)
         goto out;
-    if ((v = get(o, "add_generation_prompt")) &&
-        (rc = p_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
+    if ((v = ifd__oai_get(o, "add_generation_prompt")) &&
+        (rc = ifd__oai_p_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
         goto out;
-    if ((v = get(o, "return_token_strs")) &&
-        (rc = p_bool(&c, v, "return_token_strs", &out->return_token_strs)) < 0)
+    if ((v = ifd__oai_get(o, "return_token_strs")) &&
+        (rc = ifd__oai_p_bool(&c, v, "return_token_strs", &out->return_token_strs)) < 0)
         goto out;
 out:
     json_decref(o);
@@ -969,17 +976,18 @@ out:
 int ifd_oai_parse_detokenize(ifd_arena_t *a, const char *body, size_t len,
                              ifd_oai_detokenize_t *out, ifd_oai_error_t *err)
 {
-    pctx_t c = {a, err};
+    ifd__oai_pctx_t c = {a, err};
     memset(out, 0, sizeof(*out));
     json_t *o = load_object(&c, body, len);
     if (!o)
         return IFD_EINVAL;
     const json_t *v;
     int rc = 0;
-    if ((v = get(o, "model")) && (rc = p_string(&c, v, "model", &out->model, NULL)) < 0)
+    if ((v = ifd__oai_get(o, "model")) &&
+        (rc = ifd__oai_p_string(&c, v, "model", &out->model, NULL)) < 0)
         goto out;
-    if (!(v = get(o, "tokens"))) {
-        rc = missing(&c, "tokens");
+    if (!(v = ifd__oai_get(o, "tokens"))) {
+        rc = ifd__oai_missing(&c, "tokens");
         goto out;
     }
     rc = p_token_array(&c, v, "tokens", SIZE_MAX, true, &out->tokens, &out->n_tokens);
@@ -1136,6 +1144,34 @@ static bool meta_ok(const ifd_oai_meta_t *m)
     return m && m->id && m->model && (m->kind == IFD_OAI_CHAT || m->kind == IFD_OAI_COMPLETION);
 }
 
+/* [{id, type: "function", function: {name, arguments}}]; with only_header
+ * >= 0, stream deltas: {index, id, type, function: {name, arguments: ""}}
+ * for call only_header, or (only_header == -2) {index, function:
+ * {arguments}} for every call. */
+static json_t *tool_calls_json(const ifd_oai_tool_call_t *tc, size_t n, long only_header, int *bad)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (only_header >= 0 && (size_t)only_header != i)
+            continue;
+        json_t *t = json_object();
+        json_t *f = json_object();
+        if (only_header != -1)
+            oset(t, "index", json_integer((json_int_t)i), bad);
+        if (only_header != -2) {
+            oset(t, "id", json_string(tc[i].id), bad);
+            oset(t, "type", json_string("function"), bad);
+            oset(f, "name", jstr(tc[i].name, strlen(tc[i].name)), bad);
+        }
+        oset(f, "arguments",
+             only_header >= 0 ? json_string("") : jstr(tc[i].arguments, strlen(tc[i].arguments)),
+             bad);
+        oset(t, "function", f, bad);
+        aadd(arr, t, bad);
+    }
+    return arr;
+}
+
 int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice_t *choices,
                           size_t n_choices, const ifd_oai_usage_t *usage)
 {
@@ -1152,8 +1188,12 @@ int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai
         if (chat) {
             json_t *msg = json_object();
             oset(msg, "role", json_string("assistant"), &bad);
-            oset(msg, "content", jstr(c->text, c->text_len), &bad);
+            oset(msg, "content",
+                 c->n_tool_calls && !c->text_len ? json_null() : jstr(c->text, c->text_len), &bad);
             oset(msg, "refusal", json_null(), &bad);
+            if (c->n_tool_calls)
+                oset(msg, "tool_calls", tool_calls_json(c->tool_calls, c->n_tool_calls, -1, &bad),
+                     &bad);
             oset(ch, "message", msg, &bad);
         } else {
             oset(ch, "text", jstr(c->text, c->text_len), &bad);
@@ -1258,6 +1298,42 @@ int ifd_oai_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choi
     rc = stream_chunk(s, out, c, role, NULL);
     if (rc == 0)
         s->state[c->index] = ST_STARTED;
+    return rc;
+}
+
+int ifd_oai_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c)
+{
+    int rc = stream_check(s, c);
+    if (rc < 0 || c->finish_reason || s->meta.kind != IFD_OAI_CHAT)
+        return IFD_EINVAL;
+    for (size_t i = 0; i < c->n_tool_calls && !rc; i++) {
+        for (int part = 0; part < 2 && !rc; part++) {
+            int bad = 0;
+            json_t *o = base_obj(&s->meta, "chat.completion.chunk", &bad);
+            json_t *ch = json_object();
+            oset(ch, "index", json_integer(c->index), &bad);
+            json_t *delta = json_object();
+            if (s->state[c->index] == ST_NEW) {
+                oset(delta, "role", json_string("assistant"), &bad);
+                s->state[c->index] = ST_STARTED;
+            }
+            json_t *one = tool_calls_json(c->tool_calls + i, 1, part ? -2 : 0, &bad);
+            /* the index is the call's place in the message */
+            json_t *first = json_array_get(one, 0);
+            if (first)
+                oset(first, "index", json_integer((json_int_t)i), &bad);
+            oset(delta, "tool_calls", one, &bad);
+            oset(ch, "delta", delta, &bad);
+            oset(ch, "logprobs", json_null(), &bad);
+            oset(ch, "finish_reason", json_null(), &bad);
+            json_t *arr = json_array();
+            aadd(arr, ch, &bad);
+            oset(o, "choices", arr, &bad);
+            if (s->include_usage)
+                oset(o, "usage", json_null(), &bad);
+            rc = emit(out, o, bad, true);
+        }
+    }
     return rc;
 }
 

@@ -84,11 +84,27 @@ int ifd_oai_error_json(ifd_buf_t *out, const ifd_oai_error_t *e);
 /* ---- requests ---------------------------------------------------------------------- */
 
 typedef struct {
-    const char *role; /* static string: "system" | "developer" | "user" | "assistant" | "tool" |
-                         "function" */
-    char *content;    /* a string, or its text parts joined with "\n"; "" for null */
-    char *name;       /* NULL when absent */
+    const char *role;   /* static string: "system" | "developer" | "user" | "assistant" | "tool" |
+                           "function" */
+    char *content;      /* a string, or its text parts joined with "\n"; "" for null */
+    char *name;         /* NULL when absent */
+    char *tool_calls;   /* assistant: its "tool_calls" array as compact JSON; NULL when absent */
+    char *tool_call_id; /* tool: the call it answers; NULL when absent */
 } ifd_oai_message_t;
+
+/* One function of "tools" (type "function"). */
+typedef struct {
+    char *name;        /* [A-Za-z0-9_-]{1,64}, OpenAI's rule */
+    char *description; /* NULL when absent */
+    char *parameters;  /* JSON Schema as compact JSON; NULL when absent (any object) */
+} ifd_oai_tool_t;
+
+typedef enum {
+    IFD_OAI_TOOL_CHOICE_NONE = 0, /* no tools, or "none": never call */
+    IFD_OAI_TOOL_CHOICE_AUTO,     /* the model decides; calls parsed from its output */
+    IFD_OAI_TOOL_CHOICE_REQUIRED, /* at least one call, forced by the grammar */
+    IFD_OAI_TOOL_CHOICE_NAMED,    /* exactly this function (tool_index), forced */
+} ifd_oai_tool_choice_t;
 
 /* One completions prompt: text or token ids (exactly one is non-NULL). */
 typedef struct {
@@ -147,9 +163,33 @@ typedef struct {
     uint32_t top_logprobs; /* [0, IFD_OAI_MAX_TOP_LOGPROBS] */
 
     bool stream;
-    bool include_usage; /* stream_options.include_usage */
-    bool ignore_eos;    /* vLLM extension, default false */
-    bool use_cache;     /* inferd extension: consult the prefix cache; default true */
+    bool include_usage;    /* stream_options.include_usage */
+    bool ignore_eos;       /* vLLM extension, default false */
+    bool use_cache;        /* inferd extension: consult the prefix cache; default true */
+    int32_t priority;      /* vLLM extension: lower is served first; default 0 */
+    bool include_stop_str; /* vLLM include_stop_str_in_output: keep the matched stop string */
+    int64_t truncate_prompt_tokens; /* vLLM: keep only the last k prompt tokens; 0 off, -1 the
+                                       context length */
+
+    /* Structured output: grammar text (common/grammar.h) the output must
+     * follow, from response_format json_object / json_schema, vLLM's
+     * structured_outputs {json, regex, choice, grammar, json_object} or the
+     * older guided_json / guided_regex / guided_choice / guided_grammar,
+     * or forced by tool_choice required / named. Checked to compile.
+     * NULL: unconstrained. At most one source per request. */
+    char *grammar;
+    size_t grammar_len;
+
+    /* chat: tools and how they may be called. tools_json (compact JSON of
+     * the "tools" array) and messages_json (of "messages") keep the
+     * request's own shapes for a template that renders them. */
+    ifd_oai_tool_t *tools;
+    size_t n_tools;
+    char *tools_json;    /* NULL when there are no tools */
+    char *messages_json; /* chat: always set */
+    ifd_oai_tool_choice_t tool_choice;
+    uint32_t tool_index;      /* NAMED: which tool */
+    bool parallel_tool_calls; /* default true: REQUIRED may produce several calls */
 } ifd_oai_request_t;
 
 /*
@@ -157,8 +197,9 @@ typedef struct {
  * request into *out, allocating from `a`. Returns 0; IFD_EINVAL with *err
  * filled (status 400) for invalid JSON or fields; IFD_ENOMEM (*err: 500).
  * `body` need not be NUL-terminated. Requests the server cannot honour
- * (tools, non-text response_format, image parts, suffix, best_of > n) are
- * refused with 400 and the field named, rather than silently ignored.
+ * (image parts, suffix, best_of > n, unsupported JSON Schema keywords,
+ * prompt_logprobs, min_tokens > 0, …: docs/api.md lists them) are refused
+ * with 400 and the field named, rather than silently ignored.
  */
 int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                        ifd_oai_error_t *err);
@@ -231,6 +272,13 @@ typedef struct {
     size_t n_top;
 } ifd_oai_logprob_t;
 
+/* A tool call of a chat response. arguments is JSON text (an object). */
+typedef struct {
+    const char *id; /* "call_…" */
+    const char *name;
+    const char *arguments;
+} ifd_oai_tool_call_t;
+
 /* A choice of a non-streamed response, or the part of one a chunk carries. */
 typedef struct {
     uint32_t index;
@@ -243,6 +291,9 @@ typedef struct {
     const ifd_oai_logprob_t *logprobs;
     size_t n_logprobs;
     uint32_t text_offset; /* completions: offset of this text in the whole output */
+    /* chat: the message's tool calls (content is null when text_len is 0) */
+    const ifd_oai_tool_call_t *tool_calls;
+    size_t n_tool_calls;
 } ifd_oai_choice_t;
 
 /* Writes "chatcmpl-<32 hex>" (chat) or "cmpl-<32 hex>" from 128 random bits
@@ -305,6 +356,12 @@ int ifd_oai_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out);
  * IFD_ENOMEM.
  */
 int ifd_oai_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c);
+
+/* Chat: the tool calls of choice c->index as deltas the way vLLM streams
+ * them: per call one chunk with {index, id, type, function {name,
+ * arguments: ""}} then one with the arguments. c->finish_reason must be
+ * NULL; text and logprobs are ignored. Same errors as ifd_oai_stream_delta. */
+int ifd_oai_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c);
 
 /* The last chunk of choice c->index: any remaining text/logprobs and
  * c->finish_reason (required). Same errors as ifd_oai_stream_delta. */

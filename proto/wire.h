@@ -57,7 +57,8 @@
 #define IFD_WIRE_MAX_STOP_IDS   1024u       /* stop token ids of one request */
 #define IFD_WIRE_MAX_LOGIT_BIAS (1u << 20)  /* logit_bias entries of one request */
 #define IFD_WIRE_MAX_TOP        20u         /* top logprobs of one token (OpenAI's limit) */
-#define IFD_WIRE_MAX_GRAMMAR    (1u << 20)  /* bytes of one request's grammar (IFD_GRAMMAR_MAX_TEXT) */
+#define IFD_WIRE_MAX_GRAMMAR    (1u << 20) /* bytes of one request's grammar (IFD_GRAMMAR_MAX_TEXT) \
+                                            */
 
 /* Who sends a message. */
 typedef enum {

@@ -25,8 +25,8 @@
 
 struct ifd_vocab {
     int32_t n_vocab;
-    uint8_t *bytes;   /* all tokens' bytes */
-    uint32_t *off;    /* [n_vocab + 1] */
+    uint8_t *bytes; /* all tokens' bytes */
+    uint32_t *off;  /* [n_vocab + 1] */
     int32_t *eog;
     size_t n_eog;
     /* trie */
@@ -192,8 +192,8 @@ int ifd_vocab_create_tokenizer(const ifd_tokenizer_t *t, ifd_vocab_t **out)
     if (!rc) {
         const ifd_token_t *eog;
         size_t n_eog = ifd_tokenizer_eog_ids(t, &eog);
-        rc = ifd_vocab_create(n, (const char *const *)bytes, lens, (const int32_t *)eog, n_eog,
-                              out);
+        rc =
+            ifd_vocab_create(n, (const char *const *)bytes, lens, (const int32_t *)eog, n_eog, out);
     }
     for (int32_t i = 0; bytes && i < n; i++)
         free(bytes[i]);
@@ -427,8 +427,7 @@ static bool is_eog(const ifd_vocab_t *v, int32_t t)
 static int sync(ifd_constraint_t *c, const int32_t *gen, size_t n)
 {
     const ifd_vocab_t *v = c->store->vocab;
-    if (n < c->consumed ||
-        (c->consumed && memcmp(c->seen, gen, c->consumed * sizeof *gen) != 0)) {
+    if (n < c->consumed || (c->consumed && memcmp(c->seen, gen, c->consumed * sizeof *gen) != 0)) {
         ifd_gmatch_reset(c->m);
         c->consumed = 0;
         c->ended = false;
@@ -475,8 +474,7 @@ static void set_eog(const ifd_vocab_t *v, const ifd__gstate_t *st, uint32_t *bit
         bits[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
 }
 
-static int walk(ifd_gstore_t *s, const ifd_grammar_t *g, const ifd__gstate_t *root,
-                uint32_t *bits)
+static int walk(ifd_gstore_t *s, const ifd_grammar_t *g, const ifd__gstate_t *root, uint32_t *bits)
 {
     const ifd_vocab_t *v = s->vocab;
     memset(bits, 0, s->words * sizeof *bits);

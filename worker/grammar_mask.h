@@ -34,8 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define IFD_GSTORE_KEEP       8    /* unused grammars kept compiled */
-#define IFD_GMASK_CACHE_MAX   1024 /* cached masks per grammar */
+#define IFD_GSTORE_KEEP     8    /* unused grammars kept compiled */
+#define IFD_GMASK_CACHE_MAX 1024 /* cached masks per grammar */
 
 typedef struct ifd_vocab ifd_vocab_t;
 

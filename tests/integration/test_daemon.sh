@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
-# (http, openai, crash, robust, faults, systemd) with the test Python ($INFERD_PYTHON, else
+# (http, openai, crash, robust, faults, structured, systemd) with the test Python ($INFERD_PYTHON, else
 # python3). Each Python file starts its own inferd processes on temporary
 # sockets and skips (exit 77) loudly when the default model is absent;
 # `openai` also needs the venv's openai + httpx packages.
@@ -11,6 +11,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=${INFERD_PYTHON:-python3}
 if ! command -v "$py" >/dev/null 2>&1; then
     echo "SKIPPED: no Python ($py) to drive the daemon tests"
+    exit 77
+fi
+if [ "$kind" = structured ] && ! "$py" -c 'import openai, httpx, jsonschema' 2>/dev/null; then
+    echo "SKIPPED: $py lacks the openai/httpx/jsonschema packages (deploy/install-deps.sh" \
+         "installs them into the venv that test.sh exports as INFERD_PYTHON)"
     exit 77
 fi
 if [ "$kind" = openai ] && ! "$py" -c 'import openai, httpx' 2>/dev/null; then

@@ -150,9 +150,10 @@ static ifd_grammar_t *regex_grammar(const char *re)
 START_TEST(test_regex_vs_pcre2)
 {
     static const char *const res[] = {
-        "a", "ab|ba", "a*b+", "(ab)?c{2,3}", "[a-c]+-?[0-9]{1,2}", "[^ab]", "\\d+\\.\\d*",
-        "(?:a|bc)*", "x{0,2}y{1,}", ".", "a.b", "\\w\\W\\s\\S", "[\\d_]+", "(a|b)(c|)",
-        "^a+$", "(?P<n>a)b", "a??b+?", "[-a]", "[a\\]]+", "\\x61\\u0062",
+        "a",         "ab|ba",        "a*b+",      "(ab)?c{2,3}", "[a-c]+-?[0-9]{1,2}",
+        "[^ab]",     "\\d+\\.\\d*",  "(?:a|bc)*", "x{0,2}y{1,}", ".",
+        "a.b",       "\\w\\W\\s\\S", "[\\d_]+",   "(a|b)(c|)",   "^a+$",
+        "(?P<n>a)b", "a??b+?",       "[-a]",      "[a\\]]+",     "\\x61\\u0062",
     };
     const char alpha[] = "abcxy019_-. \n]";
     uint64_t rng = 12345;
@@ -160,10 +161,9 @@ START_TEST(test_regex_vs_pcre2)
         ifd_grammar_t *g = regex_grammar(res[r]);
         int perr;
         PCRE2_SIZE eoff;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)res[r], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_UTF | PCRE2_ALT_BSUX,
-                                       &perr,
-                                       &eoff, NULL);
+        pcre2_code *re = pcre2_compile(
+            (PCRE2_SPTR)res[r], PCRE2_ZERO_TERMINATED,
+            PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_UTF | PCRE2_ALT_BSUX, &perr, &eoff, NULL);
         ck_assert_ptr_nonnull(re);
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
         int pos = 0;
@@ -177,8 +177,8 @@ START_TEST(test_regex_vs_pcre2)
             }
             bool want = pcre2_match(re, (PCRE2_SPTR)s, (size_t)len, 0, 0, md, NULL) >= 0;
             bool got = matches(g, s, (size_t)len);
-            ck_assert_msg(want == got, "regex %s on \"%.*s\": pcre2 %d, grammar %d", res[r], len,
-                          s, want, got);
+            ck_assert_msg(want == got, "regex %s on \"%.*s\": pcre2 %d, grammar %d", res[r], len, s,
+                          want, got);
             pos += want;
         }
         ck_assert_msg(pos > 0 || r == 10 || r == 11, "regex %s: no positive sample", res[r]);
@@ -191,8 +191,7 @@ START_TEST(test_regex_vs_pcre2)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ifd_buf_t b = IFD_BUF_INIT;
         char err[256];
-        ck_assert_int_eq(ifd_gconv_regex(bad[i], strlen(bad[i]), &b, err, sizeof err),
-                         IFD_ENOTSUP);
+        ck_assert_int_eq(ifd_gconv_regex(bad[i], strlen(bad[i]), &b, err, sizeof err), IFD_ENOTSUP);
         ck_assert(strstr(err, "regex"));
         ifd_buf_free(&b);
     }
@@ -267,9 +266,11 @@ START_TEST(test_json_schema)
           "{\"b\":2,\"c\":3,\"d\":4}"},
          {"{}", "{\"a\":1}", "{\"a\":1,\"c\":3,}", "{\"c\":3,\"a\":1}", "{,\"c\":3}"}},
         {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"boolean\"}]}",
-         {"[\"a\",true]"}, {"[\"a\"]", "[true,\"a\"]"}},
+         {"[\"a\",true]"},
+         {"[\"a\"]", "[true,\"a\"]"}},
         {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
-         {"{}", "{\"x\":1,\"y\":2}"}, {"{\"x\":\"1\"}"}},
+         {"{}", "{\"x\":1,\"y\":2}"},
+         {"{\"x\":\"1\"}"}},
         {"true", {"1", "{\"a\":[null,{}]}", "\"s\""}, {"nul"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -326,14 +327,18 @@ static json_t *random_json(uint64_t *rng, int depth)
     *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
     unsigned k = (unsigned)(*rng >> 33);
     switch (depth > 3 ? k % 5 : k % 7) {
-    case 0: return json_integer((json_int_t)(k % 2000) - 1000);
-    case 1: return json_real((double)(k % 1000) / 8.0 - 50.0);
+    case 0:
+        return json_integer((json_int_t)(k % 2000) - 1000);
+    case 1:
+        return json_real((double)(k % 1000) / 8.0 - 50.0);
     case 2: {
         static const char *const strs[] = {"", "a", "é\"\\\n\t", "x y", "\x01", "日本"};
         return json_string(strs[k % 6]);
     }
-    case 3: return json_boolean(k & 8);
-    case 4: return json_null();
+    case 3:
+        return json_boolean(k & 8);
+    case 4:
+        return json_null();
     case 5: {
         json_t *a = json_array();
         for (unsigned i = 0; i < k % 4; i++)

@@ -27,10 +27,10 @@ static uint64_t rnd(uint64_t *s)
  * bytes), a few tokens have no bytes. */
 static ifd_vocab_t *random_vocab(uint64_t *rng, int32_t n)
 {
-    static const char *const atoms[] = {"{", "}", "[", "]", "\"", ":", ",", " ", "\n", "a", "b",
-                                        "e", "t", "r", "u", "n", "l", "f", "s", "0", "1", "9",
-                                        "-", ".", "\\", "x", "\xc3\xa9", "\xe2\x82", "\xac",
-                                        "name", "true", "null", "\":", "\",\"", "  "};
+    static const char *const atoms[] = {
+        "{",  "}", "[",        "]",        "\"",   ":",    ",",    " ",    "\n",  "a",     "b", "e",
+        "t",  "r", "u",        "n",        "l",    "f",    "s",    "0",    "1",   "9",     "-", ".",
+        "\\", "x", "\xc3\xa9", "\xe2\x82", "\xac", "name", "true", "null", "\":", "\",\"", "  "};
     char **bytes = calloc((size_t)n, sizeof *bytes);
     uint32_t *lens = calloc((size_t)n, sizeof *lens);
     for (int32_t i = 0; i < n; i++) {
@@ -126,8 +126,8 @@ START_TEST(test_mask_vs_brute_force)
                 ck_assert_int_eq(ifd_constraint_mask(k, hist, n, a), 0);
                 ck_assert_int_eq(ifd_constraint_mask_brute(brute, hist, n, b), 0);
                 for (size_t w = 0; w < words; w++)
-                    ck_assert_msg(a[w] == b[w], "grammar %d step %zu word %zu: %08x vs %08x", gi,
-                                  n, w, a[w], b[w]);
+                    ck_assert_msg(a[w] == b[w], "grammar %d step %zu word %zu: %08x vs %08x", gi, n,
+                                  w, a[w], b[w]);
                 /* a fresh constraint replaying the history agrees (resume) */
                 if (n % 9 == 4) {
                     ifd_constraint_t *r;

@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "openai.h"
+#include "toolcall.h"
 #include "sse.h"
 
 #include <jansson.h>
@@ -226,12 +227,16 @@ START_TEST(test_completion_prompt_shapes)
     ck_assert_int_eq(r.max_tokens, 3);
 
     ck_assert_int_eq(
-        parse_cmpl(&a, "{\"prompt\":[1,2,2147483647],\"logprobs\":3,\"echo\":true}", &r, &e), 0);
+        parse_cmpl(&a, "{\"prompt\":[1,2,2147483647],\"logprobs\":3,\"echo\":false}", &r, &e), 0);
     ck_assert_uint_eq(r.n_prompts, 1);
     ck_assert_ptr_null(r.prompts[0].text);
     ck_assert_uint_eq(r.prompts[0].n_tokens, 3);
     ck_assert_int_eq(r.prompts[0].tokens[2], 2147483647);
-    ck_assert(r.logprobs && r.top_logprobs == 3 && r.echo);
+    ck_assert(r.logprobs && r.top_logprobs == 3 && !r.echo);
+    /* echo with logprobs would need the prompt's logprobs: refused */
+    ck_assert_int_eq(parse_cmpl(&a, "{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true}", &r, &e),
+                     IFD_EINVAL);
+    ck_assert_str_eq(e.param, "echo");
 
     ck_assert_int_eq(parse_cmpl(&a,
                                 "{\"prompt\":[[5],[6,7]],\"logprobs\":0,\"best_of\":1,"
@@ -391,9 +396,55 @@ static const bad_case_t k_bad[] = {
     {EP_CHAT, "{" MSG ",\"top_logprobs\":2}", "top_logprobs", "invalid_value"},
     {EP_CHAT, "{" MSG ",\"ignore_eos\":\"no\"}", "ignore_eos", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"use_cache\":0}", "use_cache", "invalid_type"},
-    {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", "tools", "unsupported_parameter"},
-    {EP_CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}", "response_format.type",
-     "unsupported_value"},
+    {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", "tools[0].function",
+     "missing_required_parameter"},
+    {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"x\",\"function\":{}}]}", "tools[0].type",
+     "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}",
+     "tools[0].function.name", "invalid_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+     "\"parameters\":{\"type\":\"integer\",\"minimum\":1}}}]}",
+     "tools[0].function.parameters", "unsupported_value"},
+    {EP_CHAT, "{" MSG ",\"tool_choice\":\"required\"}", "tool_choice", "invalid_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}",
+     "tool_choice.function.name", "invalid_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+     "\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
+     "tool_choice", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"response_format\":{\"type\":\"xml\"}}", "response_format.type",
+     "invalid_value"},
+    {EP_CHAT,
+     "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+     "\"x\",\"schema\":{\"type\":\"object\",\"patternProperties\":{}}}}}",
+     "response_format.json_schema.schema", "unsupported_value"},
+    {EP_CHAT, "{" MSG ",\"guided_regex\":\"(?=x)\"}", "guided_regex", "unsupported_value"},
+    {EP_CHAT, "{" MSG ",\"guided_grammar\":\"root ::= foo\"}", "guided_grammar", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"guided_choice\":[]}", "guided_choice", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"guided_json\":\"{bad\"}", "guided_json", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"guided_regex\":\"a\",\"guided_choice\":[\"a\"]}", "guided_choice",
+     "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"structured_outputs\":{\"regex\":\"a\",\"choice\":[\"a\"]}}",
+     "structured_outputs", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"structured_outputs\":{\"structural_tag\":\"x\"}}",
+     "structured_outputs.structural_tag", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"min_tokens\":3}", "min_tokens", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":1}", "prompt_logprobs", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"echo\":true}", "echo", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"stream\":true,\"stream_options\":{\"continuous_usage_stats\":true}}",
+     "stream_options.continuous_usage_stats", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"priority\":1.5}", "priority", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"truncate_prompt_tokens\":0}", "truncate_prompt_tokens",
+     "integer_below_min_value"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}",
+     "messages[0].tool_calls", "invalid_value"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{}}]}]}",
+     "messages[0].tool_calls[0].function.name", "missing_required_parameter"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"use_beam_search\":true}", "use_beam_search",
+     "unsupported_parameter"},
     {EP_CHAT, "{" MSG ",\"add_generation_prompt\":1}", "add_generation_prompt", "invalid_type"},
     /* completions */
     {EP_CMPL, "{}", "prompt", "missing_required_parameter"},
@@ -1016,6 +1067,230 @@ START_TEST(test_fuzz_requests)
 }
 END_TEST
 
+/* ---- structured outputs and tools ------------------------------------------------------ */
+
+#define TOOL_F                                                                                     \
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\","         \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"         \
+    "\"required\":[\"city\"]}}}"
+
+START_TEST(test_structured_and_tools)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    static const char *const with_grammar[] = {
+        "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}",
+        "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+        "\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+        "\"integer\"}}}}}}",
+        "{" MSG ",\"structured_outputs\":{\"json\":{\"type\":\"string\"}}}",
+        "{" MSG ",\"structured_outputs\":{\"regex\":\"[a-z]+\",\"backend\":\"xgrammar\"}}",
+        "{" MSG ",\"structured_outputs\":{\"choice\":[\"a\",\"b\"]}}",
+        "{" MSG ",\"structured_outputs\":{\"grammar\":\"root ::= \\\"x\\\"\"}}",
+        "{" MSG ",\"structured_outputs\":{\"json_object\":true}}",
+        "{" MSG ",\"guided_json\":\"{\\\"type\\\":\\\"integer\\\"}\"}",
+        "{" MSG ",\"guided_regex\":\"\\\\d{3}\",\"guided_decoding_backend\":\"outlines\"}",
+        "{" MSG ",\"guided_choice\":[\"yes\",\"no\"]}",
+        "{" MSG ",\"guided_grammar\":\"root ::= [0-9]+\"}",
+        "{" MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":\"required\"}",
+        "{" MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":\"function\",\"function\":"
+        "{\"name\":\"get_weather\"}}}",
+    };
+    for (size_t i = 0; i < sizeof with_grammar / sizeof with_grammar[0]; i++) {
+        int rc = parse_chat(&a, with_grammar[i], &r, &e);
+        ck_assert_msg(rc == 0, "%s: %s (%s)", with_grammar[i], e.message, e.param);
+        ck_assert_msg(r.grammar && r.grammar_len == strlen(r.grammar), "%s", with_grammar[i]);
+    }
+    /* completions take the same sources */
+    ck_assert_int_eq(parse_cmpl(&a, "{\"prompt\":\"x\",\"guided_choice\":[\"a\"]}", &r, &e), 0);
+    ck_assert_ptr_nonnull(r.grammar);
+    /* text, no tools: no grammar */
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"response_format\":{\"type\":\"text\"}}", &r, &e),
+                     0);
+    ck_assert_ptr_null(r.grammar);
+
+    /* tools: auto by default, kept as JSON for templates */
+    ck_assert_int_eq(
+        parse_chat(&a,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},"
+                   "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
+                   "\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                   "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},"
+                   "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"5C\"}],"
+                   "\"tools\":[" TOOL_F "],\"parallel_tool_calls\":false,"
+                   "\"priority\":-2,\"include_stop_str_in_output\":true,"
+                   "\"truncate_prompt_tokens\":100}",
+                   &r, &e),
+        0);
+    ck_assert_int_eq(r.tool_choice, IFD_OAI_TOOL_CHOICE_AUTO);
+    ck_assert_ptr_null(r.grammar);
+    ck_assert_uint_eq(r.n_tools, 1);
+    ck_assert_str_eq(r.tools[0].name, "get_weather");
+    ck_assert_str_eq(r.tools[0].description, "d");
+    ck_assert(strstr(r.tools[0].parameters, "\"city\""));
+    ck_assert(strstr(r.tools_json, "get_weather"));
+    ck_assert(strstr(r.messages_json, "tool_call_id"));
+    ck_assert(strstr(r.messages[1].tool_calls, "Oslo"));
+    ck_assert_str_eq(r.messages[2].tool_call_id, "c1");
+    ck_assert(!r.parallel_tool_calls);
+    ck_assert_int_eq(r.priority, -2);
+    ck_assert(r.include_stop_str);
+    ck_assert_int_eq(r.truncate_prompt_tokens, 100);
+    ck_assert_int_eq(
+        parse_chat(&a, "{" MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":\"none\"}", &r, &e), 0);
+    ck_assert_int_eq(r.tool_choice, IFD_OAI_TOOL_CHOICE_NONE);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_toolcall_parse)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    ck_assert_int_eq(parse_chat(&a,
+                                "{" MSG ",\"tools\":[" TOOL_F
+                                ",{\"type\":\"function\",\"function\":"
+                                "{\"name\":\"noop\"}}]}",
+                                &r, &e),
+                     0);
+    static const struct {
+        const char *text;
+        size_t n_calls;
+        const char *content; /* the content part */
+        const char *args0;
+    } cases[] = {
+        {"Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+         "\"Oslo\"}}\n</tool_call>",
+         1, "Let me check.", "{\"city\":\"Oslo\"}"},
+        {"<tool_call>{\"name\":\"noop\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":"
+         "\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"X\\\"}\"}</tool_call>",
+         2, "", "{}"},
+        {"<tool_call>{\"name\":\"noop\",\"arguments\":{}}", 1, "", "{}"}, /* unclosed at the end */
+        {"[TOOL_CALLS][{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}]", 1, "",
+         "{\"city\":\"Rome\"}"},
+        {"[TOOL_CALLS]get_weather[ARGS]{\"city\":\"Rome\"}", 1, "", "{\"city\":\"Rome\"}"},
+        {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Lima\"}}", 1, "",
+         "{\"city\":\"Lima\"}"},
+        {"<|python_tag|>{\"name\": \"noop\", \"parameters\": {}}; {\"name\": \"noop\", "
+         "\"parameters\": {}}",
+         2, "", "{}"},
+        /* not calls: unknown function, bad JSON, plain text */
+        {"<tool_call>{\"name\":\"rm_rf\",\"arguments\":{}}</tool_call>", 0, NULL, NULL},
+        {"<tool_call>{\"name\":\"noop\",</tool_call>", 0, NULL, NULL},
+        {"The weather is fine.", 0, NULL, NULL},
+        {"{\"city\": \"Oslo\"}", 0, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ifd_toolcall_result_t t;
+        size_t len = strlen(cases[i].text);
+        ck_assert_int_eq(ifd_toolcall_parse(&a, cases[i].text, len, &r, &t), 0);
+        ck_assert_msg(t.n_calls == cases[i].n_calls, "case %zu: %zu calls", i, t.n_calls);
+        if (!t.n_calls) {
+            ck_assert_uint_eq(t.content_len, len);
+            continue;
+        }
+        ck_assert_uint_eq(t.content_len, strlen(cases[i].content));
+        ck_assert(memcmp(cases[i].text, cases[i].content, t.content_len) == 0);
+        ck_assert_str_eq(t.calls[0].arguments, cases[i].args0);
+    }
+    /* forced: required (the grammar's array) and named (the arguments) */
+    ck_assert_int_eq(
+        parse_chat(&a, "{" MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":\"required\"}", &r, &e), 0);
+    ifd_toolcall_result_t t;
+    const char *req = "[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Bern\"}}]";
+    ck_assert_int_eq(ifd_toolcall_parse(&a, req, strlen(req), &r, &t), 0);
+    ck_assert_uint_eq(t.n_calls, 1);
+    ck_assert_str_eq(t.calls[0].name, "get_weather");
+    ck_assert_str_eq(t.calls[0].arguments, "{\"city\":\"Bern\"}");
+    ck_assert_int_eq(parse_chat(&a,
+                                "{" MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":{\"type\":"
+                                "\"function\",\"function\":{\"name\":\"get_weather\"}}}",
+                                &r, &e),
+                     0);
+    const char *named = "{\"city\": \"Bern\"}";
+    ck_assert_int_eq(ifd_toolcall_parse(&a, named, strlen(named), &r, &t), 0);
+    ck_assert_uint_eq(t.n_calls, 1);
+    ck_assert_str_eq(t.calls[0].arguments, "{\"city\":\"Bern\"}");
+
+    /* hold-back for streaming */
+    ck_assert_uint_eq(ifd_toolcall_hold_from("Hello", 5), 5);
+    ck_assert_uint_eq(ifd_toolcall_hold_from("Hello <tool", 11), 6);
+    ck_assert_uint_eq(ifd_toolcall_hold_from("Hi [TOOL_CALLS]x", 16), 3);
+    ck_assert_uint_eq(ifd_toolcall_hold_from("  {\"na", 6), 0);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_tool_call_response)
+{
+    ifd_oai_meta_t m = {IFD_OAI_CHAT, "chatcmpl-x", "smol", 1, NULL};
+    ifd_oai_tool_call_t tc[2] = {{"call_1", "f", "{\"a\":1}"}, {"call_2", "g", "{}"}};
+    ifd_oai_choice_t c = {0};
+    c.finish_reason = "tool_calls";
+    c.tool_calls = tc;
+    c.n_tool_calls = 2;
+    ifd_oai_usage_t u = {3, 4, 0};
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_response_json(&b, &m, &c, 1, &u), 0);
+    json_t *j = load(b.data, b.len);
+    ck_assert(jnull(j, "choices.0.message.content"));
+    ck_assert_str_eq(js(j, "choices.0.message.tool_calls.1.id"), "call_2");
+    ck_assert_str_eq(js(j, "choices.0.message.tool_calls.0.type"), "function");
+    ck_assert_str_eq(js(j, "choices.0.message.tool_calls.0.function.name"), "f");
+    ck_assert_str_eq(js(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"a\":1}");
+    ck_assert_str_eq(js(j, "choices.0.finish_reason"), "tool_calls");
+    json_decref(j);
+    ifd_buf_free(&b);
+
+    /* streamed: per call a header delta then an arguments delta */
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_stream_t s;
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &m, 1, false), 0);
+    ifd_oai_choice_t d = {0};
+    d.tool_calls = tc;
+    d.n_tool_calls = 2;
+    ck_assert_int_eq(ifd_oai_stream_tool_calls(&s, &b, &d), 0);
+    ifd_oai_choice_t f = {0};
+    f.finish_reason = "tool_calls";
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &f), 0);
+    /* split the events */
+    char *p = b.data;
+    int events = 0;
+    while ((p = strstr(p, "data: "))) {
+        p += 6;
+        char *end = strstr(p, "\n\n");
+        json_t *ev = load(p, (size_t)(end - p));
+        if (events == 0) {
+            ck_assert_str_eq(js(ev, "choices.0.delta.role"), "assistant");
+            ck_assert_str_eq(js(ev, "choices.0.delta.tool_calls.0.id"), "call_1");
+            ck_assert_str_eq(js(ev, "choices.0.delta.tool_calls.0.function.name"), "f");
+            ck_assert_str_eq(js(ev, "choices.0.delta.tool_calls.0.function.arguments"), "");
+        } else if (events == 1) {
+            ck_assert_int_eq(ji(ev, "choices.0.delta.tool_calls.0.index"), 0);
+            ck_assert_ptr_null(jp(ev, "choices.0.delta.tool_calls.0.id"));
+            ck_assert_str_eq(js(ev, "choices.0.delta.tool_calls.0.function.arguments"),
+                             "{\"a\":1}");
+        } else if (events == 2) {
+            ck_assert_int_eq(ji(ev, "choices.0.delta.tool_calls.0.index"), 1);
+            ck_assert_str_eq(js(ev, "choices.0.delta.tool_calls.0.id"), "call_2");
+        } else if (events == 4) {
+            ck_assert_str_eq(js(ev, "choices.0.finish_reason"), "tool_calls");
+        }
+        json_decref(ev);
+        events++;
+        p = end;
+    }
+    ck_assert_int_eq(events, 5);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("proto_openai");
@@ -1035,6 +1310,9 @@ int main(void)
     tcase_add_test(tc, test_completion_stream);
     tcase_add_test(tc, test_models_tokenize_ids);
     tcase_add_test(tc, test_fuzz_requests);
+    tcase_add_test(tc, test_structured_and_tools);
+    tcase_add_test(tc, test_toolcall_parse);
+    tcase_add_test(tc, test_tool_call_response);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

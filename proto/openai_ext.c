@@ -1,0 +1,626 @@
+/*
+ * openai_ext.c — the request fields beyond plain sampling: structured
+ * outputs (compiled to grammar text here, so an unsupported schema is a 400
+ * before anything runs), tools and tool_choice, message tool calls, and a
+ * table of OpenAI/vLLM parameters this server does not implement, each
+ * accepted only at its "off" value and otherwise refused with 400 naming
+ * it (never silently ignored).
+ */
+#include "openai_impl.h"
+
+#include "error.h"
+#include "grammar.h"
+#include "grammar_conv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- refused extras ---------------------------------------------------------------- */
+
+typedef enum {
+    OK_NULL,  /* only absent / null */
+    OK_FALSE, /* false */
+    OK_TRUE,  /* true (the default) */
+    OK_ZERO,  /* 0 */
+    OK_EMPTY, /* an empty array, object or string */
+} ok_t;
+
+enum { EP_C = 1, EP_P = 2, EP_BOTH = 3 };
+
+static const struct {
+    const char *name;
+    int ep;
+    ok_t ok;
+    const char *why;
+} EXTRAS[] = {
+    {"min_tokens", EP_BOTH, OK_ZERO, "a minimum length is not implemented"},
+    {"prompt_logprobs", EP_BOTH, OK_NULL, "prompt logprobs are not computed"},
+    {"echo", EP_C, OK_FALSE, "chat echo is not implemented"},
+    {"use_beam_search", EP_BOTH, OK_FALSE, "beam search is not implemented"},
+    {"allowed_token_ids", EP_BOTH, OK_NULL, "use logit_bias or structured outputs"},
+    {"bad_words", EP_BOTH, OK_EMPTY, "use logit_bias"},
+    {"logits_processors", EP_BOTH, OK_EMPTY, "custom logits processors cannot be loaded"},
+    {"skip_special_tokens", EP_BOTH, OK_TRUE, "special tokens are always skipped"},
+    {"spaces_between_special_tokens", EP_BOTH, OK_TRUE, "special tokens are always skipped"},
+    {"return_tokens_as_token_ids", EP_BOTH, OK_FALSE, "tokens are returned as text"},
+    {"functions", EP_C, OK_EMPTY, "use 'tools' (the deprecated 'functions' is not supported)"},
+    {"function_call", EP_C, OK_NULL, "use 'tool_choice'"},
+    {"chat_template", EP_C, OK_NULL, "the server's template is used (--chat-template)"},
+    {"chat_template_kwargs", EP_C, OK_EMPTY, "template variables are not supported yet"},
+    {"documents", EP_C, OK_EMPTY, "documents are not supported"},
+    {"audio", EP_C, OK_NULL, "audio output is not supported"},
+    {"prediction", EP_C, OK_NULL, "predicted outputs are not supported"},
+    {"web_search_options", EP_C, OK_NULL, "web search is not supported"},
+    {"reasoning_effort", EP_C, OK_NULL, "reasoning effort is not supported"},
+    {"store", EP_C, OK_FALSE, "completions are not stored"},
+    {"guided_whitespace_pattern", EP_BOTH, OK_NULL, "the whitespace rule is fixed"},
+    {"cache_salt", EP_BOTH, OK_NULL, "prefix-cache salts are not supported"},
+    {"mm_processor_kwargs", EP_BOTH, OK_EMPTY, "multimodal inputs are not supported"},
+};
+
+static bool extra_ok(const json_t *v, ok_t ok)
+{
+    switch (ok) {
+    case OK_NULL:
+        return false; /* get() already skipped null */
+    case OK_FALSE:
+        return json_is_false(v);
+    case OK_TRUE:
+        return json_is_true(v);
+    case OK_ZERO:
+        return json_is_integer(v) && json_integer_value(v) == 0;
+    case OK_EMPTY:
+        return (json_is_array(v) && json_array_size(v) == 0) ||
+               (json_is_object(v) && json_object_size(v) == 0) ||
+               (json_is_string(v) && json_string_length(v) == 0);
+    }
+    return false;
+}
+
+static int p_extras(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_kind_t kind)
+{
+    int ep = kind == IFD_OAI_CHAT ? EP_C : EP_P;
+    for (size_t i = 0; i < sizeof EXTRAS / sizeof EXTRAS[0]; i++) {
+        if (!(EXTRAS[i].ep & ep))
+            continue;
+        const json_t *v = ifd__oai_get(o, EXTRAS[i].name);
+        if (v && !extra_ok(v, EXTRAS[i].ok))
+            return ifd__oai_perr(
+                c, "unsupported_parameter", EXTRAS[i].name,
+                "Unsupported parameter: '%s' is not supported by this server (%s).", EXTRAS[i].name,
+                EXTRAS[i].why);
+    }
+    const json_t *so = ifd__oai_get(o, "stream_options");
+    const json_t *cu = so ? ifd__oai_get(so, "continuous_usage_stats") : NULL;
+    if (cu && !json_is_false(cu))
+        return ifd__oai_perr(c, "unsupported_parameter", "stream_options.continuous_usage_stats",
+                             "Unsupported parameter: 'stream_options.continuous_usage_stats' is "
+                             "not supported by this server (use include_usage: the usage comes "
+                             "in one chunk at the end).");
+    return 0;
+}
+
+/* ---- structured outputs ---------------------------------------------------------------- */
+
+typedef enum { SO_JSON, SO_JSON_OBJECT, SO_REGEX, SO_CHOICE, SO_GRAMMAR } so_kind_t;
+
+/* Compiles a source into r->grammar; param names it in errors. */
+static int set_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r, so_kind_t k, const json_t *v,
+                       const char *param)
+{
+    ifd_buf_t g = IFD_BUF_INIT;
+    char err[300] = "";
+    int rc = 0;
+    json_t *owned = NULL;
+    switch (k) {
+    case SO_JSON:
+        if (json_is_string(v)) { /* vLLM accepts the schema as a JSON string */
+            json_error_t je;
+            owned = json_loads(json_string_value(v), JSON_DECODE_ANY, &je);
+            if (!owned)
+                return ifd__oai_perr(c, "invalid_value", param,
+                                     "Invalid '%s': not valid JSON (%s).", param, je.text);
+            v = owned;
+        }
+        if (!json_is_object(v) && !json_is_boolean(v)) {
+            json_decref(owned);
+            return ifd__oai_bad_type(c, param, "an object (a JSON Schema)", v);
+        }
+        rc = ifd_gconv_json_schema(v, &g, err, sizeof err);
+        break;
+    case SO_JSON_OBJECT:
+        rc = ifd_gconv_json_object(&g);
+        break;
+    case SO_REGEX:
+        if (!json_is_string(v))
+            return ifd__oai_bad_type(c, param, "a string", v);
+        rc = ifd_gconv_regex(json_string_value(v), json_string_length(v), &g, err, sizeof err);
+        break;
+    case SO_CHOICE: {
+        if (!json_is_array(v) || json_array_size(v) == 0)
+            return ifd__oai_bad_type(c, param, "a non-empty array of strings", v);
+        size_t n = json_array_size(v);
+        const char **ch = calloc(n, sizeof *ch);
+        if (!ch)
+            return ifd__oai_oom(c);
+        for (size_t i = 0; i < n; i++) {
+            ch[i] = json_string_value(json_array_get(v, i));
+            if (!ch[i]) {
+                free(ch);
+                return ifd__oai_bad_type(c, param, "an array of strings", v);
+            }
+        }
+        rc = ifd_gconv_choice(ch, n, &g, err, sizeof err);
+        free(ch);
+        break;
+    }
+    case SO_GRAMMAR:
+        if (!json_is_string(v))
+            return ifd__oai_bad_type(c, param, "a string", v);
+        if (ifd_buf_append(&g, json_string_value(v), json_string_length(v)))
+            rc = IFD_ENOMEM;
+        break;
+    }
+    json_decref(owned);
+    if (rc == IFD_ENOMEM) {
+        ifd_buf_free(&g);
+        return ifd__oai_oom(c);
+    }
+    if (rc) {
+        ifd_buf_free(&g);
+        return ifd__oai_perr(c, rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value", param,
+                             "Invalid '%s': %s.", param, err);
+    }
+    /* The worker compiles it again (once per distinct grammar); compiling
+     * here turns every grammar error into a 400 now. */
+    ifd_grammar_t *cg = NULL;
+    rc = ifd_grammar_compile(g.data ? g.data : "", g.len, &cg, err, sizeof err);
+    ifd_grammar_destroy(cg);
+    if (rc) {
+        ifd_buf_free(&g);
+        if (rc == IFD_ENOMEM)
+            return ifd__oai_oom(c);
+        return ifd__oai_perr(c, "invalid_value", param, "Invalid grammar in '%s': %s.", param, err);
+    }
+    r->grammar = ifd_arena_strndup(c->a, g.data ? g.data : "", g.len);
+    r->grammar_len = g.len;
+    ifd_buf_free(&g);
+    return r->grammar ? 0 : ifd__oai_oom(c);
+}
+
+static int p_response_format(ifd__oai_pctx_t *c, const json_t *v, ifd_oai_request_t *r)
+{
+    if (!json_is_object(v))
+        return ifd__oai_bad_type(c, "response_format", "an object", v);
+    const json_t *t = ifd__oai_get(v, "type");
+    if (!t)
+        return ifd__oai_missing(c, "response_format.type");
+    if (!json_is_string(t))
+        return ifd__oai_bad_type(c, "response_format.type", "a string", t);
+    const char *ts = json_string_value(t);
+    if (strcmp(ts, "text") == 0)
+        return 0;
+    if (strcmp(ts, "json_object") == 0)
+        return set_grammar(c, r, SO_JSON_OBJECT, NULL, "response_format");
+    if (strcmp(ts, "json_schema") == 0) {
+        const json_t *js = ifd__oai_get(v, "json_schema");
+        if (!js)
+            return ifd__oai_missing(c, "response_format.json_schema");
+        if (!json_is_object(js))
+            return ifd__oai_bad_type(c, "response_format.json_schema", "an object", js);
+        const json_t *st = ifd__oai_get(js, "strict");
+        if (st && !json_is_boolean(st))
+            return ifd__oai_bad_type(c, "response_format.json_schema.strict", "a boolean", st);
+        const json_t *schema = ifd__oai_get(js, "schema");
+        if (!schema) /* no schema: any JSON object */
+            return set_grammar(c, r, SO_JSON_OBJECT, NULL, "response_format.json_schema");
+        return set_grammar(c, r, SO_JSON, schema, "response_format.json_schema.schema");
+    }
+    return ifd__oai_perr(c, "invalid_value", "response_format.type",
+                         "Invalid value: '%.40s'. Supported values are: 'text', 'json_object' "
+                         "and 'json_schema'.",
+                         ts);
+}
+
+static const struct {
+    const char *key;
+    so_kind_t kind;
+} SO_KEYS[] = {
+    {"json", SO_JSON}, {"regex", SO_REGEX}, {"choice", SO_CHOICE}, {"grammar", SO_GRAMMAR}};
+
+/* vLLM's structured_outputs object. */
+static int p_structured_outputs(ifd__oai_pctx_t *c, const json_t *v, ifd_oai_request_t *r)
+{
+    if (!json_is_object(v))
+        return ifd__oai_bad_type(c, "structured_outputs", "an object", v);
+    char param[64];
+    const char *key;
+    const json_t *val;
+    int found = 0;
+    so_kind_t kind = SO_JSON;
+    const json_t *src = NULL;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        if (json_is_null(val))
+            continue;
+        size_t i = 0;
+        for (; i < sizeof SO_KEYS / sizeof SO_KEYS[0]; i++)
+            if (strcmp(key, SO_KEYS[i].key) == 0)
+                break;
+        snprintf(param, sizeof param, "structured_outputs.%.40s", key);
+        if (i < sizeof SO_KEYS / sizeof SO_KEYS[0]) {
+            kind = SO_KEYS[i].kind;
+            src = val;
+            found++;
+        } else if (strcmp(key, "json_object") == 0) {
+            if (!json_is_boolean(val))
+                return ifd__oai_bad_type(c, param, "a boolean", val);
+            if (json_is_true(val)) {
+                kind = SO_JSON_OBJECT;
+                src = val;
+                found++;
+            }
+        } else if ((strcmp(key, "disable_fallback") == 0 ||
+                    strcmp(key, "disable_any_whitespace") == 0 ||
+                    strcmp(key, "disable_additional_properties") == 0) &&
+                   json_is_false(val)) {
+            continue;
+        } else if (strcmp(key, "backend") == 0 && json_is_string(val)) {
+            continue; /* which engine vLLM would use: there is one here */
+        } else {
+            return ifd__oai_perr(c, "unsupported_parameter", param,
+                                 "Unsupported parameter: '%s' is not supported by this server; "
+                                 "supported are json, regex, choice, grammar and json_object.",
+                                 param);
+        }
+    }
+    if (found > 1)
+        return ifd__oai_perr(c, "invalid_value", "structured_outputs",
+                             "Invalid 'structured_outputs': give only one of json, regex, "
+                             "choice, grammar and json_object.");
+    if (!found)
+        return 0;
+    for (size_t i = 0; i < sizeof SO_KEYS / sizeof SO_KEYS[0]; i++)
+        if (SO_KEYS[i].kind == kind)
+            snprintf(param, sizeof param, "structured_outputs.%s", SO_KEYS[i].key);
+    if (kind == SO_JSON_OBJECT)
+        snprintf(param, sizeof param, "structured_outputs.json_object");
+    return set_grammar(c, r, kind, src, param);
+}
+
+static int p_structured(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    static const struct {
+        const char *key;
+        so_kind_t kind;
+    } guided[] = {{"guided_json", SO_JSON},
+                  {"guided_regex", SO_REGEX},
+                  {"guided_choice", SO_CHOICE},
+                  {"guided_grammar", SO_GRAMMAR}};
+    const char *first = NULL;
+    int rc;
+    const json_t *v;
+    if ((v = ifd__oai_get(o, "response_format"))) {
+        if ((rc = p_response_format(c, v, r)) < 0)
+            return rc;
+        if (r->grammar)
+            first = "response_format";
+    }
+    if ((v = ifd__oai_get(o, "structured_outputs"))) {
+        char *before = r->grammar;
+        if ((rc = p_structured_outputs(c, v, r)) < 0)
+            return rc;
+        if (r->grammar != before) {
+            if (first)
+                return ifd__oai_perr(c, "invalid_value", "structured_outputs",
+                                     "Invalid 'structured_outputs': '%s' already constrains the "
+                                     "output; give only one.",
+                                     first);
+            first = "structured_outputs";
+        }
+    }
+    for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++) {
+        if (!(v = ifd__oai_get(o, guided[i].key)))
+            continue;
+        if (first)
+            return ifd__oai_perr(c, "invalid_value", guided[i].key,
+                                 "Invalid '%s': '%s' already constrains the output; give only "
+                                 "one.",
+                                 guided[i].key, first);
+        if ((rc = set_grammar(c, r, guided[i].kind, v, guided[i].key)) < 0)
+            return rc;
+        first = guided[i].key;
+    }
+    if ((v = ifd__oai_get(o, "guided_decoding_backend")) && !json_is_string(v))
+        return ifd__oai_bad_type(c, "guided_decoding_backend", "a string", v);
+    return 0;
+}
+
+/* ---- tools ------------------------------------------------------------------------------ */
+
+static bool tool_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '-' || ch == '.'))
+            return false;
+    }
+    return true;
+}
+
+static char *dump(ifd__oai_pctx_t *c, const json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s)
+        return NULL;
+    char *d = ifd_arena_strdup(c->a, s);
+    free(s);
+    return d;
+}
+
+static int p_tools(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    char param[IFD__OAI_PARAM_MAX];
+    const json_t *tools = ifd__oai_get(o, "tools");
+    const json_t *tc = ifd__oai_get(o, "tool_choice");
+    const json_t *ptc = ifd__oai_get(o, "parallel_tool_calls");
+    int rc;
+    if (ptc && (rc = ifd__oai_p_bool(c, ptc, "parallel_tool_calls", &r->parallel_tool_calls)) < 0)
+        return rc;
+    if (tools) {
+        if (!json_is_array(tools))
+            return ifd__oai_bad_type(c, "tools", "an array", tools);
+        size_t n = json_array_size(tools);
+        if (n > 128)
+            return ifd__oai_perr(c, "array_above_max_length", "tools",
+                                 "Invalid 'tools': array too long. Expected an array with "
+                                 "maximum length 128, but got an array with length %zu instead.",
+                                 n);
+        r->tools = n ? ifd_arena_calloc(c->a, n, sizeof *r->tools) : NULL;
+        if (n && !r->tools)
+            return ifd__oai_oom(c);
+        for (size_t i = 0; i < n; i++) {
+            const json_t *t = json_array_get(tools, i);
+            snprintf(param, sizeof param, "tools[%zu]", i);
+            if (!json_is_object(t))
+                return ifd__oai_bad_type(c, param, "an object", t);
+            const json_t *ty = ifd__oai_get(t, "type");
+            snprintf(param, sizeof param, "tools[%zu].type", i);
+            if (!ty)
+                return ifd__oai_missing(c, param);
+            if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") != 0)
+                return ifd__oai_perr(c, "invalid_value", param,
+                                     "Invalid value for '%s': only 'function' tools are "
+                                     "supported.",
+                                     param);
+            const json_t *f = ifd__oai_get(t, "function");
+            snprintf(param, sizeof param, "tools[%zu].function", i);
+            if (!f)
+                return ifd__oai_missing(c, param);
+            if (!json_is_object(f))
+                return ifd__oai_bad_type(c, param, "an object", f);
+            snprintf(param, sizeof param, "tools[%zu].function.name", i);
+            const json_t *nm = ifd__oai_get(f, "name");
+            if (!nm)
+                return ifd__oai_missing(c, param);
+            if ((rc = ifd__oai_p_string(c, nm, param, &r->tools[i].name, NULL)) < 0)
+                return rc;
+            if (!tool_name_ok(r->tools[i].name))
+                return ifd__oai_perr(c, "invalid_value", param,
+                                     "Invalid '%s': a function name is 1 to 64 of a-z, A-Z, 0-9, "
+                                     "'_', '-' and '.'.",
+                                     param);
+            for (size_t k = 0; k < i; k++)
+                if (strcmp(r->tools[k].name, r->tools[i].name) == 0)
+                    return ifd__oai_perr(c, "invalid_value", param,
+                                         "Invalid '%s': '%s' is defined twice.", param,
+                                         r->tools[i].name);
+            const json_t *d = ifd__oai_get(f, "description");
+            snprintf(param, sizeof param, "tools[%zu].function.description", i);
+            if (d && (rc = ifd__oai_p_string(c, d, param, &r->tools[i].description, NULL)) < 0)
+                return rc;
+            const json_t *pa = ifd__oai_get(f, "parameters");
+            snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+            if (pa) {
+                if (!json_is_object(pa))
+                    return ifd__oai_bad_type(c, param, "an object", pa);
+                /* the schema must compile: an unsupported keyword is a 400
+                 * now, not a failure when the call is forced */
+                ifd_buf_t g = IFD_BUF_INIT;
+                char err[300];
+                rc = ifd_gconv_json_schema(pa, &g, err, sizeof err);
+                ifd_buf_free(&g);
+                if (rc == IFD_ENOMEM)
+                    return ifd__oai_oom(c);
+                if (rc)
+                    return ifd__oai_perr(c,
+                                         rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value",
+                                         param, "Invalid '%s': %s.", param, err);
+                if (!(r->tools[i].parameters = dump(c, pa)))
+                    return ifd__oai_oom(c);
+            }
+        }
+        r->n_tools = n;
+        if (n && !(r->tools_json = dump(c, tools)))
+            return ifd__oai_oom(c);
+    }
+    r->tool_choice = r->n_tools ? IFD_OAI_TOOL_CHOICE_AUTO : IFD_OAI_TOOL_CHOICE_NONE;
+    if (!tc)
+        return 0;
+    if (json_is_string(tc)) {
+        const char *s = json_string_value(tc);
+        if (strcmp(s, "none") == 0) {
+            r->tool_choice = IFD_OAI_TOOL_CHOICE_NONE;
+            return 0;
+        }
+        if (strcmp(s, "auto") != 0 && strcmp(s, "required") != 0)
+            return ifd__oai_perr(c, "invalid_value", "tool_choice",
+                                 "Invalid value: '%.40s'. Supported values are: 'none', 'auto' "
+                                 "and 'required', or a function.",
+                                 s);
+        if (!r->n_tools)
+            return ifd__oai_perr(c, "invalid_value", "tool_choice",
+                                 "Invalid value for 'tool_choice': '%s' requires 'tools'.", s);
+        r->tool_choice = s[0] == 'a' ? IFD_OAI_TOOL_CHOICE_AUTO : IFD_OAI_TOOL_CHOICE_REQUIRED;
+        return 0;
+    }
+    if (!json_is_object(tc))
+        return ifd__oai_bad_type(c, "tool_choice", "a string or an object", tc);
+    const json_t *f = ifd__oai_get(tc, "function");
+    const json_t *nm = f ? ifd__oai_get(f, "name") : NULL;
+    if (!nm || !json_is_string(nm))
+        return ifd__oai_missing(c, "tool_choice.function.name");
+    for (size_t i = 0; i < r->n_tools; i++) {
+        if (strcmp(r->tools[i].name, json_string_value(nm)) == 0) {
+            r->tool_choice = IFD_OAI_TOOL_CHOICE_NAMED;
+            r->tool_index = (uint32_t)i;
+            return 0;
+        }
+    }
+    return ifd__oai_perr(c, "invalid_value", "tool_choice.function.name",
+                         "Invalid value for 'tool_choice': no function named '%.64s' in "
+                         "'tools'.",
+                         json_string_value(nm));
+}
+
+/* The grammar that forces tool_choice required / named. */
+static int tools_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r)
+{
+    ifd_buf_t g = IFD_BUF_INIT;
+    char err[300] = "";
+    int rc;
+    size_t n = r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED ? 1 : r->n_tools;
+    ifd_gconv_tool_t *t = calloc(n, sizeof *t);
+    json_t **params = calloc(n, sizeof *params);
+    if (!t || !params) {
+        free(t);
+        free(params);
+        return ifd__oai_oom(c);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ifd_oai_tool_t *tool =
+            &r->tools[r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED ? r->tool_index : i];
+        t[i].name = tool->name;
+        if (tool->parameters) {
+            json_error_t je;
+            params[i] = json_loads(tool->parameters, JSON_DECODE_ANY, &je);
+        }
+        t[i].parameters = params[i];
+    }
+    if (r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED)
+        rc = t[0].parameters ? ifd_gconv_json_schema(t[0].parameters, &g, err, sizeof err)
+                             : ifd_gconv_json_object(&g);
+    else
+        rc = ifd_gconv_tool_calls(t, n, 1, r->parallel_tool_calls ? 0 : 1, &g, err, sizeof err);
+    for (size_t i = 0; i < n; i++)
+        json_decref(params[i]);
+    free(params);
+    free(t);
+    if (rc) {
+        ifd_buf_free(&g);
+        return rc == IFD_ENOMEM
+                   ? ifd__oai_oom(c)
+                   : ifd__oai_perr(c, "invalid_value", "tools", "Invalid 'tools': %s.", err);
+    }
+    r->grammar = ifd_arena_strndup(c->a, g.data, g.len);
+    r->grammar_len = g.len;
+    ifd_buf_free(&g);
+    return r->grammar ? 0 : ifd__oai_oom(c);
+}
+
+int ifd__oai_p_message_tools(ifd__oai_pctx_t *c, const json_t *m, size_t i, ifd_oai_message_t *dst)
+{
+    char param[IFD__OAI_PARAM_MAX];
+    int rc;
+    const json_t *tc = ifd__oai_get(m, "tool_calls");
+    if (tc) {
+        snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+        if (strcmp(dst->role, "assistant") != 0)
+            return ifd__oai_perr(c, "invalid_value", param,
+                                 "Invalid '%s': only assistant messages carry tool calls.", param);
+        if (!json_is_array(tc))
+            return ifd__oai_bad_type(c, param, "an array", tc);
+        for (size_t k = 0; k < json_array_size(tc); k++) {
+            const json_t *call = json_array_get(tc, k);
+            snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, k);
+            if (!json_is_object(call))
+                return ifd__oai_bad_type(c, param, "an object", call);
+            const json_t *f = ifd__oai_get(call, "function");
+            snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function", i, k);
+            if (!f)
+                return ifd__oai_missing(c, param);
+            if (!json_is_object(f))
+                return ifd__oai_bad_type(c, param, "an object", f);
+            snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function.name", i, k);
+            const json_t *nm = ifd__oai_get(f, "name");
+            if (!nm)
+                return ifd__oai_missing(c, param);
+            if (!json_is_string(nm))
+                return ifd__oai_bad_type(c, param, "a string", nm);
+            const json_t *args = ifd__oai_get(f, "arguments");
+            snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function.arguments", i, k);
+            if (args && !json_is_string(args) && !json_is_object(args))
+                return ifd__oai_bad_type(c, param, "a string", args);
+        }
+        if (json_array_size(tc) && !(dst->tool_calls = dump(c, tc)))
+            return ifd__oai_oom(c);
+    }
+    const json_t *id = ifd__oai_get(m, "tool_call_id");
+    if (id) {
+        snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+        if ((rc = ifd__oai_p_string(c, id, param, &dst->tool_call_id, NULL)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int ifd__oai_parse_ext(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    int rc;
+    const json_t *v;
+    int64_t iv;
+    if ((rc = p_extras(c, o, r->kind)) < 0)
+        return rc;
+    if ((v = ifd__oai_get(o, "priority"))) {
+        if ((rc = ifd__oai_p_int(c, v, "priority", INT32_MIN, INT32_MAX, &iv)) < 0)
+            return rc;
+        r->priority = (int32_t)iv;
+    }
+    if ((v = ifd__oai_get(o, "include_stop_str_in_output")) &&
+        (rc = ifd__oai_p_bool(c, v, "include_stop_str_in_output", &r->include_stop_str)) < 0)
+        return rc;
+    if ((v = ifd__oai_get(o, "truncate_prompt_tokens"))) {
+        if ((rc = ifd__oai_p_int(c, v, "truncate_prompt_tokens", -1, INT32_MAX, &iv)) < 0)
+            return rc;
+        if (iv == 0)
+            return ifd__oai_perr(c, "integer_below_min_value", "truncate_prompt_tokens",
+                                 "Invalid 'truncate_prompt_tokens': expected -1 or a value >= "
+                                 "1, but got 0 instead.");
+        r->truncate_prompt_tokens = iv;
+    }
+    if (r->kind == IFD_OAI_COMPLETION && r->echo && r->logprobs)
+        return ifd__oai_perr(c, "unsupported_parameter", "echo",
+                             "Unsupported parameter: 'echo' together with 'logprobs' would need "
+                             "the prompt's logprobs, which this server does not compute.");
+    if ((rc = p_structured(c, o, r)) < 0)
+        return rc;
+    if (r->kind != IFD_OAI_CHAT)
+        return 0;
+    if ((rc = p_tools(c, o, r)) < 0)
+        return rc;
+    if (r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||
+        r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED) {
+        if (r->grammar)
+            return ifd__oai_perr(c, "invalid_value", "tool_choice",
+                                 "Invalid 'tool_choice': a forced tool call cannot be combined "
+                                 "with response_format or structured outputs.");
+        if ((rc = tools_grammar(c, r)) < 0)
+            return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,283 @@
+"""Structured outputs and tool calling through the real daemon and the official openai
+package (label model): every output must parse against its JSON Schema (checked with the
+`jsonschema` package) over several schemas and seeds at temperature 1; regex / choice /
+grammar constraints; chat.completions.parse with a pydantic model; tool calls with
+tool_choice required and named, streamed and not; tool results sent back; unsupported
+schema features refused with 400 naming the keyword.
+
+Usage: test_daemon_structured.py INFERD   (run by the venv's python: $INFERD_PYTHON)
+"""
+import concurrent.futures
+import json
+import os
+import re
+import sys
+from typing import List, Literal
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import Daemon, require_model, run_tests, skip  # noqa: E402
+
+try:
+    import httpx
+    import jsonschema
+    import openai
+    import pydantic
+except ImportError as e:  # pragma: no cover
+    skip("openai/httpx/jsonschema/pydantic missing (%s): run deploy/install-deps.sh" % e)
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+D = None
+C = None
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+
+SCHEMAS = [
+    {"type": "object",
+     "properties": {"name": {"type": "string", "maxLength": 24},
+                    "age": {"type": "integer"},
+                    "member": {"type": "boolean"}},
+     "required": ["name", "age", "member"], "additionalProperties": False},
+    {"type": "object",
+     "properties": {"color": {"enum": ["red", "green", "blue"]},
+                    "tags": {"type": "array", "items": {"type": "string", "maxLength": 8},
+                             "minItems": 1, "maxItems": 3},
+                    "score": {"type": "number"}},
+     "required": ["color", "tags"]},
+    {"$defs": {"pt": {"type": "object",
+                      "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                      "required": ["x", "y"]}},
+     "type": "object",
+     "properties": {"start": {"$ref": "#/$defs/pt"}, "end": {"$ref": "#/$defs/pt"},
+                    "label": {"anyOf": [{"type": "string", "maxLength": 10}, {"type": "null"}]}},
+     "required": ["start", "end", "label"]},
+    {"type": "object",
+     "properties": {"id": {"type": "string", "format": "uuid"},
+                    "day": {"type": "string", "format": "date"},
+                    "code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}},
+     "required": ["id", "day", "code"]},
+]
+
+
+def client():
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=D.sock), timeout=300)
+    return openai.OpenAI(base_url="http://localhost/v1", api_key="unused", http_client=http,
+                         max_retries=0)
+
+
+def ask(content, **kw):
+    kw.setdefault("max_tokens", 300)
+    return C.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}],
+                                     **kw)
+
+
+def parallel(*calls):
+    """Runs the calls at once (the engine batches them); returns their results."""
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as ex:
+        return [f.result() for f in [ex.submit(c) for c in calls]]
+
+
+def test_json_schema_outputs_validate():
+    def one(i, schema):
+        return ask("Describe something as JSON.", temperature=1.0, seed=100 + i, n=4,
+                   response_format={"type": "json_schema",
+                                    "json_schema": {"name": "s%d" % i, "schema": schema,
+                                                    "strict": True}})
+    results = parallel(*[lambda i=i, s=s: one(i, s) for i, s in enumerate(SCHEMAS)])
+    n_checked = 0
+    for i, (schema, r) in enumerate(zip(SCHEMAS, results)):
+        for ch in r.choices:
+            assert ch.finish_reason == "stop", (i, ch.finish_reason, ch.message.content)
+            doc = json.loads(ch.message.content)
+            jsonschema.validate(doc, schema)
+            n_checked += 1
+    print("     %d outputs validated" % n_checked)
+    D.wait_idle()
+
+
+def test_json_object_and_guided_names():
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+    def stream_schema():
+        text = ""
+        for chunk in C.chat.completions.create(
+                model=MODEL, stream=True, max_tokens=200, temperature=1.0, seed=9,
+                messages=[{"role": "user", "content": "JSON please"}],
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "s", "schema": SCHEMAS[0]}}):
+            for ch in chunk.choices:
+                text += ch.delta.content or ""
+        return text
+
+    r_obj, r_gj, r_so, r_re, r_ch, r_gr, c_ch, streamed = parallel(
+        lambda: ask("Give a JSON object about a cat.", temperature=1.0, seed=3, max_tokens=120,
+                    response_format={"type": "json_object"}),
+        # vLLM's names, old and new, on both endpoints
+        lambda: ask("A number as JSON.", temperature=1.0, seed=4, max_tokens=60,
+                    extra_body={"guided_json": schema}),
+        lambda: ask("A number as JSON.", temperature=1.0, seed=4, max_tokens=60,
+                    extra_body={"structured_outputs": {"json": schema}}),
+        lambda: ask("Pick a phone number.", temperature=1.0, seed=5, max_tokens=30,
+                    extra_body={"guided_regex": r"\(\d{3}\) \d{3}-\d{4}"}),
+        lambda: ask("Is the sky blue?", temperature=1.0, seed=6, max_tokens=10,
+                    extra_body={"structured_outputs": {"choice": ["yes", "no", "maybe"]}}),
+        lambda: ask("Count.", temperature=1.0, seed=7, max_tokens=30,
+                    extra_body={"guided_grammar": 'root ::= "1" ("," [0-9]){2,4}'}),
+        lambda: C.completions.create(model=MODEL, prompt="The answer is", max_tokens=10,
+                                     temperature=1.0, seed=8,
+                                     extra_body={"guided_choice": ["A", "B"]}),
+        stream_schema)
+    ch = r_obj.choices[0]
+    if ch.finish_reason == "stop":
+        assert isinstance(json.loads(ch.message.content), dict), ch.message.content
+    else:  # a free-form object may run long; what came must still start an object
+        assert ch.message.content.startswith("{"), ch.message.content
+    for r in (r_gj, r_so):
+        jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    assert re.fullmatch(r"\(\d{3}\) \d{3}-\d{4}", r_re.choices[0].message.content), r_re
+    assert r_ch.choices[0].message.content in ("yes", "no", "maybe"), r_ch
+    assert re.fullmatch(r"1(,[0-9]){2,4}", r_gr.choices[0].message.content), r_gr
+    assert c_ch.choices[0].text in ("A", "B"), c_ch
+    jsonschema.validate(json.loads(streamed), SCHEMAS[0])
+    D.wait_idle()
+
+
+class Step(pydantic.BaseModel):
+    explanation: str = pydantic.Field(max_length=40)
+    output: int
+
+
+class Answer(pydantic.BaseModel):
+    steps: List[Step] = pydantic.Field(max_length=2)
+    final: Literal["yes", "no"]
+
+
+def test_pydantic_parse():
+    r = C.chat.completions.parse(
+        model=MODEL, temperature=1.0, seed=11, n=2, max_tokens=300, response_format=Answer,
+        messages=[{"role": "user", "content": "Is 7 prime? Think in steps."}])
+    for ch in r.choices:
+        p = ch.message.parsed
+        assert isinstance(p, Answer), r
+        assert p.final in ("yes", "no")
+    D.wait_idle()
+
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather for a city",
+        "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string", "maxLength": 20},
+                                      "unit": {"enum": ["celsius", "fahrenheit"]}},
+                       "required": ["city", "unit"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Add two integers",
+        "parameters": {"type": "object",
+                       "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                       "required": ["a", "b"]}}},
+]
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def check_calls(calls):
+    assert calls, "no tool calls"
+    for tc in calls:
+        assert tc.type == "function" and tc.id.startswith("call_"), tc
+        assert tc.function.name in PARAMS, tc
+        jsonschema.validate(json.loads(tc.function.arguments), PARAMS[tc.function.name])
+
+
+def test_tool_choice_required_and_named():
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+    def stream_required():
+        calls, finish = {}, None
+        for chunk in C.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS,
+                                               tool_choice="required", temperature=1.0, seed=24,
+                                               max_tokens=300, stream=True):
+            for ch in chunk.choices:
+                for d in ch.delta.tool_calls or []:
+                    c = calls.setdefault(d.index, {"id": None, "name": "", "args": ""})
+                    if d.id:
+                        c["id"] = d.id
+                    if d.function and d.function.name:
+                        c["name"] += d.function.name
+                    if d.function and d.function.arguments:
+                        c["args"] += d.function.arguments
+                if ch.finish_reason:
+                    finish = ch.finish_reason
+        return calls, finish
+
+    req, named, (calls, finish) = parallel(
+        lambda: C.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS,
+                                          tool_choice="required", temperature=1.0, seed=21, n=2,
+                                          max_tokens=300),
+        lambda: C.chat.completions.create(
+            model=MODEL, messages=msgs, tools=TOOLS, temperature=1.0, seed=23, max_tokens=100,
+            parallel_tool_calls=False,
+            tool_choice={"type": "function", "function": {"name": "add"}}),
+        stream_required)
+    for ch in req.choices:
+        assert ch.finish_reason == "tool_calls", ch
+        assert not ch.message.content, ch
+        check_calls(ch.message.tool_calls)
+    ch = named.choices[0]
+    assert ch.finish_reason == "tool_calls" and len(ch.message.tool_calls) == 1, ch
+    assert ch.message.tool_calls[0].function.name == "add"
+    check_calls(ch.message.tool_calls)
+    # streamed: deltas assemble into the same kind of calls
+    assert finish == "tool_calls" and calls, (finish, calls)
+    for c in calls.values():
+        assert c["id"].startswith("call_") and c["name"] in PARAMS, c
+        jsonschema.validate(json.loads(c["args"]), PARAMS[c["name"]])
+    # the results go back as role "tool" messages; auto mode answers
+    first = named.choices[0].message
+    follow = msgs + [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": tc.id, "type": "function",
+                         "function": {"name": tc.function.name,
+                                      "arguments": tc.function.arguments}}
+                        for tc in first.tool_calls]},
+        {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "42"}]
+    r = C.chat.completions.create(model=MODEL, messages=follow, tools=TOOLS, temperature=0,
+                                  max_tokens=20)
+    ch = r.choices[0]
+    assert ch.finish_reason in ("stop", "length", "tool_calls"), ch
+    if ch.finish_reason == "tool_calls":
+        check_calls(ch.message.tool_calls)
+    D.wait_idle()
+
+
+def test_unsupported_refused():
+    cases = [
+        ({"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "integer", "minimum": 3}}}}, "minimum"),
+        ({"extra_body": {"guided_regex": "(?<=a)b"}}, "lookaround"),
+        ({"extra_body": {"min_tokens": 5}}, "min_tokens"),
+        ({"extra_body": {"prompt_logprobs": 1}}, "prompt_logprobs"),
+    ]
+    for kw, needle in cases:
+        try:
+            ask("x", max_tokens=5, **kw)
+            raise AssertionError("accepted: %r" % kw)
+        except openai.BadRequestError as e:
+            assert needle in str(e), (needle, str(e))
+
+
+def main():
+    global D, C
+    require_model()
+    D = Daemon(INFERD)
+    C = client()
+    try:
+        rc = run_tests(globals())
+    finally:
+        code = D.stop()
+        if code != 0:
+            print("inferd exited with %d" % code)
+            rc = 1
+    if rc:
+        print("---- daemon log ----\n" + D.logtext())
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
