@@ -754,11 +754,64 @@ static char *ifd__tools_system(ifd_gen_t *g, const char *system)
     return out;
 }
 
+/* A Jinja template that mentions tools renders them (and tool calls, tool
+ * results) itself; any other template gets the built-in tool text above. */
+static bool ifd__template_does_tools(const ifd_chat_template_t *tpl)
+{
+    const char *src = ifd_chat_template_source(tpl);
+    return src && strstr(src, "tool");
+}
+
+/* The model's own template over the request's JSON messages and tools
+ * (threadpool). */
+static void ifd__render_request(ifd_gen_t *g)
+{
+    json_error_t je;
+    json_t *msgs = json_loads(g->req.messages_json, 0, &je);
+    json_t *tools = g->req.tools_json && g->req.tool_choice != IFD_OAI_TOOL_CHOICE_NONE
+                        ? json_loads(g->req.tools_json, 0, &je)
+                        : NULL;
+    if (!msgs || (g->req.tools_json && g->req.tool_choice != IFD_OAI_TOOL_CHOICE_NONE && !tools)) {
+        json_decref(msgs);
+        json_decref(tools);
+        g->work_rc = IFD_ENOMEM;
+        return;
+    }
+    /* "developer" is OpenAI's new name for "system" */
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "developer"))
+            json_object_set_new(m, "role", json_string("system"));
+    }
+    ifd_chat_request_t cr = {msgs, tools, NULL, g->req.add_generation_prompt};
+    ifd_chat_prompt_t pr = {0};
+    char err[400] = "";
+    int rc = ifd_chat_render_request(g->api->tpl, &cr, &pr, err, sizeof err);
+    json_decref(msgs);
+    json_decref(tools);
+    if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
+        g->work_rc = rc;
+        ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", "messages",
+                          "The model's chat template cannot render these messages: %s",
+                          err[0] ? err : ifd_strerror(rc));
+        return;
+    }
+    if (!rc)
+        rc = ifd_chat_tokenize(g->api->tpl, g->api->tok, &pr, &g->ptoks[0]);
+    ifd_chat_prompt_free(&pr);
+    g->work_rc = rc;
+}
+
 static void ifd__work_cb(uv_work_t *w)
 {
     ifd_gen_t *g = w->data;
     const ifd_tokenizer_t *tok = g->api->tok;
     g->work_rc = 0;
+    if (g->kind == IFD_OAI_CHAT && ifd__template_does_tools(g->api->tpl)) {
+        ifd__render_request(g);
+        return;
+    }
     if (g->kind == IFD_OAI_CHAT) {
         ifd_chat_msg_t *msgs = calloc(g->req.n_messages, sizeof *msgs);
         if (!msgs) {

@@ -91,6 +91,14 @@ static int p_extras(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_kind_t kind)
                 "Unsupported parameter: '%s' is not supported by this server (%s).", EXTRAS[i].name,
                 EXTRAS[i].why);
     }
+    const json_t *mod = kind == IFD_OAI_CHAT ? ifd__oai_get(o, "modalities") : NULL;
+    for (size_t i = 0; mod && i < (json_is_array(mod) ? json_array_size(mod) : 1); i++) {
+        const char *m = json_string_value(json_is_array(mod) ? json_array_get(mod, i) : mod);
+        if (!m || strcmp(m, "text") != 0)
+            return ifd__oai_perr(c, "unsupported_parameter", "modalities",
+                                 "Unsupported parameter: 'modalities' other than [\"text\"] is "
+                                 "not supported by this server.");
+    }
     const json_t *so = ifd__oai_get(o, "stream_options");
     const json_t *cu = so ? ifd__oai_get(so, "continuous_usage_stats") : NULL;
     if (cu && !json_is_false(cu))

@@ -236,6 +236,20 @@ typedef struct {
     uint32_t *bits;
 } mslot_t;
 
+/* An interned state: next[b] is the state after byte b (NEXT_UNKNOWN, or
+ * NEXT_REJECT when the grammar refuses b there). */
+#define NEXT_UNKNOWN (-2)
+#define NEXT_REJECT  (-1)
+#define DS_SLOTS     (2 * IFD_GDFA_MAX)
+
+typedef struct {
+    ifd__gstate_t st;
+    uint32_t *key;
+    size_t key_len;
+    uint64_t hash;
+    int32_t *next; /* [256] */
+} dstate_t;
+
 typedef struct gentry {
     struct gentry *next;
     uint64_t text_hash;
@@ -246,6 +260,11 @@ typedef struct gentry {
     uint64_t last_used;
     mslot_t *slots; /* 2 * IFD_GMASK_CACHE_MAX */
     size_t n_used;
+    /* transition memo: interned automaton states, their successor per byte */
+    dstate_t *ds;
+    size_t n_ds, cap_ds;
+    int32_t *ds_hash; /* open addressing over ds ids, -1 empty; 2 * IFD_GDFA_MAX slots */
+    ifd__gmem_t ds_mem;
 } gentry_t;
 
 struct ifd_gstore {
@@ -256,9 +275,12 @@ struct ifd_gstore {
     ifd__gmem_t walk; /* scratch for trie walks */
     const ifd__gstate_t **path_states;
     ifd__gstate_t *states;
+    int32_t *ids;
     ifd__gmark_t *marks;
-    uint32_t *keybuf;
+    uint32_t *keybuf; /* the mask cache's key */
     size_t keycap;
+    uint32_t *ikeybuf; /* the transition memo's key */
+    size_t ikeycap;
     ifd_gstore_stats_t st;
 };
 
@@ -274,7 +296,8 @@ int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out)
     ifd__gmem_init(&s->walk);
     s->states = calloc(vocab->max_depth + 2, sizeof *s->states);
     s->marks = calloc(vocab->max_depth + 2, sizeof *s->marks);
-    if (!s->states || !s->marks) {
+    s->ids = calloc(vocab->max_depth + 2, sizeof *s->ids);
+    if (!s->states || !s->marks || !s->ids) {
         ifd_gstore_destroy(s);
         return IFD_ENOMEM;
     }
@@ -293,8 +316,24 @@ static void entry_clear_cache(gentry_t *e)
     e->n_used = 0;
 }
 
+static void entry_clear_dfa(gentry_t *e)
+{
+    for (size_t i = 0; i < e->n_ds; i++) {
+        free(e->ds[i].key);
+        free(e->ds[i].next);
+    }
+    e->n_ds = 0;
+    if (e->ds_hash)
+        memset(e->ds_hash, 0xff, DS_SLOTS * sizeof *e->ds_hash);
+    ifd__gmem_release(&e->ds_mem, (ifd__gmark_t){0, 0});
+}
+
 static void entry_free(gentry_t *e)
 {
+    entry_clear_dfa(e);
+    free(e->ds);
+    free(e->ds_hash);
+    ifd__gmem_close(&e->ds_mem);
     entry_clear_cache(e);
     free(e->slots);
     ifd_grammar_destroy(e->g);
@@ -314,7 +353,9 @@ void ifd_gstore_destroy(ifd_gstore_t *s)
     ifd__gmem_close(&s->walk);
     free(s->states);
     free(s->marks);
+    free(s->ids);
     free(s->keybuf);
+    free(s->ikeybuf);
     free(s);
 }
 
@@ -369,7 +410,11 @@ int ifd_constraint_create(ifd_gstore_t *s, const char *text, size_t len, ifd_con
             return IFD_ENOMEM;
         e->text = malloc(len ? len : 1);
         e->slots = calloc(N_SLOTS, sizeof *e->slots);
-        if (!e->text || !e->slots) {
+        e->ds_hash = malloc(DS_SLOTS * sizeof *e->ds_hash);
+        ifd__gmem_init(&e->ds_mem);
+        if (e->ds_hash)
+            memset(e->ds_hash, 0xff, DS_SLOTS * sizeof *e->ds_hash);
+        if (!e->text || !e->slots || !e->ds_hash) {
             entry_free(e);
             return IFD_ENOMEM;
         }
@@ -474,25 +519,100 @@ static void set_eog(const ifd_vocab_t *v, const ifd__gstate_t *st, uint32_t *bit
         bits[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
 }
 
-static int walk(ifd_gstore_t *s, const ifd_grammar_t *g, const ifd__gstate_t *root, uint32_t *bits)
+/* The id of state t in e's memo (copied in when new), or -1 when the memo
+ * is full or out of memory (the caller then works without it). */
+static int32_t intern(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *t)
 {
+    long kl = ifd__gstate_key(t, &s->ikeybuf, &s->ikeycap);
+    if (kl < 0)
+        return -1;
+    size_t klen = (size_t)kl;
+    uint64_t h = XXH3_64bits(s->ikeybuf, klen * sizeof *s->ikeybuf);
+    size_t slot = (size_t)h & (DS_SLOTS - 1);
+    while (e->ds_hash[slot] >= 0) {
+        dstate_t *d = &e->ds[e->ds_hash[slot]];
+        if (d->hash == h && d->key_len == klen &&
+            memcmp(d->key, s->ikeybuf, klen * sizeof *s->ikeybuf) == 0)
+            return e->ds_hash[slot];
+        slot = (slot + 1) & (DS_SLOTS - 1);
+    }
+    if (e->n_ds >= IFD_GDFA_MAX)
+        return -1;
+    if (e->n_ds == e->cap_ds) {
+        size_t cap = e->cap_ds ? 2 * e->cap_ds : 64;
+        dstate_t *v = realloc(e->ds, cap * sizeof *v);
+        if (!v)
+            return -1;
+        e->ds = v;
+        e->cap_ds = cap;
+    }
+    dstate_t *d = &e->ds[e->n_ds];
+    d->key = malloc(klen * sizeof *d->key);
+    d->next = malloc(256 * sizeof *d->next);
+    if (!d->key || !d->next || ifd__gstate_copy(&e->ds_mem, t, &d->st)) {
+        free(d->key);
+        free(d->next);
+        return -1;
+    }
+    memcpy(d->key, s->ikeybuf, klen * sizeof *d->key);
+    d->key_len = klen;
+    d->hash = h;
+    for (int b = 0; b < 256; b++)
+        d->next[b] = NEXT_UNKNOWN;
+    e->ds_hash[slot] = (int32_t)e->n_ds;
+    return (int32_t)e->n_ds++;
+}
+
+/*
+ * One walk of the trie from `root`. Each path position holds a state: an
+ * interned one (ids[d] >= 0: its successors are memoized, so revisiting a
+ * byte costs a table lookup) or, when the memo is full, a state in the walk
+ * memory (ids[d] = -1, released with the depth marks).
+ */
+static int walk(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, uint32_t *bits)
+{
+    const ifd_grammar_t *g = e->g;
     const ifd_vocab_t *v = s->vocab;
     memset(bits, 0, s->words * sizeof *bits);
+    if (e->n_ds > IFD_GDFA_MAX - IFD_GDFA_MAX / 8)
+        entry_clear_dfa(e); /* nearly full: start over rather than walk unmemoized */
     ifd__gmem_t *m = &s->walk;
     ifd__gmem_release(m, (ifd__gmark_t){0, 0});
     s->states[0] = *root;
+    s->ids[0] = intern(s, e, root);
     s->marks[0] = ifd__gmem_mark(m);
     size_t k = 0;
     while (k < v->n_nodes) {
         uint32_t d = v->ndepth[k];
-        ifd__gmem_release(m, s->marks[d - 1]);
+        uint8_t byte = v->nbyte[k];
+        int32_t pid = s->ids[d - 1];
+        int32_t nid = pid >= 0 ? e->ds[pid].next[byte] : NEXT_UNKNOWN;
         ifd__gstate_t t;
-        int rc = ifd__grammar_advance(g, m, &s->states[d - 1], v->nbyte[k], &t);
-        if (rc)
-            return rc;
-        if (t.n == 0 && !t.accept) {
+        if (nid == NEXT_REJECT) {
             k = v->nend[k];
             continue;
+        }
+        if (nid >= 0) {
+            t = e->ds[nid].st;
+        } else {
+            ifd__gmem_release(m, s->marks[d - 1]);
+            const ifd__gstate_t *from = pid >= 0 ? &e->ds[pid].st : &s->states[d - 1];
+            int rc = ifd__grammar_advance(g, m, from, byte, &t);
+            if (rc)
+                return rc;
+            if (t.n == 0 && !t.accept) {
+                if (pid >= 0)
+                    e->ds[pid].next[byte] = NEXT_REJECT;
+                k = v->nend[k];
+                continue;
+            }
+            if (pid >= 0) {
+                nid = intern(s, e, &t);
+                if (nid >= 0) {
+                    e->ds[pid].next[byte] = nid;
+                    t = e->ds[nid].st;
+                }
+            }
         }
         for (int32_t tok = v->ntok[k]; tok >= 0; tok = v->tok_next[tok])
             bits[tok >> 5] |= 1u << (tok & 31);
@@ -501,6 +621,7 @@ static int walk(ifd_gstore_t *s, const ifd_grammar_t *g, const ifd__gstate_t *ro
             continue;
         }
         s->states[d] = t;
+        s->ids[d] = nid >= 0 ? nid : -1;
         s->marks[d] = ifd__gmem_mark(m);
         k++;
     }
@@ -537,7 +658,7 @@ int ifd_constraint_mask(ifd_constraint_t *c, const int32_t *generated, size_t n,
         }
         slot = (slot + 1) & (N_SLOTS - 1);
     }
-    if ((rc = walk(s, e->g, st, bits)))
+    if ((rc = walk(s, e, st, bits)))
         return rc;
     set_eog(v, st, bits);
     s->st.mask_walks++;

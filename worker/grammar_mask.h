@@ -19,7 +19,10 @@
  *
  * Mask computation on a cache miss walks the trie once from the current
  * state, advancing the pushdown automaton byte by byte and skipping every
- * subtree whose prefix is rejected.
+ * subtree whose prefix is rejected. The states met are interned per grammar
+ * with their successor per byte (a lazily built DFA over the automaton's
+ * states), so a walk through states seen before — the inside of a JSON
+ * string at every character — costs a table lookup per trie node.
  *
  * Ownership and threading: a vocab is immutable and shareable; a store and
  * its constraints belong to one thread (the engine loop). Constraints hold
@@ -36,6 +39,7 @@
 
 #define IFD_GSTORE_KEEP     8    /* unused grammars kept compiled */
 #define IFD_GMASK_CACHE_MAX 1024 /* cached masks per grammar */
+#define IFD_GDFA_MAX        8192 /* memoized automaton states per grammar (1 KiB each) */
 
 typedef struct ifd_vocab ifd_vocab_t;
 

@@ -246,6 +246,80 @@ def test_tool_choice_required_and_named():
     D.wait_idle()
 
 
+def test_auto_tool_calls_parsed_from_output():
+    # the output is forced into the Hermes format by a grammar; tool_choice "auto" must turn
+    # it into tool_calls, streamed or not
+    call = '<tool_call>\\n{"name": "add", "arguments": {"a": 1, "b": 2}}\\n</tool_call>'
+    grammar = 'root ::= "Sure." "\\n" "%s"' % call.replace('"', '\\"')
+    msgs = [{"role": "user", "content": "Add 1 and 2."}]
+
+    def streamed():
+        content, calls, finish = "", {}, None
+        for chunk in C.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS,
+                                               max_tokens=60, temperature=1.0, seed=31,
+                                               stream=True,
+                                               extra_body={"guided_grammar": grammar}):
+            for ch in chunk.choices:
+                content += ch.delta.content or ""
+                for d in ch.delta.tool_calls or []:
+                    c = calls.setdefault(d.index, {"name": "", "args": ""})
+                    c["name"] += (d.function and d.function.name) or ""
+                    c["args"] += (d.function and d.function.arguments) or ""
+                if ch.finish_reason:
+                    finish = ch.finish_reason
+        return content, calls, finish
+
+    plain, (content, calls, finish) = parallel(
+        lambda: C.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS,
+                                          max_tokens=60, temperature=1.0, seed=31,
+                                          extra_body={"guided_grammar": grammar}),
+        streamed)
+    ch = plain.choices[0]
+    assert ch.finish_reason == "tool_calls", ch
+    assert ch.message.content == "Sure.", ch
+    assert ch.message.tool_calls[0].function.name == "add"
+    assert json.loads(ch.message.tool_calls[0].function.arguments) == {"a": 1, "b": 2}
+    assert finish == "tool_calls" and content.strip() == "Sure.", (finish, content)
+    assert calls[0]["name"] == "add" and json.loads(calls[0]["args"]) == {"a": 1, "b": 2}
+    D.wait_idle()
+
+
+def prompt_tokens(cl, **kw):
+    r = cl.chat.completions.create(model=MODEL, max_tokens=1, temperature=0,
+                                   messages=[{"role": "user", "content": "hi"}], **kw)
+    return r.usage.prompt_tokens
+
+
+def test_tools_reach_the_template():
+    # the default model's template knows no tools: the built-in tool text is added; a
+    # template that renders tools itself (Qwen 2.5's, also ChatML) gets them as JSON
+    base = prompt_tokens(C)
+    assert prompt_tokens(C, tools=TOOLS) > base + 60
+    assert prompt_tokens(C, tools=TOOLS, tool_choice="none") == base
+    tpl = os.path.join(os.environ.get("INFERD_TESTDATA_DIR", ""), "chat-templates",
+                       "Qwen-Qwen2.5-7B-Instruct.jinja")
+    if not os.path.exists(tpl):
+        print("     (no Qwen template in the test data: second half skipped)")
+        return
+    d2 = Daemon(INFERD, args=["--chat-template", tpl])
+    try:
+        http = httpx.Client(transport=httpx.HTTPTransport(uds=d2.sock), timeout=300)
+        c2 = openai.OpenAI(base_url="http://localhost/v1", api_key="x", http_client=http,
+                           max_retries=0)
+        b2 = prompt_tokens(c2)
+        assert prompt_tokens(c2, tools=TOOLS) > b2 + 60
+        r = c2.chat.completions.create(
+            model=MODEL, max_tokens=1, temperature=0, tools=TOOLS,
+            messages=[{"role": "user", "content": "w?"},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "call_1", "type": "function",
+                           "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}]},
+                      {"role": "tool", "tool_call_id": "call_1", "content": "3"}])
+        assert r.usage.prompt_tokens > b2 + 60, r.usage
+    finally:
+        assert d2.stop() == 0
+
+
 def test_unsupported_refused():
     cases = [
         ({"response_format": {"type": "json_schema", "json_schema": {

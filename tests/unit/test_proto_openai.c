@@ -443,6 +443,8 @@ static const bad_case_t k_bad[] = {
      "messages[0].tool_calls", "invalid_value"},
     {EP_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{}}]}]}",
      "messages[0].tool_calls[0].function.name", "missing_required_parameter"},
+    {EP_CHAT, "{" MSG ",\"modalities\":[\"text\",\"audio\"]}", "modalities",
+     "unsupported_parameter"},
     {EP_CMPL, "{\"prompt\":\"x\",\"use_beam_search\":true}", "use_beam_search",
      "unsupported_parameter"},
     {EP_CHAT, "{" MSG ",\"add_generation_prompt\":1}", "add_generation_prompt", "invalid_type"},
