@@ -77,7 +77,7 @@ def parallel(*calls):
 
 def test_json_schema_outputs_validate():
     def one(i, schema):
-        return ask("Describe something as JSON.", temperature=1.0, seed=100 + i, n=4,
+        return ask("Describe something as JSON.", temperature=1.0, seed=100 + i, n=3,
                    response_format={"type": "json_schema",
                                     "json_schema": {"name": "s%d" % i, "schema": schema,
                                                     "strict": True}})

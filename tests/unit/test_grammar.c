@@ -418,6 +418,57 @@ START_TEST(test_choice_and_tools)
 }
 END_TEST
 
+/* Mutated grammar texts never crash the compiler, and whatever compiles
+ * runs on random bytes (for the sanitizer build). */
+START_TEST(test_gbnf_mutations)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_gconv_json_object(&b), 0);
+    const char *extra[] = {"root ::= [a-z]{2,5} (\"x\" | y)*\ny ::= \"\\u00e9\" | [^\\n]\n",
+                           "root ::= ( \"a\" ( \"b\" )? )+ \"c\"{0,3}\n"};
+    uint64_t rng = 77;
+    for (int src = 0; src < 3; src++) {
+        const char *base = src == 0 ? b.data : extra[src - 1];
+        size_t n = strlen(base);
+        char *t = malloc(n + 8);
+        for (int it = 0; it < 400; it++) {
+            memcpy(t, base, n + 1);
+            size_t len = n;
+            for (int k = 0; k < 3 && len > 0; k++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                size_t at = (size_t)(rng >> 33) % len;
+                switch ((rng >> 20) % 3) {
+                case 0:
+                    t[at] = "[]()\"\\|*+?{}:=-^.a \n#"[(rng >> 8) % 21];
+                    break;
+                case 1:
+                    len = at;
+                    break; /* truncate */
+                default:
+                    t[at] = (char)(rng >> 12);
+                    break;
+                }
+            }
+            ifd_grammar_t *g = NULL;
+            char err[128];
+            if (ifd_grammar_compile(t, len, &g, err, sizeof err) == 0) {
+                ifd_gmatch_t *m;
+                ck_assert_int_eq(ifd_gmatch_create(g, &m), 0);
+                for (int j = 0; j < 40; j++) {
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    char c = (char)("{}[]\":,ab 01\\"[(rng >> 33) % 13]);
+                    (void)ifd_gmatch_accept(m, &c, 1);
+                }
+                ifd_gmatch_destroy(m);
+                ifd_grammar_destroy(g);
+            }
+        }
+        free(t);
+    }
+    ifd_buf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("grammar");
@@ -430,6 +481,7 @@ int main(void)
     tcase_add_test(tc, test_json_schema_unsupported);
     tcase_add_test(tc, test_json_object_mode);
     tcase_add_test(tc, test_choice_and_tools);
+    tcase_add_test(tc, test_gbnf_mutations);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
