@@ -94,11 +94,18 @@ def kv_tokens(conc, prompt, output):
     return (conc * ((prompt + output) // 16 + 2) + 16) * 16
 
 
-def workloads(smoke):
+def workloads(smoke, only=""):
     if smoke:
         return [("single", 1, 32, 9), ("batched2", 2, 8, 5)]
-    return [("single", 1, 512, 129), ("batched4", 4, 32, 65), ("batched16", 16, 32, 65),
-            ("batched64", 64, 32, 65)]
+    w = [("single", 1, 512, 129), ("batched4", 4, 32, 65), ("batched16", 16, 32, 65),
+         ("batched64", 64, 32, 65)]
+    if only:
+        names = only.split(",")
+        unknown = set(names) - {x[0] for x in w}
+        if unknown:
+            sys.exit("cpu_vs_llamacpp: unknown workloads %s" % ",".join(sorted(unknown)))
+        w = [x for x in w if x[0] in names]
+    return w
 
 
 def command(engine, a, model, conc, prompt, output):
@@ -133,6 +140,7 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--inferd-only", action="store_true")
+    ap.add_argument("--workloads", default="", help="a subset, e.g. single,batched16")
     a = ap.parse_args()
     if a.smoke:
         a.reps = 1
@@ -147,6 +155,7 @@ def main():
         "commit": git_commit(a.repo),
         "reps": a.reps,
         "smoke": a.smoke,
+        "workloads": [x[0] for x in workloads(a.smoke, a.workloads)],
         "models": [],
     }
     for spec in a.model:
@@ -156,7 +165,7 @@ def main():
         for rep in range(a.reps):
             order = engines if rep % 2 == 0 else tuple(reversed(engines))
             rss = {e: 0.0 for e in engines}
-            for wname, conc, prompt, output in workloads(a.smoke):
+            for wname, conc, prompt, output in workloads(a.smoke, a.workloads):
                 for e in order:
                     doc, rss_mib, secs, load = spawn_measured(
                         command(e, a, path, conc, prompt, output))

@@ -7,6 +7,7 @@
 #
 #   bench/cpu_vs_llamacpp.sh [--build DIR] [--bench-engine PATH] [--models default,gemma3]
 #                            [--reps N] [--threads T] [--json FILE] [--smoke] [--inferd-only]
+#                            [--workloads single,batched4,batched16,batched64]
 #
 # llama.cpp comes from the PyPI sdist of llama-cpp-python (LLAMACPP_PY_VERSION,
 # default 0.3.36, which vendors llama.cpp 0c1e57098), built once from source for
@@ -34,6 +35,7 @@ threads=2
 json=""
 smoke=0
 inferd_only=0
+only=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -44,7 +46,8 @@ while [ $# -gt 0 ]; do
     --json) json=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
     --inferd-only) inferd_only=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --workloads) only=$2; shift 2 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -101,4 +104,5 @@ args=(--bench-engine "$bench_engine" --driver "$here/llamacpp_driver.py"
 [ "$smoke" = 1 ] && args+=(--smoke)
 [ "$inferd_only" = 1 ] && args+=(--inferd-only)
 [ -n "$json" ] && args+=(--json "$json")
+[ -n "$only" ] && args+=(--workloads "$only")
 exec "$py" "$here/cpu_vs_llamacpp.py" "${args[@]}"
