@@ -18,7 +18,8 @@
 #   JOBS       parallel compile jobs (default: nproc)
 #   OUT        if set, logs, the benchmark JSON and the table are copied there
 #   XXHASH_INCLUDE  a directory with xxhash.h, for test_gpu_kvpool (the KV pool's
-#              CUDA segments), which is built only where that header exists
+#              CUDA segments) and test_backend_cuda (the CUDA backend end to end
+#              vs the CPU backend), built only where that header exists
 #              (xxhash is used header-only, XXH_INLINE_ALL)
 # Exit status: 0 when every test passed or skipped, 1 otherwise.
 set -uo pipefail
@@ -76,7 +77,7 @@ fi
     echo "  command = \$cc \$cflags \$extra -c \$in -o \$out"
     echo "  description = CC \$in"
     echo "rule link"
-    echo "  command = \$nvcc $GENCODE \$in -o \$out -lm -lpthread"
+    echo "  command = \$nvcc $GENCODE \$in -o \$out \$libs -lm -lpthread"
     echo "  description = LINK \$out"
     kobjs=""
     for k in "${KERNELS[@]}"; do
@@ -108,6 +109,18 @@ fi
         echo "build obj/cuda_kvseg_cuda.o: nvcc $ROOT/kernels/cuda/kvseg_cuda.cu"
         echo "build test_gpu_kvpool: link$kv obj/cuda_kvseg_cuda.o obj/cuda_device.o" \
              "obj/common_error.o obj/common_log.o"
+        # the CUDA backend end to end vs the CPU backend (model.c needs the
+        # pool's parameter defaults, hence xxhash too)
+        be=""
+        for f in common/gguf.c common/model_config.c worker/model.c worker/backend_cpu.c \
+                 worker/backend_cuda.c tests/gpu/test_backend_cuda.c; do
+            o=obj/$(echo "${f%.c}" | tr / _).o
+            echo "build $o: cc $ROOT/$f"
+            be="$be $o"
+        done
+        echo "build test_backend_cuda: link$be$kobjs$robjs obj/common_kvpool.o" \
+             "obj/common_kvpool_check.o obj/common_fdpass.o"
+        echo "  libs = -lcublasLt"
     fi
     echo "build obj/gpu_kernels.o: cc $ROOT/bench/gpu_kernels.c"
     echo "build bench_gpu_kernels: link obj/gpu_kernels.o$kobjs obj/common_error.o" \
@@ -129,10 +142,12 @@ status=0
 rows=()
 RUN=("${TESTS[@]}")
 if [ $KVPOOL = 1 ]; then
-    RUN+=(test_gpu_kvpool)
+    RUN+=(test_gpu_kvpool test_backend_cuda)
 else
-    rows+=("$(printf '%-22s %-9s %5s   %s' test_gpu_kvpool "NOT BUILT" - \
-              "no xxhash.h here (set XXHASH_INCLUDE)")")
+    for t in test_gpu_kvpool test_backend_cuda; do
+        rows+=("$(printf '%-22s %-9s %5s   %s' $t "NOT BUILT" - \
+                  "no xxhash.h here (set XXHASH_INCLUDE)")")
+    done
 fi
 rows+=("$(printf '%-22s %-9s %5s   %s' test_gpu_device "NOT BUILT" - \
           "a Check test; the kernel tests print the device instead")")

@@ -77,6 +77,19 @@ if(CMAKE_CXX_COMPILER)
   target_include_directories(test_backend_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
                              ${CUDAToolkit_INCLUDE_DIRS})
   set_target_properties(test_backend_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
+
+  # The engine (batched = solo, preemption, prefix reuse) through the CUDA
+  # backend on the emulator: tests/unit/test_engine_model.c built for it.
+  ifd_add_test(test_engine_cuda_emu
+               SOURCES ${PROJECT_SOURCE_DIR}/tests/unit/test_engine_model.c ${IFD_BACKEND_SRCS}
+                       ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
+                       ${PROJECT_SOURCE_DIR}/worker/shape.c
+               LIBS ifd_kernels_emu ifd_kernels ifd_common PkgConfig::JANSSON
+               LABELS unit emu TIMEOUT 300)
+  target_compile_definitions(test_engine_cuda_emu PRIVATE IFD_TEST_ENGINE_CUDA_EMU)
+  target_include_directories(test_engine_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
+                             ${CUDAToolkit_INCLUDE_DIRS})
+  set_target_properties(test_engine_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
 endif()
 
 # On a GPU: the same test against the real CUDA backend (ifd_worker_lib).
