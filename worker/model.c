@@ -557,6 +557,11 @@ const ifd_model_source_t *ifd_model_source(const ifd_model_t *m)
     return m->src;
 }
 
+ifd_backend_t *ifd_model_backend(const ifd_model_t *m)
+{
+    return m->be;
+}
+
 uint64_t ifd_model_weight_bytes(const ifd_model_t *m)
 {
     return m->weight_bytes;

@@ -70,6 +70,8 @@ const ifd_model_config_t *ifd_model_config(const ifd_model_t *m);
 const ifd_gguf_t *ifd_model_gguf(const ifd_model_t *m);
 /* Where the model came from (format, path, tokenizer); lives as long as m. */
 const ifd_model_source_t *ifd_model_source(const ifd_model_t *m);
+/* The backend the model was loaded onto. */
+ifd_backend_t *ifd_model_backend(const ifd_model_t *m);
 /* Bytes of weights held on the backend. */
 uint64_t ifd_model_weight_bytes(const ifd_model_t *m);
 

@@ -116,6 +116,7 @@ fi
                  worker/backend_cuda.c tests/gpu/test_backend_cuda.c; do
             o=obj/$(echo "${f%.c}" | tr / _).o
             echo "build $o: cc $ROOT/$f"
+            echo "  extra = -DIFD_TEST_NO_GENERATE"
             be="$be $o"
         done
         echo "build test_backend_cuda: link$be$kobjs$robjs obj/common_kvpool.o" \

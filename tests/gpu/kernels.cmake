@@ -73,6 +73,8 @@ if(CMAKE_CXX_COMPILER)
   set(IFD_BACKEND_SRCS ${PROJECT_SOURCE_DIR}/worker/model.c
       ${PROJECT_SOURCE_DIR}/worker/backend_cpu.c ${PROJECT_SOURCE_DIR}/worker/backend_cuda.c)
   ifd_add_test(test_backend_cuda_emu SOURCES test_backend_cuda.c ${IFD_BACKEND_SRCS}
+               ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/generate.c
+               ${PROJECT_SOURCE_DIR}/worker/engine.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_backend_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
                              ${CUDAToolkit_INCLUDE_DIRS})
