@@ -200,20 +200,6 @@ static int ifd__cmp_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-__attribute__((format(printf, 3, 4))) static void ifd__errf(char *errbuf, size_t errlen,
-                                                              const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (errbuf && errlen)
-        snprintf(errbuf, errlen, "%s", msg);
-    else
-        IFD_ERROR("%s", msg);
-}
-
 /* Reads a template file (at most 4 MiB). 0, or -errno / IFD_ETOOBIG / IFD_ENOMEM. */
 static int ifd__read_file(const char *path, char **out)
 {
@@ -319,14 +305,14 @@ int ifd_chat_template_create(ifd_chat_template_t **out, const ifd_tokenizer_t *t
     } else if (params->name) {
         rc = ifd__read_file(params->name, &file_text);
         if (rc == -ENOENT && !strchr(params->name, '/') && !strstr(params->name, ".jinja")) {
-            ifd__errf(errbuf, errlen,
-                      "unknown chat template '%s' (known: %s, or the path of a Jinja file)",
-                      params->name, ifd_chat_family_names());
+            ifd_fail_msg(errbuf, errlen, 0,
+                         "unknown chat template '%s' (known: %s, or the path of a Jinja file)",
+                         params->name, ifd_chat_family_names());
             return IFD_ENOTFOUND;
         }
         if (rc) {
-            ifd__errf(errbuf, errlen, "chat template file '%s': %s", params->name,
-                      rc < 0 && rc > -4096 ? strerror(-rc) : ifd_strerror(rc));
+            ifd_fail_msg(errbuf, errlen, 0, "chat template file '%s': %s", params->name,
+                         rc < 0 && rc > -4096 ? strerror(-rc) : ifd_strerror(rc));
             return rc == IFD_ENOMEM || rc == IFD_ETOOBIG ? rc : IFD_ENOTFOUND;
         }
         jinja = file_text;
@@ -341,7 +327,7 @@ int ifd_chat_template_create(ifd_chat_template_t **out, const ifd_tokenizer_t *t
             return rc;
         }
         if (rc && from_file) {
-            ifd__errf(errbuf, errlen, "chat template file '%s': %s", params->name, perr);
+            ifd_fail_msg(errbuf, errlen, 0, "chat template file '%s': %s", params->name, perr);
             free(file_text);
             return rc;
         }
@@ -363,10 +349,10 @@ int ifd_chat_template_create(ifd_chat_template_t **out, const ifd_tokenizer_t *t
             /* the model's template uses something inferd's Jinja lacks: fall
              * back to the family it looks like */
             if (ifd_chat_detect(jinja, &fam)) {
-                ifd__errf(errbuf, errlen,
-                          "the model's chat template cannot be used (%s) and is not one inferd "
-                          "knows; choose one with --chat-template NAME|FILE (known: %s)",
-                          perr, ifd_chat_family_names());
+                ifd_fail_msg(errbuf, errlen, 0,
+                             "the model's chat template cannot be used (%s) and is not one inferd "
+                             "knows; choose one with --chat-template NAME|FILE (known: %s)",
+                             perr, ifd_chat_family_names());
                 return IFD_ENOTFOUND;
             }
             IFD_WARN("the model's chat template cannot be used (%s); rendering with the "
@@ -376,10 +362,10 @@ int ifd_chat_template_create(ifd_chat_template_t **out, const ifd_tokenizer_t *t
             fam = IFD_CHAT_JINJA;
         }
     } else if (!by_name && (!tok || ifd__detect_vocab(tok, &fam))) {
-        ifd__errf(errbuf, errlen,
-                  "the model has no chat template; choose one with --chat-template NAME|FILE "
-                  "(known: %s)",
-                  ifd_chat_family_names());
+        ifd_fail_msg(errbuf, errlen, 0,
+                     "the model has no chat template; choose one with --chat-template NAME|FILE "
+                     "(known: %s)",
+                     ifd_chat_family_names());
         return IFD_ENOTFOUND;
     }
     ifd_chat_template_t *t = calloc(1, sizeof *t);
@@ -922,7 +908,8 @@ static void ifd__pick_prefix(const ifd_chat_template_t *t, const char *req, size
 static int ifd__norm_message(json_t *m, size_t idx, char *errbuf, size_t errlen)
 {
     if (!json_is_object(m) || !json_is_string(json_object_get(m, "role"))) {
-        ifd__errf(errbuf, errlen, "message %zu: expected an object with a string 'role'", idx);
+        ifd_fail_msg(errbuf, errlen, 0, "message %zu: expected an object with a string 'role'",
+                     idx);
         return IFD_EINVAL;
     }
     json_t *c = json_object_get(m, "content");
@@ -939,10 +926,10 @@ static int ifd__norm_message(json_t *m, size_t idx, char *errbuf, size_t errlen)
             json_t *tx = json_object_get(part, "text");
             if (!ty || strcmp(ty, "text") != 0 || !json_is_string(tx)) {
                 ifd_buf_free(&b);
-                ifd__errf(errbuf, errlen,
-                          "message %zu: content part %zu: only {\"type\": \"text\", \"text\": "
-                          "…} parts are supported",
-                          idx, i);
+                ifd_fail_msg(errbuf, errlen, 0,
+                             "message %zu: content part %zu: only {\"type\": \"text\", \"text\": "
+                             "…} parts are supported",
+                             idx, i);
                 return IFD_EINVAL;
             }
             if ((k++ && ifd_buf_append(&b, "\n", 1)) ||
@@ -956,8 +943,8 @@ static int ifd__norm_message(json_t *m, size_t idx, char *errbuf, size_t errlen)
         if (rc)
             return IFD_ENOMEM;
     } else if (!json_is_string(c)) {
-        ifd__errf(errbuf, errlen, "message %zu: 'content' must be a string, null or an array",
-                  idx);
+        ifd_fail_msg(errbuf, errlen, 0, "message %zu: 'content' must be a string, null or an array",
+                     idx);
         return IFD_EINVAL;
     }
     json_t *calls = json_object_get(m, "tool_calls");
@@ -967,15 +954,15 @@ static int ifd__norm_message(json_t *m, size_t idx, char *errbuf, size_t errlen)
         size_t i;
         json_t *tc;
         if (!json_is_array(calls)) {
-            ifd__errf(errbuf, errlen, "message %zu: 'tool_calls' must be an array", idx);
+            ifd_fail_msg(errbuf, errlen, 0, "message %zu: 'tool_calls' must be an array", idx);
             return IFD_EINVAL;
         }
         json_array_foreach(calls, i, tc)
         {
             json_t *fn = json_object_get(tc, "function");
             if (!json_is_object(fn)) {
-                ifd__errf(errbuf, errlen, "message %zu: tool call %zu has no 'function' object",
-                          idx, i);
+                ifd_fail_msg(errbuf, errlen, 0,
+                             "message %zu: tool call %zu has no 'function' object", idx, i);
                 return IFD_EINVAL;
             }
             json_t *args = json_object_get(fn, "arguments");
@@ -1105,17 +1092,17 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
     if (errbuf && errlen)
         errbuf[0] = '\0';
     if (!json_is_array(req->messages)) {
-        ifd__errf(errbuf, errlen, "messages must be an array");
+        ifd_fail_msg(errbuf, errlen, 0, "messages must be an array");
         return IFD_EINVAL;
     }
     if (t->jinja)
         return ifd__render_jinja(t, req, out, errbuf, errlen);
     /* a built-in family: role and text content only */
     if (json_array_size(req->tools) > 0) {
-        ifd__errf(errbuf, errlen,
-                  "the built-in '%s' chat template cannot render tools; give the model's "
-                  "template with --chat-template FILE",
-                  ifd_chat_family_name(t->family));
+        ifd_fail_msg(errbuf, errlen, 0,
+                     "the built-in '%s' chat template cannot render tools; give the model's "
+                     "template with --chat-template FILE",
+                     ifd_chat_family_name(t->family));
         return IFD_ENOTSUP;
     }
     json_t *msgs = json_deep_copy(req->messages);
@@ -1127,10 +1114,10 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
         if ((rc = ifd__norm_message(jm, i, errbuf, errlen)))
             break;
         if (json_array_size(json_object_get(jm, "tool_calls")) > 0) {
-            ifd__errf(errbuf, errlen,
-                      "message %zu: the built-in '%s' chat template cannot render tool calls; "
-                      "give the model's template with --chat-template FILE",
-                      i, ifd_chat_family_name(t->family));
+            ifd_fail_msg(errbuf, errlen, 0,
+                         "message %zu: the built-in '%s' chat template cannot render tool calls; "
+                         "give the model's template with --chat-template FILE",
+                         i, ifd_chat_family_name(t->family));
             rc = IFD_ENOTSUP;
             break;
         }
@@ -1140,8 +1127,10 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
     if (!rc) {
         rc = ifd__render_builtin(t, m, n, req->add_generation_prompt, out);
         if (rc == IFD_EINVAL)
-            ifd__errf(errbuf, errlen, "the '%s' chat template cannot render these messages "
-                      "(roles must alternate user/assistant)", ifd_chat_family_name(t->family));
+            ifd_fail_msg(errbuf, errlen, 0,
+                         "the '%s' chat template cannot render these messages "
+                         "(roles must alternate user/assistant)",
+                         ifd_chat_family_name(t->family));
     }
     free(m);
     json_decref(msgs);

@@ -90,3 +90,15 @@ void ifd_log(ifd_log_level_t level, const char *fmt, ...)
     ifd_vlog(level, fmt, ap);
     va_end(ap);
 }
+
+int ifd_fail_msg(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (errbuf && errlen)
+        vsnprintf(errbuf, errlen, fmt, ap);
+    else
+        ifd_vlog(IFD_LOG_ERROR, fmt, ap);
+    va_end(ap);
+    return rc;
+}

@@ -13,6 +13,7 @@
 #define IFD_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 typedef enum {
     IFD_LOG_ERROR = 0,
@@ -36,6 +37,13 @@ void ifd_log_set_tag(const char *tag);
 
 void ifd_log(ifd_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ifd_vlog(ifd_log_level_t level, const char *fmt, va_list ap);
+
+/* The loaders' error convention: the message goes into errbuf when the
+ * caller gave one (errbuf != NULL and errlen > 0; truncated to fit), else to
+ * the log at ERROR. Returns rc, so a failing path can end with
+ * `return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "...", ...)`. */
+int ifd_fail_msg(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #define IFD_ERROR(...) ifd_log(IFD_LOG_ERROR, __VA_ARGS__)
 #define IFD_WARN(...)  ifd_log(IFD_LOG_WARN, __VA_ARGS__)

@@ -16,23 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int ifd__cfg_fail(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int ifd__cfg_fail(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (errbuf && errlen)
-        snprintf(errbuf, errlen, "%s", msg);
-    else
-        IFD_ERROR("%s", msg);
-    return rc;
-}
-
 /* A per-model u32 that may also be stored as a per-layer array (first
  * element used; all must agree for the architectures we run). */
 static int ifd__get_u32_or_arr(const ifd_gguf_t *g, const char *key, uint32_t *out)
@@ -64,8 +47,8 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
     const char *path = ifd_gguf_path(g);
     ifd_str_t s;
     if (ifd_gguf_get_str(g, "general.architecture", &s) != 0)
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT,
-                             "%s: general.architecture is missing", path);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: general.architecture is missing",
+                            path);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%.*s", (int)s.len, s.ptr);
     static const struct {
         const char *name;
@@ -78,10 +61,10 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
     while (ai < sizeof archs / sizeof archs[0] && strcmp(cfg->arch_name, archs[ai].name) != 0)
         ai++;
     if (ai == sizeof archs / sizeof archs[0])
-        return ifd__cfg_fail(errbuf, errlen, IFD_ENOTSUP,
-                             "%s: architecture '%s' is not supported (supported: llama, gemma3, "
-                             "qwen2, qwen3)",
-                             path, cfg->arch_name);
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
+                            "%s: architecture '%s' is not supported (supported: llama, gemma3, "
+                            "qwen2, qwen3)",
+                            path, cfg->arch_name);
     cfg->arch = archs[ai].arch;
     cfg->format = IFD_FORMAT_GGUF;
     if (ifd_gguf_get_str(g, "general.name", &s) == 0)
@@ -89,22 +72,22 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
 
     char key[160];
     const char *a = cfg->arch_name;
-#define IFD__REQ_U32(field, suffix)                                                         \
-    do {                                                                                    \
-        snprintf(key, sizeof key, "%s.%s", a, suffix);                                      \
-        int rc_ = ifd__get_u32_or_arr(g, key, &cfg->field);                                 \
-        if (rc_)                                                                            \
-            return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: %s: %s", path, key,      \
-                                 rc_ == IFD_ENOTFOUND ? "missing" : "not a usable integer");  \
+#define IFD__REQ_U32(field, suffix)                                                                \
+    do {                                                                                           \
+        snprintf(key, sizeof key, "%s.%s", a, suffix);                                             \
+        int rc_ = ifd__get_u32_or_arr(g, key, &cfg->field);                                        \
+        if (rc_)                                                                                   \
+            return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: %s: %s", path, key,              \
+                                rc_ == IFD_ENOTFOUND ? "missing" : "not a usable integer");        \
     } while (0)
-#define IFD__OPT_U32(field, suffix, dflt)                                                   \
-    do {                                                                                    \
-        snprintf(key, sizeof key, "%s.%s", a, suffix);                                      \
-        cfg->field = (dflt);                                                                \
-        int rc_ = ifd__get_u32_or_arr(g, key, &cfg->field);                                 \
-        if (rc_ && rc_ != IFD_ENOTFOUND)                                                    \
-            return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: %s: not a usable integer", \
-                                 path, key);                                                \
+#define IFD__OPT_U32(field, suffix, dflt)                                                          \
+    do {                                                                                           \
+        snprintf(key, sizeof key, "%s.%s", a, suffix);                                             \
+        cfg->field = (dflt);                                                                       \
+        int rc_ = ifd__get_u32_or_arr(g, key, &cfg->field);                                        \
+        if (rc_ && rc_ != IFD_ENOTFOUND)                                                           \
+            return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: %s: not a usable integer", path, \
+                                key);                                                              \
     } while (0)
 
     IFD__REQ_U32(n_layer, "block_count");
@@ -114,31 +97,31 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
     IFD__OPT_U32(n_head_kv, "attention.head_count_kv", cfg->n_head);
     IFD__OPT_U32(n_ctx_train, "context_length", 2048);
     if (cfg->n_head == 0 || cfg->n_head_kv == 0 || cfg->n_head % cfg->n_head_kv != 0)
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT,
-                             "%s: head counts %u / %u: kv heads must divide heads", path,
-                             cfg->n_head, cfg->n_head_kv);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                            "%s: head counts %u / %u: kv heads must divide heads", path,
+                            cfg->n_head, cfg->n_head_kv);
     if (cfg->n_layer == 0 || cfg->n_layer > IFD_MAX_LAYERS)
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: block_count %u out of 1..%d",
-                             path, cfg->n_layer, IFD_MAX_LAYERS);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: block_count %u out of 1..%d", path,
+                            cfg->n_layer, IFD_MAX_LAYERS);
     IFD__OPT_U32(head_dim, "attention.key_length", cfg->n_embd / cfg->n_head);
     uint32_t vlen = cfg->head_dim;
     snprintf(key, sizeof key, "%s.attention.value_length", a);
     ifd__get_u32_or_arr(g, key, &vlen);
     if (vlen != cfg->head_dim)
-        return ifd__cfg_fail(errbuf, errlen, IFD_ENOTSUP,
-                             "%s: key_length %u != value_length %u is not supported", path,
-                             cfg->head_dim, vlen);
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
+                            "%s: key_length %u != value_length %u is not supported", path,
+                            cfg->head_dim, vlen);
     IFD__OPT_U32(n_rot, "rope.dimension_count", cfg->head_dim);
     if (cfg->n_rot > cfg->head_dim || cfg->n_rot % 2)
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: rope.dimension_count %u invalid",
-                             path, cfg->n_rot);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: rope.dimension_count %u invalid",
+                            path, cfg->n_rot);
     if (cfg->head_dim == 0 || cfg->head_dim % 2)
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: head dimension %u invalid", path,
-                             cfg->head_dim);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: head dimension %u invalid", path,
+                            cfg->head_dim);
 
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
     if (ifd_gguf_get_f32(g, key, &cfg->rms_eps) != 0)
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: %s is missing", path, key);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: %s is missing", path, key);
     cfg->rope_base = cfg->arch == IFD_ARCH_GEMMA3 ? 1e6f : 10000.0f;
     snprintf(key, sizeof key, "%s.rope.freq_base", a);
     ifd_gguf_get_f32(g, key, &cfg->rope_base);
@@ -149,9 +132,9 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
         snprintf(key, sizeof key, "%s.rope.scaling.type", a);
         if (ifd_gguf_get_str(g, key, &s) == 0 && !(s.len == 6 && memcmp(s.ptr, "linear", 6) == 0) &&
             !(s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
-            return ifd__cfg_fail(errbuf, errlen, IFD_ENOTSUP,
-                                 "%s: rope scaling type '%.*s' is not supported", path,
-                                 (int)s.len, s.ptr);
+            return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
+                                "%s: rope scaling type '%.*s' is not supported", path, (int)s.len,
+                                s.ptr);
         if (!(s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
             cfg->rope_freq_scale = 1.0f / factor;
     }
@@ -196,12 +179,12 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
 
     const ifd_gguf_tensor_t *emb = ifd_gguf_find_tensor(g, "token_embd.weight");
     if (!emb)
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: tensor token_embd.weight is missing",
-                             path);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: tensor token_embd.weight is missing",
+                            path);
     if (emb->ne[0] != cfg->n_embd || emb->ne[1] > UINT32_MAX)
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT,
-                             "%s: token_embd.weight has row length %llu, expected %u", path,
-                             (unsigned long long)emb->ne[0], cfg->n_embd);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                            "%s: token_embd.weight has row length %llu, expected %u", path,
+                            (unsigned long long)emb->ne[0], cfg->n_embd);
     cfg->n_vocab = (uint32_t)emb->ne[1];
     cfg->has_rope_freqs = ifd_gguf_find_tensor(g, "rope_freqs.weight") != NULL;
     cfg->has_attn_bias = ifd_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
@@ -255,8 +238,7 @@ static int ifd__hf_num(ifd__hf_t *h, const json_t *o, const char *key, double df
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_number(v))
-        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: %s is not a number", h->file,
-                             key);
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: %s is not a number", h->file, key);
     *out = json_number_value(v);
     return 0;
 }
@@ -268,14 +250,13 @@ static int ifd__hf_u32(ifd__hf_t *h, const json_t *o, const char *key, long long
     const json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (dflt < 0)
-            return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: %s is missing", h->file,
-                                 key);
+            return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: %s is missing", h->file, key);
         *out = (uint32_t)dflt;
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > UINT32_MAX)
-        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                             "%s: %s is not an integer in 0..2^32-1", h->file, key);
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: %s is not an integer in 0..2^32-1",
+                            h->file, key);
     *out = (uint32_t)json_integer_value(v);
     return 0;
 }
@@ -299,8 +280,8 @@ static int ifd__hf_rope_scaling(ifd__hf_t *h, ifd_model_config_t *cfg, const jso
     if (!rs || json_is_null(rs))
         return 0;
     if (!json_is_object(rs))
-        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: rope_scaling is not an object",
-                             h->file);
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: rope_scaling is not an object",
+                            h->file);
     const char *type = ifd__hf_str(rs, "rope_type");
     if (!type)
         type = ifd__hf_str(rs, "type");
@@ -312,8 +293,8 @@ static int ifd__hf_rope_scaling(ifd__hf_t *h, ifd_model_config_t *cfg, const jso
     if ((rc = ifd__hf_num(h, rs, "factor", 1.0, &factor)))
         return rc;
     if (!(factor > 0))
-        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: rope_scaling.factor %g invalid",
-                             h->file, factor);
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: rope_scaling.factor %g invalid",
+                            h->file, factor);
     if (strcmp(type, "linear") == 0) {
         cfg->rope_freq_scale = (float)(1.0 / factor);
         return 0;
@@ -324,10 +305,10 @@ static int ifd__hf_rope_scaling(ifd__hf_t *h, ifd_model_config_t *cfg, const jso
             (rc = ifd__hf_u32(h, rs, "original_max_position_embeddings", 8192, &orig)))
             return rc;
         if (!(high > low) || orig == 0)
-            return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                                 "%s: rope_scaling llama3: high_freq_factor %g must exceed "
-                                 "low_freq_factor %g, original context %u > 0",
-                                 h->file, high, low, orig);
+            return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                                "%s: rope_scaling llama3: high_freq_factor %g must exceed "
+                                "low_freq_factor %g, original context %u > 0",
+                                h->file, high, low, orig);
         cfg->llama3_factor = (float)factor;
         cfg->llama3_low_freq = (float)low;
         cfg->llama3_high_freq = (float)high;
@@ -335,9 +316,9 @@ static int ifd__hf_rope_scaling(ifd__hf_t *h, ifd_model_config_t *cfg, const jso
         cfg->has_rope_freqs = true;
         return 0;
     }
-    return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
-                         "%s: rope_scaling type '%s' is not supported (supported: linear, llama3)",
-                         h->file, type);
+    return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP,
+                        "%s: rope_scaling type '%s' is not supported (supported: linear, llama3)",
+                        h->file, type);
 }
 
 void ifd_model_config_rope_factors(const ifd_model_config_t *cfg, float *out)
@@ -372,8 +353,8 @@ static int ifd__hf_generation(ifd__hf_t *h0, ifd_model_config_t *cfg, const char
     if (!j) {
         if (errno == ENOENT && access(path, F_OK) != 0)
             return 0;
-        return ifd__cfg_fail(h0->err, h0->errlen, IFD_EFORMAT, "%s: not valid JSON (line %d): %s",
-                             path, jerr.line, jerr.text);
+        return ifd_fail_msg(h0->err, h0->errlen, IFD_EFORMAT, "%s: not valid JSON (line %d): %s",
+                            path, jerr.line, jerr.text);
     }
     ifd__hf_t h = {path, h0->err, h0->errlen};
     ifd_gen_defaults_t *g = &cfg->gen;
@@ -400,16 +381,16 @@ static int ifd__hf_generation(ifd__hf_t *h0, ifd_model_config_t *cfg, const char
         {
             if (!json_is_integer(e) || json_integer_value(e) < 0 ||
                 json_integer_value(e) > INT32_MAX) {
-                rc = ifd__cfg_fail(h.err, h.errlen, IFD_EFORMAT,
-                                   "%s: eos_token_id[%zu] is not a token id", path, i);
+                rc = ifd_fail_msg(h.err, h.errlen, IFD_EFORMAT,
+                                  "%s: eos_token_id[%zu] is not a token id", path, i);
                 goto out;
             }
             if (g->n_eos < IFD_MAX_EOS_IDS)
                 g->eos_ids[g->n_eos++] = (int32_t)json_integer_value(e);
         }
     } else if (eos && !json_is_null(eos)) {
-        rc = ifd__cfg_fail(h.err, h.errlen, IFD_EFORMAT,
-                           "%s: eos_token_id is neither an id nor a list of ids", path);
+        rc = ifd_fail_msg(h.err, h.errlen, IFD_EFORMAT,
+                          "%s: eos_token_id is neither an id nor a list of ids", path);
     }
 out:
     json_decref(j);
@@ -438,18 +419,18 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
     const json_t *archs = json_object_get(root, "architectures");
     const char *an = json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
     if (!an)
-        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                             "%s: architectures is missing (expected e.g. [\"LlamaForCausalLM\"])",
-                             h->file);
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                            "%s: architectures is missing (expected e.g. [\"LlamaForCausalLM\"])",
+                            h->file);
     size_t ai = 0, na = sizeof ifd__hf_archs / sizeof ifd__hf_archs[0];
     while (ai < na && strcmp(an, ifd__hf_archs[ai].hf) != 0)
         ai++;
     if (ai == na)
-        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
-                             "%s: architecture '%s' is not supported (supported: "
-                             "LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, "
-                             "Gemma3ForConditionalGeneration, Qwen2ForCausalLM, Qwen3ForCausalLM)",
-                             h->file, an);
+        return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP,
+                            "%s: architecture '%s' is not supported (supported: "
+                            "LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, "
+                            "Gemma3ForConditionalGeneration, Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                            h->file, an);
     cfg->arch = ifd__hf_archs[ai].arch;
     snprintf(cfg->hf_arch, sizeof cfg->hf_arch, "%s", an);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s", ifd__arch_names[cfg->arch]);
@@ -462,8 +443,8 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
     const json_t *tc = json_object_get(root, "text_config");
     if (strcmp(an, "Gemma3ForConditionalGeneration") == 0) {
         if (!json_is_object(tc))
-            return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT, "%s: text_config is missing",
-                                 h->file);
+            return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: text_config is missing",
+                                h->file);
         c = tc;
         if (!dt)
             dt = ifd__hf_str(c, "torch_dtype");
@@ -484,22 +465,21 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
     if ((rc = ifd__hf_u32(h, c, "num_key_value_heads", gemma ? 4 : cfg->n_head, &cfg->n_head_kv)))
         return rc;
     if (cfg->n_head == 0 || cfg->n_head_kv == 0 || cfg->n_head % cfg->n_head_kv != 0)
-        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                             "%s: head counts %u / %u: kv heads must divide heads", h->file,
-                             cfg->n_head, cfg->n_head_kv);
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                            "%s: head counts %u / %u: kv heads must divide heads", h->file,
+                            cfg->n_head, cfg->n_head_kv);
     if (cfg->n_layer == 0 || cfg->n_layer > IFD_MAX_LAYERS)
-        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                             "%s: num_hidden_layers %u out of 1..%d", h->file, cfg->n_layer,
-                             IFD_MAX_LAYERS);
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: num_hidden_layers %u out of 1..%d",
+                            h->file, cfg->n_layer, IFD_MAX_LAYERS);
     if ((rc = ifd__hf_u32(h, c, "head_dim", gemma ? 256 : cfg->n_embd / cfg->n_head,
                           &cfg->head_dim)))
         return rc;
     if (cfg->head_dim == 0 || cfg->head_dim % 2 || cfg->n_embd == 0 || cfg->n_ff == 0 ||
         cfg->n_vocab == 0)
-        return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                             "%s: head_dim %u, hidden_size %u, intermediate_size %u, "
-                             "vocab_size %u: invalid",
-                             h->file, cfg->head_dim, cfg->n_embd, cfg->n_ff, cfg->n_vocab);
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                            "%s: head_dim %u, hidden_size %u, intermediate_size %u, "
+                            "vocab_size %u: invalid",
+                            h->file, cfg->head_dim, cfg->n_embd, cfg->n_ff, cfg->n_vocab);
     cfg->n_rot = cfg->head_dim;
     if ((rc = ifd__hf_u32(h, c, "max_position_embeddings", gemma ? 131072 : 2048,
                           &cfg->n_ctx_train)))
@@ -516,16 +496,16 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
         act = ifd__hf_archs[ai].act;
     if (strcmp(act, ifd__hf_archs[ai].act) != 0 &&
         !(gemma && strcmp(act, "gelu_pytorch_tanh") == 0))
-        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
-                             "%s: activation '%s' is not supported for %s (expected %s)", h->file,
-                             act, an, ifd__hf_archs[ai].act);
+        return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP,
+                            "%s: activation '%s' is not supported for %s (expected %s)", h->file,
+                            act, an, ifd__hf_archs[ai].act);
     if (ifd__hf_bool(c, "mlp_bias", false))
-        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP, "%s: mlp_bias is not supported",
-                             h->file);
+        return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP, "%s: mlp_bias is not supported",
+                            h->file);
     if (json_object_get(c, "attn_logit_softcapping") &&
         !json_is_null(json_object_get(c, "attn_logit_softcapping")))
-        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
-                             "%s: attn_logit_softcapping is not supported", h->file);
+        return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP,
+                            "%s: attn_logit_softcapping is not supported", h->file);
     cfg->has_attn_bias = cfg->arch == IFD_ARCH_QWEN2 || ifd__hf_bool(c, "attention_bias", false);
     cfg->has_qk_norm = gemma || cfg->arch == IFD_ARCH_QWEN3;
     cfg->tied_embeddings =
@@ -566,8 +546,8 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
         if ((rc = ifd__hf_num(h, c, "query_pre_attn_scalar", 256, &v)))
             return rc;
         if (!(v > 0))
-            return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                                 "%s: query_pre_attn_scalar %g invalid", h->file, v);
+            return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                                "%s: query_pre_attn_scalar %g invalid", h->file, v);
         cfg->attn_scale = (float)(1.0 / sqrt(v));
         /* HF multiplies by sqrt(hidden) cast to the weights' dtype */
         float es = sqrtf((float)cfg->n_embd);
@@ -583,16 +563,16 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
         const json_t *lt = json_object_get(c, "layer_types");
         if (json_is_array(lt)) {
             if (json_array_size(lt) != cfg->n_layer)
-                return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                                     "%s: layer_types has %zu entries for %u layers", h->file,
-                                     json_array_size(lt), cfg->n_layer);
+                return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                                    "%s: layer_types has %zu entries for %u layers", h->file,
+                                    json_array_size(lt), cfg->n_layer);
             for (uint32_t l = 0; l < cfg->n_layer; l++) {
                 const char *t = json_string_value(json_array_get(lt, l));
                 if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))
-                    return ifd__cfg_fail(h->err, h->errlen, IFD_EFORMAT,
-                                         "%s: layer_types[%u] is not sliding_attention or "
-                                         "full_attention",
-                                         h->file, l);
+                    return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                                        "%s: layer_types[%u] is not sliding_attention or "
+                                        "full_attention",
+                                        h->file, l);
                 cfg->layer_is_local[l] = strcmp(t, "sliding_attention") == 0;
             }
         } else {
@@ -609,8 +589,8 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
             cfg->layer_is_local[l] = cfg->sliding_window > 0;
     } else if ((cfg->arch == IFD_ARCH_QWEN2 || cfg->arch == IFD_ARCH_QWEN3) &&
                ifd__hf_bool(c, "use_sliding_window", false)) {
-        return ifd__cfg_fail(h->err, h->errlen, IFD_ENOTSUP,
-                             "%s: use_sliding_window is not supported for %s", h->file, an);
+        return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP,
+                            "%s: use_sliding_window is not supported for %s", h->file, an);
     }
     return 0;
 }
@@ -627,15 +607,15 @@ int ifd_model_config_from_hf(ifd_model_config_t *cfg, const char *dir, char *err
     if (!root) {
         if (access(path, F_OK) != 0) {
             int rc = -errno;
-            return ifd__cfg_fail(errbuf, errlen, rc, "%s: %s", path, strerror(-rc));
+            return ifd_fail_msg(errbuf, errlen, rc, "%s: %s", path, strerror(-rc));
         }
-        return ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: not valid JSON (line %d): %s",
-                             path, jerr.line, jerr.text);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: not valid JSON (line %d): %s", path,
+                            jerr.line, jerr.text);
     }
     ifd__hf_t h = {path, errbuf, errlen};
     int rc = json_is_object(root)
                  ? ifd__hf_parse(&h, cfg, root)
-                 : ifd__cfg_fail(errbuf, errlen, IFD_EFORMAT, "%s: not a JSON object", path);
+                 : ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: not a JSON object", path);
     json_decref(root);
     if (rc == 0)
         rc = ifd__hf_generation(&h, cfg, dir);

@@ -31,23 +31,6 @@ struct ifd_model_source {
     float *rope_freqs;     /* HF llama3: n_rot / 2 synthesized factors */
 };
 
-static int ifd__src_fail(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int ifd__src_fail(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-{
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (errbuf && errlen)
-        snprintf(errbuf, errlen, "%s", msg);
-    else
-        IFD_ERROR("%s", msg);
-    return rc;
-}
-
 /* GGUF layer suffix → HF suffix (after "layers.N."); per architecture where they differ. */
 static const struct {
     const char *gguf;
@@ -237,27 +220,27 @@ static int ifd__open_hf(ifd_model_source_t *s, const char *dir, char *errbuf, si
             snprintf(s->prefix, sizeof s->prefix, "%s", prefixes[i]);
     }
     if (!emb)
-        return ifd__src_fail(errbuf, errlen, IFD_EFORMAT,
-                             "%s: tensor model.embed_tokens.weight is missing (from every "
-                             "shard)",
-                             dir);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                            "%s: tensor model.embed_tokens.weight is missing (from every "
+                            "shard)",
+                            dir);
     if (emb->n_dims != 2 || emb->shape[1] != (int64_t)s->cfg.n_embd ||
         emb->shape[0] != (int64_t)s->cfg.n_vocab)
-        return ifd__src_fail(errbuf, errlen, IFD_EFORMAT,
-                             "%s: tensor '%s' has shape [%lld, %lld], config.json says "
-                             "[vocab_size %u, hidden_size %u]",
-                             emb->file, emb->name, (long long)emb->shape[0],
-                             (long long)(emb->n_dims > 1 ? emb->shape[1] : 0), s->cfg.n_vocab,
-                             s->cfg.n_embd);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                            "%s: tensor '%s' has shape [%lld, %lld], config.json says "
+                            "[vocab_size %u, hidden_size %u]",
+                            emb->file, emb->name, (long long)emb->shape[0],
+                            (long long)(emb->n_dims > 1 ? emb->shape[1] : 0), s->cfg.n_vocab,
+                            s->cfg.n_embd);
     static const char *const heads[] = {"lm_head.weight", "language_model.lm_head.weight"};
     for (size_t i = 0; i < sizeof heads / sizeof heads[0] && !s->lm_head[0]; i++)
         if (ifd_safetensors_find(s->st, heads[i]))
             snprintf(s->lm_head, sizeof s->lm_head, "%s", heads[i]);
     if (!s->cfg.tied_embeddings && !s->lm_head[0])
-        return ifd__src_fail(errbuf, errlen, IFD_EFORMAT,
-                             "%s: tensor lm_head.weight is missing and tie_word_embeddings is "
-                             "false",
-                             dir);
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                            "%s: tensor lm_head.weight is missing and tie_word_embeddings is "
+                            "false",
+                            dir);
     if (s->cfg.has_rope_freqs) {
         if (!(s->rope_freqs = malloc(s->cfg.n_rot / 2 * sizeof(float))))
             return IFD_ENOMEM;
@@ -284,24 +267,24 @@ int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errb
     }
     if (stat(dir, &sb) != 0) {
         rc = -errno;
-        ifd__src_fail(errbuf, errlen, rc, "%s: %s", dir, strerror(errno));
+        ifd_fail_msg(errbuf, errlen, rc, "%s: %s", dir, strerror(errno));
     } else if (S_ISDIR(sb.st_mode)) {
         char cj[4200];
         snprintf(cj, sizeof cj, "%s/config.json", dir);
         s->format = IFD_FORMAT_HF;
         if (access(cj, F_OK) != 0)
-            rc = ifd__src_fail(errbuf, errlen, IFD_ENOTSUP,
-                               "%s: a directory without config.json: not a Hugging Face model "
-                               "directory (give a .gguf file or a directory with config.json "
-                               "and *.safetensors)",
-                               dir);
+            rc = ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
+                              "%s: a directory without config.json: not a Hugging Face model "
+                              "directory (give a .gguf file or a directory with config.json "
+                              "and *.safetensors)",
+                              dir);
         else
             rc = ifd__open_hf(s, dir, errbuf, errlen);
     } else if (!ifd__is_gguf_file(dir)) {
-        rc = ifd__src_fail(errbuf, errlen, IFD_EFORMAT,
-                           "%s: neither a GGUF file (no GGUF magic) nor a Hugging Face model "
-                           "directory",
-                           dir);
+        rc = ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                          "%s: neither a GGUF file (no GGUF magic) nor a Hugging Face model "
+                          "directory",
+                          dir);
     } else {
         s->format = IFD_FORMAT_GGUF;
         rc = ifd_gguf_open(&s->gguf, dir, errbuf, errlen);
@@ -309,7 +292,7 @@ int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errb
             rc = ifd_model_config_from_gguf(&s->cfg, s->gguf, errbuf, errlen);
     }
     if (rc == IFD_ENOMEM)
-        ifd__src_fail(errbuf, errlen, rc, "%s: out of memory", dir);
+        ifd_fail_msg(errbuf, errlen, rc, "%s: out of memory", dir);
     if (rc) {
         ifd_model_source_close(s);
         return rc;

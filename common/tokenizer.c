@@ -27,21 +27,6 @@
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-static void ifd__seterr(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void ifd__seterr(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (errbuf && errlen) {
-        vsnprintf(errbuf, errlen, fmt, ap);
-    } else {
-        ifd_vlog(IFD_LOG_ERROR, fmt, ap);
-    }
-    va_end(ap);
-}
-
 static size_t ifd__next_pow2(size_t n)
 {
     size_t c = 16;
@@ -488,8 +473,8 @@ int ifd__tok_set_pretok(ifd_tokenizer_t *t, const char *const *res, int n, char 
         pcre2_code_free(t->re[i]);
     t->n_re = 0;
     if (n > IFD__MAX_RE) {
-        ifd__seterr(errbuf, errlen, "tokenizer: %d pre-tokenizer regexes (at most %d)", n,
-                    IFD__MAX_RE);
+        ifd_fail_msg(errbuf, errlen, 0, "tokenizer: %d pre-tokenizer regexes (at most %d)", n,
+                     IFD__MAX_RE);
         return IFD_ENOTSUP;
     }
     for (int i = 0; i < n; i++) {
@@ -505,8 +490,8 @@ int ifd__tok_set_pretok(ifd_tokenizer_t *t, const char *const *res, int n, char 
         if (!re) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(err, msg, sizeof msg);
-            ifd__seterr(errbuf, errlen, "tokenizer: pre-tokenizer regex '%s' at %zu: %s", res[i],
-                        (size_t)off, (const char *)msg);
+            ifd_fail_msg(errbuf, errlen, 0, "tokenizer: pre-tokenizer regex '%s' at %zu: %s",
+                         res[i], (size_t)off, (const char *)msg);
             return IFD_EFORMAT;
         }
         /* JIT is an optimisation: without it (e.g. no executable memory) the
@@ -535,11 +520,11 @@ int ifd__tok_set_pre_type(ifd_tokenizer_t *t, const char *name, char *errbuf, si
         t->clean_spaces = d->clean_spaces;
         return 0;
     }
-    ifd__seterr(errbuf, errlen,
-                "tokenizer: unknown pre-tokenizer type tokenizer.ggml.pre = '%s' (known: "
-                "default, gpt-2, mpt, olmo, llama-bpe, llama3, smollm, starcoder, refact, "
-                "qwen2, falcon, command-r, dbrx, … see common/tokenizer.c)",
-                name);
+    ifd_fail_msg(errbuf, errlen, 0,
+                 "tokenizer: unknown pre-tokenizer type tokenizer.ggml.pre = '%s' (known: "
+                 "default, gpt-2, mpt, olmo, llama-bpe, llama3, smollm, starcoder, refact, "
+                 "qwen2, falcon, command-r, dbrx, … see common/tokenizer.c)",
+                 name);
     return IFD_ENOTSUP;
 }
 
@@ -1164,7 +1149,7 @@ int ifd_tokenizer_create_path(ifd_tokenizer_t **out, const char *path, char *err
     struct stat st;
     if (stat(path, &st) != 0) {
         int err = errno;
-        ifd__seterr(errbuf, errlen, "tokenizer: %s: %s", path, strerror(err));
+        ifd_fail_msg(errbuf, errlen, 0, "tokenizer: %s: %s", path, strerror(err));
         return -err;
     }
     if (S_ISREG(st.st_mode)) {

@@ -26,20 +26,6 @@
 #include "error.h"
 #include "log.h"
 
-static void ifd__lerr(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void ifd__lerr(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (errbuf && errlen)
-        vsnprintf(errbuf, errlen, fmt, ap);
-    else
-        ifd_vlog(IFD_LOG_ERROR, fmt, ap);
-    va_end(ap);
-}
-
 static char *ifd__strndup(const char *s, size_t n)
 {
     char *p = malloc(n + 1);
@@ -66,7 +52,7 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
     ifd_str_t model;
     int rc = ifd_gguf_get_str(g, "tokenizer.ggml.model", &model);
     if (rc) {
-        ifd__lerr(errbuf, errlen, "%s: no tokenizer (tokenizer.ggml.model missing)", path);
+        ifd_fail_msg(errbuf, errlen, 0, "%s: no tokenizer (tokenizer.ggml.model missing)", path);
         return IFD_ENOTFOUND;
     }
     ifd_tokmodel_t kind;
@@ -78,30 +64,32 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
         kind = IFD_TOKMODEL_SPM;
         algo = IFD__ALGO_SPM_SCORES;
     } else {
-        ifd__lerr(errbuf, errlen,
-                  "%s: tokenizer model '%.*s' is not supported (only gpt2 = byte-level BPE "
-                  "and llama = SentencePiece)",
-                  path, (int)model.len, model.ptr);
+        ifd_fail_msg(errbuf, errlen, 0,
+                     "%s: tokenizer model '%.*s' is not supported (only gpt2 = byte-level BPE "
+                     "and llama = SentencePiece)",
+                     path, (int)model.len, model.ptr);
         return IFD_ENOTSUP;
     }
     const ifd_gguf_value_t *tokens, *scores = NULL, *types = NULL, *merges = NULL;
     if (ifd_gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens) ||
         tokens->v.arr.elem != IFD_GGUF_STRING || tokens->v.arr.count == 0 ||
         tokens->v.arr.count > INT32_MAX) {
-        ifd__lerr(errbuf, errlen, "%s: tokenizer.ggml.tokens missing or not a string array", path);
+        ifd_fail_msg(errbuf, errlen, 0, "%s: tokenizer.ggml.tokens missing or not a string array",
+                     path);
         return IFD_EFORMAT;
     }
     uint64_t n = tokens->v.arr.count;
     if (ifd_gguf_get_arr(g, "tokenizer.ggml.scores", &scores) == 0 &&
         (scores->v.arr.count != n ||
          (scores->v.arr.elem != IFD_GGUF_FLOAT32 && scores->v.arr.elem != IFD_GGUF_FLOAT64))) {
-        ifd__lerr(errbuf, errlen, "%s: tokenizer.ggml.scores: %llu entries for %llu tokens", path,
-                  (unsigned long long)scores->v.arr.count, (unsigned long long)n);
+        ifd_fail_msg(errbuf, errlen, 0, "%s: tokenizer.ggml.scores: %llu entries for %llu tokens",
+                     path, (unsigned long long)scores->v.arr.count, (unsigned long long)n);
         return IFD_EFORMAT;
     }
     if (ifd_gguf_get_arr(g, "tokenizer.ggml.token_type", &types) == 0 && types->v.arr.count != n) {
-        ifd__lerr(errbuf, errlen, "%s: tokenizer.ggml.token_type: %llu entries for %llu tokens",
-                  path, (unsigned long long)types->v.arr.count, (unsigned long long)n);
+        ifd_fail_msg(errbuf, errlen, 0,
+                     "%s: tokenizer.ggml.token_type: %llu entries for %llu tokens", path,
+                     (unsigned long long)types->v.arr.count, (unsigned long long)n);
         return IFD_EFORMAT;
     }
     ifd_tokenizer_t *t = ifd__tok_alloc(kind, algo);
@@ -138,7 +126,7 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
         char name[64] = "default";
         if (ifd_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0) {
             if (pre.len >= sizeof name) {
-                ifd__lerr(errbuf, errlen, "%s: tokenizer.ggml.pre too long", path);
+                ifd_fail_msg(errbuf, errlen, 0, "%s: tokenizer.ggml.pre too long", path);
                 rc = IFD_ENOTSUP;
                 goto fail;
             }
@@ -154,8 +142,8 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
         t->bos = t->eos = 11; /* llama.cpp's BPE defaults (Falcon legacy) */
         if (ifd_gguf_get_arr(g, "tokenizer.ggml.merges", &merges) ||
             merges->v.arr.elem != IFD_GGUF_STRING) {
-            ifd__lerr(errbuf, errlen, "%s: tokenizer.ggml.merges missing for a BPE vocabulary",
-                      path);
+            ifd_fail_msg(errbuf, errlen, 0,
+                         "%s: tokenizer.ggml.merges missing for a BPE vocabulary", path);
             rc = IFD_EFORMAT;
             goto fail;
         }
@@ -166,8 +154,8 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
                 goto fail;
             const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
             if (!sp) {
-                ifd__lerr(errbuf, errlen, "%s: merge %llu ('%.*s') has no separating space", path,
-                          (unsigned long long)i, (int)m.len, m.ptr);
+                ifd_fail_msg(errbuf, errlen, 0, "%s: merge %llu ('%.*s') has no separating space",
+                             path, (unsigned long long)i, (int)m.len, m.ptr);
                 rc = IFD_EFORMAT;
                 goto fail;
             }
@@ -215,7 +203,7 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
     return 0;
 fail:
     if (rc == IFD_ENOMEM && errbuf && errlen && !errbuf[0])
-        ifd__lerr(errbuf, errlen, "%s: out of memory loading the tokenizer", path);
+        ifd_fail_msg(errbuf, errlen, 0, "%s: out of memory loading the tokenizer", path);
     ifd_tokenizer_destroy(t);
     return rc;
 }
@@ -319,9 +307,9 @@ static int ifd__hf_pretok(ifd_tokenizer_t *t, const json_t *pt, ifd__relist_t *l
     }
     if (strcmp(type, "ByteLevel") == 0) {
         if (json_is_true(json_object_get(pt, "add_prefix_space"))) {
-            ifd__lerr(errbuf, errlen,
-                      "tokenizer.json: ByteLevel add_prefix_space is not "
-                      "supported");
+            ifd_fail_msg(errbuf, errlen, 0,
+                         "tokenizer.json: ByteLevel add_prefix_space is not "
+                         "supported");
             return IFD_ENOTSUP;
         }
         const json_t *ur = json_object_get(pt, "use_regex");
@@ -374,8 +362,8 @@ static int ifd__hf_pretok(ifd_tokenizer_t *t, const json_t *pt, ifd__relist_t *l
     }
 unsupported:;
     char *dump = json_dumps(pt, JSON_COMPACT);
-    ifd__lerr(errbuf, errlen, "tokenizer.json: pre_tokenizer %s is not supported",
-              dump ? dump : "?");
+    ifd_fail_msg(errbuf, errlen, 0, "tokenizer.json: pre_tokenizer %s is not supported",
+                 dump ? dump : "?");
     free(dump);
     return IFD_ENOTSUP;
 }
@@ -420,7 +408,8 @@ static int ifd__hf_normalizer(ifd_tokenizer_t *t, const json_t *nz, char *errbuf
         return 0;
     }
     char *dump = json_dumps(nz, JSON_COMPACT);
-    ifd__lerr(errbuf, errlen, "tokenizer.json: normalizer %s is not supported", dump ? dump : "?");
+    ifd_fail_msg(errbuf, errlen, 0, "tokenizer.json: normalizer %s is not supported",
+                 dump ? dump : "?");
     free(dump);
     return IFD_ENOTSUP;
 }
@@ -492,7 +481,7 @@ static int ifd__hf_template_file(ifd_tokenizer_t *t, const char *tj, char *errbu
             break;
     }
     if (rc == 0 && ferror(f)) {
-        ifd__lerr(errbuf, errlen, "%s: read error", path);
+        ifd_fail_msg(errbuf, errlen, 0, "%s: read error", path);
         rc = IFD_EFORMAT;
     }
     fclose(f);
@@ -542,7 +531,7 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
     json_error_t jerr;
     json_t *root = json_load_file(tj, 0, &jerr);
     if (!root) {
-        ifd__lerr(errbuf, errlen, "%s:%d: %s", tj, jerr.line, jerr.text);
+        ifd_fail_msg(errbuf, errlen, 0, "%s:%d: %s", tj, jerr.line, jerr.text);
         return stat(tj, &st) != 0 ? IFD_ENOTFOUND : IFD_EFORMAT;
     }
     json_t *cfg = json_load_file(tc, 0, &jerr); /* optional */
@@ -556,15 +545,15 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
     const json_t *added = json_object_get(root, "added_tokens");
     const char *mtype = json_string_value(json_object_get(model, "type"));
     if (!json_is_object(vocab) || (mtype && strcmp(mtype, "BPE") != 0)) {
-        ifd__lerr(errbuf, errlen, "%s: model type %s is not supported (only BPE)", tj,
-                  mtype ? mtype : "(missing)");
+        ifd_fail_msg(errbuf, errlen, 0, "%s: model type %s is not supported (only BPE)", tj,
+                     mtype ? mtype : "(missing)");
         rc = IFD_ENOTSUP;
         goto done;
     }
     const char *cwp = json_string_value(json_object_get(model, "continuing_subword_prefix"));
     const char *eows = json_string_value(json_object_get(model, "end_of_word_suffix"));
     if ((cwp && *cwp) || (eows && *eows)) {
-        ifd__lerr(errbuf, errlen, "%s: BPE subword prefix/suffix is not supported", tj);
+        ifd_fail_msg(errbuf, errlen, 0, "%s: BPE subword prefix/suffix is not supported", tj);
         rc = IFD_ENOTSUP;
         goto done;
     }
@@ -586,7 +575,7 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
             max_id = json_integer_value(json_object_get(val, "id"));
     }
     if (max_id < 0 || max_id >= INT32_MAX) {
-        ifd__lerr(errbuf, errlen, "%s: empty or oversized vocabulary", tj);
+        ifd_fail_msg(errbuf, errlen, 0, "%s: empty or oversized vocabulary", tj);
         goto done;
     }
     t = ifd__tok_alloc(bytelevel ? IFD_TOKMODEL_BPE : IFD_TOKMODEL_SPM,
@@ -650,7 +639,7 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
             size_t n = strlen(s);
             const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
             if (!sp) {
-                ifd__lerr(errbuf, errlen, "%s: merge %zu ('%s') has no space", tj, mi, s);
+                ifd_fail_msg(errbuf, errlen, 0, "%s: merge %zu ('%s') has no space", tj, mi, s);
                 rc = IFD_EFORMAT;
                 goto done;
             }
@@ -666,7 +655,7 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
             al = strlen(a);
             bl = strlen(b);
         } else {
-            ifd__lerr(errbuf, errlen, "%s: merge %zu is neither \"a b\" nor [a, b]", tj, mi);
+            ifd_fail_msg(errbuf, errlen, 0, "%s: merge %zu is neither \"a b\" nor [a, b]", tj, mi);
             rc = IFD_EFORMAT;
             goto done;
         }
