@@ -33,7 +33,7 @@ ASAN_TESTS=(test_error test_arena test_gguf test_gguf_corrupt test_kvpool test_t
             test_backend_cpu test_backend_cpu_q test_shape
             test_client_http test_client_api test_client_stats
             test_daemon_config test_httpframe
-            fuzz_http fuzz_openai fuzz_wire fuzz_gguf fuzz_tokenizer fuzz_chat)
+            fuzz_http fuzz_openai fuzz_wire fuzz_gguf fuzz_safetensors fuzz_tokenizer fuzz_chat)
 
 echo "== sanitizer build ($ASAN_DIR) =="
 cmake -S . -B "$ASAN_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Debug \

@@ -173,9 +173,36 @@ def gguf():
     write("empty.gguf", lambda w: None)
 
 
+def safetensors():
+    """Small .safetensors files: the 8-byte little-endian header length, the
+    JSON header, the data section (no numpy needed)."""
+    import struct
+
+    def st(tensors, meta=None, pad=0, extra=b""):
+        hdr, data = {}, b""
+        if meta is not None:
+            hdr["__metadata__"] = meta
+        for name, dtype, shape, size in tensors:
+            hdr[name] = {"dtype": dtype, "shape": shape,
+                         "data_offsets": [len(data), len(data) + size]}
+            data += bytes((i * 37 + 11) & 255 for i in range(size))
+        h = json.dumps(hdr).encode() + b" " * pad
+        return struct.pack("<Q", len(h)) + h + data + extra
+
+    put("safetensors", "two-f32.safetensors",
+        st([("a.weight", "F32", [2, 3], 24), ("b.bias", "F32", [3], 12)]))
+    put("safetensors", "mixed-dtypes.safetensors",
+        st([("h", "F16", [4], 8), ("b", "BF16", [2, 2], 8), ("i", "I64", [1], 8),
+            ("s", "F32", [], 4), ("z", "F32", [0, 5], 0)], meta={"format": "pt"}, pad=5))
+    put("safetensors", "empty-header.safetensors", st([]))
+    ov = json.dumps({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                     "y": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}).encode()
+    put("safetensors", "overlap.safetensors", struct.pack("<Q", len(ov)) + ov + bytes(12))
+
 if __name__ == "__main__":
     http()
     openai()
     tokenizer()
     chat()
     gguf()
+    safetensors()
