@@ -294,7 +294,8 @@ static int ifd__st_shard(ifd__sterr_t *e, ifd_safetensors_t *st, const char *pat
     /* overlap check within this shard, by start offset */
     size_t n = st->n_tensors - first;
     ifd_st_tensor_t *ts = st->tensors + first;
-    qsort(ts, n, sizeof *ts, ifd__st_cmp_begin);
+    if (n > 1) /* a shard may hold no tensor: ts is then NULL, which qsort must not get */
+        qsort(ts, n, sizeof *ts, ifd__st_cmp_begin);
     for (size_t i = 1; i < n; i++) {
         const uint8_t *prev_end = (const uint8_t *)ts[i - 1].data + ts[i - 1].nbytes;
         if (ts[i - 1].nbytes && ts[i].nbytes && prev_end > (const uint8_t *)ts[i].data)
@@ -325,7 +326,8 @@ static bool ifd__ends_with(const char *s, const char *suffix)
 /* Sorts the tensors by name; a name in two shards is an error. */
 static int ifd__st_sort(ifd__sterr_t *e, ifd_safetensors_t *st)
 {
-    qsort(st->tensors, st->n_tensors, sizeof *st->tensors, ifd__st_cmp_name);
+    if (st->n_tensors > 1) /* none: st->tensors is NULL, which qsort must not get */
+        qsort(st->tensors, st->n_tensors, sizeof *st->tensors, ifd__st_cmp_name);
     for (size_t i = 1; i < st->n_tensors; i++)
         if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0)
             return ifd__st_fail(e, IFD_EFORMAT, "%s: tensor '%s' is also in %s",
