@@ -293,9 +293,10 @@ static int ifd__st_shard(ifd__sterr_t *e, ifd_safetensors_t *st, const char *pat
         return rc;
     /* overlap check within this shard, by start offset */
     size_t n = st->n_tensors - first;
+    if (n < 2) /* nothing to overlap; with no tensor at all st->tensors may be NULL */
+        return 0;
     ifd_st_tensor_t *ts = st->tensors + first;
-    if (n > 1) /* a shard may hold no tensor: ts is then NULL, which qsort must not get */
-        qsort(ts, n, sizeof *ts, ifd__st_cmp_begin);
+    qsort(ts, n, sizeof *ts, ifd__st_cmp_begin);
     for (size_t i = 1; i < n; i++) {
         const uint8_t *prev_end = (const uint8_t *)ts[i - 1].data + ts[i - 1].nbytes;
         if (ts[i - 1].nbytes && ts[i].nbytes && prev_end > (const uint8_t *)ts[i].data)
