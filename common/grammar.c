@@ -12,6 +12,7 @@
 #include "grammar_impl.h"
 
 #include "error.h"
+#include "utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -533,30 +534,6 @@ static int push_byte_range(parser_t *p, uint32_t r, unsigned lo, unsigned hi)
     return rc ? rc : rule_push(p, r, IFD__GE_SET, id);
 }
 
-static int utf8_encode(uint32_t c, uint8_t *o)
-{
-    if (c < 0x80) {
-        o[0] = (uint8_t)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (uint8_t)(0xC0 | (c >> 6));
-        o[1] = (uint8_t)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | (c >> 12));
-        o[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | (c >> 18));
-    o[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (uint8_t)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 /* Appends to rule r one alternative per byte-range sequence of the code
  * points [lo, hi] (no surrogates inside), each followed by ALT. */
 static int utf8_ranges(parser_t *p, uint32_t r, uint32_t lo, uint32_t hi)
@@ -586,8 +563,8 @@ static int utf8_ranges(parser_t *p, uint32_t r, uint32_t lo, uint32_t hi)
         }
     }
     uint8_t a[4], b[4];
-    int n = utf8_encode(lo, a);
-    IFD_ASSERT(utf8_encode(hi, b) == n);
+    int n = (int)ifd_utf8_put(a, lo);
+    IFD_ASSERT((int)ifd_utf8_put(b, hi) == n);
     for (int i = 0; i < n; i++) {
         int rc = push_byte_range(p, r, a[i], b[i]);
         if (rc)
@@ -1015,7 +992,7 @@ static int parse_sequence(parser_t *p, uint32_t r, int depth)
                 if ((rc = read_char(p, &cp, &esc)))
                     return rc;
                 uint8_t b[4];
-                int nb = utf8_encode(cp, b);
+                int nb = (int)ifd_utf8_put(b, cp);
                 for (int i = 0; i < nb && !rc; i++)
                     rc = push_byte_range(p, r, b[i], b[i]);
                 if (rc)

@@ -26,6 +26,7 @@
 #include "error.h"
 #include "jinja.h"
 #include "jinja_impl.h"
+#include "utf8.h"
 
 /* ---- tables ---------------------------------------------------------------------------- */
 
@@ -305,30 +306,6 @@ static int tok_push(P *p, tok_t t)
     return 0;
 }
 
-static size_t utf8_put(char *d, uint32_t cp)
-{
-    if (cp < 0x80) {
-        d[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        d[0] = (char)(0xC0 | (cp >> 6));
-        d[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        d[0] = (char)(0xE0 | (cp >> 12));
-        d[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        d[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    d[0] = (char)(0xF0 | (cp >> 18));
-    d[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    d[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    d[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 static int hexval(char c)
 {
     return c >= '0' && c <= '9'   ? c - '0'
@@ -409,7 +386,7 @@ static int decode_string(P *p, const char *s, size_t n, tok_t *t)
                     i++, k++;
                 }
                 i--;
-                o += utf8_put(d + o, v);
+                o += ifd_utf8_put((uint8_t *)d + o, v);
             } else {
                 d[o++] = '\\';
                 d[o++] = c;
@@ -428,7 +405,7 @@ static int decode_string(P *p, const char *s, size_t n, tok_t *t)
             if (v > 0x10FFFF)
                 return perr(p, IFD_EFORMAT, "bad \\%c escape", c);
             i += (size_t)digits;
-            o += utf8_put(d + o, v);
+            o += ifd_utf8_put((uint8_t *)d + o, v);
         }
     }
     d[o] = '\0';

@@ -24,6 +24,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "utf8.h"
 
 /* ---- small helpers ------------------------------------------------------------ */
 
@@ -33,46 +34,6 @@ static size_t ifd__next_pow2(size_t n)
     while (c < n)
         c <<= 1;
     return c;
-}
-
-/*
- * Validates the sequence at p[0..n): > 0 its length when complete and valid;
- * 0 when p is a valid but unfinished prefix; < 0 when invalid, minus the
- * number of bytes to replace by one U+FFFD (the maximal subpart, ≥ 1).
- */
-int ifd__utf8_check(const uint8_t *p, size_t n)
-{
-    uint8_t c = p[0];
-    if (c < 0x80)
-        return 1;
-    size_t need;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        if (c == 0xE0)
-            lo = 0xA0;
-        if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return -1;
-    }
-    for (size_t i = 1; i <= need; i++) {
-        if (i >= n)
-            return 0;
-        uint8_t b = p[i];
-        uint8_t l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
-        if (b < l || b > h)
-            return -(int)i;
-    }
-    return (int)need + 1;
 }
 
 uint32_t ifd__byte_to_cp(uint8_t b)
@@ -85,52 +46,6 @@ uint32_t ifd__byte_to_cp(uint8_t b)
         if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE))
             n++;
     return 0x100 + n;
-}
-
-size_t ifd__utf8_put(char *out, uint32_t cp)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* Decodes one (assumed valid) UTF-8 char; *len gets its length. */
-static uint32_t ifd__utf8_get(const uint8_t *p, size_t n, size_t *len)
-{
-    int k = ifd__utf8_check(p, n);
-    if (k <= 0) {
-        *len = 1;
-        return 0xFFFFFFFFu;
-    }
-    *len = (size_t)k;
-    switch (k) {
-    case 1:
-        return p[0];
-    case 2:
-        return ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-    case 3:
-        return ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-    default:
-        return ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
-               ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-    }
 }
 
 /* ---- token lists ------------------------------------------------------------------ */
@@ -732,7 +647,7 @@ static int ifd__build_pieces(ifd_tokenizer_t *t)
                 size_t i = 0;
                 while (i < k->len) {
                     size_t l;
-                    uint32_t cp = ifd__utf8_get((const uint8_t *)s + i, k->len - i, &l);
+                    uint32_t cp = ifd_utf8_get((const uint8_t *)s + i, k->len - i, &l);
                     if (cp < 0x144 && inv[cp]) {
                         t->ppool[o++] = (char)inv_b[cp];
                     } else { /* not in the byte alphabet: keep the text */
@@ -778,7 +693,7 @@ int ifd__tok_finish(ifd_tokenizer_t *t, const char *general_name)
     for (int b = 0; b < 256; b++) {
         char buf[8];
         if (t->algo == IFD__ALGO_BPE_BYTES) {
-            size_t l = ifd__utf8_put(buf, ifd__byte_to_cp((uint8_t)b));
+            size_t l = ifd_utf8_put((uint8_t *)buf, ifd__byte_to_cp((uint8_t)b));
             t->byte_tok[b] = ifd__tok_lookup(t, buf, l);
         } else {
             snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -1072,7 +987,7 @@ int ifd_detok_push(ifd_detok_t *d, ifd_token_t id, const char **text, size_t *le
     size_t n = d->n_hold + l, i = 0, o = 0;
     d->n_hold = 0;
     while (i < n) {
-        int k = ifd__utf8_check(w + i, n - i);
+        int k = ifd_utf8_check(w + i, n - i);
         if (k > 0) {
             memcpy(d->out + o, w + i, (size_t)k);
             o += (size_t)k;

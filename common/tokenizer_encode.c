@@ -26,6 +26,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "utf8.h"
 
 /* Length of the character at p[0..n) for splitting text into symbols: a
  * valid UTF-8 sequence is one symbol; each byte of an invalid one is its own.
@@ -35,7 +36,7 @@ static inline size_t ifd__char_len(const uint8_t *p, size_t n)
 {
     if (p[0] < 0x80)
         return 1;
-    int k = ifd__utf8_check(p, n);
+    int k = ifd_utf8_check(p, n);
     return k > 0 ? (size_t)k : 1;
 }
 
@@ -186,7 +187,7 @@ static int ifd__bpe_bytes_word(ifd__enc_t *e, const char *w, size_t n)
             return rc;
         size_t o = 0;
         for (size_t i = 0; i < n; i++)
-            o += ifd__utf8_put(e->buf + o, ifd__byte_to_cp((uint8_t)w[i]));
+            o += ifd_utf8_put((uint8_t *)e->buf + o, ifd__byte_to_cp((uint8_t)w[i]));
         ifd_token_t id = ifd__tok_lookup(t, e->buf, o);
         if (id >= 0)
             return ifd__emit(e, id);

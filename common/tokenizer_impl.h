@@ -134,13 +134,6 @@ static inline bool ifd__map_get(const ifd__map_t *m, uint64_t key, int32_t *v1, 
     return false;
 }
 
-/*
- * Validates the UTF-8 sequence at p[0..n): > 0 its length when complete and
- * valid; 0 when a valid but unfinished prefix; < 0 when invalid, minus the
- * number of bytes to replace by one U+FFFD (the maximal subpart, ≥ 1).
- */
-int ifd__utf8_check(const uint8_t *p, size_t n);
-
 /* builder */
 ifd_tokenizer_t *ifd__tok_alloc(ifd_tokmodel_t model, ifd__algo_t algo);
 int ifd__tok_set_vocab_size(ifd_tokenizer_t *t, int32_t n);
@@ -165,7 +158,5 @@ ifd_token_t ifd__tok_lookup(const ifd_tokenizer_t *t, const char *text, size_t l
 
 /* GPT-2 bytes_to_unicode: the code point standing for byte b. */
 uint32_t ifd__byte_to_cp(uint8_t b);
-/* UTF-8 encode cp into out (≥ 4 bytes); returns the length. */
-size_t ifd__utf8_put(char *out, uint32_t cp);
 
 #endif

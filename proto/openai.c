@@ -14,6 +14,7 @@
 
 #include "error.h"
 #include "sse.h"
+#include "utf8.h"
 
 #include <jansson.h>
 
@@ -75,44 +76,13 @@ void ifd_oai_error_set(ifd_oai_error_t *e, int status, const char *type, const c
 /* ---- UTF-8 ------------------------------------------------------------------------- */
 
 /* Length of the valid UTF-8 character at p (n bytes left), or 0 when it is
- * invalid; then *skip is the maximal invalid subpart to replace by one
- * U+FFFD (as Python's errors="replace" and WHATWG decoders do). */
+ * invalid or unfinished; then *skip is the maximal invalid subpart to replace
+ * by one U+FFFD (as Python's errors="replace" and WHATWG decoders do). */
 static size_t utf8_char(const unsigned char *p, size_t n, size_t *skip)
 {
-    unsigned char c = p[0];
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xbf;
-    *skip = 1;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        need = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        need = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        need = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else {
-        return 0;
-    }
-    size_t i = 1;
-    for (; i < need && i < n; i++) {
-        unsigned char b = p[i];
-        unsigned char l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xbf;
-        if (b < l || b > h)
-            break;
-    }
-    if (i == need)
-        return need;
-    *skip = i;
-    return 0;
+    int k = ifd_utf8_check(p, n);
+    *skip = k > 0 ? 1 : k < 0 ? (size_t)-k : n; /* unfinished: the rest */
+    return k > 0 ? (size_t)k : 0;
 }
 
 /* Appends p[0..n) to b with invalid sequences replaced; *chars counts
