@@ -1,5 +1,5 @@
 /*
- * jinja_parse.c — the lexer and parser of jinja.h.
+ * jinja_parse.c — the parser of jinja.h (its lexer is jinja_lex.c).
  *
  * Two passes. The first splits the source into segments — data, {{ … }},
  * {% … %} — and applies Jinja's whitespace rules as Hugging Face configures
@@ -26,7 +26,7 @@
 #include "error.h"
 #include "jinja.h"
 #include "jinja_impl.h"
-#include "utf8.h"
+#include "jinja_lex.h"
 
 /* ---- tables ---------------------------------------------------------------------------- */
 
@@ -51,466 +51,6 @@ int ifd__jinja_filter_id(const char *name, size_t n)
 int ifd__jinja_test_id(const char *name, size_t n)
 {
     return ifd__find_name(ifd__jtest_names, IFD__JT_N, name, n);
-}
-
-/* ---- segments -------------------------------------------------------------------------- */
-
-enum { SEG_DATA, SEG_VAR, SEG_BLOCK };
-
-typedef struct {
-    int kind;
-    const char *s; /* data: normalised copy; tags: the inner text in the source */
-    size_t n;
-    int line;
-} seg_t;
-
-typedef enum { TK_END, TK_NAME, TK_STR, TK_INT, TK_FLOAT, TK_OP } tk_kind_t;
-
-typedef struct {
-    tk_kind_t kind;
-    const char *s; /* name / op text / decoded string */
-    size_t n;
-    int64_t i;
-    double f;
-} tok_t;
-
-typedef struct {
-    ifd_arena_t *A;
-    seg_t *segs;
-    size_t nseg, cap, si;
-    tok_t *toks;
-    size_t nt, tcap, ti;
-    int line;
-    int depth;
-    int loops;
-    bool soft; /* inside an if: jinja2 defers unknown filters/tests to run time */
-    int rc;
-    char *err;
-    size_t errlen;
-} P;
-
-__attribute__((format(printf, 3, 4))) static int perr(P *p, int rc, const char *fmt, ...)
-{
-    if (p->rc)
-        return p->rc;
-    p->rc = rc;
-    if (p->err && p->errlen) {
-        int k = snprintf(p->err, p->errlen, "line %d: ", p->line);
-        if (k >= 0 && (size_t)k < p->errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(p->err + k, p->errlen - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return rc;
-}
-
-static int seg_push(P *p, int kind, const char *s, size_t n, int line)
-{
-    if (p->nseg == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        seg_t *ns = realloc(p->segs, cap * sizeof *ns);
-        if (!ns)
-            return perr(p, IFD_ENOMEM, "out of memory");
-        p->segs = ns;
-        p->cap = cap;
-    }
-    p->segs[p->nseg++] = (seg_t){kind, s, n, line};
-    return 0;
-}
-
-static bool is_ws(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-/* Data text: \r\n and \r become \n; copied into the arena. */
-static int push_data(P *p, const char *s, size_t n, int line)
-{
-    if (n == 0)
-        return 0;
-    char *d = ifd_arena_alloc(p->A, n + 1);
-    if (!d)
-        return perr(p, IFD_ENOMEM, "out of memory");
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\r') {
-            d[o++] = '\n';
-            if (i + 1 < n && s[i + 1] == '\n')
-                i++;
-        } else {
-            d[o++] = s[i];
-        }
-    }
-    d[o] = '\0';
-    return seg_push(p, SEG_DATA, d, o, line);
-}
-
-static int count_lines(const char *s, size_t n)
-{
-    int k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += s[i] == '\n';
-    return k;
-}
-
-/* Finds the end delimiter `c` + '}' of a tag starting at i, skipping string
- * literals unless `plain` (comments). Returns its index or (size_t)-1. */
-static size_t find_tag_end(const char *s, size_t len, size_t i, char c, bool plain)
-{
-    while (i + 1 < len) {
-        char ch = s[i];
-        if (!plain && (ch == '\'' || ch == '"')) {
-            i++;
-            while (i < len && s[i] != ch) {
-                if (s[i] == '\\')
-                    i++;
-                i++;
-            }
-            i++;
-            continue;
-        }
-        if (ch == c && s[i + 1] == '}')
-            return i;
-        i++;
-    }
-    return (size_t)-1;
-}
-
-static bool inner_is(const char *s, size_t n, const char *word)
-{
-    while (n && is_ws(*s))
-        s++, n--;
-    while (n && is_ws(s[n - 1]))
-        n--;
-    return n == strlen(word) && memcmp(s, word, n) == 0;
-}
-
-static int segment(P *p, const char *src, size_t len)
-{
-    if (len && src[len - 1] == '\n') {
-        len--;
-        if (len && src[len - 1] == '\r')
-            len--;
-    }
-    size_t pos = 0, data = 0;
-    int line = 1;
-    bool line_starting = true, lstrip_next = false;
-    for (;;) {
-        size_t t = pos;
-        while (t + 1 < len &&
-               !(src[t] == '{' && (src[t + 1] == '{' || src[t + 1] == '%' || src[t + 1] == '#')))
-            t++;
-        bool eof = t + 1 >= len;
-        size_t dend = eof ? len : t;
-        /* the data before the tag, with whitespace control applied */
-        size_t a = data, e = dend;
-        if (lstrip_next) {
-            size_t a0 = a;
-            while (a < e && is_ws(src[a]))
-                a++;
-            if (a > a0)
-                line_starting = src[a - 1] == '\n';
-            lstrip_next = false;
-        }
-        char kind = eof ? 0 : src[t + 1];
-        char lmod = eof || t + 2 >= len ? 0 : src[t + 2];
-        if (!eof && lmod == '-') {
-            while (e > a && is_ws(src[e - 1]))
-                e--;
-        } else if (!eof && kind != '{' && lmod != '+') {
-            size_t l = e;
-            while (l > a && src[l - 1] != '\n')
-                l--;
-            bool nl = l > a || (l == a && a > data && src[a - 1] == '\n');
-            if (nl || line_starting) {
-                size_t k = l;
-                while (k < e && (src[k] == ' ' || src[k] == '\t'))
-                    k++;
-                if (k == e)
-                    e = l;
-            }
-        }
-        if (push_data(p, src + a, e - a, line + count_lines(src + data, a - data)))
-            return p->rc;
-        if (eof)
-            return 0;
-        line += count_lines(src + data, t - data);
-        p->line = line;
-        size_t in = t + 2 + (lmod == '-' || lmod == '+');
-        char endc = kind == '{' ? '}' : kind;
-        size_t end = find_tag_end(src, len, in, endc, kind == '#');
-        if (end == (size_t)-1)
-            return perr(p, IFD_EFORMAT, "unterminated '{%c' tag", kind);
-        size_t iend = end;
-        char rmod = end > in ? src[end - 1] : 0;
-        if (rmod == '-' || (rmod == '+' && kind != '{'))
-            iend--;
-        if (kind == '%' && inner_is(src + in, iend - in, "raw")) {
-            /* {% raw %} … {% endraw %}: verbatim up to the end tag */
-            size_t q = end + 2, rs = q;
-            for (;;) {
-                const char *m = q < len ? strstr(src + q, "{%") : NULL;
-                if (!m || (size_t)(m - src) >= len)
-                    return perr(p, IFD_EFORMAT, "missing endraw");
-                size_t mi = (size_t)(m - src) + 2 + (m[2] == '-' || m[2] == '+');
-                size_t me = find_tag_end(src, len, mi, '%', true);
-                if (me == (size_t)-1)
-                    return perr(p, IFD_EFORMAT, "missing endraw");
-                size_t mie = src[me - 1] == '-' ? me - 1 : me;
-                if (inner_is(src + mi, mie - mi, "endraw")) {
-                    size_t re = (size_t)(m - src);
-                    if (m[2] == '-')
-                        while (re > rs && is_ws(src[re - 1]))
-                            re--;
-                    if (push_data(p, src + rs, re - rs, line))
-                        return p->rc;
-                    end = me;
-                    rmod = src[me - 1];
-                    break;
-                }
-                q = me + 2;
-            }
-        } else if (kind != '#') {
-            if (seg_push(p, kind == '{' ? SEG_VAR : SEG_BLOCK, src + in, iend - in, line))
-                return p->rc;
-        }
-        line += count_lines(src + t, end + 2 - t);
-        pos = end + 2;
-        line_starting = false;
-        if (rmod == '-') {
-            lstrip_next = true;
-        } else if (kind != '{' && rmod != '+' && pos < len && src[pos] == '\n') {
-            pos++;
-            line++;
-            line_starting = true;
-        }
-        data = pos;
-    }
-}
-
-/* ---- tokens ---------------------------------------------------------------------------- */
-
-static int tok_push(P *p, tok_t t)
-{
-    if (p->nt == p->tcap) {
-        size_t cap = p->tcap ? p->tcap * 2 : 32;
-        tok_t *nt = realloc(p->toks, cap * sizeof *nt);
-        if (!nt)
-            return perr(p, IFD_ENOMEM, "out of memory");
-        p->toks = nt;
-        p->tcap = cap;
-    }
-    p->toks[p->nt++] = t;
-    return 0;
-}
-
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* A string literal s[0..n) without quotes, decoded as Python's
- * unicode-escape does (unknown escapes stay as written). */
-static int decode_string(P *p, const char *s, size_t n, tok_t *t)
-{
-    char *d = ifd_arena_alloc(p->A, n + 1);
-    if (!d)
-        return perr(p, IFD_ENOMEM, "out of memory");
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\r') {
-            d[o++] = '\n';
-            if (i + 1 < n && s[i + 1] == '\n')
-                i++;
-            continue;
-        }
-        if (s[i] != '\\' || i + 1 >= n) {
-            d[o++] = s[i];
-            continue;
-        }
-        char c = s[++i];
-        int digits = 0;
-        switch (c) {
-        case 'n':
-            d[o++] = '\n';
-            break;
-        case 't':
-            d[o++] = '\t';
-            break;
-        case 'r':
-            d[o++] = '\r';
-            break;
-        case 'a':
-            d[o++] = '\a';
-            break;
-        case 'b':
-            d[o++] = '\b';
-            break;
-        case 'f':
-            d[o++] = '\f';
-            break;
-        case 'v':
-            d[o++] = '\v';
-            break;
-        case '\\':
-            d[o++] = '\\';
-            break;
-        case '\'':
-            d[o++] = '\'';
-            break;
-        case '"':
-            d[o++] = '"';
-            break;
-        case '\n':
-            break;
-        case 'x':
-            digits = 2;
-            break;
-        case 'u':
-            digits = 4;
-            break;
-        case 'U':
-            digits = 8;
-            break;
-        default:
-            if (c >= '0' && c <= '7') {
-                uint32_t v = 0;
-                int k = 0;
-                while (k < 3 && i < n && s[i] >= '0' && s[i] <= '7') {
-                    v = v * 8 + (uint32_t)(s[i] - '0');
-                    i++, k++;
-                }
-                i--;
-                o += ifd_utf8_put((uint8_t *)d + o, v);
-            } else {
-                d[o++] = '\\';
-                d[o++] = c;
-            }
-        }
-        if (digits) {
-            uint32_t v = 0;
-            if (i + (size_t)digits >= n)
-                return perr(p, IFD_EFORMAT, "truncated \\%c escape", c);
-            for (int k = 1; k <= digits; k++) {
-                int h = hexval(s[i + (size_t)k]);
-                if (h < 0)
-                    return perr(p, IFD_EFORMAT, "bad \\%c escape", c);
-                v = v * 16 + (uint32_t)h;
-            }
-            if (v > 0x10FFFF)
-                return perr(p, IFD_EFORMAT, "bad \\%c escape", c);
-            i += (size_t)digits;
-            o += ifd_utf8_put((uint8_t *)d + o, v);
-        }
-    }
-    d[o] = '\0';
-    t->s = d;
-    t->n = o;
-    return 0;
-}
-
-static const char *const ifd__ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
-                                       "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
-                                       "]",  "{",  "}",  ",",  ".",  ":",  "|", NULL};
-
-static int tokenize(P *p, const char *s, size_t n)
-{
-    p->nt = p->ti = 0;
-    size_t i = 0;
-    while (i < n) {
-        char c = s[i];
-        if (is_ws(c)) {
-            i++;
-            continue;
-        }
-        tok_t t = {0};
-        if (isalpha((unsigned char)c) || c == '_') {
-            size_t b = i;
-            while (i < n && (isalnum((unsigned char)s[i]) || s[i] == '_'))
-                i++;
-            t.kind = TK_NAME;
-            t.s = s + b;
-            t.n = i - b;
-        } else if (isdigit((unsigned char)c)) {
-            char buf[128];
-            size_t o = 0, b = i;
-            bool fl = false;
-            while (i < n && (isdigit((unsigned char)s[i]) || s[i] == '_')) {
-                if (s[i] != '_' && o < sizeof buf - 1)
-                    buf[o++] = s[i];
-                i++;
-            }
-            if (i + 1 < n && s[i] == '.' && isdigit((unsigned char)s[i + 1])) {
-                fl = true;
-                buf[o++] = s[i++];
-                while (i < n && (isdigit((unsigned char)s[i]) || s[i] == '_')) {
-                    if (s[i] != '_' && o < sizeof buf - 1)
-                        buf[o++] = s[i];
-                    i++;
-                }
-            }
-            if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-                size_t k = i + 1;
-                if (k < n && (s[k] == '+' || s[k] == '-'))
-                    k++;
-                if (k < n && isdigit((unsigned char)s[k])) {
-                    fl = true;
-                    while (i < k && o < sizeof buf - 1)
-                        buf[o++] = s[i++];
-                    while (i < n && isdigit((unsigned char)s[i]) && o < sizeof buf - 1)
-                        buf[o++] = s[i++];
-                }
-            }
-            buf[o] = '\0';
-            if (i - b >= sizeof buf - 8)
-                return perr(p, IFD_EFORMAT, "number literal too long");
-            if (fl) {
-                t.kind = TK_FLOAT;
-                t.f = strtod(buf, NULL);
-            } else {
-                t.kind = TK_INT;
-                char *endp;
-                unsigned long long v = strtoull(buf, &endp, 10);
-                if (v > INT64_MAX)
-                    return perr(p, IFD_ENOTSUP, "integer literal beyond 64 bits");
-                t.i = (int64_t)v;
-            }
-        } else if (c == '\'' || c == '"') {
-            size_t b = ++i;
-            while (i < n && s[i] != c) {
-                if (s[i] == '\\')
-                    i++;
-                i++;
-            }
-            if (i >= n)
-                return perr(p, IFD_EFORMAT, "unterminated string literal");
-            t.kind = TK_STR;
-            if (decode_string(p, s + b, i - b, &t))
-                return p->rc;
-            i++;
-        } else {
-            int k = 0;
-            for (; ifd__ops[k]; k++) {
-                size_t l = strlen(ifd__ops[k]);
-                if (i + l <= n && memcmp(s + i, ifd__ops[k], l) == 0)
-                    break;
-            }
-            if (!ifd__ops[k])
-                return perr(p, IFD_EFORMAT, "unexpected character '%c'", c);
-            t.kind = TK_OP;
-            t.s = ifd__ops[k];
-            t.n = strlen(t.s);
-            i += t.n;
-        }
-        if (tok_push(p, t))
-            return p->rc;
-    }
-    return tok_push(p, (tok_t){TK_END, "", 0, 0, 0});
 }
 
 static tok_t *cur(P *p)
@@ -568,20 +108,20 @@ static int expect_op(P *p, const char *op)
 {
     if (accept_op(p, op))
         return 0;
-    return perr(p, IFD_EFORMAT, "expected '%s', found '%s'", op, tok_desc(p));
+    return ifd__jparse_err(p, IFD_EFORMAT, "expected '%s', found '%s'", op, tok_desc(p));
 }
 
 static const char *expect_ident(P *p)
 {
     tok_t *t = cur(p);
     if (t->kind != TK_NAME) {
-        perr(p, IFD_EFORMAT, "expected a name, found '%s'", tok_desc(p));
+        ifd__jparse_err(p, IFD_EFORMAT, "expected a name, found '%s'", tok_desc(p));
         return NULL;
     }
     p->ti++;
     char *s = ifd_arena_strndup(p->A, t->s, t->n);
     if (!s)
-        perr(p, IFD_ENOMEM, "out of memory");
+        ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
     return s;
 }
 
@@ -589,7 +129,7 @@ static int expect_end(P *p)
 {
     if (cur(p)->kind == TK_END)
         return 0;
-    return perr(p, IFD_EFORMAT, "unexpected '%s'", tok_desc(p));
+    return ifd__jparse_err(p, IFD_EFORMAT, "unexpected '%s'", tok_desc(p));
 }
 
 /* ---- nodes ----------------------------------------------------------------------------- */
@@ -598,7 +138,7 @@ static ifd__jn_t *node(P *p, int kind)
 {
     ifd__jn_t *n = ifd_arena_calloc(p->A, 1, sizeof *n);
     if (!n) {
-        perr(p, IFD_ENOMEM, "out of memory");
+        ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
         return NULL;
     }
     n->kind = (uint16_t)kind;
@@ -617,7 +157,7 @@ static int nvec_push(P *p, nvec_t *v, ifd__jn_t *x)
         uint32_t cap = v->cap ? v->cap * 2 : 4;
         ifd__jn_t **nv = ifd_arena_alloc(p->A, cap * sizeof *nv);
         if (!nv)
-            return perr(p, IFD_ENOMEM, "out of memory");
+            return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
         if (v->n)
             memcpy(nv, v->v, v->n * sizeof *nv);
         v->v = nv;
@@ -638,7 +178,7 @@ static int svec_push(P *p, svec_t *v, const char *s)
         uint32_t cap = v->cap ? v->cap * 2 : 4;
         const char **nv = ifd_arena_alloc(p->A, cap * sizeof *nv);
         if (!nv)
-            return perr(p, IFD_ENOMEM, "out of memory");
+            return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
         if (v->n)
             memcpy(nv, v->v, v->n * sizeof *nv);
         v->v = nv;
@@ -657,7 +197,7 @@ static ifd__jn_t *parse_unary(P *p, bool with_filter);
 static bool enter(P *p)
 {
     if (++p->depth > IFD__JINJA_MAX_NEST) {
-        perr(p, IFD_ETOOBIG, "expression nested deeper than %d", IFD__JINJA_MAX_NEST);
+        ifd__jparse_err(p, IFD_ETOOBIG, "expression nested deeper than %d", IFD__JINJA_MAX_NEST);
         return false;
     }
     return true;
@@ -675,7 +215,7 @@ static int parse_args(P *p, ifd__jn_t *n)
         if (accept_op(p, ")"))
             break;
         if (is_op(p, "*") || is_op(p, "**"))
-            return perr(p, IFD_ENOTSUP, "unsupported construct: *args / **kwargs in a call");
+            return ifd__jparse_err(p, IFD_ENOTSUP, "unsupported construct: *args / **kwargs in a call");
         if (cur(p)->kind == TK_NAME && p->toks[p->ti + 1].kind == TK_OP &&
             strcmp(p->toks[p->ti + 1].s, "=") == 0) {
             const char *k = expect_ident(p);
@@ -685,7 +225,7 @@ static int parse_args(P *p, ifd__jn_t *n)
                 return p->rc ? p->rc : IFD_ENOMEM;
         } else {
             if (kwv.n)
-                return perr(p, IFD_EFORMAT, "positional argument after a keyword argument");
+                return ifd__jparse_err(p, IFD_EFORMAT, "positional argument after a keyword argument");
             ifd__jn_t *v = parse_expr(p);
             if (!v || nvec_push(p, &pos, v))
                 return p->rc;
@@ -728,7 +268,7 @@ static ifd__jn_t *parse_primary(P *p)
             total += p->toks[k++].n;
         char *d = ifd_arena_alloc(p->A, total + 1);
         if (!d || !(n = node(p, IFD__JN_STR))) {
-            perr(p, IFD_ENOMEM, "out of memory");
+            ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
             break;
         }
         size_t o = 0;
@@ -814,11 +354,11 @@ static ifd__jn_t *parse_primary(P *p)
                 n->nw = v.n;
             }
         } else {
-            perr(p, IFD_EFORMAT, "unexpected '%s'", tok_desc(p));
+            ifd__jparse_err(p, IFD_EFORMAT, "unexpected '%s'", tok_desc(p));
         }
         break;
     case TK_END:
-        perr(p, IFD_EFORMAT, "unexpected end of tag");
+        ifd__jparse_err(p, IFD_EFORMAT, "unexpected end of tag");
         break;
     }
     p->depth--;
@@ -898,7 +438,7 @@ static ifd__jn_t *parse_filter(P *p, ifd__jn_t *operand)
         return NULL;
     int id = ifd__jinja_filter_id(nm, strlen(nm));
     if (id < 0 && !p->soft) {
-        perr(p, IFD_ENOTSUP, "no filter named '%s'", nm);
+        ifd__jparse_err(p, IFD_ENOTSUP, "no filter named '%s'", nm);
         return NULL;
     }
     ifd__jn_t *f = node(p, IFD__JN_FILTER);
@@ -930,7 +470,7 @@ static ifd__jn_t *parse_filter_expr(P *p, ifd__jn_t *n)
             }
             int id = ifd__jinja_test_id(nm, strlen(nm));
             if (id < 0 && !p->soft) {
-                perr(p, IFD_ENOTSUP, "no test named '%s'", nm);
+                ifd__jparse_err(p, IFD_ENOTSUP, "no test named '%s'", nm);
                 return NULL;
             }
             if (id < 0)
@@ -950,7 +490,7 @@ static ifd__jn_t *parse_filter_expr(P *p, ifd__jn_t *n)
                         t->kind == TK_FLOAT || is_op(p, "(") || is_op(p, "[") || is_op(p, "{")) &&
                        !is_name(p, "else") && !is_name(p, "or") && !is_name(p, "and")) {
                 if (is_name(p, "is")) {
-                    perr(p, IFD_EFORMAT, "you cannot chain multiple tests with 'is'");
+                    ifd__jparse_err(p, IFD_EFORMAT, "you cannot chain multiple tests with 'is'");
                     return NULL;
                 }
                 ifd__jn_t *arg = parse_postfix(p, parse_primary(p));
@@ -1208,7 +748,7 @@ static bool seg_is(P *p, const char *word)
 static int close_tag(P *p, const char *word)
 {
     if (!seg_is(p, word))
-        return perr(p, IFD_EFORMAT, "expected '%s'", word);
+        return ifd__jparse_err(p, IFD_EFORMAT, "expected '%s'", word);
     p->ti++;
     p->si++;
     return expect_end(p);
@@ -1243,7 +783,7 @@ static int parse_if_soft(P *p, ifd__jn_t *n)
             return p->rc;
         ifd__jn_t **w = ifd_arena_alloc(p->A, sizeof *w);
         if (!w)
-            return perr(p, IFD_ENOMEM, "out of memory");
+            return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
         w[0] = e;
         n->w = w;
         n->nw = 1;
@@ -1273,7 +813,7 @@ static int parse_for(P *p, ifd__jn_t *n)
             return p->rc;
     } while (accept_op(p, ","));
     if (!accept_name(p, "in"))
-        return perr(p, IFD_EFORMAT, "expected 'in' in for loop");
+        return ifd__jparse_err(p, IFD_EFORMAT, "expected 'in' in for loop");
     n->names = names.v;
     n->nnames = names.n;
     if (!(n->a = parse_tuple(p, false)))
@@ -1281,7 +821,7 @@ static int parse_for(P *p, ifd__jn_t *n)
     if (accept_name(p, "if") && !(n->b = parse_expr(p)))
         return p->rc;
     if (is_name(p, "recursive"))
-        return perr(p, IFD_ENOTSUP, "unsupported construct: recursive for loop");
+        return ifd__jparse_err(p, IFD_ENOTSUP, "unsupported construct: recursive for loop");
     if (expect_end(p))
         return p->rc;
     static const char *const ends[] = {"else", "endfor", NULL};
@@ -1354,7 +894,7 @@ static int parse_set(P *p, ifd__jn_t *n)
     }
     /* block set */
     if (n->a || n->nnames != 1)
-        return perr(p, IFD_EFORMAT, "a block set takes one variable name");
+        return ifd__jparse_err(p, IFD_EFORMAT, "a block set takes one variable name");
     n->kind = IFD__JN_SETBLOCK;
     if (accept_op(p, "|") && !(n->c = parse_filter_chain(p)))
         return p->rc;
@@ -1434,7 +974,7 @@ static int parse_stmt(P *p, nvec_t *out)
 {
     tok_t *t = cur(p);
     if (t->kind != TK_NAME)
-        return perr(p, IFD_EFORMAT, "expected a tag name, found '%s'", tok_desc(p));
+        return ifd__jparse_err(p, IFD_EFORMAT, "expected a tag name, found '%s'", tok_desc(p));
     char word[32];
     snprintf(word, sizeof word, "%.*s", (int)(t->n < 31 ? t->n : 31), t->s);
     p->ti++;
@@ -1454,7 +994,7 @@ static int parse_stmt(P *p, nvec_t *out)
             return p->rc;
     } else if (!strcmp(word, "break") || !strcmp(word, "continue")) {
         if (!p->loops)
-            return perr(p, IFD_EFORMAT, "'%s' outside a loop", word);
+            return ifd__jparse_err(p, IFD_EFORMAT, "'%s' outside a loop", word);
         if (!(n = node(p, word[0] == 'b' ? IFD__JN_BREAK : IFD__JN_CONTINUE)) || expect_end(p))
             return p->rc;
     } else if (!strcmp(word, "filter")) {
@@ -1470,8 +1010,8 @@ static int parse_stmt(P *p, nvec_t *out)
     } else {
         for (int i = 0; ifd__unsupported_tags[i]; i++)
             if (!strcmp(word, ifd__unsupported_tags[i]))
-                return perr(p, IFD_ENOTSUP, "unsupported tag '%s'", word);
-        return perr(p, IFD_EFORMAT, "unknown or unexpected tag '%s'", word);
+                return ifd__jparse_err(p, IFD_ENOTSUP, "unsupported tag '%s'", word);
+        return ifd__jparse_err(p, IFD_EFORMAT, "unknown or unexpected tag '%s'", word);
     }
     return nvec_push(p, out, n);
 }
@@ -1481,7 +1021,7 @@ static int parse_stmt(P *p, nvec_t *out)
 static int parse_body(P *p, const char *const *ends, nvec_t *out)
 {
     if (++p->depth > IFD__JINJA_MAX_NEST)
-        return perr(p, IFD_ETOOBIG, "blocks nested deeper than %d", IFD__JINJA_MAX_NEST);
+        return ifd__jparse_err(p, IFD_ETOOBIG, "blocks nested deeper than %d", IFD__JINJA_MAX_NEST);
     while (p->si < p->nseg) {
         seg_t *s = &p->segs[p->si];
         p->line = s->line;
@@ -1496,7 +1036,7 @@ static int parse_body(P *p, const char *const *ends, nvec_t *out)
                 return p->rc;
             continue;
         }
-        if (tokenize(p, s->s, s->n))
+        if (ifd__jlex_tokenize(p, s->s, s->n))
             return p->rc;
         if (s->kind == SEG_VAR) {
             ifd__jn_t *n = node(p, IFD__JN_OUT);
@@ -1519,7 +1059,7 @@ static int parse_body(P *p, const char *const *ends, nvec_t *out)
         size_t k = 0;
         while (ends[k + 1])
             k++;
-        return perr(p, IFD_EFORMAT, "missing '{%% %s %%}' at the end of the template", ends[k]);
+        return ifd__jparse_err(p, IFD_EFORMAT, "missing '{%% %s %%}' at the end of the template", ends[k]);
     }
     p->depth--;
     return 0;
@@ -1536,7 +1076,7 @@ int ifd_jinja_parse(ifd_jinja_t **out, const char *src, size_t len, char *errbuf
     ifd_arena_init(&t->arena, 0);
     P p = {.A = &t->arena, .err = errbuf, .errlen = errlen, .line = 1};
     nvec_t body = {0};
-    if (!segment(&p, src, len))
+    if (!ifd__jlex_segment(&p, src, len))
         parse_body(&p, NULL, &body);
     free(p.segs);
     free(p.toks);

@@ -36,6 +36,9 @@ CASES = [
     "{{- '  t  ' -}}\n\n{{ 'u' }}",
     "line1\r\nline2 {{ 'v' }}\r\n",
     "{% raw %}{{ not rendered }}{% endraw %}",
+    # string-literal escapes, decoded as Python's unicode-escape does
+    r"""{{ '\x41\u00e9\U0001F600\101\7|\q\'\"\\|\a\b\f\v\r\t|' }}{{ "x\
+y" }}""",
     # expressions
     "{{ 1 + 2 * 3 - 4 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }}",
     "{{ x * 2 }} {{ n / 2 }} {{ big }} {{ small }} {{ neg }} {{ 0.1 + 0.2 }} {{ 1e300 * 10 }}",
