@@ -26,7 +26,7 @@ else
 fi
 
 # Tests that also run under the sanitizers (fast, and where memory bugs hide).
-ASAN_TESTS=(test_error test_arena test_gguf test_gguf_corrupt test_kvpool test_tokenizer test_chat_template test_jinja
+ASAN_TESTS=(test_error test_arena test_utf8 test_gguf test_gguf_corrupt test_kvpool test_tokenizer test_chat_template test_jinja
             test_safetensors test_model_config
             test_proto_wire test_proto_openai test_proto_sse test_grammar test_grammar_mask
             test_threadpool test_cpu_kernels test_cpu_attention test_qmatmul test_dequant test_sampler
