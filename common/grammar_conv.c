@@ -398,6 +398,31 @@ static int rx_next_cp(rx_t *x, uint32_t *cp)
     return 0;
 }
 
+/* One member of a class at x->s: a character (0, *cp set) or, where set is
+ * given (not at a range's upper end), a class escape \d \w \s added to set
+ * (1). Negative: the error, recorded. */
+static int rx_class_member(rx_t *x, uint32_t *cp, cpset_t *set)
+{
+    if (*x->s != '\\')
+        return rx_next_cp(x, cp);
+    x->s++;
+    if (x->s >= x->end)
+        return rx_err(x, IFD_EFORMAT, "trailing backslash");
+    char e = *x->s++;
+    if (set) {
+        if (e == 'D' || e == 'W' || e == 'S')
+            return rx_err(x, IFD_ENOTSUP, "negated class escape inside a class");
+        int k = rx_class_escape(e, set);
+        if (k <= 0)
+            return k < 0 ? k : 1;
+    }
+    int k = rx_char_escape(x, e, cp);
+    if (k > 0)
+        return rx_err(x, IFD_ENOTSUP,
+                      set ? "unsupported escape in a class" : "unsupported escape in a range");
+    return k;
+}
+
 static int rx_class(rx_t *x, ifd_buf_t *b)
 {
     x->s++; /* [ */
@@ -420,50 +445,16 @@ static int rx_class(rx_t *x, ifd_buf_t *b)
         }
         first = false;
         uint32_t lo;
-        if (*x->s == '\\') {
-            x->s++;
-            if (x->s >= x->end) {
-                rc = rx_err(x, IFD_EFORMAT, "trailing backslash");
-                break;
-            }
-            char e = *x->s++;
-            if (e == 'D' || e == 'W' || e == 'S') {
-                rc = rx_err(x, IFD_ENOTSUP, "negated class escape inside a class");
-                break;
-            }
-            int k = rx_class_escape(e, &s);
-            if (k == 0)
-                continue;
-            if (k < 0) {
-                rc = k;
-                break;
-            }
-            k = rx_char_escape(x, e, &lo);
-            if (k) {
-                rc = k < 0 ? k : rx_err(x, IFD_ENOTSUP, "unsupported escape in a class");
-                break;
-            }
-        } else if ((rc = rx_next_cp(x, &lo))) {
+        int k = rx_class_member(x, &lo, &s);
+        if (k > 0)
+            continue; /* \d, \w or \s: added to s */
+        if ((rc = k))
             break;
-        }
         uint32_t hi = lo;
         if (x->end - x->s >= 2 && x->s[0] == '-' && x->s[1] != ']') {
             x->s++;
-            if (*x->s == '\\') {
-                x->s++;
-                if (x->s >= x->end) {
-                    rc = rx_err(x, IFD_EFORMAT, "trailing backslash");
-                    break;
-                }
-                char e = *x->s++;
-                int k = rx_char_escape(x, e, &hi);
-                if (k) {
-                    rc = k < 0 ? k : rx_err(x, IFD_ENOTSUP, "unsupported escape in a range");
-                    break;
-                }
-            } else if ((rc = rx_next_cp(x, &hi))) {
+            if ((rc = rx_class_member(x, &hi, NULL)))
                 break;
-            }
             if (hi < lo) {
                 rc = rx_err(x, IFD_EFORMAT, "reversed range");
                 break;

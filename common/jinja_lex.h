@@ -20,7 +20,6 @@
 
 #include "arena.h"
 
-
 enum { SEG_DATA, SEG_VAR, SEG_BLOCK };
 
 typedef struct {

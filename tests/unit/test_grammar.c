@@ -150,10 +150,28 @@ static ifd_grammar_t *regex_grammar(const char *re)
 START_TEST(test_regex_vs_pcre2)
 {
     static const char *const res[] = {
-        "a",         "ab|ba",        "a*b+",      "(ab)?c{2,3}", "[a-c]+-?[0-9]{1,2}",
-        "[^ab]",     "\\d+\\.\\d*",  "(?:a|bc)*", "x{0,2}y{1,}", ".",
-        "a.b",       "\\w\\W\\s\\S", "[\\d_]+",   "(a|b)(c|)",   "^a+$",
-        "(?P<n>a)b", "a??b+?",       "[-a]",      "[a\\]]+",     "\\x61\\u0062",
+        "a",
+        "ab|ba",
+        "a*b+",
+        "(ab)?c{2,3}",
+        "[a-c]+-?[0-9]{1,2}",
+        "[^ab]",
+        "\\d+\\.\\d*",
+        "(?:a|bc)*",
+        "x{0,2}y{1,}",
+        ".",
+        "a.b",
+        "\\w\\W\\s\\S",
+        "[\\d_]+",
+        "(a|b)(c|)",
+        "^a+$",
+        "(?P<n>a)b",
+        "a??b+?",
+        "[-a]",
+        "[a\\]]+",
+        "\\x61\\u0062",
+        "[\\x30-\\x39\\s_]+",
+        "[^\\d\\n]+",
     };
     const char alpha[] = "abcxy019_-. \n]";
     uint64_t rng = 12345;
@@ -187,7 +205,8 @@ START_TEST(test_regex_vs_pcre2)
         ifd_grammar_destroy(g);
     }
     /* refused features */
-    static const char *const bad[] = {"(a)\\1", "a(?=b)", "\\bword", "a++", "(?i)a", "a$b"};
+    static const char *const bad[] = {"(a)\\1", "a(?=b)", "\\bword", "a++",
+                                      "(?i)a",  "a$b",    "[\\D]",   "[a-\\d]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ifd_buf_t b = IFD_BUF_INIT;
         char err[256];
