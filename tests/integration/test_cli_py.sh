@@ -7,13 +7,5 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 script=$1
 shift
-py=${INFERD_PYTHON:-}
-if [ -z "$py" ]; then
-    venv=${INFERD_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/venv}
-    if [ -x "$venv/bin/python" ]; then py=$venv/bin/python; else py=python3; fi
-fi
-if ! command -v "$py" >/dev/null 2>&1; then
-    echo "SKIPPED: no Python for $script (set INFERD_PYTHON or install python3)" >&2
-    exit 77
-fi
+IFD_PY_FALLBACK=python3 . "$here/../tools/test_python.sh"
 exec "$py" "$here/$script" "$@"

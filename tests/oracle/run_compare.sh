@@ -4,13 +4,5 @@
 # of deploy/install-deps.sh) and runs compare.py with it; skips (exit 77) without one.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-py=${INFERD_PYTHON:-}
-if [ -z "$py" ]; then
-    venv=${INFERD_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/venv}
-    [ -x "$venv/bin/python" ] && py=$venv/bin/python
-fi
-if [ -z "$py" ] || [ ! -x "$(command -v "$py" 2>/dev/null || true)" ]; then
-    echo "SKIPPED: no test Python (set INFERD_PYTHON or run deploy/install-deps.sh)"
-    exit 77
-fi
+. "$here/../tools/test_python.sh"
 exec "$py" "$here/compare.py" "$@"
