@@ -49,6 +49,18 @@ static bool is_ws(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* At a \r in s[0..n): appends \n to d, steps *i over a \r\n pair and
+ * returns true (Jinja normalises source newlines, in data and literals). */
+static bool put_newline(const char *s, size_t n, size_t *i, char *d, size_t *o)
+{
+    if (s[*i] != '\r')
+        return false;
+    d[(*o)++] = '\n';
+    if (*i + 1 < n && s[*i + 1] == '\n')
+        (*i)++;
+    return true;
+}
+
 /* Data text: \r\n and \r become \n; copied into the arena. */
 static int push_data(P *p, const char *s, size_t n, int line)
 {
@@ -59,13 +71,8 @@ static int push_data(P *p, const char *s, size_t n, int line)
         return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\r') {
-            d[o++] = '\n';
-            if (i + 1 < n && s[i + 1] == '\n')
-                i++;
-        } else {
+        if (!put_newline(s, n, &i, d, &o))
             d[o++] = s[i];
-        }
     }
     d[o] = '\0';
     return seg_push(p, SEG_DATA, d, o, line);
@@ -253,12 +260,8 @@ static int decode_string(P *p, const char *s, size_t n, tok_t *t)
         return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\r') {
-            d[o++] = '\n';
-            if (i + 1 < n && s[i + 1] == '\n')
-                i++;
+        if (put_newline(s, n, &i, d, &o))
             continue;
-        }
         if (s[i] != '\\' || i + 1 >= n) {
             d[o++] = s[i];
             continue;
