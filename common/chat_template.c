@@ -1137,15 +1137,18 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
     return rc;
 }
 
-int ifd_chat_render(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
-                    bool add_generation_prompt, ifd_chat_prompt_t *out)
+int ifd_chat_render_msgs(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
+                         bool add_generation_prompt, ifd_chat_prompt_t *out, char *errbuf,
+                         size_t errlen)
 {
     memset(out, 0, sizeof *out);
+    if (errbuf && errlen)
+        errbuf[0] = '\0';
     for (size_t i = 0; i < n; i++)
-        if (!msgs[i].role || !msgs[i].content)
+        if (!msgs[i].role || !msgs[i].content) {
+            ifd_fail_msg(errbuf, errlen, 0, "message %zu has no role or content", i);
             return IFD_EINVAL;
-    if (!t->jinja)
-        return ifd__render_builtin(t, msgs, n, add_generation_prompt, out);
+        }
     json_t *arr = json_array();
     int rc = arr ? 0 : IFD_ENOMEM;
     for (size_t i = 0; !rc && i < n; i++) {
@@ -1153,20 +1156,27 @@ int ifd_chat_render(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, si
          * that is the caller's bad input, not a lack of memory */
         json_t *o = json_pack("{s:s,s:s}", "role", msgs[i].role, "content", msgs[i].content);
         if (!o) {
-            IFD_WARN("chat template: message %zu is not valid UTF-8", i);
+            ifd_fail_msg(errbuf, errlen, 0, "message %zu is not valid UTF-8", i);
             rc = IFD_EINVAL;
         } else if (json_array_append_new(arr, o)) {
             rc = IFD_ENOMEM;
         }
     }
     if (!rc) {
-        char err[512];
         ifd_chat_request_t req = {arr, NULL, NULL, add_generation_prompt};
-        rc = ifd_chat_render_request(t, &req, out, err, sizeof err);
-        if (rc)
-            IFD_WARN("chat template: %s", err);
+        rc = ifd_chat_render_request(t, &req, out, errbuf, errlen);
     }
     json_decref(arr);
+    return rc;
+}
+
+int ifd_chat_render(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
+                    bool add_generation_prompt, ifd_chat_prompt_t *out)
+{
+    char err[512];
+    int rc = ifd_chat_render_msgs(t, msgs, n, add_generation_prompt, out, err, sizeof err);
+    if (rc && rc != IFD_ENOMEM)
+        IFD_WARN("chat template: %s", err);
     return rc;
 }
 

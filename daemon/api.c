@@ -21,6 +21,7 @@ typedef void (*ifd__handler_fn)(ifd_api_t *api, ifd_http_conn_t *c, const ifd_ht
 
 static void ifd__chat(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__completions(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__responses(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__models(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__model(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
@@ -38,6 +39,7 @@ static const struct {
 } ifd__routes[] = {
     {"/v1/chat/completions", HTTP_POST, ifd__chat, false, false},
     {"/v1/completions", HTTP_POST, ifd__completions, false, false},
+    {"/v1/responses", HTTP_POST, ifd__responses, false, false},
     {"/v1/models", HTTP_GET, ifd__models, false, false},
     {"/v1/models/", HTTP_GET, ifd__model, false, true},
     {"/health", HTTP_GET, ifd__health, true, false},
@@ -199,6 +201,11 @@ static void ifd__chat(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request
 static void ifd__completions(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     ifd_gen_handle(api, c, r, IFD_OAI_COMPLETION);
+}
+
+static void ifd__responses(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    ifd_gen_handle(api, c, r, IFD_OAI_RESPONSES);
 }
 
 /* ---- models, health, metrics ---------------------------------------------------------------- */
@@ -402,6 +409,7 @@ typedef struct {
     ifd_tokens_t ids;
     int rc;
     bool bad_messages;
+    char tpl_err[400]; /* why the template could not render (bad_messages) */
 } ifd__tokjob_t;
 
 static void ifd__tokjob_abort(void *ud)
@@ -426,10 +434,11 @@ static void ifd__tokjob_work(uv_work_t *w)
             msgs[i].content = j->req.messages[i].content ? j->req.messages[i].content : "";
         }
         ifd_chat_prompt_t p;
-        j->rc =
-            ifd_chat_render(api->tpl, msgs, j->req.n_messages, j->req.add_generation_prompt, &p);
+        j->rc = ifd_chat_render_msgs(api->tpl, msgs, j->req.n_messages,
+                                     j->req.add_generation_prompt, &p, j->tpl_err,
+                                     sizeof j->tpl_err);
         free(msgs);
-        if (j->rc == IFD_EINVAL)
+        if (j->rc == IFD_EINVAL || j->rc == IFD_ETOOBIG)
             j->bad_messages = true;
         if (!j->rc)
             j->rc = ifd_chat_tokenize(api->tpl, api->tok, &p, &j->ids);
@@ -449,7 +458,8 @@ static void ifd__tokjob_done(uv_work_t *w, int status)
         ifd_http_set_abort(c, NULL, NULL);
         if (status < 0 || j->bad_messages) {
             ifd_api_errorf(c, 400, "invalid_value", "messages",
-                           "The messages cannot be expressed in the model's chat template.");
+                           "The model's chat template cannot render these messages: %s",
+                           j->tpl_err[0] ? j->tpl_err : "check the roles and their order");
         } else if (j->rc) {
             ifd_api_errorf(c, 500, NULL, NULL, "Tokenizing failed: %s", ifd_strerror(j->rc));
         } else {

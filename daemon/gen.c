@@ -27,6 +27,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "responses.h"
 #include "sse.h"
 #include "toolcall.h"
 
@@ -67,7 +68,9 @@ struct ifd_gen {
     ifd_http_conn_t *conn; /* NULL once the client is gone */
     ifd_arena_t arena;
     ifd_oai_request_t req;
-    ifd_oai_kind_t kind;
+    ifd_oai_kind_t kind;     /* how the request is served: chat for /v1/responses too */
+    ifd_oai_kind_t api_kind; /* how it is answered (ifd_oai_meta_t.kind) */
+    ifd_oai_usage_t live;    /* continuous_usage_stats: the usage so far (streams) */
     uint64_t t_arrival_ns;
     bool first_token_seen;
 
@@ -107,6 +110,7 @@ struct ifd_gen {
 
 static void ifd__gen_free(ifd_gen_t *g);
 static void ifd__complete(ifd_gen_t *g);
+static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u);
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -180,6 +184,8 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
         return true;
     ifd_oai_choice_t oc;
     ifd__fill_choice(c, &oc, upto);
+    if (g->stream.live_usage)
+        ifd__usage(g, &g->live);
     int rc;
     if (finish) {
         oc.finish_reason = finish;
@@ -320,7 +326,12 @@ static bool ifd__choice_done(ifd__choice_t *c, const char *finish)
 static bool ifd__advance(ifd__choice_t *c, bool final)
 {
     ifd_gen_t *g = c->g;
-    if (g->req.n_stop) {
+    if (g->req.n_stop && c->n_tokens < g->req.min_tokens) {
+        /* vLLM's min_tokens: no stop string ends the text before it */
+        size_t keep = g->max_stop_len > 0 ? g->max_stop_len - 1 : 0;
+        if (c->text.len > c->scan + keep)
+            c->scan = c->text.len - keep;
+    } else if (g->req.n_stop) {
         size_t slen = 0;
         long at = ifd__find_stop(g, c->text.data ? c->text.data : "", c->scan, c->text.len, &slen);
         if (at >= 0) {
@@ -530,8 +541,7 @@ static void ifd__complete(ifd_gen_t *g)
     }
     if (g->streaming) {
         if (g->failed) {
-            ifd_oai_stream_error(&g->out, &g->err);
-            ifd_sse_done(&g->out);
+            ifd_oai_stream_fail(&g->stream, &g->out, &g->err);
         } else if (ifd_oai_stream_end(&g->stream, &g->out, &u)) {
             IFD_ERROR("gen %s: ending the stream failed", g->id);
             ifd_sse_done(&g->out);
@@ -554,7 +564,8 @@ static void ifd__complete(ifd_gen_t *g)
         return;
     }
     ifd_oai_choice_t *oc = ifd_arena_calloc(&g->arena, g->n_choices, sizeof *oc);
-    ifd_oai_meta_t meta = {g->kind, g->id, api->model_id, g->created, NULL};
+    ifd_oai_meta_t meta = {g->api_kind, g->id, api->model_id, g->created, NULL,
+                           g->req.responses_echo};
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = oc ? 0 : IFD_ENOMEM;
     for (uint32_t i = 0; i < g->n_choices && !rc; i++) {
@@ -762,6 +773,16 @@ static bool ifd__template_does_tools(const ifd_chat_template_t *tpl)
     return src && strstr(src, "tool");
 }
 
+/* A template that cannot render the request (it raised, a built-in family
+ * lacks the roles, a Jinja limit): a 400 carrying the template's own words. */
+static void ifd__template_error(ifd_gen_t *g, int rc, const char *err)
+{
+    g->work_rc = rc;
+    ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", "messages",
+                      "The model's chat template cannot render these messages: %s",
+                      err[0] ? err : ifd_strerror(rc));
+}
+
 /* The model's own template over the request's JSON messages and tools
  * (threadpool). */
 static void ifd__render_request(ifd_gen_t *g)
@@ -791,10 +812,7 @@ static void ifd__render_request(ifd_gen_t *g)
     json_decref(msgs);
     json_decref(tools);
     if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
-        g->work_rc = rc;
-        ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", "messages",
-                          "The model's chat template cannot render these messages: %s",
-                          err[0] ? err : ifd_strerror(rc));
+        ifd__template_error(g, rc, err);
         return;
     }
     if (!rc)
@@ -847,17 +865,15 @@ static void ifd__work_cb(uv_work_t *w)
             }
         }
         ifd_chat_prompt_t pr = {0};
+        char err[400] = "";
         if (!rc)
-            rc = ifd_chat_render(g->api->tpl, all, n_all, g->req.add_generation_prompt, &pr);
+            rc = ifd_chat_render_msgs(g->api->tpl, all, n_all, g->req.add_generation_prompt, &pr,
+                                      err, sizeof err);
         if (all != msgs)
             free(all);
         free(msgs);
-        if (rc == IFD_EINVAL) {
-            g->work_rc = rc;
-            ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", "messages",
-                              "The messages cannot be expressed in the model's chat template "
-                              "(%s): check the roles and their order.",
-                              ifd_chat_family_name(ifd_chat_template_family(g->api->tpl)));
+        if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
+            ifd__template_error(g, rc, err);
             return;
         }
         if (!rc)
@@ -1067,6 +1083,7 @@ static void ifd__start(ifd_gen_t *g)
         sp.use_cache = rq->use_cache && api->cfg->prefix_cache;
         sp.priority = rq->priority;
         sp.grammar = rq->grammar;
+        sp.min_tokens = rq->min_tokens;
         int rc = ifd_router_submit(api->router, &sp, &ifd__ops, c, &c->seq);
         if (rc) {
             g->in_start = false;
@@ -1081,8 +1098,11 @@ static void ifd__start(ifd_gen_t *g)
     }
     /* headers now: every error that can be decided early has been */
     if (rq->stream) {
-        ifd_oai_meta_t meta = {g->kind, g->id, api->model_id, g->created, NULL};
+        ifd_oai_meta_t meta = {g->api_kind, g->id, api->model_id, g->created, NULL,
+                               rq->responses_echo};
         int rc = ifd_oai_stream_init(&g->stream, &g->arena, &meta, g->n_choices, rq->include_usage);
+        if (!rc && rq->include_usage && rq->continuous_usage)
+            g->stream.live_usage = &g->live;
         if (!rc)
             rc = ifd_http_stream_begin(g->conn, 200, "text/event-stream", NULL);
         if (rc) {
@@ -1092,8 +1112,7 @@ static void ifd__start(ifd_gen_t *g)
             return;
         }
         g->streaming = true;
-        if (g->kind == IFD_OAI_CHAT)
-            ifd_oai_stream_start(&g->stream, &g->out);
+        ifd_oai_stream_start(&g->stream, &g->out); /* chat's role chunks, response.created */
         if (g->req.echo) {
             for (uint32_t i = 0; i < g->n_choices; i++) {
                 ifd__choice_t *c = &g->ch[i];
@@ -1121,7 +1140,8 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
         return;
     }
     g->api = api;
-    g->kind = kind;
+    g->kind = kind == IFD_OAI_RESPONSES ? IFD_OAI_CHAT : kind;
+    g->api_kind = kind;
     g->t_arrival_ns = r->t_ns;
     g->created = (int64_t)time(NULL);
     ifd_arena_init(&g->arena, 0);
@@ -1134,8 +1154,9 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
 
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);
-    int rc = kind == IFD_OAI_CHAT
-                 ? ifd_oai_parse_chat(&g->arena, r->body, r->body_len, &g->req, &e)
+    int rc = kind == IFD_OAI_CHAT ? ifd_oai_parse_chat(&g->arena, r->body, r->body_len, &g->req, &e)
+             : kind == IFD_OAI_RESPONSES
+                 ? ifd_responses_parse(&g->arena, r->body, r->body_len, &g->req, &e)
                  : ifd_oai_parse_completion(&g->arena, r->body, r->body_len, &g->req, &e);
     if (rc) {
         if (!e.status)
@@ -1146,7 +1167,7 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
         return;
     }
     ifd_oai_request_t *rq = &g->req;
-    g->n_prompts = kind == IFD_OAI_CHAT ? 1 : rq->n_prompts;
+    g->n_prompts = g->kind == IFD_OAI_CHAT ? 1 : rq->n_prompts;
     if (rq->model && strcmp(rq->model, api->model_id) != 0 &&
         strcmp(rq->model, api->model_path) != 0) {
         char msg[512];

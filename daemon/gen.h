@@ -1,6 +1,7 @@
 /*
- * gen.h — one completion request (POST /v1/chat/completions or
- * /v1/completions) from its body to its last byte.
+ * gen.h — one completion request (POST /v1/chat/completions,
+ * /v1/completions, or /v1/responses: a chat request answered as a Response,
+ * proto/responses.h) from its body to its last byte.
  *
  * Life: parse and validate (proto/openai.h) → model check → admission (a
  * place in the bounded queue is reserved before any tokenizing; 503 +

@@ -28,6 +28,7 @@ struct ifd_rseq {
     uint32_t n_stop_ids;
     uint32_t max_tokens;
     bool ignore_eos, use_cache;
+    uint32_t min_tokens;
     int32_t priority;
     char *grammar; /* NULL: unconstrained */
     const ifd_rseq_ops_t *ops;
@@ -320,6 +321,7 @@ int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rse
     s->max_tokens = p->max_tokens;
     s->ignore_eos = p->ignore_eos;
     s->use_cache = p->use_cache;
+    s->min_tokens = p->min_tokens;
     s->priority = p->priority;
     s->ops = ops;
     s->owner = owner;
@@ -434,6 +436,7 @@ static int ifd__send_add(ifd_router_t *r, ifd_rseq_t *s, int w)
     a->priority = s->priority;
     a->use_cache = s->use_cache;
     a->grammar = s->grammar;
+    a->min_tokens = s->min_tokens;
     return ifd_sup_send(r->p.sup, w, &m);
 }
 

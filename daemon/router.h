@@ -64,6 +64,7 @@ typedef struct {
     bool use_cache;
     int32_t priority;
     const char *grammar; /* structured output (common/grammar.h text), copied; NULL none */
+    uint32_t min_tokens; /* vLLM's min_tokens: no EOS/stop id before this many tokens; 0 off */
 } ifd_rseq_params_t;
 
 typedef struct {

@@ -216,6 +216,34 @@ int ifd_oai_stream_error(ifd_buf_t *out, const ifd_oai_error_t *e)
     return emit(out, o, bad, true);
 }
 
+int ifd_oai_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error_t *e)
+{
+    if (s->meta.kind == IFD_OAI_RESPONSES && s->resp)
+        return ifd__resp_stream_fail(s, out, e);
+    int rc = ifd_oai_stream_error(out, e);
+    return rc ? rc : ifd_sse_done(out);
+}
+
+json_t *ifd__oai_jstr(const char *p, size_t n)
+{
+    return jstr(p, n);
+}
+
+json_t *ifd__oai_jreal(double v)
+{
+    return jreal(v);
+}
+
+void ifd__oai_oset(json_t *o, const char *key, json_t *v, int *bad)
+{
+    oset(o, key, v, bad);
+}
+
+void ifd__oai_aadd(json_t *a, json_t *v, int *bad)
+{
+    aadd(a, v, bad);
+}
+
 /* ---- request parsing ------------------------------------------------------------------- */
 
 #define PARAM_MAX 128
@@ -970,8 +998,9 @@ out:
 
 void ifd_oai_make_id(char *out, ifd_oai_kind_t kind, uint64_t r0, uint64_t r1)
 {
-    snprintf(out, IFD_OAI_ID_MAX, "%s-%016" PRIx64 "%016" PRIx64,
-             kind == IFD_OAI_CHAT ? "chatcmpl" : "cmpl", r0, r1);
+    snprintf(out, IFD_OAI_ID_MAX, "%s%016" PRIx64 "%016" PRIx64,
+             kind == IFD_OAI_CHAT ? "chatcmpl-" : kind == IFD_OAI_RESPONSES ? "resp_" : "cmpl-",
+             r0, r1);
 }
 
 static json_t *usage_obj(const ifd_oai_usage_t *u, int *bad)
@@ -1002,8 +1031,7 @@ static json_t *bytes_array(const char *p, size_t n, int *bad)
     return a;
 }
 
-/* The chat shape: {"content":[{token,logprob,bytes,top_logprobs}]}. */
-static json_t *chat_logprobs(const ifd_oai_logprob_t *lp, size_t n, int *bad)
+json_t *ifd__oai_logprob_items(const ifd_oai_logprob_t *lp, size_t n, int *bad)
 {
     json_t *content = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -1023,6 +1051,13 @@ static json_t *chat_logprobs(const ifd_oai_logprob_t *lp, size_t n, int *bad)
         oset(e, "top_logprobs", top, bad);
         aadd(content, e, bad);
     }
+    return content;
+}
+
+/* The chat shape: {"content":[{token,logprob,bytes,top_logprobs}]}. */
+static json_t *chat_logprobs(const ifd_oai_logprob_t *lp, size_t n, int *bad)
+{
+    json_t *content = ifd__oai_logprob_items(lp, n, bad);
     json_t *o = json_object();
     oset(o, "content", content, bad);
     oset(o, "refusal", json_null(), bad);
@@ -1111,7 +1146,9 @@ static json_t *base_obj(const ifd_oai_meta_t *m, const char *object, int *bad)
 
 static bool meta_ok(const ifd_oai_meta_t *m)
 {
-    return m && m->id && m->model && (m->kind == IFD_OAI_CHAT || m->kind == IFD_OAI_COMPLETION);
+    return m && m->id && m->model &&
+           (m->kind == IFD_OAI_CHAT || m->kind == IFD_OAI_COMPLETION ||
+            m->kind == IFD_OAI_RESPONSES);
 }
 
 /* [{id, type: "function", function: {name, arguments}}]; with only_header
@@ -1147,6 +1184,8 @@ int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai
 {
     if (!meta_ok(m) || !usage || (n_choices && !choices))
         return IFD_EINVAL;
+    if (m->kind == IFD_OAI_RESPONSES)
+        return n_choices == 1 ? ifd__resp_json(out, m, choices, usage) : IFD_EINVAL;
     int bad = 0;
     bool chat = m->kind == IFD_OAI_CHAT;
     json_t *o = base_obj(m, chat ? "chat.completion" : "text_completion", &bad);
@@ -1194,7 +1233,15 @@ int ifd_oai_stream_init(ifd_oai_stream_t *s, ifd_arena_t *a, const ifd_oai_meta_
     s->text_offset = ifd_arena_calloc(a, n_choices, sizeof(*s->text_offset));
     if (!s->state || !s->text_offset)
         return IFD_ENOMEM;
+    if (m->kind == IFD_OAI_RESPONSES)
+        return n_choices == 1 ? ifd__resp_stream_init(s, a) : IFD_EINVAL;
     return 0;
+}
+
+/* "usage": null, or with continuous_usage_stats the usage so far. */
+static json_t *chunk_usage(const ifd_oai_stream_t *s, int *bad)
+{
+    return s->live_usage ? usage_obj(s->live_usage, bad) : json_null();
 }
 
 /* One chunk with one choice; `role` adds role:"assistant" (chat). */
@@ -1224,7 +1271,7 @@ static int stream_chunk(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choic
     aadd(arr, ch, &bad);
     oset(o, "choices", arr, &bad);
     if (s->include_usage)
-        oset(o, "usage", json_null(), &bad);
+        oset(o, "usage", chunk_usage(s, &bad), &bad);
     int rc = emit(out, o, bad, true);
     if (rc == 0)
         s->text_offset[c->index] += (uint32_t)utf8_count(c->text, c->text_len);
@@ -1243,6 +1290,8 @@ int ifd_oai_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out)
 {
     if (!s->state || s->ended)
         return IFD_EINVAL;
+    if (s->meta.kind == IFD_OAI_RESPONSES)
+        return ifd__resp_stream_start(s, out);
     if (s->meta.kind != IFD_OAI_CHAT)
         return 0;
     for (uint32_t i = 0; i < s->n_choices; i++) {
@@ -1262,6 +1311,14 @@ int ifd_oai_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choi
     int rc = stream_check(s, c);
     if (rc < 0 || c->finish_reason)
         return IFD_EINVAL;
+    if (s->meta.kind == IFD_OAI_RESPONSES) {
+        if (c->text_len == 0 && c->n_logprobs == 0)
+            return 0;
+        rc = ifd__resp_stream_delta(s, out, c);
+        if (rc == 0)
+            s->state[c->index] = ST_STARTED;
+        return rc;
+    }
     bool role = s->meta.kind == IFD_OAI_CHAT && s->state[c->index] == ST_NEW;
     if (!role && c->text_len == 0 && !c->has_logprobs)
         return 0; /* nothing to say */
@@ -1274,7 +1331,15 @@ int ifd_oai_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choi
 int ifd_oai_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c)
 {
     int rc = stream_check(s, c);
-    if (rc < 0 || c->finish_reason || s->meta.kind != IFD_OAI_CHAT)
+    if (rc < 0 || c->finish_reason)
+        return IFD_EINVAL;
+    if (s->meta.kind == IFD_OAI_RESPONSES) {
+        rc = ifd__resp_stream_tool_calls(s, out, c);
+        if (rc == 0)
+            s->state[c->index] = ST_STARTED;
+        return rc;
+    }
+    if (s->meta.kind != IFD_OAI_CHAT)
         return IFD_EINVAL;
     for (size_t i = 0; i < c->n_tool_calls && !rc; i++) {
         for (int part = 0; part < 2 && !rc; part++) {
@@ -1300,7 +1365,7 @@ int ifd_oai_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai
             aadd(arr, ch, &bad);
             oset(o, "choices", arr, &bad);
             if (s->include_usage)
-                oset(o, "usage", json_null(), &bad);
+                oset(o, "usage", chunk_usage(s, &bad), &bad);
             rc = emit(out, o, bad, true);
         }
     }
@@ -1312,6 +1377,12 @@ int ifd_oai_stream_finish(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_cho
     int rc = stream_check(s, c);
     if (rc < 0 || !c->finish_reason)
         return IFD_EINVAL;
+    if (s->meta.kind == IFD_OAI_RESPONSES) {
+        rc = ifd__resp_stream_finish(s, out, c);
+        if (rc == 0)
+            s->state[c->index] = ST_FINISHED;
+        return rc;
+    }
     bool role = s->meta.kind == IFD_OAI_CHAT && s->state[c->index] == ST_NEW;
     rc = stream_chunk(s, out, c, role, c->finish_reason);
     if (rc == 0)
@@ -1326,6 +1397,14 @@ int ifd_oai_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usage_
     for (uint32_t i = 0; i < s->n_choices; i++)
         if (s->state[i] != ST_FINISHED)
             return IFD_EINVAL;
+    if (s->meta.kind == IFD_OAI_RESPONSES) {
+        if (!usage)
+            return IFD_EINVAL;
+        int rc = ifd__resp_stream_end(s, out, usage);
+        if (rc == 0)
+            s->ended = true;
+        return rc;
+    }
     size_t start = out->len;
     int rc = 0;
     if (s->include_usage) {

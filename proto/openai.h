@@ -53,6 +53,8 @@
 typedef enum {
     IFD_OAI_CHAT = 0,       /* /v1/chat/completions */
     IFD_OAI_COMPLETION = 1, /* /v1/completions */
+    IFD_OAI_RESPONSES = 2,  /* /v1/responses: parsed as a chat request (proto/responses.h),
+                               answered as a Response object (ifd_oai_meta_t.kind) */
 } ifd_oai_kind_t;
 
 /* ---- errors ---------------------------------------------------------------------- */
@@ -190,6 +192,18 @@ typedef struct {
     ifd_oai_tool_choice_t tool_choice;
     uint32_t tool_index;      /* NAMED: which tool */
     bool parallel_tool_calls; /* default true: REQUIRED may produce several calls */
+
+    /* vLLM's min_tokens: end-of-sequence and stop tokens are suppressed, and
+     * stop strings not matched, until this many tokens were generated. 0 off. */
+    uint32_t min_tokens;
+    /* vLLM's stream_options.continuous_usage_stats (with include_usage):
+     * every chunk carries the usage so far. */
+    bool continuous_usage;
+
+    /* /v1/responses only (proto/responses.h): the request fields a Response
+     * object repeats (instructions, tools, text, temperature, …) as one
+     * compact JSON object; NULL for the other endpoints. */
+    char *responses_echo;
 } ifd_oai_request_t;
 
 /*
@@ -242,6 +256,7 @@ typedef struct {
     const char *model;
     int64_t created;                /* unix seconds; the same in every chunk */
     const char *system_fingerprint; /* NULL: omitted */
+    const char *responses_echo;     /* IFD_OAI_RESPONSES: ifd_oai_request_t.responses_echo */
 } ifd_oai_meta_t;
 
 typedef struct {
@@ -296,8 +311,9 @@ typedef struct {
     size_t n_tool_calls;
 } ifd_oai_choice_t;
 
-/* Writes "chatcmpl-<32 hex>" (chat) or "cmpl-<32 hex>" from 128 random bits
- * the caller supplies; out holds IFD_OAI_ID_MAX bytes. */
+/* Writes "chatcmpl-<32 hex>" (chat), "cmpl-<32 hex>" or "resp_<32 hex>"
+ * (responses) from 128 random bits the caller supplies; out holds
+ * IFD_OAI_ID_MAX bytes. */
 void ifd_oai_make_id(char *out, ifd_oai_kind_t kind, uint64_t r0, uint64_t r1);
 
 /* Appends the usage object:
@@ -316,7 +332,9 @@ int ifd_oai_logprobs_json(ifd_buf_t *out, ifd_oai_kind_t kind, const ifd_oai_log
 /*
  * Appends a whole non-streamed response: chat.completion (choices with
  * message {role:"assistant", content}) or text_completion (choices with
- * text), with usage. 0, IFD_EINVAL (NULL meta strings), IFD_ENOMEM.
+ * text), with usage; for IFD_OAI_RESPONSES a Response object built from
+ * choices[0] (n_choices must be 1: proto/responses.h). 0, IFD_EINVAL (NULL
+ * meta strings), IFD_ENOMEM.
  */
 int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice_t *choices,
                           size_t n_choices, const ifd_oai_usage_t *usage);
@@ -329,9 +347,15 @@ int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai
  * chunk and one usage chunk with "choices": [] before "data: [DONE]".
  * Every function appends whole SSE events to `out`.
  */
+typedef struct ifd__resp_stream ifd__resp_stream_t; /* proto/responses.c */
+
 typedef struct {
     ifd_oai_meta_t meta; /* its strings are borrowed for the stream's life */
     bool include_usage;
+    /* continuous_usage_stats: when non-NULL (and include_usage), every chunk
+     * carries *live_usage, which the caller keeps current; else "usage": null */
+    const ifd_oai_usage_t *live_usage;
+    ifd__resp_stream_t *resp; /* IFD_OAI_RESPONSES: the typed-event state (arena) */
     uint32_t n_choices;
     uint8_t *state;        /* per choice: 0 nothing sent, 1 started, 2 finished */
     uint32_t *text_offset; /* per choice: characters sent so far (completions logprobs) */
@@ -345,7 +369,8 @@ int ifd_oai_stream_init(ifd_oai_stream_t *s, ifd_arena_t *a, const ifd_oai_meta_
 
 /* Chat: sends the role chunk ({"role":"assistant","content":""}) of every
  * choice not started yet, so clients see a first chunk before any token.
- * Completions: nothing. Optional. */
+ * Responses: response.created and response.in_progress (sent before the
+ * first delta anyway). Completions: nothing. Optional. */
 int ifd_oai_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out);
 
 /*
@@ -374,6 +399,11 @@ int ifd_oai_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usage_
 /* An error inside a stream (the status is already 200): "data: {"error":…}".
  * The caller should then end the stream with ifd_sse_done. */
 int ifd_oai_stream_error(ifd_buf_t *out, const ifd_oai_error_t *e);
+
+/* The end of a stream that failed, in the stream's own dialect: chat and
+ * completions ifd_oai_stream_error then [DONE]; responses an "error" event
+ * (which the openai SDK raises as APIError) then response.failed. */
+int ifd_oai_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error_t *e);
 
 /* ---- other endpoints -------------------------------------------------------------------- */
 

@@ -12,6 +12,7 @@
 #include "grammar.h"
 #include "grammar_conv.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,6 @@ static const struct {
     ok_t ok;
     const char *why;
 } EXTRAS[] = {
-    {"min_tokens", EP_BOTH, OK_ZERO, "a minimum length is not implemented"},
     {"prompt_logprobs", EP_BOTH, OK_NULL, "prompt logprobs are not computed"},
     {"echo", EP_C, OK_FALSE, "chat echo is not implemented"},
     {"use_beam_search", EP_BOTH, OK_FALSE, "beam search is not implemented"},
@@ -99,13 +99,30 @@ static int p_extras(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_kind_t kind)
                                  "Unsupported parameter: 'modalities' other than [\"text\"] is "
                                  "not supported by this server.");
     }
+    return 0;
+}
+
+/* vLLM's min_tokens and stream_options.continuous_usage_stats. */
+static int p_min_tokens_usage(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    const json_t *v = ifd__oai_get(o, "min_tokens");
+    int64_t iv;
+    int rc;
+    if (v) {
+        if ((rc = ifd__oai_p_int(c, v, "min_tokens", 0, INT32_MAX, &iv)) < 0)
+            return rc;
+        if (r->max_tokens >= 0 && iv > r->max_tokens)
+            return ifd__oai_perr(c, "invalid_value", "min_tokens",
+                                 "Invalid value for 'min_tokens': %lld is more than max_tokens "
+                                 "(%lld).",
+                                 (long long)iv, (long long)r->max_tokens);
+        r->min_tokens = (uint32_t)iv;
+    }
     const json_t *so = ifd__oai_get(o, "stream_options");
-    const json_t *cu = so ? ifd__oai_get(so, "continuous_usage_stats") : NULL;
-    if (cu && !json_is_false(cu))
-        return ifd__oai_perr(c, "unsupported_parameter", "stream_options.continuous_usage_stats",
-                             "Unsupported parameter: 'stream_options.continuous_usage_stats' is "
-                             "not supported by this server (use include_usage: the usage comes "
-                             "in one chunk at the end).");
+    const json_t *cu = json_is_object(so) ? ifd__oai_get(so, "continuous_usage_stats") : NULL;
+    if (cu && (rc = ifd__oai_p_bool(c, cu, "stream_options.continuous_usage_stats",
+                                    &r->continuous_usage)) < 0)
+        return rc;
     return 0;
 }
 
@@ -593,6 +610,8 @@ int ifd__oai_parse_ext(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r
     const json_t *v;
     int64_t iv;
     if ((rc = p_extras(c, o, r->kind)) < 0)
+        return rc;
+    if ((rc = p_min_tokens_usage(c, o, r)) < 0)
         return rc;
     if ((v = ifd__oai_get(o, "priority"))) {
         if ((rc = ifd__oai_p_int(c, v, "priority", INT32_MIN, INT32_MAX, &iv)) < 0)

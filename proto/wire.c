@@ -187,6 +187,7 @@ static const wfield_t add_fields[] = {
     FI32(ifd_wire_add_t, priority),
     FBOOL(ifd_wire_add_t, use_cache),
     FLD(ifd_wire_add_t, grammar, F_STR, IFD_WIRE_MAX_GRAMMAR),
+    FU32(ifd_wire_add_t, min_tokens),
 };
 static const wstruct_t add_desc = {"add", sizeof(ifd_wire_add_t), add_fields, NF(add_fields),
                                    check_add};

@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     2
+#define IFD_WIRE_VERSION     3
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -163,6 +163,9 @@ typedef struct {
      * bytes must follow, compiled by the worker; NULL or "" for none. Up to
      * IFD_WIRE_MAX_GRAMMAR bytes. Added in version 2. */
     char *grammar;
+    /* vLLM's min_tokens: EOS and stop_ids are not sampled before this many
+     * tokens were generated (n_generated included); 0 off. Version 3. */
+    uint32_t min_tokens;
 } ifd_wire_add_t;
 
 /* CANCEL (router → worker): drop a request in any state. */

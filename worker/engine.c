@@ -18,6 +18,7 @@
 #include "error.h"
 #include "log.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -39,6 +40,11 @@ typedef struct {
     int32_t n_stop_ids;
     int32_t max_tokens;
     bool ignore_eos, use_cache, cancelled, admitted_once;
+    /* min_tokens: while n_gen < min_tokens, sampling uses min_bias (the
+     * request's logit_bias plus -inf for every stop and EOS id) */
+    int32_t min_tokens;
+    ifd_logit_bias_t *min_bias;
+    uint32_t n_min_bias;
     int32_t priority;
     uint64_t salt;
     uint64_t arrival;
@@ -143,6 +149,7 @@ static void ifd__seq_free(ifd__seq_t *s)
     free(s->tokens);
     free(s->blocks);
     free(s->bias);
+    free(s->min_bias);
     free(s->stop_ids);
     ifd_constraint_destroy(s->sampling.constraint);
     free(s);
@@ -283,6 +290,45 @@ static ifd__seq_t *ifd__find(const ifd_engine_t *e, uint64_t id, ifd__queue_t **
     return NULL;
 }
 
+/* min_tokens: the bias that keeps stop and EOS ids from being sampled. */
+static int ifd__min_tokens_init(ifd_engine_t *e, ifd__seq_t *s, int32_t min_tokens)
+{
+    uint32_t n_eos = s->ignore_eos ? 0 : (uint32_t)e->p.n_eos_ids;
+    uint32_t n = s->sampling.n_logit_bias + (uint32_t)s->n_stop_ids + n_eos;
+    s->min_tokens = min_tokens;
+    if (n == s->sampling.n_logit_bias)
+        return 0; /* nothing to suppress */
+    s->min_bias = malloc(n * sizeof *s->min_bias);
+    if (!s->min_bias)
+        return IFD_ENOMEM;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < s->sampling.n_logit_bias; i++)
+        s->min_bias[k++] = s->sampling.logit_bias[i];
+    for (int32_t i = 0; i < s->n_stop_ids; i++)
+        s->min_bias[k++] = (ifd_logit_bias_t){s->stop_ids[i], -INFINITY};
+    for (uint32_t i = 0; i < n_eos; i++)
+        s->min_bias[k++] = (ifd_logit_bias_t){e->p.eos_ids[i], -INFINITY};
+    s->n_min_bias = k;
+    return 0;
+}
+
+/* Samples s's next token from lg: under min_tokens with the suppressing
+ * bias first, and without it when that leaves nothing (a grammar that
+ * allows only an end token has the last word). */
+static int ifd__sample_seq(ifd_engine_t *e, ifd__seq_t *s, const float *lg,
+                           const ifd_sampler_history_t *h, ifd_sample_result_t *res)
+{
+    if (s->n_gen < s->min_tokens && s->min_bias) {
+        ifd_sampling_params_t p = s->sampling;
+        p.logit_bias = s->min_bias;
+        p.n_logit_bias = s->n_min_bias;
+        int rc = ifd_sampler_sample(e->sampler, &p, lg, h, (uint64_t)s->n_tokens, res);
+        if (rc != IFD_EINVAL || !s->sampling.constraint)
+            return rc;
+    }
+    return ifd_sampler_sample(e->sampler, &s->sampling, lg, h, (uint64_t)s->n_tokens, res);
+}
+
 int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
 {
     if (!r || !r->prompt || r->n_prompt < 1 || r->n_generated < 0 ||
@@ -339,7 +385,12 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     s->priority = r->priority;
     s->salt = r->salt;
     s->arrival = e->arrivals++;
-    int rc = ifd__q_insert(&e->waiting, ifd__waiting_pos(&e->waiting, s), s);
+    int rc;
+    if (r->min_tokens > s->n_gen && (rc = ifd__min_tokens_init(e, s, r->min_tokens))) {
+        ifd__seq_free(s);
+        return rc;
+    }
+    rc = ifd__q_insert(&e->waiting, ifd__waiting_pos(&e->waiting, s), s);
     if (rc) {
         ifd__seq_free(s);
         return rc;
@@ -701,7 +752,7 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         ifd_sampler_history_t h = {s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
                                    (size_t)(s->n_tokens - s->n_prompt)};
         ifd_sample_result_t res;
-        int src = ifd_sampler_sample(e->sampler, &s->sampling, lg, &h, (uint64_t)s->n_tokens, &res);
+        int src = ifd__sample_seq(e, s, lg, &h, &res);
         int at = 0;
         ifd__queue_t *q = NULL;
         IFD_ASSERT(ifd__find(e, s->id, &q, &at) == s);

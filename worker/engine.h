@@ -117,6 +117,11 @@ typedef struct {
     bool use_cache;              /* false: recompute the whole context every step */
     int32_t priority;            /* higher runs first; FCFS among equals */
     uint64_t salt;               /* prefix-cache namespace (adapter, tenant) */
+    /* vLLM's min_tokens: until this many tokens are generated (n_generated
+     * included), eos_ids (unless ignore_eos) and stop_ids get a -inf logit
+     * bias; 0 off. A grammar that allows only those tokens wins (the step
+     * is sampled without the suppression rather than failing). */
+    int32_t min_tokens;
 } ifd_engine_request_t;
 
 int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,

@@ -186,6 +186,7 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.max_tokens = (int32_t)a->max_tokens;
     r.ignore_eos = a->ignore_eos;
     r.use_cache = a->use_cache;
+    r.min_tokens = (int32_t)(a->min_tokens > INT32_MAX ? INT32_MAX : a->min_tokens);
     r.priority = -a->priority; /* wire: lower first; engine: higher first */
     int rc = 0;
     char gerr[300] = "";

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
-# (http, openai, crash, robust, faults, structured, systemd) with the test Python ($INFERD_PYTHON, else
+# (http, openai, crash, robust, faults, structured, responses, systemd) with the test Python ($INFERD_PYTHON, else
 # python3). Each Python file starts its own inferd processes on temporary
 # sockets and skips (exit 77) loudly when the default model is absent;
 # `openai` also needs the venv's openai + httpx packages.
@@ -18,7 +18,8 @@ if [ "$kind" = structured ] && ! "$py" -c 'import openai, httpx, jsonschema' 2>/
          "installs them into the venv that test.sh exports as INFERD_PYTHON)"
     exit 77
 fi
-if [ "$kind" = openai ] && ! "$py" -c 'import openai, httpx' 2>/dev/null; then
+if { [ "$kind" = openai ] || [ "$kind" = responses ]; } &&
+   ! "$py" -c 'import openai, httpx, pydantic' 2>/dev/null; then
     echo "SKIPPED: $py lacks the openai/httpx packages (deploy/install-deps.sh installs them" \
          "into the venv that test.sh exports as INFERD_PYTHON)"
     exit 77

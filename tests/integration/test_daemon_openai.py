@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import Daemon, require_model, run_tests, skip  # noqa: E402
+from test_daemon_util import Daemon, openai_client, serve_and_run, skip  # noqa: E402
 
 try:
     import httpx
@@ -24,13 +24,6 @@ INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 D = None
 C = None
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
-
-
-def client(max_retries=0):
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=D.sock), timeout=120,
-                        limits=httpx.Limits(max_connections=100))
-    return openai.OpenAI(base_url="http://localhost/v1", api_key="unused", http_client=http,
-                         max_retries=max_retries)
 
 
 def chat(content, **kw):
@@ -215,22 +208,5 @@ def test_64_concurrent_streams_equal_solo():
     return m
 
 
-def main():
-    global D, C
-    require_model()
-    D = Daemon(INFERD)
-    C = client()
-    try:
-        rc = run_tests(globals())
-    finally:
-        code = D.stop()
-        if code != 0:
-            print("inferd exited with %d" % code)
-            rc = 1
-    if rc:
-        print("---- daemon log ----\n" + D.logtext())
-    return rc
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve_and_run(globals(), INFERD))

@@ -231,6 +231,38 @@ def stream_text(events):
     return text, finish
 
 
+def openai_client(sock, timeout=120, max_retries=0, max_connections=100):
+    """The official openai client over an httpx Unix-socket transport (venv only)."""
+    import httpx
+    import openai
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=sock), timeout=timeout,
+                        limits=httpx.Limits(max_connections=max_connections))
+    return openai.OpenAI(base_url="http://localhost/v1", api_key="unused", http_client=http,
+                         max_retries=max_retries)
+
+
+def serve_and_run(namespace, inferd, args=(), client=True):
+    """main() of a test file driving one daemon: starts it with `args`, sets the
+    file's globals D (the Daemon) and, with client, C (openai_client), runs its
+    test_* functions, stops the daemon (a nonzero exit fails) and prints its log
+    when something failed. Returns the exit status for sys.exit."""
+    require_model()
+    d = Daemon(inferd, args=args)
+    namespace["D"] = d
+    if client:
+        namespace["C"] = openai_client(d.sock, timeout=300)
+    try:
+        rc = run_tests(namespace)
+    finally:
+        code = d.stop()
+        if code != 0:
+            print("inferd exited with %d" % code)
+            rc = 1
+    if rc:
+        print("---- daemon log ----\n" + d.logtext())
+    return rc
+
+
 def run_tests(namespace, names=None):
     tests = [(n, f) for n, f in namespace.items() if n.startswith("test_") and callable(f)]
     if names:

@@ -500,6 +500,49 @@ START_TEST(test_finish_reasons_and_errors)
 }
 END_TEST
 
+START_TEST(test_min_tokens)
+{
+    /* every token but the last is a stop id: min_tokens forces that one until it is
+     * reached, then the first stop ends the sequence; EOS (STOP_ID) likewise */
+    make_prompts(3, 10, 11);
+    rig_t r;
+    rig_open(&r, 64, 64, 8, 200);
+    int32_t stops[VOCAB - 1];
+    for (int v = 0; v < VOCAB - 1; v++)
+        stops[v] = v;
+    ifd_engine_request_t q = req(0, 100);
+    q.stop_ids = stops;
+    q.n_stop_ids = VOCAB - 1;
+    q.min_tokens = 6;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    /* without min_tokens the same request stops at once */
+    q = req(1, 100);
+    q.stop_ids = stops;
+    q.n_stop_ids = VOCAB - 1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    /* resumed with 4 tokens generated: only 2 more are forced */
+    int32_t gen[4] = {VOCAB - 1, VOCAB - 1, VOCAB - 1, VOCAB - 1};
+    q = req(2, 100);
+    q.stop_ids = stops;
+    q.n_stop_ids = VOCAB - 1;
+    q.generated = gen;
+    q.n_generated = 4;
+    q.min_tokens = 6;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    ck_assert_int_ge(r.sink->n_out[0], 7);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(r.sink->out[0][i], VOCAB - 1);
+    ck_assert_int_eq(r.sink->reason[0], IFD_FINISH_STOP);
+    ck_assert_int_lt(r.sink->out[0][r.sink->n_out[0] - 1], VOCAB - 1);
+    ck_assert_int_eq(r.sink->n_out[1], 1);
+    ck_assert_int_ge(r.sink->n_out[2], 3);
+    ck_assert_int_eq(r.sink->out[2][0], VOCAB - 1);
+    ck_assert_int_eq(r.sink->out[2][1], VOCAB - 1);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_request_larger_than_pool_errors)
 {
     make_prompts(1, 10, 8);
@@ -570,6 +613,7 @@ int main(void)
     tcase_add_test(tc, test_tiny_pool_preempts_and_completes_all);
     tcase_add_test(tc, test_cancel_in_every_state);
     tcase_add_test(tc, test_finish_reasons_and_errors);
+    tcase_add_test(tc, test_min_tokens);
     tcase_add_test(tc, test_request_larger_than_pool_errors);
     tcase_add_test(tc, test_no_cache_mode_same_tokens);
     tcase_add_test(tc, test_resume_with_generated_tokens);

@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "openai.h"
+#include "responses.h"
 #include "toolcall.h"
 #include "sse.h"
 
@@ -431,11 +432,12 @@ static const bad_case_t k_bad[] = {
      "structured_outputs", "invalid_value"},
     {EP_CHAT, "{" MSG ",\"structured_outputs\":{\"structural_tag\":\"x\"}}",
      "structured_outputs.structural_tag", "unsupported_parameter"},
-    {EP_CHAT, "{" MSG ",\"min_tokens\":3}", "min_tokens", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"min_tokens\":-1}", "min_tokens", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"max_tokens\":4,\"min_tokens\":5}", "min_tokens", "invalid_value"},
     {EP_CHAT, "{" MSG ",\"prompt_logprobs\":1}", "prompt_logprobs", "unsupported_parameter"},
     {EP_CHAT, "{" MSG ",\"echo\":true}", "echo", "unsupported_parameter"},
-    {EP_CHAT, "{" MSG ",\"stream\":true,\"stream_options\":{\"continuous_usage_stats\":true}}",
-     "stream_options.continuous_usage_stats", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"stream\":true,\"stream_options\":{\"continuous_usage_stats\":1}}",
+     "stream_options.continuous_usage_stats", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"priority\":1.5}", "priority", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"truncate_prompt_tokens\":0}", "truncate_prompt_tokens",
      "integer_below_min_value"},
@@ -568,9 +570,10 @@ END_TEST
 
 /* ---- responses ------------------------------------------------------------------------------ */
 
-static const ifd_oai_meta_t k_chat_meta = {IFD_OAI_CHAT, "chatcmpl-abc", "smol", 1700000000, NULL};
+static const ifd_oai_meta_t k_chat_meta = {IFD_OAI_CHAT, "chatcmpl-abc", "smol", 1700000000, NULL,
+                                           NULL};
 static const ifd_oai_meta_t k_cmpl_meta = {IFD_OAI_COMPLETION, "cmpl-xyz", "smol", 1700000001,
-                                           "fp_inferd"};
+                                           "fp_inferd", NULL};
 
 START_TEST(test_error_json)
 {
@@ -1229,7 +1232,7 @@ END_TEST
 
 START_TEST(test_tool_call_response)
 {
-    ifd_oai_meta_t m = {IFD_OAI_CHAT, "chatcmpl-x", "smol", 1, NULL};
+    ifd_oai_meta_t m = {IFD_OAI_CHAT, "chatcmpl-x", "smol", 1, NULL, NULL};
     ifd_oai_tool_call_t tc[2] = {{"call_1", "f", "{\"a\":1}"}, {"call_2", "g", "{}"}};
     ifd_oai_choice_t c = {0};
     c.finish_reason = "tool_calls";
@@ -1293,6 +1296,314 @@ START_TEST(test_tool_call_response)
 }
 END_TEST
 
+
+/* ---- /v1/responses (proto/responses.h) --------------------------------------------------- */
+
+START_TEST(test_responses_parse)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{\"model\":\"smol\",\"instructions\":\"Be brief.\",\"max_output_tokens\":33,"
+        "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":7,\"store\":true,\"metadata\":{\"k\":\"v\"},"
+        "\"include\":[\"message.output_text.logprobs\"],\"top_logprobs\":2,"
+        "\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"a\"},"
+        "{\"type\":\"input_text\",\"text\":\"b\"}]},"
+        "{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"add\","
+        "\"arguments\":\"{\\\"x\\\":1}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"2\"},"
+        "{\"type\":\"message\",\"role\":\"developer\",\"content\":\"more\"}],"
+        "\"tools\":[{\"type\":\"function\",\"name\":\"add\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}}],"
+        "\"tool_choice\":{\"type\":\"function\",\"name\":\"add\"}}";
+    ck_assert_int_eq(ifd_responses_parse(&a, body, strlen(body), &r, &e), 0);
+    ck_assert_int_eq(r.kind, IFD_OAI_CHAT);
+    ck_assert_uint_eq(r.n_messages, 5);
+    ck_assert_str_eq(r.messages[0].role, "system");
+    ck_assert_str_eq(r.messages[0].content, "Be brief.");
+    ck_assert_str_eq(r.messages[1].role, "user");
+    ck_assert_str_eq(r.messages[1].content, "a\nb");
+    ck_assert_str_eq(r.messages[2].role, "assistant");
+    ck_assert_ptr_nonnull(r.messages[2].tool_calls);
+    ck_assert_ptr_nonnull(strstr(r.messages[2].tool_calls, "\"add\""));
+    ck_assert_str_eq(r.messages[3].role, "tool");
+    ck_assert_str_eq(r.messages[3].tool_call_id, "call_1");
+    ck_assert_str_eq(r.messages[3].content, "2");
+    ck_assert_str_eq(r.messages[4].role, "developer");
+    ck_assert_int_eq(r.max_tokens, 33);
+    ck_assert(fabsf(r.temperature - 0.5f) < 1e-6f && fabsf(r.top_p - 0.9f) < 1e-6f);
+    ck_assert_int_eq(r.top_k, 7); /* vLLM extras pass through */
+    ck_assert(r.logprobs);
+    ck_assert_uint_eq(r.top_logprobs, 2);
+    ck_assert_uint_eq(r.n_tools, 1);
+    ck_assert_str_eq(r.tools[0].name, "add");
+    ck_assert_int_eq(r.tool_choice, IFD_OAI_TOOL_CHOICE_NAMED);
+    ck_assert_ptr_nonnull(r.grammar); /* the named call is forced */
+    json_t *echo = load(r.responses_echo, strlen(r.responses_echo));
+    ck_assert(json_is_false(jp(echo, "store"))); /* no server-side state */
+    ck_assert_str_eq(js(echo, "instructions"), "Be brief.");
+    ck_assert_int_eq(ji(echo, "max_output_tokens"), 33);
+    ck_assert_str_eq(js(echo, "metadata.k"), "v");
+    ck_assert_str_eq(js(echo, "tools.0.name"), "add");
+    json_decref(echo);
+
+    /* a string input; text.format json_schema → a grammar */
+    body = "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\","
+           "\"schema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}}}}}}";
+    ck_assert_int_eq(ifd_responses_parse(&a, body, strlen(body), &r, &e), 0);
+    ck_assert_uint_eq(r.n_messages, 1);
+    ck_assert_str_eq(r.messages[0].role, "user");
+    ck_assert_str_eq(r.messages[0].content, "hi");
+    ck_assert_ptr_nonnull(r.grammar);
+    ck_assert(!r.logprobs);
+    ck_assert_int_eq(r.max_tokens, -1);
+
+    static const struct {
+        const char *body, *param, *code;
+    } bad[] = {
+        {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id",
+         "unsupported_parameter"},
+        {"{\"input\":\"x\",\"conversation\":\"c\"}", "conversation", "unsupported_parameter"},
+        {"{\"input\":\"x\",\"background\":true}", "background", "unsupported_parameter"},
+        {"{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation", "unsupported_parameter"},
+        {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"}}", "reasoning",
+         "unsupported_parameter"},
+        {"{\"input\":\"x\",\"n\":2}", "n", "unsupported_parameter"},
+        {"{\"input\":\"x\",\"include\":[\"file_search_call.results\"]}", "include[0]",
+         "unsupported_parameter"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type",
+         "unsupported_parameter"},
+        {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
+         "\"image_url\":\"u\"}]}]}",
+         "input[0].content[0].type", "unsupported_parameter"},
+        {"{\"input\":[{\"type\":\"reasoning\"}]}", "input[0].type", "unsupported_parameter"},
+        {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens",
+         "integer_below_min_value"},
+        {"{\"input\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "input", "invalid_value"},
+        {"{\"instructions\":\"x\"}", "input", "missing_required_parameter"},
+        {"{\"input\":[]}", "input", "invalid_value"},
+        {"{\"input\":\"x\",\"temperature\":3}", "temperature", "decimal_above_max_value"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "text.format.type",
+         "invalid_value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&e, 0, sizeof e);
+        int rc = ifd_responses_parse(&a, bad[i].body, strlen(bad[i].body), &r, &e);
+        ck_assert_msg(rc == IFD_EINVAL && e.status == 400, "case %zu accepted: %s", i,
+                      bad[i].body);
+        ck_assert_msg(!strcmp(e.param, bad[i].param), "case %zu: param '%s', wanted '%s' (%s)",
+                      i, e.param, bad[i].param, e.message);
+        ck_assert_msg(!strcmp(e.code, bad[i].code), "case %zu: code '%s', wanted '%s' (%s)", i,
+                      e.code, bad[i].code, e.message);
+    }
+    ifd_arena_close(&a);
+}
+END_TEST
+
+static const ifd_oai_meta_t k_resp_meta = {IFD_OAI_RESPONSES, "resp_00ff", "smol", 1700000002,
+                                           NULL, "{\"instructions\":\"hi\",\"store\":false}"};
+
+START_TEST(test_responses_object)
+{
+    ifd_oai_tool_call_t tc = {"call_ab", "add", "{\"x\":1}"};
+    ifd_oai_logprob_t lp = {"Ok", 2, -0.25f, NULL, 0};
+    ifd_oai_choice_t c = {.text = "Ok",
+                          .text_len = 2,
+                          .finish_reason = "tool_calls",
+                          .has_logprobs = true,
+                          .logprobs = &lp,
+                          .n_logprobs = 1,
+                          .tool_calls = &tc,
+                          .n_tool_calls = 1};
+    ifd_oai_usage_t u = {10, 4, 8};
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, &c, 2, &u), IFD_EINVAL);
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, &c, 1, &u), 0);
+    json_t *j = load(b.data, b.len);
+    ck_assert_str_eq(js(j, "id"), "resp_00ff");
+    ck_assert_str_eq(js(j, "object"), "response");
+    ck_assert_int_eq(ji(j, "created_at"), 1700000002);
+    ck_assert_str_eq(js(j, "status"), "completed");
+    ck_assert(jnull(j, "incomplete_details") && jnull(j, "error"));
+    ck_assert_str_eq(js(j, "instructions"), "hi"); /* the request's echo */
+    ck_assert_str_eq(js(j, "output.0.type"), "message");
+    ck_assert_str_eq(js(j, "output.0.id"), "msg_00ff");
+    ck_assert_str_eq(js(j, "output.0.role"), "assistant");
+    ck_assert_str_eq(js(j, "output.0.content.0.type"), "output_text");
+    ck_assert_str_eq(js(j, "output.0.content.0.text"), "Ok");
+    ck_assert_str_eq(js(j, "output.0.content.0.logprobs.0.token"), "Ok");
+    ck_assert_str_eq(js(j, "output.1.type"), "function_call");
+    ck_assert_str_eq(js(j, "output.1.id"), "fc_ab");
+    ck_assert_str_eq(js(j, "output.1.call_id"), "call_ab");
+    ck_assert_str_eq(js(j, "output.1.name"), "add");
+    ck_assert_str_eq(js(j, "output.1.arguments"), "{\"x\":1}");
+    ck_assert_int_eq(ji(j, "usage.input_tokens"), 10);
+    ck_assert_int_eq(ji(j, "usage.output_tokens"), 4);
+    ck_assert_int_eq(ji(j, "usage.total_tokens"), 14);
+    ck_assert_int_eq(ji(j, "usage.input_tokens_details.cached_tokens"), 8);
+    json_decref(j);
+    /* max_output_tokens reached: incomplete */
+    c = (ifd_oai_choice_t){.text = "abc", .text_len = 3, .finish_reason = "length"};
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, &c, 1, &u), 0);
+    j = load(b.data, b.len);
+    ck_assert_str_eq(js(j, "status"), "incomplete");
+    ck_assert_str_eq(js(j, "incomplete_details.reason"), "max_output_tokens");
+    ck_assert_uint_eq(json_array_size(jp(j, "output")), 1);
+    json_decref(j);
+    ifd_buf_free(&b);
+}
+END_TEST
+
+/* The events of a stream: [{"event": name, "data": object}]. */
+static json_t *sse_events(const ifd_buf_t *b)
+{
+    ifd_sse_parser_t p;
+    ifd_sse_parser_init(&p, 0);
+    ck_assert_int_eq(ifd_sse_parser_feed(&p, b->data, b->len), 0);
+    json_t *out = json_array();
+    ifd_sse_event_t ev;
+    while (ifd_sse_parser_next(&p, &ev) == 1) {
+        ck_assert_msg(strcmp(ev.data, "[DONE]") != 0, "[DONE] in a Responses stream");
+        json_t *d = load(ev.data, ev.len);
+        ck_assert_str_eq(js(d, "type"), ev.event); /* event: line = data.type */
+        json_array_append_new(out, d);
+    }
+    ifd_sse_parser_close(&p);
+    return out;
+}
+
+START_TEST(test_responses_stream)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_stream_t s;
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_resp_meta, 2, false), IFD_EINVAL);
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_resp_meta, 1, false), 0);
+    ck_assert_int_eq(ifd_oai_stream_start(&s, &b), 0);
+    ifd_oai_choice_t c = {.text = "Hel", .text_len = 3};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0);
+    c = (ifd_oai_choice_t){.text = "lo", .text_len = 2};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0);
+    ifd_oai_tool_call_t tc[2] = {{"call_1", "f", "{}"}, {"call_2", "g", "{\"a\":[1]}"}};
+    c = (ifd_oai_choice_t){.tool_calls = tc, .n_tool_calls = 2};
+    ck_assert_int_eq(ifd_oai_stream_tool_calls(&s, &b, &c), 0);
+    c = (ifd_oai_choice_t){.finish_reason = "tool_calls"};
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), 0);
+    ifd_oai_usage_t u = {5, 6, 0};
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, &u), 0);
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, &u), IFD_EINVAL);
+
+    json_t *ev = sse_events(&b);
+    static const char *const want[] = {
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.content_part.added", "response.output_text.delta",
+        "response.output_text.delta", "response.output_text.done",
+        "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done",
+        "response.output_item.added", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done",
+        "response.completed"};
+    size_t n = json_array_size(ev);
+    ck_assert_uint_eq(n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_eq(js(json_array_get(ev, i), "type"), want[i]);
+        ck_assert_int_eq(ji(json_array_get(ev, i), "sequence_number"), (long long)i);
+    }
+    ck_assert_str_eq(js(ev, "0.response.id"), "resp_00ff");
+    ck_assert_str_eq(js(ev, "0.response.status"), "in_progress");
+    ck_assert_uint_eq(json_array_size(jp(ev, "0.response.output")), 0);
+    ck_assert_str_eq(js(ev, "2.item.id"), "msg_00ff");
+    ck_assert_str_eq(js(ev, "4.item_id"), "msg_00ff");
+    ck_assert_str_eq(js(ev, "4.delta"), "Hel");
+    ck_assert_str_eq(js(ev, "6.text"), "Hello");
+    ck_assert_str_eq(js(ev, "8.item.content.0.text"), "Hello");
+    ck_assert_int_eq(ji(ev, "9.output_index"), 1);
+    ck_assert_str_eq(js(ev, "9.item.arguments"), "");
+    ck_assert_str_eq(js(ev, "10.delta"), "{}");
+    ck_assert_str_eq(js(ev, "15.arguments"), "{\"a\":[1]}");
+    ck_assert_str_eq(js(ev, "16.item.id"), "fc_2");
+    ck_assert_int_eq(ji(ev, "16.output_index"), 2);
+    ck_assert_str_eq(js(ev, "17.response.status"), "completed");
+    ck_assert_str_eq(js(ev, "17.response.output.0.content.0.text"), "Hello");
+    ck_assert_str_eq(js(ev, "17.response.output.2.call_id"), "call_2");
+    ck_assert_int_eq(ji(ev, "17.response.usage.output_tokens"), 6);
+    json_decref(ev);
+
+    /* an empty answer cut by the length: one empty message, incomplete */
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_resp_meta, 1, false), 0);
+    c = (ifd_oai_choice_t){.finish_reason = "length"};
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), 0);
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, &u), 0);
+    ev = sse_events(&b);
+    n = json_array_size(ev);
+    ck_assert_str_eq(js(json_array_get(ev, n - 1), "type"), "response.incomplete");
+    ck_assert_str_eq(js(json_array_get(ev, n - 1), "response.incomplete_details.reason"),
+                     "max_output_tokens");
+    ck_assert_str_eq(js(json_array_get(ev, n - 1), "response.output.0.content.0.text"), "");
+    json_decref(ev);
+
+    /* a failure: an error event (with "error", which the SDK raises) then response.failed */
+    ifd_buf_clear(&b);
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_resp_meta, 1, false), 0);
+    c = (ifd_oai_choice_t){.text = "x", .text_len = 1};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0);
+    ifd_oai_error_t e;
+    ifd_oai_error_set(&e, 503, NULL, NULL, NULL, "worker gone");
+    ck_assert_int_eq(ifd_oai_stream_fail(&s, &b, &e), 0);
+    ev = sse_events(&b);
+    n = json_array_size(ev);
+    ck_assert_str_eq(js(json_array_get(ev, n - 2), "type"), "error");
+    ck_assert_str_eq(js(json_array_get(ev, n - 2), "error.message"), "worker gone");
+    ck_assert_str_eq(js(json_array_get(ev, n - 1), "type"), "response.failed");
+    ck_assert_str_eq(js(json_array_get(ev, n - 1), "response.status"), "failed");
+    json_decref(ev);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_continuous_usage_and_min_tokens)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"min_tokens\":3,"
+                       "\"max_tokens\":9,\"stream\":true,\"stream_options\":{\"include_usage\":"
+                       "true,\"continuous_usage_stats\":true}}";
+    ck_assert_int_eq(ifd_oai_parse_chat(&a, body, strlen(body), &r, &e), 0);
+    ck_assert_uint_eq(r.min_tokens, 3);
+    ck_assert(r.continuous_usage && r.include_usage);
+    ifd_oai_stream_t s;
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_chat_meta, 1, true), 0);
+    ifd_oai_usage_t live = {7, 1, 0};
+    s.live_usage = &live;
+    ifd_oai_choice_t c = {.text = "a", .text_len = 1};
+    ck_assert_int_eq(ifd_oai_stream_delta(&s, &b, &c), 0);
+    live.completion_tokens = 2;
+    c = (ifd_oai_choice_t){.text = "b", .text_len = 1, .finish_reason = "stop"};
+    ck_assert_int_eq(ifd_oai_stream_finish(&s, &b, &c), 0);
+    ck_assert_int_eq(ifd_oai_stream_end(&s, &b, &live), 0);
+    int done = 0;
+    json_t *chunks = sse_chunks(&b, &done);
+    ck_assert_uint_eq(json_array_size(chunks), 3);
+    ck_assert_int_eq(ji(chunks, "0.usage.completion_tokens"), 1);
+    ck_assert_int_eq(ji(chunks, "1.usage.completion_tokens"), 2);
+    ck_assert_int_eq(ji(chunks, "1.usage.total_tokens"), 9);
+    ck_assert_int_eq(ji(chunks, "2.usage.completion_tokens"), 2);
+    json_decref(chunks);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("proto_openai");
@@ -1315,6 +1626,10 @@ int main(void)
     tcase_add_test(tc, test_structured_and_tools);
     tcase_add_test(tc, test_toolcall_parse);
     tcase_add_test(tc, test_tool_call_response);
+    tcase_add_test(tc, test_responses_parse);
+    tcase_add_test(tc, test_responses_object);
+    tcase_add_test(tc, test_responses_stream);
+    tcase_add_test(tc, test_continuous_usage_and_min_tokens);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

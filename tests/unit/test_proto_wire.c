@@ -75,6 +75,7 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
         m.u.add.priority = -3;
         m.u.add.use_cache = true;
         m.u.add.grammar = (char *)"root ::= \"{\" [a-z]* \"}\"\n";
+        m.u.add.min_tokens = 7;
         break;
     case IFD_WIRE_CANCEL:
         m.u.cancel.id = 42;
@@ -231,6 +232,7 @@ START_TEST(test_add_fields)
     ck_assert(a->ignore_eos && a->use_cache);
     ck_assert_int_eq(a->priority, -3);
     ck_assert_str_eq(a->grammar, "root ::= \"{\" [a-z]* \"}\"\n");
+    ck_assert_uint_eq(a->min_tokens, 7);
     ifd_wire_msg_free(&d);
     ck_assert_ptr_null(d.u.add.tokens);
     ifd_wire_msg_free(&d); /* twice is harmless */
@@ -309,15 +311,15 @@ START_TEST(test_frame_layout)
     ifd_wire_msg_t m = sample(IFD_WIRE_DRAIN);
     ifd_buf_t b = IFD_BUF_INIT;
     encode_ok(&m, &b);
-    /* "IFDW", version 2, type 5, length 1, then msgpack [] */
-    static const uint8_t want[] = {'I', 'F', 'D', 'W', 0, 2, 0, 5, 0, 0, 0, 1, 0x90};
+    /* "IFDW", version 3, type 5, length 1, then msgpack [] */
+    static const uint8_t want[] = {'I', 'F', 'D', 'W', 0, 3, 0, 5, 0, 0, 0, 1, 0x90};
     ck_assert_uint_eq(b.len, sizeof(want));
     ck_assert(memcmp(b.data, want, sizeof(want)) == 0);
 
     m = sample(IFD_WIRE_CANCEL);
     ifd_buf_clear(&b);
     encode_ok(&m, &b);
-    static const uint8_t cancel[] = {'I', 'F', 'D', 'W', 0, 2, 0, 3, 0, 0, 0, 2, 0x91, 42};
+    static const uint8_t cancel[] = {'I', 'F', 'D', 'W', 0, 3, 0, 3, 0, 0, 0, 2, 0x91, 42};
     ck_assert_uint_eq(b.len, sizeof(cancel));
     ck_assert(memcmp(b.data, cancel, sizeof(cancel)) == 0);
 
@@ -461,9 +463,9 @@ START_TEST(test_bad_headers)
     ck_assert_int_eq(decode_bytes(f, b.len, err, sizeof(err)), IFD_EFORMAT);
     ck_assert(strstr(err, "magic"));
     memcpy(f, b.data, b.len);
-    f[5] = 3;
+    f[5] = 4;
     ck_assert_int_eq(decode_bytes(f, b.len, err, sizeof(err)), IFD_EVERSION);
-    ck_assert(strstr(err, "version 3"));
+    ck_assert(strstr(err, "version 4"));
     memcpy(f, b.data, b.len);
     f[7] = 0;
     ck_assert_int_eq(decode_bytes(f, b.len, err, sizeof(err)), IFD_EFORMAT);
@@ -583,10 +585,10 @@ END_TEST
 START_TEST(test_huge_array_counts)
 {
     /* tokens claims 2^32-1 elements: refused on the count, nothing allocated. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0x9a,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0x9b,
                   0x01, 0xdd, 0xff, 0xff, 0xff, 0xff);
     /* Within the limit but more than the bytes left. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 66 bytes left", 0x9a,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 66 bytes left", 0x9b,
                   0x01, 0xdc, 0xff, 0xff, 0x01, 0x02);
     /* The top-level array itself. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETRUNC, "4294967295 elements", 0xdd, 0xff, 0xff, 0xff, 0xff);
@@ -596,11 +598,11 @@ START_TEST(test_huge_array_counts)
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETRUNC, "tokens.events: 60000 elements", 0x92, 0x01, 0xdc,
                 0xea, 0x60, 0x95);
     /* A token id that does not fit int32 inside the array names its index. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ERANGE, "add.tokens[1]", 0x9a, 0x01, 0x92, 0x05, 0xce, 0x80,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ERANGE, "add.tokens[1]", 0x9b, 0x01, 0x92, 0x05, 0xce, 0x80,
                   0x00, 0x00, 0x00);
     /* A nested path: the second logit_bias entry's bias is a string. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETYPE, "add.sampling.logit_bias[1].bias: expected float, got str",
-                0x9a, 0x01, 0x91, 0x05, 0x00, 0x9b, 0xca, 0x3f, 0x80, 0, 0, 0x00, 0xca, 0x3f, 0x80,
+                0x9b, 0x01, 0x91, 0x05, 0x00, 0x9b, 0xca, 0x3f, 0x80, 0, 0, 0x00, 0xca, 0x3f, 0x80,
                 0, 0, 0xca, 0, 0, 0, 0, 0xca, 0x3f, 0x80, 0, 0, 0xca, 0, 0, 0, 0, 0xca, 0, 0, 0, 0,
                 0x92, 0x92, 0x01, 0xca, 0, 0, 0, 0, 0x92, 0x02, 0xa1, 'x');
     /* Top logprobs are capped at 20. */
@@ -712,7 +714,7 @@ START_TEST(test_reader_errors)
 
     /* An oversized frame is refused on its header, before any body arrives. */
     ifd_wire_reader_init(&r, 1024);
-    static const uint8_t big[12] = {'I', 'F', 'D', 'W', 0, 2, 0, 2, 0, 0, 0x04, 0x01};
+    static const uint8_t big[12] = {'I', 'F', 'D', 'W', 0, 3, 0, 2, 0, 0, 0x04, 0x01};
     ck_assert_int_eq(ifd_wire_reader_feed(&r, big, 11), 0);
     ck_assert_int_eq(ifd_wire_reader_feed(&r, big + 11, 1), IFD_ETOOBIG);
     ck_assert_int_eq(ifd_wire_reader_next_msg(&r, &m), IFD_ETOOBIG);

@@ -1,0 +1,895 @@
+/*
+ * responses.c — see responses.h. Two halves: the translation of a
+ * Responses body into a chat-completions body (then parsed by openai.c),
+ * and the Response object and typed stream events built for openai.c's
+ * builders when meta.kind is IFD_OAI_RESPONSES.
+ *
+ * Stream invariants: response.created comes first; one message item at
+ * most (output_index of its opening), opened at the first text and closed
+ * (output_text.done, content_part.done, output_item.done) before any
+ * function_call item or the end; every item added is done before
+ * response.completed / response.incomplete, whose output lists the items
+ * in their output_index order with the ids their events used. Text,
+ * logprobs and finished items are kept in arena buffers for the done
+ * events and the final snapshot.
+ */
+#include "responses.h"
+
+#include "error.h"
+#include "openai_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- translation ------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    const char *why;
+} refused_t;
+
+/* Fields that need server-side state or features this server lacks:
+ * refused whenever they have a value (null is "not given"). */
+static const refused_t k_refused[] = {
+    {"previous_response_id",
+     "this server keeps no responses (no server-side state): send the whole conversation in "
+     "'input'"},
+    {"conversation", "this server keeps no conversations: send the whole conversation in 'input'"},
+    {"prompt", "stored prompt templates are not supported"},
+    {"max_tool_calls", "a limit on tool calls is not supported"},
+};
+
+/* Responses fields consumed by the translation (the rest of the body is
+ * passed to the chat parser as it is: vLLM's sampling extras). */
+static const char *const k_consumed[] = {
+    "input",      "instructions", "max_output_tokens", "text",          "tools",
+    "tool_choice", "store",       "metadata",          "reasoning",     "truncation",
+    "include",    "top_logprobs", "background",        "service_tier",  "stream_options",
+    "safety_identifier", "prompt_cache_key", "user",   "previous_response_id", "conversation",
+    "prompt",     "max_tool_calls", "messages",
+};
+
+/* Chat error params back to the Responses field they came from. */
+static const struct {
+    const char *chat;
+    const char *resp;
+} k_param_map[] = {
+    {"messages", "input"},
+    {"max_completion_tokens", "max_output_tokens"},
+    {"max_tokens", "max_output_tokens"},
+    {"response_format", "text.format"},
+    {"tools", "tools"},
+    {"tool_choice", "tool_choice"},
+    {"top_logprobs", "top_logprobs"},
+};
+
+static int refuse(ifd__oai_pctx_t *c, const char *param, const char *why)
+{
+    return ifd__oai_perr(c, "unsupported_parameter", param,
+                         "Unsupported parameter: '%s' is not supported by this server (%s).",
+                         param, why);
+}
+
+/* A message content: a string, or parts of which the text kinds are kept
+ * (as chat text parts). */
+static int tr_content(ifd__oai_pctx_t *c, const json_t *v, size_t i, json_t **out)
+{
+    char param[IFD__OAI_PARAM_MAX];
+    if (json_is_string(v)) {
+        *out = json_incref((json_t *)v);
+        return 0;
+    }
+    snprintf(param, sizeof param, "input[%zu].content", i);
+    if (!json_is_array(v))
+        return ifd__oai_bad_type(c, param, "a string or an array of content parts", v);
+    json_t *parts = json_array();
+    for (size_t k = 0; parts && k < json_array_size(v); k++) {
+        const json_t *p = json_array_get(v, k);
+        const char *type = json_string_value(json_object_get(p, "type"));
+        snprintf(param, sizeof param, "input[%zu].content[%zu].type", i, k);
+        if (!type) {
+            json_decref(parts);
+            return ifd__oai_missing(c, param);
+        }
+        if (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text")) {
+            json_decref(parts);
+            return ifd__oai_perr(c, "unsupported_parameter", param,
+                                 "Unsupported content part '%.40s': only text parts (input_text, "
+                                 "output_text) are supported by this server.",
+                                 type);
+        }
+        const json_t *t = json_object_get(p, "text");
+        if (!json_is_string(t)) {
+            json_decref(parts);
+            snprintf(param, sizeof param, "input[%zu].content[%zu].text", i, k);
+            return ifd__oai_bad_type(c, param, "a string", t);
+        }
+        json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", t));
+    }
+    if (!parts)
+        return ifd__oai_oom(c);
+    *out = parts;
+    return 0;
+}
+
+/* input → messages (after the instructions' system message, if any). */
+static int tr_input(ifd__oai_pctx_t *c, const json_t *input, json_t *msgs)
+{
+    char param[IFD__OAI_PARAM_MAX];
+    if (json_is_string(input)) {
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input));
+        return 0;
+    }
+    if (!json_is_array(input))
+        return ifd__oai_bad_type(c, "input", "a string or an array of input items", input);
+    json_t *calls = NULL; /* tool_calls of the assistant message being gathered */
+    for (size_t i = 0; i < json_array_size(input); i++) {
+        const json_t *it = json_array_get(input, i);
+        snprintf(param, sizeof param, "input[%zu]", i);
+        if (!json_is_object(it))
+            return ifd__oai_bad_type(c, param, "an object", it);
+        const char *type = json_string_value(json_object_get(it, "type"));
+        if (!type || !strcmp(type, "message")) {
+            const json_t *role = json_object_get(it, "role");
+            json_t *content = NULL;
+            int rc = tr_content(c, json_object_get(it, "content"), i, &content);
+            if (rc)
+                return rc;
+            json_t *m = json_pack("{s:O,s:o}", "role", role ? role : json_null(), "content",
+                                  content);
+            if (!m)
+                return ifd__oai_oom(c);
+            json_array_append_new(msgs, m);
+            calls = NULL;
+        } else if (!strcmp(type, "function_call")) {
+            const json_t *name = json_object_get(it, "name");
+            const json_t *args = json_object_get(it, "arguments");
+            const json_t *id = json_object_get(it, "call_id");
+            snprintf(param, sizeof param, "input[%zu].%s", i,
+                     !json_is_string(name) ? "name"
+                     : !json_is_string(args) ? "arguments"
+                                             : "call_id");
+            if (!json_is_string(name) || !json_is_string(args) || !json_is_string(id))
+                return ifd__oai_bad_type(c, param, "a string",
+                                         json_object_get(it, strrchr(param, '.') + 1));
+            if (!calls) { /* attach to the assistant message just before, or start one */
+                json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+                const char *lr = json_string_value(json_object_get(last, "role"));
+                if (!last || !lr || strcmp(lr, "assistant") || json_object_get(last, "tool_calls")) {
+                    last = json_pack("{s:s,s:n}", "role", "assistant", "content");
+                    if (!last || json_array_append_new(msgs, last))
+                        return ifd__oai_oom(c);
+                }
+                calls = json_array();
+                if (!calls || json_object_set_new(last, "tool_calls", calls))
+                    return ifd__oai_oom(c);
+            }
+            json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", id, "type",
+                                                   "function", "function", "name", name,
+                                                   "arguments", args));
+        } else if (!strcmp(type, "function_call_output")) {
+            const json_t *id = json_object_get(it, "call_id");
+            const json_t *output = json_object_get(it, "output");
+            if (!json_is_string(id)) {
+                snprintf(param, sizeof param, "input[%zu].call_id", i);
+                return ifd__oai_bad_type(c, param, "a string", id);
+            }
+            json_t *content = NULL;
+            int rc = json_is_string(output)
+                         ? (content = json_incref((json_t *)output), 0)
+                         : tr_content(c, output, i, &content);
+            if (rc)
+                return rc;
+            json_array_append_new(msgs, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id",
+                                                  id, "content", content));
+            calls = NULL;
+        } else {
+            snprintf(param, sizeof param, "input[%zu].type", i);
+            return ifd__oai_perr(c, "unsupported_parameter", param,
+                                 "Unsupported input item '%.40s': this server accepts message, "
+                                 "function_call and function_call_output items.",
+                                 type);
+        }
+    }
+    return 0;
+}
+
+/* tools: [{type: "function", name, description, parameters, strict}] → chat tools. */
+static int tr_tools(ifd__oai_pctx_t *c, const json_t *tools, json_t *chat)
+{
+    char param[IFD__OAI_PARAM_MAX];
+    if (!json_is_array(tools))
+        return ifd__oai_bad_type(c, "tools", "an array", tools);
+    json_t *out = json_array();
+    if (!out || json_object_set_new(chat, "tools", out))
+        return ifd__oai_oom(c);
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *t = json_array_get(tools, i);
+        const char *type = json_string_value(json_object_get(t, "type"));
+        snprintf(param, sizeof param, "tools[%zu].type", i);
+        if (!type || strcmp(type, "function"))
+            return ifd__oai_perr(c, "unsupported_parameter", param,
+                                 "Unsupported tool type '%.40s': only function tools are "
+                                 "supported by this server.",
+                                 type ? type : "(none)");
+        json_t *f = json_object();
+        const char *keys[] = {"name", "description", "parameters", "strict"};
+        for (size_t k = 0; f && k < sizeof keys / sizeof keys[0]; k++) {
+            json_t *v = json_object_get(t, keys[k]);
+            if (v)
+                json_object_set(f, keys[k], v);
+        }
+        if (!f || json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function",
+                                                       "function", f)))
+            return ifd__oai_oom(c);
+    }
+    return 0;
+}
+
+/* tool_choice: "none" | "auto" | "required" | {type: "function", name}. */
+static int tr_tool_choice(ifd__oai_pctx_t *c, const json_t *tc, json_t *chat)
+{
+    if (json_is_string(tc))
+        return json_object_set(chat, "tool_choice", (json_t *)tc) ? ifd__oai_oom(c) : 0;
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    if (!json_is_object(tc) || !type || strcmp(type, "function"))
+        return ifd__oai_perr(c, "unsupported_parameter", "tool_choice",
+                             "Unsupported 'tool_choice': use \"none\", \"auto\", \"required\" or "
+                             "{\"type\": \"function\", \"name\": …}.");
+    json_t *name = json_object_get(tc, "name");
+    if (!json_is_string(name))
+        return ifd__oai_bad_type(c, "tool_choice.name", "a string", name);
+    json_t *v = json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", name);
+    return !v || json_object_set_new(chat, "tool_choice", v) ? ifd__oai_oom(c) : 0;
+}
+
+/* text.format → response_format. */
+static int tr_text(ifd__oai_pctx_t *c, const json_t *text, json_t *chat)
+{
+    if (!json_is_object(text))
+        return ifd__oai_bad_type(c, "text", "an object", text);
+    const json_t *f = ifd__oai_get(text, "format");
+    if (!f)
+        return 0;
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!json_is_object(f) || !type)
+        return ifd__oai_missing(c, "text.format.type");
+    json_t *rf = NULL;
+    if (!strcmp(type, "text")) {
+        return 0;
+    } else if (!strcmp(type, "json_object")) {
+        rf = json_pack("{s:s}", "type", "json_object");
+    } else if (!strcmp(type, "json_schema")) {
+        json_t *js = json_object();
+        const char *keys[] = {"name", "schema", "strict", "description"};
+        for (size_t k = 0; js && k < sizeof keys / sizeof keys[0]; k++) {
+            json_t *v = json_object_get(f, keys[k]);
+            if (v)
+                json_object_set(js, keys[k], v);
+        }
+        rf = js ? json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js) : NULL;
+    } else {
+        return ifd__oai_perr(c, "invalid_value", "text.format.type",
+                             "Invalid value '%.40s' for 'text.format.type': expected text, "
+                             "json_object or json_schema.",
+                             type);
+    }
+    return !rf || json_object_set_new(chat, "response_format", rf) ? ifd__oai_oom(c) : 0;
+}
+
+/* include, top_logprobs → logprobs, top_logprobs. */
+static int tr_logprobs(ifd__oai_pctx_t *c, const json_t *o, json_t *chat)
+{
+    char param[IFD__OAI_PARAM_MAX];
+    const json_t *inc = ifd__oai_get(o, "include");
+    bool want = false;
+    if (inc && !json_is_array(inc))
+        return ifd__oai_bad_type(c, "include", "an array of strings", inc);
+    for (size_t i = 0; inc && i < json_array_size(inc); i++) {
+        const char *s = json_string_value(json_array_get(inc, i));
+        snprintf(param, sizeof param, "include[%zu]", i);
+        if (s && !strcmp(s, "message.output_text.logprobs"))
+            want = true;
+        else
+            return ifd__oai_perr(c, "unsupported_parameter", param,
+                                 "Unsupported 'include' value '%.60s': only "
+                                 "\"message.output_text.logprobs\" is supported by this server.",
+                                 s ? s : "(not a string)");
+    }
+    const json_t *top = ifd__oai_get(o, "top_logprobs");
+    if (top && (!json_is_integer(top) || json_integer_value(top) != 0))
+        want = true; /* the chat parser checks its range */
+    if (!want)
+        return 0;
+    if (json_object_set_new(chat, "logprobs", json_true()) ||
+        (top && json_object_set(chat, "top_logprobs", (json_t *)top)))
+        return ifd__oai_oom(c);
+    return 0;
+}
+
+/* The fields the Response object repeats. */
+static json_t *echo_obj(const json_t *o)
+{
+    json_t *e = json_object();
+    if (!e)
+        return NULL;
+    static const struct {
+        const char *key;
+        const char *dflt; /* JSON text */
+    } k_echo[] = {
+        {"instructions", "null"}, {"max_output_tokens", "null"}, {"temperature", "1.0"},
+        {"top_p", "1.0"},         {"tools", "[]"},               {"tool_choice", "\"auto\""},
+        {"parallel_tool_calls", "true"}, {"metadata", "{}"},     {"user", "null"},
+        {"top_logprobs", "0"},    {"text", "{\"format\":{\"type\":\"text\"}}"},
+    };
+    for (size_t i = 0; i < sizeof k_echo / sizeof k_echo[0]; i++) {
+        json_t *v = ifd__oai_get(o, k_echo[i].key);
+        if (v)
+            json_object_set(e, k_echo[i].key, v);
+        else
+            json_object_set_new(e, k_echo[i].key,
+                                json_loads(k_echo[i].dflt, JSON_DECODE_ANY, NULL));
+    }
+    json_object_set_new(e, "store", json_false());
+    json_object_set_new(e, "truncation", json_string("disabled"));
+    json_object_set_new(e, "previous_response_id", json_null());
+    json_object_set_new(e, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
+    json_object_set_new(e, "background", json_false());
+    json_object_set_new(e, "service_tier", json_string("default"));
+    return e;
+}
+
+static bool empty_or_nulls(const json_t *v)
+{
+    if (!json_is_object(v))
+        return false;
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)v, k, x)
+    {
+        if (!json_is_null(x))
+            return false;
+    }
+    return true;
+}
+
+/* Builds the chat body for o; 0 or a parse error in c. */
+static int translate(ifd__oai_pctx_t *c, const json_t *o, json_t **out)
+{
+    for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++)
+        if (ifd__oai_get(o, k_refused[i].name))
+            return refuse(c, k_refused[i].name, k_refused[i].why);
+    const json_t *v;
+    if ((v = ifd__oai_get(o, "background")) && !json_is_false(v))
+        return refuse(c, "background", "responses run in the foreground only");
+    if ((v = ifd__oai_get(o, "truncation")) &&
+        !(json_is_string(v) && !strcmp(json_string_value(v), "disabled")))
+        return refuse(c, "truncation", "only \"disabled\": the context length is an error");
+    if ((v = ifd__oai_get(o, "reasoning")) && !empty_or_nulls(v))
+        return refuse(c, "reasoning", "reasoning settings are not supported");
+    if ((v = ifd__oai_get(o, "store")) && !json_is_boolean(v))
+        return ifd__oai_bad_type(c, "store", "a boolean", v);
+    if ((v = ifd__oai_get(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        return refuse(c, "n", "a response has one output");
+    const json_t *input = ifd__oai_get(o, "input");
+    if (!input)
+        return ifd__oai_missing(c, "input");
+
+    json_t *chat = json_deep_copy(o);
+    json_t *msgs = json_array();
+    int rc = chat && msgs ? 0 : ifd__oai_oom(c);
+    for (size_t i = 0; !rc && i < sizeof k_consumed / sizeof k_consumed[0]; i++)
+        json_object_del(chat, k_consumed[i]);
+    const json_t *ins = ifd__oai_get(o, "instructions");
+    if (!rc && ins && !json_is_string(ins))
+        rc = ifd__oai_bad_type(c, "instructions", "a string", ins);
+    if (!rc && ins)
+        json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
+    if (!rc)
+        rc = tr_input(c, input, msgs);
+    if (!rc && json_array_size(msgs) == 0)
+        rc = ifd__oai_perr(c, "invalid_value", "input", "'input' holds no message.");
+    if (!rc && json_object_set(chat, "messages", msgs))
+        rc = ifd__oai_oom(c);
+    if (!rc && (v = ifd__oai_get(o, "max_output_tokens")))
+        json_object_set(chat, "max_completion_tokens", (json_t *)v);
+    if (!rc && (v = ifd__oai_get(o, "tools")))
+        rc = tr_tools(c, v, chat);
+    if (!rc && (v = ifd__oai_get(o, "tool_choice")))
+        rc = tr_tool_choice(c, v, chat);
+    if (!rc && (v = ifd__oai_get(o, "text")))
+        rc = tr_text(c, v, chat);
+    if (!rc)
+        rc = tr_logprobs(c, o, chat);
+    json_decref(msgs);
+    if (rc) {
+        json_decref(chat);
+        return rc;
+    }
+    *out = chat;
+    return 0;
+}
+
+int ifd_responses_parse(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
+                        ifd_oai_error_t *err)
+{
+    memset(err, 0, sizeof *err);
+    ifd__oai_pctx_t c = {a, err};
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je);
+    if (!o)
+        return ifd__oai_perr(&c, NULL, NULL,
+                             "We could not parse the JSON body of your request. (%s)", je.text);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return ifd__oai_perr(&c, NULL, NULL, "The request body must be a JSON object.");
+    }
+    json_t *chat = NULL;
+    int rc = translate(&c, o, &chat);
+    char *text = rc ? NULL : json_dumps(chat, JSON_COMPACT);
+    json_t *echo = rc ? NULL : echo_obj(o);
+    char *echo_text = echo ? json_dumps(echo, JSON_COMPACT) : NULL;
+    if (!rc && (!text || !echo_text))
+        rc = ifd__oai_oom(&c);
+    if (!rc) {
+        rc = ifd_oai_parse_chat(a, text, strlen(text), out, err);
+        for (size_t i = 0; rc && i < sizeof k_param_map / sizeof k_param_map[0]; i++) {
+            size_t n = strlen(k_param_map[i].chat);
+            if (!strncmp(err->param, k_param_map[i].chat, n) &&
+                (err->param[n] == '\0' || err->param[n] == '[' || err->param[n] == '.')) {
+                char p[sizeof err->param];
+                snprintf(p, sizeof p, "%s", k_param_map[i].resp);
+                snprintf(err->param, sizeof err->param, "%s", p);
+                break;
+            }
+        }
+    }
+    if (!rc && !(out->responses_echo = ifd_arena_strdup(a, echo_text)))
+        rc = ifd__oai_oom(&c);
+    free(text);
+    free(echo_text);
+    json_decref(echo);
+    json_decref(chat);
+    json_decref(o);
+    return rc;
+}
+
+/* ---- the Response object ---------------------------------------------------------------- */
+
+/* An arena-grown byte buffer: the arena frees it with the request. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} abuf_t;
+
+static int abuf_add(ifd_arena_t *a, abuf_t *b, const char *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *q = ifd_arena_alloc(a, cap);
+        if (!q)
+            return IFD_ENOMEM;
+        if (b->len)
+            memcpy(q, b->p, b->len);
+        b->p = q;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+struct ifd__resp_stream {
+    ifd_arena_t *a;
+    uint64_t seq;      /* sequence_number of the next event */
+    bool created;      /* response.created sent */
+    bool msg_open;     /* the message item is added and not done */
+    uint32_t n_items;  /* output items added so far (the next output_index) */
+    uint32_t msg_index;
+    abuf_t text;       /* the message's text */
+    abuf_t logprobs;   /* its logprob items, JSON, comma-joined */
+    abuf_t items;      /* finished output items, JSON, comma-joined */
+    const char *status; /* "completed" | "incomplete" once finished */
+};
+
+static const char *id_hex(const char *id)
+{
+    const char *u = strchr(id, '_');
+    return u ? u + 1 : id;
+}
+
+static json_t *usage_json(const ifd_oai_usage_t *u, int *bad)
+{
+    json_t *o = json_object();
+    ifd__oai_oset(o, "input_tokens", json_integer(u->prompt_tokens), bad);
+    ifd__oai_oset(o, "input_tokens_details", json_pack("{s:i}", "cached_tokens",
+                                                       (int)u->cached_tokens), bad);
+    ifd__oai_oset(o, "output_tokens", json_integer(u->completion_tokens), bad);
+    ifd__oai_oset(o, "output_tokens_details", json_pack("{s:i}", "reasoning_tokens", 0), bad);
+    ifd__oai_oset(o, "total_tokens",
+                  json_integer((json_int_t)u->prompt_tokens + u->completion_tokens), bad);
+    return o;
+}
+
+/* {type: "output_text", text, annotations: [], logprobs}; logprobs consumed. */
+static json_t *text_part(const char *text, size_t len, json_t *logprobs, int *bad)
+{
+    json_t *p = json_object();
+    ifd__oai_oset(p, "type", json_string("output_text"), bad);
+    ifd__oai_oset(p, "text", ifd__oai_jstr(text, len), bad);
+    ifd__oai_oset(p, "annotations", json_array(), bad);
+    ifd__oai_oset(p, "logprobs", logprobs ? logprobs : json_array(), bad);
+    return p;
+}
+
+static json_t *message_item(const ifd_oai_meta_t *m, const char *status, json_t *content, int *bad)
+{
+    json_t *it = json_object();
+    ifd__oai_oset(it, "id", json_sprintf("msg_%s", id_hex(m->id)), bad);
+    ifd__oai_oset(it, "type", json_string("message"), bad);
+    ifd__oai_oset(it, "status", json_string(status), bad);
+    ifd__oai_oset(it, "role", json_string("assistant"), bad);
+    ifd__oai_oset(it, "content", content ? content : json_array(), bad);
+    return it;
+}
+
+static json_t *call_item(const ifd_oai_tool_call_t *tc, const char *status, bool with_args,
+                         int *bad)
+{
+    json_t *it = json_object();
+    ifd__oai_oset(it, "id", json_sprintf("fc_%s", id_hex(tc->id)), bad);
+    ifd__oai_oset(it, "type", json_string("function_call"), bad);
+    ifd__oai_oset(it, "status", json_string(status), bad);
+    ifd__oai_oset(it, "call_id", json_string(tc->id), bad);
+    ifd__oai_oset(it, "name", ifd__oai_jstr(tc->name, strlen(tc->name)), bad);
+    ifd__oai_oset(it, "arguments",
+                  with_args ? ifd__oai_jstr(tc->arguments, strlen(tc->arguments))
+                            : json_string(""),
+                  bad);
+    return it;
+}
+
+/* The Response object: the request's echo, then identity, status, output, usage. */
+static json_t *response_obj(const ifd_oai_meta_t *m, const char *status, json_t *output,
+                            const ifd_oai_usage_t *u, int *bad)
+{
+    json_t *o = json_object();
+    ifd__oai_oset(o, "id", json_string(m->id), bad);
+    ifd__oai_oset(o, "object", json_string("response"), bad);
+    ifd__oai_oset(o, "created_at", json_integer(m->created), bad);
+    ifd__oai_oset(o, "model", ifd__oai_jstr(m->model, strlen(m->model)), bad);
+    ifd__oai_oset(o, "status", json_string(status), bad);
+    ifd__oai_oset(o, "error", json_null(), bad);
+    ifd__oai_oset(o, "incomplete_details",
+                  strcmp(status, "incomplete") ? json_null()
+                                               : json_pack("{s:s}", "reason", "max_output_tokens"),
+                  bad);
+    ifd__oai_oset(o, "output", output ? output : json_array(), bad);
+    ifd__oai_oset(o, "usage", u ? usage_json(u, bad) : json_null(), bad);
+    json_t *echo = m->responses_echo ? json_loads(m->responses_echo, 0, NULL) : NULL;
+    if (m->responses_echo && (!echo || json_object_update_missing(o, echo)))
+        (*bad)++;
+    json_decref(echo);
+    return o;
+}
+
+static const char *status_of(const char *finish)
+{
+    return finish && !strcmp(finish, "length") ? "incomplete" : "completed";
+}
+
+int ifd__resp_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice_t *c,
+                   const ifd_oai_usage_t *usage)
+{
+    int bad = 0;
+    json_t *output = json_array();
+    if (c->text_len || !c->n_tool_calls) {
+        json_t *lp = c->has_logprobs ? ifd__oai_logprob_items(c->logprobs, c->n_logprobs, &bad)
+                                     : NULL;
+        json_t *content = json_array();
+        ifd__oai_aadd(content, text_part(c->text, c->text_len, lp, &bad), &bad);
+        ifd__oai_aadd(output, message_item(m, "completed", content, &bad), &bad);
+    }
+    for (size_t i = 0; i < c->n_tool_calls; i++)
+        ifd__oai_aadd(output, call_item(&c->tool_calls[i], "completed", true, &bad), &bad);
+    json_t *o = response_obj(m, status_of(c->finish_reason), output, usage, &bad);
+    char *s = !o || bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    int rc = s ? ifd_buf_puts(out, s) : IFD_ENOMEM;
+    free(s);
+    return rc;
+}
+
+/* ---- streaming ---------------------------------------------------------------------------- */
+
+/* Appends "event: TYPE\ndata: {…, type, sequence_number}\n\n"; ev consumed.
+ * On failure out is unchanged. */
+static int event(ifd_oai_stream_t *s, ifd_buf_t *out, const char *type, json_t *ev, int bad)
+{
+    json_t *o = json_object(); /* type and sequence_number first, as OpenAI sends them */
+    ifd__oai_oset(o, "type", json_string(type), &bad);
+    ifd__oai_oset(o, "sequence_number", json_integer((json_int_t)s->resp->seq), &bad);
+    if (!o || !ev || json_object_update(o, ev))
+        bad++;
+    json_decref(ev);
+    char *d = o && !bad ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    size_t start = out->len;
+    int rc = d ? ifd_buf_printf(out, "event: %s\ndata: %s\n\n", type, d) : IFD_ENOMEM;
+    free(d);
+    if (rc < 0) {
+        out->len = start;
+        if (out->data)
+            out->data[start] = '\0';
+        return IFD_ENOMEM;
+    }
+    s->resp->seq++;
+    return 0;
+}
+
+/* The finished items so far as a JSON array (NULL on OOM). */
+static json_t *items_array(const ifd__resp_stream_t *r)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    json_t *a = NULL;
+    if (!ifd_buf_printf(&b, "[%s]", r->items.p ? r->items.p : ""))
+        a = json_loads(b.data, 0, NULL);
+    ifd_buf_free(&b);
+    return a;
+}
+
+static int add_item_json(ifd__resp_stream_t *r, json_t *it)
+{
+    char *d = it ? json_dumps(it, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    int rc = d ? 0 : IFD_ENOMEM;
+    if (!rc && r->items.len)
+        rc = abuf_add(r->a, &r->items, ",", 1);
+    if (!rc)
+        rc = abuf_add(r->a, &r->items, d, strlen(d));
+    free(d);
+    return rc;
+}
+
+int ifd__resp_stream_init(ifd_oai_stream_t *s, ifd_arena_t *a)
+{
+    s->resp = ifd_arena_calloc(a, 1, sizeof *s->resp);
+    if (!s->resp)
+        return IFD_ENOMEM;
+    s->resp->a = a;
+    return 0;
+}
+
+int ifd__resp_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out)
+{
+    ifd__resp_stream_t *r = s->resp;
+    if (r->created)
+        return 0;
+    int bad = 0;
+    json_t *ev = json_object();
+    ifd__oai_oset(ev, "response", response_obj(&s->meta, "in_progress", NULL, NULL, &bad), &bad);
+    int rc = event(s, out, "response.created", ev, bad);
+    if (!rc) {
+        bad = 0;
+        ev = json_object();
+        ifd__oai_oset(ev, "response", response_obj(&s->meta, "in_progress", NULL, NULL, &bad),
+                      &bad);
+        rc = event(s, out, "response.in_progress", ev, bad);
+    }
+    if (!rc)
+        r->created = true;
+    return rc;
+}
+
+/* {item_id, output_index, content_index} of the message's text part. */
+static json_t *text_ref(const ifd_oai_stream_t *s, int *bad)
+{
+    json_t *ev = json_object();
+    ifd__oai_oset(ev, "item_id", json_sprintf("msg_%s", id_hex(s->meta.id)), bad);
+    ifd__oai_oset(ev, "output_index", json_integer(s->resp->msg_index), bad);
+    ifd__oai_oset(ev, "content_index", json_integer(0), bad);
+    return ev;
+}
+
+static int open_message(ifd_oai_stream_t *s, ifd_buf_t *out)
+{
+    ifd__resp_stream_t *r = s->resp;
+    int rc = ifd__resp_stream_start(s, out);
+    if (rc || r->msg_open)
+        return rc;
+    r->msg_index = r->n_items++;
+    int bad = 0;
+    json_t *ev = json_object();
+    ifd__oai_oset(ev, "output_index", json_integer(r->msg_index), &bad);
+    ifd__oai_oset(ev, "item", message_item(&s->meta, "in_progress", NULL, &bad), &bad);
+    rc = event(s, out, "response.output_item.added", ev, bad);
+    if (!rc) {
+        bad = 0;
+        ev = text_ref(s, &bad);
+        ifd__oai_oset(ev, "part", text_part("", 0, NULL, &bad), &bad);
+        rc = event(s, out, "response.content_part.added", ev, bad);
+    }
+    if (!rc)
+        r->msg_open = true;
+    return rc;
+}
+
+/* The message's logprobs so far as a JSON array (NULL on OOM). */
+static json_t *logprobs_array(const ifd__resp_stream_t *r)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    json_t *a = NULL;
+    if (!ifd_buf_printf(&b, "[%s]", r->logprobs.p ? r->logprobs.p : ""))
+        a = json_loads(b.data, 0, NULL);
+    ifd_buf_free(&b);
+    return a;
+}
+
+static int close_message(ifd_oai_stream_t *s, ifd_buf_t *out)
+{
+    ifd__resp_stream_t *r = s->resp;
+    if (!r->msg_open)
+        return 0;
+    const char *t = r->text.p ? r->text.p : "";
+    int bad = 0;
+    json_t *ev = text_ref(s, &bad);
+    ifd__oai_oset(ev, "text", ifd__oai_jstr(t, r->text.len), &bad);
+    ifd__oai_oset(ev, "logprobs", logprobs_array(r), &bad);
+    int rc = event(s, out, "response.output_text.done", ev, bad);
+    if (!rc) {
+        bad = 0;
+        ev = text_ref(s, &bad);
+        ifd__oai_oset(ev, "part", text_part(t, r->text.len, logprobs_array(r), &bad), &bad);
+        rc = event(s, out, "response.content_part.done", ev, bad);
+    }
+    json_t *item = NULL;
+    if (!rc) {
+        bad = 0;
+        json_t *content = json_array();
+        ifd__oai_aadd(content, text_part(t, r->text.len, logprobs_array(r), &bad), &bad);
+        item = message_item(&s->meta, "completed", content, &bad);
+        ev = json_object();
+        ifd__oai_oset(ev, "output_index", json_integer(r->msg_index), &bad);
+        ifd__oai_oset(ev, "item", json_incref(item), &bad);
+        rc = bad ? IFD_ENOMEM : event(s, out, "response.output_item.done", ev, bad);
+        if (bad)
+            json_decref(ev);
+    }
+    if (!rc)
+        rc = add_item_json(r, item);
+    json_decref(item);
+    if (!rc)
+        r->msg_open = false;
+    return rc;
+}
+
+int ifd__resp_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c)
+{
+    ifd__resp_stream_t *r = s->resp;
+    int rc = open_message(s, out);
+    if (rc)
+        return rc;
+    int bad = 0;
+    json_t *lp = c->has_logprobs ? ifd__oai_logprob_items(c->logprobs, c->n_logprobs, &bad)
+                                 : json_array();
+    /* keep the logprob items for the done events */
+    for (size_t i = 0; !bad && i < json_array_size(lp); i++) {
+        char *d = json_dumps(json_array_get(lp, i), JSON_COMPACT | JSON_REAL_PRECISION(9));
+        if (!d || (r->logprobs.len && abuf_add(r->a, &r->logprobs, ",", 1)) ||
+            abuf_add(r->a, &r->logprobs, d, strlen(d)))
+            bad++;
+        free(d);
+    }
+    json_t *ev = text_ref(s, &bad);
+    ifd__oai_oset(ev, "delta", ifd__oai_jstr(c->text, c->text_len), &bad);
+    ifd__oai_oset(ev, "logprobs", lp, &bad);
+    rc = event(s, out, "response.output_text.delta", ev, bad);
+    if (!rc && c->text_len)
+        rc = abuf_add(r->a, &r->text, c->text, c->text_len);
+    return rc;
+}
+
+int ifd__resp_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c)
+{
+    ifd__resp_stream_t *r = s->resp;
+    int rc = ifd__resp_stream_start(s, out);
+    if (!rc)
+        rc = close_message(s, out);
+    for (size_t i = 0; !rc && i < c->n_tool_calls; i++) {
+        const ifd_oai_tool_call_t *tc = &c->tool_calls[i];
+        uint32_t at = r->n_items++;
+        int bad = 0;
+        json_t *ev = json_object();
+        ifd__oai_oset(ev, "output_index", json_integer(at), &bad);
+        ifd__oai_oset(ev, "item", call_item(tc, "in_progress", false, &bad), &bad);
+        rc = event(s, out, "response.output_item.added", ev, bad);
+        for (int part = 0; !rc && part < 2; part++) {
+            bad = 0;
+            ev = json_object();
+            ifd__oai_oset(ev, "item_id", json_sprintf("fc_%s", id_hex(tc->id)), &bad);
+            ifd__oai_oset(ev, "output_index", json_integer(at), &bad);
+            ifd__oai_oset(ev, part ? "arguments" : "delta",
+                          ifd__oai_jstr(tc->arguments, strlen(tc->arguments)), &bad);
+            if (part)
+                ifd__oai_oset(ev, "name", ifd__oai_jstr(tc->name, strlen(tc->name)), &bad);
+            rc = event(s, out,
+                       part ? "response.function_call_arguments.done"
+                            : "response.function_call_arguments.delta",
+                       ev, bad);
+        }
+        if (rc)
+            break;
+        bad = 0;
+        json_t *item = call_item(tc, "completed", true, &bad);
+        ev = json_object();
+        ifd__oai_oset(ev, "output_index", json_integer(at), &bad);
+        ifd__oai_oset(ev, "item", json_incref(item), &bad);
+        rc = event(s, out, "response.output_item.done", ev, bad);
+        if (!rc)
+            rc = add_item_json(r, item);
+        json_decref(item);
+    }
+    return rc;
+}
+
+int ifd__resp_stream_finish(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c)
+{
+    ifd__resp_stream_t *r = s->resp;
+    int rc = 0;
+    if (c->text_len || c->n_logprobs)
+        rc = ifd__resp_stream_delta(s, out, c);
+    if (!rc && r->n_items == 0) /* an empty answer is still one message */
+        rc = open_message(s, out);
+    if (!rc)
+        rc = close_message(s, out);
+    if (!rc)
+        r->status = status_of(c->finish_reason);
+    return rc;
+}
+
+int ifd__resp_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usage_t *usage)
+{
+    ifd__resp_stream_t *r = s->resp;
+    const char *status = r->status ? r->status : "completed";
+    int bad = 0;
+    json_t *ev = json_object();
+    ifd__oai_oset(ev, "response", response_obj(&s->meta, status, items_array(r), usage, &bad),
+                  &bad);
+    return event(s, out, strcmp(status, "incomplete") ? "response.completed"
+                                                      : "response.incomplete",
+                 ev, bad);
+}
+
+int ifd__resp_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error_t *e)
+{
+    int bad = 0;
+    json_t *err = json_object();
+    ifd__oai_oset(err, "message", ifd__oai_jstr(e->message, strlen(e->message)), &bad);
+    ifd__oai_oset(err, "type", json_string(e->type), &bad);
+    ifd__oai_oset(err, "param", e->param[0] ? json_string(e->param) : json_null(), &bad);
+    ifd__oai_oset(err, "code", e->code[0] ? json_string(e->code) : json_null(), &bad);
+    json_t *ev = json_object();
+    ifd__oai_oset(ev, "code", e->code[0] ? json_string(e->code) : json_string(e->type), &bad);
+    ifd__oai_oset(ev, "message", ifd__oai_jstr(e->message, strlen(e->message)), &bad);
+    ifd__oai_oset(ev, "param", e->param[0] ? json_string(e->param) : json_null(), &bad);
+    ifd__oai_oset(ev, "error", err, &bad); /* the openai SDK raises APIError on it */
+    int rc = event(s, out, "error", ev, bad);
+    if (rc)
+        return rc;
+    bad = 0;
+    json_t *resp = response_obj(&s->meta, "failed", items_array(s->resp), NULL, &bad);
+    json_t *re = json_object();
+    ifd__oai_oset(re, "code", json_string(e->code[0] ? e->code : "server_error"), &bad);
+    ifd__oai_oset(re, "message", ifd__oai_jstr(e->message, strlen(e->message)), &bad);
+    ifd__oai_oset(resp, "error", re, &bad);
+    ev = json_object();
+    ifd__oai_oset(ev, "response", resp, &bad);
+    rc = event(s, out, "response.failed", ev, bad);
+    if (!rc)
+        s->ended = true;
+    return rc;
+}

@@ -1,0 +1,244 @@
+"""POST /v1/responses and the vLLM parameters added with it, through the real daemon and
+the official openai package (label model): client.responses.create (text and items,
+instructions, max_output_tokens, greedy text equal to the chat endpoint's), streaming with
+stream=True (the typed events, in order) and with the SDK's client.responses.stream helper
+(its accumulated final response), function tools with tool_choice required, tool results
+sent back as items, refused server-side state (previous_response_id) and store: true
+answered with store false; vLLM's min_tokens (no EOS and no stop string before it) and
+stream_options.continuous_usage_stats; a Jinja template that raises gives a 400 with its
+own message (chat and /tokenize).
+
+Usage: test_daemon_responses.py INFERD   (run by the venv's python: $INFERD_PYTHON)
+"""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import Daemon, openai_client, serve_and_run, skip  # noqa: E402
+
+try:
+    import openai
+    import pydantic
+except ImportError as e:  # pragma: no cover
+    skip("openai/pydantic missing (%s): run deploy/install-deps.sh" % e)
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+D = None
+C = None
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                         "required": ["city"]}}]
+
+
+def test_create_text_matches_chat():
+    r = C.responses.create(model=MODEL, input="Name a color.", instructions="Be brief.",
+                           max_output_tokens=12, temperature=0)
+    assert r.object == "response" and r.id.startswith("resp_"), r
+    assert r.status in ("completed", "incomplete") and r.output_text, r
+    assert r.output[0].type == "message" and r.output[0].role == "assistant"
+    assert r.usage.input_tokens > 5 and 1 <= r.usage.output_tokens <= 12
+    assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
+    assert r.instructions == "Be brief." and r.max_output_tokens == 12 and r.store is False
+    if r.status == "incomplete":
+        assert r.incomplete_details.reason == "max_output_tokens"
+    chat = C.chat.completions.create(model=MODEL, max_tokens=12, temperature=0, messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a color."}])
+    assert chat.choices[0].message.content == r.output_text, (chat, r.output_text)
+    assert chat.usage.prompt_tokens == r.usage.input_tokens
+    # input items with text parts, an assistant turn, and the developer role
+    r2 = C.responses.create(model=MODEL, max_output_tokens=8, temperature=0, input=[
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Hello!"}]},
+        {"type": "message", "role": "user", "content": "Name a color."}])
+    assert r2.output_text and r2.usage.input_tokens > r.usage.input_tokens
+    D.wait_idle()
+
+
+def test_stream_events():
+    ref = C.responses.create(model=MODEL, input="Count to five.", max_output_tokens=16,
+                             temperature=0)
+    types, text, done_text, final = [], "", None, None
+    for ev in C.responses.create(model=MODEL, input="Count to five.", max_output_tokens=16,
+                                 temperature=0, stream=True):
+        types.append(ev.type)
+        assert ev.sequence_number == len(types) - 1
+        if ev.type == "response.output_text.delta":
+            text += ev.delta
+        elif ev.type == "response.output_text.done":
+            done_text = ev.text
+        elif ev.type in ("response.completed", "response.incomplete"):
+            final = ev.response
+    assert types[:4] == ["response.created", "response.in_progress",
+                         "response.output_item.added", "response.content_part.added"], types
+    assert types[-4:-1] == ["response.output_text.done", "response.content_part.done",
+                            "response.output_item.done"], types
+    assert types[-1] == ("response.completed" if ref.status == "completed"
+                         else "response.incomplete"), (types[-1], ref.status)
+    assert text == done_text == ref.output_text, (text, done_text, ref.output_text)
+    assert final.output[0].content[0].text == text and final.usage.output_tokens >= 1
+    D.wait_idle()
+
+
+class Verdict(pydantic.BaseModel):
+    answer: str
+    sure: bool
+
+
+def test_stream_helper_and_parse():
+    # the SDK's own accumulator (strict about ids and event order), over a schema the
+    # grammar forces to complete
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]},
+                                               "sure": {"type": "boolean"}},
+              "required": ["answer", "sure"], "additionalProperties": False}
+    with C.responses.stream(model=MODEL, input="Is water wet? Answer as JSON.",
+                            max_output_tokens=60, temperature=1.0,
+                            text={"format": {"type": "json_schema", "name": "v",
+                                             "schema": schema, "strict": True}}) as s:
+        deltas = "".join(ev.delta for ev in s if ev.type == "response.output_text.delta")
+        final = s.get_final_response()
+    doc = json.loads(final.output_text)
+    assert deltas == final.output_text and doc["answer"] in ("yes", "no"), final
+    # responses.parse with a pydantic model: the SDK derives the schema and parses
+    p = C.responses.parse(model=MODEL, input="Is the sky green? Reply as JSON.",
+                          text_format=Verdict, max_output_tokens=60, temperature=1.0)
+    assert isinstance(p.output_parsed, Verdict), p
+    D.wait_idle()
+
+
+def test_function_tools_round_trip():
+    r = C.responses.create(model=MODEL, input="What is the weather in Paris?", tools=TOOLS,
+                           tool_choice="required", max_output_tokens=80, temperature=0)
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert calls and calls[0].name == "get_weather", r.output
+    args = json.loads(calls[0].arguments)
+    assert isinstance(args.get("city"), str), args
+    assert calls[0].call_id.startswith("call_") and calls[0].id.startswith("fc_")
+    # streamed: the same call as events
+    types, argtext = [], ""
+    for ev in C.responses.create(model=MODEL, input="What is the weather in Paris?",
+                                 tools=TOOLS, tool_choice={"type": "function",
+                                                           "name": "get_weather"},
+                                 max_output_tokens=80, temperature=0, stream=True):
+        types.append(ev.type)
+        if ev.type == "response.function_call_arguments.done":
+            argtext = ev.arguments
+    assert "response.function_call_arguments.delta" in types and types[-1] == \
+        "response.completed", types
+    assert isinstance(json.loads(argtext).get("city"), str)
+    # the call and its result sent back as input items
+    back = C.responses.create(model=MODEL, tools=TOOLS, max_output_tokens=16, temperature=0,
+                              input=[{"role": "user", "content": "Weather in Paris?"},
+                                     {"type": "function_call", "call_id": calls[0].call_id,
+                                      "name": "get_weather", "arguments": calls[0].arguments},
+                                     {"type": "function_call_output",
+                                      "call_id": calls[0].call_id, "output": "sunny, 21 C"}])
+    assert back.output and back.usage.input_tokens > r.usage.input_tokens
+    D.wait_idle()
+
+
+def test_no_server_side_state():
+    for kw, param in [({"previous_response_id": "resp_0123"}, "previous_response_id"),
+                      ({"background": True}, "background"),
+                      ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+                      ({"max_output_tokens": 0}, "max_output_tokens")]:
+        try:
+            C.responses.create(model=MODEL, input="x", **kw)
+            raise AssertionError("accepted: %r" % kw)
+        except openai.BadRequestError as e:
+            assert e.param == param, (e.param, param, str(e))
+    r = C.responses.create(model=MODEL, input="x", max_output_tokens=2, store=True)
+    assert r.store is False  # accepted, not stored (as vLLM without its store)
+    try:
+        C.responses.retrieve(r.id)
+        raise AssertionError("a response was retrieved")
+    except openai.NotFoundError:
+        pass
+
+
+def test_min_tokens():
+    q = [{"role": "user", "content": "What is 2+2? Answer with a number only."}]
+    base = C.chat.completions.create(model=MODEL, messages=q, max_tokens=40, temperature=0)
+    n0 = base.usage.completion_tokens
+    assert base.choices[0].finish_reason == "stop" and n0 < 20, base
+    r = C.chat.completions.create(model=MODEL, messages=q, max_tokens=40, temperature=0,
+                                  extra_body={"min_tokens": n0 + 6})
+    assert r.usage.completion_tokens >= n0 + 6, r.usage
+    assert r.choices[0].message.content.startswith(base.choices[0].message.content), r
+    # stop strings are not matched before min_tokens either (vLLM's rule)
+    s = C.chat.completions.create(model=MODEL, messages=q, max_tokens=40, temperature=0,
+                                  stop=[" "], extra_body={"min_tokens": 4})
+    assert s.usage.completion_tokens >= 4 and " " in s.choices[0].message.content, s
+    # completions, streamed, and over a resumed count: the same text as unstreamed
+    c = C.completions.create(model=MODEL, prompt="2+2=", max_tokens=30, temperature=0,
+                             extra_body={"min_tokens": 25})
+    assert c.usage.completion_tokens >= 25, c.usage
+    try:
+        C.chat.completions.create(model=MODEL, messages=q, max_tokens=4,
+                                  extra_body={"min_tokens": 5})
+        raise AssertionError("min_tokens > max_tokens accepted")
+    except openai.BadRequestError as e:
+        assert e.param == "min_tokens", e
+    D.wait_idle()
+
+
+def test_continuous_usage_stats():
+    usages = []
+    text = ""
+    for ch in C.chat.completions.create(
+            model=MODEL, stream=True, max_tokens=12, temperature=0,
+            messages=[{"role": "user", "content": "Count to ten."}],
+            stream_options={"include_usage": True}, extra_body={
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}):
+        assert ch.usage is not None, ch  # on every chunk
+        usages.append(ch.usage.completion_tokens)
+        for c in ch.choices:
+            text += c.delta.content or ""
+    assert usages == sorted(usages) and usages[-1] == 12 and usages[0] <= 1, usages
+    assert len(set(usages)) > 5, usages
+    D.wait_idle()
+
+
+RAISING_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'system' -%}"
+    "{{ raise_exception('System messages are not allowed by this template.') }}"
+    "{%- endif -%}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}")
+
+
+def test_template_error_is_a_400():
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(RAISING_TEMPLATE)
+    d2 = Daemon(INFERD, args=["--chat-template", f.name])
+    try:
+        c2 = openai_client(d2.sock)
+        ok = c2.chat.completions.create(model=MODEL, max_tokens=2,
+                                        messages=[{"role": "user", "content": "hi"}])
+        assert ok.choices[0].message.content is not None
+        msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]
+        try:
+            c2.chat.completions.create(model=MODEL, max_tokens=2, messages=msgs)
+            raise AssertionError("the template's exception did not reach the client")
+        except openai.BadRequestError as e:
+            assert "System messages are not allowed by this template." in str(e), str(e)
+            assert e.param == "messages", e
+        code, body = d2.request("POST", "/tokenize", {"messages": msgs})
+        assert code == 400 and b"System messages are not allowed" in body, (code, body)
+        try:  # the Responses API renders through the same template
+            c2.responses.create(model=MODEL, input="hi", instructions="S", max_output_tokens=2)
+            raise AssertionError("accepted")
+        except openai.BadRequestError as e:
+            assert "System messages are not allowed" in str(e), str(e)
+    finally:
+        os.unlink(f.name)
+        assert d2.stop() == 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve_and_run(globals(), INFERD))
