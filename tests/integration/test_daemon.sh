@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
-# (http, openai, crash, robust, faults, structured, responses, systemd) with the test Python ($INFERD_PYTHON, else
+# (http, openai, crash, robust, faults, structured, responses, langchain, systemd) with the test Python ($INFERD_PYTHON, else
 # python3). Each Python file starts its own inferd processes on temporary
 # sockets and skips (exit 77) loudly when the default model is absent;
 # `openai` also needs the venv's openai + httpx packages.
@@ -22,6 +22,11 @@ if { [ "$kind" = openai ] || [ "$kind" = responses ]; } &&
    ! "$py" -c 'import openai, httpx, pydantic' 2>/dev/null; then
     echo "SKIPPED: $py lacks the openai/httpx packages (deploy/install-deps.sh installs them" \
          "into the venv that test.sh exports as INFERD_PYTHON)"
+    exit 77
+fi
+if [ "$kind" = langchain ] && ! "$py" -c 'import langchain_openai, httpx' 2>/dev/null; then
+    echo "SKIPPED: $py lacks langchain-openai (deploy/install-deps.sh installs it into the" \
+         "venv that test.sh exports as INFERD_PYTHON)"
     exit 77
 fi
 if [ "$kind" = http ] && ! command -v curl >/dev/null 2>&1; then

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import tempfile
+from typing import Literal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_daemon_util import Daemon, openai_client, serve_and_run, skip  # noqa: E402
@@ -84,7 +85,7 @@ def test_stream_events():
 
 
 class Verdict(pydantic.BaseModel):
-    answer: str
+    answer: Literal["yes", "no"]
     sure: bool
 
 
@@ -95,7 +96,7 @@ def test_stream_helper_and_parse():
                                                "sure": {"type": "boolean"}},
               "required": ["answer", "sure"], "additionalProperties": False}
     with C.responses.stream(model=MODEL, input="Is water wet? Answer as JSON.",
-                            max_output_tokens=60, temperature=1.0,
+                            max_output_tokens=60, temperature=0,
                             text={"format": {"type": "json_schema", "name": "v",
                                              "schema": schema, "strict": True}}) as s:
         deltas = "".join(ev.delta for ev in s if ev.type == "response.output_text.delta")
@@ -104,14 +105,15 @@ def test_stream_helper_and_parse():
     assert deltas == final.output_text and doc["answer"] in ("yes", "no"), final
     # responses.parse with a pydantic model: the SDK derives the schema and parses
     p = C.responses.parse(model=MODEL, input="Is the sky green? Reply as JSON.",
-                          text_format=Verdict, max_output_tokens=60, temperature=1.0)
+                          text_format=Verdict, max_output_tokens=60, temperature=0)
     assert isinstance(p.output_parsed, Verdict), p
     D.wait_idle()
 
 
 def test_function_tools_round_trip():
     r = C.responses.create(model=MODEL, input="What is the weather in Paris?", tools=TOOLS,
-                           tool_choice="required", max_output_tokens=80, temperature=0)
+                           tool_choice="required", parallel_tool_calls=False,
+                           max_output_tokens=80, temperature=0)
     calls = [o for o in r.output if o.type == "function_call"]
     assert calls and calls[0].name == "get_weather", r.output
     args = json.loads(calls[0].arguments)
