@@ -17,6 +17,7 @@
  *                [--concurrency 1,4,16,64] [--budget B] [--threads T]
  *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16]
  *                [--prefill-cap auto,off,N,...] [--weights-dtype auto|f32]
+ *                [--backend cpu|cuda|cuda-f32]
  *
  * --prefill-cap lists engine prefill_cap settings to compare (engine.h):
  * auto (0, the default: adaptive), off (-1: only the budget) or a fixed cap
@@ -35,6 +36,8 @@
  * throughput is a rate, so it stays comparable. --kv-dtype defaults to f16,
  * the daemon's default kv_dtype, so the numbers are those of a served model;
  * --weights-dtype likewise defaults to the daemon's auto (backend.h).
+ * --backend picks the worker's backend (worker_cli.h; cuda = device 0 of
+ * CUDA_VISIBLE_DEVICES): bench/gpu_vs_hf.py drives the CUDA engine with it.
  */
 #include "backend.h"
 #include "engine.h"
@@ -42,6 +45,7 @@
 #include "kernels.h"
 #include "kvpool.h"
 #include "model.h"
+#include "worker_cli.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -139,6 +143,7 @@ int main(int argc, char **argv)
     char conc_list[256] = "1,4,16,64", cap_list[256] = "auto";
     const char *kv_name = "f16"; /* the daemon's default kv_dtype */
     const char *weights_name = "auto"; /* the daemon's default weights_dtype */
+    const char *backend_name = "cpu";
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},    {"requests", required_argument, NULL, 'r'},
         {"prompt", required_argument, NULL, 'p'},   {"output", required_argument, NULL, 'o'},
@@ -146,6 +151,7 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, 't'},  {"requests-c1", required_argument, NULL, '1'},
         {"kv-dtype", required_argument, NULL, 'k'}, {"prefill-cap", required_argument, NULL, 'P'},
         {"simulate", required_argument, NULL, 'S'}, {"weights-dtype", required_argument, NULL, 'w'},
+        {"backend", required_argument, NULL, 'B'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -161,6 +167,7 @@ int main(int argc, char **argv)
         case '1': n_req_c1 = atoi(optarg); break;
         case 'k': kv_name = optarg; break;
         case 'w': weights_name = optarg; break;
+        case 'B': backend_name = optarg; break;
         case 'P': snprintf(cap_list, sizeof cap_list, "%s", optarg); break;
         case 'S':
             if (sscanf(optarg, "%lf,%lf", &sim_a, &sim_b) != 2 || sim_a < 0 || sim_b < 0) {
@@ -211,7 +218,7 @@ int main(int argc, char **argv)
     char name[160] = "simulated";
     int n_vocab = SIM_VOCAB;
     if (sim_ms < 0) {
-        if (ifd_backend_cpu_create_ex(&be, threads, weights) ||
+        if (ifd_worker_backend_create(&be, backend_name, threads, weights, err, sizeof err) ||
             ifd_model_load(&m, model, be, err, sizeof err)) {
             fprintf(stderr, "bench_engine: %s\n", err);
             return 1;
@@ -228,10 +235,11 @@ int main(int argc, char **argv)
     for (long i = 0; i < (long)max_req * plen; i++)
         prompts[i] = 100 + rand() % (n_vocab - 200 > 1 ? n_vocab - 200 : 1);
 
-    printf("{\"bench\":\"engine\",\"model\":\"%s\",\"isa\":\"%s\",\"threads\":%d,"
+    printf("{\"bench\":\"engine\",\"model\":\"%s\",\"backend\":\"%s\",\"isa\":\"%s\","
+           "\"threads\":%d,"
            "\"kv_dtype\":\"%s\",\"weights_dtype\":\"%s\",\"weight_bytes\":%llu,"
            "\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,\"runs\":[",
-           name, sim_ms < 0 ? ifd_cpu_isa_name() : "none",
+           name, sim_ms < 0 ? backend_name : "none", sim_ms < 0 ? ifd_cpu_isa_name() : "none",
            threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN), kv_name, weights_name,
            (unsigned long long)(m ? ifd_model_weight_bytes(m) : 0), plen, olen, budget);
     double base[16] = {0}; /* concurrency-1 throughput per prefill cap */

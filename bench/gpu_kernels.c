@@ -1,10 +1,13 @@
 /*
  * bench/gpu_kernels.c — micro-benchmarks of the CUDA kernels (kernels/cuda).
  *
- *   bench_gpu_kernels [--runs N] [--quick]
+ *   bench_gpu_kernels [--runs N] [--reps R] [--quick]
  *
  * Measures, on device 0, with CUDA events after warm-up, the median of N
- * timed runs (default 50) of each kernel:
+ * timed runs (default 15) of each kernel, one run being R launches back to
+ * back between two events (default 20) divided by R: one launch between two
+ * events would count the launch gap and the events' own resolution (a few
+ * microseconds) into kernels that run for tens of microseconds:
  *  - the device-to-device copy bandwidth (cudaMemcpyAsync of 1 GiB; bytes
  *    read + written per second), the yardstick for the memory-bound kernels;
  *  - paged decode attention at batch 64 x context 2048 and batch 8 x 16384
@@ -37,7 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_runs = 50;
+static int g_runs = 15;
+static int g_reps = 20;
 static int g_quick = 0;
 
 /* A size, or a small stand-in with --quick. */
@@ -88,8 +92,10 @@ static int cmp_double(const void *a, const void *b)
 
 typedef int (*run_fn)(void *ctx);
 
-/* Median milliseconds of g_runs timed calls after 3 warm-up calls; negative
- * (the error code) when the kernel refuses to launch. */
+/* Median milliseconds per call over g_runs timed runs of g_reps calls back
+ * to back, after 3 warm-up calls; negative (the error code) when the kernel
+ * refuses to launch. Every launch's return code and the stream's last error
+ * are checked: a kernel that fails in a timed run fails the benchmark. */
 static double time_ms(run_fn fn, void *ctx)
 {
     cudaEvent_t a, b;
@@ -100,16 +106,24 @@ static double time_ms(run_fn fn, void *ctx)
         if (rc)
             return rc;
     }
+    CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     double *t = malloc(sizeof(double) * (size_t)g_runs);
     for (int i = 0; i < g_runs; i++) {
         CK(cudaEventRecord(a, 0));
-        fn(ctx);
+        for (int r = 0; r < g_reps; r++) {
+            int rc = fn(ctx);
+            if (rc) {
+                fprintf(stderr, "bench_gpu_kernels: a timed launch failed (%d)\n", rc);
+                exit(1);
+            }
+        }
         CK(cudaEventRecord(b, 0));
         CK(cudaEventSynchronize(b));
+        CK(cudaGetLastError());
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, a, b));
-        t[i] = ms;
+        t[i] = ms / g_reps;
     }
     qsort(t, (size_t)g_runs, sizeof *t, cmp_double);
     double med = t[g_runs / 2];
@@ -306,15 +320,19 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--runs") && i + 1 < argc)
             g_runs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            g_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
-            g_quick = 1, g_runs = 3;
+            g_quick = 1, g_runs = 3, g_reps = 2;
         else {
-            fprintf(stderr, "usage: bench_gpu_kernels [--runs N] [--quick]\n");
+            fprintf(stderr, "usage: bench_gpu_kernels [--runs N] [--reps R] [--quick]\n");
             return 2;
         }
     }
     if (g_runs < 1)
         g_runs = 1;
+    if (g_reps < 1)
+        g_reps = 1;
     char err[256] = "", desc[256] = "";
     int ndev = 0;
     if (ifd_cuda_device_count(&ndev, err, sizeof err) != 0) {
@@ -336,8 +354,9 @@ int main(int argc, char **argv)
     cudaFree(cp.src);
     cudaFree(cp.dst);
 
-    printf("{\"bench\":\"gpu_kernels\",\"device\":\"%s\",\"runs\":%d,\"copy_gb_s\":%.1f", desc,
-           g_runs, copy_gbs);
+    printf("{\"bench\":\"gpu_kernels\",\"device\":\"%s\",\"runs\":%d,\"reps\":%d,"
+           "\"copy_gb_s\":%.1f",
+           desc, g_runs, g_reps, copy_gbs);
 
     /* Decode attention. */
     printf(",\"decode\":[");

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""check_table.py — the benchmark half of tests/gpu/check.sh's results table.
+
+    check_table.py BENCH_GPU_KERNELS.json GPU_VS_HF.json
+
+Prints bench/gpu_kernels.c's numbers and bench/gpu_vs_hf.py's against the
+targets of issue 13 (decode attention and batch-1 decode >= 80% of the copy
+bandwidth measured in the same run, prefill attention >= 350 TFLOP/s, small
+kernels >= 80%, >= 10x transformers' eager decode, >= 10,000 output tok/s at
+64 concurrent requests). A missing or unreadable file is one line saying so;
+standard library only (it runs on the device machine and here)."""
+import json
+import sys
+
+
+def load(path, what):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        print(f"{what}: not run (no {path})")
+    except Exception as e:  # a truncated file from a killed run, say
+        print(f"{what}: unreadable JSON in {path} ({e})")
+    return None
+
+
+def met(ok):
+    return "met" if ok else "NOT met"
+
+
+def kernels(r):
+    if r.get("skipped"):
+        print("bench_gpu_kernels: skipped:", r.get("reason"))
+        return
+    cp = r["copy_gb_s"]
+    print(f"bench_gpu_kernels ({r['device']}; median of {r['runs']} runs of "
+          f"{r.get('reps', 1)} back-to-back launches): copy {cp:.0f} GB/s")
+    fmt = "  {:<34} {:>9} {:>10}  {:>8}  {}"
+    print(fmt.format("kernel", "ms", "GB/s|TF/s", "of copy", "target"))
+    for d in r["decode"]:
+        tgt = f">=80% {met(d['frac_copy'] >= 0.8)}" if d["batch"] == 64 else ""
+        print(fmt.format(f"decode b{d['batch']} x ctx{d['ctx']}", f"{d['ms']:.4f}",
+                         f"{d['gb_s']:.0f}", f"{100 * d['frac_copy']:.0f}%", tgt))
+    p = r["prefill"]
+    print(fmt.format(f"prefill b{p['batch']} x {p['len']} causal", f"{p['ms']:.4f}",
+                     f"{p['tflop_s']:.0f} TF", "", f">=350 TF {met(p['tflop_s'] >= 350)}"))
+    for s in r["small"]:
+        tgt = ""
+        if s["kernel"] in ("rmsnorm_residual", "rope_kv_write", "swiglu"):
+            tgt = f">=80% {met(s['frac_copy'] >= 0.8)}"
+        print(fmt.format(s["kernel"], f"{s['ms']:.4f}", f"{s['gb_s']:.0f}",
+                         f"{100 * s['frac_copy']:.0f}%", tgt))
+    sm = r["sample"]
+    print(fmt.format(f"sample {sm['rows']} x {sm['vocab']}", f"{sm['ms']:.4f}", "", "", ""))
+
+
+def num(x, f="{:.1f}"):
+    return "-" if x is None else f.format(x)
+
+
+def race(r):
+    print(f"gpu_vs_hf ({r.get('mode')}; shape {r.get('shape')}, {r.get('device')}):")
+    for note in r.get("notes", []):
+        print("  note:", note)
+    hf, ifd = r.get("transformers") or {}, r.get("inferd") or {}
+    fmt = "  {:<40} {:>14} {:>14}  {}"
+    print(fmt.format("", "transformers", "inferd", ""))
+    g = r.get("greedy_256") or {}
+    for cache in ("use_cache", "no_cache"):
+        a, b = hf.get(cache) or {}, ifd.get(cache) or {}
+        print(fmt.format(f"256 greedy tokens, {cache}: tok/s", num(a.get("tok_s")),
+                         num(b.get("tok_s")), ""))
+    if g:
+        print(fmt.format("  tokens identical (first divergence)", "", "",
+                         f"{g.get('identical')} ({g.get('first_divergence')})"))
+    b1 = r.get("batch1") or {}
+    if b1:
+        print(fmt.format("batch-1 decode tok/s", num(b1.get("hf_tok_s")),
+                         num(b1.get("inferd_tok_s")), ""))
+        fr = b1.get("frac_copy")
+        print(fmt.format("  inferd bandwidth (weights x tok/s)", "",
+                         num(b1.get("inferd_gb_s"), "{:.0f} GB/s"),
+                         "" if fr is None else f"{100 * fr:.0f}% of copy "
+                         f"{num(r.get('copy_gb_s'), '{:.0f}')} GB/s; >=80% {met(fr >= 0.8)}"))
+        sp = b1.get("speedup_vs_hf_eager")
+        if sp is not None:
+            print(fmt.format("  vs transformers' eager decode", "", f"{sp:.1f}x",
+                             f">=10x {met(sp >= 10)}"))
+    c = r.get("concurrent") or {}
+    if c:
+        ok = c.get("output_tok_s")
+        tgt = "" if r.get("mode") != "device" or ok is None else f">=10000 {met(ok >= 10000)}"
+        print(fmt.format(f"{c.get('concurrency')} x ({c.get('prompt')} in / {c.get('output')} out) "
+                         "out tok/s", "", num(ok), f"{tgt} via {c.get('via')}"))
+    t = r.get("ttft") or {}
+    if t:
+        print(fmt.format(f"TTFT, {t.get('prompt')}-token prompt (ms)", num(t.get("hf_ms")),
+                         num(t.get("inferd_ms")), ""))
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    r = load(sys.argv[1], "bench_gpu_kernels")
+    if r is not None:
+        try:
+            kernels(r)
+        except (KeyError, TypeError) as e:
+            print(f"bench_gpu_kernels: unexpected JSON ({e!r})")
+    r = load(sys.argv[2], "gpu_vs_hf")
+    if r is not None:
+        try:
+            race(r)
+        except (KeyError, TypeError, AttributeError) as e:
+            print(f"gpu_vs_hf: unexpected JSON ({e!r})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
