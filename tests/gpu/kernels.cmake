@@ -92,6 +92,13 @@ if(CMAKE_CXX_COMPILER)
   target_include_directories(test_engine_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
                              ${CUDAToolkit_INCLUDE_DIRS})
   set_target_properties(test_engine_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
+
+  # tests/gpu/check.sh itself (--dry-run, the poisoned headers, --emu --quick: tier A on
+  # the emulator, tier B's test_gpu_device from this build), so the device script cannot rot.
+  ifd_add_script_test(test_gpu_check_emu
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_check_script.sh ${CMAKE_BINARY_DIR}
+            ${CMAKE_CURRENT_BINARY_DIR}/check-emu
+    LABELS unit emu TIMEOUT 240)
 endif()
 
 # On a GPU: the same test against the real CUDA backend (ifd_worker_lib).
