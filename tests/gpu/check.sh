@@ -84,7 +84,7 @@ DEPS=${GPU_DEPS:-$ROOT/.gpu-deps}
 if [ $MODE = emu ]; then
     B=${BUILD:-$ROOT/build-gpu-check-emu}
     CB=${CMAKE_BUILD:-$ROOT/build}
-    venv="${XDG_CACHE_HOME:-$HOME/.cache}/inferd/venv/bin/python"
+    venv=${INFERD_PYTHON:-${INFERD_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/venv}/bin/python}
     [ -x "$venv" ] || venv=python3
     PYTHON=${PYTHON:-$venv}
 else

@@ -9,9 +9,7 @@
 set -uo pipefail
 cb=$1 work=$2
 src=$(cd "$(dirname "$0")/../.." && pwd)
-py="${XDG_CACHE_HOME:-$HOME/.cache}/inferd/venv/bin/python"
-[ -x "$py" ] || py=python3
-"$py" -c "import numpy" 2> /dev/null || { echo "SKIPPED: no numpy for $py"; exit 77; }
+IFD_PY_MODULES=numpy . "$src/tests/tools/test_python.sh"
 rm -rf "$work"
 mkdir -p "$work"
 "$py" "$src/bench/gpu_vs_hf.py" --tiny --cpu --build "$cb" --work "$work" --out "$work/r.json" \
