@@ -1138,8 +1138,8 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
 }
 
 int ifd_chat_render_msgs(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
-                         bool add_generation_prompt, ifd_chat_prompt_t *out, char *errbuf,
-                         size_t errlen)
+                         bool add_generation_prompt, const json_t *vars, ifd_chat_prompt_t *out,
+                         char *errbuf, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     if (errbuf && errlen)
@@ -1163,7 +1163,7 @@ int ifd_chat_render_msgs(const ifd_chat_template_t *t, const ifd_chat_msg_t *msg
         }
     }
     if (!rc) {
-        ifd_chat_request_t req = {arr, NULL, NULL, add_generation_prompt};
+        ifd_chat_request_t req = {arr, NULL, vars, add_generation_prompt};
         rc = ifd_chat_render_request(t, &req, out, errbuf, errlen);
     }
     json_decref(arr);
@@ -1174,7 +1174,7 @@ int ifd_chat_render(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, si
                     bool add_generation_prompt, ifd_chat_prompt_t *out)
 {
     char err[512];
-    int rc = ifd_chat_render_msgs(t, msgs, n, add_generation_prompt, out, err, sizeof err);
+    int rc = ifd_chat_render_msgs(t, msgs, n, add_generation_prompt, NULL, out, err, sizeof err);
     if (rc && rc != IFD_ENOMEM)
         IFD_WARN("chat template: %s", err);
     return rc;

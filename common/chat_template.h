@@ -143,10 +143,11 @@ int ifd_chat_render(const ifd_chat_template_t *tpl, const ifd_chat_msg_t *msgs, 
 /* ifd_chat_render with the reason of a failure in errbuf (may be NULL)
  * instead of the log: for IFD_EINVAL the template's own raise_exception
  * message, the role a built-in family cannot express, or the message that
- * is not valid UTF-8 — text meant for the client's 400. */
+ * is not valid UTF-8 — text meant for the client's 400. vars: extra Jinja
+ * variables as ifd_chat_request_t.vars (NULL none). */
 int ifd_chat_render_msgs(const ifd_chat_template_t *tpl, const ifd_chat_msg_t *msgs, size_t n,
-                         bool add_generation_prompt, ifd_chat_prompt_t *out, char *errbuf,
-                         size_t errlen);
+                         bool add_generation_prompt, const json_t *vars, ifd_chat_prompt_t *out,
+                         char *errbuf, size_t errlen);
 
 /*
  * A full chat request, in the OpenAI chat-completions JSON shapes (all

@@ -435,7 +435,7 @@ static void ifd__tokjob_work(uv_work_t *w)
         }
         ifd_chat_prompt_t p;
         j->rc = ifd_chat_render_msgs(api->tpl, msgs, j->req.n_messages,
-                                     j->req.add_generation_prompt, &p, j->tpl_err,
+                                     j->req.add_generation_prompt, NULL, &p, j->tpl_err,
                                      sizeof j->tpl_err);
         free(msgs);
         if (j->rc == IFD_EINVAL || j->rc == IFD_ETOOBIG)

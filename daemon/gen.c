@@ -577,18 +577,18 @@ static void ifd__complete(ifd_gen_t *g)
         oc[i].tool_calls = c->calls;
         oc[i].n_tool_calls = c->n_calls;
         if (g->req.echo && g->echo[c->prompt]) {
-            size_t el = g->echo_len[c->prompt];
-            char *t = ifd_arena_alloc(&g->arena, el + c->text.len + 1);
+            size_t el = g->echo_len[c->prompt], tl = oc[i].text_len;
+            char *t = ifd_arena_alloc(&g->arena, el + tl + 1);
             if (!t) {
                 rc = IFD_ENOMEM;
                 break;
             }
             memcpy(t, g->echo[c->prompt], el);
-            if (c->text.len)
-                memcpy(t + el, c->text.data, c->text.len);
-            t[el + c->text.len] = '\0';
+            if (tl)
+                memcpy(t + el, c->text.data, tl);
+            t[el + tl] = '\0';
             oc[i].text = t;
-            oc[i].text_len = el + c->text.len;
+            oc[i].text_len = el + tl;
         }
         if (g->req.logprobs) {
             oc[i].has_logprobs = true;
@@ -773,6 +773,65 @@ static bool ifd__template_does_tools(const ifd_chat_template_t *tpl)
     return src && strstr(src, "tool");
 }
 
+/* vLLM's chat_template_kwargs as the template's extra variables (NULL none). */
+static json_t *ifd__template_vars(const ifd_gen_t *g)
+{
+    return g->req.template_kwargs ? json_loads(g->req.template_kwargs, 0, NULL) : NULL;
+}
+
+/*
+ * vLLM's continue_final_message (rendered without a generation prompt):
+ * the prompt is cut right after the last message's content, so the model
+ * continues that assistant message — transformers' rule: the content
+ * (stripped) must appear in the rendered text; the cut follows its last
+ * occurrence, without trailing whitespace the template trimmed. With
+ * chat's echo, that content is also what the answer starts with.
+ * 0 or IFD_EINVAL (err filled).
+ */
+static int ifd__continue_final(ifd_gen_t *g, ifd_chat_prompt_t *pr, char *err, size_t errlen)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    if (!rq->n_messages)
+        return 0;
+    const char *last = rq->messages[rq->n_messages - 1].content;
+    if (rq->echo && !strcmp(rq->messages[rq->n_messages - 1].role, "assistant"))
+        g->echo[0] = (char *)last, g->echo_len[0] = strlen(last);
+    if (!rq->continue_final_message)
+        return 0;
+    const char *b = last, *e = last + strlen(last);
+    while (b < e && strchr(" \t\r\n", *b))
+        b++;
+    while (e > b && strchr(" \t\r\n", e[-1]))
+        e--;
+    size_t core = (size_t)(e - b), lead_trimmed = strlen(b);
+    const char *at = NULL;
+    for (const char *p = pr->text; core && (p = memmem(p, pr->len - (size_t)(p - pr->text), b,
+                                                         core));
+         p++)
+        at = p;
+    if (!core || !at) {
+        snprintf(err, errlen, "continue_final_message is set but the final message does not "
+                              "appear in the prompt the chat template renders");
+        return IFD_EINVAL;
+    }
+    size_t rest = pr->len - (size_t)(at - pr->text);
+    size_t keep = rest >= lead_trimmed && !memcmp(at, b, lead_trimmed) ? lead_trimmed : core;
+    size_t cut = (size_t)(at - pr->text) + keep;
+    pr->len = cut;
+    pr->text[cut] = '\0';
+    size_t n = 0;
+    for (size_t i = 0; i < pr->n_content; i++) { /* plain spans end at the cut */
+        ifd_span_t *sp = &pr->content[i];
+        if (sp->off >= cut)
+            break;
+        if (sp->off + sp->len > cut)
+            sp->len = cut - sp->off;
+        n++;
+    }
+    pr->n_content = n;
+    return 0;
+}
+
 /* A template that cannot render the request (it raised, a built-in family
  * lacks the roles, a Jinja limit): a 400 carrying the template's own words. */
 static void ifd__template_error(ifd_gen_t *g, int rc, const char *err)
@@ -805,13 +864,18 @@ static void ifd__render_request(ifd_gen_t *g)
         if (role && !strcmp(role, "developer"))
             json_object_set_new(m, "role", json_string("system"));
     }
-    ifd_chat_request_t cr = {msgs, tools, NULL, g->req.add_generation_prompt};
+    json_t *vars = ifd__template_vars(g);
+    ifd_chat_request_t cr = {msgs, tools, vars, g->req.add_generation_prompt};
     ifd_chat_prompt_t pr = {0};
     char err[400] = "";
     int rc = ifd_chat_render_request(g->api->tpl, &cr, &pr, err, sizeof err);
     json_decref(msgs);
     json_decref(tools);
+    json_decref(vars);
+    if (!rc)
+        rc = ifd__continue_final(g, &pr, err, sizeof err);
     if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
+        ifd_chat_prompt_free(&pr);
         ifd__template_error(g, rc, err);
         return;
     }
@@ -866,13 +930,18 @@ static void ifd__work_cb(uv_work_t *w)
         }
         ifd_chat_prompt_t pr = {0};
         char err[400] = "";
+        json_t *vars = ifd__template_vars(g);
         if (!rc)
-            rc = ifd_chat_render_msgs(g->api->tpl, all, n_all, g->req.add_generation_prompt, &pr,
-                                      err, sizeof err);
+            rc = ifd_chat_render_msgs(g->api->tpl, all, n_all, g->req.add_generation_prompt,
+                                      vars, &pr, err, sizeof err);
+        json_decref(vars);
         if (all != msgs)
             free(all);
         free(msgs);
+        if (!rc)
+            rc = ifd__continue_final(g, &pr, err, sizeof err);
         if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
+            ifd_chat_prompt_free(&pr);
             ifd__template_error(g, rc, err);
             return;
         }
@@ -1173,12 +1242,6 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
         char msg[512];
         snprintf(msg, sizeof msg, "The model `%.200s` does not exist.", rq->model);
         ifd__reject(g, 404, "model_not_found", "model", msg);
-        return;
-    }
-    if (rq->continue_final_message) {
-        ifd__reject(g, 400, "unsupported_parameter", "continue_final_message",
-                    "Unsupported parameter: 'continue_final_message' is not supported by this "
-                    "server.");
         return;
     }
     if ((uint64_t)g->n_prompts * rq->n > IFD__MAX_CHOICES) {

@@ -129,12 +129,21 @@ typedef struct {
     ifd_oai_message_t *messages;
     size_t n_messages;
     bool add_generation_prompt;  /* vLLM extension; default true */
-    bool continue_final_message; /* vLLM extension; default false */
+    /* vLLM extension, default false: the prompt ends inside the last message
+     * (an assistant message; add_generation_prompt must be false) */
+    bool continue_final_message;
+    /* vLLM's chat_template_kwargs (extra Jinja variables) as a compact JSON
+     * object; NULL when absent or empty. Keys the server sets (messages,
+     * tools, documents, add_generation_prompt, bos_token, eos_token) are
+     * refused. */
+    char *template_kwargs;
 
     /* completions: n_prompts in [1, IFD_OAI_MAX_PROMPTS]; choice index of
      * prompt p, sample i is p * n + i (OpenAI's order) */
     ifd_oai_prompt_t *prompts;
     size_t n_prompts;
+    /* completions: the prompt text is prepended to each choice; chat (vLLM):
+     * the last message's content when it is an assistant message */
     bool echo;
 
     /* max_completion_tokens, else max_tokens; >= 1. -1 when neither came

@@ -36,7 +36,6 @@ static const struct {
     const char *why;
 } EXTRAS[] = {
     {"prompt_logprobs", EP_BOTH, OK_NULL, "prompt logprobs are not computed"},
-    {"echo", EP_C, OK_FALSE, "chat echo is not implemented"},
     {"use_beam_search", EP_BOTH, OK_FALSE, "beam search is not implemented"},
     {"allowed_token_ids", EP_BOTH, OK_NULL, "use logit_bias or structured outputs"},
     {"bad_words", EP_BOTH, OK_EMPTY, "use logit_bias"},
@@ -47,7 +46,6 @@ static const struct {
     {"functions", EP_C, OK_EMPTY, "use 'tools' (the deprecated 'functions' is not supported)"},
     {"function_call", EP_C, OK_NULL, "use 'tool_choice'"},
     {"chat_template", EP_C, OK_NULL, "the server's template is used (--chat-template)"},
-    {"chat_template_kwargs", EP_C, OK_EMPTY, "template variables are not supported yet"},
     {"documents", EP_C, OK_EMPTY, "documents are not supported"},
     {"audio", EP_C, OK_NULL, "audio output is not supported"},
     {"prediction", EP_C, OK_NULL, "predicted outputs are not supported"},
@@ -98,6 +96,51 @@ static int p_extras(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_kind_t kind)
             return ifd__oai_perr(c, "unsupported_parameter", "modalities",
                                  "Unsupported parameter: 'modalities' other than [\"text\"] is "
                                  "not supported by this server.");
+    }
+    return 0;
+}
+
+/* Template variables that would replace what the server sets itself. */
+static const char *const k_reserved_vars[] = {"messages",  "tools",     "documents",
+                                              "add_generation_prompt", "bos_token",
+                                              "eos_token"};
+
+/* Chat: vLLM's chat_template_kwargs, continue_final_message, echo. */
+static int p_chat_template(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    const json_t *v = ifd__oai_get(o, "chat_template_kwargs");
+    int rc;
+    if (v && !json_is_object(v))
+        return ifd__oai_bad_type(c, "chat_template_kwargs", "an object", v);
+    for (size_t i = 0; v && i < sizeof k_reserved_vars / sizeof k_reserved_vars[0]; i++) {
+        if (json_object_get(v, k_reserved_vars[i])) {
+            char param[IFD__OAI_PARAM_MAX];
+            snprintf(param, sizeof param, "chat_template_kwargs.%s", k_reserved_vars[i]);
+            return ifd__oai_perr(c, "invalid_value", param,
+                                 "Invalid 'chat_template_kwargs': '%s' is set by the server "
+                                 "from the request.",
+                                 k_reserved_vars[i]);
+        }
+    }
+    if (v && json_object_size(v)) {
+        char *d = json_dumps(v, JSON_COMPACT);
+        r->template_kwargs = d ? ifd_arena_strdup(c->a, d) : NULL;
+        free(d);
+        if (!r->template_kwargs)
+            return ifd__oai_oom(c);
+    }
+    if ((v = ifd__oai_get(o, "echo")) && (rc = ifd__oai_p_bool(c, v, "echo", &r->echo)) < 0)
+        return rc;
+    const ifd_oai_message_t *last = r->n_messages ? &r->messages[r->n_messages - 1] : NULL;
+    if (r->continue_final_message) {
+        if (r->add_generation_prompt)
+            return ifd__oai_perr(c, "invalid_value", "continue_final_message",
+                                 "Cannot set both 'continue_final_message' and "
+                                 "'add_generation_prompt' to true.");
+        if (!last || strcmp(last->role, "assistant") || last->tool_calls)
+            return ifd__oai_perr(c, "invalid_value", "continue_final_message",
+                                 "'continue_final_message' needs the last message to be an "
+                                 "assistant message with content.");
     }
     return 0;
 }
@@ -638,6 +681,8 @@ int ifd__oai_parse_ext(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r
         return rc;
     if (r->kind != IFD_OAI_CHAT)
         return 0;
+    if ((rc = p_chat_template(c, o, r)) < 0)
+        return rc;
     if ((rc = p_tools(c, o, r)) < 0)
         return rc;
     if (r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||

@@ -6,7 +6,8 @@ stream=True (the typed events, in order) and with the SDK's client.responses.str
 sent back as items, refused server-side state (previous_response_id) and store: true
 answered with store false; vLLM's min_tokens (no EOS and no stop string before it) and
 stream_options.continuous_usage_stats; a Jinja template that raises gives a 400 with its
-own message (chat and /tokenize).
+own message (chat and /tokenize); chat_template_kwargs, continue_final_message and chat
+echo.
 
 Usage: test_daemon_responses.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
@@ -204,7 +205,35 @@ def test_continuous_usage_stats():
     D.wait_idle()
 
 
+def test_continue_final_message_and_echo():
+    msgs = [{"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is"}]
+    kw = dict(model=MODEL, messages=msgs, max_tokens=8, temperature=0,
+              extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    r = C.chat.completions.create(**kw)
+    cont = r.choices[0].message.content
+    # the prompt ends inside the assistant turn: one more turn header would be 3+ tokens
+    plain = C.chat.completions.create(model=MODEL, messages=msgs[:1], max_tokens=1)
+    assert r.usage.prompt_tokens > plain.usage.prompt_tokens, (r.usage, plain.usage)
+    kw["extra_body"]["echo"] = True
+    e = C.chat.completions.create(**kw)
+    assert e.choices[0].message.content == "The capital of France is" + cont, e
+    text = "".join(ch.choices[0].delta.content or "" for ch in
+                   C.chat.completions.create(stream=True, **kw) if ch.choices)
+    assert text == e.choices[0].message.content, (text, e)
+    for extra, param in [({"continue_final_message": True}, "continue_final_message"),
+                         ({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs.tools")]:
+        try:
+            C.chat.completions.create(model=MODEL, messages=msgs, max_tokens=2,
+                                      extra_body=extra)
+            raise AssertionError("accepted: %r" % extra)
+        except openai.BadRequestError as ex:
+            assert ex.param == param, (ex.param, param)
+    D.wait_idle()
+
+
 RAISING_TEMPLATE = (
+    "{%- if note is defined -%}{{ note }}\n{%- endif -%}"
     "{%- for m in messages -%}"
     "{%- if m['role'] == 'system' -%}"
     "{{ raise_exception('System messages are not allowed by this template.') }}"
@@ -230,6 +259,12 @@ def test_template_error_is_a_400():
         except openai.BadRequestError as e:
             assert "System messages are not allowed by this template." in str(e), str(e)
             assert e.param == "messages", e
+        # chat_template_kwargs reach the template as variables
+        noted = c2.chat.completions.create(
+            model=MODEL, max_tokens=1, messages=[{"role": "user", "content": "hi"}],
+            extra_body={"chat_template_kwargs": {"note": "Note: " + "word " * 20}})
+        assert noted.usage.prompt_tokens >= ok.usage.prompt_tokens + 20, (noted.usage,
+                                                                           ok.usage)
         code, body = d2.request("POST", "/tokenize", {"messages": msgs})
         assert code == 400 and b"System messages are not allowed" in body, (code, body)
         try:  # the Responses API renders through the same template

@@ -131,7 +131,8 @@ START_TEST(test_chat_every_field)
         "{\"role\":\"user\",\"name\":\"bob\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
         "{\"type\":\"text\",\"text\":\"b\\u00e9\"}]},"
         "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]},"
-        "{\"role\":\"developer\",\"content\":\"\"}],"
+        "{\"role\":\"developer\",\"content\":\"\"},"
+        "{\"role\":\"assistant\",\"content\":\"Sure\"}],"
         "\"max_tokens\":50,\"max_completion_tokens\":40,\"temperature\":0.5,\"top_p\":0.9,"
         "\"top_k\":-1,\"min_p\":0.1,\"seed\":-1,\"stop\":[\"\\n\\n\",\"\",\"END\"],"
         "\"presence_penalty\":-2,\"frequency_penalty\":2,\"repetition_penalty\":1.2,"
@@ -140,12 +141,13 @@ START_TEST(test_chat_every_field)
         "\"include_obfuscation\":false},\"ignore_eos\":true,\"use_cache\":false,"
         "\"stop_token_ids\":[2,3],\"user\":\"x\",\"unknown_key\":{\"deep\":[1,2]},"
         "\"tools\":[],\"tool_choice\":\"none\",\"response_format\":{\"type\":\"text\"},"
-        "\"add_generation_prompt\":false,\"continue_final_message\":true,"
+        "\"add_generation_prompt\":false,\"continue_final_message\":true,\"echo\":true,"
+        "\"chat_template_kwargs\":{\"enable_thinking\":false},"
         "\"frequency\":null}";
     int rc = parse_chat(&a, body, &r, &e);
     ck_assert_msg(rc == 0, "%s (%s)", e.message, e.param);
     ck_assert_str_eq(r.model, "smol");
-    ck_assert_uint_eq(r.n_messages, 4);
+    ck_assert_uint_eq(r.n_messages, 5);
     ck_assert_str_eq(r.messages[1].content, "a\nb\xc3\xa9");
     ck_assert_str_eq(r.messages[1].name, "bob");
     ck_assert_str_eq(r.messages[2].role, "assistant");
@@ -171,7 +173,8 @@ START_TEST(test_chat_every_field)
     ck_assert(r.stream && r.include_usage && r.ignore_eos && !r.use_cache);
     ck_assert_uint_eq(r.n_stop_token_ids, 2);
     ck_assert_int_eq(r.stop_token_ids[1], 3);
-    ck_assert(!r.add_generation_prompt && r.continue_final_message);
+    ck_assert(!r.add_generation_prompt && r.continue_final_message && r.echo);
+    ck_assert_str_eq(r.template_kwargs, "{\"enable_thinking\":false}");
     ifd_arena_close(&a);
 }
 END_TEST
@@ -435,7 +438,12 @@ static const bad_case_t k_bad[] = {
     {EP_CHAT, "{" MSG ",\"min_tokens\":-1}", "min_tokens", "integer_below_min_value"},
     {EP_CHAT, "{" MSG ",\"max_tokens\":4,\"min_tokens\":5}", "min_tokens", "invalid_value"},
     {EP_CHAT, "{" MSG ",\"prompt_logprobs\":1}", "prompt_logprobs", "unsupported_parameter"},
-    {EP_CHAT, "{" MSG ",\"echo\":true}", "echo", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"echo\":1}", "echo", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"continue_final_message\":true,\"add_generation_prompt\":false}",
+     "continue_final_message", "invalid_value"}, /* the last message is the user's */
+    {EP_CHAT, "{" MSG ",\"chat_template_kwargs\":[1]}", "chat_template_kwargs", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"chat_template_kwargs\":{\"add_generation_prompt\":false}}",
+     "chat_template_kwargs.add_generation_prompt", "invalid_value"},
     {EP_CHAT, "{" MSG ",\"stream\":true,\"stream_options\":{\"continuous_usage_stats\":1}}",
      "stream_options.continuous_usage_stats", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"priority\":1.5}", "priority", "invalid_type"},
