@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
-# (http, openai, crash, robust, faults, structured, responses, langchain, systemd) with the test Python ($INFERD_PYTHON, else
-# python3). Each Python file starts its own inferd processes on temporary
+# (http, openai, crash, robust, faults, structured, responses, langchain,
+# systemd) with the test Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd processes on temporary
 # sockets and skips (exit 77) loudly when the default model is absent;
-# `openai` also needs the venv's openai + httpx packages.
+# `openai`, `responses`, `structured` and `langchain` also need the venv's
+# packages (openai, httpx, pydantic, jsonschema, langchain-openai).
 set -euo pipefail
 kind=$1
 shift
