@@ -366,13 +366,32 @@ void ifd_router_release(ifd_router_t *r, ifd_rseq_t *s)
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
+/* Worker w can take one more sequence now. */
+static bool ifd__has_room(const ifd_router_t *r, int w)
+{
+    const ifd_worker_info_t *wi = ifd_sup_worker(r->p.sup, w);
+    return wi->state == IFD_W_READY && (uint32_t)r->load[w] < wi->max_seqs;
+}
+
+/* True when some worker with room answers its pings: then the unresponsive
+ * ones (missed pings, /health "degraded") get no new sequence. With none
+ * healthy, unresponsive ones still do, so a slow machine is not idled;
+ * sequences already on a worker stay there (docs/reliability.md). */
+static bool ifd__avoid_unresponsive(const ifd_router_t *r)
+{
+    for (int w = 0; w < r->n_workers; w++)
+        if (ifd__has_room(r, w) && !ifd_sup_worker(r->p.sup, w)->unresponsive)
+            return true;
+    return false;
+}
+
 static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
 {
     int n_cand = 0, only = -1;
+    bool avoid = ifd__avoid_unresponsive(r);
     for (int w = 0; w < r->n_workers; w++) {
-        const ifd_worker_info_t *wi = ifd_sup_worker(r->p.sup, w);
         r->scores[w] = -1;
-        if (wi->state != IFD_W_READY || (uint32_t)r->load[w] >= wi->max_seqs)
+        if (!ifd__has_room(r, w) || (avoid && ifd_sup_worker(r->p.sup, w)->unresponsive))
             continue;
         r->scores[w] = 0;
         n_cand++;

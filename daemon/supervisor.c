@@ -377,9 +377,13 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         case IFD_WIRE_STATS:
             if (w->ping_out && m.u.stats.seq == w->ping_seq) {
                 w->ping_out = false;
-                if (w->info.unresponsive)
-                    IFD_INFO("worker %d (pid %d) answers pings again", w->idx, w->info.pid);
+                bool back = w->info.unresponsive;
                 w->info.unresponsive = false;
+                if (back) {
+                    IFD_INFO("worker %d (pid %d) answers pings again", w->idx, w->info.pid);
+                    if (s->cb.on_ready) /* the router may route to it again */
+                        s->cb.on_ready(s->cb.ctx, w->idx);
+                }
             }
             w->info.stats = m.u.stats;
             w->info.has_stats = true;

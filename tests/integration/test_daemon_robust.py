@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -191,6 +192,46 @@ def test_sigstop_worker_is_degraded():
             os.kill(pid, signal.SIGCONT)
         d.wait_ready(timeout=10)
         assert d.worker_pids()[0] == pid  # not replaced: it answered again
+    finally:
+        assert d.stop() == 0
+
+
+def test_unresponsive_worker_gets_no_new_requests():
+    """Of two workers, one SIGSTOPped (missed pings: degraded) gets no new
+    request while the other answers; requests finish on the healthy one."""
+    d = Daemon(INFERD, ["--worker-ping-interval", "0.2", "--worker-timeout", "60",
+                        "--threads", "1"], workers=2)
+    try:
+        pid = d.worker_pids()[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.time()
+            while True:
+                h = json.loads(d.request("GET", "/health")[1])
+                if h["workers"][0]["state"] == "unresponsive":
+                    break
+                assert time.time() - t0 < 5, h
+                time.sleep(0.05)
+            res = []
+
+            def one(i):
+                res.append(d.request("POST", "/v1/completions",
+                                     {"prompt": "Number %d is" % i, "max_tokens": 4},
+                                     timeout=30))
+            ts = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(40)
+            # one routed to the stopped worker would hang until SIGCONT (timeout: OSError)
+            assert len(res) == 6 and all(c == 200 for c, _ in res), res
+            h = json.loads(d.request("GET", "/health")[1])
+            assert h["workers"][0]["state"] == "unresponsive", h  # still stopped
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        d.wait_ready(timeout=10)
+        assert d.worker_pids()[0] == pid
+        d.wait_idle()
     finally:
         assert d.stop() == 0
 
