@@ -357,6 +357,13 @@ int ifd_kvpool_adopt_fd(ifd_kvpool_t *pool, int dev, int fd);
 
 /* ---- internal: test hooks (tests/unit/test_kvpool.c) -------------------------- */
 
+/* $INFERD_TEST_POOL_LOCK_HOLD=PATH, read by ifd_kvpool_attach (so by the
+ * workers, never by the daemon that creates the pool): each time a handle
+ * takes the lock it renames PATH to PATH.held; the one process that
+ * succeeds writes its pid to PATH.pid and stays inside the lock until it is
+ * killed. A test creates PATH at the moment it wants a worker to stop there
+ * (tests/integration/test_daemon_load.py). Unset, it costs nothing. */
+
 /* SIGKILLs this process at the n-th crash point (a spot between two stores
  * inside the critical section) reached through this handle; 0 disables. */
 void ifd__kvpool_set_crash_point(ifd_kvpool_t *pool, long n);

@@ -271,6 +271,28 @@ void ifd__kvpool_set_crash_point(ifd_kvpool_t *p, long n)
     p->crash_countdown = n;
 }
 
+void ifd__kv_test_hold(ifd_kvpool_t *p)
+{
+    /* One process wins the rename; it reports its pid (written, then renamed
+     * into place so the reader never sees half of it) and stops holding the
+     * lock until it is killed. Others find no file and go on. */
+    char held[4096], tmp[4200], pidf[4200];
+    snprintf(held, sizeof held, "%s.held", p->hold_path);
+    if (rename(p->hold_path, held) != 0)
+        return;
+    snprintf(tmp, sizeof tmp, "%s.pid.tmp", p->hold_path);
+    snprintf(pidf, sizeof pidf, "%s.pid", p->hold_path);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fprintf(f, "%d\n", (int)getpid());
+        fclose(f);
+        rename(tmp, pidf);
+    }
+    IFD_WARN("kvpool: test hook: holding the pool lock until killed (pid %d)", (int)getpid());
+    for (;;)
+        pause();
+}
+
 void ifd__kvpool_lock(ifd_kvpool_t *p)
 {
     ifd__kv_lock(p);

@@ -125,6 +125,7 @@ struct ifd_kvpool {
     const ifd_kvseg_provider_t *prov[IFD_KVPOOL_MAX_DEVICES];
     void *prov_priv[IFD_KVPOOL_MAX_DEVICES];
     long crash_countdown; /* test hook: SIGKILL self at the n-th crash point */
+    char *hold_path;      /* test hook ($INFERD_TEST_POOL_LOCK_HOLD), or NULL */
 };
 
 /* Test hook (ifd__kvpool_set_crash_point): dies between two stores. */
@@ -154,6 +155,9 @@ static inline kv_dev_t *kv_dev_of(const ifd_kvpool_t *p, int32_t b)
 /* Helpers defined in kvpool.c. The lock functions repair on EOWNERDEAD;
  * the list functions need the lock held. */
 void ifd__kv_lock(ifd_kvpool_t *p);
+/* Test hook, kvpool_check.c: with the lock held, stops this process for good
+ * when the file p->hold_path exists (see ifd_kvpool_attach in kvpool.h). */
+void ifd__kv_test_hold(ifd_kvpool_t *p);
 void ifd__kv_unlock(ifd_kvpool_t *p);
 ifd_kvhash_t ifd__kv_hash(const ifd_kvpool_t *p, const ifd_kvhash_t *parent, uint64_t salt,
                           const int32_t *tokens);

@@ -11,7 +11,8 @@
  * alloc/ref/unref/publish/lookup/cow, a data pattern written into every
  * block and verified before it is released) and a crash test that SIGKILLs
  * workers at random moments (one of them always while it holds the lock),
- * reclaims them, restarts them, and finally checks that no block leaked.
+ * reclaims them, restarts them, and finally checks that no block leaked;
+ * the stress operations again from threads of one process.
  *
  * `test_kvpool --repeat N` (the slow-labelled test_kvpool_repeat) runs the
  * stress and crash tests N times in a row.
@@ -24,6 +25,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1250,6 +1252,59 @@ static void run_crash(uint64_t seed)
     ifd_kvpool_destroy(pool);
 }
 
+/* The stress worker's operations from threads of one process, each with its
+ * own handle (the pool's metadata is shared through the one mutex): the
+ * multi-thread path, run by test.sh's ThreadSanitizer build. */
+typedef struct {
+    int sock, w, ops, rc;
+    uint64_t seed;
+} thr_arg_t;
+
+static void *stress_thread(void *arg)
+{
+    thr_arg_t *t = arg;
+    t->rc = stress_worker(t->sock, t->w, t->ops, t->seed);
+    close(t->sock);
+    return NULL;
+}
+
+static void run_thread_stress(uint64_t seed)
+{
+    enum { NTHR = 4, OPS = 1500 };
+    ifd_kvpool_t *pool = make_pool(SP_BLOCKS);
+    pthread_t th[NTHR];
+    thr_arg_t arg[NTHR];
+    int fds[2] = {ifd_kvpool_meta_fd(pool), ifd_kvpool_data_fd(pool, 0)};
+    for (int i = 0; i < NTHR; i++) {
+        int sv[2];
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+        ck_assert_int_eq(ifd_fdpass_send(sv[0], "kv", 3, fds, 2), 0);
+        close(sv[0]);
+        arg[i] = (thr_arg_t){sv[1], i, OPS, -1, seed * 104729 + (uint64_t)i};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, stress_thread, &arg[i]), 0);
+    }
+    for (int i = 0; i < NTHR; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(arg[i].rc == 0, "thread %d: code %d", i, arg[i].rc);
+    }
+    assert_ok(pool);
+    ifd_kvpool_stats_t s;
+    ifd_kvpool_stats(pool, &s);
+    ck_assert_int_eq(s.in_use, 0);
+    ck_assert_int_eq(s.free + s.cached, SP_BLOCKS);
+    ck_assert_uint_gt(s.hit_blocks, 0);
+    for (int w = 0; w < NW; w++)
+        ck_assert_int_eq(ifd_kvpool_reclaim(pool, w), 0);
+    ifd_kvpool_destroy(pool);
+}
+
+START_TEST(test_multithread_stress)
+{
+    for (int i = 0; i < ifd__repeat; i++)
+        run_thread_stress((uint64_t)i + 1);
+}
+END_TEST
+
 START_TEST(test_multiprocess_stress)
 {
     for (int i = 0; i < ifd__repeat; i++)
@@ -1297,6 +1352,7 @@ int main(int argc, char **argv)
         tcase_set_timeout(tc, 60 * ifd__repeat);
     }
     tcase_add_test(tc, test_multiprocess_stress);
+    tcase_add_test(tc, test_multithread_stress);
     tcase_add_test(tc, test_crash_kill_random);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
