@@ -1112,7 +1112,7 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
         const char *r = json_string_value(ref);
         if (!r)
             return cerr(c, IFD_ENOTSUP, "'$ref' must be a string");
-        unsigned id;
+        unsigned id = 0;
         TRY(ref_rule(c, r, doc, &id));
         rc = ifd_buf_printf(b, "s%u ", id) ? IFD_ENOMEM : 0;
     } else if (any) {

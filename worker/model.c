@@ -252,8 +252,8 @@ static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *na
 {
     ifd_backend_t *be = L->m->be;
     char wname[IFD_PROJ_MAX_PARTS][96], bname[IFD_PROJ_MAX_PARTS][96];
-    ifd_weight_src_t w[IFD_PROJ_MAX_PARTS], b[IFD_PROJ_MAX_PARTS];
-    const ifd_weight_src_t *bp[IFD_PROJ_MAX_PARTS];
+    ifd_weight_src_t w[IFD_PROJ_MAX_PARTS] = {0}, b[IFD_PROJ_MAX_PARTS] = {0};
+    const ifd_weight_src_t *bp[IFD_PROJ_MAX_PARTS] = {0}; /* zeroed for gcc -O1's warning */
     memset(p, 0, sizeof *p);
     int rc;
     for (int i = 0; i < n; i++) {
