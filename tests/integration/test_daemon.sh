@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
-# (http, openai, crash, robust, faults, structured, responses, langchain,
-# systemd) with the test Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd processes on temporary
+# (http, openai, crash, robust, faults, load, structured, responses,
+# langchain, systemd) with the test Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd processes on temporary
 # sockets and skips (exit 77) loudly when the default model is absent;
 # `openai`, `responses`, `structured` and `langchain` also need the venv's
 # packages (openai, httpx, pydantic, jsonschema, langchain-openai).
+# INFERD_BIN_DIR=DIR (a build directory, e.g. build-asan) makes the tests drive
+# DIR's inferd and inferd-worker instead of the ones given (CTest passes its own
+# build's: in build-asan they are the sanitized ones already).
 set -euo pipefail
 kind=$1
 shift
+if [ -n "${INFERD_BIN_DIR:-}" ]; then
+    args=()
+    for a in "$@"; do
+        case "$(basename "$a")" in
+            inferd) args+=("$INFERD_BIN_DIR/daemon/inferd") ;;
+            inferd-worker) args+=("$INFERD_BIN_DIR/worker/inferd-worker") ;;
+            *) args+=("$a") ;;
+        esac
+    done
+    set -- "${args[@]}"
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 py=${INFERD_PYTHON:-python3}
 if ! command -v "$py" >/dev/null 2>&1; then
