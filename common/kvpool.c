@@ -789,7 +789,8 @@ void ifd_kvpool_destroy(ifd_kvpool_t *p)
         return;
     for (int d = 0; d < IFD_KVPOOL_MAX_DEVICES; d++) {
         if (p->prov[d] && p->data[d])
-            p->prov[d]->release(p->prov[d]->ctx, p->data[d], p->segment_bytes, p->prov_priv[d]);
+            p->prov[d]->release(p->prov[d]->ctx, p->data[d], p->segment_bytes + KV_SEAL_BYTES,
+                                p->prov_priv[d]);
         else if (p->data[d])
             munmap(p->data[d], p->data_map_bytes[d]);
         if (p->data_fd[d] >= 0)

@@ -69,7 +69,7 @@
 #include <stdint.h>
 
 #define IFD_KVPOOL_MAGIC              0x4c4f4f5056584649ULL /* "IFXVPOOL" little-endian */
-#define IFD_KVPOOL_VERSION            1
+#define IFD_KVPOOL_VERSION            2
 #define IFD_KVPOOL_MAX_DEVICES        16
 #define IFD_KVPOOL_MAX_WORKERS        256
 #define IFD_KVPOOL_MAX_BLOCK_SIZE     256
@@ -299,6 +299,7 @@ typedef struct {
     uint64_t reclaims;       /* ifd_kvpool_reclaim calls */
     uint64_t reclaimed_refs; /* references they dropped */
     uint64_t repairs;        /* EOWNERDEAD repairs */
+    uint64_t rebuilds;       /* device segments found lost and made afresh (bind_segment) */
 } ifd_kvpool_stats_t;
 
 /* A consistent snapshot (takes the lock). 0 or a negative error. */
@@ -326,6 +327,8 @@ typedef struct {
  *   provider's per-mapping state. import: map an exported segment.
  * release: unmap/free what create/import made. copy: device-to-device copy
  *   of n bytes within one segment (used by cow), synchronous.
+ * write / read: host-to-device / device-to-host copies of n bytes,
+ *   synchronous (the pool's seal, below).
  * Each returns 0 or a negative IFD_E* code.
  */
 typedef struct {
@@ -335,6 +338,8 @@ typedef struct {
     int (*import)(void *ctx, int dev, const ifd_kvseg_export_t *exp, void **base, void **priv);
     void (*release)(void *ctx, void *base, uint64_t bytes, void *priv);
     int (*copy)(void *ctx, void *dst, const void *src, uint64_t n);
+    int (*write)(void *ctx, void *dst_dev, const void *src_host, uint64_t n);
+    int (*read)(void *ctx, void *dst_host, const void *src_dev, uint64_t n);
 } ifd_kvseg_provider_t;
 
 /* Data bytes of one device segment (2 * n_layers * n_blocks * block_bytes). */
@@ -347,7 +352,20 @@ uint64_t ifd_kvpool_segment_bytes(const ifd_kvpool_t *pool);
  * metadata) it is imported; otherwise it is created and recorded, and its fd
  * is available from ifd_kvpool_data_fd so the worker can hand it to the
  * router, which keeps the memory alive by holding it (ifd_kvpool_adopt_fd).
- * Returns 0, IFD_EINVAL (a HOST device), or the provider's error.
+ *
+ * Lost memory. A device segment carries a seal after its data (64 bytes: a
+ * magic and a random token that the metadata records when the segment is
+ * made). An import checks it. When the import fails for an IPC segment (its
+ * allocator died: IPC memory dies with it) or the seal does not match (a
+ * driver that freed a VMM allocation although the router held its fd), the
+ * memory and every cached block in it are gone: bind_segment logs it (a
+ * warning naming the cause), drops the device's cache as
+ * ifd_kvpool_invalidate_device does, makes a fresh segment and counts a
+ * rebuild (stats.rebuilds). Held blocks stay held (their holders must be
+ * gone: reclaim them); only the data is lost. The caller then has a new fd
+ * (VMM) to hand to the router again.
+ * Returns 0, IFD_EINVAL (a HOST device), IFD_EEXIST (mapped here already),
+ * or the provider's error.
  */
 int ifd_kvpool_bind_segment(ifd_kvpool_t *pool, int dev, const ifd_kvseg_provider_t *provider);
 

@@ -13,13 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
-int ifd_kvpool_invalidate_device(ifd_kvpool_t *p, int dev)
+/* Drops device dev's cache and marks its segment unbound; lock held. */
+static int kv_invalidate_locked(ifd_kvpool_t *p, int dev)
 {
-    if (dev < 0 || dev >= p->n_devices)
-        return IFD_EINVAL;
-    ifd__kv_lock(p);
     int n = 0;
     int32_t first = dev * p->n_blocks;
     for (int32_t b = first; b < first + p->n_blocks; b++) {
@@ -42,8 +42,18 @@ int ifd_kvpool_invalidate_device(ifd_kvpool_t *p, int dev)
     }
     if (p->h->dev[dev].kind != IFD_KVSEG_HOST) {
         p->h->dev[dev].bound = 0;
+        p->h->dev[dev].seal = 0;
         memset(p->h->dev[dev].ipc_handle, 0, sizeof p->h->dev[dev].ipc_handle);
     }
+    return n;
+}
+
+int ifd_kvpool_invalidate_device(ifd_kvpool_t *p, int dev)
+{
+    if (dev < 0 || dev >= p->n_devices)
+        return IFD_EINVAL;
+    ifd__kv_lock(p);
+    int n = kv_invalidate_locked(p, dev);
     ifd__kv_unlock(p);
     return n;
 }
@@ -169,6 +179,7 @@ static void kv_counters(const kv_hdr_t *h, ifd_kvpool_stats_t *s)
     s->reclaims = h->ctr[KV_C_RECLAIMS];
     s->reclaimed_refs = h->ctr[KV_C_RECLAIMED_REFS];
     s->repairs = h->ctr[KV_C_REPAIRS];
+    s->rebuilds = h->ctr[KV_C_REBUILDS];
 }
 
 int ifd_kvpool_stats(ifd_kvpool_t *p, ifd_kvpool_stats_t *s)
@@ -203,10 +214,76 @@ int ifd_kvpool_device_stats(ifd_kvpool_t *p, int dev, ifd_kvpool_stats_t *s)
 
 /* ---- device segments --------------------------------------------------------------------- */
 
+/* The seal after a device segment's data: what says "this is the memory
+ * the metadata describes". */
+#define KV_SEAL_MAGIC 0x4c4145535658464bULL /* "KFXVSEAL" */
+#define KV_LOST       1 /* internal: the recorded segment's memory is gone (or never made) */
+
+typedef struct {
+    uint64_t magic;
+    uint64_t token;
+    uint64_t segment_bytes;
+    uint64_t not_token;
+    uint8_t pad[KV_SEAL_BYTES - 32];
+} kv_seal_t;
+
+static uint64_t kv_seal_token(void)
+{
+    uint64_t t = 0;
+    if (getrandom(&t, sizeof t, 0) != (ssize_t)sizeof t) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^
+            (uint64_t)ts.tv_sec;
+    }
+    return t | 1; /* 0 is "no seal" */
+}
+
+static kv_seal_t kv_seal_of(const ifd_kvpool_t *p, uint64_t token)
+{
+    kv_seal_t s;
+    memset(&s, 0, sizeof s);
+    s.magic = KV_SEAL_MAGIC;
+    s.token = token;
+    s.segment_bytes = p->segment_bytes;
+    s.not_token = ~token;
+    return s;
+}
+
+/* Imports device dev's recorded segment and checks its seal. 0, or
+ * KV_LOST when the memory is gone (logged: the caller rebuilds), or
+ * another provider error. Lock held. */
+static int kv_import_checked(ifd_kvpool_t *p, int dev, const ifd_kvseg_provider_t *prov,
+                             ifd_kvseg_export_t *exp, void **base, void **priv)
+{
+    kv_dev_t *d = &p->h->dev[dev];
+    int rc = prov->import(prov->ctx, dev, exp, base, priv);
+    if (rc) {
+        if (d->kind != IFD_KVSEG_CUDA_IPC)
+            return rc;
+        IFD_WARN("kvpool: device %d: the IPC segment cannot be opened (%s): its memory died "
+                 "with the process that made it; rebuilding the device's pool",
+                 dev, ifd_strerror(rc));
+        return KV_LOST;
+    }
+    kv_seal_t want = kv_seal_of(p, d->seal), got;
+    rc = prov->read(prov->ctx, &got, (const char *)*base + p->segment_bytes, sizeof got);
+    if (rc == 0 && memcmp(&want, &got, sizeof got) == 0)
+        return 0;
+    prov->release(prov->ctx, *base, p->segment_bytes + KV_SEAL_BYTES, *priv);
+    *base = *priv = NULL;
+    if (rc)
+        return rc;
+    IFD_WARN("kvpool: device %d: the %s segment's seal does not match (memory freed or replaced "
+             "by the driver): its cached blocks are lost; rebuilding the device's pool",
+             dev, d->kind == IFD_KVSEG_CUDA_VMM ? "VMM" : "IPC");
+    return KV_LOST;
+}
+
 int ifd_kvpool_bind_segment(ifd_kvpool_t *p, int dev, const ifd_kvseg_provider_t *prov)
 {
     if (dev < 0 || dev >= p->n_devices || !prov || !prov->create || !prov->import ||
-        !prov->release || !prov->copy)
+        !prov->release || !prov->copy || !prov->write || !prov->read)
         return IFD_EINVAL;
     if (p->h->dev[dev].kind == IFD_KVSEG_HOST) {
         IFD_ERROR("kvpool: device %d is a host segment; nothing to bind", dev);
@@ -216,26 +293,50 @@ int ifd_kvpool_bind_segment(ifd_kvpool_t *p, int dev, const ifd_kvseg_provider_t
         return IFD_EEXIST;
     int rc;
     void *base = NULL, *priv = NULL;
+    const uint64_t bytes = p->segment_bytes + KV_SEAL_BYTES;
     ifd_kvseg_export_t exp;
     memset(&exp, 0, sizeof exp);
     exp.kind = (ifd_kvseg_kind_t)p->h->dev[dev].kind;
     exp.fd = -1;
-    exp.bytes = p->segment_bytes;
+    exp.bytes = bytes;
     /* Under the lock so that two workers never both create device dev. */
     ifd__kv_lock(p);
     kv_dev_t *d = &p->h->dev[dev];
     if (d->bound && (d->kind == IFD_KVSEG_CUDA_IPC || p->data_fd[dev] >= 0)) {
         exp.fd = p->data_fd[dev];
         memcpy(exp.handle, d->ipc_handle, sizeof exp.handle);
-        rc = prov->import(prov->ctx, dev, &exp, &base, &priv);
+        rc = kv_import_checked(p, dev, prov, &exp, &base, &priv);
+        if (rc == KV_LOST) {
+            int n = kv_invalidate_locked(p, dev);
+            p->h->ctr[KV_C_REBUILDS]++;
+            IFD_WARN("kvpool: device %d: dropped %d cached blocks of the lost segment", dev, n);
+            if (p->data_fd[dev] >= 0) {
+                close(p->data_fd[dev]);
+                p->data_fd[dev] = -1;
+            }
+        }
     } else if (d->bound) {
         IFD_ERROR("kvpool: device %d's segment exists but this process has no fd for it", dev);
         rc = IFD_ENODEV;
     } else {
-        rc = prov->create(prov->ctx, dev, p->segment_bytes, &exp, &base, &priv);
+        rc = KV_LOST; /* nothing yet: make it */
+    }
+    if (rc == KV_LOST) {
+        memset(&exp, 0, sizeof exp);
+        exp.fd = -1;
+        rc = prov->create(prov->ctx, dev, bytes, &exp, &base, &priv);
+        uint64_t token = kv_seal_token();
+        kv_seal_t seal = kv_seal_of(p, token);
+        if (rc == 0 &&
+            (rc = prov->write(prov->ctx, (char *)base + p->segment_bytes, &seal, sizeof seal))) {
+            prov->release(prov->ctx, base, bytes, priv);
+            if (exp.fd >= 0)
+                close(exp.fd);
+        }
         if (rc == 0) {
             /* The provider may have fallen back from VMM to IPC. */
             d->kind = exp.kind;
+            d->seal = token;
             memcpy(d->ipc_handle, exp.handle, sizeof d->ipc_handle);
             if (exp.fd >= 0) {
                 if (p->data_fd[dev] >= 0)

@@ -19,6 +19,10 @@
 #define KV_ROOT_ID UINT64_MAX
 #define KV_NO_ID   (UINT64_MAX - 1)
 
+/* A device (CUDA) segment is segment_bytes of data followed by a seal of
+ * this many bytes (kvpool_check.c: bind_segment). */
+#define KV_SEAL_BYTES 64
+
 enum { KV_FREE = 0, KV_IN_USE = 1, KV_CACHED = 2 };
 
 /* Event counters, kept in the header (they are the only derived state that
@@ -34,6 +38,7 @@ enum {
     KV_C_RECLAIMS,
     KV_C_RECLAIMED_REFS,
     KV_C_REPAIRS,
+    KV_C_REBUILDS,
     KV_C_COUNT
 };
 
@@ -47,6 +52,8 @@ typedef struct {
     int32_t n_cached;
     int32_t n_in_use;
     uint64_t bytes;         /* data segment bytes */
+    uint64_t seal;          /* CUDA: random token of the segment's incarnation, also stored in
+                               the segment's seal (after the data) to detect lost memory */
     uint8_t ipc_handle[64]; /* IFD_KVSEG_CUDA_IPC */
 } kv_dev_t;
 

@@ -343,6 +343,18 @@ static int kvseg_copy(void *ctx, void *dst, const void *src, uint64_t n)
     return e == cudaSuccess ? 0 : kvseg_rt_fail("cudaMemcpy (device to device)", e);
 }
 
+static int kvseg_write(void *ctx, void *dst_dev, const void *src_host, uint64_t n)
+{
+    (void)ctx;
+    return ifd_cuda_kvseg_upload(dst_dev, src_host, (size_t)n);
+}
+
+static int kvseg_read(void *ctx, void *dst_host, const void *src_dev, uint64_t n)
+{
+    (void)ctx;
+    return ifd_cuda_kvseg_download(dst_host, src_dev, (size_t)n);
+}
+
 extern "C" int ifd_cuda_kvseg_create(bool force_ipc, ifd_cuda_kvseg_t **out)
 {
     ifd_cuda_kvseg_t *s = (ifd_cuda_kvseg_t *)calloc(1, sizeof *s);
@@ -354,6 +366,8 @@ extern "C" int ifd_cuda_kvseg_create(bool force_ipc, ifd_cuda_kvseg_t **out)
     s->prov.import = kvseg_import;
     s->prov.release = kvseg_release;
     s->prov.copy = kvseg_copy;
+    s->prov.write = kvseg_write;
+    s->prov.read = kvseg_read;
     *out = s;
     return 0;
 }

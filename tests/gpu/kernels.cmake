@@ -34,8 +34,9 @@ include(CheckLanguage)
 check_language(CXX)
 if(CMAKE_CXX_COMPILER)
   enable_language(CXX)
-  set(emu_srcs emu/cuda_emu.cc emu/cublaslt_emu.cc)
-  foreach(k device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample)
+  set(emu_srcs emu/cuda_emu.cc emu/cuda_emu_vmm.cc emu/cublaslt_emu.cc)
+  foreach(k device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample
+            kvseg_cuda)
     set(w ${CMAKE_CURRENT_BINARY_DIR}/emu/${k}_emu.cc)
     file(CONFIGURE OUTPUT ${w}
          CONTENT "#include \"${PROJECT_SOURCE_DIR}/kernels/cuda/${k}.cu\"\n")
@@ -66,6 +67,13 @@ if(CMAKE_CXX_COMPILER)
     target_include_directories(test_gpu_${t}_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker)
     set_target_properties(test_gpu_${t}_emu PROPERTIES LINKER_LANGUAGE CXX)
   endforeach()
+
+  # The KV pool's device segments shared between processes (VMM fd, IPC
+  # fallback, SIGKILLed creators, a forgetful driver) on the emulated driver.
+  ifd_add_test(test_gpu_kvpool_emu SOURCES test_gpu_kvpool.c LIBS ifd_kernels_emu ifd_common
+               LABELS unit emu TIMEOUT 60)
+  target_compile_definitions(test_gpu_kvpool_emu PRIVATE IFD_TEST_KVPOOL_EMU)
+  set_target_properties(test_gpu_kvpool_emu PROPERTIES LINKER_LANGUAGE CXX)
 
   # The CUDA backend end to end: model.c and both backends compiled into the
   # test (ifd_worker_lib would link the real CUDA libraries), the kernels and

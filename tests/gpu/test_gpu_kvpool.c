@@ -2,10 +2,19 @@
  * test_gpu_kvpool.c — KV pool data segments in CUDA device memory
  * (kernels/cuda/kvseg_cuda.h): a worker process creates the segment, writes
  * blocks and publishes them; a second process attaches from the fds and
- * reads them back. With VMM (cuMemCreate + POSIX fd) the second worker runs
- * after the first one has died, while only the "router" (this test process,
- * which never touches CUDA) holds the fd: the memory must survive. The IPC
- * fallback (forced) is checked with both workers alive.
+ * reads them back (a prefix hit with identical bytes, and a device
+ * copy-on-write). With VMM (cuMemCreate + POSIX fd) the second worker reads
+ * while the first lives, after it exited, and after it was SIGKILLed, while
+ * only the "router" (this test process, which never touches CUDA) holds the
+ * fd: the memory must survive. The IPC fallback (forced) is read while the
+ * creator lives; after the creator is SIGKILLed the second worker must find
+ * the memory gone, and the pool rebuilt cleanly (stats.rebuilds, no stale
+ * prefix hit, a working fresh segment).
+ *
+ * Also built for the CUDA emulator (test_gpu_kvpool_emu, IFD_TEST_KVPOOL_EMU;
+ * tests/gpu/emu/cuda_emu_vmm.cc emulates VMM and IPC with memfds), with one
+ * more case there: a driver that frees a VMM allocation with its creator
+ * ($IFD_EMU_VMM_FORGET), which the segment's seal must catch.
  *
  * CUDA is only ever initialised in forked children (a CUDA context does not
  * survive fork), including the device probe. Without a device the test
@@ -79,7 +88,8 @@ static void pattern(uint16_t *buf, size_t n, int block, int layer, int v)
 
 /* Worker A: create and bind the device segment, write and publish NBLK
  * blocks, send the segment fd (VMM) to the router, then wait for the
- * router's word before exiting. Exit codes name the failing step. */
+ * router's word before exiting (or for its SIGKILL). Exit codes name the
+ * failing step. */
 static int worker_a(int sock, int meta_fd, bool force_ipc)
 {
     ifd_kvpool_params_t want = gparams(IFD_KVSEG_CUDA_VMM);
@@ -124,18 +134,11 @@ static int worker_a(int sock, int meta_fd, bool force_ipc)
     _exit(0);
 }
 
-/* Worker B: attach with the router's fds, look the prefix up, verify the
- * data, copy-on-write one block on the device and verify the copy. */
-static int worker_b(int meta_fd, int data_fd, bool force_ipc)
+/* Worker B, when the memory survived: attach with the router's fds, look
+ * the prefix up, verify the data, copy-on-write one block on the device and
+ * verify the copy. */
+static int worker_b_reads(ifd_kvpool_t *pool)
 {
-    ifd_kvpool_t *pool;
-    if (ifd_kvpool_attach(meta_fd, &data_fd, 1, NULL, &pool))
-        return 30;
-    ifd_cuda_kvseg_t *seg;
-    if (ifd_cuda_kvseg_create(force_ipc, &seg))
-        return 31;
-    if (ifd_kvpool_bind_segment(pool, 0, ifd_cuda_kvseg_provider(seg)))
-        return 32;
     int32_t toks[NBLK * BS], got[NBLK];
     tokens_of(toks);
     if (ifd_kvpool_lookup(pool, 1, 0, toks, NBLK * BS, got, NBLK, NULL) != NBLK)
@@ -163,9 +166,51 @@ static int worker_b(int meta_fd, int data_fd, bool force_ipc)
     free(buf);
     if (ifd_kvpool_unref(pool, 1, got, NBLK - 1) || ifd_kvpool_unref(pool, 1, &c, 1))
         return 38;
+    return 0;
+}
+
+/* Worker B, when the memory was lost: the pool must have been rebuilt (no
+ * prefix hit, a rebuild counted) and the fresh segment must work. */
+static int worker_b_rebuilt(ifd_kvpool_t *pool)
+{
+    ifd_kvpool_stats_t st;
+    if (ifd_kvpool_stats(pool, &st) || st.rebuilds != 1)
+        return 40;
+    int32_t toks[NBLK * BS], got[NBLK], blk;
+    tokens_of(toks);
+    if (ifd_kvpool_lookup(pool, 1, 0, toks, NBLK * BS, got, NBLK, NULL) != 0)
+        return 41;
+    if (ifd_kvpool_alloc(pool, 1, 0, 1, &blk))
+        return 42;
+    size_t n = (size_t)NH * BS * HD;
+    uint16_t *want = malloc(n * sizeof *want), *buf = malloc(n * sizeof *buf);
+    pattern(want, n, 99, 1, 0);
+    if (ifd_cuda_kvseg_upload(ifd_kvpool_block_ptr(pool, blk, 1, false), want, n * sizeof *want) ||
+        ifd_cuda_kvseg_download(buf, ifd_kvpool_block_ptr(pool, blk, 1, false), n * sizeof *buf) ||
+        memcmp(want, buf, n * sizeof *buf) != 0)
+        return 43;
+    free(want);
+    free(buf);
+    if (ifd_kvpool_publish(pool, 1, blk, -1, 0, toks, NULL) != 0 ||
+        ifd_kvpool_unref(pool, 1, &blk, 1))
+        return 44;
+    return 0;
+}
+
+static int worker_b(int meta_fd, int data_fd, bool force_ipc, bool expect_lost)
+{
+    ifd_kvpool_t *pool;
+    if (ifd_kvpool_attach(meta_fd, &data_fd, 1, NULL, &pool))
+        return 30;
+    ifd_cuda_kvseg_t *seg;
+    if (ifd_cuda_kvseg_create(force_ipc, &seg))
+        return 31;
+    if (ifd_kvpool_bind_segment(pool, 0, ifd_cuda_kvseg_provider(seg)))
+        return 32;
+    int rc = expect_lost ? worker_b_rebuilt(pool) : worker_b_reads(pool);
     ifd_kvpool_destroy(pool);
     ifd_cuda_kvseg_destroy(seg);
-    return 0;
+    return rc;
 }
 
 static int wait_exit(pid_t pid)
@@ -176,9 +221,20 @@ static int wait_exit(pid_t pid)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static void run_share(bool force_ipc)
+/* How a case ends worker A and what worker B must find. */
+typedef struct {
+    const char *name;
+    bool force_ipc;
+    bool a_alive; /* A lives on while B reads (else it is gone first) */
+    bool kill_a;  /* A is SIGKILLed (else it exits when told) */
+    bool lost;    /* B must find the memory gone and the pool rebuilt */
+    const char *b_env; /* an environment variable set for B only, or NULL */
+} share_case_t;
+
+static void run_share(const share_case_t *c)
 {
-    ifd_kvpool_params_t p = gparams(force_ipc ? IFD_KVSEG_CUDA_IPC : IFD_KVSEG_CUDA_VMM);
+    printf("%s\n", c->name);
+    ifd_kvpool_params_t p = gparams(c->force_ipc ? IFD_KVSEG_CUDA_IPC : IFD_KVSEG_CUDA_VMM);
     ifd_kvpool_t *router;
     GK_EQ(ifd_kvpool_create(&p, &router), 0);
     GK_CHECK(ifd_kvpool_layer_k(router, 0, 0) == NULL,
@@ -189,7 +245,7 @@ static void run_share(bool force_ipc)
     GK_CHECK(a >= 0, "fork failed");
     if (a == 0) {
         close(sv[0]);
-        _exit(worker_a(sv[1], ifd_kvpool_meta_fd(router), force_ipc));
+        _exit(worker_a(sv[1], ifd_kvpool_meta_fd(router), c->force_ipc));
     }
     close(sv[1]);
     char kind = 0;
@@ -204,37 +260,67 @@ static void run_share(bool force_ipc)
     if (vmm) {
         GK_EQ(nfds, 1);
         GK_EQ(ifd_kvpool_adopt_fd(router, 0, fd), 0);
-        /* Worker A dies; only the router's fd holds the memory now. */
-        GK_EQ(write(sv[0], "x", 1), 1);
-        GK_EQ(wait_exit(a), 0);
-        GK_EQ(ifd_kvpool_reclaim(router, 0), NBLK);
-        printf("VMM segment: worker A exited, router holds fd %d\n", fd);
     } else {
         GK_EQ(nfds, 0);
-        printf("IPC segment%s: worker A stays alive while B reads\n",
-               force_ipc ? " (forced)" : " (VMM unavailable: fallback)");
+        if (!c->force_ipc)
+            printf("  (VMM unavailable: the provider fell back to IPC)\n");
+    }
+    bool lost = c->lost || (!vmm && !c->a_alive);
+    if (!c->a_alive) {
+        /* Worker A dies; for VMM only the router's fd holds the memory now. */
+        if (c->kill_a)
+            GK_EQ(kill(a, SIGKILL), 0);
+        else
+            GK_EQ(write(sv[0], "x", 1), 1);
+        GK_EQ(wait_exit(a), c->kill_a ? 128 + SIGKILL : 0);
+        GK_EQ(ifd_kvpool_reclaim(router, 0), NBLK);
     }
     pid_t b = fork();
     GK_CHECK(b >= 0, "fork failed");
-    if (b == 0)
-        _exit(worker_b(ifd_kvpool_meta_fd(router), ifd_kvpool_data_fd(router, 0), force_ipc));
+    if (b == 0) {
+        if (c->b_env)
+            putenv((char *)c->b_env);
+        _exit(worker_b(ifd_kvpool_meta_fd(router), ifd_kvpool_data_fd(router, 0), c->force_ipc,
+                       lost));
+    }
     int bst = wait_exit(b);
-    if (!vmm) {
+    if (c->a_alive) {
         GK_EQ(write(sv[0], "x", 1), 1);
         GK_EQ(wait_exit(a), 0);
         GK_EQ(ifd_kvpool_reclaim(router, 0), NBLK);
-        /* IPC memory died with A: drop its cache. */
+    }
+    GK_CHECK(bst == 0, "worker B failed with %d", bst);
+    ifd_kvpool_stats_t st;
+    GK_EQ(ifd_kvpool_stats(router, &st), 0);
+    GK_EQ(st.rebuilds, lost ? 1 : 0);
+    if (!vmm && c->a_alive) {
+        /* IPC memory died with A: the router drops its cache. */
         GK_CHECK(ifd_kvpool_invalidate_device(router, 0) >= 0, "invalidate failed");
         int32_t toks[NBLK * BS];
         tokens_of(toks);
         GK_EQ(ifd_kvpool_probe(router, 0, toks, NBLK * BS, NULL, 0), 0);
     }
-    GK_CHECK(bst == 0, "worker B failed with %d", bst);
     char err[256];
     GK_CHECK(ifd_kvpool_check(router, err, sizeof err) == 0, "%s", err);
     close(sv[0]);
     ifd_kvpool_destroy(router);
 }
+
+static const share_case_t k_cases[] = {
+    {"vmm: a second worker reads while the first lives", false, true, false, false, NULL},
+    {"vmm: the creator exits, the router's fd keeps the memory", false, false, false, false,
+     NULL},
+    {"vmm: the creator is SIGKILLed, a new worker finds its prefixes", false, false, true, false,
+     NULL},
+    {"ipc (forced): a second worker reads while the first lives", true, true, false, false, NULL},
+    {"ipc (forced): the creator is SIGKILLed: detected, pool rebuilt", true, false, true, true,
+     NULL},
+#ifdef IFD_TEST_KVPOOL_EMU
+    /* Emulator only: a driver that frees the memory with its creator. */
+    {"vmm, forgetful driver: the seal catches the lost memory, pool rebuilt", false, false, true,
+     true, "IFD_EMU_VMM_FORGET=1"},
+#endif
+};
 
 int main(void)
 {
@@ -261,10 +347,9 @@ int main(void)
         return 77;
     }
     ifd_log_set_level(IFD_LOG_WARN);
-    printf("vmm: sharing through the fd, surviving the creator\n");
-    run_share(false);
-    printf("ipc: forced fallback\n");
-    run_share(true);
-    printf("2 passed, 0 failed\n");
+    int n = (int)(sizeof k_cases / sizeof k_cases[0]);
+    for (int i = 0; i < n; i++)
+        run_share(&k_cases[i]);
+    printf("%d passed, 0 failed\n", n);
     return 0;
 }

@@ -17,6 +17,7 @@
  * Test code: global state and abort() on misuse are fine here.
  */
 #include "cuda_emu.h"
+#include "cuda_emu_vmm.h"
 
 #include <csetjmp>
 #include <cstdio>
@@ -460,15 +461,17 @@ void ifd_emu_cp_async_wait(int n)
 
 extern "C" {
 
+/* Device memory is shareable host memory (cuda_emu_vmm.cc: IPC handles). */
 cudaError_t cudaMalloc(void **p, size_t n)
 {
-    *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    *p = ifd__emu_dev_alloc(n);
     return *p ? cudaSuccess : (g_last = cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaFree(void *p)
 {
-    free(p);
+    if (p && !ifd__emu_dev_free(p))
+        return g_last = cudaErrorInvalidValue;
     return cudaSuccess;
 }
 
