@@ -324,7 +324,9 @@ typedef struct {
  * kernels/cuda/kvseg_cuda.h) so common/ and the router never link CUDA.
  * create: allocate `bytes` on device dev, map it, fill *exp (kind and fd or
  *   handle; the fd then belongs to the pool) and *base; *priv is the
- *   provider's per-mapping state. import: map an exported segment.
+ *   provider's per-mapping state. exp->kind comes in as the kind the pool
+ *   asks for (CUDA_IPC: use the fallback); the provider may fall back from
+ *   VMM to IPC and says so in exp->kind. import: map an exported segment.
  * release: unmap/free what create/import made. copy: device-to-device copy
  *   of n bytes within one segment (used by cow), synchronous.
  * write / read: host-to-device / device-to-host copies of n bytes,

@@ -323,6 +323,7 @@ int ifd_kvpool_bind_segment(ifd_kvpool_t *p, int dev, const ifd_kvseg_provider_t
     }
     if (rc == KV_LOST) {
         memset(&exp, 0, sizeof exp);
+        exp.kind = (ifd_kvseg_kind_t)d->kind; /* what the pool asks for */
         exp.fd = -1;
         rc = prov->create(prov->ctx, dev, bytes, &exp, &base, &priv);
         uint64_t token = kv_seal_token();

@@ -56,6 +56,7 @@
 
 #include "cpu/cpu_kernels.h"
 #include "ggml_types.h"
+#include "kvpool.h"
 
 /* An activation buffer: backend memory holding rows × cols elements of
  * dtype, row-major, rows contiguous. `rows` is the capacity; ops take the
@@ -174,6 +175,13 @@ typedef struct {
     int (*upload)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*download)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*sync)(ifd_backend_t *be);
+    /* The KV pool's device segments: the provider that makes this backend's
+     * memory for ifd_kvpool_bind_segment (CUDA: VMM with a POSIX-fd handle,
+     * IPC fallback; kernels/cuda/kvseg_cuda.h), or NULL (or no op) for a
+     * host-memory backend, which reads the pool's HOST segments. The
+     * provider lives as long as the backend: destroy every pool handle bound
+     * through it first. */
+    const ifd_kvseg_provider_t *(*kv_provider)(ifd_backend_t *be);
 
     /* Whether load_weight / load_proj accept source data of this type. */
     bool (*can_load)(ifd_backend_t *be, ifd_ggml_type_t type);

@@ -37,6 +37,7 @@
 #include "backend.h"
 
 #include "cuda/cuda_kernels.h"
+#include "cuda/kvseg_cuda.h"
 #include "error.h"
 #include "log.h"
 
@@ -67,6 +68,8 @@ typedef struct {
     size_t k_tmp_bytes;
     float *attn_f32;
     size_t attn_f32_bytes;
+    /* the KV pool's device segments (kv_provider), made on first use */
+    ifd_cuda_kvseg_t *kvseg;
 } ifd__cuda_backend_t;
 
 static ifd__cuda_backend_t *ifd__cu(ifd_backend_t *be)
@@ -113,7 +116,22 @@ static void ifd__cuda_destroy(ifd_backend_t *be)
     (void)cudaFree(c->attn_f32);
     if (c->stream)
         (void)cudaStreamDestroy(c->stream);
+    ifd_cuda_kvseg_destroy(c->kvseg);
     free(c);
+}
+
+/* The KV pool's device memory: VMM with a POSIX-fd handle (what the router
+ * holds for the daemon's life), else the IPC fallback. $IFD_KVSEG_FORCE_IPC=1
+ * forces the fallback (to test and diagnose it on a device with VMM). */
+static const ifd_kvseg_provider_t *ifd__cuda_kv_provider(ifd_backend_t *be)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    if (!c->kvseg) {
+        const char *f = getenv("IFD_KVSEG_FORCE_IPC");
+        if (ifd_cuda_kvseg_create(f && *f && strcmp(f, "0") != 0, &c->kvseg))
+            return NULL;
+    }
+    return ifd_cuda_kvseg_provider(c->kvseg);
 }
 
 static int ifd__cuda_alloc(ifd_backend_t *be, size_t bytes, void **out)
@@ -594,6 +612,7 @@ static int ifd__cuda_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_ac
     .upload = ifd__cuda_upload, \
     .download = ifd__cuda_download, \
     .sync = ifd__cuda_sync, \
+    .kv_provider = ifd__cuda_kv_provider, \
     .can_load = ifd__cuda_can_load, \
     .load_weight = ifd__cuda_load_weight, \
     .load_proj = ifd__cuda_load_proj, \

@@ -835,6 +835,23 @@ int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t 
     if (g.n_layers != (int)cfg->n_layer || g.n_kv_heads != (int)cfg->n_head_kv ||
         g.head_dim != (int)cfg->head_dim)
         return IFD_EMISMATCH;
+    if (dev < 0 || dev >= g.n_devices)
+        return IFD_EINVAL;
+    if (g.kind[dev] != IFD_KVSEG_HOST && !ifd_kvpool_layer_k(pool, dev, 0)) {
+        /* A device segment: map it (import, or create and record) through
+         * the backend's provider, so the K/V live in the pool's memory. */
+        ifd_backend_t *be = ifd_model_backend(m);
+        const ifd_kvseg_provider_t *prov = be->ops->kv_provider ? be->ops->kv_provider(be) : NULL;
+        if (!prov) {
+            IFD_ERROR("engine: the KV pool's device %d is device memory, which the %s backend "
+                      "cannot map",
+                      dev, be->ops->name);
+            return IFD_ENODEV;
+        }
+        int rc = ifd_kvpool_bind_segment(pool, dev, prov);
+        if (rc)
+            return rc;
+    }
     ifd__model_ctx_t *c = calloc(1, sizeof *c);
     if (!c)
         return IFD_ENOMEM;

@@ -178,8 +178,14 @@ typedef struct {
 void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);
 
 /* An engine model adapter over a loaded model and a pool device: fills the
- * per-layer KV views from the pool. *out_ctx must be freed with
- * ifd_engine_model_free. */
+ * per-layer KV views from the pool. When device dev's segment is device
+ * memory (IFD_KVSEG_CUDA_*) not mapped in this process yet, it is bound
+ * first through the model's backend (ops->kv_provider,
+ * ifd_kvpool_bind_segment: imported when it exists — an fd from the router
+ * or an IPC handle — else created; the caller then hands
+ * ifd_kvpool_data_fd(pool, dev) to the router). IFD_EMISMATCH (geometry),
+ * IFD_ENODEV (a backend that cannot map it), or the bind's error.
+ * *out_ctx must be freed with ifd_engine_model_free. */
 int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev);
 void ifd_engine_model_free(ifd_engine_model_t *em);
 

@@ -65,16 +65,15 @@ static int ifd__npy_header(FILE *f, int64_t rows, int64_t cols)
     return 0;
 }
 
-/* The KV cache: a private host pool (memfd) for host-memory backends; for a
- * device backend (CUDA) plain per-layer regions from its allocator, f16,
- * with block i at index i (dev_kv set; no pool). */
+/* The KV cache: a private pool, its data segment in the backend's memory —
+ * a host memfd for host-memory backends, a CUDA device segment for the CUDA
+ * backend (bound through the backend's provider by ifd_engine_model_from),
+ * f16 there (what the GPU attention kernels read). */
 typedef struct {
     ifd_kvpool_t *pool;
     ifd_engine_model_t em; /* the model over the pool's KV views */
     ifd_model_t *m;
     ifd_backend_t *be;
-    ifd_kv_layer_t *dev_kv; /* [n_layer] when the backend's memory is not the host's */
-    int n_layers;
     int32_t *blocks; /* the block table */
     int n_blocks, max_blocks, block_size;
     /* batch buffers */
@@ -89,11 +88,6 @@ static int ifd__ensure_blocks(ifd__gen_t *g, int n_tokens)
     int need = (n_tokens + g->block_size - 1) / g->block_size;
     if (need > g->max_blocks)
         return IFD_EINVAL;
-    if (need > g->n_blocks && g->dev_kv) {
-        for (int b = g->n_blocks; b < need; b++)
-            g->blocks[b] = b;
-        g->n_blocks = need;
-    }
     if (need > g->n_blocks) {
         int rc = ifd_kvpool_alloc(g->pool, 0, 0, need - g->n_blocks, g->blocks + g->n_blocks);
         if (rc)
@@ -115,9 +109,7 @@ static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, in
         int p = start + i;
         g->pos[i] = p;
         g->seq[i] = 0;
-        int32_t blk = g->blocks[p / g->block_size];
-        if (!g->dev_kv)
-            blk = ifd_kvpool_block_local(g->pool, blk);
+        int32_t blk = ifd_kvpool_block_local(g->pool, g->blocks[p / g->block_size]);
         g->slot[i] = (int64_t)blk * g->block_size + p % g->block_size;
     }
     for (int i = 0; i < n_logits; i++)
@@ -135,8 +127,6 @@ static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, in
         .logit_rows = g->rows,
     };
     /* block tables hold local ids for the kernels (one device here) */
-    if (g->dev_kv)
-        return ifd_model_forward(g->m, &b, g->dev_kv, g->logits);
     return g->em.forward(g->em.ctx, &b, g->logits);
 }
 
@@ -183,26 +173,13 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
     g.m = m;
     g.be = ifd_model_backend(m);
     if (!g.be->ops->host_memory) {
-        /* f16: what the GPU attention kernels read (bf16 or f16) */
+        /* f16 (what the GPU attention kernels read) in device memory */
         kp.dtype = IFD_KV_F16;
-        const uint64_t region = ifd_kvpool_block_bytes(&kp) * (uint64_t)g.max_blocks;
-        g.n_layers = (int)cfg->n_layer;
-        if (!(g.dev_kv = calloc(cfg->n_layer, sizeof *g.dev_kv))) {
-            rc = IFD_ENOMEM;
-            goto out;
-        }
-        for (uint32_t l = 0; l < cfg->n_layer; l++) {
-            ifd_kv_layer_t *kv = &g.dev_kv[l];
-            *kv = (ifd_kv_layer_t){NULL, NULL, IFD_DTYPE_F16, kp.block_size, kp.n_kv_heads,
-                                   kp.head_dim};
-            if ((rc = g.be->ops->alloc(g.be, region, &kv->k)) ||
-                (rc = g.be->ops->alloc(g.be, region, &kv->v)))
-                goto out;
-        }
-    } else if ((rc = ifd_kvpool_create(&kp, &g.pool)) ||
-               (rc = ifd_engine_model_from(&g.em, m, g.pool, 0))) {
-        goto out;
+        kp.kind[0] = IFD_KVSEG_CUDA_VMM;
     }
+    if ((rc = ifd_kvpool_create(&kp, &g.pool)) ||
+        (rc = ifd_engine_model_from(&g.em, m, g.pool, 0)))
+        goto out;
     g.blocks = calloc((size_t)g.max_blocks, sizeof *g.blocks);
     g.pos = malloc((size_t)max_tok * sizeof *g.pos);
     g.seq = malloc((size_t)max_tok * sizeof *g.seq);
@@ -290,13 +267,6 @@ out:
         ifd_kvpool_free(g.pool, 0, g.blocks, g.n_blocks);
     ifd_engine_model_free(&g.em);
     ifd_kvpool_destroy(g.pool);
-    for (int l = 0; g.dev_kv && l < g.n_layers; l++) {
-        if (g.dev_kv[l].k)
-            g.be->ops->free(g.be, g.dev_kv[l].k);
-        if (g.dev_kv[l].v)
-            g.be->ops->free(g.be, g.dev_kv[l].v);
-    }
-    free(g.dev_kv);
     free(g.blocks);
     free(g.pos);
     free(g.seq);

@@ -195,7 +195,8 @@ static int kvseg_create(void *ctx, int dev, uint64_t bytes, ifd_kvseg_export_t *
         return IFD_ENOMEM;
     CUdevice d;
     size_t rounded;
-    if (kvseg_vmm_ok(s, dev, bytes, &d, &rounded)) {
+    const bool want_ipc = exp->kind == IFD_KVSEG_CUDA_IPC; /* the pool asks for the fallback */
+    if (!want_ipc && kvseg_vmm_ok(s, dev, bytes, &d, &rounded)) {
         CUmemAllocationProp prop;
         kvseg_prop(&prop, d);
         m->kind = IFD_KVSEG_CUDA_VMM;
@@ -254,7 +255,7 @@ static int kvseg_create(void *ctx, int dev, uint64_t bytes, ifd_kvseg_export_t *
     *priv = m;
     IFD_INFO("kvseg_cuda: device %d: %llu bytes via cudaMalloc + IPC handle (no VMM fd "
              "sharing%s): the memory dies with this process",
-             dev, (unsigned long long)bytes, s->force_ipc ? ", forced" : "");
+             dev, (unsigned long long)bytes, s->force_ipc || want_ipc ? ", forced" : "");
     return 0;
 }
 

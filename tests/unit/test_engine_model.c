@@ -10,7 +10,11 @@
  * Built a second time as test_engine_cuda_emu (IFD_TEST_ENGINE_CUDA_EMU,
  * labels unit + emu; tests/gpu/kernels.cmake): the same properties through
  * the CUDA backend on the emulator, on a tiny random-weight Llama
- * (deploy/shapes/tiny-llama.json) with f16 KV and fewer, shorter requests.
+ * (deploy/shapes/tiny-llama.json) with f16 KV and fewer, shorter requests,
+ * the K/V in the pool's device segment (CUDA VMM on the emulated driver);
+ * and two more: a SIGKILLed worker's successor finds its cached prefix in
+ * the segment the router kept (VMM), or finds it lost and the pool rebuilt
+ * (IPC, whose memory dies with its creator).
  */
 #include "testutil.h"
 
@@ -25,7 +29,13 @@
 #include <string.h>
 
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
+#include "fdpass.h"
 #include "shape.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #define N_REQ 8
 #define N_OUT 6
 #define PROMPT_MAX 40
@@ -79,19 +89,32 @@ static void make_prompts(void)
     }
 }
 
+/* A pool for the model: host memory on the CPU; on the emulated CUDA
+ * backend the K/V live in a device segment (CUDA VMM, bound through the
+ * backend's provider by ifd_engine_model_from) of the given kind. */
+static ifd_kvpool_t *make_pool(int n_blocks, ifd_kvseg_kind_t kind)
+{
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(ifd_model_config(model));
+    kp.dtype = kv_dtype;
+    kp.n_blocks = n_blocks;
+    kp.n_workers = 1;
+    kp.kind[0] = kind;
+    ifd_kvpool_t *pool;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
+    return pool;
+}
+
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+static const ifd_kvseg_kind_t kv_kind = IFD_KVSEG_CUDA_VMM;
+#else
+static const ifd_kvseg_kind_t kv_kind = IFD_KVSEG_HOST;
+#endif
+
 /* Runs requests [first, first+n) with the given concurrency and pool size. */
 static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks, int budget,
                   ifd_engine_stats_t *st_out, ifd_kvpool_t *shared_pool)
 {
-    const ifd_model_config_t *cfg = ifd_model_config(model);
-    ifd_kvpool_t *pool = shared_pool;
-    if (!pool) {
-        ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
-        kp.dtype = kv_dtype;
-        kp.n_blocks = pool_blocks;
-        kp.n_workers = 1;
-        ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
-    }
+    ifd_kvpool_t *pool = shared_pool ? shared_pool : make_pool(pool_blocks, kv_kind);
     ifd_engine_model_t em;
     ck_assert_int_eq(ifd_engine_model_from(&em, model, pool, 0), 0);
     ifd_engine_params_t ep = ifd_engine_default_params();
@@ -179,13 +202,7 @@ END_TEST
 START_TEST(test_repeated_prompt_reuses_blocks)
 {
     sink_t *ref = solo_ref();
-    const ifd_model_config_t *cfg = ifd_model_config(model);
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
-    kp.dtype = kv_dtype;
-    kp.n_blocks = 64;
-    kp.n_workers = 1;
-    ifd_kvpool_t *pool;
-    ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
+    ifd_kvpool_t *pool = make_pool(64, kv_kind);
     int i = 3; /* plen 116: 7 full blocks reusable (emu: plen 36, 2 blocks) */
     ck_assert_int_ge(plen[i], N_REQ == 32 ? 100 : 33);
     sink_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
@@ -205,6 +222,102 @@ START_TEST(test_repeated_prompt_reuses_blocks)
     ifd_kvpool_destroy(pool);
 }
 END_TEST
+
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+/*
+ * A worker killed and restarted on the same GPU (issue 13): this process is
+ * the router (it holds the pool, never maps its device segment); worker A
+ * (a child) serves request i, which publishes its prompt's full blocks in
+ * the device segment, sends the segment's fd, and is SIGKILLed; the router
+ * adopts the fd and reclaims A's slot; worker B (another child) binds the
+ * segment from the router's fd and serves the same request: its prefix must
+ * come from the cache (cached_tokens) and its tokens equal the solo run.
+ * With an IPC segment the memory dies with A: B must find it lost, the pool
+ * rebuilt (stats.rebuilds = 1), no cached tokens, and still the same tokens.
+ */
+static void worker_proc(ifd_kvpool_t *pool, int sock, int i, int want_cached, const sink_t *ref,
+                        bool die)
+{
+    sink_t *a = calloc(1, sizeof *a);
+    ifd_engine_stats_t st;
+    serve(a, i, 1, 4, 0, 256, &st, pool);
+    bool ok = a->finished[i] == 1 && a->usage[i].cached_tokens == want_cached;
+    for (int t = 0; t < N_OUT; t++)
+        ok = ok && a->out[i][t] == ref->out[i][t];
+    ifd_kvpool_stats_t ps;
+    ok = ok && ifd_kvpool_stats(pool, &ps) == 0;
+    char msg[2] = {ok ? 'P' : 'F', (char)('0' + (ok ? ps.rebuilds : 0))};
+    if (!ok)
+        fprintf(stderr, "worker %d: finished %d, cached %d (want %d)\n", (int)getpid(),
+                a->finished[i], a->usage[i].cached_tokens, want_cached);
+    int fd = ifd_kvpool_data_fd(pool, 0);
+    (void)ifd_fdpass_send(sock, msg, 2, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0);
+    if (die)
+        raise(SIGKILL);
+    _exit(0);
+}
+
+/* Runs one worker child; returns its 2-byte report, adopting its fd. */
+static void run_worker(ifd_kvpool_t *pool, int i, int want_cached, const sink_t *ref, bool die,
+                       char msg[2])
+{
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(sv[0]);
+        worker_proc(pool, sv[1], i, want_cached, ref, die);
+    }
+    close(sv[1]);
+    size_t len = 0;
+    int fd = -1, nfds = 0;
+    msg[0] = msg[1] = 0;
+    int rc = ifd_fdpass_recv(sv[0], msg, 2, &len, &fd, 1, &nfds);
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_int_eq(rc, 0);
+    if (die)
+        ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    else
+        ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (nfds == 1) /* the router holds the segment's memory from now on */
+        ck_assert_int_eq(ifd_kvpool_adopt_fd(pool, 0, fd), 0);
+    close(sv[0]);
+    ck_assert_int_ge(ifd_kvpool_reclaim(pool, 0), 0);
+}
+
+static void reattach(ifd_kvseg_kind_t kind)
+{
+    sink_t *ref = solo_ref();
+    ifd_kvpool_t *pool = make_pool(64, kind);
+    int i = 3;
+    int shared = (plen[i] - 1) / 16 * 16;
+    bool lost = kind == IFD_KVSEG_CUDA_IPC;
+    char a[2], b[2];
+    run_worker(pool, i, 0, ref, true, a);
+    ck_assert_int_eq(a[0], 'P');
+    ck_assert_int_eq(a[1], '0');
+    run_worker(pool, i, lost ? 0 : shared, ref, false, b);
+    ck_assert_int_eq(b[0], 'P');
+    ck_assert_int_eq(b[1], lost ? '1' : '0');
+    char err[256];
+    ck_assert_msg(ifd_kvpool_check(pool, err, sizeof err) == 0, "%s", err);
+    ifd_kvpool_destroy(pool);
+}
+
+START_TEST(test_killed_worker_finds_prefixes)
+{
+    reattach(IFD_KVSEG_CUDA_VMM);
+}
+END_TEST
+
+START_TEST(test_ipc_creator_killed_rebuilds)
+{
+    reattach(IFD_KVSEG_CUDA_IPC);
+}
+END_TEST
+#endif
 
 int main(void)
 {
@@ -234,6 +347,11 @@ int main(void)
     tcase_add_test(tc, test_batched_equals_solo);
     tcase_add_test(tc, test_small_pool_completes_all);
     tcase_add_test(tc, test_repeated_prompt_reuses_blocks);
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+    /* last: they fork worker processes (a failed check there ends the child) */
+    tcase_add_test(tc, test_killed_worker_finds_prefixes);
+    tcase_add_test(tc, test_ipc_creator_killed_rebuilds);
+#endif
     suite_add_tcase(s, tc);
     /* no fork: the model is loaded once and the solo reference shared */
     SRunner *sr = srunner_create(s);
