@@ -335,7 +335,8 @@ INC="-I$B/poison -I$ROOT/common -I$ROOT/kernels -I$ROOT/kernels/cpu -I$ROOT/work
     done
     if [ $MODE = emu ]; then
         echo "build obj/cuda_emu.o: kc $ROOT/tests/gpu/emu/cuda_emu.cc"
-        kobjs="$kobjs obj/cuda_emu.o"
+        echo "build obj/cuda_emu_vmm.o: kc $ROOT/tests/gpu/emu/cuda_emu_vmm.cc"
+        kobjs="$kobjs obj/cuda_emu.o obj/cuda_emu_vmm.o"
     fi
     robjs=""
     for f in "${CREFS[@]}"; do
