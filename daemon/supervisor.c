@@ -314,6 +314,77 @@ static void ifd__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(p, p ? (unsigned)avail : 0);
 }
 
+static void ifd__free_handle_cb(uv_handle_t *h)
+{
+    free(h);
+}
+
+/*
+ * A GPU worker's READY frame carries its KV device segment's fd (a CUDA VMM
+ * shareable handle) as SCM_RIGHTS on its first byte; the worker pipe is an
+ * IPC pipe, so libuv keeps received fds pending. The router adopts it for
+ * the worker's pool device (ifd_kvpool_adopt_fd, replacing an fd it held
+ * before: a worker that had to rebuild a lost segment sends the new one)
+ * and holds it for the daemon's life, so the memory — and the cached
+ * prefixes in it — outlive the worker. Without CUDA the router can only
+ * hold the fd, never map it. Any other fd is closed.
+ */
+static void ifd__adopt_kv_fds(ifd__worker_t *w)
+{
+    ifd_sup_t *s = w->sup;
+    while (uv_pipe_pending_count(&w->pipe) > 0) {
+        uv_pipe_t *tmp = malloc(sizeof *tmp);
+        if (!tmp || uv_pipe_init(s->loop, tmp, 0) < 0) {
+            IFD_ERROR("worker %d: out of memory taking its KV segment fd", w->idx);
+            free(tmp);
+            return;
+        }
+        int fd = -1;
+        uv_os_fd_t got;
+        if (uv_accept((uv_stream_t *)&w->pipe, (uv_stream_t *)tmp) == 0 &&
+            uv_fileno((uv_handle_t *)tmp, &got) == 0)
+            fd = fcntl(got, F_DUPFD_CLOEXEC, 0);
+        uv_close((uv_handle_t *)tmp, ifd__free_handle_cb); /* closes the received fd */
+        if (fd < 0) {
+            IFD_ERROR("worker %d: taking its KV segment fd: %s", w->idx, strerror(errno));
+            continue;
+        }
+        int rc = ifd_kvpool_adopt_fd(s->p.pool, w->info.kv_device, fd);
+        if (rc) {
+            IFD_WARN("worker %d: an fd for KV pool device %d, which is not a CUDA segment: "
+                     "ignored",
+                     w->idx, w->info.kv_device);
+            close(fd);
+            continue;
+        }
+        IFD_INFO("worker %d: holding the KV pool's device %d segment (CUDA VMM fd) for the "
+                 "daemon's life",
+                 w->idx, w->info.kv_device);
+    }
+}
+
+/* After worker w died: an IPC device segment dies with the process that
+ * made it, so its cached blocks are gone. (A VMM segment lives on in the
+ * fd the router holds; were the driver to free it anyway, the next
+ * worker's bind would find the seal broken and rebuild the pool.) */
+static void ifd__drop_dead_ipc_segment(ifd__worker_t *w)
+{
+    ifd_sup_t *s = w->sup;
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(s->p.pool, &g);
+    int dev = w->info.kv_device;
+    if (dev < 0 || dev >= g.n_devices || g.kind[dev] != IFD_KVSEG_CUDA_IPC)
+        return;
+    int n = ifd_kvpool_invalidate_device(s->p.pool, dev);
+    if (n >= 0)
+        IFD_WARN("worker %d: KV pool device %d is CUDA IPC memory, which died with the worker: "
+                 "dropped %d cached blocks; the next worker makes the segment afresh",
+                 w->idx, dev, n);
+    else
+        IFD_ERROR("worker %d: invalidating KV pool device %d: %s", w->idx, dev,
+                  ifd_strerror(n));
+}
+
 static void ifd__on_ready(ifd__worker_t *w, const ifd_wire_ready_t *r)
 {
     ifd_sup_t *s = w->sup;
@@ -322,6 +393,7 @@ static void ifd__on_ready(ifd__worker_t *w, const ifd_wire_ready_t *r)
         return;
     }
     uv_timer_stop(&w->timer);
+    ifd__adopt_kv_fds(w);
     w->info.state = IFD_W_READY;
     w->info.max_seqs = r->max_seqs ? r->max_seqs : 1;
     w->info.n_ctx = r->n_ctx;
@@ -514,6 +586,7 @@ static void ifd__exit_cb(uv_process_t *p, int64_t status, int sig)
         IFD_INFO("worker %d: reclaimed %d KV block references", w->idx, n);
     else if (n < 0)
         IFD_ERROR("worker %d: reclaiming its KV blocks: %s", w->idx, ifd_strerror(n));
+    ifd__drop_dead_ipc_segment(w);
     ifd__lose(w, NULL);
     ifd__close_pipe(w);
     w->info.pid = 0;
@@ -666,7 +739,8 @@ static void ifd__spawn(ifd__worker_t *w)
         ifd_sup_kill(s, w->idx, "HELLO failed");
         return;
     }
-    uv_pipe_init(s->loop, &w->pipe, 0);
+    /* an IPC pipe: READY may carry the worker's KV segment fd (ifd__adopt_kv_fds) */
+    uv_pipe_init(s->loop, &w->pipe, 1);
     w->pipe.data = w;
     w->pipe_active = true;
     s->open_handles++;

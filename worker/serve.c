@@ -79,6 +79,20 @@ static int ifd__flush(ifd__srv_t *s)
     return rc;
 }
 
+/* Flushes with fd attached to the first byte (SCM_RIGHTS): how READY hands
+ * the router a CUDA VMM segment's fd, which it holds for the daemon's life
+ * (daemon/supervisor.c reads with an IPC pipe). fd < 0: a plain flush. */
+static int ifd__flush_fd(ifd__srv_t *s, int fd)
+{
+    if (fd < 0 || !s->out.len)
+        return ifd__flush(s);
+    int rc = ifd_fdpass_send(s->fd, s->out.data, 1, &fd, 1);
+    if (!rc)
+        rc = ifd__write_all(s->fd, (const char *)s->out.data + 1, s->out.len - 1);
+    ifd_buf_clear(&s->out);
+    return rc;
+}
+
 static void ifd__send_error(ifd__srv_t *s, uint64_t id, int code, const char *msg)
 {
     ifd_wire_msg_t m = {.type = IFD_WIRE_ERROR};
@@ -383,7 +397,12 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     r->kv = h->kv;
     r->kv.n_blocks = (uint64_t)geo.n_blocks;
     ifd__queue(&s, &ready);
-    if ((rc = ifd__flush(&s)))
+    /* a CUDA VMM segment (made or imported by ifd_engine_model_from): its fd
+     * goes to the router with READY */
+    int kv_fd = geo.kind[h->kv_device] == IFD_KVSEG_CUDA_VMM
+                    ? ifd_kvpool_data_fd(pool, (int)h->kv_device)
+                    : -1;
+    if ((rc = ifd__flush_fd(&s, kv_fd)))
         goto out;
     IFD_INFO("worker %u ready: %s on %s", h->slot, cfg->name, devname);
 
