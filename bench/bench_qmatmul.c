@@ -1,13 +1,14 @@
 /*
- * bench/bench_qmatmul.c — quantized matmul (kernels/cpu/qmatmul.h) against
- * the f32 packed one the CPU backend used before, on SmolLM2 / Gemma 3 shapes.
+ * bench/bench_qmatmul.c — quantized matmul (kernels/cpu/qmatmul.h) and the
+ * f16/bf16 one (hmatmul.h: types F16, BF16) against the f32 packed one the
+ * CPU backend used before, on SmolLM2 / Gemma 3 shapes.
  *
  *   bench_qmatmul [--threads 2] [--rounds 5] [--min-ms 60] [--types Q4_1,Q8_0,...]
  *
  * The machine is shared and noisy, so the two are timed in alternation:
  * each round runs f32 then quantized (each for at least --min-ms) and the
  * result is the median per side plus the median of the per-round ratios.
- * "q" includes quantizing the activations. Also the cost of one empty
+ * "q" includes quantizing the activations (none for F16/BF16). Also the cost of one empty
  * thread-pool run (the sync a matmul pays) and of a decode step's worth of
  * them. Prints one JSON object:
  *   {"isa", "threads", "matmul": [{"type","m","n","k","f32_ms","q_ms","speedup",
@@ -20,6 +21,7 @@
 #include <time.h>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/hmatmul.h"
 #include "cpu/qmatmul.h"
 #include "ggml_types.h"
 #include "kernels.h"
@@ -59,6 +61,9 @@ static void *random_gguf(uint32_t type, int n, int k)
     for (size_t i = 0; i + 1 < bytes; i += 2)
         if ((w[i + 1] & 0x7c) == 0x7c)
             w[i + 1] &= 0x3f;
+    if (type == IFD_GGML_BF16) /* values of magnitude < 2: no inf/NaN */
+        for (size_t i = 0; i + 1 < bytes; i += 2)
+            w[i + 1] &= 0xbf;
     return w;
 }
 
@@ -97,6 +102,10 @@ static void run_f32(void *p)
 static void run_q(void *p)
 {
     job_t *j = p;
+    if (ifd_cpu_htype_supported(j->type)) {
+        ifd_cpu_hmatmul(j->y, j->n, j->x, j->wq, j->type, j->m, j->n, j->k, j->tp);
+        return;
+    }
     ifd_cpu_quantize_act(&j->a, j->x, j->tp);
     ifd_cpu_qmatmul(j->y, j->n, &j->a, j->wq, j->type, j->n, j->tp);
 }
@@ -121,9 +130,13 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
     ifd_cpu_dequantize(w, src, type, (int64_t)n * k);
     j.wp = xmalloc(sizeof(float) * (size_t)ifd_cpu_matmul_packed_floats(n, k));
     ifd_cpu_matmul_pack(j.wp, w, n, k);
-    int64_t qb = ifd_cpu_qweight_bytes(type, n, k);
+    const bool h = ifd_cpu_htype_supported(type);
+    int64_t qb = h ? 2 * ifd_cpu_hweight_elems(n, k) : ifd_cpu_qweight_bytes(type, n, k);
     j.wq = xmalloc((size_t)qb);
-    ifd_cpu_qweight_pack(j.wq, src, type, n, k);
+    if (h)
+        ifd_cpu_hweight_pack(j.wq, src, n, k);
+    else
+        ifd_cpu_qweight_pack(j.wq, src, type, n, k);
     void *amem = xmalloc((size_t)ifd_cpu_qact_bytes(m, k));
     ifd_cpu_qact_init(&j.a, amem, m, k);
     double tf[32], tq[32], ratio[32];
@@ -176,7 +189,8 @@ int main(int argc, char **argv)
         return 1;
     printf("{\"isa\": \"%s\", \"threads\": %d,\n  \"matmul\": [", ifd_cpu_isa_name(), threads);
     static const uint32_t all[] = {IFD_GGML_Q4_0, IFD_GGML_Q4_1, IFD_GGML_Q5_0, IFD_GGML_Q5_1,
-                                   IFD_GGML_Q8_0, IFD_GGML_Q4_K, IFD_GGML_Q5_K, IFD_GGML_Q6_K};
+                                   IFD_GGML_Q8_0, IFD_GGML_Q4_K, IFD_GGML_Q5_K, IFD_GGML_Q6_K,
+                                   IFD_GGML_F16,  IFD_GGML_BF16};
     /* SmolLM2 (k 576 / 1536) and Gemma 3 270M (k 640 / 1024 / 2048) shapes */
     static const int shapes[][2] = {{1536, 576}, {576, 1536}, {2048, 640}, {640, 2048}};
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
@@ -193,6 +207,8 @@ int main(int argc, char **argv)
         }
         if (576 % qk == 0)
             bench(all[t], 1, 49152, 576, rounds, tp); /* SmolLM2's output layer */
+        if (640 % qk == 0)
+            bench(all[t], 1, 262144, 640, rounds, tp); /* Gemma 3's (tied) output layer */
     }
     /* sync: an empty run of the pool, and a decode step's worth (SmolLM2 on
      * the fused backend: 30 layers × (QKV, attention, O, gate|up, down) +

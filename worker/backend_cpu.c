@@ -11,8 +11,12 @@
  * fill their column ranges of y. The input rows are quantized to 8 bits per
  * 32 elements once per projection. An embedding table of such a type stays
  * quantized too (rows decoded on lookup), and a tied output projection
- * shares its buffer (refcounted through `aux`). Everything else — other
- * types, norms, vectors, and every weight with weights "f32"
+ * shares its buffer (refcounted through `aux`). F16 and BF16 matrices (and
+ * embedding tables) whose parts share one of those types stay in 16 bits,
+ * repacked into 16-row panels (kernels/cpu/hmatmul.h, layout IFD__LAYOUT_H,
+ * dtype F16/BF16): the file's bytes, f32 accumulation, results bitwise
+ * those of the f32 packed path on an AVX2 machine. Everything else — other
+ * types, mixed 16-bit types, norms, vectors, and every weight with weights "f32"
  * (ifd_backend_cpu_create_ex) — is dequantized to f32 (ifd_cpu_dequantize);
  * f32 projections are concatenated into one [Σ rows, cols] matrix and
  * pre-packed (ifd_cpu_matmul_pack, layout IFD__LAYOUT_PACKED): that is the
@@ -26,6 +30,7 @@
  */
 #include "backend.h"
 
+#include "cpu/hmatmul.h"
 #include "cpu/qmatmul.h"
 #include "error.h"
 #include "log.h"
@@ -34,10 +39,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
-enum { IFD__LAYOUT_PLAIN = 0, IFD__LAYOUT_PACKED = 1, IFD__LAYOUT_Q = 2 };
+enum { IFD__LAYOUT_PLAIN = 0, IFD__LAYOUT_PACKED = 1, IFD__LAYOUT_Q = 2, IFD__LAYOUT_H = 3 };
 
-/* aux of a quantized weight: its buffer's reference count (an embedding
- * table and the tied output projection share one). */
+/* aux of a quantized or 16-bit weight: its buffer's reference count (an
+ * embedding table and the tied output projection share one). */
 typedef struct {
     int refs;
 } ifd__qshare_t;
@@ -155,6 +160,59 @@ static bool ifd__cpu_keeps_q(ifd_backend_t *be, const ifd_weight_src_t *src)
            ifd_cpu_qweight_bytes(src->type, (int)src->rows, (int)src->cols) > 0;
 }
 
+/* Whether an f16/bf16 matrix of src's type and shape stays in 16 bits. */
+static bool ifd__cpu_keeps_h(ifd_backend_t *be, const ifd_weight_src_t *src)
+{
+    return ifd__cpu(be)->weights == IFD_WEIGHTS_AUTO && ifd_cpu_htype_supported(src->type) &&
+           src->rows <= INT32_MAX && src->cols <= INT32_MAX &&
+           ifd_cpu_hweight_elems((int)src->rows, (int)src->cols) > 0;
+}
+
+/* A 16-bit weight from n parts of one type (rows concatenated), repacked
+ * into 16-row panels (hmatmul.h). */
+static int ifd__cpu_load_h(ifd_backend_t *be, ifd_weight_t *out, const ifd_weight_src_t *parts,
+                           int n)
+{
+    int64_t rows = 0, cols = parts[0].cols;
+    for (int i = 0; i < n; i++)
+        rows += parts[i].rows;
+    if (rows > INT32_MAX)
+        return IFD_ERANGE;
+    int64_t elems = ifd_cpu_hweight_elems((int)rows, (int)cols);
+    if (elems < 0)
+        return (int)elems;
+    uint16_t *wh = NULL;
+    ifd__qshare_t *share = malloc(sizeof *share);
+    int rc = share ? ifd__cpu_alloc(be, (size_t)elems * 2, (void **)&wh) : IFD_ENOMEM;
+    /* a panel may straddle two parts: pack them as one concatenated tensor */
+    const uint16_t *src = parts[0].data;
+    uint16_t *cat = NULL;
+    if (rc == 0 && n > 1) {
+        if (!(cat = malloc((size_t)(rows * cols) * 2)))
+            rc = IFD_ENOMEM;
+        int64_t off = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            memcpy(cat + off, parts[i].data, (size_t)(parts[i].rows * cols) * 2);
+            off += parts[i].rows * cols;
+        }
+        src = cat;
+    }
+    if (rc == 0)
+        rc = ifd_cpu_hweight_pack(wh, src, (int)rows, (int)cols);
+    free(cat);
+    if (rc) {
+        free(wh);
+        free(share);
+        IFD_ERROR("cpu backend: tensor '%s' (%s): cannot repack: %s", parts[0].name,
+                  ifd_ggml_type_name(parts[0].type), ifd_strerror(rc));
+        return rc;
+    }
+    share->refs = 1;
+    *out = (ifd_weight_t){.data = wh, .dtype = parts[0].type, .rows = rows, .cols = cols,
+                          .layout = IFD__LAYOUT_H, .aux = share, .bytes = (uint64_t)elems * 2};
+    return 0;
+}
+
 /* A quantized weight from n parts of one type (rows concatenated). */
 static int ifd__cpu_load_q(ifd_backend_t *be, ifd_weight_t *out, const ifd_weight_src_t *parts,
                            int n)
@@ -205,8 +263,9 @@ static int ifd__cpu_load_weight(ifd_backend_t *be, ifd_weight_t *out, const ifd_
                                 ifd_weight_use_t use)
 {
     memset(out, 0, sizeof *out);
-    if (use == IFD_WEIGHT_EMBED && src->rows > 1 && ifd__cpu_keeps_q(be, src)) {
-        int rc = ifd__cpu_load_q(be, out, src, 1);
+    const bool keep_q = ifd__cpu_keeps_q(be, src), keep_h = !keep_q && ifd__cpu_keeps_h(be, src);
+    if (use == IFD_WEIGHT_EMBED && src->rows > 1 && (keep_q || keep_h)) {
+        int rc = keep_q ? ifd__cpu_load_q(be, out, src, 1) : ifd__cpu_load_h(be, out, src, 1);
         if (rc == 0) {
             ifd__cpu_backend_t *c = ifd__cpu(be);
             c->last_embed.src = src->data;
@@ -237,7 +296,7 @@ static int ifd__cpu_load_weight(ifd_backend_t *be, ifd_weight_t *out, const ifd_
 static void ifd__cpu_weight_free(ifd_backend_t *be, ifd_weight_t *w)
 {
     ifd__cpu_backend_t *c = ifd__cpu(be);
-    if (w->layout == IFD__LAYOUT_Q && w->aux) {
+    if ((w->layout == IFD__LAYOUT_Q || w->layout == IFD__LAYOUT_H) && w->aux) {
         ifd__qshare_t *share = w->aux;
         IFD_ASSERT(share->refs > 0);
         if (--share->refs > 0) {
@@ -291,10 +350,11 @@ static int ifd__cpu_load_bias(ifd_backend_t *be, float **out, const ifd_weight_s
     return 0;
 }
 
-/* Quantized parts: one merged weight when all have one type, else one
- * weight per part (a tied output shares the embedding's buffer). */
+/* Quantized parts (h: 16-bit parts of one type): one merged weight when
+ * all have one type, else one weight per part (a tied output shares the
+ * embedding's buffer). */
 static int ifd__cpu_load_proj_q(ifd_backend_t *be, ifd_proj_t *out, const ifd_weight_src_t *parts,
-                                const ifd_weight_src_t *const *bias, int n, int64_t rows)
+                                const ifd_weight_src_t *const *bias, int n, int64_t rows, bool h)
 {
     ifd__cpu_backend_t *c = ifd__cpu(be);
     bool same = true;
@@ -309,7 +369,8 @@ static int ifd__cpu_load_proj_q(ifd_backend_t *be, ifd_proj_t *out, const ifd_we
         ((ifd__qshare_t *)out->part[0].aux)->refs++;
         out->n_parts = 1;
     } else if (same) {
-        rc = ifd__cpu_load_q(be, &out->part[0], parts, n);
+        rc = h ? ifd__cpu_load_h(be, &out->part[0], parts, n)
+               : ifd__cpu_load_q(be, &out->part[0], parts, n);
         out->n_parts = rc ? 0 : 1;
     } else {
         int64_t r0 = 0;
@@ -345,17 +406,18 @@ static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weig
     if (n < 1 || n > IFD_PROJ_MAX_PARTS)
         return IFD_EINVAL;
     int64_t rows = 0, cols = parts[0].cols;
-    bool all_q = true;
+    bool all_q = true, all_h = true;
     for (int i = 0; i < n; i++) {
         if (parts[i].cols != cols)
             return IFD_EINVAL;
         rows += parts[i].rows;
         all_q &= ifd__cpu_keeps_q(be, &parts[i]);
+        all_h &= ifd__cpu_keeps_h(be, &parts[i]) && parts[i].type == parts[0].type;
     }
     if (rows > INT32_MAX || cols > INT32_MAX)
         return IFD_ERANGE;
-    if (all_q)
-        return ifd__cpu_load_proj_q(be, out, parts, bias, n, rows);
+    if (all_q || all_h)
+        return ifd__cpu_load_proj_q(be, out, parts, bias, n, rows, all_h);
     int64_t nf = ifd_cpu_matmul_packed_floats((int)rows, (int)cols);
     if (nf < 0)
         return (int)nf;
@@ -424,8 +486,8 @@ static int ifd__cpu_embed(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *e
                           const int32_t *tokens, int n, float scale)
 {
     (void)be;
-    const bool q = emb->layout == IFD__LAYOUT_Q;
-    if ((!q && emb->dtype != IFD_GGML_F32) || x->cols != emb->cols || n > x->rows)
+    const bool q = emb->layout == IFD__LAYOUT_Q, h = emb->layout == IFD__LAYOUT_H;
+    if ((!q && !h && emb->dtype != IFD_GGML_F32) || x->cols != emb->cols || n > x->rows)
         return IFD_EINVAL;
     const float *e = emb->data;
     for (int i = 0; i < n; i++) {
@@ -433,7 +495,11 @@ static int ifd__cpu_embed(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *e
             return IFD_ERANGE;
         float *o = ifd__f(x) + (int64_t)i * emb->cols;
         const float *row = o;
-        if (!q)
+        if (h) {
+            if (ifd_cpu_hweight_row(o, emb->data, emb->dtype, (int)emb->rows, (int)emb->cols,
+                                    tokens[i]) != 0)
+                return IFD_EINVAL;
+        } else if (!q)
             row = e + (int64_t)tokens[i] * emb->cols;
         else if (ifd_cpu_qweight_row(o, emb->data, emb->dtype, (int)emb->rows, (int)emb->cols,
                                      tokens[i]) != 0)
@@ -489,15 +555,17 @@ static int ifd__cpu_proj(ifd_backend_t *be, ifd_act_t *y, const ifd_act_t *x, co
 {
     /* f32 parts are always merged (see the top of the file) */
     const ifd_weight_t *w = &p->part[0];
-    const bool q = w->layout == IFD__LAYOUT_Q;
-    if ((!q && (p->n_parts != 1 || w->layout != IFD__LAYOUT_PACKED)) || x->cols != p->cols ||
-        y->cols != p->rows || m > x->rows || m > y->rows)
+    const bool q = w->layout == IFD__LAYOUT_Q, h = w->layout == IFD__LAYOUT_H;
+    if ((!q && (p->n_parts != 1 || (w->layout != IFD__LAYOUT_PACKED && !h))) ||
+        x->cols != p->cols || y->cols != p->rows || m > x->rows || m > y->rows)
         return IFD_EINVAL;
     if (m == 0)
         return 0;
-    int rc = q ? ifd__cpu_proj_q(be, ifd__f(y), ifd__f(x), p, m)
-               : ifd_cpu_matmul_packed(ifd__f(y), ifd__f(x), w->data, m, (int)w->rows,
-                                       (int)w->cols, ifd__cpu(be)->tp);
+    int rc = q   ? ifd__cpu_proj_q(be, ifd__f(y), ifd__f(x), p, m)
+             : h ? ifd_cpu_hmatmul(ifd__f(y), p->rows, ifd__f(x), w->data, w->dtype, m,
+                                   (int)w->rows, (int)w->cols, ifd__cpu(be)->tp)
+                 : ifd_cpu_matmul_packed(ifd__f(y), ifd__f(x), w->data, m, (int)w->rows,
+                                         (int)w->cols, ifd__cpu(be)->tp);
     if (rc || !p->bias.data)
         return rc;
     const float *b = p->bias.data;

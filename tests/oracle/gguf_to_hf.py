@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """gguf_to_hf.py — turns a GGUF `llama` model (e.g. the default SmolLM2 Q4_1) into a Hugging
 Face directory the way the checkpoint it came from would look: weights dequantized (gguf-py)
-and stored as F32 safetensors, Q/K rows permuted back from GGUF's interleaved order to HF's
+and stored as F32 safetensors (or F16/BF16: a third argument), Q/K rows permuted back from GGUF's interleaved order to HF's
 rotate-half order (the inverse of MODEL-FORMATS.md §2.4's map), HF tensor names (§2.1),
 config.json from the GGUF metadata, and tokenizer.json built with the `tokenizers` package
 from the GGUF vocabulary (pre-tokenizer "smollm" only) + tokenizer_config.json with the
 GGUF's chat template. It lets the HF loading path run on real-model sizes and a real
 vocabulary here, where no HF checkpoint can be downloaded:
 
-    gguf_to_hf.py MODEL.gguf OUT_DIR
+    gguf_to_hf.py MODEL.gguf OUT_DIR [F32|F16|BF16]
     inferd-worker --model OUT_DIR ...   vs   inferd-worker --model MODEL.gguf --weights-dtype f32
 
 (the logits agree to float rounding: ~1e-6 relative, the attention dot products summing in
@@ -47,6 +47,9 @@ def unpermute(w, n_heads):
 
 def main() -> int:
     src, out = sys.argv[1], sys.argv[2]
+    dtype = sys.argv[3] if len(sys.argv) > 3 else "F32"
+    if dtype not in ("F32", "F16", "BF16"):
+        raise SystemExit(f"dtype {dtype}: F32, F16 or BF16")
     r = gguf.GGUFReader(src, "r")
     f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("tokenizer.ggml.")}
     if f["general.architecture"] != "llama":
@@ -74,7 +77,8 @@ def main() -> int:
             hn = f"model.layers.{layer}.{LAYER[base]}.{kind}"
         else:
             raise SystemExit(f"tensor {n} has no HF name here")
-        tensors[hn] = ("F32", np.ascontiguousarray(a))
+        raw = tiny_models.quantize(np.ascontiguousarray(a), dtype if a.ndim == 2 else "F32")[0]
+        tensors[hn] = (dtype if a.ndim == 2 else "F32", raw)
     os.makedirs(out, exist_ok=True)
     tiny_models.write_safetensors(os.path.join(out, "model.safetensors"), tensors)
     V = tensors["model.embed_tokens.weight"][1].shape[0]
@@ -84,7 +88,7 @@ def main() -> int:
            "num_key_value_heads": nkv, "max_position_embeddings": f[p + "context_length"],
            "rms_norm_eps": f[p + "attention.layer_norm_rms_epsilon"],
            "rope_theta": f.get(p + "rope.freq_base", 10000.0), "rope_scaling": None,
-           "tie_word_embeddings": tied, "torch_dtype": "float32", "hidden_act": "silu"}
+           "tie_word_embeddings": tied, "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype], "hidden_act": "silu"}
     json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
     tok = make_prompts.build_tokenizer(src)
     tok.save(os.path.join(out, "tokenizer.json"))

@@ -11,6 +11,11 @@
  *  - embed of a quantized table = the dequantized rows × scale, bit for bit;
  *    a tied output projection shares the table's buffer (bytes 0) and both
  *    free cleanly (ASan);
+ *  - F16 or BF16 parts of one type stay in 16 bits (kernels/cpu/hmatmul.h,
+ *    the file's bytes), F16 beside BF16 goes to f32; the product is bit for
+ *    bit the f32 packed one (on a CPU with 16-row f32 panels, i.e. not
+ *    AVX-512) and batch invariant; an F16/BF16 embedding table is looked up
+ *    exactly and shared with a tied output;
  *  - weights "f32": the same sources give the f32 packed path, bit for bit
  *    what ifd_cpu_matmul_packed computes on the dequantized matrix;
  *  - ifd_weights_dtype_parse.
@@ -18,9 +23,11 @@
 #include "testutil.h"
 
 #include "backend.h"
+#include "cpu/hmatmul.h"
 #include "cpu/qmatmul.h"
 #include "error.h"
 #include "ggml_types.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -68,8 +75,8 @@ static void *make_src(ifd_ggml_type_t t, int64_t rows, int64_t cols, float **deq
         uint8_t *blk = w + b * bb;
         for (uint64_t i = 0; i < bb; i++)
             blk[i] = (uint8_t)rnd();
-        if (t == IFD_GGML_F16) {
-            uint16_t h = ifd_f32_to_f16(frand());
+        if (t == IFD_GGML_F16 || t == IFD_GGML_BF16) {
+            uint16_t h = t == IFD_GGML_F16 ? ifd_f32_to_f16(frand()) : ifd_f32_to_bf16(frand());
             memcpy(blk, &h, 2);
         }
         for (int f = 0; f < 2; f++) {
@@ -97,6 +104,7 @@ typedef struct {
     int64_t cols;
     int want_parts;     /* stored parts with weights auto */
     bool want_q;        /* stays quantized */
+    bool want_h;        /* stays in 16 bits */
 } proj_case_t;
 
 static void run_case(const proj_case_t *pc, ifd_weights_dtype_t mode)
@@ -124,8 +132,12 @@ static void run_case(const proj_case_t *pc, ifd_weights_dtype_t mode)
     ck_assert_int_eq(be->ops->load_proj(be, &p, parts, bp, pc->n), 0);
     ck_assert_int_eq(p.rows, R);
     const bool q = mode == IFD_WEIGHTS_AUTO && pc->want_q;
+    const bool h = mode == IFD_WEIGHTS_AUTO && pc->want_h;
     ck_assert_int_eq(p.n_parts, q ? pc->want_parts : 1);
-    if (q) {
+    if (h) {
+        ck_assert_int_eq(p.part[0].dtype, pc->types[0]);
+        ck_assert_int_eq(p.part[0].bytes, 2 * ifd_cpu_hweight_elems((int)R, (int)K));
+    } else if (q) {
         int64_t bytes = 0;
         for (int i = 0; i < p.n_parts; i++) {
             ck_assert_int_ne(p.part[i].dtype, IFD_GGML_F32);
@@ -172,7 +184,7 @@ static void run_case(const proj_case_t *pc, ifd_weights_dtype_t mode)
             }
         }
     }
-    if (!q) {
+    if (!q && (!h || strcmp(ifd_cpu_isa_name(), "avx512") != 0)) {
         /* exactly the f32 packed kernel on the dequantized, concatenated parts */
         float *w = malloc(sizeof(float) * R * K), *ref = malloc(sizeof(float) * M * R);
         int64_t r0 = 0;
@@ -205,12 +217,15 @@ static void run_case(const proj_case_t *pc, ifd_weights_dtype_t mode)
 }
 
 static const proj_case_t cases[] = {
-    {3, {IFD_GGML_Q8_0, IFD_GGML_Q8_0, IFD_GGML_Q8_0}, {37, 16, 29}, 96, 1, true},
-    {2, {IFD_GGML_Q4_K, IFD_GGML_Q4_K}, {21, 21}, 512, 1, true},
-    {3, {IFD_GGML_Q5_0, IFD_GGML_Q5_0, IFD_GGML_Q8_0}, {13, 8, 8}, 64, 3, true},
-    {2, {IFD_GGML_Q4_K, IFD_GGML_Q6_K}, {9, 17}, 256, 2, true},
-    {1, {IFD_GGML_Q4_1}, {50}, 160, 1, true},
-    {2, {IFD_GGML_Q8_0, IFD_GGML_F16}, {16, 16}, 64, 1, false},
+    {3, {IFD_GGML_Q8_0, IFD_GGML_Q8_0, IFD_GGML_Q8_0}, {37, 16, 29}, 96, 1, true, false},
+    {2, {IFD_GGML_Q4_K, IFD_GGML_Q4_K}, {21, 21}, 512, 1, true, false},
+    {3, {IFD_GGML_Q5_0, IFD_GGML_Q5_0, IFD_GGML_Q8_0}, {13, 8, 8}, 64, 3, true, false},
+    {2, {IFD_GGML_Q4_K, IFD_GGML_Q6_K}, {9, 17}, 256, 2, true, false},
+    {1, {IFD_GGML_Q4_1}, {50}, 160, 1, true, false},
+    {2, {IFD_GGML_Q8_0, IFD_GGML_F16}, {16, 16}, 64, 1, false, false},
+    {3, {IFD_GGML_F16, IFD_GGML_F16, IFD_GGML_F16}, {37, 8, 19}, 400, 1, false, true},
+    {2, {IFD_GGML_BF16, IFD_GGML_BF16}, {24, 24}, 72, 1, false, true},
+    {2, {IFD_GGML_F16, IFD_GGML_BF16}, {16, 16}, 64, 1, false, false},
 };
 
 START_TEST(test_proj_auto)
@@ -225,18 +240,22 @@ START_TEST(test_proj_f32)
 }
 END_TEST
 
+static const ifd_ggml_type_t embed_types[] = {IFD_GGML_Q8_0, IFD_GGML_F16, IFD_GGML_BF16};
+
 START_TEST(test_embed_tied)
 {
+    const ifd_ggml_type_t t = embed_types[_i];
     ifd_backend_t *be;
     ck_assert_int_eq(ifd_backend_cpu_create(&be, 2), 0);
     enum { V = 70, E = 64 };
     float *deq;
-    void *raw = make_src(IFD_GGML_Q8_0, V, E, &deq);
-    ifd_weight_src_t src = {"token_embd", raw, IFD_GGML_Q8_0, V, E};
+    void *raw = make_src(t, V, E, &deq);
+    ifd_weight_src_t src = {"token_embd", raw, t, V, E};
     ifd_weight_t emb;
     ck_assert_int_eq(be->ops->load_weight(be, &emb, &src, IFD_WEIGHT_EMBED), 0);
-    ck_assert_int_eq(emb.dtype, IFD_GGML_Q8_0);
-    ck_assert_int_eq(emb.bytes, ifd_cpu_qweight_bytes(IFD_GGML_Q8_0, V, E));
+    ck_assert_int_eq(emb.dtype, t);
+    ck_assert_int_eq(emb.bytes, t == IFD_GGML_Q8_0 ? ifd_cpu_qweight_bytes(t, V, E)
+                                                   : 2 * ifd_cpu_hweight_elems(V, E));
     ifd_proj_t out;
     ck_assert_int_eq(be->ops->load_proj(be, &out, &src, NULL, 1), 0);
     ck_assert_ptr_eq(out.part[0].data, emb.data);
@@ -263,7 +282,7 @@ START_TEST(test_embed_tied)
     ck_assert_int_eq(be->ops->load_weight(be, &emb, &src, IFD_WEIGHT_EMBED), 0);
     ifd_weight_src_t other = src;
     float *deq2;
-    void *raw2 = make_src(IFD_GGML_Q8_0, V, E, &deq2);
+    void *raw2 = make_src(t, V, E, &deq2);
     other.data = raw2;
     ck_assert_int_eq(be->ops->load_proj(be, &out, &other, NULL, 1), 0);
     ck_assert_ptr_ne(out.part[0].data, emb.data);
@@ -298,7 +317,7 @@ static Suite *suite(void)
     const int n = (int)(sizeof cases / sizeof cases[0]);
     tcase_add_loop_test(tc, test_proj_auto, 0, n);
     tcase_add_loop_test(tc, test_proj_f32, 0, n);
-    tcase_add_test(tc, test_embed_tied);
+    tcase_add_loop_test(tc, test_embed_tied, 0, 3);
     tcase_add_test(tc, test_weights_dtype_parse);
     suite_add_tcase(s, tc);
     return s;
