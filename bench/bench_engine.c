@@ -18,11 +18,13 @@
  *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16]
  *                [--prefill-cap auto,off,N,...] [--weights-dtype auto|f32]
  *                [--backend cpu|cuda|cuda-f32]
+ *                [--step-ratio R] [--simulate A,B]
  *
  * --prefill-cap lists engine prefill_cap settings to compare (engine.h):
  * auto (0, the default: adaptive), off (-1: only the budget) or a fixed cap
  * of prefill tokens per step while sequences decode: the latency/throughput
- * trade-off curve of chunked prefill.
+ * trade-off curve of chunked prefill. --step-ratio sets the adaptive cap's
+ * ratio (engine.h step_ratio; default IFD_ENGINE_STEP_RATIO).
  *
  * --simulate A,B replaces the model by a cost model: no weights are loaded, a
  * step of n tokens takes A + B x n ms of virtual time (the clock every timing
@@ -144,6 +146,7 @@ int main(int argc, char **argv)
     const char *kv_name = "f16"; /* the daemon's default kv_dtype */
     const char *weights_name = "auto"; /* the daemon's default weights_dtype */
     const char *backend_name = "cpu";
+    double step_ratio = 0;             /* 0: the engine's IFD_ENGINE_STEP_RATIO */
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},    {"requests", required_argument, NULL, 'r'},
         {"prompt", required_argument, NULL, 'p'},   {"output", required_argument, NULL, 'o'},
@@ -152,6 +155,7 @@ int main(int argc, char **argv)
         {"kv-dtype", required_argument, NULL, 'k'}, {"prefill-cap", required_argument, NULL, 'P'},
         {"simulate", required_argument, NULL, 'S'}, {"weights-dtype", required_argument, NULL, 'w'},
         {"backend", required_argument, NULL, 'B'},
+        {"step-ratio", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -169,6 +173,12 @@ int main(int argc, char **argv)
         case 'w': weights_name = optarg; break;
         case 'B': backend_name = optarg; break;
         case 'P': snprintf(cap_list, sizeof cap_list, "%s", optarg); break;
+        case 'R':
+            if ((step_ratio = atof(optarg)) < 1.0) {
+                fprintf(stderr, "bench_engine: --step-ratio R: R >= 1\n");
+                return 2;
+            }
+            break;
         case 'S':
             if (sscanf(optarg, "%lf,%lf", &sim_a, &sim_b) != 2 || sim_a < 0 || sim_b < 0) {
                 fprintf(stderr, "bench_engine: --simulate A,B: step cost A + B x tokens ms\n");
@@ -238,10 +248,12 @@ int main(int argc, char **argv)
     printf("{\"bench\":\"engine\",\"model\":\"%s\",\"backend\":\"%s\",\"isa\":\"%s\","
            "\"threads\":%d,"
            "\"kv_dtype\":\"%s\",\"weights_dtype\":\"%s\",\"weight_bytes\":%llu,"
-           "\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,\"runs\":[",
+           "\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,\"step_ratio\":%.2f,"
+           "\"runs\":[",
            name, sim_ms < 0 ? backend_name : "none", sim_ms < 0 ? ifd_cpu_isa_name() : "none",
            threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN), kv_name, weights_name,
-           (unsigned long long)(m ? ifd_model_weight_bytes(m) : 0), plen, olen, budget);
+           (unsigned long long)(m ? ifd_model_weight_bytes(m) : 0), plen, olen, budget,
+           step_ratio > 0 ? step_ratio : IFD_ENGINE_STEP_RATIO);
     double base[16] = {0}; /* concurrency-1 throughput per prefill cap */
     int first = 1;
     count_t cnt;
@@ -272,6 +284,7 @@ int main(int argc, char **argv)
             ep.max_seqs = conc;
             ep.max_batched_tokens = budget > conc ? budget : conc;
             ep.prefill_cap = cap;
+            ep.step_ratio = step_ratio;
             ifd_engine_callbacks_t cb = {&cnt, on_token, on_finish};
             ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward};
             if (!cfg)

@@ -56,6 +56,9 @@
       "sequences a worker runs at once; 0: the worker's default")                              \
     X(max_batched_tokens, INT, "0", 0, "N", 0, 1 << 20,                                        \
       "tokens in one engine step; 0: the worker's default")                                    \
+    X(prefill_cap, STR, "auto", 0, "CAP", 0, 0,                                                \
+      "prefill tokens per engine step while sequences decode: auto (adaptive, keeps the "      \
+      "inter-token latency steady), off (only max_batched_tokens limits) or a number")         \
     X(prefix_cache, BOOL, "true", 1, NULL, 0, 0,                                               \
       "reuse cached prompt prefixes (requests may still opt out with use_cache)")              \
     X(max_queue, INT, "256", 1, "N", 0, 1 << 20,                                               \

@@ -509,6 +509,26 @@ static int ifd__open_listeners(ifd__daemon_t *d, const char *api_key, char *err,
     return 0;
 }
 
+
+/* prefill_cap: "auto" → 0 (the engine's adaptive cap), "off" → -1, "N" → N
+ * (worker/engine.h). 0 or IFD_EINVAL. */
+static int ifd__prefill_cap_parse(const char *s, int32_t *out)
+{
+    if (strcmp(s, "auto") == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (strcmp(s, "off") == 0) {
+        *out = -1;
+        return 0;
+    }
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < 1 || v > (1 << 20))
+        return IFD_EINVAL;
+    *out = (int32_t)v;
+    return 0;
+}
 static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
 {
     ifd_log_level_t lvl;
@@ -539,6 +559,12 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
     }
     if (strcmp(d->cfg.weights_dtype, "auto") != 0 && strcmp(d->cfg.weights_dtype, "f32") != 0) {
         snprintf(err, errlen, "weights_dtype '%s': expected auto or f32", d->cfg.weights_dtype);
+        return IFD_EINVAL;
+    }
+    int32_t cap;
+    if (ifd__prefill_cap_parse(d->cfg.prefill_cap, &cap) != 0) {
+        snprintf(err, errlen, "prefill_cap '%s': expected auto, off or a number 1..1048576",
+                 d->cfg.prefill_cap);
         return IFD_EINVAL;
     }
     return 0;
@@ -642,6 +668,7 @@ static int ifd__run(ifd__daemon_t *d)
                        : (int)(ncpu / d->cfg.workers > 0 ? ncpu / d->cfg.workers : 1);
     sp.max_seqs = (uint32_t)d->cfg.max_seqs;
     sp.max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
+    (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp.prefill_cap); /* checked at config */
     sp.kv.n_layers = (uint32_t)geo.n_layers;
     sp.kv.n_kv_heads = (uint32_t)geo.n_kv_heads;
     sp.kv.head_dim = (uint32_t)geo.head_dim;

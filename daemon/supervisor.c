@@ -640,6 +640,7 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     h->n_threads = (uint32_t)(s->p.n_threads > 0 ? s->p.n_threads : 0);
     h->max_seqs = s->p.max_seqs;
     h->max_batched_tokens = s->p.max_batched_tokens;
+    h->prefill_cap = s->p.prefill_cap;
     h->n_fds = 2;
     h->kv = s->p.kv;
     ifd_buf_t b = IFD_BUF_INIT;

@@ -85,6 +85,7 @@ typedef struct {
     int n_threads; /* per worker; 0: the worker decides */
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
+    int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */
     ifd_wire_kv_geometry_t kv;
     ifd_kvpool_t *pool;
     double ping_interval_s;

@@ -115,7 +115,7 @@ static const wfield_t hello_fields[] = {
     FSTR(ifd_wire_hello_t, backend),    FI32(ifd_wire_hello_t, device),
     FU32(ifd_wire_hello_t, kv_device),  FU32(ifd_wire_hello_t, n_threads),
     FU32(ifd_wire_hello_t, max_seqs),   FU32(ifd_wire_hello_t, max_batched_tokens),
-    FU32M(ifd_wire_hello_t, n_fds, 64), FSTRUCT(ifd_wire_hello_t, kv, &kv_desc),
+    FI32(ifd_wire_hello_t, prefill_cap), FU32M(ifd_wire_hello_t, n_fds, 64), FSTRUCT(ifd_wire_hello_t, kv, &kv_desc),
 };
 static const wstruct_t hello_desc = {"hello", sizeof(ifd_wire_hello_t), hello_fields,
                                      NF(hello_fields), NULL};

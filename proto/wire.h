@@ -115,6 +115,7 @@ typedef struct {
     uint32_t n_threads;          /* CPU threads; 0: the worker decides */
     uint32_t max_seqs;           /* 0: the worker's default */
     uint32_t max_batched_tokens; /* 0: the worker's default */
+    int32_t prefill_cap;         /* engine prefill_cap: 0 adaptive, < 0 off, > 0 fixed */
     uint32_t n_fds;
     ifd_wire_kv_geometry_t kv;
 } ifd_wire_hello_t;

@@ -509,7 +509,8 @@ static int ifd__prefill_allowance(const ifd_engine_t *e, int n_dec)
         return left;
     int cap = e->p.prefill_cap;
     if (cap == 0) {
-        int total = (int)(IFD_ENGINE_STEP_RATIO * e->decode_ema + 0.5);
+        const double ratio = e->p.step_ratio > 0 ? e->p.step_ratio : IFD_ENGINE_STEP_RATIO;
+        int total = (int)(ratio * e->decode_ema + 0.5);
         cap = total - n_dec > IFD_ENGINE_PREFILL_FLOOR ? total - n_dec : IFD_ENGINE_PREFILL_FLOOR;
     }
     return cap < left ? cap : left;

@@ -95,6 +95,10 @@ typedef struct {
      * < 0 no cap but max_batched_tokens. Steps without decodes always get the
      * whole budget. */
     int prefill_cap;
+    /* The adaptive cap's ratio (a step holds at most step_ratio x the mean
+     * tokens of decoding steps); 0: IFD_ENGINE_STEP_RATIO. For tuning
+     * (bench_engine --step-ratio). */
+    double step_ratio;
     int max_seqs;           /* running sequences at most (default 64) */
     int worker;             /* this worker's slot in the pool ledger (default 0) */
     int device;             /* the pool device this engine computes on (default 0) */

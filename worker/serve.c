@@ -372,6 +372,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         ep.max_seqs = (int)h->max_seqs;
     if (h->max_batched_tokens)
         ep.max_batched_tokens = (int)h->max_batched_tokens;
+    ep.prefill_cap = h->prefill_cap;
     ifd_engine_callbacks_t cb = {&s, ifd__on_token, ifd__on_finish};
     if ((rc = ifd_engine_create(&s.eng, &ep, &em, pool, &cb))) {
         ifd__send_error(&s, 0, rc, "cannot create the engine");

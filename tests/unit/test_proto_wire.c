@@ -47,6 +47,7 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
                                        .n_threads = 16,
                                        .max_seqs = 256,
                                        .max_batched_tokens = 8192,
+                                       .prefill_cap = -1,
                                        .n_fds = 3,
                                        .kv = g_kv};
         break;
@@ -273,6 +274,7 @@ START_TEST(test_other_fields)
     ck_assert_uint_eq(d.u.hello.kv.n_blocks, 123456789012ull);
     ck_assert_uint_eq(d.u.hello.kv.fingerprint, 0xfedcba9876543210ull);
     ck_assert_uint_eq(d.u.hello.max_batched_tokens, 8192);
+    ck_assert_int_eq(d.u.hello.prefill_cap, -1);
     ifd_wire_msg_free(&d);
 
     m = sample(IFD_WIRE_READY);
