@@ -29,7 +29,7 @@ fi
 ASAN_TESTS=(test_error test_arena test_utf8 test_gguf test_gguf_corrupt test_kvpool test_tokenizer test_chat_template test_jinja
             test_safetensors test_model_config
             test_proto_wire test_proto_openai test_proto_sse test_grammar test_grammar_mask
-            test_threadpool test_cpu_kernels test_cpu_attention test_qmatmul test_dequant test_sampler
+            test_threadpool test_cpu_kernels test_cpu_attention test_qmatmul test_hmatmul test_dequant test_sampler
             test_backend_cpu test_backend_cpu_q test_shape
             test_client_http test_client_api test_client_stats
             test_daemon_config test_httpframe
