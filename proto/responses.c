@@ -64,6 +64,13 @@ static const struct {
     {"top_logprobs", "top_logprobs"},
 };
 
+/* A wrong type, or a missing field when j is NULL. */
+static int bad_type(ifd__oai_pctx_t *c, const char *param, const char *want, const json_t *j)
+{
+    return j && !json_is_null(j) ? ifd__oai_bad_type(c, param, want, j)
+                                 : ifd__oai_missing(c, param);
+}
+
 static int refuse(ifd__oai_pctx_t *c, const char *param, const char *why)
 {
     return ifd__oai_perr(c, "unsupported_parameter", param,
@@ -82,7 +89,7 @@ static int tr_content(ifd__oai_pctx_t *c, const json_t *v, size_t i, json_t **ou
     }
     snprintf(param, sizeof param, "input[%zu].content", i);
     if (!json_is_array(v))
-        return ifd__oai_bad_type(c, param, "a string or an array of content parts", v);
+        return bad_type(c, param, "a string or an array of content parts", v);
     json_t *parts = json_array();
     for (size_t k = 0; parts && k < json_array_size(v); k++) {
         const json_t *p = json_array_get(v, k);
@@ -103,7 +110,7 @@ static int tr_content(ifd__oai_pctx_t *c, const json_t *v, size_t i, json_t **ou
         if (!json_is_string(t)) {
             json_decref(parts);
             snprintf(param, sizeof param, "input[%zu].content[%zu].text", i, k);
-            return ifd__oai_bad_type(c, param, "a string", t);
+            return bad_type(c, param, "a string", t);
         }
         json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", t));
     }
@@ -122,13 +129,13 @@ static int tr_input(ifd__oai_pctx_t *c, const json_t *input, json_t *msgs)
         return 0;
     }
     if (!json_is_array(input))
-        return ifd__oai_bad_type(c, "input", "a string or an array of input items", input);
+        return bad_type(c, "input", "a string or an array of input items", input);
     json_t *calls = NULL; /* tool_calls of the assistant message being gathered */
     for (size_t i = 0; i < json_array_size(input); i++) {
         const json_t *it = json_array_get(input, i);
         snprintf(param, sizeof param, "input[%zu]", i);
         if (!json_is_object(it))
-            return ifd__oai_bad_type(c, param, "an object", it);
+            return bad_type(c, param, "an object", it);
         const char *type = json_string_value(json_object_get(it, "type"));
         if (!type || !strcmp(type, "message")) {
             const json_t *role = json_object_get(it, "role");
@@ -151,7 +158,7 @@ static int tr_input(ifd__oai_pctx_t *c, const json_t *input, json_t *msgs)
                      : !json_is_string(args) ? "arguments"
                                              : "call_id");
             if (!json_is_string(name) || !json_is_string(args) || !json_is_string(id))
-                return ifd__oai_bad_type(c, param, "a string",
+                return bad_type(c, param, "a string",
                                          json_object_get(it, strrchr(param, '.') + 1));
             if (!calls) { /* attach to the assistant message just before, or start one */
                 json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
@@ -173,7 +180,7 @@ static int tr_input(ifd__oai_pctx_t *c, const json_t *input, json_t *msgs)
             const json_t *output = json_object_get(it, "output");
             if (!json_is_string(id)) {
                 snprintf(param, sizeof param, "input[%zu].call_id", i);
-                return ifd__oai_bad_type(c, param, "a string", id);
+                return bad_type(c, param, "a string", id);
             }
             json_t *content = NULL;
             int rc = json_is_string(output)
@@ -200,7 +207,7 @@ static int tr_tools(ifd__oai_pctx_t *c, const json_t *tools, json_t *chat)
 {
     char param[IFD__OAI_PARAM_MAX];
     if (!json_is_array(tools))
-        return ifd__oai_bad_type(c, "tools", "an array", tools);
+        return bad_type(c, "tools", "an array", tools);
     json_t *out = json_array();
     if (!out || json_object_set_new(chat, "tools", out))
         return ifd__oai_oom(c);
@@ -239,7 +246,7 @@ static int tr_tool_choice(ifd__oai_pctx_t *c, const json_t *tc, json_t *chat)
                              "{\"type\": \"function\", \"name\": …}.");
     json_t *name = json_object_get(tc, "name");
     if (!json_is_string(name))
-        return ifd__oai_bad_type(c, "tool_choice.name", "a string", name);
+        return bad_type(c, "tool_choice.name", "a string", name);
     json_t *v = json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", name);
     return !v || json_object_set_new(chat, "tool_choice", v) ? ifd__oai_oom(c) : 0;
 }
@@ -248,7 +255,7 @@ static int tr_tool_choice(ifd__oai_pctx_t *c, const json_t *tc, json_t *chat)
 static int tr_text(ifd__oai_pctx_t *c, const json_t *text, json_t *chat)
 {
     if (!json_is_object(text))
-        return ifd__oai_bad_type(c, "text", "an object", text);
+        return bad_type(c, "text", "an object", text);
     const json_t *f = ifd__oai_get(text, "format");
     if (!f)
         return 0;
@@ -285,7 +292,7 @@ static int tr_logprobs(ifd__oai_pctx_t *c, const json_t *o, json_t *chat)
     const json_t *inc = ifd__oai_get(o, "include");
     bool want = false;
     if (inc && !json_is_array(inc))
-        return ifd__oai_bad_type(c, "include", "an array of strings", inc);
+        return bad_type(c, "include", "an array of strings", inc);
     for (size_t i = 0; inc && i < json_array_size(inc); i++) {
         const char *s = json_string_value(json_array_get(inc, i));
         snprintf(param, sizeof param, "include[%zu]", i);
@@ -369,7 +376,7 @@ static int translate(ifd__oai_pctx_t *c, const json_t *o, json_t **out)
     if ((v = ifd__oai_get(o, "reasoning")) && !empty_or_nulls(v))
         return refuse(c, "reasoning", "reasoning settings are not supported");
     if ((v = ifd__oai_get(o, "store")) && !json_is_boolean(v))
-        return ifd__oai_bad_type(c, "store", "a boolean", v);
+        return bad_type(c, "store", "a boolean", v);
     if ((v = ifd__oai_get(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return refuse(c, "n", "a response has one output");
     const json_t *input = ifd__oai_get(o, "input");
@@ -383,7 +390,7 @@ static int translate(ifd__oai_pctx_t *c, const json_t *o, json_t **out)
         json_object_del(chat, k_consumed[i]);
     const json_t *ins = ifd__oai_get(o, "instructions");
     if (!rc && ins && !json_is_string(ins))
-        rc = ifd__oai_bad_type(c, "instructions", "a string", ins);
+        rc = bad_type(c, "instructions", "a string", ins);
     if (!rc && ins)
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
     if (!rc)

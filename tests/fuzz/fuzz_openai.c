@@ -1,7 +1,7 @@
 /*
  * fuzz_openai.c — OpenAI/vLLM request decoding (proto/openai.h): the body
- * of POST /v1/chat/completions, /v1/completions, /tokenize or /detokenize
- * (chosen by the first byte) parsed into its request struct. Properties: no
+ * of POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize or
+ * /v1/responses (chosen by the first byte) parsed into its request struct. Properties: no
  * memory error; a refusal is a 400 (or a 500 for memory) with a message;
  * an accepted request has the fields the daemon relies on in range.
  */
@@ -10,6 +10,7 @@
 #include "arena.h"
 #include "error.h"
 #include "openai.h"
+#include "responses.h"
 
 #include <string.h>
 
@@ -17,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    int which = data[0] % 4;
+    int which = data[0] % 5;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
     ifd_arena_t a;
@@ -25,10 +26,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);
     int rc;
-    if (which < 2) {
+    if (which < 2 || which == 4) {
         ifd_oai_request_t r;
-        rc = which == 0 ? ifd_oai_parse_chat(&a, body, len, &r, &e)
-                        : ifd_oai_parse_completion(&a, body, len, &r, &e);
+        rc = which == 0   ? ifd_oai_parse_chat(&a, body, len, &r, &e)
+             : which == 4 ? ifd_responses_parse(&a, body, len, &r, &e)
+                          : ifd_oai_parse_completion(&a, body, len, &r, &e);
+        if (rc == 0 && which == 4)
+            IFD_FUZZ_CHECK(r.n == 1 && r.responses_echo && r.n_messages >= 1);
         if (rc == 0) {
             IFD_FUZZ_CHECK(r.n >= 1 && r.n <= IFD_OAI_MAX_N);
             IFD_FUZZ_CHECK(r.n_stop <= IFD_OAI_MAX_STOP);

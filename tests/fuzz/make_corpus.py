@@ -87,6 +87,20 @@ def openai():
                                                               True}).encode())
     put("openai", "tokenize-messages", b"\x02" + json.dumps({"messages": msgs}).encode())
     put("openai", "detokenize", b"\x03" + json.dumps({"tokens": [1, 2, 3]}).encode())
+    resp = [
+        {"input": "Hi", "instructions": "Be brief.", "max_output_tokens": 5, "stream": True},
+        {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                   {"type": "function_call", "call_id": "call_1", "name": "f",
+                    "arguments": "{}"},
+                   {"type": "function_call_output", "call_id": "call_1", "output": "ok"}],
+         "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+         "tool_choice": {"type": "function", "name": "f"}, "store": True,
+         "include": ["message.output_text.logprobs"], "top_logprobs": 2},
+        {"input": "x", "text": {"format": {"type": "json_schema", "name": "s",
+                                           "schema": {"type": "object"}}}},
+    ]
+    for i, b in enumerate(resp):
+        put("openai", "responses-%d" % i, b"\x04" + json.dumps(b).encode())
     put("openai", "deep", b"\x00" + b"[" * 3000)
     put("openai", "unicode", b"\x00" + '{"messages":[{"role":"user","content":"\\ud83d\\ude00 é"}]}'
         .encode())
