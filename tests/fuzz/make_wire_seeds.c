@@ -35,8 +35,17 @@ int main(int argc, char **argv)
     ifd_wire_token_t ev[] = {{42, 7, true, -0.5f, top, 2}, {43, 9, false, 0, NULL, 0}};
     m[0].type = IFD_WIRE_HELLO;
     m[0].u.hello =
-        (ifd_wire_hello_t){3, (char *)"/models/m.gguf",       (char *)"cpu", -1, 0, 2, 8, 512,
-                           2, {30, 3, 64, 1, 16, 364, 0x1234}};
+        (ifd_wire_hello_t){.slot = 3,
+                           .model_path = (char *)"/models/m.gguf",
+                           .backend = (char *)"cpu",
+                           .device = -1,
+                           .kv_device = 0,
+                           .n_threads = 2,
+                           .max_seqs = 8,
+                           .max_batched_tokens = 512,
+                           .prefill_cap = 0,
+                           .n_fds = 2,
+                           .kv = {30, 3, 64, 1, 16, 364, 0x1234}};
     m[1].type = IFD_WIRE_ADD;
     m[1].u.add.id = 42;
     m[1].u.add.tokens = toks;
@@ -51,6 +60,7 @@ int main(int argc, char **argv)
     m[1].u.add.max_tokens = 16;
     m[1].u.add.use_cache = true;
     m[1].u.add.grammar = (char *)"root ::= \"yes\" | \"no\"";
+    m[1].u.add.min_tokens = 2;
     m[2].type = IFD_WIRE_CANCEL;
     m[2].u.cancel.id = 42;
     m[3].type = IFD_WIRE_STATS_REQ;
