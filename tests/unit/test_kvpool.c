@@ -12,7 +12,10 @@
  * block and verified before it is released) and a crash test that SIGKILLs
  * workers at random moments (one of them always while it holds the lock),
  * reclaims them, restarts them, and finally checks that no block leaked;
- * the stress operations again from threads of one process.
+ * the stress operations again from threads of one process; device segments
+ * through a provider (a host memfd posing as device memory): import with the
+ * seal intact, a wiped VMM segment or a dead IPC creator detected and the
+ * device's pool rebuilt.
  *
  * `test_kvpool --repeat N` (the slow-labelled test_kvpool_repeat) runs the
  * stress and crash tests N times in a row.
@@ -25,8 +28,10 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1319,6 +1324,190 @@ START_TEST(test_crash_kill_random)
 }
 END_TEST
 
+/* ---- device segments through a provider ------------------------------------------------- */
+
+/* A provider whose "device memory" is a host memfd, so the pool's bind /
+ * seal / rebuild logic runs here (and under ASan): VMM segments travel as
+ * the memfd itself; an IPC handle names nothing real and opens only while
+ * fake_ipc_alive (its "creator" lives). */
+static bool fake_ipc_alive;
+
+typedef struct {
+    int fd; /* the mapping's memfd (owned by priv unless handed to the pool) */
+    bool own_fd;
+    size_t bytes;
+} fake_map_t;
+
+static int fake_map(int fd, uint64_t bytes, bool own, void **base, void **priv)
+{
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    fake_map_t *m = malloc(sizeof *m);
+    *m = (fake_map_t){fd, own, (size_t)bytes};
+    *base = p;
+    *priv = m;
+    return 0;
+}
+
+static int fake_create(void *ctx, int dev, uint64_t bytes, ifd_kvseg_export_t *exp, void **base,
+                       void **priv)
+{
+    (void)ctx;
+    (void)dev;
+    int fd = memfd_create("fake-kvseg", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
+        return IFD_ENOMEM;
+    bool ipc = exp->kind == IFD_KVSEG_CUDA_IPC;
+    exp->bytes = bytes;
+    exp->fd = ipc ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    memset(exp->handle, 0, sizeof exp->handle);
+    if (ipc)
+        memcpy(exp->handle, &fd, sizeof fd); /* the "creator's" fd */
+    fake_ipc_alive = true;
+    return fake_map(fd, bytes, true, base, priv);
+}
+
+static int fake_import(void *ctx, int dev, const ifd_kvseg_export_t *exp, void **base, void **priv)
+{
+    (void)ctx;
+    (void)dev;
+    if (exp->kind == IFD_KVSEG_CUDA_IPC) {
+        int fd;
+        memcpy(&fd, exp->handle, sizeof fd);
+        if (!fake_ipc_alive)
+            return IFD_ECUDA; /* its creator died */
+        return fake_map(fd, exp->bytes, false, base, priv);
+    }
+    return exp->fd < 0 ? IFD_EINVAL : fake_map(exp->fd, exp->bytes, false, base, priv);
+}
+
+static void fake_release(void *ctx, void *base, uint64_t bytes, void *priv)
+{
+    (void)ctx;
+    fake_map_t *m = priv;
+    munmap(base, (size_t)bytes);
+    if (m->own_fd)
+        close(m->fd);
+    free(m);
+}
+
+static int fake_copy(void *ctx, void *dst, const void *src, uint64_t n)
+{
+    (void)ctx;
+    memmove(dst, src, (size_t)n);
+    return 0;
+}
+
+static const ifd_kvseg_provider_t fake_provider = {
+    NULL, fake_create, fake_import, fake_release, fake_copy, fake_copy, fake_copy,
+};
+
+/* A handle on pool's metadata with pool's data fd, bound via the provider. */
+static ifd_kvpool_t *bound_handle(ifd_kvpool_t *pool)
+{
+    int fd = ifd_kvpool_data_fd(pool, 0);
+    ifd_kvpool_t *h = NULL;
+    ck_assert_int_eq(ifd_kvpool_attach(ifd_kvpool_meta_fd(pool), &fd, 1, NULL, &h), 0);
+    ck_assert_int_eq(ifd_kvpool_bind_segment(h, 0, &fake_provider), 0);
+    return h;
+}
+
+static void device_segment_case(ifd_kvseg_kind_t kind)
+{
+    ifd_kvpool_params_t p = small_params(8);
+    p.kind[0] = kind;
+    ifd_kvpool_t *router;
+    ck_assert_int_eq(ifd_kvpool_create(&p, &router), 0);
+    ck_assert_ptr_null(ifd_kvpool_layer_k(router, 0, 0));
+    /* an incomplete provider is refused */
+    ifd_kvseg_provider_t bad = fake_provider;
+    bad.read = NULL;
+    ck_assert_int_eq(ifd_kvpool_bind_segment(router, 0, &bad), IFD_EINVAL);
+
+    /* worker A makes the segment, writes and publishes two blocks */
+    int fd_a = -1;
+    ifd_kvpool_t *a = bound_handle(router);
+    ck_assert_int_eq(ifd_kvpool_bind_segment(a, 0, &fake_provider), IFD_EEXIST);
+    if (kind == IFD_KVSEG_CUDA_VMM) {
+        fd_a = ifd_kvpool_data_fd(a, 0);
+        ck_assert_int_ge(fd_a, 0);
+        ck_assert_int_eq(ifd_kvpool_adopt_fd(router, 0, fcntl(fd_a, F_DUPFD_CLOEXEC, 0)), 0);
+    }
+    int32_t toks[2 * BS], blk[2];
+    for (int i = 0; i < 2 * BS; i++)
+        toks[i] = 50 + i;
+    ck_assert_int_eq(ifd_kvpool_alloc(a, 0, 0, 2, blk), 0);
+    size_t bb = (size_t)ifd_kvpool_block_bytes(&p);
+    for (int b = 0; b < 2; b++) {
+        memset(ifd_kvpool_block_ptr(a, blk[b], 1, true), 0x40 + b, bb);
+        ck_assert_int_eq(ifd_kvpool_publish(a, 0, blk[b], b ? blk[0] : -1, 0, toks + b * BS, NULL),
+                         0);
+    }
+    ck_assert_int_eq(ifd_kvpool_unref(a, 0, blk, 2), 0);
+
+    /* worker B imports it: a prefix hit with A's bytes, no rebuild */
+    ifd_kvpool_t *b = bound_handle(router);
+    int32_t got[2];
+    ck_assert_int_eq(ifd_kvpool_lookup(b, 1, 0, toks, 2 * BS, got, 2, NULL), 2);
+    for (int i = 0; i < 2; i++) {
+        const unsigned char *d = ifd_kvpool_block_ptr(b, got[i], 1, true);
+        ck_assert_int_eq(d[0], 0x40 + i);
+        ck_assert_int_eq(d[bb - 1], 0x40 + i);
+    }
+    ck_assert_int_eq(ifd_kvpool_unref(b, 1, got, 2), 0);
+    ifd_kvpool_stats_t st;
+    ck_assert_int_eq(ifd_kvpool_stats(router, &st), 0);
+    ck_assert_uint_eq(st.rebuilds, 0);
+
+    /* the memory goes: the VMM "driver" wipes it (seal broken), or the IPC
+     * creator dies; worker C must find no stale prefix and a fresh segment */
+    if (kind == IFD_KVSEG_CUDA_VMM)
+        memset(ifd_kvpool_layer_k(a, 0, 0), 0, (size_t)ifd_kvpool_segment_bytes(a) + 64);
+    else
+        fake_ipc_alive = false;
+    ifd_kvpool_t *c = bound_handle(router);
+    ck_assert_int_eq(ifd_kvpool_stats(router, &st), 0);
+    ck_assert_uint_eq(st.rebuilds, 1);
+    ck_assert_int_eq(ifd_kvpool_lookup(c, 2, 0, toks, 2 * BS, got, 2, NULL), 0);
+    ck_assert_int_eq(ifd_kvpool_probe(router, 0, toks, 2 * BS, NULL, 0), 0);
+    if (kind == IFD_KVSEG_CUDA_VMM) /* a new fd for the router */
+        ck_assert_int_ge(ifd_kvpool_data_fd(c, 0), 0);
+    ck_assert_int_eq(ifd_kvpool_alloc(c, 2, 0, 1, blk), 0);
+    memset(ifd_kvpool_block_ptr(c, blk[0], 0, false), 7, bb);
+    ck_assert_int_eq(ifd_kvpool_publish(c, 2, blk[0], -1, 0, toks, NULL), 0);
+    ck_assert_int_eq(ifd_kvpool_unref(c, 2, blk, 1), 0);
+    /* D imports C's segment with the seal intact */
+    if (kind == IFD_KVSEG_CUDA_VMM) {
+        int fd_c = fcntl(ifd_kvpool_data_fd(c, 0), F_DUPFD_CLOEXEC, 0);
+        ck_assert_int_eq(ifd_kvpool_adopt_fd(router, 0, fd_c), 0);
+    }
+    ifd_kvpool_t *d = bound_handle(router);
+    ck_assert_int_eq(ifd_kvpool_lookup(d, 3, 0, toks, 2 * BS, got, 2, NULL), 1);
+    ck_assert_int_eq(((const unsigned char *)ifd_kvpool_block_ptr(d, got[0], 0, false))[0], 7);
+    ck_assert_int_eq(ifd_kvpool_unref(d, 3, got, 1), 0);
+    ck_assert_int_eq(ifd_kvpool_stats(router, &st), 0);
+    ck_assert_uint_eq(st.rebuilds, 1);
+    assert_ok(router);
+    ifd_kvpool_destroy(d);
+    ifd_kvpool_destroy(c);
+    ifd_kvpool_destroy(b);
+    ifd_kvpool_destroy(a);
+    ifd_kvpool_destroy(router);
+}
+
+START_TEST(test_device_segment_vmm_seal)
+{
+    device_segment_case(IFD_KVSEG_CUDA_VMM);
+}
+END_TEST
+
+START_TEST(test_device_segment_ipc_lost)
+{
+    device_segment_case(IFD_KVSEG_CUDA_IPC);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
@@ -1348,6 +1537,8 @@ int main(int argc, char **argv)
         tcase_add_test(tc, test_random_ops_invariants);
         tcase_add_test(tc, test_eownerdead_repair);
         tcase_add_test(tc, test_crash_at_every_point);
+        tcase_add_test(tc, test_device_segment_vmm_seal);
+        tcase_add_test(tc, test_device_segment_ipc_lost);
     } else {
         tcase_set_timeout(tc, 60 * ifd__repeat);
     }
