@@ -128,7 +128,8 @@ static const ifd_kvseg_provider_t *ifd__cuda_kv_provider(ifd_backend_t *be)
     ifd__cuda_backend_t *c = ifd__cu(be);
     if (!c->kvseg) {
         const char *f = getenv("IFD_KVSEG_FORCE_IPC");
-        if (ifd_cuda_kvseg_create(f && *f && strcmp(f, "0") != 0, &c->kvseg))
+        /* on this backend's device, whichever pool device it serves */
+        if (ifd_cuda_kvseg_create(f && *f && strcmp(f, "0") != 0, c->device, &c->kvseg))
             return NULL;
     }
     return ifd_cuda_kvseg_provider(c->kvseg);

@@ -46,6 +46,7 @@ typedef struct {
 struct ifd_cuda_kvseg {
     ifd_kvseg_provider_t prov;
     bool force_ipc;
+    int device; /* CUDA ordinal of the segments, or -1: the pool's device index */
     bool drv_loaded;
     bool drv_ok;
     kvseg_drv_t drv;
@@ -187,6 +188,8 @@ static int kvseg_create(void *ctx, int dev, uint64_t bytes, ifd_kvseg_export_t *
                         void **priv)
 {
     ifd_cuda_kvseg_t *s = (ifd_cuda_kvseg_t *)ctx;
+    if (s->device >= 0)
+        dev = s->device;
     int rc = kvseg_use_device(dev);
     if (rc)
         return rc;
@@ -262,6 +265,8 @@ static int kvseg_create(void *ctx, int dev, uint64_t bytes, ifd_kvseg_export_t *
 static int kvseg_import(void *ctx, int dev, const ifd_kvseg_export_t *exp, void **base, void **priv)
 {
     ifd_cuda_kvseg_t *s = (ifd_cuda_kvseg_t *)ctx;
+    if (s->device >= 0)
+        dev = s->device;
     int rc = kvseg_use_device(dev);
     if (rc)
         return rc;
@@ -356,12 +361,13 @@ static int kvseg_read(void *ctx, void *dst_host, const void *src_dev, uint64_t n
     return ifd_cuda_kvseg_download(dst_host, src_dev, (size_t)n);
 }
 
-extern "C" int ifd_cuda_kvseg_create(bool force_ipc, ifd_cuda_kvseg_t **out)
+extern "C" int ifd_cuda_kvseg_create(bool force_ipc, int device, ifd_cuda_kvseg_t **out)
 {
     ifd_cuda_kvseg_t *s = (ifd_cuda_kvseg_t *)calloc(1, sizeof *s);
     if (!s)
         return IFD_ENOMEM;
     s->force_ipc = force_ipc;
+    s->device = device;
     s->prov.ctx = s;
     s->prov.create = kvseg_create;
     s->prov.import = kvseg_import;

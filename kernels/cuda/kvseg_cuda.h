@@ -13,7 +13,7 @@
  * worker that allocated it; a restarted worker imports the same fd
  * (cuMemImportFromShareableHandle) and maps it again.
  * Fallback (IFD_KVSEG_CUDA_IPC, when the device or driver lacks VMM or POSIX
- * fd handles, or when forced): cudaMalloc + cudaIpcGetMemHandle; the 64-byte
+ * fd handles, when the pool asks for it, or when forced): cudaMalloc + cudaIpcGetMemHandle; the 64-byte
  * handle is stored in the pool's metadata and other processes open it with
  * cudaIpcOpenMemHandle. This memory dies with the allocating process: after
  * that worker dies the router must call ifd_kvpool_invalidate_device.
@@ -40,9 +40,13 @@ extern "C" {
 
 typedef struct ifd_cuda_kvseg ifd_cuda_kvseg_t;
 
-/* Makes a provider. force_ipc skips VMM (tests the fallback). 0 or
- * IFD_ENOMEM. Destroy it after every pool handle that uses it. */
-int ifd_cuda_kvseg_create(bool force_ipc, ifd_cuda_kvseg_t **out);
+/* Makes a provider. force_ipc skips VMM (tests the fallback). device: the
+ * CUDA device (ordinal in this process) its segments live on, whatever the
+ * pool's device index is — a GPU worker sees its GPU as device 0 under
+ * CUDA_VISIBLE_DEVICES while it serves pool device i; device < 0 takes the
+ * pool's index as the ordinal. 0 or IFD_ENOMEM. Destroy it after every pool
+ * handle that uses it. */
+int ifd_cuda_kvseg_create(bool force_ipc, int device, ifd_cuda_kvseg_t **out);
 void ifd_cuda_kvseg_destroy(ifd_cuda_kvseg_t *s);
 
 /* The provider to pass to ifd_kvpool_bind_segment; lives as long as s. */

@@ -98,7 +98,7 @@ static int worker_a(int sock, int meta_fd, bool force_ipc)
     if (ifd_kvpool_attach(meta_fd, NULL, 0, &want, &pool))
         return 10;
     ifd_cuda_kvseg_t *seg;
-    if (ifd_cuda_kvseg_create(force_ipc, &seg))
+    if (ifd_cuda_kvseg_create(force_ipc, -1, &seg))
         return 11;
     if (ifd_kvpool_bind_segment(pool, 0, ifd_cuda_kvseg_provider(seg)))
         return 12;
@@ -203,7 +203,7 @@ static int worker_b(int meta_fd, int data_fd, bool force_ipc, bool expect_lost)
     if (ifd_kvpool_attach(meta_fd, &data_fd, 1, NULL, &pool))
         return 30;
     ifd_cuda_kvseg_t *seg;
-    if (ifd_cuda_kvseg_create(force_ipc, &seg))
+    if (ifd_cuda_kvseg_create(force_ipc, -1, &seg))
         return 31;
     if (ifd_kvpool_bind_segment(pool, 0, ifd_cuda_kvseg_provider(seg)))
         return 32;
