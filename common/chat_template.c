@@ -1051,8 +1051,9 @@ static int ifd__render_jinja(const ifd_chat_template_t *t, const ifd_chat_reques
         rc = rc ? rc : json_object_set_new(ctx, "bos_token", json_string(t->bos_text));
     if (!json_object_get(ctx, "eos_token"))
         rc = rc ? rc : json_object_set_new(ctx, "eos_token", json_string(t->eos_text));
+    if (!json_object_get(ctx, "documents")) /* vars may carry the request's documents */
+        rc = rc ? rc : json_object_set_new(ctx, "documents", json_null());
     if (rc || json_object_set(ctx, "messages", msgs) || json_object_set(ctx, "tools", tools) ||
-        json_object_set_new(ctx, "documents", json_null()) ||
         json_object_set_new(ctx, "add_generation_prompt", json_boolean(req->add_generation_prompt))) {
         rc = IFD_ENOMEM;
         goto done;

@@ -178,9 +178,10 @@ typedef struct {
 
 /*
  * Renders a request. With a Jinja template the context is the one
- * transformers builds: messages, tools (null when none), documents (null),
- * add_generation_prompt, bos_token, eos_token, date_string (params->date),
- * then vars. A built-in family renders role/content only.
+ * transformers builds: messages, tools (null when none), documents (null
+ * unless vars has "documents": RAG templates' documents), add_generation_prompt,
+ * bos_token, eos_token, date_string (params->date), then vars. A built-in
+ * family renders role/content only.
  * Returns 0; IFD_EINVAL (malformed messages, or the template raised —
  * errbuf holds the template's message, for a 400); IFD_ENOTSUP (tools or
  * tool calls with a built-in family, which cannot express them); IFD_ETOOBIG

@@ -773,10 +773,17 @@ static bool ifd__template_does_tools(const ifd_chat_template_t *tpl)
     return src && strstr(src, "tool");
 }
 
-/* vLLM's chat_template_kwargs as the template's extra variables (NULL none). */
+/* vLLM's chat_template_kwargs and documents as the template's extra
+ * variables (NULL none). Both are the parser's own compact JSON. */
 static json_t *ifd__template_vars(const ifd_gen_t *g)
 {
-    return g->req.template_kwargs ? json_loads(g->req.template_kwargs, 0, NULL) : NULL;
+    if (!g->req.template_kwargs && !g->req.documents)
+        return NULL;
+    json_t *v = g->req.template_kwargs ? json_loads(g->req.template_kwargs, 0, NULL)
+                                       : json_object();
+    if (v && g->req.documents)
+        json_object_set_new(v, "documents", json_loads(g->req.documents, 0, NULL));
+    return v;
 }
 
 /*

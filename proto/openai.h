@@ -137,6 +137,9 @@ typedef struct {
      * tools, documents, add_generation_prompt, bos_token, eos_token) are
      * refused. */
     char *template_kwargs;
+    /* vLLM's documents (RAG): an array of objects as compact JSON, the
+     * template's `documents` variable; NULL when absent or empty. */
+    char *documents;
 
     /* completions: n_prompts in [1, IFD_OAI_MAX_PROMPTS]; choice index of
      * prompt p, sample i is p * n + i (OpenAI's order) */

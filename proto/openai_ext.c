@@ -46,7 +46,6 @@ static const struct {
     {"functions", EP_C, OK_EMPTY, "use 'tools' (the deprecated 'functions' is not supported)"},
     {"function_call", EP_C, OK_NULL, "use 'tool_choice'"},
     {"chat_template", EP_C, OK_NULL, "the server's template is used (--chat-template)"},
-    {"documents", EP_C, OK_EMPTY, "documents are not supported"},
     {"audio", EP_C, OK_NULL, "audio output is not supported"},
     {"prediction", EP_C, OK_NULL, "predicted outputs are not supported"},
     {"web_search_options", EP_C, OK_NULL, "web search is not supported"},
@@ -105,7 +104,7 @@ static const char *const k_reserved_vars[] = {"messages",  "tools",     "documen
                                               "add_generation_prompt", "bos_token",
                                               "eos_token"};
 
-/* Chat: vLLM's chat_template_kwargs, continue_final_message, echo. */
+/* Chat: vLLM's chat_template_kwargs, documents, continue_final_message, echo. */
 static int p_chat_template(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     const json_t *v = ifd__oai_get(o, "chat_template_kwargs");
@@ -128,6 +127,23 @@ static int p_chat_template(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_
         free(d);
         if (!r->template_kwargs)
             return ifd__oai_oom(c);
+    }
+    if ((v = ifd__oai_get(o, "documents"))) {
+        if (!json_is_array(v))
+            return ifd__oai_bad_type(c, "documents", "an array of objects", v);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (!json_is_object(json_array_get(v, i))) {
+                char param[IFD__OAI_PARAM_MAX];
+                snprintf(param, sizeof param, "documents[%zu]", i);
+                return ifd__oai_bad_type(c, param, "an object", json_array_get(v, i));
+            }
+        }
+        char *d = json_array_size(v) ? json_dumps(v, JSON_COMPACT) : NULL;
+        if (d && !(r->documents = ifd_arena_strdup(c->a, d))) {
+            free(d);
+            return ifd__oai_oom(c);
+        }
+        free(d);
     }
     if ((v = ifd__oai_get(o, "echo")) && (rc = ifd__oai_p_bool(c, v, "echo", &r->echo)) < 0)
         return rc;

@@ -6,8 +6,8 @@ stream=True (the typed events, in order) and with the SDK's client.responses.str
 sent back as items, refused server-side state (previous_response_id) and store: true
 answered with store false; vLLM's min_tokens (no EOS and no stop string before it) and
 stream_options.continuous_usage_stats; a Jinja template that raises gives a 400 with its
-own message (chat and /tokenize); chat_template_kwargs, continue_final_message and chat
-echo.
+own message (chat and /tokenize); chat_template_kwargs, documents, continue_final_message
+and chat echo.
 
 Usage: test_daemon_responses.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
@@ -234,6 +234,7 @@ def test_continue_final_message_and_echo():
 
 RAISING_TEMPLATE = (
     "{%- if note is defined -%}{{ note }}\n{%- endif -%}"
+    "{%- if documents -%}{%- for d in documents -%}[{{ d['text'] }}]{%- endfor -%}{%- endif -%}"
     "{%- for m in messages -%}"
     "{%- if m['role'] == 'system' -%}"
     "{{ raise_exception('System messages are not allowed by this template.') }}"
@@ -265,6 +266,11 @@ def test_template_error_is_a_400():
             extra_body={"chat_template_kwargs": {"note": "Note: " + "word " * 20}})
         assert noted.usage.prompt_tokens >= ok.usage.prompt_tokens + 20, (noted.usage,
                                                                            ok.usage)
+        docs = c2.chat.completions.create(
+            model=MODEL, max_tokens=1, messages=[{"role": "user", "content": "hi"}],
+            extra_body={"documents": [{"title": "a", "text": "word " * 20},
+                                      {"title": "b", "text": "more " * 10}]})
+        assert docs.usage.prompt_tokens >= ok.usage.prompt_tokens + 30, (docs.usage, ok.usage)
         code, body = d2.request("POST", "/tokenize", {"messages": msgs})
         assert code == 400 and b"System messages are not allowed" in body, (code, body)
         try:  # the Responses API renders through the same template

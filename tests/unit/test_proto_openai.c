@@ -442,6 +442,8 @@ static const bad_case_t k_bad[] = {
     {EP_CHAT, "{" MSG ",\"continue_final_message\":true,\"add_generation_prompt\":false}",
      "continue_final_message", "invalid_value"}, /* the last message is the user's */
     {EP_CHAT, "{" MSG ",\"chat_template_kwargs\":[1]}", "chat_template_kwargs", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"documents\":{}}", "documents", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"documents\":[{},3]}", "documents[1]", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"chat_template_kwargs\":{\"add_generation_prompt\":false}}",
      "chat_template_kwargs.add_generation_prompt", "invalid_value"},
     {EP_CHAT, "{" MSG ",\"stream\":true,\"stream_options\":{\"continuous_usage_stats\":1}}",
