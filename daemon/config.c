@@ -145,6 +145,17 @@ static int ifd__parse_secs(const char *s, double *out)
     return 0;
 }
 
+static int ifd__parse_num(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return IFD_EINVAL;
+    *out = v;
+    return 0;
+}
+
 static const char *ifd__type_name(ifd_cfg_type_t t)
 {
     switch (t) {
@@ -158,6 +169,8 @@ static const char *ifd__type_name(ifd_cfg_type_t t)
         return "bool";
     case IFD_CFG_SECS:
         return "seconds";
+    case IFD_CFG_NUM:
+        return "number";
     }
     return "?";
 }
@@ -213,7 +226,8 @@ static int ifd__set_key(ifd_config_t *c, const ifd_cfg_key_t *k, const char *v, 
         *(bool *)f = b;
         return 0;
     case IFD_CFG_SECS:
-        if (ifd__parse_secs(v, &d))
+    case IFD_CFG_NUM:
+        if (k->type == IFD_CFG_SECS ? ifd__parse_secs(v, &d) : ifd__parse_num(v, &d))
             break;
         if (ifd__range(k, d, err, errlen))
             return IFD_EINVAL;
@@ -366,6 +380,11 @@ static int ifd__load_file(ifd_config_t *c, const char *path, char *err, size_t e
             ok = json_is_boolean(v);
             if (ok)
                 snprintf(text, sizeof text, "%s", json_is_true(v) ? "true" : "false");
+            break;
+        case IFD_CFG_NUM:
+            ok = json_is_number(v);
+            if (ok)
+                snprintf(text, sizeof text, "%.17g", json_number_value(v));
             break;
         case IFD_CFG_SECS:
             if (json_is_number(v))
@@ -561,6 +580,7 @@ static bool ifd__equal(const ifd_config_t *a, const ifd_config_t *b, const ifd_c
     case IFD_CFG_BOOL:
         return *(const bool *)fa == *(const bool *)fb;
     case IFD_CFG_SECS:
+    case IFD_CFG_NUM:
         return *(const double *)fa == *(const double *)fb;
     }
     return true;
@@ -679,6 +699,7 @@ int ifd_config_print_json(const ifd_config_t *c, FILE *f)
             j = json_boolean(*(const bool *)v);
             break;
         case IFD_CFG_SECS:
+        case IFD_CFG_NUM:
             j = json_real(*(const double *)v);
             break;
         }

@@ -16,7 +16,7 @@
  *
  * Types: STR (a string, "" = unset), INT (int64), BYTES (uint64; JSON number
  * or a string with a K/M/G/T suffix, powers of 1024), BOOL, SECS (double
- * seconds; a number or "250ms"/"2s"/"1m").
+ * seconds; a number or "250ms"/"2s"/"1m"), NUM (double, a plain number).
  *
  * Ownership: an ifd_config_t owns its strings (malloc'ed); free them with
  * ifd_config_free. Plain data otherwise: copy with ifd_config_copy.
@@ -42,7 +42,17 @@
       "context length (prompt + completion) limit; 0: the model's, capped by the KV pool")     \
     X(workers, INT, "1", 0, "N", 0, 64, "CPU worker processes")                                \
     X(gpus, STR, "", 0, "LIST", 0, 0,                                                          \
-      "GPU ids, e.g. 0,1: one worker per GPU (needs the CUDA backend)")                        \
+      "GPU ids, e.g. 0,1: one CUDA worker per GPU instead of CPU workers")                     \
+    X(gpu_memory_fraction, NUM, "0.90", 0, "F", 0.01, 1,                                       \
+      "share of each GPU's memory inferd may use; the KV pool gets what is left after the "    \
+      "weights and activations")                                                               \
+    X(gpu_dtype, STR, "bf16", 0, "TYPE", 0, 0,                                                 \
+      "GPU workers' compute: bf16 (bf16 weights and GEMM inputs) or f32 (the exact, slower "   \
+      "mode)")                                                                                 \
+    X(random_weights, STR, "", 0, "SHAPE.json", 0, 0,                                          \
+      "serve random weights in this shape (deploy/shapes/) instead of the model's; the model " \
+      "then gives only the tokenizer and chat template")                                      \
+    X(weights_seed, INT, "0", 0, "N", 0, 9e18, "seed of random_weights")                       \
     X(threads, INT, "0", 0, "N", 0, 1024, "CPU threads per worker; 0: cores / workers")        \
     X(worker_binary, STR, "", 0, "PATH", 0, 0,                                                 \
       "the inferd-worker program; default: next to inferd, else $PATH")                        \
@@ -113,6 +123,7 @@ typedef enum {
     IFD_CFG_BYTES,
     IFD_CFG_BOOL,
     IFD_CFG_SECS,
+    IFD_CFG_NUM,
 } ifd_cfg_type_t;
 
 #define IFD__CFG_CTYPE_STR   char *
@@ -120,6 +131,7 @@ typedef enum {
 #define IFD__CFG_CTYPE_BYTES uint64_t
 #define IFD__CFG_CTYPE_BOOL  bool
 #define IFD__CFG_CTYPE_SECS  double
+#define IFD__CFG_CTYPE_NUM   double
 
 typedef struct {
 #define IFD__CFG_FIELD(name, type, def, reload, arg, lo, hi, help) IFD__CFG_CTYPE_##type name;

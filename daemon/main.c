@@ -24,6 +24,7 @@
 #include "error.h"
 #include "gen.h"
 #include "gguf.h"
+#include "gpu.h"
 #include "model_source.h"
 #include "http.h"
 #include "listen.h"
@@ -31,6 +32,7 @@
 #include "metrics.h"
 #include "model_config.h"
 #include "router.h"
+#include "shape.h"
 #include "supervisor.h"
 
 #include <errno.h>
@@ -75,6 +77,10 @@ typedef struct {
     char model_id[256];
     char model_path[PATH_MAX];
     char worker_bin[PATH_MAX];
+    int gpus[IFD_GPU_MAX]; /* --gpus: one worker per id (n_gpus 0: CPU workers) */
+    int n_gpus;
+    const char *backend;   /* the workers' backend: "cpu", "cuda" or "cuda-f32" */
+    char shape_path[PATH_MAX]; /* --random-weights, resolved ("" when unset) */
 } ifd__daemon_t;
 
 static void ifd__shutdown_step(ifd__daemon_t *d);
@@ -420,12 +426,21 @@ static void ifd__signal_cb(uv_signal_t *h, int signum)
 static int ifd__load_model(ifd__daemon_t *d, char *err, size_t errlen)
 {
     ifd_model_source_t *src = NULL;
-    int rc = ifd_model_source_open(&src, d->cfg.model, err, errlen);
-    if (rc)
-        return rc;
-    d->mcfg = *ifd_model_source_config(src);
-    if ((rc = ifd_model_source_tokenizer(src, &d->tok, err, errlen)))
-        goto out;
+    int rc;
+    if (d->shape_path[0]) {
+        /* random weights (common/shape.h): the model gives the tokenizer,
+         * read as the workers read it (worker/worker_model.c) */
+        if ((rc = ifd_tokenizer_create_path(&d->tok, d->model_path, err, errlen)) ||
+            (rc = ifd_shape_load_vocab(&d->mcfg, d->shape_path,
+                                       (uint32_t)ifd_tokenizer_n_vocab(d->tok), err, errlen)))
+            return rc;
+    } else {
+        if ((rc = ifd_model_source_open(&src, d->cfg.model, err, errlen)))
+            return rc;
+        d->mcfg = *ifd_model_source_config(src);
+        if ((rc = ifd_model_source_tokenizer(src, &d->tok, err, errlen)))
+            goto out;
+    }
     ifd_chat_params_t cp = ifd_chat_default_params();
     if (d->cfg.chat_template && *d->cfg.chat_template)
         cp.name = d->cfg.chat_template;
@@ -466,7 +481,56 @@ static uint64_t ifd__fingerprint(const ifd__daemon_t *d)
     } k = {(uint64_t)st.st_size, (uint64_t)st.st_mtime, (uint64_t)st.st_ino, d->mcfg.n_layer,
            d->mcfg.n_head_kv,    d->mcfg.head_dim,      d->mcfg.n_vocab};
     uint64_t h = XXH3_64bits(&k, sizeof k);
-    return h ^ XXH3_64bits(d->model_path, strlen(d->model_path));
+    h ^= XXH3_64bits(d->model_path, strlen(d->model_path));
+    if (d->shape_path[0]) { /* other random weights are another model */
+        h ^= XXH3_64bits(d->shape_path, strlen(d->shape_path)) * 31;
+        h ^= XXH3_64bits(&d->cfg.weights_seed, sizeof d->cfg.weights_seed) * 17;
+    }
+    return h;
+}
+
+/* --gpus: the KV pool's blocks per device from each GPU's probe (gpu.h):
+ * the smallest count, so every device has the same geometry. Logs what each
+ * GPU reported. 0, or the probe's error with its one-line reason in err. */
+static int ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp, char *err, size_t errlen)
+{
+    ifd_gpu_probe_params_t pp = {
+        .worker_binary = d->worker_bin,
+        .backend = d->backend,
+        .model_path = d->model_path,
+        .random_weights = d->shape_path,
+        .weights_seed = (uint64_t)d->cfg.weights_seed,
+        .fraction = d->cfg.gpu_memory_fraction,
+        .kv_dtype = d->cfg.kv_dtype,
+        .block_size = (int)d->cfg.block_size,
+        .max_seqs = (int)d->cfg.max_seqs,
+        .max_batched_tokens = (int)d->cfg.max_batched_tokens,
+        .timeout_s = d->cfg.worker_start_timeout,
+    };
+    int64_t blocks = -1;
+    for (int i = 0; i < d->n_gpus; i++) {
+        ifd_gpu_probe_t pr;
+        int rc = ifd_gpu_probe(&pp, d->gpus[i], &pr, err, errlen);
+        if (rc)
+            return rc;
+        const double mib = 1024.0 * 1024.0;
+        IFD_INFO("GPU %d (%s): %.0f MiB, %.0f MiB in use after loading the weights (%.0f MiB), "
+                 "%.0f MiB kept for activations: %lld KV blocks fit in %.0f%% of it",
+                 d->gpus[i], pr.device, (double)pr.total_bytes / mib,
+                 (double)(pr.total_bytes - pr.free_bytes) / mib, (double)pr.weight_bytes / mib,
+                 (double)pr.reserve_bytes / mib, (long long)pr.n_blocks,
+                 d->cfg.gpu_memory_fraction * 100.0);
+        if (blocks < 0 || pr.n_blocks < blocks)
+            blocks = pr.n_blocks;
+    }
+    kp->n_blocks = blocks;
+    kp->n_devices = d->n_gpus;
+    /* Host (memfd) segments: what the kernel emulator runs on. On a GPU the
+     * workers need CUDA segments (IFD_KVSEG_CUDA_VMM, kernels/cuda/kvseg_cuda.h)
+     * and refuse a host one (worker/serve.c); see docs/gpu-status.md. */
+    for (int i = 0; i < d->n_gpus; i++)
+        kp->kind[i] = IFD_KVSEG_HOST;
+    return 0;
 }
 
 static int ifd__open_listeners(ifd__daemon_t *d, const char *api_key, char *err, size_t errlen)
@@ -536,12 +600,19 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "no model: pass --model PATH (or \"model\" in the config file)");
         return IFD_EINVAL;
     }
+    d->backend = "cpu";
     if (d->cfg.gpus && *d->cfg.gpus) {
-        snprintf(err, errlen,
-                 "--gpus %s: GPU workers need the CUDA backend, which inferd-worker does not "
-                 "have yet; use --workers N for CPU workers",
-                 d->cfg.gpus);
-        return IFD_ENOTSUP;
+        int rc = ifd_gpu_parse_list(d->cfg.gpus, d->gpus, IFD_GPU_MAX, &d->n_gpus, err, errlen);
+        if (rc)
+            return rc;
+        if (strcmp(d->cfg.gpu_dtype, "bf16") != 0 && strcmp(d->cfg.gpu_dtype, "f32") != 0) {
+            snprintf(err, errlen, "gpu_dtype '%s': expected bf16 or f32", d->cfg.gpu_dtype);
+            return IFD_EINVAL;
+        }
+        d->backend = strcmp(d->cfg.gpu_dtype, "f32") == 0 ? "cuda-f32" : "cuda";
+        if (d->cfg.workers != 1)
+            IFD_WARN("workers=%lld ignored: --gpus starts one worker per GPU",
+                     (long long)d->cfg.workers);
     }
     if (d->cfg.workers < 1) {
         snprintf(err, errlen, "workers must be at least 1");
@@ -586,12 +657,26 @@ static int ifd__run(ifd__daemon_t *d)
         rc = -errno;
         goto fail;
     }
-    if ((rc = ifd__check_model_dir(d->model_path, err, sizeof err)))
+    if (!(d->cfg.random_weights && *d->cfg.random_weights) &&
+        (rc = ifd__check_model_dir(d->model_path, err, sizeof err)))
         goto fail;
+    if (d->cfg.random_weights && *d->cfg.random_weights &&
+        !realpath(d->cfg.random_weights, d->shape_path)) {
+        snprintf(err, sizeof err, "random_weights %s: %s", d->cfg.random_weights,
+                 strerror(errno));
+        rc = -errno;
+        goto fail;
+    }
     if ((rc = ifd__load_model(d, err, sizeof err)))
         goto fail;
     if (d->cfg.model_name && *d->cfg.model_name) {
         snprintf(d->model_id, sizeof d->model_id, "%s", d->cfg.model_name);
+    } else if (d->shape_path[0]) { /* "random-llama-3.2-3b" */
+        const char *b = strrchr(d->shape_path, '/');
+        snprintf(d->model_id, sizeof d->model_id, "random-%.200s", b ? b + 1 : d->shape_path);
+        size_t l = strlen(d->model_id);
+        if (l > 5 && !strcmp(d->model_id + l - 5, ".json"))
+            d->model_id[l - 5] = '\0';
     } else {
         const char *b = strrchr(d->model_path, '/');
         snprintf(d->model_id, sizeof d->model_id, "%.*s", (int)sizeof d->model_id - 1,
@@ -608,8 +693,10 @@ static int ifd__run(ifd__daemon_t *d)
     kp.block_size = (int)d->cfg.block_size;
     kp.bytes_budget = d->cfg.kv_budget;
     kp.n_devices = 1;
-    kp.n_workers = (int)d->cfg.workers;
+    kp.n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
     kp.fingerprint = ifd__fingerprint(d);
+    if (d->n_gpus && (rc = ifd__size_gpu_pool(d, &kp, err, sizeof err)))
+        goto fail;
     if ((rc = ifd_kvpool_create(&kp, &d->pool))) {
         snprintf(err, sizeof err, "cannot create the KV pool (%llu bytes): %s",
                  (unsigned long long)kp.bytes_budget, ifd_strerror(rc));
@@ -627,9 +714,10 @@ static int ifd__run(ifd__daemon_t *d)
                  (long long)pool_tokens, d->mcfg.n_ctx_train);
         mml = pool_tokens;
     }
-    IFD_INFO("model %s (%s, %u layers, context %lld), KV pool %lld blocks of %d tokens (%s)",
+    IFD_INFO("model %s (%s, %u layers, context %lld), KV pool %lld blocks of %d tokens (%s)%s",
              d->model_id, d->mcfg.arch_name, d->mcfg.n_layer, (long long)mml,
-             (long long)geo.n_blocks, geo.block_size, d->cfg.kv_dtype);
+             (long long)geo.n_blocks, geo.block_size, d->cfg.kv_dtype,
+             d->n_gpus ? " per GPU" : "");
 
     if ((rc = ifd__load_api_key(&d->cfg, d->api.api_key, sizeof d->api.api_key)))
         return 1;
@@ -661,11 +749,15 @@ static int ifd__run(ifd__daemon_t *d)
     sp.model_path = d->model_path;
     sp.log_level = d->cfg.log_level;
     sp.weights_dtype = d->cfg.weights_dtype;
-    sp.n_workers = (int)d->cfg.workers;
+    sp.n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
+    sp.backend = d->backend;
+    sp.gpus = d->n_gpus ? d->gpus : NULL;
+    sp.random_weights = d->shape_path[0] ? d->shape_path : NULL;
+    sp.weights_seed = (uint64_t)d->cfg.weights_seed;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     sp.n_threads = d->cfg.threads > 0
                        ? (int)d->cfg.threads
-                       : (int)(ncpu / d->cfg.workers > 0 ? ncpu / d->cfg.workers : 1);
+                       : (int)(ncpu / sp.n_workers > 0 ? ncpu / sp.n_workers : 1);
     sp.max_seqs = (uint32_t)d->cfg.max_seqs;
     sp.max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
     (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp.prefill_cap); /* checked at config */
@@ -722,8 +814,12 @@ static int ifd__run(ifd__daemon_t *d)
     d->grace_timer.data = d->step_timer.data = d->sd_timer.data = d;
     ifd__sd_start(d);
 
-    IFD_INFO("starting %d worker%s (%s, %d threads each)", sp.n_workers,
-             sp.n_workers == 1 ? "" : "s", d->worker_bin, sp.n_threads);
+    if (d->n_gpus)
+        IFD_INFO("starting %d GPU worker%s (%s, backend %s)", sp.n_workers,
+                 sp.n_workers == 1 ? "" : "s", d->worker_bin, d->backend);
+    else
+        IFD_INFO("starting %d worker%s (%s, %d threads each)", sp.n_workers,
+                 sp.n_workers == 1 ? "" : "s", d->worker_bin, sp.n_threads);
     ifd_sup_start(d->sup);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     d->ran = true;

@@ -21,6 +21,7 @@
 
 #include "error.h"
 #include "fdpass.h"
+#include "gpu.h"
 #include "log.h"
 
 #include <errno.h>
@@ -65,6 +66,9 @@ struct ifd_sup {
     uv_loop_t *loop;
     ifd_sup_params_t p;
     char *binary, *model, *level, *weights;
+    char *backend, *shape; /* "cpu"/"cuda"/"cuda-f32"; random weights or NULL */
+    int *gpus;             /* [n] GPU ids, or NULL for CPU workers */
+    char seed[24];         /* --weights-seed's text */
     ifd_sup_callbacks_t cb;
     ifd_metrics_t *metrics;
     ifd__worker_t *w;
@@ -123,6 +127,9 @@ static void ifd__maybe_free(ifd_sup_t *s)
     free(s->model);
     free(s->level);
     free(s->weights);
+    free(s->backend);
+    free(s->shape);
+    free(s->gpus);
     free(s);
 }
 
@@ -631,22 +638,30 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     ifd_sup_t *s = w->sup;
     ifd_wire_msg_t m = {.type = IFD_WIRE_HELLO};
     ifd_wire_hello_t *h = &m.u.hello;
-    int fds[2] = {ifd_kvpool_meta_fd(s->p.pool), ifd_kvpool_data_fd(s->p.pool, 0)};
+    /* the metadata fd, then every device's data fd (the worker attaches the
+     * pool with data_fds[d] for device d) */
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(s->p.pool, &g);
+    int fds[1 + IFD_KVPOOL_MAX_DEVICES];
+    int n_fds = 0;
+    fds[n_fds++] = ifd_kvpool_meta_fd(s->p.pool);
+    for (int d = 0; d < g.n_devices; d++)
+        fds[n_fds++] = ifd_kvpool_data_fd(s->p.pool, d);
     h->slot = (uint32_t)w->info.slot;
     h->model_path = s->model;
-    h->backend = (char *)"cpu";
-    h->device = -1;
+    h->backend = s->backend;
+    h->device = s->gpus ? s->gpus[w->idx] : -1;
     h->kv_device = (uint32_t)w->info.kv_device;
     h->n_threads = (uint32_t)(s->p.n_threads > 0 ? s->p.n_threads : 0);
     h->max_seqs = s->p.max_seqs;
     h->max_batched_tokens = s->p.max_batched_tokens;
     h->prefill_cap = s->p.prefill_cap;
-    h->n_fds = 2;
+    h->n_fds = (uint32_t)n_fds;
     h->kv = s->p.kv;
     ifd_buf_t b = IFD_BUF_INIT;
     int rc = ifd_wire_encode(&b, &m);
     if (!rc)
-        rc = ifd_fdpass_send(sock, b.data, b.len, fds, 2);
+        rc = ifd_fdpass_send(sock, b.data, b.len, fds, n_fds);
     ifd_buf_free(&b);
     return rc;
 }
@@ -680,7 +695,7 @@ static void ifd__spawn(ifd__worker_t *w)
         ifd__after_exit(w);
         return;
     }
-    char *args[12];
+    char *args[16];
     int a = 0;
     args[a++] = s->binary;
     args[a++] = (char *)"--serve";
@@ -690,6 +705,12 @@ static void ifd__spawn(ifd__worker_t *w)
     args[a++] = s->level;
     args[a++] = (char *)"--weights-dtype";
     args[a++] = s->weights;
+    if (s->shape) {
+        args[a++] = (char *)"--random-weights";
+        args[a++] = s->shape;
+        args[a++] = (char *)"--weights-seed";
+        args[a++] = s->seed;
+    }
     args[a] = NULL;
     uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
@@ -706,8 +727,20 @@ static void ifd__spawn(ifd__worker_t *w)
     o.args = args;
     o.stdio = stdio;
     o.stdio_count = 4;
+    /* a GPU worker sees only its GPU, as its device 0 (gpu.h) */
+    char cvd[48];
+    char **env = s->gpus ? ifd_gpu_env(s->gpus[w->idx], cvd, sizeof cvd) : NULL;
+    if (s->gpus && !env) { /* never start it on every GPU */
+        IFD_ERROR("worker %d: out of memory for its environment", w->idx);
+        snprintf(w->info.last_exit, sizeof w->info.last_exit, "out of memory");
+        close(sv[0]), close(sv[1]), close(lp[0]), close(lp[1]);
+        ifd__after_exit(w);
+        return;
+    }
+    o.env = env;
     w->proc.data = w;
     int rc = uv_spawn(s->loop, &w->proc, &o);
+    free(env); /* the child has exec'ed (or failed) with it */
     close(sv[1]);
     close(lp[1]);
     if (rc < 0) {
@@ -733,7 +766,11 @@ static void ifd__spawn(ifd__worker_t *w)
         if (w->info.starts > 1)
             s->metrics->worker_restarts++;
     }
-    IFD_INFO("worker %d: started pid %d (%s)", w->idx, w->info.pid, s->binary);
+    if (s->gpus)
+        IFD_INFO("worker %d: started pid %d (%s, %s on GPU %d)", w->idx, w->info.pid, s->binary,
+                 s->backend, s->gpus[w->idx]);
+    else
+        IFD_INFO("worker %d: started pid %d (%s)", w->idx, w->info.pid, s->binary);
     if ((rc = ifd__send_hello(w, sv[0])) != 0) {
         IFD_ERROR("worker %d: sending HELLO: %s", w->idx, ifd_strerror(rc));
         close(sv[0]);
@@ -804,14 +841,22 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
     s->model = strdup(p->model_path);
     s->level = strdup(p->log_level ? p->log_level : "info");
     s->weights = strdup(p->weights_dtype ? p->weights_dtype : "auto");
-    if (!s->w || !s->binary || !s->model || !s->level || !s->weights) {
-        free(s->w);
-        free(s->binary);
-        free(s->model);
-        free(s->level);
-        free(s->weights);
-        free(s);
-        return IFD_ENOMEM;
+    s->backend = strdup(p->backend ? p->backend : "cpu");
+    s->shape = p->random_weights && *p->random_weights ? strdup(p->random_weights) : NULL;
+    snprintf(s->seed, sizeof s->seed, "%llu", (unsigned long long)p->weights_seed);
+    bool gpu = strcmp(s->backend ? s->backend : "", "cpu") != 0;
+    if (gpu && p->gpus && (s->gpus = calloc((size_t)p->n_workers, sizeof *s->gpus)))
+        memcpy(s->gpus, p->gpus, (size_t)p->n_workers * sizeof *s->gpus);
+    int rc = 0;
+    if (!s->w || !s->binary || !s->model || !s->level || !s->weights || !s->backend ||
+        (p->random_weights && *p->random_weights && !s->shape) || (gpu && p->gpus && !s->gpus))
+        rc = IFD_ENOMEM;
+    else if (gpu && !s->gpus) /* a GPU backend names its GPUs */
+        rc = IFD_EINVAL;
+    if (rc) {
+        s->destroying = true; /* no handle yet: frees at once */
+        ifd__maybe_free(s);
+        return rc;
     }
     s->loop = loop;
     s->p = *p;
@@ -823,7 +868,8 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
         w->sup = s;
         w->idx = i;
         w->info.slot = i;
-        w->info.kv_device = 0; /* CPU workers share the host segment */
+        /* CPU workers share the host segment; GPU worker i owns device i */
+        w->info.kv_device = s->gpus ? i : 0;
         w->info.state = IFD_W_DOWN;
         ifd_wire_reader_init(&w->rd, 0);
         uv_timer_init(loop, &w->timer);

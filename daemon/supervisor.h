@@ -83,6 +83,16 @@ typedef struct {
     const char *weights_dtype; /* passed to the workers' --weights-dtype (NULL: theirs) */
     int n_workers;
     int n_threads; /* per worker; 0: the worker decides */
+    /* GPU workers: NULL / "cpu" for CPU workers, else "cuda" or "cuda-f32"
+     * (HELLO's backend). Worker i then runs on GPU gpus[i] (n_workers
+     * entries): CUDA_VISIBLE_DEVICES=gpus[i] in its environment, HELLO's
+     * device gpus[i], and the pool's device i as its kv_device. */
+    const char *backend;
+    const int *gpus;
+    /* Random weights in this shape file (NULL: the model's own), passed to
+     * the workers as --random-weights / --weights-seed. */
+    const char *random_weights;
+    uint64_t weights_seed;
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
     int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */

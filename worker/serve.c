@@ -18,6 +18,11 @@
 #include "model.h"
 #include "tokenizer.h"
 #include "wire.h"
+#include "worker_cli.h"
+#include "worker_model.h"
+#ifdef IFD_HAVE_CUDA
+#include "cuda/cuda_device.h"
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -300,6 +305,54 @@ static int ifd__read_hello(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *hello,
     }
 }
 
+/* The backend HELLO asks for ("cpu", "cuda" or "cuda-f32"; the CUDA ones on
+ * device 0 of the CUDA_VISIBLE_DEVICES the router set) and its name for
+ * READY and the log. */
+static int ifd__serve_backend(const ifd_serve_opts_t *o, const ifd_wire_hello_t *h, int threads,
+                              ifd_backend_t **be, char *devname, size_t devlen, char *err,
+                              size_t errlen)
+{
+    const char *name = h->backend && h->backend[0] ? h->backend : "cpu";
+    int rc = ifd_worker_backend_create(be, name, threads, o->weights, err, errlen);
+    if (rc)
+        return rc;
+    if (strcmp(name, "cpu") == 0) {
+        snprintf(devname, devlen, "cpu (%d threads)",
+                 threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+        return 0;
+    }
+    char desc[128] = "cuda";
+#ifdef IFD_HAVE_CUDA
+    ifd_cuda_device_describe(0, desc, sizeof desc);
+#endif
+    snprintf(devname, devlen, "%s (GPU %d%s)", desc, (int)h->device,
+             strcmp(name, "cuda-f32") == 0 ? ", exact f32" : "");
+    return 0;
+}
+
+/* The CUDA kernels read the pool's data at device addresses: a host (memfd)
+ * segment only works on the kernel emulator, where device memory is host
+ * memory. Device segments (CUDA VMM / IPC) come from the KV pool's CUDA
+ * provider (kernels/cuda/kvseg_cuda.h). */
+static int ifd__check_pool_memory(const ifd_backend_t *be, const ifd_kvpool_t *pool, int dev,
+                                  char *err, size_t errlen)
+{
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(pool, &g);
+    if (be->ops->host_memory || g.kind[dev] != IFD_KVSEG_HOST)
+        return 0;
+#ifdef IFD_CUDA_EMU
+    (void)err;
+    (void)errlen;
+    return 0;
+#else
+    snprintf(err, errlen, "the KV pool's device %d segment is host memory, which the %s backend "
+                          "cannot read: it needs a CUDA segment (docs/gpu-status.md)",
+             dev, be->ops->name);
+    return IFD_ENOTSUP;
+#endif
+}
+
 int ifd_worker_serve(const ifd_serve_opts_t *o)
 {
     ifd__srv_t s;
@@ -331,17 +384,15 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     }
     const char *path = o->model_path ? o->model_path : h->model_path;
     int threads = o->n_threads > 0 ? o->n_threads : (int)h->n_threads;
-    if ((rc = ifd_backend_cpu_create_ex(&be, threads, o->weights))) {
-        ifd__send_error(&s, 0, rc, "cannot start the CPU backend");
-        goto out;
-    }
-    if ((rc = ifd_model_load(&model, path, be, err, sizeof err))) {
+    char devname[160];
+    if ((rc = ifd__serve_backend(o, h, threads, &be, devname, sizeof devname, err, sizeof err))) {
         IFD_ERROR("worker: %s", err);
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
-    if ((rc = ifd_model_source_tokenizer(ifd_model_source(model), &tok, err, sizeof err))) {
-        IFD_ERROR("worker: tokenizer: %s", err);
+    ifd_worker_model_opts_t mo = {path, o->shape, o->weights_seed};
+    if ((rc = ifd_worker_model_load(&mo, be, &model, &tok, err, sizeof err))) {
+        IFD_ERROR("worker: %s", err);
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
@@ -353,6 +404,11 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     expect.fingerprint = h->kv.fingerprint;
     if ((rc = ifd_kvpool_attach(fds[0], fds + 1, nfds - 1, &expect, &pool))) {
         snprintf(err, sizeof err, "cannot attach the KV pool: %s", ifd_strerror(rc));
+        IFD_ERROR("worker: %s", err);
+        ifd__send_error(&s, 0, rc, err);
+        goto out;
+    }
+    if ((rc = ifd__check_pool_memory(be, pool, (int)h->kv_device, err, sizeof err))) {
         IFD_ERROR("worker: %s", err);
         ifd__send_error(&s, 0, rc, err);
         goto out;
@@ -382,16 +438,13 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     ifd_kvpool_geometry(pool, &geo);
     ifd_wire_msg_t ready = {.type = IFD_WIRE_READY};
     ifd_wire_ready_t *r = &ready.u.ready;
-    char devname[64];
-    snprintf(devname, sizeof devname, "cpu (%d threads)", threads > 0 ? threads
-                                                                      : (int)sysconf(_SC_NPROCESSORS_ONLN));
     r->slot = h->slot;
     r->pid = (int32_t)getpid();
     r->model_name = (char *)cfg->name;
     r->arch = (char *)cfg->arch_name;
     r->n_vocab = cfg->n_vocab;
     r->n_ctx = cfg->n_ctx_train;
-    r->backend = (char *)"cpu";
+    r->backend = (char *)be->ops->name;
     r->device_name = devname;
     r->max_seqs = (uint32_t)ep.max_seqs;
     r->max_batched_tokens = (uint32_t)ep.max_batched_tokens;
@@ -405,7 +458,12 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
                     : -1;
     if ((rc = ifd__flush_fd(&s, kv_fd)))
         goto out;
-    IFD_INFO("worker %u ready: %s on %s", h->slot, cfg->name, devname);
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (strcmp(be->ops->name, "cpu") != 0)
+        IFD_INFO("worker %u ready: %s on %s, CUDA_VISIBLE_DEVICES=%s, KV pool device %u",
+                 h->slot, cfg->name, devname, cvd ? cvd : "(unset)", h->kv_device);
+    else
+        IFD_INFO("worker %u ready: %s on %s", h->slot, cfg->name, devname);
 
     fcntl(s.fd, F_SETFL, fcntl(s.fd, F_GETFL) | O_NONBLOCK);
     bool done = false;

@@ -23,6 +23,8 @@ typedef struct {
     const char *model_path; /* overrides HELLO's model_path when set */
     int n_threads;          /* overrides HELLO's n_threads when > 0 */
     ifd_weights_dtype_t weights; /* the CPU backend's weights (backend.h) */
+    const char *shape;      /* random weights in this shape (worker_model.h); NULL: the model */
+    uint64_t weights_seed;  /* their seed */
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

@@ -17,7 +17,10 @@
 #include "serve.h"
 #include "tokenizer.h"
 #include "kernels.h"
+#include "kvpool.h"
+#include "kvsize.h"
 #include "log.h"
+#include "worker_model.h"
 #ifdef IFD_HAVE_CUDA
 #include "cuda/cuda_device.h"
 #endif
@@ -37,7 +40,9 @@ static void ifd__usage(FILE *f)
             "       inferd-worker --model PATH --prompt TEXT [options]\n"
             "       inferd-worker --random-weights SHAPE.json --prompt-ids \"ID ...\" [options]\n"
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
-            "                     [--weights-dtype auto|f32]\n"
+            "                     [--weights-dtype auto|f32] [--random-weights F]\n"
+            "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
+            "                     --random-weights F --model TOKENIZER) [probe options]\n"
             "       inferd-worker --devices\n"
             "\n"
             "The inferd worker: runs a model for the inferd router (one process per GPU).\n"
@@ -46,7 +51,14 @@ static void ifd__usage(FILE *f)
             "                        architecture, hyper-parameters, tokenizer summary and tensors\n"
             "  --json                machine-readable output (--inspect, generation)\n"
             "  --devices             list the compute devices this worker can use\n"
-            "  --serve --fd N        serve the router on socket N (spawned by inferd)\n"
+            "  --serve --fd N        serve the router on socket N (spawned by inferd); with\n"
+            "                        --random-weights F the model is random weights in shape F\n"
+            "                        and HELLO's model gives only the tokenizer\n"
+            "  --kv-probe            load the model onto the GPU, then print as JSON how many KV\n"
+            "                        blocks fit (what inferd --gpus runs per GPU at start-up):\n"
+            "    --gpu-memory-fraction F  of the device's total memory (default 0.90)\n"
+            "    --kv-dtype f32|f16|bf16, --block-size N, --max-seqs N,\n"
+            "    --max-batched-tokens N   the pool and engine settings it is sized for\n"
             "\n"
             "Offline generation:\n"
             "  --model PATH          GGUF model file\n"
@@ -397,6 +409,106 @@ out:
     return status;
 }
 
+/* --kv-probe: the model on the GPU, then the KV blocks that fit in
+ * fraction * total - used - the activations' estimate (kvsize.h). One JSON
+ * line on stdout either way ({"ok": false, "error": ...} on failure, exit
+ * status 1), so the daemon can report the reason in one line. */
+typedef struct {
+    double fraction;
+    const char *kv_dtype;
+    int block_size;
+    int max_seqs;
+    int max_batched_tokens;
+} ifd__probe_opts_t;
+
+static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
+{
+    char err[1024] = "";
+    ifd_backend_t *be = NULL;
+    ifd_model_t *m = NULL;
+    ifd_tokenizer_t *tok = NULL;
+    json_t *j = json_object();
+    int rc, status = 1;
+    const char *bname = o->backend ? o->backend : "cpu";
+    ifd_kv_dtype_t kvd;
+    if (strcmp(bname, "cuda") != 0 && strcmp(bname, "cuda-f32") != 0) {
+        snprintf(err, sizeof err, "--kv-probe sizes a GPU's pool: it needs --backend cuda or "
+                                  "cuda-f32, not '%s'", bname);
+        goto out;
+    }
+    if (ifd_kv_dtype_parse(po->kv_dtype, &kvd) != 0) {
+        snprintf(err, sizeof err, "--kv-dtype '%s': expected f32, f16 or bf16", po->kv_dtype);
+        goto out;
+    }
+    if (!o->model) {
+        snprintf(err, sizeof err, "--kv-probe needs --model (with --random-weights: the "
+                                  "tokenizer's model)");
+        goto out;
+    }
+#ifdef IFD_HAVE_CUDA
+    int n_dev;
+    if (ifd_cuda_device_count(&n_dev, err, sizeof err) != 0) {
+        char why[900];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, sizeof err, "no CUDA device: %s", why);
+        goto out;
+    }
+#endif
+    if ((rc = ifd_worker_backend_create(&be, bname, 0, IFD_WEIGHTS_AUTO, err, sizeof err)))
+        goto out;
+    ifd_worker_model_opts_t mo = {o->model, o->shape, o->weights_seed};
+    if ((rc = ifd_worker_model_load(&mo, be, &m, &tok, err, sizeof err)))
+        goto out;
+    size_t free_b = 0, total_b = 0;
+#ifdef IFD_HAVE_CUDA
+    if ((rc = be->ops->sync(be)) ||
+        (rc = ifd_cuda_mem_info(&free_b, &total_b, err, sizeof err)))
+        goto out;
+    char desc[128] = "";
+    ifd_cuda_device_describe(0, desc, sizeof desc);
+    json_object_set_new(j, "device", json_string(desc));
+#endif
+    const ifd_model_config_t *cfg = ifd_model_config(m);
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
+    kp.dtype = kvd;
+    kp.block_size = po->block_size;
+    const uint64_t block_all = 2 * (uint64_t)kp.n_layers * ifd_kvpool_block_bytes(&kp);
+    const uint64_t reserve =
+        ifd_kvsize_act_reserve(cfg, po->max_batched_tokens, po->max_seqs,
+                               strcmp(bname, "cuda-f32") == 0 ? 4 : 2);
+    const int64_t n_blocks =
+        ifd_kvsize_blocks(total_b, free_b, po->fraction, reserve, block_all);
+    json_object_set_new(j, "total_bytes", json_integer((json_int_t)total_b));
+    json_object_set_new(j, "free_bytes", json_integer((json_int_t)free_b));
+    json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(m)));
+    json_object_set_new(j, "reserve_bytes", json_integer((json_int_t)reserve));
+    json_object_set_new(j, "block_bytes", json_integer((json_int_t)block_all));
+    json_object_set_new(j, "n_blocks", json_integer((json_int_t)n_blocks));
+    if (n_blocks < 1) {
+        const double mib = 1024.0 * 1024.0;
+        snprintf(err, sizeof err,
+                 "no KV block fits: %.2f of %.0f MiB minus %.0f MiB in use (weights %.0f MiB) "
+                 "minus %.0f MiB for activations leaves nothing: raise --gpu-memory-fraction",
+                 po->fraction, (double)total_b / mib, (double)(total_b - free_b) / mib,
+                 (double)ifd_model_weight_bytes(m) / mib, (double)reserve / mib);
+        goto out;
+    }
+    status = 0;
+out:
+    json_object_set_new(j, "ok", json_boolean(status == 0));
+    if (status)
+        json_object_set_new(j, "error", json_string(err[0] ? err : "failed"));
+    json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+    fputc('\n', stdout);
+    fflush(stdout);
+    json_decref(j);
+    ifd_tokenizer_destroy(tok);
+    ifd_model_destroy(m);
+    if (be)
+        be->ops->destroy(be);
+    return status;
+}
+
 static bool ifd__parse_float(const char *s, float *out)
 {
     char *end;
@@ -447,6 +559,12 @@ int ifd_worker_main(int argc, char **argv)
         OPT_RANDOM,
         OPT_WSEED,
         OPT_BACKEND,
+        OPT_KV_PROBE,
+        OPT_GPU_FRACTION,
+        OPT_KV_DTYPE,
+        OPT_BLOCK_SIZE,
+        OPT_MAX_SEQS,
+        OPT_MAX_BATCHED,
     };
     static const struct option opts[] = {
         {"inspect", required_argument, NULL, 'i'},
@@ -476,12 +594,19 @@ int ifd_worker_main(int argc, char **argv)
         {"random-weights", required_argument, NULL, OPT_RANDOM},
         {"weights-seed", required_argument, NULL, OPT_WSEED},
         {"backend", required_argument, NULL, OPT_BACKEND},
+        {"kv-probe", no_argument, NULL, OPT_KV_PROBE},
+        {"gpu-memory-fraction", required_argument, NULL, OPT_GPU_FRACTION},
+        {"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+        {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+        {"max-seqs", required_argument, NULL, OPT_MAX_SEQS},
+        {"max-batched-tokens", required_argument, NULL, OPT_MAX_BATCHED},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     const char *inspect = NULL;
-    bool json = false, devices = false, serve = false;
+    bool json = false, devices = false, serve = false, probe = false;
+    ifd__probe_opts_t po = {0.90, "f16", 16, 64, 256};
     int serve_fd = -1;
     ifd__gen_opts_t go;
     memset(&go, 0, sizeof go);
@@ -585,6 +710,36 @@ int ifd_worker_main(int argc, char **argv)
         case OPT_BACKEND:
             go.backend = optarg;
             break;
+        case OPT_KV_PROBE:
+            probe = true;
+            break;
+        case OPT_GPU_FRACTION: {
+            float f;
+            if (!ifd__parse_float(optarg, &f) || !(f > 0.0f && f <= 1.0f)) {
+                fprintf(stderr, "inferd-worker: --gpu-memory-fraction wants a number in (0, 1], "
+                                "not '%s'\n", optarg);
+                return 2;
+            }
+            po.fraction = f;
+            break;
+        }
+        case OPT_KV_DTYPE:
+            po.kv_dtype = optarg;
+            break;
+        case OPT_BLOCK_SIZE:
+        case OPT_MAX_SEQS:
+        case OPT_MAX_BATCHED:
+            if (!ifd__parse_int(optarg, 1, 1 << 20, &lv)) {
+                fprintf(stderr, "inferd-worker: bad count '%s'\n", optarg);
+                return 2;
+            }
+            if (c == OPT_BLOCK_SIZE)
+                po.block_size = (int)lv;
+            else if (c == OPT_MAX_SEQS)
+                po.max_seqs = (int)lv;
+            else
+                po.max_batched_tokens = (int)lv;
+            break;
         case OPT_IGNORE_EOS:
             go.ignore_eos = true;
             break;
@@ -638,9 +793,12 @@ int ifd_worker_main(int argc, char **argv)
             fprintf(stderr, "inferd-worker: --serve needs --fd N (the router's socket)\n");
             return 2;
         }
-        ifd_serve_opts_t so = {serve_fd, go.model, go.threads, go.weights};
+        ifd_serve_opts_t so = {serve_fd, go.model, go.threads, go.weights, go.shape,
+                               go.weights_seed};
         return ifd_worker_serve(&so);
     }
+    if (probe)
+        return ifd__kv_probe(&go, &po);
     if (inspect)
         return ifd_inspect_file(stdout, stderr, inspect, json) == 0 ? 0 : 1;
     if (go.model && go.shape) {

@@ -23,6 +23,10 @@ int ifd_cuda_device_count(int *count, char *errbuf, size_t errlen);
 /* "NVIDIA H200, 139 GiB, sm_90" for device `dev` into buf. 0 or IFD_ECUDA. */
 int ifd_cuda_device_describe(int dev, char *buf, size_t len);
 
+/* Free and total memory of the current device (cudaMemGetInfo), in bytes.
+ * Returns 0, or IFD_ENODEV with the runtime's reason in errbuf. */
+int ifd_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *errbuf, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -38,3 +38,19 @@ extern "C" int ifd_cuda_device_describe(int dev, char *buf, size_t len)
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.major, p.minor);
     return 0;
 }
+
+extern "C" int ifd_cuda_mem_info(size_t *free_bytes, size_t *total_bytes, char *errbuf,
+                                 size_t errlen)
+{
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "cudaMemGetInfo: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return IFD_ENODEV;
+    }
+    *free_bytes = f;
+    *total_bytes = t;
+    return 0;
+}

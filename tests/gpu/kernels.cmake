@@ -93,7 +93,6 @@ if(CMAKE_CXX_COMPILER)
   ifd_add_test(test_engine_cuda_emu
                SOURCES ${PROJECT_SOURCE_DIR}/tests/unit/test_engine_model.c ${IFD_BACKEND_SRCS}
                        ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
-                       ${PROJECT_SOURCE_DIR}/worker/shape.c
                LIBS ifd_kernels_emu ifd_kernels ifd_common PkgConfig::JANSSON
                LABELS unit emu TIMEOUT 300)
   target_compile_definitions(test_engine_cuda_emu PRIVATE IFD_TEST_ENGINE_CUDA_EMU)
@@ -107,6 +106,27 @@ if(CMAKE_CXX_COMPILER)
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_check_script.sh ${CMAKE_BINARY_DIR}
             ${CMAKE_CURRENT_BINARY_DIR}/check-emu
     LABELS unit emu TIMEOUT 240)
+
+  # inferd-worker on the emulator: the whole worker (serve loop, engine,
+  # model, both backends) with the emulated CUDA runtime, cuBLASLt and the
+  # real kernels, for the daemon's --gpus test (test_daemon_gpu_emu). Only
+  # this test binary links the emulator; the real inferd-worker links CUDA
+  # and inferd links neither.
+  add_executable(inferd-worker-emu ${PROJECT_SOURCE_DIR}/worker/main.c
+                 ${PROJECT_SOURCE_DIR}/worker/worker_cli.c ${PROJECT_SOURCE_DIR}/worker/serve.c
+                 ${PROJECT_SOURCE_DIR}/worker/worker_model.c ${PROJECT_SOURCE_DIR}/worker/kvsize.c
+                 ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
+                 ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c)
+  target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1)
+  target_include_directories(inferd-worker-emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
+                             ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(inferd-worker-emu PRIVATE ifd_kernels_emu ifd_kernels ifd_common
+                        ifd_proto PkgConfig::JANSSON)
+  set_target_properties(inferd-worker-emu PROPERTIES LINKER_LANGUAGE CXX)
+  ifd_add_script_test(test_daemon_gpu_emu
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/test_daemon.sh gpu_emu
+            $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker> $<TARGET_FILE:inferd-worker-emu>
+    LABELS emu model TIMEOUT 300)
 endif()
 
 # On a GPU: the same test against the real CUDA backend (ifd_worker_lib).

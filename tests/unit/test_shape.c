@@ -1,8 +1,9 @@
 /*
- * test_shape.c — model shapes (worker/shape.c) and random-weight models
+ * test_shape.c — model shapes (common/shape.c) and random-weight models
  * (ifd_model_load_random): every deploy/shapes file loads with the real
  * model's numbers; bad files give an error naming the field; the same seed
- * gives bitwise the same logits, another seed different ones.
+ * gives bitwise the same logits, another seed different ones; a shape
+ * served with another tokenizer takes the tokenizer's vocabulary size.
  */
 #include "testutil.h"
 
@@ -132,6 +133,23 @@ START_TEST(test_random_weights_deterministic)
 }
 END_TEST
 
+START_TEST(test_shape_vocab)
+{
+    char path[512], err[256] = "";
+    shape_path(path, sizeof path, "tiny-llama.json");
+    ifd_model_config_t a, b, c;
+    ck_assert_int_eq(ifd_shape_load(&a, path, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_shape_load_vocab(&b, path, 49152, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_shape_load_vocab(&c, path, 0, err, sizeof err), 0);
+    ck_assert_uint_eq(a.n_vocab, 256);
+    ck_assert_uint_eq(b.n_vocab, 49152);
+    ck_assert_uint_eq(c.n_vocab, 256); /* 0: the shape's own */
+    ck_assert_uint_eq(b.n_layer, a.n_layer);
+    ck_assert_uint_eq(b.head_dim, a.head_dim);
+    ck_assert_int_ne(ifd_shape_load_vocab(&b, "/nonexistent.json", 10, err, sizeof err), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shape");
@@ -140,6 +158,7 @@ int main(void)
     tcase_add_test(tc, test_deploy_shapes);
     tcase_add_test(tc, test_bad_shapes);
     tcase_add_test(tc, test_random_weights_deterministic);
+    tcase_add_test(tc, test_shape_vocab);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

@@ -23,6 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <mutex>
+#include <unordered_map>
 #include <ucontext.h>
 #include <vector>
 
@@ -461,10 +463,22 @@ void ifd_emu_cp_async_wait(int n)
 
 extern "C" {
 
-/* Device memory is shareable host memory (cuda_emu_vmm.cc: IPC handles). */
+/* Device memory is shareable host memory (cuda_emu_vmm.cc: IPC handles),
+ * 1 GiB of it: cudaMemGetInfo reports the cudaMalloc'ed bytes as in use (the
+ * daemon sizes its KV pool from that). */
+static const size_t g_dev_total = (size_t)1 << 30;
+static std::mutex g_dev_mu;
+static size_t g_dev_used;
+static std::unordered_map<uintptr_t, size_t> g_dev_sizes;
+
 cudaError_t cudaMalloc(void **p, size_t n)
 {
     *p = ifd__emu_dev_alloc(n);
+    if (*p) {
+        std::lock_guard<std::mutex> lk(g_dev_mu);
+        g_dev_sizes[(uintptr_t)*p] = n;
+        g_dev_used += n;
+    }
     return *p ? cudaSuccess : (g_last = cudaErrorMemoryAllocation);
 }
 
@@ -472,6 +486,14 @@ cudaError_t cudaFree(void *p)
 {
     if (p && !ifd__emu_dev_free(p))
         return g_last = cudaErrorInvalidValue;
+    if (p) {
+        std::lock_guard<std::mutex> lk(g_dev_mu);
+        auto it = g_dev_sizes.find((uintptr_t)p);
+        if (it != g_dev_sizes.end()) {
+            g_dev_used -= it->second;
+            g_dev_sizes.erase(it);
+        }
+    }
     return cudaSuccess;
 }
 
@@ -682,8 +704,10 @@ cudaError_t cudaFreeHost(void *p)
 
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
-    *free_b = (size_t)1 << 30;
-    *total = (size_t)1 << 30;
+    std::lock_guard<std::mutex> lk(g_dev_mu);
+    size_t used = g_dev_used;
+    *free_b = used < g_dev_total ? g_dev_total - used : 0;
+    *total = g_dev_total;
     return cudaSuccess;
 }
 

@@ -20,11 +20,20 @@
 #define IFD_SHAPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model_config.h"
 
 /* Fills *cfg from the JSON file at `path`. 0, -errno (file), IFD_EFORMAT
  * (bad JSON, missing or out-of-range field; named in errbuf). */
 int ifd_shape_load(ifd_model_config_t *cfg, const char *path, char *errbuf, size_t errlen);
+
+/* The shape served with another model's tokenizer (inferd --random-weights,
+ * worker/worker_model.h): as ifd_shape_load, then n_vocab set to the
+ * tokenizer's n_vocab (when > 0 and different; logged), so every id the
+ * model samples decodes. The daemon and its workers both call this, so
+ * they agree on the model. */
+int ifd_shape_load_vocab(ifd_model_config_t *cfg, const char *path, uint32_t n_vocab,
+                         char *errbuf, size_t errlen);
 
 #endif

@@ -4,6 +4,7 @@
 #include "shape.h"
 
 #include "error.h"
+#include "log.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -141,4 +142,18 @@ int ifd_shape_load(ifd_model_config_t *cfg, const char *path, char *errbuf, size
 out:
     json_decref(j);
     return rc;
+}
+
+int ifd_shape_load_vocab(ifd_model_config_t *cfg, const char *path, uint32_t n_vocab,
+                         char *errbuf, size_t errlen)
+{
+    int rc = ifd_shape_load(cfg, path, errbuf, errlen);
+    if (rc)
+        return rc;
+    if (n_vocab > 0 && cfg->n_vocab != n_vocab) {
+        IFD_INFO("random weights: the shape's vocabulary of %u tokens becomes the tokenizer's %u",
+                 cfg->n_vocab, n_vocab);
+        cfg->n_vocab = n_vocab;
+    }
+    return 0;
 }

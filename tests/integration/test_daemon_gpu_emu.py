@@ -1,0 +1,175 @@
+"""inferd --gpus on the CUDA kernel emulator (labels emu, model), through the official
+`openai` client over an httpx Unix-socket transport.
+
+The GPU workers are inferd-worker-emu: the real worker (serve loop, engine, model code,
+worker/backend_cuda.c and the real kernels/cuda sources) linked against the CPU emulator of
+tests/gpu/emu instead of the CUDA libraries. The model is random weights in the tiny shape
+deploy/shapes/tiny-llama.json with the default model's tokenizer (its weights are not read),
+so the emulator's slowness does not matter. Checked:
+
+- without a GPU (the normal worker on this machine), `--gpus 0` exits 1 with one error line;
+- `--gpus 0` sizes the KV pool from the emulated device memory (the log's block count is
+  /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion;
+- exact mode (`--gpu-dtype f32`) gives the CPU daemon's greedy tokens on the same random
+  weights (same --weights-seed), up to a near-tie of the CPU's top two logprobs;
+- `--gpus 0,1`: two workers, each with its own CUDA_VISIBLE_DEVICES and pool device, and a
+  repeated prompt is routed to the worker that caches its prefix.
+
+Usage: test_daemon_gpu_emu.py INFERD INFERD_WORKER INFERD_WORKER_EMU
+"""
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import Daemon, model_path, require_model, run_tests, skip  # noqa: E402
+
+try:
+    import httpx
+    import openai
+except ImportError as e:  # pragma: no cover
+    skip("the openai/httpx packages are not installed (%s): run deploy/install-deps.sh" % e)
+
+if len(sys.argv) < 4:
+    skip("usage: test_daemon_gpu_emu.py INFERD INFERD_WORKER INFERD_WORKER_EMU")
+INFERD, WORKER, WORKER_EMU = sys.argv[1:4]
+SRC = os.environ.get("INFERD_SOURCE_DIR",
+                     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SHAPE = os.path.join(SRC, "deploy", "shapes", "tiny-llama.json")
+MODEL = "random-tiny-llama"
+SEED = 11
+PROMPTS = ["Name three colors.", "Write one sentence about the sea, please."]
+require_model()
+
+
+def client(d):
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=d.sock), timeout=120)
+    return openai.OpenAI(base_url="http://localhost/v1", api_key="unused", http_client=http,
+                         max_retries=0)
+
+
+def gpu_daemon(gpus="0", dtype="bf16", fraction="0.2"):
+    return Daemon(INFERD, args=["--gpus", gpus, "--gpu-dtype", dtype, "--worker-binary",
+                                WORKER_EMU, "--random-weights", SHAPE, "--weights-seed",
+                                str(SEED), "--gpu-memory-fraction", fraction])
+
+
+def greedy(c, prompt, n=10):
+    """Greedy completion tokens with the top-2 logprobs at each step."""
+    r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=n, temperature=0,
+                             logprobs=2)
+    lp = r.choices[0].logprobs
+    return lp.tokens, lp.top_logprobs
+
+
+def test_no_gpu_gives_one_line_error():
+    dev = subprocess.run([WORKER, "--devices"], capture_output=True, text=True, timeout=60)
+    if re.search(r"^cuda:\d", dev.stdout, re.M):
+        print("  (a CUDA device is present: the no-GPU check does not apply here)")
+        return
+    out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "0", "--worker-binary",
+                          WORKER, "--socket", "/nonexistent/inferd-gpu-test.sock"],
+                         capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    assert len(lines) == 1, "wanted one error line, got:\n" + out.stderr
+    assert " error: GPU 0: " in lines[0] and ("CUDA" in lines[0]), lines[0]
+    # a bad list is refused before anything starts
+    out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "0,x"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1 and "gpus '0,x'" in out.stderr, out.stderr
+
+
+def test_gpu_stream_and_pool_size():
+    d = gpu_daemon()
+    try:
+        h = d.json("GET", "/health")
+        assert len(h["workers"]) == 1 and "emulator" in h["workers"][0]["device"], h
+        log = d.logtext()
+        m = re.search(r"GPU 0 \(.*emulator.*\): .* (\d+) KV blocks fit in 20% of it", log)
+        assert m, log
+        blocks = int(m.group(1))
+        assert blocks > 100, blocks
+        assert "CUDA_VISIBLE_DEVICES=0" in log, log
+        met = d.metrics()
+        assert met["inferd_kv_blocks_capacity"] == blocks, (met["inferd_kv_blocks_capacity"],
+                                                            blocks)
+        c = client(d)
+        text, finish, n_chunks, usage = "", None, 0, None
+        for ch in c.chat.completions.create(model=MODEL, stream=True, max_tokens=12,
+                                            temperature=0, stream_options={"include_usage": True},
+                                            messages=[{"role": "user", "content": PROMPTS[0]}]):
+            n_chunks += 1
+            if ch.usage:
+                usage = ch.usage
+            for x in ch.choices:
+                text += x.delta.content or ""
+                if x.finish_reason:
+                    finish = x.finish_reason
+        assert finish == "length" and text, (finish, text)
+        assert usage.completion_tokens == 12 and usage.prompt_tokens > 5, usage
+        assert n_chunks >= 12, n_chunks
+        # the same request again: equal text, prefix from the cache
+        r = c.chat.completions.create(model=MODEL, max_tokens=12, temperature=0,
+                                      messages=[{"role": "user", "content": PROMPTS[0]}])
+        assert r.choices[0].message.content == text, (r.choices[0].message.content, text)
+        assert r.usage.prompt_tokens_details.cached_tokens > 0, r.usage
+        d.wait_idle()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_exact_mode_equals_cpu():
+    cpu = Daemon(INFERD, args=["--random-weights", SHAPE, "--weights-seed", str(SEED),
+                               "--weights-dtype", "f32"])
+    try:
+        want = [greedy(client(cpu), p) for p in PROMPTS]
+    finally:
+        assert cpu.stop() == 0, cpu.logtext()
+    d = gpu_daemon(dtype="f32")
+    try:
+        assert "exact f32" in d.json("GET", "/health")["workers"][0]["device"]
+        got = [greedy(client(d), p) for p in PROMPTS]
+        compared = 0
+        for (wt, wtop), (gt, _) in zip(want, got):
+            for i, (a, b) in enumerate(zip(wt, gt)):
+                lps = sorted(wtop[i].values(), reverse=True)
+                near_tie = len(lps) > 1 and lps[0] - lps[1] < 1e-3
+                if a != b:
+                    assert near_tie, "token %d: CPU %r, emulated GPU %r (top-2 %s)" % (
+                        i, a, b, wtop[i])
+                    break  # the sequences may part after a tie
+                compared += 1
+        assert compared >= 12, compared
+        d.wait_idle()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_two_gpus_route_by_prefix():
+    d = gpu_daemon(gpus="0,1", fraction="0.18")
+    try:
+        h = d.json("GET", "/health")
+        devs = sorted(w["device"] for w in h["workers"])
+        assert len(devs) == 2 and "(GPU 0)" in devs[0] and "(GPU 1)" in devs[1], devs
+        log = d.logtext()
+        assert "CUDA_VISIBLE_DEVICES=0, KV pool device 0" in log, log
+        assert "CUDA_VISIBLE_DEVICES=1, KV pool device 1" in log, log
+        c = client(d)
+        long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 6)
+        first = c.completions.create(model=MODEL, prompt=long_prompt, max_tokens=4,
+                                     temperature=0)
+        d.wait_idle()
+        for _ in range(3):
+            r = c.completions.create(model=MODEL, prompt=long_prompt, max_tokens=4,
+                                     temperature=0)
+            assert r.choices[0].text == first.choices[0].text
+            assert r.usage.prompt_tokens_details.cached_tokens >= 48, r.usage
+        d.wait_idle()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+if __name__ == "__main__":
+    sys.exit(run_tests(globals(), sys.argv[4:]))
