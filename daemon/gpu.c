@@ -48,7 +48,7 @@ int ifd_gpu_parse_list(const char *s, int *ids, int max, int *n, char *err, size
         p = end;
         while (*p == ' ')
             p++;
-        if (*p == ',')
+        if (*p == ',' && p[1])
             p++;
         else if (*p) {
             snprintf(err, errlen, "gpus '%s': expected GPU ids such as 0,1", s);

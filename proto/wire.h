@@ -109,8 +109,9 @@ typedef struct {
 typedef struct {
     uint32_t slot; /* worker slot id: its ledger index in the pool */
     char *model_path;
-    char *backend;               /* "cpu" | "cuda" */
-    int32_t device;              /* device index; -1 for the CPU backend */
+    char *backend;               /* "cpu" | "cuda" | "cuda-f32" (exact f32 mode) */
+    int32_t device;              /* the GPU's id (names, logs; the worker uses device 0 of
+                                  * its CUDA_VISIBLE_DEVICES); -1 for the CPU backend */
     uint32_t kv_device;          /* the pool data segment this worker computes on */
     uint32_t n_threads;          /* CPU threads; 0: the worker decides */
     uint32_t max_seqs;           /* 0: the worker's default */

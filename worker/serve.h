@@ -3,8 +3,12 @@
  * process the router spawns, one per device.
  *
  * Protocol (proto/wire.h): the router's first frame is HELLO with the KV
- * pool's fds attached (SCM_RIGHTS); the worker attaches the pool, loads the
- * model (HELLO's path unless overridden), answers READY, then loops: it
+ * pool's fds attached (SCM_RIGHTS); the worker creates the backend HELLO
+ * names ("cpu", or "cuda" / "cuda-f32" on device 0 of the
+ * CUDA_VISIBLE_DEVICES the router set), loads the model (HELLO's path
+ * unless overridden; or random weights in opts' shape with that path's
+ * tokenizer, worker_model.h), attaches the pool, answers READY (backend and
+ * device as running), then loops: it
  * reads frames without blocking between engine steps (sleeping in poll(2)
  * only when idle), runs one ifd_engine_step, and writes one TOKENS frame
  * per step followed by the FINISHED frames of that step. EOF on the socket

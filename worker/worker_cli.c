@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "shape.h"
 #include "chat_template.h"
+#include "engine.h"
 #include "error.h"
 #include "generate.h"
 #include "inspect.h"
@@ -606,7 +607,9 @@ int ifd_worker_main(int argc, char **argv)
     };
     const char *inspect = NULL;
     bool json = false, devices = false, serve = false, probe = false;
-    ifd__probe_opts_t po = {0.90, "f16", 16, 64, 256};
+    const ifd_engine_params_t edef = ifd_engine_default_params();
+    ifd__probe_opts_t po = {0.90, "f16", IFD_KVPOOL_DEFAULT_BLOCK_SIZE, edef.max_seqs,
+                            edef.max_batched_tokens};
     int serve_fd = -1;
     ifd__gen_opts_t go;
     memset(&go, 0, sizeof go);

@@ -2,13 +2,15 @@
  * test_daemon_config.c — the daemon's settings table (daemon/config.h):
  * defaults, flag syntax (--k v, --k=v, --[no-]bool), value types and units,
  * ranges, the JSON file (unknown keys and wrong types refused), flags over
- * the file, reload of reloadable keys only; and the metrics exposition
- * (daemon/metrics.h).
+ * the file, reload of reloadable keys only; the number type
+ * (gpu_memory_fraction) and the GPU list (daemon/gpu.h); and the metrics
+ * exposition (daemon/metrics.h).
  */
 #include "testutil.h"
 
 #include "config.h"
 #include "error.h"
+#include "gpu.h"
 #include "metrics.h"
 
 #include <stdarg.h>
@@ -81,6 +83,62 @@ START_TEST(test_bad_flags)
     ck_assert_int_eq(parse(&c, &cli, err, 2, "--kv-budget", "12Q"), IFD_EINVAL);
     ck_assert_int_eq(parse(&c, &cli, err, 1, "--workers"), IFD_EINVAL);
     ck_assert_int_eq(parse(&c, &cli, err, 1, "stray"), IFD_EINVAL);
+}
+END_TEST
+
+START_TEST(test_gpu_settings)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
+    ck_assert(c.gpu_memory_fraction > 0.8999 && c.gpu_memory_fraction < 0.9001);
+    ck_assert_str_eq(c.gpu_dtype, "bf16");
+    ck_assert_int_eq(c.weights_seed, 0);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 6, "--gpu-memory-fraction=0.5", "--gpus", "1,0",
+                           "--weights-seed", "42", "--random-weights=s.json"),
+                     0);
+    ck_assert(c.gpu_memory_fraction == 0.5);
+    ck_assert_str_eq(c.gpus, "1,0");
+    ck_assert_int_eq(c.weights_seed, 42);
+    ck_assert_str_eq(c.random_weights, "s.json");
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--gpu-memory-fraction", "1.5"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "range"));
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--gpu-memory-fraction", "90%"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "number"));
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--weights-seed", "-1"), IFD_EINVAL);
+    const char *path = write_tmp("{\"gpu_memory_fraction\": 0.25, \"gpus\": [0, 2]}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), 0);
+    ck_assert(c.gpu_memory_fraction == 0.25);
+    ck_assert_str_eq(c.gpus, "0,2");
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    path = write_tmp("{\"gpu_memory_fraction\": \"most\"}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "gpu_memory_fraction"));
+    unlink(path);
+
+    int ids[IFD_GPU_MAX], n = -1;
+    ck_assert_int_eq(ifd_gpu_parse_list("0", ids, IFD_GPU_MAX, &n, err, sizeof err), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ids[0], 0);
+    ck_assert_int_eq(ifd_gpu_parse_list("3, 1,2", ids, IFD_GPU_MAX, &n, err, sizeof err), 0);
+    ck_assert_int_eq(n, 3);
+    ck_assert(ids[0] == 3 && ids[1] == 1 && ids[2] == 2);
+    const char *bad[] = {"", ",", "0,", "0,,1", "a", "0,x", "-1", "1024", "0,0", "1 2",
+                         "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        ck_assert_msg(ifd_gpu_parse_list(bad[i], ids, IFD_GPU_MAX, &n, err, sizeof err) ==
+                          IFD_EINVAL,
+                      "'%s' accepted", bad[i]);
+        ck_assert_msg(err[0] != '\0', "no message for '%s'", bad[i]);
+    }
+    ck_assert_int_eq(ifd_gpu_parse_list("0,1,2", ids, 2, &n, err, sizeof err), IFD_EINVAL);
 }
 END_TEST
 
@@ -234,6 +292,7 @@ int main(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_defaults_and_flags);
     tcase_add_test(tc, test_bad_flags);
+    tcase_add_test(tc, test_gpu_settings);
     tcase_add_test(tc, test_file_precedence_and_errors);
     tcase_add_test(tc, test_metrics_render);
     tcase_add_test(tc, test_metrics_vllm_and_families);
