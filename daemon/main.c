@@ -857,14 +857,15 @@ int main(int argc, char **argv)
         code = ifd_config_print_json(&d->cfg, stdout) ? 1 : 0;
     } else {
         code = ifd__run(d);
-        if (d->ran) { /* every handle is closed; a failed start just exits */
+        if (d->ran) { /* every handle is closed; a failed start leaves the loop as it is */
             if (uv_loop_close(&d->loop) != 0)
                 IFD_WARN("handles left open at exit");
             ifd_router_destroy(d->router);
-            ifd_kvpool_destroy(d->pool);
-            ifd_chat_template_destroy(d->tpl);
-            ifd_tokenizer_destroy(d->tok);
         }
+        /* plain memory, no handle refers to it once the loop is not running */
+        ifd_kvpool_destroy(d->pool);
+        ifd_chat_template_destroy(d->tpl);
+        ifd_tokenizer_destroy(d->tok);
     }
     ifd_config_free(&d->cfg);
     ifd_config_cli_free(&d->cli);
