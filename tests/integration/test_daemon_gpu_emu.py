@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_daemon_util import Daemon, model_path, require_model, run_tests, skip  # noqa: E402
@@ -55,6 +56,18 @@ def gpu_daemon(gpus="0", dtype="bf16", fraction="0.2"):
                                 str(SEED), "--gpu-memory-fraction", fraction])
 
 
+def wait_log(d, text, timeout=20):
+    """The daemon's log once it holds `text` (a worker's lines are relayed after its READY)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        with open(d.logpath, "rb") as f:
+            log = f.read().decode("utf-8", "replace")
+        if text in log:
+            return log
+        time.sleep(0.05)
+    raise AssertionError("%r not in the log:\n%s" % (text, d.logtext()))
+
+
 def greedy(c, prompt, n=10):
     """Greedy completion tokens with the top-2 logprobs at each step."""
     r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=n, temperature=0,
@@ -86,12 +99,11 @@ def test_gpu_stream_and_pool_size():
     try:
         h = d.json("GET", "/health")
         assert len(h["workers"]) == 1 and "emulator" in h["workers"][0]["device"], h
-        log = d.logtext()
+        log = wait_log(d, "CUDA_VISIBLE_DEVICES=0")
         m = re.search(r"GPU 0 \(.*emulator.*\): .* (\d+) KV blocks fit in 20% of it", log)
         assert m, log
         blocks = int(m.group(1))
         assert blocks > 100, blocks
-        assert "CUDA_VISIBLE_DEVICES=0" in log, log
         met = d.metrics()
         assert met["inferd_kv_blocks_capacity"] == blocks, (met["inferd_kv_blocks_capacity"],
                                                             blocks)
@@ -153,9 +165,8 @@ def test_two_gpus_route_by_prefix():
         h = d.json("GET", "/health")
         devs = sorted(w["device"] for w in h["workers"])
         assert len(devs) == 2 and "(GPU 0)" in devs[0] and "(GPU 1)" in devs[1], devs
-        log = d.logtext()
-        assert "CUDA_VISIBLE_DEVICES=0, KV pool device 0" in log, log
-        assert "CUDA_VISIBLE_DEVICES=1, KV pool device 1" in log, log
+        wait_log(d, "CUDA_VISIBLE_DEVICES=0, KV pool device 0")
+        wait_log(d, "CUDA_VISIBLE_DEVICES=1, KV pool device 1")
         c = client(d)
         long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 6)
         first = c.completions.create(model=MODEL, prompt=long_prompt, max_tokens=4,
