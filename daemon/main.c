@@ -525,11 +525,13 @@ static int ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp, char *e
     }
     kp->n_blocks = blocks;
     kp->n_devices = d->n_gpus;
-    /* Host (memfd) segments: what the kernel emulator runs on. On a GPU the
-     * workers need CUDA segments (IFD_KVSEG_CUDA_VMM, kernels/cuda/kvseg_cuda.h)
-     * and refuse a host one (worker/serve.c); see docs/gpu-status.md. */
+    /* Device memory: the worker of GPU i creates device i's segment through
+     * its backend's provider (kernels/cuda/kvseg_cuda.h; VMM with a POSIX-fd
+     * handle, IPC as the fallback) and sends the VMM fd with READY, which the
+     * supervisor adopts, so the memory and its cached prefixes outlive the
+     * worker. The emulator emulates the same (tests/gpu/emu/cuda_emu_vmm.cc). */
     for (int i = 0; i < d->n_gpus; i++)
-        kp->kind[i] = IFD_KVSEG_HOST;
+        kp->kind[i] = IFD_KVSEG_CUDA_VMM;
     return 0;
 }
 

@@ -638,15 +638,15 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     ifd_sup_t *s = w->sup;
     ifd_wire_msg_t m = {.type = IFD_WIRE_HELLO};
     ifd_wire_hello_t *h = &m.u.hello;
-    /* the metadata fd, then every device's data fd (the worker attaches the
-     * pool with data_fds[d] for device d) */
-    ifd_kvpool_params_t g;
-    ifd_kvpool_geometry(s->p.pool, &g);
-    int fds[1 + IFD_KVPOOL_MAX_DEVICES];
+    /* the metadata fd, then the data fd of the worker's own pool device when
+     * the router has one: a host memfd, or a CUDA VMM segment's fd adopted
+     * from an earlier run (a first GPU worker creates the segment itself) */
+    int fds[2];
     int n_fds = 0;
     fds[n_fds++] = ifd_kvpool_meta_fd(s->p.pool);
-    for (int d = 0; d < g.n_devices; d++)
-        fds[n_fds++] = ifd_kvpool_data_fd(s->p.pool, d);
+    int data_fd = ifd_kvpool_data_fd(s->p.pool, w->info.kv_device);
+    if (data_fd >= 0)
+        fds[n_fds++] = data_fd;
     h->slot = (uint32_t)w->info.slot;
     h->model_path = s->model;
     h->backend = s->backend;

@@ -104,8 +104,9 @@ typedef struct {
 
 /* HELLO (router → worker, first frame): the worker's configuration. The
  * pool's fds travel with this frame (SCM_RIGHTS): the metadata fd first,
- * then one data fd per device (-1 slots are simply absent: n_fds says how
- * many were sent). */
+ * then the data fd of kv_device when the router has one (a host memfd, or a
+ * CUDA VMM segment's fd adopted from an earlier worker's READY); n_fds says
+ * how many were sent (1 or 2). */
 typedef struct {
     uint32_t slot; /* worker slot id: its ledger index in the pool */
     char *model_path;

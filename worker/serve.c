@@ -402,7 +402,23 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     expect.dtype = (ifd_kv_dtype_t)h->kv.dtype;
     expect.block_size = (int)h->kv.block_size;
     expect.fingerprint = h->kv.fingerprint;
-    if ((rc = ifd_kvpool_attach(fds[0], fds + 1, nfds - 1, &expect, &pool))) {
+    /* HELLO's second fd, when present, is the data segment of kv_device */
+    int data_fds[IFD_KVPOOL_MAX_DEVICES];
+    int n_data = 0;
+    if (h->kv_device >= IFD_KVPOOL_MAX_DEVICES) {
+        snprintf(err, sizeof err, "HELLO names pool device %u (at most %d)", h->kv_device,
+                 IFD_KVPOOL_MAX_DEVICES);
+        rc = IFD_EINVAL;
+        IFD_ERROR("worker: %s", err);
+        ifd__send_error(&s, 0, rc, err);
+        goto out;
+    }
+    if (nfds > 1) {
+        for (uint32_t d = 0; d < h->kv_device; d++)
+            data_fds[n_data++] = -1;
+        data_fds[n_data++] = fds[1];
+    }
+    if ((rc = ifd_kvpool_attach(fds[0], data_fds, n_data, &expect, &pool))) {
         snprintf(err, sizeof err, "cannot attach the KV pool: %s", ifd_strerror(rc));
         IFD_ERROR("worker: %s", err);
         ifd__send_error(&s, 0, rc, err);

@@ -9,7 +9,9 @@ so the emulator's slowness does not matter. Checked:
 
 - without a GPU (the normal worker on this machine), `--gpus 0` exits 1 with one error line;
 - `--gpus 0` sizes the KV pool from the emulated device memory (the log's block count is
-  /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion;
+  /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion; the pool's
+  segment is (emulated) CUDA VMM memory whose fd the router holds, so a SIGKILLed worker's
+  replacement serves the same prompt from the cached prefix with the same tokens;
 - exact mode (`--gpu-dtype f32`) gives the CPU daemon's greedy tokens on the same random
   weights (same --weights-seed), up to a near-tie of the CPU's top two logprobs;
 - `--gpus 0,1`: two workers, each with its own CUDA_VISIBLE_DEVICES and pool device, and a
@@ -17,8 +19,10 @@ so the emulator's slowness does not matter. Checked:
 
 Usage: test_daemon_gpu_emu.py INFERD INFERD_WORKER INFERD_WORKER_EMU
 """
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -123,6 +127,24 @@ def test_gpu_stream_and_pool_size():
         assert usage.completion_tokens == 12 and usage.prompt_tokens > 5, usage
         assert n_chunks >= 12, n_chunks
         # the same request again: equal text, prefix from the cache
+        r = c.chat.completions.create(model=MODEL, max_tokens=12, temperature=0,
+                                      messages=[{"role": "user", "content": PROMPTS[0]}])
+        assert r.choices[0].message.content == text, (r.choices[0].message.content, text)
+        assert r.usage.prompt_tokens_details.cached_tokens > 0, r.usage
+        d.wait_idle()
+        # the KV segment is device memory whose fd the router holds: a worker killed
+        # with SIGKILL is replaced, and the new one finds the cached prefix still valid
+        wait_log(d, "holding the KV pool's device 0 segment (CUDA VMM fd)")
+        old_pid = d.worker_pids()[0]
+        os.kill(old_pid, signal.SIGKILL)
+        t0 = time.time()
+        while time.time() - t0 < 60:
+            w = json.loads(d.request("GET", "/health")[1])["workers"][0]  # 503 meanwhile
+            if w["state"] == "ready" and w["pid"] not in (0, old_pid):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the worker did not come back:\n" + d.logtext())
         r = c.chat.completions.create(model=MODEL, max_tokens=12, temperature=0,
                                       messages=[{"role": "user", "content": PROMPTS[0]}])
         assert r.choices[0].message.content == text, (r.choices[0].message.content, text)
