@@ -240,14 +240,47 @@ static size_t ifd__tool_hold_from(const ifd__choice_t *c)
     return ifd_toolcall_hold_from(c->text.data ? c->text.data : "", c->text.len);
 }
 
-/* Parses the finished text of a choice for tool calls (ids drawn here). */
-static void ifd__parse_calls(ifd__choice_t *c)
+/*
+ * tool_choice "required" cut by max_tokens: the grammar's array
+ * [{…},{…},{… was still growing (a small model may repeat calls until the
+ * limit). The calls that are whole are kept: the text up to the last "}"
+ * that closes a parsable prefix, with "]" added. false: none is whole.
+ */
+static bool ifd__salvage_calls(ifd__choice_t *c, ifd_toolcall_result_t *r)
+{
+    ifd_gen_t *g = c->g;
+    const char *t = c->text.data;
+    if (!t || g->req.tool_choice != IFD_OAI_TOOL_CHOICE_REQUIRED)
+        return false;
+    int tries = 0;
+    for (size_t end = c->text.len; end > 0 && tries < 64; end--) {
+        if (t[end - 1] != '}')
+            continue;
+        tries++;
+        char *s = ifd_arena_alloc(&g->arena, end + 2);
+        if (!s)
+            return false;
+        memcpy(s, t, end);
+        memcpy(s + end, "]", 2);
+        if (!ifd_toolcall_parse(&g->arena, s, end + 1, &g->req, r) && r->n_calls) {
+            r->content_len = 0;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Parses the finished text of a choice for tool calls (ids drawn here);
+ * with `cut` (finish "length") only the whole calls of a forced array. */
+static void ifd__parse_calls(ifd__choice_t *c, bool cut)
 {
     ifd_gen_t *g = c->g;
     ifd_toolcall_result_t r;
-    if (!ifd__tools_active(g) ||
-        ifd_toolcall_parse(&g->arena, c->text.data ? c->text.data : "", c->text.len, &g->req, &r) ||
-        !r.n_calls)
+    if (!ifd__tools_active(g))
+        return;
+    if (cut ? !ifd__salvage_calls(c, &r)
+            : ifd_toolcall_parse(&g->arena, c->text.data ? c->text.data : "", c->text.len,
+                                 &g->req, &r) || !r.n_calls)
         return;
     ifd_oai_tool_call_t *tc = ifd_arena_calloc(&g->arena, r.n_calls, sizeof *tc);
     if (!tc)
@@ -290,10 +323,9 @@ static bool ifd__choice_done(ifd__choice_t *c, const char *finish)
 {
     ifd_gen_t *g = c->g;
     c->done = true;
-    if (strcmp(finish, "stop") == 0)
-        ifd__parse_calls(c);
-    if (c->n_calls)
-        finish = "tool_calls";
+    ifd__parse_calls(c, strcmp(finish, "stop") != 0);
+    if (c->n_calls && strcmp(finish, "length") != 0)
+        finish = "tool_calls"; /* a cut forced array keeps "length" */
     c->finish = finish;
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;

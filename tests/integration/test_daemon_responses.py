@@ -143,6 +143,28 @@ def test_function_tools_round_trip():
     D.wait_idle()
 
 
+def test_required_calls_cut_by_length():
+    # parallel calls allowed: this tiny model repeats its call until max_tokens; the
+    # whole calls come back (finish "length"), not the cut JSON array as content
+    tools = [{"type": "function", "function": {
+        "name": "add", "description": "Adds two integers",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
+                                                        "b": {"type": "integer"}},
+                       "required": ["a", "b"]}}}]
+    r = C.chat.completions.create(model=MODEL, max_tokens=64, temperature=0, tools=tools,
+                                  tool_choice="required",
+                                  messages=[{"role": "user", "content": "Add 2 and 3."}])
+    ch = r.choices[0]
+    if ch.finish_reason == "tool_calls":
+        print("     (the model closed its array: nothing was cut)")
+    else:
+        assert ch.finish_reason == "length", ch
+    assert ch.message.tool_calls and not ch.message.content, ch
+    for tc in ch.message.tool_calls:
+        assert tc.function.name == "add" and set(json.loads(tc.function.arguments)) == {"a", "b"}
+    D.wait_idle()
+
+
 def test_no_server_side_state():
     for kw, param in [({"previous_response_id": "resp_0123"}, "previous_response_id"),
                       ({"background": True}, "background"),
