@@ -48,9 +48,11 @@
 # CUDA_HOME is resolved through links with readlink -f), CC (cc), CXX (c++,
 # --emu), CUDA_ARCH (e.g. 90; default from nvidia-smi, else "80 90"), BUILD
 # (build-gpu-check, or build-gpu-check-emu), GPU_DEPS (.gpu-deps), JOBS
-# (nproc), PYTHON (python3; --emu: the test venv's when it exists).
+# (nproc), PYTHON (python3; --emu: the test venv's when it exists), COMMIT (the
+# commit the table names; default git's, and the device copy may have no .git).
 # Exit status: 0 when every step passed or skipped, 1 otherwise, 2 bad usage.
 set -uo pipefail
+{ # the whole script is one compound command: bash reads it all before it runs
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 T_START=$(date +%s)
@@ -152,8 +154,9 @@ if [ $PREPARE = 1 ]; then
     rm -rf "$DEPS/usr/share/doc" "$DEPS/usr/share/man" "$DEPS/usr/share/lintian"
     find "$DEPS" -name '*.a' ! -name 'libcheck*.a' -delete # check ships only static
     echo "check.sh --prepare: $(du -sh "$DEPS" | cut -f1) in $DEPS (${#DEBS[@]} packages)"
-    echo "carry it: run(command=\"bash tests/gpu/check.sh\", carry=[\"$(basename "$DEPS")\"]," \
-         "timeout_s=540) — see docs/gpu-status.md"
+    c=$(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo HASH)
+    echo "carry it: run(command=\"COMMIT=$c bash tests/gpu/check.sh\"," \
+         "carry=[\"$(basename "$DEPS")\"], timeout_s=540) — see docs/gpu-status.md"
     exit 0
 fi
 
@@ -197,6 +200,15 @@ if [ $DRY = 1 ]; then
 fi
 
 # ---- helpers ----------------------------------------------------------------------------------
+# The device copy of the tree may have no .git: the caller passes COMMIT then.
+if [ -z "${COMMIT:-}" ]; then
+    if COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null); then
+        git -C "$ROOT" diff --quiet HEAD 2> /dev/null || COMMIT="$COMMIT (+ uncommitted changes)"
+    else
+        COMMIT="unknown (no .git here: pass COMMIT=<hash>)"
+    fi
+fi
+export COMMIT
 mkdir -p "$B/logs" "$B/obj"
 rm -f "$B"/logs/*.log "$B/bench_gpu_kernels.json" "$B/gpu_vs_hf.json"
 STATUS=0
@@ -268,8 +280,7 @@ table() {
         echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2> /dev/null |
                          head -n1 || echo unknown)"
     fi
-    echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo unknown)$(
-          git -C "$ROOT" diff --quiet HEAD 2> /dev/null || echo ' (+ uncommitted changes)')"
+    echo "commit: $COMMIT"
     echo "tier A build: ${BUILD_A_S}s, arch ${CUDA_ARCH:-emu}; tier B: ${TIER_B_NOTE:-not started}"
     echo
     printf '%-24s %-10s %6s  %s\n' step result time summary
@@ -520,3 +531,4 @@ fi
 publish
 table | tee "$B/table.txt"
 exit $STATUS
+}

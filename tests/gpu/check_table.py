@@ -117,8 +117,9 @@ def race(r):
                          "out tok/s", "", num(ok), f"{tgt} via {c.get('via')}"))
     t = r.get("ttft") or {}
     if t:
-        print(fmt.format(f"TTFT, {t.get('prompt')}-token prompt (ms)", num(t.get("hf_ms")),
-                         num(t.get("inferd_ms")), ""))
+        print(fmt.format(f"TTFT, {t.get('prompt')}-token prompt (ms)",
+                         f"{num(t.get('hf_cold_ms'))} cold", f"{num(t.get('inferd_ms'))} cold", ""))
+        print(fmt.format("", f"{num(t.get('hf_ms'))} warm", "", ""))
 
 
 def main():
