@@ -29,11 +29,14 @@ Parts (tokens are ids; no text anywhere):
       bandwidth = bf16 weight bytes (the file's, every weight read once per token; the
       tied embedding once, as the output matrix) x tok/s, as a fraction of the device-to-device copy
       bandwidth measured in this run (torch; --cpu: a NumPy copy);
-  (c) output tok/s of 64 concurrent requests of 512 prompt / 256 output tokens. NOT
-      through the daemon: `inferd` needs libuv, http-parser and systemd at run time and
-      a model served through the router; this drives the worker's engine directly with
-      bench_engine --backend cuda (closed loop, max_seqs 64), which measures the same
-      engine and backend without the HTTP layer;
+  (c) output tok/s of 64 concurrent requests of 512 prompt / 256 output tokens through
+      the daemon: `inferd --gpus 0` (--cpu: one CPU worker) on a Unix socket and
+      `infer bench serve -c 64` (streaming /v1/completions, ignore_eos, greedy; vLLM's
+      definitions). The daemon needs tier B's carried libraries (libuv, http-parser,
+      systemd...) and a CUDA worker path; when it cannot start (an older inferd refuses
+      --gpus) the note says why and bench_engine --backend cuda drives the worker's
+      engine directly instead (closed loop, max_seqs 64: the same engine and backend
+      without HTTP);
   (d) time to first token of a 2048-token prompt (inferd-worker's ttft_ms, the first
       request of a fresh process, so cold: first-use costs included; transformers:
       generate(max_new_tokens=1), synchronised, cold (first 2048-token call) and warm).
@@ -50,9 +53,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import http.client
 import json
 import math
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -159,11 +165,15 @@ def write_safetensors(path, s, seed, pool_n):
 
 
 def write_tokenizer(d, n_vocab):
-    """A BPE tokenizer.json of n_vocab tokens: ASCII filler tokens <rN> (so any generated
-    sequence decodes to valid UTF-8: inferd-worker --json prints nothing for text that is
-    not), no merges, and the two specials last (ids n_vocab - 2, n_vocab - 1). Only ids
-    go in and out here; no text is ever encoded."""
-    vocab = {f"<r{i}>": i for i in range(n_vocab - 2)}
+    """A character-level BPE tokenizer.json of n_vocab tokens: the 95 printable ASCII
+    characters and newline (ids 0-95, so `infer bench serve` can tokenize its random
+    words), ASCII filler tokens <rN> (any id sequence decodes to valid UTF-8:
+    inferd-worker --json prints nothing for text that is not), no merges, and the two
+    specials last (ids n_vocab - 2, n_vocab - 1)."""
+    chars = [chr(c) for c in range(0x20, 0x7F)] + ["\n"]
+    vocab = {c: i for i, c in enumerate(chars)}
+    for i in range(len(chars), n_vocab - 2):
+        vocab[f"<r{i}>"] = i
     bos, eos = n_vocab - 2, n_vocab - 1
     specials = [(bos, "<|begin_of_text|>"), (eos, "<|eot_id|>")]
     for i, t in specials:
@@ -180,7 +190,10 @@ def write_tokenizer(d, n_vocab):
         json.dump(tok, f)
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-                   "add_bos_token": False, "tokenizer_class": "PreTrainedTokenizerFast"}, f)
+                   "add_bos_token": False, "tokenizer_class": "PreTrainedTokenizerFast",
+                   # the daemon wants one; the race sends completions only
+                   "chat_template": "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"},
+                  f)
     return bos, eos
 
 
@@ -385,6 +398,18 @@ def run_inferd(d, sz, prompt, long_prompt, args, dl, res):
     if j:
         ifd["ttft_ms"] = j["ttft_ms"]
     write(res, args.out)
+    r = run_daemon(d, sz, args, dl, res)
+    if r:
+        res["concurrent"] = {"via": "the daemon (inferd" + (" --gpus 0" if not args.cpu else "") +
+                             ", infer bench serve)", "concurrency": r["max_concurrency"],
+                             "prompt": sz["c_in"], "output": sz["c_out"],
+                             "output_tok_s": r["output_throughput"],
+                             "completed": r["completed"], "failed": r["failed"],
+                             "ttft_p50_ms": r["ttft_ms"]["median"],
+                             "itl_p50_ms": (r.get("itl_ms") or {}).get("median")}
+        return
+    res["notes"].append("concurrent: through bench_engine instead (the worker's engine, "
+                        "no HTTP), the daemon could not run")
     j = run_json([engine, "--model", d, "--backend", backend, "--requests", str(sz["conc"]),
                   "--concurrency", str(sz["conc"]), "--prompt", str(sz["c_in"]),
                   "--output", str(sz["c_out"]), "--budget", str(sz["budget"])], dl,
@@ -397,6 +422,88 @@ def run_inferd(d, sz, prompt, long_prompt, args, dl, res):
                              "ttft_p50_ms": r.get("ttft_ms", {}).get("p50"),
                              "itl_p50_ms": r.get("itl_ms", {}).get("p50"),
                              "mean_step_ms": r.get("mean_step_ms")}
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path, timeout=5):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+def _health(sock):
+    try:
+        c = _UnixHTTP(sock)
+        c.request("GET", "/health")
+        body = c.getresponse().read()
+        c.close()
+        return json.loads(body).get("status")
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+
+
+def run_daemon(d, sz, args, dl, res):
+    """(c) through the daemon: inferd (--gpus 0; --cpu: one CPU worker) on a Unix socket,
+    `infer bench serve` with conc requests in flight. The run's entry, or None (noted)."""
+    inferd = os.path.join(args.build, "daemon", "inferd")
+    infer = os.path.join(args.build, "client", "infer")
+    worker = os.path.join(args.build, "worker", "inferd-worker")
+    if not all(os.access(x, os.X_OK) for x in (inferd, infer, worker)):
+        res["notes"].append("daemon: inferd, infer or inferd-worker not built")
+        return None
+    work = os.path.dirname(d)
+    sock, logp = os.path.join(work, "inferd.sock"), os.path.join(work, "inferd.log")
+    cmd = [inferd, "--model", d, "--socket", sock, "--worker-binary", worker,
+           "--max-seqs", str(sz["conc"]), "--max-batched-tokens", str(sz["budget"])]
+    cmd += ["--workers", "1", "--kv-budget", "256M"] if args.cpu else ["--gpus", "0"]
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS")}
+    log(f"daemon: {' '.join(cmd[4:] if len(cmd) > 4 else cmd)}")
+    with open(logp, "wb") as lf:
+        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env)
+    try:
+        ready = False
+        while dl.left() > 30:
+            if proc.poll() is not None:
+                break
+            if _health(sock) == "ok":
+                ready = True
+                break
+            time.sleep(0.1)
+        if not ready:
+            with open(logp, errors="replace") as f:
+                tail = f.read()[-400:].strip()
+            res["notes"].append(f"daemon: not ready (exit {proc.poll()}): {tail}")
+            return None
+        out = os.path.join(work, "bench_serve.json")
+        lim = dl.left() - 10
+        try:
+            p = subprocess.run([infer, "bench", "serve", "--socket", sock, "-c", str(sz["conc"]),
+                                "-N", str(sz["conc"]), "--input-len", str(sz["c_in"]),
+                                "--output-len", str(sz["c_out"]), "--warmup", "1",
+                                "--no-progress", "--json", out],
+                               capture_output=True, text=True, timeout=lim)
+        except subprocess.TimeoutExpired:
+            res["notes"].append(f"daemon: infer bench serve killed after {lim:.0f} s")
+            return None
+        if p.returncode != 0:
+            res["notes"].append(f"daemon: infer bench serve exit {p.returncode}: "
+                                f"{p.stderr.strip()[-300:]}")
+            return None
+        with open(out) as f:
+            return json.load(f)["runs"][0]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def write(res, path):

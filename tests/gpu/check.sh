@@ -122,7 +122,7 @@ POISON=(jansson.h uv.h pcre2.h xxhash.h msgpack.h check.h http_parser.h systemd/
 RACE_ARGS=()
 [ $MODE = emu ] && RACE_ARGS=(--tiny --cpu)
 # The tier-B CMake targets besides the gpu-labelled tests (found by ctest -N -L gpu).
-TARGETS_B=(inferd-worker bench_engine inferd)
+TARGETS_B=(inferd-worker bench_engine inferd infer)
 
 # ---- --prepare (here, not on the device) ---------------------------------------------------
 # The runtime and -dev packages of every library the CMake project needs, and

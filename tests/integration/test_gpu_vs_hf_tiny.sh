@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_gpu_vs_hf_tiny.sh CMAKE_BUILD WORK — bench/gpu_vs_hf.py's whole flow on this CPU
 # (--tiny --cpu; CTest test_gpu_vs_hf_tiny, label unit): it writes the Hugging Face
-# directory, inferd (CPU backend) serves it through inferd-worker and bench_engine, and
+# directory, inferd (CPU backend) serves it through inferd-worker and the daemon, and
 # without torch the NumPy oracle (tests/oracle/llama_oracle.py) reads the same directory.
 # Checked: every part produced numbers, inferd's greedy tokens equal the oracle's and
 # its own no-cache run's, and every logit row is within 1e-4 relative L2 of the oracle's
@@ -32,7 +32,10 @@ ref = r.get("reference") or {}
 if "transformers" not in r:
     need(r.get("greedy_256", {}).get("identical") is True, f"tokens == oracle: {r.get('greedy_256')}")
     need(ref.get("logits_rel_l2_max", 1) <= 1e-4, f"logits vs oracle: {ref}")
-need((r.get("concurrent") or {}).get("output_tok_s", 0) > 0, "concurrent output tok/s")
+c = r.get("concurrent") or {}
+need(c.get("output_tok_s", 0) > 0, "concurrent output tok/s")
+need(c.get("via", "").startswith("the daemon") and c.get("completed") == r["sizes"]["conc"]
+     and c.get("failed") == 0, f"the concurrent part through the daemon: {c}")
 need((r.get("ttft") or {}).get("inferd_ms", 0) > 0, "inferd ttft")
 need((r.get("batch1") or {}).get("inferd_gb_s", 0) > 0, "inferd bandwidth")
 need(r.get("copy_gb_s", 0) > 0, "copy bandwidth")
