@@ -293,24 +293,6 @@ table() {
     echo "total $(( $(date +%s) - T_START ))s of ${BUDGET}s; overall: $([ $STATUS = 0 ] && echo OK || echo FAILED)"
 }
 
-# ---- what the machine has (the first device run's answers to docs/gpu-status.md's unknowns) -------
-{
-    echo "uname: $(uname -srm)"
-    echo "glibc: $(ldd --version 2> /dev/null | head -n1)"
-    echo "cc: $($CC --version 2> /dev/null | head -n1)"
-    echo "cmake: $(cmake --version 2> /dev/null | head -n1); ninja $(ninja --version 2> /dev/null)"
-    echo "nvcc: $("$NVCC" --version 2> /dev/null | tail -n2 | tr '\n' ' ') (CUDA_HOME $CUDA_HOME)"
-    echo "cublasLt: $(ls "$CUDA_HOME"/lib64/libcublasLt.so* "$CUDA_HOME"/lib/libcublasLt.so* 2> /dev/null | head -n1)"
-    echo "nvidia-smi: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
-                       --format=csv,noheader 2> /dev/null | head -n1)"
-    echo "python: $("$PYTHON" -c 'import sys; print(sys.version.split()[0])' 2> /dev/null)" \
-         "$("$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__,
-                          "transformers", transformers.__version__)' 2> /dev/null)"
-    echo "nproc: $(nproc); mem: $(free -g 2> /dev/null | awk '/Mem:/ {print $2 " GiB"}')"
-} > "$B/logs/env.log" 2>&1
-cat "$B/logs/env.log"
-publish "$B/logs/env.log"
-
 # ---- tier A: build ------------------------------------------------------------------------------
 if [ $MODE = device ]; then
     if [ ! -x "$NVCC" ]; then
@@ -429,6 +411,24 @@ EOF
 else
     TIER_B_NOTE="NOT BUILT: no $DEPS (run tests/gpu/check.sh --prepare here and carry it)"
 fi
+
+# ---- what the machine has (the first device run's answers to docs/gpu-status.md's unknowns) -------
+{
+    echo "uname: $(uname -srm)"
+    echo "glibc: $(ldd --version 2> /dev/null | head -n1)"
+    echo "cc: $($CC --version 2> /dev/null | head -n1)"
+    echo "cmake: $(cmake --version 2> /dev/null | head -n1); ninja $(ninja --version 2> /dev/null)"
+    echo "nvcc: $("$NVCC" --version 2> /dev/null | tail -n2 | tr '\n' ' ') (CUDA_HOME $CUDA_HOME)"
+    echo "cublasLt: $(ls "$CUDA_HOME"/lib64/libcublasLt.so* "$CUDA_HOME"/lib/libcublasLt.so* 2> /dev/null | head -n1)"
+    echo "nvidia-smi: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
+                       --format=csv,noheader 2> /dev/null | head -n1)"
+    echo "python: $("$PYTHON" -c 'import sys; print(sys.version.split()[0])' 2> /dev/null)" \
+         "$("$PYTHON" -c 'import torch, transformers; print("torch", torch.__version__,
+                          "transformers", transformers.__version__)' 2> /dev/null)"
+    echo "nproc: $(nproc); mem: $(free -g 2> /dev/null | awk '/Mem:/ {print $2 " GiB"}')"
+} > "$B/logs/env.log" 2>&1
+cat "$B/logs/env.log"
+publish "$B/logs/env.log"
 
 echo "== tier A build ($B, ${CUDA_ARCH:-emulator}, $JOBS jobs; tier B: $TIER_B_NOTE)"
 t0=$(date +%s)
