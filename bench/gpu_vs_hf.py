@@ -159,7 +159,7 @@ def write_safetensors(path, s, seed, pool_n):
             start = zlib.crc32(name.encode()) % pool_n
             while n > 0:
                 k = min(n, pool_n)
-                f.write(src[start:start + k].tobytes())
+                f.write(memoryview(src[start:start + k]))  # no copy
                 n -= k
     return off
 
@@ -198,6 +198,18 @@ def write_tokenizer(d, n_vocab):
 
 
 def write_model_dir(d, s, seed, pool_n):
+    """Writes the directory; returns the weights' bytes. A directory written before with the
+    same shape, seed and pool (stamp.json; a rerun on a warm device machine) is kept."""
+    stamp = {"shape": s, "seed": seed, "pool": pool_n, "writer": 2}
+    sp = os.path.join(d, "stamp.json")
+    try:
+        with open(sp) as f:
+            old = json.load(f)
+        if old.get("stamp") == stamp:
+            log(f"reusing {d} (same shape, seed and pool)")
+            return old["bytes"]
+    except (OSError, ValueError):
+        pass
     os.makedirs(d, exist_ok=True)
     bos, eos = write_tokenizer(d, s["n_vocab"])
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -212,7 +224,10 @@ def write_model_dir(d, s, seed, pool_n):
         json.dump(cfg, f, indent=1)
     with open(os.path.join(d, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": bos, "eos_token_id": eos, "do_sample": False}, f)
-    return write_safetensors(os.path.join(d, "model.safetensors"), s, seed, pool_n)
+    n = write_safetensors(os.path.join(d, "model.safetensors"), s, seed, pool_n)
+    with open(sp, "w") as f:
+        json.dump({"stamp": stamp, "bytes": n}, f)
+    return n
 
 
 def prompt_ids(n, n_vocab, seed):
@@ -586,7 +601,7 @@ def main():
     res["weight_file_bytes"] = write_model_dir(d, shape, args.seed,
                                                POOLS["tiny" if args.tiny else "full"])
     res["write_s"] = time.perf_counter() - t0
-    log(f"wrote {d} ({res['weight_file_bytes'] / 1e9:.2f} GB) in {res['write_s']:.1f} s")
+    log(f"model {d}: {res['weight_file_bytes'] / 1e9:.2f} GB of weights, ready in {res['write_s']:.1f} s")
     prompt = prompt_ids(sz["prompt"], shape["n_vocab"], args.seed)
     long_prompt = prompt_ids(sz["ttft"], shape["n_vocab"], args.seed + 1)
     try:

@@ -539,7 +539,9 @@ if [ $RACE = 1 ] && [ $QUICK = 0 ]; then
         case $rrc in
             0) row gpu_vs_hf OK "${dt}s" "JSON below" ;;
             124 | 137) row gpu_vs_hf TIMEOUT "${dt}s" "killed after ${lim}s"; STATUS=1 ;;
-            *) row gpu_vs_hf "FAIL($rrc)" "${dt}s" "$(tail -n1 "$B/logs/gpu_vs_hf.log")"; STATUS=1 ;;
+            1) row gpu_vs_hf "FAIL(1)" "${dt}s" "inferd gave no result: see the notes below"; STATUS=1 ;;
+            *) row gpu_vs_hf "FAIL($rrc)" "${dt}s" "$(grep -v '^{' "$B/logs/gpu_vs_hf.log" | tail -n1)"
+               STATUS=1 ;;
         esac
         publish "$B/logs/gpu_vs_hf.log"
     fi
