@@ -275,6 +275,8 @@ int main(int argc, char **argv)
             kp.dtype = kv_dtype;
             kp.n_blocks = (int64_t)conc * ((plen + olen) / kp.block_size + 2) + 16;
             kp.n_workers = 1;
+            if (be && !be->ops->host_memory) /* a GPU backend reads its KV in device memory */
+                kp.kind[0] = IFD_KVSEG_CUDA_VMM;
             ifd_kvpool_t *pool;
             ifd_engine_model_t em;
             ifd_engine_t *eng;
