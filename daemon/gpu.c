@@ -119,10 +119,17 @@ static uint64_t ifd__u64(json_t *o, const char *k)
     return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
 }
 
-int ifd_gpu_probe(const ifd_gpu_probe_params_t *p, int gpu, ifd_gpu_probe_t *out, char *err,
-                  size_t errlen)
+/* A probe running: its pid and the read end of its stdout. */
+typedef struct {
+    pid_t pid;
+    int fd;
+} ifd__probe_run_t;
+
+/* Starts `worker --kv-probe ...` on GPU gpu. 0 with *run set, or a
+ * negative code with the reason in err. */
+static int ifd__probe_start(const ifd_gpu_probe_params_t *p, int gpu, ifd__probe_run_t *run,
+                            char *err, size_t errlen)
 {
-    memset(out, 0, sizeof *out);
     char frac[32], seed[32], bs[16], ms[16], mbt[16], var[48];
     snprintf(frac, sizeof frac, "%.6g", p->fraction);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->weights_seed);
@@ -163,15 +170,18 @@ int ifd_gpu_probe(const ifd_gpu_probe_params_t *p, int gpu, ifd_gpu_probe_t *out
 
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0) {
-        snprintf(err, errlen, "GPU %d: pipe: %s", gpu, strerror(errno));
-        return -errno;
+        int e = errno;
+        snprintf(err, errlen, "GPU %d: pipe: %s", gpu, strerror(e));
+        return -e;
     }
     char **env = ifd_gpu_env(gpu, var, sizeof var);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
     pid_t pid = -1;
-    int rc = env ? posix_spawn(&pid, p->worker_binary, &fa, NULL, argv, env) : ENOMEM;
+    /* spawnp: a worker_binary without a slash is looked up in $PATH, as the
+     * supervisor's uv_spawn does */
+    int rc = env ? posix_spawnp(&pid, p->worker_binary, &fa, NULL, argv, env) : ENOMEM;
     posix_spawn_file_actions_destroy(&fa);
     free(env);
     close(pfd[1]);
@@ -180,14 +190,24 @@ int ifd_gpu_probe(const ifd_gpu_probe_params_t *p, int gpu, ifd_gpu_probe_t *out
         snprintf(err, errlen, "GPU %d: cannot run %s: %s", gpu, p->worker_binary, strerror(rc));
         return -rc;
     }
+    run->pid = pid;
+    run->fd = pfd[0];
+    return 0;
+}
+
+/* Reads a started probe's answer (until `deadline`), reaps it, parses it. */
+static int ifd__probe_finish(const ifd_gpu_probe_params_t *p, int gpu, ifd__probe_run_t *run,
+                             double deadline, ifd_gpu_probe_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
     char buf[8192];
     size_t len = 0;
-    int rrc = ifd__read_all(pfd[0], buf, sizeof buf, &len, ifd__now() + p->timeout_s);
-    close(pfd[0]);
+    int rrc = ifd__read_all(run->fd, buf, sizeof buf, &len, deadline);
+    close(run->fd);
     if (rrc)
-        kill(pid, SIGKILL);
+        kill(run->pid, SIGKILL);
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+    while (waitpid(run->pid, &st, 0) < 0 && errno == EINTR)
         ;
     if (rrc) {
         snprintf(err, errlen, "GPU %d: sizing the KV pool (%s --kv-probe) took over %.0f s",
@@ -212,7 +232,7 @@ int ifd_gpu_probe(const ifd_gpu_probe_params_t *p, int gpu, ifd_gpu_probe_t *out
                      gpu, p->worker_binary, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         return IFD_EFORMAT;
     }
-    rc = 0;
+    int rc = 0;
     if (!json_is_true(json_object_get(j, "ok"))) {
         const char *why = json_string_value(json_object_get(j, "error"));
         snprintf(err, errlen, "GPU %d: %s", gpu, why ? why : "the probe failed");
@@ -232,5 +252,30 @@ int ifd_gpu_probe(const ifd_gpu_probe_params_t *p, int gpu, ifd_gpu_probe_t *out
         }
     }
     json_decref(j);
+    return rc;
+}
+
+int ifd_gpu_probe_all(const ifd_gpu_probe_params_t *p, const int *gpus, int n,
+                      ifd_gpu_probe_t *out, char *err, size_t errlen)
+{
+    ifd__probe_run_t run[IFD_GPU_MAX];
+    if (n < 1 || n > IFD_GPU_MAX) {
+        snprintf(err, errlen, "%d GPUs (1..%d)", n, IFD_GPU_MAX);
+        return IFD_EINVAL;
+    }
+    int started = 0, rc = 0;
+    for (; started < n; started++)
+        if ((rc = ifd__probe_start(p, gpus[started], &run[started], err, errlen)))
+            break;
+    const double deadline = ifd__now() + p->timeout_s;
+    char e2[512];
+    for (int i = 0; i < started; i++) {
+        if (rc) { /* one failed: end the others, keep the first reason */
+            kill(run[i].pid, SIGKILL);
+            ifd__probe_finish(p, gpus[i], &run[i], deadline, &out[i], e2, sizeof e2);
+            continue;
+        }
+        rc = ifd__probe_finish(p, gpus[i], &run[i], deadline, &out[i], err, errlen);
+    }
     return rc;
 }

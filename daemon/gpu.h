@@ -10,6 +10,7 @@
  * the GPUs (one geometry for every device). A probe that fails (no GPU, no
  * driver, a build without CUDA, nothing fits) gives its reason as one
  * message, which the daemon logs as its one error line before exiting 1.
+ * The probes of several GPUs run in parallel.
  *
  * Cost: the weights are loaded twice at start-up (probe, then the worker);
  * a POOL frame sent after the worker's load (docs/gpu-status.md, next
@@ -56,9 +57,11 @@ typedef struct {
     char device[128];
 } ifd_gpu_probe_t;
 
-/* Runs the probe on GPU `gpu`. 0 with *out filled, or a negative code with
- * a one-line reason in err ("GPU 0: no CUDA device: ..."). */
-int ifd_gpu_probe(const ifd_gpu_probe_params_t *p, int gpu, ifd_gpu_probe_t *out, char *err,
-                  size_t errlen);
+/* Runs the probe on each of gpus[0..n-1], all at once (the loads overlap),
+ * within one timeout. 0 with out[0..n-1] filled, or a negative code with
+ * the first failure's one-line reason in err ("GPU 0: no CUDA device: ...");
+ * the other probes are then killed. */
+int ifd_gpu_probe_all(const ifd_gpu_probe_params_t *p, const int *gpus, int n,
+                      ifd_gpu_probe_t *out, char *err, size_t errlen);
 
 #endif

@@ -507,12 +507,13 @@ static int ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp, char *e
         .max_batched_tokens = (int)d->cfg.max_batched_tokens,
         .timeout_s = d->cfg.worker_start_timeout,
     };
+    ifd_gpu_probe_t probes[IFD_GPU_MAX];
+    int rc = ifd_gpu_probe_all(&pp, d->gpus, d->n_gpus, probes, err, errlen);
+    if (rc)
+        return rc;
     int64_t blocks = -1;
     for (int i = 0; i < d->n_gpus; i++) {
-        ifd_gpu_probe_t pr;
-        int rc = ifd_gpu_probe(&pp, d->gpus[i], &pr, err, errlen);
-        if (rc)
-            return rc;
+        const ifd_gpu_probe_t pr = probes[i];
         const double mib = 1024.0 * 1024.0;
         IFD_INFO("GPU %d (%s): %.0f MiB, %.0f MiB in use after loading the weights (%.0f MiB), "
                  "%.0f MiB kept for activations: %lld KV blocks fit in %.0f%% of it",
