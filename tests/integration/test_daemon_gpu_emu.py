@@ -7,7 +7,8 @@ tests/gpu/emu instead of the CUDA libraries. The model is random weights in the 
 deploy/shapes/tiny-llama.json with the default model's tokenizer (its weights are not read),
 so the emulator's slowness does not matter. Checked:
 
-- without a GPU (the normal worker on this machine), `--gpus 0` exits 1 with one error line;
+- without a GPU (the normal worker on this machine), `--gpus 0` exits 1 with one error line,
+  and so does a worker program whose pool probe prints garbage, hangs or finds no room;
 - `--gpus 0` sizes the KV pool from the emulated device memory (the log's block count is
   /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion; the pool's
   segment is (emulated) CUDA VMM memory whose fd the router holds, so a SIGKILLed worker's
@@ -22,9 +23,11 @@ Usage: test_daemon_gpu_emu.py INFERD INFERD_WORKER INFERD_WORKER_EMU
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -96,6 +99,31 @@ def test_no_gpu_gives_one_line_error():
     out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "0,x"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 1 and "gpus '0,x'" in out.stderr, out.stderr
+
+
+def test_probe_failures_are_one_line():
+    """A worker program that answers the pool probe badly: garbage, a hang, nothing fits."""
+    d = tempfile.mkdtemp(prefix="inferd-probe-")
+    cases = [("echo hello; exit 3", [], "gave no result (exit status 3)"),
+             ("exec sleep 30", ["--worker-start-timeout", "1"], "took over 1 s"),
+             ('echo \'{"ok": true, "n_blocks": 0}\'', [], "no KV block fits"),
+             ('echo \'{"ok": false, "error": "out of luck"}\'', [], "GPU 3: out of luck")]
+    try:
+        for i, (body, extra, want) in enumerate(cases):
+            fake = os.path.join(d, "worker%d.sh" % i)
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\n" + body + "\n")
+            os.chmod(fake, 0o755)
+            t0 = time.time()
+            out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "3",
+                                  "--worker-binary", fake, "--socket", os.path.join(d, "s.sock")]
+                                 + extra, capture_output=True, text=True, timeout=60)
+            lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+            assert out.returncode == 1 and len(lines) == 1, (body, out.returncode, out.stderr)
+            assert want in lines[0], (want, lines[0])
+            assert time.time() - t0 < 20, "a hung probe must be killed at the timeout"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_gpu_stream_and_pool_size():
