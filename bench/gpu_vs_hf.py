@@ -282,11 +282,14 @@ def run_transformers(d, sz, prompt, long_prompt, cpu, dl, res):
     dev = "cpu" if cpu else "cuda"
     dtype = torch.float32 if cpu else torch.bfloat16
     log(f"transformers {transformers.__version__}, torch {torch.__version__}: loading on {dev}")
+    t0 = time.perf_counter()
+    kw = {} if cpu else {"device_map": dev}  # straight onto the GPU (accelerate)
     try:
-        model = transformers.LlamaForCausalLM.from_pretrained(d, dtype=dtype)
-    except TypeError:  # transformers < 4.56 spells it torch_dtype
+        model = transformers.LlamaForCausalLM.from_pretrained(d, dtype=dtype, **kw)
+    except (TypeError, ValueError, ImportError):  # older spelling, or no accelerate
         model = transformers.LlamaForCausalLM.from_pretrained(d, torch_dtype=dtype)
     model = model.to(dev).eval()
+    log(f"transformers: loaded in {time.perf_counter() - t0:.1f} s")
     hf = {"version": transformers.__version__, "torch": torch.__version__,
           "dtype": str(dtype).replace("torch.", ""), "attn": model.config._attn_implementation}
     res["transformers"] = hf
