@@ -216,7 +216,10 @@ def test_two_gpus_route_by_prefix():
         devs = sorted(w["device"] for w in h["workers"])
         assert len(devs) == 2 and "(GPU 0)" in devs[0] and "(GPU 1)" in devs[1], devs
         wait_log(d, "CUDA_VISIBLE_DEVICES=0, KV pool device 0")
-        wait_log(d, "CUDA_VISIBLE_DEVICES=1, KV pool device 1")
+        log = wait_log(d, "CUDA_VISIBLE_DEVICES=1, KV pool device 1")
+        per_gpu = [int(x) for x in re.findall(r"GPU [01] \(.*\): .* (\d+) KV blocks fit", log)]
+        assert len(per_gpu) == 2, log
+        assert d.metrics()["inferd_kv_blocks_capacity"] == 2 * min(per_gpu), per_gpu
         c = client(d)
         long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 6)
         first = c.completions.create(model=MODEL, prompt=long_prompt, max_tokens=4,
