@@ -357,10 +357,12 @@ uint64_t ifd_kvpool_segment_bytes(const ifd_kvpool_t *pool);
  *
  * Lost memory. A device segment carries a seal after its data (64 bytes: a
  * magic and a random token that the metadata records when the segment is
- * made). An import checks it. When the import fails for an IPC segment (its
- * allocator died: IPC memory dies with it) or the seal does not match (a
- * driver that freed a VMM allocation although the router held its fd), the
- * memory and every cached block in it are gone: bind_segment logs it (a
+ * made). An import checks it. When the import fails (an IPC segment whose
+ * allocator died: IPC memory dies with it; a VMM fd that does not import),
+ * the segment exists but this process got no fd for it (its maker died
+ * before handing it to the router), or the seal does not match (a driver
+ * that freed a VMM allocation although the router held its fd), the memory
+ * and every cached block in it are gone, as far as this pool can reach: bind_segment logs it (a
  * warning naming the cause), drops the device's cache as
  * ifd_kvpool_invalidate_device does, makes a fresh segment and counts a
  * rebuild (stats.rebuilds). Held blocks stay held (their holders must be

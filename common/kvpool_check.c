@@ -217,7 +217,8 @@ int ifd_kvpool_device_stats(ifd_kvpool_t *p, int dev, ifd_kvpool_stats_t *s)
 /* The seal after a device segment's data: what says "this is the memory
  * the metadata describes". */
 #define KV_SEAL_MAGIC 0x4c4145535658464bULL /* "KFXVSEAL" */
-#define KV_LOST       1 /* internal: the recorded segment's memory is gone (or never made) */
+#define KV_LOST       1 /* internal: the recorded segment's memory is gone */
+#define KV_NEW        2 /* internal: make a segment */
 
 typedef struct {
     uint64_t magic;
@@ -259,11 +260,14 @@ static int kv_import_checked(ifd_kvpool_t *p, int dev, const ifd_kvseg_provider_
     kv_dev_t *d = &p->h->dev[dev];
     int rc = prov->import(prov->ctx, dev, exp, base, priv);
     if (rc) {
-        if (d->kind != IFD_KVSEG_CUDA_IPC)
-            return rc;
-        IFD_WARN("kvpool: device %d: the IPC segment cannot be opened (%s): its memory died "
-                 "with the process that made it; rebuilding the device's pool",
-                 dev, ifd_strerror(rc));
+        if (d->kind == IFD_KVSEG_CUDA_IPC)
+            IFD_WARN("kvpool: device %d: the IPC segment cannot be opened (%s): its memory died "
+                     "with the process that made it; rebuilding the device's pool",
+                     dev, ifd_strerror(rc));
+        else
+            IFD_WARN("kvpool: device %d: the VMM segment's fd does not import (%s): its memory "
+                     "is out of reach; rebuilding the device's pool",
+                     dev, ifd_strerror(rc));
         return KV_LOST;
     }
     kv_seal_t want = kv_seal_of(p, d->seal), got;
@@ -306,22 +310,26 @@ int ifd_kvpool_bind_segment(ifd_kvpool_t *p, int dev, const ifd_kvseg_provider_t
         exp.fd = p->data_fd[dev];
         memcpy(exp.handle, d->ipc_handle, sizeof exp.handle);
         rc = kv_import_checked(p, dev, prov, &exp, &base, &priv);
-        if (rc == KV_LOST) {
-            int n = kv_invalidate_locked(p, dev);
-            p->h->ctr[KV_C_REBUILDS]++;
-            IFD_WARN("kvpool: device %d: dropped %d cached blocks of the lost segment", dev, n);
-            if (p->data_fd[dev] >= 0) {
-                close(p->data_fd[dev]);
-                p->data_fd[dev] = -1;
-            }
-        }
     } else if (d->bound) {
-        IFD_ERROR("kvpool: device %d's segment exists but this process has no fd for it", dev);
-        rc = IFD_ENODEV;
+        /* Its maker died before the router took the fd: nobody can reach it. */
+        IFD_WARN("kvpool: device %d's VMM segment exists but no fd for it reached this process "
+                 "(its maker died before handing it over?); rebuilding the device's pool",
+                 dev);
+        rc = KV_LOST;
     } else {
-        rc = KV_LOST; /* nothing yet: make it */
+        rc = KV_NEW; /* nothing yet: make it */
     }
     if (rc == KV_LOST) {
+        int n = kv_invalidate_locked(p, dev);
+        p->h->ctr[KV_C_REBUILDS]++;
+        IFD_WARN("kvpool: device %d: dropped %d cached blocks of the lost segment", dev, n);
+        if (p->data_fd[dev] >= 0) {
+            close(p->data_fd[dev]);
+            p->data_fd[dev] = -1;
+        }
+        rc = KV_NEW;
+    }
+    if (rc == KV_NEW) {
         memset(&exp, 0, sizeof exp);
         exp.kind = (ifd_kvseg_kind_t)d->kind; /* what the pool asks for */
         exp.fd = -1;

@@ -127,6 +127,12 @@ if(CMAKE_CXX_COMPILER)
     COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/test_daemon.sh gpu_emu
             $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker> $<TARGET_FILE:inferd-worker-emu>
     LABELS emu model TIMEOUT 300)
+  # The KV pool's device segment across a GPU worker's SIGKILL: the router's
+  # fd keeps the prefixes (VMM); IPC memory and a forgetful driver rebuild.
+  ifd_add_script_test(test_daemon_gpu_pool_emu
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/test_daemon.sh gpu_pool_emu
+            $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker-emu>
+    LABELS emu model TIMEOUT 300)
 endif()
 
 # On a GPU: the same test against the real CUDA backend (ifd_worker_lib).

@@ -1508,6 +1508,33 @@ START_TEST(test_device_segment_ipc_lost)
 }
 END_TEST
 
+/* A VMM segment whose maker died before the router took its fd is
+ * unreachable: the next bind rebuilds it. */
+START_TEST(test_device_segment_fd_never_handed_over)
+{
+    ifd_kvpool_params_t p = small_params(8);
+    p.kind[0] = IFD_KVSEG_CUDA_VMM;
+    ifd_kvpool_t *router;
+    ck_assert_int_eq(ifd_kvpool_create(&p, &router), 0);
+    int meta = ifd_kvpool_meta_fd(router);
+    ifd_kvpool_t *a, *b;
+    ck_assert_int_eq(ifd_kvpool_attach(meta, NULL, 0, NULL, &a), 0);
+    ck_assert_int_eq(ifd_kvpool_data_fd(a, 0), -1);
+    ck_assert_int_eq(ifd_kvpool_bind_segment(a, 0, &fake_provider), 0);
+    ck_assert_int_ge(ifd_kvpool_data_fd(a, 0), 0);
+    ifd_kvpool_destroy(a); /* dies before handing its fd to the router */
+    ck_assert_int_eq(ifd_kvpool_attach(meta, NULL, 0, NULL, &b), 0);
+    ck_assert_int_eq(ifd_kvpool_bind_segment(b, 0, &fake_provider), 0);
+    ifd_kvpool_stats_t st;
+    ck_assert_int_eq(ifd_kvpool_stats(router, &st), 0);
+    ck_assert_uint_eq(st.rebuilds, 1);
+    ck_assert_int_ge(ifd_kvpool_data_fd(b, 0), 0);
+    assert_ok(router);
+    ifd_kvpool_destroy(b);
+    ifd_kvpool_destroy(router);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i++)
@@ -1539,6 +1566,7 @@ int main(int argc, char **argv)
         tcase_add_test(tc, test_crash_at_every_point);
         tcase_add_test(tc, test_device_segment_vmm_seal);
         tcase_add_test(tc, test_device_segment_ipc_lost);
+        tcase_add_test(tc, test_device_segment_fd_never_handed_over);
     } else {
         tcase_set_timeout(tc, 60 * ifd__repeat);
     }
