@@ -31,8 +31,8 @@
  * provider then falls back to IPC).
  *
  * Not emulated: granularity other than 2 MiB, multiple devices, peer access,
- * the memory-model details of concurrent access. Test code: single-threaded
- * like the rest of the emulator; global state is fine here.
+ * the memory-model details of concurrent access. Test code: global state is
+ * fine here; one mutex guards the bookkeeping maps.
  */
 #include "cuda_emu_vmm.h"
 
@@ -47,6 +47,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <map>
+#include <mutex>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -63,7 +64,9 @@ struct dev_alloc {
     uint64_t nonce;
 };
 
-/* cudaMalloc'ed ranges by base address, and IPC-opened ones. */
+/* cudaMalloc'ed ranges by base address, and IPC-opened ones; g_mu guards
+ * these maps and g_handle_types (a worker may allocate from two threads). */
+std::mutex g_mu;
 std::map<uintptr_t, dev_alloc> g_allocs;
 std::map<uintptr_t, size_t> g_ipc_open;
 uint64_t g_nonce_ctr = 0;
@@ -198,12 +201,14 @@ CUresult emu_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUm
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *h = (CUmemGenericAllocationHandle)fd + 1;
+    std::lock_guard<std::mutex> lk(g_mu);
     g_handle_types[*h] = (unsigned)p->requestedHandleTypes;
     return CUDA_SUCCESS;
 }
 
 int handle_fd(CUmemGenericAllocationHandle h)
 {
+    std::lock_guard<std::mutex> lk(g_mu);
     return g_handle_types.count(h) ? (int)(h - 1) : -1;
 }
 
@@ -212,7 +217,10 @@ CUresult emu_cuMemRelease(CUmemGenericAllocationHandle h)
     int fd = handle_fd(h);
     if (fd < 0)
         return CUDA_ERROR_INVALID_HANDLE;
-    g_handle_types.erase(h);
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        g_handle_types.erase(h);
+    }
     close(fd); /* the memory lives on while mapped or exported */
     return CUDA_SUCCESS;
 }
@@ -223,8 +231,13 @@ CUresult emu_cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandl
     int fd = handle_fd(h);
     if (fd < 0)
         return CUDA_ERROR_INVALID_HANDLE;
+    unsigned types;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        types = g_handle_types[h];
+    }
     if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags != 0 ||
-        !(g_handle_types[h] & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        !(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
         return CUDA_ERROR_NOT_SUPPORTED;
     int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (dup_fd < 0)
@@ -263,6 +276,7 @@ CUresult emu_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, voi
         return CUDA_ERROR_OUT_OF_MEMORY;
     forget_if_creator_died(fd);
     *h = (CUmemGenericAllocationHandle)fd + 1;
+    std::lock_guard<std::mutex> lk(g_mu);
     g_handle_types[*h] = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     return CUDA_SUCCESS;
 }
@@ -349,7 +363,11 @@ const entry_point k_entry_points[] = {
 void *ifd__emu_dev_alloc(size_t n)
 {
     size_t bytes = page_round(n);
-    uint64_t nonce = next_nonce();
+    uint64_t nonce;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        nonce = next_nonce();
+    }
     char name[64];
     snprintf(name, sizeof name, "cuda_emu_dev:%016" PRIx64, nonce);
     int fd = memfd_create(name, MFD_CLOEXEC);
@@ -364,18 +382,24 @@ void *ifd__emu_dev_alloc(size_t n)
         close(fd);
         return NULL;
     }
+    std::lock_guard<std::mutex> lk(g_mu);
     g_allocs[(uintptr_t)p] = dev_alloc{fd, bytes, nonce};
     return p;
 }
 
 bool ifd__emu_dev_free(void *p)
 {
-    auto it = g_allocs.find((uintptr_t)p);
-    if (it == g_allocs.end())
-        return false;
-    munmap(p, it->second.bytes);
-    close(it->second.fd);
-    g_allocs.erase(it);
+    dev_alloc a;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        auto it = g_allocs.find((uintptr_t)p);
+        if (it == g_allocs.end())
+            return false;
+        a = it->second;
+        g_allocs.erase(it);
+    }
+    munmap(p, a.bytes);
+    close(a.fd);
     return true;
 }
 
@@ -402,6 +426,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsi
 
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 {
+    std::lock_guard<std::mutex> lk(g_mu);
     auto it = g_allocs.find((uintptr_t)p);
     if (it == g_allocs.end())
         return cudaErrorInvalidValue; /* not the base of a cudaMalloc allocation */
@@ -440,6 +465,7 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int fl
     close(fd);
     if (m == MAP_FAILED)
         return cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> lk(g_mu);
     g_ipc_open[(uintptr_t)m] = (size_t)ih.bytes;
     *p = m;
     return cudaSuccess;
@@ -447,11 +473,16 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int fl
 
 cudaError_t cudaIpcCloseMemHandle(void *p)
 {
-    auto it = g_ipc_open.find((uintptr_t)p);
-    if (it == g_ipc_open.end())
-        return cudaErrorInvalidValue;
-    munmap(p, it->second);
-    g_ipc_open.erase(it);
+    size_t bytes;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        auto it = g_ipc_open.find((uintptr_t)p);
+        if (it == g_ipc_open.end())
+            return cudaErrorInvalidValue;
+        bytes = it->second;
+        g_ipc_open.erase(it);
+    }
+    munmap(p, bytes);
     return cudaSuccess;
 }
 

@@ -5,8 +5,7 @@
  *
  * cuda_emu.cc's cudaMalloc/cudaFree call these two: every emulated
  * cudaMalloc is a memfd mapped MAP_SHARED (so cudaIpcGetMemHandle can name
- * it), the memfd kept open by this process until cudaFree.
- * Single-threaded like the rest of the emulator.
+ * it), the memfd kept open by this process until cudaFree. Thread-safe.
  */
 #ifndef IFD_CUDA_EMU_VMM_H
 #define IFD_CUDA_EMU_VMM_H
