@@ -33,7 +33,8 @@ static void models_usage(FILE *f)
             "Usage: infer models [--json] [connection options]\n"
             "\n"
             "List the models the daemon serves (GET /v1/models): the id to pass as --model,\n"
-            "its context length and the file it was loaded from.\n"
+            "its context length, architecture, format (gguf, or hf: a Hugging Face\n"
+            "directory of safetensors) and the path it was loaded from.\n"
             "\n"
             "      --json          print the daemon's JSON as it is\n"
             "  -h, --help          this help\n"
@@ -85,20 +86,22 @@ int ifd_status_models_main(int argc, char **argv)
         fputc('\n', stdout);
     } else {
         json_t *data = json_object_get(o, "data");
-        printf("%-32s %8s  %-10s %s\n", "MODEL", "CONTEXT", "OWNED BY", "FILE");
+        printf("%-32s %8s  %-8s %-6s %s\n", "MODEL", "CONTEXT", "ARCH", "FORMAT", "SOURCE");
         size_t i;
         json_t *m;
         json_array_foreach(data, i, m)
         {
+            /* architecture and format are inferd's; another server may omit them */
             const char *id = json_string_value(json_object_get(m, "id"));
-            const char *owner = json_string_value(json_object_get(m, "owned_by"));
+            const char *arch = json_string_value(json_object_get(m, "architecture"));
+            const char *fmt = json_string_value(json_object_get(m, "format"));
             const char *root = json_string_value(json_object_get(m, "root"));
             json_t *ctx = json_object_get(m, "max_model_len");
             char ctxs[24] = "-";
             if (json_is_integer(ctx))
                 snprintf(ctxs, sizeof(ctxs), "%lld", (long long)json_integer_value(ctx));
-            printf("%-32s %8s  %-10s %s\n", id ? id : "?", ctxs, owner ? owner : "-",
-                   root ? root : "-");
+            printf("%-32s %8s  %-8s %-6s %s\n", id ? id : "?", ctxs, arch ? arch : "-",
+                   fmt ? fmt : "-", root ? root : "-");
         }
         if (json_array_size(data) == 0)
             printf("(no models)\n");

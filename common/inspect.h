@@ -1,12 +1,13 @@
 /*
- * inspect.h — a human- and machine-readable summary of a model: a GGUF file
- * (its metadata as stored) or a Hugging Face directory (the resolved config
- * inferd will run, the tokenizer as loaded, generation_config.json's
- * defaults, the safetensors tensors). Both carry "format" ("gguf" / "hf"),
- * "source" (the path) and "architecture". Shared by `inferd-worker
- * --inspect` and `infer inspect`.
+ * inspect.h — a human- and machine-readable summary of a model, the same
+ * report for a GGUF file and a Hugging Face directory: "format" ("gguf" /
+ * "hf"), "source" (the path), "files", "architecture", the resolved config
+ * inferd will run ("hparams"), the tokenizer as loaded, generation_config.json's
+ * defaults (HF), the tensors as the file stores them, plus what only the
+ * format has (GGUF version, alignment, file type; HF class and torch_dtype).
+ * Shared by `inferd-worker --inspect` and `infer inspect`.
  *
- * Threading: none of its own; the gguf handle is only read.
+ * Threading: none of its own; the source and tokenizer are only read.
  */
 #ifndef IFD_INSPECT_H
 #define IFD_INSPECT_H
@@ -14,16 +15,12 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "gguf.h"
 #include "model_source.h"
 #include "tokenizer.h"
 
-/* Writes the summary of `g` to `out`: an aligned text report, or one JSON
- * object (json = true). Returns 0, IFD_ENOMEM, or -errno of a failed write. */
-int ifd_inspect_write(FILE *out, const ifd_gguf_t *g, bool json);
-
-/* The summary of an open model source (`tok` is its tokenizer; used for a
- * Hugging Face directory, ignored for GGUF). Same returns. */
+/* Writes the summary of an open model source (`tok` is its tokenizer) to
+ * `out`: an aligned text report, or one JSON object (json = true). Returns
+ * 0, IFD_ENOMEM, or -errno of a failed write. */
 int ifd_inspect_source(FILE *out, const ifd_model_source_t *src, const ifd_tokenizer_t *tok,
                        bool json);
 

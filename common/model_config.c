@@ -371,6 +371,15 @@ static int ifd__hf_generation(ifd__hf_t *h0, ifd_model_config_t *cfg, const char
     if ((rc = ifd__hf_num(&h, j, "top_k", -1, &v)))
         goto out;
     g->top_k = (int32_t)v;
+    if ((rc = ifd__hf_num(&h, j, "min_p", -1, &v)))
+        goto out;
+    g->min_p = (float)v;
+    if ((rc = ifd__hf_num(&h, j, "repetition_penalty", -1, &v)))
+        goto out;
+    g->repetition_penalty = (float)v;
+    if ((rc = ifd__hf_num(&h, j, "max_new_tokens", 0, &v)))
+        goto out;
+    g->max_new_tokens = v > INT32_MAX ? INT32_MAX : (int32_t)v;
     const json_t *eos = json_object_get(j, "eos_token_id");
     if (json_is_integer(eos)) {
         g->eos_ids[g->n_eos++] = (int32_t)json_integer_value(eos);
@@ -410,6 +419,28 @@ static const struct {
     {"Qwen2ForCausalLM", IFD_ARCH_QWEN2, "silu"},
     {"Qwen3ForCausalLM", IFD_ARCH_QWEN3, "silu"},
 };
+
+/* layer_types ["sliding_attention" | "full_attention", …] into layer_is_local:
+ * 1 when present, 0 when absent (the caller decides), or an error. */
+static int ifd__hf_layer_types(ifd__hf_t *h, const json_t *c, ifd_model_config_t *cfg)
+{
+    const json_t *lt = json_object_get(c, "layer_types");
+    if (!json_is_array(lt))
+        return 0;
+    if (json_array_size(lt) != cfg->n_layer)
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                            "%s: layer_types has %zu entries for %u layers", h->file,
+                            json_array_size(lt), cfg->n_layer);
+    for (uint32_t l = 0; l < cfg->n_layer; l++) {
+        const char *t = json_string_value(json_array_get(lt, l));
+        if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))
+            return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
+                                "%s: layer_types[%u] is not sliding_attention or full_attention",
+                                h->file, l);
+        cfg->layer_is_local[l] = strcmp(t, "sliding_attention") == 0;
+    }
+    return 1;
+}
 
 static const char *const ifd__arch_names[] = {"llama", "gemma3", "qwen2", "qwen3"};
 
@@ -560,22 +591,9 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
         cfg->embd_scale = es;
         if ((rc = ifd__hf_u32(h, c, "sliding_window", 4096, &cfg->sliding_window)))
             return rc;
-        const json_t *lt = json_object_get(c, "layer_types");
-        if (json_is_array(lt)) {
-            if (json_array_size(lt) != cfg->n_layer)
-                return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
-                                    "%s: layer_types has %zu entries for %u layers", h->file,
-                                    json_array_size(lt), cfg->n_layer);
-            for (uint32_t l = 0; l < cfg->n_layer; l++) {
-                const char *t = json_string_value(json_array_get(lt, l));
-                if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))
-                    return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
-                                        "%s: layer_types[%u] is not sliding_attention or "
-                                        "full_attention",
-                                        h->file, l);
-                cfg->layer_is_local[l] = strcmp(t, "sliding_attention") == 0;
-            }
-        } else {
+        if ((rc = ifd__hf_layer_types(h, c, cfg)) < 0)
+            return rc;
+        if (rc == 0) {
             uint32_t period;
             if ((rc = ifd__hf_u32(h, c, "sliding_window_pattern", 6, &period)))
                 return rc;
@@ -589,8 +607,19 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
             cfg->layer_is_local[l] = cfg->sliding_window > 0;
     } else if ((cfg->arch == IFD_ARCH_QWEN2 || cfg->arch == IFD_ARCH_QWEN3) &&
                ifd__hf_bool(c, "use_sliding_window", false)) {
-        return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP,
-                            "%s: use_sliding_window is not supported for %s", h->file, an);
+        /* transformers: sliding_window on layers i >= max_window_layers (or as
+         * layer_types says); sliding_window null turns it off */
+        uint32_t mwl;
+        const json_t *sw = json_object_get(c, "sliding_window");
+        if ((rc = ifd__hf_u32(h, c, "sliding_window", sw ? 0 : 4096, &cfg->sliding_window)) ||
+            (rc = ifd__hf_u32(h, c, "max_window_layers", 28, &mwl)))
+            return rc;
+        if ((rc = ifd__hf_layer_types(h, c, cfg)) < 0)
+            return rc;
+        for (uint32_t l = 0; rc == 0 && l < cfg->n_layer; l++)
+            cfg->layer_is_local[l] = cfg->sliding_window > 0 && l >= mwl;
+        if (cfg->sliding_window == 0)
+            memset(cfg->layer_is_local, 0, sizeof cfg->layer_is_local);
     }
     return 0;
 }

@@ -39,13 +39,19 @@ typedef enum {
 #define IFD_MAX_EOS_IDS 8
 
 /* generation_config.json's defaults (HF only; `present` false otherwise).
- * Negative / zero values mean "not given". */
+ * Negative / zero values mean "not given". The daemon applies the sampling
+ * ones to requests that do not set them (docs/models.md, vLLM's
+ * --generation-config auto); do_sample is shown, not applied (vLLM ignores
+ * it too). */
 typedef struct {
     bool present;
-    bool do_sample;       /* false: HF decodes greedily by default */
-    float temperature;    /* < 0: not given */
-    float top_p;          /* < 0: not given */
-    int32_t top_k;        /* < 0: not given */
+    bool do_sample;           /* false: HF decodes greedily by default */
+    float temperature;        /* < 0: not given */
+    float top_p;              /* < 0: not given */
+    int32_t top_k;            /* < 0: not given */
+    float min_p;              /* < 0: not given */
+    float repetition_penalty; /* < 0: not given */
+    int32_t max_new_tokens;   /* <= 0: not given */
     uint32_t n_eos;
     int32_t eos_ids[IFD_MAX_EOS_IDS];
 } ifd_gen_defaults_t;

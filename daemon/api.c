@@ -210,11 +210,23 @@ static void ifd__responses(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_re
 
 /* ---- models, health, metrics ---------------------------------------------------------------- */
 
+/* The served model as /v1/models shows it (vLLM's root and max_model_len,
+ * inferd's architecture and format). */
+static ifd_oai_model_t ifd__model_info(const ifd_api_t *api)
+{
+    ifd_oai_model_t m = {api->model_id, api->created, "inferd", api->model_path,
+                         api->max_model_len, NULL, NULL};
+    if (api->mcfg) {
+        m.architecture = api->mcfg->arch_name;
+        m.format = ifd_model_format_name(api->mcfg->format);
+    }
+    return m;
+}
+
 static void ifd__models(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     (void)r;
-    ifd_oai_model_t m = {api->model_id, api->created, "inferd", api->model_path,
-                         api->max_model_len};
+    ifd_oai_model_t m = ifd__model_info(api);
     ifd_buf_t b = IFD_BUF_INIT;
     if (ifd_oai_models_json(&b, &m, 1) == 0)
         ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
@@ -262,8 +274,7 @@ static void ifd__model(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reques
                        ok ? id : enc);
         return;
     }
-    ifd_oai_model_t m = {api->model_id, api->created, "inferd", api->model_path,
-                         api->max_model_len};
+    ifd_oai_model_t m = ifd__model_info(api);
     ifd_buf_t b = IFD_BUF_INIT;
     if (ifd_oai_model_json(&b, &m) == 0)
         ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
@@ -306,6 +317,8 @@ void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
         if (wi->has_stats) {
             g->preemptions += wi->stats.preemptions;
             g->engine_steps += wi->stats.steps;
+            g->kv_local_releasable_blocks += (int64_t)wi->stats.kv_local_releasable_blocks;
+            g->kv_local_releasable_bytes += (int64_t)wi->stats.kv_local_releasable_bytes;
         }
     }
     g->uptime_s = (double)(uv_hrtime() - api->start_ns) / 1e9;

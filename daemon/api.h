@@ -23,6 +23,7 @@
 #include "http.h"
 #include "kvpool.h"
 #include "metrics.h"
+#include "model_config.h"
 #include "openai.h"
 #include "router.h"
 #include "supervisor.h"
@@ -46,6 +47,8 @@ typedef struct {
     ifd_http_server_t *http;
     const char *model_id;   /* what clients send as "model" */
     const char *model_path; /* /v1/models "root" */
+    const ifd_model_config_t *mcfg; /* /v1/models architecture and format; generation_config
+                                     * sampling defaults (gen.c). NULL in tests: none */
     int64_t max_model_len;
     int32_t n_vocab;
     int64_t created;   /* unix seconds at start */

@@ -71,6 +71,9 @@
       "inter-token latency steady), off (only max_batched_tokens limits) or a number")         \
     X(prefix_cache, BOOL, "true", 1, NULL, 0, 0,                                               \
       "reuse cached prompt prefixes (requests may still opt out with use_cache)")              \
+    X(generation_config, BOOL, "true", 1, NULL, 0, 0,                                          \
+      "use a Hugging Face model's generation_config.json sampling defaults (temperature, "     \
+      "top_p, top_k, min_p, repetition_penalty) for requests that do not set them")            \
     X(max_queue, INT, "256", 1, "N", 0, 1 << 20,                                               \
       "sequences waiting for a worker (and requests being tokenized) before new requests "     \
       "get 503")                                                                               \

@@ -796,6 +796,7 @@ static int ifd__run(ifd__daemon_t *d)
     api->http = d->http;
     api->model_id = d->model_id;
     api->model_path = d->model_path;
+    api->mcfg = &d->mcfg;
     api->max_model_len = mml;
     api->n_vocab = ifd_tokenizer_n_vocab(d->tok);
     api->created = (int64_t)time(NULL);

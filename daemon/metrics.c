@@ -118,6 +118,14 @@ static const ifd__gauge_row_t ifd__gauges[] = {
      offsetof(ifd_metrics_gauges_t, preemptions)},
     {"inferd_engine_steps_total", "counter", "Engine steps run by the workers.",
      offsetof(ifd_metrics_gauges_t, engine_steps)},
+    {"inferd_kv_local_releasable_blocks", "gauge",
+     "KV blocks held by running sequences wholly before every sliding-window layer's window "
+     "(their local-layer K/V is never read again but stays allocated: not released yet).",
+     offsetof(ifd_metrics_gauges_t, kv_local_releasable_blocks)},
+    {"inferd_kv_local_releasable_bytes", "gauge",
+     "Local-layer K/V bytes in those blocks: what releasing them per layer would free "
+     "(not freed yet).",
+     offsetof(ifd_metrics_gauges_t, kv_local_releasable_bytes)},
 };
 
 typedef struct {

@@ -80,6 +80,8 @@ typedef struct {
     uint64_t kv_alloc_failures;
     uint64_t preemptions; /* summed over workers' last stats */
     uint64_t engine_steps;
+    /* sliding-window layers: held KV no local layer reads again (summed over workers) */
+    int64_t kv_local_releasable_blocks, kv_local_releasable_bytes;
     int64_t workers_ready, workers_starting, workers_down, workers_failed;
     double uptime_s;
     /* the cache configuration (vllm:cache_config_info) */

@@ -647,20 +647,27 @@ static int p_common(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
         r->max_tokens = iv;
     }
 
-    if ((v = ifd__oai_get(o, "temperature")) &&
-        (rc = ifd__oai_p_number(c, v, "temperature", 0, false, 2, &r->temperature)) < 0)
-        return rc;
-    if ((v = ifd__oai_get(o, "top_p")) &&
-        (rc = ifd__oai_p_number(c, v, "top_p", 0, false, 1, &r->top_p)) < 0)
-        return rc;
+    if ((v = ifd__oai_get(o, "temperature"))) {
+        if ((rc = ifd__oai_p_number(c, v, "temperature", 0, false, 2, &r->temperature)) < 0)
+            return rc;
+        r->sampling_given |= IFD_OAI_GIVEN_TEMPERATURE;
+    }
+    if ((v = ifd__oai_get(o, "top_p"))) {
+        if ((rc = ifd__oai_p_number(c, v, "top_p", 0, false, 1, &r->top_p)) < 0)
+            return rc;
+        r->sampling_given |= IFD_OAI_GIVEN_TOP_P;
+    }
     if ((v = ifd__oai_get(o, "top_k"))) {
         if ((rc = ifd__oai_p_int(c, v, "top_k", -1, INT32_MAX, &iv)) < 0)
             return rc;
         r->top_k = iv < 0 ? 0 : (int32_t)iv;
+        r->sampling_given |= IFD_OAI_GIVEN_TOP_K;
     }
-    if ((v = ifd__oai_get(o, "min_p")) &&
-        (rc = ifd__oai_p_number(c, v, "min_p", 0, false, 1, &r->min_p)) < 0)
-        return rc;
+    if ((v = ifd__oai_get(o, "min_p"))) {
+        if ((rc = ifd__oai_p_number(c, v, "min_p", 0, false, 1, &r->min_p)) < 0)
+            return rc;
+        r->sampling_given |= IFD_OAI_GIVEN_MIN_P;
+    }
     if ((v = ifd__oai_get(o, "frequency_penalty")) &&
         (rc = ifd__oai_p_number(c, v, "frequency_penalty", -2, false, 2, &r->frequency_penalty)) <
             0)
@@ -668,10 +675,12 @@ static int p_common(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
     if ((v = ifd__oai_get(o, "presence_penalty")) &&
         (rc = ifd__oai_p_number(c, v, "presence_penalty", -2, false, 2, &r->presence_penalty)) < 0)
         return rc;
-    if ((v = ifd__oai_get(o, "repetition_penalty")) &&
-        (rc = ifd__oai_p_number(c, v, "repetition_penalty", 0, true, 1e6, &r->repetition_penalty)) <
-            0)
-        return rc;
+    if ((v = ifd__oai_get(o, "repetition_penalty"))) {
+        if ((rc = ifd__oai_p_number(c, v, "repetition_penalty", 0, true, 1e6,
+                                    &r->repetition_penalty)) < 0)
+            return rc;
+        r->sampling_given |= IFD_OAI_GIVEN_REPETITION_PENALTY;
+    }
     if ((v = ifd__oai_get(o, "seed"))) {
         if ((rc = ifd__oai_p_int(c, v, "seed", INT64_MIN, INT64_MAX, &iv)) < 0)
             return rc;
@@ -726,6 +735,37 @@ static void request_defaults(ifd_oai_request_t *r, ifd_oai_kind_t kind)
     r->use_cache = true;
     r->add_generation_prompt = true;
     r->parallel_tool_calls = true;
+}
+
+uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
+                                         const ifd_oai_sampling_defaults_t *d)
+{
+    /* one row per field: its bit, the model's value, where it goes, its range */
+    const struct {
+        uint32_t bit;
+        float v, lo, hi;
+        bool lo_open;
+        float *dst;
+    } f[] = {
+        {IFD_OAI_GIVEN_TEMPERATURE, d->temperature, 0, 2, false, &r->temperature},
+        {IFD_OAI_GIVEN_TOP_P, d->top_p, 0, 1, true, &r->top_p},
+        {IFD_OAI_GIVEN_MIN_P, d->min_p, 0, 1, false, &r->min_p},
+        {IFD_OAI_GIVEN_REPETITION_PENALTY, d->repetition_penalty, 0, 1e6f, true,
+         &r->repetition_penalty},
+    };
+    uint32_t set = 0;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if ((r->sampling_given & f[i].bit) || !(f[i].v >= f[i].lo) || f[i].v > f[i].hi ||
+            (f[i].lo_open && f[i].v == f[i].lo))
+            continue;
+        *f[i].dst = f[i].v;
+        set |= f[i].bit;
+    }
+    if (!(r->sampling_given & IFD_OAI_GIVEN_TOP_K) && d->top_k >= 0) {
+        r->top_k = d->top_k;
+        set |= IFD_OAI_GIVEN_TOP_K;
+    }
+    return set;
 }
 
 /* Parses the body into a JSON object, or fills the error. */
@@ -1439,6 +1479,10 @@ static json_t *model_obj(const ifd_oai_model_t *m, int *bad)
     oset(e, "parent", json_null(), bad);
     if (m->max_model_len > 0)
         oset(e, "max_model_len", json_integer(m->max_model_len), bad);
+    if (m->architecture)
+        oset(e, "architecture", json_string(m->architecture), bad);
+    if (m->format)
+        oset(e, "format", json_string(m->format), bad);
     return e;
 }
 

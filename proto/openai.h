@@ -159,6 +159,7 @@ typedef struct {
     float frequency_penalty;  /* [-2, 2], default 0 */
     float presence_penalty;   /* [-2, 2], default 0 */
     float repetition_penalty; /* > 0, default 1 */
+    uint32_t sampling_given;  /* IFD_OAI_GIVEN_* bits: the fields above the request set */
     bool has_seed;
     uint64_t seed; /* the JSON integer's two's-complement bits */
 
@@ -217,6 +218,28 @@ typedef struct {
      * compact JSON object; NULL for the other endpoints. */
     char *responses_echo;
 } ifd_oai_request_t;
+
+/* ifd_oai_request_t.sampling_given bits. */
+#define IFD_OAI_GIVEN_TEMPERATURE        (1u << 0)
+#define IFD_OAI_GIVEN_TOP_P              (1u << 1)
+#define IFD_OAI_GIVEN_TOP_K              (1u << 2)
+#define IFD_OAI_GIVEN_MIN_P              (1u << 3)
+#define IFD_OAI_GIVEN_REPETITION_PENALTY (1u << 4)
+
+/* The model's own sampling defaults (generation_config.json), for the
+ * fields a request leaves out. A negative value: the model sets none. */
+typedef struct {
+    float temperature, top_p, min_p, repetition_penalty;
+    int32_t top_k;
+} ifd_oai_sampling_defaults_t;
+
+/* Sets each sampling field `r` did not give (sampling_given) from `d`, when
+ * `d` has it and it is in the range a request may send (temperature [0, 2],
+ * top_p (0, 1], top_k >= 0, min_p [0, 1], repetition_penalty > 0); a value
+ * out of range is skipped, never clamped. vLLM's --generation-config auto.
+ * Returns the IFD_OAI_GIVEN_* bits it set. Pure. */
+uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
+                                         const ifd_oai_sampling_defaults_t *d);
 
 /*
  * Parses the body of a POST /v1/chat/completions (or /v1/completions)
@@ -425,10 +448,12 @@ typedef struct {
     const char *owned_by;  /* NULL: "inferd" */
     const char *root;      /* vLLM extension (the model path); NULL: id */
     int64_t max_model_len; /* vLLM extension; <= 0: omitted */
+    const char *architecture; /* inferd extension ("llama", "gemma3", …); NULL: omitted */
+    const char *format;       /* inferd extension: "gguf" or "hf"; NULL: omitted */
 } ifd_oai_model_t;
 
 /* GET /v1/models: {"object":"list","data":[{id,object:"model",created,
- * owned_by,root,parent:null,max_model_len}]}. */
+ * owned_by,root,parent:null,max_model_len,architecture,format}]}. */
 int ifd_oai_models_json(ifd_buf_t *out, const ifd_oai_model_t *models, size_t n);
 
 /* GET /v1/models/{id}: the one model object of the list above. */

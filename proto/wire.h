@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     3
+#define IFD_WIRE_VERSION     4
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -277,6 +277,8 @@ typedef struct {
     uint64_t forward_ns; /* time split of all steps */
     uint64_t sampling_ns;
     uint64_t scheduling_ns;
+    uint64_t kv_local_releasable_blocks; /* held blocks no sliding-window layer reads again */
+    uint64_t kv_local_releasable_bytes;  /* their local-layer K/V (still allocated) */
 } ifd_wire_stats_t;
 
 typedef struct {

@@ -67,6 +67,7 @@ struct ifd_engine {
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks; /* blocks on our device */
+    uint64_t local_block_bytes; /* K+V bytes of one block in every local layer */
     ifd__queue_t running, waiting;
     ifd_sampler_t *sampler;
     uint64_t arrivals;
@@ -223,6 +224,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     ifd_kvpool_geometry(pool, &g);
     e->block_size = g.block_size;
     e->pool_blocks = (int32_t)g.n_blocks;
+    e->local_block_bytes = 2 * ifd_kvpool_block_bytes(&g) *
+                           (uint64_t)(model->n_local_layers > 0 ? model->n_local_layers : 0);
     int rc = ifd_sampler_create(model->n_vocab, &e->sampler);
     if (rc) {
         free(e);
@@ -803,6 +806,47 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     return n_sched;
 }
 
+static int ifd__cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Blocks held by running sequences that lie wholly before every holder's
+ * window. A sequence's next query is at n_computed and later ones only
+ * move right, so its block b is dead for local layers once its last
+ * position (b + 1) * bs - 1 is below n_computed - window + 1. A block
+ * shared through the prefix cache counts only when dead for every running
+ * holder: entries (block << 1 | live) sorted, a block's last entry tells. */
+static int64_t ifd__window_dead_blocks(const ifd_engine_t *e)
+{
+    const int32_t w = e->model.sliding_window;
+    if (w <= 0 || e->model.n_local_layers <= 0)
+        return 0;
+    int64_t n = 0;
+    for (int i = 0; i < e->running.n; i++)
+        n += e->running.v[i]->n_blocks;
+    if (n == 0)
+        return 0;
+    int64_t *ent = malloc((size_t)n * sizeof *ent);
+    if (!ent)
+        return 0;
+    int64_t k = 0;
+    for (int i = 0; i < e->running.n; i++) {
+        const ifd__seq_t *s = e->running.v[i];
+        int64_t dead = ((int64_t)s->n_computed - w + 1) / e->block_size;
+        for (int32_t b = 0; b < s->n_blocks; b++)
+            ent[k++] = (int64_t)s->blocks[b] * 2 + (b >= dead);
+    }
+    qsort(ent, (size_t)n, sizeof *ent, ifd__cmp_i64);
+    int64_t out = 0;
+    for (int64_t i = 0; i < n; i++)
+        if ((i + 1 == n || ent[i + 1] >> 1 != ent[i] >> 1) && !(ent[i] & 1))
+            out++;
+    free(ent);
+    return out;
+}
+
 void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
 {
     *out = e->st;
@@ -813,6 +857,8 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
     for (int i = 0; i < e->running.n; i++)
         held += e->running.v[i]->n_blocks;
     out->blocks_held = held;
+    out->window_dead_blocks = ifd__window_dead_blocks(e);
+    out->window_dead_bytes = (uint64_t)out->window_dead_blocks * e->local_block_bytes;
 }
 
 /* ---- the real model's adapter ------------------------------------------------ */
@@ -879,6 +925,10 @@ int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t 
     out->n_vocab = (int32_t)cfg->n_vocab;
     out->n_ctx = (int32_t)cfg->n_ctx_train;
     out->forward = ifd__model_forward;
+    out->n_local_layers = 0;
+    for (uint32_t l = 0; l < cfg->n_layer && cfg->sliding_window > 0; l++)
+        out->n_local_layers += cfg->layer_is_local[l];
+    out->sliding_window = (int32_t)cfg->sliding_window;
     return 0;
 }
 

@@ -45,6 +45,10 @@ typedef struct {
     int32_t n_vocab;
     int32_t n_ctx; /* context length limit (prompt + generated) */
     int (*forward)(void *ctx, const ifd_batch_t *b, float *logits);
+    /* Sliding-window (local) layers, for the window_dead stats only: how many,
+     * and the tokens each sees (i - j < window). 0: none. */
+    int32_t n_local_layers;
+    int32_t sliding_window;
 } ifd_engine_model_t;
 
 typedef enum {
@@ -174,6 +178,14 @@ typedef struct {
     uint64_t preemptions;
     uint64_t finished;
     int64_t blocks_held;      /* blocks this engine holds now */
+    /* Of those, the blocks wholly before the window of every running sequence
+     * holding them: no local layer reads their K/V again. Today every block
+     * spans all layers, so that K/V stays allocated; window_dead_bytes
+     * (blocks x local layers x K and V) is what per-layer release would free
+     * (docs/models.md). 0 without local layers (and on out-of-memory: it is a
+     * lower bound). */
+    int64_t window_dead_blocks;
+    uint64_t window_dead_bytes;
     double forward_ms, sample_ms, schedule_ms; /* totals */
     int32_t max_batched_tokens;
     double decode_step_tokens; /* recent mean tokens of steps with decodes (adaptive cap) */

@@ -259,6 +259,8 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
     w->waiting = (uint32_t)st.waiting;
     w->kv_blocks_in_use = (uint64_t)st.blocks_held;
     w->kv_blocks_total = blocks_total;
+    w->kv_local_releasable_blocks = (uint64_t)st.window_dead_blocks;
+    w->kv_local_releasable_bytes = st.window_dead_bytes;
     w->steps = st.steps;
     w->prefill_tokens = st.prefill_tokens;
     w->decode_tokens = st.decode_tokens;

@@ -65,7 +65,8 @@ def t():
         check(rc == 4 and "HTTP 400" in err, f"too long: {rc} {err}")
 
         rc, out, err = run([INFER, "models"] + S)
-        check(rc == 0 and "SmolLM2" in out, f"models: {rc} {out} {err}")
+        check(rc == 0 and "SmolLM2" in out and " llama " in out and " gguf " in out,
+              f"models: {rc} {out} {err}")
         rc, out, err = run([INFER, "models", "--json"] + S)
         check(json.loads(out)["data"][0]["id"], "models --json")
 

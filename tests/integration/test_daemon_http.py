@@ -108,6 +108,7 @@ def test_curl_health_models_metrics():
     m = json.loads(body)
     assert m["object"] == "list" and m["data"][0]["id"] == "SmolLM2-135M-Instruct.Q4_1", m
     assert m["data"][0]["root"].endswith(".gguf") and m["data"][0]["max_model_len"] == 8192
+    assert m["data"][0]["architecture"] == "llama" and m["data"][0]["format"] == "gguf", m
     code, body = D.curl("http://localhost/v1/models/SmolLM2-135M-Instruct.Q4_1", expect=200)
     assert json.loads(body) == m["data"][0], body
     code, body = D.curl("http://localhost/v1/models/SmolLM2-135M-Instruct%2EQ4_1", expect=200)
@@ -130,6 +131,9 @@ def test_curl_health_models_metrics():
                  'inferd_kv_blocks{state="used"}', 'inferd_kv_blocks{state="cached"}',
                  "inferd_prefix_cache_hit_ratio", "inferd_worker_restarts_total"]:
         assert name in text, name
+    # SmolLM2 has no sliding-window layers: nothing a per-layer release could free
+    assert "\ninferd_kv_local_releasable_blocks 0\n" in text
+    assert "\ninferd_kv_local_releasable_bytes 0\n" in text
     after()
 
 

@@ -295,6 +295,15 @@ def hf_hparams(cfg: dict, top: dict) -> HParams:
         if cls == "MistralForCausalLM" and cfg.get("sliding_window"):
             hp.window = int(cfg["sliding_window"])
             hp.local = tuple(True for _ in range(n_layer))
+        if cls in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and cfg.get("use_sliding_window"):
+            # transformers: the window on layers >= max_window_layers, or as layer_types says
+            w = cfg.get("sliding_window", 4096)
+            lt = cfg.get("layer_types")
+            mwl = cfg.get("max_window_layers", 28)
+            if w:
+                hp.window = int(w)
+                hp.local = tuple(t == "sliding_attention" for t in lt) if lt else \
+                    tuple(l >= mwl for l in range(n_layer))
     return hp
 
 

@@ -26,7 +26,8 @@ llama.cpp's converter does. Then, for each:
     tensor);
   * --inspect DIR --json reports format, architecture and source, the chat template from
     tokenizer_config.json and generation_config.json's eos ids among the stop tokens;
-  * with --inferd: the daemon serves the Qwen 2 directory (`--model DIR`): /v1/models lists
+  * with --inferd: the daemon serves the Qwen 3 directory (`--model DIR`), applies its
+    generation_config.json sampling defaults (not with --no-generation-config): /v1/models lists
     it and a chat completion, rendered with the directory's ChatML template, succeeds.
 
 Exit 0 on success, 1 on a failure, 77 ("SKIPPED: why") without numpy/gguf/tokenizers, the
@@ -253,26 +254,56 @@ def _http(sock, method, url, body=None):
     return r.status, json.loads(data or b"null")
 
 
-def daemon_test(inferd, model, root):
-    """inferd --model DIR serves the directory."""
+def _start_daemon(inferd, model, root, extra=()):
+    """Starts inferd on the directory; returns (process, socket, log) once /v1/models answers."""
     sock = os.path.join(root, "inferd.sock")
-    log = open(os.path.join(root, "inferd.log"), "w")
+    log = open(os.path.join(root, "inferd.log"), "a")
     p = subprocess.Popen([inferd, "--model", model, "--socket", sock, "--kv-budget", "32M",
-                          "--workers", "1"], stdout=log, stderr=subprocess.STDOUT)
+                          "--workers", "1", *extra], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        try:
+            st, r = _http(sock, "GET", "/v1/models")
+            if st == 200 and r["data"]:
+                break
+        except (OSError, http.client.HTTPException, ValueError):
+            pass
+        time.sleep(0.2)
+    return p, sock, log
+
+
+def _stop_daemon(p, log):
+    p.terminate()
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and p.poll() is None:
-            try:
-                st, r = _http(sock, "GET", "/v1/models")
-                if st == 200 and r["data"]:
-                    break
-            except (OSError, http.client.HTTPException, ValueError):
-                pass
-            time.sleep(0.2)
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    log.close()
+
+
+# A seeded sampled completion: the same tokens exactly when the sampling parameters are equal.
+def _sample(sock, **params):
+    st, r = _http(sock, "POST", "/v1/completions",
+                  {"prompt": [1, 2, 3, 4], "max_tokens": 12, "ignore_eos": True, "seed": 7,
+                   **params})
+    if st != 200:
+        raise ValueError(f"completion: HTTP {st}: {r}")
+    return r["choices"][0]["text"]
+
+
+def daemon_test(inferd, model, root):
+    """inferd --model DIR serves the directory; generation_config.json's sampling defaults
+    (temperature 0.7, top_p 0.9, top_k 20) apply to requests that leave them out, unless
+    --no-generation-config."""
+    plain = None
+    p, sock, log = _start_daemon(inferd, model, root)
+    try:
         st, r = _http(sock, "GET", "/v1/models")
-        check(st == 200 and r["data"][0]["id"] == os.path.basename(model) and
-              r["data"][0]["root"] == os.path.realpath(model),
-              f"daemon: /v1/models lists the directory ({st})")
+        m = r["data"][0]
+        check(st == 200 and m["id"] == os.path.basename(model) and
+              m["root"] == os.path.realpath(model) and m.get("architecture") == "qwen3" and
+              m.get("format") == "hf",
+              f"daemon: /v1/models lists the directory with architecture and format ({st}, {m})")
         st, r = _http(sock, "POST", "/v1/chat/completions",
                       {"messages": [{"role": "user", "content": "Hello there"}],
                        "max_tokens": 4})
@@ -282,15 +313,27 @@ def daemon_test(inferd, model, root):
             r["usage"]["prompt_tokens"] == 11
         check(ok, f"daemon: chat completion from the HF directory ({st}, "
                   f"usage {r.get('usage') if isinstance(r, dict) else r})")
+        dflt = _sample(sock)
+        model_params = _sample(sock, temperature=0.7, top_p=0.9, top_k=20)
+        plain = _sample(sock, temperature=1.0, top_p=1.0, top_k=0)
+        check(dflt == model_params and dflt != plain,
+              "daemon: generation_config.json's temperature/top_p/top_k are the request "
+              f"defaults ({dflt!r} vs the same given {model_params!r}, plain {plain!r})")
+        check(_sample(sock, temperature=1.0) == _sample(sock, temperature=1.0, top_p=0.9,
+                                                         top_k=20),
+              "daemon: a field the request sets wins; the others still default to the model's")
     except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError) as e:
         check(False, f"daemon: {e}; log in {log.name}")
     finally:
-        p.terminate()
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-        log.close()
+        _stop_daemon(p, log)
+    p, sock, log = _start_daemon(inferd, model, root, ["--no-generation-config"])
+    try:
+        check(plain is not None and _sample(sock) == plain,
+              "daemon --no-generation-config: requests keep OpenAI's defaults")
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError) as e:
+        check(False, f"daemon --no-generation-config: {e}; log in {log.name}")
+    finally:
+        _stop_daemon(p, log)
 
 
 def main() -> int:
@@ -356,8 +399,10 @@ def main() -> int:
             corruption_tests(a.worker, root, "llama")
         if not a.only or "qwen2" in a.only:
             inspect_test(a.worker, os.path.join(root, "qwen2"))
-            if a.inferd:
-                daemon_test(a.inferd, os.path.join(root, "qwen2"), root)
+        # Qwen 3: its random next-token distributions are flat (Qwen 2's tied ones are
+        # peaked), so sampling settings show in the tokens
+        if a.inferd and (not a.only or "qwen3" in a.only):
+            daemon_test(a.inferd, os.path.join(root, "qwen3"), root)
     except RuntimeError as e:
         check(False, str(e))
     finally:

@@ -14,7 +14,9 @@ rows; the GGUF gets the same vocabulary as tokenizer.ggml.* metadata.
 
 The variants (VARIANTS) between them cover: llama3 and linear RoPE scaling, tied and
 untied output, F32 / F16 / BF16 weights, q/k/v biases (Qwen 2), QK-norm and
-head_dim != hidden/heads (Qwen 3), a sliding window on every layer (Mistral), Gemma 3's
+head_dim != hidden/heads (Qwen 3), a sliding window on every layer (Mistral) or on the
+layers from max_window_layers on (Qwen 2 use_sliding_window, HF only: GGUF has no key for
+it), Gemma 3's
 layer_types, local RoPE base, (1 + w) norms, and the multimodal checkpoint layout
 (Gemma3ForConditionalGeneration: text_config, language_model.model.* names, vision tensors
 to skip, two shards, query_pre_attn_scalar != head_dim, a final logit soft-cap).
@@ -51,6 +53,9 @@ VARIANTS = {
                     tie=False, dtype="BF16", gguf=True, theta=1e6, sliding_window=6),
     "qwen2": dict(cls="Qwen2ForCausalLM", layers=2, embd=64, heads=4, kv=2, ff=96, tie=True,
                   dtype="F32", gguf=True, theta=1e6),
+    "qwen2_swa": dict(cls="Qwen2ForCausalLM", layers=3, embd=64, heads=4, kv=2, ff=96,
+                      tie=False, dtype="F32", gguf=False, theta=1e6, use_sliding_window=True,
+                      sliding_window=5, max_window_layers=1),
     "qwen3": dict(cls="Qwen3ForCausalLM", layers=2, embd=64, heads=4, kv=2, head_dim=32, ff=96,
                   tie=False, dtype="F32", gguf=True, theta=1e6),
     "gemma3": dict(cls="Gemma3ForCausalLM", layers=3, embd=64, heads=4, kv=1, head_dim=16,
@@ -266,7 +271,10 @@ def config_json(v, n_vocab: int) -> dict:
     if arch == "MistralForCausalLM":
         c["sliding_window"] = v["sliding_window"]
     if arch == "Qwen2ForCausalLM":
-        c["use_sliding_window"] = False
+        c["use_sliding_window"] = v.get("use_sliding_window", False)
+        if c["use_sliding_window"]:
+            c["sliding_window"] = v["sliding_window"]
+            c["max_window_layers"] = v["max_window_layers"]
     if arch == "Gemma3ForConditionalGeneration":
         return {"architectures": [arch], "model_type": "gemma3", "torch_dtype": dtype,
                 "text_config": c, "vision_config": {"hidden_size": 16},

@@ -115,7 +115,7 @@ static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
     r->fake.pool = r->pool;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward};
+    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0, 0};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -579,6 +579,94 @@ START_TEST(test_no_cache_mode_same_tokens)
 }
 END_TEST
 
+/* Sliding-window stats: with block size 4 and a window of 6, a sequence
+ * whose next query is at position q no longer reads blocks b < (q - 5) / 4
+ * in its local layers; a block shared through the prefix cache counts only
+ * when it is dead for every running holder. */
+START_TEST(test_window_dead_blocks)
+{
+    rig_t r;
+    memset(&r, 0, sizeof r);
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = 1;
+    kp.n_kv_heads = 1;
+    kp.head_dim = 2;
+    kp.dtype = IFD_KV_F32;
+    kp.block_size = 4;
+    kp.n_blocks = 64;
+    kp.n_workers = 2;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &r.pool), 0);
+    r.fake.pool = r.pool;
+    r.sink = calloc(1, sizeof *r.sink);
+    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6};
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish};
+    ck_assert_int_eq(ifd_engine_create(&r.eng, &ep, &m, r.pool, &cb), 0);
+    const uint64_t per_block = 3 * 2 * ifd_kvpool_block_bytes(&kp); /* 3 layers, K and V */
+
+    prompt_len[0] = 21;
+    prompt_len[1] = 17; /* A's first 17 tokens: hits A's first 4 blocks */
+    for (int j = 0; j < 21; j++)
+        prompts[0][j] = prompts[1][j] = 1 + j % (VOCAB - 1);
+    ifd_engine_request_t a = req(0, 50), b = req(1, 50);
+    a.ignore_eos = b.ignore_eos = true;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &a), 0);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.window_dead_blocks, 0); /* nothing held yet */
+
+    ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 1); /* prefill: next query at 21 */
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.blocks_held, 6);
+    ck_assert_int_eq(st.window_dead_blocks, 4); /* positions 0..15; 16..21 are in the window */
+    ck_assert_uint_eq(st.window_dead_bytes, 4 * per_block);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 1); /* next query at 24: still 4 */
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.window_dead_blocks, 4);
+    ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 1); /* at 25: block 4 (16..19) is out */
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.window_dead_blocks, 5);
+
+    /* B shares blocks 0..3 and queries at 17 next: its window needs block 3 */
+    ck_assert_int_eq(ifd_engine_add(r.eng, &b), 0);
+    ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 2);
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.window_dead_blocks, 4); /* 0, 1, 2 (both) and 4 (A's own) */
+    ck_assert_uint_eq(st.window_dead_bytes, 4 * per_block);
+
+    ifd_engine_cancel(r.eng, 0);
+    ifd_engine_cancel(r.eng, 1);
+    run_to_idle(&r, 100);
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.window_dead_blocks, 0);
+    ck_assert_int_eq(r.fake.bad, 0);
+    rig_close(&r);
+}
+END_TEST
+
+/* A model without local layers never reports any. */
+START_TEST(test_window_dead_blocks_none_without_window)
+{
+    rig_t r;
+    rig_open(&r, 64, 512, 8, 1024);
+    prompt_len[0] = 300;
+    for (int j = 0; j < 300; j++)
+        prompts[0][j] = 1 + j % (VOCAB - 1);
+    ifd_engine_request_t a = req(0, 4);
+    a.ignore_eos = true;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &a), 0);
+    ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 1);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_gt(st.blocks_held, 0);
+    ck_assert_int_eq(st.window_dead_blocks, 0);
+    ck_assert_uint_eq(st.window_dead_bytes, 0);
+    run_to_idle(&r, 100);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_resume_with_generated_tokens)
 {
     make_prompts(1, 30, 10);
@@ -617,6 +705,8 @@ int main(void)
     tcase_add_test(tc, test_request_larger_than_pool_errors);
     tcase_add_test(tc, test_no_cache_mode_same_tokens);
     tcase_add_test(tc, test_resume_with_generated_tokens);
+    tcase_add_test(tc, test_window_dead_blocks);
+    tcase_add_test(tc, test_window_dead_blocks_none_without_window);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

@@ -239,11 +239,48 @@ START_TEST(test_errors)
     ck_assert_uint_eq(c.gen.n_eos, 1);
     ck_assert_int_eq(c.gen.eos_ids[0], 5);
     ck_assert(!c.gen.do_sample);
+    ck_assert(c.gen.min_p < 0 && c.gen.repetition_penalty < 0 && c.gen.max_new_tokens == 0);
+    put("generation_config.json", "{\"min_p\": 0.05, \"repetition_penalty\": 1.1, "
+                                  "\"max_new_tokens\": 2048, \"top_k\": 64}");
+    load_ok(&c);
+    ck_assert(fabsf(c.gen.min_p - 0.05f) < 1e-7f && fabsf(c.gen.repetition_penalty - 1.1f) < 1e-6f);
+    ck_assert_int_eq(c.gen.max_new_tokens, 2048);
+    ck_assert_int_eq(c.gen.top_k, 64);
+    ck_assert(c.gen.temperature < 0 && c.gen.top_p < 0);
+    put("generation_config.json", "{\"repetition_penalty\": \"high\"}");
+    load_fails(IFD_EFORMAT, "repetition_penalty");
+    put("generation_config.json", "{}");
     put("config.json",
         "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,"
         "\"intermediate_size\":96,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
         "\"vocab_size\":100,\"use_sliding_window\":true}");
-    load_fails(IFD_ENOTSUP, "use_sliding_window");
+    /* transformers' defaults: window 4096 from layer 28 on, so none of these 2 */
+    load_ok(&c);
+    ck_assert_uint_eq(c.sliding_window, 4096);
+    ck_assert(!c.layer_is_local[0] && !c.layer_is_local[1]);
+    static const char qwen_swa[] =
+        "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,"
+        "\"intermediate_size\":96,\"num_hidden_layers\":3,\"num_attention_heads\":4,"
+        "\"vocab_size\":100,\"use_sliding_window\":true,";
+    snprintf(buf, sizeof buf, "%s\"sliding_window\":8,\"max_window_layers\":1}", qwen_swa);
+    put("config.json", buf);
+    load_ok(&c);
+    ck_assert_uint_eq(c.sliding_window, 8);
+    ck_assert(!c.layer_is_local[0] && c.layer_is_local[1] && c.layer_is_local[2]);
+    snprintf(buf, sizeof buf, "%s\"sliding_window\":8,\"max_window_layers\":1,"
+             "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"full_attention\"]}",
+             qwen_swa);
+    put("config.json", buf);
+    load_ok(&c);
+    ck_assert(c.layer_is_local[0] && !c.layer_is_local[1] && !c.layer_is_local[2]);
+    snprintf(buf, sizeof buf, "%s\"sliding_window\":null,\"max_window_layers\":0}", qwen_swa);
+    put("config.json", buf);
+    load_ok(&c);
+    ck_assert(c.sliding_window == 0 && !c.layer_is_local[0]);
+    snprintf(buf, sizeof buf, "%s\"sliding_window\":8,\"layer_types\":[\"full_attention\"]}",
+             qwen_swa);
+    put("config.json", buf);
+    load_fails(IFD_EFORMAT, "layer_types has 1 entries for 3 layers");
 }
 END_TEST
 

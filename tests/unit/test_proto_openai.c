@@ -179,6 +179,50 @@ START_TEST(test_chat_every_field)
 }
 END_TEST
 
+/* generation_config.json defaults fill what the request leaves out, and only
+ * in range; a JSON null counts as left out. */
+START_TEST(test_sampling_defaults)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const ifd_oai_sampling_defaults_t d = {0.6f, 0.9f, 0.05f, 1.1f, 20};
+    ck_assert_int_eq(parse_chat(&a, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                                &r, &e),
+                     0);
+    ck_assert_uint_eq(r.sampling_given, 0);
+    ck_assert_uint_eq(ifd_oai_apply_sampling_defaults(&r, &d),
+                      IFD_OAI_GIVEN_TEMPERATURE | IFD_OAI_GIVEN_TOP_P | IFD_OAI_GIVEN_TOP_K |
+                          IFD_OAI_GIVEN_MIN_P | IFD_OAI_GIVEN_REPETITION_PENALTY);
+    ck_assert(r.temperature == 0.6f && r.top_p == 0.9f && r.top_k == 20 && r.min_p == 0.05f &&
+              r.repetition_penalty == 1.1f);
+
+    /* given fields win, including a 0 and a top_k of -1 (off) */
+    ck_assert_int_eq(parse_cmpl(&a,
+                                "{\"prompt\":\"x\",\"temperature\":0,\"top_k\":-1,"
+                                "\"top_p\":null,\"repetition_penalty\":1}",
+                                &r, &e),
+                     0);
+    ck_assert_uint_eq(r.sampling_given, IFD_OAI_GIVEN_TEMPERATURE | IFD_OAI_GIVEN_TOP_K |
+                                            IFD_OAI_GIVEN_REPETITION_PENALTY);
+    ck_assert_uint_eq(ifd_oai_apply_sampling_defaults(&r, &d),
+                      IFD_OAI_GIVEN_TOP_P | IFD_OAI_GIVEN_MIN_P);
+    ck_assert(r.temperature == 0.0f && r.top_k == 0 && r.top_p == 0.9f &&
+              r.repetition_penalty == 1.0f && r.min_p == 0.05f);
+
+    /* absent (negative) and out-of-range model values are skipped, not clamped */
+    const ifd_oai_sampling_defaults_t bad = {3.0f, 0.0f, -1.0f, 0.0f, -1};
+    ck_assert_int_eq(parse_chat(&a, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                                &r, &e),
+                     0);
+    ck_assert_uint_eq(ifd_oai_apply_sampling_defaults(&r, &bad), 0);
+    ck_assert(r.temperature == 1.0f && r.top_p == 1.0f && r.top_k == 0 && r.min_p == 0.0f &&
+              r.repetition_penalty == 1.0f);
+    ifd_arena_close(&a);
+}
+END_TEST
+
 START_TEST(test_chat_nulls_are_absent)
 {
     ifd_arena_t a;
@@ -950,8 +994,9 @@ END_TEST
 START_TEST(test_models_tokenize_ids)
 {
     ifd_buf_t b = IFD_BUF_INIT;
-    ifd_oai_model_t m[2] = {{"smol", 1700000000, NULL, "/models/smol.gguf", 8192},
-                            {"other", 5, "me", NULL, 0}};
+    ifd_oai_model_t m[2] = {
+        {"smol", 1700000000, NULL, "/models/smol.gguf", 8192, "llama", "gguf"},
+        {"other", 5, "me", NULL, 0, NULL, NULL}};
     ck_assert_int_eq(ifd_oai_models_json(&b, m, 2), 0);
     json_t *j = load(b.data, b.len);
     ck_assert_str_eq(js(j, "object"), "list");
@@ -965,6 +1010,10 @@ START_TEST(test_models_tokenize_ids)
     ck_assert_str_eq(js(j, "data.1.owned_by"), "me");
     ck_assert_str_eq(js(j, "data.1.root"), "other");
     ck_assert_ptr_null(jp(j, "data.1.max_model_len"));
+    ck_assert_str_eq(js(j, "data.0.architecture"), "llama");
+    ck_assert_str_eq(js(j, "data.0.format"), "gguf");
+    ck_assert_ptr_null(jp(j, "data.1.architecture"));
+    ck_assert_ptr_null(jp(j, "data.1.format"));
     json_decref(j);
 
     /* GET /v1/models/{id}: the same object, alone. */
@@ -975,7 +1024,7 @@ START_TEST(test_models_tokenize_ids)
     ck_assert_str_eq(js(j, "object"), "model");
     ck_assert_int_eq(ji(j, "max_model_len"), 8192);
     json_decref(j);
-    ifd_oai_model_t noid = {NULL, 0, NULL, NULL, 0};
+    ifd_oai_model_t noid = {NULL, 0, NULL, NULL, 0, NULL, NULL};
     ck_assert_int_eq(ifd_oai_model_json(&b, &noid), IFD_EINVAL);
 
     ifd_buf_clear(&b);
@@ -1621,6 +1670,7 @@ int main(void)
     tcase_add_test(tc, test_chat_minimal_defaults);
     tcase_add_test(tc, test_chat_every_field);
     tcase_add_test(tc, test_chat_nulls_are_absent);
+    tcase_add_test(tc, test_sampling_defaults);
     tcase_add_test(tc, test_completion_prompt_shapes);
     tcase_add_test(tc, test_tokenize_detokenize);
     tcase_add_test(tc, test_invalid_requests);

@@ -313,15 +313,16 @@ START_TEST(test_frame_layout)
     ifd_wire_msg_t m = sample(IFD_WIRE_DRAIN);
     ifd_buf_t b = IFD_BUF_INIT;
     encode_ok(&m, &b);
-    /* "IFDW", version 3, type 5, length 1, then msgpack [] */
-    static const uint8_t want[] = {'I', 'F', 'D', 'W', 0, 3, 0, 5, 0, 0, 0, 1, 0x90};
+    /* "IFDW", the version, type 5, length 1, then msgpack [] */
+    static const uint8_t want[] = {'I', 'F', 'D', 'W', 0, IFD_WIRE_VERSION, 0, 5, 0, 0, 0, 1, 0x90};
     ck_assert_uint_eq(b.len, sizeof(want));
     ck_assert(memcmp(b.data, want, sizeof(want)) == 0);
 
     m = sample(IFD_WIRE_CANCEL);
     ifd_buf_clear(&b);
     encode_ok(&m, &b);
-    static const uint8_t cancel[] = {'I', 'F', 'D', 'W', 0, 3, 0, 3, 0, 0, 0, 2, 0x91, 42};
+    static const uint8_t cancel[] = {'I', 'F', 'D', 'W', 0, IFD_WIRE_VERSION, 0, 3,
+                                     0,   0,   0,   2,   0x91, 42};
     ck_assert_uint_eq(b.len, sizeof(cancel));
     ck_assert(memcmp(b.data, cancel, sizeof(cancel)) == 0);
 
@@ -465,9 +466,11 @@ START_TEST(test_bad_headers)
     ck_assert_int_eq(decode_bytes(f, b.len, err, sizeof(err)), IFD_EFORMAT);
     ck_assert(strstr(err, "magic"));
     memcpy(f, b.data, b.len);
-    f[5] = 4;
+    f[5] = IFD_WIRE_VERSION + 1;
     ck_assert_int_eq(decode_bytes(f, b.len, err, sizeof(err)), IFD_EVERSION);
-    ck_assert(strstr(err, "version 4"));
+    char want_ver[32];
+    snprintf(want_ver, sizeof want_ver, "version %d", IFD_WIRE_VERSION + 1);
+    ck_assert(strstr(err, want_ver));
     memcpy(f, b.data, b.len);
     f[7] = 0;
     ck_assert_int_eq(decode_bytes(f, b.len, err, sizeof(err)), IFD_EFORMAT);
@@ -576,7 +579,7 @@ START_TEST(test_wrong_msgpack_types)
                 0x00, 0x00, 0x01, 0x00, 'x');
     /* A float field given an int: floats must be floats. */
     EXPECT_PADDED(IFD_WIRE_STATS, IFD_ETYPE, "stats.tokens_per_step: expected float", 0xdc, 0x00,
-                  0x11, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
+                  0x13, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
     /* Cross-field checks run after decoding. */
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "tokens: no events", 0x92, 0x01, 0x90);
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "top logprobs without has_logprob", 0x92, 0x01, 0x91,
@@ -716,7 +719,8 @@ START_TEST(test_reader_errors)
 
     /* An oversized frame is refused on its header, before any body arrives. */
     ifd_wire_reader_init(&r, 1024);
-    static const uint8_t big[12] = {'I', 'F', 'D', 'W', 0, 3, 0, 2, 0, 0, 0x04, 0x01};
+    static const uint8_t big[12] = {'I', 'F', 'D', 'W', 0, IFD_WIRE_VERSION, 0, 2,
+                                    0, 0, 0x04, 0x01};
     ck_assert_int_eq(ifd_wire_reader_feed(&r, big, 11), 0);
     ck_assert_int_eq(ifd_wire_reader_feed(&r, big + 11, 1), IFD_ETOOBIG);
     ck_assert_int_eq(ifd_wire_reader_next_msg(&r, &m), IFD_ETOOBIG);
