@@ -3,6 +3,8 @@
  */
 #include "utf8.h"
 
+#include <string.h>
+
 int ifd_utf8_check(const uint8_t *p, size_t n)
 {
     uint8_t c = p[0];
@@ -67,4 +69,23 @@ size_t ifd_utf8_put(uint8_t *out, uint32_t cp)
     }
     out[0] = (uint8_t)(lead[n] | cp);
     return n;
+}
+
+size_t ifd_utf8_sanitize(char *out, const char *in, size_t n)
+{
+    const uint8_t *p = (const uint8_t *)in;
+    size_t i = 0, o = 0;
+    while (i < n) {
+        int k = ifd_utf8_check(p + i, n - i);
+        if (k > 0) {
+            memcpy(out + o, in + i, (size_t)k);
+            o += (size_t)k;
+            i += (size_t)k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += k < 0 ? (size_t)-k : n - i; /* unfinished at the end: the rest */
+        }
+    }
+    return o;
 }

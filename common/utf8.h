@@ -30,4 +30,9 @@ uint32_t ifd_utf8_get(const uint8_t *p, size_t n, size_t *len);
  * the length (1–4). */
 size_t ifd_utf8_put(uint8_t *out, uint32_t cp);
 
+/* Copies in[0..n) to out with every invalid or unfinished sequence replaced
+ * by U+FFFD (one per maximal subpart, as Python's errors="replace"); out has
+ * room for 3 * n bytes. Returns the bytes written (no terminator). */
+size_t ifd_utf8_sanitize(char *out, const char *in, size_t n);
+
 #endif

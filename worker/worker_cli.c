@@ -17,6 +17,7 @@
 #include "model.h"
 #include "serve.h"
 #include "tokenizer.h"
+#include "utf8.h"
 #include "kernels.h"
 #include "kvpool.h"
 #include "kvsize.h"
@@ -378,7 +379,17 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
             json_array_append_new(gt, json_integer(res.tokens[i]));
         json_object_set_new(j, "prompt_tokens", pt);
         json_object_set_new(j, "tokens", gt);
-        json_object_set_new(j, "text", json_stringn_nocheck(text, len));
+        /* Token pieces may split or form invalid UTF-8 (byte-fallback and
+         * random weights do); JSON strings must be valid. */
+        char *clean = malloc(3 * len + 1);
+        if (!clean) {
+            json_decref(j);
+            free(text);
+            rc = IFD_ENOMEM;
+            goto out;
+        }
+        json_object_set_new(j, "text", json_stringn(clean, ifd_utf8_sanitize(clean, text, len)));
+        free(clean);
         json_object_set_new(j, "finish_reason", json_string(res.finish_reason));
         json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
         json_object_set_new(j, "prefill_tok_s",
@@ -390,10 +401,14 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
         json_object_set_new(j, "total_ms", json_real(res.total_ms));
         json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(m)));
         json_object_set_new(j, "use_cache", json_boolean(!o->no_cache));
-        json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+        int drc = json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
         fputc('\n', stdout);
         json_decref(j);
         free(text);
+        if (drc) {
+            fprintf(stderr, "inferd-worker: cannot write the JSON result\n");
+            goto out;
+        }
     }
     status = 0;
 out:

@@ -2,7 +2,8 @@
 # test_worker_generate.sh WORKER — offline generation through the CLI
 # (label model): --no-kv-cache gives exactly the cached path's tokens;
 # --dump-logits writes a [n_prompt + n - 1, vocab] float32 .npy; seeded
-# sampling is reproducible; bad arguments are usage errors (exit 2).
+# sampling is reproducible; --json text is valid UTF-8 even when a token
+# ends inside a character; bad arguments are usage errors (exit 2).
 set -euo pipefail
 worker=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -40,6 +41,13 @@ s2=$("$worker" --model "$model" --prompt "Tell me a story." -n 24 --temperature 
 s3=$("$worker" --model "$model" --prompt "Tell me a story." -n 24 --temperature 0.9 --top-p 0.9 --seed 12 --json | tokens)
 [ "$s1" == "$s2" ] || fail "the same seed gave different tokens"
 [ "$s1" != "$s3" ] || fail "different seeds gave the same 24 tokens"
+
+# The first token of this answer is half a UTF-8 character: --json still
+# prints a valid document, the half character as U+FFFD (it printed nothing).
+t=$("$worker" --model "$model" --prompt "翻译成中文：我爱北京" -n 1 --json |
+    "$py" -c 'import json,sys; d=json.load(sys.stdin); print(len(d["tokens"]), d["text"])') ||
+    fail "--json with a partial UTF-8 character"
+[ "$t" == "1 �" ] || fail "partial character: '$t'"
 
 for bad in "-n 0" "--temperature x" "--prompt-ids 1,abc" "--prompt-ids 99999999" "--top-p 2"; do
     # shellcheck disable=SC2086

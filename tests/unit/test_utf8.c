@@ -129,6 +129,34 @@ START_TEST(test_invalid_maximal_subpart)
 }
 END_TEST
 
+/* Expected strings from Python: bytes.decode("utf-8", errors="replace"). */
+START_TEST(test_sanitize_like_python)
+{
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"plain", "plain"},
+        {"a\xff"
+         "b",
+         "a\xef\xbf\xbd"
+         "b"},
+        {"x\xe2\x82", "x\xef\xbf\xbd"},
+        {"\xf0\x9f\x98\x41", "\xef\xbf\xbd"
+                             "A"},
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xc3\xa9\xe6\x97\xa5", "\xc3\xa9\xe6\x97\xa5"},
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].in);
+        char out[64];
+        size_t m = ifd_utf8_sanitize(out, cases[i].in, n);
+        ck_assert_uint_le(m, 3 * n);
+        ck_assert_msg(m == strlen(cases[i].want) && !memcmp(out, cases[i].want, m), "case %zu", i);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("utf8");
@@ -136,6 +164,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_every_scalar_round_trips);
     tcase_add_test(tc, test_invalid_maximal_subpart);
+    tcase_add_test(tc, test_sanitize_like_python);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
