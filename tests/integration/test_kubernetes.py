@@ -85,6 +85,9 @@ def main():
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"].items() <= labels.items()
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    # the daemon starts one CUDA worker per listed GPU: as many as the pod gets
+    assert len(args.get("gpus", "").split(",")) == c["resources"]["limits"]["nvidia.com/gpu"], \
+        "--gpus must list the pod's GPUs"
     svc = by["Service"][0]
     assert svc["spec"]["selector"].items() <= labels.items()
     assert svc["spec"]["ports"][0]["targetPort"] in ("http", port)
