@@ -307,6 +307,9 @@ def test_soak_256_streams():
         assert done[0] > 0
         assert d.worker_pids() == wpids, "a worker was restarted"
         d.wait_idle(timeout=120)
+        t1 = time.time()  # the daemon closes a connection when it reads the client's EOF
+        while proc_sample(pids[0])[2] != idle[0][2] and time.time() - t1 < 15:
+            time.sleep(0.1)
         after = [proc_sample(p) for p in pids]
         # Flat after the warm-up (the first 20 s): the peak private RSS of the later half of
         # the samples at most max(4 MiB, 5 %) above the earlier half's (a leak keeps raising
