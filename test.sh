@@ -63,7 +63,7 @@ cmake --build "$ASAN_DIR" -j "$JOBS"
 reports="$PWD/$ASAN_DIR/sanitizer-reports"
 rm -rf "$reports" && mkdir -p "$reports"
 rc=0
-CK_TIMEOUT_MULTIPLIER=3 ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$reports/asan" \
+CK_TIMEOUT_MULTIPLIER=3 INFERD_TEST_TIMEOUT_SCALE=3 ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$reports/asan" \
 UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
     ctest --test-dir "$ASAN_DIR" --output-on-failure -LE slow -E "$ASAN_EXCLUDE" || rc=$?
 fail_on_reports "$reports" "$rc"
@@ -82,7 +82,7 @@ reports="$PWD/$TSAN_DIR/sanitizer-reports"
 rm -rf "$reports" && mkdir -p "$reports"
 rc=0
 regex="^($(IFS='|'; echo "${TSAN_TESTS[*]}"))\$"
-CK_TIMEOUT_MULTIPLIER=3 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
+CK_TIMEOUT_MULTIPLIER=3 INFERD_TEST_TIMEOUT_SCALE=3 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
     ctest --test-dir "$TSAN_DIR" --output-on-failure -R "$regex" || rc=$?
 fail_on_reports "$reports" "$rc"
 

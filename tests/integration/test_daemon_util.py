@@ -25,6 +25,9 @@ sys.dont_write_bytecode = True
 import model_paths  # noqa: E402  (tests/model_paths.py)
 
 SKIP = 77
+# Deadlines (never waits) are multiplied by $INFERD_TEST_TIMEOUT_SCALE: test.sh sets 3 for
+# the sanitized daemon and worker, which run several times slower.
+SCALE = float(os.environ.get("INFERD_TEST_TIMEOUT_SCALE") or 1)
 
 
 def model_path():
@@ -43,7 +46,7 @@ def require_model():
 
 class UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path, timeout=60):
-        super().__init__("localhost", timeout=timeout)
+        super().__init__("localhost", timeout=timeout * SCALE)
         self.path = path
 
     def connect(self):
@@ -77,6 +80,7 @@ class Daemon:
     # ---- lifecycle -------------------------------------------------------------------------
     def wait_ready(self, timeout=60, status="ok"):
         t0 = time.time()
+        timeout *= SCALE
         while time.time() - t0 < timeout:
             if self.proc.poll() is not None:
                 raise AssertionError("inferd exited with %s:\n%s" % (self.proc.returncode,
@@ -94,7 +98,7 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            rc = self.proc.wait(timeout)
+            rc = self.proc.wait(timeout * SCALE)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             rc = self.proc.wait()
@@ -140,7 +144,7 @@ class Daemon:
         """curl --unix-socket; returns (http_code, body)."""
         cmd = ["curl", "-sS", "--unix-socket", self.sock, "-o", "-", "-w", "\n%{http_code}"]
         cmd += list(args)
-        out = subprocess.run(cmd, capture_output=True, timeout=120)
+        out = subprocess.run(cmd, capture_output=True, timeout=120 * SCALE)
         assert out.returncode == 0, "curl %s failed: %s" % (args, out.stderr)
         body, _, code = out.stdout.rpartition(b"\n")
         code = int(code)
@@ -164,7 +168,7 @@ class Daemon:
         """No block held, no sequence running (after every test)."""
         t0 = time.time()
         m = None
-        while time.time() - t0 < timeout:
+        while time.time() - t0 < timeout * SCALE:
             m = self.metrics()
             if (m['inferd_kv_blocks{state="used"}'] == 0 and m["inferd_sequences_running"] == 0
                     and m["inferd_queue_depth"] == 0):
@@ -235,7 +239,7 @@ def openai_client(sock, timeout=120, max_retries=0, max_connections=100):
     """The official openai client over an httpx Unix-socket transport (venv only)."""
     import httpx
     import openai
-    http = httpx.Client(transport=httpx.HTTPTransport(uds=sock), timeout=timeout,
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=sock), timeout=timeout * SCALE,
                         limits=httpx.Limits(max_connections=max_connections))
     return openai.OpenAI(base_url="http://localhost/v1", api_key="unused", http_client=http,
                          max_retries=max_retries)
