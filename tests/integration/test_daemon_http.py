@@ -89,6 +89,10 @@ def test_config_file_and_flags():
         assert out.returncode == 2 and word in out.stderr, (content, out.stderr)
     out = subprocess.run([INFERD, "--no-such-flag"], capture_output=True, text=True)
     assert out.returncode == 2 and "--no-such-flag" in out.stderr
+    for cap in ("bogus", "0", "-1", "2000000"):  # auto, off or 1..1048576
+        out = subprocess.run([INFERD, "--model", model_path(), "--socket", os.path.join(d, "s"),
+                              "--prefill-cap", cap], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1 and "prefill_cap '%s'" % cap in out.stderr, out.stderr
     out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "0"], capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 1 and "CUDA" in out.stderr, out.stderr
