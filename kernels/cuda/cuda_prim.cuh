@@ -36,11 +36,10 @@
  * fn is a kernel (function pointer); the caller checks the launch with
  * IFD_CUDA_CHECK_LAUNCH right after. */
 #ifdef IFD_CUDA_EMU
+/* Arguments by value: a launch may be recorded into a CUDA graph. */
 #define IFD_LAUNCH(fn, grid, block, smem, stream, ...)                                             \
-    do {                                                                                           \
-        (void)(stream);                                                                            \
-        ifd_emu_launch((grid), (block), (smem), [&]() { (fn)(__VA_ARGS__); });                     \
-    } while (0)
+    ifd_emu_launch_on((cudaStream_t)(stream), (grid), (block), (smem),                             \
+                      [=]() { (fn)(__VA_ARGS__); })
 #else
 #define IFD_LAUNCH(fn, grid, block, smem, stream, ...)                                             \
     (fn)<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)

@@ -11,9 +11,14 @@
  * CUBLAS_COMPUTE_32F with f32 scalars on the host; op N or T on A and B;
  * epilogue DEFAULT or BIAS (f32 bias of D's rows). The sum runs over k in
  * order in double and is rounded once (the real library's order differs;
- * the backend's tolerance against the CPU covers it). The algorithm
- * argument and the workspace are ignored (cuBLASLt's implicit heuristic).
- * Single-threaded, like the rest of the emulator.
+ * the backend's tolerance against the CPU covers it). The workspace is
+ * ignored. cublasLtMatmulAlgoGetHeuristic returns one algorithm that names
+ * the problem it was asked for (M, N, K, types, epilogue); cublasLtMatmul
+ * refuses an algorithm from another problem, so a heuristic cache keyed
+ * wrongly fails here. Heuristic queries and matmuls are counted
+ * (cuda_emu_counters.h). On a capturing stream a matmul is recorded into
+ * the graph with its descriptors' values copied, as the device captures
+ * the kernel's parameters. Single-threaded, like the rest of the emulator.
  */
 #include <cublasLt.h>
 
@@ -30,7 +35,8 @@ struct cublasLtContext {
 namespace
 {
 
-const uint64_t DESC_MAGIC = 0x1fd0de5c, LAYOUT_MAGIC = 0x1fd01a70;
+const uint64_t DESC_MAGIC = 0x1fd0de5c, LAYOUT_MAGIC = 0x1fd01a70, PREF_MAGIC = 0x1fd0ef,
+               ALGO_MAGIC = 0x1fd0a160;
 
 enum { D_MAGIC, D_COMPUTE, D_SCALE, D_TRANSA, D_TRANSB, D_EPILOGUE, D_BIAS, D_BIAS_TYPE };
 enum { L_MAGIC, L_TYPE, L_ROWS, L_COLS, L_LD };
@@ -54,6 +60,77 @@ float load(const void *p, int64_t i, uint64_t type)
 bool in_type_ok(uint64_t t)
 {
     return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF;
+}
+
+/* What an algorithm is for: the problem's shape, types and epilogue. */
+void problem_key(uint64_t out[7], cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
+                 cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t D)
+{
+    out[0] = ALGO_MAGIC;
+    out[1] = A->data[L_ROWS] << 32 | A->data[L_COLS];
+    out[2] = B->data[L_ROWS] << 32 | B->data[L_COLS];
+    out[3] = D->data[L_ROWS] << 32 | D->data[L_COLS];
+    out[4] = A->data[L_TYPE] << 32 | D->data[L_TYPE];
+    out[5] = d->data[D_TRANSA] << 32 | d->data[D_TRANSB];
+    out[6] = d->data[D_EPILOGUE];
+}
+
+/* The problem's shapes and types are what this emulation supports. */
+cublasStatus_t check(const cublasLtMatmulDescOpaque_t *d, const cublasLtMatrixLayoutOpaque_t *Ad,
+                     const cublasLtMatrixLayoutOpaque_t *Bd,
+                     const cublasLtMatrixLayoutOpaque_t *Cd,
+                     const cublasLtMatrixLayoutOpaque_t *Dd)
+{
+    const bool ta = d->data[D_TRANSA] == CUBLAS_OP_T, tb = d->data[D_TRANSB] == CUBLAS_OP_T;
+    const int64_t M = (int64_t)(ta ? Ad->data[L_COLS] : Ad->data[L_ROWS]);
+    const int64_t K = (int64_t)(ta ? Ad->data[L_ROWS] : Ad->data[L_COLS]);
+    const int64_t KB = (int64_t)(tb ? Bd->data[L_COLS] : Bd->data[L_ROWS]);
+    const int64_t N = (int64_t)(tb ? Bd->data[L_ROWS] : Bd->data[L_COLS]);
+    if (KB != K || (int64_t)Dd->data[L_ROWS] != M || (int64_t)Dd->data[L_COLS] != N ||
+        Cd->data[L_ROWS] != Dd->data[L_ROWS] || Cd->data[L_COLS] != Dd->data[L_COLS])
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (Dd->data[L_TYPE] != CUDA_R_32F || Cd->data[L_TYPE] != CUDA_R_32F ||
+        Ad->data[L_TYPE] != Bd->data[L_TYPE])
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->data[D_EPILOGUE] == CUBLASLT_EPILOGUE_BIAS && !d->data[D_BIAS])
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* D = alpha op(A) op(B) + beta C (+ bias per row of D), all column-major,
+ * for a problem check() accepted. */
+void compute(const cublasLtMatmulDescOpaque_t *d, float al, const void *A,
+             const cublasLtMatrixLayoutOpaque_t *Ad, const void *B,
+             const cublasLtMatrixLayoutOpaque_t *Bd, float be, const void *C,
+             const cublasLtMatrixLayoutOpaque_t *Cd, void *D,
+             const cublasLtMatrixLayoutOpaque_t *Dd)
+{
+    ifd_emu_count_lt(false);
+    const bool ta = d->data[D_TRANSA] == CUBLAS_OP_T, tb = d->data[D_TRANSB] == CUBLAS_OP_T;
+    const int64_t M = (int64_t)(ta ? Ad->data[L_COLS] : Ad->data[L_ROWS]);
+    const int64_t K = (int64_t)(ta ? Ad->data[L_ROWS] : Ad->data[L_COLS]);
+    const int64_t N = (int64_t)(tb ? Bd->data[L_ROWS] : Bd->data[L_COLS]);
+    const float *bias = (const float *)(uintptr_t)d->data[D_BIAS];
+    const bool use_bias = d->data[D_EPILOGUE] == CUBLASLT_EPILOGUE_BIAS;
+    const int64_t lda = (int64_t)Ad->data[L_LD], ldb = (int64_t)Bd->data[L_LD];
+    const int64_t ldc = (int64_t)Cd->data[L_LD], ldd = (int64_t)Dd->data[L_LD];
+    const uint64_t at = Ad->data[L_TYPE], bt = Bd->data[L_TYPE];
+    float *out = (float *)D;
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t i = 0; i < M; i++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++) {
+                float a = load(A, ta ? i * lda + k : k * lda + i, at);
+                float b = load(B, tb ? k * ldb + j : j * ldb + k, bt);
+                s += (double)a * b;
+            }
+            float v = al * (float)s;
+            if (be != 0.0f)
+                v += be * ((const float *)C)[j * ldc + i];
+            if (use_bias)
+                v += bias[i];
+            out[j * ldd + i] = v;
+        }
 }
 
 } // namespace
@@ -176,7 +253,54 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* D = alpha op(A) op(B) + beta C (+ bias per row of D), all column-major. */
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    cublasLtMatmulPreferenceOpaque_t *o = new cublasLtMatmulPreferenceOpaque_t();
+    o->data[0] = PREF_MAGIC;
+    *p = o;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t size)
+{
+    if (!p || p->data[0] != PREF_MAGIC)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(uint64_t))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    memcpy(&p->data[1], buf, sizeof(uint64_t));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t Ad,
+                                              cublasLtMatrixLayout_t Bd,
+                                              cublasLtMatrixLayout_t Cd,
+                                              cublasLtMatrixLayout_t Dd,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int *returned)
+{
+    ifd_emu_count_lt(true);
+    if (!h || !d || d->data[D_MAGIC] != DESC_MAGIC || !Ad || !Bd || !Cd || !Dd || !pref ||
+        pref->data[0] != PREF_MAGIC || requested < 1 || !results || !returned)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&results[0], 0, sizeof results[0]);
+    problem_key(results[0].algo.data, d, Ad, Bd, Dd);
+    results[0].workspaceSize = 0;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
                               const void *A, cublasLtMatrixLayout_t Ad, const void *B,
                               cublasLtMatrixLayout_t Bd, const void *beta, const void *C,
@@ -184,46 +308,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes,
                               cudaStream_t stream)
 {
-    (void)algo, (void)ws, (void)ws_bytes, (void)stream;
+    (void)ws, (void)ws_bytes;
     if (!h || !d || d->data[D_MAGIC] != DESC_MAGIC || !Ad || !Bd || !Cd || !Dd ||
         Ad->data[L_MAGIC] != LAYOUT_MAGIC || Bd->data[L_MAGIC] != LAYOUT_MAGIC ||
         Cd->data[L_MAGIC] != LAYOUT_MAGIC || Dd->data[L_MAGIC] != LAYOUT_MAGIC)
         return CUBLAS_STATUS_INVALID_VALUE;
-    const bool ta = d->data[D_TRANSA] == CUBLAS_OP_T, tb = d->data[D_TRANSB] == CUBLAS_OP_T;
-    const int64_t M = (int64_t)(ta ? Ad->data[L_COLS] : Ad->data[L_ROWS]);
-    const int64_t K = (int64_t)(ta ? Ad->data[L_ROWS] : Ad->data[L_COLS]);
-    const int64_t KB = (int64_t)(tb ? Bd->data[L_COLS] : Bd->data[L_ROWS]);
-    const int64_t N = (int64_t)(tb ? Bd->data[L_ROWS] : Bd->data[L_COLS]);
-    if (KB != K || (int64_t)Dd->data[L_ROWS] != M || (int64_t)Dd->data[L_COLS] != N ||
-        Cd->data[L_ROWS] != Dd->data[L_ROWS] || Cd->data[L_COLS] != Dd->data[L_COLS])
-        return CUBLAS_STATUS_INVALID_VALUE;
-    if (Dd->data[L_TYPE] != CUDA_R_32F || Cd->data[L_TYPE] != CUDA_R_32F ||
-        Ad->data[L_TYPE] != Bd->data[L_TYPE])
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    const float *bias = (const float *)(uintptr_t)d->data[D_BIAS];
-    const bool use_bias = d->data[D_EPILOGUE] == CUBLASLT_EPILOGUE_BIAS;
-    if (use_bias && !bias)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    const float al = *(const float *)alpha, be = *(const float *)beta;
-    const int64_t lda = (int64_t)Ad->data[L_LD], ldb = (int64_t)Bd->data[L_LD];
-    const int64_t ldc = (int64_t)Cd->data[L_LD], ldd = (int64_t)Dd->data[L_LD];
-    const uint64_t at = Ad->data[L_TYPE], bt = Bd->data[L_TYPE];
-    float *out = (float *)D;
-    for (int64_t j = 0; j < N; j++)
-        for (int64_t i = 0; i < M; i++) {
-            double s = 0;
-            for (int64_t k = 0; k < K; k++) {
-                float a = load(A, ta ? i * lda + k : k * lda + i, at);
-                float b = load(B, tb ? k * ldb + j : j * ldb + k, bt);
-                s += (double)a * b;
-            }
-            float v = al * (float)s;
-            if (be != 0.0f)
-                v += be * ((const float *)C)[j * ldc + i];
-            if (use_bias)
-                v += bias[i];
-            out[j * ldd + i] = v;
-        }
+    if (algo) {
+        uint64_t key[7];
+        problem_key(key, d, Ad, Bd, Dd);
+        if (memcmp(key, algo->data, sizeof key) != 0)
+            return CUBLAS_STATUS_INVALID_VALUE; /* an algorithm for another problem */
+    }
+    cublasStatus_t st = check(d, Ad, Bd, Cd, Dd);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    /* Values, not handles: the descriptors may change or go before a replay. */
+    const cublasLtMatmulDescOpaque_t dv = *d;
+    const cublasLtMatrixLayoutOpaque_t av = *Ad, bv = *Bd, cv = *Cd, ev = *Dd;
+    const float al = *(const float *)alpha, bt = *(const float *)beta;
+    auto op = [=]() { compute(&dv, al, A, &av, B, &bv, bt, C, &cv, D, &ev); };
+    if (!ifd_emu_enqueue(stream, op))
+        op();
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -17,6 +17,7 @@
  * Test code: global state and abort() on misuse are fine here.
  */
 #include "cuda_emu.h"
+#include "cuda_emu_counters.h"
 #include "cuda_emu_vmm.h"
 
 #include <csetjmp>
@@ -27,6 +28,21 @@
 #include <unordered_map>
 #include <ucontext.h>
 #include <vector>
+
+/* A stream and a graph (the graph section at the end): a captured graph is
+ * the list of operations recorded in stream order; an instantiated one a
+ * copy of it. Every operation captured its arguments by value. */
+struct CUstream_st {
+    bool capturing = false;
+    bool invalidated = false;
+    std::vector<std::function<void()>> ops;
+};
+struct CUgraph_st {
+    std::vector<std::function<void()>> ops;
+};
+struct CUgraphExec_st {
+    std::vector<std::function<void()>> ops;
+};
 
 namespace
 {
@@ -200,6 +216,16 @@ void bar(fiber_state kind)
     yield_to_sched();
 }
 
+/* ---- stream capture state (the graph section at the end) ---- */
+
+ifd_emu_counters_t g_count;
+int g_capturing = 0; /* streams capturing now: "unsafe" calls fail meanwhile */
+
+/* An unsafe call (allocation, synchronous copy, synchronisation) while a
+ * capture in cudaStreamCaptureModeGlobal runs: CUDA refuses it and
+ * invalidates the capture; so does the emulator (see the graph section). */
+bool capture_violation(const char *what);
+
 } // namespace
 
 /* ---- launch ---------------------------------------------------------------------- */
@@ -226,6 +252,7 @@ void ifd_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void
         g_stacks.push_back((char *)malloc(k_stack));
     g_smem.assign(smem + 16, 0xff);
 
+    g_count.launches++;
     block_state b;
     b.grid = grid;
     b.block = block;
@@ -473,6 +500,9 @@ static std::unordered_map<uintptr_t, size_t> g_dev_sizes;
 
 cudaError_t cudaMalloc(void **p, size_t n)
 {
+    if (capture_violation("cudaMalloc"))
+        return g_last = cudaErrorStreamCaptureUnsupported;
+    g_count.mallocs++;
     *p = ifd__emu_dev_alloc(n);
     if (*p) {
         std::lock_guard<std::mutex> lk(g_dev_mu);
@@ -484,6 +514,9 @@ cudaError_t cudaMalloc(void **p, size_t n)
 
 cudaError_t cudaFree(void *p)
 {
+    if (capture_violation("cudaFree"))
+        return g_last = cudaErrorStreamCaptureUnsupported;
+    g_count.frees += p != nullptr;
     if (p && !ifd__emu_dev_free(p))
         return g_last = cudaErrorInvalidValue;
     if (p) {
@@ -500,26 +533,34 @@ cudaError_t cudaFree(void *p)
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k)
 {
     (void)k;
+    if (capture_violation("cudaMemcpy"))
+        return g_last = cudaErrorStreamCaptureUnsupported;
     memmove(d, s, n);
     return cudaSuccess;
 }
 
+/* Async copies and sets: recorded by value while their stream captures. */
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st)
 {
-    (void)st;
-    return cudaMemcpy(d, s, n, k);
+    (void)k;
+    if (!ifd_emu_enqueue(st, [=]() { memmove(d, s, n); }))
+        memmove(d, s, n);
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *d, int v, size_t n)
 {
+    if (capture_violation("cudaMemset"))
+        return g_last = cudaErrorStreamCaptureUnsupported;
     memset(d, v, n);
     return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
 {
-    (void)st;
-    return cudaMemset(d, v, n);
+    if (!ifd_emu_enqueue(st, [=]() { memset(d, v, n); }))
+        memset(d, v, n);
+    return cudaSuccess;
 }
 
 cudaError_t cudaGetLastError(void)
@@ -557,12 +598,16 @@ const char *cudaGetErrorName(cudaError_t e)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    if (capture_violation("cudaDeviceSynchronize"))
+        return g_last = cudaErrorStreamCaptureUnsupported;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     (void)s;
+    if (capture_violation("cudaStreamSynchronize"))
+        return g_last = cudaErrorStreamCaptureUnsupported;
     return cudaSuccess;
 }
 
@@ -662,10 +707,10 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 }
 
 /* Streams: launches and copies run synchronously on the calling thread, so
- * a stream is only a token. */
+ * a stream only holds its capture state (the graph section). */
 cudaError_t cudaStreamCreate(cudaStream_t *s)
 {
-    *s = (cudaStream_t) new int(0);
+    *s = new CUstream_st();
     return cudaSuccess;
 }
 
@@ -677,29 +722,49 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
-    delete (int *)s;
+    if (s && s->capturing)
+        return g_last = cudaErrorStreamCaptureUnmatched;
+    delete s;
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width,
                               size_t height, cudaMemcpyKind k, cudaStream_t st)
 {
-    (void)k, (void)st;
+    (void)k;
     if (width > dpitch || width > spitch)
         return g_last = cudaErrorInvalidValue;
-    for (size_t r = 0; r < height; r++)
-        memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
+    auto op = [=]() {
+        for (size_t r = 0; r < height; r++)
+            memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
+    };
+    if (!ifd_emu_enqueue(st, op))
+        op();
     return cudaSuccess;
+}
+
+/* Pinned host memory: plain host memory here, counted apart from cudaMalloc. */
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags)
+{
+    (void)flags;
+    if (capture_violation("cudaHostAlloc"))
+        return g_last = cudaErrorStreamCaptureUnsupported;
+    g_count.host_allocs++;
+    *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    return *p ? cudaSuccess : (g_last = cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaMallocHost(void **p, size_t n)
 {
-    return cudaMalloc(p, n);
+    return cudaHostAlloc(p, n, 0);
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
-    return cudaFree(p);
+    if (capture_violation("cudaFreeHost"))
+        return g_last = cudaErrorStreamCaptureUnsupported;
+    free(p);
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
@@ -708,6 +773,157 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
     size_t used = g_dev_used;
     *free_b = used < g_dev_total ? g_dev_total - used : 0;
     *total = g_dev_total;
+    return cudaSuccess;
+}
+
+} /* extern "C" */
+
+/* ---- CUDA graphs and counters (gpu-step, issue 13) -------------------------------------
+ * Stream capture records every asynchronous operation issued on the
+ * capturing stream (kernel launches, async copies and sets, cuBLASLt
+ * matmuls) with its arguments by value, without running it; the graph
+ * replays them in order on cudaGraphLaunch. As in CUDA's global capture
+ * mode, an unsafe call while any capture runs (cudaMalloc, cudaFree,
+ * cudaHostAlloc, synchronous copies, synchronisation) fails with
+ * cudaErrorStreamCaptureUnsupported and invalidates the capture, so a
+ * backend that allocates or synchronises inside a graph is caught here
+ * rather than on the device. Only the legacy default stream (NULL) cannot
+ * capture. */
+
+namespace
+{
+
+std::vector<CUstream_st *> g_capture_streams;
+
+bool capture_violation(const char *what)
+{
+    if (g_capturing == 0)
+        return false;
+    fprintf(stderr, "cuda_emu: %s during stream capture (invalidates the capture)\n", what);
+    for (CUstream_st *st : g_capture_streams)
+        st->invalidated = true;
+    return true;
+}
+
+} // namespace
+
+bool ifd_emu_enqueue(cudaStream_t stream, std::function<void()> op)
+{
+    if (!stream || !stream->capturing)
+        return false;
+    stream->ops.push_back(std::move(op));
+    return true;
+}
+
+void ifd_emu_launch_on(cudaStream_t stream, dim3 grid, dim3 block, size_t smem,
+                       std::function<void()> body)
+{
+    if (stream && stream->capturing) {
+        /* a bad configuration fails at the launch, as on the device */
+        size_t nthreads = (size_t)block.x * block.y * block.z;
+        if (nthreads == 0 || nthreads % 32 != 0 || nthreads > 1024 || grid.x == 0 ||
+            grid.y == 0 || grid.z == 0 || smem > 227 * 1024) {
+            g_last = cudaErrorInvalidConfiguration;
+            return;
+        }
+        stream->ops.push_back([=]() { ifd_emu_launch(grid, block, smem, body); });
+        return;
+    }
+    ifd_emu_launch(grid, block, smem, body);
+}
+
+void ifd_emu_count_lt(bool heuristic)
+{
+    if (heuristic)
+        g_count.lt_heuristics++;
+    else
+        g_count.lt_matmuls++;
+}
+
+extern "C" {
+
+void ifd_emu_counters(ifd_emu_counters_t *out)
+{
+    *out = g_count;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
+{
+    (void)mode; /* every capture is treated as global (the strictest) */
+    if (!s || s->capturing)
+        return g_last = cudaErrorIllegalState;
+    s->capturing = true;
+    s->invalidated = false;
+    s->ops.clear();
+    g_capturing++;
+    g_capture_streams.push_back(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st)
+{
+    *st = !s || !s->capturing      ? cudaStreamCaptureStatusNone
+          : s->invalidated         ? cudaStreamCaptureStatusInvalidated
+                                   : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g)
+{
+    if (!s || !s->capturing)
+        return g_last = cudaErrorIllegalState;
+    s->capturing = false;
+    g_capturing--;
+    for (size_t i = 0; i < g_capture_streams.size(); i++)
+        if (g_capture_streams[i] == s)
+            g_capture_streams.erase(g_capture_streams.begin() + (long)i);
+    *g = nullptr;
+    if (s->invalidated) {
+        s->ops.clear();
+        return g_last = cudaErrorStreamCaptureInvalidated;
+    }
+    CUgraph_st *graph = new CUgraph_st();
+    graph->ops.swap(s->ops);
+    *g = graph;
+    g_count.graph_captures++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags)
+{
+    (void)flags;
+    if (!g)
+        return g_last = cudaErrorInvalidValue;
+    CUgraphExec_st *x = new CUgraphExec_st();
+    x->ops = g->ops;
+    *e = x;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
+{
+    if (!e)
+        return g_last = cudaErrorInvalidValue;
+    g_count.graph_launches++;
+    if (s && s->capturing) { /* a graph launched into a capture: its operations */
+        for (auto &op : e->ops)
+            s->ops.push_back(op);
+        return cudaSuccess;
+    }
+    for (auto &op : e->ops)
+        op();
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e)
+{
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+    delete g;
     return cudaSuccess;
 }
 

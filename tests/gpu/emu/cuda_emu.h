@@ -48,6 +48,18 @@
 /* ---- launch and built-in variables ----------------------------------------- */
 
 void ifd_emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+/* A launch on `stream` (IFD_LAUNCH): run now, or recorded into the graph
+ * being captured on that stream (the body must hold its arguments by
+ * value, as CUDA copies kernel parameters at capture). */
+void ifd_emu_launch_on(cudaStream_t stream, dim3 grid, dim3 block, size_t smem,
+                       std::function<void()> body);
+/* Stream capture (the CUDA-graph slice, cuda_emu.cc's graph section): when
+ * `stream` is capturing, appends op to its graph and returns true; else
+ * returns false and the caller runs op now. For the emulated libraries
+ * (cuBLASLt) whose calls take a stream. */
+bool ifd_emu_enqueue(cudaStream_t stream, std::function<void()> op);
+/* Counts a cuBLASLt heuristic query / matmul (cuda_emu_counters.h). */
+void ifd_emu_count_lt(bool heuristic);
 unsigned char *ifd_emu_dyn_smem();
 uint3 ifd_emu_thread_idx();
 uint3 ifd_emu_block_idx();
