@@ -57,6 +57,7 @@
 #include "cpu/cpu_kernels.h"
 #include "ggml_types.h"
 #include "kvpool.h"
+#include "sampler.h"
 
 /* An activation buffer: backend memory holding rows × cols elements of
  * dtype, row-major, rows contiguous. `rows` is the capacity; ops take the
@@ -162,6 +163,20 @@ typedef struct {
     size_t workspace_bytes;
 } ifd_attn_batch_t;
 
+/* One logits row to sample on the device (ops->sample): the request's
+ * parameters (constraint NULL and n_logprobs < 0: rows that need either are
+ * sampled on the host), its history for the penalties (NULL = empty), and
+ * the position of the token to sample. params NULL: skip this row. All
+ * borrowed for the call. */
+typedef struct {
+    const ifd_sampling_params_t *params;
+    const ifd_sampler_history_t *hist;
+    uint64_t position;
+} ifd_sample_row_t;
+
+/* Most graphs a backend keeps (keys 0 .. IFD_BACKEND_MAX_GRAPHS - 1). */
+#define IFD_BACKEND_MAX_GRAPHS 160
+
 typedef struct ifd_backend ifd_backend_t;
 
 typedef struct {
@@ -242,6 +257,31 @@ typedef struct {
     /* out[i] = x[rows[i]] (both f32, same cols). */
     int (*gather_rows)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x,
                        const int32_t *rows /* [n_rows] */, int n_rows);
+
+    /* ---- optional (NULL when the backend lacks them) ---- */
+    /* Device sampling: tokens[i] (host memory) = the token ifd_sampler_sample
+     * would return for logits row i (f32 [>= n_rows, vocab]) with rows[i]'s
+     * parameters, history and position — bit for bit, the same seeded draw —
+     * or -1 where it would fail with IFD_EINVAL (a NaN or +inf logit, all
+     * -inf). Rows with params NULL are left alone (tokens[i] untouched).
+     * Applies bias and penalties to the logits in place. Synchronous: only
+     * the token ids come back. */
+    int (*sample)(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logits,
+                  const ifd_sample_row_t *rows, int n_rows);
+    /* Graphs: graph_begin records the ops enqueued after it instead of
+     * running them, graph_end(key) stops recording and keeps them as graph
+     * `key` (< IFD_BACKEND_MAX_GRAPHS; replacing an old one; on any error the
+     * recording is dropped), graph_launch(key) enqueues a replay. Recorded
+     * ops keep their arguments (pointers and scalars) as they were when
+     * recorded: the caller updates the memory they point to (ops->upload
+     * before the launch), never the arguments. No upload, download, sync or
+     * allocation between begin and end (the op fails). graph_launch returns
+     * IFD_ENOTFOUND for a key without a graph. The backend keeps every
+     * buffer of its own that a graph uses alive while the graph lives; the
+     * caller does the same for the buffers it passed. */
+    int (*graph_begin)(ifd_backend_t *be);
+    int (*graph_end)(ifd_backend_t *be, int key);
+    int (*graph_launch)(ifd_backend_t *be, int key);
 } ifd_backend_ops_t;
 
 struct ifd_backend {

@@ -19,20 +19,45 @@
  * yᵀ (N × m) = op_T(W as K × N) · xᵀ (K × m); a bias is cuBLASLt's BIAS
  * epilogue. Logits come back to the host (download).
  *
- * Scratch (rope_kv's contiguous K, attention's f32 output) grows on demand
- * and is then reused: after the first steps of the largest batch no step
- * allocates. Every CUDA and cuBLASLt call is checked and logged where it
- * fails (IFD_ECUDA). Threading: as backend.h — one thread at a time; the
- * device is made current in create and in every op that could run on
- * another thread's context (none today: the engine thread only).
+ * GEMM algorithms: cublasLtMatmulAlgoGetHeuristic once per problem shape
+ * (N, K, m, bias or not), kept with the shape's matrix layouts in a small
+ * open-addressed table (cleared whole when full: shapes are few — the
+ * projections times the step sizes seen), never per call.
+ *
+ * Staging: uploads of up to IFD__STAGE_BYTES are copied into one pinned
+ * buffer (cudaHostAlloc at create) and go up with cudaMemcpyAsync from
+ * there; the buffer fills front to back and is reused after the next
+ * synchronisation (sync, download, or a full buffer, which synchronises
+ * first). Larger copies (weights at load, big logits downloads) go from
+ * pageable memory directly. Downloads of up to that size land in the
+ * staging buffer and are copied out after the stream synchronises.
+ *
+ * Scratch (rope_kv's contiguous K, attention's f32 output, the sampler's
+ * arrays) grows geometrically and is then reused: once the largest batch
+ * has run no step allocates (tests/gpu/test_cuda_step.c counts cudaMalloc
+ * calls on the emulator). A buffer that grows is not freed but retired
+ * (freed at destroy): a graph recorded earlier may still use it, and the
+ * retired ones add up to less than the buffer they were replaced by.
+ *
+ * Sampling (ops->sample): steps 1-3 of sampler.h (bias, penalties) by
+ * ifd_cuda_apply_penalties, steps 4-7 by ifd_cuda_sample, on the logits in
+ * place; the host builds, per row, the bias entries and the DISTINCT
+ * history ids with their counts (a vocab-sized counter array that is all
+ * zeros between calls, as in the CPU sampler); only the token ids come
+ * back. Rows that need a grammar mask or logprobs never get here (the
+ * model samples them on the host).
+ *
+ * Graphs (ops->graph_*): stream capture on the one stream, graph_end
+ * instantiates; kept per key until replaced or destroy.
+ *
+ * Every CUDA and cuBLASLt call is checked and logged where it fails
+ * (IFD_ECUDA). Threading: as backend.h — one thread at a time; the device
+ * is made current in create and in every op that could run on another
+ * thread's context (none today: the engine thread only).
  *
  * Exact mode (f32 = true at create): f32 weights, activations and GEMMs
  * (CUBLAS_COMPUTE_32F, no TF32), twice the memory, for checking the
  * backend against the CPU to f32 rounding rather than bf16's.
- *
- * Not yet (issue 13): CUDA graphs for decode steps, sampling on the device,
- * pinned staging buffers (uploads are from pageable memory, which the
- * runtime stages before cudaMemcpyAsync returns), cached GEMM heuristics.
  */
 #include "backend.h"
 
@@ -52,7 +77,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { IFD__LT_WORKSPACE = 32 << 20 };
+enum { IFD__LT_WORKSPACE = 32 << 20, IFD__STAGE_BYTES = 4 << 20, IFD__MM_CACHE = 256 };
+
+/* A GEMM problem (row-major y[m, N] = x[m, K] · W[N, K]ᵀ (+ bias)) with its
+ * layouts and the algorithm the heuristic chose. */
+typedef struct {
+    uint64_t n, k;
+    int m;
+    bool bias, used;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} ifd__mm_entry_t;
+
+/* The sampler's arrays, host (h_) and device (d_), grown geometrically. */
+typedef struct {
+    ifd_cuda_sample_params_t *h_sp, *d_sp;
+    ifd_cuda_penalty_row_t *h_pr, *d_pr;
+    int32_t *h_tok, *d_tok;
+    size_t sp_cap, pr_cap, tok_cap;
+    ifd_cuda_logit_bias_t *h_lb, *d_lb;
+    size_t bias_cap;
+    ifd_cuda_hist_t *h_hh, *d_hh;
+    size_t h_hist_cap, d_hist_bytes; /* host: before dedup; device: distinct ids */
+    uint32_t *counts; /* [vocab] zero between calls */
+    int32_t vocab;
+} ifd__samp_t;
 
 typedef struct {
     ifd_backend_t base;
@@ -63,11 +112,23 @@ typedef struct {
     cublasLtMatmulDesc_t mm;      /* W^T · x, no epilogue */
     cublasLtMatmulDesc_t mm_bias; /* the same + bias */
     void *lt_ws;
-    /* scratch, grown on demand */
+    cublasLtMatmulPreference_t pref;
+    ifd__mm_entry_t mm_cache[IFD__MM_CACHE];
+    int mm_cached;
+    /* pinned staging */
+    unsigned char *stage;
+    size_t stage_used;
+    /* scratch, grown on demand (old buffers retired) */
     float *k_tmp;
     size_t k_tmp_bytes;
     float *attn_f32;
     size_t attn_f32_bytes;
+    ifd__samp_t samp;
+    void **retired; /* grown-out-of scratch, freed at destroy */
+    int n_retired;
+    /* graphs */
+    bool capturing;
+    cudaGraphExec_t graph[IFD_BACKEND_MAX_GRAPHS];
     /* the KV pool's device segments (kv_provider), made on first use */
     ifd_cuda_kvseg_t *kvseg;
 } ifd__cuda_backend_t;
@@ -100,11 +161,59 @@ static cudaStream_t ifd__st(ifd_backend_t *be)
         }                                                                                   \
     } while (0)
 
+static void ifd__mm_cache_clear(ifd__cuda_backend_t *c)
+{
+    for (int i = 0; i < IFD__MM_CACHE; i++) {
+        ifd__mm_entry_t *e = &c->mm_cache[i];
+        if (!e->used)
+            continue;
+        (void)cublasLtMatrixLayoutDestroy(e->la);
+        (void)cublasLtMatrixLayoutDestroy(e->lb);
+        (void)cublasLtMatrixLayoutDestroy(e->ld);
+        memset(e, 0, sizeof *e);
+    }
+    c->mm_cached = 0;
+}
+
+static void ifd__samp_free(ifd__samp_t *sp)
+{
+    free(sp->h_sp);
+    free(sp->h_pr);
+    free(sp->h_tok);
+    free(sp->h_lb);
+    free(sp->h_hh);
+    free(sp->counts);
+    (void)cudaFree(sp->d_sp);
+    (void)cudaFree(sp->d_pr);
+    (void)cudaFree(sp->d_tok);
+    (void)cudaFree(sp->d_lb);
+    (void)cudaFree(sp->d_hh);
+    memset(sp, 0, sizeof *sp);
+}
+
 static void ifd__cuda_destroy(ifd_backend_t *be)
 {
     ifd__cuda_backend_t *c = ifd__cu(be);
+    if (c->capturing) {
+        cudaGraph_t g = NULL;
+        (void)cudaStreamEndCapture(c->stream, &g);
+        if (g)
+            (void)cudaGraphDestroy(g);
+    }
     if (c->stream)
         (void)cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < IFD_BACKEND_MAX_GRAPHS; i++)
+        if (c->graph[i])
+            (void)cudaGraphExecDestroy(c->graph[i]);
+    ifd__mm_cache_clear(c);
+    if (c->pref)
+        (void)cublasLtMatmulPreferenceDestroy(c->pref);
+    ifd__samp_free(&c->samp);
+    for (int i = 0; i < c->n_retired; i++)
+        (void)cudaFree(c->retired[i]);
+    free(c->retired);
+    if (c->stage)
+        (void)cudaFreeHost(c->stage);
     if (c->mm)
         (void)cublasLtMatmulDescDestroy(c->mm);
     if (c->mm_bias)
@@ -155,37 +264,101 @@ static void ifd__cuda_free(ifd_backend_t *be, void *p)
         (void)cudaFree(p);
 }
 
+/* Host-side operations that a graph recording cannot hold. */
+static int ifd__not_capturing(ifd__cuda_backend_t *c, const char *what)
+{
+    if (!c->capturing)
+        return 0;
+    IFD_ERROR("cuda backend: %s while recording a graph", what);
+    return IFD_EINVAL;
+}
+
+static int ifd__cuda_sync(ifd_backend_t *be)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "sync");
+    if (rc)
+        return rc;
+    IFD__CK(cudaStreamSynchronize(c->stream));
+    c->stage_used = 0; /* every staged copy has landed */
+    return 0;
+}
+
+/* bytes (<= IFD__STAGE_BYTES) of the staging buffer, 256-byte aligned;
+ * synchronises first when the buffer is full. */
+static int ifd__stage(ifd_backend_t *be, size_t bytes, unsigned char **out)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    const size_t b = (bytes + 255) & ~(size_t)255;
+    int rc;
+    if (c->stage_used + b > IFD__STAGE_BYTES && (rc = ifd__cuda_sync(be)))
+        return rc;
+    *out = c->stage + c->stage_used;
+    c->stage_used += b;
+    return 0;
+}
+
 static int ifd__cuda_upload(ifd_backend_t *be, void *dst, const void *src, size_t bytes)
 {
-    if (bytes)
-        IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ifd__st(be)));
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "upload");
+    if (rc || !bytes)
+        return rc;
+    if (bytes > IFD__STAGE_BYTES) {
+        IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+        return 0;
+    }
+    unsigned char *st;
+    if ((rc = ifd__stage(be, bytes, &st)))
+        return rc;
+    memcpy(st, src, bytes);
+    IFD__CK(cudaMemcpyAsync(dst, st, bytes, cudaMemcpyHostToDevice, c->stream));
     return 0;
 }
 
 static int ifd__cuda_download(ifd_backend_t *be, void *dst, const void *src, size_t bytes)
 {
-    if (bytes)
-        IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ifd__st(be)));
-    IFD__CK(cudaStreamSynchronize(ifd__st(be)));
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "download");
+    if (rc)
+        return rc;
+    if (bytes > IFD__STAGE_BYTES || !bytes) {
+        if (bytes)
+            IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+        return ifd__cuda_sync(be);
+    }
+    unsigned char *st;
+    if ((rc = ifd__stage(be, bytes, &st)))
+        return rc;
+    IFD__CK(cudaMemcpyAsync(st, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    if ((rc = ifd__cuda_sync(be)))
+        return rc;
+    memcpy(dst, st, bytes);
     return 0;
 }
 
-static int ifd__cuda_sync(ifd_backend_t *be)
-{
-    IFD__CK(cudaStreamSynchronize(ifd__st(be)));
-    return 0;
-}
-
-/* Grows a device scratch buffer to at least `bytes`. */
+/* Grows a device scratch buffer to at least `bytes` (1.5x what is asked,
+ * so that slowly growing sizes reallocate rarely); the old buffer is
+ * retired, not freed (a graph may use it). */
 static int ifd__grow(ifd_backend_t *be, void **p, size_t *cap, size_t bytes)
 {
     if (bytes <= *cap)
         return 0;
-    IFD__CK(cudaStreamSynchronize(ifd__st(be)));
-    (void)cudaFree(*p);
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "a scratch allocation");
+    if (rc)
+        return rc;
+    if (*p) {
+        void **r = realloc(c->retired, (size_t)(c->n_retired + 1) * sizeof *r);
+        if (!r)
+            return IFD_ENOMEM;
+        c->retired = r;
+        c->retired[c->n_retired++] = *p;
+    }
     *p = NULL;
     *cap = 0;
-    int rc = ifd__cuda_alloc(be, bytes, p);
+    bytes += bytes / 2;
+    rc = ifd__cuda_alloc(be, bytes, p);
     if (rc == 0)
         *cap = bytes;
     return rc;
@@ -444,6 +617,60 @@ static int ifd__cuda_rmsnorm(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residua
                             (int)w->cols, eps, 0, y->dtype, ifd__st(be));
 }
 
+/* The cached layouts and algorithm of a GEMM problem, made (one heuristic
+ * query) on first use. */
+static int ifd__mm_lookup(ifd__cuda_backend_t *c, uint64_t N, uint64_t K, int m, bool bias,
+                          cublasLtMatmulDesc_t desc, cudaDataType_t in_t,
+                          const ifd__mm_entry_t **out)
+{
+    uint64_t h = (N * 0x9e3779b97f4a7c15ull) ^ (K * 0xc2b2ae3d27d4eb4full) ^
+                 ((uint64_t)m * 0x165667b19e3779f9ull) ^ (uint64_t)bias;
+    unsigned at = (unsigned)(h >> 40) % IFD__MM_CACHE;
+    for (int probe = 0; probe < IFD__MM_CACHE; probe++, at = (at + 1) % IFD__MM_CACHE) {
+        ifd__mm_entry_t *e = &c->mm_cache[at];
+        if (!e->used)
+            break;
+        if (e->n == N && e->k == K && e->m == m && e->bias == bias) {
+            *out = e;
+            return 0;
+        }
+    }
+    if (c->mm_cached >= IFD__MM_CACHE * 3 / 4) { /* full enough: start over */
+        ifd__mm_cache_clear(c);
+        at = (unsigned)(h >> 40) % IFD__MM_CACHE;
+    }
+    while (c->mm_cache[at].used)
+        at = (at + 1) % IFD__MM_CACHE;
+    ifd__mm_entry_t e = {.n = N, .k = K, .m = m, .bias = bias};
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    memset(&res, 0, sizeof res);
+    if (cublasLtMatrixLayoutCreate(&e.la, in_t, K, N, (int64_t)K) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&e.lb, in_t, K, (uint64_t)m, (int64_t)K) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&e.ld, CUDA_R_32F, N, (uint64_t)m, (int64_t)N) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoGetHeuristic(c->lt, desc, e.la, e.lb, e.ld, e.ld, c->pref, 1, &res,
+                                       &found) != CUBLAS_STATUS_SUCCESS ||
+        found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        IFD_ERROR("cuda backend: no cuBLASLt algorithm for %llu x %llu, m %d%s",
+                  (unsigned long long)N, (unsigned long long)K, m, bias ? " + bias" : "");
+        if (e.la)
+            (void)cublasLtMatrixLayoutDestroy(e.la);
+        if (e.lb)
+            (void)cublasLtMatrixLayoutDestroy(e.lb);
+        if (e.ld)
+            (void)cublasLtMatrixLayoutDestroy(e.ld);
+        return IFD_ECUDA;
+    }
+    e.algo = res.algo;
+    e.used = true;
+    c->mm_cache[at] = e;
+    c->mm_cached++;
+    *out = &c->mm_cache[at];
+    return 0;
+}
+
 static int ifd__cuda_proj(ifd_backend_t *be, ifd_act_t *y, const ifd_act_t *x,
                           const ifd_proj_t *p, int m)
 {
@@ -464,36 +691,20 @@ static int ifd__cuda_proj(ifd_backend_t *be, ifd_act_t *y, const ifd_act_t *x,
         IFD__LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
                                                sizeof bp));
     }
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-    int rc = 0;
-    if (cublasLtMatrixLayoutCreate(&la, in_t, K, N, (int64_t)K) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&lb, in_t, K, (uint64_t)m, (int64_t)K) !=
-            CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, N, (uint64_t)m, (int64_t)N) !=
-            CUBLAS_STATUS_SUCCESS) {
-        IFD_ERROR("cuda backend: cublasLtMatrixLayoutCreate failed (%llu x %llu, m %d)",
-                  (unsigned long long)N, (unsigned long long)K, m);
-        rc = IFD_ECUDA;
-    }
+    const ifd__mm_entry_t *e;
+    int rc = ifd__mm_lookup(c, N, K, m, p->bias.data != NULL, desc, in_t, &e);
+    if (rc)
+        return rc;
     const float one = 1.0f, zero = 0.0f;
-    if (rc == 0) {
-        cublasStatus_t s = cublasLtMatmul(c->lt, desc, &one, w->data, la, x->data, lb, &zero,
-                                          y->data, ld, y->data, ld, NULL, c->lt_ws,
-                                          IFD__LT_WORKSPACE, c->stream);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            IFD_ERROR("cuda backend: cublasLtMatmul(%llu x %llu, m %d): %s",
-                      (unsigned long long)N, (unsigned long long)K, m,
-                      cublasLtGetStatusString(s));
-            rc = IFD_ECUDA;
-        }
+    cublasStatus_t st = cublasLtMatmul(c->lt, desc, &one, w->data, e->la, x->data, e->lb, &zero,
+                                       y->data, e->ld, y->data, e->ld, &e->algo, c->lt_ws,
+                                       IFD__LT_WORKSPACE, c->stream);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        IFD_ERROR("cuda backend: cublasLtMatmul(%llu x %llu, m %d): %s", (unsigned long long)N,
+                  (unsigned long long)K, m, cublasLtGetStatusString(st));
+        return IFD_ECUDA;
     }
-    if (la)
-        (void)cublasLtMatrixLayoutDestroy(la);
-    if (lb)
-        (void)cublasLtMatrixLayoutDestroy(lb);
-    if (ld)
-        (void)cublasLtMatrixLayoutDestroy(ld);
-    return rc;
+    return 0;
 }
 
 static int ifd__cuda_rope_kv(ifd_backend_t *be, ifd_act_t *q_out, const ifd_act_t *qkv,
@@ -605,6 +816,211 @@ static int ifd__cuda_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_ac
                           IFD_DTYPE_F32, 1.0f, ifd__st(be));
 }
 
+/* ---- sampling ------------------------------------------------------------- */
+
+/* Grows a host array and its device twin to at least n elements of esz. */
+static int ifd__grow_pair(ifd_backend_t *be, void **h, void **d, size_t *cap, size_t n,
+                          size_t esz)
+{
+    if (n <= *cap)
+        return 0;
+    size_t want = *cap ? *cap : 64;
+    while (want < n)
+        want *= 2;
+    size_t dev_cap = *cap * esz;
+    int rc = ifd__grow(be, d, &dev_cap, want * esz);
+    *cap = 0;
+    if (rc)
+        return rc;
+    void *nh = realloc(*h, dev_cap);
+    if (!nh)
+        return IFD_ENOMEM;
+    *h = nh;
+    *cap = dev_cap / esz;
+    return 0;
+}
+
+static bool ifd__penalties_on(const ifd_sampling_params_t *p)
+{
+    return p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+           p->presence_penalty != 0.0f;
+}
+
+static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logits,
+                            const ifd_sample_row_t *rows, int n_rows)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    ifd__samp_t *sp = &c->samp;
+    const int32_t V = (int32_t)logits->cols;
+    if (logits->dtype != IFD_DTYPE_F32 || n_rows > logits->rows || n_rows < 0)
+        return IFD_EINVAL;
+    if (n_rows == 0)
+        return 0;
+    int rc;
+    if (sp->vocab != V) {
+        free(sp->counts);
+        sp->counts = calloc((size_t)V, sizeof *sp->counts);
+        sp->vocab = sp->counts ? V : 0;
+        if (!sp->counts)
+            return IFD_ENOMEM;
+    }
+    /* sizes first: the bias entries and the history ids of every row */
+    size_t n_bias = 0, n_hist = 0;
+    for (int i = 0; i < n_rows; i++) {
+        const ifd_sampling_params_t *p = rows[i].params;
+        const ifd_sampler_history_t *h = rows[i].hist;
+        if (!p)
+            continue;
+        if (p->constraint || p->n_logprobs >= 0) {
+            IFD_ERROR("cuda backend: a row with a grammar or logprobs sent to the device sampler");
+            return IFD_EINVAL;
+        }
+        n_bias += p->n_logit_bias;
+        if (h && ifd__penalties_on(p))
+            n_hist += h->n_prompt + h->n_generated;
+    }
+    if ((rc = ifd__grow_pair(be, (void **)&sp->h_sp, (void **)&sp->d_sp, &sp->sp_cap,
+                             (size_t)n_rows, sizeof *sp->h_sp)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_pr, (void **)&sp->d_pr, &sp->pr_cap,
+                             (size_t)n_rows, sizeof *sp->h_pr)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_tok, (void **)&sp->d_tok, &sp->tok_cap,
+                             (size_t)n_rows, sizeof *sp->h_tok)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_lb, (void **)&sp->d_lb, &sp->bias_cap,
+                             n_bias ? n_bias : 1, sizeof *sp->h_lb)))
+        return rc;
+    if (n_hist > sp->h_hist_cap) { /* host only: the device gets the distinct ids */
+        ifd_cuda_hist_t *hh = realloc(sp->h_hh, n_hist * sizeof *hh);
+        if (!hh)
+            return IFD_ENOMEM;
+        sp->h_hh = hh;
+        sp->h_hist_cap = n_hist;
+    }
+
+    /* the rows: skipped ones greedy without penalties (cheap, ignored) */
+    size_t nb = 0, nh = 0;
+    bool any_pen = false;
+    uint32_t *counts = sp->counts;
+    for (int i = 0; i < n_rows; i++) {
+        const ifd_sampling_params_t *p = rows[i].params;
+        ifd_cuda_sample_params_t *q = &sp->h_sp[i];
+        ifd_cuda_penalty_row_t *r = &sp->h_pr[i];
+        memset(q, 0, sizeof *q);
+        memset(r, 0, sizeof *r);
+        r->repetition_penalty = 1.0f;
+        q->top_p = 1.0f;
+        if (!p)
+            continue;
+        *q = (ifd_cuda_sample_params_t){p->temperature, p->top_k, p->top_p, p->min_p, p->seed,
+                                        rows[i].position};
+        r->repetition_penalty = p->repetition_penalty;
+        r->frequency_penalty = p->frequency_penalty;
+        r->presence_penalty = p->presence_penalty;
+        r->bias0 = (int32_t)nb;
+        r->n_bias = (int32_t)p->n_logit_bias;
+        for (uint32_t j = 0; j < p->n_logit_bias; j++)
+            sp->h_lb[nb++] = (ifd_cuda_logit_bias_t){p->logit_bias[j].id, p->logit_bias[j].bias};
+        const ifd_sampler_history_t *h = rows[i].hist;
+        r->hist0 = (int32_t)nh;
+        if (h && ifd__penalties_on(p) && (h->n_prompt || h->n_generated)) {
+            /* distinct ids with their generated counts and prompt flag */
+            for (size_t j = 0; j < h->n_generated; j++)
+                if (h->generated[j] >= 0 && h->generated[j] < V)
+                    counts[h->generated[j]] += 1;
+            for (size_t j = 0; j < h->n_prompt; j++)
+                if (h->prompt[j] >= 0 && h->prompt[j] < V)
+                    counts[h->prompt[j]] |= IFD_CUDA_HIST_PROMPT;
+            const int32_t *lists[2] = {h->generated, h->prompt};
+            const size_t lens[2] = {h->n_generated, h->n_prompt};
+            for (int l = 0; l < 2; l++)
+                for (size_t j = 0; j < lens[l]; j++) {
+                    int32_t t = lists[l][j];
+                    if (t < 0 || t >= V || !counts[t])
+                        continue;
+                    sp->h_hh[nh++] = (ifd_cuda_hist_t){t, counts[t]};
+                    counts[t] = 0;
+                }
+        }
+        r->n_hist = (int32_t)(nh - (size_t)r->hist0);
+        any_pen |= r->n_bias > 0 || r->n_hist > 0;
+    }
+    /* the distinct ids of a batch are bounded by rows x vocab: this grows
+     * while the batch's histories bring new ids, then no more */
+    if ((rc = ifd__grow(be, (void **)&sp->d_hh, &sp->d_hist_bytes,
+                        (nh ? nh : 1) * sizeof *sp->h_hh)))
+        return rc;
+    if ((rc = ifd__cuda_upload(be, sp->d_sp, sp->h_sp, (size_t)n_rows * sizeof *sp->h_sp)))
+        return rc;
+    if (any_pen &&
+        ((rc = ifd__cuda_upload(be, sp->d_pr, sp->h_pr, (size_t)n_rows * sizeof *sp->h_pr)) ||
+         (rc = ifd__cuda_upload(be, sp->d_lb, sp->h_lb, nb * sizeof *sp->h_lb)) ||
+         (rc = ifd__cuda_upload(be, sp->d_hh, sp->h_hh, nh * sizeof *sp->h_hh)) ||
+         (rc = ifd_cuda_apply_penalties(logits->data, sp->d_pr, sp->d_lb, sp->d_hh, n_rows, V,
+                                        c->stream))))
+        return rc;
+    if ((rc = ifd_cuda_sample(sp->d_tok, logits->data, sp->d_sp, n_rows, V, c->stream)) ||
+        (rc = ifd__cuda_download(be, sp->h_tok, sp->d_tok, (size_t)n_rows * sizeof *sp->h_tok)))
+        return rc;
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i].params)
+            tokens[i] = sp->h_tok[i];
+    return 0;
+}
+
+/* ---- graphs --------------------------------------------------------------- */
+
+static int ifd__cuda_graph_begin(ifd_backend_t *be)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    if (c->capturing)
+        return IFD_EINVAL;
+    IFD__CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
+    c->capturing = true;
+    return 0;
+}
+
+static int ifd__cuda_graph_end(ifd_backend_t *be, int key)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    if (!c->capturing)
+        return IFD_EINVAL;
+    c->capturing = false;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e != cudaSuccess || !g) {
+        IFD_ERROR("cuda backend: cudaStreamEndCapture: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        if (g)
+            (void)cudaGraphDestroy(g);
+        return IFD_ECUDA;
+    }
+    if (key < 0 || key >= IFD_BACKEND_MAX_GRAPHS) {
+        (void)cudaGraphDestroy(g);
+        return IFD_EINVAL;
+    }
+    cudaGraphExec_t x = NULL;
+    e = cudaGraphInstantiate(&x, g, 0);
+    (void)cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        IFD_ERROR("cuda backend: cudaGraphInstantiate: %s", cudaGetErrorString(e));
+        return IFD_ECUDA;
+    }
+    if (c->graph[key])
+        (void)cudaGraphExecDestroy(c->graph[key]);
+    c->graph[key] = x;
+    return 0;
+}
+
+static int ifd__cuda_graph_launch(ifd_backend_t *be, int key)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    if (key < 0 || key >= IFD_BACKEND_MAX_GRAPHS || c->capturing)
+        return IFD_EINVAL;
+    if (!c->graph[key])
+        return IFD_ENOTFOUND;
+    IFD__CK(cudaGraphLaunch(c->graph[key], c->stream));
+    return 0;
+}
+
 #define IFD__CUDA_OPS_COMMON \
     .host_memory = false, \
     .destroy = ifd__cuda_destroy, \
@@ -628,7 +1044,11 @@ static int ifd__cuda_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_ac
     .attn_workspace = ifd__cuda_attn_workspace, \
     .attention = ifd__cuda_attention, \
     .glu = ifd__cuda_glu, \
-    .gather_rows = ifd__cuda_gather_rows,
+    .gather_rows = ifd__cuda_gather_rows, \
+    .sample = ifd__cuda_sample, \
+    .graph_begin = ifd__cuda_graph_begin, \
+    .graph_end = ifd__cuda_graph_end, \
+    .graph_launch = ifd__cuda_graph_launch,
 
 static const ifd_backend_ops_t ifd__cuda_ops = {
     .name = "cuda",
@@ -667,6 +1087,11 @@ static int ifd__cuda_init(ifd__cuda_backend_t *c, char *errbuf, size_t errlen)
     }
     IFD__LT(cublasLtMatmulDescSetAttribute(c->mm_bias, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                            sizeof epi));
+    const uint64_t ws = IFD__LT_WORKSPACE;
+    IFD__LT(cublasLtMatmulPreferenceCreate(&c->pref));
+    IFD__LT(cublasLtMatmulPreferenceSetAttribute(c->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof ws));
+    IFD__CK(cudaHostAlloc((void **)&c->stage, IFD__STAGE_BYTES, cudaHostAllocDefault));
     return ifd__cuda_alloc(&c->base, IFD__LT_WORKSPACE, &c->lt_ws);
 }
 

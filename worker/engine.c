@@ -76,6 +76,11 @@ struct ifd_engine {
     int64_t *b_slot;
     int b_tables_cap;
     float *logits;
+    /* device sampling (model.forward_sample), per sampled row */
+    ifd_sample_row_t *s_rows;
+    ifd_sampling_params_t *s_params; /* a row's params under min_tokens */
+    ifd_sampler_history_t *s_hist;
+    int32_t *s_tok;
     ifd__seq_t **sched;
     bool sched_decodes; /* this step carries decodes (feeds decode_ema) */
     double decode_ema;  /* mean tokens of recent steps with decodes; 0 before the first */
@@ -239,8 +244,12 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->b_rows = malloc(ns * sizeof(int32_t));
     e->sched = malloc(ns * sizeof *e->sched);
     e->logits = malloc(ns * (size_t)model->n_vocab * sizeof(float));
+    e->s_rows = malloc(ns * sizeof *e->s_rows);
+    e->s_hist = malloc(ns * sizeof *e->s_hist);
+    e->s_params = malloc(ns * sizeof *e->s_params);
+    e->s_tok = malloc(ns * sizeof *e->s_tok);
     if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_rows || !e->sched ||
-        !e->logits) {
+        !e->logits || !e->s_rows || !e->s_hist || !e->s_params || !e->s_tok) {
         ifd_engine_destroy(e);
         return IFD_ENOMEM;
     }
@@ -273,6 +282,10 @@ void ifd_engine_destroy(ifd_engine_t *e)
     free(e->b_tables);
     free(e->sched);
     free(e->logits);
+    free(e->s_rows);
+    free(e->s_hist);
+    free(e->s_params);
+    free(e->s_tok);
     free(e);
 }
 
@@ -671,6 +684,38 @@ static bool ifd__is_stop(const ifd_engine_t *e, const ifd__seq_t *s, int32_t tok
     return false;
 }
 
+/* The forward pass of the step's batch: with device sampling where the
+ * model offers it (e->s_tok[row] = the token, or IFD_MODEL_SAMPLE_ON_HOST
+ * for rows whose logits came back), else logits for every row. */
+static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
+{
+    if (!e->model.forward_sample) {
+        for (int r = 0; r < b->n_logits; r++)
+            e->s_tok[r] = IFD_MODEL_SAMPLE_ON_HOST;
+        return e->model.forward(e->model.ctx, b, e->logits);
+    }
+    int r = 0;
+    for (int k = 0; k < n_sched; k++) {
+        ifd__seq_t *s = e->sched[k];
+        if (!s->sample)
+            continue;
+        /* the history as it will be at sampling: nothing changes it before */
+        e->s_hist[r] = (ifd_sampler_history_t){s->tokens, (size_t)s->n_prompt,
+                                               s->tokens + s->n_prompt,
+                                               (size_t)(s->n_tokens - s->n_prompt)};
+        const bool host = s->sampling.constraint || s->sampling.n_logprobs >= 0;
+        e->s_params[r] = s->sampling;
+        if (s->n_gen < s->min_tokens && s->min_bias) { /* as ifd__sample_seq */
+            e->s_params[r].logit_bias = s->min_bias;
+            e->s_params[r].n_logit_bias = s->n_min_bias;
+        }
+        e->s_rows[r] = (ifd_sample_row_t){host ? NULL : &e->s_params[r], &e->s_hist[r],
+                                          (uint64_t)s->n_tokens};
+        r++;
+    }
+    return e->model.forward_sample(e->model.ctx, b, e->s_rows, e->s_tok, e->logits);
+}
+
 int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
 {
     ifd_engine_step_stats_t st;
@@ -729,7 +774,7 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         .logit_rows = e->b_rows,
     };
     double t1 = ifd__ms();
-    int rc = e->model.forward(e->model.ctx, &batch, e->logits);
+    int rc = ifd__forward(e, &batch, n_sched);
     double t2 = ifd__ms();
     if (rc) {
         IFD_ERROR("engine: forward of %d tokens failed: %s", n_tok, ifd_strerror(rc));
@@ -752,11 +797,19 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
             ifd__publish(e, s);
         if (!s->sample)
             continue;
-        const float *lg = e->logits + (size_t)row++ * (size_t)e->model.n_vocab;
+        const float *lg = e->logits + (size_t)row * (size_t)e->model.n_vocab;
         ifd_sampler_history_t h = {s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
                                    (size_t)(s->n_tokens - s->n_prompt)};
         ifd_sample_result_t res;
-        int src = ifd__sample_seq(e, s, lg, &h, &res);
+        int src = 0;
+        const int32_t dev_tok = e->s_tok[row++];
+        if (dev_tok == IFD_MODEL_SAMPLE_ON_HOST) {
+            src = ifd__sample_seq(e, s, lg, &h, &res);
+        } else { /* sampled on the device: the token only (no logprobs were asked) */
+            memset(&res, 0, sizeof res);
+            res.token = dev_tok;
+            src = dev_tok < 0 ? IFD_EINVAL : 0;
+        }
         int at = 0;
         ifd__queue_t *q = NULL;
         IFD_ASSERT(ifd__find(e, s->id, &q, &at) == s);
@@ -874,6 +927,13 @@ static int ifd__model_forward(void *ctx, const ifd_batch_t *b, float *logits)
     return ifd_model_forward(c->m, b, c->kv, logits);
 }
 
+static int ifd__model_forward_sample(void *ctx, const ifd_batch_t *b, const ifd_sample_row_t *rows,
+                                     int32_t *tokens, float *logits)
+{
+    ifd__model_ctx_t *c = ctx;
+    return ifd_model_forward_sample(c->m, b, c->kv, rows, tokens, logits);
+}
+
 int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev)
 {
     const ifd_model_config_t *cfg = ifd_model_config(m);
@@ -929,6 +989,8 @@ int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t 
     for (uint32_t l = 0; l < cfg->n_layer && cfg->sliding_window > 0; l++)
         out->n_local_layers += cfg->layer_is_local[l];
     out->sliding_window = (int32_t)cfg->sliding_window;
+    /* sampling on the device where the backend can (the CPU backend cannot) */
+    out->forward_sample = ifd_model_backend(m)->ops->sample ? ifd__model_forward_sample : NULL;
     return 0;
 }
 

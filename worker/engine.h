@@ -39,7 +39,11 @@
 typedef struct ifd_engine ifd_engine_t;
 
 /* What the engine needs from a model. forward has ifd_model_forward's
- * contract; block tables hold LOCAL block ids of the engine's device. */
+ * contract; block tables hold LOCAL block ids of the engine's device.
+ * forward_sample (optional, NULL = sample every row on the host) has
+ * ifd_model_forward_sample's: the engine passes params NULL for rows that
+ * need a grammar mask or logprobs, and samples every row the model returns
+ * as IFD_MODEL_SAMPLE_ON_HOST itself. */
 typedef struct {
     void *ctx;
     int32_t n_vocab;
@@ -49,6 +53,8 @@ typedef struct {
      * and the tokens each sees (i - j < window). 0: none. */
     int32_t n_local_layers;
     int32_t sliding_window;
+    int (*forward_sample)(void *ctx, const ifd_batch_t *b, const ifd_sample_row_t *rows,
+                          int32_t *tokens, float *logits);
 } ifd_engine_model_t;
 
 typedef enum {

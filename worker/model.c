@@ -22,6 +22,35 @@
  * GGUF llama stores Q/K permuted for interleaved RoPE (NORM); gemma3, qwen
  * and every HF checkpoint use NEOX pairs. Local (sliding-window) layers are
  * those the config marks (gemma3's pattern, Mistral's window on all).
+ *
+ * Buffers (activations, index arrays, block tables, attention workspace)
+ * grow geometrically and are kept: once the largest step has run, a step
+ * allocates nothing. Every reallocation bumps buf_epoch.
+ *
+ * Decode steps on a backend with graphs (ops->graph_begin; CUDA): a step in
+ * which every sequence brings exactly one token (seq[i] == i, logits for
+ * every token, at most IFD_MODEL_MAX_GRAPH_BATCH tokens) is padded to its
+ * batch bucket B (1, 2, 4, ..., 256; padding tokens have seq -1 and slot
+ * -1: nothing written, zero attention) and its attention planned for a
+ * context bucket C (the power of two >= max(max_ctx, 256)), with block
+ * tables repacked to [B, ceil(C / block_size)] — so that every argument the
+ * ops take by value (row counts, max_blocks, max_ctx, pointers) depends on
+ * (B, C) only, and all that changes between steps (tokens, positions,
+ * slots, block tables) is uploaded into the same buffers before the step.
+ * The first step of a (B, C) pair runs eagerly (it sizes every scratch
+ * buffer) and records the ops as graph key(B, C); later ones replay it.
+ * The model's buffers are sized for the largest bucket (and the attention
+ * workspace for every bucket at C) before the first recording, so that a
+ * larger bucket does not move what a smaller one's graph uses; a graph is
+ * recorded again when its buffers moved anyway (buf_epoch: a prefill
+ * larger than any before) or the KV views differ. ifd_model_set_graphs(m, false) runs
+ * the same padded steps eagerly (the reference the graph is tested
+ * against). Prefill and mixed steps always run eagerly, unpadded.
+ *
+ * Sampling on the device (ifd_model_forward_sample, backends with
+ * ops->sample): logits stay on the device; rows the caller marks for the
+ * host, and every row when the model has a final soft-cap (tanh on the
+ * device would not match the host's bit for bit), are downloaded instead.
  */
 #include "model.h"
 
@@ -81,6 +110,28 @@ typedef struct {
     size_t workspace_cap;
 } ifd__batch_bufs_t;
 
+/* Batch buckets of graph-replayed decode steps, and the context buckets
+ * (powers of two from 256) their attention is planned for. */
+static const int ifd__buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+#define IFD__N_BUCKETS  ((int)(sizeof ifd__buckets / sizeof ifd__buckets[0]))
+#define IFD__CTX_MIN    256
+#define IFD__N_CTX_BKTS (IFD_BACKEND_MAX_GRAPHS / IFD__N_BUCKETS)
+_Static_assert(IFD_MODEL_MAX_GRAPH_BATCH == 256, "the last bucket");
+
+/* Decode-step graphs: the padded batch's host arrays, and per key what the
+ * graph was recorded against. */
+typedef struct {
+    bool off; /* ifd_model_set_graphs(m, false) */
+    int32_t tokens[IFD_MODEL_MAX_GRAPH_BATCH], pos[IFD_MODEL_MAX_GRAPH_BATCH];
+    int32_t seq[IFD_MODEL_MAX_GRAPH_BATCH], rows[IFD_MODEL_MAX_GRAPH_BATCH];
+    int64_t slot[IFD_MODEL_MAX_GRAPH_BATCH];
+    int32_t *bt; /* host [B, MB] */
+    size_t bt_cap;
+    uint64_t epoch[IFD_BACKEND_MAX_GRAPHS]; /* buf_epoch at recording; 0 = none */
+    uint64_t kv_hash[IFD_BACKEND_MAX_GRAPHS];
+    ifd_model_graph_stats_t st;
+} ifd__graphs_t;
+
 struct ifd_model {
     ifd_model_config_t cfg;
     ifd_model_source_t *src; /* NULL for random weights */
@@ -93,7 +144,19 @@ struct ifd_model {
     ifd__scratch_t s;
     ifd__logit_bufs_t lg;
     ifd__batch_bufs_t bb;
+    uint64_t buf_epoch; /* bumped by every buffer (re)allocation */
+    ifd__graphs_t gr;
 };
+
+/* A capacity for n: the next power of two (at least 16), so that growing
+ * batches reallocate O(log n) times. */
+static int ifd__cap_for(int n)
+{
+    int c = 16;
+    while (c < n)
+        c *= 2;
+    return c;
+}
 
 /* Where tensors come from: the model source (m->src), or generated random
  * weights (random: host buffers made per tensor, freed after each backend
@@ -384,6 +447,8 @@ static int ifd__scratch_reserve(ifd_model_t *m, int n_tok)
     if (n_tok <= m->s.cap)
         return 0;
     ifd__scratch_free(m);
+    m->buf_epoch++;
+    n_tok = ifd__cap_for(n_tok);
     ifd_backend_t *be = m->be;
     const ifd_model_config_t *c = &m->cfg;
     const int64_t n = n_tok, E = c->n_embd, F = c->n_ff, qd = (int64_t)c->n_head * c->head_dim,
@@ -431,6 +496,8 @@ static int ifd__logits_reserve(ifd_model_t *m, int n_logits)
     if (n_logits <= m->lg.cap)
         return 0;
     ifd__logits_free(m);
+    m->buf_epoch++;
+    n_logits = ifd__cap_for(n_logits);
     ifd_backend_t *be = m->be;
     ifd__logit_bufs_t *g = &m->lg;
     const int64_t E = m->cfg.n_embd;
@@ -538,6 +605,7 @@ void ifd_model_destroy(ifd_model_t *m)
     ifd__scratch_free(m);
     ifd__logits_free(m);
     ifd__batch_bufs_free(m);
+    free(m->gr.bt);
     ifd_model_source_close(m->src);
     free(m);
 }
@@ -586,28 +654,38 @@ static int ifd__check_batch(const ifd_model_t *m, const ifd_batch_t *b, int bloc
 }
 
 /* Fills the attention description of batch b (host side: cu_q / ctx_len
- * when the batch is varlen, see backend.h) and grows the per-batch buffers. */
+ * when the batch is varlen, see backend.h) and grows the per-batch buffers.
+ * decode_ctx > 0: b is a padded decode step (seq -1 on padding tokens)
+ * whose attention is planned for decode_ctx positions, without the varlen
+ * scan. */
 static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
-                           ifd_attn_batch_t *ab)
+                           int decode_ctx, ifd_attn_batch_t *ab)
 {
     ifd_backend_t *be = m->be;
     ifd__batch_bufs_t *bb = &m->bb;
     int rc;
     size_t bt_bytes = (size_t)b->n_seqs * (size_t)b->max_blocks * sizeof(int32_t);
-    if (bt_bytes > bb->block_tables_cap) {
+    /* a padded decode step: room for the largest bucket (model.c's top) */
+    const int n_seqs = decode_ctx ? IFD_MODEL_MAX_GRAPH_BATCH : b->n_seqs;
+    const size_t bt_need = (size_t)n_seqs * (size_t)b->max_blocks * sizeof(int32_t);
+    if (bt_need > bb->block_tables_cap) {
         ifd__free_idx(be, &bb->block_tables);
         bb->block_tables_cap = 0;
-        if ((rc = be->ops->alloc(be, bt_bytes, (void **)&bb->block_tables)))
+        m->buf_epoch++;
+        size_t want = bt_need + bt_need / 2;
+        if ((rc = be->ops->alloc(be, want, (void **)&bb->block_tables)))
             return rc;
-        bb->block_tables_cap = bt_bytes;
+        bb->block_tables_cap = want;
     }
-    if (b->n_seqs > bb->seqs_cap) {
+    if (n_seqs > bb->seqs_cap) {
         ifd__free_idx(be, &bb->cu_q);
         ifd__free_idx(be, &bb->ctx_len);
         free(bb->h_cu_q);
         free(bb->h_ctx_len);
+        bb->h_cu_q = bb->h_ctx_len = NULL;
         bb->seqs_cap = 0;
-        size_t n = (size_t)b->n_seqs;
+        m->buf_epoch++;
+        size_t n = (size_t)ifd__cap_for(n_seqs);
         bb->h_cu_q = malloc((n + 1) * 4);
         bb->h_ctx_len = malloc(n * 4);
         if (!bb->h_cu_q || !bb->h_ctx_len)
@@ -615,30 +693,33 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
         if ((rc = be->ops->alloc(be, (n + 1) * 4, (void **)&bb->cu_q)) ||
             (rc = be->ops->alloc(be, n * 4, (void **)&bb->ctx_len)))
             return rc;
-        bb->seqs_cap = b->n_seqs;
+        bb->seqs_cap = (int)n;
     }
     /* varlen: sequence ids non-decreasing, one run per sequence, consecutive
      * positions in each run */
-    bool varlen = true;
-    int max_q = 0, max_ctx = 0;
-    for (int s = 0; s <= b->n_seqs; s++)
-        bb->h_cu_q[s] = 0;
-    for (int s = 0; s < b->n_seqs; s++)
-        bb->h_ctx_len[s] = 0;
-    for (int i = 0; i < b->n_tok; i++) {
-        int s = b->seq[i];
-        if (b->pos[i] + 1 > max_ctx)
-            max_ctx = b->pos[i] + 1;
-        if (i > 0 && (s < b->seq[i - 1] ||
-                      (s == b->seq[i - 1] && b->pos[i] != b->pos[i - 1] + 1)))
-            varlen = false;
-        bb->h_cu_q[s + 1]++;
-        bb->h_ctx_len[s] = b->pos[i] + 1;
-    }
-    for (int s = 0; s < b->n_seqs; s++) {
-        if (bb->h_cu_q[s + 1] > max_q)
-            max_q = bb->h_cu_q[s + 1];
-        bb->h_cu_q[s + 1] += bb->h_cu_q[s];
+    bool varlen = decode_ctx == 0;
+    int max_q = 1, max_ctx = decode_ctx;
+    if (decode_ctx == 0) {
+        max_q = 0;
+        for (int s = 0; s <= b->n_seqs; s++)
+            bb->h_cu_q[s] = 0;
+        for (int s = 0; s < b->n_seqs; s++)
+            bb->h_ctx_len[s] = 0;
+        for (int i = 0; i < b->n_tok; i++) {
+            int s = b->seq[i];
+            if (b->pos[i] + 1 > max_ctx)
+                max_ctx = b->pos[i] + 1;
+            if (i > 0 && (s < b->seq[i - 1] ||
+                          (s == b->seq[i - 1] && b->pos[i] != b->pos[i - 1] + 1)))
+                varlen = false;
+            bb->h_cu_q[s + 1]++;
+            bb->h_ctx_len[s] = b->pos[i] + 1;
+        }
+        for (int s = 0; s < b->n_seqs; s++) {
+            if (bb->h_cu_q[s + 1] > max_q)
+                max_q = bb->h_cu_q[s + 1];
+            bb->h_cu_q[s + 1] += bb->h_cu_q[s];
+        }
     }
     *ab = (ifd_attn_batch_t){
         .n_tok = b->n_tok,
@@ -649,18 +730,30 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
         .max_blocks = b->max_blocks,
         .cu_q = varlen ? bb->cu_q : NULL,
         .ctx_len = varlen ? bb->ctx_len : NULL,
-        .max_q_len = varlen ? max_q : b->n_tok,
+        .max_q_len = varlen ? max_q : decode_ctx ? 1 : b->n_tok,
         .max_ctx = max_ctx,
     };
     size_t ws = 0;
     if ((rc = be->ops->attn_workspace(be, &ws, ab, kv, (int)m->cfg.n_head)))
         return rc;
-    if (ws > bb->workspace_cap) {
+    size_t want_ws = ws;
+    if (decode_ctx && ws > bb->workspace_cap) /* enough for every bucket at this context */
+        for (int i = 0; i < IFD__N_BUCKETS; i++) {
+            ifd_attn_batch_t t = *ab;
+            t.n_tok = t.n_seqs = ifd__buckets[i];
+            size_t w = 0;
+            if ((rc = be->ops->attn_workspace(be, &w, &t, kv, (int)m->cfg.n_head)))
+                return rc;
+            want_ws = w > want_ws ? w : want_ws;
+        }
+    if (want_ws > bb->workspace_cap) {
         ifd__free_idx(be, &bb->workspace);
         bb->workspace_cap = 0;
-        if ((rc = be->ops->alloc(be, ws, &bb->workspace)))
+        m->buf_epoch++;
+        size_t want = want_ws + want_ws / 2;
+        if ((rc = be->ops->alloc(be, want, &bb->workspace)))
             return rc;
-        bb->workspace_cap = ws;
+        bb->workspace_cap = want;
     }
     ab->workspace = ws ? bb->workspace : NULL;
     ab->workspace_bytes = bb->workspace_cap;
@@ -672,37 +765,21 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
     return 0;
 }
 
-int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
-                      float *logits)
+/* The layers and the logits projection for a batch whose index arrays are
+ * uploaded: every op enqueued, nothing synchronised (so that a graph can
+ * record it). n tokens, n_logits rows into m->lg.logits. */
+static int ifd__layers(ifd_model_t *m, const ifd_kv_layer_t *kv, const ifd_attn_batch_t *ab,
+                       int n, int n_logits)
 {
     const ifd_model_config_t *c = &m->cfg;
     ifd_backend_t *be = m->be;
     const ifd_backend_ops_t *op = be->ops;
-    if (kv[0].block_size <= 0)
-        return IFD_EINVAL;
-    int rc = ifd__check_batch(m, b, kv[0].block_size);
-    if (rc)
-        return rc;
-    if (kv[0].n_kv_heads != (int)c->n_head_kv || kv[0].head_dim != (int)c->head_dim)
-        return IFD_EINVAL;
-    if ((rc = ifd__scratch_reserve(m, b->n_tok)) || (rc = ifd__logits_reserve(m, b->n_logits)))
-        return rc;
     ifd__scratch_t *s = &m->s;
-    const int n = b->n_tok;
-    if ((rc = op->upload(be, s->tokens, b->tokens, (size_t)n * 4)) ||
-        (rc = op->upload(be, s->pos, b->pos, (size_t)n * 4)) ||
-        (rc = op->upload(be, s->seq, b->seq, (size_t)n * 4)) ||
-        (rc = op->upload(be, s->slot, b->slot, (size_t)n * 8)) ||
-        (rc = op->upload(be, m->lg.rows, b->logit_rows, (size_t)b->n_logits * 4)))
-        return rc;
-    ifd_attn_batch_t ab;
-    if ((rc = ifd__attn_batch(m, b, kv, &ab)))
-        return rc;
-
     const int nh = (int)c->n_head;
     const bool gemma = c->arch == IFD_ARCH_GEMMA3;
     const float eps = c->rms_eps;
     const ifd_glu_t glu = gemma ? IFD_GLU_GEGLU_TANH : IFD_GLU_SWIGLU;
+    int rc;
 
 #define IFD__TRY(call)                                                                      \
     do {                                                                                    \
@@ -730,7 +807,7 @@ int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t
         IFD__TRY(op->rope_kv(be, &s->q, &s->qkv, ly->q_norm.data ? &ly->q_norm : NULL,
                              ly->k_norm.data ? &ly->k_norm : NULL, eps, &kv[l], s->pos, s->slot,
                              n, nh, &rope));
-        IFD__TRY(op->attention(be, &s->o, &s->q, &kv[l], &ab, nh, c->attn_scale,
+        IFD__TRY(op->attention(be, &s->o, &s->q, &kv[l], ab, nh, c->attn_scale,
                                local ? (int)c->sliding_window : 0));
         IFD__TRY(op->proj(be, &s->t, &s->o, &ly->wo, n));
         if (gemma)
@@ -742,21 +819,220 @@ int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t
         if (gemma)
             IFD__TRY(op->rmsnorm(be, &s->t, &s->t, NULL, &ly->post_ffw_norm, n, eps));
     }
-    if (b->n_logits == 0)
-        return op->sync(be);
+    if (n_logits == 0)
+        return 0;
     /* the last residual add and the final norm, on the sampled rows only */
     ifd__logit_bufs_t *g = &m->lg;
-    IFD__TRY(op->gather_rows(be, &g->xs, &s->x, g->rows, b->n_logits));
-    IFD__TRY(op->gather_rows(be, &g->ts, &s->t, g->rows, b->n_logits));
-    IFD__TRY(op->rmsnorm(be, &g->xn, &g->xs, &g->ts, &m->output_norm, b->n_logits, eps));
-    IFD__TRY(op->proj(be, &g->logits, &g->xn, &m->output, b->n_logits));
-    IFD__TRY(op->download(be, logits, g->logits.data, (size_t)b->n_logits * c->n_vocab * 4));
-    IFD__TRY(op->sync(be));
-    if (c->final_logit_softcap > 0) { /* Gemma-style c·tanh(logits / c), on the host copy */
-        const float cap = c->final_logit_softcap;
-        for (size_t i = 0; i < (size_t)b->n_logits * c->n_vocab; i++)
-            logits[i] = cap * tanhf(logits[i] / cap);
-    }
+    IFD__TRY(op->gather_rows(be, &g->xs, &s->x, g->rows, n_logits));
+    IFD__TRY(op->gather_rows(be, &g->ts, &s->t, g->rows, n_logits));
+    IFD__TRY(op->rmsnorm(be, &g->xn, &g->xs, &g->ts, &m->output_norm, n_logits, eps));
+    IFD__TRY(op->proj(be, &g->logits, &g->xn, &m->output, n_logits));
     return 0;
 #undef IFD__TRY
+}
+
+/* The graph key of a padded decode step: (batch bucket, context bucket),
+ * or -1 when b is not such a step or the backend has no graphs. Fills the
+ * padded batch *pb (host arrays in m->gr) and the context bucket. */
+static int ifd__decode_bucket(ifd_model_t *m, const ifd_batch_t *b, int block_size,
+                              ifd_batch_t *pb, int *ctx_out)
+{
+    ifd__graphs_t *g = &m->gr;
+    if (!m->be->ops->graph_begin || b->n_tok > IFD_MODEL_MAX_GRAPH_BATCH ||
+        b->n_seqs != b->n_tok || b->n_logits != b->n_tok)
+        return -1;
+    int max_ctx = 0;
+    for (int i = 0; i < b->n_tok; i++) {
+        if (b->seq[i] != i || b->logit_rows[i] != i)
+            return -1;
+        if (b->pos[i] + 1 > max_ctx)
+            max_ctx = b->pos[i] + 1;
+    }
+    int bi = 0, ci = 0, ctx = IFD__CTX_MIN;
+    while (ifd__buckets[bi] < b->n_tok)
+        bi++;
+    while (ctx < max_ctx && ci + 1 < IFD__N_CTX_BKTS)
+        ctx *= 2, ci++;
+    if (ctx < max_ctx)
+        return -1;
+    const int B = ifd__buckets[bi], MB = (ctx + block_size - 1) / block_size;
+    size_t bt = (size_t)B * (size_t)MB;
+    if (bt > g->bt_cap) {
+        int32_t *t = realloc(g->bt, bt * sizeof *t);
+        if (!t)
+            return -1; /* eager then */
+        g->bt = t;
+        g->bt_cap = bt;
+    }
+    memset(g->bt, 0, bt * sizeof *g->bt);
+    const int cols = b->max_blocks < MB ? b->max_blocks : MB;
+    for (int i = 0; i < B; i++) {
+        const bool real = i < b->n_tok;
+        g->tokens[i] = real ? b->tokens[i] : 0;
+        g->pos[i] = real ? b->pos[i] : 0;
+        g->seq[i] = real ? i : -1;
+        g->slot[i] = real ? b->slot[i] : -1;
+        g->rows[i] = i;
+        if (real)
+            memcpy(g->bt + (size_t)i * MB, b->block_tables + (size_t)i * b->max_blocks,
+                   (size_t)cols * sizeof *g->bt);
+    }
+    *pb = (ifd_batch_t){.n_tok = B,
+                        .tokens = g->tokens,
+                        .pos = g->pos,
+                        .seq = g->seq,
+                        .slot = g->slot,
+                        .n_seqs = B,
+                        .block_tables = g->bt,
+                        .max_blocks = MB,
+                        .n_logits = B,
+                        .logit_rows = g->rows};
+    *ctx_out = ctx;
+    return bi * IFD__N_CTX_BKTS + ci;
+}
+
+static uint64_t ifd__kv_hash(const ifd_model_t *m, const ifd_kv_layer_t *kv)
+{
+    uint64_t h = 0x243f6a8885a308d3ull;
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+        const uint64_t v[4] = {(uint64_t)(uintptr_t)kv[l].k, (uint64_t)(uintptr_t)kv[l].v,
+                               (uint64_t)kv[l].dtype << 32 | (uint64_t)kv[l].block_size,
+                               (uint64_t)kv[l].n_kv_heads << 32 | (uint64_t)kv[l].head_dim};
+        for (int i = 0; i < 4; i++)
+            h = (h ^ v[i]) * 0x100000001b3ull + (h >> 29);
+    }
+    return h;
+}
+
+/* The forward pass up to the logits of b's n_logits rows, left in
+ * m->lg.logits (rows in b's order), enqueued but not synchronised. */
+static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_layer_t *kv)
+{
+    const ifd_model_config_t *c = &m->cfg;
+    ifd_backend_t *be = m->be;
+    const ifd_backend_ops_t *op = be->ops;
+    if (kv[0].block_size <= 0)
+        return IFD_EINVAL;
+    int rc = ifd__check_batch(m, b0, kv[0].block_size);
+    if (rc)
+        return rc;
+    if (kv[0].n_kv_heads != (int)c->n_head_kv || kv[0].head_dim != (int)c->head_dim)
+        return IFD_EINVAL;
+    ifd_batch_t pb;
+    int ctx = 0;
+    const int key = ifd__decode_bucket(m, b0, kv[0].block_size, &pb, &ctx);
+    const ifd_batch_t *b = key >= 0 ? &pb : b0;
+    const int reserve = key >= 0 ? IFD_MODEL_MAX_GRAPH_BATCH : 0; /* see the top */
+    if ((rc = ifd__scratch_reserve(m, b->n_tok > reserve ? b->n_tok : reserve)) ||
+        (rc = ifd__logits_reserve(m, b->n_logits > reserve ? b->n_logits : reserve)))
+        return rc;
+    ifd__scratch_t *s = &m->s;
+    const int n = b->n_tok;
+    if ((rc = op->upload(be, s->tokens, b->tokens, (size_t)n * 4)) ||
+        (rc = op->upload(be, s->pos, b->pos, (size_t)n * 4)) ||
+        (rc = op->upload(be, s->seq, b->seq, (size_t)n * 4)) ||
+        (rc = op->upload(be, s->slot, b->slot, (size_t)n * 8)) ||
+        (rc = op->upload(be, m->lg.rows, b->logit_rows, (size_t)b->n_logits * 4)))
+        return rc;
+    ifd_attn_batch_t ab;
+    if ((rc = ifd__attn_batch(m, b, kv, ctx, &ab)))
+        return rc;
+    ifd__graphs_t *g = &m->gr;
+    if (key < 0 || g->off) {
+        g->st.eager_steps++;
+        return ifd__layers(m, kv, &ab, n, b->n_logits);
+    }
+    const uint64_t kvh = ifd__kv_hash(m, kv);
+    rc = IFD_ENOTFOUND;
+    if (g->epoch[key] == m->buf_epoch && g->kv_hash[key] == kvh)
+        rc = op->graph_launch(be, key);
+    if (rc == 0) {
+        g->st.replays++;
+        return 0;
+    }
+    if (rc != IFD_ENOTFOUND)
+        return rc;
+    /* Run it eagerly (which also sizes every scratch buffer the ops use),
+     * then record the same ops for the next steps of this bucket. */
+    g->epoch[key] = 0;
+    g->st.eager_steps++;
+    if ((rc = ifd__layers(m, kv, &ab, n, b->n_logits)))
+        return rc;
+    if ((rc = op->graph_begin(be)))
+        return rc;
+    rc = ifd__layers(m, kv, &ab, n, b->n_logits);
+    int re = op->graph_end(be, key);
+    if (rc || re) {
+        IFD_WARN("model: recording the decode graph of %d tokens failed (%s): eager steps",
+                 n, ifd_strerror(rc ? rc : re));
+        g->off = true; /* stay correct: this backend cannot record these ops */
+        return 0;      /* the eager run above computed the step */
+    }
+    g->epoch[key] = m->buf_epoch;
+    g->kv_hash[key] = kvh;
+    g->st.captures++;
+    return 0;
+}
+
+/* Gemma-style c·tanh(logits / c), on a host copy. */
+static void ifd__softcap(const ifd_model_t *m, float *logits, size_t n)
+{
+    const float cap = m->cfg.final_logit_softcap;
+    if (cap > 0)
+        for (size_t i = 0; i < n; i++)
+            logits[i] = cap * tanhf(logits[i] / cap);
+}
+
+int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
+                      float *logits)
+{
+    ifd_backend_t *be = m->be;
+    int rc = ifd__forward_dev(m, b, kv);
+    if (rc)
+        return rc;
+    if (b->n_logits == 0)
+        return be->ops->sync(be);
+    const size_t V = m->cfg.n_vocab;
+    if ((rc = be->ops->download(be, logits, m->lg.logits.data, (size_t)b->n_logits * V * 4)) ||
+        (rc = be->ops->sync(be)))
+        return rc;
+    ifd__softcap(m, logits, (size_t)b->n_logits * V);
+    return 0;
+}
+
+int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
+                             const ifd_sample_row_t *rows, int32_t *tokens, float *logits)
+{
+    ifd_backend_t *be = m->be;
+    const bool device = be->ops->sample && !(m->cfg.final_logit_softcap > 0);
+    int rc = ifd__forward_dev(m, b, kv);
+    if (rc)
+        return rc;
+    const size_t V = m->cfg.n_vocab;
+    bool any_dev = false;
+    for (int i = 0; i < b->n_logits; i++) {
+        if (device && rows[i].params) {
+            any_dev = true;
+            continue;
+        }
+        tokens[i] = IFD_MODEL_SAMPLE_ON_HOST;
+        float *dst = logits + (size_t)i * V;
+        const float *src = (const float *)m->lg.logits.data + (size_t)i * V;
+        if ((rc = be->ops->download(be, dst, src, V * 4)))
+            return rc;
+        ifd__softcap(m, dst, V);
+    }
+    if (any_dev && (rc = be->ops->sample(be, tokens, &m->lg.logits, rows, b->n_logits)))
+        return rc;
+    return be->ops->sync(be);
+}
+
+void ifd_model_set_graphs(ifd_model_t *m, bool on)
+{
+    m->gr.off = !on;
+}
+
+void ifd_model_graph_stats(const ifd_model_t *m, ifd_model_graph_stats_t *out)
+{
+    *out = m->gr.st;
 }

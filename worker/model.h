@@ -15,6 +15,7 @@
 #ifndef IFD_MODEL_H
 #define IFD_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -83,5 +84,38 @@ uint64_t ifd_model_weight_bytes(const ifd_model_t *m);
  */
 int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
                       float *logits);
+
+/* tokens[i] of ifd_model_forward_sample for a row sampled on the host. */
+#define IFD_MODEL_SAMPLE_ON_HOST (-2)
+
+/*
+ * The forward pass with sampling on the device where the backend can
+ * (ops->sample; model.c): rows[i] describes logits row i (b->n_logits of
+ * them). A row with params NULL — the caller's choice for rows that need a
+ * grammar mask or logprobs — and every row when the backend cannot sample
+ * or the model has a final soft-cap gets tokens[i] = IFD_MODEL_SAMPLE_ON_HOST
+ * and its logits in logits + i * n_vocab (host memory, as ifd_model_forward
+ * writes them); the caller samples it. The other rows get tokens[i] = the
+ * token ifd_sampler_sample would return for those logits (bit for bit), or
+ * -1 where it would fail with IFD_EINVAL; their logits are not copied.
+ * Returns 0 or ifd_model_forward's errors.
+ */
+int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
+                             const ifd_sample_row_t *rows, int32_t *tokens, float *logits);
+
+/* Decode steps of at most this many tokens are graph-replayed (model.c). */
+#define IFD_MODEL_MAX_GRAPH_BATCH 256
+
+/* Graph use (model.c's file comment). On by default where the backend has
+ * graphs; off: the same padded decode steps run eagerly. */
+void ifd_model_set_graphs(ifd_model_t *m, bool on);
+
+typedef struct {
+    uint64_t captures;    /* graphs recorded */
+    uint64_t replays;     /* steps run by replaying one */
+    uint64_t eager_steps; /* steps run op by op */
+} ifd_model_graph_stats_t;
+
+void ifd_model_graph_stats(const ifd_model_t *m, ifd_model_graph_stats_t *out);
 
 #endif

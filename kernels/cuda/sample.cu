@@ -346,7 +346,61 @@ __global__ void __launch_bounds__(THREADS)
         tokens[row] = sm.token;
 }
 
+/* Steps 1-3 on one row per block: the bias entries in order by one thread
+ * (ids may repeat), then the distinct history ids in parallel. */
+constexpr int PEN_THREADS = 128;
+
+__global__ void __launch_bounds__(PEN_THREADS)
+    penalty_kernel(float *logits, const ifd_cuda_penalty_row_t *rows,
+                   const ifd_cuda_logit_bias_t *bias, const ifd_cuda_hist_t *hist, int V)
+{
+    const ifd_cuda_penalty_row_t R = rows[blockIdx.x];
+    float *l = logits + (int64_t)blockIdx.x * V;
+    if (threadIdx.x == 0)
+        for (int j = 0; j < R.n_bias; j++) {
+            const ifd_cuda_logit_bias_t b = bias[R.bias0 + j];
+            if (b.id >= 0 && b.id < V)
+                l[b.id] = __fadd_rn(l[b.id], b.bias);
+        }
+    __syncthreads();
+    const float rp = R.repetition_penalty, fp = R.frequency_penalty, pp = R.presence_penalty;
+    for (int j = threadIdx.x; j < R.n_hist; j += PEN_THREADS) {
+        const ifd_cuda_hist_t h = hist[R.hist0 + j];
+        if (h.id < 0 || h.id >= V)
+            continue;
+        float v = l[h.id];
+        if (rp != 1.0f)
+            v = v > 0.0f ? __fdiv_rn(v, rp) : __fmul_rn(v, rp);
+        const uint32_t gen = h.count & ~IFD_CUDA_HIST_PROMPT;
+        if (gen) {
+            v = __fsub_rn(v, __fmul_rn(fp, (float)gen));
+            v = __fsub_rn(v, pp);
+        }
+        l[h.id] = v;
+    }
+}
+
 } // namespace
+
+extern "C" int ifd_cuda_apply_penalties(float *IFD_CUDA_RESTRICT logits,
+                                        const ifd_cuda_penalty_row_t *IFD_CUDA_RESTRICT rows,
+                                        const ifd_cuda_logit_bias_t *IFD_CUDA_RESTRICT bias,
+                                        const ifd_cuda_hist_t *IFD_CUDA_RESTRICT hist,
+                                        int n_rows, int vocab, ifd_cuda_stream_t stream)
+{
+    if (n_rows < 0 || vocab < 1 || vocab > IFD_SAMPLING_MAX_VOCAB)
+        return IFD_EINVAL;
+    if (n_rows == 0)
+        return 0;
+    if (!logits || !rows)
+        return IFD_EINVAL;
+    void (*kern)(float *, const ifd_cuda_penalty_row_t *, const ifd_cuda_logit_bias_t *,
+                 const ifd_cuda_hist_t *, int) = penalty_kernel;
+    IFD_LAUNCH(kern, dim3((unsigned)n_rows), dim3(PEN_THREADS), 0, stream, logits, rows, bias,
+               hist, vocab);
+    IFD_CUDA_CHECK_LAUNCH("penalty_kernel");
+    return 0;
+}
 
 extern "C" int ifd_cuda_sample(int32_t *IFD_CUDA_RESTRICT tokens,
                                const float *IFD_CUDA_RESTRICT logits,

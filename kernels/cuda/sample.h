@@ -10,7 +10,10 @@
  * (seed, position, counter 0)). Given the same processed logits (after logit
  * bias and penalties, steps 1-3, which the caller applies) and the same
  * parameters, a row yields exactly the token ifd_sampler_sample returns —
- * on any GPU, for any batch composition.
+ * on any GPU, for any batch composition. Steps 1-3 are here too
+ * (ifd_cuda_apply_penalties), for callers that keep the logits on the
+ * device; the grammar masks of step 3b are not (constrained rows are
+ * sampled on the host).
  */
 #ifndef IFD_CUDA_SAMPLE_H
 #define IFD_CUDA_SAMPLE_H
@@ -41,6 +44,47 @@ int ifd_cuda_sample(int32_t *IFD_CUDA_RESTRICT tokens,                        /*
                     const float *IFD_CUDA_RESTRICT logits,                    /* [n_rows, vocab] */
                     const ifd_cuda_sample_params_t *IFD_CUDA_RESTRICT params, /* [n_rows] */
                     int n_rows, int vocab, ifd_cuda_stream_t stream);
+
+/*
+ * Steps 1-3 of the definition (logit bias, repetition, frequency and
+ * presence penalties), in place and bit for bit as ifd_sampler_sample
+ * computes them (IEEE float32 operations in the definition's order, no
+ * contraction). Per row r, rows[r] says where its entries lie in the flat
+ * bias and history arrays: bias entries are applied one after another in
+ * entry order (an id may repeat); history entries hold DISTINCT ids with
+ * their count of generated occurrences, | IFD_CUDA_HIST_PROMPT when the id
+ * is also in the prompt (the caller builds them; rows without penalties
+ * have n_hist 0). A NaN or +inf produced here is left in the row, where
+ * ifd_cuda_sample reports it (-1), as ifd_sampler_sample fails then.
+ * All arrays are device memory; ids must be in [0, vocab) (others are
+ * skipped). Returns 0, IFD_EINVAL (shapes, NULL pointers), IFD_ECUDA.
+ */
+#define IFD_CUDA_HIST_PROMPT 0x80000000u
+
+typedef struct {
+    float repetition_penalty; /* 1: off */
+    float frequency_penalty;
+    float presence_penalty;
+    int32_t bias0, n_bias; /* bias[bias0 .. bias0 + n_bias) */
+    int32_t hist0, n_hist; /* hist[hist0 .. hist0 + n_hist) */
+} ifd_cuda_penalty_row_t;
+
+typedef struct {
+    int32_t id;
+    float bias;
+} ifd_cuda_logit_bias_t;
+
+typedef struct {
+    int32_t id;
+    uint32_t count; /* generated occurrences, | IFD_CUDA_HIST_PROMPT */
+} ifd_cuda_hist_t;
+
+int ifd_cuda_apply_penalties(
+    float *IFD_CUDA_RESTRICT logits,                      /* [n_rows, vocab], in place */
+    const ifd_cuda_penalty_row_t *IFD_CUDA_RESTRICT rows, /* [n_rows] */
+    const ifd_cuda_logit_bias_t *IFD_CUDA_RESTRICT bias,  /* [Σ n_bias] */
+    const ifd_cuda_hist_t *IFD_CUDA_RESTRICT hist,        /* [Σ n_hist] */
+    int n_rows, int vocab, ifd_cuda_stream_t stream);
 
 IFD_CUDA_API_END
 

@@ -88,6 +88,14 @@ if(CMAKE_CXX_COMPILER)
                              ${CUDAToolkit_INCLUDE_DIRS})
   set_target_properties(test_backend_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
 
+  # Device sampling, decode graphs, the steady state (issue 13 items 2-3).
+  ifd_add_test(test_cuda_step_emu SOURCES test_cuda_step.c ${IFD_BACKEND_SRCS}
+               ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
+               LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
+  target_include_directories(test_cuda_step_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
+                             ${CMAKE_CURRENT_SOURCE_DIR}/emu ${CUDAToolkit_INCLUDE_DIRS})
+  set_target_properties(test_cuda_step_emu PROPERTIES LINKER_LANGUAGE CXX)
+
   # The engine (batched = solo, preemption, prefix reuse) through the CUDA
   # backend on the emulator: tests/unit/test_engine_model.c built for it.
   ifd_add_test(test_engine_cuda_emu
@@ -137,4 +145,6 @@ endif()
 
 # On a GPU: the same test against the real CUDA backend (ifd_worker_lib).
 ifd_add_test(test_backend_cuda SOURCES test_backend_cuda.c LIBS ifd_gpu_test ifd_worker_lib
+             LABELS gpu TIMEOUT 600)
+ifd_add_test(test_cuda_step SOURCES test_cuda_step.c LIBS ifd_gpu_test ifd_worker_lib
              LABELS gpu TIMEOUT 600)

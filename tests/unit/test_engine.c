@@ -115,7 +115,7 @@ static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
     r->fake.pool = r->pool;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0, 0};
+    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0, 0, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -598,7 +598,7 @@ START_TEST(test_window_dead_blocks)
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r.pool), 0);
     r.fake.pool = r.pool;
     r.sink = calloc(1, sizeof *r.sink);
-    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6};
+    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish};
     ck_assert_int_eq(ifd_engine_create(&r.eng, &ep, &m, r.pool, &cb), 0);

@@ -1,0 +1,573 @@
+/*
+ * test_cuda_step.c — the CUDA backend's step machinery (issue 13, items 2
+ * and 3): device sampling, CUDA graphs for decode steps, pinned staging and
+ * no allocation in the steady state, the GEMM heuristic cache.
+ *
+ *  1. Device sampling = host sampling: random logits rows (broad, peaked,
+ *     tied, -inf entries) with random parameter sets — greedy, temperature,
+ *     top-k, top-p, min-p, repetition / frequency / presence penalties over
+ *     random histories, logit bias with repeated ids and -inf — sampled by
+ *     ops->sample on the device and by ifd_sampler_sample on the host: the
+ *     same token id for every row (no tolerance: the definition is exact),
+ *     and -1 exactly where the host reports IFD_EINVAL.
+ *  2. Graph replay = eager: two CUDA backends with the same random model and
+ *     KV layout, graphs on and off, run the same schedule — a prefill, then
+ *     decode steps of 1..8 sequences (buckets 1, 2, 4, 8) whose contexts
+ *     grow every step, a prefill in between that reallocates the scratch
+ *     (the graphs are recorded again) — and the logits of every step are
+ *     compared bit for bit; each (bucket, context bucket) is recorded once
+ *     per buffer epoch, every other decode step is a replay.
+ *  3. Steady state (emulator only: it counts calls): after a warm-up of the
+ *     same decode shapes, more decode steps with device sampling make no
+ *     cudaMalloc, no cudaHostAlloc and no cuBLASLt heuristic query.
+ *  4. The engine with device sampling = the engine with host sampling:
+ *     seeded requests with penalties and logit bias through
+ *     ifd_engine_model_from (forward_sample) and through the same adapter
+ *     without it: the same token streams.
+ *
+ * Built for the emulator (test_cuda_step_emu, labels unit + emu) and for a
+ * GPU (test_cuda_step, label gpu; case 3 then checks only that the steps
+ * run).
+ */
+#include "gpu_test.h"
+
+#include "backend.h"
+#include "engine.h"
+#include "error.h"
+#include "kvpool.h"
+#include "model.h"
+#include "sampler.h"
+#ifdef IFD_CUDA_EMU
+#include "cuda_emu_counters.h"
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BS = 16, NB = 72, MAXB = 8, NSEQ = 8 };
+
+static ifd_model_config_t tiny(void)
+{
+    ifd_model_config_t c;
+    memset(&c, 0, sizeof c);
+    c.arch = IFD_ARCH_LLAMA;
+    snprintf(c.arch_name, sizeof c.arch_name, "llama");
+    c.n_layer = 2;
+    c.n_embd = 128;
+    c.n_ff = 192;
+    c.n_head = 4;
+    c.n_head_kv = 2;
+    c.head_dim = 64;
+    c.n_rot = 64;
+    c.n_vocab = 101;
+    c.n_ctx_train = 256;
+    c.rms_eps = 1e-6f;
+    c.rope_base = 10000.0f;
+    c.rope_freq_scale = 1.0f;
+    c.attn_scale = 1.0f / 8.0f;
+    c.embd_scale = 1.0f;
+    return c;
+}
+
+typedef struct {
+    ifd_backend_t *be;
+    ifd_model_t *m;
+    void *k[2], *v[2];
+    ifd_kv_layer_t kv[2];
+} side_t;
+
+static size_t region_bytes(const ifd_model_config_t *c)
+{
+    return (size_t)NB * c->n_head_kv * BS * c->head_dim * 2;
+}
+
+static int side_open(side_t *s, const ifd_model_config_t *c, bool graphs)
+{
+    char err[256] = "";
+    int rc = ifd_backend_cuda_create(&s->be, 0, false, err, sizeof err);
+    if (rc == 0)
+        rc = ifd_model_load_random(&s->m, c, 42, s->be, err, sizeof err);
+    if (rc) {
+        gt_fail(__FILE__, __LINE__, "setup: %s %s", ifd_strerror(rc), err);
+        return rc;
+    }
+    ifd_model_set_graphs(s->m, graphs);
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        if ((rc = s->be->ops->alloc(s->be, region_bytes(c), &s->k[l])) ||
+            (rc = s->be->ops->alloc(s->be, region_bytes(c), &s->v[l])))
+            return rc;
+        s->kv[l] = (ifd_kv_layer_t){s->k[l], s->v[l], IFD_DTYPE_F16, BS, (int)c->n_head_kv,
+                                    (int)c->head_dim};
+    }
+    return 0;
+}
+
+static void side_close(side_t *s, const ifd_model_config_t *c)
+{
+    if (!s->be)
+        return;
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        s->be->ops->free(s->be, s->k[l]);
+        s->be->ops->free(s->be, s->v[l]);
+    }
+    ifd_model_destroy(s->m);
+    s->be->ops->destroy(s->be);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- a schedule of steps over NSEQ sequences -------------------------------- */
+
+static int32_t g_tables[NSEQ][MAXB]; /* distinct shuffled blocks */
+static int g_len[NSEQ];              /* positions computed per sequence */
+
+static void tables_init(void)
+{
+    int32_t perm[NB];
+    gt_permutation(perm, NB);
+    for (int s = 0; s < NSEQ; s++)
+        for (int j = 0; j < MAXB; j++)
+            g_tables[s][j] = perm[s * MAXB + j];
+    memset(g_len, 0, sizeof g_len);
+}
+
+typedef struct {
+    int n_tok, n_seqs, nl;
+    int32_t tok[320], pos[320], seq[320], rows[320];
+    int64_t slot[320];
+    int32_t bt[NSEQ * MAXB];
+} step_t;
+
+/* A step: sequences first..first+n-1 (mod NSEQ), q new tokens each; logits
+ * for each sequence's last token. Advances g_len. */
+static ifd_batch_t make_step(step_t *st, const ifd_model_config_t *c, int first, int n, int q)
+{
+    st->n_tok = st->nl = 0;
+    st->n_seqs = n;
+    for (int k = 0; k < n; k++) {
+        int s = (first + k) % NSEQ;
+        memcpy(st->bt + k * MAXB, g_tables[s], sizeof g_tables[s]);
+        for (int j = 0; j < q; j++) {
+            int p = g_len[s] + j, t = st->n_tok++;
+            st->tok[t] = (int32_t)((p * 31 + s * 17 + 7) % (int)c->n_vocab);
+            st->pos[t] = p;
+            st->seq[t] = k;
+            st->slot[t] = (int64_t)g_tables[s][p / BS] * BS + p % BS;
+        }
+        st->rows[st->nl++] = st->n_tok - 1;
+        g_len[s] += q;
+    }
+    return (ifd_batch_t){st->n_tok, st->tok, st->pos, st->seq, st->slot, n,
+                         st->bt,    MAXB,    st->nl,  st->rows};
+}
+
+/* ---- 2. graph replay = eager ------------------------------------------------------ */
+
+static void test_graphs(void)
+{
+    ifd_model_config_t c = tiny();
+    side_t on = {0}, off = {0};
+    if (side_open(&on, &c, true) == 0 && side_open(&off, &c, false) == 0) {
+        tables_init();
+        /* (first, n, q): q > 1 is a prefill (eager on both) */
+        static const int sched[][3] = {
+            {0, 8, 5}, {0, 1, 1}, {0, 2, 1}, {1, 3, 1}, {0, 4, 1}, {2, 8, 1}, {0, 1, 1},
+            {3, 5, 1}, {0, 2, 1}, {1, 7, 1}, {0, 4, 70}, {0, 3, 1}, {4, 8, 1}, {0, 1, 1},
+            {5, 2, 1}, {0, 6, 1}, {1, 1, 1}, {2, 4, 1},
+        };
+        const int n_steps = (int)(sizeof sched / sizeof sched[0]);
+        float *la = malloc(sizeof(float) * NSEQ * c.n_vocab);
+        float *lb = malloc(sizeof(float) * NSEQ * c.n_vocab);
+        int decodes = 0;
+        for (int i = 0; i < n_steps && gt_case_failures() == 0; i++) {
+            step_t st;
+            ifd_batch_t b = make_step(&st, &c, sched[i][0], sched[i][1], sched[i][2]);
+            decodes += sched[i][2] == 1;
+            int r1 = ifd_model_forward(on.m, &b, on.kv, la);
+            int r2 = ifd_model_forward(off.m, &b, off.kv, lb);
+            GT_EXPECT(r1 == 0 && r2 == 0, "step %d: %s / %s", i, ifd_strerror(r1),
+                      ifd_strerror(r2));
+            if (r1 || r2)
+                break;
+            for (int r = 0; r < b.n_logits; r++) {
+                const float *x = la + (size_t)r * c.n_vocab, *y = lb + (size_t)r * c.n_vocab;
+                int diff = 0;
+                for (uint32_t v = 0; v < c.n_vocab; v++)
+                    diff += memcmp(&x[v], &y[v], 4) != 0;
+                GT_EXPECT(diff == 0, "step %d (%d seqs, q %d) row %d: %d logits differ "
+                          "(graph %g vs eager %g at 0)", i, sched[i][1], sched[i][2], r, diff,
+                          (double)x[0], (double)y[0]);
+            }
+        }
+        ifd_model_graph_stats_t gs, ge;
+        ifd_model_graph_stats(on.m, &gs);
+        ifd_model_graph_stats(off.m, &ge);
+        gt_note("graphs on: %llu captures, %llu replays, %llu eager; off: %llu eager",
+                (unsigned long long)gs.captures, (unsigned long long)gs.replays,
+                (unsigned long long)gs.eager_steps, (unsigned long long)ge.eager_steps);
+        /* buckets 1, 2, 4, 8 before the big prefill (which moves the
+         * scratch), then 4, 8, 1, 2 again after it */
+        GT_EXPECT(gs.captures == 8, "captures %llu, want 8", (unsigned long long)gs.captures);
+        GT_EXPECT(gs.replays == (uint64_t)decodes - gs.captures, "replays %llu of %d decodes",
+                  (unsigned long long)gs.replays, decodes);
+        GT_EXPECT(ge.captures == 0 && ge.replays == 0, "graphs off recorded some");
+        free(la);
+        free(lb);
+    }
+    side_close(&on, &c);
+    side_close(&off, &c);
+}
+
+/* ---- 1. device sampling = host sampling ------------------------------------------- */
+
+static void make_row(float *l, int V, int kind)
+{
+    switch (kind % 6) {
+    case 0:
+        gt_fill_randn(l, V, 1.0f);
+        break;
+    case 1:
+        gt_fill_randn(l, V, 6.0f);
+        break;
+    case 2: /* ties */
+        for (int i = 0; i < V; i++)
+            l[i] = roundf(gt_randn() * 4.0f) / 4.0f;
+        break;
+    case 3: /* -inf entries, signed zeros */
+        for (int i = 0; i < V; i++) {
+            int r = (int)gt_rand_int(4);
+            l[i] = r == 0 ? -INFINITY : r == 1 ? 0.0f : r == 2 ? -0.0f : gt_randn();
+        }
+        break;
+    case 4: /* a few dominant tokens */
+        for (int i = 0; i < V; i++)
+            l[i] = gt_rand_int(30) == 0 ? 8.0f + gt_randn() : -4.0f + 0.01f * gt_randn();
+        break;
+    default: /* a row the sampler must refuse, now and then */
+        gt_fill_randn(l, V, 2.0f);
+        if (gt_rand_int(3) == 0)
+            l[gt_rand_int(V)] = gt_rand_int(2) ? NAN : INFINITY;
+        else if (gt_rand_int(3) == 0)
+            for (int i = 0; i < V; i++)
+                l[i] = -INFINITY;
+        break;
+    }
+}
+
+typedef struct {
+    ifd_sampling_params_t p;
+    ifd_logit_bias_t bias[8];
+    int32_t prompt[48], gen[32];
+    ifd_sampler_history_t h;
+    uint64_t pos;
+} row_params_t;
+
+static void make_params(row_params_t *r, int V)
+{
+    static const float temps[] = {0.0f, 1.0f, 0.7f, 1.3f, 0.25f};
+    static const int32_t ks[] = {0, 0, 1, 5, 40};
+    static const float ps[] = {1.0f, 1.0f, 0.9f, 0.5f, 0.0f};
+    static const float mins[] = {0.0f, 0.0f, 0.05f, 0.3f};
+    static const float reps[] = {1.0f, 1.0f, 1.3f, 0.8f};
+    static const float freqs[] = {0.0f, 0.0f, 0.5f, -0.3f};
+    static const float pres[] = {0.0f, 0.0f, 0.7f, -0.2f};
+    memset(r, 0, sizeof *r);
+    r->p = ifd_sampling_default_params();
+    r->p.temperature = temps[gt_rand_int(5)];
+    r->p.top_k = ks[gt_rand_int(5)];
+    if (gt_rand_int(8) == 0)
+        r->p.top_k = V - 1;
+    r->p.top_p = ps[gt_rand_int(5)];
+    r->p.min_p = mins[gt_rand_int(4)];
+    r->p.repetition_penalty = reps[gt_rand_int(4)];
+    r->p.frequency_penalty = freqs[gt_rand_int(4)];
+    r->p.presence_penalty = pres[gt_rand_int(4)];
+    r->p.seed = gt_rand_u64();
+    int nb = (int)gt_rand_int(9);
+    for (int j = 0; j < nb; j++) {
+        /* repeated ids (small range), a few -inf, a few big pushes */
+        r->bias[j].id = (int32_t)(j > 0 && gt_rand_int(3) == 0 ? r->bias[j - 1].id
+                                                               : gt_rand_int(V));
+        int k = (int)gt_rand_int(6);
+        r->bias[j].bias = k == 0 ? -INFINITY : k == 1 ? 5.0f : gt_rand_uniform(-2.0f, 2.0f);
+    }
+    r->p.logit_bias = nb ? r->bias : NULL;
+    r->p.n_logit_bias = (uint32_t)nb;
+    size_t np = (size_t)gt_rand_int(49), ng = (size_t)gt_rand_int(33);
+    int span = gt_rand_int(2) ? V : 12; /* repeats when 12 */
+    for (size_t j = 0; j < np; j++)
+        r->prompt[j] = (int32_t)gt_rand_int(span);
+    for (size_t j = 0; j < ng; j++)
+        r->gen[j] = (int32_t)gt_rand_int(span);
+    r->h = (ifd_sampler_history_t){r->prompt, np, r->gen, ng};
+    r->pos = np + ng + (uint64_t)gt_rand_int(1000);
+}
+
+static void sample_batch(ifd_backend_t *be, ifd_sampler_t *smp, int V, int n, int *n_bad,
+                         int *n_greedy)
+{
+    float *l = malloc(sizeof(float) * (size_t)n * V);
+    row_params_t *rp = malloc(sizeof *rp * (size_t)n);
+    ifd_sample_row_t rows[32];
+    int32_t dev[32], host[32];
+    for (int i = 0; i < n; i++) {
+        make_row(l + (size_t)i * V, V, (int)gt_rand_int(6));
+        make_params(&rp[i], V);
+        rows[i] = (ifd_sample_row_t){&rp[i].p, &rp[i].h, rp[i].pos};
+        if (i == 3) /* a skipped row keeps its token */
+            rows[i].params = NULL;
+        dev[i] = 12345;
+        ifd_sample_result_t res;
+        int rc = ifd_sampler_sample(smp, &rp[i].p, l + (size_t)i * V, &rp[i].h, rp[i].pos, &res);
+        GT_EXPECT(rc == 0 || rc == IFD_EINVAL, "host sampler: %s", ifd_strerror(rc));
+        host[i] = rc ? -1 : res.token;
+        *n_bad += rc != 0;
+        *n_greedy += rp[i].p.temperature < IFD_SAMPLER_GREEDY_TEMP;
+    }
+    ifd_act_t a;
+    int rc = be->ops->act_alloc(be, &a, IFD_DTYPE_F32, n, V);
+    if (rc == 0)
+        rc = be->ops->upload(be, a.data, l, sizeof(float) * (size_t)n * V);
+    if (rc == 0)
+        rc = be->ops->sample(be, dev, &a, rows, n);
+    GT_EXPECT(rc == 0, "device sample: %s", ifd_strerror(rc));
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!rows[i].params) {
+            GT_EXPECT(dev[i] == 12345, "skipped row %d written (%d)", i, dev[i]);
+            continue;
+        }
+        GT_EXPECT(dev[i] == host[i],
+                  "V %d row %d: device %d, host %d (T %g k %d p %g min_p %g rep %g freq %g "
+                  "pres %g, %u biases, history %zu + %zu)",
+                  V, i, dev[i], host[i], (double)rp[i].p.temperature, rp[i].p.top_k,
+                  (double)rp[i].p.top_p, (double)rp[i].p.min_p,
+                  (double)rp[i].p.repetition_penalty, (double)rp[i].p.frequency_penalty,
+                  (double)rp[i].p.presence_penalty, rp[i].p.n_logit_bias, rp[i].h.n_prompt,
+                  rp[i].h.n_generated);
+    }
+    if (a.data)
+        be->ops->act_free(be, &a);
+    free(l);
+    free(rp);
+}
+
+static void test_sampling(void)
+{
+    ifd_backend_t *be = NULL;
+    char err[256] = "";
+    int rc = ifd_backend_cuda_create(&be, 0, false, err, sizeof err);
+    GT_EXPECT(rc == 0, "backend: %s %s", ifd_strerror(rc), err);
+    if (rc)
+        return;
+    static const int vocabs[] = {101, 1000, 3001};
+    const int batches = gt_small() ? 4 : 40;
+    int rows = 0, bad = 0, greedy = 0;
+    for (int v = 0; v < 3; v++) {
+        ifd_sampler_t *smp = NULL;
+        GT_EXPECT(ifd_sampler_create(vocabs[v], &smp) == 0, "sampler");
+        for (int b = 0; b < batches && smp && gt_case_failures() == 0; b++) {
+            sample_batch(be, smp, vocabs[v], 16, &bad, &greedy);
+            rows += 16;
+        }
+        ifd_sampler_destroy(smp);
+    }
+    gt_note("%d rows (%d greedy, %d refused by both)", rows, greedy, bad);
+    GT_EXPECT(bad > 0 && greedy > 0, "the mix lacks refused or greedy rows");
+    be->ops->destroy(be);
+}
+
+/* ---- 3. steady state ------------------------------------------------------------- */
+
+static void test_steady_state(void)
+{
+    ifd_model_config_t c = tiny();
+    side_t s = {0};
+    if (side_open(&s, &c, true) != 0) {
+        side_close(&s, &c);
+        return;
+    }
+    tables_init();
+    float *lg = malloc(sizeof(float) * NSEQ * c.n_vocab);
+    ifd_sampling_params_t p = ifd_sampling_default_params();
+    p.temperature = 0.8f;
+    p.top_k = 20;
+    p.repetition_penalty = 1.2f;
+    p.frequency_penalty = 0.3f;
+    const ifd_logit_bias_t bias[2] = {{3, 1.0f}, {7, -INFINITY}};
+    p.logit_bias = bias;
+    p.n_logit_bias = 2;
+    static int32_t hist[NSEQ][128];
+    ifd_sampler_history_t h[NSEQ];
+    ifd_sample_row_t rows[NSEQ];
+    int32_t tok[NSEQ];
+    /* warm-up: a prefill, then every bucket once; measured: the same
+     * decode shapes again, contexts growing (30 .. 60 positions) */
+    static const int sizes[] = {8, 1, 2, 3, 4, 5, 6, 7};
+    step_t st;
+    ifd_batch_t b = make_step(&st, &c, 0, NSEQ, 20);
+#ifdef IFD_CUDA_EMU
+    ifd_emu_counters_t cs, c0 = {0}, c1;
+    ifd_emu_counters(&cs);
+#endif
+    int rc = ifd_model_forward(s.m, &b, s.kv, lg);
+    GT_EXPECT(rc == 0, "prefill: %s", ifd_strerror(rc));
+    for (int round = 0; round < 4 && rc == 0; round++) {
+#ifdef IFD_CUDA_EMU
+        if (round == 1)
+            ifd_emu_counters(&c0);
+#endif
+        for (int k = 0; k < 8 && rc == 0; k++) {
+            const int n = sizes[k];
+            b = make_step(&st, &c, k, n, 1);
+            for (int i = 0; i < n; i++) {
+                int sq = (k + i) % NSEQ;
+                for (int j = 0; j < g_len[sq]; j++)
+                    hist[sq][j] = (int32_t)((j * 7 + sq) % 16); /* 16 distinct ids at most:
+                                                                  * bounded from the start */
+                h[i] = (ifd_sampler_history_t){hist[sq], 10, hist[sq] + 10,
+                                               (size_t)g_len[sq] - 10};
+                p.seed = (uint64_t)sq;
+                rows[i] = (ifd_sample_row_t){&p, &h[i], (uint64_t)g_len[sq]};
+            }
+            rc = ifd_model_forward_sample(s.m, &b, s.kv, rows, tok, lg);
+            GT_EXPECT(rc == 0, "round %d step %d: %s", round, k, ifd_strerror(rc));
+            for (int i = 0; i < n && rc == 0; i++)
+                GT_EXPECT(tok[i] >= 0 && tok[i] < (int32_t)c.n_vocab && tok[i] != 7,
+                          "token %d", tok[i]);
+        }
+    }
+#ifdef IFD_CUDA_EMU
+    ifd_emu_counters(&c1);
+    gt_note("after warm-up, 24 decode steps: %llu cudaMalloc, %llu cudaHostAlloc, %llu "
+            "heuristic queries, %llu graph launches, %llu matmuls",
+            (unsigned long long)(c1.mallocs - c0.mallocs),
+            (unsigned long long)(c1.host_allocs - c0.host_allocs),
+            (unsigned long long)(c1.lt_heuristics - c0.lt_heuristics),
+            (unsigned long long)(c1.graph_launches - c0.graph_launches),
+            (unsigned long long)(c1.lt_matmuls - c0.lt_matmuls));
+    GT_EXPECT(c1.mallocs == c0.mallocs, "%llu cudaMalloc in the steady state",
+              (unsigned long long)(c1.mallocs - c0.mallocs));
+    GT_EXPECT(c1.host_allocs == c0.host_allocs, "cudaHostAlloc in the steady state");
+    GT_EXPECT(c1.lt_heuristics == c0.lt_heuristics, "%llu heuristic queries after warm-up",
+              (unsigned long long)(c1.lt_heuristics - c0.lt_heuristics));
+    GT_EXPECT(c1.graph_launches - c0.graph_launches == 24, "%llu graph launches, want 24",
+              (unsigned long long)(c1.graph_launches - c0.graph_launches));
+    /* the heuristic ran once per GEMM shape: the 4 layer projections at
+     * the prefill's 160 rows and at buckets 1, 2, 4, 8 (20), the output
+     * projection at 8 rows (the prefill's logits, and bucket 8) and 1, 2, 4 */
+    GT_EXPECT(c1.lt_heuristics - cs.lt_heuristics == 24, "%llu heuristic queries, want 24",
+              (unsigned long long)(c1.lt_heuristics - cs.lt_heuristics));
+#endif
+    free(lg);
+    side_close(&s, &c);
+}
+
+/* ---- 4. the engine: device sampling = host sampling ------------------------------- */
+
+#ifdef IFD_CUDA_EMU /* the engine's pool is host memory: the emulator's device memory */
+enum { E_REQ = 6, E_OUT = 6 };
+
+typedef struct {
+    int32_t out[E_REQ][E_OUT];
+    int n[E_REQ];
+} e_sink_t;
+
+static void e_on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
+{
+    e_sink_t *s = ctx;
+    if (s->n[id] < E_OUT)
+        s->out[id][s->n[id]] = res->token;
+    s->n[id]++;
+}
+
+static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink)
+{
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(ifd_model_config(m));
+    kp.dtype = IFD_KV_F16;
+    kp.n_blocks = 64;
+    kp.n_workers = 1;
+    ifd_kvpool_t *pool = NULL;
+    GT_EXPECT(ifd_kvpool_create(&kp, &pool) == 0, "pool");
+    if (!pool)
+        return;
+    ifd_engine_model_t em;
+    GT_EXPECT(ifd_engine_model_from(&em, m, pool, 0) == 0, "adapter");
+    GT_EXPECT(em.forward_sample != NULL, "the CUDA backend samples on the device");
+    if (!device)
+        em.forward_sample = NULL;
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ifd_engine_callbacks_t cb = {sink, e_on_token, NULL};
+    ifd_engine_t *eng = NULL;
+    GT_EXPECT(ifd_engine_create(&eng, &ep, &em, pool, &cb) == 0, "engine");
+    static int32_t prompts[E_REQ][24];
+    const ifd_logit_bias_t bias[3] = {{5, 2.0f}, {5, 0.5f}, {9, -INFINITY}};
+    for (int i = 0; eng && i < E_REQ; i++) {
+        for (int j = 0; j < 24; j++)
+            prompts[i][j] = (int32_t)((i * 13 + j * 5) % 40);
+        ifd_engine_request_t r;
+        memset(&r, 0, sizeof r);
+        r.id = (uint64_t)i;
+        r.prompt = prompts[i];
+        r.n_prompt = 8 + 3 * i;
+        r.sampling = ifd_sampling_default_params();
+        r.sampling.seed = 1000 + (uint64_t)i;
+        r.sampling.temperature = i == 0 ? 0.0f : 0.6f + 0.1f * (float)i;
+        r.sampling.top_k = i % 2 ? 0 : 30;
+        r.sampling.top_p = i == 3 ? 0.8f : 1.0f;
+        r.sampling.min_p = i == 4 ? 0.1f : 0.0f;
+        r.sampling.repetition_penalty = i >= 2 ? 1.3f : 1.0f;
+        r.sampling.frequency_penalty = i == 5 ? 0.4f : 0.0f;
+        r.sampling.presence_penalty = i == 1 ? 0.5f : 0.0f;
+        r.sampling.logit_bias = i % 3 == 0 ? bias : NULL;
+        r.sampling.n_logit_bias = i % 3 == 0 ? 3 : 0;
+        r.sampling.n_logprobs = i == 2 ? 3 : -1; /* a row sampled on the host */
+        r.max_tokens = E_OUT;
+        r.ignore_eos = true;
+        r.use_cache = true;
+        GT_EXPECT(ifd_engine_add(eng, &r) == 0, "add %d", i);
+    }
+    while (eng && !ifd_engine_idle(eng)) {
+        int rc = ifd_engine_step(eng, NULL);
+        GT_EXPECT(rc >= 0, "step: %s", ifd_strerror(rc));
+        if (rc < 0)
+            break;
+    }
+    ifd_engine_destroy(eng);
+    ifd_engine_model_free(&em);
+    ifd_kvpool_destroy(pool);
+}
+
+static void test_engine_sampling(void)
+{
+    ifd_model_config_t c = tiny();
+    side_t s = {0};
+    if (side_open(&s, &c, true) == 0) {
+        e_sink_t dev, host;
+        memset(&dev, 0, sizeof dev);
+        memset(&host, 0, sizeof host);
+        run_engine(s.m, true, &dev);
+        run_engine(s.m, false, &host);
+        for (int i = 0; i < E_REQ; i++) {
+            GT_EXPECT(dev.n[i] == E_OUT && host.n[i] == E_OUT, "request %d: %d / %d tokens", i,
+                      dev.n[i], host.n[i]);
+            for (int t = 0; t < E_OUT; t++)
+                GT_EXPECT(dev.out[i][t] == host.out[i][t], "request %d token %d: device %d, "
+                          "host %d", i, t, dev.out[i][t], host.out[i][t]);
+        }
+    }
+    side_close(&s, &c);
+}
+#endif
+
+int main(void)
+{
+    gt_begin("test_cuda_step");
+    gt_case("device sampling = host sampling (penalties, bias, seeded draws)", test_sampling);
+    gt_case("graph replay of decode steps = eager, logits bit for bit", test_graphs);
+    gt_case("steady state: no allocation, no heuristic query, graph replays", test_steady_state);
+#ifdef IFD_CUDA_EMU
+    gt_case("engine: device sampling = host sampling", test_engine_sampling);
+#endif
+    return gt_end();
+}
