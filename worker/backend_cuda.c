@@ -973,7 +973,8 @@ static int ifd__cuda_graph_begin(ifd_backend_t *be)
     ifd__cuda_backend_t *c = ifd__cu(be);
     if (c->capturing)
         return IFD_EINVAL;
-    IFD__CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeGlobal));
+    /* thread-local: another thread of the worker may allocate meanwhile */
+    IFD__CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     c->capturing = true;
     return 0;
 }
