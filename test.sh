@@ -41,9 +41,12 @@ fi
 #   test_daemon_structured  hundreds of constrained generations (10 min budget unsanitized);
 #                      the grammar code runs sanitized in test_grammar, test_grammar_mask and
 #                      the daemon's other tests
+#   test_worker_generate  offline generation, ~4 minutes sanitized (a quarter of the ASan
+#                      run); the generation loop and forward pass run sanitized in
+#                      test_worker_serve and the daemon tests, its UTF-8 clean-up in test_utf8
 #   test_bench_*, test_cli_bench  benchmark runs, not correctness tests
 #   *_avx2, *_scalar   the ISA-capped reruns of kernel tests (the binaries run sanitized once)
-ASAN_EXCLUDE='^(test_oracle.*|test_engine_model|test_daemon_structured|test_cli_bench|test_bench_cpu_vs_llamacpp|.*_avx2|.*_scalar)$'
+ASAN_EXCLUDE='^(test_oracle.*|test_engine_model|test_worker_generate|test_daemon_structured|test_cli_bench|test_bench_cpu_vs_llamacpp|.*_avx2|.*_scalar)$'
 # Sanitizer reports of every process (daemons and workers that a test kills and restarts
 # included) go to files in a reports folder: any file there fails the run, whatever the
 # tests said.
