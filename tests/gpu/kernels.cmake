@@ -80,7 +80,7 @@ if(CMAKE_CXX_COMPILER)
   # the CUDA runtime / cuBLASLt slice from the emulator.
   set(IFD_BACKEND_SRCS ${PROJECT_SOURCE_DIR}/worker/model.c
       ${PROJECT_SOURCE_DIR}/worker/backend_cpu.c ${PROJECT_SOURCE_DIR}/worker/backend_cuda.c)
-  ifd_add_test(test_backend_cuda_emu SOURCES test_backend_cuda.c ${IFD_BACKEND_SRCS}
+  ifd_add_test(test_backend_cuda_emu SOURCES test_backend_cuda.c gpu_model_test.c ${IFD_BACKEND_SRCS}
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/generate.c
                ${PROJECT_SOURCE_DIR}/worker/engine.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
@@ -89,7 +89,7 @@ if(CMAKE_CXX_COMPILER)
   set_target_properties(test_backend_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
 
   # Device sampling, decode graphs, the steady state (issue 13 items 2-3).
-  ifd_add_test(test_cuda_step_emu SOURCES test_cuda_step.c ${IFD_BACKEND_SRCS}
+  ifd_add_test(test_cuda_step_emu SOURCES test_cuda_step.c gpu_model_test.c ${IFD_BACKEND_SRCS}
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_cuda_step_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
@@ -144,7 +144,7 @@ if(CMAKE_CXX_COMPILER)
 endif()
 
 # On a GPU: the same test against the real CUDA backend (ifd_worker_lib).
-ifd_add_test(test_backend_cuda SOURCES test_backend_cuda.c LIBS ifd_gpu_test ifd_worker_lib
+ifd_add_test(test_backend_cuda SOURCES test_backend_cuda.c gpu_model_test.c LIBS ifd_gpu_test ifd_worker_lib
              LABELS gpu TIMEOUT 600)
-ifd_add_test(test_cuda_step SOURCES test_cuda_step.c LIBS ifd_gpu_test ifd_worker_lib
+ifd_add_test(test_cuda_step SOURCES test_cuda_step.c gpu_model_test.c LIBS ifd_gpu_test ifd_worker_lib
              LABELS gpu TIMEOUT 600)

@@ -27,13 +27,12 @@
  * the real kernels and an emulated cuBLASLt (reference loop) run on the
  * CPU; on a GPU the same program checks the real thing (label gpu).
  */
+#include "gpu_model_test.h"
 #include "gpu_test.h"
 
 #include "backend.h"
 #include "error.h"
-#ifndef IFD_TEST_NO_GENERATE
 #include "generate.h"
-#endif
 #include "model.h"
 
 #include <math.h>
@@ -43,86 +42,20 @@
 
 enum { BS = 16, NB = 8, MAXB = 3 };
 
-static ifd_model_config_t tiny(bool gemma)
-{
-    ifd_model_config_t c;
-    memset(&c, 0, sizeof c);
-    c.arch = gemma ? IFD_ARCH_GEMMA3 : IFD_ARCH_LLAMA;
-    snprintf(c.arch_name, sizeof c.arch_name, "%s", gemma ? "gemma3" : "llama");
-    c.n_layer = 3;
-    c.n_embd = 128;
-    c.n_ff = 192;
-    c.n_head = 4;
-    c.n_head_kv = 2;
-    c.head_dim = 64;
-    c.n_rot = 64;
-    c.n_vocab = 101;
-    c.n_ctx_train = 256;
-    c.rms_eps = 1e-6f;
-    c.rope_base = gemma ? 1000000.0f : 10000.0f;
-    c.rope_freq_scale = 1.0f;
-    c.rope_base_local = 10000.0f;
-    c.attn_scale = 1.0f / 8.0f;
-    c.embd_scale = gemma ? sqrtf(128.0f) : 1.0f;
-    if (gemma) {
-        c.sliding_window = 8;
-        c.layer_is_local[0] = c.layer_is_local[2] = true;
-    }
-    return c;
-}
-
-typedef struct {
-    ifd_backend_t *be;
-    ifd_model_t *m;
-    void *k[3], *v[3];
-    ifd_kv_layer_t kv[3];
-} side_t;
-
-static size_t region_bytes(const ifd_model_config_t *c)
-{
-    return (size_t)NB * c->n_head_kv * BS * c->head_dim * 2;
-}
-
 /* cuda: 0 the CPU backend, 1 CUDA (bf16), 2 CUDA exact mode (f32). */
-static int side_open(side_t *s, int cuda, const ifd_model_config_t *c, ifd_dtype_t kv_dtype)
+static int side_open(gt_side_t *s, int cuda, const ifd_model_config_t *c, ifd_dtype_t kv_dtype)
 {
     char err[256] = "";
-    int rc = cuda ? ifd_backend_cuda_create(&s->be, 0, cuda == 2, err, sizeof err)
-                  : ifd_backend_cpu_create(&s->be, 1);
-    if (rc) {
-        gt_fail(__FILE__, __LINE__, "backend create: %s %s", ifd_strerror(rc), err);
-        return rc;
-    }
-    if ((rc = ifd_model_load_random(&s->m, c, 42, s->be, err, sizeof err))) {
-        gt_fail(__FILE__, __LINE__, "load: %s", err);
-        return rc;
-    }
-    for (uint32_t l = 0; l < c->n_layer; l++) {
-        if ((rc = s->be->ops->alloc(s->be, region_bytes(c), &s->k[l])) ||
-            (rc = s->be->ops->alloc(s->be, region_bytes(c), &s->v[l])))
-            return rc;
-        s->kv[l] = (ifd_kv_layer_t){s->k[l], s->v[l], kv_dtype, BS, (int)c->n_head_kv,
-                                    (int)c->head_dim};
-    }
-    return 0;
-}
-
-static void side_close(side_t *s, const ifd_model_config_t *c)
-{
-    if (!s->be)
-        return;
-    for (uint32_t l = 0; l < c->n_layer; l++) {
-        s->be->ops->free(s->be, s->k[l]);
-        s->be->ops->free(s->be, s->v[l]);
-    }
-    ifd_model_destroy(s->m);
-    s->be->ops->destroy(s->be);
+    ifd_backend_t *be = NULL;
+    int rc = cuda ? ifd_backend_cuda_create(&be, 0, cuda == 2, err, sizeof err)
+                  : ifd_backend_cpu_create(&be, 1);
+    return gt_side_open(s, be, rc, err, c, kv_dtype, BS, NB);
 }
 
 /* One step: for each of the 2 sequences, q[s] new tokens starting at
  * position p0[s]; logits for every token when all_rows, else for each
  * sequence's last. Returns the worst row's relative L2. */
-static double step(side_t *cpu, side_t *gpu, const ifd_model_config_t *c, const int *p0,
+static double step(gt_side_t *cpu, gt_side_t *gpu, const ifd_model_config_t *c, const int *p0,
                    const int *q, bool all_rows, double tol, double tol0)
 {
     static const int32_t tables[2 * MAXB] = {5, 2, 6, 0, 7, 3};
@@ -168,12 +101,12 @@ typedef enum { MODE_BF16 = 0, MODE_BF16_KV = 1, MODE_EXACT = 2 } mode_t_;
 
 static void run(bool gemma, mode_t_ mode)
 {
-    ifd_model_config_t c = tiny(gemma);
+    ifd_model_config_t c = gt_tiny_config(gemma, 3);
     static const double tols[] = {1e-2, 2e-2, 2e-3};
     static const char *names[] = {"bf16, f16 KV", "bf16, bf16 KV", "exact f32, f16 KV"};
     const double tol = tols[mode], tol0 = mode == MODE_EXACT ? 1e-5 : 0;
     const ifd_dtype_t kvt = mode == MODE_BF16_KV ? IFD_DTYPE_BF16 : IFD_DTYPE_F16;
-    side_t cpu = {0}, gpu = {0};
+    gt_side_t cpu = {0}, gpu = {0};
     if (side_open(&cpu, 0, &c, kvt) == 0 &&
         side_open(&gpu, mode == MODE_EXACT ? 2 : 1, &c, kvt) == 0) {
         GT_EXPECT(ifd_model_weight_bytes(gpu.m) > 0, "no weights");
@@ -186,18 +119,17 @@ static void run(bool gemma, mode_t_ mode)
         gt_note("%s (%s): worst rel L2 prefill %.2e, decode %.2e, mixed %.2e", c.arch_name,
                 names[mode], e1, e2, e3);
     }
-    side_close(&gpu, &c);
-    side_close(&cpu, &c);
+    gt_side_close(&gpu);
+    gt_side_close(&cpu);
 }
 
 /* Offline generation (worker/generate.c, which keeps the KV cache in the
  * backend's own memory for a device backend) on the exact mode vs the CPU:
  * the same 6 greedy tokens (the logits agree to ~4e-4, far inside the
  * top-2 gaps of this fixed model and prompt). */
-#ifndef IFD_TEST_NO_GENERATE /* check.sh: the device build lacks the sampler's deps */
 static void test_generate(void)
 {
-    ifd_model_config_t c = tiny(false);
+    ifd_model_config_t c = gt_tiny_config(false, 3);
     ifd_model_t *m[2] = {NULL, NULL};
     ifd_backend_t *be[2] = {NULL, NULL};
     ifd_generate_result_t r[2];
@@ -228,7 +160,6 @@ static void test_generate(void)
             be[i]->ops->destroy(be[i]);
     }
 }
-#endif
 
 #define CASE(fn, gemma, mode)                                                              \
     static void fn(void)                                                                    \
@@ -252,8 +183,6 @@ int main(void)
     gt_case("gemma3: bf16 vs the CPU backend (bf16 KV)", gemma_bf16_kv);
     gt_case("llama: exact mode vs the CPU backend", llama_exact);
     gt_case("gemma3: exact mode vs the CPU backend", gemma_exact);
-#ifndef IFD_TEST_NO_GENERATE
     gt_case("offline generation (KV in device memory) vs the CPU backend", test_generate);
-#endif
     return gt_end();
 }

@@ -29,6 +29,7 @@
  * GPU (test_cuda_step, label gpu; case 3 then checks only that the steps
  * run).
  */
+#include "gpu_model_test.h"
 #include "gpu_test.h"
 
 #include "backend.h"
@@ -50,71 +51,17 @@ enum { BS = 16, NB = 72, MAXB = 8, NSEQ = 8 };
 
 static ifd_model_config_t tiny(void)
 {
-    ifd_model_config_t c;
-    memset(&c, 0, sizeof c);
-    c.arch = IFD_ARCH_LLAMA;
-    snprintf(c.arch_name, sizeof c.arch_name, "llama");
-    c.n_layer = 2;
-    c.n_embd = 128;
-    c.n_ff = 192;
-    c.n_head = 4;
-    c.n_head_kv = 2;
-    c.head_dim = 64;
-    c.n_rot = 64;
-    c.n_vocab = 101;
-    c.n_ctx_train = 256;
-    c.rms_eps = 1e-6f;
-    c.rope_base = 10000.0f;
-    c.rope_freq_scale = 1.0f;
-    c.attn_scale = 1.0f / 8.0f;
-    c.embd_scale = 1.0f;
-    return c;
+    return gt_tiny_config(false, 2);
 }
 
-typedef struct {
-    ifd_backend_t *be;
-    ifd_model_t *m;
-    void *k[2], *v[2];
-    ifd_kv_layer_t kv[2];
-} side_t;
-
-static size_t region_bytes(const ifd_model_config_t *c)
-{
-    return (size_t)NB * c->n_head_kv * BS * c->head_dim * 2;
-}
-
-static int side_open(side_t *s, const ifd_model_config_t *c, bool graphs)
+static int side_open(gt_side_t *s, const ifd_model_config_t *c, bool graphs)
 {
     char err[256] = "";
-    int rc = ifd_backend_cuda_create(&s->be, 0, false, err, sizeof err);
-    if (rc == 0)
-        rc = ifd_model_load_random(&s->m, c, 42, s->be, err, sizeof err);
-    if (rc) {
-        gt_fail(__FILE__, __LINE__, "setup: %s %s", ifd_strerror(rc), err);
-        return rc;
-    }
-    ifd_model_set_graphs(s->m, graphs);
-    for (uint32_t l = 0; l < c->n_layer; l++) {
-        if ((rc = s->be->ops->alloc(s->be, region_bytes(c), &s->k[l])) ||
-            (rc = s->be->ops->alloc(s->be, region_bytes(c), &s->v[l])))
-            return rc;
-        s->kv[l] = (ifd_kv_layer_t){s->k[l], s->v[l], IFD_DTYPE_F16, BS, (int)c->n_head_kv,
-                                    (int)c->head_dim};
-    }
-    return 0;
-}
-
-static void side_close(side_t *s, const ifd_model_config_t *c)
-{
-    if (!s->be)
-        return;
-    for (uint32_t l = 0; l < c->n_layer; l++) {
-        s->be->ops->free(s->be, s->k[l]);
-        s->be->ops->free(s->be, s->v[l]);
-    }
-    ifd_model_destroy(s->m);
-    s->be->ops->destroy(s->be);
-    memset(s, 0, sizeof *s);
+    ifd_backend_t *be = NULL;
+    int rc = ifd_backend_cuda_create(&be, 0, false, err, sizeof err);
+    if ((rc = gt_side_open(s, be, rc, err, c, IFD_DTYPE_F16, BS, NB)) == 0)
+        ifd_model_set_graphs(s->m, graphs);
+    return rc;
 }
 
 /* ---- a schedule of steps over NSEQ sequences -------------------------------- */
@@ -167,7 +114,7 @@ static ifd_batch_t make_step(step_t *st, const ifd_model_config_t *c, int first,
 static void test_graphs(void)
 {
     ifd_model_config_t c = tiny();
-    side_t on = {0}, off = {0};
+    gt_side_t on = {0}, off = {0};
     if (side_open(&on, &c, true) == 0 && side_open(&off, &c, false) == 0) {
         tables_init();
         /* (first, n, q): q > 1 is a prefill (eager on both) */
@@ -215,8 +162,8 @@ static void test_graphs(void)
         free(la);
         free(lb);
     }
-    side_close(&on, &c);
-    side_close(&off, &c);
+    gt_side_close(&on);
+    gt_side_close(&off);
 }
 
 /* ---- 1. device sampling = host sampling ------------------------------------------- */
@@ -382,9 +329,9 @@ static void test_sampling(void)
 static void test_steady_state(void)
 {
     ifd_model_config_t c = tiny();
-    side_t s = {0};
+    gt_side_t s = {0};
     if (side_open(&s, &c, true) != 0) {
-        side_close(&s, &c);
+        gt_side_close(&s);
         return;
     }
     tables_init();
@@ -460,7 +407,7 @@ static void test_steady_state(void)
               (unsigned long long)(c1.lt_heuristics - cs.lt_heuristics));
 #endif
     free(lg);
-    side_close(&s, &c);
+    gt_side_close(&s);
 }
 
 /* ---- 4. the engine: device sampling = host sampling ------------------------------- */
@@ -541,7 +488,7 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink)
 static void test_engine_sampling(void)
 {
     ifd_model_config_t c = tiny();
-    side_t s = {0};
+    gt_side_t s = {0};
     if (side_open(&s, &c, true) == 0) {
         e_sink_t dev, host;
         memset(&dev, 0, sizeof dev);
@@ -556,7 +503,7 @@ static void test_engine_sampling(void)
                           "host %d", i, t, dev.out[i][t], host.out[i][t]);
         }
     }
-    side_close(&s, &c);
+    gt_side_close(&s);
 }
 #endif
 
