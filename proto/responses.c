@@ -491,6 +491,31 @@ static int abuf_add(ifd_arena_t *a, abuf_t *b, const char *p, size_t n)
     return 0;
 }
 
+/* Appends v's JSON to b, comma-joined with what b holds (v is not consumed;
+ * NULL is IFD_ENOMEM, as from a failed constructor). */
+static int abuf_add_json(ifd_arena_t *a, abuf_t *b, const json_t *v)
+{
+    char *d = v ? json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    int rc = d ? 0 : IFD_ENOMEM;
+    if (!rc && b->len)
+        rc = abuf_add(a, b, ",", 1);
+    if (!rc)
+        rc = abuf_add(a, b, d, strlen(d));
+    free(d);
+    return rc;
+}
+
+/* b's comma-joined JSON values as a JSON array (NULL on OOM). */
+static json_t *abuf_array(const abuf_t *b)
+{
+    ifd_buf_t t = IFD_BUF_INIT;
+    json_t *arr = NULL;
+    if (!ifd_buf_printf(&t, "[%s]", b->p ? b->p : ""))
+        arr = json_loads(t.data, 0, NULL);
+    ifd_buf_free(&t);
+    return arr;
+}
+
 struct ifd__resp_stream {
     ifd_arena_t *a;
     uint64_t seq;      /* sequence_number of the next event */
@@ -639,29 +664,6 @@ static int event(ifd_oai_stream_t *s, ifd_buf_t *out, const char *type, json_t *
     return 0;
 }
 
-/* The finished items so far as a JSON array (NULL on OOM). */
-static json_t *items_array(const ifd__resp_stream_t *r)
-{
-    ifd_buf_t b = IFD_BUF_INIT;
-    json_t *a = NULL;
-    if (!ifd_buf_printf(&b, "[%s]", r->items.p ? r->items.p : ""))
-        a = json_loads(b.data, 0, NULL);
-    ifd_buf_free(&b);
-    return a;
-}
-
-static int add_item_json(ifd__resp_stream_t *r, json_t *it)
-{
-    char *d = it ? json_dumps(it, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    int rc = d ? 0 : IFD_ENOMEM;
-    if (!rc && r->items.len)
-        rc = abuf_add(r->a, &r->items, ",", 1);
-    if (!rc)
-        rc = abuf_add(r->a, &r->items, d, strlen(d));
-    free(d);
-    return rc;
-}
-
 int ifd__resp_stream_init(ifd_oai_stream_t *s, ifd_arena_t *a)
 {
     s->resp = ifd_arena_calloc(a, 1, sizeof *s->resp);
@@ -725,17 +727,6 @@ static int open_message(ifd_oai_stream_t *s, ifd_buf_t *out)
     return rc;
 }
 
-/* The message's logprobs so far as a JSON array (NULL on OOM). */
-static json_t *logprobs_array(const ifd__resp_stream_t *r)
-{
-    ifd_buf_t b = IFD_BUF_INIT;
-    json_t *a = NULL;
-    if (!ifd_buf_printf(&b, "[%s]", r->logprobs.p ? r->logprobs.p : ""))
-        a = json_loads(b.data, 0, NULL);
-    ifd_buf_free(&b);
-    return a;
-}
-
 static int close_message(ifd_oai_stream_t *s, ifd_buf_t *out)
 {
     ifd__resp_stream_t *r = s->resp;
@@ -745,19 +736,19 @@ static int close_message(ifd_oai_stream_t *s, ifd_buf_t *out)
     int bad = 0;
     json_t *ev = text_ref(s, &bad);
     ifd__oai_oset(ev, "text", ifd__oai_jstr(t, r->text.len), &bad);
-    ifd__oai_oset(ev, "logprobs", logprobs_array(r), &bad);
+    ifd__oai_oset(ev, "logprobs", abuf_array(&r->logprobs), &bad);
     int rc = event(s, out, "response.output_text.done", ev, bad);
     if (!rc) {
         bad = 0;
         ev = text_ref(s, &bad);
-        ifd__oai_oset(ev, "part", text_part(t, r->text.len, logprobs_array(r), &bad), &bad);
+        ifd__oai_oset(ev, "part", text_part(t, r->text.len, abuf_array(&r->logprobs), &bad), &bad);
         rc = event(s, out, "response.content_part.done", ev, bad);
     }
     json_t *item = NULL;
     if (!rc) {
         bad = 0;
         json_t *content = json_array();
-        ifd__oai_aadd(content, text_part(t, r->text.len, logprobs_array(r), &bad), &bad);
+        ifd__oai_aadd(content, text_part(t, r->text.len, abuf_array(&r->logprobs), &bad), &bad);
         item = message_item(&s->meta, "completed", content, &bad);
         ev = json_object();
         ifd__oai_oset(ev, "output_index", json_integer(r->msg_index), &bad);
@@ -767,7 +758,7 @@ static int close_message(ifd_oai_stream_t *s, ifd_buf_t *out)
             json_decref(ev);
     }
     if (!rc)
-        rc = add_item_json(r, item);
+        rc = abuf_add_json(r->a, &r->items, item);
     json_decref(item);
     if (!rc)
         r->msg_open = false;
@@ -784,13 +775,9 @@ int ifd__resp_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_ch
     json_t *lp = c->has_logprobs ? ifd__oai_logprob_items(c->logprobs, c->n_logprobs, &bad)
                                  : json_array();
     /* keep the logprob items for the done events */
-    for (size_t i = 0; !bad && i < json_array_size(lp); i++) {
-        char *d = json_dumps(json_array_get(lp, i), JSON_COMPACT | JSON_REAL_PRECISION(9));
-        if (!d || (r->logprobs.len && abuf_add(r->a, &r->logprobs, ",", 1)) ||
-            abuf_add(r->a, &r->logprobs, d, strlen(d)))
+    for (size_t i = 0; !bad && i < json_array_size(lp); i++)
+        if (abuf_add_json(r->a, &r->logprobs, json_array_get(lp, i)))
             bad++;
-        free(d);
-    }
     json_t *ev = text_ref(s, &bad);
     ifd__oai_oset(ev, "delta", ifd__oai_jstr(c->text, c->text_len), &bad);
     ifd__oai_oset(ev, "logprobs", lp, &bad);
@@ -837,7 +824,7 @@ int ifd__resp_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_o
         ifd__oai_oset(ev, "item", json_incref(item), &bad);
         rc = event(s, out, "response.output_item.done", ev, bad);
         if (!rc)
-            rc = add_item_json(r, item);
+            rc = abuf_add_json(r->a, &r->items, item);
         json_decref(item);
     }
     return rc;
@@ -864,8 +851,8 @@ int ifd__resp_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usag
     const char *status = r->status ? r->status : "completed";
     int bad = 0;
     json_t *ev = json_object();
-    ifd__oai_oset(ev, "response", response_obj(&s->meta, status, items_array(r), usage, &bad),
-                  &bad);
+    ifd__oai_oset(ev, "response",
+                  response_obj(&s->meta, status, abuf_array(&r->items), usage, &bad), &bad);
     return event(s, out, strcmp(status, "incomplete") ? "response.completed"
                                                       : "response.incomplete",
                  ev, bad);
@@ -888,7 +875,7 @@ int ifd__resp_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_err
     if (rc)
         return rc;
     bad = 0;
-    json_t *resp = response_obj(&s->meta, "failed", items_array(s->resp), NULL, &bad);
+    json_t *resp = response_obj(&s->meta, "failed", abuf_array(&s->resp->items), NULL, &bad);
     json_t *re = json_object();
     ifd__oai_oset(re, "code", json_string(e->code[0] ? e->code : "server_error"), &bad);
     ifd__oai_oset(re, "message", ifd__oai_jstr(e->message, strlen(e->message)), &bad);
