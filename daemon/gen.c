@@ -1240,15 +1240,17 @@ static void ifd__start(ifd_gen_t *g)
 /* ---- entry ------------------------------------------------------------------------------- */
 
 /* generation_config.json's sampling defaults for what the request leaves
- * out, unless the generation_config setting is off (docs/models.md). */
-static void ifd__model_sampling_defaults(const ifd_api_t *api, ifd_oai_request_t *rq)
+ * out, unless the generation_config setting is off (docs/models.md); a
+ * Response echoes the values in force. 0 or IFD_ENOMEM. */
+static int ifd__model_sampling_defaults(const ifd_api_t *api, ifd_arena_t *a,
+                                        ifd_oai_request_t *rq)
 {
     if (!api->mcfg || !api->mcfg->gen.present || !api->cfg->generation_config)
-        return;
+        return 0;
     const ifd_gen_defaults_t *m = &api->mcfg->gen;
     ifd_oai_sampling_defaults_t d = {m->temperature, m->top_p, m->min_p, m->repetition_penalty,
                                      m->top_k};
-    ifd_oai_apply_sampling_defaults(rq, &d);
+    return ifd_responses_echo_defaults(a, rq, ifd_oai_apply_sampling_defaults(rq, &d));
 }
 
 void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r,
@@ -1287,7 +1289,10 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
         return;
     }
     ifd_oai_request_t *rq = &g->req;
-    ifd__model_sampling_defaults(api, rq);
+    if (ifd__model_sampling_defaults(api, &g->arena, rq)) {
+        ifd__reject(g, 500, NULL, NULL, "Out of memory.");
+        return;
+    }
     g->n_prompts = g->kind == IFD_OAI_CHAT ? 1 : rq->n_prompts;
     if (rq->model && strcmp(rq->model, api->model_id) != 0 &&
         strcmp(rq->model, api->model_path) != 0) {

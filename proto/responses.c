@@ -347,6 +347,30 @@ static json_t *echo_obj(const json_t *o)
     return e;
 }
 
+int ifd_responses_echo_defaults(ifd_arena_t *a, ifd_oai_request_t *r, uint32_t set)
+{
+    if (!r->responses_echo || !(set & (IFD_OAI_GIVEN_TEMPERATURE | IFD_OAI_GIVEN_TOP_P)))
+        return 0;
+    json_t *e = json_loads(r->responses_echo, 0, NULL);
+    /* the float in force, printed as its shortest decimal (0.6f → 0.6) */
+    char t[32], p[32];
+    snprintf(t, sizeof t, "%.7g", (double)r->temperature);
+    snprintf(p, sizeof p, "%.7g", (double)r->top_p);
+    int bad = !e;
+    if (e && (set & IFD_OAI_GIVEN_TEMPERATURE))
+        bad |= json_object_set_new(e, "temperature", json_real(strtod(t, NULL)));
+    if (e && (set & IFD_OAI_GIVEN_TOP_P))
+        bad |= json_object_set_new(e, "top_p", json_real(strtod(p, NULL)));
+    char *d = bad ? NULL : json_dumps(e, JSON_COMPACT);
+    char *copy = d ? ifd_arena_strdup(a, d) : NULL;
+    free(d);
+    json_decref(e);
+    if (!copy)
+        return IFD_ENOMEM;
+    r->responses_echo = copy;
+    return 0;
+}
+
 static bool empty_or_nulls(const json_t *v)
 {
     if (!json_is_object(v))

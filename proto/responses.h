@@ -50,4 +50,12 @@
 int ifd_responses_parse(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                         ifd_oai_error_t *err);
 
+/* After ifd_oai_apply_sampling_defaults returned `set` for a request that
+ * ifd_responses_parse filled: the Response's echoed temperature and top_p
+ * become the values in force (the model's defaults, as vLLM's Response
+ * reports its sampling parameters) instead of OpenAI's 1.0. A no-op without
+ * responses_echo or when neither bit is set. 0, or IFD_ENOMEM (the echo is
+ * then unchanged). */
+int ifd_responses_echo_defaults(ifd_arena_t *a, ifd_oai_request_t *r, uint32_t set);
+
 #endif

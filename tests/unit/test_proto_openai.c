@@ -1516,6 +1516,43 @@ START_TEST(test_responses_object)
 }
 END_TEST
 
+/* generation_config defaults on a Response: the echo shows the values in
+ * force, field by field; the Response JSON prints them as given (0.6, not
+ * 0.60000002). */
+START_TEST(test_responses_echo_defaults)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const ifd_oai_sampling_defaults_t d = {0.6f, 0.9f, -1.0f, -1.0f, -1};
+    const char *body = "{\"input\":\"hi\",\"temperature\":0.25}";
+    ck_assert_int_eq(ifd_responses_parse(&a, body, strlen(body), &r, &e), 0);
+    const uint32_t set = ifd_oai_apply_sampling_defaults(&r, &d);
+    ck_assert_uint_eq(set, IFD_OAI_GIVEN_TOP_P);
+    ck_assert_int_eq(ifd_responses_echo_defaults(&a, &r, set), 0);
+    ifd_oai_meta_t m = k_resp_meta;
+    m.responses_echo = r.responses_echo;
+    ifd_oai_choice_t c = {.text = "Ok", .text_len = 2, .finish_reason = "stop"};
+    ifd_oai_usage_t u = {3, 1, 0};
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_response_json(&b, &m, &c, 1, &u), 0);
+    ck_assert_msg(strstr(b.data, "\"top_p\":0.9,") || strstr(b.data, "\"top_p\":0.9}"), "%s",
+                  b.data);
+    json_t *j = load(b.data, b.len);
+    ck_assert(jnum(j, "temperature") == 0.25); /* the request's own value */
+    ck_assert(jnum(j, "top_p") == 0.9);        /* the model's default */
+    json_decref(j);
+    /* nothing set: the echo is untouched (OpenAI's 1.0) */
+    ck_assert_int_eq(ifd_responses_parse(&a, "{\"input\":\"x\"}", 13, &r, &e), 0);
+    const char *before = r.responses_echo;
+    ck_assert_int_eq(ifd_responses_echo_defaults(&a, &r, 0), 0);
+    ck_assert_ptr_eq(r.responses_echo, before);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
 /* The events of a stream: [{"event": name, "data": object}]. */
 static json_t *sse_events(const ifd_buf_t *b)
 {
@@ -1688,6 +1725,7 @@ int main(void)
     tcase_add_test(tc, test_tool_call_response);
     tcase_add_test(tc, test_responses_parse);
     tcase_add_test(tc, test_responses_object);
+    tcase_add_test(tc, test_responses_echo_defaults);
     tcase_add_test(tc, test_responses_stream);
     tcase_add_test(tc, test_continuous_usage_and_min_tokens);
     suite_add_tcase(s, tc);
