@@ -304,6 +304,7 @@ int ifd_config_copy(ifd_config_t *dst, const ifd_config_t *src)
 void ifd_config_cli_free(ifd_config_cli_t *cli)
 {
     free(cli->config_file);
+    free(cli->inspect);
     for (int i = 0; i < cli->argc; i++)
         free(cli->argv[i]);
     free(cli->argv);
@@ -515,15 +516,22 @@ int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char 
             cli->version = true;
         } else if (!strcmp(a, "--print-config")) {
             cli->print_config = true;
-        } else if (!strcmp(a, "--config") || !strncmp(a, "--config=", 9)) {
-            const char *v = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v) {
-                ifd__err(err, errlen, "option '--config' needs a value");
+        } else if (!strcmp(a, "--json")) {
+            cli->json = true;
+        } else if (!strcmp(a, "--config") || !strncmp(a, "--config=", 9) ||
+                   !strcmp(a, "--inspect") || !strncmp(a, "--inspect=", 10)) {
+            /* the two options with a value that are not settings */
+            const bool cfg = !strncmp(a, "--config", 8);
+            const size_t n = cfg ? 8 : 9;
+            const char *v = a[n] == '=' ? a + n + 1 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v || !*v) {
+                ifd__err(err, errlen, "option '%.*s' needs a value", (int)n, a);
                 rc = IFD_EINVAL;
                 goto fail;
             }
-            free(cli->config_file);
-            if (!(cli->config_file = strdup(v))) {
+            char **dst = cfg ? &cli->config_file : &cli->inspect;
+            free(*dst);
+            if (!(*dst = strdup(v))) {
                 rc = IFD_ENOMEM;
                 goto fail;
             }
@@ -550,7 +558,13 @@ int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char 
             goto fail;
         }
     }
-    if (cli->help || cli->version)
+    if (cli->json && !cli->inspect && !cli->help && !cli->version) {
+        ifd__err(err, errlen, "option '--json' needs '--inspect PATH'");
+        rc = IFD_EINVAL;
+        goto fail;
+    }
+    /* these need no settings (and no --model) */
+    if (cli->help || cli->version || cli->inspect)
         return ifd_config_init(c);
     if ((rc = ifd__build(c, cli, err, errlen)))
         goto fail;
@@ -627,6 +641,10 @@ void ifd_config_usage(FILE *f)
                "\n"
                "  --config FILE          JSON file with any of the settings below (flags win)\n"
                "  --print-config         print the effective settings as JSON and exit\n"
+               "  --inspect PATH         print a GGUF file's or Hugging Face directory's format,\n"
+               "                         architecture, config, tokenizer and tensors, and exit\n"
+               "                         (the report of inferd-worker --inspect; no --model)\n"
+               "  --json                 with --inspect: one JSON object\n"
                "  -h, --help             this help\n"
                "  -V, --version          print the version\n"
                "\n"

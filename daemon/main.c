@@ -27,6 +27,7 @@
 #include "gpu.h"
 #include "model_source.h"
 #include "http.h"
+#include "inspect.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
@@ -857,6 +858,8 @@ int main(int argc, char **argv)
         ifd_config_usage(stdout);
     } else if (d->cli.version) {
         printf("inferd %s\n", IFD_VERSION);
+    } else if (d->cli.inspect) {
+        code = ifd_inspect_file(stdout, stderr, d->cli.inspect, d->cli.json) == 0 ? 0 : 1;
     } else if (d->cli.print_config) {
         code = ifd_config_print_json(&d->cfg, stdout) ? 1 : 0;
     } else {

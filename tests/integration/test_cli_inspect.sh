@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_cli_inspect.sh WORKER INFER INFERD — the binaries' --help/--version,
-# and `--inspect` / `infer inspect` on the default model, text and JSON.
+# and `--inspect` (inferd-worker, inferd) / `infer inspect` on the default model, text and
+# JSON.
 # Skips (exit 77) loudly when the default model is absent.
 set -euo pipefail
 worker=$1 infer=$2 inferd=$3
@@ -29,6 +30,9 @@ for want in "architecture:   llama" "block_count            30" "embedding_lengt
     grep -qF "$want" <<<"$text" || fail "inspect text lacks '$want'"
 done
 [ "$("$infer" inspect "$model")" == "$text" ] || fail "infer inspect differs from inferd-worker --inspect"
+[ "$("$inferd" --inspect "$model")" == "$text" ] || fail "inferd --inspect differs from inferd-worker --inspect"
+[ "$("$inferd" --inspect "$model" --json)" == "$("$worker" --inspect "$model" --json)" ] ||
+    fail "inferd --inspect --json differs from inferd-worker --inspect --json"
 
 py=${INFERD_PYTHON:-python3}
 "$worker" --inspect "$model" --json | "$py" -c '

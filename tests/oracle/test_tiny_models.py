@@ -26,9 +26,15 @@ llama.cpp's converter does. Then, for each:
     tensor);
   * --inspect DIR --json reports format, architecture and source, the chat template from
     tokenizer_config.json and generation_config.json's eos ids among the stop tokens;
-  * with --inferd: the daemon serves the Qwen 3 directory (`--model DIR`), applies its
-    generation_config.json sampling defaults (not with --no-generation-config): /v1/models lists
-    it and a chat completion, rendered with the directory's ChatML template, succeeds.
+  * with --inferd: the daemon serves every architecture (SERVE) from each of its formats
+    (`--model DIR`, `--model FILE.gguf`; one daemon per model, all started at once): /v1/models shows its
+    id, architecture, format and source; a greedy completion on the prompt's token ids and
+    a greedy chat completion (the model's ChatML template; the prompt tokenized here with
+    the `tokenizers` package) give the oracle's greedy tokens for the same prompt (the
+    chat's as ids, from its logprobs' bytes; both as text); the Qwen 3 directory applies
+    its generation_config.json sampling defaults, field by field, until
+    `generation_config: false` is reloaded (SIGHUP);
+  * `inferd --inspect DIR --json` prints what `inferd-worker --inspect DIR --json` does.
 
 Exit 0 on success, 1 on a failure, 77 ("SKIPPED: why") without numpy/gguf/tokenizers, the
 shared vocabulary or the worker.
@@ -42,7 +48,9 @@ import argparse
 import http.client
 import json
 import os
+import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -103,9 +111,22 @@ def rel_l2(a, b):
     return float(np.max(np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)))
 
 
+_ORACLES: dict = {}
+
+
+def oracle(path):
+    """The oracle of a model, loaded once."""
+    if path not in _ORACLES:
+        _ORACLES[path] = llama_oracle.LlamaOracle(path)
+    return _ORACLES[path]
+
+
 def oracle_rows(path, tokens):
-    m = llama_oracle.LlamaOracle(path)
-    return m.score(PROMPT + tokens[:-1])
+    return oracle(path).score(PROMPT + tokens[:-1])
+
+
+# name -> the oracle's greedy tokens after PROMPT (the argmax of its rows), for serve_test
+GREEDY: dict = {}
 
 
 def fails_with(worker, model, needles, what):
@@ -205,9 +226,22 @@ def corruption_tests(worker, root, base):
     fails_with(worker, d, [d, "config.json"], "directory without config.json")
 
 
-def inspect_test(worker, path):
+def inspect_test(worker, path, inferd=None):
     p = subprocess.run([worker, "--inspect", path, "--json"], capture_output=True, text=True,
                        timeout=120)
+    if inferd:   # the daemon binary prints the same report, text and JSON
+        for extra in (["--json"], []):
+            d = subprocess.run([inferd, "--inspect", path, *extra], capture_output=True,
+                               text=True, timeout=120)
+            w = p if extra else subprocess.run([worker, "--inspect", path], capture_output=True,
+                                               text=True, timeout=120)
+            check(d.returncode == 0 and w.returncode == 0 and d.stdout == w.stdout and d.stdout,
+                  f"inferd --inspect DIR {' '.join(extra)}: the worker's report "
+                  f"(exit {d.returncode}, {len(d.stdout)} vs {len(w.stdout)} bytes)")
+        d = subprocess.run([inferd, "--inspect", path + ".missing"], capture_output=True,
+                           text=True, timeout=120)
+        check(d.returncode == 1 and path + ".missing" in d.stderr,
+              f"inferd --inspect on a missing path: exit {d.returncode}, {d.stderr.strip()}")
     try:
         r = json.loads(p.stdout)
     except ValueError:
@@ -254,31 +288,30 @@ def _http(sock, method, url, body=None):
     return r.status, json.loads(data or b"null")
 
 
-def _start_daemon(inferd, model, root, extra=()):
-    """Starts inferd on the directory; returns (process, socket, log) once /v1/models answers."""
-    sock = os.path.join(root, "inferd.sock")
-    log = open(os.path.join(root, "inferd.log"), "a")
+def _spawn_daemon(inferd, model, sockdir, extra=()):
+    """Starts inferd on a model (not waiting); returns (process, socket, log)."""
+    os.makedirs(sockdir, exist_ok=True)
+    sock = os.path.join(sockdir, "inferd.sock")
+    log = open(os.path.join(sockdir, "inferd.log"), "a")
     p = subprocess.Popen([inferd, "--model", model, "--socket", sock, "--kv-budget", "32M",
-                          "--workers", "1", *extra], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 120
+                          "--workers", "1", "--threads", "1", *extra],
+                         stdout=log, stderr=subprocess.STDOUT)
+    return p, sock, log
+
+
+def _wait_ready(p, sock, timeout=120):
+    """True once /v1/models lists the model, False if the daemon exits or times out.
+    (The worker may still be loading: the first request then waits for it.)"""
+    deadline = time.time() + timeout
     while time.time() < deadline and p.poll() is None:
         try:
             st, r = _http(sock, "GET", "/v1/models")
             if st == 200 and r["data"]:
-                break
+                return True
         except (OSError, http.client.HTTPException, ValueError):
             pass
-        time.sleep(0.2)
-    return p, sock, log
-
-
-def _stop_daemon(p, log):
-    p.terminate()
-    try:
-        p.wait(30)
-    except subprocess.TimeoutExpired:
-        p.kill()
-    log.close()
+        time.sleep(0.05)
+    return False
 
 
 # A seeded sampled completion: the same tokens exactly when the sampling parameters are equal.
@@ -291,49 +324,148 @@ def _sample(sock, **params):
     return r["choices"][0]["text"]
 
 
-def daemon_test(inferd, model, root):
-    """inferd --model DIR serves the directory; generation_config.json's sampling defaults
-    (temperature 0.7, top_p 0.9, top_k 20) apply to requests that leave them out, unless
-    --no-generation-config."""
-    plain = None
-    p, sock, log = _start_daemon(inferd, model, root)
+def generation_config_test(p, sock, cfg_file):
+    """generation_config.json's sampling defaults (temperature 0.7, top_p 0.9, top_k 20)
+    apply to requests that leave them out, field by field; `generation_config: false` in
+    the daemon's config file, reloaded by SIGHUP, gives OpenAI's defaults back."""
+    dflt = _sample(sock)
+    model_params = _sample(sock, temperature=0.7, top_p=0.9, top_k=20)
+    plain = _sample(sock, temperature=1.0, top_p=1.0, top_k=0)
+    check(dflt == model_params and dflt != plain,
+          "daemon: generation_config.json's temperature/top_p/top_k are the request "
+          f"defaults ({dflt!r} vs the same given {model_params!r}, plain {plain!r})")
+    check(_sample(sock, temperature=1.0) == _sample(sock, temperature=1.0, top_p=0.9, top_k=20),
+          "daemon: a field the request sets wins; the others still default to the model's")
+    with open(cfg_file, "w") as f:
+        json.dump({"generation_config": False}, f)
+    p.send_signal(signal.SIGHUP)
+    deadline, got = time.time() + 10, None
+    while time.time() < deadline and got != plain:
+        time.sleep(0.05)
+        got = _sample(sock)
+    check(got == plain, "daemon: generation_config false (SIGHUP reload): requests keep "
+                        f"OpenAI's defaults ({got!r})")
+
+
+SERVE_N = N_GEN                  # greedy tokens per request through the daemon
+CHAT = [{"role": "user", "content": "Hello there"}]
+# the architectures (and the multimodal Gemma 3 layout) the daemon serves in the test;
+# llama_tied and qwen2_swa differ from these in what the worker's oracle test covers
+SERVE = ["llama", "mistral", "qwen2", "qwen3", "gemma3", "gemma3_mm"]
+
+
+class _Detok:
+    """Token id <-> bytes of the tiny models' vocabulary (GPT-2 byte-level BPE + the
+    ChatML tokens), independent of inferd: the reference text and the ids behind the
+    chat logprobs' `bytes`."""
+
+    def __init__(self):
+        tokens, types, _ = tiny_models.load_vocab()
+        inv = llama_oracle._unicode_to_byte()
+        self.special = {i for i, t in enumerate(types) if t == 3}
+        self.bytes = [t.encode() if i in self.special else
+                      b"".join(bytes([inv[c]]) if c in inv else c.encode() for c in t)
+                      for i, t in enumerate(tokens)]
+        self.ids = {b: i for i, b in enumerate(self.bytes)}
+
+    def text(self, ids):   # skip_special_tokens, as the daemon always does
+        b = b"".join(self.bytes[t] for t in ids if t not in self.special)
+        return b.decode("utf-8", errors="replace")
+
+
+def _serve_checks(sock, name, fmt, path, ref, detok):
+    """One model through the daemon: /v1/models, a greedy completion on token ids and a
+    greedy chat completion, against the oracle's greedy tokens for the same prompts."""
+    what = f"{name} ({fmt})"
+    st, r = _http(sock, "GET", "/v1/models")
+    m = r["data"][0]
+    mid = os.path.basename(path)[:-5] if fmt == "gguf" else os.path.basename(path)
+    check(st == 200 and m["id"] == mid and m["root"] == os.path.realpath(path) and
+          m.get("architecture") == ref["arch"] and m.get("format") == fmt,
+          f"{what}: /v1/models shows id, architecture, format and source "
+          f"({m.get('id')}, {m.get('architecture')}, {m.get('format')}, {m.get('root')})")
+    st, r = _http(sock, "POST", "/v1/completions",
+                  {"prompt": PROMPT, "max_tokens": SERVE_N, "temperature": 0,
+                   "ignore_eos": True})
+    want = detok.text(ref["completion"])
+    got = r["choices"][0]["text"] if st == 200 else r
+    check(st == 200 and got == want and r["usage"]["prompt_tokens"] == len(PROMPT) and
+          r["usage"]["completion_tokens"] == SERVE_N,
+          f"{what}: greedy completion = the oracle's {ref['completion']} ({got!r})")
+    st, r = _http(sock, "POST", "/v1/chat/completions",
+                  {"messages": CHAT, "max_tokens": SERVE_N, "temperature": 0,
+                   "ignore_eos": True, "logprobs": True})
+    if st != 200:
+        check(False, f"{what}: chat completion: HTTP {st}: {r}")
+        return
+    c = r["choices"][0]
+    ids = [detok.ids.get(bytes(e["bytes"]), -1) for e in c["logprobs"]["content"]]
+    check(ids == ref["chat"] and c["message"]["content"] == detok.text(ref["chat"]) and
+          r["usage"]["prompt_tokens"] == len(ref["chat_prompt"]),
+          f"{what}: greedy chat completion = the oracle's {ref['chat']} (got {ids}, "
+          f"{r['usage']['prompt_tokens']} prompt tokens, want {len(ref['chat_prompt'])})")
+
+
+def serve_test(inferd, root, names):
+    """Every architecture, from each format it has, served by the daemon (`--model DIR`,
+    `--model FILE.gguf`). The daemons start all at once (their start-up overlaps with each
+    other and with the oracle), then are checked one by one and stopped together. The Qwen
+    3 directory's also checks the generation_config.json defaults and their switch."""
+    from tokenizers import Tokenizer
+    t0 = time.time()
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = ru.ru_utime + ru.ru_stime
+    cases = []
+    for name in (n for n in SERVE if n in names):
+        hf = os.path.join(root, name)
+        cases.append((name, "hf", hf))
+        if tiny_models.VARIANTS[name]["gguf"]:
+            cases.append((name, "gguf", hf + ".gguf"))
+    cfg_file = os.path.join(root, "inferd.json")
+    with open(cfg_file, "w") as f:
+        json.dump({"generation_config": True}, f)
+    started = [_spawn_daemon(inferd, path, os.path.join(root, f"serve{i}"),
+                             ("--config", cfg_file) if (name, fmt) == ("qwen3", "hf") else ())
+               for i, (name, fmt, path) in enumerate(cases)]
+    detok = _Detok()
+    chat_text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n"
+                        for m in CHAT) + "<|im_start|>assistant\n"
+    refs = {}
     try:
-        st, r = _http(sock, "GET", "/v1/models")
-        m = r["data"][0]
-        check(st == 200 and m["id"] == os.path.basename(model) and
-              m["root"] == os.path.realpath(model) and m.get("architecture") == "qwen3" and
-              m.get("format") == "hf",
-              f"daemon: /v1/models lists the directory with architecture and format ({st}, {m})")
-        st, r = _http(sock, "POST", "/v1/chat/completions",
-                      {"messages": [{"role": "user", "content": "Hello there"}],
-                       "max_tokens": 4})
-        # ChatML from tokenizer_config.json: <|im_start|> user \n Hello there <|im_end|> \n
-        # <|im_start|> assistant \n = 11 tokens with this vocabulary
-        ok = st == 200 and r["usage"]["completion_tokens"] >= 1 and \
-            r["usage"]["prompt_tokens"] == 11
-        check(ok, f"daemon: chat completion from the HF directory ({st}, "
-                  f"usage {r.get('usage') if isinstance(r, dict) else r})")
-        dflt = _sample(sock)
-        model_params = _sample(sock, temperature=0.7, top_p=0.9, top_k=20)
-        plain = _sample(sock, temperature=1.0, top_p=1.0, top_k=0)
-        check(dflt == model_params and dflt != plain,
-              "daemon: generation_config.json's temperature/top_p/top_k are the request "
-              f"defaults ({dflt!r} vs the same given {model_params!r}, plain {plain!r})")
-        check(_sample(sock, temperature=1.0) == _sample(sock, temperature=1.0, top_p=0.9,
-                                                         top_k=20),
-              "daemon: a field the request sets wins; the others still default to the model's")
-    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError) as e:
-        check(False, f"daemon: {e}; log in {log.name}")
+        for (name, fmt, path), (p, sock, log) in zip(cases, started):
+            if name not in refs:   # the oracle's greedy tokens, on the HF weights
+                hf = os.path.join(root, name)
+                # the chat prompt as the ChatML template renders it, tokenized here
+                chat_ids = Tokenizer.from_file(os.path.join(hf, "tokenizer.json")).encode(
+                    chat_text, add_special_tokens=False).ids
+                cls = tiny_models.VARIANTS[name]["cls"]
+                refs[name] = {"arch": tiny_models.GGUF_ARCH.get(cls, "gemma3"),
+                              "completion": GREEDY[name], "chat_prompt": chat_ids,
+                              "chat": oracle(hf).generate(chat_ids, SERVE_N).tokens}
+            try:
+                if not _wait_ready(p, sock):
+                    check(False, f"{name} ({fmt}): the daemon did not start; log {log.name}")
+                    continue
+                _serve_checks(sock, name, fmt, path, refs[name], detok)
+                if (name, fmt) == ("qwen3", "hf"):
+                    # Qwen 3: its random next-token distributions are flat (Qwen 2's tied
+                    # ones are peaked), so sampling settings show in the tokens
+                    generation_config_test(p, sock, cfg_file)
+            except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError,
+                    TypeError) as e:
+                check(False, f"{name} ({fmt}) through the daemon: {e!r}; log {log.name}")
     finally:
-        _stop_daemon(p, log)
-    p, sock, log = _start_daemon(inferd, model, root, ["--no-generation-config"])
-    try:
-        check(plain is not None and _sample(sock) == plain,
-              "daemon --no-generation-config: requests keep OpenAI's defaults")
-    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError) as e:
-        check(False, f"daemon --no-generation-config: {e}; log in {log.name}")
-    finally:
-        _stop_daemon(p, log)
+        for p, _, _ in started:
+            p.terminate()
+        for p, _, log in started:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            log.close()
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"serve: {len(cases)} daemons in {time.time() - t0:.1f} s, "
+          f"{ru.ru_utime + ru.ru_stime - cpu0:.1f} s of their CPU", flush=True)
 
 
 def main() -> int:
@@ -358,7 +490,9 @@ def main() -> int:
             v = tiny_models.VARIANTS[name]
             hf = os.path.join(root, name)
             tok_hf, lg_hf = run_worker(a.worker, hf)
-            e = rel_l2(lg_hf, oracle_rows(hf, tok_hf))
+            rows = oracle_rows(hf, tok_hf)
+            GREEDY[name] = [int(t) for t in np.argmax(rows[len(PROMPT) - 1:], axis=1)]
+            e = rel_l2(lg_hf, rows)
             check(e <= a.tol, f"{name}: HF directory vs oracle, max rel-L2 {e:.2e}")
             if not v["gguf"]:
                 continue
@@ -398,11 +532,9 @@ def main() -> int:
                   "llama: three shards and one file give identical logits")
             corruption_tests(a.worker, root, "llama")
         if not a.only or "qwen2" in a.only:
-            inspect_test(a.worker, os.path.join(root, "qwen2"))
-        # Qwen 3: its random next-token distributions are flat (Qwen 2's tied ones are
-        # peaked), so sampling settings show in the tokens
-        if a.inferd and (not a.only or "qwen3" in a.only):
-            daemon_test(a.inferd, os.path.join(root, "qwen3"), root)
+            inspect_test(a.worker, os.path.join(root, "qwen2"), a.inferd)
+        if a.inferd:
+            serve_test(a.inferd, root, names)
     except RuntimeError as e:
         check(False, str(e))
     finally:

@@ -4,7 +4,8 @@
  * ranges, the JSON file (unknown keys and wrong types refused), flags over
  * the file, reload of reloadable keys only; the number type
  * (gpu_memory_fraction) and the GPU list (daemon/gpu.h); and the metrics
- * exposition (daemon/metrics.h).
+ * exposition (daemon/metrics.h); --inspect PATH [--json], which needs no
+ * settings.
  */
 #include "testutil.h"
 
@@ -83,6 +84,33 @@ START_TEST(test_bad_flags)
     ck_assert_int_eq(parse(&c, &cli, err, 2, "--kv-budget", "12Q"), IFD_EINVAL);
     ck_assert_int_eq(parse(&c, &cli, err, 1, "--workers"), IFD_EINVAL);
     ck_assert_int_eq(parse(&c, &cli, err, 1, "stray"), IFD_EINVAL);
+}
+END_TEST
+
+START_TEST(test_inspect_flag)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    /* no --model needed; --json only with --inspect; both spellings of the value */
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--inspect", "dir/m"), 0);
+    ck_assert_str_eq(cli.inspect, "dir/m");
+    ck_assert(!cli.json);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--json", "--inspect=x.gguf"), 0);
+    ck_assert_str_eq(cli.inspect, "x.gguf");
+    ck_assert(cli.json);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 1, "--inspect"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--inspect"));
+    ck_assert_int_eq(parse(&c, &cli, err, 1, "--inspect="), IFD_EINVAL);
+    ck_assert_int_eq(parse(&c, &cli, err, 3, "--model", "m.gguf", "--json"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--json"));
+    /* --config keeps working beside it */
+    ck_assert_int_eq(parse(&c, &cli, err, 1, "--config"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--config"));
 }
 END_TEST
 
@@ -292,6 +320,7 @@ int main(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_defaults_and_flags);
     tcase_add_test(tc, test_bad_flags);
+    tcase_add_test(tc, test_inspect_flag);
     tcase_add_test(tc, test_gpu_settings);
     tcase_add_test(tc, test_file_precedence_and_errors);
     tcase_add_test(tc, test_metrics_render);
