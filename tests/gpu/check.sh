@@ -305,9 +305,12 @@ if [ $MODE = device ]; then
     fi
     CUDA_ARCH=${CUDA_ARCH:-80 90}
 fi
-GENCODE=""
+GENCODE="" ARCHS_B="" # tier A's nvcc flags; tier B's CMAKE_CUDA_ARCHITECTURES (this GPU only)
 for a in ${CUDA_ARCH:-}; do
-    for x in ${a//,/ }; do GENCODE="$GENCODE -gencode arch=compute_$x,code=sm_$x"; done
+    for x in ${a//,/ }; do
+        GENCODE="$GENCODE -gencode arch=compute_$x,code=sm_$x"
+        ARCHS_B="${ARCHS_B:+$ARCHS_B;}$x-real"
+    done
 done
 mkdir -p "$B/poison/systemd" "$B/poison/editline"
 for h in "${POISON[@]}"; do
@@ -396,7 +399,8 @@ EOF
         export PKG_CONFIG_LIBDIR="$lib/pkgconfig:$DEPS/usr/share/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$DEPS"
         timeout -k 5 "$lim" cmake -S "$ROOT" -B "$CB" -G Ninja -DCMAKE_BUILD_TYPE=Release \
             -DINFERD_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" -DPKG_CONFIG_EXECUTABLE="$B/pkgconf" \
-            -DCMAKE_PREFIX_PATH="$DEPS/usr" -DCMAKE_BUILD_RPATH="$lib" || exit 1
+            -DCMAKE_PREFIX_PATH="$DEPS/usr" -DCMAKE_BUILD_RPATH="$lib" \
+            ${ARCHS_B:+"-DCMAKE_CUDA_ARCHITECTURES=$ARCHS_B"} || exit 1
         gpu=""
         for t in $(ctest --test-dir "$CB" -N -L '^gpu$' | sed -n 's/^ *Test *#[0-9]*: //p'); do
             case " ${TESTS_A[*]} " in *" $t "*) continue ;; esac
