@@ -287,7 +287,7 @@ int main(int argc, char **argv)
             ep.max_batched_tokens = budget > conc ? budget : conc;
             ep.prefill_cap = cap;
             ep.step_ratio = step_ratio;
-            ifd_engine_callbacks_t cb = {&cnt, on_token, on_finish};
+            ifd_engine_callbacks_t cb = {&cnt, on_token, on_finish, NULL};
             ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0, 0, NULL};
             if (!cfg)
                 em = sim;

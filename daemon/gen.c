@@ -17,6 +17,13 @@
  * Tokens that end a sequence by id (EOS, end-of-turn, stop_token_ids) are
  * counted but never detokenized: their text is not part of the answer.
  *
+ * Prompt logprobs (vLLM's prompt_logprobs, completions echo + logprobs) are
+ * kept per prompt (ifd__plp_t), filled by whichever of its sequences asked:
+ * the first sample only, or — streaming echo + logprobs — every choice, so
+ * that each choice's echo chunk (prompt text and prompt logprobs) can go
+ * out when its own sequence has delivered them, which the router
+ * guarantees is before that sequence's first token.
+ *
  * Lifetime rules: the gen is freed by ifd__gen_free only — when its
  * response is complete, its client went away (and no threadpool job is
  * pending), or the daemon aborts it. Router callbacks may free it: they
@@ -39,6 +46,14 @@
 
 #define IFD__MAX_CHOICES 256
 
+/* One prompt's logprobs: positions 1 .. n of n_prompt - 1 (v), and the
+ * completions echo form over all n_prompt tokens once complete (echo_lp). */
+typedef struct {
+    ifd_oai_prompt_logprob_t *v;
+    size_t n;
+    ifd_oai_logprob_t *echo_lp;
+} ifd__plp_t;
+
 typedef struct {
     ifd_gen_t *g;
     uint32_t index;
@@ -55,7 +70,8 @@ typedef struct {
     ifd_oai_logprob_t *lp;
     size_t n_lp, cap_lp, lp_sent;
     uint64_t t_last_ns;
-    bool echoed;
+    bool echoed;       /* streaming echo + logprobs: its echo chunk is sent */
+    uint32_t plp_have; /* prompt positions its own sequence has delivered */
     /* chat with tools: the calls found in the text when it finished */
     ifd_oai_tool_call_t *calls;
     size_t n_calls;
@@ -83,6 +99,8 @@ struct ifd_gen {
     ifd_tokens_t *ptoks; /* per prompt */
     char **echo;         /* per prompt: text to echo (completions) */
     size_t *echo_len;
+    ifd__plp_t *plp;  /* per prompt, when prompt logprobs are wanted (arena) */
+    uint32_t plp_top; /* alternatives asked of the worker */
     int work_rc;
     ifd_oai_error_t work_err;
 
@@ -397,6 +415,132 @@ static bool ifd__advance(ifd__choice_t *c, bool final)
 
 /* ---- router callbacks --------------------------------------------------------------------- */
 
+/* A token's raw bytes, copied into g's arena (NULL on OOM; *len 0 for an
+ * id without text). */
+static const char *ifd__token_str(ifd_gen_t *g, int32_t id, size_t *len)
+{
+    char tmp[256];
+    int n = ifd_tokenizer_token_bytes(g->api->tok, id, 0, tmp, sizeof tmp);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof tmp)
+        n = (int)sizeof tmp;
+    *len = (size_t)n;
+    return ifd_arena_strndup(&g->arena, tmp, (size_t)n);
+}
+
+/* Completions echo + logprobs: the choice's logprobs start with the prompt's. */
+static bool ifd__echo_lp(const ifd_gen_t *g)
+{
+    return g->kind == IFD_OAI_COMPLETION && g->req.echo && g->req.logprobs;
+}
+
+/* The echo form of prompt p's logprobs (once): every prompt token, the
+ * first with none, the others with at most top_logprobs alternatives. */
+static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
+{
+    ifd__plp_t *P = &g->plp[p];
+    if (P->echo_lp)
+        return P->echo_lp;
+    const ifd_tokens_t *t = &g->ptoks[p];
+    ifd_oai_logprob_t *lp = ifd_arena_calloc(&g->arena, t->n, sizeof *lp);
+    if (!lp)
+        return NULL;
+    for (size_t i = 0; i < t->n; i++) {
+        lp[i].bytes = ifd__token_str(g, t->ids[i], &lp[i].len);
+        if (!lp[i].bytes)
+            return NULL;
+        if (i == 0 || i > P->n) {
+            lp[i].no_logprob = true;
+            continue;
+        }
+        const ifd_oai_prompt_logprob_t *e = &P->v[i - 1];
+        lp[i].logprob = e->tok.logprob;
+        size_t k = e->n_top < g->req.top_logprobs ? e->n_top : g->req.top_logprobs;
+        ifd_oai_top_logprob_t *top = k ? ifd_arena_calloc(&g->arena, k, sizeof *top) : NULL;
+        if (k && !top)
+            return NULL;
+        for (size_t j = 0; j < k; j++)
+            top[j] = (ifd_oai_top_logprob_t){e->top[j].bytes, e->top[j].len, e->top[j].logprob};
+        lp[i].top = top;
+        lp[i].n_top = k;
+    }
+    P->echo_lp = lp;
+    return lp;
+}
+
+/* Streaming completions echo: the prompt text (and, with logprobs, the
+ * prompt's logprobs) as the choice's first chunk. */
+static void ifd__send_echo(ifd__choice_t *c)
+{
+    ifd_gen_t *g = c->g;
+    if (c->echoed)
+        return;
+    c->echoed = true;
+    ifd_oai_choice_t oc;
+    memset(&oc, 0, sizeof oc);
+    oc.index = c->index;
+    oc.text = g->echo[c->prompt];
+    oc.text_len = g->echo[c->prompt] ? g->echo_len[c->prompt] : 0;
+    if (ifd__echo_lp(g)) {
+        oc.logprobs = ifd__echo_logprobs(g, c->prompt);
+        oc.has_logprobs = oc.logprobs != NULL;
+        oc.n_logprobs = oc.logprobs ? g->ptoks[c->prompt].n : 0;
+    }
+    if (oc.text_len || oc.n_logprobs)
+        ifd_oai_stream_delta(&g->stream, &g->out, &oc);
+}
+
+static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_prompt_logprobs_t *m)
+{
+    (void)s;
+    ifd__choice_t *c = owner;
+    ifd_gen_t *g = c->g;
+    if (c->done || !g->plp)
+        return;
+    ifd__plp_t *P = &g->plp[c->prompt];
+    const size_t n_prompt = g->ptoks[c->prompt].n;
+    for (uint32_t i = 0; i < m->n_entries; i++) {
+        const ifd_wire_plp_t *w = &m->entries[i];
+        size_t pos = (size_t)m->pos + i;
+        if (pos >= n_prompt)
+            break;
+        c->plp_have = (uint32_t)pos;
+        if (pos <= P->n)
+            continue; /* another sample of this prompt brought it */
+        if (pos != P->n + 1)
+            break; /* cannot happen: each sequence delivers in order from 1 */
+        ifd_oai_prompt_logprob_t *e = &P->v[pos - 1];
+        e->tok.id = w->token;
+        e->tok.logprob = w->logprob;
+        e->tok.rank = w->rank;
+        e->tok.bytes = ifd__token_str(g, w->token, &e->tok.len);
+        ifd_oai_plp_token_t *top =
+            w->n_top ? ifd_arena_calloc(&g->arena, w->n_top, sizeof *top) : NULL;
+        if (!e->tok.bytes || (w->n_top && !top)) {
+            ifd__fail(g, 500, NULL, "Out of memory for the prompt logprobs.");
+            return;
+        }
+        for (uint32_t k = 0; k < w->n_top; k++) {
+            top[k].id = w->top[k].token;
+            top[k].logprob = w->top[k].logprob;
+            top[k].rank = k + 1;
+            top[k].bytes = ifd__token_str(g, w->top[k].token, &top[k].len);
+            if (!top[k].bytes) {
+                ifd__fail(g, 500, NULL, "Out of memory for the prompt logprobs.");
+                return;
+            }
+        }
+        e->top = top;
+        e->n_top = w->n_top;
+        P->n = pos;
+    }
+    if (g->streaming && ifd__echo_lp(g) && c->plp_have + 1 == n_prompt) {
+        ifd__send_echo(c);
+        ifd__flush(g); /* may free g: nothing after */
+    }
+}
+
 static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
 {
     ifd_gen_t *g = c->g;
@@ -517,7 +661,7 @@ static void ifd__on_dispatched(void *owner, ifd_rseq_t *s)
 }
 
 static const ifd_rseq_ops_t ifd__ops = {ifd__on_token, ifd__on_error, ifd__on_finished,
-                                        ifd__on_dispatched};
+                                        ifd__on_dispatched, ifd__on_prompt_logprobs};
 
 /* ---- completion and teardown ------------------------------------------------------------ */
 
@@ -626,6 +770,31 @@ static void ifd__complete(ifd_gen_t *g)
             oc[i].has_logprobs = true;
             oc[i].logprobs = c->lp;
             oc[i].n_logprobs = c->n_lp;
+        }
+        if (g->plp && ifd__echo_lp(g)) { /* the prompt's logprobs, then the answer's */
+            const ifd_oai_logprob_t *pl = ifd__echo_logprobs(g, c->prompt);
+            size_t np = g->ptoks[c->prompt].n;
+            ifd_oai_logprob_t *all = ifd_arena_calloc(&g->arena, np + c->n_lp, sizeof *all);
+            if (!pl || !all) {
+                rc = IFD_ENOMEM;
+                break;
+            }
+            memcpy(all, pl, np * sizeof *all);
+            if (c->n_lp)
+                memcpy(all + np, c->lp, c->n_lp * sizeof *all);
+            oc[i].logprobs = all;
+            oc[i].n_logprobs = np + c->n_lp;
+        }
+        if (g->plp) { /* vLLM sets prompt_logprobs for echo + logprobs too */
+            const ifd__plp_t *P = &g->plp[c->prompt];
+            if (P->n + 1 < g->ptoks[c->prompt].n)
+                IFD_WARN("gen %s: prompt %u: %zu of %zu prompt logprobs", g->id, c->prompt, P->n,
+                         g->ptoks[c->prompt].n - 1);
+            oc[i].has_prompt_logprobs = true;
+            oc[i].prompt_logprobs = P->v;
+            oc[i].n_prompt_logprobs = P->n;
+            oc[i].prompt_top =
+                g->req.prompt_logprobs ? g->req.prompt_top_logprobs : g->req.top_logprobs;
         }
     }
     if (!rc)
@@ -1153,6 +1322,25 @@ static void ifd__start(ifd_gen_t *g)
             lb[i].bias = rq->logit_bias[i].bias;
         }
     }
+    /* prompt logprobs: storage per prompt, and the alternatives to ask for */
+    const bool want_plp = rq->prompt_logprobs || ifd__echo_lp(g);
+    const bool plp_all = want_plp && rq->stream; /* streaming echo: every choice asks */
+    if (want_plp) {
+        g->plp = ifd_arena_calloc(&g->arena, g->n_prompts, sizeof *g->plp);
+        for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
+            size_t n = g->ptoks[p].n > 1 ? g->ptoks[p].n - 1 : 1;
+            g->plp[p].v = ifd_arena_calloc(&g->arena, n, sizeof *g->plp[p].v);
+            if (!g->plp[p].v)
+                g->plp = NULL;
+        }
+        if (!g->plp) {
+            ifd__reject(g, 500, NULL, NULL, "Out of memory.");
+            return;
+        }
+        g->plp_top = rq->prompt_logprobs ? rq->prompt_top_logprobs : 0;
+        if (ifd__echo_lp(g) && rq->top_logprobs > g->plp_top)
+            g->plp_top = rq->top_logprobs;
+    }
     /* stop ids sent to the worker: chat's end-of-turn ids (EOS is the worker's own) */
     int32_t *wstop = NULL;
     size_t n_wstop = 0;
@@ -1192,6 +1380,8 @@ static void ifd__start(ifd_gen_t *g)
         sp.priority = rq->priority;
         sp.grammar = rq->grammar;
         sp.min_tokens = rq->min_tokens;
+        if (want_plp && (sample == 0 || plp_all))
+            sp.prompt_logprobs = 1 + g->plp_top;
         int rc = ifd_router_submit(api->router, &sp, &ifd__ops, c, &c->seq);
         if (rc) {
             g->in_start = false;
@@ -1221,18 +1411,11 @@ static void ifd__start(ifd_gen_t *g)
         }
         g->streaming = true;
         ifd_oai_stream_start(&g->stream, &g->out); /* chat's role chunks, response.created */
-        if (g->req.echo) {
-            for (uint32_t i = 0; i < g->n_choices; i++) {
-                ifd__choice_t *c = &g->ch[i];
-                ifd_oai_choice_t oc;
-                memset(&oc, 0, sizeof oc);
-                oc.index = c->index;
-                oc.text = g->echo[c->prompt];
-                oc.text_len = g->echo[c->prompt] ? g->echo_len[c->prompt] : 0;
-                if (oc.text_len)
-                    ifd_oai_stream_delta(&g->stream, &g->out, &oc);
-            }
-        }
+        /* the echo chunks: now, or with logprobs once the prompt's are in
+         * (ifd__on_prompt_logprobs; a one-token prompt has none to wait for) */
+        for (uint32_t i = 0; g->req.echo && i < g->n_choices; i++)
+            if (!ifd__echo_lp(g) || g->ptoks[g->ch[i].prompt].n <= 1)
+                ifd__send_echo(&g->ch[i]);
         ifd__flush(g);
     }
 }

@@ -29,6 +29,8 @@ struct ifd_rseq {
     uint32_t max_tokens;
     bool ignore_eos, use_cache;
     uint32_t min_tokens;
+    uint32_t plp;   /* prompt_logprobs as the wire has it (0 off) */
+    uint32_t n_plp; /* prompt positions 1 .. n_plp delivered to the owner */
     int32_t priority;
     char *grammar; /* NULL: unconstrained */
     const ifd_rseq_ops_t *ops;
@@ -322,6 +324,7 @@ int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rse
     s->ignore_eos = p->ignore_eos;
     s->use_cache = p->use_cache;
     s->min_tokens = p->min_tokens;
+    s->plp = p->prompt_logprobs;
     s->priority = p->priority;
     s->ops = ops;
     s->owner = owner;
@@ -456,6 +459,8 @@ static int ifd__send_add(ifd_router_t *r, ifd_rseq_t *s, int w)
     a->use_cache = s->use_cache;
     a->grammar = s->grammar;
     a->min_tokens = s->min_tokens;
+    /* a resumed sequence asks again only while some are missing */
+    a->prompt_logprobs = s->n_plp + 1 < s->n_prompt ? s->plp : 0;
     return ifd_sup_send(r->p.sup, w, &m);
 }
 
@@ -557,6 +562,33 @@ void ifd_router_on_message(ifd_router_t *r, int w, const ifd_wire_msg_t *m)
                 s->ops->on_token(s->owner, s, ev);
         }
         break;
+    case IFD_WIRE_PROMPT_LOGPROBS: {
+        const ifd_wire_prompt_logprobs_t *p = &m->u.prompt_logprobs;
+        ifd_rseq_t *s = ifd__find(r, p->id);
+        if (!s || s->worker != w || s->limbo || !s->plp)
+            break;
+        /* keep what continues the positions held; drop repeats (a
+         * resumption recomputes from 1) and anything past the prompt */
+        uint64_t first = p->pos, last = (uint64_t)p->pos + p->n_entries - 1;
+        if (last > s->n_prompt - 1)
+            last = s->n_prompt - 1;
+        if (first > (uint64_t)s->n_plp + 1) {
+            IFD_WARN("router: prompt logprobs of %llu from %u, expected %u: dropped",
+                     (unsigned long long)s->id, p->pos, s->n_plp + 1);
+            break;
+        }
+        if (last <= s->n_plp)
+            break;
+        ifd_wire_prompt_logprobs_t v = *p;
+        uint32_t skip = s->n_plp + 1 - p->pos;
+        v.pos = s->n_plp + 1;
+        v.entries = p->entries + skip;
+        v.n_entries = (uint32_t)(last - v.pos + 1);
+        s->n_plp = (uint32_t)last;
+        if (s->owner && s->ops->on_prompt_logprobs)
+            s->ops->on_prompt_logprobs(s->owner, s, &v);
+        break;
+    }
     case IFD_WIRE_ERROR: {
         ifd_rseq_t *s = ifd__find(r, m->u.error.id);
         if (s && s->worker == w && s->owner && s->ops->on_error)

@@ -51,6 +51,11 @@ typedef struct {
     void (*on_finished)(void *owner, ifd_rseq_t *s, const ifd_wire_finished_t *f);
     /* sent to a worker (the first time) */
     void (*on_dispatched)(void *owner, ifd_rseq_t *s);
+    /* prompt logprobs (params.prompt_logprobs; may be NULL): m holds only
+     * positions not delivered before, in order from m->pos (every position
+     * 1 .. n_prompt - 1 exactly once, also across a resumption), all
+     * before the sequence's first on_token */
+    void (*on_prompt_logprobs)(void *owner, ifd_rseq_t *s, const ifd_wire_prompt_logprobs_t *m);
 } ifd_rseq_ops_t;
 
 typedef struct {
@@ -65,6 +70,8 @@ typedef struct {
     int32_t priority;
     const char *grammar; /* structured output (common/grammar.h text), copied; NULL none */
     uint32_t min_tokens; /* vLLM's min_tokens: no EOS/stop id before this many tokens; 0 off */
+    /* ifd_wire_add_t's prompt_logprobs: 0 off, 1 + k with k top alternatives */
+    uint32_t prompt_logprobs;
 } ifd_rseq_params_t;
 
 typedef struct {

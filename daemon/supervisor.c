@@ -475,6 +475,7 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             }
             /* fall through */
         case IFD_WIRE_TOKENS:
+        case IFD_WIRE_PROMPT_LOGPROBS:
         case IFD_WIRE_FINISHED:
             if (w->info.state == IFD_W_READY || w->info.state == IFD_W_STOPPING)
                 if (s->cb.on_message)

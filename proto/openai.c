@@ -1111,10 +1111,10 @@ static json_t *completion_logprobs(const ifd_oai_logprob_t *lp, size_t n, uint32
     uint64_t off = offset;
     for (size_t i = 0; i < n; i++) {
         aadd(tokens, jstr(lp[i].bytes, lp[i].len), bad);
-        aadd(lps, jreal(lp[i].logprob), bad);
+        aadd(lps, lp[i].no_logprob ? json_null() : jreal(lp[i].logprob), bad);
         aadd(offs, json_integer((json_int_t)off), bad);
         off += utf8_count(lp[i].bytes, lp[i].len);
-        if (lp[i].n_top == 0) {
+        if (lp[i].n_top == 0 || lp[i].no_logprob) {
             aadd(tops, json_null(), bad);
             continue;
         }
@@ -1164,6 +1164,36 @@ static json_t *choice_logprobs(ifd_oai_kind_t kind, const ifd_oai_choice_t *c, i
     if (!c->has_logprobs)
         return json_null();
     return logprobs_obj(kind, c->logprobs, c->n_logprobs, c->text_offset, bad);
+}
+
+/* {"<id>": {logprob, rank, decoded_token}} for one token, into d. */
+static void plp_token(json_t *d, const ifd_oai_plp_token_t *t, uint32_t rank, int *bad)
+{
+    char key[16];
+    snprintf(key, sizeof key, "%d", (int)t->id);
+    json_t *v = json_object();
+    oset(v, "logprob", jreal(t->logprob), bad);
+    oset(v, "rank", json_integer(rank), bad);
+    oset(v, "decoded_token", jstr(t->bytes, t->len), bad);
+    oset(d, key, v, bad);
+}
+
+/* vLLM's prompt_logprobs: [null, {token first, then the alternatives}, …].
+ * A token among its own alternatives appears once (at its place, with the
+ * alternative's rank), as in vLLM's dict. */
+static json_t *prompt_logprobs_json(const ifd_oai_choice_t *c, int *bad)
+{
+    json_t *a = json_array();
+    aadd(a, json_null(), bad);
+    for (size_t i = 0; i < c->n_prompt_logprobs; i++) {
+        const ifd_oai_prompt_logprob_t *p = &c->prompt_logprobs[i];
+        json_t *d = json_object();
+        plp_token(d, &p->tok, p->tok.rank, bad);
+        for (size_t k = 0; k < p->n_top && k < c->prompt_top; k++)
+            plp_token(d, &p->top[k], (uint32_t)k + 1, bad);
+        aadd(a, d, bad);
+    }
+    return a;
 }
 
 static json_t *finish_json(const char *reason)
@@ -1249,9 +1279,13 @@ int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai
         }
         oset(ch, "logprobs", choice_logprobs(m->kind, c, &bad), &bad);
         oset(ch, "finish_reason", finish_json(c->finish_reason), &bad);
+        if (!chat && c->has_prompt_logprobs)
+            oset(ch, "prompt_logprobs", prompt_logprobs_json(c, &bad), &bad);
         aadd(arr, ch, &bad);
     }
     oset(o, "choices", arr, &bad);
+    if (chat && n_choices && choices[0].has_prompt_logprobs) /* vLLM: once, at the top */
+        oset(o, "prompt_logprobs", prompt_logprobs_json(&choices[0], &bad), &bad);
     oset(o, "usage", usage_obj(usage, &bad), &bad);
     return emit(out, o, bad, false);
 }

@@ -176,6 +176,14 @@ typedef struct {
      * (an int) sets logprobs = true and top_logprobs = its value. */
     bool logprobs;
     uint32_t top_logprobs; /* [0, IFD_OAI_MAX_TOP_LOGPROBS] */
+    /* vLLM's prompt_logprobs (an int 0..20, vLLM's max_logprobs): each
+     * prompt token's logprob, rank and this many top alternatives — chat:
+     * the response's top-level "prompt_logprobs"; completions: each
+     * choice's. With stream only 0 is accepted (as vLLM), and nothing is
+     * computed or sent. Completions echo + logprobs needs the same scores
+     * (the router asks for max(top_logprobs, prompt_top_logprobs)). */
+    bool prompt_logprobs;
+    uint32_t prompt_top_logprobs;
 
     bool stream;
     bool include_usage;    /* stream_options.include_usage */
@@ -247,7 +255,7 @@ uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
  * filled (status 400) for invalid JSON or fields; IFD_ENOMEM (*err: 500).
  * `body` need not be NUL-terminated. Requests the server cannot honour
  * (image parts, suffix, best_of > n, unsupported JSON Schema keywords,
- * prompt_logprobs, min_tokens > 0, …: docs/api.md lists them) are refused
+ * prompt_logprobs with stream, …: docs/api.md lists them) are refused
  * with 400 and the field named, rather than silently ignored.
  */
 int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
@@ -313,14 +321,35 @@ typedef struct {
     float logprob;
 } ifd_oai_top_logprob_t;
 
-/* One generated token with its logprob and alternatives (most probable first). */
+/* One generated token with its logprob and alternatives (most probable
+ * first). Completions echo: the prompt's tokens come first, the first of
+ * them with no_logprob (null logprob and top_logprobs, as OpenAI). */
 typedef struct {
     const char *bytes;
     size_t len;
     float logprob;
     const ifd_oai_top_logprob_t *top;
     size_t n_top;
+    bool no_logprob;
 } ifd_oai_logprob_t;
+
+/* A token of vLLM's prompt_logprobs: id, text ("decoded_token"), logprob
+ * and rank (1 = most probable). */
+typedef struct {
+    int32_t id;
+    const char *bytes;
+    size_t len;
+    float logprob;
+    uint32_t rank;
+} ifd_oai_plp_token_t;
+
+/* One prompt position (1 .. n_prompt - 1): its token and the alternatives
+ * (most probable first; written with ranks 1, 2, …). */
+typedef struct {
+    ifd_oai_plp_token_t tok;
+    const ifd_oai_plp_token_t *top;
+    size_t n_top;
+} ifd_oai_prompt_logprob_t;
 
 /* A tool call of a chat response. arguments is JSON text (an object). */
 typedef struct {
@@ -344,6 +373,15 @@ typedef struct {
     /* chat: the message's tool calls (content is null when text_len is 0) */
     const ifd_oai_tool_call_t *tool_calls;
     size_t n_tool_calls;
+    /* vLLM's prompt_logprobs (non-streamed responses): when
+     * has_prompt_logprobs, [null, {"<id>": {logprob, rank, decoded_token}},
+     * …] over positions 1 .. n_prompt_logprobs, each with the token itself
+     * first and at most prompt_top alternatives; completions put it in the
+     * choice, chat at the top level (from choices[0]). */
+    bool has_prompt_logprobs;
+    const ifd_oai_prompt_logprob_t *prompt_logprobs;
+    size_t n_prompt_logprobs;
+    uint32_t prompt_top;
 } ifd_oai_choice_t;
 
 /* Writes "chatcmpl-<32 hex>" (chat), "cmpl-<32 hex>" or "resp_<32 hex>"

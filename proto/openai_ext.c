@@ -35,7 +35,6 @@ static const struct {
     ok_t ok;
     const char *why;
 } EXTRAS[] = {
-    {"prompt_logprobs", EP_BOTH, OK_NULL, "prompt logprobs are not computed"},
     {"use_beam_search", EP_BOTH, OK_FALSE, "beam search is not implemented"},
     {"allowed_token_ids", EP_BOTH, OK_NULL, "use logit_bias or structured outputs"},
     {"bad_words", EP_BOTH, OK_EMPTY, "use logit_bias"},
@@ -663,6 +662,34 @@ int ifd__oai_p_message_tools(ifd__oai_pctx_t *c, const json_t *m, size_t i, ifd_
     return 0;
 }
 
+/* vLLM's prompt_logprobs: an int; -1 (the whole vocabulary) and values over
+ * its max_logprobs (20) are refused as vLLM refuses them, and so is a
+ * nonzero value with stream. */
+static int p_prompt_logprobs(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    const json_t *v = ifd__oai_get(o, "prompt_logprobs");
+    int64_t iv;
+    int rc;
+    if (!v)
+        return 0;
+    if ((rc = ifd__oai_p_int(c, v, "prompt_logprobs", -1, INT64_MAX, &iv)) < 0)
+        return rc;
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)iv);
+    if (iv == -1 || iv > IFD_OAI_MAX_TOP_LOGPROBS)
+        return ifd__oai_perr(c, "integer_above_max_value", "prompt_logprobs",
+                             "Invalid 'prompt_logprobs': requested prompt logprobs of %s, "
+                             "which is greater than max allowed: %d.",
+                             iv == -1 ? "-1 (the whole vocabulary)" : num,
+                             IFD_OAI_MAX_TOP_LOGPROBS);
+    if (r->stream && iv > 0)
+        return ifd__oai_perr(c, "invalid_value", "prompt_logprobs",
+                             "'prompt_logprobs' are not available when 'stream' is true.");
+    r->prompt_logprobs = !r->stream; /* a stream carries none (vLLM) */
+    r->prompt_top_logprobs = (uint32_t)iv;
+    return 0;
+}
+
 int ifd__oai_parse_ext(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     int rc;
@@ -689,10 +716,8 @@ int ifd__oai_parse_ext(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r
                                  "1, but got 0 instead.");
         r->truncate_prompt_tokens = iv;
     }
-    if (r->kind == IFD_OAI_COMPLETION && r->echo && r->logprobs)
-        return ifd__oai_perr(c, "unsupported_parameter", "echo",
-                             "Unsupported parameter: 'echo' together with 'logprobs' would need "
-                             "the prompt's logprobs, which this server does not compute.");
+    if ((rc = p_prompt_logprobs(c, o, r)) < 0)
+        return rc;
     if ((rc = p_structured(c, o, r)) < 0)
         return rc;
     if (r->kind != IFD_OAI_CHAT)

@@ -38,6 +38,7 @@ static const refused_t k_refused[] = {
     {"conversation", "this server keeps no conversations: send the whole conversation in 'input'"},
     {"prompt", "stored prompt templates are not supported"},
     {"max_tool_calls", "a limit on tool calls is not supported"},
+    {"prompt_logprobs", "a Response has no place for them (use /v1/chat/completions)"},
 };
 
 /* Responses fields consumed by the translation (the rest of the body is

@@ -188,6 +188,7 @@ static const wfield_t add_fields[] = {
     FBOOL(ifd_wire_add_t, use_cache),
     FLD(ifd_wire_add_t, grammar, F_STR, IFD_WIRE_MAX_GRAMMAR),
     FU32(ifd_wire_add_t, min_tokens),
+    FU32M(ifd_wire_add_t, prompt_logprobs, 1 + IFD_WIRE_MAX_TOP),
 };
 static const wstruct_t add_desc = {"add", sizeof(ifd_wire_add_t), add_fields, NF(add_fields),
                                    check_add};
@@ -265,6 +266,34 @@ static const wfield_t tokens_fields[] = {
 };
 static const wstruct_t tokens_desc = {"tokens", sizeof(ifd_wire_tokens_t), tokens_fields,
                                       NF(tokens_fields), check_tokens};
+
+static const wfield_t plp_fields[] = {
+    FI32(ifd_wire_plp_t, token),
+    FF32(ifd_wire_plp_t, logprob),
+    FU32(ifd_wire_plp_t, rank),
+    FARR(ifd_wire_plp_t, top, n_top, IFD_WIRE_MAX_TOP, &top_desc),
+};
+static const wstruct_t plp_desc = {"entries", sizeof(ifd_wire_plp_t), plp_fields, NF(plp_fields),
+                                   NULL};
+
+static int check_prompt_logprobs(const void *obj, char *err, size_t errlen)
+{
+    const ifd_wire_prompt_logprobs_t *p = obj;
+    if (p->pos == 0 || p->n_entries == 0) {
+        seterr(err, errlen, p->pos == 0 ? "pos must be >= 1" : "no entries");
+        return IFD_EFORMAT;
+    }
+    return 0;
+}
+
+static const wfield_t prompt_logprobs_fields[] = {
+    FU64(ifd_wire_prompt_logprobs_t, id),
+    FU32(ifd_wire_prompt_logprobs_t, pos),
+    FARR(ifd_wire_prompt_logprobs_t, entries, n_entries, IFD_WIRE_MAX_EVENTS, &plp_desc),
+};
+static const wstruct_t prompt_logprobs_desc = {
+    "prompt_logprobs", sizeof(ifd_wire_prompt_logprobs_t), prompt_logprobs_fields,
+    NF(prompt_logprobs_fields), check_prompt_logprobs};
 
 static const wfield_t finished_fields[] = {
     FU64(ifd_wire_finished_t, id),

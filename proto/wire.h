@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     4
+#define IFD_WIRE_VERSION     5
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -83,7 +83,8 @@ typedef enum {
     X(TOKENS, 66, IFD_WIRE_TO_ROUTER, tokens)                                                      \
     X(FINISHED, 67, IFD_WIRE_TO_ROUTER, finished)                                                  \
     X(ERROR, 68, IFD_WIRE_TO_ROUTER, error)                                                        \
-    X(STATS, 69, IFD_WIRE_TO_ROUTER, stats)
+    X(STATS, 69, IFD_WIRE_TO_ROUTER, stats)                                                        \
+    X(PROMPT_LOGPROBS, 70, IFD_WIRE_TO_ROUTER, prompt_logprobs)
 
 typedef enum {
 #define IFD__WIRE_ENUM(name, code, dir, member) IFD_WIRE_##name = (code),
@@ -169,6 +170,10 @@ typedef struct {
     /* vLLM's min_tokens: EOS and stop_ids are not sampled before this many
      * tokens were generated (n_generated included); 0 off. Version 3. */
     uint32_t min_tokens;
+    /* vLLM's prompt_logprobs: 0 off; 1 + k (k <= IFD_WIRE_MAX_TOP): every
+     * prompt token's logprob, rank and k top alternatives come back in
+     * PROMPT_LOGPROBS frames before the request's first token. Version 5. */
+    uint32_t prompt_logprobs;
 } ifd_wire_add_t;
 
 /* CANCEL (router → worker): drop a request in any state. */
@@ -223,6 +228,27 @@ typedef struct {
     ifd_wire_top_t *top; /* n_top <= IFD_WIRE_MAX_TOP entries, most probable first */
     uint32_t n_top;
 } ifd_wire_token_t;
+
+/* One prompt token's logprob (PROMPT_LOGPROBS). */
+typedef struct {
+    int32_t token;       /* the prompt token */
+    float logprob;       /* its raw logprob; may be -inf */
+    uint32_t rank;       /* 1 + tokens at least as probable (vLLM's rank) */
+    ifd_wire_top_t *top; /* n_top <= IFD_WIRE_MAX_TOP, most probable first */
+    uint32_t n_top;
+} ifd_wire_plp_t;
+
+/* PROMPT_LOGPROBS (worker → router): the prompt logprobs one prefill chunk
+ * of request id computed, for prompt positions pos .. pos + n_entries - 1
+ * (pos >= 1: position 0 has none). Every position comes once, in order,
+ * before the request's first TOKENS event (a resumed request may repeat
+ * them: the router keeps the first). Version 5. */
+typedef struct {
+    uint64_t id;
+    uint32_t pos;
+    ifd_wire_plp_t *entries; /* 1 .. IFD_WIRE_MAX_EVENTS */
+    uint32_t n_entries;
+} ifd_wire_prompt_logprobs_t;
 
 /* TOKENS (worker → router): every token one engine step produced. */
 typedef struct {
@@ -296,6 +322,7 @@ typedef struct {
         ifd_wire_finished_t finished;
         ifd_wire_error_t error;
         ifd_wire_stats_t stats;
+        ifd_wire_prompt_logprobs_t prompt_logprobs;
     } u;
 } ifd_wire_msg_t;
 

@@ -12,6 +12,12 @@
  * the first n_published blocks are in the prefix cache (read-only). A sequence never writes below
  * n_published * block_size (prefix hits stop at n_tokens - 1, so writes
  * always land in blocks of its own), hence no copy-on-write is needed here.
+ *
+ * Prompt logprobs: a sequence that owes some (plp_next < n_prompt) takes
+ * no prefix hit past position plp_next - 1, so every row it owes is
+ * computed; the step lists those rows as extra logit rows before the
+ * sequence's sample row (at most IFD_ENGINE_PLP_ROWS in a step), and the
+ * backend's batch invariance keeps every other row as it would be.
  */
 #include "engine.h"
 
@@ -49,8 +55,14 @@ typedef struct {
     uint64_t salt;
     uint64_t arrival;
     int32_t cached_tokens;
+    /* prompt logprobs: plp_top -1 off, else the top alternatives asked;
+     * plp_next is the next prompt position owed (from 1; done at n_prompt).
+     * While some are owed, n_computed <= plp_next - 1 (their rows are
+     * always computed, never taken from the prefix cache). */
+    int32_t plp_top, plp_next;
     /* this step */
     int32_t sched;
+    int32_t plp_rows; /* prompt-logprob rows this step (before its sample row) */
     bool sample;
 } ifd__seq_t;
 
@@ -76,6 +88,8 @@ struct ifd_engine {
     int64_t *b_slot;
     int b_tables_cap;
     float *logits;
+    int logits_rows; /* rows e->logits holds: max_seqs, + IFD_ENGINE_PLP_ROWS once needed */
+    ifd_sample_result_t *plp_res; /* [IFD_ENGINE_PLP_ROWS], with the larger logits */
     /* device sampling (model.forward_sample), per sampled row */
     ifd_sample_row_t *s_rows;
     ifd_sampling_params_t *s_params; /* a row's params under min_tokens */
@@ -241,13 +255,15 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->b_pos = malloc(nt * sizeof(int32_t));
     e->b_seq = malloc(nt * sizeof(int32_t));
     e->b_slot = malloc(nt * sizeof(int64_t));
-    e->b_rows = malloc(ns * sizeof(int32_t));
+    const size_t nr = ns + IFD_ENGINE_PLP_ROWS; /* logit rows: samples + prompt logprobs */
+    e->b_rows = malloc(nr * sizeof(int32_t));
     e->sched = malloc(ns * sizeof *e->sched);
     e->logits = malloc(ns * (size_t)model->n_vocab * sizeof(float));
-    e->s_rows = malloc(ns * sizeof *e->s_rows);
-    e->s_hist = malloc(ns * sizeof *e->s_hist);
-    e->s_params = malloc(ns * sizeof *e->s_params);
-    e->s_tok = malloc(ns * sizeof *e->s_tok);
+    e->logits_rows = (int)ns;
+    e->s_rows = malloc(nr * sizeof *e->s_rows);
+    e->s_hist = malloc(nr * sizeof *e->s_hist);
+    e->s_params = malloc(nr * sizeof *e->s_params);
+    e->s_tok = malloc(nr * sizeof *e->s_tok);
     if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_rows || !e->sched ||
         !e->logits || !e->s_rows || !e->s_hist || !e->s_params || !e->s_tok) {
         ifd_engine_destroy(e);
@@ -282,6 +298,7 @@ void ifd_engine_destroy(ifd_engine_t *e)
     free(e->b_tables);
     free(e->sched);
     free(e->logits);
+    free(e->plp_res);
     free(e->s_rows);
     free(e->s_hist);
     free(e->s_params);
@@ -348,7 +365,8 @@ static int ifd__sample_seq(ifd_engine_t *e, ifd__seq_t *s, const float *lg,
 int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
 {
     if (!r || !r->prompt || r->n_prompt < 1 || r->n_generated < 0 ||
-        (r->n_generated > 0 && !r->generated) || r->max_tokens < 1 || r->n_stop_ids < 0)
+        (r->n_generated > 0 && !r->generated) || r->max_tokens < 1 || r->n_stop_ids < 0 ||
+        r->prompt_logprobs < 0 || r->prompt_logprobs > 1 + IFD_SAMPLER_MAX_LOGPROBS)
         return IFD_EINVAL;
     int64_t len = (int64_t)r->n_prompt + r->n_generated;
     if (len >= e->model.n_ctx)
@@ -400,6 +418,8 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     s->use_cache = r->use_cache;
     s->priority = r->priority;
     s->salt = r->salt;
+    s->plp_top = r->prompt_logprobs - 1;
+    s->plp_next = 1;
     s->arrival = e->arrivals++;
     int rc;
     if (r->min_tokens > s->n_gen && (rc = ifd__min_tokens_init(e, s, r->min_tokens))) {
@@ -484,19 +504,52 @@ static bool ifd__decoding(const ifd__seq_t *s)
     return ifd__want(s) == 1 && s->n_computed >= s->n_prompt;
 }
 
-/* Admission: consult the prefix cache (use_cache only). */
+/* s still owes prompt logprobs. */
+static bool ifd__plp_owed(const ifd__seq_t *s)
+{
+    return s->plp_top >= 0 && s->plp_next < s->n_prompt;
+}
+
+/* Prompt-logprob rows of positions [from, from + n): positions p with
+ * plp_next - 1 <= p <= n_prompt - 2 (row p scores the token at p + 1). */
+static int32_t ifd__plp_rows(const ifd__seq_t *s, int32_t from, int32_t n)
+{
+    if (!ifd__plp_owed(s))
+        return 0;
+    int32_t lo = from > s->plp_next - 1 ? from : s->plp_next - 1;
+    int32_t hi = from + n - 1 < s->n_prompt - 2 ? from + n - 1 : s->n_prompt - 2;
+    return hi >= lo ? hi - lo + 1 : 0;
+}
+
+/* Cuts a chunk of n tokens of s so that its prompt-logprob rows fit the
+ * step's *plp_left, and takes them from it. 0: s cannot run this step. */
+static int32_t ifd__plp_fit(const ifd__seq_t *s, int32_t n, int *plp_left)
+{
+    if (!ifd__plp_owed(s))
+        return n;
+    if (n > *plp_left) /* rows <= tokens */
+        n = *plp_left;
+    *plp_left -= ifd__plp_rows(s, s->n_computed, n);
+    return n > 0 ? n : 0;
+}
+
+/* Admission: consult the prefix cache (use_cache only), never past the
+ * first prompt position whose logprob is owed. */
 static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
 {
     if (!s->use_cache)
         return 0;
-    int32_t max_blocks = (s->n_tokens - 1) / e->block_size;
+    int32_t n_match = s->n_tokens - 1;
+    if (ifd__plp_owed(s) && n_match > s->plp_next - 1)
+        n_match = s->plp_next - 1;
+    int32_t max_blocks = n_match / e->block_size;
     if (max_blocks <= 0)
         return 0;
     int rc = ifd__seq_reserve_blocks(s, max_blocks);
     if (rc)
         return rc;
-    int got = ifd_kvpool_lookup(e->pool, e->p.worker, s->salt, s->tokens, s->n_tokens - 1,
-                                s->blocks, max_blocks, NULL);
+    int got = ifd_kvpool_lookup(e->pool, e->p.worker, s->salt, s->tokens, n_match, s->blocks,
+                                max_blocks, NULL);
     if (got < 0)
         return got;
     /* blocks on another device cannot be read by this engine's kernels */
@@ -558,6 +611,7 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
     for (int i = 0; i < e->running.n; i++)
         n_dec += ifd__decoding(e->running.v[i]);
     int prefill_left = ifd__prefill_allowance(e, n_dec);
+    int plp_left = IFD_ENGINE_PLP_ROWS;
     e->sched_decodes = n_dec > 0;
 
     /* 1. running sequences, oldest first */
@@ -569,6 +623,8 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
             n = prefill_left;
         if (n > budget)
             n = budget;
+        if (n > 0)
+            n = ifd__plp_fit(s, n, &plp_left);
         if (n <= 0) { /* a prefill chunk over the cap: next step */
             i++;
             continue;
@@ -618,6 +674,8 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
             ifd__finish(e, s, IFD_FINISH_ERROR);
             continue;
         }
+        if (ifd__plp_owed(s) && plp_left <= 0)
+            break; /* its prompt rows wait for the next step */
         int rc = ifd__admit_lookup(e, s);
         if (rc) {
             ifd__q_remove_at(&e->waiting, 0);
@@ -629,6 +687,7 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
             n = budget;
         if (n > prefill_left)
             n = prefill_left;
+        n = ifd__plp_fit(s, n, &plp_left); /* >= 1: plp_left > 0 */
         rc = ifd__grow(e, s, s->n_computed + n);
         if (rc == IFD_ENOBLOCKS) {
             ifd__seq_release(e, s); /* give back the prefix hits; try again later */
@@ -697,6 +756,10 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
     int r = 0;
     for (int k = 0; k < n_sched; k++) {
         ifd__seq_t *s = e->sched[k];
+        for (int32_t i = 0; i < s->plp_rows; i++, r++) { /* prompt logprobs: on the host */
+            e->s_hist[r] = (ifd_sampler_history_t){NULL, 0, NULL, 0};
+            e->s_rows[r] = (ifd_sample_row_t){NULL, &e->s_hist[r], 0};
+        }
         if (!s->sample)
             continue;
         /* the history as it will be at sampling: nothing changes it before */
@@ -716,6 +779,43 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
     return e->model.forward_sample(e->model.ctx, b, e->s_rows, e->s_tok, e->logits);
 }
 
+/* The logits and results for a step with prompt-logprob rows (grown once). */
+static int ifd__plp_reserve(ifd_engine_t *e)
+{
+    const int rows = e->p.max_seqs + IFD_ENGINE_PLP_ROWS;
+    if (e->logits_rows >= rows)
+        return 0;
+    float *lg = realloc(e->logits, (size_t)rows * (size_t)e->model.n_vocab * sizeof *lg);
+    if (!lg)
+        return IFD_ENOMEM;
+    e->logits = lg;
+    e->logits_rows = rows;
+    if (!e->plp_res && !(e->plp_res = malloc(IFD_ENGINE_PLP_ROWS * sizeof *e->plp_res)))
+        return IFD_ENOMEM;
+    return 0;
+}
+
+/* s's prompt-logprob rows of this step (lg: the first of them) to its
+ * owner. IFD_EINVAL for a row the sampler refuses (NaN / +inf). */
+static int ifd__emit_plp(ifd_engine_t *e, ifd__seq_t *s, const float *lg)
+{
+    const size_t V = (size_t)e->model.n_vocab;
+    const int32_t pos = s->plp_next;
+    for (int32_t i = 0; i < s->plp_rows; i++) {
+        int rc = ifd_sampler_logprobs(e->sampler, lg + (size_t)i * V, s->tokens[pos + i],
+                                      s->plp_top, &e->plp_res[i]);
+        if (rc) {
+            IFD_ERROR("engine: prompt logprobs of request %llu at %d: %s",
+                      (unsigned long long)s->id, pos + i, ifd_strerror(rc));
+            return rc;
+        }
+    }
+    s->plp_next += s->plp_rows;
+    if (e->cb.on_prompt_logprobs)
+        e->cb.on_prompt_logprobs(e->cb.ctx, s->id, pos, e->plp_res, s->plp_rows);
+    return 0;
+}
+
 int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
 {
     ifd_engine_step_stats_t st;
@@ -728,6 +828,7 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         return 0;
     }
     /* build the ragged batch */
+    int rc;
     int max_blocks = 1;
     for (int k = 0; k < n_sched; k++)
         if (e->sched[k]->n_blocks > max_blocks)
@@ -740,14 +841,24 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         e->b_tables = t;
         e->b_tables_cap = cap;
     }
-    int n_tok = 0, n_rows = 0;
+    int n_tok = 0, n_rows = 0, n_plp = 0;
+    for (int k = 0; k < n_sched; k++) {
+        ifd__seq_t *s = e->sched[k];
+        s->plp_rows = ifd__plp_rows(s, s->n_computed, s->sched);
+        n_plp += s->plp_rows;
+    }
+    if (n_plp && (rc = ifd__plp_reserve(e)))
+        return rc;
     for (int k = 0; k < n_sched; k++) {
         ifd__seq_t *s = e->sched[k];
         int32_t *row = e->b_tables + (int64_t)k * max_blocks;
         for (int32_t b = 0; b < max_blocks; b++)
             row[b] = b < s->n_blocks ? ifd_kvpool_block_local(e->pool, s->blocks[b]) : 0;
+        IFD_ASSERT(!s->plp_rows || s->n_computed <= s->plp_next - 1);
         for (int32_t j = 0; j < s->sched; j++) {
             int32_t p = s->n_computed + j;
+            if (s->plp_rows && p >= s->plp_next - 1 && p <= s->n_prompt - 2)
+                e->b_rows[n_rows++] = n_tok; /* row p scores the prompt token at p + 1 */
             e->b_tokens[n_tok] = s->tokens[p];
             e->b_pos[n_tok] = p;
             e->b_seq[n_tok] = k;
@@ -774,7 +885,7 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         .logit_rows = e->b_rows,
     };
     double t1 = ifd__ms();
-    int rc = ifd__forward(e, &batch, n_sched);
+    rc = ifd__forward(e, &batch, n_sched);
     double t2 = ifd__ms();
     if (rc) {
         IFD_ERROR("engine: forward of %d tokens failed: %s", n_tok, ifd_strerror(rc));
@@ -795,6 +906,19 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         s->n_computed += s->sched;
         if (s->use_cache)
             ifd__publish(e, s);
+        if (s->plp_rows) {
+            int prc = ifd__emit_plp(e, s, e->logits + (size_t)row * (size_t)e->model.n_vocab);
+            row += s->plp_rows;
+            if (prc) {
+                int at = 0;
+                ifd__queue_t *q = NULL;
+                IFD_ASSERT(ifd__find(e, s->id, &q, &at) == s);
+                row += s->sample; /* its sample row is skipped */
+                ifd__q_remove_at(q, at);
+                ifd__finish(e, s, IFD_FINISH_ERROR);
+                continue;
+            }
+        }
         if (!s->sample)
             continue;
         const float *lg = e->logits + (size_t)row * (size_t)e->model.n_vocab;

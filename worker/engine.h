@@ -78,7 +78,20 @@ typedef struct {
     void (*on_token)(void *ctx, uint64_t id, const ifd_sample_result_t *res);
     void (*on_finish)(void *ctx, uint64_t id, ifd_finish_reason_t reason,
                       const ifd_engine_usage_t *usage);
+    /* Prompt logprobs (requests with prompt_logprobs; may be NULL): res[i]
+     * is the prompt token at position pos + i (res[i].token) with its raw
+     * logprob, rank and top alternatives, from the logits of position
+     * pos + i - 1. Every position 1 .. n_prompt - 1 comes exactly once, in
+     * order, in one or more calls (one per prefill chunk), all before the
+     * request's first on_token. res lives for the call. */
+    void (*on_prompt_logprobs)(void *ctx, uint64_t id, int32_t pos, const ifd_sample_result_t *res,
+                               int32_t n);
 } ifd_engine_callbacks_t;
+
+/* Prompt-logprob rows per step at most (all requests together): a prefill
+ * chunk of a request that owes prompt logprobs is cut to what is left, so
+ * that the logits kept per step stay bounded (max_seqs + this many rows). */
+#define IFD_ENGINE_PLP_ROWS 64
 
 /* The adaptive prefill cap (prefill_cap 0). With a step cost affine in its
  * tokens (weights read once, then per-token work), a step of at most RATIO x
@@ -136,6 +149,13 @@ typedef struct {
      * bias; 0 off. A grammar that allows only those tokens wins (the step
      * is sampled without the suppression rather than failing). */
     int32_t min_tokens;
+    /* vLLM's prompt_logprobs: 0 off; 1 + k (k <= IFD_SAMPLER_MAX_LOGPROBS):
+     * every prompt token's logprob, rank and k top alternatives are
+     * reported (on_prompt_logprobs). The rows are computed, not taken from
+     * the prefix cache: the lookup stops before the first position owed
+     * (the blocks computed are still published). Batch-invariant: the other
+     * rows of the step are unchanged (backend.h). */
+    int32_t prompt_logprobs;
 } ifd_engine_request_t;
 
 int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,

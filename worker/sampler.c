@@ -935,6 +935,22 @@ static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_
 #undef LOGPROB
 }
 
+int ifd_sampler_logprobs(ifd_sampler_t *s, const float *logits, int32_t token, int32_t n_top,
+                         ifd_sample_result_t *out)
+{
+    if (n_top < 0 || n_top > IFD_SAMPLER_MAX_LOGPROBS)
+        return IFD_EINVAL;
+    if (token < 0 || token >= s->vocab)
+        return IFD_ERANGE;
+    if (s->k->scan(logits, s->vocab, s->block_max))
+        return report_bad(logits, s->vocab);
+    ifd_sample_result_t r = {0};
+    r.token = token;
+    logprobs(s, logits, token, n_top, 0, 0.0f, &r);
+    memcpy(out, &r, sizeof r);
+    return 0;
+}
+
 /* ---- sampling -------------------------------------------------------------- */
 
 int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *p, const float *logits,

@@ -186,6 +186,17 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *params, co
                        ifd_sample_result_t *out);
 
 /*
+ * Raw logprobs of one row (IFD_LOGPROBS_RAW, as above) for a token that was
+ * not sampled here — a prompt token's (vLLM's prompt_logprobs): out->token =
+ * token, its logprob and rank, and the n_top (0..IFD_SAMPLER_MAX_LOGPROBS)
+ * most probable ids. Returns 0; IFD_EINVAL for a NaN or +inf logit or n_top
+ * out of range; IFD_ERANGE for a token outside [0, vocab). Same threading as
+ * ifd_sampler_sample.
+ */
+int ifd_sampler_logprobs(ifd_sampler_t *s, const float *logits, int32_t token, int32_t n_top,
+                         ifd_sample_result_t *out);
+
+/*
  * Steps 1-3 alone: writes the processed logits of `logits` [vocab] into
  * `out` [vocab] (may equal logits). For tests and for checking a GPU
  * implementation of the penalties. Same errors as ifd_sampler_sample, except

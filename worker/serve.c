@@ -142,6 +142,43 @@ static void ifd__on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res
     s->n_ev++;
 }
 
+/* A prefill chunk's prompt logprobs: one PROMPT_LOGPROBS frame, queued at
+ * once, so it precedes this step's TOKENS frame (and the request's first
+ * token) in the stream. */
+static void ifd__on_prompt_logprobs(void *ctx, uint64_t id, int32_t pos,
+                                    const ifd_sample_result_t *res, int32_t n)
+{
+    ifd__srv_t *s = ctx;
+    ifd_wire_plp_t *ent = calloc((size_t)n, sizeof *ent);
+    ifd_wire_top_t *tops = calloc((size_t)n * IFD_WIRE_MAX_TOP, sizeof *tops);
+    if (!ent || !tops) {
+        IFD_ERROR("worker: out of memory for the prompt logprobs of %llu", (unsigned long long)id);
+        free(ent);
+        free(tops);
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        ent[i].token = res[i].token;
+        ent[i].logprob = res[i].logprob;
+        ent[i].rank = (uint32_t)(res[i].rank > 0 ? res[i].rank : 1);
+        ent[i].n_top =
+            (uint32_t)(res[i].n_top < (int)IFD_WIRE_MAX_TOP ? res[i].n_top : (int)IFD_WIRE_MAX_TOP);
+        ent[i].top = ent[i].n_top ? tops + (size_t)i * IFD_WIRE_MAX_TOP : NULL;
+        for (uint32_t k = 0; k < ent[i].n_top; k++) {
+            ent[i].top[k].token = res[i].top_ids[k];
+            ent[i].top[k].logprob = res[i].top_logprobs[k];
+        }
+    }
+    ifd_wire_msg_t m = {.type = IFD_WIRE_PROMPT_LOGPROBS};
+    m.u.prompt_logprobs.id = id;
+    m.u.prompt_logprobs.pos = (uint32_t)pos;
+    m.u.prompt_logprobs.entries = ent;
+    m.u.prompt_logprobs.n_entries = (uint32_t)n;
+    ifd__queue(s, &m);
+    free(ent);
+    free(tops);
+}
+
 static void ifd__on_finish(void *ctx, uint64_t id, ifd_finish_reason_t reason,
                            const ifd_engine_usage_t *u)
 {
@@ -207,6 +244,7 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.use_cache = a->use_cache;
     r.min_tokens = (int32_t)(a->min_tokens > INT32_MAX ? INT32_MAX : a->min_tokens);
     r.priority = -a->priority; /* wire: lower first; engine: higher first */
+    r.prompt_logprobs = (int32_t)a->prompt_logprobs; /* bounded by the decoder */
     int rc = 0;
     char gerr[300] = "";
     if (a->grammar && a->grammar[0]) {
@@ -447,7 +485,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     if (h->max_batched_tokens)
         ep.max_batched_tokens = (int)h->max_batched_tokens;
     ep.prefill_cap = h->prefill_cap;
-    ifd_engine_callbacks_t cb = {&s, ifd__on_token, ifd__on_finish};
+    ifd_engine_callbacks_t cb = {&s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};
     if ((rc = ifd_engine_create(&s.eng, &ep, &em, pool, &cb))) {
         ifd__send_error(&s, 0, rc, "cannot create the engine");
         goto out;

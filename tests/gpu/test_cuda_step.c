@@ -444,7 +444,7 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink)
     if (!device)
         em.forward_sample = NULL;
     ifd_engine_params_t ep = ifd_engine_default_params();
-    ifd_engine_callbacks_t cb = {sink, e_on_token, NULL};
+    ifd_engine_callbacks_t cb = {sink, e_on_token, NULL, NULL};
     ifd_engine_t *eng = NULL;
     GT_EXPECT(ifd_engine_create(&eng, &ep, &em, pool, &cb) == 0, "engine");
     static int32_t prompts[E_REQ][24];

@@ -14,7 +14,9 @@ so the emulator's slowness does not matter. Checked:
   segment is (emulated) CUDA VMM memory whose fd the router holds, so a SIGKILLed worker's
   replacement serves the same prompt from the cached prefix with the same tokens;
 - exact mode (`--gpu-dtype f32`) gives the CPU daemon's greedy tokens on the same random
-  weights (same --weights-seed), up to a near-tie of the CPU's top two logprobs;
+  weights (same --weights-seed), up to a near-tie of the CPU's top two logprobs, and the
+  same prompt logprobs (vLLM's prompt_logprobs: the prompt rows' logits downloaded beside
+  the device-sampled rows);
 - `--gpus 0,1`: two workers, each with its own CUDA_VISIBLE_DEVICES and pool device, and a
   repeated prompt is routed to the worker that caches its prefix.
 
@@ -182,11 +184,18 @@ def test_gpu_stream_and_pool_size():
         assert d.stop() == 0, d.logtext()
 
 
+def prompt_logprobs(d):
+    r = d.json("POST", "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 2,
+                                           "temperature": 0, "prompt_logprobs": 2})
+    return r["choices"][0]["prompt_logprobs"]
+
+
 def test_exact_mode_equals_cpu():
     cpu = Daemon(INFERD, args=["--random-weights", SHAPE, "--weights-seed", str(SEED),
                                "--weights-dtype", "f32"])
     try:
         want = [greedy(client(cpu), p) for p in PROMPTS]
+        want_plp = prompt_logprobs(cpu)
     finally:
         assert cpu.stop() == 0, cpu.logtext()
     d = gpu_daemon(dtype="f32")
@@ -204,6 +213,11 @@ def test_exact_mode_equals_cpu():
                     break  # the sequences may part after a tie
                 compared += 1
         assert compared >= 12, compared
+        got_plp = prompt_logprobs(d)
+        assert len(got_plp) == len(want_plp) > 2 and got_plp[0] is None
+        for w, g in zip(want_plp[1:], got_plp[1:]):
+            t = next(iter(w))  # the prompt token, first in both
+            assert next(iter(g)) == t and abs(w[t]["logprob"] - g[t]["logprob"]) < 1e-3, (w, g)
         d.wait_idle()
     finally:
         assert d.stop() == 0, d.logtext()

@@ -1,18 +1,21 @@
 """inferd through the official `openai` Python package (label model), over an
 httpx Unix-socket transport: chat and completions, streaming and not, stop
-strings, seeds, n, logprobs, usage (cached_tokens), errors as the client's
-exception classes, and 64 concurrent streaming clients whose answers must
-equal their solo answers. After every test no KV block may be held.
+strings, seeds, n, logprobs, usage (cached_tokens), vLLM's prompt_logprobs
+and completions echo + logprobs (checked against the generation path and
+against the NumPy oracle, tests/oracle/), errors as the client's exception
+classes, and 64 concurrent streaming clients whose answers must equal their
+solo answers. After every test no KV block may be held.
 
 Usage: test_daemon_openai.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
 import concurrent.futures
 import os
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import Daemon, openai_client, serve_and_run, skip  # noqa: E402
+from test_daemon_util import Daemon, model_path, openai_client, serve_and_run, skip  # noqa: E402
 
 try:
     import httpx
@@ -184,6 +187,161 @@ def test_errors_as_client_exceptions():
         raise AssertionError("unknown model retrieved")
     except openai.NotFoundError as e:
         assert e.code == "model_not_found", e
+    after()
+
+
+def completion(body):
+    body = dict(body, model=MODEL)
+    body.setdefault("temperature", 0)
+    return D.json("POST", "/v1/completions", body)
+
+
+def plp_check(plp, ids, k):
+    """vLLM's shape: [null, {"<id>": {logprob, rank, decoded_token}}, ...], the prompt
+    token first, then ranks 1..k."""
+    assert len(plp) == len(ids) and plp[0] is None, plp[:2]
+    for i in range(1, len(ids)):
+        d = plp[i]
+        own = d[str(ids[i])]
+        assert list(d)[0] == str(ids[i]) and own["rank"] >= 1 and own["logprob"] <= 0, d
+        assert isinstance(own["decoded_token"], str)
+        ranks = sorted(v["rank"] for v in d.values())
+        if own["rank"] <= k:  # among the alternatives: listed once
+            assert ranks == list(range(1, k + 1)), d
+        else:
+            assert ranks == list(range(1, k + 1)) + [own["rank"]], d
+
+
+def test_prompt_logprobs():
+    ids = D.json("POST", "/tokenize", {"prompt": "The capital of France is Paris, and the "
+                                                 "capital of Italy is Rome. Berlin is the "
+                                                 "capital of Germany, Madrid the capital of "
+                                                 "Spain, and Lisbon the capital of "
+                                                 "Portugal."})["tokens"]
+    assert len(ids) > 32, len(ids)
+    r = completion({"prompt": ids, "max_tokens": 2, "prompt_logprobs": 3})
+    plp = r["choices"][0]["prompt_logprobs"]
+    plp_check(plp, ids, 3)
+    assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    # position k scores ids[k] with the logits the generation from ids[:k] samples from
+    for k in (1, 6, len(ids) - 1):
+        g = completion({"prompt": ids[:k], "max_tokens": 1, "logprobs": 5})
+        top = g["choices"][0]["logprobs"]["top_logprobs"][0]
+        alts = {v["decoded_token"]: v["logprob"] for t, v in plp[k].items() if v["rank"] <= 3}
+        for tok, lp in alts.items():
+            assert tok in top and abs(top[tok] - lp) < 1e-3, (k, tok, lp, top)
+    # again (its blocks are cached now): computed again, the same numbers; with n = 2
+    # both choices carry them (the second sample may use the cache)
+    r2 = completion({"prompt": ids, "max_tokens": 2, "prompt_logprobs": 3})
+    assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    r2n = completion({"prompt": ids, "max_tokens": 2, "prompt_logprobs": 3, "n": 2})
+    for c in r2["choices"] + r2n["choices"]:
+        for a, b in zip(plp[1:], c["prompt_logprobs"][1:]):
+            assert a.keys() == b.keys()
+            assert all(abs(a[t]["logprob"] - b[t]["logprob"]) < 1e-5 for t in a), (a, b)
+    r3 = completion({"prompt": ids, "max_tokens": 2})
+    assert r3["usage"]["prompt_tokens_details"]["cached_tokens"] >= 16, r3["usage"]
+    assert "prompt_logprobs" not in r3["choices"][0]
+    # chat (through the openai client): once, at the top level, over the templated prompt
+    c = chat("Hi there.", max_tokens=2, extra_body={"prompt_logprobs": 0})
+    cp = c.model_extra["prompt_logprobs"]
+    assert len(cp) == c.usage.prompt_tokens and cp[0] is None
+    assert all(len(d) == 1 and list(d.values())[0]["rank"] >= 1 for d in cp[1:]), cp[:3]
+    # limits and refusals (vLLM's max_logprobs 20; none with stream)
+    for kw, param in (({"prompt_logprobs": 21}, "prompt_logprobs"),
+                      ({"prompt_logprobs": -1}, "prompt_logprobs"),
+                      ({"prompt_logprobs": "3"}, "prompt_logprobs"),
+                      ({"prompt_logprobs": 2, "stream": True}, "prompt_logprobs")):
+        try:
+            C.completions.create(model=MODEL, prompt="x", max_tokens=1, extra_body=kw)
+            raise AssertionError("accepted: %r" % kw)
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and e.param == param, (kw, e)
+    after()
+
+
+def test_echo_with_logprobs():
+    prompt = "Once upon a time"
+    r = C.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0, echo=True,
+                             logprobs=2)
+    ch = r.choices[0]
+    lp = ch.logprobs
+    n_p = r.usage.prompt_tokens
+    assert ch.text.startswith(prompt) and len(lp.tokens) == n_p + 4, (ch.text, lp.tokens)
+    assert "".join(lp.tokens[:n_p]) == prompt, lp.tokens
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x <= 0 for x in lp.token_logprobs[1:]) and lp.text_offset[0] == 0
+    assert all(len(t) <= 2 for t in lp.top_logprobs[1:])
+    plain = C.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0,
+                                 logprobs=2)
+    assert ch.text == prompt + plain.choices[0].text
+    assert lp.token_logprobs[n_p:] == plain.choices[0].logprobs.token_logprobs
+    # vLLM also sets the choice's prompt_logprobs
+    ids = D.json("POST", "/tokenize", {"prompt": prompt})["tokens"]
+    plp = ch.model_extra["prompt_logprobs"]
+    for i in range(1, n_p):
+        assert abs(plp[i][str(ids[i])]["logprob"] - lp.token_logprobs[i]) < 1e-6
+    # streamed: the prompt and its logprobs first, then the answer, the same numbers
+    text, toks, lps = "", [], []
+    for k, chunk in enumerate(C.completions.create(model=MODEL, prompt=prompt, max_tokens=4,
+                                                   temperature=0, echo=True, logprobs=2,
+                                                   stream=True)):
+        c = chunk.choices[0]
+        if k == 0:
+            assert c.text == prompt and len(c.logprobs.tokens) == n_p, c
+        text += c.text
+        if c.logprobs:
+            toks += c.logprobs.tokens
+            lps += c.logprobs.token_logprobs
+    assert text == ch.text and toks == lp.tokens, (text, toks)
+    assert lps[0] is None and all(abs(a - b) < 1e-6 for a, b in zip(lps[1:], lp.token_logprobs[1:]))
+    after()
+
+
+def test_prompt_logprobs_vs_oracle():
+    """The prompt logprobs of the exact f32 path against the NumPy oracle (float64),
+    on a second daemon with --weights-dtype f32. Not in the sanitizer build (like
+    test_oracle*: numbers, not memory, and the oracle's 12 s of CPU)."""
+    if os.environ.get("ASAN_OPTIONS") or os.environ.get("TSAN_OPTIONS"):
+        print("     (oracle comparison skipped under the sanitizers)")
+        return
+    try:
+        import numpy as np
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "oracle"))
+        from llama_oracle import LlamaOracle
+    except ImportError as e:
+        print("     (oracle comparison skipped: %s)" % e)
+        return
+    ids = D.json("POST", "/tokenize", {"prompt": "The quick brown fox jumps over the lazy "
+                                                 "dog. It was a sunny day."})["tokens"]
+    got = {}
+    # the oracle loads (~12 s of CPU: it dequantizes every weight) while the daemon serves
+    oracle = threading.Thread(target=lambda: got.update(logits=LlamaOracle(model_path()).score(ids)))
+    oracle.start()
+    d2 = Daemon(INFERD, args=["--weights-dtype", "f32"])
+    try:
+        r = d2.json("POST", "/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 1,
+                                               "prompt_logprobs": 5})
+    finally:
+        assert d2.stop() == 0
+    plp = r["choices"][0]["prompt_logprobs"]
+    oracle.join()
+    logits = got["logits"]
+    diffs = []
+    for i in range(1, len(ids)):
+        row = logits[i - 1]
+        m = row.max()
+        ref = row - (m + np.log(np.exp(row - m).sum()))
+        diffs += [abs(v["logprob"] - ref[int(t)]) for t, v in plp[i].items()]
+        own, x = plp[i][str(ids[i])], ref[ids[i]]
+        assert 1 + (ref > x + 2e-3).sum() <= own["rank"] <= (ref >= x - 2e-3).sum(), (i, own)
+        best = [t for t, v in plp[i].items() if v["rank"] == 1][0]
+        assert ref[int(best)] > ref.max() - 2e-3, (i, best, int(np.argmax(ref)))
+    worst, med = max(diffs), sorted(diffs)[len(diffs) // 2]
+    print("     prompt logprobs vs oracle: |diff| max %.2e median %.2e over %d positions"
+          % (worst, med, len(ids) - 1))
+    assert worst < 2e-2 and med < 3e-3, (worst, med)
     after()
 
 

@@ -317,7 +317,7 @@ def test_unsupported_refused():
         ({"response_format": {"type": "json_schema", "json_schema": {
             "name": "x", "schema": {"type": "integer", "minimum": 3}}}}, "minimum"),
         ({"extra_body": {"guided_regex": "(?<=a)b"}}, "lookaround"),
-        ({"extra_body": {"prompt_logprobs": 1}}, "prompt_logprobs"),
+        ({"extra_body": {"prompt_logprobs": 21}}, "prompt_logprobs"),
     ]
     for kw, needle in cases:
         try:

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "kvpool.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,12 @@ typedef struct {
     int finished[MAX_REQ];
     ifd_finish_reason_t reason[MAX_REQ];
     ifd_engine_usage_t usage[MAX_REQ];
+    /* prompt logprobs: positions 1 .. plp_n received, in order */
+    int plp_n[MAX_REQ];
+    int32_t plp_tok[MAX_REQ][400];
+    float plp_lp[MAX_REQ][400];
+    int32_t plp_rank[MAX_REQ][400], plp_top0[MAX_REQ][400], plp_ntop[MAX_REQ][400];
+    int plp_rows_step; /* rows received since the test last cleared it */
 } sink_t;
 
 static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
@@ -83,6 +90,26 @@ static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
     ck_assert_int_eq(s->finished[id], 0);
     ck_assert_int_lt(s->n_out[id], MAX_OUT);
     s->out[id][s->n_out[id]++] = res->token;
+}
+
+static void on_plp(void *ctx, uint64_t id, int32_t pos, const ifd_sample_result_t *res, int32_t n)
+{
+    sink_t *s = ctx;
+    ck_assert_uint_lt(id, MAX_REQ);
+    ck_assert_int_eq(s->finished[id], 0);
+    ck_assert_int_eq(s->n_out[id], 0);       /* all before the first token */
+    ck_assert_int_eq(pos, s->plp_n[id] + 1); /* in order, each once */
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_lt(pos + n, 400);
+    for (int32_t i = 0; i < n; i++) {
+        s->plp_tok[id][pos + i] = res[i].token;
+        s->plp_lp[id][pos + i] = res[i].logprob;
+        s->plp_rank[id][pos + i] = res[i].rank;
+        s->plp_ntop[id][pos + i] = res[i].n_top;
+        s->plp_top0[id][pos + i] = res[i].n_top ? res[i].top_ids[0] : -1;
+    }
+    s->plp_n[id] = pos + n - 1;
+    s->plp_rows_step += n;
 }
 
 static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t reason,
@@ -123,7 +150,7 @@ static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n
     ep.max_batched_tokens = budget;
     ep.max_seqs = max_seqs;
     ep.prefill_cap = prefill_cap;
-    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish};
+    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish, on_plp};
     ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
 }
 
@@ -220,6 +247,124 @@ static void assert_same(const sink_t *a, const sink_t *b, int n)
         ck_assert_int_eq(a->reason[i], b->reason[i]);
     }
 }
+
+/* The fake model's argmax after tokens[0..p] (its one-hot logit row). */
+static int32_t fake_argmax(const int32_t *tokens, int p)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i <= p; i++) {
+        h = (h ^ (uint64_t)tokens[i]) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return (int32_t)(h % VOCAB);
+}
+
+/* Request i's prompt logprobs against the log-softmax of the fake's rows. */
+static void check_plp(const sink_t *s, int i, int k)
+{
+    const double lse = log(exp(10.0) + (VOCAB - 1));
+    ck_assert_int_eq(s->plp_n[i], prompt_len[i] - 1);
+    for (int p = 1; p < prompt_len[i]; p++) {
+        int32_t best = fake_argmax(prompts[i], p - 1);
+        bool hit = prompts[i][p] == best;
+        ck_assert_int_eq(s->plp_tok[i][p], prompts[i][p]);
+        ck_assert_msg(fabs(s->plp_lp[i][p] - (hit ? 10.0 - lse : -lse)) < 1e-4,
+                      "request %d position %d: logprob %g", i, p, (double)s->plp_lp[i][p]);
+        ck_assert_int_eq(s->plp_rank[i][p], hit ? 1 : VOCAB); /* ties count: 1 + others >= */
+        ck_assert_int_eq(s->plp_ntop[i][p], k);
+        if (k)
+            ck_assert_int_eq(s->plp_top0[i][p], best);
+    }
+}
+
+START_TEST(test_prompt_logprobs)
+{
+    /* long prompts in small chunks, beside requests without: each position
+     * once and right, every token stream the same as solo */
+    make_prompts(10, 150, 7);
+    for (int i = 0; i < 5; i++)
+        prompt_len[i] = 90 + 11 * i;
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(10, 12, ref);
+    rig_t r;
+    rig_open(&r, 512, 48, 64, 1024);
+    for (int i = 0; i < 10; i++) {
+        ifd_engine_request_t q = req(i, 12);
+        q.prompt_logprobs = i < 5 ? 1 + (i % 3) : 0;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    int steps = 0;
+    while (!ifd_engine_idle(r.eng)) {
+        r.sink->plp_rows_step = 0;
+        ck_assert_int_ge(ifd_engine_step(r.eng, NULL), 0);
+        ck_assert_int_le(r.sink->plp_rows_step, IFD_ENGINE_PLP_ROWS);
+        ck_assert_int_lt(++steps, 10000);
+    }
+    assert_same(ref, r.sink, 10);
+    for (int i = 0; i < 5; i++)
+        check_plp(r.sink, i, i % 3);
+    for (int i = 5; i < 10; i++)
+        ck_assert_int_eq(r.sink->plp_n[i], 0);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+START_TEST(test_prompt_logprobs_not_from_prefix_cache)
+{
+    /* the prompt's blocks cached by an earlier request are recomputed for
+     * the prompt logprobs (cached_tokens 0), and published for the next */
+    make_prompts(1, 10, 3);
+    prompt_len[0] = 70;
+    rig_t r;
+    rig_open(&r, 64, 256, 8, 1024);
+    ifd_engine_request_t q = req(0, 4);
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    int32_t first[MAX_OUT];
+    memcpy(first, r.sink->out[0], sizeof first);
+    memset(r.sink, 0, sizeof *r.sink);
+    q.prompt_logprobs = 1 + 2;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[0].cached_tokens, 0);
+    check_plp(r.sink, 0, 2);
+    ck_assert_int_eq(memcmp(first, r.sink->out[0], 4 * sizeof *first), 0);
+    memset(r.sink, 0, sizeof *r.sink);
+    q.prompt_logprobs = 0;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    ck_assert_int_ge(r.sink->usage[0].cached_tokens, 64);
+    /* out of range */
+    q.prompt_logprobs = 2 + IFD_SAMPLER_MAX_LOGPROBS;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_prompt_logprobs_survive_preemption)
+{
+    /* a pool too small for all: preempted sequences owe the rest of their
+     * prompt logprobs, never a repeat, and they come out right */
+    make_prompts(8, 10, 11);
+    for (int i = 0; i < 8; i++)
+        prompt_len[i] = 40 + 5 * i;
+    rig_t r;
+    rig_open(&r, 24, 32, 8, 1024);
+    for (int i = 0; i < 8; i++) {
+        ifd_engine_request_t q = req(i, 30);
+        q.prompt_logprobs = 1;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    run_to_idle(&r, 20000);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_gt((int)st.preemptions, 0);
+    for (int i = 0; i < 8; i++)
+        check_plp(r.sink, i, 0);
+    rig_close(&r);
+}
+END_TEST
 
 START_TEST(test_batched_equals_solo)
 {
@@ -600,7 +745,7 @@ START_TEST(test_window_dead_blocks)
     r.sink = calloc(1, sizeof *r.sink);
     ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
-    ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish};
+    ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish, NULL};
     ck_assert_int_eq(ifd_engine_create(&r.eng, &ep, &m, r.pool, &cb), 0);
     const uint64_t per_block = 3 * 2 * ifd_kvpool_block_bytes(&kp); /* 3 layers, K and V */
 
@@ -694,6 +839,9 @@ int main(void)
     TCase *tc = tcase_create("scheduler");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_batched_equals_solo);
+    tcase_add_test(tc, test_prompt_logprobs);
+    tcase_add_test(tc, test_prompt_logprobs_not_from_prefix_cache);
+    tcase_add_test(tc, test_prompt_logprobs_survive_preemption);
     tcase_add_test(tc, test_budget_filled_decodes_first_then_chunks);
     tcase_add_test(tc, test_prefill_cap_keeps_decodes_steady);
     tcase_add_test(tc, test_chunked_prefill_equals_whole);

@@ -120,7 +120,7 @@ static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks,
     ifd_engine_params_t ep = ifd_engine_default_params();
     ep.max_seqs = max_seqs;
     ep.max_batched_tokens = budget;
-    ifd_engine_callbacks_t cb = {sink, on_token, on_finish};
+    ifd_engine_callbacks_t cb = {sink, on_token, on_finish, NULL};
     ifd_engine_t *eng;
     ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
     for (int i = first; i < first + n; i++) {

@@ -281,10 +281,10 @@ START_TEST(test_completion_prompt_shapes)
     ck_assert_uint_eq(r.prompts[0].n_tokens, 3);
     ck_assert_int_eq(r.prompts[0].tokens[2], 2147483647);
     ck_assert(r.logprobs && r.top_logprobs == 3 && !r.echo);
-    /* echo with logprobs would need the prompt's logprobs: refused */
+    /* echo with logprobs: the prompt's logprobs come first (gen.c) */
     ck_assert_int_eq(parse_cmpl(&a, "{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true}", &r, &e),
-                     IFD_EINVAL);
-    ck_assert_str_eq(e.param, "echo");
+                     0);
+    ck_assert(r.echo && r.logprobs && r.top_logprobs == 1 && !r.prompt_logprobs);
 
     ck_assert_int_eq(parse_cmpl(&a,
                                 "{\"prompt\":[[5],[6,7]],\"logprobs\":0,\"best_of\":1,"
@@ -481,7 +481,15 @@ static const bad_case_t k_bad[] = {
      "structured_outputs.structural_tag", "unsupported_parameter"},
     {EP_CHAT, "{" MSG ",\"min_tokens\":-1}", "min_tokens", "integer_below_min_value"},
     {EP_CHAT, "{" MSG ",\"max_tokens\":4,\"min_tokens\":5}", "min_tokens", "invalid_value"},
-    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":1}", "prompt_logprobs", "unsupported_parameter"},
+    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":21}", "prompt_logprobs", "integer_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":-1}", "prompt_logprobs", "integer_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":-2}", "prompt_logprobs", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":true}", "prompt_logprobs", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":1.5}", "prompt_logprobs", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"stream\":true,\"prompt_logprobs\":1}", "prompt_logprobs",
+     "invalid_value"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"stream\":true,\"prompt_logprobs\":3}", "prompt_logprobs",
+     "invalid_value"},
     {EP_CHAT, "{" MSG ",\"echo\":1}", "echo", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"continue_final_message\":true,\"add_generation_prompt\":false}",
      "continue_final_message", "invalid_value"}, /* the last message is the user's */
@@ -677,7 +685,8 @@ END_TEST
 START_TEST(test_chat_response)
 {
     ifd_oai_top_logprob_t top[2] = {{"Hi", 2, -0.1f}, {"\xe2\x80", 2, -2.5f}};
-    ifd_oai_logprob_t lp[2] = {{"Hi", 2, -0.1f, top, 2}, {"\xff!", 2, -INFINITY, NULL, 0}};
+    ifd_oai_logprob_t lp[2] = {{"Hi", 2, -0.1f, top, 2, false},
+                               {"\xff!", 2, -INFINITY, NULL, 0, false}};
     ifd_oai_choice_t ch[2] = {
         {.index = 0,
          .text = "Hi \xe2\x80\x94 there",
@@ -734,8 +743,9 @@ END_TEST
 START_TEST(test_completion_response)
 {
     ifd_oai_top_logprob_t top[2] = {{" the", 4, -0.5f}, {" a", 2, -1.0f}};
-    ifd_oai_logprob_t lp[3] = {
-        {" the", 4, -0.5f, top, 2}, {" caf\xc3\xa9", 6, -0.25f, top, 1}, {"!", 1, -3.0f, NULL, 0}};
+    ifd_oai_logprob_t lp[3] = {{" the", 4, -0.5f, top, 2, false},
+                               {" caf\xc3\xa9", 6, -0.25f, top, 1, false},
+                               {"!", 1, -3.0f, NULL, 0, false}};
     ifd_oai_choice_t ch = {.index = 0,
                            .text = " the caf\xc3\xa9!",
                            .text_len = 11,
@@ -776,6 +786,79 @@ START_TEST(test_completion_response)
 }
 END_TEST
 
+START_TEST(test_prompt_logprobs)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"prompt_logprobs\":20}", &r, &e), 0);
+    ck_assert(r.prompt_logprobs && r.prompt_top_logprobs == 20);
+    ck_assert_int_eq(parse_cmpl(&a, "{\"prompt\":\"x\",\"prompt_logprobs\":0}", &r, &e), 0);
+    ck_assert(r.prompt_logprobs && r.prompt_top_logprobs == 0);
+    /* vLLM accepts 0 with stream (a stream carries none) */
+    ck_assert_int_eq(
+        parse_cmpl(&a, "{\"prompt\":\"x\",\"stream\":true,\"prompt_logprobs\":0}", &r, &e), 0);
+    ck_assert(!r.prompt_logprobs);
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"prompt_logprobs\":null}", &r, &e), 0);
+    ck_assert(!r.prompt_logprobs);
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"prompt_logprobs\":-1}", &r, &e), IFD_EINVAL);
+    ck_assert_msg(strstr(e.message, "greater than max allowed: 20"), "%s", e.message);
+    ifd_arena_close(&a);
+
+    /* [null, {token first, then the alternatives}]: completions per choice */
+    ifd_oai_plp_token_t alt[2] = {{7, "ab", 2, -0.5f, 1}, {9, "c\xff", 2, -1.5f, 2}};
+    ifd_oai_prompt_logprob_t plp[2] = {{{9, "c\xff", 2, -1.5f, 2}, alt, 2},
+                                       {{3, "z", 1, -INFINITY, 49000}, alt, 2}};
+    ifd_oai_top_logprob_t top[1] = {{"ab", 2, -0.5f}};
+    ifd_oai_logprob_t lp[3] = {{"q", 1, 0, NULL, 0, true},
+                               {"c\xff", 2, -1.5f, top, 1, false},
+                               {"z", 1, -9.0f, top, 1, false}};
+    ifd_oai_choice_t ch = {.index = 0,
+                           .text = "qcz",
+                           .text_len = 3,
+                           .finish_reason = "stop",
+                           .has_logprobs = true,
+                           .logprobs = lp,
+                           .n_logprobs = 3,
+                           .has_prompt_logprobs = true,
+                           .prompt_logprobs = plp,
+                           .n_prompt_logprobs = 2,
+                           .prompt_top = 1};
+    ifd_oai_usage_t u = {3, 1, 0};
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_cmpl_meta, &ch, 1, &u), 0);
+    json_t *j = load(b.data, b.len);
+    ck_assert(jnull(j, "choices.0.prompt_logprobs.0"));
+    ck_assert_int_eq(json_array_size(jp(j, "choices.0.prompt_logprobs")), 3);
+    ck_assert_int_eq(json_object_size(jp(j, "choices.0.prompt_logprobs.1")), 2); /* 9, then 7 */
+    ck_assert(jnum(j, "choices.0.prompt_logprobs.1.9.logprob") == -1.5);
+    ck_assert_int_eq(ji(j, "choices.0.prompt_logprobs.1.9.rank"), 2);
+    ck_assert_str_eq(js(j, "choices.0.prompt_logprobs.1.9.decoded_token"), "c\xef\xbf\xbd");
+    ck_assert_int_eq(ji(j, "choices.0.prompt_logprobs.1.7.rank"), 1);
+    ck_assert(jnum(j, "choices.0.prompt_logprobs.2.3.logprob") == -9999.0);
+    ck_assert_int_eq(ji(j, "choices.0.prompt_logprobs.2.3.rank"), 49000);
+    ck_assert_ptr_null(jp(j, "choices.0.prompt_logprobs.2.9")); /* prompt_top 1 */
+    ck_assert_ptr_null(jp(j, "prompt_logprobs"));
+    /* echo + logprobs: the first prompt token's logprob is null */
+    ck_assert(jnull(j, "choices.0.logprobs.token_logprobs.0"));
+    ck_assert(jnull(j, "choices.0.logprobs.top_logprobs.0"));
+    ck_assert(jnum(j, "choices.0.logprobs.token_logprobs.1") == -1.5);
+    ck_assert(jnum(j, "choices.0.logprobs.top_logprobs.2.ab") == -0.5);
+    json_decref(j);
+    /* chat: once, at the top level */
+    ifd_buf_clear(&b);
+    ch.has_logprobs = false;
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_chat_meta, &ch, 1, &u), 0);
+    j = load(b.data, b.len);
+    ck_assert(jnull(j, "prompt_logprobs.0"));
+    ck_assert(jnum(j, "prompt_logprobs.1.7.logprob") == -0.5);
+    ck_assert_ptr_null(jp(j, "choices.0.prompt_logprobs"));
+    json_decref(j);
+    ifd_buf_free(&b);
+}
+END_TEST
+
 /* Runs `out` through the SSE parser; returns the JSON chunks and counts [DONE]. */
 static json_t *sse_chunks(const ifd_buf_t *out, int *done_last)
 {
@@ -807,7 +890,7 @@ START_TEST(test_chat_stream)
     ifd_buf_t b = IFD_BUF_INIT;
     ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_chat_meta, 2, true), 0);
     ck_assert_int_eq(ifd_oai_stream_start(&s, &b), 0);
-    ifd_oai_logprob_t lp = {"Hel", 3, -0.5f, NULL, 0};
+    ifd_oai_logprob_t lp = {"Hel", 3, -0.5f, NULL, 0, false};
     ifd_oai_choice_t c = {.index = 0,
                           .text = "Hel",
                           .text_len = 3,
@@ -946,8 +1029,8 @@ START_TEST(test_completion_stream)
     ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_cmpl_meta, 1, true), 0);
     ck_assert_int_eq(ifd_oai_stream_start(&s, &b), 0);
     ck_assert_uint_eq(b.len, 0); /* completions have no role chunk */
-    ifd_oai_logprob_t lp1 = {"caf\xc3\xa9", 5, -0.5f, NULL, 0};
-    ifd_oai_logprob_t lp2 = {" au", 3, -1.5f, NULL, 0};
+    ifd_oai_logprob_t lp1 = {"caf\xc3\xa9", 5, -0.5f, NULL, 0, false};
+    ifd_oai_logprob_t lp2 = {" au", 3, -1.5f, NULL, 0, false};
     ifd_oai_choice_t c = {.index = 0,
                           .text = "caf\xc3\xa9",
                           .text_len = 5,
@@ -1425,6 +1508,7 @@ START_TEST(test_responses_parse)
         {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id",
          "unsupported_parameter"},
         {"{\"input\":\"x\",\"conversation\":\"c\"}", "conversation", "unsupported_parameter"},
+        {"{\"input\":\"x\",\"prompt_logprobs\":1}", "prompt_logprobs", "unsupported_parameter"},
         {"{\"input\":\"x\",\"background\":true}", "background", "unsupported_parameter"},
         {"{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation", "unsupported_parameter"},
         {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"}}", "reasoning",
@@ -1467,7 +1551,7 @@ static const ifd_oai_meta_t k_resp_meta = {IFD_OAI_RESPONSES, "resp_00ff", "smol
 START_TEST(test_responses_object)
 {
     ifd_oai_tool_call_t tc = {"call_ab", "add", "{\"x\":1}"};
-    ifd_oai_logprob_t lp = {"Ok", 2, -0.25f, NULL, 0};
+    ifd_oai_logprob_t lp = {"Ok", 2, -0.25f, NULL, 0, false};
     ifd_oai_choice_t c = {.text = "Ok",
                           .text_len = 2,
                           .finish_reason = "tool_calls",
@@ -1728,6 +1812,7 @@ int main(void)
     tcase_add_test(tc, test_responses_echo_defaults);
     tcase_add_test(tc, test_responses_stream);
     tcase_add_test(tc, test_continuous_usage_and_min_tokens);
+    tcase_add_test(tc, test_prompt_logprobs);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

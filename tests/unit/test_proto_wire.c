@@ -24,6 +24,7 @@ static int32_t g_stops[3] = {2, 0, 49152};
 static ifd_wire_logit_bias_t g_bias[3] = {{7, 5.5f}, {0, -100.0f}, {12, -INFINITY}};
 static ifd_wire_top_t g_top[3] = {{11, -0.25f}, {12, -1.5f}, {13, -INFINITY}};
 static ifd_wire_token_t g_events[3];
+static ifd_wire_plp_t g_plp[2];
 
 static const ifd_wire_kv_geometry_t g_kv = {
     30, 3, 64, 1, 16, 123456789012ull, 0xfedcba9876543210ull};
@@ -77,6 +78,7 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
         m.u.add.use_cache = true;
         m.u.add.grammar = (char *)"root ::= \"{\" [a-z]* \"}\"\n";
         m.u.add.min_tokens = 7;
+        m.u.add.prompt_logprobs = 1 + 20;
         break;
     case IFD_WIRE_CANCEL:
         m.u.cancel.id = 42;
@@ -148,14 +150,22 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
                                        .sampling_ns = 200000,
                                        .scheduling_ns = 300};
         break;
+    case IFD_WIRE_PROMPT_LOGPROBS:
+        g_plp[0] = (ifd_wire_plp_t){
+            .token = 49151, .logprob = -3.5f, .rank = 40000, .top = g_top, .n_top = 3};
+        g_plp[1] = (ifd_wire_plp_t){.token = 0, .logprob = -INFINITY, .rank = 1};
+        m.u.prompt_logprobs = (ifd_wire_prompt_logprobs_t){
+            .id = UINT64_MAX, .pos = 17, .entries = g_plp, .n_entries = 2};
+        break;
     }
     return m;
 }
 
 static const ifd_wire_type_t k_types[] = {
-    IFD_WIRE_HELLO,    IFD_WIRE_ADD,      IFD_WIRE_CANCEL, IFD_WIRE_STATS_REQ,
-    IFD_WIRE_DRAIN,    IFD_WIRE_SHUTDOWN, IFD_WIRE_READY,  IFD_WIRE_TOKENS,
-    IFD_WIRE_FINISHED, IFD_WIRE_ERROR,    IFD_WIRE_STATS,  IFD_WIRE_LOG_LEVEL,
+    IFD_WIRE_HELLO,           IFD_WIRE_ADD,      IFD_WIRE_CANCEL, IFD_WIRE_STATS_REQ,
+    IFD_WIRE_DRAIN,           IFD_WIRE_SHUTDOWN, IFD_WIRE_READY,  IFD_WIRE_TOKENS,
+    IFD_WIRE_FINISHED,        IFD_WIRE_ERROR,    IFD_WIRE_STATS,  IFD_WIRE_LOG_LEVEL,
+    IFD_WIRE_PROMPT_LOGPROBS,
 };
 #define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
 
@@ -234,6 +244,7 @@ START_TEST(test_add_fields)
     ck_assert_int_eq(a->priority, -3);
     ck_assert_str_eq(a->grammar, "root ::= \"{\" [a-z]* \"}\"\n");
     ck_assert_uint_eq(a->min_tokens, 7);
+    ck_assert_uint_eq(a->prompt_logprobs, 21);
     ifd_wire_msg_free(&d);
     ck_assert_ptr_null(d.u.add.tokens);
     ifd_wire_msg_free(&d); /* twice is harmless */
@@ -299,6 +310,33 @@ START_TEST(test_other_fields)
     ck_assert_int_eq(d.u.finished.stop_token, -1);
     ck_assert_uint_eq(d.u.finished.cached_tokens, 96);
     ifd_wire_msg_free(&d);
+
+    m = sample(IFD_WIRE_PROMPT_LOGPROBS);
+    round_trip(&m, &d);
+    ck_assert_uint_eq(d.u.prompt_logprobs.id, UINT64_MAX);
+    ck_assert_uint_eq(d.u.prompt_logprobs.pos, 17);
+    ck_assert_uint_eq(d.u.prompt_logprobs.n_entries, 2);
+    ck_assert_int_eq(d.u.prompt_logprobs.entries[0].token, 49151);
+    ck_assert_uint_eq(d.u.prompt_logprobs.entries[0].rank, 40000);
+    ck_assert_uint_eq(d.u.prompt_logprobs.entries[0].n_top, 3);
+    ck_assert_int_eq(d.u.prompt_logprobs.entries[0].top[2].token, 13);
+    ck_assert(isinf(d.u.prompt_logprobs.entries[1].logprob));
+    ck_assert_ptr_null(d.u.prompt_logprobs.entries[1].top);
+    ck_assert_str_eq(ifd_wire_type_name(IFD_WIRE_PROMPT_LOGPROBS), "prompt_logprobs");
+    ck_assert_int_eq(ifd_wire_type_dir(IFD_WIRE_PROMPT_LOGPROBS), IFD_WIRE_TO_ROUTER);
+    ifd_wire_msg_free(&d);
+    /* position 0 has no logprob, an empty frame says nothing; k <= 20 */
+    ifd_buf_t b = IFD_BUF_INIT;
+    m.u.prompt_logprobs.pos = 0;
+    ck_assert_int_lt(ifd_wire_encode(&b, &m), 0);
+    m.u.prompt_logprobs.pos = 1;
+    m.u.prompt_logprobs.n_entries = 0;
+    ck_assert_int_lt(ifd_wire_encode(&b, &m), 0);
+    m = sample(IFD_WIRE_ADD);
+    m.u.add.prompt_logprobs = 22;
+    ck_assert_int_lt(ifd_wire_encode(&b, &m), 0);
+    ck_assert_uint_eq(b.len, 0);
+    ifd_buf_free(&b);
 
     m = sample(IFD_WIRE_ERROR);
     round_trip(&m, &d);
@@ -590,10 +628,10 @@ END_TEST
 START_TEST(test_huge_array_counts)
 {
     /* tokens claims 2^32-1 elements: refused on the count, nothing allocated. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0x9b,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0x9c,
                   0x01, 0xdd, 0xff, 0xff, 0xff, 0xff);
     /* Within the limit but more than the bytes left. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 66 bytes left", 0x9b,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 66 bytes left", 0x9c,
                   0x01, 0xdc, 0xff, 0xff, 0x01, 0x02);
     /* The top-level array itself. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETRUNC, "4294967295 elements", 0xdd, 0xff, 0xff, 0xff, 0xff);
@@ -603,11 +641,11 @@ START_TEST(test_huge_array_counts)
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETRUNC, "tokens.events: 60000 elements", 0x92, 0x01, 0xdc,
                 0xea, 0x60, 0x95);
     /* A token id that does not fit int32 inside the array names its index. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ERANGE, "add.tokens[1]", 0x9b, 0x01, 0x92, 0x05, 0xce, 0x80,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ERANGE, "add.tokens[1]", 0x9c, 0x01, 0x92, 0x05, 0xce, 0x80,
                   0x00, 0x00, 0x00);
     /* A nested path: the second logit_bias entry's bias is a string. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETYPE, "add.sampling.logit_bias[1].bias: expected float, got str",
-                0x9b, 0x01, 0x91, 0x05, 0x00, 0x9b, 0xca, 0x3f, 0x80, 0, 0, 0x00, 0xca, 0x3f, 0x80,
+                0x9c, 0x01, 0x91, 0x05, 0x00, 0x9b, 0xca, 0x3f, 0x80, 0, 0, 0x00, 0xca, 0x3f, 0x80,
                 0, 0, 0xca, 0, 0, 0, 0, 0xca, 0x3f, 0x80, 0, 0, 0xca, 0, 0, 0, 0, 0xca, 0, 0, 0, 0,
                 0x92, 0x92, 0x01, 0xca, 0, 0, 0, 0, 0x92, 0x02, 0xa1, 'x');
     /* Top logprobs are capped at 20. */
