@@ -73,6 +73,11 @@ typedef struct {
     uint32_t head_dim;   /* attention.key_length (= value_length), default n_embd / n_head */
     uint32_t n_rot;      /* rope.dimension_count, default head_dim */
     uint32_t n_vocab;    /* rows of token_embd */
+    /* Ids a sampler may pick: the tokenizer's size where it is below n_vocab (Gemma 3
+     * 4B: 262208 rows, 262145 tokens); the model's logits of ids >= it are -inf. 0 (what
+     * the file readers leave): n_vocab. Set by whoever knows the tokenizer
+     * (ifd_model_load_source, a caller of ifd_model_load_random). */
+    uint32_t n_vocab_valid;
     uint32_t n_ctx_train;
     float rms_eps;
     float rope_base;        /* global layers */

@@ -1490,12 +1490,18 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
         return;
     }
     char param[64], msg[256];
+    /* logit_bias keys up to the model's vocabulary rows, as vLLM checks them
+     * (model_config.get_vocab_size()): an id past the tokenizer's (Gemma 3
+     * 4B) is accepted and has no effect, its logit being -inf (worker/model.h) */
+    const int32_t n_bias_vocab = api->mcfg && (int32_t)api->mcfg->n_vocab > api->n_vocab
+                                     ? (int32_t)api->mcfg->n_vocab
+                                     : api->n_vocab;
     for (size_t i = 0; i < rq->n_logit_bias; i++) {
-        if (rq->logit_bias[i].id >= api->n_vocab) {
+        if (rq->logit_bias[i].id >= n_bias_vocab) {
             snprintf(msg, sizeof msg,
                      "Invalid key in 'logit_bias': token id %d is not in the "
                      "vocabulary (%d tokens).",
-                     rq->logit_bias[i].id, api->n_vocab);
+                     rq->logit_bias[i].id, n_bias_vocab);
             ifd__reject(g, 400, "invalid_value", "logit_bias", msg);
             return;
         }

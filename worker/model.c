@@ -11,7 +11,9 @@
  * (ifd_proj_t), with the optional "<name>.bias" tensors beside each part
  * (required when the config has q/k/v biases: Qwen 2). HF Gemma norms are w
  * and load as NORM_ADD1; GGUF already stores 1 + w. A tied model (no
- * output.weight) projects with a copy of token_embd.
+ * output.weight) projects with a copy of token_embd. When the tokenizer has
+ * fewer ids than the model has vocabulary rows (cfg.n_vocab_valid; Gemma 3
+ * 4B), the output projection gets a bias of -inf on the rows past it.
  *
  * Forward (MODEL-FORMATS.md §5), in the backend's fused ops: embedding →
  * per layer [ (+ previous delta) RMSNorm → QKV proj → (gemma: QK-norm) RoPE
@@ -309,9 +311,11 @@ static int ifd__load_weight(ifd__loader_t *L, ifd_weight_t *w, const char *name,
 }
 
 /* A projection from n parts: names[i] ("%s.weight", with a "%s.bias"
- * beside it, optional unless need_bias) of rows[i] × cols. */
+ * beside it, optional unless need_bias) of rows[i] × cols. bias0 (NULL:
+ * none) is a bias for part 0 made by the caller, where the file has none. */
 static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *names,
-                          const int64_t *rows, int n, int64_t cols, bool need_bias)
+                          const int64_t *rows, int n, int64_t cols, bool need_bias,
+                          const ifd_weight_src_t *bias0)
 {
     ifd_backend_t *be = L->m->be;
     char wname[IFD_PROJ_MAX_PARTS][96], bname[IFD_PROJ_MAX_PARTS][96];
@@ -329,6 +333,14 @@ static int ifd__load_proj(ifd__loader_t *L, ifd_proj_t *p, const char *const *na
         }
         bp[i] = &b[i];
     }
+    if (bias0 && b[0].data) {
+        ifd__loader_release(L);
+        return ifd__load_fail(L, IFD_ENOTSUP,
+                              "%s: tensor '%s' and a vocabulary larger than the tokenizer's: "
+                              "not supported", L->what, bname[0]);
+    }
+    if (bias0)
+        bp[0] = bias0;
     rc = be->ops->load_proj(be, p, w, bp, n);
     ifd__loader_release(L);
     if (rc)
@@ -363,8 +375,24 @@ static int ifd__load_all(ifd__loader_t *L)
      * keeps rows for the gather. */
     m->output_tied = L->random || ifd_model_source_find(m->src, "output.weight", &tv) != 0;
     const char *out_name = m->output_tied ? "token_embd" : "output";
-    if ((rc = ifd__load_proj(L, &m->output, &out_name, (const int64_t[]){c->n_vocab}, 1, E,
-                             false)))
+    /* Rows past the tokenizer's ids (n_vocab_valid) get a bias of -inf: their
+     * logits are -inf on every backend, so neither the host nor a device
+     * sampler can pick an id that has no text, whatever a request's
+     * logit_bias (-inf + bias = -inf), and logprobs leave them out. */
+    float *mask = NULL;
+    ifd_weight_src_t mask_src = {0};
+    if (c->n_vocab_valid > 0 && c->n_vocab_valid < c->n_vocab) {
+        if (!(mask = malloc((size_t)c->n_vocab * sizeof *mask)))
+            return ifd__load_fail(L, IFD_ENOMEM, "%s: out of memory", L->what);
+        for (uint32_t i = 0; i < c->n_vocab; i++)
+            mask[i] = i < c->n_vocab_valid ? 0.0f : -INFINITY;
+        mask_src = (ifd_weight_src_t){.name = "(ids past the tokenizer's)", .data = mask,
+                                      .type = IFD_GGML_F32, .rows = 1, .cols = c->n_vocab};
+    }
+    rc = ifd__load_proj(L, &m->output, &out_name, (const int64_t[]){c->n_vocab}, 1, E, false,
+                        mask ? &mask_src : NULL);
+    free(mask);
+    if (rc)
         return rc;
     if (c->has_rope_freqs &&
         (rc = ifd__load_weight(L, &m->rope_freqs, "rope_freqs.weight", 1, c->n_rot / 2,
@@ -404,16 +432,19 @@ static int ifd__load_all(ifd__loader_t *L)
             names[i] = n[i];
         }
         if ((rc = ifd__load_proj(L, &ly->qkv, names, (const int64_t[]){qd, kvd, kvd}, 3, E,
-                                 c->has_attn_bias)) ||
-            (rc = ifd__load_proj(L, &ly->wo, &names[3], (const int64_t[]){E}, 1, qd, false)))
+                                 c->has_attn_bias, NULL)) ||
+            (rc = ifd__load_proj(L, &ly->wo, &names[3], (const int64_t[]){E}, 1, qd, false,
+                                 NULL)))
             return rc;
         const char *fsuffix[] = {"ffn_gate", "ffn_up", "ffn_down"};
         for (int i = 0; i < 3; i++) {
             snprintf(n[i], sizeof n[i], "blk.%u.%s", l, fsuffix[i]);
             names[i] = n[i];
         }
-        if ((rc = ifd__load_proj(L, &ly->gate_up, names, (const int64_t[]){F, F}, 2, E, false)) ||
-            (rc = ifd__load_proj(L, &ly->down, &names[2], (const int64_t[]){E}, 1, F, false)))
+        if ((rc = ifd__load_proj(L, &ly->gate_up, names, (const int64_t[]){F, F}, 2, E, false,
+                                 NULL)) ||
+            (rc = ifd__load_proj(L, &ly->down, &names[2], (const int64_t[]){E}, 1, F, false,
+                                 NULL)))
             return rc;
     }
     return 0;
@@ -530,16 +561,31 @@ static void ifd__batch_bufs_free(ifd_model_t *m)
 int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char *errbuf,
                    size_t errlen)
 {
-    ifd_model_t *m = calloc(1, sizeof *m);
-    if (!m)
-        return IFD_ENOMEM;
-    m->be = be;
-    int rc = ifd_model_source_open(&m->src, path, errbuf, errlen);
-    if (rc) {
-        free(m);
+    ifd_model_source_t *src = NULL;
+    int rc = ifd_model_source_open(&src, path, errbuf, errlen);
+    if (rc)
         return rc;
+    return ifd_model_load_source(out, src, 0, be, errbuf, errlen);
+}
+
+int ifd_model_load_source(ifd_model_t **out, ifd_model_source_t *src, int32_t n_tokens,
+                          ifd_backend_t *be, char *errbuf, size_t errlen)
+{
+    ifd_model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        ifd_model_source_close(src);
+        return IFD_ENOMEM;
     }
+    m->be = be;
+    m->src = src;
     m->cfg = *ifd_model_source_config(m->src);
+    int rc;
+    if (n_tokens > 0 && (uint32_t)n_tokens < m->cfg.n_vocab) {
+        m->cfg.n_vocab_valid = (uint32_t)n_tokens;
+        IFD_INFO("%s: %u logits rows for a tokenizer of %d tokens: ids %d..%u are never "
+                 "sampled", ifd_model_source_path(m->src), m->cfg.n_vocab, n_tokens, n_tokens,
+                 m->cfg.n_vocab - 1);
+    }
     ifd__loader_t L = {.m = m, .err = errbuf, .errlen = errlen,
                        .what = ifd_model_source_path(m->src)};
     rc = ifd__load_all(&L);
@@ -974,13 +1020,15 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
     return 0;
 }
 
-/* Gemma-style c·tanh(logits / c), on a host copy. */
+/* Gemma-style c·tanh(logits / c), on a host copy; -inf (an id past the
+ * tokenizer's) stays -inf. */
 static void ifd__softcap(const ifd_model_t *m, float *logits, size_t n)
 {
     const float cap = m->cfg.final_logit_softcap;
     if (cap > 0)
         for (size_t i = 0; i < n; i++)
-            logits[i] = cap * tanhf(logits[i] / cap);
+            if (logits[i] != -INFINITY)
+                logits[i] = cap * tanhf(logits[i] / cap);
 }
 
 int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,

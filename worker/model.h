@@ -53,9 +53,19 @@ typedef struct {
  * what was expected). */
 int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char *errbuf,
                    size_t errlen);
+/* As ifd_model_load, from an open source, which the model takes (closed with
+ * it, or at once on failure), for a tokenizer of n_tokens ids: when 0 <
+ * n_tokens < the model's n_vocab (config vocab_size above the tokenizer's
+ * size: Gemma 3 4B), cfg.n_vocab_valid = n_tokens and the logits of ids >=
+ * n_tokens are -inf (model.c: a -inf bias on those rows of the output
+ * projection), so no sampler, host or device, can produce them. n_tokens <=
+ * 0: no limit (ifd_model_load). */
+int ifd_model_load_source(ifd_model_t **out, ifd_model_source_t *src, int32_t n_tokens,
+                          ifd_backend_t *be, char *errbuf, size_t errlen);
 /*
  * A model of shape `cfg` (every field filled, as ifd_model_config_from_gguf
- * would; has_rope_freqs false) with random bf16-exact weights from `seed`
+ * would; has_rope_freqs false; n_vocab_valid as ifd_model_load_source sets
+ * it, or 0) with random bf16-exact weights from `seed`
  * (model.c: each value a function of seed, tensor name and index only), so
  * the same seed gives the same weights on every backend; the output matrix
  * is tied to token_embd. For speed runs and CPU-vs-GPU checks in real

@@ -276,12 +276,19 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
         status = 0;
         goto out;
     }
-    if ((rc = ifd_model_load(&m, o->model, be, err, sizeof err))) {
+    /* the tokenizer before the weights: ids past its size are masked (model.h) */
+    ifd_model_source_t *src = NULL;
+    if ((rc = ifd_model_source_open(&src, o->model, err, sizeof err))) {
         fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
         goto out;
     }
-    if ((rc = ifd_model_source_tokenizer(ifd_model_source(m), &tok, err, sizeof err))) {
+    if ((rc = ifd_model_source_tokenizer(src, &tok, err, sizeof err))) {
+        ifd_model_source_close(src);
         fprintf(stderr, "inferd-worker: tokenizer: %s\n", err[0] ? err : ifd_strerror(rc));
+        goto out;
+    }
+    if ((rc = ifd_model_load_source(&m, src, ifd_tokenizer_n_vocab(tok), be, err, sizeof err))) {
+        fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
         goto out;
     }
     const ifd_token_t *stop_ids = NULL;

@@ -16,9 +16,17 @@ int ifd_worker_model_load(const ifd_worker_model_opts_t *o, ifd_backend_t *be,
     *model = NULL;
     *tok = NULL;
     if (!o->shape || !o->shape[0]) {
-        if ((rc = ifd_model_load(model, o->model_path, be, errbuf, errlen)))
+        /* the tokenizer before the weights: ids past its size are masked in
+         * the logits (ifd_model_load_source) */
+        ifd_model_source_t *src = NULL;
+        if ((rc = ifd_model_source_open(&src, o->model_path, errbuf, errlen)))
             return rc;
-        if ((rc = ifd_model_source_tokenizer(ifd_model_source(*model), tok, errbuf, errlen)))
+        if ((rc = ifd_model_source_tokenizer(src, tok, errbuf, errlen))) {
+            ifd_model_source_close(src);
+            return rc;
+        }
+        if ((rc = ifd_model_load_source(model, src, ifd_tokenizer_n_vocab(*tok), be, errbuf,
+                                        errlen)))
             goto fail;
         return 0;
     }

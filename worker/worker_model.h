@@ -11,6 +11,10 @@
  * the KV geometry and the context. Same shape, seed and tokenizer → the same weights on every
  * backend (CPU, CUDA, exact CUDA).
  *
+ * A model file whose config has more vocabulary rows than its tokenizer has
+ * tokens (Gemma 3 4B) is loaded with the rows past the tokenizer's masked
+ * (ifd_model_load_source): no sampled id is one without text.
+ *
  * Ownership: *model and *tok belong to the caller (ifd_model_destroy,
  * ifd_tokenizer_destroy); the backend must outlive the model. Threading:
  * call from one thread.

@@ -23,7 +23,9 @@
  *  4. The engine with device sampling = the engine with host sampling:
  *     seeded requests with penalties and logit bias through
  *     ifd_engine_model_from (forward_sample) and through the same adapter
- *     without it: the same token streams.
+ *     without it: the same token streams. Again with 60 valid ids of 101
+ *     (cfg.n_vocab_valid: -inf logits past them) and +100 / +50 biases on
+ *     ids 80 and 100: the same streams, no id >= 60.
  *
  * Built for the emulator (test_cuda_step_emu, labels unit + emu) and for a
  * GPU (test_cuda_step, label gpu; case 3 then checks only that the steps
@@ -428,7 +430,7 @@ static void e_on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
     s->n[id]++;
 }
 
-static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink)
+static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_logit_bias_t *bias)
 {
     ifd_kvpool_params_t kp = ifd_model_kvpool_params(ifd_model_config(m));
     kp.dtype = IFD_KV_F16;
@@ -448,7 +450,6 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink)
     ifd_engine_t *eng = NULL;
     GT_EXPECT(ifd_engine_create(&eng, &ep, &em, pool, &cb) == 0, "engine");
     static int32_t prompts[E_REQ][24];
-    const ifd_logit_bias_t bias[3] = {{5, 2.0f}, {5, 0.5f}, {9, -INFINITY}};
     for (int i = 0; eng && i < E_REQ; i++) {
         for (int j = 0; j < 24; j++)
             prompts[i][j] = (int32_t)((i * 13 + j * 5) % 40);
@@ -485,25 +486,44 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink)
     ifd_kvpool_destroy(pool);
 }
 
-static void test_engine_sampling(void)
+/* n_valid > 0: the model's logits of ids >= n_valid are -inf (a tokenizer
+ * smaller than the vocabulary, model.h), and the bias pushes such ids. */
+static void engine_sampling(uint32_t n_valid)
 {
     ifd_model_config_t c = tiny();
+    c.n_vocab_valid = n_valid;
+    const ifd_logit_bias_t bias[3] = {{5, 2.0f}, {5, 0.5f}, {9, -INFINITY}};
+    const ifd_logit_bias_t past[3] = {{80, 100.0f}, {5, 2.0f}, {100, 50.0f}};
     gt_side_t s = {0};
     if (side_open(&s, &c, true) == 0) {
         e_sink_t dev, host;
         memset(&dev, 0, sizeof dev);
         memset(&host, 0, sizeof host);
-        run_engine(s.m, true, &dev);
-        run_engine(s.m, false, &host);
+        run_engine(s.m, true, &dev, n_valid ? past : bias);
+        run_engine(s.m, false, &host, n_valid ? past : bias);
         for (int i = 0; i < E_REQ; i++) {
             GT_EXPECT(dev.n[i] == E_OUT && host.n[i] == E_OUT, "request %d: %d / %d tokens", i,
                       dev.n[i], host.n[i]);
-            for (int t = 0; t < E_OUT; t++)
+            for (int t = 0; t < E_OUT; t++) {
                 GT_EXPECT(dev.out[i][t] == host.out[i][t], "request %d token %d: device %d, "
                           "host %d", i, t, dev.out[i][t], host.out[i][t]);
+                GT_EXPECT(!n_valid || (dev.out[i][t] >= 0 && dev.out[i][t] < (int)n_valid),
+                          "request %d token %d: id %d past the %u valid ones", i, t,
+                          dev.out[i][t], n_valid);
+            }
         }
     }
     gt_side_close(&s);
+}
+
+static void test_engine_sampling(void)
+{
+    engine_sampling(0);
+}
+
+static void test_engine_vocab_valid(void)
+{
+    engine_sampling(60);
 }
 #endif
 
@@ -515,6 +535,7 @@ int main(void)
     gt_case("steady state: no allocation, no heuristic query, graph replays", test_steady_state);
 #ifdef IFD_CUDA_EMU
     gt_case("engine: device sampling = host sampling", test_engine_sampling);
+    gt_case("engine: ids past n_vocab_valid never sampled, device = host", test_engine_vocab_valid);
 #endif
     return gt_end();
 }

@@ -127,6 +127,33 @@ def oracle_rows(path, tokens):
 
 # name -> the oracle's greedy tokens after PROMPT (the argmax of its rows), for serve_test
 GREEDY: dict = {}
+N_TOKENS = 50259   # the tiny models' tokenizer: the GPT-2 vocabulary + 2 ChatML tokens
+
+
+def greedy(o, prompt, n):
+    """The oracle's n greedy tokens after prompt, among the tokenizer's ids."""
+    if o.hp.n_vocab == N_TOKENS:
+        return o.generate(prompt, n).tokens
+    out = []
+    for _ in range(n):   # a whole pass per token: the oracle's generate has no mask
+        out.append(int(np.argmax(o.score(prompt + out)[-1, :N_TOKENS])))
+    return out
+
+
+def vocab_pad_checks(name, lg, rows, tokens):
+    """A model with vocabulary rows past its tokenizer's (Gemma 3 4B's layout): the
+    worker's logits of those ids are -inf, its greedy tokens are the oracle's argmax over
+    the tokenizer's ids, and without the mask the oracle's argmax would be a padding id (the
+    padding rows are made large), so the check can fail."""
+    nv = N_TOKENS
+    check(lg.shape[1] > nv and bool(np.all(np.isneginf(lg[:, nv:]))) and
+          bool(np.all(np.isfinite(lg[:, :nv]))),
+          f"{name}: the logits of the {lg.shape[1] - nv} ids past the tokenizer's are -inf")
+    unmasked = np.argmax(rows[len(PROMPT) - 1:], axis=1)
+    masked = [int(t) for t in np.argmax(rows[len(PROMPT) - 1:, :nv], axis=1)]
+    check(bool(np.all(unmasked >= nv)) and tokens == masked,
+          f"{name}: greedy tokens {tokens} = the oracle's among the tokenizer's ids {masked} "
+          f"(unmasked it would pick {unmasked.tolist()})")
 
 
 def fails_with(worker, model, needles, what):
@@ -404,6 +431,39 @@ def _serve_checks(sock, name, fmt, path, ref, detok):
           r["usage"]["prompt_tokens"] == len(ref["chat_prompt"]),
           f"{what}: greedy chat completion = the oracle's {ref['chat']} (got {ids}, "
           f"{r['usage']['prompt_tokens']} prompt tokens, want {len(ref['chat_prompt'])})")
+    if ref["n_vocab"] > N_TOKENS:
+        vocab_pad_serve_checks(sock, what, ref, detok)
+
+
+def vocab_pad_serve_checks(sock, what, ref, detok):
+    """Vocabulary rows past the tokenizer's through the daemon: a logit_bias key among
+    them is accepted, as vLLM accepts keys below the model's vocab_size, and changes
+    nothing (greedy output as without it); one at vocab_size is a 400; sampled tokens at
+    a high temperature, with +100 on every padding id, are all tokenizer ids."""
+    pad = {str(i): 100 for i in range(N_TOKENS, ref["n_vocab"])}
+    st, r = _http(sock, "POST", "/v1/completions",
+                  {"prompt": PROMPT, "max_tokens": SERVE_N, "temperature": 0,
+                   "ignore_eos": True, "logit_bias": {str(N_TOKENS + 3): 100}})
+    got = r["choices"][0]["text"] if st == 200 else r
+    check(st == 200 and got == detok.text(ref["completion"]),
+          f"{what}: logit_bias +100 on id {N_TOKENS + 3} (past the tokenizer's {N_TOKENS}, "
+          f"below vocab_size {ref['n_vocab']}): accepted, no effect ({st}, {got!r})")
+    st, r = _http(sock, "POST", "/v1/completions",
+                  {"prompt": PROMPT, "max_tokens": 1, "logit_bias": {str(ref["n_vocab"]): 1}})
+    check(st == 400 and r.get("error", {}).get("param") == "logit_bias",
+          f"{what}: logit_bias key {ref['n_vocab']} (= vocab_size): HTTP {st}")
+    st, r = _http(sock, "POST", "/v1/chat/completions",
+                  {"messages": CHAT, "max_tokens": 16, "temperature": 2.0, "seed": 3,
+                   "ignore_eos": True, "logprobs": True, "top_logprobs": 5, "logit_bias": pad})
+    if st != 200:
+        check(False, f"{what}: sampled chat with logit_bias on the padding ids: HTTP {st}: {r}")
+        return
+    content = r["choices"][0]["logprobs"]["content"]
+    ids = [detok.ids.get(bytes(e["bytes"]), -1) for e in content]
+    top = [detok.ids.get(bytes(t["bytes"]), -1) for e in content for t in e["top_logprobs"]]
+    check(len(ids) == 16 and all(0 <= t < N_TOKENS for t in ids + top),
+          f"{what}: 16 tokens sampled at temperature 2 with +100 on every padding id are "
+          f"tokenizer ids, and so are their top-5 alternatives ({ids})")
 
 
 def serve_test(inferd, root, names):
@@ -440,8 +500,9 @@ def serve_test(inferd, root, names):
                     chat_text, add_special_tokens=False).ids
                 cls = tiny_models.VARIANTS[name]["cls"]
                 refs[name] = {"arch": tiny_models.GGUF_ARCH.get(cls, "gemma3"),
+                              "n_vocab": N_TOKENS + tiny_models.VARIANTS[name].get("vocab_pad", 0),
                               "completion": GREEDY[name], "chat_prompt": chat_ids,
-                              "chat": oracle(hf).generate(chat_ids, SERVE_N).tokens}
+                              "chat": greedy(oracle(hf), chat_ids, SERVE_N)}
             try:
                 if not _wait_ready(p, sock):
                     check(False, f"{name} ({fmt}): the daemon did not start; log {log.name}")
@@ -491,6 +552,11 @@ def main() -> int:
             hf = os.path.join(root, name)
             tok_hf, lg_hf = run_worker(a.worker, hf)
             rows = oracle_rows(hf, tok_hf)
+            nv = N_TOKENS
+            if v.get("vocab_pad"):
+                vocab_pad_checks(name, lg_hf, rows, tok_hf)
+                lg_hf, rows = lg_hf[:, :nv], rows[:, :nv]
+            # the oracle's greedy tokens among the tokenizer's ids
             GREEDY[name] = [int(t) for t in np.argmax(rows[len(PROMPT) - 1:], axis=1)]
             e = rel_l2(lg_hf, rows)
             check(e <= a.tol, f"{name}: HF directory vs oracle, max rel-L2 {e:.2e}")

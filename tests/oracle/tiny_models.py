@@ -19,7 +19,8 @@ layers from max_window_layers on (Qwen 2 use_sliding_window, HF only: GGUF has n
 it), Gemma 3's
 layer_types, local RoPE base, (1 + w) norms, and the multimodal checkpoint layout
 (Gemma3ForConditionalGeneration: text_config, language_model.model.* names, vision tensors
-to skip, two shards, query_pre_attn_scalar != head_dim, a final logit soft-cap).
+to skip, two shards, query_pre_attn_scalar != head_dim, a final logit soft-cap, and 61
+vocabulary rows past the tokenizer's, as gemma-3-4b-it has).
 
     tiny_models.py OUT_DIR [--only NAME ...]      # writes OUT_DIR/NAME/ and OUT_DIR/NAME.gguf
 """
@@ -39,7 +40,9 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 EXTRA_TOKENS = ["<|im_start|>", "<|im_end|>"]
 
 # name → what to build. Keys: cls, layers, embd, heads, kv, head_dim (None: embd/heads), ff,
-# tie, dtype (F32/F16/BF16), gguf (write a GGUF twin), plus per-architecture config extras.
+# tie, dtype (F32/F16/BF16), gguf (write a GGUF twin), vocab_pad (vocabulary rows past the
+# tokenizer's, as gemma-3-4b-it has 262208 for 262145 tokens: their embedding rows are 8x
+# larger, so unmasked they would win every argmax), plus per-architecture config extras.
 VARIANTS = {
     "llama": dict(cls="LlamaForCausalLM", layers=2, embd=64, heads=4, kv=2, ff=96, tie=False,
                   dtype="F32", gguf=True, theta=500000.0,
@@ -66,7 +69,8 @@ VARIANTS = {
                       head_dim=32, ff=96, tie=True, dtype="BF16", gguf=False, theta=1e6,
                       sliding_window=5, sliding_window_pattern=2, query_pre_attn_scalar=24,
                       final_logit_softcapping=30.0,
-                      rope_scaling={"rope_type": "linear", "factor": 4.0}, shards=2),
+                      rope_scaling={"rope_type": "linear", "factor": 4.0}, shards=2,
+                      vocab_pad=61),
 }
 
 
@@ -208,8 +212,10 @@ def make_weights(v, n_vocab: int, seed: int) -> dict:
     def norm(n):  # HF gemma stores w (used as 1 + w); the others the multiplier itself
         return (rng.normal(0.0, 0.2, n) if gemma else rng.normal(1.0, 0.2, n)).astype(np.float32)
 
-    w = {pre + "embed_tokens.weight": rng.normal(0.0, 1.0, (n_vocab, E)).astype(np.float32),
-         pre + "norm.weight": norm(E)}
+    emb = rng.normal(0.0, 1.0, (n_vocab, E)).astype(np.float32)
+    if v.get("vocab_pad"):
+        emb[n_vocab - v["vocab_pad"]:] *= 8.0
+    w = {pre + "embed_tokens.weight": emb, pre + "norm.weight": norm(E)}
     if not v["tie"]:
         w["lm_head.weight"] = mat(n_vocab, E, 2.0)
     for l in range(v["layers"]):
@@ -298,7 +304,7 @@ def write_hf(dirpath: str, v, weights: dict, tokens, merges, shards: int = 0):
         write_sharded(dirpath, stored, shards)
     else:
         write_safetensors(os.path.join(dirpath, "model.safetensors"), stored)
-    n_vocab = len(tokens)
+    n_vocab = len(tokens) + v.get("vocab_pad", 0)
     with open(os.path.join(dirpath, "config.json"), "w") as f:
         json.dump(config_json(v, n_vocab), f, indent=1)
     with open(os.path.join(dirpath, "generation_config.json"), "w") as f:
@@ -439,7 +445,7 @@ def build(out: str, names=None, seed: int = 1234):
     for k, (name, v) in enumerate(VARIANTS.items()):
         if names and name not in names:
             continue
-        w = make_weights(v, len(tokens), seed + k)
+        w = make_weights(v, len(tokens) + v.get("vocab_pad", 0), seed + k)
         write_hf(os.path.join(out, name), v, w, tokens, merges)
         if v["gguf"]:
             write_gguf(os.path.join(out, name + ".gguf"), v, w, tokens, types, merges)
