@@ -1249,6 +1249,19 @@ static int ifd__build_stop_set(ifd_gen_t *g)
     return 0;
 }
 
+/* max_tokens for a prompt of n tokens when the request gives none: the rest
+ * of the context, capped by generation_config.json's max_new_tokens (when
+ * the generation_config setting is on), as vLLM's default
+ * (--generation-config auto) takes it for its max_tokens default. */
+static int64_t ifd__default_max_tokens(const ifd_api_t *api, int64_t n)
+{
+    int64_t mt = api->max_model_len - n;
+    if (api->mcfg && api->mcfg->gen.present && api->cfg->generation_config &&
+        api->mcfg->gen.max_new_tokens > 0 && api->mcfg->gen.max_new_tokens < mt)
+        mt = api->mcfg->gen.max_new_tokens;
+    return mt;
+}
+
 static void ifd__start(ifd_gen_t *g)
 {
     ifd_api_t *api = g->api;
@@ -1271,7 +1284,7 @@ static void ifd__start(ifd_gen_t *g)
                         "The prompt is empty.");
             return;
         }
-        int64_t mt = max_tokens >= 0 ? max_tokens : api->max_model_len - n;
+        int64_t mt = max_tokens >= 0 ? max_tokens : ifd__default_max_tokens(api, n);
         if (n + (mt > 0 ? mt : 1) > api->max_model_len) {
             snprintf(msg, sizeof msg,
                      "This model's maximum context length is %lld tokens. However, you "
@@ -1358,7 +1371,8 @@ static void ifd__start(ifd_gen_t *g)
         memset(&sp, 0, sizeof sp);
         sp.prompt = g->ptoks[c->prompt].ids;
         sp.n_prompt = (uint32_t)g->ptoks[c->prompt].n;
-        int64_t mt = max_tokens >= 0 ? max_tokens : api->max_model_len - (int64_t)sp.n_prompt;
+        int64_t mt =
+            max_tokens >= 0 ? max_tokens : ifd__default_max_tokens(api, (int64_t)sp.n_prompt);
         sp.max_tokens = (uint32_t)mt;
         sp.sampling = ifd_wire_default_sampling();
         sp.sampling.temperature = rq->temperature;

@@ -351,10 +351,26 @@ def _sample(sock, **params):
     return r["choices"][0]["text"]
 
 
+# A chat whose prompt leaves 11 tokens of the 256-token context: 236 content tokens
+# ("hello" + 235 x " hello") + the ChatML template's 9.
+LONG_CHAT = [{"role": "user", "content": "hello" + " hello" * 235}]
+
+
+def _chat_len(sock, **params):
+    """completion_tokens of a chat on LONG_CHAT that never stops early."""
+    st, r = _http(sock, "POST", "/v1/chat/completions",
+                  {"messages": LONG_CHAT, "ignore_eos": True, **params})
+    if st != 200:
+        raise ValueError(f"chat: HTTP {st}: {r}")
+    return r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"]
+
+
 def generation_config_test(p, sock, cfg_file):
     """generation_config.json's sampling defaults (temperature 0.7, top_p 0.9, top_k 20)
-    apply to requests that leave them out, field by field; `generation_config: false` in
-    the daemon's config file, reloaded by SIGHUP, gives OpenAI's defaults back."""
+    apply to requests that leave them out, field by field, and its max_new_tokens (7) is a
+    chat's max_tokens when the request gives none (vLLM's default too: the rest of the
+    context, capped by max_new_tokens); `generation_config: false` in the daemon's config
+    file, reloaded by SIGHUP, gives OpenAI's defaults back."""
     dflt = _sample(sock)
     model_params = _sample(sock, temperature=0.7, top_p=0.9, top_k=20)
     plain = _sample(sock, temperature=1.0, top_p=1.0, top_k=0)
@@ -363,6 +379,9 @@ def generation_config_test(p, sock, cfg_file):
           f"defaults ({dflt!r} vs the same given {model_params!r}, plain {plain!r})")
     check(_sample(sock, temperature=1.0) == _sample(sock, temperature=1.0, top_p=0.9, top_k=20),
           "daemon: a field the request sets wins; the others still default to the model's")
+    n = (_chat_len(sock), _chat_len(sock, max_tokens=9))
+    check(n == ((245, 7), (245, 9)),
+          f"daemon: max_new_tokens 7 is the default max_tokens, a request's own wins {n}")
     with open(cfg_file, "w") as f:
         json.dump({"generation_config": False}, f)
     p.send_signal(signal.SIGHUP)
@@ -372,6 +391,9 @@ def generation_config_test(p, sock, cfg_file):
         got = _sample(sock)
     check(got == plain, "daemon: generation_config false (SIGHUP reload): requests keep "
                         f"OpenAI's defaults ({got!r})")
+    n = _chat_len(sock)
+    check(n == (245, 11), f"daemon: generation_config false: the default max_tokens is the rest "
+                          f"of the context again {n}")
 
 
 SERVE_N = N_GEN                  # greedy tokens per request through the daemon

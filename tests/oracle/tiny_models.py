@@ -309,7 +309,8 @@ def write_hf(dirpath: str, v, weights: dict, tokens, merges, shards: int = 0):
         json.dump(config_json(v, n_vocab), f, indent=1)
     with open(os.path.join(dirpath, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": 50256, "eos_token_id": [50258, 50257], "do_sample": True,
-                   "temperature": 0.7, "top_p": 0.9, "top_k": 20}, f, indent=1)
+                   "temperature": 0.7, "top_p": 0.9, "top_k": 20, "max_new_tokens": 7}, f,
+                  indent=1)
     write_tokenizer(dirpath, tokens, merges)
     return values
 
