@@ -602,6 +602,8 @@ static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev
         ifd_hist_observe(&m->itl, ifd__secs(c->t_last_ns, now));
     c->t_last_ns = now;
     c->n_tokens++;
+    if (g->kind == IFD_OAI_COMPLETION && g->req.max_tokens == 0)
+        return; /* echo with max_tokens 0: the prompt is the answer */
     if (ifd__is_stop_id(g, ev->token))
         return; /* FINISHED follows; its text is not part of the answer */
     if (g->req.logprobs && ev->has_logprob)
@@ -1373,7 +1375,7 @@ static void ifd__start(ifd_gen_t *g)
         sp.n_prompt = (uint32_t)g->ptoks[c->prompt].n;
         int64_t mt =
             max_tokens >= 0 ? max_tokens : ifd__default_max_tokens(api, (int64_t)sp.n_prompt);
-        sp.max_tokens = (uint32_t)mt;
+        sp.max_tokens = mt > 0 ? (uint32_t)mt : 1; /* 0: echo alone, the token is dropped */
         sp.sampling = ifd_wire_default_sampling();
         sp.sampling.temperature = rq->temperature;
         sp.sampling.top_k = rq->top_k < 0 ? 0 : rq->top_k;

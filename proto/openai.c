@@ -635,14 +635,16 @@ static int p_common(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
         (rc = ifd__oai_p_string(c, v, "model", &r->model, NULL)) < 0)
         return rc;
 
-    /* Both are checked; max_completion_tokens wins over the deprecated max_tokens. */
+    /* Both are checked; max_completion_tokens wins over the deprecated max_tokens.
+     * Completions take 0 too, with echo only (checked once echo is known). */
+    const int64_t lo = r->kind == IFD_OAI_COMPLETION ? 0 : 1;
     if ((v = ifd__oai_get(o, "max_tokens"))) {
-        if ((rc = ifd__oai_p_int(c, v, "max_tokens", 1, INT32_MAX, &iv)) < 0)
+        if ((rc = ifd__oai_p_int(c, v, "max_tokens", lo, INT32_MAX, &iv)) < 0)
             return rc;
         r->max_tokens = iv;
     }
     if ((v = ifd__oai_get(o, "max_completion_tokens"))) {
-        if ((rc = ifd__oai_p_int(c, v, "max_completion_tokens", 1, INT32_MAX, &iv)) < 0)
+        if ((rc = ifd__oai_p_int(c, v, "max_completion_tokens", lo, INT32_MAX, &iv)) < 0)
             return rc;
         r->max_tokens = iv;
     }
@@ -930,6 +932,12 @@ int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_o
     }
     if ((v = ifd__oai_get(o, "echo")) && (rc = ifd__oai_p_bool(&c, v, "echo", &out->echo)) < 0)
         goto out;
+    if (out->max_tokens == 0 && !out->echo) { /* vLLM: 0 scores the prompt, with echo */
+        rc = ifd__oai_perr(&c, "integer_below_min_value", "max_tokens",
+                           "Invalid 'max_tokens': integer below minimum value. Expected a value "
+                           ">= 1 (0 only with 'echo'), but got 0 instead.");
+        goto out;
+    }
     if ((v = ifd__oai_get(o, "suffix"))) {
         if (!json_is_string(v)) {
             rc = ifd__oai_bad_type(&c, "suffix", "a string", v);

@@ -150,7 +150,9 @@ typedef struct {
     bool echo;
 
     /* max_completion_tokens, else max_tokens; >= 1. -1 when neither came
-     * (chat: up to the context); completions default to 16. */
+     * (chat: up to the context); completions default to 16. Completions
+     * with echo may send 0 (vLLM): the answer is the prompt alone (one
+     * token is generated and dropped, and counted in usage as vLLM does). */
     int64_t max_tokens;
     float temperature;        /* [0, 2], default 1 */
     float top_p;              /* [0, 1], default 1 */

@@ -295,6 +295,18 @@ def test_echo_with_logprobs():
             lps += c.logprobs.token_logprobs
     assert text == ch.text and toks == lp.tokens, (text, toks)
     assert lps[0] is None and all(abs(a - b) < 1e-6 for a, b in zip(lps[1:], lp.token_logprobs[1:]))
+    # max_tokens 0 (vLLM's scoring form): the prompt alone, with its logprobs
+    z = C.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=1)
+    zc = z.choices[0]
+    assert zc.text == prompt and zc.logprobs.tokens == lp.tokens[:n_p], zc
+    assert zc.logprobs.token_logprobs[0] is None and zc.finish_reason == "length"
+    assert all(abs(a - b) < 1e-6 for a, b in zip(zc.logprobs.token_logprobs[1:],
+                                                  lp.token_logprobs[1:n_p]))
+    try:
+        C.completions.create(model=MODEL, prompt=prompt, max_tokens=0)
+        raise AssertionError("max_tokens 0 without echo accepted")
+    except openai.BadRequestError as e:
+        assert e.param == "max_tokens", e
     after()
 
 

@@ -285,6 +285,10 @@ START_TEST(test_completion_prompt_shapes)
     ck_assert_int_eq(parse_cmpl(&a, "{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true}", &r, &e),
                      0);
     ck_assert(r.echo && r.logprobs && r.top_logprobs == 1 && !r.prompt_logprobs);
+    /* echo with max_tokens 0 scores the prompt alone (vLLM) */
+    ck_assert_int_eq(
+        parse_cmpl(&a, "{\"prompt\":\"x\",\"max_tokens\":0,\"echo\":true}", &r, &e), 0);
+    ck_assert(r.echo && r.max_tokens == 0);
 
     ck_assert_int_eq(parse_cmpl(&a,
                                 "{\"prompt\":[[5],[6,7]],\"logprobs\":0,\"best_of\":1,"
@@ -530,6 +534,7 @@ static const bad_case_t k_bad[] = {
     {EP_CMPL, "{\"prompt\":\"x\",\"best_of\":2}", "best_of", "unsupported_value"},
     {EP_CMPL, "{\"prompt\":\"x\",\"n\":2,\"best_of\":1}", "best_of", "invalid_value"},
     {EP_CMPL, "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens", "integer_below_min_value"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens", "integer_below_min_value"},
     {EP_CMPL, "{\"prompt\":\"x\",\"temperature\":3}", "temperature", "decimal_above_max_value"},
     /* tokenize / detokenize */
     {EP_TOK, "{}", "prompt", "missing_required_parameter"},
