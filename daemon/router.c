@@ -577,6 +577,10 @@ void ifd_router_on_message(ifd_router_t *r, int w, const ifd_wire_msg_t *m)
                      (unsigned long long)s->id, p->pos, s->n_plp + 1);
             break;
         }
+        if (first <= s->n_plp)
+            IFD_DEBUG("router: prompt logprobs %u..%u of %llu came again (resumed): dropped",
+                      p->pos, (unsigned)(last < s->n_plp ? last : s->n_plp),
+                      (unsigned long long)s->id);
         if (last <= s->n_plp)
             break;
         ifd_wire_prompt_logprobs_t v = *p;

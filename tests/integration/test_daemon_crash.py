@@ -1,6 +1,7 @@
 """inferd when things go wrong (label model): a worker SIGKILLed in the middle
 of 16 streams (every stream completes with the text of an undisturbed run,
-greedy and seeded sampling alike), a hung worker (killed by the liveness
+greedy and seeded sampling alike; prompt logprobs of a request killed while
+its prompt was being scored come out whole and unchanged), a hung worker (killed by the liveness
 check and replaced), a crash loop (shown by /health, answered 503), clients
 that disconnect (their sequences are cancelled, others are untouched), a
 client that stops reading (dropped at the output cap), and SIGTERM during
@@ -123,6 +124,41 @@ def test_sigkill_worker_mid_stream():
         assert m["inferd_worker_restarts_total"] == 1, m
         assert m["inferd_redispatched_sequences_total"] >= 1, m
         assert "killed by signal 9" in d.logtext()
+    finally:
+        assert d.stop() == 0
+
+
+def test_sigkill_worker_mid_prompt_logprobs():
+    """A worker killed while it scores a prompt (vLLM's prompt_logprobs, 64 rows a
+    step): the resumed request computes them again and the router keeps each
+    position once, so the answer equals an undisturbed run's."""
+    d = Daemon(INFERD, ["--restart-backoff", "0.2", "--log-level", "debug"])
+    try:
+        ids = [(i * 7919) % 20000 + 100 for i in range(200)]
+        body = {"prompt": ids, "max_tokens": 2, "temperature": 0, "prompt_logprobs": 1}
+        t0 = time.time()
+        ref = d.json("POST", "/v1/completions", body)["choices"][0]["prompt_logprobs"]
+        took = time.time() - t0
+        print("     scoring %d prompt tokens: %.2f s" % (len(ids), took))
+        victim = d.worker_pids()[0]
+        out = {}
+        th = threading.Thread(target=lambda: out.update(
+            r=d.json("POST", "/v1/completions", body)), daemon=True)
+        th.start()
+        time.sleep(took * 0.5)  # about half of the four prefill steps in
+        os.kill(victim, signal.SIGKILL)
+        th.join(120)
+        got = out["r"]["choices"][0]["prompt_logprobs"]
+        assert len(got) == len(ref) == len(ids) and got[0] is None
+        for i, (a, b) in enumerate(zip(ref[1:], got[1:])):
+            assert a.keys() == b.keys(), (i + 1, a, b)
+            assert all(abs(a[t]["logprob"] - b[t]["logprob"]) < 1e-5 for t in a), (i + 1, a, b)
+        log = d.logtext()
+        assert "killed by signal 9" in log
+        # (timing decides whether the kill fell between two chunks: say which case ran)
+        print("     repeated prompt logprobs dropped after the restart: %s"
+              % ("came again (resumed)" in log))
+        d.wait_idle()
     finally:
         assert d.stop() == 0
 
