@@ -131,10 +131,15 @@ def test_sigkill_worker_mid_stream():
 def test_sigkill_worker_mid_prompt_logprobs():
     """A worker killed while it scores a prompt (vLLM's prompt_logprobs, 64 rows a
     step): the resumed request computes them again and the router keeps each
-    position once, so the answer equals an undisturbed run's."""
+    position once, so the answer equals an undisturbed run's. Not under the
+    sanitizers: scoring is slow there (a minute), and the router code it checks
+    runs sanitized in test_daemon_openai."""
+    if os.environ.get("ASAN_OPTIONS") or os.environ.get("TSAN_OPTIONS"):
+        print("     (skipped under the sanitizers)")
+        return
     d = Daemon(INFERD, ["--restart-backoff", "0.2", "--log-level", "debug"])
     try:
-        ids = [(i * 7919) % 20000 + 100 for i in range(200)]
+        ids = [(i * 7919) % 20000 + 100 for i in range(130)]
         body = {"prompt": ids, "max_tokens": 2, "temperature": 0, "prompt_logprobs": 1}
         t0 = time.time()
         ref = d.json("POST", "/v1/completions", body)["choices"][0]["prompt_logprobs"]
@@ -145,7 +150,7 @@ def test_sigkill_worker_mid_prompt_logprobs():
         th = threading.Thread(target=lambda: out.update(
             r=d.json("POST", "/v1/completions", body)), daemon=True)
         th.start()
-        time.sleep(took * 0.5)  # about half of the four prefill steps in
+        time.sleep(took * 0.4)  # into the three prefill steps (64 + 64 + 2 rows)
         os.kill(victim, signal.SIGKILL)
         th.join(120)
         got = out["r"]["choices"][0]["prompt_logprobs"]
