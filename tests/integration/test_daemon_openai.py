@@ -295,6 +295,19 @@ def test_echo_with_logprobs():
             lps += c.logprobs.token_logprobs
     assert text == ch.text and toks == lp.tokens, (text, toks)
     assert lps[0] is None and all(abs(a - b) < 1e-6 for a, b in zip(lps[1:], lp.token_logprobs[1:]))
+    # n = 2, streamed and not: every choice starts with the same prompt logprobs
+    two = C.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0, echo=True,
+                               logprobs=1, n=2)
+    for c in two.choices:
+        assert c.logprobs.token_logprobs[:n_p] == lp.token_logprobs[:n_p], c.logprobs
+    first = {}
+    for chunk in C.completions.create(model=MODEL, prompt=prompt, max_tokens=2, temperature=0,
+                                      echo=True, logprobs=1, n=2, stream=True):
+        for c in chunk.choices:
+            first.setdefault(c.index, c)
+    assert sorted(first) == [0, 1]
+    for c in first.values():
+        assert c.text == prompt and c.logprobs.token_logprobs[1:] == lp.token_logprobs[1:n_p], c
     # max_tokens 0 (vLLM's scoring form): the prompt alone, with its logprobs
     z = C.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=1)
     zc = z.choices[0]
