@@ -388,11 +388,16 @@ class _Handler(BaseHTTPRequestHandler):
         if chat:
             text = "\n".join(m.get("content", "") for m in body.get("messages", []))
             prompt_tokens = len(text.split()) + 3 * len(body.get("messages", []))
+            # the cue words act in the newest message only: a history that holds "SLOW"
+            # must not make every later turn slow (it cost test_cli_fake 40 s)
+            msgs = body.get("messages") or [{}]
+            cue = msgs[-1].get("content", "") or ""
         else:
             p = body.get("prompt", "")
             text = p if isinstance(p, str) else ""
+            cue = text
             prompt_tokens = len(p) if isinstance(p, list) else len(p.split())
-        if "BUSY" in text:
+        if "BUSY" in cue:
             return self._error(503, "the queue is full", extra={"Retry-After": "7"})
         mt = body.get("max_completion_tokens", body.get("max_tokens"))
         if mt is not None and (not isinstance(mt, int) or mt < 1):
@@ -400,7 +405,7 @@ class _Handler(BaseHTTPRequestHandler):
         if mt is not None and mt > 2048:
             return self._error(400, "This model's maximum context length is 2048 tokens.",
                                "max_tokens")
-        slow = "SLOW" in text
+        slow = "SLOW" in cue
         n_out = mt if mt is not None else 8
         if slow:
             n_out = mt if mt is not None else 200
@@ -408,7 +413,7 @@ class _Handler(BaseHTTPRequestHandler):
             n_out = min(n_out, 8)
         finish = "length" if (mt is not None and n_out == mt) else "stop"
         toks = [f"tok{i} " for i in range(n_out)]
-        if "ECHO" in text:
+        if "ECHO" in cue:
             toks = [f"[{w}]" for w in text.split()]
             n_out = len(toks)
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{len(srv.requests):032x}"
@@ -448,7 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if slow:
                     time.sleep(0.1)
                 last = i == len(toks) - 1
-                if "ERRSTREAM" in text and i == 2:
+                if "ERRSTREAM" in cue and i == 2:
                     ev({"error": {"message": "worker crashed", "type": "server_error",
                                   "param": None, "code": None}})
                     self._chunk(b"data: [DONE]\n\n")
