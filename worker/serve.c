@@ -21,7 +21,7 @@
 #include "worker_cli.h"
 #include "worker_model.h"
 #ifdef IFD_HAVE_CUDA
-#include "cuda/cuda_device.h"
+#include "cuda_module.h"
 #endif
 
 #include <errno.h>
@@ -363,7 +363,9 @@ static int ifd__serve_backend(const ifd_serve_opts_t *o, const ifd_wire_hello_t 
     }
     char desc[128] = "cuda";
 #ifdef IFD_HAVE_CUDA
-    ifd_cuda_device_describe(0, desc, sizeof desc);
+    const ifd_cuda_module_t *cm = ifd_cuda_module_load(NULL, 0); /* loaded by the create */
+    if (cm)
+        cm->device_describe(0, desc, sizeof desc);
 #endif
     snprintf(devname, devlen, "%s (GPU %d%s)", desc, (int)h->device,
              strcmp(name, "cuda-f32") == 0 ? ", exact f32" : "");

@@ -24,7 +24,7 @@
 #include "log.h"
 #include "worker_model.h"
 #ifdef IFD_HAVE_CUDA
-#include "cuda/cuda_device.h"
+#include "cuda_module.h"
 #endif
 
 #include <errno.h>
@@ -101,13 +101,14 @@ static int ifd__devices(void)
     printf("cpu: %s\n", ifd_cpu_isa_name());
 #ifdef IFD_HAVE_CUDA
     int n;
-    char err[256];
-    if (ifd_cuda_device_count(&n, err, sizeof err) != 0) {
+    char err[1024];
+    const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, sizeof err);
+    if (!cm || cm->device_count(&n, err, sizeof err) != 0) {
         printf("cuda: none (%s)\n", err);
     } else {
         for (int i = 0; i < n; i++) {
             char desc[256];
-            ifd_cuda_device_describe(i, desc, sizeof desc);
+            cm->device_describe(i, desc, sizeof desc);
             printf("cuda:%d: %s\n", i, desc);
         }
     }
@@ -182,7 +183,11 @@ int ifd_worker_backend_create(ifd_backend_t **out, const char *name, int threads
     }
     if (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-f32") == 0) {
 #ifdef IFD_HAVE_CUDA
-        return ifd_backend_cuda_create(out, 0, strcmp(name, "cuda-f32") == 0, err, errlen);
+        /* the module maps the CUDA libraries: only now, never for a CPU backend */
+        const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, errlen);
+        if (!cm)
+            return IFD_ENODEV;
+        return cm->backend_create(out, 0, strcmp(name, "cuda-f32") == 0, err, errlen);
 #else
         snprintf(err, errlen, "backend '%s': this build has no CUDA backend "
                               "(configure with -DINFERD_CUDA=ON)", name);
@@ -470,7 +475,8 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
     }
 #ifdef IFD_HAVE_CUDA
     int n_dev;
-    if (ifd_cuda_device_count(&n_dev, err, sizeof err) != 0) {
+    const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, sizeof err);
+    if (!cm || cm->device_count(&n_dev, err, sizeof err) != 0) {
         char why[900];
         snprintf(why, sizeof why, "%s", err);
         snprintf(err, sizeof err, "no CUDA device: %s", why);
@@ -485,10 +491,10 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
     size_t free_b = 0, total_b = 0;
 #ifdef IFD_HAVE_CUDA
     if ((rc = be->ops->sync(be)) ||
-        (rc = ifd_cuda_mem_info(&free_b, &total_b, err, sizeof err)))
+        (rc = cm->mem_info(&free_b, &total_b, err, sizeof err)))
         goto out;
     char desc[128] = "";
-    ifd_cuda_device_describe(0, desc, sizeof desc);
+    cm->device_describe(0, desc, sizeof desc);
     json_object_set_new(j, "device", json_string(desc));
 #endif
     const ifd_model_config_t *cfg = ifd_model_config(m);

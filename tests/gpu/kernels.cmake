@@ -118,14 +118,17 @@ if(CMAKE_CXX_COMPILER)
   # inferd-worker on the emulator: the whole worker (serve loop, engine,
   # model, both backends) with the emulated CUDA runtime, cuBLASLt and the
   # real kernels, for the daemon's --gpus test (test_daemon_gpu_emu). Only
-  # this test binary links the emulator; the real inferd-worker links CUDA
-  # and inferd links neither.
+  # this test binary links the emulator; the real inferd-worker opens the
+  # CUDA module (libinferd-cuda.so) when asked for a GPU, and inferd links
+  # neither. Here the module's table is linked in (IFD_CUDA_STATIC).
   add_executable(inferd-worker-emu ${PROJECT_SOURCE_DIR}/worker/main.c
+                 ${PROJECT_SOURCE_DIR}/worker/cuda_module.c
+                 ${PROJECT_SOURCE_DIR}/worker/cuda_loader.c
                  ${PROJECT_SOURCE_DIR}/worker/worker_cli.c ${PROJECT_SOURCE_DIR}/worker/serve.c
                  ${PROJECT_SOURCE_DIR}/worker/worker_model.c ${PROJECT_SOURCE_DIR}/worker/kvsize.c
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
                  ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c)
-  target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1)
+  target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1 IFD_CUDA_STATIC=1)
   target_include_directories(inferd-worker-emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
                              ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(inferd-worker-emu PRIVATE ifd_kernels_emu ifd_kernels ifd_common
@@ -143,8 +146,9 @@ if(CMAKE_CXX_COMPILER)
     LABELS emu model TIMEOUT 300)
 endif()
 
-# On a GPU: the same test against the real CUDA backend (ifd_worker_lib).
-ifd_add_test(test_backend_cuda SOURCES test_backend_cuda.c gpu_model_test.c LIBS ifd_gpu_test ifd_worker_lib
-             LABELS gpu TIMEOUT 600)
-ifd_add_test(test_cuda_step SOURCES test_cuda_step.c gpu_model_test.c LIBS ifd_gpu_test ifd_worker_lib
-             LABELS gpu TIMEOUT 600)
+# On a GPU: the same test against the real CUDA backend (ifd_backend_cuda,
+# linked in; the worker reaches the same code through libinferd-cuda.so).
+ifd_add_test(test_backend_cuda SOURCES test_backend_cuda.c gpu_model_test.c
+             LIBS ifd_backend_cuda ifd_gpu_test ifd_worker_lib LABELS gpu TIMEOUT 600)
+ifd_add_test(test_cuda_step SOURCES test_cuda_step.c gpu_model_test.c
+             LIBS ifd_backend_cuda ifd_gpu_test ifd_worker_lib LABELS gpu TIMEOUT 600)
