@@ -16,7 +16,9 @@ so the emulator's slowness does not matter. Checked:
 - exact mode (`--gpu-dtype f32`) gives the CPU daemon's greedy tokens on the same random
   weights (same --weights-seed), up to a near-tie of the CPU's top two logprobs, and the
   same prompt logprobs (vLLM's prompt_logprobs: the prompt rows' logits downloaded beside
-  the device-sampled rows);
+  the device-sampled rows); that CPU daemon's serving worker maps no CUDA library
+  (/proc/PID/maps: the CUDA backend is the module libinferd-cuda.so, opened only for a GPU,
+  worker/cuda_module.h);
 - `--gpus 0,1`: two workers, each with its own CUDA_VISIBLE_DEVICES and pool device, and a
   repeated prompt is routed to the worker that caches its prefix.
 
@@ -190,12 +192,25 @@ def prompt_logprobs(d):
     return r["choices"][0]["prompt_logprobs"]
 
 
+# libcuda, libcudart, libcublas, libcublasLt, the backend module: ≈ 150 MiB resident once mapped
+CUDA_LIBS = re.compile(r"/lib(?:cuda|cudart|cublas|cublasLt|inferd-cuda)\b[^/\s]*\.so[^/\s]*$",
+                       re.M)
+
+
+def cuda_mapped(pid):
+    """The CUDA libraries process `pid` maps (from /proc/PID/maps), as a sorted list."""
+    with open("/proc/%d/maps" % pid) as f:
+        return sorted({os.path.basename(m.group(0)) for m in CUDA_LIBS.finditer(f.read())})
+
+
 def test_exact_mode_equals_cpu():
     cpu = Daemon(INFERD, args=["--random-weights", SHAPE, "--weights-seed", str(SEED),
                                "--weights-dtype", "f32"])
     try:
         want = [greedy(client(cpu), p) for p in PROMPTS]
         want_plp = prompt_logprobs(cpu)
+        for pid in cpu.worker_pids():  # after serving: the CPU path never opened CUDA
+            assert cuda_mapped(pid) == [], "CPU worker %d maps %s" % (pid, cuda_mapped(pid))
     finally:
         assert cpu.stop() == 0, cpu.logtext()
     d = gpu_daemon(dtype="f32")
