@@ -30,8 +30,10 @@
 #     gpu that tier A does not run (test_gpu_device, test_gpu_kvpool,
 #     test_backend_cuda — the CUDA backend end to end vs the CPU backend —
 #     and whatever GPU tests are registered later), then inferd-worker and
-#     bench_engine for the race. Without .gpu-deps tier B is reported as
-#     NOT BUILT and tier A still runs.
+#     bench_engine for the race (building either builds the CUDA backend
+#     module $CB/lib/inferd/libinferd-cuda.so, which they dlopen from
+#     <their dir>/../lib/inferd: worker/cuda_module.h). Without .gpu-deps
+#     tier B is reported as NOT BUILT and tier A still runs.
 #
 # Limits (seconds; environment overrides): each test TEST_TIMEOUT=90, the
 # kernel benchmark BENCH_TIMEOUT=120, the race RACE_TIMEOUT=200, each build
