@@ -476,7 +476,9 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
 #ifdef IFD_HAVE_CUDA
     int n_dev;
     const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, sizeof err);
-    if (!cm || cm->device_count(&n_dev, err, sizeof err) != 0) {
+    if (!cm)
+        goto out; /* its one line says why */
+    if (cm->device_count(&n_dev, err, sizeof err) != 0) {
         char why[900];
         snprintf(why, sizeof why, "%s", err);
         snprintf(err, sizeof err, "no CUDA device: %s", why);

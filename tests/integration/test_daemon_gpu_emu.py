@@ -7,8 +7,9 @@ tests/gpu/emu instead of the CUDA libraries. The model is random weights in the 
 deploy/shapes/tiny-llama.json with the default model's tokenizer (its weights are not read),
 so the emulator's slowness does not matter. Checked:
 
-- without a GPU (the normal worker on this machine), `--gpus 0` exits 1 with one error line,
-  and so does a worker program whose pool probe prints garbage, hangs or finds no room;
+- without a GPU (the normal worker on this machine), `--gpus 0` exits 1 with one error line
+  (the device's, not the CUDA module's: the worker opened libinferd-cuda.so), and so does a
+  worker program whose pool probe prints garbage, hangs or finds no room;
 - `--gpus 0` sizes the KV pool from the emulated device memory (the log's block count is
   /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion; the pool's
   segment is (emulated) CUDA VMM memory whose fd the router holds, so a SIGKILLed worker's
@@ -99,6 +100,9 @@ def test_no_gpu_gives_one_line_error():
     assert out.returncode == 1, (out.returncode, out.stderr)
     assert len(lines) == 1, "wanted one error line, got:\n" + out.stderr
     assert " error: GPU 0: " in lines[0] and ("CUDA" in lines[0]), lines[0]
+    # the real worker found and opened this build's CUDA module (every symbol it takes from
+    # the worker resolved): what failed is the device, not the module
+    assert "CUDA backend module" not in lines[0], lines[0]
     # a bad list is refused before anything starts
     out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "0,x"], capture_output=True,
                          text=True, timeout=60)
