@@ -217,6 +217,26 @@ ifd_kvpool_params_t ifd_model_kvpool_params(const ifd_model_config_t *cfg)
     return kp;
 }
 
+int ifd_model_n_local_layers(const ifd_model_config_t *cfg)
+{
+    int n = 0;
+    for (uint32_t l = 0; l < cfg->n_layer && l < IFD_MAX_LAYERS && cfg->sliding_window > 0; l++)
+        n += cfg->layer_is_local[l];
+    return n;
+}
+
+bool ifd_model_kvpool_params_split(const ifd_model_config_t *cfg, ifd_kvpool_params_t *global,
+                                   ifd_kvpool_params_t *local)
+{
+    *global = *local = ifd_model_kvpool_params(cfg);
+    const int n_local = ifd_model_n_local_layers(cfg);
+    if (n_local == 0 || n_local == (int)cfg->n_layer)
+        return false;
+    global->n_layers = (int)cfg->n_layer - n_local;
+    local->n_layers = n_local;
+    return true;
+}
+
 /* ---- Hugging Face config.json ------------------------------------------------------------ */
 
 const char *ifd_model_format_name(ifd_model_format_t f)

@@ -306,6 +306,10 @@ void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
         g->kv_evictions = st.evictions;
         g->kv_alloc_failures = st.alloc_failures;
     }
+    if (api->local_pool && ifd_kvpool_stats(api->local_pool, &st) == 0) {
+        g->kv_local_total = st.total;
+        g->kv_local_used = st.in_use;
+    }
     int ready, starting, down, failed;
     ifd_sup_counts(api->sup, &ready, &starting, &down, &failed);
     g->workers_ready = ready;
@@ -319,6 +323,8 @@ void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
             g->engine_steps += wi->stats.steps;
             g->kv_local_releasable_blocks += (int64_t)wi->stats.kv_local_releasable_blocks;
             g->kv_local_releasable_bytes += (int64_t)wi->stats.kv_local_releasable_bytes;
+            g->kv_local_released_blocks += (int64_t)wi->stats.kv_local_released_blocks;
+            g->kv_local_released_bytes += (int64_t)wi->stats.kv_local_released_bytes;
         }
     }
     g->uptime_s = (double)(uv_hrtime() - api->start_ns) / 1e9;

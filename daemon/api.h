@@ -43,6 +43,7 @@ typedef struct {
     ifd_router_t *router;
     ifd_sup_t *sup;
     ifd_kvpool_t *pool;
+    ifd_kvpool_t *local_pool; /* the local layers' pool, or NULL */
     ifd_metrics_t *metrics;
     ifd_http_server_t *http;
     const char *model_id;   /* what clients send as "model" */

@@ -60,6 +60,7 @@ typedef struct {
     ifd_tokenizer_t *tok;
     ifd_chat_template_t *tpl;
     ifd_kvpool_t *pool;
+    ifd_kvpool_t *lpool; /* the local layers' pool (docs/models.md), or NULL */
     ifd_metrics_t metrics;
     ifd_http_server_t *http;
     ifd_sup_t *sup;
@@ -490,6 +491,31 @@ static uint64_t ifd__fingerprint(const ifd__daemon_t *d)
     return h;
 }
 
+/* A model with sliding-window and global layers on CPU workers: the local
+ * layers get a pool of their own (lkp), big enough for every sequence's
+ * window plus a step's new tokens — workers x (max_seqs x (ceil((window -
+ * 1) / bs) + 2) + ceil(max_batched_tokens / bs)) blocks, never more than
+ * one pool of every layer would have — and the rest of kv_budget goes to
+ * the global layers' pool (kp). The engine defaults stand in for settings
+ * left at 0 (engine.h: 64 sequences, 256 tokens). */
+static void ifd__size_local_pool(const ifd__daemon_t *d, ifd_kvpool_params_t *kp,
+                                 ifd_kvpool_params_t *lkp)
+{
+    const uint64_t bb = ifd_kvpool_block_bytes(kp);
+    const uint64_t per_g = 2 * bb * (uint64_t)kp->n_layers, per_l = 2 * bb * (uint64_t)lkp->n_layers;
+    const int64_t bs = kp->block_size, w = d->mcfg.sliding_window;
+    const int64_t seqs = d->cfg.max_seqs > 0 ? d->cfg.max_seqs : 64;
+    const int64_t mbt = d->cfg.max_batched_tokens > 0 ? d->cfg.max_batched_tokens : 256;
+    int64_t need = (int64_t)kp->n_workers * (seqs * ((w - 1 + bs - 1) / bs + 2) + (mbt + bs - 1) / bs);
+    const int64_t one = (int64_t)(d->cfg.kv_budget / (per_g + per_l));
+    if (need > one)
+        need = one > 1 ? one : 1;
+    lkp->n_blocks = need;
+    lkp->bytes_budget = 0;
+    const uint64_t lbytes = (uint64_t)need * per_l;
+    kp->bytes_budget = d->cfg.kv_budget > lbytes ? d->cfg.kv_budget - lbytes : 0;
+}
+
 /* --gpus: the KV pool's blocks per device from each GPU's probe (gpu.h):
  * the smallest count, so every device has the same geometry. Logs what each
  * GPU reported. 0, or the probe's error with its one-line reason in err. */
@@ -691,8 +717,11 @@ static int ifd__run(ifd__daemon_t *d)
     }
     ifd__find_worker(&d->cfg, d->worker_bin, sizeof d->worker_bin);
 
-    /* the KV pool: one host segment shared by every CPU worker */
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(&d->mcfg);
+    /* the KV pool: one host segment shared by every CPU worker; on CPU
+     * workers a model with sliding-window and global layers keeps the
+     * local layers in a second one (GPU pools hold every layer) */
+    ifd_kvpool_params_t kp, lkp;
+    const bool split = !d->n_gpus && ifd_model_kvpool_params_split(&d->mcfg, &kp, &lkp);
     ifd_kv_dtype_parse(d->cfg.kv_dtype, &kp.dtype); /* checked with the other settings */
     kp.block_size = (int)d->cfg.block_size;
     kp.bytes_budget = d->cfg.kv_budget;
@@ -701,6 +730,17 @@ static int ifd__run(ifd__daemon_t *d)
     kp.fingerprint = ifd__fingerprint(d);
     if (d->n_gpus && (rc = ifd__size_gpu_pool(d, &kp, err, sizeof err)))
         goto fail;
+    if (split) {
+        const int n_local = lkp.n_layers;
+        lkp = kp;
+        lkp.n_layers = n_local;
+        ifd__size_local_pool(d, &kp, &lkp);
+        if ((rc = ifd_kvpool_create(&lkp, &d->lpool))) {
+            snprintf(err, sizeof err, "cannot create the local layers' KV pool (%lld blocks): %s",
+                     (long long)lkp.n_blocks, ifd_strerror(rc));
+            goto fail;
+        }
+    }
     if ((rc = ifd_kvpool_create(&kp, &d->pool))) {
         snprintf(err, sizeof err, "cannot create the KV pool (%llu bytes): %s",
                  (unsigned long long)kp.bytes_budget, ifd_strerror(rc));
@@ -722,6 +762,10 @@ static int ifd__run(ifd__daemon_t *d)
              d->model_id, d->mcfg.arch_name, d->mcfg.n_layer, (long long)mml,
              (long long)geo.n_blocks, geo.block_size, d->cfg.kv_dtype,
              d->n_gpus ? " per GPU" : "");
+    if (d->lpool)
+        IFD_INFO("its %d sliding-window layers keep their K/V in a pool of their own: %lld "
+                 "blocks (window %u; the pool above holds the %d global layers)",
+                 lkp.n_layers, (long long)lkp.n_blocks, d->mcfg.sliding_window, kp.n_layers);
 
     if ((rc = ifd__load_api_key(&d->cfg, d->api.api_key, sizeof d->api.api_key)))
         return 1;
@@ -773,6 +817,7 @@ static int ifd__run(ifd__daemon_t *d)
     sp.kv.n_blocks = (uint64_t)geo.n_blocks;
     sp.kv.fingerprint = kp.fingerprint;
     sp.pool = d->pool;
+    sp.local_pool = d->lpool;
     ifd__sup_timing(&d->cfg, &sp);
     ifd_sup_callbacks_t scb = {
         d, ifd__on_ready, ifd__on_message, ifd__on_lost, ifd__on_failed, ifd__on_stopped};
@@ -793,6 +838,7 @@ static int ifd__run(ifd__daemon_t *d)
     api->router = d->router;
     api->sup = d->sup;
     api->pool = d->pool;
+    api->local_pool = d->lpool;
     api->metrics = &d->metrics;
     api->http = d->http;
     api->model_id = d->model_id;
@@ -871,6 +917,7 @@ int main(int argc, char **argv)
         }
         /* plain memory, no handle refers to it once the loop is not running */
         ifd_kvpool_destroy(d->pool);
+        ifd_kvpool_destroy(d->lpool);
         ifd_chat_template_destroy(d->tpl);
         ifd_tokenizer_destroy(d->tok);
     }

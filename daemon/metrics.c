@@ -126,6 +126,19 @@ static const ifd__gauge_row_t ifd__gauges[] = {
      "Local-layer K/V bytes in those blocks: what releasing them per layer would free "
      "(not freed yet).",
      offsetof(ifd_metrics_gauges_t, kv_local_releasable_bytes)},
+    {"inferd_kv_local_released_blocks", "gauge",
+     "KV blocks held by running sequences whose sliding-window layers' K/V went back to the "
+     "local-layer pool (the window moved past them): freed, 0 without that pool.",
+     offsetof(ifd_metrics_gauges_t, kv_local_released_blocks)},
+    {"inferd_kv_local_released_bytes", "gauge",
+     "Local-layer K/V bytes of those blocks: the memory the local-layer pool saves now over one "
+     "pool of every layer.",
+     offsetof(ifd_metrics_gauges_t, kv_local_released_bytes)},
+    {"inferd_kv_local_blocks_capacity", "gauge",
+     "Blocks in the sliding-window layers' own KV pool (0: none, one pool holds every layer).",
+     offsetof(ifd_metrics_gauges_t, kv_local_total)},
+    {"inferd_kv_local_blocks_used", "gauge", "Blocks of the local-layer pool in use.",
+     offsetof(ifd_metrics_gauges_t, kv_local_used)},
 };
 
 typedef struct {

@@ -82,6 +82,10 @@ typedef struct {
     uint64_t engine_steps;
     /* sliding-window layers: held KV no local layer reads again (summed over workers) */
     int64_t kv_local_releasable_blocks, kv_local_releasable_bytes;
+    /* with a local-layer pool: held blocks whose local-layer K/V went back to it
+     * and those bytes (summed over workers), and that pool's blocks */
+    int64_t kv_local_released_blocks, kv_local_released_bytes;
+    int64_t kv_local_total, kv_local_used;
     int64_t workers_ready, workers_starting, workers_down, workers_failed;
     double uptime_s;
     /* the cache configuration (vllm:cache_config_info) */

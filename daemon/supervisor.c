@@ -594,6 +594,14 @@ static void ifd__exit_cb(uv_process_t *p, int64_t status, int sig)
         IFD_INFO("worker %d: reclaimed %d KV block references", w->idx, n);
     else if (n < 0)
         IFD_ERROR("worker %d: reclaiming its KV blocks: %s", w->idx, ifd_strerror(n));
+    if (s->p.local_pool) {
+        n = ifd_kvpool_reclaim(s->p.local_pool, w->info.slot);
+        if (n > 0)
+            IFD_INFO("worker %d: reclaimed %d local-layer KV block references", w->idx, n);
+        else if (n < 0)
+            IFD_ERROR("worker %d: reclaiming its local-layer KV blocks: %s", w->idx,
+                      ifd_strerror(n));
+    }
     ifd__drop_dead_ipc_segment(w);
     ifd__lose(w, NULL);
     ifd__close_pipe(w);
@@ -642,12 +650,16 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     /* the metadata fd, then the data fd of the worker's own pool device when
      * the router has one: a host memfd, or a CUDA VMM segment's fd adopted
      * from an earlier run (a first GPU worker creates the segment itself) */
-    int fds[2];
+    int fds[4];
     int n_fds = 0;
     fds[n_fds++] = ifd_kvpool_meta_fd(s->p.pool);
     int data_fd = ifd_kvpool_data_fd(s->p.pool, w->info.kv_device);
     if (data_fd >= 0)
         fds[n_fds++] = data_fd;
+    if (s->p.local_pool && n_fds == 2) { /* four fds: the local pool follows (wire.h) */
+        fds[n_fds++] = ifd_kvpool_meta_fd(s->p.local_pool);
+        fds[n_fds++] = ifd_kvpool_data_fd(s->p.local_pool, w->info.kv_device);
+    }
     h->slot = (uint32_t)w->info.slot;
     h->model_path = s->model;
     h->backend = s->backend;

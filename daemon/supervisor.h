@@ -98,6 +98,9 @@ typedef struct {
     int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */
     ifd_wire_kv_geometry_t kv;
     ifd_kvpool_t *pool;
+    /* the local (sliding-window) layers' pool, host memory, or NULL: sent
+     * with HELLO after the pool's fds and reclaimed with it */
+    ifd_kvpool_t *local_pool;
     double ping_interval_s;
     double timeout_s;
     double start_timeout_s;

@@ -334,6 +334,8 @@ static const wfield_t stats_fields[] = {
     FU64(ifd_wire_stats_t, scheduling_ns),
     FU64(ifd_wire_stats_t, kv_local_releasable_blocks),
     FU64(ifd_wire_stats_t, kv_local_releasable_bytes),
+    FU64(ifd_wire_stats_t, kv_local_released_blocks),
+    FU64(ifd_wire_stats_t, kv_local_released_bytes),
 };
 static const wstruct_t stats_desc = {"stats", sizeof(ifd_wire_stats_t), stats_fields,
                                      NF(stats_fields), NULL};

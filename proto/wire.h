@@ -107,7 +107,10 @@ typedef struct {
  * pool's fds travel with this frame (SCM_RIGHTS): the metadata fd first,
  * then the data fd of kv_device when the router has one (a host memfd, or a
  * CUDA VMM segment's fd adopted from an earlier worker's READY); n_fds says
- * how many were sent (1 or 2). */
+ * how many were sent (1 or 2). Four: the pool holds the model's global
+ * layers only, and the metadata and host data fds of the local
+ * (sliding-window) layers' pool follow (docs/models.md, "Gemma 3 local
+ * layers"). */
 typedef struct {
     uint32_t slot; /* worker slot id: its ledger index in the pool */
     char *model_path;
@@ -305,6 +308,10 @@ typedef struct {
     uint64_t scheduling_ns;
     uint64_t kv_local_releasable_blocks; /* held blocks no sliding-window layer reads again */
     uint64_t kv_local_releasable_bytes;  /* their local-layer K/V (still allocated) */
+    /* with a local-layer pool: held blocks whose local-layer K/V went back to
+     * that pool, and those bytes (memory saved; version 5) */
+    uint64_t kv_local_released_blocks;
+    uint64_t kv_local_released_bytes;
 } ifd_wire_stats_t;
 
 typedef struct {

@@ -18,6 +18,12 @@
  * computed; the step lists those rows as extra logit rows before the
  * sequence's sample row (at most IFD_ENGINE_PLP_ROWS in a step), and the
  * backend's batch invariance keeps every other row as it would be.
+ *
+ * With a local pool (engine.h, local_pool), lblocks[b] is the local-layer
+ * twin of blocks[b], held for l_first <= b < n_blocks only (logical
+ * indexing: the same b in both tables); l_first never passes the first
+ * block the next query's window reads (ifd__local_lo(n_computed)), and the
+ * first n_lpublished twins are published in the local pool.
  */
 #include "engine.h"
 
@@ -40,6 +46,10 @@ typedef struct {
     int32_t n_blocks, cap_blocks;
     int32_t n_published;
     bool publish_failed;
+    int32_t *lblocks; /* [cap_blocks], local pool only */
+    int32_t l_first;
+    int32_t n_lpublished;
+    bool lpublish_failed;
     ifd_sampling_params_t sampling;
     ifd_logit_bias_t *bias;
     int32_t *stop_ids;
@@ -76,6 +86,7 @@ struct ifd_engine {
     int32_t *eos_ids;
     ifd_engine_model_t model;
     ifd_kvpool_t *pool;
+    ifd_kvpool_t *lpool; /* p.local_pool */
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks; /* blocks on our device */
@@ -84,8 +95,8 @@ struct ifd_engine {
     ifd_sampler_t *sampler;
     uint64_t arrivals;
     /* batch buffers, sized for max_batched_tokens tokens and max_seqs sequences */
-    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables;
-    int64_t *b_slot;
+    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables, *b_ltables;
+    int64_t *b_slot, *b_lslot;
     int b_tables_cap;
     float *logits;
     int logits_rows; /* rows e->logits holds: max_seqs, + IFD_ENGINE_PLP_ROWS once needed */
@@ -168,6 +179,7 @@ static void ifd__seq_free(ifd__seq_t *s)
         return;
     free(s->tokens);
     free(s->blocks);
+    free(s->lblocks);
     free(s->bias);
     free(s->min_bias);
     free(s->stop_ids);
@@ -183,9 +195,19 @@ static void ifd__seq_release(ifd_engine_t *e, ifd__seq_t *s)
             IFD_ERROR("engine: releasing %d blocks of request %llu: %s", s->n_blocks,
                       (unsigned long long)s->id, ifd_strerror(rc));
     }
+    if (e->lpool && s->n_blocks > s->l_first) {
+        int rc = ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + s->l_first,
+                                  s->n_blocks - s->l_first);
+        if (rc)
+            IFD_ERROR("engine: releasing %d local blocks of request %llu: %s",
+                      s->n_blocks - s->l_first, (unsigned long long)s->id, ifd_strerror(rc));
+    }
     s->n_blocks = 0;
     s->n_published = 0;
     s->n_computed = 0;
+    s->l_first = 0;
+    s->n_lpublished = 0;
+    s->lpublish_failed = false;
 }
 
 static int ifd__seq_reserve_blocks(ifd__seq_t *s, int32_t n)
@@ -199,6 +221,10 @@ static int ifd__seq_reserve_blocks(ifd__seq_t *s, int32_t n)
     if (!b)
         return IFD_ENOMEM;
     s->blocks = b;
+    int32_t *lb = realloc(s->lblocks, (size_t)cap * sizeof *lb);
+    if (!lb)
+        return IFD_ENOMEM;
+    s->lblocks = lb;
     s->cap_blocks = cap;
     return 0;
 }
@@ -222,6 +248,15 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     if (!p || p->max_batched_tokens < 1 || p->max_seqs < 1 || !model || !model->forward ||
         model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids))
         return IFD_EINVAL;
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(pool, &g);
+    if (p->local_pool) {
+        ifd_kvpool_params_t lg;
+        ifd_kvpool_geometry(p->local_pool, &lg);
+        if (lg.block_size != g.block_size || model->sliding_window <= 0 ||
+            p->device >= lg.n_devices)
+            return IFD_EINVAL;
+    }
     ifd_engine_t *e = calloc(1, sizeof *e);
     if (!e)
         return IFD_ENOMEM;
@@ -237,10 +272,9 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->p.eos_ids = e->eos_ids;
     e->model = *model;
     e->pool = pool;
+    e->lpool = p->local_pool;
     if (cb)
         e->cb = *cb;
-    ifd_kvpool_params_t g;
-    ifd_kvpool_geometry(pool, &g);
     e->block_size = g.block_size;
     e->pool_blocks = (int32_t)g.n_blocks;
     e->local_block_bytes = 2 * ifd_kvpool_block_bytes(&g) *
@@ -255,6 +289,7 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->b_pos = malloc(nt * sizeof(int32_t));
     e->b_seq = malloc(nt * sizeof(int32_t));
     e->b_slot = malloc(nt * sizeof(int64_t));
+    e->b_lslot = malloc(nt * sizeof(int64_t));
     const size_t nr = ns + IFD_ENGINE_PLP_ROWS; /* logit rows: samples + prompt logprobs */
     e->b_rows = malloc(nr * sizeof(int32_t));
     e->sched = malloc(ns * sizeof *e->sched);
@@ -264,7 +299,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->s_hist = malloc(nr * sizeof *e->s_hist);
     e->s_params = malloc(nr * sizeof *e->s_params);
     e->s_tok = malloc(nr * sizeof *e->s_tok);
-    if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_rows || !e->sched ||
+    if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_lslot || !e->b_rows ||
+        !e->sched ||
         !e->logits || !e->s_rows || !e->s_hist || !e->s_params || !e->s_tok) {
         ifd_engine_destroy(e);
         return IFD_ENOMEM;
@@ -294,8 +330,10 @@ void ifd_engine_destroy(ifd_engine_t *e)
     free(e->b_pos);
     free(e->b_seq);
     free(e->b_slot);
+    free(e->b_lslot);
     free(e->b_rows);
     free(e->b_tables);
+    free(e->b_ltables);
     free(e->sched);
     free(e->logits);
     free(e->plp_res);
@@ -475,21 +513,71 @@ static int32_t ifd__blocks_for(const ifd_engine_t *e, int32_t n)
     return (n + e->block_size - 1) / e->block_size;
 }
 
-/* Grows s's blocks to cover `upto` positions. 0 or IFD_ENOBLOCKS/IFD_ENOMEM. */
+/* The first block a query at position q reads in local layers. */
+static int32_t ifd__local_lo(const ifd_engine_t *e, int32_t q)
+{
+    int32_t lo = q - e->model.sliding_window + 1;
+    return lo > 0 ? lo / e->block_size : 0;
+}
+
+/* Grows s's blocks to cover `upto` positions (and, with a local pool, its
+ * local twins from the window of the query at n_computed on: a sequence
+ * that recomputes from an earlier position gets back the twins it
+ * released). All or nothing: 0 or IFD_ENOBLOCKS/IFD_ENOMEM. */
 static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
 {
     int32_t need = ifd__blocks_for(e, upto);
-    if (need <= s->n_blocks)
+    int32_t lo = e->lpool ? ifd__local_lo(e, s->n_computed) : 0;
+    if (need <= s->n_blocks && (!e->lpool || lo >= s->l_first))
         return 0;
+    if (need < s->n_blocks)
+        need = s->n_blocks;
     int rc = ifd__seq_reserve_blocks(s, need);
     if (rc)
         return rc;
-    rc = ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, need - s->n_blocks,
-                          s->blocks + s->n_blocks);
-    if (rc)
+    const int32_t n_new = need - s->n_blocks;
+    if (n_new > 0 &&
+        (rc = ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, n_new, s->blocks + s->n_blocks)))
         return rc;
+    if (e->lpool) {
+        const int32_t n_back = lo < s->l_first ? s->l_first - lo : 0;
+        rc = n_back ? ifd_kvpool_alloc(e->lpool, e->p.worker, e->p.device, n_back, s->lblocks + lo)
+                    : 0;
+        if (rc == 0 && n_new > 0 &&
+            (rc = ifd_kvpool_alloc(e->lpool, e->p.worker, e->p.device, n_new,
+                                   s->lblocks + s->n_blocks)) &&
+            n_back)
+            ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + lo, n_back);
+        if (rc) {
+            if (n_new > 0)
+                ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->n_blocks, n_new);
+            return rc;
+        }
+        if (n_back) {
+            /* recomputed twins are new blocks: republishing starts again there */
+            s->l_first = lo;
+            if (s->n_lpublished > lo)
+                s->n_lpublished = lo;
+        }
+    }
     s->n_blocks = need;
     return 0;
+}
+
+/* Returns the local twins no query of s reads any more to the local pool. */
+static void ifd__release_local(ifd_engine_t *e, ifd__seq_t *s)
+{
+    int32_t first_live = ifd__local_lo(e, s->n_computed);
+    if (first_live > s->n_blocks)
+        first_live = s->n_blocks;
+    if (first_live <= s->l_first)
+        return;
+    int rc = ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + s->l_first,
+                              first_live - s->l_first);
+    if (rc)
+        IFD_ERROR("engine: releasing local blocks %d..%d of request %llu: %s", s->l_first,
+                  first_live - 1, (unsigned long long)s->id, ifd_strerror(rc));
+    s->l_first = first_live;
 }
 
 /* Tokens s wants computed this step. */
@@ -556,11 +644,32 @@ static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
     int keep = 0;
     while (keep < got && ifd_kvpool_block_device(e->pool, s->blocks[keep]) == e->p.device)
         keep++;
+    if (e->lpool && keep > 0) {
+        /* The local twins of the hit, from the root: usable for k blocks
+         * when the local pool still holds the window before position k * bs
+         * (their lookup's run starts at block 0, so k <= what it found). */
+        int lgot = ifd_kvpool_lookup(e->lpool, e->p.worker, s->salt, s->tokens,
+                                     keep * e->block_size, s->lblocks, keep, NULL);
+        if (lgot < 0)
+            lgot = 0;
+        int lkeep = 0;
+        while (lkeep < lgot && ifd_kvpool_block_device(e->lpool, s->lblocks[lkeep]) == e->p.device)
+            lkeep++;
+        if (lkeep < lgot)
+            ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + lkeep, lgot - lkeep);
+        if (lkeep < keep)
+            keep = lkeep;
+        s->n_lpublished = keep;
+    }
     if (keep < got)
         ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + keep, got - keep);
     s->n_blocks = keep;
     s->n_published = keep;
     s->n_computed = keep * e->block_size;
+    if (e->lpool) {
+        s->l_first = 0;
+        ifd__release_local(e, s); /* the twins before the window of the query at n_computed */
+    }
     if (!s->admitted_once) {
         s->cached_tokens = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
         e->st.cached_prompt_tokens += (uint64_t)s->cached_tokens;
@@ -730,6 +839,25 @@ static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
         }
         s->n_published++;
     }
+    /* local twins under the same tokens and chain; a twin whose parent is
+     * released already (a window not wider than a block) ends the chain */
+    while (e->lpool && !s->lpublish_failed && s->n_lpublished < s->n_published) {
+        int b = s->n_lpublished;
+        if (b < s->l_first || (b > 0 && b - 1 < s->l_first)) {
+            s->lpublish_failed = true;
+            return;
+        }
+        int32_t parent = b > 0 ? s->lblocks[b - 1] : -1;
+        int rc = ifd_kvpool_publish(e->lpool, e->p.worker, s->lblocks[b], parent, s->salt,
+                                    s->tokens + (int64_t)b * e->block_size, NULL);
+        if (rc < 0) {
+            IFD_WARN("engine: publishing local block %d of request %llu: %s", b,
+                     (unsigned long long)s->id, ifd_strerror(rc));
+            s->lpublish_failed = true;
+            return;
+        }
+        s->n_lpublished++;
+    }
 }
 
 static bool ifd__is_stop(const ifd_engine_t *e, const ifd__seq_t *s, int32_t tok)
@@ -839,6 +967,10 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         if (!t)
             return IFD_ENOMEM;
         e->b_tables = t;
+        t = realloc(e->b_ltables, (size_t)cap * sizeof *t);
+        if (!t)
+            return IFD_ENOMEM;
+        e->b_ltables = t;
         e->b_tables_cap = cap;
     }
     int n_tok = 0, n_rows = 0, n_plp = 0;
@@ -852,8 +984,14 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     for (int k = 0; k < n_sched; k++) {
         ifd__seq_t *s = e->sched[k];
         int32_t *row = e->b_tables + (int64_t)k * max_blocks;
+        int32_t *lrow = e->b_ltables + (int64_t)k * max_blocks;
         for (int32_t b = 0; b < max_blocks; b++)
             row[b] = b < s->n_blocks ? ifd_kvpool_block_local(e->pool, s->blocks[b]) : 0;
+        /* released twins read as block 0: before the window, never read */
+        for (int32_t b = 0; e->lpool && b < max_blocks; b++)
+            lrow[b] = b >= s->l_first && b < s->n_blocks
+                          ? ifd_kvpool_block_local(e->lpool, s->lblocks[b])
+                          : 0;
         IFD_ASSERT(!s->plp_rows || s->n_computed <= s->plp_next - 1);
         for (int32_t j = 0; j < s->sched; j++) {
             int32_t p = s->n_computed + j;
@@ -863,6 +1001,9 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
             e->b_pos[n_tok] = p;
             e->b_seq[n_tok] = k;
             e->b_slot[n_tok] = (int64_t)row[p / e->block_size] * e->block_size + p % e->block_size;
+            if (e->lpool)
+                e->b_lslot[n_tok] =
+                    (int64_t)lrow[p / e->block_size] * e->block_size + p % e->block_size;
             n_tok++;
         }
         if (s->sample)
@@ -883,6 +1024,8 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         .max_blocks = max_blocks,
         .n_logits = n_rows,
         .logit_rows = e->b_rows,
+        .local_block_tables = e->lpool ? e->b_ltables : NULL,
+        .local_slot = e->lpool ? e->b_lslot : NULL,
     };
     double t1 = ifd__ms();
     rc = ifd__forward(e, &batch, n_sched);
@@ -919,6 +1062,8 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
                 continue;
             }
         }
+        if (e->lpool && s->use_cache) /* without the cache it recomputes from 0 */
+            ifd__release_local(e, s);
         if (!s->sample)
             continue;
         const float *lg = e->logits + (size_t)row * (size_t)e->model.n_vocab;
@@ -994,11 +1139,12 @@ static int ifd__cmp_i64(const void *a, const void *b)
  * move right, so its block b is dead for local layers once its last
  * position (b + 1) * bs - 1 is below n_computed - window + 1. A block
  * shared through the prefix cache counts only when dead for every running
- * holder: entries (block << 1 | live) sorted, a block's last entry tells. */
+ * holder: entries (block << 1 | live) sorted, a block's last entry tells.
+ * With a local pool "dead" is "its twin released" (b < l_first). */
 static int64_t ifd__window_dead_blocks(const ifd_engine_t *e)
 {
     const int32_t w = e->model.sliding_window;
-    if (w <= 0 || e->model.n_local_layers <= 0)
+    if (w <= 0 || (e->model.n_local_layers <= 0 && !e->lpool))
         return 0;
     int64_t n = 0;
     for (int i = 0; i < e->running.n; i++)
@@ -1011,7 +1157,7 @@ static int64_t ifd__window_dead_blocks(const ifd_engine_t *e)
     int64_t k = 0;
     for (int i = 0; i < e->running.n; i++) {
         const ifd__seq_t *s = e->running.v[i];
-        int64_t dead = ((int64_t)s->n_computed - w + 1) / e->block_size;
+        int64_t dead = e->lpool ? s->l_first : ifd__local_lo(e, s->n_computed);
         for (int32_t b = 0; b < s->n_blocks; b++)
             ent[k++] = (int64_t)s->blocks[b] * 2 + (b >= dead);
     }
@@ -1034,8 +1180,18 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
     for (int i = 0; i < e->running.n; i++)
         held += e->running.v[i]->n_blocks;
     out->blocks_held = held;
-    out->window_dead_blocks = ifd__window_dead_blocks(e);
-    out->window_dead_bytes = (uint64_t)out->window_dead_blocks * e->local_block_bytes;
+    const int64_t dead = ifd__window_dead_blocks(e);
+    if (e->lpool) {
+        int64_t lheld = 0;
+        for (int i = 0; i < e->running.n; i++)
+            lheld += e->running.v[i]->n_blocks - e->running.v[i]->l_first;
+        out->local_blocks_held = lheld;
+        out->local_released_blocks = dead;
+        out->local_released_bytes = (uint64_t)dead * e->local_block_bytes;
+    } else {
+        out->window_dead_blocks = dead;
+        out->window_dead_bytes = (uint64_t)dead * e->local_block_bytes;
+    }
 }
 
 /* ---- the real model's adapter ------------------------------------------------ */
@@ -1058,31 +1214,56 @@ static int ifd__model_forward_sample(void *ctx, const ifd_batch_t *b, const ifd_
     return ifd_model_forward_sample(c->m, b, c->kv, rows, tokens, logits);
 }
 
-int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev)
+/* Maps device dev's segment of `pool` in this process when it is device
+ * memory (engine.h, ifd_engine_model_from). */
+static int ifd__bind_pool(ifd_model_t *m, ifd_kvpool_t *pool, int dev)
 {
-    const ifd_model_config_t *cfg = ifd_model_config(m);
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(pool, &g);
-    if (g.n_layers != (int)cfg->n_layer || g.n_kv_heads != (int)cfg->n_head_kv ||
+    if (g.kind[dev] == IFD_KVSEG_HOST || ifd_kvpool_layer_k(pool, dev, 0))
+        return 0;
+    /* A device segment: map it (import, or create and record) through the
+     * backend's provider, so the K/V live in the pool's memory. */
+    ifd_backend_t *be = ifd_model_backend(m);
+    const ifd_kvseg_provider_t *prov = be->ops->kv_provider ? be->ops->kv_provider(be) : NULL;
+    if (!prov) {
+        IFD_ERROR("engine: the KV pool's device %d is device memory, which the %s backend "
+                  "cannot map",
+                  dev, be->ops->name);
+        return IFD_ENODEV;
+    }
+    return ifd_kvpool_bind_segment(pool, dev, prov);
+}
+
+int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev)
+{
+    return ifd_engine_model_from_pools(out, m, pool, NULL, dev);
+}
+
+int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool,
+                                ifd_kvpool_t *local_pool, int dev)
+{
+    const ifd_model_config_t *cfg = ifd_model_config(m);
+    ifd_kvpool_params_t g, lg;
+    ifd_kvpool_geometry(pool, &g);
+    const int n_local = ifd_model_n_local_layers(cfg);
+    const int n_global = (int)cfg->n_layer - (local_pool ? n_local : 0);
+    if (g.n_layers != n_global || g.n_kv_heads != (int)cfg->n_head_kv ||
         g.head_dim != (int)cfg->head_dim)
         return IFD_EMISMATCH;
     if (dev < 0 || dev >= g.n_devices)
         return IFD_EINVAL;
-    if (g.kind[dev] != IFD_KVSEG_HOST && !ifd_kvpool_layer_k(pool, dev, 0)) {
-        /* A device segment: map it (import, or create and record) through
-         * the backend's provider, so the K/V live in the pool's memory. */
-        ifd_backend_t *be = ifd_model_backend(m);
-        const ifd_kvseg_provider_t *prov = be->ops->kv_provider ? be->ops->kv_provider(be) : NULL;
-        if (!prov) {
-            IFD_ERROR("engine: the KV pool's device %d is device memory, which the %s backend "
-                      "cannot map",
-                      dev, be->ops->name);
-            return IFD_ENODEV;
-        }
-        int rc = ifd_kvpool_bind_segment(pool, dev, prov);
-        if (rc)
-            return rc;
+    if (local_pool) {
+        ifd_kvpool_geometry(local_pool, &lg);
+        if (n_local == 0 || lg.n_layers != n_local || lg.n_kv_heads != g.n_kv_heads ||
+            lg.head_dim != g.head_dim || lg.dtype != g.dtype || lg.block_size != g.block_size)
+            return IFD_EMISMATCH;
+        if (dev >= lg.n_devices || lg.kind[dev] != IFD_KVSEG_HOST)
+            return IFD_EINVAL; /* device segments keep one pool (docs/models.md) */
     }
+    int rc = ifd__bind_pool(m, pool, dev);
+    if (rc)
+        return rc;
     ifd__model_ctx_t *c = calloc(1, sizeof *c);
     if (!c)
         return IFD_ENOMEM;
@@ -1092,9 +1273,14 @@ int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t 
         free(c);
         return IFD_ENOMEM;
     }
+    /* layer l's index in its pool: global and local layers each in order */
+    int gi = 0, li = 0;
     for (uint32_t l = 0; l < cfg->n_layer; l++) {
-        c->kv[l].k = ifd_kvpool_layer_k(pool, dev, (int)l);
-        c->kv[l].v = ifd_kvpool_layer_v(pool, dev, (int)l);
+        const bool in_local = local_pool && cfg->sliding_window > 0 && cfg->layer_is_local[l];
+        ifd_kvpool_t *p = in_local ? local_pool : pool;
+        const int pl = in_local ? li++ : gi++;
+        c->kv[l].k = ifd_kvpool_layer_k(p, dev, pl);
+        c->kv[l].v = ifd_kvpool_layer_v(p, dev, pl);
         c->kv[l].dtype = (ifd_dtype_t)g.dtype;
         c->kv[l].block_size = g.block_size;
         c->kv[l].n_kv_heads = g.n_kv_heads;
@@ -1109,9 +1295,7 @@ int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t 
     out->n_vocab = (int32_t)cfg->n_vocab;
     out->n_ctx = (int32_t)cfg->n_ctx_train;
     out->forward = ifd__model_forward;
-    out->n_local_layers = 0;
-    for (uint32_t l = 0; l < cfg->n_layer && cfg->sliding_window > 0; l++)
-        out->n_local_layers += cfg->layer_is_local[l];
+    out->n_local_layers = n_local;
     out->sliding_window = (int32_t)cfg->sliding_window;
     /* sampling on the device where the backend can (the CPU backend cannot) */
     out->forward_sample = ifd_model_backend(m)->ops->sample ? ifd__model_forward_sample : NULL;

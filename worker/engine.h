@@ -125,6 +125,20 @@ typedef struct {
     int max_seqs;           /* running sequences at most (default 64) */
     int worker;             /* this worker's slot in the pool ledger (default 0) */
     int device;             /* the pool device this engine computes on (default 0) */
+    /* The pool of the model's sliding-window (local) layers, or NULL (one
+     * pool holds every layer: today's layout, and the only one for models
+     * without local layers). Borrowed; same block size and worker slots as
+     * the main pool, which then holds the other (global) layers only. A
+     * sequence holds local blocks only from the first block its next query's
+     * window reaches (the block holding n_computed - window + 1) on: after
+     * each step the blocks before it return to this pool (published ones stay
+     * cached there). Local blocks are published under the same tokens and
+     * chain as their global twins, and a prefix hit is cut to the blocks
+     * for which this pool still holds the window before the first
+     * recomputed token (docs/models.md, "Gemma 3 local layers"). The model
+     * adapter must read local layers through ifd_batch_t.local_block_tables
+     * (ifd_engine_model_from_pools). */
+    ifd_kvpool_t *local_pool;
 } ifd_engine_params_t;
 
 ifd_engine_params_t ifd_engine_default_params(void);
@@ -204,14 +218,22 @@ typedef struct {
     uint64_t preemptions;
     uint64_t finished;
     int64_t blocks_held;      /* blocks this engine holds now */
-    /* Of those, the blocks wholly before the window of every running sequence
-     * holding them: no local layer reads their K/V again. Today every block
-     * spans all layers, so that K/V stays allocated; window_dead_bytes
-     * (blocks x local layers x K and V) is what per-layer release would free
-     * (docs/models.md). 0 without local layers (and on out-of-memory: it is a
-     * lower bound). */
+    /* One pool (no local_pool): of those, the blocks wholly before the window
+     * of every running sequence holding them: no local layer reads their K/V
+     * again, but a block spans all layers, so that K/V stays allocated;
+     * window_dead_bytes (blocks x local layers x K and V) is what per-layer
+     * release would free. 0 without local layers or with a local pool (and
+     * on out-of-memory: it is a lower bound). */
     int64_t window_dead_blocks;
     uint64_t window_dead_bytes;
+    /* With a local pool: held blocks whose local-layer twin no running holder
+     * holds any more (released to the local pool), and that K/V's bytes:
+     * the memory the local pool saves over one pool of every layer. 0
+     * otherwise. local_blocks_held: local-pool blocks held now (summed over
+     * sequences, as blocks_held). */
+    int64_t local_released_blocks;
+    uint64_t local_released_bytes;
+    int64_t local_blocks_held;
     double forward_ms, sample_ms, schedule_ms; /* totals */
     int32_t max_batched_tokens;
     double decode_step_tokens; /* recent mean tokens of steps with decodes (adaptive cap) */
@@ -229,6 +251,13 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);
  * IFD_ENODEV (a backend that cannot map it), or the bind's error.
  * *out_ctx must be freed with ifd_engine_model_free. */
 int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev);
+/* The same over two pools: `pool` holds the model's global layers and
+ * `local_pool` its sliding-window ones (ifd_model_kvpool_params_split's
+ * geometries, both HOST on device dev); local_pool NULL is
+ * ifd_engine_model_from. The engine must then get the same local_pool in
+ * its params. */
+int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool,
+                                ifd_kvpool_t *local_pool, int dev);
 void ifd_engine_model_free(ifd_engine_model_t *em);
 
 #endif

@@ -76,9 +76,15 @@ typedef struct {
     ifd_backend_t *be;
     int32_t *blocks; /* the block table */
     int n_blocks, max_blocks, block_size;
+    /* local_pool: the local layers' table (entries before l_first released,
+     * 0 there: never read, before the window), their pool and window */
+    ifd_kvpool_t *lpool;
+    int32_t *lblocks;
+    int l_first, window;
+    int n_released;
     /* batch buffers */
     int32_t *pos, *seq, *rows;
-    int64_t *slot;
+    int64_t *slot, *lslot;
     float *logits;
 } ifd__gen_t;
 
@@ -92,9 +98,31 @@ static int ifd__ensure_blocks(ifd__gen_t *g, int n_tokens)
         int rc = ifd_kvpool_alloc(g->pool, 0, 0, need - g->n_blocks, g->blocks + g->n_blocks);
         if (rc)
             return rc;
+        if (g->lpool &&
+            (rc = ifd_kvpool_alloc(g->lpool, 0, 0, need - g->n_blocks, g->lblocks + g->n_blocks))) {
+            ifd_kvpool_free(g->pool, 0, g->blocks + g->n_blocks, need - g->n_blocks);
+            return rc;
+        }
         g->n_blocks = need;
     }
     return 0;
+}
+
+/* local_pool: releases the local blocks a query at position q and later
+ * ones never read (wholly before q - window + 1). */
+static void ifd__release_local(ifd__gen_t *g, int q)
+{
+    int lo = q - g->window + 1;
+    int first_live = lo > 0 ? lo / g->block_size : 0;
+    if (first_live > g->n_blocks)
+        first_live = g->n_blocks;
+    if (first_live <= g->l_first)
+        return;
+    ifd_kvpool_free(g->lpool, 0, g->lblocks + g->l_first, first_live - g->l_first);
+    g->n_released += first_live - g->l_first;
+    for (int b = g->l_first; b < first_live; b++)
+        g->lblocks[b] = 0;
+    g->l_first = first_live;
 }
 
 /* Runs tokens[start..end) at positions start..end-1; logits for the last
@@ -102,6 +130,8 @@ static int ifd__ensure_blocks(ifd__gen_t *g, int n_tokens)
 static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, int n_logits)
 {
     int n = end - start;
+    if (g->lpool)
+        ifd__release_local(g, start);
     int rc = ifd__ensure_blocks(g, end);
     if (rc)
         return rc;
@@ -111,6 +141,9 @@ static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, in
         g->seq[i] = 0;
         int32_t blk = ifd_kvpool_block_local(g->pool, g->blocks[p / g->block_size]);
         g->slot[i] = (int64_t)blk * g->block_size + p % g->block_size;
+        if (g->lpool)
+            g->lslot[i] = (int64_t)g->lblocks[p / g->block_size] * g->block_size +
+                          p % g->block_size;
     }
     for (int i = 0; i < n_logits; i++)
         g->rows[i] = n - n_logits + i;
@@ -125,6 +158,8 @@ static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, in
         .max_blocks = g->max_blocks,
         .n_logits = n_logits,
         .logit_rows = g->rows,
+        .local_block_tables = g->lpool ? g->lblocks : NULL,
+        .local_slot = g->lpool ? g->lslot : NULL,
     };
     /* block tables hold local ids for the kernels (one device here) */
     return g->em.forward(g->em.ctx, &b, g->logits);
@@ -165,30 +200,53 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
     ifd_sampler_t *sampler = NULL;
     int32_t *seq_tokens = NULL;
 
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
+    g.m = m;
+    g.be = ifd_model_backend(m);
+    ifd_kvpool_params_t kp, lkp;
+    const bool split = ifd_model_kvpool_params_split(cfg, &kp, &lkp);
+    const bool two = split && p->local_pool && g.be->ops->host_memory;
+    if (!two)
+        kp = ifd_model_kvpool_params(cfg); /* every layer in one pool */
+    if (p->block_size > 0)
+        kp.block_size = lkp.block_size = p->block_size;
     g.block_size = kp.block_size;
     g.max_blocks = (total + kp.block_size - 1) / kp.block_size;
     kp.n_blocks = g.max_blocks;
-    kp.n_workers = 1;
-    g.m = m;
-    g.be = ifd_model_backend(m);
+    kp.n_workers = lkp.n_workers = 1;
     if (!g.be->ops->host_memory) {
         /* f16 (what the GPU attention kernels read) in device memory */
         kp.dtype = IFD_KV_F16;
         kp.kind[0] = IFD_KVSEG_CUDA_VMM;
     }
+    if (two) {
+        /* the window before a run's first token, the run (a prefill chunk,
+         * or the whole context without the cache), block edges */
+        g.window = (int)cfg->sliding_window;
+        const int bs = kp.block_size;
+        lkp.n_blocks = (g.window - 1 + bs - 1) / bs + (max_tok + bs - 1) / bs + 1;
+        if (lkp.n_blocks > g.max_blocks)
+            lkp.n_blocks = g.max_blocks;
+        g.lblocks = calloc((size_t)g.max_blocks, sizeof *g.lblocks);
+        if (!g.lblocks) {
+            rc = IFD_ENOMEM;
+            goto out;
+        }
+        if ((rc = ifd_kvpool_create(&lkp, &g.lpool)))
+            goto out;
+    }
     if ((rc = ifd_kvpool_create(&kp, &g.pool)) ||
-        (rc = ifd_engine_model_from(&g.em, m, g.pool, 0)))
+        (rc = ifd_engine_model_from_pools(&g.em, m, g.pool, g.lpool, 0)))
         goto out;
     g.blocks = calloc((size_t)g.max_blocks, sizeof *g.blocks);
     g.pos = malloc((size_t)max_tok * sizeof *g.pos);
     g.seq = malloc((size_t)max_tok * sizeof *g.seq);
     g.rows = malloc((size_t)max_tok * sizeof *g.rows);
     g.slot = malloc((size_t)max_tok * sizeof *g.slot);
+    g.lslot = malloc((size_t)max_tok * sizeof *g.lslot);
     g.logits = malloc((size_t)max_tok * (size_t)vocab * sizeof(float));
     seq_tokens = malloc((size_t)total * sizeof *seq_tokens);
     r->tokens = malloc((size_t)p->n_predict * sizeof *r->tokens);
-    if (!g.blocks || !g.pos || !g.seq || !g.rows || !g.slot || !g.logits ||
+    if (!g.blocks || !g.pos || !g.seq || !g.rows || !g.slot || !g.lslot || !g.logits ||
         !seq_tokens || !r->tokens) {
         rc = IFD_ENOMEM;
         goto out;
@@ -265,8 +323,19 @@ out:
     ifd_sampler_destroy(sampler);
     if (g.pool && g.n_blocks)
         ifd_kvpool_free(g.pool, 0, g.blocks, g.n_blocks);
+    if (g.lpool) {
+        ifd_kvpool_params_t lg;
+        ifd_kvpool_geometry(g.lpool, &lg);
+        r->kv_local_pool_blocks = (int)lg.n_blocks;
+        r->kv_local_released = g.n_released;
+    }
+    if (g.lpool && g.n_blocks > g.l_first)
+        ifd_kvpool_free(g.lpool, 0, g.lblocks + g.l_first, g.n_blocks - g.l_first);
     ifd_engine_model_free(&g.em);
     ifd_kvpool_destroy(g.pool);
+    ifd_kvpool_destroy(g.lpool);
+    free(g.lblocks);
+    free(g.lslot);
     free(g.blocks);
     free(g.pos);
     free(g.seq);

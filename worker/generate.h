@@ -4,6 +4,9 @@
  * private paged pool (common/kvpool) — or, with use_cache off, recomputing
  * the whole context at every step (the KV-caching benchmark's baseline).
  *
+ * With local_pool, the model's sliding-window layers keep their K/V in a
+ * second private pool that holds only their window (engine.h, local_pool).
+ *
  * Ownership: the model and tokenizer are borrowed; the result's token list
  * is owned by the caller (ifd_generate_result_free). Threading: one call at
  * a time per model.
@@ -30,6 +33,13 @@ typedef struct {
     size_t n_stop_ids;
     bool ignore_eos;
     FILE *dump_logits;        /* if set: .npy of float32 logits [rows, vocab] */
+    int block_size;           /* KV tokens per block; 0: IFD_KVPOOL_DEFAULT_BLOCK_SIZE */
+    /* A model with sliding-window and global layers on a host-memory backend:
+     * the local layers' K/V in a pool of their own, just big enough for the
+     * window before a prefill chunk plus the chunk, whose blocks are released
+     * as the window moves (what the engine does with a local pool; the oracle
+     * tests check it). Ignored otherwise. */
+    bool local_pool;
     ifd_token_cb on_token;
     void *cb_ctx;
 } ifd_generate_params_t;
@@ -45,6 +55,8 @@ typedef struct {
     double decode_ms;          /* after the first token */
     double total_ms;
     int n_logit_rows;          /* rows written to dump_logits */
+    int kv_local_pool_blocks;  /* local_pool: the local layers' pool's blocks (0: none) */
+    int kv_local_released;     /* local_pool: local blocks released before the end */
 } ifd_generate_result_t;
 
 void ifd_generate_result_free(ifd_generate_result_t *r);

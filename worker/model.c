@@ -89,7 +89,7 @@ typedef struct {
     ifd_act_t gu;  /* f32 [cap, 2F]: gate|up */
     ifd_act_t g;   /* mm_in [cap, F]: GLU output */
     int32_t *tokens, *pos, *seq;
-    int64_t *slot;
+    int64_t *slot, *lslot; /* lslot: local layers' slots (ifd_batch_t.local_slot) */
 } ifd__scratch_t;
 
 /* Buffers sized by n_logits. */
@@ -103,8 +103,8 @@ typedef struct {
 
 /* Buffers sized by n_seqs / max_blocks / the attention workspace. */
 typedef struct {
-    int32_t *block_tables;
-    size_t block_tables_cap; /* bytes */
+    int32_t *block_tables, *lblock_tables; /* lblock_tables: ifd_batch_t.local_block_tables */
+    size_t block_tables_cap; /* bytes, each */
     int32_t *cu_q, *ctx_len; /* backend memory [seqs_cap + 1], [seqs_cap] */
     int32_t *h_cu_q, *h_ctx_len; /* host copies */
     int seqs_cap;
@@ -126,8 +126,8 @@ typedef struct {
     bool off; /* ifd_model_set_graphs(m, false) */
     int32_t tokens[IFD_MODEL_MAX_GRAPH_BATCH], pos[IFD_MODEL_MAX_GRAPH_BATCH];
     int32_t seq[IFD_MODEL_MAX_GRAPH_BATCH], rows[IFD_MODEL_MAX_GRAPH_BATCH];
-    int64_t slot[IFD_MODEL_MAX_GRAPH_BATCH];
-    int32_t *bt; /* host [B, MB] */
+    int64_t slot[IFD_MODEL_MAX_GRAPH_BATCH], lslot[IFD_MODEL_MAX_GRAPH_BATCH];
+    int32_t *bt, *lbt; /* host [B, MB] (lbt: local tables, when the batch has them) */
     size_t bt_cap;
     uint64_t epoch[IFD_BACKEND_MAX_GRAPHS]; /* buf_epoch at recording; 0 = none */
     uint64_t kv_hash[IFD_BACKEND_MAX_GRAPHS];
@@ -470,6 +470,7 @@ static void ifd__scratch_free(ifd_model_t *m)
     ifd__free_idx(be, &s->pos);
     ifd__free_idx(be, &s->seq);
     ifd__free_idx(be, &s->slot);
+    ifd__free_idx(be, &s->lslot);
     memset(s, 0, sizeof *s);
 }
 
@@ -500,8 +501,9 @@ static int ifd__scratch_reserve(ifd_model_t *m, int n_tok)
         rc = be->ops->act_alloc(be, acts[i].a, acts[i].dt, n, acts[i].cols);
     if (rc == 0 && (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->tokens)) == 0 &&
         (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->pos)) == 0 &&
-        (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->seq)) == 0)
-        rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->slot);
+        (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->seq)) == 0 &&
+        (rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->slot)) == 0)
+        rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->lslot);
     if (rc) {
         ifd__scratch_free(m);
         return rc;
@@ -550,6 +552,7 @@ static void ifd__batch_bufs_free(ifd_model_t *m)
     ifd_backend_t *be = m->be;
     ifd__batch_bufs_t *bb = &m->bb;
     ifd__free_idx(be, &bb->block_tables);
+    ifd__free_idx(be, &bb->lblock_tables);
     ifd__free_idx(be, &bb->cu_q);
     ifd__free_idx(be, &bb->ctx_len);
     ifd__free_idx(be, &bb->workspace);
@@ -652,6 +655,7 @@ void ifd_model_destroy(ifd_model_t *m)
     ifd__logits_free(m);
     ifd__batch_bufs_free(m);
     free(m->gr.bt);
+    free(m->gr.lbt);
     ifd_model_source_close(m->src);
     free(m);
 }
@@ -683,7 +687,8 @@ uint64_t ifd_model_weight_bytes(const ifd_model_t *m)
 
 static int ifd__check_batch(const ifd_model_t *m, const ifd_batch_t *b, int block_size)
 {
-    if (b->n_tok <= 0 || b->n_seqs <= 0 || b->max_blocks <= 0 || b->n_logits < 0)
+    if (b->n_tok <= 0 || b->n_seqs <= 0 || b->max_blocks <= 0 || b->n_logits < 0 ||
+        !b->local_block_tables != !b->local_slot)
         return IFD_EINVAL;
     for (int i = 0; i < b->n_tok; i++) {
         if (b->tokens[i] < 0 || (uint32_t)b->tokens[i] >= m->cfg.n_vocab)
@@ -705,7 +710,7 @@ static int ifd__check_batch(const ifd_model_t *m, const ifd_batch_t *b, int bloc
  * whose attention is planned for decode_ctx positions, without the varlen
  * scan. */
 static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
-                           int decode_ctx, ifd_attn_batch_t *ab)
+                           int decode_ctx, ifd_attn_batch_t *ab, ifd_attn_batch_t *abl)
 {
     ifd_backend_t *be = m->be;
     ifd__batch_bufs_t *bb = &m->bb;
@@ -716,10 +721,12 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
     const size_t bt_need = (size_t)n_seqs * (size_t)b->max_blocks * sizeof(int32_t);
     if (bt_need > bb->block_tables_cap) {
         ifd__free_idx(be, &bb->block_tables);
+        ifd__free_idx(be, &bb->lblock_tables);
         bb->block_tables_cap = 0;
         m->buf_epoch++;
         size_t want = bt_need + bt_need / 2;
-        if ((rc = be->ops->alloc(be, want, (void **)&bb->block_tables)))
+        if ((rc = be->ops->alloc(be, want, (void **)&bb->block_tables)) ||
+            (rc = be->ops->alloc(be, want, (void **)&bb->lblock_tables)))
             return rc;
         bb->block_tables_cap = want;
     }
@@ -805,6 +812,12 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
     ab->workspace_bytes = bb->workspace_cap;
     if ((rc = be->ops->upload(be, bb->block_tables, b->block_tables, bt_bytes)))
         return rc;
+    *abl = *ab; /* the local layers': the same batch through their own tables */
+    if (b->local_block_tables) {
+        abl->block_tables = bb->lblock_tables;
+        if ((rc = be->ops->upload(be, bb->lblock_tables, b->local_block_tables, bt_bytes)))
+            return rc;
+    }
     if (varlen && ((rc = be->ops->upload(be, bb->cu_q, bb->h_cu_q, (size_t)(b->n_seqs + 1) * 4)) ||
                    (rc = be->ops->upload(be, bb->ctx_len, bb->h_ctx_len, (size_t)b->n_seqs * 4))))
         return rc;
@@ -815,7 +828,7 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
  * uploaded: every op enqueued, nothing synchronised (so that a graph can
  * record it). n tokens, n_logits rows into m->lg.logits. */
 static int ifd__layers(ifd_model_t *m, const ifd_kv_layer_t *kv, const ifd_attn_batch_t *ab,
-                       int n, int n_logits)
+                       const ifd_attn_batch_t *abl, const int64_t *lslot, int n, int n_logits)
 {
     const ifd_model_config_t *c = &m->cfg;
     ifd_backend_t *be = m->be;
@@ -851,9 +864,9 @@ static int ifd__layers(ifd_model_t *m, const ifd_kv_layer_t *kv, const ifd_attn_
         IFD__TRY(op->rmsnorm(be, &s->a, &s->x, l ? &s->t : NULL, &ly->attn_norm, n, eps));
         IFD__TRY(op->proj(be, &s->qkv, &s->a, &ly->qkv, n));
         IFD__TRY(op->rope_kv(be, &s->q, &s->qkv, ly->q_norm.data ? &ly->q_norm : NULL,
-                             ly->k_norm.data ? &ly->k_norm : NULL, eps, &kv[l], s->pos, s->slot,
-                             n, nh, &rope));
-        IFD__TRY(op->attention(be, &s->o, &s->q, &kv[l], ab, nh, c->attn_scale,
+                             ly->k_norm.data ? &ly->k_norm : NULL, eps, &kv[l], s->pos,
+                             local ? lslot : s->slot, n, nh, &rope));
+        IFD__TRY(op->attention(be, &s->o, &s->q, &kv[l], local ? abl : ab, nh, c->attn_scale,
                                local ? (int)c->sliding_window : 0));
         IFD__TRY(op->proj(be, &s->t, &s->o, &ly->wo, n));
         if (gemma)
@@ -905,12 +918,17 @@ static int ifd__decode_bucket(ifd_model_t *m, const ifd_batch_t *b, int block_si
     size_t bt = (size_t)B * (size_t)MB;
     if (bt > g->bt_cap) {
         int32_t *t = realloc(g->bt, bt * sizeof *t);
-        if (!t)
+        if (t)
+            g->bt = t;
+        int32_t *lt = t ? realloc(g->lbt, bt * sizeof *lt) : NULL;
+        if (!lt)
             return -1; /* eager then */
-        g->bt = t;
+        g->lbt = lt;
         g->bt_cap = bt;
     }
     memset(g->bt, 0, bt * sizeof *g->bt);
+    memset(g->lbt, 0, bt * sizeof *g->lbt);
+    const bool two = b->local_block_tables != NULL;
     const int cols = b->max_blocks < MB ? b->max_blocks : MB;
     for (int i = 0; i < B; i++) {
         const bool real = i < b->n_tok;
@@ -918,10 +936,14 @@ static int ifd__decode_bucket(ifd_model_t *m, const ifd_batch_t *b, int block_si
         g->pos[i] = real ? b->pos[i] : 0;
         g->seq[i] = real ? i : -1;
         g->slot[i] = real ? b->slot[i] : -1;
+        g->lslot[i] = real && two ? b->local_slot[i] : -1;
         g->rows[i] = i;
         if (real)
             memcpy(g->bt + (size_t)i * MB, b->block_tables + (size_t)i * b->max_blocks,
                    (size_t)cols * sizeof *g->bt);
+        if (real && two)
+            memcpy(g->lbt + (size_t)i * MB, b->local_block_tables + (size_t)i * b->max_blocks,
+                   (size_t)cols * sizeof *g->lbt);
     }
     *pb = (ifd_batch_t){.n_tok = B,
                         .tokens = g->tokens,
@@ -932,7 +954,9 @@ static int ifd__decode_bucket(ifd_model_t *m, const ifd_batch_t *b, int block_si
                         .block_tables = g->bt,
                         .max_blocks = MB,
                         .n_logits = B,
-                        .logit_rows = g->rows};
+                        .logit_rows = g->rows,
+                        .local_block_tables = two ? g->lbt : NULL,
+                        .local_slot = two ? g->lslot : NULL};
     *ctx_out = ctx;
     return bi * IFD__N_CTX_BKTS + ci;
 }
@@ -978,17 +1002,21 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
         (rc = op->upload(be, s->pos, b->pos, (size_t)n * 4)) ||
         (rc = op->upload(be, s->seq, b->seq, (size_t)n * 4)) ||
         (rc = op->upload(be, s->slot, b->slot, (size_t)n * 8)) ||
+        (b->local_slot && (rc = op->upload(be, s->lslot, b->local_slot, (size_t)n * 8))) ||
         (rc = op->upload(be, m->lg.rows, b->logit_rows, (size_t)b->n_logits * 4)))
         return rc;
-    ifd_attn_batch_t ab;
-    if ((rc = ifd__attn_batch(m, b, kv, ctx, &ab)))
+    ifd_attn_batch_t ab, abl;
+    if ((rc = ifd__attn_batch(m, b, kv, ctx, &ab, &abl)))
         return rc;
+    /* without local tables the local layers write through the same slots */
+    const int64_t *lslot = b->local_slot ? s->lslot : s->slot;
     ifd__graphs_t *g = &m->gr;
     if (key < 0 || g->off) {
         g->st.eager_steps++;
-        return ifd__layers(m, kv, &ab, n, b->n_logits);
+        return ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits);
     }
-    const uint64_t kvh = ifd__kv_hash(m, kv);
+    /* a graph records which slots and tables the local layers use */
+    const uint64_t kvh = ifd__kv_hash(m, kv) ^ (b->local_block_tables != NULL);
     rc = IFD_ENOTFOUND;
     if (g->epoch[key] == m->buf_epoch && g->kv_hash[key] == kvh)
         rc = op->graph_launch(be, key);
@@ -1002,11 +1030,11 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
      * then record the same ops for the next steps of this bucket. */
     g->epoch[key] = 0;
     g->st.eager_steps++;
-    if ((rc = ifd__layers(m, kv, &ab, n, b->n_logits)))
+    if ((rc = ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits)))
         return rc;
     if ((rc = op->graph_begin(be)))
         return rc;
-    rc = ifd__layers(m, kv, &ab, n, b->n_logits);
+    rc = ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits);
     int re = op->graph_end(be, key);
     if (rc || re) {
         IFD_WARN("model: recording the decode graph of %d tokens failed (%s): eager steps",

@@ -45,6 +45,13 @@ typedef struct {
     int max_blocks;
     int n_logits;
     const int32_t *logit_rows;   /* [n_logits], indices into the batch */
+    /* Sliding-window layers kept in a pool of their own (engine.h,
+     * local_pool): their K/V go to local_slot[i] and are read through
+     * local_block_tables (same shape and logical indexing as block_tables;
+     * entries wholly before a sequence's window are never read and may hold
+     * any valid block id). Both NULL: local layers use slot/block_tables. */
+    const int32_t *local_block_tables; /* [n_seqs, max_blocks] or NULL */
+    const int64_t *local_slot;         /* [n_tok] or NULL */
 } ifd_batch_t;
 
 /* Loads the model at `path` — a GGUF file or a Hugging Face directory
@@ -88,7 +95,8 @@ uint64_t ifd_model_weight_bytes(const ifd_model_t *m);
 
 /*
  * Runs the batch. kv[l] is layer l's view of the paged KV cache
- * (n_kv_heads and head_dim must match the model). logits: host memory
+ * (n_kv_heads and head_dim must match the model; with b->local_block_tables
+ * a local layer's view is of the local pool, the same block size). logits: host memory
  * [n_logits, n_vocab]. Returns 0, IFD_EINVAL for an inconsistent batch
  * (token id out of range, bad sequence index), or a backend error.
  */

@@ -299,6 +299,8 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
     w->kv_blocks_total = blocks_total;
     w->kv_local_releasable_blocks = (uint64_t)st.window_dead_blocks;
     w->kv_local_releasable_bytes = st.window_dead_bytes;
+    w->kv_local_released_blocks = (uint64_t)st.local_released_blocks;
+    w->kv_local_released_bytes = st.local_released_bytes;
     w->steps = st.steps;
     w->prefill_tokens = st.prefill_tokens;
     w->decode_tokens = st.decode_tokens;
@@ -408,7 +410,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     ifd_backend_t *be = NULL;
     ifd_model_t *model = NULL;
     ifd_tokenizer_t *tok = NULL;
-    ifd_kvpool_t *pool = NULL;
+    ifd_kvpool_t *pool = NULL, *lpool = NULL;
     ifd_engine_model_t em = {0};
     char err[1024] = "";
 
@@ -440,10 +442,25 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     }
     s.tok = tok;
     const ifd_model_config_t *cfg = ifd_model_config(model);
-    ifd_kvpool_params_t expect = ifd_model_kvpool_params(cfg);
+    /* four fds: the local layers' pool follows (proto/wire.h, HELLO) */
+    const bool two_pools = nfds == 4;
+    ifd_kvpool_params_t expect, lexpect;
+    if (two_pools && !ifd_model_kvpool_params_split(cfg, &expect, &lexpect)) {
+        snprintf(err, sizeof err, "HELLO brings a local-layer KV pool, but the model has no "
+                                  "local and global layers to split");
+        rc = IFD_EINVAL;
+        IFD_ERROR("worker: %s", err);
+        ifd__send_error(&s, 0, rc, err);
+        goto out;
+    }
+    if (!two_pools)
+        expect = ifd_model_kvpool_params(cfg);
     expect.dtype = (ifd_kv_dtype_t)h->kv.dtype;
     expect.block_size = (int)h->kv.block_size;
     expect.fingerprint = h->kv.fingerprint;
+    lexpect.dtype = expect.dtype;
+    lexpect.block_size = expect.block_size;
+    lexpect.fingerprint = expect.fingerprint;
     /* HELLO's second fd, when present, is the data segment of kv_device */
     int data_fds[IFD_KVPOOL_MAX_DEVICES];
     int n_data = 0;
@@ -466,12 +483,22 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
+    if (two_pools) {
+        data_fds[n_data - 1] = fds[3];
+        if ((rc = ifd_kvpool_attach(fds[2], data_fds, n_data, &lexpect, &lpool))) {
+            snprintf(err, sizeof err, "cannot attach the local layers' KV pool: %s",
+                     ifd_strerror(rc));
+            IFD_ERROR("worker: %s", err);
+            ifd__send_error(&s, 0, rc, err);
+            goto out;
+        }
+    }
     if ((rc = ifd__check_pool_memory(be, pool, (int)h->kv_device, err, sizeof err))) {
         IFD_ERROR("worker: %s", err);
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
-    if ((rc = ifd_engine_model_from(&em, model, pool, (int)h->kv_device))) {
+    if ((rc = ifd_engine_model_from_pools(&em, model, pool, lpool, (int)h->kv_device))) {
         ifd__send_error(&s, 0, rc, "the KV pool does not fit the model");
         goto out;
     }
@@ -487,6 +514,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     if (h->max_batched_tokens)
         ep.max_batched_tokens = (int)h->max_batched_tokens;
     ep.prefill_cap = h->prefill_cap;
+    ep.local_pool = lpool;
     ifd_engine_callbacks_t cb = {&s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};
     if ((rc = ifd_engine_create(&s.eng, &ep, &em, pool, &cb))) {
         ifd__send_error(&s, 0, rc, "cannot create the engine");
@@ -617,6 +645,9 @@ out:
     if (pool)
         ifd_kvpool_reclaim(pool, (int)hello.u.hello.slot);
     ifd_kvpool_destroy(pool);
+    if (lpool)
+        ifd_kvpool_reclaim(lpool, (int)hello.u.hello.slot);
+    ifd_kvpool_destroy(lpool);
     ifd_tokenizer_destroy(tok);
     ifd_model_destroy(model);
     if (be)

@@ -89,6 +89,10 @@ static void ifd__usage(FILE *f)
             "                        exact path (default auto)\n"
             "  --dump-logits F.npy   float32 logits of every prompt position and generated\n"
             "                        step, shape [rows, vocab]\n"
+            "  --block-size N        KV tokens per block (default 16)\n"
+            "  --prefill-chunk N     prompt tokens per forward (default 512)\n"
+            "  --kv-local-pool       a model with sliding-window and global layers: the local\n"
+            "                        layers' K/V in a pool that holds only their window\n"
             "\n"
             "  --log-level L         error | warn | info | debug (default: $INFERD_LOG or info)\n"
             "  -h, --help            this help\n"
@@ -403,6 +407,10 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
         json_object_set_new(j, "text", json_stringn(clean, ifd_utf8_sanitize(clean, text, len)));
         free(clean);
         json_object_set_new(j, "finish_reason", json_string(res.finish_reason));
+        if (res.kv_local_pool_blocks > 0) {
+            json_object_set_new(j, "kv_local_pool_blocks", json_integer(res.kv_local_pool_blocks));
+            json_object_set_new(j, "kv_local_released", json_integer(res.kv_local_released));
+        }
         json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
         json_object_set_new(j, "prefill_tok_s",
                             json_real(res.prefill_ms > 0 ? prompt.n / (res.prefill_ms / 1e3) : 0));
@@ -596,6 +604,8 @@ int ifd_worker_main(int argc, char **argv)
         OPT_BLOCK_SIZE,
         OPT_MAX_SEQS,
         OPT_MAX_BATCHED,
+        OPT_PREFILL_CHUNK,
+        OPT_KV_LOCAL,
     };
     static const struct option opts[] = {
         {"inspect", required_argument, NULL, 'i'},
@@ -631,6 +641,8 @@ int ifd_worker_main(int argc, char **argv)
         {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
         {"max-seqs", required_argument, NULL, OPT_MAX_SEQS},
         {"max-batched-tokens", required_argument, NULL, OPT_MAX_BATCHED},
+        {"prefill-chunk", required_argument, NULL, OPT_PREFILL_CHUNK},
+        {"kv-local-pool", no_argument, NULL, OPT_KV_LOCAL},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -759,15 +771,21 @@ int ifd_worker_main(int argc, char **argv)
         case OPT_KV_DTYPE:
             po.kv_dtype = optarg;
             break;
+        case OPT_KV_LOCAL:
+            go.gp.local_pool = true;
+            break;
         case OPT_BLOCK_SIZE:
         case OPT_MAX_SEQS:
         case OPT_MAX_BATCHED:
+        case OPT_PREFILL_CHUNK:
             if (!ifd__parse_int(optarg, 1, 1 << 20, &lv)) {
                 fprintf(stderr, "inferd-worker: bad count '%s'\n", optarg);
                 return 2;
             }
             if (c == OPT_BLOCK_SIZE)
-                po.block_size = (int)lv;
+                po.block_size = go.gp.block_size = (int)lv; /* the probe's and generation's */
+            else if (c == OPT_PREFILL_CHUNK)
+                go.gp.prefill_chunk = (int)lv;
             else if (c == OPT_MAX_SEQS)
                 po.max_seqs = (int)lv;
             else

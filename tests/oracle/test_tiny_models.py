@@ -24,6 +24,10 @@ llama.cpp's converter does. Then, for each:
     bad or unsupported config.json, an untied model without lm_head, and a directory that
     is no model each fail with exit status != 0 and a one-line message naming the file (and
     tensor);
+  * the local layers' own KV pool (--kv-local-pool): the multimodal-layout Gemma 3 (window
+    5, local and global layers) at block size 2, prefilled 4 tokens at a time, on a
+    40-token prompt, so that local blocks are released mid-prefill from a pool too small
+    to hold them all: the same logits bit for bit as one pool, and the oracle's;
   * --inspect DIR --json reports format, architecture and source, the chat template from
     tokenizer_config.json and generation_config.json's eos ids among the stop tokens;
   * with --inferd: the daemon serves every architecture (SERVE) from each of its formats
@@ -89,16 +93,18 @@ def check(ok, what):
         failures.append(what)
 
 
-def run_worker(worker, model, extra=()):
+def run_worker(worker, model, extra=(), prompt=None, out_json=None):
     with tempfile.NamedTemporaryFile(suffix=".npy", delete=False) as f:
         dump = f.name
-    cmd = [worker, "--model", model, "--prompt-ids", " ".join(map(str, PROMPT)),
+    cmd = [worker, "--model", model, "--prompt-ids", " ".join(map(str, prompt or PROMPT)),
            "-n", str(N_GEN), "--json", "--ignore-eos", "--dump-logits", dump, *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         os.unlink(dump)
         raise RuntimeError(f"{' '.join(cmd[:3])}: exit {p.returncode}: {p.stderr.strip()}")
     out = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+    if out_json is not None:
+        out_json.update(out)
     logits = np.load(dump)
     os.unlink(dump)
     return out["tokens"], logits
@@ -121,8 +127,8 @@ def oracle(path):
     return _ORACLES[path]
 
 
-def oracle_rows(path, tokens):
-    return oracle(path).score(PROMPT + tokens[:-1])
+def oracle_rows(path, tokens, prompt=None):
+    return oracle(path).score((prompt or PROMPT) + tokens[:-1])
 
 
 # name -> the oracle's greedy tokens after PROMPT (the argmax of its rows), for serve_test
@@ -154,6 +160,24 @@ def vocab_pad_checks(name, lg, rows, tokens):
     check(bool(np.all(unmasked >= nv)) and tokens == masked,
           f"{name}: greedy tokens {tokens} = the oracle's among the tokenizer's ids {masked} "
           f"(unmasked it would pick {unmasked.tolist()})")
+
+
+def local_pool_test(worker, path, tol):
+    """Two KV pools (the local layers' holds only their window) vs one, and the oracle."""
+    prompt = [(PROMPT[i % len(PROMPT)] + 97 * i) % 50000 for i in range(40)]
+    small = ["--block-size", "2", "--prefill-chunk", "4"]
+    tok_1, lg_1 = run_worker(worker, path, small, prompt)
+    info = {}
+    tok_2, lg_2 = run_worker(worker, path, small + ["--kv-local-pool"], prompt, info)
+    # 44 positions in 22 blocks of 2; the local pool holds 2 + 2 + 1 of them
+    check(info.get("kv_local_pool_blocks") == 5 and info.get("kv_local_released", 0) >= 17,
+          f"gemma3_mm: the local pool is {info.get('kv_local_pool_blocks')} blocks, "
+          f"{info.get('kv_local_released')} released on the way")
+    check(tok_1 == tok_2 and bool(np.array_equal(lg_1, lg_2)),
+          "gemma3_mm: the local layers' own pool (block size 2, window 5, 40 tokens) gives "
+          "the same logits as one pool")
+    e = rel_l2(lg_2, oracle_rows(path, tok_2, prompt))
+    check(e <= tol, f"gemma3_mm: local layers' own pool vs oracle, max rel-L2 {e:.2e}")
 
 
 def fails_with(worker, model, needles, what):
@@ -621,6 +645,8 @@ def main() -> int:
             corruption_tests(a.worker, root, "llama")
         if not a.only or "qwen2" in a.only:
             inspect_test(a.worker, os.path.join(root, "qwen2"), a.inferd)
+        if not a.only or "gemma3_mm" in a.only:
+            local_pool_test(a.worker, os.path.join(root, "gemma3_mm"), a.tol)
         if a.inferd:
             serve_test(a.inferd, root, names)
     except RuntimeError as e:

@@ -5,6 +5,11 @@
  * context read back through the block table. Any wrong block, slot, prefix
  * hit or lost KV after preemption changes the output, so "batched equals
  * solo" checks the bookkeeping end to end. Deterministic and fast.
+ *
+ * With a local pool (engine.h, local_pool) the fake also writes every token
+ * into its local slot and checks, for each sampled row, that the positions
+ * of its window read back through the local table hold that token and
+ * position: a local block released too early or a wrong twin counts as bad.
  */
 #include "testutil.h"
 
@@ -24,16 +29,23 @@
 
 typedef struct {
     ifd_kvpool_t *pool;
+    ifd_kvpool_t *lpool; /* NULL: one pool */
+    int window;          /* of the local layer, with lpool */
     int bad; /* context inconsistencies seen */
     int forwards;
 } fake_t;
 
-static float *kv_at(fake_t *f, int32_t local_block, int off)
+static float *kv_in(ifd_kvpool_t *pool, int32_t local_block, int off)
 {
     ifd_kvpool_params_t g;
-    ifd_kvpool_geometry(f->pool, &g);
-    float *k = ifd_kvpool_layer_k(f->pool, 0, 0);
+    ifd_kvpool_geometry(pool, &g);
+    float *k = ifd_kvpool_layer_k(pool, 0, 0);
     return k + ((int64_t)local_block * g.block_size + off) * 2;
+}
+
+static float *kv_at(fake_t *f, int32_t local_block, int off)
+{
+    return kv_in(f->pool, local_block, off);
 }
 
 static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
@@ -50,6 +62,15 @@ static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
         kv[0] = (float)b->tokens[i];
         kv[1] = (float)b->pos[i];
     }
+    if (!f->lpool != !b->local_block_tables)
+        f->bad++;
+    for (int i = 0; f->lpool && i < b->n_tok; i++) {
+        if (b->local_slot[i] < 0)
+            continue;
+        float *kv = kv_in(f->lpool, (int32_t)(b->local_slot[i] / bs), (int)(b->local_slot[i] % bs));
+        kv[0] = (float)b->tokens[i];
+        kv[1] = (float)b->pos[i];
+    }
     for (int r = 0; r < b->n_logits; r++) {
         int i = b->logit_rows[r];
         const int32_t *table = b->block_tables + (int64_t)b->seq[i] * b->max_blocks;
@@ -60,6 +81,13 @@ static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
                 f->bad++;
             h = (h ^ (uint64_t)(int)kv[0]) * 1099511628211ull;
             h ^= h >> 29;
+            const int32_t *lt = f->lpool ? b->local_block_tables + (int64_t)b->seq[i] * b->max_blocks
+                                         : NULL;
+            if (lt && p > b->pos[i] - f->window) { /* in the window: the twin holds it */
+                float *lkv = kv_in(f->lpool, lt[p / bs], p % bs);
+                if ((int)lkv[1] != p || lkv[0] != kv[0])
+                    f->bad++;
+            }
         }
         float *row = logits + (size_t)r * VOCAB;
         for (int v = 0; v < VOCAB; v++)
@@ -174,7 +202,46 @@ static void rig_close(rig_t *r)
     ck_assert_int_eq(ifd_kvpool_stats(r->pool, &st), 0);
     ck_assert_int_eq(st.in_use, 0); /* nothing leaked */
     ifd_kvpool_destroy(r->pool);
+    if (r->fake.lpool) {
+        char err[512];
+        ck_assert_msg(ifd_kvpool_check(r->fake.lpool, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(ifd_kvpool_stats(r->fake.lpool, &st), 0);
+        ck_assert_int_eq(st.in_use, 0); /* nothing leaked in the local pool either */
+        ifd_kvpool_destroy(r->fake.lpool);
+    }
     free(r->sink);
+}
+
+/* An engine over two pools: n_blocks global blocks and n_lblocks local ones
+ * of block_size tokens, one local layer of `window` tokens. */
+static void rig_open_two(rig_t *r, int n_blocks, int n_lblocks, int block_size, int window,
+                         int budget, int max_seqs)
+{
+    memset(r, 0, sizeof *r);
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = 1;
+    kp.n_kv_heads = 1;
+    kp.head_dim = 2;
+    kp.dtype = IFD_KV_F32;
+    kp.block_size = block_size;
+    kp.n_blocks = n_blocks;
+    kp.n_workers = 2;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
+    kp.n_blocks = n_lblocks;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &r->fake.lpool), 0);
+    r->fake.pool = r->pool;
+    r->fake.window = window;
+    r->sink = calloc(1, sizeof *r->sink);
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, window, NULL};
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    static const int32_t eos[] = {STOP_ID};
+    ep.eos_ids = eos;
+    ep.n_eos_ids = 1;
+    ep.max_batched_tokens = budget;
+    ep.max_seqs = max_seqs;
+    ep.local_pool = r->fake.lpool;
+    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish};
+    ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
 }
 
 static int run_to_idle(rig_t *r, int max_steps)
@@ -833,6 +900,166 @@ START_TEST(test_resume_with_generated_tokens)
 }
 END_TEST
 
+/* Two pools, many requests batched (chunked prefill, decodes, prefix hits
+ * between equal prompts): the same tokens as alone in one pool, every
+ * window read right, and the local pool holds only the windows. */
+START_TEST(test_local_pool_batched_equals_solo)
+{
+    make_prompts(24, 120, 11);
+    for (int j = 0; j < 60; j++) /* 3 and 4 share a prefix: hits in both pools */
+        prompts[4][j] = prompts[3][j];
+    if (prompt_len[3] < 70)
+        prompt_len[3] = 70;
+    prompt_len[4] = 90;
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(24, 24, ref);
+    rig_t r;
+    rig_open_two(&r, 512, 128, 4, 6, 64, 64);
+    for (int i = 0; i < 24; i++) {
+        ifd_engine_request_t q = req(i, 24);
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    int64_t max_local = 0, max_global = 0;
+    while (!ifd_engine_idle(r.eng)) {
+        ck_assert_int_ge(ifd_engine_step(r.eng, NULL), 0);
+        ifd_engine_stats_t st;
+        ifd_engine_stats(r.eng, &st);
+        max_local = st.local_blocks_held > max_local ? st.local_blocks_held : max_local;
+        max_global = st.blocks_held > max_global ? st.blocks_held : max_global;
+        ck_assert_int_eq(st.window_dead_blocks, 0);
+    }
+    assert_same(ref, r.sink, 24);
+    ck_assert_int_eq(r.fake.bad, 0);
+    printf("local pool: at most %lld local blocks held, %lld global\n", (long long)max_local,
+           (long long)max_global);
+    ck_assert_int_lt(max_local * 2, max_global);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+/* Local twins leave as the window moves: block size 4, window 6, a query
+ * at q reads blocks from (q - 5) / 4 on. */
+START_TEST(test_local_blocks_freed_as_sequences_advance)
+{
+    rig_t r;
+    rig_open_two(&r, 64, 64, 4, 6, 256, 8);
+    prompt_len[0] = 21;
+    for (int j = 0; j < 21; j++)
+        prompts[0][j] = 1 + j % (VOCAB - 1);
+    ifd_engine_request_t a = req(0, 50);
+    a.ignore_eos = true;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &a), 0);
+    ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 1); /* prefill: next query at 21 */
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.blocks_held, 6);
+    ck_assert_int_eq(st.local_blocks_held, 2); /* blocks 4 and 5 (16..23) */
+    ck_assert_int_eq(st.local_released_blocks, 4);
+    ifd_kvpool_params_t kp;
+    ifd_kvpool_geometry(r.fake.lpool, &kp);
+    ck_assert_uint_eq(st.local_released_bytes, 4 * 2 * ifd_kvpool_block_bytes(&kp));
+    ck_assert_int_eq(st.window_dead_blocks, 0);
+    ifd_kvpool_stats_t ps;
+    ifd_kvpool_stats(r.fake.lpool, &ps);
+    ck_assert_int_eq(ps.in_use, 2);
+    ck_assert_int_eq(ps.cached, 4); /* published: they may serve a prefix hit */
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 1); /* next query at 25 */
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.blocks_held, 7);
+    ck_assert_int_eq(st.local_blocks_held, 2); /* 5 and 6 */
+    ck_assert_int_eq(st.local_released_blocks, 5);
+    ck_assert_int_eq(r.fake.bad, 0);
+    ifd_engine_cancel(r.eng, 0);
+    run_to_idle(&r, 100);
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.local_blocks_held, 0);
+    ck_assert_int_eq(st.local_released_blocks, 0);
+    rig_close(&r);
+}
+END_TEST
+
+/* A prefix hit needs the window before its first recomputed token in the
+ * local pool: served while the twins are cached, cut to nothing once they
+ * are evicted — and the tokens never change. */
+START_TEST(test_local_prefix_hit_truncated_without_window)
+{
+    make_prompts(3, 10, 12);
+    prompt_len[0] = prompt_len[1] = prompt_len[2] = 40;
+    for (int j = 0; j < 40; j++)
+        prompts[2][j] = prompts[1][j] = prompts[0][j] = 1 + (j * 7) % (VOCAB - 1);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(1, 10, ref);
+    rig_t r;
+    rig_open_two(&r, 64, 16, 4, 6, 256, 8);
+    ifd_engine_request_t q = req(0, 10);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[0].cached_tokens, 0);
+    /* both pools cache the chain: (40 - 1) / 4 = 9 blocks reused */
+    q = req(1, 10);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    ifd_engine_step_stats_t sst;
+    ifd_engine_step(r.eng, &sst);
+    ck_assert_int_eq(sst.n_prefill_tokens, 4);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.local_blocks_held, 2); /* the hit kept only its window's twins */
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[1].cached_tokens, 36);
+    /* evict the local twins (another worker takes the whole local pool):
+     * the global blocks are all still cached, yet no hit is usable */
+    ifd_kvpool_stats_t ps;
+    ifd_kvpool_stats(r.fake.lpool, &ps);
+    ck_assert_int_gt(ps.cached, 0);
+    ck_assert_int_eq(ps.in_use, 0);
+    int32_t grab[16];
+    const int n_grab = (int)ps.total;
+    ck_assert_int_eq(ifd_kvpool_alloc(r.fake.lpool, 1, 0, n_grab, grab), 0);
+    ck_assert_int_eq(ifd_kvpool_free(r.fake.lpool, 1, grab, n_grab), 0);
+    q = req(2, 10);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    ifd_engine_step(r.eng, &sst);
+    ck_assert_int_eq(sst.n_prefill_tokens, 40);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[2].cached_tokens, 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(r.sink->n_out[i], ref->n_out[0]);
+        ck_assert(memcmp(r.sink->out[i], ref->out[0], (size_t)ref->n_out[0] * 4) == 0);
+    }
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+/* A local pool too small for every window at once: preemption, and all
+ * requests still finish with their tokens. */
+START_TEST(test_local_pool_tiny_preempts_and_completes_all)
+{
+    make_prompts(12, 40, 13);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(12, 40, ref);
+    rig_t r;
+    rig_open_two(&r, 256, 14, 4, 6, 64, 16);
+    for (int i = 0; i < 12; i++) {
+        ifd_engine_request_t q = req(i, 40);
+        ifd_engine_add(r.eng, &q);
+    }
+    run_to_idle(&r, 100000);
+    assert_same(ref, r.sink, 12);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_uint_gt(st.preemptions, 0);
+    ck_assert_int_eq(r.fake.bad, 0);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine");
@@ -855,6 +1082,10 @@ int main(void)
     tcase_add_test(tc, test_resume_with_generated_tokens);
     tcase_add_test(tc, test_window_dead_blocks);
     tcase_add_test(tc, test_window_dead_blocks_none_without_window);
+    tcase_add_test(tc, test_local_pool_batched_equals_solo);
+    tcase_add_test(tc, test_local_blocks_freed_as_sequences_advance);
+    tcase_add_test(tc, test_local_prefix_hit_truncated_without_window);
+    tcase_add_test(tc, test_local_pool_tiny_preempts_and_completes_all);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
