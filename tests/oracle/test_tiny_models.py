@@ -28,6 +28,11 @@ llama.cpp's converter does. Then, for each:
     5, local and global layers) at block size 2, prefilled 4 tokens at a time, on a
     40-token prompt, so that local blocks are released mid-prefill from a pool too small
     to hold them all: the same logits bit for bit as one pool, and the oracle's;
+  * with --inferd, the daemon serving that Gemma 3 (in serve_test) makes the local layers'
+    pool (/metrics inferd_kv_local_blocks_capacity), shows local K/V freed while a long
+    completion runs (inferd_kv_local_released_bytes), and after its worker is SIGKILLed the
+    replacement reattaches both pools and gives the same greedy tokens (through prefix hits
+    in both);
   * --inspect DIR --json reports format, architecture and source, the chat template from
     tokenizer_config.json and generation_config.json's eos ids among the stop tokens;
   * with --inferd: the daemon serves every architecture (SERVE) from each of its formats
@@ -59,6 +64,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.dont_write_bytecode = True
@@ -530,13 +536,79 @@ def serve_test(inferd, root, names):
     cfg_file = os.path.join(root, "inferd.json")
     with open(cfg_file, "w") as f:
         json.dump({"generation_config": True}, f)
+    extra = {("qwen3", "hf"): ("--config", cfg_file),
+             # fresh worker stats for the local-pool gauges (local_pool_checks)
+             ("gemma3_mm", "hf"): ("--worker-ping-interval", "0.05")}
     started = [_spawn_daemon(inferd, path, os.path.join(root, f"serve{i}"),
-                             ("--config", cfg_file) if (name, fmt) == ("qwen3", "hf") else ())
+                             extra.get((name, fmt), ()))
                for i, (name, fmt, path) in enumerate(cases)]
     detok = _Detok()
     chat_text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n"
                         for m in CHAT) + "<|im_start|>assistant\n"
     refs = {}
+
+
+def _metrics(sock):
+    c = _UnixHTTP(sock)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    vals = {}
+    for ln in text.splitlines():
+        parts = ln.split()
+        if len(parts) == 2 and not ln.startswith("#"):
+            vals[parts[0]] = float(parts[1])
+    return vals
+
+
+def _health(sock):
+    return _http(sock, "GET", "/health")[1]
+
+
+def local_pool_checks(sock):
+    """The daemon's two KV pools on Gemma 3 (local and global layers): made, local K/V
+    freed while a sequence runs (/metrics), and both reattached by the worker that
+    replaces a SIGKILLed one (the same greedy tokens, through prefix hits in both)."""
+    m = _metrics(sock)
+    check(m.get("inferd_kv_local_blocks_capacity", 0) > 0,
+          f"gemma3_mm (daemon): a local layers' pool of "
+          f"{m.get('inferd_kv_local_blocks_capacity')} blocks")
+    prompt = [(PROMPT[i % len(PROMPT)] + 97 * i) % 50000 for i in range(40)]
+    short = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+    st, r1 = _http(sock, "POST", "/v1/completions", short)
+    check(st == 200, f"gemma3_mm (daemon): a completion over two pools ({st})")
+    done = []
+    th = threading.Thread(target=lambda: done.append(
+        _http(sock, "POST", "/v1/completions", dict(short, max_tokens=200))))
+    th.start()
+    seen = 0.0
+    while th.is_alive():
+        seen = max(seen, _metrics(sock).get("inferd_kv_local_released_bytes", 0.0))
+        time.sleep(0.01)
+    th.join()
+    check(bool(done) and done[0][0] == 200 and seen > 0,
+          f"gemma3_mm (daemon): local K/V freed while a 240-token sequence runs "
+          f"(inferd_kv_local_released_bytes up to {seen:.0f})")
+    pid = _health(sock)["workers"][0]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            h = _health(sock)
+            if h.get("status") == "ok" and h["workers"][0]["pid"] not in (pid, 0):
+                break
+        except (OSError, http.client.HTTPException, ValueError):
+            pass
+        time.sleep(0.05)
+    st, r2 = _http(sock, "POST", "/v1/completions", short)
+    ok = st == 200 and r2["choices"][0]["text"] == r1["choices"][0]["text"]
+    check(ok and r2["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0) > 0,
+          f"gemma3_mm (daemon): after a SIGKILL the new worker reattaches both pools: same "
+          f"tokens, prefix hits ({st}, usage {r2.get('usage') if isinstance(r2, dict) else r2})")
+    check(_metrics(sock).get("inferd_kv_local_blocks_used", -1) == 0,
+          "gemma3_mm (daemon): no local block held once idle")
+
+
     try:
         for (name, fmt, path), (p, sock, log) in zip(cases, started):
             if name not in refs:   # the oracle's greedy tokens, on the HF weights
@@ -558,6 +630,8 @@ def serve_test(inferd, root, names):
                     # Qwen 3: its random next-token distributions are flat (Qwen 2's tied
                     # ones are peaked), so sampling settings show in the tokens
                     generation_config_test(p, sock, cfg_file)
+                if (name, fmt) == ("gemma3_mm", "hf"):
+                    local_pool_checks(sock)
             except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError,
                     TypeError) as e:
                 check(False, f"{name} ({fmt}) through the daemon: {e!r}; log {log.name}")

@@ -284,6 +284,36 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* The KV geometry split of a model with local and global layers (the
+ * local layers' own pool, docs/models.md); one pool otherwise. */
+START_TEST(test_kvpool_params_split)
+{
+    ifd_model_config_t c;
+    memset(&c, 0, sizeof c);
+    c.n_layer = 6;
+    c.n_head_kv = 1;
+    c.head_dim = 256;
+    ifd_kvpool_params_t g, l;
+    ck_assert(!ifd_model_kvpool_params_split(&c, &g, &l)); /* no window: one pool */
+    ck_assert_int_eq(g.n_layers, 6);
+    for (int i = 0; i < 6; i++)
+        c.layer_is_local[i] = i % 6 != 5; /* Gemma 3: five local per global */
+    ck_assert(!ifd_model_kvpool_params_split(&c, &g, &l)); /* still no window */
+    ck_assert_int_eq(ifd_model_n_local_layers(&c), 0);
+    c.sliding_window = 512;
+    ck_assert_int_eq(ifd_model_n_local_layers(&c), 5);
+    ck_assert(ifd_model_kvpool_params_split(&c, &g, &l));
+    ck_assert_int_eq(g.n_layers, 1);
+    ck_assert_int_eq(l.n_layers, 5);
+    ck_assert_int_eq(l.head_dim, 256);
+    ck_assert_int_eq(l.n_kv_heads, 1);
+    for (int i = 0; i < 6; i++)
+        c.layer_is_local[i] = true; /* Mistral: every layer local, one pool */
+    ck_assert(!ifd_model_kvpool_params_split(&c, &g, &l));
+    ck_assert_int_eq(g.n_layers, 6);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("model_config");
@@ -294,6 +324,7 @@ int main(void)
     tcase_add_test(tc, test_gemma3_layer_types_and_rope_parameters);
     tcase_add_test(tc, test_qwen_mistral);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_kvpool_params_split);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
