@@ -147,6 +147,7 @@ struct ifd_model {
     ifd__logit_bufs_t lg;
     ifd__batch_bufs_t bb;
     uint64_t buf_epoch; /* bumped by every buffer (re)allocation */
+    bool local_tables;  /* a batch brought local tables: lslot, lblock_tables exist */
     ifd__graphs_t gr;
 };
 
@@ -502,7 +503,7 @@ static int ifd__scratch_reserve(ifd_model_t *m, int n_tok)
     if (rc == 0 && (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->tokens)) == 0 &&
         (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->pos)) == 0 &&
         (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->seq)) == 0 &&
-        (rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->slot)) == 0)
+        (rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->slot)) == 0 && m->local_tables)
         rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->lslot);
     if (rc) {
         ifd__scratch_free(m);
@@ -726,7 +727,7 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
         m->buf_epoch++;
         size_t want = bt_need + bt_need / 2;
         if ((rc = be->ops->alloc(be, want, (void **)&bb->block_tables)) ||
-            (rc = be->ops->alloc(be, want, (void **)&bb->lblock_tables)))
+            (m->local_tables && (rc = be->ops->alloc(be, want, (void **)&bb->lblock_tables))))
             return rc;
         bb->block_tables_cap = want;
     }
@@ -926,9 +927,10 @@ static int ifd__decode_bucket(ifd_model_t *m, const ifd_batch_t *b, int block_si
         g->lbt = lt;
         g->bt_cap = bt;
     }
-    memset(g->bt, 0, bt * sizeof *g->bt);
-    memset(g->lbt, 0, bt * sizeof *g->lbt);
     const bool two = b->local_block_tables != NULL;
+    memset(g->bt, 0, bt * sizeof *g->bt);
+    if (two)
+        memset(g->lbt, 0, bt * sizeof *g->lbt);
     const int cols = b->max_blocks < MB ? b->max_blocks : MB;
     for (int i = 0; i < B; i++) {
         const bool real = i < b->n_tok;
@@ -988,6 +990,13 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
         return rc;
     if (kv[0].n_kv_heads != (int)c->n_head_kv || kv[0].head_dim != (int)c->head_dim)
         return IFD_EINVAL;
+    if (b0->local_block_tables && !m->local_tables) {
+        /* the first batch with local tables: the buffers again, with room
+         * for them (a model never given any does not allocate them) */
+        m->local_tables = true;
+        ifd__scratch_free(m);
+        ifd__batch_bufs_free(m);
+    }
     ifd_batch_t pb;
     int ctx = 0;
     const int key = ifd__decode_bucket(m, b0, kv[0].block_size, &pb, &ctx);

@@ -617,7 +617,7 @@ START_TEST(test_wrong_msgpack_types)
                 0x00, 0x00, 0x01, 0x00, 'x');
     /* A float field given an int: floats must be floats. */
     EXPECT_PADDED(IFD_WIRE_STATS, IFD_ETYPE, "stats.tokens_per_step: expected float", 0xdc, 0x00,
-                  0x13, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
+                  0x15, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
     /* Cross-field checks run after decoding. */
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "tokens: no events", 0x92, 0x01, 0x90);
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "top logprobs without has_logprob", 0x92, 0x01, 0x91,
