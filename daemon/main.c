@@ -721,7 +721,9 @@ static int ifd__run(ifd__daemon_t *d)
      * workers a model with sliding-window and global layers keeps the
      * local layers in a second one (GPU pools hold every layer) */
     ifd_kvpool_params_t kp, lkp;
-    const bool split = !d->n_gpus && ifd_model_kvpool_params_split(&d->mcfg, &kp, &lkp);
+    const bool split = ifd_model_kvpool_params_split(&d->mcfg, &kp, &lkp) && !d->n_gpus;
+    if (!split)
+        kp = ifd_model_kvpool_params(&d->mcfg); /* every layer in one pool */
     ifd_kv_dtype_parse(d->cfg.kv_dtype, &kp.dtype); /* checked with the other settings */
     kp.block_size = (int)d->cfg.block_size;
     kp.bytes_budget = d->cfg.kv_budget;
