@@ -518,36 +518,6 @@ def vocab_pad_serve_checks(sock, what, ref, detok):
           f"tokenizer ids, and so are their top-5 alternatives ({ids})")
 
 
-def serve_test(inferd, root, names):
-    """Every architecture, from each format it has, served by the daemon (`--model DIR`,
-    `--model FILE.gguf`). The daemons start all at once (their start-up overlaps with each
-    other and with the oracle), then are checked one by one and stopped together. The Qwen
-    3 directory's also checks the generation_config.json defaults and their switch."""
-    from tokenizers import Tokenizer
-    t0 = time.time()
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu0 = ru.ru_utime + ru.ru_stime
-    cases = []
-    for name in (n for n in SERVE if n in names):
-        hf = os.path.join(root, name)
-        cases.append((name, "hf", hf))
-        if tiny_models.VARIANTS[name]["gguf"]:
-            cases.append((name, "gguf", hf + ".gguf"))
-    cfg_file = os.path.join(root, "inferd.json")
-    with open(cfg_file, "w") as f:
-        json.dump({"generation_config": True}, f)
-    extra = {("qwen3", "hf"): ("--config", cfg_file),
-             # fresh worker stats for the local-pool gauges (local_pool_checks)
-             ("gemma3_mm", "hf"): ("--worker-ping-interval", "0.05")}
-    started = [_spawn_daemon(inferd, path, os.path.join(root, f"serve{i}"),
-                             extra.get((name, fmt), ()))
-               for i, (name, fmt, path) in enumerate(cases)]
-    detok = _Detok()
-    chat_text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n"
-                        for m in CHAT) + "<|im_start|>assistant\n"
-    refs = {}
-
-
 def _metrics(sock):
     c = _UnixHTTP(sock)
     c.request("GET", "/metrics")
@@ -609,6 +579,34 @@ def local_pool_checks(sock):
           "gemma3_mm (daemon): no local block held once idle")
 
 
+def serve_test(inferd, root, names):
+    """Every architecture, from each format it has, served by the daemon (`--model DIR`,
+    `--model FILE.gguf`). The daemons start all at once (their start-up overlaps with each
+    other and with the oracle), then are checked one by one and stopped together. The Qwen
+    3 directory's also checks the generation_config.json defaults and their switch."""
+    from tokenizers import Tokenizer
+    t0 = time.time()
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = ru.ru_utime + ru.ru_stime
+    cases = []
+    for name in (n for n in SERVE if n in names):
+        hf = os.path.join(root, name)
+        cases.append((name, "hf", hf))
+        if tiny_models.VARIANTS[name]["gguf"]:
+            cases.append((name, "gguf", hf + ".gguf"))
+    cfg_file = os.path.join(root, "inferd.json")
+    with open(cfg_file, "w") as f:
+        json.dump({"generation_config": True}, f)
+    extra = {("qwen3", "hf"): ("--config", cfg_file),
+             # fresh worker stats for the local-pool gauges (local_pool_checks)
+             ("gemma3_mm", "hf"): ("--worker-ping-interval", "0.05")}
+    started = [_spawn_daemon(inferd, path, os.path.join(root, f"serve{i}"),
+                             extra.get((name, fmt), ()))
+               for i, (name, fmt, path) in enumerate(cases)]
+    detok = _Detok()
+    chat_text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n"
+                        for m in CHAT) + "<|im_start|>assistant\n"
+    refs = {}
     try:
         for (name, fmt, path), (p, sock, log) in zip(cases, started):
             if name not in refs:   # the oracle's greedy tokens, on the HF weights
