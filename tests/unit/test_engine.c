@@ -240,7 +240,7 @@ static void rig_open_two(rig_t *r, int n_blocks, int n_lblocks, int block_size, 
     ep.max_batched_tokens = budget;
     ep.max_seqs = max_seqs;
     ep.local_pool = r->fake.lpool;
-    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish};
+    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish, on_plp};
     ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
 }
 
