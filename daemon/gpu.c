@@ -130,12 +130,13 @@ typedef struct {
 static int ifd__probe_start(const ifd_gpu_probe_params_t *p, int gpu, ifd__probe_run_t *run,
                             char *err, size_t errlen)
 {
-    char frac[32], seed[32], bs[16], ms[16], mbt[16], var[48];
+    char frac[32], seed[32], bs[16], ms[16], mbt[16], mml[16], var[48];
     snprintf(frac, sizeof frac, "%.6g", p->fraction);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)p->weights_seed);
     snprintf(bs, sizeof bs, "%d", p->block_size);
     snprintf(ms, sizeof ms, "%d", p->max_seqs);
     snprintf(mbt, sizeof mbt, "%d", p->max_batched_tokens);
+    snprintf(mml, sizeof mml, "%d", p->max_model_len);
     char *argv[32];
     int a = 0;
     argv[a++] = (char *)p->worker_binary;
@@ -165,6 +166,10 @@ static int ifd__probe_start(const ifd_gpu_probe_params_t *p, int gpu, ifd__probe
     if (p->max_batched_tokens > 0) {
         argv[a++] = (char *)"--max-batched-tokens";
         argv[a++] = mbt;
+    }
+    if (p->max_model_len > 0) {
+        argv[a++] = (char *)"--max-model-len";
+        argv[a++] = mml;
     }
     argv[a] = NULL;
 
@@ -242,7 +247,10 @@ static int ifd__probe_finish(const ifd_gpu_probe_params_t *p, int gpu, ifd__prob
         out->total_bytes = ifd__u64(j, "total_bytes");
         out->free_bytes = ifd__u64(j, "free_bytes");
         out->weight_bytes = ifd__u64(j, "weight_bytes");
-        out->reserve_bytes = ifd__u64(j, "reserve_bytes");
+        out->activation_bytes = ifd__u64(j, "activation_bytes");
+        out->graph_bytes = ifd__u64(j, "graph_bytes");
+        out->margin_bytes = ifd__u64(j, "margin_bytes");
+        out->n_graphs = (int)ifd__u64(j, "n_graphs");
         out->block_bytes = ifd__u64(j, "block_bytes");
         const char *dev = json_string_value(json_object_get(j, "device"));
         snprintf(out->device, sizeof out->device, "%s", dev ? dev : "?");

@@ -3,11 +3,12 @@
  * the router never links it. It parses the GPU list and sizes the KV pool
  * by asking the worker program: once per GPU at start-up, before the pool
  * exists, it runs `inferd-worker --kv-probe` with CUDA_VISIBLE_DEVICES set
- * to that GPU. The probe loads the weights onto the device, reads
- * cudaMemGetInfo and prints one JSON line with the KV blocks that fit in
- * gpu_memory_fraction of the device after the weights and the activations'
- * estimate (worker/kvsize.h). The pool then gets the smallest count over
- * the GPUs (one geometry for every device). A probe that fails (no GPU, no
+ * to that GPU. The probe loads the weights onto the device, runs the
+ * engine's largest steps and records its decode graphs (worker/kvprobe.h),
+ * reads cudaMemGetInfo and prints one JSON line with the KV blocks that fit
+ * in gpu_memory_fraction of the device after the weights, the measured
+ * activations and graphs and a margin (worker/kvsize.h). The pool then gets
+ * the smallest count over the GPUs (one geometry for every device). A probe that fails (no GPU, no
  * driver, a build without CUDA, nothing fits) gives its reason as one
  * message, which the daemon logs as its one error line before exiting 1.
  * The probes of several GPUs run in parallel.
@@ -48,12 +49,16 @@ typedef struct {
     int block_size;
     int max_seqs;           /* 0: the worker's default */
     int max_batched_tokens; /* 0: the worker's default */
+    int max_model_len;      /* 0: the model's context */
     double timeout_s;       /* the probe is killed after this */
 } ifd_gpu_probe_params_t;
 
 typedef struct {
     int64_t n_blocks;
-    uint64_t total_bytes, free_bytes, weight_bytes, reserve_bytes, block_bytes;
+    /* free_bytes: after the weights and the warm-up (its scratch KV freed) */
+    uint64_t total_bytes, free_bytes, weight_bytes, block_bytes;
+    uint64_t activation_bytes, graph_bytes, margin_bytes; /* measured; kept beyond */
+    int n_graphs;
     char device[128];
 } ifd_gpu_probe_t;
 

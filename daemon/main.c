@@ -532,6 +532,7 @@ static int ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp, char *e
         .block_size = (int)d->cfg.block_size,
         .max_seqs = (int)d->cfg.max_seqs,
         .max_batched_tokens = (int)d->cfg.max_batched_tokens,
+        .max_model_len = (int)d->cfg.max_model_len,
         .timeout_s = d->cfg.worker_start_timeout,
     };
     ifd_gpu_probe_t probes[IFD_GPU_MAX];
@@ -542,11 +543,13 @@ static int ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp, char *e
     for (int i = 0; i < d->n_gpus; i++) {
         const ifd_gpu_probe_t pr = probes[i];
         const double mib = 1024.0 * 1024.0;
-        IFD_INFO("GPU %d (%s): %.0f MiB, %.0f MiB in use after loading the weights (%.0f MiB), "
-                 "%.0f MiB kept for activations: %lld KV blocks fit in %.0f%% of it",
+        IFD_INFO("GPU %d (%s): %.0f MiB, %.0f MiB in use after the weights (%.1f MiB), "
+                 "activations (%.1f MiB) and %d decode graphs (%.1f MiB) measured, %.0f MiB "
+                 "margin: %lld KV blocks fit in %.0f%% of it",
                  d->gpus[i], pr.device, (double)pr.total_bytes / mib,
                  (double)(pr.total_bytes - pr.free_bytes) / mib, (double)pr.weight_bytes / mib,
-                 (double)pr.reserve_bytes / mib, (long long)pr.n_blocks,
+                 (double)pr.activation_bytes / mib, pr.n_graphs, (double)pr.graph_bytes / mib,
+                 (double)pr.margin_bytes / mib, (long long)pr.n_blocks,
                  d->cfg.gpu_memory_fraction * 100.0);
         if (blocks < 0 || pr.n_blocks < blocks)
             blocks = pr.n_blocks;

@@ -4,15 +4,16 @@
  * any CUDA call so it is unit-tested on its own (tests/unit/test_kvsize.c).
  *
  * The worker's probe (`inferd-worker --kv-probe`, worker_cli.c) loads the
- * weights onto the device, asks the runtime for the free and total memory
- * (cudaMemGetInfo), and hands them here with an estimate of what the
- * engine's activations will take at its largest step:
+ * weights onto the device, runs the warm-up of kvprobe.h (the largest
+ * steps and every decode graph the worker can record), asks the runtime for
+ * the free and total memory (cudaMemGetInfo) and hands them here:
  *
- *   usable = fraction * total - (total - free) - reserve
+ *   usable = fraction * total - (total - free) - margin
  *   blocks = usable / (bytes of one block in every layer, K and V)
  *
- * (total - free) counts everything already resident: the weights, the CUDA
- * context, cuBLASLt, and whatever other processes hold on that device.
+ * (total - free) counts everything resident after the warm-up: the weights,
+ * the CUDA context, cuBLASLt, the activations and graphs measured, and
+ * whatever other processes hold on that device.
  *
  * Pure functions; thread-safe.
  */
@@ -22,17 +23,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "model_config.h"
-
-/* Device bytes the model's forward pass needs beyond the weights for a step
- * of max_tokens tokens in up to max_seqs sequences: the scratch activations
- * (model.c), the backend's scratch (rope_kv's K, attention's f32 output),
- * the logits rows and the split-K workspace, doubled, plus a fixed 64 MiB
- * for the GEMM workspace and allocator slack. An estimate from the shape
- * (a measured warm-up step is a later refinement); mm_bytes is the size of
- * a projection input element (2 for bf16, 4 in exact mode). */
-uint64_t ifd_kvsize_act_reserve(const ifd_model_config_t *cfg, int max_tokens, int max_seqs,
-                                int mm_bytes);
+/* The safety margin kept beyond the measured warm-up on a device of
+ * total_bytes: 64 MiB (1/64 of the device when that is less: small devices,
+ * the emulator's) plus 1/20 of what the warm-up measured (activations +
+ * graphs). It covers what the warm-up does not run: the pool segment's
+ * rounding to the VMM granularity (2 MiB), the sampler's penalty histories
+ * (8 bytes per distinct id of the rows with penalties), GEMM kernels the
+ * CUDA runtime loads lazily for step sizes the warm-up did not run, other
+ * growth orders of the backend's retired scratch, and allocator rounding. */
+uint64_t ifd_kvsize_margin(uint64_t total_bytes, uint64_t measured_bytes);
 
 /* Blocks of `block_bytes_all_layers` bytes that fit in
  * fraction * total - (total - free) - reserve; 0 when nothing fits (never

@@ -20,6 +20,7 @@
 #include "utf8.h"
 #include "kernels.h"
 #include "kvpool.h"
+#include "kvprobe.h"
 #include "kvsize.h"
 #include "log.h"
 #include "worker_model.h"
@@ -60,7 +61,9 @@ static void ifd__usage(FILE *f)
             "                        blocks fit (what inferd --gpus runs per GPU at start-up):\n"
             "    --gpu-memory-fraction F  of the device's total memory (default 0.90)\n"
             "    --kv-dtype f32|f16|bf16, --block-size N, --max-seqs N,\n"
-            "    --max-batched-tokens N   the pool and engine settings it is sized for\n"
+            "    --max-batched-tokens N, --max-model-len N (default: the model's)\n"
+            "                             the pool and engine settings it is sized for: it\n"
+            "                             runs their largest steps and decode graphs first\n"
             "\n"
             "Offline generation:\n"
             "  --model PATH          GGUF model file\n"
@@ -234,8 +237,7 @@ static int ifd__random_generate(const ifd__gen_opts_t *o, ifd_model_t *m)
             json_array_append_new(gt, json_integer(res.tokens[i]));
         json_object_set_new(j, "tokens", gt);
         json_object_set_new(j, "backend", json_string(o->backend ? o->backend : "cpu"));
-        json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(m)));
-        json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
+            json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
         json_object_set_new(j, "decode_tok_s",
                             json_real(res.decode_ms > 0 && res.n_tokens > 1
                                           ? (res.n_tokens - 1) / (res.decode_ms / 1e3)
@@ -445,17 +447,31 @@ out:
     return status;
 }
 
-/* --kv-probe: the model on the GPU, then the KV blocks that fit in
- * fraction * total - used - the activations' estimate (kvsize.h). One JSON
- * line on stdout either way ({"ok": false, "error": ...} on failure, exit
- * status 1), so the daemon can report the reason in one line. */
+/* --kv-probe: the model on the GPU, the warm-up of kvprobe.h (the engine's
+ * largest steps and its decode graphs, measured), then the KV blocks that
+ * fit in fraction * total - used - margin (kvsize.h). One JSON line on
+ * stdout either way ({"ok": false, "error": ...} on failure, exit status 1),
+ * so the daemon can report the reason in one line. */
 typedef struct {
     double fraction;
     const char *kv_dtype;
     int block_size;
     int max_seqs;
     int max_batched_tokens;
+    int max_model_len; /* 0: the model's context */
 } ifd__probe_opts_t;
+
+#ifdef IFD_HAVE_CUDA
+static int ifd__probe_mem(void *ctx, uint64_t *free_bytes)
+{
+    (void)ctx;
+    size_t f = 0, t = 0;
+    char err[256];
+    int rc = ifd_cuda_mem_info(&f, &t, err, sizeof err);
+    *free_bytes = f;
+    return rc;
+}
+#endif
 
 static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
 {
@@ -499,6 +515,8 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
     if ((rc = ifd_worker_model_load(&mo, be, &m, &tok, err, sizeof err)))
         goto out;
     size_t free_b = 0, total_b = 0;
+    const ifd_model_config_t *cfg = ifd_model_config(m);
+    ifd_kvprobe_result_t wr = {0};
 #ifdef IFD_HAVE_CUDA
     if ((rc = be->ops->sync(be)) ||
         (rc = cm->mem_info(&free_b, &total_b, err, sizeof err)))
@@ -506,30 +524,54 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
     char desc[128] = "";
     cm->device_describe(0, desc, sizeof desc);
     json_object_set_new(j, "device", json_string(desc));
+    int max_ctx = (int)cfg->n_ctx_train;
+    if (po->max_model_len > 0 && po->max_model_len < max_ctx)
+        max_ctx = po->max_model_len;
+    const ifd_kvprobe_params_t wp = {.max_batched_tokens = po->max_batched_tokens,
+                                     .max_seqs = po->max_seqs,
+                                     .max_ctx = max_ctx > 0 ? max_ctx : 1,
+                                     .block_size = po->block_size,
+                                     .kv_dtype = kvd};
+    if ((rc = ifd_kvprobe_warmup(m, &wp, ifd__probe_mem, NULL, &wr, err, sizeof err)))
+        goto out;
+    free_b = (size_t)wr.free_after;
 #endif
-    const ifd_model_config_t *cfg = ifd_model_config(m);
     ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
     kp.dtype = kvd;
     kp.block_size = po->block_size;
     const uint64_t block_all = 2 * (uint64_t)kp.n_layers * ifd_kvpool_block_bytes(&kp);
-    const uint64_t reserve =
-        ifd_kvsize_act_reserve(cfg, po->max_batched_tokens, po->max_seqs,
-                               strcmp(bname, "cuda-f32") == 0 ? 4 : 2);
+    const uint64_t margin = ifd_kvsize_margin(total_b, wr.activation_bytes + wr.graph_bytes);
     const int64_t n_blocks =
-        ifd_kvsize_blocks(total_b, free_b, po->fraction, reserve, block_all);
-    json_object_set_new(j, "total_bytes", json_integer((json_int_t)total_b));
-    json_object_set_new(j, "free_bytes", json_integer((json_int_t)free_b));
-    json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(m)));
-    json_object_set_new(j, "reserve_bytes", json_integer((json_int_t)reserve));
-    json_object_set_new(j, "block_bytes", json_integer((json_int_t)block_all));
+        ifd_kvsize_blocks(total_b, free_b, po->fraction, margin, block_all);
+    const struct {
+        const char *key;
+        uint64_t v;
+    } u64s[] = {
+        {"total_bytes", total_b},
+        {"free_bytes", free_b},
+        {"free_before_warmup_bytes", wr.free_before},
+        {"weight_bytes", ifd_model_weight_bytes(m)},
+        {"activation_bytes", wr.activation_bytes},
+        {"graph_bytes", wr.graph_bytes},
+        {"kv_scratch_bytes", wr.kv_scratch_bytes},
+        {"margin_bytes", margin},
+        {"block_bytes", block_all},
+    };
+    for (size_t i = 0; i < sizeof u64s / sizeof u64s[0]; i++)
+        json_object_set_new(j, u64s[i].key, json_integer((json_int_t)u64s[i].v));
+    json_object_set_new(j, "n_graphs", json_integer(wr.n_graphs));
+    json_object_set_new(j, "warmup_steps", json_integer(wr.prefill_steps + wr.decode_steps));
+    json_object_set_new(j, "max_batched_tokens", json_integer(po->max_batched_tokens));
     json_object_set_new(j, "n_blocks", json_integer((json_int_t)n_blocks));
     if (n_blocks < 1) {
         const double mib = 1024.0 * 1024.0;
         snprintf(err, sizeof err,
-                 "no KV block fits: %.2f of %.0f MiB minus %.0f MiB in use (weights %.0f MiB) "
-                 "minus %.0f MiB for activations leaves nothing: raise --gpu-memory-fraction",
+                 "no KV block fits: %.2f of %.0f MiB minus %.0f MiB in use (weights %.0f MiB, "
+                 "activations %.0f MiB, graphs %.0f MiB) minus a %.0f MiB margin leaves "
+                 "nothing: raise --gpu-memory-fraction or lower --max-batched-tokens",
                  po->fraction, (double)total_b / mib, (double)(total_b - free_b) / mib,
-                 (double)ifd_model_weight_bytes(m) / mib, (double)reserve / mib);
+                 (double)ifd_model_weight_bytes(m) / mib, (double)wr.activation_bytes / mib,
+                 (double)wr.graph_bytes / mib, (double)margin / mib);
         goto out;
     }
     status = 0;
@@ -606,6 +648,7 @@ int ifd_worker_main(int argc, char **argv)
         OPT_MAX_BATCHED,
         OPT_PREFILL_CHUNK,
         OPT_KV_LOCAL,
+        OPT_MAX_MODEL_LEN,
     };
     static const struct option opts[] = {
         {"inspect", required_argument, NULL, 'i'},
@@ -643,6 +686,7 @@ int ifd_worker_main(int argc, char **argv)
         {"max-batched-tokens", required_argument, NULL, OPT_MAX_BATCHED},
         {"prefill-chunk", required_argument, NULL, OPT_PREFILL_CHUNK},
         {"kv-local-pool", no_argument, NULL, OPT_KV_LOCAL},
+        {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -651,7 +695,7 @@ int ifd_worker_main(int argc, char **argv)
     bool json = false, devices = false, serve = false, probe = false;
     const ifd_engine_params_t edef = ifd_engine_default_params();
     ifd__probe_opts_t po = {0.90, "f16", IFD_KVPOOL_DEFAULT_BLOCK_SIZE, edef.max_seqs,
-                            edef.max_batched_tokens};
+                            edef.max_batched_tokens, 0};
     int serve_fd = -1;
     ifd__gen_opts_t go;
     memset(&go, 0, sizeof go);
@@ -778,7 +822,8 @@ int ifd_worker_main(int argc, char **argv)
         case OPT_MAX_SEQS:
         case OPT_MAX_BATCHED:
         case OPT_PREFILL_CHUNK:
-            if (!ifd__parse_int(optarg, 1, 1 << 20, &lv)) {
+        case OPT_MAX_MODEL_LEN:
+            if (!ifd__parse_int(optarg, 1, c == OPT_MAX_MODEL_LEN ? 1 << 22 : 1 << 20, &lv)) {
                 fprintf(stderr, "inferd-worker: bad count '%s'\n", optarg);
                 return 2;
             }
@@ -788,8 +833,10 @@ int ifd_worker_main(int argc, char **argv)
                 go.gp.prefill_chunk = (int)lv;
             else if (c == OPT_MAX_SEQS)
                 po.max_seqs = (int)lv;
-            else
+            else if (c == OPT_MAX_BATCHED)
                 po.max_batched_tokens = (int)lv;
+            else
+                po.max_model_len = (int)lv;
             break;
         case OPT_IGNORE_EOS:
             go.ignore_eos = true;

@@ -126,6 +126,7 @@ if(CMAKE_CXX_COMPILER)
                  ${PROJECT_SOURCE_DIR}/worker/cuda_loader.c
                  ${PROJECT_SOURCE_DIR}/worker/worker_cli.c ${PROJECT_SOURCE_DIR}/worker/serve.c
                  ${PROJECT_SOURCE_DIR}/worker/worker_model.c ${PROJECT_SOURCE_DIR}/worker/kvsize.c
+                 ${PROJECT_SOURCE_DIR}/worker/kvprobe.c
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
                  ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c)
   target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1 IFD_CUDA_STATIC=1)

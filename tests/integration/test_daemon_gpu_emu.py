@@ -21,7 +21,12 @@ so the emulator's slowness does not matter. Checked:
   (/proc/PID/maps: the CUDA backend is the module libinferd-cuda.so, opened only for a GPU,
   worker/cuda_module.h);
 - `--gpus 0,1`: two workers, each with its own CUDA_VISIBLE_DEVICES and pool device, and a
-  repeated prompt is routed to the worker that caches its prefix.
+  repeated prompt is routed to the worker that caches its prefix;
+- the pool probe (`inferd-worker --kv-probe`) measures what a warm-up of the engine's largest
+  steps and its decode graphs take (worker/kvprobe.h): activations grow and the block count
+  shrinks with --max-batched-tokens, and on a small emulated device ($IFD_EMU_DEVICE_MIB,
+  where allocations past the device fail and graphs hold memory) a pool sized at 100% of it
+  leaves the serving worker room for a step of max_batched_tokens and its decode graphs.
 
 Usage: test_daemon_gpu_emu.py INFERD INFERD_WORKER INFERD_WORKER_EMU
 """
@@ -33,6 +38,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -63,9 +69,12 @@ def client(d):
 
 
 def gpu_daemon(gpus="0", dtype="bf16", fraction="0.2"):
+    # few sequences and a short context: the pool probe's warm-up runs every decode graph's
+    # steps, slow on the emulator with the tokenizer's 49152-id logits
     return Daemon(INFERD, args=["--gpus", gpus, "--gpu-dtype", dtype, "--worker-binary",
                                 WORKER_EMU, "--random-weights", SHAPE, "--weights-seed",
-                                str(SEED), "--gpu-memory-fraction", fraction])
+                                str(SEED), "--gpu-memory-fraction", fraction, "--max-seqs", "4",
+                                "--max-model-len", "512"])
 
 
 def wait_log(d, text, timeout=20):
@@ -264,6 +273,78 @@ def test_two_gpus_route_by_prefix():
             assert r.choices[0].text == first.choices[0].text
             assert r.usage.prompt_tokens_details.cached_tokens >= 48, r.usage
         d.wait_idle()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+# The sizing tests: a 192 MiB emulated device, 4 sequences, contexts up to 512 (batch buckets
+# 1, 2, 4 at context buckets 256, 512: six decode graphs), the pool at 100% of the device.
+SMALL_DEVICE = {"IFD_EMU_DEVICE_MIB": "192"}
+SIZING = ["--gpu-memory-fraction", "1.0", "--max-seqs", "4", "--max-model-len", "512"]
+MIB = 1 << 20
+PROBE = {}
+
+
+def test_probe_measures_the_warmup():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", **SMALL_DEVICE)
+    out = subprocess.run([WORKER_EMU, "--kv-probe", "--log-level", "warn", "--backend", "cuda",
+                          "--model", model_path(), "--random-weights", SHAPE, "--weights-seed",
+                          str(SEED), "--max-batched-tokens", "16"] + SIZING,
+                         capture_output=True, text=True, timeout=300, env=env)
+    j = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0 and j["ok"], (out.returncode, out.stdout, out.stderr)
+    assert j["n_graphs"] == 6 and j["total_bytes"] == 192 * MIB, j
+    # the logits of 256 rows (model.c's graph reserve) of the tokenizer's 49152 ids alone
+    # and the emulator's charge of 1 MiB + 64 KiB per operation for each graph
+    assert j["activation_bytes"] > 256 * 49152 * 4 and j["graph_bytes"] > 6 * MIB, j
+    used = j["total_bytes"] - j["free_bytes"]
+    # cuBLASLt's 32 MiB workspace, the weights and what the warm-up measured are all in use
+    assert used >= 32 * MIB + j["weight_bytes"] + j["activation_bytes"] + j["graph_bytes"], j
+    left = j["total_bytes"] - used - j["margin_bytes"]
+    assert 0 <= left - j["n_blocks"] * j["block_bytes"] < j["block_bytes"], j
+    PROBE.update(j)
+
+
+def test_pool_at_100_percent_of_a_small_device():
+    """The pool takes all that the probe leaves of the device; the worker must still run a
+    step of max_batched_tokens tokens and record its decode graphs (an allocation past the
+    device fails there, as on a GPU). A larger max_batched_tokens than the probe above:
+    more activations, fewer blocks."""
+    d = Daemon(INFERD, env=SMALL_DEVICE,
+               args=["--gpus", "0", "--worker-binary", WORKER_EMU, "--random-weights", SHAPE,
+                     "--weights-seed", str(SEED), "--max-batched-tokens", "128"] + SIZING)
+    try:
+        log = wait_log(d, "CUDA_VISIBLE_DEVICES=0")
+        m = re.search(r"GPU 0 \(.*\): .*activations \(([\d.]+) MiB\) and (\d+) decode graphs "
+                      r"\(([\d.]+) MiB\) measured.* (\d+) KV blocks fit in 100% of it", log)
+        assert m and int(m.group(2)) == 6, log
+        if PROBE:
+            assert float(m.group(1)) * MIB > PROBE["activation_bytes"] + 0.1 * MIB, (log, PROBE)
+            assert int(m.group(4)) < PROBE["n_blocks"], (log, PROBE)
+        c = client(d)
+        long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 16)
+        r = c.completions.create(model=MODEL, prompt=long_prompt, max_tokens=4, temperature=0)
+        assert 128 < r.usage.prompt_tokens < 500 and r.usage.completion_tokens == 4, r.usage
+        # concurrent decodes: batch buckets up to 4, graph-recorded
+        res, errs = [], []
+
+        def one(i):
+            try:
+                rr = client(d).completions.create(model=MODEL, prompt="Count to %d:" % i,
+                                                  max_tokens=6, temperature=0)
+                res.append(rr.usage.completion_tokens)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errs.append(repr(e))
+        th = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(120)
+        assert not errs and res == [6] * 4, (errs, res)
+        d.wait_idle()
+        log = d.logtext()
+        for bad in ("recording the decode graph", "cudaMalloc", "out of memory"):
+            assert bad not in log, "%r in the log:\n%s" % (bad, log)
     finally:
         assert d.stop() == 0, d.logtext()
 

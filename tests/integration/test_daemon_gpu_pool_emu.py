@@ -41,7 +41,8 @@ require_model()
 def gpu_daemon(env=None):
     return Daemon(INFERD, env=env, args=["--gpus", "0", "--worker-binary", WORKER_EMU,
                                          "--random-weights", SHAPE, "--weights-seed", "5",
-                                         "--gpu-memory-fraction", "0.2"])
+                                         "--gpu-memory-fraction", "0.2", "--max-seqs", "4",
+                                         "--max-model-len", "512"])
 
 
 def complete(d):

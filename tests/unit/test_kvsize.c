@@ -1,13 +1,22 @@
 /*
  * test_kvsize.c — the GPU KV pool's sizing arithmetic (worker/kvsize.c):
  * blocks that fit in fraction × total after what is in use and the
- * activations' reserve, the edges (nothing fits, bad fractions), and the
- * activations' estimate growing with the step size and the vocabulary.
+ * margin, the edges (nothing fits, bad fractions), and the margin kept
+ * beyond the measured warm-up; the warm-up itself (worker/kvprobe.c) on the
+ * CPU backend with a scripted free-memory reading: its steps are valid
+ * batches for the model, the parts are the differences of the readings, a
+ * failing reading or bad parameters are reported. (On the CUDA emulator,
+ * with real memory and graphs: test_daemon_gpu_emu.)
  */
 #include "testutil.h"
 
+#include "backend.h"
+#include "error.h"
+#include "kvprobe.h"
 #include "kvsize.h"
+#include "model.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define MIB ((uint64_t)1 << 20)
@@ -35,25 +44,75 @@ START_TEST(test_blocks)
 }
 END_TEST
 
-START_TEST(test_reserve)
+START_TEST(test_margin)
+{
+    /* 64 MiB and 1/20 of what was measured, growing with it */
+    ck_assert_uint_eq(ifd_kvsize_margin(80 * GIB, 0), 64 * MIB);
+    ck_assert_uint_eq(ifd_kvsize_margin(80 * GIB, 20 * MIB), 65 * MIB);
+    ck_assert_uint_eq(ifd_kvsize_margin(80 * GIB, 2 * GIB), 64 * MIB + 2 * GIB / 20);
+    ck_assert_uint_gt(ifd_kvsize_margin(80 * GIB, GIB + 20), ifd_kvsize_margin(80 * GIB, GIB));
+    /* the fixed part is 1/64 of a device smaller than 4 GiB */
+    ck_assert_uint_eq(ifd_kvsize_margin(4 * GIB, 0), 64 * MIB);
+    ck_assert_uint_eq(ifd_kvsize_margin(128 * MIB, 20 * MIB), 3 * MIB);
+}
+END_TEST
+
+/* Scripted readings: free memory before the scratch KV, after it, after
+ * the eager steps, after the graphs, after the scratch is freed. */
+typedef struct {
+    uint64_t v[5];
+    int n, fail_at;
+} script_t;
+
+static int script_mem(void *ctx, uint64_t *free_bytes)
+{
+    script_t *s = ctx;
+    if (s->n == s->fail_at)
+        return IFD_ECUDA;
+    *free_bytes = s->n < 5 ? s->v[s->n] : 0;
+    s->n++;
+    return 0;
+}
+
+START_TEST(test_warmup_cpu)
 {
     ifd_model_config_t c;
     memset(&c, 0, sizeof c);
-    c.n_embd = 3072, c.n_ff = 8192, c.n_head = 24, c.n_head_kv = 8, c.head_dim = 128;
-    c.n_vocab = 128256;
-    uint64_t r256 = ifd_kvsize_act_reserve(&c, 256, 64, 2);
-    uint64_t r2048 = ifd_kvsize_act_reserve(&c, 2048, 64, 2);
-    uint64_t rf32 = ifd_kvsize_act_reserve(&c, 256, 64, 4);
-    /* at least the logits of 64 rows (f32) and the fixed 64 MiB */
-    ck_assert_uint_ge(r256, 64 * MIB + (uint64_t)64 * 128256 * 4);
-    ck_assert_uint_gt(r2048, r256);
-    ck_assert_uint_gt(rf32, r256);
-    /* per token: the f32 residual alone is 12 KiB of 3072 floats */
-    ck_assert_uint_ge(r2048 - r256, (uint64_t)(2048 - 256) * 3072 * 4);
-    /* a 3B shape's estimate stays far below a GPU (sanity: < 2 GiB at 2048 tokens) */
-    ck_assert_uint_lt(r2048, 2 * GIB);
-    c.n_vocab = 256;
-    ck_assert_uint_lt(ifd_kvsize_act_reserve(&c, 256, 64, 2), r256);
+    c.arch = IFD_ARCH_LLAMA;
+    snprintf(c.arch_name, sizeof c.arch_name, "llama");
+    c.n_layer = 2, c.n_embd = 64, c.n_ff = 96, c.n_head = 2, c.n_head_kv = 1;
+    c.head_dim = 32, c.n_rot = 32, c.n_vocab = 50, c.n_ctx_train = 600;
+    c.rms_eps = 1e-6f, c.rope_base = 10000.0f, c.rope_freq_scale = 1.0f;
+    c.attn_scale = 1.0f / 5.656854f, c.embd_scale = 1.0f;
+    ifd_backend_t *be = NULL;
+    ifd_model_t *m = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 1), 0);
+    ck_assert_int_eq(ifd_model_load_random(&m, &c, 3, be, err, sizeof err), 0);
+    ifd_kvprobe_params_t p = {.max_batched_tokens = 40, .max_seqs = 5, .max_ctx = 600,
+                              .block_size = 16, .kv_dtype = IFD_KV_F32};
+    script_t s = {{1000, 900, 700, 650, 750}, 0, -1};
+    ifd_kvprobe_result_t r;
+    ck_assert_int_eq(ifd_kvprobe_warmup(m, &p, script_mem, &s, &r, err, sizeof err), 0);
+    ck_assert_int_eq(s.n, 5);
+    ck_assert_uint_eq(r.free_before, 1000);
+    ck_assert_uint_eq(r.kv_scratch_bytes, 100);
+    ck_assert_uint_eq(r.activation_bytes, 200);
+    ck_assert_uint_eq(r.graph_bytes, 50);
+    ck_assert_uint_eq(r.free_after, 750);
+    ck_assert_int_eq(r.n_graphs, 0); /* the CPU backend has none */
+    /* prefills of 16, 24, 36, 40 tokens; decodes of 1, 2, 4, 5 sequences,
+     * eager at context 600, twice with graphs at 256, 512, 600 */
+    ck_assert_int_eq(r.prefill_steps, 4);
+    ck_assert_int_eq(r.decode_steps, 4 + 4 * 3 * 2);
+    /* a failing reading, bad parameters */
+    s = (script_t){{1000, 900, 700, 650, 750}, 0, 2};
+    ck_assert_int_ne(ifd_kvprobe_warmup(m, &p, script_mem, &s, &r, err, sizeof err), 0);
+    ck_assert_ptr_nonnull(strstr(err, "free memory"));
+    p.max_seqs = 0;
+    ck_assert_int_eq(ifd_kvprobe_warmup(m, &p, script_mem, &s, &r, err, sizeof err), IFD_EINVAL);
+    ifd_model_destroy(m);
+    be->ops->destroy(be);
 }
 END_TEST
 
@@ -62,7 +121,8 @@ int main(void)
     Suite *s = suite_create("kvsize");
     TCase *tc = tcase_create("kvsize");
     tcase_add_test(tc, test_blocks);
-    tcase_add_test(tc, test_reserve);
+    tcase_add_test(tc, test_margin);
+    tcase_add_test(tc, test_warmup_cpu);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "cuda_emu.h"
 
@@ -116,14 +117,20 @@ void compute(const cublasLtMatmulDescOpaque_t *d, float al, const void *A,
     const int64_t ldc = (int64_t)Cd->data[L_LD], ldd = (int64_t)Dd->data[L_LD];
     const uint64_t at = Ad->data[L_TYPE], bt = Bd->data[L_TYPE];
     float *out = (float *)D;
-    for (int64_t j = 0; j < N; j++)
+    /* the operands converted to f32 once (A whole, B a column at a time):
+     * the same products and the same order of the sums as element by element */
+    std::vector<float> a((size_t)(M * K)), b((size_t)K);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++)
+            a[(size_t)(i * K + k)] = load(A, ta ? i * lda + k : k * lda + i, at);
+    for (int64_t j = 0; j < N; j++) {
+        for (int64_t k = 0; k < K; k++)
+            b[(size_t)k] = load(B, tb ? k * ldb + j : j * ldb + k, bt);
         for (int64_t i = 0; i < M; i++) {
+            const float *ar = a.data() + i * K;
             double s = 0;
-            for (int64_t k = 0; k < K; k++) {
-                float a = load(A, ta ? i * lda + k : k * lda + i, at);
-                float b = load(B, tb ? k * ldb + j : j * ldb + k, bt);
-                s += (double)a * b;
-            }
+            for (int64_t k = 0; k < K; k++)
+                s += (double)ar[k] * b[(size_t)k];
             float v = al * (float)s;
             if (be != 0.0f)
                 v += be * ((const float *)C)[j * ldc + i];
@@ -131,6 +138,7 @@ void compute(const cublasLtMatmulDescOpaque_t *d, float al, const void *A,
                 v += bias[i];
             out[j * ldd + i] = v;
         }
+    }
 }
 
 } // namespace

@@ -42,6 +42,7 @@ struct CUgraph_st {
 };
 struct CUgraphExec_st {
     std::vector<std::function<void()>> ops;
+    size_t bytes; /* charged to the device's memory (cudaGraphInstantiate) */
 };
 
 namespace
@@ -488,26 +489,57 @@ void ifd_emu_cp_async_wait(int n)
 
 /* ---- the CUDA runtime API subset ------------------------------------------------------- */
 
-extern "C" {
-
 /* Device memory is shareable host memory (cuda_emu_vmm.cc: IPC handles),
- * 1 GiB of it: cudaMemGetInfo reports the cudaMalloc'ed bytes as in use (the
- * daemon sizes its KV pool from that). */
-static const size_t g_dev_total = (size_t)1 << 30;
+ * $IFD_EMU_DEVICE_MIB of it (default 1 GiB): cudaMemGetInfo reports as in
+ * use what this process holds — cudaMalloc'ed bytes, mapped VMM memory and
+ * graphs (cuda_emu_vmm.h) — and an allocation that does not fit fails with
+ * cudaErrorMemoryAllocation (the daemon sizes its KV pool from that; a pool
+ * sized too large makes the worker's steps fail here as on a GPU). */
 static std::mutex g_dev_mu;
 static size_t g_dev_used;
 static std::unordered_map<uintptr_t, size_t> g_dev_sizes;
+
+static size_t dev_total()
+{
+    static const size_t total = [] {
+        const char *s = getenv("IFD_EMU_DEVICE_MIB");
+        long v = s ? strtol(s, nullptr, 10) : 0;
+        return (size_t)(v > 0 ? v : 1024) << 20;
+    }();
+    return total;
+}
+
+bool ifd__emu_mem_charge(size_t n)
+{
+    std::lock_guard<std::mutex> lk(g_dev_mu);
+    if (n > dev_total() - g_dev_used)
+        return false;
+    g_dev_used += n;
+    return true;
+}
+
+void ifd__emu_mem_release(size_t n)
+{
+    std::lock_guard<std::mutex> lk(g_dev_mu);
+    g_dev_used -= n < g_dev_used ? n : g_dev_used;
+}
+
+extern "C" {
 
 cudaError_t cudaMalloc(void **p, size_t n)
 {
     if (capture_violation("cudaMalloc"))
         return g_last = cudaErrorStreamCaptureUnsupported;
     g_count.mallocs++;
+    *p = nullptr;
+    if (!ifd__emu_mem_charge(n))
+        return g_last = cudaErrorMemoryAllocation;
     *p = ifd__emu_dev_alloc(n);
     if (*p) {
         std::lock_guard<std::mutex> lk(g_dev_mu);
         g_dev_sizes[(uintptr_t)*p] = n;
-        g_dev_used += n;
+    } else {
+        ifd__emu_mem_release(n);
     }
     return *p ? cudaSuccess : (g_last = cudaErrorMemoryAllocation);
 }
@@ -520,12 +552,16 @@ cudaError_t cudaFree(void *p)
     if (p && !ifd__emu_dev_free(p))
         return g_last = cudaErrorInvalidValue;
     if (p) {
-        std::lock_guard<std::mutex> lk(g_dev_mu);
-        auto it = g_dev_sizes.find((uintptr_t)p);
-        if (it != g_dev_sizes.end()) {
-            g_dev_used -= it->second;
-            g_dev_sizes.erase(it);
+        size_t n = 0;
+        {
+            std::lock_guard<std::mutex> lk(g_dev_mu);
+            auto it = g_dev_sizes.find((uintptr_t)p);
+            if (it != g_dev_sizes.end()) {
+                n = it->second;
+                g_dev_sizes.erase(it);
+            }
         }
+        ifd__emu_mem_release(n);
     }
     return cudaSuccess;
 }
@@ -665,7 +701,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
         return cudaErrorInvalidDevice;
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "inferd CUDA emulator (CPU)");
-    p->totalGlobalMem = (size_t)1 << 30;
+    p->totalGlobalMem = dev_total();
     p->major = 9;
     p->minor = 0;
     p->multiProcessorCount = 4;
@@ -771,8 +807,8 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
     std::lock_guard<std::mutex> lk(g_dev_mu);
     size_t used = g_dev_used;
-    *free_b = used < g_dev_total ? g_dev_total - used : 0;
-    *total = g_dev_total;
+    *free_b = used < dev_total() ? dev_total() - used : 0;
+    *total = dev_total();
     return cudaSuccess;
 }
 
@@ -894,8 +930,17 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned lon
     (void)flags;
     if (!g)
         return g_last = cudaErrorInvalidValue;
+    /* An instantiated graph holds device memory (its nodes' parameters and
+     * the driver's bookkeeping): charged here so that pool sizing has to
+     * count graphs. 1 MiB + 64 KiB per operation is a stand-in, larger
+     * than a real driver's (so that a test's small device notices graphs
+     * left out of the sizing), not a measurement of one. */
+    const size_t bytes = ((size_t)1 << 20) + g->ops.size() * ((size_t)64 << 10);
+    if (!ifd__emu_mem_charge(bytes))
+        return g_last = cudaErrorMemoryAllocation;
     CUgraphExec_st *x = new CUgraphExec_st();
     x->ops = g->ops;
+    x->bytes = bytes;
     *e = x;
     return cudaSuccess;
 }
@@ -917,6 +962,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e)
 {
+    if (e)
+        ifd__emu_mem_release(e->bytes);
     delete e;
     return cudaSuccess;
 }

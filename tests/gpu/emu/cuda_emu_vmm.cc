@@ -308,10 +308,17 @@ CUresult emu_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericA
         return CUDA_ERROR_INVALID_HANDLE;
     if (flags != 0 || offset % k_granularity != 0 || offset + size > (size_t)st.st_size)
         return CUDA_ERROR_INVALID_VALUE;
+    /* The device memory this process maps counts against its budget. */
+    if (!ifd__emu_mem_charge(size))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     /* Mapped but inaccessible until cuMemSetAccess, as on the driver. */
     void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd,
                    (off_t)offset);
-    return p == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (p == MAP_FAILED) {
+        ifd__emu_mem_release(size);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
 }
 
 CUresult emu_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t n)
@@ -330,7 +337,10 @@ CUresult emu_cuMemUnmap(CUdeviceptr ptr, size_t size)
     /* Back to a bare reservation. */
     void *p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_INVALID_VALUE;
+    ifd__emu_mem_release(size);
+    return CUDA_SUCCESS;
 }
 
 struct entry_point {

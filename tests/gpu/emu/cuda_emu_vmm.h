@@ -20,4 +20,16 @@ void *ifd__emu_dev_alloc(size_t n);
  * (nothing done) for any other pointer. */
 bool ifd__emu_dev_free(void *p);
 
+/*
+ * The emulated device's memory budget (cuda_emu.cc), so that what a process
+ * holds on its "GPU" is what cudaMemGetInfo reports and an allocation past
+ * the device's size fails as on a real one: cudaMalloc, cuMemMap (the VMM
+ * memory this process maps) and instantiated graphs charge it. Per process
+ * (each emulated process sees only its own use). $IFD_EMU_DEVICE_MIB sets
+ * the size (default 1024). charge: false (nothing charged) when n does not
+ * fit. Thread-safe.
+ */
+bool ifd__emu_mem_charge(size_t n);
+void ifd__emu_mem_release(size_t n);
+
 #endif

@@ -1,0 +1,313 @@
+/*
+ * kvprobe.c — see kvprobe.h.
+ */
+#include "kvprobe.h"
+
+#include "error.h"
+#include "sampler.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* model.c's graph buckets: batch sizes, and contexts (powers of two from
+ * 256). A change there only makes this warm-up record fewer or more graphs
+ * than the worker can; what it records is measured either way. */
+static const int ifd__batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+#define IFD__CTX_MIN 256
+
+/* The warm-up's state: the scratch KV views and the host arrays of one
+ * batch, sized for the largest. */
+typedef struct {
+    ifd_model_t *m;
+    ifd_backend_t *be;
+    ifd_kv_layer_t *kv; /* [n_layer] */
+    void *kv_mem;
+    int nb; /* scratch blocks per layer */
+    int bs;
+    int32_t *tokens, *pos, *seq, *rows, *bt, *sampled;
+    int64_t *slot;
+    ifd_sample_row_t *srows;
+    ifd_sampling_params_t sp;
+    float *logits;
+    int cap_tok, cap_rows;
+    size_t cap_bt;
+    int steps;
+} ifd__warm_t;
+
+static void ifd__warm_free(ifd__warm_t *w)
+{
+    if (w->kv_mem)
+        w->be->ops->free(w->be, w->kv_mem);
+    free(w->kv);
+    free(w->tokens);
+    free(w->pos);
+    free(w->seq);
+    free(w->rows);
+    free(w->bt);
+    free(w->sampled);
+    free(w->slot);
+    free(w->srows);
+    free(w->logits);
+}
+
+/* The scratch KV: nb blocks per layer, K then V of every layer in one
+ * allocation, zeroed (uploaded in chunks from one zero buffer). */
+static int ifd__warm_kv(ifd__warm_t *w, const ifd_kvprobe_params_t *p)
+{
+    const ifd_model_config_t *c = ifd_model_config(w->m);
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(c);
+    kp.dtype = p->kv_dtype;
+    kp.block_size = p->block_size;
+    const uint64_t region = (uint64_t)w->nb * ifd_kvpool_block_bytes(&kp);
+    const uint64_t total = 2 * (uint64_t)c->n_layer * region;
+    w->kv = calloc(c->n_layer, sizeof *w->kv);
+    if (!w->kv)
+        return IFD_ENOMEM;
+    int rc = w->be->ops->alloc(w->be, total, &w->kv_mem);
+    if (rc)
+        return rc;
+    const size_t chunk = 1 << 20;
+    void *zero = calloc(1, chunk);
+    if (!zero)
+        return IFD_ENOMEM;
+    for (uint64_t off = 0; off < total && rc == 0; off += chunk) {
+        size_t n = total - off < chunk ? (size_t)(total - off) : chunk;
+        rc = w->be->ops->upload(w->be, (char *)w->kv_mem + off, zero, n);
+    }
+    if (rc == 0)
+        rc = w->be->ops->sync(w->be);
+    free(zero);
+    for (uint32_t l = 0; l < c->n_layer; l++) {
+        w->kv[l].k = (char *)w->kv_mem + (2 * (uint64_t)l) * region;
+        w->kv[l].v = (char *)w->kv_mem + (2 * (uint64_t)l + 1) * region;
+        w->kv[l].dtype = (ifd_dtype_t)p->kv_dtype;
+        w->kv[l].block_size = p->block_size;
+        w->kv[l].n_kv_heads = (int)c->n_head_kv;
+        w->kv[l].head_dim = (int)c->head_dim;
+    }
+    return rc;
+}
+
+static int ifd__warm_arrays(ifd__warm_t *w, int tok, int rows, size_t bt)
+{
+    const size_t V = ifd_model_config(w->m)->n_vocab;
+    w->cap_tok = tok;
+    w->cap_rows = rows;
+    w->cap_bt = bt;
+    w->tokens = malloc((size_t)tok * sizeof *w->tokens);
+    w->pos = malloc((size_t)tok * sizeof *w->pos);
+    w->seq = malloc((size_t)tok * sizeof *w->seq);
+    w->slot = malloc((size_t)tok * sizeof *w->slot);
+    w->rows = malloc((size_t)rows * sizeof *w->rows);
+    w->sampled = malloc((size_t)rows * sizeof *w->sampled);
+    w->srows = calloc((size_t)rows, sizeof *w->srows);
+    w->logits = malloc((size_t)rows * V * sizeof *w->logits);
+    w->bt = malloc(bt * sizeof *w->bt);
+    if (!w->tokens || !w->pos || !w->seq || !w->slot || !w->rows || !w->sampled || !w->srows ||
+        !w->logits || !w->bt)
+        return IFD_ENOMEM;
+    w->sp = ifd_sampling_default_params();
+    for (int i = 0; i < rows; i++)
+        w->srows[i] = (ifd_sample_row_t){.params = &w->sp, .hist = NULL, .position = 0};
+    return 0;
+}
+
+/* Block table rows of max_blocks entries, all alike: j → j mod nb. */
+static void ifd__warm_tables(ifd__warm_t *w, int n_seqs, int max_blocks)
+{
+    for (int s = 0; s < n_seqs; s++)
+        for (int j = 0; j < max_blocks; j++)
+            w->bt[(size_t)s * max_blocks + j] = j % w->nb;
+}
+
+/* One step (sampled on the device where the backend can). */
+static int ifd__warm_step(ifd__warm_t *w, const ifd_batch_t *b)
+{
+    w->steps++;
+    return ifd_model_forward_sample(w->m, b, w->kv, w->srows, w->sampled, w->logits);
+}
+
+/* A mixed prefill step of n tokens: sequences 0..S-2 one token each at
+ * position 0 (nothing written), sequence S-1 a run from position 0 written
+ * into blocks 0, 1, ...; a logits row per sequence. */
+static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs)
+{
+    const int32_t V = (int32_t)ifd_model_config(w->m)->n_vocab;
+    int S = n - 1 < max_seqs ? n - 1 : max_seqs;
+    S = S < 1 ? 1 : S;
+    const int run = n - (S - 1);
+    const int max_blocks = (run + w->bs - 1) / w->bs;
+    for (int i = 0; i < n; i++) {
+        const bool single = i < S - 1;
+        w->tokens[i] = (int32_t)((7 * (int64_t)i + 1) % V);
+        w->seq[i] = single ? i : S - 1;
+        w->pos[i] = single ? 0 : i - (S - 1);
+        w->slot[i] = single ? -1 : w->pos[i];
+    }
+    for (int s = 0; s < S; s++)
+        w->rows[s] = s < S - 1 ? s : n - 1;
+    ifd__warm_tables(w, S, max_blocks);
+    const ifd_batch_t b = {.n_tok = n,
+                           .tokens = w->tokens,
+                           .pos = w->pos,
+                           .seq = w->seq,
+                           .slot = w->slot,
+                           .n_seqs = S,
+                           .block_tables = w->bt,
+                           .max_blocks = max_blocks,
+                           .n_logits = S,
+                           .logit_rows = w->rows};
+    return ifd__warm_step(w, &b);
+}
+
+/* A decode step of n sequences: sequence 0 at position ctx - 1, the others
+ * at 0, nothing written. */
+static int ifd__warm_decode(ifd__warm_t *w, int n, int ctx)
+{
+    const int max_blocks = (ctx + w->bs - 1) / w->bs;
+    for (int i = 0; i < n; i++) {
+        w->tokens[i] = (int32_t)(i + 1) % (int32_t)ifd_model_config(w->m)->n_vocab;
+        w->seq[i] = i;
+        w->pos[i] = i == 0 ? ctx - 1 : 0;
+        w->slot[i] = -1;
+        w->rows[i] = i;
+    }
+    ifd__warm_tables(w, n, max_blocks);
+    const ifd_batch_t b = {.n_tok = n,
+                           .tokens = w->tokens,
+                           .pos = w->pos,
+                           .seq = w->seq,
+                           .slot = w->slot,
+                           .n_seqs = n,
+                           .block_tables = w->bt,
+                           .max_blocks = max_blocks,
+                           .n_logits = n,
+                           .logit_rows = w->rows};
+    return ifd__warm_step(w, &b);
+}
+
+/* The decode steps of step 2 (every_ctx false: at max_ctx only) or 3 (each
+ * context bucket up to max_ctx): each batch bucket up to cap sequences (and
+ * cap itself), `reps` times each. */
+static int ifd__warm_decodes(ifd__warm_t *w, int cap, int max_ctx, bool every_ctx, int reps,
+                             int *failed_n)
+{
+    int rc = 0;
+    for (int ctx = every_ctx ? IFD__CTX_MIN : max_ctx;; ctx *= 2) {
+        const int c = ctx < max_ctx ? ctx : max_ctx;
+        for (size_t i = 0; i <= sizeof ifd__batch_buckets / sizeof ifd__batch_buckets[0]; i++) {
+            const bool last = i == sizeof ifd__batch_buckets / sizeof ifd__batch_buckets[0];
+            const int n = last ? cap : ifd__batch_buckets[i];
+            if (n > cap || (!last && n == cap))
+                continue;
+            for (int r = 0; r < reps && rc == 0; r++)
+                rc = ifd__warm_decode(w, n, c);
+            if (rc) {
+                *failed_n = n;
+                return rc;
+            }
+        }
+        if (c >= max_ctx)
+            return 0;
+    }
+}
+
+static int ifd__mem(ifd_kvprobe_mem_cb mem, void *ctx, ifd_backend_t *be, uint64_t *out)
+{
+    int rc = be->ops->sync(be);
+    return rc ? rc : mem(ctx, out);
+}
+
+int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprobe_mem_cb mem,
+                       void *mem_ctx, ifd_kvprobe_result_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (p->max_batched_tokens < 1 || p->max_seqs < 1 || p->max_ctx < 1 || p->block_size < 1) {
+        snprintf(err, errlen,
+                 "the warm-up needs max_batched_tokens, max_seqs, the context and "
+                 "the block size >= 1");
+        return IFD_EINVAL;
+    }
+    ifd__warm_t w = {.m = m, .be = ifd_model_backend(m), .bs = p->block_size};
+    const int T = p->max_batched_tokens;
+    const int cap = p->max_seqs < T ? p->max_seqs : T; /* sequences in a decode step */
+    /* blocks the longest prefill run writes, and at least one */
+    w.nb = (T + p->block_size - 1) / p->block_size + 1;
+    const size_t ctx_blocks = ((size_t)p->max_ctx + (size_t)p->block_size - 1) / p->block_size;
+    const size_t bt = (size_t)cap * ctx_blocks > (size_t)T * (size_t)w.nb
+                          ? (size_t)cap * ctx_blocks
+                          : (size_t)T * (size_t)w.nb;
+    ifd_model_graph_stats_t g0, g1;
+    uint64_t f_kv = 0, f1 = 0, f2 = 0;
+    int rc, n = 0;
+    const char *what = "";
+    bool step = false;
+    if ((rc = ifd__mem(mem, mem_ctx, w.be, &out->free_before))) {
+        what = "reading the free memory";
+        goto fail;
+    }
+    if ((rc = ifd__warm_arrays(&w, T > cap ? T : cap, cap, bt)) || (rc = ifd__warm_kv(&w, p)) ||
+        (rc = ifd__mem(mem, mem_ctx, w.be, &f_kv))) {
+        what = "allocating the warm-up's scratch KV cache";
+        goto fail;
+    }
+    out->kv_scratch_bytes = out->free_before > f_kv ? out->free_before - f_kv : 0;
+    ifd_model_set_graphs(m, false);
+    /* 1: prefill steps growing by 3/2 up to T */
+    for (n = 16 < T ? 16 : T;; n = n + n / 2 < T ? n + n / 2 : T) {
+        if ((rc = ifd__warm_prefill(&w, n, p->max_seqs))) {
+            what = "prefill";
+            step = true;
+            goto fail;
+        }
+        out->prefill_steps++;
+        if (n == T)
+            break;
+    }
+    /* 2: decode steps at the largest context, eager */
+    const int before = w.steps;
+    if ((rc = ifd__warm_decodes(&w, cap, p->max_ctx, false, 1, &n))) {
+        what = "decode";
+        step = true;
+        goto fail;
+    }
+    if ((rc = ifd__mem(mem, mem_ctx, w.be, &f1))) {
+        what = "reading the free memory";
+        goto fail;
+    }
+    /* 3: the same with graphs: recorded, then replayed */
+    ifd_model_set_graphs(m, true);
+    ifd_model_graph_stats(m, &g0);
+    if ((rc = ifd__warm_decodes(&w, cap, p->max_ctx, true, 2, &n))) {
+        what = "graph-recorded decode";
+        step = true;
+        goto fail;
+    }
+    out->decode_steps = w.steps - before;
+    ifd_model_graph_stats(m, &g1);
+    out->n_graphs = (int)(g1.captures - g0.captures);
+    if ((rc = ifd__mem(mem, mem_ctx, w.be, &f2))) {
+        what = "reading the free memory";
+        goto fail;
+    }
+    out->activation_bytes = f_kv > f1 ? f_kv - f1 : 0;
+    out->graph_bytes = f1 > f2 ? f1 - f2 : 0;
+    w.be->ops->free(w.be, w.kv_mem);
+    w.kv_mem = NULL;
+    if ((rc = ifd__mem(mem, mem_ctx, w.be, &out->free_after))) {
+        what = "reading the free memory";
+        goto fail;
+    }
+    ifd__warm_free(&w);
+    return 0;
+fail:
+    if (step)
+        snprintf(err, errlen, "a warm-up %s step of %d tokens failed: %s", what, n,
+                 ifd_strerror(rc));
+    else
+        snprintf(err, errlen, "warm-up: %s failed: %s", what, ifd_strerror(rc));
+    ifd__warm_free(&w);
+    return rc;
+}

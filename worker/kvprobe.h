@@ -1,0 +1,79 @@
+/*
+ * kvprobe.h — the measured half of `inferd-worker --kv-probe` (worker_cli.c):
+ * what a GPU worker's steps take beyond the weights, found by running them.
+ *
+ * After the weights are loaded, ifd_kvprobe_warmup runs on a scratch KV cache
+ * (a few blocks per layer, allocated on the model's backend, freed before it
+ * returns) the steps the serving engine can run at its largest, and reads the
+ * device's free memory (the caller's `mem` callback: cudaMemGetInfo) between
+ * them:
+ *
+ *  1. mixed prefill steps of n tokens in min(max_seqs, n - 1) sequences (one
+ *     long run, the others one token each, a logits row each, sampled on the
+ *     device where the backend can) for n growing by 3/2 from 16 up to
+ *     max_batched_tokens: every activation buffer, the logits rows, cuBLASLt's
+ *     per-shape state and the backend's grown-out-of scratch, which it keeps
+ *     (backend_cuda.c: a graph may still use it), retired the way the worst
+ *     growth order retires it;
+ *  2. decode steps of every batch bucket up to min(max_seqs,
+ *     max_batched_tokens) sequences at max_ctx (one sequence at that
+ *     context, the others at position 0), with graphs off: the block tables
+ *     and the split-K workspace at the largest context;
+ *  3. decode steps of every batch bucket at every context bucket up to
+ *     max_ctx with graphs on, each twice (recorded, replayed): every decode
+ *     graph the worker can record (model.c: one per batch bucket and context
+ *     bucket, the context buckets being powers of two from 256).
+ *
+ * activation_bytes is what 1 and 2 took, graph_bytes what 3 took (both as
+ * the device's free memory fell, so the CUDA runtime's own allocations —
+ * lazily loaded kernels, cuBLASLt's state, graph memory — count with
+ * ours). What the warm-up does not run is left to ifd_kvsize_margin
+ * (kvsize.h).
+ *
+ * The scratch KV's contents are garbage (positions far beyond what was
+ * written read block 0 again): only the sizes matter; the logits are thrown
+ * away. Cost: about 3 × max_batched_tokens prefill tokens, 2 decode steps
+ * per (batch bucket, context bucket) pair and one per batch bucket (on the
+ * CPU emulator, seconds for a tiny model: tests keep max_seqs and the
+ * context small).
+ *
+ * Ownership: borrows the model for the call (its buffers stay grown, as the
+ * serving worker's would). Threading: the model's thread.
+ */
+#ifndef IFD_KVPROBE_H
+#define IFD_KVPROBE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool.h"
+#include "model.h"
+
+typedef struct {
+    int max_batched_tokens; /* tokens in one engine step, >= 1 */
+    int max_seqs;           /* sequences in one step, >= 1 */
+    int max_ctx;            /* the longest context a sequence reaches, >= 1 */
+    int block_size;         /* the pool's tokens per block */
+    ifd_kv_dtype_t kv_dtype;
+} ifd_kvprobe_params_t;
+
+/* The device's free memory now, in *free_bytes. 0, or an error code. */
+typedef int (*ifd_kvprobe_mem_cb)(void *ctx, uint64_t *free_bytes);
+
+typedef struct {
+    uint64_t free_before;      /* free memory after the weights (before the scratch KV) */
+    uint64_t free_after;       /* free memory after the warm-up, the scratch KV freed */
+    uint64_t activation_bytes; /* steps 1 and 2 */
+    uint64_t graph_bytes;      /* step 3 */
+    uint64_t kv_scratch_bytes; /* the scratch KV cache (not counted in either) */
+    int n_graphs;              /* graphs step 3 recorded */
+    int prefill_steps, decode_steps;
+} ifd_kvprobe_result_t;
+
+/* Runs the warm-up on m's backend. 0 with *out filled, or the first failing
+ * step's error with a one-line reason in err ("a warm-up step of 256 tokens
+ * failed: out of memory"). */
+int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprobe_mem_cb mem,
+                       void *mem_ctx, ifd_kvprobe_result_t *out, char *err, size_t errlen);
+
+#endif
