@@ -3,6 +3,7 @@
  */
 #include "kvprobe.h"
 
+#include "engine.h"
 #include "error.h"
 #include "sampler.h"
 
@@ -131,8 +132,10 @@ static int ifd__warm_step(ifd__warm_t *w, const ifd_batch_t *b)
 
 /* A mixed prefill step of n tokens: sequences 0..S-2 one token each at
  * position 0 (nothing written), sequence S-1 a run from position 0 written
- * into blocks 0, 1, ...; a logits row per sequence. */
-static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs)
+ * into blocks 0, 1, ...; a logits row per sequence (sampled on the device)
+ * and, when plp_rows, up to IFD_ENGINE_PLP_ROWS more from the run (prompt
+ * logprobs: on the host), the most rows an engine step asks for. */
+static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool plp_rows)
 {
     const int32_t V = (int32_t)ifd_model_config(w->m)->n_vocab;
     int S = n - 1 < max_seqs ? n - 1 : max_seqs;
@@ -148,6 +151,11 @@ static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs)
     }
     for (int s = 0; s < S; s++)
         w->rows[s] = s < S - 1 ? s : n - 1;
+    const int plp = !plp_rows ? 0 : run - 1 < IFD_ENGINE_PLP_ROWS ? run - 1 : IFD_ENGINE_PLP_ROWS;
+    for (int i = 0; i < plp; i++)
+        w->rows[S + i] = S - 1 + i;
+    for (int i = 0; i < S + plp; i++)
+        w->srows[i].params = i < S ? &w->sp : NULL;
     ifd__warm_tables(w, S, max_blocks);
     const ifd_batch_t b = {.n_tok = n,
                            .tokens = w->tokens,
@@ -157,7 +165,7 @@ static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs)
                            .n_seqs = S,
                            .block_tables = w->bt,
                            .max_blocks = max_blocks,
-                           .n_logits = S,
+                           .n_logits = S + plp,
                            .logit_rows = w->rows};
     return ifd__warm_step(w, &b);
 }
@@ -173,6 +181,7 @@ static int ifd__warm_decode(ifd__warm_t *w, int n, int ctx)
         w->pos[i] = i == 0 ? ctx - 1 : 0;
         w->slot[i] = -1;
         w->rows[i] = i;
+        w->srows[i].params = &w->sp;
     }
     ifd__warm_tables(w, n, max_blocks);
     const ifd_batch_t b = {.n_tok = n,
@@ -248,8 +257,8 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
         what = "reading the free memory";
         goto fail;
     }
-    if ((rc = ifd__warm_arrays(&w, T > cap ? T : cap, cap, bt)) || (rc = ifd__warm_kv(&w, p)) ||
-        (rc = ifd__mem(mem, mem_ctx, w.be, &f_kv))) {
+    if ((rc = ifd__warm_arrays(&w, T > cap ? T : cap, cap + IFD_ENGINE_PLP_ROWS, bt)) ||
+        (rc = ifd__warm_kv(&w, p)) || (rc = ifd__mem(mem, mem_ctx, w.be, &f_kv))) {
         what = "allocating the warm-up's scratch KV cache";
         goto fail;
     }
@@ -257,7 +266,9 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
     ifd_model_set_graphs(m, false);
     /* 1: prefill steps growing by 3/2 up to T */
     for (n = 16 < T ? 16 : T;; n = n + n / 2 < T ? n + n / 2 : T) {
-        if ((rc = ifd__warm_prefill(&w, n, p->max_seqs))) {
+        /* the logits rows matter only at their largest (the model
+         * reallocates them, no backend scratch depends on them) */
+        if ((rc = ifd__warm_prefill(&w, n, p->max_seqs, n == T))) {
             what = "prefill";
             step = true;
             goto fail;

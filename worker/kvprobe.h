@@ -10,7 +10,8 @@
  *
  *  1. mixed prefill steps of n tokens in min(max_seqs, n - 1) sequences (one
  *     long run, the others one token each, a logits row each, sampled on the
- *     device where the backend can) for n growing by 3/2 from 16 up to
+ *     device where the backend can, and up to IFD_ENGINE_PLP_ROWS prompt
+ *     logprob rows of the run, downloaded) for n growing by 3/2 from 16 up to
  *     max_batched_tokens: every activation buffer, the logits rows, cuBLASLt's
  *     per-shape state and the backend's grown-out-of scratch, which it keeps
  *     (backend_cuda.c: a graph may still use it), retired the way the worst

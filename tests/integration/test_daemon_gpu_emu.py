@@ -69,12 +69,12 @@ def client(d):
 
 
 def gpu_daemon(gpus="0", dtype="bf16", fraction="0.2"):
-    # few sequences and a short context: the pool probe's warm-up runs every decode graph's
-    # steps, slow on the emulator with the tokenizer's 49152-id logits
+    # few sequences, small steps and a short context: the pool probe's warm-up runs the
+    # largest steps and every decode graph's, slow on the emulator (49152-id logits)
     return Daemon(INFERD, args=["--gpus", gpus, "--gpu-dtype", dtype, "--worker-binary",
                                 WORKER_EMU, "--random-weights", SHAPE, "--weights-seed",
                                 str(SEED), "--gpu-memory-fraction", fraction, "--max-seqs", "4",
-                                "--max-model-len", "512"])
+                                "--max-model-len", "512", "--max-batched-tokens", "64"])
 
 
 def wait_log(d, text, timeout=20):

@@ -42,7 +42,8 @@ def gpu_daemon(env=None):
     return Daemon(INFERD, env=env, args=["--gpus", "0", "--worker-binary", WORKER_EMU,
                                          "--random-weights", SHAPE, "--weights-seed", "5",
                                          "--gpu-memory-fraction", "0.2", "--max-seqs", "4",
-                                         "--max-model-len", "512"])
+                                         "--max-model-len", "512", "--max-batched-tokens",
+                                         "64"])
 
 
 def complete(d):
