@@ -464,10 +464,10 @@ typedef struct {
 #ifdef IFD_HAVE_CUDA
 static int ifd__probe_mem(void *ctx, uint64_t *free_bytes)
 {
-    (void)ctx;
+    const ifd_cuda_module_t *cm = ctx;
     size_t f = 0, t = 0;
     char err[256];
-    int rc = ifd_cuda_mem_info(&f, &t, err, sizeof err);
+    int rc = cm->mem_info(&f, &t, err, sizeof err);
     *free_bytes = f;
     return rc;
 }
@@ -532,7 +532,7 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
                                      .max_ctx = max_ctx > 0 ? max_ctx : 1,
                                      .block_size = po->block_size,
                                      .kv_dtype = kvd};
-    if ((rc = ifd_kvprobe_warmup(m, &wp, ifd__probe_mem, NULL, &wr, err, sizeof err)))
+    if ((rc = ifd_kvprobe_warmup(m, &wp, ifd__probe_mem, (void *)cm, &wr, err, sizeof err)))
         goto out;
     free_b = (size_t)wr.free_after;
 #endif
