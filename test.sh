@@ -9,8 +9,11 @@
 # the integration tests sanitized too), build-tsan (thread sanitizer: the KV
 # pool, thread pool and engine tests) and build (the normal build, every
 # test). CTest's summary of the normal build is the last thing printed.
+# Each ctest runs -j$JOBS: tests that use both cores (model, daemon, thread
+# pool: PROCESSORS 2 in tests/CMakeLists.txt) run alone, one-thread tests two
+# at a time.
 # Environment: BUILD_DIR, ASAN_DIR, TSAN_DIR (default build, build-asan,
-# build-tsan), JOBS (default nproc), CI (warnings
+# build-tsan), JOBS (build and ctest jobs, default nproc), CI (warnings
 # become errors), INFERD_VENV (the Python test tools, see deploy/install-deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -29,24 +32,20 @@ else
 fi
 
 # ---- ASan+UBSan: every unit and integration test, but those listed here -------------------
-# (ctest -E). Each is left out for time, and what it exercises runs sanitized elsewhere:
-#   slow label         fault/load/soak/fuzz runs (minutes each; they run in the normal build,
-#                      and tests/fuzz/run.sh's libFuzzer binaries are ASan+UBSan themselves)
-#   test_oracle*       numeric comparisons against NumPy (15 min budget each); the worker's
-#                      forward pass runs sanitized in test_worker_serve, test_worker_generate
-#                      and every daemon test
-#   test_engine_model  32 requests batched vs alone on the real model (over 5 minutes
-#                      sanitized); the engine on the real model runs sanitized in
-#                      test_worker_serve and the daemon tests (test_daemon_crash: 16 streams)
-#   test_daemon_structured  hundreds of constrained generations (10 min budget unsanitized);
-#                      the grammar code runs sanitized in test_grammar, test_grammar_mask and
-#                      the daemon's other tests
-#   test_worker_generate  offline generation, ~4 minutes sanitized (a quarter of the ASan
-#                      run); the generation loop and forward pass run sanitized in
-#                      test_worker_serve and the daemon tests, its UTF-8 clean-up in test_utf8
-#   test_bench_*, test_cli_bench  benchmark runs, not correctness tests
-#   *_avx2, *_scalar   the ISA-capped reruns of kernel tests (the binaries run sanitized once)
-ASAN_EXCLUDE='^(test_oracle.*|test_engine_model|test_worker_generate|test_daemon_structured|test_cli_bench|test_bench_cpu_vs_llamacpp|.*_avx2|.*_scalar)$'
+# (ctest -E). Tests see INFERD_TEST_SANITIZED=1 (tests/CMakeLists.txt): the oracle comparisons
+# run one prompt of 16 tokens, test_engine_model 4 short requests, test_worker_generate one
+# --no-kv-cache prompt of 8 tokens, test_daemon_structured one choice per request — every code
+# path of each, sanitized, in CI's time; the normal build below runs their full sets.
+# Left out (docs/reliability.md, "Sanitizers"):
+#   slow label         fault/load/soak/fuzz runs (minutes each, timed by the clock: they run in
+#                      the normal build; their daemon paths run sanitized in test_daemon_crash
+#                      and test_daemon_robust, tests/fuzz/run.sh's libFuzzer binaries are
+#                      ASan+UBSan themselves, test_kvpool_repeat is test_kvpool 20 times)
+#   test_bench_*, test_cli_bench  benchmark runs, not correctness tests (the bench client's
+#                      code runs sanitized in test_cli_fake)
+#   *_avx2             the AVX2-capped reruns: on a CPU without AVX-512 (CI's) they are the
+#                      default run again; the *_scalar reruns (the portable path) do run
+ASAN_EXCLUDE='^(test_cli_bench|test_bench_cpu_vs_llamacpp|.*_avx2)$'
 # Sanitizer reports of every process (daemons and workers that a test kills and restarts
 # included) go to files in a reports folder: any file there fails the run, whatever the
 # tests said.
@@ -68,7 +67,7 @@ rm -rf "$reports" && mkdir -p "$reports"
 rc=0
 CK_TIMEOUT_MULTIPLIER=3 INFERD_TEST_TIMEOUT_SCALE=3 ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$reports/asan" \
 UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
-    ctest --test-dir "$ASAN_DIR" --output-on-failure -LE slow -E "$ASAN_EXCLUDE" || rc=$?
+    ctest --test-dir "$ASAN_DIR" -j "$JOBS" --output-on-failure -LE slow -E "$ASAN_EXCLUDE" || rc=$?
 fail_on_reports "$reports" "$rc"
 
 # ---- TSan: the KV pool from threads and processes, the thread pool, the engine -------------
@@ -86,10 +85,10 @@ rm -rf "$reports" && mkdir -p "$reports"
 rc=0
 regex="^($(IFS='|'; echo "${TSAN_TESTS[*]}"))\$"
 CK_TIMEOUT_MULTIPLIER=3 INFERD_TEST_TIMEOUT_SCALE=3 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
-    ctest --test-dir "$TSAN_DIR" --output-on-failure -R "$regex" || rc=$?
+    ctest --test-dir "$TSAN_DIR" -j "$JOBS" --output-on-failure -R "$regex" || rc=$?
 fail_on_reports "$reports" "$rc"
 
 echo "== build ($BUILD_DIR) =="
 cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
-ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"
+ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure "$@"

@@ -7,6 +7,11 @@
  *  - a pool too small for all requests still completes every one of them,
  *    with the same outputs.
  *
+ * With $INFERD_TEST_SANITIZED (the ASan+UBSan build) it runs 4 requests of
+ * 5 to 42 prompt tokens instead of 32 of 5 to 124 (the small pool still
+ * preempts, the repeated prompt still reuses 2 blocks): the same paths in a
+ * tenth of the forward passes.
+ *
  * Built a second time as test_engine_cuda_emu (IFD_TEST_ENGINE_CUDA_EMU,
  * labels unit + emu; tests/gpu/kernels.cmake): the same properties through
  * the CUDA backend on the emulator, on a tiny random-weight Llama
@@ -78,12 +83,15 @@ static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t r, const ifd_e
 
 static int32_t prompts[N_REQ][200];
 static int plen[N_REQ];
+static int n_req = N_REQ;           /* the requests in use: N_REQ, or 4 sanitized */
+static int prompt_max = PROMPT_MAX; /* 40 sanitized */
+static int small_pool = N_REQ == 32 ? 24 : 6; /* blocks for test_small_pool_completes_all */
 
 static void make_prompts(void)
 {
     srand(42);
     for (int i = 0; i < N_REQ; i++) {
-        plen[i] = 5 + (i * 37) % PROMPT_MAX;
+        plen[i] = 5 + (i * 37) % prompt_max;
         for (int j = 0; j < plen[i]; j++)
             prompts[i][j] = (int32_t)((200 + rand() % 40000) % (int)ifd_model_config(model)->n_vocab);
     }
@@ -150,7 +158,7 @@ static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks,
 
 static void assert_same(const sink_t *a, const sink_t *b)
 {
-    for (int i = 0; i < N_REQ; i++) {
+    for (int i = 0; i < n_req; i++) {
         ck_assert_int_eq(b->finished[i], 1);
         ck_assert_int_eq(a->n_out[i], N_OUT);
         ck_assert_int_eq(b->n_out[i], N_OUT);
@@ -165,7 +173,7 @@ static sink_t *solo_ref(void)
     static sink_t ref;
     static int done;
     if (!done) {
-        for (int i = 0; i < N_REQ; i++)
+        for (int i = 0; i < n_req; i++)
             serve(&ref, i, 1, 1, 64, 256, NULL, NULL);
         done = 1;
     }
@@ -177,9 +185,9 @@ START_TEST(test_batched_equals_solo)
     sink_t *ref = solo_ref();
     sink_t *b = calloc(1, sizeof *b);
     ifd_engine_stats_t st;
-    serve(b, 0, N_REQ, 32, 1024, 256, &st, NULL);
+    serve(b, 0, n_req, 32, 1024, 256, &st, NULL);
     assert_same(ref, b);
-    printf("%d concurrent: %llu steps, %.1f tokens/step\n", N_REQ, (unsigned long long)st.steps,
+    printf("%d concurrent: %llu steps, %.1f tokens/step\n", n_req, (unsigned long long)st.steps,
            (double)st.tokens / (double)st.steps);
     free(b);
 }
@@ -190,8 +198,9 @@ START_TEST(test_small_pool_completes_all)
     sink_t *ref = solo_ref();
     sink_t *b = calloc(1, sizeof *b);
     ifd_engine_stats_t st;
-    /* 24 blocks = 384 tokens of KV (emu: 6 blocks for 8 requests of <= 44 tokens) */
-    serve(b, 0, N_REQ, 32, N_REQ == 32 ? 24 : 6, 128, &st, NULL);
+    /* 24 blocks = 384 tokens of KV (emu: 6 blocks for 8 requests of <= 44 tokens;
+     * sanitized: 6 for 4 requests that need 13 at once) */
+    serve(b, 0, n_req, 32, small_pool, 128, &st, NULL);
     assert_same(ref, b);
     ck_assert_uint_gt(st.preemptions, 0);
     printf("small pool: %llu preemptions\n", (unsigned long long)st.preemptions);
@@ -203,8 +212,8 @@ START_TEST(test_repeated_prompt_reuses_blocks)
 {
     sink_t *ref = solo_ref();
     ifd_kvpool_t *pool = make_pool(64, kv_kind);
-    int i = 3; /* plen 116: 7 full blocks reusable (emu: plen 36, 2 blocks) */
-    ck_assert_int_ge(plen[i], N_REQ == 32 ? 100 : 33);
+    int i = 3; /* plen 116: 7 full blocks reusable (emu, sanitized: plen 36, 2 blocks) */
+    ck_assert_int_ge(plen[i], prompt_max == 120 ? 100 : 33);
     sink_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
     ifd_engine_stats_t st_a, st_b;
     serve(a, i, 1, 4, 0, 256, &st_a, pool);
@@ -338,6 +347,15 @@ int main(void)
     if (ifd_backend_cpu_create(&be, 0) || ifd_model_load(&model, path, be, err, sizeof err)) {
         fprintf(stderr, "cannot load %s: %s\n", path, err);
         return 1;
+    }
+#endif
+#ifndef IFD_TEST_ENGINE_CUDA_EMU
+    if (getenv("INFERD_TEST_SANITIZED")) {
+        n_req = 4;
+        prompt_max = 40;
+        small_pool = 6;
+        printf("sanitized build (INFERD_TEST_SANITIZED): %d of %d requests, prompts <= %d\n",
+               n_req, N_REQ, prompt_max + 4);
     }
 #endif
     make_prompts();
