@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh SOURCE_DIR BUILD_DIR — builds the libFuzzer targets of tests/fuzz with
 # clang (ASan + UBSan + libFuzzer) in BUILD_DIR and runs each for
-# $INFERD_FUZZ_SECONDS (default 20) starting from its committed corpus. New
+# $INFERD_FUZZ_SECONDS (default 20) starting from its committed corpus, $JOBS
+# (default 2) targets at a time. New
 # inputs go to a temporary directory, never into the source tree. A crash
 # fails the test and prints the input's path: fix the bug, then add the input
 # to tests/fuzz/corpus/<target>/ so the plain regression test keeps it.
@@ -38,21 +39,41 @@ lf=()
 for t in "${targets[@]}"; do lf+=("fuzz_${t}_lf"); done
 cmake --build "$build" -j "${JOBS:-2}" --target "${lf[@]}"
 
-fail=0
-for t in "${targets[@]}"; do
-    work=$(mktemp -d)
-    log="$work/log"
-    echo "== fuzz_$t: ${secs}s"
+# One target: its log and exit status go to $runs/$t.{log,rc}; new inputs to $runs/$t.d.
+fuzz_one() {
+    local t=$1 work=$runs/$1.d rc
+    mkdir -p "$work"
     set +e
     (cd "$work" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$build/tests/fuzz/fuzz_${t}_lf" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
         -error_exitcode=1 \
-        -print_final_stats=1 "$work" "$src/tests/fuzz/corpus/$t") >"$log" 2>&1
+        -print_final_stats=1 "$work" "$src/tests/fuzz/corpus/$t") >"$runs/$t.log" 2>&1
     rc=$?
     set -e
-    if [ $rc -eq 77 ] && grep -q '^SKIPPED:' "$log"; then
+    echo $rc >"$runs/$t.rc"
+}
+
+# libFuzzer runs one process on one core: $JOBS targets (default 2, CI's cores) run at once,
+# each still for $secs, which halves the wall time of the seven on two cores.
+jobs=${JOBS:-2}
+runs=$(mktemp -d)
+trap 'rm -rf "$probe" "$runs"' EXIT
+echo "== ${#targets[@]} targets, ${secs}s each, $jobs at a time"
+for t in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    fuzz_one "$t" &
+done
+wait
+
+fail=0
+for t in "${targets[@]}"; do
+    log="$runs/$t.log"
+    work="$runs/$t.d"
+    rc=$(cat "$runs/$t.rc")
+    echo "== fuzz_$t: ${secs}s"
+    if [ "$rc" -eq 77 ] && grep -q '^SKIPPED:' "$log"; then
         grep '^SKIPPED:' "$log" | head -1
-    elif [ $rc -ne 0 ]; then
+    elif [ "$rc" -ne 0 ]; then
         tail -60 "$log"
         crash=$(ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null | head -1 || true)
         echo "fuzz_$t FAILED (rc $rc); input kept: ${crash:-none} — add it to tests/fuzz/corpus/$t/ once fixed"
@@ -62,6 +83,5 @@ for t in "${targets[@]}"; do
         echo "fuzz_$t: ok, $(grep -E '^stat::(number_of_executed_units|new_units_added)' "$log" |
             tr -s ' \n' ' ' || true)"
     fi
-    rm -rf "$work"
 done
 exit $fail
