@@ -43,8 +43,8 @@ fi
 #                      ASan+UBSan themselves, test_kvpool_repeat is test_kvpool 20 times)
 #   test_bench_*, test_cli_bench  benchmark runs, not correctness tests (the bench client's
 #                      code runs sanitized in test_cli_fake)
-#   *_avx2             the AVX2-capped reruns: on a CPU without AVX-512 (CI's) they are the
-#                      default run again; the *_scalar reruns (the portable path) do run
+#   *_avx2             the AVX2-capped reruns: on a CPU without AVX-512 (CI's 2-core one) the
+#                      cap is a no-op; the *_scalar reruns (the portable path) do run
 ASAN_EXCLUDE='^(test_cli_bench|test_bench_cpu_vs_llamacpp|.*_avx2)$'
 # Sanitizer reports of every process (daemons and workers that a test kills and restarts
 # included) go to files in a reports folder: any file there fails the run, whatever the
