@@ -16,6 +16,7 @@
 #include "error.h"
 #include "log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,8 @@ struct ifd_rseq {
     bool limbo;
     bool dispatched_once;
     bool cancel_sent;
+    uint32_t deaths;            /* workers lost in a row while it made no progress */
+    uint64_t progress_at_death; /* n_gen + n_plp when the last one was lost */
     ifd_rseq_t *qprev, *qnext;
     ifd_rseq_t *wprev, *wnext;
     ifd_rseq_t *hnext;
@@ -628,6 +631,20 @@ static int ifd__cmp_id(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A sequence whose worker died: counts the deaths in a row with no new
+ * token or prompt logprob in between. IFD__POISON_DEATHS of them mean the
+ * sequence itself most likely kills its worker (a poison request), and
+ * resuming it again would take every worker down with it in turn. */
+enum { IFD__POISON_DEATHS = 3 };
+
+static bool ifd__poisoned(ifd_rseq_t *s)
+{
+    const uint64_t progress = (uint64_t)s->n_gen + s->n_plp;
+    s->deaths = s->deaths && progress == s->progress_at_death ? s->deaths + 1 : 1;
+    s->progress_at_death = progress;
+    return s->deaths >= IFD__POISON_DEATHS;
+}
+
 void ifd_router_on_lost(ifd_router_t *r, int w)
 {
     int n = r->load[w];
@@ -673,6 +690,17 @@ void ifd_router_on_lost(ifd_router_t *r, int w)
             v[i] = NULL;
         } else if (r->stopping) {
             ifd__finish(r, s, &f, IFD_ECLOSED, "the server is shutting down");
+            v[i] = NULL;
+        } else if (ifd__poisoned(s)) {
+            IFD_ERROR("router: sequence %llu was on %d workers that died in a row without "
+                      "progress: failing it instead of resuming it",
+                      (unsigned long long)s->id, (int)s->deaths);
+            char msg[128];
+            snprintf(msg, sizeof msg,
+                     "the worker serving this request died %d times in a row while it made no "
+                     "progress; it is not retried",
+                     IFD__POISON_DEATHS);
+            ifd__finish(r, s, &f, IFD_EINTERNAL, msg);
             v[i] = NULL;
         }
     }

@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -42,8 +43,8 @@ typedef struct {
     uv_process_t proc;
     uv_pipe_t pipe;
     uv_timer_t timer;
-    uv_pipe_t logp;   /* the worker's stdout and stderr */
-    bool log_active;  /* initialised, not yet closed */
+    uv_pipe_t logp;  /* the worker's stdout and stderr */
+    bool log_active; /* initialised, not yet closed */
     size_t log_len;
     char log_line[IFD__LOG_LINE];
     bool proc_active; /* spawned, not yet closed */
@@ -56,6 +57,9 @@ typedef struct {
     uint64_t ping_seq;
     uint64_t ping_sent_ms;
     bool ping_out;
+    int64_t cpu_ticks;     /* its CPU time when last seen moving (-1: unknown) */
+    uint64_t cpu_moved_ms; /* when that was (or the ping was sent) */
+    bool busy_logged;
     uint64_t run_start_ms;
     int crashes_in_row;
     uint64_t crash_ms[IFD__CRASH_RING];
@@ -222,7 +226,7 @@ static void ifd__log_read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf
 {
     (void)buf;
     ifd__worker_t *w = st->data;
-    if (nread < 0) { /* EOF (the process is gone) or an error: flush what is left */
+    if (nread < 0) {          /* EOF (the process is gone) or an error: flush what is left */
         if (w->log_len > 0) { /* < IFD__LOG_LINE: a full buffer is always written out */
             w->log_line[w->log_len++] = '\n';
             ifd__log_write(w->log_line, w->log_len);
@@ -388,8 +392,7 @@ static void ifd__drop_dead_ipc_segment(ifd__worker_t *w)
                  "dropped %d cached blocks; the next worker makes the segment afresh",
                  w->idx, dev, n);
     else
-        IFD_ERROR("worker %d: invalidating KV pool device %d: %s", w->idx, dev,
-                  ifd_strerror(n));
+        IFD_ERROR("worker %d: invalidating KV pool device %d: %s", w->idx, dev, ifd_strerror(n));
 }
 
 static void ifd__on_ready(ifd__worker_t *w, const ifd_wire_ready_t *r)
@@ -808,6 +811,78 @@ static void ifd__spawn(ifd__worker_t *w)
 
 /* ---- liveness ------------------------------------------------------------------------ */
 
+/* A worker answers pings between engine steps, so one long step (a big
+ * prefill on a slow or overloaded machine, a sanitized build) delays the
+ * answer past worker_timeout although the worker is working. Killing it
+ * then would resume the same step on its replacement and kill that one too,
+ * for ever. So an unanswered ping kills only a worker whose CPU time stopped
+ * moving for worker_timeout (stopped, deadlocked, blocked) — or, whatever
+ * its CPU does, one silent for IFD__BUSY_LIMIT × worker_timeout and at
+ * least IFD__BUSY_MIN_S (a step that never ends). Without /proc (-1), the
+ * timeout alone decides. */
+enum { IFD__BUSY_LIMIT = 10, IFD__BUSY_MIN_S = 300 };
+
+static double ifd__busy_limit_s(const ifd_sup_t *s)
+{
+    double b = IFD__BUSY_LIMIT * s->p.timeout_s;
+    return b > IFD__BUSY_MIN_S ? b : IFD__BUSY_MIN_S;
+}
+
+/* User + system CPU time of process pid in clock ticks, or -1. */
+static int64_t ifd__cpu_ticks(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* "pid (comm) state ppid …": utime and stime are fields 14 and 15,
+     * the 12th and 13th after the ')' that ends comm (which may hold spaces) */
+    const char *p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    p++;
+    for (int f = 0; f < 11; f++) {
+        p = strchr(p + 1, ' ');
+        if (!p)
+            return -1;
+    }
+    unsigned long long ut = 0, st = 0;
+    if (sscanf(p, " %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (int64_t)(ut + st);
+}
+
+/* Why worker w, whose ping is `age` ms old, is killed now, or NULL. */
+static const char *ifd__ping_overdue(ifd_sup_t *s, ifd__worker_t *w, uint64_t now, uint64_t age)
+{
+    const uint64_t timeout = ifd__ms(s, s->p.timeout_s);
+    int64_t t = ifd__cpu_ticks(w->info.pid);
+    if (t >= 0 && w->cpu_ticks >= 0 && t > w->cpu_ticks) {
+        w->cpu_ticks = t;
+        w->cpu_moved_ms = now;
+    }
+    if (age <= timeout)
+        return NULL;
+    if (age > ifd__ms(s, ifd__busy_limit_s(s)))
+        return "stayed silent too long although busy (a step that never ends?)";
+    if (t < 0 || w->cpu_ticks < 0 || now - w->cpu_moved_ms > timeout)
+        return "stopped answering pings";
+    if (!w->busy_logged) {
+        w->busy_logged = true;
+        IFD_WARN("worker %d (pid %d): no answer to a ping for %.1f s, but its CPU time moves "
+                 "(a long engine step): not killed unless it stops for %.1f s or stays silent "
+                 "for %.0f s",
+                 w->idx, w->info.pid, (double)age / 1000.0, s->p.timeout_s, ifd__busy_limit_s(s));
+    }
+    return NULL;
+}
+
 static void ifd__ping_cb(uv_timer_t *t)
 {
     ifd_sup_t *s = t->data;
@@ -818,13 +893,14 @@ static void ifd__ping_cb(uv_timer_t *t)
             continue;
         if (w->ping_out) {
             uint64_t age = now - w->ping_sent_ms;
-            if (age > ifd__ms(s, s->p.timeout_s)) {
-                ifd_sup_kill(s, i, "stopped answering pings");
+            const char *why = ifd__ping_overdue(s, w, now, age);
+            if (why) {
+                ifd_sup_kill(s, i, why);
             } else if (!w->info.unresponsive && age + 10 >= 2 * ifd__ms(s, s->p.ping_interval_s)) {
                 /* one long engine step can delay one answer; two intervals is a stall */
                 w->info.unresponsive = true;
                 IFD_WARN("worker %d (pid %d): no answer to a ping for %.1f s (killed after "
-                         "%.0f s)",
+                         "%.1f s)",
                          i, w->info.pid, (double)age / 1000.0, s->p.timeout_s);
             }
             continue;
@@ -834,6 +910,9 @@ static void ifd__ping_cb(uv_timer_t *t)
         if (ifd_sup_send(s, i, &m) == 0) {
             w->ping_out = true;
             w->ping_sent_ms = now;
+            w->cpu_ticks = ifd__cpu_ticks(w->info.pid);
+            w->cpu_moved_ms = now;
+            w->busy_logged = false;
         }
     }
 }

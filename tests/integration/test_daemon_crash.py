@@ -5,7 +5,10 @@ its prompt was being scored come out whole and unchanged), a hung worker (killed
 check and replaced), a crash loop (shown by /health, answered 503), clients
 that disconnect (their sequences are cancelled, others are untouched), a
 client that stops reading (dropped at the output cap), and SIGTERM during
-streaming (in-flight streams finish, exit 0, socket removed).
+streaming (in-flight streams finish, exit 0, socket removed); an engine
+step longer than worker_timeout (not killed: its CPU time moves) and a
+request whose worker dies three times in a row before it makes progress
+(failed with a 500 instead of being resumed for ever).
 
 Usage: test_daemon_crash.py INFERD WORKER   (standard library only)
 """
@@ -20,8 +23,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import (Daemon, UnixHTTPConnection, require_model,  # noqa: E402
-                              run_tests)
+from test_daemon_util import (SCALE, Daemon, UnixHTTPConnection,  # noqa: E402
+                              require_model, run_tests)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 WORKER = sys.argv[2] if len(sys.argv) > 2 else "inferd-worker"
@@ -194,6 +197,70 @@ def test_hung_worker_replaced():
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+        assert d.stop() == 0
+
+
+# A prompt as token ids: its length is exact whatever the tokenizer.
+LONG_PROMPT = [200 + (i * 7) % 4000 for i in range(600)]
+
+
+def test_long_step_not_killed():
+    """One prefill step of 600 tokens on one thread takes seconds, far past
+    a 0.3 s worker_timeout: the worker cannot answer a ping inside the step,
+    but its CPU time moves, so it is not killed (killing it would only make
+    its replacement redo the same step, and be killed in turn)."""
+    d = Daemon(INFERD, ["--threads", "1", "--worker-ping-interval", "0.05",
+                        "--worker-timeout", "0.3", "--max-batched-tokens", "1024",
+                        "--prefill-cap", "off"])
+    try:
+        pid = d.worker_pids()[0]
+        t0 = time.time()
+        r = d.json("POST", "/v1/completions", {"prompt": LONG_PROMPT, "max_tokens": 2,
+                                               "temperature": 0, "ignore_eos": True})
+        dt = time.time() - t0
+        log = d.logtext()
+        assert dt > 0.9, "the prefill (%.2f s) did not outlast the timeout: a longer prompt" % dt
+        assert r["usage"]["completion_tokens"] == 2, r
+        assert d.worker_pids()[0] == pid, "the busy worker was replaced:\n" + log
+        assert "stopped answering pings" not in log, log
+        assert "its CPU time moves" in log, log
+        d.wait_idle()
+    finally:
+        assert d.stop() == 0
+
+
+def test_poison_request_not_resumed_forever():
+    """A request whose worker dies every time it runs it (here: SIGKILLed as
+    soon as the request lands on it, before its first token) is resumed
+    twice, then failed with a 500 naming why; the next request is served."""
+    d = Daemon(INFERD, ["--threads", "1", "--max-batched-tokens", "1024",
+                        "--prefill-cap", "off", "--restart-backoff", "0.05",
+                        "--crash-loop-limit", "20"])
+    try:
+        res = {}
+        body = {"prompt": LONG_PROMPT, "max_tokens": 4, "ignore_eos": True}
+        th = threading.Thread(daemon=True, target=lambda: res.update(
+            r=d.request("POST", "/v1/completions", body, timeout=180)))
+        th.start()
+        kills, last, t0 = 0, None, time.time()
+        while th.is_alive() and kills < 6:
+            assert time.time() - t0 < 120 * SCALE, "kills so far: %d\n%s" % (kills, d.logtext())
+            w = json.loads(d.request("GET", "/health")[1])["workers"][0]
+            if w["state"] == "ready" and w["running"] >= 1 and w["pid"] != last:
+                os.kill(w["pid"], signal.SIGKILL)
+                last = w["pid"]
+                kills += 1
+            time.sleep(0.01)
+        th.join(60 * SCALE)
+        code, data = res["r"]
+        assert code == 500 and b"not retried" in data, (code, data, d.logtext())
+        assert kills == 3, kills
+        assert "without progress" in d.logtext()
+        d.wait_ready()
+        r = d.json("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 2})
+        assert r["usage"]["completion_tokens"] == 2, r
+        d.wait_idle()
+    finally:
         assert d.stop() == 0
 
 
