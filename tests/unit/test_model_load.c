@@ -182,6 +182,7 @@ static void check_forward(const char *arch)
     kp.head_dim = HD;
     kp.n_blocks = 8;
     kp.n_workers = 1;
+    kp.dtype = IFD_KV_F32; /* the layers below are f32 views of it */
     ifd_kvpool_t *pool;
     ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
     ifd_kv_layer_t kv[NL];

@@ -104,6 +104,7 @@ static void logits_of(uint64_t seed, float *out, int n_vocab)
     ifd_kvpool_params_t kp = ifd_model_kvpool_params(&c);
     kp.n_blocks = 2;
     kp.n_workers = 1;
+    kp.dtype = IFD_KV_F32; /* the layers below are f32 views of it */
     ifd_kvpool_t *pool;
     ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
     ifd_kv_layer_t kv[8];
