@@ -124,10 +124,23 @@ static void ifd__warm_tables(ifd__warm_t *w, int n_seqs, int max_blocks)
 }
 
 /* One step (sampled on the device where the backend can). */
-static int ifd__warm_step(ifd__warm_t *w, const ifd_batch_t *b)
+/* Runs the step that w's arrays describe: n tokens of n_seqs sequences
+ * (tables of max_blocks), logits for the first n_logits of w->rows. */
+static int ifd__warm_step(ifd__warm_t *w, int n, int n_seqs, int max_blocks, int n_logits)
 {
+    ifd__warm_tables(w, n_seqs, max_blocks);
+    const ifd_batch_t b = {.n_tok = n,
+                           .tokens = w->tokens,
+                           .pos = w->pos,
+                           .seq = w->seq,
+                           .slot = w->slot,
+                           .n_seqs = n_seqs,
+                           .block_tables = w->bt,
+                           .max_blocks = max_blocks,
+                           .n_logits = n_logits,
+                           .logit_rows = w->rows};
     w->steps++;
-    return ifd_model_forward_sample(w->m, b, w->kv, w->srows, w->sampled, w->logits);
+    return ifd_model_forward_sample(w->m, &b, w->kv, w->srows, w->sampled, w->logits);
 }
 
 /* A mixed prefill step of n tokens: sequences 0..S-2 one token each at
@@ -156,18 +169,7 @@ static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool plp_rows)
         w->rows[S + i] = S - 1 + i;
     for (int i = 0; i < S + plp; i++)
         w->srows[i].params = i < S ? &w->sp : NULL;
-    ifd__warm_tables(w, S, max_blocks);
-    const ifd_batch_t b = {.n_tok = n,
-                           .tokens = w->tokens,
-                           .pos = w->pos,
-                           .seq = w->seq,
-                           .slot = w->slot,
-                           .n_seqs = S,
-                           .block_tables = w->bt,
-                           .max_blocks = max_blocks,
-                           .n_logits = S + plp,
-                           .logit_rows = w->rows};
-    return ifd__warm_step(w, &b);
+    return ifd__warm_step(w, n, S, max_blocks, S + plp);
 }
 
 /* A decode step of n sequences: sequence 0 at position ctx - 1, the others
@@ -183,18 +185,7 @@ static int ifd__warm_decode(ifd__warm_t *w, int n, int ctx)
         w->rows[i] = i;
         w->srows[i].params = &w->sp;
     }
-    ifd__warm_tables(w, n, max_blocks);
-    const ifd_batch_t b = {.n_tok = n,
-                           .tokens = w->tokens,
-                           .pos = w->pos,
-                           .seq = w->seq,
-                           .slot = w->slot,
-                           .n_seqs = n,
-                           .block_tables = w->bt,
-                           .max_blocks = max_blocks,
-                           .n_logits = n,
-                           .logit_rows = w->rows};
-    return ifd__warm_step(w, &b);
+    return ifd__warm_step(w, n, n, max_blocks, n);
 }
 
 /* The decode steps of step 2 (every_ctx false: at max_ctx only) or 3 (each
