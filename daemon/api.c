@@ -9,6 +9,7 @@
 #include "error.h"
 #include "gen.h"
 #include "log.h"
+#include "prompt.h"
 
 #include <http_parser.h>
 #include <jansson.h>
@@ -425,10 +426,10 @@ typedef struct {
     ifd_http_conn_t *conn; /* NULL once the client is gone */
     ifd_arena_t arena;
     ifd_oai_tokenize_t req;
+    ifd_oai_request_t chat; /* with messages: the body parsed as a chat request */
     ifd_tokens_t ids;
     int rc;
-    bool bad_messages;
-    char tpl_err[400]; /* why the template could not render (bad_messages) */
+    ifd_oai_error_t err; /* rc's 400 (the template cannot render), when status is set */
 } ifd__tokjob_t;
 
 static void ifd__tokjob_abort(void *ud)
@@ -437,31 +438,15 @@ static void ifd__tokjob_abort(void *ud)
     j->conn = NULL;
 }
 
+/* With messages, exactly the prompt a chat completion of the same body
+ * prefills (prompt.h); add_special_tokens then has no effect, the template
+ * placing the special tokens. */
 static void ifd__tokjob_work(uv_work_t *w)
 {
     ifd__tokjob_t *j = w->data;
     const ifd_api_t *api = j->api;
     if (j->req.messages) {
-        ifd_chat_msg_t *msgs = calloc(j->req.n_messages, sizeof *msgs);
-        if (!msgs) {
-            j->rc = IFD_ENOMEM;
-            return;
-        }
-        for (size_t i = 0; i < j->req.n_messages; i++) {
-            const char *role = j->req.messages[i].role;
-            msgs[i].role = !strcmp(role, "developer") ? "system" : role;
-            msgs[i].content = j->req.messages[i].content ? j->req.messages[i].content : "";
-        }
-        ifd_chat_prompt_t p;
-        j->rc = ifd_chat_render_msgs(api->tpl, msgs, j->req.n_messages,
-                                     j->req.add_generation_prompt, NULL, &p, j->tpl_err,
-                                     sizeof j->tpl_err);
-        free(msgs);
-        if (j->rc == IFD_EINVAL || j->rc == IFD_ETOOBIG)
-            j->bad_messages = true;
-        if (!j->rc)
-            j->rc = ifd_chat_tokenize(api->tpl, api->tok, &p, &j->ids);
-        ifd_chat_prompt_free(&p);
+        j->rc = ifd_prompt_chat(api, &j->arena, &j->chat, &j->ids, NULL, &j->err);
         return;
     }
     unsigned flags = IFD_TOK_PARSE_SPECIAL | (j->req.add_special_tokens ? IFD_TOK_ADD_SPECIAL : 0);
@@ -475,10 +460,10 @@ static void ifd__tokjob_done(uv_work_t *w, int status)
     ifd_http_conn_t *c = j->conn;
     if (c) {
         ifd_http_set_abort(c, NULL, NULL);
-        if (status < 0 || j->bad_messages) {
-            ifd_api_errorf(c, 400, "invalid_value", "messages",
-                           "The model's chat template cannot render these messages: %s",
-                           j->tpl_err[0] ? j->tpl_err : "check the roles and their order");
+        if (status < 0) {
+            ifd_api_errorf(c, 500, NULL, NULL, "Tokenizing was cancelled.");
+        } else if (j->rc && j->err.status) {
+            ifd_api_error(c, &j->err, 0);
         } else if (j->rc) {
             ifd_api_errorf(c, 500, NULL, NULL, "Tokenizing failed: %s", ifd_strerror(j->rc));
         } else {
@@ -532,6 +517,14 @@ static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_req
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);
     if (ifd_oai_parse_tokenize(&j->arena, r->body, r->body_len, &j->req, &e)) {
+        if (!e.status)
+            ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
+        ifd_api_error(c, &e, 0);
+        goto fail;
+    }
+    /* with messages every chat field is read and checked as the chat
+     * endpoint does (tools, chat_template_kwargs, continue_final_message, …) */
+    if (j->req.messages && ifd_oai_parse_chat(&j->arena, r->body, r->body_len, &j->chat, &e)) {
         if (!e.status)
             ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
         ifd_api_error(c, &e, 0);

@@ -34,6 +34,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "prompt.h"
 #include "responses.h"
 #include "sse.h"
 #include "toolcall.h"
@@ -892,273 +893,19 @@ void ifd_gen_abort_all(ifd_api_t *api)
 
 /* ---- tokenizing (uv threadpool) ----------------------------------------------------------- */
 
-/*
- * Tools with a built-in template family (which has no syntax for them):
- * the tool definitions go into the system message, Hermes-style, with
- * instructions to answer with <tool_call> blocks (parsed back by
- * proto/toolcall); assistant tool calls are rendered as such blocks and
- * role "tool" messages as user turns holding <tool_response> blocks. The
- * strings come from g's arena. 0, IFD_ENOMEM.
- */
-static int ifd__tool_text(ifd_gen_t *g, ifd_chat_msg_t *msgs, size_t n)
-{
-    const ifd_oai_request_t *rq = &g->req;
-    ifd_buf_t b = IFD_BUF_INIT;
-    int rc = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        const ifd_oai_message_t *m = &rq->messages[i];
-        if (!strcmp(m->role, "tool")) {
-            ifd_buf_clear(&b);
-            rc = ifd_buf_printf(&b, "<tool_response>\n%s\n</tool_response>", msgs[i].content);
-            msgs[i].role = "user";
-            msgs[i].content = rc ? "" : ifd_arena_strdup(&g->arena, b.data);
-        } else if (m->tool_calls) {
-            json_error_t je;
-            json_t *calls = json_loads(m->tool_calls, 0, &je);
-            ifd_buf_clear(&b);
-            rc = ifd_buf_puts(&b, msgs[i].content);
-            for (size_t k = 0; !rc && k < json_array_size(calls); k++) {
-                json_t *f = json_object_get(json_array_get(calls, k), "function");
-                json_t *args = json_object_get(f, "arguments");
-                json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, &je)
-                                                      : json_incref(args);
-                json_t *o = json_object();
-                json_object_set(o, "name", json_object_get(f, "name"));
-                json_object_set_new(o, "arguments", parsed ? parsed : json_object());
-                char *t = json_dumps(o, JSON_COMPACT);
-                rc = !t ||
-                     ifd_buf_printf(&b, "%s<tool_call>\n%s\n</tool_call>", b.len ? "\n" : "", t);
-                free(t);
-                json_decref(o);
-            }
-            json_decref(calls);
-            msgs[i].content = rc ? "" : ifd_arena_strdup(&g->arena, b.data ? b.data : "");
-        }
-        if (!msgs[i].content)
-            rc = IFD_ENOMEM;
-    }
-    ifd_buf_free(&b);
-    return rc ? IFD_ENOMEM : 0;
-}
-
-/* The system text that describes the tools (built-in families only). */
-static char *ifd__tools_system(ifd_gen_t *g, const char *system)
-{
-    json_error_t je;
-    json_t *tools = json_loads(g->req.tools_json, 0, &je);
-    ifd_buf_t b = IFD_BUF_INIT;
-    int rc = 0;
-    if (system && system[0])
-        rc = ifd_buf_printf(&b, "%s\n\n", system);
-    rc = rc || ifd_buf_puts(&b, "# Tools\n\nYou can call functions to help with the request. "
-                                "Their signatures (JSON Schema) are inside <tools></tools>:\n"
-                                "<tools>\n");
-    for (size_t i = 0; !rc && i < json_array_size(tools); i++) {
-        char *t = json_dumps(json_array_get(tools, i), JSON_COMPACT);
-        rc = !t || ifd_buf_printf(&b, "%s\n", t);
-        free(t);
-    }
-    rc = rc || ifd_buf_puts(&b, "</tools>\n\nTo call a function, answer with one JSON object "
-                                "per call inside <tool_call></tool_call> tags:\n<tool_call>\n"
-                                "{\"name\": <function name>, \"arguments\": <the arguments as "
-                                "a JSON object>}\n</tool_call>");
-    json_decref(tools);
-    char *out = rc ? NULL : ifd_arena_strdup(&g->arena, b.data);
-    ifd_buf_free(&b);
-    return out;
-}
-
-/* A Jinja template that mentions tools renders them (and tool calls, tool
- * results) itself; any other template gets the built-in tool text above. */
-static bool ifd__template_does_tools(const ifd_chat_template_t *tpl)
-{
-    const char *src = ifd_chat_template_source(tpl);
-    return src && strstr(src, "tool");
-}
-
-/* vLLM's chat_template_kwargs and documents as the template's extra
- * variables (NULL none). Both are the parser's own compact JSON. */
-static json_t *ifd__template_vars(const ifd_gen_t *g)
-{
-    if (!g->req.template_kwargs && !g->req.documents)
-        return NULL;
-    json_t *v = g->req.template_kwargs ? json_loads(g->req.template_kwargs, 0, NULL)
-                                       : json_object();
-    if (v && g->req.documents)
-        json_object_set_new(v, "documents", json_loads(g->req.documents, 0, NULL));
-    return v;
-}
-
-/*
- * vLLM's continue_final_message (rendered without a generation prompt):
- * the prompt is cut right after the last message's content, so the model
- * continues that assistant message — transformers' rule: the content
- * (stripped) must appear in the rendered text; the cut follows its last
- * occurrence, without trailing whitespace the template trimmed. With
- * chat's echo, that content is also what the answer starts with.
- * 0 or IFD_EINVAL (err filled).
- */
-static int ifd__continue_final(ifd_gen_t *g, ifd_chat_prompt_t *pr, char *err, size_t errlen)
-{
-    const ifd_oai_request_t *rq = &g->req;
-    if (!rq->n_messages)
-        return 0;
-    const char *last = rq->messages[rq->n_messages - 1].content;
-    if (rq->echo && !strcmp(rq->messages[rq->n_messages - 1].role, "assistant"))
-        g->echo[0] = (char *)last, g->echo_len[0] = strlen(last);
-    if (!rq->continue_final_message)
-        return 0;
-    const char *b = last, *e = last + strlen(last);
-    while (b < e && strchr(" \t\r\n", *b))
-        b++;
-    while (e > b && strchr(" \t\r\n", e[-1]))
-        e--;
-    size_t core = (size_t)(e - b), lead_trimmed = strlen(b);
-    const char *at = NULL;
-    for (const char *p = pr->text; core && (p = memmem(p, pr->len - (size_t)(p - pr->text), b,
-                                                         core));
-         p++)
-        at = p;
-    if (!core || !at) {
-        snprintf(err, errlen, "continue_final_message is set but the final message does not "
-                              "appear in the prompt the chat template renders");
-        return IFD_EINVAL;
-    }
-    size_t rest = pr->len - (size_t)(at - pr->text);
-    size_t keep = rest >= lead_trimmed && !memcmp(at, b, lead_trimmed) ? lead_trimmed : core;
-    size_t cut = (size_t)(at - pr->text) + keep;
-    pr->len = cut;
-    pr->text[cut] = '\0';
-    size_t n = 0;
-    for (size_t i = 0; i < pr->n_content; i++) { /* plain spans end at the cut */
-        ifd_span_t *sp = &pr->content[i];
-        if (sp->off >= cut)
-            break;
-        if (sp->off + sp->len > cut)
-            sp->len = cut - sp->off;
-        n++;
-    }
-    pr->n_content = n;
-    return 0;
-}
-
-/* A template that cannot render the request (it raised, a built-in family
- * lacks the roles, a Jinja limit): a 400 carrying the template's own words. */
-static void ifd__template_error(ifd_gen_t *g, int rc, const char *err)
-{
-    g->work_rc = rc;
-    ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", "messages",
-                      "The model's chat template cannot render these messages: %s",
-                      err[0] ? err : ifd_strerror(rc));
-}
-
-/* The model's own template over the request's JSON messages and tools
- * (threadpool). */
-static void ifd__render_request(ifd_gen_t *g)
-{
-    json_error_t je;
-    json_t *msgs = json_loads(g->req.messages_json, 0, &je);
-    json_t *tools = g->req.tools_json && g->req.tool_choice != IFD_OAI_TOOL_CHOICE_NONE
-                        ? json_loads(g->req.tools_json, 0, &je)
-                        : NULL;
-    if (!msgs || (g->req.tools_json && g->req.tool_choice != IFD_OAI_TOOL_CHOICE_NONE && !tools)) {
-        json_decref(msgs);
-        json_decref(tools);
-        g->work_rc = IFD_ENOMEM;
-        return;
-    }
-    /* "developer" is OpenAI's new name for "system" */
-    for (size_t i = 0; i < json_array_size(msgs); i++) {
-        json_t *m = json_array_get(msgs, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (role && !strcmp(role, "developer"))
-            json_object_set_new(m, "role", json_string("system"));
-    }
-    json_t *vars = ifd__template_vars(g);
-    ifd_chat_request_t cr = {msgs, tools, vars, g->req.add_generation_prompt};
-    ifd_chat_prompt_t pr = {0};
-    char err[400] = "";
-    int rc = ifd_chat_render_request(g->api->tpl, &cr, &pr, err, sizeof err);
-    json_decref(msgs);
-    json_decref(tools);
-    json_decref(vars);
-    if (!rc)
-        rc = ifd__continue_final(g, &pr, err, sizeof err);
-    if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
-        ifd_chat_prompt_free(&pr);
-        ifd__template_error(g, rc, err);
-        return;
-    }
-    if (!rc)
-        rc = ifd_chat_tokenize(g->api->tpl, g->api->tok, &pr, &g->ptoks[0]);
-    ifd_chat_prompt_free(&pr);
-    g->work_rc = rc;
-}
-
 static void ifd__work_cb(uv_work_t *w)
 {
     ifd_gen_t *g = w->data;
     const ifd_tokenizer_t *tok = g->api->tok;
     g->work_rc = 0;
-    if (g->kind == IFD_OAI_CHAT && ifd__template_does_tools(g->api->tpl)) {
-        ifd__render_request(g);
-        return;
-    }
     if (g->kind == IFD_OAI_CHAT) {
-        ifd_chat_msg_t *msgs = calloc(g->req.n_messages, sizeof *msgs);
-        if (!msgs) {
-            g->work_rc = IFD_ENOMEM;
-            return;
+        const char *echo = NULL;
+        g->work_rc =
+            ifd_prompt_chat(g->api, &g->arena, &g->req, &g->ptoks[0], &echo, &g->work_err);
+        if (echo) {
+            g->echo[0] = (char *)echo;
+            g->echo_len[0] = strlen(echo);
         }
-        for (size_t i = 0; i < g->req.n_messages; i++) {
-            const char *role = g->req.messages[i].role;
-            msgs[i].role = !strcmp(role, "developer") ? "system" : role;
-            msgs[i].content = g->req.messages[i].content ? g->req.messages[i].content : "";
-        }
-        int rc = ifd__tool_text(g, msgs, g->req.n_messages);
-        ifd_chat_msg_t *all = msgs;
-        size_t n_all = g->req.n_messages;
-        if (!rc && g->req.tools_json && g->req.tool_choice != IFD_OAI_TOOL_CHOICE_NONE) {
-            bool has_sys = n_all && !strcmp(msgs[0].role, "system");
-            char *sys = ifd__tools_system(g, has_sys ? msgs[0].content : NULL);
-            if (!sys) {
-                rc = IFD_ENOMEM;
-            } else if (has_sys) {
-                msgs[0].content = sys;
-            } else {
-                all = calloc(n_all + 1, sizeof *all);
-                if (!all) {
-                    rc = IFD_ENOMEM;
-                    all = msgs;
-                } else {
-                    all[0].role = "system";
-                    all[0].content = sys;
-                    memcpy(all + 1, msgs, n_all * sizeof *msgs);
-                    n_all++;
-                }
-            }
-        }
-        ifd_chat_prompt_t pr = {0};
-        char err[400] = "";
-        json_t *vars = ifd__template_vars(g);
-        if (!rc)
-            rc = ifd_chat_render_msgs(g->api->tpl, all, n_all, g->req.add_generation_prompt,
-                                      vars, &pr, err, sizeof err);
-        json_decref(vars);
-        if (all != msgs)
-            free(all);
-        free(msgs);
-        if (!rc)
-            rc = ifd__continue_final(g, &pr, err, sizeof err);
-        if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
-            ifd_chat_prompt_free(&pr);
-            ifd__template_error(g, rc, err);
-            return;
-        }
-        if (!rc)
-            rc = ifd_chat_tokenize(g->api->tpl, tok, &pr, &g->ptoks[0]);
-        ifd_chat_prompt_free(&pr);
-        g->work_rc = rc;
         return;
     }
     for (size_t p = 0; p < g->n_prompts && !g->work_rc; p++) {
@@ -1272,14 +1019,7 @@ static void ifd__start(ifd_gen_t *g)
     /* context length, per prompt */
     int64_t max_tokens = rq->max_tokens;
     for (size_t p = 0; p < g->n_prompts; p++) {
-        /* vLLM's truncate_prompt_tokens: keep the last k tokens */
-        int64_t k =
-            rq->truncate_prompt_tokens < 0 ? api->max_model_len : rq->truncate_prompt_tokens;
-        if (k > 0 && (int64_t)g->ptoks[p].n > k) {
-            ifd_tokens_t *t = &g->ptoks[p];
-            memmove(t->ids, t->ids + (t->n - (size_t)k), (size_t)k * sizeof *t->ids);
-            t->n = (size_t)k;
-        }
+        ifd_prompt_truncate(api, rq, &g->ptoks[p]); /* chat's: done already */
         int64_t n = (int64_t)g->ptoks[p].n;
         if (n == 0) {
             ifd__reject(g, 400, "invalid_value", g->kind == IFD_OAI_CHAT ? "messages" : "prompt",

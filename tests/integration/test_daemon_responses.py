@@ -30,6 +30,7 @@ INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 D = None
 C = None
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
+SANITIZED = bool(os.environ.get("INFERD_TEST_SANITIZED"))
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                          "required": ["city"]}}]
@@ -254,6 +255,58 @@ def test_continue_final_message_and_echo():
     D.wait_idle()
 
 
+CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in TOOLS[0].items()
+                                                 if k != "type"}}]
+TOOL_TURNS = [{"role": "user", "content": "Weather in Paris?"},
+              {"role": "assistant", "content": None, "tool_calls": [
+                  {"id": "call_1", "type": "function",
+                   "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+              {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
+
+
+def tokenize_equals_chat(d, c, body):
+    """POST /tokenize with a chat body counts exactly the chat's usage.prompt_tokens."""
+    t = d.json("POST", "/tokenize", body)
+    extra = {k: v for k, v in body.items() if k not in ("messages", "tools", "tool_choice")}
+    r = c.chat.completions.create(model=MODEL, messages=body["messages"], max_tokens=1,
+                                  tools=body.get("tools", openai.NOT_GIVEN),
+                                  tool_choice=body.get("tool_choice", openai.NOT_GIVEN),
+                                  extra_body=extra)
+    assert t["count"] == len(t["tokens"]) == r.usage.prompt_tokens, (body, t["count"], r.usage)
+    return t["count"]
+
+
+def test_tokenize_renders_as_chat():
+    q = [{"role": "user", "content": "What is the capital of France?"}]
+    base = tokenize_equals_chat(D, C, {"messages": q})
+    tools = tokenize_equals_chat(D, C, {"messages": q, "tools": CHAT_TOOLS})
+    assert tools > base + 20, (tools, base)  # the tool definitions are in the prompt
+    assert tokenize_equals_chat(D, C, {"messages": q, "tools": CHAT_TOOLS,
+                                       "tool_choice": "none"}) == base
+    cont = q + [{"role": "assistant", "content": "The capital of France is"}]
+    assert tokenize_equals_chat(D, C, {"messages": cont, "continue_final_message": True,
+                                       "add_generation_prompt": False}) > base
+    if not SANITIZED:
+        tokenize_equals_chat(D, C, {"messages": TOOL_TURNS, "tools": CHAT_TOOLS})
+        tokenize_equals_chat(D, C, {"messages": q, "add_generation_prompt": False,
+                                    "chat_template_kwargs": {"x": 1}})
+        assert tokenize_equals_chat(D, C, {"messages": q, "truncate_prompt_tokens": 5}) == 5
+    # bad chat fields: the chat endpoint's 400, naming the field
+    for extra, param in [({"continue_final_message": True}, "continue_final_message"),
+                         ({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs.tools"),
+                         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+                         ({"tool_choice": "required"}, "tool_choice")]:
+        code, body = D.request("POST", "/tokenize", dict({"messages": cont}, **extra))
+        err = json.loads(body)["error"]
+        assert code == 400 and err["param"] == param, (extra, code, body)
+        try:
+            C.chat.completions.create(model=MODEL, messages=cont, max_tokens=1, extra_body=extra)
+            raise AssertionError("chat accepted %r" % extra)
+        except openai.BadRequestError as e:
+            assert e.param == param and err["message"] == e.body["message"], (e.body, err)
+    D.wait_idle()
+
+
 RAISING_TEMPLATE = (
     "{%- if note is defined -%}{{ note }}\n{%- endif -%}"
     "{%- if documents -%}{%- for d in documents -%}[{{ d['text'] }}]{%- endfor -%}{%- endif -%}"
@@ -293,6 +346,11 @@ def test_template_error_is_a_400():
             extra_body={"documents": [{"title": "a", "text": "word " * 20},
                                       {"title": "b", "text": "more " * 10}]})
         assert docs.usage.prompt_tokens >= ok.usage.prompt_tokens + 30, (docs.usage, ok.usage)
+        # /tokenize renders the same variables
+        tokenize_equals_chat(d2, c2, {"messages": [{"role": "user", "content": "hi"}],
+                                      "chat_template_kwargs": {"note": "Note: " + "w " * 9}})
+        tokenize_equals_chat(d2, c2, {"messages": [{"role": "user", "content": "hi"}],
+                                      "documents": [{"title": "a", "text": "w " * 9}]})
         code, body = d2.request("POST", "/tokenize", {"messages": msgs})
         assert code == 400 and b"System messages are not allowed" in body, (code, body)
         try:  # the Responses API renders through the same template

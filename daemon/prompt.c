@@ -1,0 +1,279 @@
+/*
+ * prompt.c — see prompt.h. Two renderings, chosen by the template:
+ *   a Jinja template that mentions tools renders the request's own JSON
+ *   (messages, tools, tool calls, tool results) itself (ifd__render_json);
+ *   any other template renders {role, content} messages, with the tools
+ *   described in the system message and tool calls / results written as
+ *   <tool_call> / <tool_response> blocks (ifd__render_plain).
+ * Both then apply continue_final_message to the rendered text and tokenize
+ * it. Nothing here depends on the endpoint: the request struct is all.
+ */
+#include "prompt.h"
+
+#include "error.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Tools with a built-in template family (which has no syntax for them):
+ * the tool definitions go into the system message, Hermes-style, with
+ * instructions to answer with <tool_call> blocks (parsed back by
+ * proto/toolcall); assistant tool calls are rendered as such blocks and
+ * role "tool" messages as user turns holding <tool_response> blocks. The
+ * strings come from the arena. 0, IFD_ENOMEM.
+ */
+static int ifd__tool_text(ifd_arena_t *a, const ifd_oai_request_t *rq, ifd_chat_msg_t *msgs,
+                          size_t n)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const ifd_oai_message_t *m = &rq->messages[i];
+        if (!strcmp(m->role, "tool")) {
+            ifd_buf_clear(&b);
+            rc = ifd_buf_printf(&b, "<tool_response>\n%s\n</tool_response>", msgs[i].content);
+            msgs[i].role = "user";
+            msgs[i].content = rc ? "" : ifd_arena_strdup(a, b.data);
+        } else if (m->tool_calls) {
+            json_error_t je;
+            json_t *calls = json_loads(m->tool_calls, 0, &je);
+            ifd_buf_clear(&b);
+            rc = ifd_buf_puts(&b, msgs[i].content);
+            for (size_t k = 0; !rc && k < json_array_size(calls); k++) {
+                json_t *f = json_object_get(json_array_get(calls, k), "function");
+                json_t *args = json_object_get(f, "arguments");
+                json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, &je)
+                                                      : json_incref(args);
+                json_t *o = json_object();
+                json_object_set(o, "name", json_object_get(f, "name"));
+                json_object_set_new(o, "arguments", parsed ? parsed : json_object());
+                char *t = json_dumps(o, JSON_COMPACT);
+                rc = !t ||
+                     ifd_buf_printf(&b, "%s<tool_call>\n%s\n</tool_call>", b.len ? "\n" : "", t);
+                free(t);
+                json_decref(o);
+            }
+            json_decref(calls);
+            msgs[i].content = rc ? "" : ifd_arena_strdup(a, b.data ? b.data : "");
+        }
+        if (!msgs[i].content)
+            rc = IFD_ENOMEM;
+    }
+    ifd_buf_free(&b);
+    return rc ? IFD_ENOMEM : 0;
+}
+
+/* The system text that describes the tools (built-in families only). */
+static char *ifd__tools_system(ifd_arena_t *a, const ifd_oai_request_t *rq, const char *system)
+{
+    json_error_t je;
+    json_t *tools = json_loads(rq->tools_json, 0, &je);
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = 0;
+    if (system && system[0])
+        rc = ifd_buf_printf(&b, "%s\n\n", system);
+    rc = rc || ifd_buf_puts(&b, "# Tools\n\nYou can call functions to help with the request. "
+                                "Their signatures (JSON Schema) are inside <tools></tools>:\n"
+                                "<tools>\n");
+    for (size_t i = 0; !rc && i < json_array_size(tools); i++) {
+        char *t = json_dumps(json_array_get(tools, i), JSON_COMPACT);
+        rc = !t || ifd_buf_printf(&b, "%s\n", t);
+        free(t);
+    }
+    rc = rc || ifd_buf_puts(&b, "</tools>\n\nTo call a function, answer with one JSON object "
+                                "per call inside <tool_call></tool_call> tags:\n<tool_call>\n"
+                                "{\"name\": <function name>, \"arguments\": <the arguments as "
+                                "a JSON object>}\n</tool_call>");
+    json_decref(tools);
+    char *out = rc ? NULL : ifd_arena_strdup(a, b.data);
+    ifd_buf_free(&b);
+    return out;
+}
+
+/* A Jinja template that mentions tools renders them (and tool calls, tool
+ * results) itself; any other template gets the built-in tool text above. */
+static bool ifd__template_does_tools(const ifd_chat_template_t *tpl)
+{
+    const char *src = ifd_chat_template_source(tpl);
+    return src && strstr(src, "tool");
+}
+
+/* Tools are rendered unless tool_choice is "none". */
+static bool ifd__tools_rendered(const ifd_oai_request_t *rq)
+{
+    return rq->tools_json && rq->tool_choice != IFD_OAI_TOOL_CHOICE_NONE;
+}
+
+/* vLLM's chat_template_kwargs and documents as the template's extra
+ * variables (NULL none). Both are the parser's own compact JSON. */
+static json_t *ifd__template_vars(const ifd_oai_request_t *rq)
+{
+    if (!rq->template_kwargs && !rq->documents)
+        return NULL;
+    json_t *v = rq->template_kwargs ? json_loads(rq->template_kwargs, 0, NULL) : json_object();
+    if (v && rq->documents)
+        json_object_set_new(v, "documents", json_loads(rq->documents, 0, NULL));
+    return v;
+}
+
+/*
+ * vLLM's continue_final_message (rendered without a generation prompt):
+ * the prompt is cut right after the last message's content, so the model
+ * continues that assistant message — transformers' rule: the content
+ * (stripped) must appear in the rendered text; the cut follows its last
+ * occurrence, without trailing whitespace the template trimmed.
+ * 0 or IFD_EINVAL (err filled).
+ */
+static int ifd__continue_final(const ifd_oai_request_t *rq, ifd_chat_prompt_t *pr, char *err,
+                               size_t errlen)
+{
+    if (!rq->n_messages || !rq->continue_final_message)
+        return 0;
+    const char *last = rq->messages[rq->n_messages - 1].content;
+    if (!last)
+        last = "";
+    const char *b = last, *e = last + strlen(last);
+    while (b < e && strchr(" \t\r\n", *b))
+        b++;
+    while (e > b && strchr(" \t\r\n", e[-1]))
+        e--;
+    size_t core = (size_t)(e - b), lead_trimmed = strlen(b);
+    const char *at = NULL;
+    for (const char *p = pr->text; core && (p = memmem(p, pr->len - (size_t)(p - pr->text), b,
+                                                         core));
+         p++)
+        at = p;
+    if (!core || !at) {
+        snprintf(err, errlen, "continue_final_message is set but the final message does not "
+                              "appear in the prompt the chat template renders");
+        return IFD_EINVAL;
+    }
+    size_t rest = pr->len - (size_t)(at - pr->text);
+    size_t keep = rest >= lead_trimmed && !memcmp(at, b, lead_trimmed) ? lead_trimmed : core;
+    size_t cut = (size_t)(at - pr->text) + keep;
+    pr->len = cut;
+    pr->text[cut] = '\0';
+    size_t n = 0;
+    for (size_t i = 0; i < pr->n_content; i++) { /* plain spans end at the cut */
+        ifd_span_t *sp = &pr->content[i];
+        if (sp->off >= cut)
+            break;
+        if (sp->off + sp->len > cut)
+            sp->len = cut - sp->off;
+        n++;
+    }
+    pr->n_content = n;
+    return 0;
+}
+
+/* The model's own template over the request's JSON messages and tools. */
+static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
+                            ifd_chat_prompt_t *pr, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *msgs = json_loads(rq->messages_json, 0, &je);
+    json_t *tools = ifd__tools_rendered(rq) ? json_loads(rq->tools_json, 0, &je) : NULL;
+    if (!msgs || (ifd__tools_rendered(rq) && !tools)) {
+        json_decref(msgs);
+        json_decref(tools);
+        return IFD_ENOMEM;
+    }
+    /* "developer" is OpenAI's new name for "system" */
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (role && !strcmp(role, "developer"))
+            json_object_set_new(m, "role", json_string("system"));
+    }
+    json_t *vars = ifd__template_vars(rq);
+    ifd_chat_request_t cr = {msgs, tools, vars, rq->add_generation_prompt};
+    int rc = ifd_chat_render_request(api->tpl, &cr, pr, err, errlen);
+    json_decref(msgs);
+    json_decref(tools);
+    json_decref(vars);
+    return rc;
+}
+
+/* {role, content} messages, tools as text (any template without tools). */
+static int ifd__render_plain(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
+                             ifd_chat_prompt_t *pr, char *err, size_t errlen)
+{
+    ifd_chat_msg_t *msgs = calloc(rq->n_messages + 1, sizeof *msgs);
+    if (!msgs)
+        return IFD_ENOMEM;
+    /* msgs[0] is kept free for a tools system message */
+    ifd_chat_msg_t *m = msgs + 1;
+    for (size_t i = 0; i < rq->n_messages; i++) {
+        const char *role = rq->messages[i].role;
+        m[i].role = !strcmp(role, "developer") ? "system" : role;
+        m[i].content = rq->messages[i].content ? rq->messages[i].content : "";
+    }
+    int rc = ifd__tool_text(a, rq, m, rq->n_messages);
+    ifd_chat_msg_t *all = m;
+    size_t n_all = rq->n_messages;
+    if (!rc && ifd__tools_rendered(rq)) {
+        bool has_sys = n_all && !strcmp(m[0].role, "system");
+        char *sys = ifd__tools_system(a, rq, has_sys ? m[0].content : NULL);
+        if (!sys) {
+            rc = IFD_ENOMEM;
+        } else if (has_sys) {
+            m[0].content = sys;
+        } else {
+            all = msgs;
+            all[0].role = "system";
+            all[0].content = sys;
+            n_all++;
+        }
+    }
+    json_t *vars = ifd__template_vars(rq);
+    if (!rc)
+        rc = ifd_chat_render_msgs(api->tpl, all, n_all, rq->add_generation_prompt, vars, pr, err,
+                                  errlen);
+    json_decref(vars);
+    free(msgs);
+    return rc;
+}
+
+void ifd_prompt_truncate(const ifd_api_t *api, const ifd_oai_request_t *rq, ifd_tokens_t *t)
+{
+    int64_t k = rq->truncate_prompt_tokens < 0 ? api->max_model_len : rq->truncate_prompt_tokens;
+    if (k > 0 && (int64_t)t->n > k) {
+        memmove(t->ids, t->ids + (t->n - (size_t)k), (size_t)k * sizeof *t->ids);
+        t->n = (size_t)k;
+    }
+}
+
+int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
+                    ifd_tokens_t *out, const char **echo, ifd_oai_error_t *err)
+{
+    if (echo) {
+        const ifd_oai_message_t *last = rq->n_messages ? &rq->messages[rq->n_messages - 1] : NULL;
+        *echo = rq->echo && last && !strcmp(last->role, "assistant")
+                    ? (last->content ? last->content : "")
+                    : NULL;
+    }
+    ifd_chat_prompt_t pr = {0};
+    char msg[400] = "";
+    int rc = ifd__template_does_tools(api->tpl) ? ifd__render_json(api, rq, &pr, msg, sizeof msg)
+                                                : ifd__render_plain(api, a, rq, &pr, msg,
+                                                                    sizeof msg);
+    if (!rc)
+        rc = ifd__continue_final(rq, &pr, msg, sizeof msg);
+    if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
+        /* the template cannot render the request (it raised, a built-in
+         * family lacks the roles, a Jinja limit): its own words */
+        ifd_oai_error_set(err, 400, NULL, "invalid_value", "messages",
+                          "The model's chat template cannot render these messages: %s",
+                          msg[0] ? msg : ifd_strerror(rc));
+        ifd_chat_prompt_free(&pr);
+        return rc == IFD_ETOOBIG ? IFD_ETOOBIG : IFD_EINVAL;
+    }
+    if (!rc)
+        rc = ifd_chat_tokenize(api->tpl, api->tok, &pr, out);
+    ifd_chat_prompt_free(&pr);
+    if (!rc)
+        ifd_prompt_truncate(api, rq, out);
+    return rc;
+}

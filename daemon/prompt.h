@@ -1,0 +1,44 @@
+/*
+ * prompt.h — the prompt tokens of a chat request, built once for every
+ * endpoint that needs them: POST /v1/chat/completions and /v1/responses
+ * (gen.c) prefill them, POST /tokenize with "messages" (api.c) returns
+ * them, so the two never differ.
+ *
+ * Rendering honours every chat input that shapes the prompt: the model's
+ * template (or a built-in family), tools (rendered by a Jinja template that
+ * mentions them, else a Hermes-style system text; none with tool_choice
+ * "none"), assistant tool calls and role "tool" results, the "developer"
+ * role (as "system"), chat_template_kwargs and documents (template
+ * variables), add_generation_prompt, continue_final_message (the prompt is
+ * cut after the last message's content), and truncate_prompt_tokens.
+ *
+ * Memory: strings made while rendering come from the caller's arena; the
+ * token ids are appended to the caller's ifd_tokens_t. Threading: any
+ * thread (the uv threadpool): the tokenizer and template are read-only,
+ * and the arena must not be used by another thread meanwhile.
+ */
+#ifndef IFD_DAEMON_PROMPT_H
+#define IFD_DAEMON_PROMPT_H
+
+#include "api.h"
+
+/*
+ * Renders and tokenizes the chat request rq (kind IFD_OAI_CHAT, parsed by
+ * ifd_oai_parse_chat or ifd_responses_parse), appending its prompt ids to
+ * *out, truncated as its truncate_prompt_tokens asks (ifd_prompt_truncate).
+ * *echo (may be NULL) gets chat echo's text: the last message's content
+ * when it is an assistant message and rq->echo is set, else NULL (it
+ * borrows from rq).
+ * Returns 0; IFD_EINVAL or IFD_ETOOBIG with *err filled (a 400 naming
+ * "messages" with the template's own words: it raised, a built-in family
+ * lacks the role, continue_final_message cannot find the final message);
+ * IFD_ENOMEM or a tokenizer error (*err untouched: a 500).
+ */
+int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
+                    ifd_tokens_t *out, const char **echo, ifd_oai_error_t *err);
+
+/* vLLM's truncate_prompt_tokens: keeps the last k ids of *t (k = the
+ * request's value, the context length for -1, nothing done for 0). */
+void ifd_prompt_truncate(const ifd_api_t *api, const ifd_oai_request_t *rq, ifd_tokens_t *t);
+
+#endif
