@@ -1258,10 +1258,12 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
         if (n_local == 0 || lg.n_layers != n_local || lg.n_kv_heads != g.n_kv_heads ||
             lg.head_dim != g.head_dim || lg.dtype != g.dtype || lg.block_size != g.block_size)
             return IFD_EMISMATCH;
-        if (dev >= lg.n_devices || lg.kind[dev] != IFD_KVSEG_HOST)
-            return IFD_EINVAL; /* device segments keep one pool (docs/models.md) */
+        if (dev >= lg.n_devices || lg.kind[dev] != g.kind[dev])
+            return IFD_EINVAL; /* both pools in the same kind of memory */
     }
     int rc = ifd__bind_pool(m, pool, dev);
+    if (!rc && local_pool)
+        rc = ifd__bind_pool(m, local_pool, dev); /* a device segment of its own */
     if (rc)
         return rc;
     ifd__model_ctx_t *c = calloc(1, sizeof *c);

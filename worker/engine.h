@@ -253,7 +253,9 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);
 int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev);
 /* The same over two pools: `pool` holds the model's global layers and
  * `local_pool` its sliding-window ones (ifd_model_kvpool_params_split's
- * geometries, both HOST on device dev); local_pool NULL is
+ * geometries, the same segment kind on device dev: both HOST, or both
+ * device memory, each bound as ifd_engine_model_from says — so a GPU worker
+ * hands the router both pools' data fds); local_pool NULL is
  * ifd_engine_model_from. The engine must then get the same local_pool in
  * its params. */
 int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool,

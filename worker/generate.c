@@ -68,7 +68,8 @@ static int ifd__npy_header(FILE *f, int64_t rows, int64_t cols)
 /* The KV cache: a private pool, its data segment in the backend's memory —
  * a host memfd for host-memory backends, a CUDA device segment for the CUDA
  * backend (bound through the backend's provider by ifd_engine_model_from),
- * f16 there (what the GPU attention kernels read). */
+ * f16 there (what the GPU attention kernels read). With local_pool the
+ * local layers' pool is a second segment of the same kind. */
 typedef struct {
     ifd_kvpool_t *pool;
     ifd_engine_model_t em; /* the model over the pool's KV views */
@@ -204,7 +205,7 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
     g.be = ifd_model_backend(m);
     ifd_kvpool_params_t kp, lkp;
     const bool split = ifd_model_kvpool_params_split(cfg, &kp, &lkp);
-    const bool two = split && p->local_pool && g.be->ops->host_memory;
+    const bool two = split && p->local_pool;
     if (!two)
         kp = ifd_model_kvpool_params(cfg); /* every layer in one pool */
     if (p->block_size > 0)
@@ -214,9 +215,10 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
     kp.n_blocks = g.max_blocks;
     kp.n_workers = lkp.n_workers = 1;
     if (!g.be->ops->host_memory) {
-        /* f16 (what the GPU attention kernels read) in device memory */
-        kp.dtype = IFD_KV_F16;
-        kp.kind[0] = IFD_KVSEG_CUDA_VMM;
+        /* f16 (what the GPU attention kernels read) in device memory; the
+         * local pool in a device segment of its own */
+        kp.dtype = lkp.dtype = IFD_KV_F16;
+        kp.kind[0] = lkp.kind[0] = IFD_KVSEG_CUDA_VMM;
     }
     if (two) {
         /* the window before a run's first token, the run (a prefill chunk,

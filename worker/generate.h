@@ -34,11 +34,12 @@ typedef struct {
     bool ignore_eos;
     FILE *dump_logits;        /* if set: .npy of float32 logits [rows, vocab] */
     int block_size;           /* KV tokens per block; 0: IFD_KVPOOL_DEFAULT_BLOCK_SIZE */
-    /* A model with sliding-window and global layers on a host-memory backend:
-     * the local layers' K/V in a pool of their own, just big enough for the
-     * window before a prefill chunk plus the chunk, whose blocks are released
-     * as the window moves (what the engine does with a local pool; the oracle
-     * tests check it). Ignored otherwise. */
+    /* A model with sliding-window and global layers: the local layers' K/V
+     * in a pool of their own (host memory, or on the CUDA backend a device
+     * segment of its own), just big enough for the window before a prefill
+     * chunk plus the chunk, whose blocks are released as the window moves
+     * (what the engine does with a local pool; the oracle tests and
+     * test_backend_cuda check it). Ignored for other models. */
     bool local_pool;
     ifd_token_cb on_token;
     void *cb_ctx;

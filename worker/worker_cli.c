@@ -237,7 +237,11 @@ static int ifd__random_generate(const ifd__gen_opts_t *o, ifd_model_t *m)
             json_array_append_new(gt, json_integer(res.tokens[i]));
         json_object_set_new(j, "tokens", gt);
         json_object_set_new(j, "backend", json_string(o->backend ? o->backend : "cpu"));
-            json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
+        if (res.kv_local_pool_blocks > 0) {
+            json_object_set_new(j, "kv_local_pool_blocks", json_integer(res.kv_local_pool_blocks));
+            json_object_set_new(j, "kv_local_released", json_integer(res.kv_local_released));
+        }
+        json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
         json_object_set_new(j, "decode_tok_s",
                             json_real(res.decode_ms > 0 && res.n_tokens > 1
                                           ? (res.n_tokens - 1) / (res.decode_ms / 1e3)

@@ -161,6 +161,112 @@ static void test_generate(void)
     }
 }
 
+/* Reads the float32 rows of a .npy dump (ifd_generate's dump_logits: a
+ * 128-byte header) into a malloc'ed array; *n_floats its length. */
+static float *read_dump(FILE *f, size_t *n_floats)
+{
+    fflush(f);
+    long end = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    *n_floats = end > 128 ? (size_t)(end - 128) / sizeof(float) : 0;
+    float *v = *n_floats ? malloc(*n_floats * sizeof *v) : NULL;
+    if (v && (fseek(f, 128, SEEK_SET) != 0 || fread(v, sizeof *v, *n_floats, f) != *n_floats)) {
+        free(v);
+        v = NULL;
+    }
+    return v;
+}
+
+/* The Gemma 3's sliding-window layers in a KV pool of their own on the
+ * CUDA backend (generate.c's local_pool; the engine's path through
+ * ifd_engine_model_from_pools): the local pool is a second device segment
+ * (CUDA VMM on the emulated driver), the local layers' views point into
+ * it, and blocks wholly before the window go back to it as the sequence
+ * moves. Block size 16 (the kernels'), 12-token prefill chunks, window 8, a
+ * 100-token prompt (40 sanitized) + 12 greedy tokens (chunks across block edges, decode
+ * steps through the graphs): every logits row equals the one-pool run's bit
+ * for bit —
+ * only the addresses of the local layers' K/V move, not the arithmetic —
+ * and exact mode gives the CPU backend's tokens through two host pools. */
+static void test_generate_local_pool(void)
+{
+    ifd_model_config_t c = gt_tiny_config(true, 3);
+    enum { N_PROMPT = 100, N_GEN = 12 };
+    /* sanitized builds (INFERD_TEST_SANITIZED): 40 tokens, still past 2 blocks */
+    const int n_prompt = getenv("INFERD_TEST_SANITIZED") ? 40 : N_PROMPT;
+    const int want_released = (n_prompt + N_GEN - 2 - 7) / 16; /* below the last query's window */
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++)
+        prompt[i] = (int32_t)((i * 37 + 11) % (int)c.n_vocab);
+    /* runs: 0 cuda one pool, 1 cuda local pool, 2 cuda exact local, 3 cpu local */
+    ifd_generate_result_t r[4];
+    memset(r, 0, sizeof r);
+    float *rows[2] = {NULL, NULL};
+    size_t n_rows[2] = {0, 0};
+    for (int side = 0; side < 3; side++) {
+        char err[256] = "";
+        ifd_backend_t *be = NULL;
+        ifd_model_t *m = NULL;
+        int rc = side == 2 ? ifd_backend_cpu_create(&be, 1)
+                           : ifd_backend_cuda_create(&be, 0, side == 1, err, sizeof err);
+        if (rc == 0)
+            rc = ifd_model_load_random(&m, &c, 42, be, err, sizeof err);
+        GT_EXPECT(rc == 0, "side %d: %s %s", side, ifd_strerror(rc), err);
+        /* side 0 (cuda bf16): one pool, then the local pool, on the same
+         * model; side 1 (cuda exact) and 2 (cpu): the local pool */
+        for (int run = side == 0 ? 0 : side + 1; rc == 0 && run <= (side == 0 ? 1 : side + 1);
+             run++) {
+            ifd_generate_params_t gp = ifd_generate_default_params();
+            gp.n_predict = N_GEN;
+            gp.ignore_eos = true;
+            gp.block_size = 16; /* the CUDA kernels' */
+            gp.prefill_chunk = 12;
+            gp.local_pool = run != 0;
+            FILE *dump = run < 2 ? tmpfile() : NULL;
+            gp.dump_logits = dump;
+            rc = ifd_generate(m, prompt, n_prompt, &gp, &r[run]);
+            GT_EXPECT(rc == 0, "generate run %d: %s", run, ifd_strerror(rc));
+            if (dump) {
+                rows[run] = read_dump(dump, &n_rows[run]);
+                fclose(dump);
+            }
+        }
+        ifd_model_destroy(m);
+        if (be)
+            be->ops->destroy(be);
+    }
+    /* the window before a run (7 positions: 1 block) + a chunk (1) + a block
+     * edge: 3 of 7 blocks; 6 released by the last step (position 110; 2 of 4
+     * blocks at position 50 when sanitized) */
+    GT_EXPECT(r[0].kv_local_pool_blocks == 0, "one pool: %d local blocks",
+              r[0].kv_local_pool_blocks);
+    for (int run = 1; run < 4; run++)
+        GT_EXPECT(r[run].kv_local_pool_blocks == 3 && r[run].kv_local_released == want_released,
+                  "run %d: local pool of %d blocks, %d released (want 3, %d)", run,
+                  r[run].kv_local_pool_blocks, r[run].kv_local_released, want_released);
+    GT_EXPECT(n_rows[0] == (size_t)(n_prompt + N_GEN - 1) * c.n_vocab && n_rows[1] == n_rows[0],
+              "dumped %zu and %zu floats", n_rows[0], n_rows[1]);
+    size_t diff = 0;
+    for (size_t i = 0; rows[0] && rows[1] && i < n_rows[0] && i < n_rows[1]; i++)
+        diff += memcmp(&rows[0][i], &rows[1][i], sizeof(float)) != 0;
+    GT_EXPECT(rows[0] && rows[1] && diff == 0, "%zu of %zu logits differ with the local pool", diff,
+              n_rows[0]);
+    for (int run = 0; run < 4; run++)
+        GT_EXPECT(r[run].n_tokens == N_GEN, "run %d: %d tokens", run, r[run].n_tokens);
+    for (int t = 0; t < N_GEN && r[0].n_tokens == N_GEN && r[1].n_tokens == N_GEN; t++)
+        GT_EXPECT(r[0].tokens[t] == r[1].tokens[t], "token %d: one pool %d, local pool %d", t,
+                  r[0].tokens[t], r[1].tokens[t]);
+    for (int t = 0; t < N_GEN && r[2].n_tokens == N_GEN && r[3].n_tokens == N_GEN; t++)
+        GT_EXPECT(r[2].tokens[t] == r[3].tokens[t], "token %d: cuda exact %d, cpu %d (local pools)",
+                  t, r[2].tokens[t], r[3].tokens[t]);
+    gt_note("gemma3, local pool on the CUDA backend: %d-block local pool, %d released, %zu "
+            "logits identical to one pool",
+            r[1].kv_local_pool_blocks, r[1].kv_local_released, n_rows[1]);
+    for (int i = 0; i < 4; i++)
+        ifd_generate_result_free(&r[i]);
+    free(rows[0]);
+    free(rows[1]);
+}
+
 #define CASE(fn, gemma, mode)                                                              \
     static void fn(void)                                                                    \
     {                                                                                       \
@@ -184,5 +290,7 @@ int main(void)
     gt_case("llama: exact mode vs the CPU backend", llama_exact);
     gt_case("gemma3: exact mode vs the CPU backend", gemma_exact);
     gt_case("offline generation (KV in device memory) vs the CPU backend", test_generate);
+    gt_case("gemma3: offline generation with the local layers' pool in device memory",
+            test_generate_local_pool);
     return gt_end();
 }
