@@ -27,6 +27,13 @@
  * Invariants outside the lock: refcount == Σ ledger; state FREE ⇔ on its
  * device's free list; CACHED ⇔ on its device's LRU ⇔ (refcount == 0 and
  * indexed); indexed ⇒ published and in the bucket of hash.lo.
+ *
+ * Keyed entries (ifd_kvpool_publish_keyed) share the index with chained
+ * ones: their parent_id holds the caller's key (another pool's block
+ * identity) and their parent hash is {key, KV_KEYED_TAG}, so the stored hash
+ * still equals H(parent, salt, tokens). The `keyed` flag, written with the
+ * rest of the content, keeps the two kinds apart: a key is never compared
+ * with one of this pool's identities.
  */
 #include "kvpool_impl.h"
 
@@ -48,6 +55,11 @@
 #define MFD_HUGETLB 0x0004U
 #endif
 #define KV_HUGEPAGE (2u << 20)
+
+/* The second word of a keyed entry's parent hash ("KEYED_KV"): a chained
+ * entry's parent hash is another chain hash, so the two rarely share a bucket
+ * (and never match: see kv_index_find). */
+#define KV_KEYED_TAG 0x564b5f444559454bULL
 
 /* ---- geometry ------------------------------------------------------------------ */
 
@@ -317,13 +329,13 @@ static bool kv_id_alive(const ifd_kvpool_t *p, uint64_t id)
  * the block with identity parent_id, or KV_NONE. The hash only picks the
  * bucket: equality is decided by content and identity. */
 static int32_t kv_index_find(const ifd_kvpool_t *p, const ifd_kvhash_t *hash, uint64_t salt,
-                             uint64_t parent_id, const int32_t *tokens)
+                             uint64_t parent_id, bool keyed, const int32_t *tokens)
 {
     int32_t b = p->buckets[hash->lo & (uint64_t)(p->h->n_buckets - 1)];
     for (; b != KV_NONE; b = p->rec[b].hnext) {
         const kv_rec_t *r = &p->rec[b];
         if (r->hash.lo == hash->lo && r->hash.hi == hash->hi && r->salt == salt &&
-            r->parent_id == parent_id && r->indexed &&
+            r->parent_id == parent_id && r->keyed == keyed && r->indexed &&
             memcmp(kv_tokens(p, b), tokens, (size_t)p->bs * sizeof(int32_t)) == 0)
             return b;
     }
@@ -349,13 +361,15 @@ static void kv_release_block(ifd_kvpool_t *p, int32_t b)
         /* An unindexed twin whose original was evicted takes its place. Its
          * parent may have been the original's parent, now gone: then it
          * follows the parent its publisher named, if that one still lives.
-         * Either identity is exact, so the swap is one store. */
-        if (!kv_id_alive(p, r->parent_id) && kv_id_alive(p, r->own_parent_id)) {
+         * Either identity is exact, so the swap is one store. A keyed
+         * entry's key lives in another pool: it is taken as it is. */
+        if (!r->keyed && !kv_id_alive(p, r->parent_id) && kv_id_alive(p, r->own_parent_id)) {
             KV_STORE(&r->parent_id, r->own_parent_id);
             KV_CRASH_POINT(p);
         }
-        if (kv_id_alive(p, r->parent_id) &&
-            kv_index_find(p, &r->hash, r->salt, r->parent_id, kv_tokens(p, b)) == KV_NONE) {
+        if ((r->keyed || kv_id_alive(p, r->parent_id)) &&
+            kv_index_find(p, &r->hash, r->salt, r->parent_id, r->keyed, kv_tokens(p, b)) ==
+                KV_NONE) {
             KV_STORE(&r->indexed, 1);
             KV_CRASH_POINT(p);
             kv_bucket_insert(p, b);
@@ -1098,10 +1112,12 @@ int ifd_kvpool_publish(ifd_kvpool_t *p, int w, int32_t b, int32_t parent, uint64
     ifd_kvhash_t ph = {0, 0};
     if (parent >= 0) {
         const kv_rec_t *pr = &p->rec[parent];
-        if (*kv_ledger(p, w, parent) == 0 || !pr->published) {
+        if (*kv_ledger(p, w, parent) == 0 || !pr->published || pr->keyed) {
             ifd__kv_unlock(p);
             IFD_ERROR("kvpool: publish: parent block %d is %s", parent,
-                      pr->published ? "not held by this worker" : "not published");
+                      !pr->published ? "not published"
+                      : pr->keyed    ? "a keyed entry"
+                                     : "not held by this worker");
             return IFD_EINVAL;
         }
         ph = pr->hash;
@@ -1112,8 +1128,9 @@ int ifd_kvpool_publish(ifd_kvpool_t *p, int w, int32_t b, int32_t parent, uint64
             pid = pr->dup_id;
     }
     ifd_kvhash_t hash = ifd__kv_hash(p, &ph, salt, tokens);
-    int32_t twin = kv_index_find(p, &hash, salt, pid, tokens);
+    int32_t twin = kv_index_find(p, &hash, salt, pid, false, tokens);
     memcpy(kv_tokens(p, b), tokens, (size_t)p->bs * sizeof(int32_t));
+    r->keyed = 0;
     r->salt = salt;
     r->parent = ph;
     r->hash = hash;
@@ -1142,7 +1159,8 @@ static int kv_match_locked(ifd_kvpool_t *p, int w, uint64_t salt, const int32_t 
 {
     int i;
     for (i = 0; i < n; i++) {
-        int32_t b = kv_index_find(p, &hashes[i], salt, kv_id(p, *prev), tokens + (size_t)i * p->bs);
+        int32_t b =
+            kv_index_find(p, &hashes[i], salt, kv_id(p, *prev), false, tokens + (size_t)i * p->bs);
         if (b == KV_NONE)
             break;
         *prev = b;
@@ -1220,6 +1238,120 @@ int ifd_kvpool_probe(ifd_kvpool_t *p, uint64_t salt, const int32_t *tokens, int 
     if (!out_blocks)
         max_blocks = n_tokens / p->bs;
     return kv_lookup(p, -1, salt, tokens, n_tokens, out_blocks, max_blocks, NULL);
+}
+
+/* ---- keyed entries ------------------------------------------------------------------- */
+
+int ifd_kvpool_block_key(ifd_kvpool_t *p, int32_t b, uint64_t *out_key)
+{
+    if (b < 0 || b >= p->n_total || !out_key)
+        return IFD_EINVAL;
+    ifd__kv_lock(p);
+    const kv_rec_t *r = &p->rec[b];
+    int rc = r->published && !r->keyed ? 0 : IFD_EINVAL;
+    uint64_t key = kv_id(p, b);
+    /* an unindexed duplicate: lookups return its indexed twin, so name that */
+    if (rc == 0 && !r->indexed && kv_id_alive(p, r->dup_id) &&
+        p->rec[kv_id_block(r->dup_id)].indexed)
+        key = r->dup_id;
+    ifd__kv_unlock(p);
+    if (rc == 0)
+        *out_key = key;
+    return rc;
+}
+
+static ifd_kvhash_t kv_keyed_parent(uint64_t key)
+{
+    return (ifd_kvhash_t){key, KV_KEYED_TAG};
+}
+
+int ifd_kvpool_publish_keyed(ifd_kvpool_t *p, int w, int32_t b, uint64_t key, uint64_t salt,
+                             const int32_t *tokens)
+{
+    if (!kv_worker_ok(p, w) || b < 0 || b >= p->n_total || !tokens || key == KV_ROOT_ID ||
+        key == KV_NO_ID)
+        return IFD_EINVAL;
+    const ifd_kvhash_t ph = kv_keyed_parent(key);
+    const ifd_kvhash_t hash = ifd__kv_hash(p, &ph, salt, tokens);
+    ifd__kv_lock(p);
+    kv_rec_t *r = &p->rec[b];
+    if (*kv_ledger(p, w, b) == 0 || r->published) {
+        ifd__kv_unlock(p);
+        IFD_ERROR("kvpool: publish_keyed: block %d is %s", b,
+                  r->published ? "already published" : "not held by this worker");
+        return IFD_EINVAL;
+    }
+    int32_t twin = kv_index_find(p, &hash, salt, key, true, tokens);
+    memcpy(kv_tokens(p, b), tokens, (size_t)p->bs * sizeof(int32_t));
+    r->keyed = 1;
+    r->salt = salt;
+    r->parent = ph;
+    r->hash = hash;
+    r->parent_id = r->own_parent_id = key;
+    r->dup_id = twin >= 0 ? kv_id(p, twin) : KV_NO_ID;
+    KV_CRASH_POINT(p);
+    KV_STORE(&r->published, 1); /* content first, flag last */
+    KV_CRASH_POINT(p);
+    if (twin == KV_NONE) {
+        KV_STORE(&r->indexed, 1);
+        KV_CRASH_POINT(p);
+        kv_bucket_insert(p, b);
+    }
+    ifd__kv_unlock(p);
+    return twin == KV_NONE ? 0 : 1;
+}
+
+/* Looks up n keyed entries (w < 0: a probe, no references, no stats). */
+static int kv_lookup_keyed(ifd_kvpool_t *p, int w, uint64_t salt, const int32_t *tokens,
+                           const uint64_t *keys, int n, int32_t *out_blocks)
+{
+    if (n < 0 || (n > 0 && (!tokens || !keys || !out_blocks)))
+        return IFD_EINVAL;
+    int found = 0;
+    ifd_kvhash_t hashes[KV_CHUNK];
+    /* hash a chunk outside the lock, match it under the lock */
+    for (int done = 0; done < n; done += KV_CHUNK) {
+        const int m = n - done < KV_CHUNK ? n - done : KV_CHUNK;
+        for (int i = 0; i < m; i++) {
+            const ifd_kvhash_t ph = kv_keyed_parent(keys[done + i]);
+            hashes[i] = ifd__kv_hash(p, &ph, salt, tokens + (size_t)(done + i) * p->bs);
+        }
+        ifd__kv_lock(p);
+        for (int i = 0; i < m; i++) {
+            const int j = done + i;
+            int32_t b =
+                keys[j] == KV_ROOT_ID || keys[j] == KV_NO_ID
+                    ? KV_NONE
+                    : kv_index_find(p, &hashes[i], salt, keys[j], true, tokens + (size_t)j * p->bs);
+            if (b != KV_NONE && w >= 0)
+                kv_take_ref(p, w, b);
+            out_blocks[j] = b;
+            found += b != KV_NONE;
+        }
+        ifd__kv_unlock(p);
+    }
+    if (w >= 0) {
+        ifd__kv_lock(p);
+        p->h->ctr[KV_C_LOOKUPS]++;
+        p->h->ctr[KV_C_HIT_BLOCKS] += (uint64_t)found;
+        p->h->ctr[KV_C_MISS_BLOCKS] += (uint64_t)(n - found);
+        ifd__kv_unlock(p);
+    }
+    return found;
+}
+
+int ifd_kvpool_lookup_keyed(ifd_kvpool_t *p, int w, uint64_t salt, const int32_t *tokens,
+                            const uint64_t *keys, int n, int32_t *out_blocks)
+{
+    if (!kv_worker_ok(p, w))
+        return IFD_EINVAL;
+    return kv_lookup_keyed(p, w, salt, tokens, keys, n, out_blocks);
+}
+
+int ifd_kvpool_probe_keyed(ifd_kvpool_t *p, uint64_t salt, const int32_t *tokens,
+                           const uint64_t *keys, int n, int32_t *out_blocks)
+{
+    return kv_lookup_keyed(p, -1, salt, tokens, keys, n, out_blocks);
 }
 
 /* ---- recovery -------------------------------------------------------------------------- */

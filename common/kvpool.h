@@ -69,7 +69,7 @@
 #include <stdint.h>
 
 #define IFD_KVPOOL_MAGIC              0x4c4f4f5056584649ULL /* "IFXVPOOL" little-endian */
-#define IFD_KVPOOL_VERSION            2
+#define IFD_KVPOOL_VERSION            3
 #define IFD_KVPOOL_MAX_DEVICES        16
 #define IFD_KVPOOL_MAX_WORKERS        256
 #define IFD_KVPOOL_MAX_BLOCK_SIZE     256
@@ -263,6 +263,55 @@ int ifd_kvpool_lookup(ifd_kvpool_t *pool, int worker, uint64_t salt, const int32
  * for the router's routing decision. out_blocks may be NULL. */
 int ifd_kvpool_probe(ifd_kvpool_t *pool, uint64_t salt, const int32_t *tokens, int n_tokens,
                      int32_t *out_blocks, int max_blocks);
+
+/* ---- keyed entries: a second pool's twins ------------------------------------ */
+
+/*
+ * A model whose layers live in two pools (docs/models.md, local layers) keeps,
+ * for block i of a sequence, a twin in the second pool. A chained entry there
+ * would be found only through its twins before it, from block 0, which the
+ * second pool may have released or evicted; a keyed entry is found on its own,
+ * under the identity of its twin in the first pool (the "key"). That identity
+ * is exact for the whole prefix: the first pool accepted its block only after
+ * every block before it, and a block's key changes whenever the block is
+ * reused. So a keyed lookup returns a block only when it was published, for
+ * these tokens and salt, under the very block the caller holds in the first
+ * pool (a hash collision still costs only a miss).
+ */
+
+/* The key of block `block` for keyed entries in another pool: its identity
+ * (id and generation), or that of the indexed equal block it duplicates
+ * (what ifd_kvpool_lookup returns for this prefix). The block must be
+ * published here (chained); the caller should hold it, else the key may name
+ * a block that is already gone (it then matches nothing). 0 with *out_key
+ * set, or IFD_EINVAL. */
+int ifd_kvpool_block_key(ifd_kvpool_t *pool, int32_t block, uint64_t *out_key);
+
+/*
+ * Publishes `block` (held by `worker`, full, not yet published) as the keyed
+ * entry for tokens[0..block_size-1] under `salt` and `key` (another pool's
+ * ifd_kvpool_block_key of the block it is the twin of). It names no parent in
+ * this pool and cannot be one (ifd_kvpool_publish refuses it); ifd_kvpool_lookup
+ * never returns it. Returns 0 when indexed, 1 when an equal entry (same key,
+ * tokens and salt) was indexed already (this one then waits out of the index,
+ * as publish's duplicates do), IFD_EINVAL. The data must be final.
+ */
+int ifd_kvpool_publish_keyed(ifd_kvpool_t *pool, int worker, int32_t block, uint64_t key,
+                             uint64_t salt, const int32_t *tokens);
+
+/*
+ * Looks up n keyed entries at once: entry j under keys[j], salt and the
+ * tokens tokens[j * block_size .. (j + 1) * block_size - 1]. A found entry
+ * gets one reference for `worker` and its id in out_blocks[j]; a missing one
+ * -1 (a key of UINT64_MAX matches nothing: for a twin without one).
+ * Returns how many were found (≥ 0) or IFD_EINVAL. Counts one lookup
+ * and its hits and misses in the stats. probe_keyed: the same without
+ * references or stats (the router's).
+ */
+int ifd_kvpool_lookup_keyed(ifd_kvpool_t *pool, int worker, uint64_t salt, const int32_t *tokens,
+                            const uint64_t *keys, int n, int32_t *out_blocks);
+int ifd_kvpool_probe_keyed(ifd_kvpool_t *pool, uint64_t salt, const int32_t *tokens,
+                           const uint64_t *keys, int n, int32_t *out_blocks);
 
 /* ---- crash recovery -------------------------------------------------------- */
 

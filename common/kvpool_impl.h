@@ -92,7 +92,7 @@ typedef struct {
     uint8_t state;     /* derived: KV_FREE / KV_IN_USE / KV_CACHED */
     uint8_t published; /* truth: tokens/salt/parent/hash are valid */
     uint8_t indexed;   /* truth: in the prefix index (⇒ published) */
-    uint8_t pad;
+    uint8_t keyed;     /* published content: a keyed entry (parent_id holds its key) */
     int32_t next;  /* free list or LRU: next */
     int32_t prev;  /* LRU: previous */
     int32_t hnext; /* bucket chain */
@@ -100,7 +100,7 @@ typedef struct {
     /* Published content (valid while `published`). Block identities are
      * (generation << 32 | block id), written in one store; KV_ROOT_ID is
      * "no parent" and KV_NO_ID "none". */
-    uint64_t parent_id;     /* the exact block this one follows, as indexed */
+    uint64_t parent_id;     /* the exact block this one follows, as indexed; keyed: the key */
     uint64_t own_parent_id; /* the parent its publisher named */
     uint64_t dup_id;        /* an indexed equal block at publish time */
     uint64_t tick;          /* last use (LRU order, rebuilt from it on repair) */

@@ -22,8 +22,10 @@
  * With a local pool (engine.h, local_pool), lblocks[b] is the local-layer
  * twin of blocks[b], held for l_first <= b < n_blocks only (logical
  * indexing: the same b in both tables); l_first never passes the first
- * block the next query's window reads (ifd__local_lo(n_computed)), and the
- * first n_lpublished twins are published in the local pool.
+ * block the next query's window reads (ifd__local_lo(n_computed)). Twins
+ * are published in the local pool as keyed entries under their global
+ * twin's key (kvpool.h), so a prefix hit finds the window's twins without
+ * the ones before it; below n_lpublished every twin held is published.
  */
 #include "engine.h"
 
@@ -96,6 +98,8 @@ struct ifd_engine {
     uint64_t arrivals;
     /* batch buffers, sized for max_batched_tokens tokens and max_seqs sequences */
     int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables, *b_ltables;
+    uint64_t *lkeys; /* admission: the global twins' keys of a hit's window */
+    int32_t lkeys_cap;
     int64_t *b_slot, *b_lslot;
     int b_tables_cap;
     float *logits;
@@ -334,6 +338,7 @@ void ifd_engine_destroy(ifd_engine_t *e)
     free(e->b_rows);
     free(e->b_tables);
     free(e->b_ltables);
+    free(e->lkeys);
     free(e->sched);
     free(e->logits);
     free(e->plp_res);
@@ -621,6 +626,68 @@ static int32_t ifd__plp_fit(const ifd__seq_t *s, int32_t n, int *plp_left)
     return n > 0 ? n : 0;
 }
 
+/* Drops the local twins held in lblocks[from, to) (entries < 0 are none). */
+static void ifd__local_drop(ifd_engine_t *e, ifd__seq_t *s, int32_t from, int32_t to)
+{
+    for (int32_t b = from; b < to; b++)
+        if (s->lblocks[b] >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + b, 1);
+}
+
+/*
+ * The local twins a global prefix hit of k blocks (s->blocks[0..k), held)
+ * needs: those the window of the first recomputed query (at k * bs) reads,
+ * blocks ifd__local_lo(k * bs) .. k - 1, looked up by their global twins'
+ * keys (a twin on another device counts as missing). Where one is missing
+ * the hit ends below it, and the window of that shorter hit is looked up in
+ * turn. Returns the usable k (0: none) with lblocks[l_first, k) held and
+ * l_first = ifd__local_lo(k * bs), or IFD_ENOMEM (nothing held).
+ */
+static int ifd__local_hit(ifd_engine_t *e, ifd__seq_t *s, int32_t k)
+{
+    if (k > e->lkeys_cap) {
+        uint64_t *t = realloc(e->lkeys, (size_t)k * sizeof *t);
+        if (!t)
+            return IFD_ENOMEM;
+        e->lkeys = t;
+        e->lkeys_cap = k;
+    }
+    int32_t a = k; /* lblocks[a, k) are looked up: held, or -1 */
+    while (k > 0) {
+        const int32_t lo = ifd__local_lo(e, k * e->block_size);
+        if (lo < a) {
+            int32_t n = 0;
+            for (int32_t b = lo; b < a; b++, n++)
+                if (ifd_kvpool_block_key(e->pool, s->blocks[b], &e->lkeys[n]))
+                    e->lkeys[n] = UINT64_MAX; /* not published: matches nothing */
+            int got = ifd_kvpool_lookup_keyed(e->lpool, e->p.worker, s->salt,
+                                              s->tokens + (int64_t)lo * e->block_size, e->lkeys, n,
+                                              s->lblocks + lo);
+            if (got < 0)
+                for (int32_t b = lo; b < a; b++)
+                    s->lblocks[b] = -1;
+            for (int32_t b = lo; b < a; b++)
+                if (s->lblocks[b] >= 0 &&
+                    ifd_kvpool_block_device(e->lpool, s->lblocks[b]) != e->p.device) {
+                    ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + b, 1);
+                    s->lblocks[b] = -1;
+                }
+            a = lo;
+        }
+        int32_t miss = k - 1;
+        while (miss >= lo && s->lblocks[miss] >= 0)
+            miss--;
+        if (miss < lo)
+            break; /* the whole window is there */
+        ifd__local_drop(e, s, miss + 1, k);
+        k = miss;
+    }
+    const int32_t first = ifd__local_lo(e, k * e->block_size);
+    ifd__local_drop(e, s, a, first); /* before the window: not needed */
+    s->l_first = first;
+    return k;
+}
+
 /* Admission: consult the prefix cache (use_cache only), never past the
  * first prompt position whose logprob is owed. */
 static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
@@ -644,21 +711,12 @@ static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
     int keep = 0;
     while (keep < got && ifd_kvpool_block_device(e->pool, s->blocks[keep]) == e->p.device)
         keep++;
-    if (e->lpool && keep > 0) {
-        /* The local twins of the hit, from the root: usable for k blocks
-         * when the local pool still holds the window before position k * bs
-         * (their lookup's run starts at block 0, so k <= what it found). */
-        int lgot = ifd_kvpool_lookup(e->lpool, e->p.worker, s->salt, s->tokens,
-                                     keep * e->block_size, s->lblocks, keep, NULL);
-        if (lgot < 0)
-            lgot = 0;
-        int lkeep = 0;
-        while (lkeep < lgot && ifd_kvpool_block_device(e->lpool, s->lblocks[lkeep]) == e->p.device)
-            lkeep++;
-        if (lkeep < lgot)
-            ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + lkeep, lgot - lkeep);
-        if (lkeep < keep)
-            keep = lkeep;
+    if (e->lpool) {
+        s->l_first = 0;
+        if (keep > 0 && (keep = ifd__local_hit(e, s, keep)) < 0) {
+            ifd_kvpool_unref(e->pool, e->p.worker, s->blocks, got);
+            return keep;
+        }
         s->n_lpublished = keep;
     }
     if (keep < got)
@@ -666,10 +724,6 @@ static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
     s->n_blocks = keep;
     s->n_published = keep;
     s->n_computed = keep * e->block_size;
-    if (e->lpool) {
-        s->l_first = 0;
-        ifd__release_local(e, s); /* the twins before the window of the query at n_computed */
-    }
     if (!s->admitted_once) {
         s->cached_tokens = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
         e->st.cached_prompt_tokens += (uint64_t)s->cached_tokens;
@@ -839,17 +893,16 @@ static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
         }
         s->n_published++;
     }
-    /* local twins under the same tokens and chain; a twin whose parent is
-     * released already (a window not wider than a block) ends the chain */
+    /* local twins (those still held: a twin released before its block was
+     * published had nothing to serve) as keyed entries under their global
+     * twin's key, so a later hit finds its window's twins on their own */
     while (e->lpool && !s->lpublish_failed && s->n_lpublished < s->n_published) {
         int b = s->n_lpublished;
-        if (b < s->l_first || (b > 0 && b - 1 < s->l_first)) {
-            s->lpublish_failed = true;
-            return;
-        }
-        int32_t parent = b > 0 ? s->lblocks[b - 1] : -1;
-        int rc = ifd_kvpool_publish(e->lpool, e->p.worker, s->lblocks[b], parent, s->salt,
-                                    s->tokens + (int64_t)b * e->block_size, NULL);
+        uint64_t key = 0;
+        int rc = b < s->l_first ? 0 : ifd_kvpool_block_key(e->pool, s->blocks[b], &key);
+        if (rc == 0 && b >= s->l_first)
+            rc = ifd_kvpool_publish_keyed(e->lpool, e->p.worker, s->lblocks[b], key, s->salt,
+                                          s->tokens + (int64_t)b * e->block_size);
         if (rc < 0) {
             IFD_WARN("engine: publishing local block %d of request %llu: %s", b,
                      (unsigned long long)s->id, ifd_strerror(rc));

@@ -1036,6 +1036,103 @@ START_TEST(test_local_prefix_hit_truncated_without_window)
 }
 END_TEST
 
+/* Leaves in the local pool's cache only the twins of the blocks b < n of
+ * toks' cached global chain whose bit is set in `keep`: those are looked up
+ * by their keys and released again (the most recently used), then every
+ * other cached block is evicted. Returns how many of them were cached. */
+static int local_keep_only(rig_t *r, const int32_t *toks, int n, unsigned keep)
+{
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(r->pool, &g);
+    int32_t gb[32], lb[32], grab[64];
+    uint64_t keys[32];
+    ck_assert_int_le(n, 32);
+    ck_assert_int_eq(ifd_kvpool_probe(r->pool, 0, toks, n * g.block_size, gb, n), n);
+    for (int b = 0; b < n; b++)
+        if (keep >> b & 1)
+            ck_assert_int_eq(ifd_kvpool_block_key(r->pool, gb[b], &keys[b]), 0);
+        else
+            keys[b] = UINT64_MAX; /* matches nothing */
+    int found = ifd_kvpool_lookup_keyed(r->fake.lpool, 1, 0, toks, keys, n, lb);
+    ck_assert_int_ge(found, 0);
+    for (int b = 0; b < n; b++)
+        if (lb[b] >= 0)
+            ck_assert_int_eq(ifd_kvpool_unref(r->fake.lpool, 1, lb + b, 1), 0);
+    ifd_kvpool_stats_t ps;
+    ifd_kvpool_stats(r->fake.lpool, &ps);
+    const int n_evict = (int)(ps.free + ps.cached) - found;
+    ck_assert_int_le(n_evict, 64);
+    ck_assert_int_eq(ifd_kvpool_alloc(r->fake.lpool, 1, 0, n_evict, grab), 0);
+    ck_assert_int_eq(ifd_kvpool_free(r->fake.lpool, 1, grab, n_evict), 0);
+    ifd_kvpool_stats(r->fake.lpool, &ps);
+    ck_assert_int_eq(ps.cached, found);
+    return found;
+}
+
+/* A hit of k blocks needs only the twins of its window, blocks
+ * (k * bs - window + 1) / bs .. k - 1, found by their global twins' keys: it
+ * survives the eviction of every twin before them (the chain's head, which
+ * leaves first as the window moves), and where one of the window's twins
+ * is gone the hit ends below it, at the longest prefix whose own window is
+ * there. The tokens are those of recomputing everything. Block size 4,
+ * window 6, a 40-token prompt: a hit of up to (40 - 1) / 4 = 9 blocks. */
+START_TEST(test_local_prefix_hit_needs_only_its_window)
+{
+    prompt_len[0] = 40;
+    for (int j = 0; j < 40; j++)
+        prompts[0][j] = 1 + (j * 11) % (VOCAB - 1);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs(1, 10, ref);
+    prompt_len[1] = 40;
+    memcpy(prompts[1], prompts[0], 40 * sizeof(int32_t));
+    /* cases: the twins of blocks 0..9 kept cached, and the hit they allow */
+    static const struct {
+        unsigned keep;
+        int hit;
+    } cases[] = {
+        {0x180, 9}, /* 7 and 8 only, the window of 9 blocks: the head 0..6 is gone */
+        {0x2ff, 8}, /* all but 8: 8 blocks, whose window is 6 and 7 */
+        {0x37f, 7}, /* all but 7: 9 and 8 blocks need it, 7 blocks need 5 and 6 */
+        {0x2bf, 6}, /* all but 8 and 6: cut twice, to 8 blocks, then to 6 (4 and 5) */
+        {0x300, 0}, /* 8 and 9 only: cut down to nothing, recomputed */
+    };
+    for (int c = 0; c < 5; c++) {
+        rig_t r;
+        rig_open_two(&r, 64, 16, 4, 6, 256, 8);
+        ifd_engine_request_t q = req(0, 10);
+        q.ignore_eos = true;
+        ifd_engine_add(r.eng, &q);
+        run_to_idle(&r, 1000);
+        ck_assert_int_eq(local_keep_only(&r, prompts[0], 10, cases[c].keep),
+                         __builtin_popcount(cases[c].keep));
+        ifd_kvpool_stats_t before, after;
+        ifd_kvpool_stats(r.fake.lpool, &before);
+        q = req(1, 10);
+        q.ignore_eos = true;
+        ifd_engine_add(r.eng, &q);
+        ifd_engine_step_stats_t sst;
+        ifd_engine_step(r.eng, &sst);
+        ck_assert_msg(sst.n_prefill_tokens == 40 - 4 * cases[c].hit, "case %d: %d prefilled", c,
+                      sst.n_prefill_tokens);
+        ifd_engine_stats_t st;
+        ifd_engine_stats(r.eng, &st);
+        ck_assert_int_eq(st.local_blocks_held, 2); /* the window of the query at 40 */
+        ck_assert_int_eq(st.local_released_blocks, 8);
+        ifd_kvpool_stats(r.fake.lpool, &after);
+        ck_assert_int_eq(after.in_use, 2); /* no other twin kept */
+        run_to_idle(&r, 1000);
+        ck_assert_int_eq(r.sink->usage[1].cached_tokens, 4 * cases[c].hit);
+        for (int i = 0; i < 2; i++) {
+            ck_assert_int_eq(r.sink->n_out[i], ref->n_out[0]);
+            ck_assert_msg(memcmp(r.sink->out[i], ref->out[0], (size_t)ref->n_out[0] * 4) == 0,
+                          "case %d: request %d differs", c, i);
+        }
+        rig_close(&r);
+    }
+    free(ref);
+}
+END_TEST
+
 /* A local pool too small for every window at once: preemption, and all
  * requests still finish with their tokens. */
 START_TEST(test_local_pool_tiny_preempts_and_completes_all)
@@ -1085,6 +1182,7 @@ int main(void)
     tcase_add_test(tc, test_local_pool_batched_equals_solo);
     tcase_add_test(tc, test_local_blocks_freed_as_sequences_advance);
     tcase_add_test(tc, test_local_prefix_hit_truncated_without_window);
+    tcase_add_test(tc, test_local_prefix_hit_needs_only_its_window);
     tcase_add_test(tc, test_local_pool_tiny_preempts_and_completes_all);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);

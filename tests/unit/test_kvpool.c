@@ -658,6 +658,149 @@ START_TEST(test_duplicates_and_twins)
 }
 END_TEST
 
+/* Keyed entries: a second pool's twins of a chain, each found on its own
+ * under its first-pool twin's key — after the entries before it were
+ * evicted, never under another key, salt or tokens, never after the keyed
+ * block was reused, never through a weak hash. */
+START_TEST(test_keyed_entries)
+{
+    ifd_kvpool_t *gp = make_pool(16), *lp = make_pool(8);
+    int32_t toks[6 * BS];
+    for (int i = 0; i < 6 * BS; i++)
+        toks[i] = 300 + i;
+    int32_t g[6], l[6], got[6];
+    uint64_t keys[6];
+    ck_assert_int_eq(ifd_kvpool_alloc(gp, 0, 0, 6, g), 0);
+    publish_seq(gp, 0, g, 6, toks, 3);
+    ck_assert_int_eq(ifd_kvpool_alloc(lp, 0, 0, 6, l), 0);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(ifd_kvpool_block_key(gp, g[i], &keys[i]), 0);
+        fill_block(lp, l[i], keys[i]);
+        ck_assert_int_eq(ifd_kvpool_publish_keyed(lp, 0, l[i], keys[i], 3, toks + i * BS), 0);
+    }
+    for (int i = 1; i < 6; i++)
+        ck_assert(keys[i] != keys[0]);
+    assert_ok(lp);
+    /* errors: published already, not held, a keyed parent, a keyed block's key */
+    ck_assert_int_eq(ifd_kvpool_publish_keyed(lp, 0, l[0], keys[0], 3, toks), IFD_EINVAL);
+    int32_t other[2];
+    ck_assert_int_eq(ifd_kvpool_alloc(lp, 1, 0, 2, other), 0);
+    ck_assert_int_eq(ifd_kvpool_publish_keyed(lp, 0, other[0], keys[0], 3, toks), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvpool_publish(lp, 0, l[1], l[0], 3, toks + BS, NULL), IFD_EINVAL);
+    uint64_t k;
+    ck_assert_int_eq(ifd_kvpool_block_key(lp, l[0], &k), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvpool_block_key(lp, other[0], &k), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvpool_free(lp, 1, other, 2), 0);
+    /* chained lookups never see keyed entries */
+    ck_assert_int_eq(ifd_kvpool_probe(lp, 3, toks, 6 * BS, NULL, 0), 0);
+
+    /* release the twins and evict the first three (LRU: released last to
+     * first, so touch 3..5 to make them the most recent) */
+    ck_assert_int_eq(ifd_kvpool_free(lp, 0, l, 6), 0);
+    ck_assert_int_eq(ifd_kvpool_lookup_keyed(lp, 1, 3, toks + 3 * BS, keys + 3, 3, got), 3);
+    ck_assert_int_eq(ifd_kvpool_unref(lp, 1, got, 3), 0);
+    int32_t grab[5];
+    ck_assert_int_eq(ifd_kvpool_alloc(lp, 2, 0, 5, grab), 0); /* 2 free + 3 evicted */
+    ifd_kvpool_stats_t st;
+    ifd_kvpool_stats(lp, &st);
+    ck_assert_uint_eq(st.evictions, 3);
+    uint64_t lookups = st.lookups, hits = st.hit_blocks, misses = st.miss_blocks;
+    ck_assert_int_eq(ifd_kvpool_lookup_keyed(lp, 1, 3, toks, keys, 6, got), 3);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(got[i], i < 3 ? -1 : l[i]);
+        if (i >= 3) {
+            ck_assert(block_has(lp, got[i], keys[i]));
+            ck_assert_int_eq(ifd_kvpool_refs_of(lp, 1, got[i]), 1);
+        }
+    }
+    ifd_kvpool_stats(lp, &st);
+    ck_assert_uint_eq(st.lookups, lookups + 1);
+    ck_assert_uint_eq(st.hit_blocks, hits + 3);
+    ck_assert_uint_eq(st.miss_blocks, misses + 3);
+    ck_assert_int_eq(ifd_kvpool_unref(lp, 1, got + 3, 3), 0);
+    /* probe: no references, no stats */
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 3, toks + 3 * BS, keys + 3, 3, got), 3);
+    ck_assert_int_eq(ifd_kvpool_refs_of(lp, 1, got[0]), 0);
+    ifd_kvpool_stats(lp, &st);
+    ck_assert_uint_eq(st.lookups, lookups + 1);
+    /* another key, salt or tokens, or the no-key value: misses */
+    uint64_t wrong[3] = {keys[4], keys[3], UINT64_MAX};
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 3, toks + 3 * BS, wrong, 3, got), 0);
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 4, toks + 3 * BS, keys + 3, 3, got), 0);
+    int32_t changed[3 * BS];
+    memcpy(changed, toks + 3 * BS, sizeof changed);
+    changed[BS + 1]++;
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 3, changed, keys + 3, 3, got), 2);
+    ck_assert_int_eq(got[1], -1);
+    ck_assert_int_eq(ifd_kvpool_lookup_keyed(lp, NW, 3, toks, keys, 1, got), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvpool_lookup_keyed(lp, 1, 3, NULL, keys, 1, got), IFD_EINVAL);
+
+    /* a duplicate under the same key waits, and takes the place of the
+     * indexed one once that one is evicted */
+    int32_t dup;
+    ck_assert_int_eq(ifd_kvpool_alloc(lp, 1, 0, 1, &dup), 0); /* evicts l[5], released first */
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 3, toks + 5 * BS, keys + 5, 1, got), 0);
+    ck_assert_int_eq(ifd_kvpool_free(lp, 2, grab, 5), 0);
+    ck_assert_int_eq(ifd_kvpool_lookup_keyed(lp, 2, 3, toks + 4 * BS, keys + 4, 1, got), 1);
+    int32_t dup2;
+    ck_assert_int_eq(ifd_kvpool_alloc(lp, 1, 0, 1, &dup2), 0);
+    ck_assert_int_eq(ifd_kvpool_publish_keyed(lp, 1, dup2, keys[4], 3, toks + 4 * BS), 1);
+    ck_assert_int_eq(ifd_kvpool_unref(lp, 2, got, 1), 0); /* l[4] cached again */
+    ck_assert_int_eq(ifd_kvpool_free(lp, 1, &dup, 1), 0);
+    int32_t all[7];
+    ck_assert_int_eq(ifd_kvpool_alloc(lp, 2, 0, 7, all), 0); /* 5 free, l[3] and l[4] */
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 3, toks + 4 * BS, keys + 4, 1, got), 0);
+    ck_assert_int_eq(ifd_kvpool_free(lp, 1, &dup2, 1), 0);
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 3, toks + 4 * BS, keys + 4, 1, got), 1);
+    ck_assert_int_eq(got[0], dup2);
+    ck_assert_int_eq(ifd_kvpool_free(lp, 2, all, 7), 0);
+    assert_ok(lp);
+
+    /* the key of a reused block names new content: the old entry is dead */
+    ck_assert_int_eq(ifd_kvpool_free(gp, 0, g, 6), 0);
+    int32_t gall[16];
+    ck_assert_int_eq(ifd_kvpool_alloc(gp, 0, 0, 16, gall), 0);
+    for (int i = 0; i < 16; i++)
+        if (gall[i] == g[4]) {
+            ck_assert_int_eq(ifd_kvpool_publish(gp, 0, gall[i], -1, 3, toks + 4 * BS, NULL), 0);
+            ck_assert_int_eq(ifd_kvpool_block_key(gp, gall[i], &k), 0);
+            ck_assert(k != keys[4]);
+        }
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 3, toks + 4 * BS, &k, 1, got), 0);
+    ck_assert_int_eq(ifd_kvpool_probe_keyed(lp, 3, toks + 4 * BS, keys + 4, 1, got), 1);
+    ck_assert_int_eq(ifd_kvpool_free(gp, 0, gall, 16), 0);
+    assert_ok(gp);
+    ifd_kvpool_destroy(gp);
+    ifd_kvpool_destroy(lp);
+
+    /* a 3-bit hash: every entry collides, lookups still return exact ones */
+    lp = make_pool(64);
+    ifd__kvpool_weaken_hash(lp, 3);
+    enum { NK = 48 };
+    int32_t kt[NK * BS], kb[NK], kg[NK];
+    uint64_t kk[NK];
+    /* keys repeat over other tokens and tokens over other keys: only both
+     * together name an entry */
+    for (int i = 0; i < NK; i++) {
+        kk[i] = (uint64_t)(i % 7);
+        for (int j = 0; j < BS; j++)
+            kt[i * BS + j] = i / 7 + j;
+    }
+    ck_assert_int_eq(ifd_kvpool_alloc(lp, 0, 0, NK, kb), 0);
+    for (int i = 0; i < NK; i++) {
+        fill_block(lp, kb[i], mix64((uint64_t)i + 1));
+        ck_assert_int_eq(ifd_kvpool_publish_keyed(lp, 0, kb[i], kk[i], 0, kt + i * BS), 0);
+    }
+    ck_assert_int_eq(ifd_kvpool_free(lp, 0, kb, NK), 0);
+    ck_assert_int_eq(ifd_kvpool_lookup_keyed(lp, 1, 0, kt, kk, NK, kg), NK);
+    for (int i = 0; i < NK; i++)
+        ck_assert_msg(block_has(lp, kg[i], mix64((uint64_t)i + 1)), "entry %d: wrong KV", i);
+    ck_assert_int_eq(ifd_kvpool_unref(lp, 1, kg, NK), 0);
+    assert_ok(lp);
+    ifd_kvpool_destroy(lp);
+}
+END_TEST
+
 START_TEST(test_collisions_never_return_wrong_kv)
 {
     /* With 3-bit hashes nearly every block collides with others: lookups
@@ -936,8 +1079,9 @@ START_TEST(test_eownerdead_repair)
 END_TEST
 
 /* A fixed script a worker runs: touches every crash point (alloc with and
- * without eviction, publish indexed and twin, lookup, unref to cached and
- * to free, ref, cow, reclaim). Returns 0 if it completed. */
+ * without eviction, publish indexed and twin, keyed and chained, lookup,
+ * keyed lookup, unref to cached and to free, ref, cow, reclaim). Returns 0
+ * if it completed. */
 static int crash_script(ifd_kvpool_t *pool, int w)
 {
     int32_t toks[3 * BS];
@@ -954,6 +1098,16 @@ static int crash_script(ifd_kvpool_t *pool, int w)
     for (int i = 0; i < 3; i++)
         if (ifd_kvpool_publish(pool, w, b[i], i ? b[i - 1] : -1, 0, toks + i * BS, NULL) != 1)
             return 4;
+    int32_t k[2], kgot;
+    uint64_t key;
+    if (ifd_kvpool_block_key(pool, a[2], &key) || ifd_kvpool_alloc(pool, w, 0, 2, k))
+        return 12;
+    if (ifd_kvpool_publish_keyed(pool, w, k[0], key, 0, toks) != 0 ||
+        ifd_kvpool_publish_keyed(pool, w, k[1], key, 0, toks) != 1)
+        return 13;
+    if (ifd_kvpool_lookup_keyed(pool, w, 0, toks, &key, 1, &kgot) != 1 ||
+        ifd_kvpool_unref(pool, w, &kgot, 1) || ifd_kvpool_unref(pool, w, k, 2))
+        return 14;
     if (ifd_kvpool_unref(pool, w, a, 3))
         return 5;
     if (ifd_kvpool_lookup(pool, w, 0, toks, 3 * BS, got, 3, NULL) != 3)
@@ -1559,6 +1713,7 @@ int main(int argc, char **argv)
         tcase_add_test(tc, test_publish_lookup_chain);
         tcase_add_test(tc, test_duplicates_and_twins);
         tcase_add_test(tc, test_collisions_never_return_wrong_kv);
+        tcase_add_test(tc, test_keyed_entries);
         tcase_add_test(tc, test_lru_eviction_order);
         tcase_add_test(tc, test_reclaim_exact);
         tcase_add_test(tc, test_random_ops_invariants);
