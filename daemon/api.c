@@ -30,6 +30,9 @@ static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_requ
 static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__version(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c,
+                                 const ifd_http_request_t *r);
 
 static const struct {
     const char *path;
@@ -41,6 +44,8 @@ static const struct {
     {"/v1/chat/completions", HTTP_POST, ifd__chat, false, false},
     {"/v1/completions", HTTP_POST, ifd__completions, false, false},
     {"/v1/responses", HTTP_POST, ifd__responses, false, false},
+    {"/v1/responses/", HTTP_GET, ifd__response_get, false, true},
+    {"/v1/responses/", HTTP_DELETE, ifd__response_delete, false, true},
     {"/v1/models", HTTP_GET, ifd__models, false, false},
     {"/v1/models/", HTTP_GET, ifd__model, false, true},
     {"/health", HTTP_GET, ifd__health, true, false},
@@ -415,6 +420,82 @@ static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
     }
     ifd_http_respond(c, code, "application/json", code == 503 ? "Retry-After: 1\r\n" : NULL, s,
                      strlen(s));
+    free(s);
+}
+
+/* ---- the Responses store ------------------------------------------------------------------ */
+
+bool ifd_api_store_enabled(const ifd_api_t *api)
+{
+    return api->cfg->responses_store_entries > 0 && api->cfg->responses_store_bytes > 0;
+}
+
+void ifd_api_store_keep(ifd_api_t *api, const char *id, const char *response, size_t response_len,
+                        const char *conversation, size_t conversation_len)
+{
+    int rc = api->responses ? 0 : ifd_respstore_create(&api->responses);
+    if (!rc)
+        rc = ifd_respstore_put(api->responses, (size_t)api->cfg->responses_store_entries,
+                               (size_t)api->cfg->responses_store_bytes, id, response,
+                               response_len, conversation, conversation_len);
+    if (rc)
+        IFD_WARN("responses store: %s (%zu bytes) not kept: %s", id,
+                 response_len + conversation_len, ifd_strerror(rc));
+}
+
+const char *ifd_api_store_conversation(void *ctx, const char *id)
+{
+    ifd_api_t *api = ctx;
+    const ifd_respstore_entry_t *e =
+        api->responses && ifd_api_store_enabled(api) ? ifd_respstore_get(api->responses, id)
+                                                     : NULL;
+    return e ? e->conversation : NULL;
+}
+
+void ifd_api_close(ifd_api_t *api)
+{
+    ifd_respstore_destroy(api->responses);
+    api->responses = NULL;
+}
+
+/* The stored entry that /v1/responses/{id} names, or NULL after a 404
+ * (OpenAI's shape: invalid_request_error, param response_id). */
+static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_conn_t *c,
+                                                       const ifd_http_request_t *r)
+{
+    const char *id = r->path + strlen("/v1/responses/");
+    const ifd_respstore_entry_t *e =
+        api->responses && ifd_api_store_enabled(api) ? ifd_respstore_get(api->responses, id)
+                                                     : NULL;
+    if (!e)
+        ifd_api_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.",
+                       id);
+    return e;
+}
+
+/* GET /v1/responses/{id}: the Response as it was answered. */
+static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    const ifd_respstore_entry_t *e = ifd__response_find(api, c, r);
+    if (e)
+        ifd_http_respond(c, 200, "application/json", NULL, e->response, e->response_len);
+}
+
+/* DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}. */
+static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c,
+                                 const ifd_http_request_t *r)
+{
+    const ifd_respstore_entry_t *e = ifd__response_find(api, c, r);
+    if (!e)
+        return;
+    json_t *o = json_pack("{s:s,s:s,s:b}", "id", e->id, "object", "response", "deleted", 1);
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    ifd_respstore_delete(api->responses, r->path + strlen("/v1/responses/"));
+    if (s)
+        ifd_http_respond(c, 200, "application/json", NULL, s, strlen(s));
+    else
+        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
     free(s);
 }
 

@@ -1,7 +1,7 @@
 /*
  * api.h — the HTTP API: the route table, authentication, and the endpoints
  * other than completions (GET /v1/models, /health, /metrics; POST
- * /tokenize, /detokenize). Completions (POST /v1/chat/completions and
+ * /tokenize, /detokenize; GET and DELETE /v1/responses/{id}). Completions (POST /v1/chat/completions and
  * /v1/completions) live in gen.h and share this context.
  *
  * Every error is OpenAI's error object with the right status, decided
@@ -11,7 +11,8 @@
  * worker, shutting down), 500.
  *
  * The context is plain data wired by main.c; every pointer in it is
- * borrowed and outlives the API. Threading: loop thread only (the
+ * borrowed and outlives the API, but the Responses store, which the API
+ * makes and ifd_api_close frees. Threading: loop thread only (the
  * tokenizer and template are also read from uv threadpool threads, which
  * they allow).
  */
@@ -25,6 +26,7 @@
 #include "metrics.h"
 #include "model_config.h"
 #include "openai.h"
+#include "respstore.h"
 #include "router.h"
 #include "supervisor.h"
 #include "tokenizer.h"
@@ -65,6 +67,10 @@ typedef struct {
     uint64_t rng;               /* ids and seeds */
     void (*on_idle)(void *ctx); /* called when the last generation request ends */
     void *idle_ctx;
+
+    /* stored Responses (respstore.h): made at the first one kept, freed by
+     * ifd_api_close; limits from cfg responses_store_entries / _bytes */
+    ifd_respstore_t *responses;
 } ifd_api_t;
 
 /* The http handler: routes one request. */
@@ -91,5 +97,19 @@ void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g);
 
 /* A random 64-bit number from the API's generator. */
 uint64_t ifd_api_random(ifd_api_t *api);
+
+/* The Responses store. Enabled: both of its limits are above 0 (they are
+ * reloadable). Keep: stores a Response under its id within the limits
+ * (the least recently used evicted); a failure is logged, never the
+ * client's (the Response was answered). Conversation: the kept
+ * conversation of id (valid until the next keep), or NULL. Loop thread. */
+bool ifd_api_store_enabled(const ifd_api_t *api);
+void ifd_api_store_keep(ifd_api_t *api, const char *id, const char *response, size_t response_len,
+                        const char *conversation, size_t conversation_len);
+const char *ifd_api_store_conversation(void *api, const char *id);
+
+/* Frees what the API made for itself (the Responses store). After the loop
+ * stopped. */
+void ifd_api_close(ifd_api_t *api);
 
 #endif

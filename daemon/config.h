@@ -77,6 +77,11 @@
     X(max_queue, INT, "256", 1, "N", 0, 1 << 20,                                               \
       "sequences waiting for a worker (and requests being tokenized) before new requests "     \
       "get 503")                                                                               \
+    X(responses_store_entries, INT, "1000", 1, "N", 0, 1 << 20,                                \
+      "Responses kept in memory for GET /v1/responses/{id} and previous_response_id (the "     \
+      "least recently used evicted); 0: none (a request's store is then ignored)")             \
+    X(responses_store_bytes, BYTES, "64M", 1, "BYTES", 0, 0,                                   \
+      "memory the stored Responses may use at most (the least recently used evicted)")         \
     X(socket, STR, "", 0, "PATH", 0, 0,                                                        \
       "Unix socket; default /run/inferd/inferd.sock as root, else "                            \
       "$XDG_RUNTIME_DIR/inferd.sock")                                                          \

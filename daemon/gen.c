@@ -118,6 +118,7 @@ struct ifd_gen {
     bool counted; /* its tokens are in the metrics (ifd__count_tokens) */
     ifd__choice_t *ch;
 
+    bool store; /* /v1/responses: keep the Response once answered (ifd__keep) */
     char id[IFD_OAI_ID_MAX];
     int64_t created;
     ifd_oai_stream_t stream;
@@ -701,6 +702,27 @@ static void ifd__count_tokens(ifd_gen_t *g, const ifd_oai_usage_t *u)
     m->prefix_hit_tokens += u->cached_tokens;
 }
 
+/* A Response answered in full (JSON `response`) is kept with its
+ * conversation when the request asked to store it (responses.h). */
+static void ifd__keep(ifd_gen_t *g, const char *response, size_t len)
+{
+    if (!g->store || g->failed || !g->n_choices)
+        return;
+    const ifd__choice_t *c = &g->ch[0];
+    ifd_oai_choice_t oc;
+    memset(&oc, 0, sizeof oc);
+    oc.text = c->text.data;
+    oc.text_len = c->n_calls ? c->content_len : c->text.len;
+    oc.tool_calls = c->calls;
+    oc.n_tool_calls = c->n_calls;
+    ifd_buf_t conv = IFD_BUF_INIT;
+    if (ifd_responses_conversation(&conv, &g->req, &oc) == 0)
+        ifd_api_store_keep(g->api, g->id, response, len, conv.data, conv.len);
+    else
+        IFD_WARN("gen %s: building the conversation to store failed", g->id);
+    ifd_buf_free(&conv);
+}
+
 /* Every choice is done (or the request failed): send the end, free. */
 static void ifd__complete(ifd_gen_t *g)
 {
@@ -724,6 +746,11 @@ static void ifd__complete(ifd_gen_t *g)
         } else if (ifd_oai_stream_end(&g->stream, &g->out, &u)) {
             IFD_ERROR("gen %s: ending the stream failed", g->id);
             ifd_sse_done(&g->out);
+        } else if (g->store) {
+            ifd_buf_t snap = IFD_BUF_INIT;
+            if (ifd_responses_stream_snapshot(&g->stream, &u, &snap) == 0)
+                ifd__keep(g, snap.data, snap.len);
+            ifd_buf_free(&snap);
         }
         if (ifd__flush(g)) {
             ifd_http_conn_t *conn = g->conn;
@@ -806,6 +833,8 @@ static void ifd__complete(ifd_gen_t *g)
         ifd_api_errorf(conn, 500, NULL, NULL, "Building the response failed: %s", ifd_strerror(rc));
     else
         ifd_http_respond(conn, 200, "application/json", NULL, body.data, body.len);
+    if (!rc)
+        ifd__keep(g, body.data, body.len);
     ifd_buf_free(&body);
     ifd__gen_free(g);
 }
@@ -1192,6 +1221,17 @@ static int ifd__model_sampling_defaults(const ifd_api_t *api, ifd_arena_t *a,
     return ifd_responses_echo_defaults(a, rq, ifd_oai_apply_sampling_defaults(rq, &d));
 }
 
+/* A /v1/responses body against the daemon's Responses store. */
+static int ifd__parse_responses(ifd_gen_t *g, const ifd_http_request_t *r, ifd_oai_error_t *e)
+{
+    ifd_responses_store_t store = {ifd_api_store_enabled(g->api), ifd_api_store_conversation,
+                                   g->api};
+    ifd_responses_state_t st;
+    int rc = ifd_responses_parse_stored(&g->arena, r->body, r->body_len, &store, &g->req, &st, e);
+    g->store = !rc && st.store;
+    return rc;
+}
+
 void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r,
                     ifd_oai_kind_t kind)
 {
@@ -1216,9 +1256,9 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);
     int rc = kind == IFD_OAI_CHAT ? ifd_oai_parse_chat(&g->arena, r->body, r->body_len, &g->req, &e)
-             : kind == IFD_OAI_RESPONSES
-                 ? ifd_responses_parse(&g->arena, r->body, r->body_len, &g->req, &e)
-                 : ifd_oai_parse_completion(&g->arena, r->body, r->body_len, &g->req, &e);
+             : kind == IFD_OAI_RESPONSES ? ifd__parse_responses(g, r, &e)
+                                         : ifd_oai_parse_completion(&g->arena, r->body,
+                                                                    r->body_len, &g->req, &e);
     if (rc) {
         if (!e.status)
             ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");

@@ -920,6 +920,7 @@ int main(int argc, char **argv)
                 IFD_WARN("handles left open at exit");
             ifd_router_destroy(d->router);
         }
+        ifd_api_close(&d->api);
         /* plain memory, no handle refers to it once the loop is not running */
         ifd_kvpool_destroy(d->pool);
         ifd_kvpool_destroy(d->lpool);

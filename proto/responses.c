@@ -32,9 +32,6 @@ typedef struct {
 /* Fields that need server-side state or features this server lacks:
  * refused whenever they have a value (null is "not given"). */
 static const refused_t k_refused[] = {
-    {"previous_response_id",
-     "this server keeps no responses (no server-side state): send the whole conversation in "
-     "'input'"},
     {"conversation", "this server keeps no conversations: send the whole conversation in 'input'"},
     {"prompt", "stored prompt templates are not supported"},
     {"max_tool_calls", "a limit on tool calls is not supported"},
@@ -317,7 +314,7 @@ static int tr_logprobs(ifd__oai_pctx_t *c, const json_t *o, json_t *chat)
 }
 
 /* The fields the Response object repeats. */
-static json_t *echo_obj(const json_t *o)
+static json_t *echo_obj(const json_t *o, const ifd_responses_state_t *st)
 {
     json_t *e = json_object();
     if (!e)
@@ -339,9 +336,11 @@ static json_t *echo_obj(const json_t *o)
             json_object_set_new(e, k_echo[i].key,
                                 json_loads(k_echo[i].dflt, JSON_DECODE_ANY, NULL));
     }
-    json_object_set_new(e, "store", json_false());
+    json_object_set_new(e, "store", json_boolean(st->store));
     json_object_set_new(e, "truncation", json_string("disabled"));
-    json_object_set_new(e, "previous_response_id", json_null());
+    json_object_set_new(e, "previous_response_id", st->previous_response_id
+                                                       ? json_string(st->previous_response_id)
+                                                       : json_null());
     json_object_set_new(e, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
     json_object_set_new(e, "background", json_false());
     json_object_set_new(e, "service_tier", json_string("default"));
@@ -386,8 +385,48 @@ static bool empty_or_nulls(const json_t *v)
     return true;
 }
 
+/*
+ * store and previous_response_id against the server's store (NULL: none).
+ * With a previous response its conversation (a JSON array of chat
+ * messages) is appended to msgs: it goes after this request's
+ * instructions and before its input. 0 or a parse error in c.
+ */
+static int tr_state(ifd__oai_pctx_t *c, const json_t *o, const ifd_responses_store_t *store,
+                    ifd_responses_state_t *st, json_t *msgs)
+{
+    const json_t *v = ifd__oai_get(o, "store");
+    if (v && !json_is_boolean(v))
+        return bad_type(c, "store", "a boolean", v);
+    const bool on = store && store->enabled;
+    st->store = on && (!v || json_is_true(v)); /* OpenAI's (and vLLM's) default: true */
+    const json_t *prev = ifd__oai_get(o, "previous_response_id");
+    if (!prev)
+        return 0;
+    if (!json_is_string(prev))
+        return bad_type(c, "previous_response_id", "a string", prev);
+    if (!on)
+        return refuse(c, "previous_response_id",
+                      "no responses are stored (responses_store_entries is 0): send the whole "
+                      "conversation in 'input'");
+    const char *id = json_string_value(prev);
+    const char *conv = store->conversation(store->ctx, id);
+    if (!conv) {
+        ifd_oai_error_set(c->err, 404, NULL, "previous_response_not_found",
+                          "previous_response_id", "Previous response with id '%.100s' not found.",
+                          id);
+        return IFD_EINVAL;
+    }
+    json_t *prior = json_loads(conv, 0, NULL);
+    int rc = json_is_array(prior) && !json_array_extend(msgs, prior) ? 0 : ifd__oai_oom(c);
+    json_decref(prior);
+    if (!rc && !(st->previous_response_id = ifd_arena_strdup(c->a, id)))
+        rc = ifd__oai_oom(c);
+    return rc;
+}
+
 /* Builds the chat body for o; 0 or a parse error in c. */
-static int translate(ifd__oai_pctx_t *c, const json_t *o, json_t **out)
+static int translate(ifd__oai_pctx_t *c, const json_t *o, const ifd_responses_store_t *store,
+                     ifd_responses_state_t *st, json_t **out)
 {
     for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++)
         if (ifd__oai_get(o, k_refused[i].name))
@@ -400,8 +439,6 @@ static int translate(ifd__oai_pctx_t *c, const json_t *o, json_t **out)
         return refuse(c, "truncation", "only \"disabled\": the context length is an error");
     if ((v = ifd__oai_get(o, "reasoning")) && !empty_or_nulls(v))
         return refuse(c, "reasoning", "reasoning settings are not supported");
-    if ((v = ifd__oai_get(o, "store")) && !json_is_boolean(v))
-        return bad_type(c, "store", "a boolean", v);
     if ((v = ifd__oai_get(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return refuse(c, "n", "a response has one output");
     const json_t *input = ifd__oai_get(o, "input");
@@ -418,6 +455,8 @@ static int translate(ifd__oai_pctx_t *c, const json_t *o, json_t **out)
         rc = bad_type(c, "instructions", "a string", ins);
     if (!rc && ins)
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
+    if (!rc)
+        rc = tr_state(c, o, store, st, msgs);
     if (!rc)
         rc = tr_input(c, input, msgs);
     if (!rc && json_array_size(msgs) == 0)
@@ -446,7 +485,16 @@ static int translate(ifd__oai_pctx_t *c, const json_t *o, json_t **out)
 int ifd_responses_parse(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                         ifd_oai_error_t *err)
 {
+    ifd_responses_state_t st;
+    return ifd_responses_parse_stored(a, body, len, NULL, out, &st, err);
+}
+
+int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
+                               const ifd_responses_store_t *store, ifd_oai_request_t *out,
+                               ifd_responses_state_t *st, ifd_oai_error_t *err)
+{
     memset(err, 0, sizeof *err);
+    memset(st, 0, sizeof *st);
     ifd__oai_pctx_t c = {a, err};
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
@@ -458,9 +506,9 @@ int ifd_responses_parse(ifd_arena_t *a, const char *body, size_t len, ifd_oai_re
         return ifd__oai_perr(&c, NULL, NULL, "The request body must be a JSON object.");
     }
     json_t *chat = NULL;
-    int rc = translate(&c, o, &chat);
+    int rc = translate(&c, o, store, st, &chat);
     char *text = rc ? NULL : json_dumps(chat, JSON_COMPACT);
-    json_t *echo = rc ? NULL : echo_obj(o);
+    json_t *echo = rc ? NULL : echo_obj(o, st);
     char *echo_text = echo ? json_dumps(echo, JSON_COMPACT) : NULL;
     if (!rc && (!text || !echo_text))
         rc = ifd__oai_oom(&c);
@@ -659,6 +707,50 @@ int ifd__resp_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice
     json_decref(o);
     int rc = s ? ifd_buf_puts(out, s) : IFD_ENOMEM;
     free(s);
+    return rc;
+}
+
+int ifd_responses_conversation(ifd_buf_t *out, const ifd_oai_request_t *rq,
+                               const ifd_oai_choice_t *answer)
+{
+    int bad = 0;
+    json_t *msgs = rq->messages_json ? json_loads(rq->messages_json, 0, NULL) : NULL;
+    json_t *echo = rq->responses_echo ? json_loads(rq->responses_echo, 0, NULL) : NULL;
+    if (!json_is_array(msgs))
+        bad++;
+    /* the instructions' system message is this request's alone (OpenAI's rule) */
+    const json_t *ins = json_object_get(echo, "instructions");
+    if (!bad && ins && !json_is_null(ins) && json_array_size(msgs))
+        json_array_remove(msgs, 0);
+    json_t *m = json_object();
+    ifd__oai_oset(m, "role", json_string("assistant"), &bad);
+    ifd__oai_oset(m, "content",
+                  answer->text_len || !answer->n_tool_calls
+                      ? ifd__oai_jstr(answer->text ? answer->text : "", answer->text_len)
+                      : json_null(),
+                  &bad);
+    if (answer->n_tool_calls) {
+        json_t *calls = json_array();
+        for (size_t i = 0; i < answer->n_tool_calls; i++) {
+            const ifd_oai_tool_call_t *tc = &answer->tool_calls[i];
+            ifd__oai_aadd(calls,
+                          json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", tc->id, "type", "function",
+                                    "function", "name", ifd__oai_jstr(tc->name, strlen(tc->name)),
+                                    "arguments",
+                                    ifd__oai_jstr(tc->arguments, strlen(tc->arguments))),
+                          &bad);
+        }
+        ifd__oai_oset(m, "tool_calls", calls, &bad);
+    }
+    if (msgs)
+        ifd__oai_aadd(msgs, m, &bad);
+    else
+        json_decref(m);
+    char *d = bad ? NULL : json_dumps(msgs, JSON_COMPACT);
+    json_decref(msgs);
+    json_decref(echo);
+    int rc = d ? ifd_buf_puts(out, d) : IFD_ENOMEM;
+    free(d);
     return rc;
 }
 
@@ -881,6 +973,22 @@ int ifd__resp_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usag
     return event(s, out, strcmp(status, "incomplete") ? "response.completed"
                                                       : "response.incomplete",
                  ev, bad);
+}
+
+int ifd_responses_stream_snapshot(const ifd_oai_stream_t *s, const ifd_oai_usage_t *usage,
+                                  ifd_buf_t *out)
+{
+    const ifd__resp_stream_t *r = s->resp;
+    if (!r)
+        return IFD_EINVAL;
+    int bad = 0;
+    json_t *o = response_obj(&s->meta, r->status ? r->status : "completed", abuf_array(&r->items),
+                             usage, &bad);
+    char *d = !o || bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    int rc = d ? ifd_buf_puts(out, d) : IFD_ENOMEM;
+    free(d);
+    return rc;
 }
 
 int ifd__resp_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error_t *e)

@@ -12,11 +12,17 @@
  * `top_logprobs` → logprobs. vLLM's sampling extras (top_k, seed,
  * min_tokens, structured_outputs, …) pass through unchanged.
  *
- * No server-side state: `previous_response_id`, `conversation` and
- * `background: true` are refused with 400 naming them (the whole
- * conversation goes in `input`); `store: true` (OpenAI's default) is
- * accepted and the Response says "store": false, as vLLM answers when its
- * store is disabled. Refused as well: non-function tools, image/file/audio
+ * Server-side state is the caller's (daemon/respstore.h), seen through
+ * ifd_responses_store_t: with a store, `store` (default true, as OpenAI
+ * and vLLM) marks the Response to be kept and `previous_response_id`
+ * continues a kept one — its conversation (ifd_responses_conversation)
+ * goes between this request's instructions and its input, the earlier
+ * instructions are not carried over (OpenAI's rule); an unknown id is a 404
+ * (code previous_response_not_found). Without a store `store` is accepted
+ * and the Response says "store": false (vLLM without its store), and
+ * `previous_response_id` is refused with 400. `conversation` and
+ * `background: true` are always refused with 400 naming them. Refused as
+ * well: non-function tools, image/file/audio
  * inputs, `truncation: "auto"`, `reasoning` settings, `prompt` templates,
  * `max_tool_calls`, `n` > 1, and `include` values other than the logprobs.
  *
@@ -49,6 +55,45 @@
  * (input, max_output_tokens, text.format, tools). */
 int ifd_responses_parse(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                         ifd_oai_error_t *err);
+
+/* The server's store as the parser sees it. */
+typedef struct {
+    bool enabled; /* responses are kept: `store` is honoured */
+    /* previous_response_id → that response's conversation (a JSON array of
+     * chat messages), NULL when it is not kept. Called during the parse only;
+     * the text needs to live until the parse returns. */
+    const char *(*conversation)(void *ctx, const char *id);
+    void *ctx;
+} ifd_responses_store_t;
+
+/* What the parse decided about server-side state. */
+typedef struct {
+    bool store;                       /* keep the Response once answered */
+    const char *previous_response_id; /* in the arena; NULL when none */
+} ifd_responses_state_t;
+
+/* ifd_responses_parse against a store (NULL: none, as ifd_responses_parse);
+ * *st filled on success. Besides the parse errors: 404
+ * previous_response_not_found (IFD_EINVAL). */
+int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
+                               const ifd_responses_store_t *store, ifd_oai_request_t *out,
+                               ifd_responses_state_t *st, ifd_oai_error_t *err);
+
+/* The conversation to keep with a stored Response: the chat messages of
+ * rq (as ifd_responses_parse_stored made them) without its instructions'
+ * system message, then `answer` as an assistant message (content: its
+ * text, null when it is only tool calls; tool_calls with their call ids,
+ * which function_call_output items of a continuation refer to). Appends
+ * the JSON array to out. 0 or IFD_ENOMEM. */
+int ifd_responses_conversation(ifd_buf_t *out, const ifd_oai_request_t *rq,
+                               const ifd_oai_choice_t *answer);
+
+/* The Response object a finished stream s ended with (what its
+ * response.completed / response.incomplete event carried), as JSON
+ * appended to out: what a stored streamed Response is kept as. 0,
+ * IFD_EINVAL (s is not a Responses stream), IFD_ENOMEM. */
+int ifd_responses_stream_snapshot(const ifd_oai_stream_t *s, const ifd_oai_usage_t *usage,
+                                  ifd_buf_t *out);
 
 /* After ifd_oai_apply_sampling_defaults returned `set` for a request that
  * ifd_responses_parse filled: the Response's echoed temperature and top_p

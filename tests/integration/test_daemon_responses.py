@@ -3,8 +3,11 @@ the official openai package (label model): client.responses.create (text and ite
 instructions, max_output_tokens, greedy text equal to the chat endpoint's), streaming with
 stream=True (the typed events, in order) and with the SDK's client.responses.stream helper
 (its accumulated final response), function tools with tool_choice required, tool results
-sent back as items, refused server-side state (previous_response_id) and store: true
-answered with store false; vLLM's min_tokens (no EOS and no stop string before it) and
+sent back as items, refused server-side features (background, conversation); the
+Responses store: store (default true), client.responses.retrieve / delete, 404s for unknown
+ids, previous_response_id continuing a stored conversation (its prompt equal to the chat
+request it means, counted by /tokenize), LRU eviction under --responses-store-entries;
+/tokenize with chat fields equal to the chat's usage.prompt_tokens; vLLM's min_tokens (no EOS and no stop string before it) and
 stream_options.continuous_usage_stats; a Jinja template that raises gives a 400 with its
 own message (chat and /tokenize); chat_template_kwargs, documents, continue_final_message
 and chat echo.
@@ -44,7 +47,7 @@ def test_create_text_matches_chat():
     assert r.output[0].type == "message" and r.output[0].role == "assistant"
     assert r.usage.input_tokens > 5 and 1 <= r.usage.output_tokens <= 12
     assert r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens
-    assert r.instructions == "Be brief." and r.max_output_tokens == 12 and r.store is False
+    assert r.instructions == "Be brief." and r.max_output_tokens == 12 and r.store is True
     if r.status == "incomplete":
         assert r.incomplete_details.reason == "max_output_tokens"
     chat = C.chat.completions.create(model=MODEL, max_tokens=12, temperature=0, messages=[
@@ -141,6 +144,18 @@ def test_function_tools_round_trip():
                                      {"type": "function_call_output",
                                       "call_id": calls[0].call_id, "output": "sunny, 21 C"}])
     assert back.output and back.usage.input_tokens > r.usage.input_tokens
+    # the same via previous_response_id: the stored call, then its output
+    cont = C.responses.create(model=MODEL, tools=TOOLS, max_output_tokens=2, temperature=0,
+                              previous_response_id=r.id,
+                              input=[{"type": "function_call_output",
+                                      "call_id": calls[0].call_id, "output": "sunny, 21 C"}])
+    want = D.json("POST", "/tokenize", {"tools": CHAT_TOOLS, "messages": [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": c.call_id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}} for c in calls]},
+        {"role": "tool", "tool_call_id": calls[0].call_id, "content": "sunny, 21 C"}]})
+    assert cont.usage.input_tokens == want["count"], (cont.usage, want["count"])
     D.wait_idle()
 
 
@@ -166,9 +181,10 @@ def test_required_calls_cut_by_length():
     D.wait_idle()
 
 
-def test_no_server_side_state():
-    for kw, param in [({"previous_response_id": "resp_0123"}, "previous_response_id"),
-                      ({"background": True}, "background"),
+def test_refused_features():
+    for kw, param in [({"background": True}, "background"),
+                      ({"conversation": "conv_1"}, "conversation"),
+                      ({"previous_response_id": 7}, "previous_response_id"),
                       ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
                       ({"max_output_tokens": 0}, "max_output_tokens")]:
         try:
@@ -176,13 +192,63 @@ def test_no_server_side_state():
             raise AssertionError("accepted: %r" % kw)
         except openai.BadRequestError as e:
             assert e.param == param, (e.param, param, str(e))
-    r = C.responses.create(model=MODEL, input="x", max_output_tokens=2, store=True)
-    assert r.store is False  # accepted, not stored (as vLLM without its store)
+
+
+def not_found(fn, *args, param="response_id", **kw):
     try:
-        C.responses.retrieve(r.id)
-        raise AssertionError("a response was retrieved")
-    except openai.NotFoundError:
-        pass
+        fn(*args, **kw)
+    except openai.NotFoundError as e:
+        assert e.status_code == 404 and e.body["type"] == "invalid_request_error", e.body
+        assert e.param == param and "not found" in e.body["message"], e.body
+        return
+    raise AssertionError("found: %r %r" % (args, kw))
+
+
+def test_store_retrieve_delete():
+    r = C.responses.create(model=MODEL, input="Name a color.", instructions="Be brief.",
+                           max_output_tokens=4, temperature=0)  # store: true by default
+    assert r.store is True and r.previous_response_id is None, r
+    got = C.responses.retrieve(r.id)
+    assert got.id == r.id and got.output_text == r.output_text and got.usage == r.usage, got
+    assert got.model_dump() == r.model_dump()
+    off = C.responses.create(model=MODEL, input="x", max_output_tokens=1, store=False)
+    assert off.store is False
+    not_found(C.responses.retrieve, off.id)
+    not_found(C.responses.retrieve, "resp_0123456789")
+    # streamed: kept as its response.completed carried it
+    final = None
+    for ev in C.responses.create(model=MODEL, input="Count to three.", max_output_tokens=4,
+                                 temperature=0, stream=True, store=True):
+        if ev.type in ("response.completed", "response.incomplete"):
+            final = ev.response
+    assert final.store is True and C.responses.retrieve(final.id).model_dump() == \
+        final.model_dump()
+    # previous_response_id: the stored conversation (without its instructions) + the input
+    nxt = C.responses.create(model=MODEL, input="And another?", previous_response_id=r.id,
+                             max_output_tokens=2, temperature=0)
+    assert nxt.previous_response_id == r.id and nxt.store is True, nxt
+    conv = [{"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": r.output_text},
+            {"role": "user", "content": "And another?"}]
+    want = D.json("POST", "/tokenize", {"messages": conv})["count"]
+    assert nxt.usage.input_tokens == want, (nxt.usage, want)
+    third = C.responses.create(model=MODEL, input="Once more.", previous_response_id=nxt.id,
+                               max_output_tokens=1, instructions="Be terse.")
+    conv = [{"role": "system", "content": "Be terse."}] + conv + [
+        {"role": "assistant", "content": nxt.output_text}, {"role": "user", "content": "Once more."}]
+    want = D.json("POST", "/tokenize", {"messages": conv})["count"]
+    assert third.usage.input_tokens == want, (third.usage, want)
+    not_found(C.responses.create, model=MODEL, input="x", previous_response_id="resp_nope",
+              param="previous_response_id")
+    # delete: gone for retrieve, delete and previous_response_id alike
+    assert C.responses.delete(r.id) is None
+    not_found(C.responses.retrieve, r.id)
+    not_found(C.responses.delete, r.id)
+    not_found(C.responses.create, model=MODEL, input="x", previous_response_id=r.id,
+              param="previous_response_id")
+    code, body = D.request("POST", "/v1/responses/" + nxt.id, {})
+    assert code == 405, (code, body)
+    D.wait_idle()
 
 
 def test_min_tokens():
@@ -322,7 +388,7 @@ RAISING_TEMPLATE = (
 def test_template_error_is_a_400():
     with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
         f.write(RAISING_TEMPLATE)
-    d2 = Daemon(INFERD, args=["--chat-template", f.name])
+    d2 = Daemon(INFERD, args=["--chat-template", f.name, "--responses-store-entries", "2"])
     try:
         c2 = openai_client(d2.sock)
         ok = c2.chat.completions.create(model=MODEL, max_tokens=2,
@@ -346,6 +412,14 @@ def test_template_error_is_a_400():
             extra_body={"documents": [{"title": "a", "text": "word " * 20},
                                       {"title": "b", "text": "more " * 10}]})
         assert docs.usage.prompt_tokens >= ok.usage.prompt_tokens + 30, (docs.usage, ok.usage)
+        # the store keeps the 2 most recently used
+        ids = [c2.responses.create(model=MODEL, input="hi", max_output_tokens=1).id
+               for _ in range(2)]
+        c2.responses.retrieve(ids[0])  # now the most recent: the next one evicts ids[1]
+        ids.append(c2.responses.create(model=MODEL, input="hi", max_output_tokens=1).id)
+        c2.responses.retrieve(ids[0])
+        c2.responses.retrieve(ids[2])
+        not_found(c2.responses.retrieve, ids[1])
         # /tokenize renders the same variables
         tokenize_equals_chat(d2, c2, {"messages": [{"role": "user", "content": "hi"}],
                                       "chat_template_kwargs": {"note": "Note: " + "w " * 9}})
