@@ -1642,6 +1642,85 @@ START_TEST(test_responses_echo_defaults)
 }
 END_TEST
 
+/* A fake store: one conversation, kept under "resp_old". */
+static const char *fake_conversation(void *ctx, const char *id)
+{
+    return strcmp(id, "resp_old") ? NULL : (const char *)ctx;
+}
+
+START_TEST(test_responses_stored)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    ifd_responses_state_t st;
+    const char *prior = "[{\"role\":\"user\",\"content\":\"q1\"},"
+                        "{\"role\":\"assistant\",\"content\":\"a1\"}]";
+    ifd_responses_store_t on = {true, fake_conversation, (void *)prior};
+    ifd_responses_store_t off = {false, fake_conversation, (void *)prior};
+    /* store defaults to true with a store, false without one or when asked */
+    const char *plain = "{\"input\":\"x\"}";
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, plain, strlen(plain), &on, &r, &st, &e), 0);
+    ck_assert(st.store && !st.previous_response_id);
+    ck_assert_ptr_nonnull(strstr(r.responses_echo, "\"store\":true"));
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, plain, strlen(plain), &off, &r, &st, &e), 0);
+    ck_assert(!st.store);
+    ck_assert_ptr_nonnull(strstr(r.responses_echo, "\"store\":false"));
+    const char *nostore = "{\"input\":\"x\",\"store\":false}";
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, nostore, strlen(nostore), &on, &r, &st, &e),
+                     0);
+    ck_assert(!st.store);
+    /* previous_response_id: instructions, the stored conversation, the input */
+    const char *cont = "{\"input\":\"q2\",\"instructions\":\"I\","
+                       "\"previous_response_id\":\"resp_old\"}";
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, cont, strlen(cont), &on, &r, &st, &e), 0);
+    ck_assert_str_eq(st.previous_response_id, "resp_old");
+    ck_assert_uint_eq(r.n_messages, 4);
+    ck_assert_str_eq(r.messages[0].role, "system");
+    ck_assert_str_eq(r.messages[0].content, "I");
+    ck_assert_str_eq(r.messages[1].content, "q1");
+    ck_assert_str_eq(r.messages[2].content, "a1");
+    ck_assert_str_eq(r.messages[3].content, "q2");
+    ck_assert_ptr_nonnull(strstr(r.responses_echo, "\"previous_response_id\":\"resp_old\""));
+    /* the conversation kept with its answer: no instructions, the answer's text and calls */
+    ifd_oai_tool_call_t tc = {"call_7", "add", "{\"x\":1}"};
+    ifd_oai_choice_t ans = {.text = "a2", .text_len = 2, .tool_calls = &tc, .n_tool_calls = 1};
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_responses_conversation(&b, &r, &ans), 0);
+    ck_assert_str_eq(b.data,
+                     "[{\"role\":\"user\",\"content\":\"q1\"},"
+                     "{\"role\":\"assistant\",\"content\":\"a1\"},"
+                     "{\"role\":\"user\",\"content\":\"q2\"},"
+                     "{\"role\":\"assistant\",\"content\":\"a2\",\"tool_calls\":[{\"id\":"
+                     "\"call_7\",\"type\":\"function\",\"function\":{\"name\":\"add\","
+                     "\"arguments\":\"{\\\"x\\\":1}\"}}]}]");
+    ifd_buf_clear(&b);
+    ifd_oai_choice_t calls_only = {.tool_calls = &tc, .n_tool_calls = 1};
+    ck_assert_int_eq(ifd_responses_conversation(&b, &r, &calls_only), 0);
+    ck_assert_ptr_nonnull(strstr(b.data, "{\"role\":\"assistant\",\"content\":null,"));
+    ifd_buf_free(&b);
+    /* not kept: 404; the store off or not a string: 400 */
+    const char *gone = "{\"input\":\"q\",\"previous_response_id\":\"resp_new\"}";
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, gone, strlen(gone), &on, &r, &st, &e),
+                     IFD_EINVAL);
+    ck_assert_int_eq(e.status, 404);
+    ck_assert_str_eq(e.param, "previous_response_id");
+    ck_assert_str_eq(e.code, "previous_response_not_found");
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, cont, strlen(cont), &off, &r, &st, &e),
+                     IFD_EINVAL);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.param, "previous_response_id");
+    ck_assert_int_eq(ifd_responses_parse(&a, cont, strlen(cont), &r, &e), IFD_EINVAL);
+    ck_assert_int_eq(e.status, 400);
+    const char *num = "{\"input\":\"q\",\"previous_response_id\":5}";
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, num, strlen(num), &on, &r, &st, &e),
+                     IFD_EINVAL);
+    ck_assert_str_eq(e.param, "previous_response_id");
+    ifd_arena_close(&a);
+}
+END_TEST
+
 /* The events of a stream: [{"event": name, "data": object}]. */
 static json_t *sse_events(const ifd_buf_t *b)
 {
@@ -1815,6 +1894,7 @@ int main(void)
     tcase_add_test(tc, test_responses_parse);
     tcase_add_test(tc, test_responses_object);
     tcase_add_test(tc, test_responses_echo_defaults);
+    tcase_add_test(tc, test_responses_stored);
     tcase_add_test(tc, test_responses_stream);
     tcase_add_test(tc, test_continuous_usage_and_min_tokens);
     tcase_add_test(tc, test_prompt_logprobs);
