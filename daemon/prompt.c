@@ -141,13 +141,13 @@ static int ifd__continue_final(const ifd_oai_request_t *rq, ifd_chat_prompt_t *p
         e--;
     size_t core = (size_t)(e - b), lead_trimmed = strlen(b);
     const char *at = NULL;
-    for (const char *p = pr->text; core && (p = memmem(p, pr->len - (size_t)(p - pr->text), b,
-                                                         core));
-         p++)
+    for (const char *p = pr->text;
+         core && (p = memmem(p, pr->len - (size_t)(p - pr->text), b, core)); p++)
         at = p;
     if (!core || !at) {
-        snprintf(err, errlen, "continue_final_message is set but the final message does not "
-                              "appear in the prompt the chat template renders");
+        snprintf(err, errlen,
+                 "continue_final_message is set but the final message does not "
+                 "appear in the prompt the chat template renders");
         return IFD_EINVAL;
     }
     size_t rest = pr->len - (size_t)(at - pr->text);
@@ -256,9 +256,9 @@ int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_
     }
     ifd_chat_prompt_t pr = {0};
     char msg[400] = "";
-    int rc = ifd__template_does_tools(api->tpl) ? ifd__render_json(api, rq, &pr, msg, sizeof msg)
-                                                : ifd__render_plain(api, a, rq, &pr, msg,
-                                                                    sizeof msg);
+    int rc = ifd__template_does_tools(api->tpl)
+                 ? ifd__render_json(api, rq, &pr, msg, sizeof msg)
+                 : ifd__render_plain(api, a, rq, &pr, msg, sizeof msg);
     if (!rc)
         rc = ifd__continue_final(rq, &pr, msg, sizeof msg);
     if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {

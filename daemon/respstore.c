@@ -14,7 +14,7 @@
 #include <string.h>
 
 typedef struct ifd__rs_node {
-    struct ifd__rs_node *chain;      /* next in its bucket */
+    struct ifd__rs_node *chain;       /* next in its bucket */
     struct ifd__rs_node *prev, *next; /* recency list */
     uint64_t hash;
     size_t bytes; /* what it counts against max_bytes */

@@ -45,9 +45,9 @@ void ifd_respstore_destroy(ifd_respstore_t *s); /* NULL is fine */
  * recently used as needed. 0; IFD_ETOOBIG (the entry alone is over
  * max_bytes: not stored, an older entry of id removed; or a limit is 0:
  * the store emptied); IFD_ENOMEM (not stored). */
-int ifd_respstore_put(ifd_respstore_t *s, size_t max_entries, size_t max_bytes,
-                      const char *id, const char *response, size_t response_len,
-                      const char *conversation, size_t conversation_len);
+int ifd_respstore_put(ifd_respstore_t *s, size_t max_entries, size_t max_bytes, const char *id,
+                      const char *response, size_t response_len, const char *conversation,
+                      size_t conversation_len);
 
 /* The entry of id (made the most recent), or NULL. */
 const ifd_respstore_entry_t *ifd_respstore_get(ifd_respstore_t *s, const char *id);
