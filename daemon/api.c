@@ -31,8 +31,7 @@ static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_req
 static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__version(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
-static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c,
-                                 const ifd_http_request_t *r);
+static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 
 static const struct {
     const char *path;
@@ -436,8 +435,8 @@ void ifd_api_store_keep(ifd_api_t *api, const char *id, const char *response, si
     int rc = api->responses ? 0 : ifd_respstore_create(&api->responses);
     if (!rc)
         rc = ifd_respstore_put(api->responses, (size_t)api->cfg->responses_store_entries,
-                               (size_t)api->cfg->responses_store_bytes, id, response,
-                               response_len, conversation, conversation_len);
+                               (size_t)api->cfg->responses_store_bytes, id, response, response_len,
+                               conversation, conversation_len);
     if (rc)
         IFD_WARN("responses store: %s (%zu bytes) not kept: %s", id,
                  response_len + conversation_len, ifd_strerror(rc));
@@ -447,8 +446,7 @@ const char *ifd_api_store_conversation(void *ctx, const char *id)
 {
     ifd_api_t *api = ctx;
     const ifd_respstore_entry_t *e =
-        api->responses && ifd_api_store_enabled(api) ? ifd_respstore_get(api->responses, id)
-                                                     : NULL;
+        api->responses && ifd_api_store_enabled(api) ? ifd_respstore_get(api->responses, id) : NULL;
     return e ? e->conversation : NULL;
 }
 
@@ -465,11 +463,9 @@ static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_
 {
     const char *id = r->path + strlen("/v1/responses/");
     const ifd_respstore_entry_t *e =
-        api->responses && ifd_api_store_enabled(api) ? ifd_respstore_get(api->responses, id)
-                                                     : NULL;
+        api->responses && ifd_api_store_enabled(api) ? ifd_respstore_get(api->responses, id) : NULL;
     if (!e)
-        ifd_api_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.",
-                       id);
+        ifd_api_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.", id);
     return e;
 }
 
@@ -482,8 +478,7 @@ static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http
 }
 
 /* DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}. */
-static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c,
-                                 const ifd_http_request_t *r)
+static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     const ifd_respstore_entry_t *e = ifd__response_find(api, c, r);
     if (!e)

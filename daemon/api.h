@@ -1,8 +1,8 @@
 /*
  * api.h — the HTTP API: the route table, authentication, and the endpoints
  * other than completions (GET /v1/models, /health, /metrics; POST
- * /tokenize, /detokenize; GET and DELETE /v1/responses/{id}). Completions (POST /v1/chat/completions and
- * /v1/completions) live in gen.h and share this context.
+ * /tokenize, /detokenize; GET and DELETE /v1/responses/{id}). Completions (POST
+ * /v1/chat/completions and /v1/completions) live in gen.h and share this context.
  *
  * Every error is OpenAI's error object with the right status, decided
  * before any 200 is sent: 400 (with `param`), 401 (TCP without the right

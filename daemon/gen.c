@@ -929,8 +929,7 @@ static void ifd__work_cb(uv_work_t *w)
     g->work_rc = 0;
     if (g->kind == IFD_OAI_CHAT) {
         const char *echo = NULL;
-        g->work_rc =
-            ifd_prompt_chat(g->api, &g->arena, &g->req, &g->ptoks[0], &echo, &g->work_err);
+        g->work_rc = ifd_prompt_chat(g->api, &g->arena, &g->req, &g->ptoks[0], &echo, &g->work_err);
         if (echo) {
             g->echo[0] = (char *)echo;
             g->echo_len[0] = strlen(echo);
@@ -1256,9 +1255,9 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);
     int rc = kind == IFD_OAI_CHAT ? ifd_oai_parse_chat(&g->arena, r->body, r->body_len, &g->req, &e)
-             : kind == IFD_OAI_RESPONSES ? ifd__parse_responses(g, r, &e)
-                                         : ifd_oai_parse_completion(&g->arena, r->body,
-                                                                    r->body_len, &g->req, &e);
+             : kind == IFD_OAI_RESPONSES
+                 ? ifd__parse_responses(g, r, &e)
+                 : ifd_oai_parse_completion(&g->arena, r->body, r->body_len, &g->req, &e);
     if (rc) {
         if (!e.status)
             ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");

@@ -338,9 +338,9 @@ static json_t *echo_obj(const json_t *o, const ifd_responses_state_t *st)
     }
     json_object_set_new(e, "store", json_boolean(st->store));
     json_object_set_new(e, "truncation", json_string("disabled"));
-    json_object_set_new(e, "previous_response_id", st->previous_response_id
-                                                       ? json_string(st->previous_response_id)
-                                                       : json_null());
+    json_object_set_new(e, "previous_response_id",
+                        st->previous_response_id ? json_string(st->previous_response_id)
+                                                 : json_null());
     json_object_set_new(e, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
     json_object_set_new(e, "background", json_false());
     json_object_set_new(e, "service_tier", json_string("default"));
@@ -411,9 +411,8 @@ static int tr_state(ifd__oai_pctx_t *c, const json_t *o, const ifd_responses_sto
     const char *id = json_string_value(prev);
     const char *conv = store->conversation(store->ctx, id);
     if (!conv) {
-        ifd_oai_error_set(c->err, 404, NULL, "previous_response_not_found",
-                          "previous_response_id", "Previous response with id '%.100s' not found.",
-                          id);
+        ifd_oai_error_set(c->err, 404, NULL, "previous_response_not_found", "previous_response_id",
+                          "Previous response with id '%.100s' not found.", id);
         return IFD_EINVAL;
     }
     json_t *prior = json_loads(conv, 0, NULL);

@@ -1668,8 +1668,7 @@ START_TEST(test_responses_stored)
     ck_assert(!st.store);
     ck_assert_ptr_nonnull(strstr(r.responses_echo, "\"store\":false"));
     const char *nostore = "{\"input\":\"x\",\"store\":false}";
-    ck_assert_int_eq(ifd_responses_parse_stored(&a, nostore, strlen(nostore), &on, &r, &st, &e),
-                     0);
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, nostore, strlen(nostore), &on, &r, &st, &e), 0);
     ck_assert(!st.store);
     /* previous_response_id: instructions, the stored conversation, the input */
     const char *cont = "{\"input\":\"q2\",\"instructions\":\"I\","
@@ -1688,13 +1687,12 @@ START_TEST(test_responses_stored)
     ifd_oai_choice_t ans = {.text = "a2", .text_len = 2, .tool_calls = &tc, .n_tool_calls = 1};
     ifd_buf_t b = IFD_BUF_INIT;
     ck_assert_int_eq(ifd_responses_conversation(&b, &r, &ans), 0);
-    ck_assert_str_eq(b.data,
-                     "[{\"role\":\"user\",\"content\":\"q1\"},"
-                     "{\"role\":\"assistant\",\"content\":\"a1\"},"
-                     "{\"role\":\"user\",\"content\":\"q2\"},"
-                     "{\"role\":\"assistant\",\"content\":\"a2\",\"tool_calls\":[{\"id\":"
-                     "\"call_7\",\"type\":\"function\",\"function\":{\"name\":\"add\","
-                     "\"arguments\":\"{\\\"x\\\":1}\"}}]}]");
+    ck_assert_str_eq(b.data, "[{\"role\":\"user\",\"content\":\"q1\"},"
+                             "{\"role\":\"assistant\",\"content\":\"a1\"},"
+                             "{\"role\":\"user\",\"content\":\"q2\"},"
+                             "{\"role\":\"assistant\",\"content\":\"a2\",\"tool_calls\":[{\"id\":"
+                             "\"call_7\",\"type\":\"function\",\"function\":{\"name\":\"add\","
+                             "\"arguments\":\"{\\\"x\\\":1}\"}}]}]");
     ifd_buf_clear(&b);
     ifd_oai_choice_t calls_only = {.tool_calls = &tc, .n_tool_calls = 1};
     ck_assert_int_eq(ifd_responses_conversation(&b, &r, &calls_only), 0);
