@@ -110,15 +110,45 @@ static const wfield_t kv_fields[] = {
 static const wstruct_t kv_desc = {"kv", sizeof(ifd_wire_kv_geometry_t), kv_fields, NF(kv_fields),
                                   NULL};
 
+static int check_hello(const void *obj, char *err, size_t errlen)
+{
+    const ifd_wire_hello_t *h = obj;
+    if (h->size_pool && !(h->gpu_memory_fraction > 0.0 && h->gpu_memory_fraction <= 1.0)) {
+        seterr(err, errlen, "gpu_memory_fraction %g outside (0, 1]", h->gpu_memory_fraction);
+        return IFD_ERANGE;
+    }
+    return 0;
+}
+
 static const wfield_t hello_fields[] = {
     FU32(ifd_wire_hello_t, slot),       FSTR(ifd_wire_hello_t, model_path),
     FSTR(ifd_wire_hello_t, backend),    FI32(ifd_wire_hello_t, device),
     FU32(ifd_wire_hello_t, kv_device),  FU32(ifd_wire_hello_t, n_threads),
     FU32(ifd_wire_hello_t, max_seqs),   FU32(ifd_wire_hello_t, max_batched_tokens),
-    FI32(ifd_wire_hello_t, prefill_cap), FU32M(ifd_wire_hello_t, n_fds, 64), FSTRUCT(ifd_wire_hello_t, kv, &kv_desc),
+    FI32(ifd_wire_hello_t, prefill_cap), FU32M(ifd_wire_hello_t, n_fds, 64),
+    FSTRUCT(ifd_wire_hello_t, kv, &kv_desc), FBOOL(ifd_wire_hello_t, size_pool),
+    FF64(ifd_wire_hello_t, gpu_memory_fraction), FU32(ifd_wire_hello_t, max_model_len),
 };
 static const wstruct_t hello_desc = {"hello", sizeof(ifd_wire_hello_t), hello_fields,
-                                     NF(hello_fields), NULL};
+                                     NF(hello_fields), check_hello};
+
+static const wfield_t pool_fields[] = {
+    FU32M(ifd_wire_pool_t, n_fds, 64),
+    FSTRUCT(ifd_wire_pool_t, kv, &kv_desc),
+};
+static const wstruct_t pool_desc = {"pool", sizeof(ifd_wire_pool_t), pool_fields, NF(pool_fields),
+                                    NULL};
+
+static const wfield_t pool_size_fields[] = {
+    FU64(ifd_wire_pool_size_t, n_blocks),         FU64(ifd_wire_pool_size_t, usable_bytes),
+    FU64(ifd_wire_pool_size_t, block_bytes),      FU64(ifd_wire_pool_size_t, total_bytes),
+    FU64(ifd_wire_pool_size_t, free_bytes),       FU64(ifd_wire_pool_size_t, weight_bytes),
+    FU64(ifd_wire_pool_size_t, activation_bytes), FU64(ifd_wire_pool_size_t, graph_bytes),
+    FU64(ifd_wire_pool_size_t, margin_bytes),     FU32(ifd_wire_pool_size_t, n_graphs),
+    FSTR(ifd_wire_pool_size_t, device),
+};
+static const wstruct_t pool_size_desc = {"pool_size", sizeof(ifd_wire_pool_size_t),
+                                         pool_size_fields, NF(pool_size_fields), NULL};
 
 static const wfield_t bias_fields[] = {
     FI32(ifd_wire_logit_bias_t, id),

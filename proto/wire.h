@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     5
+#define IFD_WIRE_VERSION     6
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -79,12 +79,14 @@ typedef enum {
     X(DRAIN, 5, IFD_WIRE_TO_WORKER, drain)                                                         \
     X(SHUTDOWN, 6, IFD_WIRE_TO_WORKER, shutdown)                                                   \
     X(LOG_LEVEL, 7, IFD_WIRE_TO_WORKER, log_level)                                                 \
+    X(POOL, 8, IFD_WIRE_TO_WORKER, pool)                                                           \
     X(READY, 65, IFD_WIRE_TO_ROUTER, ready)                                                        \
     X(TOKENS, 66, IFD_WIRE_TO_ROUTER, tokens)                                                      \
     X(FINISHED, 67, IFD_WIRE_TO_ROUTER, finished)                                                  \
     X(ERROR, 68, IFD_WIRE_TO_ROUTER, error)                                                        \
     X(STATS, 69, IFD_WIRE_TO_ROUTER, stats)                                                        \
-    X(PROMPT_LOGPROBS, 70, IFD_WIRE_TO_ROUTER, prompt_logprobs)
+    X(PROMPT_LOGPROBS, 70, IFD_WIRE_TO_ROUTER, prompt_logprobs)                                    \
+    X(POOL_SIZE, 71, IFD_WIRE_TO_ROUTER, pool_size)
 
 typedef enum {
 #define IFD__WIRE_ENUM(name, code, dir, member) IFD_WIRE_##name = (code),
@@ -124,7 +126,47 @@ typedef struct {
     int32_t prefill_cap;         /* engine prefill_cap: 0 adaptive, < 0 off, > 0 fixed */
     uint32_t n_fds;
     ifd_wire_kv_geometry_t kv;
+    /* The POOL step (version 6): true for the first worker of each GPU,
+     * started before the pool exists. HELLO then has no fds (n_fds 0) and
+     * kv.n_blocks 0 (the rest of kv is the pool's geometry); the worker
+     * loads the weights, runs the sizing warm-up (worker/kvprobe.h) with
+     * the engine's max_seqs / max_batched_tokens, contexts up to
+     * max_model_len (0: the model's) and kv's dtype and block_size, answers
+     * POOL_SIZE (or ERROR id 0 with the reason) and waits for POOL. */
+    bool size_pool;
+    double gpu_memory_fraction; /* (0, 1]: the share of the device for everything */
+    uint32_t max_model_len;     /* 0: the model's context */
 } ifd_wire_hello_t;
+
+/* POOL_SIZE (worker → router, after a size_pool HELLO): what the device
+ * has left for KV after the weights and the measured warm-up (the fields of
+ * `inferd-worker --kv-probe`'s JSON). usable_bytes = fraction × total −
+ * (total − free) − margin; n_blocks = usable_bytes / block_bytes (≥ 1: a
+ * worker that fits no block sends ERROR instead). A second pool on the
+ * device (local layers) would take its share of usable_bytes. */
+typedef struct {
+    uint64_t n_blocks;
+    uint64_t usable_bytes;
+    uint64_t block_bytes; /* one block in every layer, K and V */
+    uint64_t total_bytes;
+    uint64_t free_bytes; /* after the weights and the warm-up (its scratch KV freed) */
+    uint64_t weight_bytes;
+    uint64_t activation_bytes;
+    uint64_t graph_bytes;
+    uint64_t margin_bytes;
+    uint32_t n_graphs;
+    char *device; /* the device's description, e.g. "NVIDIA H200 (…)" */
+} ifd_wire_pool_size_t;
+
+/* POOL (router → worker, answering POOL_SIZE): the pool exists. Its fds
+ * travel with this frame as with HELLO (metadata fd first; n_fds of them);
+ * kv is the pool's geometry with the n_blocks the router chose (the
+ * smallest over the GPUs). The worker attaches, binds its device segment
+ * and answers READY as after a plain HELLO. */
+typedef struct {
+    uint32_t n_fds;
+    ifd_wire_kv_geometry_t kv;
+} ifd_wire_pool_t;
 
 /* One logit_bias entry; same layout as ifd_logit_bias_t (worker/sampler.h). */
 typedef struct {
@@ -324,12 +366,14 @@ typedef struct {
         ifd_wire_empty_t drain;
         ifd_wire_empty_t shutdown;
         ifd_wire_log_level_t log_level;
+        ifd_wire_pool_t pool;
         ifd_wire_ready_t ready;
         ifd_wire_tokens_t tokens;
         ifd_wire_finished_t finished;
         ifd_wire_error_t error;
         ifd_wire_stats_t stats;
         ifd_wire_prompt_logprobs_t prompt_logprobs;
+        ifd_wire_pool_size_t pool_size;
     } u;
 } ifd_wire_msg_t;
 

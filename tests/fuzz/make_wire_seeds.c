@@ -27,7 +27,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
         return 2;
     }
-    ifd_wire_msg_t m[12];
+    ifd_wire_msg_t m[14];
     memset(m, 0, sizeof m);
     int32_t toks[] = {1, 2, 3, 4};
     ifd_wire_logit_bias_t lb[] = {{5, -1.5f}};
@@ -45,7 +45,10 @@ int main(int argc, char **argv)
                            .max_batched_tokens = 512,
                            .prefill_cap = 0,
                            .n_fds = 2,
-                           .kv = {30, 3, 64, 1, 16, 364, 0x1234}};
+                           .kv = {30, 3, 64, 1, 16, 364, 0x1234},
+                           .size_pool = true,
+                           .gpu_memory_fraction = 0.9,
+                           .max_model_len = 4096};
     m[1].type = IFD_WIRE_ADD;
     m[1].u.add.id = 42;
     m[1].u.add.tokens = toks;
@@ -95,6 +98,12 @@ int main(int argc, char **argv)
     m[11].u.stats.seq = 9;
     m[11].u.stats.running = 2;
     m[11].u.stats.kv_blocks_total = 364;
+    m[12].type = IFD_WIRE_POOL;
+    m[12].u.pool = (ifd_wire_pool_t){1, {30, 3, 64, 1, 16, 364, 0x1234}};
+    m[13].type = IFD_WIRE_POOL_SIZE;
+    m[13].u.pool_size = (ifd_wire_pool_size_t){364, 364 * 92160, 92160, 1 << 30, 900 << 20,
+                                               270 << 20, 40 << 20, 8 << 20, 64 << 20, 6,
+                                               (char *)"emulator"};
     ifd_buf_t all = IFD_BUF_INIT;
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
         ifd_buf_t b = IFD_BUF_INIT;

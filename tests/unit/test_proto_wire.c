@@ -50,7 +50,26 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
                                        .max_batched_tokens = 8192,
                                        .prefill_cap = -1,
                                        .n_fds = 3,
-                                       .kv = g_kv};
+                                       .kv = g_kv,
+                                       .size_pool = true,
+                                       .gpu_memory_fraction = 0.875,
+                                       .max_model_len = 131072};
+        break;
+    case IFD_WIRE_POOL:
+        m.u.pool = (ifd_wire_pool_t){.n_fds = 1, .kv = g_kv};
+        break;
+    case IFD_WIRE_POOL_SIZE:
+        m.u.pool_size = (ifd_wire_pool_size_t){.n_blocks = 1ull << 33,
+                                               .usable_bytes = 3ull << 40,
+                                               .block_bytes = 24576,
+                                               .total_bytes = 150ull << 30,
+                                               .free_bytes = 140ull << 30,
+                                               .weight_bytes = 6ull << 30,
+                                               .activation_bytes = 123456789,
+                                               .graph_bytes = 98765,
+                                               .margin_bytes = 64 << 20,
+                                               .n_graphs = 70,
+                                               .device = "NVIDIA H200 (sm_90, 139 GiB)"};
         break;
     case IFD_WIRE_ADD:
         m.u.add.id = UINT64_MAX - 1;
@@ -165,7 +184,7 @@ static const ifd_wire_type_t k_types[] = {
     IFD_WIRE_HELLO,           IFD_WIRE_ADD,      IFD_WIRE_CANCEL, IFD_WIRE_STATS_REQ,
     IFD_WIRE_DRAIN,           IFD_WIRE_SHUTDOWN, IFD_WIRE_READY,  IFD_WIRE_TOKENS,
     IFD_WIRE_FINISHED,        IFD_WIRE_ERROR,    IFD_WIRE_STATS,  IFD_WIRE_LOG_LEVEL,
-    IFD_WIRE_PROMPT_LOGPROBS,
+    IFD_WIRE_PROMPT_LOGPROBS, IFD_WIRE_POOL,     IFD_WIRE_POOL_SIZE,
 };
 #define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
 
@@ -286,6 +305,38 @@ START_TEST(test_other_fields)
     ck_assert_uint_eq(d.u.hello.kv.fingerprint, 0xfedcba9876543210ull);
     ck_assert_uint_eq(d.u.hello.max_batched_tokens, 8192);
     ck_assert_int_eq(d.u.hello.prefill_cap, -1);
+    ck_assert(d.u.hello.size_pool && d.u.hello.gpu_memory_fraction == 0.875);
+    ck_assert_uint_eq(d.u.hello.max_model_len, 131072);
+    ifd_wire_msg_free(&d);
+    /* the POOL step's fraction must be a share of the device */
+    {
+        ifd_buf_t hb = IFD_BUF_INIT;
+        m.u.hello.gpu_memory_fraction = 0.0;
+        ck_assert_int_eq(ifd_wire_encode(&hb, &m), IFD_EINVAL);
+        m.u.hello.gpu_memory_fraction = 1.5;
+        ck_assert_int_eq(ifd_wire_encode(&hb, &m), IFD_EINVAL);
+        m.u.hello.size_pool = false; /* a plain HELLO does not read it */
+        ck_assert_int_eq(ifd_wire_encode(&hb, &m), 0);
+        ifd_buf_free(&hb);
+    }
+
+    m = sample(IFD_WIRE_POOL);
+    round_trip(&m, &d);
+    ck_assert_uint_eq(d.u.pool.n_fds, 1);
+    ck_assert_uint_eq(d.u.pool.kv.n_blocks, 123456789012ull);
+    ck_assert_str_eq(ifd_wire_type_name(IFD_WIRE_POOL), "pool");
+    ck_assert_int_eq(ifd_wire_type_dir(IFD_WIRE_POOL), IFD_WIRE_TO_WORKER);
+    ifd_wire_msg_free(&d);
+
+    m = sample(IFD_WIRE_POOL_SIZE);
+    round_trip(&m, &d);
+    ck_assert_uint_eq(d.u.pool_size.n_blocks, 1ull << 33);
+    ck_assert_uint_eq(d.u.pool_size.usable_bytes, 3ull << 40);
+    ck_assert_uint_eq(d.u.pool_size.margin_bytes, 64 << 20);
+    ck_assert_uint_eq(d.u.pool_size.n_graphs, 70);
+    ck_assert_str_eq(d.u.pool_size.device, "NVIDIA H200 (sm_90, 139 GiB)");
+    ck_assert_str_eq(ifd_wire_type_name(IFD_WIRE_POOL_SIZE), "pool_size");
+    ck_assert_int_eq(ifd_wire_type_dir(IFD_WIRE_POOL_SIZE), IFD_WIRE_TO_ROUTER);
     ifd_wire_msg_free(&d);
 
     m = sample(IFD_WIRE_READY);
