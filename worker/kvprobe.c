@@ -5,6 +5,7 @@
 
 #include "engine.h"
 #include "error.h"
+#include "kvsize.h"
 #include "sampler.h"
 
 #include <stdbool.h>
@@ -312,4 +313,41 @@ fail:
         snprintf(err, errlen, "warm-up: %s failed: %s", what, ifd_strerror(rc));
     ifd__warm_free(&w);
     return rc;
+}
+
+int ifd_kvprobe_size(ifd_model_t *m, const ifd_kvprobe_size_params_t *p, ifd_kvprobe_mem_cb mem,
+                     void *mem_ctx, ifd_kvprobe_size_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    out->total_bytes = p->total_bytes;
+    out->weight_bytes = ifd_model_weight_bytes(m);
+    ifd_kvpool_params_t kp = ifd_model_kvpool_params(ifd_model_config(m));
+    kp.dtype = p->warm.kv_dtype;
+    kp.block_size = p->warm.block_size;
+    out->block_bytes = 2 * (uint64_t)kp.n_layers * ifd_kvpool_block_bytes(&kp);
+    int rc = ifd_kvprobe_warmup(m, &p->warm, mem, mem_ctx, &out->warm, err, errlen);
+    if (rc)
+        return rc;
+    const uint64_t total = p->total_bytes, free_b = out->warm.free_after;
+    const uint64_t used = free_b <= total ? total - free_b : 0; /* else no block fits */
+    out->free_bytes = free_b;
+    out->margin_bytes =
+        ifd_kvsize_margin(total, out->warm.activation_bytes + out->warm.graph_bytes);
+    out->n_blocks = ifd_kvsize_blocks(total, free_b, p->fraction, out->margin_bytes,
+                                      out->block_bytes);
+    /* the bytes below the same rounding as the blocks: kvsize.h's formula */
+    const double left = p->fraction * (double)total - (double)used - (double)out->margin_bytes;
+    out->usable_bytes = out->n_blocks > 0 && left > 0 ? (uint64_t)left : 0;
+    if (out->n_blocks < 1) {
+        const double mib = 1024.0 * 1024.0;
+        snprintf(err, errlen,
+                 "no KV block fits: %.2f of %.0f MiB minus %.0f MiB in use (weights %.0f MiB, "
+                 "activations %.0f MiB, graphs %.0f MiB) minus a %.0f MiB margin leaves "
+                 "nothing: raise --gpu-memory-fraction or lower --max-batched-tokens",
+                 p->fraction, (double)total / mib, (double)used / mib,
+                 (double)out->weight_bytes / mib, (double)out->warm.activation_bytes / mib,
+                 (double)out->warm.graph_bytes / mib, (double)out->margin_bytes / mib);
+        return IFD_ENOMEM;
+    }
+    return 0;
 }

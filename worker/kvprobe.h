@@ -77,4 +77,33 @@ typedef struct {
 int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprobe_mem_cb mem,
                        void *mem_ctx, ifd_kvprobe_result_t *out, char *err, size_t errlen);
 
+/* The whole sizing (`inferd-worker --kv-probe`, and the POOL step of a
+ * GPU worker's start, serve.c): the warm-up above, then the KV blocks that
+ * fit in fraction × total − (total − free after the warm-up) − margin
+ * (kvsize.h), each block holding every layer's K and V in p->kv_dtype.
+ * Both callers share it, so the probe's JSON and the worker's POOL_SIZE
+ * give the same count for the same inputs. */
+typedef struct {
+    ifd_kvprobe_params_t warm;
+    double fraction;      /* gpu_memory_fraction, (0, 1] */
+    uint64_t total_bytes; /* the device's memory (cudaMemGetInfo's total) */
+} ifd_kvprobe_size_params_t;
+
+typedef struct {
+    ifd_kvprobe_result_t warm;
+    uint64_t total_bytes, free_bytes; /* free_bytes: warm.free_after */
+    uint64_t weight_bytes;            /* ifd_model_weight_bytes */
+    uint64_t margin_bytes;            /* ifd_kvsize_margin of the measured bytes */
+    uint64_t block_bytes;             /* one block of every layer, K and V */
+    uint64_t usable_bytes;            /* fraction × total − in use − margin, or 0 */
+    int64_t n_blocks;                 /* usable_bytes / block_bytes */
+} ifd_kvprobe_size_t;
+
+/* 0 with *out filled and n_blocks >= 1; the warm-up's error; or IFD_ENOMEM
+ * when no block fits, with err saying what took the memory ("no KV block
+ * fits: 0.90 of 1024 MiB minus ..."). *out is filled as far as it got
+ * (also on IFD_ENOMEM, for the probe's JSON). */
+int ifd_kvprobe_size(ifd_model_t *m, const ifd_kvprobe_size_params_t *p, ifd_kvprobe_mem_cb mem,
+                     void *mem_ctx, ifd_kvprobe_size_t *out, char *err, size_t errlen);
+
 #endif

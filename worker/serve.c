@@ -14,6 +14,7 @@
 #include "error.h"
 #include "fdpass.h"
 #include "kvpool.h"
+#include "kvprobe.h"
 #include "log.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -317,23 +318,28 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
     ifd__queue(s, &m);
 }
 
-/* Reads the HELLO frame (with its fds). */
-static int ifd__read_hello(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *hello, int *fds,
+/* The next frame from the router, blocking, and the fds that came with its
+ * first bytes (SCM_RIGHTS): HELLO, or POOL after POOL_SIZE. A frame already
+ * in the reader comes first (no fds: none follow HELLO before POOL). */
+static int ifd__read_frame(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *msg, int *fds,
                            int *nfds)
 {
+    *nfds = 0;
+    int rc = ifd_wire_reader_next_msg(rd, msg);
+    if (rc)
+        return rc < 0 ? rc : 0;
     char buf[65536];
     size_t len = 0;
-    int rc = ifd_fdpass_recv(fd, buf, sizeof buf, &len, fds, IFD_FDPASS_MAX_FDS, nfds);
-    if (rc)
+    if ((rc = ifd_fdpass_recv(fd, buf, sizeof buf, &len, fds, IFD_FDPASS_MAX_FDS, nfds)))
         return rc;
     if ((rc = ifd_wire_reader_feed(rd, buf, len)))
         return rc;
     for (;;) {
-        rc = ifd_wire_reader_next_msg(rd, hello);
+        rc = ifd_wire_reader_next_msg(rd, msg);
         if (rc < 0)
             return rc;
         if (rc == 1)
-            return hello->type == IFD_WIRE_HELLO ? 0 : IFD_EFORMAT;
+            return 0;
         ssize_t n = read(fd, buf, sizeof buf);
         if (n == 0)
             return IFD_ECLOSED;
@@ -344,6 +350,87 @@ static int ifd__read_hello(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *hello,
         }
         if ((rc = ifd_wire_reader_feed(rd, buf, (size_t)n)))
             return rc;
+    }
+}
+
+/* Reads the HELLO frame (with its fds). */
+static int ifd__read_hello(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *hello, int *fds,
+                           int *nfds)
+{
+    int rc = ifd__read_frame(fd, rd, hello, fds, nfds);
+    return rc ? rc : hello->type == IFD_WIRE_HELLO ? 0 : IFD_EFORMAT;
+}
+
+/* The POOL step (proto/wire.h, HELLO's size_pool): the weights are loaded;
+ * run the sizing warm-up at the engine's limits (its buffers stay grown for
+ * the engine to reuse), send POOL_SIZE, and wait for POOL with the pool's
+ * fds. 0 with h->kv and h->n_fds replaced by POOL's and fds/nfds its fds;
+ * 1 when the router said SHUTDOWN or hung up instead (exit quietly); a
+ * negative code with err set otherwise (the caller sends it as ERROR: the
+ * router prints it as the start's one error line, so it is not logged
+ * here). */
+static int ifd__pool_step(ifd__srv_t *s, ifd_wire_reader_t *rd, ifd_backend_t *be,
+                          ifd_model_t *model, ifd_wire_hello_t *h, const ifd_engine_params_t *ep,
+                          int *fds, int *nfds, char *err, size_t errlen)
+{
+    const ifd_kvprobe_params_t wp = {.max_batched_tokens = ep->max_batched_tokens,
+                                     .max_seqs = ep->max_seqs,
+                                     .max_ctx = (int)h->max_model_len,
+                                     .block_size = (int)h->kv.block_size,
+                                     .kv_dtype = (ifd_kv_dtype_t)h->kv.dtype};
+    ifd_kvprobe_size_t sz;
+    char desc[128];
+    int rc = ifd_worker_gpu_size(be, model, &wp, h->gpu_memory_fraction, &sz, desc, sizeof desc,
+                                 err, errlen);
+    if (rc)
+        return rc;
+    ifd_wire_msg_t m = {.type = IFD_WIRE_POOL_SIZE};
+    ifd_wire_pool_size_t *ps = &m.u.pool_size;
+    ps->n_blocks = (uint64_t)sz.n_blocks;
+    ps->usable_bytes = sz.usable_bytes;
+    ps->block_bytes = sz.block_bytes;
+    ps->total_bytes = sz.total_bytes;
+    ps->free_bytes = sz.free_bytes;
+    ps->weight_bytes = sz.weight_bytes;
+    ps->activation_bytes = sz.warm.activation_bytes;
+    ps->graph_bytes = sz.warm.graph_bytes;
+    ps->margin_bytes = sz.margin_bytes;
+    ps->n_graphs = (uint32_t)sz.warm.n_graphs;
+    ps->device = desc;
+    if ((rc = ifd__queue(s, &m)) || (rc = ifd__flush(s))) {
+        snprintf(err, errlen, "sending POOL_SIZE: %s", ifd_strerror(rc));
+        return rc;
+    }
+    IFD_DEBUG("worker %u: %llu KV blocks fit, waiting for the pool", h->slot,
+              (unsigned long long)sz.n_blocks);
+    for (;;) {
+        ifd_wire_msg_t p = {0};
+        rc = ifd__read_frame(s->fd, rd, &p, fds, nfds);
+        if (rc == IFD_ECLOSED)
+            return 1;
+        if (rc) {
+            snprintf(err, errlen, "waiting for POOL: %s (%s)", ifd_strerror(rc),
+                     ifd_wire_reader_error(rd));
+            return rc;
+        }
+        const int type = p.type;
+        const uint32_t level = type == IFD_WIRE_LOG_LEVEL ? p.u.log_level.level : 0;
+        if (type == IFD_WIRE_POOL) {
+            h->kv = p.u.pool.kv;
+            h->n_fds = p.u.pool.n_fds;
+        }
+        ifd_wire_msg_free(&p);
+        if (type == IFD_WIRE_POOL)
+            return 0;
+        if (type == IFD_WIRE_SHUTDOWN)
+            return 1;
+        for (int i = 0; i < *nfds; i++) /* none expected with another frame */
+            close(fds[i]);
+        *nfds = 0;
+        if (type != IFD_WIRE_LOG_LEVEL && type != IFD_WIRE_DRAIN)
+            IFD_WARN("worker: a %s frame before POOL: ignored", ifd_wire_type_name(type));
+        if (type == IFD_WIRE_LOG_LEVEL)
+            ifd_log_set_level((ifd_log_level_t)level);
     }
 }
 
@@ -420,28 +507,58 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
                   ifd_wire_reader_error(&rd));
         goto out;
     }
-    const ifd_wire_hello_t *h = &hello.u.hello;
-    if (nfds < 1) {
+    ifd_wire_hello_t *h = &hello.u.hello;
+    /* the POOL step: the router prints a failure before POOL_SIZE as the
+     * start's one error line, so the worker only sends it */
+    const bool sizing = h->size_pool;
+    if (nfds < 1 && !sizing) {
         IFD_ERROR("worker: HELLO came without the KV pool's fds");
         ifd__send_error(&s, 0, IFD_EINVAL, "HELLO without the KV pool fds");
+        goto out;
+    }
+    if (sizing && (rc = ifd_worker_gpu_check(err, sizeof err))) {
+        ifd__send_error(&s, 0, rc, err);
         goto out;
     }
     const char *path = o->model_path ? o->model_path : h->model_path;
     int threads = o->n_threads > 0 ? o->n_threads : (int)h->n_threads;
     char devname[160];
     if ((rc = ifd__serve_backend(o, h, threads, &be, devname, sizeof devname, err, sizeof err))) {
-        IFD_ERROR("worker: %s", err);
+        if (!sizing)
+            IFD_ERROR("worker: %s", err);
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
     ifd_worker_model_opts_t mo = {path, o->shape, o->weights_seed};
     if ((rc = ifd_worker_model_load(&mo, be, &model, &tok, err, sizeof err))) {
-        IFD_ERROR("worker: %s", err);
+        if (!sizing)
+            IFD_ERROR("worker: %s", err);
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
     s.tok = tok;
     const ifd_model_config_t *cfg = ifd_model_config(model);
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    if (h->max_seqs)
+        ep.max_seqs = (int)h->max_seqs;
+    if (h->max_batched_tokens)
+        ep.max_batched_tokens = (int)h->max_batched_tokens;
+    if (sizing) {
+        rc = ifd__pool_step(&s, &rd, be, model, h, &ep, fds, &nfds, err, sizeof err);
+        if (rc == 1) { /* SHUTDOWN or the router gone while sizing */
+            s.status = 0;
+            goto out;
+        }
+        if (rc) {
+            ifd__send_error(&s, 0, rc, err);
+            goto out;
+        }
+        if (nfds < 1) {
+            IFD_ERROR("worker: POOL came without the KV pool's fds");
+            ifd__send_error(&s, 0, IFD_EINVAL, "POOL without the KV pool fds");
+            goto out;
+        }
+    }
     /* four fds: the local layers' pool follows (proto/wire.h, HELLO) */
     const bool two_pools = nfds == 4;
     ifd_kvpool_params_t expect, lexpect;
@@ -504,15 +621,10 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     }
     const ifd_token_t *eos;
     size_t n_eos = ifd_tokenizer_eog_ids(tok, &eos);
-    ifd_engine_params_t ep = ifd_engine_default_params();
     ep.eos_ids = (const int32_t *)eos;
     ep.n_eos_ids = (int32_t)n_eos;
     ep.worker = (int)h->slot;
     ep.device = (int)h->kv_device;
-    if (h->max_seqs)
-        ep.max_seqs = (int)h->max_seqs;
-    if (h->max_batched_tokens)
-        ep.max_batched_tokens = (int)h->max_batched_tokens;
     ep.prefill_cap = h->prefill_cap;
     ep.local_pool = lpool;
     ifd_engine_callbacks_t cb = {&s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};

@@ -21,7 +21,6 @@
 #include "kernels.h"
 #include "kvpool.h"
 #include "kvprobe.h"
-#include "kvsize.h"
 #include "log.h"
 #include "worker_model.h"
 #ifdef IFD_HAVE_CUDA
@@ -203,6 +202,71 @@ int ifd_worker_backend_create(ifd_backend_t **out, const char *name, int threads
     }
     snprintf(err, errlen, "unknown backend '%s' (cpu, cuda, cuda-f32)", name);
     return IFD_EINVAL;
+}
+
+#ifdef IFD_HAVE_CUDA
+static int ifd__gpu_mem(void *ctx, uint64_t *free_bytes)
+{
+    const ifd_cuda_module_t *cm = ctx;
+    size_t f = 0, t = 0;
+    char err[256];
+    int rc = cm->mem_info(&f, &t, err, sizeof err);
+    *free_bytes = f;
+    return rc;
+}
+#endif
+
+int ifd_worker_gpu_check(char *err, size_t errlen)
+{
+#ifdef IFD_HAVE_CUDA
+    int n_dev;
+    const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, errlen);
+    if (!cm)
+        return IFD_ENODEV; /* its one line says why */
+    if (cm->device_count(&n_dev, err, errlen) != 0) {
+        char why[900];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, errlen, "no CUDA device: %s", why);
+        return IFD_ENODEV;
+    }
+    return 0;
+#else
+    snprintf(err, errlen, "this build has no CUDA backend (configure with -DINFERD_CUDA=ON)");
+    return IFD_ENOTSUP;
+#endif
+}
+
+int ifd_worker_gpu_size(ifd_backend_t *be, ifd_model_t *m, const ifd_kvprobe_params_t *warm,
+                        double fraction, ifd_kvprobe_size_t *out, char *desc, size_t desclen,
+                        char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (desclen)
+        desc[0] = '\0';
+#ifdef IFD_HAVE_CUDA
+    const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, errlen);
+    if (!cm)
+        return IFD_ENODEV;
+    size_t free_b = 0, total_b = 0;
+    int rc = be->ops->sync(be);
+    if (!rc)
+        rc = cm->mem_info(&free_b, &total_b, err, errlen);
+    if (rc)
+        return rc;
+    cm->device_describe(0, desc, desclen);
+    const int n_ctx = (int)ifd_model_config(m)->n_ctx_train;
+    ifd_kvprobe_size_params_t sp = {.warm = *warm, .fraction = fraction, .total_bytes = total_b};
+    if (sp.warm.max_ctx <= 0 || sp.warm.max_ctx > n_ctx)
+        sp.warm.max_ctx = n_ctx > 0 ? n_ctx : 1;
+    return ifd_kvprobe_size(m, &sp, ifd__gpu_mem, (void *)cm, out, err, errlen);
+#else
+    (void)be;
+    (void)m;
+    (void)warm;
+    (void)fraction;
+    snprintf(err, errlen, "this build has no CUDA backend (configure with -DINFERD_CUDA=ON)");
+    return IFD_ENOTSUP;
+#endif
 }
 
 /* Generation on a random-weight model: token ids in, token ids out (no
@@ -465,18 +529,6 @@ typedef struct {
     int max_model_len; /* 0: the model's context */
 } ifd__probe_opts_t;
 
-#ifdef IFD_HAVE_CUDA
-static int ifd__probe_mem(void *ctx, uint64_t *free_bytes)
-{
-    const ifd_cuda_module_t *cm = ctx;
-    size_t f = 0, t = 0;
-    char err[256];
-    int rc = cm->mem_info(&f, &t, err, sizeof err);
-    *free_bytes = f;
-    return rc;
-}
-#endif
-
 static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
 {
     char err[1024] = "";
@@ -501,83 +553,49 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
                                   "tokenizer's model)");
         goto out;
     }
-#ifdef IFD_HAVE_CUDA
-    int n_dev;
-    const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, sizeof err);
-    if (!cm)
-        goto out; /* its one line says why */
-    if (cm->device_count(&n_dev, err, sizeof err) != 0) {
-        char why[900];
-        snprintf(why, sizeof why, "%s", err);
-        snprintf(err, sizeof err, "no CUDA device: %s", why);
+    if (ifd_worker_gpu_check(err, sizeof err))
         goto out;
-    }
-#endif
     if ((rc = ifd_worker_backend_create(&be, bname, 0, IFD_WEIGHTS_AUTO, err, sizeof err)))
         goto out;
     ifd_worker_model_opts_t mo = {o->model, o->shape, o->weights_seed};
     if ((rc = ifd_worker_model_load(&mo, be, &m, &tok, err, sizeof err)))
         goto out;
-    size_t free_b = 0, total_b = 0;
-    const ifd_model_config_t *cfg = ifd_model_config(m);
-    ifd_kvprobe_result_t wr = {0};
-#ifdef IFD_HAVE_CUDA
-    if ((rc = be->ops->sync(be)) ||
-        (rc = cm->mem_info(&free_b, &total_b, err, sizeof err)))
-        goto out;
+    ifd_kvprobe_size_t sz = {0};
     char desc[128] = "";
-    cm->device_describe(0, desc, sizeof desc);
-    json_object_set_new(j, "device", json_string(desc));
-    int max_ctx = (int)cfg->n_ctx_train;
-    if (po->max_model_len > 0 && po->max_model_len < max_ctx)
-        max_ctx = po->max_model_len;
     const ifd_kvprobe_params_t wp = {.max_batched_tokens = po->max_batched_tokens,
                                      .max_seqs = po->max_seqs,
-                                     .max_ctx = max_ctx > 0 ? max_ctx : 1,
+                                     .max_ctx = po->max_model_len,
                                      .block_size = po->block_size,
                                      .kv_dtype = kvd};
-    if ((rc = ifd_kvprobe_warmup(m, &wp, ifd__probe_mem, (void *)cm, &wr, err, sizeof err)))
-        goto out;
-    free_b = (size_t)wr.free_after;
-#endif
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
-    kp.dtype = kvd;
-    kp.block_size = po->block_size;
-    const uint64_t block_all = 2 * (uint64_t)kp.n_layers * ifd_kvpool_block_bytes(&kp);
-    const uint64_t margin = ifd_kvsize_margin(total_b, wr.activation_bytes + wr.graph_bytes);
-    const int64_t n_blocks =
-        ifd_kvsize_blocks(total_b, free_b, po->fraction, margin, block_all);
+    rc = ifd_worker_gpu_size(be, m, &wp, po->fraction, &sz, desc, sizeof desc, err, sizeof err);
+    if (desc[0])
+        json_object_set_new(j, "device", json_string(desc));
+    if (rc && rc != IFD_ENOMEM)
+        goto out; /* a warm-up step failed */
     const struct {
         const char *key;
         uint64_t v;
     } u64s[] = {
-        {"total_bytes", total_b},
-        {"free_bytes", free_b},
-        {"free_before_warmup_bytes", wr.free_before},
-        {"weight_bytes", ifd_model_weight_bytes(m)},
-        {"activation_bytes", wr.activation_bytes},
-        {"graph_bytes", wr.graph_bytes},
-        {"kv_scratch_bytes", wr.kv_scratch_bytes},
-        {"margin_bytes", margin},
-        {"block_bytes", block_all},
+        {"total_bytes", sz.total_bytes},
+        {"free_bytes", sz.free_bytes},
+        {"free_before_warmup_bytes", sz.warm.free_before},
+        {"weight_bytes", sz.weight_bytes},
+        {"activation_bytes", sz.warm.activation_bytes},
+        {"graph_bytes", sz.warm.graph_bytes},
+        {"kv_scratch_bytes", sz.warm.kv_scratch_bytes},
+        {"margin_bytes", sz.margin_bytes},
+        {"block_bytes", sz.block_bytes},
+        {"usable_bytes", sz.usable_bytes},
     };
     for (size_t i = 0; i < sizeof u64s / sizeof u64s[0]; i++)
         json_object_set_new(j, u64s[i].key, json_integer((json_int_t)u64s[i].v));
-    json_object_set_new(j, "n_graphs", json_integer(wr.n_graphs));
-    json_object_set_new(j, "warmup_steps", json_integer(wr.prefill_steps + wr.decode_steps));
+    json_object_set_new(j, "n_graphs", json_integer(sz.warm.n_graphs));
+    json_object_set_new(j, "warmup_steps",
+                        json_integer(sz.warm.prefill_steps + sz.warm.decode_steps));
     json_object_set_new(j, "max_batched_tokens", json_integer(po->max_batched_tokens));
-    json_object_set_new(j, "n_blocks", json_integer((json_int_t)n_blocks));
-    if (n_blocks < 1) {
-        const double mib = 1024.0 * 1024.0;
-        snprintf(err, sizeof err,
-                 "no KV block fits: %.2f of %.0f MiB minus %.0f MiB in use (weights %.0f MiB, "
-                 "activations %.0f MiB, graphs %.0f MiB) minus a %.0f MiB margin leaves "
-                 "nothing: raise --gpu-memory-fraction or lower --max-batched-tokens",
-                 po->fraction, (double)total_b / mib, (double)(total_b - free_b) / mib,
-                 (double)ifd_model_weight_bytes(m) / mib, (double)wr.activation_bytes / mib,
-                 (double)wr.graph_bytes / mib, (double)margin / mib);
-        goto out;
-    }
+    json_object_set_new(j, "n_blocks", json_integer((json_int_t)sz.n_blocks));
+    if (rc)
+        goto out; /* no block fits: err says why */
     status = 0;
 out:
     json_object_set_new(j, "ok", json_boolean(status == 0));
