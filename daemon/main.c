@@ -83,6 +83,13 @@ typedef struct {
     int n_gpus;
     const char *backend;   /* the workers' backend: "cpu", "cuda" or "cuda-f32" */
     char shape_path[PATH_MAX]; /* --random-weights, resolved ("" when unset) */
+    /* --gpus, the POOL step: each GPU's POOL_SIZE (device → gpu_dev[i]),
+     * or the failure's one line */
+    ifd_wire_pool_size_t gpu_size[IFD_GPU_MAX];
+    char gpu_dev[IFD_GPU_MAX][128];
+    bool sized;
+    char size_err[1024];
+    bool loop_init; /* uv_loop_init done (a failed start closes it if it can) */
 } ifd__daemon_t;
 
 static void ifd__shutdown_step(ifd__daemon_t *d);
@@ -251,6 +258,28 @@ static void ifd__on_failed(void *ctx, int w)
         d->exit_code = 1;
         ifd__begin_shutdown(d, "no worker");
     }
+}
+
+/* The POOL step (supervisor.h): every GPU's worker reported what fits, or
+ * one failed. Either ends the start-up's first loop run (ifd__run). */
+static void ifd__on_pool_sizes(void *ctx, const ifd_wire_pool_size_t *sizes, int n)
+{
+    ifd__daemon_t *d = ctx;
+    for (int i = 0; i < n && i < IFD_GPU_MAX; i++) {
+        d->gpu_size[i] = sizes[i];
+        snprintf(d->gpu_dev[i], sizeof d->gpu_dev[i], "%s", sizes[i].device ? sizes[i].device : "?");
+        d->gpu_size[i].device = d->gpu_dev[i];
+    }
+    d->sized = true;
+    uv_stop(&d->loop);
+}
+
+static void ifd__on_pool_failed(void *ctx, int w, const char *why)
+{
+    ifd__daemon_t *d = ctx;
+    (void)w;
+    snprintf(d->size_err, sizeof d->size_err, "%s", why);
+    uv_stop(&d->loop);
 }
 
 static void ifd__on_stopped(void *ctx)
@@ -516,43 +545,26 @@ static void ifd__size_local_pool(const ifd__daemon_t *d, ifd_kvpool_params_t *kp
     kp->bytes_budget = d->cfg.kv_budget > lbytes ? d->cfg.kv_budget - lbytes : 0;
 }
 
-/* --gpus: the KV pool's blocks per device from each GPU's probe (gpu.h):
- * the smallest count, so every device has the same geometry. Logs what each
- * GPU reported. 0, or the probe's error with its one-line reason in err. */
-static int ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp, char *err, size_t errlen)
+/* --gpus: the KV pool's blocks per device from each GPU's POOL_SIZE (the
+ * POOL step: the first worker of each GPU loaded the weights and measured
+ * what is left, worker/kvprobe.h): the smallest count, so every device has
+ * the same geometry. Logs what each GPU reported. */
+static void ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp)
 {
-    ifd_gpu_probe_params_t pp = {
-        .worker_binary = d->worker_bin,
-        .backend = d->backend,
-        .model_path = d->model_path,
-        .random_weights = d->shape_path,
-        .weights_seed = (uint64_t)d->cfg.weights_seed,
-        .fraction = d->cfg.gpu_memory_fraction,
-        .kv_dtype = d->cfg.kv_dtype,
-        .block_size = (int)d->cfg.block_size,
-        .max_seqs = (int)d->cfg.max_seqs,
-        .max_batched_tokens = (int)d->cfg.max_batched_tokens,
-        .max_model_len = (int)d->cfg.max_model_len,
-        .timeout_s = d->cfg.worker_start_timeout,
-    };
-    ifd_gpu_probe_t probes[IFD_GPU_MAX];
-    int rc = ifd_gpu_probe_all(&pp, d->gpus, d->n_gpus, probes, err, errlen);
-    if (rc)
-        return rc;
     int64_t blocks = -1;
     for (int i = 0; i < d->n_gpus; i++) {
-        const ifd_gpu_probe_t pr = probes[i];
+        const ifd_wire_pool_size_t pr = d->gpu_size[i];
         const double mib = 1024.0 * 1024.0;
         IFD_INFO("GPU %d (%s): %.0f MiB, %.0f MiB in use after the weights (%.1f MiB), "
-                 "activations (%.1f MiB) and %d decode graphs (%.1f MiB) measured, %.0f MiB "
+                 "activations (%.1f MiB) and %u decode graphs (%.1f MiB) measured, %.0f MiB "
                  "margin: %lld KV blocks fit in %.0f%% of it",
                  d->gpus[i], pr.device, (double)pr.total_bytes / mib,
                  (double)(pr.total_bytes - pr.free_bytes) / mib, (double)pr.weight_bytes / mib,
                  (double)pr.activation_bytes / mib, pr.n_graphs, (double)pr.graph_bytes / mib,
                  (double)pr.margin_bytes / mib, (long long)pr.n_blocks,
                  d->cfg.gpu_memory_fraction * 100.0);
-        if (blocks < 0 || pr.n_blocks < blocks)
-            blocks = pr.n_blocks;
+        if (blocks < 0 || (int64_t)pr.n_blocks < blocks)
+            blocks = (int64_t)pr.n_blocks;
     }
     kp->n_blocks = blocks;
     kp->n_devices = d->n_gpus;
@@ -563,6 +575,35 @@ static int ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp, char *e
      * worker. The emulator emulates the same (tests/gpu/emu/cuda_emu_vmm.cc). */
     for (int i = 0; i < d->n_gpus; i++)
         kp->kind[i] = IFD_KVSEG_CUDA_VMM;
+}
+
+/* Every KV pool the daemon holds, created in one place: on CPU workers the
+ * host pool from kv_budget (and, with split, the local layers' pool, lkp
+ * sized by ifd__size_local_pool); with --gpus the device pool from the GPUs'
+ * POOL_SIZE reports (d->gpu_size; a second device pool would take its share
+ * of their usable_bytes here). 0, or an error with its one line in err. */
+static int ifd__create_pools(ifd__daemon_t *d, ifd_kvpool_params_t *kp, ifd_kvpool_params_t *lkp,
+                             bool split, char *err, size_t errlen)
+{
+    int rc;
+    if (d->n_gpus)
+        ifd__size_gpu_pool(d, kp);
+    if (split) {
+        const int n_local = lkp->n_layers;
+        *lkp = *kp;
+        lkp->n_layers = n_local;
+        ifd__size_local_pool(d, kp, lkp);
+        if ((rc = ifd_kvpool_create(lkp, &d->lpool))) {
+            snprintf(err, errlen, "cannot create the local layers' KV pool (%lld blocks): %s",
+                     (long long)lkp->n_blocks, ifd_strerror(rc));
+            return rc;
+        }
+    }
+    if ((rc = ifd_kvpool_create(kp, &d->pool))) {
+        snprintf(err, errlen, "cannot create the KV pool (%llu bytes): %s",
+                 (unsigned long long)kp->bytes_budget, ifd_strerror(rc));
+        return rc;
+    }
     return 0;
 }
 
@@ -733,26 +774,75 @@ static int ifd__run(ifd__daemon_t *d)
     kp.n_devices = 1;
     kp.n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
     kp.fingerprint = ifd__fingerprint(d);
-    if (d->n_gpus && (rc = ifd__size_gpu_pool(d, &kp, err, sizeof err)))
+
+    if ((rc = uv_loop_init(&d->loop))) {
+        snprintf(err, sizeof err, "uv_loop_init: %s", uv_strerror(rc));
         goto fail;
-    if (split) {
-        const int n_local = lkp.n_layers;
-        lkp = kp;
-        lkp.n_layers = n_local;
-        ifd__size_local_pool(d, &kp, &lkp);
-        if ((rc = ifd_kvpool_create(&lkp, &d->lpool))) {
-            snprintf(err, sizeof err, "cannot create the local layers' KV pool (%lld blocks): %s",
-                     (long long)lkp.n_blocks, ifd_strerror(rc));
+    }
+    d->loop_init = true;
+    ifd_metrics_init(&d->metrics);
+    /* The workers' supervisor exists before the pool: with --gpus the first
+     * worker of each GPU is what sizes it (the POOL step, supervisor.h). */
+    ifd_sup_params_t sp;
+    memset(&sp, 0, sizeof sp);
+    sp.worker_binary = d->worker_bin;
+    sp.model_path = d->model_path;
+    sp.log_level = d->cfg.log_level;
+    sp.weights_dtype = d->cfg.weights_dtype;
+    sp.n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
+    sp.backend = d->backend;
+    sp.gpus = d->n_gpus ? d->gpus : NULL;
+    sp.random_weights = d->shape_path[0] ? d->shape_path : NULL;
+    sp.weights_seed = (uint64_t)d->cfg.weights_seed;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    sp.n_threads = d->cfg.threads > 0
+                       ? (int)d->cfg.threads
+                       : (int)(ncpu / sp.n_workers > 0 ? ncpu / sp.n_workers : 1);
+    sp.max_seqs = (uint32_t)d->cfg.max_seqs;
+    sp.max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
+    (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp.prefill_cap); /* checked at config */
+    sp.kv.n_layers = (uint32_t)kp.n_layers;
+    sp.kv.n_kv_heads = (uint32_t)kp.n_kv_heads;
+    sp.kv.head_dim = (uint32_t)kp.head_dim;
+    sp.kv.dtype = (uint32_t)kp.dtype;
+    sp.kv.block_size = (uint32_t)kp.block_size;
+    sp.kv.n_blocks = 0; /* the pool's, once it exists */
+    sp.kv.fingerprint = kp.fingerprint;
+    sp.size_pool = d->n_gpus > 0;
+    sp.gpu_memory_fraction = d->cfg.gpu_memory_fraction;
+    sp.max_model_len = d->cfg.max_model_len > 0 ? (uint32_t)d->cfg.max_model_len : 0;
+    ifd__sup_timing(&d->cfg, &sp);
+    ifd_sup_callbacks_t scb = {d,
+                               ifd__on_ready,
+                               ifd__on_message,
+                               ifd__on_lost,
+                               ifd__on_failed,
+                               ifd__on_stopped,
+                               ifd__on_pool_sizes,
+                               ifd__on_pool_failed};
+    if ((rc = ifd_sup_create(&d->sup, &d->loop, &sp, &scb, &d->metrics)))
+        goto fail;
+    if (d->n_gpus) {
+        /* the POOL step: this loop run ends when every GPU reported (or one
+         * failed, with its one line); nothing else runs on the loop yet */
+        ifd_sup_start(d->sup);
+        uv_run(&d->loop, UV_RUN_DEFAULT);
+        if (!d->sized) {
+            snprintf(err, sizeof err, "%s", d->size_err[0] ? d->size_err : "sizing the KV pool failed");
+            rc = IFD_ENODEV;
             goto fail;
         }
     }
-    if ((rc = ifd_kvpool_create(&kp, &d->pool))) {
-        snprintf(err, sizeof err, "cannot create the KV pool (%llu bytes): %s",
-                 (unsigned long long)kp.bytes_budget, ifd_strerror(rc));
+    if ((rc = ifd__create_pools(d, &kp, &lkp, split, err, sizeof err)))
         goto fail;
-    }
     ifd_kvpool_params_t geo;
     ifd_kvpool_geometry(d->pool, &geo);
+    sp.kv.n_blocks = (uint64_t)geo.n_blocks;
+    /* with --gpus this sends each waiting worker its POOL frame */
+    if ((rc = ifd_sup_set_pool(d->sup, d->pool, d->lpool, &sp.kv))) {
+        snprintf(err, sizeof err, "handing the KV pool to the workers: %s", ifd_strerror(rc));
+        goto fail;
+    }
     int64_t pool_tokens = geo.n_blocks * geo.block_size;
     int64_t mml = d->mcfg.n_ctx_train;
     if (d->cfg.max_model_len > 0 && d->cfg.max_model_len < mml)
@@ -773,15 +863,10 @@ static int ifd__run(ifd__daemon_t *d)
                  lkp.n_layers, (long long)lkp.n_blocks, d->mcfg.sliding_window, kp.n_layers);
 
     if ((rc = ifd__load_api_key(&d->cfg, d->api.api_key, sizeof d->api.api_key)))
-        return 1;
+        goto fail_quiet;
     if ((rc = ifd__open_listeners(d, d->api.api_key, err, sizeof err)))
         goto fail;
 
-    if ((rc = uv_loop_init(&d->loop))) {
-        snprintf(err, sizeof err, "uv_loop_init: %s", uv_strerror(rc));
-        goto fail;
-    }
-    ifd_metrics_init(&d->metrics);
     ifd_http_limits_t lim = ifd__limits(&d->cfg);
     ifd_http_handler_t hh = {&d->api, ifd_api_on_request};
     if ((rc = ifd_http_server_create(&d->http, &d->loop, &lim, &hh, &d->metrics)))
@@ -796,38 +881,6 @@ static int ifd__run(ifd__daemon_t *d)
                                                                        : "");
     }
 
-    ifd_sup_params_t sp;
-    memset(&sp, 0, sizeof sp);
-    sp.worker_binary = d->worker_bin;
-    sp.model_path = d->model_path;
-    sp.log_level = d->cfg.log_level;
-    sp.weights_dtype = d->cfg.weights_dtype;
-    sp.n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
-    sp.backend = d->backend;
-    sp.gpus = d->n_gpus ? d->gpus : NULL;
-    sp.random_weights = d->shape_path[0] ? d->shape_path : NULL;
-    sp.weights_seed = (uint64_t)d->cfg.weights_seed;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    sp.n_threads = d->cfg.threads > 0
-                       ? (int)d->cfg.threads
-                       : (int)(ncpu / sp.n_workers > 0 ? ncpu / sp.n_workers : 1);
-    sp.max_seqs = (uint32_t)d->cfg.max_seqs;
-    sp.max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
-    (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp.prefill_cap); /* checked at config */
-    sp.kv.n_layers = (uint32_t)geo.n_layers;
-    sp.kv.n_kv_heads = (uint32_t)geo.n_kv_heads;
-    sp.kv.head_dim = (uint32_t)geo.head_dim;
-    sp.kv.dtype = (uint32_t)geo.dtype;
-    sp.kv.block_size = (uint32_t)geo.block_size;
-    sp.kv.n_blocks = (uint64_t)geo.n_blocks;
-    sp.kv.fingerprint = kp.fingerprint;
-    sp.pool = d->pool;
-    sp.local_pool = d->lpool;
-    ifd__sup_timing(&d->cfg, &sp);
-    ifd_sup_callbacks_t scb = {
-        d, ifd__on_ready, ifd__on_message, ifd__on_lost, ifd__on_failed, ifd__on_stopped};
-    if ((rc = ifd_sup_create(&d->sup, &d->loop, &sp, &scb, &d->metrics)))
-        goto fail;
     const ifd_token_t *eog;
     size_t n_eog = ifd_tokenizer_eog_ids(d->tok, &eog);
     ifd_router_params_t rp = {d->pool, d->sup,          &d->metrics,
@@ -870,13 +923,14 @@ static int ifd__run(ifd__daemon_t *d)
     d->grace_timer.data = d->step_timer.data = d->sd_timer.data = d;
     ifd__sd_start(d);
 
-    if (d->n_gpus)
-        IFD_INFO("starting %d GPU worker%s (%s, backend %s)", sp.n_workers,
+    if (d->n_gpus) { /* started before the pool: they sized it and attach now */
+        IFD_INFO("%d GPU worker%s (%s, backend %s) attaching the KV pool", sp.n_workers,
                  sp.n_workers == 1 ? "" : "s", d->worker_bin, d->backend);
-    else
+    } else {
         IFD_INFO("starting %d worker%s (%s, %d threads each)", sp.n_workers,
                  sp.n_workers == 1 ? "" : "s", d->worker_bin, sp.n_threads);
-    ifd_sup_start(d->sup);
+        ifd_sup_start(d->sup);
+    }
     uv_run(&d->loop, UV_RUN_DEFAULT);
     d->ran = true;
     IFD_INFO("stopped");
@@ -884,8 +938,16 @@ static int ifd__run(ifd__daemon_t *d)
 
 fail:
     IFD_ERROR("%s", err[0] ? err : ifd_strerror(rc));
+fail_quiet:
     for (int i = 0; i < d->n_lst; i++)
         ifd_listen_unlink(&d->lst[i]);
+    if (d->sup) { /* workers started before the pool (or none yet): kill them, free it */
+        ifd_sup_destroy(d->sup);
+        d->sup = NULL;
+        uv_run(&d->loop, UV_RUN_NOWAIT); /* its close callbacks free it */
+    }
+    if (d->loop_init) /* UV_EBUSY (kept) while other handles are on it */
+        (void)uv_loop_close(&d->loop);
     return 1;
 }
 

@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,9 @@ typedef struct {
     int crashes_in_row;
     uint64_t crash_ms[IFD__CRASH_RING];
     uint64_t n_crash_ms;
+    bool sized;                 /* the POOL step: its POOL_SIZE is in */
+    ifd_wire_pool_size_t size;  /* that report (device points at size_device) */
+    char size_device[128];
 } ifd__worker_t;
 
 struct ifd_sup {
@@ -80,6 +84,9 @@ struct ifd_sup {
     uv_timer_t ping_timer;
     bool stopping;
     bool destroying;
+    bool sizing;        /* the POOL step runs: no pool yet (ifd_sup_set_pool ends it) */
+    bool sizing_failed; /* on_pool_failed was called */
+    int n_sized;
     bool stopped_reported;
     int open_handles;
 };
@@ -92,12 +99,37 @@ typedef struct {
 
 static void ifd__spawn(ifd__worker_t *w);
 static void ifd__lose(ifd__worker_t *w, const char *why);
+static void ifd__kill(ifd__worker_t *w, const char *why);
+
+/* The POOL step failed for worker w: the one line for on_pool_failed, the
+ * first failure only (a worker that sent ERROR then exits says why once). */
+static void ifd__size_fail(ifd__worker_t *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void ifd__size_fail(ifd__worker_t *w, const char *fmt, ...)
+{
+    ifd_sup_t *s = w->sup;
+    w->info.state = IFD_W_FAILED;
+    if (s->sizing_failed)
+        return;
+    s->sizing_failed = true;
+    char why[1024];
+    int n = snprintf(why, sizeof why, "GPU %d: ", s->gpus ? s->gpus[w->idx] : w->idx);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why + n, sizeof why - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (s->cb.on_pool_failed)
+        s->cb.on_pool_failed(s->cb.ctx, w->idx, why);
+}
 
 const char *ifd_worker_state_name(ifd_worker_state_t s)
 {
     switch (s) {
     case IFD_W_STARTING:
         return "starting";
+    case IFD_W_SIZING:
+        return "sizing";
     case IFD_W_READY:
         return "ready";
     case IFD_W_DOWN:
@@ -417,13 +449,42 @@ static void ifd__on_ready(ifd__worker_t *w, const ifd_wire_ready_t *r)
         s->cb.on_ready(s->cb.ctx, w->idx);
 }
 
+/* A worker's POOL_SIZE (the POOL step): kept until every worker's is in,
+ * then on_pool_sizes. It waits for POOL without a deadline of its own: the
+ * others' start timeouts bound the wait. */
+static void ifd__on_pool_size(ifd__worker_t *w, const ifd_wire_pool_size_t *ps)
+{
+    ifd_sup_t *s = w->sup;
+    if (w->info.state != IFD_W_SIZING || w->sized) {
+        IFD_WARN("worker %d: unexpected POOL_SIZE", w->idx);
+        return;
+    }
+    if (ps->n_blocks < 1) {
+        ifd__size_fail(w, "no KV block fits");
+        ifd__kill(w, NULL);
+        return;
+    }
+    uv_timer_stop(&w->timer);
+    w->size = *ps;
+    snprintf(w->size_device, sizeof w->size_device, "%s", ps->device ? ps->device : "?");
+    w->size.device = w->size_device;
+    w->sized = true;
+    if (++s->n_sized < s->n || s->sizing_failed)
+        return;
+    ifd_wire_pool_size_t sizes[IFD_KVPOOL_MAX_WORKERS];
+    for (int i = 0; i < s->n; i++)
+        sizes[i] = s->w[i].size;
+    if (s->cb.on_pool_sizes)
+        s->cb.on_pool_sizes(s->cb.ctx, sizes, s->n);
+}
+
 static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     (void)buf;
     ifd__worker_t *w = st->data;
     ifd_sup_t *s = w->sup;
     if (nread < 0) {
-        if (!s->stopping)
+        if (!s->stopping && !s->sizing) /* while sizing, the exit says why */
             IFD_WARN("worker %d (pid %d): connection lost: %s", w->idx, w->info.pid,
                      nread == UV_EOF ? "end of stream" : uv_strerror((int)nread));
         ifd__close_pipe(w);
@@ -433,6 +494,12 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     if (ifd_wire_reader_commit(&w->rd, (size_t)nread) < 0) {
+        if (s->sizing) {
+            ifd__size_fail(w, "broken frames from %s before sizing the KV pool: %s", s->binary,
+                           ifd_wire_reader_error(&w->rd));
+            ifd__kill(w, NULL);
+            return;
+        }
         IFD_ERROR("worker %d: broken frames: %s", w->idx, ifd_wire_reader_error(&w->rd));
         ifd_sup_kill(s, w->idx, "broken frames");
         return;
@@ -444,6 +511,12 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         int rc = ifd_wire_reader_next_msg(&w->rd, &m);
         if (rc == 0)
             break;
+        if (rc < 0 && s->sizing) {
+            ifd__size_fail(w, "a bad frame from %s before sizing the KV pool: %s", s->binary,
+                           ifd_wire_reader_error(&w->rd));
+            ifd__kill(w, NULL);
+            return;
+        }
         if (rc < 0) {
             IFD_ERROR("worker %d: bad frame: %s", w->idx, ifd_wire_reader_error(&w->rd));
             if (w->rd.err) {
@@ -455,6 +528,9 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         switch (m.type) {
         case IFD_WIRE_READY:
             ifd__on_ready(w, &m.u.ready);
+            break;
+        case IFD_WIRE_POOL_SIZE:
+            ifd__on_pool_size(w, &m.u.pool_size);
             break;
         case IFD_WIRE_STATS:
             if (w->ping_out && m.u.stats.seq == w->ping_seq) {
@@ -471,6 +547,10 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             w->info.has_stats = true;
             break;
         case IFD_WIRE_ERROR:
+            if (m.u.error.id == 0 && w->info.state == IFD_W_SIZING) {
+                ifd__size_fail(w, "%s", m.u.error.message ? m.u.error.message : "failed");
+                break; /* it exits next */
+            }
             if (m.u.error.id == 0) {
                 IFD_ERROR("worker %d: %s (%s)", w->idx, m.u.error.message ? m.u.error.message : "",
                           ifd_err_name(m.u.error.code));
@@ -516,7 +596,7 @@ static void ifd__lose(ifd__worker_t *w, const char *why)
         w->info.state = IFD_W_DOWN; /* no longer serving, whatever comes next */
     if (why)
         IFD_WARN("worker %d (pid %d): %s", w->idx, w->info.pid, why);
-    if (s->cb.on_lost)
+    if (s->cb.on_lost && !s->sizing) /* nothing was routed to it yet */
         s->cb.on_lost(s->cb.ctx, w->idx);
 }
 
@@ -526,6 +606,18 @@ static void ifd__after_exit(ifd__worker_t *w)
     ifd_sup_t *s = w->sup;
     if (s->stopping || s->destroying) {
         w->info.state = IFD_W_STOPPED;
+        return;
+    }
+    if (s->sizing) { /* the POOL step is not retried: the start fails */
+        if (w->sized)
+            ifd__size_fail(w, "%s ended while waiting for the KV pool (%s)", s->binary,
+                           w->info.last_exit);
+        else
+            ifd__size_fail(w, "%s ended before sizing the KV pool (%s)%s", s->binary,
+                           w->info.last_exit,
+                           strncmp(w->info.last_exit, "exit status", 11) == 0
+                               ? ": is it an inferd-worker of this version?"
+                               : "");
         return;
     }
     uint64_t now = uv_now(s->loop);
@@ -590,9 +682,9 @@ static void ifd__exit_cb(uv_process_t *p, int64_t status, int sig)
     bool expected = s->stopping || s->destroying;
     if (expected)
         IFD_INFO("worker %d (pid %d) exited: %s", w->idx, w->info.pid, w->info.last_exit);
-    else
+    else if (!s->sizing) /* while sizing, on_pool_failed says it */
         IFD_ERROR("worker %d (pid %d) died: %s", w->idx, w->info.pid, w->info.last_exit);
-    int n = ifd_kvpool_reclaim(s->p.pool, w->info.slot);
+    int n = s->p.pool ? ifd_kvpool_reclaim(s->p.pool, w->info.slot) : 0;
     if (n > 0)
         IFD_INFO("worker %d: reclaimed %d KV block references", w->idx, n);
     else if (n < 0)
@@ -605,7 +697,8 @@ static void ifd__exit_cb(uv_process_t *p, int64_t status, int sig)
             IFD_ERROR("worker %d: reclaiming its local-layer KV blocks: %s", w->idx,
                       ifd_strerror(n));
     }
-    ifd__drop_dead_ipc_segment(w);
+    if (s->p.pool)
+        ifd__drop_dead_ipc_segment(w);
     ifd__lose(w, NULL);
     ifd__close_pipe(w);
     w->info.pid = 0;
@@ -617,8 +710,14 @@ static void ifd__exit_cb(uv_process_t *p, int64_t status, int sig)
 static void ifd__timer_start_timeout_cb(uv_timer_t *t)
 {
     ifd__worker_t *w = t->data;
-    if (w->info.state == IFD_W_STARTING)
+    if (w->info.state == IFD_W_SIZING) {
+        ifd__size_fail(w, "loading the weights and sizing the KV pool took over %.0f s "
+                          "(worker_start_timeout)",
+                       w->sup->p.start_timeout_s);
+        ifd__kill(w, NULL);
+    } else if (w->info.state == IFD_W_STARTING) {
         ifd_sup_kill(w->sup, w->idx, "did not report ready in time");
+    }
 }
 
 static void ifd__timer_kill_cb(uv_timer_t *t)
@@ -630,30 +729,37 @@ static void ifd__timer_kill_cb(uv_timer_t *t)
     }
 }
 
-void ifd_sup_kill(ifd_sup_t *s, int wi, const char *why)
+/* SIGKILLs w's process (why: logged; NULL: quietly, as while sizing). */
+static void ifd__kill(ifd__worker_t *w, const char *why)
 {
-    if (wi < 0 || wi >= s->n)
-        return;
-    ifd__worker_t *w = &s->w[wi];
     if (w->proc_active && !w->proc_exited) {
-        IFD_WARN("worker %d (pid %d): killing it: %s", wi, w->info.pid, why);
+        if (why)
+            IFD_WARN("worker %d (pid %d): killing it: %s", w->idx, w->info.pid, why);
         uv_process_kill(&w->proc, SIGKILL);
     }
     ifd__close_pipe(w);
     ifd__lose(w, NULL);
 }
 
+void ifd_sup_kill(ifd_sup_t *s, int wi, const char *why)
+{
+    if (wi < 0 || wi >= s->n)
+        return;
+    ifd__kill(&s->w[wi], s->sizing ? NULL : why);
+}
+
 /* ---- spawning ------------------------------------------------------------------------ */
 
-static int ifd__send_hello(ifd__worker_t *w, int sock)
+#define IFD__POOL_FDS 4
+
+/* The pool's fds for worker w, as HELLO and POOL send them (wire.h): the
+ * metadata fd, then the data fd of the worker's own pool device when the
+ * router has one (a host memfd, or a CUDA VMM segment's fd adopted from an
+ * earlier run; a first GPU worker creates the segment itself), then with
+ * a local-layer pool its metadata and data fds. Returns the count. */
+static int ifd__pool_fds(const ifd__worker_t *w, int fds[IFD__POOL_FDS])
 {
-    ifd_sup_t *s = w->sup;
-    ifd_wire_msg_t m = {.type = IFD_WIRE_HELLO};
-    ifd_wire_hello_t *h = &m.u.hello;
-    /* the metadata fd, then the data fd of the worker's own pool device when
-     * the router has one: a host memfd, or a CUDA VMM segment's fd adopted
-     * from an earlier run (a first GPU worker creates the segment itself) */
-    int fds[4];
+    const ifd_sup_t *s = w->sup;
     int n_fds = 0;
     fds[n_fds++] = ifd_kvpool_meta_fd(s->p.pool);
     int data_fd = ifd_kvpool_data_fd(s->p.pool, w->info.kv_device);
@@ -663,6 +769,19 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
         fds[n_fds++] = ifd_kvpool_meta_fd(s->p.local_pool);
         fds[n_fds++] = ifd_kvpool_data_fd(s->p.local_pool, w->info.kv_device);
     }
+    return n_fds;
+}
+
+static int ifd__send_hello(ifd__worker_t *w, int sock)
+{
+    ifd_sup_t *s = w->sup;
+    ifd_wire_msg_t m = {.type = IFD_WIRE_HELLO};
+    ifd_wire_hello_t *h = &m.u.hello;
+    /* the metadata fd, then the data fd of the worker's own pool device when
+     * the router has one: a host memfd, or a CUDA VMM segment's fd adopted
+     * from an earlier run (a first GPU worker creates the segment itself) */
+    int fds[IFD__POOL_FDS];
+    int n_fds = s->sizing ? 0 : ifd__pool_fds(w, fds); /* the POOL step: no pool yet */
     h->slot = (uint32_t)w->info.slot;
     h->model_path = s->model;
     h->backend = s->backend;
@@ -674,6 +793,9 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     h->prefill_cap = s->p.prefill_cap;
     h->n_fds = (uint32_t)n_fds;
     h->kv = s->p.kv;
+    h->size_pool = s->sizing;
+    h->gpu_memory_fraction = s->sizing ? s->p.gpu_memory_fraction : 0.0;
+    h->max_model_len = s->p.max_model_len;
     ifd_buf_t b = IFD_BUF_INIT;
     int rc = ifd_wire_encode(&b, &m);
     if (!rc)
@@ -693,7 +815,8 @@ static void ifd__spawn(ifd__worker_t *w)
     w->info.unresponsive = false;
     w->info.crash_loop = false;
     w->info.retry_in_s = 0;
-    w->info.state = IFD_W_STARTING;
+    w->info.state = s->sizing ? IFD_W_SIZING : IFD_W_STARTING;
+    w->sized = false;
     w->info.has_stats = false;
     ifd_wire_reader_close(&w->rd);
     ifd_wire_reader_init(&w->rd, 0);
@@ -760,7 +883,10 @@ static void ifd__spawn(ifd__worker_t *w)
     close(sv[1]);
     close(lp[1]);
     if (rc < 0) {
-        IFD_ERROR("worker %d: cannot start %s: %s", w->idx, s->binary, uv_strerror(rc));
+        if (s->sizing)
+            ifd__size_fail(w, "cannot start %s: %s", s->binary, uv_strerror(rc));
+        else
+            IFD_ERROR("worker %d: cannot start %s: %s", w->idx, s->binary, uv_strerror(rc));
         snprintf(w->info.last_exit, sizeof w->info.last_exit, "spawn failed: %s", uv_strerror(rc));
         close(sv[0]);
         close(lp[0]);
@@ -782,13 +908,17 @@ static void ifd__spawn(ifd__worker_t *w)
         if (w->info.starts > 1)
             s->metrics->worker_restarts++;
     }
-    if (s->gpus)
+    if (s->gpus && s->sizing) /* quiet: a failed start says one line */
+        IFD_DEBUG("worker %d: started pid %d (%s, %s on GPU %d) to size the KV pool", w->idx,
+                  w->info.pid, s->binary, s->backend, s->gpus[w->idx]);
+    else if (s->gpus)
         IFD_INFO("worker %d: started pid %d (%s, %s on GPU %d)", w->idx, w->info.pid, s->binary,
                  s->backend, s->gpus[w->idx]);
     else
         IFD_INFO("worker %d: started pid %d (%s)", w->idx, w->info.pid, s->binary);
     if ((rc = ifd__send_hello(w, sv[0])) != 0) {
-        IFD_ERROR("worker %d: sending HELLO: %s", w->idx, ifd_strerror(rc));
+        if (!s->sizing) /* while sizing, its exit is the one line (it died before reading) */
+            IFD_ERROR("worker %d: sending HELLO: %s", w->idx, ifd_strerror(rc));
         close(sv[0]);
         ifd_sup_kill(s, w->idx, "HELLO failed");
         return;
@@ -922,8 +1052,8 @@ static void ifd__ping_cb(uv_timer_t *t)
 int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
                    const ifd_sup_callbacks_t *cb, ifd_metrics_t *metrics)
 {
-    if (p->n_workers < 1 || p->n_workers > IFD_KVPOOL_MAX_WORKERS || !p->pool ||
-        !p->worker_binary || !p->model_path)
+    if (p->n_workers < 1 || p->n_workers > IFD_KVPOOL_MAX_WORKERS || !p->worker_binary ||
+        !p->model_path || (p->size_pool && (p->pool || !p->gpus)))
         return IFD_EINVAL;
     ifd_sup_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -955,6 +1085,7 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
     s->cb = *cb;
     s->metrics = metrics;
     s->n = p->n_workers;
+    s->sizing = p->size_pool;
     for (int i = 0; i < s->n; i++) {
         ifd__worker_t *w = &s->w[i];
         w->sup = s;
@@ -977,10 +1108,64 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
 
 int ifd_sup_start(ifd_sup_t *s)
 {
+    if (!s->p.pool && !s->sizing)
+        return IFD_EINVAL;
     for (int i = 0; i < s->n; i++)
         ifd__spawn(&s->w[i]);
     uint64_t iv = ifd__ms(s, s->p.ping_interval_s);
     uv_timer_start(&s->ping_timer, ifd__ping_cb, iv, iv);
+    return 0;
+}
+
+/* Sends POOL with the pool's fds on worker w's socket, written directly
+ * like HELLO (SCM_RIGHTS on the frame's bytes): nothing else is queued to
+ * a sizing worker (no pings or requests before READY) and the frame is far
+ * smaller than the socket's buffer. */
+static int ifd__send_pool(ifd__worker_t *w)
+{
+    ifd_sup_t *s = w->sup;
+    uv_os_fd_t sock;
+    if (!w->pipe_open || uv_fileno((uv_handle_t *)&w->pipe, &sock) != 0)
+        return IFD_ECLOSED;
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&w->pipe) != 0)
+        return IFD_EBUSY;
+    ifd_wire_msg_t m = {.type = IFD_WIRE_POOL};
+    int fds[IFD__POOL_FDS];
+    const int n_fds = ifd__pool_fds(w, fds);
+    m.u.pool.n_fds = (uint32_t)n_fds;
+    m.u.pool.kv = s->p.kv;
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = ifd_wire_encode(&b, &m);
+    if (!rc)
+        rc = ifd_fdpass_send(sock, b.data, b.len, fds, n_fds);
+    ifd_buf_free(&b);
+    return rc;
+}
+
+int ifd_sup_set_pool(ifd_sup_t *s, ifd_kvpool_t *pool, ifd_kvpool_t *local_pool,
+                     const ifd_wire_kv_geometry_t *kv)
+{
+    if (!pool || s->p.pool || (s->sizing && (s->n_sized < s->n || s->sizing_failed)))
+        return IFD_EINVAL;
+    s->p.pool = pool;
+    s->p.local_pool = local_pool;
+    s->p.kv = *kv;
+    if (!s->sizing)
+        return 0;
+    s->sizing = false;
+    for (int i = 0; i < s->n; i++) {
+        ifd__worker_t *w = &s->w[i];
+        int rc = ifd__send_pool(w);
+        if (rc) {
+            IFD_ERROR("worker %d: sending POOL: %s", w->idx, ifd_strerror(rc));
+            w->info.state = IFD_W_STARTING; /* a crash from here: restarted with HELLO */
+            ifd_sup_kill(s, w->idx, "POOL failed");
+            continue;
+        }
+        w->info.state = IFD_W_STARTING;
+        uv_timer_start(&w->timer, ifd__timer_start_timeout_cb, ifd__ms(s, s->p.start_timeout_s),
+                       0);
+    }
     return 0;
 }
 

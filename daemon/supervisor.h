@@ -4,8 +4,21 @@
  * fds and their configuration in the HELLO frame, watched, restarted.
  *
  * Life of a worker slot:
- *   STARTING  spawned, HELLO sent, waiting for READY (worker_start_timeout,
- *             then it is killed);
+ *   SIZING    (the POOL step, GPU workers' first start only, while the pool
+ *             does not exist yet: params.size_pool) spawned with a size_pool
+ *             HELLO, loading the weights and measuring what is left, then
+ *             POOL_SIZE sent and waiting for POOL. When every worker has
+ *             reported, on_pool_sizes gets their reports; the owner creates
+ *             the pool and calls ifd_sup_set_pool, which sends each one POOL
+ *             with the pool's fds (→ STARTING). Any failure before that — an
+ *             ERROR frame, an exit, broken frames, no POOL_SIZE within
+ *             worker_start_timeout — is not restarted: on_pool_failed gets
+ *             one line ("GPU 0: no CUDA device: ...") and the supervisor
+ *             logs nothing of its own about it (the owner gives up the
+ *             start: ifd_sup_destroy). While sizing, no other callback
+ *             fires;
+ *   STARTING  spawned, HELLO sent (or POOL), waiting for READY
+ *             (worker_start_timeout, then it is killed);
  *   READY     serving; pinged with STATS_REQ every worker_ping_interval; a
  *             worker whose ping is unanswered after two intervals is marked
  *             unresponsive (/health: degraded) until it answers; one that
@@ -33,6 +46,8 @@
  * Ownership: the supervisor owns its handles and frees itself in the close
  * callbacks after ifd_sup_destroy. Borrowed: the loop, the pool, the
  * metrics, the strings in the params (kept by copy). Threading: loop only.
+ * The POOL step's frames are in proto/wire.h (HELLO's size_pool,
+ * POOL_SIZE, POOL); docs/gpu-status.md tells the whole start.
  */
 #ifndef IFD_DAEMON_SUPERVISOR_H
 #define IFD_DAEMON_SUPERVISOR_H
@@ -47,6 +62,7 @@
 
 typedef enum {
     IFD_W_STARTING = 0,
+    IFD_W_SIZING,
     IFD_W_READY,
     IFD_W_DOWN,
     IFD_W_FAILED,
@@ -96,8 +112,17 @@ typedef struct {
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
     int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */
+    /* the pool's geometry; while sizing, n_blocks is 0 (set by ifd_sup_set_pool) */
     ifd_wire_kv_geometry_t kv;
+    /* NULL until ifd_sup_set_pool (which must come before ifd_sup_start
+     * unless size_pool) */
     ifd_kvpool_t *pool;
+    /* The POOL step (GPU workers): the first start of every worker is a
+     * size_pool HELLO with these sizing inputs (max_seqs, max_batched_tokens
+     * and kv above too) */
+    bool size_pool;
+    double gpu_memory_fraction;
+    uint32_t max_model_len; /* 0: the model's context */
     /* the local (sliding-window) layers' pool, host memory, or NULL: sent
      * with HELLO after the pool's fds and reclaimed with it */
     ifd_kvpool_t *local_pool;
@@ -124,6 +149,12 @@ typedef struct {
     void (*on_failed)(void *ctx, int w);
     /* Every worker process has exited after ifd_sup_stop. */
     void (*on_stopped)(void *ctx);
+    /* The POOL step: every worker's POOL_SIZE, sizes[w] for worker w
+     * (n_workers of them; strings borrowed for the call). Once. */
+    void (*on_pool_sizes)(void *ctx, const ifd_wire_pool_size_t *sizes, int n);
+    /* The POOL step failed for worker w: why is the start's one error line
+     * ("GPU 0: ..."). Once, and then neither callback again. */
+    void (*on_pool_failed)(void *ctx, int w, const char *why);
 } ifd_sup_callbacks_t;
 
 typedef struct ifd_sup ifd_sup_t;
@@ -132,8 +163,20 @@ typedef struct ifd_sup ifd_sup_t;
 int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
                    const ifd_sup_callbacks_t *cb, ifd_metrics_t *metrics);
 
-/* Spawns every worker. 0; a spawn failure is handled like a crash. */
+/* Spawns every worker (with size_pool: for the POOL step). 0; a spawn
+ * failure is handled like a crash (while sizing: on_pool_failed).
+ * IFD_EINVAL without a pool and without size_pool. */
 int ifd_sup_start(ifd_sup_t *s);
+
+/* The pool exists: pool (and the local layers' pool, or NULL) for HELLO,
+ * reclaims and fd adoption from now on, kv its geometry (the chosen
+ * n_blocks). Workers waiting in SIZING get POOL with the pool's fds and
+ * move to STARTING. Call once: before ifd_sup_start, or after
+ * on_pool_sizes. 0, IFD_EINVAL (called twice, or before sizing ended); a
+ * worker POOL cannot be sent to is killed (a crash, restarted). The pools
+ * are borrowed for the supervisor's life. */
+int ifd_sup_set_pool(ifd_sup_t *s, ifd_kvpool_t *pool, ifd_kvpool_t *local_pool,
+                     const ifd_wire_kv_geometry_t *kv);
 
 /* Sends one frame to worker w. 0, IFD_ECLOSED (not connected), IFD_EINVAL
  * (encoding refused; logged), IFD_ENOMEM. */

@@ -8,9 +8,11 @@ deploy/shapes/tiny-llama.json with the default model's tokenizer (its weights ar
 so the emulator's slowness does not matter. Checked:
 
 - without a GPU (the normal worker on this machine), `--gpus 0` exits 1 with one error line
-  (the device's, not the CUDA module's: the worker opened libinferd-cuda.so), and so does a
-  worker program whose pool probe prints garbage, hangs or finds no room;
-- `--gpus 0` sizes the KV pool from the emulated device memory (the log's block count is
+  (the device's, not the CUDA module's: the worker opened libinferd-cuda.so, and sent it as
+  ERROR before POOL_SIZE), and so does a worker program that dies, is killed, hangs or writes
+  garbage before POOL_SIZE (the POOL step: proto/wire.h);
+- `--gpus 0` sizes the KV pool from the emulated device memory in the POOL step, loading the
+  weights once (one worker process started, no `--kv-probe`; the log's block count is
   /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion; the pool's
   segment is (emulated) CUDA VMM memory whose fd the router holds, so a SIGKILLed worker's
   replacement serves the same prompt from the cached prefix with the same tokens;
@@ -68,11 +70,11 @@ def client(d):
                          max_retries=0)
 
 
-def gpu_daemon(gpus="0", dtype="bf16", fraction="0.2"):
-    # few sequences, small steps and a short context: the pool probe's warm-up runs the
+def gpu_daemon(gpus="0", dtype="bf16", fraction="0.2", worker=WORKER_EMU):
+    # few sequences, small steps and a short context: the POOL step's warm-up runs the
     # largest steps and every decode graph's, slow on the emulator (49152-id logits)
     return Daemon(INFERD, args=["--gpus", gpus, "--gpu-dtype", dtype, "--worker-binary",
-                                WORKER_EMU, "--random-weights", SHAPE, "--weights-seed",
+                                worker, "--random-weights", SHAPE, "--weights-seed",
                                 str(SEED), "--gpu-memory-fraction", fraction, "--max-seqs", "4",
                                 "--max-model-len", "512", "--max-batched-tokens", "64"])
 
@@ -118,33 +120,46 @@ def test_no_gpu_gives_one_line_error():
     assert out.returncode == 1 and "gpus '0,x'" in out.stderr, out.stderr
 
 
-def test_probe_failures_are_one_line():
-    """A worker program that answers the pool probe badly: garbage, a hang, nothing fits."""
-    d = tempfile.mkdtemp(prefix="inferd-probe-")
-    cases = [("echo hello; exit 3", [], "gave no result (exit status 3)"),
-             ("exec sleep 30", ["--worker-start-timeout", "1"], "took over 1 s"),
-             ('echo \'{"ok": true, "n_blocks": 0}\'', [], "no KV block fits"),
-             ('echo \'{"ok": false, "error": "out of luck"}\'', [], "GPU 3: out of luck")]
+def test_pool_step_failures_are_one_line():
+    """A worker program that fails before POOL_SIZE: it dies (exits, is killed), hangs past
+    worker_start_timeout, or writes garbage on the socket. One line, exit 1, no restart."""
+    d = tempfile.mkdtemp(prefix="inferd-poolstep-")
+    cases = [("exit 3", [], "GPU 3: %s ended before sizing the KV pool (exit status 3)"),
+             ("kill -9 $$", [], "GPU 3: %s ended before sizing the KV pool (killed by signal 9)"),
+             ("exec sleep 30", ["--worker-start-timeout", "1"], "GPU 3: loading the weights and "
+              "sizing the KV pool took over 1 s"),
+             ("printf 'this is not a frame' >&3; exec sleep 30", [],
+              "GPU 3: broken frames from %s before sizing the KV pool: ")]
     try:
         for i, (body, extra, want) in enumerate(cases):
             fake = os.path.join(d, "worker%d.sh" % i)
             with open(fake, "w") as f:
                 f.write("#!/bin/sh\n" + body + "\n")
             os.chmod(fake, 0o755)
+            want = want.replace("%s", fake)
             t0 = time.time()
             out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "3",
                                   "--worker-binary", fake, "--socket", os.path.join(d, "s.sock")]
                                  + extra, capture_output=True, text=True, timeout=60)
             lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
             assert out.returncode == 1 and len(lines) == 1, (body, out.returncode, out.stderr)
-            assert want in lines[0], (want, lines[0])
-            assert time.time() - t0 < 20, "a hung probe must be killed at the timeout"
+            assert " error: " + want in lines[0], (want, lines[0])
+            assert time.time() - t0 < 20, "a hung worker must be killed at the timeout"
+            assert not os.path.exists(os.path.join(d, "s.sock")), "listening before the pool"
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
 def test_gpu_stream_and_pool_size():
-    d = gpu_daemon()
+    # the worker program through a wrapper that notes each start: one load of the weights
+    # (the POOL step) means one start, serving, and no `--kv-probe` run before it
+    tmp = tempfile.mkdtemp(prefix="inferd-gpu-")
+    starts = os.path.join(tmp, "starts")
+    wrapper = os.path.join(tmp, "worker.sh")
+    with open(wrapper, "w") as f:
+        f.write('#!/bin/sh\necho "$*" >> %s\nexec %s "$@"\n' % (starts, WORKER_EMU))
+    os.chmod(wrapper, 0o755)
+    d = gpu_daemon(worker=wrapper)
     try:
         h = d.json("GET", "/health")
         assert len(h["workers"]) == 1 and "emulator" in h["workers"][0]["device"], h
@@ -153,6 +168,12 @@ def test_gpu_stream_and_pool_size():
         assert m, log
         blocks = int(m.group(1))
         assert blocks > 100, blocks
+        with open(starts) as f:
+            runs = f.read().splitlines()
+        assert len(runs) == 1 and "--serve" in runs[0] and "--kv-probe" not in runs[0], runs
+        # the log tells the POOL step's order: sized, pool created, then the worker's READY
+        assert log.index("KV blocks fit") < log.index("KV pool %d blocks" % blocks) < \
+            log.index("worker 0 (pid"), log
         met = d.metrics()
         assert met["inferd_kv_blocks_capacity"] == blocks, (met["inferd_kv_blocks_capacity"],
                                                             blocks)
@@ -195,8 +216,11 @@ def test_gpu_stream_and_pool_size():
         assert r.choices[0].message.content == text, (r.choices[0].message.content, text)
         assert r.usage.prompt_tokens_details.cached_tokens > 0, r.usage
         d.wait_idle()
+        with open(starts) as f:  # the replacement: a plain HELLO, the pool exists
+            assert len(f.read().splitlines()) == 2
     finally:
         assert d.stop() == 0, d.logtext()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def prompt_logprobs(d):
@@ -260,7 +284,8 @@ def test_two_gpus_route_by_prefix():
         wait_log(d, "CUDA_VISIBLE_DEVICES=0, KV pool device 0")
         log = wait_log(d, "CUDA_VISIBLE_DEVICES=1, KV pool device 1")
         per_gpu = [int(x) for x in re.findall(r"GPU [01] \(.*\): .* (\d+) KV blocks fit", log)]
-        assert len(per_gpu) == 2, log
+        # two equal emulated devices in the same state after the same load and warm-up
+        assert len(per_gpu) == 2 and per_gpu[0] == per_gpu[1], log
         assert d.metrics()["inferd_kv_blocks_capacity"] == 2 * min(per_gpu), per_gpu
         c = client(d)
         long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 6)
