@@ -336,9 +336,13 @@ TOOL_TURNS = [{"role": "user", "content": "Weather in Paris?"},
               {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
 
 
-def tokenize_equals_chat(d, c, body):
-    """POST /tokenize with a chat body counts exactly the chat's usage.prompt_tokens."""
+def tokenize_equals_chat(d, c, body, chat=True):
+    """POST /tokenize with a chat body counts exactly the chat's usage.prompt_tokens (the
+    chat request left out with chat=False: the ASan build's reduced set)."""
     t = d.json("POST", "/tokenize", body)
+    if not chat:
+        assert t["count"] == len(t["tokens"]), t
+        return t["count"]
     extra = {k: v for k, v in body.items() if k not in ("messages", "tools", "tool_choice")}
     r = c.chat.completions.create(model=MODEL, messages=body["messages"], max_tokens=1,
                                   tools=body.get("tools", openai.NOT_GIVEN),
@@ -350,11 +354,14 @@ def tokenize_equals_chat(d, c, body):
 
 def test_tokenize_renders_as_chat():
     q = [{"role": "user", "content": "What is the capital of France?"}]
-    base = tokenize_equals_chat(D, C, {"messages": q})
-    tools = tokenize_equals_chat(D, C, {"messages": q, "tools": CHAT_TOOLS})
+    # sanitized: one short body compared with the chat (a tools prompt takes ~30 s to
+    # prefill in the ASan build), the rest only counted
+    full = not SANITIZED
+    base = tokenize_equals_chat(D, C, {"messages": q}, full)
+    tools = tokenize_equals_chat(D, C, {"messages": q, "tools": CHAT_TOOLS}, full)
     assert tools > base + 20, (tools, base)  # the tool definitions are in the prompt
     assert tokenize_equals_chat(D, C, {"messages": q, "tools": CHAT_TOOLS,
-                                       "tool_choice": "none"}) == base
+                                       "tool_choice": "none"}, full) == base
     cont = q + [{"role": "assistant", "content": "The capital of France is"}]
     assert tokenize_equals_chat(D, C, {"messages": cont, "continue_final_message": True,
                                        "add_generation_prompt": False}) > base
@@ -418,19 +425,22 @@ def test_template_error_is_a_400():
             extra_body={"documents": [{"title": "a", "text": "word " * 20},
                                       {"title": "b", "text": "more " * 10}]})
         assert docs.usage.prompt_tokens >= ok.usage.prompt_tokens + 30, (docs.usage, ok.usage)
-        # the store keeps the 2 most recently used
-        ids = [c2.responses.create(model=MODEL, input="hi", max_output_tokens=1).id
-               for _ in range(2)]
-        c2.responses.retrieve(ids[0])  # now the most recent: the next one evicts ids[1]
-        ids.append(c2.responses.create(model=MODEL, input="hi", max_output_tokens=1).id)
-        c2.responses.retrieve(ids[0])
-        c2.responses.retrieve(ids[2])
-        not_found(c2.responses.retrieve, ids[1])
+        # the store keeps the 2 most recently used (sanitized: test_respstore's cases only)
+        for _ in range(0 if SANITIZED else 1):
+            ids = [c2.responses.create(model=MODEL, input="hi", max_output_tokens=1).id
+                   for _ in range(2)]
+            c2.responses.retrieve(ids[0])  # now the most recent: the next one evicts ids[1]
+            ids.append(c2.responses.create(model=MODEL, input="hi", max_output_tokens=1).id)
+            c2.responses.retrieve(ids[0])
+            c2.responses.retrieve(ids[2])
+            not_found(c2.responses.retrieve, ids[1])
         # /tokenize renders the same variables
-        tokenize_equals_chat(d2, c2, {"messages": [{"role": "user", "content": "hi"}],
-                                      "chat_template_kwargs": {"note": "Note: " + "w " * 9}})
-        tokenize_equals_chat(d2, c2, {"messages": [{"role": "user", "content": "hi"}],
-                                      "documents": [{"title": "a", "text": "w " * 9}]})
+        hi = [{"role": "user", "content": "hi"}]
+        plain = tokenize_equals_chat(d2, c2, {"messages": hi}, False)
+        assert tokenize_equals_chat(d2, c2, {"messages": hi, "chat_template_kwargs": {
+            "note": "Note: " + "w " * 9}}, not SANITIZED) >= plain + 9
+        assert tokenize_equals_chat(d2, c2, {"messages": hi, "documents": [
+            {"title": "a", "text": "w " * 9}]}, not SANITIZED) >= plain + 9
         code, body = d2.request("POST", "/tokenize", {"messages": msgs})
         assert code == 400 and b"System messages are not allowed" in body, (code, body)
         try:  # the Responses API renders through the same template
