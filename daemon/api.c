@@ -429,9 +429,21 @@ bool ifd_api_store_enabled(const ifd_api_t *api)
     return api->cfg->responses_store_entries > 0 && api->cfg->responses_store_bytes > 0;
 }
 
+/* id's stored entry, or NULL. A store turned off by a reload is freed here. */
+static const ifd_respstore_entry_t *ifd__store_get(ifd_api_t *api, const char *id)
+{
+    if (!ifd_api_store_enabled(api))
+        ifd_api_close(api);
+    return api->responses ? ifd_respstore_get(api->responses, id) : NULL;
+}
+
 void ifd_api_store_keep(ifd_api_t *api, const char *id, const char *response, size_t response_len,
                         const char *conversation, size_t conversation_len)
 {
+    if (!ifd_api_store_enabled(api)) { /* turned off since the request came */
+        ifd_api_close(api);
+        return;
+    }
     int rc = api->responses ? 0 : ifd_respstore_create(&api->responses);
     if (!rc)
         rc = ifd_respstore_put(api->responses, (size_t)api->cfg->responses_store_entries,
@@ -444,9 +456,7 @@ void ifd_api_store_keep(ifd_api_t *api, const char *id, const char *response, si
 
 const char *ifd_api_store_conversation(void *ctx, const char *id)
 {
-    ifd_api_t *api = ctx;
-    const ifd_respstore_entry_t *e =
-        api->responses && ifd_api_store_enabled(api) ? ifd_respstore_get(api->responses, id) : NULL;
+    const ifd_respstore_entry_t *e = ifd__store_get(ctx, id);
     return e ? e->conversation : NULL;
 }
 
@@ -462,8 +472,7 @@ static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_
                                                        const ifd_http_request_t *r)
 {
     const char *id = r->path + strlen("/v1/responses/");
-    const ifd_respstore_entry_t *e =
-        api->responses && ifd_api_store_enabled(api) ? ifd_respstore_get(api->responses, id) : NULL;
+    const ifd_respstore_entry_t *e = ifd__store_get(api, id);
     if (!e)
         ifd_api_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.", id);
     return e;

@@ -99,7 +99,7 @@ void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g);
 uint64_t ifd_api_random(ifd_api_t *api);
 
 /* The Responses store. Enabled: both of its limits are above 0 (they are
- * reloadable). Keep: stores a Response under its id within the limits
+ * reloadable; turned off, the store is freed at its next use). Keep: stores a Response under its id within the limits
  * (the least recently used evicted); a failure is logged, never the
  * client's (the Response was answered). Conversation: the kept
  * conversation of id (valid until the next keep), or NULL. Loop thread. */

@@ -16,8 +16,10 @@ Usage: test_daemon_responses.py INFERD   (run by the venv's python: $INFERD_PYTH
 """
 import json
 import os
+import signal
 import sys
 import tempfile
+import time
 from typing import Literal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -401,7 +403,10 @@ RAISING_TEMPLATE = (
 def test_template_error_is_a_400():
     with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
         f.write(RAISING_TEMPLATE)
-    d2 = Daemon(INFERD, args=["--chat-template", f.name, "--responses-store-entries", "2"])
+    conf = f.name + ".json"
+    with open(conf, "w") as cf:
+        json.dump({"chat_template": f.name, "responses_store_entries": 2}, cf)
+    d2 = Daemon(INFERD, args=["--config", conf])
     try:
         c2 = openai_client(d2.sock)
         ok = c2.chat.completions.create(model=MODEL, max_tokens=2,
@@ -434,6 +439,17 @@ def test_template_error_is_a_400():
             c2.responses.retrieve(ids[0])
             c2.responses.retrieve(ids[2])
             not_found(c2.responses.retrieve, ids[1])
+            # reloaded with responses_store_entries 0: nothing kept or served
+            with open(conf, "w") as cf:
+                json.dump({"chat_template": f.name, "responses_store_entries": 0}, cf)
+            d2.proc.send_signal(signal.SIGHUP)
+            t0 = time.time()
+            while "'responses_store_entries' changed" not in d2.logtext():
+                assert time.time() - t0 < 10, "no reload logged"
+                time.sleep(0.05)
+            not_found(c2.responses.retrieve, ids[2])
+            assert c2.responses.create(model=MODEL, input="hi", max_output_tokens=1,
+                                       store=True).store is False
         # /tokenize renders the same variables
         hi = [{"role": "user", "content": "hi"}]
         plain = tokenize_equals_chat(d2, c2, {"messages": hi}, False)
@@ -450,6 +466,7 @@ def test_template_error_is_a_400():
             assert "System messages are not allowed" in str(e), str(e)
     finally:
         os.unlink(f.name)
+        os.unlink(conf)
         assert d2.stop() == 0
 
 
