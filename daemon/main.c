@@ -520,14 +520,15 @@ static uint64_t ifd__fingerprint(const ifd__daemon_t *d)
     return h;
 }
 
-/* A model with sliding-window and global layers on CPU workers: the local
- * layers get a pool of their own (lkp), big enough for every sequence's
- * window plus a step's new tokens — workers x (max_seqs x (ceil((window -
- * 1) / bs) + 2) + ceil(max_batched_tokens / bs)) blocks, never more than
- * one pool of every layer would have — and the rest of kv_budget goes to
- * the global layers' pool (kp). The engine defaults stand in for settings
- * left at 0 (engine.h: 64 sequences, 256 tokens). */
-static void ifd__size_local_pool(const ifd__daemon_t *d, ifd_kvpool_params_t *kp,
+/* A model with sliding-window and global layers: the local layers get a
+ * pool of their own (lkp), big enough for every sequence's window plus a
+ * step's new tokens — the workers of a device x (max_seqs x (ceil((window
+ * - 1) / bs) + 2) + ceil(max_batched_tokens / bs)) blocks, never more than
+ * one pool of every layer would have — and the rest of `budget` (data bytes
+ * per device: kv_budget on CPU workers, what the GPU probe found room for
+ * with --gpus) goes to the global layers' pool (kp). The engine defaults
+ * stand in for settings left at 0 (engine.h: 64 sequences, 256 tokens). */
+static void ifd__size_local_pool(const ifd__daemon_t *d, uint64_t budget, ifd_kvpool_params_t *kp,
                                  ifd_kvpool_params_t *lkp)
 {
     const uint64_t bb = ifd_kvpool_block_bytes(kp);
@@ -535,23 +536,28 @@ static void ifd__size_local_pool(const ifd__daemon_t *d, ifd_kvpool_params_t *kp
     const int64_t bs = kp->block_size, w = d->mcfg.sliding_window;
     const int64_t seqs = d->cfg.max_seqs > 0 ? d->cfg.max_seqs : 64;
     const int64_t mbt = d->cfg.max_batched_tokens > 0 ? d->cfg.max_batched_tokens : 256;
-    int64_t need = (int64_t)kp->n_workers * (seqs * ((w - 1 + bs - 1) / bs + 2) + (mbt + bs - 1) / bs);
-    const int64_t one = (int64_t)(d->cfg.kv_budget / (per_g + per_l));
+    const int64_t workers = kp->n_workers / (kp->n_devices > 0 ? kp->n_devices : 1);
+    int64_t need = workers * (seqs * ((w - 1 + bs - 1) / bs + 2) + (mbt + bs - 1) / bs);
+    const int64_t one = (int64_t)(budget / (per_g + per_l));
     if (need > one)
         need = one > 1 ? one : 1;
     lkp->n_blocks = need;
     lkp->bytes_budget = 0;
     const uint64_t lbytes = (uint64_t)need * per_l;
-    kp->bytes_budget = d->cfg.kv_budget > lbytes ? d->cfg.kv_budget - lbytes : 0;
+    kp->n_blocks = 0; /* as many as the rest holds */
+    kp->bytes_budget = budget > lbytes ? budget - lbytes : 0;
 }
 
 /* --gpus: the KV pool's blocks per device from each GPU's POOL_SIZE (the
  * POOL step: the first worker of each GPU loaded the weights and measured
  * what is left, worker/kvprobe.h): the smallest count, so every device has
- * the same geometry. Logs what each GPU reported. */
-static void ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp)
+ * the same geometry. Logs what each GPU reported. Returns that GPU's
+ * usable bytes (what a model with sliding-window layers splits between
+ * its two pools). */
+static uint64_t ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp)
 {
     int64_t blocks = -1;
+    uint64_t usable = 0;
     for (int i = 0; i < d->n_gpus; i++) {
         const ifd_wire_pool_size_t pr = d->gpu_size[i];
         const double mib = 1024.0 * 1024.0;
@@ -563,8 +569,10 @@ static void ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp)
                  (double)pr.activation_bytes / mib, pr.n_graphs, (double)pr.graph_bytes / mib,
                  (double)pr.margin_bytes / mib, (long long)pr.n_blocks,
                  d->cfg.gpu_memory_fraction * 100.0);
-        if (blocks < 0 || (int64_t)pr.n_blocks < blocks)
+        if (blocks < 0 || (int64_t)pr.n_blocks < blocks) {
             blocks = (int64_t)pr.n_blocks;
+            usable = pr.usable_bytes;
+        }
     }
     kp->n_blocks = blocks;
     kp->n_devices = d->n_gpus;
@@ -575,24 +583,25 @@ static void ifd__size_gpu_pool(ifd__daemon_t *d, ifd_kvpool_params_t *kp)
      * worker. The emulator emulates the same (tests/gpu/emu/cuda_emu_vmm.cc). */
     for (int i = 0; i < d->n_gpus; i++)
         kp->kind[i] = IFD_KVSEG_CUDA_VMM;
+    return usable;
 }
 
 /* Every KV pool the daemon holds, created in one place: on CPU workers the
- * host pool from kv_budget (and, with split, the local layers' pool, lkp
- * sized by ifd__size_local_pool); with --gpus the device pool from the GPUs'
- * POOL_SIZE reports (d->gpu_size; a second device pool would take its share
- * of their usable_bytes here). 0, or an error with its one line in err. */
+ * host pool from kv_budget, with --gpus the device pool from the GPUs'
+ * POOL_SIZE reports (d->gpu_size); with split, the local layers' pool
+ * beside it (lkp; the same kind of segments), the two sized by
+ * ifd__size_local_pool from kv_budget or the GPU's usable_bytes. 0, or an
+ * error with its one line in err. */
 static int ifd__create_pools(ifd__daemon_t *d, ifd_kvpool_params_t *kp, ifd_kvpool_params_t *lkp,
                              bool split, char *err, size_t errlen)
 {
     int rc;
-    if (d->n_gpus)
-        ifd__size_gpu_pool(d, kp);
+    const uint64_t budget = d->n_gpus ? ifd__size_gpu_pool(d, kp) : d->cfg.kv_budget;
     if (split) {
         const int n_local = lkp->n_layers;
         *lkp = *kp;
         lkp->n_layers = n_local;
-        ifd__size_local_pool(d, kp, lkp);
+        ifd__size_local_pool(d, budget, kp, lkp);
         if ((rc = ifd_kvpool_create(lkp, &d->lpool))) {
             snprintf(err, errlen, "cannot create the local layers' KV pool (%lld blocks): %s",
                      (long long)lkp->n_blocks, ifd_strerror(rc));
@@ -761,11 +770,11 @@ static int ifd__run(ifd__daemon_t *d)
     }
     ifd__find_worker(&d->cfg, d->worker_bin, sizeof d->worker_bin);
 
-    /* the KV pool: one host segment shared by every CPU worker; on CPU
-     * workers a model with sliding-window and global layers keeps the
-     * local layers in a second one (GPU pools hold every layer) */
+    /* the KV pool: one host segment shared by every CPU worker, or one
+     * device segment per GPU; a model with sliding-window and global layers
+     * keeps the local layers in a second pool (the same kind of segments) */
     ifd_kvpool_params_t kp, lkp;
-    const bool split = ifd_model_kvpool_params_split(&d->mcfg, &kp, &lkp) && !d->n_gpus;
+    const bool split = ifd_model_kvpool_params_split(&d->mcfg, &kp, &lkp);
     if (!split)
         kp = ifd_model_kvpool_params(&d->mcfg); /* every layer in one pool */
     ifd_kv_dtype_parse(d->cfg.kv_dtype, &kp.dtype); /* checked with the other settings */

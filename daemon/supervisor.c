@@ -363,10 +363,13 @@ static void ifd__free_handle_cb(uv_handle_t *h)
 }
 
 /*
- * A GPU worker's READY frame carries its KV device segment's fd (a CUDA VMM
- * shareable handle) as SCM_RIGHTS on its first byte; the worker pipe is an
- * IPC pipe, so libuv keeps received fds pending. The router adopts it for
- * the worker's pool device (ifd_kvpool_adopt_fd, replacing an fd it held
+ * A GPU worker's READY frame carries its KV device segments' fds (CUDA VMM
+ * shareable handles) as SCM_RIGHTS on its first byte: one for each pool —
+ * the global one, then the local layers' — whose segment of the worker's
+ * device is VMM memory (the kind the worker's bind recorded in the
+ * metadata: a provider that fell back to IPC sends none). The worker pipe is
+ * an IPC pipe, so libuv keeps received fds pending. The router adopts each
+ * for its pool's device (ifd_kvpool_adopt_fd, replacing an fd it held
  * before: a worker that had to rebuild a lost segment sends the new one)
  * and holds it for the daemon's life, so the memory — and the cached
  * prefixes in it — outlive the worker. Without CUDA the router can only
@@ -375,6 +378,15 @@ static void ifd__free_handle_cb(uv_handle_t *h)
 static void ifd__adopt_kv_fds(ifd__worker_t *w)
 {
     ifd_sup_t *s = w->sup;
+    ifd_kvpool_t *vmm[2];
+    int n_vmm = 0, next = 0;
+    ifd_kvpool_t *const pools[2] = {s->p.pool, s->p.local_pool};
+    for (int i = 0; i < 2 && pools[i]; i++) {
+        ifd_kvpool_params_t g;
+        ifd_kvpool_geometry(pools[i], &g);
+        if (w->info.kv_device < g.n_devices && g.kind[w->info.kv_device] == IFD_KVSEG_CUDA_VMM)
+            vmm[n_vmm++] = pools[i];
+    }
     while (uv_pipe_pending_count(&w->pipe) > 0) {
         uv_pipe_t *tmp = malloc(sizeof *tmp);
         if (!tmp || uv_pipe_init(s->loop, tmp, 0) < 0) {
@@ -392,17 +404,19 @@ static void ifd__adopt_kv_fds(ifd__worker_t *w)
             IFD_ERROR("worker %d: taking its KV segment fd: %s", w->idx, strerror(errno));
             continue;
         }
-        int rc = ifd_kvpool_adopt_fd(s->p.pool, w->info.kv_device, fd);
-        if (rc) {
-            IFD_WARN("worker %d: an fd for KV pool device %d, which is not a CUDA segment: "
+        ifd_kvpool_t *pool = next < n_vmm ? vmm[next] : NULL;
+        if (!pool || ifd_kvpool_adopt_fd(pool, w->info.kv_device, fd) != 0) {
+            IFD_WARN("worker %d: an fd for KV pool device %d beyond its CUDA VMM segments: "
                      "ignored",
                      w->idx, w->info.kv_device);
             close(fd);
             continue;
         }
-        IFD_INFO("worker %d: holding the KV pool's device %d segment (CUDA VMM fd) for the "
+        next++;
+        IFD_INFO("worker %d: holding the %s device %d segment (CUDA VMM fd) for the "
                  "daemon's life",
-                 w->idx, w->info.kv_device);
+                 w->idx, pool == s->p.pool ? "KV pool's" : "local layers' KV pool's",
+                 w->info.kv_device);
     }
 }
 
@@ -413,18 +427,23 @@ static void ifd__adopt_kv_fds(ifd__worker_t *w)
 static void ifd__drop_dead_ipc_segment(ifd__worker_t *w)
 {
     ifd_sup_t *s = w->sup;
-    ifd_kvpool_params_t g;
-    ifd_kvpool_geometry(s->p.pool, &g);
-    int dev = w->info.kv_device;
-    if (dev < 0 || dev >= g.n_devices || g.kind[dev] != IFD_KVSEG_CUDA_IPC)
-        return;
-    int n = ifd_kvpool_invalidate_device(s->p.pool, dev);
-    if (n >= 0)
-        IFD_WARN("worker %d: KV pool device %d is CUDA IPC memory, which died with the worker: "
-                 "dropped %d cached blocks; the next worker makes the segment afresh",
-                 w->idx, dev, n);
-    else
-        IFD_ERROR("worker %d: invalidating KV pool device %d: %s", w->idx, dev, ifd_strerror(n));
+    ifd_kvpool_t *const pools[2] = {s->p.pool, s->p.local_pool};
+    for (int i = 0; i < 2 && pools[i]; i++) {
+        const char *which = i ? "the local layers' KV pool" : "KV pool";
+        ifd_kvpool_params_t g;
+        ifd_kvpool_geometry(pools[i], &g);
+        int dev = w->info.kv_device;
+        if (dev < 0 || dev >= g.n_devices || g.kind[dev] != IFD_KVSEG_CUDA_IPC)
+            continue;
+        int n = ifd_kvpool_invalidate_device(pools[i], dev);
+        if (n >= 0)
+            IFD_WARN("worker %d: %s device %d is CUDA IPC memory, which died with the worker: "
+                     "dropped %d cached blocks; the next worker makes the segment afresh",
+                     w->idx, which, dev, n);
+        else
+            IFD_ERROR("worker %d: invalidating %s device %d: %s", w->idx, which, dev,
+                      ifd_strerror(n));
+    }
 }
 
 static void ifd__on_ready(ifd__worker_t *w, const ifd_wire_ready_t *r)
@@ -755,19 +774,23 @@ void ifd_sup_kill(ifd_sup_t *s, int wi, const char *why)
 /* The pool's fds for worker w, as HELLO and POOL send them (wire.h): the
  * metadata fd, then the data fd of the worker's own pool device when the
  * router has one (a host memfd, or a CUDA VMM segment's fd adopted from an
- * earlier run; a first GPU worker creates the segment itself), then with
- * a local-layer pool its metadata and data fds. Returns the count. */
-static int ifd__pool_fds(const ifd__worker_t *w, int fds[IFD__POOL_FDS])
+ * earlier run; a first GPU worker creates the segment itself), then the
+ * same of the local layers' pool when there is one (*n_local: how many of
+ * the fds are its, 0 without). Returns the count. */
+static int ifd__pool_fds(const ifd__worker_t *w, int fds[IFD__POOL_FDS], int *n_local)
 {
     const ifd_sup_t *s = w->sup;
     int n_fds = 0;
-    fds[n_fds++] = ifd_kvpool_meta_fd(s->p.pool);
-    int data_fd = ifd_kvpool_data_fd(s->p.pool, w->info.kv_device);
-    if (data_fd >= 0)
-        fds[n_fds++] = data_fd;
-    if (s->p.local_pool && n_fds == 2) { /* four fds: the local pool follows (wire.h) */
-        fds[n_fds++] = ifd_kvpool_meta_fd(s->p.local_pool);
-        fds[n_fds++] = ifd_kvpool_data_fd(s->p.local_pool, w->info.kv_device);
+    ifd_kvpool_t *const pools[2] = {s->p.pool, s->p.local_pool};
+    *n_local = 0;
+    for (int i = 0; i < 2 && pools[i]; i++) {
+        const int first = n_fds;
+        fds[n_fds++] = ifd_kvpool_meta_fd(pools[i]);
+        int data_fd = ifd_kvpool_data_fd(pools[i], w->info.kv_device);
+        if (data_fd >= 0)
+            fds[n_fds++] = data_fd;
+        if (i == 1)
+            *n_local = n_fds - first;
     }
     return n_fds;
 }
@@ -781,7 +804,8 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
      * the router has one: a host memfd, or a CUDA VMM segment's fd adopted
      * from an earlier run (a first GPU worker creates the segment itself) */
     int fds[IFD__POOL_FDS];
-    int n_fds = s->sizing ? 0 : ifd__pool_fds(w, fds); /* the POOL step: no pool yet */
+    int n_local = 0;
+    int n_fds = s->sizing ? 0 : ifd__pool_fds(w, fds, &n_local); /* the POOL step: no pool yet */
     h->slot = (uint32_t)w->info.slot;
     h->model_path = s->model;
     h->backend = s->backend;
@@ -792,6 +816,7 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     h->max_batched_tokens = s->p.max_batched_tokens;
     h->prefill_cap = s->p.prefill_cap;
     h->n_fds = (uint32_t)n_fds;
+    h->n_local_fds = (uint32_t)n_local;
     h->kv = s->p.kv;
     h->size_pool = s->sizing;
     h->gpu_memory_fraction = s->sizing ? s->p.gpu_memory_fraction : 0.0;
@@ -1131,8 +1156,10 @@ static int ifd__send_pool(ifd__worker_t *w)
         return IFD_EBUSY;
     ifd_wire_msg_t m = {.type = IFD_WIRE_POOL};
     int fds[IFD__POOL_FDS];
-    const int n_fds = ifd__pool_fds(w, fds);
+    int n_local = 0;
+    const int n_fds = ifd__pool_fds(w, fds, &n_local);
     m.u.pool.n_fds = (uint32_t)n_fds;
+    m.u.pool.n_local_fds = (uint32_t)n_local;
     m.u.pool.kv = s->p.kv;
     ifd_buf_t b = IFD_BUF_INIT;
     int rc = ifd_wire_encode(&b, &m);

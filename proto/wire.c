@@ -126,14 +126,16 @@ static const wfield_t hello_fields[] = {
     FU32(ifd_wire_hello_t, kv_device),  FU32(ifd_wire_hello_t, n_threads),
     FU32(ifd_wire_hello_t, max_seqs),   FU32(ifd_wire_hello_t, max_batched_tokens),
     FI32(ifd_wire_hello_t, prefill_cap), FU32M(ifd_wire_hello_t, n_fds, 64),
-    FSTRUCT(ifd_wire_hello_t, kv, &kv_desc), FBOOL(ifd_wire_hello_t, size_pool),
-    FF64(ifd_wire_hello_t, gpu_memory_fraction), FU32(ifd_wire_hello_t, max_model_len),
+    FU32M(ifd_wire_hello_t, n_local_fds, 2), FSTRUCT(ifd_wire_hello_t, kv, &kv_desc),
+    FBOOL(ifd_wire_hello_t, size_pool), FF64(ifd_wire_hello_t, gpu_memory_fraction),
+    FU32(ifd_wire_hello_t, max_model_len),
 };
 static const wstruct_t hello_desc = {"hello", sizeof(ifd_wire_hello_t), hello_fields,
                                      NF(hello_fields), check_hello};
 
 static const wfield_t pool_fields[] = {
     FU32M(ifd_wire_pool_t, n_fds, 64),
+    FU32M(ifd_wire_pool_t, n_local_fds, 2),
     FSTRUCT(ifd_wire_pool_t, kv, &kv_desc),
 };
 static const wstruct_t pool_desc = {"pool", sizeof(ifd_wire_pool_t), pool_fields, NF(pool_fields),

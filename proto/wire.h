@@ -109,10 +109,11 @@ typedef struct {
  * pool's fds travel with this frame (SCM_RIGHTS): the metadata fd first,
  * then the data fd of kv_device when the router has one (a host memfd, or a
  * CUDA VMM segment's fd adopted from an earlier worker's READY); n_fds says
- * how many were sent (1 or 2). Four: the pool holds the model's global
- * layers only, and the metadata and host data fds of the local
- * (sliding-window) layers' pool follow (docs/models.md, "Gemma 3 local
- * layers"). */
+ * how many were sent in all. The last n_local_fds (0, 1 or 2) of them are
+ * the local (sliding-window) layers' pool's, in the same order (its
+ * metadata fd, then its data fd of kv_device when the router has one): the
+ * pool then holds the model's global layers only (docs/models.md, "Gemma 3
+ * local layers"). */
 typedef struct {
     uint32_t slot; /* worker slot id: its ledger index in the pool */
     char *model_path;
@@ -125,6 +126,7 @@ typedef struct {
     uint32_t max_batched_tokens; /* 0: the worker's default */
     int32_t prefill_cap;         /* engine prefill_cap: 0 adaptive, < 0 off, > 0 fixed */
     uint32_t n_fds;
+    uint32_t n_local_fds;
     ifd_wire_kv_geometry_t kv;
     /* The POOL step (version 6): true for the first worker of each GPU,
      * started before the pool exists. HELLO then has no fds (n_fds 0) and
@@ -142,8 +144,9 @@ typedef struct {
  * has left for KV after the weights and the measured warm-up (the fields of
  * `inferd-worker --kv-probe`'s JSON). usable_bytes = fraction × total −
  * (total − free) − margin; n_blocks = usable_bytes / block_bytes (≥ 1: a
- * worker that fits no block sends ERROR instead). A second pool on the
- * device (local layers) would take its share of usable_bytes. */
+ * worker that fits no block sends ERROR instead). A model with
+ * sliding-window layers splits usable_bytes between its two pools
+ * (daemon/main.c, ifd__size_local_pool). */
 typedef struct {
     uint64_t n_blocks;
     uint64_t usable_bytes;
@@ -159,12 +162,14 @@ typedef struct {
 } ifd_wire_pool_size_t;
 
 /* POOL (router → worker, answering POOL_SIZE): the pool exists. Its fds
- * travel with this frame as with HELLO (metadata fd first; n_fds of them);
- * kv is the pool's geometry with the n_blocks the router chose (the
- * smallest over the GPUs). The worker attaches, binds its device segment
- * and answers READY as after a plain HELLO. */
+ * travel with this frame as with HELLO (metadata fd first; n_fds of them,
+ * the last n_local_fds the local layers' pool's); kv is the pool's geometry
+ * with the n_blocks the router chose (the smallest over the GPUs). The
+ * worker attaches, binds its device segments and answers READY as after a
+ * plain HELLO. */
 typedef struct {
     uint32_t n_fds;
+    uint32_t n_local_fds;
     ifd_wire_kv_geometry_t kv;
 } ifd_wire_pool_t;
 

@@ -85,14 +85,15 @@ static int ifd__flush(ifd__srv_t *s)
     return rc;
 }
 
-/* Flushes with fd attached to the first byte (SCM_RIGHTS): how READY hands
- * the router a CUDA VMM segment's fd, which it holds for the daemon's life
- * (daemon/supervisor.c reads with an IPC pipe). fd < 0: a plain flush. */
-static int ifd__flush_fd(ifd__srv_t *s, int fd)
+/* Flushes with n fds attached to the first byte (SCM_RIGHTS): how READY
+ * hands the router its CUDA VMM segments' fds, which it holds for the
+ * daemon's life (daemon/supervisor.c reads with an IPC pipe). n == 0: a
+ * plain flush. */
+static int ifd__flush_fds(ifd__srv_t *s, const int *fds, int n)
 {
-    if (fd < 0 || !s->out.len)
+    if (n <= 0 || !s->out.len)
         return ifd__flush(s);
-    int rc = ifd_fdpass_send(s->fd, s->out.data, 1, &fd, 1);
+    int rc = ifd_fdpass_send(s->fd, s->out.data, 1, fds, n);
     if (!rc)
         rc = ifd__write_all(s->fd, (const char *)s->out.data + 1, s->out.len - 1);
     ifd_buf_clear(&s->out);
@@ -364,7 +365,8 @@ static int ifd__read_hello(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *hello,
 /* The POOL step (proto/wire.h, HELLO's size_pool): the weights are loaded;
  * run the sizing warm-up at the engine's limits (its buffers stay grown for
  * the engine to reuse), send POOL_SIZE, and wait for POOL with the pool's
- * fds. 0 with h->kv and h->n_fds replaced by POOL's and fds/nfds its fds;
+ * fds. 0 with h->kv, h->n_fds and h->n_local_fds replaced by POOL's and
+ * fds/nfds its fds;
  * 1 when the router said SHUTDOWN or hung up instead (exit quietly); a
  * negative code with err set otherwise (the caller sends it as ERROR: the
  * router prints it as the start's one error line, so it is not logged
@@ -418,6 +420,7 @@ static int ifd__pool_step(ifd__srv_t *s, ifd_wire_reader_t *rd, ifd_backend_t *b
         if (type == IFD_WIRE_POOL) {
             h->kv = p.u.pool.kv;
             h->n_fds = p.u.pool.n_fds;
+            h->n_local_fds = p.u.pool.n_local_fds;
         }
         ifd_wire_msg_free(&p);
         if (type == IFD_WIRE_POOL)
@@ -559,8 +562,21 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
             goto out;
         }
     }
-    /* four fds: the local layers' pool follows (proto/wire.h, HELLO) */
-    const bool two_pools = nfds == 4;
+    /* the last n_local_fds fds are the local layers' pool's (proto/wire.h,
+     * HELLO, POOL): its metadata, then its data segment when the router has
+     * one */
+    const int n_local = (int)h->n_local_fds, n_main = nfds - n_local;
+    if (n_local > 2 || n_main < 1 || n_main > 2) {
+        snprintf(err, sizeof err,
+                 "the pool came with %d fds, %u of them the local pool's: expected "
+                 "1 or 2 for each pool",
+                 nfds, h->n_local_fds);
+        rc = IFD_EINVAL;
+        IFD_ERROR("worker: %s", err);
+        ifd__send_error(&s, 0, rc, err);
+        goto out;
+    }
+    const bool two_pools = n_local > 0;
     ifd_kvpool_params_t expect, lexpect;
     if (two_pools && !ifd_model_kvpool_params_split(cfg, &expect, &lexpect)) {
         snprintf(err, sizeof err, "HELLO brings a local-layer KV pool, but the model has no "
@@ -578,7 +594,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     lexpect.dtype = expect.dtype;
     lexpect.block_size = expect.block_size;
     lexpect.fingerprint = expect.fingerprint;
-    /* HELLO's second fd, when present, is the data segment of kv_device */
+    /* a pool's second fd, when present, is its data segment of kv_device */
     int data_fds[IFD_KVPOOL_MAX_DEVICES];
     int n_data = 0;
     if (h->kv_device >= IFD_KVPOOL_MAX_DEVICES) {
@@ -589,11 +605,9 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }
-    if (nfds > 1) {
-        for (uint32_t d = 0; d < h->kv_device; d++)
-            data_fds[n_data++] = -1;
-        data_fds[n_data++] = fds[1];
-    }
+    for (uint32_t d = 0; d < h->kv_device; d++)
+        data_fds[n_data++] = -1;
+    data_fds[n_data++] = n_main == 2 ? fds[1] : -1;
     if ((rc = ifd_kvpool_attach(fds[0], data_fds, n_data, &expect, &pool))) {
         snprintf(err, sizeof err, "cannot attach the KV pool: %s", ifd_strerror(rc));
         IFD_ERROR("worker: %s", err);
@@ -601,8 +615,8 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         goto out;
     }
     if (two_pools) {
-        data_fds[n_data - 1] = fds[3];
-        if ((rc = ifd_kvpool_attach(fds[2], data_fds, n_data, &lexpect, &lpool))) {
+        data_fds[n_data - 1] = n_local == 2 ? fds[n_main + 1] : -1;
+        if ((rc = ifd_kvpool_attach(fds[n_main], data_fds, n_data, &lexpect, &lpool))) {
             snprintf(err, sizeof err, "cannot attach the local layers' KV pool: %s",
                      ifd_strerror(rc));
             IFD_ERROR("worker: %s", err);
@@ -610,7 +624,8 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
             goto out;
         }
     }
-    if ((rc = ifd__check_pool_memory(be, pool, (int)h->kv_device, err, sizeof err))) {
+    if ((rc = ifd__check_pool_memory(be, pool, (int)h->kv_device, err, sizeof err)) ||
+        (lpool && (rc = ifd__check_pool_memory(be, lpool, (int)h->kv_device, err, sizeof err)))) {
         IFD_ERROR("worker: %s", err);
         ifd__send_error(&s, 0, rc, err);
         goto out;
@@ -649,12 +664,24 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     r->kv = h->kv;
     r->kv.n_blocks = (uint64_t)geo.n_blocks;
     ifd__queue(&s, &ready);
-    /* a CUDA VMM segment (made or imported by ifd_engine_model_from): its fd
-     * goes to the router with READY */
-    int kv_fd = geo.kind[h->kv_device] == IFD_KVSEG_CUDA_VMM
-                    ? ifd_kvpool_data_fd(pool, (int)h->kv_device)
-                    : -1;
-    if ((rc = ifd__flush_fd(&s, kv_fd)))
+    /* CUDA VMM segments (made or imported by ifd_engine_model_from): their
+     * fds go to the router with READY, the global pool's first, then the
+     * local pool's — each pool whose kv_device segment is VMM memory, as the
+     * router reads the kinds back from the metadata (daemon/supervisor.c) */
+    int kv_fds[2], n_kv = 0;
+    ifd_kvpool_t *const pools[2] = {pool, lpool};
+    for (int i = 0; i < 2; i++) {
+        ifd_kvpool_params_t pg;
+        if (!pools[i])
+            continue;
+        ifd_kvpool_geometry(pools[i], &pg);
+        int fd = pg.kind[h->kv_device] == IFD_KVSEG_CUDA_VMM
+                     ? ifd_kvpool_data_fd(pools[i], (int)h->kv_device)
+                     : -1;
+        if (fd >= 0)
+            kv_fds[n_kv++] = fd;
+    }
+    if ((rc = ifd__flush_fds(&s, kv_fds, n_kv)))
         goto out;
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     if (strcmp(be->ops->name, "cpu") != 0)

@@ -6,7 +6,11 @@ with the lifetimes a driver gives). The worker makes the pool's device segment (
 a POSIX-fd handle) and hands its fd to the router with READY; the router holds it.
 
 (That a SIGKILLed worker's successor imports the fd the router kept and serves from the
-cached prefix is test_daemon_gpu_emu's.) Checked, when the memory does not survive:
+cached prefix is test_daemon_gpu_emu's for one pool; test_gemma3_two_device_pools below does
+it for a model with sliding-window layers, whose local layers keep their K/V in a second
+pool with a device segment of its own: both pools sized from the probe's bytes, both in
+/metrics, local blocks released as the window moves, both fds held by the router and
+imported by the successor.) Checked, when the memory does not survive:
 
 - with the IPC fallback ($IFD_KVSEG_FORCE_IPC=1) the memory dies with the worker: the router
   drops the device's cache, the successor makes a fresh segment, and the same request gives
@@ -19,8 +23,10 @@ Usage: test_daemon_gpu_pool_emu.py INFERD INFERD_WORKER_EMU
 """
 import json
 import os
+import re
 import signal
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,20 +41,23 @@ SHAPE = os.path.join(SRC, "deploy", "shapes", "tiny-llama.json")
 MODEL = "random-tiny-llama"
 PROMPT = " ".join(["The quick brown fox jumps over the lazy dog."] * 6)
 HOLDING = "holding the KV pool's device 0 segment (CUDA VMM fd)"
+# 2 layers: layer 0 local (window 16), layer 1 global; head_dim 64 (the CUDA kernels')
+GEMMA_SHAPE = os.path.join(SRC, "deploy", "shapes", "tiny-gemma3.json")
+LOCAL_HOLDING = "holding the local layers' KV pool's device 0 segment (CUDA VMM fd)"
 require_model()
 
 
-def gpu_daemon(env=None):
+def gpu_daemon(env=None, shape=SHAPE, extra=()):
     return Daemon(INFERD, env=env, args=["--gpus", "0", "--worker-binary", WORKER_EMU,
-                                         "--random-weights", SHAPE, "--weights-seed", "5",
+                                         "--random-weights", shape, "--weights-seed", "5",
                                          "--gpu-memory-fraction", "0.2", "--max-seqs", "4",
                                          "--max-model-len", "512", "--max-batched-tokens",
-                                         "64"])
+                                         "64"] + list(extra))
 
 
-def complete(d):
+def complete(d, model=MODEL, max_tokens=4):
     """Greedy completion of PROMPT: (text, cached prompt tokens)."""
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
+    body = {"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0}
     r = d.json("POST", "/v1/completions", body)
     details = r["usage"].get("prompt_tokens_details") or {}
     return r["choices"][0]["text"], details.get("cached_tokens", 0)
@@ -104,6 +113,60 @@ def test_forgetful_driver_rebuilds():
         assert "seal does not match" in log and log.count(HOLDING) == 2, log
         again, cached = complete(d)
         assert again == text and cached == 0, (again, text, cached)
+        d.wait_idle()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_gemma3_two_device_pools():
+    """A tiny Gemma 3 (one local layer, window 16; one global layer) through --gpus 0: the
+    local layers' pool is a second CUDA VMM segment. The probe's bytes (blocks of every
+    layer) are split as kv_budget is on CPU workers, so with one layer in each pool the two
+    block counts add up to twice the probe's; blocks wholly before the window go back to the
+    local pool while a request runs (the gauges, refreshed every 0.1 s here); the router
+    holds both fds, and a SIGKILLed worker's successor imports both and answers the repeated
+    prompt from the cache through both pools with the same text."""
+    model = "random-tiny-gemma3"
+    d = gpu_daemon(shape=GEMMA_SHAPE, extra=["--worker-ping-interval", "0.1"])
+    try:
+        log = d.logtext()
+        probe = re.search(r"GPU 0 \(.*\): .* (\d+) KV blocks fit in 20% of it", log)
+        pools = re.search(r"KV pool (\d+) blocks of 16 tokens .* per GPU", log)
+        local = re.search(r"sliding-window layers keep their K/V in a pool of their own: (\d+) "
+                          r"blocks", log)
+        assert probe and pools and local, log
+        n_global, n_local = int(pools.group(1)), int(local.group(1))
+        # the local pool: 1 worker x (4 sequences x (ceil(15 / 16) + 2) + 64 / 16) blocks
+        assert n_local == 16 and n_global + n_local == 2 * int(probe.group(1)), log
+        met = d.metrics()
+        assert met["inferd_kv_blocks_capacity"] == n_global, met
+        assert met["inferd_kv_local_blocks_capacity"] == n_local, met
+        log = d.logtext()
+        assert log.count(HOLDING) == 1 and log.count(LOCAL_HOLDING) == 1, log
+        # a prompt of 3 full blocks and then some: while it decodes, the local layer's blocks
+        # before the window (2 once the prompt is in, 3 at the end) are back in the local pool
+        res, seen = [], [0, 0]
+        th = threading.Thread(target=lambda: res.append(complete(d, model, max_tokens=12)))
+        th.start()
+        while th.is_alive():
+            m = d.metrics()
+            if m["inferd_kv_local_released_blocks"] > seen[0]:
+                seen = [m["inferd_kv_local_released_blocks"], m["inferd_kv_local_released_bytes"]]
+            time.sleep(0.05)
+        th.join()
+        text, cached = res[0]
+        # f16 K and V of 2 KV heads x 16 positions x 64 per block, one local layer
+        assert seen[0] >= 2 and seen[1] == seen[0] * 2 * 2 * 16 * 64 * 2, (seen, d.logtext())
+        assert cached == 0, cached
+        again, cached2 = complete(d, model, max_tokens=12)
+        assert again == text and cached2 >= 48, (text, again, cached2)
+        d.wait_idle()
+        kill_worker(d)
+        log = d.logtext()
+        assert log.count(HOLDING) == 2 and log.count(LOCAL_HOLDING) == 2, log
+        assert "rebuilding" not in log and "seal does not match" not in log, log
+        again, cached3 = complete(d, model, max_tokens=12)
+        assert again == text and cached3 == cached2, (again, text, cached2, cached3)
         d.wait_idle()
     finally:
         assert d.stop() == 0, d.logtext()

@@ -50,13 +50,14 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
                                        .max_batched_tokens = 8192,
                                        .prefill_cap = -1,
                                        .n_fds = 3,
+                                       .n_local_fds = 1,
                                        .kv = g_kv,
                                        .size_pool = true,
                                        .gpu_memory_fraction = 0.875,
                                        .max_model_len = 131072};
         break;
     case IFD_WIRE_POOL:
-        m.u.pool = (ifd_wire_pool_t){.n_fds = 1, .kv = g_kv};
+        m.u.pool = (ifd_wire_pool_t){.n_fds = 2, .n_local_fds = 1, .kv = g_kv};
         break;
     case IFD_WIRE_POOL_SIZE:
         m.u.pool_size = (ifd_wire_pool_size_t){.n_blocks = 1ull << 33,
@@ -307,6 +308,8 @@ START_TEST(test_other_fields)
     ck_assert_int_eq(d.u.hello.prefill_cap, -1);
     ck_assert(d.u.hello.size_pool && d.u.hello.gpu_memory_fraction == 0.875);
     ck_assert_uint_eq(d.u.hello.max_model_len, 131072);
+    ck_assert_uint_eq(d.u.hello.n_fds, 3);
+    ck_assert_uint_eq(d.u.hello.n_local_fds, 1);
     ifd_wire_msg_free(&d);
     /* the POOL step's fraction must be a share of the device */
     {
@@ -322,7 +325,8 @@ START_TEST(test_other_fields)
 
     m = sample(IFD_WIRE_POOL);
     round_trip(&m, &d);
-    ck_assert_uint_eq(d.u.pool.n_fds, 1);
+    ck_assert_uint_eq(d.u.pool.n_fds, 2);
+    ck_assert_uint_eq(d.u.pool.n_local_fds, 1);
     ck_assert_uint_eq(d.u.pool.kv.n_blocks, 123456789012ull);
     ck_assert_str_eq(ifd_wire_type_name(IFD_WIRE_POOL), "pool");
     ck_assert_int_eq(ifd_wire_type_dir(IFD_WIRE_POOL), IFD_WIRE_TO_WORKER);
