@@ -1,23 +1,22 @@
-"""The KV pool in (emulated) GPU memory across a GPU worker's death (labels emu, model).
+"""The KV pools in (emulated) GPU memory across a GPU worker's death (labels emu, model).
 
 `inferd --gpus 0` with inferd-worker-emu (the real worker, CUDA backend and kernels on the
 CPU emulator of tests/gpu/emu, whose cuda_emu_vmm.cc shares device memory between processes
-with the lifetimes a driver gives). The worker makes the pool's device segment (CUDA VMM with
-a POSIX-fd handle) and hands its fd to the router with READY; the router holds it.
+with the lifetimes a driver gives), serving a tiny random Gemma 3 whose sliding-window layer
+keeps its K/V in a second pool (docs/models.md, "Gemma 3 local layers"). The worker makes
+each pool's device segment (CUDA VMM with a POSIX-fd handle) and hands both fds to the router
+with READY; the router holds them. Checked:
 
-(That a SIGKILLed worker's successor imports the fd the router kept and serves from the
-cached prefix is test_daemon_gpu_emu's for one pool; test_gemma3_two_device_pools below does
-it for a model with sliding-window layers, whose local layers keep their K/V in a second
-pool with a device segment of its own: both pools sized from the probe's bytes, both in
-/metrics, local blocks released as the window moves, both fds held by the router and
-imported by the successor.) Checked, when the memory does not survive:
-
+- test_gemma3_two_device_pools: both pools sized from the probe's bytes by kv_budget's rule
+  and both in /metrics, local blocks released as the window moves, both fds held, and a
+  SIGKILLed worker's successor imports both and answers the repeated prompt from the cache
+  with the same text (test_daemon_gpu_emu does the same for a one-pool Llama);
 - with the IPC fallback ($IFD_KVSEG_FORCE_IPC=1) the memory dies with the worker: the router
-  drops the device's cache, the successor makes a fresh segment, and the same request gives
-  the same text with nothing cached (no stale block is ever served);
+  drops both pools' caches on the device, the successor makes fresh segments, and the same
+  request gives the same text with nothing cached (no stale block is ever served);
 - with a driver that frees VMM memory when its creator dies although the fd is held
-  ($IFD_EMU_VMM_FORGET=1, emulated), the successor's bind finds the segment's seal broken,
-  rebuilds the pool and hands the router the new fd: same text, nothing cached.
+  ($IFD_EMU_VMM_FORGET=1, emulated), the successor's binds find both segments' seals broken,
+  rebuild both pools and hand the router the new fds: same text, nothing cached.
 
 Usage: test_daemon_gpu_pool_emu.py INFERD INFERD_WORKER_EMU
 """
@@ -37,12 +36,14 @@ if len(sys.argv) < 3:
 INFERD, WORKER_EMU = sys.argv[1:3]
 SRC = os.environ.get("INFERD_SOURCE_DIR",
                      os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-SHAPE = os.path.join(SRC, "deploy", "shapes", "tiny-llama.json")
-MODEL = "random-tiny-llama"
+# A tiny Gemma 3 in random weights: 2 layers, layer 0 local (window 16), layer 1 global, head_dim
+# 64 (the CUDA kernels'): the local layer's K/V live in a second pool whose device segment is
+# its own, so every case below covers both pools (one pool takes the same code path, the loop
+# over the router's pools; test_daemon_gpu_emu serves a one-pool Llama)
+SHAPE = os.path.join(SRC, "deploy", "shapes", "tiny-gemma3.json")
+MODEL = "random-tiny-gemma3"
 PROMPT = " ".join(["The quick brown fox jumps over the lazy dog."] * 6)
 HOLDING = "holding the KV pool's device 0 segment (CUDA VMM fd)"
-# 2 layers: layer 0 local (window 16), layer 1 global; head_dim 64 (the CUDA kernels')
-GEMMA_SHAPE = os.path.join(SRC, "deploy", "shapes", "tiny-gemma3.json")
 LOCAL_HOLDING = "holding the local layers' KV pool's device 0 segment (CUDA VMM fd)"
 require_model()
 
@@ -81,9 +82,9 @@ def kill_worker(d):
     raise AssertionError("no new worker after SIGKILL:\n" + d.logtext())
 
 
-def first_run(d):
-    text, cached = complete(d)
-    again, cached2 = complete(d)
+def first_run(d, model=MODEL):
+    text, cached = complete(d, model)
+    again, cached2 = complete(d, model)
     assert again == text and cached == 0 and cached2 >= 48, (text, again, cached, cached2)
     d.wait_idle()
     return text
@@ -93,10 +94,12 @@ def test_ipc_segment_dies_with_worker():
     d = gpu_daemon(env={"IFD_KVSEG_FORCE_IPC": "1"})
     try:
         text = first_run(d)
-        assert HOLDING not in d.logtext(), d.logtext()  # no fd to hold
+        log = d.logtext()
+        assert HOLDING not in log and LOCAL_HOLDING not in log, log  # no fd to hold
         kill_worker(d)
         log = d.logtext()
-        assert "CUDA IPC memory, which died with the worker" in log, log
+        assert log.count("CUDA IPC memory, which died with the worker") == 2, log
+        assert "the local layers' KV pool device 0 is CUDA IPC memory" in log, log
         again, cached = complete(d)
         assert again == text and cached == 0, (again, text, cached)
         d.wait_idle()
@@ -110,7 +113,9 @@ def test_forgetful_driver_rebuilds():
         text = first_run(d)
         kill_worker(d)
         log = d.logtext()
-        assert "seal does not match" in log and log.count(HOLDING) == 2, log
+        # both segments' seals broken, both rebuilt, both new fds held
+        assert log.count("seal does not match") == 2, log
+        assert log.count(HOLDING) == 2 and log.count(LOCAL_HOLDING) == 2, log
         again, cached = complete(d)
         assert again == text and cached == 0, (again, text, cached)
         d.wait_idle()
@@ -126,8 +131,7 @@ def test_gemma3_two_device_pools():
     local pool while a request runs (the gauges, refreshed every 0.1 s here); the router
     holds both fds, and a SIGKILLed worker's successor imports both and answers the repeated
     prompt from the cache through both pools with the same text."""
-    model = "random-tiny-gemma3"
-    d = gpu_daemon(shape=GEMMA_SHAPE, extra=["--worker-ping-interval", "0.1"])
+    d = gpu_daemon(extra=["--worker-ping-interval", "0.1"])
     try:
         log = d.logtext()
         probe = re.search(r"GPU 0 \(.*\): .* (\d+) KV blocks fit in 20% of it", log)
@@ -146,7 +150,7 @@ def test_gemma3_two_device_pools():
         # a prompt of 3 full blocks and then some: while it decodes, the local layer's blocks
         # before the window (2 once the prompt is in, 3 at the end) are back in the local pool
         res, seen = [], [0, 0]
-        th = threading.Thread(target=lambda: res.append(complete(d, model, max_tokens=12)))
+        th = threading.Thread(target=lambda: res.append(complete(d, max_tokens=12)))
         th.start()
         while th.is_alive():
             m = d.metrics()
@@ -158,14 +162,14 @@ def test_gemma3_two_device_pools():
         # f16 K and V of 2 KV heads x 16 positions x 64 per block, one local layer
         assert seen[0] >= 2 and seen[1] == seen[0] * 2 * 2 * 16 * 64 * 2, (seen, d.logtext())
         assert cached == 0, cached
-        again, cached2 = complete(d, model, max_tokens=12)
+        again, cached2 = complete(d, max_tokens=12)
         assert again == text and cached2 >= 48, (text, again, cached2)
         d.wait_idle()
         kill_worker(d)
         log = d.logtext()
         assert log.count(HOLDING) == 2 and log.count(LOCAL_HOLDING) == 2, log
         assert "rebuilding" not in log and "seal does not match" not in log, log
-        again, cached3 = complete(d, model, max_tokens=12)
+        again, cached3 = complete(d, max_tokens=12)
         assert again == text and cached3 == cached2, (again, text, cached2, cached3)
         d.wait_idle()
     finally:
