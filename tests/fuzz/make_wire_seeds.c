@@ -44,7 +44,8 @@ int main(int argc, char **argv)
                            .max_seqs = 8,
                            .max_batched_tokens = 512,
                            .prefill_cap = 0,
-                           .n_fds = 2,
+                           .n_fds = 3,
+                           .n_local_fds = 1,
                            .kv = {30, 3, 64, 1, 16, 364, 0x1234},
                            .size_pool = true,
                            .gpu_memory_fraction = 0.9,
@@ -99,7 +100,7 @@ int main(int argc, char **argv)
     m[11].u.stats.running = 2;
     m[11].u.stats.kv_blocks_total = 364;
     m[12].type = IFD_WIRE_POOL;
-    m[12].u.pool = (ifd_wire_pool_t){1, {30, 3, 64, 1, 16, 364, 0x1234}};
+    m[12].u.pool = (ifd_wire_pool_t){2, 1, {30, 3, 64, 1, 16, 364, 0x1234}};
     m[13].type = IFD_WIRE_POOL_SIZE;
     m[13].u.pool_size = (ifd_wire_pool_size_t){364, 364 * 92160, 92160, 1 << 30, 900 << 20,
                                                270 << 20, 40 << 20, 8 << 20, 64 << 20, 6,
