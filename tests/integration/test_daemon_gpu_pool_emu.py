@@ -127,7 +127,7 @@ def test_gemma3_two_device_pools():
     """A tiny Gemma 3 (one local layer, window 16; one global layer) through --gpus 0: the
     local layers' pool is a second CUDA VMM segment. The probe's bytes (blocks of every
     layer) are split as kv_budget is on CPU workers, so with one layer in each pool the two
-    block counts add up to twice the probe's; blocks wholly before the window go back to the
+    block counts add up to twice the probe's (or one more); blocks wholly before the window go back to the
     local pool while a request runs (the gauges, refreshed every 0.1 s here); the router
     holds both fds, and a SIGKILLed worker's successor imports both and answers the repeated
     prompt from the cache through both pools with the same text."""
@@ -140,8 +140,11 @@ def test_gemma3_two_device_pools():
                           r"blocks", log)
         assert probe and pools and local, log
         n_global, n_local = int(pools.group(1)), int(local.group(1))
-        # the local pool: 1 worker x (4 sequences x (ceil(15 / 16) + 2) + 64 / 16) blocks
-        assert n_local == 16 and n_global + n_local == 2 * int(probe.group(1)), log
+        # the local pool: 1 worker x (4 sequences x (ceil(15 / 16) + 2) + 64 / 16) blocks;
+        # both pools' blocks hold one layer, the probe's every layer (two): the usable bytes
+        # give twice its blocks, or one more from what was left of its last block
+        assert n_local == 16, log
+        assert 0 <= n_global + n_local - 2 * int(probe.group(1)) <= 1, log
         met = d.metrics()
         assert met["inferd_kv_blocks_capacity"] == n_global, met
         assert met["inferd_kv_local_blocks_capacity"] == n_local, met
