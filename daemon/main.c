@@ -267,7 +267,8 @@ static void ifd__on_pool_sizes(void *ctx, const ifd_wire_pool_size_t *sizes, int
     ifd__daemon_t *d = ctx;
     for (int i = 0; i < n && i < IFD_GPU_MAX; i++) {
         d->gpu_size[i] = sizes[i];
-        snprintf(d->gpu_dev[i], sizeof d->gpu_dev[i], "%s", sizes[i].device ? sizes[i].device : "?");
+        snprintf(d->gpu_dev[i], sizeof d->gpu_dev[i], "%s",
+                 sizes[i].device ? sizes[i].device : "?");
         d->gpu_size[i].device = d->gpu_dev[i];
     }
     d->sized = true;
@@ -804,9 +805,8 @@ static int ifd__run(ifd__daemon_t *d)
     sp.random_weights = d->shape_path[0] ? d->shape_path : NULL;
     sp.weights_seed = (uint64_t)d->cfg.weights_seed;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    sp.n_threads = d->cfg.threads > 0
-                       ? (int)d->cfg.threads
-                       : (int)(ncpu / sp.n_workers > 0 ? ncpu / sp.n_workers : 1);
+    sp.n_threads = d->cfg.threads > 0 ? (int)d->cfg.threads
+                                      : (int)(ncpu / sp.n_workers > 0 ? ncpu / sp.n_workers : 1);
     sp.max_seqs = (uint32_t)d->cfg.max_seqs;
     sp.max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
     (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp.prefill_cap); /* checked at config */
@@ -837,7 +837,8 @@ static int ifd__run(ifd__daemon_t *d)
         ifd_sup_start(d->sup);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         if (!d->sized) {
-            snprintf(err, sizeof err, "%s", d->size_err[0] ? d->size_err : "sizing the KV pool failed");
+            snprintf(err, sizeof err, "%s",
+                     d->size_err[0] ? d->size_err : "sizing the KV pool failed");
             rc = IFD_ENODEV;
             goto fail;
         }

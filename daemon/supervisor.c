@@ -65,8 +65,8 @@ typedef struct {
     int crashes_in_row;
     uint64_t crash_ms[IFD__CRASH_RING];
     uint64_t n_crash_ms;
-    bool sized;                 /* the POOL step: its POOL_SIZE is in */
-    ifd_wire_pool_size_t size;  /* that report (device points at size_device) */
+    bool sized;                /* the POOL step: its POOL_SIZE is in */
+    ifd_wire_pool_size_t size; /* that report (device points at size_device) */
     char size_device[128];
 } ifd__worker_t;
 
@@ -730,8 +730,9 @@ static void ifd__timer_start_timeout_cb(uv_timer_t *t)
 {
     ifd__worker_t *w = t->data;
     if (w->info.state == IFD_W_SIZING) {
-        ifd__size_fail(w, "loading the weights and sizing the KV pool took over %.0f s "
-                          "(worker_start_timeout)",
+        ifd__size_fail(w,
+                       "loading the weights and sizing the KV pool took over %.0f s "
+                       "(worker_start_timeout)",
                        w->sup->p.start_timeout_s);
         ifd__kill(w, NULL);
     } else if (w->info.state == IFD_W_STARTING) {
@@ -800,9 +801,6 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     ifd_sup_t *s = w->sup;
     ifd_wire_msg_t m = {.type = IFD_WIRE_HELLO};
     ifd_wire_hello_t *h = &m.u.hello;
-    /* the metadata fd, then the data fd of the worker's own pool device when
-     * the router has one: a host memfd, or a CUDA VMM segment's fd adopted
-     * from an earlier run (a first GPU worker creates the segment itself) */
     int fds[IFD__POOL_FDS];
     int n_local = 0;
     int n_fds = s->sizing ? 0 : ifd__pool_fds(w, fds, &n_local); /* the POOL step: no pool yet */
@@ -1190,8 +1188,7 @@ int ifd_sup_set_pool(ifd_sup_t *s, ifd_kvpool_t *pool, ifd_kvpool_t *local_pool,
             continue;
         }
         w->info.state = IFD_W_STARTING;
-        uv_timer_start(&w->timer, ifd__timer_start_timeout_cb, ifd__ms(s, s->p.start_timeout_s),
-                       0);
+        uv_timer_start(&w->timer, ifd__timer_start_timeout_cb, ifd__ms(s, s->p.start_timeout_s), 0);
     }
     return 0;
 }

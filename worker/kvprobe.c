@@ -333,8 +333,8 @@ int ifd_kvprobe_size(ifd_model_t *m, const ifd_kvprobe_size_params_t *p, ifd_kvp
     out->free_bytes = free_b;
     out->margin_bytes =
         ifd_kvsize_margin(total, out->warm.activation_bytes + out->warm.graph_bytes);
-    out->n_blocks = ifd_kvsize_blocks(total, free_b, p->fraction, out->margin_bytes,
-                                      out->block_bytes);
+    out->n_blocks =
+        ifd_kvsize_blocks(total, free_b, p->fraction, out->margin_bytes, out->block_bytes);
     /* the bytes below the same rounding as the blocks: kvsize.h's formula */
     const double left = p->fraction * (double)total - (double)used - (double)out->margin_bytes;
     out->usable_bytes = out->n_blocks > 0 && left > 0 ? (uint64_t)left : 0;

@@ -322,8 +322,7 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
 /* The next frame from the router, blocking, and the fds that came with its
  * first bytes (SCM_RIGHTS): HELLO, or POOL after POOL_SIZE. A frame already
  * in the reader comes first (no fds: none follow HELLO before POOL). */
-static int ifd__read_frame(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *msg, int *fds,
-                           int *nfds)
+static int ifd__read_frame(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *msg, int *fds, int *nfds)
 {
     *nfds = 0;
     int rc = ifd_wire_reader_next_msg(rd, msg);

@@ -182,9 +182,9 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
 }
 
 static const ifd_wire_type_t k_types[] = {
-    IFD_WIRE_HELLO,           IFD_WIRE_ADD,      IFD_WIRE_CANCEL, IFD_WIRE_STATS_REQ,
-    IFD_WIRE_DRAIN,           IFD_WIRE_SHUTDOWN, IFD_WIRE_READY,  IFD_WIRE_TOKENS,
-    IFD_WIRE_FINISHED,        IFD_WIRE_ERROR,    IFD_WIRE_STATS,  IFD_WIRE_LOG_LEVEL,
+    IFD_WIRE_HELLO,           IFD_WIRE_ADD,      IFD_WIRE_CANCEL,    IFD_WIRE_STATS_REQ,
+    IFD_WIRE_DRAIN,           IFD_WIRE_SHUTDOWN, IFD_WIRE_READY,     IFD_WIRE_TOKENS,
+    IFD_WIRE_FINISHED,        IFD_WIRE_ERROR,    IFD_WIRE_STATS,     IFD_WIRE_LOG_LEVEL,
     IFD_WIRE_PROMPT_LOGPROBS, IFD_WIRE_POOL,     IFD_WIRE_POOL_SIZE,
 };
 #define N_TYPES (sizeof(k_types) / sizeof(k_types[0]))
