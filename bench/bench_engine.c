@@ -288,7 +288,7 @@ int main(int argc, char **argv)
             ep.prefill_cap = cap;
             ep.step_ratio = step_ratio;
             ifd_engine_callbacks_t cb = {&cnt, on_token, on_finish, NULL};
-            ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0, 0, NULL};
+            ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0, 0, NULL, 0};
             if (!cfg)
                 em = sim;
             if (ifd_kvpool_create(&kp, &pool) || (cfg && ifd_engine_model_from(&em, m, pool, 0)) ||

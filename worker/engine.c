@@ -8,7 +8,9 @@
  * correct structure.
  *
  * Invariants per sequence: blocks[0..n_blocks) cover positions
- * [0, n_blocks * block_size) and hold the KV of positions [0, n_computed);
+ * [0, n_blocks * block_size) and hold the KV of positions [0, n_computed)
+ * (held from g_first on: with one pool and every layer local, the blocks
+ * before the next query's window go back to the pool, all_local);
  * the first n_published blocks are in the prefix cache (read-only). A sequence never writes below
  * n_published * block_size (prefix hits stop at n_tokens - 1, so writes
  * always land in blocks of its own), hence no copy-on-write is needed here.
@@ -46,6 +48,7 @@ typedef struct {
     int32_t n_computed;
     int32_t *blocks;
     int32_t n_blocks, cap_blocks;
+    int32_t g_first; /* blocks[b] held for b >= g_first (all_local releases the rest) */
     int32_t n_published;
     bool publish_failed;
     int32_t *lblocks; /* [cap_blocks], local pool only */
@@ -89,6 +92,7 @@ struct ifd_engine {
     ifd_engine_model_t model;
     ifd_kvpool_t *pool;
     ifd_kvpool_t *lpool; /* p.local_pool */
+    bool all_local;      /* one pool, every layer local: blocks before the window are released */
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks; /* blocks on our device */
@@ -193,10 +197,11 @@ static void ifd__seq_free(ifd__seq_t *s)
 
 static void ifd__seq_release(ifd_engine_t *e, ifd__seq_t *s)
 {
-    if (s->n_blocks > 0) {
-        int rc = ifd_kvpool_unref(e->pool, e->p.worker, s->blocks, s->n_blocks);
+    if (s->n_blocks > s->g_first) {
+        int rc = ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->g_first,
+                                  s->n_blocks - s->g_first);
         if (rc)
-            IFD_ERROR("engine: releasing %d blocks of request %llu: %s", s->n_blocks,
+            IFD_ERROR("engine: releasing %d blocks of request %llu: %s", s->n_blocks - s->g_first,
                       (unsigned long long)s->id, ifd_strerror(rc));
     }
     if (e->lpool && s->n_blocks > s->l_first) {
@@ -207,6 +212,7 @@ static void ifd__seq_release(ifd_engine_t *e, ifd__seq_t *s)
                       s->n_blocks - s->l_first, (unsigned long long)s->id, ifd_strerror(rc));
     }
     s->n_blocks = 0;
+    s->g_first = 0;
     s->n_published = 0;
     s->n_computed = 0;
     s->l_first = 0;
@@ -277,6 +283,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->model = *model;
     e->pool = pool;
     e->lpool = p->local_pool;
+    e->all_local = !p->local_pool && model->sliding_window > 0 && model->n_layers > 0 &&
+                   model->n_local_layers >= model->n_layers;
     if (cb)
         e->cb = *cb;
     e->block_size = g.block_size;
@@ -569,9 +577,39 @@ static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
     return 0;
 }
 
-/* Returns the local twins no query of s reads any more to the local pool. */
-static void ifd__release_local(ifd_engine_t *e, ifd__seq_t *s)
+/* All layers local, one pool: returns the blocks no query of s reads any
+ * more to the pool, but the last published one, which the next block to be
+ * published names as its parent (a window narrower than a block would
+ * otherwise end s's publishing). s recomputes nothing below n_computed
+ * (use_cache: the caller's condition), so they are never needed again. */
+static void ifd__release_global(ifd_engine_t *e, ifd__seq_t *s)
 {
+    int32_t first_live = ifd__local_lo(e, s->n_computed);
+    if (first_live > s->n_blocks)
+        first_live = s->n_blocks;
+    const int32_t parent = s->n_published > 0 ? s->n_published - 1 : 0;
+    if (!s->publish_failed && first_live > parent)
+        first_live = parent;
+    if (first_live <= s->g_first)
+        return;
+    int rc =
+        ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->g_first, first_live - s->g_first);
+    if (rc)
+        IFD_ERROR("engine: releasing blocks %d..%d of request %llu: %s", s->g_first, first_live - 1,
+                  (unsigned long long)s->id, ifd_strerror(rc));
+    s->g_first = first_live;
+}
+
+/* Returns what no query of s reads any more: its local twins to the local
+ * pool, or with every layer local its blocks to the one pool. */
+static void ifd__release_window(ifd_engine_t *e, ifd__seq_t *s)
+{
+    if (e->all_local) {
+        ifd__release_global(e, s);
+        return;
+    }
+    if (!e->lpool)
+        return;
     int32_t first_live = ifd__local_lo(e, s->n_computed);
     if (first_live > s->n_blocks)
         first_live = s->n_blocks;
@@ -724,6 +762,9 @@ static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
     s->n_blocks = keep;
     s->n_published = keep;
     s->n_computed = keep * e->block_size;
+    s->g_first = 0;
+    if (e->all_local)
+        ifd__release_global(e, s); /* the hit's blocks before the first query's window */
     if (!s->admitted_once) {
         s->cached_tokens = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
         e->st.cached_prompt_tokens += (uint64_t)s->cached_tokens;
@@ -1039,7 +1080,9 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         int32_t *row = e->b_tables + (int64_t)k * max_blocks;
         int32_t *lrow = e->b_ltables + (int64_t)k * max_blocks;
         for (int32_t b = 0; b < max_blocks; b++)
-            row[b] = b < s->n_blocks ? ifd_kvpool_block_local(e->pool, s->blocks[b]) : 0;
+            row[b] = b >= s->g_first && b < s->n_blocks
+                         ? ifd_kvpool_block_local(e->pool, s->blocks[b])
+                         : 0; /* released (all_local): before the window, never read */
         /* released twins read as block 0: before the window, never read */
         for (int32_t b = 0; e->lpool && b < max_blocks; b++)
             lrow[b] = b >= s->l_first && b < s->n_blocks
@@ -1115,8 +1158,8 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
                 continue;
             }
         }
-        if (e->lpool && s->use_cache) /* without the cache it recomputes from 0 */
-            ifd__release_local(e, s);
+        if (s->use_cache) /* without the cache it recomputes from 0 */
+            ifd__release_window(e, s);
         if (!s->sample)
             continue;
         const float *lg = e->logits + (size_t)row * (size_t)e->model.n_vocab;
@@ -1210,7 +1253,12 @@ static int64_t ifd__window_dead_blocks(const ifd_engine_t *e)
     int64_t k = 0;
     for (int i = 0; i < e->running.n; i++) {
         const ifd__seq_t *s = e->running.v[i];
-        int64_t dead = e->lpool ? s->l_first : ifd__local_lo(e, s->n_computed);
+        /* all_local: the entries before g_first name blocks s released (a
+         * block reused since by a running sequence counts as held: a lower
+         * bound) */
+        int64_t dead = e->lpool       ? s->l_first
+                       : e->all_local ? s->g_first
+                                      : ifd__local_lo(e, s->n_computed);
         for (int32_t b = 0; b < s->n_blocks; b++)
             ent[k++] = (int64_t)s->blocks[b] * 2 + (b >= dead);
     }
@@ -1231,7 +1279,7 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
     out->waiting = e->waiting.n;
     int64_t held = 0;
     for (int i = 0; i < e->running.n; i++)
-        held += e->running.v[i]->n_blocks;
+        held += e->running.v[i]->n_blocks - e->running.v[i]->g_first;
     out->blocks_held = held;
     const int64_t dead = ifd__window_dead_blocks(e);
     if (e->lpool) {
@@ -1239,6 +1287,9 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
         for (int i = 0; i < e->running.n; i++)
             lheld += e->running.v[i]->n_blocks - e->running.v[i]->l_first;
         out->local_blocks_held = lheld;
+        out->local_released_blocks = dead;
+        out->local_released_bytes = (uint64_t)dead * e->local_block_bytes;
+    } else if (e->all_local) {
         out->local_released_blocks = dead;
         out->local_released_bytes = (uint64_t)dead * e->local_block_bytes;
     } else {
@@ -1352,6 +1403,7 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     out->forward = ifd__model_forward;
     out->n_local_layers = n_local;
     out->sliding_window = (int32_t)cfg->sliding_window;
+    out->n_layers = (int32_t)cfg->n_layer;
     /* sampling on the device where the backend can (the CPU backend cannot) */
     out->forward_sample = ifd_model_backend(m)->ops->sample ? ifd__model_forward_sample : NULL;
     return 0;

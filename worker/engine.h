@@ -49,12 +49,19 @@ typedef struct {
     int32_t n_vocab;
     int32_t n_ctx; /* context length limit (prompt + generated) */
     int (*forward)(void *ctx, const ifd_batch_t *b, float *logits);
-    /* Sliding-window (local) layers, for the window_dead stats only: how many,
-     * and the tokens each sees (i - j < window). 0: none. */
+    /* Sliding-window (local) layers: how many, and the tokens each sees
+     * (i - j < window). 0: none. */
     int32_t n_local_layers;
     int32_t sliding_window;
     int (*forward_sample)(void *ctx, const ifd_batch_t *b, const ifd_sample_row_t *rows,
                           int32_t *tokens, float *logits);
+    /* Layers in all (0: unknown). When every layer is local (n_local_layers
+     * == n_layers, Mistral's window on all layers) and there is no
+     * local_pool, the engine releases a sequence's blocks wholly before its
+     * next query's window back to the one pool: no layer reads them again.
+     * Their block-table entries then read as block 0, which the attention
+     * kernels never read (they start at, or zero-fill below, the window). */
+    int32_t n_layers;
 } ifd_engine_model_t;
 
 typedef enum {
@@ -132,10 +139,11 @@ typedef struct {
      * sequence holds local blocks only from the first block its next query's
      * window reaches (the block holding n_computed - window + 1) on: after
      * each step the blocks before it return to this pool (published ones stay
-     * cached there). Local blocks are published under the same tokens and
-     * chain as their global twins, and a prefix hit is cut to the blocks
-     * for which this pool still holds the window before the first
-     * recomputed token (docs/models.md, "Gemma 3 local layers"). The model
+     * cached there). Local blocks are published as keyed entries under their
+     * global twins' keys (kvpool.h), and a prefix hit of k blocks needs only
+     * the local blocks of the first recomputed token's window; where one is
+     * missing the hit is cut below it (docs/models.md, "Gemma 3 local
+     * layers"). The model
      * adapter must read local layers through ifd_batch_t.local_block_tables
      * (ifd_engine_model_from_pools). */
     ifd_kvpool_t *local_pool;
@@ -228,9 +236,12 @@ typedef struct {
     uint64_t window_dead_bytes;
     /* With a local pool: held blocks whose local-layer twin no running holder
      * holds any more (released to the local pool), and that K/V's bytes:
-     * the memory the local pool saves over one pool of every layer. 0
-     * otherwise. local_blocks_held: local-pool blocks held now (summed over
-     * sequences, as blocks_held). */
+     * the memory the local pool saves over one pool of every layer. With one
+     * pool and every layer local: blocks running sequences released (before
+     * their windows; a block shared through the prefix cache counts once
+     * every running holder released it), and their bytes (every layer's K
+     * and V); window_dead_* are then 0. 0 otherwise. local_blocks_held:
+     * local-pool blocks held now (summed over sequences, as blocks_held). */
     int64_t local_released_blocks;
     uint64_t local_released_bytes;
     int64_t local_blocks_held;

@@ -580,6 +580,36 @@ def local_pool_checks(sock):
           "gemma3_mm (daemon): no local block held once idle")
 
 
+def all_local_checks(sock, hf, detok):
+    """Mistral (window 6 on every layer, one pool): the worker returns a sequence's blocks
+    before its window to the pool (worker/engine.c, all_local). The greedy tokens of a
+    sequence that runs past several released blocks are the oracle's, and /metrics shows
+    blocks released while a longer one runs."""
+    t0 = time.time()
+    prompt = [(PROMPT[i % len(PROMPT)] + 89 * i) % 50000 for i in range(40)]
+    req = {"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+    want = detok.text(greedy(oracle(hf), prompt, 24))
+    st, r = _http(sock, "POST", "/v1/completions", req)
+    got = r["choices"][0]["text"] if st == 200 else r
+    check(st == 200 and got == want,
+          f"mistral (daemon): greedy tokens past released blocks (64 positions, block 16, "
+          f"window 6) = the oracle's ({got!r})")
+    done = []
+    n_long = 80 if os.environ.get("INFERD_TEST_SANITIZED") else 200  # ASan: slower already
+    th = threading.Thread(target=lambda: done.append(
+        _http(sock, "POST", "/v1/completions", dict(req, max_tokens=n_long))))
+    th.start()
+    seen = 0.0
+    while th.is_alive():
+        m = _metrics(sock)
+        seen = max(seen, m.get("inferd_kv_local_released_blocks", 0.0))
+        time.sleep(0.01)
+    th.join()
+    check(bool(done) and done[0][0] == 200 and seen > 0,
+          f"mistral (daemon): whole blocks released while a {40 + n_long}-token sequence "
+          f"runs (inferd_kv_local_released_blocks up to {seen:.0f}); {time.time() - t0:.2f} s")
+
+
 def serve_test(inferd, root, names):
     """Every architecture, from each format it has, served by the daemon (`--model DIR`,
     `--model FILE.gguf`). The daemons start all at once (their start-up overlaps with each
@@ -600,7 +630,8 @@ def serve_test(inferd, root, names):
         json.dump({"generation_config": True}, f)
     extra = {("qwen3", "hf"): ("--config", cfg_file),
              # fresh worker stats for the local-pool gauges (local_pool_checks)
-             ("gemma3_mm", "hf"): ("--worker-ping-interval", "0.05")}
+             ("gemma3_mm", "hf"): ("--worker-ping-interval", "0.05"),
+             ("mistral", "hf"): ("--worker-ping-interval", "0.05")}
     started = [_spawn_daemon(inferd, path, os.path.join(root, f"serve{i}"),
                              extra.get((name, fmt), ()))
                for i, (name, fmt, path) in enumerate(cases)]
@@ -631,6 +662,8 @@ def serve_test(inferd, root, names):
                     generation_config_test(p, sock, cfg_file)
                 if (name, fmt) == ("gemma3_mm", "hf"):
                     local_pool_checks(sock)
+                if (name, fmt) == ("mistral", "hf"):
+                    all_local_checks(sock, os.path.join(root, name), detok)
             except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError,
                     TypeError) as e:
                 check(False, f"{name} ({fmt}) through the daemon: {e!r}; log {log.name}")

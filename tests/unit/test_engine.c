@@ -31,6 +31,7 @@ typedef struct {
     ifd_kvpool_t *pool;
     ifd_kvpool_t *lpool; /* NULL: one pool */
     int window;          /* of the local layer, with lpool */
+    int hash_window;     /* > 0: every layer is local: rows read (and hash) only their window */
     int bad; /* context inconsistencies seen */
     int forwards;
 } fake_t;
@@ -75,7 +76,10 @@ static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
         int i = b->logit_rows[r];
         const int32_t *table = b->block_tables + (int64_t)b->seq[i] * b->max_blocks;
         uint64_t h = 1469598103934665603ull;
-        for (int p = 0; p <= b->pos[i]; p++) {
+        const int p0 = f->hash_window > 0 && b->pos[i] - f->hash_window + 1 > 0
+                           ? b->pos[i] - f->hash_window + 1
+                           : 0;
+        for (int p = p0; p <= b->pos[i]; p++) {
             float *kv = kv_at(f, table[p / bs], p % bs);
             if ((int)kv[1] != p)
                 f->bad++;
@@ -170,7 +174,7 @@ static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
     r->fake.pool = r->pool;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0, 0, NULL};
+    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0, 0, NULL, 1};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -232,7 +236,7 @@ static void rig_open_two(rig_t *r, int n_blocks, int n_lblocks, int block_size, 
     r->fake.pool = r->pool;
     r->fake.window = window;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, window, NULL};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, window, NULL, 2};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -810,7 +814,7 @@ START_TEST(test_window_dead_blocks)
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r.pool), 0);
     r.fake.pool = r.pool;
     r.sink = calloc(1, sizeof *r.sink);
-    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6, NULL};
+    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6, NULL, 4};
     ifd_engine_params_t ep = ifd_engine_default_params();
     ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish, NULL};
     ck_assert_int_eq(ifd_engine_create(&r.eng, &ep, &m, r.pool, &cb), 0);
@@ -1133,6 +1137,142 @@ START_TEST(test_local_prefix_hit_needs_only_its_window)
 }
 END_TEST
 
+/* One pool whose every layer is local (window 6, block size 4): n_layers 1
+ * releases the blocks before each sequence's window to the pool; n_layers
+ * 2 (one of them global) keeps them. The fake reads and hashes only each
+ * row's window, so both give the same tokens, and a block released too
+ * early reads as block 0: a wrong position, counted as bad. */
+static void rig_open_all_local(rig_t *r, int n_blocks, int n_layers, int budget, int max_seqs)
+{
+    memset(r, 0, sizeof *r);
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = 1;
+    kp.n_kv_heads = 1;
+    kp.head_dim = 2;
+    kp.dtype = IFD_KV_F32;
+    kp.block_size = 4;
+    kp.n_blocks = n_blocks;
+    kp.n_workers = 2;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
+    r->fake.pool = r->pool;
+    r->fake.hash_window = 6;
+    r->sink = calloc(1, sizeof *r->sink);
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, 6, NULL, n_layers};
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    static const int32_t eos[] = {STOP_ID};
+    ep.eos_ids = eos;
+    ep.n_eos_ids = 1;
+    ep.max_batched_tokens = budget;
+    ep.max_seqs = max_seqs;
+    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish, on_plp};
+    ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
+}
+
+/* The counts, step by step: a query at q reads blocks from (q - 5) / 4 on,
+ * and the last published block stays held as the next one's parent. */
+START_TEST(test_all_local_releases_blocks)
+{
+    rig_t r;
+    rig_open_all_local(&r, 64, 1, 256, 8);
+    ifd_kvpool_params_t kp;
+    ifd_kvpool_geometry(r.pool, &kp);
+    const uint64_t per_block = 2 * ifd_kvpool_block_bytes(&kp); /* 1 layer, K and V */
+    prompt_len[0] = 21;
+    prompt_len[1] = 17; /* A's first 17 tokens: hits A's first 4 blocks */
+    for (int j = 0; j < 21; j++)
+        prompts[0][j] = prompts[1][j] = 1 + j % (VOCAB - 1);
+    ifd_engine_request_t a = req(0, 50), b = req(1, 50);
+    a.ignore_eos = b.ignore_eos = true;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &a), 0);
+    ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 1); /* prefill: next query at 21 */
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.blocks_held, 2); /* 4 and 5 (16..23); 0..3 went back */
+    ck_assert_int_eq(st.local_released_blocks, 4);
+    ck_assert_uint_eq(st.local_released_bytes, 4 * per_block);
+    ck_assert_int_eq(st.window_dead_blocks, 0);
+    ck_assert_int_eq(st.local_blocks_held, 0);
+    ifd_kvpool_stats_t ps;
+    ifd_kvpool_stats(r.pool, &ps);
+    ck_assert_int_eq(ps.in_use, 2);
+    ck_assert_int_eq(ps.cached, 4); /* published: they may serve a prefix hit */
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 1); /* next query at 25 */
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.blocks_held, 2); /* 5 and 6 */
+    ck_assert_int_eq(st.local_released_blocks, 5);
+
+    /* B hits A's blocks 0..3 (cached), computes position 16 and queries at
+     * 17 next: it keeps 3 and its own 4; 0..2 are released by both, 3 by A
+     * only (still held: not counted) */
+    ck_assert_int_eq(ifd_engine_add(r.eng, &b), 0);
+    ck_assert_int_eq(ifd_engine_step(r.eng, NULL), 2);
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.blocks_held, 2 + 2);       /* A: 5, 6; B: 3, 4 */
+    ck_assert_int_eq(st.local_released_blocks, 4); /* 0, 1, 2 (both) and A's 4 */
+    ck_assert_uint_eq(st.local_released_bytes, 4 * per_block);
+    ifd_kvpool_stats(r.pool, &ps);
+    ck_assert_int_eq(ps.in_use, st.blocks_held);
+    ck_assert_int_eq(r.fake.bad, 0);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[1].cached_tokens, 16);
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.blocks_held, 0);
+    ck_assert_int_eq(st.local_released_blocks, 0);
+    ck_assert_int_eq(r.fake.bad, 0);
+    rig_close(&r);
+}
+END_TEST
+
+/* Many requests batched (chunked prefill, decodes, prefix hits; with the
+ * release in a pool of 36 blocks, where every released block is soon reused
+ * and the cached ones evicted): the same tokens with the release as without
+ * it, and fewer than half the blocks held. */
+START_TEST(test_all_local_same_tokens_with_release)
+{
+    const int n = getenv("INFERD_TEST_SANITIZED") ? 8 : 20; /* fewer under ASan+UBSan */
+    make_prompts(n, 90, 21);
+    for (int j = 0; j < 50; j++) /* 3 and 4 share a prefix: hits */
+        prompts[4][j] = prompts[3][j];
+    if (prompt_len[3] < 60)
+        prompt_len[3] = 60;
+    prompt_len[4] = 80;
+    sink_t *ref = NULL;
+    int64_t max_held[2] = {0, 0};
+    uint64_t released_seen = 0;
+    for (int with = 0; with < 2; with++) {
+        rig_t r;
+        rig_open_all_local(&r, with ? 36 : 512, with ? 1 : 2, 32, 16);
+        for (int i = 0; i < n; i++) {
+            ifd_engine_request_t q = req(i, 30);
+            ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+        }
+        while (!ifd_engine_idle(r.eng)) {
+            ck_assert_int_ge(ifd_engine_step(r.eng, NULL), 0);
+            ifd_engine_stats_t st;
+            ifd_engine_stats(r.eng, &st);
+            if (st.blocks_held > max_held[with])
+                max_held[with] = st.blocks_held;
+            if (with)
+                released_seen += (uint64_t)st.local_released_blocks;
+        }
+        ck_assert_int_eq(r.fake.bad, 0);
+        if (!with) {
+            ref = r.sink;
+            r.sink = calloc(1, sizeof *r.sink);
+        } else {
+            assert_same(ref, r.sink, n);
+        }
+        rig_close(&r);
+    }
+    printf("all local: at most %lld blocks held with the release, %lld without\n",
+           (long long)max_held[1], (long long)max_held[0]);
+    ck_assert_uint_gt(released_seen, 0);
+    ck_assert_int_lt(max_held[1] * 2, max_held[0]);
+    free(ref);
+}
+END_TEST
+
 /* A local pool too small for every window at once: preemption, and all
  * requests still finish with their tokens. */
 START_TEST(test_local_pool_tiny_preempts_and_completes_all)
@@ -1184,6 +1324,8 @@ int main(void)
     tcase_add_test(tc, test_local_prefix_hit_truncated_without_window);
     tcase_add_test(tc, test_local_prefix_hit_needs_only_its_window);
     tcase_add_test(tc, test_local_pool_tiny_preempts_and_completes_all);
+    tcase_add_test(tc, test_all_local_releases_blocks);
+    tcase_add_test(tc, test_all_local_same_tokens_with_release);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
