@@ -40,6 +40,12 @@ const char *ifd_test_model_path(char *buf, size_t len)
     return stat(buf, &st) == 0 && S_ISREG(st.st_mode) ? buf : NULL;
 }
 
+int ifd_test_sanitized(void)
+{
+    const char *v = getenv("INFERD_TEST_SANITIZED");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 void ifd_test_skip(const char *fmt, ...)
 {
     va_list ap;

@@ -23,6 +23,33 @@ const char *ifd_test_data_file(const char *rel, char *buf, size_t len);
  * NULL when that file does not exist. */
 const char *ifd_test_model_path(char *buf, size_t len);
 
+/* ck_assert_msg for hot loops. Check's own assertion macros record the
+ * passing line on every call (a message to the runner in fork mode: a write
+ * and an allocation, ~10 us under ASan), which for millions of checks costs
+ * more than the test; this one does nothing on success and fails the test
+ * exactly as ck_abort_msg does. */
+#define IFD_CHECK(expr, ...)                                                                       \
+    do {                                                                                           \
+        if (!(expr))                                                                               \
+            ck_abort_msg(__VA_ARGS__);                                                             \
+    } while (0)
+
+/* ck_assert for hot loops, the same way. */
+#define IFD_TASSERT(expr) IFD_CHECK(expr, "Assertion '%s' failed", #expr)
+
+/* ck_assert_int_eq / _ge for hot loops: fails naming both values. */
+#define IFD_TASSERT_CMP(a, op, b)                                                                  \
+    do {                                                                                           \
+        long long ifd__a = (long long)(a), ifd__b = (long long)(b);                                \
+        if (!(ifd__a op ifd__b))                                                                   \
+            ck_abort_msg("Assertion '%s' failed: %lld vs %lld", #a " " #op " " #b, ifd__a,         \
+                         ifd__b);                                                                  \
+    } while (0)
+
+/* Whether $INFERD_TEST_SANITIZED is set (the ASan+UBSan build, which runs
+ * several times slower): tests then run their reduced sets. */
+int ifd_test_sanitized(void);
+
 /* Prints "SKIPPED: …" and exits 77. */
 void ifd_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 

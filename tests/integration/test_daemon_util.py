@@ -28,6 +28,8 @@ SKIP = 77
 # Deadlines (never waits) are multiplied by $INFERD_TEST_TIMEOUT_SCALE: test.sh sets 3 for
 # the sanitized daemon and worker, which run several times slower.
 SCALE = float(os.environ.get("INFERD_TEST_TIMEOUT_SCALE") or 1)
+# $INFERD_TEST_SANITIZED: the ASan+UBSan build, where tests run their reduced sets.
+SANITIZED = bool(os.environ.get("INFERD_TEST_SANITIZED"))
 
 
 def model_path():

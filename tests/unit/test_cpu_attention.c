@@ -222,15 +222,15 @@ static void check_pool(const att_world_t *w)
                 const float *sk = src_row(w, w->src_k, s, p, h),
                             *sv = src_row(w, w->src_v, s, p, h);
                 for (int e = 0; e < cfg->hd; e++) {
-                    ck_assert(load_elem(w->kv.k, cfg->dt, o + e) == stored(cfg->dt, sk[e]));
-                    ck_assert(load_elem(w->kv.v, cfg->dt, o + e) == stored(cfg->dt, sv[e]));
+                    IFD_TASSERT(load_elem(w->kv.k, cfg->dt, o + e) == stored(cfg->dt, sk[e]));
+                    IFD_TASSERT(load_elem(w->kv.v, cfg->dt, o + e) == stored(cfg->dt, sv[e]));
                     written[o + e] = 1;
                 }
             }
     for (int64_t i = 0; i < w->pool_elems; i++)
         if (!written[i])
-            ck_assert_msg(is_poison(w->kv.k, cfg->dt, i) && is_poison(w->kv.v, cfg->dt, i),
-                          "kv_write touched unused element %lld", (long long)i);
+            IFD_CHECK(is_poison(w->kv.k, cfg->dt, i) && is_poison(w->kv.v, cfg->dt, i),
+                      "kv_write touched unused element %lld", (long long)i);
     free(written);
 }
 
@@ -284,7 +284,7 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
             const float *o = out + ((int64_t)t * nh + h) * hd;
             if (seq[t] < 0) {
                 for (int e = 0; e < hd; e++)
-                    ck_assert(o[e] == 0.0f);
+                    IFD_TASSERT(o[e] == 0.0f);
                 continue;
             }
             const float *qh = q + ((int64_t)t * nh + h) * hd;
@@ -307,9 +307,9 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
                 for (int p = lo; p <= pos[t]; p++)
                     ref += sc[p] / sum * stored(cfg->dt, src_row(&w, w.src_v, s, p, kvh)[e]);
                 const double err = fabs(o[e] - ref);
-                ck_assert_msg(err <= 4e-6,
-                              "attention t=%d (seq %d pos %d) head %d dim %d: %.9g ref %.9g", t, s,
-                              pos[t], h, e, o[e], ref);
+                IFD_CHECK(err <= 4e-6,
+                          "attention t=%d (seq %d pos %d) head %d dim %d: %.9g ref %.9g", t, s,
+                          pos[t], h, e, o[e], ref);
                 worst = err > worst ? err : worst;
             }
         }

@@ -116,11 +116,11 @@ static void mm_case(int m, int n, int k, ifd_threadpool_t *tp)
             }
             const float got = y[(int64_t)i * n + j], gotp = yp[(int64_t)i * n + j];
             const double tol = 4.0 * sqrt((double)k) * FLT_EPSILON * mag + 1e-30;
-            ck_assert_msg(fabs(got - ref) <= tol, "matmul m=%d n=%d k=%d y[%d,%d]=%.9g ref %.9g", m,
-                          n, k, i, j, got, ref);
-            ck_assert_msg(fabs(gotp - ref) <= tol,
-                          "matmul_packed m=%d n=%d k=%d y[%d,%d]=%.9g ref %.9g", m, n, k, i, j,
-                          gotp, ref);
+            IFD_CHECK(fabs(got - ref) <= tol, "matmul m=%d n=%d k=%d y[%d,%d]=%.9g ref %.9g", m, n,
+                      k, i, j, got, ref);
+            IFD_CHECK(fabs(gotp - ref) <= tol,
+                      "matmul_packed m=%d n=%d k=%d y[%d,%d]=%.9g ref %.9g", m, n, k, i, j, gotp,
+                      ref);
             if (mag > 0 && fabs(gotp - ref) / mag > worst)
                 worst = fabs(gotp - ref) / mag;
             if (mag > 0 && fabs(got - ref) / mag > worst)
@@ -169,7 +169,7 @@ START_TEST(test_matmul_edges)
     float x[6] = {1, 2, 3, 4, 5, 6}, w[6] = {1, 1, 1, 1, 1, 1}, y[4] = {NAN, NAN, NAN, NAN};
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, 2, 2, 0, NULL), 0); /* k = 0: zeros */
     for (int i = 0; i < 4; i++)
-        ck_assert(y[i] == 0.0f);
+        IFD_TASSERT(y[i] == 0.0f);
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, 0, 2, 3, NULL), 0);
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, 2, 0, 3, NULL), 0);
     ck_assert_int_eq(ifd_cpu_matmul_f32(y, x, w, -1, 2, 3, NULL), IFD_EINVAL);
@@ -206,9 +206,9 @@ START_TEST(test_rmsnorm)
             for (int i = 0; i < dim; i++) {
                 const double ref = x[r * dim + i] * sc * w[i];
                 const float got = y[r * dim + i];
-                ck_assert_msg(fabs(got - ref) <= 8 * FLT_EPSILON * fabs(ref),
-                              "rmsnorm %dx%d [%d,%d] %.9g ref %.9g", rows, dim, r, i, got, ref);
-                ck_assert(xi[r * dim + i] == got);
+                IFD_CHECK(fabs(got - ref) <= 8 * FLT_EPSILON * fabs(ref),
+                          "rmsnorm %dx%d [%d,%d] %.9g ref %.9g", rows, dim, r, i, got, ref);
+                IFD_TASSERT(xi[r * dim + i] == got);
             }
         }
         free(x), free(w), free(y), free(xi);
@@ -277,12 +277,12 @@ static void rope_case(const rope_case_t *rc)
                 const double a = x[o + ia], b = x[o + ib];
                 const double ra = a * cos(th) - b * sin(th), rb = a * sin(th) + b * cos(th);
                 const double tol = (fabs(a) + fabs(b)) * (fabs(th) * (i + 4) + 8) * FLT_EPSILON;
-                ck_assert_msg(fabs(y[o + ia] - ra) <= tol && fabs(y[o + ib] - rb) <= tol,
-                              "rope t=%d pos=%d h=%d i=%d: (%.9g, %.9g) ref (%.9g, %.9g)", t,
-                              pos[t], h, i, y[o + ia], y[o + ib], ra, rb);
+                IFD_CHECK(fabs(y[o + ia] - ra) <= tol && fabs(y[o + ib] - rb) <= tol,
+                          "rope t=%d pos=%d h=%d i=%d: (%.9g, %.9g) ref (%.9g, %.9g)", t, pos[t], h,
+                          i, y[o + ia], y[o + ib], ra, rb);
             }
             for (int d = rc->n_rot; d < rc->head_dim; d++)
-                ck_assert(y[o + d] == x[o + d]); /* unrotated tail untouched */
+                IFD_TASSERT(y[o + d] == x[o + d]); /* unrotated tail untouched */
         }
     free(x), free(y), free(yg), free(ff), free(pos);
 }
@@ -336,13 +336,13 @@ START_TEST(test_softmax)
                 /* x − max is rounded in f32: relative error |x − max|·ε/2 in exp. */
                 const double d = isinf(xr[i]) ? 0 : fabs((double)xr[i] - mx);
                 const double tol = (16 + d) * FLT_EPSILON * ref + 1e-30;
-                ck_assert_msg(fabs(yr[i] - ref) <= tol, "softmax %dx%d [%d,%d] %.9g ref %.9g", rows,
-                              n, r, i, yr[i], ref);
+                IFD_CHECK(fabs(yr[i] - ref) <= tol, "softmax %dx%d [%d,%d] %.9g ref %.9g", rows, n,
+                          r, i, yr[i], ref);
                 ysum += yr[i];
             }
-            ck_assert(fabs(ysum - 1) <= 1e-5);
+            IFD_TASSERT(fabs(ysum - 1) <= 1e-5);
             if (n > 3)
-                ck_assert(yr[1] == 0.0f && yr[n - 1] == 0.0f);
+                IFD_TASSERT(yr[1] == 0.0f && yr[n - 1] == 0.0f);
         }
         free(x), free(y);
     }
@@ -374,8 +374,8 @@ static void glu_case(int64_t n, int gelu)
             ref = x / (1 + exp(-x)) * u[i];
             tol = 16 * FLT_EPSILON * fabs(ref) + 1e-30;
         }
-        ck_assert_msg(fabs(y[i] - ref) <= tol, "%s n=%lld [%lld] g=%.9g u=%.9g: %.9g ref %.9g",
-                      gelu ? "geglu" : "swiglu", (long long)n, (long long)i, g[i], u[i], y[i], ref);
+        IFD_CHECK(fabs(y[i] - ref) <= tol, "%s n=%lld [%lld] g=%.9g u=%.9g: %.9g ref %.9g",
+                  gelu ? "geglu" : "swiglu", (long long)n, (long long)i, g[i], u[i], y[i], ref);
     }
     /* In place (out == gate). */
     ck_assert_int_eq(gelu ? ifd_cpu_geglu_tanh(g, g, u, n) : ifd_cpu_swiglu(g, g, u, n), 0);

@@ -177,25 +177,25 @@ START_TEST(test_f16_all_patterns)
         if (e == 31 && m) {
             /* NaN: the payload moves to the top of the f32 mantissa. */
             uint32_t wantbits = ((uint32_t)(i & 0x8000) << 16) | 0x7f800000u | (uint32_t)m << 13;
-            ck_assert_msg(fbits(f[i]) == wantbits, "f16 %04x -> %08x", i, fbits(f[i]));
-            ck_assert_msg(isnan(fb[i]), "bulk f16 %04x not NaN", i);
-            ck_assert_uint_eq(ifd_f32_to_f16(f[i]), (uint16_t)(i | 0x200)); /* quieted */
+            IFD_CHECK(fbits(f[i]) == wantbits, "f16 %04x -> %08x", i, fbits(f[i]));
+            IFD_CHECK(isnan(fb[i]), "bulk f16 %04x not NaN", i);
+            IFD_CHECK(ifd_f32_to_f16(f[i]) == (uint16_t)(i | 0x200), "NaN %04x not quieted", i);
             continue;
         }
-        ck_assert_msg((double)f[i] == want && !signbit(f[i]) == !signbit(want),
-                      "f16 %04x -> %a, want %a", i, (double)f[i], want);
-        ck_assert_msg(fbits(fb[i]) == fbits(f[i]), "bulk f16 %04x -> %08x, scalar %08x", i,
-                      fbits(fb[i]), fbits(f[i]));
-        ck_assert_msg(ifd_f32_to_f16(f[i]) == (uint16_t)i, "round trip %04x -> %04x", i,
-                      ifd_f32_to_f16(f[i]));
+        IFD_CHECK((double)f[i] == want && !signbit(f[i]) == !signbit(want),
+                  "f16 %04x -> %a, want %a", i, (double)f[i], want);
+        IFD_CHECK(fbits(fb[i]) == fbits(f[i]), "bulk f16 %04x -> %08x, scalar %08x", i,
+                  fbits(fb[i]), fbits(f[i]));
+        IFD_CHECK(ifd_f32_to_f16(f[i]) == (uint16_t)i, "round trip %04x -> %04x", i,
+                  ifd_f32_to_f16(f[i]));
     }
     /* Back in bulk: the same patterns. */
     ifd_f32_to_f16_n(hb, f, 65536);
     for (int i = 0; i < 65536; i++) {
         if (isnan(f[i]))
-            ck_assert_msg((hb[i] & 0x7c00) == 0x7c00 && (hb[i] & 0x3ff), "bulk NaN %04x", i);
+            IFD_CHECK((hb[i] & 0x7c00) == 0x7c00 && (hb[i] & 0x3ff), "bulk NaN %04x", i);
         else
-            ck_assert_msg(hb[i] == (uint16_t)i, "bulk round trip %04x -> %04x", i, hb[i]);
+            IFD_CHECK(hb[i] == (uint16_t)i, "bulk round trip %04x -> %04x", i, hb[i]);
     }
 }
 END_TEST
@@ -208,14 +208,14 @@ static void check_f32_to_f16(const float *x, int n)
     for (int i = 0; i < n; i++) {
         uint16_t got = ifd_f32_to_f16(x[i]), want = ref_f32_to_f16(x[i]);
         if (isnan(x[i])) {
-            ck_assert_msg((got & 0x7e00) == 0x7e00 && (hb[i] & 0x7e00) == 0x7e00,
-                          "NaN %08x -> %04x / %04x", fbits(x[i]), got, hb[i]);
+            IFD_CHECK((got & 0x7e00) == 0x7e00 && (hb[i] & 0x7e00) == 0x7e00,
+                      "NaN %08x -> %04x / %04x", fbits(x[i]), got, hb[i]);
             continue;
         }
-        ck_assert_msg(got == want, "f32 %a (%08x) -> %04x, want %04x", (double)x[i], fbits(x[i]),
-                      got, want);
-        ck_assert_msg(hb[i] == want, "bulk f32 %a (%08x) -> %04x, want %04x", (double)x[i],
-                      fbits(x[i]), hb[i], want);
+        IFD_CHECK(got == want, "f32 %a (%08x) -> %04x, want %04x", (double)x[i], fbits(x[i]), got,
+                  want);
+        IFD_CHECK(hb[i] == want, "bulk f32 %a (%08x) -> %04x, want %04x", (double)x[i], fbits(x[i]),
+                  hb[i], want);
     }
     free(hb);
 }
@@ -231,7 +231,7 @@ START_TEST(test_f32_to_f16_rounding)
     int n = 0;
     for (int k = 0; k < 0x7c00; k++) {
         float mid = (float)((f16_table[k] + f16_table[k + 1]) / 2);
-        ck_assert((double)mid == (f16_table[k] + f16_table[k + 1]) / 2);
+        IFD_CHECK((double)mid == (f16_table[k] + f16_table[k + 1]) / 2, "midpoint %d inexact", k);
         float s = (k & 1) ? -1.0f : 1.0f;
         x[n++] = s * mid;
         x[n++] = s * nextafterf(mid, 0.0f);
@@ -279,21 +279,22 @@ START_TEST(test_bf16)
     ifd_bf16_to_f32_n(fb, h, 65536);
     for (int i = 0; i < 65536; i++) {
         f[i] = ifd_bf16_to_f32((uint16_t)i);
-        ck_assert_uint_eq(fbits(fb[i]), fbits(f[i]));
+        IFD_CHECK(fbits(fb[i]) == fbits(f[i]), "bulk bf16 %04x", i);
         int e = (i >> 7) & 255, m = i & 127;
         if (e == 255 && m) {
-            ck_assert(isnan(f[i]));
-            ck_assert_uint_eq(ifd_f32_to_bf16(f[i]), (uint16_t)(i | 0x40));
+            IFD_CHECK(isnan(f[i]), "bf16 %04x not NaN", i);
+            IFD_CHECK(ifd_f32_to_bf16(f[i]) == (uint16_t)(i | 0x40), "bf16 NaN %04x not quieted",
+                      i);
             continue;
         }
         double want =
             e == 255 ? (i & 0x8000 ? -INFINITY : INFINITY) : ref_bf16_value_ext((uint16_t)i);
-        ck_assert_msg((double)f[i] == want && !signbit(f[i]) == !signbit(want), "bf16 %04x", i);
-        ck_assert_uint_eq(ifd_f32_to_bf16(f[i]), (uint16_t)i);
+        IFD_CHECK((double)f[i] == want && !signbit(f[i]) == !signbit(want), "bf16 %04x", i);
+        IFD_CHECK(ifd_f32_to_bf16(f[i]) == (uint16_t)i, "bf16 round trip %04x", i);
     }
     ifd_f32_to_bf16_n(hb, f, 65536);
     for (int i = 0; i < 65536; i++)
-        ck_assert_uint_eq(hb[i], ifd_f32_to_bf16(f[i]));
+        IFD_CHECK(hb[i] == ifd_f32_to_bf16(f[i]), "bulk bf16 %04x", i);
 
     /* Rounding: random patterns, and the ties (low 16 bits 0x8000). */
     enum { NR = 1 << 20 };
@@ -312,9 +313,8 @@ START_TEST(test_bf16)
     ifd_f32_to_bf16_n(rb, r, NR);
     for (int i = 0; i < NR; i++) {
         uint16_t want = ref_f32_to_bf16(r[i]), got = ifd_f32_to_bf16(r[i]);
-        ck_assert_msg(got == want, "f32 %08x -> bf16 %04x, want %04x", fbits(r[i]), got, want);
-        ck_assert_msg(rb[i] == want, "bulk f32 %08x -> bf16 %04x, want %04x", fbits(r[i]), rb[i],
-                      want);
+        IFD_CHECK(got == want, "f32 %08x -> bf16 %04x, want %04x", fbits(r[i]), got, want);
+        IFD_CHECK(rb[i] == want, "bulk f32 %08x -> bf16 %04x, want %04x", fbits(r[i]), rb[i], want);
     }
     ck_assert_uint_eq(ifd_f32_to_bf16(bitsf(0x7f7fffffu)), 0x7f80); /* rounds to inf */
     free(r);
@@ -327,7 +327,7 @@ END_TEST
 static void dq(float *y, const void *x, uint32_t type, int64_t n)
 {
     int rc = ifd_cpu_dequantize(y, x, type, n);
-    ck_assert_msg(rc == 0, "dequantize %s: %s", ifd_ggml_type_name(type), ifd_strerror(rc));
+    IFD_CHECK(rc == 0, "dequantize %s: %s", ifd_ggml_type_name(type), ifd_strerror(rc));
 }
 
 START_TEST(test_hand_legacy)
@@ -420,8 +420,8 @@ START_TEST(test_hand_q4_k_q5_k)
     /* y = d·sc·q − dmin·mn per 32-element sub-block. */
     const float want4[8] = {7.5f, 7.0f, 26.5f, 16.0f, 489.0f, 5.0f, 191.0f, 167.0f};
     for (int i = 0; i < 256; i++)
-        ck_assert_msg(y[i] == want4[i / 32], "Q4_K y[%d] = %g, want %g", i, (double)y[i],
-                      (double)want4[i / 32]);
+        IFD_CHECK(y[i] == want4[i / 32], "Q4_K y[%d] = %g, want %g", i, (double)y[i],
+                  (double)want4[i / 32]);
 
     /* Q5_K: qh[l] = 0xaa gives the fifth bit (16) to the high-nibble sub-blocks. */
     put16(b, 0x3c00);
@@ -432,8 +432,8 @@ START_TEST(test_hand_q4_k_q5_k)
     dq(y, b, IFD_GGML_Q5_K, 256);
     const float want5[8] = {7.5f, 39.0f, 26.5f, 80.0f, 489.0f, 53.0f, 191.0f, 791.0f};
     for (int i = 0; i < 256; i++)
-        ck_assert_msg(y[i] == want5[i / 32], "Q5_K y[%d] = %g, want %g", i, (double)y[i],
-                      (double)want5[i / 32]);
+        IFD_CHECK(y[i] == want5[i / 32], "Q5_K y[%d] = %g, want %g", i, (double)y[i],
+                  (double)want5[i / 32]);
 }
 END_TEST
 
@@ -654,10 +654,10 @@ static void check_random_bytes(int misalign)
         for (int k = 0; k < nb; k++) {
             for (int i = 0; i < be; i++) {
                 float want = ref_elem(ty, x + (size_t)k * bb, i), got = y[k * be + i];
-                ck_assert_msg(fbits(got) == fbits(want),
-                              "%s block %d elem %d: %a, want %a (isa %s, misalign %d)",
-                              ifd_ggml_type_name(ty), k, i, (double)got, (double)want,
-                              ifd_cpu_isa_name(), misalign);
+                IFD_CHECK(fbits(got) == fbits(want),
+                          "%s block %d elem %d: %a, want %a (isa %s, misalign %d)",
+                          ifd_ggml_type_name(ty), k, i, (double)got, (double)want,
+                          ifd_cpu_isa_name(), misalign);
             }
         }
         free(raw);
@@ -1077,16 +1077,16 @@ START_TEST(test_quant_round_trip)
         double worst = 0, se = 0, sx = 0;
         for (int i = 0; i < N; i++) {
             double err = fabs((double)y[i] - x[i]);
-            ck_assert_msg(err <= tol[i], "%s elem %d: x %g y %g err %g > tol %g",
-                          ifd_ggml_type_name(ty), i, (double)x[i], (double)y[i], err,
-                          (double)tol[i]);
+            IFD_CHECK(err <= tol[i], "%s elem %d: x %g y %g err %g > tol %g",
+                      ifd_ggml_type_name(ty), i, (double)x[i], (double)y[i], err, (double)tol[i]);
             if (tol[i] > 0 && err / tol[i] > worst)
                 worst = err / tol[i];
             se += err * err;
             sx += (double)x[i] * x[i];
             /* And bit-exact against the spec decoder. */
             float want = ref_elem(ty, buf + (size_t)(i / be) * bb, i % be);
-            ck_assert_uint_eq(fbits(y[i]), fbits(want));
+            IFD_CHECK(fbits(y[i]) == fbits(want), "elem %d: %08x, want %08x", i, fbits(y[i]),
+                      fbits(want));
         }
         printf("%-7s max err/tol %.3f  rel rms err %.2e\n", ifd_ggml_type_name(ty), worst,
                sqrt(se / sx));
@@ -1098,11 +1098,11 @@ START_TEST(test_quant_round_trip)
     ifd_f32_to_f16_n(h, x, N);
     dq(y, h, IFD_GGML_F16, N);
     for (int i = 0; i < N; i++)
-        ck_assert_uint_eq(fbits(y[i]), fbits(f16r(x[i])));
+        IFD_CHECK(fbits(y[i]) == fbits(f16r(x[i])), "f16 elem %d", i);
     ifd_f32_to_bf16_n(h, x, N);
     dq(y, h, IFD_GGML_BF16, N);
     for (int i = 0; i < N; i++)
-        ck_assert_uint_eq(fbits(y[i]), fbits(ifd_bf16_to_f32(ifd_f32_to_bf16(x[i]))));
+        IFD_CHECK(fbits(y[i]) == fbits(ifd_bf16_to_f32(ifd_f32_to_bf16(x[i]))), "bf16 elem %d", i);
     dq(y, x, IFD_GGML_F32, N);
     ck_assert(memcmp(x, y, N * sizeof *x) == 0);
     free(x);

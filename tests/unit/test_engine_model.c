@@ -350,7 +350,7 @@ int main(void)
     }
 #endif
 #ifndef IFD_TEST_ENGINE_CUDA_EMU
-    if (getenv("INFERD_TEST_SANITIZED")) {
+    if (ifd_test_sanitized()) {
         n_req = 4;
         prompt_max = 40;
         small_pool = 6;

@@ -131,7 +131,7 @@ START_TEST(test_pack_roundtrip)
             wcase_init(&c, type, n, k, 1234u + (unsigned)(n * 7 + k));
             float *row = malloc(sizeof(float) * k);
             for (int r = 0; r < n; r++) {
-                ck_assert_int_eq(ifd_cpu_qweight_row(row, c.packed, type, n, k, r), 0);
+                IFD_TASSERT_CMP(ifd_cpu_qweight_row(row, c.packed, type, n, k, r), ==, 0);
                 for (int e = 0; e < k; e++)
                     if (memcmp(&row[e], &c.wdq[(size_t)r * k + e], 4) != 0)
                         ck_abort_msg("%s n=%d k=%d row %d elem %d: %g != %g",
@@ -197,11 +197,11 @@ START_TEST(test_quantize_act)
                     int32_t s = 0;
                     for (int e = 0; e < 32; e++) {
                         int64_t j = (int64_t)i * k + bl * 32 + e;
-                        ck_assert_int_ge(q0.q[j], -127);
-                        ck_assert(fabsf(x[j] - d * q0.q[j]) <= d * 0.5f * 1.0001f + 1e-30f);
+                        IFD_TASSERT_CMP(q0.q[j], >=, -127);
+                        IFD_TASSERT(fabsf(x[j] - d * q0.q[j]) <= d * 0.5f * 1.0001f + 1e-30f);
                         s += q0.q[j];
                     }
-                    ck_assert_int_eq(s, q0.s[i * nb + bl]);
+                    IFD_TASSERT_CMP(s, ==, q0.s[i * nb + bl]);
                 }
             }
             if (have_avx2()) {

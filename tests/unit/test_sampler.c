@@ -7,7 +7,8 @@
  *  - conformance: on thousands of random rows and parameter sets, the token
  *    equals a deliberately plain reference of the definition (sorting,
  *    quadratic sums), with the vectorized kernels and with the scalar ones;
- *  - statistics: 10^5 seeded draws per case pass a chi-square test against
+ *  - statistics: 10^5 seeded draws per case (2 * 10^4 when
+ *    $INFERD_TEST_SANITIZED) pass a chi-square test against
  *    the softmax distribution computed in double (threshold: the 0.999
  *    quantile of chi-square with the pooled degrees of freedom, so a correct
  *    sampler fails a case with probability 1e-3 — and the seeds are fixed, so
@@ -69,7 +70,7 @@ static int32_t sample1(ifd_sampler_t *s, const ifd_sampling_params_t *p, const f
 {
     ifd_sample_result_t r;
     int err = ifd_sampler_sample(s, p, l, NULL, pos, &r);
-    ck_assert_msg(err == 0, "sample: %s", ifd_strerror(err));
+    IFD_CHECK(err == 0, "sample: %s", ifd_strerror(err));
     return r.token;
 }
 
@@ -258,16 +259,17 @@ static int chi2_ok(const long *counts, const double *probs, int V, long n, doubl
     return stat < q;
 }
 
-/* 10^5 draws at positions 0.. of l [V] with p; chi-square against the
- * reference distribution. */
+/* 10^5 draws (2 * 10^4 in the sanitized build, where a draw costs ~10x) at
+ * positions 0.. of l [V] with p; chi-square against the reference
+ * distribution (its threshold holds for any number of draws). */
 static void check_distribution(const float *l, int V, ifd_sampling_params_t p, const char *what)
 {
-    enum { N = 100000 };
+    const long N = ifd_test_sanitized() ? 20000 : 100000;
     ifd_sampler_t *s = make(V);
     long *counts = calloc((size_t)V, sizeof *counts);
     double *probs = malloc((size_t)V * sizeof *probs);
     ref_probs(l, V, &p, probs);
-    for (uint64_t pos = 0; pos < N; pos++)
+    for (uint64_t pos = 0; pos < (uint64_t)N; pos++)
         counts[sample1(s, &p, l, pos)]++;
     double stat;
     int df;
@@ -299,7 +301,7 @@ START_TEST(test_weight_function)
             x = -(float)i * 0.03f;
         double exact = exp((double)x) * 0x1p43;
         uint64_t q = ifd_sampling_weight(x);
-        ck_assert_uint_le(q, W43);
+        IFD_CHECK(q <= W43, "weight(%a) = %llu > 2^43", (double)x, (unsigned long long)q);
         double err = fabs((double)q - exact) - 0.5;
         double rel = err > 0 ? err / exact : 0;
         if (rel > worst)

@@ -40,8 +40,8 @@ static void run_and_check(ifd_threadpool_t *tp, int n_tasks)
     ck_assert_int_eq(atomic_load(&c.bad_n), 0);
     ck_assert_int_eq(atomic_load(&c.calls), n_tasks > 0 ? n_tasks : 0);
     for (int i = 0; i < n_tasks; i++)
-        ck_assert_msg(atomic_load(&c.hits[i]) == 1, "task %d of %d ran %d times", i, n_tasks,
-                      atomic_load(&c.hits[i]));
+        IFD_CHECK(atomic_load(&c.hits[i]) == 1, "task %d of %d ran %d times", i, n_tasks,
+                  atomic_load(&c.hits[i]));
     free(c.hits);
 }
 
@@ -103,15 +103,15 @@ START_TEST(test_many_runs)
             if (r % 2) {
                 sum_ctx_t c = {0};
                 ifd_threadpool_run(tp, sum_cb, &c, n);
-                ck_assert_int_eq(atomic_load(&c.sum), (long)n * (n + 1) / 2);
+                IFD_TASSERT_CMP(atomic_load(&c.sum), ==, (long)n * (n + 1) / 2);
             } else {
                 count_ctx_t c = {.hits = hits, .expect_n = n};
                 for (int i = 0; i < 16; i++)
                     atomic_store(&hits[i], 0);
                 ifd_threadpool_run(tp, count_cb, &c, n);
-                ck_assert_int_eq(atomic_load(&c.bad_n), 0);
+                IFD_TASSERT_CMP(atomic_load(&c.bad_n), ==, 0);
                 for (int i = 0; i < 16; i++)
-                    ck_assert_int_eq(atomic_load(&hits[i]), i < n);
+                    IFD_TASSERT_CMP(atomic_load(&hits[i]), ==, i < n);
             }
         }
         ifd_threadpool_destroy(tp);
