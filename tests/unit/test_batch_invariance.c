@@ -47,20 +47,20 @@ static void check_shape(ifd_threadpool_t *tp, int m, int n, int k)
     ck_assert_int_eq(ifd_cpu_matmul_packed(y, x, wp, m, n, k, tp), 0);
     ck_assert_int_eq(ifd_cpu_matmul_f32(yref, x, w, m, n, k, NULL), 0);
     for (long i = 0; i < (long)m * n; i++)
-        ck_assert_msg(fabsf(y[i] - yref[i]) <= 1e-4f * (float)k, "m=%d n=%d k=%d: %g vs %g", m, n,
-                      k, y[i], yref[i]);
+        IFD_CHECK(fabsf(y[i] - yref[i]) <= 1e-4f * (float)k, "m=%d n=%d k=%d: %g vs %g", m, n, k,
+                  y[i], yref[i]);
     for (int i = 0; i < m; i++) {
-        ck_assert_int_eq(ifd_cpu_matmul_packed(y1, x + (size_t)i * k, wp, 1, n, k, NULL), 0);
-        ck_assert_msg(memcmp(y1, y + (size_t)i * n, (size_t)n * sizeof *y1) == 0,
-                      "m=%d n=%d k=%d: row %d differs between the batch and alone", m, n, k, i);
+        IFD_TASSERT_CMP(ifd_cpu_matmul_packed(y1, x + (size_t)i * k, wp, 1, n, k, NULL), ==, 0);
+        IFD_CHECK(memcmp(y1, y + (size_t)i * n, (size_t)n * sizeof *y1) == 0,
+                  "m=%d n=%d k=%d: row %d differs between the batch and alone", m, n, k, i);
     }
     /* and with another batch size around it */
     int m2 = m / 2 + 1;
     ck_assert_int_eq(ifd_cpu_matmul_packed(y, x, wp, m2, n, k, tp), 0);
     for (int i = 0; i < m2; i++) {
-        ck_assert_int_eq(ifd_cpu_matmul_packed(y1, x + (size_t)i * k, wp, 1, n, k, tp), 0);
-        ck_assert_msg(memcmp(y1, y + (size_t)i * n, (size_t)n * sizeof *y1) == 0,
-                      "m=%d n=%d k=%d: row %d differs", m2, n, k, i);
+        IFD_TASSERT_CMP(ifd_cpu_matmul_packed(y1, x + (size_t)i * k, wp, 1, n, k, tp), ==, 0);
+        IFD_CHECK(memcmp(y1, y + (size_t)i * n, (size_t)n * sizeof *y1) == 0,
+                  "m=%d n=%d k=%d: row %d differs", m2, n, k, i);
     }
     free(x);
     free(w);

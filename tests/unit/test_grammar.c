@@ -195,8 +195,8 @@ START_TEST(test_regex_vs_pcre2)
             }
             bool want = pcre2_match(re, (PCRE2_SPTR)s, (size_t)len, 0, 0, md, NULL) >= 0;
             bool got = matches(g, s, (size_t)len);
-            ck_assert_msg(want == got, "regex %s on \"%.*s\": pcre2 %d, grammar %d", res[r], len, s,
-                          want, got);
+            IFD_CHECK(want == got, "regex %s on \"%.*s\": pcre2 %d, grammar %d", res[r], len, s,
+                      want, got);
             pos += want;
         }
         ck_assert_msg(pos > 0 || r == 10 || r == 11, "regex %s: no positive sample", res[r]);
@@ -295,11 +295,9 @@ START_TEST(test_json_schema)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ifd_grammar_t *g = schema_grammar(cases[i].schema);
         for (size_t j = 0; j < 6 && cases[i].good[j]; j++)
-            ck_assert_msg(matches_s(g, cases[i].good[j]), "schema %zu rejects %s", i,
-                          cases[i].good[j]);
+            IFD_CHECK(matches_s(g, cases[i].good[j]), "schema %zu rejects %s", i, cases[i].good[j]);
         for (size_t j = 0; j < 6 && cases[i].bad[j]; j++)
-            ck_assert_msg(!matches_s(g, cases[i].bad[j]), "schema %zu accepts %s", i,
-                          cases[i].bad[j]);
+            IFD_CHECK(!matches_s(g, cases[i].bad[j]), "schema %zu accepts %s", i, cases[i].bad[j]);
         ifd_grammar_destroy(g);
     }
 }

@@ -123,18 +123,18 @@ START_TEST(test_mask_vs_brute_force)
             int32_t hist[64];
             size_t n = 0;
             for (; n < 64; n++) {
-                ck_assert_int_eq(ifd_constraint_mask(k, hist, n, a), 0);
-                ck_assert_int_eq(ifd_constraint_mask_brute(brute, hist, n, b), 0);
+                IFD_TASSERT_CMP(ifd_constraint_mask(k, hist, n, a), ==, 0);
+                IFD_TASSERT_CMP(ifd_constraint_mask_brute(brute, hist, n, b), ==, 0);
                 for (size_t w = 0; w < words; w++)
-                    ck_assert_msg(a[w] == b[w], "grammar %d step %zu word %zu: %08x vs %08x", gi, n,
-                                  w, a[w], b[w]);
+                    IFD_CHECK(a[w] == b[w], "grammar %d step %zu word %zu: %08x vs %08x", gi, n, w,
+                              a[w], b[w]);
                 /* a fresh constraint replaying the history agrees (resume) */
                 if (n % 9 == 4) {
                     ifd_constraint_t *r;
                     ck_assert_int_eq(
                         ifd_constraint_create(st, text, strlen(text), &r, err, sizeof err), 0);
-                    ck_assert_int_eq(ifd_constraint_mask(r, hist, n, c), 0);
-                    ck_assert(memcmp(a, c, words * 4) == 0);
+                    IFD_TASSERT_CMP(ifd_constraint_mask(r, hist, n, c), ==, 0);
+                    IFD_TASSERT(memcmp(a, c, words * 4) == 0);
                     ifd_constraint_destroy(r);
                 }
                 /* pick a random allowed token; EOS ends the walk */
@@ -149,9 +149,9 @@ START_TEST(test_mask_vs_brute_force)
                 hist[n] = t;
                 if (t == 1) {
                     n++;
-                    ck_assert_int_eq(ifd_constraint_mask(k, hist, n, a), 0);
+                    IFD_TASSERT_CMP(ifd_constraint_mask(k, hist, n, a), ==, 0);
                     for (size_t w = 0; w < words; w++)
-                        ck_assert_uint_eq(a[w], 0);
+                        IFD_TASSERT_CMP(a[w], ==, 0);
                     break;
                 }
             }
@@ -205,8 +205,8 @@ START_TEST(test_sampler_constraint)
                 logits[i] = (float)((int)(rnd(&rng) % 2000) - 1000) / 100.0f;
             ifd_sampler_history_t h = {NULL, 0, hist, n};
             ifd_sample_result_t r;
-            ck_assert_int_eq(ifd_sampler_sample(smp, &p, logits, &h, n, &r), 0);
-            ck_assert_int_eq(ifd_constraint_mask_brute(chk, hist, n, mask), 0);
+            IFD_TASSERT_CMP(ifd_sampler_sample(smp, &p, logits, &h, n, &r), ==, 0);
+            IFD_TASSERT_CMP(ifd_constraint_mask_brute(chk, hist, n, mask), ==, 0);
             ck_assert_msg((mask[r.token >> 5] >> (r.token & 31)) & 1, "token %d not allowed",
                           r.token);
             hist[n++] = r.token;

@@ -117,13 +117,13 @@ START_TEST(test_invalid_maximal_subpart)
         size_t complete, pre = ref_valid_prefix(p, 4, &complete);
         int k = ifd_utf8_check(p, 4);
         if (complete) {
-            ck_assert_int_eq(k, (int)complete);
+            IFD_TASSERT_CMP(k, ==, (int)complete);
         } else {
-            ck_assert_int_lt(k, 0);
-            ck_assert_int_eq(-k, pre ? (int)pre : 1);
+            IFD_TASSERT_CMP(k, <, 0);
+            IFD_TASSERT_CMP(-k, ==, pre ? (int)pre : 1);
             size_t len;
-            ck_assert_uint_eq(ifd_utf8_get(p, 4, &len), 0xFFFFFFFFu);
-            ck_assert_uint_eq(len, 1);
+            IFD_TASSERT_CMP(ifd_utf8_get(p, 4, &len), ==, 0xFFFFFFFFu);
+            IFD_TASSERT_CMP(len, ==, 1);
         }
     }
 }
