@@ -77,7 +77,22 @@ class Daemon:
         self.log = open(self.logpath, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=e)
         if wait:
-            self.wait_ready()
+            try:
+                self.wait_ready()
+            except BaseException:
+                # never ready: no caller holds this object to stop it, so kill the
+                # daemon here (its workers exit when their socket to it closes)
+                self.kill_quietly()
+                raise
+
+    def kill_quietly(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.final_log = self.logtext()
+        self.log.close()
+        if self.own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def wait_ready(self, timeout=60, status="ok"):
