@@ -294,6 +294,20 @@ static int run_sample(void *s_)
     return ifd_cuda_sample(S->a, S->b, S->c, S->rows, S->dim, NULL);
 }
 
+/* in place, so every repetition after the first masks an already masked row:
+ * the same reads and branch pattern, the writes of the masked ids again */
+static int run_mask(void *s_)
+{
+    small_t *S = s_;
+    return ifd_cuda_apply_mask(S->b, S->d, S->e, S->rows, S->rows, S->dim, NULL);
+}
+
+static int run_logprobs(void *s_)
+{
+    small_t *S = s_;
+    return ifd_cuda_logprobs(S->f, S->c, NULL, S->rows, S->dim, NULL);
+}
+
 static void free_small(small_t *S)
 {
     cudaFree(S->a);
@@ -497,6 +511,31 @@ int main(int argc, char **argv)
         double ms = time_ms(run_sample, &S);
         printf(",\"sample\":{\"rows\":%d,\"vocab\":%d,\"top_k\":50,\"top_p\":0.9,\"ms\":%.4f}",
                rows, vocab, ms);
+        /* grammar masks: one per row, a random half of the ids allowed */
+        const int W = (vocab + 31) / 32;
+        uint32_t *m = malloc(sizeof(uint32_t) * (size_t)rows * W);
+        int32_t *mr = malloc(sizeof(int32_t) * (size_t)rows);
+        for (size_t i = 0; i < (size_t)rows * W; i++)
+            m[i] = (uint32_t)rnd();
+        for (int r = 0; r < rows; r++)
+            mr[r] = r;
+        S.d = dupload(m, sizeof(uint32_t) * (size_t)rows * W);
+        S.e = dupload(mr, sizeof(int32_t) * (size_t)rows);
+        free(m);
+        free(mr);
+        ms = time_ms(run_mask, &S);
+        printf(",\"mask\":{\"rows\":%d,\"vocab\":%d,\"ms\":%.4f}", rows, vocab, ms);
+        /* logprobs with 20 alternatives of every row (on the masked rows) */
+        cudaFree(S.c);
+        ifd_cuda_logprob_req_t *q = calloc((size_t)rows, sizeof *q);
+        for (int r = 0; r < rows; r++)
+            q[r] = (ifd_cuda_logprob_req_t){(const float *)S.b + (size_t)r * vocab, r, r, 20, 0};
+        S.c = dupload(q, sizeof *q * rows);
+        free(q);
+        S.f = dalloc(sizeof(ifd_cuda_logprob_t) * (size_t)rows, 0);
+        ms = time_ms(run_logprobs, &S);
+        printf(",\"logprobs\":{\"rows\":%d,\"vocab\":%d,\"top\":20,\"ms\":%.4f}", rows,
+               vocab, ms);
         free_small(&S);
     }
     printf("}\n");

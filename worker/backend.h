@@ -164,14 +164,24 @@ typedef struct {
 } ifd_attn_batch_t;
 
 /* One logits row to sample on the device (ops->sample): the request's
- * parameters (constraint NULL and n_logprobs < 0: rows that need either are
- * sampled on the host), its history for the penalties (NULL = empty), and
- * the position of the token to sample. params NULL: skip this row. All
- * borrowed for the call. */
+ * parameters, its history for the penalties and the grammar (NULL =
+ * empty), and the position of the token to sample. A row with a
+ * constraint has its mask computed on the host (ifd_constraint_mask, which
+ * advances the constraint) and applied on the device; a row with
+ * params->n_logprobs >= 0 needs `result`, where its logprobs come back
+ * (the whole ifd_sample_result_t as ifd_sampler_sample fills it).
+ * params NULL and result NULL: skip this row. params NULL and result set:
+ * a scoring row (prompt logprobs): the raw logprobs of score_token with
+ * score_top (0..IFD_SAMPLER_MAX_LOGPROBS) alternatives into result, as
+ * ifd_sampler_logprobs computes them; nothing is sampled. All borrowed for
+ * the call. */
 typedef struct {
     const ifd_sampling_params_t *params;
     const ifd_sampler_history_t *hist;
     uint64_t position;
+    ifd_sample_result_t *result;
+    int32_t score_token;
+    int32_t score_top;
 } ifd_sample_row_t;
 
 /* Most graphs a backend keeps (keys 0 .. IFD_BACKEND_MAX_GRAPHS - 1). */
@@ -261,11 +271,16 @@ typedef struct {
     /* ---- optional (NULL when the backend lacks them) ---- */
     /* Device sampling: tokens[i] (host memory) = the token ifd_sampler_sample
      * would return for logits row i (f32 [>= n_rows, vocab]) with rows[i]'s
-     * parameters, history and position — bit for bit, the same seeded draw —
-     * or -1 where it would fail with IFD_EINVAL (a NaN or +inf logit, all
-     * -inf). Rows with params NULL are left alone (tokens[i] untouched).
-     * Applies bias and penalties to the logits in place. Synchronous: only
-     * the token ids come back. */
+     * parameters, history and position — bit for bit, the same seeded draw,
+     * grammar masks included — or -1 where it would fail (a NaN or +inf
+     * logit, all -inf, a history the grammar rejects); with logprobs, the
+     * row's result as ifd_sampler_sample's (the same ids, ranks and order,
+     * values within float rounding; result->token = -1 when the row
+     * failed). Scoring rows (params NULL, result set) get result only, with
+     * result->token = -1 where ifd_sampler_logprobs fails. Rows with params
+     * and result NULL are left alone (tokens[i] untouched). Applies bias,
+     * penalties and masks to the logits in place. Synchronous: only the
+     * token ids and the requested logprobs come back. */
     int (*sample)(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logits,
                   const ifd_sample_row_t *rows, int n_rows);
     /* Graphs: graph_begin records the ops enqueued after it instead of

@@ -73,6 +73,7 @@
 #pragma GCC diagnostic pop
 #include <cuda_runtime_api.h>
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,14 +94,27 @@ typedef struct {
 typedef struct {
     ifd_cuda_sample_params_t *h_sp, *d_sp;
     ifd_cuda_penalty_row_t *h_pr, *d_pr;
-    int32_t *h_tok, *d_tok;
-    size_t sp_cap, pr_cap, tok_cap;
+    size_t sp_cap, pr_cap;
     ifd_cuda_logit_bias_t *h_lb, *d_lb;
     size_t bias_cap;
     ifd_cuda_hist_t *h_hh, *d_hh;
     size_t h_hist_cap, d_hist_bytes; /* host: before dedup; device: distinct ids */
     uint32_t *counts; /* [vocab] zero between calls */
     int32_t vocab;
+    /* grammar masks: the logits row of each, and the packed bits */
+    int32_t *h_mrow, *d_mrow;
+    size_t mrow_cap;
+    uint32_t *d_mask;
+    size_t mask_bytes;
+    /* logprobs: one request per scored row; raw rows copied before bias,
+     * penalties and masks change them */
+    ifd_cuda_logprob_req_t *h_lq, *d_lq;
+    size_t lq_cap;
+    float *d_raw;
+    size_t raw_bytes;
+    /* what comes back: the tokens [n_rows], then the logprobs [n_lp] */
+    unsigned char *h_out, *d_out;
+    size_t out_cap;
 } ifd__samp_t;
 
 typedef struct {
@@ -179,15 +193,21 @@ static void ifd__samp_free(ifd__samp_t *sp)
 {
     free(sp->h_sp);
     free(sp->h_pr);
-    free(sp->h_tok);
     free(sp->h_lb);
     free(sp->h_hh);
     free(sp->counts);
+    free(sp->h_mrow);
+    free(sp->h_lq);
+    free(sp->h_out);
     (void)cudaFree(sp->d_sp);
     (void)cudaFree(sp->d_pr);
-    (void)cudaFree(sp->d_tok);
     (void)cudaFree(sp->d_lb);
     (void)cudaFree(sp->d_hh);
+    (void)cudaFree(sp->d_mrow);
+    (void)cudaFree(sp->d_mask);
+    (void)cudaFree(sp->d_lq);
+    (void)cudaFree(sp->d_raw);
+    (void)cudaFree(sp->d_out);
     memset(sp, 0, sizeof *sp);
 }
 
@@ -818,6 +838,15 @@ static int ifd__cuda_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_ac
 
 /* ---- sampling ------------------------------------------------------------- */
 
+/* The logprobs kernel writes ifd_sample_result_t's layout. */
+_Static_assert(sizeof(ifd_cuda_logprob_t) == sizeof(ifd_sample_result_t) &&
+                   offsetof(ifd_cuda_logprob_t, top_ids) == offsetof(ifd_sample_result_t, top_ids) &&
+                   offsetof(ifd_cuda_logprob_t, top_logprobs) ==
+                       offsetof(ifd_sample_result_t, top_logprobs) &&
+                   offsetof(ifd_cuda_logprob_t, rank) == offsetof(ifd_sample_result_t, rank) &&
+                   IFD_CUDA_MAX_LOGPROBS == IFD_SAMPLER_MAX_LOGPROBS,
+               "ifd_cuda_logprob_t and ifd_sample_result_t differ");
+
 /* Grows a host array and its device twin to at least n elements of esz. */
 static int ifd__grow_pair(ifd_backend_t *be, void **h, void **d, size_t *cap, size_t n,
                           size_t esz)
@@ -846,6 +875,48 @@ static bool ifd__penalties_on(const ifd_sampling_params_t *p)
            p->presence_penalty != 0.0f;
 }
 
+/* Whether steps 1-3 change row p's logits (with history h). */
+static bool ifd__row_modified(const ifd_sampling_params_t *p, const ifd_sampler_history_t *h)
+{
+    return p->n_logit_bias > 0 || p->constraint ||
+           (ifd__penalties_on(p) && h && (h->n_prompt || h->n_generated));
+}
+
+/* The masks of the constrained rows (sp->h_mrow[0..n_mask)), computed by
+ * ifd_constraint_mask straight into the pinned staging buffer, as many
+ * rows per copy as fit, and copied into sp->d_mask. A history the grammar
+ * rejects (or any mask error) gets an all-zero mask: nothing is allowed,
+ * the draw yields -1 and the request fails, as on the host. */
+static int ifd__upload_masks(ifd_backend_t *be, const ifd_sample_row_t *rows, int n_mask,
+                             int32_t V)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    ifd__samp_t *sp = &c->samp;
+    const size_t wbytes = (size_t)(V + 31) / 32 * 4;
+    const int per = (int)(IFD__STAGE_BYTES / wbytes);
+    int rc;
+    for (int j0 = 0; j0 < n_mask; j0 += per) {
+        const int nj = n_mask - j0 < per ? n_mask - j0 : per;
+        unsigned char *st;
+        if ((rc = ifd__stage(be, (size_t)nj * wbytes, &st)))
+            return rc;
+        for (int j = 0; j < nj; j++) {
+            const ifd_sample_row_t *r = &rows[sp->h_mrow[j0 + j]];
+            const ifd_sampler_history_t *h = r->hist;
+            uint32_t *bits = (uint32_t *)(st + (size_t)j * wbytes);
+            int mrc = ifd_constraint_mask(r->params->constraint, h ? h->generated : NULL,
+                                          h ? h->n_generated : 0, bits);
+            if (mrc) {
+                IFD_WARN("cuda backend: grammar constraint: %s", ifd_strerror(mrc));
+                memset(bits, 0, wbytes);
+            }
+        }
+        IFD__CK(cudaMemcpyAsync((unsigned char *)sp->d_mask + (size_t)j0 * wbytes, st,
+                                (size_t)nj * wbytes, cudaMemcpyHostToDevice, c->stream));
+    }
+    return 0;
+}
+
 static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logits,
                             const ifd_sample_row_t *rows, int n_rows)
 {
@@ -864,29 +935,53 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
         if (!sp->counts)
             return IFD_ENOMEM;
     }
-    /* sizes first: the bias entries and the history ids of every row */
+    /* sizes first: the bias entries and the history ids of every row, the
+     * masks, the scored rows and the raw copies among them */
     size_t n_bias = 0, n_hist = 0;
+    int n_mask = 0, n_lp = 0, n_raw = 0;
     for (int i = 0; i < n_rows; i++) {
         const ifd_sampling_params_t *p = rows[i].params;
         const ifd_sampler_history_t *h = rows[i].hist;
-        if (!p)
+        if (!p) {
+            if (rows[i].result) {
+                if (rows[i].score_top < 0 || rows[i].score_top > IFD_SAMPLER_MAX_LOGPROBS)
+                    return IFD_EINVAL;
+                n_lp++;
+            }
             continue;
-        if (p->constraint || p->n_logprobs >= 0) {
-            IFD_ERROR("cuda backend: a row with a grammar or logprobs sent to the device sampler");
+        }
+        if (p->n_logprobs >= 0 && !rows[i].result) {
+            IFD_ERROR("cuda backend: a row with logprobs and nowhere to put them");
             return IFD_EINVAL;
         }
         n_bias += p->n_logit_bias;
         if (h && ifd__penalties_on(p))
             n_hist += h->n_prompt + h->n_generated;
+        n_mask += p->constraint != NULL;
+        if (p->n_logprobs >= 0) {
+            n_lp++;
+            n_raw += p->logprobs_mode == IFD_LOGPROBS_RAW && ifd__row_modified(p, h);
+        }
     }
+    const size_t wbytes = (size_t)(V + 31) / 32 * 4;
+    const size_t lp_off = ((size_t)n_rows * 4 + 15) & ~(size_t)15;
+    const size_t out_bytes = lp_off + (size_t)n_lp * sizeof(ifd_cuda_logprob_t);
     if ((rc = ifd__grow_pair(be, (void **)&sp->h_sp, (void **)&sp->d_sp, &sp->sp_cap,
                              (size_t)n_rows, sizeof *sp->h_sp)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_pr, (void **)&sp->d_pr, &sp->pr_cap,
                              (size_t)n_rows, sizeof *sp->h_pr)) ||
-        (rc = ifd__grow_pair(be, (void **)&sp->h_tok, (void **)&sp->d_tok, &sp->tok_cap,
-                             (size_t)n_rows, sizeof *sp->h_tok)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_out, (void **)&sp->d_out, &sp->out_cap,
+                             out_bytes, 1)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_lb, (void **)&sp->d_lb, &sp->bias_cap,
-                             n_bias ? n_bias : 1, sizeof *sp->h_lb)))
+                             n_bias ? n_bias : 1, sizeof *sp->h_lb)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_mrow, (void **)&sp->d_mrow, &sp->mrow_cap,
+                             (size_t)(n_mask ? n_mask : 1), sizeof *sp->h_mrow)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_lq, (void **)&sp->d_lq, &sp->lq_cap,
+                             (size_t)(n_lp ? n_lp : 1), sizeof *sp->h_lq)) ||
+        (n_mask && (rc = ifd__grow(be, (void **)&sp->d_mask, &sp->mask_bytes,
+                                   (size_t)n_mask * wbytes))) ||
+        (n_raw && (rc = ifd__grow(be, (void **)&sp->d_raw, &sp->raw_bytes,
+                                  (size_t)n_raw * (size_t)V * 4))))
         return rc;
     if (n_hist > sp->h_hist_cap) { /* host only: the device gets the distinct ids */
         ifd_cuda_hist_t *hh = realloc(sp->h_hh, n_hist * sizeof *hh);
@@ -898,8 +993,10 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
 
     /* the rows: skipped ones greedy without penalties (cheap, ignored) */
     size_t nb = 0, nh = 0;
+    int nm = 0, nl = 0, nr = 0;
     bool any_pen = false;
     uint32_t *counts = sp->counts;
+    float *const lg = logits->data;
     for (int i = 0; i < n_rows; i++) {
         const ifd_sampling_params_t *p = rows[i].params;
         ifd_cuda_sample_params_t *q = &sp->h_sp[i];
@@ -908,8 +1005,13 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
         memset(r, 0, sizeof *r);
         r->repetition_penalty = 1.0f;
         q->top_p = 1.0f;
-        if (!p)
+        if (!p) {
+            if (rows[i].result) /* scoring: the raw row, not changed below */
+                sp->h_lq[nl++] = (ifd_cuda_logprob_req_t){lg + (size_t)i * V,
+                                                          rows[i].score_token < 0 ? V : rows[i].score_token,
+                                                          i, rows[i].score_top, 0};
             continue;
+        }
         *q = (ifd_cuda_sample_params_t){p->temperature, p->top_k, p->top_p, p->min_p, p->seed,
                                         rows[i].position};
         r->repetition_penalty = p->repetition_penalty;
@@ -942,27 +1044,59 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
         }
         r->n_hist = (int32_t)(nh - (size_t)r->hist0);
         any_pen |= r->n_bias > 0 || r->n_hist > 0;
+        if (p->constraint)
+            sp->h_mrow[nm++] = i;
+        if (p->n_logprobs >= 0) {
+            /* raw logprobs of a row that steps 1-3b change: from a copy */
+            const float *x = lg + (size_t)i * V;
+            if (p->logprobs_mode == IFD_LOGPROBS_RAW && ifd__row_modified(p, h)) {
+                float *dst = sp->d_raw + (size_t)nr++ * V;
+                IFD__CK(cudaMemcpyAsync(dst, x, (size_t)V * 4, cudaMemcpyDeviceToDevice,
+                                        c->stream));
+                x = dst;
+            }
+            sp->h_lq[nl++] = (ifd_cuda_logprob_req_t){x, -1, i, p->n_logprobs, 0};
+        }
     }
     /* the distinct ids of a batch are bounded by rows x vocab: this grows
      * while the batch's histories bring new ids, then no more */
     if ((rc = ifd__grow(be, (void **)&sp->d_hh, &sp->d_hist_bytes,
                         (nh ? nh : 1) * sizeof *sp->h_hh)))
         return rc;
+    int32_t *d_tok = (int32_t *)sp->d_out;
+    ifd_cuda_logprob_t *d_lp = (ifd_cuda_logprob_t *)(sp->d_out + lp_off);
     if ((rc = ifd__cuda_upload(be, sp->d_sp, sp->h_sp, (size_t)n_rows * sizeof *sp->h_sp)))
         return rc;
     if (any_pen &&
         ((rc = ifd__cuda_upload(be, sp->d_pr, sp->h_pr, (size_t)n_rows * sizeof *sp->h_pr)) ||
          (rc = ifd__cuda_upload(be, sp->d_lb, sp->h_lb, nb * sizeof *sp->h_lb)) ||
          (rc = ifd__cuda_upload(be, sp->d_hh, sp->h_hh, nh * sizeof *sp->h_hh)) ||
-         (rc = ifd_cuda_apply_penalties(logits->data, sp->d_pr, sp->d_lb, sp->d_hh, n_rows, V,
+         (rc = ifd_cuda_apply_penalties(lg, sp->d_pr, sp->d_lb, sp->d_hh, n_rows, V,
                                         c->stream))))
         return rc;
-    if ((rc = ifd_cuda_sample(sp->d_tok, logits->data, sp->d_sp, n_rows, V, c->stream)) ||
-        (rc = ifd__cuda_download(be, sp->h_tok, sp->d_tok, (size_t)n_rows * sizeof *sp->h_tok)))
+    if (nm && ((rc = ifd__cuda_upload(be, sp->d_mrow, sp->h_mrow, (size_t)nm * 4)) ||
+               (rc = ifd__upload_masks(be, rows, nm, V)) ||
+               (rc = ifd_cuda_apply_mask(lg, sp->d_mask, sp->d_mrow, nm, n_rows, V, c->stream))))
         return rc;
-    for (int i = 0; i < n_rows; i++)
-        if (rows[i].params)
-            tokens[i] = sp->h_tok[i];
+    if ((rc = ifd_cuda_sample(d_tok, lg, sp->d_sp, n_rows, V, c->stream)))
+        return rc;
+    if (nl && ((rc = ifd__cuda_upload(be, sp->d_lq, sp->h_lq, (size_t)nl * sizeof *sp->h_lq)) ||
+               (rc = ifd_cuda_logprobs(d_lp, sp->d_lq, d_tok, nl, V, c->stream))))
+        return rc;
+    if ((rc = ifd__cuda_download(be, sp->h_out, sp->d_out, nl ? out_bytes : (size_t)n_rows * 4)))
+        return rc;
+    const int32_t *h_tok = (const int32_t *)sp->h_out;
+    const ifd_cuda_logprob_t *h_lp = (const ifd_cuda_logprob_t *)(sp->h_out + lp_off);
+    for (int i = 0, j = 0; i < n_rows; i++) {
+        const ifd_sample_row_t *r = &rows[i];
+        if (r->params)
+            tokens[i] = h_tok[i];
+        if (!(r->params ? r->params->n_logprobs >= 0 : r->result != NULL))
+            continue;
+        memcpy(r->result, &h_lp[j++], sizeof *r->result);
+        if (r->params && r->result->token >= 0 && r->result->token != h_tok[i])
+            r->result->token = -1; /* cannot happen: the scored token is the drawn one */
+    }
     return 0;
 }
 

@@ -114,6 +114,7 @@ struct ifd_engine {
     ifd_sampling_params_t *s_params; /* a row's params under min_tokens */
     ifd_sampler_history_t *s_hist;
     int32_t *s_tok;
+    ifd_sample_result_t *s_res; /* a device row's logprobs (sampled or prompt rows) */
     ifd__seq_t **sched;
     bool sched_decodes; /* this step carries decodes (feeds decode_ema) */
     double decode_ema;  /* mean tokens of recent steps with decodes; 0 before the first */
@@ -311,9 +312,10 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->s_hist = malloc(nr * sizeof *e->s_hist);
     e->s_params = malloc(nr * sizeof *e->s_params);
     e->s_tok = malloc(nr * sizeof *e->s_tok);
+    e->s_res = malloc(nr * sizeof *e->s_res);
     if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_lslot || !e->b_rows ||
         !e->sched ||
-        !e->logits || !e->s_rows || !e->s_hist || !e->s_params || !e->s_tok) {
+        !e->logits || !e->s_rows || !e->s_hist || !e->s_params || !e->s_tok || !e->s_res) {
         ifd_engine_destroy(e);
         return IFD_ENOMEM;
     }
@@ -354,6 +356,7 @@ void ifd_engine_destroy(ifd_engine_t *e)
     free(e->s_hist);
     free(e->s_params);
     free(e->s_tok);
+    free(e->s_res);
     free(e);
 }
 
@@ -967,7 +970,12 @@ static bool ifd__is_stop(const ifd_engine_t *e, const ifd__seq_t *s, int32_t tok
 
 /* The forward pass of the step's batch: with device sampling where the
  * model offers it (e->s_tok[row] = the token, or IFD_MODEL_SAMPLE_ON_HOST
- * for rows whose logits came back), else logits for every row. */
+ * for rows whose logits came back; e->s_res[row] = the logprobs of a
+ * device row that asked for them, prompt-logprob rows included), else
+ * logits for every row. Grammar rows go to the device too (their masks are
+ * computed there from the same constraint), except under min_tokens, where
+ * the host retries without the suppressing bias when the grammar allows
+ * nothing else (ifd__sample_seq), which needs the logits. */
 static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
 {
     if (!e->model.forward_sample) {
@@ -978,9 +986,10 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
     int r = 0;
     for (int k = 0; k < n_sched; k++) {
         ifd__seq_t *s = e->sched[k];
-        for (int32_t i = 0; i < s->plp_rows; i++, r++) { /* prompt logprobs: on the host */
+        for (int32_t i = 0; i < s->plp_rows; i++, r++) { /* prompt logprobs: scored */
             e->s_hist[r] = (ifd_sampler_history_t){NULL, 0, NULL, 0};
-            e->s_rows[r] = (ifd_sample_row_t){NULL, &e->s_hist[r], 0};
+            e->s_rows[r] = (ifd_sample_row_t){NULL, &e->s_hist[r], 0, &e->s_res[r],
+                                              s->tokens[s->plp_next + i], s->plp_top};
         }
         if (!s->sample)
             continue;
@@ -988,14 +997,16 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
         e->s_hist[r] = (ifd_sampler_history_t){s->tokens, (size_t)s->n_prompt,
                                                s->tokens + s->n_prompt,
                                                (size_t)(s->n_tokens - s->n_prompt)};
-        const bool host = s->sampling.constraint || s->sampling.n_logprobs >= 0;
+        const bool min_bias = s->n_gen < s->min_tokens && s->min_bias;
+        const bool host = s->sampling.constraint && min_bias;
         e->s_params[r] = s->sampling;
-        if (s->n_gen < s->min_tokens && s->min_bias) { /* as ifd__sample_seq */
+        if (min_bias) { /* as ifd__sample_seq */
             e->s_params[r].logit_bias = s->min_bias;
             e->s_params[r].n_logit_bias = s->n_min_bias;
         }
         e->s_rows[r] = (ifd_sample_row_t){host ? NULL : &e->s_params[r], &e->s_hist[r],
-                                          (uint64_t)s->n_tokens};
+                                          (uint64_t)s->n_tokens, host ? NULL : &e->s_res[r],
+                                          0, 0};
         r++;
     }
     return e->model.forward_sample(e->model.ctx, b, e->s_rows, e->s_tok, e->logits);
@@ -1017,15 +1028,20 @@ static int ifd__plp_reserve(ifd_engine_t *e)
     return 0;
 }
 
-/* s's prompt-logprob rows of this step (lg: the first of them) to its
- * owner. IFD_EINVAL for a row the sampler refuses (NaN / +inf). */
-static int ifd__emit_plp(ifd_engine_t *e, ifd__seq_t *s, const float *lg)
+/* s's prompt-logprob rows of this step (lg: the first of them, row: its
+ * index among the step's logits rows) to its owner: scored on the device
+ * (e->s_res) or here from the logits. IFD_EINVAL for a row the sampler
+ * refuses (NaN / +inf). */
+static int ifd__emit_plp(ifd_engine_t *e, ifd__seq_t *s, const float *lg, int row)
 {
     const size_t V = (size_t)e->model.n_vocab;
     const int32_t pos = s->plp_next;
+    const bool dev = e->model.forward_sample && e->s_tok[row] != IFD_MODEL_SAMPLE_ON_HOST;
+    ifd_sample_result_t *res = dev ? e->s_res + row : e->plp_res;
     for (int32_t i = 0; i < s->plp_rows; i++) {
-        int rc = ifd_sampler_logprobs(e->sampler, lg + (size_t)i * V, s->tokens[pos + i],
-                                      s->plp_top, &e->plp_res[i]);
+        int rc = dev ? (res[i].token < 0 ? IFD_EINVAL : 0)
+                     : ifd_sampler_logprobs(e->sampler, lg + (size_t)i * V, s->tokens[pos + i],
+                                            s->plp_top, &res[i]);
         if (rc) {
             IFD_ERROR("engine: prompt logprobs of request %llu at %d: %s",
                       (unsigned long long)s->id, pos + i, ifd_strerror(rc));
@@ -1034,7 +1050,7 @@ static int ifd__emit_plp(ifd_engine_t *e, ifd__seq_t *s, const float *lg)
     }
     s->plp_next += s->plp_rows;
     if (e->cb.on_prompt_logprobs)
-        e->cb.on_prompt_logprobs(e->cb.ctx, s->id, pos, e->plp_res, s->plp_rows);
+        e->cb.on_prompt_logprobs(e->cb.ctx, s->id, pos, res, s->plp_rows);
     return 0;
 }
 
@@ -1146,7 +1162,8 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         if (s->use_cache)
             ifd__publish(e, s);
         if (s->plp_rows) {
-            int prc = ifd__emit_plp(e, s, e->logits + (size_t)row * (size_t)e->model.n_vocab);
+            int prc =
+                ifd__emit_plp(e, s, e->logits + (size_t)row * (size_t)e->model.n_vocab, row);
             row += s->plp_rows;
             if (prc) {
                 int at = 0;
@@ -1170,7 +1187,10 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         const int32_t dev_tok = e->s_tok[row++];
         if (dev_tok == IFD_MODEL_SAMPLE_ON_HOST) {
             src = ifd__sample_seq(e, s, lg, &h, &res);
-        } else { /* sampled on the device: the token only (no logprobs were asked) */
+        } else if (s->sampling.n_logprobs >= 0) { /* sampled on the device, with logprobs */
+            res = e->s_res[row - 1];
+            src = dev_tok < 0 || res.token != dev_tok ? IFD_EINVAL : 0;
+        } else { /* sampled on the device: the token only */
             memset(&res, 0, sizeof res);
             res.token = dev_tok;
             src = dev_tok < 0 ? IFD_EINVAL : 0;

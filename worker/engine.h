@@ -41,9 +41,11 @@ typedef struct ifd_engine ifd_engine_t;
 /* What the engine needs from a model. forward has ifd_model_forward's
  * contract; block tables hold LOCAL block ids of the engine's device.
  * forward_sample (optional, NULL = sample every row on the host) has
- * ifd_model_forward_sample's: the engine passes params NULL for rows that
- * need a grammar mask or logprobs, and samples every row the model returns
- * as IFD_MODEL_SAMPLE_ON_HOST itself. */
+ * ifd_model_forward_sample's: the engine hands it every sampled row
+ * (grammar masks and logprobs included; params NULL only for a grammar row
+ * under min_tokens, which the host samples twice when needed) and its
+ * prompt-logprob rows as scoring rows, and samples or scores every row the
+ * model returns as IFD_MODEL_SAMPLE_ON_HOST itself. */
 typedef struct {
     void *ctx;
     int32_t n_vocab;

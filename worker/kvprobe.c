@@ -234,6 +234,7 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
     ifd__warm_t w = {.m = m, .be = ifd_model_backend(m), .bs = p->block_size};
     const int T = p->max_batched_tokens;
     const int cap = p->max_seqs < T ? p->max_seqs : T; /* sequences in a decode step */
+    ifd_model_set_max_seqs(m, cap); /* as the worker will (serve.c) */
     /* blocks the longest prefill run writes, and at least one */
     w.nb = (T + p->block_size - 1) / p->block_size + 1;
     const size_t ctx_blocks = ((size_t)p->max_ctx + (size_t)p->block_size - 1) / p->block_size;

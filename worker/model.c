@@ -41,18 +41,22 @@
  * slots, block tables) is uploaded into the same buffers before the step.
  * The first step of a (B, C) pair runs eagerly (it sizes every scratch
  * buffer) and records the ops as graph key(B, C); later ones replay it.
- * The model's buffers are sized for the largest bucket (and the attention
- * workspace for every bucket at C) before the first recording, so that a
- * larger bucket does not move what a smaller one's graph uses; a graph is
+ * The model's buffers are sized for the largest bucket — the smallest one
+ * >= max_seqs after ifd_model_set_max_seqs, else 256 — (and the attention
+ * workspace for every bucket up to it at C) before the first recording, so
+ * that a larger bucket does not move what a smaller one's graph uses (a
+ * decode step past it grows them, and the graphs are recorded again); a graph is
  * recorded again when its buffers moved anyway (buf_epoch: a prefill
  * larger than any before) or the KV views differ. ifd_model_set_graphs(m, false) runs
  * the same padded steps eagerly (the reference the graph is tested
  * against). Prefill and mixed steps always run eagerly, unpadded.
  *
  * Sampling on the device (ifd_model_forward_sample, backends with
- * ops->sample): logits stay on the device; rows the caller marks for the
+ * ops->sample): logits stay on the device, grammar masks and logprobs
+ * included (backend.h's ifd_sample_row_t); rows the caller marks for the
  * host, and every row when the model has a final soft-cap (tanh on the
- * device would not match the host's bit for bit), are downloaded instead.
+ * device would not match the host's bit for bit: docs/gpu-status.md), are
+ * downloaded instead.
  */
 #include "model.h"
 
@@ -148,8 +152,16 @@ struct ifd_model {
     ifd__batch_bufs_t bb;
     uint64_t buf_epoch; /* bumped by every buffer (re)allocation */
     bool local_tables;  /* a batch brought local tables: lslot, lblock_tables exist */
+    int max_bucket;     /* the largest decode bucket sized for; 0: the last one */
     ifd__graphs_t gr;
 };
+
+/* The largest batch bucket the buffers are sized for before a recording
+ * (ifd_model_set_max_seqs; a larger decode step still runs, growing them). */
+static int ifd__max_bucket(const ifd_model_t *m)
+{
+    return m->max_bucket ? m->max_bucket : IFD_MODEL_MAX_GRAPH_BATCH;
+}
 
 /* A capacity for n: the next power of two (at least 16), so that growing
  * batches reallocate O(log n) times. */
@@ -718,7 +730,8 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
     int rc;
     size_t bt_bytes = (size_t)b->n_seqs * (size_t)b->max_blocks * sizeof(int32_t);
     /* a padded decode step: room for the largest bucket (model.c's top) */
-    const int n_seqs = decode_ctx ? IFD_MODEL_MAX_GRAPH_BATCH : b->n_seqs;
+    const int n_seqs = decode_ctx && b->n_seqs < ifd__max_bucket(m) ? ifd__max_bucket(m)
+                                                                     : b->n_seqs;
     const size_t bt_need = (size_t)n_seqs * (size_t)b->max_blocks * sizeof(int32_t);
     if (bt_need > bb->block_tables_cap) {
         ifd__free_idx(be, &bb->block_tables);
@@ -792,7 +805,7 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
         return rc;
     size_t want_ws = ws;
     if (decode_ctx && ws > bb->workspace_cap) /* enough for every bucket at this context */
-        for (int i = 0; i < IFD__N_BUCKETS; i++) {
+        for (int i = 0; i < IFD__N_BUCKETS && ifd__buckets[i] <= n_seqs; i++) {
             ifd_attn_batch_t t = *ab;
             t.n_tok = t.n_seqs = ifd__buckets[i];
             size_t w = 0;
@@ -1001,7 +1014,7 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
     int ctx = 0;
     const int key = ifd__decode_bucket(m, b0, kv[0].block_size, &pb, &ctx);
     const ifd_batch_t *b = key >= 0 ? &pb : b0;
-    const int reserve = key >= 0 ? IFD_MODEL_MAX_GRAPH_BATCH : 0; /* see the top */
+    const int reserve = key >= 0 ? ifd__max_bucket(m) : 0; /* see the top */
     if ((rc = ifd__scratch_reserve(m, b->n_tok > reserve ? b->n_tok : reserve)) ||
         (rc = ifd__logits_reserve(m, b->n_logits > reserve ? b->n_logits : reserve)))
         return rc;
@@ -1096,8 +1109,10 @@ int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_
     const size_t V = m->cfg.n_vocab;
     bool any_dev = false;
     for (int i = 0; i < b->n_logits; i++) {
-        if (device && rows[i].params) {
+        if (device && (rows[i].params || rows[i].result)) {
             any_dev = true;
+            if (!rows[i].params)
+                tokens[i] = 0; /* a scoring row, scored on the device */
             continue;
         }
         tokens[i] = IFD_MODEL_SAMPLE_ON_HOST;
@@ -1110,6 +1125,14 @@ int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_
     if (any_dev && (rc = be->ops->sample(be, tokens, &m->lg.logits, rows, b->n_logits)))
         return rc;
     return be->ops->sync(be);
+}
+
+void ifd_model_set_max_seqs(ifd_model_t *m, int max_seqs)
+{
+    int b = 0;
+    while (b < IFD__N_BUCKETS - 1 && ifd__buckets[b] < max_seqs)
+        b++;
+    m->max_bucket = max_seqs > 0 ? ifd__buckets[b] : 0;
 }
 
 void ifd_model_set_graphs(ifd_model_t *m, bool on)

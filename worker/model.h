@@ -109,14 +109,16 @@ int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t
 /*
  * The forward pass with sampling on the device where the backend can
  * (ops->sample; model.c): rows[i] describes logits row i (b->n_logits of
- * them). A row with params NULL — the caller's choice for rows that need a
- * grammar mask or logprobs — and every row when the backend cannot sample
- * or the model has a final soft-cap gets tokens[i] = IFD_MODEL_SAMPLE_ON_HOST
- * and its logits in logits + i * n_vocab (host memory, as ifd_model_forward
- * writes them); the caller samples it. The other rows get tokens[i] = the
- * token ifd_sampler_sample would return for those logits (bit for bit), or
- * -1 where it would fail with IFD_EINVAL; their logits are not copied.
- * Returns 0 or ifd_model_forward's errors.
+ * them). A row with params and result NULL — the caller's choice for rows
+ * it samples itself — and every row when the backend cannot sample or the
+ * model has a final soft-cap gets tokens[i] = IFD_MODEL_SAMPLE_ON_HOST and
+ * its logits in logits + i * n_vocab (host memory, as ifd_model_forward
+ * writes them); the caller samples (or scores) it. The other rows get
+ * tokens[i] = the token ifd_sampler_sample would return for those logits
+ * (bit for bit, grammar masks included), or -1 where it would fail, and
+ * their logprobs in rows[i].result when asked; scoring rows (params NULL,
+ * result set) get tokens[i] = 0 and their result. Their logits are not
+ * copied. Returns 0 or ifd_model_forward's errors.
  */
 int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
                              const ifd_sample_row_t *rows, int32_t *tokens, float *logits);
@@ -127,6 +129,14 @@ int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_
 /* Graph use (model.c's file comment). On by default where the backend has
  * graphs; off: the same padded decode steps run eagerly. */
 void ifd_model_set_graphs(ifd_model_t *m, bool on);
+
+/* The most sequences a decode step will hold (the engine's max_seqs): the
+ * activation and logits buffers of decode steps are then sized for the
+ * smallest batch bucket >= max_seqs rather than for 256 rows (on a 128k
+ * vocabulary, 256 rows of f32 logits are 128 MiB). A larger decode step
+ * still runs (its buffers grow). <= 0: back to 256. Call before the first
+ * step; not thread-safe against a running step. */
+void ifd_model_set_max_seqs(ifd_model_t *m, int max_seqs);
 
 typedef struct {
     uint64_t captures;    /* graphs recorded */

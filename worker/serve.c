@@ -641,6 +641,9 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     ep.device = (int)h->kv_device;
     ep.prefill_cap = h->prefill_cap;
     ep.local_pool = lpool;
+    /* decode steps hold at most this many sequences: buffers for its bucket */
+    ifd_model_set_max_seqs(model, ep.max_seqs < ep.max_batched_tokens ? ep.max_seqs
+                                                                       : ep.max_batched_tokens);
     ifd_engine_callbacks_t cb = {&s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};
     if ((rc = ifd_engine_create(&s.eng, &ep, &em, pool, &cb))) {
         ifd__send_error(&s, 0, rc, "cannot create the engine");

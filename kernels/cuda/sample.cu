@@ -23,6 +23,14 @@
  *      ascending id to the first id where the running sum exceeds t.
  * Integer sums do not depend on order, so the result is independent of the
  * block size and the GPU.
+ *
+ * Also here, for the same definition: the penalties (steps 1-3, one block
+ * per row), the grammar mask (step 3b, one thread per logit, a row's mask
+ * word read once per 32 ids) and the logprobs (one block per scored row:
+ * a pass for the maximum, the bad-value check and the rank; a pass for the
+ * exact integer normalizer; a pass in which each thread keeps its own
+ * sorted top-k of (value, -id) keys, then k block-wide maxima over the
+ * threads' list heads give the top-k in order).
  */
 #include "sample.h"
 
@@ -346,6 +354,143 @@ __global__ void __launch_bounds__(THREADS)
         tokens[row] = sm.token;
 }
 
+IFD_DEV unsigned long long block_max_u64(unsigned long long v, smem_t &sm)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long ov = __shfl_xor_sync(0xffffffffu, v, o);
+        v = ov > v ? ov : v;
+    }
+    __syncthreads();
+    if (lane == 0)
+        sm.red64[w] = v;
+    __syncthreads();
+    unsigned long long t = 0;
+    for (int i = 0; i < NWARPS; i++)
+        t = sm.red64[i] > t ? sm.red64[i] : t;
+    return t;
+}
+
+/* ---- logprobs --------------------------------------------------------------- */
+
+/* A (value, id) pair as one key: larger value first, then lower id (ids are
+ * below 2^20, so the low word is never 0 and 0 means "none"). */
+IFD_DEV unsigned long long lp_key(float v, int i)
+{
+    return ((unsigned long long)fkey(v) << 32) | (unsigned long long)(0xffffffffu - (uint32_t)i);
+}
+
+__global__ void __launch_bounds__(THREADS)
+    logprob_kernel(ifd_cuda_logprob_t *out, const ifd_cuda_logprob_req_t *reqs,
+                   const int32_t *tokens, int V)
+{
+    __shared__ smem_t sm;
+    const int tid = threadIdx.x;
+    const ifd_cuda_logprob_req_t R = reqs[blockIdx.x];
+    ifd_cuda_logprob_t *o = out + blockIdx.x;
+    const int32_t tok = R.token >= 0 ? R.token : tokens ? tokens[R.tok_row] : -1;
+    const bool ok = tok >= 0 && tok < V && R.n_top >= 0 && R.n_top <= IFD_CUDA_MAX_LOGPROBS;
+    for (int j = tid; j < IFD_CUDA_MAX_LOGPROBS; j += THREADS) {
+        o->top_ids[j] = 0;
+        o->top_logprobs[j] = 0.0f;
+    }
+    if (!ok) { /* uniform over the block: no barrier is skipped by some */
+        if (tid == 0)
+            o->token = -1, o->logprob = 0.0f, o->rank = 0, o->n_top = 0;
+        return;
+    }
+    const float *x = R.x;
+    const float xt = x[tok];
+
+    /* 1. maximum, bad values, rank */
+    float m = -INFINITY;
+    int bad = 0, mi = 0;
+    unsigned long long ge = 0;
+    for (int i = tid; i < V; i += THREADS) {
+        const float v = x[i];
+        bad |= (v != v) | (v == INFINITY);
+        m = v > m ? v : m;
+        ge += v >= xt;
+    }
+    bad = block_or(bad, sm);
+    block_argmax(&m, &mi, sm);
+    ge = block_sum_u64(ge, sm);
+    if (bad) {
+        if (tid == 0)
+            o->token = -1, o->logprob = 0.0f, o->rank = 0, o->n_top = 0;
+        return;
+    }
+
+    /* 2. the normalizer: the exact sum of the T = 1 weights */
+    double lse = INFINITY; /* every logit -inf: every logprob -inf */
+    if (m != -INFINITY) {
+        unsigned long long z = 0;
+        for (int i = tid; i < V; i += THREADS) {
+            const float v = x[i];
+            z += ifd_sampling_weight(v == m ? 0.0f : __fsub_rn(v, m));
+        }
+        z = block_sum_u64(z, sm);
+        lse = __dadd_rn((double)m, log(__dmul_rn((double)z, 0x1p-43)));
+    }
+    auto logprob = [&](float v) -> float {
+        return v == -INFINITY ? -INFINITY : (float)__dsub_rn((double)v, lse);
+    };
+
+    /* 3. top-k: each thread's own sorted list, then k block-wide maxima */
+    const int k = R.n_top < V ? R.n_top : V;
+    unsigned long long lst[IFD_CUDA_MAX_LOGPROBS];
+    int n = 0;
+    for (int i = tid; i < V && k > 0; i += THREADS) {
+        const unsigned long long key = lp_key(x[i], i);
+        if (n == k && key <= lst[k - 1])
+            continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && lst[j - 1] < key) {
+            lst[j] = lst[j - 1];
+            j--;
+        }
+        lst[j] = key;
+    }
+    int head = 0;
+    for (int r = 0; r < k; r++) {
+        const unsigned long long mine = head < n ? lst[head] : 0ull;
+        const unsigned long long best = block_max_u64(mine, sm);
+        if (mine == best)
+            head++;
+        if (tid == 0) {
+            const int id = (int)(0xffffffffu - (uint32_t)(best & 0xffffffffu));
+            o->top_ids[r] = id;
+            o->top_logprobs[r] = logprob(x[id]);
+        }
+    }
+    if (tid == 0) {
+        o->token = tok;
+        o->logprob = logprob(xt);
+        o->rank = (int32_t)ge;
+        o->n_top = k;
+    }
+}
+
+/* ---- step 3b: grammar masks ---------------------------------------------- */
+
+constexpr int MASK_THREADS = 256;
+
+__global__ void __launch_bounds__(MASK_THREADS)
+    mask_kernel(float *logits, const uint32_t *masks, const int32_t *rows, int n_logit_rows, int V)
+{
+    const int j = blockIdx.y, r = rows[j];
+    const int i = blockIdx.x * MASK_THREADS + threadIdx.x;
+    if (r < 0 || r >= n_logit_rows || i >= V)
+        return;
+    const uint32_t w = masks[(int64_t)j * ((V + 31) / 32) + (i >> 5)];
+    if ((w >> (i & 31)) & 1u)
+        return;
+    float *p = logits + (int64_t)r * V + i;
+    const float v = *p;
+    if (v == v && v != INFINITY) /* a bad value stays, for the sampler to report */
+        *p = -INFINITY;
+}
+
 /* Steps 1-3 on one row per block: the bias entries in order by one thread
  * (ids may repeat), then the distinct history ids in parallel. */
 constexpr int PEN_THREADS = 128;
@@ -399,6 +544,44 @@ extern "C" int ifd_cuda_apply_penalties(float *IFD_CUDA_RESTRICT logits,
     IFD_LAUNCH(kern, dim3((unsigned)n_rows), dim3(PEN_THREADS), 0, stream, logits, rows, bias,
                hist, vocab);
     IFD_CUDA_CHECK_LAUNCH("penalty_kernel");
+    return 0;
+}
+
+extern "C" int ifd_cuda_apply_mask(float *IFD_CUDA_RESTRICT logits,
+                                   const uint32_t *IFD_CUDA_RESTRICT masks,
+                                   const int32_t *IFD_CUDA_RESTRICT rows, int n_masks,
+                                   int n_logit_rows, int vocab, ifd_cuda_stream_t stream)
+{
+    if (n_masks < 0 || n_masks > 65535 || n_logit_rows < 0 || vocab < 1 ||
+        vocab > IFD_SAMPLING_MAX_VOCAB)
+        return IFD_EINVAL;
+    if (n_masks == 0)
+        return 0;
+    if (!logits || !masks || !rows)
+        return IFD_EINVAL;
+    void (*kern)(float *, const uint32_t *, const int32_t *, int, int) = mask_kernel;
+    const dim3 grid((unsigned)((vocab + MASK_THREADS - 1) / MASK_THREADS), (unsigned)n_masks);
+    IFD_LAUNCH(kern, grid, dim3(MASK_THREADS), 0, stream, logits, masks, rows, n_logit_rows,
+               vocab);
+    IFD_CUDA_CHECK_LAUNCH("mask_kernel");
+    return 0;
+}
+
+extern "C" int ifd_cuda_logprobs(ifd_cuda_logprob_t *IFD_CUDA_RESTRICT out,
+                                 const ifd_cuda_logprob_req_t *IFD_CUDA_RESTRICT reqs,
+                                 const int32_t *IFD_CUDA_RESTRICT tokens, int n, int vocab,
+                                 ifd_cuda_stream_t stream)
+{
+    if (n < 0 || vocab < 1 || vocab > IFD_SAMPLING_MAX_VOCAB)
+        return IFD_EINVAL;
+    if (n == 0)
+        return 0;
+    if (!out || !reqs)
+        return IFD_EINVAL;
+    void (*kern)(ifd_cuda_logprob_t *, const ifd_cuda_logprob_req_t *, const int32_t *, int) =
+        logprob_kernel;
+    IFD_LAUNCH(kern, dim3((unsigned)n), dim3(THREADS), 0, stream, out, reqs, tokens, vocab);
+    IFD_CUDA_CHECK_LAUNCH("logprob_kernel");
     return 0;
 }
 

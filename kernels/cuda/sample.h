@@ -12,8 +12,11 @@
  * parameters, a row yields exactly the token ifd_sampler_sample returns —
  * on any GPU, for any batch composition. Steps 1-3 are here too
  * (ifd_cuda_apply_penalties), for callers that keep the logits on the
- * device; the grammar masks of step 3b are not (constrained rows are
- * sampled on the host).
+ * device, and so is step 3b (ifd_cuda_apply_mask: a grammar's token mask,
+ * computed on the host, applied to the row), and the logprobs of sampler.h
+ * (ifd_cuda_logprobs: the scored token's logprob and rank and the top
+ * alternatives, within float rounding of ifd_sampler_sample's, the same
+ * ids in the same order).
  */
 #ifndef IFD_CUDA_SAMPLE_H
 #define IFD_CUDA_SAMPLE_H
@@ -85,6 +88,65 @@ int ifd_cuda_apply_penalties(
     const ifd_cuda_logit_bias_t *IFD_CUDA_RESTRICT bias,  /* [Σ n_bias] */
     const ifd_cuda_hist_t *IFD_CUDA_RESTRICT hist,        /* [Σ n_hist] */
     int n_rows, int vocab, ifd_cuda_stream_t stream);
+
+/*
+ * Step 3b: for each of n_masks masks, logits row rows[j] gets -inf at
+ * every id whose bit is clear in masks[j] (bit i % 32 of word i / 32, the
+ * layout of ifd_constraint_mask), in place. A NaN or +inf logit is left as
+ * it is even where masked, so ifd_cuda_sample still reports the row (-1),
+ * as ifd_sampler_sample fails on it before masking. rows[j] in
+ * [0, n_logit_rows) (others are skipped); a row may appear once.
+ * Returns 0, IFD_EINVAL (shapes, NULL pointers), IFD_ECUDA.
+ */
+int ifd_cuda_apply_mask(float *IFD_CUDA_RESTRICT logits,         /* [n_logit_rows, vocab] */
+                        const uint32_t *IFD_CUDA_RESTRICT masks, /* [n_masks, (vocab + 31) / 32] */
+                        const int32_t *IFD_CUDA_RESTRICT rows,   /* [n_masks] */
+                        int n_masks, int n_logit_rows, int vocab, ifd_cuda_stream_t stream);
+
+/* Most top alternatives ifd_cuda_logprobs returns (IFD_SAMPLER_MAX_LOGPROBS). */
+#define IFD_CUDA_MAX_LOGPROBS 20
+
+/* One row to score: its logits x (device memory, [vocab]), the id whose
+ * logprob is wanted — token >= 0, or token < 0: tokens[tok_row], the id a
+ * sampling kernel wrote there (-1 there: nothing is scored) — and how many
+ * top alternatives (0 .. IFD_CUDA_MAX_LOGPROBS). */
+typedef struct {
+    const float *x;
+    int32_t token;
+    int32_t tok_row;
+    int32_t n_top;
+    int32_t pad_;
+} ifd_cuda_logprob_req_t;
+
+/* The result, laid out as ifd_sample_result_t (sampler.h). token = -1: not
+ * scored (the sampled token was -1, or the row holds a NaN or +inf, where
+ * ifd_sampler_logprobs fails with IFD_EINVAL); the rest is then zero. */
+typedef struct {
+    int32_t token;
+    float logprob;
+    int32_t rank;
+    int32_t n_top;
+    int32_t top_ids[IFD_CUDA_MAX_LOGPROBS];
+    float top_logprobs[IFD_CUDA_MAX_LOGPROBS];
+} ifd_cuda_logprob_t;
+
+/*
+ * Logprobs as sampler.h defines them, of each request's row x: with
+ * m = max x and Z = the sum over the row of the step-5 integer weights
+ * ifd_sampling_weight(x_i - m) (T = 1, exact), lse = m + log(Z / 2^43) in
+ * double and logprob(v) = (float)(v - lse), -inf for v = -inf (all of a row
+ * that is -inf everywhere); rank = the number of ids with x_i >= x_token;
+ * the top n_top = min(n_top, vocab) ids by value, ties by ascending id
+ * (-0 equal to +0). The same ids, ranks and order as ifd_sampler_sample /
+ * ifd_sampler_logprobs; the values within a double rounding of theirs
+ * (log() is the device's). tokens may be NULL when every token is >= 0.
+ * Returns 0, IFD_EINVAL (shapes, NULL pointers, n_top out of range: checked
+ * on the device, such a request gets token -1), IFD_ECUDA.
+ */
+int ifd_cuda_logprobs(ifd_cuda_logprob_t *IFD_CUDA_RESTRICT out,                /* [n] */
+                      const ifd_cuda_logprob_req_t *IFD_CUDA_RESTRICT reqs,     /* [n] */
+                      const int32_t *IFD_CUDA_RESTRICT tokens, /* [> max tok_row] or NULL */
+                      int n, int vocab, ifd_cuda_stream_t stream);
 
 IFD_CUDA_API_END
 

@@ -37,11 +37,15 @@
 #include "backend.h"
 #include "engine.h"
 #include "error.h"
+#include "grammar_mask.h"
 #include "kvpool.h"
 #include "model.h"
 #include "sampler.h"
 #ifdef IFD_CUDA_EMU
 #include "cuda_emu_counters.h"
+
+#include <cuda_runtime_api.h>
+#include <sys/types.h>
 #endif
 
 #include <math.h>
@@ -168,6 +172,97 @@ static void test_graphs(void)
     gt_side_close(&off);
 }
 
+/* ---- grammar fixtures -------------------------------------------------------------- */
+
+/* A vocabulary of V tokens: 0 a control token, 1 the end token (both without
+ * bytes), token i >= 2 the (i - 1)-th string over "abc.x" in bijective
+ * base 5 ("a", "b", ..., "aa", "ab", ...): every string once. */
+static ifd_vocab_t *test_vocab(int V)
+{
+    char **bytes = calloc((size_t)V, sizeof *bytes);
+    uint32_t *lens = calloc((size_t)V, sizeof *lens);
+    for (int i = 0; i < V; i++) {
+        bytes[i] = calloc(16, 1);
+        lens[i] = 0;
+        for (int n = i - 1; i >= 2 && n > 0; n /= 5) {
+            n--;
+            bytes[i][lens[i]++] = "abc.x"[n % 5];
+        }
+    }
+    const int32_t eos = 1;
+    ifd_vocab_t *v = NULL;
+    GT_EXPECT(ifd_vocab_create(V, (const char *const *)bytes, lens, &eos, 1, &v) == 0, "vocab");
+    for (int i = 0; i < V; i++)
+        free(bytes[i]);
+    free(bytes);
+    free(lens);
+    return v;
+}
+
+/* a's and b's, maybe a c and more of them, then a full stop: most tokens are
+ * masked at every step ("x" never fits), only the end token after the stop */
+static const char k_grammar[] = "root ::= [ab]+ (\"c\" [ab]*)? \".\"\n";
+
+static ifd_constraint_t *new_constraint(ifd_gstore_t *st)
+{
+    ifd_constraint_t *k = NULL;
+    char err[256] = "";
+    int rc = ifd_constraint_create(st, k_grammar, strlen(k_grammar), &k, err, sizeof err);
+    GT_EXPECT(rc == 0, "constraint: %s %s", ifd_strerror(rc), err);
+    return k;
+}
+
+/* A history the grammar allows (n tokens, each a random allowed one but
+ * the end token), or, when `reject`, one whose last token it refuses. */
+static size_t grammar_history(ifd_gstore_t *st, int V, int32_t *gen, size_t n, bool reject)
+{
+    ifd_constraint_t *k = new_constraint(st);
+    uint32_t *bits = malloc((size_t)(V + 31) / 32 * 4);
+    size_t got = 0;
+    for (; k && got < n; got++) {
+        if (ifd_constraint_mask(k, gen, got, bits) != 0)
+            break;
+        int32_t allowed[4096];
+        int na = 0;
+        for (int i = 2; i < V && na < 4096; i++)
+            if ((bits[i / 32] >> (i % 32)) & 1u)
+                allowed[na++] = i;
+        if (na == 0)
+            break; /* complete: only the end token fits */
+        gen[got] = allowed[gt_rand_int(na)];
+    }
+    if (reject && got < n && k && ifd_constraint_mask(k, gen, got, bits) == 0) {
+        for (int t = 0; t < 64; t++) { /* a token the grammar refuses here */
+            int32_t c = (int32_t)(2 + gt_rand_int(V - 2));
+            if (!((bits[c / 32] >> (c % 32)) & 1u)) {
+                gen[got++] = c;
+                break;
+            }
+        }
+    }
+    free(bits);
+    ifd_constraint_destroy(k);
+    return got;
+}
+
+/* Device logprobs = host logprobs: the same token, rank and top ids, the
+ * values within float rounding. */
+static bool same_logprobs(const ifd_sample_result_t *d, const ifd_sample_result_t *h)
+{
+    if (d->token != h->token || d->rank != h->rank || d->n_top != h->n_top)
+        return false;
+    const float tol = 1e-6f;
+    if (!(d->logprob == h->logprob || fabsf(d->logprob - h->logprob) <= tol * (1 + fabsf(h->logprob))))
+        return false;
+    for (int j = 0; j < h->n_top; j++)
+        if (d->top_ids[j] != h->top_ids[j] ||
+            !(d->top_logprobs[j] == h->top_logprobs[j] ||
+              fabsf(d->top_logprobs[j] - h->top_logprobs[j]) <=
+                  tol * (1 + fabsf(h->top_logprobs[j]))))
+            return false;
+    return true;
+}
+
 /* ---- 1. device sampling = host sampling ------------------------------------------- */
 
 static void make_row(float *l, int V, int kind)
@@ -205,14 +300,17 @@ static void make_row(float *l, int V, int kind)
 }
 
 typedef struct {
-    ifd_sampling_params_t p;
+    ifd_sampling_params_t p, pd; /* pd: the device's (its own constraint) */
     ifd_logit_bias_t bias[8];
     int32_t prompt[48], gen[32];
     ifd_sampler_history_t h;
     uint64_t pos;
+    int32_t score; /* >= 0: a scoring row (prompt logprobs) of this token */
 } row_params_t;
 
-static void make_params(row_params_t *r, int V)
+/* A row's parameters: penalties, bias, and now and then logprobs (either
+ * mode) and a grammar (st non-NULL; a history it allows, or rejects 1 in 8). */
+static void make_params(row_params_t *r, int V, ifd_gstore_t *st)
 {
     static const float temps[] = {0.0f, 1.0f, 0.7f, 1.3f, 0.25f};
     static const int32_t ks[] = {0, 0, 1, 5, 40};
@@ -249,31 +347,74 @@ static void make_params(row_params_t *r, int V)
         r->prompt[j] = (int32_t)gt_rand_int(span);
     for (size_t j = 0; j < ng; j++)
         r->gen[j] = (int32_t)gt_rand_int(span);
+    r->p.n_logprobs = gt_rand_int(3) == 0 ? (int32_t)gt_rand_int(21) : -1;
+    r->p.logprobs_mode = gt_rand_int(2) ? IFD_LOGPROBS_RAW : IFD_LOGPROBS_PROCESSED;
+    r->pd = r->p;
+    if (st && gt_rand_int(3) == 0) {
+        ng = grammar_history(st, V, r->gen, (size_t)gt_rand_int(9), gt_rand_int(8) == 0);
+        r->p.constraint = new_constraint(st);
+        r->pd.constraint = new_constraint(st);
+    }
     r->h = (ifd_sampler_history_t){r->prompt, np, r->gen, ng};
     r->pos = np + ng + (uint64_t)gt_rand_int(1000);
+    r->score = -1;
 }
 
-static void sample_batch(ifd_backend_t *be, ifd_sampler_t *smp, int V, int n, int *n_bad,
-                         int *n_greedy)
+static void free_params(row_params_t *r)
+{
+    ifd_constraint_destroy(r->p.constraint);
+    ifd_constraint_destroy(r->pd.constraint);
+    r->p.constraint = r->pd.constraint = NULL;
+}
+
+typedef struct {
+    int rows, bad, greedy, masked, logprobs, raw_modified, scored;
+} mix_t;
+
+static void sample_batch(ifd_backend_t *be, ifd_sampler_t *smp, ifd_gstore_t *st, int V, int n,
+                         mix_t *mx)
 {
     float *l = malloc(sizeof(float) * (size_t)n * V);
     row_params_t *rp = malloc(sizeof *rp * (size_t)n);
     ifd_sample_row_t rows[32];
     int32_t dev[32], host[32];
+    ifd_sample_result_t dres[32], hres[32];
     for (int i = 0; i < n; i++) {
         make_row(l + (size_t)i * V, V, (int)gt_rand_int(6));
-        make_params(&rp[i], V);
-        rows[i] = (ifd_sample_row_t){&rp[i].p, &rp[i].h, rp[i].pos};
+        make_params(&rp[i], V, st);
+        rows[i] = (ifd_sample_row_t){&rp[i].pd, &rp[i].h, rp[i].pos, &dres[i], 0, 0};
         if (i == 3) /* a skipped row keeps its token */
-            rows[i].params = NULL;
+            rows[i] = (ifd_sample_row_t){NULL, NULL, 0, NULL, 0, 0};
+        if (i == 5 || i == 9) { /* a scoring row (prompt logprobs) */
+            free_params(&rp[i]);
+            rp[i].score = (int32_t)gt_rand_int(V);
+            rows[i] = (ifd_sample_row_t){NULL, NULL, 0, &dres[i], rp[i].score,
+                                         (int32_t)gt_rand_int(21)};
+        }
         dev[i] = 12345;
-        ifd_sample_result_t res;
-        int rc = ifd_sampler_sample(smp, &rp[i].p, l + (size_t)i * V, &rp[i].h, rp[i].pos, &res);
+        memset(&dres[i], 0x5a, sizeof dres[i]);
+        int rc;
+        if (rows[i].params) {
+            rc = ifd_sampler_sample(smp, &rp[i].p, l + (size_t)i * V, &rp[i].h, rp[i].pos,
+                                    &hres[i]);
+            mx->greedy += rp[i].p.temperature < IFD_SAMPLER_GREEDY_TEMP;
+            mx->masked += rp[i].p.constraint != NULL;
+            mx->logprobs += rp[i].p.n_logprobs >= 0;
+            mx->raw_modified += rp[i].p.n_logprobs >= 0 &&
+                                rp[i].p.logprobs_mode == IFD_LOGPROBS_RAW &&
+                                (rp[i].p.n_logit_bias || rp[i].p.constraint);
+        } else if (rows[i].result) {
+            rc = ifd_sampler_logprobs(smp, l + (size_t)i * V, rows[i].score_token,
+                                      rows[i].score_top, &hres[i]);
+            mx->scored++;
+        } else {
+            rc = 0;
+        }
         GT_EXPECT(rc == 0 || rc == IFD_EINVAL, "host sampler: %s", ifd_strerror(rc));
-        host[i] = rc ? -1 : res.token;
-        *n_bad += rc != 0;
-        *n_greedy += rp[i].p.temperature < IFD_SAMPLER_GREEDY_TEMP;
+        host[i] = rc ? -1 : hres[i].token;
+        mx->bad += rc != 0;
     }
+    mx->rows += n;
     ifd_act_t a;
     int rc = be->ops->act_alloc(be, &a, IFD_DTYPE_F32, n, V);
     if (rc == 0)
@@ -284,19 +425,35 @@ static void sample_batch(ifd_backend_t *be, ifd_sampler_t *smp, int V, int n, in
     for (int i = 0; i < n && rc == 0; i++) {
         if (!rows[i].params) {
             GT_EXPECT(dev[i] == 12345, "skipped row %d written (%d)", i, dev[i]);
+            if (rows[i].result)
+                GT_EXPECT(host[i] < 0 ? dres[i].token == -1 : same_logprobs(&dres[i], &hres[i]),
+                          "V %d scoring row %d (token %d, top %d): device %d lp %g rank %d, "
+                          "host %d lp %g rank %d", V, i, rows[i].score_token, rows[i].score_top,
+                          dres[i].token, (double)dres[i].logprob, dres[i].rank, host[i],
+                          (double)hres[i].logprob, hres[i].rank);
             continue;
         }
+        if (rp[i].p.n_logprobs >= 0)
+            GT_EXPECT(host[i] < 0 ? dres[i].token == -1 : same_logprobs(&dres[i], &hres[i]),
+                      "V %d row %d: logprobs (n %d, mode %d, grammar %d): device token %d lp %g "
+                      "rank %d top0 %d, host %d lp %g rank %d top0 %d",
+                      V, i, rp[i].p.n_logprobs, (int)rp[i].p.logprobs_mode,
+                      rp[i].p.constraint != NULL, dres[i].token, (double)dres[i].logprob,
+                      dres[i].rank, dres[i].top_ids[0], hres[i].token, (double)hres[i].logprob,
+                      hres[i].rank, hres[i].top_ids[0]);
         GT_EXPECT(dev[i] == host[i],
                   "V %d row %d: device %d, host %d (T %g k %d p %g min_p %g rep %g freq %g "
-                  "pres %g, %u biases, history %zu + %zu)",
+                  "pres %g, %u biases, history %zu + %zu, grammar %d)",
                   V, i, dev[i], host[i], (double)rp[i].p.temperature, rp[i].p.top_k,
                   (double)rp[i].p.top_p, (double)rp[i].p.min_p,
                   (double)rp[i].p.repetition_penalty, (double)rp[i].p.frequency_penalty,
                   (double)rp[i].p.presence_penalty, rp[i].p.n_logit_bias, rp[i].h.n_prompt,
-                  rp[i].h.n_generated);
+                  rp[i].h.n_generated, rp[i].p.constraint != NULL);
     }
     if (a.data)
         be->ops->act_free(be, &a);
+    for (int i = 0; i < n; i++)
+        free_params(&rp[i]);
     free(l);
     free(rp);
 }
@@ -311,18 +468,25 @@ static void test_sampling(void)
         return;
     static const int vocabs[] = {101, 1000, 3001};
     const int batches = gt_small() ? 4 : 40;
-    int rows = 0, bad = 0, greedy = 0;
+    mix_t mx = {0};
     for (int v = 0; v < 3; v++) {
         ifd_sampler_t *smp = NULL;
+        ifd_vocab_t *voc = test_vocab(vocabs[v]);
+        ifd_gstore_t *st = NULL;
+        GT_EXPECT(voc && ifd_gstore_create(voc, &st) == 0, "grammar store");
         GT_EXPECT(ifd_sampler_create(vocabs[v], &smp) == 0, "sampler");
-        for (int b = 0; b < batches && smp && gt_case_failures() == 0; b++) {
-            sample_batch(be, smp, vocabs[v], 16, &bad, &greedy);
-            rows += 16;
-        }
+        for (int b = 0; b < batches && smp && st && gt_case_failures() == 0; b++)
+            sample_batch(be, smp, st, vocabs[v], 16, &mx);
         ifd_sampler_destroy(smp);
+        ifd_gstore_destroy(st);
+        ifd_vocab_destroy(voc);
     }
-    gt_note("%d rows (%d greedy, %d refused by both)", rows, greedy, bad);
-    GT_EXPECT(bad > 0 && greedy > 0, "the mix lacks refused or greedy rows");
+    gt_note("%d rows (%d greedy, %d with a grammar, %d with logprobs of which %d raw of a "
+            "changed row, %d scoring rows, %d refused by both)",
+            mx.rows, mx.greedy, mx.masked, mx.logprobs, mx.raw_modified, mx.scored, mx.bad);
+    GT_EXPECT(mx.bad > 0 && mx.greedy > 0 && mx.masked > 0 && mx.logprobs > 0 &&
+                  mx.raw_modified > 0 && mx.scored > 0,
+              "the mix lacks refused, greedy, grammar, logprob or scoring rows");
     be->ops->destroy(be);
 }
 
@@ -349,7 +513,16 @@ static void test_steady_state(void)
     static int32_t hist[NSEQ][128];
     ifd_sampler_history_t h[NSEQ];
     ifd_sample_row_t rows[NSEQ];
+    ifd_sampling_params_t pr[NSEQ];
+    ifd_sample_result_t res[NSEQ];
     int32_t tok[NSEQ];
+    int n_masked = 0;
+    ifd_vocab_t *voc = test_vocab((int)c.n_vocab);
+    ifd_gstore_t *gst = NULL;
+    GT_EXPECT(voc && ifd_gstore_create(voc, &gst) == 0, "grammar store");
+    ifd_constraint_t *kc[NSEQ] = {0};
+    for (int i = 0; i < NSEQ && gst; i++)
+        kc[i] = new_constraint(gst);
     /* warm-up: a prefill, then every bucket once; measured: the same
      * decode shapes again, contexts growing (30 .. 60 positions) */
     static const int sizes[] = {8, 1, 2, 3, 4, 5, 6, 7};
@@ -376,14 +549,32 @@ static void test_steady_state(void)
                                                                   * bounded from the start */
                 h[i] = (ifd_sampler_history_t){hist[sq], 10, hist[sq] + 10,
                                                (size_t)g_len[sq] - 10};
-                p.seed = (uint64_t)sq;
-                rows[i] = (ifd_sample_row_t){&p, &h[i], (uint64_t)g_len[sq]};
+                /* every third sequence under a grammar ("a" and "b" so far:
+                 * ids 2 and 3), every other with logprobs, raw or processed */
+                pr[i] = p;
+                pr[i].seed = (uint64_t)sq;
+                if (sq % 3 == 1) {
+                    for (int j = 10; j < g_len[sq]; j++)
+                        hist[sq][j] = 2 + j % 2;
+                    pr[i].constraint = kc[sq];
+                }
+                if (sq % 2 == 0) {
+                    pr[i].n_logprobs = sq == 0 ? 20 : sq;
+                    pr[i].logprobs_mode = sq % 4 ? IFD_LOGPROBS_RAW : IFD_LOGPROBS_PROCESSED;
+                }
+                rows[i] = (ifd_sample_row_t){&pr[i], &h[i], (uint64_t)g_len[sq], &res[i], 0, 0};
             }
             rc = ifd_model_forward_sample(s.m, &b, s.kv, rows, tok, lg);
             GT_EXPECT(rc == 0, "round %d step %d: %s", round, k, ifd_strerror(rc));
-            for (int i = 0; i < n && rc == 0; i++)
+            for (int i = 0; i < n && rc == 0; i++) {
                 GT_EXPECT(tok[i] >= 0 && tok[i] < (int32_t)c.n_vocab && tok[i] != 7,
                           "token %d", tok[i]);
+                GT_EXPECT(pr[i].n_logprobs < 0 ||
+                              (res[i].token == tok[i] && res[i].n_top == pr[i].n_logprobs),
+                          "row %d: logprobs of %d (%d alternatives), token %d", i,
+                          res[i].token, res[i].n_top, tok[i]);
+                n_masked += pr[i].constraint != NULL;
+            }
         }
     }
 #ifdef IFD_CUDA_EMU
@@ -408,6 +599,11 @@ static void test_steady_state(void)
     GT_EXPECT(c1.lt_heuristics - cs.lt_heuristics == 24, "%llu heuristic queries, want 24",
               (unsigned long long)(c1.lt_heuristics - cs.lt_heuristics));
 #endif
+    gt_note("%d of the steps' rows under a grammar", n_masked);
+    for (int i = 0; i < NSEQ; i++)
+        ifd_constraint_destroy(kc[i]);
+    ifd_gstore_destroy(gst);
+    ifd_vocab_destroy(voc);
     free(lg);
     gt_side_close(&s);
 }
@@ -415,22 +611,42 @@ static void test_steady_state(void)
 /* ---- 4. the engine: device sampling = host sampling ------------------------------- */
 
 #ifdef IFD_CUDA_EMU /* the engine's pool is host memory: the emulator's device memory */
-enum { E_REQ = 6, E_OUT = 6 };
+enum { E_REQ = 10, E_OUT = 6, E_PLP = 40 };
 
 typedef struct {
     int32_t out[E_REQ][E_OUT];
+    ifd_sample_result_t res[E_REQ][E_OUT];
     int n[E_REQ];
+    ifd_sample_result_t plp[E_REQ][E_PLP]; /* [pos] */
+    int n_plp[E_REQ];
 } e_sink_t;
 
 static void e_on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
 {
     e_sink_t *s = ctx;
-    if (s->n[id] < E_OUT)
+    if (s->n[id] < E_OUT) {
         s->out[id][s->n[id]] = res->token;
+        s->res[id][s->n[id]] = *res;
+    }
     s->n[id]++;
 }
 
-static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_logit_bias_t *bias)
+static void e_on_plp(void *ctx, uint64_t id, int32_t pos, const ifd_sample_result_t *res,
+                     int32_t n)
+{
+    e_sink_t *s = ctx;
+    for (int32_t i = 0; i < n; i++)
+        if (pos + i < E_PLP)
+            s->plp[id][pos + i] = res[i];
+    s->n_plp[id] += n;
+}
+
+/* Requests 0-5: penalties, bias, sampling mixes (2 with logprobs); 6-9:
+ * grammars (6 with processed logprobs, 7 under min_tokens: sampled on the
+ * host until then), raw logprobs of a biased, penalized row with prompt
+ * logprobs (8), and a grammar with raw logprobs (9). */
+static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_logit_bias_t *bias,
+                       ifd_gstore_t *gst)
 {
     ifd_kvpool_params_t kp = ifd_model_kvpool_params(ifd_model_config(m));
     kp.dtype = IFD_KV_F16;
@@ -446,12 +662,12 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_lo
     if (!device)
         em.forward_sample = NULL;
     ifd_engine_params_t ep = ifd_engine_default_params();
-    ifd_engine_callbacks_t cb = {sink, e_on_token, NULL, NULL};
+    ifd_engine_callbacks_t cb = {sink, e_on_token, NULL, e_on_plp};
     ifd_engine_t *eng = NULL;
     GT_EXPECT(ifd_engine_create(&eng, &ep, &em, pool, &cb) == 0, "engine");
-    static int32_t prompts[E_REQ][24];
+    static int32_t prompts[E_REQ][40];
     for (int i = 0; eng && i < E_REQ; i++) {
-        for (int j = 0; j < 24; j++)
+        for (int j = 0; j < 40; j++)
             prompts[i][j] = (int32_t)((i * 13 + j * 5) % 40);
         ifd_engine_request_t r;
         memset(&r, 0, sizeof r);
@@ -469,11 +685,34 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_lo
         r.sampling.presence_penalty = i == 1 ? 0.5f : 0.0f;
         r.sampling.logit_bias = i % 3 == 0 ? bias : NULL;
         r.sampling.n_logit_bias = i % 3 == 0 ? 3 : 0;
-        r.sampling.n_logprobs = i == 2 ? 3 : -1; /* a row sampled on the host */
+        r.sampling.n_logprobs = i == 2 ? 3 : -1;
         r.max_tokens = E_OUT;
         r.ignore_eos = true;
         r.use_cache = true;
-        GT_EXPECT(ifd_engine_add(eng, &r) == 0, "add %d", i);
+        static const int32_t stop[1] = {1}; /* the grammar vocabulary's end token */
+        if (i == 6 || i == 7 || i == 9) {
+            r.sampling.constraint = new_constraint(gst);
+            r.stop_ids = stop;
+            r.n_stop_ids = 1;
+        }
+        if (i == 6) {
+            r.sampling.n_logprobs = 5;
+            r.sampling.logprobs_mode = IFD_LOGPROBS_PROCESSED;
+        }
+        if (i == 7)
+            r.min_tokens = 3;
+        if (i == 8) {
+            r.sampling.n_logprobs = 20;
+            r.sampling.logit_bias = bias;
+            r.sampling.n_logit_bias = 3;
+            r.prompt_logprobs = 1 + 4;
+        }
+        if (i == 9)
+            r.sampling.n_logprobs = 2;
+        const int arc = ifd_engine_add(eng, &r);
+        GT_EXPECT(arc == 0, "add %d: %s", i, ifd_strerror(arc));
+        if (arc)
+            ifd_constraint_destroy(r.sampling.constraint); /* not taken over */
     }
     while (eng && !ifd_engine_idle(eng)) {
         int rc = ifd_engine_step(eng, NULL);
@@ -495,25 +734,52 @@ static void engine_sampling(uint32_t n_valid)
     const ifd_logit_bias_t bias[3] = {{5, 2.0f}, {5, 0.5f}, {9, -INFINITY}};
     const ifd_logit_bias_t past[3] = {{80, 100.0f}, {5, 2.0f}, {100, 50.0f}};
     gt_side_t s = {0};
-    if (side_open(&s, &c, true) == 0) {
-        e_sink_t dev, host;
+    ifd_vocab_t *voc = test_vocab((int)c.n_vocab);
+    ifd_gstore_t *gst = NULL;
+    GT_EXPECT(voc && ifd_gstore_create(voc, &gst) == 0, "grammar store");
+    if (gst && side_open(&s, &c, true) == 0) {
+        static e_sink_t dev, host;
         memset(&dev, 0, sizeof dev);
         memset(&host, 0, sizeof host);
-        run_engine(s.m, true, &dev, n_valid ? past : bias);
-        run_engine(s.m, false, &host, n_valid ? past : bias);
+        run_engine(s.m, true, &dev, n_valid ? past : bias, gst);
+        run_engine(s.m, false, &host, n_valid ? past : bias, gst);
+        int n_lp = 0;
         for (int i = 0; i < E_REQ; i++) {
-            GT_EXPECT(dev.n[i] == E_OUT && host.n[i] == E_OUT, "request %d: %d / %d tokens", i,
-                      dev.n[i], host.n[i]);
-            for (int t = 0; t < E_OUT; t++) {
+            const bool grammar = i == 6 || i == 7 || i == 9; /* may stop early */
+            GT_EXPECT(dev.n[i] == host.n[i] && (grammar ? dev.n[i] >= 1 : dev.n[i] == E_OUT),
+                      "request %d: %d / %d tokens", i, dev.n[i], host.n[i]);
+            for (int t = 0; t < dev.n[i] && t < E_OUT; t++) {
                 GT_EXPECT(dev.out[i][t] == host.out[i][t], "request %d token %d: device %d, "
                           "host %d", i, t, dev.out[i][t], host.out[i][t]);
+                if (i == 2 || i == 6 || i == 8 || i == 9) {
+                    n_lp++;
+                    GT_EXPECT(same_logprobs(&dev.res[i][t], &host.res[i][t]),
+                              "request %d token %d: logprobs differ (device %d %g rank %d, host "
+                              "%d %g rank %d)", i, t, dev.res[i][t].token,
+                              (double)dev.res[i][t].logprob, dev.res[i][t].rank,
+                              host.res[i][t].token, (double)host.res[i][t].logprob,
+                              host.res[i][t].rank);
+                }
                 GT_EXPECT(!n_valid || (dev.out[i][t] >= 0 && dev.out[i][t] < (int)n_valid),
                           "request %d token %d: id %d past the %u valid ones", i, t,
                           dev.out[i][t], n_valid);
             }
         }
+        /* prompt logprobs: positions 1 .. n_prompt - 1 of request 8 */
+        const int np8 = 8 + 3 * 8;
+        GT_EXPECT(dev.n_plp[8] == np8 - 1 && host.n_plp[8] == np8 - 1,
+                  "prompt logprobs: %d / %d rows", dev.n_plp[8], host.n_plp[8]);
+        for (int p = 1; p < np8 && p < E_PLP; p++)
+            GT_EXPECT(same_logprobs(&dev.plp[8][p], &host.plp[8][p]),
+                      "prompt logprob %d: device %d %g rank %d, host %d %g rank %d", p,
+                      dev.plp[8][p].token, (double)dev.plp[8][p].logprob, dev.plp[8][p].rank,
+                      host.plp[8][p].token, (double)host.plp[8][p].logprob, host.plp[8][p].rank);
+        gt_note("%d sampled tokens with logprobs and %d prompt logprob rows compared", n_lp,
+                np8 - 1);
     }
     gt_side_close(&s);
+    ifd_gstore_destroy(gst);
+    ifd_vocab_destroy(voc);
 }
 
 static void test_engine_sampling(void)
@@ -524,6 +790,55 @@ static void test_engine_sampling(void)
 static void test_engine_vocab_valid(void)
 {
     engine_sampling(60);
+}
+
+/* ---- 5. buffers for the largest bucket >= max_seqs -------------------------------- */
+
+/* The device memory a prefill of 2 sequences and 3 decode steps of them
+ * take (cudaMemGetInfo: the emulator counts what the process holds), with
+ * ifd_model_set_max_seqs(max_seqs) (0: not called); the decode logits into
+ * lg [3][2][V]. */
+static size_t step_bytes(int max_seqs, float *lg)
+{
+    ifd_model_config_t c = tiny();
+    gt_side_t s = {0};
+    size_t used = 0;
+    if (side_open(&s, &c, true) == 0) {
+        if (max_seqs)
+            ifd_model_set_max_seqs(s.m, max_seqs);
+        tables_init();
+        size_t f0 = 0, f1 = 0, tot = 0;
+        cudaMemGetInfo(&f0, &tot);
+        step_t st;
+        ifd_batch_t b = make_step(&st, &c, 0, 2, 5);
+        int rc = ifd_model_forward(s.m, &b, s.kv, lg);
+        for (int k = 0; k < 3 && rc == 0; k++) {
+            b = make_step(&st, &c, 0, 2, 1);
+            rc = ifd_model_forward(s.m, &b, s.kv, lg + (size_t)k * 2 * c.n_vocab);
+        }
+        GT_EXPECT(rc == 0, "steps: %s", ifd_strerror(rc));
+        cudaMemGetInfo(&f1, &tot);
+        used = f0 > f1 ? f0 - f1 : 0;
+    }
+    gt_side_close(&s);
+    return used;
+}
+
+static void test_max_seqs_buffers(void)
+{
+    const ifd_model_config_t c = tiny();
+    float *la = malloc(sizeof(float) * 6 * c.n_vocab), *lb = malloc(sizeof(float) * 6 * c.n_vocab);
+    const size_t all = step_bytes(0, la), two = step_bytes(2, lb);
+    gt_note("decode buffers: %zu bytes for 256 rows, %zu with max_seqs 2", all, two);
+    /* at least the logits (f32) and the final-norm inputs (2 x f32 E) of
+     * 256 - 16 rows (16: the smallest capacity) */
+    const size_t saved = (size_t)(256 - 16) * (c.n_vocab + 2 * c.n_embd) * 4;
+    GT_EXPECT(all >= two + saved, "max_seqs 2 saves %zd bytes, want >= %zu",
+              (ssize_t)(all - two), saved);
+    GT_EXPECT(memcmp(la, lb, sizeof(float) * 6 * c.n_vocab) == 0,
+              "the logits depend on the buffer sizes");
+    free(la);
+    free(lb);
 }
 #endif
 
@@ -536,6 +851,7 @@ int main(void)
 #ifdef IFD_CUDA_EMU
     gt_case("engine: device sampling = host sampling", test_engine_sampling);
     gt_case("engine: ids past n_vocab_valid never sampled, device = host", test_engine_vocab_valid);
+    gt_case("decode buffers sized for the bucket of max_seqs", test_max_seqs_buffers);
 #endif
     return gt_end();
 }

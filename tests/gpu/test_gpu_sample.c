@@ -10,6 +10,15 @@
  * must fail (NaN, +inf, all -inf); vocabularies from 1 to 2^20 (the CPU
  * sampler's limit) and several rows per launch, each with its own seed,
  * position and parameters.
+ *
+ * ifd_cuda_apply_mask against a plain loop over random masks (all-ones,
+ * all-zeros and sparse words, rows without a mask, NaN and +inf logits
+ * that must survive masking): bit for bit. ifd_cuda_logprobs against
+ * ifd_sampler_logprobs (the host path) and a plain reference (a full sort
+ * by value then id, a double log-sum-exp): the same token, rank, n_top and
+ * top ids in the same order, values within 1e-6 of the host's (1e-4 of the
+ * plain reference's exact softmax), -1 exactly where the host refuses the
+ * row; tokens given directly and read from a sampling kernel's output.
  */
 #include "gpu_test.h"
 
@@ -207,6 +216,221 @@ static void test_many_seeds(void)
     sample_batch(V, n, 0, 11, 0); /* kind 0 rows, random parameter mixes */
 }
 
+/* ---- step 3b: grammar masks ------------------------------------------------ */
+
+static void mask_batch(int V, int n_rows)
+{
+    const int W = (V + 31) / 32;
+    float *l = gt_xmalloc((size_t)n_rows * V * 4), *want = gt_xmalloc((size_t)n_rows * V * 4);
+    float *got = gt_xmalloc((size_t)n_rows * V * 4);
+    uint32_t *masks = gt_xmalloc((size_t)n_rows * W * 4);
+    int32_t *rows = gt_xmalloc((size_t)n_rows * 4);
+    int n_masks = 0;
+    for (int r = 0; r < n_rows; r++) {
+        float *row = l + (size_t)r * V;
+        make_row(row, V, r);
+        if (r % 5 == 1)
+            row[gt_rand_int(V)] = NAN;
+        if (r % 5 == 2)
+            row[gt_rand_int(V)] = INFINITY;
+        if (r % 4 == 3)
+            continue; /* no mask */
+        uint32_t *m = masks + (size_t)n_masks * W;
+        for (int w = 0; w < W; w++) {
+            const int kind = (int)gt_rand_int(4);
+            m[w] = kind == 0   ? 0xffffffffu
+                   : kind == 1 ? 0u
+                   : kind == 2 ? (uint32_t)gt_rand_u64()
+                               : 1u << gt_rand_int(32);
+        }
+        rows[n_masks++] = r;
+    }
+    /* the rows in a shuffled order: the kernel must follow rows[], not j */
+    for (int j = n_masks - 1; j > 0; j--) {
+        int k = (int)gt_rand_int(j + 1), t = rows[j];
+        rows[j] = rows[k], rows[k] = t;
+        for (int w = 0; w < W; w++) {
+            uint32_t u = masks[(size_t)j * W + w];
+            masks[(size_t)j * W + w] = masks[(size_t)k * W + w];
+            masks[(size_t)k * W + w] = u;
+        }
+    }
+    memcpy(want, l, (size_t)n_rows * V * 4);
+    for (int j = 0; j < n_masks; j++) {
+        float *row = want + (size_t)rows[j] * V;
+        for (int i = 0; i < V; i++)
+            if (!((masks[(size_t)j * W + i / 32] >> (i % 32)) & 1u) && !isnan(row[i]) &&
+                row[i] != INFINITY)
+                row[i] = -INFINITY;
+    }
+    float *dl = gt_dupload(l, (size_t)n_rows * V * 4);
+    uint32_t *dm = gt_dupload(masks, (size_t)(n_masks ? n_masks : 1) * W * 4);
+    int32_t *dr = gt_dupload(rows, (size_t)(n_masks ? n_masks : 1) * 4);
+    int rc = ifd_cuda_apply_mask(dl, dm, dr, n_masks, n_rows, V, NULL);
+    GT_EXPECT(rc == 0, "ifd_cuda_apply_mask returned %d", rc);
+    gt_sync();
+    gt_download(got, dl, (size_t)n_rows * V * 4);
+    int64_t diff = 0;
+    for (size_t i = 0; i < (size_t)n_rows * V; i++)
+        diff += memcmp(&got[i], &want[i], 4) != 0;
+    GT_EXPECT(diff == 0, "V=%d: %lld masked logits differ", V, (long long)diff);
+    GT_EXPECT(ifd_cuda_apply_mask(dl, dm, dr, 1, n_rows, 0, NULL) == IFD_EINVAL &&
+                  ifd_cuda_apply_mask(NULL, dm, dr, 1, n_rows, V, NULL) == IFD_EINVAL &&
+                  ifd_cuda_apply_mask(dl, dm, dr, 0, n_rows, V, NULL) == 0,
+              "argument checks");
+    free(l), free(want), free(got), free(masks), free(rows);
+    gt_dfree(dl), gt_dfree(dm), gt_dfree(dr);
+}
+
+static void test_mask(void)
+{
+    mask_batch(1, 4);
+    mask_batch(33, 9);
+    mask_batch(1000, 13);
+    mask_batch(gt_small() ? 5003 : 151936, gt_small() ? 6 : 24);
+}
+
+/* ---- logprobs ----------------------------------------------------------------- */
+
+/* The plain reference: the top n by a sort of every (value, id), ascending
+ * id among equal values; logprobs from a double log-sum-exp. */
+static double *g_sort_v;
+static int cmp_desc(const void *a, const void *b)
+{
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (g_sort_v[i] != g_sort_v[j])
+        return g_sort_v[i] > g_sort_v[j] ? -1 : 1;
+    return i < j ? -1 : 1;
+}
+
+static void lp_reference(const float *x, int V, int32_t tok, int n_top, ifd_sample_result_t *r,
+                         int32_t *order, double *lse_out)
+{
+    double m = -INFINITY, s = 0.0;
+    for (int i = 0; i < V; i++)
+        m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < V; i++)
+        s += x[i] == -INFINITY ? 0.0 : exp((double)x[i] - m);
+    *lse_out = m == -INFINITY ? INFINITY : m + log(s);
+    for (int i = 0; i < V; i++) {
+        order[i] = i;
+        g_sort_v[i] = x[i] == 0.0f ? 0.0 : (double)x[i]; /* -0 == +0 */
+    }
+    qsort(order, (size_t)V, sizeof *order, cmp_desc);
+    memset(r, 0, sizeof *r);
+    r->token = tok;
+    r->rank = 0;
+    for (int i = 0; i < V; i++)
+        r->rank += x[i] >= x[tok];
+    r->n_top = n_top < V ? n_top : V;
+    for (int j = 0; j < r->n_top; j++)
+        r->top_ids[j] = order[j];
+}
+
+static int lp_close(float a, float b, float tol)
+{
+    if (a == b)
+        return 1; /* both -inf included */
+    return fabsf(a - b) <= tol * (1.0f + fabsf(b));
+}
+
+static void logprob_batch(int V, int n, int kind0)
+{
+    float *l = gt_xmalloc((size_t)n * V * 4);
+    ifd_cuda_logprob_req_t *req = gt_xmalloc((size_t)n * sizeof *req);
+    int32_t *toks = gt_xmalloc((size_t)n * 4), *order = gt_xmalloc((size_t)V * 4);
+    ifd_cuda_logprob_t *got = gt_xmalloc((size_t)n * sizeof *got);
+    ifd_sample_result_t *want = gt_xmalloc((size_t)n * sizeof *want);
+    int *want_rc = gt_xmalloc((size_t)n * sizeof *want_rc);
+    g_sort_v = gt_xmalloc((size_t)V * sizeof *g_sort_v);
+    ifd_sampler_t *smp = NULL;
+    int rc = ifd_sampler_create(V, &smp);
+    GT_EXPECT(rc == 0, "ifd_sampler_create(%d) returned %d", V, rc);
+    if (rc)
+        return;
+    float *dl = gt_dalloc((size_t)n * V * 4);
+    for (int r = 0; r < n; r++) {
+        float *row = l + (size_t)r * V;
+        make_row(row, V, kind0 + r);
+        if (r % 7 == 5)
+            row[gt_rand_int(V)] = gt_rand_int(2) ? NAN : INFINITY;
+        if (r % 11 == 9)
+            for (int i = 0; i < V; i++)
+                row[i] = -INFINITY;
+        toks[r] = r % 6 == 4 ? -1 : (int32_t)gt_rand_int(V); /* -1: a failed draw */
+        const int n_top = r % 9 == 0 ? IFD_CUDA_MAX_LOGPROBS : (int)gt_rand_int(21);
+        /* half the requests name their token, half read it from toks[] */
+        req[r] = (ifd_cuda_logprob_req_t){dl + (size_t)r * V, r % 2 ? toks[r] : -1, r, n_top, 0};
+        if (toks[r] < 0) {
+            want_rc[r] = IFD_EINVAL;
+            continue;
+        }
+        want_rc[r] = ifd_sampler_logprobs(smp, row, toks[r], n_top, &want[r]);
+    }
+    gt_upload(dl, l, (size_t)n * V * 4);
+    ifd_cuda_logprob_req_t *dq = gt_dupload(req, (size_t)n * sizeof *req);
+    int32_t *dt = gt_dupload(toks, (size_t)n * 4);
+    ifd_cuda_logprob_t *dout = gt_dalloc_poison((size_t)n * sizeof *dout);
+    rc = ifd_cuda_logprobs(dout, dq, dt, n, V, NULL);
+    GT_EXPECT(rc == 0, "ifd_cuda_logprobs returned %d", rc);
+    gt_sync();
+    gt_download(got, dout, (size_t)n * sizeof *got);
+    int bad = 0;
+    double worst = 0.0;
+    for (int r = 0; r < n && bad < 5; r++) {
+        const ifd_cuda_logprob_t *g = &got[r];
+        if (want_rc[r]) {
+            if (g->token != -1)
+                bad++, printf("    V=%d row %d: scored (token %d), host refused\n", V, r,
+                              g->token);
+            continue;
+        }
+        const ifd_sample_result_t *w = &want[r];
+        ifd_sample_result_t ref;
+        double lse;
+        lp_reference(l + (size_t)r * V, V, toks[r], req[r].n_top, &ref, order, &lse);
+        int ok = g->token == w->token && g->rank == w->rank && g->n_top == w->n_top &&
+                 lp_close(g->logprob, w->logprob, 1e-6f) && ref.rank == w->rank &&
+                 ref.n_top == w->n_top;
+        for (int j = 0; ok && j < w->n_top; j++) {
+            const float x = l[(size_t)r * V + w->top_ids[j]];
+            const float exact = x == -INFINITY ? -INFINITY : (float)((double)x - lse);
+            ok = g->top_ids[j] == w->top_ids[j] && ref.top_ids[j] == w->top_ids[j] &&
+                 lp_close(g->top_logprobs[j], w->top_logprobs[j], 1e-6f) &&
+                 lp_close(g->top_logprobs[j], exact, 1e-4f);
+            if (isfinite(exact))
+                worst = fmax(worst, fabs((double)g->top_logprobs[j] - exact));
+        }
+        if (!ok) {
+            bad++;
+            printf("    V=%d row %d (kind %d, n_top %d): device token %d lp %.9g rank %d n %d "
+                   "| host %d %.9g %d %d | ref rank %d\n",
+                   V, r, (kind0 + r) % 8, req[r].n_top, g->token, (double)g->logprob, g->rank,
+                   g->n_top, w->token, (double)w->logprob, w->rank, w->n_top, ref.rank);
+            for (int j = 0; j < w->n_top && j < 6; j++)
+                printf("      top %d: device %d %.9g host %d %.9g ref %d\n", j, g->top_ids[j],
+                       (double)g->top_logprobs[j], w->top_ids[j], (double)w->top_logprobs[j],
+                       ref.top_ids[j]);
+        }
+    }
+    GT_EXPECT(bad == 0, "V=%d: %d rows of %d differ from the host's logprobs", V, bad, n);
+    gt_note("V=%d: %d rows, largest |device - exact| of a top logprob %.3g", V, n, worst);
+    ifd_sampler_destroy(smp);
+    free(l), free(req), free(toks), free(order), free(got), free(want), free(want_rc);
+    free(g_sort_v);
+    gt_dfree(dl), gt_dfree(dq), gt_dfree(dt), gt_dfree(dout);
+}
+
+static void test_logprobs(void)
+{
+    logprob_batch(1, 6, 0);
+    logprob_batch(7, 24, 1);
+    logprob_batch(100, 40, 3);
+    logprob_batch(gt_small() ? 3001 : 32000, gt_small() ? 24 : 96, 0);
+    if (!gt_small())
+        logprob_batch(262144, 12, 5);
+}
+
 int main(void)
 {
     gt_begin("test_gpu_sample");
@@ -215,5 +439,7 @@ int main(void)
     gt_case("medium_vocab", test_medium_vocab);
     gt_case("large_vocab", test_large_vocab);
     gt_case("many_seeds", test_many_seeds);
+    gt_case("grammar masks", test_mask);
+    gt_case("logprobs", test_logprobs);
     return gt_end();
 }
