@@ -904,6 +904,9 @@ static int ifd__upload_masks(ifd_backend_t *be, const ifd_sample_row_t *rows, in
             const ifd_sample_row_t *r = &rows[sp->h_mrow[j0 + j]];
             const ifd_sampler_history_t *h = r->hist;
             uint32_t *bits = (uint32_t *)(st + (size_t)j * wbytes);
+            /* a tokenizer smaller than the logits rows writes fewer words:
+             * the ids past it stay masked (their logits are -inf anyway) */
+            memset(bits, 0, wbytes);
             int mrc = ifd_constraint_mask(r->params->constraint, h ? h->generated : NULL,
                                           h ? h->n_generated : 0, bits);
             if (mrc) {
