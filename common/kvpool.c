@@ -1354,6 +1354,63 @@ int ifd_kvpool_probe_keyed(ifd_kvpool_t *p, uint64_t salt, const int32_t *tokens
     return kv_lookup_keyed(p, -1, salt, tokens, keys, n, out_blocks);
 }
 
+/* The first block the window of a query at position q reads. */
+static int32_t kv_window_lo(int32_t q, int window, int bs)
+{
+    const int32_t lo = q - window + 1;
+    return lo > 0 ? lo / bs : 0;
+}
+
+/* Drops worker w's references on the twins held in t[from, to) (w < 0: none). */
+static void kv_window_drop(ifd_kvpool_t *lp, int w, const int32_t *t, int32_t from, int32_t to)
+{
+    for (int32_t b = from; w >= 0 && b < to; b++)
+        if (t[b] >= 0)
+            ifd_kvpool_unref(lp, w, t + b, 1);
+}
+
+int ifd_kvpool_window_run(ifd_kvpool_t *pool, ifd_kvpool_t *lpool, int w, int dev, int window,
+                          uint64_t salt, const int32_t *tokens, const int32_t *blocks, int k,
+                          int32_t *twins, uint64_t *keys, int32_t *out_lo)
+{
+    if (!pool || !lpool || window < 1 || k < 0 ||
+        (k > 0 && (!tokens || !blocks || !twins || !keys)) || (w >= 0 && !kv_worker_ok(lpool, w)) ||
+        lpool->bs != pool->bs)
+        return IFD_EINVAL;
+    const int bs = lpool->bs;
+    int32_t a = k; /* twins[a, k) are looked up: found (held when w >= 0), or -1 */
+    while (k > 0) {
+        const int32_t lo = kv_window_lo(k * bs, window, bs);
+        if (lo < a) {
+            for (int32_t b = lo; b < a; b++)
+                if (ifd_kvpool_block_key(pool, blocks[b], &keys[b - lo]))
+                    keys[b - lo] = UINT64_MAX; /* not published: matches nothing */
+            int got =
+                kv_lookup_keyed(lpool, w, salt, tokens + (size_t)lo * bs, keys, a - lo, twins + lo);
+            for (int32_t b = lo; b < a; b++)
+                if (got < 0) {
+                    twins[b] = -1;
+                } else if (twins[b] >= 0 && ifd_kvpool_block_device(lpool, twins[b]) != dev) {
+                    kv_window_drop(lpool, w, twins, b, b + 1);
+                    twins[b] = -1;
+                }
+            a = lo;
+        }
+        int32_t miss = k - 1;
+        while (miss >= lo && twins[miss] >= 0)
+            miss--;
+        if (miss < lo)
+            break; /* the whole window is there */
+        kv_window_drop(lpool, w, twins, miss + 1, k);
+        k = miss;
+    }
+    const int32_t first = kv_window_lo(k * bs, window, bs);
+    kv_window_drop(lpool, w, twins, a, first); /* before the window: not needed */
+    if (out_lo)
+        *out_lo = first;
+    return k;
+}
+
 /* ---- recovery -------------------------------------------------------------------------- */
 
 int ifd_kvpool_reclaim(ifd_kvpool_t *p, int w)

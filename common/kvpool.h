@@ -313,6 +313,25 @@ int ifd_kvpool_lookup_keyed(ifd_kvpool_t *pool, int worker, uint64_t salt, const
 int ifd_kvpool_probe_keyed(ifd_kvpool_t *pool, uint64_t salt, const int32_t *tokens,
                            const uint64_t *keys, int n, int32_t *out_blocks);
 
+/*
+ * The usable length of a prefix hit over two pools: `blocks[0..k)` is a run
+ * of `pool`'s (from ifd_kvpool_lookup or _probe), `lpool` holds the keyed
+ * twins of a model's sliding-window layers (window `window` tokens, the same
+ * block size). A hit of k' blocks needs only the twins the first recomputed
+ * query (at position k' * bs) reads: blocks lo(k') = max(0, k' * bs - window
+ * + 1) / bs .. k' - 1, on device dev. Looks them up by their twins' keys for
+ * k' = k; where one is missing the hit ends below it (k' = that block) and
+ * the shorter hit's window is looked up in turn, down to 0. Returns k' and
+ * stores lo(k') into *out_lo (may be NULL); twins[lo(k') .. k') then hold the
+ * twins, with one reference each for `worker` (worker -1: a probe, no
+ * references, no stats); other entries of twins[0..k) are scratch. keys:
+ * [k] scratch. IFD_EINVAL on bad arguments (nothing held). The engine's
+ * admission and the router's routing both use it (docs/models.md).
+ */
+int ifd_kvpool_window_run(ifd_kvpool_t *pool, ifd_kvpool_t *lpool, int worker, int dev, int window,
+                          uint64_t salt, const int32_t *tokens, const int32_t *blocks, int k,
+                          int32_t *twins, uint64_t *keys, int32_t *out_lo);
+
 /* ---- crash recovery -------------------------------------------------------- */
 
 /* Drops every reference `worker` holds (after that worker died or exited).

@@ -893,8 +893,10 @@ static int ifd__run(ifd__daemon_t *d)
 
     const ifd_token_t *eog;
     size_t n_eog = ifd_tokenizer_eog_ids(d->tok, &eog);
-    ifd_router_params_t rp = {d->pool, d->sup,          &d->metrics,
-                              eog,     (uint32_t)n_eog, (int)d->cfg.route_slack};
+    ifd_router_params_t rp = {d->pool,         d->sup,
+                              &d->metrics,     eog,
+                              (uint32_t)n_eog, (int)d->cfg.route_slack,
+                              d->lpool,        d->lpool ? (int)d->mcfg.sliding_window : 0};
     if ((rc = ifd_router_create(&d->router, &rp)))
         goto fail;
 

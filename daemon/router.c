@@ -64,6 +64,8 @@ struct ifd_router {
     int rr;
     int block_size;
     int32_t *probe;
+    int32_t *lprobe; /* [probe_cap]: local twins, with a local pool */
+    uint64_t *lkeys; /* [probe_cap] */
     size_t probe_cap;
     int *scores;
     bool stopping;
@@ -275,6 +277,8 @@ void ifd_router_destroy(ifd_router_t *r)
     free(r->scores);
     free(r->eog);
     free(r->probe);
+    free(r->lprobe);
+    free(r->lkeys);
     free(r);
 }
 
@@ -391,6 +395,28 @@ static bool ifd__avoid_unresponsive(const ifd_router_t *r)
     return false;
 }
 
+/* With a local pool: scores each candidate device with the run of the
+ * probe's got blocks its engine could use (the leading run on the device,
+ * cut to the local twins of its window). Returns 0: nothing left for the
+ * caller's per-block count. */
+static int ifd__score_local(ifd_router_t *r, const ifd_rseq_t *s, int got)
+{
+    for (int w = 0; w < r->n_workers; w++) {
+        if (r->scores[w] != 0) /* not a candidate, or its device scored already */
+            continue;
+        const int dev = ifd_sup_worker(r->p.sup, w)->kv_device;
+        int k = 0;
+        while (k < got && ifd_kvpool_block_device(r->p.pool, r->probe[k]) == dev)
+            k++;
+        k = ifd_kvpool_window_run(r->p.pool, r->p.local_pool, -1, dev, r->p.sliding_window, 0,
+                                  s->tokens, r->probe, k, r->lprobe, r->lkeys, NULL);
+        for (int v = w; k > 0 && v < r->n_workers; v++)
+            if (r->scores[v] == 0 && ifd_sup_worker(r->p.sup, v)->kv_device == dev)
+                r->scores[v] = k;
+    }
+    return 0;
+}
+
 static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
 {
     int n_cand = 0, only = -1;
@@ -411,14 +437,22 @@ static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
     if (max_blocks > 0 && s->use_cache) {
         if ((size_t)max_blocks > r->probe_cap) {
             int32_t *pb = realloc(r->probe, (size_t)max_blocks * sizeof *pb);
-            if (pb) {
+            int32_t *lb = pb ? realloc(r->lprobe, (size_t)max_blocks * sizeof *lb) : NULL;
+            uint64_t *lk = lb ? realloc(r->lkeys, (size_t)max_blocks * sizeof *lk) : NULL;
+            if (pb)
                 r->probe = pb;
+            if (lb)
+                r->lprobe = lb;
+            if (lk) {
+                r->lkeys = lk;
                 r->probe_cap = (size_t)max_blocks;
             }
         }
         if ((size_t)max_blocks <= r->probe_cap) {
             int got =
                 ifd_kvpool_probe(r->p.pool, 0, s->tokens, (int)n_tok - 1, r->probe, max_blocks);
+            if (r->p.local_pool && r->p.sliding_window > 0)
+                got = ifd__score_local(r, s, got);
             for (int b = 0; b < got; b++) {
                 int dev = ifd_kvpool_block_device(r->p.pool, r->probe[b]);
                 for (int w = 0; w < r->n_workers; w++)

@@ -11,7 +11,11 @@
  * (ifd_kvpool_probe, no references taken); among the workers with room,
  * the one whose device holds the longest cached prefix wins unless it runs
  * more than route_slack sequences beyond the least-loaded one, which then
- * wins instead (ties: the lowest load, then round robin).
+ * wins instead (ties: the lowest load, then round robin). With a local
+ * layers' pool (several devices of it: GPU workers) a device scores the run
+ * its engine could use: the leading run on that device, cut to where the
+ * local pool holds the first recomputed token's window there, exactly as
+ * the engine's admission cuts it (ifd_kvpool_window_run).
  *
  * Resumption: the router keeps every token streamed for a sequence. When
  * its worker dies, the sequence goes back to the front of the queue and is
@@ -81,6 +85,11 @@ typedef struct {
     const int32_t *eog_ids; /* the model's end-of-generation ids (copied) */
     uint32_t n_eog_ids;
     int route_slack;
+    /* The local (sliding-window) layers' pool and their window, or NULL / 0:
+     * a device's prefix score is then the run its worker could use, cut to
+     * the local twins of its window (ifd_kvpool_window_run). */
+    ifd_kvpool_t *local_pool;
+    int sliding_window;
 } ifd_router_params_t;
 
 /* 0, IFD_ENOMEM. */

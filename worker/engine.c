@@ -668,21 +668,12 @@ static int32_t ifd__plp_fit(const ifd__seq_t *s, int32_t n, int *plp_left)
 }
 
 /* Drops the local twins held in lblocks[from, to) (entries < 0 are none). */
-static void ifd__local_drop(ifd_engine_t *e, ifd__seq_t *s, int32_t from, int32_t to)
-{
-    for (int32_t b = from; b < to; b++)
-        if (s->lblocks[b] >= 0)
-            ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + b, 1);
-}
-
 /*
  * The local twins a global prefix hit of k blocks (s->blocks[0..k), held)
- * needs: those the window of the first recomputed query (at k * bs) reads,
- * blocks ifd__local_lo(k * bs) .. k - 1, looked up by their global twins'
- * keys (a twin on another device counts as missing). Where one is missing
- * the hit ends below it, and the window of that shorter hit is looked up in
- * turn. Returns the usable k (0: none) with lblocks[l_first, k) held and
- * l_first = ifd__local_lo(k * bs), or IFD_ENOMEM (nothing held).
+ * needs: those the window of the first recomputed query reads, looked up by
+ * their global twins' keys and cut below a missing one
+ * (ifd_kvpool_window_run). Returns the usable k (0: none) with
+ * lblocks[l_first, k) held, or a negative error (nothing held).
  */
 static int ifd__local_hit(ifd_engine_t *e, ifd__seq_t *s, int32_t k)
 {
@@ -693,40 +684,9 @@ static int ifd__local_hit(ifd_engine_t *e, ifd__seq_t *s, int32_t k)
         e->lkeys = t;
         e->lkeys_cap = k;
     }
-    int32_t a = k; /* lblocks[a, k) are looked up: held, or -1 */
-    while (k > 0) {
-        const int32_t lo = ifd__local_lo(e, k * e->block_size);
-        if (lo < a) {
-            int32_t n = 0;
-            for (int32_t b = lo; b < a; b++, n++)
-                if (ifd_kvpool_block_key(e->pool, s->blocks[b], &e->lkeys[n]))
-                    e->lkeys[n] = UINT64_MAX; /* not published: matches nothing */
-            int got = ifd_kvpool_lookup_keyed(e->lpool, e->p.worker, s->salt,
-                                              s->tokens + (int64_t)lo * e->block_size, e->lkeys, n,
-                                              s->lblocks + lo);
-            if (got < 0)
-                for (int32_t b = lo; b < a; b++)
-                    s->lblocks[b] = -1;
-            for (int32_t b = lo; b < a; b++)
-                if (s->lblocks[b] >= 0 &&
-                    ifd_kvpool_block_device(e->lpool, s->lblocks[b]) != e->p.device) {
-                    ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + b, 1);
-                    s->lblocks[b] = -1;
-                }
-            a = lo;
-        }
-        int32_t miss = k - 1;
-        while (miss >= lo && s->lblocks[miss] >= 0)
-            miss--;
-        if (miss < lo)
-            break; /* the whole window is there */
-        ifd__local_drop(e, s, miss + 1, k);
-        k = miss;
-    }
-    const int32_t first = ifd__local_lo(e, k * e->block_size);
-    ifd__local_drop(e, s, a, first); /* before the window: not needed */
-    s->l_first = first;
-    return k;
+    return ifd_kvpool_window_run(e->pool, e->lpool, e->p.worker, e->p.device,
+                                 e->model.sliding_window, s->salt, s->tokens, s->blocks, k,
+                                 s->lblocks, e->lkeys, &s->l_first);
 }
 
 /* Admission: consult the prefix cache (use_cache only), never past the

@@ -801,6 +801,68 @@ START_TEST(test_keyed_entries)
 }
 END_TEST
 
+/* ifd_kvpool_window_run: a hit of k blocks needs the twins of the window
+ * of the query at k * bs (block size 4, window 6: blocks (4k - 5) / 4 ..
+ * k - 1), cut below a missing one; a worker holds exactly the returned
+ * window's twins; another device's twins count as missing. */
+START_TEST(test_window_run)
+{
+    ifd_kvpool_t *gp = make_pool(16);
+    int32_t toks[10 * BS], g[10];
+    for (int i = 0; i < 10 * BS; i++)
+        toks[i] = 500 + i;
+    ck_assert_int_eq(ifd_kvpool_alloc(gp, 0, 0, 10, g), 0);
+    publish_seq(gp, 0, g, 10, toks, 0);
+    static const struct {
+        unsigned twins; /* blocks whose keyed twin is published */
+        int hit, lo;
+    } cases[] = {
+        {0x3ff, 9, 7}, /* all: the window of 9 blocks is 7, 8 */
+        {0x180, 9, 7}, /* 7 and 8 only: enough */
+        {0x2ff, 8, 6}, /* 8 missing: 8 blocks (6, 7) */
+        {0x2bf, 6, 4}, /* 8 and 6 missing: cut twice */
+        {0x300, 0, 0}, /* 8 and 9 only: nothing usable */
+    };
+    for (int c = 0; c < 5; c++) {
+        ifd_kvpool_t *lp = make_pool(16);
+        int32_t l[10], tw[10];
+        uint64_t keys[10];
+        ck_assert_int_eq(ifd_kvpool_alloc(lp, 0, 0, 10, l), 0);
+        for (int b = 0; b < 10; b++) {
+            uint64_t k;
+            ck_assert_int_eq(ifd_kvpool_block_key(gp, g[b], &k), 0);
+            if (cases[c].twins >> b & 1)
+                ck_assert_int_eq(ifd_kvpool_publish_keyed(lp, 0, l[b], k, 0, toks + b * BS), 0);
+        }
+        ck_assert_int_eq(ifd_kvpool_free(lp, 0, l, 10), 0);
+        int32_t lo = -1;
+        ck_assert_int_eq(ifd_kvpool_window_run(gp, lp, -1, 0, 6, 0, toks, g, 9, tw, keys, &lo),
+                         cases[c].hit);
+        ck_assert_int_eq(lo, cases[c].lo);
+        for (int b = lo; b < cases[c].hit; b++)
+            ck_assert_int_eq(tw[b], l[b]);
+        ifd_kvpool_stats_t st;
+        ifd_kvpool_stats(lp, &st);
+        ck_assert_int_eq(st.in_use, 0); /* a probe */
+        ck_assert_int_eq(ifd_kvpool_window_run(gp, lp, 1, 0, 6, 0, toks, g, 9, tw, keys, &lo),
+                         cases[c].hit);
+        for (int b = 0; b < 10; b++)
+            ck_assert_int_eq(ifd_kvpool_refs_of(lp, 1, l[b]), b >= cases[c].lo && b < cases[c].hit);
+        ck_assert_int_eq(ifd_kvpool_reclaim(lp, 1), cases[c].hit - cases[c].lo);
+        /* another device's twins: none usable; another salt: none */
+        ck_assert_int_eq(ifd_kvpool_window_run(gp, lp, -1, 1, 6, 0, toks, g, 9, tw, keys, NULL), 0);
+        ck_assert_int_eq(ifd_kvpool_window_run(gp, lp, -1, 0, 6, 5, toks, g, 9, tw, keys, NULL), 0);
+        assert_ok(lp);
+        ifd_kvpool_destroy(lp);
+    }
+    ck_assert_int_eq(ifd_kvpool_window_run(gp, gp, -1, 0, 0, 0, toks, g, 9, g, NULL, NULL),
+                     IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvpool_free(gp, 0, g, 10), 0);
+    assert_ok(gp);
+    ifd_kvpool_destroy(gp);
+}
+END_TEST
+
 START_TEST(test_collisions_never_return_wrong_kv)
 {
     /* With 3-bit hashes nearly every block collides with others: lookups
@@ -1714,6 +1776,7 @@ int main(int argc, char **argv)
         tcase_add_test(tc, test_duplicates_and_twins);
         tcase_add_test(tc, test_collisions_never_return_wrong_kv);
         tcase_add_test(tc, test_keyed_entries);
+        tcase_add_test(tc, test_window_run);
         tcase_add_test(tc, test_lru_eviction_order);
         tcase_add_test(tc, test_reclaim_exact);
         tcase_add_test(tc, test_random_ops_invariants);
