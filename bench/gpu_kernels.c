@@ -308,6 +308,12 @@ static int run_logprobs(void *s_)
     return ifd_cuda_logprobs(S->f, S->c, NULL, S->rows, S->dim, NULL);
 }
 
+static int run_softcap(void *s_)
+{
+    small_t *S = s_;
+    return ifd_cuda_softcap(S->b, (int64_t)S->rows * S->dim, 30.0f, NULL);
+}
+
 static void free_small(small_t *S)
 {
     cudaFree(S->a);
@@ -525,6 +531,8 @@ int main(int argc, char **argv)
         free(mr);
         ms = time_ms(run_mask, &S);
         printf(",\"mask\":{\"rows\":%d,\"vocab\":%d,\"ms\":%.4f}", rows, vocab, ms);
+        ms = time_ms(run_softcap, &S);
+        printf(",\"softcap\":{\"rows\":%d,\"vocab\":%d,\"ms\":%.4f}", rows, vocab, ms);
         /* logprobs with 20 alternatives of every row (on the masked rows) */
         cudaFree(S.c);
         ifd_cuda_logprob_req_t *q = calloc((size_t)rows, sizeof *q);

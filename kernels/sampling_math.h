@@ -28,6 +28,9 @@
  *
  * The function is branch-free so that loops over a row vectorize (SSE2
  * suffices: float ops, int32 shifts, float-to-double widening).
+ * The final logit soft-cap, which comes before all of it, is here too
+ * (ifd_softcap, the same way: no tanhf).
+ *
  * Header-only, no state: compiles as C11 and as CUDA device code. Thread-safe.
  */
 #ifndef IFD_SAMPLING_MATH_H
@@ -49,10 +52,12 @@
 #define IFD__FMUL(a, b) __fmul_rn((a), (b))
 #define IFD__FADD(a, b) __fadd_rn((a), (b))
 #define IFD__DADD(a, b) __dadd_rn((a), (b))
+#define IFD__FDIV(a, b) __fdiv_rn((a), (b))
 #else
 #define IFD__FMUL(a, b) ((a) * (b))
 #define IFD__FADD(a, b) ((a) + (b))
 #define IFD__DADD(a, b) ((a) + (b))
+#define IFD__FDIV(a, b) ((a) / (b))
 #endif
 
 /* Largest vocabulary the integer weights are defined for: 2^20 weights of at
@@ -151,6 +156,67 @@ IFD_SAMPLING_FN uint64_t ifd_sampling_target(uint64_t seed, uint64_t position, u
 {
     uint64_t r = ifd_rng_u64(seed, position, IFD_SAMPLING_COUNTER_DRAW) >> 11;
     return ifd__sampling_mulhi53(r, total);
+}
+
+/*
+ * The final logit soft-cap (Gemma 2 style): c * tanh(x / c), -inf kept
+ * (an id past the tokenizer's), NaN kept, +inf -> c. Part of the logits
+ * that define a sampled token, so it is defined here with IEEE float32
+ * operations only, for the host (model.c) and the device (sample.cu) to
+ * compute the same bits — libm's tanhf and CUDA's differ in the last bit.
+ * With y = x / c and a = |y|: a >= 9.1 gives 1 (tanh is within 2^-25 of
+ * it); a < 2^-12 gives a; otherwise tanh(a) = -e / (2 + e) with
+ * e = expm1(-2a), computed as 2^k * (1 + p) - 1 (or p when k = 0) with
+ * k = round(-2a / ln 2), r = -2a - k ln 2 by Cody-Waite, and
+ * p = expm1(r) by a degree-8 Taylor polynomial (|r| <= 0.35: truncation
+ * below 1e-9 relative). Within a few ulp of tanh; sign restored from y.
+ */
+IFD_SAMPLING_FN float ifd_softcap(float x, float cap)
+{
+    if (x != x || x < -0x1.fffffep127f) /* NaN, -inf */
+        return x;
+    const float y = IFD__FDIV(x, cap);
+    uint32_t yb;
+    memcpy(&yb, &y, sizeof yb);
+    const uint32_t sign = yb & 0x80000000u, ab = yb & 0x7fffffffu;
+    float a;
+    memcpy(&a, &ab, sizeof a);
+    float t;
+    if (!(a < 9.1f)) {
+        t = 1.0f;
+    } else if (a < 0x1p-12f) {
+        t = a;
+    } else {
+        const float inv_ln2 = 0x1.715476p+0f;
+        const float ln2_hi = 0x1.62e4p-1f;
+        const float ln2_lo = 0x1.7f7d1cp-20f;
+        const float shifter = 0x1.8p23f;
+        const float u = IFD__FMUL(-2.0f, a);
+        const float k = IFD__FADD(IFD__FADD(IFD__FMUL(u, inv_ln2), shifter), -shifter);
+        float r = IFD__FADD(u, -IFD__FMUL(k, ln2_hi));
+        r = IFD__FADD(r, -IFD__FMUL(k, ln2_lo));
+        float q = 0x1.a01a02p-16f; /* 1/8!, then 1/7! ... 1/2!, rounded to float */
+        q = IFD__FADD(IFD__FMUL(q, r), 0x1.a01a02p-13f);
+        q = IFD__FADD(IFD__FMUL(q, r), 0x1.6c16c2p-10f);
+        q = IFD__FADD(IFD__FMUL(q, r), 0x1.111112p-7f);
+        q = IFD__FADD(IFD__FMUL(q, r), 0x1.555556p-5f);
+        q = IFD__FADD(IFD__FMUL(q, r), 0x1.555556p-3f);
+        q = IFD__FADD(IFD__FMUL(q, r), 0x1.0p-1f);
+        const float p = IFD__FADD(r, IFD__FMUL(IFD__FMUL(r, r), q));
+        float e = p;
+        if (k != 0.0f) { /* k in [-27, -1]: 2^k a normal float, built exactly */
+            const uint32_t sbits = (uint32_t)((int32_t)k + 127) << 23;
+            float scale;
+            memcpy(&scale, &sbits, sizeof scale);
+            e = IFD__FADD(IFD__FMUL(scale, IFD__FADD(1.0f, p)), -1.0f);
+        }
+        t = IFD__FDIV(-e, IFD__FADD(2.0f, e));
+    }
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    tb |= sign;
+    memcpy(&t, &tb, sizeof t);
+    return IFD__FMUL(cap, t);
 }
 
 #endif

@@ -283,6 +283,10 @@ typedef struct {
      * token ids and the requested logprobs come back. */
     int (*sample)(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logits,
                   const ifd_sample_row_t *rows, int n_rows);
+    /* The final logit soft-cap in place on rows [0, n_rows) of f32 logits:
+     * x = ifd_softcap(x, cap) (sampling_math.h), the host's bits exactly,
+     * so that a soft-capped model samples on the device too. */
+    int (*softcap)(ifd_backend_t *be, ifd_act_t *logits, int n_rows, float cap);
     /* Graphs: graph_begin records the ops enqueued after it instead of
      * running them, graph_end(key) stops recording and keeps them as graph
      * `key` (< IFD_BACKEND_MAX_GRAPHS; replacing an old one; on any error the

@@ -1103,6 +1103,13 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
     return 0;
 }
 
+static int ifd__cuda_softcap(ifd_backend_t *be, ifd_act_t *logits, int n_rows, float cap)
+{
+    if (logits->dtype != IFD_DTYPE_F32 || n_rows < 0 || n_rows > logits->rows)
+        return IFD_EINVAL;
+    return ifd_cuda_softcap(logits->data, (int64_t)n_rows * logits->cols, cap, ifd__st(be));
+}
+
 /* ---- graphs --------------------------------------------------------------- */
 
 static int ifd__cuda_graph_begin(ifd_backend_t *be)
@@ -1184,6 +1191,7 @@ static int ifd__cuda_graph_launch(ifd_backend_t *be, int key)
     .glu = ifd__cuda_glu, \
     .gather_rows = ifd__cuda_gather_rows, \
     .sample = ifd__cuda_sample, \
+    .softcap = ifd__cuda_softcap, \
     .graph_begin = ifd__cuda_graph_begin, \
     .graph_end = ifd__cuda_graph_end, \
     .graph_launch = ifd__cuda_graph_launch,

@@ -53,16 +53,17 @@
  *
  * Sampling on the device (ifd_model_forward_sample, backends with
  * ops->sample): logits stay on the device, grammar masks and logprobs
- * included (backend.h's ifd_sample_row_t); rows the caller marks for the
- * host, and every row when the model has a final soft-cap (tanh on the
- * device would not match the host's bit for bit: docs/gpu-status.md), are
- * downloaded instead.
+ * included (backend.h's ifd_sample_row_t); a final soft-cap is applied
+ * there too (ops->softcap: ifd_softcap of sampling_math.h, which the host
+ * path computes with the same float operations); rows the caller marks
+ * for the host are downloaded instead (already capped).
  */
 #include "model.h"
 
 #include "error.h"
 #include "log.h"
 #include "model_source.h"
+#include "sampling_math.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -1071,14 +1072,14 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
 }
 
 /* Gemma-style c·tanh(logits / c), on a host copy; -inf (an id past the
- * tokenizer's) stays -inf. */
+ * tokenizer's) stays -inf. ifd_softcap (sampling_math.h), not tanhf: the
+ * device computes the same bits (ops->softcap). */
 static void ifd__softcap(const ifd_model_t *m, float *logits, size_t n)
 {
     const float cap = m->cfg.final_logit_softcap;
     if (cap > 0)
         for (size_t i = 0; i < n; i++)
-            if (logits[i] != -INFINITY)
-                logits[i] = cap * tanhf(logits[i] / cap);
+            logits[i] = ifd_softcap(logits[i], cap);
 }
 
 int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
@@ -1102,11 +1103,16 @@ int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_
                              const ifd_sample_row_t *rows, int32_t *tokens, float *logits)
 {
     ifd_backend_t *be = m->be;
-    const bool device = be->ops->sample && !(m->cfg.final_logit_softcap > 0);
+    const float cap = m->cfg.final_logit_softcap;
+    const bool device = be->ops->sample && (!(cap > 0) || be->ops->softcap);
     int rc = ifd__forward_dev(m, b, kv);
     if (rc)
         return rc;
     const size_t V = m->cfg.n_vocab;
+    /* capped on the device: the rows downloaded below are final already */
+    const bool dev_cap = device && cap > 0 && b->n_logits > 0;
+    if (dev_cap && (rc = be->ops->softcap(be, &m->lg.logits, b->n_logits, cap)))
+        return rc;
     bool any_dev = false;
     for (int i = 0; i < b->n_logits; i++) {
         if (device && (rows[i].params || rows[i].result)) {
@@ -1120,7 +1126,8 @@ int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_
         const float *src = (const float *)m->lg.logits.data + (size_t)i * V;
         if ((rc = be->ops->download(be, dst, src, V * 4)))
             return rc;
-        ifd__softcap(m, dst, V);
+        if (!dev_cap)
+            ifd__softcap(m, dst, V);
     }
     if (any_dev && (rc = be->ops->sample(be, tokens, &m->lg.logits, rows, b->n_logits)))
         return rc;

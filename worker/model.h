@@ -110,8 +110,9 @@ int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t
  * The forward pass with sampling on the device where the backend can
  * (ops->sample; model.c): rows[i] describes logits row i (b->n_logits of
  * them). A row with params and result NULL — the caller's choice for rows
- * it samples itself — and every row when the backend cannot sample or the
- * model has a final soft-cap gets tokens[i] = IFD_MODEL_SAMPLE_ON_HOST and
+ * it samples itself — and every row when the backend cannot sample (or
+ * cannot soft-cap a model with a final soft-cap) gets tokens[i] =
+ * IFD_MODEL_SAMPLE_ON_HOST and
  * its logits in logits + i * n_vocab (host memory, as ifd_model_forward
  * writes them); the caller samples (or scores) it. The other rows get
  * tokens[i] = the token ifd_sampler_sample would return for those logits

@@ -30,7 +30,8 @@
  * a pass for the maximum, the bad-value check and the rank; a pass for the
  * exact integer normalizer; a pass in which each thread keeps its own
  * sorted top-k of (value, -id) keys, then k block-wide maxima over the
- * threads' list heads give the top-k in order).
+ * threads' list heads give the top-k in order), and the final soft-cap
+ * (one thread per logit, sampling_math.h's ifd_softcap).
  */
 #include "sample.h"
 
@@ -471,6 +472,17 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
+/* ---- the final soft-cap ---------------------------------------------------- */
+
+constexpr int CAP_THREADS = 256;
+
+__global__ void __launch_bounds__(CAP_THREADS) softcap_kernel(float *x, int64_t n, float cap)
+{
+    const int64_t i = (int64_t)blockIdx.x * CAP_THREADS + threadIdx.x;
+    if (i < n)
+        x[i] = ifd_softcap(x[i], cap);
+}
+
 /* ---- step 3b: grammar masks ---------------------------------------------- */
 
 constexpr int MASK_THREADS = 256;
@@ -544,6 +556,22 @@ extern "C" int ifd_cuda_apply_penalties(float *IFD_CUDA_RESTRICT logits,
     IFD_LAUNCH(kern, dim3((unsigned)n_rows), dim3(PEN_THREADS), 0, stream, logits, rows, bias,
                hist, vocab);
     IFD_CUDA_CHECK_LAUNCH("penalty_kernel");
+    return 0;
+}
+
+extern "C" int ifd_cuda_softcap(float *IFD_CUDA_RESTRICT x, int64_t n, float cap,
+                                ifd_cuda_stream_t stream)
+{
+    if (n < 0 || !(cap > 0.0f && cap <= 3.4e38f) || n > (int64_t)CAP_THREADS * 0x7fffffff)
+        return IFD_EINVAL;
+    if (n == 0)
+        return 0;
+    if (!x)
+        return IFD_EINVAL;
+    void (*kern)(float *, int64_t, float) = softcap_kernel;
+    IFD_LAUNCH(kern, dim3((unsigned)((n + CAP_THREADS - 1) / CAP_THREADS)), dim3(CAP_THREADS), 0,
+               stream, x, n, cap);
+    IFD_CUDA_CHECK_LAUNCH("softcap_kernel");
     return 0;
 }
 

@@ -16,7 +16,8 @@
  * computed on the host, applied to the row), and the logprobs of sampler.h
  * (ifd_cuda_logprobs: the scored token's logprob and rank and the top
  * alternatives, within float rounding of ifd_sampler_sample's, the same
- * ids in the same order).
+ * ids in the same order), and the final logit soft-cap that comes before
+ * all of them (ifd_cuda_softcap, the host's ifd_softcap bit for bit).
  */
 #ifndef IFD_CUDA_SAMPLE_H
 #define IFD_CUDA_SAMPLE_H
@@ -102,6 +103,15 @@ int ifd_cuda_apply_mask(float *IFD_CUDA_RESTRICT logits,         /* [n_logit_row
                         const uint32_t *IFD_CUDA_RESTRICT masks, /* [n_masks, (vocab + 31) / 32] */
                         const int32_t *IFD_CUDA_RESTRICT rows,   /* [n_masks] */
                         int n_masks, int n_logit_rows, int vocab, ifd_cuda_stream_t stream);
+
+/*
+ * The final logit soft-cap in place: x = ifd_softcap(x, cap)
+ * (kernels/sampling_math.h: c * tanh(x / c) in IEEE float32 operations,
+ * the host's bits exactly), for n elements. cap > 0 and finite.
+ * Returns 0, IFD_EINVAL, IFD_ECUDA.
+ */
+int ifd_cuda_softcap(float *IFD_CUDA_RESTRICT x, /* [n] */
+                     int64_t n, float cap, ifd_cuda_stream_t stream);
 
 /* Most top alternatives ifd_cuda_logprobs returns (IFD_SAMPLER_MAX_LOGPROBS). */
 #define IFD_CUDA_MAX_LOGPROBS 20

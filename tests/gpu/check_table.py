@@ -63,7 +63,7 @@ def kernels(r):
                          f"{100 * s['frac_copy']:.0f}%", tgt))
     sm = r["sample"]
     print(fmt.format(f"sample {sm['rows']} x {sm['vocab']}", f"{sm['ms']:.4f}", "", "", ""))
-    for k in ("mask", "logprobs"):  # absent from results of older builds
+    for k in ("mask", "softcap", "logprobs"):  # absent from results of older builds
         if k in r:
             print(fmt.format(f"{k} {r[k]['rows']} x {r[k]['vocab']}", f"{r[k]['ms']:.4f}", "",
                              "", ""))

@@ -731,6 +731,9 @@ static void engine_sampling(uint32_t n_valid)
 {
     ifd_model_config_t c = tiny();
     c.n_vocab_valid = n_valid;
+    /* with ids past the valid ones, a final soft-cap too (tight: the tiny
+     * model's logits span a few units), applied on the device */
+    c.final_logit_softcap = n_valid ? 1.5f : 0.0f;
     const ifd_logit_bias_t bias[3] = {{5, 2.0f}, {5, 0.5f}, {9, -INFINITY}};
     const ifd_logit_bias_t past[3] = {{80, 100.0f}, {5, 2.0f}, {100, 50.0f}};
     gt_side_t s = {0};

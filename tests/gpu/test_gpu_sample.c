@@ -26,6 +26,7 @@
 #include "error.h"
 #include "log.h"
 #include "sampler.h"
+#include "sampling_math.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -214,6 +215,55 @@ static void test_many_seeds(void)
 {
     const int V = gt_small() ? 500 : 50000, n = gt_small() ? 48 : 512;
     sample_batch(V, n, 0, 11, 0); /* kind 0 rows, random parameter mixes */
+}
+
+/* ---- the final soft-cap --------------------------------------------------------- */
+
+static void test_softcap(void)
+{
+    const int n = gt_small() ? 20000 : 1 << 22;
+    float *x = gt_xmalloc((size_t)n * 4), *got = gt_xmalloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) {
+        const int k = (int)gt_rand_int(10);
+        x[i] = k == 0   ? gt_randn() * 1e-4f                        /* tiny: tanh(y) = y */
+               : k == 1 ? gt_randn() * 400.0f                       /* saturated */
+               : k == 2 ? (float)(i % 7 - 3) * 0x1p-14f             /* around 2^-12 */
+               : k == 3 ? (gt_rand_int(2) ? 1.0f : -1.0f) * 273.0f  /* y = 9.1 */
+                        : gt_randn() * 30.0f;                       /* the working range */
+    }
+    x[0] = -INFINITY, x[1] = INFINITY, x[2] = NAN, x[3] = 0.0f, x[4] = -0.0f;
+    static const float caps[] = {30.0f, 50.0f, 2.5f};
+    float *dx = gt_dalloc((size_t)n * 4);
+    for (int c = 0; c < 3; c++) {
+        gt_upload(dx, x, (size_t)n * 4);
+        int rc = ifd_cuda_softcap(dx, n, caps[c], NULL);
+        GT_EXPECT(rc == 0, "ifd_cuda_softcap returned %d", rc);
+        gt_sync();
+        gt_download(got, dx, (size_t)n * 4);
+        int64_t diff = 0;
+        double worst = 0.0;
+        for (int i = 0; i < n; i++) {
+            const float want = ifd_softcap(x[i], caps[c]);
+            diff += memcmp(&want, &got[i], 4) != 0;
+            if (isfinite(x[i])) { /* against the exact value: a few ulp */
+                const double ex = (double)caps[c] * tanh((double)x[i] / (double)caps[c]);
+                const double err = fabs((double)want - ex) / fmax(fabs(ex), 1e-30);
+                worst = fmax(worst, err);
+            }
+        }
+        GT_EXPECT(diff == 0, "cap %g: %lld values differ from the host's", (double)caps[c],
+                  (long long)diff);
+        GT_EXPECT(worst < 6e-7, "cap %g: relative error %.3g of c tanh(x / c)",
+                  (double)caps[c], worst);
+        gt_note("cap %g: largest relative error %.3g", (double)caps[c], worst);
+    }
+    GT_EXPECT(got[0] == -INFINITY && got[1] == caps[2] && isnan(got[2]) && got[3] == 0.0f &&
+                  signbit(got[4]),
+              "special values: %g %g %g %g %g", (double)got[0], (double)got[1], (double)got[2],
+              (double)got[3], (double)got[4]);
+    GT_EXPECT(ifd_cuda_softcap(dx, n, 0.0f, NULL) == IFD_EINVAL, "cap 0 accepted");
+    free(x), free(got);
+    gt_dfree(dx);
 }
 
 /* ---- step 3b: grammar masks ------------------------------------------------ */
@@ -440,6 +490,7 @@ int main(void)
     gt_case("large_vocab", test_large_vocab);
     gt_case("many_seeds", test_many_seeds);
     gt_case("grammar masks", test_mask);
+    gt_case("final soft-cap", test_softcap);
     gt_case("logprobs", test_logprobs);
     return gt_end();
 }
