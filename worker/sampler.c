@@ -355,7 +355,9 @@ int ifd_sampler_create(int32_t vocab, ifd_sampler_t **out)
     s->fwork = malloc(n * sizeof *s->fwork);
     s->work = malloc(n * sizeof *s->work);
     s->counts = calloc(n, sizeof *s->counts);
-    s->mask = malloc((n + 31) / 32 * sizeof *s->mask);
+    /* zeroed: a constraint writes only its tokenizer's words, and ids past
+     * them (a padded vocabulary) stay disallowed, as their -inf bias says */
+    s->mask = calloc((n + 31) / 32, sizeof *s->mask);
     if (!s->logits || !s->scaled || !s->q || !s->bin || !s->fwork || !s->work || !s->counts ||
         !s->mask) {
         IFD_ERROR("sampler: allocating scratch for a vocabulary of %d failed", vocab);
