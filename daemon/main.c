@@ -13,7 +13,10 @@
  * accepting, close idle connections, let requests in flight finish for up to
  * shutdown_grace (then end them), stop the workers (SHUTDOWN, then SIGKILL),
  * close every handle, exit 0. SIGHUP reopens log_file and applies the
- * reloadable settings. Signal callbacks run on the loop (uv_signal), never
+ * reloadable settings. With --gpus the handlers are on from the POOL step
+ * (the first workers load the weights and size the pool, before anything
+ * listens): a SIGTERM or SIGINT then kills and reaps those workers, logs
+ * that the start-up was interrupted and exits 0; a SIGHUP is ignored. Signal callbacks run on the loop (uv_signal), never
  * in signal context.
  *
  * The state below is one struct on main's stack, passed to every callback:
@@ -89,6 +92,10 @@ typedef struct {
     char gpu_dev[IFD_GPU_MAX][128];
     bool sized;
     char size_err[1024];
+    bool sizing;              /* the POOL step's loop run is on */
+    const char *interrupted;  /* SIGTERM/SIGINT during it ("SIGTERM"), or NULL */
+    bool sizing_stopped;      /* ...and every sizing worker has exited since */
+    bool handles_init;        /* the signal handles and timers below exist */
     bool loop_init; /* uv_loop_init done (a failed start closes it if it can) */
 } ifd__daemon_t;
 
@@ -286,6 +293,11 @@ static void ifd__on_pool_failed(void *ctx, int w, const char *why)
 static void ifd__on_stopped(void *ctx)
 {
     ifd__daemon_t *d = ctx;
+    if (d->sizing) { /* interrupted while sizing: the workers are reaped */
+        d->sizing_stopped = true;
+        uv_stop(&d->loop);
+        return;
+    }
     if (d->stage == 2) {
         d->stage = 3;
         uv_timer_start(&d->step_timer, ifd__step_cb, 0, 0);
@@ -302,6 +314,20 @@ static void ifd__closed_cb(uv_handle_t *h)
 static void ifd__step_cb(uv_timer_t *t)
 {
     ifd__shutdown_step(t->data);
+}
+
+/* Closes the signal handles and timers (from the last shutdown stage or a
+ * start that ends early); their close callbacks run on the next loop turn. */
+static void ifd__close_handles(ifd__daemon_t *d)
+{
+    if (!d->handles_init)
+        return;
+    d->handles_init = false;
+    uv_handle_t *h[] = {(uv_handle_t *)&d->sig_term,    (uv_handle_t *)&d->sig_int,
+                        (uv_handle_t *)&d->sig_hup,     (uv_handle_t *)&d->grace_timer,
+                        (uv_handle_t *)&d->step_timer, (uv_handle_t *)&d->sd_timer};
+    for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+        uv_close(h[i], ifd__closed_cb);
 }
 
 /* Runs the next shutdown stage when its condition holds. */
@@ -324,12 +350,7 @@ static void ifd__shutdown_step(ifd__daemon_t *d)
         d->http = NULL;
         ifd_sup_destroy(d->sup);
         d->sup = NULL;
-        uv_close((uv_handle_t *)&d->sig_term, ifd__closed_cb);
-        uv_close((uv_handle_t *)&d->sig_int, ifd__closed_cb);
-        uv_close((uv_handle_t *)&d->sig_hup, ifd__closed_cb);
-        uv_close((uv_handle_t *)&d->grace_timer, ifd__closed_cb);
-        uv_close((uv_handle_t *)&d->step_timer, ifd__closed_cb);
-        uv_close((uv_handle_t *)&d->sd_timer, ifd__closed_cb);
+        ifd__close_handles(d);
     }
 }
 
@@ -443,6 +464,26 @@ static void ifd__reload(ifd__daemon_t *d)
 static void ifd__signal_cb(uv_signal_t *h, int signum)
 {
     ifd__daemon_t *d = h->data;
+    if (d->sizing) {
+        /* the POOL step (minutes on a GPU: weights, warm-up): nothing serves
+         * yet, so nothing to reload or drain. SIGTERM/SIGINT stop the sizing
+         * workers (SHUTDOWN, and SIGKILL: one loading its weights reads no
+         * frame) and the start ends once they are reaped (ifd__run). */
+        if (signum == SIGHUP) {
+            IFD_INFO("SIGHUP while sizing the KV pool: ignored (nothing to reload before serving)");
+            return;
+        }
+        if (d->interrupted)
+            return;
+        d->interrupted = signum == SIGTERM ? "SIGTERM" : "SIGINT";
+        IFD_INFO("%s: start-up interrupted while sizing the KV pool, stopping the workers",
+                 d->interrupted);
+        ifd_notify("STOPPING=1\nSTATUS=start-up interrupted");
+        ifd_sup_stop(d->sup, 5.0);
+        for (int i = 0; i < ifd_sup_n_workers(d->sup); i++)
+            ifd_sup_kill(d->sup, i, NULL);
+        return;
+    }
     if (signum == SIGHUP) {
         if (d->stage == 0)
             ifd__reload(d);
@@ -831,11 +872,35 @@ static int ifd__run(ifd__daemon_t *d)
                                ifd__on_pool_failed};
     if ((rc = ifd_sup_create(&d->sup, &d->loop, &sp, &scb, &d->metrics)))
         goto fail;
+    /* signals and systemd's timers from here: the POOL step below can take
+     * minutes (a SIGTERM then is a clean stop, and the start-up timeout is
+     * extended meanwhile) */
+    uv_signal_init(&d->loop, &d->sig_term);
+    uv_signal_init(&d->loop, &d->sig_int);
+    uv_signal_init(&d->loop, &d->sig_hup);
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+    uv_signal_start(&d->sig_term, ifd__signal_cb, SIGTERM);
+    uv_signal_start(&d->sig_int, ifd__signal_cb, SIGINT);
+    uv_signal_start(&d->sig_hup, ifd__signal_cb, SIGHUP);
+    uv_timer_init(&d->loop, &d->grace_timer);
+    uv_timer_init(&d->loop, &d->step_timer);
+    uv_timer_init(&d->loop, &d->sd_timer);
+    d->grace_timer.data = d->step_timer.data = d->sd_timer.data = d;
+    d->handles_init = true;
+    ifd__sd_start(d);
     if (d->n_gpus) {
         /* the POOL step: this loop run ends when every GPU reported (or one
-         * failed, with its one line); nothing else runs on the loop yet */
+         * failed, with its one line), or a SIGTERM/SIGINT's stop reaped the
+         * workers; nothing else runs on the loop yet */
+        d->sizing = true;
         ifd_sup_start(d->sup);
         uv_run(&d->loop, UV_RUN_DEFAULT);
+        while (d->interrupted && !d->sizing_stopped) /* sized or failed meanwhile */
+            uv_run(&d->loop, UV_RUN_DEFAULT);
+        d->sizing = false;
+        if (d->interrupted) { /* a normal stop: exit 0, as after serving */
+            goto fail_quiet;
+        }
         if (!d->sized) {
             snprintf(err, sizeof err, "%s",
                      d->size_err[0] ? d->size_err : "sizing the KV pool failed");
@@ -922,19 +987,6 @@ static int ifd__run(ifd__daemon_t *d)
     api->on_idle = ifd__on_idle;
     api->idle_ctx = d;
 
-    uv_signal_init(&d->loop, &d->sig_term);
-    uv_signal_init(&d->loop, &d->sig_int);
-    uv_signal_init(&d->loop, &d->sig_hup);
-    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
-    uv_signal_start(&d->sig_term, ifd__signal_cb, SIGTERM);
-    uv_signal_start(&d->sig_int, ifd__signal_cb, SIGINT);
-    uv_signal_start(&d->sig_hup, ifd__signal_cb, SIGHUP);
-    uv_timer_init(&d->loop, &d->grace_timer);
-    uv_timer_init(&d->loop, &d->step_timer);
-    uv_timer_init(&d->loop, &d->sd_timer);
-    d->grace_timer.data = d->step_timer.data = d->sd_timer.data = d;
-    ifd__sd_start(d);
-
     if (d->n_gpus) { /* started before the pool: they sized it and attach now */
         IFD_INFO("%d GPU worker%s (%s, backend %s) attaching the KV pool", sp.n_workers,
                  sp.n_workers == 1 ? "" : "s", d->worker_bin, d->backend);
@@ -956,11 +1008,13 @@ fail_quiet:
     if (d->sup) { /* workers started before the pool (or none yet): kill them, free it */
         ifd_sup_destroy(d->sup);
         d->sup = NULL;
-        uv_run(&d->loop, UV_RUN_NOWAIT); /* its close callbacks free it */
     }
-    if (d->loop_init) /* UV_EBUSY (kept) while other handles are on it */
-        (void)uv_loop_close(&d->loop);
-    return 1;
+    ifd__close_handles(d);
+    if (d->loop_init) {
+        uv_run(&d->loop, UV_RUN_NOWAIT); /* the close callbacks (the supervisor's free it) */
+        (void)uv_loop_close(&d->loop);   /* UV_EBUSY (kept) while other handles are on it */
+    }
+    return d->interrupted ? 0 : 1;
 }
 
 int main(int argc, char **argv)

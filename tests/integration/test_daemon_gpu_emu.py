@@ -11,6 +11,8 @@ so the emulator's slowness does not matter. Checked:
   (the device's, not the CUDA module's: the worker opened libinferd-cuda.so, and sent it as
   ERROR before POOL_SIZE), and so does a worker program that dies, is killed, hangs or writes
   garbage before POOL_SIZE (the POOL step: proto/wire.h);
+- a SIGTERM or SIGINT during the POOL step stops the sizing worker (killed and reaped) and
+  exits 0 with one line and no socket; a SIGHUP then is ignored;
 - `--gpus 0` sizes the KV pool from the emulated device memory in the POOL step, loading the
   weights once (one worker process started, no `--kv-probe`; the log's block count is
   /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion; the pool's
@@ -146,6 +148,57 @@ def test_pool_step_failures_are_one_line():
             assert " error: " + want in lines[0], (want, lines[0])
             assert time.time() - t0 < 20, "a hung worker must be killed at the timeout"
             assert not os.path.exists(os.path.join(d, "s.sock")), "listening before the pool"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_signals_while_sizing():
+    """SIGTERM or SIGINT during the POOL step (the first worker loading the weights, minutes on
+    a GPU) is a clean stop: one line saying the start-up was interrupted, then the sizing
+    worker's exit (killed and reaped: its pid gone from /proc as the daemon exits), exit 0, no
+    socket. A
+    SIGHUP then is ignored (one line). The worker program delays before the real worker."""
+    d = tempfile.mkdtemp(prefix="inferd-sizing-")
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            pidf = os.path.join(d, "pid-%d" % sig)
+            fake = os.path.join(d, "worker-%d.py" % sig)
+            with open(fake, "w") as f:  # one process: the delay, then exec (no orphan child)
+                f.write("#!%s\nimport os, sys, time\nopen(%r, 'w').write(str(os.getpid()))\n"
+                        "time.sleep(30)\nos.execv(%r, [%r] + sys.argv[1:])\n"
+                        % (sys.executable, pidf, WORKER_EMU, WORKER_EMU))
+            os.chmod(fake, 0o755)
+            sock = os.path.join(d, "s.sock")
+            logp = os.path.join(d, "log-%d" % sig)
+            with open(logp, "w") as log:
+                p = subprocess.Popen([INFERD, "--model", model_path(), "--gpus", "0",
+                                      "--worker-binary", fake, "--random-weights", SHAPE,
+                                      "--socket", sock], stderr=log)
+            try:
+                t0 = time.time()
+                while not os.path.exists(pidf) or not open(pidf).read():
+                    assert time.time() - t0 < 20 and p.poll() is None, open(logp).read()
+                    time.sleep(0.02)
+                wpid = int(open(pidf).read())
+                if sig == signal.SIGTERM:
+                    p.send_signal(signal.SIGHUP)
+                    time.sleep(0.2)
+                    assert p.poll() is None, "SIGHUP while sizing ended the daemon"
+                p.send_signal(sig)
+                rc = p.wait(10)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            text = open(logp).read()
+            lines = [ln for ln in text.splitlines() if ln.strip() and "random weights:" not in ln]
+            want = ["SIGHUP while sizing the KV pool: ignored"] if sig == signal.SIGTERM else []
+            want += ["%s: start-up interrupted while sizing the KV pool" % sig.name,
+                     "worker 0 (pid %d) exited: killed by signal 9" % wpid]
+            assert rc == 0, (sig.name, rc, text)
+            assert len(lines) == len(want) and all(w in ln for w, ln in zip(want, lines)), text
+            assert not os.path.exists("/proc/%d" % wpid), "worker %d left behind" % wpid
+            assert not os.path.exists(sock), "a socket left behind"
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
