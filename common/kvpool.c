@@ -1094,6 +1094,33 @@ ifd_kvhash_t ifd_kvpool_hash_block(const ifd_kvhash_t *parent, uint64_t salt, co
     return (ifd_kvhash_t){x.low64, x.high64};
 }
 
+/* Under the lock: fills block b's record as published (its tokens, salt,
+ * parent, hash, ids; twin: the indexed block with the same content, or
+ * KV_NONE) and, when it has no twin, indexes it. Content first, flag last,
+ * with the crash points between. */
+static void kv_commit_publish(ifd_kvpool_t *p, int32_t b, const int32_t *tokens, uint64_t salt,
+                              ifd_kvhash_t parent, ifd_kvhash_t hash, uint64_t parent_id,
+                              uint64_t own_parent_id, bool keyed, int32_t twin)
+{
+    kv_rec_t *r = &p->rec[b];
+    memcpy(kv_tokens(p, b), tokens, (size_t)p->bs * sizeof(int32_t));
+    r->keyed = keyed;
+    r->salt = salt;
+    r->parent = parent;
+    r->hash = hash;
+    r->parent_id = parent_id;
+    r->own_parent_id = own_parent_id;
+    r->dup_id = twin >= 0 ? kv_id(p, twin) : KV_NO_ID;
+    KV_CRASH_POINT(p);
+    KV_STORE(&r->published, 1); /* content first, flag last */
+    KV_CRASH_POINT(p);
+    if (twin == KV_NONE) {
+        KV_STORE(&r->indexed, 1);
+        KV_CRASH_POINT(p);
+        kv_bucket_insert(p, b);
+    }
+}
+
 int ifd_kvpool_publish(ifd_kvpool_t *p, int w, int32_t b, int32_t parent, uint64_t salt,
                        const int32_t *tokens, ifd_kvhash_t *out_hash)
 {
@@ -1129,22 +1156,7 @@ int ifd_kvpool_publish(ifd_kvpool_t *p, int w, int32_t b, int32_t parent, uint64
     }
     ifd_kvhash_t hash = ifd__kv_hash(p, &ph, salt, tokens);
     int32_t twin = kv_index_find(p, &hash, salt, pid, false, tokens);
-    memcpy(kv_tokens(p, b), tokens, (size_t)p->bs * sizeof(int32_t));
-    r->keyed = 0;
-    r->salt = salt;
-    r->parent = ph;
-    r->hash = hash;
-    r->parent_id = pid;
-    r->own_parent_id = own;
-    r->dup_id = twin >= 0 ? kv_id(p, twin) : KV_NO_ID;
-    KV_CRASH_POINT(p);
-    KV_STORE(&r->published, 1); /* content first, flag last */
-    KV_CRASH_POINT(p);
-    if (twin == KV_NONE) {
-        KV_STORE(&r->indexed, 1);
-        KV_CRASH_POINT(p);
-        kv_bucket_insert(p, b);
-    }
+    kv_commit_publish(p, b, tokens, salt, ph, hash, pid, own, false, twin);
     ifd__kv_unlock(p);
     if (out_hash)
         *out_hash = hash;
@@ -1282,21 +1294,7 @@ int ifd_kvpool_publish_keyed(ifd_kvpool_t *p, int w, int32_t b, uint64_t key, ui
         return IFD_EINVAL;
     }
     int32_t twin = kv_index_find(p, &hash, salt, key, true, tokens);
-    memcpy(kv_tokens(p, b), tokens, (size_t)p->bs * sizeof(int32_t));
-    r->keyed = 1;
-    r->salt = salt;
-    r->parent = ph;
-    r->hash = hash;
-    r->parent_id = r->own_parent_id = key;
-    r->dup_id = twin >= 0 ? kv_id(p, twin) : KV_NO_ID;
-    KV_CRASH_POINT(p);
-    KV_STORE(&r->published, 1); /* content first, flag last */
-    KV_CRASH_POINT(p);
-    if (twin == KV_NONE) {
-        KV_STORE(&r->indexed, 1);
-        KV_CRASH_POINT(p);
-        kv_bucket_insert(p, b);
-    }
+    kv_commit_publish(p, b, tokens, salt, ph, hash, key, key, true, twin);
     ifd__kv_unlock(p);
     return twin == KV_NONE ? 0 : 1;
 }

@@ -796,6 +796,17 @@ static int ifd__pool_fds(const ifd__worker_t *w, int fds[IFD__POOL_FDS], int *n_
     return n_fds;
 }
 
+/* Encodes m and sends it with n_fds descriptors (SCM_RIGHTS) on sock. */
+static int ifd__send_frame_fds(int sock, const ifd_wire_msg_t *m, const int *fds, int n_fds)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = ifd_wire_encode(&b, m);
+    if (!rc)
+        rc = ifd_fdpass_send(sock, b.data, b.len, fds, n_fds);
+    ifd_buf_free(&b);
+    return rc;
+}
+
 static int ifd__send_hello(ifd__worker_t *w, int sock)
 {
     ifd_sup_t *s = w->sup;
@@ -819,12 +830,7 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     h->size_pool = s->sizing;
     h->gpu_memory_fraction = s->sizing ? s->p.gpu_memory_fraction : 0.0;
     h->max_model_len = s->p.max_model_len;
-    ifd_buf_t b = IFD_BUF_INIT;
-    int rc = ifd_wire_encode(&b, &m);
-    if (!rc)
-        rc = ifd_fdpass_send(sock, b.data, b.len, fds, n_fds);
-    ifd_buf_free(&b);
-    return rc;
+    return ifd__send_frame_fds(sock, &m, fds, n_fds);
 }
 
 static void ifd__spawn(ifd__worker_t *w)
@@ -1159,12 +1165,7 @@ static int ifd__send_pool(ifd__worker_t *w)
     m.u.pool.n_fds = (uint32_t)n_fds;
     m.u.pool.n_local_fds = (uint32_t)n_local;
     m.u.pool.kv = s->p.kv;
-    ifd_buf_t b = IFD_BUF_INIT;
-    int rc = ifd_wire_encode(&b, &m);
-    if (!rc)
-        rc = ifd_fdpass_send(sock, b.data, b.len, fds, n_fds);
-    ifd_buf_free(&b);
-    return rc;
+    return ifd__send_frame_fds(sock, &m, fds, n_fds);
 }
 
 int ifd_sup_set_pool(ifd_sup_t *s, ifd_kvpool_t *pool, ifd_kvpool_t *local_pool,
