@@ -18,10 +18,15 @@
  *   6-bit, or Q6_K's signed sc_lo, sc_hi), from which the kernels form
  *   ws = d·sc, wm = −(dmin·m) exactly as the decoders do (the file's bytes
  *   +3% instead of +30% with f32 products),
- *   then (5-bit types) 8 32-bit masks of the 5th bits, then the quants:
+ *   then (5-bit types) one 32-byte vector H of the 5th bits, then the quants:
  *   4/5-bit: 4 vectors of 32 bytes; vector g, byte r·4 + t holds element
  *     4g + t of row r in its low nibble and element 16 + 4g + t in its high
- *     nibble (5th bits: mask 2g for the low nibbles, 2g + 1 for the high);
+ *     nibble. Call those nibble vectors W[g] (low) and W[g + 4] (high):
+ *     bit g of H's byte p is the 5th bit of W[g]'s byte p (g = 0..7). So
+ *     W[g]'s 5th bits are H shifted by 4 − g within each 16-bit lane and
+ *     masked with 0x10 per byte: bits that cross into the neighbouring byte
+ *     land at positions 0..3 (left shifts ≤ 4) or 5..7 (right shifts ≤ 3),
+ *     never at 4, so a shift, an and and an or per vector;
  *   8-bit: 8 vectors; vector g, byte r·4 + t is element 4g + t of row r.
  * So a vector of nibbles, masked or shifted, is "4 consecutive columns of
  * 8 rows" as unsigned bytes, and one maddubs against the activation's 4
@@ -345,12 +350,8 @@ int ifd_cpu_qweight_pack(void *restrict dst, const void *restrict src, uint32_t 
                     }
                     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
                     qs[g * 32 + p] |= (uint8_t)((v & 0xF) << (hi ? 4 : 0));
-                    if (t->bits == 5 && (v & 0x10)) {
-                        uint32_t mask;
-                        memcpy(&mask, qh + 4 * (2 * g + hi), 4);
-                        mask |= 1u << p;
-                        memcpy(qh + 4 * (2 * g + hi), &mask, 4);
-                    }
+                    if (t->bits == 5 && (v & 0x10))
+                        qh[p] |= (uint8_t)(1u << (g + 4 * hi));
                 }
             }
         }
@@ -366,11 +367,8 @@ static int packed_q(const qtype_t *t, const uint8_t *blk, int r, int e)
         return (int8_t)qs[(e / 4) * 32 + r * 4 + e % 4];
     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
     int v = (qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF;
-    if (t->bits == 5) {
-        uint32_t mask;
-        memcpy(&mask, qh + 4 * (2 * g + hi), 4);
-        v |= (int)((mask >> p) & 1) << 4;
-    }
+    if (t->bits == 5)
+        v |= ((qh[p] >> (g + 4 * hi)) & 1) << 4;
     return v;
 }
 
@@ -590,16 +588,16 @@ static void qmm_scalar(const qmm_t *c, int G0, int G1)
 
 #if IFD__X86
 
-/* The 32-bit mask m as 32 bytes: 0x10 where bit p is set, else 0. */
-IFD__TARGET_AVX2 IFD__INLINE __m256i qh_expand(const uint8_t *p)
+/* The 5th bits of nibble vector W[g] (g = 0..7) from the block's H, as
+ * 0x10 or 0 per byte (the layout comment says why the 16-bit shift is
+ * safe). g is a constant after unrolling, so the branches fold away. */
+IFD__TARGET_AVX2 IFD__INLINE __m256i qh_bits(__m256i H, const int g)
 {
-    uint32_t m;
-    memcpy(&m, p, 4);
-    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
-                                          2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, sel), sel);
+    __m256i v = H;
+    if (g < 4)
+        v = _mm256_slli_epi16(H, 4 - g);
+    else if (g > 4)
+        v = _mm256_srli_epi16(H, g - 4);
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
@@ -660,14 +658,16 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
             for (int g = 0; g < 8; g++)
                 W[g] = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
         } else {
+            const __m256i H = BITS == 5 ? _mm256_loadu_si256((const __m256i *)qh)
+                                        : _mm256_setzero_si256();
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i L = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
                 W[g] = _mm256_and_si256(L, m4);
                 W[g + 4] = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
                 if (BITS == 5) {
-                    W[g] = _mm256_or_si256(W[g], qh_expand(qh + 8 * g));
-                    W[g + 4] = _mm256_or_si256(W[g + 4], qh_expand(qh + 8 * g + 4));
+                    W[g] = _mm256_or_si256(W[g], qh_bits(H, g));
+                    W[g + 4] = _mm256_or_si256(W[g + 4], qh_bits(H, g + 4));
                 }
             }
         }
