@@ -658,8 +658,8 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
             for (int g = 0; g < 8; g++)
                 W[g] = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
         } else {
-            const __m256i H = BITS == 5 ? _mm256_loadu_si256((const __m256i *)qh)
-                                        : _mm256_setzero_si256();
+            const __m256i H =
+                BITS == 5 ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i L = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
