@@ -5,7 +5,7 @@
  * makes the prompts, runs the benchmarks and writes their reports.
  *
  * Random prompts: a text of random common words is tokenized once by the
- * daemon (POST /tokenize, no special tokens) into a pool; prompt i is the
+ * daemon (POST /tokenize, no special tokens; llama-server's /tokenize too) into a pool; prompt i is the
  * window of input_len token ids starting at a distinct offset of the pool,
  * sent as token ids to /v1/completions, so its length is exact and no two
  * prompts share a cacheable prefix. Every run of a sweep gets fresh
@@ -103,7 +103,10 @@ static int token_pool(const ifd_http_target_t *t, const ifd_cli_conn_t *co, cons
         ifd_buf_clear(&text);
         if (random_words(&text, want_words, rng) < 0)
             goto out;
-        json_t *req = json_pack("{s:s,s:b}", "prompt", text.data, "add_special_tokens", 0);
+        /* "prompt"/"add_special_tokens" are inferd's (and vLLM's) names, "content"/
+         * "add_special" llama.cpp's llama-server's: both sets, so either server answers */
+        json_t *req = json_pack("{s:s,s:b,s:s,s:b}", "prompt", text.data, "add_special_tokens", 0,
+                                "content", text.data, "add_special", 0);
         if (model)
             json_object_set_new(req, "model", json_string(model));
         char *body = json_dumps(req, JSON_COMPACT);
