@@ -18,15 +18,18 @@
  *   6-bit, or Q6_K's signed sc_lo, sc_hi), from which the kernels form
  *   ws = d·sc, wm = −(dmin·m) exactly as the decoders do (the file's bytes
  *   +3% instead of +30% with f32 products),
- *   then (5-bit types) one 32-byte vector H of the 5th bits, then the quants:
- *   4/5-bit: 4 vectors of 32 bytes; vector g, byte r·4 + t holds element
+ *   then (5-bit types) one 32-byte vector H of high bits, then the quants:
+ *   4-bit: 4 vectors of 32 bytes; vector g, byte r·4 + t holds element
  *     4g + t of row r in its low nibble and element 16 + 4g + t in its high
- *     nibble. Call those nibble vectors W[g] (low) and W[g + 4] (high):
- *     bit g of H's byte p is the 5th bit of W[g]'s byte p (g = 0..7). So
- *     W[g]'s 5th bits are H shifted by 4 − g within each 16-bit lane and
- *     masked with 0x10 per byte: bits that cross into the neighbouring byte
- *     land at positions 0..3 (left shifts ≤ 4) or 5..7 (right shifts ≤ 3),
- *     never at 4, so a shift, an and and an or per vector;
+ *     nibble;
+ *   5-bit: the same 4 vectors and bytes, but byte p = r·4 + t of vector g
+ *     holds all 5 bits of element 4g + t in bits 0..4 and the low 3 bits of
+ *     element 16 + 4g + t in bits 5..7, whose top 2 bits are bits 2g, 2g + 1
+ *     of H's byte p. Unpacking is an and (& 0x1F) for the first, and
+ *     (A >> 5) & 0x07 | (H shifted by 3 − 2g) & 0x18 for the second, the
+ *     shifts within 16-bit lanes: what crosses into the neighbouring byte
+ *     lands outside the bits kept (3..7 for >> 5, 0..2 or 5..7 for the
+ *     shifts of H by ≤ 3);
  *   8-bit: 8 vectors; vector g, byte r·4 + t is element 4g + t of row r.
  * So a vector of nibbles, masked or shifted, is "4 consecutive columns of
  * 8 rows" as unsigned bytes, and one maddubs against the activation's 4
@@ -349,9 +352,14 @@ int ifd_cpu_qweight_pack(void *restrict dst, const void *restrict src, uint32_t 
                         continue;
                     }
                     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
-                    qs[g * 32 + p] |= (uint8_t)((v & 0xF) << (hi ? 4 : 0));
-                    if (t->bits == 5 && (v & 0x10))
-                        qh[p] |= (uint8_t)(1u << (g + 4 * hi));
+                    if (t->bits == 4) {
+                        qs[g * 32 + p] |= (uint8_t)((v & 0xF) << (hi ? 4 : 0));
+                    } else if (!hi) {
+                        qs[g * 32 + p] |= (uint8_t)v;
+                    } else {
+                        qs[g * 32 + p] |= (uint8_t)((v & 7) << 5);
+                        qh[p] |= (uint8_t)((v >> 3) << (2 * g));
+                    }
                 }
             }
         }
@@ -366,10 +374,11 @@ static int packed_q(const qtype_t *t, const uint8_t *blk, int r, int e)
     if (t->bits == 8)
         return (int8_t)qs[(e / 4) * 32 + r * 4 + e % 4];
     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
-    int v = (qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF;
-    if (t->bits == 5)
-        v |= ((qh[p] >> (g + 4 * hi)) & 1) << 4;
-    return v;
+    if (t->bits == 4)
+        return (qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF;
+    if (!hi)
+        return qs[g * 32 + p] & 0x1F;
+    return (qs[g * 32 + p] >> 5) | ((qh[p] >> (2 * g)) & 3) << 3;
 }
 
 int ifd_cpu_qweight_row(float *restrict y, const void *restrict wq, uint32_t type, int n, int k,
@@ -588,17 +597,17 @@ static void qmm_scalar(const qmm_t *c, int G0, int G1)
 
 #if IFD__X86
 
-/* The 5th bits of nibble vector W[g] (g = 0..7) from the block's H, as
- * 0x10 or 0 per byte (the layout comment says why the 16-bit shift is
- * safe). g is a constant after unrolling, so the branches fold away. */
-IFD__TARGET_AVX2 IFD__INLINE __m256i qh_bits(__m256i H, const int g)
+/* The top 2 bits (at 3, 4) of 5-bit vector W[g + 4] (g = 0..3) from the
+ * block's H (the layout comment says why the 16-bit shifts are safe). g is
+ * a constant after unrolling, so the branches fold away. */
+IFD__TARGET_AVX2 IFD__INLINE __m256i qh_top2(__m256i H, const int g)
 {
-    __m256i v = H;
-    if (g < 4)
-        v = _mm256_slli_epi16(H, 4 - g);
-    else if (g > 4)
-        v = _mm256_srli_epi16(H, g - 4);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+    __m256i v;
+    if (g < 2)
+        v = _mm256_slli_epi16(H, 3 - 2 * g);
+    else
+        v = _mm256_srli_epi16(H, 2 * g - 3);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x18));
 }
 
 IFD__TARGET_AVX2 IFD__INLINE __m256i bcast4(const int8_t *p)
@@ -663,11 +672,14 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i L = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
-                W[g] = _mm256_and_si256(L, m4);
-                W[g + 4] = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
-                if (BITS == 5) {
-                    W[g] = _mm256_or_si256(W[g], qh_bits(H, g));
-                    W[g + 4] = _mm256_or_si256(W[g + 4], qh_bits(H, g + 4));
+                if (BITS == 4) {
+                    W[g] = _mm256_and_si256(L, m4);
+                    W[g + 4] = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                } else {
+                    W[g] = _mm256_and_si256(L, _mm256_set1_epi8(0x1F));
+                    W[g + 4] = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16(L, 5), _mm256_set1_epi8(0x07)),
+                        qh_top2(H, g));
                 }
             }
         }
