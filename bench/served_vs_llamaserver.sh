@@ -98,8 +98,10 @@ ensure_llama_server() {
       nice -n 19 cmake --build "$lsdir/build" -j "${LLAMA_SERVER_JOBS:-2}" --target llama-server
     } >"$log" 2>&1 || die "building llama-server failed, see $log"
     mkdir -p "$lsdir/bin"
-    cp "$lsdir/build/bin/llama-server" "$bin.tmp" && mv "$bin.tmp" "$bin" ||
+    [ -x "$lsdir/build/bin/llama-server" ] ||
         die "no $lsdir/build/bin/llama-server after the build (see $log)"
+    cp "$lsdir/build/bin/llama-server" "$bin.tmp"
+    mv "$bin.tmp" "$bin"
     echo "$version" >"$lsdir/bin/VERSION"
     echo "$bin"
 }
