@@ -33,7 +33,8 @@ if [ ! -x "$cache/llama-server" ] ||
          "(bench/served_vs_llamaserver.sh --build-llama-server builds it, ~30 min)" >&2
     exit 77
 fi
-"$bench" --smoke --build "$build" --models default --json "$tmp/r.json" \
+# 1 thread: llama.cpp's 2 threads spin at barriers and crawl when the cores are shared
+"$bench" --smoke --build "$build" --models default --threads 1 --json "$tmp/r.json" \
     >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; fail "served_vs_llamaserver.sh --smoke"; }
 python3 - "$tmp/r.json" <<'PY' || fail "report"
 import json, sys
