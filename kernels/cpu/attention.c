@@ -12,14 +12,29 @@
  * n_kv_heads query heads that share the KV head, so each K/V row is loaded
  * and converted once for the whole group. Positions are visited in chunks of
  * at most IFD__ATT_CHUNK rows (never crossing a block) with an online softmax
- * (running max m, running sum l, f32 accumulator in the output row itself):
+ * (running max m, running sum l, f32 accumulator):
  *   s_j = scale·(q·k_j);  m' = max(m, max_j s_j);  acc = acc·e^(m−m') + Σ_j e^(s_j−m')·v_j
  *   l = l·e^(m−m') + Σ_j e^(s_j−m');  out = acc / l.
  * Only the positions a token may see are touched, so unused or stale slots
- * (NaN-poisoned in the tests) never enter the arithmetic. Items are claimed
- * dynamically by the pool's threads, which balances causal prefill (later
- * tokens see more positions). Each output element is computed by one thread
- * in a fixed order, so results do not depend on the thread count.
+ * (NaN-poisoned in the tests) never enter the arithmetic.
+ *
+ * Partitions: a token's window is cut at absolute positions that are
+ * multiples of IFD__ATT_PART (64) into partitions; each partition runs its
+ * own online softmax from scratch (m = −inf, l = 0, acc = 0) and the
+ * partitions are folded in position order (ifd__att_fold: with M = max(m,
+ * m'), acc = acc·e^(m−M) + acc'·e^(m'−M), likewise l), then acc / l. The cut
+ * depends only on the token's own positions, never on the batch, so that
+ * one arithmetic serves two ways of running it:
+ *   whole mode: work item = (token, run of KV heads), partitions one after
+ *     the other in the item; items are claimed dynamically by the pool's
+ *     threads, which balances causal prefill (later tokens see more);
+ *   split mode, when a small batch would leave threads idle (a lone decode
+ *     token of a model with one KV head is one item): work item = one
+ *     partition of one (token, run of KV heads), its state written to a
+ *     workspace, then folded in order on the caller (flash-decoding).
+ * Both give every output bitwise the same value (test_cpu_attention checks
+ * each token alone against its batched row), so results depend neither on
+ * the thread count nor on the batch.
  */
 #include "cpu_kernels.h"
 
@@ -29,6 +44,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
@@ -36,6 +52,7 @@ enum {
     IFD__ATT_MAX_GROUP = 32, /* query heads per KV head */
     IFD__ATT_MAX_ITEM_HEADS = 64, /* query heads one work item may serve */
     IFD__ATT_CHUNK = 16,     /* positions per online-softmax step */
+    IFD__ATT_PART = 64,      /* positions per partition (a multiple of the chunk) */
 };
 
 static int ifd__kv_check(const ifd_kv_layer_t *kv)
@@ -109,6 +126,13 @@ typedef struct {
     int heads_per_item; /* KV heads one work item serves */
     int items_per_tok;
     ifd__isa_t isa;
+    int raw_avx2; /* AVX2 reads K/V rows in place (head_dim % 8 == 0) */
+    /* Split mode (small batches on a pool): one work item per (token, run
+     * of KV heads, partition); its partial state goes to ws[piece]. */
+    float *ws;
+    int64_t piece_floats;   /* nq·hd accumulators, then m[nq], l[nq] */
+    const int32_t *tok_off; /* [n_tok + 1]: the first piece of each token */
+    int n_tok;
 } ifd__att_t;
 
 /* Returns f32 rows [n, hd] of a K or V run: the region itself for F32, else
@@ -313,6 +337,191 @@ IFD__TARGET_AVX2 static void ifd__chunk_avx2(const float *q, const float *K, con
     }
 }
 
+/*
+ * The AVX2 chunk kernel on K/V rows read in place (head_dim a multiple of
+ * 8, any KV dtype; the common case, so no conversion buffer and no masked
+ * loads). The G query heads of the KV head are worked in blocks of up to 4
+ * so each K or V vector is loaded and converted once per block:
+ *   scores: GB heads × JB positions (GB·JB ≤ 8 accumulators), the query
+ *     vectors loaded from L1; every score is the sum of its 8 lanes (lane i
+ *     holds the elements ≡ i mod 8, in order) by the hsum8x8 tree, the same
+ *     whatever tile it was computed in;
+ *   PV: GB heads × DW vectors of head_dim, one FMA chain per output element
+ *     over the chunk's positions in order (acc·corr first).
+ */
+
+/* 8 f32 lanes of a raw K or V row at element e (e + 8 ≤ head_dim). */
+IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__kv8(const char *row, int e, const int dt)
+{
+    switch (dt) {
+    case IFD_DTYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + e)));
+    case IFD_DTYPE_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + e))),
+            16));
+    default:
+        return _mm256_loadu_ps((const float *)row + e);
+    }
+}
+
+/* Unscaled scores of heads [0, GB) of qb × rows j0 .. j0 + JB − 1 (rows ≥ n
+ * alias row n − 1 and are ignored by the caller) into s[u][j]. */
+IFD__TARGET_AVX2 IFD__INLINE void ifd__scores_tile(const float *qb, const char *K, int64_t stride,
+                                                   int j0, int n, int hd, float (*s)[IFD__ATT_CHUNK],
+                                                   const int GB, const int JB, const int dt)
+{
+    const char *kr[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < JB; j++)
+        kr[j] = K + (int64_t)(j0 + j < n ? j0 + j : n - 1) * stride;
+    __m256 d[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        d[i] = _mm256_setzero_ps();
+    for (int e = 0; e < hd; e += 8) {
+        __m256 kv[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < JB; j++)
+            kv[j] = ifd__kv8(kr[j], e, dt);
+#pragma GCC unroll 4
+        for (int u = 0; u < GB; u++) {
+            const __m256 qv = _mm256_loadu_ps(qb + (int64_t)u * hd + e);
+#pragma GCC unroll 8
+            for (int j = 0; j < JB; j++)
+                d[u * JB + j] = _mm256_fmadd_ps(qv, kv[j], d[u * JB + j]);
+        }
+    }
+    float r[8] __attribute__((aligned(32)));
+    _mm256_store_ps(r, ifd__hsum8x8(d));
+#pragma GCC unroll 4
+    for (int u = 0; u < GB; u++)
+#pragma GCC unroll 8
+        for (int j = 0; j < JB; j++)
+            if (j0 + j < n)
+                s[u][j0 + j] = r[u * JB + j];
+}
+
+/* acc[u][e] = acc[u][e]·corr[u] + Σ_j p[u][j]·v_j[e] for heads [0, GB) and
+ * the DW vectors of head_dim at e0 (fewer at the end of the row). */
+IFD__TARGET_AVX2 IFD__INLINE void ifd__pv_tile(float *ab, const float *corr, const char *V,
+                                               int64_t stride, int n, int hd, int e0,
+                                               float (*p)[IFD__ATT_CHUNK], const int GB,
+                                               const int DW, const int dt)
+{
+    const int nv = (hd - e0) / 8 < DW ? (hd - e0) / 8 : DW;
+    __m256 a[4][8];
+#pragma GCC unroll 4
+    for (int u = 0; u < GB; u++) {
+        const __m256 cv = _mm256_set1_ps(corr[u]);
+#pragma GCC unroll 8
+        for (int w = 0; w < DW; w++)
+            a[u][w] = w < nv ? _mm256_mul_ps(_mm256_loadu_ps(ab + (int64_t)u * hd + e0 + 8 * w), cv)
+                             : _mm256_setzero_ps();
+    }
+    for (int j = 0; j < n; j++) {
+        const char *vr = V + (int64_t)j * stride;
+        __m256 v[8];
+#pragma GCC unroll 8
+        for (int w = 0; w < DW; w++)
+            v[w] = w < nv ? ifd__kv8(vr, e0 + 8 * w, dt) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int u = 0; u < GB; u++) {
+            const __m256 pb = _mm256_set1_ps(p[u][j]);
+#pragma GCC unroll 8
+            for (int w = 0; w < DW; w++)
+                if (w < nv)
+                    a[u][w] = _mm256_fmadd_ps(pb, v[w], a[u][w]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < GB; u++)
+#pragma GCC unroll 8
+        for (int w = 0; w < DW; w++)
+            if (w < nv)
+                _mm256_storeu_ps(ab + (int64_t)u * hd + e0 + 8 * w, a[u][w]);
+}
+
+/* One block of GB heads (queries qb, accumulators ab, state m, l). */
+IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_avx2_heads(const float *qb, const char *K,
+                                                        const char *V, int64_t stride, int n,
+                                                        int hd, float scale, float *m, float *l,
+                                                        float *ab, const int GB, const int dt)
+{
+    const int JB = GB == 1 ? 8 : GB == 2 ? 4 : 2, DW = GB == 1 ? 8 : GB == 2 ? 4 : 2;
+    float s[4][IFD__ATT_CHUNK] __attribute__((aligned(32)));
+    for (int j0 = 0; j0 < n; j0 += JB)
+        ifd__scores_tile(qb, K, stride, j0, n, hd, s, GB, JB, dt);
+    const __m256i m_lo = ifd__mask8(n < 8 ? n : 8), m_hi = ifd__mask8(n > 8 ? n - 8 : 0);
+    const __m256 sc = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    float corr[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < GB; u++) {
+        __m256 s0 = _mm256_mul_ps(_mm256_maskload_ps(s[u], m_lo), sc);
+        __m256 s1 = _mm256_mul_ps(_mm256_maskload_ps(s[u] + 8, m_hi), sc);
+        s0 = _mm256_blendv_ps(ninf, s0, _mm256_castsi256_ps(m_lo));
+        s1 = _mm256_blendv_ps(ninf, s1, _mm256_castsi256_ps(m_hi));
+        const float cmax = ifd__hmax8(_mm256_max_ps(s0, s1));
+        const float mnew = cmax > m[u] ? cmax : m[u];
+        corr[u] = expf(m[u] - mnew);
+        const __m256 mb = _mm256_set1_ps(mnew);
+        const __m256 p0 = _mm256_and_ps(ifd__exp8(_mm256_sub_ps(s0, mb)), _mm256_castsi256_ps(m_lo));
+        const __m256 p1 = _mm256_and_ps(ifd__exp8(_mm256_sub_ps(s1, mb)), _mm256_castsi256_ps(m_hi));
+        _mm256_store_ps(s[u], p0);
+        _mm256_store_ps(s[u] + 8, p1);
+        l[u] = l[u] * corr[u] + ifd__hsum8(_mm256_add_ps(p0, p1));
+        m[u] = mnew;
+    }
+    for (int e0 = 0; e0 < hd; e0 += 8 * DW)
+        ifd__pv_tile(ab, corr, V, stride, n, hd, e0, s, GB, DW, dt);
+}
+
+IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_avx2_rows(const float *q, const char *K, const char *V,
+                                                       int n, int G, int hd, float scale, float *m,
+                                                       float *l, float *acc, const int dt)
+{
+    const int64_t stride = (int64_t)hd * (dt == IFD_DTYPE_F32 ? 4 : 2);
+    for (int g0 = 0; g0 < G; g0 += 4) {
+        const float *qb = q + (int64_t)g0 * hd;
+        float *ab = acc + (int64_t)g0 * hd;
+        switch (G - g0 < 4 ? G - g0 : 4) {
+        case 1:
+            ifd__chunk_avx2_heads(qb, K, V, stride, n, hd, scale, m + g0, l + g0, ab, 1, dt);
+            break;
+        case 2:
+            ifd__chunk_avx2_heads(qb, K, V, stride, n, hd, scale, m + g0, l + g0, ab, 2, dt);
+            break;
+        case 3:
+            ifd__chunk_avx2_heads(qb, K, V, stride, n, hd, scale, m + g0, l + g0, ab, 3, dt);
+            break;
+        default:
+            ifd__chunk_avx2_heads(qb, K, V, stride, n, hd, scale, m + g0, l + g0, ab, 4, dt);
+            break;
+        }
+    }
+}
+
+/* A chunk of n rows at element offset base of the layer, in place. */
+IFD__TARGET_AVX2 static void ifd__chunk_avx2_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
+                                                const float *q, int G, float scale, float *m,
+                                                float *l, float *acc)
+{
+    const int hd = kv->head_dim;
+    const int64_t es = ifd_dtype_size(kv->dtype);
+    const char *K = (const char *)kv->k + base * es, *V = (const char *)kv->v + base * es;
+    switch (kv->dtype) {
+    case IFD_DTYPE_F16:
+        ifd__chunk_avx2_rows(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_F16);
+        return;
+    case IFD_DTYPE_BF16:
+        ifd__chunk_avx2_rows(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_BF16);
+        return;
+    default:
+        ifd__chunk_avx2_rows(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_F32);
+        return;
+    }
+}
+
 /* Lane j of the result = Σ lanes of d[j], for 16 vectors. */
 IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__hsum16x16(const __m512 *d)
 {
@@ -470,27 +679,29 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512_kv(const ifd_kv_layer_t *kv, in
 
 #endif
 
-static void ifd__att_item(void *arg, int item, int n_items)
+/* Positions [max(p_lo, i·P), min(p_end, i·P + P − 1)] form partition i of
+ * a token's window: fixed by absolute position, so a token's partitions do
+ * not depend on the batch it is in. */
+static inline int ifd__part_lo(int i, int p_lo)
 {
-    (void)n_items;
-    const ifd__att_t *c = arg;
-    const ifd_kv_layer_t *kv = c->kv;
-    const int nkv = kv->n_kv_heads, hd = kv->head_dim, bs = kv->block_size, G = c->group;
-    const int t = item / c->items_per_tok;
-    const int h0 = item % c->items_per_tok * c->heads_per_item;
-    const int h1 = h0 + c->heads_per_item < nkv ? h0 + c->heads_per_item : nkv;
-    const int64_t row = ((int64_t)t * c->n_heads + (int64_t)h0 * G) * hd;
-    const float *q = c->q + row;
-    float *acc = c->out + row;
-    const int nq = (h1 - h0) * G; /* query heads served */
-    memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hd);
-    if (c->seq[t] < 0)
-        return; /* padding row */
+    return i * IFD__ATT_PART > p_lo ? i * IFD__ATT_PART : p_lo;
+}
 
-    const int32_t *bt = c->block_tables + (int64_t)c->seq[t] * c->max_blocks;
-    const int p_end = c->pos[t];
-    const int p_lo = c->window > 0 && p_end - c->window + 1 > 0 ? p_end - c->window + 1 : 0;
-    float m[IFD__ATT_MAX_ITEM_HEADS], l[IFD__ATT_MAX_ITEM_HEADS];
+static inline int ifd__part_hi(int i, int p_end)
+{
+    return i * IFD__ATT_PART + IFD__ATT_PART - 1 < p_end ? i * IFD__ATT_PART + IFD__ATT_PART - 1
+                                                         : p_end;
+}
+
+/* The online softmax of query heads [h0·G, h1·G) of token t over positions
+ * [pa, pb] of its sequence (block table bt): acc (nq × hd, unnormalized),
+ * m, l from scratch. */
+static void ifd__att_range(const ifd__att_t *c, const int32_t *bt, const float *q, int h0, int h1,
+                           int pa, int pb, float *acc, float *m, float *l)
+{
+    const ifd_kv_layer_t *kv = c->kv;
+    const int hd = kv->head_dim, bs = kv->block_size, G = c->group, nq = (h1 - h0) * G;
+    memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hd);
     for (int g = 0; g < nq; g++)
         m[g] = -INFINITY, l[g] = 0;
     float kbuf[IFD__ATT_CHUNK * IFD__ATT_MAX_HEAD_DIM] __attribute__((aligned(64)));
@@ -498,10 +709,10 @@ static void ifd__att_item(void *arg, int item, int n_items)
 
     /* Chunk by chunk, each served KV head in turn: the heads' rows of one
      * block lie next to each other, so memory is read in long runs. */
-    for (int p = p_lo; p <= p_end;) {
-        const int n = ifd__chunk_len(p, p_end, bs);
-        if (p + n <= p_end) { /* the next chunk lives in another block: ask for it now */
-            const int pn = p + n, nn = ifd__chunk_len(pn, p_end, bs);
+    for (int p = pa; p <= pb;) {
+        const int n = ifd__chunk_len(p, pb, bs);
+        if (p + n <= pb) { /* the next chunk lives in another block: ask for it now */
+            const int pn = p + n, nn = ifd__chunk_len(pn, pb, bs);
             for (int h = h0; h < h1; h++)
                 ifd__prefetch_rows(kv, ifd__kv_off(kv, bt[pn / bs], h, pn % bs), nn);
         }
@@ -513,6 +724,10 @@ static void ifd__att_item(void *arg, int item, int n_items)
 #if IFD__X86
             if (c->isa == IFD__ISA_AVX512) {
                 ifd__chunk_avx512_kv(kv, base, n, qh, G, c->scale, m + i, l + i, ah, kbuf, vbuf);
+                continue;
+            }
+            if (c->isa == IFD__ISA_AVX2 && c->raw_avx2) {
+                ifd__chunk_avx2_kv(kv, base, n, qh, G, c->scale, m + i, l + i, ah);
                 continue;
             }
 #endif
@@ -531,6 +746,49 @@ static void ifd__att_item(void *arg, int item, int n_items)
         }
         p += n;
     }
+}
+
+/* Folds partition state (acc2, m2, l2) into (acc, m, l): with M = max(m, m2),
+ * acc = acc·e^(m−M) + acc2·e^(m2−M), likewise l. Plain C with fmaf (one
+ * rounding, as the FMA instruction): the same operations on every path, so
+ * a split run and a whole run fold identically. */
+#if IFD__X86
+IFD__TARGET_AVX2 static void ifd__fold_avx2(float *x, const float *y, float a, float b, int hd)
+{
+    const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+    int e = 0;
+    for (; e + 8 <= hd; e += 8)
+        _mm256_storeu_ps(x + e, _mm256_fmadd_ps(_mm256_loadu_ps(y + e), bv,
+                                                _mm256_mul_ps(_mm256_loadu_ps(x + e), av)));
+    for (; e < hd; e++)
+        x[e] = fmaf(y[e], b, x[e] * a);
+}
+#endif
+
+static void ifd__att_fold(const ifd__att_t *c, float *restrict acc, float *m, float *l,
+                          const float *restrict acc2, const float *m2, const float *l2, int nq,
+                          int hd)
+{
+    for (int g = 0; g < nq; g++) {
+        const float M = m2[g] > m[g] ? m2[g] : m[g];
+        const float a = expf(m[g] - M), b = expf(m2[g] - M);
+        l[g] = fmaf(l2[g], b, l[g] * a);
+        m[g] = M;
+        float *x = acc + (int64_t)g * hd;
+        const float *y = acc2 + (int64_t)g * hd;
+#if IFD__X86
+        if (c->isa >= IFD__ISA_AVX2) {
+            ifd__fold_avx2(x, y, a, b, hd);
+            continue;
+        }
+#endif
+        for (int e = 0; e < hd; e++)
+            x[e] = fmaf(y[e], b, x[e] * a);
+    }
+}
+
+static void ifd__att_normalize(float *acc, const float *l, int nq, int hd)
+{
     for (int g = 0; g < nq; g++) {
         const float inv = 1.0f / l[g];
         float *ag = acc + (int64_t)g * hd;
@@ -538,6 +796,112 @@ static void ifd__att_item(void *arg, int item, int n_items)
             ag[e] *= inv;
     }
 }
+
+/* Token t's window [p_lo, p_end], or −1 for a padding row. */
+static int ifd__att_window(const ifd__att_t *c, int t, int *p_lo)
+{
+    if (c->seq[t] < 0)
+        return -1;
+    const int p_end = c->pos[t];
+    *p_lo = c->window > 0 && p_end - c->window + 1 > 0 ? p_end - c->window + 1 : 0;
+    return p_end;
+}
+
+/* Whole mode: item = (token, run of KV heads), its partitions one after the
+ * other, each folded into the output row as it completes. */
+static void ifd__att_item(void *arg, int item, int n_items)
+{
+    (void)n_items;
+    const ifd__att_t *c = arg;
+    const int nkv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
+    const int t = item / c->items_per_tok;
+    const int h0 = item % c->items_per_tok * c->heads_per_item;
+    const int h1 = h0 + c->heads_per_item < nkv ? h0 + c->heads_per_item : nkv;
+    const int64_t row = ((int64_t)t * c->n_heads + (int64_t)h0 * G) * hd;
+    const int nq = (h1 - h0) * G; /* query heads served */
+    float *acc = c->out + row;
+    int p_lo = 0;
+    const int p_end = ifd__att_window(c, t, &p_lo);
+    if (p_end < 0) {
+        memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hd);
+        return; /* padding row */
+    }
+    const int32_t *bt = c->block_tables + (int64_t)c->seq[t] * c->max_blocks;
+    float m[IFD__ATT_MAX_ITEM_HEADS], l[IFD__ATT_MAX_ITEM_HEADS];
+    float m2[IFD__ATT_MAX_ITEM_HEADS], l2[IFD__ATT_MAX_ITEM_HEADS];
+    float part[IFD__ATT_MAX_ITEM_HEADS * IFD__ATT_MAX_HEAD_DIM] __attribute__((aligned(64)));
+    const int i0 = p_lo / IFD__ATT_PART, i1 = p_end / IFD__ATT_PART;
+    ifd__att_range(c, bt, c->q + row, h0, h1, ifd__part_lo(i0, p_lo), ifd__part_hi(i0, p_end), acc,
+                   m, l);
+    for (int i = i0 + 1; i <= i1; i++) {
+        ifd__att_range(c, bt, c->q + row, h0, h1, ifd__part_lo(i, p_lo), ifd__part_hi(i, p_end),
+                       part, m2, l2);
+        ifd__att_fold(c, acc, m, l, part, m2, l2, nq, hd);
+    }
+    ifd__att_normalize(acc, l, nq, hd);
+}
+
+/* Split mode: item = one piece (token, run of KV heads, partition) into its
+ * slot of the workspace; ifd__att_join folds them in partition order. */
+static void ifd__att_piece(void *arg, int item, int n_items)
+{
+    (void)n_items;
+    const ifd__att_t *c = arg;
+    int t = 0;
+    while (c->tok_off[t + 1] <= item)
+        t++;
+    const int nparts = (c->tok_off[t + 1] - c->tok_off[t]) / c->items_per_tok;
+    const int k = item - c->tok_off[t], hr = k / nparts, part = k % nparts;
+    const int nkv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
+    const int h0 = hr * c->heads_per_item;
+    const int h1 = h0 + c->heads_per_item < nkv ? h0 + c->heads_per_item : nkv;
+    const int nq = (h1 - h0) * G;
+    int p_lo = 0;
+    const int p_end = ifd__att_window(c, t, &p_lo);
+    const int i = p_lo / IFD__ATT_PART + part;
+    float *acc = c->ws + (int64_t)item * c->piece_floats;
+    float *m = acc + (int64_t)nq * hd, *l = m + nq;
+    const int32_t *bt = c->block_tables + (int64_t)c->seq[t] * c->max_blocks;
+    const int64_t row = ((int64_t)t * c->n_heads + (int64_t)h0 * G) * hd;
+    ifd__att_range(c, bt, c->q + row, h0, h1, ifd__part_lo(i, p_lo), ifd__part_hi(i, p_end), acc,
+                   m, l);
+}
+
+static void ifd__att_join(const ifd__att_t *c)
+{
+    const int nkv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
+    for (int t = 0; t < c->n_tok; t++) {
+        const int pieces = c->tok_off[t + 1] - c->tok_off[t];
+        for (int hr = 0; hr < c->items_per_tok; hr++) {
+            const int h0 = hr * c->heads_per_item;
+            const int h1 = h0 + c->heads_per_item < nkv ? h0 + c->heads_per_item : nkv;
+            const int nq = (h1 - h0) * G;
+            float *acc = c->out + ((int64_t)t * c->n_heads + (int64_t)h0 * G) * hd;
+            if (pieces == 0) { /* padding row */
+                memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hd);
+                continue;
+            }
+            const int nparts = pieces / c->items_per_tok;
+            const float *w = c->ws + (int64_t)(c->tok_off[t] + hr * nparts) * c->piece_floats;
+            float m[IFD__ATT_MAX_ITEM_HEADS], l[IFD__ATT_MAX_ITEM_HEADS];
+            memcpy(acc, w, sizeof(float) * (size_t)nq * (size_t)hd);
+            memcpy(m, w + (int64_t)nq * hd, sizeof(float) * (size_t)nq);
+            memcpy(l, w + (int64_t)nq * hd + nq, sizeof(float) * (size_t)nq);
+            for (int p = 1; p < nparts; p++) {
+                const float *x = w + (int64_t)p * c->piece_floats;
+                ifd__att_fold(c, acc, m, l, x, x + (int64_t)nq * hd, x + (int64_t)nq * hd + nq, nq,
+                              hd);
+            }
+            ifd__att_normalize(acc, l, nq, hd);
+        }
+    }
+}
+
+/* Split mode pays when a small batch leaves threads idle: at most this many
+ * tokens, and a workspace of at most this many bytes (else whole mode, which
+ * computes the same result on fewer threads). */
+enum { IFD__ATT_SPLIT_MAX_TOK = 8 };
+#define IFD__ATT_SPLIT_MAX_BYTES ((int64_t)32 << 20)
 
 int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const ifd_kv_layer_t *kv,
                             const int32_t *seq, const int32_t *pos, const int32_t *block_tables,
@@ -590,10 +954,34 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
         .heads_per_item = hpi,
         .items_per_tok = (kv->n_kv_heads + hpi - 1) / hpi,
         .isa = ifd__cpu_isa(),
+        .raw_avx2 = kv->head_dim % 8 == 0,
+        .n_tok = n_tok,
     };
     const int64_t items = (int64_t)n_tok * c.items_per_tok;
     if (items > INT32_MAX)
         return IFD_EINVAL;
+    /* Few items for the pool: split each token's window into its
+     * partitions, when that gives at least twice the items. */
+    if (threads > 1 && items < 2 * threads && n_tok <= IFD__ATT_SPLIT_MAX_TOK) {
+        int32_t off[IFD__ATT_SPLIT_MAX_TOK + 1];
+        off[0] = 0;
+        for (int t = 0; t < n_tok; t++) {
+            int p_lo = 0;
+            const int p_end = ifd__att_window(&c, t, &p_lo);
+            const int parts = p_end < 0 ? 0 : p_end / IFD__ATT_PART - p_lo / IFD__ATT_PART + 1;
+            off[t + 1] = off[t] + parts * c.items_per_tok;
+        }
+        c.piece_floats = (int64_t)hpi * G * (kv->head_dim + 2);
+        const int64_t bytes = (int64_t)off[n_tok] * c.piece_floats * (int64_t)sizeof(float);
+        if (off[n_tok] >= 2 * items && bytes <= IFD__ATT_SPLIT_MAX_BYTES &&
+            (c.ws = malloc((size_t)bytes)) != NULL) {
+            c.tok_off = off;
+            ifd_threadpool_run(tp, ifd__att_piece, &c, off[n_tok]);
+            ifd__att_join(&c);
+            free(c.ws);
+            return 0;
+        }
+    }
     ifd_threadpool_run(tp, ifd__att_item, &c, (int)items);
     return 0;
 }

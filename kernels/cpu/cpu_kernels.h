@@ -133,11 +133,14 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
  * block_tables[s * max_blocks + p / block_size] at offset p % block_size.
  * Query head h uses KV head h / (n_heads / n_kv_heads).
  * out[t, h] = Σ_p softmax_p(scale · q·k_p) v_p, f32 accumulation (online
- * softmax over runs of ≤ 16 positions); only those positions are read, so
- * other slots may hold anything. seq[t] < 0 marks a padding row: its output
- * is zeros and nothing is read. Each (token, KV head) is computed by one
- * thread in an order that depends only on the token's own positions, so a
- * row's result does not depend on the batch or the thread count.
+ * softmax over runs of ≤ 16 positions inside partitions of 64 positions,
+ * folded in order); only those positions are read, so other slots may hold
+ * anything. seq[t] < 0 marks a padding row: its output is zeros and nothing
+ * is read. Each output is computed in an order that depends only on the
+ * token's own positions (a lone token's partitions may run on several
+ * threads, folded in the same order), so a row's result does not depend on
+ * the batch or the thread count. Allocates a small workspace when it splits
+ * (falls back to one thread per item if that fails).
  * IFD_EINVAL: bad sizes, n_heads not a multiple of n_kv_heads, window < 0,
  * a needed block-table entry < 0 or pos[t] / block_size ≥ max_blocks
  * (checked before any work); IFD_ENOTSUP: head_dim > 256, more than 32

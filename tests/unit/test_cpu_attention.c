@@ -114,7 +114,7 @@ static float *src_row(const att_world_t *w, float *base, int s, int p, int h)
 
 static void world_build(att_world_t *w, const att_cfg_t *cfg)
 {
-    static const int lens[NSEQ] = {37, 1, 20, 64, 9};
+    static const int lens[NSEQ] = {150, 1, 141, 64, 9};
     memset(w, 0, sizeof *w);
     w->cfg = cfg;
     int total_blocks = 0;
@@ -240,14 +240,15 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
     world_build(&w, cfg);
     check_pool(&w);
 
-    /* The batch: seq 0 prefill chunk 21..36 over 21 cached positions, seq 1
-     * first token, seq 2 decode at 19, seq 3 whole prompt 0..63, seq 4 decode
-     * at 8, two padding rows; shuffled. */
+    /* The batch: seq 0 prefill chunk 130..149 over 130 cached positions, seq 1
+     * first token, seq 2 decode at 140, seq 3 whole prompt 0..63, seq 4 decode
+     * at 8, two padding rows; shuffled. Windows past 64 positions span
+     * several of the kernel's partitions. */
     int tok_seq[128], tok_pos[128], n_tok = 0;
-    for (int p = 21; p < 37; p++)
+    for (int p = 130; p < 150; p++)
         tok_seq[n_tok] = 0, tok_pos[n_tok++] = p;
     tok_seq[n_tok] = 1, tok_pos[n_tok++] = 0;
-    tok_seq[n_tok] = 2, tok_pos[n_tok++] = 19;
+    tok_seq[n_tok] = 2, tok_pos[n_tok++] = 140;
     for (int p = 0; p < 64; p++)
         tok_seq[n_tok] = 3, tok_pos[n_tok++] = p;
     tok_seq[n_tok] = 4, tok_pos[n_tok++] = 8;
@@ -276,6 +277,39 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
                      0);
     ck_assert_msg(memcmp(out, out1, sizeof(float) * (size_t)qn) == 0,
                   "attention differs between the pool and one thread");
+    /* Batch invariance: each token alone (on the pool a lone token's window
+     * is split into partitions worked in parallel) gives its batched row
+     * bitwise; so do pairs, and a padding row next to a token. */
+    float *one = malloc(sizeof(float) * (size_t)nh * hd * 2);
+    for (int t = 0; t < n_tok; t++) {
+        const int64_t row = (int64_t)nh * hd;
+        for (int k = 1; k <= 2; k++) {
+            const int u = k == 2 ? (t + 1) % n_tok : t;
+            const int32_t s2[2] = {seq[t], seq[u]}, p2[2] = {pos[t], pos[u]};
+            for (int64_t i = 0; i < row * k; i++)
+                one[i] = NAN;
+            ck_assert_int_eq(ifd_cpu_paged_attention(one, q + t * row, &w.kv, s2, p2, w.bt,
+                                                     w.max_blocks, 1, nh, scale, cfg->window, tp),
+                             0);
+            if (k == 2) { /* rows t and u next to each other: q rows copied together */
+                float *q2 = malloc(sizeof(float) * (size_t)row * 2);
+                memcpy(q2, q + t * row, sizeof(float) * (size_t)row);
+                memcpy(q2 + row, q + u * row, sizeof(float) * (size_t)row);
+                ck_assert_int_eq(ifd_cpu_paged_attention(one, q2, &w.kv, s2, p2, w.bt,
+                                                         w.max_blocks, 2, nh, scale, cfg->window,
+                                                         tp),
+                                 0);
+                free(q2);
+                IFD_CHECK(memcmp(one + row, out + u * row, sizeof(float) * (size_t)row) == 0,
+                          "token %d (seq %d pos %d) paired with %d differs from its batched row",
+                          u, seq[u], pos[u], t);
+            }
+            IFD_CHECK(memcmp(one, out + t * row, sizeof(float) * (size_t)row) == 0,
+                      "token %d (seq %d pos %d) alone (k=%d) differs from its batched row", t,
+                      seq[t], pos[t], k);
+        }
+    }
+    free(one);
 
     double *sc = malloc(sizeof(double) * (size_t)w.maxlen);
     double worst = 0;
