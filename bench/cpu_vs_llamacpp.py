@@ -23,33 +23,16 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import time
 
+sys.dont_write_bytecode = True  # keep bench/ clean
+import benchlib  # noqa: E402  (bench/benchlib.py, next to this script)
+
 ENGINES = ("llama.cpp", "inferd")
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
-def git_commit(repo):
-    try:
-        return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
 
 
 def spawn_measured(cmd):
@@ -149,10 +132,10 @@ def main():
     report = {
         "bench": "cpu_vs_llamacpp",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "cpu": cpu_model(),
+        "cpu": benchlib.cpu_model(),
         "cores": os.cpu_count(),
         "threads": a.threads,
-        "commit": git_commit(a.repo),
+        "commit": benchlib.git_commit(a.repo),
         "reps": a.reps,
         "smoke": a.smoke,
         "workloads": [x[0] for x in workloads(a.smoke, a.workloads)],
@@ -188,8 +171,7 @@ def main():
             for e in engines:
                 row[e + "_reps"] = per[e][k]
             if len(engines) == 2:
-                ratios = [i / l for i, l in zip(per["inferd"][k], per["llama.cpp"][k]) if l > 0]
-                row["ratio"] = round(statistics.median(ratios), 3) if ratios else None
+                row["ratio"] = benchlib.paired_ratio(per["inferd"][k], per["llama.cpp"][k])
             summary[k] = row
         report["models"].append({"name": name, "path": path,
                                  "file_mib": round(os.path.getsize(path) / 2**20, 1),

@@ -31,7 +31,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import signal
 import socket
@@ -40,6 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.dont_write_bytecode = True  # keep bench/ clean
+import benchlib  # noqa: E402  (bench/benchlib.py, next to this script)
 import urllib.error
 import urllib.request
 
@@ -55,25 +57,6 @@ TARGETS = {  # issue 14's: (workload, metric, bound)
 
 def die(msg):
     sys.exit("served_vs_llamaserver: " + msg)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
-def git_commit(repo):
-    try:
-        return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
 
 
 def free_port():
@@ -230,10 +213,8 @@ def summarize(runs, names):
                 vals = [x["metrics"][k] for x in per[srv] if x["metrics"][k] is not None]
                 e[srv + "_reps"] = vals
                 e[srv] = round(statistics.median(vals), 3) if vals else None
-            pairs = [(i["metrics"][k], l["metrics"][k])
-                     for i, l in zip(per["inferd"], per["llama-server"])]
-            ratios = [i / l for i, l in pairs if i is not None and l]
-            e["ratio"] = round(statistics.median(ratios), 3) if ratios else None
+            e["ratio"] = benchlib.paired_ratio([x["metrics"][k] for x in per["inferd"]],
+                                               [x["metrics"][k] for x in per["llama-server"]])
             w[k] = e
         out[wname] = w
     return out
@@ -316,10 +297,10 @@ def main():
     report = {
         "bench": "served_vs_llamaserver",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "cpu": cpu_model(),
+        "cpu": benchlib.cpu_model(),
         "cores": os.cpu_count(),
         "threads": a.threads,
-        "commit": git_commit(a.repo),
+        "commit": benchlib.git_commit(a.repo),
         "llama_server": a.llama_server,
         "reps": a.reps,
         "smoke": a.smoke,

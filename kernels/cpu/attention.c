@@ -797,14 +797,28 @@ static void ifd__att_normalize(float *acc, const float *l, int nq, int hd)
     }
 }
 
+/* The first position a token at p_end sees (window 0 = unlimited). */
+static inline int ifd__win_lo(int p_end, int window)
+{
+    return window > 0 && p_end - window + 1 > 0 ? p_end - window + 1 : 0;
+}
+
 /* Token t's window [p_lo, p_end], or −1 for a padding row. */
 static int ifd__att_window(const ifd__att_t *c, int t, int *p_lo)
 {
     if (c->seq[t] < 0)
         return -1;
-    const int p_end = c->pos[t];
-    *p_lo = c->window > 0 && p_end - c->window + 1 > 0 ? p_end - c->window + 1 : 0;
-    return p_end;
+    *p_lo = ifd__win_lo(c->pos[t], c->window);
+    return c->pos[t];
+}
+
+/* Run hr of KV heads: [*h0, *h1); returns the query heads it serves. */
+static int ifd__att_heads(const ifd__att_t *c, int hr, int *h0, int *h1)
+{
+    const int nkv = c->kv->n_kv_heads;
+    *h0 = hr * c->heads_per_item;
+    *h1 = *h0 + c->heads_per_item < nkv ? *h0 + c->heads_per_item : nkv;
+    return (*h1 - *h0) * c->group;
 }
 
 /* Whole mode: item = (token, run of KV heads), its partitions one after the
@@ -813,12 +827,11 @@ static void ifd__att_item(void *arg, int item, int n_items)
 {
     (void)n_items;
     const ifd__att_t *c = arg;
-    const int nkv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
+    const int hd = c->kv->head_dim, G = c->group;
     const int t = item / c->items_per_tok;
-    const int h0 = item % c->items_per_tok * c->heads_per_item;
-    const int h1 = h0 + c->heads_per_item < nkv ? h0 + c->heads_per_item : nkv;
+    int h0, h1;
+    const int nq = ifd__att_heads(c, item % c->items_per_tok, &h0, &h1);
     const int64_t row = ((int64_t)t * c->n_heads + (int64_t)h0 * G) * hd;
-    const int nq = (h1 - h0) * G; /* query heads served */
     float *acc = c->out + row;
     int p_lo = 0;
     const int p_end = ifd__att_window(c, t, &p_lo);
@@ -852,10 +865,9 @@ static void ifd__att_piece(void *arg, int item, int n_items)
         t++;
     const int nparts = (c->tok_off[t + 1] - c->tok_off[t]) / c->items_per_tok;
     const int k = item - c->tok_off[t], hr = k / nparts, part = k % nparts;
-    const int nkv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
-    const int h0 = hr * c->heads_per_item;
-    const int h1 = h0 + c->heads_per_item < nkv ? h0 + c->heads_per_item : nkv;
-    const int nq = (h1 - h0) * G;
+    const int hd = c->kv->head_dim, G = c->group;
+    int h0, h1;
+    const int nq = ifd__att_heads(c, hr, &h0, &h1);
     int p_lo = 0;
     const int p_end = ifd__att_window(c, t, &p_lo);
     const int i = p_lo / IFD__ATT_PART + part;
@@ -869,13 +881,12 @@ static void ifd__att_piece(void *arg, int item, int n_items)
 
 static void ifd__att_join(const ifd__att_t *c)
 {
-    const int nkv = c->kv->n_kv_heads, hd = c->kv->head_dim, G = c->group;
+    const int hd = c->kv->head_dim, G = c->group;
     for (int t = 0; t < c->n_tok; t++) {
         const int pieces = c->tok_off[t + 1] - c->tok_off[t];
         for (int hr = 0; hr < c->items_per_tok; hr++) {
-            const int h0 = hr * c->heads_per_item;
-            const int h1 = h0 + c->heads_per_item < nkv ? h0 + c->heads_per_item : nkv;
-            const int nq = (h1 - h0) * G;
+            int h0, h1;
+            const int nq = ifd__att_heads(c, hr, &h0, &h1);
             float *acc = c->out + ((int64_t)t * c->n_heads + (int64_t)h0 * G) * hd;
             if (pieces == 0) { /* padding row */
                 memset(acc, 0, sizeof(float) * (size_t)nq * (size_t)hd);
@@ -925,7 +936,7 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
         const int p_end = pos[t];
         if (p_end < 0 || p_end / bs >= max_blocks)
             return IFD_EINVAL;
-        const int p_lo = window > 0 && p_end - window + 1 > 0 ? p_end - window + 1 : 0;
+        const int p_lo = ifd__win_lo(p_end, window);
         const int32_t *bt = block_tables + (int64_t)seq[t] * max_blocks;
         for (int b = p_lo / bs; b <= p_end / bs; b++)
             if (bt[b] < 0)
