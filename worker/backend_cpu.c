@@ -80,31 +80,49 @@ static void ifd__cpu_destroy(ifd_backend_t *be)
     free(c);
 }
 
-/* Buffers of 2 MiB or more (the weights) are aligned to 2 MiB and offered
- * to transparent huge pages: streaming hundreds of MB of weights through 4 KiB
+/* Weight buffers of 2 MiB or more are aligned to 2 MiB and offered to
+ * transparent huge pages: streaming hundreds of MB of weights through 4 KiB
  * pages costs a TLB miss every 64 cache lines, which the batched matmul feels
  * (a 30-layer sweep of SmolLM2's matrices at 31 rows, cold: ~12% faster;
  * bench_engine at concurrency 16: a few %, within its noise). The price: a
  * buffer's last, partly used 2 MiB page is resident whole (at most ≈ 60 MB
- * over SmolLM2's 650 MB of f32 weights). Advice only: where THP is off, the
- * pages stay small and nothing fails. */
-static int ifd__cpu_alloc(ifd_backend_t *be, size_t bytes, void **out)
+ * over SmolLM2's 650 MB of f32 weights); it is zeroed here, so that the
+ * buffer is resident whole from the start rather than when khugepaged gets
+ * to it. Activations and index buffers (ops->alloc) get no advice: their
+ * pages are touched as steps first reach a shape, and khugepaged collapsing
+ * a partly touched 2 MiB range makes all of it resident at a moment of its
+ * choosing (a soak saw private RSS climb in 2 MiB steps for minutes).
+ * Advice only: where THP is off, the pages stay small and nothing fails. */
+static int ifd__cpu_alloc_as(size_t bytes, bool weights, void **out)
 {
-    (void)be;
     enum { HUGE = 2 << 20 };
-    const size_t align = bytes >= HUGE ? HUGE : 64;
+    const size_t align = weights && bytes >= HUGE ? HUGE : 64;
     size_t rounded = (bytes + align - 1) & ~(align - 1);
     void *p = aligned_alloc(align, rounded ? rounded : 64);
     if (!p) {
         IFD_ERROR("cpu backend: aligned_alloc(%zu) failed", bytes);
         return IFD_ENOMEM;
     }
+    if (align == HUGE) {
 #ifdef MADV_HUGEPAGE
-    if (align == HUGE)
         (void)madvise(p, rounded, MADV_HUGEPAGE);
 #endif
+        memset((char *)p + bytes, 0, rounded - bytes);
+    }
     *out = p;
     return 0;
+}
+
+static int ifd__cpu_alloc(ifd_backend_t *be, size_t bytes, void **out)
+{
+    (void)be;
+    return ifd__cpu_alloc_as(bytes, false, out);
+}
+
+static int ifd__cpu_walloc(ifd_backend_t *be, size_t bytes, void **out)
+{
+    (void)be;
+    return ifd__cpu_alloc_as(bytes, true, out);
 }
 
 static void ifd__cpu_free(ifd_backend_t *be, void *p)
@@ -183,7 +201,7 @@ static int ifd__cpu_load_h(ifd_backend_t *be, ifd_weight_t *out, const ifd_weigh
         return (int)elems;
     uint16_t *wh = NULL;
     ifd__qshare_t *share = malloc(sizeof *share);
-    int rc = share ? ifd__cpu_alloc(be, (size_t)elems * 2, (void **)&wh) : IFD_ENOMEM;
+    int rc = share ? ifd__cpu_walloc(be, (size_t)elems * 2, (void **)&wh) : IFD_ENOMEM;
     /* a panel may straddle two parts: pack them as one concatenated tensor */
     const uint16_t *src = parts[0].data;
     uint16_t *cat = NULL;
@@ -242,7 +260,7 @@ static int ifd__cpu_load_q(ifd_backend_t *be, ifd_weight_t *out, const ifd_weigh
     }
     void *wq = NULL;
     ifd__qshare_t *share = malloc(sizeof *share);
-    int rc = share ? ifd__cpu_alloc(be, (size_t)bytes, &wq) : IFD_ENOMEM;
+    int rc = share ? ifd__cpu_walloc(be, (size_t)bytes, &wq) : IFD_ENOMEM;
     if (rc == 0)
         rc = ifd_cpu_qweight_pack(wq, src, type, (int)rows, (int)cols);
     free(cat);
@@ -278,7 +296,7 @@ static int ifd__cpu_load_weight(ifd_backend_t *be, ifd_weight_t *out, const ifd_
     }
     size_t n = (size_t)(src->rows * src->cols), bytes = n * sizeof(float);
     float *w;
-    int rc = ifd__cpu_alloc(be, bytes, (void **)&w);
+    int rc = ifd__cpu_walloc(be, bytes, (void **)&w);
     if (rc)
         return rc;
     if ((rc = ifd__cpu_dequant(w, src))) {
@@ -331,7 +349,7 @@ static int ifd__cpu_load_bias(ifd_backend_t *be, float **out, const ifd_weight_s
     if (!any_bias)
         return 0;
     float *b;
-    int rc = ifd__cpu_alloc(be, (size_t)rows * sizeof(float), (void **)&b);
+    int rc = ifd__cpu_walloc(be, (size_t)rows * sizeof(float), (void **)&b);
     if (rc)
         return rc;
     int64_t r0 = 0;
@@ -422,7 +440,7 @@ static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weig
     if (nf < 0)
         return (int)nf;
     float *w = NULL, *wp = NULL, *b = NULL;
-    int rc = ifd__cpu_alloc(be, (size_t)(rows * cols) * sizeof(float), (void **)&w);
+    int rc = ifd__cpu_walloc(be, (size_t)(rows * cols) * sizeof(float), (void **)&w);
     if (rc)
         return rc;
     int64_t r0 = 0;
@@ -432,7 +450,7 @@ static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weig
     }
     if (rc == 0)
         rc = ifd__cpu_load_bias(be, &b, parts, bias, n, rows);
-    if (rc == 0 && (rc = ifd__cpu_alloc(be, (size_t)nf * sizeof(float), (void **)&wp)) == 0)
+    if (rc == 0 && (rc = ifd__cpu_walloc(be, (size_t)nf * sizeof(float), (void **)&wp)) == 0)
         ifd_cpu_matmul_pack(wp, w, (int)rows, (int)cols);
     free(w);
     if (rc) {
@@ -526,11 +544,24 @@ static int ifd__cpu_rmsnorm(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual
     return ifd_cpu_rmsnorm(ifd__f(y), ifd__f(residual), w->data, rows, (int)w->cols, eps);
 }
 
+/* Rows a per-call scratch buffer is sized for when a step of m rows needs
+ * it: the next power of two (at least 16). Sized exactly, a step shape that
+ * creeps upward under load freed and reallocated the buffer at every new
+ * maximum, and each reallocation touched fresh heap pages while the old
+ * ones stayed resident (private RSS rising for minutes under a soak). */
+static int ifd__rows_cap(int m)
+{
+    int c = 16;
+    while (c < m && c < (1 << 30))
+        c *= 2;
+    return c;
+}
+
 /* The quantized parts: x quantized once, each part into its columns. */
 static int ifd__cpu_proj_q(ifd_backend_t *be, float *y, const float *x, const ifd_proj_t *p, int m)
 {
     ifd__cpu_backend_t *c = ifd__cpu(be);
-    int64_t need = ifd_cpu_qact_bytes(m, (int)p->cols);
+    int64_t need = ifd_cpu_qact_bytes(ifd__rows_cap(m), (int)p->cols);
     if (need < 0)
         return (int)need;
     if ((size_t)need > c->qact_bytes) {
@@ -589,6 +620,7 @@ static int ifd__cpu_rope_kv(ifd_backend_t *be, ifd_act_t *q_out, const ifd_act_t
         return IFD_EINVAL;
     size_t need = (size_t)n_tok * (size_t)kvd * 2;
     if (need > c->kv_tmp_floats) {
+        need = (size_t)ifd__rows_cap(n_tok) * (size_t)kvd * 2;
         float *t = realloc(c->kv_tmp, need * sizeof(float));
         if (!t)
             return IFD_ENOMEM;

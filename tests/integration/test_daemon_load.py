@@ -283,6 +283,18 @@ def test_soak_256_streams():
                     errors.append((i, n, r))
     try:
         d.wait_idle()
+        # The workers' step buffers are sized for max_seqs sequences and max_batched_tokens
+        # tokens, and their pages are touched as steps first reach those shapes; under the
+        # soak's churn the widest steps are rare. A burst of max_seqs (64) requests per
+        # worker, arriving at once, fills every worker's batch before the first sample.
+        warm = [threading.Thread(target=soak_stream, daemon=True, args=(d, {
+            "prompt": "Warm-up %d:" % i, "max_tokens": 16, "ignore_eos": True, "stream": True,
+            "temperature": 0.7, "seed": i}, stop)) for i in range(64 * len(d.worker_pids()))]
+        for t in warm:
+            t.start()
+        for t in warm:
+            t.join(120)
+        d.wait_idle()
         wpids = d.worker_pids()
         pids = [d.proc.pid] + wpids
         idle = [proc_sample(p) for p in pids]
