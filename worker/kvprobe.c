@@ -189,6 +189,51 @@ static int ifd__warm_decode(ifd__warm_t *w, int n, int ctx)
     return ifd__warm_step(w, n, n, max_blocks, n);
 }
 
+/* Step 2b: one decode step of n sequences whose rows ask for all that the
+ * device sampler keeps per row, so that its buffers are grown before the
+ * memory is read: 20 raw logprobs of a row that a logit bias and a
+ * frequency penalty change (the raw copy, V floats a row, is the largest),
+ * with a history of min(ctx, V) distinct ids, the most a row can bring (the
+ * penalties' id table). Grammar masks (V/8 bytes a row) are left to the
+ * margin: a constraint needs the tokenizer, which the warm-up has not. */
+static int ifd__warm_sample_worst(ifd__warm_t *w, int n, int ctx)
+{
+    const int32_t V = ifd_model_config(w->m)->n_vocab;
+    const int32_t n_ids = ctx < V ? ctx : V;
+    const ifd_logit_bias_t bias = {.id = 0, .bias = 1.0f};
+    ifd_sampling_params_t p = w->sp;
+    p.n_logprobs = IFD_SAMPLER_MAX_LOGPROBS;
+    p.logprobs_mode = IFD_LOGPROBS_RAW;
+    p.logit_bias = &bias;
+    p.n_logit_bias = 1;
+    p.frequency_penalty = 0.5f;
+    ifd_sample_result_t *res = calloc((size_t)n, sizeof *res);
+    int32_t *ids = malloc((size_t)n_ids * sizeof *ids);
+    if (!res || !ids) {
+        free(res);
+        free(ids);
+        return IFD_ENOMEM;
+    }
+    for (int32_t i = 0; i < n_ids; i++)
+        ids[i] = i;
+    const ifd_sampler_history_t hist = {.generated = ids, .n_generated = (size_t)n_ids};
+    const int max_blocks = (ctx + w->bs - 1) / w->bs;
+    for (int i = 0; i < n; i++) {
+        w->tokens[i] = (int32_t)(i + 1) % V;
+        w->seq[i] = i;
+        w->pos[i] = i == 0 ? ctx - 1 : 0;
+        w->slot[i] = -1;
+        w->rows[i] = i;
+        w->srows[i] = (ifd_sample_row_t){.params = &p, .hist = &hist, .result = &res[i]};
+    }
+    int rc = ifd__warm_step(w, n, n, max_blocks, n);
+    for (int i = 0; i < n; i++)
+        w->srows[i] = (ifd_sample_row_t){.params = &w->sp};
+    free(res);
+    free(ids);
+    return rc;
+}
+
 /* The decode steps of step 2 (every_ctx false: at max_ctx only) or 3 (each
  * context bucket up to max_ctx): each batch bucket up to cap sequences (and
  * cap itself), `reps` times each. */
@@ -274,6 +319,12 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
     const int before = w.steps;
     if ((rc = ifd__warm_decodes(&w, cap, p->max_ctx, false, 1, &n))) {
         what = "decode";
+        step = true;
+        goto fail;
+    }
+    if ((rc = ifd__warm_sample_worst(&w, cap, p->max_ctx))) {
+        what = "decode (sampling with raw logprobs)";
+        n = cap;
         step = true;
         goto fail;
     }

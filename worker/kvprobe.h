@@ -19,7 +19,12 @@
  *  2. decode steps of every batch bucket up to min(max_seqs,
  *     max_batched_tokens) sequences at max_ctx (one sequence at that
  *     context, the others at position 0), with graphs off: the block tables
- *     and the split-K workspace at the largest context;
+ *     and the split-K workspace at the largest context; then one more at the
+ *     largest batch whose every row asks for 20 raw logprobs of a row that a
+ *     logit bias and a penalty change, with a history of min(max_ctx, V)
+ *     distinct ids: the device sampler's per-row buffers at their largest
+ *     (the raw copy is V floats a row, the penalties' id table 8 bytes an
+ *     id; grammar masks, V/8 bytes a row, are left to the margin);
  *  3. decode steps of every batch bucket at every context bucket up to
  *     max_ctx with graphs on, each twice (recorded, replayed): every decode
  *     graph the worker can record (model.c: one per batch bucket and context
@@ -34,7 +39,7 @@
  * The scratch KV's contents are garbage (positions far beyond what was
  * written read block 0 again): only the sizes matter; the logits are thrown
  * away. Cost: about 3 × max_batched_tokens prefill tokens, 2 decode steps
- * per (batch bucket, context bucket) pair and one per batch bucket (on the
+ * per (batch bucket, context bucket) pair and one per batch bucket, plus one (on the
  * CPU emulator, seconds for a tiny model: tests keep max_seqs and the
  * context small).
  *

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh SOURCE_DIR BUILD_DIR — builds the libFuzzer targets of tests/fuzz with
 # clang (ASan + UBSan + libFuzzer) in BUILD_DIR and runs each for
-# $INFERD_FUZZ_SECONDS (default 20) starting from its committed corpus, $JOBS
+# $INFERD_FUZZ_SECONDS (default 10: a CI smoke; longer by hand) starting from its committed corpus, $JOBS
 # (default 2) targets at a time. New
 # inputs go to a temporary directory, never into the source tree. A crash
 # fails the test and prints the input's path: fix the bug, then add the input
@@ -10,7 +10,7 @@
 set -euo pipefail
 src=$1
 build=$2
-secs=${INFERD_FUZZ_SECONDS:-20}
+secs=${INFERD_FUZZ_SECONDS:-10}
 targets=(http openai wire gguf safetensors tokenizer chat)
 
 if ! command -v clang >/dev/null 2>&1; then

@@ -91,6 +91,7 @@ if(CMAKE_CXX_COMPILER)
   # Device sampling, decode graphs, the steady state (issue 13 items 2-3).
   ifd_add_test(test_cuda_step_emu SOURCES test_cuda_step.c gpu_model_test.c ${IFD_BACKEND_SRCS}
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
+               ${PROJECT_SOURCE_DIR}/worker/kvprobe.c ${PROJECT_SOURCE_DIR}/worker/kvsize.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_cuda_step_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
                              ${CMAKE_CURRENT_SOURCE_DIR}/emu ${CUDAToolkit_INCLUDE_DIRS})

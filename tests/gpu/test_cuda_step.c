@@ -39,6 +39,7 @@
 #include "error.h"
 #include "grammar_mask.h"
 #include "kvpool.h"
+#include "kvprobe.h"
 #include "model.h"
 #include "sampler.h"
 #ifdef IFD_CUDA_EMU
@@ -843,6 +844,75 @@ static void test_max_seqs_buffers(void)
     free(la);
     free(lb);
 }
+
+/* ---- 6. the pool probe's warm-up grows the device sampler ------------------------- */
+
+static int free_mem(void *ctx, uint64_t *out)
+{
+    (void)ctx;
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess)
+        return IFD_ECUDA;
+    *out = f;
+    return 0;
+}
+
+/* After ifd_kvprobe_warmup (max_seqs 4), a decode step of 4 sequences whose
+ * every row asks for 20 raw logprobs of a row that a bias and the penalties
+ * change allocates nothing: what the pool is sized after includes the
+ * sampler's raw copies (4 rows of V floats), which it would otherwise
+ * cudaMalloc from memory the pool was given. */
+static void test_probe_grows_sampler(void)
+{
+    ifd_model_config_t c = tiny();
+    gt_side_t s = {0};
+    if (side_open(&s, &c, true) != 0) {
+        gt_side_close(&s);
+        return;
+    }
+    const ifd_kvprobe_params_t wp = {.max_batched_tokens = 16, .max_seqs = 4, .max_ctx = 64,
+                                     .block_size = BS, .kv_dtype = IFD_KV_F16};
+    ifd_kvprobe_result_t r;
+    char err[256] = "";
+    int rc = ifd_kvprobe_warmup(s.m, &wp, free_mem, NULL, &r, err, sizeof err);
+    GT_EXPECT(rc == 0, "warm-up: %s", err);
+    tables_init();
+    float *lg = malloc(sizeof(float) * 4 * c.n_vocab);
+    step_t st;
+    ifd_batch_t b = make_step(&st, &c, 0, 4, 3);
+    if (rc == 0 && (rc = ifd_model_forward(s.m, &b, s.kv, lg)) != 0)
+        GT_EXPECT(0, "prefill: %s", ifd_strerror(rc));
+    ifd_sampling_params_t p = ifd_sampling_default_params();
+    const ifd_logit_bias_t bias = {5, 2.0f};
+    p.logit_bias = &bias;
+    p.n_logit_bias = 1;
+    p.presence_penalty = 0.4f;
+    p.n_logprobs = 20;
+    p.logprobs_mode = IFD_LOGPROBS_RAW;
+    static const int32_t ids[] = {1, 2, 3, 4, 5, 6};
+    const ifd_sampler_history_t h = {ids, 3, ids + 3, 3};
+    ifd_sample_row_t rows[4];
+    ifd_sample_result_t res[4];
+    int32_t tok[4];
+    for (int i = 0; i < 4; i++)
+        rows[i] = (ifd_sample_row_t){&p, &h, 3, &res[i], 0, 0};
+    ifd_emu_counters_t c0, c1;
+    ifd_emu_counters(&c0);
+    b = make_step(&st, &c, 0, 4, 1);
+    if (rc == 0)
+        rc = ifd_model_forward_sample(s.m, &b, s.kv, rows, tok, lg);
+    ifd_emu_counters(&c1);
+    GT_EXPECT(rc == 0, "decode: %s", ifd_strerror(rc));
+    for (int i = 0; i < 4 && rc == 0; i++)
+        GT_EXPECT(res[i].token == tok[i] && res[i].n_top == 20, "row %d: %d top of token %d",
+                  i, res[i].n_top, res[i].token);
+    GT_EXPECT(c1.mallocs == c0.mallocs, "%llu cudaMalloc after the warm-up",
+              (unsigned long long)(c1.mallocs - c0.mallocs));
+    gt_note("warm-up: activations %llu bytes, %d graphs",
+            (unsigned long long)r.activation_bytes, r.n_graphs);
+    free(lg);
+    gt_side_close(&s);
+}
 #endif
 
 int main(void)
@@ -855,6 +925,7 @@ int main(void)
     gt_case("engine: device sampling = host sampling", test_engine_sampling);
     gt_case("engine: ids past n_vocab_valid never sampled, device = host", test_engine_vocab_valid);
     gt_case("decode buffers sized for the bucket of max_seqs", test_max_seqs_buffers);
+    gt_case("the pool probe's warm-up grows the device sampler", test_probe_grows_sampler);
 #endif
     return gt_end();
 }
