@@ -36,6 +36,10 @@ typedef struct {
     int cap_tok, cap_rows;
     size_t cap_bt;
     int steps;
+    /* the model's sliding-window layers get a pool of their own (the daemon
+     * splits every such model's): the steps bring local tables too, so that
+     * the buffers and graphs measured are those of the serving worker */
+    bool local_tables;
 } ifd__warm_t;
 
 static void ifd__warm_free(ifd__warm_t *w)
@@ -139,7 +143,9 @@ static int ifd__warm_step(ifd__warm_t *w, int n, int n_seqs, int max_blocks, int
                            .block_tables = w->bt,
                            .max_blocks = max_blocks,
                            .n_logits = n_logits,
-                           .logit_rows = w->rows};
+                           .logit_rows = w->rows,
+                           .local_block_tables = w->local_tables ? w->bt : NULL,
+                           .local_slot = w->local_tables ? w->slot : NULL};
     w->steps++;
     return ifd_model_forward_sample(w->m, &b, w->kv, w->srows, w->sampled, w->logits);
 }
@@ -277,6 +283,8 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
         return IFD_EINVAL;
     }
     ifd__warm_t w = {.m = m, .be = ifd_model_backend(m), .bs = p->block_size};
+    ifd_kvpool_params_t kp_g, kp_l;
+    w.local_tables = ifd_model_kvpool_params_split(ifd_model_config(m), &kp_g, &kp_l);
     const int T = p->max_batched_tokens;
     const int cap = p->max_seqs < T ? p->max_seqs : T; /* sequences in a decode step */
     ifd_model_set_max_seqs(m, cap); /* as the worker will (serve.c) */

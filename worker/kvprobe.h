@@ -30,6 +30,11 @@
  *     graph the worker can record (model.c: one per batch bucket and context
  *     bucket, the context buckets being powers of two from 256).
  *
+ * A model whose sliding-window layers the daemon keeps in a pool of their
+ * own (ifd_model_kvpool_params_split) gets local block tables in every step
+ * (the same ids as the global ones), as the serving worker's steps have:
+ * the buffers for them and graphs recorded with them are what is measured.
+ *
  * activation_bytes is what 1 and 2 took, graph_bytes what 3 took (both as
  * the device's free memory fell, so the CUDA runtime's own allocations —
  * lazily loaded kernels, cuBLASLt's state, graph memory — count with

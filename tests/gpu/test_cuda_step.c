@@ -913,6 +913,46 @@ static void test_probe_grows_sampler(void)
     free(lg);
     gt_side_close(&s);
 }
+
+/* A model with sliding-window layers, whose local layers the daemon keeps in
+ * a pool of their own: the probe's warm-up brings local tables, as the
+ * serving worker's steps do, so what it measured is what serves — a prefill
+ * and a decode step with local tables after it allocate nothing (without
+ * them in the warm-up, the first such step reallocates every batch buffer).
+ * Its graphs are not replayed: they were recorded over the warm-up's
+ * scratch KV, and a serving step records its own at the same cost. */
+static void test_probe_local_tables(void)
+{
+    ifd_model_config_t c = gt_tiny_config(true, 2);
+    gt_side_t s = {0};
+    if (side_open(&s, &c, true) != 0) {
+        gt_side_close(&s);
+        return;
+    }
+    const ifd_kvprobe_params_t wp = {.max_batched_tokens = 16, .max_seqs = 4, .max_ctx = 64,
+                                     .block_size = BS, .kv_dtype = IFD_KV_F16};
+    ifd_kvprobe_result_t r;
+    char err[256] = "";
+    int rc = ifd_kvprobe_warmup(s.m, &wp, free_mem, NULL, &r, err, sizeof err);
+    GT_EXPECT(rc == 0, "warm-up: %s", err);
+    tables_init();
+    float *lg = malloc(sizeof(float) * 4 * c.n_vocab);
+    ifd_emu_counters_t c0, c1;
+    ifd_emu_counters(&c0);
+    step_t st;
+    for (int q = 3; q >= 1 && rc == 0; q -= 2) { /* a prefill of 3 tokens each, a decode */
+        ifd_batch_t b = make_step(&st, &c, 0, 4, q);
+        b.local_block_tables = b.block_tables; /* the same ids: a valid local pool */
+        b.local_slot = b.slot;
+        rc = ifd_model_forward(s.m, &b, s.kv, lg);
+        GT_EXPECT(rc == 0, "step of %d tokens each: %s", q, ifd_strerror(rc));
+    }
+    ifd_emu_counters(&c1);
+    GT_EXPECT(c1.mallocs == c0.mallocs, "%llu cudaMalloc after the warm-up",
+              (unsigned long long)(c1.mallocs - c0.mallocs));
+    free(lg);
+    gt_side_close(&s);
+}
 #endif
 
 int main(void)
@@ -926,6 +966,7 @@ int main(void)
     gt_case("engine: ids past n_vocab_valid never sampled, device = host", test_engine_vocab_valid);
     gt_case("decode buffers sized for the bucket of max_seqs", test_max_seqs_buffers);
     gt_case("the pool probe's warm-up grows the device sampler", test_probe_grows_sampler);
+    gt_case("the pool probe's warm-up brings local tables (Gemma 3)", test_probe_local_tables);
 #endif
     return gt_end();
 }

@@ -102,9 +102,10 @@ START_TEST(test_warmup_cpu)
     ck_assert_uint_eq(r.free_after, 750);
     ck_assert_int_eq(r.n_graphs, 0); /* the CPU backend has none */
     /* prefills of 16, 24, 36, 40 tokens; decodes of 1, 2, 4, 5 sequences,
-     * eager at context 600, twice with graphs at 256, 512, 600 */
+     * eager at context 600, then 5 with raw logprobs, penalties and a bias,
+     * then twice with graphs at 256, 512, 600 */
     ck_assert_int_eq(r.prefill_steps, 4);
-    ck_assert_int_eq(r.decode_steps, 4 + 4 * 3 * 2);
+    ck_assert_int_eq(r.decode_steps, 4 + 1 + 4 * 3 * 2);
     /* a failing reading, bad parameters */
     s = (script_t){{1000, 900, 700, 650, 750}, 0, 2};
     ck_assert_int_ne(ifd_kvprobe_warmup(m, &p, script_mem, &s, &r, err, sizeof err), 0);
