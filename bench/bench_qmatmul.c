@@ -8,11 +8,15 @@
  * The machine is shared and noisy, so the two are timed in alternation:
  * each round runs f32 then quantized (each for at least --min-ms) and the
  * result is the median per side plus the median of the per-round ratios.
- * "q" includes quantizing the activations (none for F16/BF16). Also the cost of one empty
+ * "q" includes quantizing the activations (none for F16/BF16). Where the
+ * quantized product runs on AVX-512 VNNI, its AVX2 path is timed in the same
+ * rounds too ("q_avx2_ms", and "avx512_vs_avx2" = the median of the rounds'
+ * AVX2 ÷ AVX-512 time ratios). Also the cost of one empty
  * thread-pool run (the sync a matmul pays) and of a decode step's worth of
  * them. Prints one JSON object:
- *   {"isa", "threads", "matmul": [{"type","m","n","k","f32_ms","q_ms","speedup",
- *    "q_weights_gb_s"}...], "sync": {"run_us", "runs_per_step", "step_us"}}
+ *   {"isa", "threads", "q_path", "matmul": [{"type","m","n","k","f32_ms","q_ms","speedup",
+ *    "q_weights_gb_s"[, "q_avx2_ms", "avx512_vs_avx2"]}...],
+ *    "sync": {"run_us", "runs_per_step", "step_us"}}
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -110,6 +114,16 @@ static void run_q(void *p)
     ifd_cpu_qmatmul(j->y, j->n, &j->a, j->wq, j->type, j->n, j->tp);
 }
 
+/* The same on the AVX2 path, where the CPU's widest is AVX-512 VNNI. */
+static void run_q_avx2(void *p)
+{
+    job_t *j = p;
+    ifd__cpu_quantize_act_isa(&j->a, j->x, j->tp, 1);
+    ifd__cpu_qmatmul_isa(j->y, j->n, &j->a, j->wq, j->type, j->n, j->tp, 1);
+}
+
+static int have_avx512_q; /* ifd__cpu_qmatmul_isa takes path 2 */
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -139,13 +153,18 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
         ifd_cpu_qweight_pack(j.wq, src, type, n, k);
     void *amem = xmalloc((size_t)ifd_cpu_qact_bytes(m, k));
     ifd_cpu_qact_init(&j.a, amem, m, k);
-    double tf[32], tq[32], ratio[32];
+    double tf[32], tq[32], ratio[32], t2[32], r2[32];
     if (rounds > 32)
         rounds = 32;
+    const bool vs_avx2 = !h && have_avx512_q;
     for (int r = 0; r < rounds; r++) {
         tf[r] = time_ms(run_f32, &j);
         tq[r] = time_ms(run_q, &j);
         ratio[r] = tf[r] / tq[r];
+        if (vs_avx2) {
+            t2[r] = time_ms(run_q_avx2, &j);
+            r2[r] = t2[r] / tq[r];
+        }
     }
     qsort(tf, rounds, sizeof(double), cmp_d);
     qsort(tq, rounds, sizeof(double), cmp_d);
@@ -153,9 +172,15 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
     printf(first ? "\n    " : ",\n    ");
     first = 0;
     printf("{\"type\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"f32_ms\": %.4f, \"q_ms\": %.4f, "
-           "\"speedup\": %.3f, \"q_weights_gb_s\": %.2f}",
+           "\"speedup\": %.3f, \"q_weights_gb_s\": %.2f",
            ifd_ggml_type_name(type), m, n, k, tf[rounds / 2], tq[rounds / 2], ratio[rounds / 2],
            (double)qb / tq[rounds / 2] / 1e6);
+    if (vs_avx2) {
+        qsort(t2, rounds, sizeof(double), cmp_d);
+        qsort(r2, rounds, sizeof(double), cmp_d);
+        printf(", \"q_avx2_ms\": %.4f, \"avx512_vs_avx2\": %.3f", t2[rounds / 2], r2[rounds / 2]);
+    }
+    printf("}");
     fflush(stdout);
     free(j.x), free(j.y), free(src), free(w), free(j.wp), free(j.wq), free(amem);
 }
@@ -187,7 +212,17 @@ int main(int argc, char **argv)
     ifd_threadpool_t *tp;
     if (ifd_threadpool_create(&tp, threads) != 0)
         return 1;
-    printf("{\"isa\": \"%s\", \"threads\": %d,\n  \"matmul\": [", ifd_cpu_isa_name(), threads);
+    {
+        /* probe: an AVX-512 VNNI product path on this CPU? (1 row, 8 × 32 Q8_0) */
+        static uint8_t wq[8 * 34];
+        static int8_t q[32];
+        static float d[1], y[8];
+        static int32_t sx[1];
+        ifd_cpu_qact_t a = {q, d, sx, 1, 32};
+        have_avx512_q = ifd__cpu_qmatmul_isa(y, 8, &a, wq, IFD_GGML_Q8_0, 8, NULL, 2) == 0;
+    }
+    printf("{\"isa\": \"%s\", \"threads\": %d, \"q_path\": \"%s\",\n  \"matmul\": [",
+           ifd_cpu_isa_name(), threads, have_avx512_q ? "avx512vnni" : "avx2-or-scalar");
     static const uint32_t all[] = {IFD_GGML_Q4_0, IFD_GGML_Q4_1, IFD_GGML_Q5_0, IFD_GGML_Q5_1,
                                    IFD_GGML_Q8_0, IFD_GGML_Q4_K, IFD_GGML_Q5_K, IFD_GGML_Q6_K,
                                    IFD_GGML_F16,  IFD_GGML_BF16};

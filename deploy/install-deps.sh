@@ -16,7 +16,7 @@ set -euo pipefail
 DEBS=(
     build-essential cmake ninja-build pkg-config git
     libuv1-dev libmsgpack-dev libjansson-dev check libpcre2-dev
-    libxxhash-dev libhttp-parser-dev libsystemd-dev libedit-dev
+    libxxhash-dev libhttp-parser-dev libsystemd-dev libedit-dev libsimde-dev
     python3 python3-venv python3-pip curl ca-certificates
     systemd clang
 )

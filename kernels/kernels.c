@@ -49,6 +49,11 @@ static void ifd__detect(void)
             f.avx512bf16 = zmm && ((a >> 5) & 1);
     }
 #endif
+#if defined(IFD_AVX512_EMU)
+    /* tests/cpu_emu: AVX-512 emulated wherever the AVX2 path runs */
+    f.avx512f = f.avx512bw = f.avx512vnni = f.avx2 && f.fma && f.f16c;
+    f.avx512bf16 = false;
+#endif
     const char *cap = getenv("INFERD_CPU");
     if (cap && strcmp(cap, "scalar") == 0)
         memset(&f, 0, sizeof f);

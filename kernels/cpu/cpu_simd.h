@@ -27,9 +27,18 @@
 #define IFD__X86 0
 #endif
 
-#define IFD__TARGET_AVX2   __attribute__((target("avx2,fma,f16c")))
-#define IFD__TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-#define IFD__INLINE        static inline __attribute__((always_inline))
+#define IFD__TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#if defined(IFD_AVX512_EMU) && IFD__X86
+/* Test build (tests/cpu_emu/avx512_emu.h): the AVX-512 paths on an AVX2 CPU,
+ * their intrinsics emulated, their functions compiled for AVX2. */
+#include "avx512_emu.h"
+#define IFD__TARGET_AVX512     IFD__TARGET_AVX2
+#define IFD__TARGET_AVX512VNNI IFD__TARGET_AVX2
+#else
+#define IFD__TARGET_AVX512     __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
+#define IFD__TARGET_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
+#endif
+#define IFD__INLINE static inline __attribute__((always_inline))
 
 typedef enum {
     IFD__ISA_SCALAR = 0,

@@ -38,11 +38,16 @@
  * sums, and the integer sums are exact (their magnitude bounds are noted
  * where they are added in 16 bits).
  *
+ * AVX-512 VNNI puts two row groups in one vector (lanes 0..7 group G, 8..15
+ * group G + 1, their halves loaded from the two groups) and forms the same
+ * integer sums with vpdpbusd, |w| times x with w's sign for the signed
+ * 8-bit types.
+ *
  * Order: per output, blocks in order, each folded in with the fma formula
- * of qmatmul.h. The scalar loop and the AVX2 lanes do the same IEEE
- * operations, so they agree bitwise; tiles of 1..4 activation rows share
- * the weight unpacking but never an accumulator, so the batch size does not
- * change a result either.
+ * of qmatmul.h. The scalar loop and the AVX2 and AVX-512 lanes do the same
+ * IEEE operations, so they agree bitwise; tiles of 1..4 activation rows
+ * share the weight unpacking but never an accumulator, so the batch size
+ * does not change a result either.
  *
  * Parallelism: tasks take contiguous ranges of row groups (pairs, so no two
  * tasks write one 64-byte line of y); activation rows are walked in chunks
@@ -543,6 +548,18 @@ int ifd_cpu_quantize_act(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadp
 
 /* ---- the product --------------------------------------------------------------- */
 
+/* The product's paths (ifd__cpu_qmatmul_isa): AVX-512 needs VNNI too (the
+ * AVX-512 CPUs without it, Skylake-SP/X, run the AVX2 path). */
+enum { QMM_PATH_SCALAR = 0, QMM_PATH_AVX2 = 1, QMM_PATH_AVX512 = 2 };
+
+static int qmm_max_isa(void)
+{
+    ifd__isa_t isa = ifd__cpu_isa();
+    if (isa >= IFD__ISA_AVX512 && ifd_cpu_features()->avx512vnni)
+        return QMM_PATH_AVX512;
+    return isa >= IFD__ISA_AVX2 ? QMM_PATH_AVX2 : QMM_PATH_SCALAR;
+}
+
 typedef struct {
     float *y;
     int64_t ldy;
@@ -650,8 +667,8 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
             const __m128i s1 = _mm_loadl_epi64((const __m128i *)(blk + QG));
             if (TWO == 1) {
                 ws = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(s0)));
-                w2 = _mm256_xor_ps(
-                    _mm256_mul_ps(mv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(s1))), neg0);
+                w2 = _mm256_xor_ps(_mm256_mul_ps(mv, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(s1))),
+                                   neg0);
             } else {
                 ws = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s0)));
                 w2 = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s1)));
@@ -710,10 +727,10 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
 #pragma GCC unroll 8
                 for (int g = 0; g < 8; g++)
                     s[g] = _mm256_maddubs_epi16(W[g], bcast4(xb + 4 * g));
-                __m256i l16 = _mm256_add_epi16(_mm256_add_epi16(s[0], s[1]),
-                                               _mm256_add_epi16(s[2], s[3]));
-                __m256i h16 = _mm256_add_epi16(_mm256_add_epi16(s[4], s[5]),
-                                               _mm256_add_epi16(s[6], s[7]));
+                __m256i l16 =
+                    _mm256_add_epi16(_mm256_add_epi16(s[0], s[1]), _mm256_add_epi16(s[2], s[3]));
+                __m256i h16 =
+                    _mm256_add_epi16(_mm256_add_epi16(s[4], s[5]), _mm256_add_epi16(s[6], s[7]));
                 if (BITS == 4) {
                     lo = _mm256_madd_epi16(_mm256_add_epi16(l16, h16), ones);
                     hi = _mm256_setzero_si256();
@@ -749,7 +766,7 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
 
 /* One function per type: groups [G0, G1) for every activation row. */
 #define QMM_AVX2(name, BITS, KQ, TWO, ZP)                                                          \
-    IFD__TARGET_AVX2 static void qmm_avx2_##name(const qmm_t *c, int G0, int G1)                  \
+    IFD__TARGET_AVX2 static void qmm_avx2_##name(const qmm_t *c, int G0, int G1)                   \
     {                                                                                              \
         const int m = c->a->m;                                                                     \
         for (int c0 = 0; c0 < m; c0 += QM_CHUNK) {                                                 \
@@ -785,36 +802,237 @@ QMM_AVX2(q5_k, 5, 1, 1, 0)
 QMM_AVX2(q6_k, 8, 1, 2, 0)
 #undef QMM_AVX2
 
-static void qmm_avx2(const qmm_t *c, int G0, int G1)
+/* ---- AVX-512 VNNI: two row groups at once ------------------------------------ */
+
+/* 16 lanes = the 8 rows of group G then the 8 of G + 1, whose outputs are
+ * adjacent in y. Each lane does what the AVX2 lane (and qmm_scalar) does
+ * for its row: the same integer block sums, now by vpdpbusd (u8 × s8, four
+ * products a lane, exact in 32 bits), and the same f32 operations in the
+ * same order, so AVX-512, AVX2 and scalar agree bitwise. The halves of each
+ * vector come from the two groups' blocks (gb bytes apart). */
+IFD__TARGET_AVX512VNNI IFD__INLINE __m512i join256(const uint8_t *a, const uint8_t *b)
 {
-    switch (c->t->type) {
-    case IFD_GGML_Q4_0:
-        qmm_avx2_q4_0(c, G0, G1);
-        return;
-    case IFD_GGML_Q4_1:
-        qmm_avx2_q4_1(c, G0, G1);
-        return;
-    case IFD_GGML_Q5_0:
-        qmm_avx2_q5_0(c, G0, G1);
-        return;
-    case IFD_GGML_Q5_1:
-        qmm_avx2_q5_1(c, G0, G1);
-        return;
-    case IFD_GGML_Q8_0:
-        qmm_avx2_q8_0(c, G0, G1);
-        return;
-    case IFD_GGML_Q4_K:
-        qmm_avx2_q4_k(c, G0, G1);
-        return;
-    case IFD_GGML_Q5_K:
-        qmm_avx2_q5_k(c, G0, G1);
-        return;
-    case IFD_GGML_Q6_K:
-        qmm_avx2_q6_k(c, G0, G1);
-        return;
-    default:
-        IFD_ASSERT(!"qmatmul: type without an AVX2 kernel");
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* 8 f16 of a then 8 of b, as 16 floats. */
+IFD__TARGET_AVX512VNNI IFD__INLINE __m512 join_f16(const uint8_t *a, const uint8_t *b)
+{
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+                                        _mm_loadu_si128((const __m128i *)b), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+/* 8 bytes of a then 8 of b, as 16 floats (unsigned or signed bytes). */
+IFD__TARGET_AVX512VNNI IFD__INLINE __m512 join_i8(const uint8_t *a, const uint8_t *b, const int sgn)
+{
+    __m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)a),
+                                   _mm_loadl_epi64((const __m128i *)b));
+    return _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
+}
+
+IFD__TARGET_AVX512VNNI IFD__INLINE __m512i qh_top2_512(__m512i H, const int g)
+{
+    __m512i v;
+    if (g < 2)
+        v = _mm512_slli_epi16(H, 3 - 2 * g);
+    else
+        v = _mm512_srli_epi16(H, 2 * g - 3);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x18));
+}
+
+IFD__TARGET_AVX512VNNI IFD__INLINE __m512i bcast4_512(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int i0, const int MI,
+                                                     const int BITS, const int KQ, const int TWO,
+                                                     const int ZP)
+{
+    const int k = c->a->k, nb = c->nb, bb = c->bb;
+    const int scb = (KQ ? 1 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : 0;
+    const int hs = KQ ? 2 * QG * (TWO == 1 ? 2 : 1) : 0; /* qt_hdr_stride */
+    const int64_t gb = c->gb;
+    const uint8_t *grp = c->w + (int64_t)G * gb, *blocks = grp + c->hdr;
+    const __m512i neg0 = _mm512_set1_epi32((int32_t)0x80000000u);
+    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < MI; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = blocks + (int64_t)b * bb, *blk2 = blk + gb;
+        const uint8_t *qh = blk + scb, *qs = qh + qhb;
+        __m512 ws, w2 = _mm512_setzero_ps();
+        if (KQ) { /* blk_scales: d·sc and −(dmin·m), or d·sc_lo and d·sc_hi */
+            if ((b & 7) == 0) {
+                const uint8_t *h = grp + (int64_t)hs * (b >> 3);
+                dv = join_f16(h, h + gb);
+                if (TWO == 1)
+                    mv = join_f16(h + 16, h + 16 + gb);
+            }
+            if (TWO == 1) {
+                ws = _mm512_mul_ps(dv, join_i8(blk, blk2, 0));
+                w2 = _mm512_castsi512_ps(_mm512_xor_si512(
+                    _mm512_castps_si512(_mm512_mul_ps(mv, join_i8(blk + QG, blk2 + QG, 0))), neg0));
+            } else {
+                ws = _mm512_mul_ps(dv, join_i8(blk, blk2, 1));
+                w2 = _mm512_mul_ps(dv, join_i8(blk + QG, blk2 + QG, 1));
+            }
+        } else {
+            ws = join_f16(blk, blk2);
+            if (TWO)
+                w2 = join_f16(blk + 16, blk2 + 16);
+        }
+        __m512i W[8];
+        if (BITS == 8) {
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++)
+                W[g] = join256(qs + 32 * g, qs + 32 * g + gb);
+        } else {
+            const __m512i H = BITS == 5 ? join256(qh, qh + gb) : zero;
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m512i L = join256(qs + 32 * g, qs + 32 * g + gb);
+                if (BITS == 4) {
+                    W[g] = _mm512_and_si512(L, m4);
+                    W[g + 4] = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+                } else {
+                    W[g] = _mm512_and_si512(L, _mm512_set1_epi8(0x1F));
+                    W[g + 4] = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(L, 5), _mm512_set1_epi8(0x07)),
+                        qh_top2_512(H, g));
+                }
+            }
+        }
+        /* 8-bit weights are signed: |w| (≤ 128, unsigned) times x with w's sign */
+        __mmask64 neg[8];
+        if (BITS == 8) {
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                neg[g] = _mm512_movepi8_mask(W[g]);
+                W[g] = _mm512_abs_epi8(W[g]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MI; i++) {
+            const int8_t *xb = c->a->q + (int64_t)(i0 + i) * k + b * QB;
+            const float dx = c->a->d[(int64_t)(i0 + i) * nb + b];
+            const int32_t sx = c->a->s[(int64_t)(i0 + i) * nb + b];
+            __m512i lo = zero, hi = zero;
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                __m512i x = bcast4_512(xb + 4 * g);
+                if (BITS == 8)
+                    x = _mm512_mask_sub_epi8(x, neg[g], zero, x);
+                if (g < 4)
+                    lo = _mm512_dpbusd_epi32(lo, W[g], x);
+                else
+                    hi = _mm512_dpbusd_epi32(hi, W[g], x);
+            }
+            const __m512 fdx = _mm512_set1_ps(dx);
+            if (TWO == 2) {
+                acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(lo), acc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(w2, fdx), _mm512_cvtepi32_ps(hi), acc[i]);
+                continue;
+            }
+            __m512i is = _mm512_add_epi32(lo, hi);
+            if (ZP)
+                is = _mm512_sub_epi32(is, _mm512_set1_epi32(ZP * sx));
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(is), acc[i]);
+            if (TWO == 1)
+                acc[i] = _mm512_fmadd_ps(w2, _mm512_set1_ps(dx * (float)sx), acc[i]);
+        }
     }
+    const int rows = c->n - G * QG < 2 * QG ? c->n - G * QG : 2 * QG;
+#pragma GCC unroll 4
+    for (int i = 0; i < MI; i++) {
+        float *yr = c->y + (int64_t)(i0 + i) * c->ldy + G * QG;
+        if (rows == 2 * QG)
+            _mm512_storeu_ps(yr, acc[i]);
+        else
+            _mm512_mask_storeu_ps(yr, ifd__mask16(rows), acc[i]);
+    }
+}
+
+/* One activation-row tile of MI ≤ 4 rows: on both groups G, G + 1 when
+ * PAIR, else on G alone (the AVX2 tile: the same results, lane for lane). */
+#define QTILE_ANY(PAIR, MI, BITS, KQ, TWO, ZP)                                                     \
+    do {                                                                                           \
+        if (PAIR)                                                                                  \
+            qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP);                                          \
+        else                                                                                       \
+            qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP);                                            \
+    } while (0)
+
+#define QMM_AVX512(name, BITS, KQ, TWO, ZP)                                                        \
+    IFD__TARGET_AVX512VNNI static void qmm_avx512_##name(const qmm_t *c, int G0, int G1)           \
+    {                                                                                              \
+        const int m = c->a->m;                                                                     \
+        for (int c0 = 0; c0 < m; c0 += QM_CHUNK) {                                                 \
+            const int c1 = c0 + QM_CHUNK < m ? c0 + QM_CHUNK : m;                                  \
+            for (int G = G0; G < G1; G += 2) {                                                     \
+                const int pair = G + 1 < G1;                                                       \
+                int i = c0;                                                                        \
+                for (; i + 4 <= c1; i += 4)                                                        \
+                    QTILE_ANY(pair, 4, BITS, KQ, TWO, ZP);                                         \
+                switch (c1 - i) {                                                                  \
+                case 3:                                                                            \
+                    QTILE_ANY(pair, 3, BITS, KQ, TWO, ZP);                                         \
+                    break;                                                                         \
+                case 2:                                                                            \
+                    QTILE_ANY(pair, 2, BITS, KQ, TWO, ZP);                                         \
+                    break;                                                                         \
+                case 1:                                                                            \
+                    QTILE_ANY(pair, 1, BITS, KQ, TWO, ZP);                                         \
+                    break;                                                                         \
+                default:                                                                           \
+                    break;                                                                         \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+QMM_AVX512(q4_0, 4, 0, 0, 8)
+QMM_AVX512(q4_1, 4, 0, 1, 0)
+QMM_AVX512(q5_0, 5, 0, 0, 16)
+QMM_AVX512(q5_1, 5, 0, 1, 0)
+QMM_AVX512(q8_0, 8, 0, 0, 0)
+QMM_AVX512(q4_k, 4, 1, 1, 0)
+QMM_AVX512(q5_k, 5, 1, 1, 0)
+QMM_AVX512(q6_k, 8, 1, 2, 0)
+#undef QMM_AVX512
+#undef QTILE_ANY
+
+typedef void (*qmm_fn)(const qmm_t *c, int G0, int G1);
+
+/* The SIMD kernels of each type, by path. */
+static const struct {
+    uint32_t type;
+    qmm_fn avx2, avx512;
+} qmm_kernels[] = {
+    {IFD_GGML_Q4_0, qmm_avx2_q4_0, qmm_avx512_q4_0},
+    {IFD_GGML_Q4_1, qmm_avx2_q4_1, qmm_avx512_q4_1},
+    {IFD_GGML_Q5_0, qmm_avx2_q5_0, qmm_avx512_q5_0},
+    {IFD_GGML_Q5_1, qmm_avx2_q5_1, qmm_avx512_q5_1},
+    {IFD_GGML_Q8_0, qmm_avx2_q8_0, qmm_avx512_q8_0},
+    {IFD_GGML_Q4_K, qmm_avx2_q4_k, qmm_avx512_q4_k},
+    {IFD_GGML_Q5_K, qmm_avx2_q5_k, qmm_avx512_q5_k},
+    {IFD_GGML_Q6_K, qmm_avx2_q6_k, qmm_avx512_q6_k},
+};
+
+static qmm_fn qmm_simd(uint32_t type, int isa)
+{
+    for (size_t i = 0; i < sizeof qmm_kernels / sizeof qmm_kernels[0]; i++)
+        if (qmm_kernels[i].type == type)
+            return isa >= QMM_PATH_AVX512 ? qmm_kernels[i].avx512 : qmm_kernels[i].avx2;
+    IFD_ASSERT(!"qmatmul: type without a SIMD kernel");
+    return NULL;
 }
 
 #endif /* IFD__X86 */
@@ -830,8 +1048,8 @@ static void qmm_task(void *arg, int task, int n_tasks)
     if (G0 >= G1)
         return;
 #if IFD__X86
-    if (c->isa >= IFD__ISA_AVX2) {
-        qmm_avx2(c, G0, G1);
+    if (c->isa >= QMM_PATH_AVX2) {
+        qmm_simd(c->t->type, c->isa)(c, G0, G1);
         return;
     }
 #endif
@@ -847,11 +1065,18 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
     int64_t bytes = ifd_cpu_qweight_bytes(type, n, xa->k);
     if (bytes < 0)
         return (int)bytes;
-    if (isa > (int)ifd__cpu_isa())
+    if (isa < 0 || isa > qmm_max_isa())
         return IFD_ENOTSUP;
     const qtype_t *t = qtype_find(type);
-    qmm_t c = {.y = y, .ldy = ldy, .a = xa, .w = wq, .t = t, .n = n, .nb = xa->k / QB,
-               .bb = qt_block_bytes(t), .isa = isa};
+    qmm_t c = {.y = y,
+               .ldy = ldy,
+               .a = xa,
+               .w = wq,
+               .t = t,
+               .n = n,
+               .nb = xa->k / QB,
+               .bb = qt_block_bytes(t),
+               .isa = isa};
     c.hdr = qt_hdr_bytes(t, c.nb);
     c.gb = c.hdr + (int64_t)c.nb * c.bb;
     /* One contiguous range of row groups per thread (each streams its part
@@ -874,5 +1099,5 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
 int ifd_cpu_qmatmul(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
                     const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp)
 {
-    return ifd__cpu_qmatmul_isa(y, ldy, xa, wq, type, n, tp, ifd__cpu_isa() >= IFD__ISA_AVX2);
+    return ifd__cpu_qmatmul_isa(y, ldy, xa, wq, type, n, tp, qmm_max_isa());
 }

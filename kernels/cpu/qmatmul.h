@@ -19,10 +19,13 @@
  * per block b in order, an exact integer dot product isum_b, then
  *   acc = fma(ws_b·dx_b, (float)(isum_b − zp·s_b), acc)
  *   acc = fma(wm_b, dx_b·(float)s_b, acc)          (types with a min)
- * (Q6_K: two half-block terms instead, one per 16-element scale). Scalar
- * and AVX2 results are therefore bitwise equal, and a row's result does not
- * depend on its batch (the engine's "batched equals alone"). The AVX-512
- * CPUs run the AVX2 code (there is no AVX-512 path yet).
+ * (Q6_K: two half-block terms instead, one per 16-element scale). Scalar,
+ * AVX2 and AVX-512 results are therefore bitwise equal, and a row's result
+ * does not depend on its batch (the engine's "batched equals alone"). The
+ * product picks its path at run time: AVX-512 VNNI (two row groups a
+ * vector, vpdpbusd), else AVX2/FMA/F16C, else scalar; AVX-512 CPUs without
+ * VNNI (Skylake-SP/X) take the AVX2 path. The activations are quantized by
+ * the AVX2 code on both SIMD paths.
  *
  * Threading: ifd_cpu_qmatmul splits the rows of w over the pool (tp may be
  * NULL). Everything else is single-threaded and reentrant. Memory is the
@@ -85,7 +88,8 @@ int ifd_cpu_qmatmul(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
                     const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp);
 
 /* For tests and benchmarks: the same with the SIMD path forced
- * (0 scalar, 1 AVX2; IFD_ENOTSUP when this CPU lacks it). */
+ * (0 scalar, 1 AVX2, 2 AVX-512 VNNI — the product only, the activations
+ * take 0 or ≥ 1; IFD_ENOTSUP when this CPU lacks it). */
 int ifd__cpu_quantize_act_isa(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadpool_t *tp,
                               int isa);
 int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,

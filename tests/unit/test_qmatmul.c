@@ -47,8 +47,8 @@ static const struct {
     uint32_t type;
     int off[2];
 } f16_fields[] = {
-    {IFD_GGML_Q4_0, {0, -1}}, {IFD_GGML_Q4_1, {0, 2}}, {IFD_GGML_Q5_0, {0, -1}},
-    {IFD_GGML_Q5_1, {0, 2}},  {IFD_GGML_Q8_0, {0, -1}}, {IFD_GGML_Q4_K, {0, 2}},
+    {IFD_GGML_Q4_0, {0, -1}}, {IFD_GGML_Q4_1, {0, 2}},    {IFD_GGML_Q5_0, {0, -1}},
+    {IFD_GGML_Q5_1, {0, 2}},  {IFD_GGML_Q8_0, {0, -1}},   {IFD_GGML_Q4_K, {0, 2}},
     {IFD_GGML_Q5_K, {0, 2}},  {IFD_GGML_Q6_K, {208, -1}},
 };
 
@@ -87,6 +87,18 @@ static int have_avx2(void)
     const ifd_cpu_features_t *f = ifd_cpu_features();
     return f->avx2 && f->fma && f->f16c;
 }
+
+/* The widest product path: 2 AVX-512 VNNI (real, or emulated in the
+ * _avx512emu build), 1 AVX2, 0 scalar. */
+static int max_path(void)
+{
+    const ifd_cpu_features_t *f = ifd_cpu_features();
+    if (have_avx2() && f->avx512f && f->avx512bw && f->avx512vnni)
+        return 2;
+    return have_avx2();
+}
+
+static const char *const path_names[] = {"scalar", "avx2", "avx512"};
 
 typedef struct {
     uint32_t type;
@@ -248,8 +260,8 @@ static void check_product(const wcase_t *c, int m, int isa, ifd_threadpool_t *tp
     }
     for (int i = 0; i < m; i++) {
         /* the row alone: a one-row view of the same activations */
-        ifd_cpu_qact_t one = {a.q + (int64_t)i * k, a.d + (int64_t)i * nb, a.s + (int64_t)i * nb,
-                              1, k};
+        ifd_cpu_qact_t one = {a.q + (int64_t)i * k, a.d + (int64_t)i * nb, a.s + (int64_t)i * nb, 1,
+                              k};
         ck_assert_int_eq(ifd__cpu_qmatmul_isa(y1, n, &one, c->packed, c->type, n, tp2, isa), 0);
         if (memcmp(y1, y + (int64_t)i * n, sizeof(float) * n) != 0)
             ck_abort_msg("%s m=%d n=%d k=%d isa=%d: row %d batched != alone",
@@ -265,11 +277,12 @@ static void check_product(const wcase_t *c, int m, int isa, ifd_threadpool_t *tp
                 bound += fabs((double)w[e]) * a.d[i * nb + e / 32] * 0.5;
             }
             double got = y[(int64_t)i * n + j];
-            if (fabs(got - ref) > 2e-6 * mag + 1e-30 || fabs(got - truth) > bound * 1.001 + 2e-6 * mag)
+            if (fabs(got - ref) > 2e-6 * mag + 1e-30 ||
+                fabs(got - truth) > bound * 1.001 + 2e-6 * mag)
                 ck_abort_msg("%s m=%d n=%d k=%d isa=%d y[%d,%d]=%.9g ref=%.9g truth=%.9g "
                              "(mag %g bound %g)",
-                             ifd_ggml_type_name(c->type), m, n, k, isa, i, j, got, ref, truth,
-                             mag, bound);
+                             ifd_ggml_type_name(c->type), m, n, k, isa, i, j, got, ref, truth, mag,
+                             bound);
         }
     }
     free(mem);
@@ -301,11 +314,11 @@ START_TEST(test_products)
                     continue; /* keep the f64 reference quick */
                 float *ys, *yv;
                 check_product(&c, m, 0, tp1, tp2, &ys);
-                if (have_avx2()) {
-                    check_product(&c, m, 1, tp1, tp2, &yv);
+                for (int isa = 1; isa <= max_path(); isa++) {
+                    check_product(&c, m, isa, tp1, tp2, &yv);
                     if (memcmp(ys, yv, sizeof(float) * m * c.n) != 0)
-                        ck_abort_msg("%s m=%d n=%d k=%d: scalar != avx2",
-                                     ifd_ggml_type_name(type), m, c.n, c.k);
+                        ck_abort_msg("%s m=%d n=%d k=%d: scalar != %s", ifd_ggml_type_name(type), m,
+                                     c.n, c.k, path_names[isa]);
                     free(yv);
                 }
                 free(ys);
@@ -333,9 +346,12 @@ static Suite *qmatmul_suite(void)
 
 int main(void)
 {
-    printf("qmatmul paths: scalar%s (cpu: %s)\n", have_avx2() ? ", avx2" : "",
-           ifd_cpu_isa_name());
+    printf("qmatmul paths: scalar%s%s (cpu: %s)\n", max_path() >= 1 ? ", avx2" : "",
+           max_path() >= 2 ? ", avx512" : "", ifd_cpu_isa_name());
     if (!have_avx2())
         printf("SKIPPED part: AVX2 path (this CPU or $INFERD_CPU has no AVX2/FMA/F16C)\n");
+    if (max_path() < 2)
+        printf("SKIPPED part: AVX-512 VNNI path (not on this CPU: test_qmatmul_avx512emu "
+               "runs it emulated)\n");
     return ifd_test_run(qmatmul_suite());
 }
