@@ -9,10 +9,10 @@
  * each round runs f32 then quantized (each for at least --min-ms) and the
  * result is the median per side plus the median of the per-round ratios.
  * "q" includes quantizing the activations (none for F16/BF16). Where the
- * quantized product runs on AVX-512 VNNI, its AVX2 path is timed in the same
- * rounds too ("q_avx2_ms", and "avx512_vs_avx2" = the median of the rounds'
- * AVX2 ÷ AVX-512 time ratios). Also the cost of one empty
- * thread-pool run (the sync a matmul pays) and of a decode step's worth of
+ * product runs on AVX-512 (VNNI for the quantized types), its AVX2 path is
+ * timed in the same rounds too ("q_avx2_ms", and "avx512_vs_avx2" = the
+ * median of the rounds' AVX2 ÷ AVX-512 time ratios). Also the cost of one
+ * empty thread-pool run (the sync a matmul pays) and of a decode step's worth of
  * them. Prints one JSON object:
  *   {"isa", "threads", "q_path", "matmul": [{"type","m","n","k","f32_ms","q_ms","speedup",
  *    "q_weights_gb_s"[, "q_avx2_ms", "avx512_vs_avx2"]}...],
@@ -114,10 +114,15 @@ static void run_q(void *p)
     ifd_cpu_qmatmul(j->y, j->n, &j->a, j->wq, j->type, j->n, j->tp);
 }
 
-/* The same on the AVX2 path, where the CPU's widest is AVX-512 VNNI. */
+/* The same on the AVX2 path, where the CPU's widest is AVX-512 (VNNI for
+ * the quantized types). */
 static void run_q_avx2(void *p)
 {
     job_t *j = p;
+    if (ifd_cpu_htype_supported(j->type)) {
+        ifd__cpu_hmatmul_isa(j->y, j->n, j->x, j->wq, j->type, j->m, j->n, j->k, j->tp, 1);
+        return;
+    }
     ifd__cpu_quantize_act_isa(&j->a, j->x, j->tp, 1);
     ifd__cpu_qmatmul_isa(j->y, j->n, &j->a, j->wq, j->type, j->n, j->tp, 1);
 }
@@ -156,7 +161,7 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
     double tf[32], tq[32], ratio[32], t2[32], r2[32];
     if (rounds > 32)
         rounds = 32;
-    const bool vs_avx2 = !h && have_avx512_q;
+    const bool vs_avx2 = h ? strcmp(ifd_cpu_isa_name(), "avx512") == 0 : have_avx512_q;
     for (int r = 0; r < rounds; r++) {
         tf[r] = time_ms(run_f32, &j);
         tq[r] = time_ms(run_q, &j);

@@ -3,7 +3,8 @@
  * (hmatmul.h has the layout and the contract).
  *
  * The scheme is matmul.c's packed one with 16-bit panels: for each panel and
- * k-block (kc × 16 × 2 bytes, in L1), every group of up to 6 rows of x runs
+ * k-block (kc × 16 × 2 bytes, in L1), every group of up to 6 rows of x (12
+ * on AVX-512, where one vector holds a row's 16 outputs) runs
  * a micro-kernel that broadcasts one x element and multiplies it with the
  * 16 weights of that column, converted on the fly (F16C vcvtph2ps for f16,
  * a 16-bit shift for bf16: both exact). The accumulators are the 16
@@ -64,8 +65,8 @@ static inline float h2f(uint16_t h, int bf)
     return bf ? ifd_bf16_to_f32(h) : ifd_f16_to_f32(h);
 }
 
-int ifd_cpu_hweight_row(float *restrict y, const uint16_t *restrict wp, uint32_t type, int n,
-                        int k, int row)
+int ifd_cpu_hweight_row(float *restrict y, const uint16_t *restrict wp, uint32_t type, int n, int k,
+                        int row)
 {
     if (!ifd_cpu_htype_supported(type))
         return IFD_ENOTSUP;
@@ -175,8 +176,8 @@ IFD__TARGET_AVX2 IFD__INLINE void hmm_avx2(const hmm_t *c, int n0, int n1, const
             float *yb = c->y + j0;
             int i = 0;
             for (; i + HMR <= c->m; i += HMR)
-                hukr_avx2(yb + i * c->ldy, c->ldy, xb + (int64_t)i * k, k, wb, kc, m0, m1, acc,
-                          HMR, BF);
+                hukr_avx2(yb + i * c->ldy, c->ldy, xb + (int64_t)i * k, k, wb, kc, m0, m1, acc, HMR,
+                          BF);
             float *yr = yb + i * c->ldy;
             const float *xr = xb + (int64_t)i * k;
             switch (c->m - i) {
@@ -212,6 +213,81 @@ IFD__TARGET_AVX2 static void hmm_avx2_bf16(const hmm_t *c, int n0, int n1)
     hmm_avx2(c, n0, n1, 1);
 }
 
+/* AVX-512: the 16 outputs of an x row in one vector, up to 12 rows a call
+ * (the AVX2 kernel's two half-vector chains per row, joined: the same fma
+ * chain per output, so the same bits). */
+enum { HMR512 = 12 };
+
+IFD__TARGET_AVX512 IFD__INLINE __m512 h16_avx512(const uint16_t *p, const int BF)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    if (BF)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+    return _mm512_cvtph_ps(v);
+}
+
+IFD__TARGET_AVX512 IFD__INLINE void hukr_avx512(float *y, int64_t ldy, const float *x, int64_t ldx,
+                                                const uint16_t *wb, int kc, __mmask16 mk,
+                                                int accumulate, const int MI, const int BF)
+{
+    __m512 c0[HMR512];
+#pragma GCC unroll 12
+    for (int i = 0; i < MI; i++)
+        c0[i] = _mm512_setzero_ps();
+    for (int p = 0; p < kc; p++) {
+        const __m512 b = h16_avx512(wb + p * HNR, BF);
+#pragma GCC unroll 12
+        for (int i = 0; i < MI; i++)
+            c0[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + p]), b, c0[i]);
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MI; i++) {
+        float *yr = y + i * ldy;
+        if (accumulate)
+            c0[i] = _mm512_add_ps(c0[i], _mm512_maskz_loadu_ps(mk, yr));
+        _mm512_mask_storeu_ps(yr, mk, c0[i]);
+    }
+}
+
+IFD__TARGET_AVX512 IFD__INLINE void hmm_avx512(const hmm_t *c, int n0, int n1, const int BF)
+{
+    const int k = c->k;
+    for (int j0 = n0; j0 < n1; j0 += HNR) {
+        const int nv = n1 - j0 < HNR ? n1 - j0 : HNR;
+        const __mmask16 mk = ifd__mask16(nv);
+        const uint16_t *panel = c->w + (int64_t)j0 * k;
+        for (int p0 = 0; p0 < k; p0 += c->kc) {
+            const int kc = k - p0 < c->kc ? k - p0 : c->kc, acc = p0 > 0;
+            const uint16_t *wb = panel + (int64_t)p0 * HNR;
+            const float *xb = c->x + p0;
+            float *yb = c->y + j0;
+            int i = 0;
+            for (; i + HMR512 <= c->m; i += HMR512)
+                hukr_avx512(yb + i * c->ldy, c->ldy, xb + (int64_t)i * k, k, wb, kc, mk, acc,
+                            HMR512, BF);
+                /* the rest in calls of 8, 4, 2 and 1 rows */
+#pragma GCC unroll 4
+            for (int t = 8; t >= 1; t /= 2) {
+                if (c->m - i >= t) {
+                    hukr_avx512(yb + i * c->ldy, c->ldy, xb + (int64_t)i * k, k, wb, kc, mk, acc, t,
+                                BF);
+                    i += t;
+                }
+            }
+        }
+    }
+}
+
+IFD__TARGET_AVX512 static void hmm_avx512_f16(const hmm_t *c, int n0, int n1)
+{
+    hmm_avx512(c, n0, n1, 0);
+}
+
+IFD__TARGET_AVX512 static void hmm_avx512_bf16(const hmm_t *c, int n0, int n1)
+{
+    hmm_avx512(c, n0, n1, 1);
+}
+
 #endif /* IFD__X86 */
 
 static void hmm_task(void *arg, int task, int n_tasks)
@@ -223,6 +299,13 @@ static void hmm_task(void *arg, int task, int n_tasks)
     if (n0 >= n1)
         return;
 #if IFD__X86
+    if (c->isa >= IFD__ISA_AVX512) {
+        if (c->bf)
+            hmm_avx512_bf16(c, n0, n1);
+        else
+            hmm_avx512_f16(c, n0, n1);
+        return;
+    }
     if (c->isa >= IFD__ISA_AVX2) {
         if (c->bf)
             hmm_avx2_bf16(c, n0, n1);
@@ -242,12 +325,20 @@ int ifd__cpu_hmatmul_isa(float *restrict y, int64_t ldy, const float *restrict x
         return IFD_ENOTSUP;
     if (!y || !x || !wp || m < 0 || n <= 0 || k <= 0 || ldy < n)
         return IFD_EINVAL;
-    if (isa < 0 || isa > (ifd__cpu_isa() >= IFD__ISA_AVX2 ? 1 : 0))
+    if (isa < 0 || isa > (int)ifd__cpu_isa())
         return IFD_ENOTSUP;
     if (m == 0)
         return 0;
-    hmm_t c = {.y = y, .ldy = ldy, .x = x, .w = wp, .m = m, .n = n, .k = k, .kc = hkc_for(k),
-               .bf = type == IFD_GGML_BF16, .isa = isa};
+    hmm_t c = {.y = y,
+               .ldy = ldy,
+               .x = x,
+               .w = wp,
+               .m = m,
+               .n = n,
+               .k = k,
+               .kc = hkc_for(k),
+               .bf = type == IFD_GGML_BF16,
+               .isa = isa};
     /* one contiguous range of panels per thread, none under ~64K fmas */
     const int64_t panels = (n + HNR - 1) / HNR;
     const int64_t work_per_panel = (int64_t)m * k * HNR;
@@ -267,6 +358,5 @@ int ifd_cpu_hmatmul(float *restrict y, int64_t ldy, const float *restrict x,
                     const uint16_t *restrict wp, uint32_t type, int m, int n, int k,
                     ifd_threadpool_t *tp)
 {
-    return ifd__cpu_hmatmul_isa(y, ldy, x, wp, type, m, n, k, tp,
-                                ifd__cpu_isa() >= IFD__ISA_AVX2);
+    return ifd__cpu_hmatmul_isa(y, ldy, x, wp, type, m, n, k, tp, (int)ifd__cpu_isa());
 }

@@ -16,11 +16,11 @@
  * multiples of 16, as ifd_cpu_matmul_packed's), one fma chain
  *   acc = fma(x[i][p], w[j][p], acc)   for p in the block, from acc = 0,
  * added into y (y = acc for the first block, then y = y + acc). The same
- * operations in the scalar and the AVX2 path, whatever m, the thread count
- * or the rows around it, so a row's result is bitwise independent of its
- * batch; on an AVX2 machine (16-row f32 panels) it is also bitwise the
- * result of ifd_cpu_matmul_packed on the weights converted to f32 (the
- * conversion is exact). AVX-512 CPUs run the AVX2 code.
+ * operations in the scalar, AVX2 and AVX-512 paths, whatever m, the thread
+ * count or the rows around it, so a row's result is bitwise independent of
+ * its batch and of the path; on an AVX2 machine (16-row f32 panels) it is
+ * also bitwise the result of ifd_cpu_matmul_packed on the weights converted
+ * to f32 (the conversion is exact).
  *
  * Threading: ifd_cpu_hmatmul splits the panels over the pool (tp may be
  * NULL); everything else is single-threaded and reentrant. Memory is the
@@ -58,7 +58,7 @@ int ifd_cpu_hmatmul(float *restrict y, int64_t ldy, const float *restrict x,
                     ifd_threadpool_t *tp);
 
 /* For tests and benchmarks: the same with the path forced (0 scalar,
- * 1 AVX2; IFD_ENOTSUP when this CPU lacks it). */
+ * 1 AVX2, 2 AVX-512; IFD_ENOTSUP when this CPU lacks it). */
 int ifd__cpu_hmatmul_isa(float *restrict y, int64_t ldy, const float *restrict x,
                          const uint16_t *restrict wp, uint32_t type, int m, int n, int k,
                          ifd_threadpool_t *tp, int isa);

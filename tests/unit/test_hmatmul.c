@@ -46,6 +46,14 @@ static int have_avx2(void)
     return f->avx2 && f->fma && f->f16c;
 }
 
+/* The widest path: 2 AVX-512 (real, or emulated in the _avx512emu build),
+ * 1 AVX2, 0 scalar. */
+static int max_path(void)
+{
+    const ifd_cpu_features_t *f = ifd_cpu_features();
+    return have_avx2() ? 1 + (f->avx512f && f->avx512bw) : 0;
+}
+
 static const uint32_t types[] = {IFD_GGML_F16, IFD_GGML_BF16};
 
 static float h2f(uint32_t type, uint16_t h)
@@ -94,8 +102,7 @@ START_TEST(test_bad_args)
     ck_assert_int_eq(ifd_cpu_hmatmul(y, 1, x, p, IFD_GGML_F32, 1, 1, 2, NULL), IFD_ENOTSUP);
     ck_assert_int_eq(ifd_cpu_hmatmul(y, 0, x, p, IFD_GGML_F16, 1, 1, 2, NULL), IFD_EINVAL);
     ck_assert_int_eq(ifd_cpu_hmatmul(y, 1, x, p, IFD_GGML_F16, -1, 1, 2, NULL), IFD_EINVAL);
-    ck_assert_int_eq(ifd__cpu_hmatmul_isa(y, 1, x, p, IFD_GGML_F16, 1, 1, 2, NULL, 2),
-                     IFD_ENOTSUP);
+    ck_assert_int_eq(ifd__cpu_hmatmul_isa(y, 1, x, p, IFD_GGML_F16, 1, 1, 2, NULL, 3), IFD_ENOTSUP);
     ck_assert(ifd_cpu_htype_supported(IFD_GGML_BF16));
     ck_assert(!ifd_cpu_htype_supported(IFD_GGML_Q8_0));
 }
@@ -127,7 +134,7 @@ END_TEST
 static const struct {
     int n, k;
 } shapes[] = {{16, 16}, {37, 70}, {50, 384}, {33, 800}, {8, 1000}};
-static const int ms[] = {1, 2, 5, 6, 7, 13};
+static const int ms[] = {1, 2, 5, 6, 7, 8, 12, 13, 31};
 
 START_TEST(test_products)
 {
@@ -176,15 +183,14 @@ START_TEST(test_products)
                                      ifd_ggml_type_name(type), m, n, k, i, j, got, ref);
                 }
             }
-            if (have_avx2()) {
-                ck_assert_int_eq(ifd__cpu_hmatmul_isa(yv, ldy, x, p, type, m, n, k, tp2, 1), 0);
+            for (int isa = 1; isa <= max_path(); isa++) {
+                ck_assert_int_eq(ifd__cpu_hmatmul_isa(yv, ldy, x, p, type, m, n, k, tp2, isa), 0);
                 if (memcmp(ys, yv, sizeof(float) * (size_t)m * ldy) != 0)
-                    ck_abort_msg("%s m=%d n=%d k=%d: scalar != avx2", ifd_ggml_type_name(type),
-                                 m, n, k);
+                    ck_abort_msg("%s m=%d n=%d k=%d: scalar != %s", ifd_ggml_type_name(type), m, n,
+                                 k, isa == 1 ? "avx2" : "avx512");
             }
             for (int i = 0; i < m; i++) { /* batch invariance, default path, 2 threads */
-                ck_assert_int_eq(ifd_cpu_hmatmul(y1, n, x + (int64_t)i * k, p, type, 1, n, k,
-                                                 tp2),
+                ck_assert_int_eq(ifd_cpu_hmatmul(y1, n, x + (int64_t)i * k, p, type, 1, n, k, tp2),
                                  0);
                 if (memcmp(y1, ys + (int64_t)i * ldy, sizeof(float) * n) != 0)
                     ck_abort_msg("%s m=%d n=%d k=%d: row %d batched != alone",
@@ -193,8 +199,7 @@ START_TEST(test_products)
             if (f32_same) {
                 ck_assert_int_eq(ifd_cpu_matmul_packed(yf, x, wfp, m, n, k, tp2), 0);
                 for (int i = 0; i < m; i++)
-                    if (memcmp(yf + (int64_t)i * n, ys + (int64_t)i * ldy,
-                               sizeof(float) * n) != 0)
+                    if (memcmp(yf + (int64_t)i * n, ys + (int64_t)i * ldy, sizeof(float) * n) != 0)
                         ck_abort_msg("%s m=%d n=%d k=%d: row %d != f32 packed",
                                      ifd_ggml_type_name(type), m, n, k, i);
             }
@@ -220,8 +225,11 @@ static Suite *hmatmul_suite(void)
 
 int main(void)
 {
-    printf("hmatmul paths: scalar%s (cpu: %s)\n", have_avx2() ? ", avx2" : "",
-           ifd_cpu_isa_name());
+    printf("hmatmul paths: scalar%s%s (cpu: %s)\n", have_avx2() ? ", avx2" : "",
+           max_path() == 2 ? ", avx512" : "", ifd_cpu_isa_name());
+    if (max_path() < 2)
+        printf("SKIPPED part: AVX-512 path (not on this CPU: test_hmatmul_avx512emu runs it "
+               "emulated)\n");
     if (!have_avx2())
         printf("SKIPPED part: AVX2 path (this CPU or $INFERD_CPU has no AVX2/FMA/F16C)\n");
     return ifd_test_run(hmatmul_suite());
