@@ -764,44 +764,6 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
     }
 }
 
-/* One function per type: groups [G0, G1) for every activation row. */
-#define QMM_AVX2(name, BITS, KQ, TWO, ZP)                                                          \
-    IFD__TARGET_AVX2 static void qmm_avx2_##name(const qmm_t *c, int G0, int G1)                   \
-    {                                                                                              \
-        const int m = c->a->m;                                                                     \
-        for (int c0 = 0; c0 < m; c0 += QM_CHUNK) {                                                 \
-            const int c1 = c0 + QM_CHUNK < m ? c0 + QM_CHUNK : m;                                  \
-            for (int G = G0; G < G1; G++) {                                                        \
-                int i = c0;                                                                        \
-                for (; i + 4 <= c1; i += 4)                                                        \
-                    qtile_avx2(c, G, i, 4, BITS, KQ, TWO, ZP);                                     \
-                switch (c1 - i) {                                                                  \
-                case 3:                                                                            \
-                    qtile_avx2(c, G, i, 3, BITS, KQ, TWO, ZP);                                     \
-                    break;                                                                         \
-                case 2:                                                                            \
-                    qtile_avx2(c, G, i, 2, BITS, KQ, TWO, ZP);                                     \
-                    break;                                                                         \
-                case 1:                                                                            \
-                    qtile_avx2(c, G, i, 1, BITS, KQ, TWO, ZP);                                     \
-                    break;                                                                         \
-                default:                                                                           \
-                    break;                                                                         \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-    }
-
-QMM_AVX2(q4_0, 4, 0, 0, 8)
-QMM_AVX2(q4_1, 4, 0, 1, 0)
-QMM_AVX2(q5_0, 5, 0, 0, 16)
-QMM_AVX2(q5_1, 5, 0, 1, 0)
-QMM_AVX2(q8_0, 8, 0, 0, 0)
-QMM_AVX2(q4_k, 4, 1, 1, 0)
-QMM_AVX2(q5_k, 5, 1, 1, 0)
-QMM_AVX2(q6_k, 8, 1, 2, 0)
-#undef QMM_AVX2
-
 /* ---- AVX-512 VNNI: two row groups at once ------------------------------------ */
 
 /* 16 lanes = the 8 rows of group G then the 8 of G + 1, whose outputs are
@@ -960,36 +922,42 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
     }
 }
 
-/* One activation-row tile of MI ≤ 4 rows: on both groups G, G + 1 when
- * PAIR, else on G alone (the AVX2 tile: the same results, lane for lane). */
-#define QTILE_ANY(PAIR, MI, BITS, KQ, TWO, ZP)                                                     \
+/* The tile of path P for MI ≤ 4 activation rows from i: on groups G and
+ * G + 1 when `pair` (AVX-512), else on G alone (the AVX2 tile, which gives
+ * the AVX-512 lanes' results lane for lane). */
+#define QTILE_avx2(pair, MI, BITS, KQ, TWO, ZP) qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP)
+#define QTILE_avx512(pair, MI, BITS, KQ, TWO, ZP)                                                  \
     do {                                                                                           \
-        if (PAIR)                                                                                  \
+        if (pair)                                                                                  \
             qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP);                                          \
         else                                                                                       \
             qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP);                                            \
     } while (0)
 
-#define QMM_AVX512(name, BITS, KQ, TWO, ZP)                                                        \
-    IFD__TARGET_AVX512VNNI static void qmm_avx512_##name(const qmm_t *c, int G0, int G1)           \
+/* One function per path and type: groups [G0, G1) (GSTEP at a time) for
+ * every activation row, in chunks of QM_CHUNK rows, tiles of 4 then the
+ * rest. */
+#define QMM_DEF(P, TARGET, GSTEP, name, BITS, KQ, TWO, ZP)                                         \
+    TARGET static void qmm_##P##_##name(const qmm_t *c, int G0, int G1)                            \
     {                                                                                              \
         const int m = c->a->m;                                                                     \
         for (int c0 = 0; c0 < m; c0 += QM_CHUNK) {                                                 \
             const int c1 = c0 + QM_CHUNK < m ? c0 + QM_CHUNK : m;                                  \
-            for (int G = G0; G < G1; G += 2) {                                                     \
-                const int pair = G + 1 < G1;                                                       \
+            for (int G = G0; G < G1; G += GSTEP) {                                                 \
+                const int pair = GSTEP == 2 && G + 1 < G1;                                         \
+                (void)pair;                                                                        \
                 int i = c0;                                                                        \
                 for (; i + 4 <= c1; i += 4)                                                        \
-                    QTILE_ANY(pair, 4, BITS, KQ, TWO, ZP);                                         \
+                    QTILE_##P(pair, 4, BITS, KQ, TWO, ZP);                                         \
                 switch (c1 - i) {                                                                  \
                 case 3:                                                                            \
-                    QTILE_ANY(pair, 3, BITS, KQ, TWO, ZP);                                         \
+                    QTILE_##P(pair, 3, BITS, KQ, TWO, ZP);                                         \
                     break;                                                                         \
                 case 2:                                                                            \
-                    QTILE_ANY(pair, 2, BITS, KQ, TWO, ZP);                                         \
+                    QTILE_##P(pair, 2, BITS, KQ, TWO, ZP);                                         \
                     break;                                                                         \
                 case 1:                                                                            \
-                    QTILE_ANY(pair, 1, BITS, KQ, TWO, ZP);                                         \
+                    QTILE_##P(pair, 1, BITS, KQ, TWO, ZP);                                         \
                     break;                                                                         \
                 default:                                                                           \
                     break;                                                                         \
@@ -998,16 +966,22 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
         }                                                                                          \
     }
 
-QMM_AVX512(q4_0, 4, 0, 0, 8)
-QMM_AVX512(q4_1, 4, 0, 1, 0)
-QMM_AVX512(q5_0, 5, 0, 0, 16)
-QMM_AVX512(q5_1, 5, 0, 1, 0)
-QMM_AVX512(q8_0, 8, 0, 0, 0)
-QMM_AVX512(q4_k, 4, 1, 1, 0)
-QMM_AVX512(q5_k, 5, 1, 1, 0)
-QMM_AVX512(q6_k, 8, 1, 2, 0)
-#undef QMM_AVX512
-#undef QTILE_ANY
+#define QMM_TYPES(P, TARGET, GSTEP)                                                                \
+    QMM_DEF(P, TARGET, GSTEP, q4_0, 4, 0, 0, 8)                                                    \
+    QMM_DEF(P, TARGET, GSTEP, q4_1, 4, 0, 1, 0)                                                    \
+    QMM_DEF(P, TARGET, GSTEP, q5_0, 5, 0, 0, 16)                                                   \
+    QMM_DEF(P, TARGET, GSTEP, q5_1, 5, 0, 1, 0)                                                    \
+    QMM_DEF(P, TARGET, GSTEP, q8_0, 8, 0, 0, 0)                                                    \
+    QMM_DEF(P, TARGET, GSTEP, q4_k, 4, 1, 1, 0)                                                    \
+    QMM_DEF(P, TARGET, GSTEP, q5_k, 5, 1, 1, 0)                                                    \
+    QMM_DEF(P, TARGET, GSTEP, q6_k, 8, 1, 2, 0)
+
+QMM_TYPES(avx2, IFD__TARGET_AVX2, 1)
+QMM_TYPES(avx512, IFD__TARGET_AVX512VNNI, 2)
+#undef QMM_TYPES
+#undef QMM_DEF
+#undef QTILE_avx2
+#undef QTILE_avx512
 
 typedef void (*qmm_fn)(const qmm_t *c, int G0, int G1);
 
