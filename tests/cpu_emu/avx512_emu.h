@@ -141,40 +141,25 @@ static inline simde__m512 ifd__emu_cvtph_ps(simde__m256i a)
 }
 #define _mm512_cvtph_ps(a) ifd__emu_cvtph_ps(a)
 
-static inline simde__m512i ifd__emu_cvtepu16_epi32(simde__m256i a)
-{
-    uint16_t u[16];
-    memcpy(u, &a, sizeof u);
-    ifd__emu_si r;
-    for (int i = 0; i < 16; i++)
-        r.i32[i] = u[i];
-    return r.v;
-}
+/* 16 narrow integers of a vector V, sign- or zero-extended to int32. */
+#define IFD__EMU_WIDEN(name, V, T)                                                                 \
+    static inline simde__m512i ifd__emu_##name(V a)                                                \
+    {                                                                                              \
+        T b[16];                                                                                   \
+        memcpy(b, &a, sizeof b);                                                                   \
+        ifd__emu_si r;                                                                             \
+        for (int i = 0; i < 16; i++)                                                               \
+            r.i32[i] = b[i];                                                                       \
+        return r.v;                                                                                \
+    }
+IFD__EMU_WIDEN(cvtepu16_epi32, simde__m256i, uint16_t)
+IFD__EMU_WIDEN(cvtepi8_epi32, __m128i, int8_t)
+IFD__EMU_WIDEN(cvtepu8_epi32, __m128i, uint8_t)
 #define _mm512_cvtepu16_epi32(a) ifd__emu_cvtepu16_epi32(a)
+#define _mm512_cvtepi8_epi32(a)  ifd__emu_cvtepi8_epi32(a)
+#define _mm512_cvtepu8_epi32(a)  ifd__emu_cvtepu8_epi32(a)
 
-/* Byte → int32 widenings of a 128-bit vector, and int32 → f32 (rounded to
- * nearest, as (float) does). */
-static inline simde__m512i ifd__emu_cvtepi8_epi32(__m128i a)
-{
-    int8_t b[16];
-    memcpy(b, &a, sizeof b);
-    ifd__emu_si r;
-    for (int i = 0; i < 16; i++)
-        r.i32[i] = b[i];
-    return r.v;
-}
-#define _mm512_cvtepi8_epi32(a) ifd__emu_cvtepi8_epi32(a)
-
-static inline simde__m512i ifd__emu_cvtepu8_epi32(__m128i a)
-{
-    uint8_t b[16];
-    memcpy(b, &a, sizeof b);
-    ifd__emu_si r;
-    for (int i = 0; i < 16; i++)
-        r.i32[i] = b[i];
-    return r.v;
-}
-#define _mm512_cvtepu8_epi32(a) ifd__emu_cvtepu8_epi32(a)
+/* int32 → f32, rounded to nearest as (float) does. */
 
 static inline simde__m512 ifd__emu_cvtepi32_ps(simde__m512i a)
 {
