@@ -160,7 +160,6 @@ IFD__EMU_WIDEN(cvtepu8_epi32, __m128i, uint8_t)
 #define _mm512_cvtepu8_epi32(a)  ifd__emu_cvtepu8_epi32(a)
 
 /* int32 → f32, rounded to nearest as (float) does. */
-
 static inline simde__m512 ifd__emu_cvtepi32_ps(simde__m512i a)
 {
     ifd__emu_si s = {.v = a};
