@@ -549,8 +549,14 @@ int ifd_cpu_quantize_act(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadp
 /* ---- the product --------------------------------------------------------------- */
 
 /* The product's paths (ifd__cpu_qmatmul_isa): AVX-512 needs VNNI too (the
- * AVX-512 CPUs without it, Skylake-SP/X, run the AVX2 path). */
-enum { QMM_PATH_SCALAR = 0, QMM_PATH_AVX2 = 1, QMM_PATH_AVX512 = 2 };
+ * AVX-512 CPUs without it, Skylake-SP/X, run the AVX2 path). Below
+ * QMM_AVX512_MIN_M activation rows the AVX-512 path runs the AVX2 kernel:
+ * a product of 1 or 2 rows streams its weights from memory, and the pair
+ * kernel's two interleaved streams (one per group) went slower there than
+ * the AVX2 kernel's one (decode of SmolLM2 / Gemma 3 on a 2-core Zen
+ * EPYC: −10% at batch 1, −20% at 2, even at 4, +30-60% from 8; the
+ * results are the same bits either way). */
+enum { QMM_PATH_SCALAR = 0, QMM_PATH_AVX2 = 1, QMM_PATH_AVX512 = 2, QMM_AVX512_MIN_M = 4 };
 
 static int qmm_max_isa(void)
 {
@@ -1000,11 +1006,12 @@ static const struct {
     {IFD_GGML_Q6_K, qmm_avx2_q6_k, qmm_avx512_q6_k},
 };
 
-static qmm_fn qmm_simd(uint32_t type, int isa)
+static qmm_fn qmm_simd(uint32_t type, int isa, int m)
 {
     for (size_t i = 0; i < sizeof qmm_kernels / sizeof qmm_kernels[0]; i++)
         if (qmm_kernels[i].type == type)
-            return isa >= QMM_PATH_AVX512 ? qmm_kernels[i].avx512 : qmm_kernels[i].avx2;
+            return isa >= QMM_PATH_AVX512 && m >= QMM_AVX512_MIN_M ? qmm_kernels[i].avx512
+                                                                   : qmm_kernels[i].avx2;
     IFD_ASSERT(!"qmatmul: type without a SIMD kernel");
     return NULL;
 }
@@ -1023,7 +1030,7 @@ static void qmm_task(void *arg, int task, int n_tasks)
         return;
 #if IFD__X86
     if (c->isa >= QMM_PATH_AVX2) {
-        qmm_simd(c->t->type, c->isa)(c, G0, G1);
+        qmm_simd(c->t->type, c->isa, c->a->m)(c, G0, G1);
         return;
     }
 #endif
