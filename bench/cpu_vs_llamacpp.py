@@ -18,6 +18,11 @@ the median over repetitions for each engine, and inferd / llama.cpp as the
 median of the per-repetition ratios (paired, so a load change during the run
 hits both sides of a ratio alike). For RSS a ratio above 1 means inferd uses
 more. The load average before every run is recorded with it.
+
+--also-isa ISA adds a third engine, "inferd@ISA": the same bench_engine runs
+with INFERD_CPU=ISA (a cap on the CPU kernels' SIMD path, e.g. avx2 on an
+AVX-512 machine), in the same alternation, and "ratio_vs_ISA" = inferd /
+inferd@ISA per metric: what the wider path is worth, measured in one run.
 """
 import argparse
 import datetime
@@ -35,13 +40,14 @@ import benchlib  # noqa: E402  (bench/benchlib.py, next to this script)
 ENGINES = ("llama.cpp", "inferd")
 
 
-def spawn_measured(cmd):
-    """Runs cmd; returns (its last stdout line as JSON, its peak RSS in MiB, seconds,
-    the load average before it)."""
+def spawn_measured(cmd, env=None):
+    """Runs cmd (with env added to the environment); returns (its last stdout line as
+    JSON, its peak RSS in MiB, seconds, the load average before it)."""
     load = [round(x, 2) for x in os.getloadavg()]
     t0 = time.time()
     with open(os.devnull, "rb") as devnull:
-        p = subprocess.Popen(cmd, stdin=devnull, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = subprocess.Popen(cmd, stdin=devnull, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, **(env or {})})
         # read both pipes to the end, then reap with wait4 to get the child's rusage
         out, err = _drain(p)
         _, status, ru = os.wait4(p.pid, 0)
@@ -93,7 +99,7 @@ def workloads(smoke, only=""):
 
 def command(engine, a, model, conc, prompt, output):
     budget = max(512, conc * prompt)
-    if engine == "inferd":
+    if engine.startswith("inferd"):
         return [a.bench_engine, "--model", model, "--threads", str(a.threads), "--concurrency",
                 str(conc), "--requests", str(conc), "--requests-c1", str(conc), "--prompt",
                 str(prompt), "--output", str(output), "--budget", str(budget),
@@ -124,11 +130,14 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--inferd-only", action="store_true")
     ap.add_argument("--workloads", default="", help="a subset, e.g. single,batched16")
+    ap.add_argument("--also-isa", default="", help="also run inferd capped to this SIMD path")
     a = ap.parse_args()
     if a.smoke:
         a.reps = 1
         a.model = a.model[:1]
     engines = ("inferd",) if a.inferd_only else ENGINES
+    if a.also_isa:
+        engines += ("inferd@" + a.also_isa,)
     report = {
         "bench": "cpu_vs_llamacpp",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
@@ -150,8 +159,9 @@ def main():
             rss = {e: 0.0 for e in engines}
             for wname, conc, prompt, output in workloads(a.smoke, a.workloads):
                 for e in order:
+                    env = {"INFERD_CPU": e.split("@", 1)[1]} if "@" in e else None
                     doc, rss_mib, secs, load = spawn_measured(
-                        command(e, a, path, conc, prompt, output))
+                        command(e, a, path, conc, prompt, output), env)
                     m = metrics_of(wname, doc, prompt, output)
                     m["rss_%s_mib" % wname] = round(rss_mib, 1)
                     rss[e] = max(rss[e], rss_mib)
@@ -170,8 +180,11 @@ def main():
             row = {e: statistics.median(per[e][k]) for e in engines}
             for e in engines:
                 row[e + "_reps"] = per[e][k]
-            if len(engines) == 2:
+            if "llama.cpp" in engines:
                 row["ratio"] = benchlib.paired_ratio(per["inferd"][k], per["llama.cpp"][k])
+            if a.also_isa:
+                row["ratio_vs_" + a.also_isa] = benchlib.paired_ratio(
+                    per["inferd"][k], per["inferd@" + a.also_isa][k])
             summary[k] = row
         report["models"].append({"name": name, "path": path,
                                  "file_mib": round(os.path.getsize(path) / 2**20, 1),

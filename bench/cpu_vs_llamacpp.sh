@@ -7,7 +7,7 @@
 #
 #   bench/cpu_vs_llamacpp.sh [--build DIR] [--bench-engine PATH] [--models default,gemma3]
 #                            [--reps N] [--threads T] [--json FILE] [--smoke] [--inferd-only]
-#                            [--workloads single,batched4,batched16,batched64]
+#                            [--workloads single,batched4,batched16,batched64] [--also-isa ISA]
 #
 # llama.cpp comes from the PyPI sdist of llama-cpp-python (LLAMACPP_PY_VERSION,
 # default 0.3.36, which vendors llama.cpp 0c1e57098), built once from source for
@@ -21,7 +21,9 @@
 #
 # --smoke: one repetition of tiny workloads on the default model (seconds once
 # the wheel exists; tests/integration/test_bench_cpu_vs_llamacpp.sh runs it);
-# --inferd-only skips llama.cpp (no build needed).
+# --inferd-only skips llama.cpp (no build needed). --also-isa ISA also runs
+# inferd with its SIMD path capped (INFERD_CPU=ISA, e.g. avx2 on an AVX-512
+# CPU) and reports inferd ÷ that as ratio_vs_ISA.
 # Exit status: 0, 1 on a failed step, 2 on bad usage.
 set -euo pipefail
 
@@ -36,6 +38,7 @@ json=""
 smoke=0
 inferd_only=0
 only=""
+also_isa=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -47,7 +50,8 @@ while [ $# -gt 0 ]; do
     --smoke) smoke=1; shift ;;
     --inferd-only) inferd_only=1; shift ;;
     --workloads) only=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --also-isa) also_isa=$2; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -105,4 +109,5 @@ args=(--bench-engine "$bench_engine" --driver "$here/llamacpp_driver.py"
 [ "$inferd_only" = 1 ] && args+=(--inferd-only)
 [ -n "$json" ] && args+=(--json "$json")
 [ -n "$only" ] && args+=(--workloads "$only")
+[ -n "$also_isa" ] && args+=(--also-isa "$also_isa")
 exec "$py" "$here/cpu_vs_llamacpp.py" "${args[@]}"
