@@ -551,12 +551,14 @@ int ifd_cpu_quantize_act(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadp
 /* The product's paths (ifd__cpu_qmatmul_isa): AVX-512 needs VNNI too (the
  * AVX-512 CPUs without it, Skylake-SP/X, run the AVX2 path). Below
  * QMM_AVX512_MIN_M activation rows the AVX-512 path runs the AVX2 kernel:
- * a product of 1 or 2 rows streams its weights from memory, and the pair
- * kernel's two interleaved streams (one per group) went slower there than
- * the AVX2 kernel's one (decode of SmolLM2 / Gemma 3 on a 2-core Zen
- * EPYC: −10% at batch 1, −20% at 2, even at 4, +30-60% from 8; the
- * results are the same bits either way). */
-enum { QMM_PATH_SCALAR = 0, QMM_PATH_AVX2 = 1, QMM_PATH_AVX512 = 2, QMM_AVX512_MIN_M = 4 };
+ * with so few rows a product streams its weights from memory, and there the
+ * pair kernel (two groups' blocks read side by side) went slower than the
+ * AVX2 kernel (one group at a time); software prefetch did not change it.
+ * Engine decode of SmolLM2 / Gemma 3 on a 2-core Zen EPYC, pair kernel vs
+ * AVX2 kernel: −10% at batch 1, −20..−30% at 2-3, −5% at 4, +25..+60%
+ * from 5 on (docs/benchmarks.md, "AVX-512"). The bits are the same either
+ * way. */
+enum { QMM_PATH_SCALAR = 0, QMM_PATH_AVX2 = 1, QMM_PATH_AVX512 = 2, QMM_AVX512_MIN_M = 5 };
 
 static int qmm_max_isa(void)
 {

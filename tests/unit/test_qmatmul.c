@@ -300,7 +300,7 @@ START_TEST(test_products)
     const int kbs_small[] = {1, 3, 18}, kbs_k[] = {1, 2};
     const int *kbs = qk == 32 ? kbs_small : kbs_k;
     const int nk = qk == 32 ? 3 : 2;
-    const int ms[] = {1, 2, 3, 4, 5, 7, 9, 70}; /* AVX-512: 4 + 3 rows from 7 */
+    const int ms[] = {1, 2, 3, 4, 5, 7, 9, 70}; /* AVX-512 tiles of 1..4 rows: 5, 7, 9, 70 */
     ifd_threadpool_t *tp1, *tp2;
     ck_assert_int_eq(ifd_threadpool_create(&tp1, 1), 0);
     ck_assert_int_eq(ifd_threadpool_create(&tp2, 2), 0);
