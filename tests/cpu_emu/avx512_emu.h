@@ -98,28 +98,19 @@ static inline simde__m512d ifd__emu_cvtps_pd(simde__m256 a)
 #define IFD__EMU_ADD(a, b) ((a) + (b))
 #define IFD__EMU_MAX(a, b) ((a) > (b) ? (a) : (b))
 
-static inline float ifd__emu_reduce_add_ps(simde__m512 a)
-{
-    ifd__emu_ps s = {.v = a};
-    IFD__EMU_REDUCE(16, s.f, IFD__EMU_ADD);
-    return s.f[0];
-}
+/* A reduction `name` of the N lanes (field F of union U) of a vector V. */
+#define IFD__EMU_REDUCER(name, T, V, U, F, N, OP)                                                  \
+    static inline T ifd__emu_##name(V a)                                                           \
+    {                                                                                              \
+        U s = {.v = a};                                                                            \
+        IFD__EMU_REDUCE(N, s.F, OP);                                                               \
+        return s.F[0];                                                                             \
+    }
+IFD__EMU_REDUCER(reduce_add_ps, float, simde__m512, ifd__emu_ps, f, 16, IFD__EMU_ADD)
+IFD__EMU_REDUCER(reduce_max_ps, float, simde__m512, ifd__emu_ps, f, 16, IFD__EMU_MAX)
+IFD__EMU_REDUCER(reduce_add_pd, double, simde__m512d, ifd__emu_pd, d, 8, IFD__EMU_ADD)
 #define _mm512_reduce_add_ps(a) ifd__emu_reduce_add_ps(a)
-
-static inline float ifd__emu_reduce_max_ps(simde__m512 a)
-{
-    ifd__emu_ps s = {.v = a};
-    IFD__EMU_REDUCE(16, s.f, IFD__EMU_MAX);
-    return s.f[0];
-}
 #define _mm512_reduce_max_ps(a) ifd__emu_reduce_max_ps(a)
-
-static inline double ifd__emu_reduce_add_pd(simde__m512d a)
-{
-    ifd__emu_pd s = {.v = a};
-    IFD__EMU_REDUCE(8, s.d, IFD__EMU_ADD);
-    return s.d[0];
-}
 #define _mm512_reduce_add_pd(a) ifd__emu_reduce_add_pd(a)
 
 static inline float ifd__emu_cvtss_f32(simde__m512 a)
