@@ -204,18 +204,19 @@ def test_hung_worker_replaced():
 
 
 # A prompt as token ids: its length is exact whatever the tokenizer.
-LONG_PROMPT = [200 + (i * 7) % 4000 for i in range(600)]
+LONG_PROMPT = [200 + (i * 7) % 4000 for i in range(1800)]
 
 
 def test_long_step_not_killed():
-    """One prefill step of 600 tokens (200 in the sanitized build, as slow) on
-    one thread takes seconds, far past a 0.3 s worker_timeout: the worker
+    """One prefill step of 1800 tokens (400 in the sanitized build, as slow) on
+    one thread takes seconds, far past a 0.3 s worker_timeout (600 tokens took
+    only 0.64 s on a 2-core AVX-512 machine): the worker
     cannot answer a ping inside the step, but its CPU time moves, so it is not
     killed (killing it would only make its replacement redo the same step, and
     be killed in turn)."""
-    prompt = LONG_PROMPT[:200] if SANITIZED else LONG_PROMPT
+    prompt = LONG_PROMPT[:400] if SANITIZED else LONG_PROMPT
     d = Daemon(INFERD, ["--threads", "1", "--worker-ping-interval", "0.05",
-                        "--worker-timeout", "0.3", "--max-batched-tokens", "1024",
+                        "--worker-timeout", "0.3", "--max-batched-tokens", "2048",
                         "--prefill-cap", "off"])
     try:
         pid = d.worker_pids()[0]
