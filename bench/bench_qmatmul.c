@@ -195,6 +195,15 @@ static void noop(void *ctx, int task, int n_tasks)
     (void)ctx, (void)task, (void)n_tasks;
 }
 
+/* Whether the comma-separated list holds name as a whole item ("BF16" does not hold "F16"). */
+static int list_has(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p++)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int threads = 2, rounds = 5;
@@ -235,8 +244,7 @@ int main(int argc, char **argv)
     static const int shapes[][2] = {{1536, 576}, {576, 1536}, {2048, 640}, {640, 2048}};
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
         const char *name = ifd_ggml_type_name(all[t]);
-        const char *hit = strstr(types, name);
-        if (!hit || (hit[strlen(name)] != ',' && hit[strlen(name)] != 0))
+        if (!list_has(types, name))
             continue;
         const int qk = (int)ifd_ggml_block_elems(all[t]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
