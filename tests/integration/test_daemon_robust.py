@@ -21,7 +21,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import (Daemon, UnixHTTPConnection, model_path,  # noqa: E402
+from test_daemon_util import (SCALE, Daemon, UnixHTTPConnection, model_path,  # noqa: E402
                               require_model, run_tests)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
@@ -245,24 +245,31 @@ def test_crash_loop_retried():
                 % (flag, os.path.abspath(WORKER)))
     os.chmod(wrapper, stat.S_IRWXU)
     d = Daemon(INFERD, ["--worker-binary", wrapper, "--crash-loop-limit", "2",
-                        "--restart-backoff", "0.05", "--crash-loop-backoff", "1",
-                        "--crash-loop-backoff-max", "2"], tmpdir=tmp)
+                        "--restart-backoff", "0.05", "--crash-loop-backoff", "0.5",
+                        "--crash-loop-backoff-max", "1"], tmpdir=tmp)
     try:
         open(flag, "w").close()
         os.kill(d.worker_pids()[0], signal.SIGKILL)
         h = d.wait_ready(status="unavailable", timeout=30)
         w = h["workers"][0]
         assert w["state"] == "failed" and w["crash_loop"] and w["crash_loops"] >= 1, h
-        assert 0 < w["retry_in_s"] <= 2, w
-        # still broken: it is retried, loops again, the delay doubles (capped)
+        if w["crash_loops"] == 1:
+            assert w["retry_in_s"] == 0.5, w
+        # still broken: it is retried and loops again; the delay doubles, then
+        # stays at the cap (0.5, 1, 1: base and cap apart, so both are seen)
         t0 = time.time()
-        while time.time() - t0 < 20:
-            h = json.loads(d.request("GET", "/health")[1])
-            if h["workers"][0]["crash_loops"] >= 2:
+        delays = []
+        while time.time() - t0 < 30 * SCALE:
+            delays = [float(x) for x in
+                      re.findall(r"crash loop \d+, trying again in ([0-9.]+) s", full_log(d))]
+            if len(delays) >= 3:
                 break
             time.sleep(0.1)
-        assert h["workers"][0]["crash_loops"] >= 2, h
-        assert h["workers"][0].get("retry_in_s", 2) == 2, h
+        assert delays[:3] == [0.5, 1.0, 1.0], delays
+        h = json.loads(d.request("GET", "/health")[1])
+        assert h["workers"][0]["crash_loops"] >= 3, h
+        if h["workers"][0]["state"] == "failed":
+            assert h["workers"][0]["retry_in_s"] == 1.0, h
         os.unlink(flag)  # repaired: the next retry serves again
         d.wait_ready(timeout=30)
         code, data = d.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1})
