@@ -110,6 +110,7 @@ static int ifd__view_st(const ifd_st_tensor_t *t, bool gemma, ifd_tensor_view_t 
     v->name = t->name;
     v->file = t->file;
     v->ggml_type = t->ggml_type;
+    v->dtype = t->dtype;
     v->n_dims = t->n_dims;
     for (int d = 0; d < 4; d++)
         v->ne[d] = (uint32_t)d < t->n_dims ? (uint64_t)t->shape[t->n_dims - 1 - d] : 1;

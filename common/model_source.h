@@ -44,6 +44,8 @@ typedef struct {
     const char *name;   /* the name in the file (HF name for a directory) */
     const char *file;   /* the file holding it (GGUF path or shard) */
     uint32_t ggml_type; /* ggml id (quantized kinds for GGUF; F32/F16/BF16 for HF) */
+    const char *dtype;  /* HF: the safetensors dtype as the header spells it ("I64");
+                           NULL for GGUF. Lives as long as the source. */
     uint32_t n_dims;
     uint64_t ne[4];   /* innermost first; unused dims 1 */
     const void *data; /* in the mapping; may be unaligned for HF */

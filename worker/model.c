@@ -288,10 +288,7 @@ static int ifd__find(ifd__loader_t *L, ifd_weight_src_t *src, const char *name, 
         !m->be->ops->can_load(m->be, (ifd_ggml_type_t)t->ggml_type))
         return ifd__load_fail(L, IFD_ENOTSUP,
                               "%s: tensor '%s' has type %s, which inferd cannot load", t->file,
-                              t->name,
-                              t->ggml_type == IFD_TENSOR_TYPE_UNSUPPORTED
-                                  ? "(a safetensors integer/f64/f8 dtype)"
-                                  : ifd_ggml_type_name(t->ggml_type));
+                              t->name, t->dtype ? t->dtype : ifd_ggml_type_name(t->ggml_type));
     src->data = t->data;
     src->type = (ifd_ggml_type_t)t->ggml_type;
     if (add_one)
