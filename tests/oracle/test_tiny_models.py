@@ -3,7 +3,8 @@
 
 tiny_models.py writes tiny random-weight models (llama with llama3 RoPE scaling, tied
 llama in F16, Mistral with a sliding window in BF16, Qwen 2 with biases, Qwen 3 with
-QK-norm, Gemma 3, and a Gemma 3 multimodal-layout checkpoint in two shards) as Hugging Face
+QK-norm, Gemma 3, a Gemma 3 multimodal-layout checkpoint in two shards, and one with the
+newer model.language_model.* names and an untied language_model.lm_head.weight) as Hugging Face
 directories and, where GGUF can express the same model, as GGUF converted the way
 llama.cpp's converter does. Then, for each:
 
@@ -21,9 +22,9 @@ llama.cpp's converter does. Then, for each:
   * sharded vs single file: the llama weights split over three shards give bit-identical
     logits;
   * corruption: a truncated, missing or garbled shard, a wrong-shape or missing tensor, a
-    bad or unsupported config.json, an untied model without lm_head, and a directory that
-    is no model each fail with exit status != 0 and a one-line message naming the file (and
-    tensor);
+    needed tensor stored as I64, a bad or unsupported config.json, an untied model without
+    lm_head, and a directory that is no model each fail with exit status != 0 and a one-line
+    message naming the file or directory (and tensor);
   * the local layers' own KV pool (--kv-local-pool): the multimodal-layout Gemma 3 (window
     5, local and global layers) at block size 2, prefilled 4 tokens at a time, on a
     40-token prompt, so that local blocks are released mid-prefill from a pool too small
@@ -35,6 +36,7 @@ llama.cpp's converter does. Then, for each:
     in both);
   * --inspect DIR --json reports format, architecture and source, the chat template from
     tokenizer_config.json and generation_config.json's eos ids among the stop tokens;
+    --inspect FILE.gguf (--json and text) its format, architecture and source;
   * with --inferd: the daemon serves every architecture (SERVE) from each of its formats
     (`--model DIR`, `--model FILE.gguf`; one daemon per model, all started at once): /v1/models shows its
     id, architecture, format and source; a greedy completion on the prompt's token ids and
@@ -43,12 +45,16 @@ llama.cpp's converter does. Then, for each:
     chat's as ids, from its logprobs' bytes; both as text); the Qwen 3 directory applies
     its generation_config.json sampling defaults, field by field, until
     `generation_config: false` is reloaded (SIGHUP);
-  * `inferd --inspect DIR --json` prints what `inferd-worker --inspect DIR --json` does.
+  * `inferd --inspect DIR --json` prints what `inferd-worker --inspect DIR --json` does;
+  * with --infer: `infer inspect DIR` (text and --json) prints the worker's report too, and
+    against each daemon above `infer models` shows the model's architecture, format and
+    source.
 
 Exit 0 on success, 1 on a failure, 77 ("SKIPPED: why") without numpy/gguf/tokenizers, the
 shared vocabulary or the worker.
 
-    test_tiny_models.py WORKER [--inferd INFERD] [--keep DIR] [--only NAME ...] [--tol 1e-4] [--full]
+    test_tiny_models.py WORKER [--inferd INFERD] [--infer INFER] [--keep DIR] [--only NAME ...]
+                        [--tol 1e-4] [--full]
 """
 
 from __future__ import annotations
@@ -241,7 +247,17 @@ def corruption_tests(worker, root, base):
     u = "model.layers.0.mlp.up_proj.weight"
     del bad[u]
     tiny_models.write_safetensors(os.path.join(d, st), bad)
-    fails_with(worker, d, [u, "missing"], "missing tensor")
+    fails_with(worker, d, [d, u, "missing"], "missing tensor")
+
+    # a needed tensor in a dtype no backend loads: I64 of the same shape (8 bytes an element,
+    # so the header's data_offsets stay consistent and only the loader can refuse it)
+    d = fresh("dtype")
+    bad = dict(raw)
+    g = "model.layers.1.mlp.gate_proj.weight"
+    bad[g] = ("I64", np.zeros(raw[g][1].shape, np.int64))
+    tiny_models.write_safetensors(os.path.join(d, st), bad)
+    fails_with(worker, d, [os.path.join(d, st), f"'{g}'", "I64", "cannot load"],
+               "tensor stored as I64")
 
     d = fresh("nohead")
     bad = dict(raw)
@@ -284,9 +300,18 @@ def corruption_tests(worker, root, base):
     fails_with(worker, d, [d, "config.json"], "directory without config.json")
 
 
-def inspect_test(worker, path, inferd=None):
+def inspect_test(worker, path, inferd=None, infer=None):
     p = subprocess.run([worker, "--inspect", path, "--json"], capture_output=True, text=True,
                        timeout=120)
+    if infer:   # `infer inspect` prints the same report, text and JSON
+        for extra in (["--json"], []):
+            c = subprocess.run([infer, "inspect", path, *extra], capture_output=True,
+                               text=True, timeout=120)
+            w = p if extra else subprocess.run([worker, "--inspect", path], capture_output=True,
+                                               text=True, timeout=120)
+            check(c.returncode == 0 and w.returncode == 0 and c.stdout == w.stdout and c.stdout,
+                  f"infer inspect DIR {' '.join(extra)}: the worker's report "
+                  f"(exit {c.returncode}, {len(c.stdout)} vs {len(w.stdout)} bytes)")
     if inferd:   # the daemon binary prints the same report, text and JSON
         for extra in (["--json"], []):
             d = subprocess.run([inferd, "--inspect", path, *extra], capture_output=True,
@@ -319,10 +344,23 @@ def inspect_test(worker, path, inferd=None):
     gen = r.get("generation", {})
     check(gen.get("top_k") == 20 and abs(gen.get("temperature", 0) - 0.7) < 1e-6,
           f"--inspect: generation defaults {gen}")
-    p = subprocess.run([worker, "--inspect", path + ".gguf"], capture_output=True, text=True,
+    # the GGUF twin: its path contains "gguf" too, so the fields are compared, not searched
+    g = path + ".gguf"
+    p = subprocess.run([worker, "--inspect", g, "--json"], capture_output=True, text=True,
                        timeout=120)
-    check(p.returncode == 0 and "format:" in p.stdout and "gguf" in p.stdout,
-          "--inspect FILE.gguf prints the format")
+    try:
+        r = json.loads(p.stdout)
+    except ValueError:
+        r = {}
+    check(p.returncode == 0 and r.get("format") == "gguf" and
+          r.get("architecture") == "qwen2" and r.get("source") == g,
+          f"--inspect FILE.gguf --json: exit {p.returncode}, format {r.get('format')}, "
+          f"architecture {r.get('architecture')}, source {r.get('source')}")
+    p = subprocess.run([worker, "--inspect", g], capture_output=True, text=True, timeout=120)
+    head = {ln.split(":", 1)[0]: ln.split(":", 1)[1].strip()
+            for ln in p.stdout.splitlines()[:3] if ":" in ln}
+    check(p.returncode == 0 and head.get("format") == "gguf" and head.get("source") == g,
+          f"--inspect FILE.gguf (text): format {head.get('format')}, source {head.get('source')}")
 
 
 class _UnixHTTP(http.client.HTTPConnection):
@@ -451,6 +489,21 @@ class _Detok:
     def text(self, ids):   # skip_special_tokens, as the daemon always does
         b = b"".join(self.bytes[t] for t in ids if t not in self.special)
         return b.decode("utf-8", errors="replace")
+
+
+def infer_models_check(infer, sock, name, fmt, path, ref):
+    """`infer models` against the daemon: the model's row shows its architecture, format and
+    source (the table's columns: MODEL CONTEXT ARCH FORMAT SOURCE)."""
+    what = f"{name} ({fmt})"
+    p = subprocess.run([infer, "models", "--socket", sock], capture_output=True, text=True,
+                       timeout=60)
+    lines = p.stdout.splitlines()
+    rows = [ln.split() for ln in lines[1:]]
+    want = [ref["arch"], fmt, os.path.realpath(path)]
+    check(p.returncode == 0 and len(lines) == 2 and
+          lines[0].split()[2:] == ["ARCH", "FORMAT", "SOURCE"] and rows[0][2:] == want,
+          f"{what}: infer models shows architecture, format and source {want} "
+          f"(exit {p.returncode}: {' | '.join(lines[1:]) or p.stderr.strip()})")
 
 
 def _serve_checks(sock, name, fmt, path, ref, detok):
@@ -610,7 +663,7 @@ def all_local_checks(sock, hf, detok):
           f"runs (inferd_kv_local_released_blocks up to {seen:.0f}); {time.time() - t0:.2f} s")
 
 
-def serve_test(inferd, root, names):
+def serve_test(inferd, root, names, infer=None):
     """Every architecture, from each format it has, served by the daemon (`--model DIR`,
     `--model FILE.gguf`). The daemons start all at once (their start-up overlaps with each
     other and with the oracle), then are checked one by one and stopped together. The Qwen
@@ -656,6 +709,8 @@ def serve_test(inferd, root, names):
                     check(False, f"{name} ({fmt}): the daemon did not start; log {log.name}")
                     continue
                 _serve_checks(sock, name, fmt, path, refs[name], detok)
+                if infer:
+                    infer_models_check(infer, sock, name, fmt, path, refs[name])
                 if (name, fmt) == ("qwen3", "hf"):
                     # Qwen 3: its random next-token distributions are flat (Qwen 2's tied
                     # ones are peaked), so sampling settings show in the tokens
@@ -685,6 +740,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("worker")
     ap.add_argument("--inferd", help="the daemon binary: also serve a directory through it")
+    ap.add_argument("--infer", help="the CLI: also run `infer models` on each served model "
+                                    "and `infer inspect` on a directory")
     ap.add_argument("--keep", metavar="DIR", help="write the models here and keep them")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--tol", type=float, default=1e-4)
@@ -750,11 +807,11 @@ def main() -> int:
                   "llama: three shards and one file give identical logits")
             corruption_tests(a.worker, root, "llama")
         if not a.only or "qwen2" in a.only:
-            inspect_test(a.worker, os.path.join(root, "qwen2"), a.inferd)
+            inspect_test(a.worker, os.path.join(root, "qwen2"), a.inferd, a.infer)
         if not a.only or "gemma3_mm" in a.only:
             local_pool_test(a.worker, os.path.join(root, "gemma3_mm"), a.tol)
         if a.inferd:
-            serve_test(a.inferd, root, names)
+            serve_test(a.inferd, root, names, a.infer)
     except RuntimeError as e:
         check(False, str(e))
     finally:

@@ -20,7 +20,8 @@ it), Gemma 3's
 layer_types, local RoPE base, (1 + w) norms, and the multimodal checkpoint layout
 (Gemma3ForConditionalGeneration: text_config, language_model.model.* names, vision tensors
 to skip, two shards, query_pre_attn_scalar != head_dim, a final logit soft-cap, and 61
-vocabulary rows past the tokenizer's, as gemma-3-4b-it has).
+vocabulary rows past the tokenizer's, as gemma-3-4b-it has; and the newer
+model.language_model.* names with an untied language_model.lm_head.weight).
 
     tiny_models.py OUT_DIR [--only NAME ...]      # writes OUT_DIR/NAME/ and OUT_DIR/NAME.gguf
 """
@@ -42,7 +43,9 @@ EXTRA_TOKENS = ["<|im_start|>", "<|im_end|>"]
 # name → what to build. Keys: cls, layers, embd, heads, kv, head_dim (None: embd/heads), ff,
 # tie, dtype (F32/F16/BF16), gguf (write a GGUF twin), vocab_pad (vocabulary rows past the
 # tokenizer's, as gemma-3-4b-it has 262208 for 262145 tokens: their embedding rows are 8x
-# larger, so unmasked they would win every argmax), plus per-architecture config extras.
+# larger, so unmasked they would win every argmax), prefix and lm_head (the text model's
+# tensor prefix and output name, when not the class's usual ones), plus per-architecture
+# config extras.
 VARIANTS = {
     "llama": dict(cls="LlamaForCausalLM", layers=2, embd=64, heads=4, kv=2, ff=96, tie=False,
                   dtype="F32", gguf=True, theta=500000.0,
@@ -71,6 +74,13 @@ VARIANTS = {
                       final_logit_softcapping=30.0,
                       rope_scaling={"rope_type": "linear", "factor": 4.0}, shards=2,
                       vocab_pad=61),
+    # the other multimodal names: model.language_model.* (transformers >= 4.52) and an
+    # untied output under language_model. (the older layout's head name), one file
+    "gemma3_mm_untied": dict(cls="Gemma3ForConditionalGeneration", layers=2, embd=64, heads=2,
+                             kv=1, head_dim=32, ff=96, tie=False, dtype="F32", gguf=False,
+                             theta=1e6, sliding_window=5, sliding_window_pattern=2,
+                             query_pre_attn_scalar=32, prefix="model.language_model.",
+                             lm_head="language_model.lm_head.weight"),
 }
 
 
@@ -204,7 +214,8 @@ def make_weights(v, n_vocab: int, seed: int) -> dict:
     gemma = arch.startswith("Gemma3")
     qwen2 = arch == "Qwen2ForCausalLM"
     qk_norm = gemma or arch == "Qwen3ForCausalLM"
-    pre = "language_model.model." if arch == "Gemma3ForConditionalGeneration" else "model."
+    pre = v.get("prefix") or ("language_model.model." if arch == "Gemma3ForConditionalGeneration"
+                              else "model.")
 
     def mat(o, i, gain=1.0):
         return rng.normal(0.0, gain / np.sqrt(i), (o, i)).astype(np.float32)
@@ -217,7 +228,7 @@ def make_weights(v, n_vocab: int, seed: int) -> dict:
         emb[n_vocab - v["vocab_pad"]:] *= 8.0
     w = {pre + "embed_tokens.weight": emb, pre + "norm.weight": norm(E)}
     if not v["tie"]:
-        w["lm_head.weight"] = mat(n_vocab, E, 2.0)
+        w[v.get("lm_head", "lm_head.weight")] = mat(n_vocab, E, 2.0)
     for l in range(v["layers"]):
         b = f"{pre}layers.{l}."
         w[b + "input_layernorm.weight"] = norm(E)
