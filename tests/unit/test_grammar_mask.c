@@ -3,11 +3,13 @@
  * force (every token's bytes run through the matcher alone) on random
  * vocabularies and random walks through several grammars; replay from the
  * history (a resumed request) gives the same masks; the sampler only ever
- * picks allowed tokens, greedy or random.
+ * picks allowed tokens, greedy or random, and with top-k, top-p and min-p
+ * set its filters act on the allowed tokens alone.
  */
 #include "testutil.h"
 
 #include "error.h"
+#include "grammar.h"
 #include "grammar_conv.h"
 #include "grammar_mask.h"
 #include "sampler.h"
@@ -24,8 +26,9 @@ static uint64_t rnd(uint64_t *s)
 
 /* A random vocabulary: all single bytes that matter, then random pieces
  * over JSON-ish characters and UTF-8 fragments; token 1 is the EOS (no
- * bytes), a few tokens have no bytes. */
-static ifd_vocab_t *random_vocab(uint64_t *rng, int32_t n)
+ * bytes), a few tokens have no bytes. With keep, each token's bytes and
+ * length are handed to the caller (free_bytes). */
+static ifd_vocab_t *random_vocab_bytes(uint64_t *rng, int32_t n, char ***keep, uint32_t **keep_lens)
 {
     static const char *const atoms[] = {
         "{",  "}", "[",        "]",        "\"",   ":",    ",",    " ",    "\n",  "a",     "b", "e",
@@ -59,11 +62,29 @@ static ifd_vocab_t *random_vocab(uint64_t *rng, int32_t n)
     int32_t eos = 1;
     ifd_vocab_t *v;
     ck_assert_int_eq(ifd_vocab_create(n, (const char *const *)bytes, lens, &eos, 1, &v), 0);
+    if (keep) {
+        *keep = bytes;
+        *keep_lens = lens;
+        return v;
+    }
     for (int32_t i = 0; i < n; i++)
         free(bytes[i]);
     free(bytes);
     free(lens);
     return v;
+}
+
+static ifd_vocab_t *random_vocab(uint64_t *rng, int32_t n)
+{
+    return random_vocab_bytes(rng, n, NULL, NULL);
+}
+
+static void free_bytes(char **bytes, uint32_t *lens, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++)
+        free(bytes[i]);
+    free(bytes);
+    free(lens);
 }
 
 static char *schema_text(const char *schema)
@@ -225,6 +246,145 @@ START_TEST(test_sampler_constraint)
 }
 END_TEST
 
+/* Truncation and a constraint together: with temperature, top-k, top-p and
+ * min-p all set, every draw is a token the mask allows and one that
+ * survives the three filters applied to the allowed tokens only (sampler.h
+ * step 3b comes before 6); each run ends with EOS and its bytes are a
+ * sentence of the grammar (and, for the schema, a JSON object with the
+ * required keys). Six seeds, two grammars. */
+START_TEST(test_sampler_constraint_truncated)
+{
+    uint64_t rng = 17;
+    const int32_t V = 2000;
+    char **tb;
+    uint32_t *tl;
+    ifd_vocab_t *v = random_vocab_bytes(&rng, V, &tb, &tl);
+    ifd_gstore_t *st;
+    ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
+    ifd_sampler_t *smp;
+    ck_assert_int_eq(ifd_sampler_create(V, &smp), 0);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    double *w = malloc((size_t)V * sizeof *w);
+    const float T = 0.7f, top_p = 0.9f, min_p = 0.3f;
+    const int32_t top_k = 6;
+    for (int run = 0; run < 6; run++) {
+        const int gi = run % 2 ? 2 : 1; /* the schema object, the regex */
+        char *text = grammar_texts(gi);
+        ifd_constraint_t *k, *chk;
+        char err[256];
+        ck_assert_int_eq(ifd_constraint_create(st, text, strlen(text), &k, err, sizeof err), 0);
+        ck_assert_int_eq(ifd_constraint_create(st, text, strlen(text), &chk, err, sizeof err), 0);
+        ifd_sampling_params_t p = ifd_sampling_default_params();
+        p.temperature = T;
+        p.top_k = top_k;
+        p.top_p = top_p;
+        p.min_p = min_p;
+        p.seed = 1000 + (uint64_t)run;
+        p.constraint = k;
+        int32_t hist[400];
+        size_t n = 0;
+        uint32_t mask[(2000 + 31) / 32];
+        while (n < 400) {
+            for (int32_t i = 0; i < V; i++)
+                logits[i] = (float)((int)(rnd(&rng) % 2000) - 1000) / 100.0f;
+            ifd_sampler_history_t h = {NULL, 0, hist, n};
+            ifd_sample_result_t r;
+            IFD_TASSERT_CMP(ifd_sampler_sample(smp, &p, logits, &h, n, &r), ==, 0);
+            IFD_TASSERT_CMP(ifd_constraint_mask_brute(chk, hist, n, mask), ==, 0);
+            const int32_t t = r.token;
+            ck_assert_msg((mask[t >> 5] >> (t & 31)) & 1, "run %d step %zu: token %d not allowed",
+                          run, n, t);
+            /* the filters over the allowed tokens (s = l / T, w = exp(s - max)) */
+            float m = -INFINITY;
+            for (int32_t i = 0; i < V; i++)
+                if ((mask[i >> 5] >> (i & 31)) & 1 && logits[i] / T > m)
+                    m = logits[i] / T;
+            int above = 0; /* survivors of min-p strictly above t, for top-k */
+            for (int32_t i = 0; i < V; i++) {
+                bool ok = (mask[i >> 5] >> (i & 31)) & 1;
+                w[i] = ok ? exp((double)(logits[i] / T - m)) : 0.0;
+                if (w[i] < min_p)
+                    w[i] = 0.0; /* min-p drops it */
+                if (w[i] > 0 && logits[i] / T > logits[t] / T)
+                    above++;
+            }
+            ck_assert_msg(exp((double)(logits[t] / T - m)) >= min_p * (1 - 1e-5),
+                          "run %d step %zu: token %d under min-p", run, n, t);
+            ck_assert_msg(above < top_k, "run %d step %zu: token %d has %d allowed above it", run,
+                          n, t, above);
+            /* top-p over the top-k survivors: the mass strictly above t is under top_p */
+            double kth = INFINITY, q = 0, q_above = 0;
+            {
+                int cnt = 0; /* the k-th largest surviving s, with multiplicity */
+                float prev = INFINITY;
+                while (cnt < top_k) {
+                    float best = -INFINITY;
+                    int nb = 0;
+                    for (int32_t i = 0; i < V; i++)
+                        if (w[i] > 0 && logits[i] / T < prev) {
+                            if (logits[i] / T > best) {
+                                best = logits[i] / T;
+                                nb = 1;
+                            } else if (logits[i] / T == best) {
+                                nb++;
+                            }
+                        }
+                    if (nb == 0)
+                        break;
+                    cnt += nb;
+                    prev = best;
+                    kth = best;
+                }
+            }
+            for (int32_t i = 0; i < V; i++)
+                if (w[i] > 0 && logits[i] / T >= kth) {
+                    q += w[i];
+                    if (logits[i] / T > logits[t] / T)
+                        q_above += w[i];
+                }
+            ck_assert_msg(logits[t] / T == m || q_above < top_p * q * (1 + 1e-5),
+                          "run %d step %zu: token %d outside top-p (%g of %g above it)", run, n, t,
+                          q_above, q);
+            hist[n++] = t;
+            if (t == 1)
+                break;
+        }
+        ck_assert_msg(n < 400 && hist[n - 1] == 1, "run %d never finished", run);
+        /* the bytes before EOS are a whole sentence of the grammar */
+        ifd_buf_t out = IFD_BUF_INIT;
+        for (size_t i = 0; i + 1 < n; i++)
+            ck_assert_int_eq(ifd_buf_append(&out, tb[hist[i]], tl[hist[i]]), 0);
+        ifd_grammar_t *g;
+        ck_assert_msg(ifd_grammar_compile(text, strlen(text), &g, err, sizeof err) == 0, "%s", err);
+        ifd_gmatch_t *gm;
+        ck_assert_int_eq(ifd_gmatch_create(g, &gm), 0);
+        ck_assert_msg(ifd_gmatch_accept(gm, out.data, out.len) == 0 && ifd_gmatch_can_end(gm),
+                      "run %d: output %.*s is not a sentence", run, (int)out.len, out.data);
+        if (gi == 1) {
+            json_error_t je;
+            json_t *doc = json_loadb(out.data, out.len, 0, &je);
+            ck_assert_msg(doc && json_is_object(doc) &&
+                              json_is_string(json_object_get(doc, "name")) &&
+                              json_is_boolean(json_object_get(doc, "ok")),
+                          "run %d: %.*s", run, (int)out.len, out.data);
+            json_decref(doc);
+        }
+        ifd_gmatch_destroy(gm);
+        ifd_grammar_destroy(g);
+        ifd_buf_free(&out);
+        ifd_constraint_destroy(k);
+        ifd_constraint_destroy(chk);
+        free(text);
+    }
+    free(w);
+    free(logits);
+    free_bytes(tb, tl, V);
+    ifd_sampler_destroy(smp);
+    ifd_gstore_destroy(st);
+    ifd_vocab_destroy(v);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("grammar_mask");
@@ -232,6 +392,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_mask_vs_brute_force, 0, 2);
     tcase_add_test(tc, test_sampler_constraint);
+    tcase_add_test(tc, test_sampler_constraint_truncated);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
