@@ -664,6 +664,51 @@ START_TEST(test_cancel_in_every_state)
 }
 END_TEST
 
+/* Admission by priority (engine.h: higher runs first, FCFS among equals —
+ * the worker flips the wire's "lower first" sign, worker/serve.c): with room
+ * for one running sequence, requests queued together run one after the
+ * other in priority order, whatever their arrival. */
+START_TEST(test_priority_orders_admission)
+{
+    make_prompts(4, 10, 8);
+    rig_t r;
+    rig_open(&r, 64, 64, 1, 1024); /* max_seqs 1: one at a time */
+    static const int32_t prio[4] = {0, 5, -3, 5};
+    for (int i = 0; i < 4; i++) {
+        ifd_engine_request_t q = req(i, 4);
+        q.ignore_eos = true;
+        q.priority = prio[i];
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    int order[4], n_done = 0, steps = 0;
+    while (!ifd_engine_idle(r.eng)) {
+        ck_assert_int_ge(ifd_engine_step(r.eng, NULL), 0);
+        ck_assert_int_lt(++steps, 1000);
+        int started = 0; /* tokens out and not finished: the one running */
+        for (int i = 0; i < 4; i++) {
+            if (r.sink->n_out[i] > 0 && !r.sink->finished[i])
+                started++;
+            bool seen = false;
+            for (int j = 0; j < n_done; j++)
+                seen |= order[j] == i;
+            if (r.sink->finished[i] && !seen)
+                order[n_done++] = i;
+        }
+        ck_assert_int_le(started, 1);
+    }
+    ck_assert_int_eq(n_done, 4);
+    /* 1 and 3 (priority 5, 1 first by arrival), then 0 (0), then 2 (-3) */
+    static const int want[4] = {1, 3, 0, 2};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(order[i] == want[i], "finished %d-th: request %d, want %d", i, order[i],
+                      want[i]);
+        ck_assert_int_eq(r.sink->reason[want[i]], IFD_FINISH_LENGTH);
+        ck_assert_int_eq(r.sink->n_out[want[i]], 4);
+    }
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_finish_reasons_and_errors)
 {
     make_prompts(4, 10, 7);
@@ -1312,6 +1357,7 @@ int main(void)
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_tiny_pool_preempts_and_completes_all);
     tcase_add_test(tc, test_cancel_in_every_state);
+    tcase_add_test(tc, test_priority_orders_admission);
     tcase_add_test(tc, test_finish_reasons_and_errors);
     tcase_add_test(tc, test_min_tokens);
     tcase_add_test(tc, test_request_larger_than_pool_errors);
