@@ -1,6 +1,7 @@
 """inferd when things go wrong (label model): a worker SIGKILLed in the middle
 of 16 streams (every stream completes with the text of an undisturbed run,
-greedy and seeded sampling alike; prompt logprobs of a request killed while
+greedy and seeded sampling alike, a quarter of them under a grammar that the
+router sends again with the resumed request; prompt logprobs of a request killed while
 its prompt was being scored come out whole and unchanged), a hung worker (killed by the liveness
 check and replaced), a crash loop (shown by /health, answered 503), clients
 that disconnect (their sequences are cancelled, others are untouched), a
@@ -14,6 +15,7 @@ Usage: test_daemon_crash.py INFERD WORKER   (standard library only)
 """
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -31,7 +33,8 @@ WORKER = sys.argv[2] if len(sys.argv) > 2 else "inferd-worker"
 
 
 class Stream(threading.Thread):
-    """One streaming chat completion read chunk by chunk on its own connection."""
+    """One streaming chat completion read chunk by chunk on its own connection; the
+    keyword arguments are request body fields (sampling, guided_regex, response_format)."""
 
     def __init__(self, d, prompt, **kw):
         super().__init__(daemon=True)
@@ -83,9 +86,36 @@ class Stream(threading.Thread):
 
 
 # 16 streams of 40 tokens; 8 of 24 in the sanitized build (the same paths, greedy
-# and seeded, at a third of the cost).
+# and seeded, constrained and not, at a third of the cost).
 PROMPTS = ["Tell me about planet number %d." % i for i in range(8 if SANITIZED else 16)]
 STREAM_TOKENS = 24 if SANITIZED else 40
+# Grammars no output can complete within STREAM_TOKENS (200 words; 60 array items take
+# 60 tokens or more), so constrained streams also end with "length" and never see EOS.
+WORDS_REGEX = r"([a-z]+ ){200}"
+PLANETS_SCHEMA = {"type": "object",
+                  "properties": {"planets": {"type": "array", "minItems": 60,
+                                             "items": {"type": "string", "maxLength": 12}}},
+                  "required": ["planets"], "additionalProperties": False}
+
+
+def constraint_of(i):
+    """Stream i's grammar fields: a regex on a greedy stream, a JSON Schema on a seeded one
+    (2 and 7 of every 8)."""
+    if i % 8 == 2:
+        return {"guided_regex": WORDS_REGEX}
+    if i % 8 == 7:
+        return {"response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "planets", "schema": PLANETS_SCHEMA}}}
+    return {}
+
+
+def check_constrained(i, text):
+    """The text a constrained stream got follows its grammar (so the grammar was applied)."""
+    c = constraint_of(i)
+    if "guided_regex" in c:
+        assert re.fullmatch(r"([a-z]+ )*[a-z]*", text), (i, text)
+    elif c:
+        assert re.match(r'\{\s*"planets"\s*:\s*\[\s*"', text), (i, text)
 
 
 def run_streams(d, kill=None, after_chunks=3):
@@ -94,6 +124,7 @@ def run_streams(d, kill=None, after_chunks=3):
         kw = {"max_tokens": STREAM_TOKENS, "ignore_eos": True}
         if i % 2:  # seeded sampling for half of them
             kw.update(temperature=0.8, seed=100 + i)
+        kw.update(constraint_of(i))
         ss.append(Stream(d, p, **kw))
     for s in ss:
         s.start()
@@ -113,16 +144,18 @@ def test_sigkill_worker_mid_stream():
     d = Daemon(INFERD, ["--threads", "1", "--restart-backoff", "0.2"], workers=2)
     try:
         ref = run_streams(d)
-        for s in ref:
+        for i, s in enumerate(ref):
             assert s.error is None and s.finish == "length" and s.done == 1, (s.error, s.finish)
+            check_constrained(i, s.text)
         d.wait_idle()
         pids = d.worker_pids()
         victim = pids[0]
         killed = run_streams(d, kill=lambda: os.kill(victim, signal.SIGKILL))
-        for a, b in zip(ref, killed):
+        for i, (a, b) in enumerate(zip(ref, killed)):
             assert b.error is None, b.error
             assert b.done == 1 and b.finish == "length", (b.done, b.finish)
-            assert b.text == a.text, "stream changed after the crash:\n%r\n%r" % (a.text, b.text)
+            assert b.text == a.text, "stream %d changed after the crash:\n%r\n%r" % (
+                i, a.text, b.text)
         h = d.wait_ready()
         w0 = h["workers"][0]
         assert w0["crashes"] == 1 and w0["starts"] == 2 and w0["pid"] != victim, h
