@@ -69,6 +69,17 @@ SCHEMAS = [
                     "day": {"type": "string", "format": "date"},
                     "code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}},
      "required": ["id", "day", "code"]},
+    # const, and an array of objects with both bounds (also sent to /v1/completions as
+    # vLLM's structured_outputs.json)
+    {"type": "object",
+     "properties": {"kind": {"const": "route"},
+                    "stops": {"type": "array", "minItems": 1, "maxItems": 2,
+                              "items": {"type": "object",
+                                        "properties": {"at": {"enum": ["a", "b", "c"]},
+                                                       "ok": {"type": "boolean"}},
+                                        "required": ["at", "ok"],
+                                        "additionalProperties": False}}},
+     "required": ["kind", "stops"], "additionalProperties": False},
 ]
 
 
@@ -90,7 +101,12 @@ def test_json_schema_outputs_validate():
                    response_format={"type": "json_schema",
                                     "json_schema": {"name": "s%d" % i, "schema": schema,
                                                     "strict": True}})
-    results = parallel(*[lambda i=i, s=s: one(i, s) for i, s in enumerate(SCHEMAS)])
+    def completion():
+        return C.completions.create(model=MODEL, prompt="A route as JSON:", max_tokens=200,
+                                    temperature=1.0, seed=12, n=choices(2),
+                                    extra_body={"structured_outputs": {"json": SCHEMAS[-1]}})
+    *results, comp = parallel(*[lambda i=i, s=s: one(i, s) for i, s in enumerate(SCHEMAS)],
+                              completion)
     n_checked = 0
     for i, (schema, r) in enumerate(zip(SCHEMAS, results)):
         for ch in r.choices:
@@ -98,6 +114,12 @@ def test_json_schema_outputs_validate():
             doc = json.loads(ch.message.content)
             jsonschema.validate(doc, schema)
             n_checked += 1
+    for ch in comp.choices:
+        assert ch.finish_reason == "stop", ("completion", ch.finish_reason, ch.text)
+        doc = json.loads(ch.text)
+        jsonschema.validate(doc, SCHEMAS[-1])
+        assert doc["kind"] == "route" and 1 <= len(doc["stops"]) <= 2, doc
+        n_checked += 1
     print("     %d outputs validated" % n_checked)
     D.wait_idle()
 
