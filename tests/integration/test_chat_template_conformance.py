@@ -171,6 +171,12 @@ def main():
                 with open(fp, "w", encoding="utf-8") as f:
                     f.write(g["jinja"])
                 files.append(fp)
+            # and the published templates committed here (tests/data/chat-templates: Phi-4,
+            # from microsoft/phi-4's tokenizer_config.json), missing from both
+            cdir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                                "chat-templates")
+            files += sorted(os.path.join(cdir, f) for f in os.listdir(cdir)
+                            if f.endswith(".jinja"))
         for path in files:
             name = os.path.basename(path)
             with open(path, encoding="utf-8") as f:
