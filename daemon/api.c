@@ -37,7 +37,7 @@ static const struct {
     const char *path;
     enum http_method method;
     ifd__handler_fn fn;
-    bool open;   /* no API key needed, even on TCP */
+    bool open;   /* no API key needed, even on TCP (vLLM's key guards only /v1) */
     bool prefix; /* path ends in "/": matches it followed by one non-empty segment */
 } ifd__routes[] = {
     {"/v1/chat/completions", HTTP_POST, ifd__chat, false, false},
@@ -51,7 +51,7 @@ static const struct {
     {"/ping", HTTP_GET, ifd__health, true, false}, /* vLLM's (SageMaker's) name for it */
     {"/ping", HTTP_POST, ifd__health, true, false},
     {"/version", HTTP_GET, ifd__version, true, false},
-    {"/metrics", HTTP_GET, ifd__metrics, false, false},
+    {"/metrics", HTTP_GET, ifd__metrics, true, false}, /* Prometheus, the endpoint picker */
     {"/tokenize", HTTP_POST, ifd__tokenize, false, false},
     {"/detokenize", HTTP_POST, ifd__detokenize, false, false},
 };

@@ -388,6 +388,16 @@ def test_tcp_api_key():
     assert code == 200 and json.loads(body)["data"]
     code, body = tcp("/health")
     assert code == 200
+    # /metrics is open, as vLLM's key guards only /v1 routes: Prometheus and the
+    # Gateway API endpoint picker scrape it without one (deploy/kubernetes)
+    code, body = tcp("/metrics")
+    assert code == 200 and b"vllm:num_requests_waiting{" in body, (code, body[:200])
+    code, body = tcp("/metrics", "-I")
+    assert code == 200, (code, body)
+    code, body = tcp("/v1/models")
+    assert code == 401, (code, body)
+    code, body = tcp("/tokenize", "-d", json.dumps({"prompt": "Hi"}))
+    assert code == 401, (code, body)
     code, body = tcp("/v1/completions", "-H", "Authorization: Bearer " + KEY, "-d",
                      json.dumps({"prompt": "Hi", "max_tokens": 2}))
     assert code == 200, body

@@ -1,9 +1,10 @@
 """deploy/kubernetes validated offline (label unit): every manifest parses, each object has the
 fields its kind requires, and the objects agree with each other and with inferd: selectors
 match the pod labels, the probes, Service, pool and container use the port inferd listens on,
-the listener runs with the API key file from the mounted Secret, probes hit routes that need
-no key, the HPA scales the Deployment on a metric inferd exports, the InferenceModel names the
-served model id and its pool. `kubectl kustomize` renders the directory when kubectl exists.
+the listener runs with the API key file from the mounted Secret, probes and the metrics scrape
+(Prometheus, the InferencePool's endpoint picker) hit routes that need no key, the HPA scales
+the Deployment on a metric inferd exports, the InferenceModel names the served model id and
+its pool. `kubectl kustomize` renders the directory when kubectl exists.
 
 Usage: test_kubernetes.py SOURCE_DIR   (run by the venv's python: $INFERD_PYTHON)
 """
@@ -72,13 +73,23 @@ def main():
     assert os.path.basename(args["api-key-file"]) in [i["path"] for i in items]
     model = args["model"]
     assert any(model.startswith(m) for m in mounts), "the model path must be on a volume"
-    # probes: routes that need no key on TCP (daemon/api.c route table)
+    # probes and the metrics scrape: routes that need no key on TCP (daemon/api.c route table)
     api = open(os.path.join(SRC, "daemon", "api.c")).read()
+
+    def open_route(path):
+        return re.search(r'\{"%s", HTTP_GET, \w+, true' % re.escape(path), api)
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         hg = c[probe]["httpGet"]
         assert hg["port"] in ("http", port)
-        assert re.search(r'\{"%s", HTTP_GET, \w+, true' % re.escape(hg["path"]), api), \
-            "%s uses %s, which needs the API key" % (probe, hg["path"])
+        assert open_route(hg["path"]), "%s uses %s, which needs the API key" % (probe, hg["path"])
+    # Prometheus scrapes the annotated path; the InferencePool's endpoint picker reads
+    # /metrics (its default) on targetPortNumber: neither sends the key
+    ann = get(dep, "spec.template.metadata.annotations")
+    assert ann["prometheus.io/scrape"] == "true"
+    assert int(ann["prometheus.io/port"]) == port
+    assert open_route(ann["prometheus.io/path"]), \
+        "Prometheus scrapes %s, which needs the API key" % ann["prometheus.io/path"]
+    assert open_route("/metrics"), "the endpoint picker scrapes /metrics, which needs the API key"
     # one pod per GPU node
     anti = get(dep, "spec.template.spec.affinity.podAntiAffinity")
     term = anti["requiredDuringSchedulingIgnoredDuringExecution"][0]
