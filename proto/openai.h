@@ -214,7 +214,7 @@ typedef struct {
     char *messages_json; /* chat: always set */
     ifd_oai_tool_choice_t tool_choice;
     uint32_t tool_index;      /* NAMED: which tool */
-    bool parallel_tool_calls; /* default true: REQUIRED may produce several calls */
+    bool parallel_tool_calls; /* default true; false: one call (REQUIRED's grammar, auto's parse) */
 
     /* vLLM's min_tokens: end-of-sequence and stop tokens are suppressed, and
      * stop strings not matched, until this many tokens were generated. 0 off. */

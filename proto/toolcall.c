@@ -271,6 +271,11 @@ int ifd_toolcall_parse(ifd_arena_t *a, const char *text, size_t len, const ifd_o
         return c.err;
     if (!ok)
         return 0;
+    /* parallel_tool_calls false: the first call only, as vLLM and OpenAI answer
+     * (the forced array's grammar already allows one; auto mode parses what
+     * the model wrote) */
+    if (!req->parallel_tool_calls && c.n > 1)
+        c.n = 1;
     out->content_len = content;
     out->calls = c.v;
     out->n_calls = c.n;

@@ -12,7 +12,9 @@
  *   llama     `<|python_tag|>` optionally, then one JSON object {"name",
  *             "parameters"|"arguments"} or an array of them, as the whole
  *             output (Llama 3.x JSON tool calling)
- * Arguments are returned as compact JSON text of an object.
+ * Arguments are returned as compact JSON text of an object. With the
+ * request's parallel_tool_calls false only the first call is returned (the
+ * rest of the calls is dropped, not turned into content), in every format.
  *
  * ifd_toolcall_prefix tells a streamer whether the text so far could still
  * become a tool call, so it can hold it back instead of streaming it as

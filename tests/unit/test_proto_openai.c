@@ -1349,6 +1349,31 @@ START_TEST(test_toolcall_parse)
         ck_assert(memcmp(cases[i].text, cases[i].content, t.content_len) == 0);
         ck_assert_str_eq(t.calls[0].arguments, cases[i].args0);
     }
+    /* parallel_tool_calls false: auto mode keeps the first call, in every format */
+    ck_assert_int_eq(parse_chat(&a,
+                                "{" MSG ",\"parallel_tool_calls\":false,\"tools\":[" TOOL_F
+                                ",{\"type\":\"function\",\"function\":"
+                                "{\"name\":\"noop\"}}]}",
+                                &r, &e),
+                     0);
+    ck_assert(!r.parallel_tool_calls);
+    static const char *const several[] = {
+        "Sure.\n<tool_call>{\"name\":\"noop\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":"
+        "\"get_weather\",\"arguments\":{\"city\":\"X\"}}</tool_call>",
+        "[TOOL_CALLS][{\"name\":\"noop\",\"arguments\":{}},{\"name\":\"get_weather\","
+        "\"arguments\":{\"city\":\"X\"}}]",
+        "<|python_tag|>{\"name\": \"noop\", \"parameters\": {}}; {\"name\": \"get_weather\", "
+        "\"parameters\": {\"city\": \"X\"}}",
+    };
+    for (size_t i = 0; i < sizeof several / sizeof several[0]; i++) {
+        ifd_toolcall_result_t t;
+        size_t len = strlen(several[i]);
+        ck_assert_int_eq(ifd_toolcall_parse(&a, several[i], len, &r, &t), 0);
+        ck_assert_msg(t.n_calls == 1, "several[%zu]: %zu calls", i, t.n_calls);
+        ck_assert_str_eq(t.calls[0].name, "noop");
+        ck_assert_str_eq(t.calls[0].arguments, "{}");
+        ck_assert_uint_eq(t.content_len, i == 0 ? strlen("Sure.") : 0);
+    }
     /* forced: required (the grammar's array) and named (the arguments) */
     ck_assert_int_eq(
         parse_chat(&a, "{" MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":\"required\"}", &r, &e), 0);
