@@ -7,8 +7,9 @@ sent back as items, refused server-side features (background, conversation); the
 Responses store: store (default true), client.responses.retrieve / delete, 404s for unknown
 ids, previous_response_id continuing a stored conversation (its prompt equal to the chat
 request it means, counted by /tokenize), LRU eviction under --responses-store-entries;
-/tokenize with chat fields equal to the chat's usage.prompt_tokens; vLLM's min_tokens (no EOS and no stop string before it) and
-stream_options.continuous_usage_stats; a Jinja template that raises gives a 400 with its
+/tokenize with chat fields equal to the chat's usage.prompt_tokens; vLLM's min_tokens (no EOS
+and no stop string before it), include_stop_str_in_output (the matched stop string kept or
+not, streamed too) and stream_options.continuous_usage_stats; a Jinja template that raises gives a 400 with its
 own message (chat and /tokenize); chat_template_kwargs, documents, continue_final_message
 and chat echo.
 
@@ -282,6 +283,45 @@ def test_min_tokens():
         raise AssertionError("min_tokens > max_tokens accepted")
     except openai.BadRequestError as e:
         assert e.param == "min_tokens", e
+    D.wait_idle()
+
+
+def stop_in(text):
+    """A 3-character ASCII stop string the greedy text first reaches at i >= 2: (i, stop)."""
+    for i in range(2, len(text) - 3):
+        s = text[i:i + 3]
+        if s.strip() and s.isascii() and text.find(s) == i:
+            return i, s
+    raise AssertionError("no stop string in %r" % text)
+
+
+def test_include_stop_str_in_output():
+    kw = dict(model=MODEL, prompt="The capital of France is", max_tokens=10, temperature=0)
+    base = C.completions.create(**kw).choices[0].text
+    i, stop = stop_in(base)
+    for keep in (False, True):
+        ch = C.completions.create(**kw, stop=[stop],
+                                  extra_body={"include_stop_str_in_output": keep}).choices[0]
+        assert ch.finish_reason == "stop", (keep, stop, ch)
+        if keep:
+            assert ch.text == base[:i + 3] and ch.text.endswith(stop), (stop, base, ch.text)
+        else:
+            assert ch.text == base[:i] and stop not in ch.text, (stop, base, ch.text)
+    # chat, streamed: the held-back stop string is sent when kept
+    q = dict(model=MODEL, messages=[{"role": "user", "content": "Name three colors."}],
+             max_tokens=10, temperature=0)
+    base = C.chat.completions.create(**q).choices[0].message.content
+    i, stop = stop_in(base)
+    for keep in (False, True):
+        text, finish = "", None
+        for ev in C.chat.completions.create(**q, stop=[stop], stream=True,
+                                            extra_body={"include_stop_str_in_output": keep}):
+            for c in ev.choices:
+                text += c.delta.content or ""
+                finish = c.finish_reason or finish
+        assert finish == "stop", (keep, stop, finish)
+        assert text == base[:i + 3 if keep else i], (keep, stop, base, text)
+        assert text.endswith(stop) if keep else stop not in text, (keep, stop, text)
     D.wait_idle()
 
 
