@@ -537,6 +537,19 @@ def _serve_checks(sock, name, fmt, path, ref, detok):
           r["usage"]["prompt_tokens"] == len(ref["chat_prompt"]),
           f"{what}: greedy chat completion = the oracle's {ref['chat']} (got {ids}, "
           f"{r['usage']['prompt_tokens']} prompt tokens, want {len(ref['chat_prompt'])})")
+    # generation_config.json's second eos id (50257, <|im_start|>: neither the tokenizer's
+    # eos nor GGUF's) ends a request that does not ignore eos; the GGUF twin runs on
+    st, r = _http(sock, "POST", "/v1/completions",
+                  {"prompt": PROMPT, "max_tokens": 4, "temperature": 0,
+                   "logit_bias": {"50257": 100}})
+    fin = r["choices"][0]["finish_reason"] if st == 200 else r
+    n = r["usage"]["completion_tokens"] if st == 200 else -1
+    if fmt == "hf":
+        check(fin == "stop" and n <= 1, f"{what}: generation_config's eos id 50257 stops a "
+              f"request (finish_reason {fin}, {n} tokens)")
+    else:
+        check(fin == "length" and n == 4, f"{what}: id 50257, no eos in the GGUF, does not "
+              f"stop a request (finish_reason {fin}, {n} tokens)")
     if ref["n_vocab"] > N_TOKENS:
         vocab_pad_serve_checks(sock, what, ref, detok)
 
