@@ -23,6 +23,14 @@ more. The load average before every run is recorded with it.
 with INFERD_CPU=ISA (a cap on the CPU kernels' SIMD path, e.g. avx2 on an
 AVX-512 machine), in the same alternation, and "ratio_vs_ISA" = inferd /
 inferd@ISA per metric: what the wider path is worth, measured in one run.
+
+Decode bandwidth: bench/bench_membw (--membw) measures the machine's streaming
+read bandwidth with the same thread count before and after the runs
+("read_gb_s"); per model, "decode_gb_s" is the weights' bytes (inferd's
+resident weight bytes: the GGUF's tensors, which llama.cpp reads too) × the
+batch-1 decode tok/s (tg128) of each engine, and "decode_bw_fraction" that ÷
+the mean of the two read measurements: how close batch-1 decode is to the
+memory's limit.
 """
 import argparse
 import datetime
@@ -117,6 +125,27 @@ def metrics_of(wname, doc, prompt, output):
     return {"%s_decode_tok_s" % wname: run["decode_only_tok_s"]}
 
 
+def read_bandwidth(a):
+    """bench_membw's median streaming read, GB/s, with the benchmark's thread count."""
+    cmd = [a.membw, "--threads", str(a.threads)] + (["--mib", "64", "--rounds", "3"]
+                                                    if a.smoke else [])
+    doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    print("cpu_vs_llamacpp: read bandwidth %.1f GB/s (best %.1f)" %
+          (doc["read_gb_s"], doc["best_gb_s"]), file=sys.stderr)
+    return doc["read_gb_s"]
+
+
+def decode_bandwidth(m, engines, read_gb_s):
+    """decode_gb_s and decode_bw_fraction from the batch-1 decode row (tgN_tok_s)."""
+    tg = [k for k in m["summary"] if k.startswith("tg") and k.endswith("_tok_s")]
+    if not tg or not m["weight_bytes"]:
+        return
+    row = m["summary"][tg[0]]
+    gbs = {e: round(m["weight_bytes"] * row[e] / 1e9, 2) for e in engines}
+    m["summary"]["decode_gb_s"] = gbs
+    m["summary"]["decode_bw_fraction"] = {e: round(gbs[e] / read_gb_s, 3) for e in engines}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench-engine", required=True)
@@ -131,6 +160,7 @@ def main():
     ap.add_argument("--inferd-only", action="store_true")
     ap.add_argument("--workloads", default="", help="a subset, e.g. single,batched16")
     ap.add_argument("--also-isa", default="", help="also run inferd capped to this SIMD path")
+    ap.add_argument("--membw", default="", help="bench_membw, for the read bandwidth")
     a = ap.parse_args()
     if a.smoke:
         a.reps = 1
@@ -150,9 +180,11 @@ def main():
         "workloads": [x[0] for x in workloads(a.smoke, a.workloads)],
         "models": [],
     }
+    bw = [read_bandwidth(a)] if a.membw else []
     for spec in a.model:
         name, path = spec.split("=", 1)
         per = {e: {} for e in engines}  # engine -> metric -> [per rep]
+        weight_bytes = 0
         runs = []
         for rep in range(a.reps):
             order = engines if rep % 2 == 0 else tuple(reversed(engines))
@@ -171,6 +203,7 @@ def main():
                                  "seconds": round(secs, 1), "metrics": m})
                     if e == "inferd":
                         report.setdefault("inferd_isa", doc.get("isa"))
+                        weight_bytes = doc.get("weight_bytes", 0)
                     print("cpu_vs_llamacpp: %s rep %d %s %s: %s (load %s)" %
                           (name, rep, wname, e, m, load[0]), file=sys.stderr)
             for e in engines:
@@ -188,7 +221,13 @@ def main():
             summary[k] = row
         report["models"].append({"name": name, "path": path,
                                  "file_mib": round(os.path.getsize(path) / 2**20, 1),
+                                 "weight_bytes": weight_bytes,
                                  "summary": summary, "runs": runs})
+    if bw:
+        bw.append(read_bandwidth(a))
+        report["read_gb_s"] = {"before": bw[0], "after": bw[1]}
+        for m in report["models"]:
+            decode_bandwidth(m, engines, (bw[0] + bw[1]) / 2)
     report["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     text = json.dumps(report)
     if a.json:

@@ -86,6 +86,8 @@ if [ -z "$bench_engine" ]; then
     [ -x "$bench_engine" ] || cmake --build "$build" --target bench_engine >&2 ||
         { echo "cpu_vs_llamacpp: no $bench_engine (configure $build first)" >&2; exit 1; }
 fi
+membw="$(dirname "$bench_engine")/bench_membw"   # the read bandwidth, beside bench_engine
+[ -x "$membw" ] || cmake --build "$build" --target bench_membw >&2 || membw=""
 
 # the models
 model_args=()
@@ -105,6 +107,7 @@ py="$venv/bin/python"
 args=(--bench-engine "$bench_engine" --driver "$here/llamacpp_driver.py"
       --llama-python "$venv/bin/python" --threads "$threads" --reps "$reps" --repo "$root"
       "${model_args[@]}")
+[ -n "$membw" ] && args+=(--membw "$membw")
 [ "$smoke" = 1 ] && args+=(--smoke)
 [ "$inferd_only" = 1 ] && args+=(--inferd-only)
 [ -n "$json" ] && args+=(--json "$json")

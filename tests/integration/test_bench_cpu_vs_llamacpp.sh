@@ -39,6 +39,11 @@ for k in ("pp32_tok_s", "tg8_tok_s", "batched2_decode_tok_s", "rss_peak_mib"):
         assert s[k][e] > 0, (k, e, s[k])
     if len(engines) == 2:
         assert s[k]["ratio"] > 0, (k, s[k])
+# the read bandwidth around the runs, and batch-1 decode's share of it
+assert r["read_gb_s"]["before"] > 0 and r["read_gb_s"]["after"] > 0, r.get("read_gb_s")
+assert m["weight_bytes"] > 0, m["weight_bytes"]
+for e in engines:
+    assert s["decode_gb_s"][e] > 0 and s["decode_bw_fraction"][e] > 0, (e, s["decode_gb_s"])
 # every run names its engine, workload and the load average before it
 assert {x["engine"] for x in m["runs"]} == set(engines)
 assert all(len(x["load_avg"]) == 3 for x in m["runs"])
