@@ -76,6 +76,7 @@ typedef struct {
     uv_timer_t step_timer; /* runs shutdown steps outside other callbacks */
     uv_timer_t sd_timer;   /* systemd: WATCHDOG=1, EXTEND_TIMEOUT_USEC while loading */
     uint64_t watchdog_usec; /* WatchdogSec= (0: no watchdog) */
+    char *wedge_path;      /* $INFERD_TEST_WEDGE_LOOP (ifd__sd_tick_cb), or NULL; owned */
     int stage;             /* 0 serving, 1 draining, 2 stopping workers, 3 closing */
     int exit_code;
     bool ran; /* the loop ran to its end: clean up */
@@ -354,6 +355,33 @@ static void ifd__shutdown_step(ifd__daemon_t *d)
     }
 }
 
+/* How long the test hook below blocks the loop: seven of the test's ping
+ * periods (WATCHDOG_USEC=400000, a ping every 0.2 s), so the gap shows on a
+ * loaded machine, and far below worker_timeout and the test's timeouts. */
+#define IFD__WEDGE_MS 1500
+
+/* Test hook $INFERD_TEST_WEDGE_LOOP=PATH (read once, in ifd__sd_start): the
+ * first tick after PATH appears unlinks it, creates PATH.wedged (its mtime is
+ * when the loop stopped), logs a line and blocks the loop thread for
+ * IFD__WEDGE_MS, as a wedged loop would. The watchdog pings must stop for that
+ * long and then resume, which proves they come from the loop and not from a
+ * thread of their own (test_daemon_systemd.py::test_socket_activation_and_notify,
+ * docs/reliability.md). Unset, it costs one pointer test per tick. */
+static void ifd__test_wedge(const char *path)
+{
+    char mark[PATH_MAX + 8];
+    snprintf(mark, sizeof mark, "%s.wedged", path);
+    int fd = open(mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        IFD_WARN("test hook: open(%s): %s", mark, strerror(errno));
+    else
+        close(fd);
+    IFD_WARN("test hook $INFERD_TEST_WEDGE_LOOP: blocking the loop for %d ms", IFD__WEDGE_MS);
+    struct timespec left = {IFD__WEDGE_MS / 1000, (IFD__WEDGE_MS % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR)
+        ;
+}
+
 /* systemd's timers, kept from the loop itself: a loop that stops turning
  * stops the watchdog pings, and systemd restarts the service. Until every
  * worker is ready, each tick also extends the start-up timeout by one
@@ -362,6 +390,8 @@ static void ifd__shutdown_step(ifd__daemon_t *d)
 static void ifd__sd_tick_cb(uv_timer_t *t)
 {
     ifd__daemon_t *d = t->data;
+    if (d->wedge_path && unlink(d->wedge_path) == 0)
+        ifd__test_wedge(d->wedge_path);
     if (d->watchdog_usec)
         ifd_notify("WATCHDOG=1");
     if (!d->api.ready_once && d->stage == 0)
@@ -372,6 +402,9 @@ static void ifd__sd_tick_cb(uv_timer_t *t)
 static void ifd__sd_start(ifd__daemon_t *d)
 {
     uint64_t usec = 0;
+    const char *wedge = getenv("INFERD_TEST_WEDGE_LOOP");
+    if (wedge && *wedge && !(d->wedge_path = strdup(wedge)))
+        IFD_WARN("INFERD_TEST_WEDGE_LOOP: out of memory, the test hook is off");
     if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0)
         d->watchdog_usec = usec;
     /* the watchdog's half period, and at most 5 s so the start-up extension is
@@ -1057,6 +1090,7 @@ int main(int argc, char **argv)
     }
     ifd_config_free(&d->cfg);
     ifd_config_cli_free(&d->cli);
+    free(d->wedge_path);
     free(d);
     return code;
 }

@@ -4,7 +4,11 @@ socket it was handed and leaves the file alone), sd_notify READY=1 once the
 workers are ready and STOPPING=1 on SIGTERM (received on a NOTIFY_SOCKET we
 own), EXTEND_TIMEOUT_USEC while the workers load and WATCHDOG=1 from the
 loop (WATCHDOG_USEC), `systemd-analyze verify` of deploy/inferd.service and
-deploy/inferd.socket, and its `systemd-analyze security` score (at most 2.0). Each part that lacks its tool says so and is skipped.
+deploy/inferd.socket, and its `systemd-analyze security` score (at most 2.0),
+alone and with the GPU drop-in deploy/inferd-gpu.conf. The watchdog is shown
+to come from the loop: the test hook $INFERD_TEST_WEDGE_LOOP blocks the loop
+for 1.5 s and the pings must stop for that long, then resume. Each part that
+lacks its tool says so and is skipped.
 
 Usage: test_daemon_systemd.py INFERD SOURCE_DIR
 """
@@ -54,13 +58,16 @@ def test_socket_activation_and_notify():
     # read the notifications as they come, as systemd does (the daemon drops
     # messages rather than block on a full queue)
     msgs = []
+    stamps = []  # (arrival time, message): the watchdog's gaps are measured on these
 
     def reader():
         while True:
             try:
-                msgs.append(n.recv(4096).decode())
+                m = n.recv(4096).decode()
             except OSError:
                 return
+            stamps.append((time.time(), m))
+            msgs.append(m)
     threading.Thread(target=reader, daemon=True).start()
 
     def wait_msg(pred, timeout=30):
@@ -68,11 +75,13 @@ def test_socket_activation_and_notify():
         while not any(pred(m) for m in list(msgs)):
             assert time.time() - t0 < timeout, msgs[-20:]
             time.sleep(0.02)
+    wedge = os.path.join(tmp, "wedge")
     env = dict(os.environ, NOTIFY_SOCKET=notify_path)
     log = open(os.path.join(tmp, "log"), "wb")
     # systemd-socket-activate hands the child only the variables named with -E
     p = subprocess.Popen([tool, "-l", sock, "-E", "NOTIFY_SOCKET=" + notify_path,
-                          "-E", "WATCHDOG_USEC=400000", INFERD,
+                          "-E", "WATCHDOG_USEC=400000", "-E", "INFERD_TEST_WEDGE_LOOP=" + wedge,
+                          INFERD,
                           "--model", model_path(),
                           "--kv-budget", "128M", "--socket", os.path.join(tmp, "unused.sock")],
                          env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -104,6 +113,31 @@ def test_socket_activation_and_notify():
             assert time.time() - t0 < 5, msgs[-20:]
             time.sleep(0.05)
         assert not any(m.startswith("EXTEND_TIMEOUT_USEC=") for m in msgs[ready_at + 1:]), msgs
+        # ...from the loop itself: blocked for 1.5 s by the test hook
+        # $INFERD_TEST_WEDGE_LOOP (daemon/main.c, ifd__test_wedge), the loop
+        # sends no ping for at least 1 s around the wedge, then pings again. A
+        # sender on a thread of its own would go on pinging through it. Only
+        # loose bounds: the machine may be loaded.
+        open(wedge, "w").close()
+        t0 = time.time()
+        while not os.path.exists(wedge + ".wedged"):
+            assert time.time() - t0 < 10 and p.poll() is None, \
+                "the wedge hook did not fire: " + open(log.name).read()[-2000:]
+            time.sleep(0.02)
+        assert not os.path.exists(wedge)
+        wedged_at = os.stat(wedge + ".wedged").st_mtime
+        t0 = time.time()
+        while sum(t > wedged_at + 1.5 and "WATCHDOG=1" in m for t, m in list(stamps)) < 3:
+            assert time.time() - t0 < 15, ("pings did not resume after the wedge", stamps[-20:])
+            time.sleep(0.05)
+        pings = [t for t, m in list(stamps) if "WATCHDOG=1" in m]
+        gaps = [(a, b) for a, b in zip(pings, pings[1:])
+                if b - a >= 1.0 and a < wedged_at + 1.5 and b > wedged_at]
+        assert gaps, ("no gap of 1 s in the pings around the wedge at %.3f" % wedged_at,
+                      ["%.3f" % t for t in pings[-30:]])
+        print("     watchdog: no ping for %.2f s across the 1.5 s wedge" % (gaps[0][1] - gaps[0][0]))
+        code, _ = get(sock, "/health")
+        assert code == 200
         assert not os.path.exists(os.path.join(tmp, "unused.sock")), \
             "with LISTEN_FDS the socket setting must be ignored"
         code, body = get(sock, "/v1/models")
@@ -149,16 +183,45 @@ def test_units_verify():
                  "RestrictAddressFamilies=AF_UNIX\n", "MemoryDenyWriteExecute="]:
         assert want in svc, want
     # the exposure score, offline (systemd 250+): at most 2.0
-    sec = subprocess.run([tool, "security", "--offline=true",
-                          os.path.join(tmp, "inferd.service")], capture_output=True, text=True,
-                         timeout=60)
-    m = re.search(r"Overall exposure level for inferd\.service: (\d+\.\d+)", sec.stdout)
-    if sec.returncode != 0 and not m:
-        print("     SKIPPED (security): this systemd-analyze cannot score offline: " +
-              sec.stderr.strip()[:200])
-    else:
-        assert m and float(m.group(1)) <= 2.0, sec.stdout[-3000:]
-        print("     systemd-analyze security: %s" % m.group(1))
+    def security(unit):
+        sec = subprocess.run([tool, "security", "--offline=true", unit], capture_output=True,
+                             text=True, timeout=60)
+        m = re.search(r"Overall exposure level for inferd\.service: (\d+\.\d+)", sec.stdout)
+        if sec.returncode != 0 and not m:
+            print("     SKIPPED (security): this systemd-analyze cannot score offline: " +
+                  sec.stderr.strip()[:200])
+            return None, sec.stdout
+        assert m, sec.stdout[-3000:] + sec.stderr[-1000:]
+        return float(m.group(1)), sec.stdout
+    base, _ = security(os.path.join(tmp, "inferd.service"))
+    if base is not None:
+        assert base <= 2.0, base
+        print("     systemd-analyze security: %.1f" % base)
+        # ...and with the GPU drop-in installed as docs/deploy.md says
+        # (inferd.service.d/gpu.conf): systemd-analyze reads the drop-in
+        # directory next to the unit file it is given, as systemd reads
+        # /etc/systemd/system/inferd.service.d/
+        gpu = os.path.join(tmp, "gpu")
+        os.makedirs(os.path.join(gpu, "inferd.service.d"))
+        for u in ("inferd.service", "inferd.socket"):
+            shutil.copy(os.path.join(tmp, u), gpu)
+        shutil.copy(os.path.join(SRC, "deploy", "inferd-gpu.conf"),
+                    os.path.join(gpu, "inferd.service.d", "gpu.conf"))
+        out = subprocess.run([tool, "verify", os.path.join(gpu, "inferd.service"),
+                              os.path.join(gpu, "inferd.socket")],
+                             capture_output=True, text=True, timeout=60)
+        problems = [ln for ln in (out.stdout + out.stderr).splitlines()
+                    if "inferd" in ln and ("rror" in ln or "arning" in ln or "nknown" in ln)]
+        assert out.returncode == 0 and not problems, out.stdout + out.stderr
+        score, text = security(os.path.join(gpu, "inferd.service"))
+        # the drop-in's one setting must show, or it was not read
+        applied = re.search(r"✗ MemoryDenyWriteExecute=", text)
+        if not applied:
+            print("     SKIPPED (security, GPU drop-in): this systemd-analyze does not read "
+                  "inferd.service.d/ next to the unit")
+        else:
+            assert base <= score <= 2.0, (base, score)
+            print("     systemd-analyze security with deploy/inferd-gpu.conf: %.1f" % score)
     cfg = subprocess.run([INFERD, "--config", os.path.join(SRC, "deploy", "inferd.json"),
                           "--print-config"], capture_output=True, text=True)
     assert cfg.returncode == 0, "deploy/inferd.json is not a valid config: " + cfg.stderr
