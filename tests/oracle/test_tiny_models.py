@@ -303,24 +303,18 @@ def corruption_tests(worker, root, base):
 def inspect_test(worker, path, inferd=None, infer=None):
     p = subprocess.run([worker, "--inspect", path, "--json"], capture_output=True, text=True,
                        timeout=120)
-    if infer:   # `infer inspect` prints the same report, text and JSON
-        for extra in (["--json"], []):
-            c = subprocess.run([infer, "inspect", path, *extra], capture_output=True,
-                               text=True, timeout=120)
+    # `infer inspect` and `inferd --inspect` print the worker's report, text and JSON
+    for what, tool in (("infer inspect", infer and [infer, "inspect"]),
+                       ("inferd --inspect", inferd and [inferd, "--inspect"])):
+        for extra in (["--json"], []) if tool else ():
+            c = subprocess.run([*tool, path, *extra], capture_output=True, text=True,
+                               timeout=120)
             w = p if extra else subprocess.run([worker, "--inspect", path], capture_output=True,
                                                text=True, timeout=120)
             check(c.returncode == 0 and w.returncode == 0 and c.stdout == w.stdout and c.stdout,
-                  f"infer inspect DIR {' '.join(extra)}: the worker's report "
+                  f"{what} DIR {' '.join(extra)}: the worker's report "
                   f"(exit {c.returncode}, {len(c.stdout)} vs {len(w.stdout)} bytes)")
-    if inferd:   # the daemon binary prints the same report, text and JSON
-        for extra in (["--json"], []):
-            d = subprocess.run([inferd, "--inspect", path, *extra], capture_output=True,
-                               text=True, timeout=120)
-            w = p if extra else subprocess.run([worker, "--inspect", path], capture_output=True,
-                                               text=True, timeout=120)
-            check(d.returncode == 0 and w.returncode == 0 and d.stdout == w.stdout and d.stdout,
-                  f"inferd --inspect DIR {' '.join(extra)}: the worker's report "
-                  f"(exit {d.returncode}, {len(d.stdout)} vs {len(w.stdout)} bytes)")
+    if inferd:
         d = subprocess.run([inferd, "--inspect", path + ".missing"], capture_output=True,
                            text=True, timeout=120)
         check(d.returncode == 1 and path + ".missing" in d.stderr,

@@ -196,6 +196,24 @@ START_TEST(test_mask_vs_brute_force)
 }
 END_TEST
 
+
+/* One step of a constrained sampling run: fresh random logits, a draw with
+ * params p after the history hist[0..n), and chk's brute-force mask of that
+ * history (left in mask), which must allow the drawn token. */
+static int32_t draw_allowed(ifd_sampler_t *smp, const ifd_sampling_params_t *p, float *logits,
+                            int32_t V, uint64_t *rng, const int32_t *hist, size_t n,
+                            ifd_constraint_t *chk, uint32_t *mask)
+{
+    for (int32_t i = 0; i < V; i++)
+        logits[i] = (float)((int)(rnd(rng) % 2000) - 1000) / 100.0f;
+    ifd_sampler_history_t h = {NULL, 0, hist, n};
+    ifd_sample_result_t r;
+    IFD_TASSERT_CMP(ifd_sampler_sample(smp, p, logits, &h, n, &r), ==, 0);
+    IFD_TASSERT_CMP(ifd_constraint_mask_brute(chk, hist, n, mask), ==, 0);
+    ck_assert_msg((mask[r.token >> 5] >> (r.token & 31)) & 1, "step %zu: token %d not allowed",
+                  n, r.token);
+    return r.token;
+}
 /* The sampler with a constraint: greedy and random draws only pick allowed
  * tokens, and the generated text matches the grammar. */
 START_TEST(test_sampler_constraint)
@@ -222,16 +240,9 @@ START_TEST(test_sampler_constraint)
         size_t n = 0;
         uint32_t mask[(2000 + 31) / 32];
         while (n < 200) {
-            for (int32_t i = 0; i < V; i++)
-                logits[i] = (float)((int)(rnd(&rng) % 2000) - 1000) / 100.0f;
-            ifd_sampler_history_t h = {NULL, 0, hist, n};
-            ifd_sample_result_t r;
-            IFD_TASSERT_CMP(ifd_sampler_sample(smp, &p, logits, &h, n, &r), ==, 0);
-            IFD_TASSERT_CMP(ifd_constraint_mask_brute(chk, hist, n, mask), ==, 0);
-            ck_assert_msg((mask[r.token >> 5] >> (r.token & 31)) & 1, "token %d not allowed",
-                          r.token);
-            hist[n++] = r.token;
-            if (r.token == 1)
+            const int32_t t = draw_allowed(smp, &p, logits, V, &rng, hist, n, chk, mask);
+            hist[n++] = t;
+            if (t == 1)
                 break;
         }
         ck_assert_msg(n < 200 && hist[n - 1] == 1, "run %d never finished", run);
@@ -285,15 +296,7 @@ START_TEST(test_sampler_constraint_truncated)
         size_t n = 0;
         uint32_t mask[(2000 + 31) / 32];
         while (n < 400) {
-            for (int32_t i = 0; i < V; i++)
-                logits[i] = (float)((int)(rnd(&rng) % 2000) - 1000) / 100.0f;
-            ifd_sampler_history_t h = {NULL, 0, hist, n};
-            ifd_sample_result_t r;
-            IFD_TASSERT_CMP(ifd_sampler_sample(smp, &p, logits, &h, n, &r), ==, 0);
-            IFD_TASSERT_CMP(ifd_constraint_mask_brute(chk, hist, n, mask), ==, 0);
-            const int32_t t = r.token;
-            ck_assert_msg((mask[t >> 5] >> (t & 31)) & 1, "run %d step %zu: token %d not allowed",
-                          run, n, t);
+            const int32_t t = draw_allowed(smp, &p, logits, V, &rng, hist, n, chk, mask);
             /* the filters over the allowed tokens (s = l / T, w = exp(s - max)) */
             float m = -INFINITY;
             for (int32_t i = 0; i < V; i++)
