@@ -743,6 +743,45 @@ def serve_test(inferd, root, names, infer=None):
           f"{ru.ru_utime + ru.ru_stime - cpu0:.1f} s of their CPU", flush=True)
 
 
+# A model big enough for its weights to dominate a worker's memory: 4 layers of hidden
+# 512 and the 50k vocabulary, tied, BF16 (78 MB of safetensors; inferd keeps BF16 in 16 bits).
+BIG = dict(cls="LlamaForCausalLM", layers=4, embd=512, heads=8, kv=4, ff=1536, tie=True,
+           dtype="BF16", gguf=False, theta=10000.0)
+
+
+def _peak_rss(cmd):
+    """Runs cmd; its exit status, peak RSS in bytes and stderr. Through a fresh, small
+    Python: a child's ru_maxrss counts the memory of the process it was forked from (kept
+    across exec), and this test's own process holds hundreds of MiB of NumPy arrays."""
+    probe = ("import os, subprocess, sys\n"
+             "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+             "_, st, ru = os.wait4(p.pid, 0)\n"
+             "print(os.waitstatus_to_exitcode(st), ru.ru_maxrss)\n")
+    p = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True,
+                       timeout=300)
+    rc, kib = (int(x) for x in p.stdout.split())
+    return rc, kib * 1024, p.stderr
+
+
+def weight_memory_test(worker, root, small):
+    """Weights load without a full copy (item 1): safetensors are mmapped and each
+    tensor is converted (here: repacked into BF16 panels) and its pages released before
+    the next, so a worker's peak RSS grows by about the file's size, not twice it.
+    Measured against the same run on a tiny model (the worker's own baseline)."""
+    tokens, _, merges = tiny_models.load_vocab()
+    d = os.path.join(root, "llama_big")
+    tiny_models.write_hf(d, BIG, tiny_models.make_weights(BIG, len(tokens), 99), tokens, merges)
+    size = os.path.getsize(os.path.join(d, "model.safetensors"))
+    args = ["--prompt-ids", "1 2 3", "-n", "1", "--ignore-eos"]
+    rc0, base, err0 = _peak_rss([worker, "--model", small, *args])
+    rc1, big, err1 = _peak_rss([worker, "--model", d, *args])
+    grew = big - base
+    check(rc0 == 0 and rc1 == 0 and grew < 1.5 * size,
+          f"weights without a full copy: peak RSS {big / 2**20:.1f} MiB vs {base / 2**20:.1f} "
+          f"MiB on a tiny model, +{grew / 2**20:.1f} MiB for {size / 2**20:.1f} MiB of "
+          f"safetensors (limit 1.5x; exits {rc0}, {rc1}: {(err0 + err1).strip()[-300:]})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("worker")
@@ -813,6 +852,7 @@ def main() -> int:
             check(tok_s == tok_1 and bool(np.array_equal(lg_s, lg_1)),
                   "llama: three shards and one file give identical logits")
             corruption_tests(a.worker, root, "llama")
+            weight_memory_test(a.worker, root, os.path.join(root, "llama"))
         if not a.only or "qwen2" in a.only:
             inspect_test(a.worker, os.path.join(root, "qwen2"), a.inferd, a.infer)
         if not a.only or "gemma3_mm" in a.only:
