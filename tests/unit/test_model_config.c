@@ -191,20 +191,20 @@ START_TEST(test_qwen_mistral)
     ck_assert(c.layer_is_local[0] && c.layer_is_local[31]);
     ck_assert(c.rope_base_local == c.rope_base);
     /* Mistral v0.2 and later: "sliding_window": null (or absent) is full attention */
-    put("config.json",
-        "{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":4096,"
-        "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
-        "\"num_key_value_heads\":8,\"vocab_size\":32768,\"sliding_window\":null}");
-    load_ok(&c);
-    ck_assert_uint_eq(c.sliding_window, 0);
-    ck_assert(!c.layer_is_local[0] && !c.layer_is_local[31]);
-    put("config.json",
-        "{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":4096,"
-        "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
-        "\"num_key_value_heads\":8,\"vocab_size\":32768}");
-    load_ok(&c);
-    ck_assert_uint_eq(c.sliding_window, 0);
-    ck_assert(!c.layer_is_local[0] && !c.layer_is_local[31]);
+    static const char *const no_window[] = {",\"sliding_window\":null", ""};
+    for (int i = 0; i < 2; i++) {
+        char buf[512];
+        snprintf(buf, sizeof buf,
+                 "{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":4096,"
+                 "\"intermediate_size\":14336,\"num_hidden_layers\":32,"
+                 "\"num_attention_heads\":32,\"num_key_value_heads\":8,"
+                 "\"vocab_size\":32768%s}",
+                 no_window[i]);
+        put("config.json", buf);
+        load_ok(&c);
+        ck_assert_uint_eq(c.sliding_window, 0);
+        ck_assert(!c.layer_is_local[0] && !c.layer_is_local[31]);
+    }
 }
 END_TEST
 
