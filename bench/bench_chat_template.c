@@ -15,7 +15,7 @@
  * $INFERD_TESTDATA_DIR/chat-templates (default ../shared/testdata) when
  * present, and the built-in chatml family.
  */
-#include "chat_template.h"
+#include "chat/chat_template.h"
 #include "error.h"
 
 #include <jansson.h>

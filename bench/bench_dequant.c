@@ -17,9 +17,9 @@
 
 #include "cpu/cpu_kernels.h"
 #include "error.h"
-#include "ggml_types.h"
-#include "gguf.h"
 #include "kernels.h"
+#include "modelfile/ggml_types.h"
+#include "modelfile/gguf.h"
 
 static double now_ms(void)
 {

@@ -41,13 +41,14 @@
  * --backend picks the worker's backend (worker_cli.h; cuda = device 0 of
  * CUDA_VISIBLE_DEVICES): bench/gpu_vs_hf.py drives the CUDA engine with it.
  */
-#include "backend.h"
-#include "engine.h"
 #include "error.h"
 #include "kernels.h"
-#include "kvpool.h"
-#include "model.h"
-#include "worker_cli.h"
+#include "kvpool/kvparams.h"
+#include "kvpool/kvpool.h"
+#include "worker/backend.h"
+#include "worker/engine.h"
+#include "worker/model.h"
+#include "worker/worker_cli.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -267,7 +268,7 @@ int main(int argc, char **argv)
             int nr = conc == 1 && n_req_c1 > 0 ? n_req_c1 : n_req;
             ifd_kvpool_params_t kp;
             if (cfg) {
-                kp = ifd_model_kvpool_params(cfg);
+                kp = ifd_kvpool_model_params(cfg);
             } else { /* the fake model keeps nothing in it: a small geometry */
                 kp = ifd_kvpool_default_params();
                 kp.n_layers = 1, kp.n_kv_heads = 1, kp.head_dim = 2;

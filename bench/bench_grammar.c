@@ -13,10 +13,10 @@
  * Usage: bench_grammar [--vocab MODEL.gguf] [--reps N]   → JSON on stdout
  */
 #include "error.h"
-#include "grammar_conv.h"
-#include "grammar_mask.h"
-#include "model_config.h"
-#include "tokenizer.h"
+#include "grammar/grammar_conv.h"
+#include "grammar/grammar_mask.h"
+#include "modelfile/model_config.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

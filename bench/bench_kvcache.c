@@ -11,13 +11,13 @@
  *   bench_kvcache [--model PATH] [--n N] [--reps R] [--threads T]
  * (defaults: the default model, 256, 3, all CPUs).
  */
-#include "backend.h"
-#include "chat_template.h"
+#include "chat/chat_template.h"
 #include "error.h"
-#include "generate.h"
 #include "kernels.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/backend.h"
+#include "worker/generate.h"
+#include "worker/model.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
     ifd_chat_template_t *tpl;
     if (ifd_backend_cpu_create(&be, threads) ||
         ifd_model_load(&m, model, be, err, sizeof err) ||
-        ifd_model_source_tokenizer(ifd_model_source(m), &tok, err, sizeof err) ||
+        ifd_tokenizer_create_source(&tok, ifd_model_source(m), err, sizeof err) ||
         ifd_chat_template_create(&tpl, tok, &chat_params, err, sizeof err)) {
         fprintf(stderr, "bench_kvcache: %s\n", err);
         return 1;

@@ -1,6 +1,6 @@
 /*
  * bench_kvpool.c — latency of the shared KV pool's hot operations
- * (common/kvpool.h), with 1 process and with 4 processes contending for the
+ * (common/kvpool/kvpool.h), with 1 process and with 4 processes contending for the
  * pool lock. Prints one JSON object.
  *
  *   alloc_free_1    ifd_kvpool_alloc(1 block) + ifd_kvpool_free(1 block)
@@ -18,7 +18,7 @@
  *
  *   bench_kvpool [--quick]
  */
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 
 #include "error.h"
 #include "log.h"

@@ -27,8 +27,8 @@
 #include "cpu/cpu_kernels.h"
 #include "cpu/hmatmul.h"
 #include "cpu/qmatmul.h"
-#include "ggml_types.h"
 #include "kernels.h"
+#include "modelfile/ggml_types.h"
 
 static double now_ms(void)
 {

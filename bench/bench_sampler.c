@@ -12,7 +12,7 @@
  *   bench_sampler [--quick] [--only CONFIG]
  *     --quick: one short run per configuration; --only: just that one.
  */
-#include "sampler.h"
+#include "worker/sampler.h"
 
 #include "error.h"
 #include "kernels.h"

@@ -14,8 +14,8 @@
  * tokens/s and bytes per token. Exit status 77 when the vocabulary is absent.
  */
 #include "error.h"
-#include "model_config.h"
-#include "tokenizer.h"
+#include "modelfile/model_config.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

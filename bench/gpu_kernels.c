@@ -30,7 +30,7 @@
  */
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_kernels.h"
-#include "ggml_types.h"
+#include "modelfile/ggml_types.h"
 
 #include <cuda_runtime_api.h>
 

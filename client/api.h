@@ -19,7 +19,7 @@
 #define IFD_API_H
 
 #include "http.h"
-#include "sse.h"
+#include "proto/sse.h"
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -9,7 +9,7 @@
 #include "bench.h"
 #include "chat.h"
 #include "error.h"
-#include "inspect.h"
+#include "inspect/inspect.h"
 #include "log.h"
 #include "prompt.h"
 #include "status.h"

@@ -19,17 +19,17 @@
 #ifndef IFD_DAEMON_API_H
 #define IFD_DAEMON_API_H
 
-#include "chat_template.h"
+#include "chat/chat_template.h"
 #include "config.h"
 #include "http.h"
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "metrics.h"
-#include "model_config.h"
-#include "openai.h"
+#include "modelfile/model_config.h"
+#include "proto/openai.h"
 #include "respstore.h"
 #include "router.h"
 #include "supervisor.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -167,7 +167,7 @@ typedef struct {
     bool help;
     bool version;
     bool print_config; /* --print-config: print the effective config as JSON, exit */
-    char *inspect;     /* --inspect PATH: print the model's summary (common/inspect.h), exit;
+    char *inspect;     /* --inspect PATH: print the model's summary (common/inspect/inspect.h), exit;
                         * NULL when absent; owned */
     bool json;         /* --json: --inspect prints JSON (only with --inspect) */
     char *config_file; /* --config FILE, or NULL; owned */

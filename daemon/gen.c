@@ -35,9 +35,9 @@
 #include "error.h"
 #include "log.h"
 #include "prompt.h"
-#include "responses.h"
-#include "sse.h"
-#include "toolcall.h"
+#include "proto/responses.h"
+#include "proto/sse.h"
+#include "proto/toolcall.h"
 
 #include <jansson.h>
 #include <stdarg.h>

@@ -24,7 +24,7 @@
 #include "error.h"
 #include "httpframe.h"
 #include "log.h"
-#include "openai.h"
+#include "proto/openai.h"
 
 #include <arpa/inet.h>
 #include <http_parser.h>

@@ -26,17 +26,18 @@
 #include "config.h"
 #include "error.h"
 #include "gen.h"
-#include "gguf.h"
 #include "gpu.h"
-#include "model_source.h"
 #include "http.h"
-#include "inspect.h"
+#include "inspect/inspect.h"
+#include "kvpool/kvparams.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
-#include "model_config.h"
+#include "modelfile/gguf.h"
+#include "modelfile/model_config.h"
+#include "modelfile/model_source.h"
+#include "modelfile/shape.h"
 #include "router.h"
-#include "shape.h"
 #include "supervisor.h"
 
 #include <errno.h>
@@ -528,13 +529,13 @@ static void ifd__signal_cb(uv_signal_t *h, int signum)
 /* ---- start-up ---------------------------------------------------------------------------- */
 
 /* The model's config and tokenizer, from a GGUF file or a Hugging Face
- * directory (common/model_source.h); the workers load the weights. */
+ * directory (common/modelfile/model_source.h); the workers load the weights. */
 static int ifd__load_model(ifd__daemon_t *d, char *err, size_t errlen)
 {
     ifd_model_source_t *src = NULL;
     int rc;
     if (d->shape_path[0]) {
-        /* random weights (common/shape.h): the model gives the tokenizer,
+        /* random weights (common/modelfile/shape.h): the model gives the tokenizer,
          * read as the workers read it (worker/worker_model.c) */
         if ((rc = ifd_tokenizer_create_path(&d->tok, d->model_path, err, errlen)) ||
             (rc = ifd_shape_load_vocab(&d->mcfg, d->shape_path,
@@ -544,7 +545,7 @@ static int ifd__load_model(ifd__daemon_t *d, char *err, size_t errlen)
         if ((rc = ifd_model_source_open(&src, d->cfg.model, err, errlen)))
             return rc;
         d->mcfg = *ifd_model_source_config(src);
-        if ((rc = ifd_model_source_tokenizer(src, &d->tok, err, errlen)))
+        if ((rc = ifd_tokenizer_create_source(&d->tok, src, err, errlen)))
             goto out;
     }
     ifd_chat_params_t cp = ifd_chat_default_params();
@@ -849,9 +850,9 @@ static int ifd__run(ifd__daemon_t *d)
      * device segment per GPU; a model with sliding-window and global layers
      * keeps the local layers in a second pool (the same kind of segments) */
     ifd_kvpool_params_t kp, lkp;
-    const bool split = ifd_model_kvpool_params_split(&d->mcfg, &kp, &lkp);
+    const bool split = ifd_kvpool_model_params_split(&d->mcfg, &kp, &lkp);
     if (!split)
-        kp = ifd_model_kvpool_params(&d->mcfg); /* every layer in one pool */
+        kp = ifd_kvpool_model_params(&d->mcfg); /* every layer in one pool */
     ifd_kv_dtype_parse(d->cfg.kv_dtype, &kp.dtype); /* checked with the other settings */
     kp.block_size = (int)d->cfg.block_size;
     kp.bytes_budget = d->cfg.kv_budget;

@@ -35,10 +35,10 @@
 #ifndef IFD_DAEMON_ROUTER_H
 #define IFD_DAEMON_ROUTER_H
 
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "metrics.h"
+#include "proto/wire.h"
 #include "supervisor.h"
-#include "wire.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -72,7 +72,7 @@ typedef struct {
     bool ignore_eos;
     bool use_cache;
     int32_t priority;
-    const char *grammar; /* structured output (common/grammar.h text), copied; NULL none */
+    const char *grammar; /* structured output (common/grammar/grammar.h text), copied; NULL none */
     uint32_t min_tokens; /* vLLM's min_tokens: no EOS/stop id before this many tokens; 0 off */
     /* ifd_wire_add_t's prompt_logprobs: 0 off, 1 + k with k top alternatives */
     uint32_t prompt_logprobs;

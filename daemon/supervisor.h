@@ -52,9 +52,9 @@
 #ifndef IFD_DAEMON_SUPERVISOR_H
 #define IFD_DAEMON_SUPERVISOR_H
 
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "metrics.h"
-#include "wire.h"
+#include "proto/wire.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -196,7 +196,7 @@ typedef struct {
     int64_t truncate_prompt_tokens; /* vLLM: keep only the last k prompt tokens; 0 off, -1 the
                                        context length */
 
-    /* Structured output: grammar text (common/grammar.h) the output must
+    /* Structured output: grammar text (common/grammar/grammar.h) the output must
      * follow, from response_format json_object / json_schema, vLLM's
      * structured_outputs {json, regex, choice, grammar, json_object} or the
      * older guided_json / guided_regex / guided_choice / guided_grammar,

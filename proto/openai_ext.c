@@ -9,8 +9,8 @@
 #include "openai_impl.h"
 
 #include "error.h"
-#include "grammar.h"
-#include "grammar_conv.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_conv.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -94,7 +94,7 @@ typedef enum {
 #undef IFD__WIRE_ENUM
 } ifd_wire_type_t;
 
-/* KV pool geometry as both sides must agree on it (common/kvpool.h). */
+/* KV pool geometry as both sides must agree on it (common/kvpool/kvpool.h). */
 typedef struct {
     uint32_t n_layers;
     uint32_t n_kv_heads;
@@ -213,7 +213,7 @@ typedef struct {
     bool ignore_eos;
     int32_t priority; /* lower runs first; 0 normal */
     bool use_cache;   /* false: no KV cache (recompute every step), no prefix cache */
-    /* Structured output: grammar text (common/grammar.h) the generated
+    /* Structured output: grammar text (common/grammar/grammar.h) the generated
      * bytes must follow, compiled by the worker; NULL or "" for none. Up to
      * IFD_WIRE_MAX_GRAMMAR bytes. Added in version 2. */
     char *grammar;

@@ -7,7 +7,7 @@
 #define IFD_TEST_GGUF_BUILDER_H
 
 #include "arena.h"
-#include "gguf.h"
+#include "modelfile/gguf.h"
 
 #include <stdint.h>
 #include <string.h>

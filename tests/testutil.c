@@ -1,7 +1,7 @@
 /* testutil.c — see testutil.h. */
 #include "testutil.h"
 
-#include "model_config.h"
+#include "modelfile/model_config.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -19,7 +19,7 @@ const char *ifd_test_data_dir(void);
 const char *ifd_test_data_file(const char *rel, char *buf, size_t len);
 
 /* $INFERD_TEST_MODEL, else the fetch-model.sh location
- * (ifd_default_model_path in common/model_config.h);
+ * (ifd_default_model_path in common/modelfile/model_config.h);
  * NULL when that file does not exist. */
 const char *ifd_test_model_path(char *buf, size_t len);
 

@@ -55,8 +55,8 @@
 #include <stdint.h>
 
 #include "cpu/cpu_kernels.h"
-#include "ggml_types.h"
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
+#include "modelfile/ggml_types.h"
 #include "sampler.h"
 
 /* An activation buffer: backend memory holding rows × cols elements of

@@ -32,7 +32,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -265,7 +265,7 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);
  * *out_ctx must be freed with ifd_engine_model_free. */
 int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev);
 /* The same over two pools: `pool` holds the model's global layers and
- * `local_pool` its sliding-window ones (ifd_model_kvpool_params_split's
+ * `local_pool` its sliding-window ones (ifd_kvpool_model_params_split's
  * geometries, the same segment kind on device dev: both HOST, or both
  * device memory, each bound as ifd_engine_model_from says — so a GPU worker
  * hands the router both pools' data fds); local_pool NULL is

@@ -8,11 +8,12 @@
  * blocks again) and samples from its last row.
  */
 #include "generate.h"
+#include "kvpool/kvparams.h"
 
 #include "engine.h"
 
 #include "error.h"
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "log.h"
 
 #include <stdlib.h>
@@ -204,10 +205,10 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
     g.m = m;
     g.be = ifd_model_backend(m);
     ifd_kvpool_params_t kp, lkp;
-    const bool split = ifd_model_kvpool_params_split(cfg, &kp, &lkp);
+    const bool split = ifd_kvpool_model_params_split(cfg, &kp, &lkp);
     const bool two = split && p->local_pool;
     if (!two)
-        kp = ifd_model_kvpool_params(cfg); /* every layer in one pool */
+        kp = ifd_kvpool_model_params(cfg); /* every layer in one pool */
     if (p->block_size > 0)
         kp.block_size = lkp.block_size = p->block_size;
     g.block_size = kp.block_size;

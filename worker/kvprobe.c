@@ -2,6 +2,7 @@
  * kvprobe.c — see kvprobe.h.
  */
 #include "kvprobe.h"
+#include "kvpool/kvparams.h"
 
 #include "engine.h"
 #include "error.h"
@@ -63,7 +64,7 @@ static void ifd__warm_free(ifd__warm_t *w)
 static int ifd__warm_kv(ifd__warm_t *w, const ifd_kvprobe_params_t *p)
 {
     const ifd_model_config_t *c = ifd_model_config(w->m);
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(c);
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(c);
     kp.dtype = p->kv_dtype;
     kp.block_size = p->block_size;
     const uint64_t region = (uint64_t)w->nb * ifd_kvpool_block_bytes(&kp);
@@ -284,7 +285,7 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
     }
     ifd__warm_t w = {.m = m, .be = ifd_model_backend(m), .bs = p->block_size};
     ifd_kvpool_params_t kp_g, kp_l;
-    w.local_tables = ifd_model_kvpool_params_split(ifd_model_config(m), &kp_g, &kp_l);
+    w.local_tables = ifd_kvpool_model_params_split(ifd_model_config(m), &kp_g, &kp_l);
     const int T = p->max_batched_tokens;
     const int cap = p->max_seqs < T ? p->max_seqs : T; /* sequences in a decode step */
     ifd_model_set_max_seqs(m, cap); /* as the worker will (serve.c) */
@@ -381,7 +382,7 @@ int ifd_kvprobe_size(ifd_model_t *m, const ifd_kvprobe_size_params_t *p, ifd_kvp
     memset(out, 0, sizeof *out);
     out->total_bytes = p->total_bytes;
     out->weight_bytes = ifd_model_weight_bytes(m);
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(ifd_model_config(m));
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(m));
     kp.dtype = p->warm.kv_dtype;
     kp.block_size = p->warm.block_size;
     out->block_bytes = 2 * (uint64_t)kp.n_layers * ifd_kvpool_block_bytes(&kp);

@@ -31,7 +31,7 @@
  *     bucket, the context buckets being powers of two from 256).
  *
  * A model whose sliding-window layers the daemon keeps in a pool of their
- * own (ifd_model_kvpool_params_split) gets local block tables in every step
+ * own (ifd_kvpool_model_params_split) gets local block tables in every step
  * (the same ids as the global ones), as the serving worker's steps have:
  * the buffers for them and graphs recorded with them are what is measured.
  *
@@ -57,7 +57,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "model.h"
 
 typedef struct {

@@ -3,7 +3,7 @@
  * gemma3, qwen2 and qwen3, from GGUF or a Hugging Face directory.
  *
  * Loading: each tensor is looked up by its GGUF name through the model
- * source (common/model_source.h: a GGUF file, or an HF directory whose
+ * source (common/modelfile/model_source.h: a GGUF file, or an HF directory whose
  * safetensors names it maps) and its shape checked against the
  * hyper-parameters; the backend stores it as it likes from the mapped
  * file's bytes, one tensor at a time (load_weight / load_proj: the CPU
@@ -62,7 +62,7 @@
 
 #include "error.h"
 #include "log.h"
-#include "model_source.h"
+#include "modelfile/model_source.h"
 #include "sampling_math.h"
 
 #include <math.h>

@@ -19,9 +19,9 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "gguf.h"
-#include "model_config.h"
-#include "model_source.h"
+#include "modelfile/gguf.h"
+#include "modelfile/model_config.h"
+#include "modelfile/model_source.h"
 
 typedef struct ifd_model ifd_model_t;
 
@@ -55,7 +55,7 @@ typedef struct {
 } ifd_batch_t;
 
 /* Loads the model at `path` — a GGUF file or a Hugging Face directory
- * (config.json + safetensors; common/model_source.h) — onto `be`. 0, or an
+ * (config.json + safetensors; common/modelfile/model_source.h) — onto `be`. 0, or an
  * IFD_E* code or -errno, with a one-line message in errbuf (file, tensor,
  * what was expected). */
 int ifd_model_load(ifd_model_t **out, const char *path, ifd_backend_t *be, char *errbuf,

@@ -84,7 +84,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "grammar_mask.h"
+#include "grammar/grammar_mask.h"
 
 /* Temperatures below this are greedy (vLLM's _SAMPLING_EPS). */
 #define IFD_SAMPLER_GREEDY_TEMP 1e-5f

@@ -8,17 +8,18 @@
  * router always sees a request's last token before its FINISHED frame.
  */
 #include "serve.h"
+#include "kvpool/kvparams.h"
 
 #include "backend.h"
 #include "engine.h"
 #include "error.h"
 #include "fdpass.h"
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "kvprobe.h"
 #include "log.h"
 #include "model.h"
-#include "tokenizer.h"
-#include "wire.h"
+#include "proto/wire.h"
+#include "tokenizer/tokenizer.h"
 #include "worker_cli.h"
 #include "worker_model.h"
 #ifdef IFD_HAVE_CUDA
@@ -577,7 +578,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     }
     const bool two_pools = n_local > 0;
     ifd_kvpool_params_t expect, lexpect;
-    if (two_pools && !ifd_model_kvpool_params_split(cfg, &expect, &lexpect)) {
+    if (two_pools && !ifd_kvpool_model_params_split(cfg, &expect, &lexpect)) {
         snprintf(err, sizeof err, "HELLO brings a local-layer KV pool, but the model has no "
                                   "local and global layers to split");
         rc = IFD_EINVAL;
@@ -586,7 +587,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         goto out;
     }
     if (!two_pools)
-        expect = ifd_model_kvpool_params(cfg);
+        expect = ifd_kvpool_model_params(cfg);
     expect.dtype = (ifd_kv_dtype_t)h->kv.dtype;
     expect.block_size = (int)h->kv.block_size;
     expect.fingerprint = h->kv.fingerprint;

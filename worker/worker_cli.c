@@ -8,20 +8,20 @@
 #include "worker_cli.h"
 
 #include "backend.h"
-#include "shape.h"
-#include "chat_template.h"
+#include "chat/chat_template.h"
 #include "engine.h"
 #include "error.h"
 #include "generate.h"
-#include "inspect.h"
-#include "model.h"
-#include "serve.h"
-#include "tokenizer.h"
-#include "utf8.h"
+#include "inspect/inspect.h"
 #include "kernels.h"
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "kvprobe.h"
 #include "log.h"
+#include "model.h"
+#include "modelfile/shape.h"
+#include "serve.h"
+#include "tokenizer/tokenizer.h"
+#include "utf8.h"
 #include "worker_model.h"
 #ifdef IFD_HAVE_CUDA
 #include "cuda_module.h"
@@ -361,7 +361,7 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
         fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
         goto out;
     }
-    if ((rc = ifd_model_source_tokenizer(src, &tok, err, sizeof err))) {
+    if ((rc = ifd_tokenizer_create_source(&tok, src, err, sizeof err))) {
         ifd_model_source_close(src);
         fprintf(stderr, "inferd-worker: tokenizer: %s\n", err[0] ? err : ifd_strerror(rc));
         goto out;

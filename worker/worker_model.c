@@ -3,8 +3,8 @@
  */
 #include "worker_model.h"
 
-#include "model_source.h"
-#include "shape.h"
+#include "modelfile/model_source.h"
+#include "modelfile/shape.h"
 
 #include <stdio.h>
 
@@ -21,7 +21,7 @@ int ifd_worker_model_load(const ifd_worker_model_opts_t *o, ifd_backend_t *be,
         ifd_model_source_t *src = NULL;
         if ((rc = ifd_model_source_open(&src, o->model_path, errbuf, errlen)))
             return rc;
-        if ((rc = ifd_model_source_tokenizer(src, tok, errbuf, errlen))) {
+        if ((rc = ifd_tokenizer_create_source(tok, src, errbuf, errlen))) {
             ifd_model_source_close(src);
             return rc;
         }

@@ -6,7 +6,7 @@
  * with the tokenizer of `model_path`, whose weights are then not read.
  *
  * Random weights: the shape's n_vocab is replaced by the tokenizer's
- * vocabulary size when they differ (ifd_shape_load_vocab, common/shape.h),
+ * vocabulary size when they differ (ifd_shape_load_vocab, common/modelfile/shape.h),
  * so every sampled id decodes; the daemon reads the shape the same way for
  * the KV geometry and the context. Same shape, seed and tokenizer → the same weights on every
  * backend (CPU, CUDA, exact CUDA).
@@ -27,7 +27,7 @@
 
 #include "backend.h"
 #include "model.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
     const char *model_path; /* the model, or with shape: where the tokenizer comes from */

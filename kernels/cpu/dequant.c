@@ -24,8 +24,8 @@
 #include "cpu_kernels.h"
 #include "error.h"
 #include "fp16.h"
-#include "ggml_types.h"
 #include "kernels.h"
+#include "modelfile/ggml_types.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -58,7 +58,7 @@
 #include "cpu_kernels.h"
 #include "cpu_simd.h"
 #include "error.h"
-#include "ggml_types.h"
+#include "modelfile/ggml_types.h"
 
 #include <math.h>
 #include <string.h>

@@ -18,7 +18,7 @@
 #include "cuda_prim.cuh"
 
 extern "C" {
-#include "ggml_types.h"
+#include "modelfile/ggml_types.h"
 }
 
 namespace

@@ -1,6 +1,6 @@
 /*
  * kvseg_cuda.h — the CUDA device-memory provider for the KV pool's data
- * segments (ifd_kvseg_provider_t in common/kvpool.h). Built only with the
+ * segments (ifd_kvseg_provider_t in common/kvpool/kvpool.h). Built only with the
  * CUDA backend (IFD_HAVE_CUDA); common/ and the router never link CUDA, so
  * this lives with the kernels and the worker hands it to
  * ifd_kvpool_bind_segment.
@@ -32,7 +32,7 @@
 
 #include <stdbool.h>
 
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
 /*
- * fuzz_chat.c — the chat-template renderer (common/chat_template.h) and the
+ * fuzz_chat.c — the chat-template renderer (common/chat/chat_template.h) and the
  * tokenization of its output. The first byte picks a built-in family, or a
- * Jinja template (the first part of the input, rendered by common/jinja);
+ * Jinja template (the first part of the input, rendered by common/chat/jinja);
  * the rest is split at 0x1e into messages, each "role\x1fcontent".
  * Properties: no memory error; a template text is refused only with a
  * message and a parse/limit code; a render is refused only with IFD_EINVAL
@@ -12,10 +12,10 @@
  */
 #include "fuzz.h"
 
-#include "chat_template.h"
+#include "chat/chat_template.h"
 #include "error.h"
-#include "model_config.h"
-#include "tokenizer.h"
+#include "modelfile/model_config.h"
+#include "tokenizer/tokenizer.h"
 
 #include <limits.h>
 #include <string.h>

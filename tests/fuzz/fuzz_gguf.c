@@ -1,7 +1,7 @@
 /*
- * fuzz_gguf.c — the GGUF reader (common/gguf.h) on an in-memory image, and
+ * fuzz_gguf.c — the GGUF reader (common/modelfile/gguf.h) on an in-memory image, and
  * what the daemon builds from the metadata: the model's hyper-parameters
- * (common/model_config.h) and its tokenizer (common/tokenizer.h). Every
+ * (common/modelfile/model_config.h) and its tokenizer (common/tokenizer/tokenizer.h). Every
  * key, every array element (up to 4096 per array) and every tensor record
  * is read back. Properties: no memory error; an accepted file's tensors lie
  * inside it and its strings inside the image; a refusal carries a message.
@@ -9,9 +9,9 @@
 #include "fuzz.h"
 
 #include "error.h"
-#include "gguf.h"
-#include "model_config.h"
-#include "tokenizer.h"
+#include "modelfile/gguf.h"
+#include "modelfile/model_config.h"
+#include "tokenizer/tokenizer.h"
 
 #include <string.h>
 

@@ -11,8 +11,8 @@
  */
 #include "fuzz.h"
 
-#include "api.h"
-#include "httpframe.h"
+#include "daemon/api.h"
+#include "daemon/httpframe.h"
 
 #include <http_parser.h>
 #include <string.h>

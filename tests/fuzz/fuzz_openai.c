@@ -9,8 +9,8 @@
 
 #include "arena.h"
 #include "error.h"
-#include "openai.h"
-#include "responses.h"
+#include "proto/openai.h"
+#include "proto/responses.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_safetensors.c — the safetensors reader (common/safetensors.h) on a
+ * fuzz_safetensors.c — the safetensors reader (common/modelfile/safetensors.h) on a
  * file holding the input. The reader works on paths (it mmaps every shard),
  * so each input is written to one file in a private temporary directory made
  * at start-up and removed at exit. Properties: no memory error; an accepted
@@ -9,7 +9,7 @@
  */
 #include "fuzz.h"
 
-#include "safetensors.h"
+#include "modelfile/safetensors.h"
 
 #include <fcntl.h>
 #include <string.h>

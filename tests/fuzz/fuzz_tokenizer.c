@@ -13,8 +13,8 @@
 #include "fuzz.h"
 
 #include "error.h"
-#include "model_config.h"
-#include "tokenizer.h"
+#include "modelfile/model_config.h"
+#include "tokenizer/tokenizer.h"
 
 #include <limits.h>
 #include <string.h>

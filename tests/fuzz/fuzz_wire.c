@@ -10,7 +10,7 @@
 
 #include "arena.h"
 #include "error.h"
-#include "wire.h"
+#include "proto/wire.h"
 
 #include <string.h>
 

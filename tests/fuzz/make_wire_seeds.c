@@ -4,7 +4,7 @@
  * holding every frame in a row. Run by hand when the protocol changes:
  * `make_wire_seeds tests/fuzz/corpus/wire` (target built on request only).
  */
-#include "wire.h"
+#include "proto/wire.h"
 
 #include <stdio.h>
 #include <string.h>

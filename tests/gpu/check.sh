@@ -102,7 +102,7 @@ CUDA_HOME=""
 
 # ---- what runs ------------------------------------------------------------------------
 KERNELS=(device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample)
-CREFS=(common/error.c common/log.c common/ggml_types.c kernels/kernels.c kernels/cpu/fp16.c
+CREFS=(common/error.c common/log.c common/modelfile/ggml_types.c kernels/kernels.c kernels/cpu/fp16.c
        kernels/cpu/dequant.c kernels/cpu/threadpool.c kernels/cpu/attention.c
        kernels/cpu/norm.c kernels/cpu/rope.c kernels/cpu/activations.c kernels/cpu/matmul.c
        tests/gpu/gpu_test.c)
@@ -321,7 +321,7 @@ for h in "${POISON[@]}"; do
 done
 CUDA_INC=""
 [ -n "$CUDA_HOME" ] && CUDA_INC="-I$CUDA_HOME/include"
-INC="-I$B/poison -I$ROOT/common -I$ROOT/kernels -I$ROOT/kernels/cpu -I$ROOT/worker -I$ROOT/tests/gpu"
+INC="-I$B/poison -I$ROOT -I$ROOT/common -I$ROOT/kernels -I$ROOT/kernels/cpu -I$ROOT/tests/gpu"
 {
     echo "cc = $CC"
     if [ $MODE = emu ]; then

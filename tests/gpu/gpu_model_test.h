@@ -14,8 +14,8 @@
 #ifndef IFD_GPU_MODEL_TEST_H
 #define IFD_GPU_MODEL_TEST_H
 
-#include "backend.h"
-#include "model.h"
+#include "worker/backend.h"
+#include "worker/model.h"
 
 #include <stdbool.h>
 #include <stddef.h>

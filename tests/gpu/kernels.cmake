@@ -12,13 +12,16 @@ set(IFD_GPU_TESTS attention fused dequant sample)
 # The sampler test compiles the CPU sampler in directly (not ifd_worker_lib,
 # which would drag the real CUDA library into the emulator build), with the
 # flags worker/CMakeLists.txt gives it, and the grammar masks it applies.
-set(IFD_GPU_SAMPLER ${PROJECT_SOURCE_DIR}/worker/sampler.c ${PROJECT_SOURCE_DIR}/worker/grammar_mask.c)
+set(IFD_GPU_SAMPLER ${PROJECT_SOURCE_DIR}/worker/sampler.c)
+# The libraries below the worker that the tests compiling worker sources link.
+set(IFD_GPU_WORKER_LIBS ifd_common ifd_modelfile ifd_kvpool ifd_tokenizer ifd_chat ifd_grammar
+    ifd_inspect)
 set_source_files_properties(${PROJECT_SOURCE_DIR}/worker/sampler.c PROPERTIES COMPILE_OPTIONS
                             "-ffp-contract=off;-fno-trapping-math;-fopenmp-simd")
 
 add_library(ifd_gpu_test STATIC gpu_test.c)
 target_include_directories(ifd_gpu_test PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(ifd_gpu_test PUBLIC ifd_kernels_cuda ifd_kernels ifd_common)
+target_link_libraries(ifd_gpu_test PUBLIC ifd_kernels_cuda ifd_kernels ${IFD_GPU_WORKER_LIBS})
 
 foreach(t ${IFD_GPU_TESTS})
   set(srcs test_gpu_${t}.c)
@@ -26,7 +29,7 @@ foreach(t ${IFD_GPU_TESTS})
     list(APPEND srcs ${IFD_GPU_SAMPLER})
   endif()
   ifd_add_test(test_gpu_${t} SOURCES ${srcs} LIBS ifd_gpu_test LABELS gpu TIMEOUT 600)
-  target_include_directories(test_gpu_${t} PRIVATE ${PROJECT_SOURCE_DIR}/worker)
+  target_include_directories(test_gpu_${t} PRIVATE ${PROJECT_SOURCE_DIR})
 endforeach()
 
 # ---- the emulator build -------------------------------------------------------
@@ -55,7 +58,7 @@ if(CMAKE_CXX_COMPILER)
 
   add_library(ifd_gpu_test_emu STATIC gpu_test.c)
   target_include_directories(ifd_gpu_test_emu PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-  target_link_libraries(ifd_gpu_test_emu PUBLIC ifd_kernels_emu ifd_kernels ifd_common)
+  target_link_libraries(ifd_gpu_test_emu PUBLIC ifd_kernels_emu ifd_kernels ${IFD_GPU_WORKER_LIBS})
 
   foreach(t ${IFD_GPU_TESTS})
     set(srcs test_gpu_${t}.c)
@@ -64,13 +67,13 @@ if(CMAKE_CXX_COMPILER)
     endif()
     ifd_add_test(test_gpu_${t}_emu SOURCES ${srcs} LIBS ifd_gpu_test_emu LABELS unit emu
                  TIMEOUT 300)
-    target_include_directories(test_gpu_${t}_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker)
+    target_include_directories(test_gpu_${t}_emu PRIVATE ${PROJECT_SOURCE_DIR})
     set_target_properties(test_gpu_${t}_emu PROPERTIES LINKER_LANGUAGE CXX)
   endforeach()
 
   # The KV pool's device segments shared between processes (VMM fd, IPC
   # fallback, SIGKILLed creators, a forgetful driver) on the emulated driver.
-  ifd_add_test(test_gpu_kvpool_emu SOURCES test_gpu_kvpool.c LIBS ifd_kernels_emu ifd_common
+  ifd_add_test(test_gpu_kvpool_emu SOURCES test_gpu_kvpool.c LIBS ifd_kernels_emu ifd_kvpool
                LABELS unit emu TIMEOUT 60)
   target_compile_definitions(test_gpu_kvpool_emu PRIVATE IFD_TEST_KVPOOL_EMU)
   set_target_properties(test_gpu_kvpool_emu PROPERTIES LINKER_LANGUAGE CXX)
@@ -84,7 +87,7 @@ if(CMAKE_CXX_COMPILER)
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/generate.c
                ${PROJECT_SOURCE_DIR}/worker/engine.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
-  target_include_directories(test_backend_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
+  target_include_directories(test_backend_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
   set_target_properties(test_backend_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
 
@@ -93,7 +96,7 @@ if(CMAKE_CXX_COMPILER)
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
                ${PROJECT_SOURCE_DIR}/worker/kvprobe.c ${PROJECT_SOURCE_DIR}/worker/kvsize.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
-  target_include_directories(test_cuda_step_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
+  target_include_directories(test_cuda_step_emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CMAKE_CURRENT_SOURCE_DIR}/emu ${CUDAToolkit_INCLUDE_DIRS})
   set_target_properties(test_cuda_step_emu PROPERTIES LINKER_LANGUAGE CXX)
 
@@ -102,10 +105,10 @@ if(CMAKE_CXX_COMPILER)
   ifd_add_test(test_engine_cuda_emu
                SOURCES ${PROJECT_SOURCE_DIR}/tests/unit/test_engine_model.c ${IFD_BACKEND_SRCS}
                        ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
-               LIBS ifd_kernels_emu ifd_kernels ifd_common PkgConfig::JANSSON
+               LIBS ifd_kernels_emu ifd_kernels ${IFD_GPU_WORKER_LIBS} PkgConfig::JANSSON
                LABELS unit emu TIMEOUT 300)
   target_compile_definitions(test_engine_cuda_emu PRIVATE IFD_TEST_ENGINE_CUDA_EMU)
-  target_include_directories(test_engine_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
+  target_include_directories(test_engine_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
   set_target_properties(test_engine_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
 
@@ -131,9 +134,9 @@ if(CMAKE_CXX_COMPILER)
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
                  ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c)
   target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1 IFD_CUDA_STATIC=1)
-  target_include_directories(inferd-worker-emu PRIVATE ${PROJECT_SOURCE_DIR}/worker
+  target_include_directories(inferd-worker-emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
-  target_link_libraries(inferd-worker-emu PRIVATE ifd_kernels_emu ifd_kernels ifd_common
+  target_link_libraries(inferd-worker-emu PRIVATE ifd_kernels_emu ifd_kernels ${IFD_GPU_WORKER_LIBS}
                         ifd_proto PkgConfig::JANSSON)
   set_target_properties(inferd-worker-emu PROPERTIES LINKER_LANGUAGE CXX)
   ifd_add_script_test(test_daemon_gpu_emu

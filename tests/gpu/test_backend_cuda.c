@@ -30,10 +30,10 @@
 #include "gpu_model_test.h"
 #include "gpu_test.h"
 
-#include "backend.h"
 #include "error.h"
-#include "generate.h"
-#include "model.h"
+#include "worker/backend.h"
+#include "worker/generate.h"
+#include "worker/model.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -33,15 +33,16 @@
  */
 #include "gpu_model_test.h"
 #include "gpu_test.h"
+#include "kvpool/kvparams.h"
 
-#include "backend.h"
-#include "engine.h"
 #include "error.h"
-#include "grammar_mask.h"
-#include "kvpool.h"
-#include "kvprobe.h"
-#include "model.h"
-#include "sampler.h"
+#include "grammar/grammar_mask.h"
+#include "kvpool/kvpool.h"
+#include "worker/backend.h"
+#include "worker/engine.h"
+#include "worker/kvprobe.h"
+#include "worker/model.h"
+#include "worker/sampler.h"
 #ifdef IFD_CUDA_EMU
 #include "cuda_emu_counters.h"
 
@@ -649,7 +650,7 @@ static void e_on_plp(void *ctx, uint64_t id, int32_t pos, const ifd_sample_resul
 static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_logit_bias_t *bias,
                        ifd_gstore_t *gst)
 {
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(ifd_model_config(m));
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(m));
     kp.dtype = IFD_KV_F16;
     kp.n_blocks = 64;
     kp.n_workers = 1;

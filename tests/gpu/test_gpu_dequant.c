@@ -9,7 +9,7 @@
 
 #include "cuda/cuda_kernels.h"
 #include "error.h"
-#include "ggml_types.h"
+#include "modelfile/ggml_types.h"
 
 #include <math.h>
 #include <stdio.h>

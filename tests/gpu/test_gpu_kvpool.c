@@ -27,7 +27,7 @@
 #include "cuda/kvseg_cuda.h"
 #include "error.h"
 #include "fdpass.h"
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "log.h"
 
 #include <signal.h>

@@ -25,8 +25,8 @@
 #include "cuda/cuda_kernels.h"
 #include "error.h"
 #include "log.h"
-#include "sampler.h"
 #include "sampling_math.h"
+#include "worker/sampler.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
 
 - a worker SIGKILLed at random moments during 32 streams — while they are
   being prefilled, while they decode, and while it holds the KV pool's lock
-  (stopped there by the $INFERD_TEST_POOL_LOCK_HOLD hook of common/kvpool.c)
+  (stopped there by the $INFERD_TEST_POOL_LOCK_HOLD hook of common/kvpool/kvpool.c)
   — and every stream ends with the text of an undisturbed run, byte for
   byte (half greedy, half seeded), with no KV block left held;
 - a pool too small for the streams: they queue and complete, same texts;

@@ -21,8 +21,8 @@
 
 #include "cpu/cpu_kernels.h"
 #include "error.h"
-#include "ggml_types.h"
-#include "gguf.h"
+#include "modelfile/ggml_types.h"
+#include "modelfile/gguf.h"
 
 /* .npy version 1.0: magic, version, u16 header length, a Python dict literal
  * padded with spaces and ended by '\n' so that the data starts at a multiple

@@ -1,6 +1,6 @@
 /*
  * jinja_render.c — renders one Jinja template file over a list of contexts
- * with common/jinja (the C side of test_chat_template_conformance.py).
+ * with common/chat/jinja (the C side of test_chat_template_conformance.py).
  *
  *   jinja_render TEMPLATE CASES.json
  *   jinja_render --model MODEL CASES.json
@@ -22,10 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "chat/chat_template.h"
+#include "chat/jinja/jinja.h"
 #include "error.h"
-#include "jinja.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static char *slurp(const char *path, size_t *len)
 {

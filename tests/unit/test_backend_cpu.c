@@ -17,8 +17,8 @@
  */
 #include "testutil.h"
 
-#include "backend.h"
 #include "error.h"
+#include "worker/backend.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -22,12 +22,12 @@
  */
 #include "testutil.h"
 
-#include "backend.h"
 #include "cpu/hmatmul.h"
 #include "cpu/qmatmul.h"
 #include "error.h"
-#include "ggml_types.h"
 #include "kernels.h"
+#include "modelfile/ggml_types.h"
+#include "worker/backend.h"
 
 #include <math.h>
 #include <stdlib.h>

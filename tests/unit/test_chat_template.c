@@ -2,7 +2,7 @@
  * test_chat_template.c — chat templates against golden strings rendered by
  * Jinja2 from the official templates (tests/data/tokenizer/chat_golden.json:
  * system messages, multi-turn, empty content, forged control text,
- * non-alternating roles), both through common/jinja (the templates
+ * non-alternating roles), both through common/chat/jinja (the templates
  * themselves) and through the built-in family renderers (by name); family
  * detection, --chat-template NAME|FILE, errors, the request API (tools, tool
  * calls, content parts), and tokenization of rendered prompts on small
@@ -11,10 +11,10 @@
  */
 #include "testutil.h"
 
-#include "chat_template.h"
+#include "chat/chat_template.h"
 #include "error.h"
 #include "gguf_builder.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -46,7 +46,7 @@ static char *golden_jinja(const char *name)
     return r;
 }
 
-/* _i: 0 renders each golden template with common/jinja, 1 with the built-in
+/* _i: 0 renders each golden template with common/chat/jinja, 1 with the built-in
  * family of the same name. */
 START_TEST(test_golden)
 {

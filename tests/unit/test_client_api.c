@@ -9,7 +9,7 @@
  */
 #include "testutil.h"
 
-#include "api.h"
+#include "client/api.h"
 #include "error.h"
 
 #include <string.h>

@@ -8,8 +8,8 @@
  */
 #include "testutil.h"
 
+#include "client/http.h"
 #include "error.h"
-#include "http.h"
 
 #include <errno.h>
 #include <poll.h>

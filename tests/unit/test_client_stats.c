@@ -8,10 +8,10 @@
  */
 #include "testutil.h"
 
+#include "client/plot.h"
+#include "client/prom.h"
+#include "client/stats.h"
 #include "error.h"
-#include "plot.h"
-#include "prom.h"
-#include "stats.h"
 
 #include <math.h>
 #include <stdio.h>

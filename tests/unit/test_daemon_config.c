@@ -9,10 +9,10 @@
  */
 #include "testutil.h"
 
-#include "config.h"
+#include "daemon/config.h"
+#include "daemon/gpu.h"
+#include "daemon/metrics.h"
 #include "error.h"
-#include "gpu.h"
-#include "metrics.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -24,8 +24,8 @@
 #include "cpu/cpu_kernels.h"
 #include "cpu/fp16.h"
 #include "error.h"
-#include "ggml_types.h"
 #include "kernels.h"
+#include "modelfile/ggml_types.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -13,9 +13,9 @@
  */
 #include "testutil.h"
 
-#include "engine.h"
 #include "error.h"
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
+#include "worker/engine.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -21,13 +21,14 @@
  * the segment the router kept (VMM), or finds it lost and the pool rebuilt
  * (IPC, whose memory dies with its creator).
  */
+#include "kvpool/kvparams.h"
 #include "testutil.h"
 
-#include "backend.h"
-#include "engine.h"
 #include "error.h"
-#include "kvpool.h"
-#include "model.h"
+#include "kvpool/kvpool.h"
+#include "worker/backend.h"
+#include "worker/engine.h"
+#include "worker/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@
 
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
 #include "fdpass.h"
-#include "shape.h"
+#include "modelfile/shape.h"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -102,7 +103,7 @@ static void make_prompts(void)
  * backend's provider by ifd_engine_model_from) of the given kind. */
 static ifd_kvpool_t *make_pool(int n_blocks, ifd_kvseg_kind_t kind)
 {
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(ifd_model_config(model));
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(model));
     kp.dtype = kv_dtype;
     kp.n_blocks = n_blocks;
     kp.n_workers = 1;

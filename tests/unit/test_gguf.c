@@ -7,8 +7,8 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "gguf.h"
 #include "gguf_builder.h"
+#include "modelfile/gguf.h"
 
 #include <errno.h>
 #include <math.h>

@@ -12,7 +12,7 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "gguf.h"
+#include "modelfile/gguf.h"
 
 #include <fcntl.h>
 #include <stdint.h>

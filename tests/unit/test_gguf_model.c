@@ -6,7 +6,7 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "gguf.h"
+#include "modelfile/gguf.h"
 
 #include <stdio.h>
 #include <string.h>

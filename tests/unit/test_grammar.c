@@ -1,6 +1,6 @@
 /*
- * test_grammar.c — the grammar compiler and matcher (common/grammar.h) and
- * the converters (common/grammar_conv.h): hand-picked sentences, compile
+ * test_grammar.c — the grammar compiler and matcher (common/grammar/grammar.h) and
+ * the converters (common/grammar/grammar_conv.h): hand-picked sentences, compile
  * errors, regexes against PCRE2 on random strings, JSON Schemas against
  * valid and invalid instances, and random JSON documents under the
  * json_object grammar.
@@ -8,8 +8,8 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "grammar.h"
-#include "grammar_conv.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_conv.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>

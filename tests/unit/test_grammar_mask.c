@@ -1,5 +1,5 @@
 /*
- * test_grammar_mask.c — token masks (worker/grammar_mask.h) against brute
+ * test_grammar_mask.c — token masks (common/grammar/grammar_mask.h) against brute
  * force (every token's bytes run through the matcher alone) on random
  * vocabularies and random walks through several grammars; replay from the
  * history (a resumed request) gives the same masks; the sampler only ever
@@ -9,10 +9,10 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "grammar.h"
-#include "grammar_conv.h"
-#include "grammar_mask.h"
-#include "sampler.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_conv.h"
+#include "grammar/grammar_mask.h"
+#include "worker/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

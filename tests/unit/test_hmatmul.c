@@ -19,8 +19,8 @@
 #include "cpu/hmatmul.h"
 #include "cpu/threadpool.h"
 #include "error.h"
-#include "ggml_types.h"
 #include "kernels.h"
+#include "modelfile/ggml_types.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  */
 #include "testutil.h"
 
-#include "httpframe.h"
+#include "daemon/httpframe.h"
 
 #include <string.h>
 

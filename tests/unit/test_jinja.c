@@ -1,5 +1,5 @@
 /*
- * test_jinja.c — common/jinja against expected strings rendered by Python's
+ * test_jinja.c — common/chat/jinja against expected strings rendered by Python's
  * jinja2 3.1 in transformers' environment (tests/data/jinja/jinja_golden.json,
  * from gen_jinja_golden.py: whitespace control, operators, tests, filters,
  * methods, loops, macros, namespaces, errors); load-time errors naming the
@@ -9,8 +9,8 @@
  */
 #include "testutil.h"
 
+#include "chat/jinja/jinja.h"
 #include "error.h"
-#include "jinja.h"
 
 #include <jansson.h>
 #include <stdio.h>

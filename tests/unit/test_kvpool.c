@@ -1,5 +1,5 @@
 /*
- * test_kvpool.c — the shared KV block pool (common/kvpool.h) and the fd
+ * test_kvpool.c — the shared KV block pool (common/kvpool/kvpool.h) and the fd
  * passing helper (common/fdpass.h).
  *
  * Every operation on its own; the invariants (ifd_kvpool_check) after every
@@ -24,7 +24,7 @@
 
 #include "error.h"
 #include "fdpass.h"
-#include "kvpool.h"
+#include "kvpool/kvpool.h"
 #include "log.h"
 
 #include <errno.h>

@@ -10,11 +10,11 @@
  */
 #include "testutil.h"
 
-#include "backend.h"
 #include "error.h"
-#include "kvprobe.h"
-#include "kvsize.h"
-#include "model.h"
+#include "worker/backend.h"
+#include "worker/kvprobe.h"
+#include "worker/kvsize.h"
+#include "worker/model.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -7,10 +7,11 @@
  * rope_parameters spelling, Qwen/Mistral specifics, generation_config.json,
  * and the errors for what inferd does not run.
  */
+#include "kvpool/kvparams.h"
 #include "testutil.h"
 
 #include "error.h"
-#include "model_config.h"
+#include "modelfile/model_config.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -309,22 +310,22 @@ START_TEST(test_kvpool_params_split)
     c.n_head_kv = 1;
     c.head_dim = 256;
     ifd_kvpool_params_t g, l;
-    ck_assert(!ifd_model_kvpool_params_split(&c, &g, &l)); /* no window: one pool */
+    ck_assert(!ifd_kvpool_model_params_split(&c, &g, &l)); /* no window: one pool */
     ck_assert_int_eq(g.n_layers, 6);
     for (int i = 0; i < 6; i++)
         c.layer_is_local[i] = i % 6 != 5; /* Gemma 3: five local per global */
-    ck_assert(!ifd_model_kvpool_params_split(&c, &g, &l)); /* still no window */
+    ck_assert(!ifd_kvpool_model_params_split(&c, &g, &l)); /* still no window */
     ck_assert_int_eq(ifd_model_n_local_layers(&c), 0);
     c.sliding_window = 512;
     ck_assert_int_eq(ifd_model_n_local_layers(&c), 5);
-    ck_assert(ifd_model_kvpool_params_split(&c, &g, &l));
+    ck_assert(ifd_kvpool_model_params_split(&c, &g, &l));
     ck_assert_int_eq(g.n_layers, 1);
     ck_assert_int_eq(l.n_layers, 5);
     ck_assert_int_eq(l.head_dim, 256);
     ck_assert_int_eq(l.n_kv_heads, 1);
     for (int i = 0; i < 6; i++)
         c.layer_is_local[i] = true; /* Mistral: every layer local, one pool */
-    ck_assert(!ifd_model_kvpool_params_split(&c, &g, &l));
+    ck_assert(!ifd_kvpool_model_params_split(&c, &g, &l));
     ck_assert_int_eq(g.n_layers, 6);
 }
 END_TEST

@@ -7,11 +7,11 @@
  */
 #include "testutil.h"
 
-#include "backend.h"
 #include "error.h"
 #include "gguf_builder.h"
-#include "kvpool.h"
-#include "model.h"
+#include "kvpool/kvpool.h"
+#include "worker/backend.h"
+#include "worker/model.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -9,10 +9,10 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "openai.h"
-#include "responses.h"
-#include "toolcall.h"
-#include "sse.h"
+#include "proto/openai.h"
+#include "proto/responses.h"
+#include "proto/sse.h"
+#include "proto/toolcall.h"
 
 #include <jansson.h>
 

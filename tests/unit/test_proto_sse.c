@@ -7,7 +7,7 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "sse.h"
+#include "proto/sse.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "wire.h"
+#include "proto/wire.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -21,8 +21,8 @@
 #include "cpu/qmatmul.h"
 #include "cpu/threadpool.h"
 #include "error.h"
-#include "ggml_types.h"
 #include "kernels.h"
+#include "modelfile/ggml_types.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,8 +7,8 @@
  */
 #include "testutil.h"
 
+#include "daemon/respstore.h"
 #include "error.h"
-#include "respstore.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "safetensors.h"
+#include "modelfile/safetensors.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -19,8 +19,8 @@
 #include "testutil.h"
 
 #include "error.h"
-#include "sampler.h"
 #include "sampling_math.h"
+#include "worker/sampler.h"
 
 #include <float.h>
 #include <math.h>

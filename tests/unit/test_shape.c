@@ -1,17 +1,18 @@
 /*
- * test_shape.c — model shapes (common/shape.c) and random-weight models
+ * test_shape.c — model shapes (common/modelfile/shape.c) and random-weight models
  * (ifd_model_load_random): every deploy/shapes file loads with the real
  * model's numbers; bad files give an error naming the field; the same seed
  * gives bitwise the same logits, another seed different ones; a shape
  * served with another tokenizer takes the tokenizer's vocabulary size.
  */
+#include "kvpool/kvparams.h"
 #include "testutil.h"
 
-#include "backend.h"
 #include "error.h"
-#include "kvpool.h"
-#include "model.h"
-#include "shape.h"
+#include "kvpool/kvpool.h"
+#include "modelfile/shape.h"
+#include "worker/backend.h"
+#include "worker/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,7 +102,7 @@ static void logits_of(uint64_t seed, float *out, int n_vocab)
     ifd_model_t *m;
     ck_assert_msg(ifd_model_load_random(&m, &c, seed, be, err, sizeof err) == 0, "%s", err);
     ck_assert_ptr_null(ifd_model_gguf(m));
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(&c);
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(&c);
     kp.n_blocks = 2;
     kp.n_workers = 1;
     kp.dtype = IFD_KV_F32; /* the layers below are f32 views of it */

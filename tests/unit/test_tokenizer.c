@@ -11,7 +11,7 @@
 
 #include "error.h"
 #include "gguf_builder.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <pthread.h>

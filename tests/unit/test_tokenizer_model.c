@@ -12,9 +12,9 @@
  */
 #include "testutil.h"
 
-#include "chat_template.h"
+#include "chat/chat_template.h"
 #include "error.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <libgen.h>

@@ -8,15 +8,16 @@
  *
  * Usage (CTest passes it): test_worker_serve PATH-TO-inferd-worker
  */
+#include "kvpool/kvparams.h"
 #include "testutil.h"
 
-#include "backend.h"
 #include "error.h"
 #include "fdpass.h"
-#include "generate.h"
-#include "kvpool.h"
-#include "model.h"
-#include "wire.h"
+#include "kvpool/kvpool.h"
+#include "proto/wire.h"
+#include "worker/backend.h"
+#include "worker/generate.h"
+#include "worker/model.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -82,7 +83,7 @@ START_TEST(test_serve_protocol)
     }
     const ifd_model_config_t *cfg = ifd_model_config(m);
 
-    ifd_kvpool_params_t kp = ifd_model_kvpool_params(cfg);
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(cfg);
     kp.n_blocks = 64;
     kp.n_workers = 4;
     kp.fingerprint = 0x1234;

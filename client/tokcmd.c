@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "chat/chat_template.h"
 #include "error.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static char *ifd__read_all(FILE *f, size_t *len)
 {

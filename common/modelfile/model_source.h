@@ -32,7 +32,6 @@
 
 #include "gguf.h"
 #include "model_config.h"
-#include "tokenizer.h"
 
 typedef struct ifd_model_source ifd_model_source_t;
 
@@ -95,11 +94,5 @@ void ifd_model_source_release_all(const ifd_model_source_t *s);
  * for an HF directory; the GGUF name itself for GGUF, or when there is no mapping). */
 void ifd_model_source_name(const ifd_model_source_t *s, const char *gguf_name, char *buf,
                            size_t len);
-
-/* The model's tokenizer: GGUF metadata, or the directory's tokenizer.json
- * (+ tokenizer_config.json, chat_template.jinja, generation_config.json's
- * eos ids). Same results as ifd_tokenizer_create_gguf / _hf. */
-int ifd_model_source_tokenizer(const ifd_model_source_t *s, ifd_tokenizer_t **out, char *errbuf,
-                               size_t errlen);
 
 #endif

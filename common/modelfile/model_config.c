@@ -207,34 +207,12 @@ void ifd_default_model_path(char *buf, size_t len)
         snprintf(buf, len, "%s/.cache/inferd/models/%s", home ? home : "", IFD_DEFAULT_MODEL_FILE);
 }
 
-ifd_kvpool_params_t ifd_model_kvpool_params(const ifd_model_config_t *cfg)
-{
-    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
-    kp.n_layers = (int)cfg->n_layer;
-    kp.n_kv_heads = (int)cfg->n_head_kv;
-    kp.head_dim = (int)cfg->head_dim;
-    kp.dtype = IFD_KV_F32;
-    return kp;
-}
-
 int ifd_model_n_local_layers(const ifd_model_config_t *cfg)
 {
     int n = 0;
     for (uint32_t l = 0; l < cfg->n_layer && l < IFD_MAX_LAYERS && cfg->sliding_window > 0; l++)
         n += cfg->layer_is_local[l];
     return n;
-}
-
-bool ifd_model_kvpool_params_split(const ifd_model_config_t *cfg, ifd_kvpool_params_t *global,
-                                   ifd_kvpool_params_t *local)
-{
-    *global = *local = ifd_model_kvpool_params(cfg);
-    const int n_local = ifd_model_n_local_layers(cfg);
-    if (n_local == 0 || n_local == (int)cfg->n_layer)
-        return false;
-    global->n_layers = (int)cfg->n_layer - n_local;
-    local->n_layers = n_local;
-    return true;
 }
 
 /* ---- Hugging Face config.json ------------------------------------------------------------ */

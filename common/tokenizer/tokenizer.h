@@ -34,7 +34,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gguf.h"
+#include "modelfile/gguf.h"
+#include "modelfile/model_source.h"
 
 typedef int32_t ifd_token_t;
 
@@ -109,6 +110,13 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
 /* Either of the above, by looking at `path`: a file starting with the GGUF
  * magic → GGUF; a directory or any other file → Hugging Face. */
 int ifd_tokenizer_create_path(ifd_tokenizer_t **out, const char *path, char *errbuf, size_t errlen);
+
+/* The tokenizer of an open model source: its GGUF metadata, or the HF
+ * directory's tokenizer.json (+ tokenizer_config.json, chat_template.jinja,
+ * generation_config.json's eos ids). Same results as ifd_tokenizer_create_gguf
+ * / _hf. The source is only read and may be closed afterwards. */
+int ifd_tokenizer_create_source(ifd_tokenizer_t **out, const ifd_model_source_t *src,
+                                char *errbuf, size_t errlen);
 
 /* NULL is a no-op. */
 void ifd_tokenizer_destroy(ifd_tokenizer_t *t);

@@ -5,9 +5,9 @@
  */
 #include "inspect.h"
 #include "error.h"
-#include "model_source.h"
-#include "safetensors.h"
-#include "tokenizer.h"
+#include "modelfile/model_source.h"
+#include "modelfile/safetensors.h"
+#include "tokenizer/tokenizer.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -386,7 +386,7 @@ int ifd_inspect_file(FILE *out, FILE *err, const char *path, bool json)
         fprintf(err, "error: %s\n", msg);
         return rc;
     }
-    if ((rc = ifd_model_source_tokenizer(src, &tok, msg, sizeof msg))) {
+    if ((rc = ifd_tokenizer_create_source(&tok, src, msg, sizeof msg))) {
         fprintf(err, "error: tokenizer: %s\n", msg);
         ifd_model_source_close(src);
         return rc;

@@ -1,6 +1,6 @@
 /*
  * chat_template.c — chat_template.h: choosing the template, rendering the
- * model's own Jinja template through common/jinja (with special-token
+ * model's own Jinja template through common/chat/jinja (with special-token
  * placeholders, see the header), and the built-in renderers for the
  * families, each a transcription of its official Jinja template's
  * behaviour (golden-tested against Jinja renderings of those templates):
@@ -32,8 +32,8 @@
 #include <string.h>
 
 #include "arena.h"
+#include "chat/jinja/jinja.h"
 #include "error.h"
-#include "jinja.h"
 #include "log.h"
 
 static const char *const ifd__family_names[IFD_CHAT_FAMILY_COUNT] = {

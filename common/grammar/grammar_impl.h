@@ -1,6 +1,6 @@
 /*
  * grammar_impl.h — the compiled grammar and the matcher's stack machinery,
- * shared by common/grammar.c and worker/grammar_mask.c (the token mask walks
+ * shared by common/grammar/grammar.c and common/grammar/grammar_mask.c (the token mask walks
  * the vocabulary trie with these primitives). Not a public interface.
  *
  * Elements: one flat array. Rule r's alternatives start at

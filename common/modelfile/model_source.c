@@ -347,11 +347,3 @@ size_t ifd_model_source_n_files(const ifd_model_source_t *s)
 {
     return s->gguf ? 1 : ifd_safetensors_n_files(s->st);
 }
-
-int ifd_model_source_tokenizer(const ifd_model_source_t *s, ifd_tokenizer_t **out, char *errbuf,
-                               size_t errlen)
-{
-    if (s->gguf)
-        return ifd_tokenizer_create_gguf(out, s->gguf, errbuf, errlen);
-    return ifd_tokenizer_create_hf(out, s->path, errbuf, errlen);
-}

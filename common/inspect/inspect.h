@@ -15,8 +15,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "model_source.h"
-#include "tokenizer.h"
+#include "modelfile/model_source.h"
+#include "tokenizer/tokenizer.h"
 
 /* Writes the summary of an open model source (`tok` is its tokenizer) to
  * `out`: an aligned text report, or one JSON object (json = true). Returns

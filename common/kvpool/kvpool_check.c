@@ -1,7 +1,7 @@
 /*
  * kvpool_check.c — the KV pool's invariant check, stats, device (CUDA)
  * segment binding, cache invalidation and test hooks: the parts of
- * common/kvpool.h that read the whole pool or deal with providers. The
+ * common/kvpool/kvpool.h that read the whole pool or deal with providers. The
  * allocator, the prefix cache and crash repair are in kvpool.c; the layout
  * both share is kvpool_impl.h.
  */

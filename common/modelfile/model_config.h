@@ -21,7 +21,6 @@
 #include <stdint.h>
 
 #include "gguf.h"
-#include "kvpool.h"
 
 typedef enum {
     IFD_ARCH_LLAMA = 0,
@@ -131,22 +130,8 @@ void ifd_model_config_rope_factors(const ifd_model_config_t *cfg, float *out);
 /* "gguf" or "hf". */
 const char *ifd_model_format_name(ifd_model_format_t f);
 
-/* ifd_kvpool_default_params() with the model's KV geometry (n_layers,
- * n_kv_heads, head_dim) filled in, and f32 K/V; the caller sets the rest
- * (block count or budget, workers, dtype, fingerprint). Pure. */
-ifd_kvpool_params_t ifd_model_kvpool_params(const ifd_model_config_t *cfg);
-
 /* Sliding-window layers of cfg (layer_is_local with a window > 0). Pure. */
 int ifd_model_n_local_layers(const ifd_model_config_t *cfg);
-
-/* The KV geometry of a model whose local layers keep their K/V in a pool
- * of their own (docs/models.md, "Gemma 3 local layers"): *global gets the
- * other layers (n_layers = n_layer - local ones), *local the local layers,
- * both otherwise as ifd_model_kvpool_params. Returns false (and both =
- * ifd_model_kvpool_params) when cfg has no local layers or only local ones
- * (a model whose every layer is local, Mistral, keeps one pool). Pure. */
-bool ifd_model_kvpool_params_split(const ifd_model_config_t *cfg, ifd_kvpool_params_t *global,
-                                   ifd_kvpool_params_t *local);
 
 /* The default model's file name and where deploy/fetch-model.sh stores it:
  * ${INFERD_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/models}/FILE.

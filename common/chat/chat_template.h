@@ -7,7 +7,7 @@
  *      the template (a file that does not parse is an error);
  *   3. params->jinja, else the tokenizer's chat_template (GGUF
  *      tokenizer.chat_template, or tokenizer_config.json's chat_template
- *      for a Hugging Face directory): rendered by common/jinja, exactly as
+ *      for a Hugging Face directory): rendered by common/chat/jinja, exactly as
  *      transformers' apply_chat_template renders it (docs/chat-templates.md);
  *   4. a built-in family as fallback: detected from that template's text
  *      when it does not parse or a trial rendering of a one-message chat
@@ -40,7 +40,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef enum {
     IFD_CHAT_CHATML = 0,

@@ -438,7 +438,7 @@ int ifd__tok_set_pre_type(ifd_tokenizer_t *t, const char *name, char *errbuf, si
     ifd_fail_msg(errbuf, errlen, 0,
                  "tokenizer: unknown pre-tokenizer type tokenizer.ggml.pre = '%s' (known: "
                  "default, gpt-2, mpt, olmo, llama-bpe, llama3, smollm, starcoder, refact, "
-                 "qwen2, falcon, command-r, dbrx, … see common/tokenizer.c)",
+                 "qwen2, falcon, command-r, dbrx, … see common/tokenizer/tokenizer.c)",
                  name);
     return IFD_ENOTSUP;
 }
@@ -1078,4 +1078,13 @@ int ifd_tokenizer_create_path(ifd_tokenizer_t **out, const char *path, char *err
         }
     }
     return ifd_tokenizer_create_hf(out, path, errbuf, errlen);
+}
+
+int ifd_tokenizer_create_source(ifd_tokenizer_t **out, const ifd_model_source_t *src,
+                                char *errbuf, size_t errlen)
+{
+    const ifd_gguf_t *g = ifd_model_source_gguf(src);
+    if (g)
+        return ifd_tokenizer_create_gguf(out, g, errbuf, errlen);
+    return ifd_tokenizer_create_hf(out, ifd_model_source_path(src), errbuf, errlen);
 }

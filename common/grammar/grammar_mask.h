@@ -1,6 +1,6 @@
 /*
  * grammar_mask.h — token-level constraints for the sampler: which tokens
- * of the vocabulary may come next under a grammar (common/grammar.h).
+ * of the vocabulary may come next under a grammar (common/grammar/grammar.h).
  *
  * - ifd_vocab_t: every token's bytes in a trie (preorder arrays with
  *   subtree ends), built once per tokenizer. Tokens with no bytes (control
@@ -32,7 +32,7 @@
 #define IFD_GRAMMAR_MASK_H
 
 #include "grammar.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stddef.h>
 #include <stdint.h>
