@@ -13,6 +13,7 @@
 #include "error.h"
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,128 @@ START_TEST(test_limits)
 }
 END_TEST
 
+/* A string of n copies of unit between head and tail (caller frees). */
+static char *repeat(const char *head, const char *unit, size_t n, const char *tail)
+{
+    size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+    char *s = malloc(hl + ul * n + tl + 1), *o = s;
+    memcpy(o, head, hl);
+    o += hl;
+    for (size_t i = 0; i < n; i++, o += ul)
+        memcpy(o, unit, ul);
+    memcpy(o, tail, tl + 1);
+    return s;
+}
+
+/* Chains built in loops by the parser (filters, operators, subscripts,
+ * attributes): a tree as high as the chain is long, which the renderer would
+ * recurse over. 199 links parse and render; 20,000 are refused at parse time
+ * with the limit named (issue 31: such a model template crashed the daemon
+ * at start-up). */
+START_TEST(test_chain_height)
+{
+    static const struct {
+        const char *head, *unit, *tail, *out200;
+    } chains[] = {
+        {"{{ 'a'", "|trim", " }}", "a"},
+        {"{{ 1", " and 1", " }}", "1"},
+        {"{{ 1", " + 1", " }}", "201"},
+        {"{{ 'a'", "[0]", " }}", "a"},
+        {"{{ x", ".y", " }}", ""},
+    };
+    char err[256];
+    for (size_t i = 0; i < sizeof chains / sizeof chains[0]; i++) {
+        char *ok = repeat(chains[i].head, chains[i].unit, 199, chains[i].tail);
+        char *out = NULL;
+        int rc = render(ok, NULL, NULL, &out, err, sizeof err);
+        if (chains[i].out200) {
+            ck_assert_msg(rc == 0 || rc == IFD_EINVAL, "[%s…]: %d %s", chains[i].unit, rc, err);
+            if (rc == 0 && strcmp(chains[i].unit, " + 1"))
+                ck_assert_str_eq(out, chains[i].out200);
+            else if (rc == 0)
+                ck_assert_str_eq(out, "200");
+        }
+        free(out);
+        free(ok);
+        char *deep = repeat(chains[i].head, chains[i].unit, 20000, chains[i].tail);
+        ifd_jinja_t *t = NULL;
+        err[0] = '\0';
+        ck_assert_int_eq(ifd_jinja_parse(&t, deep, strlen(deep), err, sizeof err), IFD_ETOOBIG);
+        ck_assert_msg(strstr(err, "nested deeper than 200"), "%s", err);
+        free(deep);
+    }
+}
+END_TEST
+
+/* Values nested past what a recursion may follow, and evaluation nested
+ * through macros: each an IFD_ETOOBIG naming the nesting, never a stack
+ * overflow (ifd__j_to_text, equality, tojson, a namespace that holds itself). */
+START_TEST(test_runtime_nesting)
+{
+    static const char *const srcs[] = {
+        "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+        "{% endfor %}{{ ns.x }}",
+        "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+        "{% endfor %}{{ ns.x == ns.x }}",
+        "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+        "{% endfor %}{{ ns.x|tojson }}",
+        "{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}",
+    };
+    char *out, err[256];
+    for (size_t i = 0; i < sizeof srcs / sizeof srcs[0]; i++) {
+        err[0] = '\0';
+        int rc = render(srcs[i], NULL, NULL, &out, err, sizeof err);
+        ck_assert_msg(rc == IFD_ETOOBIG, "[%s]: %d %s", srcs[i], rc, err);
+        ck_assert_msg(strstr(err, "nested too deeply"), "%s", err);
+    }
+    /* 64 macro calls, each inside a 150-high expression: 9,600 levels */
+    char *m = repeat("{% macro f(n) %}{{ (f(n - 1) if n else 0)", " + 0", 150,
+                     " }}{% endmacro %}{{ f(64) }}");
+    ck_assert_int_eq(render(m, NULL, NULL, &out, err, sizeof err), IFD_ETOOBIG);
+    ck_assert_msg(strstr(err, "nested too deeply"), "%s", err);
+    free(m);
+}
+END_TEST
+
+/* The wall-time budget and the cancel flag stop a rendering whose loops are
+ * within the iteration limit but whose steps are long (`in` over a long
+ * string), and work on large client values is linear: 100,000 keys looked
+ * up, sorted and serialized, 200,000 items made unique, inside a generous
+ * budget that the quadratic versions (minutes) would blow. */
+START_TEST(test_time_and_scale)
+{
+    ifd_jinja_limits_t lim = ifd_jinja_default_limits();
+    lim.max_time_ms = 200;
+    char *out, err[256];
+    const char *slow = "{% set s = 'a' * 4000000 %}{% for i in range(100000) %}"
+                       "{% if 'b' in s %}x{% endif %}{% endfor %}done";
+    ck_assert_int_eq(render(slow, NULL, &lim, &out, err, sizeof err), IFD_ETOOBIG);
+    ck_assert_msg(strstr(err, "longer than 200 ms"), "%s", err);
+    atomic_int cancel = 1;
+    lim.max_time_ms = 0;
+    lim.cancel = &cancel;
+    ck_assert_int_eq(render(slow, NULL, &lim, &out, err, sizeof err), IFD_ECANCELED);
+
+    json_t *kw = json_object();
+    char key[32];
+    for (int i = 0; i < 100000; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        json_object_set_new(kw, key, json_integer(i));
+    }
+    json_t *ctx = json_pack("{s:o}", "kw", kw);
+    lim = ifd_jinja_default_limits();
+    lim.max_time_ms = ifd_test_sanitized() ? 60000 : 20000;
+    ck_assert_int_eq(render("{{ kw|length }} {{ kw.k99999 }} {{ kw['k5'] }} "
+                            "{{ (kw|tojson(sort_keys=True))|length }} "
+                            "{{ (range(100000)|list + range(100000)|list)|unique|list|length }}",
+                            ctx, &lim, &out, err, sizeof err),
+                     0);
+    ck_assert_str_eq(out, "100000 99999 5 1677780 100000");
+    free(out);
+    json_decref(ctx);
+}
+END_TEST
+
 /* Context values from JSON: types, order, nesting; no context at all. */
 START_TEST(test_context)
 {
@@ -269,6 +392,9 @@ static Suite *jinja_suite(void)
     tcase_add_test(tc, test_golden);
     tcase_add_test(tc, test_load_errors);
     tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_chain_height);
+    tcase_add_test(tc, test_runtime_nesting);
+    tcase_add_test(tc, test_time_and_scale);
     tcase_add_test(tc, test_context);
     tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);

@@ -87,10 +87,19 @@ static int eval_args(R *r, frame_t *f, const ifd__jn_t *n, args_t *a)
     return 0;
 }
 
+static jv eval_node(R *r, frame_t *f, const ifd__jn_t *n);
+
 static jv eval(R *r, frame_t *f, const ifd__jn_t *n)
 {
-    if (r->rc)
+    if (r->rc || !ifd__j_enter(r))
         return UNDEF;
+    jv v = eval_node(r, f, n);
+    ifd__j_leave(r);
+    return v;
+}
+
+static jv eval_node(R *r, frame_t *f, const ifd__jn_t *n)
+{
     r->line = n->line;
     switch (n->kind) {
     case IFD__JN_STR:
@@ -435,7 +444,7 @@ static int exec_for(R *r, frame_t *f, const ifd__jn_t *n, ifd_buf_t *out)
     for (size_t i = 0; i < items->n; i++) {
         if (ifd__j_count_iter(r))
             return r->rc;
-        fr.vars->n = 0; /* a fresh scope per iteration */
+        ifd__j_dict_clear(fr.vars); /* a fresh scope per iteration */
         lp->i = i;
         jv x = items->v[i];
         if (n->nnames == 1) {
@@ -474,7 +483,18 @@ static jv filter_chain(R *r, frame_t *f, const ifd__jn_t *c, jv v)
     return ifd__j_apply_filter(r, f, c->op, in, &a);
 }
 
+static int exec_stmts(R *r, frame_t *f, ifd__jn_t *const *body, uint32_t nb, ifd_buf_t *out);
+
 static int exec_body(R *r, frame_t *f, ifd__jn_t *const *body, uint32_t nb, ifd_buf_t *out)
+{
+    if (r->rc || !ifd__j_enter(r))
+        return r->rc;
+    int fl = exec_stmts(r, f, body, nb, out);
+    ifd__j_leave(r);
+    return fl;
+}
+
+static int exec_stmts(R *r, frame_t *f, ifd__jn_t *const *body, uint32_t nb, ifd_buf_t *out)
 {
     for (uint32_t i = 0; i < nb; i++) {
         const ifd__jn_t *n = body[i];
@@ -553,7 +573,7 @@ static int exec_body(R *r, frame_t *f, ifd__jn_t *const *body, uint32_t nb, ifd_
 
 ifd_jinja_limits_t ifd_jinja_default_limits(void)
 {
-    ifd_jinja_limits_t l = {16u << 20, 256u << 20, 1000000, 64, 0};
+    ifd_jinja_limits_t l = {16u << 20, 256u << 20, 1000000, 64, 0, 10000, NULL};
     return l;
 }
 
@@ -570,6 +590,13 @@ int ifd_jinja_render(const ifd_jinja_t *t, const json_t *ctx, const ifd_jinja_li
     r.lim = lim ? *lim : ifd_jinja_default_limits();
     r.err = errbuf;
     r.errlen = errlen;
+    r.stack_top = (uintptr_t)&r;
+    if (r.lim.max_time_ms) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r.deadline = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec +
+                     (uint64_t)r.lim.max_time_ms * 1000000u;
+    }
     ifd_arena_init(&r.A, 0);
     ifd_buf_t b = IFD_BUF_INIT;
     if (ctx && !json_is_object(ctx)) {
@@ -585,6 +612,8 @@ int ifd_jinja_render(const ifd_jinja_t *t, const json_t *ctx, const ifd_jinja_li
         int fl = exec_body(&r, &root, t->body, t->nbody, &b);
         (void)fl; /* break/continue outside a loop are refused by the parser */
     }
+    for (jdict *d = r.indexed; d; d = d->next_indexed)
+        ifd_hash_close(&d->idx);
     ifd_arena_close(&r.A);
     if (!r.rc && !b.data && !(b.data = calloc(1, 1)))
         r.rc = IFD_ENOMEM;

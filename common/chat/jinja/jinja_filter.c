@@ -78,10 +78,10 @@ bool ifd__j_apply_test(R *r, int id, jv v, const args_t *a)
     case IFD__JT_EQ:
     case IFD__JT_EQUALTO:
     case IFD__JT_EQEQ:
-        return ifd__j_equal(v, x);
+        return ifd__j_equal(r, v, x);
     case IFD__JT_NE:
     case IFD__JT_NEQ:
-        return !ifd__j_equal(v, x);
+        return !ifd__j_equal(r, v, x);
     case IFD__JT_LT:
     case IFD__JT_LTS:
     case IFD__JT_LE:
@@ -106,7 +106,7 @@ bool ifd__j_apply_test(R *r, int id, jv v, const args_t *a)
         if (v.t == V_NONE || v.t == V_UNDEF)
             return true;
         if (v.t == V_BOOL || v.t == V_INT)
-            return ifd__j_equal(v, x);
+            return ifd__j_equal(r, v, x);
         if (v.t == V_STR)
             return v.u.s == x.u.s;
         return v.u.l == x.u.l;
@@ -157,47 +157,40 @@ static jv lower_key(R *r, jv v, bool case_sensitive)
     return o;
 }
 
-typedef struct {
-    R *r;
-    jv *keys;
-    bool reverse;
-} sortctx_t;
-
-/* Stable merge sort of idx[0..n) by keys (compare errors recorded in r). */
-static void sort_idx(sortctx_t *c, size_t *idx, size_t *tmp, size_t n)
+/* jinja2's unique: the first item of each distinct key, in order. Hashable
+ * keys go through a dict of the keys seen (linear time); others (lists,
+ * dicts) are compared with the earlier unhashable keys, as equality is all
+ * there is for them. */
+static jlist *unique(R *r, const jlist *l, const jv *keys)
 {
-    if (n < 2)
-        return;
-    size_t h = n / 2;
-    sort_idx(c, idx, tmp, h);
-    sort_idx(c, idx + h, tmp, n - h);
-    size_t i = 0, j = h, k = 0;
-    while (i < h && j < n) {
-        int cmp = 0;
-        ifd__j_compare(c->r, c->keys[idx[j]], c->keys[idx[i]], &cmp);
-        if (c->reverse)
-            cmp = -cmp;
-        tmp[k++] = cmp < 0 ? idx[j++] : idx[i++];
+    jlist *o = ifd__j_mklist(r, 0);
+    jdict *seen = ifd__j_mkdict(r);
+    size_t *other = ifd__j_ralloc(r, (l->n + 1) * sizeof *other), n_other = 0;
+    for (size_t i = 0; o && seen && other && i < l->n && !ifd__j_tick(r); i++) {
+        bool dup = false;
+        if (ifd__j_hashable(keys[i])) {
+            dup = ifd__j_dict_findv(r, seen, keys[i]) != NULL;
+            if (!dup && ifd__j_dict_setv(r, seen, keys[i], NONE))
+                return NULL;
+        } else {
+            for (size_t j = 0; j < n_other && !dup && !r->rc; j++)
+                dup = ifd__j_equal(r, keys[i], keys[other[j]]);
+            if (!dup)
+                other[n_other++] = i;
+        }
+        if (!dup && !r->rc)
+            ifd__j_list_push(r, o, l->v[i]);
     }
-    while (i < h)
-        tmp[k++] = idx[i++];
-    while (j < n)
-        tmp[k++] = idx[j++];
-    memcpy(idx, tmp, n * sizeof *idx);
+    return r->rc ? NULL : o;
 }
 
 static jlist *sorted(R *r, jlist *in, jv *keys, bool reverse)
 {
     size_t n = in->n;
-    size_t *idx = ifd__j_ralloc(r, (n + 1) * sizeof *idx),
-           *tmp = ifd__j_ralloc(r, (n + 1) * sizeof *tmp);
+    size_t *idx = ifd__j_ralloc(r, (n + 1) * sizeof *idx);
     jlist *out = ifd__j_mklist(r, n);
-    if (!idx || !tmp || !out)
+    if (!idx || !out || ifd__j_sort_idx(r, keys, reverse, idx, n))
         return NULL;
-    for (size_t i = 0; i < n; i++)
-        idx[i] = i;
-    sortctx_t c = {r, keys, reverse};
-    sort_idx(&c, idx, tmp, n);
     for (size_t i = 0; i < n; i++)
         out->v[i] = in->v[idx[i]];
     out->n = n;
@@ -724,17 +717,8 @@ jv ifd__j_apply_filter(R *r, frame_t *f, int id, jv v, const args_t *a)
             keys[i] = lower_key(r, at.t != V_UNDEF ? attr_path(r, l->v[i], at) : l->v[i], cs);
         if (id == IFD__JF_SORT)
             return ifd__j_vlist(sorted(r, l, keys, rev));
-        if (id == IFD__JF_UNIQUE) {
-            jlist *o = ifd__j_mklist(r, 0);
-            for (size_t i = 0; o && i < l->n; i++) {
-                bool seen = false;
-                for (size_t j = 0; j < i && !seen; j++)
-                    seen = ifd__j_equal(keys[i], keys[j]);
-                if (!seen)
-                    ifd__j_list_push(r, o, l->v[i]);
-            }
-            return ifd__j_vlist(o);
-        }
+        if (id == IFD__JF_UNIQUE)
+            return ifd__j_vlist(unique(r, l, keys));
         if (!l->n)
             return UNDEF;
         size_t best = 0;
@@ -1040,7 +1024,7 @@ jv ifd__j_call_method(R *r, jv self, const char *m, const args_t *a)
         const jdict *d = self.u.d;
         if (!strcmp(m, "get")) {
             jv k = ifd__j_arg(a, 0, NULL, UNDEF), dflt = ifd__j_arg(a, 1, NULL, NONE);
-            jv *e = ifd__j_dict_findv(d, k);
+            jv *e = ifd__j_dict_findv(r, d, k);
             return e ? *e : dflt;
         }
         if (!strcmp(m, "items"))
@@ -1063,7 +1047,7 @@ jv ifd__j_call_method(R *r, jv self, const char *m, const args_t *a)
             jv x = ifd__j_arg(a, 0, NULL, UNDEF);
             int64_t k = 0;
             for (size_t i = 0; i < self.u.l->n; i++)
-                if (ifd__j_equal(self.u.l->v[i], x)) {
+                if (ifd__j_equal(r, self.u.l->v[i], x)) {
                     if (m[0] == 'i')
                         return ifd__j_vint((int64_t)i);
                     k++;

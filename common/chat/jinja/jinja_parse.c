@@ -1065,6 +1065,78 @@ static int parse_body(P *p, const char *const *ends, nvec_t *out)
     return 0;
 }
 
+/* ---- tree height ----------------------------------------------------------------------- */
+
+/* Child k of n, k < 4 + nv + nw (a, b, c, d, then v, then w); may be NULL. */
+static const ifd__jn_t *child(const ifd__jn_t *n, uint32_t k)
+{
+    switch (k) {
+    case 0:
+        return n->a;
+    case 1:
+        return n->b;
+    case 2:
+        return n->c;
+    case 3:
+        return n->d;
+    default:
+        k -= 4;
+        return k < n->nv ? n->v[k] : n->w[k - n->nv];
+    }
+}
+
+typedef struct {
+    const ifd__jn_t *n;
+    uint32_t k; /* next child */
+    uint32_t h; /* the highest expression child so far */
+} hframe_t;
+
+/* Refuses an expression whose tree is higher than IFD__JINJA_MAX_NEST. The
+ * parser bounds its own recursion, but chains — `x|trim|trim…`, `1 and 1
+ * and …`, `a[0][0]…` — are built in loops into trees as high as they are
+ * long, and the renderer recurses over them. Walks the tree with a heap
+ * stack (no recursion of its own). 0 or the recorded error. */
+static int check_heights(P *p, ifd__jn_t *const *body, uint32_t nbody)
+{
+    size_t cap = 64, sp = 0;
+    hframe_t *st = malloc(cap * sizeof *st);
+    if (!st)
+        return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < nbody && !p->rc; i++) {
+        st[sp++] = (hframe_t){body[i], 0, 0};
+        while (sp && !p->rc) {
+            hframe_t *top = &st[sp - 1];
+            if (top->k < 4 + top->n->nv + top->n->nw) {
+                const ifd__jn_t *c = child(top->n, top->k++);
+                if (!c)
+                    continue;
+                if (sp == cap) {
+                    hframe_t *ns = realloc(st, 2 * cap * sizeof *st);
+                    if (!ns) {
+                        ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
+                        break;
+                    }
+                    st = ns;
+                    cap *= 2;
+                }
+                st[sp++] = (hframe_t){c, 0, 0};
+                continue;
+            }
+            uint32_t h = top->n->kind >= IFD__JN_STR ? top->h + 1 : 0;
+            if (h > IFD__JINJA_MAX_NEST) {
+                p->line = top->n->line;
+                ifd__jparse_err(p, IFD_ETOOBIG, "expression nested deeper than %d",
+                                IFD__JINJA_MAX_NEST);
+            }
+            if (--sp && h > st[sp - 1].h)
+                st[sp - 1].h = h;
+        }
+        sp = 0;
+    }
+    free(st);
+    return p->rc;
+}
+
 int ifd_jinja_parse(ifd_jinja_t **out, const char *src, size_t len, char *errbuf, size_t errlen)
 {
     *out = NULL;
@@ -1076,8 +1148,8 @@ int ifd_jinja_parse(ifd_jinja_t **out, const char *src, size_t len, char *errbuf
     ifd_arena_init(&t->arena, 0);
     P p = {.A = &t->arena, .err = errbuf, .errlen = errlen, .line = 1};
     nvec_t body = {0};
-    if (!ifd__jlex_segment(&p, src, len))
-        parse_body(&p, NULL, &body);
+    if (!ifd__jlex_segment(&p, src, len) && !parse_body(&p, NULL, &body))
+        check_heights(&p, body.v, body.n);
     free(p.segs);
     free(p.toks);
     if (p.rc) {

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "hash.h"
 #include "jinja.h"
 #include "jinja_impl.h"
 
@@ -71,7 +72,14 @@ struct jdict {
     size_t n, cap;
     jv *k; /* str, int, float, bool or None */
     jv *v;
+    /* From IFD__JDICT_INDEX_AT entries on, a hash index over k (values: entry
+     * indices), so lookups stay O(1) for the large dicts a client can send
+     * (chat_template_kwargs, documents). Its slots are malloc'ed: the dict is
+     * then on R.indexed, whose indexes ifd_jinja_render frees at the end. */
+    ifd_hash_t idx;
+    jdict *next_indexed;
 };
+#define IFD__JDICT_INDEX_AT 16
 
 typedef enum {
     F_RANGE,
@@ -106,7 +114,13 @@ typedef struct {
     ifd_arena_t A;
     ifd_jinja_limits_t lim;
     uint64_t iters;
-    unsigned depth;
+    unsigned depth;      /* macro calls (limits.max_depth) */
+    unsigned nest;       /* evaluation nesting (IFD_JINJA_MAX_NESTING): ifd__j_enter */
+    uintptr_t stack_top; /* the address of ifd_jinja_render's frame (the stack budget) */
+    uint64_t ticks;      /* work steps since the render began (ifd__j_tick) */
+    uint64_t deadline;   /* CLOCK_MONOTONIC ns; 0 = none */
+    jdict *indexed;      /* dicts whose hash index must be freed */
+    size_t index_bytes;  /* their slots, counted against limits.max_memory */
     int rc;
     char *err;
     size_t errlen;
@@ -130,6 +144,47 @@ typedef struct {
     size_t nkw;
 } args_t;
 
+/* Every recursive path of the renderer (evaluation, statements, printing,
+ * comparing and serializing nested values) brackets its recursion with
+ * these: false (with IFD_ETOOBIG recorded, nothing to undo) when the nesting
+ * passes IFD_JINJA_MAX_NESTING or the stack used passes
+ * IFD_JINJA_STACK_BUDGET (the frames' sizes vary by compiler and
+ * sanitizer); otherwise the caller calls ifd__j_leave when it returns. */
+bool ifd__j_enter_slow(R *r);
+static inline bool ifd__j_enter(R *r)
+{
+    char here;
+    uintptr_t sp = (uintptr_t)&here;
+    if (r->nest + 1 > IFD_JINJA_MAX_NESTING || r->stack_top - sp > IFD_JINJA_STACK_BUDGET)
+        return ifd__j_enter_slow(r);
+    r->nest++;
+    return true;
+}
+static inline void ifd__j_leave(R *r)
+{
+    r->nest--;
+}
+
+/* One step of work (a loop iteration, an element compared, copied or
+ * scanned): every 4096 steps, the wall-time budget and the cancel flag are
+ * checked. Returns 0 or the error recorded (IFD_ETOOBIG, IFD_ECANCELED). */
+int ifd__j_tick_slow(R *r);
+static inline int ifd__j_tick(R *r)
+{
+    if (r->rc)
+        return r->rc;
+    return (++r->ticks & 4095) ? 0 : ifd__j_tick_slow(r);
+}
+/* n steps at once (a scan over n bytes or elements). */
+static inline int ifd__j_ticks(R *r, uint64_t n)
+{
+    if (r->rc)
+        return r->rc;
+    uint64_t before = r->ticks;
+    r->ticks += n;
+    return (before >> 12) == (r->ticks >> 12) ? 0 : ifd__j_tick_slow(r);
+}
+
 jv ifd__j_apply_filter(R *r, frame_t *f, int id, jv v, const args_t *a);
 bool ifd__j_apply_test(R *r, int id, jv v, const args_t *a);
 jv ifd__j_call_method(R *r, jv self, const char *m, const args_t *a);
@@ -141,12 +196,13 @@ int ifd__j_compare(R *r, jv a, jv b, int *out);
 bool ifd__j_contains(R *r, jv hay, jv needle);
 int ifd__j_count_iter(R *r);
 jv *ifd__j_dict_find(const jdict *d, const char *k, size_t n);
-jv *ifd__j_dict_findv(const jdict *d, jv k);
+jv *ifd__j_dict_findv(R *r, const jdict *d, jv k);
+void ifd__j_dict_clear(jdict *d);
 int ifd__j_dict_set(R *r, jdict *d, jstr *k, jv v);
 int ifd__j_dict_setc(R *r, jdict *d, const char *k, jv v);
 int ifd__j_dict_setv(R *r, jdict *d, jv k, jv v);
 jv ifd__j_do_slice(R *r, jv o, jv lo, jv hi, jv st);
-bool ifd__j_equal(jv a, jv b);
+bool ifd__j_equal(R *r, jv a, jv b);
 jv ifd__j_from_json(R *r, const json_t *j, int depth);
 jv ifd__j_get_attr(R *r, jv o, const char *a, size_t n);
 jv ifd__j_get_item(R *r, jv o, jv k);
@@ -166,6 +222,9 @@ bool ifd__j_py_space(uint32_t c);
 jv ifd__j_py_strip(R *r, const jstr *s, const jstr *chars, int which);
 void *ifd__j_ralloc(R *r, size_t n);
 __attribute__((format(printf, 3, 4))) int ifd__j_rerr(R *r, int rc, const char *fmt, ...);
+/* Stable merge sort: idx[0..n) gets the indices of keys[0..n) in Python's
+ * order (reversed when asked); compare errors are recorded in r. */
+int ifd__j_sort_idx(R *r, const jv *keys, bool reverse, size_t *idx, size_t n);
 int ifd__j_to_json(R *r, ifd_buf_t *b, jv v, const jsonopt_t *o, int level);
 jv ifd__j_to_str(R *r, jv v);
 int ifd__j_to_text(R *r, ifd_buf_t *b, jv v, bool repr);

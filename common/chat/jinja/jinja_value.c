@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "jinja_rt.h"
+#include "utf8.h"
 
 __attribute__((format(printf, 3, 4))) int ifd__j_rerr(R *r, int rc, const char *fmt, ...)
 {
@@ -46,8 +47,31 @@ void *ifd__j_ralloc(R *r, size_t n)
     return p;
 }
 
+bool ifd__j_enter_slow(R *r)
+{
+    ifd__j_rerr(r, IFD_ETOOBIG, "template nested too deeply (over %d levels of evaluation)",
+                r->nest + 1 > IFD_JINJA_MAX_NESTING ? IFD_JINJA_MAX_NESTING : (int)r->nest);
+    return false;
+}
+
+int ifd__j_tick_slow(R *r)
+{
+    if (r->lim.cancel && atomic_load_explicit(r->lim.cancel, memory_order_relaxed))
+        return ifd__j_rerr(r, IFD_ECANCELED, "template rendering canceled");
+    if (r->deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec > r->deadline)
+            return ifd__j_rerr(r, IFD_ETOOBIG, "template rendering took longer than %u ms",
+                               r->lim.max_time_ms);
+    }
+    return 0;
+}
+
 jstr *ifd__j_mkstr(R *r, const char *s, size_t n)
 {
+    if (ifd__j_ticks(r, n >> 6))
+        return NULL;
     jstr *j = ifd__j_ralloc(r, sizeof *j + n + 1);
     if (!j)
         return NULL;
@@ -136,15 +160,48 @@ jv ifd__j_vdict(jdict *d, int t)
     return d ? v : UNDEF;
 }
 
+/* The hash of a dict key: 1, 1.0 and True hash alike, as they are one key in Python. */
+static uint64_t key_hash(jv k)
+{
+    switch (k.t) {
+    case V_STR:
+        return ifd_hash_bytes(k.u.s->s, k.u.s->n);
+    case V_INT:
+    case V_BOOL:
+        return ifd_hash_u64((uint64_t)ifd__j_num_i(k));
+    case V_FLOAT: {
+        double f = k.u.f;
+        if (f == f && f >= -9.2e18 && f <= 9.2e18 && f == (double)(int64_t)f)
+            return ifd_hash_u64((uint64_t)(int64_t)f);
+        uint64_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        return ifd_hash_u64(bits ^ 0x9e3779b97f4a7c15ULL);
+    }
+    default:
+        return 0x5bd1e995u; /* None */
+    }
+}
+
+static bool key_is_str(jv k, const char *s, size_t n)
+{
+    return k.t == V_STR && k.u.s->n == n && memcmp(k.u.s->s, s, n) == 0;
+}
+
 jv *ifd__j_dict_find(const jdict *d, const char *k, size_t n)
 {
+    if (d->idx.slots) {
+        uint64_t h = ifd_hash_bytes(k, n);
+        uint32_t it = ifd_hash_first(&d->idx, h);
+        for (int32_t i; (i = ifd_hash_next(&d->idx, h, &it)) >= 0;)
+            if (key_is_str(d->k[i], k, n))
+                return &d->v[i];
+        return NULL;
+    }
     for (size_t i = 0; i < d->n; i++)
-        if (d->k[i].t == V_STR && d->k[i].u.s->n == n && memcmp(d->k[i].u.s->s, k, n) == 0)
+        if (key_is_str(d->k[i], k, n))
             return &d->v[i];
     return NULL;
 }
-
-bool ifd__j_equal(jv a, jv b);
 
 bool ifd__j_hashable(jv k)
 {
@@ -152,25 +209,64 @@ bool ifd__j_hashable(jv k)
 }
 
 /* Lookup by any hashable key (1, 1.0 and True are the same key, as in Python). */
-jv *ifd__j_dict_findv(const jdict *d, jv k)
+jv *ifd__j_dict_findv(R *r, const jdict *d, jv k)
 {
     if (k.t == V_STR)
         return ifd__j_dict_find(d, k.u.s->s, k.u.s->n);
     if (!ifd__j_hashable(k))
         return NULL;
+    if (d->idx.slots) {
+        uint64_t h = key_hash(k);
+        uint32_t it = ifd_hash_first(&d->idx, h);
+        for (int32_t i; (i = ifd_hash_next(&d->idx, h, &it)) >= 0;)
+            if (d->k[i].t != V_STR && ifd__j_equal(r, d->k[i], k))
+                return &d->v[i];
+        return NULL;
+    }
     for (size_t i = 0; i < d->n; i++)
-        if (d->k[i].t != V_STR && ifd__j_equal(d->k[i], k))
+        if (d->k[i].t != V_STR && ifd__j_equal(r, d->k[i], k))
             return &d->v[i];
     return NULL;
 }
 
+/* Builds d's hash index (d has IFD__JDICT_INDEX_AT entries), or adds entry i to it. */
+static int dict_index(R *r, jdict *d, size_t i)
+{
+    size_t before = d->idx.slots ? ((size_t)d->idx.mask + 1) * sizeof *d->idx.slots : 0;
+    if (!d->idx.slots) {
+        if (ifd_hash_init(&d->idx, 2 * IFD__JDICT_INDEX_AT))
+            return ifd__j_rerr(r, IFD_ENOMEM, "out of memory");
+        d->next_indexed = r->indexed;
+        r->indexed = d;
+        for (size_t j = 0; j < i; j++)
+            if (ifd_hash_insert(&d->idx, key_hash(d->k[j]), (int32_t)j))
+                return ifd__j_rerr(r, IFD_ENOMEM, "out of memory");
+    }
+    if (i > INT32_MAX || ifd_hash_insert(&d->idx, key_hash(d->k[i]), (int32_t)i))
+        return ifd__j_rerr(r, IFD_ENOMEM, "out of memory");
+    r->index_bytes += ((size_t)d->idx.mask + 1) * sizeof *d->idx.slots - before;
+    if (r->A.total + r->index_bytes > r->lim.max_memory)
+        return ifd__j_rerr(r, IFD_ETOOBIG,
+                           "template rendering needs more than %zu bytes of memory",
+                           r->lim.max_memory);
+    return 0;
+}
+
+void ifd__j_dict_clear(jdict *d)
+{
+    d->n = 0;
+    ifd_hash_clear(&d->idx);
+}
+
 int ifd__j_dict_setv(R *r, jdict *d, jv k, jv v)
 {
-    jv *e = ifd__j_dict_findv(d, k);
+    jv *e = ifd__j_dict_findv(r, d, k);
     if (e) {
         *e = v;
         return 0;
     }
+    if (r->rc)
+        return r->rc;
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 8;
         jv *nk = ifd__j_ralloc(r, cap * sizeof *nk);
@@ -186,7 +282,10 @@ int ifd__j_dict_setv(R *r, jdict *d, jv k, jv v)
         d->cap = cap;
     }
     d->k[d->n] = k;
-    d->v[d->n++] = v;
+    d->v[d->n] = v;
+    if ((d->idx.slots || d->n + 1 >= IFD__JDICT_INDEX_AT) && dict_index(r, d, d->n))
+        return r->rc;
+    d->n++;
     return 0;
 }
 
@@ -201,12 +300,25 @@ int ifd__j_dict_setc(R *r, jdict *d, const char *k, jv v)
     return s ? ifd__j_dict_set(r, d, s, v) : r->rc;
 }
 
+static jv from_json(R *r, const json_t *j, int depth);
+
 jv ifd__j_from_json(R *r, const json_t *j, int depth)
 {
     if (depth > 512) {
         ifd__j_rerr(r, IFD_ETOOBIG, "context nested too deeply");
         return UNDEF;
     }
+    if (!ifd__j_enter(r))
+        return UNDEF;
+    jv v = from_json(r, j, depth);
+    ifd__j_leave(r);
+    return v;
+}
+
+static jv from_json(R *r, const json_t *j, int depth)
+{
+    if (ifd__j_tick(r))
+        return UNDEF;
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
         jdict *d = ifd__j_mkdict(r);
@@ -253,31 +365,20 @@ jv ifd__j_from_json(R *r, const json_t *j, int depth)
 
 /* ---- UTF-8 and Python string helpers --------------------------------------------------- */
 
-/* Length of the UTF-8 sequence at s (1 for an invalid byte). */
+/* Length of the UTF-8 sequence at s (1 for an invalid byte: each byte of an
+ * invalid sequence counts as one character, as the text is passed through). */
 size_t ifd__j_u8len(const unsigned char *s, size_t n)
 {
-    unsigned c = s[0];
-    size_t l = c < 0x80             ? 1
-               : (c & 0xE0) == 0xC0 ? 2
-               : (c & 0xF0) == 0xE0 ? 3
-               : (c & 0xF8) == 0xF0 ? 4
-                                    : 1;
-    if (l > n)
-        return 1;
-    for (size_t i = 1; i < l; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 1;
-    return l;
+    int c = ifd_utf8_check(s, n);
+    return c > 0 ? (size_t)c : 1;
 }
 
+/* The code point of the l-byte sequence at s (l from ifd__j_u8len). */
 uint32_t ifd__j_u8cp(const unsigned char *s, size_t l)
 {
-    if (l == 1)
-        return s[0];
-    uint32_t cp = s[0] & (0xFF >> (l + 1));
-    for (size_t i = 1; i < l; i++)
-        cp = (cp << 6) | (s[i] & 0x3Fu);
-    return cp;
+    size_t len;
+    uint32_t cp = ifd_utf8_get(s, l, &len);
+    return cp == 0xFFFFFFFFu ? s[0] : cp;
 }
 
 size_t ifd__j_u8count(const char *s, size_t n)
@@ -365,7 +466,7 @@ bool ifd__j_alpha_c(char c)
 
 int ifd__j_put(R *r, ifd_buf_t *b, const char *s, size_t n)
 {
-    if (r->rc)
+    if (ifd__j_ticks(r, n >> 6))
         return r->rc;
     if (b->len + n > r->lim.max_output)
         return ifd__j_rerr(r, IFD_ETOOBIG, "template output larger than %zu bytes",
@@ -474,8 +575,19 @@ static int repr_str(R *r, ifd_buf_t *b, const jstr *s)
     return ifd__j_put(r, b, &q, 1);
 }
 
+static int to_text(R *r, ifd_buf_t *b, jv v, bool repr);
+
 /* str(v) (repr=false) or repr(v) into b. */
 int ifd__j_to_text(R *r, ifd_buf_t *b, jv v, bool repr)
+{
+    if (ifd__j_tick(r) || !ifd__j_enter(r))
+        return r->rc;
+    int rc = to_text(r, b, v, repr);
+    ifd__j_leave(r);
+    return rc;
+}
+
+static int to_text(R *r, ifd_buf_t *b, jv v, bool repr)
 {
     char num[64];
     switch (v.t) {
@@ -604,25 +716,54 @@ static int keycmp(const void *a, const void *b)
 
 int ifd__j_compare(R *r, jv a, jv b, int *out);
 
-/* Insertion sort of key indices (json.dumps(sort_keys=True); dicts are small). */
-static void sort_keys_idx(R *r, const jdict *d, size_t *idx)
+static void sort_idx_rec(R *r, const jv *keys, bool reverse, size_t *idx, size_t *tmp, size_t n)
 {
-    for (size_t i = 1; i < d->n && !r->rc; i++) {
-        size_t x = idx[i], j = i;
-        int c = 0;
-        while (j > 0 && !ifd__j_compare(r, d->k[idx[j - 1]], d->k[x], &c) && c > 0) {
-            idx[j] = idx[j - 1];
-            j--;
-        }
-        idx[j] = x;
+    if (n < 2 || r->rc)
+        return;
+    size_t h = n / 2;
+    sort_idx_rec(r, keys, reverse, idx, tmp, h);
+    sort_idx_rec(r, keys, reverse, idx + h, tmp, n - h);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n) {
+        int cmp = 0;
+        ifd__j_compare(r, keys[idx[j]], keys[idx[i]], &cmp);
+        if (reverse)
+            cmp = -cmp;
+        tmp[k++] = cmp < 0 ? idx[j++] : idx[i++];
     }
+    while (i < h)
+        tmp[k++] = idx[i++];
+    while (j < n)
+        tmp[k++] = idx[j++];
+    memcpy(idx, tmp, n * sizeof *idx);
 }
+
+int ifd__j_sort_idx(R *r, const jv *keys, bool reverse, size_t *idx, size_t n)
+{
+    size_t *tmp = ifd__j_ralloc(r, (n + 1) * sizeof *tmp);
+    for (size_t i = 0; tmp && i < n; i++)
+        idx[i] = i;
+    if (tmp)
+        sort_idx_rec(r, keys, reverse, idx, tmp, n);
+    return r->rc;
+}
+
+static int to_json(R *r, ifd_buf_t *b, jv v, const jsonopt_t *o, int level);
 
 int ifd__j_to_json(R *r, ifd_buf_t *b, jv v, const jsonopt_t *o, int level)
 {
-    char num[64];
     if (level > 512)
         return ifd__j_rerr(r, IFD_ETOOBIG, "tojson: value nested too deeply");
+    if (ifd__j_tick(r) || !ifd__j_enter(r))
+        return r->rc;
+    int rc = to_json(r, b, v, o, level);
+    ifd__j_leave(r);
+    return rc;
+}
+
+static int to_json(R *r, ifd_buf_t *b, jv v, const jsonopt_t *o, int level)
+{
+    char num[64];
     switch (v.t) {
     case V_NONE:
         return puts_(r, b, "null");
@@ -664,8 +805,8 @@ int ifd__j_to_json(R *r, ifd_buf_t *b, jv v, const jsonopt_t *o, int level)
             return r->rc;
         for (size_t i = 0; i < d->n; i++)
             idx[i] = i;
-        if (o->sort_keys)
-            sort_keys_idx(r, d, idx);
+        if (o->sort_keys && ifd__j_sort_idx(r, d->k, false, idx, d->n))
+            return r->rc;
         puts_(r, b, "{");
         for (size_t i = 0; i < d->n && !r->rc; i++) {
             jv k = d->k[idx[i]];
@@ -742,7 +883,19 @@ static bool str_eq(const jstr *a, const jstr *b)
     return a->n == b->n && memcmp(a->s, b->s, a->n) == 0;
 }
 
-bool ifd__j_equal(jv a, jv b)
+static bool equal(R *r, jv a, jv b);
+
+/* a == b as Python compares (an error recorded in r, e.g. nesting, gives false). */
+bool ifd__j_equal(R *r, jv a, jv b)
+{
+    if (ifd__j_tick(r) || !ifd__j_enter(r))
+        return false;
+    bool eq = equal(r, a, b);
+    ifd__j_leave(r);
+    return eq && !r->rc;
+}
+
+static bool equal(R *r, jv a, jv b)
 {
     if (ifd__j_is_num(a) && ifd__j_is_num(b)) {
         if (a.t != V_FLOAT && b.t != V_FLOAT)
@@ -761,15 +914,15 @@ bool ifd__j_equal(jv a, jv b)
         if (a.u.l->n != b.u.l->n)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!ifd__j_equal(a.u.l->v[i], b.u.l->v[i]))
+            if (!ifd__j_equal(r, a.u.l->v[i], b.u.l->v[i]))
                 return false;
         return true;
     case V_DICT:
         if (a.u.d->n != b.u.d->n)
             return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
-            jv *o = ifd__j_dict_findv(b.u.d, a.u.d->k[i]);
-            if (!o || !ifd__j_equal(a.u.d->v[i], *o))
+            jv *o = ifd__j_dict_findv(r, b.u.d, a.u.d->k[i]);
+            if (!o || !ifd__j_equal(r, a.u.d->v[i], *o))
                 return false;
         }
         return true;
@@ -792,8 +945,20 @@ const char *ifd__j_type_name(jv v)
     return names[v.t];
 }
 
+static int compare(R *r, jv a, jv b, int *out);
+
 /* Python a < b etc. (*out: -1, 0, 1). Returns 0 or an error. */
 int ifd__j_compare(R *r, jv a, jv b, int *out)
+{
+    *out = 0;
+    if (ifd__j_tick(r) || !ifd__j_enter(r))
+        return r->rc;
+    int rc = compare(r, a, b, out);
+    ifd__j_leave(r);
+    return rc;
+}
+
+static int compare(R *r, jv a, jv b, int *out)
 {
     if (ifd__j_is_num(a) && ifd__j_is_num(b)) {
         if (a.t != V_FLOAT && b.t != V_FLOAT) {
@@ -812,8 +977,10 @@ int ifd__j_compare(R *r, jv a, jv b, int *out)
     }
     if (a.t == V_LIST && b.t == V_LIST) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
-            if (ifd__j_equal(a.u.l->v[i], b.u.l->v[i]))
+            if (ifd__j_equal(r, a.u.l->v[i], b.u.l->v[i]))
                 continue;
+            if (r->rc)
+                return r->rc;
             return ifd__j_compare(r, a.u.l->v[i], b.u.l->v[i], out);
         }
         *out = (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
@@ -859,6 +1026,8 @@ jlist *ifd__j_iter_list(R *r, jv v)
 
 int ifd__j_count_iter(R *r)
 {
+    if (ifd__j_tick(r))
+        return r->rc;
     if (++r->iters > r->lim.max_iters)
         return ifd__j_rerr(r, IFD_ETOOBIG, "template runs more than %llu loop iterations",
                            (unsigned long long)r->lim.max_iters);
@@ -993,7 +1162,7 @@ jv ifd__j_get_item(R *r, jv o, jv k)
                 return *e;
             return o.t == V_DICT ? ifd__j_get_attr(r, o, k.u.s->s, k.u.s->n) : UNDEF;
         }
-        jv *e = ifd__j_dict_findv(o.u.d, k);
+        jv *e = ifd__j_dict_findv(r, o.u.d, k);
         return e ? *e : UNDEF;
     }
     if (o.t == V_LIST && o.u.l->gen) {
@@ -1298,13 +1467,13 @@ bool ifd__j_contains(R *r, jv hay, jv needle)
         }
         if (!needle.u.s->n)
             return true;
-        for (size_t i = 0; i + needle.u.s->n <= hay.u.s->n; i++)
-            if (memcmp(hay.u.s->s + i, needle.u.s->s, needle.u.s->n) == 0)
-                return true;
-        return false;
+        /* memmem is linear (two-way); the scan counts as work for the time budget */
+        if (ifd__j_ticks(r, hay.u.s->n >> 6))
+            return false;
+        return memmem(hay.u.s->s, hay.u.s->n, needle.u.s->s, needle.u.s->n) != NULL;
     case V_LIST:
-        for (size_t i = 0; i < hay.u.l->n; i++)
-            if (ifd__j_equal(hay.u.l->v[i], needle))
+        for (size_t i = 0; i < hay.u.l->n && !r->rc; i++)
+            if (ifd__j_equal(r, hay.u.l->v[i], needle))
                 return true;
         return false;
     case V_DICT:
@@ -1313,7 +1482,7 @@ bool ifd__j_contains(R *r, jv hay, jv needle)
             ifd__j_rerr(r, IFD_EINVAL, "unhashable type: '%s'", ifd__j_type_name(needle));
             return false;
         }
-        return ifd__j_dict_findv(hay.u.d, needle) != NULL;
+        return ifd__j_dict_findv(r, hay.u.d, needle) != NULL;
     case V_UNDEF:
         return false;
     default:
@@ -1327,9 +1496,9 @@ jv ifd__j_binop(R *r, int op, jv a, jv b)
     int c;
     switch (op) {
     case IFD__OP_EQ:
-        return ifd__j_vbool(ifd__j_equal(a, b));
+        return ifd__j_vbool(ifd__j_equal(r, a, b));
     case IFD__OP_NE:
-        return ifd__j_vbool(!ifd__j_equal(a, b));
+        return ifd__j_vbool(!ifd__j_equal(r, a, b));
     case IFD__OP_LT:
     case IFD__OP_LE:
     case IFD__OP_GT:
