@@ -14,7 +14,10 @@
 # at a time.
 # Environment: BUILD_DIR, ASAN_DIR, TSAN_DIR (default build, build-asan,
 # build-tsan), JOBS (build and ctest jobs, default nproc), CI (warnings
-# become errors), INFERD_VENV (the Python test tools, see deploy/install-deps.sh).
+# become errors), INFERD_VENV (the Python test tools, see deploy/install-deps.sh),
+# INFERD_OFFLINE=1 (do not fetch the models: the model tests then skip, loudly).
+# The models the tests need (the default SmolLM2 and Gemma 3 270M) are fetched
+# first (deploy/fetch-model.sh: nothing to do when they are present and verified).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,6 +32,16 @@ if [ -x "$venv/bin/python" ]; then
     export INFERD_PYTHON="$venv/bin/python"
 else
     echo "test.sh: no Python venv at $venv (deploy/install-deps.sh makes it); Python tests will skip" >&2
+fi
+
+if [ "${INFERD_OFFLINE:-0}" != 1 ]; then
+    for m in smollm2 gemma3; do
+        bash deploy/fetch-model.sh "$m" || {
+            echo "test.sh: fetching the model '$m' failed (set INFERD_OFFLINE=1 to run without it:" \
+                 "its tests skip)" >&2
+            exit 1
+        }
+    done
 fi
 
 # ---- ASan+UBSan: every unit and integration test, but those listed here -------------------
