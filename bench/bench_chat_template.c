@@ -66,7 +66,7 @@ static int bench_one(const char *label, const ifd_chat_params_t *p, const json_t
     static const int lens[] = {2, 20, 200};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         json_t *msgs = conversation(lens[k]);
-        ifd_chat_request_t req = {msgs, tools, NULL, true};
+        ifd_chat_request_t req = {.messages = msgs, .tools = tools, .add_generation_prompt = true};
         double *us = malloc((size_t)runs * sizeof *us);
         size_t bytes = 0;
         int rc = 0;

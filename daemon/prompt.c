@@ -188,7 +188,8 @@ static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
             json_object_set_new(m, "role", json_string("system"));
     }
     json_t *vars = ifd__template_vars(rq);
-    ifd_chat_request_t cr = {msgs, tools, vars, rq->add_generation_prompt};
+    ifd_chat_request_t cr = {.messages = msgs, .tools = tools, .vars = vars,
+                             .add_generation_prompt = rq->add_generation_prompt};
     int rc = ifd_chat_render_request(api->tpl, &cr, pr, err, errlen);
     json_decref(msgs);
     json_decref(tools);

@@ -821,18 +821,17 @@ static const ifd__special_t *ifd__special_at(const ifd_chat_template_t *t, const
     return NULL;
 }
 
-/* Rewrites one JSON string in place when it holds protected texts. */
-static int ifd__protect_string(const ifd_chat_template_t *t, ifd__ph_t *ph, json_t *j)
+/* Appends s[0..n) to b with every protected text replaced by a placeholder
+ * (recorded in ph); *changed tells whether there was one. 0 or IFD_ENOMEM. */
+static int ifd__protect_text(const ifd_chat_template_t *t, ifd__ph_t *ph, const char *s, size_t n,
+                             ifd_buf_t *b, bool *changed)
 {
-    const char *s = json_string_value(j);
-    size_t n = json_string_length(j);
-    ifd_buf_t b = IFD_BUF_INIT;
-    bool changed = false;
+    *changed = false;
     for (size_t i = 0; i < n;) {
         const ifd__special_t *sp = ifd__special_at(t, s + i, n - i);
         if (!sp) {
-            if (ifd_buf_append(&b, s + i, 1))
-                goto nomem;
+            if (ifd_buf_append(b, s + i, 1))
+                return IFD_ENOMEM;
             i++;
             continue;
         }
@@ -840,31 +839,78 @@ static int ifd__protect_string(const ifd_chat_template_t *t, ifd__ph_t *ph, json
             size_t cap = ph->cap ? ph->cap * 2 : 16;
             const char **no = realloc(ph->orig, cap * sizeof *no);
             if (!no)
-                goto nomem;
+                return IFD_ENOMEM;
             ph->orig = no;
             size_t *nl = realloc(ph->olen, cap * sizeof *nl);
             if (!nl)
-                goto nomem;
+                return IFD_ENOMEM;
             ph->olen = nl;
             ph->cap = cap;
         }
         /* the tokenizer's own text: it outlives rendering */
         ph->orig[ph->n] = sp->s;
         ph->olen[ph->n] = sp->n;
-        if (ifd_buf_printf(&b, "%s%08zu", ph->prefix, ph->n))
-            goto nomem;
+        if (ifd_buf_printf(b, "%s%08zu", ph->prefix, ph->n))
+            return IFD_ENOMEM;
         ph->n++;
-        changed = true;
+        *changed = true;
         i += sp->n;
     }
-    int rc = changed && json_string_setn(j, b.data, b.len) ? IFD_ENOMEM : 0;
-    ifd_buf_free(&b);
-    return rc;
-nomem:
-    ifd_buf_free(&b);
-    return IFD_ENOMEM;
+    return 0;
 }
 
+/* Rewrites one JSON string in place when it holds protected texts. */
+static int ifd__protect_string(const ifd_chat_template_t *t, ifd__ph_t *ph, json_t *j)
+{
+    ifd_buf_t b = IFD_BUF_INIT;
+    bool changed;
+    int rc = ifd__protect_text(t, ph, json_string_value(j), json_string_length(j), &b, &changed);
+    if (!rc && changed && json_string_setn(j, b.data, b.len))
+        rc = IFD_ENOMEM;
+    ifd_buf_free(&b);
+    return rc;
+}
+
+/* An object's keys, protected: when one holds a protected text the object's
+ * members move to new keys (order kept). Keys reach the output when a
+ * template prints a dict (chat_template_kwargs, documents' metadata). */
+static int ifd__protect_keys(const ifd_chat_template_t *t, ifd__ph_t *ph, json_t *o)
+{
+    const char *k;
+    json_t *v;
+    bool any = false;
+    json_object_foreach(o, k, v)
+    {
+        for (size_t i = 0, n = strlen(k); i < n && !any; i++)
+            any = ifd__special_at(t, k + i, n - i) != NULL;
+    }
+    if (!any)
+        return 0;
+    json_t *copy = json_copy(o);
+    if (!copy || json_object_clear(o)) {
+        json_decref(copy);
+        return IFD_ENOMEM;
+    }
+    int rc = 0;
+    ifd_buf_t b = IFD_BUF_INIT;
+    json_object_foreach(copy, k, v)
+    {
+        bool changed;
+        ifd_buf_clear(&b);
+        if ((rc = ifd__protect_text(t, ph, k, strlen(k), &b, &changed)) ||
+            ifd_buf_append(&b, "", 1) || json_object_set(o, b.data, v)) {
+            rc = rc ? rc : IFD_ENOMEM;
+            break;
+        }
+    }
+    ifd_buf_free(&b);
+    json_decref(copy);
+    return rc;
+}
+
+/* Protects every string of a client value (messages, tools, template
+ * variables, documents): values and object keys. Recursion is bounded by
+ * the JSON parser's depth limit. */
 static int ifd__protect(const ifd_chat_template_t *t, ifd__ph_t *ph, json_t *j)
 {
     const char *k;
@@ -881,6 +927,8 @@ static int ifd__protect(const ifd_chat_template_t *t, ifd__ph_t *ph, json_t *j)
         }
         return 0;
     case JSON_OBJECT:
+        if ((rc = ifd__protect_keys(t, ph, j)))
+            return rc;
         json_object_foreach(j, k, v)
         {
             if ((rc = ifd__protect(t, ph, v)))
@@ -1007,46 +1055,26 @@ static int ifd__restore(const ifd__ph_t *ph, const char *text, size_t n, ifd__rb
     return b->err;
 }
 
-static int ifd__render_jinja(const ifd_chat_template_t *t, const ifd_chat_request_t *req,
-                             ifd_chat_prompt_t *out, char *errbuf, size_t errlen)
+/* Variables the server supplies: a client's chat_template_kwargs cannot set
+ * them unless ifd_chat_request_t.vars_may_override says so. */
+static const char *const ifd__server_vars[] = {"bos_token", "eos_token", "unk_token", "pad_token",
+                                               "date_string"};
+
+/* The rendering context: the client's variables (protected, server-owned
+ * ones dropped), then what the server supplies, then messages, tools and
+ * add_generation_prompt, which nothing overrides. Takes ownership of vars. */
+static int ifd__jinja_ctx(const ifd_chat_template_t *t, const ifd_chat_request_t *req,
+                          json_t *msgs, json_t *tools, json_t *vars, json_t *ctx)
 {
     int rc = 0;
-    ifd__ph_t ph = {0};
-    char *text = NULL, *dump = NULL;
-    size_t tlen = 0;
-    json_t *ctx = json_object();
-    json_t *msgs = json_deep_copy(req->messages);
-    json_t *tools = req->tools && !json_is_null(req->tools) ? json_deep_copy(req->tools) : json_null();
-    if (!ctx || !msgs || !tools) {
+    if (!req->vars_may_override)
+        for (size_t i = 0; i < sizeof ifd__server_vars / sizeof ifd__server_vars[0]; i++)
+            json_object_del(vars, ifd__server_vars[i]);
+    if (json_object_update(ctx, vars))
         rc = IFD_ENOMEM;
-        goto done;
-    }
-    size_t i;
-    json_t *m;
-    json_array_foreach(msgs, i, m)
-    {
-        if ((rc = ifd__norm_message(m, i, errbuf, errlen)))
-            goto done;
-    }
-    if (t->n_specials) {
-        json_t *both = json_pack("[OO]", msgs, tools);
-        dump = both ? json_dumps(both, JSON_COMPACT) : NULL;
-        json_decref(both);
-        if (!dump) {
-            rc = IFD_ENOMEM;
-            goto done;
-        }
-        ifd__pick_prefix(t, dump, strlen(dump), &ph);
-        if ((rc = ifd__protect(t, &ph, msgs)) || (rc = ifd__protect(t, &ph, tools)))
-            goto done;
-    }
-    if (req->vars && json_is_object(req->vars) && json_object_update(ctx, (json_t *)req->vars)) {
-        rc = IFD_ENOMEM;
-        goto done;
-    }
-    if (t->has_date && !json_object_get(ctx, "date_string") &&
-        json_object_set_new(ctx, "date_string", json_string(t->date)))
-        rc = IFD_ENOMEM;
+    json_decref(vars);
+    if (t->has_date && !json_object_get(ctx, "date_string"))
+        rc = rc ? rc : json_object_set_new(ctx, "date_string", json_string(t->date));
     if (!json_object_get(ctx, "bos_token"))
         rc = rc ? rc : json_object_set_new(ctx, "bos_token", json_string(t->bos_text));
     if (!json_object_get(ctx, "eos_token"))
@@ -1054,11 +1082,68 @@ static int ifd__render_jinja(const ifd_chat_template_t *t, const ifd_chat_reques
     if (!json_object_get(ctx, "documents")) /* vars may carry the request's documents */
         rc = rc ? rc : json_object_set_new(ctx, "documents", json_null());
     if (rc || json_object_set(ctx, "messages", msgs) || json_object_set(ctx, "tools", tools) ||
-        json_object_set_new(ctx, "add_generation_prompt", json_boolean(req->add_generation_prompt))) {
+        json_object_set_new(ctx, "add_generation_prompt", json_boolean(req->add_generation_prompt)))
+        return IFD_ENOMEM;
+    return 0;
+}
+
+/* Replaces the special-token texts of every client string (messages, tools,
+ * variables and documents, keys included) by placeholders (ph). */
+static int ifd__protect_request(const ifd_chat_template_t *t, json_t *msgs, json_t *tools,
+                                json_t *vars, ifd__ph_t *ph)
+{
+    if (!t->n_specials)
+        return 0;
+    json_t *all = json_pack("[OOO]", msgs, tools, vars);
+    char *dump = all ? json_dumps(all, JSON_COMPACT) : NULL;
+    json_decref(all);
+    if (!dump)
+        return IFD_ENOMEM;
+    ifd__pick_prefix(t, dump, strlen(dump), ph);
+    free(dump);
+    int rc;
+    if ((rc = ifd__protect(t, ph, msgs)) || (rc = ifd__protect(t, ph, tools)) ||
+        (rc = ifd__protect(t, ph, vars)))
+        return rc;
+    return 0;
+}
+
+static int ifd__render_jinja(const ifd_chat_template_t *t, const ifd_chat_request_t *req,
+                             ifd_chat_prompt_t *out, char *errbuf, size_t errlen)
+{
+    int rc = 0;
+    ifd__ph_t ph = {0};
+    char *text = NULL;
+    size_t tlen = 0;
+    json_t *ctx = json_object();
+    json_t *msgs = json_deep_copy(req->messages);
+    json_t *tools = req->tools && !json_is_null(req->tools) ? json_deep_copy(req->tools) : json_null();
+    json_t *vars = req->vars && json_is_object(req->vars) ? json_deep_copy(req->vars) : json_object();
+    if (!ctx || !msgs || !tools || !vars) {
+        json_decref(vars);
         rc = IFD_ENOMEM;
         goto done;
     }
-    rc = ifd_jinja_render(t->jinja, ctx, NULL, &text, &tlen, errbuf, errlen);
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        if ((rc = ifd__norm_message(m, i, errbuf, errlen))) {
+            json_decref(vars);
+            goto done;
+        }
+    }
+    if ((rc = ifd__protect_request(t, msgs, tools, vars, &ph))) {
+        json_decref(vars);
+        goto done;
+    }
+    if ((rc = ifd__jinja_ctx(t, req, msgs, tools, vars, ctx)))
+        goto done;
+    ifd_jinja_limits_t lim = ifd_jinja_default_limits();
+    if (req->max_time_ms)
+        lim.max_time_ms = req->max_time_ms;
+    lim.cancel = req->cancel;
+    rc = ifd_jinja_render(t->jinja, ctx, &lim, &text, &tlen, errbuf, errlen);
     if (rc)
         goto done;
     ifd__rb_t b = {0};
@@ -1074,7 +1159,6 @@ static int ifd__render_jinja(const ifd_chat_template_t *t, const ifd_chat_reques
     out->n_content = b.nsp;
 done:
     free(text);
-    free(dump);
     free(ph.orig);
     free(ph.olen);
     json_decref(ctx);
@@ -1164,7 +1248,8 @@ int ifd_chat_render_msgs(const ifd_chat_template_t *t, const ifd_chat_msg_t *msg
         }
     }
     if (!rc) {
-        ifd_chat_request_t req = {arr, NULL, vars, add_generation_prompt};
+        ifd_chat_request_t req = {.messages = arr, .vars = vars,
+                                  .add_generation_prompt = add_generation_prompt};
         rc = ifd_chat_render_request(t, &req, out, errbuf, errlen);
     }
     json_decref(arr);

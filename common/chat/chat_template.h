@@ -19,7 +19,8 @@
  *
  * Special-token forgery: before a Jinja template renders, every occurrence
  * of a control token's text (CONTROL/UNKNOWN vocabulary entries, e.g.
- * "<|im_start|>") inside request strings — message fields, tools — is
+ * "<|im_start|>") inside request strings — message fields, tools, template
+ * variables (chat_template_kwargs) and documents, object keys included — is
  * replaced by a digit placeholder, and restored after rendering; the
  * restored ranges become the prompt's plain spans. The built-in families mark
  * every role and content as plain. ifd_chat_tokenize parses special tokens
@@ -37,6 +38,7 @@
 #define IFD_CHAT_TEMPLATE_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -166,14 +168,24 @@ int ifd_chat_render_msgs(const ifd_chat_template_t *tpl, const ifd_chat_msg_t *m
  * tools: array of {"type": "function", "function": {"name", "description",
  *   "parameters"}} as in the request, or NULL (the template sees none).
  * vars: object of extra template variables (vLLM's chat_template_kwargs:
- *   enable_thinking, …), or NULL. They cannot replace messages, tools or
- *   add_generation_prompt.
+ *   enable_thinking, …, and the request's documents), or NULL. They cannot
+ *   replace messages, tools or add_generation_prompt, nor — unless
+ *   vars_may_override — the variables the server supplies (bos_token,
+ *   eos_token, unk_token, pad_token, date_string: dropped from vars).
+ *   Their strings, like the messages' and tools', are protected against
+ *   special-token forgery (keys too): "<|im_start|>" in a kwarg renders as
+ *   plain text, never as a control token.
+ * max_time_ms, cancel: the Jinja rendering's wall-time budget (0: the
+ *   library's default, 10 s) and cancel flag (NULL: none; see jinja.h).
  */
 typedef struct {
     const json_t *messages;
     const json_t *tools;
     const json_t *vars;
     bool add_generation_prompt;
+    bool vars_may_override;
+    unsigned max_time_ms;
+    const atomic_int *cancel;
 } ifd_chat_request_t;
 
 /*

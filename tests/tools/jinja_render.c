@@ -79,8 +79,13 @@ static int run_model(const char *model, json_t *cases)
                                            "pad_token", "documents", NULL};
         for (int k = 0; drop[k]; k++)
             json_object_del(vars, drop[k]);
-        ifd_chat_request_t req = {json_object_get(c, "messages"), json_object_get(c, "tools"),
-                                  vars, json_is_true(json_object_get(c, "add_generation_prompt"))};
+        /* the case's date_string reaches the template, as in transformers */
+        ifd_chat_request_t req = {
+            .messages = json_object_get(c, "messages"),
+            .tools = json_object_get(c, "tools"),
+            .vars = vars,
+            .add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
+            .vars_may_override = true};
         ifd_chat_prompt_t pr;
         int rc = ifd_chat_render_request(tpl, &req, &pr, err, sizeof err);
         if (rc)
