@@ -89,3 +89,16 @@ size_t ifd_utf8_sanitize(char *out, const char *in, size_t n)
     }
     return o;
 }
+
+size_t ifd_utf8_count(const char *in, size_t n)
+{
+    const uint8_t *p = (const uint8_t *)in;
+    size_t i = 0, chars = 0;
+    while (i < n) {
+        int k = ifd_utf8_check(p + i, n - i);
+        /* the steps of ifd_utf8_sanitize: a character, or one replaced subpart */
+        i += k > 0 ? (size_t)k : k < 0 ? (size_t)-k : n - i;
+        chars++;
+    }
+    return chars;
+}

@@ -1,7 +1,8 @@
 /*
  * utf8.h — the UTF-8 primitives every text path shares (tokenizer, grammar,
  * Jinja string literals, the OpenAI response sanitizer): validate one
- * sequence, decode one code point, encode one code point.
+ * sequence, decode one code point, encode one code point; sanitize a text
+ * and count its characters.
  *
  * Pure functions on caller memory: no allocation, no state, thread-safe.
  * Validation follows Unicode's "maximal subpart" rule (as Python's
@@ -34,5 +35,9 @@ size_t ifd_utf8_put(uint8_t *out, uint32_t cp);
  * by U+FFFD (one per maximal subpart, as Python's errors="replace"); out has
  * room for 3 * n bytes. Returns the bytes written (no terminator). */
 size_t ifd_utf8_sanitize(char *out, const char *in, size_t n);
+
+/* The characters ifd_utf8_sanitize writes for in[0..n) (each U+FFFD counts
+ * one): the length OpenAI's text offsets count, without the copy. */
+size_t ifd_utf8_count(const char *in, size_t n);
 
 #endif

@@ -75,65 +75,20 @@ void ifd_oai_error_set(ifd_oai_error_t *e, int status, const char *type, const c
 
 /* ---- UTF-8 ------------------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 character at p (n bytes left), or 0 when it is
- * invalid or unfinished; then *skip is the maximal invalid subpart to replace
- * by one U+FFFD (as Python's errors="replace" and WHATWG decoders do). */
-static size_t utf8_char(const unsigned char *p, size_t n, size_t *skip)
-{
-    int k = ifd_utf8_check(p, n);
-    *skip = k > 0 ? 1 : k < 0 ? (size_t)-k : n; /* unfinished: the rest */
-    return k > 0 ? (size_t)k : 0;
-}
-
-/* Appends p[0..n) to b with invalid sequences replaced; *chars counts
- * characters (may be NULL). */
-static int utf8_sanitize(ifd_buf_t *b, const char *p, size_t n, size_t *chars)
-{
-    const unsigned char *u = (const unsigned char *)p;
-    size_t i = 0, count = 0;
-    while (i < n) {
-        size_t skip;
-        size_t len = utf8_char(u + i, n - i, &skip);
-        int rc = len ? ifd_buf_append(b, p + i, len) : ifd_buf_append(b, "\xef\xbf\xbd", 3);
-        if (rc < 0)
-            return rc;
-        i += len ? len : skip;
-        count++;
-    }
-    if (chars)
-        *chars = count;
-    return 0;
-}
-
-/* Characters of p[0..n) after sanitizing. */
-static size_t utf8_count(const char *p, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)p;
-    size_t i = 0, count = 0;
-    while (i < n) {
-        size_t skip;
-        size_t len = utf8_char(u + i, n - i, &skip);
-        i += len ? len : skip;
-        count++;
-    }
-    return count;
-}
-
-/* A JSON string of arbitrary bytes (NULL on OOM). */
+/* A JSON string of arbitrary bytes, invalid UTF-8 replaced by U+FFFD as
+ * common/utf8.h does (NULL on OOM). */
 static json_t *jstr(const char *p, size_t n)
 {
     if (!p || n == 0)
         return json_string("");
     json_t *s = json_stringn(p, n); /* succeeds iff valid UTF-8 */
-    if (s)
+    if (s || n > SIZE_MAX / 3)
         return s;
-    ifd_buf_t b = IFD_BUF_INIT;
-    if (utf8_sanitize(&b, p, n, NULL) < 0) {
-        ifd_buf_free(&b);
+    char *clean = malloc(3 * n); /* what ifd_utf8_sanitize may write at most */
+    if (!clean)
         return NULL;
-    }
-    s = json_stringn_nocheck(b.data, b.len);
-    ifd_buf_free(&b);
+    s = json_stringn_nocheck(clean, ifd_utf8_sanitize(clean, p, n));
+    free(clean);
     return s;
 }
 
@@ -1121,7 +1076,7 @@ static json_t *completion_logprobs(const ifd_oai_logprob_t *lp, size_t n, uint32
         aadd(tokens, jstr(lp[i].bytes, lp[i].len), bad);
         aadd(lps, lp[i].no_logprob ? json_null() : jreal(lp[i].logprob), bad);
         aadd(offs, json_integer((json_int_t)off), bad);
-        off += utf8_count(lp[i].bytes, lp[i].len);
+        off += ifd_utf8_count(lp[i].bytes, lp[i].len);
         if (lp[i].n_top == 0 || lp[i].no_logprob) {
             aadd(tops, json_null(), bad);
             continue;
@@ -1356,7 +1311,7 @@ static int stream_chunk(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choic
         oset(o, "usage", chunk_usage(s, &bad), &bad);
     int rc = emit(out, o, bad, true);
     if (rc == 0)
-        s->text_offset[c->index] += (uint32_t)utf8_count(c->text, c->text_len);
+        s->text_offset[c->index] += (uint32_t)ifd_utf8_count(c->text, c->text_len);
     return rc;
 }
 

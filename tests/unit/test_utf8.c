@@ -157,6 +157,43 @@ START_TEST(test_sanitize_like_python)
 }
 END_TEST
 
+/* Characters of valid UTF-8: the bytes that are not continuation bytes. */
+static size_t lead_bytes(const char *p, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((uint8_t)p[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* ifd_utf8_count is the character count of what ifd_utf8_sanitize writes,
+ * on fixed cases (unfinished tails included) and on random bytes. */
+START_TEST(test_count_matches_sanitize)
+{
+    static const char *const fixed[] = {
+        "",         "plain",    "a\xffz",       "x\xe2\x82", "\xf0\x9f\x98\x41", "\xed\xa0\x80",
+        "\xc3\xa9", "\xc0\xaf", "\xf0\x9f\x98",
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        size_t n = strlen(fixed[i]);
+        char out[64];
+        size_t m = ifd_utf8_sanitize(out, fixed[i], n);
+        ck_assert_msg(ifd_utf8_count(fixed[i], n) == lead_bytes(out, m), "case %zu", i);
+    }
+    srand(11);
+    long bad = 0;
+    for (int t = 0; t < 20000; t++) {
+        char in[16], out[48];
+        size_t n = (size_t)(rand() % 16);
+        for (size_t i = 0; i < n; i++)
+            in[i] = (char)(rand() % 3 ? 0x80 + rand() % 0x80 : rand() % 0x80);
+        size_t m = ifd_utf8_sanitize(out, in, n);
+        bad += ifd_utf8_count(in, n) != lead_bytes(out, m);
+    }
+    ck_assert_msg(bad == 0, "%ld random texts counted differently", bad);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("utf8");
@@ -165,6 +202,7 @@ int main(void)
     tcase_add_test(tc, test_every_scalar_round_trips);
     tcase_add_test(tc, test_invalid_maximal_subpart);
     tcase_add_test(tc, test_sanitize_like_python);
+    tcase_add_test(tc, test_count_matches_sanitize);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
