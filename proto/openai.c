@@ -3,26 +3,28 @@
  * openai.h).
  *
  * Parsing: jansson reads the body; each field is then checked by a small
- * typed getter that names the field's full path in the error, in OpenAI's
- * wording, and copies what it keeps into the request arena, so the JSON
- * tree is freed before returning. Responses are built as jansson trees and
- * dumped compactly (no newlines, so a dump is one SSE data line) straight
- * into the output buffer.
+ * typed getter (oai_json.h) that names the field's full path in the error,
+ * in OpenAI's wording, and copies what it keeps into the request arena, so
+ * the JSON tree is freed before returning. The fields beyond sampling are
+ * openai_ext.c's. Responses are built as jansson trees and dumped compactly
+ * (no newlines, so a dump is one SSE data line) straight into the output
+ * buffer; under meta kind IFD_OAI_RESPONSES the builders hand over to
+ * responses.c (responses_impl.h) after their own argument checks.
  */
 #include "openai.h"
-#include "openai_impl.h"
 
 #include "error.h"
+#include "oai_json.h"
+#include "openai_ext.h"
+#include "responses_impl.h"
 #include "sse.h"
 #include "utf8.h"
 
 #include <jansson.h>
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ---- errors ------------------------------------------------------------------------ */
@@ -54,106 +56,24 @@ static void copy_str(char *dst, size_t cap, const char *src)
     dst[n] = '\0';
 }
 
-static void error_vset(ifd_oai_error_t *e, int status, const char *type, const char *code,
-                       const char *param, const char *fmt, va_list ap)
+void ifd_oai_error_set(ifd_oai_error_t *e, int status, const char *type, const char *code,
+                       const char *param, const char *fmt, ...)
 {
     e->status = status;
     copy_str(e->type, sizeof(e->type), type ? type : ifd_oai_error_type(status));
     copy_str(e->code, sizeof(e->code), code);
     copy_str(e->param, sizeof(e->param), param);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-}
-
-void ifd_oai_error_set(ifd_oai_error_t *e, int status, const char *type, const char *code,
-                       const char *param, const char *fmt, ...)
-{
     va_list ap;
     va_start(ap, fmt);
-    error_vset(e, status, type, code, param, fmt, ap);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
     va_end(ap);
 }
 
-/* ---- UTF-8 ------------------------------------------------------------------------- */
-
-/* A JSON string of arbitrary bytes, invalid UTF-8 replaced by U+FFFD as
- * common/utf8.h does (NULL on OOM). */
-static json_t *jstr(const char *p, size_t n)
-{
-    if (!p || n == 0)
-        return json_string("");
-    json_t *s = json_stringn(p, n); /* succeeds iff valid UTF-8 */
-    if (s || n > SIZE_MAX / 3)
-        return s;
-    char *clean = malloc(3 * n); /* what ifd_utf8_sanitize may write at most */
-    if (!clean)
-        return NULL;
-    s = json_stringn_nocheck(clean, ifd_utf8_sanitize(clean, p, n));
-    free(clean);
-    return s;
-}
-
-/* JSON has no infinities: -inf logprobs become -9999.0 (vLLM's choice). */
-static json_t *jreal(double v)
-{
-    if (!isfinite(v))
-        v = v > 0 ? 9999.0 : -9999.0;
-    return json_real(v);
-}
-
-/* ---- JSON building ------------------------------------------------------------------ */
-
-/* Builders count failed insertions in *bad instead of checking each call. */
-static void oset(json_t *o, const char *key, json_t *v, int *bad)
-{
-    if (!o || !v || json_object_set_new(o, key, v) != 0)
-        (*bad)++;
-}
-
-static void aadd(json_t *a, json_t *v, int *bad)
-{
-    if (!a || !v || json_array_append_new(a, v) != 0)
-        (*bad)++;
-}
-
-static int dump_cb(const char *p, size_t n, void *data)
-{
-    return ifd_buf_append(data, p, n) == 0 ? 0 : -1;
-}
-
-#define DUMP_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
-
-/* Appends j (consumed) to out; on failure out is unchanged. */
-static int emit(ifd_buf_t *out, json_t *j, int bad, bool sse)
-{
-    size_t start = out->len;
-    int rc = 0;
-    if (!j || bad) {
-        rc = IFD_ENOMEM;
-        goto done;
-    }
-    if ((sse && ifd_buf_append(out, "data: ", 6) < 0) ||
-        json_dump_callback(j, dump_cb, out, DUMP_FLAGS) != 0 ||
-        (sse && ifd_buf_append(out, "\n\n", 2) < 0))
-        rc = IFD_ENOMEM;
-done:
-    json_decref(j);
-    if (rc < 0) {
-        out->len = start;
-        if (out->data)
-            out->data[start] = '\0';
-    }
-    return rc;
-}
-
+/* {"error": {message, type, param, code}}: OpenAI's error body. */
 static json_t *error_obj(const ifd_oai_error_t *e, int *bad)
 {
-    json_t *inner = json_object();
-    oset(inner, "message", jstr(e->message, strlen(e->message)), bad); /* may echo raw input */
-    oset(inner, "type", json_string(e->type), bad);
-    oset(inner, "param", e->param[0] ? json_string(e->param) : json_null(), bad);
-    oset(inner, "code", e->code[0] ? json_string(e->code) : json_null(), bad);
     json_t *o = json_object();
-    oset(o, "error", inner, bad);
+    ifd__oai_json_set(o, "error", ifd__oai_json_error(e, bad), bad);
     return o;
 }
 
@@ -161,14 +81,14 @@ int ifd_oai_error_json(ifd_buf_t *out, const ifd_oai_error_t *e)
 {
     int bad = 0;
     json_t *o = error_obj(e, &bad);
-    return emit(out, o, bad, false);
+    return ifd__oai_json_emit(out, o, bad, false);
 }
 
 int ifd_oai_stream_error(ifd_buf_t *out, const ifd_oai_error_t *e)
 {
     int bad = 0;
     json_t *o = error_obj(e, &bad);
-    return emit(out, o, bad, true);
+    return ifd__oai_json_emit(out, o, bad, true);
 }
 
 int ifd_oai_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error_t *e)
@@ -179,174 +99,20 @@ int ifd_oai_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error
     return rc ? rc : ifd_sse_done(out);
 }
 
-json_t *ifd__oai_jstr(const char *p, size_t n)
-{
-    return jstr(p, n);
-}
-
-json_t *ifd__oai_jreal(double v)
-{
-    return jreal(v);
-}
-
-void ifd__oai_oset(json_t *o, const char *key, json_t *v, int *bad)
-{
-    oset(o, key, v, bad);
-}
-
-void ifd__oai_aadd(json_t *a, json_t *v, int *bad)
-{
-    aadd(a, v, bad);
-}
-
 /* ---- request parsing ------------------------------------------------------------------- */
 
-#define PARAM_MAX 128
-
-int ifd__oai_perr(ifd__oai_pctx_t *c, const char *code, const char *param, const char *fmt, ...)
+static int empty_array(ifd__oai_json_ctx_t *c, const char *param)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    error_vset(c->err, 400, "invalid_request_error", code, param, fmt, ap);
-    va_end(ap);
-    return IFD_EINVAL;
-}
-
-int ifd__oai_oom(ifd__oai_pctx_t *c)
-{
-    ifd_oai_error_set(c->err, 500, NULL, NULL, NULL, "out of memory");
-    return IFD_ENOMEM;
-}
-
-const char *ifd__oai_jtype(const json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a decimal number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
-int ifd__oai_bad_type(ifd__oai_pctx_t *c, const char *param, const char *want, const json_t *j)
-{
-    return ifd__oai_perr(c, "invalid_type", param,
-                         "Invalid type for '%s': expected %s, but got %s instead.", param, want,
-                         ifd__oai_jtype(j));
-}
-
-int ifd__oai_missing(ifd__oai_pctx_t *c, const char *param)
-{
-    return ifd__oai_perr(c, "missing_required_parameter", param,
-                         "Missing required parameter: '%s'.", param);
-}
-
-/* The value of key, or NULL when absent or null (null means "not given"). */
-json_t *ifd__oai_get(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return (v && !json_is_null(v)) ? v : NULL;
-}
-
-int ifd__oai_p_number(ifd__oai_pctx_t *c, const json_t *j, const char *param, double lo,
-                      bool lo_open, double hi, float *out)
-{
-    if (!json_is_number(j))
-        return ifd__oai_bad_type(c, param, "a decimal", j);
-    double v = json_number_value(j);
-    if (v < lo || (lo_open && v == lo))
-        return ifd__oai_perr(
-            c, "decimal_below_min_value", param,
-            "Invalid '%s': decimal below minimum value. Expected a value %s %g, but "
-            "got %g instead.",
-            param, lo_open ? ">" : ">=", lo, v);
-    if (v > hi)
-        return ifd__oai_perr(
-            c, "decimal_above_max_value", param,
-            "Invalid '%s': decimal above maximum value. Expected a value <= %g, but "
-            "got %g instead.",
-            param, hi, v);
-    *out = (float)v;
-    return 0;
-}
-
-int ifd__oai_p_int(ifd__oai_pctx_t *c, const json_t *j, const char *param, int64_t lo, int64_t hi,
-                   int64_t *out)
-{
-    if (!json_is_integer(j)) {
-        if (json_is_real(j))
-            return ifd__oai_perr(
-                c, "invalid_type", param,
-                "Invalid type for '%s': expected an integer, but got a decimal number "
-                "instead.",
-                param);
-        return ifd__oai_bad_type(c, param, "an integer", j);
-    }
-    int64_t v = json_integer_value(j);
-    if (v < lo)
-        return ifd__oai_perr(
-            c, "integer_below_min_value", param,
-            "Invalid '%s': integer below minimum value. Expected a value >= %" PRId64
-            ", but got %" PRId64 " instead.",
-            param, lo, v);
-    if (v > hi)
-        return ifd__oai_perr(
-            c, "integer_above_max_value", param,
-            "Invalid '%s': integer above maximum value. Expected a value <= %" PRId64
-            ", but got %" PRId64 " instead.",
-            param, hi, v);
-    *out = v;
-    return 0;
-}
-
-int ifd__oai_p_bool(ifd__oai_pctx_t *c, const json_t *j, const char *param, bool *out)
-{
-    if (!json_is_boolean(j))
-        return ifd__oai_bad_type(c, param, "a boolean", j);
-    *out = json_is_true(j);
-    return 0;
-}
-
-/* Copies a JSON string into the arena (jansson strings hold no NUL: the
- * parser is not given JSON_ALLOW_NUL). */
-int ifd__oai_p_string(ifd__oai_pctx_t *c, const json_t *j, const char *param, char **out,
-                      size_t *len)
-{
-    if (!json_is_string(j))
-        return ifd__oai_bad_type(c, param, "a string", j);
-    size_t n = json_string_length(j);
-    char *s = ifd_arena_strndup(c->a, json_string_value(j), n);
-    if (!s)
-        return ifd__oai_oom(c);
-    *out = s;
-    if (len)
-        *len = n;
-    return 0;
-}
-
-static int empty_array(ifd__oai_pctx_t *c, const char *param)
-{
-    return ifd__oai_perr(
+    return ifd__oai_json_fail(
         c, "empty_array", param,
         "Invalid '%s': empty array. Expected an array with minimum length 1, but got "
         "an empty array instead.",
         param);
 }
 
-static int array_too_long(ifd__oai_pctx_t *c, const char *param, size_t max, size_t got)
+static int array_too_long(ifd__oai_json_ctx_t *c, const char *param, size_t max, size_t got)
 {
-    return ifd__oai_perr(
+    return ifd__oai_json_fail(
         c, "array_above_max_length", param,
         "Invalid '%s': array too long. Expected an array with maximum length %zu, but "
         "got an array with length %zu instead.",
@@ -354,12 +120,12 @@ static int array_too_long(ifd__oai_pctx_t *c, const char *param, size_t max, siz
 }
 
 /* An array of token ids in [0, INT32_MAX]; `base` names the array. */
-static int p_token_array(ifd__oai_pctx_t *c, const json_t *j, const char *base, size_t max,
+static int p_token_array(ifd__oai_json_ctx_t *c, const json_t *j, const char *base, size_t max,
                          bool allow_empty, int32_t **out, size_t *n_out)
 {
-    char param[PARAM_MAX];
+    char param[IFD__OAI_JSON_PARAM_MAX];
     if (!json_is_array(j))
-        return ifd__oai_bad_type(c, base, "an array", j);
+        return ifd__oai_json_bad_type(c, base, "an array", j);
     size_t n = json_array_size(j);
     if (n == 0 && !allow_empty)
         return empty_array(c, base);
@@ -367,11 +133,11 @@ static int p_token_array(ifd__oai_pctx_t *c, const json_t *j, const char *base, 
         return array_too_long(c, base, max, n);
     int32_t *ids = n ? ifd_arena_alloc(c->a, n * sizeof(int32_t)) : NULL;
     if (n && !ids)
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     for (size_t i = 0; i < n; i++) {
         snprintf(param, sizeof(param), "%s[%zu]", base, i);
         int64_t v = 0;
-        int rc = ifd__oai_p_int(c, json_array_get(j, i), param, 0, INT32_MAX, &v);
+        int rc = ifd__oai_json_int(c, json_array_get(j, i), param, 0, INT32_MAX, &v);
         if (rc < 0)
             return rc;
         ids[i] = (int32_t)v;
@@ -385,97 +151,98 @@ static const char *const k_roles[] = {"system",    "developer", "user",
                                       "assistant", "tool",      "function"};
 
 /* messages: a non-empty array of {role, content, name}. */
-static int p_messages(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_message_t **out, size_t *n_out)
+static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t **out,
+                      size_t *n_out)
 {
-    char param[PARAM_MAX];
+    char param[IFD__OAI_JSON_PARAM_MAX];
     if (!json_is_array(j))
-        return ifd__oai_bad_type(c, "messages", "an array", j);
+        return ifd__oai_json_bad_type(c, "messages", "an array", j);
     size_t n = json_array_size(j);
     if (n == 0)
         return empty_array(c, "messages");
     ifd_oai_message_t *msgs = ifd_arena_calloc(c->a, n, sizeof(*msgs));
     if (!msgs)
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     for (size_t i = 0; i < n; i++) {
         const json_t *m = json_array_get(j, i);
         ifd_oai_message_t *dst = &msgs[i];
         int rc;
         snprintf(param, sizeof(param), "messages[%zu]", i);
         if (!json_is_object(m))
-            return ifd__oai_bad_type(c, param, "an object", m);
+            return ifd__oai_json_bad_type(c, param, "an object", m);
 
         snprintf(param, sizeof(param), "messages[%zu].role", i);
-        const json_t *role = ifd__oai_get(m, "role");
+        const json_t *role = ifd__oai_json_get(m, "role");
         if (!role)
-            return ifd__oai_missing(c, param);
+            return ifd__oai_json_missing(c, param);
         if (!json_is_string(role))
-            return ifd__oai_bad_type(c, param, "a string", role);
+            return ifd__oai_json_bad_type(c, param, "a string", role);
         const char *rs = json_string_value(role);
         size_t r = 0;
         while (r < sizeof(k_roles) / sizeof(k_roles[0]) && strcmp(rs, k_roles[r]) != 0)
             r++;
         if (r == sizeof(k_roles) / sizeof(k_roles[0]))
-            return ifd__oai_perr(c, "invalid_value", param,
-                                 "Invalid value: '%.64s'. Supported values are: 'system', "
-                                 "'developer', 'user', 'assistant', 'tool', and 'function'.",
-                                 rs);
+            return ifd__oai_json_fail(c, "invalid_value", param,
+                                      "Invalid value: '%.64s'. Supported values are: 'system', "
+                                      "'developer', 'user', 'assistant', 'tool', and 'function'.",
+                                      rs);
         dst->role = k_roles[r];
 
         snprintf(param, sizeof(param), "messages[%zu].name", i);
-        const json_t *name = ifd__oai_get(m, "name");
-        if (name && (rc = ifd__oai_p_string(c, name, param, &dst->name, NULL)) < 0)
+        const json_t *name = ifd__oai_json_get(m, "name");
+        if (name && (rc = ifd__oai_json_string(c, name, param, &dst->name, NULL)) < 0)
             return rc;
-        if ((rc = ifd__oai_p_message_tools(c, m, i, dst)) < 0)
+        if ((rc = ifd__oai_ext_message_tools(c, m, i, dst)) < 0)
             return rc;
 
         snprintf(param, sizeof(param), "messages[%zu].content", i);
-        const json_t *content = ifd__oai_get(m, "content");
+        const json_t *content = ifd__oai_json_get(m, "content");
         if (!content) {
             /* An assistant turn may be only tool calls. */
             if (strcmp(dst->role, "assistant") != 0)
-                return ifd__oai_missing(c, param);
+                return ifd__oai_json_missing(c, param);
             dst->content = ifd_arena_strdup(c->a, "");
             if (!dst->content)
-                return ifd__oai_oom(c);
+                return ifd__oai_json_oom(c);
             continue;
         }
         if (json_is_string(content)) {
-            if ((rc = ifd__oai_p_string(c, content, param, &dst->content, NULL)) < 0)
+            if ((rc = ifd__oai_json_string(c, content, param, &dst->content, NULL)) < 0)
                 return rc;
             continue;
         }
         if (!json_is_array(content))
-            return ifd__oai_bad_type(c, param, "a string or an array", content);
+            return ifd__oai_json_bad_type(c, param, "a string or an array", content);
         /* Text parts are joined with "\n" (vLLM's "string" content format). */
         size_t total = 0, np = json_array_size(content);
         for (size_t k = 0; k < np; k++) {
             const json_t *part = json_array_get(content, k);
             snprintf(param, sizeof(param), "messages[%zu].content[%zu]", i, k);
             if (!json_is_object(part))
-                return ifd__oai_bad_type(c, param, "an object", part);
+                return ifd__oai_json_bad_type(c, param, "an object", part);
             snprintf(param, sizeof(param), "messages[%zu].content[%zu].type", i, k);
-            const json_t *type = ifd__oai_get(part, "type");
+            const json_t *type = ifd__oai_json_get(part, "type");
             if (!type)
-                return ifd__oai_missing(c, param);
+                return ifd__oai_json_missing(c, param);
             if (!json_is_string(type))
-                return ifd__oai_bad_type(c, param, "a string", type);
+                return ifd__oai_json_bad_type(c, param, "a string", type);
             if (strcmp(json_string_value(type), "text") != 0)
-                return ifd__oai_perr(
+                return ifd__oai_json_fail(
                     c, "invalid_value", param,
                     "Invalid value: '%.64s'. This server supports only text content "
                     "parts: supported values are: 'text'.",
                     json_string_value(type));
             snprintf(param, sizeof(param), "messages[%zu].content[%zu].text", i, k);
-            const json_t *text = ifd__oai_get(part, "text");
+            const json_t *text = ifd__oai_json_get(part, "text");
             if (!text)
-                return ifd__oai_missing(c, param);
+                return ifd__oai_json_missing(c, param);
             if (!json_is_string(text))
-                return ifd__oai_bad_type(c, param, "a string", text);
+                return ifd__oai_json_bad_type(c, param, "a string", text);
             total += json_string_length(text) + 1;
         }
         char *joined = ifd_arena_alloc(c->a, total + 1);
         if (!joined)
-            return ifd__oai_oom(c);
+            return ifd__oai_json_oom(c);
         size_t off = 0;
         for (size_t k = 0; k < np; k++) {
             const json_t *text = json_object_get(json_array_get(content, k), "text");
@@ -494,20 +261,20 @@ static int p_messages(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_message_t **o
 }
 
 /* stop: a string or an array of at most IFD_OAI_MAX_STOP strings. */
-static int p_stop(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+static int p_stop(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *r)
 {
-    char param[PARAM_MAX];
+    char param[IFD__OAI_JSON_PARAM_MAX];
     size_t n = 1;
     if (json_is_array(j)) {
         n = json_array_size(j);
         if (n > IFD_OAI_MAX_STOP)
             return array_too_long(c, "stop", IFD_OAI_MAX_STOP, n);
     } else if (!json_is_string(j)) {
-        return ifd__oai_bad_type(c, "stop", "a string or an array of strings", j);
+        return ifd__oai_json_bad_type(c, "stop", "a string or an array of strings", j);
     }
     r->stop = ifd_arena_calloc(c->a, n ? n : 1, sizeof(char *));
     if (!r->stop)
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     r->n_stop = 0;
     for (size_t i = 0; i < n; i++) {
         const json_t *s = json_is_array(j) ? json_array_get(j, i) : j;
@@ -517,7 +284,7 @@ static int p_stop(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
             snprintf(param, sizeof(param), "stop");
         char *str;
         size_t len;
-        int rc = ifd__oai_p_string(c, s, param, &str, &len);
+        int rc = ifd__oai_json_string(c, s, param, &str, &len);
         if (rc < 0)
             return rc;
         if (len > 0) /* an empty stop string would match everywhere: dropped */
@@ -527,20 +294,20 @@ static int p_stop(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
 }
 
 /* logit_bias: {"<token id>": bias in [-100, 100], …}. */
-static int p_logit_bias(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+static int p_logit_bias(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *r)
 {
     if (!json_is_object(j))
-        return ifd__oai_bad_type(c, "logit_bias", "an object", j);
+        return ifd__oai_json_bad_type(c, "logit_bias", "an object", j);
     size_t n = json_object_size(j);
     if (n > IFD_OAI_MAX_LOGIT_BIAS)
-        return ifd__oai_perr(
+        return ifd__oai_json_fail(
             c, "invalid_value", "logit_bias",
             "Invalid 'logit_bias': too many entries. Expected at most %d, but got %zu "
             "instead.",
             IFD_OAI_MAX_LOGIT_BIAS, n);
     r->logit_bias = n ? ifd_arena_calloc(c->a, n, sizeof(*r->logit_bias)) : NULL;
     if (n && !r->logit_bias)
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     r->n_logit_bias = 0;
     const char *key;
     json_t *val;
@@ -556,22 +323,23 @@ static int p_logit_bias(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *
                 id = id * 10 + (*k - '0');
         }
         if (!ok || id > INT32_MAX)
-            return ifd__oai_perr(c, "invalid_value", "logit_bias",
-                                 "Invalid key in 'logit_bias': '%.32s' is not a token id (a "
-                                 "non-negative integer).",
-                                 key);
+            return ifd__oai_json_fail(c, "invalid_value", "logit_bias",
+                                      "Invalid key in 'logit_bias': '%.32s' is not a token id (a "
+                                      "non-negative integer).",
+                                      key);
         if (!json_is_number(val))
-            return ifd__oai_perr(c, "invalid_type", "logit_bias",
-                                 "Invalid type for 'logit_bias' value of token %.32s: expected a "
-                                 "number, but got %s instead.",
-                                 key, ifd__oai_jtype(val));
+            return ifd__oai_json_fail(
+                c, "invalid_type", "logit_bias",
+                "Invalid type for 'logit_bias' value of token %.32s: expected a "
+                "number, but got %s instead.",
+                key, ifd__oai_json_type_name(val));
         double b = json_number_value(val);
         if (b < -100.0 || b > 100.0)
-            return ifd__oai_perr(c, b < 0 ? "decimal_below_min_value" : "decimal_above_max_value",
-                                 "logit_bias",
-                                 "Invalid 'logit_bias' value for token %.32s: expected a value in "
-                                 "[-100, 100], but got %g instead.",
-                                 key, b);
+            return ifd__oai_json_fail(
+                c, b < 0 ? "decimal_below_min_value" : "decimal_above_max_value", "logit_bias",
+                "Invalid 'logit_bias' value for token %.32s: expected a value in "
+                "[-100, 100], but got %g instead.",
+                key, b);
         r->logit_bias[r->n_logit_bias].id = (int32_t)id;
         r->logit_bias[r->n_logit_bias].bias = (float)b;
         r->n_logit_bias++;
@@ -580,102 +348,105 @@ static int p_logit_bias(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *
 }
 
 /* Fields both endpoints share. */
-static int p_common(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+static int p_common(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     const json_t *v;
     int64_t iv;
     int rc;
 
-    if ((v = ifd__oai_get(o, "model")) &&
-        (rc = ifd__oai_p_string(c, v, "model", &r->model, NULL)) < 0)
+    if ((v = ifd__oai_json_get(o, "model")) &&
+        (rc = ifd__oai_json_string(c, v, "model", &r->model, NULL)) < 0)
         return rc;
 
     /* Both are checked; max_completion_tokens wins over the deprecated max_tokens.
      * Completions take 0 too, with echo only (checked once echo is known). */
     const int64_t lo = r->kind == IFD_OAI_COMPLETION ? 0 : 1;
-    if ((v = ifd__oai_get(o, "max_tokens"))) {
-        if ((rc = ifd__oai_p_int(c, v, "max_tokens", lo, INT32_MAX, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "max_tokens"))) {
+        if ((rc = ifd__oai_json_int(c, v, "max_tokens", lo, INT32_MAX, &iv)) < 0)
             return rc;
         r->max_tokens = iv;
     }
-    if ((v = ifd__oai_get(o, "max_completion_tokens"))) {
-        if ((rc = ifd__oai_p_int(c, v, "max_completion_tokens", lo, INT32_MAX, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "max_completion_tokens"))) {
+        if ((rc = ifd__oai_json_int(c, v, "max_completion_tokens", lo, INT32_MAX, &iv)) < 0)
             return rc;
         r->max_tokens = iv;
     }
 
-    if ((v = ifd__oai_get(o, "temperature"))) {
-        if ((rc = ifd__oai_p_number(c, v, "temperature", 0, false, 2, &r->temperature)) < 0)
+    if ((v = ifd__oai_json_get(o, "temperature"))) {
+        if ((rc = ifd__oai_json_number(c, v, "temperature", 0, false, 2, &r->temperature)) < 0)
             return rc;
         r->sampling_given |= IFD_OAI_GIVEN_TEMPERATURE;
     }
-    if ((v = ifd__oai_get(o, "top_p"))) {
-        if ((rc = ifd__oai_p_number(c, v, "top_p", 0, false, 1, &r->top_p)) < 0)
+    if ((v = ifd__oai_json_get(o, "top_p"))) {
+        if ((rc = ifd__oai_json_number(c, v, "top_p", 0, false, 1, &r->top_p)) < 0)
             return rc;
         r->sampling_given |= IFD_OAI_GIVEN_TOP_P;
     }
-    if ((v = ifd__oai_get(o, "top_k"))) {
-        if ((rc = ifd__oai_p_int(c, v, "top_k", -1, INT32_MAX, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "top_k"))) {
+        if ((rc = ifd__oai_json_int(c, v, "top_k", -1, INT32_MAX, &iv)) < 0)
             return rc;
         r->top_k = iv < 0 ? 0 : (int32_t)iv;
         r->sampling_given |= IFD_OAI_GIVEN_TOP_K;
     }
-    if ((v = ifd__oai_get(o, "min_p"))) {
-        if ((rc = ifd__oai_p_number(c, v, "min_p", 0, false, 1, &r->min_p)) < 0)
+    if ((v = ifd__oai_json_get(o, "min_p"))) {
+        if ((rc = ifd__oai_json_number(c, v, "min_p", 0, false, 1, &r->min_p)) < 0)
             return rc;
         r->sampling_given |= IFD_OAI_GIVEN_MIN_P;
     }
-    if ((v = ifd__oai_get(o, "frequency_penalty")) &&
-        (rc = ifd__oai_p_number(c, v, "frequency_penalty", -2, false, 2, &r->frequency_penalty)) <
+    if ((v = ifd__oai_json_get(o, "frequency_penalty")) &&
+        (rc = ifd__oai_json_number(c, v, "frequency_penalty", -2, false, 2,
+                                   &r->frequency_penalty)) < 0)
+        return rc;
+    if ((v = ifd__oai_json_get(o, "presence_penalty")) &&
+        (rc = ifd__oai_json_number(c, v, "presence_penalty", -2, false, 2, &r->presence_penalty)) <
             0)
         return rc;
-    if ((v = ifd__oai_get(o, "presence_penalty")) &&
-        (rc = ifd__oai_p_number(c, v, "presence_penalty", -2, false, 2, &r->presence_penalty)) < 0)
-        return rc;
-    if ((v = ifd__oai_get(o, "repetition_penalty"))) {
-        if ((rc = ifd__oai_p_number(c, v, "repetition_penalty", 0, true, 1e6,
-                                    &r->repetition_penalty)) < 0)
+    if ((v = ifd__oai_json_get(o, "repetition_penalty"))) {
+        if ((rc = ifd__oai_json_number(c, v, "repetition_penalty", 0, true, 1e6,
+                                       &r->repetition_penalty)) < 0)
             return rc;
         r->sampling_given |= IFD_OAI_GIVEN_REPETITION_PENALTY;
     }
-    if ((v = ifd__oai_get(o, "seed"))) {
-        if ((rc = ifd__oai_p_int(c, v, "seed", INT64_MIN, INT64_MAX, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "seed"))) {
+        if ((rc = ifd__oai_json_int(c, v, "seed", INT64_MIN, INT64_MAX, &iv)) < 0)
             return rc;
         r->has_seed = true;
         r->seed = (uint64_t)iv;
     }
-    if ((v = ifd__oai_get(o, "stop")) && (rc = p_stop(c, v, r)) < 0)
+    if ((v = ifd__oai_json_get(o, "stop")) && (rc = p_stop(c, v, r)) < 0)
         return rc;
-    if ((v = ifd__oai_get(o, "stop_token_ids")) &&
+    if ((v = ifd__oai_json_get(o, "stop_token_ids")) &&
         (rc = p_token_array(c, v, "stop_token_ids", IFD_OAI_MAX_STOP_IDS, true, &r->stop_token_ids,
                             &r->n_stop_token_ids)) < 0)
         return rc;
-    if ((v = ifd__oai_get(o, "logit_bias")) && (rc = p_logit_bias(c, v, r)) < 0)
+    if ((v = ifd__oai_json_get(o, "logit_bias")) && (rc = p_logit_bias(c, v, r)) < 0)
         return rc;
-    if ((v = ifd__oai_get(o, "n"))) {
-        if ((rc = ifd__oai_p_int(c, v, "n", 1, IFD_OAI_MAX_N, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "n"))) {
+        if ((rc = ifd__oai_json_int(c, v, "n", 1, IFD_OAI_MAX_N, &iv)) < 0)
             return rc;
         r->n = (uint32_t)iv;
     }
-    if ((v = ifd__oai_get(o, "stream")) && (rc = ifd__oai_p_bool(c, v, "stream", &r->stream)) < 0)
+    if ((v = ifd__oai_json_get(o, "stream")) &&
+        (rc = ifd__oai_json_bool(c, v, "stream", &r->stream)) < 0)
         return rc;
-    if ((v = ifd__oai_get(o, "stream_options"))) {
+    if ((v = ifd__oai_json_get(o, "stream_options"))) {
         if (!json_is_object(v))
-            return ifd__oai_bad_type(c, "stream_options", "an object", v);
+            return ifd__oai_json_bad_type(c, "stream_options", "an object", v);
         if (!r->stream)
-            return ifd__oai_perr(c, "invalid_value", "stream_options",
-                                 "The 'stream_options' parameter is only allowed when 'stream' is "
-                                 "enabled.");
-        const json_t *iu = ifd__oai_get(v, "include_usage");
+            return ifd__oai_json_fail(
+                c, "invalid_value", "stream_options",
+                "The 'stream_options' parameter is only allowed when 'stream' is "
+                "enabled.");
+        const json_t *iu = ifd__oai_json_get(v, "include_usage");
         if (iu &&
-            (rc = ifd__oai_p_bool(c, iu, "stream_options.include_usage", &r->include_usage)) < 0)
+            (rc = ifd__oai_json_bool(c, iu, "stream_options.include_usage", &r->include_usage)) < 0)
             return rc;
     }
-    if ((v = ifd__oai_get(o, "ignore_eos")) &&
-        (rc = ifd__oai_p_bool(c, v, "ignore_eos", &r->ignore_eos)) < 0)
+    if ((v = ifd__oai_json_get(o, "ignore_eos")) &&
+        (rc = ifd__oai_json_bool(c, v, "ignore_eos", &r->ignore_eos)) < 0)
         return rc;
-    if ((v = ifd__oai_get(o, "use_cache")) &&
-        (rc = ifd__oai_p_bool(c, v, "use_cache", &r->use_cache)) < 0)
+    if ((v = ifd__oai_json_get(o, "use_cache")) &&
+        (rc = ifd__oai_json_bool(c, v, "use_cache", &r->use_cache)) < 0)
         return rc;
     return 0;
 }
@@ -726,21 +497,22 @@ uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
 }
 
 /* Parses the body into a JSON object, or fills the error. */
-static json_t *load_object(ifd__oai_pctx_t *c, const char *body, size_t len)
+static json_t *load_object(ifd__oai_json_ctx_t *c, const char *body, size_t len)
 {
     json_error_t je;
     json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &je);
     if (!root) {
-        ifd__oai_perr(c, NULL, NULL,
-                      "We could not parse the JSON body of your request: %s (line %d, column %d).",
-                      je.text, je.line, je.column);
+        ifd__oai_json_fail(
+            c, NULL, NULL,
+            "We could not parse the JSON body of your request: %s (line %d, column %d).", je.text,
+            je.line, je.column);
         return NULL;
     }
     if (!json_is_object(root)) {
-        ifd__oai_perr(c, "invalid_type", NULL,
-                      "Invalid type for the request body: expected a JSON object, but got %s "
-                      "instead.",
-                      ifd__oai_jtype(root));
+        ifd__oai_json_fail(c, "invalid_type", NULL,
+                           "Invalid type for the request body: expected a JSON object, but got %s "
+                           "instead.",
+                           ifd__oai_json_type_name(root));
         json_decref(root);
         return NULL;
     }
@@ -750,7 +522,7 @@ static json_t *load_object(ifd__oai_pctx_t *c, const char *body, size_t len)
 int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                        ifd_oai_error_t *err)
 {
-    ifd__oai_pctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {a, err};
     request_defaults(out, IFD_OAI_CHAT);
     json_t *o = load_object(&c, body, len);
     if (!o)
@@ -759,22 +531,22 @@ int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_req
     int64_t iv;
     int rc;
 
-    if (!(v = ifd__oai_get(o, "messages"))) {
-        rc = ifd__oai_missing(&c, "messages");
+    if (!(v = ifd__oai_json_get(o, "messages"))) {
+        rc = ifd__oai_json_missing(&c, "messages");
         goto out;
     }
     if ((rc = p_messages(&c, v, &out->messages, &out->n_messages)) < 0)
         goto out;
     if ((rc = p_common(&c, o, out)) < 0)
         goto out;
-    if ((v = ifd__oai_get(o, "logprobs")) &&
-        (rc = ifd__oai_p_bool(&c, v, "logprobs", &out->logprobs)) < 0)
+    if ((v = ifd__oai_json_get(o, "logprobs")) &&
+        (rc = ifd__oai_json_bool(&c, v, "logprobs", &out->logprobs)) < 0)
         goto out;
-    if ((v = ifd__oai_get(o, "top_logprobs"))) {
-        if ((rc = ifd__oai_p_int(&c, v, "top_logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "top_logprobs"))) {
+        if ((rc = ifd__oai_json_int(&c, v, "top_logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
             goto out;
         if (!out->logprobs) {
-            rc = ifd__oai_perr(
+            rc = ifd__oai_json_fail(
                 &c, "invalid_value", "top_logprobs",
                 "Invalid value for 'top_logprobs': 'logprobs' must be set to true when "
                 "'top_logprobs' is used.");
@@ -782,22 +554,18 @@ int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_req
         }
         out->top_logprobs = (uint32_t)iv;
     }
-    if ((v = ifd__oai_get(o, "add_generation_prompt")) &&
-        (rc = ifd__oai_p_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
+    if ((v = ifd__oai_json_get(o, "add_generation_prompt")) &&
+        (rc = ifd__oai_json_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
         goto out;
-    if ((v = ifd__oai_get(o, "continue_final_message")) &&
-        (rc = ifd__oai_p_bool(&c, v, "continue_final_message", &out->continue_final_message)) < 0)
+    if ((v = ifd__oai_json_get(o, "continue_final_message")) &&
+        (rc = ifd__oai_json_bool(&c, v, "continue_final_message", &out->continue_final_message)) <
+            0)
         goto out;
-    if ((rc = ifd__oai_parse_ext(&c, o, out)) < 0)
+    if ((rc = ifd__oai_ext_parse(&c, o, out)) < 0)
         goto out;
-    {
-        char *mj = json_dumps(ifd__oai_get(o, "messages"), JSON_COMPACT);
-        out->messages_json = mj ? ifd_arena_strdup(a, mj) : NULL;
-        free(mj);
-        if (!out->messages_json) {
-            rc = ifd__oai_oom(&c);
-            goto out;
-        }
+    if (!(out->messages_json = ifd__oai_json_dump(a, ifd__oai_json_get(o, "messages")))) {
+        rc = ifd__oai_json_oom(&c);
+        goto out;
     }
     rc = 0;
 out:
@@ -806,19 +574,19 @@ out:
 }
 
 /* prompt: a string, [string…], [int…] (one prompt of ids) or [[int…]…]. */
-static int p_prompt(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
+static int p_prompt(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *r)
 {
-    char param[PARAM_MAX];
+    char param[IFD__OAI_JSON_PARAM_MAX];
     int rc;
     if (json_is_string(j)) {
         r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
         if (!r->prompts)
-            return ifd__oai_oom(c);
+            return ifd__oai_json_oom(c);
         r->n_prompts = 1;
-        return ifd__oai_p_string(c, j, "prompt", &r->prompts[0].text, &r->prompts[0].text_len);
+        return ifd__oai_json_string(c, j, "prompt", &r->prompts[0].text, &r->prompts[0].text_len);
     }
     if (!json_is_array(j))
-        return ifd__oai_bad_type(c, "prompt", "a string or an array", j);
+        return ifd__oai_json_bad_type(c, "prompt", "a string or an array", j);
     size_t n = json_array_size(j);
     if (n == 0)
         return empty_array(c, "prompt");
@@ -826,7 +594,7 @@ static int p_prompt(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
     if (json_is_integer(first)) {
         r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
         if (!r->prompts)
-            return ifd__oai_oom(c);
+            return ifd__oai_json_oom(c);
         r->n_prompts = 1;
         return p_token_array(c, j, "prompt", SIZE_MAX, false, &r->prompts[0].tokens,
                              &r->prompts[0].n_tokens);
@@ -836,22 +604,22 @@ static int p_prompt(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
     bool strings = json_is_string(first);
     r->prompts = ifd_arena_calloc(c->a, n, sizeof(*r->prompts));
     if (!r->prompts)
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     r->n_prompts = n;
     for (size_t i = 0; i < n; i++) {
         const json_t *e = json_array_get(j, i);
         snprintf(param, sizeof(param), "prompt[%zu]", i);
         if (strings) {
-            if ((rc = ifd__oai_p_string(c, e, param, &r->prompts[i].text,
-                                        &r->prompts[i].text_len)) < 0)
+            if ((rc = ifd__oai_json_string(c, e, param, &r->prompts[i].text,
+                                           &r->prompts[i].text_len)) < 0)
                 return rc;
         } else if (json_is_array(e)) {
             if ((rc = p_token_array(c, e, param, SIZE_MAX, false, &r->prompts[i].tokens,
                                     &r->prompts[i].n_tokens)) < 0)
                 return rc;
         } else {
-            return ifd__oai_bad_type(c, param,
-                                     i == 0 ? "a string, an integer or an array" : "an array", e);
+            return ifd__oai_json_bad_type(
+                c, param, i == 0 ? "a string, an integer or an array" : "an array", e);
         }
     }
     return 0;
@@ -860,7 +628,7 @@ static int p_prompt(ifd__oai_pctx_t *c, const json_t *j, ifd_oai_request_t *r)
 int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                              ifd_oai_error_t *err)
 {
-    ifd__oai_pctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {a, err};
     request_defaults(out, IFD_OAI_COMPLETION);
     json_t *o = load_object(&c, body, len);
     if (!o)
@@ -869,8 +637,8 @@ int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_o
     int64_t iv;
     int rc;
 
-    if (!(v = ifd__oai_get(o, "prompt"))) {
-        rc = ifd__oai_missing(&c, "prompt");
+    if (!(v = ifd__oai_json_get(o, "prompt"))) {
+        rc = ifd__oai_json_missing(&c, "prompt");
         goto out;
     }
     if ((rc = p_prompt(&c, v, out)) < 0)
@@ -879,36 +647,39 @@ int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_o
         goto out;
     if (out->max_tokens < 0)
         out->max_tokens = IFD_OAI_DEFAULT_COMPLETION_MAX_TOKENS;
-    if ((v = ifd__oai_get(o, "logprobs"))) {
-        if ((rc = ifd__oai_p_int(&c, v, "logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "logprobs"))) {
+        if ((rc = ifd__oai_json_int(&c, v, "logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
             goto out;
         out->logprobs = true;
         out->top_logprobs = (uint32_t)iv;
     }
-    if ((v = ifd__oai_get(o, "echo")) && (rc = ifd__oai_p_bool(&c, v, "echo", &out->echo)) < 0)
+    if ((v = ifd__oai_json_get(o, "echo")) &&
+        (rc = ifd__oai_json_bool(&c, v, "echo", &out->echo)) < 0)
         goto out;
     if (out->max_tokens == 0 && !out->echo) { /* vLLM: 0 scores the prompt, with echo */
-        rc = ifd__oai_perr(&c, "integer_below_min_value", "max_tokens",
-                           "Invalid 'max_tokens': integer below minimum value. Expected a value "
-                           ">= 1 (0 only with 'echo'), but got 0 instead.");
+        rc = ifd__oai_json_fail(
+            &c, "integer_below_min_value", "max_tokens",
+            "Invalid 'max_tokens': integer below minimum value. Expected a value "
+            ">= 1 (0 only with 'echo'), but got 0 instead.");
         goto out;
     }
-    if ((v = ifd__oai_get(o, "suffix"))) {
+    if ((v = ifd__oai_json_get(o, "suffix"))) {
         if (!json_is_string(v)) {
-            rc = ifd__oai_bad_type(&c, "suffix", "a string", v);
+            rc = ifd__oai_json_bad_type(&c, "suffix", "a string", v);
             goto out;
         }
         if (json_string_length(v) > 0) {
-            rc = ifd__oai_perr(&c, "unsupported_parameter", "suffix",
-                               "Unsupported parameter: 'suffix' is not supported by this server.");
+            rc = ifd__oai_json_fail(
+                &c, "unsupported_parameter", "suffix",
+                "Unsupported parameter: 'suffix' is not supported by this server.");
             goto out;
         }
     }
-    if ((v = ifd__oai_get(o, "best_of"))) {
-        if ((rc = ifd__oai_p_int(&c, v, "best_of", 1, IFD_OAI_MAX_N, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "best_of"))) {
+        if ((rc = ifd__oai_json_int(&c, v, "best_of", 1, IFD_OAI_MAX_N, &iv)) < 0)
             goto out;
         if (iv < (int64_t)out->n) {
-            rc = ifd__oai_perr(
+            rc = ifd__oai_json_fail(
                 &c, "invalid_value", "best_of",
                 "Invalid 'best_of': it must be greater than or equal to 'n' (%u), but "
                 "got %" PRId64 ".",
@@ -916,14 +687,14 @@ int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_o
             goto out;
         }
         if (iv > (int64_t)out->n) {
-            rc = ifd__oai_perr(
+            rc = ifd__oai_json_fail(
                 &c, "unsupported_value", "best_of",
                 "Unsupported value: 'best_of' greater than 'n' is not supported by this "
                 "server.");
             goto out;
         }
     }
-    if ((rc = ifd__oai_parse_ext(&c, o, out)) < 0)
+    if ((rc = ifd__oai_ext_parse(&c, o, out)) < 0)
         goto out;
     rc = 0;
 out:
@@ -934,40 +705,41 @@ out:
 int ifd_oai_parse_tokenize(ifd_arena_t *a, const char *body, size_t len, ifd_oai_tokenize_t *out,
                            ifd_oai_error_t *err)
 {
-    ifd__oai_pctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {a, err};
     memset(out, 0, sizeof(*out));
     out->add_special_tokens = true;
     out->add_generation_prompt = true;
     json_t *o = load_object(&c, body, len);
     if (!o)
         return IFD_EINVAL;
-    const json_t *v, *prompt = ifd__oai_get(o, "prompt"), *messages = ifd__oai_get(o, "messages");
+    const json_t *v, *prompt = ifd__oai_json_get(o, "prompt"),
+                     *messages = ifd__oai_json_get(o, "messages");
     int rc = 0;
-    if ((v = ifd__oai_get(o, "model")) &&
-        (rc = ifd__oai_p_string(&c, v, "model", &out->model, NULL)) < 0)
+    if ((v = ifd__oai_json_get(o, "model")) &&
+        (rc = ifd__oai_json_string(&c, v, "model", &out->model, NULL)) < 0)
         goto out;
     if (prompt && messages) {
-        rc = ifd__oai_perr(&c, "invalid_value", "messages",
-                           "Give either 'prompt' or 'messages', not both.");
+        rc = ifd__oai_json_fail(&c, "invalid_value", "messages",
+                                "Give either 'prompt' or 'messages', not both.");
         goto out;
     }
     if (!prompt && !messages) {
-        rc = ifd__oai_missing(&c, "prompt");
+        rc = ifd__oai_json_missing(&c, "prompt");
         goto out;
     }
     if (prompt &&
-        (rc = ifd__oai_p_string(&c, prompt, "prompt", &out->prompt, &out->prompt_len)) < 0)
+        (rc = ifd__oai_json_string(&c, prompt, "prompt", &out->prompt, &out->prompt_len)) < 0)
         goto out;
     if (messages && (rc = p_messages(&c, messages, &out->messages, &out->n_messages)) < 0)
         goto out;
-    if ((v = ifd__oai_get(o, "add_special_tokens")) &&
-        (rc = ifd__oai_p_bool(&c, v, "add_special_tokens", &out->add_special_tokens)) < 0)
+    if ((v = ifd__oai_json_get(o, "add_special_tokens")) &&
+        (rc = ifd__oai_json_bool(&c, v, "add_special_tokens", &out->add_special_tokens)) < 0)
         goto out;
-    if ((v = ifd__oai_get(o, "add_generation_prompt")) &&
-        (rc = ifd__oai_p_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
+    if ((v = ifd__oai_json_get(o, "add_generation_prompt")) &&
+        (rc = ifd__oai_json_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
         goto out;
-    if ((v = ifd__oai_get(o, "return_token_strs")) &&
-        (rc = ifd__oai_p_bool(&c, v, "return_token_strs", &out->return_token_strs)) < 0)
+    if ((v = ifd__oai_json_get(o, "return_token_strs")) &&
+        (rc = ifd__oai_json_bool(&c, v, "return_token_strs", &out->return_token_strs)) < 0)
         goto out;
 out:
     json_decref(o);
@@ -977,18 +749,18 @@ out:
 int ifd_oai_parse_detokenize(ifd_arena_t *a, const char *body, size_t len,
                              ifd_oai_detokenize_t *out, ifd_oai_error_t *err)
 {
-    ifd__oai_pctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {a, err};
     memset(out, 0, sizeof(*out));
     json_t *o = load_object(&c, body, len);
     if (!o)
         return IFD_EINVAL;
     const json_t *v;
     int rc = 0;
-    if ((v = ifd__oai_get(o, "model")) &&
-        (rc = ifd__oai_p_string(&c, v, "model", &out->model, NULL)) < 0)
+    if ((v = ifd__oai_json_get(o, "model")) &&
+        (rc = ifd__oai_json_string(&c, v, "model", &out->model, NULL)) < 0)
         goto out;
-    if (!(v = ifd__oai_get(o, "tokens"))) {
-        rc = ifd__oai_missing(&c, "tokens");
+    if (!(v = ifd__oai_json_get(o, "tokens"))) {
+        rc = ifd__oai_json_missing(&c, "tokens");
         goto out;
     }
     rc = p_token_array(&c, v, "tokens", SIZE_MAX, true, &out->tokens, &out->n_tokens);
@@ -1009,13 +781,14 @@ void ifd_oai_make_id(char *out, ifd_oai_kind_t kind, uint64_t r0, uint64_t r1)
 static json_t *usage_obj(const ifd_oai_usage_t *u, int *bad)
 {
     json_t *o = json_object();
-    oset(o, "prompt_tokens", json_integer(u->prompt_tokens), bad);
-    oset(o, "completion_tokens", json_integer(u->completion_tokens), bad);
-    oset(o, "total_tokens",
-         json_integer((json_int_t)u->prompt_tokens + (json_int_t)u->completion_tokens), bad);
+    ifd__oai_json_set(o, "prompt_tokens", json_integer(u->prompt_tokens), bad);
+    ifd__oai_json_set(o, "completion_tokens", json_integer(u->completion_tokens), bad);
+    ifd__oai_json_set(o, "total_tokens",
+                      json_integer((json_int_t)u->prompt_tokens + (json_int_t)u->completion_tokens),
+                      bad);
     json_t *d = json_object();
-    oset(d, "cached_tokens", json_integer(u->cached_tokens), bad);
-    oset(o, "prompt_tokens_details", d, bad);
+    ifd__oai_json_set(d, "cached_tokens", json_integer(u->cached_tokens), bad);
+    ifd__oai_json_set(o, "prompt_tokens_details", d, bad);
     return o;
 }
 
@@ -1023,47 +796,16 @@ int ifd_oai_usage_json(ifd_buf_t *out, const ifd_oai_usage_t *u)
 {
     int bad = 0;
     json_t *o = usage_obj(u, &bad);
-    return emit(out, o, bad, false);
-}
-
-static json_t *bytes_array(const char *p, size_t n, int *bad)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < n; i++)
-        aadd(a, json_integer((unsigned char)p[i]), bad);
-    return a;
-}
-
-json_t *ifd__oai_logprob_items(const ifd_oai_logprob_t *lp, size_t n, int *bad)
-{
-    json_t *content = json_array();
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_object();
-        oset(e, "token", jstr(lp[i].bytes, lp[i].len), bad);
-        oset(e, "logprob", jreal(lp[i].logprob), bad);
-        oset(e, "bytes", bytes_array(lp[i].bytes, lp[i].len, bad), bad);
-        json_t *top = json_array();
-        for (size_t k = 0; k < lp[i].n_top; k++) {
-            const ifd_oai_top_logprob_t *t = &lp[i].top[k];
-            json_t *te = json_object();
-            oset(te, "token", jstr(t->bytes, t->len), bad);
-            oset(te, "logprob", jreal(t->logprob), bad);
-            oset(te, "bytes", bytes_array(t->bytes, t->len, bad), bad);
-            aadd(top, te, bad);
-        }
-        oset(e, "top_logprobs", top, bad);
-        aadd(content, e, bad);
-    }
-    return content;
+    return ifd__oai_json_emit(out, o, bad, false);
 }
 
 /* The chat shape: {"content":[{token,logprob,bytes,top_logprobs}]}. */
 static json_t *chat_logprobs(const ifd_oai_logprob_t *lp, size_t n, int *bad)
 {
-    json_t *content = ifd__oai_logprob_items(lp, n, bad);
+    json_t *content = ifd__oai_json_logprob_items(lp, n, bad);
     json_t *o = json_object();
-    oset(o, "content", content, bad);
-    oset(o, "refusal", json_null(), bad);
+    ifd__oai_json_set(o, "content", content, bad);
+    ifd__oai_json_set(o, "refusal", json_null(), bad);
     return o;
 }
 
@@ -1073,33 +815,35 @@ static json_t *completion_logprobs(const ifd_oai_logprob_t *lp, size_t n, uint32
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     uint64_t off = offset;
     for (size_t i = 0; i < n; i++) {
-        aadd(tokens, jstr(lp[i].bytes, lp[i].len), bad);
-        aadd(lps, lp[i].no_logprob ? json_null() : jreal(lp[i].logprob), bad);
-        aadd(offs, json_integer((json_int_t)off), bad);
+        ifd__oai_json_add(tokens, ifd__oai_json_str(lp[i].bytes, lp[i].len), bad);
+        ifd__oai_json_add(lps, lp[i].no_logprob ? json_null() : ifd__oai_json_real(lp[i].logprob),
+                          bad);
+        ifd__oai_json_add(offs, json_integer((json_int_t)off), bad);
         off += ifd_utf8_count(lp[i].bytes, lp[i].len);
         if (lp[i].n_top == 0 || lp[i].no_logprob) {
-            aadd(tops, json_null(), bad);
+            ifd__oai_json_add(tops, json_null(), bad);
             continue;
         }
         json_t *t = json_object();
         for (size_t k = 0; k < lp[i].n_top; k++) {
-            json_t *key = jstr(lp[i].top[k].bytes, lp[i].top[k].len);
+            json_t *key = ifd__oai_json_str(lp[i].top[k].bytes, lp[i].top[k].len);
             if (!key || !t) {
                 (*bad)++;
                 json_decref(key);
                 continue;
             }
             /* Keys are C strings: a token holding NUL is cut there. */
-            oset(t, json_string_value(key), jreal(lp[i].top[k].logprob), bad);
+            ifd__oai_json_set(t, json_string_value(key), ifd__oai_json_real(lp[i].top[k].logprob),
+                              bad);
             json_decref(key);
         }
-        aadd(tops, t, bad);
+        ifd__oai_json_add(tops, t, bad);
     }
     json_t *o = json_object();
-    oset(o, "tokens", tokens, bad);
-    oset(o, "token_logprobs", lps, bad);
-    oset(o, "top_logprobs", tops, bad);
-    oset(o, "text_offset", offs, bad);
+    ifd__oai_json_set(o, "tokens", tokens, bad);
+    ifd__oai_json_set(o, "token_logprobs", lps, bad);
+    ifd__oai_json_set(o, "top_logprobs", tops, bad);
+    ifd__oai_json_set(o, "text_offset", offs, bad);
     return o;
 }
 
@@ -1119,7 +863,7 @@ int ifd_oai_logprobs_json(ifd_buf_t *out, ifd_oai_kind_t kind, const ifd_oai_log
 {
     int bad = 0;
     json_t *o = logprobs_obj(kind, lp, n, text_offset, &bad);
-    return emit(out, o, bad, false);
+    return ifd__oai_json_emit(out, o, bad, false);
 }
 
 static json_t *choice_logprobs(ifd_oai_kind_t kind, const ifd_oai_choice_t *c, int *bad)
@@ -1135,10 +879,10 @@ static void plp_token(json_t *d, const ifd_oai_plp_token_t *t, uint32_t rank, in
     char key[16];
     snprintf(key, sizeof key, "%d", (int)t->id);
     json_t *v = json_object();
-    oset(v, "logprob", jreal(t->logprob), bad);
-    oset(v, "rank", json_integer(rank), bad);
-    oset(v, "decoded_token", jstr(t->bytes, t->len), bad);
-    oset(d, key, v, bad);
+    ifd__oai_json_set(v, "logprob", ifd__oai_json_real(t->logprob), bad);
+    ifd__oai_json_set(v, "rank", json_integer(rank), bad);
+    ifd__oai_json_set(v, "decoded_token", ifd__oai_json_str(t->bytes, t->len), bad);
+    ifd__oai_json_set(d, key, v, bad);
 }
 
 /* vLLM's prompt_logprobs: [null, {token first, then the alternatives}, …].
@@ -1147,14 +891,14 @@ static void plp_token(json_t *d, const ifd_oai_plp_token_t *t, uint32_t rank, in
 static json_t *prompt_logprobs_json(const ifd_oai_choice_t *c, int *bad)
 {
     json_t *a = json_array();
-    aadd(a, json_null(), bad);
+    ifd__oai_json_add(a, json_null(), bad);
     for (size_t i = 0; i < c->n_prompt_logprobs; i++) {
         const ifd_oai_prompt_logprob_t *p = &c->prompt_logprobs[i];
         json_t *d = json_object();
         plp_token(d, &p->tok, p->tok.rank, bad);
         for (size_t k = 0; k < p->n_top && k < c->prompt_top; k++)
             plp_token(d, &p->top[k], (uint32_t)k + 1, bad);
-        aadd(a, d, bad);
+        ifd__oai_json_add(a, d, bad);
     }
     return a;
 }
@@ -1168,12 +912,12 @@ static json_t *finish_json(const char *reason)
 static json_t *base_obj(const ifd_oai_meta_t *m, const char *object, int *bad)
 {
     json_t *o = json_object();
-    oset(o, "id", json_string(m->id), bad);
-    oset(o, "object", json_string(object), bad);
-    oset(o, "created", json_integer(m->created), bad);
-    oset(o, "model", jstr(m->model, strlen(m->model)), bad);
+    ifd__oai_json_set(o, "id", json_string(m->id), bad);
+    ifd__oai_json_set(o, "object", json_string(object), bad);
+    ifd__oai_json_set(o, "created", json_integer(m->created), bad);
+    ifd__oai_json_set(o, "model", ifd__oai_json_str(m->model, strlen(m->model)), bad);
     if (m->system_fingerprint)
-        oset(o, "system_fingerprint", json_string(m->system_fingerprint), bad);
+        ifd__oai_json_set(o, "system_fingerprint", json_string(m->system_fingerprint), bad);
     return o;
 }
 
@@ -1197,17 +941,19 @@ static json_t *tool_calls_json(const ifd_oai_tool_call_t *tc, size_t n, long onl
         json_t *t = json_object();
         json_t *f = json_object();
         if (only_header != -1)
-            oset(t, "index", json_integer((json_int_t)i), bad);
+            ifd__oai_json_set(t, "index", json_integer((json_int_t)i), bad);
         if (only_header != -2) {
-            oset(t, "id", json_string(tc[i].id), bad);
-            oset(t, "type", json_string("function"), bad);
-            oset(f, "name", jstr(tc[i].name, strlen(tc[i].name)), bad);
+            ifd__oai_json_set(t, "id", json_string(tc[i].id), bad);
+            ifd__oai_json_set(t, "type", json_string("function"), bad);
+            ifd__oai_json_set(f, "name", ifd__oai_json_str(tc[i].name, strlen(tc[i].name)), bad);
         }
-        oset(f, "arguments",
-             only_header >= 0 ? json_string("") : jstr(tc[i].arguments, strlen(tc[i].arguments)),
-             bad);
-        oset(t, "function", f, bad);
-        aadd(arr, t, bad);
+        ifd__oai_json_set(f, "arguments",
+                          only_header >= 0
+                              ? json_string("")
+                              : ifd__oai_json_str(tc[i].arguments, strlen(tc[i].arguments)),
+                          bad);
+        ifd__oai_json_set(t, "function", f, bad);
+        ifd__oai_json_add(arr, t, bad);
     }
     return arr;
 }
@@ -1226,31 +972,34 @@ int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai
     for (size_t i = 0; i < n_choices; i++) {
         const ifd_oai_choice_t *c = &choices[i];
         json_t *ch = json_object();
-        oset(ch, "index", json_integer(c->index), &bad);
+        ifd__oai_json_set(ch, "index", json_integer(c->index), &bad);
         if (chat) {
             json_t *msg = json_object();
-            oset(msg, "role", json_string("assistant"), &bad);
-            oset(msg, "content",
-                 c->n_tool_calls && !c->text_len ? json_null() : jstr(c->text, c->text_len), &bad);
-            oset(msg, "refusal", json_null(), &bad);
+            ifd__oai_json_set(msg, "role", json_string("assistant"), &bad);
+            ifd__oai_json_set(msg, "content",
+                              c->n_tool_calls && !c->text_len
+                                  ? json_null()
+                                  : ifd__oai_json_str(c->text, c->text_len),
+                              &bad);
+            ifd__oai_json_set(msg, "refusal", json_null(), &bad);
             if (c->n_tool_calls)
-                oset(msg, "tool_calls", tool_calls_json(c->tool_calls, c->n_tool_calls, -1, &bad),
-                     &bad);
-            oset(ch, "message", msg, &bad);
+                ifd__oai_json_set(msg, "tool_calls",
+                                  tool_calls_json(c->tool_calls, c->n_tool_calls, -1, &bad), &bad);
+            ifd__oai_json_set(ch, "message", msg, &bad);
         } else {
-            oset(ch, "text", jstr(c->text, c->text_len), &bad);
+            ifd__oai_json_set(ch, "text", ifd__oai_json_str(c->text, c->text_len), &bad);
         }
-        oset(ch, "logprobs", choice_logprobs(m->kind, c, &bad), &bad);
-        oset(ch, "finish_reason", finish_json(c->finish_reason), &bad);
+        ifd__oai_json_set(ch, "logprobs", choice_logprobs(m->kind, c, &bad), &bad);
+        ifd__oai_json_set(ch, "finish_reason", finish_json(c->finish_reason), &bad);
         if (!chat && c->has_prompt_logprobs)
-            oset(ch, "prompt_logprobs", prompt_logprobs_json(c, &bad), &bad);
-        aadd(arr, ch, &bad);
+            ifd__oai_json_set(ch, "prompt_logprobs", prompt_logprobs_json(c, &bad), &bad);
+        ifd__oai_json_add(arr, ch, &bad);
     }
-    oset(o, "choices", arr, &bad);
+    ifd__oai_json_set(o, "choices", arr, &bad);
     if (chat && n_choices && choices[0].has_prompt_logprobs) /* vLLM: once, at the top */
-        oset(o, "prompt_logprobs", prompt_logprobs_json(&choices[0], &bad), &bad);
-    oset(o, "usage", usage_obj(usage, &bad), &bad);
-    return emit(out, o, bad, false);
+        ifd__oai_json_set(o, "prompt_logprobs", prompt_logprobs_json(&choices[0], &bad), &bad);
+    ifd__oai_json_set(o, "usage", usage_obj(usage, &bad), &bad);
+    return ifd__oai_json_emit(out, o, bad, false);
 }
 
 /* ---- streaming ------------------------------------------------------------------------- */
@@ -1289,27 +1038,27 @@ static int stream_chunk(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choic
     bool chat = s->meta.kind == IFD_OAI_CHAT;
     json_t *o = base_obj(&s->meta, chat ? "chat.completion.chunk" : "text_completion", &bad);
     json_t *ch = json_object();
-    oset(ch, "index", json_integer(c->index), &bad);
+    ifd__oai_json_set(ch, "index", json_integer(c->index), &bad);
     if (chat) {
         json_t *delta = json_object();
         if (role)
-            oset(delta, "role", json_string("assistant"), &bad);
+            ifd__oai_json_set(delta, "role", json_string("assistant"), &bad);
         if (role || c->text_len > 0)
-            oset(delta, "content", jstr(c->text, c->text_len), &bad);
-        oset(ch, "delta", delta, &bad);
+            ifd__oai_json_set(delta, "content", ifd__oai_json_str(c->text, c->text_len), &bad);
+        ifd__oai_json_set(ch, "delta", delta, &bad);
     } else {
-        oset(ch, "text", jstr(c->text, c->text_len), &bad);
+        ifd__oai_json_set(ch, "text", ifd__oai_json_str(c->text, c->text_len), &bad);
     }
     ifd_oai_choice_t tmp = *c;
     tmp.text_offset = s->text_offset[c->index];
-    oset(ch, "logprobs", choice_logprobs(s->meta.kind, &tmp, &bad), &bad);
-    oset(ch, "finish_reason", finish_json(finish), &bad);
+    ifd__oai_json_set(ch, "logprobs", choice_logprobs(s->meta.kind, &tmp, &bad), &bad);
+    ifd__oai_json_set(ch, "finish_reason", finish_json(finish), &bad);
     json_t *arr = json_array();
-    aadd(arr, ch, &bad);
-    oset(o, "choices", arr, &bad);
+    ifd__oai_json_add(arr, ch, &bad);
+    ifd__oai_json_set(o, "choices", arr, &bad);
     if (s->include_usage)
-        oset(o, "usage", chunk_usage(s, &bad), &bad);
-    int rc = emit(out, o, bad, true);
+        ifd__oai_json_set(o, "usage", chunk_usage(s, &bad), &bad);
+    int rc = ifd__oai_json_emit(out, o, bad, true);
     if (rc == 0)
         s->text_offset[c->index] += (uint32_t)ifd_utf8_count(c->text, c->text_len);
     return rc;
@@ -1383,27 +1132,27 @@ int ifd_oai_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai
             int bad = 0;
             json_t *o = base_obj(&s->meta, "chat.completion.chunk", &bad);
             json_t *ch = json_object();
-            oset(ch, "index", json_integer(c->index), &bad);
+            ifd__oai_json_set(ch, "index", json_integer(c->index), &bad);
             json_t *delta = json_object();
             if (s->state[c->index] == ST_NEW) {
-                oset(delta, "role", json_string("assistant"), &bad);
+                ifd__oai_json_set(delta, "role", json_string("assistant"), &bad);
                 s->state[c->index] = ST_STARTED;
             }
             json_t *one = tool_calls_json(c->tool_calls + i, 1, part ? -2 : 0, &bad);
             /* the index is the call's place in the message */
             json_t *first = json_array_get(one, 0);
             if (first)
-                oset(first, "index", json_integer((json_int_t)i), &bad);
-            oset(delta, "tool_calls", one, &bad);
-            oset(ch, "delta", delta, &bad);
-            oset(ch, "logprobs", json_null(), &bad);
-            oset(ch, "finish_reason", json_null(), &bad);
+                ifd__oai_json_set(first, "index", json_integer((json_int_t)i), &bad);
+            ifd__oai_json_set(delta, "tool_calls", one, &bad);
+            ifd__oai_json_set(ch, "delta", delta, &bad);
+            ifd__oai_json_set(ch, "logprobs", json_null(), &bad);
+            ifd__oai_json_set(ch, "finish_reason", json_null(), &bad);
             json_t *arr = json_array();
-            aadd(arr, ch, &bad);
-            oset(o, "choices", arr, &bad);
+            ifd__oai_json_add(arr, ch, &bad);
+            ifd__oai_json_set(o, "choices", arr, &bad);
             if (s->include_usage)
-                oset(o, "usage", chunk_usage(s, &bad), &bad);
-            rc = emit(out, o, bad, true);
+                ifd__oai_json_set(o, "usage", chunk_usage(s, &bad), &bad);
+            rc = ifd__oai_json_emit(out, o, bad, true);
         }
     }
     return rc;
@@ -1448,9 +1197,9 @@ int ifd_oai_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usage_
         int bad = 0;
         bool chat = s->meta.kind == IFD_OAI_CHAT;
         json_t *o = base_obj(&s->meta, chat ? "chat.completion.chunk" : "text_completion", &bad);
-        oset(o, "choices", json_array(), &bad);
-        oset(o, "usage", usage_obj(usage, &bad), &bad);
-        rc = emit(out, o, bad, true);
+        ifd__oai_json_set(o, "choices", json_array(), &bad);
+        ifd__oai_json_set(o, "usage", usage_obj(usage, &bad), &bad);
+        rc = ifd__oai_json_emit(out, o, bad, true);
     }
     if (rc == 0 && (rc = ifd_sse_done(out)) < 0) {
         out->len = start;
@@ -1467,19 +1216,19 @@ int ifd_oai_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usage_
 static json_t *model_obj(const ifd_oai_model_t *m, int *bad)
 {
     json_t *e = json_object();
-    oset(e, "id", jstr(m->id, strlen(m->id)), bad);
-    oset(e, "object", json_string("model"), bad);
-    oset(e, "created", json_integer(m->created), bad);
-    oset(e, "owned_by", json_string(m->owned_by ? m->owned_by : "inferd"), bad);
+    ifd__oai_json_set(e, "id", ifd__oai_json_str(m->id, strlen(m->id)), bad);
+    ifd__oai_json_set(e, "object", json_string("model"), bad);
+    ifd__oai_json_set(e, "created", json_integer(m->created), bad);
+    ifd__oai_json_set(e, "owned_by", json_string(m->owned_by ? m->owned_by : "inferd"), bad);
     const char *root = m->root ? m->root : m->id;
-    oset(e, "root", jstr(root, strlen(root)), bad);
-    oset(e, "parent", json_null(), bad);
+    ifd__oai_json_set(e, "root", ifd__oai_json_str(root, strlen(root)), bad);
+    ifd__oai_json_set(e, "parent", json_null(), bad);
     if (m->max_model_len > 0)
-        oset(e, "max_model_len", json_integer(m->max_model_len), bad);
+        ifd__oai_json_set(e, "max_model_len", json_integer(m->max_model_len), bad);
     if (m->architecture)
-        oset(e, "architecture", json_string(m->architecture), bad);
+        ifd__oai_json_set(e, "architecture", json_string(m->architecture), bad);
     if (m->format)
-        oset(e, "format", json_string(m->format), bad);
+        ifd__oai_json_set(e, "format", json_string(m->format), bad);
     return e;
 }
 
@@ -1494,12 +1243,12 @@ int ifd_oai_models_json(ifd_buf_t *out, const ifd_oai_model_t *models, size_t n)
             bad++;
             continue;
         }
-        aadd(data, model_obj(&models[i], &bad), &bad);
+        ifd__oai_json_add(data, model_obj(&models[i], &bad), &bad);
     }
     json_t *o = json_object();
-    oset(o, "object", json_string("list"), &bad);
-    oset(o, "data", data, &bad);
-    return emit(out, o, bad, false);
+    ifd__oai_json_set(o, "object", json_string("list"), &bad);
+    ifd__oai_json_set(o, "data", data, &bad);
+    return ifd__oai_json_emit(out, o, bad, false);
 }
 
 int ifd_oai_model_json(ifd_buf_t *out, const ifd_oai_model_t *m)
@@ -1507,7 +1256,7 @@ int ifd_oai_model_json(ifd_buf_t *out, const ifd_oai_model_t *m)
     if (!m || !m->id)
         return IFD_EINVAL;
     int bad = 0;
-    return emit(out, model_obj(m, &bad), bad, false);
+    return ifd__oai_json_emit(out, model_obj(m, &bad), bad, false);
 }
 
 int ifd_oai_tokenize_json(ifd_buf_t *out, const int32_t *tokens, size_t n, int64_t max_model_len,
@@ -1517,27 +1266,27 @@ int ifd_oai_tokenize_json(ifd_buf_t *out, const int32_t *tokens, size_t n, int64
         return IFD_EINVAL;
     int bad = 0;
     json_t *o = json_object();
-    oset(o, "count", json_integer((json_int_t)n), &bad);
-    oset(o, "max_model_len", json_integer(max_model_len), &bad);
+    ifd__oai_json_set(o, "count", json_integer((json_int_t)n), &bad);
+    ifd__oai_json_set(o, "max_model_len", json_integer(max_model_len), &bad);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
-        aadd(arr, json_integer(tokens[i]), &bad);
-    oset(o, "tokens", arr, &bad);
+        ifd__oai_json_add(arr, json_integer(tokens[i]), &bad);
+    ifd__oai_json_set(o, "tokens", arr, &bad);
     if (token_strs) {
         json_t *strs = json_array();
         for (size_t i = 0; i < n; i++)
-            aadd(strs, jstr(token_strs[i].p, token_strs[i].len), &bad);
-        oset(o, "token_strs", strs, &bad);
+            ifd__oai_json_add(strs, ifd__oai_json_str(token_strs[i].p, token_strs[i].len), &bad);
+        ifd__oai_json_set(o, "token_strs", strs, &bad);
     } else {
-        oset(o, "token_strs", json_null(), &bad);
+        ifd__oai_json_set(o, "token_strs", json_null(), &bad);
     }
-    return emit(out, o, bad, false);
+    return ifd__oai_json_emit(out, o, bad, false);
 }
 
 int ifd_oai_detokenize_json(ifd_buf_t *out, const char *text, size_t len)
 {
     int bad = 0;
     json_t *o = json_object();
-    oset(o, "prompt", jstr(text, len), &bad);
-    return emit(out, o, bad, false);
+    ifd__oai_json_set(o, "prompt", ifd__oai_json_str(text, len), &bad);
+    return ifd__oai_json_emit(out, o, bad, false);
 }

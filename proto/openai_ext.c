@@ -6,7 +6,9 @@
  * accepted only at its "off" value and otherwise refused with 400 naming
  * it (never silently ignored).
  */
-#include "openai_impl.h"
+#include "openai_ext.h"
+
+#include "oai_json.h"
 
 #include "error.h"
 #include "grammar/grammar.h"
@@ -74,26 +76,27 @@ static bool extra_ok(const json_t *v, ok_t ok)
     return false;
 }
 
-static int p_extras(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_kind_t kind)
+static int p_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_kind_t kind)
 {
     int ep = kind == IFD_OAI_CHAT ? EP_C : EP_P;
     for (size_t i = 0; i < sizeof EXTRAS / sizeof EXTRAS[0]; i++) {
         if (!(EXTRAS[i].ep & ep))
             continue;
-        const json_t *v = ifd__oai_get(o, EXTRAS[i].name);
+        const json_t *v = ifd__oai_json_get(o, EXTRAS[i].name);
         if (v && !extra_ok(v, EXTRAS[i].ok))
-            return ifd__oai_perr(
+            return ifd__oai_json_fail(
                 c, "unsupported_parameter", EXTRAS[i].name,
                 "Unsupported parameter: '%s' is not supported by this server (%s).", EXTRAS[i].name,
                 EXTRAS[i].why);
     }
-    const json_t *mod = kind == IFD_OAI_CHAT ? ifd__oai_get(o, "modalities") : NULL;
+    const json_t *mod = kind == IFD_OAI_CHAT ? ifd__oai_json_get(o, "modalities") : NULL;
     for (size_t i = 0; mod && i < (json_is_array(mod) ? json_array_size(mod) : 1); i++) {
         const char *m = json_string_value(json_is_array(mod) ? json_array_get(mod, i) : mod);
         if (!m || strcmp(m, "text") != 0)
-            return ifd__oai_perr(c, "unsupported_parameter", "modalities",
-                                 "Unsupported parameter: 'modalities' other than [\"text\"] is "
-                                 "not supported by this server.");
+            return ifd__oai_json_fail(
+                c, "unsupported_parameter", "modalities",
+                "Unsupported parameter: 'modalities' other than [\"text\"] is "
+                "not supported by this server.");
     }
     return 0;
 }
@@ -104,82 +107,74 @@ static const char *const k_reserved_vars[] = {"messages",  "tools",     "documen
                                               "eos_token"};
 
 /* Chat: vLLM's chat_template_kwargs, documents, continue_final_message, echo. */
-static int p_chat_template(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+static int p_chat_template(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
-    const json_t *v = ifd__oai_get(o, "chat_template_kwargs");
+    const json_t *v = ifd__oai_json_get(o, "chat_template_kwargs");
     int rc;
     if (v && !json_is_object(v))
-        return ifd__oai_bad_type(c, "chat_template_kwargs", "an object", v);
+        return ifd__oai_json_bad_type(c, "chat_template_kwargs", "an object", v);
     for (size_t i = 0; v && i < sizeof k_reserved_vars / sizeof k_reserved_vars[0]; i++) {
         if (json_object_get(v, k_reserved_vars[i])) {
-            char param[IFD__OAI_PARAM_MAX];
+            char param[IFD__OAI_JSON_PARAM_MAX];
             snprintf(param, sizeof param, "chat_template_kwargs.%s", k_reserved_vars[i]);
-            return ifd__oai_perr(c, "invalid_value", param,
-                                 "Invalid 'chat_template_kwargs': '%s' is set by the server "
-                                 "from the request.",
-                                 k_reserved_vars[i]);
+            return ifd__oai_json_fail(c, "invalid_value", param,
+                                      "Invalid 'chat_template_kwargs': '%s' is set by the server "
+                                      "from the request.",
+                                      k_reserved_vars[i]);
         }
     }
-    if (v && json_object_size(v)) {
-        char *d = json_dumps(v, JSON_COMPACT);
-        r->template_kwargs = d ? ifd_arena_strdup(c->a, d) : NULL;
-        free(d);
-        if (!r->template_kwargs)
-            return ifd__oai_oom(c);
-    }
-    if ((v = ifd__oai_get(o, "documents"))) {
+    if (v && json_object_size(v) && !(r->template_kwargs = ifd__oai_json_dump(c->a, v)))
+        return ifd__oai_json_oom(c);
+    if ((v = ifd__oai_json_get(o, "documents"))) {
         if (!json_is_array(v))
-            return ifd__oai_bad_type(c, "documents", "an array of objects", v);
+            return ifd__oai_json_bad_type(c, "documents", "an array of objects", v);
         for (size_t i = 0; i < json_array_size(v); i++) {
             if (!json_is_object(json_array_get(v, i))) {
-                char param[IFD__OAI_PARAM_MAX];
+                char param[IFD__OAI_JSON_PARAM_MAX];
                 snprintf(param, sizeof param, "documents[%zu]", i);
-                return ifd__oai_bad_type(c, param, "an object", json_array_get(v, i));
+                return ifd__oai_json_bad_type(c, param, "an object", json_array_get(v, i));
             }
         }
-        char *d = json_array_size(v) ? json_dumps(v, JSON_COMPACT) : NULL;
-        if (d && !(r->documents = ifd_arena_strdup(c->a, d))) {
-            free(d);
-            return ifd__oai_oom(c);
-        }
-        free(d);
+        if (json_array_size(v) && !(r->documents = ifd__oai_json_dump(c->a, v)))
+            return ifd__oai_json_oom(c);
     }
-    if ((v = ifd__oai_get(o, "echo")) && (rc = ifd__oai_p_bool(c, v, "echo", &r->echo)) < 0)
+    if ((v = ifd__oai_json_get(o, "echo")) && (rc = ifd__oai_json_bool(c, v, "echo", &r->echo)) < 0)
         return rc;
     const ifd_oai_message_t *last = r->n_messages ? &r->messages[r->n_messages - 1] : NULL;
     if (r->continue_final_message) {
         if (r->add_generation_prompt)
-            return ifd__oai_perr(c, "invalid_value", "continue_final_message",
-                                 "Cannot set both 'continue_final_message' and "
-                                 "'add_generation_prompt' to true.");
+            return ifd__oai_json_fail(c, "invalid_value", "continue_final_message",
+                                      "Cannot set both 'continue_final_message' and "
+                                      "'add_generation_prompt' to true.");
         if (!last || strcmp(last->role, "assistant") || last->tool_calls)
-            return ifd__oai_perr(c, "invalid_value", "continue_final_message",
-                                 "'continue_final_message' needs the last message to be an "
-                                 "assistant message with content.");
+            return ifd__oai_json_fail(c, "invalid_value", "continue_final_message",
+                                      "'continue_final_message' needs the last message to be an "
+                                      "assistant message with content.");
     }
     return 0;
 }
 
 /* vLLM's min_tokens and stream_options.continuous_usage_stats. */
-static int p_min_tokens_usage(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+static int p_min_tokens_usage(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
-    const json_t *v = ifd__oai_get(o, "min_tokens");
+    const json_t *v = ifd__oai_json_get(o, "min_tokens");
     int64_t iv;
     int rc;
     if (v) {
-        if ((rc = ifd__oai_p_int(c, v, "min_tokens", 0, INT32_MAX, &iv)) < 0)
+        if ((rc = ifd__oai_json_int(c, v, "min_tokens", 0, INT32_MAX, &iv)) < 0)
             return rc;
         if (r->max_tokens >= 0 && iv > r->max_tokens)
-            return ifd__oai_perr(c, "invalid_value", "min_tokens",
-                                 "Invalid value for 'min_tokens': %lld is more than max_tokens "
-                                 "(%lld).",
-                                 (long long)iv, (long long)r->max_tokens);
+            return ifd__oai_json_fail(
+                c, "invalid_value", "min_tokens",
+                "Invalid value for 'min_tokens': %lld is more than max_tokens "
+                "(%lld).",
+                (long long)iv, (long long)r->max_tokens);
         r->min_tokens = (uint32_t)iv;
     }
-    const json_t *so = ifd__oai_get(o, "stream_options");
-    const json_t *cu = json_is_object(so) ? ifd__oai_get(so, "continuous_usage_stats") : NULL;
-    if (cu && (rc = ifd__oai_p_bool(c, cu, "stream_options.continuous_usage_stats",
-                                    &r->continuous_usage)) < 0)
+    const json_t *so = ifd__oai_json_get(o, "stream_options");
+    const json_t *cu = json_is_object(so) ? ifd__oai_json_get(so, "continuous_usage_stats") : NULL;
+    if (cu && (rc = ifd__oai_json_bool(c, cu, "stream_options.continuous_usage_stats",
+                                       &r->continuous_usage)) < 0)
         return rc;
     return 0;
 }
@@ -189,7 +184,7 @@ static int p_min_tokens_usage(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_reque
 typedef enum { SO_JSON, SO_JSON_OBJECT, SO_REGEX, SO_CHOICE, SO_GRAMMAR } so_kind_t;
 
 /* Compiles a source into r->grammar; param names it in errors. */
-static int set_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r, so_kind_t k, const json_t *v,
+static int set_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r, so_kind_t k, const json_t *v,
                        const char *param)
 {
     ifd_buf_t g = IFD_BUF_INIT;
@@ -202,13 +197,13 @@ static int set_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r, so_kind_t k, co
             json_error_t je;
             owned = json_loads(json_string_value(v), JSON_DECODE_ANY, &je);
             if (!owned)
-                return ifd__oai_perr(c, "invalid_value", param,
-                                     "Invalid '%s': not valid JSON (%s).", param, je.text);
+                return ifd__oai_json_fail(c, "invalid_value", param,
+                                          "Invalid '%s': not valid JSON (%s).", param, je.text);
             v = owned;
         }
         if (!json_is_object(v) && !json_is_boolean(v)) {
             json_decref(owned);
-            return ifd__oai_bad_type(c, param, "an object (a JSON Schema)", v);
+            return ifd__oai_json_bad_type(c, param, "an object (a JSON Schema)", v);
         }
         rc = ifd_gconv_json_schema(v, &g, err, sizeof err);
         break;
@@ -217,21 +212,21 @@ static int set_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r, so_kind_t k, co
         break;
     case SO_REGEX:
         if (!json_is_string(v))
-            return ifd__oai_bad_type(c, param, "a string", v);
+            return ifd__oai_json_bad_type(c, param, "a string", v);
         rc = ifd_gconv_regex(json_string_value(v), json_string_length(v), &g, err, sizeof err);
         break;
     case SO_CHOICE: {
         if (!json_is_array(v) || json_array_size(v) == 0)
-            return ifd__oai_bad_type(c, param, "a non-empty array of strings", v);
+            return ifd__oai_json_bad_type(c, param, "a non-empty array of strings", v);
         size_t n = json_array_size(v);
         const char **ch = calloc(n, sizeof *ch);
         if (!ch)
-            return ifd__oai_oom(c);
+            return ifd__oai_json_oom(c);
         for (size_t i = 0; i < n; i++) {
             ch[i] = json_string_value(json_array_get(v, i));
             if (!ch[i]) {
                 free(ch);
-                return ifd__oai_bad_type(c, param, "an array of strings", v);
+                return ifd__oai_json_bad_type(c, param, "an array of strings", v);
             }
         }
         rc = ifd_gconv_choice(ch, n, &g, err, sizeof err);
@@ -240,7 +235,7 @@ static int set_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r, so_kind_t k, co
     }
     case SO_GRAMMAR:
         if (!json_is_string(v))
-            return ifd__oai_bad_type(c, param, "a string", v);
+            return ifd__oai_json_bad_type(c, param, "a string", v);
         if (ifd_buf_append(&g, json_string_value(v), json_string_length(v)))
             rc = IFD_ENOMEM;
         break;
@@ -248,12 +243,12 @@ static int set_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r, so_kind_t k, co
     json_decref(owned);
     if (rc == IFD_ENOMEM) {
         ifd_buf_free(&g);
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     }
     if (rc) {
         ifd_buf_free(&g);
-        return ifd__oai_perr(c, rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value", param,
-                             "Invalid '%s': %s.", param, err);
+        return ifd__oai_json_fail(c, rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value",
+                                  param, "Invalid '%s': %s.", param, err);
     }
     /* The worker compiles it again (once per distinct grammar); compiling
      * here turns every grammar error into a 400 now. */
@@ -263,47 +258,48 @@ static int set_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r, so_kind_t k, co
     if (rc) {
         ifd_buf_free(&g);
         if (rc == IFD_ENOMEM)
-            return ifd__oai_oom(c);
-        return ifd__oai_perr(c, "invalid_value", param, "Invalid grammar in '%s': %s.", param, err);
+            return ifd__oai_json_oom(c);
+        return ifd__oai_json_fail(c, "invalid_value", param, "Invalid grammar in '%s': %s.", param,
+                                  err);
     }
     r->grammar = ifd_arena_strndup(c->a, g.data ? g.data : "", g.len);
     r->grammar_len = g.len;
     ifd_buf_free(&g);
-    return r->grammar ? 0 : ifd__oai_oom(c);
+    return r->grammar ? 0 : ifd__oai_json_oom(c);
 }
 
-static int p_response_format(ifd__oai_pctx_t *c, const json_t *v, ifd_oai_request_t *r)
+static int p_response_format(ifd__oai_json_ctx_t *c, const json_t *v, ifd_oai_request_t *r)
 {
     if (!json_is_object(v))
-        return ifd__oai_bad_type(c, "response_format", "an object", v);
-    const json_t *t = ifd__oai_get(v, "type");
+        return ifd__oai_json_bad_type(c, "response_format", "an object", v);
+    const json_t *t = ifd__oai_json_get(v, "type");
     if (!t)
-        return ifd__oai_missing(c, "response_format.type");
+        return ifd__oai_json_missing(c, "response_format.type");
     if (!json_is_string(t))
-        return ifd__oai_bad_type(c, "response_format.type", "a string", t);
+        return ifd__oai_json_bad_type(c, "response_format.type", "a string", t);
     const char *ts = json_string_value(t);
     if (strcmp(ts, "text") == 0)
         return 0;
     if (strcmp(ts, "json_object") == 0)
         return set_grammar(c, r, SO_JSON_OBJECT, NULL, "response_format");
     if (strcmp(ts, "json_schema") == 0) {
-        const json_t *js = ifd__oai_get(v, "json_schema");
+        const json_t *js = ifd__oai_json_get(v, "json_schema");
         if (!js)
-            return ifd__oai_missing(c, "response_format.json_schema");
+            return ifd__oai_json_missing(c, "response_format.json_schema");
         if (!json_is_object(js))
-            return ifd__oai_bad_type(c, "response_format.json_schema", "an object", js);
-        const json_t *st = ifd__oai_get(js, "strict");
+            return ifd__oai_json_bad_type(c, "response_format.json_schema", "an object", js);
+        const json_t *st = ifd__oai_json_get(js, "strict");
         if (st && !json_is_boolean(st))
-            return ifd__oai_bad_type(c, "response_format.json_schema.strict", "a boolean", st);
-        const json_t *schema = ifd__oai_get(js, "schema");
+            return ifd__oai_json_bad_type(c, "response_format.json_schema.strict", "a boolean", st);
+        const json_t *schema = ifd__oai_json_get(js, "schema");
         if (!schema) /* no schema: any JSON object */
             return set_grammar(c, r, SO_JSON_OBJECT, NULL, "response_format.json_schema");
         return set_grammar(c, r, SO_JSON, schema, "response_format.json_schema.schema");
     }
-    return ifd__oai_perr(c, "invalid_value", "response_format.type",
-                         "Invalid value: '%.40s'. Supported values are: 'text', 'json_object' "
-                         "and 'json_schema'.",
-                         ts);
+    return ifd__oai_json_fail(c, "invalid_value", "response_format.type",
+                              "Invalid value: '%.40s'. Supported values are: 'text', 'json_object' "
+                              "and 'json_schema'.",
+                              ts);
 }
 
 static const struct {
@@ -313,10 +309,10 @@ static const struct {
     {"json", SO_JSON}, {"regex", SO_REGEX}, {"choice", SO_CHOICE}, {"grammar", SO_GRAMMAR}};
 
 /* vLLM's structured_outputs object. */
-static int p_structured_outputs(ifd__oai_pctx_t *c, const json_t *v, ifd_oai_request_t *r)
+static int p_structured_outputs(ifd__oai_json_ctx_t *c, const json_t *v, ifd_oai_request_t *r)
 {
     if (!json_is_object(v))
-        return ifd__oai_bad_type(c, "structured_outputs", "an object", v);
+        return ifd__oai_json_bad_type(c, "structured_outputs", "an object", v);
     char param[64];
     const char *key;
     const json_t *val;
@@ -338,7 +334,7 @@ static int p_structured_outputs(ifd__oai_pctx_t *c, const json_t *v, ifd_oai_req
             found++;
         } else if (strcmp(key, "json_object") == 0) {
             if (!json_is_boolean(val))
-                return ifd__oai_bad_type(c, param, "a boolean", val);
+                return ifd__oai_json_bad_type(c, param, "a boolean", val);
             if (json_is_true(val)) {
                 kind = SO_JSON_OBJECT;
                 src = val;
@@ -352,16 +348,17 @@ static int p_structured_outputs(ifd__oai_pctx_t *c, const json_t *v, ifd_oai_req
         } else if (strcmp(key, "backend") == 0 && json_is_string(val)) {
             continue; /* which engine vLLM would use: there is one here */
         } else {
-            return ifd__oai_perr(c, "unsupported_parameter", param,
-                                 "Unsupported parameter: '%s' is not supported by this server; "
-                                 "supported are json, regex, choice, grammar and json_object.",
-                                 param);
+            return ifd__oai_json_fail(
+                c, "unsupported_parameter", param,
+                "Unsupported parameter: '%s' is not supported by this server; "
+                "supported are json, regex, choice, grammar and json_object.",
+                param);
         }
     }
     if (found > 1)
-        return ifd__oai_perr(c, "invalid_value", "structured_outputs",
-                             "Invalid 'structured_outputs': give only one of json, regex, "
-                             "choice, grammar and json_object.");
+        return ifd__oai_json_fail(c, "invalid_value", "structured_outputs",
+                                  "Invalid 'structured_outputs': give only one of json, regex, "
+                                  "choice, grammar and json_object.");
     if (!found)
         return 0;
     for (size_t i = 0; i < sizeof SO_KEYS / sizeof SO_KEYS[0]; i++)
@@ -372,7 +369,7 @@ static int p_structured_outputs(ifd__oai_pctx_t *c, const json_t *v, ifd_oai_req
     return set_grammar(c, r, kind, src, param);
 }
 
-static int p_structured(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+static int p_structured(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     static const struct {
         const char *key;
@@ -384,39 +381,40 @@ static int p_structured(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *
     const char *first = NULL;
     int rc;
     const json_t *v;
-    if ((v = ifd__oai_get(o, "response_format"))) {
+    if ((v = ifd__oai_json_get(o, "response_format"))) {
         if ((rc = p_response_format(c, v, r)) < 0)
             return rc;
         if (r->grammar)
             first = "response_format";
     }
-    if ((v = ifd__oai_get(o, "structured_outputs"))) {
+    if ((v = ifd__oai_json_get(o, "structured_outputs"))) {
         char *before = r->grammar;
         if ((rc = p_structured_outputs(c, v, r)) < 0)
             return rc;
         if (r->grammar != before) {
             if (first)
-                return ifd__oai_perr(c, "invalid_value", "structured_outputs",
-                                     "Invalid 'structured_outputs': '%s' already constrains the "
-                                     "output; give only one.",
-                                     first);
+                return ifd__oai_json_fail(
+                    c, "invalid_value", "structured_outputs",
+                    "Invalid 'structured_outputs': '%s' already constrains the "
+                    "output; give only one.",
+                    first);
             first = "structured_outputs";
         }
     }
     for (size_t i = 0; i < sizeof guided / sizeof guided[0]; i++) {
-        if (!(v = ifd__oai_get(o, guided[i].key)))
+        if (!(v = ifd__oai_json_get(o, guided[i].key)))
             continue;
         if (first)
-            return ifd__oai_perr(c, "invalid_value", guided[i].key,
-                                 "Invalid '%s': '%s' already constrains the output; give only "
-                                 "one.",
-                                 guided[i].key, first);
+            return ifd__oai_json_fail(c, "invalid_value", guided[i].key,
+                                      "Invalid '%s': '%s' already constrains the output; give only "
+                                      "one.",
+                                      guided[i].key, first);
         if ((rc = set_grammar(c, r, guided[i].kind, v, guided[i].key)) < 0)
             return rc;
         first = guided[i].key;
     }
-    if ((v = ifd__oai_get(o, "guided_decoding_backend")) && !json_is_string(v))
-        return ifd__oai_bad_type(c, "guided_decoding_backend", "a string", v);
+    if ((v = ifd__oai_json_get(o, "guided_decoding_backend")) && !json_is_string(v))
+        return ifd__oai_json_bad_type(c, "guided_decoding_backend", "a string", v);
     return 0;
 }
 
@@ -436,82 +434,75 @@ static bool tool_name_ok(const char *s)
     return true;
 }
 
-static char *dump(ifd__oai_pctx_t *c, const json_t *v)
+static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!s)
-        return NULL;
-    char *d = ifd_arena_strdup(c->a, s);
-    free(s);
-    return d;
-}
-
-static int p_tools(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
-{
-    char param[IFD__OAI_PARAM_MAX];
-    const json_t *tools = ifd__oai_get(o, "tools");
-    const json_t *tc = ifd__oai_get(o, "tool_choice");
-    const json_t *ptc = ifd__oai_get(o, "parallel_tool_calls");
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    const json_t *tools = ifd__oai_json_get(o, "tools");
+    const json_t *tc = ifd__oai_json_get(o, "tool_choice");
+    const json_t *ptc = ifd__oai_json_get(o, "parallel_tool_calls");
     int rc;
-    if (ptc && (rc = ifd__oai_p_bool(c, ptc, "parallel_tool_calls", &r->parallel_tool_calls)) < 0)
+    if (ptc &&
+        (rc = ifd__oai_json_bool(c, ptc, "parallel_tool_calls", &r->parallel_tool_calls)) < 0)
         return rc;
     if (tools) {
         if (!json_is_array(tools))
-            return ifd__oai_bad_type(c, "tools", "an array", tools);
+            return ifd__oai_json_bad_type(c, "tools", "an array", tools);
         size_t n = json_array_size(tools);
         if (n > 128)
-            return ifd__oai_perr(c, "array_above_max_length", "tools",
-                                 "Invalid 'tools': array too long. Expected an array with "
-                                 "maximum length 128, but got an array with length %zu instead.",
-                                 n);
+            return ifd__oai_json_fail(
+                c, "array_above_max_length", "tools",
+                "Invalid 'tools': array too long. Expected an array with "
+                "maximum length 128, but got an array with length %zu instead.",
+                n);
         r->tools = n ? ifd_arena_calloc(c->a, n, sizeof *r->tools) : NULL;
         if (n && !r->tools)
-            return ifd__oai_oom(c);
+            return ifd__oai_json_oom(c);
         for (size_t i = 0; i < n; i++) {
             const json_t *t = json_array_get(tools, i);
             snprintf(param, sizeof param, "tools[%zu]", i);
             if (!json_is_object(t))
-                return ifd__oai_bad_type(c, param, "an object", t);
-            const json_t *ty = ifd__oai_get(t, "type");
+                return ifd__oai_json_bad_type(c, param, "an object", t);
+            const json_t *ty = ifd__oai_json_get(t, "type");
             snprintf(param, sizeof param, "tools[%zu].type", i);
             if (!ty)
-                return ifd__oai_missing(c, param);
+                return ifd__oai_json_missing(c, param);
             if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") != 0)
-                return ifd__oai_perr(c, "invalid_value", param,
-                                     "Invalid value for '%s': only 'function' tools are "
-                                     "supported.",
-                                     param);
-            const json_t *f = ifd__oai_get(t, "function");
+                return ifd__oai_json_fail(c, "invalid_value", param,
+                                          "Invalid value for '%s': only 'function' tools are "
+                                          "supported.",
+                                          param);
+            const json_t *f = ifd__oai_json_get(t, "function");
             snprintf(param, sizeof param, "tools[%zu].function", i);
             if (!f)
-                return ifd__oai_missing(c, param);
+                return ifd__oai_json_missing(c, param);
             if (!json_is_object(f))
-                return ifd__oai_bad_type(c, param, "an object", f);
+                return ifd__oai_json_bad_type(c, param, "an object", f);
             snprintf(param, sizeof param, "tools[%zu].function.name", i);
-            const json_t *nm = ifd__oai_get(f, "name");
+            const json_t *nm = ifd__oai_json_get(f, "name");
             if (!nm)
-                return ifd__oai_missing(c, param);
-            if ((rc = ifd__oai_p_string(c, nm, param, &r->tools[i].name, NULL)) < 0)
+                return ifd__oai_json_missing(c, param);
+            if ((rc = ifd__oai_json_string(c, nm, param, &r->tools[i].name, NULL)) < 0)
                 return rc;
             if (!tool_name_ok(r->tools[i].name))
-                return ifd__oai_perr(c, "invalid_value", param,
-                                     "Invalid '%s': a function name is 1 to 64 of a-z, A-Z, 0-9, "
-                                     "'_', '-' and '.'.",
-                                     param);
+                return ifd__oai_json_fail(
+                    c, "invalid_value", param,
+                    "Invalid '%s': a function name is 1 to 64 of a-z, A-Z, 0-9, "
+                    "'_', '-' and '.'.",
+                    param);
             for (size_t k = 0; k < i; k++)
                 if (strcmp(r->tools[k].name, r->tools[i].name) == 0)
-                    return ifd__oai_perr(c, "invalid_value", param,
-                                         "Invalid '%s': '%s' is defined twice.", param,
-                                         r->tools[i].name);
-            const json_t *d = ifd__oai_get(f, "description");
+                    return ifd__oai_json_fail(c, "invalid_value", param,
+                                              "Invalid '%s': '%s' is defined twice.", param,
+                                              r->tools[i].name);
+            const json_t *d = ifd__oai_json_get(f, "description");
             snprintf(param, sizeof param, "tools[%zu].function.description", i);
-            if (d && (rc = ifd__oai_p_string(c, d, param, &r->tools[i].description, NULL)) < 0)
+            if (d && (rc = ifd__oai_json_string(c, d, param, &r->tools[i].description, NULL)) < 0)
                 return rc;
-            const json_t *pa = ifd__oai_get(f, "parameters");
+            const json_t *pa = ifd__oai_json_get(f, "parameters");
             snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
             if (pa) {
                 if (!json_is_object(pa))
-                    return ifd__oai_bad_type(c, param, "an object", pa);
+                    return ifd__oai_json_bad_type(c, param, "an object", pa);
                 /* the schema must compile: an unsupported keyword is a 400
                  * now, not a failure when the call is forced */
                 ifd_buf_t g = IFD_BUF_INIT;
@@ -519,18 +510,18 @@ static int p_tools(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
                 rc = ifd_gconv_json_schema(pa, &g, err, sizeof err);
                 ifd_buf_free(&g);
                 if (rc == IFD_ENOMEM)
-                    return ifd__oai_oom(c);
+                    return ifd__oai_json_oom(c);
                 if (rc)
-                    return ifd__oai_perr(c,
-                                         rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value",
-                                         param, "Invalid '%s': %s.", param, err);
-                if (!(r->tools[i].parameters = dump(c, pa)))
-                    return ifd__oai_oom(c);
+                    return ifd__oai_json_fail(
+                        c, rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value", param,
+                        "Invalid '%s': %s.", param, err);
+                if (!(r->tools[i].parameters = ifd__oai_json_dump(c->a, pa)))
+                    return ifd__oai_json_oom(c);
             }
         }
         r->n_tools = n;
-        if (n && !(r->tools_json = dump(c, tools)))
-            return ifd__oai_oom(c);
+        if (n && !(r->tools_json = ifd__oai_json_dump(c->a, tools)))
+            return ifd__oai_json_oom(c);
     }
     r->tool_choice = r->n_tools ? IFD_OAI_TOOL_CHOICE_AUTO : IFD_OAI_TOOL_CHOICE_NONE;
     if (!tc)
@@ -542,22 +533,23 @@ static int p_tools(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
             return 0;
         }
         if (strcmp(s, "auto") != 0 && strcmp(s, "required") != 0)
-            return ifd__oai_perr(c, "invalid_value", "tool_choice",
-                                 "Invalid value: '%.40s'. Supported values are: 'none', 'auto' "
-                                 "and 'required', or a function.",
-                                 s);
+            return ifd__oai_json_fail(
+                c, "invalid_value", "tool_choice",
+                "Invalid value: '%.40s'. Supported values are: 'none', 'auto' "
+                "and 'required', or a function.",
+                s);
         if (!r->n_tools)
-            return ifd__oai_perr(c, "invalid_value", "tool_choice",
-                                 "Invalid value for 'tool_choice': '%s' requires 'tools'.", s);
+            return ifd__oai_json_fail(c, "invalid_value", "tool_choice",
+                                      "Invalid value for 'tool_choice': '%s' requires 'tools'.", s);
         r->tool_choice = s[0] == 'a' ? IFD_OAI_TOOL_CHOICE_AUTO : IFD_OAI_TOOL_CHOICE_REQUIRED;
         return 0;
     }
     if (!json_is_object(tc))
-        return ifd__oai_bad_type(c, "tool_choice", "a string or an object", tc);
-    const json_t *f = ifd__oai_get(tc, "function");
-    const json_t *nm = f ? ifd__oai_get(f, "name") : NULL;
+        return ifd__oai_json_bad_type(c, "tool_choice", "a string or an object", tc);
+    const json_t *f = ifd__oai_json_get(tc, "function");
+    const json_t *nm = f ? ifd__oai_json_get(f, "name") : NULL;
     if (!nm || !json_is_string(nm))
-        return ifd__oai_missing(c, "tool_choice.function.name");
+        return ifd__oai_json_missing(c, "tool_choice.function.name");
     for (size_t i = 0; i < r->n_tools; i++) {
         if (strcmp(r->tools[i].name, json_string_value(nm)) == 0) {
             r->tool_choice = IFD_OAI_TOOL_CHOICE_NAMED;
@@ -565,14 +557,14 @@ static int p_tools(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
             return 0;
         }
     }
-    return ifd__oai_perr(c, "invalid_value", "tool_choice.function.name",
-                         "Invalid value for 'tool_choice': no function named '%.64s' in "
-                         "'tools'.",
-                         json_string_value(nm));
+    return ifd__oai_json_fail(c, "invalid_value", "tool_choice.function.name",
+                              "Invalid value for 'tool_choice': no function named '%.64s' in "
+                              "'tools'.",
+                              json_string_value(nm));
 }
 
 /* The grammar that forces tool_choice required / named. */
-static int tools_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r)
+static int tools_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r)
 {
     ifd_buf_t g = IFD_BUF_INIT;
     char err[300] = "";
@@ -583,7 +575,7 @@ static int tools_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r)
     if (!t || !params) {
         free(t);
         free(params);
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     }
     for (size_t i = 0; i < n; i++) {
         const ifd_oai_tool_t *tool =
@@ -607,56 +599,58 @@ static int tools_grammar(ifd__oai_pctx_t *c, ifd_oai_request_t *r)
     if (rc) {
         ifd_buf_free(&g);
         return rc == IFD_ENOMEM
-                   ? ifd__oai_oom(c)
-                   : ifd__oai_perr(c, "invalid_value", "tools", "Invalid 'tools': %s.", err);
+                   ? ifd__oai_json_oom(c)
+                   : ifd__oai_json_fail(c, "invalid_value", "tools", "Invalid 'tools': %s.", err);
     }
     r->grammar = ifd_arena_strndup(c->a, g.data, g.len);
     r->grammar_len = g.len;
     ifd_buf_free(&g);
-    return r->grammar ? 0 : ifd__oai_oom(c);
+    return r->grammar ? 0 : ifd__oai_json_oom(c);
 }
 
-int ifd__oai_p_message_tools(ifd__oai_pctx_t *c, const json_t *m, size_t i, ifd_oai_message_t *dst)
+int ifd__oai_ext_message_tools(ifd__oai_json_ctx_t *c, const json_t *m, size_t i,
+                               ifd_oai_message_t *dst)
 {
-    char param[IFD__OAI_PARAM_MAX];
+    char param[IFD__OAI_JSON_PARAM_MAX];
     int rc;
-    const json_t *tc = ifd__oai_get(m, "tool_calls");
+    const json_t *tc = ifd__oai_json_get(m, "tool_calls");
     if (tc) {
         snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
         if (strcmp(dst->role, "assistant") != 0)
-            return ifd__oai_perr(c, "invalid_value", param,
-                                 "Invalid '%s': only assistant messages carry tool calls.", param);
+            return ifd__oai_json_fail(c, "invalid_value", param,
+                                      "Invalid '%s': only assistant messages carry tool calls.",
+                                      param);
         if (!json_is_array(tc))
-            return ifd__oai_bad_type(c, param, "an array", tc);
+            return ifd__oai_json_bad_type(c, param, "an array", tc);
         for (size_t k = 0; k < json_array_size(tc); k++) {
             const json_t *call = json_array_get(tc, k);
             snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, k);
             if (!json_is_object(call))
-                return ifd__oai_bad_type(c, param, "an object", call);
-            const json_t *f = ifd__oai_get(call, "function");
+                return ifd__oai_json_bad_type(c, param, "an object", call);
+            const json_t *f = ifd__oai_json_get(call, "function");
             snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function", i, k);
             if (!f)
-                return ifd__oai_missing(c, param);
+                return ifd__oai_json_missing(c, param);
             if (!json_is_object(f))
-                return ifd__oai_bad_type(c, param, "an object", f);
+                return ifd__oai_json_bad_type(c, param, "an object", f);
             snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function.name", i, k);
-            const json_t *nm = ifd__oai_get(f, "name");
+            const json_t *nm = ifd__oai_json_get(f, "name");
             if (!nm)
-                return ifd__oai_missing(c, param);
+                return ifd__oai_json_missing(c, param);
             if (!json_is_string(nm))
-                return ifd__oai_bad_type(c, param, "a string", nm);
-            const json_t *args = ifd__oai_get(f, "arguments");
+                return ifd__oai_json_bad_type(c, param, "a string", nm);
+            const json_t *args = ifd__oai_json_get(f, "arguments");
             snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function.arguments", i, k);
             if (args && !json_is_string(args) && !json_is_object(args))
-                return ifd__oai_bad_type(c, param, "a string", args);
+                return ifd__oai_json_bad_type(c, param, "a string", args);
         }
-        if (json_array_size(tc) && !(dst->tool_calls = dump(c, tc)))
-            return ifd__oai_oom(c);
+        if (json_array_size(tc) && !(dst->tool_calls = ifd__oai_json_dump(c->a, tc)))
+            return ifd__oai_json_oom(c);
     }
-    const json_t *id = ifd__oai_get(m, "tool_call_id");
+    const json_t *id = ifd__oai_json_get(m, "tool_call_id");
     if (id) {
         snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
-        if ((rc = ifd__oai_p_string(c, id, param, &dst->tool_call_id, NULL)) < 0)
+        if ((rc = ifd__oai_json_string(c, id, param, &dst->tool_call_id, NULL)) < 0)
             return rc;
     }
     return 0;
@@ -665,32 +659,32 @@ int ifd__oai_p_message_tools(ifd__oai_pctx_t *c, const json_t *m, size_t i, ifd_
 /* vLLM's prompt_logprobs: an int; -1 (the whole vocabulary) and values over
  * its max_logprobs (20) are refused as vLLM refuses them, and so is a
  * nonzero value with stream. */
-static int p_prompt_logprobs(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+static int p_prompt_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
-    const json_t *v = ifd__oai_get(o, "prompt_logprobs");
+    const json_t *v = ifd__oai_json_get(o, "prompt_logprobs");
     int64_t iv;
     int rc;
     if (!v)
         return 0;
-    if ((rc = ifd__oai_p_int(c, v, "prompt_logprobs", -1, INT64_MAX, &iv)) < 0)
+    if ((rc = ifd__oai_json_int(c, v, "prompt_logprobs", -1, INT64_MAX, &iv)) < 0)
         return rc;
     char num[32];
     snprintf(num, sizeof num, "%lld", (long long)iv);
     if (iv == -1 || iv > IFD_OAI_MAX_TOP_LOGPROBS)
-        return ifd__oai_perr(c, "integer_above_max_value", "prompt_logprobs",
-                             "Invalid 'prompt_logprobs': requested prompt logprobs of %s, "
-                             "which is greater than max allowed: %d.",
-                             iv == -1 ? "-1 (the whole vocabulary)" : num,
-                             IFD_OAI_MAX_TOP_LOGPROBS);
+        return ifd__oai_json_fail(c, "integer_above_max_value", "prompt_logprobs",
+                                  "Invalid 'prompt_logprobs': requested prompt logprobs of %s, "
+                                  "which is greater than max allowed: %d.",
+                                  iv == -1 ? "-1 (the whole vocabulary)" : num,
+                                  IFD_OAI_MAX_TOP_LOGPROBS);
     if (r->stream && iv > 0)
-        return ifd__oai_perr(c, "invalid_value", "prompt_logprobs",
-                             "'prompt_logprobs' are not available when 'stream' is true.");
+        return ifd__oai_json_fail(c, "invalid_value", "prompt_logprobs",
+                                  "'prompt_logprobs' are not available when 'stream' is true.");
     r->prompt_logprobs = !r->stream; /* a stream carries none (vLLM) */
     r->prompt_top_logprobs = (uint32_t)iv;
     return 0;
 }
 
-int ifd__oai_parse_ext(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r)
+int ifd__oai_ext_parse(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     int rc;
     const json_t *v;
@@ -699,21 +693,21 @@ int ifd__oai_parse_ext(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r
         return rc;
     if ((rc = p_min_tokens_usage(c, o, r)) < 0)
         return rc;
-    if ((v = ifd__oai_get(o, "priority"))) {
-        if ((rc = ifd__oai_p_int(c, v, "priority", INT32_MIN, INT32_MAX, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "priority"))) {
+        if ((rc = ifd__oai_json_int(c, v, "priority", INT32_MIN, INT32_MAX, &iv)) < 0)
             return rc;
         r->priority = (int32_t)iv;
     }
-    if ((v = ifd__oai_get(o, "include_stop_str_in_output")) &&
-        (rc = ifd__oai_p_bool(c, v, "include_stop_str_in_output", &r->include_stop_str)) < 0)
+    if ((v = ifd__oai_json_get(o, "include_stop_str_in_output")) &&
+        (rc = ifd__oai_json_bool(c, v, "include_stop_str_in_output", &r->include_stop_str)) < 0)
         return rc;
-    if ((v = ifd__oai_get(o, "truncate_prompt_tokens"))) {
-        if ((rc = ifd__oai_p_int(c, v, "truncate_prompt_tokens", -1, INT32_MAX, &iv)) < 0)
+    if ((v = ifd__oai_json_get(o, "truncate_prompt_tokens"))) {
+        if ((rc = ifd__oai_json_int(c, v, "truncate_prompt_tokens", -1, INT32_MAX, &iv)) < 0)
             return rc;
         if (iv == 0)
-            return ifd__oai_perr(c, "integer_below_min_value", "truncate_prompt_tokens",
-                                 "Invalid 'truncate_prompt_tokens': expected -1 or a value >= "
-                                 "1, but got 0 instead.");
+            return ifd__oai_json_fail(c, "integer_below_min_value", "truncate_prompt_tokens",
+                                      "Invalid 'truncate_prompt_tokens': expected -1 or a value >= "
+                                      "1, but got 0 instead.");
         r->truncate_prompt_tokens = iv;
     }
     if ((rc = p_prompt_logprobs(c, o, r)) < 0)
@@ -729,9 +723,10 @@ int ifd__oai_parse_ext(ifd__oai_pctx_t *c, const json_t *o, ifd_oai_request_t *r
     if (r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||
         r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED) {
         if (r->grammar)
-            return ifd__oai_perr(c, "invalid_value", "tool_choice",
-                                 "Invalid 'tool_choice': a forced tool call cannot be combined "
-                                 "with response_format or structured outputs.");
+            return ifd__oai_json_fail(
+                c, "invalid_value", "tool_choice",
+                "Invalid 'tool_choice': a forced tool call cannot be combined "
+                "with response_format or structured outputs.");
         if ((rc = tools_grammar(c, r)) < 0)
             return rc;
     }

@@ -16,7 +16,8 @@
 #include "responses.h"
 
 #include "error.h"
-#include "openai_impl.h"
+#include "oai_json.h"
+#include "responses_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,24 +64,24 @@ static const struct {
 };
 
 /* A wrong type, or a missing field when j is NULL. */
-static int bad_type(ifd__oai_pctx_t *c, const char *param, const char *want, const json_t *j)
+static int bad_type(ifd__oai_json_ctx_t *c, const char *param, const char *want, const json_t *j)
 {
-    return j && !json_is_null(j) ? ifd__oai_bad_type(c, param, want, j)
-                                 : ifd__oai_missing(c, param);
+    return j && !json_is_null(j) ? ifd__oai_json_bad_type(c, param, want, j)
+                                 : ifd__oai_json_missing(c, param);
 }
 
-static int refuse(ifd__oai_pctx_t *c, const char *param, const char *why)
+static int refuse(ifd__oai_json_ctx_t *c, const char *param, const char *why)
 {
-    return ifd__oai_perr(c, "unsupported_parameter", param,
-                         "Unsupported parameter: '%s' is not supported by this server (%s).",
-                         param, why);
+    return ifd__oai_json_fail(c, "unsupported_parameter", param,
+                              "Unsupported parameter: '%s' is not supported by this server (%s).",
+                              param, why);
 }
 
 /* A message content: a string, or parts of which the text kinds are kept
  * (as chat text parts). */
-static int tr_content(ifd__oai_pctx_t *c, const json_t *v, size_t i, json_t **out)
+static int tr_content(ifd__oai_json_ctx_t *c, const json_t *v, size_t i, json_t **out)
 {
-    char param[IFD__OAI_PARAM_MAX];
+    char param[IFD__OAI_JSON_PARAM_MAX];
     if (json_is_string(v)) {
         *out = json_incref((json_t *)v);
         return 0;
@@ -95,14 +96,15 @@ static int tr_content(ifd__oai_pctx_t *c, const json_t *v, size_t i, json_t **ou
         snprintf(param, sizeof param, "input[%zu].content[%zu].type", i, k);
         if (!type) {
             json_decref(parts);
-            return ifd__oai_missing(c, param);
+            return ifd__oai_json_missing(c, param);
         }
         if (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text")) {
             json_decref(parts);
-            return ifd__oai_perr(c, "unsupported_parameter", param,
-                                 "Unsupported content part '%.40s': only text parts (input_text, "
-                                 "output_text) are supported by this server.",
-                                 type);
+            return ifd__oai_json_fail(
+                c, "unsupported_parameter", param,
+                "Unsupported content part '%.40s': only text parts (input_text, "
+                "output_text) are supported by this server.",
+                type);
         }
         const json_t *t = json_object_get(p, "text");
         if (!json_is_string(t)) {
@@ -113,15 +115,15 @@ static int tr_content(ifd__oai_pctx_t *c, const json_t *v, size_t i, json_t **ou
         json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", t));
     }
     if (!parts)
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     *out = parts;
     return 0;
 }
 
 /* input → messages (after the instructions' system message, if any). */
-static int tr_input(ifd__oai_pctx_t *c, const json_t *input, json_t *msgs)
+static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
 {
-    char param[IFD__OAI_PARAM_MAX];
+    char param[IFD__OAI_JSON_PARAM_MAX];
     if (json_is_string(input)) {
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input));
         return 0;
@@ -144,7 +146,7 @@ static int tr_input(ifd__oai_pctx_t *c, const json_t *input, json_t *msgs)
             json_t *m = json_pack("{s:O,s:o}", "role", role ? role : json_null(), "content",
                                   content);
             if (!m)
-                return ifd__oai_oom(c);
+                return ifd__oai_json_oom(c);
             json_array_append_new(msgs, m);
             calls = NULL;
         } else if (!strcmp(type, "function_call")) {
@@ -156,19 +158,19 @@ static int tr_input(ifd__oai_pctx_t *c, const json_t *input, json_t *msgs)
                      : !json_is_string(args) ? "arguments"
                                              : "call_id");
             if (!json_is_string(name) || !json_is_string(args) || !json_is_string(id))
-                return bad_type(c, param, "a string",
-                                         json_object_get(it, strrchr(param, '.') + 1));
+                return bad_type(c, param, "a string", json_object_get(it, strrchr(param, '.') + 1));
             if (!calls) { /* attach to the assistant message just before, or start one */
                 json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
                 const char *lr = json_string_value(json_object_get(last, "role"));
-                if (!last || !lr || strcmp(lr, "assistant") || json_object_get(last, "tool_calls")) {
+                if (!last || !lr || strcmp(lr, "assistant") ||
+                    json_object_get(last, "tool_calls")) {
                     last = json_pack("{s:s,s:n}", "role", "assistant", "content");
                     if (!last || json_array_append_new(msgs, last))
-                        return ifd__oai_oom(c);
+                        return ifd__oai_json_oom(c);
                 }
                 calls = json_array();
                 if (!calls || json_object_set_new(last, "tool_calls", calls))
-                    return ifd__oai_oom(c);
+                    return ifd__oai_json_oom(c);
             }
             json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", id, "type",
                                                    "function", "function", "name", name,
@@ -191,33 +193,34 @@ static int tr_input(ifd__oai_pctx_t *c, const json_t *input, json_t *msgs)
             calls = NULL;
         } else {
             snprintf(param, sizeof param, "input[%zu].type", i);
-            return ifd__oai_perr(c, "unsupported_parameter", param,
-                                 "Unsupported input item '%.40s': this server accepts message, "
-                                 "function_call and function_call_output items.",
-                                 type);
+            return ifd__oai_json_fail(
+                c, "unsupported_parameter", param,
+                "Unsupported input item '%.40s': this server accepts message, "
+                "function_call and function_call_output items.",
+                type);
         }
     }
     return 0;
 }
 
 /* tools: [{type: "function", name, description, parameters, strict}] → chat tools. */
-static int tr_tools(ifd__oai_pctx_t *c, const json_t *tools, json_t *chat)
+static int tr_tools(ifd__oai_json_ctx_t *c, const json_t *tools, json_t *chat)
 {
-    char param[IFD__OAI_PARAM_MAX];
+    char param[IFD__OAI_JSON_PARAM_MAX];
     if (!json_is_array(tools))
         return bad_type(c, "tools", "an array", tools);
     json_t *out = json_array();
     if (!out || json_object_set_new(chat, "tools", out))
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         const json_t *t = json_array_get(tools, i);
         const char *type = json_string_value(json_object_get(t, "type"));
         snprintf(param, sizeof param, "tools[%zu].type", i);
         if (!type || strcmp(type, "function"))
-            return ifd__oai_perr(c, "unsupported_parameter", param,
-                                 "Unsupported tool type '%.40s': only function tools are "
-                                 "supported by this server.",
-                                 type ? type : "(none)");
+            return ifd__oai_json_fail(c, "unsupported_parameter", param,
+                                      "Unsupported tool type '%.40s': only function tools are "
+                                      "supported by this server.",
+                                      type ? type : "(none)");
         json_t *f = json_object();
         const char *keys[] = {"name", "description", "parameters", "strict"};
         for (size_t k = 0; f && k < sizeof keys / sizeof keys[0]; k++) {
@@ -227,39 +230,40 @@ static int tr_tools(ifd__oai_pctx_t *c, const json_t *tools, json_t *chat)
         }
         if (!f || json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function",
                                                        "function", f)))
-            return ifd__oai_oom(c);
+            return ifd__oai_json_oom(c);
     }
     return 0;
 }
 
 /* tool_choice: "none" | "auto" | "required" | {type: "function", name}. */
-static int tr_tool_choice(ifd__oai_pctx_t *c, const json_t *tc, json_t *chat)
+static int tr_tool_choice(ifd__oai_json_ctx_t *c, const json_t *tc, json_t *chat)
 {
     if (json_is_string(tc))
-        return json_object_set(chat, "tool_choice", (json_t *)tc) ? ifd__oai_oom(c) : 0;
+        return json_object_set(chat, "tool_choice", (json_t *)tc) ? ifd__oai_json_oom(c) : 0;
     const char *type = json_string_value(json_object_get(tc, "type"));
     if (!json_is_object(tc) || !type || strcmp(type, "function"))
-        return ifd__oai_perr(c, "unsupported_parameter", "tool_choice",
-                             "Unsupported 'tool_choice': use \"none\", \"auto\", \"required\" or "
-                             "{\"type\": \"function\", \"name\": …}.");
+        return ifd__oai_json_fail(
+            c, "unsupported_parameter", "tool_choice",
+            "Unsupported 'tool_choice': use \"none\", \"auto\", \"required\" or "
+            "{\"type\": \"function\", \"name\": …}.");
     json_t *name = json_object_get(tc, "name");
     if (!json_is_string(name))
         return bad_type(c, "tool_choice.name", "a string", name);
     json_t *v = json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", name);
-    return !v || json_object_set_new(chat, "tool_choice", v) ? ifd__oai_oom(c) : 0;
+    return !v || json_object_set_new(chat, "tool_choice", v) ? ifd__oai_json_oom(c) : 0;
 }
 
 /* text.format → response_format. */
-static int tr_text(ifd__oai_pctx_t *c, const json_t *text, json_t *chat)
+static int tr_text(ifd__oai_json_ctx_t *c, const json_t *text, json_t *chat)
 {
     if (!json_is_object(text))
         return bad_type(c, "text", "an object", text);
-    const json_t *f = ifd__oai_get(text, "format");
+    const json_t *f = ifd__oai_json_get(text, "format");
     if (!f)
         return 0;
     const char *type = json_string_value(json_object_get(f, "type"));
     if (!json_is_object(f) || !type)
-        return ifd__oai_missing(c, "text.format.type");
+        return ifd__oai_json_missing(c, "text.format.type");
     json_t *rf = NULL;
     if (!strcmp(type, "text")) {
         return 0;
@@ -275,19 +279,19 @@ static int tr_text(ifd__oai_pctx_t *c, const json_t *text, json_t *chat)
         }
         rf = js ? json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js) : NULL;
     } else {
-        return ifd__oai_perr(c, "invalid_value", "text.format.type",
-                             "Invalid value '%.40s' for 'text.format.type': expected text, "
-                             "json_object or json_schema.",
-                             type);
+        return ifd__oai_json_fail(c, "invalid_value", "text.format.type",
+                                  "Invalid value '%.40s' for 'text.format.type': expected text, "
+                                  "json_object or json_schema.",
+                                  type);
     }
-    return !rf || json_object_set_new(chat, "response_format", rf) ? ifd__oai_oom(c) : 0;
+    return !rf || json_object_set_new(chat, "response_format", rf) ? ifd__oai_json_oom(c) : 0;
 }
 
 /* include, top_logprobs → logprobs, top_logprobs. */
-static int tr_logprobs(ifd__oai_pctx_t *c, const json_t *o, json_t *chat)
+static int tr_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, json_t *chat)
 {
-    char param[IFD__OAI_PARAM_MAX];
-    const json_t *inc = ifd__oai_get(o, "include");
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    const json_t *inc = ifd__oai_json_get(o, "include");
     bool want = false;
     if (inc && !json_is_array(inc))
         return bad_type(c, "include", "an array of strings", inc);
@@ -297,19 +301,20 @@ static int tr_logprobs(ifd__oai_pctx_t *c, const json_t *o, json_t *chat)
         if (s && !strcmp(s, "message.output_text.logprobs"))
             want = true;
         else
-            return ifd__oai_perr(c, "unsupported_parameter", param,
-                                 "Unsupported 'include' value '%.60s': only "
-                                 "\"message.output_text.logprobs\" is supported by this server.",
-                                 s ? s : "(not a string)");
+            return ifd__oai_json_fail(
+                c, "unsupported_parameter", param,
+                "Unsupported 'include' value '%.60s': only "
+                "\"message.output_text.logprobs\" is supported by this server.",
+                s ? s : "(not a string)");
     }
-    const json_t *top = ifd__oai_get(o, "top_logprobs");
+    const json_t *top = ifd__oai_json_get(o, "top_logprobs");
     if (top && (!json_is_integer(top) || json_integer_value(top) != 0))
         want = true; /* the chat parser checks its range */
     if (!want)
         return 0;
     if (json_object_set_new(chat, "logprobs", json_true()) ||
         (top && json_object_set(chat, "top_logprobs", (json_t *)top)))
-        return ifd__oai_oom(c);
+        return ifd__oai_json_oom(c);
     return 0;
 }
 
@@ -329,7 +334,7 @@ static json_t *echo_obj(const json_t *o, const ifd_responses_state_t *st)
         {"top_logprobs", "0"},    {"text", "{\"format\":{\"type\":\"text\"}}"},
     };
     for (size_t i = 0; i < sizeof k_echo / sizeof k_echo[0]; i++) {
-        json_t *v = ifd__oai_get(o, k_echo[i].key);
+        json_t *v = ifd__oai_json_get(o, k_echo[i].key);
         if (v)
             json_object_set(e, k_echo[i].key, v);
         else
@@ -361,9 +366,7 @@ int ifd_responses_echo_defaults(ifd_arena_t *a, ifd_oai_request_t *r, uint32_t s
         bad |= json_object_set_new(e, "temperature", json_real(strtod(t, NULL)));
     if (e && (set & IFD_OAI_GIVEN_TOP_P))
         bad |= json_object_set_new(e, "top_p", json_real(strtod(p, NULL)));
-    char *d = bad ? NULL : json_dumps(e, JSON_COMPACT);
-    char *copy = d ? ifd_arena_strdup(a, d) : NULL;
-    free(d);
+    char *copy = bad ? NULL : ifd__oai_json_dump(a, e);
     json_decref(e);
     if (!copy)
         return IFD_ENOMEM;
@@ -391,15 +394,15 @@ static bool empty_or_nulls(const json_t *v)
  * messages) is appended to msgs: it goes after this request's
  * instructions and before its input. 0 or a parse error in c.
  */
-static int tr_state(ifd__oai_pctx_t *c, const json_t *o, const ifd_responses_store_t *store,
+static int tr_state(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_responses_store_t *store,
                     ifd_responses_state_t *st, json_t *msgs)
 {
-    const json_t *v = ifd__oai_get(o, "store");
+    const json_t *v = ifd__oai_json_get(o, "store");
     if (v && !json_is_boolean(v))
         return bad_type(c, "store", "a boolean", v);
     const bool on = store && store->enabled;
     st->store = on && (!v || json_is_true(v)); /* OpenAI's (and vLLM's) default: true */
-    const json_t *prev = ifd__oai_get(o, "previous_response_id");
+    const json_t *prev = ifd__oai_json_get(o, "previous_response_id");
     if (!prev)
         return 0;
     if (!json_is_string(prev))
@@ -416,40 +419,40 @@ static int tr_state(ifd__oai_pctx_t *c, const json_t *o, const ifd_responses_sto
         return IFD_EINVAL;
     }
     json_t *prior = json_loads(conv, 0, NULL);
-    int rc = json_is_array(prior) && !json_array_extend(msgs, prior) ? 0 : ifd__oai_oom(c);
+    int rc = json_is_array(prior) && !json_array_extend(msgs, prior) ? 0 : ifd__oai_json_oom(c);
     json_decref(prior);
     if (!rc && !(st->previous_response_id = ifd_arena_strdup(c->a, id)))
-        rc = ifd__oai_oom(c);
+        rc = ifd__oai_json_oom(c);
     return rc;
 }
 
 /* Builds the chat body for o; 0 or a parse error in c. */
-static int translate(ifd__oai_pctx_t *c, const json_t *o, const ifd_responses_store_t *store,
+static int translate(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_responses_store_t *store,
                      ifd_responses_state_t *st, json_t **out)
 {
     for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++)
-        if (ifd__oai_get(o, k_refused[i].name))
+        if (ifd__oai_json_get(o, k_refused[i].name))
             return refuse(c, k_refused[i].name, k_refused[i].why);
     const json_t *v;
-    if ((v = ifd__oai_get(o, "background")) && !json_is_false(v))
+    if ((v = ifd__oai_json_get(o, "background")) && !json_is_false(v))
         return refuse(c, "background", "responses run in the foreground only");
-    if ((v = ifd__oai_get(o, "truncation")) &&
+    if ((v = ifd__oai_json_get(o, "truncation")) &&
         !(json_is_string(v) && !strcmp(json_string_value(v), "disabled")))
         return refuse(c, "truncation", "only \"disabled\": the context length is an error");
-    if ((v = ifd__oai_get(o, "reasoning")) && !empty_or_nulls(v))
+    if ((v = ifd__oai_json_get(o, "reasoning")) && !empty_or_nulls(v))
         return refuse(c, "reasoning", "reasoning settings are not supported");
-    if ((v = ifd__oai_get(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+    if ((v = ifd__oai_json_get(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return refuse(c, "n", "a response has one output");
-    const json_t *input = ifd__oai_get(o, "input");
+    const json_t *input = ifd__oai_json_get(o, "input");
     if (!input)
-        return ifd__oai_missing(c, "input");
+        return ifd__oai_json_missing(c, "input");
 
     json_t *chat = json_deep_copy(o);
     json_t *msgs = json_array();
-    int rc = chat && msgs ? 0 : ifd__oai_oom(c);
+    int rc = chat && msgs ? 0 : ifd__oai_json_oom(c);
     for (size_t i = 0; !rc && i < sizeof k_consumed / sizeof k_consumed[0]; i++)
         json_object_del(chat, k_consumed[i]);
-    const json_t *ins = ifd__oai_get(o, "instructions");
+    const json_t *ins = ifd__oai_json_get(o, "instructions");
     if (!rc && ins && !json_is_string(ins))
         rc = bad_type(c, "instructions", "a string", ins);
     if (!rc && ins)
@@ -459,16 +462,16 @@ static int translate(ifd__oai_pctx_t *c, const json_t *o, const ifd_responses_st
     if (!rc)
         rc = tr_input(c, input, msgs);
     if (!rc && json_array_size(msgs) == 0)
-        rc = ifd__oai_perr(c, "invalid_value", "input", "'input' holds no message.");
+        rc = ifd__oai_json_fail(c, "invalid_value", "input", "'input' holds no message.");
     if (!rc && json_object_set(chat, "messages", msgs))
-        rc = ifd__oai_oom(c);
-    if (!rc && (v = ifd__oai_get(o, "max_output_tokens")))
+        rc = ifd__oai_json_oom(c);
+    if (!rc && (v = ifd__oai_json_get(o, "max_output_tokens")))
         json_object_set(chat, "max_completion_tokens", (json_t *)v);
-    if (!rc && (v = ifd__oai_get(o, "tools")))
+    if (!rc && (v = ifd__oai_json_get(o, "tools")))
         rc = tr_tools(c, v, chat);
-    if (!rc && (v = ifd__oai_get(o, "tool_choice")))
+    if (!rc && (v = ifd__oai_json_get(o, "tool_choice")))
         rc = tr_tool_choice(c, v, chat);
-    if (!rc && (v = ifd__oai_get(o, "text")))
+    if (!rc && (v = ifd__oai_json_get(o, "text")))
         rc = tr_text(c, v, chat);
     if (!rc)
         rc = tr_logprobs(c, o, chat);
@@ -494,15 +497,15 @@ int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
 {
     memset(err, 0, sizeof *err);
     memset(st, 0, sizeof *st);
-    ifd__oai_pctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {a, err};
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
     if (!o)
-        return ifd__oai_perr(&c, NULL, NULL,
-                             "We could not parse the JSON body of your request. (%s)", je.text);
+        return ifd__oai_json_fail(
+            &c, NULL, NULL, "We could not parse the JSON body of your request. (%s)", je.text);
     if (!json_is_object(o)) {
         json_decref(o);
-        return ifd__oai_perr(&c, NULL, NULL, "The request body must be a JSON object.");
+        return ifd__oai_json_fail(&c, NULL, NULL, "The request body must be a JSON object.");
     }
     json_t *chat = NULL;
     int rc = translate(&c, o, store, st, &chat);
@@ -510,7 +513,7 @@ int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
     json_t *echo = rc ? NULL : echo_obj(o, st);
     char *echo_text = echo ? json_dumps(echo, JSON_COMPACT) : NULL;
     if (!rc && (!text || !echo_text))
-        rc = ifd__oai_oom(&c);
+        rc = ifd__oai_json_oom(&c);
     if (!rc) {
         rc = ifd_oai_parse_chat(a, text, strlen(text), out, err);
         for (size_t i = 0; rc && i < sizeof k_param_map / sizeof k_param_map[0]; i++) {
@@ -525,7 +528,7 @@ int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
         }
     }
     if (!rc && !(out->responses_echo = ifd_arena_strdup(a, echo_text)))
-        rc = ifd__oai_oom(&c);
+        rc = ifd__oai_json_oom(&c);
     free(text);
     free(echo_text);
     json_decref(echo);
@@ -610,13 +613,13 @@ static const char *id_hex(const char *id)
 static json_t *usage_json(const ifd_oai_usage_t *u, int *bad)
 {
     json_t *o = json_object();
-    ifd__oai_oset(o, "input_tokens", json_integer(u->prompt_tokens), bad);
-    ifd__oai_oset(o, "input_tokens_details", json_pack("{s:i}", "cached_tokens",
-                                                       (int)u->cached_tokens), bad);
-    ifd__oai_oset(o, "output_tokens", json_integer(u->completion_tokens), bad);
-    ifd__oai_oset(o, "output_tokens_details", json_pack("{s:i}", "reasoning_tokens", 0), bad);
-    ifd__oai_oset(o, "total_tokens",
-                  json_integer((json_int_t)u->prompt_tokens + u->completion_tokens), bad);
+    ifd__oai_json_set(o, "input_tokens", json_integer(u->prompt_tokens), bad);
+    ifd__oai_json_set(o, "input_tokens_details",
+                      json_pack("{s:i}", "cached_tokens", (int)u->cached_tokens), bad);
+    ifd__oai_json_set(o, "output_tokens", json_integer(u->completion_tokens), bad);
+    ifd__oai_json_set(o, "output_tokens_details", json_pack("{s:i}", "reasoning_tokens", 0), bad);
+    ifd__oai_json_set(o, "total_tokens",
+                      json_integer((json_int_t)u->prompt_tokens + u->completion_tokens), bad);
     return o;
 }
 
@@ -624,21 +627,21 @@ static json_t *usage_json(const ifd_oai_usage_t *u, int *bad)
 static json_t *text_part(const char *text, size_t len, json_t *logprobs, int *bad)
 {
     json_t *p = json_object();
-    ifd__oai_oset(p, "type", json_string("output_text"), bad);
-    ifd__oai_oset(p, "text", ifd__oai_jstr(text, len), bad);
-    ifd__oai_oset(p, "annotations", json_array(), bad);
-    ifd__oai_oset(p, "logprobs", logprobs ? logprobs : json_array(), bad);
+    ifd__oai_json_set(p, "type", json_string("output_text"), bad);
+    ifd__oai_json_set(p, "text", ifd__oai_json_str(text, len), bad);
+    ifd__oai_json_set(p, "annotations", json_array(), bad);
+    ifd__oai_json_set(p, "logprobs", logprobs ? logprobs : json_array(), bad);
     return p;
 }
 
 static json_t *message_item(const ifd_oai_meta_t *m, const char *status, json_t *content, int *bad)
 {
     json_t *it = json_object();
-    ifd__oai_oset(it, "id", json_sprintf("msg_%s", id_hex(m->id)), bad);
-    ifd__oai_oset(it, "type", json_string("message"), bad);
-    ifd__oai_oset(it, "status", json_string(status), bad);
-    ifd__oai_oset(it, "role", json_string("assistant"), bad);
-    ifd__oai_oset(it, "content", content ? content : json_array(), bad);
+    ifd__oai_json_set(it, "id", json_sprintf("msg_%s", id_hex(m->id)), bad);
+    ifd__oai_json_set(it, "type", json_string("message"), bad);
+    ifd__oai_json_set(it, "status", json_string(status), bad);
+    ifd__oai_json_set(it, "role", json_string("assistant"), bad);
+    ifd__oai_json_set(it, "content", content ? content : json_array(), bad);
     return it;
 }
 
@@ -646,15 +649,14 @@ static json_t *call_item(const ifd_oai_tool_call_t *tc, const char *status, bool
                          int *bad)
 {
     json_t *it = json_object();
-    ifd__oai_oset(it, "id", json_sprintf("fc_%s", id_hex(tc->id)), bad);
-    ifd__oai_oset(it, "type", json_string("function_call"), bad);
-    ifd__oai_oset(it, "status", json_string(status), bad);
-    ifd__oai_oset(it, "call_id", json_string(tc->id), bad);
-    ifd__oai_oset(it, "name", ifd__oai_jstr(tc->name, strlen(tc->name)), bad);
-    ifd__oai_oset(it, "arguments",
-                  with_args ? ifd__oai_jstr(tc->arguments, strlen(tc->arguments))
-                            : json_string(""),
-                  bad);
+    ifd__oai_json_set(it, "id", json_sprintf("fc_%s", id_hex(tc->id)), bad);
+    ifd__oai_json_set(it, "type", json_string("function_call"), bad);
+    ifd__oai_json_set(it, "status", json_string(status), bad);
+    ifd__oai_json_set(it, "call_id", json_string(tc->id), bad);
+    ifd__oai_json_set(it, "name", ifd__oai_json_str(tc->name, strlen(tc->name)), bad);
+    ifd__oai_json_set(
+        it, "arguments",
+        with_args ? ifd__oai_json_str(tc->arguments, strlen(tc->arguments)) : json_string(""), bad);
     return it;
 }
 
@@ -663,18 +665,19 @@ static json_t *response_obj(const ifd_oai_meta_t *m, const char *status, json_t 
                             const ifd_oai_usage_t *u, int *bad)
 {
     json_t *o = json_object();
-    ifd__oai_oset(o, "id", json_string(m->id), bad);
-    ifd__oai_oset(o, "object", json_string("response"), bad);
-    ifd__oai_oset(o, "created_at", json_integer(m->created), bad);
-    ifd__oai_oset(o, "model", ifd__oai_jstr(m->model, strlen(m->model)), bad);
-    ifd__oai_oset(o, "status", json_string(status), bad);
-    ifd__oai_oset(o, "error", json_null(), bad);
-    ifd__oai_oset(o, "incomplete_details",
-                  strcmp(status, "incomplete") ? json_null()
-                                               : json_pack("{s:s}", "reason", "max_output_tokens"),
-                  bad);
-    ifd__oai_oset(o, "output", output ? output : json_array(), bad);
-    ifd__oai_oset(o, "usage", u ? usage_json(u, bad) : json_null(), bad);
+    ifd__oai_json_set(o, "id", json_string(m->id), bad);
+    ifd__oai_json_set(o, "object", json_string("response"), bad);
+    ifd__oai_json_set(o, "created_at", json_integer(m->created), bad);
+    ifd__oai_json_set(o, "model", ifd__oai_json_str(m->model, strlen(m->model)), bad);
+    ifd__oai_json_set(o, "status", json_string(status), bad);
+    ifd__oai_json_set(o, "error", json_null(), bad);
+    ifd__oai_json_set(o, "incomplete_details",
+                      strcmp(status, "incomplete")
+                          ? json_null()
+                          : json_pack("{s:s}", "reason", "max_output_tokens"),
+                      bad);
+    ifd__oai_json_set(o, "output", output ? output : json_array(), bad);
+    ifd__oai_json_set(o, "usage", u ? usage_json(u, bad) : json_null(), bad);
     json_t *echo = m->responses_echo ? json_loads(m->responses_echo, 0, NULL) : NULL;
     if (m->responses_echo && (!echo || json_object_update_missing(o, echo)))
         (*bad)++;
@@ -693,20 +696,16 @@ int ifd__resp_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice
     int bad = 0;
     json_t *output = json_array();
     if (c->text_len || !c->n_tool_calls) {
-        json_t *lp = c->has_logprobs ? ifd__oai_logprob_items(c->logprobs, c->n_logprobs, &bad)
-                                     : NULL;
+        json_t *lp =
+            c->has_logprobs ? ifd__oai_json_logprob_items(c->logprobs, c->n_logprobs, &bad) : NULL;
         json_t *content = json_array();
-        ifd__oai_aadd(content, text_part(c->text, c->text_len, lp, &bad), &bad);
-        ifd__oai_aadd(output, message_item(m, "completed", content, &bad), &bad);
+        ifd__oai_json_add(content, text_part(c->text, c->text_len, lp, &bad), &bad);
+        ifd__oai_json_add(output, message_item(m, "completed", content, &bad), &bad);
     }
     for (size_t i = 0; i < c->n_tool_calls; i++)
-        ifd__oai_aadd(output, call_item(&c->tool_calls[i], "completed", true, &bad), &bad);
+        ifd__oai_json_add(output, call_item(&c->tool_calls[i], "completed", true, &bad), &bad);
     json_t *o = response_obj(m, status_of(c->finish_reason), output, usage, &bad);
-    char *s = !o || bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
-    json_decref(o);
-    int rc = s ? ifd_buf_puts(out, s) : IFD_ENOMEM;
-    free(s);
-    return rc;
+    return ifd__oai_json_emit(out, o, bad, false);
 }
 
 int ifd_responses_conversation(ifd_buf_t *out, const ifd_oai_request_t *rq,
@@ -722,27 +721,27 @@ int ifd_responses_conversation(ifd_buf_t *out, const ifd_oai_request_t *rq,
     if (!bad && ins && !json_is_null(ins) && json_array_size(msgs))
         json_array_remove(msgs, 0);
     json_t *m = json_object();
-    ifd__oai_oset(m, "role", json_string("assistant"), &bad);
-    ifd__oai_oset(m, "content",
-                  answer->text_len || !answer->n_tool_calls
-                      ? ifd__oai_jstr(answer->text ? answer->text : "", answer->text_len)
-                      : json_null(),
-                  &bad);
+    ifd__oai_json_set(m, "role", json_string("assistant"), &bad);
+    ifd__oai_json_set(m, "content",
+                      answer->text_len || !answer->n_tool_calls
+                          ? ifd__oai_json_str(answer->text ? answer->text : "", answer->text_len)
+                          : json_null(),
+                      &bad);
     if (answer->n_tool_calls) {
         json_t *calls = json_array();
         for (size_t i = 0; i < answer->n_tool_calls; i++) {
             const ifd_oai_tool_call_t *tc = &answer->tool_calls[i];
-            ifd__oai_aadd(calls,
-                          json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", tc->id, "type", "function",
-                                    "function", "name", ifd__oai_jstr(tc->name, strlen(tc->name)),
-                                    "arguments",
-                                    ifd__oai_jstr(tc->arguments, strlen(tc->arguments))),
-                          &bad);
+            ifd__oai_json_add(calls,
+                              json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", tc->id, "type", "function",
+                                        "function", "name",
+                                        ifd__oai_json_str(tc->name, strlen(tc->name)), "arguments",
+                                        ifd__oai_json_str(tc->arguments, strlen(tc->arguments))),
+                              &bad);
         }
-        ifd__oai_oset(m, "tool_calls", calls, &bad);
+        ifd__oai_json_set(m, "tool_calls", calls, &bad);
     }
     if (msgs)
-        ifd__oai_aadd(msgs, m, &bad);
+        ifd__oai_json_add(msgs, m, &bad);
     else
         json_decref(m);
     char *d = bad ? NULL : json_dumps(msgs, JSON_COMPACT);
@@ -760,24 +759,15 @@ int ifd_responses_conversation(ifd_buf_t *out, const ifd_oai_request_t *rq,
 static int event(ifd_oai_stream_t *s, ifd_buf_t *out, const char *type, json_t *ev, int bad)
 {
     json_t *o = json_object(); /* type and sequence_number first, as OpenAI sends them */
-    ifd__oai_oset(o, "type", json_string(type), &bad);
-    ifd__oai_oset(o, "sequence_number", json_integer((json_int_t)s->resp->seq), &bad);
+    ifd__oai_json_set(o, "type", json_string(type), &bad);
+    ifd__oai_json_set(o, "sequence_number", json_integer((json_int_t)s->resp->seq), &bad);
     if (!o || !ev || json_object_update(o, ev))
         bad++;
     json_decref(ev);
-    char *d = o && !bad ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(o);
-    size_t start = out->len;
-    int rc = d ? ifd_buf_printf(out, "event: %s\ndata: %s\n\n", type, d) : IFD_ENOMEM;
-    free(d);
-    if (rc < 0) {
-        out->len = start;
-        if (out->data)
-            out->data[start] = '\0';
-        return IFD_ENOMEM;
-    }
-    s->resp->seq++;
-    return 0;
+    int rc = ifd__oai_json_emit_event(out, type, o, bad);
+    if (rc == 0)
+        s->resp->seq++;
+    return rc;
 }
 
 int ifd__resp_stream_init(ifd_oai_stream_t *s, ifd_arena_t *a)
@@ -796,13 +786,14 @@ int ifd__resp_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out)
         return 0;
     int bad = 0;
     json_t *ev = json_object();
-    ifd__oai_oset(ev, "response", response_obj(&s->meta, "in_progress", NULL, NULL, &bad), &bad);
+    ifd__oai_json_set(ev, "response", response_obj(&s->meta, "in_progress", NULL, NULL, &bad),
+                      &bad);
     int rc = event(s, out, "response.created", ev, bad);
     if (!rc) {
         bad = 0;
         ev = json_object();
-        ifd__oai_oset(ev, "response", response_obj(&s->meta, "in_progress", NULL, NULL, &bad),
-                      &bad);
+        ifd__oai_json_set(ev, "response", response_obj(&s->meta, "in_progress", NULL, NULL, &bad),
+                          &bad);
         rc = event(s, out, "response.in_progress", ev, bad);
     }
     if (!rc)
@@ -814,9 +805,9 @@ int ifd__resp_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out)
 static json_t *text_ref(const ifd_oai_stream_t *s, int *bad)
 {
     json_t *ev = json_object();
-    ifd__oai_oset(ev, "item_id", json_sprintf("msg_%s", id_hex(s->meta.id)), bad);
-    ifd__oai_oset(ev, "output_index", json_integer(s->resp->msg_index), bad);
-    ifd__oai_oset(ev, "content_index", json_integer(0), bad);
+    ifd__oai_json_set(ev, "item_id", json_sprintf("msg_%s", id_hex(s->meta.id)), bad);
+    ifd__oai_json_set(ev, "output_index", json_integer(s->resp->msg_index), bad);
+    ifd__oai_json_set(ev, "content_index", json_integer(0), bad);
     return ev;
 }
 
@@ -829,13 +820,13 @@ static int open_message(ifd_oai_stream_t *s, ifd_buf_t *out)
     r->msg_index = r->n_items++;
     int bad = 0;
     json_t *ev = json_object();
-    ifd__oai_oset(ev, "output_index", json_integer(r->msg_index), &bad);
-    ifd__oai_oset(ev, "item", message_item(&s->meta, "in_progress", NULL, &bad), &bad);
+    ifd__oai_json_set(ev, "output_index", json_integer(r->msg_index), &bad);
+    ifd__oai_json_set(ev, "item", message_item(&s->meta, "in_progress", NULL, &bad), &bad);
     rc = event(s, out, "response.output_item.added", ev, bad);
     if (!rc) {
         bad = 0;
         ev = text_ref(s, &bad);
-        ifd__oai_oset(ev, "part", text_part("", 0, NULL, &bad), &bad);
+        ifd__oai_json_set(ev, "part", text_part("", 0, NULL, &bad), &bad);
         rc = event(s, out, "response.content_part.added", ev, bad);
     }
     if (!rc)
@@ -851,24 +842,25 @@ static int close_message(ifd_oai_stream_t *s, ifd_buf_t *out)
     const char *t = r->text.p ? r->text.p : "";
     int bad = 0;
     json_t *ev = text_ref(s, &bad);
-    ifd__oai_oset(ev, "text", ifd__oai_jstr(t, r->text.len), &bad);
-    ifd__oai_oset(ev, "logprobs", abuf_array(&r->logprobs), &bad);
+    ifd__oai_json_set(ev, "text", ifd__oai_json_str(t, r->text.len), &bad);
+    ifd__oai_json_set(ev, "logprobs", abuf_array(&r->logprobs), &bad);
     int rc = event(s, out, "response.output_text.done", ev, bad);
     if (!rc) {
         bad = 0;
         ev = text_ref(s, &bad);
-        ifd__oai_oset(ev, "part", text_part(t, r->text.len, abuf_array(&r->logprobs), &bad), &bad);
+        ifd__oai_json_set(ev, "part", text_part(t, r->text.len, abuf_array(&r->logprobs), &bad),
+                          &bad);
         rc = event(s, out, "response.content_part.done", ev, bad);
     }
     json_t *item = NULL;
     if (!rc) {
         bad = 0;
         json_t *content = json_array();
-        ifd__oai_aadd(content, text_part(t, r->text.len, abuf_array(&r->logprobs), &bad), &bad);
+        ifd__oai_json_add(content, text_part(t, r->text.len, abuf_array(&r->logprobs), &bad), &bad);
         item = message_item(&s->meta, "completed", content, &bad);
         ev = json_object();
-        ifd__oai_oset(ev, "output_index", json_integer(r->msg_index), &bad);
-        ifd__oai_oset(ev, "item", json_incref(item), &bad);
+        ifd__oai_json_set(ev, "output_index", json_integer(r->msg_index), &bad);
+        ifd__oai_json_set(ev, "item", json_incref(item), &bad);
         rc = bad ? IFD_ENOMEM : event(s, out, "response.output_item.done", ev, bad);
         if (bad)
             json_decref(ev);
@@ -888,15 +880,15 @@ int ifd__resp_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_ch
     if (rc)
         return rc;
     int bad = 0;
-    json_t *lp = c->has_logprobs ? ifd__oai_logprob_items(c->logprobs, c->n_logprobs, &bad)
+    json_t *lp = c->has_logprobs ? ifd__oai_json_logprob_items(c->logprobs, c->n_logprobs, &bad)
                                  : json_array();
     /* keep the logprob items for the done events */
     for (size_t i = 0; !bad && i < json_array_size(lp); i++)
         if (abuf_add_json(r->a, &r->logprobs, json_array_get(lp, i)))
             bad++;
     json_t *ev = text_ref(s, &bad);
-    ifd__oai_oset(ev, "delta", ifd__oai_jstr(c->text, c->text_len), &bad);
-    ifd__oai_oset(ev, "logprobs", lp, &bad);
+    ifd__oai_json_set(ev, "delta", ifd__oai_json_str(c->text, c->text_len), &bad);
+    ifd__oai_json_set(ev, "logprobs", lp, &bad);
     rc = event(s, out, "response.output_text.delta", ev, bad);
     if (!rc && c->text_len)
         rc = abuf_add(r->a, &r->text, c->text, c->text_len);
@@ -914,18 +906,18 @@ int ifd__resp_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_o
         uint32_t at = r->n_items++;
         int bad = 0;
         json_t *ev = json_object();
-        ifd__oai_oset(ev, "output_index", json_integer(at), &bad);
-        ifd__oai_oset(ev, "item", call_item(tc, "in_progress", false, &bad), &bad);
+        ifd__oai_json_set(ev, "output_index", json_integer(at), &bad);
+        ifd__oai_json_set(ev, "item", call_item(tc, "in_progress", false, &bad), &bad);
         rc = event(s, out, "response.output_item.added", ev, bad);
         for (int part = 0; !rc && part < 2; part++) {
             bad = 0;
             ev = json_object();
-            ifd__oai_oset(ev, "item_id", json_sprintf("fc_%s", id_hex(tc->id)), &bad);
-            ifd__oai_oset(ev, "output_index", json_integer(at), &bad);
-            ifd__oai_oset(ev, part ? "arguments" : "delta",
-                          ifd__oai_jstr(tc->arguments, strlen(tc->arguments)), &bad);
+            ifd__oai_json_set(ev, "item_id", json_sprintf("fc_%s", id_hex(tc->id)), &bad);
+            ifd__oai_json_set(ev, "output_index", json_integer(at), &bad);
+            ifd__oai_json_set(ev, part ? "arguments" : "delta",
+                              ifd__oai_json_str(tc->arguments, strlen(tc->arguments)), &bad);
             if (part)
-                ifd__oai_oset(ev, "name", ifd__oai_jstr(tc->name, strlen(tc->name)), &bad);
+                ifd__oai_json_set(ev, "name", ifd__oai_json_str(tc->name, strlen(tc->name)), &bad);
             rc = event(s, out,
                        part ? "response.function_call_arguments.done"
                             : "response.function_call_arguments.delta",
@@ -936,8 +928,8 @@ int ifd__resp_stream_tool_calls(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_o
         bad = 0;
         json_t *item = call_item(tc, "completed", true, &bad);
         ev = json_object();
-        ifd__oai_oset(ev, "output_index", json_integer(at), &bad);
-        ifd__oai_oset(ev, "item", json_incref(item), &bad);
+        ifd__oai_json_set(ev, "output_index", json_integer(at), &bad);
+        ifd__oai_json_set(ev, "item", json_incref(item), &bad);
         rc = event(s, out, "response.output_item.done", ev, bad);
         if (!rc)
             rc = abuf_add_json(r->a, &r->items, item);
@@ -967,8 +959,8 @@ int ifd__resp_stream_end(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_usag
     const char *status = r->status ? r->status : "completed";
     int bad = 0;
     json_t *ev = json_object();
-    ifd__oai_oset(ev, "response",
-                  response_obj(&s->meta, status, abuf_array(&r->items), usage, &bad), &bad);
+    ifd__oai_json_set(ev, "response",
+                      response_obj(&s->meta, status, abuf_array(&r->items), usage, &bad), &bad);
     return event(s, out, strcmp(status, "incomplete") ? "response.completed"
                                                       : "response.incomplete",
                  ev, bad);
@@ -983,37 +975,29 @@ int ifd_responses_stream_snapshot(const ifd_oai_stream_t *s, const ifd_oai_usage
     int bad = 0;
     json_t *o = response_obj(&s->meta, r->status ? r->status : "completed", abuf_array(&r->items),
                              usage, &bad);
-    char *d = !o || bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
-    json_decref(o);
-    int rc = d ? ifd_buf_puts(out, d) : IFD_ENOMEM;
-    free(d);
-    return rc;
+    return ifd__oai_json_emit(out, o, bad, false);
 }
 
 int ifd__resp_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error_t *e)
 {
     int bad = 0;
-    json_t *err = json_object();
-    ifd__oai_oset(err, "message", ifd__oai_jstr(e->message, strlen(e->message)), &bad);
-    ifd__oai_oset(err, "type", json_string(e->type), &bad);
-    ifd__oai_oset(err, "param", e->param[0] ? json_string(e->param) : json_null(), &bad);
-    ifd__oai_oset(err, "code", e->code[0] ? json_string(e->code) : json_null(), &bad);
+    json_t *err = ifd__oai_json_error(e, &bad);
     json_t *ev = json_object();
-    ifd__oai_oset(ev, "code", e->code[0] ? json_string(e->code) : json_string(e->type), &bad);
-    ifd__oai_oset(ev, "message", ifd__oai_jstr(e->message, strlen(e->message)), &bad);
-    ifd__oai_oset(ev, "param", e->param[0] ? json_string(e->param) : json_null(), &bad);
-    ifd__oai_oset(ev, "error", err, &bad); /* the openai SDK raises APIError on it */
+    ifd__oai_json_set(ev, "code", e->code[0] ? json_string(e->code) : json_string(e->type), &bad);
+    ifd__oai_json_set(ev, "message", ifd__oai_json_str(e->message, strlen(e->message)), &bad);
+    ifd__oai_json_set(ev, "param", e->param[0] ? json_string(e->param) : json_null(), &bad);
+    ifd__oai_json_set(ev, "error", err, &bad); /* the openai SDK raises APIError on it */
     int rc = event(s, out, "error", ev, bad);
     if (rc)
         return rc;
     bad = 0;
     json_t *resp = response_obj(&s->meta, "failed", abuf_array(&s->resp->items), NULL, &bad);
     json_t *re = json_object();
-    ifd__oai_oset(re, "code", json_string(e->code[0] ? e->code : "server_error"), &bad);
-    ifd__oai_oset(re, "message", ifd__oai_jstr(e->message, strlen(e->message)), &bad);
-    ifd__oai_oset(resp, "error", re, &bad);
+    ifd__oai_json_set(re, "code", json_string(e->code[0] ? e->code : "server_error"), &bad);
+    ifd__oai_json_set(re, "message", ifd__oai_json_str(e->message, strlen(e->message)), &bad);
+    ifd__oai_json_set(resp, "error", re, &bad);
     ev = json_object();
-    ifd__oai_oset(ev, "response", resp, &bad);
+    ifd__oai_json_set(ev, "response", resp, &bad);
     rc = event(s, out, "response.failed", ev, bad);
     if (!rc)
         s->ended = true;

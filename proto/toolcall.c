@@ -6,9 +6,9 @@
 #include "toolcall.h"
 
 #include "error.h"
+#include "oai_json.h"
 
 #include <jansson.h>
-#include <stdlib.h>
 #include <string.h>
 
 static const char *const MARKERS[] = {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"};
@@ -42,14 +42,8 @@ static char *args_text(ifd_arena_t *a, const json_t *v)
         }
         v = owned;
     }
-    if (!json_is_object(v))
-        return NULL;
-    char *s = json_dumps(v, JSON_COMPACT);
+    char *d = json_is_object(v) ? ifd__oai_json_dump(a, v) : NULL;
     json_decref(owned);
-    if (!s)
-        return NULL;
-    char *d = ifd_arena_strdup(a, s);
-    free(s);
     return d;
 }
 

@@ -1,0 +1,105 @@
+/*
+ * oai_json.h — the JSON helpers of proto/'s OpenAI protocols, in one place
+ * for the three files that speak them: openai.c (chat and completions),
+ * openai_ext.c (their extra fields) and responses.c (/v1/responses).
+ * Not a public interface: included only inside proto/.
+ *
+ * Reading a request: typed getters check one field and, when it is wrong,
+ * fill the caller's ifd_oai_error_t the way openai.h describes (status 400,
+ * type invalid_request_error, `param` the field's full path, a `code` and a
+ * message in OpenAI's wording; 500 "out of memory" on allocation failure)
+ * and return a negative IFD_E* code; 0 on success. What they keep is
+ * copied into the request arena, so the JSON tree can be freed at once.
+ *
+ * Building a response: builders make jansson trees and count failed
+ * insertions in an `int *bad` instead of checking every call (a NULL value
+ * from a failed constructor counts too); ifd__oai_json_emit then dumps the
+ * tree, or reports IFD_ENOMEM when anything went wrong, so no half-built
+ * object is ever sent. Text may be any bytes: invalid UTF-8 becomes U+FFFD
+ * (common/utf8.h), non-finite numbers ±9999.0 (vLLM's choice).
+ *
+ * Memory: json_t results are new references the caller owns (or hands to
+ * ifd__oai_json_set / _add, which take them). Threading: reentrant.
+ */
+#ifndef IFD_OAI_JSON_H
+#define IFD_OAI_JSON_H
+
+#include "openai.h"
+
+#include <jansson.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Room for a parameter path such as "messages[3].tool_calls[0].function.name". */
+#define IFD__OAI_JSON_PARAM_MAX 128
+
+/* ---- reading a request --------------------------------------------------------------- */
+
+/* Where a parse puts what it keeps (a) and what went wrong (err); both borrowed. */
+typedef struct {
+    ifd_arena_t *a;
+    ifd_oai_error_t *err;
+} ifd__oai_json_ctx_t;
+
+/* Fills a 400 invalid_request_error (code and param may be NULL: JSON
+ * null); returns IFD_EINVAL. */
+int ifd__oai_json_fail(ifd__oai_json_ctx_t *c, const char *code, const char *param, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
+/* Fills a 500 "out of memory"; returns IFD_ENOMEM. */
+int ifd__oai_json_oom(ifd__oai_json_ctx_t *c);
+/* j's type as OpenAI's messages name it: "an object", "a string", …, "null". */
+const char *ifd__oai_json_type_name(const json_t *j);
+/* "Invalid type for 'param': expected <want>, but got <j's type> instead." */
+int ifd__oai_json_bad_type(ifd__oai_json_ctx_t *c, const char *param, const char *want,
+                           const json_t *j);
+/* "Missing required parameter: 'param'." */
+int ifd__oai_json_missing(ifd__oai_json_ctx_t *c, const char *param);
+
+/* The value of key in o, or NULL when absent or null (null means "not given"). */
+json_t *ifd__oai_json_get(const json_t *o, const char *key);
+
+/* A number in [lo, hi] (lo excluded with lo_open) into *out. */
+int ifd__oai_json_number(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, double lo,
+                         bool lo_open, double hi, float *out);
+/* An integer (not a decimal) in [lo, hi] into *out. */
+int ifd__oai_json_int(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, int64_t lo,
+                      int64_t hi, int64_t *out);
+int ifd__oai_json_bool(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, bool *out);
+/* A string, copied into c->a (NUL-terminated; *len, when not NULL, its length). */
+int ifd__oai_json_string(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, char **out,
+                         size_t *len);
+
+/* v as compact JSON text in arena a (NULL on OOM). Any value, not only
+ * objects and arrays. */
+char *ifd__oai_json_dump(ifd_arena_t *a, const json_t *v);
+
+/* ---- building a response ------------------------------------------------------------- */
+
+/* A JSON string of the bytes p[0..n), invalid UTF-8 replaced by U+FFFD
+ * (NULL on OOM; "" when p is NULL or n is 0). */
+json_t *ifd__oai_json_str(const char *p, size_t n);
+/* A JSON number; -inf and +inf become -9999.0 and 9999.0 (JSON has no
+ * infinities). */
+json_t *ifd__oai_json_real(double v);
+/* o[key] = v and a += v, taking v; a NULL o, a or v, or a failed insertion,
+ * counts one in *bad. */
+void ifd__oai_json_set(json_t *o, const char *key, json_t *v, int *bad);
+void ifd__oai_json_add(json_t *a, json_t *v, int *bad);
+
+/* Appends j (consumed, may be NULL) to out as compact JSON, wrapped as one
+ * SSE event ("data: …\n\n") when sse. IFD_ENOMEM when j is NULL, bad is
+ * nonzero or out cannot grow; out is then unchanged. */
+int ifd__oai_json_emit(ifd_buf_t *out, json_t *j, int bad, bool sse);
+/* The same as one named SSE event: "event: <event>\ndata: …\n\n" (the
+ * Responses stream's typed events). */
+int ifd__oai_json_emit_event(ifd_buf_t *out, const char *event, json_t *j, int bad);
+
+/* OpenAI's error object {message, type, param, code} for e (message
+ * sanitized: it may echo raw input). */
+json_t *ifd__oai_json_error(const ifd_oai_error_t *e, int *bad);
+/* The chat logprobs "content" array: [{token, logprob, bytes,
+ * top_logprobs: [{token, logprob, bytes}]}] (Responses use it too). */
+json_t *ifd__oai_json_logprob_items(const ifd_oai_logprob_t *lp, size_t n, int *bad);
+
+#endif
