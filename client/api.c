@@ -11,9 +11,9 @@
 
 #include <string.h>
 
-ifd_api_params_t ifd_api_default_params(void)
+ifd_cli_api_params_t ifd_cli_api_default_params(void)
 {
-    return (ifd_api_params_t){
+    return (ifd_cli_api_params_t){
         .max_tokens = -1,
         .temperature = -1,
         .top_p = -1,
@@ -24,7 +24,7 @@ ifd_api_params_t ifd_api_default_params(void)
 }
 
 /* Adds the shared fields; 0 or -1 when out of memory. */
-static int params_json(json_t *o, const ifd_api_params_t *p, bool chat)
+static int params_json(json_t *o, const ifd_cli_api_params_t *p, bool chat)
 {
     int bad = 0;
     if (p->model)
@@ -51,7 +51,7 @@ static int params_json(json_t *o, const ifd_api_params_t *p, bool chat)
     return bad ? -1 : 0;
 }
 
-char *ifd_api_chat_body(const ifd_api_params_t *p, json_t *messages)
+char *ifd_cli_api_chat_body(const ifd_cli_api_params_t *p, json_t *messages)
 {
     json_t *o = json_object();
     char *s = NULL;
@@ -61,8 +61,8 @@ char *ifd_api_chat_body(const ifd_api_params_t *p, json_t *messages)
     return s;
 }
 
-char *ifd_api_completion_body(const ifd_api_params_t *p, const char *prompt, const int32_t *tokens,
-                              size_t n_tokens)
+char *ifd_cli_api_completion_body(const ifd_cli_api_params_t *p, const char *prompt,
+                                  const int32_t *tokens, size_t n_tokens)
 {
     json_t *o = json_object();
     char *s = NULL;
@@ -86,8 +86,8 @@ out:
 
 /* ---- reader ---------------------------------------------------------------------------------- */
 
-void ifd_api_reader_init(ifd_api_reader_t *r, ifd_api_text_cb text, ifd_api_chunk_cb chunk,
-                         void *ud)
+void ifd_cli_api_reader_init(ifd_cli_api_reader_t *r, ifd_cli_api_text_cb text,
+                             ifd_cli_api_chunk_cb chunk, void *ud)
 {
     memset(r, 0, sizeof(*r));
     r->text_cb = text;
@@ -96,7 +96,7 @@ void ifd_api_reader_init(ifd_api_reader_t *r, ifd_api_text_cb text, ifd_api_chun
     ifd_sse_parser_init(&r->sse, 0);
 }
 
-void ifd_api_reader_close(ifd_api_reader_t *r)
+void ifd_cli_api_reader_close(ifd_cli_api_reader_t *r)
 {
     ifd_sse_parser_close(&r->sse);
     ifd_buf_free(&r->raw);
@@ -110,7 +110,7 @@ static void copy_str(char *dst, size_t n, json_t *v)
         snprintf(dst, n, "%s", json_string_value(v));
 }
 
-static void read_usage(ifd_api_reader_t *r, json_t *u)
+static void read_usage(ifd_cli_api_reader_t *r, json_t *u)
 {
     if (!json_is_object(u))
         return;
@@ -135,7 +135,7 @@ static json_t *choice_text(json_t *ch)
 }
 
 /* One response object (a stream chunk or the whole non-stream body). */
-static int handle_object(ifd_api_reader_t *r, json_t *o)
+static int handle_object(ifd_cli_api_reader_t *r, json_t *o)
 {
     json_t *err = json_object_get(o, "error");
     if (err) {
@@ -179,7 +179,7 @@ static int handle_object(ifd_api_reader_t *r, json_t *o)
     return 0;
 }
 
-int ifd_api_reader_feed(ifd_api_reader_t *r, bool sse, const char *data, size_t len)
+int ifd_cli_api_reader_feed(ifd_cli_api_reader_t *r, bool sse, const char *data, size_t len)
 {
     if (r->mode == 0)
         r->mode = sse ? 1 : 2;
@@ -207,7 +207,7 @@ int ifd_api_reader_feed(ifd_api_reader_t *r, bool sse, const char *data, size_t 
     return rc;
 }
 
-int ifd_api_reader_finish(ifd_api_reader_t *r)
+int ifd_cli_api_reader_finish(ifd_cli_api_reader_t *r)
 {
     if (r->mode != 2)
         return 0;
@@ -225,7 +225,7 @@ int ifd_api_reader_finish(ifd_api_reader_t *r)
     return rc;
 }
 
-void ifd_api_error_message(const char *body, size_t len, char *out, size_t n)
+void ifd_cli_api_error_message(const char *body, size_t len, char *out, size_t n)
 {
     out[0] = '\0';
     json_t *o = body && len ? json_loadb(body, len, 0, NULL) : NULL;

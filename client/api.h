@@ -15,8 +15,8 @@
  * embedded by its caller (_init/_close); the strings it hands to callbacks
  * live only during the call. Threading: one thread per reader.
  */
-#ifndef IFD_API_H
-#define IFD_API_H
+#ifndef IFD_CLIENT_API_H
+#define IFD_CLIENT_API_H
 
 #include "http.h"
 #include "proto/sse.h"
@@ -39,58 +39,58 @@ typedef struct {
     bool include_usage; /* stream_options.include_usage */
     bool ignore_eos;    /* sent only when true */
     int use_cache;      /* -1 unset, 0 false, 1 true */
-} ifd_api_params_t;
+} ifd_cli_api_params_t;
 
 /* Everything unset, stream true, include_usage true. */
-ifd_api_params_t ifd_api_default_params(void);
+ifd_cli_api_params_t ifd_cli_api_default_params(void);
 
 /* POST /v1/chat/completions body: the params plus `messages` (a JSON array
  * of {role, content}; borrowed). NULL when out of memory. */
-char *ifd_api_chat_body(const ifd_api_params_t *p, json_t *messages);
+char *ifd_cli_api_chat_body(const ifd_cli_api_params_t *p, json_t *messages);
 
 /* POST /v1/completions body with a text prompt, or with token ids
  * (tokens != NULL: n_tokens ids sent as given, no template). */
-char *ifd_api_completion_body(const ifd_api_params_t *p, const char *prompt, const int32_t *tokens,
-                              size_t n_tokens);
+char *ifd_cli_api_completion_body(const ifd_cli_api_params_t *p, const char *prompt,
+                                  const int32_t *tokens, size_t n_tokens);
 
 typedef struct {
     int64_t prompt_tokens;
     int64_t completion_tokens;
     int64_t cached_tokens; /* prompt_tokens_details.cached_tokens; 0 when absent */
-} ifd_api_usage_t;
+} ifd_cli_api_usage_t;
 
 /* Text of choice 0 ("delta.content", "message.content" or "text"). A
  * negative return stops the reader with that error. */
-typedef int (*ifd_api_text_cb)(void *ud, const char *text, size_t len);
+typedef int (*ifd_cli_api_text_cb)(void *ud, const char *text, size_t len);
 /* A chunk with a non-empty "choices" array arrived; has_text says whether
  * it carried any text of choice 0. */
-typedef void (*ifd_api_chunk_cb)(void *ud, bool has_text);
+typedef void (*ifd_cli_api_chunk_cb)(void *ud, bool has_text);
 
 typedef struct {
     /* results, read-only for the caller */
     bool done;              /* [DONE] seen (stream) or the object parsed */
     char finish_reason[32]; /* "" until a choice finished */
     bool has_usage;
-    ifd_api_usage_t usage;
+    ifd_cli_api_usage_t usage;
     char error[512];  /* an error object's message; "" if none */
     char id[80];      /* the response id */
     size_t n_chunks;  /* content-bearing chunks */
     json_t *response; /* non-stream: the whole object (owned; keep_response) */
     /* settings */
     bool keep_response;
-    ifd_api_text_cb text_cb;
-    ifd_api_chunk_cb chunk_cb;
+    ifd_cli_api_text_cb text_cb;
+    ifd_cli_api_chunk_cb chunk_cb;
     void *ud;
     /* private */
     int mode; /* 0 undecided, 1 SSE, 2 one JSON body */
     ifd_sse_parser_t sse;
     ifd_buf_t raw;
-} ifd_api_reader_t;
+} ifd_cli_api_reader_t;
 
 /* Sets up a reader with optional callbacks. Never fails. */
-void ifd_api_reader_init(ifd_api_reader_t *r, ifd_api_text_cb text, ifd_api_chunk_cb chunk,
-                         void *ud);
-void ifd_api_reader_close(ifd_api_reader_t *r);
+void ifd_cli_api_reader_init(ifd_cli_api_reader_t *r, ifd_cli_api_text_cb text,
+                             ifd_cli_api_chunk_cb chunk, void *ud);
+void ifd_cli_api_reader_close(ifd_cli_api_reader_t *r);
 
 /*
  * Feeds body bytes. `sse` says the body is an event stream (from the
@@ -98,17 +98,17 @@ void ifd_api_reader_close(ifd_api_reader_t *r);
  * IFD_EFORMAT (an event that is not JSON), IFD_ETOOBIG, IFD_ENOMEM, or a
  * callback's error.
  */
-int ifd_api_reader_feed(ifd_api_reader_t *r, bool sse, const char *data, size_t len);
+int ifd_cli_api_reader_feed(ifd_cli_api_reader_t *r, bool sse, const char *data, size_t len);
 
 /* After the body ended: parses a collected JSON body (delivering its text
  * and usage through the same callbacks). 0 or IFD_EFORMAT. */
-int ifd_api_reader_finish(ifd_api_reader_t *r);
+int ifd_cli_api_reader_finish(ifd_cli_api_reader_t *r);
 
 /*
  * The message of an error response body: error.message of an OpenAI error
  * object, a plain {"error": "…"}, or the body's first line. Writes into
  * out (always NUL-terminated).
  */
-void ifd_api_error_message(const char *body, size_t len, char *out, size_t n);
+void ifd_cli_api_error_message(const char *body, size_t len, char *out, size_t n);
 
 #endif

@@ -91,13 +91,13 @@ static int random_words(ifd_buf_t *b, size_t n, uint64_t *rng)
  * when the daemon has no /tokenize (404/405: the caller falls back to text
  * prompts); an exit code otherwise (printed).
  */
-static int token_pool(const ifd_http_target_t *t, const ifd_cli_conn_t *co, const char *model,
+static int token_pool(const ifd_cli_http_target_t *t, const ifd_cli_conn_t *co, const char *model,
                       size_t need, uint64_t *rng, int32_t **out, size_t *n_out)
 {
     ifd_buf_t text = IFD_BUF_INIT;
     int32_t *pool = NULL;
     size_t n = 0;
-    int code = IFD_EXIT_FAIL;
+    int code = IFD_CLI_EXIT_FAIL;
     size_t want_words = need + 16;
     for (int attempt = 0; attempt < 4 && n < need; attempt++) {
         ifd_buf_clear(&text);
@@ -115,8 +115,8 @@ static int token_pool(const ifd_http_target_t *t, const ifd_cli_conn_t *co, cons
             goto out;
         ifd_buf_t resp = IFD_BUF_INIT;
         int status = 0;
-        int rc = ifd_http_fetch(t, "POST", "/tokenize", body, strlen(body), co->timeout_s * 1000,
-                                &status, &resp);
+        int rc = ifd_cli_http_fetch(t, "POST", "/tokenize", body, strlen(body),
+                                    co->timeout_s * 1000, &status, &resp);
         free(body);
         if (rc < 0) {
             code = ifd_cli_report(t, rc);
@@ -128,7 +128,7 @@ static int token_pool(const ifd_http_target_t *t, const ifd_cli_conn_t *co, cons
             goto out;
         }
         if (status != 200) {
-            code = ifd_cli_http_error(t, status, resp.data, resp.len, NULL);
+            code = ifd_cli_report_http_error(t, status, resp.data, resp.len, NULL);
             ifd_buf_free(&resp);
             goto out;
         }
@@ -138,7 +138,7 @@ static int token_pool(const ifd_http_target_t *t, const ifd_cli_conn_t *co, cons
         if (!json_is_array(toks) || json_array_size(toks) == 0) {
             fprintf(stderr, "infer bench: /tokenize answered without tokens\n");
             json_decref(o);
-            code = IFD_EXIT_SERVER;
+            code = IFD_CLI_EXIT_SERVER;
             goto out;
         }
         free(pool);
@@ -169,20 +169,20 @@ out:
 }
 
 /* Prompt and generation token counters from /metrics. false when unknown. */
-static bool scrape_tokens(const ifd_http_target_t *t, const ifd_cli_conn_t *co, double *in,
+static bool scrape_tokens(const ifd_cli_http_target_t *t, const ifd_cli_conn_t *co, double *in,
                           double *out)
 {
     ifd_buf_t b = IFD_BUF_INIT;
     int status = 0;
     bool ok = false, f1 = false, f2 = false;
-    if (ifd_http_fetch(t, "GET", "/metrics", NULL, 0, co->timeout_s * 1000, &status, &b) == 0 &&
+    if (ifd_cli_http_fetch(t, "GET", "/metrics", NULL, 0, co->timeout_s * 1000, &status, &b) == 0 &&
         status == 200) {
-        ifd_prom_t p;
-        if (ifd_prom_parse(&p, b.data, b.len, NULL) == 0) {
-            *in = ifd_prom_sum(&p, "inferd_prompt_tokens_total", NULL, NULL, &f1);
-            *out = ifd_prom_sum(&p, "inferd_generation_tokens_total", NULL, NULL, &f2);
+        ifd_cli_prom_t p;
+        if (ifd_cli_prom_parse(&p, b.data, b.len, NULL) == 0) {
+            *in = ifd_cli_prom_sum(&p, "inferd_prompt_tokens_total", NULL, NULL, &f1);
+            *out = ifd_cli_prom_sum(&p, "inferd_generation_tokens_total", NULL, NULL, &f2);
             ok = f1 && f2;
-            ifd_prom_free(&p);
+            ifd_cli_prom_free(&p);
         }
     }
     ifd_buf_free(&b);
@@ -196,7 +196,7 @@ static int write_json(const char *path, json_t *o)
                                     : json_dump_file(o, path, JSON_INDENT(2));
     if (rc < 0) {
         fprintf(stderr, "infer bench: cannot write %s: %s\n", path, strerror(errno));
-        return IFD_EXIT_FAIL;
+        return IFD_CLI_EXIT_FAIL;
     }
     if (strcmp(path, "-") == 0)
         fputc('\n', stdout);
@@ -228,7 +228,7 @@ enum {
 
 typedef struct {
     ifd_cli_conn_t co;
-    ifd_http_target_t t;
+    ifd_cli_http_target_t t;
     const char *model;
     double temperature;
     bool chat;
@@ -322,7 +322,7 @@ static int read_prompts(const char *path, file_prompt_t **out, size_t *n_out)
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
     if (!f) {
         fprintf(stderr, "infer bench: cannot open %s: %s\n", path, strerror(errno));
-        return IFD_EXIT_FAIL;
+        return IFD_CLI_EXIT_FAIL;
     }
     file_prompt_t *v = NULL;
     size_t n = 0, cap = 0, lineno = 0;
@@ -345,7 +345,7 @@ static int read_prompts(const char *path, file_prompt_t **out, size_t *n_out)
                 fprintf(stderr, "infer bench: %s:%zu: not a JSON object with a \"prompt\" string\n",
                         path, lineno);
                 json_decref(o);
-                code = IFD_EXIT_USAGE;
+                code = IFD_CLI_EXIT_USAGE;
                 break;
             }
             fp.text = strdup(txt);
@@ -363,13 +363,13 @@ static int read_prompts(const char *path, file_prompt_t **out, size_t *n_out)
             file_prompt_t *nv = realloc(v, cap * sizeof(*nv));
             if (!nv) {
                 free(fp.text);
-                code = IFD_EXIT_FAIL;
+                code = IFD_CLI_EXIT_FAIL;
                 break;
             }
             v = nv;
         }
         if (!fp.text) {
-            code = IFD_EXIT_FAIL;
+            code = IFD_CLI_EXIT_FAIL;
             break;
         }
         v[n++] = fp;
@@ -379,7 +379,7 @@ static int read_prompts(const char *path, file_prompt_t **out, size_t *n_out)
         fclose(f);
     if (code == 0 && n == 0) {
         fprintf(stderr, "infer bench: %s holds no prompts\n", path);
-        code = IFD_EXIT_USAGE;
+        code = IFD_CLI_EXIT_USAGE;
     }
     if (code != 0) {
         for (size_t i = 0; i < n; i++)
@@ -402,10 +402,10 @@ static int vary(long long len, double range, uint64_t *rng)
 }
 
 /* Builds the request body of each prompt. 0 or IFD_ENOMEM. */
-static int build_bodies(const serve_t *s, ifd_loadgen_req_t *reqs,
-                        const ifd_loadgen_prompt_t *prompts, size_t n)
+static int build_bodies(const serve_t *s, ifd_cli_loadgen_req_t *reqs,
+                        const ifd_cli_loadgen_prompt_t *prompts, size_t n)
 {
-    ifd_api_params_t p = ifd_api_default_params();
+    ifd_cli_api_params_t p = ifd_cli_api_default_params();
     p.model = s->model;
     p.temperature = s->temperature;
     p.has_seed = false;
@@ -416,11 +416,11 @@ static int build_bodies(const serve_t *s, ifd_loadgen_req_t *reqs,
         if (s->chat) {
             json_t *m = json_pack("[{s:s,s:s}]", "role", "user", "content",
                                   prompts[i].text ? prompts[i].text : "");
-            reqs[i].body = m ? ifd_api_chat_body(&p, m) : NULL;
+            reqs[i].body = m ? ifd_cli_api_chat_body(&p, m) : NULL;
             json_decref(m);
         } else {
-            reqs[i].body = ifd_api_completion_body(&p, prompts[i].text, prompts[i].tokens,
-                                                   prompts[i].n_tokens);
+            reqs[i].body = ifd_cli_api_completion_body(&p, prompts[i].text, prompts[i].tokens,
+                                                       prompts[i].n_tokens);
         }
         if (!reqs[i].body)
             return IFD_ENOMEM;
@@ -430,7 +430,7 @@ static int build_bodies(const serve_t *s, ifd_loadgen_req_t *reqs,
 
 /* The prompts of every request of every run (warm-up first), and what they point into. */
 typedef struct {
-    ifd_loadgen_prompt_t *v;
+    ifd_cli_loadgen_prompt_t *v;
     size_t n;
     int32_t *pool;
     int32_t *joined; /* with --prefix-len: prefix + window per prompt */
@@ -459,7 +459,7 @@ static int make_prompts(serve_t *s, size_t total, prompt_set_t *ps)
     uint64_t rng = s->seed * 0x2545f4914f6cdd1dull + 1;
     ps->v = calloc(total, sizeof(*ps->v));
     if (!ps->v)
-        return IFD_EXIT_FAIL;
+        return IFD_CLI_EXIT_FAIL;
     ps->n = total;
     if (s->prompts_file) {
         int code = read_prompts(s->prompts_file, &ps->file, &ps->n_file);
@@ -480,7 +480,7 @@ static int make_prompts(serve_t *s, size_t total, prompt_set_t *ps)
     }
     int *in_len = malloc(total * sizeof(int));
     if (!in_len)
-        return IFD_EXIT_FAIL;
+        return IFD_CLI_EXIT_FAIL;
     int max_in = 1;
     for (size_t i = 0; i < total; i++) {
         in_len[i] = vary(s->input_len, s->range, &rng);
@@ -502,7 +502,7 @@ static int make_prompts(serve_t *s, size_t total, prompt_set_t *ps)
         size_t *off = malloc(total * sizeof(*off));
         if (!off) {
             free(in_len);
-            return IFD_EXIT_FAIL;
+            return IFD_CLI_EXIT_FAIL;
         }
         for (size_t i = 0; i < total; i++)
             off[i] = i;
@@ -516,7 +516,7 @@ static int make_prompts(serve_t *s, size_t total, prompt_set_t *ps)
         if (pre > 0 && !(ps->joined = malloc(total * stride * sizeof(int32_t)))) {
             free(off);
             free(in_len);
-            return IFD_EXIT_FAIL;
+            return IFD_CLI_EXIT_FAIL;
         }
         for (size_t i = 0; i < total; i++) {
             const int32_t *win = ps->pool + pre + off[i];
@@ -541,7 +541,7 @@ static int make_prompts(serve_t *s, size_t total, prompt_set_t *ps)
     ps->texts = calloc(total, sizeof(char *));
     if (!ps->texts) {
         free(in_len);
-        return IFD_EXIT_FAIL;
+        return IFD_CLI_EXIT_FAIL;
     }
     ps->n_texts = total;
     for (size_t i = 0; i < total; i++) {
@@ -549,7 +549,7 @@ static int make_prompts(serve_t *s, size_t total, prompt_set_t *ps)
         if (random_words(&b, (size_t)in_len[i], &rng) < 0) {
             ifd_buf_free(&b);
             free(in_len);
-            return IFD_EXIT_FAIL;
+            return IFD_CLI_EXIT_FAIL;
         }
         ps->texts[i] = b.data;
         ps->v[i].text = b.data;
@@ -573,7 +573,7 @@ static double *arrivals(size_t n, double rate, uint64_t seed)
     return a;
 }
 
-static void print_sweep(FILE *f, const ifd_loadgen_result_t *r, size_t n)
+static void print_sweep(FILE *f, const ifd_cli_loadgen_result_t *r, size_t n)
 {
     fprintf(f, "\n%6s %8s %9s %10s %10s %10s %10s %10s %10s %6s\n", "CONC", "REQ/S", "OUT TOK/S",
             "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "E2E p50", "E2E p99", "FAIL");
@@ -585,11 +585,12 @@ static void print_sweep(FILE *f, const ifd_loadgen_result_t *r, size_t n)
                 r[i].tpot.p50, r[i].tpot.p99, r[i].e2e.p50 / 1e3, r[i].e2e.p99 / 1e3, r[i].failed);
 }
 
-static int write_plot(const char *path, const ifd_loadgen_result_t *r, size_t n, const char *model)
+static int write_plot(const char *path, const ifd_cli_loadgen_result_t *r, size_t n,
+                      const char *model)
 {
     double *x = malloc(n * sizeof(double) * 7);
     if (!x)
-        return IFD_EXIT_FAIL;
+        return IFD_CLI_EXIT_FAIL;
     double *tput = x + n, *rps = x + 2 * n, *ttft = x + 3 * n, *tpot = x + 4 * n, *itl = x + 5 * n,
            *e2e = x + 6 * n;
     for (size_t i = 0; i < n; i++) {
@@ -605,10 +606,10 @@ static int write_plot(const char *path, const ifd_loadgen_result_t *r, size_t n,
     for (size_t i = 1; i < n; i++)
         if (x[i] <= x[i - 1])
             ascending = false;
-    ifd_plot_series_t s1[] = {{"output tokens/s", tput}};
-    ifd_plot_series_t s2[] = {
+    ifd_cli_plot_series_t s1[] = {{"output tokens/s", tput}};
+    ifd_cli_plot_series_t s2[] = {
         {"p99 TTFT", ttft}, {"p99 TPOT", tpot}, {"p99 ITL", itl}, {"p99 E2E latency", e2e}};
-    ifd_plot_panel_t panels[] = {
+    ifd_cli_plot_panel_t panels[] = {
         {"Throughput", "output tokens/s", false, s1, 1},
         {"p99 latency", "milliseconds", true, s2, 4},
     };
@@ -619,16 +620,16 @@ static int write_plot(const char *path, const ifd_loadgen_result_t *r, size_t n,
     int code = 0;
     if (!f) {
         fprintf(stderr, "infer bench: cannot write %s: %s\n", path, strerror(errno));
-        code = IFD_EXIT_FAIL;
+        code = IFD_CLI_EXIT_FAIL;
     } else {
-        int rc =
-            ascending ? ifd_plot_svg(f, title, "concurrency", x, n, n > 1, panels, 2) : IFD_EINVAL;
+        int rc = ascending ? ifd_cli_plot_svg(f, title, "concurrency", x, n, n > 1, panels, 2)
+                           : IFD_EINVAL;
         if (fclose(f) != 0 && rc == 0)
             rc = -EIO;
         if (rc < 0) {
             fprintf(stderr, "infer bench: cannot plot to %s: %s\n", path,
                     ascending ? ifd_strerror(rc) : "the sweep's concurrencies must ascend");
-            code = IFD_EXIT_FAIL;
+            code = IFD_CLI_EXIT_FAIL;
         }
     }
     free(x);
@@ -691,7 +692,7 @@ static int serve_main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "c:r:N:m:t:h", opts, NULL)) != -1) {
         if ((rc = ifd_cli_conn_opt(&s.co, c, optarg)) != 0) {
             if (rc < 0)
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             continue;
         }
         const char *bad = NULL;
@@ -773,28 +774,28 @@ static int serve_main(int argc, char **argv)
             break;
         case 'h':
             serve_usage(stdout);
-            return IFD_EXIT_OK;
+            return IFD_CLI_EXIT_OK;
         default:
             fprintf(stderr, "Try 'infer bench serve --help'.\n");
-            return IFD_EXIT_USAGE;
+            return IFD_CLI_EXIT_USAGE;
         }
         if (bad) {
             fprintf(stderr, "infer bench serve: bad value '%s' for %s\n", optarg, bad);
-            return IFD_EXIT_USAGE;
+            return IFD_CLI_EXIT_USAGE;
         }
     }
     if (optind != argc) {
         fprintf(stderr, "infer bench serve: unexpected argument '%s'\n", argv[optind]);
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
     if (s.prefix_len > 0 && (s.chat || s.prompts_file)) {
         fprintf(stderr, "infer bench serve: --prefix-len needs random token prompts (not "
                         "--prompts or --endpoint chat)\n");
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
     if (s.conc == 0 && !isfinite(s.rate)) {
         fprintf(stderr, "infer bench serve: --concurrency 0 (no limit) needs --request-rate\n");
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
     if (!conc_given && isfinite(s.rate) && s.n_sweep == 0)
         s.conc = 0;
@@ -824,19 +825,19 @@ static int serve_main(int argc, char **argv)
     }
     prompt_set_t ps;
     memset(&ps, 0, sizeof(ps));
-    ifd_loadgen_result_t *results = calloc(s.n_sweep, sizeof(*results));
+    ifd_cli_loadgen_result_t *results = calloc(s.n_sweep, sizeof(*results));
     json_t *runs = json_array();
-    ifd_loadgen_req_t *reqs = NULL;
+    ifd_cli_loadgen_req_t *reqs = NULL;
     size_t reqs_n = 0;
     if (!results || !runs) {
-        code = IFD_EXIT_FAIL;
+        code = IFD_CLI_EXIT_FAIL;
         goto out;
     }
     if ((code = make_prompts(&s, total, &ps)) != 0)
         goto out;
 
     const char *path = s.chat ? "/v1/chat/completions" : "/v1/completions";
-    ifd_loadgen_t rn = {
+    ifd_cli_loadgen_t rn = {
         .t = &s.t, .path = path, .timeout_s = s.co.timeout_s, .progress = s.progress};
     ifd_cli_catch_sigint(true);
     size_t base = 0;
@@ -848,23 +849,24 @@ static int serve_main(int argc, char **argv)
         double dur;
         rn.label = "warm-up";
         if (!reqs || build_bodies(&s, reqs, ps.v, nw) < 0) {
-            code = IFD_EXIT_FAIL;
+            code = IFD_CLI_EXIT_FAIL;
             goto out;
         }
-        rc = ifd_loadgen_run(&rn, reqs, nw, 1, NULL, &dur);
+        rc = ifd_cli_loadgen_run(&rn, reqs, nw, 1, NULL, &dur);
         if (rc == IFD_ECANCELED) {
-            code = IFD_EXIT_INTERRUPTED;
+            code = IFD_CLI_EXIT_INTERRUPTED;
             goto out;
         }
         for (size_t i = 0; i < nw; i++) {
             if (!reqs[i].ok) {
                 fprintf(stderr, "infer bench: the warm-up request failed: %s\n", reqs[i].err);
-                code = strncmp(reqs[i].err, "HTTP 4", 6) == 0 ? IFD_EXIT_REJECTED : IFD_EXIT_SERVER;
+                code = strncmp(reqs[i].err, "HTTP 4", 6) == 0 ? IFD_CLI_EXIT_REJECTED
+                                                              : IFD_CLI_EXIT_SERVER;
                 goto out;
             }
         }
         for (size_t i = 0; i < nw; i++)
-            ifd_loadgen_req_reset(&reqs[i]);
+            ifd_cli_loadgen_req_reset(&reqs[i]);
         free(reqs);
         reqs = NULL;
         base = nw;
@@ -872,7 +874,7 @@ static int serve_main(int argc, char **argv)
     size_t any_failed = 0;
     for (size_t k = 0; k < s.n_sweep; k++) {
         size_t n = per_run[k];
-        ifd_loadgen_result_t *res = &results[k];
+        ifd_cli_loadgen_result_t *res = &results[k];
         res->concurrency = s.sweep[k];
         res->rate = s.rate;
         res->server_in = res->server_out = NAN;
@@ -881,7 +883,7 @@ static int serve_main(int argc, char **argv)
         double *arr = isfinite(s.rate) ? arrivals(n, s.rate, s.seed + k) : NULL;
         if (!reqs || (isfinite(s.rate) && !arr) || build_bodies(&s, reqs, ps.v + base, n) < 0) {
             free(arr);
-            code = IFD_EXIT_FAIL;
+            code = IFD_CLI_EXIT_FAIL;
             goto out;
         }
         char label[48];
@@ -889,10 +891,10 @@ static int serve_main(int argc, char **argv)
         rn.label = label;
         double in0 = 0, out0 = 0, in1 = 0, out1 = 0, dur = 0;
         bool have0 = scrape_tokens(&s.t, &s.co, &in0, &out0);
-        rc = ifd_loadgen_run(&rn, reqs, n, s.sweep[k], arr, &dur);
+        rc = ifd_cli_loadgen_run(&rn, reqs, n, s.sweep[k], arr, &dur);
         free(arr);
         if (rc == IFD_ECANCELED) {
-            code = IFD_EXIT_INTERRUPTED;
+            code = IFD_CLI_EXIT_INTERRUPTED;
             fprintf(stderr, "infer bench: interrupted\n");
             goto out;
         }
@@ -900,8 +902,8 @@ static int serve_main(int argc, char **argv)
             code = ifd_cli_report(&s.t, rc);
             goto out;
         }
-        if (ifd_loadgen_summarize(reqs, n, dur, s.ignore_eos == 1, res) < 0) {
-            code = IFD_EXIT_FAIL;
+        if (ifd_cli_loadgen_summarize(reqs, n, dur, s.ignore_eos == 1, res) < 0) {
+            code = IFD_CLI_EXIT_FAIL;
             goto out;
         }
         /* The daemon may count a request a moment after its last byte went
@@ -918,11 +920,11 @@ static int serve_main(int argc, char **argv)
             nanosleep(&ts, NULL);
         }
         any_failed += res->failed;
-        ifd_loadgen_print(stdout, res, path);
+        ifd_cli_loadgen_print(stdout, res, path);
         fflush(stdout);
-        json_array_append_new(runs, ifd_loadgen_result_json(res, reqs, n));
+        json_array_append_new(runs, ifd_cli_loadgen_result_json(res, reqs, n));
         for (size_t i = 0; i < n; i++)
-            ifd_loadgen_req_reset(&reqs[i]);
+            ifd_cli_loadgen_req_reset(&reqs[i]);
         free(reqs);
         reqs = NULL;
         base += n;
@@ -939,18 +941,18 @@ static int serve_main(int argc, char **argv)
                               json_real(s.range), "ignore_eos", s.ignore_eos == 1, "temperature",
                               s.temperature, "prompts", s.prompts_file ? s.prompts_file : "random",
                               "seed", (json_int_t)s.seed, "runs", json_incref(runs));
-        code = o ? write_json(s.json_file, o) : IFD_EXIT_FAIL;
+        code = o ? write_json(s.json_file, o) : IFD_CLI_EXIT_FAIL;
         json_decref(o);
         if (code)
             goto out;
     }
     if (s.plot_file && (code = write_plot(s.plot_file, results, s.n_sweep, model)) != 0)
         goto out;
-    code = any_failed ? IFD_EXIT_SERVER : IFD_EXIT_OK;
+    code = any_failed ? IFD_CLI_EXIT_SERVER : IFD_CLI_EXIT_OK;
 out:
     ifd_cli_catch_sigint(false);
     for (size_t i = 0; reqs && i < reqs_n; i++)
-        ifd_loadgen_req_reset(&reqs[i]);
+        ifd_cli_loadgen_req_reset(&reqs[i]);
     free(reqs);
     json_decref(runs);
     free(results);
@@ -985,7 +987,7 @@ typedef struct {
     double lat[64], ttft[64];
     int64_t tokens[64];
     int n;
-    ifd_stats_t s;
+    ifd_cli_stats_t s;
 } cache_side_t;
 
 static int cache_main(int argc, char **argv)
@@ -1008,7 +1010,7 @@ static int cache_main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "p:n:m:h", opts, NULL)) != -1) {
         if ((rc = ifd_cli_conn_opt(&co, c, optarg)) != 0) {
             if (rc < 0)
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             continue;
         }
         switch (c) {
@@ -1018,13 +1020,13 @@ static int cache_main(int argc, char **argv)
         case 'n':
             if (ifd_cli_parse_int(optarg, 1, 1 << 20, &max_tokens) < 0) {
                 fprintf(stderr, "infer bench cache: bad --max-tokens '%s'\n", optarg);
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             }
             break;
         case OPT_REPS:
             if (ifd_cli_parse_int(optarg, 1, 64, &reps) < 0) {
                 fprintf(stderr, "infer bench cache: --reps wants 1..64, not '%s'\n", optarg);
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             }
             break;
         case 'm':
@@ -1035,17 +1037,17 @@ static int cache_main(int argc, char **argv)
             break;
         case 'h':
             cache_usage(stdout);
-            return IFD_EXIT_OK;
+            return IFD_CLI_EXIT_OK;
         default:
             fprintf(stderr, "Try 'infer bench cache --help'.\n");
-            return IFD_EXIT_USAGE;
+            return IFD_CLI_EXIT_USAGE;
         }
     }
     if (optind != argc) {
         fprintf(stderr, "infer bench cache: unexpected argument '%s'\n", argv[optind]);
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
-    ifd_http_target_t t;
+    ifd_cli_http_target_t t;
     int code = ifd_cli_target(&co, &t);
     if (code)
         return code;
@@ -1059,9 +1061,9 @@ static int cache_main(int argc, char **argv)
         return code;
 
     bool tty = isatty(STDERR_FILENO);
-    ifd_loadgen_t rn = {.t = &t, .path = "/v1/completions", .timeout_s = co.timeout_s};
-    ifd_loadgen_prompt_t pr = {.text = prompt, .max_tokens = (int)max_tokens};
-    ifd_loadgen_prompt_t warm = {.text = prompt, .max_tokens = 1};
+    ifd_cli_loadgen_t rn = {.t = &t, .path = "/v1/completions", .timeout_s = co.timeout_s};
+    ifd_cli_loadgen_prompt_t pr = {.text = prompt, .max_tokens = (int)max_tokens};
+    ifd_cli_loadgen_prompt_t warm = {.text = prompt, .max_tokens = 1};
     cache_side_t side[2]; /* 0: use_cache on, 1: off */
     memset(side, 0, sizeof(side));
     int64_t prompt_tokens = 0;
@@ -1069,35 +1071,35 @@ static int cache_main(int argc, char **argv)
     for (int k = -1; k < 2 * (int)reps; k++) {
         /* k = -1: a one-token warm-up; then on, on, …, off, off, … */
         int which = k < 0 ? 0 : k / (int)reps;
-        ifd_api_params_t p = ifd_api_default_params();
+        ifd_cli_api_params_t p = ifd_cli_api_default_params();
         p.model = model;
         p.temperature = 0;
         p.ignore_eos = true;
         p.use_cache = which == 0;
         p.max_tokens = k < 0 ? 1 : max_tokens;
-        ifd_loadgen_req_t r;
+        ifd_cli_loadgen_req_t r;
         memset(&r, 0, sizeof(r));
         r.pr = k < 0 ? &warm : &pr;
-        r.body = ifd_api_completion_body(&p, prompt, NULL, 0);
+        r.body = ifd_cli_api_completion_body(&p, prompt, NULL, 0);
         if (!r.body) {
-            code = IFD_EXIT_FAIL;
+            code = IFD_CLI_EXIT_FAIL;
             goto out;
         }
         if (tty && k >= 0)
             fprintf(stderr, "\r\033[Kuse_cache=%s, repetition %d of %lld …",
                     which == 0 ? "true" : "false", k % (int)reps + 1, reps);
         double dur;
-        rc = ifd_loadgen_run(&rn, &r, 1, 1, NULL, &dur);
+        rc = ifd_cli_loadgen_run(&rn, &r, 1, 1, NULL, &dur);
         if (rc == IFD_ECANCELED) {
-            ifd_loadgen_req_reset(&r);
-            code = IFD_EXIT_INTERRUPTED;
+            ifd_cli_loadgen_req_reset(&r);
+            code = IFD_CLI_EXIT_INTERRUPTED;
             fprintf(stderr, "\ninfer bench: interrupted\n");
             goto out;
         }
         if (!r.ok) {
             fprintf(stderr, "%sinfer bench cache: request failed: %s\n", tty ? "\n" : "", r.err);
-            code = strncmp(r.err, "HTTP 4", 6) == 0 ? IFD_EXIT_REJECTED : IFD_EXIT_SERVER;
-            ifd_loadgen_req_reset(&r);
+            code = strncmp(r.err, "HTTP 4", 6) == 0 ? IFD_CLI_EXIT_REJECTED : IFD_CLI_EXIT_SERVER;
+            ifd_cli_loadgen_req_reset(&r);
             goto out;
         }
         if (k >= 0) {
@@ -1113,12 +1115,12 @@ static int cache_main(int argc, char **argv)
                         "asked\n",
                         tty ? "\n" : "", (long long)r.output_tokens, max_tokens);
         }
-        ifd_loadgen_req_reset(&r);
+        ifd_cli_loadgen_req_reset(&r);
     }
     if (tty)
         fputs("\r\033[K", stderr);
     for (int i = 0; i < 2; i++)
-        ifd_stats_summary(side[i].lat, (size_t)side[i].n, &side[i].s);
+        ifd_cli_stats_summary(side[i].lat, (size_t)side[i].n, &side[i].s);
     double speedup = side[0].s.mean > 0 ? side[1].s.mean / side[0].s.mean : NAN;
     if (!json_file || strcmp(json_file, "-") != 0) {
         printf("KV-cache benchmark: %s, prompt \"%s\" (%lld tokens), %lld new tokens, greedy,\n"
@@ -1156,12 +1158,12 @@ static int cache_main(int argc, char **argv)
                       "max_tokens", (json_int_t)max_tokens, "repetitions", (json_int_t)reps,
                       "use_cache_on", sides[0], "use_cache_off", sides[1], "speedup",
                       isfinite(speedup) ? json_real(speedup) : json_null());
-        code = o ? write_json(json_file, o) : IFD_EXIT_FAIL;
+        code = o ? write_json(json_file, o) : IFD_CLI_EXIT_FAIL;
         json_decref(o);
         if (code)
             goto out;
     }
-    code = fflush(stdout) == 0 ? IFD_EXIT_OK : IFD_EXIT_FAIL;
+    code = fflush(stdout) == 0 ? IFD_CLI_EXIT_OK : IFD_CLI_EXIT_FAIL;
 out:
     ifd_cli_catch_sigint(false);
     return code;
@@ -1192,11 +1194,11 @@ static int plot_main(int argc, char **argv)
 {
     if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
         plot_usage(stdout);
-        return IFD_EXIT_OK;
+        return IFD_CLI_EXIT_OK;
     }
     if (argc != 3) {
         plot_usage(stderr);
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
     json_error_t je;
     json_t *o = json_load_file(argv[1], 0, &je);
@@ -1206,12 +1208,12 @@ static int plot_main(int argc, char **argv)
         fprintf(stderr, "infer bench plot: %s: %s\n", argv[1],
                 o ? "no runs (not the JSON of infer bench serve)" : je.text);
         json_decref(o);
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
-    ifd_loadgen_result_t *r = calloc(n, sizeof(*r));
+    ifd_cli_loadgen_result_t *r = calloc(n, sizeof(*r));
     if (!r) {
         json_decref(o);
-        return IFD_EXIT_FAIL;
+        return IFD_CLI_EXIT_FAIL;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(runs, i);
@@ -1241,15 +1243,15 @@ static void bench_usage(FILE *f)
                "daemon.\n");
 }
 
-int ifd_bench_main(int argc, char **argv)
+int ifd_cli_bench_main(int argc, char **argv)
 {
     if (argc < 2) {
         bench_usage(stderr);
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
         bench_usage(stdout);
-        return IFD_EXIT_OK;
+        return IFD_CLI_EXIT_OK;
     }
     optind = 1;
     if (strcmp(argv[1], "serve") == 0)
@@ -1260,5 +1262,5 @@ int ifd_bench_main(int argc, char **argv)
         return plot_main(argc - 1, argv + 1);
     fprintf(stderr, "infer bench: unknown benchmark '%s'\n\n", argv[1]);
     bench_usage(stderr);
-    return IFD_EXIT_USAGE;
+    return IFD_CLI_EXIT_USAGE;
 }

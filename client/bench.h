@@ -21,9 +21,9 @@
  * Takes argv as main() does (argv[0] = "bench") and returns a process exit
  * status (cli.h). Main thread only.
  */
-#ifndef IFD_BENCH_H
-#define IFD_BENCH_H
+#ifndef IFD_CLIENT_BENCH_H
+#define IFD_CLIENT_BENCH_H
 
-int ifd_bench_main(int argc, char **argv);
+int ifd_cli_bench_main(int argc, char **argv);
 
 #endif

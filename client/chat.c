@@ -31,9 +31,9 @@ enum {
 };
 
 typedef struct {
-    ifd_http_target_t target;
+    ifd_cli_http_target_t target;
     ifd_cli_conn_t conn;
-    ifd_api_params_t params;
+    ifd_cli_api_params_t params;
     char *system;    /* malloc'ed; NULL: none */
     json_t *history; /* user/assistant messages */
     bool tty;        /* stdin and stdout are terminals: prompts, banner */
@@ -341,15 +341,15 @@ static int turn(chat_t *ch, const char *text)
 {
     json_array_append_new(ch->history, json_pack("{s:s,s:s}", "role", "user", "content", text));
     json_t *msgs = conversation(ch);
-    char *body = ifd_api_chat_body(&ch->params, msgs);
+    char *body = ifd_cli_api_chat_body(&ch->params, msgs);
     json_decref(msgs);
     if (!body) {
         fprintf(stderr, "infer: out of memory (or the text is not valid UTF-8)\n");
         json_array_remove(ch->history, json_array_size(ch->history) - 1);
         return 0;
     }
-    ifd_api_reader_t r;
-    ifd_api_reader_init(&r, NULL, NULL, NULL);
+    ifd_cli_api_reader_t r;
+    ifd_cli_api_reader_init(&r, NULL, NULL, NULL);
     ifd_buf_t answer = IFD_BUF_INIT;
     ifd_cli_interrupted = 0;
     int code =
@@ -358,11 +358,11 @@ static int turn(chat_t *ch, const char *text)
     if (answer.len && answer.data[answer.len - 1] != '\n')
         fputc('\n', stdout);
     fflush(stdout);
-    if (code == IFD_EXIT_INTERRUPTED)
+    if (code == IFD_CLI_EXIT_INTERRUPTED)
         fprintf(stderr, "[stopped]\n");
-    else if (code == IFD_EXIT_OK && strcmp(r.finish_reason, "length") == 0)
+    else if (code == IFD_CLI_EXIT_OK && strcmp(r.finish_reason, "length") == 0)
         fprintf(stderr, "[the answer reached the token limit]\n");
-    bool keep = code == IFD_EXIT_OK || (code == IFD_EXIT_INTERRUPTED && answer.len > 0);
+    bool keep = code == IFD_CLI_EXIT_OK || (code == IFD_CLI_EXIT_INTERRUPTED && answer.len > 0);
     if (keep) {
         json_array_append_new(ch->history, json_pack("{s:s,s:s%}", "role", "assistant", "content",
                                                      answer.data ? answer.data : "", answer.len));
@@ -370,11 +370,11 @@ static int turn(chat_t *ch, const char *text)
         json_array_remove(ch->history, json_array_size(ch->history) - 1);
     }
     ifd_buf_free(&answer);
-    ifd_api_reader_close(&r);
+    ifd_cli_api_reader_close(&r);
     return code;
 }
 
-int ifd_chat_main(int argc, char **argv)
+int ifd_cli_chat_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"system", required_argument, NULL, 's'},
@@ -386,11 +386,11 @@ int ifd_chat_main(int argc, char **argv)
     };
     chat_t ch;
     memset(&ch, 0, sizeof(ch));
-    ch.params = ifd_api_default_params();
+    ch.params = ifd_cli_api_default_params();
     ch.history = json_array();
     ifd_cli_conn_defaults(&ch.conn);
     const char *load_file = NULL;
-    int c, rc, code = IFD_EXIT_USAGE;
+    int c, rc, code = IFD_CLI_EXIT_USAGE;
     while ((c = getopt_long(argc, argv, "s:h" IFD_CLI_SAMPLING_SHORTOPTS, opts, NULL)) != -1) {
         if ((rc = ifd_cli_sampling_opt(&ch.params, c, optarg)) != 0 ||
             (rc = ifd_cli_conn_opt(&ch.conn, c, optarg)) != 0) {
@@ -408,7 +408,7 @@ int ifd_chat_main(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
-            code = IFD_EXIT_OK;
+            code = IFD_CLI_EXIT_OK;
             goto out;
         default:
             fprintf(stderr, "Try 'infer chat --help'.\n");
@@ -421,7 +421,7 @@ int ifd_chat_main(int argc, char **argv)
         goto out;
     }
     if (load_file && load(&ch, load_file) < 0) {
-        code = IFD_EXIT_FAIL;
+        code = IFD_CLI_EXIT_FAIL;
         goto out;
     }
     if ((code = ifd_cli_target(&ch.conn, &ch.target)) != 0)
@@ -443,7 +443,7 @@ int ifd_chat_main(int argc, char **argv)
     input_open(&ch, argv[0]);
     ifd_cli_catch_sigint(true);
     ifd_buf_t line = IFD_BUF_INIT;
-    code = IFD_EXIT_OK;
+    code = IFD_CLI_EXIT_OK;
     for (;;) {
         rc = read_input(&ch, &line);
         if (rc == 0) {
@@ -452,7 +452,7 @@ int ifd_chat_main(int argc, char **argv)
             break;
         }
         if (rc < 0) {
-            code = IFD_EXIT_FAIL;
+            code = IFD_CLI_EXIT_FAIL;
             break;
         }
         if (rc == 2) {
@@ -473,9 +473,9 @@ int ifd_chat_main(int argc, char **argv)
          * the worst failure becomes the exit status, and an unreachable
          * daemon ends it. */
         int tc = turn(&ch, s);
-        if (tc != IFD_EXIT_OK && tc != IFD_EXIT_INTERRUPTED && !ch.tty) {
+        if (tc != IFD_CLI_EXIT_OK && tc != IFD_CLI_EXIT_INTERRUPTED && !ch.tty) {
             code = tc;
-            if (tc == IFD_EXIT_UNREACHABLE)
+            if (tc == IFD_CLI_EXIT_UNREACHABLE)
                 break;
         }
     }

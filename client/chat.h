@@ -10,9 +10,9 @@
  * Takes argv as main() does and returns a process exit status (cli.h).
  * Installs a SIGINT handler for its duration. Main thread only.
  */
-#ifndef IFD_CHAT_H
-#define IFD_CHAT_H
+#ifndef IFD_CLIENT_CHAT_H
+#define IFD_CLIENT_CHAT_H
 
-int ifd_chat_main(int argc, char **argv);
+int ifd_cli_chat_main(int argc, char **argv);
 
 #endif

@@ -55,7 +55,7 @@ const char ifd_cli_sampling_help[] =
     "                          comparisons)\n"
     "      --ignore-eos        keep generating past the end-of-text token (up to -n)\n";
 
-int ifd_cli_sampling_opt(ifd_api_params_t *p, int c, const char *arg)
+int ifd_cli_sampling_opt(ifd_cli_api_params_t *p, int c, const char *arg)
 {
     long long v;
     double d;
@@ -156,14 +156,14 @@ int ifd_cli_conn_opt(ifd_cli_conn_t *o, int c, const char *arg)
     }
 }
 
-int ifd_cli_target(const ifd_cli_conn_t *o, ifd_http_target_t *t)
+int ifd_cli_target(const ifd_cli_conn_t *o, ifd_cli_http_target_t *t)
 {
     const char *key = o->api_key ? o->api_key : getenv("INFERD_API_KEY");
     if (o->url) {
         char err[256];
-        if (ifd_http_target_url(t, o->url, err, sizeof(err)) < 0) {
+        if (ifd_cli_http_target_url(t, o->url, err, sizeof(err)) < 0) {
             fprintf(stderr, "infer: --url: %s\n", err);
-            return IFD_EXIT_USAGE;
+            return IFD_CLI_EXIT_USAGE;
         }
     } else {
         char def[sizeof(t->path) + 64];
@@ -171,17 +171,17 @@ int ifd_cli_target(const ifd_cli_conn_t *o, ifd_http_target_t *t)
         if (!path || !path[0])
             path = getenv("INFERD_SOCKET");
         if (!path || !path[0]) {
-            ifd_http_default_socket(def, sizeof(def));
+            ifd_cli_http_default_socket(def, sizeof(def));
             path = def;
         }
-        if (ifd_http_target_unix(t, path) < 0) {
+        if (ifd_cli_http_target_unix(t, path) < 0) {
             fprintf(stderr, "infer: socket path too long: %s\n", path);
-            return IFD_EXIT_USAGE;
+            return IFD_CLI_EXIT_USAGE;
         }
     }
     if (key && strlen(key) >= sizeof(t->api_key)) {
         fprintf(stderr, "infer: API key too long\n");
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
     if (key)
         snprintf(t->api_key, sizeof(t->api_key), "%s", key);
@@ -192,14 +192,14 @@ static const char start_hint[] =
     "start it with `inferd --model MODEL.gguf` or `systemctl start inferd`\n"
     "infer: (or point infer at a running daemon with --socket PATH or $INFERD_SOCKET)";
 
-int ifd_cli_report(const ifd_http_target_t *t, int err)
+int ifd_cli_report(const ifd_cli_http_target_t *t, int err)
 {
     const char *w = t->where;
     struct stat st;
     switch (err) {
     case -ENOENT:
         fprintf(stderr, "infer: no inferd at %s — %s\n", w, start_hint);
-        return IFD_EXIT_UNREACHABLE;
+        return IFD_CLI_EXIT_UNREACHABLE;
     case -ECONNREFUSED:
         if (t->tcp)
             fprintf(stderr,
@@ -211,7 +211,7 @@ int ifd_cli_report(const ifd_http_target_t *t, int err)
                     "infer: no inferd at %s (the socket file is there but nothing listens: "
                     "the daemon is not running) — %s\n",
                     w, start_hint);
-        return IFD_EXIT_UNREACHABLE;
+        return IFD_CLI_EXIT_UNREACHABLE;
     case -EACCES:
     case -EPERM:
         if (!t->tcp && stat(t->path, &st) == 0) {
@@ -229,19 +229,19 @@ int ifd_cli_report(const ifd_http_target_t *t, int err)
                     "allows (its group)\n",
                     w);
         }
-        return IFD_EXIT_UNREACHABLE;
+        return IFD_CLI_EXIT_UNREACHABLE;
     case -ENOTSOCK:
     case -ENOTDIR:
         fprintf(stderr, "infer: %s is not a socket — %s\n", w, start_hint);
-        return IFD_EXIT_UNREACHABLE;
+        return IFD_CLI_EXIT_UNREACHABLE;
     case -ENETUNREACH:
     case -EHOSTUNREACH:
     case -ETIMEDOUT:
         fprintf(stderr, "infer: cannot reach %s: %s\n", w, ifd_strerror(err));
-        return IFD_EXIT_UNREACHABLE;
+        return IFD_CLI_EXIT_UNREACHABLE;
     case IFD_ETIMEDOUT:
         fprintf(stderr, "infer: no answer from inferd at %s in time (see --timeout)\n", w);
-        return IFD_EXIT_UNREACHABLE;
+        return IFD_CLI_EXIT_UNREACHABLE;
     case IFD_ECLOSED:
     case -ECONNRESET:
     case -EPIPE:
@@ -249,38 +249,38 @@ int ifd_cli_report(const ifd_http_target_t *t, int err)
                 "infer: inferd at %s closed the connection before the answer was complete "
                 "(did it stop or restart? see its log)\n",
                 w);
-        return IFD_EXIT_SERVER;
+        return IFD_CLI_EXIT_SERVER;
     case IFD_EFORMAT:
         fprintf(stderr, "infer: malformed response from %s — is that inferd?\n", w);
-        return IFD_EXIT_SERVER;
+        return IFD_CLI_EXIT_SERVER;
     case IFD_ENOMEM:
         fprintf(stderr, "infer: out of memory\n");
-        return IFD_EXIT_FAIL;
+        return IFD_CLI_EXIT_FAIL;
     default:
         fprintf(stderr, "infer: talking to %s: %s\n", w, ifd_strerror(err));
-        return IFD_EXIT_SERVER;
+        return IFD_CLI_EXIT_SERVER;
     }
 }
 
-int ifd_cli_http_error(const ifd_http_target_t *t, int status, const char *body, size_t len,
-                       const char *retry_after)
+int ifd_cli_report_http_error(const ifd_cli_http_target_t *t, int status, const char *body,
+                              size_t len, const char *retry_after)
 {
     char msg[512];
-    ifd_api_error_message(body, len, msg, sizeof(msg));
+    ifd_cli_api_error_message(body, len, msg, sizeof(msg));
     fprintf(stderr, "infer: inferd answered HTTP %d: %s\n", status, msg[0] ? msg : "(no message)");
     if (status == 401)
         fprintf(stderr, "infer: %s wants an API key: pass --api-key KEY or set $INFERD_API_KEY\n",
                 t->where);
     else if ((status == 503 || status == 429) && retry_after && retry_after[0])
         fprintf(stderr, "infer: the daemon is busy; retry after %s s\n", retry_after);
-    return status >= 400 && status < 500 ? IFD_EXIT_REJECTED : IFD_EXIT_SERVER;
+    return status >= 400 && status < 500 ? IFD_CLI_EXIT_REJECTED : IFD_CLI_EXIT_SERVER;
 }
 
 /* ---- the streaming request ------------------------------------------------------------------- */
 
 typedef struct {
-    ifd_http_conn_t conn;
-    ifd_api_reader_t *r;
+    ifd_cli_http_conn_t conn;
+    ifd_cli_api_reader_t *r;
     FILE *out;
     ifd_buf_t *answer;
     ifd_buf_t errbody;
@@ -302,75 +302,75 @@ static int on_body(void *ud, const char *data, size_t len)
     if (c->conn.status != 200) /* keep error bodies small */
         return c->errbody.len < 65536 ? ifd_buf_append(&c->errbody, data, len) : 0;
     bool sse = strstr(c->conn.content_type, "text/event-stream") != NULL;
-    return ifd_api_reader_feed(c->r, sse, data, len);
+    return ifd_cli_api_reader_feed(c->r, sse, data, len);
 }
 
-int ifd_cli_complete(const ifd_http_target_t *t, const ifd_cli_conn_t *o, const char *path,
-                     const char *body, FILE *out, ifd_buf_t *answer, ifd_api_reader_t *r)
+int ifd_cli_complete(const ifd_cli_http_target_t *t, const ifd_cli_conn_t *o, const char *path,
+                     const char *body, FILE *out, ifd_buf_t *answer, ifd_cli_api_reader_t *r)
 {
     complete_t c = {.r = r, .out = out, .answer = answer};
-    ifd_http_conn_init(&c.conn);
+    ifd_cli_http_conn_init(&c.conn);
     r->text_cb = on_text;
     r->ud = &c;
-    ifd_http_conn_set_cb(&c.conn, NULL, on_body, &c);
-    int code = IFD_EXIT_OK;
-    int rc = ifd_http_conn_start(&c.conn, t, "POST", path, "text/event-stream, application/json",
-                                 body, strlen(body));
+    ifd_cli_http_conn_set_cb(&c.conn, NULL, on_body, &c);
+    int code = IFD_CLI_EXIT_OK;
+    int rc = ifd_cli_http_conn_start(&c.conn, t, "POST", path,
+                                     "text/event-stream, application/json", body, strlen(body));
     if (rc == 0)
-        rc = ifd_http_conn_wait(&c.conn, o->timeout_s * 1000, &ifd_cli_interrupted);
+        rc = ifd_cli_http_conn_wait(&c.conn, o->timeout_s * 1000, &ifd_cli_interrupted);
     if (rc == IFD_ECANCELED) {
-        code = IFD_EXIT_INTERRUPTED;
+        code = IFD_CLI_EXIT_INTERRUPTED;
         goto out;
     }
     if (rc < 0 && !(c.conn.status == 200 && r->done)) {
         if (c.conn.status != 0 && c.conn.status != 200)
-            code = ifd_cli_http_error(t, c.conn.status, c.errbody.data, c.errbody.len,
-                                      c.conn.retry_after);
+            code = ifd_cli_report_http_error(t, c.conn.status, c.errbody.data, c.errbody.len,
+                                             c.conn.retry_after);
         else
             code = ifd_cli_report(t, rc);
         goto out;
     }
     if (c.conn.status != 200) {
-        code =
-            ifd_cli_http_error(t, c.conn.status, c.errbody.data, c.errbody.len, c.conn.retry_after);
+        code = ifd_cli_report_http_error(t, c.conn.status, c.errbody.data, c.errbody.len,
+                                         c.conn.retry_after);
         goto out;
     }
-    if (ifd_api_reader_finish(r) < 0) {
+    if (ifd_cli_api_reader_finish(r) < 0) {
         code = ifd_cli_report(t, IFD_EFORMAT);
         goto out;
     }
     if (r->error[0]) {
         fprintf(stderr, "%sinfer: inferd reported an error: %s\n", out ? "\n" : "", r->error);
-        code = IFD_EXIT_SERVER;
+        code = IFD_CLI_EXIT_SERVER;
     } else if (!r->done) {
         fprintf(stderr, "%sinfer: the stream from %s ended without [DONE]\n", out ? "\n" : "",
                 t->where);
-        code = IFD_EXIT_SERVER;
+        code = IFD_CLI_EXIT_SERVER;
     }
 out:
-    ifd_http_conn_close(&c.conn);
+    ifd_cli_http_conn_close(&c.conn);
     ifd_buf_free(&c.errbody);
     r->text_cb = NULL;
     r->ud = NULL;
     return code;
 }
 
-int ifd_cli_get_json(const ifd_http_target_t *t, const ifd_cli_conn_t *o, const char *method,
+int ifd_cli_get_json(const ifd_cli_http_target_t *t, const ifd_cli_conn_t *o, const char *method,
                      const char *path, const char *body, json_t **out)
 {
     ifd_buf_t b = IFD_BUF_INIT;
     int status = 0;
     *out = NULL;
-    int rc = ifd_http_fetch(t, method, path, body, body ? strlen(body) : 0, o->timeout_s * 1000,
-                            &status, &b);
+    int rc = ifd_cli_http_fetch(t, method, path, body, body ? strlen(body) : 0, o->timeout_s * 1000,
+                                &status, &b);
     if (rc < 0)
         return ifd_cli_report(t, rc);
-    int code = IFD_EXIT_OK;
+    int code = IFD_CLI_EXIT_OK;
     if (status != 200) {
-        code = ifd_cli_http_error(t, status, b.data, b.len, NULL);
+        code = ifd_cli_report_http_error(t, status, b.data, b.len, NULL);
     } else if (!(*out = json_loadb(b.data, b.len, 0, NULL))) {
         fprintf(stderr, "infer: %s%s answered with something that is not JSON\n", t->where, path);
-        code = IFD_EXIT_SERVER;
+        code = IFD_CLI_EXIT_SERVER;
     }
     ifd_buf_free(&b);
     return code;

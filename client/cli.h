@@ -20,8 +20,8 @@
  * Messages go to stderr, prefixed "infer: ". Threading: the main thread
  * only (getopt and the signal flag are process-wide).
  */
-#ifndef IFD_CLI_H
-#define IFD_CLI_H
+#ifndef IFD_CLIENT_CLI_H
+#define IFD_CLIENT_CLI_H
 
 #include "api.h"
 #include "http.h"
@@ -32,13 +32,13 @@
 #include <stdio.h>
 
 enum {
-    IFD_EXIT_OK = 0,
-    IFD_EXIT_FAIL = 1,
-    IFD_EXIT_USAGE = 2,
-    IFD_EXIT_UNREACHABLE = 3,
-    IFD_EXIT_REJECTED = 4,
-    IFD_EXIT_SERVER = 5,
-    IFD_EXIT_INTERRUPTED = 130,
+    IFD_CLI_EXIT_OK = 0,
+    IFD_CLI_EXIT_FAIL = 1,
+    IFD_CLI_EXIT_USAGE = 2,
+    IFD_CLI_EXIT_UNREACHABLE = 3,
+    IFD_CLI_EXIT_REJECTED = 4,
+    IFD_CLI_EXIT_SERVER = 5,
+    IFD_CLI_EXIT_INTERRUPTED = 130,
 };
 
 /* The one piece of global state: raised by the SIGINT handler. */
@@ -96,7 +96,7 @@ extern const char ifd_cli_sampling_help[];
 
 /* Handles getopt code c if it is a sampling option: 1 consumed, 0 not
  * ours, -1 bad value (message printed). */
-int ifd_cli_sampling_opt(ifd_api_params_t *p, int c, const char *arg);
+int ifd_cli_sampling_opt(ifd_cli_api_params_t *p, int c, const char *arg);
 
 void ifd_cli_conn_defaults(ifd_cli_conn_t *o);
 
@@ -109,16 +109,16 @@ int ifd_cli_conn_opt(ifd_cli_conn_t *o, int c, const char *arg);
  * $INFERD_API_KEY), else --socket, else $INFERD_SOCKET, else the daemon's
  * default socket. 0, or an exit code with the reason printed.
  */
-int ifd_cli_target(const ifd_cli_conn_t *o, ifd_http_target_t *t);
+int ifd_cli_target(const ifd_cli_conn_t *o, ifd_cli_http_target_t *t);
 
 /* Prints what a transport error means for target t and what to do about
  * it; returns the exit code (3 or 5). */
-int ifd_cli_report(const ifd_http_target_t *t, int err);
+int ifd_cli_report(const ifd_cli_http_target_t *t, int err);
 
 /* Prints an HTTP error response (status, the server's message, hints);
  * returns 4 (4xx) or 5. */
-int ifd_cli_http_error(const ifd_http_target_t *t, int status, const char *body, size_t len,
-                       const char *retry_after);
+int ifd_cli_report_http_error(const ifd_cli_http_target_t *t, int status, const char *body,
+                              size_t len, const char *retry_after);
 
 /*
  * One completion request (chat or plain, per `path`) with a JSON body,
@@ -129,14 +129,14 @@ int ifd_cli_http_error(const ifd_http_target_t *t, int status, const char *body,
  * cancels the request in the daemon. Returns an exit code; on failure the
  * reason has been printed, except for 130.
  */
-int ifd_cli_complete(const ifd_http_target_t *t, const ifd_cli_conn_t *o, const char *path,
-                     const char *body, FILE *out, ifd_buf_t *answer, ifd_api_reader_t *r);
+int ifd_cli_complete(const ifd_cli_http_target_t *t, const ifd_cli_conn_t *o, const char *path,
+                     const char *body, FILE *out, ifd_buf_t *answer, ifd_cli_api_reader_t *r);
 
 /*
  * A blocking GET (or POST with body) whose 200 body is JSON: *out gets the
  * parsed object (json_decref it). Returns an exit code, the reason printed.
  */
-int ifd_cli_get_json(const ifd_http_target_t *t, const ifd_cli_conn_t *o, const char *method,
+int ifd_cli_get_json(const ifd_cli_http_target_t *t, const ifd_cli_conn_t *o, const char *method,
                      const char *path, const char *body, json_t **out);
 
 /* Parses a positive number (strtod with checks). 0 or -1. */

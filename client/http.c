@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int ifd_http_target_unix(ifd_http_target_t *t, const char *path)
+int ifd_cli_http_target_unix(ifd_cli_http_target_t *t, const char *path)
 {
     memset(t, 0, sizeof(*t));
     if (strlen(path) >= sizeof(t->path))
@@ -36,7 +36,7 @@ int ifd_http_target_unix(ifd_http_target_t *t, const char *path)
     return 0;
 }
 
-int ifd_http_target_url(ifd_http_target_t *t, const char *url, char *err, size_t errlen)
+int ifd_cli_http_target_url(ifd_cli_http_target_t *t, const char *url, char *err, size_t errlen)
 {
     memset(t, 0, sizeof(*t));
     t->tcp = true;
@@ -110,7 +110,7 @@ int ifd_http_target_url(ifd_http_target_t *t, const char *url, char *err, size_t
     return 0;
 }
 
-void ifd_http_default_socket(char *out, size_t n)
+void ifd_cli_http_default_socket(char *out, size_t n)
 {
     static const char sys[] = "/run/inferd/inferd.sock";
     const char *xdg = getenv("XDG_RUNTIME_DIR");
@@ -128,7 +128,7 @@ void ifd_http_default_socket(char *out, size_t n)
 
 static int on_header_field(http_parser *p, const char *at, size_t len)
 {
-    ifd_http_conn_t *c = p->data;
+    ifd_cli_http_conn_t *c = p->data;
     if (c->hdr_value) {
         ifd_buf_clear(&c->field);
         c->hdr_value = false;
@@ -151,7 +151,7 @@ static void append_capped(char *dst, size_t cap, const char *at, size_t len)
 
 static int on_header_value(http_parser *p, const char *at, size_t len)
 {
-    ifd_http_conn_t *c = p->data;
+    ifd_cli_http_conn_t *c = p->data;
     if (!c->hdr_value) {
         c->hdr_value = true;
         const char *f = c->field.data ? c->field.data : "";
@@ -166,7 +166,7 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
 
 static int on_headers_complete(http_parser *p)
 {
-    ifd_http_conn_t *c = p->data;
+    ifd_cli_http_conn_t *c = p->data;
     c->status = (int)p->status_code;
     if (c->head_cb)
         c->head_cb(c->ud, c->status);
@@ -175,7 +175,7 @@ static int on_headers_complete(http_parser *p)
 
 static int on_body(http_parser *p, const char *at, size_t len)
 {
-    ifd_http_conn_t *c = p->data;
+    ifd_cli_http_conn_t *c = p->data;
     int rc = c->body_cb ? c->body_cb(c->ud, at, len) : ifd_buf_append(&c->body, at, len);
     if (rc < 0) {
         c->err = rc;
@@ -186,8 +186,8 @@ static int on_body(http_parser *p, const char *at, size_t len)
 
 static int on_message_complete(http_parser *p)
 {
-    ifd_http_conn_t *c = p->data;
-    c->state = IFD_HTTP_DONE;
+    ifd_cli_http_conn_t *c = p->data;
+    c->state = IFD_CLI_HTTP_DONE;
     http_parser_pause(p, 1); /* ignore anything after the one response */
     return 0;
 }
@@ -202,23 +202,23 @@ static const http_parser_settings parser_settings = {
 
 /* ---- connection ------------------------------------------------------------------------------ */
 
-void ifd_http_conn_init(ifd_http_conn_t *c)
+void ifd_cli_http_conn_init(ifd_cli_http_conn_t *c)
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
 }
 
-void ifd_http_conn_set_cb(ifd_http_conn_t *c, ifd_http_head_cb head, ifd_http_body_cb body,
-                          void *ud)
+void ifd_cli_http_conn_set_cb(ifd_cli_http_conn_t *c, ifd_cli_http_head_cb head,
+                              ifd_cli_http_body_cb body, void *ud)
 {
     c->head_cb = head;
     c->body_cb = body;
     c->ud = ud;
 }
 
-static int conn_fail(ifd_http_conn_t *c, int err)
+static int conn_fail(ifd_cli_http_conn_t *c, int err)
 {
-    c->state = IFD_HTTP_FAILED;
+    c->state = IFD_CLI_HTTP_FAILED;
     c->err = err;
     if (c->fd >= 0) {
         close(c->fd);
@@ -227,8 +227,9 @@ static int conn_fail(ifd_http_conn_t *c, int err)
     return err;
 }
 
-int ifd_http_conn_start(ifd_http_conn_t *c, const ifd_http_target_t *t, const char *method,
-                        const char *path, const char *accept, const char *body, size_t len)
+int ifd_cli_http_conn_start(ifd_cli_http_conn_t *c, const ifd_cli_http_target_t *t,
+                            const char *method, const char *path, const char *accept,
+                            const char *body, size_t len)
 {
     int rc;
     ifd_buf_clear(&c->out);
@@ -270,28 +271,28 @@ int ifd_http_conn_start(ifd_http_conn_t *c, const ifd_http_target_t *t, const ch
         rc = connect(c->fd, (const struct sockaddr *)&sa, sizeof(sa));
     }
     if (rc < 0 && errno == EINPROGRESS) {
-        c->state = IFD_HTTP_CONNECTING;
+        c->state = IFD_CLI_HTTP_CONNECTING;
         return 0;
     }
     if (rc < 0) /* a Unix socket whose backlog is full answers EAGAIN: treat as refused */
         return conn_fail(c, errno == EAGAIN ? -ECONNREFUSED : -errno);
-    c->state = IFD_HTTP_SENDING;
+    c->state = IFD_CLI_HTTP_SENDING;
     return 0;
 }
 
-int ifd_http_conn_fd(const ifd_http_conn_t *c)
+int ifd_cli_http_conn_fd(const ifd_cli_http_conn_t *c)
 {
     return c->fd;
 }
 
-short ifd_http_conn_events(const ifd_http_conn_t *c)
+short ifd_cli_http_conn_events(const ifd_cli_http_conn_t *c)
 {
     switch (c->state) {
-    case IFD_HTTP_CONNECTING:
+    case IFD_CLI_HTTP_CONNECTING:
         return POLLOUT;
-    case IFD_HTTP_SENDING:
+    case IFD_CLI_HTTP_SENDING:
         return POLLOUT | POLLIN;
-    case IFD_HTTP_RECEIVING:
+    case IFD_CLI_HTTP_RECEIVING:
         return POLLIN;
     default:
         return 0;
@@ -299,10 +300,10 @@ short ifd_http_conn_events(const ifd_http_conn_t *c)
 }
 
 /* Feeds n bytes (n == 0: EOF) to the parser. 1 done, 0 more, error. */
-static int conn_parse(ifd_http_conn_t *c, const char *buf, size_t n)
+static int conn_parse(ifd_cli_http_conn_t *c, const char *buf, size_t n)
 {
     size_t used = http_parser_execute(&c->parser, &parser_settings, buf, n);
-    if (c->state == IFD_HTTP_DONE)
+    if (c->state == IFD_CLI_HTTP_DONE)
         return 1;
     if (n == 0) /* EOF before the response was complete (whatever the parser thinks) */
         return conn_fail(c, c->err < 0 ? c->err : IFD_ECLOSED);
@@ -315,7 +316,7 @@ static int conn_parse(ifd_http_conn_t *c, const char *buf, size_t n)
     return 0;
 }
 
-static int conn_read(ifd_http_conn_t *c)
+static int conn_read(ifd_cli_http_conn_t *c)
 {
     char buf[16384];
     for (;;) {
@@ -337,13 +338,13 @@ static int conn_read(ifd_http_conn_t *c)
     }
 }
 
-int ifd_http_conn_io(ifd_http_conn_t *c, short revents)
+int ifd_cli_http_conn_io(ifd_cli_http_conn_t *c, short revents)
 {
-    if (c->state == IFD_HTTP_DONE)
+    if (c->state == IFD_CLI_HTTP_DONE)
         return 1;
-    if (c->state == IFD_HTTP_FAILED)
+    if (c->state == IFD_CLI_HTTP_FAILED)
         return c->err;
-    if (c->state == IFD_HTTP_CONNECTING) {
+    if (c->state == IFD_CLI_HTTP_CONNECTING) {
         if (!(revents & (POLLOUT | POLLERR | POLLHUP)))
             return 0;
         int soerr = 0;
@@ -352,7 +353,7 @@ int ifd_http_conn_io(ifd_http_conn_t *c, short revents)
             return conn_fail(c, -errno);
         if (soerr != 0)
             return conn_fail(c, -soerr);
-        c->state = IFD_HTTP_SENDING;
+        c->state = IFD_CLI_HTTP_SENDING;
         revents = POLLOUT;
     }
     if (revents & (POLLIN | POLLHUP | POLLERR)) {
@@ -360,7 +361,7 @@ int ifd_http_conn_io(ifd_http_conn_t *c, short revents)
         if (rc != 0)
             return rc;
     }
-    if (c->state == IFD_HTTP_SENDING && (revents & POLLOUT)) {
+    if (c->state == IFD_CLI_HTTP_SENDING && (revents & POLLOUT)) {
         while (c->out_off < c->out.len) {
             ssize_t n =
                 send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
@@ -371,7 +372,7 @@ int ifd_http_conn_io(ifd_http_conn_t *c, short revents)
                     return 0;
                 if (errno == EPIPE || errno == ECONNRESET) {
                     /* The peer stopped reading: it may have answered early (413). */
-                    c->state = IFD_HTTP_RECEIVING;
+                    c->state = IFD_CLI_HTTP_RECEIVING;
                     ifd_buf_free(&c->out);
                     return conn_read(c);
                 }
@@ -379,7 +380,7 @@ int ifd_http_conn_io(ifd_http_conn_t *c, short revents)
             }
             c->out_off += (size_t)n;
         }
-        c->state = IFD_HTTP_RECEIVING;
+        c->state = IFD_CLI_HTTP_RECEIVING;
         ifd_buf_free(&c->out);
         c->out_off = 0;
     }
@@ -393,13 +394,13 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int ifd_http_conn_wait(ifd_http_conn_t *c, int timeout_ms, volatile sig_atomic_t *stop)
+int ifd_cli_http_conn_wait(ifd_cli_http_conn_t *c, int timeout_ms, volatile sig_atomic_t *stop)
 {
     int64_t last = now_ms();
     for (;;) {
-        if (c->state == IFD_HTTP_DONE)
+        if (c->state == IFD_CLI_HTTP_DONE)
             return 0;
-        if (c->state == IFD_HTTP_FAILED)
+        if (c->state == IFD_CLI_HTTP_FAILED)
             return c->err;
         if (stop && *stop)
             return IFD_ECANCELED;
@@ -411,7 +412,7 @@ int ifd_http_conn_wait(ifd_http_conn_t *c, int timeout_ms, volatile sig_atomic_t
             if (left < wait)
                 wait = (int)left;
         }
-        struct pollfd pfd = {.fd = c->fd, .events = ifd_http_conn_events(c)};
+        struct pollfd pfd = {.fd = c->fd, .events = ifd_cli_http_conn_events(c)};
         int n = poll(&pfd, 1, wait);
         if (n < 0) {
             if (errno == EINTR)
@@ -421,13 +422,13 @@ int ifd_http_conn_wait(ifd_http_conn_t *c, int timeout_ms, volatile sig_atomic_t
         if (n == 0)
             continue;
         last = now_ms();
-        int rc = ifd_http_conn_io(c, pfd.revents);
+        int rc = ifd_cli_http_conn_io(c, pfd.revents);
         if (rc < 0)
             return rc;
     }
 }
 
-void ifd_http_conn_close(ifd_http_conn_t *c)
+void ifd_cli_http_conn_close(ifd_cli_http_conn_t *c)
 {
     if (c->fd >= 0) {
         close(c->fd);
@@ -438,14 +439,14 @@ void ifd_http_conn_close(ifd_http_conn_t *c)
     ifd_buf_free(&c->body);
 }
 
-int ifd_http_fetch(const ifd_http_target_t *t, const char *method, const char *path,
-                   const char *body, size_t len, int timeout_ms, int *status, ifd_buf_t *out)
+int ifd_cli_http_fetch(const ifd_cli_http_target_t *t, const char *method, const char *path,
+                       const char *body, size_t len, int timeout_ms, int *status, ifd_buf_t *out)
 {
-    ifd_http_conn_t c;
-    ifd_http_conn_init(&c);
-    int rc = ifd_http_conn_start(&c, t, method, path, NULL, body, len);
+    ifd_cli_http_conn_t c;
+    ifd_cli_http_conn_init(&c);
+    int rc = ifd_cli_http_conn_start(&c, t, method, path, NULL, body, len);
     if (rc == 0)
-        rc = ifd_http_conn_wait(&c, timeout_ms, NULL);
+        rc = ifd_cli_http_conn_wait(&c, timeout_ms, NULL);
     if (rc == 0) {
         *status = c.status;
         *out = c.body;
@@ -453,6 +454,6 @@ int ifd_http_fetch(const ifd_http_target_t *t, const char *method, const char *p
         if (!out->data && ifd_buf_append(out, "", 0) < 0)
             rc = IFD_ENOMEM;
     }
-    ifd_http_conn_close(&c);
+    ifd_cli_http_conn_close(&c);
     return rc;
 }

@@ -14,8 +14,8 @@
  * sees the disconnect), and one request per connection keeps the state
  * machine trivial.
  *
- * Driving: ifd_http_conn_events() says what to poll for, ifd_http_conn_io()
- * advances on the poll result. ifd_http_conn_wait() is the blocking driver
+ * Driving: ifd_cli_http_conn_events() says what to poll for, ifd_cli_http_conn_io()
+ * advances on the poll result. ifd_cli_http_conn_wait() is the blocking driver
  * for one connection; it stops early when a signal flag is raised.
  *
  * Errors: -errno from socket calls (ENOENT: no socket file; ECONNREFUSED:
@@ -29,8 +29,8 @@
  * pointers valid only during the call. Threading: one thread per
  * connection; nothing is shared between connections.
  */
-#ifndef IFD_HTTP_H
-#define IFD_HTTP_H
+#ifndef IFD_CLIENT_HTTP_H
+#define IFD_CLIENT_HTTP_H
 
 #include "arena.h"
 
@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-#define IFD_HTTP_API_KEY_MAX 512
+#define IFD_CLI_HTTP_API_KEY_MAX 512
 
 /* Where requests go. Plain data. */
 typedef struct {
@@ -50,13 +50,13 @@ typedef struct {
     char prefix[256];             /* path prefix from the URL, "" or "/x" (no trailing '/') */
     struct sockaddr_storage addr; /* tcp: the resolved address */
     socklen_t addrlen;
-    char api_key[IFD_HTTP_API_KEY_MAX]; /* "" = send no Authorization header */
+    char api_key[IFD_CLI_HTTP_API_KEY_MAX]; /* "" = send no Authorization header */
     char where[520];                    /* for messages: the socket path or the URL */
-} ifd_http_target_t;
+} ifd_cli_http_target_t;
 
 /* A Unix socket target. 0, or IFD_ETOOBIG when the path does not fit
  * sun_path. */
-int ifd_http_target_unix(ifd_http_target_t *t, const char *path);
+int ifd_cli_http_target_unix(ifd_cli_http_target_t *t, const char *path);
 
 /*
  * A TCP target from "http://HOST[:PORT][/PREFIX]" (port 80 by default; a
@@ -65,31 +65,31 @@ int ifd_http_target_unix(ifd_http_target_t *t, const char *path);
  * URL; https is refused), IFD_ENOTFOUND (the name does not resolve), with
  * a one-line reason in err.
  */
-int ifd_http_target_url(ifd_http_target_t *t, const char *url, char *err, size_t errlen);
+int ifd_cli_http_target_url(ifd_cli_http_target_t *t, const char *url, char *err, size_t errlen);
 
 /* The daemon's default socket: /run/inferd/inferd.sock as root, else
  * $XDG_RUNTIME_DIR/inferd.sock — unless that does not exist and the
  * system-wide one does (a user in the daemon's group). Writes into out. */
-void ifd_http_default_socket(char *out, size_t n);
+void ifd_cli_http_default_socket(char *out, size_t n);
 
 typedef enum {
-    IFD_HTTP_IDLE = 0,
-    IFD_HTTP_CONNECTING,
-    IFD_HTTP_SENDING,
-    IFD_HTTP_RECEIVING,
-    IFD_HTTP_DONE,
-    IFD_HTTP_FAILED,
-} ifd_http_state_t;
+    IFD_CLI_HTTP_IDLE = 0,
+    IFD_CLI_HTTP_CONNECTING,
+    IFD_CLI_HTTP_SENDING,
+    IFD_CLI_HTTP_RECEIVING,
+    IFD_CLI_HTTP_DONE,
+    IFD_CLI_HTTP_FAILED,
+} ifd_cli_http_state_t;
 
 /* Called once, when the status line and headers have been read. */
-typedef void (*ifd_http_head_cb)(void *ud, int status);
+typedef void (*ifd_cli_http_head_cb)(void *ud, int status);
 /* Called for each piece of body (after de-chunking). A negative return
  * aborts the response with that error. */
-typedef int (*ifd_http_body_cb)(void *ud, const char *data, size_t len);
+typedef int (*ifd_cli_http_body_cb)(void *ud, const char *data, size_t len);
 
 typedef struct {
     /* read-only for the caller */
-    ifd_http_state_t state;
+    ifd_cli_http_state_t state;
     int status; /* HTTP status, 0 until the headers are in */
     int err;    /* the error that failed the connection */
     char content_type[128];
@@ -103,18 +103,18 @@ typedef struct {
     int hdr;        /* header being read: 0 other, 1 content-type, 2 retry-after */
     bool hdr_value; /* the last header callback was a value */
     ifd_buf_t field;
-    ifd_http_head_cb head_cb;
-    ifd_http_body_cb body_cb;
+    ifd_cli_http_head_cb head_cb;
+    ifd_cli_http_body_cb body_cb;
     void *ud;
-} ifd_http_conn_t;
+} ifd_cli_http_conn_t;
 
 /* Zeroes c (fd -1). Never fails. */
-void ifd_http_conn_init(ifd_http_conn_t *c);
+void ifd_cli_http_conn_init(ifd_cli_http_conn_t *c);
 
 /* Sets the callbacks (both optional; without body_cb the body collects in
- * c->body). Call before ifd_http_conn_start. */
-void ifd_http_conn_set_cb(ifd_http_conn_t *c, ifd_http_head_cb head, ifd_http_body_cb body,
-                          void *ud);
+ * c->body). Call before ifd_cli_http_conn_start. */
+void ifd_cli_http_conn_set_cb(ifd_cli_http_conn_t *c, ifd_cli_http_head_cb head,
+                              ifd_cli_http_body_cb body, void *ud);
 
 /*
  * Opens a non-blocking connection to t and queues the request
@@ -122,19 +122,20 @@ void ifd_http_conn_set_cb(ifd_http_conn_t *c, ifd_http_head_cb head, ifd_http_bo
  * application/json) and an Authorization header when t has a key.
  * `accept` is the Accept header (NULL: any). A Unix connect fails here at
  * once (ENOENT, ECONNREFUSED, EACCES…); a TCP connect may finish later in
- * ifd_http_conn_io. Returns 0 or an error (c is then FAILED; close it).
+ * ifd_cli_http_conn_io. Returns 0 or an error (c is then FAILED; close it).
  */
-int ifd_http_conn_start(ifd_http_conn_t *c, const ifd_http_target_t *t, const char *method,
-                        const char *path, const char *accept, const char *body, size_t len);
+int ifd_cli_http_conn_start(ifd_cli_http_conn_t *c, const ifd_cli_http_target_t *t,
+                            const char *method, const char *path, const char *accept,
+                            const char *body, size_t len);
 
 /* The fd to poll (-1 when finished) and the events to ask for. */
-int ifd_http_conn_fd(const ifd_http_conn_t *c);
-short ifd_http_conn_events(const ifd_http_conn_t *c);
+int ifd_cli_http_conn_fd(const ifd_cli_http_conn_t *c);
+short ifd_cli_http_conn_events(const ifd_cli_http_conn_t *c);
 
 /* Advances after poll reported revents on the fd. Returns 1 when the
  * response is complete (c->state DONE), 0 when more I/O is needed, or an
  * error (c->state FAILED, c->err set). */
-int ifd_http_conn_io(ifd_http_conn_t *c, short revents);
+int ifd_cli_http_conn_io(ifd_cli_http_conn_t *c, short revents);
 
 /*
  * Blocks until the response is complete: 0, or an error. Gives up with
@@ -142,17 +143,17 @@ int ifd_http_conn_io(ifd_http_conn_t *c, short revents);
  * with IFD_ECANCELED as soon as *stop becomes non-zero (a signal handler
  * that interrupts poll sets it; stop may be NULL).
  */
-int ifd_http_conn_wait(ifd_http_conn_t *c, int timeout_ms, volatile sig_atomic_t *stop);
+int ifd_cli_http_conn_wait(ifd_cli_http_conn_t *c, int timeout_ms, volatile sig_atomic_t *stop);
 
 /* Closes the socket (the peer sees the disconnect) and frees buffers. */
-void ifd_http_conn_close(ifd_http_conn_t *c);
+void ifd_cli_http_conn_close(ifd_cli_http_conn_t *c);
 
 /*
  * One blocking request with the body collected: *status and the body in
  * *out (caller frees with ifd_buf_free; NUL-terminated). Same errors as
- * ifd_http_conn_start / ifd_http_conn_wait.
+ * ifd_cli_http_conn_start / ifd_cli_http_conn_wait.
  */
-int ifd_http_fetch(const ifd_http_target_t *t, const char *method, const char *path,
-                   const char *body, size_t len, int timeout_ms, int *status, ifd_buf_t *out);
+int ifd_cli_http_fetch(const ifd_cli_http_target_t *t, const char *method, const char *path,
+                       const char *body, size_t len, int timeout_ms, int *status, ifd_buf_t *out);
 
 #endif

@@ -29,7 +29,7 @@ static double now_s(void)
 
 static void on_chunk(void *ud, bool has_text)
 {
-    ifd_loadgen_req_t *r = ud;
+    ifd_cli_loadgen_req_t *r = ud;
     if (!has_text)
         return; /* role-only, finish-only chunks: see the top of the file */
     double t = now_s();
@@ -49,38 +49,38 @@ static void on_chunk(void *ud, bool has_text)
 
 static int on_body(void *ud, const char *data, size_t len)
 {
-    ifd_loadgen_req_t *r = ud;
+    ifd_cli_loadgen_req_t *r = ud;
     r->t_active = now_s();
     if (r->conn.status != 200)
         return r->errbody.len < 4096 ? ifd_buf_append(&r->errbody, data, len) : 0;
-    return ifd_api_reader_feed(&r->rd, strstr(r->conn.content_type, "text/event-stream") != NULL,
-                               data, len);
+    return ifd_cli_api_reader_feed(
+        &r->rd, strstr(r->conn.content_type, "text/event-stream") != NULL, data, len);
 }
 
-static void req_fail(ifd_loadgen_req_t *r, const char *what, const char *detail)
+static void req_fail(ifd_cli_loadgen_req_t *r, const char *what, const char *detail)
 {
     if (!r->err[0])
         snprintf(r->err, sizeof(r->err), "%s%.200s", what, detail ? detail : "");
 }
 
 /* The connection finished (rc: 1 done, < 0 error): judge the request. */
-static void req_finish(ifd_loadgen_req_t *r, int rc)
+static void req_finish(ifd_cli_loadgen_req_t *r, int rc)
 {
     r->finished = true;
     r->t_end = now_s();
     if (rc < 0 && !(r->conn.status == 200 && r->rd.done)) {
         if (r->conn.status != 0 && r->conn.status != 200) {
             char msg[200];
-            ifd_api_error_message(r->errbody.data, r->errbody.len, msg, sizeof(msg));
+            ifd_cli_api_error_message(r->errbody.data, r->errbody.len, msg, sizeof(msg));
             snprintf(r->err, sizeof(r->err), "HTTP %d: %s", r->conn.status, msg);
         } else {
             req_fail(r, ifd_strerror(rc), NULL);
         }
     } else if (r->conn.status != 200) {
         char msg[200];
-        ifd_api_error_message(r->errbody.data, r->errbody.len, msg, sizeof(msg));
+        ifd_cli_api_error_message(r->errbody.data, r->errbody.len, msg, sizeof(msg));
         snprintf(r->err, sizeof(r->err), "HTTP %d: %s", r->conn.status, msg);
-    } else if (ifd_api_reader_finish(&r->rd) < 0) {
+    } else if (ifd_cli_api_reader_finish(&r->rd) < 0) {
         req_fail(r, "malformed response", NULL);
     } else if (r->rd.error[0]) {
         req_fail(r, "error event: ", r->rd.error);
@@ -98,30 +98,30 @@ static void req_finish(ifd_loadgen_req_t *r, int rc)
     } else {
         r->output_tokens = (int64_t)r->n_chunks; /* one token per chunk: the best guess */
     }
-    ifd_http_conn_close(&r->conn);
+    ifd_cli_http_conn_close(&r->conn);
     ifd_buf_free(&r->errbody);
-    ifd_api_reader_close(&r->rd);
+    ifd_cli_api_reader_close(&r->rd);
 }
 
-void ifd_loadgen_req_reset(ifd_loadgen_req_t *r)
+void ifd_cli_loadgen_req_reset(ifd_cli_loadgen_req_t *r)
 {
     free(r->body);
     free(r->chunks);
-    ifd_http_conn_close(&r->conn);
-    ifd_api_reader_close(&r->rd);
+    ifd_cli_http_conn_close(&r->conn);
+    ifd_cli_api_reader_close(&r->rd);
     ifd_buf_free(&r->errbody);
     memset(r, 0, sizeof(*r));
 }
 
-static int req_start(ifd_loadgen_req_t *r, const ifd_http_target_t *t, const char *path)
+static int req_start(ifd_cli_loadgen_req_t *r, const ifd_cli_http_target_t *t, const char *path)
 {
-    ifd_http_conn_init(&r->conn);
-    ifd_api_reader_init(&r->rd, NULL, on_chunk, r);
-    ifd_http_conn_set_cb(&r->conn, NULL, on_body, r);
+    ifd_cli_http_conn_init(&r->conn);
+    ifd_cli_api_reader_init(&r->rd, NULL, on_chunk, r);
+    ifd_cli_http_conn_set_cb(&r->conn, NULL, on_body, r);
     r->started = true;
     r->t_start = r->t_active = now_s();
-    int rc = ifd_http_conn_start(&r->conn, t, "POST", path, "text/event-stream", r->body,
-                                 strlen(r->body));
+    int rc = ifd_cli_http_conn_start(&r->conn, t, "POST", path, "text/event-stream", r->body,
+                                     strlen(r->body));
     if (rc < 0)
         req_finish(r, rc);
     return rc;
@@ -129,8 +129,8 @@ static int req_start(ifd_loadgen_req_t *r, const ifd_http_target_t *t, const cha
 
 /* ---- a run: n requests under a concurrency limit and an arrival process ---------------------- */
 
-static void progress_draw(const ifd_loadgen_t *rn, size_t done, size_t n, size_t failed, double el,
-                          bool final)
+static void progress_draw(const ifd_cli_loadgen_t *rn, size_t done, size_t n, size_t failed,
+                          double el, bool final)
 {
     if (!rn->progress)
         return;
@@ -154,8 +154,8 @@ static void progress_draw(const ifd_loadgen_t *rn, size_t done, size_t n, size_t
  * at once). *duration gets the wall time from the first dispatch until
  * the last request finished. 0, IFD_ECANCELED (Ctrl-C), IFD_ENOMEM.
  */
-int ifd_loadgen_run(const ifd_loadgen_t *rn, ifd_loadgen_req_t *reqs, size_t n, int conc,
-                    const double *arrival, double *duration)
+int ifd_cli_loadgen_run(const ifd_cli_loadgen_t *rn, ifd_cli_loadgen_req_t *reqs, size_t n,
+                        int conc, const double *arrival, double *duration)
 {
     struct pollfd *pfd = calloc(n ? n : 1, sizeof(*pfd));
     size_t *idx = calloc(n ? n : 1, sizeof(*idx));
@@ -175,7 +175,7 @@ int ifd_loadgen_run(const ifd_loadgen_t *rn, ifd_loadgen_req_t *reqs, size_t n, 
         }
         while (next < n && (conc <= 0 || inflight < (size_t)conc) &&
                (!arrival || now - t0 >= arrival[next])) {
-            ifd_loadgen_req_t *r = &reqs[next++];
+            ifd_cli_loadgen_req_t *r = &reqs[next++];
             if (req_start(r, rn->t, rn->path) < 0) {
                 done++;
                 failed++;
@@ -186,7 +186,7 @@ int ifd_loadgen_run(const ifd_loadgen_t *rn, ifd_loadgen_req_t *reqs, size_t n, 
         }
         size_t np = 0;
         for (size_t i = 0; i < next; i++) {
-            ifd_loadgen_req_t *r = &reqs[i];
+            ifd_cli_loadgen_req_t *r = &reqs[i];
             if (!r->started || r->finished)
                 continue;
             if (rn->timeout_s > 0 && now - r->t_active > rn->timeout_s) {
@@ -197,8 +197,8 @@ int ifd_loadgen_run(const ifd_loadgen_t *rn, ifd_loadgen_req_t *reqs, size_t n, 
                 failed++;
                 continue;
             }
-            pfd[np].fd = ifd_http_conn_fd(&r->conn);
-            pfd[np].events = ifd_http_conn_events(&r->conn);
+            pfd[np].fd = ifd_cli_http_conn_fd(&r->conn);
+            pfd[np].events = ifd_cli_http_conn_events(&r->conn);
             pfd[np].revents = 0;
             idx[np++] = i;
         }
@@ -219,9 +219,9 @@ int ifd_loadgen_run(const ifd_loadgen_t *rn, ifd_loadgen_req_t *reqs, size_t n, 
         for (size_t j = 0; k > 0 && j < np; j++) {
             if (!pfd[j].revents)
                 continue;
-            ifd_loadgen_req_t *r = &reqs[idx[j]];
+            ifd_cli_loadgen_req_t *r = &reqs[idx[j]];
             r->t_active = now_s();
-            int io = ifd_http_conn_io(&r->conn, pfd[j].revents);
+            int io = ifd_cli_http_conn_io(&r->conn, pfd[j].revents);
             if (io != 0) {
                 req_finish(r, io);
                 inflight--;
@@ -254,8 +254,8 @@ int ifd_loadgen_run(const ifd_loadgen_t *rn, ifd_loadgen_req_t *reqs, size_t n, 
 
 /* ---- results --------------------------------------------------------------------------------- */
 
-int ifd_loadgen_summarize(const ifd_loadgen_req_t *reqs, size_t n, double duration, bool ignore_eos,
-                          ifd_loadgen_result_t *res)
+int ifd_cli_loadgen_summarize(const ifd_cli_loadgen_req_t *reqs, size_t n, double duration,
+                              bool ignore_eos, ifd_cli_loadgen_result_t *res)
 {
     double *ttft = malloc((n + 1) * sizeof(double)), *tpot = malloc((n + 1) * sizeof(double));
     double *e2e = malloc((n + 1) * sizeof(double));
@@ -274,7 +274,7 @@ int ifd_loadgen_summarize(const ifd_loadgen_req_t *reqs, size_t n, double durati
     res->n = n;
     res->duration = duration;
     for (size_t i = 0; i < n; i++) {
-        const ifd_loadgen_req_t *r = &reqs[i];
+        const ifd_cli_loadgen_req_t *r = &reqs[i];
         if (!r->ok) {
             res->failed++;
             if (!res->first_error[0])
@@ -301,13 +301,13 @@ int ifd_loadgen_summarize(const ifd_loadgen_req_t *reqs, size_t n, double durati
         if (reqs[i].ok)
             for (size_t k = 1; k < reqs[i].n_chunks; k++)
                 itl[m++] = (reqs[i].chunks[k] - reqs[i].chunks[k - 1]) * 1e3;
-    int rc = ifd_stats_summary(ttft, nt, &res->ttft);
+    int rc = ifd_cli_stats_summary(ttft, nt, &res->ttft);
     if (rc == 0)
-        rc = ifd_stats_summary(tpot, ni, &res->tpot);
+        rc = ifd_cli_stats_summary(tpot, ni, &res->tpot);
     if (rc == 0)
-        rc = ifd_stats_summary(e2e, ne, &res->e2e);
+        rc = ifd_cli_stats_summary(e2e, ne, &res->e2e);
     if (rc == 0)
-        rc = ifd_stats_summary(itl, m, &res->itl);
+        rc = ifd_cli_stats_summary(itl, m, &res->itl);
     if (duration > 0) {
         res->req_tput = (double)res->completed / duration;
         res->out_tput = (double)res->out_tokens / duration;
@@ -329,7 +329,7 @@ static void print_row(FILE *f, const char *abbr, const char *stat, double v)
     fprintf(f, "%-40s %10.2f\n", key, v);
 }
 
-static void print_metric(FILE *f, const char *title, const char *abbr, const ifd_stats_t *s)
+static void print_metric(FILE *f, const char *title, const char *abbr, const ifd_cli_stats_t *s)
 {
     int tl = (int)strlen(title), pad = (50 - 2 - tl) / 2;
     fprintf(f, "%.*s %s %.*s\n", pad, "--------------------------------------------------", title,
@@ -340,7 +340,7 @@ static void print_metric(FILE *f, const char *title, const char *abbr, const ifd
     print_row(f, abbr, "P99", s->p99);
 }
 
-void ifd_loadgen_print(FILE *f, const ifd_loadgen_result_t *r, const char *endpoint)
+void ifd_cli_loadgen_print(FILE *f, const ifd_cli_loadgen_result_t *r, const char *endpoint)
 {
     fprintf(f, "============ Serving Benchmark Result ============\n");
     fprintf(f, "%-40s %10s\n", "Endpoint:", endpoint);
@@ -386,15 +386,15 @@ void ifd_loadgen_print(FILE *f, const ifd_loadgen_result_t *r, const char *endpo
     }
 }
 
-static json_t *stats_json(const ifd_stats_t *s)
+static json_t *stats_json(const ifd_cli_stats_t *s)
 {
     return json_pack("{s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "n", (json_int_t)s->n, "mean", s->mean,
                      "std", s->std, "min", s->min, "median", s->p50, "p90", s->p90, "p99", s->p99,
                      "max", s->max);
 }
 
-json_t *ifd_loadgen_result_json(const ifd_loadgen_result_t *r, const ifd_loadgen_req_t *reqs,
-                                size_t n)
+json_t *ifd_cli_loadgen_result_json(const ifd_cli_loadgen_result_t *r,
+                                    const ifd_cli_loadgen_req_t *reqs, size_t n)
 {
     json_t *o = json_object();
     json_object_set_new(o, "max_concurrency",
@@ -425,7 +425,7 @@ json_t *ifd_loadgen_result_json(const ifd_loadgen_result_t *r, const ifd_loadgen
         json_object_set_new(o, "first_error", json_string(r->first_error));
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++) {
-        const ifd_loadgen_req_t *q = &reqs[i];
+        const ifd_cli_loadgen_req_t *q = &reqs[i];
         json_t *x =
             json_pack("{s:b,s:I,s:I,s:I,s:I,s:I}", "ok", q->ok, "requested_output",
                       (json_int_t)q->pr->max_tokens, "prompt_tokens", (json_int_t)q->prompt_tokens,

@@ -23,11 +23,11 @@
  *
  * Ownership: the caller owns the request array; each request's body is
  * malloc'ed by the caller and freed (with everything else the request
- * holds) by ifd_loadgen_req_reset. Prompts are borrowed for the run.
- * Threading: one thread; ifd_loadgen_run watches ifd_cli_interrupted.
+ * holds) by ifd_cli_loadgen_req_reset. Prompts are borrowed for the run.
+ * Threading: one thread; ifd_cli_loadgen_run watches ifd_cli_interrupted.
  */
-#ifndef IFD_LOADGEN_H
-#define IFD_LOADGEN_H
+#ifndef IFD_CLIENT_LOADGEN_H
+#define IFD_CLIENT_LOADGEN_H
 
 #include "api.h"
 #include "http.h"
@@ -44,11 +44,11 @@ typedef struct {
     size_t n_tokens;
     const char *text; /* borrowed, or NULL */
     int max_tokens;
-} ifd_loadgen_prompt_t;
+} ifd_cli_loadgen_prompt_t;
 
 /* One request: set pr and body (malloc'ed JSON), zero the rest. */
 typedef struct {
-    const ifd_loadgen_prompt_t *pr;
+    const ifd_cli_loadgen_prompt_t *pr;
     char *body;
     /* results, valid once finished */
     bool started, finished, ok;
@@ -61,22 +61,22 @@ typedef struct {
     /* private */
     size_t cap_chunks;
     double t_active;
-    ifd_http_conn_t conn;
-    ifd_api_reader_t rd;
+    ifd_cli_http_conn_t conn;
+    ifd_cli_api_reader_t rd;
     ifd_buf_t errbody;
-} ifd_loadgen_req_t;
+} ifd_cli_loadgen_req_t;
 
 /* Frees what the request holds (body included) and zeroes it. */
-void ifd_loadgen_req_reset(ifd_loadgen_req_t *r);
+void ifd_cli_loadgen_req_reset(ifd_cli_loadgen_req_t *r);
 
 /* Where and how a run sends its requests. */
 typedef struct {
-    const ifd_http_target_t *t;
+    const ifd_cli_http_target_t *t;
     const char *path;  /* "/v1/completions" or "/v1/chat/completions" */
     int timeout_s;     /* a request without progress this long fails; 0: never */
     bool progress;     /* draw a progress bar on stderr */
     const char *label; /* in front of the bar */
-} ifd_loadgen_t;
+} ifd_cli_loadgen_t;
 
 /*
  * Runs reqs[0..n): at most `conc` in flight (0: no limit), request i not
@@ -86,8 +86,8 @@ typedef struct {
  * in their req), IFD_ECANCELED (Ctrl-C: the open requests are closed),
  * IFD_ENOMEM, or -errno from poll.
  */
-int ifd_loadgen_run(const ifd_loadgen_t *lg, ifd_loadgen_req_t *reqs, size_t n, int conc,
-                    const double *arrival, double *duration);
+int ifd_cli_loadgen_run(const ifd_cli_loadgen_t *lg, ifd_cli_loadgen_req_t *reqs, size_t n,
+                        int conc, const double *arrival, double *duration);
 
 /* The figures of one run. Latencies in milliseconds. */
 typedef struct {
@@ -97,23 +97,23 @@ typedef struct {
     double duration; /* seconds */
     int64_t in_tokens, out_tokens, cached_tokens;
     double req_tput, out_tput, total_tput;
-    ifd_stats_t ttft, tpot, itl, e2e;
+    ifd_cli_stats_t ttft, tpot, itl, e2e;
     size_t length_mismatch;       /* ignore_eos requests whose output length differs */
     size_t no_usage;              /* requests without a usage chunk */
     double server_in, server_out; /* the daemon's /metrics deltas over the run; NAN unknown */
     char first_error[240];
-} ifd_loadgen_result_t;
+} ifd_cli_loadgen_result_t;
 
 /* Fills the figures of *res from the finished requests (the caller sets
  * concurrency, rate and server_* itself). 0 or IFD_ENOMEM. */
-int ifd_loadgen_summarize(const ifd_loadgen_req_t *reqs, size_t n, double duration, bool ignore_eos,
-                          ifd_loadgen_result_t *res);
+int ifd_cli_loadgen_summarize(const ifd_cli_loadgen_req_t *reqs, size_t n, double duration,
+                              bool ignore_eos, ifd_cli_loadgen_result_t *res);
 
 /* The "Serving Benchmark Result" block, as vLLM prints it. */
-void ifd_loadgen_print(FILE *f, const ifd_loadgen_result_t *r, const char *endpoint);
+void ifd_cli_loadgen_print(FILE *f, const ifd_cli_loadgen_result_t *r, const char *endpoint);
 
 /* The run as JSON, with one entry per request. New reference; NULL on ENOMEM. */
-json_t *ifd_loadgen_result_json(const ifd_loadgen_result_t *r, const ifd_loadgen_req_t *reqs,
-                                size_t n);
+json_t *ifd_cli_loadgen_result_json(const ifd_cli_loadgen_result_t *r,
+                                    const ifd_cli_loadgen_req_t *reqs, size_t n);
 
 #endif

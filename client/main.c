@@ -20,9 +20,9 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef int (*ifd_cmd_fn)(int argc, char **argv);
+typedef int (*cmd_fn)(int argc, char **argv);
 
-static int ifd__cmd_inspect(int argc, char **argv)
+static int cmd_inspect(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"json", no_argument, NULL, 'j'},
@@ -54,25 +54,26 @@ static int ifd__cmd_inspect(int argc, char **argv)
 
 static const struct {
     const char *name;
-    ifd_cmd_fn fn;
+    cmd_fn fn;
     const char *help;
-} ifd__cmds[] = {
-    {"prompt", ifd_prompt_main, "send one prompt, stream the answer (same as infer \"PROMPT\")"},
-    {"chat", ifd_chat_main, "talk with the model: history, streaming, /commands"},
-    {"models", ifd_status_models_main, "list the models the daemon serves"},
-    {"status", ifd_status_main, "workers, KV blocks, prefix hits, queue, tokens/s (--watch)"},
-    {"bench", ifd_bench_main, "serving benchmarks: bench serve, bench cache"},
-    {"inspect", ifd__cmd_inspect, "print a GGUF file's or Hugging Face directory's summary"},
-    {"tokenize", ifd_tokcmd_tokenize, "print the token ids of text on stdin"},
-    {"detokenize", ifd_tokcmd_detokenize, "print the text of token ids on stdin"},
+} k_cmds[] = {
+    {"prompt", ifd_cli_prompt_main,
+     "send one prompt, stream the answer (same as infer \"PROMPT\")"},
+    {"chat", ifd_cli_chat_main, "talk with the model: history, streaming, /commands"},
+    {"models", ifd_cli_status_models_main, "list the models the daemon serves"},
+    {"status", ifd_cli_status_main, "workers, KV blocks, prefix hits, queue, tokens/s (--watch)"},
+    {"bench", ifd_cli_bench_main, "serving benchmarks: bench serve, bench cache"},
+    {"inspect", cmd_inspect, "print a GGUF file's or Hugging Face directory's summary"},
+    {"tokenize", ifd_cli_tokcmd_tokenize, "print the token ids of text on stdin"},
+    {"detokenize", ifd_cli_tokcmd_detokenize, "print the text of token ids on stdin"},
 };
 
-static void ifd__usage(FILE *f)
+static void usage(FILE *f)
 {
     fprintf(f, "Usage: infer [options] PROMPT...   (or - for stdin; see infer prompt --help)\n"
                "       infer COMMAND [options]\n\nCommands:\n");
-    for (size_t i = 0; i < sizeof ifd__cmds / sizeof ifd__cmds[0]; i++)
-        fprintf(f, "  %-12s %s\n", ifd__cmds[i].name, ifd__cmds[i].help);
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        fprintf(f, "  %-12s %s\n", k_cmds[i].name, k_cmds[i].help);
     fprintf(f, "\n  -h, --help     this help (infer COMMAND --help for a command's)\n"
                "  -V, --version  print the version\n"
                "\nExit status: 0 ok, 1 local failure, 2 usage, 3 daemon unreachable, 4 request\n"
@@ -80,7 +81,7 @@ static void ifd__usage(FILE *f)
 }
 
 /* Edit distance of two short words (a mistyped command), capped at 3. */
-static int ifd__distance(const char *a, const char *b)
+static int distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 31 || lb > 31)
@@ -106,16 +107,16 @@ static int ifd__distance(const char *a, const char *b)
 /* A lone lowercase word with a '-' in it or close to a command's name is
  * taken for a mistyped command rather than a one-word prompt. NULL: a
  * prompt; else the command to suggest ("" when none is close). */
-static const char *ifd__mistyped(int argc, char **argv)
+static const char *mistyped(int argc, char **argv)
 {
     const char *w = argv[1];
     if (argc != 2 || !(w[0] >= 'a' && w[0] <= 'z') ||
         strspn(w, "abcdefghijklmnopqrstuvwxyz-") != strlen(w))
         return NULL;
     const char *best = NULL;
-    for (size_t i = 0; i < sizeof ifd__cmds / sizeof ifd__cmds[0]; i++)
-        if (ifd__distance(w, ifd__cmds[i].name) <= (strlen(w) > 4 ? 2 : 1))
-            best = ifd__cmds[i].name;
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+        if (distance(w, k_cmds[i].name) <= (strlen(w) > 4 ? 2 : 1))
+            best = k_cmds[i].name;
     if (best)
         return best;
     return strchr(w, '-') ? "" : NULL;
@@ -125,24 +126,24 @@ int main(int argc, char **argv)
 {
     ifd_log_set_tag("infer");
     if (argc < 2) {
-        ifd__usage(stderr);
+        usage(stderr);
         return 2;
     }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        ifd__usage(stdout);
+        usage(stdout);
         return 0;
     }
     if (strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("infer %s\n", IFD_VERSION);
         return 0;
     }
-    for (size_t i = 0; i < sizeof ifd__cmds / sizeof ifd__cmds[0]; i++) {
-        if (strcmp(argv[1], ifd__cmds[i].name) == 0) {
+    for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++) {
+        if (strcmp(argv[1], k_cmds[i].name) == 0) {
             optind = 1;
-            return ifd__cmds[i].fn(argc - 1, argv + 1);
+            return k_cmds[i].fn(argc - 1, argv + 1);
         }
     }
-    const char *near = ifd__mistyped(argc, argv);
+    const char *near = mistyped(argc, argv);
     if (near) {
         fprintf(stderr, "infer: unknown command '%s'", argv[1]);
         if (near[0])
@@ -152,5 +153,5 @@ int main(int argc, char **argv)
         return 2;
     }
     optind = 1;
-    return ifd_prompt_main(argc, argv);
+    return ifd_cli_prompt_main(argc, argv);
 }

@@ -79,7 +79,7 @@ static double axis_pos(const axis_t *a, double v)
 }
 
 static void panel(FILE *f, double ox, const char *xlabel, const double *x, size_t n, bool logx,
-                  const ifd_plot_panel_t *p)
+                  const ifd_cli_plot_panel_t *p)
 {
     const double pw = PANEL_W - M_LEFT - M_RIGHT, ph = PANEL_H - M_TOP - M_BOT;
     const double px = ox + M_LEFT, py = TITLE_H + M_TOP;
@@ -196,8 +196,8 @@ static void panel(FILE *f, double ox, const char *xlabel, const double *x, size_
     fputs("</g>\n", f);
 }
 
-int ifd_plot_svg(FILE *f, const char *title, const char *xlabel, const double *x, size_t n,
-                 bool logx, const ifd_plot_panel_t *panels, size_t n_panels)
+int ifd_cli_plot_svg(FILE *f, const char *title, const char *xlabel, const double *x, size_t n,
+                     bool logx, const ifd_cli_plot_panel_t *panels, size_t n_panels)
 {
     if (n == 0 || n_panels == 0)
         return IFD_EINVAL;

@@ -8,8 +8,8 @@
  * Non-finite or (on a log axis) non-positive points are skipped. Text is
  * XML-escaped. Writes to a FILE; no allocation. Thread-safe.
  */
-#ifndef IFD_PLOT_H
-#define IFD_PLOT_H
+#ifndef IFD_CLIENT_PLOT_H
+#define IFD_CLIENT_PLOT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,15 +18,15 @@
 typedef struct {
     const char *name; /* legend text */
     const double *y;  /* n values, aligned with the x values */
-} ifd_plot_series_t;
+} ifd_cli_plot_series_t;
 
 typedef struct {
     const char *title;
     const char *ylabel;
     bool logy;
-    const ifd_plot_series_t *series;
+    const ifd_cli_plot_series_t *series;
     size_t n_series;
-} ifd_plot_panel_t;
+} ifd_cli_plot_panel_t;
 
 /*
  * Writes a complete SVG document: `title` on top, the panels left to
@@ -34,7 +34,7 @@ typedef struct {
  * log2 scale. Returns 0, or IFD_EINVAL (n == 0, no panels) / -EIO (the
  * FILE failed).
  */
-int ifd_plot_svg(FILE *f, const char *title, const char *xlabel, const double *x, size_t n,
-                 bool logx, const ifd_plot_panel_t *panels, size_t n_panels);
+int ifd_cli_plot_svg(FILE *f, const char *title, const char *xlabel, const double *x, size_t n,
+                     bool logx, const ifd_cli_plot_panel_t *panels, size_t n_panels);
 
 #endif

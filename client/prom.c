@@ -18,7 +18,7 @@ static bool name_char(char c, bool first)
 }
 
 /* Parses one sample line [s, e) into *out. 0 ok, -1 malformed, IFD_ENOMEM. */
-static int parse_line(const char *s, const char *e, ifd_prom_sample_t *out)
+static int parse_line(const char *s, const char *e, ifd_cli_prom_sample_t *out)
 {
     const char *p = s;
     if (p >= e || !name_char(*p, true))
@@ -103,7 +103,7 @@ bad:
     return -1;
 }
 
-int ifd_prom_parse(ifd_prom_t *p, const char *text, size_t len, size_t *bad)
+int ifd_cli_prom_parse(ifd_cli_prom_t *p, const char *text, size_t len, size_t *bad)
 {
     p->s = NULL;
     p->n = 0;
@@ -122,7 +122,7 @@ int ifd_prom_parse(ifd_prom_t *p, const char *text, size_t len, size_t *bad)
             continue;
         if (p->n == cap) {
             size_t nc = cap ? cap * 2 : 64;
-            ifd_prom_sample_t *ns = realloc(p->s, nc * sizeof(*ns));
+            ifd_cli_prom_sample_t *ns = realloc(p->s, nc * sizeof(*ns));
             if (!ns)
                 goto nomem;
             p->s = ns;
@@ -140,11 +140,11 @@ int ifd_prom_parse(ifd_prom_t *p, const char *text, size_t len, size_t *bad)
         *bad = nbad;
     return 0;
 nomem:
-    ifd_prom_free(p);
+    ifd_cli_prom_free(p);
     return IFD_ENOMEM;
 }
 
-void ifd_prom_free(ifd_prom_t *p)
+void ifd_cli_prom_free(ifd_cli_prom_t *p)
 {
     for (size_t i = 0; i < p->n; i++)
         free(p->s[i].name); /* labels live in the same allocation */
@@ -153,7 +153,7 @@ void ifd_prom_free(ifd_prom_t *p)
     p->n = 0;
 }
 
-const char *ifd_prom_label(const ifd_prom_sample_t *s, const char *key)
+const char *ifd_cli_prom_label(const ifd_cli_prom_sample_t *s, const char *key)
 {
     const char *l = s->labels;
     size_t klen = strlen(key);
@@ -165,17 +165,17 @@ const char *ifd_prom_label(const ifd_prom_sample_t *s, const char *key)
     return NULL;
 }
 
-double ifd_prom_sum(const ifd_prom_t *p, const char *name, const char *key, const char *value,
-                    bool *found)
+double ifd_cli_prom_sum(const ifd_cli_prom_t *p, const char *name, const char *key,
+                        const char *value, bool *found)
 {
     double sum = 0;
     bool any = false;
     for (size_t i = 0; i < p->n; i++) {
-        const ifd_prom_sample_t *s = &p->s[i];
+        const ifd_cli_prom_sample_t *s = &p->s[i];
         if (strcmp(s->name, name) != 0)
             continue;
         if (key) {
-            const char *v = ifd_prom_label(s, key);
+            const char *v = ifd_cli_prom_label(s, key);
             if (!v || strcmp(v, value) != 0)
                 continue;
         }

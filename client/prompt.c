@@ -79,7 +79,7 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int ifd_prompt_main(int argc, char **argv)
+int ifd_cli_prompt_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"system", required_argument, NULL, 's'},
@@ -92,7 +92,7 @@ int ifd_prompt_main(int argc, char **argv)
         IFD_CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    ifd_api_params_t p = ifd_api_default_params();
+    ifd_cli_api_params_t p = ifd_cli_api_default_params();
     ifd_cli_conn_t co;
     ifd_cli_conn_defaults(&co);
     const char *system = NULL;
@@ -102,7 +102,7 @@ int ifd_prompt_main(int argc, char **argv)
         if ((rc = ifd_cli_sampling_opt(&p, c, optarg)) != 0 ||
             (rc = ifd_cli_conn_opt(&co, c, optarg)) != 0) {
             if (rc < 0)
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             continue;
         }
         switch (c) {
@@ -124,15 +124,15 @@ int ifd_prompt_main(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
-            return IFD_EXIT_OK;
+            return IFD_CLI_EXIT_OK;
         default:
             fprintf(stderr, "Try 'infer prompt --help'.\n");
-            return IFD_EXIT_USAGE;
+            return IFD_CLI_EXIT_USAGE;
         }
     }
     /* getopt moved the prompt's words to the end; "--" protects words starting with "-". */
     ifd_buf_t text = IFD_BUF_INIT;
-    int code = IFD_EXIT_FAIL;
+    int code = IFD_CLI_EXIT_FAIL;
     bool from_stdin = false;
     for (int i = optind; i < argc; i++) {
         if (strcmp(argv[i], "-") == 0 && argc - optind == 1) {
@@ -148,7 +148,7 @@ int ifd_prompt_main(int argc, char **argv)
         if (isatty(STDIN_FILENO)) {
             fprintf(stderr, "infer: no prompt given (try 'infer prompt --help', or 'infer chat' "
                             "to talk)\n");
-            code = IFD_EXIT_USAGE;
+            code = IFD_CLI_EXIT_USAGE;
             goto out;
         }
         from_stdin = true;
@@ -158,7 +158,7 @@ int ifd_prompt_main(int argc, char **argv)
     if (!text.data && ifd_buf_append(&text, "", 0) < 0)
         goto out;
 
-    ifd_http_target_t t;
+    ifd_cli_http_target_t t;
     if ((code = ifd_cli_target(&co, &t)) != 0)
         goto out;
 
@@ -167,7 +167,7 @@ int ifd_prompt_main(int argc, char **argv)
     if (raw) {
         if (system)
             fprintf(stderr, "infer: --system is ignored with --raw (no chat template)\n");
-        body = ifd_api_completion_body(&p, text.data, NULL, 0);
+        body = ifd_cli_api_completion_body(&p, text.data, NULL, 0);
         path = "/v1/completions";
     } else {
         json_t *msgs = json_array();
@@ -175,18 +175,18 @@ int ifd_prompt_main(int argc, char **argv)
             json_array_append_new(msgs,
                                   json_pack("{s:s,s:s}", "role", "system", "content", system));
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", text.data));
-        body = ifd_api_chat_body(&p, msgs);
+        body = ifd_cli_api_chat_body(&p, msgs);
         json_decref(msgs);
         path = "/v1/chat/completions";
     }
     if (!body) {
         fprintf(stderr, "infer: out of memory (or the prompt is not valid UTF-8)\n");
-        code = IFD_EXIT_FAIL;
+        code = IFD_CLI_EXIT_FAIL;
         goto out;
     }
 
-    ifd_api_reader_t r;
-    ifd_api_reader_init(&r, NULL, NULL, NULL);
+    ifd_cli_api_reader_t r;
+    ifd_cli_api_reader_init(&r, NULL, NULL, NULL);
     r.keep_response = json;
     ifd_buf_t answer = IFD_BUF_INIT;
     ifd_cli_catch_sigint(true);
@@ -194,18 +194,18 @@ int ifd_prompt_main(int argc, char **argv)
     code = ifd_cli_complete(&t, &co, path, body, json ? NULL : stdout, &answer, &r);
     double dt = now_s() - t0;
     ifd_cli_catch_sigint(false);
-    if (code == IFD_EXIT_INTERRUPTED) {
+    if (code == IFD_CLI_EXIT_INTERRUPTED) {
         fflush(stdout);
         fprintf(stderr, "\ninfer: interrupted\n");
-    } else if (code == IFD_EXIT_OK && json) {
+    } else if (code == IFD_CLI_EXIT_OK && json) {
         if (r.response && json_dumpf(r.response, stdout, JSON_INDENT(2)) == 0)
             fputc('\n', stdout);
     } else if (answer.len && answer.data[answer.len - 1] != '\n') {
         fputc('\n', stdout);
-    } else if (code == IFD_EXIT_OK && !answer.len) {
+    } else if (code == IFD_CLI_EXIT_OK && !answer.len) {
         fputc('\n', stdout);
     }
-    if (code == IFD_EXIT_OK && stats) {
+    if (code == IFD_CLI_EXIT_OK && stats) {
         fprintf(stderr, "[%lld prompt tokens (%lld cached), %lld generated, finish %s, %.2f s",
                 (long long)r.usage.prompt_tokens, (long long)r.usage.cached_tokens,
                 (long long)r.usage.completion_tokens, r.finish_reason[0] ? r.finish_reason : "?",
@@ -214,10 +214,10 @@ int ifd_prompt_main(int argc, char **argv)
             fprintf(stderr, ", %.1f tokens/s", (double)r.usage.completion_tokens / dt);
         fprintf(stderr, "]\n");
     }
-    if (fflush(stdout) != 0 && code == IFD_EXIT_OK)
-        code = IFD_EXIT_FAIL;
+    if (fflush(stdout) != 0 && code == IFD_CLI_EXIT_OK)
+        code = IFD_CLI_EXIT_FAIL;
     ifd_buf_free(&answer);
-    ifd_api_reader_close(&r);
+    ifd_cli_api_reader_close(&r);
     free(body);
 out:
     ifd_buf_free(&text);

@@ -7,9 +7,9 @@
  * Takes argv as main() does (argv[0] = the command name) and returns a
  * process exit status (cli.h). Uses getopt: main thread only.
  */
-#ifndef IFD_PROMPT_H
-#define IFD_PROMPT_H
+#ifndef IFD_CLIENT_PROMPT_H
+#define IFD_CLIENT_PROMPT_H
 
-int ifd_prompt_main(int argc, char **argv);
+int ifd_cli_prompt_main(int argc, char **argv);
 
 #endif

@@ -15,7 +15,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-double ifd_stats_percentile(const double *sorted, size_t n, double q)
+double ifd_cli_stats_percentile(const double *sorted, size_t n, double q)
 {
     if (n == 1)
         return sorted[0];
@@ -27,7 +27,7 @@ double ifd_stats_percentile(const double *sorted, size_t n, double q)
     return sorted[lo] + (sorted[lo + 1] - sorted[lo]) * frac;
 }
 
-int ifd_stats_summary(const double *v, size_t n, ifd_stats_t *out)
+int ifd_cli_stats_summary(const double *v, size_t n, ifd_cli_stats_t *out)
 {
     memset(out, 0, sizeof(*out));
     if (n == 0)
@@ -48,9 +48,9 @@ int ifd_stats_summary(const double *v, size_t n, ifd_stats_t *out)
     out->std = sqrt(var / (double)n);
     out->min = s[0];
     out->max = s[n - 1];
-    out->p50 = ifd_stats_percentile(s, n, 50);
-    out->p90 = ifd_stats_percentile(s, n, 90);
-    out->p99 = ifd_stats_percentile(s, n, 99);
+    out->p50 = ifd_cli_stats_percentile(s, n, 50);
+    out->p90 = ifd_cli_stats_percentile(s, n, 90);
+    out->p99 = ifd_cli_stats_percentile(s, n, 99);
     free(s);
     return 0;
 }

@@ -6,8 +6,8 @@
  *
  * Pure functions; the input is not modified. Thread-safe.
  */
-#ifndef IFD_STATS_H
-#define IFD_STATS_H
+#ifndef IFD_CLIENT_STATS_H
+#define IFD_CLIENT_STATS_H
 
 #include <stddef.h>
 
@@ -16,13 +16,13 @@ typedef struct {
     double mean, std; /* population standard deviation (NumPy's np.std) */
     double min, max;
     double p50, p90, p99;
-} ifd_stats_t;
+} ifd_cli_stats_t;
 
 /* Summarises v[0..n). n == 0 gives all zeros. 0, or IFD_ENOMEM (a sorted
  * copy is made). */
-int ifd_stats_summary(const double *v, size_t n, ifd_stats_t *out);
+int ifd_cli_stats_summary(const double *v, size_t n, ifd_cli_stats_t *out);
 
 /* The q-th percentile (0..100) of sorted[0..n), n >= 1. */
-double ifd_stats_percentile(const double *sorted, size_t n, double q);
+double ifd_cli_stats_percentile(const double *sorted, size_t n, double q);
 
 #endif

@@ -42,7 +42,7 @@ static void models_usage(FILE *f)
             ifd_cli_conn_help);
 }
 
-int ifd_status_models_main(int argc, char **argv)
+int ifd_cli_status_models_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"json", no_argument, NULL, OPT_JSON},
@@ -57,24 +57,24 @@ int ifd_status_models_main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if ((rc = ifd_cli_conn_opt(&co, c, optarg)) != 0) {
             if (rc < 0)
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             continue;
         }
         if (c == OPT_JSON) {
             as_json = true;
         } else if (c == 'h') {
             models_usage(stdout);
-            return IFD_EXIT_OK;
+            return IFD_CLI_EXIT_OK;
         } else {
             fprintf(stderr, "Try 'infer models --help'.\n");
-            return IFD_EXIT_USAGE;
+            return IFD_CLI_EXIT_USAGE;
         }
     }
     if (optind != argc) {
         fprintf(stderr, "infer models: unexpected argument '%s'\n", argv[optind]);
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
-    ifd_http_target_t t;
+    ifd_cli_http_target_t t;
     json_t *o = NULL;
     int code = ifd_cli_target(&co, &t);
     if (code == 0)
@@ -107,14 +107,14 @@ int ifd_status_models_main(int argc, char **argv)
             printf("(no models)\n");
     }
     json_decref(o);
-    return fflush(stdout) == 0 ? IFD_EXIT_OK : IFD_EXIT_FAIL;
+    return fflush(stdout) == 0 ? IFD_CLI_EXIT_OK : IFD_CLI_EXIT_FAIL;
 }
 
 /* ---- infer status ---------------------------------------------------------------------------- */
 
 typedef struct {
     double t; /* monotonic seconds of the scrape */
-    ifd_prom_t prom;
+    ifd_cli_prom_t prom;
     bool have_prom;
     json_t *health;    /* the /health object, or NULL */
     int health_status; /* its HTTP status */
@@ -130,18 +130,18 @@ static double mono_s(void)
 
 static void snap_free(snap_t *s)
 {
-    ifd_prom_free(&s->prom);
+    ifd_cli_prom_free(&s->prom);
     json_decref(s->health);
     memset(s, 0, sizeof(*s));
 }
 
 /* Takes one snapshot. 0 or an exit code (reason printed). */
-static int snap_take(snap_t *s, const ifd_http_target_t *t, const ifd_cli_conn_t *co)
+static int snap_take(snap_t *s, const ifd_cli_http_target_t *t, const ifd_cli_conn_t *co)
 {
     ifd_buf_t b = IFD_BUF_INIT;
     int status = 0;
     memset(s, 0, sizeof(*s));
-    int rc = ifd_http_fetch(t, "GET", "/health", NULL, 0, co->timeout_s * 1000, &status, &b);
+    int rc = ifd_cli_http_fetch(t, "GET", "/health", NULL, 0, co->timeout_s * 1000, &status, &b);
     if (rc < 0)
         return ifd_cli_report(t, rc);
     s->health_status = status;
@@ -151,13 +151,13 @@ static int snap_take(snap_t *s, const ifd_http_target_t *t, const ifd_cli_conn_t
         snprintf(s->health_text, sizeof(s->health_text), "%.*s", (int)(n < 100 ? n : 100), b.data);
     }
     ifd_buf_free(&b);
-    rc = ifd_http_fetch(t, "GET", "/metrics", NULL, 0, co->timeout_s * 1000, &status, &b);
+    rc = ifd_cli_http_fetch(t, "GET", "/metrics", NULL, 0, co->timeout_s * 1000, &status, &b);
     s->t = mono_s();
     if (rc < 0) {
         snap_free(s);
         return ifd_cli_report(t, rc);
     }
-    if (status == 200 && ifd_prom_parse(&s->prom, b.data, b.len, NULL) == 0)
+    if (status == 200 && ifd_cli_prom_parse(&s->prom, b.data, b.len, NULL) == 0)
         s->have_prom = true;
     ifd_buf_free(&b);
     return 0;
@@ -166,7 +166,7 @@ static int snap_take(snap_t *s, const ifd_http_target_t *t, const ifd_cli_conn_t
 static double metric(const snap_t *s, const char *name, const char *key, const char *value,
                      bool *found)
 {
-    return ifd_prom_sum(&s->prom, name, key, value, found);
+    return ifd_cli_prom_sum(&s->prom, name, key, value, found);
 }
 
 /* "12.3k", "4.56M", "789" */
@@ -321,8 +321,8 @@ static void view_build(view_t *v, const snap_t *s, const snap_t *prev)
     v->version = v->model = NULL;
     for (size_t i = 0; i < s->prom.n; i++) {
         if (strcmp(s->prom.s[i].name, "inferd_info") == 0) {
-            v->version = ifd_prom_label(&s->prom.s[i], "version");
-            v->model = ifd_prom_label(&s->prom.s[i], "model");
+            v->version = ifd_cli_prom_label(&s->prom.s[i], "version");
+            v->model = ifd_cli_prom_label(&s->prom.s[i], "model");
         }
     }
 }
@@ -348,7 +348,7 @@ static void print_trimmed(FILE *f, const char *line, size_t len)
     fprintf(f, "%.*s\n", (int)len, line);
 }
 
-static void render_text(FILE *f, const ifd_http_target_t *t, const snap_t *s, const view_t *v)
+static void render_text(FILE *f, const ifd_cli_http_target_t *t, const snap_t *s, const view_t *v)
 {
     char n[8][32];
     fprintf(f, "inferd %s at %s — %s (HTTP %d)", v->version ? v->version : "?", t->where,
@@ -449,7 +449,7 @@ static json_t *num_or_null(double x)
     return isfinite(x) ? json_real(x) : json_null();
 }
 
-static json_t *view_json(const ifd_http_target_t *t, const snap_t *s, const view_t *v)
+static json_t *view_json(const ifd_cli_http_target_t *t, const snap_t *s, const view_t *v)
 {
     json_t *o = json_object();
     json_object_set_new(o, "where", json_string(t->where));
@@ -508,7 +508,7 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL); /* Ctrl-C interrupts it */
 }
 
-int ifd_status_main(int argc, char **argv)
+int ifd_cli_status_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"watch", optional_argument, NULL, 'w'},
@@ -526,7 +526,7 @@ int ifd_status_main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "w::h", opts, NULL)) != -1) {
         if ((rc = ifd_cli_conn_opt(&co, c, optarg)) != 0) {
             if (rc < 0)
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             continue;
         }
         switch (c) {
@@ -537,13 +537,13 @@ int ifd_status_main(int argc, char **argv)
                 optarg = argv[optind++];
             if (optarg && ifd_cli_parse_double(optarg, 0.1, 86400, &every) < 0) {
                 fprintf(stderr, "infer status: --watch wants seconds, not '%s'\n", optarg);
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             }
             break;
         case OPT_INTERVAL:
             if (ifd_cli_parse_double(optarg, 0, 3600, &interval) < 0) {
                 fprintf(stderr, "infer status: --interval wants seconds, not '%s'\n", optarg);
-                return IFD_EXIT_USAGE;
+                return IFD_CLI_EXIT_USAGE;
             }
             break;
         case OPT_JSON:
@@ -551,17 +551,17 @@ int ifd_status_main(int argc, char **argv)
             break;
         case 'h':
             status_usage(stdout);
-            return IFD_EXIT_OK;
+            return IFD_CLI_EXIT_OK;
         default:
             fprintf(stderr, "Try 'infer status --help'.\n");
-            return IFD_EXIT_USAGE;
+            return IFD_CLI_EXIT_USAGE;
         }
     }
     if (optind != argc) {
         fprintf(stderr, "infer status: unexpected argument '%s'\n", argv[optind]);
-        return IFD_EXIT_USAGE;
+        return IFD_CLI_EXIT_USAGE;
     }
-    ifd_http_target_t t;
+    ifd_cli_http_target_t t;
     int code = ifd_cli_target(&co, &t);
     if (code != 0)
         return code;
@@ -604,13 +604,13 @@ int ifd_status_main(int argc, char **argv)
         prev = cur;
         if ((code = snap_take(&cur, &t, &co)) != 0) {
             if (ifd_cli_interrupted)
-                code = IFD_EXIT_OK;
+                code = IFD_CLI_EXIT_OK;
             goto out;
         }
         if (ifd_cli_interrupted)
             break;
     }
-    code = IFD_EXIT_OK;
+    code = IFD_CLI_EXIT_OK;
 out:
     if (watch)
         ifd_cli_catch_sigint(false);

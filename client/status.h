@@ -11,10 +11,10 @@
  * Both take argv as main() does and return a process exit status (cli.h).
  * Main thread only (getopt, the SIGINT flag in --watch).
  */
-#ifndef IFD_STATUS_H
-#define IFD_STATUS_H
+#ifndef IFD_CLIENT_STATUS_H
+#define IFD_CLIENT_STATUS_H
 
-int ifd_status_models_main(int argc, char **argv);
-int ifd_status_main(int argc, char **argv);
+int ifd_cli_status_models_main(int argc, char **argv);
+int ifd_cli_status_main(int argc, char **argv);
 
 #endif

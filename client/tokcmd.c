@@ -15,7 +15,7 @@
 #include "error.h"
 #include "tokenizer/tokenizer.h"
 
-static char *ifd__read_all(FILE *f, size_t *len)
+static char *read_all(FILE *f, size_t *len)
 {
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
@@ -43,7 +43,7 @@ static char *ifd__read_all(FILE *f, size_t *len)
     return buf;
 }
 
-static int ifd__load(const char *path, ifd_tokenizer_t **t)
+static int load_tokenizer(const char *path, ifd_tokenizer_t **t)
 {
     char err[512] = "";
     int rc = ifd_tokenizer_create_path(t, path, err, sizeof err);
@@ -54,7 +54,7 @@ static int ifd__load(const char *path, ifd_tokenizer_t **t)
     return 0;
 }
 
-static const char ifd__tok_usage[] =
+static const char tok_usage[] =
     "Usage: infer tokenize (--vocab FILE.gguf | --model PATH) [options] < text\n\n"
     "Print the token ids of the UTF-8 text on stdin, separated by spaces.\n"
     "  --vocab FILE.gguf     vocabulary from a GGUF file (a model or a vocab-only file)\n"
@@ -67,7 +67,7 @@ static const char ifd__tok_usage[] =
     "  --chat-template NAME|FILE  template for --chat: a family (chatml, llama3, gemma,\n"
     "                        llama2, mistral, phi3) or a Jinja file; default: the model's\n";
 
-int ifd_tokcmd_tokenize(int argc, char **argv)
+int ifd_cli_tokcmd_tokenize(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"vocab", required_argument, NULL, 'v'},
@@ -106,18 +106,18 @@ int ifd_tokcmd_tokenize(int argc, char **argv)
             tmpl = optarg;
             break;
         case 'h':
-            fputs(ifd__tok_usage, stdout);
+            fputs(tok_usage, stdout);
             return 0;
         default:
             return 2;
         }
     }
     if (!path || optind != argc) {
-        fputs(ifd__tok_usage, stderr);
+        fputs(tok_usage, stderr);
         return 2;
     }
     ifd_tokenizer_t *t;
-    if (ifd__load(path, &t))
+    if (load_tokenizer(path, &t))
         return 1;
     int status = 1, rc = 0;
     char *text = NULL;
@@ -131,7 +131,7 @@ int ifd_tokcmd_tokenize(int argc, char **argv)
             perror(test);
             goto out;
         }
-        text = ifd__read_all(f, &len);
+        text = read_all(f, &len);
         fclose(f);
         if (!text) {
             fprintf(stderr, "infer: reading %s failed\n", test);
@@ -141,7 +141,7 @@ int ifd_tokcmd_tokenize(int argc, char **argv)
         status = rc ? 1 : 0;
         goto out;
     }
-    text = ifd__read_all(stdin, &len);
+    text = read_all(stdin, &len);
     if (!text) {
         fprintf(stderr, "infer: reading stdin failed\n");
         goto out;
@@ -182,12 +182,12 @@ out:
     return status;
 }
 
-static const char ifd__detok_usage[] =
+static const char detok_usage[] =
     "Usage: infer detokenize (--vocab FILE.gguf | --model PATH) [--render-special] < ids\n\n"
     "Read token ids separated by whitespace on stdin and write the decoded text.\n"
     "  --render-special      print control tokens' text (e.g. <|im_end|>)\n";
 
-int ifd_tokcmd_detokenize(int argc, char **argv)
+int ifd_cli_tokcmd_detokenize(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"vocab", required_argument, NULL, 'v'},
@@ -209,24 +209,24 @@ int ifd_tokcmd_detokenize(int argc, char **argv)
             flags |= IFD_DETOK_RENDER_SPECIAL;
             break;
         case 'h':
-            fputs(ifd__detok_usage, stdout);
+            fputs(detok_usage, stdout);
             return 0;
         default:
             return 2;
         }
     }
     if (!path || optind != argc) {
-        fputs(ifd__detok_usage, stderr);
+        fputs(detok_usage, stderr);
         return 2;
     }
     ifd_tokenizer_t *t;
-    if (ifd__load(path, &t))
+    if (load_tokenizer(path, &t))
         return 1;
     int status = 1;
     ifd_tokens_t ids = {0};
     char *out = NULL;
     size_t len = 0;
-    char *in = ifd__read_all(stdin, &len);
+    char *in = read_all(stdin, &len);
     if (!in) {
         fprintf(stderr, "infer: reading stdin failed\n");
         goto out;

@@ -15,10 +15,10 @@
  * stderr and return a process exit status: 0 ok, 1 failure, 2 usage. They use
  * getopt (not thread-safe): call them from a main thread only.
  */
-#ifndef IFD_TOKCMD_H
-#define IFD_TOKCMD_H
+#ifndef IFD_CLIENT_TOKCMD_H
+#define IFD_CLIENT_TOKCMD_H
 
-int ifd_tokcmd_tokenize(int argc, char **argv);
-int ifd_tokcmd_detokenize(int argc, char **argv);
+int ifd_cli_tokcmd_tokenize(int argc, char **argv);
+int ifd_cli_tokcmd_detokenize(int argc, char **argv);
 
 #endif

@@ -16,9 +16,9 @@
 
 START_TEST(test_bodies)
 {
-    ifd_api_params_t p = ifd_api_default_params();
+    ifd_cli_api_params_t p = ifd_cli_api_default_params();
     json_t *msgs = json_pack("[{s:s,s:s}]", "role", "user", "content", "hi");
-    char *s = ifd_api_chat_body(&p, msgs);
+    char *s = ifd_cli_api_chat_body(&p, msgs);
     json_t *o = json_loads(s, 0, NULL);
     ck_assert(json_is_true(json_object_get(o, "stream")));
     ck_assert(json_is_true(json_object_get(json_object_get(o, "stream_options"), "include_usage")));
@@ -35,7 +35,7 @@ START_TEST(test_bodies)
     p.stream = false;
     p.ignore_eos = true;
     p.use_cache = 0;
-    s = ifd_api_chat_body(&p, msgs);
+    s = ifd_cli_api_chat_body(&p, msgs);
     o = json_loads(s, 0, NULL);
     ck_assert_str_eq(json_string_value(json_object_get(o, "model")), "m");
     ck_assert_int_eq(json_integer_value(json_object_get(o, "max_completion_tokens")), 7);
@@ -51,14 +51,14 @@ START_TEST(test_bodies)
     json_decref(msgs);
 
     int32_t toks[] = {5, 6, 7};
-    s = ifd_api_completion_body(&p, NULL, toks, 3);
+    s = ifd_cli_api_completion_body(&p, NULL, toks, 3);
     o = json_loads(s, 0, NULL);
     ck_assert_int_eq(json_integer_value(json_object_get(o, "max_tokens")), 7);
     ck_assert_int_eq(json_array_size(json_object_get(o, "prompt")), 3);
     ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(o, "prompt"), 2)), 7);
     json_decref(o);
     free(s);
-    s = ifd_api_completion_body(&p, "text", NULL, 0);
+    s = ifd_cli_api_completion_body(&p, "text", NULL, 0);
     ck_assert_ptr_nonnull(strstr(s, "\"prompt\":\"text\""));
     free(s);
 }
@@ -101,12 +101,13 @@ START_TEST(test_chat_stream)
     size_t len = strlen(chat_stream);
     for (size_t step = 1; step <= len; step = step < 8 ? step + 1 : step * 3) {
         seen_t s = {0};
-        ifd_api_reader_t r;
-        ifd_api_reader_init(&r, on_text, on_chunk, &s);
+        ifd_cli_api_reader_t r;
+        ifd_cli_api_reader_init(&r, on_text, on_chunk, &s);
         for (size_t i = 0; i < len; i += step)
             ck_assert_int_eq(
-                ifd_api_reader_feed(&r, true, chat_stream + i, len - i < step ? len - i : step), 0);
-        ck_assert_int_eq(ifd_api_reader_finish(&r), 0);
+                ifd_cli_api_reader_feed(&r, true, chat_stream + i, len - i < step ? len - i : step),
+                0);
+        ck_assert_int_eq(ifd_cli_api_reader_finish(&r), 0);
         ck_assert(r.done);
         ck_assert_str_eq(s.text.data, "Hello \xc3\xbc");
         ck_assert_int_eq(s.chunks, 3);
@@ -119,7 +120,7 @@ START_TEST(test_chat_stream)
         ck_assert_int_eq(r.usage.cached_tokens, 4);
         ck_assert_str_eq(r.id, "chatcmpl-1");
         ck_assert_str_eq(r.error, "");
-        ifd_api_reader_close(&r);
+        ifd_cli_api_reader_close(&r);
         ifd_buf_free(&s.text);
     }
 }
@@ -132,21 +133,21 @@ START_TEST(test_completion_and_errors)
                      "data: {\"error\":{\"message\":\"worker died\",\"type\":\"server_error\"}}\n\n"
                      "data: [DONE]\n\n";
     seen_t s = {0};
-    ifd_api_reader_t r;
-    ifd_api_reader_init(&r, on_text, on_chunk, &s);
-    ck_assert_int_eq(ifd_api_reader_feed(&r, true, st, strlen(st)), 0);
+    ifd_cli_api_reader_t r;
+    ifd_cli_api_reader_init(&r, on_text, on_chunk, &s);
+    ck_assert_int_eq(ifd_cli_api_reader_feed(&r, true, st, strlen(st)), 0);
     ck_assert_str_eq(s.text.data, "a");
     ck_assert_int_eq(s.chunks, 2); /* an empty text still counts (vLLM) */
     ck_assert_int_eq(s.with_text, 1);
     ck_assert_str_eq(r.error, "worker died");
     ck_assert(r.done);
-    ifd_api_reader_close(&r);
+    ifd_cli_api_reader_close(&r);
     ifd_buf_free(&s.text);
 
     /* not JSON inside the stream */
-    ifd_api_reader_init(&r, NULL, NULL, NULL);
-    ck_assert_int_eq(ifd_api_reader_feed(&r, true, "data: {oops\n\n", 13), IFD_EFORMAT);
-    ifd_api_reader_close(&r);
+    ifd_cli_api_reader_init(&r, NULL, NULL, NULL);
+    ck_assert_int_eq(ifd_cli_api_reader_feed(&r, true, "data: {oops\n\n", 13), IFD_EFORMAT);
+    ifd_cli_api_reader_close(&r);
 
     /* a whole object */
     const char *body = "{\"id\":\"x\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,"
@@ -154,27 +155,27 @@ START_TEST(test_completion_and_errors)
                        "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1,"
                        "\"completion_tokens\":1,\"total_tokens\":2}}";
     memset(&s, 0, sizeof(s));
-    ifd_api_reader_init(&r, on_text, on_chunk, &s);
+    ifd_cli_api_reader_init(&r, on_text, on_chunk, &s);
     r.keep_response = true;
-    ck_assert_int_eq(ifd_api_reader_feed(&r, false, body, 10), 0);
-    ck_assert_int_eq(ifd_api_reader_feed(&r, false, body + 10, strlen(body) - 10), 0);
-    ck_assert_int_eq(ifd_api_reader_finish(&r), 0);
+    ck_assert_int_eq(ifd_cli_api_reader_feed(&r, false, body, 10), 0);
+    ck_assert_int_eq(ifd_cli_api_reader_feed(&r, false, body + 10, strlen(body) - 10), 0);
+    ck_assert_int_eq(ifd_cli_api_reader_finish(&r), 0);
     ck_assert_str_eq(s.text.data, "whole");
     ck_assert_str_eq(r.finish_reason, "stop");
     ck_assert_ptr_nonnull(r.response);
     ck_assert_int_eq(r.usage.completion_tokens, 1);
-    ifd_api_reader_close(&r);
+    ifd_cli_api_reader_close(&r);
     ifd_buf_free(&s.text);
 
     char msg[64];
     const char *e1 = "{\"error\":{\"message\":\"bad temperature\",\"param\":\"temperature\"}}";
-    ifd_api_error_message(e1, strlen(e1), msg, sizeof(msg));
+    ifd_cli_api_error_message(e1, strlen(e1), msg, sizeof(msg));
     ck_assert_str_eq(msg, "bad temperature");
-    ifd_api_error_message("{\"error\":\"plain\"}", 17, msg, sizeof(msg));
+    ifd_cli_api_error_message("{\"error\":\"plain\"}", 17, msg, sizeof(msg));
     ck_assert_str_eq(msg, "plain");
-    ifd_api_error_message("Bad Gateway\r\nmore", 17, msg, sizeof(msg));
+    ifd_cli_api_error_message("Bad Gateway\r\nmore", 17, msg, sizeof(msg));
     ck_assert_str_eq(msg, "Bad Gateway");
-    ifd_api_error_message(NULL, 0, msg, sizeof(msg));
+    ifd_cli_api_error_message(NULL, 0, msg, sizeof(msg));
     ck_assert_str_eq(msg, "");
 }
 END_TEST

@@ -24,27 +24,27 @@
 
 START_TEST(test_url)
 {
-    ifd_http_target_t t;
+    ifd_cli_http_target_t t;
     char err[256];
-    ck_assert_int_eq(ifd_http_target_url(&t, "http://127.0.0.1:8080/v1/", err, sizeof(err)), 0);
+    ck_assert_int_eq(ifd_cli_http_target_url(&t, "http://127.0.0.1:8080/v1/", err, sizeof(err)), 0);
     ck_assert(t.tcp);
     ck_assert_str_eq(t.host, "127.0.0.1:8080");
     ck_assert_str_eq(t.prefix, "");
     ck_assert_str_eq(t.where, "http://127.0.0.1:8080");
-    ck_assert_int_eq(ifd_http_target_url(&t, "http://localhost/api/v1", err, sizeof(err)), 0);
+    ck_assert_int_eq(ifd_cli_http_target_url(&t, "http://localhost/api/v1", err, sizeof(err)), 0);
     ck_assert_str_eq(t.prefix, "/api");
-    ck_assert_int_eq(ifd_http_target_url(&t, "http://[::1]:9000", err, sizeof(err)), 0);
+    ck_assert_int_eq(ifd_cli_http_target_url(&t, "http://[::1]:9000", err, sizeof(err)), 0);
     ck_assert_int_eq(t.addr.ss_family, AF_INET6);
-    ck_assert_int_eq(ifd_http_target_url(&t, "https://x", err, sizeof(err)), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cli_http_target_url(&t, "https://x", err, sizeof(err)), IFD_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "https"));
-    ck_assert_int_eq(ifd_http_target_url(&t, "ftp://x", err, sizeof(err)), IFD_EINVAL);
-    ck_assert_int_eq(ifd_http_target_url(&t, "http://h:8x", err, sizeof(err)), IFD_EINVAL);
-    ck_assert_int_eq(ifd_http_target_url(&t, "http://", err, sizeof(err)), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cli_http_target_url(&t, "ftp://x", err, sizeof(err)), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cli_http_target_url(&t, "http://h:8x", err, sizeof(err)), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cli_http_target_url(&t, "http://", err, sizeof(err)), IFD_EINVAL);
     char longp[200];
     memset(longp, 'a', sizeof(longp) - 1);
     longp[sizeof(longp) - 1] = '\0';
-    ck_assert_int_eq(ifd_http_target_unix(&t, longp), IFD_ETOOBIG);
-    ck_assert_int_eq(ifd_http_target_unix(&t, "/tmp/x.sock"), 0);
+    ck_assert_int_eq(ifd_cli_http_target_unix(&t, longp), IFD_ETOOBIG);
+    ck_assert_int_eq(ifd_cli_http_target_unix(&t, "/tmp/x.sock"), 0);
     ck_assert(!t.tcp);
 }
 END_TEST
@@ -137,42 +137,42 @@ START_TEST(test_requests)
     };
     for (size_t step = 0; step <= 3; step += 3) {
         pid_t pid = serve(path, replies, 5, step);
-        ifd_http_target_t t;
-        ck_assert_int_eq(ifd_http_target_unix(&t, path), 0);
+        ifd_cli_http_target_t t;
+        ck_assert_int_eq(ifd_cli_http_target_unix(&t, path), 0);
 
         int status = 0;
         ifd_buf_t out = IFD_BUF_INIT;
-        ck_assert_int_eq(ifd_http_fetch(&t, "POST", "/x", "{}", 2, 5000, &status, &out), 0);
+        ck_assert_int_eq(ifd_cli_http_fetch(&t, "POST", "/x", "{}", 2, 5000, &status, &out), 0);
         ck_assert_int_eq(status, 200);
         ck_assert_str_eq(out.data, "{\"ok\":true}");
         ifd_buf_free(&out);
 
         seen_t s = {0};
-        ifd_http_conn_t c;
-        ifd_http_conn_init(&c);
-        ifd_http_conn_set_cb(&c, head_cb, body_cb, &s);
-        ck_assert_int_eq(ifd_http_conn_start(&c, &t, "GET", "/sse", "text/event-stream", NULL, 0),
-                         0);
-        ck_assert_int_eq(ifd_http_conn_wait(&c, 5000, NULL), 0);
+        ifd_cli_http_conn_t c;
+        ifd_cli_http_conn_init(&c);
+        ifd_cli_http_conn_set_cb(&c, head_cb, body_cb, &s);
+        ck_assert_int_eq(
+            ifd_cli_http_conn_start(&c, &t, "GET", "/sse", "text/event-stream", NULL, 0), 0);
+        ck_assert_int_eq(ifd_cli_http_conn_wait(&c, 5000, NULL), 0);
         ck_assert_int_eq(s.heads, 1);
         ck_assert_int_eq(s.status, 200);
         ck_assert_str_eq(c.content_type, "text/event-stream");
         ck_assert_str_eq(s.body.data, "data: hello\n\n");
-        ifd_http_conn_close(&c);
-        ifd_http_conn_close(&c); /* twice is fine */
+        ifd_cli_http_conn_close(&c);
+        ifd_cli_http_conn_close(&c); /* twice is fine */
         ifd_buf_free(&s.body);
 
-        ifd_http_conn_init(&c);
-        ck_assert_int_eq(ifd_http_conn_start(&c, &t, "GET", "/busy", NULL, NULL, 0), 0);
-        ck_assert_int_eq(ifd_http_conn_wait(&c, 5000, NULL), 0);
+        ifd_cli_http_conn_init(&c);
+        ck_assert_int_eq(ifd_cli_http_conn_start(&c, &t, "GET", "/busy", NULL, NULL, 0), 0);
+        ck_assert_int_eq(ifd_cli_http_conn_wait(&c, 5000, NULL), 0);
         ck_assert_int_eq(c.status, 503);
         ck_assert_str_eq(c.retry_after, "7");
         ck_assert_ptr_nonnull(strstr(c.body.data, "busy"));
-        ifd_http_conn_close(&c);
+        ifd_cli_http_conn_close(&c);
 
-        ck_assert_int_eq(ifd_http_fetch(&t, "GET", "/short", NULL, 0, 5000, &status, &out),
+        ck_assert_int_eq(ifd_cli_http_fetch(&t, "GET", "/short", NULL, 0, 5000, &status, &out),
                          IFD_ECLOSED);
-        ck_assert_int_eq(ifd_http_fetch(&t, "GET", "/junk", NULL, 0, 5000, &status, &out),
+        ck_assert_int_eq(ifd_cli_http_fetch(&t, "GET", "/junk", NULL, 0, 5000, &status, &out),
                          IFD_EFORMAT);
         int st;
         ck_assert_int_eq(waitpid(pid, &st, 0), pid);
@@ -180,12 +180,12 @@ START_TEST(test_requests)
     }
 
     /* nobody there */
-    ifd_http_target_t t;
+    ifd_cli_http_target_t t;
     ifd_buf_t out = IFD_BUF_INIT;
     int status;
     unlink(path);
-    ck_assert_int_eq(ifd_http_target_unix(&t, path), 0);
-    ck_assert_int_eq(ifd_http_fetch(&t, "GET", "/", NULL, 0, 1000, &status, &out), -ENOENT);
+    ck_assert_int_eq(ifd_cli_http_target_unix(&t, path), 0);
+    ck_assert_int_eq(ifd_cli_http_fetch(&t, "GET", "/", NULL, 0, 1000, &status, &out), -ENOENT);
     rmdir(dir);
 }
 END_TEST
@@ -200,18 +200,18 @@ START_TEST(test_stop_and_timeout)
     memcpy(sa.sun_path, path, strlen(path) + 1);
     ck_assert_int_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
     ck_assert_int_eq(listen(ls, 8), 0); /* accepts (backlog) but never answers */
-    ifd_http_target_t t;
-    ck_assert_int_eq(ifd_http_target_unix(&t, path), 0);
-    ifd_http_conn_t c;
-    ifd_http_conn_init(&c);
-    ck_assert_int_eq(ifd_http_conn_start(&c, &t, "GET", "/", NULL, NULL, 0), 0);
-    ck_assert_int_eq(ifd_http_conn_wait(&c, 200, NULL), IFD_ETIMEDOUT);
-    ifd_http_conn_close(&c);
+    ifd_cli_http_target_t t;
+    ck_assert_int_eq(ifd_cli_http_target_unix(&t, path), 0);
+    ifd_cli_http_conn_t c;
+    ifd_cli_http_conn_init(&c);
+    ck_assert_int_eq(ifd_cli_http_conn_start(&c, &t, "GET", "/", NULL, NULL, 0), 0);
+    ck_assert_int_eq(ifd_cli_http_conn_wait(&c, 200, NULL), IFD_ETIMEDOUT);
+    ifd_cli_http_conn_close(&c);
     volatile sig_atomic_t stop = 1;
-    ifd_http_conn_init(&c);
-    ck_assert_int_eq(ifd_http_conn_start(&c, &t, "GET", "/", NULL, NULL, 0), 0);
-    ck_assert_int_eq(ifd_http_conn_wait(&c, 0, &stop), IFD_ECANCELED);
-    ifd_http_conn_close(&c);
+    ifd_cli_http_conn_init(&c);
+    ck_assert_int_eq(ifd_cli_http_conn_start(&c, &t, "GET", "/", NULL, NULL, 0), 0);
+    ck_assert_int_eq(ifd_cli_http_conn_wait(&c, 0, &stop), IFD_ECANCELED);
+    ifd_cli_http_conn_close(&c);
     close(ls);
     unlink(path);
     rmdir(dir);
