@@ -5,15 +5,18 @@
  * makes the prompts, runs the benchmarks and writes their reports.
  *
  * Random prompts: a text of random common words is tokenized once by the
- * daemon (POST /tokenize, no special tokens; llama-server's /tokenize too) into a pool; prompt i is the
- * window of input_len token ids starting at a distinct offset of the pool,
- * sent as token ids to /v1/completions, so its length is exact and no two
- * prompts share a cacheable prefix. Every run of a sweep gets fresh
- * windows, so no run profits from the prefix cache filled by the last.
- * With --prefix-len P, every prompt starts with the same P tokens (the
- * pool's first P) followed by its own window: the shared-system-prompt
- * case, where the prefix cache serves the P tokens from the second request
- * on (the warm-up request computes them).
+ * daemon (POST /tokenize, no special tokens; llama-server's /tokenize too)
+ * into a pool; prompt i is the window of input_len token ids starting at a
+ * distinct offset of the pool, sent as token ids to /v1/completions, so its
+ * length is exact and no two prompts share a cacheable prefix. Every run of
+ * a sweep gets fresh windows, so no run profits from the prefix cache
+ * filled by the last. With --prefix-len P, every prompt starts with the
+ * same P tokens (the pool's first P) followed by its own window: the
+ * shared-system-prompt case, where the prefix cache serves the P tokens
+ * from the second request on (the warm-up request computes them).
+ *
+ * Each command is a short main over named phases: parse the arguments,
+ * reach the daemon, warm up, run (each run of a sweep), report.
  */
 #include "bench.h"
 
@@ -189,11 +192,16 @@ static bool scrape_tokens(const ifd_cli_http_target_t *t, const ifd_cli_conn_t *
     return ok;
 }
 
-/* Writes o to path ("-": stdout). 0 or an exit code (printed). */
+/* Writes o to path ("-": stdout) and drops it. NULL (a json_pack that
+ * failed) is IFD_CLI_EXIT_FAIL. 0 or an exit code (printed when the write
+ * failed). */
 static int write_json(const char *path, json_t *o)
 {
+    if (!o)
+        return IFD_CLI_EXIT_FAIL;
     int rc = strcmp(path, "-") == 0 ? json_dumpf(o, stdout, JSON_INDENT(2))
                                     : json_dump_file(o, path, JSON_INDENT(2));
+    json_decref(o);
     if (rc < 0) {
         fprintf(stderr, "infer bench: cannot write %s: %s\n", path, strerror(errno));
         return IFD_CLI_EXIT_FAIL;
@@ -241,6 +249,7 @@ typedef struct {
     const char *json_file, *plot_file;
     bool progress;
     uint64_t seed;
+    bool conc_given; /* -c came: an open-loop run keeps it */
 } serve_t;
 
 static void serve_usage(FILE *f)
@@ -636,21 +645,138 @@ static int write_plot(const char *path, const ifd_cli_loadgen_result_t *r, size_
     return code;
 }
 
-/* The model id to print: --model, else the daemon's first. Exit code on failure. */
-static int model_name(serve_t *s, char *out, size_t n)
+/* Resolves the connection options into *t and asks the daemon for the
+ * model the reports name (--model, else the daemon's first) into out.
+ * 0 or an exit code, the reason printed. */
+static int reach_daemon(const ifd_cli_conn_t *co, ifd_cli_http_target_t *t, const char *model,
+                        char *out, size_t n)
 {
-    json_t *o = NULL;
-    int code = ifd_cli_get_json(&s->t, &s->co, "GET", "/v1/models", NULL, &o);
+    int code = ifd_cli_target(co, t);
     if (code)
+        return code;
+    json_t *o = NULL;
+    if ((code = ifd_cli_get_json(t, co, "GET", "/v1/models", NULL, &o)) != 0)
         return code;
     const char *id =
         json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id"));
-    snprintf(out, n, "%s", s->model ? s->model : id ? id : "?");
+    snprintf(out, n, "%s", model ? model : id ? id : "?");
     json_decref(o);
     return 0;
 }
 
-static int serve_main(int argc, char **argv)
+/* Applies numeric option c to s: false when c is none; *bad names the
+ * option when its value is out of range. */
+static bool serve_num_opt(serve_t *s, int c, const char *arg, const char **bad)
+{
+    /* range, where the value goes, the name a bad value is reported under */
+    const struct {
+        int code;
+        long long lo, hi, *dst;
+        const char *name;
+    } ints[] = {
+        {'c', 0, 100000, &s->conc, "--concurrency"},
+        {'N', 1, 10000000, &s->num, "--num-prompts"},
+        {OPT_INPUT_LEN, 1, 1 << 22, &s->input_len, "--input-len"},
+        {OPT_OUTPUT_LEN, 1, 1 << 22, &s->output_len, "--output-len"},
+        {OPT_PREFIX_LEN, 0, 1 << 22, &s->prefix_len, "--prefix-len"},
+        {OPT_WARMUP, 0, 1000, &s->warmup, "--warmup"},
+    };
+    const struct {
+        int code;
+        double lo, hi, *dst;
+        const char *name;
+    } reals[] = {
+        {'r', 1e-6, 1e9, &s->rate, "--request-rate"},
+        {OPT_RANGE, 0, 0.99, &s->range, "--range-ratio"},
+        {'t', 0, 2, &s->temperature, "--temperature"},
+    };
+    if (c == 'c')
+        s->conc_given = true;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (c == ints[i].code) {
+            if (ifd_cli_parse_int(arg, ints[i].lo, ints[i].hi, ints[i].dst) < 0)
+                *bad = ints[i].name;
+            return true;
+        }
+    }
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+        if (c == reals[i].code) {
+            if (ifd_cli_parse_double(arg, reals[i].lo, reals[i].hi, reals[i].dst) < 0)
+                *bad = reals[i].name;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Applies option c (getopt code, value arg) to s. -1 when it did, else
+ * the exit code to return: --help (printed), a bad value or an unknown
+ * option (reason printed). Connection options are the caller's. */
+static int serve_opt(serve_t *s, int c, const char *arg)
+{
+    const char *bad = NULL;
+    long long v;
+    switch (c) {
+    case OPT_PROMPTS:
+        s->prompts_file = arg;
+        break;
+    case OPT_ENDPOINT:
+        if (strcmp(arg, "chat") == 0)
+            s->chat = true;
+        else if (strcmp(arg, "completions") == 0)
+            s->chat = false;
+        else
+            bad = "--endpoint (completions or chat)";
+        break;
+    case OPT_IGNORE_EOS:
+        s->ignore_eos = 1;
+        break;
+    case OPT_NO_IGNORE_EOS:
+        s->ignore_eos = 0;
+        break;
+    case OPT_SWEEP:
+        if (parse_sweep(s, arg) < 0)
+            bad = "--sweep (a list like 1,4,16,64)";
+        break;
+    case OPT_JSON:
+        s->json_file = arg;
+        break;
+    case OPT_PLOT:
+        s->plot_file = arg;
+        break;
+    case OPT_NO_PROGRESS:
+        s->progress = false;
+        break;
+    case 'm':
+        s->model = arg;
+        break;
+    case OPT_SEED:
+        if (ifd_cli_parse_int(arg, 0, INT64_MAX, &v) < 0)
+            bad = "--seed";
+        s->seed = (uint64_t)v;
+        break;
+    case 'h':
+        serve_usage(stdout);
+        return IFD_CLI_EXIT_OK;
+    default:
+        if (!serve_num_opt(s, c, arg, &bad)) {
+            fprintf(stderr, "Try 'infer bench serve --help'.\n");
+            return IFD_CLI_EXIT_USAGE;
+        }
+        break;
+    }
+    if (bad) {
+        fprintf(stderr, "infer bench serve: bad value '%s' for %s\n", arg, bad);
+        return IFD_CLI_EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* Fills s from the command line: the defaults, the options, then what they
+ * imply (an open-loop run without --concurrency has no limit; random
+ * prompts ignore EOS unless told). -1 to run, else the exit code to return
+ * (--help, or a usage error, printed). */
+static int serve_args(serve_t *s, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"concurrency", required_argument, NULL, 'c'},
@@ -676,145 +802,194 @@ static int serve_main(int argc, char **argv)
         IFD_CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    serve_t s;
-    memset(&s, 0, sizeof(s));
-    ifd_cli_conn_defaults(&s.co);
-    s.input_len = 128;
-    s.output_len = 128;
-    s.conc = 1;
-    s.rate = INFINITY;
-    s.warmup = 1;
-    s.ignore_eos = -1;
-    s.progress = isatty(STDERR_FILENO);
-    bool conc_given = false;
-    long long v;
+    memset(s, 0, sizeof(*s));
+    ifd_cli_conn_defaults(&s->co);
+    s->input_len = 128;
+    s->output_len = 128;
+    s->conc = 1;
+    s->rate = INFINITY;
+    s->warmup = 1;
+    s->ignore_eos = -1;
+    s->progress = isatty(STDERR_FILENO);
     int c, rc;
     while ((c = getopt_long(argc, argv, "c:r:N:m:t:h", opts, NULL)) != -1) {
-        if ((rc = ifd_cli_conn_opt(&s.co, c, optarg)) != 0) {
+        if ((rc = ifd_cli_conn_opt(&s->co, c, optarg)) != 0) {
             if (rc < 0)
                 return IFD_CLI_EXIT_USAGE;
             continue;
         }
-        const char *bad = NULL;
-        switch (c) {
-        case 'c':
-            if (ifd_cli_parse_int(optarg, 0, 100000, &s.conc) < 0)
-                bad = "--concurrency";
-            conc_given = true;
-            break;
-        case 'r':
-            if (ifd_cli_parse_double(optarg, 1e-6, 1e9, &s.rate) < 0)
-                bad = "--request-rate";
-            break;
-        case 'N':
-            if (ifd_cli_parse_int(optarg, 1, 10000000, &s.num) < 0)
-                bad = "--num-prompts";
-            break;
-        case OPT_INPUT_LEN:
-            if (ifd_cli_parse_int(optarg, 1, 1 << 22, &s.input_len) < 0)
-                bad = "--input-len";
-            break;
-        case OPT_OUTPUT_LEN:
-            if (ifd_cli_parse_int(optarg, 1, 1 << 22, &s.output_len) < 0)
-                bad = "--output-len";
-            break;
-        case OPT_RANGE:
-            if (ifd_cli_parse_double(optarg, 0, 0.99, &s.range) < 0)
-                bad = "--range-ratio";
-            break;
-        case OPT_PREFIX_LEN:
-            if (ifd_cli_parse_int(optarg, 0, 1 << 22, &s.prefix_len) < 0)
-                bad = "--prefix-len";
-            break;
-        case OPT_PROMPTS:
-            s.prompts_file = optarg;
-            break;
-        case OPT_ENDPOINT:
-            if (strcmp(optarg, "chat") == 0)
-                s.chat = true;
-            else if (strcmp(optarg, "completions") == 0)
-                s.chat = false;
-            else
-                bad = "--endpoint (completions or chat)";
-            break;
-        case OPT_IGNORE_EOS:
-            s.ignore_eos = 1;
-            break;
-        case OPT_NO_IGNORE_EOS:
-            s.ignore_eos = 0;
-            break;
-        case OPT_SWEEP:
-            if (parse_sweep(&s, optarg) < 0)
-                bad = "--sweep (a list like 1,4,16,64)";
-            break;
-        case OPT_WARMUP:
-            if (ifd_cli_parse_int(optarg, 0, 1000, &s.warmup) < 0)
-                bad = "--warmup";
-            break;
-        case OPT_JSON:
-            s.json_file = optarg;
-            break;
-        case OPT_PLOT:
-            s.plot_file = optarg;
-            break;
-        case OPT_NO_PROGRESS:
-            s.progress = false;
-            break;
-        case 'm':
-            s.model = optarg;
-            break;
-        case 't':
-            if (ifd_cli_parse_double(optarg, 0, 2, &s.temperature) < 0)
-                bad = "--temperature";
-            break;
-        case OPT_SEED:
-            if (ifd_cli_parse_int(optarg, 0, INT64_MAX, &v) < 0)
-                bad = "--seed";
-            s.seed = (uint64_t)v;
-            break;
-        case 'h':
-            serve_usage(stdout);
-            return IFD_CLI_EXIT_OK;
-        default:
-            fprintf(stderr, "Try 'infer bench serve --help'.\n");
-            return IFD_CLI_EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "infer bench serve: bad value '%s' for %s\n", optarg, bad);
-            return IFD_CLI_EXIT_USAGE;
-        }
+        if ((rc = serve_opt(s, c, optarg)) >= 0)
+            return rc;
     }
     if (optind != argc) {
         fprintf(stderr, "infer bench serve: unexpected argument '%s'\n", argv[optind]);
         return IFD_CLI_EXIT_USAGE;
     }
-    if (s.prefix_len > 0 && (s.chat || s.prompts_file)) {
+    if (s->prefix_len > 0 && (s->chat || s->prompts_file)) {
         fprintf(stderr, "infer bench serve: --prefix-len needs random token prompts (not "
                         "--prompts or --endpoint chat)\n");
         return IFD_CLI_EXIT_USAGE;
     }
-    if (s.conc == 0 && !isfinite(s.rate)) {
+    if (s->conc == 0 && !isfinite(s->rate)) {
         fprintf(stderr, "infer bench serve: --concurrency 0 (no limit) needs --request-rate\n");
         return IFD_CLI_EXIT_USAGE;
     }
-    if (!conc_given && isfinite(s.rate) && s.n_sweep == 0)
-        s.conc = 0;
-    if (s.n_sweep == 0) {
-        s.sweep[0] = (int)s.conc;
-        s.n_sweep = 1;
+    if (!s->conc_given && isfinite(s->rate) && s->n_sweep == 0)
+        s->conc = 0;
+    if (s->n_sweep == 0) {
+        s->sweep[0] = (int)s->conc;
+        s->n_sweep = 1;
     }
-    if (s.ignore_eos < 0)
-        s.ignore_eos = s.prompts_file ? 0 : 1;
-    if (s.plot_file && s.n_sweep < 2)
+    if (s->ignore_eos < 0)
+        s->ignore_eos = s->prompts_file ? 0 : 1;
+    if (s->plot_file && s->n_sweep < 2)
         fprintf(stderr, "infer bench serve: --plot with one run draws single points; use "
                         "--sweep\n");
-    int code = ifd_cli_target(&s.co, &s.t);
-    if (code)
+    return -1;
+}
+
+/* Resets and frees n requests (NULL is fine). */
+static void free_reqs(ifd_cli_loadgen_req_t *reqs, size_t n)
+{
+    for (size_t i = 0; reqs && i < n; i++)
+        ifd_cli_loadgen_req_reset(&reqs[i]);
+    free(reqs);
+}
+
+/* The warm-up: s->warmup requests one at a time over prompts, which must
+ * all succeed. 0 or an exit code, the reason printed. */
+static int serve_warmup(const serve_t *s, ifd_cli_loadgen_t *rn,
+                        const ifd_cli_loadgen_prompt_t *prompts)
+{
+    size_t nw = (size_t)s->warmup;
+    ifd_cli_loadgen_req_t *reqs = calloc(nw, sizeof(*reqs));
+    double dur;
+    int code = 0;
+    rn->label = "warm-up";
+    if (!reqs || build_bodies(s, reqs, prompts, nw) < 0) {
+        code = IFD_CLI_EXIT_FAIL;
+        goto out;
+    }
+    if (ifd_cli_loadgen_run(rn, reqs, nw, 1, NULL, &dur) == IFD_ECANCELED) {
+        code = IFD_CLI_EXIT_INTERRUPTED;
+        goto out;
+    }
+    for (size_t i = 0; i < nw && !code; i++) {
+        if (!reqs[i].ok) {
+            fprintf(stderr, "infer bench: the warm-up request failed: %s\n", reqs[i].err);
+            code = strncmp(reqs[i].err, "HTTP 4", 6) == 0 ? IFD_CLI_EXIT_REJECTED
+                                                          : IFD_CLI_EXIT_SERVER;
+        }
+    }
+out:
+    free_reqs(reqs, reqs ? nw : 0);
+    return code;
+}
+
+/* The daemon's token counters since (in0, out0) into res->server_in/out.
+ * The daemon may count a request a moment after its last byte went out:
+ * give its counters up to a second to agree with the usage. */
+static void settle_counters(const serve_t *s, double in0, double out0,
+                            ifd_cli_loadgen_result_t *res)
+{
+    double in1 = 0, out1 = 0;
+    for (int tries = 0; tries < 10; tries++) {
+        if (!scrape_tokens(&s->t, &s->co, &in1, &out1))
+            break;
+        res->server_in = in1 - in0;
+        res->server_out = out1 - out0;
+        if ((int64_t)res->server_in == res->in_tokens &&
+            (int64_t)res->server_out == res->out_tokens)
+            break;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Run k of the sweep: n requests over prompts at concurrency s->sweep[k],
+ * summarized into *res, printed, and appended to runs as JSON. 0 or an exit
+ * code, the reason printed. */
+static int serve_run(const serve_t *s, ifd_cli_loadgen_t *rn, size_t k,
+                     const ifd_cli_loadgen_prompt_t *prompts, size_t n,
+                     ifd_cli_loadgen_result_t *res, json_t *runs)
+{
+    res->concurrency = s->sweep[k];
+    res->rate = s->rate;
+    res->server_in = res->server_out = NAN;
+    ifd_cli_loadgen_req_t *reqs = calloc(n, sizeof(*reqs));
+    double *arr = isfinite(s->rate) ? arrivals(n, s->rate, s->seed + k) : NULL;
+    int code = 0;
+    if (!reqs || (isfinite(s->rate) && !arr) || build_bodies(s, reqs, prompts, n) < 0) {
+        free(arr);
+        code = IFD_CLI_EXIT_FAIL;
+        goto out;
+    }
+    char label[48];
+    snprintf(label, sizeof(label), "c=%d", s->sweep[k]);
+    rn->label = label;
+    double in0 = 0, out0 = 0, dur = 0;
+    bool have0 = scrape_tokens(&s->t, &s->co, &in0, &out0);
+    int rc = ifd_cli_loadgen_run(rn, reqs, n, s->sweep[k], arr, &dur);
+    free(arr);
+    if (rc == IFD_ECANCELED) {
+        code = IFD_CLI_EXIT_INTERRUPTED;
+        fprintf(stderr, "infer bench: interrupted\n");
+        goto out;
+    }
+    if (rc < 0) {
+        code = ifd_cli_report(&s->t, rc);
+        goto out;
+    }
+    if (ifd_cli_loadgen_summarize(reqs, n, dur, s->ignore_eos == 1, res) < 0) {
+        code = IFD_CLI_EXIT_FAIL;
+        goto out;
+    }
+    if (have0)
+        settle_counters(s, in0, out0, res);
+    ifd_cli_loadgen_print(stdout, res, rn->path);
+    fflush(stdout);
+    json_array_append_new(runs, ifd_cli_loadgen_result_json(res, reqs, n));
+out:
+    free_reqs(reqs, reqs ? n : 0);
+    return code;
+}
+
+/* The reports after the sweep: the sweep table, --json, --plot. 0 or an
+ * exit code. */
+static int serve_report(const serve_t *s, const char *model, const char *path,
+                        const ifd_cli_loadgen_result_t *results, json_t *runs)
+{
+    int code = 0;
+    if (s->n_sweep > 1)
+        print_sweep(stdout, results, s->n_sweep);
+    if (s->json_file) {
+        json_t *o = json_pack(
+            "{s:s,s:s,s:s,s:s,s:o,s:I,s:o,s:o,s:b,s:f,s:s,s:I,s:o}", "benchmark", "serve", "model",
+            model, "where", s->t.where, "endpoint", path, "input_len",
+            s->prompts_file ? json_null() : json_integer(s->input_len), "prefix_len",
+            (json_int_t)s->prefix_len, "output_len", json_integer(s->output_len), "range_ratio",
+            json_real(s->range), "ignore_eos", s->ignore_eos == 1, "temperature", s->temperature,
+            "prompts", s->prompts_file ? s->prompts_file : "random", "seed", (json_int_t)s->seed,
+            "runs", json_incref(runs));
+        if ((code = write_json(s->json_file, o)) != 0)
+            return code;
+    }
+    if (s->plot_file)
+        code = write_plot(s->plot_file, results, s->n_sweep, model);
+    return code;
+}
+
+static int serve_main(int argc, char **argv)
+{
+    serve_t s;
+    int code = serve_args(&s, argc, argv);
+    if (code >= 0)
         return code;
     char model[256];
-    if ((code = model_name(&s, model, sizeof(model))) != 0)
+    if ((code = reach_daemon(&s.co, &s.t, s.model, model, sizeof(model))) != 0)
         return code;
 
+    /* requests per run: --num-prompts, else 4 per slot (at least 16; 64 open-loop) */
     size_t per_run[32], total = (size_t)s.warmup;
     for (size_t i = 0; i < s.n_sweep; i++) {
         long long k = s.num            ? s.num
@@ -827,8 +1002,6 @@ static int serve_main(int argc, char **argv)
     memset(&ps, 0, sizeof(ps));
     ifd_cli_loadgen_result_t *results = calloc(s.n_sweep, sizeof(*results));
     json_t *runs = json_array();
-    ifd_cli_loadgen_req_t *reqs = NULL;
-    size_t reqs_n = 0;
     if (!results || !runs) {
         code = IFD_CLI_EXIT_FAIL;
         goto out;
@@ -840,120 +1013,21 @@ static int serve_main(int argc, char **argv)
     ifd_cli_loadgen_t rn = {
         .t = &s.t, .path = path, .timeout_s = s.co.timeout_s, .progress = s.progress};
     ifd_cli_catch_sigint(true);
-    size_t base = 0;
     fprintf(stderr, "infer bench serve: %s at %s, %s\n", model, s.t.where, path);
-    if (s.warmup > 0) {
-        size_t nw = (size_t)s.warmup;
-        reqs = calloc(nw, sizeof(*reqs));
-        reqs_n = reqs ? nw : 0;
-        double dur;
-        rn.label = "warm-up";
-        if (!reqs || build_bodies(&s, reqs, ps.v, nw) < 0) {
-            code = IFD_CLI_EXIT_FAIL;
-            goto out;
-        }
-        rc = ifd_cli_loadgen_run(&rn, reqs, nw, 1, NULL, &dur);
-        if (rc == IFD_ECANCELED) {
-            code = IFD_CLI_EXIT_INTERRUPTED;
-            goto out;
-        }
-        for (size_t i = 0; i < nw; i++) {
-            if (!reqs[i].ok) {
-                fprintf(stderr, "infer bench: the warm-up request failed: %s\n", reqs[i].err);
-                code = strncmp(reqs[i].err, "HTTP 4", 6) == 0 ? IFD_CLI_EXIT_REJECTED
-                                                              : IFD_CLI_EXIT_SERVER;
-                goto out;
-            }
-        }
-        for (size_t i = 0; i < nw; i++)
-            ifd_cli_loadgen_req_reset(&reqs[i]);
-        free(reqs);
-        reqs = NULL;
-        base = nw;
-    }
-    size_t any_failed = 0;
+    if (s.warmup > 0 && (code = serve_warmup(&s, &rn, ps.v)) != 0)
+        goto out;
+    size_t base = (size_t)s.warmup, any_failed = 0;
     for (size_t k = 0; k < s.n_sweep; k++) {
-        size_t n = per_run[k];
-        ifd_cli_loadgen_result_t *res = &results[k];
-        res->concurrency = s.sweep[k];
-        res->rate = s.rate;
-        res->server_in = res->server_out = NAN;
-        reqs = calloc(n, sizeof(*reqs));
-        reqs_n = reqs ? n : 0;
-        double *arr = isfinite(s.rate) ? arrivals(n, s.rate, s.seed + k) : NULL;
-        if (!reqs || (isfinite(s.rate) && !arr) || build_bodies(&s, reqs, ps.v + base, n) < 0) {
-            free(arr);
-            code = IFD_CLI_EXIT_FAIL;
+        if ((code = serve_run(&s, &rn, k, ps.v + base, per_run[k], &results[k], runs)) != 0)
             goto out;
-        }
-        char label[48];
-        snprintf(label, sizeof(label), "c=%d", s.sweep[k]);
-        rn.label = label;
-        double in0 = 0, out0 = 0, in1 = 0, out1 = 0, dur = 0;
-        bool have0 = scrape_tokens(&s.t, &s.co, &in0, &out0);
-        rc = ifd_cli_loadgen_run(&rn, reqs, n, s.sweep[k], arr, &dur);
-        free(arr);
-        if (rc == IFD_ECANCELED) {
-            code = IFD_CLI_EXIT_INTERRUPTED;
-            fprintf(stderr, "infer bench: interrupted\n");
-            goto out;
-        }
-        if (rc < 0) {
-            code = ifd_cli_report(&s.t, rc);
-            goto out;
-        }
-        if (ifd_cli_loadgen_summarize(reqs, n, dur, s.ignore_eos == 1, res) < 0) {
-            code = IFD_CLI_EXIT_FAIL;
-            goto out;
-        }
-        /* The daemon may count a request a moment after its last byte went
-         * out: give its counters up to a second to agree with the usage. */
-        for (int tries = 0; have0 && tries < 10; tries++) {
-            if (!scrape_tokens(&s.t, &s.co, &in1, &out1))
-                break;
-            res->server_in = in1 - in0;
-            res->server_out = out1 - out0;
-            if ((int64_t)res->server_in == res->in_tokens &&
-                (int64_t)res->server_out == res->out_tokens)
-                break;
-            struct timespec ts = {0, 100 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        any_failed += res->failed;
-        ifd_cli_loadgen_print(stdout, res, path);
-        fflush(stdout);
-        json_array_append_new(runs, ifd_cli_loadgen_result_json(res, reqs, n));
-        for (size_t i = 0; i < n; i++)
-            ifd_cli_loadgen_req_reset(&reqs[i]);
-        free(reqs);
-        reqs = NULL;
-        base += n;
+        any_failed += results[k].failed;
+        base += per_run[k];
     }
-    if (s.n_sweep > 1)
-        print_sweep(stdout, results, s.n_sweep);
-    if (s.json_file) {
-        json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:I,s:o,s:o,s:b,s:f,s:s,s:I,s:o}",
-                              "benchmark", "serve", "model", model, "where", s.t.where, "endpoint",
-                              path, "input_len",
-                              s.prompts_file ? json_null() : json_integer(s.input_len),
-                              "prefix_len", (json_int_t)s.prefix_len,
-                              "output_len", json_integer(s.output_len), "range_ratio",
-                              json_real(s.range), "ignore_eos", s.ignore_eos == 1, "temperature",
-                              s.temperature, "prompts", s.prompts_file ? s.prompts_file : "random",
-                              "seed", (json_int_t)s.seed, "runs", json_incref(runs));
-        code = o ? write_json(s.json_file, o) : IFD_CLI_EXIT_FAIL;
-        json_decref(o);
-        if (code)
-            goto out;
-    }
-    if (s.plot_file && (code = write_plot(s.plot_file, results, s.n_sweep, model)) != 0)
+    if ((code = serve_report(&s, model, path, results, runs)) != 0)
         goto out;
     code = any_failed ? IFD_CLI_EXIT_SERVER : IFD_CLI_EXIT_OK;
 out:
     ifd_cli_catch_sigint(false);
-    for (size_t i = 0; reqs && i < reqs_n; i++)
-        ifd_cli_loadgen_req_reset(&reqs[i]);
-    free(reqs);
     json_decref(runs);
     free(results);
     prompt_set_free(&ps);
@@ -990,7 +1064,19 @@ typedef struct {
     ifd_cli_stats_t s;
 } cache_side_t;
 
-static int cache_main(int argc, char **argv)
+typedef struct {
+    ifd_cli_conn_t co;
+    ifd_cli_http_target_t t;
+    const char *prompt, *model, *json_file;
+    long long max_tokens, reps;
+    char model_id[256];    /* what the reports name */
+    int64_t prompt_tokens; /* as the daemon counted them */
+    cache_side_t side[2];  /* 0: use_cache on, 1: off */
+} cache_t;
+
+/* Fills b from the command line. -1 to run, else the exit code to return
+ * (--help, or a usage error, printed). */
+static int cache_args(cache_t *b, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"prompt", required_argument, NULL, 'p'},
@@ -1002,38 +1088,39 @@ static int cache_main(int argc, char **argv)
         IFD_CLI_CONN_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    ifd_cli_conn_t co;
-    ifd_cli_conn_defaults(&co);
-    const char *prompt = "Hello, I am", *model = NULL, *json_file = NULL;
-    long long max_tokens = 256, reps = 3;
+    memset(b, 0, sizeof(*b));
+    ifd_cli_conn_defaults(&b->co);
+    b->prompt = "Hello, I am";
+    b->max_tokens = 256;
+    b->reps = 3;
     int c, rc;
     while ((c = getopt_long(argc, argv, "p:n:m:h", opts, NULL)) != -1) {
-        if ((rc = ifd_cli_conn_opt(&co, c, optarg)) != 0) {
+        if ((rc = ifd_cli_conn_opt(&b->co, c, optarg)) != 0) {
             if (rc < 0)
                 return IFD_CLI_EXIT_USAGE;
             continue;
         }
         switch (c) {
         case 'p':
-            prompt = optarg;
+            b->prompt = optarg;
             break;
         case 'n':
-            if (ifd_cli_parse_int(optarg, 1, 1 << 20, &max_tokens) < 0) {
+            if (ifd_cli_parse_int(optarg, 1, 1 << 20, &b->max_tokens) < 0) {
                 fprintf(stderr, "infer bench cache: bad --max-tokens '%s'\n", optarg);
                 return IFD_CLI_EXIT_USAGE;
             }
             break;
         case OPT_REPS:
-            if (ifd_cli_parse_int(optarg, 1, 64, &reps) < 0) {
+            if (ifd_cli_parse_int(optarg, 1, 64, &b->reps) < 0) {
                 fprintf(stderr, "infer bench cache: --reps wants 1..64, not '%s'\n", optarg);
                 return IFD_CLI_EXIT_USAGE;
             }
             break;
         case 'm':
-            model = optarg;
+            b->model = optarg;
             break;
         case OPT_JSON:
-            json_file = optarg ? optarg : "-";
+            b->json_file = optarg ? optarg : "-";
             break;
         case 'h':
             cache_usage(stdout);
@@ -1047,122 +1134,135 @@ static int cache_main(int argc, char **argv)
         fprintf(stderr, "infer bench cache: unexpected argument '%s'\n", argv[optind]);
         return IFD_CLI_EXIT_USAGE;
     }
-    ifd_cli_http_target_t t;
-    int code = ifd_cli_target(&co, &t);
-    if (code)
-        return code;
-    serve_t sv;
-    memset(&sv, 0, sizeof(sv));
-    sv.t = t;
-    sv.co = co;
-    sv.model = model;
-    char model_id[256];
-    if ((code = model_name(&sv, model_id, sizeof(model_id))) != 0)
-        return code;
+    return -1;
+}
 
+/* The requests, one at a time: k = -1 a one-token warm-up, then reps with
+ * use_cache on and reps with it off; each timed into b->side. 0 or an exit
+ * code, the reason printed. */
+static int cache_measure(cache_t *b)
+{
     bool tty = isatty(STDERR_FILENO);
-    ifd_cli_loadgen_t rn = {.t = &t, .path = "/v1/completions", .timeout_s = co.timeout_s};
-    ifd_cli_loadgen_prompt_t pr = {.text = prompt, .max_tokens = (int)max_tokens};
-    ifd_cli_loadgen_prompt_t warm = {.text = prompt, .max_tokens = 1};
-    cache_side_t side[2]; /* 0: use_cache on, 1: off */
-    memset(side, 0, sizeof(side));
-    int64_t prompt_tokens = 0;
-    ifd_cli_catch_sigint(true);
-    for (int k = -1; k < 2 * (int)reps; k++) {
-        /* k = -1: a one-token warm-up; then on, on, …, off, off, … */
-        int which = k < 0 ? 0 : k / (int)reps;
+    ifd_cli_loadgen_t rn = {.t = &b->t, .path = "/v1/completions", .timeout_s = b->co.timeout_s};
+    ifd_cli_loadgen_prompt_t pr = {.text = b->prompt, .max_tokens = (int)b->max_tokens};
+    ifd_cli_loadgen_prompt_t warm = {.text = b->prompt, .max_tokens = 1};
+    int reps = (int)b->reps;
+    for (int k = -1; k < 2 * reps; k++) {
+        int which = k < 0 ? 0 : k / reps;
         ifd_cli_api_params_t p = ifd_cli_api_default_params();
-        p.model = model;
+        p.model = b->model;
         p.temperature = 0;
         p.ignore_eos = true;
         p.use_cache = which == 0;
-        p.max_tokens = k < 0 ? 1 : max_tokens;
+        p.max_tokens = k < 0 ? 1 : b->max_tokens;
         ifd_cli_loadgen_req_t r;
         memset(&r, 0, sizeof(r));
         r.pr = k < 0 ? &warm : &pr;
-        r.body = ifd_cli_api_completion_body(&p, prompt, NULL, 0);
-        if (!r.body) {
-            code = IFD_CLI_EXIT_FAIL;
-            goto out;
-        }
+        r.body = ifd_cli_api_completion_body(&p, b->prompt, NULL, 0);
+        if (!r.body)
+            return IFD_CLI_EXIT_FAIL;
         if (tty && k >= 0)
             fprintf(stderr, "\r\033[Kuse_cache=%s, repetition %d of %lld …",
-                    which == 0 ? "true" : "false", k % (int)reps + 1, reps);
+                    which == 0 ? "true" : "false", k % reps + 1, b->reps);
         double dur;
-        rc = ifd_cli_loadgen_run(&rn, &r, 1, 1, NULL, &dur);
-        if (rc == IFD_ECANCELED) {
+        if (ifd_cli_loadgen_run(&rn, &r, 1, 1, NULL, &dur) == IFD_ECANCELED) {
             ifd_cli_loadgen_req_reset(&r);
-            code = IFD_CLI_EXIT_INTERRUPTED;
             fprintf(stderr, "\ninfer bench: interrupted\n");
-            goto out;
+            return IFD_CLI_EXIT_INTERRUPTED;
         }
         if (!r.ok) {
             fprintf(stderr, "%sinfer bench cache: request failed: %s\n", tty ? "\n" : "", r.err);
-            code = strncmp(r.err, "HTTP 4", 6) == 0 ? IFD_CLI_EXIT_REJECTED : IFD_CLI_EXIT_SERVER;
+            int code =
+                strncmp(r.err, "HTTP 4", 6) == 0 ? IFD_CLI_EXIT_REJECTED : IFD_CLI_EXIT_SERVER;
             ifd_cli_loadgen_req_reset(&r);
-            goto out;
+            return code;
         }
         if (k >= 0) {
-            cache_side_t *sd = &side[which];
+            cache_side_t *sd = &b->side[which];
             sd->lat[sd->n] = r.t_last - r.t_start;
             sd->ttft[sd->n] = r.t_first - r.t_start;
             sd->tokens[sd->n] = r.output_tokens;
             sd->n++;
-            prompt_tokens = r.prompt_tokens;
-            if (r.output_tokens != max_tokens)
+            b->prompt_tokens = r.prompt_tokens;
+            if (r.output_tokens != b->max_tokens)
                 fprintf(stderr,
                         "%sinfer bench cache: warning: %lld tokens generated, %lld "
                         "asked\n",
-                        tty ? "\n" : "", (long long)r.output_tokens, max_tokens);
+                        tty ? "\n" : "", (long long)r.output_tokens, b->max_tokens);
         }
         ifd_cli_loadgen_req_reset(&r);
     }
     if (tty)
         fputs("\r\033[K", stderr);
+    return 0;
+}
+
+static double cache_tokens_per_s(const cache_t *b, const cache_side_t *sd)
+{
+    return sd->s.mean > 0 ? (double)b->max_tokens / sd->s.mean : 0.0;
+}
+
+/* The table on stdout. */
+static void cache_print(const cache_t *b, double speedup)
+{
+    printf("KV-cache benchmark: %s, prompt \"%s\" (%lld tokens), %lld new tokens, greedy,\n"
+           "ignore_eos, %lld repetitions\n\n",
+           b->model_id, b->prompt, (long long)b->prompt_tokens, b->max_tokens, b->reps);
+    printf("%-10s %10s %10s %10s %10s %12s\n", "use_cache", "mean (s)", "min (s)", "max (s)",
+           "TTFT (ms)", "tokens/s");
+    for (int i = 0; i < 2; i++) {
+        const cache_side_t *sd = &b->side[i];
+        double ttft = 0;
+        for (int j = 0; j < sd->n; j++)
+            ttft += sd->ttft[j] / sd->n;
+        printf("%-10s %10.3f %10.3f %10.3f %10.1f %12.1f\n", i == 0 ? "on" : "off", sd->s.mean,
+               sd->s.min, sd->s.max, ttft * 1e3, cache_tokens_per_s(b, sd));
+    }
+    printf("\nspeedup: %.2fx (mean latency with use_cache off / on)\n", speedup);
+}
+
+/* The results as JSON into b->json_file ("-": stdout). 0 or an exit code. */
+static int cache_json(const cache_t *b, double speedup)
+{
+    json_t *sides[2];
+    for (int i = 0; i < 2; i++) {
+        const cache_side_t *sd = &b->side[i];
+        json_t *lat = json_array(), *tt = json_array(), *tok = json_array();
+        for (int j = 0; j < sd->n; j++) {
+            json_array_append_new(lat, json_real(sd->lat[j]));
+            json_array_append_new(tt, json_real(sd->ttft[j]));
+            json_array_append_new(tok, json_integer(sd->tokens[j]));
+        }
+        sides[i] = json_pack("{s:o,s:o,s:o,s:f,s:f,s:f,s:f}", "latencies_s", lat, "ttft_s", tt,
+                             "completion_tokens", tok, "mean_s", sd->s.mean, "min_s", sd->s.min,
+                             "max_s", sd->s.max, "tokens_per_s", cache_tokens_per_s(b, sd));
+    }
+    json_t *o = json_pack(
+        "{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o}", "benchmark", "cache", "model", b->model_id,
+        "prompt", b->prompt, "prompt_tokens", (json_int_t)b->prompt_tokens, "max_tokens",
+        (json_int_t)b->max_tokens, "repetitions", (json_int_t)b->reps, "use_cache_on", sides[0],
+        "use_cache_off", sides[1], "speedup", isfinite(speedup) ? json_real(speedup) : json_null());
+    return write_json(b->json_file, o);
+}
+
+static int cache_main(int argc, char **argv)
+{
+    cache_t b;
+    int code = cache_args(&b, argc, argv);
+    if (code >= 0)
+        return code;
+    if ((code = reach_daemon(&b.co, &b.t, b.model, b.model_id, sizeof(b.model_id))) != 0)
+        return code;
+    ifd_cli_catch_sigint(true);
+    if ((code = cache_measure(&b)) != 0)
+        goto out;
     for (int i = 0; i < 2; i++)
-        ifd_cli_stats_summary(side[i].lat, (size_t)side[i].n, &side[i].s);
-    double speedup = side[0].s.mean > 0 ? side[1].s.mean / side[0].s.mean : NAN;
-    if (!json_file || strcmp(json_file, "-") != 0) {
-        printf("KV-cache benchmark: %s, prompt \"%s\" (%lld tokens), %lld new tokens, greedy,\n"
-               "ignore_eos, %lld repetitions\n\n",
-               model_id, prompt, (long long)prompt_tokens, max_tokens, reps);
-        printf("%-10s %10s %10s %10s %10s %12s\n", "use_cache", "mean (s)", "min (s)", "max (s)",
-               "TTFT (ms)", "tokens/s");
-        for (int i = 0; i < 2; i++) {
-            double ttft = 0;
-            for (int j = 0; j < side[i].n; j++)
-                ttft += side[i].ttft[j] / side[i].n;
-            printf("%-10s %10.3f %10.3f %10.3f %10.1f %12.1f\n", i == 0 ? "on" : "off",
-                   side[i].s.mean, side[i].s.min, side[i].s.max, ttft * 1e3,
-                   side[i].s.mean > 0 ? (double)max_tokens / side[i].s.mean : 0.0);
-        }
-        printf("\nspeedup: %.2fx (mean latency with use_cache off / on)\n", speedup);
-    }
-    if (json_file) {
-        json_t *sides[2];
-        for (int i = 0; i < 2; i++) {
-            json_t *lat = json_array(), *tt = json_array(), *tok = json_array();
-            for (int j = 0; j < side[i].n; j++) {
-                json_array_append_new(lat, json_real(side[i].lat[j]));
-                json_array_append_new(tt, json_real(side[i].ttft[j]));
-                json_array_append_new(tok, json_integer(side[i].tokens[j]));
-            }
-            sides[i] = json_pack("{s:o,s:o,s:o,s:f,s:f,s:f,s:f}", "latencies_s", lat, "ttft_s", tt,
-                                 "completion_tokens", tok, "mean_s", side[i].s.mean, "min_s",
-                                 side[i].s.min, "max_s", side[i].s.max, "tokens_per_s",
-                                 side[i].s.mean > 0 ? (double)max_tokens / side[i].s.mean : 0.0);
-        }
-        json_t *o =
-            json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o}", "benchmark", "cache", "model",
-                      model_id, "prompt", prompt, "prompt_tokens", (json_int_t)prompt_tokens,
-                      "max_tokens", (json_int_t)max_tokens, "repetitions", (json_int_t)reps,
-                      "use_cache_on", sides[0], "use_cache_off", sides[1], "speedup",
-                      isfinite(speedup) ? json_real(speedup) : json_null());
-        code = o ? write_json(json_file, o) : IFD_CLI_EXIT_FAIL;
-        json_decref(o);
-        if (code)
-            goto out;
-    }
+        ifd_cli_stats_summary(b.side[i].lat, (size_t)b.side[i].n, &b.side[i].s);
+    double speedup = b.side[0].s.mean > 0 ? b.side[1].s.mean / b.side[0].s.mean : NAN;
+    if (!b.json_file || strcmp(b.json_file, "-") != 0)
+        cache_print(&b, speedup);
+    if (b.json_file && (code = cache_json(&b, speedup)) != 0)
+        goto out;
     code = fflush(stdout) == 0 ? IFD_CLI_EXIT_OK : IFD_CLI_EXIT_FAIL;
 out:
     ifd_cli_catch_sigint(false);
