@@ -74,25 +74,6 @@ struct ifd_router {
 
 static void ifd__pump(ifd_router_t *r);
 
-uint64_t ifd_rseq_id(const ifd_rseq_t *s)
-{
-    return s->id;
-}
-
-const int32_t *ifd_rseq_tokens(const ifd_rseq_t *s, uint32_t *n_prompt, uint32_t *n_generated)
-{
-    if (n_prompt)
-        *n_prompt = s->n_prompt;
-    if (n_generated)
-        *n_generated = s->n_gen;
-    return s->tokens;
-}
-
-int ifd_rseq_worker(const ifd_rseq_t *s)
-{
-    return s->worker;
-}
-
 /* ---- hash ---------------------------------------------------------------------------- */
 
 static size_t ifd__bucket(const ifd_router_t *r, uint64_t id)
@@ -787,11 +768,6 @@ int ifd_router_queued(const ifd_router_t *r)
 int ifd_router_dispatched(const ifd_router_t *r)
 {
     return r->n_dispatched;
-}
-
-int ifd_router_live(const ifd_router_t *r)
-{
-    return r->n_live;
 }
 
 int ifd_router_worker_load(const ifd_router_t *r, int w)

@@ -107,11 +107,6 @@ int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rse
 /* The owner is done with s (see above). */
 void ifd_router_release(ifd_router_t *r, ifd_rseq_t *s);
 
-/* Read-only views of a sequence. */
-uint64_t ifd_rseq_id(const ifd_rseq_t *s);
-const int32_t *ifd_rseq_tokens(const ifd_rseq_t *s, uint32_t *n_prompt, uint32_t *n_generated);
-int ifd_rseq_worker(const ifd_rseq_t *s); /* -1 when queued */
-
 /* Hooks for the supervisor's callbacks (main wires them). */
 void ifd_router_on_ready(ifd_router_t *r, int w);
 void ifd_router_on_message(ifd_router_t *r, int w, const ifd_wire_msg_t *m);
@@ -124,11 +119,9 @@ void ifd_router_on_failed(ifd_router_t *r);
  * but finished with an error. */
 void ifd_router_stopping(ifd_router_t *r);
 
-/* Sequences waiting in the queue / dispatched / alive in all (released
- * ones still running in a worker included). */
+/* Sequences waiting in the queue / dispatched to a worker. */
 int ifd_router_queued(const ifd_router_t *r);
 int ifd_router_dispatched(const ifd_router_t *r);
-int ifd_router_live(const ifd_router_t *r);
 /* Sequences dispatched to worker w. */
 int ifd_router_worker_load(const ifd_router_t *r, int w);
 
