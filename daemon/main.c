@@ -992,10 +992,14 @@ static int ifd__run(ifd__daemon_t *d)
 
     const ifd_token_t *eog;
     size_t n_eog = ifd_tokenizer_eog_ids(d->tok, &eog);
-    ifd_router_params_t rp = {d->pool,         d->sup,
-                              &d->metrics,     eog,
-                              (uint32_t)n_eog, (int)d->cfg.route_slack,
-                              d->lpool,        d->lpool ? (int)d->mcfg.sliding_window : 0};
+    ifd_router_params_t rp = {.pool = d->pool,
+                              .transport = ifd_sup_transport(d->sup),
+                              .metrics = &d->metrics,
+                              .eog_ids = eog,
+                              .n_eog_ids = (uint32_t)n_eog,
+                              .route_slack = (int)d->cfg.route_slack,
+                              .local_pool = d->lpool,
+                              .sliding_window = d->lpool ? (int)d->mcfg.sliding_window : 0};
     if ((rc = ifd_router_create(&d->router, &rp)))
         goto fail;
 

@@ -58,7 +58,9 @@ struct ifd_router {
     int n_queued;
     int n_dispatched;
     int n_workers;
-    ifd_rseq_t **whead; /* per worker */
+    ifd_router_transport_t tp;
+    ifd_router_worker_t *ws; /* [n_workers]: the transport's view, taken by each ifd__choose */
+    ifd_rseq_t **whead;      /* per worker */
     int *load;
     uint64_t next_id;
     int rr;
@@ -208,18 +210,23 @@ static void ifd__w_link(ifd_router_t *r, ifd_rseq_t *s, int w)
 
 int ifd_router_create(ifd_router_t **out, const ifd_router_params_t *p)
 {
+    const ifd_router_transport_t *tp = &p->transport;
+    if (!p->pool || tp->n_workers < 1 || !tp->worker || !tp->send || !tp->kill || !tp->all_failed)
+        return IFD_EINVAL;
     ifd_router_t *r = calloc(1, sizeof *r);
     if (!r)
         return IFD_ENOMEM;
     r->p = *p;
-    r->n_workers = ifd_sup_n_workers(p->sup);
+    r->tp = *tp;
+    r->n_workers = tp->n_workers;
     r->n_buckets = 1024;
     r->buckets = calloc(r->n_buckets, sizeof *r->buckets);
     r->whead = calloc((size_t)r->n_workers, sizeof *r->whead);
     r->load = calloc((size_t)r->n_workers, sizeof *r->load);
     r->scores = calloc((size_t)r->n_workers, sizeof *r->scores);
+    r->ws = calloc((size_t)r->n_workers, sizeof *r->ws);
     r->eog = p->n_eog_ids ? malloc(p->n_eog_ids * sizeof *r->eog) : NULL;
-    if (!r->buckets || !r->whead || !r->load || !r->scores || (p->n_eog_ids && !r->eog)) {
+    if (!r->buckets || !r->whead || !r->load || !r->scores || !r->ws || (p->n_eog_ids && !r->eog)) {
         ifd_router_destroy(r);
         return IFD_ENOMEM;
     }
@@ -256,6 +263,7 @@ void ifd_router_destroy(ifd_router_t *r)
     free(r->whead);
     free(r->load);
     free(r->scores);
+    free(r->ws);
     free(r->eog);
     free(r->probe);
     free(r->lprobe);
@@ -344,7 +352,7 @@ void ifd_router_release(ifd_router_t *r, ifd_rseq_t *s)
             s->cancel_sent = true;
             ifd_wire_msg_t m = {.type = IFD_WIRE_CANCEL};
             m.u.cancel.id = s->id;
-            if (ifd_sup_send(r->p.sup, s->worker, &m) != 0)
+            if (r->tp.send(r->tp.ctx, s->worker, &m) != 0)
                 IFD_DEBUG("router: cancel of %llu not sent (worker gone)",
                           (unsigned long long)s->id);
         }
@@ -357,11 +365,10 @@ void ifd_router_release(ifd_router_t *r, ifd_rseq_t *s)
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
-/* Worker w can take one more sequence now. */
+/* Worker w can take one more sequence now (r->ws as ifd__choose took it). */
 static bool ifd__has_room(const ifd_router_t *r, int w)
 {
-    const ifd_worker_info_t *wi = ifd_sup_worker(r->p.sup, w);
-    return wi->state == IFD_W_READY && (uint32_t)r->load[w] < wi->max_seqs;
+    return r->ws[w].ready && (uint32_t)r->load[w] < r->ws[w].max_seqs;
 }
 
 /* True when some worker with room answers its pings: then the unresponsive
@@ -371,7 +378,7 @@ static bool ifd__has_room(const ifd_router_t *r, int w)
 static bool ifd__avoid_unresponsive(const ifd_router_t *r)
 {
     for (int w = 0; w < r->n_workers; w++)
-        if (ifd__has_room(r, w) && !ifd_sup_worker(r->p.sup, w)->unresponsive)
+        if (ifd__has_room(r, w) && !r->ws[w].unresponsive)
             return true;
     return false;
 }
@@ -385,34 +392,23 @@ static int ifd__score_local(ifd_router_t *r, const ifd_rseq_t *s, int got)
     for (int w = 0; w < r->n_workers; w++) {
         if (r->scores[w] != 0) /* not a candidate, or its device scored already */
             continue;
-        const int dev = ifd_sup_worker(r->p.sup, w)->kv_device;
+        const int dev = r->ws[w].kv_device;
         int k = 0;
         while (k < got && ifd_kvpool_block_device(r->p.pool, r->probe[k]) == dev)
             k++;
         k = ifd_kvpool_window_run(r->p.pool, r->p.local_pool, -1, dev, r->p.sliding_window, 0,
                                   s->tokens, r->probe, k, r->lprobe, r->lkeys, NULL);
         for (int v = w; k > 0 && v < r->n_workers; v++)
-            if (r->scores[v] == 0 && ifd_sup_worker(r->p.sup, v)->kv_device == dev)
+            if (r->scores[v] == 0 && r->ws[v].kv_device == dev)
                 r->scores[v] = k;
     }
     return 0;
 }
 
-static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
+/* Adds to each candidate's score (r->scores[w] >= 0) the cached leading
+ * blocks of s on its worker's device. */
+static void ifd__score_prefix(ifd_router_t *r, const ifd_rseq_t *s)
 {
-    int n_cand = 0, only = -1;
-    bool avoid = ifd__avoid_unresponsive(r);
-    for (int w = 0; w < r->n_workers; w++) {
-        r->scores[w] = -1;
-        if (!ifd__has_room(r, w) || (avoid && ifd_sup_worker(r->p.sup, w)->unresponsive))
-            continue;
-        r->scores[w] = 0;
-        n_cand++;
-        only = w;
-    }
-    if (n_cand <= 1)
-        return only;
-    /* prefix-aware: count the cached leading blocks on each worker's device */
     uint32_t n_tok = s->n_prompt + s->n_gen;
     int max_blocks = n_tok > 1 ? (int)((n_tok - 1) / (uint32_t)r->block_size) : 0;
     if (max_blocks > 0 && s->use_cache) {
@@ -437,11 +433,33 @@ static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
             for (int b = 0; b < got; b++) {
                 int dev = ifd_kvpool_block_device(r->p.pool, r->probe[b]);
                 for (int w = 0; w < r->n_workers; w++)
-                    if (r->scores[w] >= 0 && ifd_sup_worker(r->p.sup, w)->kv_device == dev)
+                    if (r->scores[w] >= 0 && r->ws[w].kv_device == dev)
                         r->scores[w]++;
             }
         }
     }
+}
+
+/* The worker for s, or -1 when none has room. Asks the transport for every
+ * worker's state once, here: nothing below calls out. */
+static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
+{
+    int n_cand = 0, only = -1;
+    for (int w = 0; w < r->n_workers; w++)
+        r->tp.worker(r->tp.ctx, w, &r->ws[w]);
+    bool avoid = ifd__avoid_unresponsive(r);
+    for (int w = 0; w < r->n_workers; w++) {
+        r->scores[w] = -1;
+        if (!ifd__has_room(r, w) || (avoid && r->ws[w].unresponsive))
+            continue;
+        r->scores[w] = 0;
+        n_cand++;
+        only = w;
+    }
+    if (n_cand <= 1)
+        return only;
+    /* prefix-aware: count the cached leading blocks on each worker's device */
+    ifd__score_prefix(r, s);
     int least = -1, best = -1;
     for (int k = 0; k < r->n_workers; k++) {
         int w = (r->rr + k) % r->n_workers;
@@ -479,7 +497,7 @@ static int ifd__send_add(ifd_router_t *r, ifd_rseq_t *s, int w)
     a->min_tokens = s->min_tokens;
     /* a resumed sequence asks again only while some are missing */
     a->prompt_logprobs = s->n_plp + 1 < s->n_prompt ? s->plp : 0;
-    return ifd_sup_send(r->p.sup, w, &m);
+    return r->tp.send(r->tp.ctx, w, &m);
 }
 
 static void ifd__pump(ifd_router_t *r)
@@ -512,7 +530,7 @@ static void ifd__pump(ifd_router_t *r)
             }
             if (rc) {
                 IFD_WARN("router: worker %d cannot take requests: %s", w, ifd_strerror(rc));
-                ifd_sup_kill(r->p.sup, w, "its socket failed");
+                r->tp.kill(r->tp.ctx, w, "its socket failed");
                 continue; /* it is no longer READY */
             }
             ifd__q_unlink(r, s);
@@ -745,7 +763,7 @@ void ifd_router_on_lost(ifd_router_t *r, int w)
 
 void ifd_router_on_failed(ifd_router_t *r)
 {
-    if (!ifd_sup_all_failed(r->p.sup))
+    if (!r->tp.all_failed(r->tp.ctx))
         return;
     while (r->qhead) {
         ifd_rseq_t *s = r->qhead;

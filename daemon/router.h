@@ -25,6 +25,14 @@
  * last streamed token already ended it (max_tokens reached, a stop id) is
  * finished locally instead.
  *
+ * Workers: the router reaches them only through ifd_router_transport_t
+ * (below): the supervisor implements it in the daemon (ifd_sup_transport),
+ * a fake in tests/unit/test_router.c. What comes back from the workers is
+ * handed in through ifd_router_on_ready / _on_message / _on_lost /
+ * _on_failed. So the whole policy — prefix-aware choice, route_slack, load
+ * ties, queueing, resumption after a worker's death — runs without a
+ * process, a socket or a loop.
+ *
  * Ownership: sequences belong to the router. The owner holds a pointer from
  * submit until on_finished returns or until it calls ifd_router_release
  * (after which no callback comes; a sequence still running in a worker is
@@ -38,7 +46,6 @@
 #include "kvpool/kvpool.h"
 #include "metrics.h"
 #include "proto/wire.h"
-#include "supervisor.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -78,10 +85,49 @@ typedef struct {
     uint32_t prompt_logprobs;
 } ifd_rseq_params_t;
 
+/* What the router needs to know of worker w at the moment it routes. */
+typedef struct {
+    bool ready;        /* serving (READY): may be sent new sequences */
+    bool unresponsive; /* ready, but a ping has gone unanswered (supervisor.h): it gets new
+                        * sequences only while no responsive worker has room */
+    uint32_t max_seqs; /* sequences it runs at once: it has room below that */
+    int kv_device;     /* its device in the KV pool: the one its prefix hits are scored on */
+} ifd_router_worker_t;
+
+/*
+ * The router's way to the workers (libuv-style: callbacks + a context).
+ * Every callback gets ctx; all are required. The router copies the struct
+ * at create; ctx and whatever it points to must outlive the router.
+ * Threading: the router calls them from the loop thread only, from inside
+ * its own entry points (submit, release, the on_* hooks).
+ *
+ * Re-entrancy: send must not call back into the router. kill may, and in
+ * the daemon does: the supervisor reports the loss at once, so kill calls
+ * ifd_router_on_lost(w) before it returns (the router expects either).
+ */
+typedef struct ifd_router_transport {
+    void *ctx;
+    int n_workers; /* worker slots 0 .. n_workers - 1, fixed for the router's life */
+    /* Fills *out with worker w's state now (0 <= w < n_workers). */
+    void (*worker)(void *ctx, int w, ifd_router_worker_t *out);
+    /* Sends one frame to worker w; m and what it points to are borrowed for
+     * the call. 0; IFD_EINVAL: the frame cannot be encoded (the router
+     * fails that sequence); any other code: the worker cannot take frames
+     * (the router kills it and routes elsewhere). */
+    int (*send)(void *ctx, int w, const ifd_wire_msg_t *m);
+    /* Kills worker w now: its sequences are lost (on_lost follows, maybe
+     * from inside this call) and it is not ready any more. why: a log line
+     * (borrowed). */
+    void (*kill)(void *ctx, int w, const char *why);
+    /* True when no worker can serve any more, nor will without help (every
+     * one FAILED or STOPPED): queued sequences then fail. */
+    bool (*all_failed)(void *ctx);
+} ifd_router_transport_t;
+
 typedef struct {
     ifd_kvpool_t *pool;
-    ifd_sup_t *sup;
-    ifd_metrics_t *metrics;
+    ifd_router_transport_t transport;
+    ifd_metrics_t *metrics; /* may be NULL; borrowed: worker_redispatched is counted here */
     const int32_t *eog_ids; /* the model's end-of-generation ids (copied) */
     uint32_t n_eog_ids;
     int route_slack;
@@ -92,7 +138,9 @@ typedef struct {
     int sliding_window;
 } ifd_router_params_t;
 
-/* 0, IFD_ENOMEM. */
+/* The pool, the local pool and the metrics are borrowed for the router's
+ * life; eog_ids and the transport are copied. 0, IFD_EINVAL (a transport
+ * callback missing, n_workers < 1), IFD_ENOMEM. */
 int ifd_router_create(ifd_router_t **out, const ifd_router_params_t *p);
 /* Frees every sequence (no callbacks) and the router. */
 void ifd_router_destroy(ifd_router_t *r);
@@ -107,7 +155,10 @@ int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rse
 /* The owner is done with s (see above). */
 void ifd_router_release(ifd_router_t *r, ifd_rseq_t *s);
 
-/* Hooks for the supervisor's callbacks (main wires them). */
+/* What the workers report, handed in by the supervisor's callbacks (main
+ * wires them): w became READY; a TOKENS / PROMPT_LOGPROBS / ERROR /
+ * FINISHED frame from w (borrowed for the call); w's sequences are gone
+ * (it died or was killed: they are resumed elsewhere). */
 void ifd_router_on_ready(ifd_router_t *r, int w);
 void ifd_router_on_message(ifd_router_t *r, int w, const ifd_wire_msg_t *m);
 void ifd_router_on_lost(ifd_router_t *r, int w);

@@ -1194,6 +1194,43 @@ int ifd_sup_set_pool(ifd_sup_t *s, ifd_kvpool_t *pool, ifd_kvpool_t *local_pool,
     return 0;
 }
 
+/* ---- the router's transport ---------------------------------------------------------- */
+
+static void ifd__tp_worker(void *ctx, int wi, ifd_router_worker_t *out)
+{
+    const ifd_worker_info_t *info = &((ifd_sup_t *)ctx)->w[wi].info;
+    out->ready = info->state == IFD_W_READY;
+    out->unresponsive = info->unresponsive;
+    out->max_seqs = info->max_seqs;
+    out->kv_device = info->kv_device;
+}
+
+static int ifd__tp_send(void *ctx, int wi, const ifd_wire_msg_t *m)
+{
+    return ifd_sup_send(ctx, wi, m);
+}
+
+static void ifd__tp_kill(void *ctx, int wi, const char *why)
+{
+    ifd_sup_kill(ctx, wi, why);
+}
+
+static bool ifd__tp_all_failed(void *ctx)
+{
+    return ifd_sup_all_failed(ctx);
+}
+
+ifd_router_transport_t ifd_sup_transport(ifd_sup_t *s)
+{
+    ifd_router_transport_t tp = {.ctx = s,
+                                 .n_workers = s->n,
+                                 .worker = ifd__tp_worker,
+                                 .send = ifd__tp_send,
+                                 .kill = ifd__tp_kill,
+                                 .all_failed = ifd__tp_all_failed};
+    return tp;
+}
+
 int ifd_sup_n_workers(const ifd_sup_t *s)
 {
     return s->n;

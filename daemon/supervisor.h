@@ -55,6 +55,7 @@
 #include "kvpool/kvpool.h"
 #include "metrics.h"
 #include "proto/wire.h"
+#include "router.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -181,6 +182,13 @@ int ifd_sup_set_pool(ifd_sup_t *s, ifd_kvpool_t *pool, ifd_kvpool_t *local_pool,
 /* Sends one frame to worker w. 0, IFD_ECLOSED (not connected), IFD_EINVAL
  * (encoding refused; logged), IFD_ENOMEM. */
 int ifd_sup_send(ifd_sup_t *s, int w, const ifd_wire_msg_t *m);
+
+/* The router's way to the workers (router.h), over this supervisor: ctx is
+ * s, n_workers its slots; worker reports READY as ready (with max_seqs,
+ * unresponsive and kv_device from ifd_worker_info_t), send is ifd_sup_send,
+ * kill ifd_sup_kill (which calls on_lost before it returns), all_failed
+ * ifd_sup_all_failed. Valid while s lives. */
+ifd_router_transport_t ifd_sup_transport(ifd_sup_t *s);
 
 int ifd_sup_n_workers(const ifd_sup_t *s);
 const ifd_worker_info_t *ifd_sup_worker(const ifd_sup_t *s, int w);
