@@ -1,11 +1,14 @@
 /*
  * main.c — inferd, the router daemon: start-up, signals, shutdown.
  *
- * Start-up: settings (config.h) → log → the model's hyper-parameters and
- * tokenizer read from the GGUF file (no weights) → the KV pool, sized by
- * kv_budget → listeners (systemd's, or the Unix socket and optional TCP) →
- * HTTP server, supervisor, router, API on one libuv loop → workers spawned.
- * sd_notify READY=1 once every worker has reported ready; until then
+ * Start-up, one phase each (ifd__run): settings (config.h) and log →
+ * the model's hyper-parameters and tokenizer (no weights) → the loop and
+ * the workers' supervisor → signals and systemd's timers → with --gpus the
+ * POOL step (the first workers size the pool) → the KV pool, sized by
+ * kv_budget or by the GPUs' reports → API key, listeners (systemd's, or the
+ * Unix socket and optional TCP) and the HTTP server → the router and the
+ * API → workers spawned → the loop. A failed phase is undone by
+ * ifd__start_failed. sd_notify READY=1 once every worker has reported ready; until then
  * EXTEND_TIMEOUT_USEC every few seconds, and WATCHDOG=1 every WatchdogSec/2
  * for as long as the loop runs (ifd__sd_tick_cb).
  *
@@ -16,11 +19,11 @@
  * reloadable settings. With --gpus the handlers are on from the POOL step
  * (the first workers load the weights and size the pool, before anything
  * listens): a SIGTERM or SIGINT then kills and reaps those workers, logs
- * that the start-up was interrupted and exits 0; a SIGHUP is ignored. Signal callbacks run on the loop (uv_signal), never
- * in signal context.
+ * that the start-up was interrupted and exits 0; a SIGHUP is ignored.
+ * Signal callbacks run on the loop (uv_signal), never in signal context.
  *
- * The state below is one struct on main's stack, passed to every callback:
- * no globals.
+ * The state below is one struct that main allocates, passed to every
+ * callback: no globals.
  */
 #include "api.h"
 #include "config.h"
@@ -74,11 +77,11 @@ typedef struct {
     int n_lst;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t grace_timer;
-    uv_timer_t step_timer; /* runs shutdown steps outside other callbacks */
-    uv_timer_t sd_timer;   /* systemd: WATCHDOG=1, EXTEND_TIMEOUT_USEC while loading */
+    uv_timer_t step_timer;  /* runs shutdown steps outside other callbacks */
+    uv_timer_t sd_timer;    /* systemd: WATCHDOG=1, EXTEND_TIMEOUT_USEC while loading */
     uint64_t watchdog_usec; /* WatchdogSec= (0: no watchdog) */
-    char *wedge_path;      /* $INFERD_TEST_WEDGE_LOOP (ifd__sd_tick_cb), or NULL; owned */
-    int stage;             /* 0 serving, 1 draining, 2 stopping workers, 3 closing */
+    char *wedge_path;       /* $INFERD_TEST_WEDGE_LOOP (ifd__sd_tick_cb), or NULL; owned */
+    int stage;              /* 0 serving, 1 draining, 2 stopping workers, 3 closing */
     int exit_code;
     bool ran; /* the loop ran to its end: clean up */
     char model_id[256];
@@ -86,7 +89,7 @@ typedef struct {
     char worker_bin[PATH_MAX];
     int gpus[IFD_GPU_MAX]; /* --gpus: one worker per id (n_gpus 0: CPU workers) */
     int n_gpus;
-    const char *backend;   /* the workers' backend: "cpu", "cuda" or "cuda-f32" */
+    const char *backend;       /* the workers' backend: "cpu", "cuda" or "cuda-f32" */
     char shape_path[PATH_MAX]; /* --random-weights, resolved ("" when unset) */
     /* --gpus, the POOL step: each GPU's POOL_SIZE (device → gpu_dev[i]),
      * or the failure's one line */
@@ -94,11 +97,11 @@ typedef struct {
     char gpu_dev[IFD_GPU_MAX][128];
     bool sized;
     char size_err[1024];
-    bool sizing;              /* the POOL step's loop run is on */
-    const char *interrupted;  /* SIGTERM/SIGINT during it ("SIGTERM"), or NULL */
-    bool sizing_stopped;      /* ...and every sizing worker has exited since */
-    bool handles_init;        /* the signal handles and timers below exist */
-    bool loop_init; /* uv_loop_init done (a failed start closes it if it can) */
+    bool sizing;             /* the POOL step's loop run is on */
+    const char *interrupted; /* SIGTERM/SIGINT during it ("SIGTERM"), or NULL */
+    bool sizing_stopped;     /* ...and every sizing worker has exited since */
+    bool handles_init;       /* the signal handles and timers below exist */
+    bool loop_init;          /* uv_loop_init done (a failed start closes it if it can) */
 } ifd__daemon_t;
 
 static void ifd__shutdown_step(ifd__daemon_t *d);
@@ -270,7 +273,7 @@ static void ifd__on_failed(void *ctx, int w)
 }
 
 /* The POOL step (supervisor.h): every GPU's worker reported what fits, or
- * one failed. Either ends the start-up's first loop run (ifd__run). */
+ * one failed. Either ends the start-up's first loop run (ifd__start_sizing). */
 static void ifd__on_pool_sizes(void *ctx, const ifd_wire_pool_size_t *sizes, int n)
 {
     ifd__daemon_t *d = ctx;
@@ -325,8 +328,8 @@ static void ifd__close_handles(ifd__daemon_t *d)
     if (!d->handles_init)
         return;
     d->handles_init = false;
-    uv_handle_t *h[] = {(uv_handle_t *)&d->sig_term,    (uv_handle_t *)&d->sig_int,
-                        (uv_handle_t *)&d->sig_hup,     (uv_handle_t *)&d->grace_timer,
+    uv_handle_t *h[] = {(uv_handle_t *)&d->sig_term,   (uv_handle_t *)&d->sig_int,
+                        (uv_handle_t *)&d->sig_hup,    (uv_handle_t *)&d->grace_timer,
                         (uv_handle_t *)&d->step_timer, (uv_handle_t *)&d->sd_timer};
     for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
         uv_close(h[i], ifd__closed_cb);
@@ -502,7 +505,7 @@ static void ifd__signal_cb(uv_signal_t *h, int signum)
         /* the POOL step (minutes on a GPU: weights, warm-up): nothing serves
          * yet, so nothing to reload or drain. SIGTERM/SIGINT stop the sizing
          * workers (SHUTDOWN, and SIGKILL: one loading its weights reads no
-         * frame) and the start ends once they are reaped (ifd__run). */
+         * frame) and the start ends once they are reaped (ifd__start_sizing). */
         if (signum == SIGHUP) {
             IFD_INFO("SIGHUP while sizing the KV pool: ignored (nothing to reload before serving)");
             return;
@@ -608,7 +611,8 @@ static void ifd__size_local_pool(const ifd__daemon_t *d, uint64_t budget, ifd_kv
                                  ifd_kvpool_params_t *lkp)
 {
     const uint64_t bb = ifd_kvpool_block_bytes(kp);
-    const uint64_t per_g = 2 * bb * (uint64_t)kp->n_layers, per_l = 2 * bb * (uint64_t)lkp->n_layers;
+    const uint64_t per_g = 2 * bb * (uint64_t)kp->n_layers;
+    const uint64_t per_l = 2 * bb * (uint64_t)lkp->n_layers;
     const int64_t bs = kp->block_size, w = d->mcfg.sliding_window;
     const int64_t seqs = d->cfg.max_seqs > 0 ? d->cfg.max_seqs : 64;
     const int64_t mbt = d->cfg.max_batched_tokens > 0 ? d->cfg.max_batched_tokens : 256;
@@ -732,7 +736,6 @@ static int ifd__open_listeners(ifd__daemon_t *d, const char *api_key, char *err,
     return 0;
 }
 
-
 /* prefill_cap: "auto" → 0 (the engine's adaptive cap), "off" → -1, "N" → N
  * (worker/engine.h). 0 or IFD_EINVAL. */
 static int ifd__prefill_cap_parse(const char *s, int32_t *out)
@@ -800,34 +803,28 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
     return 0;
 }
 
-static int ifd__run(ifd__daemon_t *d)
+/* The start-up's phases below return 0, a negative code with its one line
+ * in err (or none: ifd_strerror(rc) says it), or IFD__START_QUIET: failed,
+ * and already logged — or a start interrupted by SIGTERM/SIGINT, which
+ * exits 0 (ifd__start_failed). */
+#define IFD__START_QUIET 1
+
+/* Settings: checked, then the log level and log_file. */
+static int ifd__start_settings(ifd__daemon_t *d, char *err, size_t errlen)
 {
-    char err[1024] = "";
-    int rc;
-    if ((rc = ifd__validate(d, err, sizeof err)))
-        goto fail;
+    int rc = ifd__validate(d, err, errlen);
+    if (rc)
+        return rc;
     ifd_log_level_t lvl;
     ifd_log_parse_level(d->cfg.log_level, &lvl);
     ifd_log_set_level(lvl);
-    if (ifd__open_log(d->cfg.log_file))
-        return 1;
-    if (!realpath(d->cfg.model, d->model_path)) {
-        snprintf(err, sizeof err, "model %s: %s", d->cfg.model, strerror(errno));
-        rc = -errno;
-        goto fail;
-    }
-    if (!(d->cfg.random_weights && *d->cfg.random_weights) &&
-        (rc = ifd__check_model_dir(d->model_path, err, sizeof err)))
-        goto fail;
-    if (d->cfg.random_weights && *d->cfg.random_weights &&
-        !realpath(d->cfg.random_weights, d->shape_path)) {
-        snprintf(err, sizeof err, "random_weights %s: %s", d->cfg.random_weights,
-                 strerror(errno));
-        rc = -errno;
-        goto fail;
-    }
-    if ((rc = ifd__load_model(d, err, sizeof err)))
-        goto fail;
+    return ifd__open_log(d->cfg.log_file) ? IFD__START_QUIET : 0;
+}
+
+/* The id /v1/models shows: model_name, else "random-<shape>" for random
+ * weights, else the model's file name without ".gguf". */
+static void ifd__model_id(ifd__daemon_t *d)
+{
     if (d->cfg.model_name && *d->cfg.model_name) {
         snprintf(d->model_id, sizeof d->model_id, "%s", d->cfg.model_name);
     } else if (d->shape_path[0]) { /* "random-llama-3.2-3b" */
@@ -844,58 +841,98 @@ static int ifd__run(ifd__daemon_t *d)
         if (l > 5 && !strcmp(d->model_id + l - 5, ".gguf"))
             d->model_id[l - 5] = '\0';
     }
+}
+
+/* The model: its paths resolved, its config and tokenizer read (no
+ * weights: the workers load them), its id, and the worker program. */
+static int ifd__start_model(ifd__daemon_t *d, char *err, size_t errlen)
+{
+    int rc;
+    if (!realpath(d->cfg.model, d->model_path)) {
+        snprintf(err, errlen, "model %s: %s", d->cfg.model, strerror(errno));
+        return -errno;
+    }
+    if (!(d->cfg.random_weights && *d->cfg.random_weights) &&
+        (rc = ifd__check_model_dir(d->model_path, err, errlen)))
+        return rc;
+    if (d->cfg.random_weights && *d->cfg.random_weights &&
+        !realpath(d->cfg.random_weights, d->shape_path)) {
+        snprintf(err, errlen, "random_weights %s: %s", d->cfg.random_weights, strerror(errno));
+        return -errno;
+    }
+    if ((rc = ifd__load_model(d, err, errlen)))
+        return rc;
+    ifd__model_id(d);
     ifd__find_worker(&d->cfg, d->worker_bin, sizeof d->worker_bin);
+    return 0;
+}
 
-    /* the KV pool: one host segment shared by every CPU worker, or one
-     * device segment per GPU; a model with sliding-window and global layers
-     * keeps the local layers in a second pool (the same kind of segments) */
-    ifd_kvpool_params_t kp, lkp;
-    const bool split = ifd_kvpool_model_params_split(&d->mcfg, &kp, &lkp);
+/* The KV pool's parameters: one host segment shared by every CPU worker,
+ * or one device segment per GPU; a model with sliding-window and global
+ * layers keeps the local layers in a second pool (lkp, the same kind of
+ * segments). Returns whether the model is split so. */
+static bool ifd__pool_params(const ifd__daemon_t *d, ifd_kvpool_params_t *kp,
+                             ifd_kvpool_params_t *lkp)
+{
+    const bool split = ifd_kvpool_model_params_split(&d->mcfg, kp, lkp);
     if (!split)
-        kp = ifd_kvpool_model_params(&d->mcfg); /* every layer in one pool */
-    ifd_kv_dtype_parse(d->cfg.kv_dtype, &kp.dtype); /* checked with the other settings */
-    kp.block_size = (int)d->cfg.block_size;
-    kp.bytes_budget = d->cfg.kv_budget;
-    kp.n_devices = 1;
-    kp.n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
-    kp.fingerprint = ifd__fingerprint(d);
+        *kp = ifd_kvpool_model_params(&d->mcfg);     /* every layer in one pool */
+    ifd_kv_dtype_parse(d->cfg.kv_dtype, &kp->dtype); /* checked with the other settings */
+    kp->block_size = (int)d->cfg.block_size;
+    kp->bytes_budget = d->cfg.kv_budget;
+    kp->n_devices = 1;
+    kp->n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
+    kp->fingerprint = ifd__fingerprint(d);
+    return split;
+}
 
-    if ((rc = uv_loop_init(&d->loop))) {
-        snprintf(err, sizeof err, "uv_loop_init: %s", uv_strerror(rc));
-        goto fail;
+/* The supervisor's parameters from the settings and the pool's geometry
+ * (kv.n_blocks stays 0 until the pool exists). */
+static void ifd__sup_params(ifd__daemon_t *d, const ifd_kvpool_params_t *kp, ifd_sup_params_t *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->worker_binary = d->worker_bin;
+    sp->model_path = d->model_path;
+    sp->log_level = d->cfg.log_level;
+    sp->weights_dtype = d->cfg.weights_dtype;
+    sp->n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
+    sp->backend = d->backend;
+    sp->gpus = d->n_gpus ? d->gpus : NULL;
+    sp->random_weights = d->shape_path[0] ? d->shape_path : NULL;
+    sp->weights_seed = (uint64_t)d->cfg.weights_seed;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    sp->n_threads = d->cfg.threads > 0 ? (int)d->cfg.threads
+                                       : (int)(ncpu / sp->n_workers > 0 ? ncpu / sp->n_workers : 1);
+    sp->max_seqs = (uint32_t)d->cfg.max_seqs;
+    sp->max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
+    (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp->prefill_cap); /* checked at config */
+    sp->kv.n_layers = (uint32_t)kp->n_layers;
+    sp->kv.n_kv_heads = (uint32_t)kp->n_kv_heads;
+    sp->kv.head_dim = (uint32_t)kp->head_dim;
+    sp->kv.dtype = (uint32_t)kp->dtype;
+    sp->kv.block_size = (uint32_t)kp->block_size;
+    sp->kv.n_blocks = 0; /* the pool's, once it exists */
+    sp->kv.fingerprint = kp->fingerprint;
+    sp->size_pool = d->n_gpus > 0;
+    sp->gpu_memory_fraction = d->cfg.gpu_memory_fraction;
+    sp->max_model_len = d->cfg.max_model_len > 0 ? (uint32_t)d->cfg.max_model_len : 0;
+    ifd__sup_timing(&d->cfg, sp);
+}
+
+/* The loop, the metrics and the workers' supervisor (nothing spawned yet).
+ * The supervisor exists before the pool: with --gpus the first worker of
+ * each GPU is what sizes it (the POOL step, supervisor.h). */
+static int ifd__start_supervisor(ifd__daemon_t *d, const ifd_kvpool_params_t *kp,
+                                 ifd_sup_params_t *sp, char *err, size_t errlen)
+{
+    int rc = uv_loop_init(&d->loop);
+    if (rc) {
+        snprintf(err, errlen, "uv_loop_init: %s", uv_strerror(rc));
+        return rc;
     }
     d->loop_init = true;
     ifd_metrics_init(&d->metrics);
-    /* The workers' supervisor exists before the pool: with --gpus the first
-     * worker of each GPU is what sizes it (the POOL step, supervisor.h). */
-    ifd_sup_params_t sp;
-    memset(&sp, 0, sizeof sp);
-    sp.worker_binary = d->worker_bin;
-    sp.model_path = d->model_path;
-    sp.log_level = d->cfg.log_level;
-    sp.weights_dtype = d->cfg.weights_dtype;
-    sp.n_workers = d->n_gpus ? d->n_gpus : (int)d->cfg.workers;
-    sp.backend = d->backend;
-    sp.gpus = d->n_gpus ? d->gpus : NULL;
-    sp.random_weights = d->shape_path[0] ? d->shape_path : NULL;
-    sp.weights_seed = (uint64_t)d->cfg.weights_seed;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    sp.n_threads = d->cfg.threads > 0 ? (int)d->cfg.threads
-                                      : (int)(ncpu / sp.n_workers > 0 ? ncpu / sp.n_workers : 1);
-    sp.max_seqs = (uint32_t)d->cfg.max_seqs;
-    sp.max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
-    (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp.prefill_cap); /* checked at config */
-    sp.kv.n_layers = (uint32_t)kp.n_layers;
-    sp.kv.n_kv_heads = (uint32_t)kp.n_kv_heads;
-    sp.kv.head_dim = (uint32_t)kp.head_dim;
-    sp.kv.dtype = (uint32_t)kp.dtype;
-    sp.kv.block_size = (uint32_t)kp.block_size;
-    sp.kv.n_blocks = 0; /* the pool's, once it exists */
-    sp.kv.fingerprint = kp.fingerprint;
-    sp.size_pool = d->n_gpus > 0;
-    sp.gpu_memory_fraction = d->cfg.gpu_memory_fraction;
-    sp.max_model_len = d->cfg.max_model_len > 0 ? (uint32_t)d->cfg.max_model_len : 0;
-    ifd__sup_timing(&d->cfg, &sp);
+    ifd__sup_params(d, kp, sp);
     ifd_sup_callbacks_t scb = {d,
                                ifd__on_ready,
                                ifd__on_message,
@@ -904,11 +941,14 @@ static int ifd__run(ifd__daemon_t *d)
                                ifd__on_stopped,
                                ifd__on_pool_sizes,
                                ifd__on_pool_failed};
-    if ((rc = ifd_sup_create(&d->sup, &d->loop, &sp, &scb, &d->metrics)))
-        goto fail;
-    /* signals and systemd's timers from here: the POOL step below can take
-     * minutes (a SIGTERM then is a clean stop, and the start-up timeout is
-     * extended meanwhile) */
+    return ifd_sup_create(&d->sup, &d->loop, sp, &scb, &d->metrics);
+}
+
+/* Signals and systemd's timers, from before the POOL step: that can take
+ * minutes (a SIGTERM then is a clean stop, and the start-up timeout is
+ * extended meanwhile). Closed by ifd__close_handles. */
+static void ifd__start_handles(ifd__daemon_t *d)
+{
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
     uv_signal_init(&d->loop, &d->sig_hup);
@@ -922,74 +962,94 @@ static int ifd__run(ifd__daemon_t *d)
     d->grace_timer.data = d->step_timer.data = d->sd_timer.data = d;
     d->handles_init = true;
     ifd__sd_start(d);
-    if (d->n_gpus) {
-        /* the POOL step: this loop run ends when every GPU reported (or one
-         * failed, with its one line), or a SIGTERM/SIGINT's stop reaped the
-         * workers; nothing else runs on the loop yet */
-        d->sizing = true;
-        ifd_sup_start(d->sup);
+}
+
+/* --gpus, the POOL step: this loop run ends when every GPU reported (or one
+ * failed, with its one line), or a SIGTERM/SIGINT's stop reaped the
+ * workers; nothing else runs on the loop yet. An interrupted start is
+ * IFD__START_QUIET (a normal stop: exit 0, as after serving). */
+static int ifd__start_sizing(ifd__daemon_t *d, char *err, size_t errlen)
+{
+    d->sizing = true;
+    ifd_sup_start(d->sup);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    while (d->interrupted && !d->sizing_stopped) /* sized or failed meanwhile */
         uv_run(&d->loop, UV_RUN_DEFAULT);
-        while (d->interrupted && !d->sizing_stopped) /* sized or failed meanwhile */
-            uv_run(&d->loop, UV_RUN_DEFAULT);
-        d->sizing = false;
-        if (d->interrupted) { /* a normal stop: exit 0, as after serving */
-            goto fail_quiet;
-        }
-        if (!d->sized) {
-            snprintf(err, sizeof err, "%s",
-                     d->size_err[0] ? d->size_err : "sizing the KV pool failed");
-            rc = IFD_ENODEV;
-            goto fail;
-        }
+    d->sizing = false;
+    if (d->interrupted)
+        return IFD__START_QUIET;
+    if (!d->sized) {
+        snprintf(err, errlen, "%s", d->size_err[0] ? d->size_err : "sizing the KV pool failed");
+        return IFD_ENODEV;
     }
-    if ((rc = ifd__create_pools(d, &kp, &lkp, split, err, sizeof err)))
-        goto fail;
+    return 0;
+}
+
+/* The pools, created and handed to the supervisor (with --gpus that sends
+ * each waiting worker its POOL frame); *mml: the context the API allows,
+ * the model's cut to max_model_len and to what the pool holds. */
+static int ifd__start_pools(ifd__daemon_t *d, ifd_kvpool_params_t *kp, ifd_kvpool_params_t *lkp,
+                            bool split, ifd_sup_params_t *sp, int64_t *mml, char *err,
+                            size_t errlen)
+{
+    int rc;
+    if ((rc = ifd__create_pools(d, kp, lkp, split, err, errlen)))
+        return rc;
     ifd_kvpool_params_t geo;
     ifd_kvpool_geometry(d->pool, &geo);
-    sp.kv.n_blocks = (uint64_t)geo.n_blocks;
-    /* with --gpus this sends each waiting worker its POOL frame */
-    if ((rc = ifd_sup_set_pool(d->sup, d->pool, d->lpool, &sp.kv))) {
-        snprintf(err, sizeof err, "handing the KV pool to the workers: %s", ifd_strerror(rc));
-        goto fail;
+    sp->kv.n_blocks = (uint64_t)geo.n_blocks;
+    if ((rc = ifd_sup_set_pool(d->sup, d->pool, d->lpool, &sp->kv))) {
+        snprintf(err, errlen, "handing the KV pool to the workers: %s", ifd_strerror(rc));
+        return rc;
     }
     int64_t pool_tokens = geo.n_blocks * geo.block_size;
-    int64_t mml = d->mcfg.n_ctx_train;
-    if (d->cfg.max_model_len > 0 && d->cfg.max_model_len < mml)
-        mml = d->cfg.max_model_len;
-    if (pool_tokens < mml) {
+    *mml = d->mcfg.n_ctx_train;
+    if (d->cfg.max_model_len > 0 && d->cfg.max_model_len < *mml)
+        *mml = d->cfg.max_model_len;
+    if (pool_tokens < *mml) {
         IFD_WARN("the KV pool holds %lld tokens: limiting the context to that (raise kv_budget "
                  "for the model's %u)",
                  (long long)pool_tokens, d->mcfg.n_ctx_train);
-        mml = pool_tokens;
+        *mml = pool_tokens;
     }
     IFD_INFO("model %s (%s, %u layers, context %lld), KV pool %lld blocks of %d tokens (%s)%s",
-             d->model_id, d->mcfg.arch_name, d->mcfg.n_layer, (long long)mml,
-             (long long)geo.n_blocks, geo.block_size, d->cfg.kv_dtype,
-             d->n_gpus ? " per GPU" : "");
+             d->model_id, d->mcfg.arch_name, d->mcfg.n_layer, (long long)*mml,
+             (long long)geo.n_blocks, geo.block_size, d->cfg.kv_dtype, d->n_gpus ? " per GPU" : "");
     if (d->lpool)
         IFD_INFO("its %d sliding-window layers keep their K/V in a pool of their own: %lld "
                  "blocks (window %u; the pool above holds the %d global layers)",
-                 lkp.n_layers, (long long)lkp.n_blocks, d->mcfg.sliding_window, kp.n_layers);
+                 lkp->n_layers, (long long)lkp->n_blocks, d->mcfg.sliding_window, kp->n_layers);
+    return 0;
+}
 
-    if ((rc = ifd__load_api_key(&d->cfg, d->api.api_key, sizeof d->api.api_key)))
-        goto fail_quiet;
-    if ((rc = ifd__open_listeners(d, d->api.api_key, err, sizeof err)))
-        goto fail;
-
+/* The API key, the listeners and the HTTP server listening on them. */
+static int ifd__start_http(ifd__daemon_t *d, char *err, size_t errlen)
+{
+    int rc;
+    if (ifd__load_api_key(&d->cfg, d->api.api_key, sizeof d->api.api_key))
+        return IFD__START_QUIET;
+    if ((rc = ifd__open_listeners(d, d->api.api_key, err, errlen)))
+        return rc;
     ifd_http_limits_t lim = ifd__limits(&d->cfg);
     ifd_http_handler_t hh = {&d->api, ifd_api_on_request};
     if ((rc = ifd_http_server_create(&d->http, &d->loop, &lim, &hh, &d->metrics)))
-        goto fail;
+        return rc;
     for (int i = 0; i < d->n_lst; i++) {
         if ((rc = ifd_http_server_listen(d->http, &d->lst[i]))) {
-            snprintf(err, sizeof err, "cannot listen on %s", d->lst[i].name);
-            goto fail;
+            snprintf(err, errlen, "cannot listen on %s", d->lst[i].name);
+            return rc;
         }
         IFD_INFO("listening on %s%s", d->lst[i].name,
                  d->lst[i].kind == IFD_LISTEN_TCP && d->api.api_key[0] ? " (API key required)"
                                                                        : "");
     }
+    return 0;
+}
 
+/* The router, reaching the workers through the supervisor, and the API
+ * wired to everything it serves from (mml: the context it allows). */
+static int ifd__start_router(ifd__daemon_t *d, int64_t mml)
+{
     const ifd_token_t *eog;
     size_t n_eog = ifd_tokenizer_eog_ids(d->tok, &eog);
     ifd_router_params_t rp = {.pool = d->pool,
@@ -1000,9 +1060,9 @@ static int ifd__run(ifd__daemon_t *d)
                               .route_slack = (int)d->cfg.route_slack,
                               .local_pool = d->lpool,
                               .sliding_window = d->lpool ? (int)d->mcfg.sliding_window : 0};
-    if ((rc = ifd_router_create(&d->router, &rp)))
-        goto fail;
-
+    int rc = ifd_router_create(&d->router, &rp);
+    if (rc)
+        return rc;
     ifd_api_t *api = &d->api;
     api->loop = &d->loop;
     api->cfg = &d->cfg;
@@ -1024,23 +1084,31 @@ static int ifd__run(ifd__daemon_t *d)
     api->rng = api->start_ns ^ ((uint64_t)getpid() << 32);
     api->on_idle = ifd__on_idle;
     api->idle_ctx = d;
+    return 0;
+}
 
-    if (d->n_gpus) { /* started before the pool: they sized it and attach now */
-        IFD_INFO("%d GPU worker%s (%s, backend %s) attaching the KV pool", sp.n_workers,
-                 sp.n_workers == 1 ? "" : "s", d->worker_bin, d->backend);
+/* The workers: CPU workers spawned now; GPU ones started before the pool
+ * (they sized it) and attach to it now. */
+static void ifd__start_workers(ifd__daemon_t *d, const ifd_sup_params_t *sp)
+{
+    if (d->n_gpus) {
+        IFD_INFO("%d GPU worker%s (%s, backend %s) attaching the KV pool", sp->n_workers,
+                 sp->n_workers == 1 ? "" : "s", d->worker_bin, d->backend);
     } else {
-        IFD_INFO("starting %d worker%s (%s, %d threads each)", sp.n_workers,
-                 sp.n_workers == 1 ? "" : "s", d->worker_bin, sp.n_threads);
+        IFD_INFO("starting %d worker%s (%s, %d threads each)", sp->n_workers,
+                 sp->n_workers == 1 ? "" : "s", d->worker_bin, sp->n_threads);
         ifd_sup_start(d->sup);
     }
-    uv_run(&d->loop, UV_RUN_DEFAULT);
-    d->ran = true;
-    IFD_INFO("stopped");
-    return d->exit_code;
+}
 
-fail:
-    IFD_ERROR("%s", err[0] ? err : ifd_strerror(rc));
-fail_quiet:
+/* A start that failed at rc (err: its line, or empty): logs it unless
+ * IFD__START_QUIET, undoes what the phases made (workers started before
+ * the pool are killed) and returns the exit code: 0 for an interrupted
+ * start, else 1. */
+static int ifd__start_failed(ifd__daemon_t *d, int rc, const char *err)
+{
+    if (rc != IFD__START_QUIET)
+        IFD_ERROR("%s", err[0] ? err : ifd_strerror(rc));
     for (int i = 0; i < d->n_lst; i++)
         ifd_listen_unlink(&d->lst[i]);
     if (d->sup) { /* workers started before the pool (or none yet): kill them, free it */
@@ -1053,6 +1121,33 @@ fail_quiet:
         (void)uv_loop_close(&d->loop);   /* UV_EBUSY (kept) while other handles are on it */
     }
     return d->interrupted ? 0 : 1;
+}
+
+/* Start-up phase by phase (the file's opening comment), then the loop until
+ * the shutdown closed every handle. Returns the exit code. */
+static int ifd__run(ifd__daemon_t *d)
+{
+    char err[1024] = "";
+    ifd_kvpool_params_t kp, lkp;
+    ifd_sup_params_t sp;
+    int64_t mml = 0;
+    int rc;
+    if ((rc = ifd__start_settings(d, err, sizeof err)) ||
+        (rc = ifd__start_model(d, err, sizeof err)))
+        return ifd__start_failed(d, rc, err);
+    const bool split = ifd__pool_params(d, &kp, &lkp);
+    if ((rc = ifd__start_supervisor(d, &kp, &sp, err, sizeof err)))
+        return ifd__start_failed(d, rc, err);
+    ifd__start_handles(d);
+    if ((d->n_gpus && (rc = ifd__start_sizing(d, err, sizeof err))) ||
+        (rc = ifd__start_pools(d, &kp, &lkp, split, &sp, &mml, err, sizeof err)) ||
+        (rc = ifd__start_http(d, err, sizeof err)) || (rc = ifd__start_router(d, mml)))
+        return ifd__start_failed(d, rc, err);
+    ifd__start_workers(d, &sp);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    d->ran = true;
+    IFD_INFO("stopped");
+    return d->exit_code;
 }
 
 int main(int argc, char **argv)
