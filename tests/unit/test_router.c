@@ -25,10 +25,14 @@
  * cannot be encoded (the sequence fails); release and cancellation (queued,
  * dispatched, from inside callbacks); submits from inside callbacks;
  * prompt logprobs across a resumption; the local layers' window scoring;
- * create's and submit's argument checks. Callbacks are counted per
- * sequence (each at most one on_finished, none after a release); the router
- * ends every test with nothing queued or dispatched, and the ASan build
- * (LeakSanitizer, in each forked test) checks that nothing leaks.
+ * create's and submit's argument checks.
+ *
+ * Callbacks are counted per sequence. Every test ends (fix_fini, the
+ * checked fixture's teardown) by
+ * finishing whatever is still on a worker, then checks that each sequence
+ * got exactly one on_finished unless its owner released it (then none),
+ * that nothing is left queued or dispatched; the ASan build (LeakSanitizer,
+ * in each forked test) checks that nothing leaks.
  *
  * Every case fails when the rule it covers is broken in router.c (checked
  * by mutating it, one rule at a time: the prefix score, the slack and its
@@ -49,6 +53,8 @@
 
 #define MAXW   4
 #define MAXF   256
+#define MAXID  64 /* sequence ids the fake follows (the router counts from 1) */
+#define MAXO   16
 #define MAXTOK 64
 #define BS     4 /* the pool's block size */
 #define EOS    2 /* the model's end-of-generation id */
@@ -70,47 +76,62 @@ typedef struct {
     bool all_failed;
     frame_t f[MAXF];
     int n_frames;
-    int n_send, n_kill, n_worker_calls, n_all_failed_calls;
-    int killed[MAXW];
+    int where[MAXID]; /* sequence id → the worker running it, -1 when none */
+    int n_send, n_kill, n_all_failed_calls;
     ifd_router_t *r; /* for kill: the loss is reported at once, as the supervisor does */
 } fake_t;
 
 static void fake_worker(void *ctx, int w, ifd_router_worker_t *out)
 {
     fake_t *f = ctx;
-    ck_assert_int_ge(w, 0);
-    ck_assert_int_lt(w, f->n_workers);
-    f->n_worker_calls++;
+    ck_assert(w >= 0 && w < f->n_workers);
     *out = f->w[w];
 }
 
-static int fake_send(void *ctx, int w, const ifd_wire_msg_t *m)
+static void fake_record(fake_t *f, int w, const ifd_wire_msg_t *m)
 {
-    fake_t *f = ctx;
-    ck_assert_int_ge(w, 0);
-    ck_assert_int_lt(w, f->n_workers);
-    f->n_send++;
-    if (f->send_rc[w])
-        return f->send_rc[w];
     ck_assert_int_lt(f->n_frames, MAXF);
     frame_t *fr = &f->f[f->n_frames++];
     memset(fr, 0, sizeof *fr);
     fr->type = m->type;
     fr->worker = w;
-    if (m->type == IFD_WIRE_ADD) {
-        const ifd_wire_add_t *a = &m->u.add;
-        fr->id = a->id;
-        fr->n_tokens = a->n_tokens;
-        fr->n_generated = a->n_generated;
-        fr->max_tokens = a->max_tokens;
-        fr->prompt_logprobs = a->prompt_logprobs;
-        ck_assert_uint_le(a->n_tokens, MAXTOK);
-        memcpy(fr->tokens, a->tokens, a->n_tokens * sizeof *a->tokens);
-    } else {
-        ck_assert_int_eq(m->type, IFD_WIRE_CANCEL);
+    if (m->type == IFD_WIRE_CANCEL) {
         fr->id = m->u.cancel.id;
+        return;
     }
+    ck_assert_int_eq(m->type, IFD_WIRE_ADD);
+    const ifd_wire_add_t *a = &m->u.add;
+    ck_assert(a->id > 0 && a->id < MAXID && a->n_tokens <= MAXTOK);
+    *fr = (frame_t){.type = IFD_WIRE_ADD,
+                    .worker = w,
+                    .id = a->id,
+                    .n_tokens = a->n_tokens,
+                    .n_generated = a->n_generated,
+                    .max_tokens = a->max_tokens,
+                    .prompt_logprobs = a->prompt_logprobs};
+    memcpy(fr->tokens, a->tokens, a->n_tokens * sizeof *a->tokens);
+    f->where[a->id] = w;
+}
+
+static int fake_send(void *ctx, int w, const ifd_wire_msg_t *m)
+{
+    fake_t *f = ctx;
+    ck_assert(w >= 0 && w < f->n_workers);
+    f->n_send++;
+    if (f->send_rc[w])
+        return f->send_rc[w];
+    fake_record(f, w, m);
     return 0;
+}
+
+/* Worker w is gone: the supervisor marks it DOWN, then reports the loss. */
+static void fake_lose(fake_t *f, int w)
+{
+    f->w[w].ready = false;
+    for (int id = 0; id < MAXID; id++)
+        if (f->where[id] == w)
+            f->where[id] = -1;
+    ifd_router_on_lost(f->r, w);
 }
 
 static void fake_kill(void *ctx, int w, const char *why)
@@ -118,9 +139,7 @@ static void fake_kill(void *ctx, int w, const char *why)
     fake_t *f = ctx;
     ck_assert_ptr_nonnull(why);
     f->n_kill++;
-    f->killed[w]++;
-    f->w[w].ready = false; /* DOWN */
-    ifd_router_on_lost(f->r, w);
+    fake_lose(f, w);
 }
 
 static bool fake_all_failed(void *ctx)
@@ -132,10 +151,13 @@ static bool fake_all_failed(void *ctx)
 
 /* ---- the owner: counts every callback of one sequence ------------------------------------ */
 
+typedef struct fix fix_t;
 typedef struct owner owner_t;
 struct owner {
-    ifd_router_t *r;
+    fix_t *x;
     ifd_rseq_t *s; /* NULL once finished or released */
+    uint64_t id;   /* its ADD frames' (0: never dispatched) */
+    bool released;
     int n_token, n_error, n_finished, n_dispatched, n_plp;
     int32_t toks[MAXTOK];
     int err;
@@ -144,52 +166,60 @@ struct owner {
     /* what to do from inside a callback */
     bool release_on_token;
     owner_t *release_on_finished; /* releases that sequence from on_finished */
-    owner_t *submit_on_dispatch;  /* submits that one from on_dispatched */
-    owner_t *submit_on_finished;  /* and that one from on_finished */
+    bool submit_on_dispatch;      /* submits another one from on_dispatched */
+    bool submit_on_finished;      /* and from on_finished */
 };
+
+struct fix {
+    ifd_kvpool_t *pool, *lpool;
+    ifd_metrics_t metrics;
+    fake_t fake;
+    ifd_router_t *r;
+    owner_t o[MAXO];
+    int n_o;
+    owner_t next; /* the actions (release_on_*, submit_on_*) of the next owner */
+};
+
+static const int32_t P3[] = {10, 11, 12}; /* the prompt of most sequences */
+
+static owner_t *sub(fix_t *x, const int32_t *prompt, uint32_t n, uint32_t max);
+
+static void release(owner_t *o)
+{
+    ifd_router_release(o->x->r, o->s);
+    o->s = NULL;
+    o->released = true;
+}
 
 static void on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev)
 {
     owner_t *o = owner;
-    ck_assert_ptr_eq(s, o->s);
-    ck_assert_int_eq(o->n_finished, 0);
-    ck_assert_int_lt(o->n_token, MAXTOK);
+    ck_assert(s == o->s && o->n_finished == 0 && o->n_token < MAXTOK);
     o->toks[o->n_token++] = ev->token;
-    if (o->release_on_token) {
-        ifd_router_release(o->r, s);
-        o->s = NULL;
-    }
+    if (o->release_on_token)
+        release(o);
 }
 
 static void on_error(void *owner, ifd_rseq_t *s, int code, const char *message)
 {
     owner_t *o = owner;
-    ck_assert_ptr_eq(s, o->s);
-    ck_assert_ptr_nonnull(message);
-    ck_assert_int_eq(o->n_finished, 0);
+    ck_assert(s == o->s && o->n_finished == 0 && message);
     o->n_error++;
     o->err = code;
 }
 
-static int submit(ifd_router_t *r, owner_t *o, const int32_t *prompt, uint32_t n, uint32_t max);
-
 static void on_finished(void *owner, ifd_rseq_t *s, const ifd_wire_finished_t *f)
 {
     owner_t *o = owner;
-    ck_assert_ptr_eq(s, o->s);
-    ck_assert_int_eq(o->n_finished, 0);
+    ck_assert(s == o->s && o->n_finished == 0);
     o->n_finished++;
     o->fin = *f;
     o->s = NULL;
-    if (o->release_on_finished && o->release_on_finished->s) {
-        ifd_router_release(o->r, o->release_on_finished->s);
-        o->release_on_finished->s = NULL;
-    }
-    if (o->submit_on_finished) {
-        static const int32_t p[] = {60, 61, 62};
-        ck_assert_int_eq(submit(o->r, o->submit_on_finished, p, 3, 8), 0);
-        o->submit_on_finished = NULL;
-    }
+    if (o->release_on_finished && o->release_on_finished->s)
+        release(o->release_on_finished);
+    if (o->submit_on_finished)
+        sub(o->x, P3, 3, 8);
+    o->submit_on_finished = false;
 }
 
 static void on_dispatched(void *owner, ifd_rseq_t *s)
@@ -197,11 +227,11 @@ static void on_dispatched(void *owner, ifd_rseq_t *s)
     owner_t *o = owner;
     ck_assert_ptr_eq(s, o->s);
     o->n_dispatched++;
-    if (o->submit_on_dispatch) {
-        static const int32_t p[] = {40, 41, 42};
-        ck_assert_int_eq(submit(o->r, o->submit_on_dispatch, p, 3, 8), 0);
-        o->submit_on_dispatch = NULL;
-    }
+    /* send comes before on_dispatched: the last frame is its ADD */
+    o->id = o->x->fake.f[o->x->fake.n_frames - 1].id;
+    if (o->submit_on_dispatch)
+        sub(o->x, P3, 3, 8);
+    o->submit_on_dispatch = false;
 }
 
 static void on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_prompt_logprobs_t *m)
@@ -232,45 +262,63 @@ static ifd_rseq_params_t params(const int32_t *prompt, uint32_t n, uint32_t max)
     return p;
 }
 
-static int submit_p(ifd_router_t *r, owner_t *o, const ifd_rseq_params_t *p)
+/* Submits p for a new owner: 0 with the owner in *out, or the router's code. */
+static int try_sub(fix_t *x, const ifd_rseq_params_t *p, owner_t **out)
 {
-    o->r = r;
-    return ifd_router_submit(r, p, &ops, o, &o->s);
+    ck_assert_int_lt(x->n_o, MAXO);
+    owner_t *o = &x->o[x->n_o++]; /* taken first: a callback may submit too */
+    *o = x->next;
+    memset(&x->next, 0, sizeof x->next);
+    o->x = x;
+    int rc = ifd_router_submit(x->r, p, &ops, o, &o->s);
+    if (rc)
+        x->n_o--; /* refused: no callback came */
+    *out = o;
+    return rc;
 }
 
-static int submit(ifd_router_t *r, owner_t *o, const int32_t *prompt, uint32_t n, uint32_t max)
+static owner_t *sub_p(fix_t *x, const ifd_rseq_params_t *p)
+{
+    owner_t *o;
+    ck_assert_int_eq(try_sub(x, p, &o), 0);
+    return o;
+}
+
+static owner_t *sub(fix_t *x, const int32_t *prompt, uint32_t n, uint32_t max)
 {
     ifd_rseq_params_t p = params(prompt, n, max);
-    return submit_p(r, o, &p);
+    return sub_p(x, &p);
 }
 
-/* ---- the fixture: a two-device host pool, the fake, the router --------------------------- */
+/* ---- the fixture: a two-device host pool, the fake, the router ------------------------------ */
 
-typedef struct {
-    ifd_kvpool_t *pool, *lpool;
-    ifd_metrics_t metrics;
-    fake_t fake;
-    ifd_router_t *r;
-} fix_t;
-
+/* The smallest geometry: routing reads only the prefix index. */
 static ifd_kvpool_params_t pool_params(void)
 {
     ifd_kvpool_params_t p = ifd_kvpool_default_params();
-    p.n_layers = 1;
-    p.n_kv_heads = 1;
+    p.n_layers = p.n_kv_heads = 1;
     p.head_dim = 4;
-    p.dtype = IFD_KV_F32;
     p.block_size = BS;
     p.n_blocks = 16;
     p.n_devices = 2;
-    p.n_workers = 8;
     return p;
 }
 
+static ifd_router_transport_t fake_transport(fake_t *f, int n_workers)
+{
+    return (ifd_router_transport_t){f,         n_workers, fake_worker,
+                                    fake_send, fake_kill, fake_all_failed};
+}
+
+/* The fixture of the running test (each runs in a process of its own):
+ * fix_init sets it up, the checked fixture's teardown ends it (fix_fini). */
+static fix_t fx;
+
 /* n workers, each READY with room for max_seqs, worker w on device devs[w]
  * (NULL: all on device 0); window > 0 adds a local layers' pool. */
-static void fix_init_w(fix_t *x, int n, uint32_t max_seqs, const int *devs, int window)
+static fix_t *fix_init_w(int n, uint32_t max_seqs, const int *devs, int window)
 {
+    fix_t *x = &fx;
     memset(x, 0, sizeof *x);
     ifd_kvpool_params_t kp = pool_params();
     ck_assert_int_eq(ifd_kvpool_create(&kp, &x->pool), 0);
@@ -280,32 +328,42 @@ static void fix_init_w(fix_t *x, int n, uint32_t max_seqs, const int *devs, int 
     x->fake.n_workers = n;
     for (int w = 0; w < n; w++)
         x->fake.w[w] = (ifd_router_worker_t){true, false, max_seqs, devs ? devs[w] : 0};
+    memset(x->fake.where, 0xff, sizeof x->fake.where);
     static const int32_t eog[] = {EOS};
     ifd_router_params_t rp = {.pool = x->pool,
-                              .transport = {.ctx = &x->fake,
-                                            .n_workers = n,
-                                            .worker = fake_worker,
-                                            .send = fake_send,
-                                            .kill = fake_kill,
-                                            .all_failed = fake_all_failed},
+                              .transport = fake_transport(&x->fake, n),
                               .metrics = &x->metrics,
                               .eog_ids = eog,
                               .n_eog_ids = 1,
-                              .route_slack = 0,
                               .local_pool = x->lpool,
                               .sliding_window = window};
     ck_assert_int_eq(ifd_router_create(&x->r, &rp), 0);
     x->fake.r = x->r;
+    return x;
 }
 
-static void fix_init(fix_t *x, int n, uint32_t max_seqs, const int *devs)
+static fix_t *fix_init(int n, uint32_t max_seqs, const int *devs)
 {
-    fix_init_w(x, n, max_seqs, devs, 0);
+    return fix_init_w(n, max_seqs, devs, 0);
 }
 
-/* Every test ends with nothing left in the router. */
+static void finish(owner_t *o, uint32_t reason);
+
+/* Finishes what still runs on a worker (which may dispatch what waits),
+ * then checks that every sequence ended once (none that was released) and
+ * that nothing is left; frees it all. */
 static void fix_fini(fix_t *x)
 {
+    for (bool again = true; again;) {
+        again = false;
+        for (int i = 0; i < x->n_o; i++)
+            if (x->o[i].id && x->fake.where[x->o[i].id] >= 0) {
+                finish(&x->o[i], IFD_WIRE_FINISH_STOP);
+                again = true;
+            }
+    }
+    for (int i = 0; i < x->n_o; i++)
+        ck_assert_int_eq(x->o[i].n_finished, x->o[i].released ? 0 : 1);
     ck_assert_int_eq(ifd_router_queued(x->r), 0);
     ck_assert_int_eq(ifd_router_dispatched(x->r), 0);
     for (int w = 0; w < x->fake.n_workers; w++)
@@ -313,6 +371,15 @@ static void fix_fini(fix_t *x)
     ifd_router_destroy(x->r);
     ifd_kvpool_destroy(x->lpool);
     ifd_kvpool_destroy(x->pool);
+    x->r = NULL;
+}
+
+/* The checked fixture's teardown: ends the test's fixture unless the test
+ * did (it runs only after a test that passed). */
+static void fix_teardown(void)
+{
+    if (fx.r)
+        fix_fini(&fx);
 }
 
 static const frame_t *last_frame(const fix_t *x)
@@ -321,55 +388,70 @@ static const frame_t *last_frame(const fix_t *x)
     return &x->fake.f[x->fake.n_frames - 1];
 }
 
-/* The ADD frame of sequence id (the last one sent). */
-static const frame_t *add_of(const fix_t *x, uint64_t id)
+/* The last frame is o's ADD to worker w with n_generated tokens streamed. */
+static const frame_t *expect_add(const owner_t *o, int w, uint32_t n_generated)
 {
-    for (int i = x->fake.n_frames - 1; i >= 0; i--)
-        if (x->fake.f[i].type == IFD_WIRE_ADD && x->fake.f[i].id == id)
-            return &x->fake.f[i];
-    ck_abort_msg("no ADD for %llu", (unsigned long long)id);
-    return NULL;
-}
-
-/* The id the router gave o's sequence: that of its ADD frame. */
-static uint64_t id_of(const fix_t *x, const owner_t *o, int worker)
-{
-    const frame_t *f = last_frame(x);
+    const frame_t *f = last_frame(o->x);
     ck_assert_int_eq(f->type, IFD_WIRE_ADD);
-    ck_assert_int_eq(f->worker, worker);
-    ck_assert_int_eq(o->n_dispatched, 1);
-    return f->id;
+    ck_assert_uint_eq(f->id, o->id);
+    ck_assert_int_eq(f->worker, w);
+    ck_assert_uint_eq(f->n_generated, n_generated);
+    return f;
 }
 
-static void ev_tokens(fix_t *x, int w, uint64_t id, const int32_t *toks, int n)
+/* o ended with on_finished(reason), after on_error(err) unless err is 0. */
+static void expect_end(const owner_t *o, uint32_t reason, int err)
+{
+    ck_assert_int_eq(o->n_finished, 1);
+    ck_assert_uint_eq(o->fin.reason, reason);
+    ck_assert_int_eq(o->n_error, err ? 1 : 0);
+    ck_assert_int_eq(o->err, err);
+}
+
+/* o has neither ended nor failed. */
+static void expect_running(const owner_t *o)
+{
+    ck_assert_int_eq(o->n_finished + o->n_error, 0);
+}
+
+/* ---- worker events -------------------------------------------------------------------------- */
+
+/* A TOKENS frame from worker w for o. */
+static void tokens_from(int w, const owner_t *o, const int32_t *toks, int n)
 {
     ifd_wire_token_t ev[MAXTOK];
     memset(ev, 0, sizeof ev);
-    for (int i = 0; i < n; i++) {
-        ev[i].id = id;
-        ev[i].token = toks[i];
-    }
+    for (int i = 0; i < n; i++)
+        ev[i] = (ifd_wire_token_t){.id = o->id, .token = toks[i]};
     ifd_wire_msg_t m = {.type = IFD_WIRE_TOKENS};
     m.u.tokens.events = ev;
     m.u.tokens.n_events = (uint32_t)n;
-    ifd_router_on_message(x->r, w, &m);
+    ifd_router_on_message(o->x->r, w, &m);
 }
 
-static void ev_finished(fix_t *x, int w, uint64_t id, uint32_t reason)
+/* The same from the worker running o. */
+static void tokens(const owner_t *o, const int32_t *toks, int n)
+{
+    tokens_from(o->x->fake.where[o->id], o, toks, n);
+}
+
+static void finished_from(int w, const owner_t *o, uint32_t reason)
 {
     ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
-    m.u.finished = (ifd_wire_finished_t){id, reason, -1, 0, 0, 0};
-    ifd_router_on_message(x->r, w, &m);
+    m.u.finished = (ifd_wire_finished_t){o->id, reason, -1, 0, 0, 0};
+    ifd_router_on_message(o->x->r, w, &m);
 }
 
-/* Worker w dies: the supervisor marks it DOWN, then reports the loss. */
-static void ev_lost(fix_t *x, int w)
+/* FINISHED from the worker running o; the fake forgets it there. */
+static void finish(owner_t *o, uint32_t reason)
 {
-    x->fake.w[w].ready = false;
-    ifd_router_on_lost(x->r, w);
+    const int w = o->x->fake.where[o->id];
+    ck_assert_int_ge(w, 0);
+    o->x->fake.where[o->id] = -1;
+    finished_from(w, o, reason);
 }
 
-static void ev_ready(fix_t *x, int w)
+static void ready(fix_t *x, int w)
 {
     x->fake.w[w].ready = true;
     ifd_router_on_ready(x->r, w);
@@ -390,14 +472,13 @@ static void cache_prefix(fix_t *x, const int32_t *tokens, int n_blocks, const in
         ck_assert_int_eq(
             ifd_kvpool_publish(x->pool, slot, b[i], i ? b[i - 1] : -1, 0, tokens + i * BS, NULL),
             0);
-        if (twin && twin[i]) {
-            uint64_t key;
-            ck_assert_int_eq(ifd_kvpool_block_key(x->pool, b[i], &key), 0);
-            ck_assert_int_eq(ifd_kvpool_alloc(x->lpool, slot, devs[i], 1, &lb[n_lb]), 0);
-            ck_assert_int_eq(
-                ifd_kvpool_publish_keyed(x->lpool, slot, lb[n_lb], key, 0, tokens + i * BS), 0);
-            n_lb++;
-        }
+        if (!twin || !twin[i])
+            continue;
+        uint64_t key;
+        ck_assert_int_eq(ifd_kvpool_block_key(x->pool, b[i], &key), 0);
+        ck_assert_int_eq(ifd_kvpool_alloc(x->lpool, slot, devs[i], 1, &lb[n_lb]), 0);
+        ck_assert_int_eq(
+            ifd_kvpool_publish_keyed(x->lpool, slot, lb[n_lb++], key, 0, tokens + i * BS), 0);
     }
     ck_assert_int_eq(ifd_kvpool_unref(x->pool, slot, b, n_blocks), 0);
     if (n_lb)
@@ -411,94 +492,76 @@ static void prompt13(int32_t *p, int32_t base)
         p[i] = base + i;
 }
 
+/* The worker the last ADD went to. */
+static int last_worker(const fix_t *x)
+{
+    ck_assert_int_eq(last_frame(x)->type, IFD_WIRE_ADD);
+    return last_frame(x)->worker;
+}
+
 /* ---- create / submit --------------------------------------------------------------------- */
 
 START_TEST(test_create_and_submit_checks)
 {
-    fix_t x;
-    fix_init(&x, 1, 4, NULL);
+    fix_t *x = fix_init(1, 4, NULL);
     /* a transport without one of its callbacks, or without workers, is refused */
-    ifd_router_params_t rp = {.pool = x.pool,
-                              .transport = {.ctx = &x.fake,
-                                            .n_workers = 1,
-                                            .worker = fake_worker,
-                                            .send = fake_send,
-                                            .kill = fake_kill,
-                                            .all_failed = fake_all_failed}};
     ifd_router_t *r2 = NULL;
-    ifd_router_params_t bad = rp;
-    bad.transport.send = NULL;
-    ck_assert_int_eq(ifd_router_create(&r2, &bad), IFD_EINVAL);
-    bad = rp;
-    bad.transport.all_failed = NULL;
-    ck_assert_int_eq(ifd_router_create(&r2, &bad), IFD_EINVAL);
-    bad = rp;
-    bad.transport.n_workers = 0;
-    ck_assert_int_eq(ifd_router_create(&r2, &bad), IFD_EINVAL);
+    for (int k = 0; k < 4; k++) {
+        ifd_router_params_t bad = {.pool = x->pool, .transport = fake_transport(&x->fake, 1)};
+        if (k == 0)
+            bad.transport.send = NULL;
+        else if (k == 1)
+            bad.transport.all_failed = NULL;
+        else if (k == 2)
+            bad.transport.n_workers = 0;
+        else
+            bad.pool = NULL;
+        ck_assert_int_eq(ifd_router_create(&r2, &bad), IFD_EINVAL);
+    }
     ck_assert_ptr_null(r2);
-
-    const int32_t p[] = {10, 11, 12};
-    owner_t o = {0};
-    ifd_rseq_params_t sp = params(p, 0, 4);
-    ck_assert_int_eq(submit_p(x.r, &o, &sp), IFD_EINVAL); /* empty prompt */
-    sp = params(p, 3, 0);
-    ck_assert_int_eq(submit_p(x.r, &o, &sp), IFD_EINVAL); /* max_tokens 0 */
-    sp = params(NULL, 3, 4);
-    ck_assert_int_eq(submit_p(x.r, &o, &sp), IFD_EINVAL);
-    sp = params(p, 3, IFD_WIRE_MAX_TOKENS);
-    ck_assert_int_eq(submit_p(x.r, &o, &sp), IFD_EINVAL); /* past the wire's limit */
-    sp = params(p, 3, 4);
-    ck_assert_int_eq(ifd_router_submit(x.r, &sp, &ops, NULL, &o.s), IFD_EINVAL); /* no owner */
-    ck_assert_int_eq(x.fake.n_send, 0);
-    ck_assert_int_eq(ifd_router_queued(x.r), 0);
-    fix_fini(&x);
+    /* an empty prompt, no max_tokens, no prompt, past the wire's limit */
+    const ifd_rseq_params_t bad[] = {params(P3, 0, 4), params(P3, 3, 0), params(NULL, 3, 4),
+                                     params(P3, 3, IFD_WIRE_MAX_TOKENS)};
+    owner_t *o;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_int_eq(try_sub(x, &bad[i], &o), IFD_EINVAL);
+    ifd_rseq_params_t sp = params(P3, 3, 4);
+    ck_assert_int_eq(ifd_router_submit(x->r, &sp, &ops, NULL, &o->s), IFD_EINVAL); /* no owner */
+    ck_assert_int_eq(x->fake.n_send, 0);
+    ck_assert_int_eq(ifd_router_queued(x->r), 0);
 }
 END_TEST
 
 START_TEST(test_dispatch_frame)
 {
-    fix_t x;
-    fix_init(&x, 1, 4, NULL);
-    const int32_t p[] = {10, 11, 12, 13, 14};
-    const int32_t stop[] = {99};
-    owner_t o = {0};
+    fix_t *x = fix_init(1, 4, NULL);
+    const int32_t p[] = {10, 11, 12, 13, 14}, stop[] = {99};
     ifd_rseq_params_t sp = params(p, 5, 7);
     sp.stop_ids = stop;
     sp.n_stop_ids = 1;
     sp.min_tokens = 2;
     sp.grammar = "root ::= \"a\"";
-    ck_assert_int_eq(submit_p(x.r, &o, &sp), 0);
-    ck_assert_ptr_nonnull(o.s);
-    ck_assert_int_eq(x.fake.n_frames, 1);
-    const frame_t *f = last_frame(&x);
-    ck_assert_int_eq(f->type, IFD_WIRE_ADD);
-    ck_assert_int_eq(f->worker, 0);
-    ck_assert_uint_ne(f->id, 0);
-    ck_assert_uint_eq(f->n_tokens, 5);
-    ck_assert_uint_eq(f->n_generated, 0);
-    ck_assert_uint_eq(f->max_tokens, 7);
-    ck_assert_uint_eq(f->prompt_logprobs, 0);
+    owner_t *o = sub_p(x, &sp);
+    ck_assert_int_eq(x->fake.n_frames, 1);
+    ck_assert_int_eq(o->n_dispatched, 1);
+    const frame_t *f = expect_add(o, 0, 0);
+    ck_assert(f->id != 0 && f->n_tokens == 5 && f->max_tokens == 7 && f->prompt_logprobs == 0);
     ck_assert_mem_eq(f->tokens, p, sizeof p);
-    ck_assert_int_eq(o.n_dispatched, 1);
-    ck_assert_int_eq(ifd_router_queued(x.r), 0);
-    ck_assert_int_eq(ifd_router_dispatched(x.r), 1);
-    ck_assert_int_eq(ifd_router_worker_load(x.r, 0), 1);
-    ck_assert_int_eq(ifd_router_worker_load(x.r, 5), 0); /* out of range */
+    ck_assert_int_eq(ifd_router_queued(x->r), 0);
+    ck_assert_int_eq(ifd_router_dispatched(x->r), 1);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 0), 1);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 5), 0); /* out of range */
 
     const int32_t t[] = {20, 21};
-    ev_tokens(&x, 0, f->id, t, 2);
-    ck_assert_int_eq(o.n_token, 2);
-    ck_assert_int_eq(o.toks[0], 20);
-    ck_assert_int_eq(o.toks[1], 21);
-    ev_tokens(&x, 0, f->id + 100, t, 1); /* an unknown id: ignored */
-    ck_assert_int_eq(o.n_token, 2);
-    ev_finished(&x, 0, f->id, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(o.n_finished, 1);
-    ck_assert_int_eq(o.n_error, 0);
-    ck_assert_uint_eq(o.fin.reason, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(o.n_dispatched, 1);
-    ck_assert_int_eq(x.fake.n_kill, 0);
-    fix_fini(&x);
+    tokens(o, t, 2);
+    ck_assert_mem_eq(o->toks, t, sizeof t);
+    owner_t stranger = {.x = x, .id = o->id + 10}; /* an unknown id: ignored */
+    tokens_from(0, &stranger, t, 1);
+    ck_assert_int_eq(o->n_token, 2);
+    finish(o, IFD_WIRE_FINISH_STOP);
+    expect_end(o, IFD_WIRE_FINISH_STOP, 0);
+    ck_assert_int_eq(o->n_dispatched, 1);
+    ck_assert_int_eq(x->fake.n_kill, 0);
 }
 END_TEST
 
@@ -508,46 +571,28 @@ END_TEST
 START_TEST(test_prefix_preference)
 {
     const int devs[] = {0, 1};
-    fix_t x;
-    fix_init(&x, 2, 8, devs);
-    int32_t a[13], b[13];
+    fix_t *x = fix_init(2, 8, devs);
+    int32_t a[13], b[13], e[13];
     prompt13(a, 100);
     prompt13(b, 200);
-    const int on1[] = {1, 1, 1};
-    cache_prefix(&x, a, 3, on1, NULL); /* a's 3 blocks on device 1 */
-    const int on0[] = {0, 0};
-    cache_prefix(&x, b, 2, on0, NULL); /* b's first 2 on device 0 */
-
-    owner_t oa = {0}, ob = {0}, oc = {0}, od = {0};
-    ck_assert_int_eq(submit(x.r, &oa, a, 13, 4), 0); /* round robin would say 0 */
-    uint64_t ida = id_of(&x, &oa, 1);
-    ck_assert_int_eq(submit(x.r, &ob, b, 13, 4), 0); /* round robin would say 0 too: loads 0 / 1 */
-    uint64_t idb = id_of(&x, &ob, 0);
-    ck_assert_int_eq(submit(x.r, &oc, a, 13, 4), 0); /* a again: 1, though loads are 1 / 1 */
-    uint64_t idc = id_of(&x, &oc, 1);
-    /* use_cache off: no probe, the least loaded (0) */
-    ifd_rseq_params_t sp = params(a, 13, 4);
-    sp.use_cache = false;
-    ck_assert_int_eq(submit_p(x.r, &od, &sp), 0);
-    uint64_t idd = id_of(&x, &od, 0);
-
-    /* a prefix split over devices: each scores its own blocks (2 on 1 > 1 on 0) */
-    int32_t e[13];
     prompt13(e, 300);
-    const int split[] = {0, 1, 1};
-    cache_prefix(&x, e, 3, split, NULL);
-    owner_t oe = {0};
-    ck_assert_int_eq(submit(x.r, &oe, e, 13, 4), 0);
-    uint64_t ide = id_of(&x, &oe, 1);
+    const int on1[] = {1, 1, 1}, on0[] = {0, 0}, split[] = {0, 1, 1};
+    cache_prefix(x, a, 3, on1, NULL);   /* a's 3 blocks on device 1 */
+    cache_prefix(x, b, 2, on0, NULL);   /* b's first 2 on device 0 */
+    cache_prefix(x, e, 3, split, NULL); /* e over both: 1 block on 0, 2 on 1 */
 
-    ev_finished(&x, 1, ida, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 0, idb, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 1, idc, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 0, idd, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 1, ide, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(oa.n_finished + ob.n_finished + oc.n_finished + od.n_finished + oe.n_finished,
-                     5);
-    fix_fini(&x);
+    sub(x, a, 13, 4); /* round robin would say 0 */
+    ck_assert_int_eq(last_worker(x), 1);
+    sub(x, b, 13, 4); /* round robin would say 0 too: loads 0 / 1 */
+    ck_assert_int_eq(last_worker(x), 0);
+    sub(x, a, 13, 4); /* a again: 1, though loads are 1 / 1 */
+    ck_assert_int_eq(last_worker(x), 1);
+    ifd_rseq_params_t sp = params(a, 13, 4);
+    sp.use_cache = false; /* no probe: the least loaded */
+    sub_p(x, &sp);
+    ck_assert_int_eq(last_worker(x), 0);
+    sub(x, e, 13, 4); /* each device scores its own blocks: 2 on 1 > 1 on 0 */
+    ck_assert_int_eq(last_worker(x), 1);
 }
 END_TEST
 
@@ -555,79 +600,56 @@ END_TEST
 START_TEST(test_route_slack)
 {
     const int devs[] = {0, 1};
-    fix_t x;
-    fix_init(&x, 2, 8, devs);
+    fix_t *x = fix_init(2, 8, devs);
     int32_t a[13];
     prompt13(a, 100);
     const int on1[] = {1, 1, 1};
-    cache_prefix(&x, a, 3, on1, NULL);
-
-    /* two fillers (no prefix) on worker 1 while worker 0 is not ready */
-    x.fake.w[0].ready = false;
-    const int32_t q[] = {50, 51};
-    owner_t f1 = {0}, f2 = {0};
-    ck_assert_int_eq(submit(x.r, &f1, q, 2, 4), 0);
-    uint64_t id1 = id_of(&x, &f1, 1);
-    ck_assert_int_eq(submit(x.r, &f2, q, 2, 4), 0);
-    uint64_t id2 = id_of(&x, &f2, 1);
-    ev_ready(&x, 0);
-    ck_assert_int_eq(ifd_router_worker_load(x.r, 1), 2);
-
-    owner_t o[4] = {{0}};
-    /* slack 1: 2 > 0 + 1, the least loaded wins */
-    ifd_router_set_slack(x.r, 1);
-    ck_assert_int_eq(submit(x.r, &o[0], a, 13, 4), 0);
-    uint64_t i0 = id_of(&x, &o[0], 0);
-    /* slack 2: loads 1 / 2, 2 <= 1 + 2: the prefix holder */
-    ifd_router_set_slack(x.r, 2);
-    ck_assert_int_eq(submit(x.r, &o[1], a, 13, 4), 0);
-    uint64_t i1 = id_of(&x, &o[1], 1);
-    /* slack 2, loads 1 / 3: exactly at the bound, still the holder */
-    ck_assert_int_eq(submit(x.r, &o[2], a, 13, 4), 0);
-    uint64_t i2 = id_of(&x, &o[2], 1);
-    /* loads 1 / 4: past it */
-    ck_assert_int_eq(submit(x.r, &o[3], a, 13, 4), 0);
-    uint64_t i3 = id_of(&x, &o[3], 0);
-
-    ev_finished(&x, 1, id1, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 1, id2, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 0, i0, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 1, i1, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 1, i2, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 0, i3, IFD_WIRE_FINISH_STOP);
-    fix_fini(&x);
+    cache_prefix(x, a, 3, on1, NULL);
+    x->fake.w[0].ready = false; /* two fillers (no prefix) on worker 1 */
+    sub(x, P3, 3, 4);
+    sub(x, P3, 3, 4);
+    ready(x, 0);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 1), 2);
+    /* slack: the loads before the submit, and where it goes */
+    const struct {
+        int slack, load0, load1, pick;
+    } step[] = {
+        {1, 0, 2, 0}, /* 2 > 0 + 1: the least loaded */
+        {2, 1, 2, 1}, /* 2 <= 1 + 2: the prefix holder */
+        {2, 1, 3, 1}, /* exactly at the bound: still the holder */
+        {2, 1, 4, 0}, /* past it */
+    };
+    for (size_t i = 0; i < sizeof step / sizeof step[0]; i++) {
+        ifd_router_set_slack(x->r, step[i].slack);
+        ck_assert_int_eq(ifd_router_worker_load(x->r, 0), step[i].load0);
+        ck_assert_int_eq(ifd_router_worker_load(x->r, 1), step[i].load1);
+        sub(x, a, 13, 4);
+        ck_assert_int_eq(last_worker(x), step[i].pick);
+    }
 }
 END_TEST
 
 /* Equal scores: the lowest load, and among equal loads round robin. */
 START_TEST(test_load_ties)
 {
-    fix_t x;
-    fix_init(&x, 3, 8, NULL); /* one device: every prefix scores alike */
+    fix_t *x = fix_init(3, 8, NULL); /* one device: every prefix scores alike */
     int32_t a[13];
     prompt13(a, 100);
     const int on0[] = {0, 0, 0};
-    cache_prefix(&x, a, 3, on0, NULL);
-    owner_t o[6] = {{0}};
-    uint64_t id[6];
+    cache_prefix(x, a, 3, on0, NULL);
     /* round robin over idle workers: 0, 1, 2, then 0 again */
+    owner_t *o[4];
     for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(submit(x.r, &o[i], a, 13, 4), 0);
-        id[i] = id_of(&x, &o[i], i % 3);
+        o[i] = sub(x, a, 13, 4);
+        ck_assert_int_eq(last_worker(x), i % 3);
     }
     /* loads 2 / 1 / 1: worker 1 finishes → 2 / 0 / 1, the next goes to 1 */
-    ev_finished(&x, 1, id[1], IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(submit(x.r, &o[4], a, 13, 4), 0);
-    id[4] = id_of(&x, &o[4], 1);
+    finish(o[1], IFD_WIRE_FINISH_STOP);
+    sub(x, a, 13, 4);
+    ck_assert_int_eq(last_worker(x), 1);
     /* loads 2 / 1 / 1, round robin from 2: 2 */
-    ck_assert_int_eq(submit(x.r, &o[5], a, 13, 4), 0);
-    id[5] = id_of(&x, &o[5], 2);
-    ev_finished(&x, 0, id[0], IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 2, id[2], IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 0, id[3], IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 1, id[4], IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 2, id[5], IFD_WIRE_FINISH_STOP);
-    fix_fini(&x);
+    sub(x, a, 13, 4);
+    ck_assert_int_eq(last_worker(x), 2);
 }
 END_TEST
 
@@ -635,37 +657,26 @@ END_TEST
 
 START_TEST(test_queue_until_ready_and_room)
 {
-    fix_t x;
-    fix_init(&x, 1, 1, NULL);
-    x.fake.w[0].ready = false;
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0}, c = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 4), 0);
-    ck_assert_int_eq(submit(x.r, &b, p, 3, 4), 0);
-    ck_assert_int_eq(submit(x.r, &c, p, 3, 4), 0);
-    ck_assert_int_eq(x.fake.n_frames, 0); /* nobody ready */
-    ck_assert_int_eq(ifd_router_queued(x.r), 3);
-    ck_assert_int_eq(a.n_dispatched + b.n_dispatched + c.n_dispatched, 0);
+    fix_t *x = fix_init(1, 1, NULL);
+    x->fake.w[0].ready = false;
+    owner_t *o[3];
+    for (int i = 0; i < 3; i++)
+        o[i] = sub(x, P3, 3, 4);
+    ck_assert_int_eq(x->fake.n_frames, 0); /* nobody ready */
+    ck_assert_int_eq(ifd_router_queued(x->r), 3);
     /* READY: one room (max_seqs 1), the first in line */
-    ev_ready(&x, 0);
-    ck_assert_int_eq(x.fake.n_frames, 1);
-    uint64_t ia = id_of(&x, &a, 0);
-    ck_assert_int_eq(ifd_router_queued(x.r), 2);
-    ck_assert_int_eq(b.n_dispatched + c.n_dispatched, 0);
-    /* a FINISHED frees the room: FIFO, b then c */
-    ev_finished(&x, 0, ia, IFD_WIRE_FINISH_LENGTH);
-    ck_assert_int_eq(a.n_finished, 1);
-    ck_assert_uint_eq(a.fin.reason, IFD_WIRE_FINISH_LENGTH);
-    uint64_t ib = id_of(&x, &b, 0);
-    ck_assert_uint_gt(ib, ia);
-    ck_assert_int_eq(c.n_dispatched, 0);
-    ev_finished(&x, 0, ib, IFD_WIRE_FINISH_STOP);
-    uint64_t ic = id_of(&x, &c, 0);
-    ck_assert_uint_gt(ic, ib);
-    ev_finished(&x, 0, ic, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(x.fake.n_frames, 3);
-    ck_assert_int_eq(a.n_finished + b.n_finished + c.n_finished, 3);
-    fix_fini(&x);
+    ready(x, 0);
+    expect_add(o[0], 0, 0);
+    ck_assert_int_eq(ifd_router_queued(x->r), 2);
+    /* each FINISHED frees the room for the next, in order */
+    for (int i = 1; i < 3; i++) {
+        ck_assert_int_eq(o[i]->n_dispatched, 0);
+        finish(o[i - 1], IFD_WIRE_FINISH_LENGTH);
+        expect_end(o[i - 1], IFD_WIRE_FINISH_LENGTH, 0);
+        expect_add(o[i], 0, 0);
+        ck_assert_uint_gt(o[i]->id, o[i - 1]->id);
+    }
+    ck_assert_int_eq(x->fake.n_frames, 3);
 }
 END_TEST
 
@@ -673,22 +684,16 @@ END_TEST
  * everything once none does. */
 START_TEST(test_unresponsive_avoided)
 {
-    fix_t x;
-    fix_init(&x, 2, 1, NULL);
-    x.fake.w[0].unresponsive = true;
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0}, c = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 4), 0); /* round robin says 0: avoided */
-    uint64_t ia = id_of(&x, &a, 1);
-    ck_assert_int_eq(submit(x.r, &b, p, 3, 4), 0); /* 1 is full: 0 after all */
-    uint64_t ib = id_of(&x, &b, 0);
-    ck_assert_int_eq(submit(x.r, &c, p, 3, 4), 0); /* both full */
-    ck_assert_int_eq(ifd_router_queued(x.r), 1);
-    ev_finished(&x, 1, ia, IFD_WIRE_FINISH_STOP);
-    uint64_t ic = id_of(&x, &c, 1);
-    ev_finished(&x, 0, ib, IFD_WIRE_FINISH_STOP);
-    ev_finished(&x, 1, ic, IFD_WIRE_FINISH_STOP);
-    fix_fini(&x);
+    fix_t *x = fix_init(2, 1, NULL);
+    x->fake.w[0].unresponsive = true;
+    owner_t *a = sub(x, P3, 3, 4); /* round robin says 0: avoided */
+    expect_add(a, 1, 0);
+    owner_t *b = sub(x, P3, 3, 4); /* 1 is full: 0 after all */
+    expect_add(b, 0, 0);
+    owner_t *c = sub(x, P3, 3, 4); /* both full */
+    ck_assert_int_eq(ifd_router_queued(x->r), 1);
+    finish(a, IFD_WIRE_FINISH_STOP);
+    expect_add(c, 1, 0);
 }
 END_TEST
 
@@ -697,38 +702,31 @@ END_TEST
  * worker had finished, it queues behind the dead worker's resumed ones. */
 START_TEST(test_submit_from_callback)
 {
-    fix_t x;
-    fix_init(&x, 2, 4, NULL);
-    x.fake.w[1].ready = false;
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0}, c = {0}, d = {0};
-    a.submit_on_dispatch = &b;
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 1), 0);
-    ck_assert_int_eq(x.fake.n_frames, 2);
-    ck_assert_int_eq(b.n_dispatched, 1);
-    ck_assert_int_eq(ifd_router_queued(x.r), 0);
-    uint64_t ia = x.fake.f[0].id, ib = x.fake.f[1].id;
+    fix_t *x = fix_init(2, 4, NULL);
+    x->fake.w[1].ready = false;
+    x->next.submit_on_dispatch = true;
+    owner_t *a = sub(x, P3, 3, 1);
+    ck_assert_int_eq(x->n_o, 2);
+    owner_t *b = &x->o[1];
+    expect_add(b, 0, 0);
+    ck_assert_int_eq(ifd_router_queued(x->r), 0);
     /* a reached max_tokens: when worker 0 dies it is finished there, and
      * its on_finished submits c; b is resumed, ahead of c */
     const int32_t t[] = {20};
-    ev_tokens(&x, 0, ia, t, 1);
-    a.submit_on_finished = &c;
-    ev_lost(&x, 0);
-    ck_assert_int_eq(a.n_finished, 1);
-    ck_assert_int_eq(ifd_router_queued(x.r), 2);
-    x.fake.w[1].max_seqs = 1;
-    ev_ready(&x, 1);
-    ck_assert_uint_eq(last_frame(&x)->id, ib);
-    ck_assert_int_eq(c.n_dispatched, 0);
-    b.submit_on_finished = &d;
-    ev_finished(&x, 1, ib, IFD_WIRE_FINISH_STOP); /* c's turn; d queues behind it */
-    uint64_t ic = id_of(&x, &c, 1);
-    ck_assert_int_eq(ifd_router_queued(x.r), 1);
-    ev_finished(&x, 1, ic, IFD_WIRE_FINISH_STOP);
-    uint64_t id = id_of(&x, &d, 1);
-    ev_finished(&x, 1, id, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(b.n_finished + c.n_finished + d.n_finished, 3);
-    fix_fini(&x);
+    tokens(a, t, 1);
+    a->submit_on_finished = true;
+    fake_lose(&x->fake, 0);
+    expect_end(a, IFD_WIRE_FINISH_LENGTH, 0);
+    ck_assert_int_eq(ifd_router_queued(x->r), 2);
+    x->fake.w[1].max_seqs = 1;
+    ready(x, 1);
+    expect_add(b, 1, 0);
+    owner_t *c = &x->o[2];
+    ck_assert_int_eq(c->n_dispatched, 0);
+    b->submit_on_finished = true;
+    finish(b, IFD_WIRE_FINISH_STOP); /* c's turn; d queues behind it */
+    expect_add(c, 1, 0);
+    ck_assert_int_eq(ifd_router_queued(x->r), 1);
 }
 END_TEST
 
@@ -738,51 +736,40 @@ END_TEST
  * owner's stream continues with no gap and no duplicate. */
 START_TEST(test_worker_dies_resume)
 {
-    fix_t x;
-    fix_init(&x, 2, 4, NULL);
-    x.fake.w[1].ready = false;
-    const int32_t p[] = {10, 11, 12, 13};
-    owner_t a = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 4, 10), 0);
-    uint64_t id = id_of(&x, &a, 0);
-    const int32_t t1[] = {20, 21, 22};
-    ev_tokens(&x, 0, id, t1, 3);
-    ck_assert_int_eq(a.n_token, 3);
+    fix_t *x = fix_init(2, 4, NULL);
+    x->fake.w[1].ready = false;
+    const int32_t p[] = {10, 11, 12, 13}, t1[] = {20, 21, 22}, t2[] = {23, EOS};
+    owner_t *a = sub(x, p, 4, 10);
+    tokens(a, t1, 3);
+    ck_assert_int_eq(a->n_token, 3);
 
-    x.fake.w[1].ready = true; /* ready before the loss: the resume goes straight there */
-    ev_lost(&x, 0);
-    ck_assert_int_eq(x.fake.n_frames, 2);
-    const frame_t *f = last_frame(&x);
-    ck_assert_int_eq(f->type, IFD_WIRE_ADD);
-    ck_assert_int_eq(f->worker, 1);
-    ck_assert_uint_eq(f->id, id); /* the same sequence */
+    x->fake.w[1].ready = true; /* ready before the loss: the resume goes straight there */
+    fake_lose(&x->fake, 0);
+    ck_assert_int_eq(x->fake.n_frames, 2);
+    const frame_t *f = expect_add(a, 1, 3); /* the same id */
     ck_assert_uint_eq(f->n_tokens, 7);
-    ck_assert_uint_eq(f->n_generated, 3);
     ck_assert_uint_eq(f->max_tokens, 10);
     const int32_t want[] = {10, 11, 12, 13, 20, 21, 22};
     ck_assert_mem_eq(f->tokens, want, sizeof want);
-    ck_assert_int_eq(a.n_dispatched, 1); /* on_dispatched the first time only */
-    ck_assert_int_eq(a.n_error + a.n_finished, 0);
-    ck_assert_uint_eq(x.metrics.worker_redispatched, 1);
-    ck_assert_int_eq(ifd_router_worker_load(x.r, 0), 0);
-    ck_assert_int_eq(ifd_router_worker_load(x.r, 1), 1);
+    ck_assert_int_eq(a->n_dispatched, 1); /* on_dispatched the first time only */
+    expect_running(a);
+    ck_assert_uint_eq(x->metrics.worker_redispatched, 1);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 0), 0);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 1), 1);
 
     /* the dead worker's late frames are not its any more */
     const int32_t stale[] = {66};
-    ev_tokens(&x, 0, id, stale, 1);
-    ev_finished(&x, 0, id, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(a.n_token, 3);
-    ck_assert_int_eq(a.n_finished, 0);
+    tokens_from(0, a, stale, 1);
+    finished_from(0, a, IFD_WIRE_FINISH_STOP);
+    ck_assert_int_eq(a->n_token, 3);
+    expect_running(a);
     /* the new one continues the stream */
-    const int32_t t2[] = {23, EOS};
-    ev_tokens(&x, 1, id, t2, 2);
-    ev_finished(&x, 1, id, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(a.n_token, 5);
+    tokens(a, t2, 2);
+    finish(a, IFD_WIRE_FINISH_STOP);
     const int32_t all[] = {20, 21, 22, 23, EOS};
-    ck_assert_mem_eq(a.toks, all, sizeof all);
-    ck_assert_int_eq(a.n_finished, 1);
-    ck_assert_int_eq(a.n_error, 0);
-    fix_fini(&x);
+    ck_assert_int_eq(a->n_token, 5);
+    ck_assert_mem_eq(a->toks, all, sizeof all);
+    expect_end(a, IFD_WIRE_FINISH_STOP, 0);
 }
 END_TEST
 
@@ -790,34 +777,28 @@ END_TEST
  * ahead of those that were waiting. */
 START_TEST(test_resume_order)
 {
-    fix_t x;
-    fix_init(&x, 2, 2, NULL);
-    x.fake.w[1].ready = false;
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0}, c = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 8), 0);
-    ck_assert_int_eq(submit(x.r, &b, p, 3, 8), 0);
-    ck_assert_int_eq(submit(x.r, &c, p, 3, 8), 0); /* worker 0 full */
-    ck_assert_int_eq(ifd_router_queued(x.r), 1);
-    uint64_t ia = x.fake.f[0].id, ib = x.fake.f[1].id;
-    ck_assert_uint_lt(ia, ib);
-    ev_lost(&x, 0); /* nobody ready: all three wait */
-    ck_assert_int_eq(ifd_router_queued(x.r), 3);
-    ck_assert_int_eq(ifd_router_dispatched(x.r), 0);
-    ck_assert_uint_eq(x.metrics.worker_redispatched, 2);
-    x.fake.w[1].max_seqs = 1;
-    ev_ready(&x, 1);
-    ck_assert_uint_eq(last_frame(&x)->id, ia);
-    ev_finished(&x, 1, ia, IFD_WIRE_FINISH_STOP);
-    ck_assert_uint_eq(last_frame(&x)->id, ib);
-    ev_finished(&x, 1, ib, IFD_WIRE_FINISH_STOP);
-    uint64_t ic = last_frame(&x)->id;
-    ck_assert_uint_gt(ic, ib);
-    ck_assert_int_eq(c.n_dispatched, 1);
-    ev_finished(&x, 1, ic, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(a.n_finished + b.n_finished + c.n_finished, 3);
-    ck_assert_int_eq(a.n_dispatched + b.n_dispatched, 2);
-    fix_fini(&x);
+    fix_t *x = fix_init(2, 2, NULL);
+    x->fake.w[1].ready = false;
+    owner_t *o[3];
+    o[0] = sub(x, P3, 3, 8);
+    o[1] = sub(x, P3, 3, 8);
+    o[2] = sub(x, P3, 3, 8); /* waits: worker 0 is full */
+    ck_assert_int_eq(ifd_router_queued(x->r), 1);
+    ck_assert_uint_lt(o[0]->id, o[1]->id);
+    fake_lose(&x->fake, 0); /* nobody ready: all three wait */
+    ck_assert_int_eq(ifd_router_queued(x->r), 3);
+    ck_assert_int_eq(ifd_router_dispatched(x->r), 0);
+    ck_assert_uint_eq(x->metrics.worker_redispatched, 2);
+    x->fake.w[1].max_seqs = 1;
+    ready(x, 1);
+    expect_add(o[0], 1, 0);
+    finish(o[0], IFD_WIRE_FINISH_STOP);
+    expect_add(o[1], 1, 0);
+    finish(o[1], IFD_WIRE_FINISH_STOP);
+    expect_add(o[2], 1, 0);
+    ck_assert_uint_gt(o[2]->id, o[1]->id);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(o[i]->n_dispatched, 1);
 }
 END_TEST
 
@@ -827,81 +808,56 @@ END_TEST
  * checks when it is released). */
 START_TEST(test_lost_finishes_what_is_over)
 {
-    fix_t x;
-    fix_init(&x, 2, 8, NULL);
-    x.fake.w[1].ready = false;
-    const int32_t p[] = {10, 11, 12};
-    const int32_t stop[] = {7};
-    owner_t len = {0}, eos = {0}, noeos = {0}, stp = {0}, rel = {0}, victim = {0};
-    ck_assert_int_eq(submit(x.r, &victim, p, 3, 8), 0);
-    ck_assert_int_eq(submit(x.r, &len, p, 3, 2), 0);
-    ck_assert_int_eq(submit(x.r, &eos, p, 3, 8), 0);
-    ifd_rseq_params_t sp = params(p, 3, 8);
+    fix_t *x = fix_init(2, 8, NULL);
+    x->fake.w[1].ready = false;
+    const int32_t stop[] = {7}, t2[] = {30, 31}, te[] = {EOS}, ts[] = {7};
+    owner_t *victim = sub(x, P3, 3, 8);
+    owner_t *len = sub(x, P3, 3, 2);
+    owner_t *eos = sub(x, P3, 3, 8);
+    ifd_rseq_params_t sp = params(P3, 3, 8);
     sp.ignore_eos = true;
-    ck_assert_int_eq(submit_p(x.r, &noeos, &sp), 0);
-    sp = params(p, 3, 8);
+    owner_t *noeos = sub_p(x, &sp);
+    sp = params(P3, 3, 8);
     sp.stop_ids = stop;
     sp.n_stop_ids = 1;
-    ck_assert_int_eq(submit_p(x.r, &stp, &sp), 0);
-    ck_assert_int_eq(submit(x.r, &rel, p, 3, 8), 0);
-    ck_assert_int_eq(x.fake.n_frames, 6);
-    /* the ADD frames, in submit order */
-    const uint64_t ilen = x.fake.f[1].id, ieos = x.fake.f[2].id, inoeos = x.fake.f[3].id;
-    const uint64_t istp = x.fake.f[4].id, irel = x.fake.f[5].id;
-    const int32_t t2[] = {30, 31}, te[] = {EOS}, ts[] = {7};
-    ev_tokens(&x, 0, ilen, t2, 2); /* max_tokens reached */
-    ev_tokens(&x, 0, ieos, te, 1);
-    ev_tokens(&x, 0, inoeos, te, 1); /* EOS, but ignore_eos */
-    ev_tokens(&x, 0, istp, ts, 1);
-    ifd_router_release(x.r, rel.s); /* CANCEL sent; the worker dies before FINISHED */
-    rel.s = NULL;
-    ck_assert_int_eq(last_frame(&x)->type, IFD_WIRE_CANCEL);
-    ck_assert_uint_eq(last_frame(&x)->id, irel);
-    stp.release_on_finished = &victim; /* victim would have been resumed */
-    int frames = x.fake.n_frames;
+    owner_t *stp = sub_p(x, &sp);
+    owner_t *rel = sub(x, P3, 3, 8);
+    tokens(len, t2, 2); /* max_tokens reached */
+    tokens(eos, te, 1);
+    tokens(noeos, te, 1); /* EOS, but ignore_eos */
+    tokens(stp, ts, 1);
+    release(rel); /* CANCEL sent; the worker dies before FINISHED */
+    ck_assert_int_eq(last_frame(x)->type, IFD_WIRE_CANCEL);
+    ck_assert_uint_eq(last_frame(x)->id, rel->id);
+    stp->release_on_finished = victim; /* victim would have been resumed */
+    const int frames = x->fake.n_frames;
 
-    x.fake.w[1].ready = true;
-    ev_lost(&x, 0);
-    ck_assert_int_eq(len.n_finished, 1);
-    ck_assert_uint_eq(len.fin.reason, IFD_WIRE_FINISH_LENGTH);
-    ck_assert_int_eq(eos.n_finished, 1);
-    ck_assert_uint_eq(eos.fin.reason, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(eos.fin.stop_token, EOS);
-    ck_assert_int_eq(stp.n_finished, 1);
-    ck_assert_uint_eq(stp.fin.reason, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(stp.fin.stop_token, 7);
-    ck_assert_int_eq(len.n_error + eos.n_error + stp.n_error, 0);
-    ck_assert_int_eq(rel.n_finished + rel.n_error + victim.n_finished + victim.n_error, 0);
+    x->fake.w[1].ready = true;
+    fake_lose(&x->fake, 0);
+    expect_end(len, IFD_WIRE_FINISH_LENGTH, 0);
+    expect_end(eos, IFD_WIRE_FINISH_STOP, 0);
+    ck_assert_int_eq(eos->fin.stop_token, EOS);
+    expect_end(stp, IFD_WIRE_FINISH_STOP, 0);
+    ck_assert_int_eq(stp->fin.stop_token, 7);
+    ck_assert_int_eq(rel->n_error + victim->n_error, 0);
     /* only the ignore_eos one is resumed */
-    ck_assert_int_eq(x.fake.n_frames, frames + 1);
-    ck_assert_uint_eq(last_frame(&x)->id, inoeos);
-    ck_assert_int_eq(last_frame(&x)->worker, 1);
-    ck_assert_uint_eq(last_frame(&x)->n_generated, 1);
-    ck_assert_uint_eq(x.metrics.worker_redispatched, 1);
-    ck_assert_int_eq(ifd_router_dispatched(x.r), 1);
-    ev_finished(&x, 1, inoeos, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(noeos.n_finished, 1);
-    fix_fini(&x);
+    ck_assert_int_eq(x->fake.n_frames, frames + 1);
+    expect_add(noeos, 1, 1);
+    ck_assert_uint_eq(x->metrics.worker_redispatched, 1);
+    ck_assert_int_eq(ifd_router_dispatched(x->r), 1);
 }
 END_TEST
 
 /* While stopping, a dead worker's sequences fail instead of moving. */
 START_TEST(test_lost_while_stopping)
 {
-    fix_t x;
-    fix_init(&x, 2, 8, NULL);
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 8), 0);
-    ifd_router_stopping(x.r);
-    ev_lost(&x, 0);
-    ck_assert_int_eq(a.n_error, 1);
-    ck_assert_int_eq(a.err, IFD_ECLOSED);
-    ck_assert_int_eq(a.n_finished, 1);
-    ck_assert_uint_eq(a.fin.reason, IFD_WIRE_FINISH_ERROR);
-    ck_assert_int_eq(x.fake.n_frames, 1);
-    ck_assert_uint_eq(x.metrics.worker_redispatched, 0);
-    fix_fini(&x);
+    fix_t *x = fix_init(2, 8, NULL);
+    owner_t *a = sub(x, P3, 3, 8);
+    ifd_router_stopping(x->r);
+    fake_lose(&x->fake, 0);
+    expect_end(a, IFD_WIRE_FINISH_ERROR, IFD_ECLOSED);
+    ck_assert_int_eq(x->fake.n_frames, 1);
+    ck_assert_uint_eq(x->metrics.worker_redispatched, 0);
 }
 END_TEST
 
@@ -909,86 +865,61 @@ END_TEST
  * progress between deaths starts the count again. */
 START_TEST(test_poison_sequence)
 {
-    fix_t x;
-    fix_init(&x, 2, 8, NULL);
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 16), 0);
-    uint64_t ia = id_of(&x, &a, 0);
-    ev_lost(&x, 0); /* 1 */
-    ck_assert_int_eq(last_frame(&x)->worker, 1);
-    x.fake.w[0].ready = true;
-    ev_lost(&x, 1); /* 2 */
-    ck_assert_int_eq(last_frame(&x)->worker, 0);
-    x.fake.w[1].ready = true;
-    ck_assert_int_eq(a.n_error + a.n_finished, 0);
-    ev_lost(&x, 0); /* 3: failed, not resumed */
-    ck_assert_int_eq(a.n_error, 1);
-    ck_assert_int_eq(a.err, IFD_EINTERNAL);
-    ck_assert_int_eq(a.n_finished, 1);
-    ck_assert_uint_eq(a.fin.reason, IFD_WIRE_FINISH_ERROR);
-    ck_assert_int_eq(x.fake.n_frames, 3);
-    ck_assert_uint_eq(add_of(&x, ia)->worker, 0);
+    fix_t *x = fix_init(2, 8, NULL);
+    owner_t *a = sub(x, P3, 3, 16);
+    for (int death = 1; death <= 3; death++) {
+        const int w = x->fake.where[a->id];
+        x->fake.w[1 - w].ready = true;
+        expect_running(a);
+        fake_lose(&x->fake, w);
+        if (death < 3)
+            expect_add(a, 1 - w, 0);
+    }
+    expect_end(a, IFD_WIRE_FINISH_ERROR, IFD_EINTERNAL); /* failed, not resumed */
+    ck_assert_int_eq(x->fake.n_frames, 3);
 
     /* with a token between the deaths it is resumed every time */
-    x.fake.w[0].ready = true;
-    ck_assert_int_eq(submit(x.r, &b, p, 3, 16), 0);
-    uint64_t ib = last_frame(&x)->id;
-    int w = last_frame(&x)->worker;
+    x->fake.w[0].ready = true;
+    owner_t *b = sub(x, P3, 3, 16);
     for (int d = 0; d < 4; d++) {
         const int32_t t[] = {40 + d};
-        ev_tokens(&x, w, ib, t, 1);
-        x.fake.w[1 - w].ready = true;
-        ev_lost(&x, w);
-        ck_assert_int_eq(b.n_error + b.n_finished, 0);
-        ck_assert_uint_eq(last_frame(&x)->id, ib);
-        ck_assert_int_eq(last_frame(&x)->worker, 1 - w);
-        ck_assert_uint_eq(last_frame(&x)->n_generated, (uint32_t)d + 1);
-        w = 1 - w;
+        const int w = x->fake.where[b->id];
+        tokens(b, t, 1);
+        x->fake.w[1 - w].ready = true;
+        fake_lose(&x->fake, w);
+        expect_running(b);
+        expect_add(b, 1 - w, (uint32_t)d + 1);
     }
-    ev_finished(&x, w, ib, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(b.n_finished, 1);
-    ck_assert_int_eq(b.n_token, 4);
-    fix_fini(&x);
+    finish(b, IFD_WIRE_FINISH_STOP);
+    ck_assert_int_eq(b->n_token, 4);
 }
 END_TEST
 
 /* Every worker failed: the queue fails, and so do a dead worker's sequences. */
 START_TEST(test_all_failed)
 {
-    fix_t x;
-    fix_init(&x, 1, 8, NULL);
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0}, c = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 8), 0); /* dispatched */
-    x.fake.w[0].ready = false;
-    ck_assert_int_eq(submit(x.r, &b, p, 3, 8), 0);
-    ck_assert_int_eq(submit(x.r, &c, p, 3, 8), 0);
+    fix_t *x = fix_init(1, 8, NULL);
+    owner_t *o[3];
+    o[0] = sub(x, P3, 3, 8); /* dispatched */
+    x->fake.w[0].ready = false;
+    o[1] = sub(x, P3, 3, 8);
+    o[2] = sub(x, P3, 3, 8);
     /* a worker reached FAILED but another could still serve: nothing happens */
-    int calls = x.fake.n_all_failed_calls;
-    ifd_router_on_failed(x.r);
-    ck_assert_int_eq(x.fake.n_all_failed_calls, calls + 1);
-    ck_assert_int_eq(ifd_router_queued(x.r), 2);
-    ck_assert_int_eq(b.n_finished, 0);
-    /* the worker dies into FAILED: a's resume and the queue all fail */
-    x.fake.all_failed = true;
-    ev_lost(&x, 0);
-    owner_t *all[] = {&a, &b, &c};
-    for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(all[i]->n_error, 1);
-        ck_assert_int_eq(all[i]->err, IFD_ENODEV);
-        ck_assert_int_eq(all[i]->n_finished, 1);
-        ck_assert_uint_eq(all[i]->fin.reason, IFD_WIRE_FINISH_ERROR);
-    }
-    ck_assert_int_eq(x.fake.n_frames, 1);
+    ifd_router_on_failed(x->r);
+    ck_assert_int_eq(x->fake.n_all_failed_calls, 1);
+    ck_assert_int_eq(ifd_router_queued(x->r), 2);
+    expect_running(o[1]);
+    /* the worker dies into FAILED: o[0]'s resume and the queue all fail */
+    x->fake.all_failed = true;
+    fake_lose(&x->fake, 0);
+    for (int i = 0; i < 3; i++)
+        expect_end(o[i], IFD_WIRE_FINISH_ERROR, IFD_ENODEV);
+    ck_assert_int_eq(x->fake.n_frames, 1);
     /* a submit now waits (a FAILED worker is retried later) until on_failed */
-    owner_t d = {0};
-    ck_assert_int_eq(submit(x.r, &d, p, 3, 8), 0);
-    ck_assert_int_eq(ifd_router_queued(x.r), 1);
-    ifd_router_on_failed(x.r);
-    ck_assert_int_eq(d.err, IFD_ENODEV);
-    ck_assert_int_eq(d.n_finished, 1);
-    fix_fini(&x);
+    owner_t *d = sub(x, P3, 3, 8);
+    ck_assert_int_eq(ifd_router_queued(x->r), 1);
+    ifd_router_on_failed(x->r);
+    expect_end(d, IFD_WIRE_FINISH_ERROR, IFD_ENODEV);
 }
 END_TEST
 
@@ -996,31 +927,22 @@ END_TEST
 
 START_TEST(test_send_fails)
 {
-    fix_t x;
-    fix_init(&x, 2, 8, NULL);
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0};
+    fix_t *x = fix_init(2, 8, NULL);
     /* worker 0's socket is broken: killed, and the sequence goes to 1 */
-    x.fake.send_rc[0] = IFD_ECLOSED;
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 8), 0);
-    ck_assert_int_eq(x.fake.n_kill, 1);
-    ck_assert_int_eq(x.fake.killed[0], 1);
-    uint64_t ia = id_of(&x, &a, 1);
-    ck_assert_int_eq(a.n_error, 0);
+    x->fake.send_rc[0] = IFD_ECLOSED;
+    owner_t *a = sub(x, P3, 3, 8);
+    ck_assert_int_eq(x->fake.n_kill, 1);
+    ck_assert(!x->fake.w[0].ready);
+    expect_add(a, 1, 0);
+    expect_running(a);
     /* a frame that cannot be encoded fails its sequence, and only it */
-    x.fake.send_rc[1] = IFD_EINVAL;
-    ck_assert_int_eq(submit(x.r, &b, p, 3, 8), 0);
-    ck_assert_int_eq(b.n_error, 1);
-    ck_assert_int_eq(b.err, IFD_EINVAL);
-    ck_assert_int_eq(b.n_finished, 1);
-    ck_assert_uint_eq(b.fin.reason, IFD_WIRE_FINISH_ERROR);
-    ck_assert_int_eq(b.n_dispatched, 0);
-    ck_assert_int_eq(x.fake.n_kill, 1);
-    ck_assert_int_eq(ifd_router_queued(x.r), 0);
-    x.fake.send_rc[1] = 0;
-    ev_finished(&x, 1, ia, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(a.n_finished, 1);
-    fix_fini(&x);
+    x->fake.send_rc[1] = IFD_EINVAL;
+    owner_t *b = sub(x, P3, 3, 8);
+    expect_end(b, IFD_WIRE_FINISH_ERROR, IFD_EINVAL);
+    ck_assert_int_eq(b->n_dispatched, 0);
+    ck_assert_int_eq(x->fake.n_kill, 1);
+    ck_assert_int_eq(ifd_router_queued(x->r), 0);
+    x->fake.send_rc[1] = 0;
 }
 END_TEST
 
@@ -1028,130 +950,116 @@ END_TEST
 
 START_TEST(test_release_and_cancel)
 {
-    fix_t x;
-    fix_init(&x, 1, 1, NULL);
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0}, c = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 8), 0);
-    uint64_t ia = id_of(&x, &a, 0);
-    ck_assert_int_eq(submit(x.r, &b, p, 3, 8), 0); /* queued */
-    ck_assert_int_eq(submit(x.r, &c, p, 3, 8), 0); /* queued */
+    fix_t *x = fix_init(1, 1, NULL);
+    owner_t *a = sub(x, P3, 3, 8);
+    owner_t *b = sub(x, P3, 3, 8); /* queued */
+    owner_t *c = sub(x, P3, 3, 8); /* queued */
     /* a queued one is gone at once, with no frame */
-    ifd_router_release(x.r, b.s);
-    b.s = NULL;
-    ck_assert_int_eq(ifd_router_queued(x.r), 1);
-    ck_assert_int_eq(x.fake.n_frames, 1);
-    ifd_router_release(x.r, NULL); /* nothing */
+    release(b);
+    ck_assert_int_eq(ifd_router_queued(x->r), 1);
+    ck_assert_int_eq(x->fake.n_frames, 1);
+    ifd_router_release(x->r, NULL); /* nothing */
     /* a dispatched one: CANCEL to its worker, no callback from now on, and
      * its room is held until FINISHED */
-    ifd_router_release(x.r, a.s);
-    a.s = NULL;
-    ck_assert_int_eq(x.fake.n_frames, 2);
-    ck_assert_int_eq(last_frame(&x)->type, IFD_WIRE_CANCEL);
-    ck_assert_uint_eq(last_frame(&x)->id, ia);
-    ck_assert_int_eq(last_frame(&x)->worker, 0);
-    const int32_t t[] = {20};
-    ev_tokens(&x, 0, ia, t, 1);
-    ck_assert_int_eq(a.n_token, 0);
-    ck_assert_int_eq(ifd_router_dispatched(x.r), 1);
-    ck_assert_int_eq(c.n_dispatched, 0);
-    ev_finished(&x, 0, ia, IFD_WIRE_FINISH_CANCELLED);
-    ck_assert_int_eq(a.n_finished, 0);
-    /* its room went to c */
-    uint64_t ic = id_of(&x, &c, 0);
+    release(a);
+    const frame_t *f = last_frame(x);
+    ck_assert(f->type == IFD_WIRE_CANCEL && f->id == a->id && f->worker == 0);
+    const int32_t t[] = {20}, t3[] = {21, 22, 23};
+    tokens(a, t, 1);
+    ck_assert_int_eq(a->n_token, 0);
+    ck_assert_int_eq(ifd_router_dispatched(x->r), 1);
+    ck_assert_int_eq(c->n_dispatched, 0);
+    finish(a, IFD_WIRE_FINISH_CANCELLED);
+    expect_add(c, 0, 0); /* its room went to c */
     /* released from inside on_token: one CANCEL, no more tokens */
-    c.release_on_token = true;
-    const int32_t t2[] = {21, 22, 23};
-    ev_tokens(&x, 0, ic, t2, 3);
-    ck_assert_int_eq(c.n_token, 1);
-    ck_assert_int_eq(last_frame(&x)->type, IFD_WIRE_CANCEL);
-    ck_assert_uint_eq(last_frame(&x)->id, ic);
-    ck_assert_int_eq(x.fake.n_frames, 4);
+    c->release_on_token = true;
+    tokens(c, t3, 3);
+    ck_assert_int_eq(c->n_token, 1);
+    f = last_frame(x);
+    ck_assert(f->type == IFD_WIRE_CANCEL && f->id == c->id && x->fake.n_frames == 4);
     /* the worker dies before its FINISHED: freed, not resumed */
-    ev_lost(&x, 0);
-    ck_assert_int_eq(x.fake.n_frames, 4);
-    ck_assert_int_eq(c.n_finished + c.n_error, 0);
-    ck_assert_int_eq(a.n_dispatched + b.n_dispatched + c.n_dispatched, 2);
-    fix_fini(&x);
+    fake_lose(&x->fake, 0);
+    ck_assert_int_eq(x->fake.n_frames, 4);
+    ck_assert_int_eq(a->n_error + c->n_error, 0);
+    ck_assert_int_eq(b->n_dispatched, 0);
 }
 END_TEST
 
 /* Destroy frees what is still queued or dispatched, without callbacks. */
 START_TEST(test_destroy_with_sequences)
 {
-    fix_t x;
-    fix_init(&x, 1, 1, NULL);
-    const int32_t p[] = {10, 11, 12};
-    owner_t a = {0}, b = {0};
-    ck_assert_int_eq(submit(x.r, &a, p, 3, 8), 0);
-    ck_assert_int_eq(submit(x.r, &b, p, 3, 8), 0);
-    ck_assert_int_eq(ifd_router_dispatched(x.r), 1);
-    ck_assert_int_eq(ifd_router_queued(x.r), 1);
-    ifd_router_destroy(x.r);
-    ck_assert_int_eq(a.n_finished + b.n_finished + a.n_error + b.n_error, 0);
-    ifd_kvpool_destroy(x.pool);
+    fix_t *x = fix_init(1, 1, NULL);
+    owner_t *a = sub(x, P3, 3, 8);
+    owner_t *b = sub(x, P3, 3, 8);
+    ck_assert_int_eq(ifd_router_dispatched(x->r), 1);
+    ck_assert_int_eq(ifd_router_queued(x->r), 1);
+    ifd_router_destroy(x->r);
+    x->r = NULL; /* no fix_fini: the router is gone */
+    ck_assert_int_eq(a->n_finished + b->n_finished + a->n_error + b->n_error, 0);
+    ifd_kvpool_destroy(x->pool);
 }
 END_TEST
 
 /* ---- prompt logprobs --------------------------------------------------------------------- */
 
-static void ev_plp(fix_t *x, int w, uint64_t id, uint32_t pos, uint32_t n)
+/* PROMPT_LOGPROBS for o from worker w: positions pos .. pos + n - 1. */
+static void plp_from(int w, const owner_t *o, uint32_t pos, uint32_t n)
 {
     ifd_wire_plp_t e[16];
     memset(e, 0, sizeof e);
     for (uint32_t i = 0; i < n; i++)
         e[i].token = (int32_t)(pos + i);
     ifd_wire_msg_t m = {.type = IFD_WIRE_PROMPT_LOGPROBS};
-    m.u.prompt_logprobs = (ifd_wire_prompt_logprobs_t){id, pos, e, n};
-    ifd_router_on_message(x->r, w, &m);
+    m.u.prompt_logprobs = (ifd_wire_prompt_logprobs_t){o->id, pos, e, n};
+    ifd_router_on_message(o->x->r, w, &m);
 }
 
 /* Every prompt position reaches the owner once, in order, across a resumption. */
 START_TEST(test_prompt_logprobs_resume)
 {
-    fix_t x;
-    fix_init(&x, 2, 8, NULL);
+    fix_t *x = fix_init(2, 8, NULL);
     const int32_t p[] = {10, 11, 12, 13, 14, 15, 16, 17};
-    owner_t a = {0};
     ifd_rseq_params_t sp = params(p, 8, 4);
     sp.prompt_logprobs = 1;
-    ck_assert_int_eq(submit_p(x.r, &a, &sp), 0);
-    uint64_t id = id_of(&x, &a, 0);
-    ck_assert_uint_eq(last_frame(&x)->prompt_logprobs, 1);
-    ev_plp(&x, 0, id, 1, 3);
-    ck_assert_uint_eq(a.plp_last, 3);
-    ev_plp(&x, 0, id, 6, 2); /* a gap: dropped */
-    ck_assert_uint_eq(a.plp_last, 3);
-    ev_lost(&x, 0);
-    ck_assert_uint_eq(last_frame(&x)->prompt_logprobs, 1); /* 4 .. 7 still missing */
-    ck_assert_int_eq(last_frame(&x)->worker, 1);
-    ev_plp(&x, 1, id, 1, 5); /* recomputed from 1: 4 and 5 are new */
-    ck_assert_uint_eq(a.plp_last, 5);
-    ev_plp(&x, 1, id, 6, 4); /* past the prompt: cut at 7 */
-    ck_assert_uint_eq(a.plp_last, 7);
-    ck_assert_int_eq(a.n_plp, 3);
-    x.fake.w[0].ready = true;
-    ev_lost(&x, 1);
-    ck_assert_uint_eq(last_frame(&x)->prompt_logprobs, 0); /* all delivered: not asked again */
-    ev_plp(&x, 0, id, 1, 7);
-    ck_assert_int_eq(a.n_plp, 3);
-    ev_finished(&x, 0, id, IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(a.n_finished, 1);
-    fix_fini(&x);
+    owner_t *a = sub_p(x, &sp);
+    ck_assert_uint_eq(expect_add(a, 0, 0)->prompt_logprobs, 1);
+    /* from worker: positions sent, then the last one the owner holds */
+    const struct {
+        int w;
+        uint32_t pos, n, plp_last;
+    } step[] = {
+        {0, 1, 3, 3}, /* 1 .. 3 */
+        {0, 6, 2, 3}, /* a gap: dropped */
+        {1, 1, 5, 5}, /* resumed on 1, recomputed from 1: 4 and 5 are new */
+        {1, 6, 4, 7}, /* past the prompt: cut at 7 */
+        {0, 1, 7, 7}, /* resumed on 0: nothing new */
+    };
+    for (size_t i = 0; i < sizeof step / sizeof step[0]; i++) {
+        if (step[i].w != x->fake.where[a->id]) {
+            const int dead = x->fake.where[a->id];
+            x->fake.w[step[i].w].ready = true;
+            fake_lose(&x->fake, dead);
+            /* asked again only while some are missing */
+            ck_assert_uint_eq(expect_add(a, step[i].w, 0)->prompt_logprobs,
+                              a->plp_last + 1 < 8 ? 1 : 0);
+        }
+        plp_from(step[i].w, a, step[i].pos, step[i].n);
+        ck_assert_uint_eq(a->plp_last, step[i].plp_last);
+    }
+    ck_assert_int_eq(a->n_plp, 3);
 }
 END_TEST
 
 /* ---- the local layers' window ------------------------------------------------------------ */
 
-/* Puts `n` fillers (no prefix) on worker w of two, the other one held not
- * ready meanwhile; returns their ids in ids[]. */
-static void fill(fix_t *x, int w, int n, owner_t *o, uint64_t *ids)
+/* Puts n fillers (no prefix) on worker w of two, the other one held not
+ * ready meanwhile. */
+static void fill(fix_t *x, int w, int n)
 {
-    static const int32_t q[] = {50, 51};
     x->fake.w[1 - w].ready = false;
     for (int i = 0; i < n; i++) {
-        ck_assert_int_eq(submit(x->r, &o[i], q, 2, 4), 0);
-        ids[i] = id_of(x, &o[i], w);
+        sub(x, P3, 3, 4);
+        ck_assert_int_eq(last_worker(x), w);
     }
     x->fake.w[1 - w].ready = true;
 }
@@ -1163,23 +1071,16 @@ static void fill(fix_t *x, int w, int n, owner_t *o, uint64_t *ids)
 static int local_pick(const int *devs, const bool *twins, int load0, int load1)
 {
     const int wdev[] = {0, 1};
-    fix_t x;
-    fix_init_w(&x, 2, 8, wdev, BS);
-    ifd_router_set_slack(x.r, 1);
+    fix_t *x = fix_init_w(2, 8, wdev, BS);
+    ifd_router_set_slack(x->r, 1);
     int32_t a[13];
     prompt13(a, 100);
-    cache_prefix(&x, a, 3, devs, twins);
-    owner_t f[4] = {{0}}, o = {0};
-    uint64_t ids[4];
-    fill(&x, 0, load0, f, ids);
-    fill(&x, 1, load1, f + load0, ids + load0);
-    ck_assert_int_eq(submit(x.r, &o, a, 13, 4), 0);
-    const int pick = last_frame(&x)->worker;
-    ev_finished(&x, pick, last_frame(&x)->id, IFD_WIRE_FINISH_STOP);
-    for (int i = 0; i < load0 + load1; i++)
-        ev_finished(&x, i < load0 ? 0 : 1, ids[i], IFD_WIRE_FINISH_STOP);
-    ck_assert_int_eq(o.n_finished, 1);
-    fix_fini(&x);
+    cache_prefix(x, a, 3, devs, twins);
+    fill(x, 0, load0);
+    fill(x, 1, load1);
+    sub(x, a, 13, 4);
+    const int pick = last_worker(x);
+    fix_fini(x);
     return pick;
 }
 
@@ -1209,6 +1110,7 @@ int main(void)
     Suite *s = suite_create("router");
     TCase *tc = tcase_create("router");
     tcase_set_timeout(tc, 30);
+    tcase_add_checked_fixture(tc, NULL, fix_teardown);
     tcase_add_test(tc, test_create_and_submit_checks);
     tcase_add_test(tc, test_dispatch_frame);
     tcase_add_test(tc, test_prefix_preference);
