@@ -10,6 +10,10 @@
  *
  * ifd__pump is the only place that dispatches; it is not re-entered (a
  * submit from inside one of its callbacks sets `repump`).
+ *
+ * Workers are reached only through r->tp (router.h's transport). Their
+ * states are read once per choice (ifd__choose fills r->ws), since nothing
+ * between that and the send can change them.
  */
 #include "router.h"
 

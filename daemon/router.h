@@ -139,8 +139,8 @@ typedef struct {
 } ifd_router_params_t;
 
 /* The pool, the local pool and the metrics are borrowed for the router's
- * life; eog_ids and the transport are copied. 0, IFD_EINVAL (a transport
- * callback missing, n_workers < 1), IFD_ENOMEM. */
+ * life; eog_ids and the transport are copied. 0, IFD_EINVAL (no pool, a
+ * transport callback missing, n_workers < 1), IFD_ENOMEM. */
 int ifd_router_create(ifd_router_t **out, const ifd_router_params_t *p);
 /* Frees every sequence (no callbacks) and the router. */
 void ifd_router_destroy(ifd_router_t *r);
