@@ -409,8 +409,10 @@ static int ifd__score_local(ifd_router_t *r, const ifd_rseq_t *s, int got)
     return 0;
 }
 
-/* Adds to each candidate's score (r->scores[w] >= 0) the cached leading
- * blocks of s on its worker's device. */
+/* Adds to each candidate's score (r->scores[w] >= 0) the blocks of s's
+ * cached prefix (the probe's run, which may span devices) that lie on its
+ * worker's device; with a local pool, the run its engine could use there
+ * (ifd__score_local). */
 static void ifd__score_prefix(ifd_router_t *r, const ifd_rseq_t *s)
 {
     uint32_t n_tok = s->n_prompt + s->n_gen;
