@@ -1,7 +1,8 @@
 /*
  * router.c — see router.h.
  *
- * Every live sequence is in the id hash (chained buckets) and in exactly
+ * Every live sequence has a slot in r->live, found by id through r->ids
+ * (common/hash.h), and is in exactly
  * one of: the queue (doubly linked, FIFO, resumed ones pushed to the
  * front), a worker's list (dispatched), or "limbo" — taken out of both while
  * its final callbacks run, so that a callback releasing it (or another
@@ -18,6 +19,7 @@
 #include "router.h"
 
 #include "error.h"
+#include "hash.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -49,14 +51,15 @@ struct ifd_rseq {
     uint64_t progress_at_death; /* n_gen + n_plp when the last one was lost */
     ifd_rseq_t *qprev, *qnext;
     ifd_rseq_t *wprev, *wnext;
-    ifd_rseq_t *hnext;
+    int32_t slot; /* in r->live */
 };
 
 struct ifd_router {
     ifd_router_params_t p;
     int32_t *eog;
-    ifd_rseq_t **buckets;
-    size_t n_buckets;
+    ifd_rseq_t **live; /* [live_cap]: live sequences by slot, NULL for a free slot */
+    int32_t *free_slots, n_free, live_cap;
+    ifd_hash_t ids; /* id → slot */
     int n_live;
     ifd_rseq_t *qhead, *qtail;
     int n_queued;
@@ -80,59 +83,52 @@ struct ifd_router {
 
 static void ifd__pump(ifd_router_t *r);
 
-/* ---- hash ---------------------------------------------------------------------------- */
-
-static size_t ifd__bucket(const ifd_router_t *r, uint64_t id)
-{
-    uint64_t h = id * 0x9E3779B97F4A7C15ULL;
-    return (size_t)(h >> 20) & (r->n_buckets - 1);
-}
+/* ---- live sequences by id -------------------------------------------------------------- */
 
 static ifd_rseq_t *ifd__find(const ifd_router_t *r, uint64_t id)
 {
-    for (ifd_rseq_t *s = r->buckets[ifd__bucket(r, id)]; s; s = s->hnext)
-        if (s->id == id)
-            return s;
+    uint64_t h = ifd_hash_u64(id);
+    uint32_t it = ifd_hash_first(&r->ids, h);
+    for (int32_t k; (k = ifd_hash_next(&r->ids, h, &it)) >= 0;)
+        if (r->live[k]->id == id)
+            return r->live[k];
     return NULL;
 }
 
-static int ifd__hash_add(ifd_router_t *r, ifd_rseq_t *s)
+static int ifd__live_add(ifd_router_t *r, ifd_rseq_t *s)
 {
-    if ((size_t)r->n_live + 1 > r->n_buckets) {
-        size_t nb = r->n_buckets * 2;
-        ifd_rseq_t **b = calloc(nb, sizeof *b);
-        if (!b)
+    if (!r->n_free) {
+        int32_t cap = r->live_cap ? 2 * r->live_cap : 256;
+        ifd_rseq_t **l = realloc(r->live, (size_t)cap * sizeof *l);
+        if (!l)
             return IFD_ENOMEM;
-        ifd_rseq_t **old = r->buckets;
-        size_t on = r->n_buckets;
-        r->buckets = b;
-        r->n_buckets = nb;
-        for (size_t i = 0; i < on; i++) {
-            ifd_rseq_t *x = old[i];
-            while (x) {
-                ifd_rseq_t *next = x->hnext;
-                size_t k = ifd__bucket(r, x->id);
-                x->hnext = b[k];
-                b[k] = x;
-                x = next;
-            }
+        r->live = l;
+        int32_t *f = realloc(r->free_slots, (size_t)cap * sizeof *f);
+        if (!f)
+            return IFD_ENOMEM;
+        r->free_slots = f;
+        for (int32_t k = cap - 1; k >= r->live_cap; k--) {
+            r->live[k] = NULL;
+            r->free_slots[r->n_free++] = k;
         }
-        free(old);
+        r->live_cap = cap;
     }
-    size_t k = ifd__bucket(r, s->id);
-    s->hnext = r->buckets[k];
-    r->buckets[k] = s;
+    int32_t k = r->free_slots[r->n_free - 1];
+    if (ifd_hash_insert(&r->ids, ifd_hash_u64(s->id), k))
+        return IFD_ENOMEM;
+    r->n_free--;
+    r->live[k] = s;
+    s->slot = k;
     r->n_live++;
     return 0;
 }
 
 static void ifd__free_seq(ifd_router_t *r, ifd_rseq_t *s)
 {
-    ifd_rseq_t **pp = &r->buckets[ifd__bucket(r, s->id)];
-    while (*pp && *pp != s)
-        pp = &(*pp)->hnext;
-    IFD_ASSERT(*pp == s);
-    *pp = s->hnext;
+    int found = ifd_hash_remove(&r->ids, ifd_hash_u64(s->id), s->slot);
+    IFD_ASSERT(found == 0);
+    r->live[s->slot] = NULL;
+    r->free_slots[r->n_free++] = s->slot;
     r->n_live--;
     free(s->tokens);
     free(s->stop_ids);
@@ -223,14 +219,12 @@ int ifd_router_create(ifd_router_t **out, const ifd_router_params_t *p)
     r->p = *p;
     r->tp = *tp;
     r->n_workers = tp->n_workers;
-    r->n_buckets = 1024;
-    r->buckets = calloc(r->n_buckets, sizeof *r->buckets);
     r->whead = calloc((size_t)r->n_workers, sizeof *r->whead);
     r->load = calloc((size_t)r->n_workers, sizeof *r->load);
     r->scores = calloc((size_t)r->n_workers, sizeof *r->scores);
     r->ws = calloc((size_t)r->n_workers, sizeof *r->ws);
     r->eog = p->n_eog_ids ? malloc(p->n_eog_ids * sizeof *r->eog) : NULL;
-    if (!r->buckets || !r->whead || !r->load || !r->scores || !r->ws || (p->n_eog_ids && !r->eog)) {
+    if (ifd_hash_init(&r->ids, 256) || !r->whead || !r->load || !r->scores || !r->ws || (p->n_eog_ids && !r->eog)) {
         ifd_router_destroy(r);
         return IFD_ENOMEM;
     }
@@ -249,21 +243,19 @@ void ifd_router_destroy(ifd_router_t *r)
 {
     if (!r)
         return;
-    if (r->buckets) {
-        for (size_t i = 0; i < r->n_buckets; i++) {
-            ifd_rseq_t *s = r->buckets[i];
-            while (s) {
-                ifd_rseq_t *next = s->hnext;
-                free(s->tokens);
-                free(s->stop_ids);
-                free(s->grammar);
-                free(s->sampling.logit_bias);
-                free(s);
-                s = next;
-            }
+    for (int32_t k = 0; k < r->live_cap; k++) {
+        ifd_rseq_t *s = r->live[k];
+        if (s) {
+            free(s->tokens);
+            free(s->stop_ids);
+            free(s->grammar);
+            free(s->sampling.logit_bias);
+            free(s);
         }
     }
-    free(r->buckets);
+    free(r->live);
+    free(r->free_slots);
+    ifd_hash_close(&r->ids);
     free(r->whead);
     free(r->load);
     free(r->scores);
@@ -330,7 +322,7 @@ int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rse
     s->owner = owner;
     s->worker = -1;
     s->id = r->next_id++;
-    if (ifd__hash_add(r, s)) {
+    if (ifd__live_add(r, s)) {
         free(s->tokens);
         free(s->stop_ids);
         free(s->grammar);
