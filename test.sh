@@ -75,7 +75,7 @@ fail_on_reports() {  # DIR CTEST_RC
 
 echo "== sanitizer build ($ASAN_DIR): address,undefined =="
 cmake -S . -B "$ASAN_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1" \
-      -DINFERD_SANITIZE=address,undefined -DINFERD_CUDA=OFF >/dev/null
+      -DINFERD_SANITIZE=address,undefined -DINFERD_CUDA=OFF -DINFERD_TEST_HOOKS=ON >/dev/null
 cmake --build "$ASAN_DIR" -j "$JOBS"
 reports="$PWD/$ASAN_DIR/sanitizer-reports"
 rm -rf "$reports" && mkdir -p "$reports"
@@ -94,7 +94,7 @@ TSAN_TESTS=(test_kvpool test_threadpool test_engine test_backend_cpu test_backen
             test_cpu_attention)
 echo "== sanitizer build ($TSAN_DIR): thread =="
 cmake -S . -B "$TSAN_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1" \
-      -DINFERD_SANITIZE=thread -DINFERD_CUDA=OFF >/dev/null
+      -DINFERD_SANITIZE=thread -DINFERD_CUDA=OFF -DINFERD_TEST_HOOKS=ON >/dev/null
 cmake --build "$TSAN_DIR" -j "$JOBS" --target "${TSAN_TESTS[@]}"
 reports="$PWD/$TSAN_DIR/sanitizer-reports"
 rm -rf "$reports" && mkdir -p "$reports"
@@ -105,6 +105,6 @@ CK_TIMEOUT_MULTIPLIER=3 INFERD_TEST_TIMEOUT_SCALE=3 TSAN_OPTIONS="halt_on_error=
 fail_on_reports "$reports" "$rc"
 
 echo "== build ($BUILD_DIR) =="
-cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFERD_TEST_HOOKS=ON >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure "$@"

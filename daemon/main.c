@@ -359,6 +359,7 @@ static void ifd__shutdown_step(ifd__daemon_t *d)
     }
 }
 
+#ifdef IFD_TEST_HOOKS
 /* How long the test hook below blocks the loop: seven of the test's ping
  * periods (WATCHDOG_USEC=400000, a ping every 0.2 s), so the gap shows on a
  * loaded machine, and far below worker_timeout and the test's timeouts. */
@@ -370,7 +371,8 @@ static void ifd__shutdown_step(ifd__daemon_t *d)
  * IFD__WEDGE_MS, as a wedged loop would. The watchdog pings must stop for that
  * long and then resume, which proves they come from the loop and not from a
  * thread of their own (test_daemon_systemd.py::test_socket_activation_and_notify,
- * docs/reliability.md). Unset, it costs one pointer test per tick. */
+ * docs/reliability.md). Unset, it costs one pointer test per tick. Compiled
+ * only with -DINFERD_TEST_HOOKS=ON (test builds: test.sh). */
 static void ifd__test_wedge(const char *path)
 {
     char mark[PATH_MAX + 8];
@@ -385,6 +387,7 @@ static void ifd__test_wedge(const char *path)
     while (nanosleep(&left, &left) != 0 && errno == EINTR)
         ;
 }
+#endif
 
 /* systemd's timers, kept from the loop itself: a loop that stops turning
  * stops the watchdog pings, and systemd restarts the service. Until every
@@ -394,8 +397,10 @@ static void ifd__test_wedge(const char *path)
 static void ifd__sd_tick_cb(uv_timer_t *t)
 {
     ifd__daemon_t *d = t->data;
+#ifdef IFD_TEST_HOOKS
     if (d->wedge_path && unlink(d->wedge_path) == 0)
         ifd__test_wedge(d->wedge_path);
+#endif
     if (d->watchdog_usec)
         ifd_notify("WATCHDOG=1");
     if (!d->api.ready_once && d->stage == 0)
@@ -406,9 +411,11 @@ static void ifd__sd_tick_cb(uv_timer_t *t)
 static void ifd__sd_start(ifd__daemon_t *d)
 {
     uint64_t usec = 0;
+#ifdef IFD_TEST_HOOKS
     const char *wedge = getenv("INFERD_TEST_WEDGE_LOOP");
     if (wedge && *wedge && !(d->wedge_path = strdup(wedge)))
         IFD_WARN("INFERD_TEST_WEDGE_LOOP: out of memory, the test hook is off");
+#endif
     if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0)
         d->watchdog_usec = usec;
     /* the watchdog's half period, and at most 5 s so the start-up extension is

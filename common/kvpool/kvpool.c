@@ -484,8 +484,10 @@ void ifd__kv_lock(ifd_kvpool_t *p)
         rc = pthread_mutex_consistent(&p->h->lock.m);
     }
     IFD_ASSERT(rc == 0);
+#ifdef IFD_TEST_HOOKS
     if (p->hold_path)
         ifd__kv_test_hold(p);
+#endif
 }
 
 void ifd__kv_unlock(ifd_kvpool_t *p)
@@ -766,11 +768,13 @@ int ifd_kvpool_attach(int meta_fd, const int *data_fds, int n_data_fds,
     if (expect && (rc = kv_check_expect(p->h, expect)))
         goto fail;
     kv_handle_fill(p);
+#ifdef IFD_TEST_HOOKS
     const char *hold = getenv("INFERD_TEST_POOL_LOCK_HOLD");
     if (hold && *hold && !(p->hold_path = strdup(hold))) {
         rc = IFD_ENOMEM;
         goto fail;
     }
+#endif
     if (n_data_fds > p->n_devices) {
         IFD_ERROR("kvpool: attach: %d data fds for a pool of %d devices", n_data_fds, p->n_devices);
         rc = IFD_EMISMATCH;

@@ -452,7 +452,8 @@ int ifd_kvpool_adopt_fd(ifd_kvpool_t *pool, int dev, int fd);
  * takes the lock it renames PATH to PATH.held; the one process that
  * succeeds writes its pid to PATH.pid and stays inside the lock until it is
  * killed. A test creates PATH at the moment it wants a worker to stop there
- * (tests/integration/test_daemon_load.py). Unset, it costs nothing. */
+ * (tests/integration/test_daemon_load.py). Unset, it costs nothing.
+ * Compiled only with -DINFERD_TEST_HOOKS=ON (test builds: test.sh). */
 
 /* SIGKILLs this process at the n-th crash point (a spot between two stores
  * inside the critical section) reached through this handle; 0 disables. */

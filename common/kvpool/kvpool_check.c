@@ -381,6 +381,7 @@ void ifd__kvpool_set_crash_point(ifd_kvpool_t *p, long n)
     p->crash_countdown = n;
 }
 
+#ifdef IFD_TEST_HOOKS
 void ifd__kv_test_hold(ifd_kvpool_t *p)
 {
     /* One process wins the rename; it reports its pid (written, then renamed
@@ -402,6 +403,7 @@ void ifd__kv_test_hold(ifd_kvpool_t *p)
     for (;;)
         pause();
 }
+#endif
 
 void ifd__kvpool_lock(ifd_kvpool_t *p)
 {

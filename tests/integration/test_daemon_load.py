@@ -99,10 +99,15 @@ def test_sigkill_at_random_moments_32_streams():
                env={"INFERD_TEST_POOL_LOCK_HOLD": hold})
     rnd = random.Random(int(os.environ.get("INFERD_TEST_SEED", "17")))
     kills = 0
+    # the pool-lock phase needs the test hook, compiled only with -DINFERD_TEST_HOOKS=ON
+    hooks = os.environ.get("INFERD_TEST_HOOKS") == "1"
+    if not hooks:
+        print("     SKIPPED: the SIGKILL holding the pool lock (built without INFERD_TEST_HOOKS: "
+              "test.sh turns it on)", flush=True)
+    phases = ("prefill", "decode", "pool lock") if hooks else ("prefill", "decode")
     try:
         # INFERD_TEST_ROUNDS=N repeats the three (CI: 1)
-        for phase in ("prefill", "decode", "pool lock") * int(os.environ.get("INFERD_TEST_ROUNDS",
-                                                                              "1")):
+        for phase in phases * int(os.environ.get("INFERD_TEST_ROUNDS", "1")):
             pids = d.worker_pids()
             ss = start_streams(d)
             if phase == "prefill":  # before any stream has its first token
@@ -139,7 +144,8 @@ def test_sigkill_at_random_moments_32_streams():
             m = d.wait_idle(timeout=30)
             print("     SIGKILL in %-9s (%s): 32 streams identical" % (phase, note), flush=True)
         assert m["inferd_worker_restarts_total"] == kills, m
-        assert "died holding the pool lock" in d.logtext() or "repair" in d.logtext()
+        if hooks:
+            assert "died holding the pool lock" in d.logtext() or "repair" in d.logtext()
     finally:
         assert d.stop() == 0
         for suffix in ("", ".pid", ".held", ".pid.tmp"):
