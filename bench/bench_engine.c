@@ -38,7 +38,7 @@
  * throughput is a rate, so it stays comparable. --kv-dtype defaults to f16,
  * the daemon's default kv_dtype, so the numbers are those of a served model;
  * --weights-dtype likewise defaults to the daemon's auto (backend.h).
- * --backend picks the worker's backend (worker_cli.h; cuda = device 0 of
+ * --backend picks the worker's backend (backend_factory.h; cuda = device 0 of
  * CUDA_VISIBLE_DEVICES): bench/gpu_vs_hf.py drives the CUDA engine with it.
  */
 #include "error.h"
@@ -48,7 +48,7 @@
 #include "worker/backend.h"
 #include "worker/engine.h"
 #include "worker/model.h"
-#include "worker/worker_cli.h"
+#include "worker/backend_factory.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -229,7 +229,7 @@ int main(int argc, char **argv)
     char name[160] = "simulated";
     int n_vocab = SIM_VOCAB;
     if (sim_ms < 0) {
-        if (ifd_worker_backend_create(&be, backend_name, threads, weights, err, sizeof err) ||
+        if (ifd_backend_factory_create(&be, backend_name, threads, weights, err, sizeof err) ||
             ifd_model_load(&m, model, be, err, sizeof err)) {
             fprintf(stderr, "bench_engine: %s\n", err);
             return 1;

@@ -11,6 +11,7 @@
 #include "kvpool/kvparams.h"
 
 #include "backend.h"
+#include "backend_factory.h"
 #include "engine.h"
 #include "error.h"
 #include "fdpass.h"
@@ -20,11 +21,7 @@
 #include "model.h"
 #include "proto/wire.h"
 #include "tokenizer/tokenizer.h"
-#include "worker_cli.h"
 #include "worker_model.h"
-#ifdef IFD_HAVE_CUDA
-#include "cuda_module.h"
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -382,8 +379,8 @@ static int ifd__pool_step(ifd__srv_t *s, ifd_wire_reader_t *rd, ifd_backend_t *b
                                      .kv_dtype = (ifd_kv_dtype_t)h->kv.dtype};
     ifd_kvprobe_size_t sz;
     char desc[128];
-    int rc = ifd_worker_gpu_size(be, model, &wp, h->gpu_memory_fraction, &sz, desc, sizeof desc,
-                                 err, errlen);
+    int rc = ifd_backend_factory_gpu_size(be, model, &wp, h->gpu_memory_fraction, &sz, desc,
+                                          sizeof desc, err, errlen);
     if (rc)
         return rc;
     ifd_wire_msg_t m = {.type = IFD_WIRE_POOL_SIZE};
@@ -445,22 +442,10 @@ static int ifd__serve_backend(const ifd_serve_opts_t *o, const ifd_wire_hello_t 
                               size_t errlen)
 {
     const char *name = h->backend && h->backend[0] ? h->backend : "cpu";
-    int rc = ifd_worker_backend_create(be, name, threads, o->weights, err, errlen);
+    int rc = ifd_backend_factory_create(be, name, threads, o->weights, err, errlen);
     if (rc)
         return rc;
-    if (strcmp(name, "cpu") == 0) {
-        snprintf(devname, devlen, "cpu (%d threads)",
-                 threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-        return 0;
-    }
-    char desc[128] = "cuda";
-#ifdef IFD_HAVE_CUDA
-    const ifd_cuda_module_t *cm = ifd_cuda_module_load(NULL, 0); /* loaded by the create */
-    if (cm)
-        cm->device_describe(0, desc, sizeof desc);
-#endif
-    snprintf(devname, devlen, "%s (GPU %d%s)", desc, (int)h->device,
-             strcmp(name, "cuda-f32") == 0 ? ", exact f32" : "");
+    ifd_backend_factory_describe(name, threads, (int)h->device, devname, devlen);
     return 0;
 }
 
@@ -519,7 +504,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         ifd__send_error(&s, 0, IFD_EINVAL, "HELLO without the KV pool fds");
         goto out;
     }
-    if (sizing && (rc = ifd_worker_gpu_check(err, sizeof err))) {
+    if (sizing && (rc = ifd_backend_factory_gpu_check(err, sizeof err))) {
         ifd__send_error(&s, 0, rc, err);
         goto out;
     }

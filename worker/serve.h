@@ -17,9 +17,9 @@
  *
  * The POOL step (HELLO's size_pool, the first worker of each GPU, started
  * before the pool exists): HELLO has no fds; after loading the model the
- * worker sizes the pool (worker_cli.h's ifd_worker_gpu_size: the warm-up
- * of kvprobe.h at the engine's limits, whose grown buffers the engine then
- * reuses), sends POOL_SIZE, and waits for POOL, which brings the pool's
+ * worker sizes the pool (ifd_backend_factory_gpu_size, backend_factory.h:
+ * the warm-up of kvprobe.h at the engine's limits, whose grown buffers the
+ * engine then reuses), sends POOL_SIZE, and waits for POOL, which brings the pool's
  * fds and geometry; from there on as above. A failure before POOL_SIZE is
  * sent as ERROR id 0 only (not logged: the router prints it as the start's
  * one error line) and exits 1; SHUTDOWN or EOF while waiting exits 0.

@@ -8,6 +8,7 @@
 #include "worker_cli.h"
 
 #include "backend.h"
+#include "backend_factory.h"
 #include "chat/chat_template.h"
 #include "engine.h"
 #include "error.h"
@@ -178,97 +179,6 @@ static int ifd__parse_ids(const char *s, ifd_tokens_t *out)
     return out->n ? 0 : IFD_EINVAL;
 }
 
-int ifd_worker_backend_create(ifd_backend_t **out, const char *name, int threads,
-                              ifd_weights_dtype_t weights, char *err, size_t errlen)
-{
-    int rc;
-    if (!name || strcmp(name, "cpu") == 0) {
-        if ((rc = ifd_backend_cpu_create_ex(out, threads, weights)))
-            snprintf(err, errlen, "cannot start the CPU backend: %s", ifd_strerror(rc));
-        return rc;
-    }
-    if (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-f32") == 0) {
-#ifdef IFD_HAVE_CUDA
-        /* the module maps the CUDA libraries: only now, never for a CPU backend */
-        const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, errlen);
-        if (!cm)
-            return IFD_ENODEV;
-        return cm->backend_create(out, 0, strcmp(name, "cuda-f32") == 0, err, errlen);
-#else
-        snprintf(err, errlen, "backend '%s': this build has no CUDA backend "
-                              "(configure with -DINFERD_CUDA=ON)", name);
-        return IFD_ENOTSUP;
-#endif
-    }
-    snprintf(err, errlen, "unknown backend '%s' (cpu, cuda, cuda-f32)", name);
-    return IFD_EINVAL;
-}
-
-#ifdef IFD_HAVE_CUDA
-static int ifd__gpu_mem(void *ctx, uint64_t *free_bytes)
-{
-    const ifd_cuda_module_t *cm = ctx;
-    size_t f = 0, t = 0;
-    char err[256];
-    int rc = cm->mem_info(&f, &t, err, sizeof err);
-    *free_bytes = f;
-    return rc;
-}
-#endif
-
-int ifd_worker_gpu_check(char *err, size_t errlen)
-{
-#ifdef IFD_HAVE_CUDA
-    int n_dev;
-    const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, errlen);
-    if (!cm)
-        return IFD_ENODEV; /* its one line says why */
-    if (cm->device_count(&n_dev, err, errlen) != 0) {
-        char why[900];
-        snprintf(why, sizeof why, "%s", err);
-        snprintf(err, errlen, "no CUDA device: %s", why);
-        return IFD_ENODEV;
-    }
-    return 0;
-#else
-    snprintf(err, errlen, "this build has no CUDA backend (configure with -DINFERD_CUDA=ON)");
-    return IFD_ENOTSUP;
-#endif
-}
-
-int ifd_worker_gpu_size(ifd_backend_t *be, ifd_model_t *m, const ifd_kvprobe_params_t *warm,
-                        double fraction, ifd_kvprobe_size_t *out, char *desc, size_t desclen,
-                        char *err, size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    if (desclen)
-        desc[0] = '\0';
-#ifdef IFD_HAVE_CUDA
-    const ifd_cuda_module_t *cm = ifd_cuda_module_load(err, errlen);
-    if (!cm)
-        return IFD_ENODEV;
-    size_t free_b = 0, total_b = 0;
-    int rc = be->ops->sync(be);
-    if (!rc)
-        rc = cm->mem_info(&free_b, &total_b, err, errlen);
-    if (rc)
-        return rc;
-    cm->device_describe(0, desc, desclen);
-    const int n_ctx = (int)ifd_model_config(m)->n_ctx_train;
-    ifd_kvprobe_size_params_t sp = {.warm = *warm, .fraction = fraction, .total_bytes = total_b};
-    if (sp.warm.max_ctx <= 0 || sp.warm.max_ctx > n_ctx)
-        sp.warm.max_ctx = n_ctx > 0 ? n_ctx : 1;
-    return ifd_kvprobe_size(m, &sp, ifd__gpu_mem, (void *)cm, out, err, errlen);
-#else
-    (void)be;
-    (void)m;
-    (void)warm;
-    (void)fraction;
-    snprintf(err, errlen, "this build has no CUDA backend (configure with -DINFERD_CUDA=ON)");
-    return IFD_ENOTSUP;
-#endif
-}
-
 /* Generation on a random-weight model: token ids in, token ids out (no
  * tokenizer, no stop tokens); with --json the timings too. */
 static int ifd__random_generate(const ifd__gen_opts_t *o, ifd_model_t *m)
@@ -338,8 +248,8 @@ static int ifd__generate_main(ifd__gen_opts_t *o)
     FILE *dump = NULL;
     int status = 1, rc;
 
-    if ((rc = ifd_worker_backend_create(&be, o->backend, o->threads, o->weights, err,
-                                        sizeof err))) {
+    if ((rc = ifd_backend_factory_create(&be, o->backend, o->threads, o->weights, err,
+                                         sizeof err))) {
         fprintf(stderr, "inferd-worker: %s\n", err);
         goto out;
     }
@@ -553,9 +463,9 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
                                   "tokenizer's model)");
         goto out;
     }
-    if (ifd_worker_gpu_check(err, sizeof err))
+    if (ifd_backend_factory_gpu_check(err, sizeof err))
         goto out;
-    if ((rc = ifd_worker_backend_create(&be, bname, 0, IFD_WEIGHTS_AUTO, err, sizeof err)))
+    if ((rc = ifd_backend_factory_create(&be, bname, 0, IFD_WEIGHTS_AUTO, err, sizeof err)))
         goto out;
     ifd_worker_model_opts_t mo = {o->model, o->shape, o->weights_seed};
     if ((rc = ifd_worker_model_load(&mo, be, &m, &tok, err, sizeof err)))
@@ -567,7 +477,8 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
                                      .max_ctx = po->max_model_len,
                                      .block_size = po->block_size,
                                      .kv_dtype = kvd};
-    rc = ifd_worker_gpu_size(be, m, &wp, po->fraction, &sz, desc, sizeof desc, err, sizeof err);
+    rc = ifd_backend_factory_gpu_size(be, m, &wp, po->fraction, &sz, desc, sizeof desc, err,
+                                      sizeof err);
     if (desc[0])
         json_object_set_new(j, "device", json_string(desc));
     if (rc && rc != IFD_ENOMEM)

@@ -129,6 +129,7 @@ if(CMAKE_CXX_COMPILER)
                  ${PROJECT_SOURCE_DIR}/worker/cuda_module.c
                  ${PROJECT_SOURCE_DIR}/worker/cuda_loader.c
                  ${PROJECT_SOURCE_DIR}/worker/worker_cli.c ${PROJECT_SOURCE_DIR}/worker/serve.c
+                 ${PROJECT_SOURCE_DIR}/worker/backend_factory.c
                  ${PROJECT_SOURCE_DIR}/worker/worker_model.c ${PROJECT_SOURCE_DIR}/worker/kvsize.c
                  ${PROJECT_SOURCE_DIR}/worker/kvprobe.c
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
