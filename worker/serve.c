@@ -30,6 +30,8 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The serving worker: what the start-up phases make (each fills its part;
+ * ifd__teardown frees whatever is there) and the loop's state. */
 typedef struct {
     int fd;
     ifd_buf_t out;            /* encoded frames to write after the step */
@@ -38,11 +40,25 @@ typedef struct {
     uint32_t n_ev, cap_ev;
     uint64_t step;
     ifd_engine_t *eng;
-    const ifd_tokenizer_t *tok;
+    ifd_tokenizer_t *tok;
     ifd_vocab_t *vocab;   /* built at the first request with a grammar */
     ifd_gstore_t *gstore; /* compiled grammars and their mask caches */
     bool draining;
     int status;
+    /* start-up */
+    ifd_wire_reader_t rd;
+    ifd_wire_msg_t hello; /* HELLO, its kv and fd counts replaced by POOL's */
+    int fds[IFD_FDPASS_MAX_FDS], nfds;
+    bool sizing;          /* HELLO asked for the POOL step */
+    bool quiet;           /* sizing, before POOL_SIZE: errors go to the router only */
+    ifd_backend_t *be;
+    ifd_model_t *model;
+    ifd_kvpool_t *pool, *lpool;
+    ifd_engine_model_t em;
+    ifd_engine_params_t ep;
+    uint64_t n_blocks;    /* the pool's, for STATS */
+    char devname[160];    /* the backend's device, for READY and the log */
+    char err[1024];       /* a failing phase's reason */
 } ifd__srv_t;
 
 static int ifd__write_all(int fd, const void *p, size_t n)
@@ -179,19 +195,24 @@ static void ifd__on_prompt_logprobs(void *ctx, uint64_t id, int32_t pos,
     free(tops);
 }
 
+/* Queues this step's token events gathered so far as one TOKENS frame. */
+static void ifd__queue_tokens(ifd__srv_t *s)
+{
+    if (!s->n_ev)
+        return;
+    ifd_wire_msg_t m = {.type = IFD_WIRE_TOKENS};
+    m.u.tokens.step = s->step;
+    m.u.tokens.events = s->ev;
+    m.u.tokens.n_events = s->n_ev;
+    ifd__queue(s, &m);
+    s->n_ev = 0;
+}
+
 static void ifd__on_finish(void *ctx, uint64_t id, ifd_finish_reason_t reason,
                            const ifd_engine_usage_t *u)
 {
     ifd__srv_t *s = ctx;
-    /* the tokens of this step go first */
-    if (s->n_ev) {
-        ifd_wire_msg_t m = {.type = IFD_WIRE_TOKENS};
-        m.u.tokens.step = s->step;
-        m.u.tokens.events = s->ev;
-        m.u.tokens.n_events = s->n_ev;
-        ifd__queue(s, &m);
-        s->n_ev = 0;
-    }
+    ifd__queue_tokens(s); /* the tokens of this step go first */
     static const uint32_t map[] = {IFD_WIRE_FINISH_STOP, IFD_WIRE_FINISH_LENGTH,
                                    IFD_WIRE_FINISH_CANCELLED, IFD_WIRE_FINISH_ERROR};
     ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
@@ -472,105 +493,106 @@ static int ifd__check_pool_memory(const ifd_backend_t *be, const ifd_kvpool_t *p
 #endif
 }
 
-int ifd_worker_serve(const ifd_serve_opts_t *o)
+/* A fatal start-up error: ERROR id 0 with msg to the router, and msg logged
+ * too unless the worker is still quiet (sizing the pool before POOL_SIZE
+ * was sent: the router prints the ERROR as the start's one error line).
+ * Returns rc, for the caller to pass up. msg may be s->err. */
+static int ifd__fatal(ifd__srv_t *s, int rc, const char *msg)
 {
-    ifd__srv_t s;
-    memset(&s, 0, sizeof s);
-    s.fd = o->fd;
-    s.status = 1;
-    ifd_wire_reader_t rd;
-    ifd_wire_reader_init(&rd, 0);
-    ifd_wire_msg_t hello = {0};
-    int fds[IFD_FDPASS_MAX_FDS], nfds = 0;
-    ifd_backend_t *be = NULL;
-    ifd_model_t *model = NULL;
-    ifd_tokenizer_t *tok = NULL;
-    ifd_kvpool_t *pool = NULL, *lpool = NULL;
-    ifd_engine_model_t em = {0};
-    char err[1024] = "";
+    if (!s->quiet)
+        IFD_ERROR("worker: %s", msg);
+    ifd__send_error(s, 0, rc, msg);
+    return rc;
+}
 
-    int rc = ifd__read_hello(s.fd, &rd, &hello, fds, &nfds);
+/* Phase 1, the handshake: HELLO with its fds (none when it asks the worker
+ * to size the pool first, which needs a device). */
+static int ifd__handshake(ifd__srv_t *s)
+{
+    int rc = ifd__read_hello(s->fd, &s->rd, &s->hello, s->fds, &s->nfds);
     if (rc) {
         IFD_ERROR("worker: no HELLO from the router: %s (%s)", ifd_strerror(rc),
-                  ifd_wire_reader_error(&rd));
-        goto out;
+                  ifd_wire_reader_error(&s->rd));
+        return rc;
     }
-    ifd_wire_hello_t *h = &hello.u.hello;
-    /* the POOL step: the router prints a failure before POOL_SIZE as the
-     * start's one error line, so the worker only sends it */
-    const bool sizing = h->size_pool;
-    if (nfds < 1 && !sizing) {
-        IFD_ERROR("worker: HELLO came without the KV pool's fds");
-        ifd__send_error(&s, 0, IFD_EINVAL, "HELLO without the KV pool fds");
-        goto out;
-    }
-    if (sizing && (rc = ifd_backend_factory_gpu_check(err, sizeof err))) {
-        ifd__send_error(&s, 0, rc, err);
-        goto out;
-    }
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    s->sizing = s->quiet = h->size_pool;
+    if (s->nfds < 1 && !s->sizing)
+        return ifd__fatal(s, IFD_EINVAL, "HELLO came without the KV pool's fds");
+    if (s->sizing && (rc = ifd_backend_factory_gpu_check(s->err, sizeof s->err)))
+        return ifd__fatal(s, rc, s->err);
+    return 0;
+}
+
+/* Phase 2: the backend HELLO names (opts may override the threads), the
+ * model and tokenizer (opts may override the path or ask for random
+ * weights), and the engine's limits from HELLO. */
+static int ifd__load(ifd__srv_t *s, const ifd_serve_opts_t *o)
+{
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
     const char *path = o->model_path ? o->model_path : h->model_path;
     int threads = o->n_threads > 0 ? o->n_threads : (int)h->n_threads;
-    char devname[160];
-    if ((rc = ifd__serve_backend(o, h, threads, &be, devname, sizeof devname, err, sizeof err))) {
-        if (!sizing)
-            IFD_ERROR("worker: %s", err);
-        ifd__send_error(&s, 0, rc, err);
-        goto out;
-    }
+    int rc = ifd__serve_backend(o, h, threads, &s->be, s->devname, sizeof s->devname, s->err,
+                                sizeof s->err);
+    if (rc)
+        return ifd__fatal(s, rc, s->err);
     ifd_worker_model_opts_t mo = {path, o->shape, o->weights_seed};
-    if ((rc = ifd_worker_model_load(&mo, be, &model, &tok, err, sizeof err))) {
-        if (!sizing)
-            IFD_ERROR("worker: %s", err);
-        ifd__send_error(&s, 0, rc, err);
-        goto out;
-    }
-    s.tok = tok;
-    const ifd_model_config_t *cfg = ifd_model_config(model);
-    ifd_engine_params_t ep = ifd_engine_default_params();
+    if ((rc = ifd_worker_model_load(&mo, s->be, &s->model, &s->tok, s->err, sizeof s->err)))
+        return ifd__fatal(s, rc, s->err);
+    s->ep = ifd_engine_default_params();
     if (h->max_seqs)
-        ep.max_seqs = (int)h->max_seqs;
+        s->ep.max_seqs = (int)h->max_seqs;
     if (h->max_batched_tokens)
-        ep.max_batched_tokens = (int)h->max_batched_tokens;
-    if (sizing) {
-        rc = ifd__pool_step(&s, &rd, be, model, h, &ep, fds, &nfds, err, sizeof err);
-        if (rc == 1) { /* SHUTDOWN or the router gone while sizing */
-            s.status = 0;
-            goto out;
-        }
-        if (rc) {
-            ifd__send_error(&s, 0, rc, err);
-            goto out;
-        }
-        if (nfds < 1) {
-            IFD_ERROR("worker: POOL came without the KV pool's fds");
-            ifd__send_error(&s, 0, IFD_EINVAL, "POOL without the KV pool fds");
-            goto out;
-        }
+        s->ep.max_batched_tokens = (int)h->max_batched_tokens;
+    return 0;
+}
+
+/* Phase 3, only when HELLO asked for it: the POOL step. 1 when the router
+ * said SHUTDOWN or hung up meanwhile (a clean exit); from here on failures
+ * are logged. */
+static int ifd__size_pool(ifd__srv_t *s)
+{
+    if (!s->sizing)
+        return 0;
+    int rc = ifd__pool_step(s, &s->rd, s->be, s->model, &s->hello.u.hello, &s->ep, s->fds,
+                            &s->nfds, s->err, sizeof s->err);
+    if (rc == 1) { /* SHUTDOWN or the router gone while sizing */
+        s->status = 0;
+        return 1;
     }
+    if (rc)
+        return ifd__fatal(s, rc, s->err);
+    s->quiet = false;
+    if (s->nfds < 1)
+        return ifd__fatal(s, IFD_EINVAL, "POOL came without the KV pool's fds");
+    return 0;
+}
+
+/* Phase 4: attaches the pool (and the local layers' pool) from the fds
+ * HELLO or POOL brought, checked against the model's geometry, and binds
+ * the model to them. */
+static int ifd__attach_pools(ifd__srv_t *s)
+{
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    const ifd_model_config_t *cfg = ifd_model_config(s->model);
+    const int *fds = s->fds;
+    int rc;
     /* the last n_local_fds fds are the local layers' pool's (proto/wire.h,
      * HELLO, POOL): its metadata, then its data segment when the router has
      * one */
-    const int n_local = (int)h->n_local_fds, n_main = nfds - n_local;
+    const int n_local = (int)h->n_local_fds, n_main = s->nfds - n_local;
     if (n_local > 2 || n_main < 1 || n_main > 2) {
-        snprintf(err, sizeof err,
+        snprintf(s->err, sizeof s->err,
                  "the pool came with %d fds, %u of them the local pool's: expected "
                  "1 or 2 for each pool",
-                 nfds, h->n_local_fds);
-        rc = IFD_EINVAL;
-        IFD_ERROR("worker: %s", err);
-        ifd__send_error(&s, 0, rc, err);
-        goto out;
+                 s->nfds, h->n_local_fds);
+        return ifd__fatal(s, IFD_EINVAL, s->err);
     }
     const bool two_pools = n_local > 0;
     ifd_kvpool_params_t expect, lexpect;
-    if (two_pools && !ifd_kvpool_model_params_split(cfg, &expect, &lexpect)) {
-        snprintf(err, sizeof err, "HELLO brings a local-layer KV pool, but the model has no "
-                                  "local and global layers to split");
-        rc = IFD_EINVAL;
-        IFD_ERROR("worker: %s", err);
-        ifd__send_error(&s, 0, rc, err);
-        goto out;
-    }
+    if (two_pools && !ifd_kvpool_model_params_split(cfg, &expect, &lexpect))
+        return ifd__fatal(s, IFD_EINVAL, "HELLO brings a local-layer KV pool, but the model has "
+                                         "no local and global layers to split");
     if (!two_pools)
         expect = ifd_kvpool_model_params(cfg);
     expect.dtype = (ifd_kv_dtype_t)h->kv.dtype;
@@ -583,60 +605,72 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     int data_fds[IFD_KVPOOL_MAX_DEVICES];
     int n_data = 0;
     if (h->kv_device >= IFD_KVPOOL_MAX_DEVICES) {
-        snprintf(err, sizeof err, "HELLO names pool device %u (at most %d)", h->kv_device,
+        snprintf(s->err, sizeof s->err, "HELLO names pool device %u (at most %d)", h->kv_device,
                  IFD_KVPOOL_MAX_DEVICES);
-        rc = IFD_EINVAL;
-        IFD_ERROR("worker: %s", err);
-        ifd__send_error(&s, 0, rc, err);
-        goto out;
+        return ifd__fatal(s, IFD_EINVAL, s->err);
     }
     for (uint32_t d = 0; d < h->kv_device; d++)
         data_fds[n_data++] = -1;
     data_fds[n_data++] = n_main == 2 ? fds[1] : -1;
-    if ((rc = ifd_kvpool_attach(fds[0], data_fds, n_data, &expect, &pool))) {
-        snprintf(err, sizeof err, "cannot attach the KV pool: %s", ifd_strerror(rc));
-        IFD_ERROR("worker: %s", err);
-        ifd__send_error(&s, 0, rc, err);
-        goto out;
+    if ((rc = ifd_kvpool_attach(fds[0], data_fds, n_data, &expect, &s->pool))) {
+        snprintf(s->err, sizeof s->err, "cannot attach the KV pool: %s", ifd_strerror(rc));
+        return ifd__fatal(s, rc, s->err);
     }
     if (two_pools) {
         data_fds[n_data - 1] = n_local == 2 ? fds[n_main + 1] : -1;
-        if ((rc = ifd_kvpool_attach(fds[n_main], data_fds, n_data, &lexpect, &lpool))) {
-            snprintf(err, sizeof err, "cannot attach the local layers' KV pool: %s",
+        if ((rc = ifd_kvpool_attach(fds[n_main], data_fds, n_data, &lexpect, &s->lpool))) {
+            snprintf(s->err, sizeof s->err, "cannot attach the local layers' KV pool: %s",
                      ifd_strerror(rc));
-            IFD_ERROR("worker: %s", err);
-            ifd__send_error(&s, 0, rc, err);
-            goto out;
+            return ifd__fatal(s, rc, s->err);
         }
     }
-    if ((rc = ifd__check_pool_memory(be, pool, (int)h->kv_device, err, sizeof err)) ||
-        (lpool && (rc = ifd__check_pool_memory(be, lpool, (int)h->kv_device, err, sizeof err)))) {
-        IFD_ERROR("worker: %s", err);
-        ifd__send_error(&s, 0, rc, err);
-        goto out;
-    }
-    if ((rc = ifd_engine_model_from_pools(&em, model, pool, lpool, (int)h->kv_device))) {
-        ifd__send_error(&s, 0, rc, "the KV pool does not fit the model");
-        goto out;
-    }
+    const int dev = (int)h->kv_device;
+    if ((rc = ifd__check_pool_memory(s->be, s->pool, dev, s->err, sizeof s->err)) ||
+        (s->lpool &&
+         (rc = ifd__check_pool_memory(s->be, s->lpool, dev, s->err, sizeof s->err))))
+        return ifd__fatal(s, rc, s->err);
+    if ((rc = ifd_engine_model_from_pools(&s->em, s->model, s->pool, s->lpool, dev)))
+        return ifd__fatal(s, rc, "the KV pool does not fit the model");
+    return 0;
+}
+
+/* Phase 5: the engine over the attached pools, with the tokenizer's
+ * end-of-generation ids and this worker's slot and device. */
+static int ifd__start_engine(ifd__srv_t *s)
+{
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    ifd_engine_params_t *ep = &s->ep;
     const ifd_token_t *eos;
-    size_t n_eos = ifd_tokenizer_eog_ids(tok, &eos);
-    ep.eos_ids = (const int32_t *)eos;
-    ep.n_eos_ids = (int32_t)n_eos;
-    ep.worker = (int)h->slot;
-    ep.device = (int)h->kv_device;
-    ep.prefill_cap = h->prefill_cap;
-    ep.local_pool = lpool;
+    size_t n_eos = ifd_tokenizer_eog_ids(s->tok, &eos);
+    ep->eos_ids = (const int32_t *)eos;
+    ep->n_eos_ids = (int32_t)n_eos;
+    ep->worker = (int)h->slot;
+    ep->device = (int)h->kv_device;
+    ep->prefill_cap = h->prefill_cap;
+    ep->local_pool = s->lpool;
     /* decode steps hold at most this many sequences: buffers for its bucket */
-    ifd_model_set_max_seqs(model, ep.max_seqs < ep.max_batched_tokens ? ep.max_seqs
-                                                                       : ep.max_batched_tokens);
-    ifd_engine_callbacks_t cb = {&s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};
-    if ((rc = ifd_engine_create(&s.eng, &ep, &em, pool, &cb))) {
-        ifd__send_error(&s, 0, rc, "cannot create the engine");
-        goto out;
-    }
+    ifd_model_set_max_seqs(s->model, ep->max_seqs < ep->max_batched_tokens
+                                         ? ep->max_seqs
+                                         : ep->max_batched_tokens);
+    ifd_engine_callbacks_t cb = {s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};
+    int rc = ifd_engine_create(&s->eng, ep, &s->em, s->pool, &cb);
+    if (rc)
+        return ifd__fatal(s, rc, "cannot create the engine");
+    return 0;
+}
+
+/* Phase 6: READY, with the fds of the pools' CUDA VMM segments (made or
+ * imported by ifd_engine_model_from) for the router to hold: the global
+ * pool's first, then the local pool's — each pool whose kv_device segment
+ * is VMM memory, as the router reads the kinds back from the metadata
+ * (daemon/supervisor.c). */
+static int ifd__send_ready(ifd__srv_t *s)
+{
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    const ifd_model_config_t *cfg = ifd_model_config(s->model);
     ifd_kvpool_params_t geo;
-    ifd_kvpool_geometry(pool, &geo);
+    ifd_kvpool_geometry(s->pool, &geo);
+    s->n_blocks = (uint64_t)geo.n_blocks;
     ifd_wire_msg_t ready = {.type = IFD_WIRE_READY};
     ifd_wire_ready_t *r = &ready.u.ready;
     r->slot = h->slot;
@@ -645,19 +679,15 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     r->arch = (char *)cfg->arch_name;
     r->n_vocab = cfg->n_vocab;
     r->n_ctx = cfg->n_ctx_train;
-    r->backend = (char *)be->ops->name;
-    r->device_name = devname;
-    r->max_seqs = (uint32_t)ep.max_seqs;
-    r->max_batched_tokens = (uint32_t)ep.max_batched_tokens;
+    r->backend = (char *)s->be->ops->name;
+    r->device_name = s->devname;
+    r->max_seqs = (uint32_t)s->ep.max_seqs;
+    r->max_batched_tokens = (uint32_t)s->ep.max_batched_tokens;
     r->kv = h->kv;
     r->kv.n_blocks = (uint64_t)geo.n_blocks;
-    ifd__queue(&s, &ready);
-    /* CUDA VMM segments (made or imported by ifd_engine_model_from): their
-     * fds go to the router with READY, the global pool's first, then the
-     * local pool's — each pool whose kv_device segment is VMM memory, as the
-     * router reads the kinds back from the metadata (daemon/supervisor.c) */
+    ifd__queue(s, &ready);
     int kv_fds[2], n_kv = 0;
-    ifd_kvpool_t *const pools[2] = {pool, lpool};
+    ifd_kvpool_t *const pools[2] = {s->pool, s->lpool};
     for (int i = 0; i < 2; i++) {
         ifd_kvpool_params_t pg;
         if (!pools[i])
@@ -669,122 +699,172 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
         if (fd >= 0)
             kv_fds[n_kv++] = fd;
     }
-    if ((rc = ifd__flush_fds(&s, kv_fds, n_kv)))
-        goto out;
+    int rc = ifd__flush_fds(s, kv_fds, n_kv);
+    if (rc)
+        return rc;
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    if (strcmp(be->ops->name, "cpu") != 0)
+    if (strcmp(s->be->ops->name, "cpu") != 0)
         IFD_INFO("worker %u ready: %s on %s, CUDA_VISIBLE_DEVICES=%s, KV pool device %u",
-                 h->slot, cfg->name, devname, cvd ? cvd : "(unset)", h->kv_device);
+                 h->slot, cfg->name, s->devname, cvd ? cvd : "(unset)", h->kv_device);
     else
-        IFD_INFO("worker %u ready: %s on %s", h->slot, cfg->name, devname);
+        IFD_INFO("worker %u ready: %s on %s", h->slot, cfg->name, s->devname);
+    return 0;
+}
 
-    fcntl(s.fd, F_SETFL, fcntl(s.fd, F_GETFL) | O_NONBLOCK);
+/* One frame from the router in the serving loop; *done on SHUTDOWN. */
+static void ifd__handle_frame(ifd__srv_t *s, const ifd_wire_msg_t *m, bool *done)
+{
+    switch (m->type) {
+    case IFD_WIRE_ADD:
+        ifd__handle_add(s, &m->u.add);
+        break;
+    case IFD_WIRE_CANCEL:
+        ifd_engine_cancel(s->eng, m->u.cancel.id);
+        break;
+    case IFD_WIRE_STATS_REQ:
+        ifd__send_stats(s, m->u.stats_req.seq, s->n_blocks);
+        break;
+    case IFD_WIRE_DRAIN:
+        s->draining = true;
+        break;
+    case IFD_WIRE_SHUTDOWN:
+        *done = true;
+        break;
+    case IFD_WIRE_LOG_LEVEL:
+        ifd_log_set_level((ifd_log_level_t)m->u.log_level.level);
+        IFD_INFO("worker: log level now %s",
+                 ifd_log_level_name((ifd_log_level_t)m->u.log_level.level));
+        break;
+    default:
+        IFD_WARN("worker: unexpected %s frame", ifd_wire_type_name(m->type));
+        break;
+    }
+}
+
+/* Handles every frame already decoded (HELLO may have brought more).
+ * IFD_EFORMAT when the framing is lost. */
+static int ifd__handle_frames(ifd__srv_t *s, bool *done)
+{
+    ifd_wire_msg_t m;
+    int got;
+    while ((got = ifd_wire_reader_next_msg(&s->rd, &m)) != 0) {
+        if (got < 0) {
+            IFD_ERROR("worker: bad frame from the router: %s", ifd_wire_reader_error(&s->rd));
+            if (s->rd.err)
+                return IFD_EFORMAT; /* framing lost */
+            continue;
+        }
+        ifd__handle_frame(s, &m, done);
+        ifd_wire_msg_free(&m);
+    }
+    return 0;
+}
+
+/* Reads what the socket has into the wire reader. 0, 1 when the router
+ * closed the connection, or an error (a bad frame is logged). */
+static int ifd__read_more(ifd__srv_t *s)
+{
+    size_t avail;
+    void *dst = ifd_wire_reader_prepare(&s->rd, 65536, &avail);
+    if (!dst)
+        return IFD_ENOMEM;
+    ssize_t n = read(s->fd, dst, avail);
+    if (n == 0) {
+        IFD_INFO("worker: the router closed the connection");
+        return 1;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR)
+        return -errno;
+    if (n > 0 && ifd_wire_reader_commit(&s->rd, (size_t)n) < 0) {
+        IFD_ERROR("worker: bad frame from the router: %s", ifd_wire_reader_error(&s->rd));
+        return IFD_EFORMAT;
+    }
+    return 0;
+}
+
+/* One engine step, its token events queued as one TOKENS frame. */
+static void ifd__step(ifd__srv_t *s)
+{
+    s->step++;
+    ifd_engine_step(s->eng, NULL);
+    /* a request's FINISHED frame already queued was preceded by its
+     * tokens (ifd__on_finish flushes them): appending is in order */
+    ifd__queue_tokens(s);
+}
+
+/* Phase 7, the engine loop: frames first, then one step when there is
+ * work, sleeping in poll(2) only when idle. Returns the exit status: 0
+ * after SHUTDOWN, a finished DRAIN or the router hanging up, 1 on an I/O
+ * or framing error. */
+static int ifd__serve_loop(ifd__srv_t *s)
+{
+    fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) | O_NONBLOCK);
     bool done = false;
     for (;;) {
-        /* handle everything already decoded (HELLO may have brought more) */
-        ifd_wire_msg_t m;
-        int got;
-        while ((got = ifd_wire_reader_next_msg(&rd, &m)) != 0) {
-            if (got < 0) {
-                IFD_ERROR("worker: bad frame from the router: %s", ifd_wire_reader_error(&rd));
-                if (rd.err)
-                    goto out; /* framing lost */
-                continue;
-            }
-            switch (m.type) {
-            case IFD_WIRE_ADD:
-                ifd__handle_add(&s, &m.u.add);
-                break;
-            case IFD_WIRE_CANCEL:
-                ifd_engine_cancel(s.eng, m.u.cancel.id);
-                break;
-            case IFD_WIRE_STATS_REQ:
-                ifd__send_stats(&s, m.u.stats_req.seq, (uint64_t)geo.n_blocks);
-                break;
-            case IFD_WIRE_DRAIN:
-                s.draining = true;
-                break;
-            case IFD_WIRE_SHUTDOWN:
-                done = true;
-                break;
-            case IFD_WIRE_LOG_LEVEL:
-                ifd_log_set_level((ifd_log_level_t)m.u.log_level.level);
-                IFD_INFO("worker: log level now %s",
-                         ifd_log_level_name((ifd_log_level_t)m.u.log_level.level));
-                break;
-            default:
-                IFD_WARN("worker: unexpected %s frame", ifd_wire_type_name(m.type));
-                break;
-            }
-            ifd_wire_msg_free(&m);
-        }
-        if (done || (s.draining && ifd_engine_idle(s.eng)))
+        if (ifd__handle_frames(s, &done))
+            return 1;
+        if (done || (s->draining && ifd_engine_idle(s->eng)))
             break;
-        if ((rc = ifd__flush(&s)))
-            goto out;
-        bool idle = ifd_engine_idle(s.eng);
-        struct pollfd pfd = {s.fd, POLLIN, 0};
+        if (ifd__flush(s))
+            return 1;
+        bool idle = ifd_engine_idle(s->eng);
+        struct pollfd pfd = {s->fd, POLLIN, 0};
         int pr = poll(&pfd, 1, idle ? -1 : 0);
         if (pr < 0 && errno != EINTR)
-            goto out;
+            return 1;
         if (pr > 0) {
-            size_t avail;
-            void *dst = ifd_wire_reader_prepare(&rd, 65536, &avail);
-            if (!dst)
-                goto out;
-            ssize_t n = read(s.fd, dst, avail);
-            if (n == 0) {
-                IFD_INFO("worker: the router closed the connection");
-                s.status = 0;
-                goto out;
-            }
-            if (n < 0 && errno != EAGAIN && errno != EINTR)
-                goto out;
-            if (n > 0 && ifd_wire_reader_commit(&rd, (size_t)n) < 0) {
-                IFD_ERROR("worker: bad frame from the router: %s", ifd_wire_reader_error(&rd));
-                goto out;
-            }
+            int rc = ifd__read_more(s);
+            if (rc)
+                return rc == 1 ? 0 : 1;
             continue; /* handle the new frames before stepping */
         }
-        if (!idle) {
-            s.step++;
-            ifd_engine_step(s.eng, NULL);
-            if (s.n_ev) {
-                ifd_wire_msg_t tm = {.type = IFD_WIRE_TOKENS};
-                tm.u.tokens.step = s.step;
-                tm.u.tokens.events = s.ev;
-                tm.u.tokens.n_events = s.n_ev;
-                /* a request's FINISHED frame already queued was preceded by its
-                 * tokens (ifd__on_finish flushes them): appending is in order */
-                ifd__queue(&s, &tm);
-                s.n_ev = 0;
-            }
-        }
+        if (!idle)
+            ifd__step(s);
     }
-    ifd__flush(&s);
-    s.status = 0;
-out:
-    ifd__flush(&s);
-    ifd_engine_destroy(s.eng); /* frees the constraints before their store */
-    ifd_gstore_destroy(s.gstore);
-    ifd_vocab_destroy(s.vocab);
-    ifd_engine_model_free(&em);
-    if (pool)
-        ifd_kvpool_reclaim(pool, (int)hello.u.hello.slot);
-    ifd_kvpool_destroy(pool);
-    if (lpool)
-        ifd_kvpool_reclaim(lpool, (int)hello.u.hello.slot);
-    ifd_kvpool_destroy(lpool);
-    ifd_tokenizer_destroy(tok);
-    ifd_model_destroy(model);
-    if (be)
-        be->ops->destroy(be);
-    for (int i = 0; i < nfds; i++)
-        close(fds[i]);
-    ifd_wire_msg_free(&hello);
-    ifd_wire_reader_close(&rd);
-    ifd_buf_free(&s.out);
-    free(s.ev);
-    free(s.tops);
+    ifd__flush(s);
+    return 0;
+}
+
+/* Phase 8: everything the phases made, in reverse, whichever of them ran.
+ * The worker's references in the pools go back to them (reclaim): the
+ * blocks it published stay cached for the next worker. */
+static void ifd__teardown(ifd__srv_t *s)
+{
+    const int slot = (int)s->hello.u.hello.slot;
+    ifd__flush(s);
+    ifd_engine_destroy(s->eng); /* frees the constraints before their store */
+    ifd_gstore_destroy(s->gstore);
+    ifd_vocab_destroy(s->vocab);
+    ifd_engine_model_free(&s->em);
+    if (s->pool)
+        ifd_kvpool_reclaim(s->pool, slot);
+    ifd_kvpool_destroy(s->pool);
+    if (s->lpool)
+        ifd_kvpool_reclaim(s->lpool, slot);
+    ifd_kvpool_destroy(s->lpool);
+    ifd_tokenizer_destroy(s->tok);
+    ifd_model_destroy(s->model);
+    if (s->be)
+        s->be->ops->destroy(s->be);
+    for (int i = 0; i < s->nfds; i++)
+        close(s->fds[i]);
+    ifd_wire_msg_free(&s->hello);
+    ifd_wire_reader_close(&s->rd);
+    ifd_buf_free(&s->out);
+    free(s->ev);
+    free(s->tops);
+}
+
+int ifd_worker_serve(const ifd_serve_opts_t *o)
+{
+    ifd__srv_t s;
+    memset(&s, 0, sizeof s);
+    s.fd = o->fd;
+    s.status = 1;
+    ifd_wire_reader_init(&s.rd, 0);
+    if (!ifd__handshake(&s) && !ifd__load(&s, o) && !ifd__size_pool(&s) &&
+        !ifd__attach_pools(&s) && !ifd__start_engine(&s) && !ifd__send_ready(&s))
+        s.status = ifd__serve_loop(&s);
+    ifd__teardown(&s);
     return s.status;
 }
