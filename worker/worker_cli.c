@@ -235,193 +235,255 @@ out:
     return rc;
 }
 
-static int ifd__generate_main(ifd__gen_opts_t *o)
-{
-    char err[1024] = "";
-    ifd_backend_t *be = NULL;
-    ifd_model_t *m = NULL;
-    ifd_tokenizer_t *tok = NULL;
-    ifd_chat_template_t *tpl = NULL;
-    ifd_detok_t *detok = NULL;
-    ifd_tokens_t prompt = {0};
-    ifd_generate_result_t res = {0};
-    FILE *dump = NULL;
-    int status = 1, rc;
+/* Offline generation's objects, made by its phases and freed together by
+ * ifd__gen_run_free. */
+typedef struct {
+    ifd_backend_t *be;
+    ifd_model_t *m;
+    ifd_tokenizer_t *tok;
+    ifd_chat_template_t *tpl;
+    ifd_detok_t *detok;
+    ifd_tokens_t prompt;
+    const ifd_token_t *stop_ids; /* the tokenizer's or the template's */
+    size_t n_stop;
+    ifd_generate_result_t res;
+    FILE *dump;
+    char err[1024];
+} ifd__gen_run_t;
 
-    if ((rc = ifd_backend_factory_create(&be, o->backend, o->threads, o->weights, err,
-                                         sizeof err))) {
-        fprintf(stderr, "inferd-worker: %s\n", err);
-        goto out;
-    }
-    if (o->shape) {
-        ifd_model_config_t cfg;
-        if ((rc = ifd_shape_load(&cfg, o->shape, err, sizeof err)) ||
-            (rc = ifd_model_load_random(&m, &cfg, o->weights_seed, be, err, sizeof err))) {
-            fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
-            goto out;
-        }
-        if ((rc = ifd__random_generate(o, m)))
-            goto out;
-        status = 0;
-        goto out;
-    }
+static void ifd__gen_run_free(ifd__gen_run_t *g)
+{
+    if (g->dump)
+        fclose(g->dump);
+    ifd_generate_result_free(&g->res);
+    ifd_tokens_free(&g->prompt);
+    ifd_detok_destroy(g->detok);
+    ifd_chat_template_destroy(g->tpl);
+    ifd_tokenizer_destroy(g->tok);
+    ifd_model_destroy(g->m);
+    if (g->be)
+        g->be->ops->destroy(g->be);
+}
+
+/* The model file's tokenizer, then its weights onto g->be. 0, or 1 with the
+ * reason on stderr. */
+static int ifd__gen_load(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
+{
+    int rc;
     /* the tokenizer before the weights: ids past its size are masked (model.h) */
     ifd_model_source_t *src = NULL;
-    if ((rc = ifd_model_source_open(&src, o->model, err, sizeof err))) {
-        fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
-        goto out;
+    if ((rc = ifd_model_source_open(&src, o->model, g->err, sizeof g->err))) {
+        fprintf(stderr, "inferd-worker: %s\n", g->err[0] ? g->err : ifd_strerror(rc));
+        return 1;
     }
-    if ((rc = ifd_tokenizer_create_source(&tok, src, err, sizeof err))) {
+    if ((rc = ifd_tokenizer_create_source(&g->tok, src, g->err, sizeof g->err))) {
         ifd_model_source_close(src);
-        fprintf(stderr, "inferd-worker: tokenizer: %s\n", err[0] ? err : ifd_strerror(rc));
-        goto out;
+        fprintf(stderr, "inferd-worker: tokenizer: %s\n", g->err[0] ? g->err : ifd_strerror(rc));
+        return 1;
     }
-    if ((rc = ifd_model_load_source(&m, src, ifd_tokenizer_n_vocab(tok), be, err, sizeof err))) {
-        fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
-        goto out;
+    if ((rc = ifd_model_load_source(&g->m, src, ifd_tokenizer_n_vocab(g->tok), g->be, g->err,
+                                    sizeof g->err))) {
+        fprintf(stderr, "inferd-worker: %s\n", g->err[0] ? g->err : ifd_strerror(rc));
+        return 1;
     }
-    const ifd_token_t *stop_ids = NULL;
-    size_t n_stop = ifd_tokenizer_eog_ids(tok, &stop_ids);
+    g->n_stop = ifd_tokenizer_eog_ids(g->tok, &g->stop_ids);
+    return 0;
+}
+
+/* --prompt-ids: the ids as given, each inside the vocabulary. 0 or 2. */
+static int ifd__gen_prompt_ids(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
+{
+    if (ifd__parse_ids(o->prompt_ids, &g->prompt) != 0) {
+        fprintf(stderr, "inferd-worker: --prompt-ids: expected token ids separated by "
+                        "spaces\n");
+        return 2;
+    }
+    for (size_t i = 0; i < g->prompt.n; i++) {
+        if (g->prompt.ids[i] >= ifd_tokenizer_n_vocab(g->tok)) {
+            fprintf(stderr, "inferd-worker: --prompt-ids: id %d is outside the vocabulary "
+                            "(%d tokens)\n", g->prompt.ids[i], ifd_tokenizer_n_vocab(g->tok));
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* --prompt in chat mode: the system and user messages through the chat
+ * template, whose stop ids then replace the tokenizer's. 0, 1 or 2. */
+static int ifd__gen_prompt_chat(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
+{
+    int rc;
+    ifd_chat_params_t cp = ifd_chat_default_params();
+    cp.name = o->chat_template;
+    if ((rc = ifd_chat_template_create(&g->tpl, g->tok, &cp, g->err, sizeof g->err))) {
+        fprintf(stderr, "inferd-worker: chat template: %s\n",
+                g->err[0] ? g->err : ifd_strerror(rc));
+        return 2;
+    }
+    ifd_chat_msg_t msgs[2];
+    size_t n_msgs = 0;
+    if (o->system)
+        msgs[n_msgs++] = (ifd_chat_msg_t){"system", o->system};
+    msgs[n_msgs++] = (ifd_chat_msg_t){"user", o->prompt};
+    ifd_chat_prompt_t cpr;
+    if ((rc = ifd_chat_render(g->tpl, msgs, n_msgs, true, &cpr))) {
+        fprintf(stderr, "inferd-worker: chat template: %s\n", ifd_strerror(rc));
+        return 1;
+    }
+    rc = ifd_chat_tokenize(g->tpl, g->tok, &cpr, &g->prompt);
+    ifd_chat_prompt_free(&cpr);
+    if (rc) {
+        fprintf(stderr, "inferd-worker: tokenize: %s\n", ifd_strerror(rc));
+        return 1;
+    }
+    g->n_stop = ifd_chat_template_stop_ids(g->tpl, &g->stop_ids);
+    return 0;
+}
+
+/* The prompt's ids: as given (--prompt-ids), tokenized as-is (--raw) or
+ * through the chat template. 0, or the exit status with the reason on
+ * stderr. */
+static int ifd__gen_prompt(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
+{
+    int status;
     if (o->prompt_ids) {
-        if (ifd__parse_ids(o->prompt_ids, &prompt) != 0) {
-            fprintf(stderr, "inferd-worker: --prompt-ids: expected token ids separated by "
-                            "spaces\n");
-            status = 2;
-            goto out;
-        }
-        for (size_t i = 0; i < prompt.n; i++) {
-            if (prompt.ids[i] >= ifd_tokenizer_n_vocab(tok)) {
-                fprintf(stderr, "inferd-worker: --prompt-ids: id %d is outside the vocabulary "
-                                "(%d tokens)\n", prompt.ids[i], ifd_tokenizer_n_vocab(tok));
-                status = 2;
-                goto out;
-            }
-        }
+        if ((status = ifd__gen_prompt_ids(o, g)))
+            return status;
     } else if (o->raw) {
-        rc = ifd_tokenizer_encode(tok, o->prompt, strlen(o->prompt), IFD_TOK_ADD_SPECIAL, &prompt);
+        int rc = ifd_tokenizer_encode(g->tok, o->prompt, strlen(o->prompt), IFD_TOK_ADD_SPECIAL,
+                                      &g->prompt);
         if (rc) {
             fprintf(stderr, "inferd-worker: tokenize: %s\n", ifd_strerror(rc));
-            goto out;
+            return 1;
         }
-    } else {
-        ifd_chat_params_t cp = ifd_chat_default_params();
-        cp.name = o->chat_template;
-        if ((rc = ifd_chat_template_create(&tpl, tok, &cp, err, sizeof err))) {
-            fprintf(stderr, "inferd-worker: chat template: %s\n", err[0] ? err : ifd_strerror(rc));
-            status = 2;
-            goto out;
-        }
-        ifd_chat_msg_t msgs[2];
-        size_t n_msgs = 0;
-        if (o->system)
-            msgs[n_msgs++] = (ifd_chat_msg_t){"system", o->system};
-        msgs[n_msgs++] = (ifd_chat_msg_t){"user", o->prompt};
-        ifd_chat_prompt_t cpr;
-        if ((rc = ifd_chat_render(tpl, msgs, n_msgs, true, &cpr))) {
-            fprintf(stderr, "inferd-worker: chat template: %s\n", ifd_strerror(rc));
-            goto out;
-        }
-        rc = ifd_chat_tokenize(tpl, tok, &cpr, &prompt);
-        ifd_chat_prompt_free(&cpr);
-        if (rc) {
-            fprintf(stderr, "inferd-worker: tokenize: %s\n", ifd_strerror(rc));
-            goto out;
-        }
-        n_stop = ifd_chat_template_stop_ids(tpl, &stop_ids);
+    } else if ((status = ifd__gen_prompt_chat(o, g))) {
+        return status;
     }
-    if (prompt.n == 0) {
+    if (g->prompt.n == 0) {
         fprintf(stderr, "inferd-worker: the prompt is empty\n");
-        status = 2;
-        goto out;
+        return 2;
     }
-    if (o->dump_logits && !(dump = fopen(o->dump_logits, "wb"))) {
+    return 0;
+}
+
+/* --json: one line with the prompt and generated ids, the text (made valid
+ * UTF-8), the finish reason and the timings. 0 or 1. */
+static int ifd__gen_print_json(const ifd__gen_opts_t *o, const ifd__gen_run_t *g)
+{
+    const ifd_generate_result_t *res = &g->res;
+    const ifd_tokens_t *prompt = &g->prompt;
+    char *text = NULL;
+    size_t len = 0;
+    if (ifd_tokenizer_decode(g->tok, res->tokens, (size_t)res->n_tokens, 0, &text, &len))
+        return 1;
+    json_t *j = json_object(), *pt = json_array(), *gt = json_array();
+    for (size_t i = 0; i < prompt->n; i++)
+        json_array_append_new(pt, json_integer(prompt->ids[i]));
+    for (int i = 0; i < res->n_tokens; i++)
+        json_array_append_new(gt, json_integer(res->tokens[i]));
+    json_object_set_new(j, "prompt_tokens", pt);
+    json_object_set_new(j, "tokens", gt);
+    /* Token pieces may split or form invalid UTF-8 (byte-fallback and
+     * random weights do); JSON strings must be valid. */
+    char *clean = malloc(3 * len + 1);
+    if (!clean) {
+        json_decref(j);
+        free(text);
+        return 1;
+    }
+    json_object_set_new(j, "text", json_stringn(clean, ifd_utf8_sanitize(clean, text, len)));
+    free(clean);
+    json_object_set_new(j, "finish_reason", json_string(res->finish_reason));
+    if (res->kv_local_pool_blocks > 0) {
+        json_object_set_new(j, "kv_local_pool_blocks", json_integer(res->kv_local_pool_blocks));
+        json_object_set_new(j, "kv_local_released", json_integer(res->kv_local_released));
+    }
+    json_object_set_new(j, "ttft_ms", json_real(res->ttft_ms));
+    json_object_set_new(j, "prefill_tok_s",
+                        json_real(res->prefill_ms > 0 ? prompt->n / (res->prefill_ms / 1e3) : 0));
+    json_object_set_new(j, "decode_tok_s",
+                        json_real(res->decode_ms > 0 && res->n_tokens > 1
+                                      ? (res->n_tokens - 1) / (res->decode_ms / 1e3)
+                                      : 0));
+    json_object_set_new(j, "total_ms", json_real(res->total_ms));
+    json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(g->m)));
+    json_object_set_new(j, "use_cache", json_boolean(!o->no_cache));
+    int drc = json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
+    fputc('\n', stdout);
+    json_decref(j);
+    free(text);
+    if (drc) {
+        fprintf(stderr, "inferd-worker: cannot write the JSON result\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* Generates from the prompt: streamed as text to stdout (the detokenizer
+ * on the token callback) or, with --json, printed at the end. 0 or 1. */
+static int ifd__gen_run(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
+{
+    int rc;
+    if (o->dump_logits && !(g->dump = fopen(o->dump_logits, "wb"))) {
         fprintf(stderr, "inferd-worker: %s: %s\n", o->dump_logits, strerror(errno));
-        goto out;
+        return 1;
     }
     ifd__stream_t st = {0};
     ifd_generate_params_t gp = o->gp;
     gp.use_cache = !o->no_cache;
     gp.ignore_eos = o->ignore_eos;
-    gp.stop_ids = (const int32_t *)stop_ids;
-    gp.n_stop_ids = n_stop;
-    gp.dump_logits = dump;
+    gp.stop_ids = (const int32_t *)g->stop_ids;
+    gp.n_stop_ids = g->n_stop;
+    gp.dump_logits = g->dump;
     if (!o->json) {
-        if ((rc = ifd_detok_create(&detok, tok, 0)))
-            goto out;
-        st.detok = detok;
+        if ((rc = ifd_detok_create(&g->detok, g->tok, 0)))
+            return 1;
+        st.detok = g->detok;
         gp.on_token = ifd__stream_token;
         gp.cb_ctx = &st;
     }
-    rc = ifd_generate(m, prompt.ids, (int)prompt.n, &gp, &res);
+    rc = ifd_generate(g->m, g->prompt.ids, (int)g->prompt.n, &gp, &g->res);
     if (rc) {
         fprintf(stderr, "inferd-worker: generation failed: %s\n", ifd_strerror(rc));
+        return 1;
+    }
+    if (o->json)
+        return ifd__gen_print_json(o, g);
+    const char *text;
+    size_t len;
+    if (ifd_detok_flush(g->detok, &text, &len) == 0 && len)
+        fwrite(text, 1, len, stdout);
+    fputc('\n', stdout);
+    return 0;
+}
+
+/* Offline generation (--model or --random-weights): the backend, the
+ * model, the prompt, then the tokens. Returns the exit status. */
+static int ifd__generate_main(ifd__gen_opts_t *o)
+{
+    ifd__gen_run_t g;
+    memset(&g, 0, sizeof g);
+    int status = 1, rc;
+    if ((rc = ifd_backend_factory_create(&g.be, o->backend, o->threads, o->weights, g.err,
+                                         sizeof g.err))) {
+        fprintf(stderr, "inferd-worker: %s\n", g.err);
         goto out;
     }
-    if (!o->json) {
-        const char *text;
-        size_t len;
-        if (ifd_detok_flush(detok, &text, &len) == 0 && len)
-            fwrite(text, 1, len, stdout);
-        fputc('\n', stdout);
-    } else {
-        char *text = NULL;
-        size_t len = 0;
-        if ((rc = ifd_tokenizer_decode(tok, res.tokens, (size_t)res.n_tokens, 0, &text, &len)))
-            goto out;
-        json_t *j = json_object(), *pt = json_array(), *gt = json_array();
-        for (size_t i = 0; i < prompt.n; i++)
-            json_array_append_new(pt, json_integer(prompt.ids[i]));
-        for (int i = 0; i < res.n_tokens; i++)
-            json_array_append_new(gt, json_integer(res.tokens[i]));
-        json_object_set_new(j, "prompt_tokens", pt);
-        json_object_set_new(j, "tokens", gt);
-        /* Token pieces may split or form invalid UTF-8 (byte-fallback and
-         * random weights do); JSON strings must be valid. */
-        char *clean = malloc(3 * len + 1);
-        if (!clean) {
-            json_decref(j);
-            free(text);
-            rc = IFD_ENOMEM;
+    if (o->shape) {
+        ifd_model_config_t cfg;
+        if ((rc = ifd_shape_load(&cfg, o->shape, g.err, sizeof g.err)) ||
+            (rc = ifd_model_load_random(&g.m, &cfg, o->weights_seed, g.be, g.err,
+                                        sizeof g.err))) {
+            fprintf(stderr, "inferd-worker: %s\n", g.err[0] ? g.err : ifd_strerror(rc));
             goto out;
         }
-        json_object_set_new(j, "text", json_stringn(clean, ifd_utf8_sanitize(clean, text, len)));
-        free(clean);
-        json_object_set_new(j, "finish_reason", json_string(res.finish_reason));
-        if (res.kv_local_pool_blocks > 0) {
-            json_object_set_new(j, "kv_local_pool_blocks", json_integer(res.kv_local_pool_blocks));
-            json_object_set_new(j, "kv_local_released", json_integer(res.kv_local_released));
-        }
-        json_object_set_new(j, "ttft_ms", json_real(res.ttft_ms));
-        json_object_set_new(j, "prefill_tok_s",
-                            json_real(res.prefill_ms > 0 ? prompt.n / (res.prefill_ms / 1e3) : 0));
-        json_object_set_new(j, "decode_tok_s",
-                            json_real(res.decode_ms > 0 && res.n_tokens > 1
-                                          ? (res.n_tokens - 1) / (res.decode_ms / 1e3)
-                                          : 0));
-        json_object_set_new(j, "total_ms", json_real(res.total_ms));
-        json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(m)));
-        json_object_set_new(j, "use_cache", json_boolean(!o->no_cache));
-        int drc = json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
-        fputc('\n', stdout);
-        json_decref(j);
-        free(text);
-        if (drc) {
-            fprintf(stderr, "inferd-worker: cannot write the JSON result\n");
-            goto out;
-        }
+        status = ifd__random_generate(o, g.m) ? 1 : 0;
+        goto out;
     }
-    status = 0;
+    if (!(status = ifd__gen_load(o, &g)) && !(status = ifd__gen_prompt(o, &g)))
+        status = ifd__gen_run(o, &g);
 out:
-    if (dump)
-        fclose(dump);
-    ifd_generate_result_free(&res);
-    ifd_tokens_free(&prompt);
-    ifd_detok_destroy(detok);
-    ifd_chat_template_destroy(tpl);
-    ifd_tokenizer_destroy(tok);
-    ifd_model_destroy(m);
-    if (be)
-        be->ops->destroy(be);
+    ifd__gen_run_free(&g);
     return status;
 }
 
@@ -545,44 +607,326 @@ static bool ifd__parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
+/* getopt_long's codes of the long options that have no short one. */
+enum {
+    OPT_JSON = 256,
+    OPT_DEVICES,
+    OPT_LOG_LEVEL,
+    OPT_MODEL,
+    OPT_PROMPT,
+    OPT_PROMPT_IDS,
+    OPT_SYSTEM,
+    OPT_TEMPLATE,
+    OPT_RAW,
+    OPT_NO_CACHE,
+    OPT_TEMP,
+    OPT_TOP_K,
+    OPT_TOP_P,
+    OPT_MIN_P,
+    OPT_REPEAT,
+    OPT_SEED,
+    OPT_IGNORE_EOS,
+    OPT_THREADS,
+    OPT_DUMP,
+    OPT_WEIGHTS,
+    OPT_SERVE,
+    OPT_FD,
+    OPT_RANDOM,
+    OPT_WSEED,
+    OPT_BACKEND,
+    OPT_KV_PROBE,
+    OPT_GPU_FRACTION,
+    OPT_KV_DTYPE,
+    OPT_BLOCK_SIZE,
+    OPT_MAX_SEQS,
+    OPT_MAX_BATCHED,
+    OPT_PREFILL_CHUNK,
+    OPT_KV_LOCAL,
+    OPT_MAX_MODEL_LEN,
+};
+
+/* The parsed command line: the mode flags and each mode's options. */
+typedef struct {
+    ifd__gen_opts_t go;   /* generation's; --serve and --kv-probe take the model from it */
+    ifd__probe_opts_t po; /* --kv-probe's */
+    const char *inspect;  /* --inspect's path */
+    int serve_fd;         /* --fd: -1 until given */
+    bool json, devices, serve, probe;
+} ifd__cli_t;
+
+/* Not an exit status: the option was taken, parsing goes on. */
+#define IFD__CLI_NEXT (-1)
+
+/* The sampling options and the seeds (the sampler's and the random
+ * weights'). IFD__CLI_NEXT or 2. */
+static int ifd__parse_sampling_opt(ifd__cli_t *cli, int c, const char *arg)
+{
+    ifd__gen_opts_t *go = &cli->go;
+    long lv;
+    float f;
+    switch (c) {
+    case OPT_TEMP:
+    case OPT_TOP_P:
+    case OPT_MIN_P:
+    case OPT_REPEAT:
+        if (!ifd__parse_float(arg, &f)) {
+            fprintf(stderr, "inferd-worker: '%s' is not a number\n", arg);
+            return 2;
+        }
+        if (c == OPT_TEMP)
+            go->gp.sampling.temperature = f;
+        else if (c == OPT_TOP_P)
+            go->gp.sampling.top_p = f;
+        else if (c == OPT_MIN_P)
+            go->gp.sampling.min_p = f;
+        else
+            go->gp.sampling.repetition_penalty = f;
+        break;
+    case OPT_TOP_K:
+        if (!ifd__parse_int(arg, 0, INT32_MAX, &lv)) {
+            fprintf(stderr, "inferd-worker: bad --top-k '%s'\n", arg);
+            return 2;
+        }
+        go->gp.sampling.top_k = (int32_t)lv;
+        break;
+    default: { /* OPT_SEED, OPT_WSEED */
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (errno || end == arg || *end) {
+            fprintf(stderr, "inferd-worker: bad seed '%s'\n", arg);
+            return 2;
+        }
+        if (c == OPT_SEED)
+            go->gp.sampling.seed = v;
+        else
+            go->weights_seed = v;
+        break;
+    }
+    }
+    return IFD__CLI_NEXT;
+}
+
+/* The options that take a count: the pool's and engine's sizes (--kv-probe)
+ * and generation's block size and prefill chunk. IFD__CLI_NEXT or 2. */
+static int ifd__parse_count_opt(ifd__cli_t *cli, int c, const char *arg)
+{
+    long lv;
+    if (!ifd__parse_int(arg, 1, c == OPT_MAX_MODEL_LEN ? 1 << 22 : 1 << 20, &lv)) {
+        fprintf(stderr, "inferd-worker: bad count '%s'\n", arg);
+        return 2;
+    }
+    if (c == OPT_BLOCK_SIZE)
+        cli->po.block_size = cli->go.gp.block_size = (int)lv; /* the probe's and generation's */
+    else if (c == OPT_PREFILL_CHUNK)
+        cli->go.gp.prefill_chunk = (int)lv;
+    else if (c == OPT_MAX_SEQS)
+        cli->po.max_seqs = (int)lv;
+    else if (c == OPT_MAX_BATCHED)
+        cli->po.max_batched_tokens = (int)lv;
+    else
+        cli->po.max_model_len = (int)lv;
+    return IFD__CLI_NEXT;
+}
+
+/* The options with an argument to check: IFD__CLI_NEXT, or 2 after saying
+ * what is wrong with it. */
+static int ifd__parse_value_opt(ifd__cli_t *cli, int c, const char *arg)
+{
+    long lv;
+    float f;
+    ifd_log_level_t l;
+    switch (c) {
+    case OPT_LOG_LEVEL:
+        if (ifd_log_parse_level(arg, &l) != 0) {
+            fprintf(stderr, "inferd-worker: bad --log-level '%s'\n", arg);
+            return 2;
+        }
+        ifd_log_set_level(l);
+        return IFD__CLI_NEXT;
+    case 'n':
+        if (!ifd__parse_int(arg, 1, 1 << 20, &lv)) {
+            fprintf(stderr, "inferd-worker: -n wants a count >= 1, not '%s'\n", arg);
+            return 2;
+        }
+        cli->go.gp.n_predict = (int)lv;
+        return IFD__CLI_NEXT;
+    case OPT_GPU_FRACTION:
+        if (!ifd__parse_float(arg, &f) || !(f > 0.0f && f <= 1.0f)) {
+            fprintf(stderr, "inferd-worker: --gpu-memory-fraction wants a number in (0, 1], "
+                            "not '%s'\n", arg);
+            return 2;
+        }
+        cli->po.fraction = f;
+        return IFD__CLI_NEXT;
+    case OPT_THREADS:
+        if (!ifd__parse_int(arg, 1, 1024, &lv)) {
+            fprintf(stderr, "inferd-worker: bad --threads '%s'\n", arg);
+            return 2;
+        }
+        cli->go.threads = (int)lv;
+        return IFD__CLI_NEXT;
+    case OPT_WEIGHTS:
+        if (ifd_weights_dtype_parse(arg, &cli->go.weights) != 0) {
+            fprintf(stderr, "inferd-worker: --weights-dtype '%s': expected auto or f32\n", arg);
+            return 2;
+        }
+        return IFD__CLI_NEXT;
+    case OPT_FD:
+        if (!ifd__parse_int(arg, 0, 1 << 20, &lv)) {
+            fprintf(stderr, "inferd-worker: bad --fd '%s'\n", arg);
+            return 2;
+        }
+        cli->serve_fd = (int)lv;
+        return IFD__CLI_NEXT;
+    case OPT_BLOCK_SIZE:
+    case OPT_MAX_SEQS:
+    case OPT_MAX_BATCHED:
+    case OPT_PREFILL_CHUNK:
+    case OPT_MAX_MODEL_LEN:
+        return ifd__parse_count_opt(cli, c, arg);
+    default:
+        return ifd__parse_sampling_opt(cli, c, arg);
+    }
+}
+
+/* One option from getopt_long: IFD__CLI_NEXT, or the exit status to return
+ * now (0 after --help or --version, 2 on a usage error). */
+static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
+{
+    ifd__gen_opts_t *go = &cli->go;
+    switch (c) {
+    case 'i':
+        cli->inspect = arg;
+        break;
+    case OPT_JSON:
+        cli->json = true;
+        break;
+    case OPT_DEVICES:
+        cli->devices = true;
+        break;
+    case OPT_SERVE:
+        cli->serve = true;
+        break;
+    case OPT_KV_PROBE:
+        cli->probe = true;
+        break;
+    case OPT_MODEL:
+        go->model = arg;
+        break;
+    case OPT_PROMPT:
+        go->prompt = arg;
+        break;
+    case OPT_PROMPT_IDS:
+        go->prompt_ids = arg;
+        break;
+    case OPT_SYSTEM:
+        go->system = arg;
+        break;
+    case OPT_TEMPLATE:
+        go->chat_template = arg;
+        break;
+    case OPT_RAW:
+        go->raw = true;
+        break;
+    case OPT_NO_CACHE:
+        go->no_cache = true;
+        break;
+    case OPT_RANDOM:
+        go->shape = arg;
+        break;
+    case OPT_BACKEND:
+        go->backend = arg;
+        break;
+    case OPT_KV_DTYPE:
+        cli->po.kv_dtype = arg;
+        break;
+    case OPT_KV_LOCAL:
+        go->gp.local_pool = true;
+        break;
+    case OPT_IGNORE_EOS:
+        go->ignore_eos = true;
+        break;
+    case OPT_DUMP:
+        go->dump_logits = arg;
+        break;
+    case OPT_LOG_LEVEL:
+    case 'n':
+    case OPT_TEMP:
+    case OPT_TOP_P:
+    case OPT_MIN_P:
+    case OPT_REPEAT:
+    case OPT_TOP_K:
+    case OPT_SEED:
+    case OPT_WSEED:
+    case OPT_GPU_FRACTION:
+    case OPT_BLOCK_SIZE:
+    case OPT_MAX_SEQS:
+    case OPT_MAX_BATCHED:
+    case OPT_PREFILL_CHUNK:
+    case OPT_MAX_MODEL_LEN:
+    case OPT_THREADS:
+    case OPT_WEIGHTS:
+    case OPT_FD:
+        return ifd__parse_value_opt(cli, c, arg);
+    case 'h':
+        ifd__usage(stdout);
+        return 0;
+    case 'V':
+        printf("inferd-worker %s\n", IFD_VERSION);
+        return 0;
+    default:
+        ifd__usage(stderr);
+        return 2;
+    }
+    return IFD__CLI_NEXT;
+}
+
+/* Runs the mode the command line picked, in order of precedence:
+ * --devices, --serve, --kv-probe, --inspect, generation. */
+static int ifd__run_mode(ifd__cli_t *cli)
+{
+    ifd__gen_opts_t *go = &cli->go;
+    if (cli->devices)
+        return ifd__devices();
+    if (cli->serve) {
+        if (cli->serve_fd < 0) {
+            fprintf(stderr, "inferd-worker: --serve needs --fd N (the router's socket)\n");
+            return 2;
+        }
+        ifd_serve_opts_t so = {cli->serve_fd, go->model, go->threads, go->weights, go->shape,
+                               go->weights_seed};
+        return ifd_worker_serve(&so);
+    }
+    if (cli->probe)
+        return ifd__kv_probe(go, &cli->po);
+    if (cli->inspect)
+        return ifd_inspect_file(stdout, stderr, cli->inspect, cli->json) == 0 ? 0 : 1;
+    if (go->model && go->shape) {
+        fprintf(stderr, "inferd-worker: --model and --random-weights exclude each other\n");
+        return 2;
+    }
+    if (go->model || go->shape) {
+        if (!go->prompt == !go->prompt_ids) {
+            fprintf(stderr, "inferd-worker: --model needs exactly one of --prompt or "
+                            "--prompt-ids\n");
+            return 2;
+        }
+        int prc = ifd_sampling_params_check(&go->gp.sampling, IFD_SAMPLER_MAX_VOCAB);
+        if (prc) {
+            fprintf(stderr, "inferd-worker: invalid sampling parameters: %s\n",
+                    ifd_strerror(prc));
+            return 2;
+        }
+        go->json = cli->json;
+        return ifd__generate_main(go);
+    }
+    ifd__usage(stderr);
+    return 2;
+}
+
 int ifd_worker_main(int argc, char **argv)
 {
-    enum {
-        OPT_JSON = 256,
-        OPT_DEVICES,
-        OPT_LOG_LEVEL,
-        OPT_MODEL,
-        OPT_PROMPT,
-        OPT_PROMPT_IDS,
-        OPT_SYSTEM,
-        OPT_TEMPLATE,
-        OPT_RAW,
-        OPT_NO_CACHE,
-        OPT_TEMP,
-        OPT_TOP_K,
-        OPT_TOP_P,
-        OPT_MIN_P,
-        OPT_REPEAT,
-        OPT_SEED,
-        OPT_IGNORE_EOS,
-        OPT_THREADS,
-        OPT_DUMP,
-        OPT_WEIGHTS,
-        OPT_SERVE,
-        OPT_FD,
-        OPT_RANDOM,
-        OPT_WSEED,
-        OPT_BACKEND,
-        OPT_KV_PROBE,
-        OPT_GPU_FRACTION,
-        OPT_KV_DTYPE,
-        OPT_BLOCK_SIZE,
-        OPT_MAX_SEQS,
-        OPT_MAX_BATCHED,
-        OPT_PREFILL_CHUNK,
-        OPT_KV_LOCAL,
-        OPT_MAX_MODEL_LEN,
-    };
     static const struct option opts[] = {
         {"inspect", required_argument, NULL, 'i'},
         {"json", no_argument, NULL, OPT_JSON},
@@ -624,233 +968,25 @@ int ifd_worker_main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    const char *inspect = NULL;
-    bool json = false, devices = false, serve = false, probe = false;
     const ifd_engine_params_t edef = ifd_engine_default_params();
-    ifd__probe_opts_t po = {0.90, "f16", IFD_KVPOOL_DEFAULT_BLOCK_SIZE, edef.max_seqs,
-                            edef.max_batched_tokens, 0};
-    int serve_fd = -1;
-    ifd__gen_opts_t go;
-    memset(&go, 0, sizeof go);
-    go.gp = ifd_generate_default_params();
+    ifd__cli_t cli;
+    memset(&cli, 0, sizeof cli);
+    cli.serve_fd = -1;
+    cli.po = (ifd__probe_opts_t){0.90, "f16", IFD_KVPOOL_DEFAULT_BLOCK_SIZE, edef.max_seqs,
+                                 edef.max_batched_tokens, 0};
+    cli.go.gp = ifd_generate_default_params();
     int c;
-    long lv;
     optind = 1;
     ifd_log_set_tag("inferd-worker");
     while ((c = getopt_long(argc, argv, "hVn:", opts, NULL)) != -1) {
-        switch (c) {
-        case 'i':
-            inspect = optarg;
-            break;
-        case OPT_JSON:
-            json = true;
-            break;
-        case OPT_DEVICES:
-            devices = true;
-            break;
-        case OPT_LOG_LEVEL: {
-            ifd_log_level_t l;
-            if (ifd_log_parse_level(optarg, &l) != 0) {
-                fprintf(stderr, "inferd-worker: bad --log-level '%s'\n", optarg);
-                return 2;
-            }
-            ifd_log_set_level(l);
-            break;
-        }
-        case OPT_MODEL:
-            go.model = optarg;
-            break;
-        case OPT_PROMPT:
-            go.prompt = optarg;
-            break;
-        case OPT_PROMPT_IDS:
-            go.prompt_ids = optarg;
-            break;
-        case OPT_SYSTEM:
-            go.system = optarg;
-            break;
-        case OPT_TEMPLATE:
-            go.chat_template = optarg;
-            break;
-        case OPT_RAW:
-            go.raw = true;
-            break;
-        case 'n':
-            if (!ifd__parse_int(optarg, 1, 1 << 20, &lv)) {
-                fprintf(stderr, "inferd-worker: -n wants a count >= 1, not '%s'\n", optarg);
-                return 2;
-            }
-            go.gp.n_predict = (int)lv;
-            break;
-        case OPT_NO_CACHE:
-            go.no_cache = true;
-            break;
-        case OPT_TEMP:
-        case OPT_TOP_P:
-        case OPT_MIN_P:
-        case OPT_REPEAT: {
-            float f;
-            if (!ifd__parse_float(optarg, &f)) {
-                fprintf(stderr, "inferd-worker: '%s' is not a number\n", optarg);
-                return 2;
-            }
-            if (c == OPT_TEMP)
-                go.gp.sampling.temperature = f;
-            else if (c == OPT_TOP_P)
-                go.gp.sampling.top_p = f;
-            else if (c == OPT_MIN_P)
-                go.gp.sampling.min_p = f;
-            else
-                go.gp.sampling.repetition_penalty = f;
-            break;
-        }
-        case OPT_TOP_K:
-            if (!ifd__parse_int(optarg, 0, INT32_MAX, &lv)) {
-                fprintf(stderr, "inferd-worker: bad --top-k '%s'\n", optarg);
-                return 2;
-            }
-            go.gp.sampling.top_k = (int32_t)lv;
-            break;
-        case OPT_SEED:
-        case OPT_WSEED: {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end) {
-                fprintf(stderr, "inferd-worker: bad seed '%s'\n", optarg);
-                return 2;
-            }
-            if (c == OPT_SEED)
-                go.gp.sampling.seed = v;
-            else
-                go.weights_seed = v;
-            break;
-        }
-        case OPT_RANDOM:
-            go.shape = optarg;
-            break;
-        case OPT_BACKEND:
-            go.backend = optarg;
-            break;
-        case OPT_KV_PROBE:
-            probe = true;
-            break;
-        case OPT_GPU_FRACTION: {
-            float f;
-            if (!ifd__parse_float(optarg, &f) || !(f > 0.0f && f <= 1.0f)) {
-                fprintf(stderr, "inferd-worker: --gpu-memory-fraction wants a number in (0, 1], "
-                                "not '%s'\n", optarg);
-                return 2;
-            }
-            po.fraction = f;
-            break;
-        }
-        case OPT_KV_DTYPE:
-            po.kv_dtype = optarg;
-            break;
-        case OPT_KV_LOCAL:
-            go.gp.local_pool = true;
-            break;
-        case OPT_BLOCK_SIZE:
-        case OPT_MAX_SEQS:
-        case OPT_MAX_BATCHED:
-        case OPT_PREFILL_CHUNK:
-        case OPT_MAX_MODEL_LEN:
-            if (!ifd__parse_int(optarg, 1, c == OPT_MAX_MODEL_LEN ? 1 << 22 : 1 << 20, &lv)) {
-                fprintf(stderr, "inferd-worker: bad count '%s'\n", optarg);
-                return 2;
-            }
-            if (c == OPT_BLOCK_SIZE)
-                po.block_size = go.gp.block_size = (int)lv; /* the probe's and generation's */
-            else if (c == OPT_PREFILL_CHUNK)
-                go.gp.prefill_chunk = (int)lv;
-            else if (c == OPT_MAX_SEQS)
-                po.max_seqs = (int)lv;
-            else if (c == OPT_MAX_BATCHED)
-                po.max_batched_tokens = (int)lv;
-            else
-                po.max_model_len = (int)lv;
-            break;
-        case OPT_IGNORE_EOS:
-            go.ignore_eos = true;
-            break;
-        case OPT_THREADS:
-            if (!ifd__parse_int(optarg, 1, 1024, &lv)) {
-                fprintf(stderr, "inferd-worker: bad --threads '%s'\n", optarg);
-                return 2;
-            }
-            go.threads = (int)lv;
-            break;
-        case OPT_DUMP:
-            go.dump_logits = optarg;
-            break;
-        case OPT_WEIGHTS:
-            if (ifd_weights_dtype_parse(optarg, &go.weights) != 0) {
-                fprintf(stderr, "inferd-worker: --weights-dtype '%s': expected auto or f32\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case OPT_SERVE:
-            serve = true;
-            break;
-        case OPT_FD:
-            if (!ifd__parse_int(optarg, 0, 1 << 20, &lv)) {
-                fprintf(stderr, "inferd-worker: bad --fd '%s'\n", optarg);
-                return 2;
-            }
-            serve_fd = (int)lv;
-            break;
-        case 'h':
-            ifd__usage(stdout);
-            return 0;
-        case 'V':
-            printf("inferd-worker %s\n", IFD_VERSION);
-            return 0;
-        default:
-            ifd__usage(stderr);
-            return 2;
-        }
+        int status = ifd__parse_opt(&cli, c, optarg);
+        if (status != IFD__CLI_NEXT)
+            return status;
     }
     if (optind < argc) {
         fprintf(stderr, "inferd-worker: unexpected argument '%s'\n", argv[optind]);
         ifd__usage(stderr);
         return 2;
     }
-    if (devices)
-        return ifd__devices();
-    if (serve) {
-        if (serve_fd < 0) {
-            fprintf(stderr, "inferd-worker: --serve needs --fd N (the router's socket)\n");
-            return 2;
-        }
-        ifd_serve_opts_t so = {serve_fd, go.model, go.threads, go.weights, go.shape,
-                               go.weights_seed};
-        return ifd_worker_serve(&so);
-    }
-    if (probe)
-        return ifd__kv_probe(&go, &po);
-    if (inspect)
-        return ifd_inspect_file(stdout, stderr, inspect, json) == 0 ? 0 : 1;
-    if (go.model && go.shape) {
-        fprintf(stderr, "inferd-worker: --model and --random-weights exclude each other\n");
-        return 2;
-    }
-    if (go.model || go.shape) {
-        if (!go.prompt == !go.prompt_ids) {
-            fprintf(stderr, "inferd-worker: --model needs exactly one of --prompt or "
-                            "--prompt-ids\n");
-            return 2;
-        }
-        int prc = ifd_sampling_params_check(&go.gp.sampling, IFD_SAMPLER_MAX_VOCAB);
-        if (prc) {
-            fprintf(stderr, "inferd-worker: invalid sampling parameters: %s\n",
-                    ifd_strerror(prc));
-            return 2;
-        }
-        go.json = json;
-        return ifd__generate_main(&go);
-    }
-    ifd__usage(stderr);
-    return 2;
+    return ifd__run_mode(&cli);
 }
