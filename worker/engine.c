@@ -1014,35 +1014,79 @@ static int ifd__emit_plp(ifd_engine_t *e, ifd__seq_t *s, const float *lg, int ro
     return 0;
 }
 
-int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
+/* Grows the batch's block tables (global and local alike) to n_sched rows of
+ * max_blocks; they are kept, so a steady state never reallocates. */
+static int ifd__tables_reserve(ifd_engine_t *e, int n_sched, int max_blocks)
 {
-    ifd_engine_step_stats_t st;
-    memset(&st, 0, sizeof st);
-    double t0 = ifd__ms();
-    int n_sched = ifd__schedule(e, &st);
-    if (n_sched == 0) {
-        if (st_out)
-            *st_out = st;
+    if (n_sched * max_blocks <= e->b_tables_cap)
         return 0;
+    int cap = n_sched * max_blocks * 2;
+    int32_t *t = realloc(e->b_tables, (size_t)cap * sizeof *t);
+    if (!t)
+        return IFD_ENOMEM;
+    e->b_tables = t;
+    t = realloc(e->b_ltables, (size_t)cap * sizeof *t);
+    if (!t)
+        return IFD_ENOMEM;
+    e->b_ltables = t;
+    e->b_tables_cap = cap;
+    return 0;
+}
+
+/* Scheduled sequence k's part of the ragged batch: row k of the block
+ * tables, a token per scheduled position from *n_tok on, and its logits
+ * rows from *n_rows on (the prompt-logprob rows it owes, then its sample
+ * row); both counts advance. */
+static void ifd__batch_seq(ifd_engine_t *e, int k, int max_blocks, int *n_tok, int *n_rows,
+                           ifd_engine_step_stats_t *st)
+{
+    ifd__seq_t *s = e->sched[k];
+    int32_t *row = e->b_tables + (int64_t)k * max_blocks;
+    int32_t *lrow = e->b_ltables + (int64_t)k * max_blocks;
+    for (int32_t b = 0; b < max_blocks; b++)
+        row[b] = b >= s->g_first && b < s->n_blocks
+                     ? ifd_kvpool_block_local(e->pool, s->blocks[b])
+                     : 0; /* released (all_local): before the window, never read */
+    /* released twins read as block 0: before the window, never read */
+    for (int32_t b = 0; e->lpool && b < max_blocks; b++)
+        lrow[b] = b >= s->l_first && b < s->n_blocks
+                      ? ifd_kvpool_block_local(e->lpool, s->lblocks[b])
+                      : 0;
+    IFD_ASSERT(!s->plp_rows || s->n_computed <= s->plp_next - 1);
+    for (int32_t j = 0; j < s->sched; j++) {
+        int32_t p = s->n_computed + j;
+        if (s->plp_rows && p >= s->plp_next - 1 && p <= s->n_prompt - 2)
+            e->b_rows[(*n_rows)++] = *n_tok; /* row p scores the prompt token at p + 1 */
+        e->b_tokens[*n_tok] = s->tokens[p];
+        e->b_pos[*n_tok] = p;
+        e->b_seq[*n_tok] = k;
+        e->b_slot[*n_tok] = (int64_t)row[p / e->block_size] * e->block_size + p % e->block_size;
+        if (e->lpool)
+            e->b_lslot[*n_tok] =
+                (int64_t)lrow[p / e->block_size] * e->block_size + p % e->block_size;
+        (*n_tok)++;
     }
-    /* build the ragged batch */
+    if (s->sample)
+        e->b_rows[(*n_rows)++] = *n_tok - 1;
+    if (s->n_computed < s->n_prompt)
+        st->n_prefill_tokens += s->sched;
+    else
+        st->n_decode_tokens += s->sched;
+}
+
+/* This step's ragged batch over e->sched[0..n_sched), in e's batch buffers
+ * (grown here: the tables to the longest block list, the logits for prompt
+ * logprob rows). 0 or IFD_ENOMEM. */
+static int ifd__batch_build(ifd_engine_t *e, int n_sched, ifd_engine_step_stats_t *st,
+                            ifd_batch_t *batch)
+{
     int rc;
     int max_blocks = 1;
     for (int k = 0; k < n_sched; k++)
         if (e->sched[k]->n_blocks > max_blocks)
             max_blocks = e->sched[k]->n_blocks;
-    if (n_sched * max_blocks > e->b_tables_cap) {
-        int cap = n_sched * max_blocks * 2;
-        int32_t *t = realloc(e->b_tables, (size_t)cap * sizeof *t);
-        if (!t)
-            return IFD_ENOMEM;
-        e->b_tables = t;
-        t = realloc(e->b_ltables, (size_t)cap * sizeof *t);
-        if (!t)
-            return IFD_ENOMEM;
-        e->b_ltables = t;
-        e->b_tables_cap = cap;
-    }
+    if ((rc = ifd__tables_reserve(e, n_sched, max_blocks)))
+        return rc;
     int n_tok = 0, n_rows = 0, n_plp = 0;
     for (int k = 0; k < n_sched; k++) {
         ifd__seq_t *s = e->sched[k];
@@ -1051,41 +1095,9 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     }
     if (n_plp && (rc = ifd__plp_reserve(e)))
         return rc;
-    for (int k = 0; k < n_sched; k++) {
-        ifd__seq_t *s = e->sched[k];
-        int32_t *row = e->b_tables + (int64_t)k * max_blocks;
-        int32_t *lrow = e->b_ltables + (int64_t)k * max_blocks;
-        for (int32_t b = 0; b < max_blocks; b++)
-            row[b] = b >= s->g_first && b < s->n_blocks
-                         ? ifd_kvpool_block_local(e->pool, s->blocks[b])
-                         : 0; /* released (all_local): before the window, never read */
-        /* released twins read as block 0: before the window, never read */
-        for (int32_t b = 0; e->lpool && b < max_blocks; b++)
-            lrow[b] = b >= s->l_first && b < s->n_blocks
-                          ? ifd_kvpool_block_local(e->lpool, s->lblocks[b])
-                          : 0;
-        IFD_ASSERT(!s->plp_rows || s->n_computed <= s->plp_next - 1);
-        for (int32_t j = 0; j < s->sched; j++) {
-            int32_t p = s->n_computed + j;
-            if (s->plp_rows && p >= s->plp_next - 1 && p <= s->n_prompt - 2)
-                e->b_rows[n_rows++] = n_tok; /* row p scores the prompt token at p + 1 */
-            e->b_tokens[n_tok] = s->tokens[p];
-            e->b_pos[n_tok] = p;
-            e->b_seq[n_tok] = k;
-            e->b_slot[n_tok] = (int64_t)row[p / e->block_size] * e->block_size + p % e->block_size;
-            if (e->lpool)
-                e->b_lslot[n_tok] =
-                    (int64_t)lrow[p / e->block_size] * e->block_size + p % e->block_size;
-            n_tok++;
-        }
-        if (s->sample)
-            e->b_rows[n_rows++] = n_tok - 1;
-        if (s->n_computed < s->n_prompt)
-            st.n_prefill_tokens += s->sched;
-        else
-            st.n_decode_tokens += s->sched;
-    }
-    ifd_batch_t batch = {
+    for (int k = 0; k < n_sched; k++)
+        ifd__batch_seq(e, k, max_blocks, &n_tok, &n_rows, st);
+    *batch = (ifd_batch_t){
         .n_tok = n_tok,
         .tokens = e->b_tokens,
         .pos = e->b_pos,
@@ -1099,106 +1111,158 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         .local_block_tables = e->lpool ? e->b_ltables : NULL,
         .local_slot = e->lpool ? e->b_lslot : NULL,
     };
-    double t1 = ifd__ms();
-    rc = ifd__forward(e, &batch, n_sched);
-    double t2 = ifd__ms();
-    if (rc) {
-        IFD_ERROR("engine: forward of %d tokens failed: %s", n_tok, ifd_strerror(rc));
-        for (int k = 0; k < n_sched; k++) {
-            int at = 0;
-            ifd__queue_t *q = NULL;
-            if (ifd__find(e, e->sched[k]->id, &q, &at)) {
-                ifd__q_remove_at(q, at);
-                ifd__finish(e, e->sched[k], IFD_FINISH_ERROR);
-            }
-        }
-        return rc;
-    }
-    /* advance, publish, sample, finish */
-    int row = 0;
+    return 0;
+}
+
+/* A failed forward: every scheduled sequence still queued finishes with an
+ * error (its KV of this step may be half written). */
+static void ifd__fail_scheduled(ifd_engine_t *e, int n_sched)
+{
     for (int k = 0; k < n_sched; k++) {
-        ifd__seq_t *s = e->sched[k];
-        s->n_computed += s->sched;
-        if (s->use_cache)
-            ifd__publish(e, s);
-        if (s->plp_rows) {
-            int prc =
-                ifd__emit_plp(e, s, e->logits + (size_t)row * (size_t)e->model.n_vocab, row);
-            row += s->plp_rows;
-            if (prc) {
-                int at = 0;
-                ifd__queue_t *q = NULL;
-                IFD_ASSERT(ifd__find(e, s->id, &q, &at) == s);
-                row += s->sample; /* its sample row is skipped */
-                ifd__q_remove_at(q, at);
-                ifd__finish(e, s, IFD_FINISH_ERROR);
-                continue;
-            }
-        }
-        if (s->use_cache) /* without the cache it recomputes from 0 */
-            ifd__release_window(e, s);
-        if (!s->sample)
-            continue;
-        const float *lg = e->logits + (size_t)row * (size_t)e->model.n_vocab;
-        ifd_sampler_history_t h = {s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
-                                   (size_t)(s->n_tokens - s->n_prompt)};
-        ifd_sample_result_t res;
-        int src = 0;
-        const int32_t dev_tok = e->s_tok[row++];
-        if (dev_tok == IFD_MODEL_SAMPLE_ON_HOST) {
-            src = ifd__sample_seq(e, s, lg, &h, &res);
-        } else if (s->sampling.n_logprobs >= 0) { /* sampled on the device, with logprobs */
-            res = e->s_res[row - 1];
-            src = dev_tok < 0 || res.token != dev_tok ? IFD_EINVAL : 0;
-        } else { /* sampled on the device: the token only */
-            memset(&res, 0, sizeof res);
-            res.token = dev_tok;
-            src = dev_tok < 0 ? IFD_EINVAL : 0;
-        }
         int at = 0;
         ifd__queue_t *q = NULL;
-        IFD_ASSERT(ifd__find(e, s->id, &q, &at) == s);
-        if (src) {
-            IFD_ERROR("engine: sampling request %llu: %s", (unsigned long long)s->id,
-                      ifd_strerror(src));
+        if (ifd__find(e, e->sched[k]->id, &q, &at)) {
             ifd__q_remove_at(q, at);
-            ifd__finish(e, s, IFD_FINISH_ERROR);
-            continue;
-        }
-        s->tokens[s->n_tokens++] = res.token;
-        s->n_gen++;
-        if (!s->use_cache)
-            s->n_computed = 0; /* recompute everything next step */
-        if (e->cb.on_token)
-            e->cb.on_token(e->cb.ctx, s->id, &res);
-        int fin = -1;
-        if (ifd__is_stop(e, s, res.token))
-            fin = IFD_FINISH_STOP;
-        else if (s->n_gen >= s->max_tokens || s->n_tokens >= e->model.n_ctx ||
-                 s->n_tokens >= s->cap_tokens)
-            fin = IFD_FINISH_LENGTH;
-        if (fin >= 0) {
-            ifd__q_remove_at(q, at);
-            ifd__finish(e, s, (ifd_finish_reason_t)fin);
+            ifd__finish(e, e->sched[k], IFD_FINISH_ERROR);
         }
     }
-    double t3 = ifd__ms();
-    st.n_seqs = n_sched;
-    st.n_tokens = n_tok;
-    st.schedule_ms = t1 - t0;
-    st.forward_ms = t2 - t1;
-    st.sample_ms = t3 - t2;
+}
+
+/* s, scheduled this step and so queued, leaves its queue and finishes. */
+static void ifd__finish_queued(ifd_engine_t *e, ifd__seq_t *s, ifd_finish_reason_t reason)
+{
+    int at = 0;
+    ifd__queue_t *q = NULL;
+    IFD_ASSERT(ifd__find(e, s->id, &q, &at) == s);
+    ifd__q_remove_at(q, at);
+    ifd__finish(e, s, reason);
+}
+
+/* The token of s's sample row `row`: sampled here from its logits, or the
+ * device's (with its logprobs when the request asked for them). 0, or an
+ * error for a row the sampler refuses (IFD_EINVAL: NaN / +inf logits). */
+static int ifd__take_sample(ifd_engine_t *e, ifd__seq_t *s, int row, ifd_sample_result_t *res)
+{
+    const float *lg = e->logits + (size_t)row * (size_t)e->model.n_vocab;
+    ifd_sampler_history_t h = {s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
+                               (size_t)(s->n_tokens - s->n_prompt)};
+    const int32_t dev_tok = e->s_tok[row];
+    if (dev_tok == IFD_MODEL_SAMPLE_ON_HOST)
+        return ifd__sample_seq(e, s, lg, &h, res);
+    if (s->sampling.n_logprobs >= 0) { /* sampled on the device, with logprobs */
+        *res = e->s_res[row];
+        return dev_tok < 0 || res->token != dev_tok ? IFD_EINVAL : 0;
+    }
+    /* sampled on the device: the token only */
+    memset(res, 0, sizeof *res);
+    res->token = dev_tok;
+    return dev_tok < 0 ? IFD_EINVAL : 0;
+}
+
+/* After the forward, scheduled sequence s from logits row *row on: advance
+ * its computed count, publish its full blocks, emit its prompt logprobs,
+ * release what fell out of its window, then take its sampled token and
+ * finish it at a stop or a limit. *row advances past s's rows. */
+static void ifd__seq_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
+{
+    s->n_computed += s->sched;
+    if (s->use_cache)
+        ifd__publish(e, s);
+    if (s->plp_rows) {
+        int prc = ifd__emit_plp(e, s, e->logits + (size_t)*row * (size_t)e->model.n_vocab, *row);
+        *row += s->plp_rows;
+        if (prc) {
+            *row += s->sample; /* its sample row is skipped */
+            ifd__finish_queued(e, s, IFD_FINISH_ERROR);
+            return;
+        }
+    }
+    if (s->use_cache) /* without the cache it recomputes from 0 */
+        ifd__release_window(e, s);
+    if (!s->sample)
+        return;
+    ifd_sample_result_t res;
+    int src = ifd__take_sample(e, s, (*row)++, &res);
+    int at = 0;
+    ifd__queue_t *q = NULL;
+    IFD_ASSERT(ifd__find(e, s->id, &q, &at) == s);
+    if (src) {
+        IFD_ERROR("engine: sampling request %llu: %s", (unsigned long long)s->id,
+                  ifd_strerror(src));
+        ifd__q_remove_at(q, at);
+        ifd__finish(e, s, IFD_FINISH_ERROR);
+        return;
+    }
+    s->tokens[s->n_tokens++] = res.token;
+    s->n_gen++;
+    if (!s->use_cache)
+        s->n_computed = 0; /* recompute everything next step */
+    if (e->cb.on_token)
+        e->cb.on_token(e->cb.ctx, s->id, &res);
+    int fin = -1;
+    if (ifd__is_stop(e, s, res.token))
+        fin = IFD_FINISH_STOP;
+    else if (s->n_gen >= s->max_tokens || s->n_tokens >= e->model.n_ctx ||
+             s->n_tokens >= s->cap_tokens)
+        fin = IFD_FINISH_LENGTH;
+    if (fin >= 0) {
+        ifd__q_remove_at(q, at);
+        ifd__finish(e, s, (ifd_finish_reason_t)fin);
+    }
+}
+
+/* The step's timings and counts into st and the engine's totals; a step
+ * with decodes feeds the decode-size average the prefill cap adapts to. */
+static void ifd__step_account(ifd_engine_t *e, ifd_engine_step_stats_t *st, int n_sched,
+                              int n_tok, double t0, double t1, double t2, double t3)
+{
+    st->n_seqs = n_sched;
+    st->n_tokens = n_tok;
+    st->schedule_ms = t1 - t0;
+    st->forward_ms = t2 - t1;
+    st->sample_ms = t3 - t2;
     if (e->sched_decodes)
         e->decode_ema = e->decode_ema == 0
                             ? (double)n_tok
                             : e->decode_ema + ((double)n_tok - e->decode_ema) / IFD_ENGINE_STEP_EMA;
     e->st.steps++;
     e->st.tokens += (uint64_t)n_tok;
-    e->st.prefill_tokens += (uint64_t)st.n_prefill_tokens;
-    e->st.decode_tokens += (uint64_t)st.n_decode_tokens;
-    e->st.schedule_ms += st.schedule_ms;
-    e->st.forward_ms += st.forward_ms;
-    e->st.sample_ms += st.sample_ms;
+    e->st.prefill_tokens += (uint64_t)st->n_prefill_tokens;
+    e->st.decode_tokens += (uint64_t)st->n_decode_tokens;
+    e->st.schedule_ms += st->schedule_ms;
+    e->st.forward_ms += st->forward_ms;
+    e->st.sample_ms += st->sample_ms;
+}
+
+int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
+{
+    ifd_engine_step_stats_t st;
+    memset(&st, 0, sizeof st);
+    double t0 = ifd__ms();
+    int n_sched = ifd__schedule(e, &st);
+    if (n_sched == 0) {
+        if (st_out)
+            *st_out = st;
+        return 0;
+    }
+    ifd_batch_t batch;
+    int rc = ifd__batch_build(e, n_sched, &st, &batch);
+    if (rc)
+        return rc;
+    double t1 = ifd__ms();
+    rc = ifd__forward(e, &batch, n_sched);
+    double t2 = ifd__ms();
+    if (rc) {
+        IFD_ERROR("engine: forward of %d tokens failed: %s", batch.n_tok, ifd_strerror(rc));
+        ifd__fail_scheduled(e, n_sched);
+        return rc;
+    }
+    /* advance, publish, sample, finish */
+    int row = 0;
+    for (int k = 0; k < n_sched; k++)
+        ifd__seq_after_forward(e, e->sched[k], &row);
+    double t3 = ifd__ms();
+    ifd__step_account(e, &st, n_sched, batch.n_tok, t0, t1, t2, t3);
     if (st_out)
         *st_out = st;
     return n_sched;
