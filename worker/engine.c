@@ -128,12 +128,6 @@ static double ifd__ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-const char *ifd_finish_reason_name(ifd_finish_reason_t r)
-{
-    static const char *const names[] = {"stop", "length", "cancelled", "error"};
-    return (unsigned)r < 4 ? names[r] : "?";
-}
-
 ifd_engine_params_t ifd_engine_default_params(void)
 {
     ifd_engine_params_t p = {.eos_ids = NULL,

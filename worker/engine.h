@@ -73,8 +73,6 @@ typedef enum {
     IFD_FINISH_ERROR,      /* the request could not be served (named in the log) */
 } ifd_finish_reason_t;
 
-const char *ifd_finish_reason_name(ifd_finish_reason_t r); /* "stop", "length", ... */
-
 typedef struct {
     int32_t prompt_tokens;
     int32_t completion_tokens; /* generated, including tokens passed as already generated */
