@@ -88,6 +88,9 @@ typedef struct {
     int32_t *pos, *seq, *rows;
     int64_t *slot, *lslot;
     float *logits;
+    int vocab;
+    int32_t *tokens; /* the prompt, then the generated tokens */
+    ifd_sampler_t *sampler;
 } ifd__gen_t;
 
 /* Makes sure blocks cover positions [0, n_tokens). */
@@ -177,6 +180,152 @@ static int ifd__dump(FILE *f, const float *rows, int n, int vocab, int *written)
     return 0;
 }
 
+/* The KV pools (their geometry for `total` tokens run at most `max_tok` at
+ * a time) and the model's view of them. 0, or an error with what was made
+ * left in g for ifd_generate to free. */
+static int ifd__gen_pools(ifd__gen_t *g, const ifd_model_config_t *cfg,
+                          const ifd_generate_params_t *p, int total, int max_tok)
+{
+    int rc;
+    ifd_kvpool_params_t kp, lkp;
+    const bool split = ifd_kvpool_model_params_split(cfg, &kp, &lkp);
+    const bool two = split && p->local_pool;
+    if (!two)
+        kp = ifd_kvpool_model_params(cfg); /* every layer in one pool */
+    if (p->block_size > 0)
+        kp.block_size = lkp.block_size = p->block_size;
+    g->block_size = kp.block_size;
+    g->max_blocks = (total + kp.block_size - 1) / kp.block_size;
+    kp.n_blocks = g->max_blocks;
+    kp.n_workers = lkp.n_workers = 1;
+    if (!g->be->ops->host_memory) {
+        /* f16 (what the GPU attention kernels read) in device memory; the
+         * local pool in a device segment of its own */
+        kp.dtype = lkp.dtype = IFD_KV_F16;
+        kp.kind[0] = lkp.kind[0] = IFD_KVSEG_CUDA_VMM;
+    }
+    if (two) {
+        /* the window before a run's first token, the run (a prefill chunk,
+         * or the whole context without the cache), block edges */
+        g->window = (int)cfg->sliding_window;
+        const int bs = kp.block_size;
+        lkp.n_blocks = (g->window - 1 + bs - 1) / bs + (max_tok + bs - 1) / bs + 1;
+        if (lkp.n_blocks > g->max_blocks)
+            lkp.n_blocks = g->max_blocks;
+        g->lblocks = calloc((size_t)g->max_blocks, sizeof *g->lblocks);
+        if (!g->lblocks)
+            return IFD_ENOMEM;
+        if ((rc = ifd_kvpool_create(&lkp, &g->lpool)))
+            return rc;
+    }
+    if ((rc = ifd_kvpool_create(&kp, &g->pool)))
+        return rc;
+    return ifd_engine_model_from_pools(&g->em, g->m, g->pool, g->lpool, 0);
+}
+
+/* Everything one generation holds: the pools, the batch buffers for
+ * `max_tok` rows, the token list for `total` tokens with the prompt copied
+ * in, r->tokens for the generated ones, and the sampler. 0, or an error
+ * with what was made left in g (and r) for ifd_generate to free. */
+static int ifd__gen_open(ifd__gen_t *g, ifd_model_t *m, const int32_t *prompt, int n_prompt,
+                         const ifd_generate_params_t *p, int total, int max_tok,
+                         ifd_generate_result_t *r)
+{
+    const ifd_model_config_t *cfg = ifd_model_config(m);
+    g->m = m;
+    g->be = ifd_model_backend(m);
+    g->vocab = (int)cfg->n_vocab;
+    int rc = ifd__gen_pools(g, cfg, p, total, max_tok);
+    if (rc)
+        return rc;
+    g->blocks = calloc((size_t)g->max_blocks, sizeof *g->blocks);
+    g->pos = malloc((size_t)max_tok * sizeof *g->pos);
+    g->seq = malloc((size_t)max_tok * sizeof *g->seq);
+    g->rows = malloc((size_t)max_tok * sizeof *g->rows);
+    g->slot = malloc((size_t)max_tok * sizeof *g->slot);
+    g->lslot = malloc((size_t)max_tok * sizeof *g->lslot);
+    g->logits = malloc((size_t)max_tok * (size_t)g->vocab * sizeof(float));
+    g->tokens = malloc((size_t)total * sizeof *g->tokens);
+    r->tokens = malloc((size_t)p->n_predict * sizeof *r->tokens);
+    if (!g->blocks || !g->pos || !g->seq || !g->rows || !g->slot || !g->lslot || !g->logits ||
+        !g->tokens || !r->tokens)
+        return IFD_ENOMEM;
+    if ((rc = ifd_sampler_create(g->vocab, &g->sampler)))
+        return rc;
+    memcpy(g->tokens, prompt, (size_t)n_prompt * sizeof *g->tokens);
+    return 0;
+}
+
+/* Prefill: the prompt in chunks of `chunk` tokens (one run without the
+ * cache); the logits of its last row, or of every row when dumping them.
+ * *last: the last row's logits (in g->logits). */
+static int ifd__gen_prefill(ifd__gen_t *g, const ifd_generate_params_t *p, int n_prompt,
+                            int chunk, ifd_generate_result_t *r, const float **last)
+{
+    const bool dump = p->dump_logits != NULL;
+    int rc;
+    for (int start = 0; start < n_prompt;) {
+        int end = p->use_cache ? (start + chunk < n_prompt ? start + chunk : n_prompt) : n_prompt;
+        int n_logits = dump ? end - start : (end == n_prompt ? 1 : 0);
+        if ((rc = ifd__run(g, g->tokens, start, end, n_logits)))
+            return rc;
+        if ((rc = ifd__dump(p->dump_logits, g->logits, dump ? n_logits : 0, g->vocab,
+                            &r->n_logit_rows)))
+            return rc;
+        if (end == n_prompt)
+            *last = g->logits + (size_t)(n_logits - 1) * (size_t)g->vocab;
+        start = end;
+    }
+    return 0;
+}
+
+/* Decode: samples from `last` (the prompt's last logits), then one step a
+ * token until n_predict tokens, a stop id or the callback's stop; sets
+ * r->finish_reason for the last two and r->ttft_ms (from t0) at the first
+ * token. */
+static int ifd__gen_decode(ifd__gen_t *g, const int32_t *prompt, int n_prompt,
+                           const ifd_generate_params_t *p, const float *last, double t0,
+                           ifd_generate_result_t *r)
+{
+    int rc;
+    int n_seq = n_prompt;
+    for (int step = 0; step < p->n_predict; step++) {
+        ifd_sampler_history_t hist = {prompt, (size_t)n_prompt, r->tokens, (size_t)r->n_tokens};
+        ifd_sample_result_t res;
+        if ((rc = ifd_sampler_sample(g->sampler, &p->sampling, last, &hist, (uint64_t)n_seq,
+                                     &res)))
+            return rc;
+        if (step == 0)
+            r->ttft_ms = ifd__now_ms() - t0;
+        r->tokens[r->n_tokens++] = res.token;
+        g->tokens[n_seq++] = res.token;
+        if (p->on_token && p->on_token(p->cb_ctx, res.token)) {
+            r->finish_reason = "callback";
+            break;
+        }
+        bool stop = false;
+        for (size_t i = 0; i < p->n_stop_ids && !p->ignore_eos; i++)
+            stop |= p->stop_ids[i] == res.token;
+        if (stop) {
+            r->finish_reason = "stop";
+            break;
+        }
+        if (step + 1 == p->n_predict)
+            break;
+        /* next logits: one new token with the cache, the whole context without */
+        if (p->use_cache)
+            rc = ifd__run(g, g->tokens, n_seq - 1, n_seq, 1);
+        else
+            rc = ifd__run(g, g->tokens, 0, n_seq, 1);
+        if (rc)
+            return rc;
+        last = g->logits;
+        if ((rc = ifd__dump(p->dump_logits, g->logits, 1, g->vocab, &r->n_logit_rows)))
+            return rc;
+    }
+    return 0;
+}
+
 int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
                  const ifd_generate_params_t *p, ifd_generate_result_t *r)
 {
@@ -198,122 +347,19 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
 
     ifd__gen_t g;
     memset(&g, 0, sizeof g);
-    int rc = 0;
-    ifd_sampler_t *sampler = NULL;
-    int32_t *seq_tokens = NULL;
-
-    g.m = m;
-    g.be = ifd_model_backend(m);
-    ifd_kvpool_params_t kp, lkp;
-    const bool split = ifd_kvpool_model_params_split(cfg, &kp, &lkp);
-    const bool two = split && p->local_pool;
-    if (!two)
-        kp = ifd_kvpool_model_params(cfg); /* every layer in one pool */
-    if (p->block_size > 0)
-        kp.block_size = lkp.block_size = p->block_size;
-    g.block_size = kp.block_size;
-    g.max_blocks = (total + kp.block_size - 1) / kp.block_size;
-    kp.n_blocks = g.max_blocks;
-    kp.n_workers = lkp.n_workers = 1;
-    if (!g.be->ops->host_memory) {
-        /* f16 (what the GPU attention kernels read) in device memory; the
-         * local pool in a device segment of its own */
-        kp.dtype = lkp.dtype = IFD_KV_F16;
-        kp.kind[0] = lkp.kind[0] = IFD_KVSEG_CUDA_VMM;
-    }
-    if (two) {
-        /* the window before a run's first token, the run (a prefill chunk,
-         * or the whole context without the cache), block edges */
-        g.window = (int)cfg->sliding_window;
-        const int bs = kp.block_size;
-        lkp.n_blocks = (g.window - 1 + bs - 1) / bs + (max_tok + bs - 1) / bs + 1;
-        if (lkp.n_blocks > g.max_blocks)
-            lkp.n_blocks = g.max_blocks;
-        g.lblocks = calloc((size_t)g.max_blocks, sizeof *g.lblocks);
-        if (!g.lblocks) {
-            rc = IFD_ENOMEM;
-            goto out;
-        }
-        if ((rc = ifd_kvpool_create(&lkp, &g.lpool)))
-            goto out;
-    }
-    if ((rc = ifd_kvpool_create(&kp, &g.pool)) ||
-        (rc = ifd_engine_model_from_pools(&g.em, m, g.pool, g.lpool, 0)))
+    int rc = ifd__gen_open(&g, m, prompt, n_prompt, p, total, max_tok, r);
+    if (rc)
         goto out;
-    g.blocks = calloc((size_t)g.max_blocks, sizeof *g.blocks);
-    g.pos = malloc((size_t)max_tok * sizeof *g.pos);
-    g.seq = malloc((size_t)max_tok * sizeof *g.seq);
-    g.rows = malloc((size_t)max_tok * sizeof *g.rows);
-    g.slot = malloc((size_t)max_tok * sizeof *g.slot);
-    g.lslot = malloc((size_t)max_tok * sizeof *g.lslot);
-    g.logits = malloc((size_t)max_tok * (size_t)vocab * sizeof(float));
-    seq_tokens = malloc((size_t)total * sizeof *seq_tokens);
-    r->tokens = malloc((size_t)p->n_predict * sizeof *r->tokens);
-    if (!g.blocks || !g.pos || !g.seq || !g.rows || !g.slot || !g.lslot || !g.logits ||
-        !seq_tokens || !r->tokens) {
-        rc = IFD_ENOMEM;
-        goto out;
-    }
-    if ((rc = ifd_sampler_create(vocab, &sampler)))
-        goto out;
-    memcpy(seq_tokens, prompt, (size_t)n_prompt * sizeof *seq_tokens);
     if (p->dump_logits && (rc = ifd__npy_header(p->dump_logits, 0, vocab)))
         goto out;
-
-    const bool dump = p->dump_logits != NULL;
     const float *last = g.logits;
     double t0 = ifd__now_ms();
-    /* prefill: the prompt in chunks; logits of the last row (all rows when dumping) */
-    for (int start = 0; start < n_prompt;) {
-        int end = p->use_cache ? (start + chunk < n_prompt ? start + chunk : n_prompt) : n_prompt;
-        int n_logits = dump ? end - start : (end == n_prompt ? 1 : 0);
-        if ((rc = ifd__run(&g, seq_tokens, start, end, n_logits)))
-            goto out;
-        if ((rc = ifd__dump(p->dump_logits, g.logits, dump ? n_logits : 0, vocab,
-                            &r->n_logit_rows)))
-            goto out;
-        if (end == n_prompt)
-            last = g.logits + (size_t)(n_logits - 1) * (size_t)vocab;
-        start = end;
-    }
-    double t_prefill = ifd__now_ms();
-    r->prefill_ms = t_prefill - t0;
+    if ((rc = ifd__gen_prefill(&g, p, n_prompt, chunk, r, &last)))
+        goto out;
+    r->prefill_ms = ifd__now_ms() - t0;
     r->finish_reason = "length";
-
-    int n_seq = n_prompt;
-    for (int step = 0; step < p->n_predict; step++) {
-        ifd_sampler_history_t hist = {prompt, (size_t)n_prompt, r->tokens, (size_t)r->n_tokens};
-        ifd_sample_result_t res;
-        if ((rc = ifd_sampler_sample(sampler, &p->sampling, last, &hist, (uint64_t)n_seq, &res)))
-            goto out;
-        if (step == 0)
-            r->ttft_ms = ifd__now_ms() - t0;
-        r->tokens[r->n_tokens++] = res.token;
-        seq_tokens[n_seq++] = res.token;
-        if (p->on_token && p->on_token(p->cb_ctx, res.token)) {
-            r->finish_reason = "callback";
-            break;
-        }
-        bool stop = false;
-        for (size_t i = 0; i < p->n_stop_ids && !p->ignore_eos; i++)
-            stop |= p->stop_ids[i] == res.token;
-        if (stop) {
-            r->finish_reason = "stop";
-            break;
-        }
-        if (step + 1 == p->n_predict)
-            break;
-        /* next logits: one new token with the cache, the whole context without */
-        if (p->use_cache)
-            rc = ifd__run(&g, seq_tokens, n_seq - 1, n_seq, 1);
-        else
-            rc = ifd__run(&g, seq_tokens, 0, n_seq, 1);
-        if (rc)
-            goto out;
-        last = g.logits;
-        if ((rc = ifd__dump(p->dump_logits, g.logits, 1, vocab, &r->n_logit_rows)))
-            goto out;
-    }
+    if ((rc = ifd__gen_decode(&g, prompt, n_prompt, p, last, t0, r)))
+        goto out;
     double t_end = ifd__now_ms();
     r->decode_ms = t_end - t0 - r->ttft_ms;
     r->total_ms = t_end - t0;
@@ -323,7 +369,7 @@ int ifd_generate(ifd_model_t *m, const int32_t *prompt, int n_prompt,
         fflush(p->dump_logits);
     }
 out:
-    ifd_sampler_destroy(sampler);
+    ifd_sampler_destroy(g.sampler);
     if (g.pool && g.n_blocks)
         ifd_kvpool_free(g.pool, 0, g.blocks, g.n_blocks);
     if (g.lpool) {
@@ -345,7 +391,7 @@ out:
     free(g.rows);
     free(g.slot);
     free(g.logits);
-    free(seq_tokens);
+    free(g.tokens);
     if (rc) {
         free(r->tokens);
         r->tokens = NULL;
