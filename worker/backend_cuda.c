@@ -920,6 +920,196 @@ static int ifd__upload_masks(ifd_backend_t *be, const ifd_sample_row_t *rows, in
     return 0;
 }
 
+/* A sampling call's counts: what it needs (the first pass over the rows:
+ * bias entries, history ids before dedup, masked rows, scored rows, raw
+ * copies), then what the second pass filled in (history ids after dedup). */
+typedef struct {
+    size_t n_bias, n_hist;
+    int n_mask, n_lp, n_raw;
+    bool any_pen; /* filled: some row has a bias or a penalty history */
+} ifd__samp_count_t;
+
+/* The first pass: the sizes of every row's parts. IFD_EINVAL for a scoring
+ * row asking for more alternatives than the sampler gives, or a sampled
+ * row that wants logprobs and has nowhere to put them. */
+static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, ifd__samp_count_t *n)
+{
+    memset(n, 0, sizeof *n);
+    for (int i = 0; i < n_rows; i++) {
+        const ifd_sampling_params_t *p = rows[i].params;
+        const ifd_sampler_history_t *h = rows[i].hist;
+        if (!p) {
+            if (rows[i].result) {
+                if (rows[i].score_top < 0 || rows[i].score_top > IFD_SAMPLER_MAX_LOGPROBS)
+                    return IFD_EINVAL;
+                n->n_lp++;
+            }
+            continue;
+        }
+        if (p->n_logprobs >= 0 && !rows[i].result) {
+            IFD_ERROR("cuda backend: a row with logprobs and nowhere to put them");
+            return IFD_EINVAL;
+        }
+        n->n_bias += p->n_logit_bias;
+        if (h && ifd__penalties_on(p))
+            n->n_hist += h->n_prompt + h->n_generated;
+        n->n_mask += p->constraint != NULL;
+        if (p->n_logprobs >= 0) {
+            n->n_lp++;
+            n->n_raw += p->logprobs_mode == IFD_LOGPROBS_RAW && ifd__row_modified(p, h);
+        }
+    }
+    return 0;
+}
+
+/* Grows the sampler's host and device arrays to what the first pass
+ * counted (out_bytes: the tokens and logprobs that come back). */
+static int ifd__samp_reserve(ifd_backend_t *be, int n_rows, int32_t V,
+                             const ifd__samp_count_t *n, size_t out_bytes)
+{
+    ifd__samp_t *sp = &ifd__cu(be)->samp;
+    const size_t wbytes = (size_t)(V + 31) / 32 * 4;
+    int rc;
+    if ((rc = ifd__grow_pair(be, (void **)&sp->h_sp, (void **)&sp->d_sp, &sp->sp_cap,
+                             (size_t)n_rows, sizeof *sp->h_sp)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_pr, (void **)&sp->d_pr, &sp->pr_cap,
+                             (size_t)n_rows, sizeof *sp->h_pr)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_out, (void **)&sp->d_out, &sp->out_cap,
+                             out_bytes, 1)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_lb, (void **)&sp->d_lb, &sp->bias_cap,
+                             n->n_bias ? n->n_bias : 1, sizeof *sp->h_lb)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_mrow, (void **)&sp->d_mrow, &sp->mrow_cap,
+                             (size_t)(n->n_mask ? n->n_mask : 1), sizeof *sp->h_mrow)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_lq, (void **)&sp->d_lq, &sp->lq_cap,
+                             (size_t)(n->n_lp ? n->n_lp : 1), sizeof *sp->h_lq)) ||
+        (n->n_mask && (rc = ifd__grow(be, (void **)&sp->d_mask, &sp->mask_bytes,
+                                      (size_t)n->n_mask * wbytes))) ||
+        (n->n_raw && (rc = ifd__grow(be, (void **)&sp->d_raw, &sp->raw_bytes,
+                                     (size_t)n->n_raw * (size_t)V * 4))))
+        return rc;
+    if (n->n_hist > sp->h_hist_cap) { /* host only: the device gets the distinct ids */
+        ifd_cuda_hist_t *hh = realloc(sp->h_hh, n->n_hist * sizeof *hh);
+        if (!hh)
+            return IFD_ENOMEM;
+        sp->h_hh = hh;
+        sp->h_hist_cap = n->n_hist;
+    }
+    return 0;
+}
+
+/* A row's penalty history as distinct ids from sp->h_hh[*nh] on, each with
+ * its generated count and prompt flag (sp->counts is zero again after). */
+static void ifd__samp_hist(ifd__samp_t *sp, const ifd_sampler_history_t *h, int32_t V,
+                           size_t *nh)
+{
+    uint32_t *counts = sp->counts;
+    for (size_t j = 0; j < h->n_generated; j++)
+        if (h->generated[j] >= 0 && h->generated[j] < V)
+            counts[h->generated[j]] += 1;
+    for (size_t j = 0; j < h->n_prompt; j++)
+        if (h->prompt[j] >= 0 && h->prompt[j] < V)
+            counts[h->prompt[j]] |= IFD_CUDA_HIST_PROMPT;
+    const int32_t *lists[2] = {h->generated, h->prompt};
+    const size_t lens[2] = {h->n_generated, h->n_prompt};
+    for (int l = 0; l < 2; l++)
+        for (size_t j = 0; j < lens[l]; j++) {
+            int32_t t = lists[l][j];
+            if (t < 0 || t >= V || !counts[t])
+                continue;
+            sp->h_hh[(*nh)++] = (ifd_cuda_hist_t){t, counts[t]};
+            counts[t] = 0;
+        }
+}
+
+/* The second pass for row i: its kernel parameters, penalty row, bias
+ * entries, history, mask index and logprob request (raw logprobs of a row
+ * that bias, penalties or a mask change are scored from a copy made now,
+ * before they do). Skipped rows stay greedy without penalties (cheap,
+ * ignored). Counts what it fills into *f. */
+static int ifd__samp_row(ifd_backend_t *be, const ifd_sample_row_t *rows, int i, int32_t V,
+                         float *lg, ifd__samp_count_t *f)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    ifd__samp_t *sp = &c->samp;
+    const ifd_sampling_params_t *p = rows[i].params;
+    ifd_cuda_sample_params_t *q = &sp->h_sp[i];
+    ifd_cuda_penalty_row_t *r = &sp->h_pr[i];
+    memset(q, 0, sizeof *q);
+    memset(r, 0, sizeof *r);
+    r->repetition_penalty = 1.0f;
+    q->top_p = 1.0f;
+    if (!p) {
+        if (rows[i].result) /* scoring: the raw row, not changed below */
+            sp->h_lq[f->n_lp++] = (ifd_cuda_logprob_req_t){
+                lg + (size_t)i * V, rows[i].score_token < 0 ? V : rows[i].score_token, i,
+                rows[i].score_top, 0};
+        return 0;
+    }
+    *q = (ifd_cuda_sample_params_t){p->temperature, p->top_k, p->top_p, p->min_p, p->seed,
+                                    rows[i].position};
+    r->repetition_penalty = p->repetition_penalty;
+    r->frequency_penalty = p->frequency_penalty;
+    r->presence_penalty = p->presence_penalty;
+    r->bias0 = (int32_t)f->n_bias;
+    r->n_bias = (int32_t)p->n_logit_bias;
+    for (uint32_t j = 0; j < p->n_logit_bias; j++)
+        sp->h_lb[f->n_bias++] =
+            (ifd_cuda_logit_bias_t){p->logit_bias[j].id, p->logit_bias[j].bias};
+    const ifd_sampler_history_t *h = rows[i].hist;
+    r->hist0 = (int32_t)f->n_hist;
+    if (h && ifd__penalties_on(p) && (h->n_prompt || h->n_generated))
+        ifd__samp_hist(sp, h, V, &f->n_hist);
+    r->n_hist = (int32_t)(f->n_hist - (size_t)r->hist0);
+    f->any_pen |= r->n_bias > 0 || r->n_hist > 0;
+    if (p->constraint)
+        sp->h_mrow[f->n_mask++] = i;
+    if (p->n_logprobs >= 0) {
+        /* raw logprobs of a row that steps 1-3b change: from a copy */
+        const float *x = lg + (size_t)i * V;
+        if (p->logprobs_mode == IFD_LOGPROBS_RAW && ifd__row_modified(p, h)) {
+            float *dst = sp->d_raw + (size_t)f->n_raw++ * V;
+            IFD__CK(cudaMemcpyAsync(dst, x, (size_t)V * 4, cudaMemcpyDeviceToDevice,
+                                    c->stream));
+            x = dst;
+        }
+        sp->h_lq[f->n_lp++] = (ifd_cuda_logprob_req_t){x, -1, i, p->n_logprobs, 0};
+    }
+    return 0;
+}
+
+/* The device's work, in stream order: bias and penalties (when a row has
+ * any), grammar masks, the draw into d_tok, then the logprobs of the
+ * scored rows into d_lp. */
+static int ifd__samp_launch(ifd_backend_t *be, const ifd_sample_row_t *rows, int n_rows,
+                            int32_t V, float *lg, const ifd__samp_count_t *f, int32_t *d_tok,
+                            ifd_cuda_logprob_t *d_lp)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    ifd__samp_t *sp = &c->samp;
+    const size_t nb = f->n_bias, nh = f->n_hist;
+    const int nm = f->n_mask, nl = f->n_lp;
+    int rc;
+    if ((rc = ifd__cuda_upload(be, sp->d_sp, sp->h_sp, (size_t)n_rows * sizeof *sp->h_sp)))
+        return rc;
+    if (f->any_pen &&
+        ((rc = ifd__cuda_upload(be, sp->d_pr, sp->h_pr, (size_t)n_rows * sizeof *sp->h_pr)) ||
+         (rc = ifd__cuda_upload(be, sp->d_lb, sp->h_lb, nb * sizeof *sp->h_lb)) ||
+         (rc = ifd__cuda_upload(be, sp->d_hh, sp->h_hh, nh * sizeof *sp->h_hh)) ||
+         (rc = ifd_cuda_apply_penalties(lg, sp->d_pr, sp->d_lb, sp->d_hh, n_rows, V,
+                                        c->stream))))
+        return rc;
+    if (nm && ((rc = ifd__cuda_upload(be, sp->d_mrow, sp->h_mrow, (size_t)nm * 4)) ||
+               (rc = ifd__upload_masks(be, rows, nm, V)) ||
+               (rc = ifd_cuda_apply_mask(lg, sp->d_mask, sp->d_mrow, nm, n_rows, V, c->stream))))
+        return rc;
+    if ((rc = ifd_cuda_sample(d_tok, lg, sp->d_sp, n_rows, V, c->stream)))
+        return rc;
+    if (nl && ((rc = ifd__cuda_upload(be, sp->d_lq, sp->h_lq, (size_t)nl * sizeof *sp->h_lq)) ||
+               (rc = ifd_cuda_logprobs(d_lp, sp->d_lq, d_tok, nl, V, c->stream))))
+        return rc;
+    return 0;
+}
+
 static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logits,
                             const ifd_sample_row_t *rows, int n_rows)
 {
@@ -940,152 +1130,30 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
     }
     /* sizes first: the bias entries and the history ids of every row, the
      * masks, the scored rows and the raw copies among them */
-    size_t n_bias = 0, n_hist = 0;
-    int n_mask = 0, n_lp = 0, n_raw = 0;
-    for (int i = 0; i < n_rows; i++) {
-        const ifd_sampling_params_t *p = rows[i].params;
-        const ifd_sampler_history_t *h = rows[i].hist;
-        if (!p) {
-            if (rows[i].result) {
-                if (rows[i].score_top < 0 || rows[i].score_top > IFD_SAMPLER_MAX_LOGPROBS)
-                    return IFD_EINVAL;
-                n_lp++;
-            }
-            continue;
-        }
-        if (p->n_logprobs >= 0 && !rows[i].result) {
-            IFD_ERROR("cuda backend: a row with logprobs and nowhere to put them");
-            return IFD_EINVAL;
-        }
-        n_bias += p->n_logit_bias;
-        if (h && ifd__penalties_on(p))
-            n_hist += h->n_prompt + h->n_generated;
-        n_mask += p->constraint != NULL;
-        if (p->n_logprobs >= 0) {
-            n_lp++;
-            n_raw += p->logprobs_mode == IFD_LOGPROBS_RAW && ifd__row_modified(p, h);
-        }
-    }
-    const size_t wbytes = (size_t)(V + 31) / 32 * 4;
-    const size_t lp_off = ((size_t)n_rows * 4 + 15) & ~(size_t)15;
-    const size_t out_bytes = lp_off + (size_t)n_lp * sizeof(ifd_cuda_logprob_t);
-    if ((rc = ifd__grow_pair(be, (void **)&sp->h_sp, (void **)&sp->d_sp, &sp->sp_cap,
-                             (size_t)n_rows, sizeof *sp->h_sp)) ||
-        (rc = ifd__grow_pair(be, (void **)&sp->h_pr, (void **)&sp->d_pr, &sp->pr_cap,
-                             (size_t)n_rows, sizeof *sp->h_pr)) ||
-        (rc = ifd__grow_pair(be, (void **)&sp->h_out, (void **)&sp->d_out, &sp->out_cap,
-                             out_bytes, 1)) ||
-        (rc = ifd__grow_pair(be, (void **)&sp->h_lb, (void **)&sp->d_lb, &sp->bias_cap,
-                             n_bias ? n_bias : 1, sizeof *sp->h_lb)) ||
-        (rc = ifd__grow_pair(be, (void **)&sp->h_mrow, (void **)&sp->d_mrow, &sp->mrow_cap,
-                             (size_t)(n_mask ? n_mask : 1), sizeof *sp->h_mrow)) ||
-        (rc = ifd__grow_pair(be, (void **)&sp->h_lq, (void **)&sp->d_lq, &sp->lq_cap,
-                             (size_t)(n_lp ? n_lp : 1), sizeof *sp->h_lq)) ||
-        (n_mask && (rc = ifd__grow(be, (void **)&sp->d_mask, &sp->mask_bytes,
-                                   (size_t)n_mask * wbytes))) ||
-        (n_raw && (rc = ifd__grow(be, (void **)&sp->d_raw, &sp->raw_bytes,
-                                  (size_t)n_raw * (size_t)V * 4))))
+    ifd__samp_count_t need;
+    if ((rc = ifd__samp_need(rows, n_rows, &need)))
         return rc;
-    if (n_hist > sp->h_hist_cap) { /* host only: the device gets the distinct ids */
-        ifd_cuda_hist_t *hh = realloc(sp->h_hh, n_hist * sizeof *hh);
-        if (!hh)
-            return IFD_ENOMEM;
-        sp->h_hh = hh;
-        sp->h_hist_cap = n_hist;
-    }
-
-    /* the rows: skipped ones greedy without penalties (cheap, ignored) */
-    size_t nb = 0, nh = 0;
-    int nm = 0, nl = 0, nr = 0;
-    bool any_pen = false;
-    uint32_t *counts = sp->counts;
+    const size_t lp_off = ((size_t)n_rows * 4 + 15) & ~(size_t)15;
+    const size_t out_bytes = lp_off + (size_t)need.n_lp * sizeof(ifd_cuda_logprob_t);
+    if ((rc = ifd__samp_reserve(be, n_rows, V, &need, out_bytes)))
+        return rc;
+    /* the rows */
+    ifd__samp_count_t got;
+    memset(&got, 0, sizeof got);
     float *const lg = logits->data;
-    for (int i = 0; i < n_rows; i++) {
-        const ifd_sampling_params_t *p = rows[i].params;
-        ifd_cuda_sample_params_t *q = &sp->h_sp[i];
-        ifd_cuda_penalty_row_t *r = &sp->h_pr[i];
-        memset(q, 0, sizeof *q);
-        memset(r, 0, sizeof *r);
-        r->repetition_penalty = 1.0f;
-        q->top_p = 1.0f;
-        if (!p) {
-            if (rows[i].result) /* scoring: the raw row, not changed below */
-                sp->h_lq[nl++] = (ifd_cuda_logprob_req_t){lg + (size_t)i * V,
-                                                          rows[i].score_token < 0 ? V : rows[i].score_token,
-                                                          i, rows[i].score_top, 0};
-            continue;
-        }
-        *q = (ifd_cuda_sample_params_t){p->temperature, p->top_k, p->top_p, p->min_p, p->seed,
-                                        rows[i].position};
-        r->repetition_penalty = p->repetition_penalty;
-        r->frequency_penalty = p->frequency_penalty;
-        r->presence_penalty = p->presence_penalty;
-        r->bias0 = (int32_t)nb;
-        r->n_bias = (int32_t)p->n_logit_bias;
-        for (uint32_t j = 0; j < p->n_logit_bias; j++)
-            sp->h_lb[nb++] = (ifd_cuda_logit_bias_t){p->logit_bias[j].id, p->logit_bias[j].bias};
-        const ifd_sampler_history_t *h = rows[i].hist;
-        r->hist0 = (int32_t)nh;
-        if (h && ifd__penalties_on(p) && (h->n_prompt || h->n_generated)) {
-            /* distinct ids with their generated counts and prompt flag */
-            for (size_t j = 0; j < h->n_generated; j++)
-                if (h->generated[j] >= 0 && h->generated[j] < V)
-                    counts[h->generated[j]] += 1;
-            for (size_t j = 0; j < h->n_prompt; j++)
-                if (h->prompt[j] >= 0 && h->prompt[j] < V)
-                    counts[h->prompt[j]] |= IFD_CUDA_HIST_PROMPT;
-            const int32_t *lists[2] = {h->generated, h->prompt};
-            const size_t lens[2] = {h->n_generated, h->n_prompt};
-            for (int l = 0; l < 2; l++)
-                for (size_t j = 0; j < lens[l]; j++) {
-                    int32_t t = lists[l][j];
-                    if (t < 0 || t >= V || !counts[t])
-                        continue;
-                    sp->h_hh[nh++] = (ifd_cuda_hist_t){t, counts[t]};
-                    counts[t] = 0;
-                }
-        }
-        r->n_hist = (int32_t)(nh - (size_t)r->hist0);
-        any_pen |= r->n_bias > 0 || r->n_hist > 0;
-        if (p->constraint)
-            sp->h_mrow[nm++] = i;
-        if (p->n_logprobs >= 0) {
-            /* raw logprobs of a row that steps 1-3b change: from a copy */
-            const float *x = lg + (size_t)i * V;
-            if (p->logprobs_mode == IFD_LOGPROBS_RAW && ifd__row_modified(p, h)) {
-                float *dst = sp->d_raw + (size_t)nr++ * V;
-                IFD__CK(cudaMemcpyAsync(dst, x, (size_t)V * 4, cudaMemcpyDeviceToDevice,
-                                        c->stream));
-                x = dst;
-            }
-            sp->h_lq[nl++] = (ifd_cuda_logprob_req_t){x, -1, i, p->n_logprobs, 0};
-        }
-    }
+    for (int i = 0; i < n_rows; i++)
+        if ((rc = ifd__samp_row(be, rows, i, V, lg, &got)))
+            return rc;
     /* the distinct ids of a batch are bounded by rows x vocab: this grows
      * while the batch's histories bring new ids, then no more */
     if ((rc = ifd__grow(be, (void **)&sp->d_hh, &sp->d_hist_bytes,
-                        (nh ? nh : 1) * sizeof *sp->h_hh)))
+                        (got.n_hist ? got.n_hist : 1) * sizeof *sp->h_hh)))
         return rc;
     int32_t *d_tok = (int32_t *)sp->d_out;
     ifd_cuda_logprob_t *d_lp = (ifd_cuda_logprob_t *)(sp->d_out + lp_off);
-    if ((rc = ifd__cuda_upload(be, sp->d_sp, sp->h_sp, (size_t)n_rows * sizeof *sp->h_sp)))
+    if ((rc = ifd__samp_launch(be, rows, n_rows, V, lg, &got, d_tok, d_lp)))
         return rc;
-    if (any_pen &&
-        ((rc = ifd__cuda_upload(be, sp->d_pr, sp->h_pr, (size_t)n_rows * sizeof *sp->h_pr)) ||
-         (rc = ifd__cuda_upload(be, sp->d_lb, sp->h_lb, nb * sizeof *sp->h_lb)) ||
-         (rc = ifd__cuda_upload(be, sp->d_hh, sp->h_hh, nh * sizeof *sp->h_hh)) ||
-         (rc = ifd_cuda_apply_penalties(lg, sp->d_pr, sp->d_lb, sp->d_hh, n_rows, V,
-                                        c->stream))))
-        return rc;
-    if (nm && ((rc = ifd__cuda_upload(be, sp->d_mrow, sp->h_mrow, (size_t)nm * 4)) ||
-               (rc = ifd__upload_masks(be, rows, nm, V)) ||
-               (rc = ifd_cuda_apply_mask(lg, sp->d_mask, sp->d_mrow, nm, n_rows, V, c->stream))))
-        return rc;
-    if ((rc = ifd_cuda_sample(d_tok, lg, sp->d_sp, n_rows, V, c->stream)))
-        return rc;
-    if (nl && ((rc = ifd__cuda_upload(be, sp->d_lq, sp->h_lq, (size_t)nl * sizeof *sp->h_lq)) ||
-               (rc = ifd_cuda_logprobs(d_lp, sp->d_lq, d_tok, nl, V, c->stream))))
-        return rc;
+    const int nl = got.n_lp;
     if ((rc = ifd__cuda_download(be, sp->h_out, sp->d_out, nl ? out_bytes : (size_t)n_rows * 4)))
         return rc;
     const int32_t *h_tok = (const int32_t *)sp->h_out;
