@@ -162,6 +162,197 @@ IFD_DEV int block_or(int v, smem_t &sm)
     return r;
 }
 
+/* ---- the sampling kernel's steps (every thread of the block calls them) ---- */
+
+/* Step 1: the row's maximum and its first index (the same in every thread
+ * after the call). True when the row holds a NaN or +inf. */
+IFD_DEV bool row_max(const float *l, int V, float *best, int *bidx, smem_t &sm)
+{
+    const int tid = threadIdx.x;
+    float b = -INFINITY;
+    int bi = 0x7fffffff, bad = 0;
+    for (int i = tid; i < V; i += THREADS) {
+        const float v = l[i];
+        bad |= (v != v) | (v == INFINITY);
+        if (v > b || (v == b && i < bi))
+            b = v, bi = i;
+    }
+    bad = block_or(bad, sm);
+    block_argmax(&b, &bi, sm);
+    *best = b;
+    *bidx = bi;
+    return bad != 0;
+}
+
+/* What decides an id's weight once T and m are known: min-p's qmin, and the
+ * top-k threshold key (0 = none: every key is >= 0). */
+struct weights_t {
+    row_ctx c;
+    uint64_t qmin;
+    uint32_t kkey;
+};
+
+/* Weight of id i if it is in A (else 0), and its key. */
+IFD_DEV uint64_t weight_a(const weights_t &w, int i, uint32_t *key)
+{
+    const float s = scaled(w.c, i);
+    const float x = xof(w.c, s);
+    if (!(x >= IFD_SAMPLING_X_MIN))
+        return 0; /* q = 0 < qmin */
+    const uint64_t q = ifd_sampling_weight(x);
+    if (q < w.qmin)
+        return 0;
+    *key = fkey(s);
+    return q;
+}
+
+/* Weight of id i if it is in B (else 0), and its key. */
+IFD_DEV uint64_t weight_b(const weights_t &w, int i, uint32_t *key)
+{
+    const uint64_t q = weight_a(w, i, key);
+    return q && *key >= w.kkey ? q : 0;
+}
+
+/* Zeroes the radix histogram (all 256 64-bit counters, which cover the
+ * 32-bit ones too) before a pass. */
+IFD_DEV void hist_clear(smem_t &sm)
+{
+    for (int b = threadIdx.x; b < 256; b += THREADS)
+        sm.hist.h64[b] = 0;
+    __syncthreads();
+}
+
+/* Step 3 (0 < k < V): the top-k threshold key over A, the k-th largest key
+ * by a 4-pass radix select; 0 (no cut) when A has at most k members. */
+IFD_DEV uint32_t topk_key(const weights_t &w, int top_k, smem_t &sm)
+{
+    const int tid = threadIdx.x, V = w.c.V;
+    int na = 0;
+    for (int i = tid; i < V; i += THREADS) {
+        uint32_t key;
+        na += weight_a(w, i, &key) != 0;
+    }
+    const unsigned long long nA = block_sum_u64((unsigned long long)na, sm);
+    if (nA <= (unsigned long long)top_k)
+        return 0;
+    uint32_t prefix = 0, mask = 0;
+    uint32_t kk = (uint32_t)top_k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        hist_clear(sm);
+        for (int i = tid; i < V; i += THREADS) {
+            uint32_t key;
+            if (weight_a(w, i, &key) && (key & mask) == prefix)
+                atomicAdd(&sm.hist.h32[(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int b = 255;
+            for (; b > 0; b--) {
+                if (kk <= sm.hist.h32[b])
+                    break;
+                kk -= sm.hist.h32[b];
+            }
+            sm.key = prefix | ((uint32_t)b << shift);
+            sm.mask = mask | (255u << shift);
+            sm.hist.h32[0] = kk; /* carried in shared memory to all */
+        }
+        __syncthreads();
+        prefix = sm.key;
+        mask = sm.mask;
+        kk = sm.hist.h32[0];
+        __syncthreads();
+    }
+    return prefix;
+}
+
+/* Step 5 (top_p < 1): the cut key, the smallest key in B whose heavier
+ * members weigh less than top_p * Q, by a 4-pass radix descent with uint64
+ * weight sums per digit; *Z gets the weight of everything kept. */
+IFD_DEV uint32_t topp_cut(const weights_t &w, float top_p, unsigned long long Q,
+                          unsigned long long *Z, smem_t &sm)
+{
+    const int tid = threadIdx.x, V = w.c.V;
+    const double thr = __dmul_rn((double)top_p, (double)Q);
+    uint32_t prefix = 0, mask = 0;
+    unsigned long long acc = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        hist_clear(sm);
+        for (int i = tid; i < V; i += THREADS) {
+            uint32_t key;
+            const uint64_t q = weight_b(w, i, &key);
+            if (q && (key & mask) == prefix)
+                atomicAdd(&sm.hist.h64[(key >> shift) & 255u], (unsigned long long)q);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            unsigned long long run = 0, best_run = 0;
+            int bb = -1;
+            for (int b = 255; b >= 0; b--) {
+                const unsigned long long hw = sm.hist.h64[b];
+                if (hw == 0)
+                    continue;
+                const unsigned long long above = acc + run;
+                if (above == 0 || (double)above < thr) {
+                    bb = b;
+                    best_run = run;
+                } else {
+                    break;
+                }
+                run += hw;
+            }
+            /* bb >= 0: the maximum survives and is in the top bucket. */
+            sm.acc = acc + best_run;
+            sm.z = sm.acc + sm.hist.h64[bb];
+            sm.key = prefix | ((uint32_t)bb << shift);
+            sm.mask = mask | (255u << shift);
+        }
+        __syncthreads();
+        prefix = sm.key;
+        mask = sm.mask;
+        acc = sm.acc;
+        *Z = sm.z;
+        __syncthreads();
+    }
+    return prefix;
+}
+
+/* Step 6: the drawn id (-1 when nothing is kept) for target t in [0, Z):
+ * each thread sums the kept weights (B, keys >= cut) of a contiguous run of
+ * ids, an exclusive scan orders the runs, and the thread whose run holds t
+ * walks it in ascending id. Every thread gets the id. */
+IFD_DEV int32_t draw(const weights_t &w, uint32_t cut, uint64_t target, smem_t &sm)
+{
+    const int tid = threadIdx.x, V = w.c.V;
+    const int seg = (V + THREADS - 1) / THREADS;
+    const int i0 = tid * seg, i1 = i0 + seg < V ? i0 + seg : V;
+    unsigned long long mine = 0;
+    for (int i = i0; i < i1; i++) {
+        uint32_t key;
+        const uint64_t q = weight_b(w, i, &key);
+        if (q && key >= cut)
+            mine += q;
+    }
+    if (tid == 0)
+        sm.token = -1;
+    const unsigned long long before = block_excl_scan_u64(mine, sm);
+    if (mine && before <= target && target < before + mine) {
+        unsigned long long run = before;
+        for (int i = i0; i < i1; i++) {
+            uint32_t key;
+            const uint64_t q = weight_b(w, i, &key);
+            if (!q || key < cut)
+                continue;
+            run += q;
+            if (run > target) {
+                sm.token = i;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    return sm.token;
+}
+
 __global__ void __launch_bounds__(THREADS)
     sample_kernel(int32_t *tokens, const float *logits, const ifd_cuda_sample_params_t *params,
                   int V)
@@ -169,21 +360,14 @@ __global__ void __launch_bounds__(THREADS)
     __shared__ smem_t sm;
     const int row = blockIdx.x, tid = threadIdx.x;
     const ifd_cuda_sample_params_t P = params[row];
-    row_ctx c;
-    c.l = logits + (int64_t)row * V;
-    c.V = V;
+    weights_t w;
+    w.c.l = logits + (int64_t)row * V;
+    w.c.V = V;
 
     /* 1. max, first argmax, bad values. */
-    float best = -INFINITY;
-    int bidx = 0x7fffffff, bad = 0;
-    for (int i = tid; i < V; i += THREADS) {
-        const float v = c.l[i];
-        bad |= (v != v) | (v == INFINITY);
-        if (v > best || (v == best && i < bidx))
-            best = v, bidx = i;
-    }
-    bad = block_or(bad, sm);
-    block_argmax(&best, &bidx, sm);
+    float best;
+    int bidx;
+    const bool bad = row_max(w.c.l, V, &best, &bidx, sm);
     const bool params_ok = P.temperature >= 0.0f && P.temperature <= 3.4e38f && P.top_p >= 0.0f &&
                            P.top_p <= 1.0f && P.min_p >= 0.0f && P.min_p <= 1.0f;
     if (bad || best == -INFINITY || !params_ok) {
@@ -196,163 +380,35 @@ __global__ void __launch_bounds__(THREADS)
             tokens[row] = bidx < V ? bidx : 0;
         return;
     }
-    c.T = P.temperature;
-    c.m = __fdiv_rn(best, c.T); /* division by T > 0 is monotone: max(l / T) */
-    /* qmin = max(1, ceil(min_p * 2^43)); the product is exact. */
+    w.c.T = P.temperature;
+    w.c.m = __fdiv_rn(best, w.c.T); /* division by T > 0 is monotone: max(l / T) */
+    /* 2. qmin = max(1, ceil(min_p * 2^43)); the product is exact. */
     const double qd = ceil((double)P.min_p * (double)(1ull << IFD_SAMPLING_WEIGHT_BITS));
-    const uint64_t qmin = qd < 1.0 ? 1 : (uint64_t)qd;
+    w.qmin = qd < 1.0 ? 1 : (uint64_t)qd;
+    w.kkey = 0;
 
-    /* Weight of id i if it is in A (else 0), and its key. */
-    auto weight_a = [&](int i, uint32_t *key) -> uint64_t {
-        const float s = scaled(c, i);
-        const float x = xof(c, s);
-        if (!(x >= IFD_SAMPLING_X_MIN))
-            return 0; /* q = 0 < qmin */
-        const uint64_t q = ifd_sampling_weight(x);
-        if (q < qmin)
-            return 0;
-        *key = fkey(s);
-        return q;
-    };
-
-    /* 3. top-k threshold key over A (0 = none: every key is >= 0). */
-    uint32_t kkey = 0;
-    if (P.top_k > 0 && P.top_k < V) {
-        int na = 0;
-        for (int i = tid; i < V; i += THREADS) {
-            uint32_t key;
-            na += weight_a(i, &key) != 0;
-        }
-        const unsigned long long nA = block_sum_u64((unsigned long long)na, sm);
-        if (nA > (unsigned long long)P.top_k) {
-            uint32_t prefix = 0, mask = 0;
-            uint32_t kk = (uint32_t)P.top_k;
-            for (int shift = 24; shift >= 0; shift -= 8) {
-                for (int b = tid; b < 256; b += THREADS)
-                    sm.hist.h32[b] = 0;
-                __syncthreads();
-                for (int i = tid; i < V; i += THREADS) {
-                    uint32_t key;
-                    if (weight_a(i, &key) && (key & mask) == prefix)
-                        atomicAdd(&sm.hist.h32[(key >> shift) & 255u], 1u);
-                }
-                __syncthreads();
-                if (tid == 0) {
-                    int b = 255;
-                    for (; b > 0; b--) {
-                        if (kk <= sm.hist.h32[b])
-                            break;
-                        kk -= sm.hist.h32[b];
-                    }
-                    sm.key = prefix | ((uint32_t)b << shift);
-                    sm.mask = mask | (255u << shift);
-                    sm.hist.h32[0] = kk; /* carried in shared memory to all */
-                }
-                __syncthreads();
-                prefix = sm.key;
-                mask = sm.mask;
-                kk = sm.hist.h32[0];
-                __syncthreads();
-            }
-            kkey = prefix;
-        }
-    }
-
-    /* Weight of id i if it is in B (else 0), and its key. */
-    auto weight = [&](int i, uint32_t *key) -> uint64_t {
-        const uint64_t q = weight_a(i, key);
-        return q && *key >= kkey ? q : 0;
-    };
+    /* 3. top-k threshold key over A (weight_a does not read it). */
+    if (P.top_k > 0 && P.top_k < V)
+        w.kkey = topk_key(w, P.top_k, sm);
 
     /* 4. Q. */
     unsigned long long part = 0;
     for (int i = tid; i < V; i += THREADS) {
         uint32_t key;
-        part += weight(i, &key);
+        part += weight_b(w, i, &key);
     }
     const unsigned long long Q = block_sum_u64(part, sm);
 
     /* 5. top-p: cut key and Z. */
     uint32_t cut = 0;
     unsigned long long Z = Q;
-    if (P.top_p < 1.0f) {
-        const double thr = __dmul_rn((double)P.top_p, (double)Q);
-        uint32_t prefix = 0, mask = 0;
-        unsigned long long acc = 0;
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int b = tid; b < 256; b += THREADS)
-                sm.hist.h64[b] = 0;
-            __syncthreads();
-            for (int i = tid; i < V; i += THREADS) {
-                uint32_t key;
-                const uint64_t q = weight(i, &key);
-                if (q && (key & mask) == prefix)
-                    atomicAdd(&sm.hist.h64[(key >> shift) & 255u], (unsigned long long)q);
-            }
-            __syncthreads();
-            if (tid == 0) {
-                unsigned long long run = 0, best_run = 0;
-                int bb = -1;
-                for (int b = 255; b >= 0; b--) {
-                    const unsigned long long w = sm.hist.h64[b];
-                    if (w == 0)
-                        continue;
-                    const unsigned long long above = acc + run;
-                    if (above == 0 || (double)above < thr) {
-                        bb = b;
-                        best_run = run;
-                    } else {
-                        break;
-                    }
-                    run += w;
-                }
-                /* bb >= 0: the maximum survives and is in the top bucket. */
-                sm.acc = acc + best_run;
-                sm.z = sm.acc + sm.hist.h64[bb];
-                sm.key = prefix | ((uint32_t)bb << shift);
-                sm.mask = mask | (255u << shift);
-            }
-            __syncthreads();
-            prefix = sm.key;
-            mask = sm.mask;
-            acc = sm.acc;
-            Z = sm.z;
-            __syncthreads();
-        }
-        cut = prefix;
-    }
+    if (P.top_p < 1.0f)
+        cut = topp_cut(w, P.top_p, Q, &Z, sm);
 
     /* 6. the draw over contiguous runs of ids. */
-    const uint64_t target = ifd_sampling_target(P.seed, P.position, Z);
-    const int seg = (V + THREADS - 1) / THREADS;
-    const int i0 = tid * seg, i1 = i0 + seg < V ? i0 + seg : V;
-    unsigned long long mine = 0;
-    for (int i = i0; i < i1; i++) {
-        uint32_t key;
-        const uint64_t q = weight(i, &key);
-        if (q && key >= cut)
-            mine += q;
-    }
+    const int32_t token = draw(w, cut, ifd_sampling_target(P.seed, P.position, Z), sm);
     if (tid == 0)
-        sm.token = -1;
-    const unsigned long long before = block_excl_scan_u64(mine, sm);
-    if (mine && before <= target && target < before + mine) {
-        unsigned long long run = before;
-        for (int i = i0; i < i1; i++) {
-            uint32_t key;
-            const uint64_t q = weight(i, &key);
-            if (!q || key < cut)
-                continue;
-            run += q;
-            if (run > target) {
-                sm.token = i;
-                break;
-            }
-        }
-    }
-    __syncthreads();
-    if (tid == 0)
-        tokens[row] = sm.token;
+        tokens[row] = token;
 }
 
 IFD_DEV unsigned long long block_max_u64(unsigned long long v, smem_t &sm)
