@@ -139,15 +139,26 @@ static int parse_cap(const char *s)
     return v > 0 ? v : -2;
 }
 
-int main(int argc, char **argv)
+/* The command line. */
+typedef struct {
+    const char *model;
+    int n_req, n_req_c1, plen, olen, budget, threads;
+    char conc_list[256], cap_list[256];
+    const char *kv_name;      /* the daemon's default kv_dtype */
+    const char *weights_name; /* the daemon's default weights_dtype */
+    const char *backend_name;
+    double step_ratio; /* 0: the engine's IFD_ENGINE_STEP_RATIO */
+    ifd_kv_dtype_t kv_dtype;
+    ifd_weights_dtype_t weights;
+    int caps[16], n_caps;
+    int concs[16], n_concs;
+    char path[4096]; /* the default model's */
+} opts_t;
+
+/* getopt's options into o (and the --simulate globals). 0, or the exit
+ * status (2) after saying what is wrong. */
+static int parse_opts(int argc, char **argv, opts_t *o)
 {
-    const char *model = NULL;
-    int n_req = 64, n_req_c1 = 0, plen = 128, olen = 128, budget = 256, threads = 0;
-    char conc_list[256] = "1,4,16,64", cap_list[256] = "auto";
-    const char *kv_name = "f16"; /* the daemon's default kv_dtype */
-    const char *weights_name = "auto"; /* the daemon's default weights_dtype */
-    const char *backend_name = "cpu";
-    double step_ratio = 0;             /* 0: the engine's IFD_ENGINE_STEP_RATIO */
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},    {"requests", required_argument, NULL, 'r'},
         {"prompt", required_argument, NULL, 'p'},   {"output", required_argument, NULL, 'o'},
@@ -162,20 +173,20 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model = optarg; break;
-        case 'r': n_req = atoi(optarg); break;
-        case 'p': plen = atoi(optarg); break;
-        case 'o': olen = atoi(optarg); break;
-        case 'c': snprintf(conc_list, sizeof conc_list, "%s", optarg); break;
-        case 'b': budget = atoi(optarg); break;
-        case 't': threads = atoi(optarg); break;
-        case '1': n_req_c1 = atoi(optarg); break;
-        case 'k': kv_name = optarg; break;
-        case 'w': weights_name = optarg; break;
-        case 'B': backend_name = optarg; break;
-        case 'P': snprintf(cap_list, sizeof cap_list, "%s", optarg); break;
+        case 'm': o->model = optarg; break;
+        case 'r': o->n_req = atoi(optarg); break;
+        case 'p': o->plen = atoi(optarg); break;
+        case 'o': o->olen = atoi(optarg); break;
+        case 'c': snprintf(o->conc_list, sizeof o->conc_list, "%s", optarg); break;
+        case 'b': o->budget = atoi(optarg); break;
+        case 't': o->threads = atoi(optarg); break;
+        case '1': o->n_req_c1 = atoi(optarg); break;
+        case 'k': o->kv_name = optarg; break;
+        case 'w': o->weights_name = optarg; break;
+        case 'B': o->backend_name = optarg; break;
+        case 'P': snprintf(o->cap_list, sizeof o->cap_list, "%s", optarg); break;
         case 'R':
-            if ((step_ratio = atof(optarg)) < 1.0) {
+            if ((o->step_ratio = atof(optarg)) < 1.0) {
                 fprintf(stderr, "bench_engine: --step-ratio R: R >= 1\n");
                 return 2;
             }
@@ -190,191 +201,247 @@ int main(int argc, char **argv)
         default: fprintf(stderr, "bench_engine: bad option\n"); return 2;
         }
     }
-    char path[4096];
-    if (!model) {
-        ifd_default_model_path(path, sizeof path);
-        model = path;
+    return 0;
+}
+
+/* The options' values checked and the lists split. 0 or 2. */
+static int check_opts(opts_t *o)
+{
+    if (!o->model) {
+        ifd_default_model_path(o->path, sizeof o->path);
+        o->model = o->path;
     }
-    ifd_kv_dtype_t kv_dtype;
-    if (ifd_kv_dtype_parse(kv_name, &kv_dtype) != 0) {
-        fprintf(stderr, "bench_engine: --kv-dtype '%s': expected f32, f16 or bf16\n", kv_name);
+    if (ifd_kv_dtype_parse(o->kv_name, &o->kv_dtype) != 0) {
+        fprintf(stderr, "bench_engine: --kv-dtype '%s': expected f32, f16 or bf16\n",
+                o->kv_name);
         return 2;
     }
-    ifd_weights_dtype_t weights;
-    if (ifd_weights_dtype_parse(weights_name, &weights) != 0) {
+    if (ifd_weights_dtype_parse(o->weights_name, &o->weights) != 0) {
         fprintf(stderr, "bench_engine: --weights-dtype '%s': expected auto or f32\n",
-                weights_name);
+                o->weights_name);
         return 2;
     }
-    if (n_req < 1 || plen < 1 || olen < 1 || budget < 1) {
+    if (o->n_req < 1 || o->plen < 1 || o->olen < 1 || o->budget < 1) {
         fprintf(stderr, "bench_engine: sizes must be positive\n");
         return 2;
     }
-    int caps[16], n_caps = 0;
-    for (char *tok = strtok(cap_list, ","); tok && n_caps < 16; tok = strtok(NULL, ",")) {
-        if ((caps[n_caps++] = parse_cap(tok)) < -1) {
+    for (char *tok = strtok(o->cap_list, ","); tok && o->n_caps < 16; tok = strtok(NULL, ",")) {
+        if ((o->caps[o->n_caps++] = parse_cap(tok)) < -1) {
             fprintf(stderr, "bench_engine: --prefill-cap '%s': expected auto, off or N > 0\n",
                     tok);
             return 2;
         }
     }
-    int concs[16], n_concs = 0;
-    for (char *tok = strtok(conc_list, ","); tok && n_concs < 16; tok = strtok(NULL, ","))
+    for (char *tok = strtok(o->conc_list, ","); tok && o->n_concs < 16; tok = strtok(NULL, ","))
         if (atoi(tok) >= 1)
-            concs[n_concs++] = atoi(tok);
+            o->concs[o->n_concs++] = atoi(tok);
+    return 0;
+}
+
+/* What every run shares: the model (NULL with --simulate), the prompts and
+ * the timing buffers, and the concurrency-1 throughputs. */
+typedef struct {
+    const opts_t *o;
+    ifd_backend_t *be;
+    ifd_model_t *m;
+    const ifd_model_config_t *cfg;
+    int32_t *prompts;
+    count_t cnt;
+    double base[16]; /* concurrency-1 throughput per prefill cap */
+    int first;
+} bench_t;
+
+/* One run's step rates: steps of only prefill, of only decodes. */
+typedef struct {
+    double pf_s, dec_s;
+    long pf_tok, dec_tok;
+} rates_t;
+
+/* The closed loop: keeps conc requests in flight until nr have finished,
+ * stepping the engine. 0 or 1 (said why). */
+static int closed_loop(bench_t *b, ifd_engine_t *eng, int conc, int nr, rates_t *rt)
+{
+    const opts_t *o = b->o;
+    count_t *cnt = &b->cnt;
+    int sent = 0;
+    while (sent < nr || !ifd_engine_idle(eng)) {
+        /* closed loop: keep conc requests in flight */
+        while (sent < nr && sent - cnt->finished < conc) {
+            ifd_engine_request_t r;
+            memset(&r, 0, sizeof r);
+            r.id = (uint64_t)sent;
+            r.prompt = b->prompts + (size_t)sent * (size_t)o->plen;
+            r.n_prompt = o->plen;
+            r.sampling = ifd_sampling_default_params();
+            r.sampling.temperature = 0.0f;
+            r.max_tokens = o->olen;
+            r.ignore_eos = true;
+            r.use_cache = true;
+            if (ifd_engine_add(eng, &r)) {
+                fprintf(stderr, "bench_engine: add failed\n");
+                return 1;
+            }
+            cnt->sent[sent++] = now_s();
+        }
+        ifd_engine_step_stats_t ss;
+        double ts = now_s();
+        int rc = ifd_engine_step(eng, &ss);
+        ts = now_s() - ts;
+        if (ss.n_decode_tokens == 0 && ss.n_prefill_tokens > 0)
+            rt->pf_s += ts, rt->pf_tok += ss.n_prefill_tokens;
+        else if (ss.n_prefill_tokens == 0 && ss.n_decode_tokens > 0)
+            rt->dec_s += ts, rt->dec_tok += ss.n_decode_tokens;
+        if (rc < 0) {
+            fprintf(stderr, "bench_engine: step failed: %s\n", ifd_strerror(rc));
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* One run's JSON object (and its line on stderr). */
+static void print_run(bench_t *b, ifd_engine_t *eng, int conc, int cap, int ki, int nr,
+                      double dt, const rates_t *rt)
+{
+    count_t *cnt = &b->cnt;
+    ifd_engine_stats_t st;
+    ifd_engine_stats(eng, &st);
+    double tps = (double)cnt->tokens / dt;
+    if (conc == 1 && b->base[ki] == 0)
+        b->base[ki] = tps;
+    fprintf(stderr,
+            "bench_engine: concurrency %d, prefill cap %d: %d requests, %.1f s, "
+            "%.1f output tok/s\n",
+            conc, cap, nr, dt, tps);
+    char cap_name[16];
+    snprintf(cap_name, sizeof cap_name, "%d", cap);
+    printf("%s{\"concurrency\":%d,\"prefill_cap\":\"%s\",\"requests\":%d,"
+           "\"seconds\":%.2f,\"output_tokens\":%ld,"
+           "\"output_tok_s\":%.2f,\"steps\":%llu,\"mean_step_ms\":%.2f,"
+           "\"tokens_per_step\":%.1f,\"forward_ms\":%.0f,\"sample_ms\":%.0f,"
+           "\"schedule_ms\":%.0f,\"ratio_to_c1\":%.2f,"
+           "\"prefill_only_tok_s\":%.1f,\"decode_only_tok_s\":%.2f",
+           b->first ? "" : ",", conc, cap == 0 ? "auto" : cap < 0 ? "off" : cap_name, nr, dt,
+           cnt->tokens, tps, (unsigned long long)st.steps,
+           st.steps ? dt * 1e3 / (double)st.steps : 0.0,
+           st.steps ? (double)st.tokens / (double)st.steps : 0.0, st.forward_ms, st.sample_ms,
+           st.schedule_ms, b->base[ki] > 0 ? tps / b->base[ki] : 0.0,
+           rt->pf_s > 0 ? (double)rt->pf_tok / rt->pf_s : 0.0,
+           rt->dec_s > 0 ? (double)rt->dec_tok / rt->dec_s : 0.0);
+    print_dist("ttft_ms", cnt->ttft, nr);
+    printf(",\"itl_p99_over_mean\":%.2f}", print_dist("itl_ms", cnt->itl, cnt->n_itl));
+    fflush(stdout);
+    b->first = 0;
+}
+
+/* One run: concurrency concs[ci] with prefill cap caps[ki], on a fresh pool
+ * and engine. 0 or 1. */
+static int run_one(bench_t *b, int ci, int ki)
+{
+    const opts_t *o = b->o;
+    int conc = o->concs[ci], cap = o->caps[ki];
+    int nr = conc == 1 && o->n_req_c1 > 0 ? o->n_req_c1 : o->n_req;
+    int max_req = o->n_req > o->n_req_c1 ? o->n_req : o->n_req_c1;
+    ifd_kvpool_params_t kp;
+    if (b->cfg) {
+        kp = ifd_kvpool_model_params(b->cfg);
+    } else { /* the fake model keeps nothing in it: a small geometry */
+        kp = ifd_kvpool_default_params();
+        kp.n_layers = 1, kp.n_kv_heads = 1, kp.head_dim = 2;
+    }
+    kp.dtype = o->kv_dtype;
+    kp.n_blocks = (int64_t)conc * ((o->plen + o->olen) / kp.block_size + 2) + 16;
+    kp.n_workers = 1;
+    if (b->be && !b->be->ops->host_memory) /* a GPU backend reads its KV in device memory */
+        kp.kind[0] = IFD_KVSEG_CUDA_VMM;
+    ifd_kvpool_t *pool;
+    ifd_engine_model_t em;
+    ifd_engine_t *eng;
+    b->cnt.tokens = 0, b->cnt.finished = 0, b->cnt.n_itl = 0;
+    memset(b->cnt.last, 0, (size_t)max_req * sizeof(double));
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ep.max_seqs = conc;
+    ep.max_batched_tokens = o->budget > conc ? o->budget : conc;
+    ep.prefill_cap = cap;
+    ep.step_ratio = o->step_ratio;
+    ifd_engine_callbacks_t cb = {&b->cnt, on_token, on_finish, NULL};
+    ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0, 0, NULL, 0};
+    if (!b->cfg)
+        em = sim;
+    if (ifd_kvpool_create(&kp, &pool) ||
+        (b->cfg && ifd_engine_model_from(&em, b->m, pool, 0)) ||
+        ifd_engine_create(&eng, &ep, &em, pool, &cb)) {
+        fprintf(stderr, "bench_engine: setup failed\n");
+        return 1;
+    }
+    double t0 = now_s();
+    rates_t rt = {0};
+    if (closed_loop(b, eng, conc, nr, &rt))
+        return 1;
+    print_run(b, eng, conc, cap, ki, nr, now_s() - t0, &rt);
+    ifd_engine_destroy(eng);
+    if (b->cfg)
+        ifd_engine_model_free(&em);
+    ifd_kvpool_destroy(pool);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o = {.n_req = 64, .plen = 128, .olen = 128, .budget = 256,
+                .conc_list = "1,4,16,64", .cap_list = "auto", .kv_name = "f16",
+                .weights_name = "auto", .backend_name = "cpu"};
+    int status;
+    if ((status = parse_opts(argc, argv, &o)) || (status = check_opts(&o)))
+        return status;
     char err[1024] = "";
-    ifd_backend_t *be = NULL;
-    ifd_model_t *m = NULL;
-    const ifd_model_config_t *cfg = NULL;
+    bench_t b = {.o = &o, .first = 1};
     char name[160] = "simulated";
     int n_vocab = SIM_VOCAB;
     if (sim_ms < 0) {
-        if (ifd_backend_factory_create(&be, backend_name, threads, weights, err, sizeof err) ||
-            ifd_model_load(&m, model, be, err, sizeof err)) {
+        if (ifd_backend_factory_create(&b.be, o.backend_name, o.threads, o.weights, err,
+                                       sizeof err) ||
+            ifd_model_load(&b.m, o.model, b.be, err, sizeof err)) {
             fprintf(stderr, "bench_engine: %s\n", err);
             return 1;
         }
-        cfg = ifd_model_config(m);
-        snprintf(name, sizeof name, "%s", cfg->name);
-        n_vocab = (int)cfg->n_vocab;
+        b.cfg = ifd_model_config(b.m);
+        snprintf(name, sizeof name, "%s", b.cfg->name);
+        n_vocab = (int)b.cfg->n_vocab;
     } else {
         snprintf(name, sizeof name, "simulated %g + %g ms/token", sim_a, sim_b);
     }
-    int max_req = n_req > n_req_c1 ? n_req : n_req_c1;
-    int32_t *prompts = malloc((size_t)max_req * (size_t)plen * sizeof *prompts);
+    int max_req = o.n_req > o.n_req_c1 ? o.n_req : o.n_req_c1;
+    b.prompts = malloc((size_t)max_req * (size_t)o.plen * sizeof *b.prompts);
     srand(1234);
-    for (long i = 0; i < (long)max_req * plen; i++)
-        prompts[i] = 100 + rand() % (n_vocab - 200 > 1 ? n_vocab - 200 : 1);
+    for (long i = 0; i < (long)max_req * o.plen; i++)
+        b.prompts[i] = 100 + rand() % (n_vocab - 200 > 1 ? n_vocab - 200 : 1);
 
     printf("{\"bench\":\"engine\",\"model\":\"%s\",\"backend\":\"%s\",\"isa\":\"%s\","
            "\"threads\":%d,"
            "\"kv_dtype\":\"%s\",\"weights_dtype\":\"%s\",\"weight_bytes\":%llu,"
            "\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,\"step_ratio\":%.2f,"
            "\"runs\":[",
-           name, sim_ms < 0 ? backend_name : "none", sim_ms < 0 ? ifd_cpu_isa_name() : "none",
-           threads ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN), kv_name, weights_name,
-           (unsigned long long)(m ? ifd_model_weight_bytes(m) : 0), plen, olen, budget,
-           step_ratio > 0 ? step_ratio : IFD_ENGINE_STEP_RATIO);
-    double base[16] = {0}; /* concurrency-1 throughput per prefill cap */
-    int first = 1;
-    count_t cnt;
-    cnt.sent = calloc((size_t)max_req, sizeof(double));
-    cnt.last = calloc((size_t)max_req, sizeof(double));
-    cnt.ttft = calloc((size_t)max_req, sizeof(double));
-    cnt.itl = calloc((size_t)max_req * (size_t)olen, sizeof(double));
-    for (int ci = 0; ci < n_concs; ci++) {
-        for (int ki = 0; ki < n_caps; ki++) {
-            int conc = concs[ci], cap = caps[ki];
-            int nr = conc == 1 && n_req_c1 > 0 ? n_req_c1 : n_req;
-            ifd_kvpool_params_t kp;
-            if (cfg) {
-                kp = ifd_kvpool_model_params(cfg);
-            } else { /* the fake model keeps nothing in it: a small geometry */
-                kp = ifd_kvpool_default_params();
-                kp.n_layers = 1, kp.n_kv_heads = 1, kp.head_dim = 2;
-            }
-            kp.dtype = kv_dtype;
-            kp.n_blocks = (int64_t)conc * ((plen + olen) / kp.block_size + 2) + 16;
-            kp.n_workers = 1;
-            if (be && !be->ops->host_memory) /* a GPU backend reads its KV in device memory */
-                kp.kind[0] = IFD_KVSEG_CUDA_VMM;
-            ifd_kvpool_t *pool;
-            ifd_engine_model_t em;
-            ifd_engine_t *eng;
-            cnt.tokens = 0, cnt.finished = 0, cnt.n_itl = 0;
-            memset(cnt.last, 0, (size_t)max_req * sizeof(double));
-            ifd_engine_params_t ep = ifd_engine_default_params();
-            ep.max_seqs = conc;
-            ep.max_batched_tokens = budget > conc ? budget : conc;
-            ep.prefill_cap = cap;
-            ep.step_ratio = step_ratio;
-            ifd_engine_callbacks_t cb = {&cnt, on_token, on_finish, NULL};
-            ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0, 0, NULL, 0};
-            if (!cfg)
-                em = sim;
-            if (ifd_kvpool_create(&kp, &pool) || (cfg && ifd_engine_model_from(&em, m, pool, 0)) ||
-                ifd_engine_create(&eng, &ep, &em, pool, &cb)) {
-                fprintf(stderr, "bench_engine: setup failed\n");
+           name, sim_ms < 0 ? o.backend_name : "none", sim_ms < 0 ? ifd_cpu_isa_name() : "none",
+           o.threads ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN), o.kv_name,
+           o.weights_name, (unsigned long long)(b.m ? ifd_model_weight_bytes(b.m) : 0), o.plen,
+           o.olen, o.budget, o.step_ratio > 0 ? o.step_ratio : IFD_ENGINE_STEP_RATIO);
+    b.cnt.sent = calloc((size_t)max_req, sizeof(double));
+    b.cnt.last = calloc((size_t)max_req, sizeof(double));
+    b.cnt.ttft = calloc((size_t)max_req, sizeof(double));
+    b.cnt.itl = calloc((size_t)max_req * (size_t)o.olen, sizeof(double));
+    for (int ci = 0; ci < o.n_concs; ci++)
+        for (int ki = 0; ki < o.n_caps; ki++)
+            if (run_one(&b, ci, ki))
                 return 1;
-            }
-            double t0 = now_s(), pf_s = 0, dec_s = 0;
-            long pf_tok = 0, dec_tok = 0; /* steps of only prefill / only decodes */
-            int sent = 0;
-            while (sent < nr || !ifd_engine_idle(eng)) {
-                /* closed loop: keep conc requests in flight */
-                while (sent < nr && sent - cnt.finished < conc) {
-                    ifd_engine_request_t r;
-                    memset(&r, 0, sizeof r);
-                    r.id = (uint64_t)sent;
-                    r.prompt = prompts + (size_t)sent * (size_t)plen;
-                    r.n_prompt = plen;
-                    r.sampling = ifd_sampling_default_params();
-                    r.sampling.temperature = 0.0f;
-                    r.max_tokens = olen;
-                    r.ignore_eos = true;
-                    r.use_cache = true;
-                    if (ifd_engine_add(eng, &r)) {
-                        fprintf(stderr, "bench_engine: add failed\n");
-                        return 1;
-                    }
-                    cnt.sent[sent++] = now_s();
-                }
-                ifd_engine_step_stats_t ss;
-                double ts = now_s();
-                int rc = ifd_engine_step(eng, &ss);
-                ts = now_s() - ts;
-                if (ss.n_decode_tokens == 0 && ss.n_prefill_tokens > 0)
-                    pf_s += ts, pf_tok += ss.n_prefill_tokens;
-                else if (ss.n_prefill_tokens == 0 && ss.n_decode_tokens > 0)
-                    dec_s += ts, dec_tok += ss.n_decode_tokens;
-                if (rc < 0) {
-                    fprintf(stderr, "bench_engine: step failed: %s\n", ifd_strerror(rc));
-                    return 1;
-                }
-            }
-            double dt = now_s() - t0;
-            ifd_engine_stats_t st;
-            ifd_engine_stats(eng, &st);
-            double tps = (double)cnt.tokens / dt;
-            if (conc == 1 && base[ki] == 0)
-                base[ki] = tps;
-            fprintf(stderr,
-                    "bench_engine: concurrency %d, prefill cap %d: %d requests, %.1f s, "
-                    "%.1f output tok/s\n",
-                    conc, cap, nr, dt, tps);
-            char cap_name[16];
-            snprintf(cap_name, sizeof cap_name, "%d", cap);
-            printf("%s{\"concurrency\":%d,\"prefill_cap\":\"%s\",\"requests\":%d,"
-                   "\"seconds\":%.2f,\"output_tokens\":%ld,"
-                   "\"output_tok_s\":%.2f,\"steps\":%llu,\"mean_step_ms\":%.2f,"
-                   "\"tokens_per_step\":%.1f,\"forward_ms\":%.0f,\"sample_ms\":%.0f,"
-                   "\"schedule_ms\":%.0f,\"ratio_to_c1\":%.2f,"
-                   "\"prefill_only_tok_s\":%.1f,\"decode_only_tok_s\":%.2f",
-                   first ? "" : ",", conc, cap == 0 ? "auto" : cap < 0 ? "off" : cap_name,
-                   nr, dt, cnt.tokens, tps, (unsigned long long)st.steps,
-                   st.steps ? dt * 1e3 / (double)st.steps : 0.0,
-                   st.steps ? (double)st.tokens / (double)st.steps : 0.0, st.forward_ms,
-                   st.sample_ms, st.schedule_ms, base[ki] > 0 ? tps / base[ki] : 0.0,
-                   pf_s > 0 ? (double)pf_tok / pf_s : 0.0,
-                   dec_s > 0 ? (double)dec_tok / dec_s : 0.0);
-            print_dist("ttft_ms", cnt.ttft, nr);
-            printf(",\"itl_p99_over_mean\":%.2f}", print_dist("itl_ms", cnt.itl, cnt.n_itl));
-            fflush(stdout);
-            first = 0;
-            ifd_engine_destroy(eng);
-            if (cfg)
-                ifd_engine_model_free(&em);
-            ifd_kvpool_destroy(pool);
-        }
-    }
-    free(cnt.sent);
-    free(cnt.last);
-    free(cnt.ttft);
-    free(cnt.itl);
+    free(b.cnt.sent);
+    free(b.cnt.last);
+    free(b.cnt.ttft);
+    free(b.cnt.itl);
     printf("]}\n");
-    free(prompts);
-    ifd_model_destroy(m);
-    if (be)
-        be->ops->destroy(be);
+    free(b.prompts);
+    ifd_model_destroy(b.m);
+    if (b.be)
+        b.be->ops->destroy(b.be);
     return 0;
 }

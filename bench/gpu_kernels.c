@@ -335,7 +335,8 @@ static void print_bw(const char *name, const char *shape, double ms, double byte
     *first = 0;
 }
 
-int main(int argc, char **argv)
+/* The command line into the globals. 0, or 2 after the usage line. */
+static int parse_args(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--runs") && i + 1 < argc)
@@ -353,19 +354,13 @@ int main(int argc, char **argv)
         g_runs = 1;
     if (g_reps < 1)
         g_reps = 1;
-    char err[256] = "", desc[256] = "";
-    int ndev = 0;
-    if (ifd_cuda_device_count(&ndev, err, sizeof err) != 0) {
-        printf("{\"bench\":\"gpu_kernels\",\"skipped\":true,\"reason\":\"no CUDA device: ");
-        for (const char *p = err; *p; p++)
-            if (*p != '"' && *p != '\\')
-                putchar(*p);
-        printf("\"}\n");
-        return 0;
-    }
-    ifd_cuda_device_describe(0, desc, sizeof desc);
+    return 0;
+}
 
-    /* Copy bandwidth. */
+/* The device-to-device copy bandwidth (bytes read + written per second,
+ * GB/s): the yardstick of the memory-bound kernels. */
+static double bench_copy(void)
+{
     copy_t cp = {.n = (size_t)sz(1 << 30, 1 << 20)};
     cp.src = dalloc(cp.n, 1);
     cp.dst = dalloc(cp.n, 0);
@@ -373,12 +368,12 @@ int main(int argc, char **argv)
     const double copy_gbs = 2.0 * (double)cp.n / copy_ms / 1e6;
     cudaFree(cp.src);
     cudaFree(cp.dst);
+    return copy_gbs;
+}
 
-    printf("{\"bench\":\"gpu_kernels\",\"device\":\"%s\",\"runs\":%d,\"reps\":%d,"
-           "\"copy_gb_s\":%.1f",
-           desc, g_runs, g_reps, copy_gbs);
-
-    /* Decode attention. */
+/* Paged decode attention at its two shapes. */
+static void bench_decode(double copy_gbs)
+{
     printf(",\"decode\":[");
     const int dcfg[2][2] = {{sz(64, 3), sz(2048, 100)}, {sz(8, 1), sz(16384, 700)}};
     for (int i = 0; i < 2; i++) {
@@ -394,21 +389,26 @@ int main(int argc, char **argv)
         attn_free(&A);
     }
     printf("]");
+}
 
-    /* Prefill attention. */
-    {
-        attn_t A;
-        const int pb = sz(8, 2), pl = sz(2048, 70);
-        attn_setup(&A, pb, pl, 1);
-        double ms = time_ms(run_prefill, &A);
-        double flops = 4.0 * HD * HEADS * pb * ((double)pl * (pl + 1) / 2.0);
-        printf(",\"prefill\":{\"batch\":%d,\"len\":%d,\"causal\":true,\"heads\":%d,"
-               "\"kv_heads\":%d,\"head_dim\":%d,\"kv\":\"bf16\",\"ms\":%.4f,\"tflop_s\":%.1f}",
-               pb, pl, HEADS, KV_HEADS, HD, ms, ms > 0 ? flops / ms / 1e9 : 0.0);
-        attn_free(&A);
-    }
+/* Paged prefill attention, causal. */
+static void bench_prefill(void)
+{
+    attn_t A;
+    const int pb = sz(8, 2), pl = sz(2048, 70);
+    attn_setup(&A, pb, pl, 1);
+    double ms = time_ms(run_prefill, &A);
+    double flops = 4.0 * HD * HEADS * pb * ((double)pl * (pl + 1) / 2.0);
+    printf(",\"prefill\":{\"batch\":%d,\"len\":%d,\"causal\":true,\"heads\":%d,"
+           "\"kv_heads\":%d,\"head_dim\":%d,\"kv\":\"bf16\",\"ms\":%.4f,\"tflop_s\":%.1f}",
+           pb, pl, HEADS, KV_HEADS, HD, ms, ms > 0 ? flops / ms / 1e9 : 0.0);
+    attn_free(&A);
+}
 
-    /* Small kernels. */
+/* The small memory-bound kernels: bytes moved per second and that as a
+ * fraction of the copy bandwidth. */
+static void bench_small(double copy_gbs)
+{
     printf(",\"small\":[");
     int first = 1;
     small_t S;
@@ -496,56 +496,86 @@ int main(int argc, char **argv)
         free_small(&S);
     }
     printf("]");
+}
 
-    {
-        const int rows = sz(64, 3), vocab = sz(128256, 3000);
-        memset(&S, 0, sizeof S);
-        S.rows = rows, S.dim = vocab;
-        S.a = dalloc(sizeof(int32_t) * rows, 0);
-        float *l = malloc(sizeof(float) * (size_t)rows * vocab);
-        for (size_t i = 0; i < (size_t)rows * vocab; i++)
-            l[i] = (float)((double)(rnd() >> 11) / 9007199254740992.0 * 20.0 - 10.0);
-        S.b = dupload(l, sizeof(float) * (size_t)rows * vocab);
-        free(l);
-        ifd_cuda_sample_params_t *p = calloc((size_t)rows, sizeof *p);
-        for (int r = 0; r < rows; r++) {
-            p[r].temperature = 0.8f, p[r].top_k = 50, p[r].top_p = 0.9f, p[r].min_p = 0.0f;
-            p[r].seed = rnd(), p[r].position = (uint64_t)r;
-        }
-        S.c = dupload(p, sizeof *p * rows);
-        free(p);
-        double ms = time_ms(run_sample, &S);
-        printf(",\"sample\":{\"rows\":%d,\"vocab\":%d,\"top_k\":50,\"top_p\":0.9,\"ms\":%.4f}",
-               rows, vocab, ms);
-        /* grammar masks: one per row, a random half of the ids allowed */
-        const int W = (vocab + 31) / 32;
-        uint32_t *m = malloc(sizeof(uint32_t) * (size_t)rows * W);
-        int32_t *mr = malloc(sizeof(int32_t) * (size_t)rows);
-        for (size_t i = 0; i < (size_t)rows * W; i++)
-            m[i] = (uint32_t)rnd();
-        for (int r = 0; r < rows; r++)
-            mr[r] = r;
-        S.d = dupload(m, sizeof(uint32_t) * (size_t)rows * W);
-        S.e = dupload(mr, sizeof(int32_t) * (size_t)rows);
-        free(m);
-        free(mr);
-        ms = time_ms(run_mask, &S);
-        printf(",\"mask\":{\"rows\":%d,\"vocab\":%d,\"ms\":%.4f}", rows, vocab, ms);
-        ms = time_ms(run_softcap, &S);
-        printf(",\"softcap\":{\"rows\":%d,\"vocab\":%d,\"ms\":%.4f}", rows, vocab, ms);
-        /* logprobs with 20 alternatives of every row (on the masked rows) */
-        cudaFree(S.c);
-        ifd_cuda_logprob_req_t *q = calloc((size_t)rows, sizeof *q);
-        for (int r = 0; r < rows; r++)
-            q[r] = (ifd_cuda_logprob_req_t){(const float *)S.b + (size_t)r * vocab, r, r, 20, 0};
-        S.c = dupload(q, sizeof *q * rows);
-        free(q);
-        S.f = dalloc(sizeof(ifd_cuda_logprob_t) * (size_t)rows, 0);
-        ms = time_ms(run_logprobs, &S);
-        printf(",\"logprobs\":{\"rows\":%d,\"vocab\":%d,\"top\":20,\"ms\":%.4f}", rows,
-               vocab, ms);
-        free_small(&S);
+/* Sampling, then on the same logits the grammar mask, the soft-cap and
+ * the logprobs. */
+static void bench_sampling(void)
+{
+    small_t S;
+    const int rows = sz(64, 3), vocab = sz(128256, 3000);
+    memset(&S, 0, sizeof S);
+    S.rows = rows, S.dim = vocab;
+    S.a = dalloc(sizeof(int32_t) * rows, 0);
+    float *l = malloc(sizeof(float) * (size_t)rows * vocab);
+    for (size_t i = 0; i < (size_t)rows * vocab; i++)
+        l[i] = (float)((double)(rnd() >> 11) / 9007199254740992.0 * 20.0 - 10.0);
+    S.b = dupload(l, sizeof(float) * (size_t)rows * vocab);
+    free(l);
+    ifd_cuda_sample_params_t *p = calloc((size_t)rows, sizeof *p);
+    for (int r = 0; r < rows; r++) {
+        p[r].temperature = 0.8f, p[r].top_k = 50, p[r].top_p = 0.9f, p[r].min_p = 0.0f;
+        p[r].seed = rnd(), p[r].position = (uint64_t)r;
     }
+    S.c = dupload(p, sizeof *p * rows);
+    free(p);
+    double ms = time_ms(run_sample, &S);
+    printf(",\"sample\":{\"rows\":%d,\"vocab\":%d,\"top_k\":50,\"top_p\":0.9,\"ms\":%.4f}",
+           rows, vocab, ms);
+    /* grammar masks: one per row, a random half of the ids allowed */
+    const int W = (vocab + 31) / 32;
+    uint32_t *m = malloc(sizeof(uint32_t) * (size_t)rows * W);
+    int32_t *mr = malloc(sizeof(int32_t) * (size_t)rows);
+    for (size_t i = 0; i < (size_t)rows * W; i++)
+        m[i] = (uint32_t)rnd();
+    for (int r = 0; r < rows; r++)
+        mr[r] = r;
+    S.d = dupload(m, sizeof(uint32_t) * (size_t)rows * W);
+    S.e = dupload(mr, sizeof(int32_t) * (size_t)rows);
+    free(m);
+    free(mr);
+    ms = time_ms(run_mask, &S);
+    printf(",\"mask\":{\"rows\":%d,\"vocab\":%d,\"ms\":%.4f}", rows, vocab, ms);
+    ms = time_ms(run_softcap, &S);
+    printf(",\"softcap\":{\"rows\":%d,\"vocab\":%d,\"ms\":%.4f}", rows, vocab, ms);
+    /* logprobs with 20 alternatives of every row (on the masked rows) */
+    cudaFree(S.c);
+    ifd_cuda_logprob_req_t *q = calloc((size_t)rows, sizeof *q);
+    for (int r = 0; r < rows; r++)
+        q[r] = (ifd_cuda_logprob_req_t){(const float *)S.b + (size_t)r * vocab, r, r, 20, 0};
+    S.c = dupload(q, sizeof *q * rows);
+    free(q);
+    S.f = dalloc(sizeof(ifd_cuda_logprob_t) * (size_t)rows, 0);
+    ms = time_ms(run_logprobs, &S);
+    printf(",\"logprobs\":{\"rows\":%d,\"vocab\":%d,\"top\":20,\"ms\":%.4f}", rows,
+           vocab, ms);
+    free_small(&S);
+}
+
+int main(int argc, char **argv)
+{
+    int status = parse_args(argc, argv);
+    if (status)
+        return status;
+    char err[256] = "", desc[256] = "";
+    int ndev = 0;
+    if (ifd_cuda_device_count(&ndev, err, sizeof err) != 0) {
+        printf("{\"bench\":\"gpu_kernels\",\"skipped\":true,\"reason\":\"no CUDA device: ");
+        for (const char *p = err; *p; p++)
+            if (*p != '"' && *p != '\\')
+                putchar(*p);
+        printf("\"}\n");
+        return 0;
+    }
+    ifd_cuda_device_describe(0, desc, sizeof desc);
+    const double copy_gbs = bench_copy();
+    printf("{\"bench\":\"gpu_kernels\",\"device\":\"%s\",\"runs\":%d,\"reps\":%d,"
+           "\"copy_gb_s\":%.1f",
+           desc, g_runs, g_reps, copy_gbs);
+    bench_decode(copy_gbs);
+    bench_prefill();
+    bench_small(copy_gbs);
+    bench_sampling();
     printf("}\n");
     return 0;
 }
