@@ -6,6 +6,13 @@
  * are gathered by the engine callbacks into `ev` and sent as TOKENS frames;
  * a finishing request first flushes the events gathered so far, so the
  * router always sees a request's last token before its FINISHED frame.
+ *
+ * ifd_worker_serve runs its phases in order over one ifd__srv_t, each
+ * filling its part of it: handshake (HELLO), load (backend, model), the
+ * POOL step when HELLO asks for it, attach_pools, start_engine, send_ready,
+ * then serve_loop; teardown frees whatever the phases made. A phase that
+ * fails reports through ifd__fatal (one ERROR frame, one log line) and the
+ * next ones do not run.
  */
 #include "serve.h"
 #include "kvpool/kvparams.h"
