@@ -251,13 +251,16 @@ typedef struct {
     char err[1024];
 } ifd__gen_run_t;
 
+/* Users before what they use: the detokenizer and the template before the
+ * tokenizer, the tokenizer before the model (whose source it was read
+ * from), the model before its backend. */
 static void ifd__gen_run_free(ifd__gen_run_t *g)
 {
+    ifd_generate_result_free(&g->res);
+    ifd_detok_destroy(g->detok);
     if (g->dump)
         fclose(g->dump);
-    ifd_generate_result_free(&g->res);
     ifd_tokens_free(&g->prompt);
-    ifd_detok_destroy(g->detok);
     ifd_chat_template_destroy(g->tpl);
     ifd_tokenizer_destroy(g->tok);
     ifd_model_destroy(g->m);
