@@ -173,7 +173,7 @@ typedef struct {
     ifd_wire_kv_geometry_t kv;
 } ifd_wire_pool_t;
 
-/* One logit_bias entry; same layout as ifd_logit_bias_t (worker/sampler.h). */
+/* One logit_bias entry (the worker's sampler uses this type too: ifd_logit_bias_t). */
 typedef struct {
     int32_t id;
     float bias;

@@ -85,6 +85,7 @@
 #include <stdint.h>
 
 #include "grammar/grammar_mask.h"
+#include "proto/wire.h"
 
 /* Temperatures below this are greedy (vLLM's _SAMPLING_EPS). */
 #define IFD_SAMPLER_GREEDY_TEMP 1e-5f
@@ -100,11 +101,10 @@ typedef enum {
     IFD_LOGPROBS_PROCESSED /* log-softmax after bias and penalties, before temperature */
 } ifd_logprobs_mode_t;
 
-/* One logit_bias entry: bias is added to the logit of token id. */
-typedef struct {
-    int32_t id;
-    float bias;
-} ifd_logit_bias_t;
+/* One logit_bias entry: bias is added to the logit of token id. The wire's
+ * type itself (proto/wire.h), so a request's array passes from the ADD
+ * frame to the sampler as it is, with no cast between look-alike types. */
+typedef ifd_wire_logit_bias_t ifd_logit_bias_t;
 
 typedef struct {
     float temperature;        /* >= 0; < IFD_SAMPLER_GREEDY_TEMP is greedy. Default 1 */

@@ -260,7 +260,7 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.sampling.repetition_penalty = a->sampling.repetition_penalty;
     r.sampling.frequency_penalty = a->sampling.frequency_penalty;
     r.sampling.presence_penalty = a->sampling.presence_penalty;
-    r.sampling.logit_bias = (const ifd_logit_bias_t *)a->sampling.logit_bias;
+    r.sampling.logit_bias = a->sampling.logit_bias;
     r.sampling.n_logit_bias = a->sampling.n_logit_bias;
     r.sampling.n_logprobs = a->sampling.n_logprobs;
     r.sampling.logprobs_mode = (ifd_logprobs_mode_t)a->sampling.logprobs_mode;
