@@ -1,51 +1,46 @@
 /*
- * respstore.c — see respstore.h. A chained hash table (FNV-1a over the
- * id, power-of-two buckets, doubled past a load of 1) whose entries are
- * also on a doubly-linked recency list: head the most recent, tail the
- * next to evict. Each entry is one allocation holding its three strings.
- * Invariants: n and bytes are the sums over the list; every entry is in
- * exactly one bucket chain and once on the list.
+ * respstore.c — see respstore.h. The entries are one dense array of
+ * pointers (a removed entry's place is taken by the last one) indexed by the
+ * code base's hash table (common/hash.h: XXH3 of the id → array index, the
+ * ids compared here), and chained on a doubly-linked recency list: head the
+ * most recent, tail the next to evict. Each entry is one allocation holding
+ * its three strings.
+ * Invariants: v[0 .. n) are the entries, v[i]->at == i, each in the table
+ * once under its hash; n and bytes are the sums over the list, which holds
+ * every entry once.
  */
 #include "respstore.h"
 
 #include "error.h"
+#include "hash.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct ifd__rs_node {
-    struct ifd__rs_node *chain;       /* next in its bucket */
     struct ifd__rs_node *prev, *next; /* recency list */
     uint64_t hash;
+    int32_t at;   /* its index in v */
     size_t bytes; /* what it counts against max_bytes */
     ifd_respstore_entry_t e;
     char data[]; /* id, response, conversation, each NUL-terminated */
 } ifd__rs_node_t;
 
 struct ifd_respstore {
-    ifd__rs_node_t **buckets;
-    size_t n_buckets; /* a power of two */
+    ifd_hash_t index; /* hash of the id → index into v */
+    ifd__rs_node_t **v;
+    size_t cap;
     ifd__rs_node_t *head, *tail;
     size_t n, bytes;
     uint64_t evicted;
 };
-
-static uint64_t ifd__rs_hash(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    return h;
-}
 
 int ifd_respstore_create(ifd_respstore_t **out)
 {
     ifd_respstore_t *s = calloc(1, sizeof *s);
     if (!s)
         return IFD_ENOMEM;
-    s->n_buckets = 64;
-    s->buckets = calloc(s->n_buckets, sizeof *s->buckets);
-    if (!s->buckets) {
+    if (ifd_hash_init(&s->index, 64)) {
         free(s);
         return IFD_ENOMEM;
     }
@@ -57,20 +52,25 @@ void ifd_respstore_destroy(ifd_respstore_t *s)
 {
     if (!s)
         return;
-    for (ifd__rs_node_t *x = s->head, *next; x; x = next) {
-        next = x->next;
-        free(x);
-    }
-    free(s->buckets);
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i]);
+    free(s->v);
+    ifd_hash_close(&s->index);
     free(s);
 }
 
-static ifd__rs_node_t **ifd__rs_slot(ifd_respstore_t *s, const char *id, uint64_t h)
+static uint64_t ifd__rs_hash(const char *id)
 {
-    ifd__rs_node_t **p = &s->buckets[h & (s->n_buckets - 1)];
-    while (*p && ((*p)->hash != h || strcmp((*p)->e.id, id) != 0))
-        p = &(*p)->chain;
-    return p;
+    return ifd_hash_bytes(id, strlen(id));
+}
+
+static ifd__rs_node_t *ifd__rs_find(const ifd_respstore_t *s, const char *id, uint64_t h)
+{
+    uint32_t it = ifd_hash_first(&s->index, h);
+    for (int32_t i; (i = ifd_hash_next(&s->index, h, &it)) >= 0;)
+        if (s->v[i]->hash == h && strcmp(s->v[i]->e.id, id) == 0)
+            return s->v[i];
+    return NULL;
 }
 
 static void ifd__rs_unlink(ifd_respstore_t *s, ifd__rs_node_t *x)
@@ -97,34 +97,43 @@ static void ifd__rs_push_front(ifd_respstore_t *s, ifd__rs_node_t *x)
         s->tail = x;
 }
 
-/* Removes x from the table and the list and frees it. */
+/* Removes x from the table, the array and the list, and frees it. */
 static void ifd__rs_remove(ifd_respstore_t *s, ifd__rs_node_t *x)
 {
-    ifd__rs_node_t **p = ifd__rs_slot(s, x->e.id, x->hash);
-    IFD_ASSERT(*p == x);
-    *p = x->chain;
+    IFD_ASSERT(s->n > 0 && s->bytes >= x->bytes && s->v[x->at] == x);
+    int rc = ifd_hash_remove(&s->index, x->hash, x->at);
+    IFD_ASSERT(rc == 0);
+    ifd__rs_node_t *last = s->v[s->n - 1];
+    if (last != x) { /* the last entry takes x's place */
+        rc = ifd_hash_replace(&s->index, last->hash, last->at, x->at);
+        IFD_ASSERT(rc == 0);
+        last->at = x->at;
+        s->v[x->at] = last;
+    }
     ifd__rs_unlink(s, x);
-    IFD_ASSERT(s->n > 0 && s->bytes >= x->bytes);
     s->n--;
     s->bytes -= x->bytes;
     free(x);
 }
 
-/* Doubles the buckets (a failed allocation keeps the old ones: longer chains). */
-static void ifd__rs_grow(ifd_respstore_t *s)
+/* Adds x, made the most recent. 0 or IFD_ENOMEM (x not added). */
+static int ifd__rs_add(ifd_respstore_t *s, ifd__rs_node_t *x)
 {
-    size_t nb = s->n_buckets * 2;
-    ifd__rs_node_t **b = calloc(nb, sizeof *b);
-    if (!b)
-        return;
-    for (ifd__rs_node_t *x = s->head; x; x = x->next) {
-        ifd__rs_node_t **p = &b[x->hash & (nb - 1)];
-        x->chain = *p;
-        *p = x;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        ifd__rs_node_t **v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return IFD_ENOMEM;
+        s->v = v;
+        s->cap = cap;
     }
-    free(s->buckets);
-    s->buckets = b;
-    s->n_buckets = nb;
+    x->at = (int32_t)s->n;
+    if (ifd_hash_insert(&s->index, x->hash, x->at))
+        return IFD_ENOMEM;
+    s->v[s->n++] = x;
+    ifd__rs_push_front(s, x);
+    s->bytes += x->bytes;
+    return 0;
 }
 
 int ifd_respstore_put(ifd_respstore_t *s, size_t max_entries, size_t max_bytes, const char *id,
@@ -132,9 +141,9 @@ int ifd_respstore_put(ifd_respstore_t *s, size_t max_entries, size_t max_bytes, 
                       size_t conversation_len)
 {
     uint64_t h = ifd__rs_hash(id);
-    ifd__rs_node_t **old = ifd__rs_slot(s, id, h);
-    if (*old)
-        ifd__rs_remove(s, *old);
+    ifd__rs_node_t *old = ifd__rs_find(s, id, h);
+    if (old)
+        ifd__rs_remove(s, old);
     size_t id_len = strlen(id);
     size_t strings = id_len + response_len + conversation_len + 3;
     size_t bytes = strings + IFD_RESPSTORE_ENTRY_OVERHEAD;
@@ -167,20 +176,15 @@ int ifd_respstore_put(ifd_respstore_t *s, size_t max_entries, size_t max_bytes, 
         ifd__rs_remove(s, s->tail);
         s->evicted++;
     }
-    if (s->n + 1 > s->n_buckets)
-        ifd__rs_grow(s);
-    ifd__rs_node_t **slot = &s->buckets[h & (s->n_buckets - 1)];
-    x->chain = *slot;
-    *slot = x;
-    ifd__rs_push_front(s, x);
-    s->n++;
-    s->bytes += bytes;
-    return 0;
+    int rc = ifd__rs_add(s, x);
+    if (rc)
+        free(x);
+    return rc;
 }
 
 const ifd_respstore_entry_t *ifd_respstore_get(ifd_respstore_t *s, const char *id)
 {
-    ifd__rs_node_t *x = *ifd__rs_slot(s, id, ifd__rs_hash(id));
+    ifd__rs_node_t *x = ifd__rs_find(s, id, ifd__rs_hash(id));
     if (!x)
         return NULL;
     ifd__rs_unlink(s, x);
@@ -190,7 +194,7 @@ const ifd_respstore_entry_t *ifd_respstore_get(ifd_respstore_t *s, const char *i
 
 bool ifd_respstore_delete(ifd_respstore_t *s, const char *id)
 {
-    ifd__rs_node_t *x = *ifd__rs_slot(s, id, ifd__rs_hash(id));
+    ifd__rs_node_t *x = ifd__rs_find(s, id, ifd__rs_hash(id));
     if (!x)
         return false;
     ifd__rs_remove(s, x);
