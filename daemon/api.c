@@ -8,12 +8,11 @@
 
 #include "error.h"
 #include "gen.h"
-#include "log.h"
 #include "prompt.h"
+#include "reply.h"
 
 #include <http_parser.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -56,45 +55,6 @@ static const struct {
     {"/detokenize", HTTP_POST, ifd__detokenize, false, false},
 };
 #define IFD__N_ROUTES (sizeof ifd__routes / sizeof ifd__routes[0])
-
-/* ---- errors -------------------------------------------------------------------------------- */
-
-void ifd_api_error(ifd_http_conn_t *c, const ifd_oai_error_t *e, int retry_after)
-{
-    ifd_buf_t b = IFD_BUF_INIT;
-    char extra[128] = "";
-    if (retry_after > 0)
-        snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after);
-    else if (e->status == 401)
-        snprintf(extra, sizeof extra, "WWW-Authenticate: Bearer\r\n");
-    if (ifd_oai_error_json(&b, e) == 0)
-        ifd_http_respond(c, e->status, "application/json", extra[0] ? extra : NULL, b.data, b.len);
-    else
-        ifd_http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
-    ifd_buf_free(&b);
-}
-
-void ifd_api_errorf(ifd_http_conn_t *c, int status, const char *code, const char *param,
-                    const char *fmt, ...)
-{
-    ifd_oai_error_t e;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ifd_oai_error_set(&e, status, NULL, code, param, "%s", msg);
-    ifd_api_error(c, &e, status == 503 ? 1 : 0);
-}
-
-uint64_t ifd_api_random(ifd_api_t *api)
-{
-    /* splitmix64: ids and default seeds need to differ, not to be secret */
-    uint64_t z = (api->rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
 
 /* ---- routing -------------------------------------------------------------------------------- */
 
@@ -168,15 +128,15 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
     int route = ifd_api_route_find(r->path, r->method, &known, &open);
     if (r->transport == IFD_LISTEN_TCP && api->api_key[0] && !open &&
         !ifd__key_ok(api, r->authorization)) {
-        ifd_api_errorf(c, 401, "invalid_api_key", NULL,
-                       r->authorization ? "Incorrect API key provided."
-                                        : "You didn't provide an API key. Send it as "
-                                          "'Authorization: Bearer KEY'.");
+        ifd_reply_errorf(c, 401, "invalid_api_key", NULL,
+                         r->authorization ? "Incorrect API key provided."
+                                          : "You didn't provide an API key. Send it as "
+                                            "'Authorization: Bearer KEY'.");
         return;
     }
     if (!known) {
-        ifd_api_errorf(c, 404, "not_found", NULL, "Unknown route: %s %.200s", r->method_name,
-                       r->path);
+        ifd_reply_errorf(c, 404, "not_found", NULL, "Unknown route: %s %.200s", r->method_name,
+                         r->path);
         return;
     }
     if (route >= 0) {
@@ -233,10 +193,8 @@ static void ifd__models(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
     (void)r;
     ifd_oai_model_t m = ifd__model_info(api);
     ifd_buf_t b = IFD_BUF_INIT;
-    if (ifd_oai_models_json(&b, &m, 1) == 0)
-        ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
-    else
-        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+    int rc = ifd_oai_models_json(&b, &m, 1);
+    ifd_reply_json(c, rc, &b);
     ifd_buf_free(&b);
 }
 
@@ -275,16 +233,14 @@ static void ifd__model(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reques
     }
     id[n] = 0;
     if (!ok || strcmp(id, api->model_id) != 0) {
-        ifd_api_errorf(c, 404, "model_not_found", "model", "The model '%.200s' does not exist.",
-                       ok ? id : enc);
+        ifd_reply_errorf(c, 404, "model_not_found", "model", "The model '%.200s' does not exist.",
+                         ok ? id : enc);
         return;
     }
     ifd_oai_model_t m = ifd__model_info(api);
     ifd_buf_t b = IFD_BUF_INIT;
-    if (ifd_oai_model_json(&b, &m) == 0)
-        ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
-    else
-        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+    int rc = ifd_oai_model_json(&b, &m);
+    ifd_reply_json(c, rc, &b);
     ifd_buf_free(&b);
 }
 
@@ -295,7 +251,7 @@ static void ifd__version(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_requ
     ifd_http_respond(c, 200, "application/json", NULL, body, sizeof body - 1);
 }
 
-void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
+static void ifd__gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
 {
     memset(g, 0, sizeof *g);
     g->queue_depth = api->n_tokenizing + ifd_router_queued(api->router);
@@ -344,12 +300,12 @@ static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_requ
 {
     (void)r;
     ifd_metrics_gauges_t g;
-    ifd_api_gauges(api, &g);
+    ifd__gauges(api, &g);
     ifd_buf_t b = IFD_BUF_INIT;
     if (ifd_metrics_render(api->metrics, &g, api->model_id, &b) == 0)
         ifd_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
     else
-        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+        ifd_reply_errorf(c, 500, NULL, NULL, "Out of memory.");
     ifd_buf_free(&b);
 }
 
@@ -414,7 +370,7 @@ static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!s) {
-        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+        ifd_reply_errorf(c, 500, NULL, NULL, "Out of memory.");
         return;
     }
     ifd_http_respond(c, code, "application/json", code == 503 ? "Retry-After: 1\r\n" : NULL, s,
@@ -423,42 +379,6 @@ static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_reque
 }
 
 /* ---- the Responses store ------------------------------------------------------------------ */
-
-bool ifd_api_store_enabled(const ifd_api_t *api)
-{
-    return api->cfg->responses_store_entries > 0 && api->cfg->responses_store_bytes > 0;
-}
-
-/* id's stored entry, or NULL. A store turned off by a reload is freed here. */
-static const ifd_respstore_entry_t *ifd__store_get(ifd_api_t *api, const char *id)
-{
-    if (!ifd_api_store_enabled(api))
-        ifd_api_close(api);
-    return api->responses ? ifd_respstore_get(api->responses, id) : NULL;
-}
-
-void ifd_api_store_keep(ifd_api_t *api, const char *id, const char *response, size_t response_len,
-                        const char *conversation, size_t conversation_len)
-{
-    if (!ifd_api_store_enabled(api)) { /* turned off since the request came */
-        ifd_api_close(api);
-        return;
-    }
-    int rc = api->responses ? 0 : ifd_respstore_create(&api->responses);
-    if (!rc)
-        rc = ifd_respstore_put(api->responses, (size_t)api->cfg->responses_store_entries,
-                               (size_t)api->cfg->responses_store_bytes, id, response, response_len,
-                               conversation, conversation_len);
-    if (rc)
-        IFD_WARN("responses store: %s (%zu bytes) not kept: %s", id,
-                 response_len + conversation_len, ifd_strerror(rc));
-}
-
-const char *ifd_api_store_conversation(void *ctx, const char *id)
-{
-    const ifd_respstore_entry_t *e = ifd__store_get(ctx, id);
-    return e ? e->conversation : NULL;
-}
 
 void ifd_api_close(ifd_api_t *api)
 {
@@ -472,9 +392,9 @@ static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_
                                                        const ifd_http_request_t *r)
 {
     const char *id = r->path + strlen("/v1/responses/");
-    const ifd_respstore_entry_t *e = ifd__store_get(api, id);
+    const ifd_respstore_entry_t *e = ifd_respstore_lookup(&api->responses, api->cfg, id);
     if (!e)
-        ifd_api_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.", id);
+        ifd_reply_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.", id);
     return e;
 }
 
@@ -499,7 +419,7 @@ static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c, const ifd_h
     if (s)
         ifd_http_respond(c, 200, "application/json", NULL, s, strlen(s));
     else
-        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+        ifd_reply_errorf(c, 500, NULL, NULL, "Out of memory.");
     free(s);
 }
 
@@ -546,11 +466,11 @@ static void ifd__tokjob_done(uv_work_t *w, int status)
     if (c) {
         ifd_http_set_abort(c, NULL, NULL);
         if (status < 0) {
-            ifd_api_errorf(c, 500, NULL, NULL, "Tokenizing was cancelled.");
+            ifd_reply_errorf(c, 500, NULL, NULL, "Tokenizing was cancelled.");
         } else if (j->rc && j->err.status) {
-            ifd_api_error(c, &j->err, 0);
+            ifd_reply_error(c, &j->err, 0);
         } else if (j->rc) {
-            ifd_api_errorf(c, 500, NULL, NULL, "Tokenizing failed: %s", ifd_strerror(j->rc));
+            ifd_reply_errorf(c, 500, NULL, NULL, "Tokenizing failed: %s", ifd_strerror(j->rc));
         } else {
             ifd_oai_bytes_t *strs = NULL;
             if (j->req.return_token_strs && j->ids.n) {
@@ -570,10 +490,8 @@ static void ifd__tokjob_done(uv_work_t *w, int status)
                 }
             }
             ifd_buf_t b = IFD_BUF_INIT;
-            if (ifd_oai_tokenize_json(&b, j->ids.ids, j->ids.n, j->api->max_model_len, strs) == 0)
-                ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
-            else
-                ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+            int rc = ifd_oai_tokenize_json(&b, j->ids.ids, j->ids.n, j->api->max_model_len, strs);
+            ifd_reply_json(c, rc, &b);
             ifd_buf_free(&b);
         }
     }
@@ -586,7 +504,8 @@ static bool ifd__model_ok(ifd_api_t *api, ifd_http_conn_t *c, const char *model)
 {
     if (!model || !strcmp(model, api->model_id) || !strcmp(model, api->model_path))
         return true;
-    ifd_api_errorf(c, 404, "model_not_found", "model", "The model `%.200s` does not exist.", model);
+    ifd_reply_errorf(c, 404, "model_not_found", "model", "The model `%.200s` does not exist.",
+                     model);
     return false;
 }
 
@@ -594,7 +513,7 @@ static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_req
 {
     ifd__tokjob_t *j = calloc(1, sizeof *j);
     if (!j) {
-        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+        ifd_reply_errorf(c, 500, NULL, NULL, "Out of memory.");
         return;
     }
     j->api = api;
@@ -602,17 +521,13 @@ static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_req
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);
     if (ifd_oai_parse_tokenize(&j->arena, r->body, r->body_len, &j->req, &e)) {
-        if (!e.status)
-            ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
-        ifd_api_error(c, &e, 0);
+        ifd_reply_parse_error(c, &e);
         goto fail;
     }
     /* with messages every chat field is read and checked as the chat
      * endpoint does (tools, chat_template_kwargs, continue_final_message, …) */
     if (j->req.messages && ifd_oai_parse_chat(&j->arena, r->body, r->body_len, &j->chat, &e)) {
-        if (!e.status)
-            ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
-        ifd_api_error(c, &e, 0);
+        ifd_reply_parse_error(c, &e);
         goto fail;
     }
     if (!ifd__model_ok(api, c, j->req.model))
@@ -622,7 +537,7 @@ static void ifd__tokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_req
     ifd_http_set_abort(c, ifd__tokjob_abort, j);
     if (uv_queue_work(api->loop, &j->work, ifd__tokjob_work, ifd__tokjob_done) != 0) {
         ifd_http_set_abort(c, NULL, NULL);
-        ifd_api_errorf(c, 500, NULL, NULL, "The request could not be queued.");
+        ifd_reply_errorf(c, 500, NULL, NULL, "The request could not be queued.");
         goto fail;
     }
     return;
@@ -639,9 +554,7 @@ static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_r
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);
     if (ifd_oai_parse_detokenize(&a, r->body, r->body_len, &d, &e)) {
-        if (!e.status)
-            ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
-        ifd_api_error(c, &e, 0);
+        ifd_reply_parse_error(c, &e);
         goto out;
     }
     if (!ifd__model_ok(api, c, d.model))
@@ -650,9 +563,9 @@ static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_r
         if (d.tokens[i] < 0 || d.tokens[i] >= api->n_vocab) {
             char param[48];
             snprintf(param, sizeof param, "tokens[%zu]", i);
-            ifd_api_errorf(c, 400, "invalid_value", param,
-                           "Token id %d is not in the vocabulary (%d tokens).", d.tokens[i],
-                           api->n_vocab);
+            ifd_reply_errorf(c, 400, "invalid_value", param,
+                             "Token id %d is not in the vocabulary (%d tokens).", d.tokens[i],
+                             api->n_vocab);
             goto out;
         }
     }
@@ -661,14 +574,12 @@ static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_r
     int rc =
         ifd_tokenizer_decode(api->tok, d.tokens, d.n_tokens, IFD_DETOK_RENDER_SPECIAL, &text, &len);
     if (rc) {
-        ifd_api_errorf(c, 500, NULL, NULL, "Decoding failed: %s", ifd_strerror(rc));
+        ifd_reply_errorf(c, 500, NULL, NULL, "Decoding failed: %s", ifd_strerror(rc));
         goto out;
     }
     ifd_buf_t b = IFD_BUF_INIT;
-    if (ifd_oai_detokenize_json(&b, text, len) == 0)
-        ifd_http_respond(c, 200, "application/json", NULL, b.data, b.len);
-    else
-        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+    rc = ifd_oai_detokenize_json(&b, text, len);
+    ifd_reply_json(c, rc, &b);
     ifd_buf_free(&b);
     free(text);
 out:

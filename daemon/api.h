@@ -2,7 +2,10 @@
  * api.h — the HTTP API: the route table, authentication, and the endpoints
  * other than completions (GET /v1/models, /health, /metrics; POST
  * /tokenize, /detokenize; GET and DELETE /v1/responses/{id}). Completions (POST
- * /v1/chat/completions and /v1/completions) live in gen.h and share this context.
+ * /v1/chat/completions, /v1/completions and /v1/responses) live in gen.h and
+ * share this context; both answer through reply.h, draw ids from ids.h and
+ * reach the Responses store through respstore.h, so neither calls into the
+ * other's internals.
  *
  * Every error is OpenAI's error object with the right status, decided
  * before any 200 is sent: 400 (with `param`), 401 (TCP without the right
@@ -64,12 +67,13 @@ typedef struct {
     int64_t n_tokenizing;       /* admitted, being tokenized (they count in the queue) */
     int64_t n_running;          /* tokenized and being served */
     ifd_gen_t *gens;            /* every live generation request */
-    uint64_t rng;               /* ids and seeds */
+    uint64_t rng;               /* ids and seeds (ids.h); seeded by main */
     void (*on_idle)(void *ctx); /* called when the last generation request ends */
     void *idle_ctx;
 
-    /* stored Responses (respstore.h): made at the first one kept, freed by
-     * ifd_api_close; limits from cfg responses_store_entries / _bytes */
+    /* stored Responses (respstore.h: ifd_respstore_keep / _lookup): made at
+     * the first one kept, freed by ifd_api_close; limits from cfg
+     * responses_store_entries / _bytes */
     ifd_respstore_t *responses;
 } ifd_api_t;
 
@@ -84,29 +88,6 @@ void ifd_api_on_request(void *api, ifd_http_conn_t *c, const ifd_http_request_t 
  * 0 or IFD_ETOOBIG. */
 int ifd_api_route_find(const char *path, int method, bool *path_known, bool *open);
 int ifd_api_route_allow(const char *path, char *buf, size_t len);
-
-/* Answers with an OpenAI error object. retry_after > 0 adds Retry-After. */
-void ifd_api_error(ifd_http_conn_t *c, const ifd_oai_error_t *e, int retry_after);
-
-/* Writes an error with a formatted message (type from the status). */
-void ifd_api_errorf(ifd_http_conn_t *c, int status, const char *code, const char *param,
-                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-/* Samples the gauges for /metrics. */
-void ifd_api_gauges(ifd_api_t *api, ifd_metrics_gauges_t *g);
-
-/* A random 64-bit number from the API's generator. */
-uint64_t ifd_api_random(ifd_api_t *api);
-
-/* The Responses store. Enabled: both of its limits are above 0 (they are
- * reloadable; turned off, the store is freed at its next use). Keep: stores a Response under its id within the limits
- * (the least recently used evicted); a failure is logged, never the
- * client's (the Response was answered). Conversation: the kept
- * conversation of id (valid until the next keep), or NULL. Loop thread. */
-bool ifd_api_store_enabled(const ifd_api_t *api);
-void ifd_api_store_keep(ifd_api_t *api, const char *id, const char *response, size_t response_len,
-                        const char *conversation, size_t conversation_len);
-const char *ifd_api_store_conversation(void *api, const char *id);
 
 /* Frees what the API made for itself (the Responses store). After the loop
  * stopped. */

@@ -33,11 +33,13 @@
 #include "gen.h"
 
 #include "error.h"
+#include "ids.h"
 #include "log.h"
 #include "prompt.h"
 #include "proto/responses.h"
 #include "proto/sse.h"
 #include "proto/toolcall.h"
+#include "reply.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -306,9 +308,7 @@ static void ifd__parse_calls(ifd__choice_t *c, bool cut)
     if (!tc)
         return;
     for (size_t i = 0; i < r.n_calls; i++) {
-        tc[i].id = ifd_arena_sprintf(&g->arena, "call_%016llx%08llx",
-                                     (unsigned long long)ifd_api_random(g->api),
-                                     (unsigned long long)(ifd_api_random(g->api) & 0xffffffffu));
+        tc[i].id = ifd_ids_tool_call(&g->arena, &g->api->rng);
         tc[i].name = r.calls[i].name;
         tc[i].arguments = r.calls[i].arguments;
         if (!tc[i].id)
@@ -717,7 +717,8 @@ static void ifd__keep(ifd_gen_t *g, const char *response, size_t len)
     oc.n_tool_calls = c->n_calls;
     ifd_buf_t conv = IFD_BUF_INIT;
     if (ifd_responses_conversation(&conv, &g->req, &oc) == 0)
-        ifd_api_store_keep(g->api, g->id, response, len, conv.data, conv.len);
+        ifd_respstore_keep(&g->api->responses, g->api->cfg, g->id, response, len, conv.data,
+                           conv.len);
     else
         IFD_WARN("gen %s: building the conversation to store failed", g->id);
     ifd_buf_free(&conv);
@@ -765,7 +766,7 @@ static void ifd__complete(ifd_gen_t *g)
     g->conn = NULL;
     ifd_http_set_abort(conn, NULL, NULL);
     if (g->failed) {
-        ifd_api_error(conn, &g->err, g->err.status == 503 ? 1 : 0);
+        ifd_reply_error(conn, &g->err, g->err.status == 503 ? 1 : 0);
         ifd__gen_free(g);
         return;
     }
@@ -830,7 +831,8 @@ static void ifd__complete(ifd_gen_t *g)
     if (!rc)
         rc = ifd_oai_response_json(&body, &meta, oc, g->n_choices, &u);
     if (rc)
-        ifd_api_errorf(conn, 500, NULL, NULL, "Building the response failed: %s", ifd_strerror(rc));
+        ifd_reply_errorf(conn, 500, NULL, NULL, "Building the response failed: %s",
+                         ifd_strerror(rc));
     else
         ifd_http_respond(conn, 200, "application/json", NULL, body.data, body.len);
     if (!rc)
@@ -909,7 +911,7 @@ void ifd_gen_abort_all(ifd_api_t *api)
                 ifd_http_conn_t *conn = g->conn;
                 g->conn = NULL;
                 ifd_http_set_abort(conn, NULL, NULL);
-                ifd_api_errorf(conn, 503, NULL, NULL, "The server is shutting down.");
+                ifd_reply_errorf(conn, 503, NULL, NULL, "The server is shutting down.");
             }
             g->aborted = true;
         } else {
@@ -977,10 +979,10 @@ static void ifd__after_work_cb(uv_work_t *w, int status)
         g->conn = NULL;
         ifd_http_set_abort(conn, NULL, NULL);
         if (g->work_err.status)
-            ifd_api_error(conn, &g->work_err, 0);
+            ifd_reply_error(conn, &g->work_err, 0);
         else
-            ifd_api_errorf(conn, 500, NULL, NULL, "Tokenizing the prompt failed: %s",
-                           ifd_strerror(g->work_rc));
+            ifd_reply_errorf(conn, 500, NULL, NULL, "Tokenizing the prompt failed: %s",
+                             ifd_strerror(g->work_rc));
         ifd__gen_free(g);
         return;
     }
@@ -995,9 +997,7 @@ static void ifd__reject(ifd_gen_t *g, int status, const char *code, const char *
     ifd_http_conn_t *conn = g->conn;
     g->conn = NULL;
     ifd_http_set_abort(conn, NULL, NULL);
-    ifd_oai_error_t e;
-    ifd_oai_error_set(&e, status, NULL, code, param, "%s", msg);
-    ifd_api_error(conn, &e, status == 503 ? 1 : 0);
+    ifd_reply_errorf(conn, status, code, param, "%s", msg);
     ifd__gen_free(g);
 }
 
@@ -1156,7 +1156,7 @@ static void ifd__start(ifd_gen_t *g)
         sp.sampling.n_logit_bias = (uint32_t)rq->n_logit_bias;
         sp.sampling.n_logprobs = rq->logprobs ? (int32_t)rq->top_logprobs : -1;
         sp.sampling.logprobs_mode = 0;
-        sp.sampling.seed = rq->has_seed ? rq->seed + sample : ifd_api_random(api);
+        sp.sampling.seed = rq->has_seed ? rq->seed + sample : ifd_ids_random(&api->rng);
         sp.stop_ids = wstop;
         sp.n_stop_ids = (uint32_t)n_wstop;
         sp.ignore_eos = rq->ignore_eos;
@@ -1220,10 +1220,18 @@ static int ifd__model_sampling_defaults(const ifd_api_t *api, ifd_arena_t *a,
     return ifd_responses_echo_defaults(a, rq, ifd_oai_apply_sampling_defaults(rq, &d));
 }
 
+/* previous_response_id: the kept conversation of id, or NULL (respstore.h). */
+static const char *ifd__stored_conversation(void *api, const char *id)
+{
+    ifd_api_t *a = api;
+    const ifd_respstore_entry_t *e = ifd_respstore_lookup(&a->responses, a->cfg, id);
+    return e ? e->conversation : NULL;
+}
+
 /* A /v1/responses body against the daemon's Responses store. */
 static int ifd__parse_responses(ifd_gen_t *g, const ifd_http_request_t *r, ifd_oai_error_t *e)
 {
-    ifd_responses_store_t store = {ifd_api_store_enabled(g->api), ifd_api_store_conversation,
+    ifd_responses_store_t store = {ifd_respstore_enabled(g->api->cfg), ifd__stored_conversation,
                                    g->api};
     ifd_responses_state_t st;
     int rc = ifd_responses_parse_stored(&g->arena, r->body, r->body_len, &store, &g->req, &st, e);
@@ -1236,7 +1244,7 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
 {
     ifd_gen_t *g = calloc(1, sizeof *g);
     if (!g) {
-        ifd_api_errorf(c, 500, NULL, NULL, "Out of memory.");
+        ifd_reply_errorf(c, 500, NULL, NULL, "Out of memory.");
         return;
     }
     g->api = api;
@@ -1249,7 +1257,8 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     if (api->gens)
         api->gens->prev = g;
     api->gens = g;
-    ifd_oai_make_id(g->id, kind, ifd_api_random(api), ifd_api_random(api));
+    uint64_t r0 = ifd_ids_random(&api->rng);
+    ifd_oai_make_id(g->id, kind, r0, ifd_ids_random(&api->rng));
     g->conn = c;
 
     ifd_oai_error_t e;
@@ -1259,10 +1268,8 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
                  ? ifd__parse_responses(g, r, &e)
                  : ifd_oai_parse_completion(&g->arena, r->body, r->body_len, &g->req, &e);
     if (rc) {
-        if (!e.status)
-            ifd_oai_error_set(&e, 500, NULL, NULL, NULL, "Out of memory.");
         g->conn = NULL;
-        ifd_api_error(c, &e, 0);
+        ifd_reply_parse_error(c, &e);
         ifd__gen_free(g);
         return;
     }

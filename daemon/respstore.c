@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "hash.h"
+#include "log.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -207,4 +208,40 @@ void ifd_respstore_stats(const ifd_respstore_t *s, size_t *entries, size_t *byte
     *entries = s->n;
     *bytes = s->bytes;
     *evicted = s->evicted;
+}
+
+/* ---- the daemon's store, under the running configuration ---------------------------------- */
+
+bool ifd_respstore_enabled(const ifd_config_t *cfg)
+{
+    return cfg->responses_store_entries > 0 && cfg->responses_store_bytes > 0;
+}
+
+const ifd_respstore_entry_t *ifd_respstore_lookup(ifd_respstore_t **sp, const ifd_config_t *cfg,
+                                                  const char *id)
+{
+    if (!ifd_respstore_enabled(cfg)) { /* turned off by a reload */
+        ifd_respstore_destroy(*sp);
+        *sp = NULL;
+    }
+    return *sp ? ifd_respstore_get(*sp, id) : NULL;
+}
+
+void ifd_respstore_keep(ifd_respstore_t **sp, const ifd_config_t *cfg, const char *id,
+                        const char *response, size_t response_len, const char *conversation,
+                        size_t conversation_len)
+{
+    if (!ifd_respstore_enabled(cfg)) { /* turned off since the request came */
+        ifd_respstore_destroy(*sp);
+        *sp = NULL;
+        return;
+    }
+    int rc = *sp ? 0 : ifd_respstore_create(sp);
+    if (!rc)
+        rc = ifd_respstore_put(*sp, (size_t)cfg->responses_store_entries,
+                               (size_t)cfg->responses_store_bytes, id, response, response_len,
+                               conversation, conversation_len);
+    if (rc)
+        IFD_WARN("responses store: %s (%zu bytes) not kept: %s", id,
+                 response_len + conversation_len, ifd_strerror(rc));
 }

@@ -12,12 +12,20 @@
  * effect then; a put with 0 entries or 0 bytes empties the store. An
  * entry larger than max_bytes alone is not stored. Nothing survives a restart.
  *
+ * The daemon holds its store through ifd_respstore_keep / _lookup, which
+ * read the limits from the running configuration (responses_store_entries
+ * and _bytes, reloadable): the store is made at the first Response kept and
+ * freed at the first use after a reload turned it off (either limit 0), so
+ * a daemon that keeps nothing holds nothing.
+ *
  * Ownership: the store copies what it is given; a get returns pointers
- * into the entry, valid until the next put or delete on the store.
- * Threading: one thread (the daemon's loop).
+ * into the entry, valid until the next put, delete, keep or lookup on the
+ * store. Threading: one thread (the daemon's loop).
  */
 #ifndef IFD_DAEMON_RESPSTORE_H
 #define IFD_DAEMON_RESPSTORE_H
+
+#include "config.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,5 +66,22 @@ bool ifd_respstore_delete(ifd_respstore_t *s, const char *id);
 /* Entries, bytes counted, and entries evicted so far. */
 void ifd_respstore_stats(const ifd_respstore_t *s, size_t *entries, size_t *bytes,
                          uint64_t *evicted);
+
+/* ---- the daemon's store, under the running configuration ---------------------------------- */
+
+/* Whether cfg keeps Responses: both limits above 0. */
+bool ifd_respstore_enabled(const ifd_config_t *cfg);
+
+/* Stores a Response under id in *sp (made here at the first one) within
+ * cfg's limits; frees *sp (NULL) when cfg turned the store off. A failure
+ * is logged, never the client's (the Response was answered). */
+void ifd_respstore_keep(ifd_respstore_t **sp, const ifd_config_t *cfg, const char *id,
+                        const char *response, size_t response_len, const char *conversation,
+                        size_t conversation_len);
+
+/* The entry of id in *sp (*sp may be NULL: none), made the most recent, or
+ * NULL; frees *sp (NULL) when cfg turned the store off. */
+const ifd_respstore_entry_t *ifd_respstore_lookup(ifd_respstore_t **sp, const ifd_config_t *cfg,
+                                                  const char *id);
 
 #endif

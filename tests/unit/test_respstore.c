@@ -3,7 +3,9 @@
  * replace, delete; the entry and byte limits with least-recently-used
  * eviction (a get refreshes); an entry over the byte limit alone; limits
  * lowered between puts; a limit of 0 empties it; many ids (table growth)
- * against a plain array model of the recency order.
+ * against a plain array model of the recency order; the daemon's keep and
+ * lookup under the configuration's limits (made at the first keep, freed
+ * once a reload turned the store off).
  */
 #include "testutil.h"
 
@@ -158,6 +160,50 @@ START_TEST(test_many_against_model)
 }
 END_TEST
 
+/* The daemon's store: ifd_respstore_keep / _lookup under a configuration. */
+START_TEST(test_keep_lookup)
+{
+    ifd_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.responses_store_entries = 2;
+    cfg.responses_store_bytes = 1 << 20;
+    ck_assert(ifd_respstore_enabled(&cfg));
+    ifd_respstore_t *s = NULL;
+    ck_assert_ptr_null(ifd_respstore_lookup(&s, &cfg, "resp_a")); /* nothing made yet */
+    ck_assert_ptr_null(s);
+    ifd_respstore_keep(&s, &cfg, "resp_a", "{\"a\":1}", 7, "[1]", 3);
+    ck_assert_ptr_nonnull(s);
+    const ifd_respstore_entry_t *e = ifd_respstore_lookup(&s, &cfg, "resp_a");
+    ck_assert_ptr_nonnull(e);
+    ck_assert_str_eq(e->conversation, "[1]");
+    ifd_respstore_keep(&s, &cfg, "resp_b", "b", 1, "[]", 2);
+    ifd_respstore_keep(&s, &cfg, "resp_c", "c", 1, "[]", 2); /* over 2 entries: a goes */
+    ck_assert_ptr_null(ifd_respstore_lookup(&s, &cfg, "resp_a"));
+    ck_assert_ptr_nonnull(ifd_respstore_lookup(&s, &cfg, "resp_c"));
+    /* too big alone: not kept, logged, the others stay */
+    char big[101];
+    memset(big, 'x', 100);
+    big[100] = 0;
+    cfg.responses_store_bytes = 200;
+    ifd_respstore_keep(&s, &cfg, "resp_d", big, 100, "[]", 2);
+    ck_assert_ptr_null(ifd_respstore_lookup(&s, &cfg, "resp_d"));
+    ck_assert_ptr_nonnull(ifd_respstore_lookup(&s, &cfg, "resp_c"));
+    /* a reload turns it off: freed at the next use, keep or lookup */
+    cfg.responses_store_entries = 0;
+    ck_assert(!ifd_respstore_enabled(&cfg));
+    ck_assert_ptr_null(ifd_respstore_lookup(&s, &cfg, "resp_c"));
+    ck_assert_ptr_null(s);
+    cfg.responses_store_entries = 2;
+    cfg.responses_store_bytes = 1 << 20;
+    ifd_respstore_keep(&s, &cfg, "resp_e", "e", 1, "[]", 2);
+    ck_assert_ptr_nonnull(s);
+    cfg.responses_store_bytes = 0;
+    ifd_respstore_keep(&s, &cfg, "resp_f", "f", 1, "[]", 2);
+    ck_assert_ptr_null(s);
+    ifd_respstore_destroy(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("respstore");
@@ -166,6 +212,7 @@ int main(void)
     tcase_add_test(tc, test_basic);
     tcase_add_test(tc, test_limits_lru);
     tcase_add_test(tc, test_many_against_model);
+    tcase_add_test(tc, test_keep_lookup);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
