@@ -2,20 +2,11 @@
  * gen.c — see gen.h.
  *
  * A request (ifd_gen_t) has one choice per (prompt, sample) pair, each with
- * its router sequence, its incremental detokenizer and its text. Text flows
- * through two offsets per choice:
- *   scan     stop strings have been searched in text[0 .. scan) and none
- *            starts before it (a stop may still begin in the last
- *            max_stop_len - 1 bytes, so scan trails the end by that much);
- *   emitted  bytes already sent (streams) — never past the longest suffix
- *            that could still grow into a stop string, so no stop text
- *            ever leaves. A stop string's first byte is a UTF-8 lead byte,
- *            so holding back from there never splits a character.
- * A matched stop string cuts the text there, finishes the choice with
- * "stop" and releases (cancels) its sequence at once.
- *
- * Tokens that end a sequence by id (EOS, end-of-turn, stop_token_ids) are
- * counted but never detokenized: their text is not part of the answer.
+ * its router sequence and its text (textout.h: detokenizing, stop strings,
+ * what may be streamed, tool calls and the finish reason — the request's
+ * rules are made once, in ifd__start). This file moves the bytes: a
+ * matched stop string finishes the choice with "stop" and releases
+ * (cancels) its sequence at once; streams send what textout releases.
  *
  * Prompt logprobs (vLLM's prompt_logprobs, completions echo + logprobs) are
  * kept per prompt (ifd__plp_t), filled by whichever of its sequences asked:
@@ -38,8 +29,8 @@
 #include "prompt.h"
 #include "proto/responses.h"
 #include "proto/sse.h"
-#include "proto/toolcall.h"
 #include "reply.h"
+#include "textout.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -61,24 +52,16 @@ typedef struct {
     ifd_gen_t *g;
     uint32_t index;
     uint32_t prompt;
-    ifd_rseq_t *seq; /* NULL once finished or released */
-    ifd_detok_t *detok;
-    ifd_buf_t text;
-    size_t scan;
-    size_t emitted;
+    ifd_rseq_t *seq;   /* NULL once finished or released */
+    ifd_textout_t out; /* its text; out.n_tokens: completion tokens */
     bool done;
-    const char *finish; /* "stop" | "length" once done */
-    uint32_t n_tokens;  /* completion tokens */
+    const char *finish; /* "stop" | "length" | "tool_calls" once done */
     uint32_t cached;
     ifd_oai_logprob_t *lp;
     size_t n_lp, cap_lp, lp_sent;
     uint64_t t_last_ns;
     bool echoed;       /* streaming echo + logprobs: its echo chunk is sent */
     uint32_t plp_have; /* prompt positions its own sequence has delivered */
-    /* chat with tools: the calls found in the text when it finished */
-    ifd_oai_tool_call_t *calls;
-    size_t n_calls;
-    size_t content_len; /* with calls: the text before them */
 } ifd__choice_t;
 
 struct ifd_gen {
@@ -107,10 +90,7 @@ struct ifd_gen {
     int work_rc;
     ifd_oai_error_t work_err;
 
-    /* stop ids never detokenized (sorted) */
-    int32_t *stop_set;
-    size_t n_stop_set;
-    size_t max_stop_len;
+    ifd_textout_rules_t rules; /* every choice's text obeys them (ifd__start) */
 
     size_t n_prompts; /* 1 for chat */
     uint32_t n_choices;
@@ -135,17 +115,6 @@ static void ifd__complete(ifd_gen_t *g);
 static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u);
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-static int ifd__cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static bool ifd__is_stop_id(const ifd_gen_t *g, int32_t t)
-{
-    return g->n_stop_set && bsearch(&t, g->stop_set, g->n_stop_set, sizeof t, ifd__cmp_i32);
-}
 
 static double ifd__secs(uint64_t a_ns, uint64_t b_ns)
 {
@@ -185,19 +154,6 @@ static bool ifd__flush(ifd_gen_t *g)
     return true;
 }
 
-static void ifd__fill_choice(ifd__choice_t *c, ifd_oai_choice_t *oc, size_t upto)
-{
-    memset(oc, 0, sizeof *oc);
-    oc->index = c->index;
-    oc->text = c->text.data ? c->text.data + c->emitted : NULL;
-    oc->text_len = upto - c->emitted;
-    if (c->g->req.logprobs) {
-        oc->has_logprobs = c->n_lp > c->lp_sent;
-        oc->logprobs = c->lp + c->lp_sent;
-        oc->n_logprobs = c->n_lp - c->lp_sent;
-    }
-}
-
 /* Streams text[emitted .. upto) (and new logprobs); with finish, the last chunk. */
 static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
 {
@@ -205,7 +161,14 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
     if (!g->streaming)
         return true;
     ifd_oai_choice_t oc;
-    ifd__fill_choice(c, &oc, upto);
+    memset(&oc, 0, sizeof oc);
+    oc.index = c->index;
+    oc.text = ifd_textout_take(&c->out, upto, &oc.text_len);
+    if (g->req.logprobs) {
+        oc.has_logprobs = c->n_lp > c->lp_sent;
+        oc.logprobs = c->lp + c->lp_sent;
+        oc.n_logprobs = c->n_lp - c->lp_sent;
+    }
     if (g->stream.live_usage)
         ifd__usage(g, &g->live);
     int rc;
@@ -219,152 +182,37 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
     }
     if (rc)
         IFD_ERROR("gen %s: building a chunk: %s", g->id, ifd_strerror(rc));
-    c->emitted = upto;
     c->lp_sent = c->n_lp;
     return ifd__flush(g);
 }
 
-/* Earliest stop string in text[from..len): its offset (and *slen its
- * length), or -1. */
-static long ifd__find_stop(const ifd_gen_t *g, const char *t, size_t from, size_t len, size_t *slen)
-{
-    long best = -1;
-    for (size_t i = 0; i < g->req.n_stop; i++) {
-        const char *s = g->req.stop[i];
-        size_t sl = strlen(s);
-        if (!sl || len - from < sl)
-            continue;
-        const char *p = memmem(t + from, len - from, s, sl);
-        if (p && (best < 0 || p - t < best)) {
-            best = p - t;
-            *slen = sl;
-        }
-    }
-    return best;
-}
-
-/* Chat with tools: tool calls may appear in the output. */
-static bool ifd__tools_active(const ifd_gen_t *g)
-{
-    return g->kind == IFD_OAI_CHAT && g->req.n_tools &&
-           g->req.tool_choice != IFD_OAI_TOOL_CHOICE_NONE;
-}
-
-/* Where streaming must stop for now so that a tool call is not sent as
- * content: forced calls hold everything, auto mode from a possible start. */
-static size_t ifd__tool_hold_from(const ifd__choice_t *c)
-{
-    const ifd_gen_t *g = c->g;
-    if (!ifd__tools_active(g))
-        return c->text.len;
-    if (g->req.tool_choice != IFD_OAI_TOOL_CHOICE_AUTO)
-        return 0;
-    return ifd_toolcall_hold_from(c->text.data ? c->text.data : "", c->text.len);
-}
-
-/*
- * tool_choice "required" cut by max_tokens: the grammar's array
- * [{…},{…},{… was still growing (a small model may repeat calls until the
- * limit). The calls that are whole are kept: the text up to the last "}"
- * that closes a parsable prefix, with "]" added. false: none is whole.
- */
-static bool ifd__salvage_calls(ifd__choice_t *c, ifd_toolcall_result_t *r)
+/* Marks a choice finished (length: at max_tokens); for streams sends its
+ * last chunk. false: g freed. */
+static bool ifd__choice_done(ifd__choice_t *c, bool length)
 {
     ifd_gen_t *g = c->g;
-    const char *t = c->text.data;
-    if (!t || g->req.tool_choice != IFD_OAI_TOOL_CHOICE_REQUIRED)
-        return false;
-    int tries = 0;
-    for (size_t end = c->text.len; end > 0 && tries < 64; end--) {
-        if (t[end - 1] != '}')
-            continue;
-        tries++;
-        char *s = ifd_arena_alloc(&g->arena, end + 2);
-        if (!s)
-            return false;
-        memcpy(s, t, end);
-        memcpy(s + end, "]", 2);
-        if (!ifd_toolcall_parse(&g->arena, s, end + 1, &g->req, r) && r->n_calls) {
-            r->content_len = 0;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Parses the finished text of a choice for tool calls (ids drawn here);
- * with `cut` (finish "length") only the whole calls of a forced array. */
-static void ifd__parse_calls(ifd__choice_t *c, bool cut)
-{
-    ifd_gen_t *g = c->g;
-    ifd_toolcall_result_t r;
-    if (!ifd__tools_active(g))
-        return;
-    if (cut ? !ifd__salvage_calls(c, &r)
-            : ifd_toolcall_parse(&g->arena, c->text.data ? c->text.data : "", c->text.len,
-                                 &g->req, &r) || !r.n_calls)
-        return;
-    ifd_oai_tool_call_t *tc = ifd_arena_calloc(&g->arena, r.n_calls, sizeof *tc);
-    if (!tc)
-        return;
-    for (size_t i = 0; i < r.n_calls; i++) {
-        tc[i].id = ifd_ids_tool_call(&g->arena, &g->api->rng);
-        tc[i].name = r.calls[i].name;
-        tc[i].arguments = r.calls[i].arguments;
-        if (!tc[i].id)
-            return;
-    }
-    c->calls = tc;
-    c->n_calls = r.n_calls;
-    c->content_len = r.content_len;
-}
-
-/* Longest suffix of text[from..len) that is a proper prefix of a stop string. */
-static size_t ifd__hold(const ifd_gen_t *g, const char *t, size_t from, size_t len)
-{
-    size_t hold = 0;
-    for (size_t i = 0; i < g->req.n_stop; i++) {
-        const char *s = g->req.stop[i];
-        size_t sl = strlen(s);
-        size_t k = sl ? sl - 1 : 0;
-        if (k > len - from)
-            k = len - from;
-        for (; k > hold; k--)
-            if (memcmp(t + len - k, s, k) == 0)
-                break;
-        if (k > hold)
-            hold = k;
-    }
-    return hold;
-}
-
-/* Marks a choice finished; for streams sends its last chunk. false: g freed. */
-static bool ifd__choice_done(ifd__choice_t *c, const char *finish)
-{
-    ifd_gen_t *g = c->g;
+    ifd_textout_t *t = &c->out;
     c->done = true;
-    ifd__parse_calls(c, strcmp(finish, "stop") != 0);
-    if (c->n_calls && strcmp(finish, "length") != 0)
-        finish = "tool_calls"; /* a cut forced array keeps "length" */
+    const char *finish = ifd_textout_end(t, length, &g->arena);
     c->finish = finish;
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;
-    m->finished[!strcmp(finish, "length") ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
-    if (c->n_calls && g->streaming) {
+    m->finished[length ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
+    if (t->n_calls && g->streaming) {
         /* content before the calls, the calls as deltas, then the end */
-        if (c->content_len > c->emitted && !ifd__emit(c, c->content_len, NULL))
+        if (t->content_len > t->emitted && !ifd__emit(c, t->content_len, NULL))
             return false;
         ifd_oai_choice_t oc;
         memset(&oc, 0, sizeof oc);
         oc.index = c->index;
-        oc.tool_calls = c->calls;
-        oc.n_tool_calls = c->n_calls;
+        oc.tool_calls = t->calls;
+        oc.n_tool_calls = t->n_calls;
         if (ifd_oai_stream_tool_calls(&g->stream, &g->out, &oc))
             IFD_ERROR("gen %s: building the tool-call chunks failed", g->id);
         c->lp_sent = c->n_lp;
-        if (!ifd__emit(c, c->emitted, finish))
+        if (!ifd__emit(c, t->emitted, finish))
             return false;
-    } else if (!ifd__emit(c, c->text.len, finish)) {
+    } else if (!ifd__emit(c, t->text.len, finish)) {
         return false;
     }
     if (g->n_done == g->n_choices) {
@@ -374,43 +222,22 @@ static bool ifd__choice_done(ifd__choice_t *c, const char *finish)
     return true;
 }
 
-/* New text appended: look for stop strings; stream what is safe. false: g freed. */
-static bool ifd__advance(ifd__choice_t *c, bool final)
+/* The text changed (ev, from textout): a stop string ends the choice; else
+ * stream what is safe. false: g freed. */
+static bool ifd__advance(ifd__choice_t *c, int ev, bool final)
 {
     ifd_gen_t *g = c->g;
-    if (g->req.n_stop && c->n_tokens < g->req.min_tokens) {
-        /* vLLM's min_tokens: no stop string ends the text before it */
-        size_t keep = g->max_stop_len > 0 ? g->max_stop_len - 1 : 0;
-        if (c->text.len > c->scan + keep)
-            c->scan = c->text.len - keep;
-    } else if (g->req.n_stop) {
-        size_t slen = 0;
-        long at = ifd__find_stop(g, c->text.data ? c->text.data : "", c->scan, c->text.len, &slen);
-        if (at >= 0) {
-            if (g->req.include_stop_str)
-                at += (long)slen; /* vLLM's include_stop_str_in_output */
-            c->text.len = (size_t)at;
-            c->text.data[at] = '\0';
-            if (c->seq) {
-                ifd_router_release(g->api->router, c->seq);
-                c->seq = NULL;
-            }
-            return ifd__choice_done(c, "stop");
+    if (ev == IFD_TEXTOUT_STOP) {
+        if (c->seq) {
+            ifd_router_release(g->api->router, c->seq);
+            c->seq = NULL;
         }
-        size_t keep = g->max_stop_len > 0 ? g->max_stop_len - 1 : 0;
-        if (c->text.len > c->scan + keep)
-            c->scan = c->text.len - keep;
+        return ifd__choice_done(c, false);
     }
     if (final || !g->streaming)
         return true;
-    size_t hold = g->req.n_stop ? ifd__hold(g, c->text.data, c->emitted, c->text.len) : 0;
-    size_t upto = c->text.len - hold;
-    size_t tool = ifd__tool_hold_from(c);
-    if (tool < upto)
-        upto = tool;
-    if (upto < c->emitted)
-        upto = c->emitted;
-    if (upto == c->emitted && tool < c->text.len)
+    size_t upto;
+    if (!ifd_textout_ready(&c->out, &upto))
         return true; /* holding what may be a tool call */
     return ifd__emit(c, upto, NULL);
 }
@@ -603,20 +430,14 @@ static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev
     if (c->t_last_ns)
         ifd_hist_observe(&m->itl, ifd__secs(c->t_last_ns, now));
     c->t_last_ns = now;
-    c->n_tokens++;
-    if (g->kind == IFD_OAI_COMPLETION && g->req.max_tokens == 0)
-        return; /* echo with max_tokens 0: the prompt is the answer */
-    if (ifd__is_stop_id(g, ev->token))
-        return; /* FINISHED follows; its text is not part of the answer */
+    int r = ifd_textout_push(&c->out, ev->token);
+    if (r == IFD_TEXTOUT_NOTEXT)
+        return; /* a stop id (FINISHED follows), or echo with max_tokens 0 */
     if (g->req.logprobs && ev->has_logprob)
         ifd__add_logprob(c, ev);
-    const char *t;
-    size_t n;
-    if (ifd_detok_push(c->detok, ev->token, &t, &n) != 0)
-        return;
-    if (n && ifd_buf_append(&c->text, t, n))
-        return;
-    ifd__advance(c, false);
+    if (r < 0)
+        return; /* its text is lost (out of memory, or an id out of range) */
+    ifd__advance(c, r, false);
 }
 
 static void ifd__on_error(void *owner, ifd_rseq_t *s, int code, const char *msg)
@@ -648,13 +469,9 @@ static void ifd__on_finished(void *owner, ifd_rseq_t *s, const ifd_wire_finished
         ifd__complete(g); /* a failed request ends at once */
         return;
     }
-    const char *t;
-    size_t n;
-    if (ifd_detok_flush(c->detok, &t, &n) == 0 && n)
-        ifd_buf_append(&c->text, t, n);
-    if (!ifd__advance(c, true) || c->done)
+    if (!ifd__advance(c, ifd_textout_flush(&c->out), true) || c->done)
         return;
-    ifd__choice_done(c, f->reason == IFD_WIRE_FINISH_LENGTH ? "length" : "stop");
+    ifd__choice_done(c, f->reason == IFD_WIRE_FINISH_LENGTH);
 }
 
 static void ifd__on_dispatched(void *owner, ifd_rseq_t *s)
@@ -684,7 +501,7 @@ static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u)
         u->cached_tokens += best < pt ? best : pt;
     }
     for (uint32_t i = 0; i < g->n_choices; i++)
-        u->completion_tokens += g->ch[i].n_tokens;
+        u->completion_tokens += g->ch[i].out.n_tokens;
 }
 
 /* Adds the request's prompt and generated tokens to the metrics, once: at
@@ -708,13 +525,13 @@ static void ifd__keep(ifd_gen_t *g, const char *response, size_t len)
 {
     if (!g->store || g->failed || !g->n_choices)
         return;
-    const ifd__choice_t *c = &g->ch[0];
+    const ifd_textout_t *t = &g->ch[0].out;
     ifd_oai_choice_t oc;
     memset(&oc, 0, sizeof oc);
-    oc.text = c->text.data;
-    oc.text_len = c->n_calls ? c->content_len : c->text.len;
-    oc.tool_calls = c->calls;
-    oc.n_tool_calls = c->n_calls;
+    oc.text = t->text.data;
+    oc.text_len = t->n_calls ? t->content_len : t->text.len;
+    oc.tool_calls = t->calls;
+    oc.n_tool_calls = t->n_calls;
     ifd_buf_t conv = IFD_BUF_INIT;
     if (ifd_responses_conversation(&conv, &g->req, &oc) == 0)
         ifd_respstore_keep(&g->api->responses, g->api->cfg, g->id, response, len, conv.data,
@@ -777,24 +594,25 @@ static void ifd__complete(ifd_gen_t *g)
     int rc = oc ? 0 : IFD_ENOMEM;
     for (uint32_t i = 0; i < g->n_choices && !rc; i++) {
         ifd__choice_t *c = &g->ch[i];
+        const ifd_textout_t *t = &c->out;
         oc[i].index = c->index;
         oc[i].finish_reason = c->finish;
-        oc[i].text = c->text.data;
-        oc[i].text_len = c->n_calls ? c->content_len : c->text.len;
-        oc[i].tool_calls = c->calls;
-        oc[i].n_tool_calls = c->n_calls;
+        oc[i].text = t->text.data;
+        oc[i].text_len = t->n_calls ? t->content_len : t->text.len;
+        oc[i].tool_calls = t->calls;
+        oc[i].n_tool_calls = t->n_calls;
         if (g->req.echo && g->echo[c->prompt]) {
             size_t el = g->echo_len[c->prompt], tl = oc[i].text_len;
-            char *t = ifd_arena_alloc(&g->arena, el + tl + 1);
-            if (!t) {
+            char *e = ifd_arena_alloc(&g->arena, el + tl + 1);
+            if (!e) {
                 rc = IFD_ENOMEM;
                 break;
             }
-            memcpy(t, g->echo[c->prompt], el);
+            memcpy(e, g->echo[c->prompt], el);
             if (tl)
-                memcpy(t + el, c->text.data, tl);
-            t[el + tl] = '\0';
-            oc[i].text = t;
+                memcpy(e + el, t->text.data, tl);
+            e[el + tl] = '\0';
+            oc[i].text = e;
             oc[i].text_len = el + tl;
         }
         if (g->req.logprobs) {
@@ -863,8 +681,7 @@ static void ifd__gen_free(ifd_gen_t *g)
             api->metrics->finished[IFD_FIN_ABORT]++;
             c->done = true;
         }
-        ifd_detok_destroy(c->detok);
-        ifd_buf_free(&c->text);
+        ifd_textout_close(&c->out);
         free(c->lp);
     }
     if (g->ptoks)
@@ -882,7 +699,7 @@ static void ifd__gen_free(ifd_gen_t *g)
         g->next->prev = g->prev;
     ifd_buf_free(&g->out);
     free(g->ch);
-    free(g->stop_set);
+    ifd_textout_rules_close(&g->rules);
     ifd_arena_close(&g->arena);
     free(g);
     if (!api->gens && api->on_idle)
@@ -1001,31 +818,6 @@ static void ifd__reject(ifd_gen_t *g, int status, const char *code, const char *
     ifd__gen_free(g);
 }
 
-static int ifd__build_stop_set(ifd_gen_t *g)
-{
-    const ifd_token_t *ids = NULL;
-    size_t n = 0;
-    if (!g->req.ignore_eos) {
-        if (g->kind == IFD_OAI_CHAT)
-            n = ifd_chat_template_stop_ids(g->api->tpl, &ids);
-        else
-            n = ifd_tokenizer_eog_ids(g->api->tok, &ids);
-    }
-    size_t total = n + g->req.n_stop_token_ids;
-    if (!total)
-        return 0;
-    g->stop_set = malloc(total * sizeof *g->stop_set);
-    if (!g->stop_set)
-        return IFD_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        g->stop_set[i] = ids[i];
-    for (size_t i = 0; i < g->req.n_stop_token_ids; i++)
-        g->stop_set[n + i] = g->req.stop_token_ids[i];
-    qsort(g->stop_set, total, sizeof *g->stop_set, ifd__cmp_i32);
-    g->n_stop_set = total;
-    return 0;
-}
-
 /* max_tokens for a prompt of n tokens when the request gives none: the rest
  * of the context, capped by generation_config.json's max_new_tokens (when
  * the generation_config setting is on), as vLLM's default
@@ -1037,6 +829,12 @@ static int64_t ifd__default_max_tokens(const ifd_api_t *api, int64_t n)
         api->mcfg->gen.max_new_tokens > 0 && api->mcfg->gen.max_new_tokens < mt)
         mt = api->mcfg->gen.max_new_tokens;
     return mt;
+}
+
+/* Tool call ids for textout, from the API's generator. */
+static char *ifd__call_id(void *api, ifd_arena_t *a)
+{
+    return ifd_ids_tool_call(a, &((ifd_api_t *)api)->rng);
 }
 
 static void ifd__start(ifd_gen_t *g)
@@ -1068,26 +866,26 @@ static void ifd__start(ifd_gen_t *g)
             return;
         }
     }
-    if (ifd__build_stop_set(g)) {
+    const ifd_token_t *eog = NULL;
+    size_t n_eog = g->kind == IFD_OAI_CHAT ? ifd_chat_template_stop_ids(api->tpl, &eog)
+                                           : ifd_tokenizer_eog_ids(api->tok, &eog);
+    if (ifd_textout_rules_init(&g->rules, rq, g->kind, eog, n_eog)) {
         ifd__reject(g, 500, NULL, NULL, "Out of memory.");
         return;
     }
-    g->n_choices = (uint32_t)(g->n_prompts * rq->n);
-    g->ch = calloc(g->n_choices, sizeof *g->ch);
+    g->rules.call_id = ifd__call_id;
+    g->rules.call_id_ud = api;
+    g->ch = calloc(g->n_prompts * rq->n, sizeof *g->ch);
     if (!g->ch) {
         ifd__reject(g, 500, NULL, NULL, "Out of memory.");
         return;
     }
-    for (size_t i = 0; i < rq->n_stop; i++) {
-        size_t l = strlen(rq->stop[i]);
-        if (l > g->max_stop_len)
-            g->max_stop_len = l;
-    }
+    g->n_choices = (uint32_t)(g->n_prompts * rq->n);
     for (uint32_t i = 0; i < g->n_choices; i++) {
         g->ch[i].g = g;
         g->ch[i].index = i;
         g->ch[i].prompt = i / rq->n;
-        if (ifd_detok_create(&g->ch[i].detok, api->tok, 0)) {
+        if (ifd_textout_init(&g->ch[i].out, &g->rules, api->tok)) {
             ifd__reject(g, 500, NULL, NULL, "Out of memory.");
             return;
         }
@@ -1125,12 +923,9 @@ static void ifd__start(ifd_gen_t *g)
             g->plp_top = rq->top_logprobs;
     }
     /* stop ids sent to the worker: chat's end-of-turn ids (EOS is the worker's own) */
-    int32_t *wstop = NULL;
-    size_t n_wstop = 0;
-    if (g->n_stop_set) {
-        wstop = g->stop_set;
-        n_wstop = g->n_stop_set > IFD_WIRE_MAX_STOP_IDS ? IFD_WIRE_MAX_STOP_IDS : g->n_stop_set;
-    }
+    int32_t *wstop = g->rules.stop_ids;
+    size_t n_wstop =
+        g->rules.n_stop_ids > IFD_WIRE_MAX_STOP_IDS ? IFD_WIRE_MAX_STOP_IDS : g->rules.n_stop_ids;
     g->running = true;
     api->n_running++;
     g->in_start = true;
