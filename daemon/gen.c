@@ -831,138 +831,200 @@ static int64_t ifd__default_max_tokens(const ifd_api_t *api, int64_t n)
     return mt;
 }
 
-/* Tool call ids for textout, from the API's generator. */
-static char *ifd__call_id(void *api, ifd_arena_t *a)
-{
-    return ifd_ids_tool_call(a, &((ifd_api_t *)api)->rng);
-}
-
-static void ifd__start(ifd_gen_t *g)
+/* Truncates each prompt as asked and checks it against the context length.
+ * false: rejected with a 400 (g freed). */
+static bool ifd__check_prompts(ifd_gen_t *g)
 {
     ifd_api_t *api = g->api;
     const ifd_oai_request_t *rq = &g->req;
+    const char *what = g->kind == IFD_OAI_CHAT ? "messages" : "prompt";
     char msg[512];
-    /* context length, per prompt */
-    int64_t max_tokens = rq->max_tokens;
     for (size_t p = 0; p < g->n_prompts; p++) {
         ifd_prompt_truncate(api, rq, &g->ptoks[p]); /* chat's: done already */
         int64_t n = (int64_t)g->ptoks[p].n;
         if (n == 0) {
-            ifd__reject(g, 400, "invalid_value", g->kind == IFD_OAI_CHAT ? "messages" : "prompt",
-                        "The prompt is empty.");
-            return;
+            ifd__reject(g, 400, "invalid_value", what, "The prompt is empty.");
+            return false;
         }
-        int64_t mt = max_tokens >= 0 ? max_tokens : ifd__default_max_tokens(api, n);
+        int64_t mt = rq->max_tokens >= 0 ? rq->max_tokens : ifd__default_max_tokens(api, n);
         if (n + (mt > 0 ? mt : 1) > api->max_model_len) {
             snprintf(msg, sizeof msg,
                      "This model's maximum context length is %lld tokens. However, you "
                      "requested %lld tokens (%lld in the %s, %lld in the completion). Please "
                      "reduce the length of the %s or completion.",
                      (long long)api->max_model_len, (long long)(n + (mt > 0 ? mt : 0)),
-                     (long long)n, g->kind == IFD_OAI_CHAT ? "messages" : "prompt",
-                     (long long)(mt > 0 ? mt : 0), g->kind == IFD_OAI_CHAT ? "messages" : "prompt");
-            ifd__reject(g, 400, "context_length_exceeded",
-                        g->kind == IFD_OAI_CHAT ? "messages" : "prompt", msg);
-            return;
+                     (long long)n, what, (long long)(mt > 0 ? mt : 0), what);
+            ifd__reject(g, 400, "context_length_exceeded", what, msg);
+            return false;
         }
     }
+    return true;
+}
+
+/* Tool call ids for textout, from the API's generator. */
+static char *ifd__call_id(void *api, ifd_arena_t *a)
+{
+    return ifd_ids_tool_call(a, &((ifd_api_t *)api)->rng);
+}
+
+/* The request's text rules and its choices, each with its text. 0 or
+ * IFD_ENOMEM. */
+static int ifd__make_choices(ifd_gen_t *g)
+{
+    ifd_api_t *api = g->api;
     const ifd_token_t *eog = NULL;
     size_t n_eog = g->kind == IFD_OAI_CHAT ? ifd_chat_template_stop_ids(api->tpl, &eog)
                                            : ifd_tokenizer_eog_ids(api->tok, &eog);
-    if (ifd_textout_rules_init(&g->rules, rq, g->kind, eog, n_eog)) {
-        ifd__reject(g, 500, NULL, NULL, "Out of memory.");
-        return;
-    }
+    if (ifd_textout_rules_init(&g->rules, &g->req, g->kind, eog, n_eog))
+        return IFD_ENOMEM;
     g->rules.call_id = ifd__call_id;
     g->rules.call_id_ud = api;
-    g->ch = calloc(g->n_prompts * rq->n, sizeof *g->ch);
-    if (!g->ch) {
+    uint32_t n = (uint32_t)(g->n_prompts * g->req.n);
+    g->ch = calloc(n, sizeof *g->ch);
+    if (!g->ch)
+        return IFD_ENOMEM;
+    g->n_choices = n;
+    for (uint32_t i = 0; i < n; i++) {
+        g->ch[i].g = g;
+        g->ch[i].index = i;
+        g->ch[i].prompt = i / g->req.n;
+        if (ifd_textout_init(&g->ch[i].out, &g->rules, api->tok))
+            return IFD_ENOMEM;
+    }
+    return 0;
+}
+
+/* The request's logit bias in the wire's form (NULL when none), in the
+ * arena. 0 or IFD_ENOMEM. */
+static int ifd__logit_bias(ifd_gen_t *g, ifd_wire_logit_bias_t **out)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    *out = NULL;
+    if (!rq->n_logit_bias)
+        return 0;
+    ifd_wire_logit_bias_t *lb = ifd_arena_calloc(&g->arena, rq->n_logit_bias, sizeof *lb);
+    if (!lb)
+        return IFD_ENOMEM;
+    for (size_t i = 0; i < rq->n_logit_bias; i++) {
+        lb[i].id = rq->logit_bias[i].id;
+        lb[i].bias = rq->logit_bias[i].bias;
+    }
+    *out = lb;
+    return 0;
+}
+
+/* Prompt logprobs wanted (vLLM's prompt_logprobs, or completions echo +
+ * logprobs): storage per prompt, and the alternatives to ask for. 0 or
+ * IFD_ENOMEM. */
+static int ifd__alloc_plp(ifd_gen_t *g)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    if (!rq->prompt_logprobs && !ifd__echo_lp(g))
+        return 0;
+    g->plp = ifd_arena_calloc(&g->arena, g->n_prompts, sizeof *g->plp);
+    for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
+        size_t n = g->ptoks[p].n > 1 ? g->ptoks[p].n - 1 : 1;
+        g->plp[p].v = ifd_arena_calloc(&g->arena, n, sizeof *g->plp[p].v);
+        if (!g->plp[p].v)
+            g->plp = NULL;
+    }
+    if (!g->plp)
+        return IFD_ENOMEM;
+    g->plp_top = rq->prompt_logprobs ? rq->prompt_top_logprobs : 0;
+    if (ifd__echo_lp(g) && rq->top_logprobs > g->plp_top)
+        g->plp_top = rq->top_logprobs;
+    return 0;
+}
+
+/* The router sequence of choice c. */
+static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit_bias_t *lb,
+                            ifd_rseq_params_t *sp)
+{
+    ifd_api_t *api = g->api;
+    const ifd_oai_request_t *rq = &g->req;
+    uint32_t sample = c->index % rq->n;
+    memset(sp, 0, sizeof *sp);
+    sp->prompt = g->ptoks[c->prompt].ids;
+    sp->n_prompt = (uint32_t)g->ptoks[c->prompt].n;
+    int64_t mt =
+        rq->max_tokens >= 0 ? rq->max_tokens : ifd__default_max_tokens(api, (int64_t)sp->n_prompt);
+    sp->max_tokens = mt > 0 ? (uint32_t)mt : 1; /* 0: echo alone, the token is dropped */
+    sp->sampling = ifd_wire_default_sampling();
+    sp->sampling.temperature = rq->temperature;
+    sp->sampling.top_k = rq->top_k < 0 ? 0 : rq->top_k;
+    sp->sampling.top_p = rq->top_p;
+    sp->sampling.min_p = rq->min_p;
+    sp->sampling.repetition_penalty = rq->repetition_penalty;
+    sp->sampling.frequency_penalty = rq->frequency_penalty;
+    sp->sampling.presence_penalty = rq->presence_penalty;
+    sp->sampling.logit_bias = lb;
+    sp->sampling.n_logit_bias = (uint32_t)rq->n_logit_bias;
+    sp->sampling.n_logprobs = rq->logprobs ? (int32_t)rq->top_logprobs : -1;
+    sp->sampling.logprobs_mode = 0;
+    sp->sampling.seed = rq->has_seed ? rq->seed + sample : ifd_ids_random(&api->rng);
+    /* stop ids sent to the worker: chat's end-of-turn ids (EOS is the worker's own) */
+    size_t n_stop = g->rules.n_stop_ids;
+    sp->stop_ids = g->rules.stop_ids;
+    sp->n_stop_ids = (uint32_t)(n_stop > IFD_WIRE_MAX_STOP_IDS ? IFD_WIRE_MAX_STOP_IDS : n_stop);
+    sp->ignore_eos = rq->ignore_eos;
+    sp->use_cache = rq->use_cache && api->cfg->prefix_cache;
+    sp->priority = rq->priority;
+    sp->grammar = rq->grammar;
+    sp->min_tokens = rq->min_tokens;
+    /* prompt logprobs: the first sample asks, or every choice for a streaming
+     * echo (each choice's echo chunk waits for its own sequence's) */
+    if (g->plp && (sample == 0 || rq->stream))
+        sp->prompt_logprobs = 1 + g->plp_top;
+}
+
+/* Sends the headers of a stream, its first events and the echo chunks that
+ * can go now. On failure g is freed. */
+static void ifd__begin_stream(ifd_gen_t *g)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    ifd_oai_meta_t meta = {g->api_kind, g->id, g->api->model_id, g->created, NULL,
+                           rq->responses_echo};
+    int rc = ifd_oai_stream_init(&g->stream, &g->arena, &meta, g->n_choices, rq->include_usage);
+    if (!rc && rq->include_usage && rq->continuous_usage)
+        g->stream.live_usage = &g->live;
+    if (!rc)
+        rc = ifd_http_stream_begin(g->conn, 200, "text/event-stream", NULL);
+    if (rc) {
+        IFD_WARN("gen %s: starting the stream failed: %s", g->id, ifd_strerror(rc));
+        g->conn = NULL;
+        ifd__gen_free(g);
+        return;
+    }
+    g->streaming = true;
+    ifd_oai_stream_start(&g->stream, &g->out); /* chat's role chunks, response.created */
+    /* the echo chunks: now, or with logprobs once the prompt's are in
+     * (ifd__on_prompt_logprobs; a one-token prompt has none to wait for) */
+    for (uint32_t i = 0; rq->echo && i < g->n_choices; i++)
+        if (!ifd__echo_lp(g) || g->ptoks[g->ch[i].prompt].n <= 1)
+            ifd__send_echo(&g->ch[i]);
+    ifd__flush(g);
+}
+
+/* The prompts are tokenized: checks them, makes the choices and submits
+ * one router sequence per choice, then starts the stream. */
+static void ifd__start(ifd_gen_t *g)
+{
+    ifd_api_t *api = g->api;
+    if (!ifd__check_prompts(g))
+        return;
+    ifd_wire_logit_bias_t *lb = NULL;
+    if (ifd__make_choices(g) || ifd__logit_bias(g, &lb) || ifd__alloc_plp(g)) {
         ifd__reject(g, 500, NULL, NULL, "Out of memory.");
         return;
     }
-    g->n_choices = (uint32_t)(g->n_prompts * rq->n);
-    for (uint32_t i = 0; i < g->n_choices; i++) {
-        g->ch[i].g = g;
-        g->ch[i].index = i;
-        g->ch[i].prompt = i / rq->n;
-        if (ifd_textout_init(&g->ch[i].out, &g->rules, api->tok)) {
-            ifd__reject(g, 500, NULL, NULL, "Out of memory.");
-            return;
-        }
-    }
-    /* the sequences */
-    ifd_wire_logit_bias_t *lb = NULL;
-    if (rq->n_logit_bias) {
-        lb = ifd_arena_calloc(&g->arena, rq->n_logit_bias, sizeof *lb);
-        if (!lb) {
-            ifd__reject(g, 500, NULL, NULL, "Out of memory.");
-            return;
-        }
-        for (size_t i = 0; i < rq->n_logit_bias; i++) {
-            lb[i].id = rq->logit_bias[i].id;
-            lb[i].bias = rq->logit_bias[i].bias;
-        }
-    }
-    /* prompt logprobs: storage per prompt, and the alternatives to ask for */
-    const bool want_plp = rq->prompt_logprobs || ifd__echo_lp(g);
-    const bool plp_all = want_plp && rq->stream; /* streaming echo: every choice asks */
-    if (want_plp) {
-        g->plp = ifd_arena_calloc(&g->arena, g->n_prompts, sizeof *g->plp);
-        for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
-            size_t n = g->ptoks[p].n > 1 ? g->ptoks[p].n - 1 : 1;
-            g->plp[p].v = ifd_arena_calloc(&g->arena, n, sizeof *g->plp[p].v);
-            if (!g->plp[p].v)
-                g->plp = NULL;
-        }
-        if (!g->plp) {
-            ifd__reject(g, 500, NULL, NULL, "Out of memory.");
-            return;
-        }
-        g->plp_top = rq->prompt_logprobs ? rq->prompt_top_logprobs : 0;
-        if (ifd__echo_lp(g) && rq->top_logprobs > g->plp_top)
-            g->plp_top = rq->top_logprobs;
-    }
-    /* stop ids sent to the worker: chat's end-of-turn ids (EOS is the worker's own) */
-    int32_t *wstop = g->rules.stop_ids;
-    size_t n_wstop =
-        g->rules.n_stop_ids > IFD_WIRE_MAX_STOP_IDS ? IFD_WIRE_MAX_STOP_IDS : g->rules.n_stop_ids;
     g->running = true;
     api->n_running++;
     g->in_start = true;
     for (uint32_t i = 0; i < g->n_choices; i++) {
         ifd__choice_t *c = &g->ch[i];
-        uint32_t sample = i % rq->n;
         ifd_rseq_params_t sp;
-        memset(&sp, 0, sizeof sp);
-        sp.prompt = g->ptoks[c->prompt].ids;
-        sp.n_prompt = (uint32_t)g->ptoks[c->prompt].n;
-        int64_t mt =
-            max_tokens >= 0 ? max_tokens : ifd__default_max_tokens(api, (int64_t)sp.n_prompt);
-        sp.max_tokens = mt > 0 ? (uint32_t)mt : 1; /* 0: echo alone, the token is dropped */
-        sp.sampling = ifd_wire_default_sampling();
-        sp.sampling.temperature = rq->temperature;
-        sp.sampling.top_k = rq->top_k < 0 ? 0 : rq->top_k;
-        sp.sampling.top_p = rq->top_p;
-        sp.sampling.min_p = rq->min_p;
-        sp.sampling.repetition_penalty = rq->repetition_penalty;
-        sp.sampling.frequency_penalty = rq->frequency_penalty;
-        sp.sampling.presence_penalty = rq->presence_penalty;
-        sp.sampling.logit_bias = lb;
-        sp.sampling.n_logit_bias = (uint32_t)rq->n_logit_bias;
-        sp.sampling.n_logprobs = rq->logprobs ? (int32_t)rq->top_logprobs : -1;
-        sp.sampling.logprobs_mode = 0;
-        sp.sampling.seed = rq->has_seed ? rq->seed + sample : ifd_ids_random(&api->rng);
-        sp.stop_ids = wstop;
-        sp.n_stop_ids = (uint32_t)n_wstop;
-        sp.ignore_eos = rq->ignore_eos;
-        sp.use_cache = rq->use_cache && api->cfg->prefix_cache;
-        sp.priority = rq->priority;
-        sp.grammar = rq->grammar;
-        sp.min_tokens = rq->min_tokens;
-        if (want_plp && (sample == 0 || plp_all))
-            sp.prompt_logprobs = 1 + g->plp_top;
-        int rc = ifd_router_submit(api->router, &sp, &ifd__ops, c, &c->seq);
-        if (rc) {
+        ifd__seq_params(g, c, lb, &sp);
+        if (ifd_router_submit(api->router, &sp, &ifd__ops, c, &c->seq)) {
             g->in_start = false;
             ifd__reject(g, 500, NULL, NULL, "The request could not be queued.");
             return;
@@ -974,29 +1036,8 @@ static void ifd__start(ifd_gen_t *g)
         return;
     }
     /* headers now: every error that can be decided early has been */
-    if (rq->stream) {
-        ifd_oai_meta_t meta = {g->api_kind, g->id, api->model_id, g->created, NULL,
-                               rq->responses_echo};
-        int rc = ifd_oai_stream_init(&g->stream, &g->arena, &meta, g->n_choices, rq->include_usage);
-        if (!rc && rq->include_usage && rq->continuous_usage)
-            g->stream.live_usage = &g->live;
-        if (!rc)
-            rc = ifd_http_stream_begin(g->conn, 200, "text/event-stream", NULL);
-        if (rc) {
-            IFD_WARN("gen %s: starting the stream failed: %s", g->id, ifd_strerror(rc));
-            g->conn = NULL;
-            ifd__gen_free(g);
-            return;
-        }
-        g->streaming = true;
-        ifd_oai_stream_start(&g->stream, &g->out); /* chat's role chunks, response.created */
-        /* the echo chunks: now, or with logprobs once the prompt's are in
-         * (ifd__on_prompt_logprobs; a one-token prompt has none to wait for) */
-        for (uint32_t i = 0; g->req.echo && i < g->n_choices; i++)
-            if (!ifd__echo_lp(g) || g->ptoks[g->ch[i].prompt].n <= 1)
-                ifd__send_echo(&g->ch[i]);
-        ifd__flush(g);
-    }
+    if (g->req.stream)
+        ifd__begin_stream(g);
 }
 
 /* ---- entry ------------------------------------------------------------------------------- */
