@@ -17,6 +17,18 @@
 #include <string.h>
 #include <strings.h>
 
+/* One row of the table (help, the JSON printout, the reload diff). */
+typedef struct {
+    const char *name;
+    ifd_cfg_type_t type;
+    const char *def;
+    bool reloadable;
+    const char *arg; /* metavariable in --help; NULL for bools */
+    double lo, hi;   /* range for INT/BYTES/SECS; lo == hi == 0: none */
+    const char *help;
+    size_t offset; /* of the field in ifd_config_t */
+} ifd_cfg_key_t;
+
 static const ifd_cfg_key_t ifd__keys[] = {
 #define IFD__CFG_ROW(name, type, def, reload, arg, lo, hi, help)                                   \
     {#name, IFD_CFG_##type, def, reload, arg, lo, hi, help, offsetof(ifd_config_t, name)},
@@ -24,12 +36,6 @@ static const ifd_cfg_key_t ifd__keys[] = {
 #undef IFD__CFG_ROW
 };
 #define IFD__N_KEYS (sizeof ifd__keys / sizeof ifd__keys[0])
-
-const ifd_cfg_key_t *ifd_config_keys(size_t *n)
-{
-    *n = IFD__N_KEYS;
-    return ifd__keys;
-}
 
 static void ifd__err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -238,21 +244,10 @@ static int ifd__set_key(ifd_config_t *c, const ifd_cfg_key_t *k, const char *v, 
     return IFD_EINVAL;
 }
 
-int ifd_config_set(ifd_config_t *c, const char *key, const char *value, char *err, size_t errlen)
-{
-    const ifd_cfg_key_t *k = ifd__find(key, strlen(key));
-    if (!k) {
-        ifd__err(err, errlen, "unknown setting '%s'", key);
-        return IFD_ENOTFOUND;
-    }
-    if (err && errlen)
-        err[0] = '\0';
-    return ifd__set_key(c, k, value, err, errlen);
-}
-
 /* ---- lifecycle ------------------------------------------------------------------ */
 
-int ifd_config_init(ifd_config_t *c)
+/* Fills every key with its default. 0 or IFD_ENOMEM. */
+static int ifd__init(ifd_config_t *c)
 {
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < IFD__N_KEYS; i++) {
@@ -276,29 +271,6 @@ void ifd_config_free(ifd_config_t *c)
             *s = NULL;
         }
     }
-}
-
-int ifd_config_copy(ifd_config_t *dst, const ifd_config_t *src)
-{
-    *dst = *src;
-    for (size_t i = 0; i < IFD__N_KEYS; i++) {
-        if (ifd__keys[i].type != IFD_CFG_STR)
-            continue;
-        char **d = ifd__field(dst, &ifd__keys[i]);
-        *d = NULL;
-    }
-    for (size_t i = 0; i < IFD__N_KEYS; i++) {
-        if (ifd__keys[i].type != IFD_CFG_STR)
-            continue;
-        char **d = ifd__field(dst, &ifd__keys[i]);
-        char *const *s = ifd__field(src, &ifd__keys[i]);
-        if (*s && !(*d = strdup(*s))) {
-            ifd_config_free(dst);
-            memset(dst, 0, sizeof *dst);
-            return IFD_ENOMEM;
-        }
-    }
-    return 0;
 }
 
 void ifd_config_cli_free(ifd_config_cli_t *cli)
@@ -477,7 +449,7 @@ static int ifd__apply_flags(ifd_config_t *c, int argc, char **argv, char *err, s
 
 static int ifd__build(ifd_config_t *c, const ifd_config_cli_t *cli, char *err, size_t errlen)
 {
-    int rc = ifd_config_init(c);
+    int rc = ifd__init(c);
     if (rc)
         return rc;
     if (cli->config_file && (rc = ifd__load_file(c, cli->config_file, err, errlen)))
@@ -565,7 +537,7 @@ int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char 
     }
     /* these need no settings (and no --model) */
     if (cli->help || cli->version || cli->inspect)
-        return ifd_config_init(c);
+        return ifd__init(c);
     if ((rc = ifd__build(c, cli, err, errlen)))
         goto fail;
     return 0;

@@ -19,7 +19,7 @@
  * seconds; a number or "250ms"/"2s"/"1m"), NUM (double, a plain number).
  *
  * Ownership: an ifd_config_t owns its strings (malloc'ed); free them with
- * ifd_config_free. Plain data otherwise: copy with ifd_config_copy.
+ * ifd_config_free. Plain data otherwise.
  * Threading: not thread-safe; the loop thread owns the running config.
  */
 #ifndef IFD_DAEMON_CONFIG_H
@@ -147,21 +147,6 @@ typedef struct {
 #undef IFD__CFG_FIELD
 } ifd_config_t;
 
-/* One row of the table, for tools (help, docs, the reload diff). */
-typedef struct {
-    const char *name;
-    ifd_cfg_type_t type;
-    const char *def;
-    bool reloadable;
-    const char *arg; /* metavariable in --help; NULL for bools */
-    double lo, hi;   /* range for INT/BYTES/SECS; lo == hi == 0: none */
-    const char *help;
-    size_t offset; /* of the field in ifd_config_t */
-} ifd_cfg_key_t;
-
-/* The table (n rows into *n). Static storage. */
-const ifd_cfg_key_t *ifd_config_keys(size_t *n);
-
 /* What the command line asked for besides settings. */
 typedef struct {
     bool help;
@@ -175,14 +160,8 @@ typedef struct {
     char **argv;       /* owned copies */
 } ifd_config_cli_t;
 
-/* Fills every key with its default. Returns 0 or IFD_ENOMEM. */
-int ifd_config_init(ifd_config_t *c);
-
 /* Frees the strings; c may be re-initialised afterwards. */
 void ifd_config_free(ifd_config_t *c);
-
-/* Deep copy. 0 or IFD_ENOMEM (dst is then freed and zeroed). */
-int ifd_config_copy(ifd_config_t *dst, const ifd_config_t *src);
 
 /*
  * Builds the configuration from argv: defaults, then --config FILE, then
@@ -203,11 +182,6 @@ int ifd_config_reload(ifd_config_t *out, const ifd_config_cli_t *cli, char *err,
  * warns about non-reloadable keys that differ. Returns the number of keys
  * changed, or IFD_ENOMEM. */
 int ifd_config_apply_reloadable(ifd_config_t *cur, const ifd_config_t *next);
-
-/* Sets one key from its text form ("64", "4M", "true", "250ms").
- * 0, IFD_ENOTFOUND (unknown key), IFD_EINVAL (bad value or range; err). */
-int ifd_config_set(ifd_config_t *c, const char *key, const char *value, char *err,
-                   size_t errlen);
 
 /* Writes --help (usage line + every key). */
 void ifd_config_usage(FILE *f);

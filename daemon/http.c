@@ -149,7 +149,8 @@ static void ifd__close(ifd_http_conn_t *c, bool notify);
 static void ifd__parse(ifd_http_conn_t *c);
 static void ifd__maybe_free_server(ifd_http_server_t *s);
 
-const char *ifd_http_reason(int status)
+/* Reason phrase of a status ("Not Found"). */
+static const char *ifd__reason(int status)
 {
     switch (status) {
     case 100:
@@ -339,7 +340,7 @@ static int ifd__head(ifd_http_conn_t *c, int status, const char *ctype, const ch
     c->keep_alive = ka;
     ifd_buf_t b = IFD_BUF_INIT;
     int rc = ifd_buf_printf(&b, "HTTP/1.1 %d %s\r\nServer: inferd/%s\r\n", status,
-                            ifd_http_reason(status), IFD_VERSION);
+                            ifd__reason(status), IFD_VERSION);
     if (!rc && ctype)
         rc = ifd_buf_printf(&b, "Content-Type: %s\r\n", ctype);
     if (!rc && stream && !c->http10)
@@ -474,11 +475,6 @@ int ifd_http_stream_end(ifd_http_conn_t *c)
     }
     ifd__done(c);
     return 0;
-}
-
-size_t ifd_http_pending(const ifd_http_conn_t *c)
-{
-    return c->pending;
 }
 
 void ifd_http_set_abort(ifd_http_conn_t *c, void (*abort_cb)(void *ud), void *ud)

@@ -123,13 +123,7 @@ int ifd_http_stream_write(ifd_http_conn_t *c, const char *data, size_t len);
 /* Ends the stream; the connection then serves its next request or closes. */
 int ifd_http_stream_end(ifd_http_conn_t *c);
 
-/* Bytes written to c and not yet taken by the kernel. */
-size_t ifd_http_pending(const ifd_http_conn_t *c);
-
 /* Called if the client goes away before the response is complete. */
 void ifd_http_set_abort(ifd_http_conn_t *c, void (*abort_cb)(void *ud), void *ud);
-
-/* Reason phrase of a status ("Not Found"). */
-const char *ifd_http_reason(int status);
 
 #endif
