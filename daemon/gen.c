@@ -52,8 +52,8 @@ typedef struct {
     ifd_gen_t *g;
     uint32_t index;
     uint32_t prompt;
-    ifd_rseq_t *seq;   /* NULL once finished or released */
-    ifd_textout_t out; /* its text; out.n_tokens: completion tokens */
+    ifd_rseq_t *seq;    /* NULL once finished or released */
+    ifd_textout_t text; /* its text (textout.h); text.n_tokens: completion tokens */
     bool done;
     const char *finish; /* "stop" | "length" | "tool_calls" once done */
     uint32_t cached;
@@ -163,7 +163,7 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
     ifd_oai_choice_t oc;
     memset(&oc, 0, sizeof oc);
     oc.index = c->index;
-    oc.text = ifd_textout_take(&c->out, upto, &oc.text_len);
+    oc.text = ifd_textout_take(&c->text, upto, &oc.text_len);
     if (g->req.logprobs) {
         oc.has_logprobs = c->n_lp > c->lp_sent;
         oc.logprobs = c->lp + c->lp_sent;
@@ -191,7 +191,7 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
 static bool ifd__choice_done(ifd__choice_t *c, bool length)
 {
     ifd_gen_t *g = c->g;
-    ifd_textout_t *t = &c->out;
+    ifd_textout_t *t = &c->text;
     c->done = true;
     const char *finish = ifd_textout_end(t, length, &g->arena);
     c->finish = finish;
@@ -237,7 +237,7 @@ static bool ifd__advance(ifd__choice_t *c, int ev, bool final)
     if (final || !g->streaming)
         return true;
     size_t upto;
-    if (!ifd_textout_ready(&c->out, &upto))
+    if (!ifd_textout_ready(&c->text, &upto))
         return true; /* holding what may be a tool call */
     return ifd__emit(c, upto, NULL);
 }
@@ -430,7 +430,7 @@ static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev
     if (c->t_last_ns)
         ifd_hist_observe(&m->itl, ifd__secs(c->t_last_ns, now));
     c->t_last_ns = now;
-    int r = ifd_textout_push(&c->out, ev->token);
+    int r = ifd_textout_push(&c->text, ev->token);
     if (r == IFD_TEXTOUT_NOTEXT)
         return; /* a stop id (FINISHED follows), or echo with max_tokens 0 */
     if (g->req.logprobs && ev->has_logprob)
@@ -469,7 +469,7 @@ static void ifd__on_finished(void *owner, ifd_rseq_t *s, const ifd_wire_finished
         ifd__complete(g); /* a failed request ends at once */
         return;
     }
-    if (!ifd__advance(c, ifd_textout_flush(&c->out), true) || c->done)
+    if (!ifd__advance(c, ifd_textout_flush(&c->text), true) || c->done)
         return;
     ifd__choice_done(c, f->reason == IFD_WIRE_FINISH_LENGTH);
 }
@@ -501,7 +501,7 @@ static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u)
         u->cached_tokens += best < pt ? best : pt;
     }
     for (uint32_t i = 0; i < g->n_choices; i++)
-        u->completion_tokens += g->ch[i].out.n_tokens;
+        u->completion_tokens += g->ch[i].text.n_tokens;
 }
 
 /* Adds the request's prompt and generated tokens to the metrics, once: at
@@ -525,7 +525,7 @@ static void ifd__keep(ifd_gen_t *g, const char *response, size_t len)
 {
     if (!g->store || g->failed || !g->n_choices)
         return;
-    const ifd_textout_t *t = &g->ch[0].out;
+    const ifd_textout_t *t = &g->ch[0].text;
     ifd_oai_choice_t oc;
     memset(&oc, 0, sizeof oc);
     oc.text = t->text.data;
@@ -594,7 +594,7 @@ static void ifd__complete(ifd_gen_t *g)
     int rc = oc ? 0 : IFD_ENOMEM;
     for (uint32_t i = 0; i < g->n_choices && !rc; i++) {
         ifd__choice_t *c = &g->ch[i];
-        const ifd_textout_t *t = &c->out;
+        const ifd_textout_t *t = &c->text;
         oc[i].index = c->index;
         oc[i].finish_reason = c->finish;
         oc[i].text = t->text.data;
@@ -681,7 +681,7 @@ static void ifd__gen_free(ifd_gen_t *g)
             api->metrics->finished[IFD_FIN_ABORT]++;
             c->done = true;
         }
-        ifd_textout_close(&c->out);
+        ifd_textout_close(&c->text);
         free(c->lp);
     }
     if (g->ptoks)
@@ -888,7 +888,7 @@ static int ifd__make_choices(ifd_gen_t *g)
         g->ch[i].g = g;
         g->ch[i].index = i;
         g->ch[i].prompt = i / g->req.n;
-        if (ifd_textout_init(&g->ch[i].out, &g->rules, api->tok))
+        if (ifd_textout_init(&g->ch[i].text, &g->rules, api->tok))
             return IFD_ENOMEM;
     }
     return 0;

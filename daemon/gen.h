@@ -10,18 +10,18 @@
  * router sequence per choice (n per prompt, seed + i when a seed is given)
  * → tokens come back: detokenized incrementally (UTF-8 safe), stop strings
  * matched on the text (and never returned; text that could still become a
- * stop string is held back), logprobs collected → streamed as SSE chunks or
- * gathered into one response with usage (cached_tokens from the prefix
- * cache).
+ * stop string or a tool call is held back: textout.h), logprobs collected
+ * → streamed as SSE chunks or gathered into one response with usage
+ * (cached_tokens from the prefix cache).
  *
  * Every failure before the first byte is an HTTP error; after a stream has
  * started it is an error event followed by [DONE]. A client that goes away
  * cancels every sequence of its request in the workers.
  *
- * Ownership: a request object owns its arena, detokenizers and buffers; it
- * frees itself when its response is complete or its client is gone (never
- * while a threadpool job of it is pending). Threading: loop thread, except
- * the tokenizing job.
+ * Ownership: a request object owns its arena, texts (textout.h) and
+ * buffers; it frees itself when its response is complete or its client is
+ * gone (never while a threadpool job of it is pending). Threading: loop
+ * thread, except the tokenizing job.
  */
 #ifndef IFD_DAEMON_GEN_H
 #define IFD_DAEMON_GEN_H
