@@ -938,16 +938,16 @@ static int ifd__alloc_plp(ifd_gen_t *g)
 
 /* The router sequence of choice c. */
 static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit_bias_t *lb,
-                            ifd_rseq_params_t *sp)
+                            ifd_wire_add_t *sp)
 {
     ifd_api_t *api = g->api;
     const ifd_oai_request_t *rq = &g->req;
     uint32_t sample = c->index % rq->n;
     memset(sp, 0, sizeof *sp);
-    sp->prompt = g->ptoks[c->prompt].ids;
-    sp->n_prompt = (uint32_t)g->ptoks[c->prompt].n;
+    sp->tokens = g->ptoks[c->prompt].ids;
+    sp->n_tokens = (uint32_t)g->ptoks[c->prompt].n;
     int64_t mt =
-        rq->max_tokens >= 0 ? rq->max_tokens : ifd__default_max_tokens(api, (int64_t)sp->n_prompt);
+        rq->max_tokens >= 0 ? rq->max_tokens : ifd__default_max_tokens(api, (int64_t)sp->n_tokens);
     sp->max_tokens = mt > 0 ? (uint32_t)mt : 1; /* 0: echo alone, the token is dropped */
     sp->sampling = ifd_wire_default_sampling();
     sp->sampling.temperature = rq->temperature;
@@ -968,7 +968,7 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
     sp->n_stop_ids = (uint32_t)(n_stop > IFD_WIRE_MAX_STOP_IDS ? IFD_WIRE_MAX_STOP_IDS : n_stop);
     sp->ignore_eos = rq->ignore_eos;
     sp->use_cache = rq->use_cache && api->cfg->prefix_cache;
-    sp->priority = rq->priority;
+    sp->priority = ifd_wire_priority_from_api(rq->priority);
     sp->grammar = rq->grammar;
     sp->min_tokens = rq->min_tokens;
     /* prompt logprobs: the first sample asks, or every choice for a streaming
@@ -1022,7 +1022,7 @@ static void ifd__start(ifd_gen_t *g)
     g->in_start = true;
     for (uint32_t i = 0; i < g->n_choices; i++) {
         ifd__choice_t *c = &g->ch[i];
-        ifd_rseq_params_t sp;
+        ifd_wire_add_t sp;
         ifd__seq_params(g, c, lb, &sp);
         if (ifd_router_submit(api->router, &sp, &ifd__ops, c, &c->seq)) {
             g->in_start = false;

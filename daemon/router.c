@@ -30,16 +30,11 @@ struct ifd_rseq {
     uint64_t id;
     int32_t *tokens; /* prompt then generated */
     uint32_t n_prompt, n_gen, cap;
-    ifd_wire_sampling_t sampling;
-    int32_t *stop_ids;
-    uint32_t n_stop_ids;
-    uint32_t max_tokens;
-    bool ignore_eos, use_cache;
-    uint32_t min_tokens;
-    uint32_t plp;   /* prompt_logprobs as the wire has it (0 off) */
+    /* The request as submitted, the one form it has from the API to the
+     * worker: its arrays (stop ids, logit bias, grammar) are the router's
+     * copies; id, tokens and n_generated are filled at each send. */
+    ifd_wire_add_t req;
     uint32_t n_plp; /* prompt positions 1 .. n_plp delivered to the owner */
-    int32_t priority;
-    char *grammar; /* NULL: unconstrained */
     const ifd_rseq_ops_t *ops;
     void *owner; /* NULL once released */
     int worker;  /* >= 0 while dispatched */
@@ -123,6 +118,16 @@ static int ifd__live_add(ifd_router_t *r, ifd_rseq_t *s)
     return 0;
 }
 
+/* Frees a sequence's memory (not its links). */
+static void ifd__seq_free_mem(ifd_rseq_t *s)
+{
+    free(s->tokens);
+    free((void *)s->req.stop_ids);
+    free((void *)s->req.grammar);
+    free((void *)s->req.sampling.logit_bias);
+    free(s);
+}
+
 static void ifd__free_seq(ifd_router_t *r, ifd_rseq_t *s)
 {
     int found = ifd_hash_remove(&r->ids, ifd_hash_u64(s->id), s->slot);
@@ -130,11 +135,7 @@ static void ifd__free_seq(ifd_router_t *r, ifd_rseq_t *s)
     r->live[s->slot] = NULL;
     r->free_slots[r->n_free++] = s->slot;
     r->n_live--;
-    free(s->tokens);
-    free(s->stop_ids);
-    free(s->grammar);
-    free(s->sampling.logit_bias);
-    free(s);
+    ifd__seq_free_mem(s);
 }
 
 /* ---- lists ---------------------------------------------------------------------------- */
@@ -245,13 +246,8 @@ void ifd_router_destroy(ifd_router_t *r)
         return;
     for (int32_t k = 0; k < r->live_cap; k++) {
         ifd_rseq_t *s = r->live[k];
-        if (s) {
-            free(s->tokens);
-            free(s->stop_ids);
-            free(s->grammar);
-            free(s->sampling.logit_bias);
-            free(s);
-        }
+        if (s)
+            ifd__seq_free_mem(s);
     }
     free(r->live);
     free(r->free_slots);
@@ -274,60 +270,53 @@ void ifd_router_set_slack(ifd_router_t *r, int route_slack)
 
 /* ---- submit / release --------------------------------------------------------------------- */
 
-int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rseq_ops_t *ops,
+/* Copies what the request points to into s->req (caller: the request is checked). */
+static int ifd__seq_copy_req(ifd_rseq_t *s, const ifd_wire_add_t *p)
+{
+    s->req = *p;
+    s->req.tokens = NULL;
+    s->req.sampling.logit_bias = NULL;
+    s->req.stop_ids = NULL;
+    s->req.grammar = NULL;
+    size_t nb = p->sampling.n_logit_bias * sizeof *p->sampling.logit_bias;
+    void *lb = nb ? malloc(nb) : NULL;
+    if (lb)
+        s->req.sampling.logit_bias = memcpy(lb, p->sampling.logit_bias, nb);
+    size_t ns = p->n_stop_ids * sizeof *p->stop_ids;
+    void *st = ns ? malloc(ns) : NULL;
+    if (st)
+        s->req.stop_ids = memcpy(st, p->stop_ids, ns);
+    if (p->grammar && p->grammar[0])
+        s->req.grammar = strdup(p->grammar);
+    if ((nb && !s->req.sampling.logit_bias) || (ns && !s->req.stop_ids) ||
+        (p->grammar && p->grammar[0] && !s->req.grammar))
+        return IFD_ENOMEM;
+    return 0;
+}
+
+int ifd_router_submit(ifd_router_t *r, const ifd_wire_add_t *p, const ifd_rseq_ops_t *ops,
                       void *owner, ifd_rseq_t **out)
 {
-    if (!p->prompt || p->n_prompt < 1 || p->max_tokens < 1 ||
-        (uint64_t)p->n_prompt + p->max_tokens > IFD_WIRE_MAX_TOKENS || !ops || !owner)
+    if (!p->tokens || p->n_tokens < 1 || p->n_generated != 0 || p->max_tokens < 1 ||
+        (uint64_t)p->n_tokens + p->max_tokens > IFD_WIRE_MAX_TOKENS || !ops || !owner)
         return IFD_EINVAL;
     ifd_rseq_t *s = calloc(1, sizeof *s);
     if (!s)
         return IFD_ENOMEM;
-    s->cap = p->n_prompt + (p->max_tokens < 64 ? p->max_tokens : 64);
+    s->cap = p->n_tokens + (p->max_tokens < 64 ? p->max_tokens : 64);
     s->tokens = malloc(s->cap * sizeof *s->tokens);
-    s->sampling = p->sampling;
-    s->sampling.logit_bias = NULL;
-    if (p->sampling.n_logit_bias) {
-        s->sampling.logit_bias = malloc(p->sampling.n_logit_bias * sizeof *p->sampling.logit_bias);
-        if (s->sampling.logit_bias)
-            memcpy(s->sampling.logit_bias, p->sampling.logit_bias,
-                   p->sampling.n_logit_bias * sizeof *p->sampling.logit_bias);
-    }
-    if (p->n_stop_ids) {
-        s->stop_ids = malloc(p->n_stop_ids * sizeof *s->stop_ids);
-        if (s->stop_ids)
-            memcpy(s->stop_ids, p->stop_ids, p->n_stop_ids * sizeof *s->stop_ids);
-    }
-    if (p->grammar && p->grammar[0])
-        s->grammar = strdup(p->grammar);
-    if (!s->tokens || (p->sampling.n_logit_bias && !s->sampling.logit_bias) ||
-        (p->n_stop_ids && !s->stop_ids) || (p->grammar && p->grammar[0] && !s->grammar)) {
-        free(s->tokens);
-        free(s->stop_ids);
-        free(s->grammar);
-        free(s->sampling.logit_bias);
-        free(s);
+    if (ifd__seq_copy_req(s, p) || !s->tokens) {
+        ifd__seq_free_mem(s);
         return IFD_ENOMEM;
     }
-    memcpy(s->tokens, p->prompt, p->n_prompt * sizeof *s->tokens);
-    s->n_prompt = p->n_prompt;
-    s->n_stop_ids = p->n_stop_ids;
-    s->max_tokens = p->max_tokens;
-    s->ignore_eos = p->ignore_eos;
-    s->use_cache = p->use_cache;
-    s->min_tokens = p->min_tokens;
-    s->plp = p->prompt_logprobs;
-    s->priority = p->priority;
+    memcpy(s->tokens, p->tokens, p->n_tokens * sizeof *s->tokens);
+    s->n_prompt = p->n_tokens;
     s->ops = ops;
     s->owner = owner;
     s->worker = -1;
     s->id = r->next_id++;
     if (ifd__live_add(r, s)) {
-        free(s->tokens);
-        free(s->stop_ids);
-        free(s->grammar);
-        free(s->sampling.logit_bias);
-        free(s);
+        ifd__seq_free_mem(s);
         return IFD_ENOMEM;
     }
     ifd__q_push(r, s, false);
@@ -409,7 +398,7 @@ static void ifd__score_prefix(ifd_router_t *r, const ifd_rseq_t *s)
 {
     uint32_t n_tok = s->n_prompt + s->n_gen;
     int max_blocks = n_tok > 1 ? (int)((n_tok - 1) / (uint32_t)r->block_size) : 0;
-    if (max_blocks > 0 && s->use_cache) {
+    if (max_blocks > 0 && s->req.use_cache) {
         if ((size_t)max_blocks > r->probe_cap) {
             int32_t *pb = realloc(r->probe, (size_t)max_blocks * sizeof *pb);
             int32_t *lb = pb ? realloc(r->lprobe, (size_t)max_blocks * sizeof *lb) : NULL;
@@ -480,21 +469,13 @@ static int ifd__send_add(ifd_router_t *r, ifd_rseq_t *s, int w)
 {
     ifd_wire_msg_t m = {.type = IFD_WIRE_ADD};
     ifd_wire_add_t *a = &m.u.add;
+    *a = s->req;
     a->id = s->id;
     a->tokens = s->tokens;
     a->n_tokens = s->n_prompt + s->n_gen;
     a->n_generated = s->n_gen;
-    a->sampling = s->sampling;
-    a->stop_ids = s->stop_ids;
-    a->n_stop_ids = s->n_stop_ids;
-    a->max_tokens = s->max_tokens;
-    a->ignore_eos = s->ignore_eos;
-    a->priority = s->priority;
-    a->use_cache = s->use_cache;
-    a->grammar = s->grammar;
-    a->min_tokens = s->min_tokens;
     /* a resumed sequence asks again only while some are missing */
-    a->prompt_logprobs = s->n_plp + 1 < s->n_prompt ? s->plp : 0;
+    a->prompt_logprobs = s->n_plp + 1 < s->n_prompt ? s->req.prompt_logprobs : 0;
     return r->tp.send(r->tp.ctx, w, &m);
 }
 
@@ -599,7 +580,7 @@ void ifd_router_on_message(ifd_router_t *r, int w, const ifd_wire_msg_t *m)
     case IFD_WIRE_PROMPT_LOGPROBS: {
         const ifd_wire_prompt_logprobs_t *p = &m->u.prompt_logprobs;
         ifd_rseq_t *s = ifd__find(r, p->id);
-        if (!s || s->worker != w || s->limbo || !s->plp)
+        if (!s || s->worker != w || s->limbo || !s->req.prompt_logprobs)
             break;
         /* keep what continues the positions held; drop repeats (a
          * resumption recomputes from 1) and anything past the prompt */
@@ -709,12 +690,12 @@ void ifd_router_on_lost(ifd_router_t *r, int w)
         if (!s->owner) {
             ifd__free_seq(r, s);
             v[i] = NULL;
-        } else if (s->n_gen >= s->max_tokens) {
+        } else if (s->n_gen >= s->req.max_tokens) {
             f.reason = IFD_WIRE_FINISH_LENGTH;
             ifd__finish(r, s, &f, 0, NULL);
             v[i] = NULL;
-        } else if (s->n_gen && (ifd__has(s->stop_ids, s->n_stop_ids, last) ||
-                                (!s->ignore_eos && ifd__has(r->eog, r->p.n_eog_ids, last)))) {
+        } else if (s->n_gen && (ifd__has(s->req.stop_ids, s->req.n_stop_ids, last) ||
+                                (!s->req.ignore_eos && ifd__has(r->eog, r->p.n_eog_ids, last)))) {
             f.reason = IFD_WIRE_FINISH_STOP;
             f.stop_token = last;
             ifd__finish(r, s, &f, 0, NULL);

@@ -62,28 +62,12 @@ typedef struct {
     void (*on_finished)(void *owner, ifd_rseq_t *s, const ifd_wire_finished_t *f);
     /* sent to a worker (the first time) */
     void (*on_dispatched)(void *owner, ifd_rseq_t *s);
-    /* prompt logprobs (params.prompt_logprobs; may be NULL): m holds only
+    /* prompt logprobs (req.prompt_logprobs; may be NULL): m holds only
      * positions not delivered before, in order from m->pos (every position
      * 1 .. n_prompt - 1 exactly once, also across a resumption), all
      * before the sequence's first on_token */
     void (*on_prompt_logprobs)(void *owner, ifd_rseq_t *s, const ifd_wire_prompt_logprobs_t *m);
 } ifd_rseq_ops_t;
-
-typedef struct {
-    const int32_t *prompt;        /* copied */
-    uint32_t n_prompt;            /* >= 1 */
-    ifd_wire_sampling_t sampling; /* logit_bias copied */
-    const int32_t *stop_ids;      /* extra stop ids (copied); EOS is the worker's */
-    uint32_t n_stop_ids;
-    uint32_t max_tokens; /* >= 1 */
-    bool ignore_eos;
-    bool use_cache;
-    int32_t priority;
-    const char *grammar; /* structured output (common/grammar/grammar.h text), copied; NULL none */
-    uint32_t min_tokens; /* vLLM's min_tokens: no EOS/stop id before this many tokens; 0 off */
-    /* ifd_wire_add_t's prompt_logprobs: 0 off, 1 + k with k top alternatives */
-    uint32_t prompt_logprobs;
-} ifd_rseq_params_t;
 
 /* What the router needs to know of worker w at the moment it routes. */
 typedef struct {
@@ -147,9 +131,13 @@ void ifd_router_destroy(ifd_router_t *r);
 
 void ifd_router_set_slack(ifd_router_t *r, int route_slack);
 
-/* Queues a new sequence and dispatches what can be. 0 with *out set,
- * IFD_EINVAL (bad params), IFD_ENOMEM. */
-int ifd_router_submit(ifd_router_t *r, const ifd_rseq_params_t *p, const ifd_rseq_ops_t *ops,
+/* Queues a new sequence and dispatches what can be. req is the request in
+ * the one form it keeps from the API to the worker, the wire's ADD: its
+ * tokens are the prompt (n_tokens >= 1, n_generated 0, max_tokens >= 1),
+ * its id is ignored (the router numbers sequences) and everything it points
+ * to is copied (prompt, stop ids, logit bias, grammar). 0 with *out set,
+ * IFD_EINVAL (bad request), IFD_ENOMEM. */
+int ifd_router_submit(ifd_router_t *r, const ifd_wire_add_t *req, const ifd_rseq_ops_t *ops,
                       void *owner, ifd_rseq_t **out);
 
 /* The owner is done with s (see above). */

@@ -190,7 +190,7 @@ typedef struct {
     float repetition_penalty;
     float frequency_penalty;
     float presence_penalty;
-    ifd_wire_logit_bias_t *logit_bias; /* n_logit_bias entries */
+    const ifd_wire_logit_bias_t *logit_bias; /* n_logit_bias entries */
     uint32_t n_logit_bias;
     int32_t n_logprobs;     /* -1 none, 0 the chosen token's, 1..20 also top ones */
     uint32_t logprobs_mode; /* ifd_logprobs_mode_t: 0 raw, 1 processed */
@@ -203,20 +203,23 @@ typedef struct {
  * as generated for penalties, positions and max_tokens. */
 typedef struct {
     uint64_t id;     /* nonzero, unique per router */
-    int32_t *tokens; /* n_tokens >= 1 */
+    const int32_t *tokens; /* n_tokens >= 1 */
     uint32_t n_tokens;
     uint32_t n_generated; /* <= n_tokens - 1 */
     ifd_wire_sampling_t sampling;
-    int32_t *stop_ids; /* n_stop_ids extra stop tokens (EOS is implicit) */
+    const int32_t *stop_ids; /* n_stop_ids extra stop tokens (EOS is implicit) */
     uint32_t n_stop_ids;
     uint32_t max_tokens; /* completion tokens in all, n_generated included; >= 1 */
     bool ignore_eos;
-    int32_t priority; /* lower runs first; 0 normal */
+    /* Higher runs first, FCFS among equals, 0 normal: the engine's order, the
+     * one convention past the API. The API's field (vLLM's: lower first) is
+     * converted once, by ifd_wire_priority_from_api. */
+    int32_t priority;
     bool use_cache;   /* false: no KV cache (recompute every step), no prefix cache */
     /* Structured output: grammar text (common/grammar/grammar.h) the generated
      * bytes must follow, compiled by the worker; NULL or "" for none. Up to
      * IFD_WIRE_MAX_GRAMMAR bytes. Added in version 2. */
-    char *grammar;
+    const char *grammar;
     /* vLLM's min_tokens: EOS and stop_ids are not sampled before this many
      * tokens were generated (n_generated included); 0 off. Version 3. */
     uint32_t min_tokens;
@@ -225,6 +228,13 @@ typedef struct {
      * PROMPT_LOGPROBS frames before the request's first token. Version 5. */
     uint32_t prompt_logprobs;
 } ifd_wire_add_t;
+
+/* The wire's priority (higher first) of an API request's vLLM priority
+ * (lower first). Pure. */
+static inline int32_t ifd_wire_priority_from_api(int32_t api_priority)
+{
+    return api_priority == INT32_MIN ? INT32_MAX : -api_priority;
+}
 
 /* CANCEL (router → worker): drop a request in any state. */
 typedef struct {

@@ -373,7 +373,7 @@ INC="-I$B/poison -I$ROOT -I$ROOT/common -I$ROOT/kernels -I$ROOT/kernels/cpu -I$R
     if [ $BENCH = 1 ]; then
         echo "build obj/gpu_kernels.o: cc $ROOT/bench/gpu_kernels.c"
         echo "build bench_gpu_kernels: link obj/gpu_kernels.o$kobjs obj/common_error.o" \
-             "obj/common_log.o obj/common_ggml_types.o"
+             "obj/common_log.o obj/common_modelfile_ggml_types.o"
     fi
 } > "$B/build.ninja"
 

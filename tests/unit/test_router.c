@@ -250,12 +250,12 @@ static void on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_prompt
 static const ifd_rseq_ops_t ops = {on_token, on_error, on_finished, on_dispatched,
                                    on_prompt_logprobs};
 
-static ifd_rseq_params_t params(const int32_t *prompt, uint32_t n, uint32_t max)
+static ifd_wire_add_t params(const int32_t *prompt, uint32_t n, uint32_t max)
 {
-    ifd_rseq_params_t p;
+    ifd_wire_add_t p;
     memset(&p, 0, sizeof p);
-    p.prompt = prompt;
-    p.n_prompt = n;
+    p.tokens = prompt;
+    p.n_tokens = n;
     p.sampling = ifd_wire_default_sampling();
     p.max_tokens = max;
     p.use_cache = true;
@@ -263,7 +263,7 @@ static ifd_rseq_params_t params(const int32_t *prompt, uint32_t n, uint32_t max)
 }
 
 /* Submits p for a new owner: 0 with the owner in *out, or the router's code. */
-static int try_sub(fix_t *x, const ifd_rseq_params_t *p, owner_t **out)
+static int try_sub(fix_t *x, const ifd_wire_add_t *p, owner_t **out)
 {
     ck_assert_int_lt(x->n_o, MAXO);
     owner_t *o = &x->o[x->n_o++]; /* taken first: a callback may submit too */
@@ -277,7 +277,7 @@ static int try_sub(fix_t *x, const ifd_rseq_params_t *p, owner_t **out)
     return rc;
 }
 
-static owner_t *sub_p(fix_t *x, const ifd_rseq_params_t *p)
+static owner_t *sub_p(fix_t *x, const ifd_wire_add_t *p)
 {
     owner_t *o;
     ck_assert_int_eq(try_sub(x, p, &o), 0);
@@ -286,7 +286,7 @@ static owner_t *sub_p(fix_t *x, const ifd_rseq_params_t *p)
 
 static owner_t *sub(fix_t *x, const int32_t *prompt, uint32_t n, uint32_t max)
 {
-    ifd_rseq_params_t p = params(prompt, n, max);
+    ifd_wire_add_t p = params(prompt, n, max);
     return sub_p(x, &p);
 }
 
@@ -520,12 +520,12 @@ START_TEST(test_create_and_submit_checks)
     }
     ck_assert_ptr_null(r2);
     /* an empty prompt, no max_tokens, no prompt, past the wire's limit */
-    const ifd_rseq_params_t bad[] = {params(P3, 0, 4), params(P3, 3, 0), params(NULL, 3, 4),
+    const ifd_wire_add_t bad[] = {params(P3, 0, 4), params(P3, 3, 0), params(NULL, 3, 4),
                                      params(P3, 3, IFD_WIRE_MAX_TOKENS)};
     owner_t *o;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_int_eq(try_sub(x, &bad[i], &o), IFD_EINVAL);
-    ifd_rseq_params_t sp = params(P3, 3, 4);
+    ifd_wire_add_t sp = params(P3, 3, 4);
     ck_assert_int_eq(ifd_router_submit(x->r, &sp, &ops, NULL, &o->s), IFD_EINVAL); /* no owner */
     ck_assert_int_eq(x->fake.n_send, 0);
     ck_assert_int_eq(ifd_router_queued(x->r), 0);
@@ -536,7 +536,7 @@ START_TEST(test_dispatch_frame)
 {
     fix_t *x = fix_init(1, 4, NULL);
     const int32_t p[] = {10, 11, 12, 13, 14}, stop[] = {99};
-    ifd_rseq_params_t sp = params(p, 5, 7);
+    ifd_wire_add_t sp = params(p, 5, 7);
     sp.stop_ids = stop;
     sp.n_stop_ids = 1;
     sp.min_tokens = 2;
@@ -587,7 +587,7 @@ START_TEST(test_prefix_preference)
     ck_assert_int_eq(last_worker(x), 0);
     sub(x, a, 13, 4); /* a again: 1, though loads are 1 / 1 */
     ck_assert_int_eq(last_worker(x), 1);
-    ifd_rseq_params_t sp = params(a, 13, 4);
+    ifd_wire_add_t sp = params(a, 13, 4);
     sp.use_cache = false; /* no probe: the least loaded */
     sub_p(x, &sp);
     ck_assert_int_eq(last_worker(x), 0);
@@ -814,7 +814,7 @@ START_TEST(test_lost_finishes_what_is_over)
     owner_t *victim = sub(x, P3, 3, 8);
     owner_t *len = sub(x, P3, 3, 2);
     owner_t *eos = sub(x, P3, 3, 8);
-    ifd_rseq_params_t sp = params(P3, 3, 8);
+    ifd_wire_add_t sp = params(P3, 3, 8);
     sp.ignore_eos = true;
     owner_t *noeos = sub_p(x, &sp);
     sp = params(P3, 3, 8);
@@ -1019,7 +1019,7 @@ START_TEST(test_prompt_logprobs_resume)
 {
     fix_t *x = fix_init(2, 8, NULL);
     const int32_t p[] = {10, 11, 12, 13, 14, 15, 16, 17};
-    ifd_rseq_params_t sp = params(p, 8, 4);
+    ifd_wire_add_t sp = params(p, 8, 4);
     sp.prompt_logprobs = 1;
     owner_t *a = sub_p(x, &sp);
     ck_assert_uint_eq(expect_add(a, 0, 0)->prompt_logprobs, 1);
