@@ -3,6 +3,8 @@
 # machine without a GPU (CTest test_gpu_check_emu, labels unit emu):
 #  1. --dry-run lists tier A's tests, test_backend_cuda and the race, and exits 0;
 #  2. the poisoned headers of tier A really stop a source that includes one;
+#     --plan writes tier A's whole build.ninja (every kernel, test and the
+#     benchmark) and its graph is complete (no source renamed away from it);
 #  3. --emu --quick runs the real flow (generated build.ninja, tier A on the kernel
 #     emulator, tier B's test_gpu_device from the CMake build, per-step limits, $OUT)
 #     and passes, with the table printed last and every $OUT file in place.
@@ -18,6 +20,8 @@ for w in test_gpu_attention test_gpu_sample test_backend_cuda test_gpu_kvpool gp
     grep -q "$w" <<< "$dry" || fail "--dry-run does not list $w:"$'\n'"$dry"
 done
 CMAKE_BUILD=$cb bash "$here/check.sh" --quick > /dev/null 2>&1 && fail "--quick without --emu accepted"
+plan=$(CMAKE_BUILD=$cb BUILD=$work/plan bash "$here/check.sh" --emu --plan 2>&1) ||
+    fail "--plan: tier A's build graph is broken:"$'\n'"$plan"
 
 out=$(CMAKE_BUILD=$cb BUILD=$work/b OUT=$work/out BUDGET=200 bash "$here/check.sh" --emu --quick 2>&1)
 rc=$?
