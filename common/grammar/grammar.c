@@ -1319,13 +1319,3 @@ void ifd_grammar_destroy(ifd_grammar_t *g)
     free(g->sets);
     free(g);
 }
-
-size_t ifd_grammar_n_elements(const ifd_grammar_t *g)
-{
-    return g->n_el;
-}
-
-size_t ifd_grammar_n_rules(const ifd_grammar_t *g)
-{
-    return g->n_rules;
-}

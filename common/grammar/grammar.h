@@ -62,10 +62,6 @@ int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char 
 /* NULL is a no-op. */
 void ifd_grammar_destroy(ifd_grammar_t *g);
 
-/* Compiled elements and rules (after lowering), for statistics and tests. */
-size_t ifd_grammar_n_elements(const ifd_grammar_t *g);
-size_t ifd_grammar_n_rules(const ifd_grammar_t *g);
-
 typedef struct ifd_gmatch ifd_gmatch_t;
 
 /* A matcher at the start of g. 0 and *out, or IFD_ENOMEM. */

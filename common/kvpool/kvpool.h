@@ -458,9 +458,8 @@ int ifd_kvpool_adopt_fd(ifd_kvpool_t *pool, int dev, int fd);
 /* SIGKILLs this process at the n-th crash point (a spot between two stores
  * inside the critical section) reached through this handle; 0 disables. */
 void ifd__kvpool_set_crash_point(ifd_kvpool_t *pool, long n);
-/* Takes / releases the pool lock (to die holding it). */
+/* Takes the pool lock, to die holding it (so there is no release). */
 void ifd__kvpool_lock(ifd_kvpool_t *pool);
-void ifd__kvpool_unlock(ifd_kvpool_t *pool);
 /* Garbles every derived structure (lists, counts, refcounts) as a torn
  * update could; call with the lock held, then die. */
 void ifd__kvpool_scramble(ifd_kvpool_t *pool);

@@ -410,11 +410,6 @@ void ifd__kvpool_lock(ifd_kvpool_t *p)
     ifd__kv_lock(p);
 }
 
-void ifd__kvpool_unlock(ifd_kvpool_t *p)
-{
-    ifd__kv_unlock(p);
-}
-
 void ifd__kvpool_scramble(ifd_kvpool_t *p)
 {
     /* Breaks every derived structure the way a torn update could. */

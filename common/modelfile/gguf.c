@@ -152,11 +152,6 @@ static const char *const ifd__type_names[IFD_GGUF_TYPE_COUNT] = {
     "bool",  "string", "array", "uint64", "int64", "float64",
 };
 
-const char *ifd_gguf_type_name(ifd_gguf_type_t t)
-{
-    return (unsigned)t < IFD_GGUF_TYPE_COUNT ? ifd__type_names[t] : "?";
-}
-
 static float ifd__f32_from_bits(uint32_t b)
 {
     float f;

@@ -162,7 +162,4 @@ const ifd_gguf_tensor_t *ifd_gguf_tensor(const ifd_gguf_t *g, uint64_t i);
 /* By name, or NULL. O(1) average. */
 const ifd_gguf_tensor_t *ifd_gguf_find_tensor(const ifd_gguf_t *g, const char *name);
 
-/* Name of a metadata value type ("uint32", "array", …); "?" when unknown. */
-const char *ifd_gguf_type_name(ifd_gguf_type_t t);
-
 #endif

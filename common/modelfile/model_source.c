@@ -318,11 +318,6 @@ const ifd_model_config_t *ifd_model_source_config(const ifd_model_source_t *s)
     return &s->cfg;
 }
 
-ifd_model_format_t ifd_model_source_format(const ifd_model_source_t *s)
-{
-    return s->format;
-}
-
 const char *ifd_model_source_path(const ifd_model_source_t *s)
 {
     return s->path;

@@ -65,7 +65,6 @@ int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errb
 void ifd_model_source_close(ifd_model_source_t *s); /* NULL is a no-op */
 
 const ifd_model_config_t *ifd_model_source_config(const ifd_model_source_t *s);
-ifd_model_format_t ifd_model_source_format(const ifd_model_source_t *s);
 /* The path as given to open (the GGUF file or the directory). */
 const char *ifd_model_source_path(const ifd_model_source_t *s);
 /* The GGUF handle; NULL for a Hugging Face directory. */

@@ -786,10 +786,6 @@ bool ifd_tokenizer_add_bos(const ifd_tokenizer_t *t)
 {
     return t->add_bos && t->bos >= 0;
 }
-bool ifd_tokenizer_add_eos(const ifd_tokenizer_t *t)
-{
-    return t->add_eos && t->eos >= 0;
-}
 const char *ifd_tokenizer_chat_template(const ifd_tokenizer_t *t)
 {
     return t->chat_template;

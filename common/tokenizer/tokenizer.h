@@ -135,7 +135,6 @@ ifd_token_t ifd_tokenizer_eot(const ifd_tokenizer_t *t); /* explicit or auto-det
 ifd_token_t ifd_tokenizer_unk(const ifd_tokenizer_t *t);
 ifd_token_t ifd_tokenizer_pad(const ifd_tokenizer_t *t);
 bool ifd_tokenizer_add_bos(const ifd_tokenizer_t *t);
-bool ifd_tokenizer_add_eos(const ifd_tokenizer_t *t);
 
 /* End-of-generation ids (llama.cpp's set: eos, eot, eom and tokens whose text
  * is <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>,
