@@ -630,6 +630,55 @@ static int hexval(char c)
     return -1;
 }
 
+int ifd__gescape(ifd__gesc_t dialect, char e, const char **s, const char *end, uint32_t *cp)
+{
+    int digits;
+    switch (e) {
+    case 'n':
+        *cp = '\n';
+        return 0;
+    case 'r':
+        *cp = '\r';
+        return 0;
+    case 't':
+        *cp = '\t';
+        return 0;
+    case '0':
+        *cp = 0;
+        return 0;
+    case 'f':
+    case 'v':
+        if (dialect != IFD__GESC_REGEX)
+            return 1;
+        *cp = e == 'f' ? '\f' : '\v';
+        return 0;
+    case 'x':
+        digits = 2;
+        break;
+    case 'u':
+        digits = 4;
+        break;
+    case 'U':
+        if (dialect != IFD__GESC_GBNF)
+            return 1;
+        digits = 8;
+        break;
+    default:
+        return 1;
+    }
+    uint32_t v = 0;
+    for (int i = 0; i < digits; i++) {
+        if (*s >= end)
+            return IFD_EFORMAT;
+        int h = hexval(*(*s)++);
+        if (h < 0)
+            return IFD_EFORMAT;
+        v = v * 16 + (uint32_t)h;
+    }
+    *cp = v;
+    return 0;
+}
+
 /* One code point of a literal or class (escapes decoded); *esc tells an
  * escaped character from a plain one. */
 static int read_char(parser_t *p, uint32_t *out, bool *esc)
@@ -644,77 +693,23 @@ static int read_char(parser_t *p, uint32_t *out, bool *esc)
         if (p->s >= p->end)
             return perr(p, IFD_EFORMAT, "unexpected end after '\\'");
         char e = *p->s++;
-        int digits = 0;
-        switch (e) {
-        case 'n':
-            *out = '\n';
-            return 0;
-        case 'r':
-            *out = '\r';
-            return 0;
-        case 't':
-            *out = '\t';
-            return 0;
-        case '0':
-            *out = 0;
-            return 0;
-        case 'x':
-            digits = 2;
-            break;
-        case 'u':
-            digits = 4;
-            break;
-        case 'U':
-            digits = 8;
-            break;
-        case '\\':
-        case '"':
-        case '[':
-        case ']':
-        case '-':
-        case '^':
-        case '/':
-        case '\'':
-        case '.':
-        case '(':
-        case ')':
-        case '|':
-        case '*':
-        case '+':
-        case '?':
-        case '{':
-        case '}':
-            *out = (uint32_t)e;
-            return 0;
-        default:
-            return perr(p, IFD_EFORMAT, "unknown escape '\\%c'", e);
-        }
-        uint32_t v = 0;
-        for (int i = 0; i < digits; i++) {
-            int h = p->s < p->end ? hexval(*p->s) : -1;
-            if (h < 0)
-                return perr(p, IFD_EFORMAT, "bad hex escape");
-            v = v * 16 + (uint32_t)h;
-            p->s++;
-        }
-        if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        uint32_t v;
+        int k = ifd__gescape(IFD__GESC_GBNF, e, &p->s, p->end, &v);
+        if (k < 0)
+            return perr(p, k, "bad hex escape");
+        if (k == 0 && (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)))
             return perr(p, IFD_EFORMAT, "escape \\%c%X is not a Unicode scalar value", e, v);
+        if (k > 0) { /* GBNF's own: the punctuation its literals and classes use */
+            if (e == '\0' || !strchr("\\\"[]-^/'.()|*+?{}", e))
+                return perr(p, IFD_EFORMAT, "unknown escape '\\%c'", e);
+            v = (uint32_t)(unsigned char)e;
+        }
         *out = v;
         return 0;
     }
-    /* UTF-8 decode */
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!n || p->end - p->s < n)
-        return perr(p, IFD_EFORMAT, "invalid UTF-8 in grammar");
-    uint32_t v = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < n; i++) {
-        unsigned char d = (unsigned char)p->s[i];
-        if ((d & 0xC0) != 0x80)
-            return perr(p, IFD_EFORMAT, "invalid UTF-8 in grammar");
-        v = (v << 6) | (d & 0x3F);
-    }
-    static const uint32_t minv[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < minv[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+    size_t n;
+    uint32_t v = ifd_utf8_get((const uint8_t *)p->s, (size_t)(p->end - p->s), &n);
+    if (v == 0xFFFFFFFFu) /* invalid or cut short: overlong, surrogate, past U+10FFFF */
         return perr(p, IFD_EFORMAT, "invalid UTF-8 in grammar");
     if (c == '\n')
         p->line++;

@@ -9,6 +9,8 @@
 
 #include "error.h"
 #include "grammar.h"
+#include "grammar_impl.h"
+#include "utf8.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -87,26 +89,18 @@ static int put_cp(ifd_buf_t *b, uint32_t cp)
     return ifd_buf_printf(b, "\\U%08X", cp) ? IFD_ENOMEM : 0;
 }
 
-/* Decodes one UTF-8 code point; returns its length or 0 when invalid. */
+/* Decodes one UTF-8 code point; returns its length or 0 when invalid or
+ * unfinished (overlong forms, surrogates and values past U+10FFFF included). */
 static int utf8_dec(const unsigned char *s, size_t n, uint32_t *cp)
 {
     if (!n)
         return 0;
-    unsigned c = s[0];
-    int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!k || (size_t)k > n)
-        return 0;
-    uint32_t v = k == 1 ? c : k == 2 ? (c & 0x1F) : k == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t minv[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < minv[k] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+    size_t k;
+    uint32_t v = ifd_utf8_get(s, n, &k);
+    if (v == 0xFFFFFFFFu)
         return 0;
     *cp = v;
-    return k;
+    return (int)k;
 }
 
 /* A grammar literal matching exactly the bytes s[0..n) (valid UTF-8). */
@@ -341,52 +335,17 @@ static int rx_class_escape(char e, cpset_t *s)
  * not such an escape. */
 static int rx_char_escape(rx_t *x, char e, uint32_t *cp)
 {
-    switch (e) {
-    case 'n':
-        *cp = '\n';
-        return 0;
-    case 'r':
-        *cp = '\r';
-        return 0;
-    case 't':
-        *cp = '\t';
-        return 0;
-    case 'f':
-        *cp = '\f';
-        return 0;
-    case 'v':
-        *cp = '\v';
-        return 0;
-    case '0':
-        *cp = 0;
-        return 0;
-    case 'x':
-    case 'u': {
-        int digits = e == 'x' ? 2 : 4;
-        uint32_t v = 0;
-        for (int i = 0; i < digits; i++) {
-            if (x->s >= x->end)
-                return rx_err(x, IFD_EFORMAT, "bad hex escape");
-            char h = *x->s++;
-            int d = h >= '0' && h <= '9'   ? h - '0'
-                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                           : -1;
-            if (d < 0)
-                return rx_err(x, IFD_EFORMAT, "bad hex escape");
-            v = v * 16 + (uint32_t)d;
-        }
-        if (v >= 0xD800 && v <= 0xDFFF)
-            return rx_err(x, IFD_ENOTSUP, "surrogate escape");
-        *cp = v;
-        return 0;
-    }
-    default:
-        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
-            return 1;
-        *cp = (uint32_t)(unsigned char)e;
-        return 0;
-    }
+    int k = ifd__gescape(IFD__GESC_REGEX, e, &x->s, x->end, cp);
+    if (k < 0)
+        return rx_err(x, k, "bad hex escape");
+    if (k == 0) /* \xHH cannot reach the surrogates; \uHHHH can */
+        return *cp >= 0xD800 && *cp <= 0xDFFF ? rx_err(x, IFD_ENOTSUP, "surrogate escape") : 0;
+    /* Other letters and digits are classes, anchors or unsupported; any other
+     * character stands for itself. */
+    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
+        return 1;
+    *cp = (uint32_t)(unsigned char)e;
+    return 0;
 }
 
 static int rx_next_cp(rx_t *x, uint32_t *cp)

@@ -102,6 +102,23 @@ int ifd__gstate_copy(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out)
  * changes the matcher). */
 const ifd__gstate_t *ifd__gmatch_state(const ifd_gmatch_t *m);
 
+/* The two escape dialects that share ifd__gescape. */
+typedef enum {
+    IFD__GESC_GBNF,  /* grammar text: also \UHHHHHHHH */
+    IFD__GESC_REGEX, /* JSON Schema "pattern" (grammar_conv.c): also \f and \v */
+} ifd__gesc_t;
+
+/*
+ * The character escapes GBNF and the regex dialect share: \n \r \t \0 and
+ * the hex escapes \xHH \uHHHH, plus each dialect's extras above. e is the
+ * character after the backslash; for a hex escape *s (bounded by end) moves
+ * over the digits. Returns 0 with *cp set (a hex value is not range-checked:
+ * each dialect has its own rule), 1 when e is none of these (*s untouched:
+ * the caller's own escapes), or IFD_EFORMAT when a hex digit is missing or
+ * bad (*s past the bad character). Pure; records no message.
+ */
+int ifd__gescape(ifd__gesc_t dialect, char e, const char **s, const char *end, uint32_t *cp);
+
 /* Appends a canonical serialization of s (each stack's positions, top
  * first, then a separator) to buf (grown with realloc). Returns the
  * length or -1 on allocation failure. */
