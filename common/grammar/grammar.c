@@ -12,6 +12,7 @@
 #include "grammar_impl.h"
 
 #include "error.h"
+#include "hash.h"
 #include "utf8.h"
 
 #include <stdarg.h>
@@ -385,8 +386,7 @@ typedef struct {
     size_t n_rules, cap_rules;
     uint8_t (*sets)[32];
     size_t n_sets, cap_sets;
-    uint32_t *set_hash; /* open addressing: set index + 1, 0 empty */
-    size_t hash_cap;
+    ifd_hash_t set_index; /* byte set -> its index in sets (each set stored once) */
     size_t n_elements;
     int err;
     char *errbuf;
@@ -476,39 +476,15 @@ static int rule_get(parser_t *p, const char *name, size_t len, bool helper, uint
     return 0;
 }
 
-static uint32_t set_hash_fn(const uint8_t *s)
-{
-    uint32_t h = 2166136261u;
-    for (int i = 0; i < 32; i++)
-        h = (h ^ s[i]) * 16777619u;
-    return h;
-}
-
 static int set_intern(parser_t *p, const uint8_t set[32], uint32_t *out)
 {
-    if (p->n_sets * 2 >= p->hash_cap) {
-        size_t cap = p->hash_cap ? 2 * p->hash_cap : 256;
-        uint32_t *h = calloc(cap, sizeof *h);
-        if (!h)
-            return perr(p, IFD_ENOMEM, "out of memory");
-        for (size_t i = 0; i < p->n_sets; i++) {
-            size_t k = set_hash_fn(p->sets[i]) & (cap - 1);
-            while (h[k])
-                k = (k + 1) & (cap - 1);
-            h[k] = (uint32_t)i + 1;
-        }
-        free(p->set_hash);
-        p->set_hash = h;
-        p->hash_cap = cap;
-    }
-    size_t k = set_hash_fn(set) & (p->hash_cap - 1);
-    while (p->set_hash[k]) {
-        uint32_t i = p->set_hash[k] - 1;
+    uint64_t hv = ifd_hash_bytes(set, 32);
+    uint32_t it = ifd_hash_first(&p->set_index, hv);
+    for (int32_t i; (i = ifd_hash_next(&p->set_index, hv, &it)) >= 0;) {
         if (memcmp(p->sets[i], set, 32) == 0) {
-            *out = i;
+            *out = (uint32_t)i;
             return 0;
         }
-        k = (k + 1) & (p->hash_cap - 1);
     }
     if (p->n_sets == p->cap_sets) {
         size_t cap = p->cap_sets ? 2 * p->cap_sets : 64;
@@ -518,8 +494,10 @@ static int set_intern(parser_t *p, const uint8_t set[32], uint32_t *out)
         p->sets = s;
         p->cap_sets = cap;
     }
+    /* n_sets stays under IFD_GRAMMAR_MAX_ELEMENTS, far below the index's limit */
+    if (ifd_hash_insert(&p->set_index, hv, (int32_t)p->n_sets))
+        return perr(p, IFD_ENOMEM, "out of memory");
     memcpy(p->sets[p->n_sets], set, 32);
-    p->set_hash[k] = (uint32_t)p->n_sets + 1;
     *out = (uint32_t)p->n_sets++;
     return 0;
 }
@@ -1289,7 +1267,7 @@ int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char 
         free(p.rules[i].el);
     }
     free(p.rules);
-    free(p.set_hash);
+    ifd_hash_close(&p.set_index);
     *out = g;
     return 0;
 fail:
@@ -1299,7 +1277,7 @@ fail:
     }
     free(p.rules);
     free(p.sets);
-    free(p.set_hash);
+    ifd_hash_close(&p.set_index);
     ifd_grammar_destroy(g);
     return rc;
 }

@@ -9,19 +9,20 @@
  * depth[k] - 1 (a mark per depth in the bump memory), so a walk allocates
  * at most one path of states at a time.
  *
- * Mask cache: per grammar, an open-addressing table from the matcher
- * state's canonical key (ifd__gstate_key) to its mask. When full it is
- * emptied (states of one request repeat locally, so recent ones matter).
+ * Mask cache: per grammar, up to IFD_GMASK_CACHE_MAX masks indexed by the
+ * matcher state's canonical key (ifd__gstate_key) in an ifd_hash_t. When full
+ * it is emptied (states of one request repeat locally, so recent ones matter).
+ * The transition memo indexes its interned states the same way.
  */
 #include "grammar_mask.h"
 
 #include "error.h"
 #include "grammar_impl.h"
+#include "hash.h"
 #include "log.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 struct ifd_vocab {
     int32_t n_vocab;
@@ -229,9 +230,10 @@ size_t ifd_vocab_trie_nodes(const ifd_vocab_t *v)
 
 /* ---- store ------------------------------------------------------------------------ */
 
+/* One cached mask and the state key it is for. */
 typedef struct {
     uint64_t hash;
-    uint32_t *key; /* NULL: empty slot */
+    uint32_t *key;
     size_t key_len;
     uint32_t *bits;
 } mslot_t;
@@ -240,7 +242,6 @@ typedef struct {
  * NEXT_REJECT when the grammar refuses b there). */
 #define NEXT_UNKNOWN (-2)
 #define NEXT_REJECT  (-1)
-#define DS_SLOTS     (2 * IFD_GDFA_MAX)
 
 typedef struct {
     ifd__gstate_t st;
@@ -258,12 +259,13 @@ typedef struct gentry {
     ifd_grammar_t *g;
     int refs;
     uint64_t last_used;
-    mslot_t *slots; /* 2 * IFD_GMASK_CACHE_MAX */
+    mslot_t *slots; /* [IFD_GMASK_CACHE_MAX], the first n_used filled */
     size_t n_used;
+    ifd_hash_t mask_index; /* key hash -> index in slots */
     /* transition memo: interned automaton states, their successor per byte */
     dstate_t *ds;
     size_t n_ds, cap_ds;
-    int32_t *ds_hash; /* open addressing over ds ids, -1 empty; 2 * IFD_GDFA_MAX slots */
+    ifd_hash_t ds_index; /* key hash -> id in ds */
     ifd__gmem_t ds_mem;
 } gentry_t;
 
@@ -283,8 +285,6 @@ struct ifd_gstore {
     size_t ikeycap;
     ifd_gstore_stats_t st;
 };
-
-#define N_SLOTS (2 * IFD_GMASK_CACHE_MAX)
 
 int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out)
 {
@@ -307,13 +307,12 @@ int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out)
 
 static void entry_clear_cache(gentry_t *e)
 {
-    for (size_t i = 0; e->slots && i < N_SLOTS; i++) {
+    for (size_t i = 0; i < e->n_used; i++) {
         free(e->slots[i].key);
         free(e->slots[i].bits);
-        e->slots[i].key = NULL;
-        e->slots[i].bits = NULL;
     }
     e->n_used = 0;
+    ifd_hash_clear(&e->mask_index);
 }
 
 static void entry_clear_dfa(gentry_t *e)
@@ -323,8 +322,7 @@ static void entry_clear_dfa(gentry_t *e)
         free(e->ds[i].next);
     }
     e->n_ds = 0;
-    if (e->ds_hash)
-        memset(e->ds_hash, 0xff, DS_SLOTS * sizeof *e->ds_hash);
+    ifd_hash_clear(&e->ds_index);
     ifd__gmem_release(&e->ds_mem, (ifd__gmark_t){0, 0});
 }
 
@@ -332,10 +330,11 @@ static void entry_free(gentry_t *e)
 {
     entry_clear_dfa(e);
     free(e->ds);
-    free(e->ds_hash);
+    ifd_hash_close(&e->ds_index);
     ifd__gmem_close(&e->ds_mem);
     entry_clear_cache(e);
     free(e->slots);
+    ifd_hash_close(&e->mask_index);
     ifd_grammar_destroy(e->g);
     free(e->text);
     free(e);
@@ -399,7 +398,7 @@ struct ifd_constraint {
 int ifd_constraint_create(ifd_gstore_t *s, const char *text, size_t len, ifd_constraint_t **out,
                           char *err, size_t errlen)
 {
-    uint64_t h = XXH3_64bits(text, len);
+    uint64_t h = ifd_hash_bytes(text, len);
     gentry_t *e = s->entries;
     for (; e; e = e->next)
         if (e->text_hash == h && e->text_len == len && memcmp(e->text, text, len) == 0)
@@ -409,19 +408,19 @@ int ifd_constraint_create(ifd_gstore_t *s, const char *text, size_t len, ifd_con
         if (!e)
             return IFD_ENOMEM;
         e->text = malloc(len ? len : 1);
-        e->slots = calloc(N_SLOTS, sizeof *e->slots);
-        e->ds_hash = malloc(DS_SLOTS * sizeof *e->ds_hash);
+        e->slots = calloc(IFD_GMASK_CACHE_MAX, sizeof *e->slots);
         ifd__gmem_init(&e->ds_mem);
-        if (e->ds_hash)
-            memset(e->ds_hash, 0xff, DS_SLOTS * sizeof *e->ds_hash);
-        if (!e->text || !e->slots || !e->ds_hash) {
+        /* sized for their maxima, so the caches never grow (nor fail) later */
+        int rc = ifd_hash_init(&e->mask_index, IFD_GMASK_CACHE_MAX);
+        rc = rc ? rc : ifd_hash_init(&e->ds_index, IFD_GDFA_MAX);
+        if (!e->text || !e->slots || rc) {
             entry_free(e);
             return IFD_ENOMEM;
         }
         memcpy(e->text, text, len);
         e->text_len = len;
         e->text_hash = h;
-        int rc = ifd_grammar_compile(text, len, &e->g, err, errlen);
+        rc = ifd_grammar_compile(text, len, &e->g, err, errlen);
         if (rc) {
             entry_free(e);
             return rc;
@@ -527,14 +526,13 @@ static int32_t intern(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *t)
     if (kl < 0)
         return -1;
     size_t klen = (size_t)kl;
-    uint64_t h = XXH3_64bits(s->ikeybuf, klen * sizeof *s->ikeybuf);
-    size_t slot = (size_t)h & (DS_SLOTS - 1);
-    while (e->ds_hash[slot] >= 0) {
-        dstate_t *d = &e->ds[e->ds_hash[slot]];
+    uint64_t h = ifd_hash_bytes(s->ikeybuf, klen * sizeof *s->ikeybuf);
+    uint32_t it = ifd_hash_first(&e->ds_index, h);
+    for (int32_t i; (i = ifd_hash_next(&e->ds_index, h, &it)) >= 0;) {
+        const dstate_t *d = &e->ds[i];
         if (d->hash == h && d->key_len == klen &&
             memcmp(d->key, s->ikeybuf, klen * sizeof *s->ikeybuf) == 0)
-            return e->ds_hash[slot];
-        slot = (slot + 1) & (DS_SLOTS - 1);
+            return i;
     }
     if (e->n_ds >= IFD_GDFA_MAX)
         return -1;
@@ -549,7 +547,8 @@ static int32_t intern(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *t)
     dstate_t *d = &e->ds[e->n_ds];
     d->key = malloc(klen * sizeof *d->key);
     d->next = malloc(256 * sizeof *d->next);
-    if (!d->key || !d->next || ifd__gstate_copy(&e->ds_mem, t, &d->st)) {
+    if (!d->key || !d->next || ifd__gstate_copy(&e->ds_mem, t, &d->st) ||
+        ifd_hash_insert(&e->ds_index, h, (int32_t)e->n_ds)) {
         free(d->key);
         free(d->next);
         return -1;
@@ -559,7 +558,6 @@ static int32_t intern(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *t)
     d->hash = h;
     for (int b = 0; b < 256; b++)
         d->next[b] = NEXT_UNKNOWN;
-    e->ds_hash[slot] = (int32_t)e->n_ds;
     return (int32_t)e->n_ds++;
 }
 
@@ -645,35 +643,31 @@ int ifd_constraint_mask(ifd_constraint_t *c, const int32_t *generated, size_t n,
     if (kl < 0)
         return IFD_ENOMEM;
     size_t klen = (size_t)kl;
-    uint64_t h = XXH3_64bits(s->keybuf, klen * sizeof *s->keybuf);
+    uint64_t h = ifd_hash_bytes(s->keybuf, klen * sizeof *s->keybuf);
     gentry_t *e = c->entry;
-    size_t slot = (size_t)h & (N_SLOTS - 1);
-    while (e->slots[slot].key) {
-        mslot_t *ms = &e->slots[slot];
+    uint32_t it = ifd_hash_first(&e->mask_index, h);
+    for (int32_t i; (i = ifd_hash_next(&e->mask_index, h, &it)) >= 0;) {
+        const mslot_t *ms = &e->slots[i];
         if (ms->hash == h && ms->key_len == klen &&
             memcmp(ms->key, s->keybuf, klen * sizeof *s->keybuf) == 0) {
             memcpy(bits, ms->bits, s->words * sizeof *bits);
             s->st.mask_hits++;
             return 0;
         }
-        slot = (slot + 1) & (N_SLOTS - 1);
     }
     if ((rc = walk(s, e, st, bits)))
         return rc;
     set_eog(v, st, bits);
     s->st.mask_walks++;
-    if (e->n_used >= IFD_GMASK_CACHE_MAX) {
+    if (e->n_used >= IFD_GMASK_CACHE_MAX)
         entry_clear_cache(e);
-        slot = (size_t)h & (N_SLOTS - 1);
-    }
-    mslot_t *ms = &e->slots[slot];
+    mslot_t *ms = &e->slots[e->n_used];
     ms->key = malloc(klen * sizeof *ms->key);
     ms->bits = malloc(s->words * sizeof *ms->bits);
-    if (!ms->key || !ms->bits) { /* the cache is optional: keep going */
+    if (!ms->key || !ms->bits ||
+        ifd_hash_insert(&e->mask_index, h, (int32_t)e->n_used)) { /* optional: keep going */
         free(ms->key);
         free(ms->bits);
-        ms->key = NULL;
-        ms->bits = NULL;
         return 0;
     }
     memcpy(ms->key, s->keybuf, klen * sizeof *ms->key);
