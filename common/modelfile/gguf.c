@@ -14,6 +14,7 @@
  */
 #include "gguf.h"
 #include "error.h"
+#include "hash.h"
 #include "log.h"
 
 #include <errno.h>
@@ -56,11 +57,9 @@ struct ifd_gguf {
     ifd_gguf_tensor_t *tensors;
     uint64_t n_tensors;
 
-    /* open-addressing hash tables of indices + 1 (0 = empty) */
-    uint64_t *kv_hash;
-    uint64_t kv_hash_cap;
-    uint64_t *tensor_hash;
-    uint64_t tensor_hash_cap;
+    /* name -> index into kvs / tensors; empty until that part is parsed */
+    ifd_hash_t kv_index;
+    ifd_hash_t tensor_index;
 };
 
 typedef struct {
@@ -316,42 +315,6 @@ static int ifd__parse_value(ifd__cur_t *c, ifd_gguf_type_t t, uint64_t idx, int 
     return 0;
 }
 
-static uint64_t ifd__hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
-/* Builds an open-addressing table over n names; returns 0 or IFD_ENOMEM.
- * Sets *dup to the index of the first duplicate name, or UINT64_MAX. */
-static int ifd__build_hash(uint64_t **table, uint64_t *cap_out, uint64_t n,
-                           const char *(*name_of)(const ifd_gguf_t *, uint64_t),
-                           const ifd_gguf_t *g, uint64_t *dup)
-{
-    uint64_t cap = 16;
-    while (cap < n * 2)
-        cap *= 2;
-    uint64_t *t = calloc((size_t)cap, sizeof *t);
-    if (!t)
-        return IFD_ENOMEM;
-    *dup = UINT64_MAX;
-    for (uint64_t i = 0; i < n; i++) {
-        const char *name = name_of(g, i);
-        uint64_t h = ifd__hash_str(name) & (cap - 1);
-        while (t[h]) {
-            if (strcmp(name_of(g, t[h] - 1), name) == 0 && *dup == UINT64_MAX)
-                *dup = i;
-            h = (h + 1) & (cap - 1);
-        }
-        t[h] = i + 1;
-    }
-    *table = t;
-    *cap_out = cap;
-    return 0;
-}
-
 static const char *ifd__kv_name(const ifd_gguf_t *g, uint64_t i)
 {
     return g->kvs[i].key;
@@ -362,19 +325,43 @@ static const char *ifd__tensor_name(const ifd_gguf_t *g, uint64_t i)
     return g->tensors[i].name;
 }
 
-static int64_t ifd__lookup(const uint64_t *t, uint64_t cap, const char *name,
+/* The index of `name` (whose hash is hv) in h, or -1. */
+static int64_t ifd__find(const ifd_hash_t *h, uint64_t hv, const char *name,
+                         const char *(*name_of)(const ifd_gguf_t *, uint64_t), const ifd_gguf_t *g)
+{
+    uint32_t it = ifd_hash_first(h, hv);
+    for (int32_t i; (i = ifd_hash_next(h, hv, &it)) >= 0;)
+        if (strcmp(name_of(g, (uint64_t)i), name) == 0)
+            return i;
+    return -1;
+}
+
+static int64_t ifd__lookup(const ifd_hash_t *h, const char *name,
                            const char *(*name_of)(const ifd_gguf_t *, uint64_t),
                            const ifd_gguf_t *g)
 {
-    if (!t)
-        return -1;
-    uint64_t h = ifd__hash_str(name) & (cap - 1);
-    while (t[h]) {
-        if (strcmp(name_of(g, t[h] - 1), name) == 0)
-            return (int64_t)(t[h] - 1);
-        h = (h + 1) & (cap - 1);
+    return ifd__find(h, ifd_hash_bytes(name, strlen(name)), name, name_of, g);
+}
+
+/* Indexes the n names name_of(g, 0 .. n-1) in h. Returns 0, IFD_ENOMEM, or
+ * IFD_EINVAL past 2^30 names. Sets *dup to the first index whose name repeats
+ * an earlier one (the index then stops there), or UINT64_MAX. */
+static int ifd__build_index(ifd_hash_t *h, uint64_t n,
+                            const char *(*name_of)(const ifd_gguf_t *, uint64_t),
+                            const ifd_gguf_t *g, uint64_t *dup)
+{
+    *dup = UINT64_MAX;
+    int rc = ifd_hash_init(h, (size_t)n);
+    for (uint64_t i = 0; i < n && !rc; i++) {
+        const char *name = name_of(g, i);
+        uint64_t hv = ifd_hash_bytes(name, strlen(name));
+        if (ifd__find(h, hv, name, name_of, g) >= 0) {
+            *dup = i;
+            break;
+        }
+        rc = i > INT32_MAX ? IFD_EINVAL : ifd_hash_insert(h, hv, (int32_t)i);
     }
-    return -1;
+    return rc;
 }
 
 static char *ifd__cstr(ifd_str_t s)
@@ -453,8 +440,9 @@ static int ifd__parse(ifd__cur_t *c)
             return rc;
     }
     uint64_t dup;
-    if (ifd__build_hash(&g->kv_hash, &g->kv_hash_cap, g->n_kv, ifd__kv_name, g, &dup))
-        return ifd__fail(c, IFD_ENOMEM, c->pos, "out of memory");
+    if ((rc = ifd__build_index(&g->kv_index, g->n_kv, ifd__kv_name, g, &dup)))
+        return ifd__fail(c, rc, c->pos, "%s",
+                         rc == IFD_ENOMEM ? "out of memory" : "too many metadata keys");
     if (dup != UINT64_MAX)
         return ifd__fail(c, IFD_EFORMAT, c->pos, "duplicate metadata key '%s'",
                          g->kvs[dup].key);
@@ -556,9 +544,9 @@ static int ifd__parse(ifd__cur_t *c)
                              (unsigned long long)t->offset, (unsigned long long)avail);
         t->data = g->base + data + t->offset;
     }
-    if (ifd__build_hash(&g->tensor_hash, &g->tensor_hash_cap, g->n_tensors, ifd__tensor_name,
-                        g, &dup))
-        return ifd__fail(c, IFD_ENOMEM, c->pos, "out of memory");
+    if ((rc = ifd__build_index(&g->tensor_index, g->n_tensors, ifd__tensor_name, g, &dup)))
+        return ifd__fail(c, rc, c->pos, "%s",
+                         rc == IFD_ENOMEM ? "out of memory" : "too many tensors");
     if (dup != UINT64_MAX)
         return ifd__fail(c, IFD_EFORMAT, c->pos, "duplicate tensor name '%s'",
                          g->tensors[dup].name);
@@ -664,8 +652,8 @@ void ifd_gguf_close(ifd_gguf_t *g)
     free(g->kvs);
     free(g->tensors);
     free(g->nodes);
-    free(g->kv_hash);
-    free(g->tensor_hash);
+    ifd_hash_close(&g->kv_index);
+    ifd_hash_close(&g->tensor_index);
     if (g->mapped)
         munmap((void *)g->base, g->size);
     free(g->path);
@@ -738,7 +726,7 @@ const ifd_gguf_value_t *ifd_gguf_kv_value(const ifd_gguf_t *g, uint64_t i)
 
 int64_t ifd_gguf_find_key(const ifd_gguf_t *g, const char *key)
 {
-    return ifd__lookup(g->kv_hash, g->kv_hash_cap, key, ifd__kv_name, g);
+    return ifd__lookup(&g->kv_index, key, ifd__kv_name, g);
 }
 
 const ifd_gguf_value_t *ifd_gguf_get(const ifd_gguf_t *g, const char *key)
@@ -926,6 +914,6 @@ const ifd_gguf_tensor_t *ifd_gguf_tensor(const ifd_gguf_t *g, uint64_t i)
 
 const ifd_gguf_tensor_t *ifd_gguf_find_tensor(const ifd_gguf_t *g, const char *name)
 {
-    int64_t i = ifd__lookup(g->tensor_hash, g->tensor_hash_cap, name, ifd__tensor_name, g);
+    int64_t i = ifd__lookup(&g->tensor_index, name, ifd__tensor_name, g);
     return i < 0 ? NULL : &g->tensors[i];
 }
