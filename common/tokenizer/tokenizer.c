@@ -20,21 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include "error.h"
 #include "log.h"
 #include "utf8.h"
 
 /* ---- small helpers ------------------------------------------------------------ */
-
-static size_t ifd__next_pow2(size_t n)
-{
-    size_t c = 16;
-    while (c < n)
-        c <<= 1;
-    return c;
-}
 
 uint32_t ifd__byte_to_cp(uint8_t b)
 {
@@ -71,74 +61,6 @@ void ifd_tokens_free(ifd_tokens_t *v)
     free(v->ids);
     v->ids = NULL;
     v->n = v->cap = 0;
-}
-
-/* ---- u64 map ------------------------------------------------------------------------ */
-
-int ifd__map_init(ifd__map_t *m, size_t n)
-{
-    size_t cap = ifd__next_pow2(n * 2 + 1);
-    m->keys = malloc(cap * sizeof *m->keys);
-    m->v1 = malloc(cap * sizeof *m->v1);
-    m->v2 = malloc(cap * sizeof *m->v2);
-    if (!m->keys || !m->v1 || !m->v2)
-        return IFD_ENOMEM;
-    memset(m->keys, 0xFF, cap * sizeof *m->keys);
-    m->mask = cap - 1;
-    m->count = 0;
-    return 0;
-}
-
-void ifd__map_free(ifd__map_t *m)
-{
-    free(m->keys);
-    free(m->v1);
-    free(m->v2);
-    memset(m, 0, sizeof *m);
-}
-
-static int ifd__map_grow(ifd__map_t *m)
-{
-    ifd__map_t n;
-    int rc = ifd__map_init(&n, (m->mask + 1));
-    if (rc) {
-        ifd__map_free(&n);
-        return rc;
-    }
-    for (size_t i = 0; i <= m->mask; i++) {
-        if (m->keys[i] == UINT64_MAX)
-            continue;
-        size_t j = ifd__mix(m->keys[i]) & n.mask;
-        while (n.keys[j] != UINT64_MAX)
-            j = (j + 1) & n.mask;
-        n.keys[j] = m->keys[i];
-        n.v1[j] = m->v1[i];
-        n.v2[j] = m->v2[i];
-    }
-    n.count = m->count;
-    ifd__map_free(m);
-    *m = n;
-    return 0;
-}
-
-int ifd__map_put(ifd__map_t *m, uint64_t key, int32_t v1, int32_t v2)
-{
-    if ((m->count + 1) * 2 > m->mask + 1) {
-        int rc = ifd__map_grow(m);
-        if (rc)
-            return rc;
-    }
-    size_t j = ifd__mix(key) & m->mask;
-    while (m->keys[j] != UINT64_MAX) {
-        if (m->keys[j] == key)
-            return 1;
-        j = (j + 1) & m->mask;
-    }
-    m->keys[j] = key;
-    m->v1[j] = v1;
-    m->v2[j] = v2;
-    m->count++;
-    return 0;
 }
 
 /* ---- builder ---------------------------------------------------------------------- */
@@ -196,57 +118,109 @@ int ifd__tok_set_token(ifd_tokenizer_t *t, int32_t id, const char *text, size_t 
     return 0;
 }
 
-static inline uint64_t ifd__hash_text(const char *s, size_t n)
+/* The id whose raw text is s[0..n) (hv its hash), or IFD_TOKEN_NONE. Inline:
+ * the SentencePiece encoder looks up every adjacent pair of symbols. */
+static inline ifd_token_t ifd__tok_find(const ifd_tokenizer_t *t, uint64_t hv, const char *s,
+                                        size_t n)
 {
-    return XXH3_64bits(s, n);
+    uint32_t it = ifd_hash_first(&t->text_index, hv);
+    for (int32_t o; (o = ifd_hash_next(&t->text_index, hv, &it)) >= 0;)
+        if (t->toks[o].len == n && memcmp(t->pool + t->toks[o].off, s, n) == 0)
+            return o;
+    return IFD_TOKEN_NONE;
 }
 
 int ifd__tok_index(ifd_tokenizer_t *t)
 {
-    size_t cap = ifd__next_pow2((size_t)t->n_vocab * 2 + 1);
-    t->text_ht = malloc(cap * sizeof *t->text_ht);
-    if (!t->text_ht)
-        return IFD_ENOMEM;
-    for (size_t i = 0; i < cap; i++)
-        t->text_ht[i] = -1;
-    t->text_ht_mask = cap - 1;
-    for (int32_t id = 0; id < t->n_vocab; id++) {
+    int rc = ifd_hash_init(&t->text_index, (size_t)t->n_vocab);
+    for (int32_t id = 0; id < t->n_vocab && !rc; id++) {
         const ifd__tok_t *k = &t->toks[id];
         const char *s = t->pool + k->off;
-        size_t j = (size_t)ifd__hash_text(s, k->len) & t->text_ht_mask;
-        for (;;) {
-            int32_t o = t->text_ht[j];
-            if (o < 0) {
-                t->text_ht[j] = id;
-                break;
-            }
-            if (t->toks[o].len == k->len && memcmp(t->pool + t->toks[o].off, s, k->len) == 0) {
-                t->text_ht[j] = id; /* last wins, as llama.cpp's token_to_id */
-                break;
-            }
-            j = (j + 1) & t->text_ht_mask;
-        }
+        uint64_t hv = ifd_hash_bytes(s, k->len);
+        ifd_token_t old = ifd__tok_find(t, hv, s, k->len);
+        if (old >= 0) /* last wins, as llama.cpp's token_to_id */
+            rc = ifd_hash_replace(&t->text_index, hv, old, id);
+        else
+            rc = ifd_hash_insert(&t->text_index, hv, id);
     }
-    return 0;
+    return rc;
 }
 
 ifd_token_t ifd__tok_lookup(const ifd_tokenizer_t *t, const char *s, size_t n)
 {
-    size_t j = (size_t)ifd__hash_text(s, n) & t->text_ht_mask;
-    for (;;) {
-        int32_t o = t->text_ht[j];
-        if (o < 0)
-            return IFD_TOKEN_NONE;
-        if (t->toks[o].len == n && memcmp(t->pool + t->toks[o].off, s, n) == 0)
-            return o;
-        j = (j + 1) & t->text_ht_mask;
+    return ifd__tok_find(t, ifd_hash_bytes(s, n), s, n);
+}
+
+/* ---- the merge table (see ifd__merges_t) ---- */
+
+static void ifd__merges_free(ifd__merges_t *m)
+{
+    free(m->pair);
+    free(m->rank);
+    free(m->res);
+    memset(m, 0, sizeof *m);
+}
+
+/* Room for n merges without growing. 0 or IFD_ENOMEM (m then empty). */
+static int ifd__merges_init(ifd__merges_t *m, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n + 1)
+        cap <<= 1;
+    if (cap > (size_t)1 << 31)
+        return IFD_ENOMEM;
+    m->pair = malloc(cap * sizeof *m->pair);
+    m->rank = malloc(cap * sizeof *m->rank);
+    m->res = malloc(cap * sizeof *m->res);
+    if (!m->pair || !m->rank || !m->res) {
+        ifd__merges_free(m);
+        return IFD_ENOMEM;
     }
+    memset(m->pair, 0xFF, cap * sizeof *m->pair); /* IFD__MERGE_EMPTY */
+    m->mask = (uint32_t)(cap - 1);
+    m->count = 0;
+    return 0;
+}
+
+static void ifd__merges_place(ifd__merges_t *m, uint64_t pair, int32_t rank, int32_t res)
+{
+    uint32_t j = (uint32_t)ifd__tok_mix(pair) & m->mask;
+    while (m->pair[j] != IFD__MERGE_EMPTY)
+        j = (j + 1) & m->mask;
+    m->pair[j] = pair;
+    m->rank[j] = rank;
+    m->res[j] = res;
+}
+
+/* Adds the merge (a, b) → r with the next rank unless the pair has one:
+ * 0 when added, 1 when present (untouched), IFD_ENOMEM. */
+static int ifd__merge_put(ifd_tokenizer_t *t, int32_t a, int32_t b, int32_t r)
+{
+    ifd__merges_t *m = &t->merges;
+    int32_t rank, res;
+    if (ifd__merge_get(t, a, b, &rank, &res))
+        return 1;
+    if ((size_t)(m->count + 1) * 2 > (size_t)m->mask + 1) { /* keep the load ≤ 1/2 */
+        ifd__merges_t n = {0};
+        int rc = ifd__merges_init(&n, (size_t)m->mask + 1);
+        if (rc)
+            return rc;
+        for (uint32_t i = 0; i <= m->mask; i++)
+            if (m->pair[i] != IFD__MERGE_EMPTY)
+                ifd__merges_place(&n, m->pair[i], m->rank[i], m->res[i]);
+        n.count = m->count;
+        ifd__merges_free(m);
+        *m = n;
+    }
+    ifd__merges_place(m, ifd__merge_pair(a, b), (int32_t)m->count, r);
+    m->count++;
+    return 0;
 }
 
 int ifd__tok_add_merge(ifd_tokenizer_t *t, const char *a, size_t alen, const char *b, size_t blen)
 {
-    if (!t->merges.keys) {
-        int rc = ifd__map_init(&t->merges, (size_t)t->n_vocab);
+    if (!t->merges.pair) {
+        int rc = ifd__merges_init(&t->merges, (size_t)t->n_vocab);
         if (rc)
             return rc;
     }
@@ -264,8 +238,7 @@ int ifd__tok_add_merge(ifd_tokenizer_t *t, const char *a, size_t alen, const cha
         free(buf);
     if (r < 0)
         return 1;
-    uint64_t key = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
-    return ifd__map_put(&t->merges, key, (int32_t)t->merges.count, r);
+    return ifd__merge_put(t, ia, ib, r);
 }
 
 /* ---- pre-tokenizer regexes ---------------------------------------------------------- */
@@ -552,15 +525,44 @@ static bool ifd__is_special_type(uint8_t type)
            type == IFD_TOKTYPE_UNKNOWN;
 }
 
+/* A new trie node one byte below parent (not there yet); its id, or
+ * IFD_ENOMEM. */
+static int32_t ifd__trie_add(ifd_tokenizer_t *t, size_t *cap, int32_t parent, uint8_t byte)
+{
+    if (t->n_nodes == *cap) {
+        size_t c = *cap * 2;
+        int32_t *nt = realloc(t->node_tok, c * sizeof *nt);
+        if (!nt)
+            return IFD_ENOMEM;
+        t->node_tok = nt;
+        uint64_t *nk = realloc(t->node_key, c * sizeof *nk);
+        if (!nk)
+            return IFD_ENOMEM;
+        t->node_key = nk;
+        *cap = c;
+    }
+    int32_t child = (int32_t)t->n_nodes;
+    uint64_t key = ((uint64_t)(uint32_t)parent << 8) | byte;
+    int rc = ifd_hash_insert(&t->trie_index, ifd__tok_mix(key), child);
+    if (rc)
+        return rc;
+    t->node_key[child] = key;
+    t->node_tok[child] = -1;
+    t->n_nodes++;
+    return child;
+}
+
 static int ifd__build_trie(ifd_tokenizer_t *t)
 {
     size_t cap = 64;
     t->node_tok = malloc(cap * sizeof *t->node_tok);
-    if (!t->node_tok)
+    t->node_key = malloc(cap * sizeof *t->node_key);
+    if (!t->node_tok || !t->node_key)
         return IFD_ENOMEM;
     t->node_tok[0] = -1;
+    t->node_key[0] = UINT64_MAX; /* the root is nobody's child */
     t->n_nodes = 1;
-    int rc = ifd__map_init(&t->trie, 64);
+    int rc = ifd_hash_init(&t->trie_index, 64);
     if (rc)
         return rc;
     for (int32_t id = 0; id < t->n_vocab; id++) {
@@ -576,21 +578,9 @@ static int ifd__build_trie(ifd_tokenizer_t *t)
         }
         int32_t node = 0;
         for (uint32_t i = 0; i < k->len; i++) {
-            uint64_t key = ((uint64_t)(uint32_t)node << 8) | s[i];
-            int32_t child;
-            if (!ifd__map_get(&t->trie, key, &child, NULL)) {
-                if (t->n_nodes == cap) {
-                    int32_t *p = realloc(t->node_tok, (cap *= 2) * sizeof *p);
-                    if (!p)
-                        return IFD_ENOMEM;
-                    t->node_tok = p;
-                }
-                child = (int32_t)t->n_nodes++;
-                t->node_tok[child] = -1;
-                rc = ifd__map_put(&t->trie, key, child, 0);
-                if (rc < 0)
-                    return rc;
-            }
+            int32_t child = ifd__trie_child(t, node, s[i]);
+            if (child < 0 && (child = ifd__trie_add(t, &cap, node, s[i])) < 0)
+                return child;
             node = child;
         }
         /* duplicates: the last id wins, like the text index */
@@ -741,9 +731,10 @@ void ifd_tokenizer_destroy(ifd_tokenizer_t *t)
     free(t->toks);
     free(t->pool);
     free(t->ppool);
-    free(t->text_ht);
-    ifd__map_free(&t->merges);
-    ifd__map_free(&t->trie);
+    ifd_hash_close(&t->text_index);
+    ifd__merges_free(&t->merges);
+    ifd_hash_close(&t->trie_index);
+    free(t->node_key);
     free(t->node_tok);
     free(t->eog);
     free(t->chat_template);

@@ -135,7 +135,7 @@ static int ifd__bpe_try_pair(ifd__enc_t *e, int32_t l, int32_t r)
     if (a < 0 || b < 0)
         return 0;
     int32_t rank, res;
-    if (!ifd__map_get(&e->t->merges, ((uint64_t)(uint32_t)a << 32) | (uint32_t)b, &rank, &res))
+    if (!ifd__merge_get(e->t, a, b, &rank, &res))
         return 0;
     ifd__hent_t h = {((uint64_t)(uint32_t)rank << 32) | (uint32_t)l, r, a, b, res};
     return ifd__heap_push(e, h);
@@ -466,6 +466,17 @@ static bool ifd__overlaps(const ifd_span_t *plain, size_t n_plain, size_t a, siz
     return lo < n_plain && plain[lo].off < b && plain[lo].len > 0;
 }
 
+/* Adds id to the set: 0 when added, 1 when it was there, IFD_ENOMEM. */
+static int ifd__seen_add(ifd_hash_t *seen, int32_t id)
+{
+    uint64_t hv = ifd__tok_mix((uint64_t)id);
+    uint32_t it = ifd_hash_first(seen, hv);
+    for (int32_t v; (v = ifd_hash_next(seen, hv, &it)) >= 0;)
+        if (v == id)
+            return 1;
+    return ifd_hash_insert(seen, hv, id);
+}
+
 int ifd_tokenizer_encode_spans(const ifd_tokenizer_t *t, const char *text, size_t len,
                                unsigned flags, const ifd_span_t *plain, size_t n_plain,
                                ifd_tokens_t *out)
@@ -473,7 +484,7 @@ int ifd_tokenizer_encode_spans(const ifd_tokenizer_t *t, const char *text, size_
     size_t n0 = out->n;
     ifd__enc_t e = {.t = t, .out = out};
     uint8_t *mask = NULL;
-    ifd__map_t seen = {0};
+    ifd_hash_t seen = {0}; /* the candidate ids (values: the ids themselves) */
     int32_t *cand = NULL;
     size_t n_cand = 0, cand_cap = 0;
     ifd__occ_t *acc = NULL;
@@ -498,17 +509,12 @@ int ifd_tokenizer_encode_spans(const ifd_tokenizer_t *t, const char *text, size_
                 continue;
             int32_t node = 0;
             for (size_t j = i; j < len; j++) {
-                int32_t child;
-                uint64_t key = ((uint64_t)(uint32_t)node << 8) | (uint8_t)text[j];
-                if (!ifd__map_get(&t->trie, key, &child, NULL))
+                if ((node = ifd__trie_child(t, node, (uint8_t)text[j])) < 0)
                     break;
-                node = child;
                 int32_t id = t->node_tok[node];
                 if (id < 0 || (!parse && t->toks[id].type != IFD_TOKTYPE_USER_DEFINED))
                     continue;
-                if (!seen.keys && (rc = ifd__map_init(&seen, 16)))
-                    goto fail;
-                if ((rc = ifd__map_put(&seen, (uint64_t)id, 0, 0)) < 0)
+                if ((rc = ifd__seen_add(&seen, id)) < 0)
                     goto fail;
                 if (rc == 0) {
                     if ((rc = ifd__reserve((void **)&cand, &cand_cap, n_cand + 1, sizeof *cand)))
@@ -608,7 +614,7 @@ fail:
     out->n = n0;
 done:
     free(mask);
-    ifd__map_free(&seen);
+    ifd_hash_close(&seen);
     free(cand);
     free(acc);
     free(e.syms);

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "hash.h"
 #include "tokenizer.h"
 
 /* How raw-text fragments are turned into ids. */
@@ -41,14 +42,29 @@ typedef struct {
     uint8_t attr; /* IFD__ATTR_* */
 } ifd__tok_t;
 
-/* Open-addressing u64 → (i32, i32) map; keys never equal UINT64_MAX. */
+/*
+ * The BPE merges: pair (left id << 32 | right id) → (rank, result id). The one
+ * table of the tokenizer that is not an ifd_hash_t, on purpose: the encoder
+ * looks up every adjacent pair (a third of encoding time, latency-bound), and
+ * an ifd_hash_t over an array of merges adds a second, dependent cache miss
+ * per hit (slot → merge record); that measured ~7% slower encoding
+ * (bench/bench_tokenizer, SmolLM2 vocabulary), and so did one array of
+ * {pair, rank, result} slots (twice the bytes touched by the misses). Here
+ * the pairs have an array of their own, probed the way common/hash.h probes
+ * (linear, power-of-two capacity, load ≤ 1/2, hash ifd__tok_mix), and rank
+ * and result sit at the same index in two more arrays: a miss reads only
+ * pairs, and a hit's other loads do not wait for the first. An empty slot
+ * holds IFD__MERGE_EMPTY, which no pair of ids (< 2^31) equals.
+ */
+#define IFD__MERGE_EMPTY UINT64_MAX
+
 typedef struct {
-    uint64_t *keys;
-    int32_t *v1;
-    int32_t *v2;
-    size_t mask; /* capacity - 1, capacity a power of two */
-    size_t count;
-} ifd__map_t;
+    uint64_t *pair; /* NULL before the first merge */
+    int32_t *rank;  /* [capacity] */
+    int32_t *res;   /* [capacity] */
+    uint32_t mask;  /* capacity - 1 */
+    uint32_t count; /* merges so far: the next rank */
+} ifd__merges_t;
 
 struct ifd_tokenizer {
     ifd_tokmodel_t model;
@@ -62,11 +78,9 @@ struct ifd_tokenizer {
     char *ppool; /* decoded pieces */
 
     /* raw text → id (last id wins for duplicates, as in llama.cpp) */
-    int32_t *text_ht;
-    size_t text_ht_mask;
+    ifd_hash_t text_index;
 
-    /* (left id << 32 | right id) → (rank, result id) */
-    ifd__map_t merges;
+    ifd__merges_t merges; /* see ifd__merge_get */
 
     /* BPE_BYTES: id of each byte's stand-in character; SPM/CHARS: <0xNN>
      * byte-fallback id. IFD_TOKEN_NONE when absent. */
@@ -85,8 +99,11 @@ struct ifd_tokenizer {
     bool add_bos, add_eos, add_space_prefix;
     bool clean_spaces; /* recorded (llama.cpp), not applied: decode stays lossless */
 
-    /* special-token trie: (node << 8 | byte) → (child node, -); node_tok[node] */
-    ifd__map_t trie;
+    /* special-token trie: node 0 is the root; every other node n is one byte
+     * below its parent, node_key[n] = parent << 8 | byte, indexed by that key
+     * (ifd__trie_child); node_tok[n] is the token whose text ends there, or -1 */
+    ifd_hash_t trie_index;
+    uint64_t *node_key;
     int32_t *node_tok;
     size_t n_nodes;
     uint8_t first_byte[256]; /* bit 0: some USER_DEFINED starts here; bit 1: control */
@@ -103,35 +120,56 @@ struct ifd_tokenizer {
 
 /* ---- shared helpers (tokenizer.c) ---- */
 
-int ifd__map_init(ifd__map_t *m, size_t n);
-void ifd__map_free(ifd__map_t *m);
-/* Inserts key unless present: 1 when it was present (untouched), 0 when
- * inserted, IFD_ENOMEM. */
-int ifd__map_put(ifd__map_t *m, uint64_t key, int32_t v1, int32_t v2);
+static inline uint64_t ifd__merge_pair(int32_t a, int32_t b)
+{
+    return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+}
 
-static inline size_t ifd__mix(uint64_t k)
+/*
+ * The hash of the integer keys of the tables here (merge pairs, trie edges,
+ * ids): the first round of ifd_hash_u64's finalizer. Why not ifd_hash_u64:
+ * the merge lookup is the encoder's hottest path and the hash sits on its
+ * critical path; the second multiply–xorshift round made encoding ~10% slower
+ * (bench/bench_tokenizer, SmolLM2 vocabulary), while one round already mixes
+ * every key bit into the low 32 bits that an ifd_hash_t uses.
+ */
+static inline uint64_t ifd__tok_mix(uint64_t k)
 {
     k ^= k >> 33;
     k *= 0xff51afd7ed558ccdULL;
     k ^= k >> 33;
-    return (size_t)k;
+    return k;
 }
 
-static inline bool ifd__map_get(const ifd__map_t *m, uint64_t key, int32_t *v1, int32_t *v2)
+/* The merge of ids (a, b): true with its rank and result id. The encoder's
+ * hot path (one call per adjacent pair), hence inline. */
+static inline bool ifd__merge_get(const ifd_tokenizer_t *t, int32_t a, int32_t b, int32_t *rank,
+                                  int32_t *res)
 {
-    if (!m->keys)
+    const ifd__merges_t *m = &t->merges;
+    if (!m->pair)
         return false;
-    size_t j = ifd__mix(key) & m->mask;
-    while (m->keys[j] != UINT64_MAX) {
-        if (m->keys[j] == key) {
-            *v1 = m->v1[j];
-            if (v2)
-                *v2 = m->v2[j];
+    uint64_t pair = ifd__merge_pair(a, b);
+    for (uint32_t j = (uint32_t)ifd__tok_mix(pair) & m->mask;; j = (j + 1) & m->mask) {
+        if (m->pair[j] == pair) {
+            *rank = m->rank[j];
+            *res = m->res[j];
             return true;
         }
-        j = (j + 1) & m->mask;
+        if (m->pair[j] == IFD__MERGE_EMPTY)
+            return false;
     }
-    return false;
+}
+
+/* The trie node one byte below node, or -1. */
+static inline int32_t ifd__trie_child(const ifd_tokenizer_t *t, int32_t node, uint8_t byte)
+{
+    uint64_t key = ((uint64_t)(uint32_t)node << 8) | byte, hv = ifd__tok_mix(key);
+    uint32_t it = ifd_hash_first(&t->trie_index, hv);
+    for (int32_t c; (c = ifd_hash_next(&t->trie_index, hv, &it)) >= 0;)
+        if (t->node_key[c] == key)
+            return c;
+    return -1;
 }
 
 /* builder */
