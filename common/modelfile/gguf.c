@@ -374,17 +374,20 @@ static char *ifd__cstr(ifd_str_t s)
     return p;
 }
 
-static int ifd__parse(ifd__cur_t *c)
+/* The fixed header: magic, version and the two counts, which must be able to
+ * fit in what is left of the file. */
+static int ifd__parse_header(ifd__cur_t *c, uint64_t *n_tensors, uint64_t *n_kv)
 {
     ifd_gguf_t *g = c->g;
-    uint64_t magic, version, n_tensors, n_kv;
+    uint64_t magic, version;
     int rc;
 
     if ((rc = ifd__rd(c, 4, &magic, "the magic \"GGUF\"")))
         return rc;
     if (magic != IFD_GGUF_MAGIC)
-        return ifd__fail(c, IFD_EFORMAT, 0, "expected the magic \"GGUF\", found %02x %02x %02x %02x",
-                         g->base[0], g->base[1], g->base[2], g->base[3]);
+        return ifd__fail(c, IFD_EFORMAT, 0,
+                         "expected the magic \"GGUF\", found %02x %02x %02x %02x", g->base[0],
+                         g->base[1], g->base[2], g->base[3]);
     if ((rc = ifd__rd(c, 4, &version, "the version")))
         return rc;
     if (version == 0x03000000u || version == 0x02000000u)
@@ -393,18 +396,27 @@ static int ifd__parse(ifd__cur_t *c)
         return ifd__fail(c, IFD_EVERSION, 4, "expected version 2 or 3, found %llu",
                          (unsigned long long)version);
     g->version = (uint32_t)version;
-    if ((rc = ifd__rd(c, 8, &n_tensors, "the tensor count")))
+    if ((rc = ifd__rd(c, 8, n_tensors, "the tensor count")))
         return rc;
-    if ((rc = ifd__rd(c, 8, &n_kv, "the metadata count")))
+    if ((rc = ifd__rd(c, 8, n_kv, "the metadata count")))
         return rc;
     /* A key/value pair takes at least 8 + 1 + 4 + 1 bytes; a tensor info at
      * least 8 + 1 + 4 + 8 + 4 + 8. Counts that cannot fit are corrupt. */
-    if (n_kv > ifd__left(c) / 14)
+    if (*n_kv > ifd__left(c) / 14)
         return ifd__fail(c, IFD_EFORMAT, 16, "metadata count %llu cannot fit in the file",
-                         (unsigned long long)n_kv);
-    if (n_tensors > ifd__left(c) / 33)
+                         (unsigned long long)*n_kv);
+    if (*n_tensors > ifd__left(c) / 33)
         return ifd__fail(c, IFD_EFORMAT, 8, "tensor count %llu cannot fit in the file",
-                         (unsigned long long)n_tensors);
+                         (unsigned long long)*n_tensors);
+    return 0;
+}
+
+/* The n_kv key/value pairs, their index (keys are unique) and the alignment
+ * they may set. */
+static int ifd__parse_kvs(ifd__cur_t *c, uint64_t n_kv)
+{
+    ifd_gguf_t *g = c->g;
+    int rc;
 
     g->kvs = calloc(n_kv ? (size_t)n_kv : 1, sizeof *g->kvs);
     if (!g->kvs)
@@ -430,8 +442,8 @@ static int ifd__parse(ifd__cur_t *c)
             return rc;
         if (t >= IFD_GGUF_TYPE_COUNT)
             return ifd__fail(c, IFD_EFORMAT, type_at,
-                             "key '%s': expected a value type 0..12, found %llu",
-                             g->kvs[i].key, (unsigned long long)t);
+                             "key '%s': expected a value type 0..12, found %llu", g->kvs[i].key,
+                             (unsigned long long)t);
         if ((rc = ifd__nodes_reserve(c, 1)))
             return rc;
         uint64_t node = g->n_nodes++;
@@ -444,8 +456,7 @@ static int ifd__parse(ifd__cur_t *c)
         return ifd__fail(c, rc, c->pos, "%s",
                          rc == IFD_ENOMEM ? "out of memory" : "too many metadata keys");
     if (dup != UINT64_MAX)
-        return ifd__fail(c, IFD_EFORMAT, c->pos, "duplicate metadata key '%s'",
-                         g->kvs[dup].key);
+        return ifd__fail(c, IFD_EFORMAT, c->pos, "duplicate metadata key '%s'", g->kvs[dup].key);
 
     g->alignment = IFD_GGUF_DEFAULT_ALIGNMENT;
     const ifd_gguf_value_t *al = ifd_gguf_get(g, "general.alignment");
@@ -455,74 +466,85 @@ static int ifd__parse(ifd__cur_t *c)
                              "general.alignment must be a uint32 power of two");
         g->alignment = (uint32_t)al->v.u;
     }
+    return 0;
+}
 
-    g->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *g->tensors);
-    if (!g->tensors)
-        return ifd__fail(c, IFD_ENOMEM, c->pos, "out of memory");
-    for (uint64_t i = 0; i < n_tensors; i++) {
-        ifd_gguf_tensor_t *t = &g->tensors[i];
-        size_t at = c->pos;
-        ifd_str_t name;
-        uint64_t nd, type, off;
-        if ((rc = ifd__rd_str(c, &name, IFD__GGUF_MAX_NAME_LEN, "a tensor name")))
+/* Tensor info i: name, shape, type and data offset (not yet checked against
+ * the end of the file). */
+static int ifd__parse_tensor_info(ifd__cur_t *c, uint64_t i)
+{
+    ifd_gguf_t *g = c->g;
+    ifd_gguf_tensor_t *t = &g->tensors[i];
+    size_t at = c->pos;
+    ifd_str_t name;
+    uint64_t nd, type, off;
+    int rc;
+
+    if ((rc = ifd__rd_str(c, &name, IFD__GGUF_MAX_NAME_LEN, "a tensor name")))
+        return rc;
+    if (memchr(name.ptr, '\0', name.len))
+        return ifd__fail(c, IFD_EFORMAT, at, "tensor %llu's name contains a NUL byte",
+                         (unsigned long long)i);
+    t->name = ifd__cstr(name);
+    if (!t->name)
+        return ifd__fail(c, IFD_ENOMEM, at, "out of memory");
+    g->n_tensors = i + 1;
+    size_t nd_at = c->pos;
+    if ((rc = ifd__rd(c, 4, &nd, "the tensor's dimension count")))
+        return rc;
+    if (nd == 0 || nd > IFD_GGUF_MAX_DIMS)
+        return ifd__fail(c, IFD_EFORMAT, nd_at, "tensor '%s': expected 1..4 dimensions, found %llu",
+                         t->name, (unsigned long long)nd);
+    t->n_dims = (uint32_t)nd;
+    uint64_t nelem = 1;
+    for (int d = 0; d < IFD_GGUF_MAX_DIMS; d++) {
+        t->ne[d] = 1;
+        if ((uint64_t)d >= nd)
+            continue;
+        size_t d_at = c->pos;
+        if ((rc = ifd__rd(c, 8, &t->ne[d], "a tensor dimension")))
             return rc;
-        if (memchr(name.ptr, '\0', name.len))
-            return ifd__fail(c, IFD_EFORMAT, at, "tensor %llu's name contains a NUL byte",
-                             (unsigned long long)i);
-        t->name = ifd__cstr(name);
-        if (!t->name)
-            return ifd__fail(c, IFD_ENOMEM, at, "out of memory");
-        g->n_tensors = i + 1;
-        size_t nd_at = c->pos;
-        if ((rc = ifd__rd(c, 4, &nd, "the tensor's dimension count")))
-            return rc;
-        if (nd == 0 || nd > IFD_GGUF_MAX_DIMS)
-            return ifd__fail(c, IFD_EFORMAT, nd_at,
-                             "tensor '%s': expected 1..4 dimensions, found %llu", t->name,
-                             (unsigned long long)nd);
-        t->n_dims = (uint32_t)nd;
-        uint64_t nelem = 1;
-        for (int d = 0; d < IFD_GGUF_MAX_DIMS; d++) {
-            t->ne[d] = 1;
-            if ((uint64_t)d >= nd)
-                continue;
-            size_t d_at = c->pos;
-            if ((rc = ifd__rd(c, 8, &t->ne[d], "a tensor dimension")))
-                return rc;
-            if (t->ne[d] == 0 || t->ne[d] > (uint64_t)INT64_MAX / nelem)
-                return ifd__fail(c, IFD_EFORMAT, d_at,
-                                 "tensor '%s': dimension %d is %llu (zero or overflowing)",
-                                 t->name, d, (unsigned long long)t->ne[d]);
-            nelem *= t->ne[d];
-        }
-        size_t type_at = c->pos;
-        if ((rc = ifd__rd(c, 4, &type, "the tensor's type")))
-            return rc;
-        if (!ifd_ggml_type_valid((uint32_t)type) || type > UINT32_MAX)
-            return ifd__fail(c, IFD_EFORMAT, type_at, "tensor '%s': unknown ggml type %llu",
-                             t->name, (unsigned long long)type);
-        t->type = (ifd_ggml_type_t)type;
-        uint64_t row;
-        int rrc = ifd_ggml_row_bytes((uint32_t)type, t->ne[0], &row);
-        if (rrc)
-            return ifd__fail(c, IFD_EFORMAT, type_at,
-                             "tensor '%s': row length %llu is not a multiple of %s's block of %u",
-                             t->name, (unsigned long long)t->ne[0],
-                             ifd_ggml_type_name((uint32_t)type),
-                             ifd_ggml_block_elems((uint32_t)type));
-        uint64_t rows = nelem / t->ne[0];
-        if (row && rows > UINT64_MAX / row)
-            return ifd__fail(c, IFD_EFORMAT, type_at, "tensor '%s': size overflows", t->name);
-        t->nbytes = row * rows;
-        size_t off_at = c->pos;
-        if ((rc = ifd__rd(c, 8, &off, "the tensor's data offset")))
-            return rc;
-        if (off % g->alignment)
-            return ifd__fail(c, IFD_EFORMAT, off_at,
-                             "tensor '%s': offset %llu is not a multiple of the alignment %u",
-                             t->name, (unsigned long long)off, g->alignment);
-        t->offset = off;
+        if (t->ne[d] == 0 || t->ne[d] > (uint64_t)INT64_MAX / nelem)
+            return ifd__fail(c, IFD_EFORMAT, d_at,
+                             "tensor '%s': dimension %d is %llu (zero or overflowing)", t->name, d,
+                             (unsigned long long)t->ne[d]);
+        nelem *= t->ne[d];
     }
+    size_t type_at = c->pos;
+    if ((rc = ifd__rd(c, 4, &type, "the tensor's type")))
+        return rc;
+    if (!ifd_ggml_type_valid((uint32_t)type) || type > UINT32_MAX)
+        return ifd__fail(c, IFD_EFORMAT, type_at, "tensor '%s': unknown ggml type %llu", t->name,
+                         (unsigned long long)type);
+    t->type = (ifd_ggml_type_t)type;
+    uint64_t row;
+    int rrc = ifd_ggml_row_bytes((uint32_t)type, t->ne[0], &row);
+    if (rrc)
+        return ifd__fail(c, IFD_EFORMAT, type_at,
+                         "tensor '%s': row length %llu is not a multiple of %s's block of %u",
+                         t->name, (unsigned long long)t->ne[0], ifd_ggml_type_name((uint32_t)type),
+                         ifd_ggml_block_elems((uint32_t)type));
+    uint64_t rows = nelem / t->ne[0];
+    if (row && rows > UINT64_MAX / row)
+        return ifd__fail(c, IFD_EFORMAT, type_at, "tensor '%s': size overflows", t->name);
+    t->nbytes = row * rows;
+    size_t off_at = c->pos;
+    if ((rc = ifd__rd(c, 8, &off, "the tensor's data offset")))
+        return rc;
+    if (off % g->alignment)
+        return ifd__fail(c, IFD_EFORMAT, off_at,
+                         "tensor '%s': offset %llu is not a multiple of the alignment %u", t->name,
+                         (unsigned long long)off, g->alignment);
+    t->offset = off;
+    return 0;
+}
+
+/* Where the tensor data starts; each tensor's bytes must lie inside the file.
+ * Then the name index (names are unique). */
+static int ifd__place_tensors(ifd__cur_t *c, uint64_t n_tensors)
+{
+    ifd_gguf_t *g = c->g;
+    int rc;
 
     /* Tensor data starts at the next multiple of the alignment. Files with
      * no tensors may end right here, without the padding. */
@@ -537,13 +559,15 @@ static int ifd__parse(ifd__cur_t *c)
         ifd_gguf_tensor_t *t = &g->tensors[i];
         uint64_t avail = g->size - data;
         if (t->offset > avail || t->nbytes > avail - t->offset)
-            return ifd__fail(c, IFD_ETRUNC, (size_t)(data + (t->offset < avail ? t->offset : avail)),
+            return ifd__fail(c, IFD_ETRUNC,
+                             (size_t)(data + (t->offset < avail ? t->offset : avail)),
                              "tensor '%s': %llu bytes at data offset %llu run past the end "
                              "of the file (%llu data bytes)",
-                             t->name, (unsigned long long)t->nbytes,
-                             (unsigned long long)t->offset, (unsigned long long)avail);
+                             t->name, (unsigned long long)t->nbytes, (unsigned long long)t->offset,
+                             (unsigned long long)avail);
         t->data = g->base + data + t->offset;
     }
+    uint64_t dup;
     if ((rc = ifd__build_index(&g->tensor_index, g->n_tensors, ifd__tensor_name, g, &dup)))
         return ifd__fail(c, rc, c->pos, "%s",
                          rc == IFD_ENOMEM ? "out of memory" : "too many tensors");
@@ -551,6 +575,24 @@ static int ifd__parse(ifd__cur_t *c)
         return ifd__fail(c, IFD_EFORMAT, c->pos, "duplicate tensor name '%s'",
                          g->tensors[dup].name);
     return 0;
+}
+
+/* The whole file, in its order: header, metadata, tensor infos, data. */
+static int ifd__parse(ifd__cur_t *c)
+{
+    ifd_gguf_t *g = c->g;
+    uint64_t n_tensors = 0, n_kv = 0;
+    int rc;
+
+    if ((rc = ifd__parse_header(c, &n_tensors, &n_kv)) || (rc = ifd__parse_kvs(c, n_kv)))
+        return rc;
+    g->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *g->tensors);
+    if (!g->tensors)
+        return ifd__fail(c, IFD_ENOMEM, c->pos, "out of memory");
+    for (uint64_t i = 0; i < n_tensors; i++)
+        if ((rc = ifd__parse_tensor_info(c, i)))
+            return rc;
+    return ifd__place_tensors(c, n_tensors);
 }
 
 static int ifd__open_common(ifd_gguf_t *g, ifd_gguf_t **out, char *errbuf, size_t errlen)
