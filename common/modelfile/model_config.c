@@ -40,15 +40,52 @@ static int ifd__get_u32_or_arr(const ifd_gguf_t *g, const char *key, uint32_t *o
     return 0;
 }
 
-int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, char *errbuf,
-                               size_t errlen)
+/* What the GGUF readers below share: the file, its architecture's key prefix
+ * and the error buffer; key holds the last key built. */
+typedef struct {
+    const ifd_gguf_t *g;
+    const char *path;
+    const char *arch; /* the key prefix, general.architecture */
+    char *errbuf;
+    size_t errlen;
+    char key[160];
+} ifd__gg_t;
+
+/* "<arch>.<suffix>", in x->key. */
+static const char *ifd__gg_key(ifd__gg_t *x, const char *suffix)
 {
-    memset(cfg, 0, sizeof *cfg);
-    const char *path = ifd_gguf_path(g);
+    snprintf(x->key, sizeof x->key, "%s.%s", x->arch, suffix);
+    return x->key;
+}
+
+/* A required per-model u32 (see ifd__get_u32_or_arr). */
+static int ifd__gg_req_u32(ifd__gg_t *x, const char *suffix, uint32_t *out)
+{
+    int rc = ifd__get_u32_or_arr(x->g, ifd__gg_key(x, suffix), out);
+    if (rc)
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT, "%s: %s: %s", x->path, x->key,
+                            rc == IFD_ENOTFOUND ? "missing" : "not a usable integer");
+    return 0;
+}
+
+/* An optional one: dflt when absent. */
+static int ifd__gg_opt_u32(ifd__gg_t *x, const char *suffix, uint32_t dflt, uint32_t *out)
+{
+    *out = dflt;
+    int rc = ifd__get_u32_or_arr(x->g, ifd__gg_key(x, suffix), out);
+    if (rc && rc != IFD_ENOTFOUND)
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT, "%s: %s: not a usable integer",
+                            x->path, x->key);
+    return 0;
+}
+
+/* general.architecture (one we run) and general.name. */
+static int ifd__gg_arch(ifd__gg_t *x, ifd_model_config_t *cfg)
+{
     ifd_str_t s;
-    if (ifd_gguf_get_str(g, "general.architecture", &s) != 0)
-        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: general.architecture is missing",
-                            path);
+    if (ifd_gguf_get_str(x->g, "general.architecture", &s) != 0)
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT,
+                            "%s: general.architecture is missing", x->path);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%.*s", (int)s.len, s.ptr);
     static const struct {
         const char *name;
@@ -61,80 +98,76 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
     while (ai < sizeof archs / sizeof archs[0] && strcmp(cfg->arch_name, archs[ai].name) != 0)
         ai++;
     if (ai == sizeof archs / sizeof archs[0])
-        return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_ENOTSUP,
                             "%s: architecture '%s' is not supported (supported: llama, gemma3, "
                             "qwen2, qwen3)",
-                            path, cfg->arch_name);
+                            x->path, cfg->arch_name);
     cfg->arch = archs[ai].arch;
     cfg->format = IFD_FORMAT_GGUF;
-    if (ifd_gguf_get_str(g, "general.name", &s) == 0)
+    if (ifd_gguf_get_str(x->g, "general.name", &s) == 0)
         snprintf(cfg->name, sizeof cfg->name, "%.*s", (int)s.len, s.ptr);
+    x->arch = cfg->arch_name;
+    return 0;
+}
 
-    char key[160];
-    const char *a = cfg->arch_name;
-#define IFD__REQ_U32(field, suffix)                                                                \
-    do {                                                                                           \
-        snprintf(key, sizeof key, "%s.%s", a, suffix);                                             \
-        int rc_ = ifd__get_u32_or_arr(g, key, &cfg->field);                                        \
-        if (rc_)                                                                                   \
-            return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: %s: %s", path, key,              \
-                                rc_ == IFD_ENOTFOUND ? "missing" : "not a usable integer");        \
-    } while (0)
-#define IFD__OPT_U32(field, suffix, dflt)                                                          \
-    do {                                                                                           \
-        snprintf(key, sizeof key, "%s.%s", a, suffix);                                             \
-        cfg->field = (dflt);                                                                       \
-        int rc_ = ifd__get_u32_or_arr(g, key, &cfg->field);                                        \
-        if (rc_ && rc_ != IFD_ENOTFOUND)                                                           \
-            return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: %s: not a usable integer", path, \
-                                key);                                                              \
-    } while (0)
-
-    IFD__REQ_U32(n_layer, "block_count");
-    IFD__REQ_U32(n_embd, "embedding_length");
-    IFD__REQ_U32(n_ff, "feed_forward_length");
-    IFD__REQ_U32(n_head, "attention.head_count");
-    IFD__OPT_U32(n_head_kv, "attention.head_count_kv", cfg->n_head);
-    IFD__OPT_U32(n_ctx_train, "context_length", 2048);
+/* Layers, widths, heads, context and the rotary dimensions. */
+static int ifd__gg_dims(ifd__gg_t *x, ifd_model_config_t *cfg)
+{
+    int rc;
+    if ((rc = ifd__gg_req_u32(x, "block_count", &cfg->n_layer)) ||
+        (rc = ifd__gg_req_u32(x, "embedding_length", &cfg->n_embd)) ||
+        (rc = ifd__gg_req_u32(x, "feed_forward_length", &cfg->n_ff)) ||
+        (rc = ifd__gg_req_u32(x, "attention.head_count", &cfg->n_head)) ||
+        (rc = ifd__gg_opt_u32(x, "attention.head_count_kv", cfg->n_head, &cfg->n_head_kv)) ||
+        (rc = ifd__gg_opt_u32(x, "context_length", 2048, &cfg->n_ctx_train)))
+        return rc;
     if (cfg->n_head == 0 || cfg->n_head_kv == 0 || cfg->n_head % cfg->n_head_kv != 0)
-        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
-                            "%s: head counts %u / %u: kv heads must divide heads", path,
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT,
+                            "%s: head counts %u / %u: kv heads must divide heads", x->path,
                             cfg->n_head, cfg->n_head_kv);
     if (cfg->n_layer == 0 || cfg->n_layer > IFD_MAX_LAYERS)
-        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: block_count %u out of 1..%d", path,
-                            cfg->n_layer, IFD_MAX_LAYERS);
-    IFD__OPT_U32(head_dim, "attention.key_length", cfg->n_embd / cfg->n_head);
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT, "%s: block_count %u out of 1..%d",
+                            x->path, cfg->n_layer, IFD_MAX_LAYERS);
+    if ((rc =
+             ifd__gg_opt_u32(x, "attention.key_length", cfg->n_embd / cfg->n_head, &cfg->head_dim)))
+        return rc;
     uint32_t vlen = cfg->head_dim;
-    snprintf(key, sizeof key, "%s.attention.value_length", a);
-    ifd__get_u32_or_arr(g, key, &vlen);
+    ifd__get_u32_or_arr(x->g, ifd__gg_key(x, "attention.value_length"), &vlen);
     if (vlen != cfg->head_dim)
-        return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
-                            "%s: key_length %u != value_length %u is not supported", path,
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_ENOTSUP,
+                            "%s: key_length %u != value_length %u is not supported", x->path,
                             cfg->head_dim, vlen);
-    IFD__OPT_U32(n_rot, "rope.dimension_count", cfg->head_dim);
+    if ((rc = ifd__gg_opt_u32(x, "rope.dimension_count", cfg->head_dim, &cfg->n_rot)))
+        return rc;
     if (cfg->n_rot > cfg->head_dim || cfg->n_rot % 2)
-        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: rope.dimension_count %u invalid",
-                            path, cfg->n_rot);
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT,
+                            "%s: rope.dimension_count %u invalid", x->path, cfg->n_rot);
     if (cfg->head_dim == 0 || cfg->head_dim % 2)
-        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: head dimension %u invalid", path,
-                            cfg->head_dim);
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT, "%s: head dimension %u invalid",
+                            x->path, cfg->head_dim);
+    return 0;
+}
 
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", a);
-    if (ifd_gguf_get_f32(g, key, &cfg->rms_eps) != 0)
-        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: %s is missing", path, key);
+/* Norm epsilon, RoPE base and (linear) scaling, and what the architecture
+ * fixes: rotary order, QK norm; the final logit softcap. */
+static int ifd__gg_rope(ifd__gg_t *x, ifd_model_config_t *cfg)
+{
+    const ifd_gguf_t *g = x->g;
+    if (ifd_gguf_get_f32(g, ifd__gg_key(x, "attention.layer_norm_rms_epsilon"), &cfg->rms_eps))
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT, "%s: %s is missing", x->path,
+                            x->key);
     cfg->rope_base = cfg->arch == IFD_ARCH_GEMMA3 ? 1e6f : 10000.0f;
-    snprintf(key, sizeof key, "%s.rope.freq_base", a);
-    ifd_gguf_get_f32(g, key, &cfg->rope_base);
+    ifd_gguf_get_f32(g, ifd__gg_key(x, "rope.freq_base"), &cfg->rope_base);
     cfg->rope_freq_scale = 1.0f;
     float factor = 0;
-    snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
-    if (ifd_gguf_get_f32(g, key, &factor) == 0 && factor > 0) {
-        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-        if (ifd_gguf_get_str(g, key, &s) == 0 && !(s.len == 6 && memcmp(s.ptr, "linear", 6) == 0) &&
+    if (ifd_gguf_get_f32(g, ifd__gg_key(x, "rope.scaling.factor"), &factor) == 0 && factor > 0) {
+        ifd_str_t s = {0}; /* no type: linear */
+        if (ifd_gguf_get_str(g, ifd__gg_key(x, "rope.scaling.type"), &s) == 0 &&
+            !(s.len == 6 && memcmp(s.ptr, "linear", 6) == 0) &&
             !(s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
-            return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
-                                "%s: rope scaling type '%.*s' is not supported", path, (int)s.len,
-                                s.ptr);
+            return ifd_fail_msg(x->errbuf, x->errlen, IFD_ENOTSUP,
+                                "%s: rope scaling type '%.*s' is not supported", x->path,
+                                (int)s.len, s.ptr);
         if (!(s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
             cfg->rope_freq_scale = 1.0f / factor;
     }
@@ -142,17 +175,23 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
     cfg->rope_freq_scale_local = cfg->rope_freq_scale;
     cfg->rope_neox = cfg->arch != IFD_ARCH_LLAMA;
     cfg->has_qk_norm = cfg->arch == IFD_ARCH_GEMMA3 || cfg->arch == IFD_ARCH_QWEN3;
-    snprintf(key, sizeof key, "%s.final_logit_softcapping", a);
-    ifd_gguf_get_f32(g, key, &cfg->final_logit_softcap);
+    ifd_gguf_get_f32(g, ifd__gg_key(x, "final_logit_softcapping"), &cfg->final_logit_softcap);
+    return 0;
+}
 
+/* Sliding-window layers and the embedding and attention scales. */
+static int ifd__gg_windows(ifd__gg_t *x, ifd_model_config_t *cfg)
+{
+    const ifd_gguf_t *g = x->g;
+    int rc;
     if (cfg->arch == IFD_ARCH_GEMMA3) {
         cfg->rope_base_local = 10000.0f;
         cfg->rope_freq_scale_local = 1.0f;
-        snprintf(key, sizeof key, "%s.rope.freq_base_swa", a);
-        ifd_gguf_get_f32(g, key, &cfg->rope_base_local);
-        IFD__OPT_U32(sliding_window, "attention.sliding_window", 512);
+        ifd_gguf_get_f32(g, ifd__gg_key(x, "rope.freq_base_swa"), &cfg->rope_base_local);
+        if ((rc = ifd__gg_opt_u32(x, "attention.sliding_window", 512, &cfg->sliding_window)))
+            return rc;
         /* Per-layer bool array when present, else llama.cpp's period-6 rule. */
-        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+        const char *key = ifd__gg_key(x, "attention.sliding_window_pattern");
         const ifd_gguf_value_t *pat;
         uint32_t period = 6;
         if (ifd_gguf_get_arr(g, key, &pat) == 0 && pat->v.arr.elem == IFD_GGUF_BOOL) {
@@ -170,28 +209,46 @@ int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, cha
     } else {
         /* Mistral-style: a window on every layer when the file states one
          * (llama.cpp's converter does not write it for llama; ours may) */
-        IFD__OPT_U32(sliding_window, "attention.sliding_window", 0);
+        if ((rc = ifd__gg_opt_u32(x, "attention.sliding_window", 0, &cfg->sliding_window)))
+            return rc;
         for (uint32_t l = 0; l < cfg->n_layer; l++)
             cfg->layer_is_local[l] = cfg->sliding_window > 0;
         cfg->embd_scale = 1.0f;
     }
     cfg->attn_scale = 1.0f / sqrtf((float)cfg->head_dim);
+    return 0;
+}
 
+/* What the tensors tell: the vocabulary size, RoPE factors, attention bias,
+ * tied embeddings. */
+static int ifd__gg_tensors(ifd__gg_t *x, ifd_model_config_t *cfg)
+{
+    const ifd_gguf_t *g = x->g;
     const ifd_gguf_tensor_t *emb = ifd_gguf_find_tensor(g, "token_embd.weight");
     if (!emb)
-        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: tensor token_embd.weight is missing",
-                            path);
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT,
+                            "%s: tensor token_embd.weight is missing", x->path);
     if (emb->ne[0] != cfg->n_embd || emb->ne[1] > UINT32_MAX)
-        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
-                            "%s: token_embd.weight has row length %llu, expected %u", path,
+        return ifd_fail_msg(x->errbuf, x->errlen, IFD_EFORMAT,
+                            "%s: token_embd.weight has row length %llu, expected %u", x->path,
                             (unsigned long long)emb->ne[0], cfg->n_embd);
     cfg->n_vocab = (uint32_t)emb->ne[1];
     cfg->has_rope_freqs = ifd_gguf_find_tensor(g, "rope_freqs.weight") != NULL;
     cfg->has_attn_bias = ifd_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     cfg->tied_embeddings = ifd_gguf_find_tensor(g, "output.weight") == NULL;
     return 0;
-#undef IFD__REQ_U32
-#undef IFD__OPT_U32
+}
+
+int ifd_model_config_from_gguf(ifd_model_config_t *cfg, const ifd_gguf_t *g, char *errbuf,
+                               size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    ifd__gg_t x = {.g = g, .path = ifd_gguf_path(g), .errbuf = errbuf, .errlen = errlen};
+    int rc;
+    if ((rc = ifd__gg_arch(&x, cfg)) || (rc = ifd__gg_dims(&x, cfg)) ||
+        (rc = ifd__gg_rope(&x, cfg)) || (rc = ifd__gg_windows(&x, cfg)))
+        return rc;
+    return ifd__gg_tensors(&x, cfg);
 }
 
 void ifd_default_model_path(char *buf, size_t len)
@@ -442,46 +499,55 @@ static int ifd__hf_layer_types(ifd__hf_t *h, const json_t *c, ifd_model_config_t
 
 static const char *const ifd__arch_names[] = {"llama", "gemma3", "qwen2", "qwen3"};
 
-static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *root)
+/* architectures[0] → cfg's architecture and dtype; *ai gets its row of
+ * ifd__hf_archs, *c the object with the language model's keys: the top level,
+ * or text_config (multimodal Gemma 3). */
+static int ifd__hf_arch(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *root, size_t *ai,
+                        const json_t **c)
 {
-    int rc;
     const json_t *archs = json_object_get(root, "architectures");
     const char *an = json_is_array(archs) ? json_string_value(json_array_get(archs, 0)) : NULL;
     if (!an)
         return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
                             "%s: architectures is missing (expected e.g. [\"LlamaForCausalLM\"])",
                             h->file);
-    size_t ai = 0, na = sizeof ifd__hf_archs / sizeof ifd__hf_archs[0];
-    while (ai < na && strcmp(an, ifd__hf_archs[ai].hf) != 0)
-        ai++;
-    if (ai == na)
+    size_t na = sizeof ifd__hf_archs / sizeof ifd__hf_archs[0];
+    *ai = 0;
+    while (*ai < na && strcmp(an, ifd__hf_archs[*ai].hf) != 0)
+        (*ai)++;
+    if (*ai == na)
         return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP,
                             "%s: architecture '%s' is not supported (supported: "
                             "LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, "
                             "Gemma3ForConditionalGeneration, Qwen2ForCausalLM, Qwen3ForCausalLM)",
                             h->file, an);
-    cfg->arch = ifd__hf_archs[ai].arch;
+    cfg->arch = ifd__hf_archs[*ai].arch;
     snprintf(cfg->hf_arch, sizeof cfg->hf_arch, "%s", an);
     snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s", ifd__arch_names[cfg->arch]);
-    const bool gemma = cfg->arch == IFD_ARCH_GEMMA3;
     const char *dt = ifd__hf_str(root, "torch_dtype");
     if (!dt)
         dt = ifd__hf_str(root, "dtype");
-    /* the language model's keys: top level, or text_config (multimodal Gemma 3) */
-    const json_t *c = root;
+    *c = root;
     const json_t *tc = json_object_get(root, "text_config");
     if (strcmp(an, "Gemma3ForConditionalGeneration") == 0) {
         if (!json_is_object(tc))
             return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: text_config is missing",
                                 h->file);
-        c = tc;
+        *c = tc;
         if (!dt)
-            dt = ifd__hf_str(c, "torch_dtype");
+            dt = ifd__hf_str(tc, "torch_dtype");
         if (!dt)
-            dt = ifd__hf_str(c, "dtype");
+            dt = ifd__hf_str(tc, "dtype");
     }
     snprintf(cfg->dtype, sizeof cfg->dtype, "%s", dt ? dt : "");
+    return 0;
+}
 
+/* The sizes: vocabulary, widths, layers, heads, context, norm epsilon. */
+static int ifd__hf_dims(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *c)
+{
+    const bool gemma = cfg->arch == IFD_ARCH_GEMMA3;
+    int rc;
     /* Gemma3TextConfig's defaults fill what a 4B text_config leaves out */
     const long long d_vocab = gemma ? 262208 : -1, d_embd = gemma ? 2304 : -1,
                     d_ff = gemma ? 9216 : -1, d_layer = gemma ? 26 : -1, d_head = gemma ? 8 : -1;
@@ -517,7 +583,16 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
     if ((rc = ifd__hf_num(h, c, "rms_norm_eps", 1e-6, &v)))
         return rc;
     cfg->rms_eps = (float)v;
+    return 0;
+}
 
+/* What the forward pass must support: the activation (the one the class
+ * implements), no MLP bias, no attention softcapping; and the switches
+ * (attention bias, QK norm, tied embeddings, final logit softcap). */
+static int ifd__hf_features(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *root,
+                            const json_t *c, size_t ai)
+{
+    const bool gemma = cfg->arch == IFD_ARCH_GEMMA3;
     const char *act = ifd__hf_str(c, "hidden_activation");
     if (!act)
         act = ifd__hf_str(c, "hidden_act");
@@ -527,7 +602,7 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
         !(gemma && strcmp(act, "gelu_pytorch_tanh") == 0))
         return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP,
                             "%s: activation '%s' is not supported for %s (expected %s)", h->file,
-                            act, an, ifd__hf_archs[ai].act);
+                            act, ifd__hf_archs[ai].hf, ifd__hf_archs[ai].act);
     if (ifd__hf_bool(c, "mlp_bias", false))
         return ifd_fail_msg(h->err, h->errlen, IFD_ENOTSUP, "%s: mlp_bias is not supported",
                             h->file);
@@ -539,20 +614,32 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
     cfg->has_qk_norm = gemma || cfg->arch == IFD_ARCH_QWEN3;
     cfg->tied_embeddings =
         ifd__hf_bool(c, "tie_word_embeddings", ifd__hf_bool(root, "tie_word_embeddings", gemma));
-    if ((rc = ifd__hf_num(h, c, "final_logit_softcapping", 0, &v)))
+    double v;
+    int rc = ifd__hf_num(h, c, "final_logit_softcapping", 0, &v);
+    if (rc)
         return rc;
     cfg->final_logit_softcap = (float)v;
+    return 0;
+}
 
+/* RoPE (global layers) and the default scales; *rp_local gets the
+ * sliding-attention rope_parameters of transformers >= 5, or NULL. */
+static int ifd__hf_rope(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *c,
+                        const json_t **rp_local)
+{
+    int rc;
+    double v;
     /* RoPE: HF checkpoints are in rotate-half order for every architecture */
     cfg->rope_neox = true;
     cfg->rope_freq_scale = 1.0f;
     const json_t *rp = json_object_get(c, "rope_parameters"); /* transformers >= 5 */
-    const json_t *rp_full = rp, *rp_local = NULL;
+    const json_t *rp_full = rp;
+    *rp_local = NULL;
     if (json_is_object(rp) && json_object_get(rp, "full_attention")) {
         rp_full = json_object_get(rp, "full_attention");
-        rp_local = json_object_get(rp, "sliding_attention");
+        *rp_local = json_object_get(rp, "sliding_attention");
     }
-    if ((rc = ifd__hf_num(h, c, "rope_theta", gemma ? 1e6 : 10000.0, &v)))
+    if ((rc = ifd__hf_num(h, c, "rope_theta", cfg->arch == IFD_ARCH_GEMMA3 ? 1e6 : 10000.0, &v)))
         return rc;
     if (json_is_object(rp_full) && (rc = ifd__hf_num(h, rp_full, "rope_theta", v, &v)))
         return rc;
@@ -564,41 +651,57 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
     cfg->rope_freq_scale_local = cfg->rope_freq_scale;
     cfg->attn_scale = 1.0f / sqrtf((float)cfg->head_dim);
     cfg->embd_scale = 1.0f;
+    return 0;
+}
 
-    if (gemma) {
-        if ((rc = ifd__hf_num(h, c, "rope_local_base_freq", 10000.0, &v)))
+/* Gemma 3: local RoPE, query and embedding scales, the sliding-window
+ * layers (layer_types, else every sliding_window_pattern-th layer global). */
+static int ifd__hf_gemma(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *c,
+                         const json_t *rp_local)
+{
+    int rc;
+    double v;
+    if ((rc = ifd__hf_num(h, c, "rope_local_base_freq", 10000.0, &v)))
+        return rc;
+    if (json_is_object(rp_local) && (rc = ifd__hf_num(h, rp_local, "rope_theta", v, &v)))
+        return rc;
+    cfg->rope_base_local = (float)v;
+    cfg->rope_freq_scale_local = 1.0f;
+    if ((rc = ifd__hf_num(h, c, "query_pre_attn_scalar", 256, &v)))
+        return rc;
+    if (!(v > 0))
+        return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT, "%s: query_pre_attn_scalar %g invalid",
+                            h->file, v);
+    cfg->attn_scale = (float)(1.0 / sqrt(v));
+    /* HF multiplies by sqrt(hidden) cast to the weights' dtype */
+    float es = sqrtf((float)cfg->n_embd);
+    if (strcmp(cfg->dtype, "bfloat16") == 0) {
+        uint32_t b;
+        memcpy(&b, &es, 4);
+        b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&es, &b, 4);
+    }
+    cfg->embd_scale = es;
+    if ((rc = ifd__hf_u32(h, c, "sliding_window", 4096, &cfg->sliding_window)))
+        return rc;
+    if ((rc = ifd__hf_layer_types(h, c, cfg)) < 0)
+        return rc;
+    if (rc == 0) {
+        uint32_t period;
+        if ((rc = ifd__hf_u32(h, c, "sliding_window_pattern", 6, &period)))
             return rc;
-        if (json_is_object(rp_local) && (rc = ifd__hf_num(h, rp_local, "rope_theta", v, &v)))
-            return rc;
-        cfg->rope_base_local = (float)v;
-        cfg->rope_freq_scale_local = 1.0f;
-        if ((rc = ifd__hf_num(h, c, "query_pre_attn_scalar", 256, &v)))
-            return rc;
-        if (!(v > 0))
-            return ifd_fail_msg(h->err, h->errlen, IFD_EFORMAT,
-                                "%s: query_pre_attn_scalar %g invalid", h->file, v);
-        cfg->attn_scale = (float)(1.0 / sqrt(v));
-        /* HF multiplies by sqrt(hidden) cast to the weights' dtype */
-        float es = sqrtf((float)cfg->n_embd);
-        if (strcmp(cfg->dtype, "bfloat16") == 0) {
-            uint32_t b;
-            memcpy(&b, &es, 4);
-            b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-            memcpy(&es, &b, 4);
-        }
-        cfg->embd_scale = es;
-        if ((rc = ifd__hf_u32(h, c, "sliding_window", 4096, &cfg->sliding_window)))
-            return rc;
-        if ((rc = ifd__hf_layer_types(h, c, cfg)) < 0)
-            return rc;
-        if (rc == 0) {
-            uint32_t period;
-            if ((rc = ifd__hf_u32(h, c, "sliding_window_pattern", 6, &period)))
-                return rc;
-            for (uint32_t l = 0; l < cfg->n_layer; l++)
-                cfg->layer_is_local[l] = period > 0 && (l + 1) % period != 0;
-        }
-    } else if (strcmp(an, "MistralForCausalLM") == 0) {
+        for (uint32_t l = 0; l < cfg->n_layer; l++)
+            cfg->layer_is_local[l] = period > 0 && (l + 1) % period != 0;
+    }
+    return 0;
+}
+
+/* Sliding windows of the other architectures: Mistral's on every layer,
+ * Qwen's (use_sliding_window) from max_window_layers on. */
+static int ifd__hf_windows(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *c, const char *an)
+{
+    int rc;
+    if (strcmp(an, "MistralForCausalLM") == 0) {
         if ((rc = ifd__hf_u32(h, c, "sliding_window", 0, &cfg->sliding_window)))
             return rc;
         for (uint32_t l = 0; l < cfg->n_layer; l++)
@@ -620,6 +723,19 @@ static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *ro
             memset(cfg->layer_is_local, 0, sizeof cfg->layer_is_local);
     }
     return 0;
+}
+
+static int ifd__hf_parse(ifd__hf_t *h, ifd_model_config_t *cfg, const json_t *root)
+{
+    size_t ai = 0;
+    const json_t *c = root, *rp_local = NULL;
+    int rc;
+    if ((rc = ifd__hf_arch(h, cfg, root, &ai, &c)) || (rc = ifd__hf_dims(h, cfg, c)) ||
+        (rc = ifd__hf_features(h, cfg, root, c, ai)) || (rc = ifd__hf_rope(h, cfg, c, &rp_local)))
+        return rc;
+    if (cfg->arch == IFD_ARCH_GEMMA3)
+        return ifd__hf_gemma(h, cfg, c, rp_local);
+    return ifd__hf_windows(h, cfg, c, ifd__hf_archs[ai].hf);
 }
 
 int ifd_model_config_from_hf(ifd_model_config_t *cfg, const char *dir, char *errbuf,
