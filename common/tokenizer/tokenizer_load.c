@@ -45,8 +45,9 @@ static void ifd__gguf_id(const ifd_gguf_t *g, const char *key, ifd_token_t *id)
         *id = v > INT32_MAX ? IFD_TOKEN_NONE : (ifd_token_t)v;
 }
 
-int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *errbuf,
-                              size_t errlen)
+/* tokenizer.ggml.model → the tokenizer kind and encoding algorithm. */
+static int ifd__gguf_model(const ifd_gguf_t *g, ifd_tokmodel_t *kind, ifd__algo_t *algo,
+                           char *errbuf, size_t errlen)
 {
     const char *path = ifd_gguf_path(g);
     ifd_str_t model;
@@ -55,14 +56,12 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
         ifd_fail_msg(errbuf, errlen, 0, "%s: no tokenizer (tokenizer.ggml.model missing)", path);
         return IFD_ENOTFOUND;
     }
-    ifd_tokmodel_t kind;
-    ifd__algo_t algo;
     if (model.len == 4 && memcmp(model.ptr, "gpt2", 4) == 0) {
-        kind = IFD_TOKMODEL_BPE;
-        algo = IFD__ALGO_BPE_BYTES;
+        *kind = IFD_TOKMODEL_BPE;
+        *algo = IFD__ALGO_BPE_BYTES;
     } else if (model.len == 5 && memcmp(model.ptr, "llama", 5) == 0) {
-        kind = IFD_TOKMODEL_SPM;
-        algo = IFD__ALGO_SPM_SCORES;
+        *kind = IFD_TOKMODEL_SPM;
+        *algo = IFD__ALGO_SPM_SCORES;
     } else {
         ifd_fail_msg(errbuf, errlen, 0,
                      "%s: tokenizer model '%.*s' is not supported (only gpt2 = byte-level BPE "
@@ -70,40 +69,56 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
                      path, (int)model.len, model.ptr);
         return IFD_ENOTSUP;
     }
-    const ifd_gguf_value_t *tokens, *scores = NULL, *types = NULL, *merges = NULL;
-    if (ifd_gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens) ||
-        tokens->v.arr.elem != IFD_GGUF_STRING || tokens->v.arr.count == 0 ||
-        tokens->v.arr.count > INT32_MAX) {
+    return 0;
+}
+
+/* The per-token arrays: tokens (required), scores and types (optional, NULL
+ * when absent; one entry per token when present). */
+static int ifd__gguf_vocab_arrays(const ifd_gguf_t *g, const ifd_gguf_value_t **tokens,
+                                  const ifd_gguf_value_t **scores, const ifd_gguf_value_t **types,
+                                  char *errbuf, size_t errlen)
+{
+    const char *path = ifd_gguf_path(g);
+    if (ifd_gguf_get_arr(g, "tokenizer.ggml.tokens", tokens) ||
+        (*tokens)->v.arr.elem != IFD_GGUF_STRING || (*tokens)->v.arr.count == 0 ||
+        (*tokens)->v.arr.count > INT32_MAX) {
         ifd_fail_msg(errbuf, errlen, 0, "%s: tokenizer.ggml.tokens missing or not a string array",
                      path);
         return IFD_EFORMAT;
     }
-    uint64_t n = tokens->v.arr.count;
-    if (ifd_gguf_get_arr(g, "tokenizer.ggml.scores", &scores) == 0 &&
-        (scores->v.arr.count != n ||
-         (scores->v.arr.elem != IFD_GGUF_FLOAT32 && scores->v.arr.elem != IFD_GGUF_FLOAT64))) {
+    uint64_t n = (*tokens)->v.arr.count;
+    if (ifd_gguf_get_arr(g, "tokenizer.ggml.scores", scores) == 0 &&
+        ((*scores)->v.arr.count != n || ((*scores)->v.arr.elem != IFD_GGUF_FLOAT32 &&
+                                         (*scores)->v.arr.elem != IFD_GGUF_FLOAT64))) {
         ifd_fail_msg(errbuf, errlen, 0, "%s: tokenizer.ggml.scores: %llu entries for %llu tokens",
-                     path, (unsigned long long)scores->v.arr.count, (unsigned long long)n);
+                     path, (unsigned long long)(*scores)->v.arr.count, (unsigned long long)n);
         return IFD_EFORMAT;
     }
-    if (ifd_gguf_get_arr(g, "tokenizer.ggml.token_type", &types) == 0 && types->v.arr.count != n) {
+    if (ifd_gguf_get_arr(g, "tokenizer.ggml.token_type", types) == 0 &&
+        (*types)->v.arr.count != n) {
         ifd_fail_msg(errbuf, errlen, 0,
                      "%s: tokenizer.ggml.token_type: %llu entries for %llu tokens", path,
-                     (unsigned long long)types->v.arr.count, (unsigned long long)n);
+                     (unsigned long long)(*types)->v.arr.count, (unsigned long long)n);
         return IFD_EFORMAT;
     }
-    ifd_tokenizer_t *t = ifd__tok_alloc(kind, algo);
-    if (!t)
-        return IFD_ENOMEM;
+    return 0;
+}
+
+/* Every token's text, score and type, then the text index. */
+static int ifd__gguf_tokens(ifd_tokenizer_t *t, const ifd_gguf_t *g, const ifd_gguf_value_t *tokens,
+                            const ifd_gguf_value_t *scores, const ifd_gguf_value_t *types)
+{
+    uint64_t n = tokens->v.arr.count;
+    int rc;
     if ((rc = ifd__tok_set_vocab_size(t, (int32_t)n)))
-        goto fail;
+        return rc;
     for (uint64_t i = 0; i < n; i++) {
         ifd_str_t s;
         ifd_gguf_value_t v;
         float score = 0.0f;
         int type = IFD_TOKTYPE_NORMAL;
         if ((rc = ifd_gguf_arr_str(g, tokens, i, &s)))
-            goto fail;
+            return rc;
         if (scores && (rc = ifd_gguf_arr_get(g, scores, i, &v)) == 0)
             score = (float)v.v.f;
         if (types && (rc = ifd_gguf_arr_get(g, types, i, &v)) == 0) {
@@ -114,69 +129,70 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
             type = x >= 0 && x <= 6 ? (int)x : IFD_TOKTYPE_NORMAL;
         }
         if (rc)
-            goto fail;
+            return rc;
         if ((rc = ifd__tok_set_token(t, (int32_t)i, s.ptr, s.len, score, (ifd_toktype_t)type)))
-            goto fail;
+            return rc;
     }
-    if ((rc = ifd__tok_index(t)))
-        goto fail;
+    return ifd__tok_index(t);
+}
 
-    if (kind == IFD_TOKMODEL_BPE) {
-        ifd_str_t pre;
-        char name[64] = "default";
-        if (ifd_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0) {
-            if (pre.len >= sizeof name) {
-                ifd_fail_msg(errbuf, errlen, 0, "%s: tokenizer.ggml.pre too long", path);
-                rc = IFD_ENOTSUP;
-                goto fail;
-            }
-            memcpy(name, pre.ptr, pre.len);
-            name[pre.len] = '\0';
-        } else {
-            IFD_WARN("%s: tokenizer.ggml.pre missing: using the default pre-tokenizer "
-                     "(generation quality may be degraded)",
-                     path);
+/* Byte-level BPE: the pre-tokenizer named by tokenizer.ggml.pre, llama.cpp's
+ * BPE defaults, the merges ("a b", rank = index). */
+static int ifd__gguf_bpe(ifd_tokenizer_t *t, const ifd_gguf_t *g, char *errbuf, size_t errlen)
+{
+    const char *path = ifd_gguf_path(g);
+    const ifd_gguf_value_t *merges = NULL;
+    ifd_str_t pre;
+    char name[64] = "default";
+    int rc;
+    if (ifd_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0) {
+        if (pre.len >= sizeof name) {
+            ifd_fail_msg(errbuf, errlen, 0, "%s: tokenizer.ggml.pre too long", path);
+            return IFD_ENOTSUP;
         }
-        if ((rc = ifd__tok_set_pre_type(t, name, errbuf, errlen)))
-            goto fail;
-        t->bos = t->eos = 11; /* llama.cpp's BPE defaults (Falcon legacy) */
-        if (ifd_gguf_get_arr(g, "tokenizer.ggml.merges", &merges) ||
-            merges->v.arr.elem != IFD_GGUF_STRING) {
-            ifd_fail_msg(errbuf, errlen, 0,
-                         "%s: tokenizer.ggml.merges missing for a BPE vocabulary", path);
-            rc = IFD_EFORMAT;
-            goto fail;
-        }
-        uint64_t skipped = 0;
-        for (uint64_t i = 0; i < merges->v.arr.count; i++) {
-            ifd_str_t m;
-            if ((rc = ifd_gguf_arr_str(g, merges, i, &m)))
-                goto fail;
-            const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
-            if (!sp) {
-                ifd_fail_msg(errbuf, errlen, 0, "%s: merge %llu ('%.*s') has no separating space",
-                             path, (unsigned long long)i, (int)m.len, m.ptr);
-                rc = IFD_EFORMAT;
-                goto fail;
-            }
-            size_t al = (size_t)(sp - m.ptr);
-            rc = ifd__tok_add_merge(t, m.ptr, al, sp + 1, m.len - al - 1);
-            if (rc < 0)
-                goto fail;
-            skipped += (uint64_t)rc;
-        }
-        rc = 0;
-        if (skipped)
-            IFD_WARN("%s: %llu merges name a text that is not a token (or repeat); ignored", path,
-                     (unsigned long long)skipped);
+        memcpy(name, pre.ptr, pre.len);
+        name[pre.len] = '\0';
     } else {
-        t->bos = 1;
-        t->eos = 2;
-        t->unk = 0;
-        t->add_bos = true;
-        t->add_space_prefix = true;
-        t->clean_spaces = true;
+        IFD_WARN("%s: tokenizer.ggml.pre missing: using the default pre-tokenizer "
+                 "(generation quality may be degraded)",
+                 path);
     }
+    if ((rc = ifd__tok_set_pre_type(t, name, errbuf, errlen)))
+        return rc;
+    t->bos = t->eos = 11; /* llama.cpp's BPE defaults (Falcon legacy) */
+    if (ifd_gguf_get_arr(g, "tokenizer.ggml.merges", &merges) ||
+        merges->v.arr.elem != IFD_GGUF_STRING) {
+        ifd_fail_msg(errbuf, errlen, 0, "%s: tokenizer.ggml.merges missing for a BPE vocabulary",
+                     path);
+        return IFD_EFORMAT;
+    }
+    uint64_t skipped = 0;
+    for (uint64_t i = 0; i < merges->v.arr.count; i++) {
+        ifd_str_t m;
+        if ((rc = ifd_gguf_arr_str(g, merges, i, &m)))
+            return rc;
+        const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL;
+        if (!sp) {
+            ifd_fail_msg(errbuf, errlen, 0, "%s: merge %llu ('%.*s') has no separating space", path,
+                         (unsigned long long)i, (int)m.len, m.ptr);
+            return IFD_EFORMAT;
+        }
+        size_t al = (size_t)(sp - m.ptr);
+        rc = ifd__tok_add_merge(t, m.ptr, al, sp + 1, m.len - al - 1);
+        if (rc < 0)
+            return rc;
+        skipped += (uint64_t)rc;
+    }
+    if (skipped)
+        IFD_WARN("%s: %llu merges name a text that is not a token (or repeat); ignored", path,
+                 (unsigned long long)skipped);
+    return 0;
+}
+
+/* The special ids and flags the file sets (over the defaults) and its chat
+ * template. */
+static int ifd__gguf_specials(ifd_tokenizer_t *t, const ifd_gguf_t *g)
+{
     ifd__gguf_id(g, "tokenizer.ggml.bos_token_id", &t->bos);
     ifd__gguf_id(g, "tokenizer.ggml.eos_token_id", &t->eos);
     ifd__gguf_id(g, "tokenizer.ggml.unknown_token_id", &t->unk);
@@ -188,11 +204,41 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
     (void)ifd_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
     ifd_str_t ct;
     if (ifd_gguf_get_str(g, "tokenizer.chat_template", &ct) == 0) {
-        if (!(t->chat_template = ifd__strndup(ct.ptr, ct.len))) {
-            rc = IFD_ENOMEM;
-            goto fail;
-        }
+        if (!(t->chat_template = ifd__strndup(ct.ptr, ct.len)))
+            return IFD_ENOMEM;
     }
+    return 0;
+}
+
+int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *errbuf,
+                              size_t errlen)
+{
+    const char *path = ifd_gguf_path(g);
+    ifd_tokmodel_t kind;
+    ifd__algo_t algo;
+    const ifd_gguf_value_t *tokens = NULL, *scores = NULL, *types = NULL;
+    int rc;
+    if ((rc = ifd__gguf_model(g, &kind, &algo, errbuf, errlen)) ||
+        (rc = ifd__gguf_vocab_arrays(g, &tokens, &scores, &types, errbuf, errlen)))
+        return rc;
+    ifd_tokenizer_t *t = ifd__tok_alloc(kind, algo);
+    if (!t)
+        return IFD_ENOMEM;
+    if ((rc = ifd__gguf_tokens(t, g, tokens, scores, types)))
+        goto fail;
+    if (kind == IFD_TOKMODEL_BPE) {
+        if ((rc = ifd__gguf_bpe(t, g, errbuf, errlen)))
+            goto fail;
+    } else { /* llama.cpp's SPM defaults */
+        t->bos = 1;
+        t->eos = 2;
+        t->unk = 0;
+        t->add_bos = true;
+        t->add_space_prefix = true;
+        t->clean_spaces = true;
+    }
+    if ((rc = ifd__gguf_specials(t, g)))
+        goto fail;
     char gname[128] = "";
     ifd_str_t gn;
     if (ifd_gguf_get_str(g, "general.name", &gn) == 0)
@@ -515,6 +561,185 @@ static void ifd__hf_gen_eos(ifd_tokenizer_t *t, const char *tj)
     json_decref(g);
 }
 
+/* The model section must be plain BPE: no other model type, no subword
+ * prefix or suffix. */
+static int ifd__hf_check_model(const json_t *model, const char *tj, char *errbuf, size_t errlen)
+{
+    const json_t *vocab = json_object_get(model, "vocab");
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    if (!json_is_object(vocab) || (mtype && strcmp(mtype, "BPE") != 0)) {
+        ifd_fail_msg(errbuf, errlen, 0, "%s: model type %s is not supported (only BPE)", tj,
+                     mtype ? mtype : "(missing)");
+        return IFD_ENOTSUP;
+    }
+    const char *cwp = json_string_value(json_object_get(model, "continuing_subword_prefix"));
+    const char *eows = json_string_value(json_object_get(model, "end_of_word_suffix"));
+    if ((cwp && *cwp) || (eows && *eows)) {
+        ifd_fail_msg(errbuf, errlen, 0, "%s: BPE subword prefix/suffix is not supported", tj);
+        return IFD_ENOTSUP;
+    }
+    return 0;
+}
+
+/* The vocabulary size: the largest id of vocab and added_tokens, plus one;
+ * -1 when there is none. */
+static int64_t ifd__hf_max_id(const json_t *vocab, const json_t *added)
+{
+    int64_t max_id = -1;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)vocab, key, val)
+    {
+        if (json_integer_value(val) > max_id)
+            max_id = json_integer_value(val);
+    }
+    size_t ai;
+    json_array_foreach(added, ai, val)
+    {
+        if (json_integer_value(json_object_get(val, "id")) > max_id)
+            max_id = json_integer_value(json_object_get(val, "id"));
+    }
+    return max_id;
+}
+
+/* Every token: gaps as empty UNUSED ones, then vocab (score -id; <0xNN> as
+ * BYTE with byte fallback), then added_tokens (special → CONTROL, else
+ * USER_DEFINED; lstrip/rstrip); then the text index and unk_token. */
+static int ifd__hf_tokens(ifd_tokenizer_t *t, const json_t *model, const json_t *added,
+                          int64_t max_id, bool bytelevel)
+{
+    const json_t *vocab = json_object_get(model, "vocab");
+    const char *key;
+    json_t *val;
+    size_t ai;
+    int rc;
+    if ((rc = ifd__tok_set_vocab_size(t, (int32_t)max_id + 1)))
+        return rc;
+    /* gaps (ids nobody names) stay empty UNUSED tokens */
+    for (int32_t i = 0; i <= (int32_t)max_id; i++)
+        if ((rc = ifd__tok_set_token(t, i, "", 0, 0.0f, IFD_TOKTYPE_UNUSED)))
+            return rc;
+    t->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
+    json_object_foreach((json_t *)vocab, key, val)
+    {
+        int64_t id = json_integer_value(val);
+        if (id < 0)
+            continue;
+        ifd_toktype_t ty = IFD_TOKTYPE_NORMAL;
+        size_t kl = strlen(key);
+        if (!bytelevel && t->byte_fallback && kl == 6 && strncmp(key, "<0x", 3) == 0 &&
+            key[5] == '>')
+            ty = IFD_TOKTYPE_BYTE;
+        if ((rc = ifd__tok_set_token(t, (int32_t)id, key, kl, -(float)id, ty)))
+            return rc;
+    }
+    json_array_foreach(added, ai, val)
+    {
+        int64_t id = json_integer_value(json_object_get(val, "id"));
+        const char *content = json_string_value(json_object_get(val, "content"));
+        if (id < 0 || !content)
+            continue;
+        bool special = json_is_true(json_object_get(val, "special"));
+        if ((rc = ifd__tok_set_token(t, (int32_t)id, content, strlen(content), -1000.0f,
+                                     special ? IFD_TOKTYPE_CONTROL : IFD_TOKTYPE_USER_DEFINED)))
+            return rc;
+        if (json_is_true(json_object_get(val, "lstrip")))
+            t->toks[id].attr |= IFD__ATTR_LSTRIP;
+        if (json_is_true(json_object_get(val, "rstrip")))
+            t->toks[id].attr |= IFD__ATTR_RSTRIP;
+    }
+    if ((rc = ifd__tok_index(t)))
+        return rc;
+    const char *unk = json_string_value(json_object_get(model, "unk_token"));
+    if (unk && (t->unk = ifd__hf_id(t, unk)) >= 0 && t->toks[t->unk].type == IFD_TOKTYPE_NORMAL)
+        t->toks[t->unk].type = IFD_TOKTYPE_UNKNOWN;
+    t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+    return 0;
+}
+
+/* merges: "a b" strings or ["a", "b"] pairs; rank = index. */
+static int ifd__hf_merges(ifd_tokenizer_t *t, const json_t *merges, const char *tj, char *errbuf,
+                          size_t errlen)
+{
+    size_t mi;
+    json_t *val;
+    json_array_foreach(merges, mi, val)
+    {
+        const char *a, *b;
+        size_t al, bl;
+        if (json_is_string(val)) {
+            const char *s = json_string_value(val);
+            size_t n = strlen(s);
+            const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
+            if (!sp) {
+                ifd_fail_msg(errbuf, errlen, 0, "%s: merge %zu ('%s') has no space", tj, mi, s);
+                return IFD_EFORMAT;
+            }
+            a = s;
+            al = (size_t)(sp - s);
+            b = sp + 1;
+            bl = n - al - 1;
+        } else if (json_is_array(val) && json_array_size(val) == 2 &&
+                   json_is_string(json_array_get(val, 0)) &&
+                   json_is_string(json_array_get(val, 1))) {
+            a = json_string_value(json_array_get(val, 0));
+            b = json_string_value(json_array_get(val, 1));
+            al = strlen(a);
+            bl = strlen(b);
+        } else {
+            ifd_fail_msg(errbuf, errlen, 0, "%s: merge %zu is neither \"a b\" nor [a, b]", tj, mi);
+            return IFD_EFORMAT;
+        }
+        int rc = ifd__tok_add_merge(t, a, al, b, bl);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Special ids and flags: tokenizer_config.json (cfg, may be NULL), else the
+ * post-processor; the chat template (config, else chat_template.jinja) and
+ * generation_config.json's eos ids. */
+static int ifd__hf_specials(ifd_tokenizer_t *t, const json_t *root, const json_t *cfg,
+                            const char *tj, char *errbuf, size_t errlen)
+{
+    const char *pfirst = NULL, *plast = NULL;
+    ifd__hf_post(json_object_get(root, "post_processor"), &pfirst, &plast);
+    const char *bos = cfg ? ifd__json_token_text(json_object_get(cfg, "bos_token")) : NULL;
+    const char *eos = cfg ? ifd__json_token_text(json_object_get(cfg, "eos_token")) : NULL;
+    const char *pad = cfg ? ifd__json_token_text(json_object_get(cfg, "pad_token")) : NULL;
+    const char *cunk = cfg ? ifd__json_token_text(json_object_get(cfg, "unk_token")) : NULL;
+    t->bos = ifd__hf_id(t, bos ? bos : pfirst);
+    t->eos = ifd__hf_id(t, eos ? eos : plast);
+    t->pad = ifd__hf_id(t, pad);
+    if (cunk && ifd__hf_id(t, cunk) >= 0)
+        t->unk = ifd__hf_id(t, cunk);
+    const json_t *ab = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
+    const json_t *ae = cfg ? json_object_get(cfg, "add_eos_token") : NULL;
+    t->add_bos = json_is_boolean(ab) ? json_is_true(ab) : pfirst != NULL;
+    t->add_eos = json_is_boolean(ae) ? json_is_true(ae) : false;
+    const json_t *ct = cfg ? json_object_get(cfg, "chat_template") : NULL;
+    const char *cts = json_string_value(ct);
+    if (!cts && json_is_array(ct)) { /* [{name, template}]: "default", else the first */
+        size_t i;
+        json_t *val;
+        json_array_foreach(ct, i, val)
+        {
+            const char *nm = json_string_value(json_object_get(val, "name"));
+            if (!cts || (nm && strcmp(nm, "default") == 0))
+                cts = json_string_value(json_object_get(val, "template"));
+        }
+    }
+    if (cts && !(t->chat_template = strdup(cts)))
+        return IFD_ENOMEM;
+    int rc;
+    if (!cts && (rc = ifd__hf_template_file(t, tj, errbuf, errlen)))
+        return rc;
+    ifd__hf_gen_eos(t, tj);
+    return 0;
+}
+
 int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbuf, size_t errlen)
 {
     char tj[4096], tc[4096];
@@ -537,45 +762,18 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
     json_t *cfg = json_load_file(tc, 0, &jerr); /* optional */
     ifd_tokenizer_t *t = NULL;
     ifd__relist_t res = {0};
-    int rc = IFD_EFORMAT;
+    int rc;
 
     const json_t *model = json_object_get(root, "model");
-    const json_t *vocab = json_object_get(model, "vocab");
-    const json_t *merges = json_object_get(model, "merges");
     const json_t *added = json_object_get(root, "added_tokens");
-    const char *mtype = json_string_value(json_object_get(model, "type"));
-    if (!json_is_object(vocab) || (mtype && strcmp(mtype, "BPE") != 0)) {
-        ifd_fail_msg(errbuf, errlen, 0, "%s: model type %s is not supported (only BPE)", tj,
-                     mtype ? mtype : "(missing)");
-        rc = IFD_ENOTSUP;
+    if ((rc = ifd__hf_check_model(model, tj, errbuf, errlen)))
         goto done;
-    }
-    const char *cwp = json_string_value(json_object_get(model, "continuing_subword_prefix"));
-    const char *eows = json_string_value(json_object_get(model, "end_of_word_suffix"));
-    if ((cwp && *cwp) || (eows && *eows)) {
-        ifd_fail_msg(errbuf, errlen, 0, "%s: BPE subword prefix/suffix is not supported", tj);
-        rc = IFD_ENOTSUP;
-        goto done;
-    }
     bool bytelevel = ifd__json_has_type(json_object_get(root, "pre_tokenizer"), "ByteLevel") ||
                      ifd__json_has_type(json_object_get(root, "decoder"), "ByteLevel");
-    /* vocabulary size: the largest id + 1 */
-    int64_t max_id = -1;
-    const char *key;
-    json_t *val;
-    json_object_foreach((json_t *)vocab, key, val)
-    {
-        if (json_integer_value(val) > max_id)
-            max_id = json_integer_value(val);
-    }
-    size_t ai;
-    json_array_foreach(added, ai, val)
-    {
-        if (json_integer_value(json_object_get(val, "id")) > max_id)
-            max_id = json_integer_value(json_object_get(val, "id"));
-    }
+    int64_t max_id = ifd__hf_max_id(json_object_get(model, "vocab"), added);
     if (max_id < 0 || max_id >= INT32_MAX) {
         ifd_fail_msg(errbuf, errlen, 0, "%s: empty or oversized vocabulary", tj);
+        rc = IFD_EFORMAT;
         goto done;
     }
     t = ifd__tok_alloc(bytelevel ? IFD_TOKMODEL_BPE : IFD_TOKMODEL_SPM,
@@ -585,83 +783,9 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
         goto done;
     }
     snprintf(t->pre, sizeof t->pre, "hf");
-    if ((rc = ifd__tok_set_vocab_size(t, (int32_t)max_id + 1)))
+    if ((rc = ifd__hf_tokens(t, model, added, max_id, bytelevel)) ||
+        (rc = ifd__hf_merges(t, json_object_get(model, "merges"), tj, errbuf, errlen)))
         goto done;
-    /* gaps (ids nobody names) stay empty UNUSED tokens */
-    for (int32_t i = 0; i <= (int32_t)max_id; i++)
-        if ((rc = ifd__tok_set_token(t, i, "", 0, 0.0f, IFD_TOKTYPE_UNUSED)))
-            goto done;
-    t->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
-    t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
-    json_object_foreach((json_t *)vocab, key, val)
-    {
-        int64_t id = json_integer_value(val);
-        if (id < 0)
-            continue;
-        ifd_toktype_t ty = IFD_TOKTYPE_NORMAL;
-        size_t kl = strlen(key);
-        if (!bytelevel && t->byte_fallback && kl == 6 && strncmp(key, "<0x", 3) == 0 &&
-            key[5] == '>')
-            ty = IFD_TOKTYPE_BYTE;
-        if ((rc = ifd__tok_set_token(t, (int32_t)id, key, kl, -(float)id, ty)))
-            goto done;
-    }
-    json_array_foreach(added, ai, val)
-    {
-        int64_t id = json_integer_value(json_object_get(val, "id"));
-        const char *content = json_string_value(json_object_get(val, "content"));
-        if (id < 0 || !content)
-            continue;
-        bool special = json_is_true(json_object_get(val, "special"));
-        if ((rc = ifd__tok_set_token(t, (int32_t)id, content, strlen(content), -1000.0f,
-                                     special ? IFD_TOKTYPE_CONTROL : IFD_TOKTYPE_USER_DEFINED)))
-            goto done;
-        if (json_is_true(json_object_get(val, "lstrip")))
-            t->toks[id].attr |= IFD__ATTR_LSTRIP;
-        if (json_is_true(json_object_get(val, "rstrip")))
-            t->toks[id].attr |= IFD__ATTR_RSTRIP;
-    }
-    if ((rc = ifd__tok_index(t)))
-        goto done;
-    const char *unk = json_string_value(json_object_get(model, "unk_token"));
-    if (unk && (t->unk = ifd__hf_id(t, unk)) >= 0 && t->toks[t->unk].type == IFD_TOKTYPE_NORMAL)
-        t->toks[t->unk].type = IFD_TOKTYPE_UNKNOWN;
-    t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
-
-    /* merges: "a b" strings or ["a", "b"] pairs; rank = index */
-    size_t mi;
-    json_array_foreach(merges, mi, val)
-    {
-        const char *a, *b;
-        size_t al, bl;
-        if (json_is_string(val)) {
-            const char *s = json_string_value(val);
-            size_t n = strlen(s);
-            const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
-            if (!sp) {
-                ifd_fail_msg(errbuf, errlen, 0, "%s: merge %zu ('%s') has no space", tj, mi, s);
-                rc = IFD_EFORMAT;
-                goto done;
-            }
-            a = s;
-            al = (size_t)(sp - s);
-            b = sp + 1;
-            bl = n - al - 1;
-        } else if (json_is_array(val) && json_array_size(val) == 2 &&
-                   json_is_string(json_array_get(val, 0)) &&
-                   json_is_string(json_array_get(val, 1))) {
-            a = json_string_value(json_array_get(val, 0));
-            b = json_string_value(json_array_get(val, 1));
-            al = strlen(a);
-            bl = strlen(b);
-        } else {
-            ifd_fail_msg(errbuf, errlen, 0, "%s: merge %zu is neither \"a b\" nor [a, b]", tj, mi);
-            rc = IFD_EFORMAT;
-            goto done;
-        }
-        if ((rc = ifd__tok_add_merge(t, a, al, b, bl)) < 0)
-            goto done;
-    }
     if (!bytelevel &&
         (rc = ifd__hf_normalizer(t, json_object_get(root, "normalizer"), errbuf, errlen)))
         goto done;
@@ -673,46 +797,11 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
     if ((rc = ifd__tok_set_pretok(t, (const char *const *)res.re, res.n, errbuf, errlen)))
         goto done;
     t->clean_spaces = false;
-
-    /* special ids and flags: tokenizer_config.json, else the post-processor */
-    const char *pfirst = NULL, *plast = NULL;
-    ifd__hf_post(json_object_get(root, "post_processor"), &pfirst, &plast);
-    const char *bos = cfg ? ifd__json_token_text(json_object_get(cfg, "bos_token")) : NULL;
-    const char *eos = cfg ? ifd__json_token_text(json_object_get(cfg, "eos_token")) : NULL;
-    const char *pad = cfg ? ifd__json_token_text(json_object_get(cfg, "pad_token")) : NULL;
-    const char *cunk = cfg ? ifd__json_token_text(json_object_get(cfg, "unk_token")) : NULL;
-    t->bos = ifd__hf_id(t, bos ? bos : pfirst);
-    t->eos = ifd__hf_id(t, eos ? eos : plast);
-    t->pad = ifd__hf_id(t, pad);
-    if (cunk && ifd__hf_id(t, cunk) >= 0)
-        t->unk = ifd__hf_id(t, cunk);
-    const json_t *ab = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
-    const json_t *ae = cfg ? json_object_get(cfg, "add_eos_token") : NULL;
-    t->add_bos = json_is_boolean(ab) ? json_is_true(ab) : pfirst != NULL;
-    t->add_eos = json_is_boolean(ae) ? json_is_true(ae) : false;
-    const json_t *ct = cfg ? json_object_get(cfg, "chat_template") : NULL;
-    const char *cts = json_string_value(ct);
-    if (!cts && json_is_array(ct)) { /* [{name, template}]: "default", else the first */
-        size_t i;
-        json_array_foreach(ct, i, val)
-        {
-            const char *nm = json_string_value(json_object_get(val, "name"));
-            if (!cts || (nm && strcmp(nm, "default") == 0))
-                cts = json_string_value(json_object_get(val, "template"));
-        }
-    }
-    if (cts && !(t->chat_template = strdup(cts))) {
-        rc = IFD_ENOMEM;
-        goto done;
-    }
-    if (!cts && (rc = ifd__hf_template_file(t, tj, errbuf, errlen)))
-        goto done;
-    ifd__hf_gen_eos(t, tj);
-    if ((rc = ifd__tok_finish(t, NULL)))
+    if ((rc = ifd__hf_specials(t, root, cfg, tj, errbuf, errlen)) ||
+        (rc = ifd__tok_finish(t, NULL)))
         goto done;
     *out = t;
     t = NULL;
-    rc = 0;
 done:
     ifd__relist_free(&res);
     ifd_tokenizer_destroy(t);
