@@ -477,18 +477,138 @@ static int ifd__seen_add(ifd_hash_t *seen, int32_t id)
     return ifd_hash_insert(seen, hv, id);
 }
 
+/* The special-token partition's per-call memory (freed by the caller). */
+typedef struct {
+    int32_t *cand; /* the eligible tokens that occur, distinct ids */
+    size_t n_cand, cand_cap;
+    uint8_t *mask;   /* [len]: 0 raw, 1 token start, 2 token continuation, 3 stripped */
+    ifd__occ_t *acc; /* the accepted occurrences */
+    size_t n_acc, acc_cap;
+} ifd__parts_t;
+
+/* Step 1: which eligible special tokens occur in the text at all. */
+static int ifd__special_candidates(const ifd_tokenizer_t *t, const char *text, size_t len,
+                                   bool parse, ifd__parts_t *p)
+{
+    ifd_hash_t seen = {0}; /* the candidate ids (values: the ids themselves) */
+    uint8_t want = parse ? 3 : 1;
+    int rc = 0;
+    for (size_t i = 0; i < len && rc >= 0; i++) {
+        if (!(t->first_byte[(uint8_t)text[i]] & want))
+            continue;
+        int32_t node = 0;
+        for (size_t j = i; j < len; j++) {
+            if ((node = ifd__trie_child(t, node, (uint8_t)text[j])) < 0)
+                break;
+            int32_t id = t->node_tok[node];
+            if (id < 0 || (!parse && t->toks[id].type != IFD_TOKTYPE_USER_DEFINED))
+                continue;
+            if ((rc = ifd__seen_add(&seen, id)) < 0)
+                break;
+            if (rc == 0) {
+                if ((rc = ifd__reserve((void **)&p->cand, &p->cand_cap, p->n_cand + 1,
+                                       sizeof *p->cand)))
+                    break;
+                p->cand[p->n_cand++] = id;
+            }
+            rc = 0;
+        }
+    }
+    ifd_hash_close(&seen);
+    return rc < 0 ? rc : 0;
+}
+
+/* Step 2, llama.cpp's order: longest token first (then lowest id); each
+ * token's occurrences left to right, taken while their bytes are all still
+ * raw (and, for control tokens, outside the plain spans); marks p->mask. */
+static int ifd__special_accept(const ifd_tokenizer_t *t, const char *text, size_t len,
+                               const ifd_span_t *plain, size_t n_plain, ifd__parts_t *p)
+{
+    qsort_r(p->cand, p->n_cand, sizeof *p->cand, ifd__cmp_cand, (void *)t);
+    uint8_t *mask = p->mask = calloc(len, 1);
+    if (!mask)
+        return IFD_ENOMEM;
+    for (size_t k = 0; k < p->n_cand; k++) {
+        int32_t id = p->cand[k];
+        const char *tt = t->pool + t->toks[id].off;
+        size_t l = t->toks[id].len, pos = 0;
+        bool user = t->toks[id].type == IFD_TOKTYPE_USER_DEFINED;
+        uint8_t attr = t->toks[id].attr;
+        const char *hit;
+        while (pos + l <= len && (hit = memmem(text + pos, len - pos, tt, l)) != NULL) {
+            size_t q = (size_t)(hit - text);
+            size_t busy = q + l; /* last non-raw byte of [q, q+l), if any */
+            while (busy > q && mask[busy - 1] == 0)
+                busy--;
+            if (busy > q) { /* no occurrence can start before the next raw byte */
+                pos = busy;
+                while (pos < len && mask[pos] != 0)
+                    pos++;
+                continue;
+            }
+            if (!user && ifd__overlaps(plain, n_plain, q, q + l)) {
+                pos = q + 1;
+                continue;
+            }
+            mask[q] = 1;
+            memset(mask + q + 1, 2, l - 1);
+            if (attr & IFD__ATTR_LSTRIP)
+                for (size_t j = q; j > 0 && mask[j - 1] == 0 && ifd__is_space(text[j - 1]); j--)
+                    mask[j - 1] = 3;
+            if (attr & IFD__ATTR_RSTRIP)
+                for (size_t j = q + l; j < len && mask[j] == 0 && ifd__is_space(text[j]); j++)
+                    mask[j] = 3;
+            int rc = ifd__reserve((void **)&p->acc, &p->acc_cap, p->n_acc + 1, sizeof *p->acc);
+            if (rc)
+                return rc;
+            p->acc[p->n_acc++] = (ifd__occ_t){(uint32_t)q, id};
+            pos = q + l;
+        }
+    }
+    return 0;
+}
+
+/* Step 3: walk the text; raw runs go to the model, accepted tokens out as
+ * their ids, stripped spaces nowhere. */
+static int ifd__special_walk(ifd__enc_t *e, const char *text, size_t len, ifd__parts_t *p)
+{
+    const ifd_tokenizer_t *t = e->t;
+    const uint8_t *mask = p->mask;
+    bool prev_special = true;
+    int rc;
+    if (p->n_acc > 1)
+        qsort(p->acc, p->n_acc, sizeof *p->acc, ifd__cmp_occ_pos);
+    size_t i = 0, next_acc = 0;
+    while (i < len) {
+        if (mask[i] == 0) {
+            size_t j = i;
+            while (j < len && mask[j] == 0)
+                j++;
+            if ((rc = ifd__encode_raw(e, text + i, j - i, prev_special)))
+                return rc;
+            prev_special = false;
+            i = j;
+        } else if (mask[i] == 1) {
+            IFD_ASSERT(next_acc < p->n_acc && p->acc[next_acc].pos == i);
+            if ((rc = ifd_tokens_push(e->out, p->acc[next_acc].id)))
+                return rc;
+            i += t->toks[p->acc[next_acc].id].len;
+            next_acc++;
+            prev_special = true;
+        } else {
+            i++;
+        }
+    }
+    return 0;
+}
+
 int ifd_tokenizer_encode_spans(const ifd_tokenizer_t *t, const char *text, size_t len,
                                unsigned flags, const ifd_span_t *plain, size_t n_plain,
                                ifd_tokens_t *out)
 {
     size_t n0 = out->n;
     ifd__enc_t e = {.t = t, .out = out};
-    uint8_t *mask = NULL;
-    ifd_hash_t seen = {0}; /* the candidate ids (values: the ids themselves) */
-    int32_t *cand = NULL;
-    size_t n_cand = 0, cand_cap = 0;
-    ifd__occ_t *acc = NULL;
-    size_t n_acc = 0, acc_cap = 0;
+    ifd__parts_t p = {0};
     int rc = 0;
     bool parse = (flags & IFD_TOK_PARSE_SPECIAL) != 0;
 
@@ -500,111 +620,20 @@ int ifd_tokenizer_encode_spans(const ifd_tokenizer_t *t, const char *text, size_
     if ((flags & IFD_TOK_ADD_SPECIAL) && t->add_bos && t->bos >= 0 &&
         (rc = ifd_tokens_push(out, t->bos)))
         goto fail;
-
-    /* 1. which eligible special tokens occur at all (distinct ids) */
-    if (len && (parse || t->n_user_defined)) {
-        uint8_t want = parse ? 3 : 1;
-        for (size_t i = 0; i < len; i++) {
-            if (!(t->first_byte[(uint8_t)text[i]] & want))
-                continue;
-            int32_t node = 0;
-            for (size_t j = i; j < len; j++) {
-                if ((node = ifd__trie_child(t, node, (uint8_t)text[j])) < 0)
-                    break;
-                int32_t id = t->node_tok[node];
-                if (id < 0 || (!parse && t->toks[id].type != IFD_TOKTYPE_USER_DEFINED))
-                    continue;
-                if ((rc = ifd__seen_add(&seen, id)) < 0)
-                    goto fail;
-                if (rc == 0) {
-                    if ((rc = ifd__reserve((void **)&cand, &cand_cap, n_cand + 1, sizeof *cand)))
-                        goto fail;
-                    cand[n_cand++] = id;
-                }
-                rc = 0;
-            }
-        }
-    }
-
-    bool prev_special = true;
-    if (n_cand == 0) {
-        if (len && (rc = ifd__encode_raw(&e, text, len, prev_special)))
+    if (len && (parse || t->n_user_defined) &&
+        (rc = ifd__special_candidates(t, text, len, parse, &p)))
+        goto fail;
+    if (p.n_cand == 0) {
+        if (len && (rc = ifd__encode_raw(&e, text, len, true)))
             goto fail;
     } else {
         if (len > INT32_MAX) {
             rc = IFD_ETOOBIG;
             goto fail;
         }
-        /* 2. llama.cpp's order: longest token first (then lowest id); each
-         * token's occurrences left to right, taken while their bytes are all
-         * still raw (and, for control tokens, outside the plain spans).
-         * mask: 0 raw, 1 token start, 2 token continuation, 3 stripped. */
-        qsort_r(cand, n_cand, sizeof *cand, ifd__cmp_cand, (void *)t);
-        mask = calloc(len, 1);
-        if (!mask) {
-            rc = IFD_ENOMEM;
+        if ((rc = ifd__special_accept(t, text, len, plain, n_plain, &p)) ||
+            (rc = ifd__special_walk(&e, text, len, &p)))
             goto fail;
-        }
-        for (size_t k = 0; k < n_cand; k++) {
-            int32_t id = cand[k];
-            const char *tt = t->pool + t->toks[id].off;
-            size_t l = t->toks[id].len, p = 0;
-            bool user = t->toks[id].type == IFD_TOKTYPE_USER_DEFINED;
-            uint8_t attr = t->toks[id].attr;
-            const char *hit;
-            while (p + l <= len && (hit = memmem(text + p, len - p, tt, l)) != NULL) {
-                size_t q = (size_t)(hit - text);
-                size_t busy = q + l; /* last non-raw byte of [q, q+l), if any */
-                while (busy > q && mask[busy - 1] == 0)
-                    busy--;
-                if (busy > q) { /* no occurrence can start before the next raw byte */
-                    p = busy;
-                    while (p < len && mask[p] != 0)
-                        p++;
-                    continue;
-                }
-                if (!user && ifd__overlaps(plain, n_plain, q, q + l)) {
-                    p = q + 1;
-                    continue;
-                }
-                mask[q] = 1;
-                memset(mask + q + 1, 2, l - 1);
-                if (attr & IFD__ATTR_LSTRIP)
-                    for (size_t j = q; j > 0 && mask[j - 1] == 0 && ifd__is_space(text[j - 1]); j--)
-                        mask[j - 1] = 3;
-                if (attr & IFD__ATTR_RSTRIP)
-                    for (size_t j = q + l; j < len && mask[j] == 0 && ifd__is_space(text[j]); j++)
-                        mask[j] = 3;
-                if ((rc = ifd__reserve((void **)&acc, &acc_cap, n_acc + 1, sizeof *acc)))
-                    goto fail;
-                acc[n_acc++] = (ifd__occ_t){(uint32_t)q, id};
-                p = q + l;
-            }
-        }
-        /* 3. walk the text: raw runs → model, accepted tokens → ids */
-        if (n_acc > 1)
-            qsort(acc, n_acc, sizeof *acc, ifd__cmp_occ_pos);
-        size_t i = 0, next_acc = 0;
-        while (i < len) {
-            if (mask[i] == 0) {
-                size_t j = i;
-                while (j < len && mask[j] == 0)
-                    j++;
-                if ((rc = ifd__encode_raw(&e, text + i, j - i, prev_special)))
-                    goto fail;
-                prev_special = false;
-                i = j;
-            } else if (mask[i] == 1) {
-                IFD_ASSERT(next_acc < n_acc && acc[next_acc].pos == i);
-                if ((rc = ifd_tokens_push(out, acc[next_acc].id)))
-                    goto fail;
-                i += t->toks[acc[next_acc].id].len;
-                next_acc++;
-                prev_special = true;
-            } else {
-                i++;
-            }
-        }
     }
     if ((flags & IFD_TOK_ADD_SPECIAL) && t->add_eos && t->eos >= 0 &&
         (rc = ifd_tokens_push(out, t->eos)))
@@ -613,10 +642,9 @@ int ifd_tokenizer_encode_spans(const ifd_tokenizer_t *t, const char *text, size_
 fail:
     out->n = n0;
 done:
-    free(mask);
-    ifd_hash_close(&seen);
-    free(cand);
-    free(acc);
+    free(p.mask);
+    free(p.cand);
+    free(p.acc);
     free(e.syms);
     free(e.heap);
     free(e.buf);
