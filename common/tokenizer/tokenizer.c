@@ -529,13 +529,12 @@ static bool ifd__is_special_type(uint8_t type)
  * IFD_ENOMEM. */
 static int32_t ifd__trie_add(ifd_tokenizer_t *t, size_t *cap, int32_t parent, uint8_t byte)
 {
-    if (t->n_nodes == *cap) {
+    if (t->n_nodes == *cap) { /* the two node arrays grow together */
         size_t c = *cap * 2;
         int32_t *nt = realloc(t->node_tok, c * sizeof *nt);
-        if (!nt)
-            return IFD_ENOMEM;
-        t->node_tok = nt;
-        uint64_t *nk = realloc(t->node_key, c * sizeof *nk);
+        if (nt)
+            t->node_tok = nt;
+        uint64_t *nk = nt ? realloc(t->node_key, c * sizeof *nk) : NULL;
         if (!nk)
             return IFD_ENOMEM;
         t->node_key = nk;

@@ -233,9 +233,7 @@ int ifd_tokenizer_create_gguf(ifd_tokenizer_t **out, const ifd_gguf_t *g, char *
         t->bos = 1;
         t->eos = 2;
         t->unk = 0;
-        t->add_bos = true;
-        t->add_space_prefix = true;
-        t->clean_spaces = true;
+        t->add_bos = t->add_space_prefix = t->clean_spaces = true;
     }
     if ((rc = ifd__gguf_specials(t, g)))
         goto fail;
