@@ -217,6 +217,60 @@ START_TEST(test_regex_vs_pcre2)
 }
 END_TEST
 
+/* The escapes GBNF and the regex dialect share (one decoder, ifd__gescape)
+ * and where the dialects differ: GBNF has \U and refuses \f \v and
+ * non-scalar values; regexes have \f \v, refuse surrogates as unsupported,
+ * and leave \U to the unsupported letters. */
+START_TEST(test_escape_dialects)
+{
+    static const struct {
+        bool regex;
+        const char *text, *yes; /* yes: a sentence it takes (+ its NUL with \0) */
+    } ok[] = {
+        {false, "root ::= \"\\x41\\u00e9\\U0001F600\\n\\t\\0\"", "A\xc3\xa9\xf0\x9f\x98\x80\n\t"},
+        {false, "root ::= [\\x30-\\x39\\-]+", "1-2"},
+        {false, "root ::= \"\\\\\\\"\\[\\]\\{\\}\"", "\\\"[]{}"},
+        {true, "\\f\\v\\x41\\u00e9[\\t\\n]\\.\\-", "\f\vA\xc3\xa9\t.-"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        ifd_grammar_t *g = ok[i].regex ? regex_grammar(ok[i].text) : compile_ok(ok[i].text);
+        bool nul = strstr(ok[i].text, "\\0") != NULL;
+        ck_assert_msg(matches(g, ok[i].yes, strlen(ok[i].yes) + nul), "%s", ok[i].text);
+        ck_assert_msg(!matches_s(g, "A-"), "%s", ok[i].text);
+        ifd_grammar_destroy(g);
+    }
+    static const struct {
+        bool regex;
+        const char *text, *needle;
+        int rc;
+    } bad[] = {
+        {false, "root ::= \"\\f\"", "unknown escape '\\f'", IFD_EFORMAT},
+        {false, "root ::= \"\\v\"", "unknown escape '\\v'", IFD_EFORMAT},
+        {false, "root ::= \"\\x4\"", "bad hex escape", IFD_EFORMAT},
+        {false, "root ::= \"\\x4", "bad hex escape", IFD_EFORMAT},
+        {false, "root ::= \"\\uD800\"", "escape \\uD800 is not a Unicode scalar value",
+         IFD_EFORMAT},
+        {false, "root ::= \"\\U00110000\"", "escape \\U110000 is not a Unicode scalar value",
+         IFD_EFORMAT},
+        {true, "\\uD800", "regex: surrogate escape at offset 6", IFD_ENOTSUP},
+        {true, "\\U0001F600", "regex: unsupported escape at offset 2", IFD_ENOTSUP},
+        {true, "\\x4g", "regex: bad hex escape at offset 4", IFD_EFORMAT},
+        {true, "[\\u12", "regex: bad hex escape at offset 5", IFD_EFORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        ifd_buf_t b = IFD_BUF_INIT;
+        ifd_grammar_t *g = NULL;
+        const char *t = bad[i].text;
+        int rc = bad[i].regex ? ifd_gconv_regex(t, strlen(t), &b, err, sizeof err)
+                              : ifd_grammar_compile(t, strlen(t), &g, err, sizeof err);
+        ck_assert_msg(rc == bad[i].rc && !g, "%s: %d", t, rc);
+        ck_assert_msg(strstr(err, bad[i].needle), "'%s' → '%s'", t, err);
+        ifd_buf_free(&b);
+    }
+}
+END_TEST
+
 static ifd_grammar_t *schema_grammar(const char *schema)
 {
     json_error_t je;
@@ -499,6 +553,7 @@ int main(void)
     tcase_add_test(tc, test_gbnf_basics);
     tcase_add_test(tc, test_gbnf_errors);
     tcase_add_test(tc, test_regex_vs_pcre2);
+    tcase_add_test(tc, test_escape_dialects);
     tcase_add_test(tc, test_json_schema);
     tcase_add_test(tc, test_json_schema_unsupported);
     tcase_add_test(tc, test_json_object_mode);
