@@ -118,37 +118,43 @@ int ifd__tok_set_token(ifd_tokenizer_t *t, int32_t id, const char *text, size_t 
     return 0;
 }
 
-/* The id whose raw text is s[0..n) (hv its hash), or IFD_TOKEN_NONE. Inline:
- * the SentencePiece encoder looks up every adjacent pair of symbols. */
-static inline ifd_token_t ifd__tok_find(const ifd_tokenizer_t *t, uint64_t hv, const char *s,
-                                        size_t n)
-{
-    uint32_t it = ifd_hash_first(&t->text_index, hv);
-    for (int32_t o; (o = ifd_hash_next(&t->text_index, hv, &it)) >= 0;)
-        if (t->toks[o].len == n && memcmp(t->pool + t->toks[o].off, s, n) == 0)
-            return o;
-    return IFD_TOKEN_NONE;
-}
+/* ---- the text index (see text_slots) ---- */
 
 int ifd__tok_index(ifd_tokenizer_t *t)
 {
-    int rc = ifd_hash_init(&t->text_index, (size_t)t->n_vocab);
-    for (int32_t id = 0; id < t->n_vocab && !rc; id++) {
+    size_t cap = 16;
+    while (cap < (size_t)t->n_vocab * 2 + 1)
+        cap <<= 1;
+    t->text_slots = malloc(cap * sizeof *t->text_slots);
+    if (!t->text_slots)
+        return IFD_ENOMEM;
+    memset(t->text_slots, 0xFF, cap * sizeof *t->text_slots); /* -1: empty */
+    t->text_mask = (uint32_t)(cap - 1);
+    for (int32_t id = 0; id < t->n_vocab; id++) {
         const ifd__tok_t *k = &t->toks[id];
         const char *s = t->pool + k->off;
-        uint64_t hv = ifd_hash_bytes(s, k->len);
-        ifd_token_t old = ifd__tok_find(t, hv, s, k->len);
-        if (old >= 0) /* last wins, as llama.cpp's token_to_id */
-            rc = ifd_hash_replace(&t->text_index, hv, old, id);
-        else
-            rc = ifd_hash_insert(&t->text_index, hv, id);
+        uint32_t j = (uint32_t)ifd_hash_bytes(s, k->len) & t->text_mask;
+        for (;; j = (j + 1) & t->text_mask) {
+            int32_t o = t->text_slots[j];
+            if (o < 0 ||
+                (t->toks[o].len == k->len && memcmp(t->pool + t->toks[o].off, s, k->len) == 0)) {
+                t->text_slots[j] = id; /* a duplicate text: last wins, as llama.cpp's token_to_id */
+                break;
+            }
+        }
     }
-    return rc;
+    return 0;
 }
 
 ifd_token_t ifd__tok_lookup(const ifd_tokenizer_t *t, const char *s, size_t n)
 {
-    return ifd__tok_find(t, ifd_hash_bytes(s, n), s, n);
+    for (uint32_t j = (uint32_t)ifd_hash_bytes(s, n) & t->text_mask;; j = (j + 1) & t->text_mask) {
+        int32_t o = t->text_slots[j];
+        if (o < 0)
+            return IFD_TOKEN_NONE;
+        if (t->toks[o].len == n && memcmp(t->pool + t->toks[o].off, s, n) == 0)
+            return o;
+    }
 }
 
 /* ---- the merge table (see ifd__merges_t) ---- */
@@ -184,7 +190,7 @@ static int ifd__merges_init(ifd__merges_t *m, size_t n)
 
 static void ifd__merges_place(ifd__merges_t *m, uint64_t pair, int32_t rank, int32_t res)
 {
-    uint32_t j = (uint32_t)ifd__tok_mix(pair) & m->mask;
+    uint32_t j = (uint32_t)ifd__merge_hash(pair) & m->mask;
     while (m->pair[j] != IFD__MERGE_EMPTY)
         j = (j + 1) & m->mask;
     m->pair[j] = pair;
@@ -542,7 +548,7 @@ static int32_t ifd__trie_add(ifd_tokenizer_t *t, size_t *cap, int32_t parent, ui
     }
     int32_t child = (int32_t)t->n_nodes;
     uint64_t key = ((uint64_t)(uint32_t)parent << 8) | byte;
-    int rc = ifd_hash_insert(&t->trie_index, ifd__tok_mix(key), child);
+    int rc = ifd_hash_insert(&t->trie_index, ifd_hash_u64(key), child);
     if (rc)
         return rc;
     t->node_key[child] = key;
@@ -730,7 +736,7 @@ void ifd_tokenizer_destroy(ifd_tokenizer_t *t)
     free(t->toks);
     free(t->pool);
     free(t->ppool);
-    ifd_hash_close(&t->text_index);
+    free(t->text_slots);
     ifd__merges_free(&t->merges);
     ifd_hash_close(&t->trie_index);
     free(t->node_key);

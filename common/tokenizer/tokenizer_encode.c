@@ -469,7 +469,7 @@ static bool ifd__overlaps(const ifd_span_t *plain, size_t n_plain, size_t a, siz
 /* Adds id to the set: 0 when added, 1 when it was there, IFD_ENOMEM. */
 static int ifd__seen_add(ifd_hash_t *seen, int32_t id)
 {
-    uint64_t hv = ifd__tok_mix((uint64_t)id);
+    uint64_t hv = ifd_hash_u64((uint64_t)id);
     uint32_t it = ifd_hash_first(seen, hv);
     for (int32_t v; (v = ifd_hash_next(seen, hv, &it)) >= 0;)
         if (v == id)

@@ -43,15 +43,15 @@ typedef struct {
 } ifd__tok_t;
 
 /*
- * The BPE merges: pair (left id << 32 | right id) → (rank, result id). The one
- * table of the tokenizer that is not an ifd_hash_t, on purpose: the encoder
- * looks up every adjacent pair (a third of encoding time, latency-bound), and
+ * The BPE merges: pair (left id << 32 | right id) → (rank, result id). Like
+ * the text index, not an ifd_hash_t, on purpose: the encoder looks up every
+ * adjacent pair (a third of byte-level encoding time, latency-bound), and
  * an ifd_hash_t over an array of merges adds a second, dependent cache miss
  * per hit (slot → merge record); that measured ~7% slower encoding
  * (bench/bench_tokenizer, SmolLM2 vocabulary), and so did one array of
  * {pair, rank, result} slots (twice the bytes touched by the misses). Here
  * the pairs have an array of their own, probed the way common/hash.h probes
- * (linear, power-of-two capacity, load ≤ 1/2, hash ifd__tok_mix), and rank
+ * (linear, power-of-two capacity, load ≤ 1/2, hash ifd__merge_hash), and rank
  * and result sit at the same index in two more arrays: a miss reads only
  * pairs, and a hit's other loads do not wait for the first. An empty slot
  * holds IFD__MERGE_EMPTY, which no pair of ids (< 2^31) equals.
@@ -77,8 +77,15 @@ struct ifd_tokenizer {
     size_t pool_len, pool_cap;
     char *ppool; /* decoded pieces */
 
-    /* raw text → id (last id wins for duplicates, as in llama.cpp) */
-    ifd_hash_t text_index;
+    /* raw text → id (last id wins for duplicates, as in llama.cpp): open
+     * addressing over ifd_hash_bytes of the text, probed as common/hash.h
+     * probes (linear, power-of-two capacity, load ≤ 1/2), each slot just the
+     * id (-1: empty). Why not an ifd_hash_t: SentencePiece encoding looks up
+     * every adjacent pair of symbols, and an ifd_hash_t's 8-byte slots (tag
+     * and value) double the index (4 MiB for Gemma 3's 262k tokens); that
+     * measured ~6% slower encoding (bench/bench_tokenizer, Gemma 3 270M). */
+    int32_t *text_slots;
+    uint32_t text_mask; /* capacity - 1 */
 
     ifd__merges_t merges; /* see ifd__merge_get */
 
@@ -126,14 +133,14 @@ static inline uint64_t ifd__merge_pair(int32_t a, int32_t b)
 }
 
 /*
- * The hash of the integer keys of the tables here (merge pairs, trie edges,
- * ids): the first round of ifd_hash_u64's finalizer. Why not ifd_hash_u64:
- * the merge lookup is the encoder's hottest path and the hash sits on its
- * critical path; the second multiply–xorshift round made encoding ~10% slower
- * (bench/bench_tokenizer, SmolLM2 vocabulary), while one round already mixes
- * every key bit into the low 32 bits that an ifd_hash_t uses.
+ * The hash of the merge table's pairs: the first round of ifd_hash_u64's
+ * finalizer. Why not ifd_hash_u64: the merge lookup is the encoder's hottest
+ * path and the hash sits on its critical path; the second multiply–xorshift
+ * round made encoding ~10% slower (bench/bench_tokenizer, SmolLM2
+ * vocabulary), while one round already mixes every key bit into the low bits
+ * the table uses.
  */
-static inline uint64_t ifd__tok_mix(uint64_t k)
+static inline uint64_t ifd__merge_hash(uint64_t k)
 {
     k ^= k >> 33;
     k *= 0xff51afd7ed558ccdULL;
@@ -150,7 +157,7 @@ static inline bool ifd__merge_get(const ifd_tokenizer_t *t, int32_t a, int32_t b
     if (!m->pair)
         return false;
     uint64_t pair = ifd__merge_pair(a, b);
-    for (uint32_t j = (uint32_t)ifd__tok_mix(pair) & m->mask;; j = (j + 1) & m->mask) {
+    for (uint32_t j = (uint32_t)ifd__merge_hash(pair) & m->mask;; j = (j + 1) & m->mask) {
         if (m->pair[j] == pair) {
             *rank = m->rank[j];
             *res = m->res[j];
@@ -164,7 +171,7 @@ static inline bool ifd__merge_get(const ifd_tokenizer_t *t, int32_t a, int32_t b
 /* The trie node one byte below node, or -1. */
 static inline int32_t ifd__trie_child(const ifd_tokenizer_t *t, int32_t node, uint8_t byte)
 {
-    uint64_t key = ((uint64_t)(uint32_t)node << 8) | byte, hv = ifd__tok_mix(key);
+    uint64_t key = ((uint64_t)(uint32_t)node << 8) | byte, hv = ifd_hash_u64(key);
     uint32_t it = ifd_hash_first(&t->trie_index, hv);
     for (int32_t c; (c = ifd_hash_next(&t->trie_index, hv, &it)) >= 0;)
         if (t->node_key[c] == key)
