@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- bump memory --------------------------------------------------------------- */
 
@@ -35,6 +36,9 @@ void ifd__gmem_close(ifd__gmem_t *m)
         free(m->chunks[i]);
     free(m->chunks);
     free(m->scratch);
+    free(m->active);
+    ifd_hash_close(&m->scratch_index);
+    ifd_hash_close(&m->active_index);
     memset(m, 0, sizeof *m);
 }
 
@@ -78,11 +82,20 @@ static void *gmem_alloc(ifd__gmem_t *m, size_t n)
     return p;
 }
 
+#define IFD__GSTACK_SEED 0x9e3779b9u
+
+static uint32_t stack_hash(uint32_t pos, const ifd__gnode_t *parent)
+{
+    uint64_t k = ((uint64_t)pos << 32) | (parent ? parent->hash : IFD__GSTACK_SEED);
+    return (uint32_t)ifd_hash_u64(k);
+}
+
 static const ifd__gnode_t *gnode(ifd__gmem_t *m, uint32_t pos, const ifd__gnode_t *parent)
 {
     ifd__gnode_t *n = gmem_alloc(m, sizeof *n);
     if (n) {
         n->pos = pos;
+        n->hash = stack_hash(pos, parent);
         n->parent = parent;
     }
     return n;
@@ -93,7 +106,7 @@ static const ifd__gnode_t *gnode(ifd__gmem_t *m, uint32_t pos, const ifd__gnode_
 static bool stack_eq(const ifd__gnode_t *a, const ifd__gnode_t *b)
 {
     while (a != b) {
-        if (!a || !b || a->pos != b->pos)
+        if (!a || !b || a->pos != b->pos || a->hash != b->hash)
             return false;
         a = a->parent;
         b = b->parent;
@@ -101,11 +114,40 @@ static bool stack_eq(const ifd__gnode_t *a, const ifd__gnode_t *b)
     return true;
 }
 
+/* Below this many stacks a state's duplicates are found by a scan. */
+#define IFD__SCRATCH_SCAN 16
+
+static int scratch_index_all(ifd__gmem_t *m)
+{
+    ifd_hash_clear(&m->scratch_index);
+    for (uint32_t i = 0; i < m->n_scratch; i++)
+        if (ifd_hash_insert(&m->scratch_index, m->scratch[i]->hash, (int32_t)i))
+            return IFD_ENOMEM;
+    m->scratch_indexed = true;
+    return 0;
+}
+
+static bool scratch_has(const ifd__gmem_t *m, const ifd__gnode_t *n)
+{
+    if (!m->scratch_indexed) {
+        for (uint32_t i = 0; i < m->n_scratch; i++)
+            if (stack_eq(m->scratch[i], n))
+                return true;
+        return false;
+    }
+    uint32_t it = ifd_hash_first(&m->scratch_index, n->hash);
+    for (int32_t i; (i = ifd_hash_next(&m->scratch_index, n->hash, &it)) >= 0;)
+        if (stack_eq(m->scratch[i], n))
+            return true;
+    return false;
+}
+
 static int scratch_push(ifd__gmem_t *m, const ifd__gnode_t *n)
 {
-    for (uint32_t i = 0; i < m->n_scratch; i++)
-        if (stack_eq(m->scratch[i], n))
-            return 0;
+    if (m->work_limit && ++m->work > m->work_limit)
+        return IFD_ETOOBIG;
+    if (scratch_has(m, n))
+        return 0;
     if (m->n_scratch == IFD_GRAMMAR_MAX_STACKS)
         return IFD_ETOOBIG;
     if (m->n_scratch == m->cap_scratch) {
@@ -117,7 +159,74 @@ static int scratch_push(ifd__gmem_t *m, const ifd__gnode_t *n)
         m->cap_scratch = cap;
     }
     m->scratch[m->n_scratch++] = n;
+    if (m->scratch_indexed)
+        return ifd_hash_insert(&m->scratch_index, n->hash, (int32_t)(m->n_scratch - 1))
+                   ? IFD_ENOMEM
+                   : 0;
+    return m->n_scratch > IFD__SCRATCH_SCAN ? scratch_index_all(m) : 0;
+}
+
+static void scratch_begin(ifd__gmem_t *m)
+{
+    m->n_scratch = 0;
+    m->scratch_accept = false;
+    if (m->scratch_indexed) {
+        ifd_hash_clear(&m->scratch_index);
+        m->scratch_indexed = false;
+    }
+}
+
+/* Marks the expansion of the rule element at pos under parent as in
+ * progress: 1 when it already is (a cycle: nothing new comes of it), 0
+ * when marked, or an error. */
+static int active_enter(ifd__gmem_t *m, uint32_t pos, const ifd__gnode_t *parent)
+{
+    uint32_t h = stack_hash(pos, parent);
+    uint32_t it = ifd_hash_first(&m->active_index, h);
+    for (int32_t i; (i = ifd_hash_next(&m->active_index, h, &it)) >= 0;)
+        if (m->active[i].pos == pos && stack_eq(m->active[i].parent, parent))
+            return 1;
+    if (m->n_active == IFD__GRAMMAR_MAX_DEPTH)
+        return IFD_ETOOBIG;
+    if (m->n_active == m->cap_active) {
+        uint32_t cap = m->cap_active ? 2 * m->cap_active : 32;
+        struct ifd__gactive *v = realloc(m->active, cap * sizeof *v);
+        if (!v)
+            return IFD_ENOMEM;
+        m->active = v;
+        m->cap_active = cap;
+    }
+    if (ifd_hash_insert(&m->active_index, h, (int32_t)m->n_active))
+        return IFD_ENOMEM;
+    m->active[m->n_active++] = (struct ifd__gactive){pos, parent};
     return 0;
+}
+
+static void active_leave(ifd__gmem_t *m)
+{
+    struct ifd__gactive *a = &m->active[--m->n_active];
+    ifd_hash_remove(&m->active_index, stack_hash(a->pos, a->parent), (int32_t)m->n_active);
+}
+
+static int expand(const ifd_grammar_t *g, ifd__gmem_t *m, uint32_t pos, const ifd__gnode_t *parent);
+
+/* Expands the rule element at pos (parent: what follows it) into every
+ * alternative of its rule. */
+static int expand_rule(const ifd_grammar_t *g, ifd__gmem_t *m, uint32_t pos,
+                       const ifd__gnode_t *parent)
+{
+    int rc = active_enter(m, pos, parent);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    const ifd__gnode_t *cont = parent;
+    uint32_t nt = g->el[pos + 1].type;
+    if (nt != IFD__GE_END && nt != IFD__GE_ALT && !(cont = gnode(m, pos + 1, parent)))
+        rc = IFD_ENOMEM;
+    uint32_t r = g->el[pos].v;
+    for (uint32_t a = g->alt_off[r]; !rc && a < g->alt_off[r + 1]; a++)
+        rc = expand(g, m, g->alts[a], cont);
+    active_leave(m);
+    return rc;
 }
 
 /* Expands the stack (pos, parent) until every top is a SET element,
@@ -130,22 +239,8 @@ static int expand(const ifd_grammar_t *g, ifd__gmem_t *m, uint32_t pos, const if
             const ifd__gnode_t *n = gnode(m, pos, parent);
             return n ? scratch_push(m, n) : IFD_ENOMEM;
         }
-        if (e->type == IFD__GE_RULE) {
-            const ifd__gnode_t *cont = parent;
-            uint32_t nt = g->el[pos + 1].type;
-            if (nt != IFD__GE_END && nt != IFD__GE_ALT) {
-                cont = gnode(m, pos + 1, parent);
-                if (!cont)
-                    return IFD_ENOMEM;
-            }
-            uint32_t r = e->v;
-            for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) {
-                int rc = expand(g, m, g->alts[a], cont);
-                if (rc)
-                    return rc;
-            }
-            return 0;
-        }
+        if (e->type == IFD__GE_RULE)
+            return expand_rule(g, m, pos, parent);
         /* END or ALT: the alternative is complete; return to the parent */
         if (!parent) {
             m->scratch_accept = true;
@@ -173,8 +268,7 @@ static int scratch_finish(ifd__gmem_t *m, ifd__gstate_t *out)
 
 int ifd__grammar_start(const ifd_grammar_t *g, ifd__gmem_t *m, ifd__gstate_t *out)
 {
-    m->n_scratch = 0;
-    m->scratch_accept = false;
+    scratch_begin(m);
     for (uint32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) {
         int rc = expand(g, m, g->alts[a], NULL);
         if (rc)
@@ -186,8 +280,7 @@ int ifd__grammar_start(const ifd_grammar_t *g, ifd__gmem_t *m, ifd__gstate_t *ou
 int ifd__grammar_advance(const ifd_grammar_t *g, ifd__gmem_t *m, const ifd__gstate_t *in, uint8_t b,
                          ifd__gstate_t *out)
 {
-    m->n_scratch = 0;
-    m->scratch_accept = false;
+    scratch_begin(m);
     for (uint32_t i = 0; i < in->n; i++) {
         const ifd__gnode_t *n = in->v[i];
         if (!ifd__gset_has(g, g->el[n->pos].v, b))
@@ -218,6 +311,7 @@ int ifd__gstate_copy(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out)
             if (!n)
                 return IFD_ENOMEM;
             n->pos = p->pos;
+            n->hash = p->hash; /* the same stack: its hash does not depend on addresses */
             n->parent = NULL;
             if (prev)
                 prev->parent = n;
@@ -376,6 +470,8 @@ typedef struct {
     ifd__gelem_t *el;
     size_t n, cap;
     bool defined;
+    bool helper;   /* made by the compiler for a group, class or repetition */
+    uint32_t user; /* the rule written in the text that it belongs to (itself when !helper) */
     int line;
 } prule_t;
 
@@ -386,8 +482,12 @@ typedef struct {
     size_t n_rules, cap_rules;
     uint8_t (*sets)[32];
     size_t n_sets, cap_sets;
-    ifd_hash_t set_index; /* byte set -> its index in sets (each set stored once) */
+    ifd_hash_t set_index;  /* byte set -> its index in sets (each set stored once) */
+    ifd_hash_t rule_index; /* a written rule's name -> its id */
     size_t n_elements;
+    ifd_grammar_budget_t budget;
+    uint64_t work;     /* elements made and stacks expanded so far */
+    uint64_t deadline; /* CLOCK_MONOTONIC ns; 0 none */
     int err;
     char *errbuf;
     size_t errlen;
@@ -411,12 +511,17 @@ static int perr(parser_t *p, int code, const char *fmt, ...)
     return code;
 }
 
+static int work(parser_t *p, uint64_t n);
+
 static int rule_push(parser_t *p, uint32_t r, uint32_t type, uint32_t v)
 {
     prule_t *R = &p->rules[r];
     if (++p->n_elements > IFD_GRAMMAR_MAX_ELEMENTS)
         return perr(p, IFD_ETOOBIG, "grammar too large (over %u elements)",
                     IFD_GRAMMAR_MAX_ELEMENTS);
+    int rc = work(p, 1);
+    if (rc)
+        return rc;
     if (R->n == R->cap) {
         size_t cap = R->cap ? 2 * R->cap : 16;
         ifd__gelem_t *e = realloc(R->el, cap * sizeof *e);
@@ -439,18 +544,8 @@ static int rule_append(parser_t *p, uint32_t r, const ifd__gelem_t *e, size_t n)
     return 0;
 }
 
-/* A rule id for name (created undefined when new); helper rules pass
- * name NULL and get "<base>_<n>". */
-static int rule_get(parser_t *p, const char *name, size_t len, bool helper, uint32_t *out)
+static int rule_new(parser_t *p, uint32_t *out)
 {
-    if (!helper) {
-        for (size_t i = 0; i < p->n_rules; i++) {
-            if (strlen(p->rules[i].name) == len && memcmp(p->rules[i].name, name, len) == 0) {
-                *out = (uint32_t)i;
-                return 0;
-            }
-        }
-    }
     if (p->n_rules == p->cap_rules) {
         size_t cap = p->cap_rules ? 2 * p->cap_rules : 32;
         prule_t *r = realloc(p->rules, cap * sizeof *r);
@@ -462,17 +557,72 @@ static int rule_get(parser_t *p, const char *name, size_t len, bool helper, uint
     prule_t *R = &p->rules[p->n_rules];
     memset(R, 0, sizeof *R);
     R->line = p->line;
-    if (helper) {
-        char buf[160];
-        snprintf(buf, sizeof buf, "%.*s_%zu", (int)(len > 120 ? 120 : len), name, p->n_rules);
-        R->name = strdup(buf);
-        R->defined = true;
-    } else {
-        R->name = strndup(name, len);
-    }
-    if (!R->name)
-        return perr(p, IFD_ENOMEM, "out of memory");
+    R->user = (uint32_t)p->n_rules;
     *out = (uint32_t)p->n_rules++;
+    return 0;
+}
+
+/* The id of the rule written as name (created undefined when new). */
+static int rule_get(parser_t *p, const char *name, size_t len, uint32_t *out)
+{
+    uint64_t h = ifd_hash_bytes(name, len);
+    uint32_t it = ifd_hash_first(&p->rule_index, h);
+    for (int32_t i; (i = ifd_hash_next(&p->rule_index, h, &it)) >= 0;) {
+        if (strlen(p->rules[i].name) == len && memcmp(p->rules[i].name, name, len) == 0) {
+            *out = (uint32_t)i;
+            return 0;
+        }
+    }
+    int rc = rule_new(p, out);
+    if (rc)
+        return rc;
+    if (!(p->rules[*out].name = strndup(name, len)))
+        return perr(p, IFD_ENOMEM, "out of memory");
+    if (ifd_hash_insert(&p->rule_index, h, (int32_t)*out))
+        return perr(p, IFD_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* A new helper rule inside rule r, named "<r's name>_<id>" (never looked up
+ * by name), remembering the written rule it belongs to for messages. */
+static int rule_helper(parser_t *p, uint32_t r, uint32_t *out)
+{
+    int rc = rule_new(p, out);
+    if (rc)
+        return rc;
+    prule_t *R = &p->rules[*out];
+    char buf[160];
+    const char *base = p->rules[r].name;
+    size_t len = strlen(base);
+    snprintf(buf, sizeof buf, "%.*s_%u", (int)(len > 120 ? 120 : len), base, *out);
+    R->name = strdup(buf);
+    R->defined = true;
+    R->helper = true;
+    R->user = p->rules[r].user;
+    return R->name ? 0 : perr(p, IFD_ENOMEM, "out of memory");
+}
+
+/* One unit of compile work: past the budget's work, time or cancel flag the
+ * compilation stops with IFD_ETOOBIG / IFD_ECANCELED. The clock and the
+ * flag are read every 4096 units. */
+static int work(parser_t *p, uint64_t n)
+{
+    uint64_t before = p->work;
+    p->work += n;
+    if (p->budget.max_work && p->work > p->budget.max_work)
+        return perr(p, IFD_ETOOBIG, "grammar too large to compile (over %llu steps)",
+                    (unsigned long long)p->budget.max_work);
+    if ((before >> 12) == (p->work >> 12))
+        return 0;
+    if (p->budget.cancel && atomic_load_explicit(p->budget.cancel, memory_order_relaxed))
+        return perr(p, IFD_ECANCELED, "grammar compilation canceled");
+    if (p->deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec > p->deadline)
+            return perr(p, IFD_ETOOBIG, "grammar took longer than %u ms to compile",
+                        p->budget.max_time_ms);
+    }
     return 0;
 }
 
@@ -774,7 +924,7 @@ static int emit_class(parser_t *p, uint32_t r, range_t *rg, size_t n, bool neg)
             rc = rule_push(p, r, IFD__GE_SET, id);
     } else {
         uint32_t h;
-        rc = rule_get(p, p->rules[r].name, strlen(p->rules[r].name), true, &h);
+        rc = rule_helper(p, r, &h);
         /* ASCII part as one set, then the multi-byte ranges */
         size_t i = 0;
         if (!rc && fin[0].lo < 0x80) {
@@ -889,15 +1039,13 @@ static int apply_repeat(parser_t *p, uint32_t r, size_t start, unsigned min, uns
     memcpy(frag, R->el + start, fl * sizeof *frag);
     p->n_elements -= fl;
     p->rules[r].n = start;
-    const char *base = p->rules[r].name;
-    size_t blen = strlen(base);
     int rc = 0;
     for (unsigned i = 0; i < min && !rc; i++)
         rc = rule_append(p, r, frag, fl);
     if (!rc && unbounded) {
         /* S ::= frag S | (empty) */
         uint32_t s;
-        rc = rule_get(p, base, blen, true, &s);
+        rc = rule_helper(p, r, &s);
         if (!rc)
             rc = rule_append(p, s, frag, fl);
         if (!rc)
@@ -913,7 +1061,7 @@ static int apply_repeat(parser_t *p, uint32_t r, size_t start, unsigned min, uns
         uint32_t prev = 0;
         for (unsigned k = 1; k <= max - min && !rc; k++) {
             uint32_t o;
-            rc = rule_get(p, base, blen, true, &o);
+            rc = rule_helper(p, r, &o);
             if (!rc)
                 rc = rule_append(p, o, frag, fl);
             if (!rc && k > 1)
@@ -984,7 +1132,7 @@ static int parse_sequence(parser_t *p, uint32_t r, int depth)
         } else if (c == '(') {
             p->s++;
             uint32_t g;
-            if ((rc = rule_get(p, p->rules[r].name, strlen(p->rules[r].name), true, &g)))
+            if ((rc = rule_helper(p, r, &g)))
                 return rc;
             if ((rc = parse_alternatives(p, g, depth + 1)))
                 return rc;
@@ -999,7 +1147,7 @@ static int parse_sequence(parser_t *p, uint32_t r, int depth)
                 return 0;
             size_t n = name_len(p->s, p->end);
             uint32_t ref;
-            if ((rc = rule_get(p, p->s, n, false, &ref)))
+            if ((rc = rule_get(p, p->s, n, &ref)))
                 return rc;
             p->s += n;
             if ((rc = rule_push(p, r, IFD__GE_RULE, ref)))
@@ -1076,93 +1224,227 @@ static int parse_alternatives(parser_t *p, uint32_t r, int depth)
 
 /* ---- checks and flattening ---- */
 
-static int check_left_recursion(parser_t *p, const ifd_grammar_t *g)
+/* ---- left recursion ------------------------------------------------------------------- */
+
+/* nullable[r]: rule r can match the empty string. A worklist over the
+ * alternatives (each counts its rule references not yet known nullable;
+ * one with a byte set never becomes nullable): linear in the grammar. */
+static int find_nullable(parser_t *p, const ifd_grammar_t *g, uint8_t *nullable)
 {
-    size_t nr = g->n_rules;
-    uint8_t *nullable = calloc(nr, 1);
-    uint8_t *color = calloc(nr, 1);
-    uint32_t *stack = malloc(nr * 2 * sizeof *stack);
+    size_t nr = g->n_rules, na = g->alt_off[nr];
+    uint32_t *left = calloc(na + 1, sizeof *left), *alt_rule = malloc((na + 1) * sizeof *alt_rule);
+    uint32_t *occ_off = calloc(nr + 2, sizeof *occ_off), *fill = malloc((nr + 1) * sizeof *fill);
+    uint32_t *occ = malloc((g->n_el + 1) * sizeof *occ), *queue = malloc((nr + 1) * sizeof *queue);
+    uint32_t nq = 0;
     int rc = 0;
-    if (!nullable || !color || !stack) {
+    if (!left || !alt_rule || !occ_off || !fill || !occ || !queue) {
         rc = perr(p, IFD_ENOMEM, "out of memory");
         goto out;
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < nr; r++) {
-            if (nullable[r])
-                continue;
-            for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1] && !nullable[r]; a++) {
-                uint32_t pos = g->alts[a];
-                bool all = true;
-                for (;; pos++) {
-                    const ifd__gelem_t *e = &g->el[pos];
-                    if (e->type == IFD__GE_END || e->type == IFD__GE_ALT)
-                        break;
-                    if (e->type == IFD__GE_SET || !nullable[e->v]) {
-                        all = false;
-                        break;
-                    }
-                }
-                if (all) {
-                    nullable[r] = 1;
-                    changed = true;
-                }
-            }
+    /* each alternative: its rule, and its rule references (none counted when it has a set) */
+    for (uint32_t r = 0; r < nr; r++)
+        for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) {
+            alt_rule[a] = r;
+            for (uint32_t pos = g->alts[a]; g->el[pos].type >= IFD__GE_RULE; pos++)
+                left[a] = g->el[pos].type == IFD__GE_SET || left[a] == UINT32_MAX
+                              ? UINT32_MAX
+                              : left[a] + 1;
         }
-    }
-    /* iterative DFS over "r can begin with q" edges; color 1 = on the
-     * stack, 2 = done. stack holds (rule, next alternative/element cursor)
-     * pairs flattened as rule ids; recursion depth is at most nr. */
-    for (size_t s = 0; s < nr && !rc; s++) {
-        if (color[s])
-            continue;
-        /* recursive helper via explicit stack of (rule, position index) */
-        size_t sp = 0;
-        stack[sp++] = (uint32_t)s;
-        stack[sp++] = 0; /* cursor: index into the rule's "first" refs */
-        color[s] = 1;
-        while (sp && !rc) {
-            uint32_t r = stack[sp - 2];
-            uint32_t cur = stack[sp - 1];
-            /* enumerate the first refs of r in order; cur counts them */
-            uint32_t k = 0, found = UINT32_MAX;
-            for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1] && found == UINT32_MAX; a++) {
-                for (uint32_t pos = g->alts[a];; pos++) {
-                    const ifd__gelem_t *e = &g->el[pos];
-                    if (e->type != IFD__GE_RULE)
-                        break;
-                    if (k++ == cur) {
-                        found = e->v;
-                        break;
-                    }
-                    if (!nullable[e->v])
-                        break;
-                }
-            }
-            if (found == UINT32_MAX) {
-                color[r] = 2;
-                sp -= 2;
-                continue;
-            }
-            stack[sp - 1] = cur + 1;
-            if (color[found] == 1) {
-                rc = perr(p, IFD_EFORMAT, "rule '%s' is left-recursive", p->rules[found].name);
-            } else if (color[found] == 0) {
-                color[found] = 1;
-                stack[sp++] = found;
-                stack[sp++] = 0;
-            }
+    /* where each rule occurs (in alternatives that may become nullable) */
+    for (uint32_t a = 0; a < na; a++)
+        for (uint32_t pos = g->alts[a]; left[a] != UINT32_MAX && g->el[pos].type >= IFD__GE_RULE;
+             pos++)
+            occ_off[g->el[pos].v + 1]++;
+    for (size_t r = 0; r < nr; r++)
+        occ_off[r + 1] += occ_off[r];
+    memcpy(fill, occ_off, nr * sizeof *fill);
+    for (uint32_t a = 0; a < na; a++)
+        for (uint32_t pos = g->alts[a]; left[a] != UINT32_MAX && g->el[pos].type >= IFD__GE_RULE;
+             pos++)
+            occ[fill[g->el[pos].v]++] = a;
+    for (uint32_t a = 0; a < na; a++)
+        if (left[a] == 0 && !nullable[alt_rule[a]])
+            nullable[alt_rule[a]] = 1, queue[nq++] = alt_rule[a];
+    while (nq && !rc) {
+        uint32_t q = queue[--nq];
+        rc = work(p, 1 + occ_off[q + 1] - occ_off[q]);
+        for (uint32_t k = occ_off[q]; k < occ_off[q + 1]; k++) {
+            uint32_t a = occ[k];
+            if (--left[a] == 0 && !nullable[alt_rule[a]])
+                nullable[alt_rule[a]] = 1, queue[nq++] = alt_rule[a];
         }
     }
 out:
-    free(nullable);
-    free(color);
-    free(stack);
+    free(left);
+    free(alt_rule);
+    free(occ_off);
+    free(fill);
+    free(occ);
+    free(queue);
     return rc;
 }
 
+/* The "r can begin with q" edges: q referenced with only nullable rules
+ * before it in one of r's alternatives. An edge grows the stack when
+ * something follows the reference (the expansion must come back there).
+ * CSR arrays: r's edges are to[off[r] .. off[r + 1]). */
+typedef struct {
+    uint32_t *off, *to;
+    uint8_t *grows;
+} ledges_t;
+
+static int left_edges(parser_t *p, const ifd_grammar_t *g, const uint8_t *nullable, ledges_t *E)
+{
+    size_t nr = g->n_rules;
+    E->off = calloc(nr + 1, sizeof *E->off);
+    E->to = malloc((g->n_el + 1) * sizeof *E->to);
+    E->grows = malloc(g->n_el + 1);
+    if (!E->off || !E->to || !E->grows)
+        return perr(p, IFD_ENOMEM, "out of memory");
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < nr; r++) {
+        E->off[r] = n;
+        for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++)
+            for (uint32_t pos = g->alts[a]; g->el[pos].type == IFD__GE_RULE; pos++) {
+                uint32_t next = g->el[pos + 1].type;
+                E->to[n] = g->el[pos].v;
+                E->grows[n++] = next != IFD__GE_END && next != IFD__GE_ALT;
+                if (!nullable[g->el[pos].v])
+                    break;
+            }
+    }
+    E->off[nr] = n;
+    return work(p, n);
+}
+
+/* Strongly connected components of the edges (Tarjan's, with an explicit
+ * stack): comp[r] for every rule. */
+static int left_sccs(parser_t *p, size_t nr, const ledges_t *E, uint32_t *comp)
+{
+    uint32_t *index = malloc(nr * sizeof *index), *low = malloc(nr * sizeof *low);
+    uint32_t *cs = malloc(nr * sizeof *cs), *ce = malloc(nr * sizeof *ce);
+    uint32_t *st = malloc(nr * sizeof *st);
+    uint8_t *on = calloc(nr, 1);
+    int rc = 0;
+    if (!index || !low || !cs || !ce || !st || !on) {
+        rc = perr(p, IFD_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nr; i++)
+        index[i] = UINT32_MAX;
+    uint32_t next = 0, ns = 0, nc = 0, ncomp = 0;
+    for (uint32_t s = 0; s < nr; s++) {
+        if (index[s] != UINT32_MAX)
+            continue;
+        cs[nc] = s, ce[nc++] = E->off[s];
+        index[s] = low[s] = next++, st[ns++] = s, on[s] = 1;
+        while (nc) {
+            uint32_t v = cs[nc - 1];
+            if (ce[nc - 1] < E->off[v + 1]) {
+                uint32_t w = E->to[ce[nc - 1]++];
+                if (index[w] == UINT32_MAX) {
+                    cs[nc] = w, ce[nc++] = E->off[w];
+                    index[w] = low[w] = next++, st[ns++] = w, on[w] = 1;
+                } else if (on[w] && index[w] < low[v]) {
+                    low[v] = index[w];
+                }
+                continue;
+            }
+            if (low[v] == index[v]) {
+                uint32_t w;
+                do {
+                    w = st[--ns];
+                    on[w] = 0;
+                    comp[w] = ncomp;
+                } while (w != v);
+                ncomp++;
+            }
+            if (--nc && low[v] < low[cs[nc - 1]])
+                low[cs[nc - 1]] = low[v];
+        }
+    }
+out:
+    free(index);
+    free(low);
+    free(cs);
+    free(ce);
+    free(st);
+    free(on);
+    return rc;
+}
+
+/* Refuses left recursion that would grow the stack without consuming input
+ * (`x ::= x "a"`, or through rules that can match nothing): a cycle of
+ * "can begin with" edges one of which grows the stack. A cycle of tail
+ * references only (`s ::= a s |` with `a` nullable, as `(a*)*` makes) adds
+ * nothing to the stack: expansion meets it again and stops there
+ * (active_enter), so it is accepted. Linear in the grammar. */
+static int check_left_recursion(parser_t *p, const ifd_grammar_t *g)
+{
+    size_t nr = g->n_rules;
+    uint8_t *nullable = calloc(nr + 1, 1);
+    uint32_t *comp = malloc((nr + 1) * sizeof *comp);
+    ledges_t E = {0};
+    int rc = 0;
+    if (!nullable || !comp)
+        rc = perr(p, IFD_ENOMEM, "out of memory");
+    if (!rc)
+        rc = find_nullable(p, g, nullable);
+    if (!rc)
+        rc = left_edges(p, g, nullable, &E);
+    if (!rc)
+        rc = left_sccs(p, nr, &E, comp);
+    for (uint32_t r = 0; r < nr && !rc; r++)
+        for (uint32_t k = E.off[r]; k < E.off[r + 1] && !rc; k++) {
+            if (!E.grows[k] || comp[E.to[k]] != comp[r])
+                continue;
+            const prule_t *u = &p->rules[p->rules[r].user];
+            p->line = u->line;
+            rc = p->rules[r].helper
+                     ? perr(p, IFD_EFORMAT,
+                            "rule '%s' is left-recursive: a group or repetition in it can "
+                            "begin with itself without consuming input",
+                            u->name)
+                     : perr(p, IFD_EFORMAT, "rule '%s' is left-recursive", u->name);
+        }
+    free(nullable);
+    free(comp);
+    free(E.off);
+    free(E.to);
+    free(E.grows);
+    return rc;
+}
+
+ifd_grammar_budget_t ifd_grammar_default_budget(void)
+{
+    return (ifd_grammar_budget_t){IFD_GRAMMAR_DEFAULT_WORK, 0, NULL};
+}
+
 int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char *err, size_t errlen)
+{
+    ifd_grammar_budget_t b = ifd_grammar_default_budget();
+    return ifd_grammar_compile_budget(text, len, &b, out, err, errlen);
+}
+
+/* The start state must be computable within the budget: a grammar whose
+ * first step is too ambiguous is refused now, not at its first token. */
+static int check_start(parser_t *p, const ifd_grammar_t *g)
+{
+    ifd__gmem_t m;
+    ifd__gmem_init(&m);
+    m.work_limit = p->budget.max_work ? p->budget.max_work - p->work + 1 : 0;
+    ifd__gstate_t s;
+    int rc = ifd__grammar_start(g, &m, &s);
+    uint64_t used = m.work;
+    ifd__gmem_close(&m);
+    if (rc == IFD_ETOOBIG)
+        return perr(p, rc, "the grammar's first step is too ambiguous (over %u alternatives "
+                           "or the compile budget)", IFD_GRAMMAR_MAX_STACKS);
+    return rc ? perr(p, rc, "out of memory") : work(p, used);
+}
+
+int ifd_grammar_compile_budget(const char *text, size_t len, const ifd_grammar_budget_t *budget,
+                               ifd_grammar_t **out, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
@@ -1172,6 +1454,13 @@ int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char 
         return IFD_ETOOBIG;
     }
     parser_t p = {.s = text, .end = text + len, .line = 1, .errbuf = err, .errlen = errlen};
+    p.budget = budget ? *budget : ifd_grammar_default_budget();
+    if (p.budget.max_time_ms) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        p.deadline = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec +
+                     (uint64_t)p.budget.max_time_ms * 1000000u;
+    }
     ifd_grammar_t *g = NULL;
     int rc = 0;
     for (;;) {
@@ -1184,7 +1473,7 @@ int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char 
             goto fail;
         }
         uint32_t r;
-        if ((rc = rule_get(&p, p.s, n, false, &r)))
+        if ((rc = rule_get(&p, p.s, n, &r)))
             goto fail;
         if (p.rules[r].defined) {
             rc = perr(&p, IFD_EFORMAT, "rule '%s' defined twice", p.rules[r].name);
@@ -1248,26 +1537,15 @@ int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char 
     g->sets = p.sets;
     g->n_sets = p.n_sets;
     p.sets = NULL;
-    if ((rc = check_left_recursion(&p, g)))
+    if ((rc = check_left_recursion(&p, g)) || (rc = check_start(&p, g)))
         goto fail;
-    /* the start state must be computable */
-    {
-        ifd__gmem_t m;
-        ifd__gmem_init(&m);
-        ifd__gstate_t s;
-        rc = ifd__grammar_start(g, &m, &s);
-        ifd__gmem_close(&m);
-        if (rc) {
-            perr(&p, rc, "the start state is too ambiguous");
-            goto fail;
-        }
-    }
     for (size_t i = 0; i < p.n_rules; i++) {
         free(p.rules[i].name);
         free(p.rules[i].el);
     }
     free(p.rules);
     ifd_hash_close(&p.set_index);
+    ifd_hash_close(&p.rule_index);
     *out = g;
     return 0;
 fail:
@@ -1278,6 +1556,7 @@ fail:
     free(p.rules);
     free(p.sets);
     ifd_hash_close(&p.set_index);
+    ifd_hash_close(&p.rule_index);
     ifd_grammar_destroy(g);
     return rc;
 }

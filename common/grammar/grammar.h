@@ -23,8 +23,12 @@
  * at encoding boundaries, surrogates excluded) and repetitions to helper
  * rules, so the matcher sees only byte sets and rule references. Refused
  * at compile time with a message naming the rule: undefined rules, a
- * missing root, left recursion (direct or through rules that can match
- * nothing — the matcher would loop), grammars over the size limits.
+ * missing root, left recursion that grows the stack (`x ::= x "a"`, direct
+ * or through rules that can match nothing; a repetition of something that
+ * can be empty, `(a*)*`, is accepted), grammars over the size limits or
+ * the compile budget, a first step too ambiguous to compute. Compilation is
+ * linear in the grammar (hashed rule names, worklist nullability, one SCC
+ * pass) up to the expansions of the start state.
  *
  * Matching: the state is a set of stacks of grammar positions (an
  * ambiguous grammar keeps several alive). A rule reference in tail
@@ -39,6 +43,7 @@
 #ifndef IFD_GRAMMAR_H
 #define IFD_GRAMMAR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -47,6 +52,9 @@
 #define IFD_GRAMMAR_MAX_REPEAT   4096       /* m and n of {m,n} */
 #define IFD_GRAMMAR_MAX_ELEMENTS (1u << 21) /* compiled elements in all */
 #define IFD_GRAMMAR_MAX_STACKS   4096       /* live stacks in one state */
+/* Compile work (elements made, stacks expanded) of the default budget:
+ * about a second of compilation on a slow core. */
+#define IFD_GRAMMAR_DEFAULT_WORK (64u << 20)
 
 typedef struct ifd_grammar ifd_grammar_t;
 
@@ -58,6 +66,25 @@ typedef struct ifd_grammar ifd_grammar_t;
  */
 int ifd_grammar_compile(const char *text, size_t len, ifd_grammar_t **out, char *err,
                         size_t errlen);
+
+/* What one compilation may spend. Work counts the elements made and the
+ * stacks expanded (every step of the compiler that can grow with the input
+ * counts, so a hostile grammar stops within it); the clock and the cancel
+ * flag are read every 4096 steps. */
+typedef struct {
+    uint64_t max_work;        /* 0: none */
+    unsigned max_time_ms;     /* 0: none */
+    const atomic_int *cancel; /* nonzero (set by another thread): stop; NULL: none */
+} ifd_grammar_budget_t;
+
+/* IFD_GRAMMAR_DEFAULT_WORK, no time limit, no cancel flag. */
+ifd_grammar_budget_t ifd_grammar_default_budget(void);
+
+/* ifd_grammar_compile within a budget (NULL: the default): also
+ * IFD_ETOOBIG naming the exhausted limit, IFD_ECANCELED. Everything made
+ * so far is freed. Reentrant. */
+int ifd_grammar_compile_budget(const char *text, size_t len, const ifd_grammar_budget_t *budget,
+                               ifd_grammar_t **out, char *err, size_t errlen);
 
 /* NULL is a no-op. */
 void ifd_grammar_destroy(ifd_grammar_t *g);

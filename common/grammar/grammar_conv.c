@@ -103,6 +103,17 @@ static int utf8_dec(const unsigned char *s, size_t n, uint32_t *cp)
     return (int)k;
 }
 
+static bool valid_utf8(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        int k = ifd_utf8_check((const uint8_t *)s + i, n - i);
+        if (k <= 0)
+            return false;
+        i += (size_t)k;
+    }
+    return true;
+}
+
 /* A grammar literal matching exactly the bytes s[0..n) (valid UTF-8). */
 static int put_lit(ifd_buf_t *b, const char *s, size_t n)
 {
@@ -138,6 +149,100 @@ static int add_rule(conv_t *c, unsigned id, const ifd_buf_t *body)
     if (c->rules.len > IFD_GRAMMAR_MAX_TEXT)
         return cerr(c, IFD_ETOOBIG, "the schema's grammar is over %u bytes", IFD_GRAMMAR_MAX_TEXT);
     return 0;
+}
+
+/* ---- sets of literals (choice lists, enums) ------------------------------------------- */
+
+/* The literals in sorted order share prefixes: they go out as a trie of
+ * rules (each node: its common prefix, then one alternative per next code
+ * point), so the grammar's first step has one stack per distinct first
+ * character, not one per literal — a choice list of 10,000 entries is
+ * cheap instead of "too ambiguous". */
+typedef struct {
+    const char *s;
+    size_t n;
+} lit_t;
+
+static int lit_cmp(const void *a, const void *b)
+{
+    const lit_t *x = a, *y = b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    int c = memcmp(x->s, y->s, n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+/* Bytes v[lo] and v[hi - 1] (sorted) share from off on, cut back to a code
+ * point boundary (a continuation byte 10xxxxxx never starts one). */
+static size_t lit_lcp(const lit_t *v, size_t lo, size_t hi, size_t off)
+{
+    const lit_t *a = &v[lo], *b = &v[hi - 1];
+    size_t k = off;
+    while (k < a->n && k < b->n && a->s[k] == b->s[k])
+        k++;
+    while (k > off && k < a->n && ((unsigned char)a->s[k] & 0xC0) == 0x80)
+        k--;
+    return k;
+}
+
+/* The trie node of v[lo, hi) (sorted, distinct, sharing off bytes) into b. */
+static int lit_node(conv_t *c, const lit_t *v, size_t lo, size_t hi, size_t off, int depth,
+                    ifd_buf_t *b)
+{
+    if (depth > 10000)
+        return cerr(c, IFD_ETOOBIG, "the literals nest over 10000 levels deep");
+    size_t k = hi - lo == 1 ? v[lo].n : lit_lcp(v, lo, hi, off);
+    if (k > off && put_lit(b, v[lo].s + off, k - off))
+        return cerr(c, IFD_EFORMAT, "a literal is not valid UTF-8");
+    if (hi - lo == 1)
+        return k > off || ifd_buf_puts(b, "\"\" ") == 0 ? 0 : IFD_ENOMEM;
+    if (ifd_buf_puts(b, "( "))
+        return IFD_ENOMEM;
+    size_t i = lo;
+    bool first = true;
+    if (v[i].n == k) { /* one literal ends here */
+        if (ifd_buf_puts(b, "\"\" "))
+            return IFD_ENOMEM;
+        i++, first = false;
+    }
+    while (i < hi) {
+        /* the literals whose next code point is v[i]'s */
+        size_t cl = 1;
+        while (k + cl < v[i].n && ((unsigned char)v[i].s[k + cl] & 0xC0) == 0x80)
+            cl++;
+        size_t j = i + 1;
+        while (j < hi && v[j].n >= k + cl && memcmp(v[j].s + k, v[i].s + k, cl) == 0)
+            j++;
+        if (!first && ifd_buf_puts(b, "| "))
+            return IFD_ENOMEM;
+        first = false;
+        if (j - i == 1) {
+            TRY(lit_node(c, v, i, j, k, depth + 1, b));
+        } else {
+            ifd_buf_t sub = IFD_BUF_INIT;
+            int rc = lit_node(c, v, i, j, k, depth + 1, &sub);
+            unsigned id = c->next++;
+            if (!rc)
+                rc = add_rule(c, id, &sub);
+            ifd_buf_free(&sub);
+            TRY(rc);
+            if (ifd_buf_printf(b, "s%u ", id))
+                return IFD_ENOMEM;
+        }
+        i = j;
+    }
+    return ifd_buf_puts(b, ") ") ? IFD_ENOMEM : 0;
+}
+
+/* Exactly one of the n literals (duplicates allowed), as a trie, into b. */
+static int put_literals(conv_t *c, lit_t *v, size_t n, ifd_buf_t *b)
+{
+    qsort(v, n, sizeof *v, lit_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!m || lit_cmp(&v[m - 1], &v[i]))
+            v[m++] = v[i];
+    int rc = lit_node(c, v, 0, m, 0, 0, b);
+    return rc == IFD_ENOMEM ? cerr(c, rc, "out of memory") : rc;
 }
 
 /* ---- regular expressions ------------------------------------------------------------ */
@@ -368,9 +473,17 @@ static int rx_class_member(rx_t *x, uint32_t *cp, cpset_t *set)
     if (x->s >= x->end)
         return rx_err(x, IFD_EFORMAT, "trailing backslash");
     char e = *x->s++;
+    if (set && (e == 'D' || e == 'W' || e == 'S')) {
+        /* the complement of \d, \w or \s joins the class ([\s\S]: anything) */
+        cpset_t neg = {0};
+        int rc = rx_class_escape((char)(e - 'A' + 'a'), &neg);
+        rc = rc ? rc : cps_normalize(&neg, true);
+        for (size_t i = 0; !rc && i < neg.n; i++)
+            rc = cps_add(set, neg.r[i].lo, neg.r[i].hi);
+        free(neg.r);
+        return rc ? rx_err(x, IFD_ENOMEM, "out of memory") : 1;
+    }
     if (set) {
-        if (e == 'D' || e == 'W' || e == 'S')
-            return rx_err(x, IFD_ENOTSUP, "negated class escape inside a class");
         int k = rx_class_escape(e, set);
         if (k <= 0)
             return k < 0 ? k : 1;
@@ -693,6 +806,29 @@ static bool in_list(const char *k, const char *const *l, size_t n)
 
 static int schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id);
 
+/* One of the enum's values (their compact JSON texts, as a trie). */
+static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
+{
+    size_t n = json_array_size(en);
+    lit_t *v = calloc(n, sizeof *v);
+    if (!v)
+        return cerr(c, IFD_ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        char *s = json_dumps(json_array_get(en, i), JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!s)
+            rc = cerr(c, IFD_ENOMEM, "out of memory");
+        else
+            v[i] = (lit_t){s, strlen(s)};
+    }
+    if (!rc)
+        rc = put_literals(c, v, n, b);
+    for (size_t i = 0; i < n; i++)
+        free((char *)v[i].s);
+    free(v);
+    return rc;
+}
+
 /* Resolves a local reference against doc. */
 static const json_t *resolve(const json_t *doc, const char *ref)
 {
@@ -881,11 +1017,20 @@ static int object_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     size_t i = 0;
     const char *key;
     const json_t *val;
+    /* the required names as a set (jansson's objects are hashed): linear in
+     * properties + required, however long both lists are */
+    json_t *reqset = json_object();
+    for (size_t j = 0; reqset && req && j < json_array_size(req); j++)
+        if (json_object_set_new(reqset, json_string_value(json_array_get(req, j)), json_true()))
+            json_decref(reqset), reqset = NULL;
+    if (!reqset) {
+        free(kv);
+        free(isreq);
+        return cerr(c, IFD_ENOMEM, "out of memory");
+    }
     json_object_foreach((json_t *)props, key, val)
     {
-        for (size_t j = 0; req && j < json_array_size(req); j++)
-            if (strcmp(json_string_value(json_array_get(req, j)), key) == 0)
-                isreq[i] = true;
+        isreq[i] = json_object_get(reqset, key) != NULL;
         unsigned v;
         if ((rc = schema_rule(c, val, doc, &v)))
             break;
@@ -946,6 +1091,7 @@ static int object_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     }
     if (!rc && ifd_buf_puts(b, "\"}\" "))
         rc = IFD_ENOMEM;
+    json_decref(reqset);
     free(kv);
     free(isreq);
     return rc == IFD_ENOMEM ? cerr(c, rc, "out of memory") : rc;
@@ -1097,14 +1243,7 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     } else if (en) {
         if (!json_is_array(en) || json_array_size(en) == 0)
             return cerr(c, IFD_ENOTSUP, "'enum' must be a non-empty array");
-        if (ifd_buf_puts(b, "( "))
-            return IFD_ENOMEM;
-        for (size_t i = 0; i < json_array_size(en); i++) {
-            if (i && ifd_buf_puts(b, "| "))
-                return IFD_ENOMEM;
-            TRY(put_json_lit(c, b, json_array_get(en, i)));
-        }
-        rc = ifd_buf_puts(b, ") ") ? IFD_ENOMEM : 0;
+        rc = enum_body(c, en, b);
     } else if (type) {
         if (json_is_string(type)) {
             rc = type_body(c, json_string_value(type), s, doc, b);
@@ -1230,18 +1369,18 @@ int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out, char 
     conv_init(&c, err, errlen);
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = n ? 0 : cerr(&c, IFD_EFORMAT, "no choices");
+    lit_t *v = n ? calloc(n, sizeof *v) : NULL;
+    if (!rc && !v)
+        rc = cerr(&c, IFD_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
-        if (i && ifd_buf_puts(&body, "| "))
-            rc = IFD_ENOMEM;
-        if (!rc && !choices[i][0])
-            rc = ifd_buf_puts(&body, "\"\" ") ? IFD_ENOMEM : 0;
-        else if (!rc)
-            rc = put_lit(&body, choices[i], strlen(choices[i]));
-        if (rc == IFD_EFORMAT)
-            rc = cerr(&c, rc, "choice %zu is not valid UTF-8", i);
+        size_t len = strlen(choices[i]);
+        if (!valid_utf8(choices[i], len))
+            rc = cerr(&c, IFD_EFORMAT, "choice %zu is not valid UTF-8", i);
+        v[i] = (lit_t){choices[i], len};
     }
-    if (rc == IFD_ENOMEM)
-        rc = cerr(&c, rc, "out of memory");
+    if (!rc)
+        rc = put_literals(&c, v, n, &body);
+    free(v);
     if (!rc)
         rc = finish(&c, body.data, out);
     ifd_buf_free(&body);

@@ -22,6 +22,7 @@
 #define IFD_GRAMMAR_IMPL_H
 
 #include "grammar.h"
+#include "hash.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -57,6 +58,7 @@ static inline bool ifd__gset_has(const ifd_grammar_t *g, uint32_t set, uint8_t b
 
 typedef struct ifd__gnode {
     uint32_t pos;
+    uint32_t hash; /* of the whole stack (pos and every parent's): equal stacks hash alike */
     const struct ifd__gnode *parent;
 } ifd__gnode_t;
 
@@ -75,11 +77,31 @@ typedef struct {
     uint8_t **chunks;
     size_t n_chunks, cap_chunks;
     size_t cur, used; /* the chunk being filled and its bytes used */
-    /* scratch for building one state */
+    /* scratch for building one state; its stacks indexed by hash once there
+     * are more than a few (duplicates are found in O(1), not by a scan) */
     const ifd__gnode_t **scratch;
     uint32_t n_scratch, cap_scratch;
     bool scratch_accept;
+    ifd_hash_t scratch_index;
+    bool scratch_indexed;
+    /* rule expansions in progress (position + parent stack): a nullable
+     * cycle that does not grow the stack (`x ::= y x |` with y nullable)
+     * reaches one again and stops there instead of looping */
+    ifd_hash_t active_index;
+    struct ifd__gactive {
+        uint32_t pos;
+        const ifd__gnode_t *parent;
+    } *active;
+    uint32_t n_active, cap_active;
+    /* Work budget: stacks made by start/advance since `work` was last
+     * reset; past work_limit (0: none) they fail with IFD_ETOOBIG. The
+     * mask walk sets it per token, compilation for the whole grammar. */
+    uint64_t work, work_limit;
 } ifd__gmem_t;
+
+/* Expansion depth (rules inside rules) at which a state is refused with
+ * IFD_ETOOBIG: bounds the recursion's stack use (~100 bytes a level). */
+#define IFD__GRAMMAR_MAX_DEPTH 8192
 
 void ifd__gmem_init(ifd__gmem_t *m);
 void ifd__gmem_close(ifd__gmem_t *m);

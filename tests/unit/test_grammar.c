@@ -102,6 +102,43 @@ START_TEST(test_gbnf_basics)
 }
 END_TEST
 
+/* Issue 31 row 11: a repetition of something that can be empty (`(a?)*`,
+ * `(a*)*`, what regex `a**` and `(a*)*b` become) was refused as left
+ * recursion, naming an internal rule; it adds nothing to the stack, so it
+ * is accepted and matches what it should. */
+static ifd_grammar_t *regex_grammar(const char *re);
+
+START_TEST(test_nullable_repetition)
+{
+    ifd_grammar_t *g = compile_ok("root ::= (\"a\"?)* \"b\"\n");
+    ck_assert(matches_s(g, "b"));
+    ck_assert(matches_s(g, "aaab"));
+    ck_assert(!matches_s(g, "ba"));
+    ck_assert(!matches_s(g, "aa"));
+    ifd_grammar_destroy(g);
+    g = compile_ok("root ::= ((\"a\"*)* | (\"x\"? \"y\"?)+) \"c\"\n");
+    ck_assert(matches_s(g, "c"));
+    ck_assert(matches_s(g, "aac"));
+    ck_assert(matches_s(g, "xyxxyc"));
+    ck_assert(!matches_s(g, "axc"));
+    ifd_grammar_destroy(g);
+    /* a nullable cycle through written rules */
+    g = compile_ok("root ::= s \"!\"\ns ::= a s | \"\"\na ::= \"z\" | \"\"\n");
+    ck_assert(matches_s(g, "!"));
+    ck_assert(matches_s(g, "zzz!"));
+    ck_assert(!matches_s(g, "z"));
+    ifd_grammar_destroy(g);
+    static const char *const res[] = {"(a*)*b", "a**", "(a?)+c", "(a|)*d"};
+    static const char *const ok[] = {"aab", "", "c", "aad"};
+    for (size_t i = 0; i < 4; i++) {
+        g = regex_grammar(res[i]);
+        ck_assert_msg(matches_s(g, ok[i]), "%s ~ %s", res[i], ok[i]);
+        ck_assert_msg(!matches_s(g, "q"), "%s ~ q", res[i]);
+        ifd_grammar_destroy(g);
+    }
+}
+END_TEST
+
 START_TEST(test_gbnf_errors)
 {
     static const struct {
@@ -111,7 +148,7 @@ START_TEST(test_gbnf_errors)
         {"start ::= \"a\"\n", "no 'root' rule"},
         {"root ::= root \"a\" | \"b\"\n", "left-recursive"},
         {"root ::= a\na ::= b? a \"x\"\nb ::= \"y\"\n", "left-recursive"},
-        {"root ::= (\"a\"?)*\n", "left-recursive"},
+        {"root ::= (\"a\"? root \"b\")* \"c\"\n", "rule 'root' is left-recursive"},
         {"root ::= \"abc\n", "unterminated"},
         {"root ::= [ab", "unterminated"},
         {"root ::= [z-a]\n", "reversed"},
@@ -172,6 +209,9 @@ START_TEST(test_regex_vs_pcre2)
         "\\x61\\u0062",
         "[\\x30-\\x39\\s_]+",
         "[^\\d\\n]+",
+        "[\\s\\S]+",  /* issue 31: a negated class escape inside a class */
+        "[\\Da]",
+        "[\\W\\d]+",
     };
     const char alpha[] = "abcxy019_-. \n]";
     uint64_t rng = 12345;
@@ -206,7 +246,7 @@ START_TEST(test_regex_vs_pcre2)
     }
     /* refused features */
     static const char *const bad[] = {"(a)\\1", "a(?=b)", "\\bword", "a++",
-                                      "(?i)a",  "a$b",    "[\\D]",   "[a-\\d]"};
+                                      "(?i)a",  "a$b",    "[a-\\d]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ifd_buf_t b = IFD_BUF_INIT;
         char err[256];
@@ -552,6 +592,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_gbnf_basics);
     tcase_add_test(tc, test_gbnf_errors);
+    tcase_add_test(tc, test_nullable_repetition);
     tcase_add_test(tc, test_regex_vs_pcre2);
     tcase_add_test(tc, test_escape_dialects);
     tcase_add_test(tc, test_json_schema);
