@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "hash.h"
+#include "log.h"
 #include "utf8.h"
 
 #include <stdarg.h>
@@ -1559,6 +1560,113 @@ fail:
     ifd_hash_close(&p.rule_index);
     ifd_grammar_destroy(g);
     return rc;
+}
+
+/* ---- the compiled form, as words ----------------------------------------------------- */
+
+#define IFD__GSER_MAGIC 0x31524749u /* "IGR1" */
+#define IFD__GSER_HDR   6           /* magic, n_el, n_alts, n_rules, n_sets, root */
+
+int ifd_grammar_serialize(const ifd_grammar_t *g, int32_t **out, size_t *n_out)
+{
+    size_t n_alts = g->alt_off[g->n_rules];
+    size_t n = IFD__GSER_HDR + 2 * (g->n_el + 1) + n_alts + g->n_rules + 1 + 8 * g->n_sets;
+    uint32_t *w = malloc(n * sizeof *w);
+    if (!w)
+        return IFD_ENOMEM;
+    size_t k = 0;
+    w[k++] = IFD__GSER_MAGIC;
+    w[k++] = (uint32_t)g->n_el;
+    w[k++] = (uint32_t)n_alts;
+    w[k++] = (uint32_t)g->n_rules;
+    w[k++] = (uint32_t)g->n_sets;
+    w[k++] = g->root;
+    for (size_t i = 0; i <= g->n_el; i++) {
+        w[k++] = g->el[i].type;
+        w[k++] = g->el[i].v;
+    }
+    memcpy(w + k, g->alts, n_alts * sizeof *w);
+    k += n_alts;
+    memcpy(w + k, g->alt_off, (g->n_rules + 1) * sizeof *w);
+    k += g->n_rules + 1;
+    memcpy(w + k, g->sets, 32 * g->n_sets);
+    *out = (int32_t *)w;
+    *n_out = n;
+    return 0;
+}
+
+/* Every index in range: what the matcher needs to stay inside the arrays.
+ * (A hand-made array could still be left-recursive; the expansion's depth
+ * and work limits stop that with IFD_ETOOBIG.) */
+static int gser_check(const ifd_grammar_t *g, size_t n_alts)
+{
+    if (g->el[g->n_el].type != IFD__GE_END || g->root >= g->n_rules)
+        return IFD_EFORMAT;
+    for (size_t i = 0; i <= g->n_el; i++) {
+        const ifd__gelem_t *e = &g->el[i];
+        if (e->type > IFD__GE_SET || (e->type == IFD__GE_RULE && e->v >= g->n_rules) ||
+            (e->type == IFD__GE_SET && e->v >= g->n_sets))
+            return IFD_EFORMAT;
+    }
+    if (g->alt_off[0] != 0 || g->alt_off[g->n_rules] != n_alts)
+        return IFD_EFORMAT;
+    for (size_t r = 0; r < g->n_rules; r++)
+        if (g->alt_off[r + 1] <= g->alt_off[r]) /* every rule has an alternative */
+            return IFD_EFORMAT;
+    /* an alternative runs from its start to the next ALT or END; el[n_el] is
+     * END, so any start in range ends inside the array */
+    for (size_t a = 0; a < n_alts; a++)
+        if (g->alts[a] > g->n_el)
+            return IFD_EFORMAT;
+    return 0;
+}
+
+int ifd_grammar_deserialize(const int32_t *words, size_t n, ifd_grammar_t **out, char *err,
+                            size_t errlen)
+{
+    const uint32_t *w = (const uint32_t *)words;
+    *out = NULL;
+    if (n < IFD__GSER_HDR || w[0] != IFD__GSER_MAGIC || w[1] > IFD_GRAMMAR_MAX_ELEMENTS ||
+        w[2] > IFD_GRAMMAR_MAX_ELEMENTS + 1 || w[3] > IFD_GRAMMAR_MAX_ELEMENTS ||
+        w[4] > IFD_GRAMMAR_MAX_ELEMENTS) {
+        ifd_fail_msg(err, errlen, 0, "compiled grammar: bad header");
+        return IFD_EFORMAT;
+    }
+    size_t n_el = w[1], n_alts = w[2], n_rules = w[3], n_sets = w[4];
+    if (n != IFD__GSER_HDR + 2 * (n_el + 1) + n_alts + n_rules + 1 + 8 * n_sets || !n_rules) {
+        ifd_fail_msg(err, errlen, 0, "compiled grammar: %zu words do not match its header", n);
+        return IFD_EFORMAT;
+    }
+    ifd_grammar_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return IFD_ENOMEM;
+    g->n_el = n_el;
+    g->n_rules = n_rules;
+    g->n_sets = n_sets;
+    g->root = w[5];
+    g->el = malloc((n_el + 1) * sizeof *g->el);
+    g->alts = malloc((n_alts + 1) * sizeof *g->alts);
+    g->alt_off = malloc((n_rules + 1) * sizeof *g->alt_off);
+    g->sets = malloc(32 * (n_sets + 1));
+    if (!g->el || !g->alts || !g->alt_off || !g->sets) {
+        ifd_grammar_destroy(g);
+        return IFD_ENOMEM;
+    }
+    size_t k = IFD__GSER_HDR;
+    for (size_t i = 0; i <= n_el; i++, k += 2)
+        g->el[i] = (ifd__gelem_t){w[k], w[k + 1]};
+    memcpy(g->alts, w + k, n_alts * sizeof *w);
+    k += n_alts;
+    memcpy(g->alt_off, w + k, (n_rules + 1) * sizeof *w);
+    k += n_rules + 1;
+    memcpy(g->sets, w + k, 32 * n_sets);
+    if (gser_check(g, n_alts)) {
+        ifd_grammar_destroy(g);
+        ifd_fail_msg(err, errlen, 0, "compiled grammar: inconsistent");
+        return IFD_EFORMAT;
+    }
+    *out = g;
+    return 0;
 }
 
 void ifd_grammar_destroy(ifd_grammar_t *g)

@@ -89,6 +89,18 @@ int ifd_grammar_compile_budget(const char *text, size_t len, const ifd_grammar_b
 /* NULL is a no-op. */
 void ifd_grammar_destroy(ifd_grammar_t *g);
 
+/* The compiled grammar as 32-bit words (*out malloc'ed, caller frees; *n
+ * words), so it is compiled once — by the router, off its loop — and
+ * handed to the worker in the ADD frame. 0 or IFD_ENOMEM. */
+int ifd_grammar_serialize(const ifd_grammar_t *g, int32_t **out, size_t *n);
+
+/* The grammar of ifd_grammar_serialize's words, checked (every index in
+ * range, every alternative where the matcher expects one): a corrupt or
+ * hostile array is IFD_EFORMAT with a message, never a crash. The words
+ * are copied. 0, IFD_EFORMAT, IFD_ENOMEM. */
+int ifd_grammar_deserialize(const int32_t *words, size_t n, ifd_grammar_t **out, char *err,
+                            size_t errlen);
+
 typedef struct ifd_gmatch ifd_gmatch_t;
 
 /* A matcher at the start of g. 0 and *out, or IFD_ENOMEM. */

@@ -253,7 +253,8 @@ typedef struct {
 
 typedef struct gentry {
     struct gentry *next;
-    uint64_t text_hash;
+    uint64_t text_hash; /* of compiled, text[0..text_len) */
+    bool compiled;      /* text holds ifd_grammar_serialize's words, not grammar text */
     char *text;
     size_t text_len;
     ifd_grammar_t *g;
@@ -395,40 +396,71 @@ struct ifd_constraint {
     bool ended; /* an end-of-generation token was consumed */
 };
 
+/* The store's entry for a grammar given as text (compiled here) or as
+ * compiled words (checked and loaded here), found or made. */
+static int entry_get(ifd_gstore_t *s, const void *key, size_t len, bool compiled, gentry_t **out,
+                     char *err, size_t errlen)
+{
+    uint64_t h = ifd_hash_bytes(key, len);
+    gentry_t *e = s->entries;
+    for (; e; e = e->next)
+        if (e->text_hash == h && e->compiled == compiled && e->text_len == len &&
+            memcmp(e->text, key, len) == 0)
+            break;
+    if (e) {
+        *out = e;
+        return 0;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return IFD_ENOMEM;
+    e->text = malloc(len ? len : 1);
+    e->slots = calloc(IFD_GMASK_CACHE_MAX, sizeof *e->slots);
+    ifd__gmem_init(&e->ds_mem);
+    /* sized for their maxima, so the caches never grow (nor fail) later */
+    int rc = ifd_hash_init(&e->mask_index, IFD_GMASK_CACHE_MAX);
+    rc = rc ? rc : ifd_hash_init(&e->ds_index, IFD_GDFA_MAX);
+    if (!e->text || !e->slots || rc) {
+        entry_free(e);
+        return IFD_ENOMEM;
+    }
+    memcpy(e->text, key, len);
+    e->text_len = len;
+    e->text_hash = h;
+    e->compiled = compiled;
+    rc = compiled ? ifd_grammar_deserialize(key, len / sizeof(int32_t), &e->g, err, errlen)
+                  : ifd_grammar_compile(key, len, &e->g, err, errlen);
+    if (rc) {
+        entry_free(e);
+        return rc;
+    }
+    s->st.compiles++;
+    e->next = s->entries;
+    s->entries = e;
+    *out = e;
+    return 0;
+}
+
+static int constraint_new(ifd_gstore_t *s, gentry_t *e, ifd_constraint_t **out);
+
 int ifd_constraint_create(ifd_gstore_t *s, const char *text, size_t len, ifd_constraint_t **out,
                           char *err, size_t errlen)
 {
-    uint64_t h = ifd_hash_bytes(text, len);
-    gentry_t *e = s->entries;
-    for (; e; e = e->next)
-        if (e->text_hash == h && e->text_len == len && memcmp(e->text, text, len) == 0)
-            break;
-    if (!e) {
-        e = calloc(1, sizeof *e);
-        if (!e)
-            return IFD_ENOMEM;
-        e->text = malloc(len ? len : 1);
-        e->slots = calloc(IFD_GMASK_CACHE_MAX, sizeof *e->slots);
-        ifd__gmem_init(&e->ds_mem);
-        /* sized for their maxima, so the caches never grow (nor fail) later */
-        int rc = ifd_hash_init(&e->mask_index, IFD_GMASK_CACHE_MAX);
-        rc = rc ? rc : ifd_hash_init(&e->ds_index, IFD_GDFA_MAX);
-        if (!e->text || !e->slots || rc) {
-            entry_free(e);
-            return IFD_ENOMEM;
-        }
-        memcpy(e->text, text, len);
-        e->text_len = len;
-        e->text_hash = h;
-        rc = ifd_grammar_compile(text, len, &e->g, err, errlen);
-        if (rc) {
-            entry_free(e);
-            return rc;
-        }
-        s->st.compiles++;
-        e->next = s->entries;
-        s->entries = e;
-    }
+    gentry_t *e;
+    int rc = entry_get(s, text, len, false, &e, err, errlen);
+    return rc ? rc : constraint_new(s, e, out);
+}
+
+int ifd_constraint_create_compiled(ifd_gstore_t *s, const int32_t *words, size_t n,
+                                   ifd_constraint_t **out, char *err, size_t errlen)
+{
+    gentry_t *e;
+    int rc = entry_get(s, words, n * sizeof *words, true, &e, err, errlen);
+    return rc ? rc : constraint_new(s, e, out);
+}
+
+static int constraint_new(ifd_gstore_t *s, gentry_t *e, ifd_constraint_t **out)
+{
     ifd_constraint_t *c = calloc(1, sizeof *c);
     if (!c)
         return IFD_ENOMEM;
@@ -576,6 +608,10 @@ static int walk(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, uint32_
         entry_clear_dfa(e); /* nearly full: start over rather than walk unmemoized */
     ifd__gmem_t *m = &s->walk;
     ifd__gmem_release(m, (ifd__gmark_t){0, 0});
+    /* one token's mask may expand at most IFD_GMASK_WORK stacks: past it the
+     * sequence ends with an error, the step goes on (issue 31 row 2) */
+    m->work = 0;
+    m->work_limit = IFD_GMASK_WORK;
     s->states[0] = *root;
     s->ids[0] = intern(s, e, root);
     s->marks[0] = ifd__gmem_mark(m);

@@ -40,6 +40,9 @@
 #define IFD_GSTORE_KEEP     8    /* unused grammars kept compiled */
 #define IFD_GMASK_CACHE_MAX 1024 /* cached masks per grammar */
 #define IFD_GDFA_MAX        8192 /* memoized automaton states per grammar (1 KiB each) */
+/* Stacks one mask may expand on a cache miss (about 100 ms of a slow core):
+ * a grammar whose next step needs more is IFD_ETOOBIG for its sequence. */
+#define IFD_GMASK_WORK      (8u << 20)
 
 typedef struct ifd_vocab ifd_vocab_t;
 
@@ -84,6 +87,13 @@ int ifd_constraint_create(ifd_gstore_t *s, const char *text, size_t len, ifd_con
                           char *err, size_t errlen);
 void ifd_constraint_destroy(ifd_constraint_t *c); /* NULL is a no-op */
 
+/* The same from a grammar compiled elsewhere (ifd_grammar_serialize's n
+ * words, as the router hands it on in ADD): loaded, not compiled; found in
+ * the store by those words. IFD_EFORMAT (bad words, message in err),
+ * IFD_ENOMEM. */
+int ifd_constraint_create_compiled(ifd_gstore_t *s, const int32_t *words, size_t n,
+                                   ifd_constraint_t **out, char *err, size_t errlen);
+
 /*
  * Brings the constraint to the state after `generated` (n tokens: the
  * whole history, of which it has seen some) and writes the allowed tokens
@@ -91,7 +101,7 @@ void ifd_constraint_destroy(ifd_constraint_t *c); /* NULL is a no-op */
  * token i). Returns 0; IFD_EINVAL when the history contains a token the
  * grammar does not allow (the constraint is then reset and the call may be
  * retried with a valid history); IFD_ETOOBIG (an ambiguous grammar's
- * state limit); IFD_ENOMEM. A complete sentence with no possible
+ * state limit, or a mask over IFD_GMASK_WORK); IFD_ENOMEM. A complete sentence with no possible
  * continuation allows only the end-of-generation ids (none: all zero).
  */
 int ifd_constraint_mask(ifd_constraint_t *c, const int32_t *generated, size_t n, uint32_t *bits);

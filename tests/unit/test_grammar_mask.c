@@ -196,6 +196,76 @@ START_TEST(test_mask_vs_brute_force)
 }
 END_TEST
 
+/* The router compiles a grammar once and hands the worker its words
+ * (ifd_grammar_serialize → ADD → ifd_constraint_create_compiled): the
+ * masks are those of the grammar compiled from its text, step by step; and
+ * words corrupted anywhere are refused with IFD_EFORMAT or give a grammar
+ * whose masks stay within the store's limits — never a crash. */
+START_TEST(test_compiled_handoff)
+{
+    uint64_t rng = 7;
+    const int32_t V = 2000;
+    ifd_vocab_t *v = random_vocab(&rng, V);
+    ifd_gstore_t *st;
+    ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
+    size_t words = ((size_t)V + 31) / 32;
+    uint32_t *a = malloc(words * 4), *b = malloc(words * 4);
+    char err[256];
+    for (int gi = 0; gi < 4; gi++) {
+        char *text = grammar_texts(gi);
+        ifd_grammar_t *g;
+        ck_assert_int_eq(ifd_grammar_compile(text, strlen(text), &g, err, sizeof err), 0);
+        int32_t *w;
+        size_t nw;
+        ck_assert_int_eq(ifd_grammar_serialize(g, &w, &nw), 0);
+        ifd_grammar_destroy(g);
+        ifd_constraint_t *kt, *kc;
+        ck_assert_int_eq(ifd_constraint_create(st, text, strlen(text), &kt, err, sizeof err), 0);
+        ck_assert_msg(ifd_constraint_create_compiled(st, w, nw, &kc, err, sizeof err) == 0, "%s",
+                      err);
+        int32_t hist[48];
+        for (size_t n = 0; n < 48; n++) {
+            IFD_TASSERT_CMP(ifd_constraint_mask(kt, hist, n, a), ==, 0);
+            IFD_TASSERT_CMP(ifd_constraint_mask(kc, hist, n, b), ==, 0);
+            IFD_TASSERT(memcmp(a, b, words * 4) == 0);
+            int32_t allowed[2048];
+            int na = 0;
+            for (int32_t t = 0; t < V; t++)
+                if ((a[t >> 5] >> (t & 31)) & 1)
+                    allowed[na++] = t;
+            if (!na || (hist[n] = allowed[rnd(&rng) % (uint64_t)na]) == 1)
+                break;
+        }
+        ifd_constraint_destroy(kt);
+        ifd_constraint_destroy(kc);
+        /* corruption: one word at a time, anywhere */
+        for (int k = 0; k < 300; k++) {
+            int32_t *x = malloc(nw * sizeof *x);
+            memcpy(x, w, nw * sizeof *x);
+            size_t at = rnd(&rng) % nw;
+            x[at] = k % 3 ? (int32_t)rnd(&rng) : x[at] + (k % 2 ? 1 : -1);
+            size_t n2 = k % 7 ? nw : nw - 1 - rnd(&rng) % 4;
+            ifd_constraint_t *kx;
+            int rc = ifd_constraint_create_compiled(st, x, n2, &kx, err, sizeof err);
+            if (rc == 0) {
+                int32_t h0[1] = {0};
+                int mrc = ifd_constraint_mask(kx, h0, 0, a);
+                IFD_TASSERT(mrc == 0 || mrc == IFD_ETOOBIG || mrc == IFD_EINVAL);
+                ifd_constraint_destroy(kx);
+            } else {
+                IFD_TASSERT_CMP(rc, ==, IFD_EFORMAT);
+            }
+            free(x);
+        }
+        free(w);
+        free(text);
+    }
+    free(a);
+    free(b);
+    ifd_gstore_destroy(st);
+    ifd_vocab_destroy(v);
+}
+END_TEST
 
 /* One step of a constrained sampling run: fresh random logits, a draw with
  * params p after the history hist[0..n), and chk's brute-force mask of that
@@ -394,6 +464,7 @@ int main(void)
     TCase *tc = tcase_create("grammar_mask");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_mask_vs_brute_force, 0, 2);
+    tcase_add_test(tc, test_compiled_handoff);
     tcase_add_test(tc, test_sampler_constraint);
     tcase_add_test(tc, test_sampler_constraint_truncated);
     suite_add_tcase(s, tc);
