@@ -105,12 +105,12 @@ int main(int argc, char **argv)
         if (strcmp(bc->kind, "schema") == 0) {
             json_error_t je;
             json_t *s = json_loads(bc->source, 0, &je);
-            rc = s ? ifd_gconv_json_schema(s, &g, err, sizeof err) : IFD_EFORMAT;
+            rc = s ? ifd_gconv_json_schema(s, &g, NULL, err, sizeof err) : IFD_EFORMAT;
             json_decref(s);
         } else if (strcmp(bc->kind, "object") == 0) {
             rc = ifd_gconv_json_object(&g);
         } else {
-            rc = ifd_gconv_regex(bc->source, strlen(bc->source), &g, err, sizeof err);
+            rc = ifd_gconv_regex(bc->source, strlen(bc->source), &g, NULL, err, sizeof err);
         }
         if (rc) {
             fprintf(stderr, "bench_grammar: %s: %s\n", bc->name, err);

@@ -24,6 +24,7 @@
 
 #include "chat/chat_template.h"
 #include "config.h"
+#include "gcache.h"
 #include "http.h"
 #include "kvpool/kvpool.h"
 #include "metrics.h"
@@ -75,6 +76,10 @@ typedef struct {
      * the first one kept, freed by ifd_api_close; limits from cfg
      * responses_store_entries / _bytes */
     ifd_respstore_t *responses;
+    /* compiled structured-output grammars by what requests ask (gcache.h:
+     * thread-safe, used by the threadpool's jobs); made by main, freed by
+     * ifd_api_close */
+    ifd_gcache_t *grammars;
 } ifd_api_t;
 
 /* The http handler: routes one request. */
@@ -89,8 +94,8 @@ void ifd_api_on_request(void *api, ifd_http_conn_t *c, const ifd_http_request_t 
 int ifd_api_route_find(const char *path, int method, bool *path_known, bool *open);
 int ifd_api_route_allow(const char *path, char *buf, size_t len);
 
-/* Frees what the API made for itself (the Responses store). After the loop
- * stopped. */
+/* Frees what the API made for itself (the Responses store, the grammar
+ * cache). After the loop stopped. */
 void ifd_api_close(ifd_api_t *api);
 
 #endif

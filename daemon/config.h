@@ -77,6 +77,14 @@
     X(max_queue, INT, "256", 1, "N", 0, 1 << 20,                                               \
       "sequences waiting for a worker (and requests being tokenized) before new requests "     \
       "get 503")                                                                               \
+    X(template_timeout, SECS, "2", 1, "SECS", 0.01, 600,                                       \
+      "time one request's chat template may render (400 beyond)")                              \
+    X(template_vars_override, BOOL, "false", 1, NULL, 0, 0,                                    \
+      "let chat_template_kwargs set bos_token, eos_token, date_string, …")                     \
+    X(grammar_timeout, SECS, "2", 1, "SECS", 0.01, 600,                                        \
+      "time one request's structured-output grammar may take to convert and compile (400)")    \
+    X(grammar_cache_bytes, BYTES, "64M", 0, "BYTES", 0, 0,                                     \
+      "compiled grammars kept for repeated schemas")                                           \
     X(responses_store_entries, INT, "1000", 1, "N", 0, 1 << 20,                                \
       "Responses kept in memory for GET /v1/responses/{id} and previous_response_id (the "     \
       "least recently used evicted); 0: none (a request's store is then ignored)")             \

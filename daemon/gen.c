@@ -82,6 +82,11 @@ struct ifd_gen {
     bool reserved; /* counted in api->n_tokenizing */
     bool running;  /* counted in api->n_running */
     bool aborted;
+    /* set when the client leaves: the job's template rendering and grammar
+     * building stop at their next check (read by the threadpool's thread) */
+    atomic_int cancel;
+    int32_t *gwords; /* the compiled grammar handed to the worker (arena), or NULL */
+    size_t n_gwords;
     ifd_tokens_t *ptoks; /* per prompt */
     char **echo;         /* per prompt: text to echo (completions) */
     size_t *echo_len;
@@ -448,6 +453,8 @@ static void ifd__on_error(void *owner, ifd_rseq_t *s, int code, const char *msg)
     IFD_WARN("gen %s choice %u: %s (%s)", g->id, c->index, msg, ifd_err_name(code));
     if (code == IFD_ENODEV || code == IFD_ECLOSED)
         ifd__fail(g, 503, NULL, "%s", msg);
+    else if (code == IFD_ETOOBIG) /* the request's own grammar: its 400, nobody else's */
+        ifd__fail(g, 400, "invalid_value", "The request cannot be completed: %s.", msg);
     else
         ifd__fail(g, 500, NULL, "The request could not be completed: %s", msg);
 }
@@ -710,6 +717,7 @@ static void ifd__abort_cb(void *ud)
 {
     ifd_gen_t *g = ud;
     g->conn = NULL;
+    atomic_store(&g->cancel, 1);
     IFD_INFO("gen %s: client went away: cancelling its sequences", g->id);
     if (g->work_pending) {
         g->aborted = true; /* freed when the tokenizing job returns */
@@ -730,6 +738,7 @@ void ifd_gen_abort_all(ifd_api_t *api)
                 ifd_http_set_abort(conn, NULL, NULL);
                 ifd_reply_errorf(conn, 503, NULL, NULL, "The server is shutting down.");
             }
+            atomic_store(&g->cancel, 1);
             g->aborted = true;
         } else {
             ifd__fail(g, 503, NULL, "The server is shutting down.");
@@ -741,14 +750,82 @@ void ifd_gen_abort_all(ifd_api_t *api)
 
 /* ---- tokenizing (uv threadpool) ----------------------------------------------------------- */
 
+/* The key of the request's grammar in the cache: everything its grammar
+ * and tool checks depend on (gcache.h). NULL when out of memory. */
+static char *ifd__grammar_key(ifd_gen_t *g, size_t *len)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    ifd_buf_t k = IFD_BUF_INIT;
+    int e = ifd_buf_printf(&k, "%d %d %u %d|", (int)rq->so_kind, (int)rq->tool_choice,
+                           rq->tool_index, (int)rq->parallel_tool_calls);
+    if (!e && rq->so_source)
+        e = ifd_buf_append(&k, rq->so_source, rq->so_source_len);
+    if (!e && rq->tools_json)
+        e = ifd_buf_append(&k, "|", 1) || ifd_buf_append(&k, rq->tools_json,
+                                                          strlen(rq->tools_json));
+    char *key = e ? NULL : ifd_arena_strndup(&g->arena, k.data ? k.data : "", k.len);
+    *len = k.len;
+    ifd_buf_free(&k);
+    return key;
+}
+
+/* The request's structured-output work (its tools' schemas checked, its
+ * constraint converted and compiled), off the loop, within grammar_timeout
+ * and the client's presence; a request asking what an earlier one did
+ * takes it from the cache. On the threadpool's thread. */
+static int ifd__build_grammar(ifd_gen_t *g)
+{
+    ifd_oai_request_t *rq = &g->req;
+    if (!rq->so_kind && !rq->n_tools)
+        return 0;
+    ifd_api_t *api = g->api;
+    size_t klen;
+    char *key = ifd__grammar_key(g, &klen);
+    if (!key)
+        return IFD_ENOMEM;
+    if (ifd_gcache_get(api->grammars, key, klen, &g->arena, &g->gwords, &g->n_gwords))
+        return 0;
+    ifd_grammar_budget_t b = ifd_grammar_default_budget();
+    b.max_time_ms = (unsigned)(api->cfg->grammar_timeout * 1000.0);
+    b.cancel = &g->cancel;
+    ifd_grammar_t *cg = NULL;
+    int rc = ifd_oai_build_grammar(&g->arena, rq, &b, &cg, &g->work_err);
+    if (rc)
+        return rc;
+    int32_t *w = NULL;
+    size_t n = 0;
+    rc = cg ? ifd_grammar_serialize(cg, &w, &n) : 0;
+    ifd_grammar_destroy(cg);
+    if (!rc && n > IFD_WIRE_MAX_GRAMMAR) {
+        free(w);
+        ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", rq->so_param,
+                          "Invalid '%s': its compiled grammar is over %u words.", rq->so_param,
+                          IFD_WIRE_MAX_GRAMMAR);
+        return IFD_EINVAL;
+    }
+    if (!rc && n && !(g->gwords = ifd_arena_alloc(&g->arena, n * sizeof *w)))
+        rc = IFD_ENOMEM;
+    if (!rc) {
+        if (n)
+            memcpy(g->gwords, w, n * sizeof *w);
+        g->n_gwords = n;
+        ifd_gcache_put(api->grammars, key, klen, w, n);
+    }
+    free(w);
+    return rc;
+}
+
 static void ifd__work_cb(uv_work_t *w)
 {
     ifd_gen_t *g = w->data;
     const ifd_tokenizer_t *tok = g->api->tok;
-    g->work_rc = 0;
+    g->work_rc = ifd__build_grammar(g);
+    if (g->work_rc)
+        return;
     if (g->kind == IFD_OAI_CHAT) {
         const char *echo = NULL;
-        g->work_rc = ifd_prompt_chat(g->api, &g->arena, &g->req, &g->ptoks[0], &echo, &g->work_err);
+        g->work_rc = ifd_prompt_chat(g->api, &g->arena, &g->req, &g->cancel, &g->ptoks[0], &echo,
+                                     &g->work_err);
         if (echo) {
             g->echo[0] = (char *)echo;
             g->echo_len[0] = strlen(echo);
@@ -969,7 +1046,8 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
     sp->ignore_eos = rq->ignore_eos;
     sp->use_cache = rq->use_cache && api->cfg->prefix_cache;
     sp->priority = ifd_wire_priority_from_api(rq->priority);
-    sp->grammar = rq->grammar;
+    sp->grammar = g->gwords;
+    sp->n_grammar = (uint32_t)g->n_gwords;
     sp->min_tokens = rq->min_tokens;
     /* prompt logprobs: the first sample asks, or every choice for a streaming
      * echo (each choice's echo chunk waits for its own sequence's) */

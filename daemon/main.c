@@ -1091,6 +1091,10 @@ static int ifd__start_router(ifd__daemon_t *d, int64_t mml)
     api->rng = api->start_ns ^ ((uint64_t)getpid() << 32);
     api->on_idle = ifd__on_idle;
     api->idle_ctx = d;
+    if (ifd_gcache_create(&api->grammars, (size_t)d->cfg.grammar_cache_bytes)) {
+        IFD_ERROR("out of memory for the grammar cache");
+        return IFD_ENOMEM;
+    }
     return 0;
 }
 

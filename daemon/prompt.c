@@ -170,7 +170,8 @@ static int ifd__continue_final(const ifd_oai_request_t *rq, ifd_chat_prompt_t *p
 
 /* The model's own template over the request's JSON messages and tools. */
 static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
-                            ifd_chat_prompt_t *pr, char *err, size_t errlen)
+                            const ifd_chat_request_t *opts, ifd_chat_prompt_t *pr, char *err,
+                            size_t errlen)
 {
     json_error_t je;
     json_t *msgs = json_loads(rq->messages_json, 0, &je);
@@ -188,8 +189,10 @@ static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
             json_object_set_new(m, "role", json_string("system"));
     }
     json_t *vars = ifd__template_vars(rq);
-    ifd_chat_request_t cr = {.messages = msgs, .tools = tools, .vars = vars,
-                             .add_generation_prompt = rq->add_generation_prompt};
+    ifd_chat_request_t cr = *opts;
+    cr.messages = msgs;
+    cr.tools = tools;
+    cr.vars = vars;
     int rc = ifd_chat_render_request(api->tpl, &cr, pr, err, errlen);
     json_decref(msgs);
     json_decref(tools);
@@ -199,7 +202,8 @@ static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
 
 /* {role, content} messages, tools as text (any template without tools). */
 static int ifd__render_plain(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
-                             ifd_chat_prompt_t *pr, char *err, size_t errlen)
+                             const ifd_chat_request_t *opts, ifd_chat_prompt_t *pr, char *err,
+                             size_t errlen)
 {
     ifd_chat_msg_t *msgs = calloc(rq->n_messages + 1, sizeof *msgs);
     if (!msgs)
@@ -229,9 +233,10 @@ static int ifd__render_plain(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai
         }
     }
     json_t *vars = ifd__template_vars(rq);
+    ifd_chat_request_t o = *opts;
+    o.vars = vars;
     if (!rc)
-        rc = ifd_chat_render_msgs(api->tpl, all, n_all, rq->add_generation_prompt, vars, pr, err,
-                                  errlen);
+        rc = ifd_chat_render_msgs(api->tpl, all, n_all, &o, pr, err, errlen);
     json_decref(vars);
     free(msgs);
     return rc;
@@ -247,8 +252,15 @@ void ifd_prompt_truncate(const ifd_api_t *api, const ifd_oai_request_t *rq, ifd_
 }
 
 int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
-                    ifd_tokens_t *out, const char **echo, ifd_oai_error_t *err)
+                    const atomic_int *cancel, ifd_tokens_t *out, const char **echo,
+                    ifd_oai_error_t *err)
 {
+    /* the server's budgets for a rendering (config: template_timeout,
+     * template_vars_override); the cancel flag is the client's leaving */
+    ifd_chat_request_t opts = {.add_generation_prompt = rq->add_generation_prompt,
+                               .vars_may_override = api->cfg->template_vars_override,
+                               .max_time_ms = (unsigned)(api->cfg->template_timeout * 1000.0),
+                               .cancel = cancel};
     if (echo) {
         const ifd_oai_message_t *last = rq->n_messages ? &rq->messages[rq->n_messages - 1] : NULL;
         *echo = rq->echo && last && !strcmp(last->role, "assistant")
@@ -258,10 +270,14 @@ int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_
     ifd_chat_prompt_t pr = {0};
     char msg[400] = "";
     int rc = ifd__template_does_tools(api->tpl)
-                 ? ifd__render_json(api, rq, &pr, msg, sizeof msg)
-                 : ifd__render_plain(api, a, rq, &pr, msg, sizeof msg);
+                 ? ifd__render_json(api, rq, &opts, &pr, msg, sizeof msg)
+                 : ifd__render_plain(api, a, rq, &opts, &pr, msg, sizeof msg);
     if (!rc)
         rc = ifd__continue_final(rq, &pr, msg, sizeof msg);
+    if (rc == IFD_ECANCELED) {
+        ifd_chat_prompt_free(&pr);
+        return rc; /* the client left: nobody to answer */
+    }
     if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
         /* the template cannot render the request (it raised, a built-in
          * family lacks the roles, a Jinja limit): its own words */

@@ -29,13 +29,17 @@
  * *echo (may be NULL) gets chat echo's text: the last message's content
  * when it is an assistant message and rq->echo is set, else NULL (it
  * borrows from rq).
+ * The template renders within the server's budget (template_timeout) and
+ * stops when *cancel (may be NULL) becomes nonzero: IFD_ECANCELED.
  * Returns 0; IFD_EINVAL or IFD_ETOOBIG with *err filled (a 400 naming
  * "messages" with the template's own words: it raised, a built-in family
- * lacks the role, continue_final_message cannot find the final message);
+ * lacks the role, continue_final_message cannot find the final message, a
+ * budget: time, nesting, memory);
  * IFD_ENOMEM or a tokenizer error (*err untouched: a 500).
  */
 int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
-                    ifd_tokens_t *out, const char **echo, ifd_oai_error_t *err);
+                    const atomic_int *cancel, ifd_tokens_t *out, const char **echo,
+                    ifd_oai_error_t *err);
 
 /* vLLM's truncate_prompt_tokens: keeps the last k ids of *t (k = the
  * request's value, the context length for -1, nothing done for 0). */

@@ -286,10 +286,12 @@ static int ifd__seq_copy_req(ifd_rseq_t *s, const ifd_wire_add_t *p)
     void *st = ns ? malloc(ns) : NULL;
     if (st)
         s->req.stop_ids = memcpy(st, p->stop_ids, ns);
-    if (p->grammar && p->grammar[0])
-        s->req.grammar = strdup(p->grammar);
+    size_t ng = p->n_grammar * sizeof *p->grammar;
+    void *gw = ng ? malloc(ng) : NULL;
+    if (gw)
+        s->req.grammar = memcpy(gw, p->grammar, ng);
     if ((nb && !s->req.sampling.logit_bias) || (ns && !s->req.stop_ids) ||
-        (p->grammar && p->grammar[0] && !s->req.grammar))
+        (ng && !s->req.grammar))
         return IFD_ENOMEM;
     return 0;
 }

@@ -33,6 +33,7 @@
 #define IFD_OPENAI_H
 
 #include "arena.h"
+#include "grammar/grammar.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -100,6 +101,17 @@ typedef struct {
     char *description; /* NULL when absent */
     char *parameters;  /* JSON Schema as compact JSON; NULL when absent (any object) */
 } ifd_oai_tool_t;
+
+/* Where a request's structured output comes from (ifd_oai_request_t.so_kind). */
+typedef enum {
+    IFD_OAI_SO_NONE = 0,
+    IFD_OAI_SO_JSON,        /* a JSON Schema */
+    IFD_OAI_SO_JSON_OBJECT, /* any JSON object */
+    IFD_OAI_SO_REGEX,
+    IFD_OAI_SO_CHOICE, /* a JSON array of strings */
+    IFD_OAI_SO_GRAMMAR,
+    IFD_OAI_SO_TOOLS, /* tool_choice required / named: the calls' grammar */
+} ifd_oai_so_kind_t;
 
 typedef enum {
     IFD_OAI_TOOL_CHOICE_NONE = 0, /* no tools, or "none": never call */
@@ -196,12 +208,20 @@ typedef struct {
     int64_t truncate_prompt_tokens; /* vLLM: keep only the last k prompt tokens; 0 off, -1 the
                                        context length */
 
-    /* Structured output: grammar text (common/grammar/grammar.h) the output must
-     * follow, from response_format json_object / json_schema, vLLM's
-     * structured_outputs {json, regex, choice, grammar, json_object} or the
-     * older guided_json / guided_regex / guided_choice / guided_grammar,
-     * or forced by tool_choice required / named. Checked to compile.
-     * NULL: unconstrained. At most one source per request. */
+    /* Structured output as the request gives it: from response_format
+     * json_object / json_schema, vLLM's structured_outputs {json, regex,
+     * choice, grammar, json_object} or the older guided_json / guided_regex
+     * / guided_choice / guided_grammar (at most one source per request), or
+     * forced by tool_choice required / named (IFD_OAI_SO_TOOLS). Parsing
+     * checks only its shape (cheap, on the router's loop); so_source is the
+     * schema's or the choice list's compact JSON, or the regex / grammar
+     * text, and so_param the field it came from. */
+    ifd_oai_so_kind_t so_kind;
+    const char *so_param;
+    char *so_source;
+    size_t so_source_len;
+    /* The grammar text (common/grammar/grammar.h) the output must follow,
+     * made by ifd_oai_build_grammar; NULL: unconstrained (or not built). */
     char *grammar;
     size_t grammar_len;
 
@@ -252,13 +272,30 @@ uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
                                          const ifd_oai_sampling_defaults_t *d);
 
 /*
+ * The structured-output work of a parsed request, which parsing leaves
+ * undone because it grows with the input (schemas, regexes, grammars): every
+ * tool's parameters converted (an unsupported schema is refused, as vLLM
+ * does, even when no call is forced), the request's constraint converted to
+ * grammar text (r->grammar, from a) and compiled, all under `budget` (NULL:
+ * the default), for a caller off the router's loop. *compiled (may be NULL)
+ * gets the compiled grammar when there is one (caller frees with
+ * ifd_grammar_destroy), else NULL. Returns 0; IFD_EINVAL with *err a 400
+ * naming the field (unsupported keyword, invalid regex or grammar, a budget
+ * exceeded, too ambiguous); IFD_ECANCELED (budget's cancel flag); IFD_ENOMEM
+ * (*err: 500). Reentrant: touches only r and a.
+ */
+int ifd_oai_build_grammar(ifd_arena_t *a, ifd_oai_request_t *r, const ifd_grammar_budget_t *budget,
+                          ifd_grammar_t **compiled, ifd_oai_error_t *err);
+
+/*
  * Parses the body of a POST /v1/chat/completions (or /v1/completions)
  * request into *out, allocating from `a`. Returns 0; IFD_EINVAL with *err
  * filled (status 400) for invalid JSON or fields; IFD_ENOMEM (*err: 500).
  * `body` need not be NUL-terminated. Requests the server cannot honour
- * (image parts, suffix, best_of > n, unsupported JSON Schema keywords,
- * prompt_logprobs with stream, …: docs/api.md lists them) are refused
- * with 400 and the field named, rather than silently ignored.
+ * (image parts, suffix, best_of > n, prompt_logprobs with stream, …:
+ * docs/api.md lists them) are refused with 400 and the field named, rather
+ * than silently ignored; schemas, regexes and grammars are checked later by
+ * ifd_oai_build_grammar.
  */
 int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                        ifd_oai_error_t *err);

@@ -181,91 +181,68 @@ static int p_min_tokens_usage(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_r
 
 /* ---- structured outputs ---------------------------------------------------------------- */
 
-typedef enum { SO_JSON, SO_JSON_OBJECT, SO_REGEX, SO_CHOICE, SO_GRAMMAR } so_kind_t;
+typedef ifd_oai_so_kind_t so_kind_t;
+#define SO_JSON        IFD_OAI_SO_JSON
+#define SO_JSON_OBJECT IFD_OAI_SO_JSON_OBJECT
+#define SO_REGEX       IFD_OAI_SO_REGEX
+#define SO_CHOICE      IFD_OAI_SO_CHOICE
+#define SO_GRAMMAR     IFD_OAI_SO_GRAMMAR
 
-/* Compiles a source into r->grammar; param names it in errors. */
+/* Records a constraint's source in r (its conversion and compilation are
+ * ifd_oai_build_grammar's, off the loop); checks only its shape here. param
+ * names it in errors. */
 static int set_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r, so_kind_t k, const json_t *v,
                        const char *param)
 {
-    ifd_buf_t g = IFD_BUF_INIT;
-    char err[300] = "";
-    int rc = 0;
-    json_t *owned = NULL;
+    char *src = NULL;
+    size_t len = 0;
     switch (k) {
     case SO_JSON:
         if (json_is_string(v)) { /* vLLM accepts the schema as a JSON string */
             json_error_t je;
-            owned = json_loads(json_string_value(v), JSON_DECODE_ANY, &je);
+            json_t *owned = json_loads(json_string_value(v), JSON_DECODE_ANY, &je);
             if (!owned)
                 return ifd__oai_json_fail(c, "invalid_value", param,
                                           "Invalid '%s': not valid JSON (%s).", param, je.text);
-            v = owned;
-        }
-        if (!json_is_object(v) && !json_is_boolean(v)) {
+            bool ok = json_is_object(owned) || json_is_boolean(owned);
+            if (ok)
+                src = ifd__oai_json_dump(c->a, owned);
             json_decref(owned);
+            if (!ok)
+                return ifd__oai_json_bad_type(c, param, "an object (a JSON Schema)", v);
+        } else if (json_is_object(v) || json_is_boolean(v)) {
+            src = ifd__oai_json_dump(c->a, v);
+        } else {
             return ifd__oai_json_bad_type(c, param, "an object (a JSON Schema)", v);
         }
-        rc = ifd_gconv_json_schema(v, &g, err, sizeof err);
         break;
     case SO_JSON_OBJECT:
-        rc = ifd_gconv_json_object(&g);
+        src = ifd_arena_strndup(c->a, "", 0);
         break;
     case SO_REGEX:
-        if (!json_is_string(v))
-            return ifd__oai_json_bad_type(c, param, "a string", v);
-        rc = ifd_gconv_regex(json_string_value(v), json_string_length(v), &g, err, sizeof err);
-        break;
-    case SO_CHOICE: {
-        if (!json_is_array(v) || json_array_size(v) == 0)
-            return ifd__oai_json_bad_type(c, param, "a non-empty array of strings", v);
-        size_t n = json_array_size(v);
-        const char **ch = calloc(n, sizeof *ch);
-        if (!ch)
-            return ifd__oai_json_oom(c);
-        for (size_t i = 0; i < n; i++) {
-            ch[i] = json_string_value(json_array_get(v, i));
-            if (!ch[i]) {
-                free(ch);
-                return ifd__oai_json_bad_type(c, param, "an array of strings", v);
-            }
-        }
-        rc = ifd_gconv_choice(ch, n, &g, err, sizeof err);
-        free(ch);
-        break;
-    }
     case SO_GRAMMAR:
         if (!json_is_string(v))
             return ifd__oai_json_bad_type(c, param, "a string", v);
-        if (ifd_buf_append(&g, json_string_value(v), json_string_length(v)))
-            rc = IFD_ENOMEM;
+        src = ifd_arena_strndup(c->a, json_string_value(v), json_string_length(v));
+        len = json_string_length(v);
         break;
-    }
-    json_decref(owned);
-    if (rc == IFD_ENOMEM) {
-        ifd_buf_free(&g);
+    case SO_CHOICE:
+        if (!json_is_array(v) || json_array_size(v) == 0)
+            return ifd__oai_json_bad_type(c, param, "a non-empty array of strings", v);
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (!json_is_string(json_array_get(v, i)))
+                return ifd__oai_json_bad_type(c, param, "an array of strings", v);
+        src = ifd__oai_json_dump(c->a, v);
+        break;
+    default:
         return ifd__oai_json_oom(c);
     }
-    if (rc) {
-        ifd_buf_free(&g);
-        return ifd__oai_json_fail(c, rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value",
-                                  param, "Invalid '%s': %s.", param, err);
-    }
-    /* The worker compiles it again (once per distinct grammar); compiling
-     * here turns every grammar error into a 400 now. */
-    ifd_grammar_t *cg = NULL;
-    rc = ifd_grammar_compile(g.data ? g.data : "", g.len, &cg, err, sizeof err);
-    ifd_grammar_destroy(cg);
-    if (rc) {
-        ifd_buf_free(&g);
-        if (rc == IFD_ENOMEM)
-            return ifd__oai_json_oom(c);
-        return ifd__oai_json_fail(c, "invalid_value", param, "Invalid grammar in '%s': %s.", param,
-                                  err);
-    }
-    r->grammar = ifd_arena_strndup(c->a, g.data ? g.data : "", g.len);
-    r->grammar_len = g.len;
-    ifd_buf_free(&g);
-    return r->grammar ? 0 : ifd__oai_json_oom(c);
+    if (!src || !(r->so_param = ifd_arena_strndup(c->a, param, strlen(param))))
+        return ifd__oai_json_oom(c);
+    r->so_kind = k;
+    r->so_source = src;
+    r->so_source_len = len ? len : strlen(src);
+    return 0;
 }
 
 static int p_response_format(ifd__oai_json_ctx_t *c, const json_t *v, ifd_oai_request_t *r)
@@ -384,14 +361,14 @@ static int p_structured(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request
     if ((v = ifd__oai_json_get(o, "response_format"))) {
         if ((rc = p_response_format(c, v, r)) < 0)
             return rc;
-        if (r->grammar)
+        if (r->so_kind)
             first = "response_format";
     }
     if ((v = ifd__oai_json_get(o, "structured_outputs"))) {
-        char *before = r->grammar;
+        so_kind_t before = r->so_kind;
         if ((rc = p_structured_outputs(c, v, r)) < 0)
             return rc;
-        if (r->grammar != before) {
+        if (r->so_kind != before) {
             if (first)
                 return ifd__oai_json_fail(
                     c, "invalid_value", "structured_outputs",
@@ -501,20 +478,10 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
             const json_t *pa = ifd__oai_json_get(f, "parameters");
             snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
             if (pa) {
+                /* the schema is converted by ifd_oai_build_grammar, off the loop: an
+                 * unsupported keyword is a 400 then, even when no call is forced */
                 if (!json_is_object(pa))
                     return ifd__oai_json_bad_type(c, param, "an object", pa);
-                /* the schema must compile: an unsupported keyword is a 400
-                 * now, not a failure when the call is forced */
-                ifd_buf_t g = IFD_BUF_INIT;
-                char err[300];
-                rc = ifd_gconv_json_schema(pa, &g, err, sizeof err);
-                ifd_buf_free(&g);
-                if (rc == IFD_ENOMEM)
-                    return ifd__oai_json_oom(c);
-                if (rc)
-                    return ifd__oai_json_fail(
-                        c, rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value", param,
-                        "Invalid '%s': %s.", param, err);
                 if (!(r->tools[i].parameters = ifd__oai_json_dump(c->a, pa)))
                     return ifd__oai_json_oom(c);
             }
@@ -563,21 +530,54 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
                               json_string_value(nm));
 }
 
-/* The grammar that forces tool_choice required / named. */
-static int tools_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r)
+/* ---- building the grammar (off the loop) ---------------------------------------------- */
+
+/* A conversion or compilation error as the 400 parsing used to give. */
+static int build_fail(ifd__oai_json_ctx_t *c, int rc, const char *param, const char *fmt,
+                      const char *msg)
 {
-    ifd_buf_t g = IFD_BUF_INIT;
-    char err[300] = "";
-    int rc;
+    if (rc == IFD_ENOMEM)
+        return ifd__oai_json_oom(c);
+    if (rc == IFD_ECANCELED) {
+        ifd__oai_json_fail(c, NULL, param, "Canceled.");
+        return IFD_ECANCELED;
+    }
+    return ifd__oai_json_fail(c, rc == IFD_ENOTSUP ? "unsupported_value" : "invalid_value", param,
+                              fmt, param, msg);
+}
+
+/* Every tool's parameters must convert: an unsupported keyword is a 400. */
+static int check_tool_schemas(ifd__oai_json_ctx_t *c, const ifd_oai_request_t *r,
+                              const ifd_grammar_budget_t *b)
+{
+    for (size_t i = 0; i < r->n_tools; i++) {
+        if (!r->tools[i].parameters)
+            continue;
+        char param[IFD__OAI_JSON_PARAM_MAX], err[300] = "";
+        snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        json_error_t je;
+        json_t *pa = json_loads(r->tools[i].parameters, JSON_DECODE_ANY, &je);
+        if (!pa)
+            return ifd__oai_json_oom(c);
+        ifd_buf_t g = IFD_BUF_INIT;
+        int rc = ifd_gconv_json_schema(pa, &g, b, err, sizeof err);
+        ifd_buf_free(&g);
+        json_decref(pa);
+        if (rc)
+            return build_fail(c, rc, param, "Invalid '%s': %s.", err);
+    }
+    return 0;
+}
+
+/* The grammar text that forces tool_choice required / named. */
+static int tools_grammar(const ifd_oai_request_t *r, const ifd_grammar_budget_t *b, ifd_buf_t *g,
+                         char *err, size_t errlen)
+{
     size_t n = r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED ? 1 : r->n_tools;
     ifd_gconv_tool_t *t = calloc(n, sizeof *t);
     json_t **params = calloc(n, sizeof *params);
-    if (!t || !params) {
-        free(t);
-        free(params);
-        return ifd__oai_json_oom(c);
-    }
-    for (size_t i = 0; i < n; i++) {
+    int rc = !t || !params ? IFD_ENOMEM : 0;
+    for (size_t i = 0; i < n && !rc; i++) {
         const ifd_oai_tool_t *tool =
             &r->tools[r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED ? r->tool_index : i];
         t[i].name = tool->name;
@@ -587,25 +587,92 @@ static int tools_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r)
         }
         t[i].parameters = params[i];
     }
-    if (r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED)
-        rc = t[0].parameters ? ifd_gconv_json_schema(t[0].parameters, &g, err, sizeof err)
-                             : ifd_gconv_json_object(&g);
-    else
-        rc = ifd_gconv_tool_calls(t, n, 1, r->parallel_tool_calls ? 0 : 1, &g, err, sizeof err);
-    for (size_t i = 0; i < n; i++)
+    if (!rc && r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED)
+        rc = t[0].parameters ? ifd_gconv_json_schema(t[0].parameters, g, b, err, errlen)
+                             : ifd_gconv_json_object(g);
+    else if (!rc)
+        rc = ifd_gconv_tool_calls(t, n, 1, r->parallel_tool_calls ? 0 : 1, g, b, err, errlen);
+    for (size_t i = 0; params && i < n; i++)
         json_decref(params[i]);
     free(params);
     free(t);
+    return rc;
+}
+
+/* The constraint's grammar text from its source, into g. */
+static int so_convert(const ifd_oai_request_t *r, const ifd_grammar_budget_t *b, ifd_buf_t *g,
+                      char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *v = NULL;
+    int rc = 0;
+    switch (r->so_kind) {
+    case IFD_OAI_SO_JSON:
+    case IFD_OAI_SO_CHOICE:
+        if (!(v = json_loadb(r->so_source, r->so_source_len, JSON_DECODE_ANY, &je)))
+            return IFD_ENOMEM; /* the parser wrote it */
+        if (r->so_kind == IFD_OAI_SO_JSON) {
+            rc = ifd_gconv_json_schema(v, g, b, err, errlen);
+        } else {
+            size_t n = json_array_size(v);
+            const char **ch = calloc(n, sizeof *ch);
+            for (size_t i = 0; ch && i < n; i++)
+                ch[i] = json_string_value(json_array_get(v, i));
+            rc = ch ? ifd_gconv_choice(ch, n, g, b, err, errlen) : IFD_ENOMEM;
+            free(ch);
+        }
+        json_decref(v);
+        return rc;
+    case IFD_OAI_SO_JSON_OBJECT:
+        return ifd_gconv_json_object(g);
+    case IFD_OAI_SO_REGEX:
+        return ifd_gconv_regex(r->so_source, r->so_source_len, g, b, err, errlen);
+    case IFD_OAI_SO_GRAMMAR:
+        return ifd_buf_append(g, r->so_source, r->so_source_len) ? IFD_ENOMEM : 0;
+    case IFD_OAI_SO_TOOLS:
+        return tools_grammar(r, b, g, err, errlen);
+    default:
+        return 0;
+    }
+}
+
+int ifd_oai_build_grammar(ifd_arena_t *a, ifd_oai_request_t *r, const ifd_grammar_budget_t *budget,
+                          ifd_grammar_t **compiled, ifd_oai_error_t *err)
+{
+    ifd__oai_json_ctx_t c = {a, err};
+    if (compiled)
+        *compiled = NULL;
+    int rc = check_tool_schemas(&c, r, budget);
+    if (rc || !r->so_kind)
+        return rc;
+    const char *param = r->so_param ? r->so_param : "response_format";
+    ifd_buf_t g = IFD_BUF_INIT;
+    char msg[300] = "";
+    rc = so_convert(r, budget, &g, msg, sizeof msg);
     if (rc) {
         ifd_buf_free(&g);
-        return rc == IFD_ENOMEM
-                   ? ifd__oai_json_oom(c)
-                   : ifd__oai_json_fail(c, "invalid_value", "tools", "Invalid 'tools': %s.", err);
+        if (r->so_kind == IFD_OAI_SO_TOOLS && rc != IFD_ENOMEM && rc != IFD_ECANCELED)
+            return ifd__oai_json_fail(&c, "invalid_value", "tools", "Invalid 'tools': %s.", msg);
+        return build_fail(&c, rc, param, "Invalid '%s': %s.", msg);
     }
-    r->grammar = ifd_arena_strndup(c->a, g.data, g.len);
+    ifd_grammar_t *cg = NULL;
+    rc = ifd_grammar_compile_budget(g.data ? g.data : "", g.len, budget, &cg, msg, sizeof msg);
+    if (rc) {
+        ifd_buf_free(&g);
+        return build_fail(&c, rc, param, "Invalid grammar in '%s': %s.", msg);
+    }
+    r->grammar = ifd_arena_strndup(a, g.data ? g.data : "", g.len);
     r->grammar_len = g.len;
     ifd_buf_free(&g);
-    return r->grammar ? 0 : ifd__oai_json_oom(c);
+    if (!r->grammar) {
+        ifd_grammar_destroy(cg);
+        return ifd__oai_json_oom(&c);
+    }
+    if (compiled)
+        *compiled = cg;
+    else
+        ifd_grammar_destroy(cg);
+    return 0;
 }
 
 int ifd__oai_ext_message_tools(ifd__oai_json_ctx_t *c, const json_t *m, size_t i,
@@ -722,13 +789,13 @@ int ifd__oai_ext_parse(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_
         return rc;
     if (r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||
         r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED) {
-        if (r->grammar)
+        if (r->so_kind)
             return ifd__oai_json_fail(
                 c, "invalid_value", "tool_choice",
                 "Invalid 'tool_choice': a forced tool call cannot be combined "
                 "with response_format or structured outputs.");
-        if ((rc = tools_grammar(c, r)) < 0)
-            return rc;
+        r->so_kind = IFD_OAI_SO_TOOLS;
+        r->so_param = "tools";
     }
     return 0;
 }

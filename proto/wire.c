@@ -218,7 +218,7 @@ static const wfield_t add_fields[] = {
     FBOOL(ifd_wire_add_t, ignore_eos),
     FI32(ifd_wire_add_t, priority),
     FBOOL(ifd_wire_add_t, use_cache),
-    FLD(ifd_wire_add_t, grammar, F_STR, IFD_WIRE_MAX_GRAMMAR),
+    FARR_I32(ifd_wire_add_t, grammar, n_grammar, IFD_WIRE_MAX_GRAMMAR),
     FU32(ifd_wire_add_t, min_tokens),
     FU32M(ifd_wire_add_t, prompt_logprobs, 1 + IFD_WIRE_MAX_TOP),
 };

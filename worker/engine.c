@@ -56,6 +56,7 @@ typedef struct {
     int32_t n_lpublished;
     bool lpublish_failed;
     ifd_sampling_params_t sampling;
+    int err; /* why it ended in error (ifd_engine_usage_t.error), 0 otherwise */
     ifd_logit_bias_t *bias;
     int32_t *stop_ids;
     int32_t n_stop_ids;
@@ -237,7 +238,8 @@ static int ifd__seq_reserve_blocks(ifd__seq_t *s, int32_t n)
 static void ifd__finish(ifd_engine_t *e, ifd__seq_t *s, ifd_finish_reason_t reason)
 {
     ifd__seq_release(e, s);
-    ifd_engine_usage_t u = {s->n_prompt, s->n_gen, s->cached_tokens};
+    ifd_engine_usage_t u = {s->n_prompt, s->n_gen, s->cached_tokens,
+                            reason == IFD_FINISH_ERROR ? s->err : 0};
     e->st.finished++;
     if (e->cb.on_finish)
         e->cb.on_finish(e->cb.ctx, s->id, reason, &u);
@@ -1183,6 +1185,7 @@ static void ifd__seq_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
     if (src) {
         IFD_ERROR("engine: sampling request %llu: %s", (unsigned long long)s->id,
                   ifd_strerror(src));
+        s->err = src;
         ifd__q_remove_at(q, at);
         ifd__finish(e, s, IFD_FINISH_ERROR);
         return;

@@ -77,6 +77,9 @@ typedef struct {
     int32_t prompt_tokens;
     int32_t completion_tokens; /* generated, including tokens passed as already generated */
     int32_t cached_tokens;     /* prompt tokens served from the prefix cache (first admission) */
+    /* IFD_FINISH_ERROR: why, when known (IFD_ETOOBIG: its grammar's next
+     * step is over the mask budget, grammar_mask.h); 0 otherwise */
+    int error;
 } ifd_engine_usage_t;
 
 typedef struct {

@@ -229,7 +229,11 @@ static void ifd__on_finish(void *ctx, uint64_t id, ifd_finish_reason_t reason,
     m.u.finished.prompt_tokens = (uint32_t)u->prompt_tokens;
     m.u.finished.completion_tokens = (uint32_t)u->completion_tokens;
     m.u.finished.cached_tokens = (uint32_t)u->cached_tokens;
-    if (reason == IFD_FINISH_ERROR)
+    if (reason == IFD_FINISH_ERROR && u->error == IFD_ETOOBIG)
+        ifd__send_error(s, id, IFD_ETOOBIG,
+                        "the structured-output grammar is too expensive to follow here (its next "
+                        "step needs more than the per-token budget)");
+    else if (reason == IFD_FINISH_ERROR)
         ifd__send_error(s, id, IFD_EINTERNAL, "the request could not be served (see the worker log)");
     ifd__queue(s, &m);
 }
@@ -275,7 +279,7 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.prompt_logprobs = (int32_t)a->prompt_logprobs; /* bounded by the decoder */
     int rc = 0;
     char gerr[300] = "";
-    if (a->grammar && a->grammar[0]) {
+    if (a->n_grammar) {
         if (!s->gstore) {
             rc = ifd_vocab_create_tokenizer(s->tok, &s->vocab);
             if (!rc)
@@ -288,8 +292,8 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
         }
         if (!rc) {
             char e[256] = "";
-            rc = ifd_constraint_create(s->gstore, a->grammar, strlen(a->grammar),
-                                       &r.sampling.constraint, e, sizeof e);
+            rc = ifd_constraint_create_compiled(s->gstore, a->grammar, a->n_grammar,
+                                                &r.sampling.constraint, e, sizeof e);
             if (rc)
                 snprintf(gerr, sizeof gerr, "invalid grammar: %s", e);
         }

@@ -1223,8 +1223,8 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
 }
 
 int ifd_chat_render_msgs(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
-                         bool add_generation_prompt, const json_t *vars, ifd_chat_prompt_t *out,
-                         char *errbuf, size_t errlen)
+                         const ifd_chat_request_t *opts, ifd_chat_prompt_t *out, char *errbuf,
+                         size_t errlen)
 {
     memset(out, 0, sizeof *out);
     if (errbuf && errlen)
@@ -1248,8 +1248,9 @@ int ifd_chat_render_msgs(const ifd_chat_template_t *t, const ifd_chat_msg_t *msg
         }
     }
     if (!rc) {
-        ifd_chat_request_t req = {.messages = arr, .vars = vars,
-                                  .add_generation_prompt = add_generation_prompt};
+        ifd_chat_request_t req = *opts;
+        req.messages = arr;
+        req.tools = NULL;
         rc = ifd_chat_render_request(t, &req, out, errbuf, errlen);
     }
     json_decref(arr);
@@ -1260,7 +1261,8 @@ int ifd_chat_render(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, si
                     bool add_generation_prompt, ifd_chat_prompt_t *out)
 {
     char err[512];
-    int rc = ifd_chat_render_msgs(t, msgs, n, add_generation_prompt, NULL, out, err, sizeof err);
+    ifd_chat_request_t opts = {.add_generation_prompt = add_generation_prompt};
+    int rc = ifd_chat_render_msgs(t, msgs, n, &opts, out, err, sizeof err);
     if (rc && rc != IFD_ENOMEM)
         IFD_WARN("chat template: %s", err);
     return rc;

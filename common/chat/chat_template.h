@@ -142,15 +142,6 @@ void ifd_chat_prompt_free(ifd_chat_prompt_t *p); /* frees the fields, zeroes p *
 int ifd_chat_render(const ifd_chat_template_t *tpl, const ifd_chat_msg_t *msgs, size_t n,
                     bool add_generation_prompt, ifd_chat_prompt_t *out);
 
-/* ifd_chat_render with the reason of a failure in errbuf (may be NULL)
- * instead of the log: for IFD_EINVAL the template's own raise_exception
- * message, the role a built-in family cannot express, or the message that
- * is not valid UTF-8 — text meant for the client's 400. vars: extra Jinja
- * variables as ifd_chat_request_t.vars (NULL none). */
-int ifd_chat_render_msgs(const ifd_chat_template_t *tpl, const ifd_chat_msg_t *msgs, size_t n,
-                         bool add_generation_prompt, const json_t *vars, ifd_chat_prompt_t *out,
-                         char *errbuf, size_t errlen);
-
 /*
  * A full chat request, in the OpenAI chat-completions JSON shapes (all
  * borrowed: ifd_chat_render_request neither keeps nor modifies them).
@@ -202,6 +193,16 @@ typedef struct {
  */
 int ifd_chat_render_request(const ifd_chat_template_t *tpl, const ifd_chat_request_t *req,
                             ifd_chat_prompt_t *out, char *errbuf, size_t errlen);
+
+/* ifd_chat_render with the reason of a failure in errbuf (may be NULL)
+ * instead of the log: for IFD_EINVAL the template's own raise_exception
+ * message, the role a built-in family cannot express, or the message that
+ * is not valid UTF-8 — text meant for the client's 400. opts gives
+ * add_generation_prompt, the extra variables and the budgets as for
+ * ifd_chat_render_request (its messages and tools are not used). */
+int ifd_chat_render_msgs(const ifd_chat_template_t *tpl, const ifd_chat_msg_t *msgs, size_t n,
+                         const ifd_chat_request_t *opts, ifd_chat_prompt_t *out, char *errbuf,
+                         size_t errlen);
 
 /*
  * Tokenizes a rendered prompt with `tok` (the template's tokenizer): special

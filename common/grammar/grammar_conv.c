@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_DEPTH 64
 #define MAX_REFS  1024
@@ -58,6 +59,9 @@ typedef struct {
     char *err;
     size_t errlen;
     int depth;
+    ifd_grammar_budget_t budget;
+    uint64_t deadline; /* CLOCK_MONOTONIC ns; 0 none */
+    uint64_t steps;    /* schema nodes and regex atoms converted */
 } conv_t;
 
 static int cerr(conv_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -70,6 +74,29 @@ static int cerr(conv_t *c, int code, const char *fmt, ...)
         va_end(ap);
     }
     return code;
+}
+
+/* One step of conversion (a schema node, a regex atom): past the budget's
+ * work, time or cancel flag the conversion stops. Conversion is linear in
+ * its input; this keeps a huge input within the request's time budget. */
+static int conv_step(conv_t *c)
+{
+    ++c->steps;
+    if (c->budget.max_work && c->steps > c->budget.max_work)
+        return cerr(c, IFD_ETOOBIG, "the schema or regex is too large to convert (over %llu steps)",
+                    (unsigned long long)c->budget.max_work);
+    if (c->steps & 1023)
+        return 0;
+    if (c->budget.cancel && atomic_load_explicit(c->budget.cancel, memory_order_relaxed))
+        return cerr(c, IFD_ECANCELED, "canceled");
+    if (c->deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec > c->deadline)
+            return cerr(c, IFD_ETOOBIG, "converting the schema or regex took longer than %u ms",
+                        c->budget.max_time_ms);
+    }
+    return 0;
 }
 
 #define TRY(x)                                                                                     \
@@ -561,6 +588,7 @@ static int rx_alt(rx_t *x, ifd_buf_t *b);
 
 static int rx_atom(rx_t *x, ifd_buf_t *b)
 {
+    TRY(conv_step(x->c));
     char c = *x->s;
     if (c == '(') {
         x->s++;
@@ -1278,6 +1306,7 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
 
 static int schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
 {
+    TRY(conv_step(c));
     if (++c->depth > MAX_DEPTH)
         return cerr(c, IFD_ETOOBIG, "schema nested deeper than %d levels", MAX_DEPTH);
     ifd_buf_t body = IFD_BUF_INIT;
@@ -1314,9 +1343,16 @@ static int finish(conv_t *c, const char *root_body, ifd_buf_t *out)
     return rc;
 }
 
-static void conv_init(conv_t *c, char *err, size_t errlen)
+static void conv_init(conv_t *c, const ifd_grammar_budget_t *budget, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
+    c->budget = budget ? *budget : ifd_grammar_default_budget();
+    if (c->budget.max_time_ms) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        c->deadline = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec +
+                      (uint64_t)c->budget.max_time_ms * 1000000u;
+    }
     c->rules = (ifd_buf_t)IFD_BUF_INIT;
     c->err = err;
     c->errlen = errlen;
@@ -1324,10 +1360,11 @@ static void conv_init(conv_t *c, char *err, size_t errlen)
         err[0] = '\0';
 }
 
-int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, char *err, size_t errlen)
+int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                          char *err, size_t errlen)
 {
     conv_t c;
-    conv_init(&c, err, errlen);
+    conv_init(&c, budget, err, errlen);
     unsigned id;
     int rc = schema_rule(&c, schema, schema, &id);
     if (!rc) {
@@ -1342,16 +1379,17 @@ int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, char *err, size_
 int ifd_gconv_json_object(ifd_buf_t *out)
 {
     conv_t c;
-    conv_init(&c, NULL, 0);
+    conv_init(&c, NULL, NULL, 0);
     int rc = finish(&c, "jobj", out);
     conv_close(&c);
     return rc;
 }
 
-int ifd_gconv_regex(const char *re, size_t len, ifd_buf_t *out, char *err, size_t errlen)
+int ifd_gconv_regex(const char *re, size_t len, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                    char *err, size_t errlen)
 {
     conv_t c;
-    conv_init(&c, err, errlen);
+    conv_init(&c, budget, err, errlen);
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = rx_convert(&c, re, len, false, false, &body);
     if (rc == IFD_ENOMEM)
@@ -1363,10 +1401,11 @@ int ifd_gconv_regex(const char *re, size_t len, ifd_buf_t *out, char *err, size_
     return rc;
 }
 
-int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out, char *err, size_t errlen)
+int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out,
+                     const ifd_grammar_budget_t *budget, char *err, size_t errlen)
 {
     conv_t c;
-    conv_init(&c, err, errlen);
+    conv_init(&c, budget, err, errlen);
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = n ? 0 : cerr(&c, IFD_EFORMAT, "no choices");
     lit_t *v = n ? calloc(n, sizeof *v) : NULL;
@@ -1389,10 +1428,11 @@ int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out, char 
 }
 
 int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
-                         unsigned max_calls, ifd_buf_t *out, char *err, size_t errlen)
+                         unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                         char *err, size_t errlen)
 {
     conv_t c;
-    conv_init(&c, err, errlen);
+    conv_init(&c, budget, err, errlen);
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = n ? 0 : cerr(&c, IFD_EFORMAT, "no tools");
     unsigned call = 0;

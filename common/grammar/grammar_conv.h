@@ -1,9 +1,9 @@
 /*
  * grammar_conv.h — constraint sources compiled to grammar text (the format
  * of grammar.h): JSON Schema, "any JSON object", regular expressions,
- * choice lists and tool calls. The router calls these while it validates a
- * request, so an unsupported feature is a 400 naming it before anything
- * runs; the worker compiles the resulting text once per distinct grammar.
+ * choice lists and tool calls. The router calls these off its loop, under
+ * the request's budget (proto/openai.h: ifd_oai_build_grammar), and
+ * compiles the result once; an unsupported feature is a 400 naming it.
  *
  * JSON Schema subset (docs/api.md lists it): type (one or a list), enum,
  * const, properties / required / additionalProperties, items, prefixItems,
@@ -33,29 +33,35 @@
  * so an unanchored side lets any string characters through.
  *
  * All functions append grammar text to `out` and return 0, IFD_ENOTSUP
- * (unsupported feature), IFD_EFORMAT (invalid input), IFD_ETOOBIG or
- * IFD_ENOMEM, with a message in err (errlen bytes) on failure. Reentrant.
+ * (unsupported feature), IFD_EFORMAT (invalid input), IFD_ETOOBIG (the
+ * output limit or the budget), IFD_ECANCELED (the budget's cancel flag) or
+ * IFD_ENOMEM, with a message in err (errlen bytes) on failure. Conversion is
+ * linear in the input; budget (NULL: the default) bounds its steps, time
+ * and cancellation all the same. Reentrant.
  */
 #ifndef IFD_GRAMMAR_CONV_H
 #define IFD_GRAMMAR_CONV_H
 
 #include "arena.h"
+#include "grammar/grammar.h"
 
 #include <jansson.h>
 #include <stddef.h>
 
 /* root ::= a JSON value matching schema (borrowed). */
-int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, char *err, size_t errlen);
+int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                          char *err, size_t errlen);
 
 /* root ::= any JSON object (response_format json_object). */
 int ifd_gconv_json_object(ifd_buf_t *out);
 
 /* root ::= a string matching the whole regex. */
-int ifd_gconv_regex(const char *re, size_t len, ifd_buf_t *out, char *err, size_t errlen);
+int ifd_gconv_regex(const char *re, size_t len, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                    char *err, size_t errlen);
 
 /* root ::= exactly one of the n strings. */
-int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out, char *err,
-                     size_t errlen);
+int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out,
+                     const ifd_grammar_budget_t *budget, char *err, size_t errlen);
 
 /* One function a tool call may name: its parameters' JSON Schema (NULL:
  * any object). Borrowed. */
@@ -70,6 +76,7 @@ typedef struct {
  * {"name": <one of the tools>, "parameters": <its parameters>}.
  */
 int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
-                         unsigned max_calls, ifd_buf_t *out, char *err, size_t errlen);
+                         unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                         char *err, size_t errlen);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * fuzz_openai.c — OpenAI/vLLM request decoding (proto/openai.h): the body
  * of POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize or
- * /v1/responses (chosen by the first byte) parsed into its request struct. Properties: no
+ * /v1/responses (chosen by the first byte) parsed into its request struct, then its
+ * structured-output work done (ifd_oai_build_grammar, 1 s budget). Properties: no
  * memory error; a refusal is a 400 (or a 500 for memory) with a message;
  * an accepted request has the fields the daemon relies on in range.
  */
@@ -33,6 +34,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                           : ifd_oai_parse_completion(&a, body, len, &r, &e);
         if (rc == 0 && which == 4)
             IFD_FUZZ_CHECK(r.n == 1 && r.responses_echo && r.n_messages >= 1);
+        /* the structured-output work the daemon does off its loop, within a
+         * budget that libFuzzer's -timeout would catch it exceeding */
+        ifd_grammar_budget_t b = ifd_grammar_default_budget();
+        b.max_time_ms = 1000;
+        if (rc == 0)
+            rc = ifd_oai_build_grammar(&a, &r, &b, NULL, &e);
+        if (rc == 0 && r.so_kind)
+            IFD_FUZZ_CHECK(r.grammar != NULL);
         if (rc == 0) {
             IFD_FUZZ_CHECK(r.n >= 1 && r.n <= IFD_OAI_MAX_N);
             IFD_FUZZ_CHECK(r.n_stop <= IFD_OAI_MAX_STOP);

@@ -63,7 +63,9 @@ int main(int argc, char **argv)
     m[1].u.add.n_stop_ids = 2;
     m[1].u.add.max_tokens = 16;
     m[1].u.add.use_cache = true;
-    m[1].u.add.grammar = (char *)"root ::= \"yes\" | \"no\"";
+    static const int32_t gw[] = {0x31524749, 2, 1, 1, 1, 0}; /* words, as a router sends */
+    m[1].u.add.grammar = gw;
+    m[1].u.add.n_grammar = 6;
     m[1].u.add.min_tokens = 2;
     m[2].type = IFD_WIRE_CANCEL;
     m[2].u.cancel.id = 42;

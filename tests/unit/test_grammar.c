@@ -175,7 +175,7 @@ static ifd_grammar_t *regex_grammar(const char *re)
 {
     ifd_buf_t b = IFD_BUF_INIT;
     char err[256];
-    int rc = ifd_gconv_regex(re, strlen(re), &b, err, sizeof err);
+    int rc = ifd_gconv_regex(re, strlen(re), &b, NULL, err, sizeof err);
     ck_assert_msg(rc == 0, "regex %s: %s", re, err);
     ifd_grammar_t *g = compile_ok(b.data);
     ifd_buf_free(&b);
@@ -250,7 +250,7 @@ START_TEST(test_regex_vs_pcre2)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ifd_buf_t b = IFD_BUF_INIT;
         char err[256];
-        ck_assert_int_eq(ifd_gconv_regex(bad[i], strlen(bad[i]), &b, err, sizeof err), IFD_ENOTSUP);
+        ck_assert_int_eq(ifd_gconv_regex(bad[i], strlen(bad[i]), &b, NULL, err, sizeof err), IFD_ENOTSUP);
         ck_assert(strstr(err, "regex"));
         ifd_buf_free(&b);
     }
@@ -302,7 +302,7 @@ START_TEST(test_escape_dialects)
         ifd_buf_t b = IFD_BUF_INIT;
         ifd_grammar_t *g = NULL;
         const char *t = bad[i].text;
-        int rc = bad[i].regex ? ifd_gconv_regex(t, strlen(t), &b, err, sizeof err)
+        int rc = bad[i].regex ? ifd_gconv_regex(t, strlen(t), &b, NULL, err, sizeof err)
                               : ifd_grammar_compile(t, strlen(t), &g, err, sizeof err);
         ck_assert_msg(rc == bad[i].rc && !g, "%s: %d", t, rc);
         ck_assert_msg(strstr(err, bad[i].needle), "'%s' → '%s'", t, err);
@@ -318,7 +318,7 @@ static ifd_grammar_t *schema_grammar(const char *schema)
     ck_assert_msg(s != NULL, "bad test schema %s", schema);
     ifd_buf_t b = IFD_BUF_INIT;
     char err[256];
-    int rc = ifd_gconv_json_schema(s, &b, err, sizeof err);
+    int rc = ifd_gconv_json_schema(s, &b, NULL, err, sizeof err);
     ck_assert_msg(rc == 0, "schema %s: %s", schema, err);
     ifd_grammar_t *g = compile_ok(b.data);
     ifd_buf_free(&b);
@@ -428,7 +428,7 @@ START_TEST(test_json_schema_unsupported)
         ck_assert_ptr_nonnull(s);
         ifd_buf_t b = IFD_BUF_INIT;
         char err[256];
-        int rc = ifd_gconv_json_schema(s, &b, err, sizeof err);
+        int rc = ifd_gconv_json_schema(s, &b, NULL, err, sizeof err);
         ck_assert_msg(rc == IFD_ENOTSUP, "%s: rc %d", cases[i].schema, rc);
         ck_assert_msg(strstr(err, cases[i].keyword), "%s → %s", cases[i].schema, err);
         ifd_buf_free(&b);
@@ -500,7 +500,7 @@ START_TEST(test_choice_and_tools)
     const char *choices[] = {"yes", "no", "maybe \"so\""};
     ifd_buf_t b = IFD_BUF_INIT;
     char err[256];
-    ck_assert_int_eq(ifd_gconv_choice(choices, 3, &b, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_gconv_choice(choices, 3, &b, NULL, err, sizeof err), 0);
     ifd_grammar_t *g = compile_ok(b.data);
     ck_assert(matches_s(g, "yes"));
     ck_assert(matches_s(g, "maybe \"so\""));
@@ -514,7 +514,7 @@ START_TEST(test_choice_and_tools)
                            "\"required\":[\"city\"]}",
                            0, &je);
     ifd_gconv_tool_t tools[] = {{"get_weather", p}, {"noop", NULL}};
-    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 0, &b, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 0, &b, NULL, err, sizeof err), 0);
     g = compile_ok(b.data);
     ck_assert(matches_s(g, "[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Oslo\"}}]"));
     ck_assert(matches_s(g, "[{\"name\": \"noop\", \"parameters\": {}}, {\"name\":\"noop\","
@@ -524,7 +524,7 @@ START_TEST(test_choice_and_tools)
     ck_assert(!matches_s(g, "[{\"name\":\"get_weather\",\"parameters\":{}}]"));
     ifd_grammar_destroy(g);
     ifd_buf_free(&b);
-    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 1, &b, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 1, &b, NULL, err, sizeof err), 0);
     g = compile_ok(b.data);
     ck_assert(!matches_s(g, "[{\"name\":\"noop\",\"parameters\":{}},{\"name\":\"noop\","
                             "\"parameters\":{}}]"));

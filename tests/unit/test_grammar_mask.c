@@ -94,7 +94,7 @@ static char *schema_text(const char *schema)
     ck_assert_ptr_nonnull(s);
     ifd_buf_t b = IFD_BUF_INIT;
     char err[256];
-    ck_assert_msg(ifd_gconv_json_schema(s, &b, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ifd_gconv_json_schema(s, &b, NULL, err, sizeof err) == 0, "%s", err);
     json_decref(s);
     return b.data;
 }
@@ -113,11 +113,11 @@ static char *grammar_texts(int i)
                            "\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":3}},"
                            "\"required\":[\"name\",\"ok\"]}");
     case 2:
-        ck_assert_int_eq(ifd_gconv_regex("(ab|é)+-[0-9]{1,3}", 20, &b, err, sizeof err), 0);
+        ck_assert_int_eq(ifd_gconv_regex("(ab|é)+-[0-9]{1,3}", 20, &b, NULL, err, sizeof err), 0);
         return b.data;
     default: {
         const char *ch[] = {"true", "tree", "null", "nu"};
-        ck_assert_int_eq(ifd_gconv_choice(ch, 4, &b, err, sizeof err), 0);
+        ck_assert_int_eq(ifd_gconv_choice(ch, 4, &b, NULL, err, sizeof err), 0);
         return b.data;
     }
     }

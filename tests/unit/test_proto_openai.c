@@ -78,14 +78,21 @@ static json_t *load(const char *s, size_t n)
 
 /* ---- valid requests ------------------------------------------------------------------- */
 
+/* A request as the daemon takes it: parsed, then its structured-output
+ * work done (ifd_oai_build_grammar, which the daemon runs off its loop). */
+static int built(int rc, ifd_arena_t *a, ifd_oai_request_t *r, ifd_oai_error_t *e)
+{
+    return rc ? rc : ifd_oai_build_grammar(a, r, NULL, NULL, e);
+}
+
 static int parse_chat(ifd_arena_t *a, const char *body, ifd_oai_request_t *r, ifd_oai_error_t *e)
 {
-    return ifd_oai_parse_chat(a, body, strlen(body), r, e);
+    return built(ifd_oai_parse_chat(a, body, strlen(body), r, e), a, r, e);
 }
 
 static int parse_cmpl(ifd_arena_t *a, const char *body, ifd_oai_request_t *r, ifd_oai_error_t *e)
 {
-    return ifd_oai_parse_completion(a, body, strlen(body), r, e);
+    return built(ifd_oai_parse_completion(a, body, strlen(body), r, e), a, r, e);
 }
 
 START_TEST(test_chat_minimal_defaults)
@@ -557,9 +564,9 @@ static int parse_any(ifd_arena_t *a, int ep, const char *body, size_t len, ifd_o
     ifd_oai_detokenize_t d;
     switch (ep) {
     case EP_CHAT:
-        return ifd_oai_parse_chat(a, body, len, &r, e);
+        return built(ifd_oai_parse_chat(a, body, len, &r, e), a, &r, e);
     case EP_CMPL:
-        return ifd_oai_parse_completion(a, body, len, &r, e);
+        return built(ifd_oai_parse_completion(a, body, len, &r, e), a, &r, e);
     case EP_TOK:
         return ifd_oai_parse_tokenize(a, body, len, &t, e);
     default:
@@ -1490,7 +1497,7 @@ START_TEST(test_responses_parse)
         "\"tools\":[{\"type\":\"function\",\"name\":\"add\",\"parameters\":{\"type\":\"object\","
         "\"properties\":{\"x\":{\"type\":\"integer\"}},\"required\":[\"x\"]}}],"
         "\"tool_choice\":{\"type\":\"function\",\"name\":\"add\"}}";
-    ck_assert_int_eq(ifd_responses_parse(&a, body, strlen(body), &r, &e), 0);
+    ck_assert_int_eq(built(ifd_responses_parse(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
     ck_assert_int_eq(r.kind, IFD_OAI_CHAT);
     ck_assert_uint_eq(r.n_messages, 5);
     ck_assert_str_eq(r.messages[0].role, "system");
@@ -1524,7 +1531,7 @@ START_TEST(test_responses_parse)
     /* a string input; text.format json_schema → a grammar */
     body = "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\","
            "\"schema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}}}}}}";
-    ck_assert_int_eq(ifd_responses_parse(&a, body, strlen(body), &r, &e), 0);
+    ck_assert_int_eq(built(ifd_responses_parse(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
     ck_assert_uint_eq(r.n_messages, 1);
     ck_assert_str_eq(r.messages[0].role, "user");
     ck_assert_str_eq(r.messages[0].content, "hi");
@@ -1563,7 +1570,7 @@ START_TEST(test_responses_parse)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memset(&e, 0, sizeof e);
-        int rc = ifd_responses_parse(&a, bad[i].body, strlen(bad[i].body), &r, &e);
+        int rc = built(ifd_responses_parse(&a, bad[i].body, strlen(bad[i].body), &r, &e), &a, &r, &e);
         ck_assert_msg(rc == IFD_EINVAL && e.status == 400, "case %zu accepted: %s", i,
                       bad[i].body);
         ck_assert_msg(!strcmp(e.param, bad[i].param), "case %zu: param '%s', wanted '%s' (%s)",
@@ -1641,7 +1648,7 @@ START_TEST(test_responses_echo_defaults)
     ifd_oai_error_t e;
     const ifd_oai_sampling_defaults_t d = {0.6f, 0.9f, -1.0f, -1.0f, -1};
     const char *body = "{\"input\":\"hi\",\"temperature\":0.25}";
-    ck_assert_int_eq(ifd_responses_parse(&a, body, strlen(body), &r, &e), 0);
+    ck_assert_int_eq(built(ifd_responses_parse(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
     const uint32_t set = ifd_oai_apply_sampling_defaults(&r, &d);
     ck_assert_uint_eq(set, IFD_OAI_GIVEN_TOP_P);
     ck_assert_int_eq(ifd_responses_echo_defaults(&a, &r, set), 0);
@@ -1658,7 +1665,7 @@ START_TEST(test_responses_echo_defaults)
     ck_assert(jnum(j, "top_p") == 0.9);        /* the model's default */
     json_decref(j);
     /* nothing set: the echo is untouched (OpenAI's 1.0) */
-    ck_assert_int_eq(ifd_responses_parse(&a, "{\"input\":\"x\"}", 13, &r, &e), 0);
+    ck_assert_int_eq(built(ifd_responses_parse(&a, "{\"input\":\"x\"}", 13, &r, &e), &a, &r, &e), 0);
     const char *before = r.responses_echo;
     ck_assert_int_eq(ifd_responses_echo_defaults(&a, &r, 0), 0);
     ck_assert_ptr_eq(r.responses_echo, before);
@@ -1734,7 +1741,7 @@ START_TEST(test_responses_stored)
                      IFD_EINVAL);
     ck_assert_int_eq(e.status, 400);
     ck_assert_str_eq(e.param, "previous_response_id");
-    ck_assert_int_eq(ifd_responses_parse(&a, cont, strlen(cont), &r, &e), IFD_EINVAL);
+    ck_assert_int_eq(built(ifd_responses_parse(&a, cont, strlen(cont), &r, &e), &a, &r, &e), IFD_EINVAL);
     ck_assert_int_eq(e.status, 400);
     const char *num = "{\"input\":\"q\",\"previous_response_id\":5}";
     ck_assert_int_eq(ifd_responses_parse_stored(&a, num, strlen(num), &on, &r, &st, &e),
@@ -1864,7 +1871,7 @@ START_TEST(test_continuous_usage_and_min_tokens)
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"min_tokens\":3,"
                        "\"max_tokens\":9,\"stream\":true,\"stream_options\":{\"include_usage\":"
                        "true,\"continuous_usage_stats\":true}}";
-    ck_assert_int_eq(ifd_oai_parse_chat(&a, body, strlen(body), &r, &e), 0);
+    ck_assert_int_eq(built(ifd_oai_parse_chat(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
     ck_assert_uint_eq(r.min_tokens, 3);
     ck_assert(r.continuous_usage && r.include_usage);
     ifd_oai_stream_t s;

@@ -21,6 +21,7 @@
 
 static int32_t g_tokens[300];
 static int32_t g_stops[3] = {2, 0, 49152};
+static const int32_t g_grammar[5] = {0x31524749, 7, -1, 0, INT32_MIN};
 static ifd_wire_logit_bias_t g_bias[3] = {{7, 5.5f}, {0, -100.0f}, {12, -INFINITY}};
 static ifd_wire_top_t g_top[3] = {{11, -0.25f}, {12, -1.5f}, {13, -INFINITY}};
 static ifd_wire_token_t g_events[3];
@@ -96,7 +97,8 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
         m.u.add.ignore_eos = true;
         m.u.add.priority = -3;
         m.u.add.use_cache = true;
-        m.u.add.grammar = (char *)"root ::= \"{\" [a-z]* \"}\"\n";
+        m.u.add.grammar = g_grammar; /* compiled words, version 8 */
+        m.u.add.n_grammar = 5;
         m.u.add.min_tokens = 7;
         m.u.add.prompt_logprobs = 1 + 20;
         break;
@@ -262,7 +264,8 @@ START_TEST(test_add_fields)
     ck_assert_uint_eq(a->max_tokens, 4096);
     ck_assert(a->ignore_eos && a->use_cache);
     ck_assert_int_eq(a->priority, -3);
-    ck_assert_str_eq(a->grammar, "root ::= \"{\" [a-z]* \"}\"\n");
+    ck_assert_uint_eq(a->n_grammar, 5);
+    ck_assert_mem_eq(a->grammar, g_grammar, sizeof g_grammar);
     ck_assert_uint_eq(a->min_tokens, 7);
     ck_assert_uint_eq(a->prompt_logprobs, 21);
     ifd_wire_msg_free(&d);

@@ -540,7 +540,9 @@ START_TEST(test_dispatch_frame)
     sp.stop_ids = stop;
     sp.n_stop_ids = 1;
     sp.min_tokens = 2;
-    sp.grammar = "root ::= \"a\"";
+    const int32_t gw[] = {0x31524749, 1, 2}; /* copied, not read */
+    sp.grammar = gw;
+    sp.n_grammar = 3;
     owner_t *o = sub_p(x, &sp);
     ck_assert_int_eq(x->fake.n_frames, 1);
     ck_assert_int_eq(o->n_dispatched, 1);
