@@ -42,7 +42,7 @@
 #define IFD_GDFA_MAX        8192 /* memoized automaton states per grammar (1 KiB each) */
 /* Stacks one mask may expand on a cache miss (about 100 ms of a slow core):
  * a grammar whose next step needs more is IFD_ETOOBIG for its sequence. */
-#define IFD_GMASK_WORK      (8u << 20)
+#define IFD_GMASK_WORK      (2u << 20)
 
 typedef struct ifd_vocab ifd_vocab_t;
 
