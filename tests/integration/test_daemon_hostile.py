@@ -247,7 +247,6 @@ def test_hostile_templates_at_render():
                          timeout=30)
         assert code == 200, (code, out)
         assert time.monotonic() - t0 < 5 * SCALE, time.monotonic() - t0
-        assert "canceled" in d.logtext() or "cancel" in d.logtext() or True
     finally:
         assert d.stop() == 0
         os.unlink(path)
