@@ -231,9 +231,22 @@ def test_hostile_templates_at_render():
             assert took < 10 * SCALE, took
             print("     %-6s %d in %.2f s, canary's worst gap %.2f s" % (what, code, took, worst),
                   flush=True)
-        # four slow renders whose clients leave after 0.3 s: the threads come back
+    finally:
+        assert d.stop() == 0
+        os.unlink(path)
+
+
+def test_render_canceled_when_client_leaves():
+    """Four renders that would run for a minute (template_timeout 60 s) fill the thread
+    pool; their clients leave after 0.3 s. The renders stop at their next check (the cancel
+    flag), so a /tokenize right after is answered at once instead of after a minute."""
+    path = template_file(
+        "{% set s = 'a' * 4000000 %}{% for i in range(100000) %}{% if 'b' in s %}x{% endif %}"
+        "{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}")
+    d = Daemon(INFERD, ["--threads", "1", "--chat-template", path, "--template-timeout", "60"])
+    try:
         socks = []
-        for _ in range(4):
+        for _ in range(4):  # the uv thread pool's four threads
             c = UnixHTTPConnection(d.sock, timeout=30)
             c.request("POST", "/v1/chat/completions",
                       body=json.dumps({"messages": [{"role": "user", "content": "slow"}]}),
@@ -243,10 +256,13 @@ def test_hostile_templates_at_render():
         for c in socks:
             c.close()
         t0 = time.monotonic()
-        code, out = post(d, "/tokenize", {"messages": [{"role": "user", "content": "hi"}]},
-                         timeout=30)
+        code, out = post(d, "/detokenize", {"tokens": [1, 2, 3]}, timeout=60)
         assert code == 200, (code, out)
-        assert time.monotonic() - t0 < 5 * SCALE, time.monotonic() - t0
+        code, out = post(d, "/tokenize", {"prompt": "hello"}, timeout=60)
+        assert code == 200, (code, out)
+        took = time.monotonic() - t0
+        assert took < 5 * SCALE, "the thread pool stayed busy %.1f s after the clients left" % took
+        print("     4 abandoned renders: /tokenize answered %.2f s after" % took, flush=True)
     finally:
         assert d.stop() == 0
         os.unlink(path)
