@@ -58,22 +58,6 @@ static const struct {
 
 /* ---- routing -------------------------------------------------------------------------------- */
 
-static bool ifd__key_ok(const ifd_api_t *api, const char *auth)
-{
-    static const char bearer[] = "Bearer ";
-    if (!auth || strncasecmp(auth, bearer, sizeof bearer - 1) != 0)
-        return false;
-    const char *k = auth + sizeof bearer - 1;
-    while (*k == ' ')
-        k++;
-    size_t kl = strlen(k), al = strlen(api->api_key);
-    /* constant time in the key's length */
-    unsigned char diff = (unsigned char)(kl != al);
-    for (size_t i = 0; i < al; i++)
-        diff |= (unsigned char)(api->api_key[i] ^ (i < kl ? k[i] : 0));
-    return diff == 0;
-}
-
 static bool ifd__path_is(size_t route, const char *path)
 {
     const char *p = ifd__routes[route].path;
@@ -126,8 +110,8 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
     ifd_api_t *api = ctx;
     bool known, open;
     int route = ifd_api_route_find(r->path, r->method, &known, &open);
-    if (r->transport == IFD_LISTEN_TCP && api->api_key[0] && !open &&
-        !ifd__key_ok(api, r->authorization)) {
+    if (r->transport == IFD_LISTEN_TCP && ifd_apikeys_count(api->keys) && !open &&
+        !ifd_apikeys_match(api->keys, r->authorization)) {
         ifd_reply_errorf(c, 401, "invalid_api_key", NULL,
                          r->authorization ? "Incorrect API key provided."
                                           : "You didn't provide an API key. Send it as "
@@ -154,6 +138,22 @@ void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t 
     ifd_oai_error_json(&b, &e);
     ifd_http_respond(c, 405, "application/json", allow, b.data ? b.data : "", b.len);
     ifd_buf_free(&b);
+}
+
+int ifd_api_identity(const ifd_api_t *api, const ifd_http_request_t *r, char *out, size_t len)
+{
+    int n;
+    if (r->transport == IFD_LISTEN_TCP) {
+        /* the routes that store or read stored things need the key, so a
+         * key set means a key matched (ifd_api_on_request) */
+        const char *name = ifd_apikeys_match(api->keys, r->authorization);
+        n = name ? snprintf(out, len, "key:%s", name) : snprintf(out, len, "tcp");
+    } else if (r->peer_uid >= 0) {
+        n = snprintf(out, len, "uid:%lld", (long long)r->peer_uid);
+    } else {
+        n = snprintf(out, len, "unix");
+    }
+    return n >= 0 && (size_t)n < len ? 0 : IFD_ETOOBIG;
 }
 
 /* ---- completions ---------------------------------------------------------------------------- */
@@ -388,13 +388,16 @@ void ifd_api_close(ifd_api_t *api)
     api->grammars = NULL;
 }
 
-/* The stored entry that /v1/responses/{id} names, or NULL after a 404
- * (OpenAI's shape: invalid_request_error, param response_id). */
+/* The stored entry that /v1/responses/{id} names, if the client (who)
+ * stored it, or NULL after a 404 (OpenAI's shape: invalid_request_error,
+ * param response_id) — the same answer for another client's id as for one
+ * never stored, so ids cannot be probed. */
 static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_conn_t *c,
-                                                       const ifd_http_request_t *r)
+                                                       const ifd_http_request_t *r,
+                                                       const char *who)
 {
     const char *id = r->path + strlen("/v1/responses/");
-    const ifd_respstore_entry_t *e = ifd_respstore_lookup(&api->responses, api->cfg, id);
+    const ifd_respstore_entry_t *e = ifd_respstore_lookup(&api->responses, api->cfg, who, id);
     if (!e)
         ifd_reply_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.", id);
     return e;
@@ -403,7 +406,12 @@ static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_
 /* GET /v1/responses/{id}: the Response as it was answered. */
 static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
-    const ifd_respstore_entry_t *e = ifd__response_find(api, c, r);
+    char who[IFD_API_IDENTITY_MAX];
+    if (ifd_api_identity(api, r, who, sizeof who)) {
+        ifd_reply_errorf(c, 500, NULL, NULL, "The client's identity does not fit.");
+        return;
+    }
+    const ifd_respstore_entry_t *e = ifd__response_find(api, c, r, who);
     if (e)
         ifd_http_respond(c, 200, "application/json", NULL, e->response, e->response_len);
 }
@@ -411,13 +419,18 @@ static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http
 /* DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}. */
 static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
-    const ifd_respstore_entry_t *e = ifd__response_find(api, c, r);
+    char who[IFD_API_IDENTITY_MAX];
+    if (ifd_api_identity(api, r, who, sizeof who)) {
+        ifd_reply_errorf(c, 500, NULL, NULL, "The client's identity does not fit.");
+        return;
+    }
+    const ifd_respstore_entry_t *e = ifd__response_find(api, c, r, who);
     if (!e)
         return;
     json_t *o = json_pack("{s:s,s:s,s:b}", "id", e->id, "object", "response", "deleted", 1);
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
-    ifd_respstore_delete(api->responses, r->path + strlen("/v1/responses/"));
+    ifd_respstore_delete(api->responses, who, r->path + strlen("/v1/responses/"));
     if (s)
         ifd_http_respond(c, 200, "application/json", NULL, s, strlen(s));
     else

@@ -8,8 +8,9 @@
  * other's internals.
  *
  * Every error is OpenAI's error object with the right status, decided
- * before any 200 is sent: 400 (with `param`), 401 (TCP without the right
- * Bearer key, when a key is configured), 404 (unknown route or model), 405
+ * before any 200 is sent: 400 (with `param`), 401 (TCP without a right
+ * Bearer key, when keys are configured), 404 (unknown route or model, or a
+ * stored Response that is not the client's: ifd_api_identity), 405
  * (with Allow), 413/431/408 (http.c), 503 (+ Retry-After: queue full, no
  * worker, shutting down), 500.
  *
@@ -22,6 +23,7 @@
 #ifndef IFD_DAEMON_API_H
 #define IFD_DAEMON_API_H
 
+#include "apikeys.h"
 #include "chat/chat_template.h"
 #include "config.h"
 #include "gcache.h"
@@ -60,7 +62,9 @@ typedef struct {
     int32_t n_vocab;
     int64_t created;   /* unix seconds at start */
     uint64_t start_ns; /* uv_hrtime at start */
-    char api_key[512]; /* effective key ("" = none); set by main from api_key(_file) */
+    /* the API keys TCP clients must send (apikeys.h), NULL when none; owned
+     * by main, which replaces it on reload */
+    const ifd_apikeys_t *keys;
     bool draining;
     bool ready_once; /* every worker was ready at least once */
 
@@ -68,7 +72,7 @@ typedef struct {
     int64_t n_tokenizing;       /* admitted, being tokenized (they count in the queue) */
     int64_t n_running;          /* tokenized and being served */
     ifd_gen_t *gens;            /* every live generation request */
-    uint64_t rng;               /* ids and seeds (ids.h); seeded by main */
+    uint64_t rng;               /* default sampling seeds, never ids (ids.h); seeded by main */
     void (*on_idle)(void *ctx); /* called when the last generation request ends */
     void *idle_ctx;
 
@@ -81,6 +85,19 @@ typedef struct {
      * ifd_api_close */
     ifd_gcache_t *grammars;
 } ifd_api_t;
+
+/* Room for an identity from ifd_api_identity, NUL included. */
+#define IFD_API_IDENTITY_MAX (4 + IFD_APIKEY_NAME_MAX + 1)
+
+/*
+ * The identity of the client that sent r, which owns what it stores (the
+ * Responses store, respstore.h), into out (len bytes): on the Unix socket
+ * "uid:N", the uid the kernel recorded at connect (SO_PEERCRED: a client
+ * cannot forge it), "unix" if unknown; on TCP "key:NAME", the name of the
+ * API key the request carries (apikeys.h), or "tcp" — one identity shared
+ * by every TCP client — when no key is configured. 0 or IFD_ETOOBIG.
+ */
+int ifd_api_identity(const ifd_api_t *api, const ifd_http_request_t *r, char *out, size_t len);
 
 /* The http handler: routes one request. */
 void ifd_api_on_request(void *api, ifd_http_conn_t *c, const ifd_http_request_t *r);

@@ -106,6 +106,8 @@ struct ifd_gen {
     ifd__choice_t *ch;
 
     bool store; /* /v1/responses: keep the Response once answered (ifd__keep) */
+    bool ids_failed; /* a tool call id could not be drawn (ifd__call_id): a 500 */
+    char owner[IFD_API_IDENTITY_MAX]; /* the client's identity: its stored Responses' owner */
     char id[IFD_OAI_ID_MAX];
     int64_t created;
     ifd_oai_stream_t stream;
@@ -199,6 +201,9 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
     ifd_textout_t *t = &c->text;
     c->done = true;
     const char *finish = ifd_textout_end(t, length, &g->arena);
+    if (g->ids_failed)
+        ifd__fail(g, 500, NULL, "A tool call id could not be drawn from the system's random "
+                                "number generator.");
     c->finish = finish;
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;
@@ -541,8 +546,8 @@ static void ifd__keep(ifd_gen_t *g, const char *response, size_t len)
     oc.n_tool_calls = t->n_calls;
     ifd_buf_t conv = IFD_BUF_INIT;
     if (ifd_responses_conversation(&conv, &g->req, &oc) == 0)
-        ifd_respstore_keep(&g->api->responses, g->api->cfg, g->id, response, len, conv.data,
-                           conv.len);
+        ifd_respstore_keep(&g->api->responses, g->api->cfg, g->owner, g->id, response, len,
+                           conv.data, conv.len);
     else
         IFD_WARN("gen %s: building the conversation to store failed", g->id);
     ifd_buf_free(&conv);
@@ -938,10 +943,17 @@ static bool ifd__check_prompts(ifd_gen_t *g)
     return true;
 }
 
-/* Tool call ids for textout, from the API's generator. */
-static char *ifd__call_id(void *api, ifd_arena_t *a)
+/* Tool call ids for textout (ids.h). textout drops the calls when one
+ * cannot be drawn; a failed getrandom is remembered so that the request
+ * then fails with a 500 (ifd__choice_done) instead of answering without them. */
+static char *ifd__call_id(void *ud, ifd_arena_t *a)
 {
-    return ifd_ids_tool_call(a, &((ifd_api_t *)api)->rng);
+    ifd_gen_t *g = ud;
+    int rc;
+    char *id = ifd_ids_tool_call(a, &rc);
+    if (!id && rc != IFD_ENOMEM)
+        g->ids_failed = true;
+    return id;
 }
 
 /* The request's text rules and its choices, each with its text. 0 or
@@ -955,7 +967,7 @@ static int ifd__make_choices(ifd_gen_t *g)
     if (ifd_textout_rules_init(&g->rules, &g->req, g->kind, eog, n_eog))
         return IFD_ENOMEM;
     g->rules.call_id = ifd__call_id;
-    g->rules.call_id_ud = api;
+    g->rules.call_id_ud = g;
     uint32_t n = (uint32_t)(g->n_prompts * g->req.n);
     g->ch = calloc(n, sizeof *g->ch);
     if (!g->ch)
@@ -1134,11 +1146,14 @@ static int ifd__model_sampling_defaults(const ifd_api_t *api, ifd_arena_t *a,
     return ifd_responses_echo_defaults(a, rq, ifd_oai_apply_sampling_defaults(rq, &d));
 }
 
-/* previous_response_id: the kept conversation of id, or NULL (respstore.h). */
-static const char *ifd__stored_conversation(void *api, const char *id)
+/* previous_response_id: the kept conversation of id if this client kept
+ * it, or NULL — another client's id is as unknown as one never stored
+ * (respstore.h). */
+static const char *ifd__stored_conversation(void *ud, const char *id)
 {
-    ifd_api_t *a = api;
-    const ifd_respstore_entry_t *e = ifd_respstore_lookup(&a->responses, a->cfg, id);
+    ifd_gen_t *g = ud;
+    const ifd_respstore_entry_t *e =
+        ifd_respstore_lookup(&g->api->responses, g->api->cfg, g->owner, id);
     return e ? e->conversation : NULL;
 }
 
@@ -1146,11 +1161,27 @@ static const char *ifd__stored_conversation(void *api, const char *id)
 static int ifd__parse_responses(ifd_gen_t *g, const ifd_http_request_t *r, ifd_oai_error_t *e)
 {
     ifd_responses_store_t store = {ifd_respstore_enabled(g->api->cfg), ifd__stored_conversation,
-                                   g->api};
+                                   g};
     ifd_responses_state_t st;
     int rc = ifd_responses_parse_stored(&g->arena, r->body, r->body_len, &store, &g->req, &st, e);
     g->store = !rc && st.store;
     return rc;
+}
+
+/* The client's identity (its stored Responses' owner) and the request's
+ * id, drawn from getrandom (ids.h). false: answered with a 500, g freed. */
+static bool ifd__identify(ifd_gen_t *g, const ifd_http_request_t *r)
+{
+    const char *why = NULL;
+    if (ifd_api_identity(g->api, r, g->owner, sizeof g->owner))
+        why = "The client's identity does not fit.";
+    else if (ifd_ids_make(g->id, g->api_kind)) /* logged */
+        why = "The request id could not be drawn from the system's random number generator.";
+    if (!why)
+        return true;
+    snprintf(g->id, sizeof g->id, "(no id)");
+    ifd__reject(g, 500, NULL, NULL, why);
+    return false;
 }
 
 void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r,
@@ -1171,9 +1202,9 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     if (api->gens)
         api->gens->prev = g;
     api->gens = g;
-    uint64_t r0 = ifd_ids_random(&api->rng);
-    ifd_oai_make_id(g->id, kind, r0, ifd_ids_random(&api->rng));
     g->conn = c;
+    if (!ifd__identify(g, r))
+        return;
 
     ifd_oai_error_t e;
     memset(&e, 0, sizeof e);

@@ -31,6 +31,7 @@
 #include "gen.h"
 #include "gpu.h"
 #include "http.h"
+#include "ids.h"
 #include "inspect/inspect.h"
 #include "kvpool/kvparams.h"
 #include "listen.h"
@@ -73,6 +74,7 @@ typedef struct {
     ifd_sup_t *sup;
     ifd_router_t *router;
     ifd_api_t api;
+    ifd_apikeys_t *keys; /* api_key(_file) (api.keys), NULL when none; replaced on reload */
     ifd_listener_t lst[IFD__MAX_LISTENERS];
     int n_lst;
     uv_signal_t sig_term, sig_int, sig_hup;
@@ -123,54 +125,6 @@ static int ifd__open_log(const char *path)
     fflush(stderr);
     dup2(fd, 2);
     close(fd);
-    return 0;
-}
-
-/* A key clients can send: 'Authorization: Bearer KEY' carries no spaces or
- * control characters (the header's value is trimmed, so a key of only
- * spaces could never match and would lock everybody out). */
-static int ifd__check_api_key(const char *key, const char *from)
-{
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
-        if (*p <= 0x20 || *p == 0x7f) {
-            IFD_ERROR("%s: the API key contains %s (byte 0x%02x at %zu): a Bearer token cannot "
-                      "carry it, so no client could authenticate",
-                      from, *p == ' ' ? "a space" : "whitespace or a control character", *p,
-                      (size_t)(p - (const unsigned char *)key));
-            return IFD_EINVAL;
-        }
-    }
-    return 0;
-}
-
-static int ifd__load_api_key(const ifd_config_t *cfg, char *out, size_t len)
-{
-    out[0] = '\0';
-    if (cfg->api_key_file && *cfg->api_key_file) {
-        FILE *f = fopen(cfg->api_key_file, "re");
-        if (!f) {
-            int e = errno;
-            IFD_ERROR("api_key_file %s: %s", cfg->api_key_file, strerror(e));
-            return -e;
-        }
-        if (!fgets(out, (int)len, f))
-            out[0] = '\0';
-        fclose(f);
-        out[strcspn(out, "\r\n")] = '\0';
-        if (!out[0]) {
-            IFD_ERROR("api_key_file %s is empty", cfg->api_key_file);
-            return IFD_EINVAL;
-        }
-        return ifd__check_api_key(out, "api_key_file");
-    }
-    if (cfg->api_key && *cfg->api_key) {
-        if (strlen(cfg->api_key) >= len) {
-            IFD_ERROR("api_key: longer than %zu bytes", len - 1);
-            return IFD_EINVAL;
-        }
-        snprintf(out, len, "%s", cfg->api_key);
-        return ifd__check_api_key(out, "api_key");
-    }
     return 0;
 }
 
@@ -485,8 +439,9 @@ static void ifd__reload(ifd__daemon_t *d)
         ifd_config_free(&next);
         return;
     }
-    char key[512];
-    if (ifd__load_api_key(&next, key, sizeof key) != 0) {
+    ifd_apikeys_t *keys;
+    if (ifd_apikeys_load(&next, &keys) != 0) { /* logged */
+        IFD_ERROR("reload: keeping the current settings");
         ifd_config_free(&next);
         return;
     }
@@ -494,7 +449,9 @@ static void ifd__reload(ifd__daemon_t *d)
     ifd_log_set_level(lvl);
     ifd_config_apply_reloadable(&d->cfg, &next);
     ifd_config_free(&next);
-    snprintf(d->api.api_key, sizeof d->api.api_key, "%s", key);
+    ifd_apikeys_destroy(d->keys);
+    d->keys = keys;
+    d->api.keys = keys;
     ifd_http_limits_t lim = ifd__limits(&d->cfg);
     ifd_http_server_set_limits(d->http, &lim);
     ifd_sup_params_t sp;
@@ -703,7 +660,7 @@ static int ifd__create_pools(ifd__daemon_t *d, ifd_kvpool_params_t *kp, ifd_kvpo
     return 0;
 }
 
-static int ifd__open_listeners(ifd__daemon_t *d, const char *api_key, char *err, size_t errlen)
+static int ifd__open_listeners(ifd__daemon_t *d, char *err, size_t errlen)
 {
     int rc = ifd_listen_systemd(d->lst, IFD__MAX_LISTENERS, &d->n_lst, err, errlen);
     if (rc)
@@ -732,7 +689,7 @@ static int ifd__open_listeners(ifd__daemon_t *d, const char *api_key, char *err,
         }
     }
     for (int i = 0; i < d->n_lst; i++) {
-        if (d->lst[i].kind == IFD_LISTEN_TCP && !d->lst[i].loopback && !api_key[0]) {
+        if (d->lst[i].kind == IFD_LISTEN_TCP && !d->lst[i].loopback && !d->keys) {
             snprintf(err, errlen,
                      "refusing to listen on %s (not a loopback address) without an API key: "
                      "set api_key or api_key_file",
@@ -1033,9 +990,10 @@ static int ifd__start_pools(ifd__daemon_t *d, ifd_kvpool_params_t *kp, ifd_kvpoo
 static int ifd__start_http(ifd__daemon_t *d, char *err, size_t errlen)
 {
     int rc;
-    if (ifd__load_api_key(&d->cfg, d->api.api_key, sizeof d->api.api_key))
+    if (ifd_apikeys_load(&d->cfg, &d->keys)) /* logged */
         return IFD__START_QUIET;
-    if ((rc = ifd__open_listeners(d, d->api.api_key, err, errlen)))
+    d->api.keys = d->keys;
+    if ((rc = ifd__open_listeners(d, err, errlen)))
         return rc;
     ifd_http_limits_t lim = ifd__limits(&d->cfg);
     ifd_http_handler_t hh = {&d->api, ifd_api_on_request};
@@ -1047,8 +1005,7 @@ static int ifd__start_http(ifd__daemon_t *d, char *err, size_t errlen)
             return rc;
         }
         IFD_INFO("listening on %s%s", d->lst[i].name,
-                 d->lst[i].kind == IFD_LISTEN_TCP && d->api.api_key[0] ? " (API key required)"
-                                                                       : "");
+                 d->lst[i].kind == IFD_LISTEN_TCP && d->keys ? " (API key required)" : "");
     }
     return 0;
 }
@@ -1088,7 +1045,8 @@ static int ifd__start_router(ifd__daemon_t *d, int64_t mml)
     api->n_vocab = ifd_tokenizer_n_vocab(d->tok);
     api->created = (int64_t)time(NULL);
     api->start_ns = uv_hrtime();
-    api->rng = api->start_ns ^ ((uint64_t)getpid() << 32);
+    if (ifd_ids_seed(&api->rng)) /* logged */
+        return IFD__START_QUIET;
     api->on_idle = ifd__on_idle;
     api->idle_ctx = d;
     if (ifd_gcache_create(&api->grammars, (size_t)d->cfg.grammar_cache_bytes)) {
@@ -1193,6 +1151,7 @@ int main(int argc, char **argv)
             ifd_router_destroy(d->router);
         }
         ifd_api_close(&d->api);
+        ifd_apikeys_destroy(d->keys);
         /* plain memory, no handle refers to it once the loop is not running */
         ifd_kvpool_destroy(d->pool);
         ifd_kvpool_destroy(d->lpool);
