@@ -393,8 +393,7 @@ void ifd_api_close(ifd_api_t *api)
  * param response_id) — the same answer for another client's id as for one
  * never stored, so ids cannot be probed. */
 static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_conn_t *c,
-                                                       const ifd_http_request_t *r,
-                                                       const char *who)
+                                                       const ifd_http_request_t *r, const char *who)
 {
     const char *id = r->path + strlen("/v1/responses/");
     const ifd_respstore_entry_t *e = ifd_respstore_lookup(&api->responses, api->cfg, who, id);

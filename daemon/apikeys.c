@@ -85,8 +85,8 @@ static int ifd__fields(const char *line, size_t n, const char *f[3], size_t fl[3
 }
 
 /* Adds line `no`'s fields to k (room made by the caller). 0 or IFD_EINVAL. */
-static int ifd__add_line(ifd_apikeys_t *k, size_t no, const char *f[3], const size_t fl[3],
-                         int nf, char *err, size_t errlen)
+static int ifd__add_line(ifd_apikeys_t *k, size_t no, const char *f[3], const size_t fl[3], int nf,
+                         char *err, size_t errlen)
 {
     char at[48];
     snprintf(at, sizeof at, "line %zu: ", no);
@@ -106,8 +106,10 @@ static int ifd__add_line(ifd_apikeys_t *k, size_t no, const char *f[3], const si
         return rc;
     for (size_t i = 0; i < k->n; i++) {
         if (k->v[i].key_len == kl && !memcmp(k->v[i].key, key, kl)) {
-            snprintf(err, errlen, "%sthe same API key as the one named '%s' (each key names one "
-                     "identity)", at, k->v[i].name);
+            snprintf(err, errlen,
+                     "%sthe same API key as the one named '%s' (each key names one "
+                     "identity)",
+                     at, k->v[i].name);
             return IFD_EINVAL;
         }
     }
@@ -124,8 +126,7 @@ static int ifd__add_line(ifd_apikeys_t *k, size_t no, const char *f[3], const si
     return 0;
 }
 
-int ifd_apikeys_parse(const char *text, size_t len, ifd_apikeys_t **out, char *err,
-                      size_t errlen)
+int ifd_apikeys_parse(const char *text, size_t len, ifd_apikeys_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     size_t lines = 1;

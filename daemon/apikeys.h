@@ -32,15 +32,14 @@
 
 typedef struct ifd_apikeys ifd_apikeys_t;
 
-#define IFD_APIKEY_MAX      511       /* bytes of one key */
-#define IFD_APIKEY_NAME_MAX 64        /* bytes of one name */
+#define IFD_APIKEY_MAX       511       /* bytes of one key */
+#define IFD_APIKEY_NAME_MAX  64        /* bytes of one name */
 #define IFD_APIKEYS_FILE_MAX (1 << 20) /* bytes of api_key_file */
 
 /* The keys of a key file's text (len bytes, not NUL-terminated), named
  * as above. 0; IFD_EINVAL with err saying why and on which line (from
  * line 1); IFD_ENOMEM. */
-int ifd_apikeys_parse(const char *text, size_t len, ifd_apikeys_t **out, char *err,
-                      size_t errlen);
+int ifd_apikeys_parse(const char *text, size_t len, ifd_apikeys_t **out, char *err, size_t errlen);
 
 /* One key named "default" (the api_key setting). 0, IFD_EINVAL (err), IFD_ENOMEM. */
 int ifd_apikeys_one(const char *key, ifd_apikeys_t **out, char *err, size_t errlen);

@@ -106,7 +106,7 @@ struct ifd_gen {
     ifd__choice_t *ch;
 
     bool store; /* /v1/responses: keep the Response once answered (ifd__keep) */
-    bool ids_failed; /* a tool call id could not be drawn (ifd__call_id): a 500 */
+    bool ids_failed;                  /* a tool call id could not be drawn (ifd__call_id): a 500 */
     char owner[IFD_API_IDENTITY_MAX]; /* the client's identity: its stored Responses' owner */
     char id[IFD_OAI_ID_MAX];
     int64_t created;
@@ -202,8 +202,9 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
     c->done = true;
     const char *finish = ifd_textout_end(t, length, &g->arena);
     if (g->ids_failed)
-        ifd__fail(g, 500, NULL, "A tool call id could not be drawn from the system's random "
-                                "number generator.");
+        ifd__fail(g, 500, NULL,
+                  "A tool call id could not be drawn from the system's random "
+                  "number generator.");
     c->finish = finish;
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;
@@ -831,9 +832,9 @@ static void ifd__work_cb(uv_work_t *w)
         const char *echo = NULL;
         g->work_rc = ifd_prompt_chat(g->api, &g->arena, &g->req, &g->cancel, &g->ptoks[0], &echo,
                                      &g->work_err);
-        if (echo) {
+        if (echo) { /* the last message's content (prompt.h), which may hold NULs */
             g->echo[0] = (char *)echo;
-            g->echo_len[0] = strlen(echo);
+            g->echo_len[0] = g->req.messages[g->req.n_messages - 1].content_len;
         }
         return;
     }
@@ -1160,8 +1161,7 @@ static const char *ifd__stored_conversation(void *ud, const char *id)
 /* A /v1/responses body against the daemon's Responses store. */
 static int ifd__parse_responses(ifd_gen_t *g, const ifd_http_request_t *r, ifd_oai_error_t *e)
 {
-    ifd_responses_store_t store = {ifd_respstore_enabled(g->api->cfg), ifd__stored_conversation,
-                                   g};
+    ifd_responses_store_t store = {ifd_respstore_enabled(g->api->cfg), ifd__stored_conversation, g};
     ifd_responses_state_t st;
     int rc = ifd_responses_parse_stored(&g->arena, r->body, r->body_len, &store, &g->req, &st, e);
     g->store = !rc && st.store;

@@ -16,6 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A {role, content} message of the plain rendering: content holds
+ * content_len bytes, which may include NULs (a request's "\u0000"). */
+typedef struct {
+    const char *role;
+    const char *content;
+    size_t content_len;
+} ifd__msg_t;
+
 /*
  * Tools with a built-in template family (which has no syntax for them):
  * the tool definitions go into the system message, Hermes-style, with
@@ -24,28 +32,31 @@
  * role "tool" messages as user turns holding <tool_response> blocks. The
  * strings come from the arena. 0, IFD_ENOMEM.
  */
-static int ifd__tool_text(ifd_arena_t *a, const ifd_oai_request_t *rq, ifd_chat_msg_t *msgs,
-                          size_t n)
+static int ifd__tool_text(ifd_arena_t *a, const ifd_oai_request_t *rq, ifd__msg_t *msgs, size_t n)
 {
     ifd_buf_t b = IFD_BUF_INIT;
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         const ifd_oai_message_t *m = &rq->messages[i];
+        bool made = true;
+        ifd_buf_clear(&b);
+        /* contents may hold NULs: appended by length, never as C strings */
         if (!strcmp(m->role, "tool")) {
-            ifd_buf_clear(&b);
-            rc = ifd_buf_printf(&b, "<tool_response>\n%s\n</tool_response>", msgs[i].content);
+            rc = ifd_buf_puts(&b, "<tool_response>\n") ||
+                 ifd_buf_append(&b, msgs[i].content, msgs[i].content_len) ||
+                 ifd_buf_puts(&b, "\n</tool_response>");
             msgs[i].role = "user";
-            msgs[i].content = rc ? "" : ifd_arena_strdup(a, b.data);
         } else if (m->tool_calls) {
             json_error_t je;
-            json_t *calls = json_loads(m->tool_calls, 0, &je);
-            ifd_buf_clear(&b);
-            rc = ifd_buf_puts(&b, msgs[i].content);
+            json_t *calls = json_loads(m->tool_calls, JSON_ALLOW_NUL, &je);
+            rc = ifd_buf_append(&b, msgs[i].content, msgs[i].content_len);
             for (size_t k = 0; !rc && k < json_array_size(calls); k++) {
                 json_t *f = json_object_get(json_array_get(calls, k), "function");
                 json_t *args = json_object_get(f, "arguments");
-                json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, &je)
-                                                      : json_incref(args);
+                json_t *parsed = json_is_string(args)
+                                     ? json_loadb(json_string_value(args), json_string_length(args),
+                                                  JSON_ALLOW_NUL, &je)
+                                     : json_incref(args);
                 json_t *o = json_object();
                 json_object_set(o, "name", json_object_get(f, "name"));
                 json_object_set_new(o, "arguments", parsed ? parsed : json_object());
@@ -56,7 +67,12 @@ static int ifd__tool_text(ifd_arena_t *a, const ifd_oai_request_t *rq, ifd_chat_
                 json_decref(o);
             }
             json_decref(calls);
-            msgs[i].content = rc ? "" : ifd_arena_strdup(a, b.data ? b.data : "");
+        } else {
+            made = false;
+        }
+        if (made) {
+            msgs[i].content = rc ? NULL : ifd_arena_strndup(a, b.data ? b.data : "", b.len);
+            msgs[i].content_len = b.len;
         }
         if (!msgs[i].content)
             rc = IFD_ENOMEM;
@@ -65,15 +81,17 @@ static int ifd__tool_text(ifd_arena_t *a, const ifd_oai_request_t *rq, ifd_chat_
     return rc ? IFD_ENOMEM : 0;
 }
 
-/* The system text that describes the tools (built-in families only). */
-static char *ifd__tools_system(ifd_arena_t *a, const ifd_oai_request_t *rq, const char *system)
+/* The system text that describes the tools (built-in families only), after
+ * system[0..system_len) when there is one; *len gets its bytes. */
+static char *ifd__tools_system(ifd_arena_t *a, const ifd_oai_request_t *rq, const char *system,
+                               size_t system_len, size_t *len)
 {
     json_error_t je;
-    json_t *tools = json_loads(rq->tools_json, 0, &je);
+    json_t *tools = json_loads(rq->tools_json, JSON_ALLOW_NUL, &je);
     ifd_buf_t b = IFD_BUF_INIT;
     int rc = 0;
-    if (system && system[0])
-        rc = ifd_buf_printf(&b, "%s\n\n", system);
+    if (system && system_len)
+        rc = ifd_buf_append(&b, system, system_len) || ifd_buf_puts(&b, "\n\n");
     rc = rc || ifd_buf_puts(&b, "# Tools\n\nYou can call functions to help with the request. "
                                 "Their signatures (JSON Schema) are inside <tools></tools>:\n"
                                 "<tools>\n");
@@ -87,7 +105,8 @@ static char *ifd__tools_system(ifd_arena_t *a, const ifd_oai_request_t *rq, cons
                                 "{\"name\": <function name>, \"arguments\": <the arguments as "
                                 "a JSON object>}\n</tool_call>");
     json_decref(tools);
-    char *out = rc ? NULL : ifd_arena_strdup(a, b.data);
+    char *out = rc ? NULL : ifd_arena_strndup(a, b.data, b.len);
+    *len = b.len;
     ifd_buf_free(&b);
     return out;
 }
@@ -112,9 +131,10 @@ static json_t *ifd__template_vars(const ifd_oai_request_t *rq)
 {
     if (!rq->template_kwargs && !rq->documents)
         return NULL;
-    json_t *v = rq->template_kwargs ? json_loads(rq->template_kwargs, 0, NULL) : json_object();
+    json_t *v =
+        rq->template_kwargs ? json_loads(rq->template_kwargs, JSON_ALLOW_NUL, NULL) : json_object();
     if (v && rq->documents)
-        json_object_set_new(v, "documents", json_loads(rq->documents, 0, NULL));
+        json_object_set_new(v, "documents", json_loads(rq->documents, JSON_ALLOW_NUL, NULL));
     return v;
 }
 
@@ -131,15 +151,14 @@ static int ifd__continue_final(const ifd_oai_request_t *rq, ifd_chat_prompt_t *p
 {
     if (!rq->n_messages || !rq->continue_final_message)
         return 0;
-    const char *last = rq->messages[rq->n_messages - 1].content;
-    if (!last)
-        last = "";
-    const char *b = last, *e = last + strlen(last);
-    while (b < e && strchr(" \t\r\n", *b))
+    const ifd_oai_message_t *lm = &rq->messages[rq->n_messages - 1];
+    const char *last = lm->content ? lm->content : "";
+    const char *b = last, *e = last + (lm->content ? lm->content_len : 0); /* NULs included */
+    while (b < e && memchr(" \t\r\n", *b, 4))
         b++;
-    while (e > b && strchr(" \t\r\n", e[-1]))
+    while (e > b && memchr(" \t\r\n", e[-1], 4))
         e--;
-    size_t core = (size_t)(e - b), lead_trimmed = strlen(b);
+    size_t core = (size_t)(e - b), lead_trimmed = (size_t)(last + lm->content_len - b);
     const char *at = NULL;
     for (const char *p = pr->text;
          core && (p = memmem(p, pr->len - (size_t)(p - pr->text), b, core)); p++)
@@ -174,8 +193,9 @@ static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
                             size_t errlen)
 {
     json_error_t je;
-    json_t *msgs = json_loads(rq->messages_json, 0, &je);
-    json_t *tools = ifd__tools_rendered(rq) ? json_loads(rq->tools_json, 0, &je) : NULL;
+    json_t *msgs = json_loads(rq->messages_json, JSON_ALLOW_NUL, &je);
+    json_t *tools =
+        ifd__tools_rendered(rq) ? json_loads(rq->tools_json, JSON_ALLOW_NUL, &je) : NULL;
     if (!msgs || (ifd__tools_rendered(rq) && !tools)) {
         json_decref(msgs);
         json_decref(tools);
@@ -200,43 +220,77 @@ static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
     return rc;
 }
 
+/* m[0..n) as the JSON messages the template renders (their contents whole,
+ * NULs included), or NULL with *rc set: IFD_EINVAL (invalid UTF-8: err
+ * says which message, as ifd_chat_render_msgs does) or IFD_ENOMEM. */
+static json_t *ifd__msgs_json(const ifd__msg_t *m, size_t n, char *err, size_t errlen, int *rc)
+{
+    json_t *arr = json_array();
+    *rc = arr ? 0 : IFD_ENOMEM;
+    for (size_t i = 0; !*rc && i < n; i++) {
+        json_t *o =
+            json_pack("{s:s,s:s%}", "role", m[i].role, "content", m[i].content, m[i].content_len);
+        if (!o) {
+            snprintf(err, errlen, "message %zu is not valid UTF-8", i);
+            *rc = IFD_EINVAL;
+        } else if (json_array_append_new(arr, o)) {
+            *rc = IFD_ENOMEM;
+        }
+    }
+    if (*rc) {
+        json_decref(arr);
+        return NULL;
+    }
+    return arr;
+}
+
 /* {role, content} messages, tools as text (any template without tools). */
 static int ifd__render_plain(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
                              const ifd_chat_request_t *opts, ifd_chat_prompt_t *pr, char *err,
                              size_t errlen)
 {
-    ifd_chat_msg_t *msgs = calloc(rq->n_messages + 1, sizeof *msgs);
+    ifd__msg_t *msgs = calloc(rq->n_messages + 1, sizeof *msgs);
     if (!msgs)
         return IFD_ENOMEM;
     /* msgs[0] is kept free for a tools system message */
-    ifd_chat_msg_t *m = msgs + 1;
+    ifd__msg_t *m = msgs + 1;
     for (size_t i = 0; i < rq->n_messages; i++) {
         const char *role = rq->messages[i].role;
         m[i].role = !strcmp(role, "developer") ? "system" : role;
         m[i].content = rq->messages[i].content ? rq->messages[i].content : "";
+        m[i].content_len = rq->messages[i].content ? rq->messages[i].content_len : 0;
     }
     int rc = ifd__tool_text(a, rq, m, rq->n_messages);
-    ifd_chat_msg_t *all = m;
+    ifd__msg_t *all = m;
     size_t n_all = rq->n_messages;
     if (!rc && ifd__tools_rendered(rq)) {
         bool has_sys = n_all && !strcmp(m[0].role, "system");
-        char *sys = ifd__tools_system(a, rq, has_sys ? m[0].content : NULL);
+        size_t sys_len;
+        char *sys = ifd__tools_system(a, rq, has_sys ? m[0].content : NULL,
+                                      has_sys ? m[0].content_len : 0, &sys_len);
         if (!sys) {
             rc = IFD_ENOMEM;
         } else if (has_sys) {
             m[0].content = sys;
+            m[0].content_len = sys_len;
         } else {
             all = msgs;
             all[0].role = "system";
             all[0].content = sys;
+            all[0].content_len = sys_len;
             n_all++;
         }
     }
+    json_t *arr = rc ? NULL : ifd__msgs_json(all, n_all, err, errlen, &rc);
     json_t *vars = ifd__template_vars(rq);
-    ifd_chat_request_t o = *opts;
-    o.vars = vars;
-    if (!rc)
-        rc = ifd_chat_render_msgs(api->tpl, all, n_all, &o, pr, err, errlen);
+    if (!rc) {
+        ifd_chat_request_t cr = *opts;
+        cr.messages = arr;
+        cr.tools = NULL;
+        cr.vars = vars;
+        rc = ifd_chat_render_request(api->tpl, &cr, pr, err, errlen);
+    }
+    json_decref(arr);
     json_decref(vars);
     free(msgs);
     return rc;

@@ -27,8 +27,8 @@
  * ifd_oai_parse_chat or ifd_responses_parse), appending its prompt ids to
  * *out, truncated as its truncate_prompt_tokens asks (ifd_prompt_truncate).
  * *echo (may be NULL) gets chat echo's text: the last message's content
- * when it is an assistant message and rq->echo is set, else NULL (it
- * borrows from rq).
+ * (its length that message's content_len: it may hold NULs) when it is an
+ * assistant message and rq->echo is set, else NULL (it borrows from rq).
  * The template renders within the server's budget (template_timeout) and
  * stops when *cancel (may be NULL) becomes nonzero: IFD_ECANCELED.
  * Returns 0; IFD_EINVAL or IFD_ETOOBIG with *err filled (a 400 naming

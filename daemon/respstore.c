@@ -36,7 +36,7 @@ typedef struct {
 typedef struct ifd__rs_node ifd__rs_node_t;
 
 typedef struct {
-    ifd__rs_item_t it;     /* first: owners live in an ifd__rs_set_t */
+    ifd__rs_item_t it;    /* first: owners live in an ifd__rs_set_t */
     ifd__rs_node_t *head; /* its entries, the most recent first */
     ifd__rs_node_t *tail;
     size_t n, bytes;

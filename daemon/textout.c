@@ -30,7 +30,7 @@ int ifd_textout_rules_init(ifd_textout_rules_t *r, const ifd_oai_request_t *rq, 
     r->text = !(kind == IFD_OAI_COMPLETION && rq->max_tokens == 0);
     r->tools = kind == IFD_OAI_CHAT && rq->n_tools && rq->tool_choice != IFD_OAI_TOOL_CHOICE_NONE;
     for (size_t i = 0; i < rq->n_stop; i++) {
-        size_t l = strlen(rq->stop[i]);
+        size_t l = rq->stop_len[i];
         if (l > r->max_stop_len)
             r->max_stop_len = l;
     }
@@ -88,7 +88,7 @@ static long ifd__find_stop(const ifd_oai_request_t *rq, const char *t, size_t fr
     long best = -1;
     for (size_t i = 0; i < rq->n_stop; i++) {
         const char *s = rq->stop[i];
-        size_t sl = strlen(s);
+        size_t sl = rq->stop_len[i]; /* a stop string may hold NULs */
         if (!sl || len - from < sl)
             continue;
         const char *p = memmem(t + from, len - from, s, sl);
@@ -106,7 +106,7 @@ static size_t ifd__hold(const ifd_oai_request_t *rq, const char *t, size_t from,
     size_t hold = 0;
     for (size_t i = 0; i < rq->n_stop; i++) {
         const char *s = rq->stop[i];
-        size_t sl = strlen(s);
+        size_t sl = rq->stop_len[i]; /* a stop string may hold NULs */
         size_t k = sl ? sl - 1 : 0;
         if (k > len - from)
             k = len - from;

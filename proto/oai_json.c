@@ -137,13 +137,61 @@ int ifd__oai_json_bool(ifd__oai_json_ctx_t *c, const json_t *j, const char *para
     return 0;
 }
 
-/* jansson strings hold no NUL (the parsers do not pass JSON_ALLOW_NUL), so
- * the arena copy is the whole string. */
+bool ifd__oai_json_has_nul(const json_t *j)
+{
+    return json_is_string(j) && memchr(json_string_value(j), '\0', json_string_length(j));
+}
+
+bool ifd__oai_json_is(const json_t *j, const char *lit)
+{
+    size_t n = strlen(lit);
+    return json_is_string(j) && json_string_length(j) == n && !memcmp(json_string_value(j), lit, n);
+}
+
+int ifd__oai_json_nul(ifd__oai_json_ctx_t *c, const char *param)
+{
+    return ifd__oai_json_fail(c, "invalid_value", param,
+                              "Invalid '%s': it contains a NUL character (\\u0000), which this "
+                              "field cannot hold.",
+                              param);
+}
+
+/* Recursion is bounded by the JSON parser's depth limit. */
+int ifd__oai_json_no_nul(ifd__oai_json_ctx_t *c, const json_t *j, const char *param)
+{
+    size_t i;
+    const char *k;
+    json_t *v;
+    switch (json_typeof(j)) {
+    case JSON_STRING:
+        return ifd__oai_json_has_nul(j) ? ifd__oai_json_nul(c, param) : 0;
+    case JSON_ARRAY:
+        json_array_foreach(j, i, v)
+        {
+            if (ifd__oai_json_no_nul(c, v, param))
+                return IFD_EINVAL;
+        }
+        return 0;
+    case JSON_OBJECT:
+        json_object_foreach((json_t *)j, k, v)
+        {
+            if (ifd__oai_json_no_nul(c, v, param))
+                return IFD_EINVAL;
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* The arena copy is the whole string, NULs and all. */
 int ifd__oai_json_string(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, char **out,
                          size_t *len)
 {
     if (!json_is_string(j))
         return ifd__oai_json_bad_type(c, param, "a string", j);
+    if (!len && ifd__oai_json_has_nul(j))
+        return ifd__oai_json_nul(c, param);
     size_t n = json_string_length(j);
     char *s = ifd_arena_strndup(c->a, json_string_value(j), n);
     if (!s)

@@ -66,9 +66,24 @@ int ifd__oai_json_number(ifd__oai_json_ctx_t *c, const json_t *j, const char *pa
 int ifd__oai_json_int(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, int64_t lo,
                       int64_t hi, int64_t *out);
 int ifd__oai_json_bool(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, bool *out);
-/* A string, copied into c->a (NUL-terminated; *len, when not NULL, its length). */
+/* A string, copied into c->a whole (NUL-terminated; *len its length).
+ * Request bodies are parsed with JSON_ALLOW_NUL, as vLLM reads "\u0000":
+ * a caller that passes len keeps every byte and must use the length; one
+ * that passes NULL reads *out as a C string, so a string holding a NUL is
+ * refused (400 invalid_value naming param) rather than cut short. */
 int ifd__oai_json_string(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, char **out,
                          size_t *len);
+/* Whether j is the string lit, every byte of it (a NUL inside j never
+ * matches: "text\u0000x" is not "text"). */
+bool ifd__oai_json_is(const json_t *j, const char *lit);
+/* Whether j is a string holding a NUL. */
+bool ifd__oai_json_has_nul(const json_t *j);
+/* The refusal of a NUL in param (400 invalid_value); returns IFD_EINVAL. */
+int ifd__oai_json_nul(ifd__oai_json_ctx_t *c, const char *param);
+/* Refuses (as above, naming param) a JSON value that holds a string with a
+ * NUL anywhere inside (values and nested values; keys cannot hold one):
+ * for what is read as C strings, such as JSON Schemas. 0 or IFD_EINVAL. */
+int ifd__oai_json_no_nul(ifd__oai_json_ctx_t *c, const json_t *j, const char *param);
 
 /* v as compact JSON text in arena a (NULL on OOM). Any value, not only
  * objects and arrays. */

@@ -179,7 +179,7 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
             return ifd__oai_json_bad_type(c, param, "a string", role);
         const char *rs = json_string_value(role);
         size_t r = 0;
-        while (r < sizeof(k_roles) / sizeof(k_roles[0]) && strcmp(rs, k_roles[r]) != 0)
+        while (r < sizeof(k_roles) / sizeof(k_roles[0]) && !ifd__oai_json_is(role, k_roles[r]))
             r++;
         if (r == sizeof(k_roles) / sizeof(k_roles[0]))
             return ifd__oai_json_fail(c, "invalid_value", param,
@@ -190,7 +190,8 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
 
         snprintf(param, sizeof(param), "messages[%zu].name", i);
         const json_t *name = ifd__oai_json_get(m, "name");
-        if (name && (rc = ifd__oai_json_string(c, name, param, &dst->name, NULL)) < 0)
+        size_t unused; /* messages_json renders the name whole */
+        if (name && (rc = ifd__oai_json_string(c, name, param, &dst->name, &unused)) < 0)
             return rc;
         if ((rc = ifd__oai_ext_message_tools(c, m, i, dst)) < 0)
             return rc;
@@ -207,7 +208,8 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
             continue;
         }
         if (json_is_string(content)) {
-            if ((rc = ifd__oai_json_string(c, content, param, &dst->content, NULL)) < 0)
+            rc = ifd__oai_json_string(c, content, param, &dst->content, &dst->content_len);
+            if (rc < 0)
                 return rc;
             continue;
         }
@@ -226,7 +228,7 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
                 return ifd__oai_json_missing(c, param);
             if (!json_is_string(type))
                 return ifd__oai_json_bad_type(c, param, "a string", type);
-            if (strcmp(json_string_value(type), "text") != 0)
+            if (!ifd__oai_json_is(type, "text"))
                 return ifd__oai_json_fail(
                     c, "invalid_value", param,
                     "Invalid value: '%.64s'. This server supports only text content "
@@ -254,6 +256,7 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
         }
         joined[off] = '\0';
         dst->content = joined;
+        dst->content_len = off;
     }
     *out = msgs;
     *n_out = n;
@@ -273,7 +276,8 @@ static int p_stop(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *r)
         return ifd__oai_json_bad_type(c, "stop", "a string or an array of strings", j);
     }
     r->stop = ifd_arena_calloc(c->a, n ? n : 1, sizeof(char *));
-    if (!r->stop)
+    r->stop_len = ifd_arena_calloc(c->a, n ? n : 1, sizeof(size_t));
+    if (!r->stop || !r->stop_len)
         return ifd__oai_json_oom(c);
     r->n_stop = 0;
     for (size_t i = 0; i < n; i++) {
@@ -287,8 +291,10 @@ static int p_stop(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *r)
         int rc = ifd__oai_json_string(c, s, param, &str, &len);
         if (rc < 0)
             return rc;
-        if (len > 0) /* an empty stop string would match everywhere: dropped */
-            r->stop[r->n_stop++] = str;
+        if (len > 0) { /* an empty stop string would match everywhere: dropped */
+            r->stop[r->n_stop] = str;
+            r->stop_len[r->n_stop++] = len;
+        }
     }
     return 0;
 }
@@ -500,7 +506,9 @@ uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
 static json_t *load_object(ifd__oai_json_ctx_t *c, const char *body, size_t len)
 {
     json_error_t je;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &je);
+    /* "\u0000" is accepted as vLLM accepts it (openai.h says where it may go) */
+    json_t *root =
+        json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!root) {
         ifd__oai_json_fail(
             c, NULL, NULL,

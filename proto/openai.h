@@ -7,7 +7,14 @@
  * (shared/specs/SERVING-API.md) and vLLM for /tokenize and /detokenize.
  *
  * Parsing: unknown keys are ignored and JSON null means "not given" for
- * every optional field. A rejected request fills an ifd_oai_error_t the way
+ * every optional field. "\u0000" is accepted in strings, as vLLM accepts
+ * it: text the model reads keeps it (message contents, prompts, stop
+ * strings, tool descriptions and arguments, template variables: their
+ * lengths are given), while a field the server reads as a name, an id or
+ * a constraint (model, roles and types, tool names, JSON Schemas, regex,
+ * choice and grammar sources) refuses it with a 400 naming the field,
+ * never cutting it short. A NUL in an object key is refused by the JSON
+ * parser (400). A rejected request fills an ifd_oai_error_t the way
  * OpenAI does: status 400, type "invalid_request_error", `param` the exact
  * path of the offending field ("temperature", "messages[2].content[0].type",
  * "prompt[1]", "stream_options.include_usage"), `code` such as
@@ -90,6 +97,9 @@ typedef struct {
     const char *role;   /* static string: "system" | "developer" | "user" | "assistant" | "tool" |
                            "function" */
     char *content;      /* a string, or its text parts joined with "\n"; "" for null */
+    size_t content_len; /* its bytes: content may hold NULs ("\u0000"), so use this */
+    /* name and tool_call_id: as C strings, up to a NUL they may hold; what
+     * the templates render is messages_json, which keeps them whole */
     char *name;         /* NULL when absent */
     char *tool_calls;   /* assistant: its "tool_calls" array as compact JSON; NULL when absent */
     char *tool_call_id; /* tool: the call it answers; NULL when absent */
@@ -98,7 +108,7 @@ typedef struct {
 /* One function of "tools" (type "function"). */
 typedef struct {
     char *name;        /* [A-Za-z0-9_-]{1,64}, OpenAI's rule */
-    char *description; /* NULL when absent */
+    char *description; /* NULL when absent; up to a NUL it may hold (tools_json keeps it whole) */
     char *parameters;  /* JSON Schema as compact JSON; NULL when absent (any object) */
 } ifd_oai_tool_t;
 
@@ -178,6 +188,7 @@ typedef struct {
     uint64_t seed; /* the JSON integer's two's-complement bits */
 
     char **stop; /* n_stop <= IFD_OAI_MAX_STOP non-empty strings (empty ones dropped) */
+    size_t *stop_len; /* their bytes: a stop string may hold NULs */
     size_t n_stop;
     int32_t *stop_token_ids; /* vLLM extension */
     size_t n_stop_token_ids;

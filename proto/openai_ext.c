@@ -91,8 +91,7 @@ static int p_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_kind_t kind
     }
     const json_t *mod = kind == IFD_OAI_CHAT ? ifd__oai_json_get(o, "modalities") : NULL;
     for (size_t i = 0; mod && i < (json_is_array(mod) ? json_array_size(mod) : 1); i++) {
-        const char *m = json_string_value(json_is_array(mod) ? json_array_get(mod, i) : mod);
-        if (!m || strcmp(m, "text") != 0)
+        if (!ifd__oai_json_is(json_is_array(mod) ? json_array_get(mod, i) : mod, "text"))
             return ifd__oai_json_fail(
                 c, "unsupported_parameter", "modalities",
                 "Unsupported parameter: 'modalities' other than [\"text\"] is "
@@ -200,17 +199,25 @@ static int set_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r, so_kind_t k
     case SO_JSON:
         if (json_is_string(v)) { /* vLLM accepts the schema as a JSON string */
             json_error_t je;
-            json_t *owned = json_loads(json_string_value(v), JSON_DECODE_ANY, &je);
+            json_t *owned = json_loadb(json_string_value(v), json_string_length(v),
+                                       JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
             if (!owned)
                 return ifd__oai_json_fail(c, "invalid_value", param,
                                           "Invalid '%s': not valid JSON (%s).", param, je.text);
             bool ok = json_is_object(owned) || json_is_boolean(owned);
+            /* the schema converter reads its strings as C strings */
+            if (ok && ifd__oai_json_no_nul(c, owned, param)) {
+                json_decref(owned);
+                return IFD_EINVAL;
+            }
             if (ok)
                 src = ifd__oai_json_dump(c->a, owned);
             json_decref(owned);
             if (!ok)
                 return ifd__oai_json_bad_type(c, param, "an object (a JSON Schema)", v);
         } else if (json_is_object(v) || json_is_boolean(v)) {
+            if (ifd__oai_json_no_nul(c, v, param))
+                return IFD_EINVAL;
             src = ifd__oai_json_dump(c->a, v);
         } else {
             return ifd__oai_json_bad_type(c, param, "an object (a JSON Schema)", v);
@@ -223,15 +230,20 @@ static int set_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r, so_kind_t k
     case SO_GRAMMAR:
         if (!json_is_string(v))
             return ifd__oai_json_bad_type(c, param, "a string", v);
+        if (ifd__oai_json_has_nul(v)) /* the grammar text carries no NUL to the worker */
+            return ifd__oai_json_nul(c, param);
         src = ifd_arena_strndup(c->a, json_string_value(v), json_string_length(v));
         len = json_string_length(v);
         break;
     case SO_CHOICE:
         if (!json_is_array(v) || json_array_size(v) == 0)
             return ifd__oai_json_bad_type(c, param, "a non-empty array of strings", v);
-        for (size_t i = 0; i < json_array_size(v); i++)
+        for (size_t i = 0; i < json_array_size(v); i++) {
             if (!json_is_string(json_array_get(v, i)))
                 return ifd__oai_json_bad_type(c, param, "an array of strings", v);
+            if (ifd__oai_json_has_nul(json_array_get(v, i)))
+                return ifd__oai_json_nul(c, param);
+        }
         src = ifd__oai_json_dump(c->a, v);
         break;
     default:
@@ -255,11 +267,11 @@ static int p_response_format(ifd__oai_json_ctx_t *c, const json_t *v, ifd_oai_re
     if (!json_is_string(t))
         return ifd__oai_json_bad_type(c, "response_format.type", "a string", t);
     const char *ts = json_string_value(t);
-    if (strcmp(ts, "text") == 0)
+    if (ifd__oai_json_is(t, "text"))
         return 0;
-    if (strcmp(ts, "json_object") == 0)
+    if (ifd__oai_json_is(t, "json_object"))
         return set_grammar(c, r, SO_JSON_OBJECT, NULL, "response_format");
-    if (strcmp(ts, "json_schema") == 0) {
+    if (ifd__oai_json_is(t, "json_schema")) {
         const json_t *js = ifd__oai_json_get(v, "json_schema");
         if (!js)
             return ifd__oai_json_missing(c, "response_format.json_schema");
@@ -443,7 +455,7 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
             snprintf(param, sizeof param, "tools[%zu].type", i);
             if (!ty)
                 return ifd__oai_json_missing(c, param);
-            if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") != 0)
+            if (!ifd__oai_json_is(ty, "function"))
                 return ifd__oai_json_fail(c, "invalid_value", param,
                                           "Invalid value for '%s': only 'function' tools are "
                                           "supported.",
@@ -473,7 +485,8 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
                                               r->tools[i].name);
             const json_t *d = ifd__oai_json_get(f, "description");
             snprintf(param, sizeof param, "tools[%zu].function.description", i);
-            if (d && (rc = ifd__oai_json_string(c, d, param, &r->tools[i].description, NULL)) < 0)
+            size_t dl; /* tools_json renders the description whole */
+            if (d && (rc = ifd__oai_json_string(c, d, param, &r->tools[i].description, &dl)) < 0)
                 return rc;
             const json_t *pa = ifd__oai_json_get(f, "parameters");
             snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
@@ -482,6 +495,8 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
                  * unsupported keyword is a 400 then, even when no call is forced */
                 if (!json_is_object(pa))
                     return ifd__oai_json_bad_type(c, param, "an object", pa);
+                if ((rc = ifd__oai_json_no_nul(c, pa, param)) < 0)
+                    return rc;
                 if (!(r->tools[i].parameters = ifd__oai_json_dump(c->a, pa)))
                     return ifd__oai_json_oom(c);
             }
@@ -495,11 +510,11 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
         return 0;
     if (json_is_string(tc)) {
         const char *s = json_string_value(tc);
-        if (strcmp(s, "none") == 0) {
+        if (ifd__oai_json_is(tc, "none")) {
             r->tool_choice = IFD_OAI_TOOL_CHOICE_NONE;
             return 0;
         }
-        if (strcmp(s, "auto") != 0 && strcmp(s, "required") != 0)
+        if (!ifd__oai_json_is(tc, "auto") && !ifd__oai_json_is(tc, "required"))
             return ifd__oai_json_fail(
                 c, "invalid_value", "tool_choice",
                 "Invalid value: '%.40s'. Supported values are: 'none', 'auto' "
@@ -514,11 +529,15 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
     if (!json_is_object(tc))
         return ifd__oai_json_bad_type(c, "tool_choice", "a string or an object", tc);
     const json_t *f = ifd__oai_json_get(tc, "function");
+    if (f && !json_is_object(f))
+        return ifd__oai_json_bad_type(c, "tool_choice.function", "an object", f);
     const json_t *nm = f ? ifd__oai_json_get(f, "name") : NULL;
-    if (!nm || !json_is_string(nm))
+    if (!nm)
         return ifd__oai_json_missing(c, "tool_choice.function.name");
+    if (!json_is_string(nm))
+        return ifd__oai_json_bad_type(c, "tool_choice.function.name", "a string", nm);
     for (size_t i = 0; i < r->n_tools; i++) {
-        if (strcmp(r->tools[i].name, json_string_value(nm)) == 0) {
+        if (ifd__oai_json_is(nm, r->tools[i].name)) {
             r->tool_choice = IFD_OAI_TOOL_CHOICE_NAMED;
             r->tool_index = (uint32_t)i;
             return 0;
@@ -717,7 +736,8 @@ int ifd__oai_ext_message_tools(ifd__oai_json_ctx_t *c, const json_t *m, size_t i
     const json_t *id = ifd__oai_json_get(m, "tool_call_id");
     if (id) {
         snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
-        if ((rc = ifd__oai_json_string(c, id, param, &dst->tool_call_id, NULL)) < 0)
+        size_t unused; /* messages_json renders the id whole */
+        if ((rc = ifd__oai_json_string(c, id, param, &dst->tool_call_id, &unused)) < 0)
             return rc;
     }
     return 0;

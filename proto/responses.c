@@ -18,6 +18,7 @@
 #include "error.h"
 #include "oai_json.h"
 #include "responses_impl.h"
+#include "utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,13 +93,15 @@ static int tr_content(ifd__oai_json_ctx_t *c, const json_t *v, size_t i, json_t 
     json_t *parts = json_array();
     for (size_t k = 0; parts && k < json_array_size(v); k++) {
         const json_t *p = json_array_get(v, k);
-        const char *type = json_string_value(json_object_get(p, "type"));
+        const json_t *tj = json_object_get(p, "type");
+        const char *type = json_string_value(tj);
         snprintf(param, sizeof param, "input[%zu].content[%zu].type", i, k);
         if (!type) {
             json_decref(parts);
             return ifd__oai_json_missing(c, param);
         }
-        if (strcmp(type, "input_text") && strcmp(type, "output_text") && strcmp(type, "text")) {
+        if (!ifd__oai_json_is(tj, "input_text") && !ifd__oai_json_is(tj, "output_text") &&
+            !ifd__oai_json_is(tj, "text")) {
             json_decref(parts);
             return ifd__oai_json_fail(
                 c, "unsupported_parameter", param,
@@ -136,8 +139,9 @@ static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
         snprintf(param, sizeof param, "input[%zu]", i);
         if (!json_is_object(it))
             return bad_type(c, param, "an object", it);
-        const char *type = json_string_value(json_object_get(it, "type"));
-        if (!type || !strcmp(type, "message")) {
+        const json_t *tj = json_object_get(it, "type");
+        const char *type = json_string_value(tj);
+        if (!type || ifd__oai_json_is(tj, "message")) {
             const json_t *role = json_object_get(it, "role");
             json_t *content = NULL;
             int rc = tr_content(c, json_object_get(it, "content"), i, &content);
@@ -149,7 +153,7 @@ static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
                 return ifd__oai_json_oom(c);
             json_array_append_new(msgs, m);
             calls = NULL;
-        } else if (!strcmp(type, "function_call")) {
+        } else if (ifd__oai_json_is(tj, "function_call")) {
             const json_t *name = json_object_get(it, "name");
             const json_t *args = json_object_get(it, "arguments");
             const json_t *id = json_object_get(it, "call_id");
@@ -175,7 +179,7 @@ static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
             json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", id, "type",
                                                    "function", "function", "name", name,
                                                    "arguments", args));
-        } else if (!strcmp(type, "function_call_output")) {
+        } else if (ifd__oai_json_is(tj, "function_call_output")) {
             const json_t *id = json_object_get(it, "call_id");
             const json_t *output = json_object_get(it, "output");
             if (!json_is_string(id)) {
@@ -216,7 +220,7 @@ static int tr_tools(ifd__oai_json_ctx_t *c, const json_t *tools, json_t *chat)
         const json_t *t = json_array_get(tools, i);
         const char *type = json_string_value(json_object_get(t, "type"));
         snprintf(param, sizeof param, "tools[%zu].type", i);
-        if (!type || strcmp(type, "function"))
+        if (!ifd__oai_json_is(json_object_get(t, "type"), "function"))
             return ifd__oai_json_fail(c, "unsupported_parameter", param,
                                       "Unsupported tool type '%.40s': only function tools are "
                                       "supported by this server.",
@@ -240,8 +244,7 @@ static int tr_tool_choice(ifd__oai_json_ctx_t *c, const json_t *tc, json_t *chat
 {
     if (json_is_string(tc))
         return json_object_set(chat, "tool_choice", (json_t *)tc) ? ifd__oai_json_oom(c) : 0;
-    const char *type = json_string_value(json_object_get(tc, "type"));
-    if (!json_is_object(tc) || !type || strcmp(type, "function"))
+    if (!json_is_object(tc) || !ifd__oai_json_is(json_object_get(tc, "type"), "function"))
         return ifd__oai_json_fail(
             c, "unsupported_parameter", "tool_choice",
             "Unsupported 'tool_choice': use \"none\", \"auto\", \"required\" or "
@@ -261,15 +264,16 @@ static int tr_text(ifd__oai_json_ctx_t *c, const json_t *text, json_t *chat)
     const json_t *f = ifd__oai_json_get(text, "format");
     if (!f)
         return 0;
-    const char *type = json_string_value(json_object_get(f, "type"));
+    const json_t *tj = json_object_get(f, "type");
+    const char *type = json_string_value(tj);
     if (!json_is_object(f) || !type)
         return ifd__oai_json_missing(c, "text.format.type");
     json_t *rf = NULL;
-    if (!strcmp(type, "text")) {
+    if (ifd__oai_json_is(tj, "text")) {
         return 0;
-    } else if (!strcmp(type, "json_object")) {
+    } else if (ifd__oai_json_is(tj, "json_object")) {
         rf = json_pack("{s:s}", "type", "json_object");
-    } else if (!strcmp(type, "json_schema")) {
+    } else if (ifd__oai_json_is(tj, "json_schema")) {
         json_t *js = json_object();
         const char *keys[] = {"name", "schema", "strict", "description"};
         for (size_t k = 0; js && k < sizeof keys / sizeof keys[0]; k++) {
@@ -298,7 +302,7 @@ static int tr_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, json_t *chat)
     for (size_t i = 0; inc && i < json_array_size(inc); i++) {
         const char *s = json_string_value(json_array_get(inc, i));
         snprintf(param, sizeof param, "include[%zu]", i);
-        if (s && !strcmp(s, "message.output_text.logprobs"))
+        if (ifd__oai_json_is(json_array_get(inc, i), "message.output_text.logprobs"))
             want = true;
         else
             return ifd__oai_json_fail(
@@ -315,6 +319,62 @@ static int tr_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, json_t *chat)
     if (json_object_set_new(chat, "logprobs", json_true()) ||
         (top && json_object_set(chat, "top_logprobs", (json_t *)top)))
         return ifd__oai_json_oom(c);
+    return 0;
+}
+
+/* A string's length in characters, as OpenAI's limits count them (the
+ * parser's strings are valid UTF-8). */
+static size_t chars(const json_t *str)
+{
+    return ifd_utf8_count(json_string_value(str), json_string_length(str));
+}
+
+static int too_long(ifd__oai_json_ctx_t *c, const char *param, size_t max, size_t got)
+{
+    return ifd__oai_json_fail(c, "string_above_max_length", param,
+                              "Invalid '%s': string too long. Expected a string with maximum "
+                              "length %zu, but got a string with length %zu instead.",
+                              param, max, got);
+}
+
+/* metadata and user, which the Response repeats and the store keeps: held
+ * to OpenAI's bounds (responses.h), so a request cannot make its stored
+ * Response larger than its input and output. */
+static int check_echoed(ifd__oai_json_ctx_t *c, const json_t *o)
+{
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    const json_t *v = ifd__oai_json_get(o, "user");
+    if (v && !json_is_string(v))
+        return bad_type(c, "user", "a string", v);
+    if (v && chars(v) > IFD_RESPONSES_MAX_USER)
+        return too_long(c, "user", IFD_RESPONSES_MAX_USER, chars(v));
+    if (!(v = ifd__oai_json_get(o, "metadata")))
+        return 0;
+    if (!json_is_object(v))
+        return bad_type(c, "metadata", "an object", v);
+    if (json_object_size(v) > IFD_RESPONSES_MAX_METADATA)
+        return ifd__oai_json_fail(
+            c, "object_above_max_properties", "metadata",
+            "Invalid 'metadata': too many properties. Expected an object with at most %d "
+            "properties, but got an object with %zu properties instead.",
+            IFD_RESPONSES_MAX_METADATA, json_object_size(v));
+    const char *key;
+    const json_t *val;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        size_t kc = ifd_utf8_count(key, strlen(key));
+        if (kc > IFD_RESPONSES_MAX_METADATA_KEY)
+            return ifd__oai_json_fail(
+                c, "string_above_max_length", "metadata",
+                "Invalid 'metadata': a key is too long. Expected keys with maximum length %d, "
+                "but got a key with length %zu ('%.40s…') instead.",
+                IFD_RESPONSES_MAX_METADATA_KEY, kc, key);
+        snprintf(param, sizeof param, "metadata.%s", key);
+        if (!json_is_string(val))
+            return ifd__oai_json_bad_type(c, param, "a string", val);
+        if (chars(val) > IFD_RESPONSES_MAX_METADATA_VALUE)
+            return too_long(c, param, IFD_RESPONSES_MAX_METADATA_VALUE, chars(val));
+    }
     return 0;
 }
 
@@ -356,7 +416,7 @@ int ifd_responses_echo_defaults(ifd_arena_t *a, ifd_oai_request_t *r, uint32_t s
 {
     if (!r->responses_echo || !(set & (IFD_OAI_GIVEN_TEMPERATURE | IFD_OAI_GIVEN_TOP_P)))
         return 0;
-    json_t *e = json_loads(r->responses_echo, 0, NULL);
+    json_t *e = json_loads(r->responses_echo, JSON_ALLOW_NUL, NULL);
     /* the float in force, printed as its shortest decimal (0.6f → 0.6) */
     char t[32], p[32];
     snprintf(t, sizeof t, "%.7g", (double)r->temperature);
@@ -412,13 +472,15 @@ static int tr_state(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_responses
                       "no responses are stored (responses_store_entries is 0): send the whole "
                       "conversation in 'input'");
     const char *id = json_string_value(prev);
-    const char *conv = store->conversation(store->ctx, id);
+    /* an id never holds a NUL: one that does names nothing (cut short, it
+     * could name another) */
+    const char *conv = ifd__oai_json_has_nul(prev) ? NULL : store->conversation(store->ctx, id);
     if (!conv) {
         ifd_oai_error_set(c->err, 404, NULL, "previous_response_not_found", "previous_response_id",
                           "Previous response with id '%.100s' not found.", id);
         return IFD_EINVAL;
     }
-    json_t *prior = json_loads(conv, 0, NULL);
+    json_t *prior = json_loads(conv, JSON_ALLOW_NUL, NULL);
     int rc = json_is_array(prior) && !json_array_extend(msgs, prior) ? 0 : ifd__oai_json_oom(c);
     json_decref(prior);
     if (!rc && !(st->previous_response_id = ifd_arena_strdup(c->a, id)))
@@ -436,8 +498,7 @@ static int translate(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_response
     const json_t *v;
     if ((v = ifd__oai_json_get(o, "background")) && !json_is_false(v))
         return refuse(c, "background", "responses run in the foreground only");
-    if ((v = ifd__oai_json_get(o, "truncation")) &&
-        !(json_is_string(v) && !strcmp(json_string_value(v), "disabled")))
+    if ((v = ifd__oai_json_get(o, "truncation")) && !ifd__oai_json_is(v, "disabled"))
         return refuse(c, "truncation", "only \"disabled\": the context length is an error");
     if ((v = ifd__oai_json_get(o, "reasoning")) && !empty_or_nulls(v))
         return refuse(c, "reasoning", "reasoning settings are not supported");
@@ -446,10 +507,13 @@ static int translate(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_response
     const json_t *input = ifd__oai_json_get(o, "input");
     if (!input)
         return ifd__oai_json_missing(c, "input");
+    int rc = check_echoed(c, o);
+    if (rc)
+        return rc;
 
     json_t *chat = json_deep_copy(o);
     json_t *msgs = json_array();
-    int rc = chat && msgs ? 0 : ifd__oai_json_oom(c);
+    rc = chat && msgs ? 0 : ifd__oai_json_oom(c);
     for (size_t i = 0; !rc && i < sizeof k_consumed / sizeof k_consumed[0]; i++)
         json_object_del(chat, k_consumed[i]);
     const json_t *ins = ifd__oai_json_get(o, "instructions");
@@ -499,7 +563,7 @@ int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
     memset(st, 0, sizeof *st);
     ifd__oai_json_ctx_t c = {a, err};
     json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je);
+    json_t *o = json_loadb(body, len, JSON_ALLOW_NUL, &je); /* as openai.h's parsers */
     if (!o)
         return ifd__oai_json_fail(
             &c, NULL, NULL, "We could not parse the JSON body of your request. (%s)", je.text);
@@ -586,7 +650,7 @@ static json_t *abuf_array(const abuf_t *b)
     ifd_buf_t t = IFD_BUF_INIT;
     json_t *arr = NULL;
     if (!ifd_buf_printf(&t, "[%s]", b->p ? b->p : ""))
-        arr = json_loads(t.data, 0, NULL);
+        arr = json_loads(t.data, JSON_ALLOW_NUL, NULL); /* output text may hold NULs */
     ifd_buf_free(&t);
     return arr;
 }
@@ -678,7 +742,7 @@ static json_t *response_obj(const ifd_oai_meta_t *m, const char *status, json_t 
                       bad);
     ifd__oai_json_set(o, "output", output ? output : json_array(), bad);
     ifd__oai_json_set(o, "usage", u ? usage_json(u, bad) : json_null(), bad);
-    json_t *echo = m->responses_echo ? json_loads(m->responses_echo, 0, NULL) : NULL;
+    json_t *echo = m->responses_echo ? json_loads(m->responses_echo, JSON_ALLOW_NUL, NULL) : NULL;
     if (m->responses_echo && (!echo || json_object_update_missing(o, echo)))
         (*bad)++;
     json_decref(echo);
@@ -712,8 +776,8 @@ int ifd_responses_conversation(ifd_buf_t *out, const ifd_oai_request_t *rq,
                                const ifd_oai_choice_t *answer)
 {
     int bad = 0;
-    json_t *msgs = rq->messages_json ? json_loads(rq->messages_json, 0, NULL) : NULL;
-    json_t *echo = rq->responses_echo ? json_loads(rq->responses_echo, 0, NULL) : NULL;
+    json_t *msgs = rq->messages_json ? json_loads(rq->messages_json, JSON_ALLOW_NUL, NULL) : NULL;
+    json_t *echo = rq->responses_echo ? json_loads(rq->responses_echo, JSON_ALLOW_NUL, NULL) : NULL;
     if (!json_is_array(msgs))
         bad++;
     /* the instructions' system message is this request's alone (OpenAI's rule) */

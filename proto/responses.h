@@ -49,6 +49,19 @@
 
 #include "openai.h"
 
+/* What a Response repeats of its request and the store keeps, bounded as
+ * OpenAI documents them (characters, i.e. code points): `metadata` at most
+ * 16 pairs, keys up to 64 characters, values strings up to 512; `user` a
+ * string up to 256 (OpenAI's reference gives `user` no bound, and 64 for
+ * safety_identifier, which replaces it: 256 keeps every identifier a
+ * client sends there and still bounds what is stored). Past a bound: 400
+ * string_above_max_length or object_above_max_properties naming the field;
+ * a metadata value that is not a string: 400 invalid_type. */
+#define IFD_RESPONSES_MAX_METADATA       16
+#define IFD_RESPONSES_MAX_METADATA_KEY   64
+#define IFD_RESPONSES_MAX_METADATA_VALUE 512
+#define IFD_RESPONSES_MAX_USER           256
+
 /* Parses a POST /v1/responses body into *out (kind IFD_OAI_CHAT, n 1,
  * responses_echo set). Same contract as ifd_oai_parse_chat; a field that
  * is wrong in the translated request is reported under its Responses name

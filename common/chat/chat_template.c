@@ -525,6 +525,20 @@ static void ifd__msg(ifd__rb_t *b, const char *s)
     ifd__msgn(b, s, strlen(s));
 }
 
+/* A message as the built-in families render it: ifd_chat_msg_t with its
+ * content's length, for a content from JSON may hold NULs ("\u0000"). */
+typedef struct {
+    const char *role;
+    const char *content;
+    size_t content_len;
+} ifd__cmsg_t;
+
+/* A message's content: message text, NULs and all. */
+static void ifd__content(ifd__rb_t *b, const ifd__cmsg_t *m)
+{
+    ifd__msgn(b, m->content, m->content_len);
+}
+
 /* Python str.isspace() for the code point at p (UTF-8); *len gets its size. */
 static bool ifd__py_space(const unsigned char *p, size_t n, size_t *len)
 {
@@ -586,10 +600,10 @@ static void ifd__trim_from(ifd__rb_t *b, size_t mark)
     b->nsp = w;
 }
 
-static void ifd__msg_trim(ifd__rb_t *b, const char *s)
+static void ifd__content_trim(ifd__rb_t *b, const ifd__cmsg_t *m)
 {
     size_t mark = b->n;
-    ifd__msg(b, s);
+    ifd__content(b, m);
     ifd__trim_from(b, mark);
 }
 
@@ -606,7 +620,7 @@ static int ifd__alternation_error(size_t k, const char *role)
     return IFD_EINVAL;
 }
 
-static int ifd__render_chatml(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd_chat_msg_t *m,
+static int ifd__render_chatml(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                               size_t n, bool gen)
 {
     for (size_t i = 0; i < n; i++) {
@@ -618,7 +632,7 @@ static int ifd__render_chatml(const ifd_chat_template_t *t, ifd__rb_t *b, const 
         ifd__lit(b, "<|im_start|>");
         ifd__msg(b, m[i].role);
         ifd__lit(b, "\n");
-        ifd__msg(b, m[i].content);
+        ifd__content(b, &m[i]);
         ifd__lit(b, "<|im_end|>\n");
     }
     if (gen)
@@ -626,7 +640,7 @@ static int ifd__render_chatml(const ifd_chat_template_t *t, ifd__rb_t *b, const 
     return 0;
 }
 
-static int ifd__render_llama3(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd_chat_msg_t *m,
+static int ifd__render_llama3(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                               size_t n, bool gen)
 {
     size_t i = 0;
@@ -637,7 +651,7 @@ static int ifd__render_llama3(const ifd_chat_template_t *t, ifd__rb_t *b, const 
         ifd__lit(b, t->date);
         ifd__lit(b, "\n\n");
         if (n > 0 && ifd__is(m[0].role, "system")) {
-            ifd__msg_trim(b, m[0].content);
+            ifd__content_trim(b, &m[0]);
             i = 1;
         }
         ifd__lit(b, "<|eot_id|>");
@@ -647,12 +661,12 @@ static int ifd__render_llama3(const ifd_chat_template_t *t, ifd__rb_t *b, const 
             ifd__lit(b, t->bos_text);
         if (t->llama31 && (ifd__is(m[i].role, "tool") || ifd__is(m[i].role, "ipython"))) {
             ifd__lit(b, "<|start_header_id|>ipython<|end_header_id|>\n\n");
-            ifd__msg(b, m[i].content);
+            ifd__content(b, &m[i]);
         } else {
             ifd__lit(b, "<|start_header_id|>");
             ifd__msg(b, m[i].role);
             ifd__lit(b, "<|end_header_id|>\n\n");
-            ifd__msg_trim(b, m[i].content);
+            ifd__content_trim(b, &m[i]);
         }
         ifd__lit(b, "<|eot_id|>");
     }
@@ -661,14 +675,14 @@ static int ifd__render_llama3(const ifd_chat_template_t *t, ifd__rb_t *b, const 
     return 0;
 }
 
-static int ifd__render_gemma(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd_chat_msg_t *m,
+static int ifd__render_gemma(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                              size_t n, bool gen)
 {
     ifd__lit(b, t->bos_text);
     size_t start = 0;
-    const char *sys = NULL;
+    const ifd__cmsg_t *sys = NULL;
     if (n > 0 && ifd__is(m[0].role, "system")) {
-        sys = m[0].content;
+        sys = &m[0];
         start = 1;
     }
     for (size_t i = start; i < n; i++) {
@@ -682,10 +696,10 @@ static int ifd__render_gemma(const ifd_chat_template_t *t, ifd__rb_t *b, const i
             ifd__msg(b, m[i].role);
         ifd__lit(b, "\n");
         if (k == 0 && sys) {
-            ifd__msg(b, sys);
+            ifd__content(b, sys);
             ifd__lit(b, "\n\n");
         }
-        ifd__msg_trim(b, m[i].content);
+        ifd__content_trim(b, &m[i]);
         ifd__lit(b, "<end_of_turn>\n");
     }
     if (gen)
@@ -693,14 +707,14 @@ static int ifd__render_gemma(const ifd_chat_template_t *t, ifd__rb_t *b, const i
     return 0;
 }
 
-static int ifd__render_llama2(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd_chat_msg_t *m,
+static int ifd__render_llama2(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                               size_t n, bool gen)
 {
     (void)gen; /* the official template always ends with " [/INST]" */
     size_t start = 0;
-    const char *sys = NULL;
+    const ifd__cmsg_t *sys = NULL;
     if (n > 0 && ifd__is(m[0].role, "system")) {
-        sys = m[0].content;
+        sys = &m[0];
         start = 1;
     }
     for (size_t i = start; i < n; i++) {
@@ -720,10 +734,10 @@ static int ifd__render_llama2(const ifd_chat_template_t *t, ifd__rb_t *b, const 
         size_t mark = b->n;
         if (k == 0 && sys) {
             ifd__lit(b, "<<SYS>>\n");
-            ifd__msg(b, sys);
+            ifd__content(b, sys);
             ifd__lit(b, "\n<</SYS>>\n\n");
         }
-        ifd__msg(b, m[i].content);
+        ifd__content(b, &m[i]);
         ifd__trim_from(b, mark);
         if (user) {
             ifd__lit(b, " [/INST]");
@@ -735,15 +749,15 @@ static int ifd__render_llama2(const ifd_chat_template_t *t, ifd__rb_t *b, const 
     return 0;
 }
 
-static int ifd__render_mistral(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd_chat_msg_t *m,
+static int ifd__render_mistral(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                                size_t n, bool gen)
 {
     (void)gen;
     ifd__lit(b, t->bos_text);
     size_t start = 0;
-    const char *sys = NULL;
+    const ifd__cmsg_t *sys = NULL;
     if (n > 0 && ifd__is(m[0].role, "system")) {
-        sys = m[0].content;
+        sys = &m[0];
         start = 1;
     }
     for (size_t i = start; i < n; i++) {
@@ -754,13 +768,13 @@ static int ifd__render_mistral(const ifd_chat_template_t *t, ifd__rb_t *b, const
         if (user) {
             ifd__lit(b, "[INST] ");
             if (k == 0 && sys) {
-                ifd__msg(b, sys);
+                ifd__content(b, sys);
                 ifd__lit(b, "\n\n");
             }
-            ifd__msg(b, m[i].content);
+            ifd__content(b, &m[i]);
             ifd__lit(b, " [/INST]");
         } else if (ifd__is(m[i].role, "assistant")) {
-            ifd__msg(b, m[i].content);
+            ifd__content(b, &m[i]);
             ifd__lit(b, t->eos_text);
         } else {
             IFD_WARN("chat template mistral: role '%s' is not supported", m[i].role);
@@ -770,12 +784,12 @@ static int ifd__render_mistral(const ifd_chat_template_t *t, ifd__rb_t *b, const
     return 0;
 }
 
-static int ifd__render_phi3(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd_chat_msg_t *m,
+static int ifd__render_phi3(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                             size_t n, bool gen)
 {
     for (size_t i = 0; i < n; i++) {
         const char *tag;
-        if (ifd__is(m[i].role, "system") && m[i].content[0])
+        if (ifd__is(m[i].role, "system") && m[i].content_len)
             tag = "<|system|>\n";
         else if (ifd__is(m[i].role, "user"))
             tag = "<|user|>\n";
@@ -784,7 +798,7 @@ static int ifd__render_phi3(const ifd_chat_template_t *t, ifd__rb_t *b, const if
         else
             continue;
         ifd__lit(b, tag);
-        ifd__msg(b, m[i].content);
+        ifd__content(b, &m[i]);
         ifd__lit(b, "<|end|>\n");
     }
     if (gen)
@@ -1167,7 +1181,7 @@ done:
     return rc;
 }
 
-static int ifd__render_builtin(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
+static int ifd__render_builtin(const ifd_chat_template_t *t, const ifd__cmsg_t *msgs, size_t n,
                                bool add_generation_prompt, ifd_chat_prompt_t *out);
 
 int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request_t *req,
@@ -1192,7 +1206,7 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
     }
     json_t *msgs = json_deep_copy(req->messages);
     size_t n = json_array_size(msgs);
-    ifd_chat_msg_t *m = calloc(n ? n : 1, sizeof *m);
+    ifd__cmsg_t *m = calloc(n ? n : 1, sizeof *m);
     int rc = msgs && m ? 0 : IFD_ENOMEM;
     for (size_t i = 0; !rc && i < n; i++) {
         json_t *jm = json_array_get(msgs, i);
@@ -1208,6 +1222,7 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
         }
         m[i].role = json_string_value(json_object_get(jm, "role"));
         m[i].content = json_string_value(json_object_get(jm, "content"));
+        m[i].content_len = json_string_length(json_object_get(jm, "content"));
     }
     if (!rc) {
         rc = ifd__render_builtin(t, m, n, req->add_generation_prompt, out);
@@ -1277,7 +1292,7 @@ void ifd_chat_prompt_free(ifd_chat_prompt_t *p)
     memset(p, 0, sizeof *p);
 }
 
-static int ifd__render_builtin(const ifd_chat_template_t *t, const ifd_chat_msg_t *msgs, size_t n,
+static int ifd__render_builtin(const ifd_chat_template_t *t, const ifd__cmsg_t *msgs, size_t n,
                                bool add_generation_prompt, ifd_chat_prompt_t *out)
 {
     memset(out, 0, sizeof *out);

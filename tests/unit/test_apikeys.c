@@ -48,7 +48,7 @@ START_TEST(test_names)
     ck_assert_uint_eq(ifd_apikeys_count(k), 4);
     ck_assert_str_eq(ifd_apikeys_match(k, "Bearer sk-alice-1"), "alice");
     ck_assert_str_eq(ifd_apikeys_match(k, "Bearer sk-alice-2"), "alice"); /* two keys, one name */
-    ck_assert_str_eq(ifd_apikeys_match(k, "Bearer sk-bare"), "5");         /* its line */
+    ck_assert_str_eq(ifd_apikeys_match(k, "Bearer sk-bare"), "5");        /* its line */
     ck_assert_str_eq(ifd_apikeys_match(k, "bearer   sk-bob"), "bob");
     ck_assert_ptr_null(ifd_apikeys_match(k, "Bearer sk-bo"));
     ck_assert_ptr_null(ifd_apikeys_match(k, "Bearer sk-bobb"));

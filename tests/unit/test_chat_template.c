@@ -133,6 +133,38 @@ START_TEST(test_mistral_system)
 }
 END_TEST
 
+/* A content holding NULs (a request's "\u0000") is rendered whole, by the
+ * built-in families (each of them: _i < 6, where it is one plain span) and
+ * by Jinja (_i 6). */
+START_TEST(test_nul_content)
+{
+    static const char *const k_families[] = {"chatml", "llama3",  "gemma",
+                                             "llama2", "mistral", "phi3"};
+    ifd_chat_params_t p = ifd_chat_default_params();
+    if (_i < 6)
+        p.name = k_families[_i];
+    else
+        p.jinja = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}";
+    ifd_chat_template_t *t;
+    char err[256];
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    json_t *msgs = json_pack("[{s:s,s:s%},{s:s,s:s%}]", "role", "system", "content", "s\0ys", 4,
+                             "role", "user", "content", "a\0b\0", 4);
+    ifd_chat_request_t req = {.messages = msgs, .add_generation_prompt = false};
+    ifd_chat_prompt_t pr;
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), 0);
+    ck_assert_msg(memmem(pr.text, pr.len, "a\0b\0", 4), "family %d: the user's content", _i);
+    ck_assert_msg(memmem(pr.text, pr.len, "s\0ys", 4), "family %d: the system content", _i);
+    bool spanned = _i == 6; /* a family's content is one plain span, NULs included */
+    for (size_t i = 0; i < pr.n_content; i++)
+        spanned |= pr.content[i].len >= 4 && !memcmp(pr.text + pr.content[i].off, "a\0b", 3);
+    ck_assert(spanned);
+    ifd_chat_prompt_free(&pr);
+    json_decref(msgs);
+    ifd_chat_template_destroy(t);
+}
+END_TEST
+
 START_TEST(test_names_and_detection)
 {
     ifd_chat_family_t f;
@@ -603,6 +635,7 @@ static Suite *chat_suite(void)
     tcase_add_test(tc, test_template_file);
     tcase_add_test(tc, test_request_api);
     tcase_add_test(tc, test_mistral_system);
+    tcase_add_loop_test(tc, test_nul_content, 0, 7);
     tcase_add_test(tc, test_names_and_detection);
     tcase_add_loop_test(tc, test_chatml_no_forgery, 0, 2);
     tcase_add_test(tc, test_vars_no_forgery);

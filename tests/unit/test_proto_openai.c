@@ -373,7 +373,42 @@ static const bad_case_t k_bad[] = {
     {EP_CHAT, "{\"a\":1} trailing", "", ""},
     {EP_CHAT, "[1,2]", "", "invalid_type"},
     {EP_CHAT, "\"str\"", "", "invalid_type"},
-    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "", ""},
+    /* "\u0000" is text the model may read (test_nul_in_text), but never a name,
+     * an id, a role or a constraint, which would be read cut short */
+    {EP_CHAT, "{" MSG ",\"model\":\"smol\\u0000x\"}", "model", "invalid_value"},
+    {EP_TOK, "{\"model\":\"smol\\u0000x\",\"prompt\":\"p\"}", "model", "invalid_value"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\\u0000\",\"content\":\"x\"}]}", "messages[0].role",
+     "invalid_value"},
+    {EP_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\\u0000x\",\"text\":\"t\"}]}]"
+     "}",
+     "messages[0].content[0].type", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"guided_regex\":\"a\\u0000\"}", "guided_regex", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"guided_choice\":[\"a\",\"b\\u0000c\"]}", "guided_choice",
+     "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"guided_grammar\":\"root ::= \\\"a\\u0000\\\"\"}", "guided_grammar",
+     "invalid_value"},
+    {EP_CHAT,
+     "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\","
+     "\"schema\":{\"enum\":[\"a\\u0000b\"]}}}}",
+     "response_format.json_schema.schema", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"response_format\":{\"type\":\"text\\u0000\"}}", "response_format.type",
+     "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000g\"}}]}",
+     "tools[0].function.name", "invalid_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+     "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"const\":\"x\\u0000\"}}}}}]}",
+     "tools[0].function.parameters", "invalid_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000\"}}}",
+     "tool_choice.function.name", "invalid_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+     "\"tool_choice\":\"auto\\u0000\"}",
+     "tool_choice", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"metadata\":{\"k\\u0000\":\"v\"}}", "", ""}, /* the parser's refusal */
     /* messages */
     {EP_CHAT, "{}", "messages", "missing_required_parameter"},
     {EP_CHAT, "{\"messages\":\"hi\"}", "messages", "invalid_type"},
@@ -470,6 +505,19 @@ static const bad_case_t k_bad[] = {
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
      "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}",
      "tool_choice.function.name", "invalid_value"},
+    /* a name of the wrong type is named as such, not as missing */
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":5}}}",
+     "tool_choice.function.name", "invalid_type"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+     "\"tool_choice\":{\"type\":\"function\",\"function\":{}}}",
+     "tool_choice.function.name", "missing_required_parameter"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+     "\"tool_choice\":{\"type\":\"function\",\"function\":\"f\"}}",
+     "tool_choice.function", "invalid_type"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
      "\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}}",
@@ -597,6 +645,70 @@ START_TEST(test_invalid_requests)
             strcmp(c->code, "unsupported_value") != 0)
             ck_assert_msg(strstr(e.message, c->param), "case %zu: %s", i, e.message);
     }
+    ifd_arena_close(&a);
+}
+END_TEST
+
+/* "\u0000" is accepted where vLLM accepts it and kept whole in text the
+ * model reads: contents (strings and text parts), prompts, stop strings,
+ * tool descriptions and arguments, the JSON the templates render, and the
+ * Responses input and instructions. */
+START_TEST(test_nul_in_text)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"s\\u0000t\"},"
+        "{\"role\":\"user\",\"name\":\"n\\u0000m\",\"content\":[{\"type\":\"text\",\"text\":"
+        "\"a\\u0000\"},{\"type\":\"text\",\"text\":\"\\u0000b\"}]}],"
+        "\"stop\":[\"x\\u0000y\",\"z\"],\"chat_template_kwargs\":{\"v\":\"k\\u0000w\"},"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"description\":\"d\\u0000e\"}}]}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_uint_eq(r.messages[0].content_len, 3);
+    ck_assert(!memcmp(r.messages[0].content, "s\0t", 4));
+    ck_assert_uint_eq(r.messages[1].content_len, 5); /* "a\0" "\n" "\0b" */
+    ck_assert(!memcmp(r.messages[1].content, "a\0\n\0b", 6));
+    ck_assert_uint_eq(r.n_stop, 2);
+    ck_assert_uint_eq(r.stop_len[0], 3);
+    ck_assert(!memcmp(r.stop[0], "x\0y", 4));
+    ck_assert_uint_eq(r.stop_len[1], 1);
+    /* the JSON copies the templates render keep every byte */
+    ck_assert_ptr_nonnull(strstr(r.messages_json, "\"s\\u0000t\""));
+    ck_assert_ptr_nonnull(strstr(r.messages_json, "\"n\\u0000m\""));
+    ck_assert_ptr_nonnull(strstr(r.tools_json, "\"d\\u0000e\""));
+    ck_assert_ptr_nonnull(strstr(r.template_kwargs, "\"k\\u0000w\""));
+    json_t *m = json_loads(r.messages_json, JSON_ALLOW_NUL, NULL);
+    ck_assert_uint_eq(json_string_length(json_object_get(json_array_get(m, 0), "content")), 3);
+    json_decref(m);
+    /* completions and /tokenize prompts */
+    ck_assert_int_eq(parse_cmpl(&a, "{\"prompt\":[\"p\\u0000q\",\"\\u0000\"]}", &r, &e), 0);
+    ck_assert_uint_eq(r.prompts[0].text_len, 3);
+    ck_assert(!memcmp(r.prompts[0].text, "p\0q", 4));
+    ck_assert_uint_eq(r.prompts[1].text_len, 1);
+    ifd_oai_tokenize_t t;
+    const char *tok = "{\"prompt\":\"a\\u0000\"}";
+    ck_assert_int_eq(ifd_oai_parse_tokenize(&a, tok, strlen(tok), &t, &e), 0);
+    ck_assert_uint_eq(t.prompt_len, 2);
+    /* Responses: instructions, input text and function call arguments */
+    body =
+        "{\"instructions\":\"i\\u0000j\",\"input\":[{\"role\":\"user\",\"content\":\"u\\u0000\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":"
+        "\"{\\\"a\\\":\\\"\\\\u0000\\\"}\"}],\"metadata\":{\"k\":\"v\\u0000\"}}";
+    ck_assert_int_eq(ifd_responses_parse(&a, body, strlen(body), &r, &e), 0);
+    ck_assert_uint_eq(r.messages[0].content_len, 3);
+    ck_assert(!memcmp(r.messages[0].content, "i\0j", 4));
+    ck_assert_uint_eq(r.messages[1].content_len, 2);
+    ck_assert_ptr_nonnull(strstr(r.responses_echo, "\"i\\u0000j\""));
+    ck_assert_ptr_nonnull(strstr(r.responses_echo, "\"v\\u0000\""));
+    ifd_buf_t conv = IFD_BUF_INIT;
+    ifd_oai_choice_t ans = {.text = "o\0k", .text_len = 3};
+    ck_assert_int_eq(ifd_responses_conversation(&conv, &r, &ans), 0);
+    ck_assert_ptr_nonnull(strstr(conv.data, "\"u\\u0000\""));
+    ck_assert_ptr_nonnull(strstr(conv.data, "\"o\\u0000k\""));
+    ifd_buf_free(&conv);
     ifd_arena_close(&a);
 }
 END_TEST
@@ -1582,6 +1694,91 @@ START_TEST(test_responses_parse)
 }
 END_TEST
 
+/* What a Response repeats and the store keeps of its request: user and
+ * metadata within OpenAI's bounds (characters, not bytes), refused past
+ * them with the field and the limit named. */
+START_TEST(test_responses_echo_bounds)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    ifd_buf_t b = IFD_BUF_INIT;
+    /* at the bounds: 16 pairs, a 64-character key, a 512-character value and
+     * a 256-character user, in 2-byte characters */
+    ifd_buf_puts(&b, "{\"input\":\"x\",\"user\":\"");
+    for (int i = 0; i < 256; i++)
+        ifd_buf_puts(&b, "\xc3\xa9");
+    ifd_buf_puts(&b, "\",\"metadata\":{\"");
+    for (int i = 0; i < 64; i++)
+        ifd_buf_puts(&b, "\xc3\xa9");
+    ifd_buf_puts(&b, "\":\"");
+    for (int i = 0; i < 512; i++)
+        ifd_buf_puts(&b, "\xc3\xa9");
+    ifd_buf_puts(&b, "\"");
+    for (int i = 1; i < 16; i++)
+        ifd_buf_printf(&b, ",\"k%d\":\"v\"", i);
+    ifd_buf_puts(&b, "}}");
+    ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), 0);
+    static const struct {
+        const char *body, *param, *code, *words;
+    } bad[] = {
+        {"{\"input\":\"x\",\"user\":7}", "user", "invalid_type", "expected a string"},
+        {"{\"input\":\"x\",\"metadata\":[1]}", "metadata", "invalid_type", "an object"},
+        {"{\"input\":\"x\",\"metadata\":{\"k\":1}}", "metadata.k", "invalid_type", "a string"},
+        {"{\"input\":\"x\",\"metadata\":{\"k\":null}}", "metadata.k", "invalid_type", "a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(ifd_responses_parse(&a, bad[i].body, strlen(bad[i].body), &r, &e),
+                         IFD_EINVAL);
+        ck_assert_str_eq(e.param, bad[i].param);
+        ck_assert_str_eq(e.code, bad[i].code);
+        ck_assert_msg(strstr(e.message, bad[i].words), "%s", e.message);
+    }
+    /* one past each bound */
+    ifd_buf_clear(&b);
+    ifd_buf_puts(&b, "{\"input\":\"x\",\"user\":\"");
+    for (int i = 0; i < 257; i++)
+        ifd_buf_puts(&b, "u");
+    ifd_buf_puts(&b, "\"}");
+    ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "user");
+    ck_assert_str_eq(e.code, "string_above_max_length");
+    ck_assert_str_eq(e.message, "Invalid 'user': string too long. Expected a string with maximum "
+                                "length 256, but got a string with length 257 instead.");
+    ifd_buf_clear(&b);
+    ifd_buf_puts(&b, "{\"input\":\"x\",\"metadata\":{");
+    for (int i = 0; i < 17; i++)
+        ifd_buf_printf(&b, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    ifd_buf_puts(&b, "}}");
+    ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "metadata");
+    ck_assert_str_eq(e.code, "object_above_max_properties");
+    ck_assert_ptr_nonnull(strstr(e.message, "at most 16 properties"));
+    ifd_buf_clear(&b);
+    ifd_buf_puts(&b, "{\"input\":\"x\",\"metadata\":{\"");
+    for (int i = 0; i < 65; i++)
+        ifd_buf_puts(&b, "k");
+    ifd_buf_puts(&b, "\":\"v\"}}");
+    ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "metadata");
+    ck_assert_str_eq(e.code, "string_above_max_length");
+    ck_assert_ptr_nonnull(strstr(e.message, "maximum length 64"));
+    ifd_buf_clear(&b);
+    ifd_buf_puts(&b, "{\"input\":\"x\",\"metadata\":{\"note\":\"");
+    for (int i = 0; i < 513; i++)
+        ifd_buf_puts(&b, "v");
+    ifd_buf_puts(&b, "\"}}");
+    ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "metadata.note");
+    ck_assert_str_eq(e.code, "string_above_max_length");
+    ck_assert_ptr_nonnull(
+        strstr(e.message, "maximum length 512, but got a string with length 513"));
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
 static const ifd_oai_meta_t k_resp_meta = {IFD_OAI_RESPONSES, "resp_00ff", "smol", 1700000002,
                                            NULL, "{\"instructions\":\"hi\",\"store\":false}"};
 
@@ -1909,6 +2106,7 @@ int main(void)
     tcase_add_test(tc, test_completion_prompt_shapes);
     tcase_add_test(tc, test_tokenize_detokenize);
     tcase_add_test(tc, test_invalid_requests);
+    tcase_add_test(tc, test_nul_in_text);
     tcase_add_test(tc, test_invalid_wording_and_limits);
     tcase_add_test(tc, test_error_json);
     tcase_add_test(tc, test_chat_response);
@@ -1922,6 +2120,7 @@ int main(void)
     tcase_add_test(tc, test_toolcall_parse);
     tcase_add_test(tc, test_tool_call_response);
     tcase_add_test(tc, test_responses_parse);
+    tcase_add_test(tc, test_responses_echo_bounds);
     tcase_add_test(tc, test_responses_object);
     tcase_add_test(tc, test_responses_echo_defaults);
     tcase_add_test(tc, test_responses_stored);

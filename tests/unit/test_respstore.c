@@ -253,9 +253,8 @@ START_TEST(test_fair_eviction)
     for (int i = 0; i < 10000; i++) {
         char id[32];
         snprintf(id, sizeof id, "resp_flood%d", i);
-        ck_assert_int_eq(ifd_respstore_put(s, ME_, MB, "uid:2", id, big, i % 3 ? 2000 : 10, "[]",
-                                           2),
-                         0);
+        ck_assert_int_eq(
+            ifd_respstore_put(s, ME_, MB, "uid:2", id, big, i % 3 ? 2000 : 10, "[]", 2), 0);
     }
     const ifd_respstore_entry_t *e = ifd_respstore_get(s, "uid:1", "resp_victim");
     ck_assert_ptr_nonnull(e);
