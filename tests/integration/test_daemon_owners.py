@@ -267,13 +267,13 @@ def test_unix_uids_own_their_responses():
 
 
 def test_flood_evicts_only_the_flooder():
-    carol, dave = tcp_client("carol"), tcp_client("dave")
-    victim = create(dave, "Remember KIWI.")
-    flood = [create(carol, "Flood %d." % i).id for i in range(3 * ENTRIES)]
-    assert dave.responses.retrieve(victim.id).id == victim.id
-    assert carol.responses.retrieve(flood[-1]).id == flood[-1]
-    assert err_of(carol.responses.retrieve, flood[0])[0] == 404  # its own oldest went
-    assert create(dave, "What did I ask?", previous_response_id=victim.id).output_text
+    victim, flooder = tcp_client("alice"), U  # a key's client, a local user
+    kept = create(victim, "Remember KIWI.")
+    flood = [create(flooder, "Flood %d." % i).id for i in range(3 * ENTRIES)]
+    assert victim.responses.retrieve(kept.id).id == kept.id
+    assert flooder.responses.retrieve(flood[-1]).id == flood[-1]
+    assert err_of(flooder.responses.retrieve, flood[0])[0] == 404  # its own oldest went
+    assert create(victim, "What did I ask?", previous_response_id=kept.id).output_text
     D.wait_idle()
 
 
