@@ -45,8 +45,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (rc == 0) {
             IFD_FUZZ_CHECK(r.n >= 1 && r.n <= IFD_OAI_MAX_N);
             IFD_FUZZ_CHECK(r.n_stop <= IFD_OAI_MAX_STOP);
-            for (size_t i = 0; i < r.n_stop; i++)
-                IFD_FUZZ_CHECK(r.stop[i] && r.stop[i][0]);
+            for (size_t i = 0; i < r.n_stop; i++) /* non-empty; "\u0000" may lead */
+                IFD_FUZZ_CHECK(r.stop[i] && r.stop_len[i] > 0 && !r.stop[i][r.stop_len[i]]);
+            for (size_t i = 0; i < r.n_messages; i++) /* contents whole, NUL-terminated */
+                IFD_FUZZ_CHECK(r.messages[i].content &&
+                               !r.messages[i].content[r.messages[i].content_len]);
         }
     } else if (which == 2) {
         ifd_oai_tokenize_t t;

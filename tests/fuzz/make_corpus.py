@@ -101,6 +101,17 @@ def openai():
     ]
     for i, b in enumerate(resp):
         put("openai", "responses-%d" % i, b"\x04" + json.dumps(b).encode())
+    # "\u0000" where text may hold it and where it is refused (docs/api.md)
+    put("openai", "nul-chat", b"\x00" + json.dumps({
+        "messages": [{"role": "user", "content": "a\x00b"},
+                     {"role": "user", "content": [{"type": "text", "text": "\x00"}]}],
+        "stop": ["\x00x"], "chat_template_kwargs": {"k": "\x00"}}).encode())
+    put("openai", "nul-refused", b"\x00" + json.dumps({
+        "messages": [{"role": "user", "content": "x"}], "model": "m\x00",
+        "tool_choice": {"type": "function", "function": {"name": 5}}}).encode())
+    put("openai", "nul-responses", b"\x04" + json.dumps({
+        "input": "a\x00", "instructions": "\x00", "user": "u" * 257,
+        "metadata": {"k": "v\x00"}, "previous_response_id": "resp_\x00"}).encode())
     put("openai", "deep", b"\x00" + b"[" * 3000)
     put("openai", "unicode", b"\x00" + '{"messages":[{"role":"user","content":"\\ud83d\\ude00 é"}]}'
         .encode())
