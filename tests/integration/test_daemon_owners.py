@@ -29,8 +29,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import (Daemon, UnixHTTPConnection, openai_client,  # noqa: E402
-                              require_model, run_tests, skip)
+from test_daemon_util import Daemon, UnixHTTPConnection, serve_and_run, skip  # noqa: E402
 
 try:
     import httpx
@@ -45,16 +44,22 @@ KEYS = {"alice": "sk-alice-0123456789", "bob": "sk-bob-0123456789",
         "carol": "sk-carol-0123456789", "dave": "sk-dave-0123456789"}
 BARE = "sk-bare-0123456789"  # a key without a name: named by its line
 ENTRIES = 8                  # --responses-store-entries
-D = None
-PORT = None
+D = None  # the daemon, and C the openai client on its Unix socket (serve_and_run)
+C = None
 KEYFILE = None
-U = None  # the openai client on the Unix socket (uid of this process)
 
 
-def tcp_client(who):
-    key = BARE if who == "bare" else KEYS[who]
-    return openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % PORT, api_key=key, max_retries=0,
-                         http_client=httpx.Client(timeout=300))
+def port():
+    """The TCP port the daemon bound (--listen 127.0.0.1:0: its log names it)."""
+    m = re.search(r"listening on 127\.0\.0\.1:(\d+)", open(D.logpath).read())
+    assert m, D.logtext()
+    return int(m.group(1))
+
+
+def tcp_client(who, key=None):
+    key = key or (BARE if who == "bare" else KEYS[who])
+    return openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port(), api_key=key,
+                         max_retries=0, http_client=httpx.Client(timeout=300))
 
 
 def create(client, text="Say one word.", **kw):
@@ -134,7 +139,7 @@ def test_ids_random():
     # no id follows from another: the old ids were splitmix64 outputs of one state that
     # each id and default seed advanced, so one id's first half gave the state, and the
     # next ids were among the following outputs
-    seq = [create(U, store=False).id for _ in range(4)]
+    seq = [create(C, store=False).id for _ in range(4)]
     g = 0x9E3779B97F4A7C15
     s = _unmix(int(seq[0][5:21], 16))
     guesses = {"%016x" % _mix((s + k * g) & ((1 << 64) - 1)) for k in range(1, 64)}
@@ -168,7 +173,7 @@ def test_tcp_keys_own_their_responses():
     r = create(alice, "My secret word is PLUM. Say OK.")
     assert r.store is True
     unknown = "resp_" + "0" * 32
-    for other in (bob, bare, U):  # another key, the unnamed key, a local user
+    for other in (bob, bare, C):  # another key, the unnamed key, a local user
         assert_foreign(other, r.id, unknown)
     # the owner's view is intact (the others' attempts changed nothing)
     got = alice.responses.retrieve(r.id)
@@ -186,8 +191,7 @@ def test_tcp_keys_own_their_responses():
         f.write(keyfile_text(alice="sk-alice-rotated-42"))
     t0 = time.time()
     D.proc.send_signal(signal.SIGHUP)
-    rotated = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % PORT,
-                            api_key="sk-alice-rotated-42", max_retries=0)
+    rotated = tcp_client("alice", "sk-alice-rotated-42")
     while True:
         try:
             assert rotated.responses.retrieve(nxt.id).id == nxt.id
@@ -249,7 +253,7 @@ def test_unix_uids_own_their_responses():
         print("SKIPPED (this case): not root, so no second uid to connect as (CI runs as "
               "root)", flush=True)
         return
-    r = create(U, "My secret word is FIG. Say OK.")
+    r = create(C, "My secret word is FIG. Say OK.")
     out = subprocess.run(["/usr/bin/python3", "-c", CHILD, D.sock, r.id], preexec_fn=_demote,
                          capture_output=True, text=True, timeout=300, cwd="/")
     assert out.returncode == 0, out.stderr
@@ -261,13 +265,13 @@ def test_unix_uids_own_their_responses():
         assert as_unknown(o[op][1], r.id) == as_unknown(o[ref][1], unknown), (op, o)
     assert o["mine"][0] == 200 and o["get_mine"] == 200, o
     # and uid 65534's Response is not this uid's
-    assert_foreign(U, o["mine"][1], unknown)
-    assert U.responses.retrieve(r.id).id == r.id
+    assert_foreign(C, o["mine"][1], unknown)
+    assert C.responses.retrieve(r.id).id == r.id
     D.wait_idle()
 
 
 def test_flood_evicts_only_the_flooder():
-    victim, flooder = tcp_client("alice"), U  # a key's client, a local user
+    victim, flooder = tcp_client("alice"), C  # a key's client, a local user
     kept = create(victim, "Remember KIWI.")
     flood = [create(flooder, "Flood %d." % i).id for i in range(3 * ENTRIES)]
     assert victim.responses.retrieve(kept.id).id == kept.id
@@ -288,33 +292,33 @@ def test_user_and_metadata_bounded():
              ({"metadata": {"k": "v" * 513}}, "metadata.k", "string_above_max_length"),
              ({"metadata": {"k": 1}}, "metadata.k", "invalid_type")]
     for extra, param, code in cases:
-        st, err = err_of(U.responses.create, model=MODEL, input="x", max_output_tokens=1, **extra)
+        st, err = err_of(C.responses.create, model=MODEL, input="x", max_output_tokens=1, **extra)
         assert st == 400 and err["param"] == param and err["code"] == code, (param, st, err)
-    ok = U.responses.create(model=MODEL, input="x", max_output_tokens=1, user="u" * 256,
+    ok = C.responses.create(model=MODEL, input="x", max_output_tokens=1, user="u" * 256,
                             metadata={"k%d" % i: "é" * 512 for i in range(16)})
     assert ok.user == "u" * 256 and len(ok.metadata) == 16
-    assert U.responses.retrieve(ok.id).metadata == ok.metadata
+    assert C.responses.retrieve(ok.id).metadata == ok.metadata
     D.wait_idle()
 
 
 def test_nul_end_to_end():
-    nul = U.chat.completions.create(model=MODEL, max_tokens=4, temperature=0, messages=[
+    nul = C.chat.completions.create(model=MODEL, max_tokens=4, temperature=0, messages=[
         {"role": "system", "content": "Be\x00brief."},
         {"role": "user", "content": [{"type": "text", "text": "Say\x00hi"}]}],
         stop=["\x00never"])
     assert nul.choices[0].message.content is not None
     # the NUL is a token of the prompt, not the end of it: more than the texts cut there
-    cut = U.chat.completions.create(model=MODEL, max_tokens=4, temperature=0, messages=[
+    cut = C.chat.completions.create(model=MODEL, max_tokens=4, temperature=0, messages=[
         {"role": "system", "content": "Be"}, {"role": "user", "content": "Say"}])
     assert nul.usage.prompt_tokens > cut.usage.prompt_tokens + 2, (nul.usage, cut.usage)
     code, tok = D.request("POST", "/tokenize", {"prompt": "a\x00b"})
     assert code == 200 and json.loads(tok)["count"] >= 3, tok
-    cmpl = U.completions.create(model=MODEL, prompt="a\x00b", max_tokens=2, temperature=0)
+    cmpl = C.completions.create(model=MODEL, prompt="a\x00b", max_tokens=2, temperature=0)
     assert cmpl.usage.prompt_tokens >= 3, cmpl.usage
-    r = U.responses.create(model=MODEL, input="Say\x00hi", instructions="Be\x00brief.",
+    r = C.responses.create(model=MODEL, input="Say\x00hi", instructions="Be\x00brief.",
                            max_output_tokens=2, temperature=0)
     assert r.instructions == "Be\x00brief."
-    nxt = U.responses.create(model=MODEL, input="Again\x00.", previous_response_id=r.id,
+    nxt = C.responses.create(model=MODEL, input="Again\x00.", previous_response_id=r.id,
                              max_output_tokens=2)
     assert nxt.usage.input_tokens > r.usage.input_tokens
     D.wait_idle()
@@ -322,7 +326,7 @@ def test_nul_end_to_end():
 
 def test_tool_choice_name_type():
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    st, err = err_of(U.chat.completions.create, model=MODEL, max_tokens=2, tools=tools,
+    st, err = err_of(C.chat.completions.create, model=MODEL, max_tokens=2, tools=tools,
                      messages=[{"role": "user", "content": "x"}],
                      tool_choice={"type": "function", "function": {"name": 5}})
     assert st == 400 and err["param"] == "tool_choice.function.name", err
@@ -336,31 +340,18 @@ def keyfile_text(alice=KEYS["alice"]):
 
 
 def main():
-    global D, PORT, KEYFILE, U
-    require_model()
+    global KEYFILE
     tmp = tempfile.mkdtemp(prefix="inferd-owners-")
     os.chmod(tmp, 0o711)  # uid 65534 reaches the socket (test_unix_uids_own_their_responses)
     KEYFILE = os.path.join(tmp, "keys")
     with open(KEYFILE, "w") as f:
         f.write(keyfile_text())
-    D = Daemon(INFERD, tmpdir=tmp, args=[
-        "--listen", "127.0.0.1:0", "--api-key-file", KEYFILE, "--socket-mode", "0666",
-        "--responses-store-entries", str(ENTRIES)])
-    m = re.search(r"listening on 127\.0\.0\.1:(\d+)", open(D.logpath).read())
-    assert m, D.logtext()
-    PORT = int(m.group(1))
-    U = openai_client(D.sock, timeout=300)
     try:
-        rc = run_tests(globals())
+        return serve_and_run(globals(), INFERD, tmpdir=tmp, args=[
+            "--listen", "127.0.0.1:0", "--api-key-file", KEYFILE, "--socket-mode", "0666",
+            "--responses-store-entries", str(ENTRIES)])
     finally:
-        code = D.stop()
-        if code != 0:
-            print("inferd exited with %d" % code)
-            rc = 1
-        if rc:
-            print("---- daemon log ----\n" + D.logtext())
         shutil.rmtree(tmp, ignore_errors=True)
-    return rc
 
 
 if __name__ == "__main__":

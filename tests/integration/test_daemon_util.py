@@ -262,13 +262,14 @@ def openai_client(sock, timeout=120, max_retries=0, max_connections=100):
                          max_retries=max_retries)
 
 
-def serve_and_run(namespace, inferd, args=(), client=True):
-    """main() of a test file driving one daemon: starts it with `args`, sets the
-    file's globals D (the Daemon) and, with client, C (openai_client), runs its
-    test_* functions, stops the daemon (a nonzero exit fails) and prints its log
-    when something failed. Returns the exit status for sys.exit."""
+def serve_and_run(namespace, inferd, args=(), client=True, tmpdir=None):
+    """main() of a test file driving one daemon: starts it with `args` (in tmpdir, which
+    the caller made and removes, when given), sets the file's globals D (the Daemon) and,
+    with client, C (openai_client), runs its test_* functions, stops the daemon (a nonzero
+    exit fails) and prints its log when something failed. Returns the exit status for
+    sys.exit."""
     require_model()
-    d = Daemon(inferd, args=args)
+    d = Daemon(inferd, args=args, tmpdir=tmpdir)
     namespace["D"] = d
     if client:
         namespace["C"] = openai_client(d.sock, timeout=300)

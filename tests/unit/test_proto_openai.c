@@ -1694,6 +1694,13 @@ START_TEST(test_responses_parse)
 }
 END_TEST
 
+/* Appends s to b n times. */
+static void puts_n(ifd_buf_t *b, const char *s, int n)
+{
+    for (int i = 0; i < n; i++)
+        ifd_buf_puts(b, s);
+}
+
 /* What a Response repeats and the store keeps of its request: user and
  * metadata within OpenAI's bounds (characters, not bytes), refused past
  * them with the field and the limit named. */
@@ -1707,45 +1714,46 @@ START_TEST(test_responses_echo_bounds)
     /* at the bounds: 16 pairs, a 64-character key, a 512-character value and
      * a 256-character user, in 2-byte characters */
     ifd_buf_puts(&b, "{\"input\":\"x\",\"user\":\"");
-    for (int i = 0; i < 256; i++)
-        ifd_buf_puts(&b, "\xc3\xa9");
+    puts_n(&b, "\xc3\xa9", 256);
     ifd_buf_puts(&b, "\",\"metadata\":{\"");
-    for (int i = 0; i < 64; i++)
-        ifd_buf_puts(&b, "\xc3\xa9");
+    puts_n(&b, "\xc3\xa9", 64);
     ifd_buf_puts(&b, "\":\"");
-    for (int i = 0; i < 512; i++)
-        ifd_buf_puts(&b, "\xc3\xa9");
+    puts_n(&b, "\xc3\xa9", 512);
     ifd_buf_puts(&b, "\"");
     for (int i = 1; i < 16; i++)
         ifd_buf_printf(&b, ",\"k%d\":\"v\"", i);
     ifd_buf_puts(&b, "}}");
     ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), 0);
+    /* wrong types, and one past each bound: head, unit × n, tail */
     static const struct {
-        const char *body, *param, *code, *words;
+        const char *head, *unit;
+        int n;
+        const char *tail, *param, *code, *words;
     } bad[] = {
-        {"{\"input\":\"x\",\"user\":7}", "user", "invalid_type", "expected a string"},
-        {"{\"input\":\"x\",\"metadata\":[1]}", "metadata", "invalid_type", "an object"},
-        {"{\"input\":\"x\",\"metadata\":{\"k\":1}}", "metadata.k", "invalid_type", "a string"},
-        {"{\"input\":\"x\",\"metadata\":{\"k\":null}}", "metadata.k", "invalid_type", "a string"},
+        {"{\"input\":\"x\",\"user\":7}", "", 0, "", "user", "invalid_type", "expected a string"},
+        {"{\"input\":\"x\",\"metadata\":[1]}", "", 0, "", "metadata", "invalid_type", "an object"},
+        {"{\"input\":\"x\",\"metadata\":{\"k\":1}}", "", 0, "", "metadata.k", "invalid_type",
+         "a string"},
+        {"{\"input\":\"x\",\"metadata\":{\"k\":null}}", "", 0, "", "metadata.k", "invalid_type",
+         "a string"},
+        {"{\"input\":\"x\",\"user\":\"", "u", 257, "\"}", "user", "string_above_max_length",
+         "Invalid 'user': string too long. Expected a string with maximum length 256, but got a "
+         "string with length 257 instead."},
+        {"{\"input\":\"x\",\"metadata\":{\"", "k", 65, "\":\"v\"}}", "metadata",
+         "string_above_max_length", "maximum length 64"},
+        {"{\"input\":\"x\",\"metadata\":{\"note\":\"", "v", 513, "\"}}", "metadata.note",
+         "string_above_max_length", "maximum length 512, but got a string with length 513"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ck_assert_int_eq(ifd_responses_parse(&a, bad[i].body, strlen(bad[i].body), &r, &e),
-                         IFD_EINVAL);
+        ifd_buf_clear(&b);
+        ifd_buf_puts(&b, bad[i].head);
+        puts_n(&b, bad[i].unit, bad[i].n);
+        ifd_buf_puts(&b, bad[i].tail);
+        ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), IFD_EINVAL);
         ck_assert_str_eq(e.param, bad[i].param);
         ck_assert_str_eq(e.code, bad[i].code);
         ck_assert_msg(strstr(e.message, bad[i].words), "%s", e.message);
     }
-    /* one past each bound */
-    ifd_buf_clear(&b);
-    ifd_buf_puts(&b, "{\"input\":\"x\",\"user\":\"");
-    for (int i = 0; i < 257; i++)
-        ifd_buf_puts(&b, "u");
-    ifd_buf_puts(&b, "\"}");
-    ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), IFD_EINVAL);
-    ck_assert_str_eq(e.param, "user");
-    ck_assert_str_eq(e.code, "string_above_max_length");
-    ck_assert_str_eq(e.message, "Invalid 'user': string too long. Expected a string with maximum "
-                                "length 256, but got a string with length 257 instead.");
     ifd_buf_clear(&b);
     ifd_buf_puts(&b, "{\"input\":\"x\",\"metadata\":{");
     for (int i = 0; i < 17; i++)
@@ -1755,25 +1763,6 @@ START_TEST(test_responses_echo_bounds)
     ck_assert_str_eq(e.param, "metadata");
     ck_assert_str_eq(e.code, "object_above_max_properties");
     ck_assert_ptr_nonnull(strstr(e.message, "at most 16 properties"));
-    ifd_buf_clear(&b);
-    ifd_buf_puts(&b, "{\"input\":\"x\",\"metadata\":{\"");
-    for (int i = 0; i < 65; i++)
-        ifd_buf_puts(&b, "k");
-    ifd_buf_puts(&b, "\":\"v\"}}");
-    ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), IFD_EINVAL);
-    ck_assert_str_eq(e.param, "metadata");
-    ck_assert_str_eq(e.code, "string_above_max_length");
-    ck_assert_ptr_nonnull(strstr(e.message, "maximum length 64"));
-    ifd_buf_clear(&b);
-    ifd_buf_puts(&b, "{\"input\":\"x\",\"metadata\":{\"note\":\"");
-    for (int i = 0; i < 513; i++)
-        ifd_buf_puts(&b, "v");
-    ifd_buf_puts(&b, "\"}}");
-    ck_assert_int_eq(ifd_responses_parse(&a, b.data, b.len, &r, &e), IFD_EINVAL);
-    ck_assert_str_eq(e.param, "metadata.note");
-    ck_assert_str_eq(e.code, "string_above_max_length");
-    ck_assert_ptr_nonnull(
-        strstr(e.message, "maximum length 512, but got a string with length 513"));
     ifd_buf_free(&b);
     ifd_arena_close(&a);
 }
