@@ -96,8 +96,11 @@
     X(socket_mode, STR, "0660", 0, "MODE", 0, 0, "permissions of the Unix socket (octal)")     \
     X(listen, STR, "", 0, "HOST:PORT", 0, 0,                                                   \
       "also listen on TCP (off by default; a non-loopback address needs an API key)")          \
-    X(api_key, STR, "", 1, "KEY", 0, 0, "API key TCP clients must send as a Bearer token")      \
-    X(api_key_file, STR, "", 1, "FILE", 0, 0, "file holding the API key (first line)")         \
+    X(api_key, STR, "", 1, "KEY", 0, 0,                                                        \
+      "API key TCP clients must send as a Bearer token (one key, named default)")              \
+    X(api_key_file, STR, "", 1, "FILE", 0, 0,                                                  \
+      "file of API keys, one per line: NAME KEY, or a bare KEY named by its line number; # "   \
+      "comments")                                                                              \
     X(max_connections, INT, "1024", 1, "N", 1, 1 << 20, "open client connections at most")     \
     X(max_header_bytes, BYTES, "16K", 1, "BYTES", 1024, 1 << 20,                               \
       "request line and headers at most (431 beyond)")                                         \
