@@ -87,9 +87,11 @@
       "compiled grammars kept for repeated schemas")                                           \
     X(responses_store_entries, INT, "1000", 1, "N", 0, 1 << 20,                                \
       "Responses kept in memory for GET /v1/responses/{id} and previous_response_id (the "     \
-      "least recently used evicted); 0: none (a request's store is then ignored)")             \
+      "least recently used of the client holding the most evicted); 0: none (a request's "     \
+      "store is then ignored)")                                                                \
     X(responses_store_bytes, BYTES, "64M", 1, "BYTES", 0, 0,                                   \
-      "memory the stored Responses may use at most (the least recently used evicted)")         \
+      "memory the stored Responses may use at most (the least recently used of the client "   \
+      "holding the most evicted)")                                                             \
     X(socket, STR, "", 0, "PATH", 0, 0,                                                        \
       "Unix socket; default /run/inferd/inferd.sock as root, else "                            \
       "$XDG_RUNTIME_DIR/inferd.sock")                                                          \
