@@ -90,7 +90,7 @@
       "least recently used of the client holding the most evicted); 0: none (a request's "     \
       "store is then ignored)")                                                                \
     X(responses_store_bytes, BYTES, "64M", 1, "BYTES", 0, 0,                                   \
-      "memory the stored Responses may use at most (the least recently used of the client "   \
+      "memory the stored Responses may use at most (the least recently used of the client "    \
       "holding the most evicted)")                                                             \
     X(socket, STR, "", 0, "PATH", 0, 0,                                                        \
       "Unix socket; default /run/inferd/inferd.sock as root, else "                            \
