@@ -221,6 +221,7 @@ static const wfield_t add_fields[] = {
     FARR_I32(ifd_wire_add_t, grammar, n_grammar, IFD_WIRE_MAX_GRAMMAR),
     FU32(ifd_wire_add_t, min_tokens),
     FU32M(ifd_wire_add_t, prompt_logprobs, 1 + IFD_WIRE_MAX_TOP),
+    FU32(ifd_wire_add_t, client),
 };
 static const wstruct_t add_desc = {"add", sizeof(ifd_wire_add_t), add_fields, NF(add_fields),
                                    check_add};

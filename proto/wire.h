@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     8
+#define IFD_WIRE_VERSION     9
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -229,6 +229,13 @@ typedef struct {
      * prompt token's logprob, rank and k top alternatives come back in
      * PROMPT_LOGPROBS frames before the request's first token. Version 5. */
     uint32_t prompt_logprobs;
+    /* The client the request came from, as a number (daemon/gen.c,
+     * ifd__client_id: a hash of who the client is — its uid on the Unix
+     * socket): equal for every request of one client, and only compared.
+     * The engine shares its running slots between clients by it (engine.h,
+     * "Fairness"); every request of client 0 alone is today's engine.
+     * Version 9. */
+    uint32_t client;
 } ifd_wire_add_t;
 
 /* The wire's priority (higher first) of an API request's vLLM priority
