@@ -5,7 +5,9 @@
  * (the last one is the first to be preempted) and `waiting` in scheduling
  * order (priority descending, then arrival). Both stay small (max_seqs and
  * the router's queue bound), so plain arrays with memmove are the simplest
- * correct structure.
+ * correct structure. Each sequence names its client's slot in `clients`,
+ * whose running / waiting counts ifd__q_insert and ifd__q_remove_at keep
+ * (the fairness rules read them: engine.h, "Fairness").
  *
  * Invariants per sequence: blocks[0..n_blocks) cover positions
  * [0, n_blocks * block_size) and hold the KV of positions [0, n_computed)
@@ -68,6 +70,8 @@ typedef struct {
     ifd_logit_bias_t *min_bias;
     uint32_t n_min_bias;
     int32_t priority;
+    uint32_t client; /* engine.h, "Fairness" */
+    int32_t cslot;   /* its client's slot in e->clients */
     uint64_t salt;
     uint64_t arrival;
     int32_t cached_tokens;
@@ -82,9 +86,24 @@ typedef struct {
     bool sample;
 } ifd__seq_t;
 
+/* One client's sequences here (engine.h, "Fairness"). A slot whose counts
+ * are both 0 is free: the next client without one takes it. */
+typedef struct {
+    uint32_t id;
+    int32_t running, waiting;
+} ifd__client_t;
+
+typedef struct {
+    ifd__client_t *v;
+    int n, cap;
+    int active; /* slots with a running or waiting sequence: the clients with work */
+} ifd__clients_t;
+
 typedef struct {
     ifd__seq_t **v;
     int n, cap;
+    ifd__clients_t *cl; /* q_insert / q_remove_at count the queue's sequences there, */
+    bool running;       /* as running ones, else as waiting ones */
 } ifd__queue_t;
 
 struct ifd_engine {
@@ -99,6 +118,8 @@ struct ifd_engine {
     int32_t pool_blocks; /* blocks on our device */
     uint64_t local_block_bytes; /* K+V bytes of one block in every local layer */
     ifd__queue_t running, waiting;
+    ifd__clients_t clients;
+    bool kv_starved; /* the last admission found no blocks for a client below its share */
     ifd_sampler_t *sampler;
     uint64_t arrivals;
     /* batch buffers, sized for max_batched_tokens tokens and max_seqs sequences */
@@ -143,6 +164,19 @@ ifd_engine_params_t ifd_engine_default_params(void)
 
 /* ---- queues ---------------------------------------------------------------- */
 
+/* s joins (d 1) or leaves (d -1) queue q: its client's counts follow. */
+static void ifd__q_count(ifd__queue_t *q, const ifd__seq_t *s, int d)
+{
+    ifd__client_t *c = &q->cl->v[s->cslot];
+    const bool had = c->running + c->waiting > 0;
+    if (q->running)
+        c->running += d;
+    else
+        c->waiting += d;
+    IFD_ASSERT(c->running >= 0 && c->waiting >= 0);
+    q->cl->active += (int)(c->running + c->waiting > 0) - (int)had;
+}
+
 static int ifd__q_insert(ifd__queue_t *q, int at, ifd__seq_t *s)
 {
     if (q->n == q->cap) {
@@ -156,13 +190,46 @@ static int ifd__q_insert(ifd__queue_t *q, int at, ifd__seq_t *s)
     memmove(q->v + at + 1, q->v + at, (size_t)(q->n - at) * sizeof *q->v);
     q->v[at] = s;
     q->n++;
+    ifd__q_count(q, s, 1);
     return 0;
 }
 
 static void ifd__q_remove_at(ifd__queue_t *q, int at)
 {
+    ifd__q_count(q, q->v[at], -1);
     memmove(q->v + at, q->v + at + 1, (size_t)(q->n - at - 1) * sizeof *q->v);
     q->n--;
+}
+
+/* The slot of client id in cl: its own while it has sequences here, else a
+ * free one (or a new one). 0 or IFD_ENOMEM. The caller inserts a sequence
+ * of it before anything else looks for a slot. */
+static int ifd__client_slot(ifd__clients_t *cl, uint32_t id, int32_t *out)
+{
+    int free_at = -1;
+    for (int i = 0; i < cl->n; i++) {
+        const ifd__client_t *c = &cl->v[i];
+        if (c->running + c->waiting > 0 && c->id == id) {
+            *out = i;
+            return 0;
+        }
+        if (c->running + c->waiting == 0 && free_at < 0)
+            free_at = i;
+    }
+    if (free_at < 0) {
+        if (cl->n == cl->cap) {
+            int cap = cl->cap ? cl->cap * 2 : 8;
+            ifd__client_t *v = realloc(cl->v, (size_t)cap * sizeof *v);
+            if (!v)
+                return IFD_ENOMEM;
+            cl->v = v;
+            cl->cap = cap;
+        }
+        free_at = cl->n++;
+    }
+    cl->v[free_at] = (ifd__client_t){id, 0, 0};
+    *out = free_at;
+    return 0;
 }
 
 /* Waiting order: higher priority first, then earlier arrival. */
@@ -268,6 +335,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     if (!e)
         return IFD_ENOMEM;
     e->p = *p;
+    e->running.cl = e->waiting.cl = &e->clients;
+    e->running.running = true;
     if (p->n_eos_ids) {
         e->eos_ids = malloc((size_t)p->n_eos_ids * sizeof *e->eos_ids);
         if (!e->eos_ids) {
@@ -334,6 +403,7 @@ void ifd_engine_destroy(ifd_engine_t *e)
     }
     free(e->running.v);
     free(e->waiting.v);
+    free(e->clients.v);
     ifd_sampler_destroy(e->sampler);
     free(e->eos_ids);
     free(e->b_tokens);
@@ -467,6 +537,7 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     s->ignore_eos = r->ignore_eos;
     s->use_cache = r->use_cache;
     s->priority = r->priority;
+    s->client = r->client;
     s->salt = r->salt;
     s->plp_top = r->prompt_logprobs - 1;
     s->plp_next = 1;
@@ -476,7 +547,9 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
         ifd__seq_free(s);
         return rc;
     }
-    rc = ifd__q_insert(&e->waiting, ifd__waiting_pos(&e->waiting, s), s);
+    rc = ifd__client_slot(&e->clients, s->client, &s->cslot);
+    if (!rc)
+        rc = ifd__q_insert(&e->waiting, ifd__waiting_pos(&e->waiting, s), s);
     if (rc) {
         ifd__seq_free(s);
         return rc;
@@ -748,13 +821,114 @@ static int ifd__prefill_allowance(const ifd_engine_t *e, int n_dec)
     return cap < left ? cap : left;
 }
 
-/* Fills e->sched with the sequences of this step. Returns how many. */
-static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
-{
-    int budget = e->p.max_batched_tokens;
-    int n_sched = 0;
+/* ---- fairness (engine.h, "Fairness") ---------------------------------------- */
 
-    /* cancellations first, so their blocks are free for everyone else */
+/* Sequences s's client runs. */
+static int32_t ifd__runs(const ifd_engine_t *e, const ifd__seq_t *s)
+{
+    return e->clients.v[s->cslot].running;
+}
+
+/* s's client runs fewer than its share: max_seqs over the clients with work. */
+static bool ifd__below_share(const ifd_engine_t *e, const ifd__seq_t *s)
+{
+    return (int64_t)ifd__runs(e, s) * e->clients.active < e->p.max_seqs;
+}
+
+/* The waiting request admission takes next: among those of the highest
+ * priority, the first of the client running the fewest sequences (so FCFS
+ * among a client's own, and among clients running as many). With one
+ * client, the first in the queue. */
+static int ifd__admit_pick(const ifd_engine_t *e)
+{
+    int best = 0;
+    if (e->clients.active < 2)
+        return 0;
+    const int32_t prio = e->waiting.v[0]->priority;
+    for (int i = 1; i < e->waiting.n && e->waiting.v[i]->priority == prio; i++)
+        if (ifd__runs(e, e->waiting.v[i]) < ifd__runs(e, e->waiting.v[best]))
+            best = i;
+    return best;
+}
+
+/* The running sequence to preempt when one needs a block and the pool has
+ * none: the most recently admitted of the client running the most (ties:
+ * of the one among them admitted last). With one client running, the most
+ * recently admitted of all, as before clients were counted. */
+static int ifd__victim(const ifd_engine_t *e)
+{
+    int best = e->running.n - 1;
+    for (int j = best - 1; e->clients.active > 1 && j >= 0; j--)
+        if (ifd__runs(e, e->running.v[j]) > ifd__runs(e, e->running.v[best]))
+            best = j;
+    return best;
+}
+
+/* Before a step: when the engine is full — max_seqs sequences run, or the
+ * last admission found no blocks for a client below its share — and the
+ * request admission takes next belongs to a client below its share, the
+ * client running the most gives it a place: its most recently admitted
+ * sequence of no higher priority than the request is preempted, provided
+ * that client runs at least two more than the request's (after the move it
+ * still runs as many, so no move undoes another). One per step: a burst of
+ * requests takes its share over a few steps. */
+static void ifd__rebalance(ifd_engine_t *e, ifd_engine_step_stats_t *st)
+{
+    const bool starved = e->kv_starved;
+    e->kv_starved = false;
+    if (e->clients.active < 2 || e->waiting.n == 0 || e->running.n == 0 ||
+        (e->running.n < e->p.max_seqs && !starved))
+        return;
+    const ifd__seq_t *s = e->waiting.v[ifd__admit_pick(e)];
+    const ifd__seq_t *top = e->running.v[ifd__victim(e)];
+    if (!ifd__below_share(e, s) || ifd__runs(e, top) < ifd__runs(e, s) + 2)
+        return;
+    for (int v = e->running.n - 1; v >= 0; v--) {
+        const ifd__seq_t *r = e->running.v[v];
+        if (r->cslot == top->cslot && r->priority <= s->priority) {
+            IFD_DEBUG("engine: request %llu (client %u, %d running) makes room for %llu "
+                      "(client %u, %d running)",
+                      (unsigned long long)r->id, r->client, ifd__runs(e, r),
+                      (unsigned long long)s->id, s->client, ifd__runs(e, s));
+            ifd__preempt(e, v);
+            st->n_preempted++;
+            return;
+        }
+    }
+}
+
+/* ---- scheduling a step -------------------------------------------------------- */
+
+/* What is left of the step ifd__schedule fills. */
+typedef struct {
+    int budget;       /* tokens */
+    int prefill_left; /* prefill tokens (engine.h, prefill_cap) */
+    int plp_left;     /* prompt-logprob rows */
+    int n_sched;      /* sequences in e->sched */
+} ifd__plan_t;
+
+/* Takes v out of this step again (a fairness victim that came before the
+ * sequence needing its blocks): what it took goes back to the plan. A
+ * sequence the step skipped is in no e->sched entry: nothing to undo. */
+static void ifd__unschedule(ifd_engine_t *e, ifd__plan_t *pl, ifd__seq_t *v)
+{
+    for (int k = 0; k < pl->n_sched; k++) {
+        if (e->sched[k] != v)
+            continue;
+        memmove(e->sched + k, e->sched + k + 1, (size_t)(pl->n_sched - k - 1) * sizeof *e->sched);
+        pl->n_sched--;
+        pl->budget += v->sched;
+        if (!ifd__decoding(v))
+            pl->prefill_left += v->sched;
+        pl->plp_left += ifd__plp_rows(v, v->n_computed, v->sched);
+        v->sched = 0;
+        return;
+    }
+}
+
+/* Cancelled requests finish first, so their blocks are free for everyone else. */
+static void ifd__finish_cancelled(ifd_engine_t *e)
+{
     ifd__queue_t *qs[2] = {&e->running, &e->waiting};
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < qs[k]->n;) {
@@ -767,36 +941,31 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
             }
         }
     }
+}
 
-    /* Prefill (chunks of running sequences, then admissions) shares what
-     * the cap leaves beside the decodes. */
-    int n_dec = 0;
-    for (int i = 0; i < e->running.n; i++)
-        n_dec += ifd__decoding(e->running.v[i]);
-    int prefill_left = ifd__prefill_allowance(e, n_dec);
-    int plp_left = IFD_ENGINE_PLP_ROWS;
-    e->sched_decodes = n_dec > 0;
-
-    /* 1. running sequences, oldest first */
-    for (int i = 0; i < e->running.n && budget > 0;) {
+/* 1. Running sequences, oldest first: a decode token or the next prefill
+ * chunk each, preempting (ifd__victim) when the pool has no block left. */
+static void ifd__schedule_running(ifd_engine_t *e, ifd__plan_t *pl, ifd_engine_step_stats_t *st)
+{
+    for (int i = 0; i < e->running.n && pl->budget > 0;) {
         ifd__seq_t *s = e->running.v[i];
         int32_t n = ifd__want(s);
         bool prefill = !ifd__decoding(s);
-        if (prefill && n > prefill_left)
-            n = prefill_left;
-        if (n > budget)
-            n = budget;
+        if (prefill && n > pl->prefill_left)
+            n = pl->prefill_left;
+        if (n > pl->budget)
+            n = pl->budget;
         if (n > 0)
-            n = ifd__plp_fit(s, n, &plp_left);
+            n = ifd__plp_fit(s, n, &pl->plp_left);
         if (n <= 0) { /* a prefill chunk over the cap: next step */
             i++;
             continue;
         }
         int rc;
         while ((rc = ifd__grow(e, s, s->n_computed + n)) == IFD_ENOBLOCKS) {
-            int victim = e->running.n - 1;
+            int victim = ifd__victim(e);
             if (victim == i) {
-                if (e->running.n == 1 && e->waiting.n == 0 && n_sched == 0) {
+                if (e->running.n == 1 && e->waiting.n == 0 && pl->n_sched == 0) {
                     IFD_WARN("engine: request %llu cannot grow: the KV pool is full",
                              (unsigned long long)s->id);
                     ifd__q_remove_at(&e->running, i);
@@ -806,6 +975,10 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
                     st->n_preempted++;
                 }
                 goto next_running;
+            }
+            if (victim < i) { /* only another client's: s runs fewer (ifd__victim) */
+                ifd__unschedule(e, pl, e->running.v[victim]);
+                i--;
             }
             ifd__preempt(e, victim);
             st->n_preempted++;
@@ -818,62 +991,89 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
         }
         s->sched = n;
         s->sample = s->n_computed + n == s->n_tokens;
-        e->sched[n_sched++] = s;
-        budget -= n;
+        e->sched[pl->n_sched++] = s;
+        pl->budget -= n;
         if (prefill)
-            prefill_left -= n;
+            pl->prefill_left -= n;
         i++;
     next_running:;
     }
+}
 
-    /* 2. waiting requests in order, while budget, prefill cap and max_seqs allow */
-    while (budget > 0 && prefill_left > 0 && e->waiting.n > 0 && e->running.n < e->p.max_seqs) {
-        ifd__seq_t *s = e->waiting.v[0];
+/* 2. Waiting requests (ifd__admit_pick's order) while the budget, the
+ * prefill cap and max_seqs allow. */
+static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
+{
+    while (pl->budget > 0 && pl->prefill_left > 0 && e->waiting.n > 0 &&
+           e->running.n < e->p.max_seqs) {
+        const int at = ifd__admit_pick(e);
+        ifd__seq_t *s = e->waiting.v[at];
         if (ifd__blocks_for(e, s->n_tokens + 1) > e->pool_blocks) {
             IFD_WARN("engine: request %llu needs %d blocks, the pool has %d",
                      (unsigned long long)s->id, ifd__blocks_for(e, s->n_tokens + 1),
                      e->pool_blocks);
-            ifd__q_remove_at(&e->waiting, 0);
+            ifd__q_remove_at(&e->waiting, at);
             ifd__finish(e, s, IFD_FINISH_ERROR);
             continue;
         }
-        if (ifd__plp_owed(s) && plp_left <= 0)
+        if (ifd__plp_owed(s) && pl->plp_left <= 0)
             break; /* its prompt rows wait for the next step */
         int rc = ifd__admit_lookup(e, s);
         if (rc) {
-            ifd__q_remove_at(&e->waiting, 0);
+            ifd__q_remove_at(&e->waiting, at);
             ifd__finish(e, s, IFD_FINISH_ERROR);
             continue;
         }
         int32_t n = ifd__want(s);
-        if (n > budget)
-            n = budget;
-        if (n > prefill_left)
-            n = prefill_left;
-        n = ifd__plp_fit(s, n, &plp_left); /* >= 1: plp_left > 0 */
+        if (n > pl->budget)
+            n = pl->budget;
+        if (n > pl->prefill_left)
+            n = pl->prefill_left;
+        n = ifd__plp_fit(s, n, &pl->plp_left); /* >= 1: plp_left > 0 */
         rc = ifd__grow(e, s, s->n_computed + n);
         if (rc == IFD_ENOBLOCKS) {
             ifd__seq_release(e, s); /* give back the prefix hits; try again later */
+            /* a client below its share: the next step makes room (ifd__rebalance) */
+            e->kv_starved = e->clients.active > 1 && ifd__below_share(e, s);
             break;
         }
         if (rc) {
-            ifd__q_remove_at(&e->waiting, 0);
+            ifd__q_remove_at(&e->waiting, at);
             ifd__finish(e, s, IFD_FINISH_ERROR);
             continue;
         }
         s->admitted_once = true;
-        ifd__q_remove_at(&e->waiting, 0);
+        ifd__q_remove_at(&e->waiting, at);
         if ((rc = ifd__q_insert(&e->running, e->running.n, s))) {
             ifd__finish(e, s, IFD_FINISH_ERROR);
             continue;
         }
         s->sched = n;
         s->sample = s->n_computed + n == s->n_tokens;
-        e->sched[n_sched++] = s;
-        budget -= n;
-        prefill_left -= n;
+        e->sched[pl->n_sched++] = s;
+        pl->budget -= n;
+        pl->prefill_left -= n;
     }
-    return n_sched;
+}
+
+/* Fills e->sched with the sequences of this step. Returns how many. */
+static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
+{
+    ifd__finish_cancelled(e);
+    ifd__rebalance(e, st);
+    /* Prefill (chunks of running sequences, then admissions) shares what
+     * the cap leaves beside the decodes. */
+    int n_dec = 0;
+    for (int i = 0; i < e->running.n; i++)
+        n_dec += ifd__decoding(e->running.v[i]);
+    ifd__plan_t pl = {.budget = e->p.max_batched_tokens,
+                      .prefill_left = ifd__prefill_allowance(e, n_dec),
+                      .plp_left = IFD_ENGINE_PLP_ROWS,
+                      .n_sched = 0};
+    e->sched_decodes = n_dec > 0;
+    ifd__schedule_running(e, &pl, st);
+    ifd__schedule_waiting(e, &pl);
+    return pl.n_sched;
 }
 
 /* ---- one step ---------------------------------------------------------------- */

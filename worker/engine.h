@@ -6,16 +6,34 @@
  * Every ifd_engine_step builds one ragged batch under a token budget
  * (max_batched_tokens): first every running sequence (a decode token, or its
  * next prefill chunk), oldest first, then waiting requests in FCFS order
- * (higher priority first) while the budget and max_seqs allow. While any
+ * (higher priority first; between clients, see "Fairness") while the budget
+ * and max_seqs allow. While any
  * sequence decodes, prefill tokens (chunks of running sequences and new
  * admissions together) are further capped (prefill_cap) so that decodes
  * keep a steady pace. At admission
  * the prefix cache is consulted and matched blocks are neither recomputed
  * nor re-allocated. When a running sequence needs a block and the pool has
- * none, the most recently admitted sequence is preempted: its blocks are
+ * none, the most recently admitted sequence (of the client running the most:
+ * "Fairness") is preempted: its blocks are
  * released and it goes back to the front of the waiting queue, to be
  * recomputed later from its tokens (prompt + what it has generated). Full
  * blocks are published to the prefix cache as soon as their KV is computed.
+ *
+ * Fairness: every request names its client (ifd_engine_request_t.client).
+ * A client's share is max_seqs over the clients with work (a running or
+ * waiting request). Admission takes the highest priority first, then the
+ * client running the fewest sequences, then FCFS. When a sequence needs a
+ * block and the pool has none, the victim is the most recently admitted
+ * sequence of the client running the most (it may have been scheduled in
+ * this step already: it leaves the step). Before each step, when the engine
+ * is full (max_seqs running, or the last admission found no blocks for a
+ * client below its share) and the request admission takes next is of a
+ * client below its share, the most recently admitted sequence of the client
+ * running the most (at least two more; priority no higher than the
+ * request's) is preempted for it, one per step. So one client's n: 128
+ * cannot keep another's request waiting for a whole generation, nor evict
+ * its stream again and again. With one client (every request of the same
+ * client, as in every test before clients) each rule is the one above.
  *
  * The model is reached through ifd_engine_model_t (the real model with its
  * KV views, or a fake one in tests). Results leave through callbacks called
@@ -168,6 +186,7 @@ typedef struct {
     bool ignore_eos;             /* do not stop at the engine's eos_ids */
     bool use_cache;              /* false: recompute the whole context every step */
     int32_t priority;            /* higher runs first; FCFS among equals */
+    uint32_t client;             /* who sent it ("Fairness" above); only compared */
     uint64_t salt;               /* prefix-cache namespace (adapter, tenant) */
     /* vLLM's min_tokens: until this many tokens are generated (n_generated
      * included), eos_ids (unless ignore_eos) and stop_ids get a -inf logit

@@ -276,6 +276,7 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.use_cache = a->use_cache;
     r.min_tokens = (int32_t)(a->min_tokens > INT32_MAX ? INT32_MAX : a->min_tokens);
     r.priority = a->priority; /* higher first, on the wire as in the engine */
+    r.client = a->client;
     r.prompt_logprobs = (int32_t)a->prompt_logprobs; /* bounded by the decoder */
     int rc = 0;
     char gerr[300] = "";

@@ -1342,6 +1342,197 @@ START_TEST(test_local_pool_tiny_preempts_and_completes_all)
 }
 END_TEST
 
+/* ---- fairness between clients (engine.h, "Fairness") ------------------------------------- */
+
+/* Steps once and counts, per client, the requests that got a token in it
+ * (client[i] names request i's client; 0 < n <= MAX_REQ). */
+static void step_counting(rig_t *r, const uint32_t *client, int n, int per_client[3])
+{
+    int before[MAX_REQ];
+    memcpy(before, r->sink->n_out, sizeof before);
+    ck_assert_int_ge(ifd_engine_step(r->eng, NULL), 0);
+    per_client[0] = per_client[1] = per_client[2] = 0;
+    for (int i = 0; i < n; i++)
+        if (r->sink->n_out[i] > before[i])
+            per_client[client[i]]++;
+}
+
+/* One client's flood (12 requests, max_seqs 4) does not keep another's
+ * requests waiting: the first two of client 2's three start at once, one
+ * per step, each taking the place of client 1's most recently admitted
+ * (its share: 4 over 2 clients); the third waits while client 2 runs its
+ * share. Every output is the one the request gets alone. Before the share,
+ * client 2 waited for the 12 to finish. */
+START_TEST(test_fair_other_client_admitted_at_once)
+{
+    enum { N1 = 12, N = 15 };
+    uint32_t client[N];
+    make_prompts(N, 10, 21);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs_eos(N, 40, true, ref);
+    rig_t r;
+    rig_open(&r, 256, 64, 4, 1024);
+    for (int i = 0; i < N1; i++) {
+        ifd_engine_request_t q = req(i, 40);
+        q.ignore_eos = true;
+        q.client = client[i] = 1;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    int per[3];
+    for (int k = 0; k < 3; k++)
+        step_counting(&r, client, N1, per);
+    ck_assert_int_eq(per[1], 4); /* client 1 fills max_seqs */
+    for (int i = N1; i < N; i++) {
+        ifd_engine_request_t q = req(i, 40);
+        q.ignore_eos = true;
+        q.client = client[i] = 2;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    step_counting(&r, client, N, per);
+    ck_assert_msg(per[2] == 1 && per[1] == 3, "first step: client 1 %d, client 2 %d", per[1],
+                  per[2]);
+    step_counting(&r, client, N, per);
+    ck_assert_msg(per[2] == 2 && per[1] == 2, "second step: client 1 %d, client 2 %d", per[1],
+                  per[2]);
+    ck_assert_int_gt(r.sink->n_out[N1], 0);
+    ck_assert_int_gt(r.sink->n_out[N1 + 1], 0);
+    for (int k = 0; k < 20; k++) { /* the shares hold while both have work */
+        step_counting(&r, client, N, per);
+        ck_assert_msg(per[1] == 2 && per[2] == 2, "step %d: client 1 %d, client 2 %d", k, per[1],
+                      per[2]);
+    }
+    ck_assert_int_eq(r.sink->n_out[N1 + 2], 0); /* beyond client 2's share: waits */
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_uint_eq(st.preemptions, 2); /* one per place given */
+    run_to_idle(&r, 10000);
+    assert_same(ref, r.sink, N);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+/* The share never preempts a sequence of a higher priority than the
+ * request it would make room for: client 2's request of priority 0 waits
+ * for one of client 1's four of priority 5 to finish. */
+START_TEST(test_fair_share_respects_priority)
+{
+    make_prompts(5, 10, 22);
+    rig_t r;
+    rig_open(&r, 256, 64, 4, 1024);
+    uint32_t client[5] = {1, 1, 1, 1, 2};
+    for (int i = 0; i < 5; i++) {
+        ifd_engine_request_t q = req(i, i < 4 ? 20 : 5);
+        q.ignore_eos = true;
+        q.client = client[i];
+        q.priority = i < 4 ? 5 : 0;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    int per[3];
+    while (!r.sink->finished[0]) {
+        ck_assert_int_eq(r.sink->n_out[4], 0);
+        step_counting(&r, client, 5, per);
+    }
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->n_out[4], 5);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_uint_eq(st.preemptions, 0);
+    rig_close(&r);
+}
+END_TEST
+
+/* A pool too small for client 1's six requests preempts client 1's, not
+ * client 2's request admitted after them (before the share it was the most
+ * recently admitted, so the first evicted whenever the pool ran out): from
+ * its first token to its last, client 2's request gets one in every step.
+ * Its victims can be sequences scheduled earlier in the same step (they
+ * leave the step); every output is still the one each request gets alone. */
+START_TEST(test_fair_preemption_spares_the_smaller_client)
+{
+    enum { N1 = 6, N = 7 };
+    uint32_t client[N];
+    make_prompts(N, 10, 23);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs_eos(N, 60, true, ref);
+    rig_t r;
+    rig_open(&r, 16, 64, 8, 1024); /* 16 blocks of 16 tokens: 3 of the 7 at full length */
+    for (int i = 0; i < N1; i++) {
+        ifd_engine_request_t q = req(i, 60);
+        q.ignore_eos = true;
+        q.client = client[i] = 1;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    int per[3];
+    for (int k = 0; k < 2; k++)
+        step_counting(&r, client, N1, per);
+    ifd_engine_request_t q = req(N1, 60);
+    q.ignore_eos = true;
+    q.client = client[N1] = 2;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    int steps = 0;
+    while (!r.sink->finished[N1]) {
+        int had = r.sink->n_out[N1];
+        step_counting(&r, client, N, per);
+        ck_assert_msg(had == 0 || r.sink->n_out[N1] == had + 1,
+                      "client 2's stream stalled at token %d (step %d)", had, steps);
+        ck_assert_int_lt(++steps, 1000);
+    }
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_uint_gt(st.preemptions, 0);
+    run_to_idle(&r, 100000);
+    assert_same(ref, r.sink, N);
+    printf("fair preemption: %llu preemptions, client 2 done in %d steps\n",
+           (unsigned long long)st.preemptions, steps);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
+/* The victim can come before the sequence that needs its blocks, scheduled
+ * already in this step: client 1's three requests of 15 prompt tokens run a
+ * step before client 2's one of 16, so all four need their second block in
+ * the same step, client 2's last, when a pool of 7 blocks has 3 left.
+ * Client 2's request takes client 1's third (which leaves the step)
+ * instead of preempting itself; it never stalls, and every output is the
+ * one each request gets alone. */
+START_TEST(test_fair_victim_leaves_the_step)
+{
+    enum { N = 4 };
+    uint32_t client[N] = {1, 1, 1, 2};
+    make_prompts(N, 10, 24);
+    for (int i = 0; i < N; i++)
+        prompt_len[i] = i < 3 ? 15 : 16;
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs_eos(N, 20, true, ref);
+    rig_t r;
+    rig_open(&r, 7, 64, 8, 1024);
+    int per[3], steps = 0;
+    for (int i = 0; i < N; i++) {
+        ifd_engine_request_t q = req(i, 20);
+        q.ignore_eos = true;
+        q.client = client[i];
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+        if (i == 2)
+            step_counting(&r, client, N, per);
+    }
+    while (!r.sink->finished[3]) {
+        int had = r.sink->n_out[3];
+        step_counting(&r, client, N, per);
+        ck_assert_msg(r.sink->n_out[3] == had + 1, "client 2's stream stalled at token %d", had);
+        ck_assert_int_lt(++steps, 100);
+    }
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_uint_gt(st.preemptions, 0);
+    run_to_idle(&r, 10000);
+    assert_same(ref, r.sink, N);
+    rig_close(&r);
+    free(ref);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine");
@@ -1372,6 +1563,10 @@ int main(void)
     tcase_add_test(tc, test_local_pool_tiny_preempts_and_completes_all);
     tcase_add_test(tc, test_all_local_releases_blocks);
     tcase_add_test(tc, test_all_local_same_tokens_with_release);
+    tcase_add_test(tc, test_fair_other_client_admitted_at_once);
+    tcase_add_test(tc, test_fair_share_respects_priority);
+    tcase_add_test(tc, test_fair_preemption_spares_the_smaller_client);
+    tcase_add_test(tc, test_fair_victim_leaves_the_step);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
