@@ -24,6 +24,7 @@
 #include "gen.h"
 
 #include "error.h"
+#include "hash.h"
 #include "ids.h"
 #include "log.h"
 #include "prompt.h"
@@ -73,6 +74,7 @@ struct ifd_gen {
     ifd_oai_kind_t kind;     /* how the request is served: chat for /v1/responses too */
     ifd_oai_kind_t api_kind; /* how it is answered (ifd_oai_meta_t.kind) */
     ifd_oai_usage_t live;    /* continuous_usage_stats: the usage so far (streams) */
+    uint32_t client;         /* who sent it (ifd__client_id) */
     uint64_t t_arrival_ns;
     bool first_token_seen;
 
@@ -122,6 +124,23 @@ static void ifd__complete(ifd_gen_t *g);
 static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u);
 
 /* ---- helpers ------------------------------------------------------------------------------ */
+
+/* The client a request counts to for fairness (router.h, worker/engine.h:
+ * "Fairness"), as the number the router and the engine compare: a hash of
+ * the client's name — "uid:N" on the Unix socket (SO_PEERCRED, read by
+ * http.c at accept, so it cannot be forged), and one name for every TCP
+ * client until API keys tell them apart. The one place that says who a
+ * client is: a request's owner string ("uid:1000", "key:NAME") goes here
+ * when the daemon has one. Two names that collide share one share. */
+static uint32_t ifd__client_id(const ifd_http_request_t *r)
+{
+    char name[32];
+    if (r->transport == IFD_LISTEN_UNIX && r->peer_uid >= 0)
+        snprintf(name, sizeof name, "uid:%lld", (long long)r->peer_uid);
+    else
+        snprintf(name, sizeof name, "tcp");
+    return (uint32_t)ifd_hash_bytes(name, strlen(name));
+}
 
 static double ifd__secs(uint64_t a_ns, uint64_t b_ns)
 {
@@ -1059,6 +1078,7 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
     sp->ignore_eos = rq->ignore_eos;
     sp->use_cache = rq->use_cache && api->cfg->prefix_cache;
     sp->priority = ifd_wire_priority_from_api(rq->priority);
+    sp->client = g->client;
     sp->grammar = g->gwords;
     sp->n_grammar = (uint32_t)g->n_gwords;
     sp->min_tokens = rq->min_tokens;
@@ -1196,6 +1216,7 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     g->kind = kind == IFD_OAI_RESPONSES ? IFD_OAI_CHAT : kind;
     g->api_kind = kind;
     g->t_arrival_ns = r->t_ns;
+    g->client = ifd__client_id(r);
     g->created = (int64_t)time(NULL);
     ifd_arena_init(&g->arena, 0);
     g->next = api->gens;

@@ -3,11 +3,17 @@
  *
  * Every live sequence has a slot in r->live, found by id through r->ids
  * (common/hash.h), and is in exactly
- * one of: the queue (doubly linked, FIFO, resumed ones pushed to the
- * front), a worker's list (dispatched), or "limbo" — taken out of both while
- * its final callbacks run, so that a callback releasing it (or another
- * sequence) never frees memory the caller is still walking. Only
- * ifd__free_seq unlinks a sequence from the hash.
+ * one of: a queue (doubly linked: the resumed queue, resumed ones pushed to
+ * its front, or its client's queue, FIFO), a worker's list (dispatched), or
+ * "limbo" — taken out of all while its final callbacks run, so that a
+ * callback releasing it (or another sequence) never frees memory the
+ * caller is still walking. Only ifd__free_seq unlinks a sequence from the
+ * hash.
+ *
+ * Clients (router.h, "Fairness"): each live sequence holds a reference to
+ * its client's slot in r->cl (found by id through r->cl_ids), which counts
+ * its sequences dispatched in all and per worker (r->cl_on) and holds its
+ * queue; the slot is freed with the client's last live sequence.
  *
  * ifd__pump is the only place that dispatches; it is not re-entered (a
  * submit from inside one of its callbacks sets `repump`).
@@ -44,10 +50,21 @@ struct ifd_rseq {
     bool cancel_sent;
     uint32_t deaths;            /* workers lost in a row while it made no progress */
     uint64_t progress_at_death; /* n_gen + n_plp when the last one was lost */
+    int32_t client;             /* its client's slot in r->cl */
+    bool resumed;               /* queued in the resumed queue, not its client's */
     ifd_rseq_t *qprev, *qnext;
     ifd_rseq_t *wprev, *wnext;
     int32_t slot; /* in r->live */
 };
+
+/* One client's sequences (router.h, "Fairness"). */
+typedef struct {
+    uint32_t id;
+    int n_live;               /* its live sequences: the slot is free at 0 */
+    int inflight;             /* dispatched */
+    ifd_rseq_t *qhead, *qtail; /* queued (not resumed), FIFO */
+    uint64_t tried;           /* the ifd__next pass that tried it last */
+} ifd__client_t;
 
 struct ifd_router {
     ifd_router_params_t p;
@@ -56,8 +73,14 @@ struct ifd_router {
     int32_t *free_slots, n_free, live_cap;
     ifd_hash_t ids; /* id → slot */
     int n_live;
-    ifd_rseq_t *qhead, *qtail;
-    int n_queued;
+    ifd_rseq_t *rhead, *rtail; /* resumed sequences: dispatched before any client's */
+    int n_queued;              /* resumed and clients' together */
+    ifd__client_t *cl;         /* [cl_cap] */
+    int *cl_on;                /* [cl_cap * n_workers]: a client's sequences on worker w */
+    int32_t *cl_free, n_cl_free, cl_cap;
+    ifd_hash_t cl_ids;         /* client id → slot */
+    int *n_clients_on;         /* [n_workers]: clients with a sequence on worker w */
+    uint64_t pass;             /* ifd__next's passes */
     int n_dispatched;
     int n_workers;
     ifd_router_transport_t tp;
@@ -128,6 +151,76 @@ static void ifd__seq_free_mem(ifd_rseq_t *s)
     free(s);
 }
 
+/* ---- clients ---------------------------------------------------------------------------- */
+
+/* Client c's sequences dispatched to worker w. */
+static int *ifd__on(const ifd_router_t *r, int32_t c, int w)
+{
+    return &r->cl_on[(size_t)c * (size_t)r->n_workers + (size_t)w];
+}
+
+/* Grows the client table by doubling (all or nothing for the caller: a
+ * partial growth leaves cl_cap as it was). 0 or IFD_ENOMEM. */
+static int ifd__clients_grow(ifd_router_t *r)
+{
+    int32_t cap = r->cl_cap ? 2 * r->cl_cap : 8;
+    ifd__client_t *c = realloc(r->cl, (size_t)cap * sizeof *c);
+    if (!c)
+        return IFD_ENOMEM;
+    r->cl = c;
+    int *on = realloc(r->cl_on, (size_t)cap * (size_t)r->n_workers * sizeof *on);
+    if (!on)
+        return IFD_ENOMEM;
+    r->cl_on = on;
+    int32_t *f = realloc(r->cl_free, (size_t)cap * sizeof *f);
+    if (!f)
+        return IFD_ENOMEM;
+    r->cl_free = f;
+    memset(r->cl + r->cl_cap, 0, (size_t)(cap - r->cl_cap) * sizeof *r->cl);
+    for (int32_t k = cap - 1; k >= r->cl_cap; k--)
+        r->cl_free[r->n_cl_free++] = k;
+    r->cl_cap = cap;
+    return 0;
+}
+
+/* A reference to client id's slot for a new live sequence (a new slot for a
+ * client without one). 0 with *out set, or IFD_ENOMEM. */
+static int ifd__client_ref(ifd_router_t *r, uint32_t id, int32_t *out)
+{
+    const uint64_t h = ifd_hash_u64(id);
+    uint32_t it = ifd_hash_first(&r->cl_ids, h);
+    for (int32_t k; (k = ifd_hash_next(&r->cl_ids, h, &it)) >= 0;) {
+        if (r->cl[k].id == id) {
+            r->cl[k].n_live++;
+            *out = k;
+            return 0;
+        }
+    }
+    if (!r->n_cl_free && ifd__clients_grow(r))
+        return IFD_ENOMEM;
+    int32_t k = r->cl_free[r->n_cl_free - 1];
+    if (ifd_hash_insert(&r->cl_ids, h, k))
+        return IFD_ENOMEM;
+    r->n_cl_free--;
+    r->cl[k] = (ifd__client_t){.id = id, .n_live = 1};
+    memset(ifd__on(r, k, 0), 0, (size_t)r->n_workers * sizeof(int));
+    *out = k;
+    return 0;
+}
+
+/* Drops a live sequence's reference; the last frees the slot. */
+static void ifd__client_unref(ifd_router_t *r, int32_t k)
+{
+    ifd__client_t *c = &r->cl[k];
+    IFD_ASSERT(c->n_live > 0);
+    if (--c->n_live)
+        return;
+    IFD_ASSERT(c->inflight == 0 && !c->qhead);
+    int found = ifd_hash_remove(&r->cl_ids, ifd_hash_u64(c->id), k);
+    IFD_ASSERT(found == 0);
+    r->cl_free[r->n_cl_free++] = k;
+}
+
 static void ifd__free_seq(ifd_router_t *r, ifd_rseq_t *s)
 {
     int found = ifd_hash_remove(&r->ids, ifd_hash_u64(s->id), s->slot);
@@ -135,6 +228,7 @@ static void ifd__free_seq(ifd_router_t *r, ifd_rseq_t *s)
     r->live[s->slot] = NULL;
     r->free_slots[r->n_free++] = s->slot;
     r->n_live--;
+    ifd__client_unref(r, s->client);
     ifd__seq_free_mem(s);
 }
 
@@ -143,40 +237,59 @@ static void ifd__free_seq(ifd_router_t *r, ifd_rseq_t *s)
 static void ifd__q_unlink(ifd_router_t *r, ifd_rseq_t *s)
 {
     IFD_ASSERT(s->queued);
+    ifd__client_t *c = &r->cl[s->client];
+    ifd_rseq_t **head = s->resumed ? &r->rhead : &c->qhead;
+    ifd_rseq_t **tail = s->resumed ? &r->rtail : &c->qtail;
     if (s->qprev)
         s->qprev->qnext = s->qnext;
     else
-        r->qhead = s->qnext;
+        *head = s->qnext;
     if (s->qnext)
         s->qnext->qprev = s->qprev;
     else
-        r->qtail = s->qprev;
+        *tail = s->qprev;
     s->qprev = s->qnext = NULL;
     s->queued = false;
+    s->resumed = false;
     r->n_queued--;
 }
 
-static void ifd__q_push(ifd_router_t *r, ifd_rseq_t *s, bool front)
+/* Queues s: resumed, at the front of the resumed queue; else at the back of
+ * its client's. */
+static void ifd__q_push(ifd_router_t *r, ifd_rseq_t *s, bool resumed)
 {
     s->queued = true;
-    if (front) {
+    s->resumed = resumed;
+    if (resumed) {
         s->qprev = NULL;
-        s->qnext = r->qhead;
-        if (r->qhead)
-            r->qhead->qprev = s;
+        s->qnext = r->rhead;
+        if (r->rhead)
+            r->rhead->qprev = s;
         else
-            r->qtail = s;
-        r->qhead = s;
+            r->rtail = s;
+        r->rhead = s;
     } else {
+        ifd__client_t *c = &r->cl[s->client];
         s->qnext = NULL;
-        s->qprev = r->qtail;
-        if (r->qtail)
-            r->qtail->qnext = s;
+        s->qprev = c->qtail;
+        if (c->qtail)
+            c->qtail->qnext = s;
         else
-            r->qhead = s;
-        r->qtail = s;
+            c->qhead = s;
+        c->qtail = s;
     }
     r->n_queued++;
+}
+
+/* A queued sequence, or NULL when none is. */
+static ifd_rseq_t *ifd__q_any(const ifd_router_t *r)
+{
+    if (r->rhead)
+        return r->rhead;
+    for (int32_t k = 0; k < r->cl_cap; k++)
+        if (r->cl[k].n_live && r->cl[k].qhead)
+            return r->cl[k].qhead;
+    return NULL;
 }
 
 static void ifd__w_unlink(ifd_router_t *r, ifd_rseq_t *s)
@@ -193,6 +306,9 @@ static void ifd__w_unlink(ifd_router_t *r, ifd_rseq_t *s)
     s->worker = -1;
     r->load[w]--;
     r->n_dispatched--;
+    r->cl[s->client].inflight--;
+    if (--*ifd__on(r, s->client, w) == 0)
+        r->n_clients_on[w]--;
 }
 
 static void ifd__w_link(ifd_router_t *r, ifd_rseq_t *s, int w)
@@ -205,6 +321,9 @@ static void ifd__w_link(ifd_router_t *r, ifd_rseq_t *s, int w)
     r->whead[w] = s;
     r->load[w]++;
     r->n_dispatched++;
+    r->cl[s->client].inflight++;
+    if ((*ifd__on(r, s->client, w))++ == 0)
+        r->n_clients_on[w]++;
 }
 
 /* ---- create / destroy ----------------------------------------------------------------- */
@@ -224,8 +343,10 @@ int ifd_router_create(ifd_router_t **out, const ifd_router_params_t *p)
     r->load = calloc((size_t)r->n_workers, sizeof *r->load);
     r->scores = calloc((size_t)r->n_workers, sizeof *r->scores);
     r->ws = calloc((size_t)r->n_workers, sizeof *r->ws);
+    r->n_clients_on = calloc((size_t)r->n_workers, sizeof *r->n_clients_on);
     r->eog = p->n_eog_ids ? malloc(p->n_eog_ids * sizeof *r->eog) : NULL;
-    if (ifd_hash_init(&r->ids, 256) || !r->whead || !r->load || !r->scores || !r->ws || (p->n_eog_ids && !r->eog)) {
+    if (ifd_hash_init(&r->ids, 256) || ifd_hash_init(&r->cl_ids, 8) || !r->whead || !r->load ||
+        !r->scores || !r->ws || !r->n_clients_on || (p->n_eog_ids && !r->eog)) {
         ifd_router_destroy(r);
         return IFD_ENOMEM;
     }
@@ -252,6 +373,11 @@ void ifd_router_destroy(ifd_router_t *r)
     free(r->live);
     free(r->free_slots);
     ifd_hash_close(&r->ids);
+    free(r->cl);
+    free(r->cl_on);
+    free(r->cl_free);
+    ifd_hash_close(&r->cl_ids);
+    free(r->n_clients_on);
     free(r->whead);
     free(r->load);
     free(r->scores);
@@ -316,8 +442,13 @@ int ifd_router_submit(ifd_router_t *r, const ifd_wire_add_t *p, const ifd_rseq_o
     s->ops = ops;
     s->owner = owner;
     s->worker = -1;
+    if (ifd__client_ref(r, p->client, &s->client)) {
+        ifd__seq_free_mem(s);
+        return IFD_ENOMEM;
+    }
     s->id = r->next_id++;
     if (ifd__live_add(r, s)) {
+        ifd__client_unref(r, s->client);
         ifd__seq_free_mem(s);
         return IFD_ENOMEM;
     }
@@ -352,20 +483,34 @@ void ifd_router_release(ifd_router_t *r, ifd_rseq_t *s)
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
-/* Worker w can take one more sequence now (r->ws as ifd__choose took it). */
-static bool ifd__has_room(const ifd_router_t *r, int w)
+/* Worker w can take one more sequence of client c now (r->ws as
+ * ifd__choose took it). over false: it runs fewer than its max_seqs. over
+ * true (asked when no worker has room so): beyond max_seqs, while c has
+ * fewer there than its share — max_seqs over the clients with a sequence
+ * there, c counted — and at most twice max_seqs in all: the engine then
+ * makes room for c's sequence by preempting one of the client running the
+ * most (engine.h, "Fairness"). With one client on w, never. */
+static bool ifd__has_room(const ifd_router_t *r, int w, int32_t c, bool over)
 {
-    return r->ws[w].ready && (uint32_t)r->load[w] < r->ws[w].max_seqs;
+    const uint64_t max = r->ws[w].max_seqs;
+    if (!r->ws[w].ready)
+        return false;
+    if (!over)
+        return (uint64_t)r->load[w] < max;
+    const int on = *ifd__on(r, c, w);
+    const int n_cl = r->n_clients_on[w] + (on == 0);
+    return n_cl >= 2 && (uint64_t)on * (uint64_t)n_cl < max && (uint64_t)r->load[w] < 2 * max;
 }
 
-/* True when some worker with room answers its pings: then the unresponsive
- * ones (missed pings, /health "degraded") get no new sequence. With none
- * healthy, unresponsive ones still do, so a slow machine is not idled;
- * sequences already on a worker stay there (docs/reliability.md). */
-static bool ifd__avoid_unresponsive(const ifd_router_t *r)
+/* True when some worker with room (as ifd__has_room(…, c, over)) answers its
+ * pings: then the unresponsive ones (missed pings, /health "degraded") get
+ * no new sequence. With none healthy, unresponsive ones still do, so a slow
+ * machine is not idled; sequences already on a worker stay there
+ * (docs/reliability.md). */
+static bool ifd__avoid_unresponsive(const ifd_router_t *r, int32_t c, bool over)
 {
     for (int w = 0; w < r->n_workers; w++)
-        if (ifd__has_room(r, w) && !r->ws[w].unresponsive)
+        if (ifd__has_room(r, w, c, over) && !r->ws[w].unresponsive)
             return true;
     return false;
 }
@@ -436,14 +581,17 @@ static int ifd__choose(ifd_router_t *r, ifd_rseq_t *s)
     int n_cand = 0, only = -1;
     for (int w = 0; w < r->n_workers; w++)
         r->tp.worker(r->tp.ctx, w, &r->ws[w]);
-    bool avoid = ifd__avoid_unresponsive(r);
-    for (int w = 0; w < r->n_workers; w++) {
-        r->scores[w] = -1;
-        if (!ifd__has_room(r, w) || (avoid && r->ws[w].unresponsive))
-            continue;
-        r->scores[w] = 0;
-        n_cand++;
-        only = w;
+    /* room below max_seqs first; only without any, a client's share beyond it */
+    for (int over = 0; over < 2 && n_cand == 0; over++) {
+        bool avoid = ifd__avoid_unresponsive(r, s->client, over);
+        for (int w = 0; w < r->n_workers; w++) {
+            r->scores[w] = -1;
+            if (!ifd__has_room(r, w, s->client, over) || (avoid && r->ws[w].unresponsive))
+                continue;
+            r->scores[w] = 0;
+            n_cand++;
+            only = w;
+        }
     }
     if (n_cand <= 1)
         return only;
@@ -481,6 +629,38 @@ static int ifd__send_add(ifd_router_t *r, ifd_rseq_t *s, int w)
     return r->tp.send(r->tp.ctx, w, &m);
 }
 
+/* The next sequence to dispatch and its worker (router.h, "Fairness"): the
+ * first resumed one; else the first queued one of the client with the
+ * fewest sequences dispatched (ties: the one that came first). A candidate
+ * no worker has room for gives way to the next client. false: none can go. */
+static bool ifd__next(ifd_router_t *r, ifd_rseq_t **out, int *w)
+{
+    if (r->rhead && (*w = ifd__choose(r, r->rhead)) >= 0) {
+        *out = r->rhead;
+        return true;
+    }
+    r->pass++;
+    for (;;) {
+        int32_t best = -1;
+        for (int32_t k = 0; k < r->cl_cap; k++) {
+            const ifd__client_t *c = &r->cl[k];
+            if (!c->n_live || !c->qhead || c->tried == r->pass)
+                continue;
+            const ifd__client_t *b = best >= 0 ? &r->cl[best] : NULL;
+            if (!b || c->inflight < b->inflight ||
+                (c->inflight == b->inflight && c->qhead->id < b->qhead->id))
+                best = k;
+        }
+        if (best < 0)
+            return false;
+        r->cl[best].tried = r->pass;
+        if ((*w = ifd__choose(r, r->cl[best].qhead)) >= 0) {
+            *out = r->cl[best].qhead;
+            return true;
+        }
+    }
+}
+
 static void ifd__pump(ifd_router_t *r)
 {
     if (r->pumping) {
@@ -490,11 +670,9 @@ static void ifd__pump(ifd_router_t *r)
     r->pumping = true;
     do {
         r->repump = false;
-        while (r->qhead) {
-            ifd_rseq_t *s = r->qhead;
-            int w = ifd__choose(r, s);
-            if (w < 0)
-                break;
+        ifd_rseq_t *s;
+        int w;
+        while (ifd__next(r, &s, &w)) {
             int rc = ifd__send_add(r, s, w);
             if (rc == IFD_EINVAL) {
                 /* cannot be encoded: fail it rather than loop */
@@ -746,8 +924,7 @@ void ifd_router_on_failed(ifd_router_t *r)
 {
     if (!r->tp.all_failed(r->tp.ctx))
         return;
-    while (r->qhead) {
-        ifd_rseq_t *s = r->qhead;
+    for (ifd_rseq_t *s; (s = ifd__q_any(r));) {
         ifd__q_unlink(r, s);
         ifd_wire_finished_t f = {s->id, IFD_WIRE_FINISH_ERROR, -1, s->n_prompt, s->n_gen, 0};
         ifd__finish(r, s, &f, IFD_ENODEV, "no worker is available (crash loop)");

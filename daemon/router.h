@@ -17,6 +17,19 @@
  * local pool holds the first recomputed token's window there, exactly as
  * the engine's admission cuts it (ifd_kvpool_window_run).
  *
+ * Fairness: each sequence belongs to a client (the ADD's client, a number
+ * gen.c derives from who sent the request). Queued sequences wait in their
+ * client's FIFO; when a worker has room, the next to go is the first of the
+ * client with the fewest sequences dispatched (ties: the one that came
+ * first), after the resumed ones, which go first as they always did. A
+ * worker with no room left below its max_seqs still takes a sequence of a
+ * client that has fewer there than its share — max_seqs over the clients
+ * with sequences on it, that one counted — up to twice max_seqs in all:
+ * its engine makes room by preempting the client running the most
+ * (worker/engine.h, "Fairness"), so one client's n: 128, or its hundreds of
+ * streams it never reads, cannot keep another client's request waiting for
+ * whole generations. With one client, every rule here is the one above.
+ *
  * Resumption: the router keeps every token streamed for a sequence. When
  * its worker dies, the sequence goes back to the front of the queue and is
  * re-sent (to any worker) as an ADD of prompt + streamed tokens with
@@ -134,7 +147,8 @@ void ifd_router_set_slack(ifd_router_t *r, int route_slack);
 /* Queues a new sequence and dispatches what can be. req is the request in
  * the one form it keeps from the API to the worker, the wire's ADD: its
  * tokens are the prompt (n_tokens >= 1, n_generated 0, max_tokens >= 1),
- * its id is ignored (the router numbers sequences) and everything it points
+ * its id is ignored (the router numbers sequences), its client names the
+ * client it counts to ("Fairness" above) and everything it points
  * to is copied (prompt, stop ids, logit bias, grammar). 0 with *out set,
  * IFD_EINVAL (bad request), IFD_ENOMEM. */
 int ifd_router_submit(ifd_router_t *r, const ifd_wire_add_t *req, const ifd_rseq_ops_t *ops,

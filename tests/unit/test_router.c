@@ -25,7 +25,10 @@
  * cannot be encoded (the sequence fails); release and cancellation (queued,
  * dispatched, from inside callbacks); submits from inside callbacks;
  * prompt logprobs across a resumption; the local layers' window scoring;
- * create's and submit's argument checks.
+ * create's and submit's argument checks; fairness between clients (the
+ * next sequence is the client's with the fewest dispatched; a client's
+ * share beyond max_seqs, per worker, bounded; client slots freed and taken
+ * again).
  *
  * Callbacks are counted per sequence. Every test ends (fix_fini, the
  * checked fixture's teardown) by
@@ -39,7 +42,8 @@
  * bound, the load and round-robin tie-breaks, room and readiness, the
  * resume order and its tokens, the local finishes, the poison count, the
  * queue's failure, cancel, the unresponsive rule, the window scoring, the
- * prompt logprob dedup, the kill on a broken socket).
+ * prompt logprob dedup, the kill on a broken socket, the client order, the
+ * share beyond max_seqs).
  */
 #include "testutil.h"
 
@@ -65,7 +69,7 @@ typedef struct {
     int type; /* IFD_WIRE_ADD or IFD_WIRE_CANCEL */
     int worker;
     uint64_t id;
-    uint32_t n_tokens, n_generated, max_tokens, prompt_logprobs;
+    uint32_t n_tokens, n_generated, max_tokens, prompt_logprobs, client;
     int32_t tokens[MAXTOK];
 } frame_t;
 
@@ -108,7 +112,8 @@ static void fake_record(fake_t *f, int w, const ifd_wire_msg_t *m)
                     .n_tokens = a->n_tokens,
                     .n_generated = a->n_generated,
                     .max_tokens = a->max_tokens,
-                    .prompt_logprobs = a->prompt_logprobs};
+                    .prompt_logprobs = a->prompt_logprobs,
+                    .client = a->client};
     memcpy(fr->tokens, a->tokens, a->n_tokens * sizeof *a->tokens);
     f->where[a->id] = w;
 }
@@ -287,6 +292,14 @@ static owner_t *sub_p(fix_t *x, const ifd_wire_add_t *p)
 static owner_t *sub(fix_t *x, const int32_t *prompt, uint32_t n, uint32_t max)
 {
     ifd_wire_add_t p = params(prompt, n, max);
+    return sub_p(x, &p);
+}
+
+/* A sequence of client c (router.h, "Fairness"). */
+static owner_t *sub_c(fix_t *x, uint32_t c)
+{
+    ifd_wire_add_t p = params(P3, 3, 8);
+    p.client = c;
     return sub_p(x, &p);
 }
 
@@ -1107,6 +1120,85 @@ START_TEST(test_local_window_scoring)
 }
 END_TEST
 
+/* ---- fairness between clients ------------------------------------------------------------- */
+
+/* Client 1 fills the worker (max_seqs 4) and queues four more; client 2's
+ * first two go out at once, beyond max_seqs (its share there: 4 over 2
+ * clients; the engine makes room), its third waits. Then each room below
+ * max_seqs goes to the client with fewer sequences dispatched, FIFO within
+ * a client — not to the sequence queued first. Before the share, client 2
+ * waited behind all of client 1's. */
+START_TEST(test_fair_other_client_goes_next)
+{
+    fix_t *x = fix_init(1, 4, NULL);
+    owner_t *a[8], *b[3];
+    for (int i = 0; i < 8; i++)
+        a[i] = sub_c(x, 1);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 0), 4);
+    for (int i = 0; i < 3; i++)
+        b[i] = sub_c(x, 2);
+    expect_add(b[1], 0, 0);
+    ck_assert_uint_eq(last_frame(x)->client, 2);
+    ck_assert_int_eq(b[0]->n_dispatched, 1);
+    ck_assert_int_eq(b[2]->n_dispatched, 0); /* past its share */
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 0), 6);
+    ck_assert_int_eq(ifd_router_queued(x->r), 5);
+    /* below max_seqs again only after three of client 1's end: its next
+     * (client 1 has 1 dispatched, client 2 has 2) */
+    finish(a[0], IFD_WIRE_FINISH_STOP);
+    finish(a[1], IFD_WIRE_FINISH_STOP);
+    ck_assert_int_eq(x->fake.n_frames, 6);
+    finish(a[2], IFD_WIRE_FINISH_STOP);
+    expect_add(a[4], 0, 0);
+    /* client 2 now has fewer dispatched (1 against 2): its third goes
+     * before client 1's sixth, queued long before it */
+    finish(b[0], IFD_WIRE_FINISH_STOP);
+    expect_add(b[2], 0, 0);
+    finish(a[3], IFD_WIRE_FINISH_STOP);
+    expect_add(a[5], 0, 0);
+}
+END_TEST
+
+/* The share beyond max_seqs is per worker: client 2's first goes to one of
+ * the two full workers, its second to the other, its third waits. */
+START_TEST(test_fair_share_per_worker)
+{
+    fix_t *x = fix_init(2, 2, NULL);
+    for (int i = 0; i < 6; i++)
+        sub_c(x, 1);
+    ck_assert_int_eq(ifd_router_queued(x->r), 2);
+    owner_t *b0 = sub_c(x, 2), *b1 = sub_c(x, 2), *b2 = sub_c(x, 2);
+    ck_assert_int_eq(b0->n_dispatched + b1->n_dispatched, 2);
+    ck_assert_int_ne(x->fake.where[b0->id], x->fake.where[b1->id]);
+    ck_assert_int_eq(b2->n_dispatched, 0);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 0), 3);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 1), 3);
+}
+END_TEST
+
+/* Twelve clients of one sequence each on one worker (max_seqs 4): four
+ * below max_seqs, four more beyond it (each client is below its share),
+ * four wait — at most twice max_seqs. Every client's slot is freed with its
+ * sequence and taken again later (the fixture checks that all ended). */
+START_TEST(test_fair_many_clients)
+{
+    fix_t *x = fix_init(1, 4, NULL);
+    owner_t *o[12];
+    for (int i = 0; i < 12; i++)
+        o[i] = sub_c(x, 100 + (uint32_t)i);
+    ck_assert_int_eq(ifd_router_worker_load(x->r, 0), 8);
+    ck_assert_int_eq(ifd_router_queued(x->r), 4);
+    for (int i = 0; i < 12; i++) {
+        ck_assert_int_eq(o[i]->n_dispatched, 1);
+        finish(o[i], IFD_WIRE_FINISH_STOP);
+    }
+    ck_assert_int_eq(ifd_router_dispatched(x->r), 0);
+    owner_t *again = sub_c(x, 103);
+    expect_add(again, 0, 0);
+    ck_assert_uint_eq(last_frame(x)->client, 103);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("router");
@@ -1132,6 +1224,9 @@ int main(void)
     tcase_add_test(tc, test_destroy_with_sequences);
     tcase_add_test(tc, test_prompt_logprobs_resume);
     tcase_add_test(tc, test_local_window_scoring);
+    tcase_add_test(tc, test_fair_other_client_goes_next);
+    tcase_add_test(tc, test_fair_share_per_worker);
+    tcase_add_test(tc, test_fair_many_clients);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
