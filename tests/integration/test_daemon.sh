@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
-# (http, openai, crash, robust, faults, load, hostile, structured, responses, owners,
+# (http, openai, crash, robust, fair, faults, load, hostile, structured, responses, owners,
 # langchain, systemd, gpu_emu) with the test Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd processes on temporary
 # sockets and skips (exit 77) loudly when the default model is absent;
 # `openai`, `responses`, `owners`, `structured`, `langchain` and `gpu_emu` also need the venv's
