@@ -2,7 +2,8 @@
  * engine.c — see engine.h.
  *
  * Sequences live in two arrays of pointers: `running` in admission order
- * (the last one is the first to be preempted) and `waiting` in scheduling
+ * (the last one is the first to be preempted, among those of the client
+ * running the most) and `waiting` in scheduling
  * order (priority descending, then arrival). Both stay small (max_seqs and
  * the router's queue bound), so plain arrays with memmove are the simplest
  * correct structure. Each sequence names its client's slot in `clients`,

@@ -21,7 +21,7 @@ both waited behind the whole flood (the router's one FIFO queue), and a
 stream admitted after the flood was the first preempted whenever the pool
 ran out (the most recently admitted).
 
-Usage: test_daemon_fair.py INFERD WORKER [TEST...]   (standard library only)
+Usage: test_daemon_fair.py INFERD WORKER   (standard library only)
 """
 import http.client
 import json
@@ -35,8 +35,8 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import (SCALE, Daemon, UnixHTTPConnection, require_model,  # noqa: E402
-                              run_tests, skip)
+from test_daemon_util import (SCALE, UnixHTTPConnection, serve_and_run,  # noqa: E402
+                              skip)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 WORKER = sys.argv[2] if len(sys.argv) > 2 else "inferd-worker"
@@ -266,28 +266,19 @@ def test_never_read_streams_do_not_starve_another_client():
 
 
 def main():
-    global D
-    require_model()
     if os.geteuid() != 0:
         skip("test_daemon_fair needs root: the second client is a child that drops to uid %d "
              "before it connects (SO_PEERCRED tells the clients apart)" % OTHER_UID)
     tmp = tempfile.mkdtemp(prefix="inferd-fair-")
     os.chmod(tmp, 0o755)  # uid 65534 reaches the socket in it
-    D = Daemon(INFERD, ["--max-seqs", str(MAX_SEQS), "--socket-mode", "0666",
-                        "--kv-budget", str(40 * BLOCK_BYTES), "--max-queue", "1024",
-                        "--worker-ping-interval", "0.2"],
-               tmpdir=tmp)
     try:
-        rc = run_tests(globals(), sys.argv[3:] or None)
+        return serve_and_run(globals(), INFERD,
+                             ["--max-seqs", str(MAX_SEQS), "--socket-mode", "0666",
+                              "--kv-budget", str(40 * BLOCK_BYTES), "--max-queue", "1024",
+                              "--worker-ping-interval", "0.2"],
+                             client=False, tmpdir=tmp)
     finally:
-        code = D.stop()
-        if code != 0:
-            print("inferd exited with %d" % code)
-            rc = 1
-    if rc:
-        print("---- daemon log ----\n" + D.logtext()[-20000:])
-    shutil.rmtree(tmp, ignore_errors=True)
-    return rc
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1344,6 +1344,23 @@ END_TEST
 
 /* ---- fairness between clients (engine.h, "Fairness") ------------------------------------- */
 
+/* Adds request i of client c (ignore_eos, priority prio). */
+static void add_client(rig_t *r, int i, int max_tokens, uint32_t c, int32_t prio)
+{
+    ifd_engine_request_t q = req(i, max_tokens);
+    q.ignore_eos = true;
+    q.client = c;
+    q.priority = prio;
+    ck_assert_int_eq(ifd_engine_add(r->eng, &q), 0);
+}
+
+static uint64_t preemptions(const rig_t *r)
+{
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r->eng, &st);
+    return st.preemptions;
+}
+
 /* Steps once and counts, per client, the requests that got a token in it
  * (client[i] names request i's client; 0 < n <= MAX_REQ). */
 static void step_counting(rig_t *r, const uint32_t *client, int n, int per_client[3])
@@ -1372,22 +1389,14 @@ START_TEST(test_fair_other_client_admitted_at_once)
     solo_outputs_eos(N, 40, true, ref);
     rig_t r;
     rig_open(&r, 256, 64, 4, 1024);
-    for (int i = 0; i < N1; i++) {
-        ifd_engine_request_t q = req(i, 40);
-        q.ignore_eos = true;
-        q.client = client[i] = 1;
-        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
-    }
+    for (int i = 0; i < N1; i++)
+        add_client(&r, i, 40, client[i] = 1, 0);
     int per[3];
     for (int k = 0; k < 3; k++)
         step_counting(&r, client, N1, per);
     ck_assert_int_eq(per[1], 4); /* client 1 fills max_seqs */
-    for (int i = N1; i < N; i++) {
-        ifd_engine_request_t q = req(i, 40);
-        q.ignore_eos = true;
-        q.client = client[i] = 2;
-        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
-    }
+    for (int i = N1; i < N; i++)
+        add_client(&r, i, 40, client[i] = 2, 0);
     step_counting(&r, client, N, per);
     ck_assert_msg(per[2] == 1 && per[1] == 3, "first step: client 1 %d, client 2 %d", per[1],
                   per[2]);
@@ -1402,9 +1411,7 @@ START_TEST(test_fair_other_client_admitted_at_once)
                       per[2]);
     }
     ck_assert_int_eq(r.sink->n_out[N1 + 2], 0); /* beyond client 2's share: waits */
-    ifd_engine_stats_t st;
-    ifd_engine_stats(r.eng, &st);
-    ck_assert_uint_eq(st.preemptions, 2); /* one per place given */
+    ck_assert_uint_eq(preemptions(&r), 2);      /* one per place given */
     run_to_idle(&r, 10000);
     assert_same(ref, r.sink, N);
     rig_close(&r);
@@ -1421,13 +1428,8 @@ START_TEST(test_fair_share_respects_priority)
     rig_t r;
     rig_open(&r, 256, 64, 4, 1024);
     uint32_t client[5] = {1, 1, 1, 1, 2};
-    for (int i = 0; i < 5; i++) {
-        ifd_engine_request_t q = req(i, i < 4 ? 20 : 5);
-        q.ignore_eos = true;
-        q.client = client[i];
-        q.priority = i < 4 ? 5 : 0;
-        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
-    }
+    for (int i = 0; i < 5; i++)
+        add_client(&r, i, i < 4 ? 20 : 5, client[i], i < 4 ? 5 : 0);
     int per[3];
     while (!r.sink->finished[0]) {
         ck_assert_int_eq(r.sink->n_out[4], 0);
@@ -1435,9 +1437,7 @@ START_TEST(test_fair_share_respects_priority)
     }
     run_to_idle(&r, 1000);
     ck_assert_int_eq(r.sink->n_out[4], 5);
-    ifd_engine_stats_t st;
-    ifd_engine_stats(r.eng, &st);
-    ck_assert_uint_eq(st.preemptions, 0);
+    ck_assert_uint_eq(preemptions(&r), 0);
     rig_close(&r);
 }
 END_TEST
@@ -1457,19 +1457,12 @@ START_TEST(test_fair_preemption_spares_the_smaller_client)
     solo_outputs_eos(N, 60, true, ref);
     rig_t r;
     rig_open(&r, 16, 64, 8, 1024); /* 16 blocks of 16 tokens: 3 of the 7 at full length */
-    for (int i = 0; i < N1; i++) {
-        ifd_engine_request_t q = req(i, 60);
-        q.ignore_eos = true;
-        q.client = client[i] = 1;
-        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
-    }
+    for (int i = 0; i < N1; i++)
+        add_client(&r, i, 60, client[i] = 1, 0);
     int per[3];
     for (int k = 0; k < 2; k++)
         step_counting(&r, client, N1, per);
-    ifd_engine_request_t q = req(N1, 60);
-    q.ignore_eos = true;
-    q.client = client[N1] = 2;
-    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    add_client(&r, N1, 60, client[N1] = 2, 0);
     int steps = 0;
     while (!r.sink->finished[N1]) {
         int had = r.sink->n_out[N1];
@@ -1478,13 +1471,12 @@ START_TEST(test_fair_preemption_spares_the_smaller_client)
                       "client 2's stream stalled at token %d (step %d)", had, steps);
         ck_assert_int_lt(++steps, 1000);
     }
-    ifd_engine_stats_t st;
-    ifd_engine_stats(r.eng, &st);
-    ck_assert_uint_gt(st.preemptions, 0);
+    const uint64_t n_pre = preemptions(&r);
+    ck_assert_uint_gt(n_pre, 0);
     run_to_idle(&r, 100000);
     assert_same(ref, r.sink, N);
     printf("fair preemption: %llu preemptions, client 2 done in %d steps\n",
-           (unsigned long long)st.preemptions, steps);
+           (unsigned long long)n_pre, steps);
     rig_close(&r);
     free(ref);
 }
@@ -1510,10 +1502,7 @@ START_TEST(test_fair_victim_leaves_the_step)
     rig_open(&r, 7, 64, 8, 1024);
     int per[3], steps = 0;
     for (int i = 0; i < N; i++) {
-        ifd_engine_request_t q = req(i, 20);
-        q.ignore_eos = true;
-        q.client = client[i];
-        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+        add_client(&r, i, 20, client[i], 0);
         if (i == 2)
             step_counting(&r, client, N, per);
     }
@@ -1523,9 +1512,7 @@ START_TEST(test_fair_victim_leaves_the_step)
         ck_assert_msg(r.sink->n_out[3] == had + 1, "client 2's stream stalled at token %d", had);
         ck_assert_int_lt(++steps, 100);
     }
-    ifd_engine_stats_t st;
-    ifd_engine_stats(r.eng, &st);
-    ck_assert_uint_gt(st.preemptions, 0);
+    ck_assert_uint_gt(preemptions(&r), 0);
     run_to_idle(&r, 10000);
     assert_same(ref, r.sink, N);
     rig_close(&r);
