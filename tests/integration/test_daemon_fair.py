@@ -9,17 +9,18 @@ connect() and hands the connected sockets back over SCM_RIGHTS — the kernel
 keeps the credentials of connect(), so the daemon sees uid 65534 on them.
 Not root: skipped, loudly.
 
-The daemon runs one worker with max_seqs 8 and a small KV pool (40 blocks
-of 16 tokens: the flood's eight sequences outgrow it and are preempted):
-the flood fills the worker and leaves 56 sequences queued in the router
-(with n: 64, the test also waits for the first preemption, so the pool is
-full). Then the second client sends a short
-request, which must complete within 20 s, and a streaming canary, whose
-first token must come within 20 s and whose tokens must never be more than
-2 s apart (every deadline times $INFERD_TEST_TIMEOUT_SCALE). Before the fix
-both waited behind the whole flood (the router's one FIFO queue), and a
-stream admitted after the flood was the first preempted whenever the pool
-ran out (the most recently admitted).
+The daemon runs one worker with max_seqs 8 and a small KV pool (40 blocks of
+16 tokens, 24 in the sanitized build: the flood's eight sequences outgrow it
+and are preempted). The flood fills the worker and leaves 56 sequences
+queued in the router (with n: 64 the test also waits for the first
+preemption: the pool is full). Then the second client sends a short request,
+which must complete within 20 s, and a streaming canary (100 tokens, 40
+sanitized), whose first token must come within 20 s and whose tokens must
+never be more than 2 s apart (every deadline times
+$INFERD_TEST_TIMEOUT_SCALE). Before the fix both waited behind the whole
+flood (the router's one FIFO queue), and a stream admitted after the flood
+was the first preempted whenever the pool ran out (the most recently
+admitted).
 
 Usage: test_daemon_fair.py INFERD WORKER   (standard library only)
 """
@@ -35,8 +36,8 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import (SCALE, UnixHTTPConnection, serve_and_run,  # noqa: E402
-                              skip)
+from test_daemon_util import (SANITIZED, SCALE, UnixHTTPConnection,  # noqa: E402
+                              serve_and_run, skip)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 WORKER = sys.argv[2] if len(sys.argv) > 2 else "inferd-worker"
@@ -45,9 +46,12 @@ D = None
 OTHER_UID = 65534  # nobody: the second client
 MAX_SEQS = 8
 FLOOD = 64          # the first client's sequences
-FLOOD_TOKENS = 400  # each: far more than the test lasts
+FLOOD_TOKENS = 300  # each: far more than the test lasts (within the pool: max_model_len)
 # f16 KV of the default model: 30 layers x 3 heads x 64 x 2 (K, V) x 2 bytes a token
 BLOCK_BYTES = 30 * 3 * 64 * 2 * 2 * 16
+# The sanitized build's reduced set: a pool the flood outgrows sooner, a shorter canary
+POOL_BLOCKS = 24 if SANITIZED else 40
+CANARY_TOKENS = 40 if SANITIZED else 100
 SHORT_WITHIN = 20.0  # s: the second client's short request is answered
 FIRST_WITHIN = 20.0  # s: the canary's first token
 MAX_GAP = 2.0        # s: the largest gap between two of the canary's tokens
@@ -129,7 +133,7 @@ class Short(threading.Thread):
 class Canary(threading.Thread):
     """A streaming request: the arrival time of each of its tokens."""
 
-    def __init__(self, sock, max_tokens=100):
+    def __init__(self, sock, max_tokens=CANARY_TOKENS):
         super().__init__(daemon=True)
         self.sock, self.max_tokens = sock, max_tokens
         self.t0, self.stamps, self.finish, self.error = None, [], None, None
@@ -274,7 +278,7 @@ def main():
     try:
         return serve_and_run(globals(), INFERD,
                              ["--max-seqs", str(MAX_SEQS), "--socket-mode", "0666",
-                              "--kv-budget", str(40 * BLOCK_BYTES), "--max-queue", "1024",
+                              "--kv-budget", str(POOL_BLOCKS * BLOCK_BYTES), "--max-queue", "1024",
                               "--worker-ping-interval", "0.2"],
                              client=False, tmpdir=tmp)
     finally:
