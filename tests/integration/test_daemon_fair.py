@@ -39,8 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_daemon_util import (SANITIZED, SCALE, UnixHTTPConnection,  # noqa: E402
                               serve_and_run, skip)
 
-INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
-WORKER = sys.argv[2] if len(sys.argv) > 2 else "inferd-worker"
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"  # its worker binary is found beside it
 D = None
 
 OTHER_UID = 65534  # nobody: the second client

@@ -1354,6 +1354,19 @@ static void add_client(rig_t *r, int i, int max_tokens, uint32_t c, int32_t prio
     ck_assert_int_eq(ifd_engine_add(r->eng, &q), 0);
 }
 
+/* n prompts of up to 10 tokens (seed), what each makes alone in max_tokens
+ * (ignore_eos; returned, for assert_same), and an engine of n_blocks blocks
+ * and max_seqs in r. */
+static sink_t *fair_open(rig_t *r, int n, int max_tokens, unsigned seed, int n_blocks,
+                         int max_seqs)
+{
+    make_prompts(n, 10, seed);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs_eos(n, max_tokens, true, ref);
+    rig_open(r, n_blocks, 64, max_seqs, 1024);
+    return ref;
+}
+
 static uint64_t preemptions(const rig_t *r)
 {
     ifd_engine_stats_t st;
@@ -1374,6 +1387,16 @@ static void step_counting(rig_t *r, const uint32_t *client, int n, int per_clien
             per_client[client[i]]++;
 }
 
+/* Client 1's flood: requests 0 .. n1 - 1 of max_tokens, then `steps` steps
+ * (per: the last one's counts). */
+static void flood(rig_t *r, int n1, int max_tokens, uint32_t *client, int steps, int per[3])
+{
+    for (int i = 0; i < n1; i++)
+        add_client(r, i, max_tokens, client[i] = 1, 0);
+    for (int k = 0; k < steps; k++)
+        step_counting(r, client, n1, per);
+}
+
 /* One client's flood (12 requests, max_seqs 4) does not keep another's
  * requests waiting: the first two of client 2's three start at once, one
  * per step, each taking the place of client 1's most recently admitted
@@ -1384,16 +1407,10 @@ START_TEST(test_fair_other_client_admitted_at_once)
 {
     enum { N1 = 12, N = 15 };
     uint32_t client[N];
-    make_prompts(N, 10, 21);
-    sink_t *ref = calloc(1, sizeof *ref);
-    solo_outputs_eos(N, 40, true, ref);
     rig_t r;
-    rig_open(&r, 256, 64, 4, 1024);
-    for (int i = 0; i < N1; i++)
-        add_client(&r, i, 40, client[i] = 1, 0);
+    sink_t *ref = fair_open(&r, N, 40, 21, 256, 4);
     int per[3];
-    for (int k = 0; k < 3; k++)
-        step_counting(&r, client, N1, per);
+    flood(&r, N1, 40, client, 3, per);
     ck_assert_int_eq(per[1], 4); /* client 1 fills max_seqs */
     for (int i = N1; i < N; i++)
         add_client(&r, i, 40, client[i] = 2, 0);
@@ -1452,16 +1469,10 @@ START_TEST(test_fair_preemption_spares_the_smaller_client)
 {
     enum { N1 = 6, N = 7 };
     uint32_t client[N];
-    make_prompts(N, 10, 23);
-    sink_t *ref = calloc(1, sizeof *ref);
-    solo_outputs_eos(N, 60, true, ref);
-    rig_t r;
-    rig_open(&r, 16, 64, 8, 1024); /* 16 blocks of 16 tokens: 3 of the 7 at full length */
-    for (int i = 0; i < N1; i++)
-        add_client(&r, i, 60, client[i] = 1, 0);
+    rig_t r; /* 16 blocks of 16 tokens: 3 of the 7 at full length */
+    sink_t *ref = fair_open(&r, N, 60, 23, 16, 8);
     int per[3];
-    for (int k = 0; k < 2; k++)
-        step_counting(&r, client, N1, per);
+    flood(&r, N1, 60, client, 2, per);
     add_client(&r, N1, 60, client[N1] = 2, 0);
     int steps = 0;
     while (!r.sink->finished[N1]) {
