@@ -127,19 +127,13 @@ static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u);
 
 /* The client a request counts to for fairness (router.h, worker/engine.h:
  * "Fairness"), as the number the router and the engine compare: a hash of
- * the client's name — "uid:N" on the Unix socket (SO_PEERCRED, read by
- * http.c at accept, so it cannot be forged), and one name for every TCP
- * client until API keys tell them apart. The one place that says who a
- * client is: a request's owner string ("uid:1000", "key:NAME") goes here
- * when the daemon has one. Two names that collide share one share. */
-static uint32_t ifd__client_id(const ifd_http_request_t *r)
+ * the client's identity (ifd_api_identity: "uid:N" on the Unix socket from
+ * SO_PEERCRED, "key:NAME" on TCP, one name for every TCP client without API
+ * keys) — the same identity that owns its stored Responses. Two identities
+ * that collide share one share. */
+static uint32_t ifd__client_id(const char *owner)
 {
-    char name[32];
-    if (r->transport == IFD_LISTEN_UNIX && r->peer_uid >= 0)
-        snprintf(name, sizeof name, "uid:%lld", (long long)r->peer_uid);
-    else
-        snprintf(name, sizeof name, "tcp");
-    return (uint32_t)ifd_hash_bytes(name, strlen(name));
+    return (uint32_t)ifd_hash_bytes(owner, strlen(owner));
 }
 
 static double ifd__secs(uint64_t a_ns, uint64_t b_ns)
@@ -1197,8 +1191,10 @@ static bool ifd__identify(ifd_gen_t *g, const ifd_http_request_t *r)
         why = "The client's identity does not fit.";
     else if (ifd_ids_make(g->id, g->api_kind)) /* logged */
         why = "The request id could not be drawn from the system's random number generator.";
-    if (!why)
+    if (!why) {
+        g->client = ifd__client_id(g->owner);
         return true;
+    }
     snprintf(g->id, sizeof g->id, "(no id)");
     ifd__reject(g, 500, NULL, NULL, why);
     return false;
@@ -1216,7 +1212,6 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     g->kind = kind == IFD_OAI_RESPONSES ? IFD_OAI_CHAT : kind;
     g->api_kind = kind;
     g->t_arrival_ns = r->t_ns;
-    g->client = ifd__client_id(r);
     g->created = (int64_t)time(NULL);
     ifd_arena_init(&g->arena, 0);
     g->next = api->gens;
