@@ -827,7 +827,7 @@ START_TEST(test_reader_errors)
 
     /* A wrong version likewise. */
     ifd_wire_reader_init(&r, 0);
-    static const uint8_t v9[12] = {'I', 'F', 'D', 'W', 0, 9, 0, 2, 0, 0, 0, 1};
+    static const uint8_t v9[12] = {'I', 'F', 'D', 'W', 0, IFD_WIRE_VERSION + 1, 0, 2, 0, 0, 0, 1};
     ck_assert_int_eq(ifd_wire_reader_feed(&r, v9, 12), IFD_EVERSION);
     ifd_wire_reader_close(&r);
 
