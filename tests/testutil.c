@@ -67,6 +67,17 @@ int ifd_test_run(Suite *s)
     return failed == 0 ? 0 : 1;
 }
 
+TCase *ifd_test_case(Suite *s, const char *name, int timeout_s, const TTest *const *tests)
+{
+    TCase *tc = tcase_create(name);
+    if (timeout_s > 0)
+        tcase_set_timeout(tc, timeout_s);
+    for (size_t i = 0; tests[i]; i++)
+        tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
 void *ifd_test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

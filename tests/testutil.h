@@ -56,6 +56,14 @@ void ifd_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), no
 /* Runs the suite in fork mode; returns the process exit status. */
 int ifd_test_run(Suite *s);
 
+/* A NULL-terminated list of the tests START_TEST defines, for ifd_test_case. */
+#define IFD_TESTS(...) ((const TTest *const[]){__VA_ARGS__, NULL})
+
+/* Adds to s a case named `name` holding `tests` (IFD_TESTS(test_a, test_b)) in
+ * that order, each with a timeout of timeout_s seconds (0: Check's default).
+ * Returns the case, for the loop tests and fixtures a caller adds after. */
+TCase *ifd_test_case(Suite *s, const char *name, int timeout_s, const TTest *const *tests);
+
 /* Reads a whole file into malloc'ed memory (*len set); NULL on error. */
 void *ifd_test_read_file(const char *path, size_t *len);
 

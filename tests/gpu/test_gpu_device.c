@@ -29,8 +29,6 @@ int main(void)
     if (ifd_cuda_device_count(&ifd__n_devices, err, sizeof err) != 0)
         ifd_test_skip("no CUDA device (%s)", err);
     Suite *s = suite_create("gpu_device");
-    TCase *tc = tcase_create("device");
-    tcase_add_test(tc, test_describe_every_device);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "device", 0, IFD_TESTS(test_describe_every_device));
     return ifd_test_run(s);
 }

@@ -60,9 +60,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("arena");
-    TCase *tc = tcase_create("arena");
-    tcase_add_test(tc, test_arena_alignment_and_big_allocations);
-    tcase_add_test(tc, test_buf_append_printf_consume);
-    suite_add_tcase(s, tc);
+    ifd_test_case(
+        s, "arena", 0,
+        IFD_TESTS(test_arena_alignment_and_big_allocations, test_buf_append_printf_consume));
     return ifd_test_run(s);
 }

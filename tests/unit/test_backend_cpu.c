@@ -245,12 +245,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("backend_cpu");
-    TCase *tc = tcase_create("ops");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_proj_parts_types_bias);
-    tcase_add_test(tc, test_rmsnorm_fused);
-    tcase_add_test(tc, test_rope_kv_fused);
-    tcase_add_test(tc, test_glu_gather_can_load);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "ops", 60,
+                  IFD_TESTS(test_proj_parts_types_bias, test_rmsnorm_fused, test_rope_kv_fused,
+                            test_glu_gather_can_load));
     return ifd_test_run(s);
 }

@@ -87,9 +87,6 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("batch_invariance");
-    TCase *tc = tcase_create("matmul");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_matmul_rows_independent_of_batch);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "matmul", 120, IFD_TESTS(test_matmul_rows_independent_of_batch));
     return ifd_test_run(s);
 }

@@ -183,10 +183,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("client_api");
-    TCase *tc = tcase_create("api");
-    tcase_add_test(tc, test_bodies);
-    tcase_add_test(tc, test_chat_stream);
-    tcase_add_test(tc, test_completion_and_errors);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "api", 0,
+                  IFD_TESTS(test_bodies, test_chat_stream, test_completion_and_errors));
     return ifd_test_run(s);
 }

@@ -222,11 +222,6 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("client_http");
-    TCase *tc = tcase_create("http");
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, test_url);
-    tcase_add_test(tc, test_requests);
-    tcase_add_test(tc, test_stop_and_timeout);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "http", 30, IFD_TESTS(test_url, test_requests, test_stop_and_timeout));
     return ifd_test_run(s);
 }

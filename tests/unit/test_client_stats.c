@@ -148,10 +148,6 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("client_stats");
-    TCase *tc = tcase_create("stats");
-    tcase_add_test(tc, test_stats);
-    tcase_add_test(tc, test_prom);
-    tcase_add_test(tc, test_plot);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "stats", 0, IFD_TESTS(test_stats, test_prom, test_plot));
     return ifd_test_run(s);
 }

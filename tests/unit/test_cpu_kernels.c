@@ -400,17 +400,9 @@ END_TEST
 static Suite *cpu_kernels_suite(void)
 {
     Suite *s = suite_create("cpu_kernels");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_dtype_size);
-    tcase_add_test(tc, test_matmul_shapes);
-    tcase_add_test(tc, test_matmul_model_shapes);
-    tcase_add_test(tc, test_matmul_edges);
-    tcase_add_test(tc, test_rmsnorm);
-    tcase_add_test(tc, test_rope);
-    tcase_add_test(tc, test_softmax);
-    tcase_add_test(tc, test_glu);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "core", 120,
+                  IFD_TESTS(test_dtype_size, test_matmul_shapes, test_matmul_model_shapes,
+                            test_matmul_edges, test_rmsnorm, test_rope, test_softmax, test_glu));
     return s;
 }
 

@@ -316,15 +316,9 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("daemon_config");
-    TCase *tc = tcase_create("config");
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, test_defaults_and_flags);
-    tcase_add_test(tc, test_bad_flags);
-    tcase_add_test(tc, test_inspect_flag);
-    tcase_add_test(tc, test_gpu_settings);
-    tcase_add_test(tc, test_file_precedence_and_errors);
-    tcase_add_test(tc, test_metrics_render);
-    tcase_add_test(tc, test_metrics_vllm_and_families);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "config", 30,
+                  IFD_TESTS(test_defaults_and_flags, test_bad_flags, test_inspect_flag,
+                            test_gpu_settings, test_file_precedence_and_errors, test_metrics_render,
+                            test_metrics_vllm_and_families));
     return ifd_test_run(s);
 }

@@ -1143,22 +1143,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("dequant");
-    TCase *tc = tcase_create("fp16");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_f16_all_patterns);
-    tcase_add_test(tc, test_f32_to_f16_rounding);
-    tcase_add_test(tc, test_bf16);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("dequant");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_hand_legacy);
-    tcase_add_test(tc, test_hand_q4_k_q5_k);
-    tcase_add_test(tc, test_hand_q6_k);
-    tcase_add_test(tc, test_hand_q2_k_q3_k);
-    tcase_add_test(tc, test_random_bytes_vs_spec);
-    tcase_add_test(tc, test_random_bytes_scalar_path);
-    tcase_add_test(tc, test_quant_round_trip);
-    tcase_add_test(tc, test_errors);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "fp16", 60,
+                  IFD_TESTS(test_f16_all_patterns, test_f32_to_f16_rounding, test_bf16));
+    ifd_test_case(s, "dequant", 60,
+                  IFD_TESTS(test_hand_legacy, test_hand_q4_k_q5_k, test_hand_q6_k,
+                            test_hand_q2_k_q3_k, test_random_bytes_vs_spec,
+                            test_random_bytes_scalar_path, test_quant_round_trip, test_errors));
     return ifd_test_run(s);
 }

@@ -30,9 +30,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("error");
-    TCase *tc = tcase_create("table");
-    tcase_add_test(tc, test_codes_have_names_and_messages);
-    tcase_add_test(tc, test_codes_do_not_collide_with_errno);
-    suite_add_tcase(s, tc);
+    ifd_test_case(
+        s, "table", 0,
+        IFD_TESTS(test_codes_have_names_and_messages, test_codes_do_not_collide_with_errno));
     return ifd_test_run(s);
 }

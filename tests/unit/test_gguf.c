@@ -443,16 +443,11 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("gguf");
-    TCase *tc = tcase_create("reader");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_every_value_type);
-    tcase_add_test(tc, test_v2_and_custom_alignment);
-    tcase_add_test(tc, test_every_truncation_fails);
-    tcase_add_test(tc, test_malformed_headers);
-    tcase_add_test(tc, test_zero_tensors_without_padding);
-    tcase_add_test(tc, test_open_missing_file);
-    tcase_add_test(tc, test_vocab_files);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "reader", 120,
+                  IFD_TESTS(test_every_value_type, test_v2_and_custom_alignment,
+                            test_every_truncation_fails, test_malformed_headers,
+                            test_zero_tensors_without_padding, test_open_missing_file,
+                            test_vocab_files));
     if (!ifd_test_data_dir())
         fprintf(stderr, "SKIPPED (part): no test data at $INFERD_TESTDATA_DIR; the vocabulary "
                         "file checks will not run\n");

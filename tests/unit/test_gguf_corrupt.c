@@ -226,10 +226,7 @@ int main(void)
     if (!ifd_test_data_dir() && !ifd_test_model_path(p, sizeof p))
         ifd_test_skip("neither the shared test data nor the default model is present");
     Suite *s = suite_create("gguf_corrupt");
-    TCase *tc = tcase_create("corrupt");
-    tcase_set_timeout(tc, 500);
-    tcase_add_test(tc, test_corrupt_vocab_files);
-    tcase_add_test(tc, test_corrupt_default_model);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "corrupt", 500,
+                  IFD_TESTS(test_corrupt_vocab_files, test_corrupt_default_model));
     return ifd_test_run(s);
 }

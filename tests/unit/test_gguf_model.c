@@ -136,11 +136,7 @@ int main(void)
     if (!ifd_test_model_path(model_path, sizeof model_path))
         ifd_test_skip("default model not found at %s (run deploy/fetch-model.sh)", model_path);
     Suite *s = suite_create("gguf_model");
-    TCase *tc = tcase_create("smollm2");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_hparams);
-    tcase_add_test(tc, test_tokenizer_metadata);
-    tcase_add_test(tc, test_tensor_table);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "smollm2", 60,
+                  IFD_TESTS(test_hparams, test_tokenizer_metadata, test_tensor_table));
     return ifd_test_run(s);
 }

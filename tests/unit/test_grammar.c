@@ -588,18 +588,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("grammar");
-    TCase *tc = tcase_create("grammar");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_gbnf_basics);
-    tcase_add_test(tc, test_gbnf_errors);
-    tcase_add_test(tc, test_nullable_repetition);
-    tcase_add_test(tc, test_regex_vs_pcre2);
-    tcase_add_test(tc, test_escape_dialects);
-    tcase_add_test(tc, test_json_schema);
-    tcase_add_test(tc, test_json_schema_unsupported);
-    tcase_add_test(tc, test_json_object_mode);
-    tcase_add_test(tc, test_choice_and_tools);
-    tcase_add_test(tc, test_gbnf_mutations);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "grammar", 60,
+                  IFD_TESTS(test_gbnf_basics, test_gbnf_errors, test_nullable_repetition,
+                            test_regex_vs_pcre2, test_escape_dialects, test_json_schema,
+                            test_json_schema_unsupported, test_json_object_mode,
+                            test_choice_and_tools, test_gbnf_mutations));
     return ifd_test_run(s);
 }

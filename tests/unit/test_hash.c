@@ -126,9 +126,7 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("hash");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_hash_random_vs_reference);
-    tcase_add_test(tc, test_hash_strings_and_errors);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "core", 0,
+                  IFD_TESTS(test_hash_random_vs_reference, test_hash_strings_and_errors));
     return ifd_test_run(s);
 }

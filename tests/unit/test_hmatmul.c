@@ -214,12 +214,9 @@ END_TEST
 static Suite *hmatmul_suite(void)
 {
     Suite *s = suite_create("hmatmul");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_bad_args);
+    TCase *tc = ifd_test_case(s, "core", 60, IFD_TESTS(test_bad_args));
     tcase_add_loop_test(tc, test_pack_rows, 0, 2);
     tcase_add_loop_test(tc, test_products, 0, 2);
-    suite_add_tcase(s, tc);
     return s;
 }
 

@@ -387,17 +387,10 @@ END_TEST
 static Suite *jinja_suite(void)
 {
     Suite *s = suite_create("jinja");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_golden);
-    tcase_add_test(tc, test_load_errors);
-    tcase_add_test(tc, test_limits);
-    tcase_add_test(tc, test_chain_height);
-    tcase_add_test(tc, test_runtime_nesting);
-    tcase_add_test(tc, test_time_and_scale);
-    tcase_add_test(tc, test_context);
-    tcase_add_test(tc, test_mutations);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "core", 120,
+                  IFD_TESTS(test_golden, test_load_errors, test_limits, test_chain_height,
+                            test_runtime_nesting, test_time_and_scale, test_context,
+                            test_mutations));
     return s;
 }
 

@@ -120,10 +120,6 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("kvsize");
-    TCase *tc = tcase_create("kvsize");
-    tcase_add_test(tc, test_blocks);
-    tcase_add_test(tc, test_margin);
-    tcase_add_test(tc, test_warmup_cpu);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "kvsize", 0, IFD_TESTS(test_blocks, test_margin, test_warmup_cpu));
     return ifd_test_run(s);
 }

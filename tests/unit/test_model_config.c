@@ -333,14 +333,10 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("model_config");
-    TCase *tc = tcase_create("hf");
+    TCase *tc = ifd_test_case(s, "hf", 0,
+                              IFD_TESTS(test_llama32, test_gemma3_4b_text_config,
+                                        test_gemma3_layer_types_and_rope_parameters,
+                                        test_qwen_mistral, test_errors, test_kvpool_params_split));
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_llama32);
-    tcase_add_test(tc, test_gemma3_4b_text_config);
-    tcase_add_test(tc, test_gemma3_layer_types_and_rope_parameters);
-    tcase_add_test(tc, test_qwen_mistral);
-    tcase_add_test(tc, test_errors);
-    tcase_add_test(tc, test_kvpool_params_split);
-    suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

@@ -237,11 +237,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("model_load");
-    TCase *tc = tcase_create("tiny");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_load_errors_name_the_tensor);
-    tcase_add_test(tc, test_forward_llama);
-    tcase_add_test(tc, test_forward_gemma3);
-    suite_add_tcase(s, tc);
+    ifd_test_case(
+        s, "tiny", 60,
+        IFD_TESTS(test_load_errors_name_the_tensor, test_forward_llama, test_forward_gemma3));
     return ifd_test_run(s);
 }

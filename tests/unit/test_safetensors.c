@@ -355,13 +355,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("safetensors");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_valid_file);
-    tcase_add_test(tc, test_every_truncation);
-    tcase_add_test(tc, test_bad_headers);
-    tcase_add_test(tc, test_sharded);
-    tcase_add_test(tc, test_directories);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "core", 60,
+                  IFD_TESTS(test_valid_file, test_every_truncation, test_bad_headers, test_sharded,
+                            test_directories));
     return ifd_test_run(s);
 }

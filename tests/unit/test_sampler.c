@@ -1069,26 +1069,13 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("sampler");
-    TCase *tc = tcase_create("sampler");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_weight_function);
-    tcase_add_test(tc, test_target_function);
-    tcase_add_test(tc, test_defaults_and_param_checks);
-    tcase_add_test(tc, test_create_errors);
-    tcase_add_test(tc, test_bad_rows_and_ids);
-    tcase_add_test(tc, test_greedy);
-    tcase_add_test(tc, test_top_k_sets);
-    tcase_add_test(tc, test_top_p_sets);
-    tcase_add_test(tc, test_min_p_sets);
-    tcase_add_test(tc, test_distribution_small);
-    tcase_add_test(tc, test_distribution_wide);
-    tcase_add_test(tc, test_penalties_exact);
-    tcase_add_test(tc, test_logprobs);
-    tcase_add_test(tc, test_conformance_vector);
-    tcase_add_test(tc, test_conformance_scalar);
-    tcase_add_test(tc, test_conformance_large_vocab);
-    tcase_add_test(tc, test_determinism);
-    tcase_add_test(tc, test_edges);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "sampler", 120,
+                  IFD_TESTS(test_weight_function, test_target_function,
+                            test_defaults_and_param_checks, test_create_errors,
+                            test_bad_rows_and_ids, test_greedy, test_top_k_sets, test_top_p_sets,
+                            test_min_p_sets, test_distribution_small, test_distribution_wide,
+                            test_penalties_exact, test_logprobs, test_conformance_vector,
+                            test_conformance_scalar, test_conformance_large_vocab, test_determinism,
+                            test_edges));
     return ifd_test_run(s);
 }

@@ -155,12 +155,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("shape");
-    TCase *tc = tcase_create("shape");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_deploy_shapes);
-    tcase_add_test(tc, test_bad_shapes);
-    tcase_add_test(tc, test_random_weights_deterministic);
-    tcase_add_test(tc, test_shape_vocab);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "shape", 60,
+                  IFD_TESTS(test_deploy_shapes, test_bad_shapes, test_random_weights_deterministic,
+                            test_shape_vocab));
     return ifd_test_run(s);
 }

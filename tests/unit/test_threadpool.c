@@ -165,14 +165,9 @@ END_TEST
 static Suite *threadpool_suite(void)
 {
     Suite *s = suite_create("threadpool");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_sizes);
-    tcase_add_test(tc, test_default_and_errors);
-    tcase_add_test(tc, test_many_runs);
-    tcase_add_test(tc, test_after_sleep);
-    tcase_add_test(tc, test_nested);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "core", 60,
+                  IFD_TESTS(test_sizes, test_default_and_errors, test_many_runs, test_after_sleep,
+                            test_nested));
     return s;
 }
 

@@ -731,21 +731,12 @@ END_TEST
 static Suite *tokenizer_suite(void)
 {
     Suite *s = suite_create("tokenizer");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_gpt2_vectors);
-    tcase_add_test(tc, test_spm_vectors);
-    tcase_add_test(tc, test_fuzz_roundtrip);
-    tcase_add_test(tc, test_invalid_utf8_roundtrip);
-    tcase_add_test(tc, test_special_tokens_gpt2);
-    tcase_add_test(tc, test_detok_stream_spm);
-    tcase_add_test(tc, test_detok_split_bpe);
-    tcase_add_test(tc, test_hf_bytelevel);
-    tcase_add_test(tc, test_hf_spm);
-    tcase_add_test(tc, test_unknown_pre_type);
-    tcase_add_test(tc, test_merge_order_and_user_defined);
-    tcase_add_test(tc, test_threads);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "core", 120,
+                  IFD_TESTS(test_gpt2_vectors, test_spm_vectors, test_fuzz_roundtrip,
+                            test_invalid_utf8_roundtrip, test_special_tokens_gpt2,
+                            test_detok_stream_spm, test_detok_split_bpe, test_hf_bytelevel,
+                            test_hf_spm, test_unknown_pre_type, test_merge_order_and_user_defined,
+                            test_threads));
     return s;
 }
 

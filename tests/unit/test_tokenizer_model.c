@@ -247,14 +247,8 @@ int main(int argc, char **argv)
         snprintf(g_model, sizeof g_model, "%s", path);
     }
     Suite *s = suite_create(gemma ? "tokenizer_gemma" : "tokenizer_model");
-    TCase *tc = tcase_create("model");
-    tcase_set_timeout(tc, 120);
-    if (gemma) {
-        tcase_add_test(tc, test_gemma);
-    } else {
-        tcase_add_test(tc, test_smollm_golden);
-        tcase_add_test(tc, test_smollm_specials_and_chat);
-    }
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "model", 120,
+                  gemma ? IFD_TESTS(test_gemma)
+                        : IFD_TESTS(test_smollm_golden, test_smollm_specials_and_chat));
     return ifd_test_run(s);
 }

@@ -197,12 +197,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("utf8");
-    TCase *tc = tcase_create("utf8");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_every_scalar_round_trips);
-    tcase_add_test(tc, test_invalid_maximal_subpart);
-    tcase_add_test(tc, test_sanitize_like_python);
-    tcase_add_test(tc, test_count_matches_sanitize);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "utf8", 60,
+                  IFD_TESTS(test_every_scalar_round_trips, test_invalid_maximal_subpart,
+                            test_sanitize_like_python, test_count_matches_sanitize));
     return ifd_test_run(s);
 }

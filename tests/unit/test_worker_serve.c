@@ -220,9 +220,6 @@ int main(int argc, char **argv)
         ifd_test_skip("default model not found at %s (run deploy/fetch-model.sh)", model_path);
     signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("worker_serve");
-    TCase *tc = tcase_create("serve");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_serve_protocol);
-    suite_add_tcase(s, tc);
+    ifd_test_case(s, "serve", 300, IFD_TESTS(test_serve_protocol));
     return ifd_test_run(s);
 }
