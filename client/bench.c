@@ -759,10 +759,8 @@ static int serve_opt(serve_t *s, int c, const char *arg)
         serve_usage(stdout);
         return IFD_CLI_EXIT_OK;
     default:
-        if (!serve_num_opt(s, c, arg, &bad)) {
-            fprintf(stderr, "Try 'infer bench serve --help'.\n");
-            return IFD_CLI_EXIT_USAGE;
-        }
+        if (!serve_num_opt(s, c, arg, &bad))
+            return ifd_cli_usage_hint("bench serve");
         break;
     }
     if (bad) {
@@ -812,19 +810,11 @@ static int serve_args(serve_t *s, int argc, char **argv)
     s->ignore_eos = -1;
     s->progress = isatty(STDERR_FILENO);
     int c, rc;
-    while ((c = getopt_long(argc, argv, "c:r:N:m:t:h", opts, NULL)) != -1) {
-        if ((rc = ifd_cli_conn_opt(&s->co, c, optarg)) != 0) {
-            if (rc < 0)
-                return IFD_CLI_EXIT_USAGE;
-            continue;
-        }
+    while ((c = ifd_cli_getopt(argc, argv, "c:r:N:m:t:h", opts, &s->co, NULL)) >= 0)
         if ((rc = serve_opt(s, c, optarg)) >= 0)
             return rc;
-    }
-    if (optind != argc) {
-        fprintf(stderr, "infer bench serve: unexpected argument '%s'\n", argv[optind]);
+    if (c == IFD_CLI_OPT_BAD || ifd_cli_no_operands("bench serve", argc, argv))
         return IFD_CLI_EXIT_USAGE;
-    }
     if (s->prefix_len > 0 && (s->chat || s->prompts_file)) {
         fprintf(stderr, "infer bench serve: --prefix-len needs random token prompts (not "
                         "--prompts or --endpoint chat)\n");
@@ -1093,13 +1083,8 @@ static int cache_args(cache_t *b, int argc, char **argv)
     b->prompt = "Hello, I am";
     b->max_tokens = 256;
     b->reps = 3;
-    int c, rc;
-    while ((c = getopt_long(argc, argv, "p:n:m:h", opts, NULL)) != -1) {
-        if ((rc = ifd_cli_conn_opt(&b->co, c, optarg)) != 0) {
-            if (rc < 0)
-                return IFD_CLI_EXIT_USAGE;
-            continue;
-        }
+    int c;
+    while ((c = ifd_cli_getopt(argc, argv, "p:n:m:h", opts, &b->co, NULL)) >= 0) {
         switch (c) {
         case 'p':
             b->prompt = optarg;
@@ -1126,14 +1111,11 @@ static int cache_args(cache_t *b, int argc, char **argv)
             cache_usage(stdout);
             return IFD_CLI_EXIT_OK;
         default:
-            fprintf(stderr, "Try 'infer bench cache --help'.\n");
-            return IFD_CLI_EXIT_USAGE;
+            return ifd_cli_usage_hint("bench cache");
         }
     }
-    if (optind != argc) {
-        fprintf(stderr, "infer bench cache: unexpected argument '%s'\n", argv[optind]);
+    if (c == IFD_CLI_OPT_BAD || ifd_cli_no_operands("bench cache", argc, argv))
         return IFD_CLI_EXIT_USAGE;
-    }
     return -1;
 }
 

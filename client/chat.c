@@ -117,6 +117,20 @@ static char *el_prompt_more(EditLine *el)
 }
 #endif
 
+static void input_close(chat_t *ch)
+{
+#ifdef IFD_HAVE_LIBEDIT
+    if (ch->el)
+        el_end(ch->el);
+    if (ch->hist)
+        history_end(ch->hist);
+    ch->el = NULL;
+    ch->hist = NULL;
+#else
+    (void)ch;
+#endif
+}
+
 static void input_open(chat_t *ch, const char *argv0)
 {
 #ifdef IFD_HAVE_LIBEDIT
@@ -130,12 +144,7 @@ static void input_open(chat_t *ch, const char *argv0)
     ch->el = el_init(argv0, stdin, stdout, stderr);
     ch->hist = history_init();
     if (!ch->el || !ch->hist) {
-        if (ch->el)
-            el_end(ch->el);
-        if (ch->hist)
-            history_end(ch->hist);
-        ch->el = NULL;
-        ch->hist = NULL;
+        input_close(ch);
         return;
     }
     HistEvent ev;
@@ -150,20 +159,6 @@ static void input_open(chat_t *ch, const char *argv0)
 #else
     (void)ch;
     (void)argv0;
-#endif
-}
-
-static void input_close(chat_t *ch)
-{
-#ifdef IFD_HAVE_LIBEDIT
-    if (ch->el)
-        el_end(ch->el);
-    if (ch->hist)
-        history_end(ch->hist);
-    ch->el = NULL;
-    ch->hist = NULL;
-#else
-    (void)ch;
 #endif
 }
 
@@ -391,13 +386,8 @@ int ifd_cli_chat_main(int argc, char **argv)
     ifd_cli_conn_defaults(&ch.conn);
     const char *load_file = NULL;
     int c, rc, code = IFD_CLI_EXIT_USAGE;
-    while ((c = getopt_long(argc, argv, "s:h" IFD_CLI_SAMPLING_SHORTOPTS, opts, NULL)) != -1) {
-        if ((rc = ifd_cli_sampling_opt(&ch.params, c, optarg)) != 0 ||
-            (rc = ifd_cli_conn_opt(&ch.conn, c, optarg)) != 0) {
-            if (rc < 0)
-                goto out;
-            continue;
-        }
+    while ((c = ifd_cli_getopt(argc, argv, "s:h" IFD_CLI_SAMPLING_SHORTOPTS, opts, &ch.conn,
+                               &ch.params)) >= 0) {
         switch (c) {
         case 's':
             free(ch.system);
@@ -411,10 +401,12 @@ int ifd_cli_chat_main(int argc, char **argv)
             code = IFD_CLI_EXIT_OK;
             goto out;
         default:
-            fprintf(stderr, "Try 'infer chat --help'.\n");
+            ifd_cli_usage_hint("chat");
             goto out;
         }
     }
+    if (c == IFD_CLI_OPT_BAD)
+        goto out;
     if (optind != argc) {
         fprintf(stderr, "infer chat: unexpected argument '%s' (try 'infer chat --help')\n",
                 argv[optind]);

@@ -55,7 +55,9 @@ const char ifd_cli_sampling_help[] =
     "                          comparisons)\n"
     "      --ignore-eos        keep generating past the end-of-text token (up to -n)\n";
 
-int ifd_cli_sampling_opt(ifd_cli_api_params_t *p, int c, const char *arg)
+/* Handles getopt code c if it is a sampling option: 1 consumed, 0 not
+ * ours, -1 bad value (message printed). */
+static int sampling_opt(ifd_cli_api_params_t *p, int c, const char *arg)
 {
     long long v;
     double d;
@@ -131,7 +133,9 @@ int ifd_cli_parse_int(const char *s, long long lo, long long hi, long long *out)
     return 0;
 }
 
-int ifd_cli_conn_opt(ifd_cli_conn_t *o, int c, const char *arg)
+/* Handles getopt code c if it is a connection option: 1 consumed, 0 not
+ * ours, -1 bad value (message printed). */
+static int conn_opt(ifd_cli_conn_t *o, int c, const char *arg)
 {
     long long v;
     switch (c) {
@@ -154,6 +158,35 @@ int ifd_cli_conn_opt(ifd_cli_conn_t *o, int c, const char *arg)
     default:
         return 0;
     }
+}
+
+int ifd_cli_getopt(int argc, char **argv, const char *shortopts, const struct option *opts,
+                   ifd_cli_conn_t *co, ifd_cli_api_params_t *p)
+{
+    int c, rc;
+    while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
+        if ((p && (rc = sampling_opt(p, c, optarg)) != 0) || (rc = conn_opt(co, c, optarg)) != 0) {
+            if (rc < 0)
+                return IFD_CLI_OPT_BAD;
+            continue;
+        }
+        return c;
+    }
+    return -1;
+}
+
+int ifd_cli_usage_hint(const char *cmd)
+{
+    fprintf(stderr, "Try 'infer %s --help'.\n", cmd);
+    return IFD_CLI_EXIT_USAGE;
+}
+
+int ifd_cli_no_operands(const char *cmd, int argc, char **argv)
+{
+    if (optind == argc)
+        return 0;
+    fprintf(stderr, "infer %s: unexpected argument '%s'\n", cmd, argv[optind]);
+    return IFD_CLI_EXIT_USAGE;
 }
 
 int ifd_cli_target(const ifd_cli_conn_t *o, ifd_cli_http_target_t *t)

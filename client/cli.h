@@ -94,15 +94,30 @@ extern const char ifd_cli_conn_help[];
 #define IFD_CLI_SAMPLING_SHORTOPTS "m:n:t:"
 extern const char ifd_cli_sampling_help[];
 
-/* Handles getopt code c if it is a sampling option: 1 consumed, 0 not
- * ours, -1 bad value (message printed). */
-int ifd_cli_sampling_opt(ifd_cli_api_params_t *p, int c, const char *arg);
-
 void ifd_cli_conn_defaults(ifd_cli_conn_t *o);
 
-/* Handles getopt code c if it is a connection option: 1 consumed, 0 not
- * ours, -1 bad value (message printed). */
-int ifd_cli_conn_opt(ifd_cli_conn_t *o, int c, const char *arg);
+/* What ifd_cli_getopt returns when a shared option has a bad value. */
+#define IFD_CLI_OPT_BAD (-2)
+
+/*
+ * getopt_long(argc, argv, shortopts, opts) for a command that talks to the
+ * daemon, handling the shared options itself: the connection options into
+ * co and, when p is not NULL, the sampling options into p. Returns the next
+ * code that is none of them (the command's own, or '?'), -1 after the last
+ * option, or IFD_CLI_OPT_BAD when a shared option's value is bad (message
+ * printed).
+ */
+int ifd_cli_getopt(int argc, char **argv, const char *shortopts, const struct option *opts,
+                   ifd_cli_conn_t *co, ifd_cli_api_params_t *p);
+
+/* Prints "Try 'infer <cmd> --help'." (after an unknown option); returns
+ * IFD_CLI_EXIT_USAGE. */
+int ifd_cli_usage_hint(const char *cmd);
+
+/* After the options of a command that takes no operands: 0 when none is
+ * left, else IFD_CLI_EXIT_USAGE with "infer <cmd>: unexpected argument"
+ * printed. */
+int ifd_cli_no_operands(const char *cmd, int argc, char **argv);
 
 /*
  * Resolves the options into a target: --url (TCP, key from --api-key or

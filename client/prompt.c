@@ -97,14 +97,8 @@ int ifd_cli_prompt_main(int argc, char **argv)
     ifd_cli_conn_defaults(&co);
     const char *system = NULL;
     bool raw = false, json = false, stats = false;
-    int c, rc;
-    while ((c = getopt_long(argc, argv, "s:h" IFD_CLI_SAMPLING_SHORTOPTS, opts, NULL)) != -1) {
-        if ((rc = ifd_cli_sampling_opt(&p, c, optarg)) != 0 ||
-            (rc = ifd_cli_conn_opt(&co, c, optarg)) != 0) {
-            if (rc < 0)
-                return IFD_CLI_EXIT_USAGE;
-            continue;
-        }
+    int c;
+    while ((c = ifd_cli_getopt(argc, argv, "s:h" IFD_CLI_SAMPLING_SHORTOPTS, opts, &co, &p)) >= 0) {
         switch (c) {
         case 's':
             system = optarg;
@@ -126,10 +120,11 @@ int ifd_cli_prompt_main(int argc, char **argv)
             usage(stdout);
             return IFD_CLI_EXIT_OK;
         default:
-            fprintf(stderr, "Try 'infer prompt --help'.\n");
-            return IFD_CLI_EXIT_USAGE;
+            return ifd_cli_usage_hint("prompt");
         }
     }
+    if (c == IFD_CLI_OPT_BAD)
+        return IFD_CLI_EXIT_USAGE;
     /* getopt moved the prompt's words to the end; "--" protects words starting with "-". */
     ifd_buf_t text = IFD_BUF_INIT;
     int code = IFD_CLI_EXIT_FAIL;

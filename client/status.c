@@ -53,27 +53,19 @@ int ifd_cli_status_models_main(int argc, char **argv)
     ifd_cli_conn_t co;
     ifd_cli_conn_defaults(&co);
     bool as_json = false;
-    int c, rc;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if ((rc = ifd_cli_conn_opt(&co, c, optarg)) != 0) {
-            if (rc < 0)
-                return IFD_CLI_EXIT_USAGE;
-            continue;
-        }
+    int c;
+    while ((c = ifd_cli_getopt(argc, argv, "h", opts, &co, NULL)) >= 0) {
         if (c == OPT_JSON) {
             as_json = true;
         } else if (c == 'h') {
             models_usage(stdout);
             return IFD_CLI_EXIT_OK;
         } else {
-            fprintf(stderr, "Try 'infer models --help'.\n");
-            return IFD_CLI_EXIT_USAGE;
+            return ifd_cli_usage_hint("models");
         }
     }
-    if (optind != argc) {
-        fprintf(stderr, "infer models: unexpected argument '%s'\n", argv[optind]);
+    if (c == IFD_CLI_OPT_BAD || ifd_cli_no_operands("models", argc, argv))
         return IFD_CLI_EXIT_USAGE;
-    }
     ifd_cli_http_target_t t;
     json_t *o = NULL;
     int code = ifd_cli_target(&co, &t);
@@ -522,13 +514,8 @@ int ifd_cli_status_main(int argc, char **argv)
     ifd_cli_conn_defaults(&co);
     bool as_json = false, watch = false;
     double every = 2, interval = 1;
-    int c, rc;
-    while ((c = getopt_long(argc, argv, "w::h", opts, NULL)) != -1) {
-        if ((rc = ifd_cli_conn_opt(&co, c, optarg)) != 0) {
-            if (rc < 0)
-                return IFD_CLI_EXIT_USAGE;
-            continue;
-        }
+    int c;
+    while ((c = ifd_cli_getopt(argc, argv, "w::h", opts, &co, NULL)) >= 0) {
         switch (c) {
         case 'w':
             watch = true;
@@ -553,14 +540,11 @@ int ifd_cli_status_main(int argc, char **argv)
             status_usage(stdout);
             return IFD_CLI_EXIT_OK;
         default:
-            fprintf(stderr, "Try 'infer status --help'.\n");
-            return IFD_CLI_EXIT_USAGE;
+            return ifd_cli_usage_hint("status");
         }
     }
-    if (optind != argc) {
-        fprintf(stderr, "infer status: unexpected argument '%s'\n", argv[optind]);
+    if (c == IFD_CLI_OPT_BAD || ifd_cli_no_operands("status", argc, argv))
         return IFD_CLI_EXIT_USAGE;
-    }
     ifd_cli_http_target_t t;
     int code = ifd_cli_target(&co, &t);
     if (code != 0)

@@ -43,15 +43,22 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
-static int load_tokenizer(const char *path, ifd_tokenizer_t **t)
+/* After a command's options: prints its usage (2) unless a vocabulary was
+ * named and no operand is left, else loads that vocabulary into *t (1 when
+ * it does not load). -1 to go on. */
+static int load_tokenizer(const char *path, int argc, const char *usage, ifd_tokenizer_t **t)
 {
+    if (!path || optind != argc) {
+        fputs(usage, stderr);
+        return 2;
+    }
     char err[512] = "";
     int rc = ifd_tokenizer_create_path(t, path, err, sizeof err);
     if (rc) {
         fprintf(stderr, "infer: %s\n", err[0] ? err : ifd_strerror(rc));
         return 1;
     }
-    return 0;
+    return -1;
 }
 
 static const char tok_usage[] =
@@ -112,14 +119,11 @@ int ifd_cli_tokcmd_tokenize(int argc, char **argv)
             return 2;
         }
     }
-    if (!path || optind != argc) {
-        fputs(tok_usage, stderr);
-        return 2;
-    }
     ifd_tokenizer_t *t;
-    if (load_tokenizer(path, &t))
-        return 1;
-    int status = 1, rc = 0;
+    int status = load_tokenizer(path, argc, tok_usage, &t), rc = 0;
+    if (status >= 0)
+        return status;
+    status = 1;
     char *text = NULL;
     size_t len = 0;
     ifd_tokens_t ids = {0};
@@ -215,14 +219,11 @@ int ifd_cli_tokcmd_detokenize(int argc, char **argv)
             return 2;
         }
     }
-    if (!path || optind != argc) {
-        fputs(detok_usage, stderr);
-        return 2;
-    }
     ifd_tokenizer_t *t;
-    if (load_tokenizer(path, &t))
-        return 1;
-    int status = 1;
+    int status = load_tokenizer(path, argc, detok_usage, &t);
+    if (status >= 0)
+        return status;
+    status = 1;
     ifd_tokens_t ids = {0};
     char *out = NULL;
     size_t len = 0;
