@@ -21,6 +21,7 @@
 #include "bench.h"
 
 #include "api.h"
+#include "arena.h"
 #include "cli.h"
 #include "error.h"
 #include "loadgen.h"
@@ -367,16 +368,13 @@ static int read_prompts(const char *path, file_prompt_t **out, size_t *n_out)
         } else {
             fp.text = strdup(line);
         }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            file_prompt_t *nv = realloc(v, cap * sizeof(*nv));
-            if (!nv) {
-                free(fp.text);
-                code = IFD_CLI_EXIT_FAIL;
-                break;
-            }
-            v = nv;
+        file_prompt_t *nv = ifd_grow(v, n, &cap, sizeof(*nv), 64);
+        if (!nv) {
+            free(fp.text);
+            code = IFD_CLI_EXIT_FAIL;
+            break;
         }
+        v = nv;
         if (!fp.text) {
             code = IFD_CLI_EXIT_FAIL;
             break;

@@ -4,6 +4,7 @@
  */
 #include "prom.h"
 
+#include "arena.h"
 #include "error.h"
 
 #include <math.h>
@@ -120,14 +121,10 @@ int ifd_cli_prom_parse(ifd_cli_prom_t *p, const char *text, size_t len, size_t *
             e--;
         if (ls == e || *ls == '#')
             continue;
-        if (p->n == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            ifd_cli_prom_sample_t *ns = realloc(p->s, nc * sizeof(*ns));
-            if (!ns)
-                goto nomem;
-            p->s = ns;
-            cap = nc;
-        }
+        ifd_cli_prom_sample_t *ns = ifd_grow(p->s, p->n, &cap, sizeof(*ns), 64);
+        if (!ns)
+            goto nomem;
+        p->s = ns;
         int rc = parse_line(ls, e, &p->s[p->n]);
         if (rc == IFD_ENOMEM)
             goto nomem;

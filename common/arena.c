@@ -24,14 +24,18 @@ void ifd_arena_init(ifd_arena_t *a, size_t chunk_size)
     a->total = 0;
 }
 
-void ifd_arena_close(ifd_arena_t *a)
+static void free_chunks(ifd__arena_chunk_t *c)
 {
-    ifd__arena_chunk_t *c = a->head;
     while (c) {
         ifd__arena_chunk_t *next = c->next;
         free(c);
         c = next;
     }
+}
+
+void ifd_arena_close(ifd_arena_t *a)
+{
+    free_chunks(a->head);
     a->head = NULL;
     a->total = 0;
 }
@@ -41,12 +45,7 @@ void ifd_arena_reset(ifd_arena_t *a)
     if (!a->head)
         return;
     ifd__arena_chunk_t *keep = a->head;
-    ifd__arena_chunk_t *c = keep->next;
-    while (c) {
-        ifd__arena_chunk_t *next = c->next;
-        free(c);
-        c = next;
-    }
+    free_chunks(keep->next);
     keep->next = NULL;
     keep->used = 0;
     a->total = 0;
@@ -195,6 +194,19 @@ int ifd_buf_printf(ifd_buf_t *b, const char *fmt, ...)
     int rc = ifd_buf_vprintf(b, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+void *ifd_grow(void *v, size_t n, size_t *cap, size_t elem, size_t first)
+{
+    if (n < *cap)
+        return v;
+    size_t c = *cap ? *cap * 2 : first;
+    if (c < *cap || c > SIZE_MAX / elem)
+        return NULL;
+    void *nv = realloc(v, c * elem);
+    if (nv)
+        *cap = c;
+    return nv;
 }
 
 void ifd_buf_consume(ifd_buf_t *b, size_t n)

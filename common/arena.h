@@ -9,6 +9,8 @@
  * ifd_buf_t: a heap byte buffer that grows by doubling; always kept
  * NUL-terminated past `len` so text can be used as a C string. The caller
  * embeds it and frees it with ifd_buf_free. Not thread-safe.
+ *
+ * ifd_grow: the same doubling for the caller's own heap arrays.
  */
 #ifndef IFD_ARENA_H
 #define IFD_ARENA_H
@@ -63,5 +65,18 @@ int ifd_buf_vprintf(ifd_buf_t *b, const char *fmt, va_list ap);
 void ifd_buf_consume(ifd_buf_t *b, size_t n);
 void ifd_buf_clear(ifd_buf_t *b); /* len = 0, keeps the capacity */
 void ifd_buf_free(ifd_buf_t *b);  /* releases the memory; b is empty again */
+
+/*
+ * Room for one more element in the heap array v of n elements (elem bytes
+ * each) that holds *cap: returns v while n < *cap, else v realloc'ed to
+ * twice *cap elements (first when *cap is 0) with *cap updated. NULL when
+ * out of memory or the size overflows; v and *cap are then unchanged and v
+ * is still the caller's to free. Typical use:
+ *     T *nv = ifd_grow(a->v, a->n, &a->cap, sizeof *nv, 16);
+ *     if (!nv) return IFD_ENOMEM;
+ *     a->v = nv;
+ *     a->v[a->n++] = x;
+ */
+void *ifd_grow(void *v, size_t n, size_t *cap, size_t elem, size_t first);
 
 #endif

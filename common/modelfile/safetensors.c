@@ -9,6 +9,7 @@
  * pointer is formed.
  */
 #include "safetensors.h"
+#include "arena.h"
 #include "error.h"
 #include "log.h"
 
@@ -137,14 +138,10 @@ static int ifd__st_map(ifd__sterr_t *e, const char *path, void **map, size_t *si
 
 static int ifd__st_push(ifd_safetensors_t *st, ifd_st_tensor_t *t)
 {
-    if (st->n_tensors == st->cap_tensors) {
-        size_t cap = st->cap_tensors ? st->cap_tensors * 2 : 64;
-        ifd_st_tensor_t *p = realloc(st->tensors, cap * sizeof *p);
-        if (!p)
-            return IFD_ENOMEM;
-        st->tensors = p;
-        st->cap_tensors = cap;
-    }
+    ifd_st_tensor_t *p = ifd_grow(st->tensors, st->n_tensors, &st->cap_tensors, sizeof *p, 64);
+    if (!p)
+        return IFD_ENOMEM;
+    st->tensors = p;
     st->tensors[st->n_tensors++] = *t;
     return 0;
 }

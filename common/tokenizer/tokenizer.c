@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "error.h"
 #include "log.h"
 #include "utf8.h"
@@ -42,14 +43,10 @@ uint32_t ifd__byte_to_cp(uint8_t b)
 
 int ifd_tokens_push(ifd_tokens_t *v, ifd_token_t id)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        ifd_token_t *p = realloc(v->ids, cap * sizeof *p);
-        if (!p)
-            return IFD_ENOMEM;
-        v->ids = p;
-        v->cap = cap;
-    }
+    ifd_token_t *p = ifd_grow(v->ids, v->n, &v->cap, sizeof *p, 64);
+    if (!p)
+        return IFD_ENOMEM;
+    v->ids = p;
     v->ids[v->n++] = id;
     return 0;
 }
