@@ -1,6 +1,7 @@
 /*
  * jinja_impl.h — internals shared by jinja_parse.c (lexer, parser) and
- * jinja.c (renderer): the AST and the filter/test tables. Not a public API.
+ * jinja.c (renderer): the AST, the filter/test tables and how both record
+ * errors. Not a public API.
  *
  * The AST lives in the template's arena and is immutable after parsing.
  * Statement bodies are arrays of nodes (v/nv); what a field holds per node
@@ -9,6 +10,7 @@
 #ifndef IFD_JINJA_IMPL_H
 #define IFD_JINJA_IMPL_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -175,6 +177,13 @@ enum { IFD__JTESTS(IFD__X_ENUM_T) IFD__JT_N };
 /* Name → id, or -1. */
 int ifd__jinja_filter_id(const char *name, size_t n);
 int ifd__jinja_test_id(const char *name, size_t n);
+
+/* The parser's and the renderer's error convention: the first error wins.
+ * When *first is 0 it becomes rc and err (when not NULL) gets "line N: " and
+ * the message, truncated to errlen. Returns *first. */
+__attribute__((format(printf, 6, 0))) int ifd__jerr_record(int *first, char *err, size_t errlen,
+                                                           int line, int rc, const char *fmt,
+                                                           va_list ap);
 
 struct ifd_jinja {
     ifd_arena_t arena;

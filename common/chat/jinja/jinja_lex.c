@@ -10,36 +10,39 @@
 #include <string.h>
 
 #include "error.h"
+#include "jinja_impl.h"
 #include "jinja_lex.h"
 #include "utf8.h"
 
+int ifd__jerr_record(int *first, char *err, size_t errlen, int line, int rc, const char *fmt,
+                     va_list ap)
+{
+    if (*first)
+        return *first;
+    *first = rc;
+    if (err && errlen) {
+        int k = snprintf(err, errlen, "line %d: ", line);
+        if (k >= 0 && (size_t)k < errlen)
+            vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
+    }
+    return rc;
+}
+
 int ifd__jparse_err(P *p, int rc, const char *fmt, ...)
 {
-    if (p->rc)
-        return p->rc;
-    p->rc = rc;
-    if (p->err && p->errlen) {
-        int k = snprintf(p->err, p->errlen, "line %d: ", p->line);
-        if (k >= 0 && (size_t)k < p->errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(p->err + k, p->errlen - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    rc = ifd__jerr_record(&p->rc, p->err, p->errlen, p->line, rc, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
 static int seg_push(P *p, int kind, const char *s, size_t n, int line)
 {
-    if (p->nseg == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        seg_t *ns = realloc(p->segs, cap * sizeof *ns);
-        if (!ns)
-            return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
-        p->segs = ns;
-        p->cap = cap;
-    }
+    seg_t *ns = ifd_grow(p->segs, p->nseg, &p->cap, sizeof *ns, 64);
+    if (!ns)
+        return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
+    p->segs = ns;
     p->segs[p->nseg++] = (seg_t){kind, s, n, line};
     return 0;
 }
@@ -225,14 +228,10 @@ int ifd__jlex_segment(P *p, const char *src, size_t len)
 
 static int tok_push(P *p, tok_t t)
 {
-    if (p->nt == p->tcap) {
-        size_t cap = p->tcap ? p->tcap * 2 : 32;
-        tok_t *nt = realloc(p->toks, cap * sizeof *nt);
-        if (!nt)
-            return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
-        p->toks = nt;
-        p->tcap = cap;
-    }
+    tok_t *nt = ifd_grow(p->toks, p->nt, &p->tcap, sizeof *nt, 32);
+    if (!nt)
+        return ifd__jparse_err(p, IFD_ENOMEM, "out of memory");
+    p->toks = nt;
     p->toks[p->nt++] = t;
     return 0;
 }

@@ -538,16 +538,24 @@ static ifd__jn_t *parse_unary(P *p, bool with_filter)
     return n;
 }
 
-static ifd__jn_t *binop(P *p, int op, ifd__jn_t *a, ifd__jn_t *b)
+/* A node of two operands; NULL when either is (a failure already recorded). */
+static ifd__jn_t *pair(P *p, int kind, ifd__jn_t *a, ifd__jn_t *b)
 {
     if (!a || !b)
         return NULL;
-    ifd__jn_t *n = node(p, IFD__JN_BIN);
+    ifd__jn_t *n = node(p, kind);
     if (n) {
-        n->op = (uint16_t)op;
         n->a = a;
         n->b = b;
     }
+    return n;
+}
+
+static ifd__jn_t *binop(P *p, int op, ifd__jn_t *a, ifd__jn_t *b)
+{
+    ifd__jn_t *n = pair(p, IFD__JN_BIN, a, b);
+    if (n)
+        n->op = (uint16_t)op;
     return n;
 }
 
@@ -632,16 +640,8 @@ static ifd__jn_t *parse_compare(P *p)
         if (!c)
             return NULL;
         /* a < b < c → (a < b) and (b < c) */
-        if (res) {
-            ifd__jn_t *an = node(p, IFD__JN_AND);
-            if (!an)
-                return NULL;
-            an->a = res;
-            an->b = c;
-            res = an;
-        } else {
-            res = c;
-        }
+        if (!(res = res ? pair(p, IFD__JN_AND, res, c) : c))
+            return NULL;
         l = r;
     }
     return p->rc ? NULL : res ? res : l;
@@ -665,28 +665,16 @@ static ifd__jn_t *parse_not(P *p)
 static ifd__jn_t *parse_and(P *p)
 {
     ifd__jn_t *l = parse_not(p);
-    while (l && accept_name(p, "and")) {
-        ifd__jn_t *r = parse_not(p), *n = r ? node(p, IFD__JN_AND) : NULL;
-        if (!n)
-            return NULL;
-        n->a = l;
-        n->b = r;
-        l = n;
-    }
+    while (l && accept_name(p, "and"))
+        l = pair(p, IFD__JN_AND, l, parse_not(p));
     return l;
 }
 
 static ifd__jn_t *parse_or(P *p)
 {
     ifd__jn_t *l = parse_and(p);
-    while (l && accept_name(p, "or")) {
-        ifd__jn_t *r = parse_and(p), *n = r ? node(p, IFD__JN_OR) : NULL;
-        if (!n)
-            return NULL;
-        n->a = l;
-        n->b = r;
-        l = n;
-    }
+    while (l && accept_name(p, "or"))
+        l = pair(p, IFD__JN_OR, l, parse_and(p));
     return l;
 }
 
@@ -754,6 +742,20 @@ static int close_tag(P *p, const char *word)
     return expect_end(p);
 }
 
+/* The optional {% else %} body (into n->w), then the closing {% end %}. */
+static int parse_else_end(P *p, ifd__jn_t *n, const char *end)
+{
+    if (seg_is(p, "else")) {
+        const char *const ends[] = {end, NULL};
+        nvec_t el = {0};
+        if (close_tag(p, "else") || parse_body(p, ends, &el))
+            return p->rc;
+        n->w = el.v;
+        n->nw = el.n;
+    }
+    return close_tag(p, end);
+}
+
 static int parse_if_soft(P *p, ifd__jn_t *n);
 
 static int parse_if(P *p, ifd__jn_t *n)
@@ -789,19 +791,7 @@ static int parse_if_soft(P *p, ifd__jn_t *n)
         n->nw = 1;
         return 0; /* the innermost elif consumed endif */
     }
-    if (seg_is(p, "else")) {
-        static const char *const ends2[] = {"endif", NULL};
-        p->ti++;
-        p->si++;
-        if (expect_end(p))
-            return p->rc;
-        nvec_t el = {0};
-        if (parse_body(p, ends2, &el))
-            return p->rc;
-        n->w = el.v;
-        n->nw = el.n;
-    }
-    return close_tag(p, "endif");
+    return parse_else_end(p, n, "endif");
 }
 
 static int parse_for(P *p, ifd__jn_t *n)
@@ -836,19 +826,7 @@ static int parse_for(P *p, ifd__jn_t *n)
         return rc;
     n->v = body.v;
     n->nv = body.n;
-    if (seg_is(p, "else")) {
-        static const char *const ends2[] = {"endfor", NULL};
-        p->ti++;
-        p->si++;
-        if (expect_end(p))
-            return p->rc;
-        nvec_t el = {0};
-        if (parse_body(p, ends2, &el))
-            return p->rc;
-        n->w = el.v;
-        n->nw = el.n;
-    }
-    return close_tag(p, "endfor");
+    return parse_else_end(p, n, "endfor");
 }
 
 /* A filter chain for {% filter f | g %} / {% set x | f %}: FILTER nodes whose

@@ -17,18 +17,10 @@
 
 __attribute__((format(printf, 3, 4))) int ifd__j_rerr(R *r, int rc, const char *fmt, ...)
 {
-    if (r->rc)
-        return r->rc;
-    r->rc = rc;
-    if (r->err && r->errlen) {
-        int k = snprintf(r->err, r->errlen, "line %d: ", r->line);
-        if (k >= 0 && (size_t)k < r->errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(r->err + k, r->errlen - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    rc = ifd__jerr_record(&r->rc, r->err, r->errlen, r->line, rc, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
