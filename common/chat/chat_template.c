@@ -256,13 +256,10 @@ static int ifd__collect_specials(ifd_chat_template_t *t, const ifd_tokenizer_t *
         const char *s = ifd_tokenizer_token_text(tok, id, &n);
         if (!s || n == 0)
             continue;
-        if (t->n_specials == cap) {
-            cap = cap ? cap * 2 : 64;
-            ifd__special_t *ns = realloc(t->specials, cap * sizeof *ns);
-            if (!ns)
-                return IFD_ENOMEM;
-            t->specials = ns;
-        }
+        ifd__special_t *ns = ifd_grow(t->specials, t->n_specials, &cap, sizeof *ns, 64);
+        if (!ns)
+            return IFD_ENOMEM;
+        t->specials = ns;
         t->specials[t->n_specials++] = (ifd__special_t){s, n};
         t->special_first[(unsigned char)s[0]] = 1;
     }
@@ -461,9 +458,10 @@ size_t ifd_chat_template_stop_ids(const ifd_chat_template_t *t, const ifd_token_
 
 /* ---- rendering ----------------------------------------------------------------------- */
 
+/* A prompt being rendered: its text, the spans of message text in it, and
+ * the first error (later writes do nothing). */
 typedef struct {
-    char *s;
-    size_t n, cap;
+    ifd_buf_t t;
     ifd_span_t *sp;
     size_t nsp, spcap;
     int err;
@@ -471,23 +469,26 @@ typedef struct {
 
 static void ifd__rb_put(ifd__rb_t *b, const char *s, size_t n)
 {
-    if (b->err)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->err = IFD_ENOMEM;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
+    if (!b->err)
+        b->err = ifd_buf_append(&b->t, s, n);
+}
+
+/* Ends a rendering: with rc and b's error 0, out gets b's text and spans;
+ * else they are freed. Returns the error. */
+static int ifd__rb_finish(ifd__rb_t *b, int rc, ifd_chat_prompt_t *out)
+{
+    if (!rc)
+        rc = b->err;
+    if (rc) {
+        ifd_buf_free(&b->t);
+        free(b->sp);
+        return rc;
     }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
+    out->text = b->t.data;
+    out->len = b->t.len;
+    out->content = b->sp;
+    out->n_content = b->nsp;
+    return 0;
 }
 
 /* Template text. */
@@ -499,7 +500,7 @@ static void ifd__lit(ifd__rb_t *b, const char *s)
 /* Message text: recorded as a plain span (merged with an adjacent one). */
 static void ifd__msgn(ifd__rb_t *b, const char *s, size_t n)
 {
-    size_t off = b->n;
+    size_t off = b->t.len;
     ifd__rb_put(b, s, n);
     if (b->err || n == 0)
         return;
@@ -507,16 +508,12 @@ static void ifd__msgn(ifd__rb_t *b, const char *s, size_t n)
         b->sp[b->nsp - 1].len += n;
         return;
     }
-    if (b->nsp == b->spcap) {
-        size_t cap = b->spcap ? b->spcap * 2 : 16;
-        ifd_span_t *p = realloc(b->sp, cap * sizeof *p);
-        if (!p) {
-            b->err = IFD_ENOMEM;
-            return;
-        }
-        b->sp = p;
-        b->spcap = cap;
+    ifd_span_t *p = ifd_grow(b->sp, b->nsp, &b->spcap, sizeof *p, 16);
+    if (!p) {
+        b->err = IFD_ENOMEM;
+        return;
     }
+    b->sp = p;
     b->sp[b->nsp++] = (ifd_span_t){off, n};
 }
 
@@ -560,13 +557,13 @@ static bool ifd__py_space(const unsigned char *p, size_t n, size_t *len)
            cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-/* Strips Python whitespace from both ends of b->s[mark..n), moving spans. */
+/* Strips Python whitespace from both ends of the text from mark on, moving spans. */
 static void ifd__trim_from(ifd__rb_t *b, size_t mark)
 {
     if (b->err)
         return;
-    const unsigned char *s = (const unsigned char *)b->s;
-    size_t a = mark, e = b->n, l;
+    const unsigned char *s = (const unsigned char *)b->t.data;
+    size_t a = mark, e = b->t.len, l;
     while (a < e && ifd__py_space(s + a, e - a, &l))
         a += l;
     /* from the right: step back over whole UTF-8 characters */
@@ -581,9 +578,9 @@ static void ifd__trim_from(ifd__rb_t *b, size_t mark)
         e = k;
     }
     size_t cut = a - mark;
-    memmove(b->s + mark, b->s + a, e - a);
-    b->n = mark + (e - a);
-    b->s[b->n] = '\0';
+    memmove(b->t.data + mark, b->t.data + a, e - a);
+    b->t.len = mark + (e - a);
+    b->t.data[b->t.len] = '\0';
     /* spans inside the region: clip to [a, e) and shift left by cut */
     size_t w = 0;
     for (size_t i = 0; i < b->nsp; i++) {
@@ -602,7 +599,7 @@ static void ifd__trim_from(ifd__rb_t *b, size_t mark)
 
 static void ifd__content_trim(ifd__rb_t *b, const ifd__cmsg_t *m)
 {
-    size_t mark = b->n;
+    size_t mark = b->t.len;
     ifd__content(b, m);
     ifd__trim_from(b, mark);
 }
@@ -612,98 +609,139 @@ static bool ifd__is(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
-static int ifd__alternation_error(size_t k, const char *role)
+/* Roles must alternate user/assistant/… from the k-th message after the
+ * system one (message i): 0, or IFD_EINVAL with a warning naming it. */
+static int ifd__check_alternation(const ifd__cmsg_t *m, size_t i, size_t k)
 {
+    if (ifd__is(m[i].role, "user") == (k % 2 == 0))
+        return 0;
     IFD_WARN("chat template: message %zu has role '%s': roles must alternate "
              "user/assistant/user/…",
-             k, role);
+             i, m[i].role);
     return IFD_EINVAL;
+}
+
+/* An optional leading system message: *sys points to it (else NULL);
+ * returns the index of the first message after it. */
+static size_t ifd__split_system(const ifd__cmsg_t *m, size_t n, const ifd__cmsg_t **sys)
+{
+    *sys = NULL;
+    if (n == 0 || !ifd__is(m[0].role, "system"))
+        return 0;
+    *sys = &m[0];
+    return 1;
+}
+
+/* How a family writes a turn: open, the role, sep, the content, close. Roles
+ * are message text as the request gave them, unless the family spells every
+ * role itself (`spelled`); `assistant` is how it spells the assistant's role
+ * (the generation prompt is that turn opened); `trim`: content.strip().
+ * llama2 and mistral write [INST] pairs instead: no row. */
+typedef struct {
+    const char *open, *sep, *close, *assistant;
+    bool spelled, trim;
+} ifd__turn_t;
+
+static const ifd__turn_t ifd__turns[IFD_CHAT_FAMILY_COUNT] = {
+    [IFD_CHAT_CHATML] = {"<|im_start|>", "\n", "<|im_end|>\n", "assistant", false, false},
+    [IFD_CHAT_LLAMA3] = {"<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>", "assistant",
+                         false, true},
+    [IFD_CHAT_GEMMA] = {"<start_of_turn>", "\n", "<end_of_turn>\n", "model", false, true},
+    [IFD_CHAT_PHI3] = {"<|", "|>\n", "<|end|>\n", "assistant", true, false},
+};
+
+/* open, role, sep; the role is template text when `spelled`. */
+static void ifd__turn_open(ifd__rb_t *b, const ifd__turn_t *f, const char *role, bool spelled)
+{
+    ifd__lit(b, f->open);
+    if (spelled)
+        ifd__lit(b, role);
+    else
+        ifd__msg(b, role);
+    ifd__lit(b, f->sep);
+}
+
+static void ifd__turn(ifd__rb_t *b, const ifd__turn_t *f, const ifd__cmsg_t *m)
+{
+    ifd__turn_open(b, f, m->role, f->spelled);
+    if (f->trim)
+        ifd__content_trim(b, m);
+    else
+        ifd__content(b, m);
+    ifd__lit(b, f->close);
 }
 
 static int ifd__render_chatml(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                               size_t n, bool gen)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (i == 0 && t->default_system && !ifd__is(m[0].role, "system")) {
-            ifd__lit(b, "<|im_start|>system\n");
-            ifd__lit(b, t->default_system);
-            ifd__lit(b, "<|im_end|>\n");
-        }
-        ifd__lit(b, "<|im_start|>");
-        ifd__msg(b, m[i].role);
-        ifd__lit(b, "\n");
-        ifd__content(b, &m[i]);
-        ifd__lit(b, "<|im_end|>\n");
+    const ifd__turn_t *f = &ifd__turns[IFD_CHAT_CHATML];
+    if (n > 0 && t->default_system && !ifd__is(m[0].role, "system")) {
+        ifd__turn_open(b, f, "system", true);
+        ifd__lit(b, t->default_system);
+        ifd__lit(b, f->close);
     }
+    for (size_t i = 0; i < n; i++)
+        ifd__turn(b, f, &m[i]);
     if (gen)
-        ifd__lit(b, "<|im_start|>assistant\n");
+        ifd__turn_open(b, f, f->assistant, true);
     return 0;
 }
 
 static int ifd__render_llama3(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                               size_t n, bool gen)
 {
+    const ifd__turn_t *f = &ifd__turns[IFD_CHAT_LLAMA3];
     size_t i = 0;
     if (t->llama31) {
         ifd__lit(b, t->bos_text);
-        ifd__lit(b, "<|start_header_id|>system<|end_header_id|>\n\n"
-                    "Cutting Knowledge Date: December 2023\nToday Date: ");
+        ifd__turn_open(b, f, "system", true);
+        ifd__lit(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
         ifd__lit(b, t->date);
         ifd__lit(b, "\n\n");
         if (n > 0 && ifd__is(m[0].role, "system")) {
             ifd__content_trim(b, &m[0]);
             i = 1;
         }
-        ifd__lit(b, "<|eot_id|>");
+        ifd__lit(b, f->close);
     }
     for (; i < n; i++) {
         if (!t->llama31 && i == 0)
             ifd__lit(b, t->bos_text);
         if (t->llama31 && (ifd__is(m[i].role, "tool") || ifd__is(m[i].role, "ipython"))) {
-            ifd__lit(b, "<|start_header_id|>ipython<|end_header_id|>\n\n");
-            ifd__content(b, &m[i]);
+            ifd__turn_open(b, f, "ipython", true);
+            ifd__content(b, &m[i]); /* not stripped */
+            ifd__lit(b, f->close);
         } else {
-            ifd__lit(b, "<|start_header_id|>");
-            ifd__msg(b, m[i].role);
-            ifd__lit(b, "<|end_header_id|>\n\n");
-            ifd__content_trim(b, &m[i]);
+            ifd__turn(b, f, &m[i]);
         }
-        ifd__lit(b, "<|eot_id|>");
     }
     if (gen)
-        ifd__lit(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        ifd__turn_open(b, f, f->assistant, true);
     return 0;
 }
 
 static int ifd__render_gemma(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                              size_t n, bool gen)
 {
+    const ifd__turn_t *f = &ifd__turns[IFD_CHAT_GEMMA];
     ifd__lit(b, t->bos_text);
-    size_t start = 0;
-    const ifd__cmsg_t *sys = NULL;
-    if (n > 0 && ifd__is(m[0].role, "system")) {
-        sys = &m[0];
-        start = 1;
-    }
+    const ifd__cmsg_t *sys;
+    size_t start = ifd__split_system(m, n, &sys);
     for (size_t i = start; i < n; i++) {
         size_t k = i - start;
-        if (ifd__is(m[i].role, "user") != (k % 2 == 0))
-            return ifd__alternation_error(i, m[i].role);
-        ifd__lit(b, "<start_of_turn>");
-        if (ifd__is(m[i].role, "assistant"))
-            ifd__lit(b, "model");
-        else
-            ifd__msg(b, m[i].role);
-        ifd__lit(b, "\n");
+        if (ifd__check_alternation(m, i, k))
+            return IFD_EINVAL;
+        bool model = ifd__is(m[i].role, "assistant");
+        ifd__turn_open(b, f, model ? f->assistant : m[i].role, model);
         if (k == 0 && sys) {
             ifd__content(b, sys);
             ifd__lit(b, "\n\n");
         }
         ifd__content_trim(b, &m[i]);
-        ifd__lit(b, "<end_of_turn>\n");
+        ifd__lit(b, f->close);
     }
     if (gen)
-        ifd__lit(b, "<start_of_turn>model\n");
+        ifd__turn_open(b, f, f->assistant, true);
     return 0;
 }
 
@@ -711,17 +749,13 @@ static int ifd__render_llama2(const ifd_chat_template_t *t, ifd__rb_t *b, const 
                               size_t n, bool gen)
 {
     (void)gen; /* the official template always ends with " [/INST]" */
-    size_t start = 0;
-    const ifd__cmsg_t *sys = NULL;
-    if (n > 0 && ifd__is(m[0].role, "system")) {
-        sys = &m[0];
-        start = 1;
-    }
+    const ifd__cmsg_t *sys;
+    size_t start = ifd__split_system(m, n, &sys);
     for (size_t i = start; i < n; i++) {
         size_t k = i - start;
+        if (ifd__check_alternation(m, i, k))
+            return IFD_EINVAL;
         bool user = ifd__is(m[i].role, "user");
-        if (user != (k % 2 == 0))
-            return ifd__alternation_error(i, m[i].role);
         if (!user && !ifd__is(m[i].role, "assistant"))
             continue; /* the template renders nothing for other roles */
         if (user) {
@@ -731,7 +765,7 @@ static int ifd__render_llama2(const ifd_chat_template_t *t, ifd__rb_t *b, const 
             ifd__lit(b, " ");
         }
         /* content.strip() applies to the whole "<<SYS>>…" + message text */
-        size_t mark = b->n;
+        size_t mark = b->t.len;
         if (k == 0 && sys) {
             ifd__lit(b, "<<SYS>>\n");
             ifd__content(b, sys);
@@ -754,18 +788,13 @@ static int ifd__render_mistral(const ifd_chat_template_t *t, ifd__rb_t *b, const
 {
     (void)gen;
     ifd__lit(b, t->bos_text);
-    size_t start = 0;
-    const ifd__cmsg_t *sys = NULL;
-    if (n > 0 && ifd__is(m[0].role, "system")) {
-        sys = &m[0];
-        start = 1;
-    }
+    const ifd__cmsg_t *sys;
+    size_t start = ifd__split_system(m, n, &sys);
     for (size_t i = start; i < n; i++) {
         size_t k = i - start;
-        bool user = ifd__is(m[i].role, "user");
-        if (user != (k % 2 == 0))
-            return ifd__alternation_error(i, m[i].role);
-        if (user) {
+        if (ifd__check_alternation(m, i, k))
+            return IFD_EINVAL;
+        if (ifd__is(m[i].role, "user")) {
             ifd__lit(b, "[INST] ");
             if (k == 0 && sys) {
                 ifd__content(b, sys);
@@ -787,26 +816,30 @@ static int ifd__render_mistral(const ifd_chat_template_t *t, ifd__rb_t *b, const
 static int ifd__render_phi3(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
                             size_t n, bool gen)
 {
+    const ifd__turn_t *f = &ifd__turns[IFD_CHAT_PHI3];
     for (size_t i = 0; i < n; i++) {
-        const char *tag;
-        if (ifd__is(m[i].role, "system") && m[i].content_len)
-            tag = "<|system|>\n";
-        else if (ifd__is(m[i].role, "user"))
-            tag = "<|user|>\n";
-        else if (ifd__is(m[i].role, "assistant"))
-            tag = "<|assistant|>\n";
-        else
-            continue;
-        ifd__lit(b, tag);
-        ifd__content(b, &m[i]);
-        ifd__lit(b, "<|end|>\n");
+        const char *r = m[i].role;
+        if ((ifd__is(r, "system") && m[i].content_len) || ifd__is(r, "user") ||
+            ifd__is(r, "assistant"))
+            ifd__turn(b, f, &m[i]);
     }
     if (gen)
-        ifd__lit(b, "<|assistant|>\n");
+        ifd__turn_open(b, f, f->assistant, true);
     else
         ifd__lit(b, t->eos_text);
     return 0;
 }
+
+/* The built-in renderers, one per family: the prompt for n messages into b
+ * (plus the generation prompt when gen); 0 or IFD_EINVAL (warned). */
+typedef int (*ifd__render_fn)(const ifd_chat_template_t *t, ifd__rb_t *b, const ifd__cmsg_t *m,
+                              size_t n, bool gen);
+
+static const ifd__render_fn ifd__renderers[IFD_CHAT_FAMILY_COUNT] = {
+    [IFD_CHAT_CHATML] = ifd__render_chatml,   [IFD_CHAT_LLAMA3] = ifd__render_llama3,
+    [IFD_CHAT_GEMMA] = ifd__render_gemma,     [IFD_CHAT_LLAMA2] = ifd__render_llama2,
+    [IFD_CHAT_MISTRAL] = ifd__render_mistral, [IFD_CHAT_PHI3] = ifd__render_phi3,
+};
 
 /* ---- Jinja rendering ------------------------------------------------------------------ */
 
@@ -1162,15 +1195,8 @@ static int ifd__render_jinja(const ifd_chat_template_t *t, const ifd_chat_reques
         goto done;
     ifd__rb_t b = {0};
     ifd__rb_put(&b, "", 0);
-    if ((rc = ifd__restore(&ph, text, tlen, &b))) {
-        free(b.s);
-        free(b.sp);
-        goto done;
-    }
-    out->text = b.s;
-    out->len = b.n;
-    out->content = b.sp;
-    out->n_content = b.nsp;
+    rc = ifd__restore(&ph, text, tlen, &b);
+    rc = ifd__rb_finish(&b, rc, out);
 done:
     free(text);
     free(ph.orig);
@@ -1298,41 +1324,10 @@ static int ifd__render_builtin(const ifd_chat_template_t *t, const ifd__cmsg_t *
     memset(out, 0, sizeof *out);
     ifd__rb_t b = {0};
     ifd__rb_put(&b, "", 0); /* always a NUL-terminated string, even when empty */
-    int rc;
-    switch (t->family) {
-    case IFD_CHAT_CHATML:
-        rc = ifd__render_chatml(t, &b, msgs, n, add_generation_prompt);
-        break;
-    case IFD_CHAT_LLAMA3:
-        rc = ifd__render_llama3(t, &b, msgs, n, add_generation_prompt);
-        break;
-    case IFD_CHAT_GEMMA:
-        rc = ifd__render_gemma(t, &b, msgs, n, add_generation_prompt);
-        break;
-    case IFD_CHAT_LLAMA2:
-        rc = ifd__render_llama2(t, &b, msgs, n, add_generation_prompt);
-        break;
-    case IFD_CHAT_MISTRAL:
-        rc = ifd__render_mistral(t, &b, msgs, n, add_generation_prompt);
-        break;
-    case IFD_CHAT_PHI3:
-        rc = ifd__render_phi3(t, &b, msgs, n, add_generation_prompt);
-        break;
-    default:
-        rc = IFD_EINVAL;
-    }
-    if (!rc)
-        rc = b.err;
-    if (rc) {
-        free(b.s);
-        free(b.sp);
-        return rc;
-    }
-    out->text = b.s;
-    out->len = b.n;
-    out->content = b.sp;
-    out->n_content = b.nsp;
-    return 0;
+    int rc = IFD_EINVAL;
+    if ((unsigned)t->family < IFD_CHAT_FAMILY_COUNT)
+        rc = ifd__renderers[t->family](t, &b, msgs, n, add_generation_prompt);
+    return ifd__rb_finish(&b, rc, out);
 }
 
 int ifd_chat_tokenize(const ifd_chat_template_t *t, const ifd_tokenizer_t *tok,
