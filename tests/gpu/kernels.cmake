@@ -19,18 +19,24 @@ set(IFD_GPU_WORKER_LIBS ifd_common ifd_modelfile ifd_kvpool ifd_tokenizer ifd_ch
 set_source_files_properties(${PROJECT_SOURCE_DIR}/worker/sampler.c PROPERTIES COMPILE_OPTIONS
                             "-ffp-contract=off;-fno-trapping-math;-fopenmp-simd")
 
+# ifd_add_gpu_tests(SUFFIX HARNESS TIMEOUT LABELS...): test_gpu_<name><SUFFIX> for each of
+# IFD_GPU_TESTS, linking the harness library (which brings the kernels).
+function(ifd_add_gpu_tests suffix harness timeout)
+  foreach(t ${IFD_GPU_TESTS})
+    set(srcs test_gpu_${t}.c)
+    if(t STREQUAL "sample")
+      list(APPEND srcs ${IFD_GPU_SAMPLER})
+    endif()
+    ifd_add_test(test_gpu_${t}${suffix} SOURCES ${srcs} LIBS ${harness} LABELS ${ARGN}
+                 TIMEOUT ${timeout})
+    target_include_directories(test_gpu_${t}${suffix} PRIVATE ${PROJECT_SOURCE_DIR})
+  endforeach()
+endfunction()
+
 add_library(ifd_gpu_test STATIC gpu_test.c)
 target_include_directories(ifd_gpu_test PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(ifd_gpu_test PUBLIC ifd_kernels_cuda ifd_kernels ${IFD_GPU_WORKER_LIBS})
-
-foreach(t ${IFD_GPU_TESTS})
-  set(srcs test_gpu_${t}.c)
-  if(t STREQUAL "sample")
-    list(APPEND srcs ${IFD_GPU_SAMPLER})
-  endif()
-  ifd_add_test(test_gpu_${t} SOURCES ${srcs} LIBS ifd_gpu_test LABELS gpu TIMEOUT 600)
-  target_include_directories(test_gpu_${t} PRIVATE ${PROJECT_SOURCE_DIR})
-endforeach()
+ifd_add_gpu_tests("" ifd_gpu_test 600 gpu)
 
 # ---- the emulator build -------------------------------------------------------
 include(CheckLanguage)
@@ -60,14 +66,8 @@ if(CMAKE_CXX_COMPILER)
   target_include_directories(ifd_gpu_test_emu PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(ifd_gpu_test_emu PUBLIC ifd_kernels_emu ifd_kernels ${IFD_GPU_WORKER_LIBS})
 
+  ifd_add_gpu_tests(_emu ifd_gpu_test_emu 300 unit emu)
   foreach(t ${IFD_GPU_TESTS})
-    set(srcs test_gpu_${t}.c)
-    if(t STREQUAL "sample")
-      list(APPEND srcs ${IFD_GPU_SAMPLER})
-    endif()
-    ifd_add_test(test_gpu_${t}_emu SOURCES ${srcs} LIBS ifd_gpu_test_emu LABELS unit emu
-                 TIMEOUT 300)
-    target_include_directories(test_gpu_${t}_emu PRIVATE ${PROJECT_SOURCE_DIR})
     set_target_properties(test_gpu_${t}_emu PROPERTIES LINKER_LANGUAGE CXX)
   endforeach()
 
