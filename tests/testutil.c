@@ -78,6 +78,39 @@ TCase *ifd_test_case(Suite *s, const char *name, int timeout_s, const TTest *con
     return tc;
 }
 
+void ifd_test_roundtrip(const ifd_tokenizer_t *t, const char *s, size_t n, bool flush)
+{
+    ifd_tokens_t ids = {0};
+    ck_assert_int_eq(ifd_tokenizer_encode(t, s, n, IFD_TOK_ADD_SPECIAL, &ids), 0);
+    char *out;
+    size_t len;
+    ck_assert_int_eq(ifd_tokenizer_decode(t, ids.ids, ids.n, 0, &out, &len), 0);
+    ck_assert_msg(len == n && memcmp(out, s, n) == 0, "round trip of '%.*s' gave '%s'", (int)n, s,
+                  out);
+    ifd_detok_t *d;
+    ck_assert_int_eq(ifd_detok_create(&d, t, 0), 0);
+    char *acc = malloc(n * 3 + 8);
+    size_t an = 0;
+    const char *p;
+    size_t l;
+    for (size_t i = 0; i < ids.n; i++) {
+        ck_assert_int_eq(ifd_detok_push(d, ids.ids[i], &p, &l), 0);
+        memcpy(acc + an, p, l);
+        an += l;
+    }
+    if (flush) {
+        ck_assert_int_eq(ifd_detok_flush(d, &p, &l), 0);
+        memcpy(acc + an, p, l);
+        an += l;
+    }
+    ck_assert_msg(an == n && memcmp(acc, s, n) == 0, "streamed '%.*s' != '%.*s'", (int)an, acc,
+                  (int)n, s);
+    free(acc);
+    ifd_detok_destroy(d);
+    free(out);
+    ifd_tokens_free(&ids);
+}
+
 void *ifd_test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

@@ -9,7 +9,10 @@
 #define IFD_TESTUTIL_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stddef.h>
+
+#include "tokenizer/tokenizer.h"
 
 /* $INFERD_TESTDATA_DIR when it exists as a directory, else NULL. */
 const char *ifd_test_data_dir(void);
@@ -63,6 +66,11 @@ int ifd_test_run(Suite *s);
  * that order, each with a timeout of timeout_s seconds (0: Check's default).
  * Returns the case, for the loop tests and fixtures a caller adds after. */
 TCase *ifd_test_case(Suite *s, const char *name, int timeout_s, const TTest *const *tests);
+
+/* Checks that s[0..n) comes back from encoding (BOS/EOS added) and
+ * decoding, and that the streaming detokenizer fed the ids one at a time
+ * (and flushed at the end, when flush) writes the same bytes. */
+void ifd_test_roundtrip(const ifd_tokenizer_t *t, const char *s, size_t n, bool flush);
 
 /* Reads a whole file into malloc'ed memory (*len set); NULL on error. */
 void *ifd_test_read_file(const char *path, size_t *len);

@@ -94,40 +94,6 @@ static void check_vectors(ifd_tokenizer_t *t, const char *name)
     free(exp);
 }
 
-static void check_roundtrip(ifd_tokenizer_t *t, const char *s, size_t n)
-{
-    ifd_tokens_t ids = {0};
-    ck_assert_int_eq(ifd_tokenizer_encode(t, s, n, IFD_TOK_ADD_SPECIAL, &ids), 0);
-    char *out;
-    size_t out_len;
-    ck_assert_int_eq(ifd_tokenizer_decode(t, ids.ids, ids.n, 0, &out, &out_len), 0);
-    ck_assert_msg(out_len == n && memcmp(out, s, n) == 0, "round trip of '%.*s' gave '%s'", (int)n,
-                  s, out);
-    /* the streaming detokenizer produces the same bytes for valid UTF-8 */
-    ifd_detok_t *d;
-    ck_assert_int_eq(ifd_detok_create(&d, t, 0), 0);
-    char *acc = malloc(n * 3 + 8);
-    size_t an = 0;
-    for (size_t i = 0; i < ids.n; i++) {
-        const char *p;
-        size_t l;
-        ck_assert_int_eq(ifd_detok_push(d, ids.ids[i], &p, &l), 0);
-        memcpy(acc + an, p, l);
-        an += l;
-    }
-    const char *p;
-    size_t l;
-    ck_assert_int_eq(ifd_detok_flush(d, &p, &l), 0);
-    memcpy(acc + an, p, l);
-    an += l;
-    ck_assert_msg(an == n && memcmp(acc, s, n) == 0, "streamed '%.*s' != '%.*s'", (int)an, acc,
-                  (int)n, s);
-    free(acc);
-    ifd_detok_destroy(d);
-    free(out);
-    ifd_tokens_free(&ids);
-}
-
 static void roundtrip_vector_inputs(ifd_tokenizer_t *t, const char *name)
 {
     char rel[128];
@@ -139,7 +105,7 @@ static void roundtrip_vector_inputs(ifd_tokenizer_t *t, const char *name)
     size_t n = split_cases(inp, len, cases, lens, 64);
     ck_assert_int_eq((int)n, 46);
     for (size_t i = 0; i < n; i++)
-        check_roundtrip(t, cases[i], lens[i]);
+        ifd_test_roundtrip(t, cases[i], lens[i], true);
     free(inp);
 }
 
@@ -225,7 +191,7 @@ static void fuzz_roundtrip(ifd_tokenizer_t *t, uint64_t seed, int iters)
     char buf[64 * 4 + 1];
     for (int i = 0; i < iters; i++) {
         size_t n = random_utf8(&rng, buf, 64);
-        check_roundtrip(t, buf, n);
+        ifd_test_roundtrip(t, buf, n, true);
     }
 }
 
@@ -404,6 +370,35 @@ static void tmpdir_rm(char *d)
     free(d);
 }
 
+/* Writes root as tokenizer.json and cfg as tokenizer_config.json into a new
+ * temporary directory (tmpdir_rm removes it); takes both references. */
+static char *hf_dir_write(json_t *root, json_t *cfg)
+{
+    char *dir = tmpdir_make();
+    char file[512];
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    ck_assert_int_eq(json_dump_file(root, file, JSON_COMPACT), 0);
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
+    ck_assert_int_eq(json_dump_file(cfg, file, JSON_COMPACT), 0);
+    json_decref(root);
+    json_decref(cfg);
+    return dir;
+}
+
+/* The test data's vocab/ggml-vocab-<name>.gguf (skips without it) into *g,
+ * and its tokenizer, the reference for the tokenizer.json built from it. */
+static ifd_tokenizer_t *open_vocab_gguf(const char *name, ifd_gguf_t **g)
+{
+    char rel[128], path[1024];
+    snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", name);
+    if (!ifd_test_data_file(rel, path, sizeof path))
+        ifd_test_skip("no %s vocab in the test data", name);
+    ck_assert_int_eq(ifd_gguf_open(g, path, NULL, 0), 0);
+    ifd_tokenizer_t *ref;
+    ck_assert_int_eq(ifd_tokenizer_create_gguf(&ref, *g, NULL, 0), 0);
+    return ref;
+}
+
 static json_t *hf_vocab(const ifd_tokenizer_t *t, bool skip_special)
 {
     json_t *v = json_object();
@@ -436,13 +431,8 @@ static json_t *hf_added(const ifd_tokenizer_t *t)
 START_TEST(test_hf_bytelevel)
 {
     /* gpt-2 as a tokenizer.json (merges from the GGUF, new-style [a, b] pairs) */
-    char path[1024];
-    if (!ifd_test_data_file("vocab/ggml-vocab-gpt-2.gguf", path, sizeof path))
-        ifd_test_skip("no gpt-2 vocab in the test data");
     ifd_gguf_t *g;
-    ck_assert_int_eq(ifd_gguf_open(&g, path, NULL, 0), 0);
-    ifd_tokenizer_t *ref;
-    ck_assert_int_eq(ifd_tokenizer_create_gguf(&ref, g, NULL, 0), 0);
+    ifd_tokenizer_t *ref = open_vocab_gguf("gpt-2", &g);
     const ifd_gguf_value_t *m;
     ck_assert_int_eq(ifd_gguf_get_arr(g, "tokenizer.ggml.merges", &m), 0);
     json_t *merges = json_array();
@@ -458,14 +448,9 @@ START_TEST(test_hf_bytelevel)
         "added_tokens", hf_added(ref), "normalizer", "pre_tokenizer", "type", "ByteLevel",
         "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 1, "decoder", "type", "ByteLevel",
         "model", "type", "BPE", "vocab", hf_vocab(ref, false), "merges", merges);
-    char *dir = tmpdir_make();
-    char file[512];
-    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
-    ck_assert_int_eq(json_dump_file(root, file, JSON_COMPACT), 0);
     json_t *cfg = json_pack("{s:s, s:s, s:b, s:s}", "bos_token", "<|endoftext|>", "eos_token",
                             "<|endoftext|>", "add_bos_token", 0, "chat_template", "{{ x }}");
-    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
-    ck_assert_int_eq(json_dump_file(cfg, file, JSON_COMPACT), 0);
+    char *dir = hf_dir_write(root, cfg);
     ifd_tokenizer_t *t;
     char err[512] = "";
     int rc = ifd_tokenizer_create_path(&t, dir, err, sizeof err);
@@ -477,8 +462,6 @@ START_TEST(test_hf_bytelevel)
     roundtrip_vector_inputs(t, "gpt-2");
     ifd_tokenizer_destroy(t);
     tmpdir_rm(dir);
-    json_decref(root);
-    json_decref(cfg);
     ifd_tokenizer_destroy(ref);
     ifd_gguf_close(g);
 }
@@ -517,13 +500,8 @@ START_TEST(test_hf_spm)
     /* llama-spm as a Llama-2 style tokenizer.json: merges derived from the
      * piece scores the way HF's converter does (every split of a piece into
      * two pieces, ordered by the piece's score). */
-    char path[1024];
-    if (!ifd_test_data_file("vocab/ggml-vocab-llama-spm.gguf", path, sizeof path))
-        ifd_test_skip("no llama-spm vocab in the test data");
     ifd_gguf_t *g;
-    ck_assert_int_eq(ifd_gguf_open(&g, path, NULL, 0), 0);
-    ifd_tokenizer_t *ref;
-    ck_assert_int_eq(ifd_tokenizer_create_gguf(&ref, g, NULL, 0), 0);
+    ifd_tokenizer_t *ref = open_vocab_gguf("llama-spm", &g);
     const ifd_gguf_value_t *sc;
     ck_assert_int_eq(ifd_gguf_get_arr(g, "tokenizer.ggml.scores", &sc), 0);
     size_t cap = 1 << 16, nm = 0;
@@ -565,16 +543,11 @@ START_TEST(test_hf_spm)
                   1, "byte_fallback", 1, "vocab", hf_vocab(ref, false), "merges", merges);
     json_t *root = json_pack("{s:o, s:o, s:n, s:o}", "added_tokens", hf_added(ref), "normalizer",
                              normalizer, "pre_tokenizer", "model", model);
-    char *dir = tmpdir_make();
-    char file[512];
-    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
-    ck_assert_int_eq(json_dump_file(root, file, JSON_COMPACT), 0);
     json_t *cfg =
         json_pack("{s:s, s:s, s:b}", "bos_token", "<s>", "eos_token", "</s>", "add_bos_token", 1);
-    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
-    ck_assert_int_eq(json_dump_file(cfg, file, JSON_COMPACT), 0);
+    char *dir = hf_dir_write(root, cfg);
     ifd_tokenizer_t *t;
-    char err[512] = "";
+    char err[512] = "", file[512];
     snprintf(file, sizeof file, "%s/tokenizer.json", dir);
     int rc = ifd_tokenizer_create_path(&t, file, err, sizeof err);
     ck_assert_msg(rc == 0, "%s", err);
@@ -585,8 +558,6 @@ START_TEST(test_hf_spm)
     roundtrip_vector_inputs(t, "llama-spm");
     ifd_tokenizer_destroy(t);
     tmpdir_rm(dir);
-    json_decref(root);
-    json_decref(cfg);
     ifd_tokenizer_destroy(ref);
     ifd_gguf_close(g);
 }

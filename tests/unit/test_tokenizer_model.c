@@ -44,34 +44,6 @@ static json_t *golden(void)
     return j;
 }
 
-static void roundtrip(const ifd_tokenizer_t *t, const char *s, size_t n)
-{
-    ifd_tokens_t ids = {0};
-    ck_assert_int_eq(ifd_tokenizer_encode(t, s, n, IFD_TOK_ADD_SPECIAL, &ids), 0);
-    char *out;
-    size_t len;
-    ck_assert_int_eq(ifd_tokenizer_decode(t, ids.ids, ids.n, 0, &out, &len), 0);
-    ck_assert_msg(len == n && memcmp(out, s, n) == 0, "round trip of [%.*s] gave [%s]", (int)n, s,
-                  out);
-    ifd_detok_t *d;
-    ck_assert_int_eq(ifd_detok_create(&d, t, 0), 0);
-    size_t an = 0;
-    char *acc = malloc(n * 3 + 8);
-    for (size_t i = 0; i < ids.n; i++) {
-        const char *p;
-        size_t l;
-        ck_assert_int_eq(ifd_detok_push(d, ids.ids[i], &p, &l), 0);
-        memcpy(acc + an, p, l);
-        an += l;
-    }
-    ck_assert_msg(an == n && memcmp(acc, s, n) == 0, "stream of [%.*s] gave [%.*s]", (int)n, s,
-                  (int)an, acc);
-    free(acc);
-    ifd_detok_destroy(d);
-    free(out);
-    ifd_tokens_free(&ids);
-}
-
 START_TEST(test_smollm_golden)
 {
     ifd_tokenizer_t *t = load();
@@ -101,7 +73,7 @@ START_TEST(test_smollm_golden)
             free(e);
             bad++;
         }
-        roundtrip(t, text, n);
+        ifd_test_roundtrip(t, text, n, false);
     }
     ck_assert_uint_ge(json_array_size(cases), 300);
     ck_assert_msg(bad == 0, "%zu of %zu golden cases differ", bad, json_array_size(cases));
@@ -191,8 +163,8 @@ START_TEST(test_gemma)
     size_t i;
     json_t *c;
     json_array_foreach(json_object_get(doc, "cases"), i, c)
-        roundtrip(t, json_string_value(json_object_get(c, "text")),
-                  json_string_length(json_object_get(c, "text")));
+        ifd_test_roundtrip(t, json_string_value(json_object_get(c, "text")),
+                           json_string_length(json_object_get(c, "text")), false);
     json_decref(doc);
     ifd_tokens_t ids = {0};
     ck_assert_int_eq(ifd_tokenizer_encode(t, "<start_of_turn>", 15, IFD_TOK_PARSE_SPECIAL, &ids),
