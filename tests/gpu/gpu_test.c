@@ -5,6 +5,7 @@
 #include "gpu_test.h"
 
 #include "cuda/cuda_device.h"
+#include "rng.h"
 
 #include <cuda_runtime_api.h>
 
@@ -115,10 +116,7 @@ int gt_end(void)
 
 uint64_t gt_rand_u64(void)
 {
-    uint64_t z = (gt.rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ifd_rng_mix64(gt.rng += 0x9e3779b97f4a7c15ull); /* SplitMix64 */
 }
 
 int64_t gt_rand_int(int64_t n)

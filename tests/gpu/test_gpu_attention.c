@@ -229,7 +229,11 @@ static int32_t pick_ctx(int i, int maxc)
     return 1 + (int32_t)gt_rand_int(maxc);
 }
 
-static void test_decode_shapes(void)
+/* The shapes both kernels run: each head dim with each (query, kv) head
+ * count pair gi, the dtype alternating; a small run takes every other one. */
+typedef void (*shape_fn)(int hd, int gi, int n_heads, int n_kv, ifd_dtype_t dt);
+
+static void for_each_shape(shape_fn f)
 {
     static const int hds[] = {64, 128, 256};
     static const int heads[][2] = {{8, 8}, {32, 8}, {12, 2}, {40, 2}};
@@ -239,14 +243,24 @@ static void test_decode_shapes(void)
         for (int gi = 0; gi < 4; gi++) {
             if (small && (hi + gi) % 2)
                 continue;
-            const ifd_dtype_t dt = dts[(hi + gi / 2) % 2];
-            const int n_seqs = small ? 3 : 13;
-            int32_t ctx[13];
-            for (int s = 0; s < n_seqs; s++)
-                ctx[s] = pick_ctx(s + gi * 3, small ? 300 : 3000);
-            decode_case(ctx, n_seqs, heads[gi][0], heads[gi][1], hds[hi], dt, 0, gi == 1, 1.0f);
+            f(hds[hi], gi, heads[gi][0], heads[gi][1], dts[(hi + gi / 2) % 2]);
         }
     }
+}
+
+static void decode_shape(int hd, int gi, int n_heads, int n_kv, ifd_dtype_t dt)
+{
+    const int small = gt_small();
+    const int n_seqs = small ? 3 : 13;
+    int32_t ctx[13];
+    for (int s = 0; s < n_seqs; s++)
+        ctx[s] = pick_ctx(s + gi * 3, small ? 300 : 3000);
+    decode_case(ctx, n_seqs, n_heads, n_kv, hd, dt, 0, gi == 1, 1.0f);
+}
+
+static void test_decode_shapes(void)
+{
+    for_each_shape(decode_shape);
 }
 
 static void test_decode_window(void)
@@ -386,22 +400,18 @@ static void prefill_case(const int32_t *prefix, const int32_t *qlen, int n_seqs,
     pool_free(&P);
 }
 
+static void prefill_shape(int hd, int gi, int n_heads, int n_kv, ifd_dtype_t dt)
+{
+    (void)gi;
+    const int small = gt_small();
+    int32_t prefix[4] = {0, 5, 16, small ? 40 : 300};
+    int32_t qlen[4] = {small ? 17 : 200, 1, small ? 33 : 64, small ? 9 : 129};
+    prefill_case(prefix, qlen, 4, n_heads, n_kv, hd, dt, 0, 1.0f);
+}
+
 static void test_prefill_shapes(void)
 {
-    static const int hds[] = {64, 128, 256};
-    static const int heads[][2] = {{8, 8}, {32, 8}, {12, 2}, {40, 2}};
-    const ifd_dtype_t dts[] = {IFD_DTYPE_BF16, IFD_DTYPE_F16};
-    const int small = gt_small();
-    for (int hi = 0; hi < 3; hi++) {
-        for (int gi = 0; gi < 4; gi++) {
-            if (small && (hi + gi) % 2)
-                continue;
-            int32_t prefix[4] = {0, 5, 16, small ? 40 : 300};
-            int32_t qlen[4] = {small ? 17 : 200, 1, small ? 33 : 64, small ? 9 : 129};
-            prefill_case(prefix, qlen, 4, heads[gi][0], heads[gi][1], hds[hi],
-                         dts[(hi + gi / 2) % 2], 0, 1.0f);
-        }
-    }
+    for_each_shape(prefill_shape);
 }
 
 static void test_prefill_window(void)

@@ -23,6 +23,7 @@
 #include "cpu/cpu_kernels.h"
 #include "error.h"
 #include "kernels.h"
+#include "rng.h"
 
 #include <float.h>
 #include <math.h>
@@ -35,10 +36,7 @@ static uint64_t rng_state;
 
 static uint64_t rng_next(void)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ifd_rng_mix64(rng_state += 0x9e3779b97f4a7c15ull); /* SplitMix64 */
 }
 
 /* Uniform in [lo, hi). */

@@ -26,6 +26,7 @@
 #include "error.h"
 #include "kernels.h"
 #include "modelfile/ggml_types.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -39,10 +40,7 @@ static uint64_t rng_state = 0x1234567;
 
 static uint64_t rnd64(void)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ifd_rng_mix64(rng_state += 0x9e3779b97f4a7c15ull); /* SplitMix64 */
 }
 
 static double rnd_unif(void) /* [0, 1) */
