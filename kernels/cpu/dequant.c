@@ -309,25 +309,20 @@ static void row_f32(float *restrict y, const uint8_t *restrict x, int64_t n)
     memcpy(y, x, (size_t)n * sizeof *y);
 }
 
-static void row_f16(float *restrict y, const uint8_t *restrict x, int64_t n)
-{
-    if (((uintptr_t)x & 1) == 0) {
-        ifd_f16_to_f32_n(y, (const uint16_t *)(const void *)x, n);
-        return;
+/* The 16-bit ones convert whole aligned rows with ifd_<T>_to_f32_n and
+ * unaligned ones value by value. */
+#define ROW_HALF(T)                                                                                \
+    static void row_##T(float *restrict y, const uint8_t *restrict x, int64_t n)                   \
+    {                                                                                              \
+        if (((uintptr_t)x & 1) == 0) {                                                             \
+            ifd_##T##_to_f32_n(y, (const uint16_t *)(const void *)x, n);                           \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            y[i] = ifd_##T##_to_f32(rd16(x + 2 * i));                                              \
     }
-    for (int64_t i = 0; i < n; i++)
-        y[i] = ifd_f16_to_f32(rd16(x + 2 * i));
-}
-
-static void row_bf16(float *restrict y, const uint8_t *restrict x, int64_t n)
-{
-    if (((uintptr_t)x & 1) == 0) {
-        ifd_bf16_to_f32_n(y, (const uint16_t *)(const void *)x, n);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++)
-        y[i] = ifd_bf16_to_f32(rd16(x + 2 * i));
-}
+ROW_HALF(f16)
+ROW_HALF(bf16)
 
 /* The supported types. Block geometry comes from ggml_types.h; the sizes in
  * DQ_ROWS above are checked against it in ifd_cpu_dequantize's lookup. */

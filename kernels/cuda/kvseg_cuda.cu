@@ -124,6 +124,19 @@ static int kvseg_use_device(int dev)
     return 0;
 }
 
+/* What create and import start with: the segment's device (the one s is
+ * pinned to, when it is) made current, and a zeroed mapping record in *m. */
+static int kvseg_begin(const ifd_cuda_kvseg_t *s, int *dev, kvseg_map_t **m)
+{
+    if (s->device >= 0)
+        *dev = s->device;
+    int rc = kvseg_use_device(*dev);
+    if (rc)
+        return rc;
+    *m = (kvseg_map_t *)calloc(1, sizeof **m);
+    return *m ? 0 : IFD_ENOMEM;
+}
+
 static void kvseg_prop(CUmemAllocationProp *prop, CUdevice d)
 {
     memset(prop, 0, sizeof *prop);
@@ -188,14 +201,10 @@ static int kvseg_create(void *ctx, int dev, uint64_t bytes, ifd_kvseg_export_t *
                         void **priv)
 {
     ifd_cuda_kvseg_t *s = (ifd_cuda_kvseg_t *)ctx;
-    if (s->device >= 0)
-        dev = s->device;
-    int rc = kvseg_use_device(dev);
+    kvseg_map_t *m;
+    int rc = kvseg_begin(s, &dev, &m);
     if (rc)
         return rc;
-    kvseg_map_t *m = (kvseg_map_t *)calloc(1, sizeof *m);
-    if (!m)
-        return IFD_ENOMEM;
     CUdevice d;
     size_t rounded;
     const bool want_ipc = exp->kind == IFD_KVSEG_CUDA_IPC; /* the pool asks for the fallback */
@@ -265,14 +274,10 @@ static int kvseg_create(void *ctx, int dev, uint64_t bytes, ifd_kvseg_export_t *
 static int kvseg_import(void *ctx, int dev, const ifd_kvseg_export_t *exp, void **base, void **priv)
 {
     ifd_cuda_kvseg_t *s = (ifd_cuda_kvseg_t *)ctx;
-    if (s->device >= 0)
-        dev = s->device;
-    int rc = kvseg_use_device(dev);
+    kvseg_map_t *m;
+    int rc = kvseg_begin(s, &dev, &m);
     if (rc)
         return rc;
-    kvseg_map_t *m = (kvseg_map_t *)calloc(1, sizeof *m);
-    if (!m)
-        return IFD_ENOMEM;
     m->kind = exp->kind;
     if (exp->kind == IFD_KVSEG_CUDA_VMM) {
         CUdevice d;
