@@ -1,8 +1,12 @@
 """bench/benchlib.py — what the peer benchmarks (cpu_vs_llamacpp.py,
-served_vs_llamaserver.py) share: the machine and commit they record, and the
-paired ratio they report (the median of per-repetition ratios, so a load
-change during a run hits both sides of a ratio alike)."""
+served_vs_llamaserver.py) share: the machine, commit and load they record, how
+a report starts and is written, and the paired ratio they report (the median
+of per-repetition ratios, so a load change during a run hits both sides of a
+ratio alike)."""
 
+import datetime
+import json
+import os
 import platform
 import statistics
 import subprocess
@@ -25,6 +29,33 @@ def git_commit(repo):
                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
+
+
+def load_avg():
+    """The 1-, 5- and 15-minute load averages, to 2 places."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def report_head(bench, threads, repo):
+    """The fields every report starts with: which benchmark, when (UTC), on which
+    CPU and how many cores, with how many threads, at which commit of repo."""
+    return {
+        "bench": bench,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "commit": git_commit(repo),
+    }
+
+
+def write_report(report, path):
+    """Prints the report as one JSON line, and writes that line to path when given."""
+    text = json.dumps(report)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    print(text)
 
 
 def paired_ratio(num, den):

@@ -33,7 +33,6 @@ the mean of the two read measurements: how close batch-1 decode is to the
 memory's limit.
 """
 import argparse
-import datetime
 import json
 import os
 import shlex
@@ -51,7 +50,7 @@ ENGINES = ("llama.cpp", "inferd")
 def spawn_measured(cmd, env=None):
     """Runs cmd (with env added to the environment); returns (its last stdout line as
     JSON, its peak RSS in MiB, seconds, the load average before it)."""
-    load = [round(x, 2) for x in os.getloadavg()]
+    load = benchlib.load_avg()
     t0 = time.time()
     with open(os.devnull, "rb") as devnull:
         p = subprocess.Popen(cmd, stdin=devnull, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -169,12 +168,7 @@ def main():
     if a.also_isa:
         engines += ("inferd@" + a.also_isa,)
     report = {
-        "bench": "cpu_vs_llamacpp",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "cpu": benchlib.cpu_model(),
-        "cores": os.cpu_count(),
-        "threads": a.threads,
-        "commit": benchlib.git_commit(a.repo),
+        **benchlib.report_head("cpu_vs_llamacpp", a.threads, a.repo),
         "reps": a.reps,
         "smoke": a.smoke,
         "workloads": [x[0] for x in workloads(a.smoke, a.workloads)],
@@ -228,12 +222,8 @@ def main():
         report["read_gb_s"] = {"before": bw[0], "after": bw[1]}
         for m in report["models"]:
             decode_bandwidth(m, engines, (bw[0] + bw[1]) / 2)
-    report["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
-    text = json.dumps(report)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    report["load_avg_end"] = benchlib.load_avg()
+    benchlib.write_report(report, a.json)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ inferd is faster. Every run must produce exactly requests x output-len tokens
 The load average before every run is recorded with it.
 """
 import argparse
-import datetime
 import json
 import os
 import shlex
@@ -165,7 +164,7 @@ def bench(a, server, wl, seed, tmp):
     cmd = [a.infer, "bench", "serve", "--url", server.url, "-c", str(streams), "-N", str(n),
            "--input-len", str(in_len), "--output-len", str(out_len), "--ignore-eos",
            "--seed", str(seed), "--warmup", "1", "--no-progress", "--json", out]
-    load = [round(x, 2) for x in os.getloadavg()]
+    load = benchlib.load_avg()
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
         die("%s %s: %s failed (%d):\n%s\nserver log:\n%s" %
@@ -295,12 +294,7 @@ def main():
     signal.signal(signal.SIGTERM, kill_live)
     signal.signal(signal.SIGINT, kill_live)
     report = {
-        "bench": "served_vs_llamaserver",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "cpu": benchlib.cpu_model(),
-        "cores": os.cpu_count(),
-        "threads": a.threads,
-        "commit": benchlib.git_commit(a.repo),
+        **benchlib.report_head("served_vs_llamaserver", a.threads, a.repo),
         "llama_server": a.llama_server,
         "reps": a.reps,
         "smoke": a.smoke,
@@ -342,14 +336,10 @@ def main():
         finally:
             for s in list(LIVE):
                 s.stop()
-    report["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["load_avg_end"] = benchlib.load_avg()
     report["wall_s"] = round(time.time() - t_start, 1)
     print(markdown(report), file=sys.stderr)
-    text = json.dumps(report)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
-    print(text)
+    benchlib.write_report(report, a.json)
 
 
 if __name__ == "__main__":
