@@ -292,6 +292,207 @@ int ifd__oai_json_emit_event(ifd_buf_t *out, const char *event, json_t *j, int b
     return emit(out, j, bad, true, event);
 }
 
+/* ---- writing JSON text straight into a buffer ------------------------------------- */
+
+void ifd__oai_w_begin(ifd__oai_w_t *w, ifd_buf_t *out, size_t limit)
+{
+    w->out = out;
+    w->start = out->len;
+    w->limit = limit;
+    w->rc = 0;
+    w->tmp = (ifd_buf_t)IFD_BUF_INIT;
+}
+
+int ifd__oai_w_end(ifd__oai_w_t *w)
+{
+    ifd_buf_free(&w->tmp);
+    if (w->rc) {
+        w->out->len = w->start;
+        if (w->out->data)
+            w->out->data[w->start] = '\0';
+    }
+    return w->rc;
+}
+
+/* Room for n more bytes at the end of the output, or NULL once failed. */
+static char *w_room(ifd__oai_w_t *w, size_t n)
+{
+    if (w->rc)
+        return NULL;
+    if (ifd_buf_reserve(w->out, n)) {
+        w->rc = IFD_ENOMEM;
+        return NULL;
+    }
+    return w->out->data + w->out->len;
+}
+
+/* n bytes were written at w_room's pointer. */
+static void w_grew(ifd__oai_w_t *w, size_t n)
+{
+    w->out->len += n;
+    w->out->data[w->out->len] = '\0';
+    if (w->limit && w->out->len - w->start > w->limit)
+        w->rc = IFD_ETOOBIG;
+}
+
+void ifd__oai_w_raw(ifd__oai_w_t *w, const char *p, size_t n)
+{
+    char *d = w_room(w, n);
+    if (!d)
+        return;
+    memcpy(d, p, n);
+    w_grew(w, n);
+}
+
+void ifd__oai_w_cstr(ifd__oai_w_t *w, const char *s)
+{
+    ifd__oai_w_str(w, s, s ? strlen(s) : 0);
+}
+
+/* Input bytes escaped per reservation: the output of a slice is at most 6
+ * bytes per byte (a control character), plus a sequence running past it. */
+#define W_SLICE 16384
+
+void ifd__oai_w_str(ifd__oai_w_t *w, const char *p, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF"; /* jansson writes \u001F */
+    const uint8_t *s = (const uint8_t *)p;
+    size_t i = 0;
+    if (!p)
+        n = 0; /* as ifd__oai_json_str: "" */
+    ifd__oai_w_raw(w, "\"", 1);
+    while (i < n) {
+        size_t end = n - i > W_SLICE ? i + W_SLICE : n;
+        char *d = w_room(w, 6 * (end - i) + 8);
+        if (!d)
+            return;
+        char *o = d;
+        while (i < end) {
+            uint8_t c = s[i];
+            if (c >= 0x20 && c < 0x80) {
+                if (c == '"' || c == '\\')
+                    *o++ = '\\';
+                *o++ = (char)c;
+                i++;
+            } else if (c < 0x20) {
+                *o++ = '\\';
+                switch (c) {
+                case '\b':
+                    *o++ = 'b';
+                    break;
+                case '\f':
+                    *o++ = 'f';
+                    break;
+                case '\n':
+                    *o++ = 'n';
+                    break;
+                case '\r':
+                    *o++ = 'r';
+                    break;
+                case '\t':
+                    *o++ = 't';
+                    break;
+                default:
+                    memcpy(o, "u00", 3);
+                    o[3] = hex[c >> 4];
+                    o[4] = hex[c & 15];
+                    o += 5;
+                }
+                i++;
+            } else {
+                /* the steps of ifd_utf8_sanitize: a valid sequence, or U+FFFD */
+                int k = ifd_utf8_check(s + i, n - i);
+                if (k > 0) {
+                    memcpy(o, s + i, (size_t)k);
+                    o += k;
+                    i += (size_t)k;
+                } else {
+                    memcpy(o, "\xEF\xBF\xBD", 3);
+                    o += 3;
+                    i += k < 0 ? (size_t)-k : n - i;
+                }
+            }
+        }
+        w_grew(w, (size_t)(o - d));
+    }
+    ifd__oai_w_raw(w, "\"", 1);
+}
+
+/* A double as jansson's jsonp_dtostr prints it: "%.<precision>g", ".0"
+ * added when it would read back as an integer, the exponent without '+'
+ * or leading zeros. Returns the length. */
+static size_t w_dtostr(char *buf, size_t size, double v)
+{
+    int r = snprintf(buf, size, "%.9g", v);
+    if (r < 0 || (size_t)r + 3 >= size)
+        return 0;
+    size_t len = (size_t)r;
+    if (!strchr(buf, '.') && !strchr(buf, 'e')) {
+        memcpy(buf + len, ".0", 3);
+        len += 2;
+    }
+    char *start = strchr(buf, 'e');
+    if (start) {
+        start++;
+        char *end = start + 1;
+        if (*start == '-')
+            start++;
+        while (*end == '0')
+            end++;
+        if (end != start) {
+            memmove(start, end, len - (size_t)(end - buf) + 1);
+            len -= (size_t)(end - start);
+        }
+    }
+    return len;
+}
+
+void ifd__oai_w_real(ifd__oai_w_t *w, double v)
+{
+    if (!isfinite(v))
+        v = v > 0 ? 9999.0 : -9999.0;
+    char buf[48];
+    size_t len = w_dtostr(buf, sizeof buf, v);
+    if (!len) {
+        if (!w->rc)
+            w->rc = IFD_ENOMEM; /* cannot happen: %.9g fits */
+        return;
+    }
+    ifd__oai_w_raw(w, buf, len);
+}
+
+void ifd__oai_w_int(ifd__oai_w_t *w, int64_t v)
+{
+    char buf[24], *e = buf + sizeof buf, *p = e;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    ifd__oai_w_raw(w, p, (size_t)(e - p));
+}
+
+static int w_dump_cb(const char *p, size_t n, void *data)
+{
+    ifd__oai_w_t *w = data;
+    ifd__oai_w_raw(w, p, n);
+    return w->rc ? -1 : 0;
+}
+
+void ifd__oai_w_json(ifd__oai_w_t *w, json_t *j, int bad, bool embed)
+{
+    if (!w->rc && (!j || bad))
+        w->rc = IFD_ENOMEM;
+    if (!w->rc &&
+        json_dump_callback(j, w_dump_cb, w,
+                           DUMP_FLAGS | JSON_ENCODE_ANY | (embed ? JSON_EMBED : 0)) != 0 &&
+        !w->rc)
+        w->rc = IFD_ENOMEM;
+    json_decref(j);
+}
+
 json_t *ifd__oai_json_error(const ifd_oai_error_t *e, int *bad)
 {
     json_t *o = json_object();
@@ -335,4 +536,217 @@ json_t *ifd__oai_json_logprob_items(const ifd_oai_logprob_t *lp, size_t n, int *
         ifd__oai_json_add(content, e, bad);
     }
     return content;
+}
+
+/* ---- the logprobs shapes, written ------------------------------------------------- */
+
+/* {"token":S,"logprob":R,"bytes":[…] of one token, without its closing brace. */
+static void w_lp_entry(ifd__oai_w_t *w, const char *p, size_t n, double logprob)
+{
+    if (!p)
+        n = 0;
+    IFD__OAI_W_LIT(w, "{\"token\":");
+    ifd__oai_w_str(w, p, n);
+    IFD__OAI_W_LIT(w, ",\"logprob\":");
+    ifd__oai_w_real(w, logprob);
+    IFD__OAI_W_LIT(w, ",\"bytes\":[");
+    char *d = w_room(w, 4 * n + 1);
+    if (!d)
+        return;
+    char *o = d;
+    for (size_t i = 0; i < n; i++) {
+        unsigned b = (unsigned char)p[i];
+        if (i)
+            *o++ = ',';
+        if (b >= 100)
+            *o++ = (char)('0' + b / 100);
+        if (b >= 10)
+            *o++ = (char)('0' + b / 10 % 10);
+        *o++ = (char)('0' + b % 10);
+    }
+    *o++ = ']';
+    w_grew(w, (size_t)(o - d));
+}
+
+void ifd__oai_w_chat_logprobs(ifd__oai_w_t *w, const ifd_oai_logprob_t *lp, size_t n)
+{
+    if (n && !lp && !w->rc)
+        w->rc = IFD_ENOMEM; /* as the tree builders count a missing value */
+    IFD__OAI_W_LIT(w, "{\"content\":[");
+    for (size_t i = 0; i < n && !w->rc; i++) {
+        if (i)
+            IFD__OAI_W_LIT(w, ",");
+        w_lp_entry(w, lp[i].bytes, lp[i].len, lp[i].logprob);
+        IFD__OAI_W_LIT(w, ",\"top_logprobs\":[");
+        for (size_t k = 0; k < lp[i].n_top; k++) {
+            const ifd_oai_top_logprob_t *t = &lp[i].top[k];
+            if (k)
+                IFD__OAI_W_LIT(w, ",");
+            w_lp_entry(w, t->bytes, t->len, t->logprob);
+            IFD__OAI_W_LIT(w, "}");
+        }
+        IFD__OAI_W_LIT(w, "]}");
+    }
+    IFD__OAI_W_LIT(w, "],\"refusal\":null}");
+}
+
+/* Completions' {"<token>": logprob, …} of one token's alternatives. Keys
+ * are C strings in a JSON object: the sanitized text cut at a NUL, and a
+ * key met again keeps its first place and takes the later value. The keys
+ * are sanitized once into w->tmp (koff[k] .. koff[k + 1]). */
+static void w_top_object(ifd__oai_w_t *w, const ifd_oai_top_logprob_t *t, size_t n)
+{
+    size_t koff_small[33], *koff = koff_small;
+    if (n + 1 > sizeof koff_small / sizeof koff_small[0] &&
+        !(koff = malloc((n + 1) * sizeof *koff))) {
+        w->rc = IFD_ENOMEM;
+        return;
+    }
+    ifd_buf_clear(&w->tmp);
+    koff[0] = 0;
+    for (size_t k = 0; k < n && !w->rc; k++) {
+        const char *p = t[k].bytes ? t[k].bytes : "";
+        size_t len = t[k].bytes ? t[k].len : 0;
+        const char *nul = memchr(p, 0, len);
+        if (nul)
+            len = (size_t)(nul - p);
+        if (ifd_buf_reserve(&w->tmp, 3 * len))
+            w->rc = IFD_ENOMEM;
+        else
+            w->tmp.len += ifd_utf8_sanitize(w->tmp.data + w->tmp.len, p, len);
+        koff[k + 1] = w->tmp.len;
+    }
+#define KEQ(a, b)                                                                                  \
+    (koff[(a) + 1] - koff[a] == koff[(b) + 1] - koff[b] &&                                         \
+     memcmp(w->tmp.data + koff[a], w->tmp.data + koff[b], koff[(a) + 1] - koff[a]) == 0)
+    IFD__OAI_W_LIT(w, "{");
+    bool first = true;
+    for (size_t k = 0; k < n && !w->rc; k++) {
+        bool seen = false;
+        for (size_t j = 0; j < k && !seen; j++)
+            seen = KEQ(j, k);
+        if (seen)
+            continue;
+        size_t last = k;
+        for (size_t j = k + 1; j < n; j++)
+            if (KEQ(j, k))
+                last = j;
+        if (!first)
+            IFD__OAI_W_LIT(w, ",");
+        first = false;
+        ifd__oai_w_str(w, w->tmp.data + koff[k], koff[k + 1] - koff[k]);
+        IFD__OAI_W_LIT(w, ":");
+        ifd__oai_w_real(w, t[last].logprob);
+    }
+#undef KEQ
+    IFD__OAI_W_LIT(w, "}");
+    if (koff != koff_small)
+        free(koff);
+}
+
+void ifd__oai_w_completion_column(ifd__oai_w_t *w, int column, const ifd_oai_logprob_t *lp,
+                                  size_t n, uint64_t *chars)
+{
+    for (size_t i = 0; i < n && !w->rc; i++) {
+        const ifd_oai_logprob_t *l = &lp[i];
+        if (i)
+            IFD__OAI_W_LIT(w, ",");
+        switch (column) {
+        case 0:
+            ifd__oai_w_str(w, l->bytes, l->bytes ? l->len : 0);
+            break;
+        case 1:
+            if (l->no_logprob)
+                IFD__OAI_W_LIT(w, "null");
+            else
+                ifd__oai_w_real(w, l->logprob);
+            break;
+        case 2:
+            if (l->n_top == 0 || l->no_logprob)
+                IFD__OAI_W_LIT(w, "null");
+            else
+                w_top_object(w, l->top, l->n_top);
+            break;
+        default:
+            ifd__oai_w_int(w, (int64_t)*chars);
+            *chars += ifd_utf8_count(l->bytes, l->bytes ? l->len : 0);
+            break;
+        }
+    }
+}
+
+void ifd__oai_w_completion_logprobs(ifd__oai_w_t *w, const ifd_oai_lp_prefix_t *prefix,
+                                    const ifd_oai_logprob_t *lp, size_t n, uint64_t offset)
+{
+    static const char *const head[4] = {"{\"tokens\":[", "],\"token_logprobs\":[",
+                                        "],\"top_logprobs\":[", "],\"text_offset\":["};
+    if (n && !lp && !w->rc)
+        w->rc = IFD_ENOMEM;
+    for (int col = 0; col < 4 && !w->rc; col++) {
+        ifd__oai_w_raw(w, head[col], strlen(head[col]));
+        uint64_t chars = offset;
+        if (prefix) {
+            const ifd_buf_t *b = col == 0   ? &prefix->tokens
+                                 : col == 1 ? &prefix->token_logprobs
+                                 : col == 2 ? &prefix->top_logprobs
+                                            : &prefix->text_offset;
+            if (b->len)
+                ifd__oai_w_raw(w, b->data, b->len);
+            if (prefix->n && n)
+                IFD__OAI_W_LIT(w, ",");
+            chars += prefix->chars;
+        }
+        ifd__oai_w_completion_column(w, col, lp, n, &chars);
+    }
+    IFD__OAI_W_LIT(w, "]}");
+}
+
+/* "<id>":{"logprob":R,"rank":I,"decoded_token":S} */
+static void w_plp_entry(ifd__oai_w_t *w, const ifd_oai_plp_token_t *t, uint32_t rank)
+{
+    IFD__OAI_W_LIT(w, "\"");
+    ifd__oai_w_int(w, (int)t->id);
+    IFD__OAI_W_LIT(w, "\":{\"logprob\":");
+    ifd__oai_w_real(w, t->logprob);
+    IFD__OAI_W_LIT(w, ",\"rank\":");
+    ifd__oai_w_int(w, rank);
+    IFD__OAI_W_LIT(w, ",\"decoded_token\":");
+    ifd__oai_w_str(w, t->bytes, t->bytes ? t->len : 0);
+    IFD__OAI_W_LIT(w, "}");
+}
+
+void ifd__oai_w_prompt_logprobs(ifd__oai_w_t *w, const ifd_oai_prompt_logprob_t *v, size_t n,
+                                uint32_t top)
+{
+    IFD__OAI_W_LIT(w, "[null");
+    for (size_t i = 0; i < n && !w->rc; i++) {
+        const ifd_oai_prompt_logprob_t *p = &v[i];
+        size_t m = p->n_top < top ? p->n_top : top;
+        /* entry 0 is the token itself (its own rank), entry e > 0 the
+         * alternative e - 1 (rank e) */
+#define PLP_ID(e) ((e) ? p->top[(e)-1].id : p->tok.id)
+        IFD__OAI_W_LIT(w, ",{");
+        bool first = true;
+        for (size_t e = 0; e <= m; e++) {
+            bool seen = false;
+            for (size_t j = 0; j < e && !seen; j++)
+                seen = PLP_ID(j) == PLP_ID(e);
+            if (seen)
+                continue;
+            size_t last = e;
+            for (size_t j = e + 1; j <= m; j++)
+                if (PLP_ID(j) == PLP_ID(e))
+                    last = j;
+            if (!first)
+                IFD__OAI_W_LIT(w, ",");
+            first = false;
+            if (last)
+                w_plp_entry(w, &p->top[last - 1], (uint32_t)last);
+            else
+                w_plp_entry(w, &p->tok, p->tok.rank);
+        }
+#undef PLP_ID
+        IFD__OAI_W_LIT(w, "}");
+    }
+    IFD__OAI_W_LIT(w, "]");
 }

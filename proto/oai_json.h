@@ -110,6 +110,68 @@ int ifd__oai_json_emit(ifd_buf_t *out, json_t *j, int bad, bool sse);
  * Responses stream's typed events). */
 int ifd__oai_json_emit_event(ifd_buf_t *out, const char *event, json_t *j, int bad);
 
+/* ---- writing JSON text straight into a buffer ------------------------------------- */
+
+/*
+ * For the parts of a response that grow with the request (logprobs, prompt
+ * logprobs, the non-streamed response around them) a tree costs ~10 times
+ * the text it dumps (a 170 MB response once took 2 GB and 14 s): these
+ * write the text directly, so memory is the output alone. The bytes are
+ * those jansson dumps for the same values with the flags of
+ * ifd__oai_json_emit (JSON_COMPACT | JSON_REAL_PRECISION(9)): strings
+ * sanitized as ifd__oai_json_str (invalid UTF-8 → U+FFFD) and escaped as
+ * jansson escapes them, numbers as jansson prints them, non-finite ones
+ * ±9999.0 (NaN -9999.0) as ifd__oai_json_real. tests/unit/test_proto_openai.c
+ * checks them against jansson.
+ *
+ * Errors are sticky: after the first failure every call does nothing, and
+ * ifd__oai_w_end cuts the buffer back to where the writer began. The writer
+ * borrows `out` from _begin to _end; it owns `tmp` (scratch, freed by _end).
+ */
+typedef struct {
+    ifd_buf_t *out;
+    size_t start; /* out->len at ifd__oai_w_begin */
+    size_t limit; /* bytes it may add; 0: no limit */
+    int rc;       /* 0, IFD_ENOMEM, or IFD_ETOOBIG once more than `limit` were written */
+    ifd_buf_t tmp;
+} ifd__oai_w_t;
+
+void ifd__oai_w_begin(ifd__oai_w_t *w, ifd_buf_t *out, size_t limit);
+/* 0, or the first error (out then back to its length at _begin). */
+int ifd__oai_w_end(ifd__oai_w_t *w);
+/* Text as it is (already JSON). */
+void ifd__oai_w_raw(ifd__oai_w_t *w, const char *p, size_t n);
+#define IFD__OAI_W_LIT(w, lit) ifd__oai_w_raw((w), (lit), sizeof(lit) - 1)
+/* A JSON string of the bytes p[0..n) (p may be NULL when n is 0). */
+void ifd__oai_w_str(ifd__oai_w_t *w, const char *p, size_t n);
+void ifd__oai_w_cstr(ifd__oai_w_t *w, const char *s);
+void ifd__oai_w_real(ifd__oai_w_t *w, double v);
+void ifd__oai_w_int(ifd__oai_w_t *w, int64_t v);
+/* j (consumed; NULL or a nonzero bad fails the writer) dumped as above;
+ * with embed, without its outer braces or brackets (JSON_EMBED). */
+void ifd__oai_w_json(ifd__oai_w_t *w, json_t *j, int bad, bool embed);
+
+/* The logprobs shapes, written (the tree forms cost too much for n choices
+ * of thousands of tokens). Chat: {"content":[{token, logprob, bytes,
+ * top_logprobs}], "refusal": null}. Completions: {tokens, token_logprobs,
+ * top_logprobs: [{token: logprob}], text_offset} with offsets counted in
+ * characters from `offset`, after the prompt's columns when `prefix` is not
+ * NULL (its offsets count from 0, so offset must then be 0). */
+void ifd__oai_w_chat_logprobs(ifd__oai_w_t *w, const ifd_oai_logprob_t *lp, size_t n);
+void ifd__oai_w_completion_logprobs(ifd__oai_w_t *w, const ifd_oai_lp_prefix_t *prefix,
+                                    const ifd_oai_logprob_t *lp, size_t n, uint64_t offset);
+/* The items of each completions column for lp[0..n), after `sep` (","
+ * or ""), offsets from *chars (advanced past them): the columns of an
+ * ifd_oai_lp_prefix_t, and of the choice's own tokens. */
+void ifd__oai_w_completion_column(ifd__oai_w_t *w, int column, const ifd_oai_logprob_t *lp,
+                                  size_t n, uint64_t *chars);
+/* vLLM's prompt_logprobs: [null, {"<id>": {logprob, rank, decoded_token}}, …]
+ * over v[0..n), each row the token first then at most `top` alternatives;
+ * an id listed twice appears once, at its first place with its last value
+ * (what a JSON object built key by key keeps). */
+void ifd__oai_w_prompt_logprobs(ifd__oai_w_t *w, const ifd_oai_prompt_logprob_t *v, size_t n,
+                                uint32_t top);
+
 /* OpenAI's error object {message, type, param, code} for e (message
  * sanitized: it may echo raw input). */
 json_t *ifd__oai_json_error(const ifd_oai_error_t *e, int *bad);

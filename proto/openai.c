@@ -807,113 +807,78 @@ int ifd_oai_usage_json(ifd_buf_t *out, const ifd_oai_usage_t *u)
     return ifd__oai_json_emit(out, o, bad, false);
 }
 
-/* The chat shape: {"content":[{token,logprob,bytes,top_logprobs}]}. */
-static json_t *chat_logprobs(const ifd_oai_logprob_t *lp, size_t n, int *bad)
+/* A choice's "logprobs" value: null, or its kind's shape (oai_json.h). */
+static void w_choice_logprobs(ifd__oai_w_t *w, ifd_oai_kind_t kind, const ifd_oai_choice_t *c)
 {
-    json_t *content = ifd__oai_json_logprob_items(lp, n, bad);
-    json_t *o = json_object();
-    ifd__oai_json_set(o, "content", content, bad);
-    ifd__oai_json_set(o, "refusal", json_null(), bad);
-    return o;
-}
-
-/* The completions shape: {tokens, token_logprobs, top_logprobs, text_offset}. */
-static json_t *completion_logprobs(const ifd_oai_logprob_t *lp, size_t n, uint32_t offset, int *bad)
-{
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    uint64_t off = offset;
-    for (size_t i = 0; i < n; i++) {
-        ifd__oai_json_add(tokens, ifd__oai_json_str(lp[i].bytes, lp[i].len), bad);
-        ifd__oai_json_add(lps, lp[i].no_logprob ? json_null() : ifd__oai_json_real(lp[i].logprob),
-                          bad);
-        ifd__oai_json_add(offs, json_integer((json_int_t)off), bad);
-        off += ifd_utf8_count(lp[i].bytes, lp[i].len);
-        if (lp[i].n_top == 0 || lp[i].no_logprob) {
-            ifd__oai_json_add(tops, json_null(), bad);
-            continue;
-        }
-        json_t *t = json_object();
-        for (size_t k = 0; k < lp[i].n_top; k++) {
-            json_t *key = ifd__oai_json_str(lp[i].top[k].bytes, lp[i].top[k].len);
-            if (!key || !t) {
-                (*bad)++;
-                json_decref(key);
-                continue;
-            }
-            /* Keys are C strings: a token holding NUL is cut there. */
-            ifd__oai_json_set(t, json_string_value(key), ifd__oai_json_real(lp[i].top[k].logprob),
-                              bad);
-            json_decref(key);
-        }
-        ifd__oai_json_add(tops, t, bad);
-    }
-    json_t *o = json_object();
-    ifd__oai_json_set(o, "tokens", tokens, bad);
-    ifd__oai_json_set(o, "token_logprobs", lps, bad);
-    ifd__oai_json_set(o, "top_logprobs", tops, bad);
-    ifd__oai_json_set(o, "text_offset", offs, bad);
-    return o;
-}
-
-static json_t *logprobs_obj(ifd_oai_kind_t kind, const ifd_oai_logprob_t *lp, size_t n,
-                            uint32_t offset, int *bad)
-{
-    if (n > 0 && !lp) {
-        (*bad)++;
-        return NULL;
-    }
-    return kind == IFD_OAI_CHAT ? chat_logprobs(lp, n, bad)
-                                : completion_logprobs(lp, n, offset, bad);
+    if (!c->has_logprobs)
+        IFD__OAI_W_LIT(w, "null");
+    else if (kind == IFD_OAI_CHAT)
+        ifd__oai_w_chat_logprobs(w, c->logprobs, c->n_logprobs);
+    else
+        ifd__oai_w_completion_logprobs(w, c->logprobs_prefix, c->logprobs, c->n_logprobs,
+                                       c->text_offset);
 }
 
 int ifd_oai_logprobs_json(ifd_buf_t *out, ifd_oai_kind_t kind, const ifd_oai_logprob_t *lp,
                           size_t n, uint32_t text_offset)
 {
-    int bad = 0;
-    json_t *o = logprobs_obj(kind, lp, n, text_offset, &bad);
-    return ifd__oai_json_emit(out, o, bad, false);
+    ifd_oai_choice_t c = {
+        .has_logprobs = true, .logprobs = lp, .n_logprobs = n, .text_offset = text_offset};
+    ifd__oai_w_t w;
+    ifd__oai_w_begin(&w, out, 0);
+    w_choice_logprobs(&w, kind, &c);
+    return ifd__oai_w_end(&w);
 }
 
-static json_t *choice_logprobs(ifd_oai_kind_t kind, const ifd_oai_choice_t *c, int *bad)
+/* A choice's vLLM prompt_logprobs: written once by the caller, or now. */
+static void w_choice_prompt_logprobs(ifd__oai_w_t *w, const ifd_oai_choice_t *c)
 {
-    if (!c->has_logprobs)
-        return json_null();
-    return logprobs_obj(kind, c->logprobs, c->n_logprobs, c->text_offset, bad);
+    if (c->prompt_logprobs_json)
+        ifd__oai_w_raw(w, c->prompt_logprobs_json, c->prompt_logprobs_json_len);
+    else
+        ifd__oai_w_prompt_logprobs(w, c->prompt_logprobs, c->n_prompt_logprobs, c->prompt_top);
 }
 
-/* {"<id>": {logprob, rank, decoded_token}} for one token, into d. */
-static void plp_token(json_t *d, const ifd_oai_plp_token_t *t, uint32_t rank, int *bad)
+int ifd_oai_prompt_logprobs_json(ifd_buf_t *out, const ifd_oai_prompt_logprob_t *v, size_t n,
+                                 uint32_t top)
 {
-    char key[16];
-    snprintf(key, sizeof key, "%d", (int)t->id);
-    json_t *v = json_object();
-    ifd__oai_json_set(v, "logprob", ifd__oai_json_real(t->logprob), bad);
-    ifd__oai_json_set(v, "rank", json_integer(rank), bad);
-    ifd__oai_json_set(v, "decoded_token", ifd__oai_json_str(t->bytes, t->len), bad);
-    ifd__oai_json_set(d, key, v, bad);
+    ifd__oai_w_t w;
+    ifd__oai_w_begin(&w, out, 0);
+    if (n && !v)
+        w.rc = IFD_ENOMEM;
+    ifd__oai_w_prompt_logprobs(&w, v, n, top);
+    return ifd__oai_w_end(&w);
 }
 
-/* vLLM's prompt_logprobs: [null, {token first, then the alternatives}, …].
- * A token among its own alternatives appears once (at its place, with the
- * alternative's rank), as in vLLM's dict. */
-static json_t *prompt_logprobs_json(const ifd_oai_choice_t *c, int *bad)
+void ifd_oai_lp_prefix_free(ifd_oai_lp_prefix_t *p)
 {
-    json_t *a = json_array();
-    ifd__oai_json_add(a, json_null(), bad);
-    for (size_t i = 0; i < c->n_prompt_logprobs; i++) {
-        const ifd_oai_prompt_logprob_t *p = &c->prompt_logprobs[i];
-        json_t *d = json_object();
-        plp_token(d, &p->tok, p->tok.rank, bad);
-        for (size_t k = 0; k < p->n_top && k < c->prompt_top; k++)
-            plp_token(d, &p->top[k], (uint32_t)k + 1, bad);
-        ifd__oai_json_add(a, d, bad);
+    ifd_buf_free(&p->tokens);
+    ifd_buf_free(&p->token_logprobs);
+    ifd_buf_free(&p->top_logprobs);
+    ifd_buf_free(&p->text_offset);
+    p->n = 0;
+    p->chars = 0;
+}
+
+int ifd_oai_lp_prefix_build(ifd_oai_lp_prefix_t *p, const ifd_oai_logprob_t *lp, size_t n)
+{
+    memset(p, 0, sizeof *p);
+    ifd_buf_t *col[4] = {&p->tokens, &p->token_logprobs, &p->top_logprobs, &p->text_offset};
+    int rc = n && !lp ? IFD_EINVAL : 0;
+    for (int c = 0; c < 4 && !rc; c++) {
+        uint64_t chars = 0;
+        ifd__oai_w_t w;
+        ifd__oai_w_begin(&w, col[c], 0);
+        ifd__oai_w_completion_column(&w, c, lp, n, &chars);
+        rc = ifd__oai_w_end(&w);
+        p->chars = chars;
     }
-    return a;
-}
-
-static json_t *finish_json(const char *reason)
-{
-    return reason ? json_string(reason) : json_null();
+    if (rc) {
+        ifd_oai_lp_prefix_free(p);
+        return rc;
+    }
+    p->n = n;
+    return 0;
 }
 
 /* {"id","object","created","model"[,"system_fingerprint"]} */
@@ -966,48 +931,181 @@ static json_t *tool_calls_json(const ifd_oai_tool_call_t *tc, size_t n, long onl
     return arr;
 }
 
+/* The head of a response or chunk object, {"id",…,"model"[,
+ * "system_fingerprint"], without its closing brace. */
+static void w_head(ifd__oai_w_t *w, const ifd_oai_meta_t *m, const char *object)
+{
+    int bad = 0;
+    IFD__OAI_W_LIT(w, "{");
+    ifd__oai_w_json(w, base_obj(m, object, &bad), bad, true);
+}
+
+static void w_finish(ifd__oai_w_t *w, const char *reason)
+{
+    IFD__OAI_W_LIT(w, ",\"finish_reason\":");
+    if (reason)
+        ifd__oai_w_cstr(w, reason);
+    else
+        IFD__OAI_W_LIT(w, "null");
+}
+
+/* One choice of a non-streamed chat or completions response. */
+static void w_choice(ifd__oai_w_t *w, ifd_oai_kind_t kind, const ifd_oai_choice_t *c)
+{
+    bool chat = kind == IFD_OAI_CHAT;
+    IFD__OAI_W_LIT(w, "{\"index\":");
+    ifd__oai_w_int(w, c->index);
+    if (chat) {
+        IFD__OAI_W_LIT(w, ",\"message\":{\"role\":\"assistant\",\"content\":");
+        if (c->n_tool_calls && !c->text_len)
+            IFD__OAI_W_LIT(w, "null");
+        else
+            ifd__oai_w_str(w, c->text, c->text_len);
+        IFD__OAI_W_LIT(w, ",\"refusal\":null");
+        if (c->n_tool_calls) {
+            int bad = 0;
+            IFD__OAI_W_LIT(w, ",\"tool_calls\":");
+            ifd__oai_w_json(w, tool_calls_json(c->tool_calls, c->n_tool_calls, -1, &bad), bad,
+                            false);
+        }
+        IFD__OAI_W_LIT(w, "}");
+    } else {
+        IFD__OAI_W_LIT(w, ",\"text\":");
+        ifd__oai_w_str(w, c->text, c->text_len);
+    }
+    IFD__OAI_W_LIT(w, ",\"logprobs\":");
+    w_choice_logprobs(w, kind, c);
+    w_finish(w, c->finish_reason);
+    if (!chat && c->has_prompt_logprobs) {
+        IFD__OAI_W_LIT(w, ",\"prompt_logprobs\":");
+        w_choice_prompt_logprobs(w, c);
+    }
+    IFD__OAI_W_LIT(w, "}");
+}
+
 int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice_t *choices,
                           size_t n_choices, const ifd_oai_usage_t *usage)
 {
+    return ifd_oai_response_json_max(out, m, choices, n_choices, usage, 0);
+}
+
+int ifd_oai_response_json_max(ifd_buf_t *out, const ifd_oai_meta_t *m,
+                              const ifd_oai_choice_t *choices, size_t n_choices,
+                              const ifd_oai_usage_t *usage, size_t max_bytes)
+{
     if (!meta_ok(m) || !usage || (n_choices && !choices))
         return IFD_EINVAL;
-    if (m->kind == IFD_OAI_RESPONSES)
-        return n_choices == 1 ? ifd__resp_json(out, m, choices, usage) : IFD_EINVAL;
-    int bad = 0;
-    bool chat = m->kind == IFD_OAI_CHAT;
-    json_t *o = base_obj(m, chat ? "chat.completion" : "text_completion", &bad);
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n_choices; i++) {
-        const ifd_oai_choice_t *c = &choices[i];
-        json_t *ch = json_object();
-        ifd__oai_json_set(ch, "index", json_integer(c->index), &bad);
-        if (chat) {
-            json_t *msg = json_object();
-            ifd__oai_json_set(msg, "role", json_string("assistant"), &bad);
-            ifd__oai_json_set(msg, "content",
-                              c->n_tool_calls && !c->text_len
-                                  ? json_null()
-                                  : ifd__oai_json_str(c->text, c->text_len),
-                              &bad);
-            ifd__oai_json_set(msg, "refusal", json_null(), &bad);
-            if (c->n_tool_calls)
-                ifd__oai_json_set(msg, "tool_calls",
-                                  tool_calls_json(c->tool_calls, c->n_tool_calls, -1, &bad), &bad);
-            ifd__oai_json_set(ch, "message", msg, &bad);
-        } else {
-            ifd__oai_json_set(ch, "text", ifd__oai_json_str(c->text, c->text_len), &bad);
+    for (size_t i = 0; i < n_choices; i++)
+        if (choices[i].logprobs_prefix && choices[i].text_offset)
+            return IFD_EINVAL;
+    if (m->kind == IFD_OAI_RESPONSES) {
+        if (n_choices != 1)
+            return IFD_EINVAL;
+        size_t start = out->len;
+        int rc = ifd__resp_json(out, m, choices, usage);
+        if (rc == 0 && max_bytes && out->len - start > max_bytes) {
+            out->len = start; /* one choice, built as a tree: bounded by the caller's checks */
+            out->data[start] = '\0';
+            rc = IFD_ETOOBIG;
         }
-        ifd__oai_json_set(ch, "logprobs", choice_logprobs(m->kind, c, &bad), &bad);
-        ifd__oai_json_set(ch, "finish_reason", finish_json(c->finish_reason), &bad);
-        if (!chat && c->has_prompt_logprobs)
-            ifd__oai_json_set(ch, "prompt_logprobs", prompt_logprobs_json(c, &bad), &bad);
-        ifd__oai_json_add(arr, ch, &bad);
+        return rc;
     }
-    ifd__oai_json_set(o, "choices", arr, &bad);
-    if (chat && n_choices && choices[0].has_prompt_logprobs) /* vLLM: once, at the top */
-        ifd__oai_json_set(o, "prompt_logprobs", prompt_logprobs_json(&choices[0], &bad), &bad);
-    ifd__oai_json_set(o, "usage", usage_obj(usage, &bad), &bad);
-    return ifd__oai_json_emit(out, o, bad, false);
+    bool chat = m->kind == IFD_OAI_CHAT;
+    ifd__oai_w_t w;
+    ifd__oai_w_begin(&w, out, max_bytes);
+    w_head(&w, m, chat ? "chat.completion" : "text_completion");
+    IFD__OAI_W_LIT(&w, ",\"choices\":[");
+    for (size_t i = 0; i < n_choices && !w.rc; i++) {
+        if (i)
+            IFD__OAI_W_LIT(&w, ",");
+        w_choice(&w, m->kind, &choices[i]);
+    }
+    IFD__OAI_W_LIT(&w, "]");
+    if (chat && n_choices && choices[0].has_prompt_logprobs) { /* vLLM: once, at the top */
+        IFD__OAI_W_LIT(&w, ",\"prompt_logprobs\":");
+        w_choice_prompt_logprobs(&w, &choices[0]);
+    }
+    int bad = 0;
+    IFD__OAI_W_LIT(&w, ",\"usage\":");
+    ifd__oai_w_json(&w, usage_obj(usage, &bad), bad, false);
+    IFD__OAI_W_LIT(&w, "}");
+    return ifd__oai_w_end(&w);
+}
+
+/* ---- size bounds --------------------------------------------------------------------- */
+
+/* The fewest bytes each piece is written in (oai_json.c's writers): a
+ * string of L bytes takes >= L + 2 (a byte is >= 1 byte, a replaced one 3),
+ * a number >= 3 ("0.0"; an integer >= 1), a bytes array >= 2L - 1 + 2.
+ * Chat: {"token":S,"logprob":R,"bytes":[…]} >= 36 + 3L as an alternative,
+ * plus ,"top_logprobs":[…] for the token >= 54 + 3L; completions: the four
+ * columns >= 10 + L per token; a prompt logprobs entry
+ * "<id>":{"logprob":R,"rank":I,"decoded_token":S} >= 47 + L, a row
+ * ",{…}" >= 3 + its entries. */
+#define MIN_CHAT_TOKEN 54u
+#define MIN_CHAT_TOP   36u
+#define MIN_CMPL_TOKEN 10u
+#define MIN_PLP_ENTRY  47u
+#define MIN_PLP_ROW    3u
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+uint64_t ifd_oai_token_min_bytes(ifd_oai_kind_t kind, const ifd_oai_logprob_t *lp)
+{
+    if (!lp)
+        return 0;
+    if (kind != IFD_OAI_COMPLETION) {
+        uint64_t n = MIN_CHAT_TOKEN + 3 * (uint64_t)lp->len;
+        for (size_t k = 0; k < lp->n_top; k++)
+            n += MIN_CHAT_TOP + 3 * (uint64_t)lp->top[k].len;
+        return n;
+    }
+    return MIN_CMPL_TOKEN + lp->len;
+}
+
+uint64_t ifd_oai_response_min_bytes(ifd_oai_kind_t kind, const ifd_oai_request_t *r,
+                                    const size_t *prompt_tokens, size_t n_prompts)
+{
+    bool cmpl = kind == IFD_OAI_COMPLETION;
+    bool echo_lp = cmpl && r->echo && r->logprobs;
+    uint64_t n = r->n ? r->n : 1;
+    /* tokens every choice surely has: min_tokens hold off every stop */
+    uint64_t gen = r->min_tokens;
+    if (r->max_tokens >= 0 && (uint64_t)r->max_tokens < gen)
+        gen = (uint64_t)r->max_tokens;
+    uint64_t per_token = 0;
+    if (r->logprobs)
+        per_token =
+            cmpl ? MIN_CMPL_TOKEN : MIN_CHAT_TOKEN + (uint64_t)MIN_CHAT_TOP * r->top_logprobs;
+    uint64_t total = 0;
+    for (size_t p = 0; p < n_prompts; p++) {
+        uint64_t rows = prompt_tokens[p] > 1 ? prompt_tokens[p] - 1 : 0;
+        uint64_t per_choice = sat_mul(gen, per_token);
+        if (echo_lp)
+            per_choice = sat_add(per_choice, sat_mul(prompt_tokens[p], MIN_CMPL_TOKEN));
+        if (r->prompt_logprobs || echo_lp) {
+            /* vLLM's shapes: every choice's in completions, once in chat; a
+             * row holds the token and `top` alternatives, the token at most
+             * once among them */
+            uint64_t top = r->prompt_logprobs ? r->prompt_top_logprobs : r->top_logprobs;
+            uint64_t row = MIN_PLP_ROW + MIN_PLP_ENTRY * (top ? top : 1);
+            uint64_t plp = sat_mul(rows, row);
+            if (cmpl)
+                per_choice = sat_add(per_choice, plp);
+            else
+                total = sat_add(total, plp);
+        }
+        total = sat_add(total, sat_mul(per_choice, n));
+    }
+    return total;
 }
 
 /* ---- streaming ------------------------------------------------------------------------- */
@@ -1038,35 +1136,48 @@ static json_t *chunk_usage(const ifd_oai_stream_t *s, int *bad)
     return s->live_usage ? usage_obj(s->live_usage, bad) : json_null();
 }
 
-/* One chunk with one choice; `role` adds role:"assistant" (chat). */
+/* One chunk with one choice; `role` adds role:"assistant" (chat). Written
+ * like a whole response (its logprobs may be a prompt's: echo). */
 static int stream_chunk(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choice_t *c, bool role,
                         const char *finish)
 {
-    int bad = 0;
     bool chat = s->meta.kind == IFD_OAI_CHAT;
-    json_t *o = base_obj(&s->meta, chat ? "chat.completion.chunk" : "text_completion", &bad);
-    json_t *ch = json_object();
-    ifd__oai_json_set(ch, "index", json_integer(c->index), &bad);
-    if (chat) {
-        json_t *delta = json_object();
-        if (role)
-            ifd__oai_json_set(delta, "role", json_string("assistant"), &bad);
-        if (role || c->text_len > 0)
-            ifd__oai_json_set(delta, "content", ifd__oai_json_str(c->text, c->text_len), &bad);
-        ifd__oai_json_set(ch, "delta", delta, &bad);
-    } else {
-        ifd__oai_json_set(ch, "text", ifd__oai_json_str(c->text, c->text_len), &bad);
-    }
     ifd_oai_choice_t tmp = *c;
     tmp.text_offset = s->text_offset[c->index];
-    ifd__oai_json_set(ch, "logprobs", choice_logprobs(s->meta.kind, &tmp, &bad), &bad);
-    ifd__oai_json_set(ch, "finish_reason", finish_json(finish), &bad);
-    json_t *arr = json_array();
-    ifd__oai_json_add(arr, ch, &bad);
-    ifd__oai_json_set(o, "choices", arr, &bad);
-    if (s->include_usage)
-        ifd__oai_json_set(o, "usage", chunk_usage(s, &bad), &bad);
-    int rc = ifd__oai_json_emit(out, o, bad, true);
+    if (tmp.logprobs_prefix && tmp.text_offset)
+        return IFD_EINVAL;
+    ifd__oai_w_t w;
+    ifd__oai_w_begin(&w, out, 0);
+    IFD__OAI_W_LIT(&w, "data: ");
+    w_head(&w, &s->meta, chat ? "chat.completion.chunk" : "text_completion");
+    IFD__OAI_W_LIT(&w, ",\"choices\":[{\"index\":");
+    ifd__oai_w_int(&w, c->index);
+    if (chat) {
+        IFD__OAI_W_LIT(&w, ",\"delta\":{");
+        if (role)
+            IFD__OAI_W_LIT(&w, "\"role\":\"assistant\"");
+        if (role || c->text_len > 0) {
+            if (role)
+                IFD__OAI_W_LIT(&w, ",");
+            IFD__OAI_W_LIT(&w, "\"content\":");
+            ifd__oai_w_str(&w, c->text, c->text_len);
+        }
+        IFD__OAI_W_LIT(&w, "}");
+    } else {
+        IFD__OAI_W_LIT(&w, ",\"text\":");
+        ifd__oai_w_str(&w, c->text, c->text_len);
+    }
+    IFD__OAI_W_LIT(&w, ",\"logprobs\":");
+    w_choice_logprobs(&w, s->meta.kind, &tmp);
+    w_finish(&w, finish);
+    IFD__OAI_W_LIT(&w, "}]");
+    if (s->include_usage) {
+        int bad = 0;
+        IFD__OAI_W_LIT(&w, ",\"usage\":");
+        ifd__oai_w_json(&w, chunk_usage(s, &bad), bad, false);
+    }
+    IFD__OAI_W_LIT(&w, "}\n\n");
+    int rc = ifd__oai_w_end(&w);
     if (rc == 0)
         s->text_offset[c->index] += (uint32_t)ifd_utf8_count(c->text, c->text_len);
     return rc;

@@ -401,6 +401,18 @@ typedef struct {
     size_t n_top;
 } ifd_oai_prompt_logprob_t;
 
+/* Completions echo + logprobs: the prompt's part of every choice's logprobs
+ * (the prompt's tokens, the first with no_logprob), written once by
+ * ifd_oai_lp_prefix_build and shared by the n choices of that prompt. Each
+ * buffer holds one column's items, comma-separated (tokens, token_logprobs,
+ * top_logprobs, text_offset counted from 0); `chars` is where the choice's
+ * own offsets go on. Owned by the caller: ifd_oai_lp_prefix_free. */
+typedef struct {
+    ifd_buf_t tokens, token_logprobs, top_logprobs, text_offset;
+    size_t n;
+    uint64_t chars;
+} ifd_oai_lp_prefix_t;
+
 /* A tool call of a chat response. arguments is JSON text (an object). */
 typedef struct {
     const char *id; /* "call_…" */
@@ -432,6 +444,15 @@ typedef struct {
     const ifd_oai_prompt_logprob_t *prompt_logprobs;
     size_t n_prompt_logprobs;
     uint32_t prompt_top;
+    /* The same array already written (ifd_oai_prompt_logprobs_json), used
+     * as it is instead of prompt_logprobs: n choices of one prompt share
+     * one rendering. NULL: written from prompt_logprobs. Borrowed. */
+    const char *prompt_logprobs_json;
+    size_t prompt_logprobs_json_len;
+    /* Completions (echo + logprobs): when not NULL, the logprobs object
+     * starts with these prompt tokens, then `logprobs` (whose offsets go on
+     * from prefix->chars); text_offset must then be 0. Borrowed. */
+    const ifd_oai_lp_prefix_t *logprobs_prefix;
 } ifd_oai_choice_t;
 
 /* Writes "chatcmpl-<32 hex>" (chat), "cmpl-<32 hex>" or "resp_<32 hex>"
@@ -452,15 +473,58 @@ int ifd_oai_usage_json(ifd_buf_t *out, const ifd_oai_usage_t *u);
 int ifd_oai_logprobs_json(ifd_buf_t *out, ifd_oai_kind_t kind, const ifd_oai_logprob_t *lp,
                           size_t n, uint32_t text_offset);
 
+/* Appends vLLM's prompt_logprobs array for positions 1 .. n of a prompt
+ * (see ifd_oai_choice_t), each with at most `top` alternatives: the text
+ * ifd_oai_choice_t.prompt_logprobs_json takes. 0 or IFD_ENOMEM (out then
+ * unchanged). Pure; any thread. */
+int ifd_oai_prompt_logprobs_json(ifd_buf_t *out, const ifd_oai_prompt_logprob_t *v, size_t n,
+                                 uint32_t top);
+
+/* Writes the prompt's n tokens into *p (initialised here) as the columns
+ * of a completions logprobs object. 0 or IFD_ENOMEM (*p then empty). Free
+ * with ifd_oai_lp_prefix_free (also after a failure). Pure; any thread. */
+int ifd_oai_lp_prefix_build(ifd_oai_lp_prefix_t *p, const ifd_oai_logprob_t *lp, size_t n);
+void ifd_oai_lp_prefix_free(ifd_oai_lp_prefix_t *p);
+
 /*
  * Appends a whole non-streamed response: chat.completion (choices with
  * message {role:"assistant", content}) or text_completion (choices with
  * text), with usage; for IFD_OAI_RESPONSES a Response object built from
- * choices[0] (n_choices must be 1: proto/responses.h). 0, IFD_EINVAL (NULL
- * meta strings), IFD_ENOMEM.
+ * choices[0] (n_choices must be 1: proto/responses.h). The text is written
+ * as it goes, no tree: memory is about the response's own size, and time
+ * linear in it. 0, IFD_EINVAL (NULL meta strings, a logprobs_prefix with a
+ * text_offset), IFD_ENOMEM; on failure out is unchanged. Pure; any thread
+ * (the daemon builds large ones on its thread pool).
  */
 int ifd_oai_response_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const ifd_oai_choice_t *choices,
                           size_t n_choices, const ifd_oai_usage_t *usage);
+/* The same, stopping with IFD_ETOOBIG (out unchanged) once the response
+ * would be longer than max_bytes (0: no limit; the daemon's
+ * max_response_bytes): the memory it takes is bounded too. */
+int ifd_oai_response_json_max(ifd_buf_t *out, const ifd_oai_meta_t *m,
+                              const ifd_oai_choice_t *choices, size_t n_choices,
+                              const ifd_oai_usage_t *usage, size_t max_bytes);
+
+/*
+ * Size bounds of a non-streamed response (max_response_bytes), lower
+ * bounds: what the answer must hold, each part at the fewest bytes it can
+ * be written in, so a request refused by them could never have fit.
+ *
+ * ifd_oai_response_min_bytes: from the request alone, once its prompts are
+ * tokenized (prompt_tokens[p] tokens in prompt p; 1 prompt for chat): the
+ * prompt logprobs (every choice's in completions, once in chat: vLLM's
+ * shapes; each row the token and its `top` alternatives, distinct tokens as
+ * a worker sends them), the echoed prompt tokens' logprobs (completions
+ * echo + logprobs), and min(min_tokens, max_tokens) tokens per choice with
+ * their logprobs. Saturates at UINT64_MAX. Pure.
+ *
+ * ifd_oai_token_min_bytes: what one generated token adds at least to its
+ * choice's logprobs (lp: the entry with its alternatives; 0 without
+ * logprobs). Pure.
+ */
+uint64_t ifd_oai_response_min_bytes(ifd_oai_kind_t kind, const ifd_oai_request_t *r,
+                                    const size_t *prompt_tokens, size_t n_prompts);
+uint64_t ifd_oai_token_min_bytes(ifd_oai_kind_t kind, const ifd_oai_logprob_t *lp);
 
 /*
  * Streaming. One state per response keeps the OpenAI invariants: the same
