@@ -12,8 +12,9 @@
  *
  * Input is read straight into c->in (alloc_cb reserves room there) and
  * parsed from c->in_off; parsed bytes are dropped once a batch is done.
- * Every write copies its bytes into one heap block holding the uv_write_t;
- * c->pending counts bytes not yet completed by libuv.
+ * Every write copies its bytes into one heap block holding the uv_write_t,
+ * but a body handed over (ifd_http_respond_buf), which the block points to
+ * and frees; c->pending counts bytes not yet completed by libuv.
  *
  * Freeing: ifd__close() marks the connection closing and uv_close()s its
  * stream and timer; the second close callback frees it. Write callbacks
@@ -28,6 +29,7 @@
 
 #include <arpa/inet.h>
 #include <http_parser.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -141,7 +143,8 @@ struct ifd_http_server {
 typedef struct {
     uv_write_t req;
     ifd_http_conn_t *c;
-    size_t len;
+    size_t len;  /* every byte of the write (data[] and owned) */
+    char *owned; /* a body taken from the caller, written after data[]; or NULL */
     char data[];
 } ifd__wreq_t;
 
@@ -288,6 +291,7 @@ static void ifd__write_cb(uv_write_t *req, int status)
     ifd__wreq_t *w = (ifd__wreq_t *)req;
     ifd_http_conn_t *c = w->c;
     c->pending -= w->len;
+    free(w->owned);
     free(w);
     if (c->closing)
         return;
@@ -300,38 +304,53 @@ static void ifd__write_cb(uv_write_t *req, int status)
         ifd__close(c, true);
 }
 
+/* Writes prefix + data + suffix (copied) and then, when `take` has bytes,
+ * take's memory (handed to the write: *take is emptied, also on failure). */
 static int ifd__write(ifd_http_conn_t *c, const char *prefix, size_t plen, const char *data,
-                      size_t len, const char *suffix, size_t slen)
+                      size_t len, const char *suffix, size_t slen, ifd_buf_t *take)
 {
-    if (c->closing)
+    char *owned = take ? take->data : NULL;
+    size_t olen = owned ? take->len : 0;
+    if (take)
+        *take = (ifd_buf_t)IFD_BUF_INIT;
+    if (c->closing) {
+        free(owned);
         return IFD_ECLOSED;
+    }
     size_t n = plen + len + slen;
-    if (n == 0)
-        return 0;
+    if (n + olen == 0 || olen > UINT_MAX) { /* uv_buf_t holds an unsigned length */
+        free(owned);
+        return olen ? IFD_ETOOBIG : 0;
+    }
     ifd__wreq_t *w = malloc(sizeof *w + n);
-    if (!w)
+    if (!w) {
+        free(owned);
         return IFD_ENOMEM;
+    }
     w->c = c;
-    w->len = n;
+    w->len = n + olen;
+    w->owned = owned;
     if (plen)
         memcpy(w->data, prefix, plen);
     if (len)
         memcpy(w->data + plen, data, len);
     if (slen)
         memcpy(w->data + plen + len, suffix, slen);
-    uv_buf_t b = uv_buf_init(w->data, (unsigned)n);
-    int rc = uv_write(&w->req, &c->h.stream, &b, 1, ifd__write_cb);
+    uv_buf_t b[2] = {uv_buf_init(w->data, (unsigned)n), uv_buf_init(owned, (unsigned)olen)};
+    int rc = uv_write(&w->req, &c->h.stream, b, olen ? 2 : 1, ifd__write_cb);
     if (rc < 0) {
+        free(owned);
         free(w);
         return IFD_ECLOSED;
     }
-    c->pending += n;
+    c->pending += w->len;
     return 0;
 }
 
-/* Writes the status line and headers, followed by body[0..blen) in the same write. */
+/* Writes the status line and headers, followed by body[0..blen) in the same
+ * write, or by take's bytes (taken: *take is emptied). */
 static int ifd__head(ifd_http_conn_t *c, int status, const char *ctype, const char *extra,
-                     bool stream, size_t len, const char *body, size_t blen)
+                     bool stream, size_t len, const char *body, size_t blen, ifd_buf_t *take)
 {
     ifd_http_server_t *s = c->srv;
     bool ka = c->keep_alive && !s->draining && !c->eof;
@@ -358,8 +377,10 @@ static int ifd__head(ifd_http_conn_t *c, int status, const char *ctype, const ch
     if (!rc)
         rc = ifd_buf_puts(&b, "\r\n");
     if (!rc)
-        rc = ifd__write(c, b.data, b.len, body, c->head ? 0 : blen, NULL, 0);
+        rc = ifd__write(c, b.data, b.len, body, c->head ? 0 : blen, NULL, 0, c->head ? NULL : take);
     ifd_buf_free(&b);
+    if (take)
+        ifd_buf_free(take); /* HEAD, or a failure before the write took it */
     if (s->metrics)
         ifd_metrics_count_status(s->metrics, status);
     /* one access-log line per response: who (the peer's uid and pid on the
@@ -407,7 +428,24 @@ int ifd_http_respond(ifd_http_conn_t *c, int status, const char *content_type,
 {
     if (c->closing)
         return IFD_ECLOSED;
-    int rc = ifd__head(c, status, content_type, extra_headers, false, len, body, len);
+    int rc = ifd__head(c, status, content_type, extra_headers, false, len, body, len, NULL);
+    if (rc) {
+        c->abort_cb = NULL;
+        ifd__close(c, false);
+        return rc;
+    }
+    ifd__done(c);
+    return 0;
+}
+
+int ifd_http_respond_buf(ifd_http_conn_t *c, int status, const char *content_type,
+                         const char *extra_headers, ifd_buf_t *body)
+{
+    if (c->closing) {
+        ifd_buf_free(body);
+        return IFD_ECLOSED;
+    }
+    int rc = ifd__head(c, status, content_type, extra_headers, false, body->len, NULL, 0, body);
     if (rc) {
         c->abort_cb = NULL;
         ifd__close(c, false);
@@ -424,7 +462,7 @@ int ifd_http_stream_begin(ifd_http_conn_t *c, int status, const char *content_ty
         return IFD_ECLOSED;
     c->streaming = true;
     c->chunked = !c->http10;
-    int rc = ifd__head(c, status, content_type, extra_headers, true, 0, NULL, 0);
+    int rc = ifd__head(c, status, content_type, extra_headers, true, 0, NULL, 0, NULL);
     if (rc) {
         c->abort_cb = NULL;
         ifd__close(c, false);
@@ -448,9 +486,9 @@ int ifd_http_stream_write(ifd_http_conn_t *c, const char *data, size_t len)
     if (c->chunked) {
         char pre[24];
         int pl = snprintf(pre, sizeof pre, "%zx\r\n", len);
-        rc = ifd__write(c, pre, (size_t)pl, data, len, "\r\n", 2);
+        rc = ifd__write(c, pre, (size_t)pl, data, len, "\r\n", 2, NULL);
     } else {
-        rc = ifd__write(c, data, len, NULL, 0, NULL, 0);
+        rc = ifd__write(c, data, len, NULL, 0, NULL, 0, NULL);
     }
     if (rc) {
         c->abort_cb = NULL;
@@ -465,7 +503,7 @@ int ifd_http_stream_end(ifd_http_conn_t *c)
         return IFD_ECLOSED;
     int rc = 0;
     if (c->chunked)
-        rc = ifd__write(c, "0\r\n\r\n", 5, NULL, 0, NULL, 0);
+        rc = ifd__write(c, "0\r\n\r\n", 5, NULL, 0, NULL, 0, NULL);
     else
         c->keep_alive = false;
     if (rc) {
@@ -623,7 +661,7 @@ static int ifd__on_headers_complete(http_parser *p)
     c->state = IFD__BODY;
     ifd__arm(c, s->lim.body_timeout_ms, IFD__T_TIMEOUT);
     if (c->expect_continue && ((p->flags & F_CHUNKED) || p->content_length > 0))
-        ifd__write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, NULL, 0, NULL, 0);
+        ifd__write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25, NULL, 0, NULL, 0, NULL);
     return 0;
 }
 
@@ -830,7 +868,7 @@ static void ifd__reject(ifd_http_conn_t *c)
                       "Content-Length: %zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n",
                       sizeof body - 1);
     c->close_after_write = true;
-    if (ifd__write(c, head, (size_t)hl, body, sizeof body - 1, NULL, 0))
+    if (ifd__write(c, head, (size_t)hl, body, sizeof body - 1, NULL, 0, NULL))
         ifd__close(c, false);
 }
 

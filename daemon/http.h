@@ -38,6 +38,7 @@
 #ifndef IFD_DAEMON_HTTP_H
 #define IFD_DAEMON_HTTP_H
 
+#include "arena.h"
 #include "listen.h"
 #include "metrics.h"
 
@@ -110,6 +111,12 @@ int ifd_http_server_connections(const ifd_http_server_t *s);
  * IFD_ECLOSED when the connection is already gone (nothing is written). */
 int ifd_http_respond(ifd_http_conn_t *c, int status, const char *content_type,
                      const char *extra_headers, const char *body, size_t len);
+
+/* The same with a body the connection takes: body's memory is handed to
+ * the write (no copy: a large response is held once) and freed when the
+ * kernel has it; *body is empty afterwards, whatever the result. */
+int ifd_http_respond_buf(ifd_http_conn_t *c, int status, const char *content_type,
+                         const char *extra_headers, ifd_buf_t *body);
 
 /* Starts a chunked (HTTP/1.1) or close-delimited (HTTP/1.0) response. */
 int ifd_http_stream_begin(ifd_http_conn_t *c, int status, const char *content_type,
