@@ -29,6 +29,7 @@
 #include "gcache.h"
 #include "http.h"
 #include "kvpool/kvpool.h"
+#include "memtrim.h"
 #include "metrics.h"
 #include "modelfile/model_config.h"
 #include "proto/openai.h"
@@ -84,6 +85,10 @@ typedef struct {
      * thread-safe, used by the threadpool's jobs); made by main, freed by
      * ifd_api_close */
     ifd_gcache_t *grammars;
+
+    /* gives freed memory back after large requests (memtrim.h); borrowed,
+     * may be NULL (tests) */
+    ifd_memtrim_t *trim;
 } ifd_api_t;
 
 /* Room for an identity from ifd_api_identity, NUL included. */

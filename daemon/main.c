@@ -81,6 +81,7 @@ typedef struct {
     uv_timer_t grace_timer;
     uv_timer_t step_timer;  /* runs shutdown steps outside other callbacks */
     uv_timer_t sd_timer;    /* systemd: WATCHDOG=1, EXTEND_TIMEOUT_USEC while loading */
+    ifd_memtrim_t trim;     /* freed memory back to the system (memtrim.h) */
     uint64_t watchdog_usec; /* WatchdogSec= (0: no watchdog) */
     char *wedge_path;       /* $INFERD_TEST_WEDGE_LOOP (ifd__sd_tick_cb), or NULL; owned */
     int stage;              /* 0 serving, 1 draining, 2 stopping workers, 3 closing */
@@ -287,6 +288,7 @@ static void ifd__close_handles(ifd__daemon_t *d)
                         (uv_handle_t *)&d->step_timer, (uv_handle_t *)&d->sd_timer};
     for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
         uv_close(h[i], ifd__closed_cb);
+    ifd_memtrim_close(&d->trim);
 }
 
 /* Runs the next shutdown stage when its condition holds. */
@@ -924,6 +926,8 @@ static void ifd__start_handles(ifd__daemon_t *d)
     uv_timer_init(&d->loop, &d->step_timer);
     uv_timer_init(&d->loop, &d->sd_timer);
     d->grace_timer.data = d->step_timer.data = d->sd_timer.data = d;
+    if (ifd_memtrim_init(&d->trim, &d->loop)) /* only the trimming is lost */
+        IFD_WARN("memtrim: its timer could not start: freed memory stays in the heap");
     d->handles_init = true;
     ifd__sd_start(d);
 }
@@ -1053,6 +1057,7 @@ static int ifd__start_router(ifd__daemon_t *d, int64_t mml)
         IFD_ERROR("out of memory for the grammar cache");
         return IFD_ENOMEM;
     }
+    api->trim = &d->trim;
     return 0;
 }
 
@@ -1121,6 +1126,7 @@ static int ifd__run(ifd__daemon_t *d)
 
 int main(int argc, char **argv)
 {
+    ifd_memtrim_setup(); /* before anything allocates */
     ifd__daemon_t *d = calloc(1, sizeof *d);
     if (!d) {
         fprintf(stderr, "inferd: out of memory\n");
