@@ -109,6 +109,9 @@
     X(max_body_bytes, BYTES, "4M", 1, "BYTES", 1024, 1 << 30, "request body at most (413)")    \
     X(output_buffer_bytes, BYTES, "4M", 1, "BYTES", 65536, 1 << 30,                            \
       "unsent response bytes per connection before a slow reader is dropped")                  \
+    X(max_response_bytes, BYTES, "64M", 1, "BYTES", 65536, 0,                                  \
+      "a non-streamed response's body at most: a request whose answer would be larger is "    \
+      "refused with 400 (streams are not bounded by it)")                                      \
     X(header_timeout, SECS, "10", 1, "SECS", 0.01, 3600,                                       \
       "time to receive a request's headers (408 beyond)")                                      \
     X(body_timeout, SECS, "30", 1, "SECS", 0.01, 3600, "time to receive a request's body")     \

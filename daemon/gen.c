@@ -9,11 +9,20 @@
  * (cancels) its sequence at once; streams send what textout releases.
  *
  * Prompt logprobs (vLLM's prompt_logprobs, completions echo + logprobs) are
- * kept per prompt (ifd__plp_t), filled by whichever of its sequences asked:
- * the first sample only, or — streaming echo + logprobs — every choice, so
- * that each choice's echo chunk (prompt text and prompt logprobs) can go
- * out when its own sequence has delivered them, which the router
- * guarantees is before that sequence's first token.
+ * computed once per prompt, by its first sample's sequence, and kept once
+ * (ifd__plp_t); their JSON is written once too and shared by the prompt's
+ * choices. A streaming echo + logprobs choice sends its echo chunk (prompt
+ * text and prompt logprobs) first: the other samples hold their text back
+ * until the first sample's sequence has delivered the prompt's logprobs,
+ * which the router guarantees is before that sequence's first token.
+ *
+ * Size: a non-streamed response is bounded by max_response_bytes. The
+ * request is refused up front (400) when what its answer must hold is
+ * already over (ifd_oai_response_min_bytes); the same lower bound grows with
+ * each token's logprobs and ends the request with a 400 once over, so
+ * memory never grows past the limit for long; and the writer stops at it.
+ * The response is written on the thread pool (it grows with the request:
+ * never on the loop) into one buffer the connection then takes.
  *
  * Lifetime rules: the gen is freed by ifd__gen_free only — when its
  * response is complete, its client went away (and no threadpool job is
@@ -42,11 +51,16 @@
 #define IFD__MAX_CHOICES 256
 
 /* One prompt's logprobs: positions 1 .. n of n_prompt - 1 (v), and the
- * completions echo form over all n_prompt tokens once complete (echo_lp). */
+ * completions echo form over all n_prompt tokens once complete (echo_lp);
+ * then, once, their JSON: vLLM's prompt_logprobs array (json) and the echo
+ * form's columns (prefix). Shared by the prompt's choices. */
 typedef struct {
     ifd_oai_prompt_logprob_t *v;
     size_t n;
     ifd_oai_logprob_t *echo_lp;
+    ifd_buf_t json;
+    ifd_oai_lp_prefix_t prefix;
+    bool has_prefix;
 } ifd__plp_t;
 
 typedef struct {
@@ -61,8 +75,7 @@ typedef struct {
     ifd_oai_logprob_t *lp;
     size_t n_lp, cap_lp, lp_sent;
     uint64_t t_last_ns;
-    bool echoed;       /* streaming echo + logprobs: its echo chunk is sent */
-    uint32_t plp_have; /* prompt positions its own sequence has delivered */
+    bool echoed; /* streams: its echo chunk is sent (echo + logprobs: it held its text till then) */
 } ifd__choice_t;
 
 struct ifd_gen {
@@ -96,6 +109,11 @@ struct ifd_gen {
     uint32_t plp_top; /* alternatives asked of the worker */
     int work_rc;
     ifd_oai_error_t work_err;
+
+    /* non-streamed: the response's size (max_response_bytes, read at start) */
+    uint64_t size_limit;      /* 0: none (streams) */
+    uint64_t size_min;        /* what the answer must hold so far (ifd_oai_*_min_bytes) */
+    struct ifd__build *build; /* while the response is written on the thread pool (arena) */
 
     ifd_textout_rules_t rules; /* every choice's text obeys them (ifd__start) */
 
@@ -174,11 +192,20 @@ static bool ifd__flush(ifd_gen_t *g)
     return true;
 }
 
+static bool ifd__echo_lp(const ifd_gen_t *g);
+
+/* A streaming echo + logprobs choice whose echo chunk has not gone out
+ * holds its text and its end back (ifd__release_echo sends them). */
+static bool ifd__held(const ifd__choice_t *c)
+{
+    return c->g->streaming && !c->echoed && ifd__echo_lp(c->g);
+}
+
 /* Streams text[emitted .. upto) (and new logprobs); with finish, the last chunk. */
 static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
 {
     ifd_gen_t *g = c->g;
-    if (!g->streaming)
+    if (!g->streaming || ifd__held(c))
         return true;
     ifd_oai_choice_t oc;
     memset(&oc, 0, sizeof oc);
@@ -206,14 +233,37 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
     return ifd__flush(g);
 }
 
+/* Streams the end of a finished choice: the rest of its text (tool calls
+ * as deltas) and its last chunk; nothing while it is held. false: g freed. */
+static bool ifd__send_end(ifd__choice_t *c)
+{
+    ifd_gen_t *g = c->g;
+    ifd_textout_t *t = &c->text;
+    if (!g->streaming || ifd__held(c))
+        return true;
+    if (!t->n_calls)
+        return ifd__emit(c, t->text.len, c->finish);
+    /* content before the calls, the calls as deltas, then the end */
+    if (t->content_len > t->emitted && !ifd__emit(c, t->content_len, NULL))
+        return false;
+    ifd_oai_choice_t oc;
+    memset(&oc, 0, sizeof oc);
+    oc.index = c->index;
+    oc.tool_calls = t->calls;
+    oc.n_tool_calls = t->n_calls;
+    if (ifd_oai_stream_tool_calls(&g->stream, &g->out, &oc))
+        IFD_ERROR("gen %s: building the tool-call chunks failed", g->id);
+    c->lp_sent = c->n_lp;
+    return ifd__emit(c, t->emitted, c->finish);
+}
+
 /* Marks a choice finished (length: at max_tokens); for streams sends its
  * last chunk. false: g freed. */
 static bool ifd__choice_done(ifd__choice_t *c, bool length)
 {
     ifd_gen_t *g = c->g;
-    ifd_textout_t *t = &c->text;
     c->done = true;
-    const char *finish = ifd_textout_end(t, length, &g->arena);
+    const char *finish = ifd_textout_end(&c->text, length, &g->arena);
     if (g->ids_failed)
         ifd__fail(g, 500, NULL,
                   "A tool call id could not be drawn from the system's random "
@@ -222,23 +272,8 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;
     m->finished[length ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
-    if (t->n_calls && g->streaming) {
-        /* content before the calls, the calls as deltas, then the end */
-        if (t->content_len > t->emitted && !ifd__emit(c, t->content_len, NULL))
-            return false;
-        ifd_oai_choice_t oc;
-        memset(&oc, 0, sizeof oc);
-        oc.index = c->index;
-        oc.tool_calls = t->calls;
-        oc.n_tool_calls = t->n_calls;
-        if (ifd_oai_stream_tool_calls(&g->stream, &g->out, &oc))
-            IFD_ERROR("gen %s: building the tool-call chunks failed", g->id);
-        c->lp_sent = c->n_lp;
-        if (!ifd__emit(c, t->emitted, finish))
-            return false;
-    } else if (!ifd__emit(c, t->text.len, finish)) {
+    if (!ifd__send_end(c))
         return false;
-    }
     if (g->n_done == g->n_choices) {
         ifd__complete(g);
         return false;
@@ -322,8 +357,23 @@ static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
     return lp;
 }
 
+/* The echo form of prompt p's logprobs written once (the columns every
+ * choice of p starts with), or NULL on OOM. */
+static const ifd_oai_lp_prefix_t *ifd__echo_prefix(ifd_gen_t *g, size_t p)
+{
+    ifd__plp_t *P = &g->plp[p];
+    if (!P->has_prefix) {
+        const ifd_oai_logprob_t *lp = ifd__echo_logprobs(g, p);
+        if (!lp || ifd_oai_lp_prefix_build(&P->prefix, lp, g->ptoks[p].n))
+            return NULL;
+        P->has_prefix = true;
+    }
+    return &P->prefix;
+}
+
 /* Streaming completions echo: the prompt text (and, with logprobs, the
- * prompt's logprobs) as the choice's first chunk. */
+ * prompt's logprobs, written once for all its choices) as the choice's
+ * first chunk. */
 static void ifd__send_echo(ifd__choice_t *c)
 {
     ifd_gen_t *g = c->g;
@@ -336,12 +386,39 @@ static void ifd__send_echo(ifd__choice_t *c)
     oc.text = g->echo[c->prompt];
     oc.text_len = g->echo[c->prompt] ? g->echo_len[c->prompt] : 0;
     if (ifd__echo_lp(g)) {
-        oc.logprobs = ifd__echo_logprobs(g, c->prompt);
-        oc.has_logprobs = oc.logprobs != NULL;
-        oc.n_logprobs = oc.logprobs ? g->ptoks[c->prompt].n : 0;
+        oc.logprobs_prefix = ifd__echo_prefix(g, c->prompt);
+        oc.has_logprobs = oc.logprobs_prefix != NULL;
     }
-    if (oc.text_len || oc.n_logprobs)
+    if (oc.text_len || oc.has_logprobs)
         ifd_oai_stream_delta(&g->stream, &g->out, &oc);
+}
+
+/* Streaming echo + logprobs: prompt p's logprobs are in (all of them, or
+ * its first sample has gone past them): each choice of p sends its echo
+ * chunk, then what it held back (its end, when it is done). false: g freed. */
+static bool ifd__release_echo(ifd_gen_t *g, uint32_t p)
+{
+    for (uint32_t i = p * g->req.n; i < (p + 1) * g->req.n; i++) {
+        ifd__choice_t *c = &g->ch[i];
+        if (c->echoed)
+            continue;
+        ifd__send_echo(c);
+        size_t upto;
+        if (c->done ? !ifd__send_end(c)
+                    : ifd_textout_ready(&c->text, &upto) && !ifd__emit(c, upto, NULL))
+            return false;
+    }
+    return ifd__flush(g);
+}
+
+/* Before the first sample of a held prompt goes on (a token, its end):
+ * its prompt logprobs are complete, the others may go too. false: g freed. */
+static bool ifd__unhold(ifd__choice_t *c)
+{
+    ifd_gen_t *g = c->g;
+    if (c->index % g->req.n != 0 || !ifd__held(c))
+        return true;
+    return ifd__release_echo(g, c->prompt);
 }
 
 static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_prompt_logprobs_t *m)
@@ -358,9 +435,8 @@ static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_p
         size_t pos = (size_t)m->pos + i;
         if (pos >= n_prompt)
             break;
-        c->plp_have = (uint32_t)pos;
         if (pos <= P->n)
-            continue; /* another sample of this prompt brought it */
+            continue; /* cannot happen: the router drops what it delivered */
         if (pos != P->n + 1)
             break; /* cannot happen: each sequence delivers in order from 1 */
         ifd_oai_prompt_logprob_t *e = &P->v[pos - 1];
@@ -388,10 +464,8 @@ static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_p
         e->n_top = w->n_top;
         P->n = pos;
     }
-    if (g->streaming && ifd__echo_lp(g) && c->plp_have + 1 == n_prompt) {
-        ifd__send_echo(c);
-        ifd__flush(g); /* may free g: nothing after */
-    }
+    if (P->n + 1 == n_prompt)
+        ifd__unhold(c); /* may free g: nothing after */
 }
 
 static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
@@ -434,8 +508,47 @@ static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
             l->n_top = g->req.top_logprobs < ev->n_top ? g->req.top_logprobs : ev->n_top;
         }
     }
-    if (l->bytes)
+    if (l->bytes) {
         c->n_lp++;
+        g->size_min += ifd_oai_token_min_bytes(g->api_kind, l);
+    }
+}
+
+/* The 400 of a non-streamed request whose answer would pass
+ * max_response_bytes (min: what it must hold at least, 0 unknown). */
+static void ifd__too_large_error(const ifd_gen_t *g, const char *param, uint64_t min,
+                                 ifd_oai_error_t *e)
+{
+    char least[64] = "";
+    if (min)
+        snprintf(least, sizeof least, " (it needs at least %llu)", (unsigned long long)min);
+    ifd_oai_error_set(e, 400, NULL, "response_too_large", param,
+                      "The response would be larger than this server's max_response_bytes, "
+                      "%llu bytes%s: lower 'n', 'max_tokens', 'logprobs' / 'top_logprobs', "
+                      "'prompt_logprobs' or 'echo', or stream it.",
+                      (unsigned long long)g->size_limit, least);
+}
+
+static void ifd__set_too_large(ifd_gen_t *g, const char *param, uint64_t min)
+{
+    if (g->failed)
+        return;
+    g->failed = true;
+    ifd__too_large_error(g, param, min, &g->err);
+}
+
+/* The answer has outgrown max_response_bytes while it was generated: the
+ * request ends now with a 400, its sequences cancelled, rather than grow
+ * further. true: it did (g freed). */
+static bool ifd__outgrown(ifd_gen_t *g)
+{
+    if (!g->size_limit || g->size_min <= g->size_limit)
+        return false;
+    IFD_INFO("gen %s: the response outgrew max_response_bytes (%llu): ending it", g->id,
+             (unsigned long long)g->size_limit);
+    ifd__set_too_large(g, "max_tokens", g->size_min);
+    ifd__complete(g);
+    return true;
 }
 
 static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev)
@@ -443,7 +556,7 @@ static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev
     (void)s;
     ifd__choice_t *c = owner;
     ifd_gen_t *g = c->g;
-    if (c->done)
+    if (c->done || !ifd__unhold(c))
         return;
     uint64_t now = uv_hrtime();
     ifd_metrics_t *m = g->api->metrics;
@@ -457,8 +570,11 @@ static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev
     int r = ifd_textout_push(&c->text, ev->token);
     if (r == IFD_TEXTOUT_NOTEXT)
         return; /* a stop id (FINISHED follows), or echo with max_tokens 0 */
-    if (g->req.logprobs && ev->has_logprob)
+    if (g->req.logprobs && ev->has_logprob) {
         ifd__add_logprob(c, ev);
+        if (ifd__outgrown(g))
+            return;
+    }
     if (r < 0)
         return; /* its text is lost (out of memory, or an id out of range) */
     ifd__advance(c, r, false);
@@ -495,7 +611,7 @@ static void ifd__on_finished(void *owner, ifd_rseq_t *s, const ifd_wire_finished
         ifd__complete(g); /* a failed request ends at once */
         return;
     }
-    if (!ifd__advance(c, ifd_textout_flush(&c->text), true) || c->done)
+    if (!ifd__unhold(c) || !ifd__advance(c, ifd_textout_flush(&c->text), true) || c->done)
         return;
     ifd__choice_done(c, f->reason == IFD_WIRE_FINISH_LENGTH);
 }
@@ -567,6 +683,174 @@ static void ifd__keep(ifd_gen_t *g, const char *response, size_t len)
     ifd_buf_free(&conv);
 }
 
+/* ---- the non-streamed response ------------------------------------------------------------ */
+
+/* A non-streamed response being written on the thread pool (g's arena):
+ * what the writer reads is set up on the loop and no longer changes. */
+struct ifd__build {
+    uv_work_t work;
+    ifd_gen_t *g;
+    ifd_oai_meta_t meta;
+    ifd_oai_usage_t usage;
+    ifd_oai_choice_t *oc;
+    ifd_buf_t body; /* the response; taken by the connection */
+    size_t taken;   /* its capacity when taken (ifd__footprint) */
+    int rc;
+};
+
+/* The response's choices (loop thread: arena, tokenizer): text with its
+ * echo, logprobs, the prompt logprobs each shares. 0 or IFD_ENOMEM. */
+static int ifd__response_choices(ifd_gen_t *g, ifd_oai_choice_t *oc)
+{
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        ifd__choice_t *c = &g->ch[i];
+        const ifd_textout_t *t = &c->text;
+        oc[i].index = c->index;
+        oc[i].finish_reason = c->finish;
+        oc[i].text = t->text.data;
+        oc[i].text_len = t->n_calls ? t->content_len : t->text.len;
+        oc[i].tool_calls = t->calls;
+        oc[i].n_tool_calls = t->n_calls;
+        if (g->req.echo && g->echo[c->prompt]) {
+            size_t el = g->echo_len[c->prompt], tl = oc[i].text_len;
+            char *e = ifd_arena_alloc(&g->arena, el + tl + 1);
+            if (!e)
+                return IFD_ENOMEM;
+            memcpy(e, g->echo[c->prompt], el);
+            if (tl)
+                memcpy(e + el, t->text.data, tl);
+            e[el + tl] = '\0';
+            oc[i].text = e;
+            oc[i].text_len = el + tl;
+        }
+        if (g->req.logprobs) {
+            oc[i].has_logprobs = true;
+            oc[i].logprobs = c->lp;
+            oc[i].n_logprobs = c->n_lp;
+        }
+        /* the prompt's logprobs, then the answer's: their echo form now,
+         * written once by the thread (ifd__build_cb) */
+        if (g->plp && ifd__echo_lp(g) && !ifd__echo_logprobs(g, c->prompt))
+            return IFD_ENOMEM;
+        if (g->plp) { /* vLLM sets prompt_logprobs for echo + logprobs too */
+            const ifd__plp_t *P = &g->plp[c->prompt];
+            if (c->index % g->req.n == 0 && P->n + 1 < g->ptoks[c->prompt].n)
+                IFD_WARN("gen %s: prompt %u: %zu of %zu prompt logprobs", g->id, c->prompt, P->n,
+                         g->ptoks[c->prompt].n - 1);
+            oc[i].has_prompt_logprobs = true;
+            oc[i].prompt_logprobs = P->v;
+            oc[i].n_prompt_logprobs = P->n;
+            oc[i].prompt_top =
+                g->req.prompt_logprobs ? g->req.prompt_top_logprobs : g->req.top_logprobs;
+        }
+    }
+    return 0;
+}
+
+/* Thread pool (or the loop when the pool refused the job): each prompt's
+ * logprobs written once, then the response around them. Touches only what
+ * the loop no longer does: the build, and the prompts' plp buffers. */
+static void ifd__build_cb(uv_work_t *w)
+{
+    struct ifd__build *b = w->data;
+    ifd_gen_t *g = b->g;
+    int rc = 0;
+    for (size_t p = 0; g->plp && p < g->n_prompts && !rc; p++) {
+        ifd__plp_t *P = &g->plp[p];
+        const ifd_oai_choice_t *first = &b->oc[p * g->req.n];
+        rc = ifd_oai_prompt_logprobs_json(&P->json, P->v, P->n, first->prompt_top);
+        if (!rc && ifd__echo_lp(g) && !P->has_prefix) {
+            rc = ifd_oai_lp_prefix_build(&P->prefix, P->echo_lp, g->ptoks[p].n);
+            P->has_prefix = rc == 0;
+        }
+    }
+    for (uint32_t i = 0; g->plp && i < g->n_choices && !rc; i++) {
+        const ifd__plp_t *P = &g->plp[g->ch[i].prompt];
+        b->oc[i].prompt_logprobs_json = P->json.data;
+        b->oc[i].prompt_logprobs_json_len = P->json.len;
+        if (ifd__echo_lp(g))
+            b->oc[i].logprobs_prefix = &P->prefix;
+    }
+    if (!rc)
+        rc = ifd_oai_response_json_max(&b->body, &b->meta, b->oc, g->n_choices, &b->usage,
+                                       (size_t)g->size_limit);
+    b->rc = rc;
+}
+
+/* The response is written (b->rc): sends it, keeps it (store), frees g. */
+static void ifd__respond(ifd_gen_t *g)
+{
+    struct ifd__build *b = g->build;
+    ifd_http_conn_t *conn = g->conn;
+    g->conn = NULL;
+    ifd_http_set_abort(conn, NULL, NULL);
+    if (b->rc == IFD_ETOOBIG) {
+        ifd__set_too_large(g, "max_tokens", 0);
+        ifd_reply_error(conn, &g->err, 0);
+    } else if (b->rc) {
+        ifd_reply_errorf(conn, 500, NULL, NULL, "Building the response failed: %s",
+                         ifd_strerror(b->rc));
+    } else {
+        ifd__keep(g, b->body.data, b->body.len);
+        b->taken = b->body.cap;
+        ifd_http_respond_buf(conn, 200, "application/json", NULL, &b->body);
+    }
+    ifd__gen_free(g);
+}
+
+static void ifd__after_build_cb(uv_work_t *w, int status)
+{
+    struct ifd__build *b = w->data;
+    ifd_gen_t *g = b->g;
+    g->work_pending = false;
+    if (g->aborted || !g->conn || status == UV_ECANCELED) {
+        ifd__gen_free(g);
+        return;
+    }
+    ifd__respond(g);
+}
+
+/* Responses whose text and logprobs are smaller are written on the loop
+ * (well under a millisecond): a thread-pool round trip would only delay
+ * them, and the tokenizing jobs that share the pool. */
+#define IFD__BUILD_INLINE_BYTES (64u << 10)
+
+/* Every choice is done: the response is written — on the thread pool when
+ * it may be large (its size grows with the request: never on the loop) —
+ * then sent. The client may go away meanwhile (ifd__abort_cb). */
+static void ifd__build_response(ifd_gen_t *g, const ifd_oai_usage_t *u)
+{
+    ifd_api_t *api = g->api;
+    struct ifd__build *b = ifd_arena_calloc(&g->arena, 1, sizeof *b);
+    ifd_oai_choice_t *oc = ifd_arena_calloc(&g->arena, g->n_choices, sizeof *oc);
+    if (!b || !oc || ifd__response_choices(g, oc)) {
+        ifd_http_conn_t *conn = g->conn;
+        g->conn = NULL;
+        ifd_http_set_abort(conn, NULL, NULL);
+        ifd_reply_errorf(conn, 500, NULL, NULL, "Building the response failed: %s",
+                         ifd_strerror(IFD_ENOMEM));
+        ifd__gen_free(g);
+        return;
+    }
+    b->g = g;
+    b->meta = (ifd_oai_meta_t){g->api_kind, g->id, api->model_id,
+                               g->created,  NULL,  g->req.responses_echo};
+    b->usage = *u;
+    b->oc = oc;
+    b->work.data = b;
+    g->build = b;
+    uint64_t est = g->size_min; /* the logprobs and prompt logprobs, at least */
+    for (uint32_t i = 0; i < g->n_choices; i++)
+        est += oc[i].text_len;
+    if (est >= IFD__BUILD_INLINE_BYTES &&
+        uv_queue_work(api->loop, &b->work, ifd__build_cb, ifd__after_build_cb) == 0) {
+        g->work_pending = true;
+        return;
+    }
+    ifd__build_cb(&b->work); /* small, or the pool refused it: bounded by max_response_bytes */
+    ifd__respond(g);
+}
+
 /* Every choice is done (or the request failed): send the end, free. */
 static void ifd__complete(ifd_gen_t *g)
 {
@@ -605,89 +889,38 @@ static void ifd__complete(ifd_gen_t *g)
         }
         return;
     }
-    ifd_http_conn_t *conn = g->conn;
-    g->conn = NULL;
-    ifd_http_set_abort(conn, NULL, NULL);
     if (g->failed) {
+        ifd_http_conn_t *conn = g->conn;
+        g->conn = NULL;
+        ifd_http_set_abort(conn, NULL, NULL);
         ifd_reply_error(conn, &g->err, g->err.status == 503 ? 1 : 0);
         ifd__gen_free(g);
         return;
     }
-    ifd_oai_choice_t *oc = ifd_arena_calloc(&g->arena, g->n_choices, sizeof *oc);
-    ifd_oai_meta_t meta = {g->api_kind, g->id, api->model_id, g->created, NULL,
-                           g->req.responses_echo};
-    ifd_buf_t body = IFD_BUF_INIT;
-    int rc = oc ? 0 : IFD_ENOMEM;
-    for (uint32_t i = 0; i < g->n_choices && !rc; i++) {
-        ifd__choice_t *c = &g->ch[i];
-        const ifd_textout_t *t = &c->text;
-        oc[i].index = c->index;
-        oc[i].finish_reason = c->finish;
-        oc[i].text = t->text.data;
-        oc[i].text_len = t->n_calls ? t->content_len : t->text.len;
-        oc[i].tool_calls = t->calls;
-        oc[i].n_tool_calls = t->n_calls;
-        if (g->req.echo && g->echo[c->prompt]) {
-            size_t el = g->echo_len[c->prompt], tl = oc[i].text_len;
-            char *e = ifd_arena_alloc(&g->arena, el + tl + 1);
-            if (!e) {
-                rc = IFD_ENOMEM;
-                break;
-            }
-            memcpy(e, g->echo[c->prompt], el);
-            if (tl)
-                memcpy(e + el, t->text.data, tl);
-            e[el + tl] = '\0';
-            oc[i].text = e;
-            oc[i].text_len = el + tl;
-        }
-        if (g->req.logprobs) {
-            oc[i].has_logprobs = true;
-            oc[i].logprobs = c->lp;
-            oc[i].n_logprobs = c->n_lp;
-        }
-        if (g->plp && ifd__echo_lp(g)) { /* the prompt's logprobs, then the answer's */
-            const ifd_oai_logprob_t *pl = ifd__echo_logprobs(g, c->prompt);
-            size_t np = g->ptoks[c->prompt].n;
-            ifd_oai_logprob_t *all = ifd_arena_calloc(&g->arena, np + c->n_lp, sizeof *all);
-            if (!pl || !all) {
-                rc = IFD_ENOMEM;
-                break;
-            }
-            memcpy(all, pl, np * sizeof *all);
-            if (c->n_lp)
-                memcpy(all + np, c->lp, c->n_lp * sizeof *all);
-            oc[i].logprobs = all;
-            oc[i].n_logprobs = np + c->n_lp;
-        }
-        if (g->plp) { /* vLLM sets prompt_logprobs for echo + logprobs too */
-            const ifd__plp_t *P = &g->plp[c->prompt];
-            if (P->n + 1 < g->ptoks[c->prompt].n)
-                IFD_WARN("gen %s: prompt %u: %zu of %zu prompt logprobs", g->id, c->prompt, P->n,
-                         g->ptoks[c->prompt].n - 1);
-            oc[i].has_prompt_logprobs = true;
-            oc[i].prompt_logprobs = P->v;
-            oc[i].n_prompt_logprobs = P->n;
-            oc[i].prompt_top =
-                g->req.prompt_logprobs ? g->req.prompt_top_logprobs : g->req.top_logprobs;
-        }
+    ifd__build_response(g, &u);
+}
+
+/* The bytes g holds beyond its structs: what decides whether its end is
+ * followed by a trim (memtrim.h). */
+static size_t ifd__footprint(const ifd_gen_t *g)
+{
+    size_t n = g->arena.total + g->out.cap;
+    for (uint32_t i = 0; i < g->n_choices; i++)
+        n += g->ch[i].cap_lp * sizeof *g->ch[i].lp + g->ch[i].text.text.cap;
+    for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
+        const ifd__plp_t *P = &g->plp[p];
+        n += P->json.cap + P->prefix.tokens.cap + P->prefix.token_logprobs.cap +
+             P->prefix.top_logprobs.cap + P->prefix.text_offset.cap;
     }
-    if (!rc)
-        rc = ifd_oai_response_json(&body, &meta, oc, g->n_choices, &u);
-    if (rc)
-        ifd_reply_errorf(conn, 500, NULL, NULL, "Building the response failed: %s",
-                         ifd_strerror(rc));
-    else
-        ifd_http_respond(conn, 200, "application/json", NULL, body.data, body.len);
-    if (!rc)
-        ifd__keep(g, body.data, body.len);
-    ifd_buf_free(&body);
-    ifd__gen_free(g);
+    if (g->build)
+        n += g->build->body.cap + g->build->taken;
+    return n;
 }
 
 static void ifd__gen_free(ifd_gen_t *g)
 {
     ifd_api_t *api = g->api;
+    ifd_memtrim_note(api->trim, ifd__footprint(g));
     if (!g->counted && g->ch) { /* tokenized and dispatched: ch is made then */
         ifd_oai_usage_t u;
         ifd__usage(g, &u);
@@ -713,6 +946,12 @@ static void ifd__gen_free(ifd_gen_t *g)
     if (g->ptoks)
         for (size_t p = 0; p < g->n_prompts; p++)
             ifd_tokens_free(&g->ptoks[p]);
+    for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
+        ifd_buf_free(&g->plp[p].json);
+        ifd_oai_lp_prefix_free(&g->plp[p].prefix);
+    }
+    if (g->build)
+        ifd_buf_free(&g->build->body);
     if (g->reserved)
         api->n_tokenizing--;
     if (g->running)
@@ -957,6 +1196,38 @@ static bool ifd__check_prompts(ifd_gen_t *g)
     return true;
 }
 
+/* max_response_bytes, up front (non-streamed requests): what the answer
+ * must hold — the prompt logprobs above all, n times in completions —
+ * against the limit, read now (SIGHUP may change it). false: refused (g
+ * freed). */
+static bool ifd__check_size(ifd_gen_t *g)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    g->size_limit = rq->stream ? 0 : g->api->cfg->max_response_bytes;
+    if (!g->size_limit)
+        return true;
+    size_t n_tok[IFD__MAX_CHOICES]; /* n_prompts <= the choices' limit */
+    for (size_t p = 0; p < g->n_prompts; p++)
+        n_tok[p] = g->ptoks[p].n;
+    g->size_min = ifd_oai_response_min_bytes(g->api_kind, rq, n_tok, g->n_prompts);
+    if (g->size_min <= g->size_limit)
+        return true;
+    const char *param = rq->prompt_logprobs ? "prompt_logprobs"
+                        : ifd__echo_lp(g)   ? "echo"
+                                            : "min_tokens";
+    ifd_oai_error_t e;
+    ifd__too_large_error(g, param, g->size_min, &e);
+    IFD_INFO("gen %s: refused: its response would need at least %llu bytes (max_response_bytes "
+             "%llu)",
+             g->id, (unsigned long long)g->size_min, (unsigned long long)g->size_limit);
+    ifd_http_conn_t *conn = g->conn;
+    g->conn = NULL;
+    ifd_http_set_abort(conn, NULL, NULL);
+    ifd_reply_error(conn, &e, 0);
+    ifd__gen_free(g);
+    return false;
+}
+
 /* Tool call ids for textout (ids.h). textout drops the calls when one
  * cannot be drawn; a failed getrandom is remembered so that the request
  * then fails with a 500 (ifd__choice_done) instead of answering without them. */
@@ -1076,9 +1347,9 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
     sp->grammar = g->gwords;
     sp->n_grammar = (uint32_t)g->n_gwords;
     sp->min_tokens = rq->min_tokens;
-    /* prompt logprobs: the first sample asks, or every choice for a streaming
-     * echo (each choice's echo chunk waits for its own sequence's) */
-    if (g->plp && (sample == 0 || rq->stream))
+    /* prompt logprobs: computed once, by the first sample (a streaming echo's
+     * other choices wait for them: ifd__held) */
+    if (g->plp && sample == 0)
         sp->prompt_logprobs = 1 + g->plp_top;
 }
 
@@ -1115,7 +1386,7 @@ static void ifd__begin_stream(ifd_gen_t *g)
 static void ifd__start(ifd_gen_t *g)
 {
     ifd_api_t *api = g->api;
-    if (!ifd__check_prompts(g))
+    if (!ifd__check_prompts(g) || !ifd__check_size(g))
         return;
     ifd_wire_logit_bias_t *lb = NULL;
     if (ifd__make_choices(g) || ifd__logit_bias(g, &lb) || ifd__alloc_plp(g)) {
