@@ -21,8 +21,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import (SCALE, Daemon, UnixHTTPConnection, model_path,  # noqa: E402
-                              require_model, run_tests)
+from test_daemon_util import (SANITIZED, SCALE, Daemon, UnixHTTPConnection,  # noqa: E402
+                              model_path, require_model, run_tests)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 WORKER = sys.argv[2] if len(sys.argv) > 2 else "inferd-worker"
@@ -329,6 +329,156 @@ def test_peercred_logged():
     assert want in full_log(D), full_log(D)[-1500:]
     assert "probe=1" not in full_log(D)  # the query string is not logged
     assert "http: GET /health 200" not in full_log(D)  # probes: at debug level
+
+
+# ---- large responses: bounded, built off the loop, memory given back (issue 31) -----------
+
+def rss_anon_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024.0
+    raise AssertionError("no RssAnon in /proc/%d/status" % pid)
+
+
+class Canary:
+    """A stream beside the large request: the largest gap between its chunks."""
+
+    def __init__(self, d):
+        self.c = UnixHTTPConnection(d.sock, timeout=120)
+        body = {"prompt": "Count from one to one thousand:", "max_tokens": 4000,
+                "stream": True, "temperature": 0, "ignore_eos": True}
+        self.c.request("POST", "/v1/completions", body=json.dumps(body),
+                       headers={"Content-Type": "application/json"})
+        self.r = self.c.getresponse()
+        assert self.r.status == 200
+        self.gaps, self.chunks, self.stop = [], 0, threading.Event()
+        self.t = threading.Thread(target=self.run)
+        self.t.start()
+
+    def run(self):
+        last = None
+        while not self.stop.is_set():
+            line = self.r.readline()
+            if not line or b"[DONE]" in line:
+                break
+            if line.startswith(b"data:"):
+                now = time.time()
+                if last is not None:
+                    self.gaps.append(now - last)
+                last = now
+                self.chunks += 1
+
+    def wait_started(self, k=3, timeout=60):
+        t0 = time.time()
+        while self.chunks < k:
+            assert time.time() - t0 < timeout * SCALE, "the canary stream does not start"
+            time.sleep(0.02)
+
+    def close(self):
+        self.stop.set()
+        try:
+            self.c.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.t.join(30)
+        self.c.close()
+        return max(self.gaps) if self.gaps else 0.0
+
+
+def test_large_response_bounded_and_memory_returned():
+    """Issue 31 rows 7 and 12 at a size CI affords: a long prompt's vLLM prompt_logprobs
+    for n choices are computed once, kept once and written once per prompt; every choice
+    carries the same rows; a canary stream keeps its pace while the response is built
+    (off the loop); the router's private memory returns near its idle level afterwards;
+    an answer over max_response_bytes (reloadable) is a 400 — up front from the request,
+    or once its logprobs outgrow the limit while it is generated."""
+    tmp = tempfile.mkdtemp()
+    conf = os.path.join(tmp, "inferd.json")
+    with open(conf, "w") as f:
+        json.dump({}, f)
+    d = Daemon(INFERD, ["--config", conf, "--kv-budget", "512M"])
+    try:
+        n_prompt, n, top = (400, 4, 5) if SANITIZED else (1500, 8, 5)
+        text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                 "docs", "reliability.md")).read()
+        ids = d.json("POST", "/tokenize", {"prompt": text})["tokens"]
+        while len(ids) < n_prompt:
+            ids += ids
+        ids = ids[:n_prompt]
+        d.json("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 2})
+        time.sleep(0.5)
+        idle = rss_anon_mib(d.proc.pid)
+        canary = Canary(d)
+        try:
+            canary.wait_started()
+            body = {"prompt": ids, "n": n, "max_tokens": 1, "prompt_logprobs": top}
+            code, data = d.request("POST", "/v1/completions", body, timeout=600)
+            assert code == 200, data[:500]
+            time.sleep(0.5)  # the canary's chunks after the response went out
+        finally:
+            gap = canary.close()
+        size = len(data)
+        r = json.loads(data)
+        del data
+        assert len(r["choices"]) == n
+        first = r["choices"][0]["prompt_logprobs"]
+        assert len(first) == n_prompt and first[0] is None
+        assert all(1 <= len(row) <= top + 1 for row in first[1:]), first[1]
+        assert all(str(ids[k]) in first[k] for k in range(1, n_prompt))
+        assert all(c["prompt_logprobs"] == first for c in r["choices"]), \
+            "the choices' prompt_logprobs differ"
+        del r, first
+        assert gap < 2.0 * SCALE, "the canary stream stalled %.2f s" % gap
+        after = None
+        if not SANITIZED:  # ASan's allocator keeps freed memory (quarantine): not glibc's
+            t0 = time.time()
+            while True:
+                after = rss_anon_mib(d.proc.pid)
+                if after <= idle + 6.0 or time.time() - t0 > 5.0 * SCALE:
+                    break
+                time.sleep(0.1)
+            assert after <= idle + 6.0, \
+                "router private RSS %.1f MiB after a %.1f MB response, %.1f MiB idle" % (
+                    after, size / 1e6, idle)
+        print("     response %.1f MB; router RssAnon idle %.1f MiB, after %s MiB; canary's "
+              "largest gap %.2f s" % (size / 1e6, idle, after and "%.1f" % after, gap))
+        # max_response_bytes, reloaded: refused up front (n copies of the prompt's rows)
+        with open(conf, "w") as f:
+            json.dump({"max_response_bytes": "8M"}, f)
+        d.proc.send_signal(signal.SIGHUP)
+        t0 = time.time()
+        while "'max_response_bytes' changed" not in full_log(d):
+            assert time.time() - t0 < 10 * SCALE, "no reload logged:\n" + d.logtext()
+            time.sleep(0.05)
+        big = {"prompt": ids, "n": 32, "max_tokens": 1, "prompt_logprobs": 20}
+        code, data = d.request("POST", "/v1/completions", big)
+        err = json.loads(data)["error"]
+        assert code == 400 and err["code"] == "response_too_large", (code, data[:300])
+        assert err["param"] == "prompt_logprobs" and "max_response_bytes" in err["message"]
+        # a stream is not bounded by it; a non-streamed answer that outgrows it ends with
+        # a 400 (here at its smallest, 64 KiB: about 85 tokens of 20 alternatives)
+        with open(conf, "w") as f:
+            json.dump({"max_response_bytes": "64K"}, f)
+        d.proc.send_signal(signal.SIGHUP)
+        t0 = time.time()
+        while full_log(d).count("'max_response_bytes' changed") < 2:
+            assert time.time() - t0 < 10 * SCALE, "no reload logged"
+            time.sleep(0.05)
+        chat = {"messages": [{"role": "user", "content": "Tell me a long story."}],
+                "max_tokens": 200, "logprobs": True, "top_logprobs": 20, "ignore_eos": True,
+                "temperature": 0}
+        code, data = d.request("POST", "/v1/chat/completions", chat)
+        err = json.loads(data)["error"]
+        assert code == 400 and err["code"] == "response_too_large", (code, data[:300])
+        assert err["param"] == "max_tokens", err
+        chat["stream"] = True
+        code, data = d.request("POST", "/v1/chat/completions", chat)
+        assert code == 200 and data.rstrip().endswith(b"data: [DONE]"), data[-300:]
+        assert b'"finish_reason":"length"' in data, data[-500:]
+        d.wait_idle()
+    finally:
+        assert d.stop() == 0
 
 
 def main():
