@@ -423,12 +423,17 @@ static void ifd__done(ifd_http_conn_t *c)
     ifd__arm(c, 0, IFD__T_RESUME);
 }
 
-int ifd_http_respond(ifd_http_conn_t *c, int status, const char *content_type,
-                     const char *extra_headers, const char *body, size_t len)
+/* A whole response: body[0..len) copied, or take's bytes handed over. */
+static int ifd__respond(ifd_http_conn_t *c, int status, const char *content_type,
+                        const char *extra_headers, const char *body, size_t len, ifd_buf_t *take)
 {
-    if (c->closing)
+    if (c->closing) {
+        if (take)
+            ifd_buf_free(take);
         return IFD_ECLOSED;
-    int rc = ifd__head(c, status, content_type, extra_headers, false, len, body, len, NULL);
+    }
+    int rc = ifd__head(c, status, content_type, extra_headers, false, take ? take->len : len, body,
+                       len, take);
     if (rc) {
         c->abort_cb = NULL;
         ifd__close(c, false);
@@ -438,21 +443,16 @@ int ifd_http_respond(ifd_http_conn_t *c, int status, const char *content_type,
     return 0;
 }
 
+int ifd_http_respond(ifd_http_conn_t *c, int status, const char *content_type,
+                     const char *extra_headers, const char *body, size_t len)
+{
+    return ifd__respond(c, status, content_type, extra_headers, body, len, NULL);
+}
+
 int ifd_http_respond_buf(ifd_http_conn_t *c, int status, const char *content_type,
                          const char *extra_headers, ifd_buf_t *body)
 {
-    if (c->closing) {
-        ifd_buf_free(body);
-        return IFD_ECLOSED;
-    }
-    int rc = ifd__head(c, status, content_type, extra_headers, false, body->len, NULL, 0, body);
-    if (rc) {
-        c->abort_cb = NULL;
-        ifd__close(c, false);
-        return rc;
-    }
-    ifd__done(c);
-    return 0;
+    return ifd__respond(c, status, content_type, extra_headers, NULL, 0, body);
 }
 
 int ifd_http_stream_begin(ifd_http_conn_t *c, int status, const char *content_type,
