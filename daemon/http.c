@@ -39,6 +39,14 @@
 #include <sys/socket.h>
 
 #define IFD__MAX_PIPELINED (64u * 1024) /* buffered input while busy before reading pauses */
+/* Free room each read gets: a request of a few KiB fits in one read. Not
+ * 64 KiB: every connection would hold a 128 KiB block, 256 streams a 32 MiB
+ * heap region whose resident pages drift upward as blocks are reused at
+ * other places (docs/reliability.md, "Memory"). */
+#define IFD__READ_ROOM (16u * 1024)
+/* Buffers a connection keeps between requests at most: one that once
+ * carried a large body does not hold that memory while it idles. */
+#define IFD__KEEP_BYTES    (32u * 1024)
 #define IFD__HDR_VALUE_MAX 4096
 
 typedef enum {
@@ -398,9 +406,17 @@ static int ifd__head(ifd_http_conn_t *c, int status, const char *ctype, const ch
     return rc;
 }
 
+/* Drops a buffer grown past IFD__KEEP_BYTES (its content is no longer needed). */
+static void ifd__shrink(ifd_buf_t *b)
+{
+    if (b->cap > IFD__KEEP_BYTES)
+        ifd_buf_free(b);
+}
+
 /* The response is complete: next request, or close. */
 static void ifd__done(ifd_http_conn_t *c)
 {
+    ifd__shrink(&c->body); /* the request's strings are dead now (http.h) */
     c->abort_cb = NULL;
     c->abort_ud = NULL;
     c->streaming = false;
@@ -792,6 +808,8 @@ static void ifd__parse(ifd_http_conn_t *c)
         ifd_buf_consume(&c->in, c->in_off);
         c->in_off = 0;
     }
+    if (!c->in.len) /* all parsed: a streaming or idle connection holds no input block */
+        ifd_buf_free(&c->in);
     if (c->state == IFD__IDLE && !c->tact) {
         if (c->eof) {
             ifd__close(c, false);
@@ -811,7 +829,7 @@ static void ifd__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     ifd_http_conn_t *c = h->data;
-    if (ifd_buf_reserve(&c->in, 65536)) {
+    if (ifd_buf_reserve(&c->in, IFD__READ_ROOM)) {
         *buf = uv_buf_init(NULL, 0);
         return;
     }
