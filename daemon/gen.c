@@ -967,6 +967,8 @@ static void ifd__gen_free(ifd_gen_t *g)
     ifd_textout_rules_close(&g->rules);
     ifd_arena_close(&g->arena);
     free(g);
+    if (!api->gens)
+        ifd_memtrim_idle(api->trim);
     if (!api->gens && api->on_idle)
         api->on_idle(api->idle_ctx);
 }
@@ -1484,7 +1486,10 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     g->api_kind = kind;
     g->t_arrival_ns = r->t_ns;
     g->created = (int64_t)time(NULL);
-    ifd_arena_init(&g->arena, 0);
+    /* 8 KiB chunks, not 64: a streaming request uses a few KiB, and 256 of
+     * them each holding a mostly untouched 64 KiB block spread the heap's
+     * resident pages (docs/reliability.md, "Memory") */
+    ifd_arena_init(&g->arena, 8192);
     g->next = api->gens;
     if (api->gens)
         api->gens->prev = g;

@@ -61,6 +61,8 @@ static void ifd__after_trim_cb(uv_work_t *w, int status)
     t->last_ns = uv_hrtime();
     const struct ifd_memtrim_job *r = &t->job;
     t->base_anon = r->after;
+    if (r->idle)
+        t->idle_base = r->after;
     t->n_trims++;
     uint64_t freed = r->before > r->after ? r->before - r->after : 0;
     t->freed += freed;
@@ -90,6 +92,8 @@ static void ifd__timer_cb(uv_timer_t *h)
         return;
     }
     t->wanted = false;
+    t->job.idle = t->idle_wanted;
+    t->idle_wanted = false;
     t->busy = true;
     t->work.data = t;
     if (uv_queue_work(t->loop, &t->work, ifd__trim_cb, ifd__after_trim_cb) != 0)
@@ -113,7 +117,7 @@ int ifd_memtrim_init(ifd_memtrim_t *t, uv_loop_t *loop)
         return rc;
     t->timer.data = t;
     t->init = true;
-    t->base_anon = ifd_memtrim_private_rss();
+    t->base_anon = t->idle_base = ifd_memtrim_private_rss();
     uv_timer_start(&t->timer, ifd__timer_cb, IFD_MEMTRIM_CHECK_MS, IFD_MEMTRIM_CHECK_MS);
     uv_unref((uv_handle_t *)&t->timer); /* it never keeps the loop alive */
     return 0;
@@ -126,6 +130,17 @@ void ifd_memtrim_note(ifd_memtrim_t *t, size_t bytes)
     t->wanted = true;
     if (!t->busy)
         uv_timer_start(&t->timer, ifd__timer_cb, IFD_MEMTRIM_DELAY_MS, IFD_MEMTRIM_CHECK_MS);
+}
+
+void ifd_memtrim_idle(ifd_memtrim_t *t)
+{
+    if (!t || !t->init || t->busy || t->wanted)
+        return;
+    uint64_t anon = ifd_memtrim_private_rss();
+    if (!anon || anon <= t->idle_base + IFD_MEMTRIM_IDLE_SLACK)
+        return;
+    t->wanted = t->idle_wanted = true;
+    uv_timer_start(&t->timer, ifd__timer_cb, IFD_MEMTRIM_DELAY_MS, IFD_MEMTRIM_CHECK_MS);
 }
 
 void ifd_memtrim_close(ifd_memtrim_t *t)
