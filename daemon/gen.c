@@ -521,7 +521,7 @@ static void ifd__too_large_error(const ifd_gen_t *g, const char *param, uint64_t
 {
     char least[64] = "";
     if (min)
-        snprintf(least, sizeof least, " (it needs at least %llu)", (unsigned long long)min);
+        snprintf(least, sizeof least, "; this answer needs at least %llu", (unsigned long long)min);
     ifd_oai_error_set(e, 400, NULL, "response_too_large", param,
                       "The response would be larger than this server's max_response_bytes, "
                       "%llu bytes%s: lower 'n', 'max_tokens', 'logprobs' / 'top_logprobs', "
