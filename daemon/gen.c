@@ -75,6 +75,7 @@ typedef struct {
     ifd_oai_logprob_t *lp;
     size_t n_lp, cap_lp, lp_sent;
     uint64_t t_last_ns;
+    uint64_t t_sched_ns, t_first_ns; /* dispatched to a worker, first token (metrics) */
     bool echoed; /* streams: its echo chunk is sent (echo + logprobs: it held its text till then) */
 } ifd__choice_t;
 
@@ -272,6 +273,15 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;
     m->finished[length ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
+    ifd_metrics_seq_t ms = {.arrival_ns = g->t_arrival_ns,
+                            .scheduled_ns = c->t_sched_ns,
+                            .first_token_ns = c->t_first_ns,
+                            .last_token_ns = c->t_last_ns,
+                            .end_ns = uv_hrtime(),
+                            .prompt_tokens = (uint32_t)g->ptoks[c->prompt].n,
+                            .generation_tokens = c->text.n_tokens,
+                            .max_tokens = g->req.max_tokens};
+    ifd_metrics_seq_done(m, &ms);
     if (!ifd__send_end(c))
         return false;
     if (g->n_done == g->n_choices) {
@@ -562,10 +572,12 @@ static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev
     ifd_metrics_t *m = g->api->metrics;
     if (!g->first_token_seen) {
         g->first_token_seen = true;
-        ifd_hist_observe(&m->ttft, ifd__secs(g->t_arrival_ns, now));
+        ifd_metrics_ttft(m, ifd__secs(g->t_arrival_ns, now));
     }
     if (c->t_last_ns)
-        ifd_hist_observe(&m->itl, ifd__secs(c->t_last_ns, now));
+        ifd_metrics_itl(m, ifd__secs(c->t_last_ns, now));
+    else
+        c->t_first_ns = now;
     c->t_last_ns = now;
     int r = ifd_textout_push(&c->text, ev->token);
     if (r == IFD_TEXTOUT_NOTEXT)
@@ -620,7 +632,8 @@ static void ifd__on_dispatched(void *owner, ifd_rseq_t *s)
 {
     (void)s;
     ifd__choice_t *c = owner;
-    ifd_hist_observe(&c->g->api->metrics->queue_time, ifd__secs(c->g->t_arrival_ns, uv_hrtime()));
+    c->t_sched_ns = uv_hrtime();
+    ifd_hist_observe(&c->g->api->metrics->queue_time, ifd__secs(c->g->t_arrival_ns, c->t_sched_ns));
 }
 
 static const ifd_rseq_ops_t ifd__ops = {ifd__on_token, ifd__on_error, ifd__on_finished,
@@ -864,6 +877,13 @@ static void ifd__complete(ifd_gen_t *g)
     ifd__usage(g, &u);
     ifd__count_tokens(g, &u);
     ifd_hist_observe(&m->e2e, ifd__secs(g->t_arrival_ns, uv_hrtime()));
+    for (size_t p = 0; g->ch && !g->failed && p < g->n_prompts; p++) {
+        uint32_t most = 0;
+        for (uint32_t i = 0; i < g->req.n; i++)
+            if (g->ch[p * g->req.n + i].text.n_tokens > most)
+                most = g->ch[p * g->req.n + i].text.n_tokens;
+        ifd_metrics_request_done(m, g->req.n, most);
+    }
     if (!g->conn) {
         ifd__gen_free(g);
         return;

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const double ifd__ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -18,19 +19,62 @@ static const double ifd__itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05
                                          0.1,   0.25,   0.5,   1,    2.5,   5};
 static const double ifd__e2e_bounds[] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320};
 
+/* vLLM's buckets (vllm/v1/metrics/loggers.py): time to first token, inter-
+ * token latency (also time per output token), request latencies (e2e,
+ * queue, prefill, decode, inference) and the n parameter. */
+static const double ifd__v_ttft_bounds[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                            0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                            20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+static const double ifd__v_itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                           0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
+                                           7.5,  10.0,  20.0, 40.0,  80.0};
+static const double ifd__v_latency_bounds[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                               5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+static const double ifd__v_n_bounds[] = {1, 2, 5, 10, 20};
+
 #define IFD__ARRLEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static void ifd__hist_set(ifd_hist_t *h, const double *bounds, int n)
+{
+    IFD_ASSERT(n <= IFD_HIST_MAX_BUCKETS);
+    h->bounds = bounds;
+    h->n_bounds = n;
+}
+#define IFD__HIST_SET(h, b) ifd__hist_set(h, b, IFD__ARRLEN(b))
 
 void ifd_metrics_init(ifd_metrics_t *m)
 {
     memset(m, 0, sizeof *m);
-    m->ttft.bounds = ifd__ttft_bounds;
-    m->ttft.n_bounds = IFD__ARRLEN(ifd__ttft_bounds);
-    m->itl.bounds = ifd__itl_bounds;
-    m->itl.n_bounds = IFD__ARRLEN(ifd__itl_bounds);
-    m->e2e.bounds = ifd__e2e_bounds;
-    m->e2e.n_bounds = IFD__ARRLEN(ifd__e2e_bounds);
-    m->queue_time.bounds = ifd__ttft_bounds;
-    m->queue_time.n_bounds = IFD__ARRLEN(ifd__ttft_bounds);
+    IFD__HIST_SET(&m->ttft, ifd__ttft_bounds);
+    IFD__HIST_SET(&m->itl, ifd__itl_bounds);
+    IFD__HIST_SET(&m->e2e, ifd__e2e_bounds);
+    IFD__HIST_SET(&m->queue_time, ifd__ttft_bounds);
+    IFD__HIST_SET(&m->v_ttft, ifd__v_ttft_bounds);
+    IFD__HIST_SET(&m->v_itl, ifd__v_itl_bounds);
+    IFD__HIST_SET(&m->v_tpot, ifd__v_itl_bounds);
+    ifd_hist_t *lat[] = {&m->v_e2e, &m->v_queue, &m->v_prefill, &m->v_decode, &m->v_inference};
+    for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++)
+        IFD__HIST_SET(lat[i], ifd__v_latency_bounds);
+    IFD__HIST_SET(&m->v_n, ifd__v_n_bounds);
+    ifd_metrics_set_max_model_len(m, 2048);
+}
+
+void ifd_metrics_set_max_model_len(ifd_metrics_t *m, int64_t len)
+{
+    static const int mant[] = {1, 2, 5};
+    int n = 0;
+    for (double p = 1; n < IFD_HIST_MAX_BUCKETS; p *= 10) {
+        int i = 0;
+        for (; i < 3 && n < IFD_HIST_MAX_BUCKETS && mant[i] * p <= (double)len; i++)
+            m->tok_bounds[n++] = mant[i] * p;
+        if (i < 3)
+            break;
+    }
+    ifd_hist_t *tok[] = {&m->v_prompt_tokens, &m->v_gen_tokens, &m->v_max_tokens,
+                         &m->v_max_gen_tokens};
+    for (size_t i = 0; i < sizeof tok / sizeof tok[0]; i++)
+        ifd__hist_set(tok[i], m->tok_bounds, n);
 }
 
 void ifd_hist_observe(ifd_hist_t *h, double v)
@@ -41,6 +85,48 @@ void ifd_hist_observe(ifd_hist_t *h, double v)
     h->counts[i]++;
     h->count++;
     h->sum += v;
+}
+
+void ifd_metrics_ttft(ifd_metrics_t *m, double secs)
+{
+    ifd_hist_observe(&m->ttft, secs);
+    ifd_hist_observe(&m->v_ttft, secs);
+}
+
+void ifd_metrics_itl(ifd_metrics_t *m, double secs)
+{
+    ifd_hist_observe(&m->itl, secs);
+    ifd_hist_observe(&m->v_itl, secs);
+}
+
+/* b - a in seconds, 0 unless both happened in that order. */
+static double ifd__span(uint64_t a_ns, uint64_t b_ns)
+{
+    return a_ns && b_ns > a_ns ? (double)(b_ns - a_ns) / 1e9 : 0.0;
+}
+
+void ifd_metrics_seq_done(ifd_metrics_t *m, const ifd_metrics_seq_t *s)
+{
+    /* a sequence that produced no token (max_tokens 0) ends its prefill at its end */
+    uint64_t first = s->first_token_ns ? s->first_token_ns : s->end_ns;
+    uint64_t last = s->last_token_ns ? s->last_token_ns : first;
+    ifd_hist_observe(&m->v_e2e, ifd__span(s->arrival_ns, s->end_ns));
+    ifd_hist_observe(&m->v_queue, ifd__span(s->arrival_ns, s->scheduled_ns));
+    ifd_hist_observe(&m->v_prefill, ifd__span(s->scheduled_ns, first));
+    ifd_hist_observe(&m->v_decode, ifd__span(first, last));
+    ifd_hist_observe(&m->v_inference, ifd__span(s->scheduled_ns, last));
+    if (s->generation_tokens > 1)
+        ifd_hist_observe(&m->v_tpot, ifd__span(first, last) / (s->generation_tokens - 1));
+    ifd_hist_observe(&m->v_prompt_tokens, s->prompt_tokens);
+    ifd_hist_observe(&m->v_gen_tokens, s->generation_tokens);
+    if (s->max_tokens >= 0)
+        ifd_hist_observe(&m->v_max_tokens, (double)s->max_tokens);
+}
+
+void ifd_metrics_request_done(ifd_metrics_t *m, uint32_t n, uint32_t max_generation_tokens)
+{
+    ifd_hist_observe(&m->v_n, n);
+    ifd_hist_observe(&m->v_max_gen_tokens, max_generation_tokens);
 }
 
 void ifd_metrics_count_status(ifd_metrics_t *m, int status)
@@ -187,16 +273,41 @@ static const ifd__vllm_row_t ifd__vllm[] = {
      offsetof(ifd_metrics_t, prefix_query_tokens)},
     {"vllm:prefix_cache_hits_total", IFD__V_COUNTER, "Prompt tokens served from the cache.",
      offsetof(ifd_metrics_t, prefix_hit_tokens)},
-    {"vllm:time_to_first_token_seconds", IFD__V_HIST, "Time to the first token.",
-     offsetof(ifd_metrics_t, ttft)},
-    {"vllm:time_per_output_token_seconds", IFD__V_HIST, "Time between two output tokens.",
-     offsetof(ifd_metrics_t, itl)},
-    {"vllm:inter_token_latency_seconds", IFD__V_HIST, "Time between two output tokens.",
-     offsetof(ifd_metrics_t, itl)},
-    {"vllm:e2e_request_latency_seconds", IFD__V_HIST, "Time from arrival to the last token.",
-     offsetof(ifd_metrics_t, e2e)},
-    {"vllm:request_queue_time_seconds", IFD__V_HIST, "Time from arrival to scheduling.",
-     offsetof(ifd_metrics_t, queue_time)},
+    {"vllm:time_to_first_token_seconds", IFD__V_HIST,
+     "Histogram of time to first token in seconds.", offsetof(ifd_metrics_t, v_ttft)},
+    {"vllm:time_per_output_token_seconds", IFD__V_HIST,
+     "Histogram of time per output token in seconds (vLLM's older name of "
+     "vllm:inter_token_latency_seconds).",
+     offsetof(ifd_metrics_t, v_itl)},
+    {"vllm:inter_token_latency_seconds", IFD__V_HIST,
+     "Histogram of inter-token latency in seconds.", offsetof(ifd_metrics_t, v_itl)},
+    {"vllm:request_time_per_output_token_seconds", IFD__V_HIST,
+     "Histogram of time_per_output_token_seconds per request.", offsetof(ifd_metrics_t, v_tpot)},
+    {"vllm:e2e_request_latency_seconds", IFD__V_HIST,
+     "Histogram of e2e request latency in seconds.", offsetof(ifd_metrics_t, v_e2e)},
+    {"vllm:request_queue_time_seconds", IFD__V_HIST,
+     "Histogram of time spent in WAITING phase for request (arrival to dispatch).",
+     offsetof(ifd_metrics_t, v_queue)},
+    {"vllm:request_inference_time_seconds", IFD__V_HIST,
+     "Histogram of time spent in RUNNING phase for request (dispatch to last token).",
+     offsetof(ifd_metrics_t, v_inference)},
+    {"vllm:request_prefill_time_seconds", IFD__V_HIST,
+     "Histogram of time spent in PREFILL phase for request (dispatch to first token).",
+     offsetof(ifd_metrics_t, v_prefill)},
+    {"vllm:request_decode_time_seconds", IFD__V_HIST,
+     "Histogram of time spent in DECODE phase for request (first to last token).",
+     offsetof(ifd_metrics_t, v_decode)},
+    {"vllm:request_prompt_tokens", IFD__V_HIST, "Number of prefill tokens processed.",
+     offsetof(ifd_metrics_t, v_prompt_tokens)},
+    {"vllm:request_generation_tokens", IFD__V_HIST, "Number of generation tokens processed.",
+     offsetof(ifd_metrics_t, v_gen_tokens)},
+    {"vllm:request_max_num_generation_tokens", IFD__V_HIST,
+     "Histogram of maximum number of requested generation tokens.",
+     offsetof(ifd_metrics_t, v_max_gen_tokens)},
+    {"vllm:request_params_n", IFD__V_HIST, "Histogram of the n request parameter.",
+     offsetof(ifd_metrics_t, v_n)},
+    {"vllm:request_params_max_tokens", IFD__V_HIST,
+     "Histogram of the max_tokens request parameter.", offsetof(ifd_metrics_t, v_max_tokens)},
 };
 
 /* The Prometheus label-value escape: backslash, double quote, newline. */
@@ -212,6 +323,31 @@ static void ifd__label_escape(char *out, size_t cap, const char *v)
         out[n++] = ch;
     }
     out[n] = '\0';
+}
+
+/* A bucket bound as prometheus_client's floatToGoString writes it, which
+ * vLLM's exposition shows: Python's repr ("0.005", "1.0", "2560.0"), with
+ * Go's exponent from 1e7 on ("1e+06" is written for 1000000.0). */
+static void ifd__le(char *out, size_t len, double v)
+{
+    if (v == (double)(int64_t)v && v < 1e15) {
+        char d[24];
+        int dot = snprintf(d, sizeof d, "%.0f", v);
+        if (dot > 6) { /* mantissa: the digits, trailing zeros dropped */
+            int k = dot;
+            while (k > 1 && d[k - 1] == '0')
+                k--;
+            snprintf(out, len, "%c%s%.*se+0%d", d[0], k > 1 ? "." : "", k - 1, d + 1, dot - 1);
+        } else {
+            snprintf(out, len, "%s.0", d);
+        }
+        return;
+    }
+    for (int p = 1; p <= 17; p++) { /* the shortest text that reads back as v */
+        snprintf(out, len, "%.*g", p, v);
+        if (strtod(out, NULL) == v)
+            return;
+    }
 }
 
 /* ---- rendering ----------------------------------------------------------------------- */
@@ -318,8 +454,10 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
             IFD__H(r->name, "histogram", r->help);
             uint64_t cum = 0;
             for (int b = 0; b < h->n_bounds; b++) {
+                char le[32];
+                ifd__le(le, sizeof le, h->bounds[b]);
                 cum += h->counts[b];
-                IFD__P("%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", r->name, mn, h->bounds[b],
+                IFD__P("%s_bucket{model_name=\"%s\",le=\"%s\"} %llu\n", r->name, mn, le,
                        (unsigned long long)cum);
             }
             cum += h->counts[h->n_bounds];

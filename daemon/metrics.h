@@ -12,7 +12,16 @@
  *
  * The same numbers are also exposed under vLLM's names (`vllm:…`, each with
  * a model_name label), so tools written for vLLM — dashboards, the Gateway
- * API inference extension's endpoint picker — work unmodified.
+ * API inference extension's endpoint picker — work unmodified. vLLM's
+ * histograms have vLLM's buckets (vllm/v1/metrics/loggers.py), so they are
+ * histograms of their own (the v_* members), fed by the same observations
+ * through ifd_metrics_ttft / _itl / _seq_done / _request_done; the token
+ * count histograms' buckets are vLLM's 1-2-5 series up to max_model_len
+ * (ifd_metrics_set_max_model_len). The per-sequence times are taken at the
+ * router: queue = arrival → dispatch to a worker, prefill = dispatch →
+ * first token, decode = first → last token, inference = dispatch → last
+ * token (vLLM takes them in its engine core; here they include the
+ * router↔worker hop).
  *
  * Plain data, no allocation except into the output buffer. Threading: the
  * loop thread only.
@@ -25,7 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define IFD_HIST_MAX_BUCKETS  20
+#define IFD_HIST_MAX_BUCKETS  24 /* vLLM's TTFT has 22 */
 #define IFD_METRICS_MAX_CODES 32
 
 typedef struct {
@@ -67,7 +76,24 @@ typedef struct {
     ifd_hist_t itl;                /* seconds between two tokens of a sequence */
     ifd_hist_t e2e;                /* seconds from arrival to the last token */
     ifd_hist_t queue_time;         /* seconds from arrival to dispatch */
+
+    /* vLLM's histograms, with its buckets (the vllm: families only) */
+    ifd_hist_t v_ttft, v_itl, v_e2e, v_queue, v_prefill, v_decode, v_inference;
+    ifd_hist_t v_tpot;                        /* per sequence: decode time / (tokens - 1) */
+    ifd_hist_t v_prompt_tokens, v_gen_tokens; /* per finished sequence */
+    ifd_hist_t v_max_tokens;                  /* the max_tokens parameter (when given) */
+    ifd_hist_t v_n, v_max_gen_tokens;         /* per prompt: n, most tokens of its choices */
+    double tok_bounds[IFD_HIST_MAX_BUCKETS];  /* 1-2-5 up to max_model_len: the token hists */
 } ifd_metrics_t;
+
+/* One finished sequence (a choice), for vLLM's per-request histograms.
+ * Times are uv_hrtime() values; 0 when the event did not happen (no token:
+ * first_token_ns and last_token_ns 0). */
+typedef struct {
+    uint64_t arrival_ns, scheduled_ns, first_token_ns, last_token_ns, end_ns;
+    uint32_t prompt_tokens, generation_tokens;
+    int64_t max_tokens; /* the request's parameter, -1 when not given */
+} ifd_metrics_seq_t;
 
 /* Sampled just before rendering. */
 typedef struct {
@@ -94,9 +120,28 @@ typedef struct {
     bool prefix_cache;
 } ifd_metrics_gauges_t;
 
+/* Zeroes m and sets every histogram's buckets (the token ones for a
+ * max_model_len of 2048 until ifd_metrics_set_max_model_len). m's token
+ * histograms point into m itself: it must not be copied. */
 void ifd_metrics_init(ifd_metrics_t *m);
 
+/* The token count histograms' buckets: vLLM's build_1_2_5_buckets(len)
+ * (1, 2, 5, 10, …, at most len). Before anything is observed. */
+void ifd_metrics_set_max_model_len(ifd_metrics_t *m, int64_t len);
+
 void ifd_hist_observe(ifd_hist_t *h, double v);
+
+/* A request's first token came secs after its arrival / a sequence's token
+ * secs after its previous one: both the inferd_ and the vllm: histograms. */
+void ifd_metrics_ttft(ifd_metrics_t *m, double secs);
+void ifd_metrics_itl(ifd_metrics_t *m, double secs);
+
+/* A sequence finished (stop or length): vLLM's per-request histograms. */
+void ifd_metrics_seq_done(ifd_metrics_t *m, const ifd_metrics_seq_t *s);
+
+/* A prompt's choices all finished: vllm:request_params_n (n) and
+ * vllm:request_max_num_generation_tokens (the most tokens one generated). */
+void ifd_metrics_request_done(ifd_metrics_t *m, uint32_t n, uint32_t max_generation_tokens);
 
 /* Counts one HTTP response with this status. */
 void ifd_metrics_count_status(ifd_metrics_t *m, int status);

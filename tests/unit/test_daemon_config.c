@@ -259,7 +259,7 @@ START_TEST(test_metrics_vllm_and_families)
     m.prompt_tokens = 7;
     m.generation_tokens = 20;
     m.finished[IFD_FIN_ABORT] = 1;
-    ifd_hist_observe(&m.itl, 0.02);
+    ifd_metrics_itl(&m, 0.02);
     ifd_metrics_gauges_t g;
     memset(&g, 0, sizeof g);
     g.kv_total = 8;
@@ -313,12 +313,88 @@ START_TEST(test_metrics_vllm_and_families)
 }
 END_TEST
 
+/* vLLM's per-request histograms: its buckets and bound text (floatToGoString),
+ * the 1-2-5 token buckets up to max_model_len, and one sequence's timeline
+ * split into queue / prefill / decode / inference. */
+START_TEST(test_metrics_vllm_requests)
+{
+    ifd_metrics_t m;
+    ifd_metrics_init(&m);
+    ifd_metrics_set_max_model_len(&m, 2000000);
+    ck_assert_int_eq(m.v_prompt_tokens.n_bounds, 20); /* 1, 2, 5, …, 1e6, 2e6 */
+    ifd_metrics_set_max_model_len(&m, 8192);
+    ck_assert_int_eq(m.v_prompt_tokens.n_bounds, 12); /* …, 2000, 5000 */
+    const uint64_t s = 1000000000ull;
+    /* arrival 1 s, dispatch 1.5 s, first token 2.5 s, last 4.5 s, end 4.6 s: 5 tokens */
+    ifd_metrics_seq_t q = {.arrival_ns = 1 * s,
+                           .scheduled_ns = 1 * s + s / 2,
+                           .first_token_ns = 2 * s + s / 2,
+                           .last_token_ns = 4 * s + s / 2,
+                           .end_ns = 4 * s + 6 * s / 10,
+                           .prompt_tokens = 300,
+                           .generation_tokens = 5,
+                           .max_tokens = 16};
+    ifd_metrics_seq_done(&m, &q);
+    ifd_metrics_request_done(&m, 3, 5);
+    ifd_metrics_ttft(&m, 0.0005);
+    ck_assert_uint_eq(m.ttft.count, 1);
+    ck_assert_double_eq_tol(m.v_queue.sum, 0.5, 1e-9);
+    ck_assert_double_eq_tol(m.v_prefill.sum, 1.0, 1e-9);
+    ck_assert_double_eq_tol(m.v_decode.sum, 2.0, 1e-9);
+    ck_assert_double_eq_tol(m.v_inference.sum, 3.0, 1e-9);
+    ck_assert_double_eq_tol(m.v_e2e.sum, 3.6, 1e-9);
+    ck_assert_double_eq_tol(m.v_tpot.sum, 0.5, 1e-9);
+    ifd_metrics_gauges_t g;
+    memset(&g, 0, sizeof g);
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_metrics_render(&m, &g, "m", &b), 0);
+    const char *want[] = {
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.001\"} 1\n",
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"2560.0\"} 1\n",
+        "vllm:inter_token_latency_seconds_bucket{model_name=\"m\",le=\"80.0\"} 0\n",
+        "vllm:e2e_request_latency_seconds_bucket{model_name=\"m\",le=\"2.5\"} 0\n",
+        "vllm:e2e_request_latency_seconds_bucket{model_name=\"m\",le=\"5.0\"} 1\n",
+        "vllm:e2e_request_latency_seconds_bucket{model_name=\"m\",le=\"7680.0\"} 1\n",
+        "vllm:request_queue_time_seconds_bucket{model_name=\"m\",le=\"0.5\"} 1\n",
+        "vllm:request_prefill_time_seconds_bucket{model_name=\"m\",le=\"0.8\"} 0\n",
+        "vllm:request_prefill_time_seconds_bucket{model_name=\"m\",le=\"1.0\"} 1\n",
+        "vllm:request_decode_time_seconds_sum{model_name=\"m\"} 2.000000\n",
+        "vllm:request_inference_time_seconds_count{model_name=\"m\"} 1\n",
+        "vllm:request_time_per_output_token_seconds_bucket{model_name=\"m\",le=\"0.5\"} 1\n",
+        "vllm:request_prompt_tokens_bucket{model_name=\"m\",le=\"200.0\"} 0\n",
+        "vllm:request_prompt_tokens_bucket{model_name=\"m\",le=\"500.0\"} 1\n",
+        "vllm:request_prompt_tokens_bucket{model_name=\"m\",le=\"5000.0\"} 1\n",
+        "vllm:request_generation_tokens_sum{model_name=\"m\"} 5.000000\n",
+        "vllm:request_params_max_tokens_bucket{model_name=\"m\",le=\"10.0\"} 0\n",
+        "vllm:request_params_max_tokens_bucket{model_name=\"m\",le=\"20.0\"} 1\n",
+        "vllm:request_params_n_bucket{model_name=\"m\",le=\"2.0\"} 0\n",
+        "vllm:request_params_n_bucket{model_name=\"m\",le=\"5.0\"} 1\n",
+        "vllm:request_max_num_generation_tokens_bucket{model_name=\"m\",le=\"5.0\"} 1\n",
+        "# TYPE vllm:request_prompt_tokens histogram\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(b.data, want[i]), "missing: %s", want[i]);
+    ck_assert_ptr_null(strstr(b.data, "le=\"10000.0\"")); /* beyond max_model_len */
+    ifd_buf_free(&b);
+    /* Go's exponent from seven digits on, as prometheus_client writes it */
+    ifd_metrics_set_max_model_len(&m, 2500000);
+    ck_assert_int_eq(ifd_metrics_render(&m, &g, "m", &b), 0);
+    const char *tok = "vllm:request_prompt_tokens_bucket{model_name=\"m\",le=";
+    char line[128];
+    snprintf(line, sizeof line, "%s\"500000.0\"}", tok);
+    ck_assert_ptr_nonnull(strstr(b.data, line));
+    snprintf(line, sizeof line, "%s\"2e+06\"}", tok);
+    ck_assert_ptr_nonnull(strstr(b.data, line));
+    ifd_buf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon_config");
     ifd_test_case(s, "config", 30,
                   IFD_TESTS(test_defaults_and_flags, test_bad_flags, test_inspect_flag,
                             test_gpu_settings, test_file_precedence_and_errors, test_metrics_render,
-                            test_metrics_vllm_and_families));
+                            test_metrics_vllm_and_families, test_metrics_vllm_requests));
     return ifd_test_run(s);
 }
