@@ -31,6 +31,7 @@ static void ifd__detokenize(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_r
 static void ifd__version(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__invocations(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 
 static const struct {
     const char *path;
@@ -49,6 +50,7 @@ static const struct {
     {"/health", HTTP_GET, ifd__health, true, false},
     {"/ping", HTTP_GET, ifd__health, true, false}, /* vLLM's (SageMaker's) name for it */
     {"/ping", HTTP_POST, ifd__health, true, false},
+    {"/invocations", HTTP_POST, ifd__invocations, false, false}, /* SageMaker: by body shape */
     {"/version", HTTP_GET, ifd__version, true, false},
     {"/metrics", HTTP_GET, ifd__metrics, true, false}, /* Prometheus, the endpoint picker */
     {"/tokenize", HTTP_POST, ifd__tokenize, false, false},
@@ -105,9 +107,23 @@ int ifd_api_route_allow(const char *path, char *buf, size_t len)
     return 0;
 }
 
-void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t *r)
+/* The request's path without root_path (uvicorn's rule: stripped when the
+ * path starts with it at a segment boundary, else kept as it is). */
+static const char *ifd__route_path(const ifd_api_t *api, const char *path)
+{
+    const char *rp = api->cfg ? api->cfg->root_path : NULL;
+    size_t n = rp ? strlen(rp) : 0;
+    if (!n || strncmp(path, rp, n) != 0 || (path[n] && path[n] != '/'))
+        return path;
+    return path[n] ? path + n : "/";
+}
+
+void ifd_api_on_request(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t *req)
 {
     ifd_api_t *api = ctx;
+    ifd_http_request_t routed = *req; /* its path without root_path, for the handlers too */
+    routed.path = ifd__route_path(api, req->path);
+    const ifd_http_request_t *r = &routed;
     bool known, open;
     int route = ifd_api_route_find(r->path, r->method, &known, &open);
     if (r->transport == IFD_LISTEN_TCP && ifd_apikeys_count(api->keys) && !open &&
@@ -171,6 +187,30 @@ static void ifd__completions(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_
 static void ifd__responses(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     ifd_gen_handle(api, c, r, IFD_OAI_RESPONSES);
+}
+
+/* POST /invocations (SageMaker), vLLM's rule: a body with "messages" is a
+ * chat completion, else one with "prompt" a completion; an object with
+ * neither is a 400 naming both. A body that is not a JSON object goes to
+ * the chat parser, whose 400 says why. The route's handler then parses the
+ * body as usual. */
+static void ifd__invocations(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    json_error_t je;
+    json_t *o = json_loadb(r->body, r->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    bool object = json_is_object(o);
+    bool chat = object && json_object_get(o, "messages");
+    bool completion = object && json_object_get(o, "prompt");
+    json_decref(o);
+    if (chat || !object)
+        ifd_gen_handle(api, c, r, IFD_OAI_CHAT);
+    else if (completion)
+        ifd_gen_handle(api, c, r, IFD_OAI_COMPLETION);
+    else
+        ifd_reply_errorf(c, 400, NULL, "messages",
+                         "Cannot find a handler for this /invocations body: expected a chat "
+                         "completion request (with 'messages') or a completion request (with "
+                         "'prompt').");
 }
 
 /* ---- models, health, metrics ---------------------------------------------------------------- */
@@ -307,6 +347,40 @@ static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_requ
     else
         ifd_reply_errorf(c, 500, NULL, NULL, "Out of memory.");
     ifd_buf_free(&b);
+}
+
+/* A double as Python's str() writes it ("0.0", "0.25"): vLLM's ORCA values. */
+static void ifd__pyfloat(char *out, size_t len, double v)
+{
+    snprintf(out, len, "%.6g", v);
+    if (!strpbrk(out, ".eEni"))
+        strncat(out, ".0", len - strlen(out) - 1);
+}
+
+int ifd_api_load_report(void *ctx, const char *format, ifd_buf_t *out)
+{
+    ifd_api_t *api = ctx;
+    bool text = !strcasecmp(format, "text");
+    if (!text && strcasecmp(format, "json") != 0)
+        return 0; /* vLLM ignores other formats too (no header) */
+    double usage = 0;
+    ifd_kvpool_stats_t st;
+    if (ifd_kvpool_stats(api->pool, &st) == 0 && st.total)
+        usage = (double)st.in_use / (double)st.total;
+    double waiting = (double)(api->n_tokenizing + ifd_router_queued(api->router));
+    char u[32], w[32];
+    ifd__pyfloat(u, sizeof u, usage);
+    ifd__pyfloat(w, sizeof w, waiting);
+    int rc =
+        text ? ifd_buf_printf(out,
+                              "endpoint-load-metrics: TEXT named_metrics.kv_cache_usage_perc=%s, "
+                              "named_metrics.num_requests_waiting=%s\r\n",
+                              u, w)
+             : ifd_buf_printf(out,
+                              "endpoint-load-metrics: JSON {\"named_metrics\": "
+                              "{\"kv_cache_usage_perc\": %s, \"num_requests_waiting\": %s}}\r\n",
+                              u, w);
+    return rc ? IFD_ENOMEM : 0;
 }
 
 static void ifd__health(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)

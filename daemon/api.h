@@ -1,7 +1,10 @@
 /*
  * api.h — the HTTP API: the route table, authentication, and the endpoints
  * other than completions (GET /v1/models, /health, /metrics; POST
- * /tokenize, /detokenize; GET and DELETE /v1/responses/{id}). Completions (POST
+ * /tokenize, /detokenize; GET and DELETE /v1/responses/{id}; POST
+ * /invocations, SageMaker's, which hands a body to chat or completions by
+ * its shape). Paths are routed without the configured root_path (a reverse
+ * proxy's prefix), and the handlers see them so. Completions (POST
  * /v1/chat/completions, /v1/completions and /v1/responses) live in gen.h and
  * share this context; both answer through reply.h, draw ids from ids.h and
  * reach the Responses store through respstore.h, so neither calls into the
@@ -106,6 +109,13 @@ int ifd_api_identity(const ifd_api_t *api, const ifd_http_request_t *r, char *ou
 
 /* The http handler: routes one request. */
 void ifd_api_on_request(void *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+
+/* The http handler's load_report (http.h): vLLM's ORCA header for format
+ * "text" or "json" (any case) — "endpoint-load-metrics: TEXT
+ * named_metrics.kv_cache_usage_perc=0.25, named_metrics.num_requests_waiting=0.0"
+ * or "JSON {\"named_metrics\": {…}}" — sampled now; nothing for another
+ * format. 0 or IFD_ENOMEM. */
+int ifd_api_load_report(void *api, const char *format, ifd_buf_t *out);
 
 /* The route table (pure, any thread). ifd_api_route_find: the index of the
  * route serving (path, method), HEAD served by GET routes, or -1;

@@ -103,6 +103,12 @@
     X(api_key_file, STR, "", 1, "FILE", 0, 0,                                                  \
       "file of API keys, one per line: NAME KEY, or a bare KEY named by its line number; # "   \
       "comments")                                                                              \
+    X(allowed_origins, STR, "", 1, "LIST", 0, 0,                                               \
+      "browser origins allowed to call the API (CORS), comma-separated scheme://host[:port], "  \
+      "or * for any; default none: no CORS headers, preflights refused")                       \
+    X(root_path, STR, "", 1, "PREFIX", 0, 0,                                                   \
+      "path prefix a reverse proxy adds (e.g. /inferd): stripped from request paths that "     \
+      "start with it (uvicorn's root_path); paths without it are served as they are")          \
     X(max_connections, INT, "1024", 1, "N", 1, 1 << 20, "open client connections at most")     \
     X(max_header_bytes, BYTES, "16K", 1, "BYTES", 1024, 1 << 20,                               \
       "request line and headers at most (431 beyond)")                                         \

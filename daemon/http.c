@@ -80,7 +80,24 @@ typedef enum {
     IFD__H_AUTH,
     IFD__H_EXPECT,
     IFD__H_REQID,
+    IFD__H_ORIGIN,
+    IFD__H_ACR_METHOD,  /* Access-Control-Request-Method (a CORS preflight) */
+    IFD__H_ACR_HEADERS, /* Access-Control-Request-Headers */
+    IFD__H_LOAD_FORMAT, /* endpoint-load-metrics-format (an ORCA load report) */
+    IFD__H_COUNT
 } ifd__hdr_t;
+
+/* The headers kept, by lower-case name (ifd__hdr_t's order from IFD__H_AUTH). */
+static const char *const ifd__hdr_names[IFD__H_COUNT] = {
+    NULL,
+    "authorization",
+    "expect",
+    "x-request-id",
+    "origin",
+    "access-control-request-method",
+    "access-control-request-headers",
+    "endpoint-load-metrics-format",
+};
 
 struct ifd_http_conn {
     union {
@@ -114,7 +131,7 @@ struct ifd_http_conn {
     /* the request being parsed / served */
     ifd_buf_t url;
     ifd_buf_t body;
-    ifd_buf_t hval[4]; /* values of the interesting headers (ifd__hdr_t) */
+    ifd_buf_t hval[IFD__H_COUNT]; /* values of the interesting headers (ifd__hdr_t) */
     char field[32];
     size_t field_len;
     bool in_value;
@@ -267,7 +284,7 @@ static void ifd__conn_closed_cb(uv_handle_t *h)
     ifd_buf_free(&c->in);
     ifd_buf_free(&c->url);
     ifd_buf_free(&c->body);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < IFD__H_COUNT; i++)
         ifd_buf_free(&c->hval[i]);
     free(c);
     ifd__maybe_free_server(s);
@@ -355,6 +372,12 @@ static int ifd__write(ifd_http_conn_t *c, const char *prefix, size_t plen, const
     return 0;
 }
 
+/* A kept header's value, or NULL when the request did not carry it. */
+static const char *ifd__hdr(const ifd_http_conn_t *c, ifd__hdr_t h)
+{
+    return c->hval[h].len ? c->hval[h].data : NULL;
+}
+
 /* Writes the status line and headers, followed by body[0..blen) in the same
  * write, or by take's bytes (taken: *take is emptied). */
 static int ifd__head(ifd_http_conn_t *c, int status, const char *ctype, const char *extra,
@@ -374,12 +397,16 @@ static int ifd__head(ifd_http_conn_t *c, int status, const char *ctype, const ch
         rc = ifd_buf_puts(&b, "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n");
     else if (!rc && stream)
         rc = ifd_buf_puts(&b, "Cache-Control: no-cache\r\n");
-    else if (!rc)
+    else if (!rc && status != 204) /* a 204 has no Content-Length (RFC 9110, 8.6) */
         rc = ifd_buf_printf(&b, "Content-Length: %zu\r\n", len);
     if (!rc)
         rc = ifd_buf_printf(&b, "Connection: %s\r\n", ka ? "keep-alive" : "close");
     if (!rc && c->hval[IFD__H_REQID].len)
         rc = ifd_buf_printf(&b, "X-Request-Id: %s\r\n", c->hval[IFD__H_REQID].data);
+    if (!rc)
+        rc = ifd_cors_response_headers(&s->lim.cors, ifd__hdr(c, IFD__H_ORIGIN), &b);
+    if (!rc && s->h.load_report && c->hval[IFD__H_LOAD_FORMAT].len)
+        rc = s->h.load_report(s->h.ctx, c->hval[IFD__H_LOAD_FORMAT].data, &b);
     if (!rc && extra)
         rc = ifd_buf_puts(&b, extra);
     if (!rc)
@@ -572,7 +599,7 @@ static int ifd__on_message_begin(http_parser *p)
     ifd_http_conn_t *c = p->data;
     ifd_buf_clear(&c->url);
     ifd_buf_clear(&c->body);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < IFD__H_COUNT; i++)
         ifd_buf_clear(&c->hval[i]);
     c->field_len = 0;
     c->in_value = false;
@@ -622,12 +649,9 @@ static int ifd__on_header_value(http_parser *p, const char *at, size_t len)
         c->cur_hdr = IFD__H_OTHER;
         if (c->field_len < sizeof c->field) {
             c->field[c->field_len] = '\0';
-            if (!strcasecmp(c->field, "authorization"))
-                c->cur_hdr = IFD__H_AUTH;
-            else if (!strcasecmp(c->field, "expect"))
-                c->cur_hdr = IFD__H_EXPECT;
-            else if (!strcasecmp(c->field, "x-request-id"))
-                c->cur_hdr = IFD__H_REQID;
+            for (int i = IFD__H_AUTH; i < IFD__H_COUNT; i++)
+                if (!strcasecmp(c->field, ifd__hdr_names[i]))
+                    c->cur_hdr = (ifd__hdr_t)i;
         }
         if (c->cur_hdr != IFD__H_OTHER)
             ifd_buf_clear(&c->hval[c->cur_hdr]);
@@ -710,6 +734,32 @@ static const http_parser_settings ifd__settings = {
     .on_message_complete = ifd__on_message_complete,
 };
 
+/* A CORS preflight, answered here before any authentication (cors.h): the
+ * handler never sees it. */
+static void ifd__preflight(ifd_http_conn_t *c)
+{
+    ifd_buf_t h = IFD_BUF_INIT;
+    char why[320];
+    int st = ifd_cors_preflight(&c->srv->lim.cors, ifd__hdr(c, IFD__H_ORIGIN),
+                                ifd__hdr(c, IFD__H_ACR_METHOD), ifd__hdr(c, IFD__H_ACR_HEADERS), &h,
+                                why, sizeof why);
+    if (st == 204) {
+        ifd_http_respond(c, 204, NULL, h.data, "", 0);
+    } else if (st == 403) {
+        /* a refused preflight grants nothing: its head carries no CORS header */
+        ifd_buf_clear(&c->hval[IFD__H_ORIGIN]);
+        ifd_oai_error_t e;
+        ifd_oai_error_set(&e, 403, NULL, "cors_not_allowed", NULL, "%s", why);
+        ifd_buf_t b = IFD_BUF_INIT;
+        ifd_oai_error_json(&b, &e);
+        ifd_http_respond(c, 403, "application/json", NULL, b.data ? b.data : "", b.len);
+        ifd_buf_free(&b);
+    } else {
+        ifd__fail(c, 500, NULL, "Out of memory.");
+    }
+    ifd_buf_free(&h);
+}
+
 static void ifd__dispatch(ifd_http_conn_t *c)
 {
     ifd_http_request_t r;
@@ -740,6 +790,11 @@ static void ifd__dispatch(ifd_http_conn_t *c)
     r.peer = c->peer;
     r.t_ns = uv_hrtime();
     IFD_DEBUG("http: %s %s (%zu body bytes)", r.method_name, r.path, r.body_len);
+    if (ifd_cors_is_preflight(c->parser.method == HTTP_OPTIONS, ifd__hdr(c, IFD__H_ORIGIN),
+                              ifd__hdr(c, IFD__H_ACR_METHOD))) {
+        ifd__preflight(c);
+        return;
+    }
     c->srv->h.on_request(c->srv->h.ctx, c, &r);
 }
 

@@ -18,6 +18,12 @@
  * connection is closed after keepalive_timeout. "Expect: 100-continue" is
  * answered when the body is acceptable.
  *
+ * CORS (cors.h): a preflight (OPTIONS with Origin and
+ * Access-Control-Request-Method) is answered here, 204 or 403, before the
+ * handler — hence before authentication; every other response, whoever
+ * writes it (errors of this module and SSE streams included), carries the
+ * CORS headers its request's Origin calls for.
+ *
  * Output cap: bytes handed to a connection and not yet written by the
  * kernel are counted; ifd_http_stream_write refuses (IFD_ETOOBIG) once they
  * pass output_cap, so a client that stops reading cannot grow the daemon's
@@ -39,6 +45,7 @@
 #define IFD_DAEMON_HTTP_H
 
 #include "arena.h"
+#include "cors.h"
 #include "listen.h"
 #include "metrics.h"
 
@@ -72,6 +79,11 @@ typedef struct {
 typedef struct {
     void *ctx;
     void (*on_request)(void *ctx, ifd_http_conn_t *c, const ifd_http_request_t *r);
+    /* Optional (NULL: none). Called while the head of any response to a
+     * request that carried "endpoint-load-metrics-format: FORMAT" is
+     * written: appends whole header lines (an ORCA load report) to out, or
+     * nothing for a format it does not know. 0 or IFD_ENOMEM. */
+    int (*load_report)(void *ctx, const char *format, ifd_buf_t *out);
 } ifd_http_handler_t;
 
 typedef struct {
@@ -82,6 +94,7 @@ typedef struct {
     uint64_t header_timeout_ms;
     uint64_t body_timeout_ms;
     uint64_t keepalive_timeout_ms;
+    ifd_cors_t cors; /* allowed_origins (cors.h): preflights and every response's headers */
 } ifd_http_limits_t;
 
 /* metrics may be NULL. 0 or IFD_ENOMEM. */

@@ -159,17 +159,29 @@ static void ifd__find_worker(const ifd_config_t *cfg, char *out, size_t len)
     snprintf(out, len, "inferd-worker");
 }
 
-static ifd_http_limits_t ifd__limits(const ifd_config_t *c)
+/* The HTTP server's settings from c, checked: allowed_origins parsed
+ * (cors.h), root_path "" or "/…" without a trailing '/'. 0, or IFD_EINVAL
+ * with the reason in err. */
+static int ifd__limits(const ifd_config_t *c, ifd_http_limits_t *l, char *err, size_t errlen)
 {
-    ifd_http_limits_t l;
-    l.max_connections = (int)c->max_connections;
-    l.max_header_bytes = (size_t)c->max_header_bytes;
-    l.max_body_bytes = (size_t)c->max_body_bytes;
-    l.output_cap = (size_t)c->output_buffer_bytes;
-    l.header_timeout_ms = (uint64_t)(c->header_timeout * 1000.0);
-    l.body_timeout_ms = (uint64_t)(c->body_timeout * 1000.0);
-    l.keepalive_timeout_ms = (uint64_t)(c->keepalive_timeout * 1000.0);
-    return l;
+    memset(l, 0, sizeof *l);
+    l->max_connections = (int)c->max_connections;
+    l->max_header_bytes = (size_t)c->max_header_bytes;
+    l->max_body_bytes = (size_t)c->max_body_bytes;
+    l->output_cap = (size_t)c->output_buffer_bytes;
+    l->header_timeout_ms = (uint64_t)(c->header_timeout * 1000.0);
+    l->body_timeout_ms = (uint64_t)(c->body_timeout * 1000.0);
+    l->keepalive_timeout_ms = (uint64_t)(c->keepalive_timeout * 1000.0);
+    const char *rp = c->root_path ? c->root_path : "";
+    size_t n = strlen(rp);
+    if (n && (rp[0] != '/' || rp[n - 1] == '/' || strpbrk(rp, "?#%"))) {
+        snprintf(err, errlen,
+                 "root_path '%.200s': expected a path prefix such as /inferd (a leading '/', "
+                 "no trailing '/', no query)",
+                 rp);
+        return IFD_EINVAL;
+    }
+    return ifd_cors_parse(&l->cors, c->allowed_origins, err, errlen);
 }
 
 static void ifd__sup_timing(const ifd_config_t *c, ifd_sup_params_t *p)
@@ -441,6 +453,12 @@ static void ifd__reload(ifd__daemon_t *d)
         ifd_config_free(&next);
         return;
     }
+    ifd_http_limits_t lim;
+    if (ifd__limits(&next, &lim, err, sizeof err) != 0) {
+        IFD_ERROR("reload: %s (keeping the current settings)", err);
+        ifd_config_free(&next);
+        return;
+    }
     ifd_apikeys_t *keys;
     if (ifd_apikeys_load(&next, &keys) != 0) { /* logged */
         IFD_ERROR("reload: keeping the current settings");
@@ -454,8 +472,7 @@ static void ifd__reload(ifd__daemon_t *d)
     ifd_apikeys_destroy(d->keys);
     d->keys = keys;
     d->api.keys = keys;
-    ifd_http_limits_t lim = ifd__limits(&d->cfg);
-    ifd_http_server_set_limits(d->http, &lim);
+    ifd_http_server_set_limits(d->http, &lim); /* next's reloadable keys are cfg's now */
     ifd_sup_params_t sp;
     memset(&sp, 0, sizeof sp);
     ifd__sup_timing(&d->cfg, &sp);
@@ -760,6 +777,9 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "weights_dtype '%s': expected auto or f32", d->cfg.weights_dtype);
         return IFD_EINVAL;
     }
+    ifd_http_limits_t lim;
+    if (ifd__limits(&d->cfg, &lim, err, errlen))
+        return IFD_EINVAL;
     int32_t cap;
     if (ifd__prefill_cap_parse(d->cfg.prefill_cap, &cap) != 0) {
         snprintf(err, errlen, "prefill_cap '%s': expected auto, off or a number 1..1048576",
@@ -999,8 +1019,10 @@ static int ifd__start_http(ifd__daemon_t *d, char *err, size_t errlen)
     d->api.keys = d->keys;
     if ((rc = ifd__open_listeners(d, err, errlen)))
         return rc;
-    ifd_http_limits_t lim = ifd__limits(&d->cfg);
-    ifd_http_handler_t hh = {&d->api, ifd_api_on_request};
+    ifd_http_limits_t lim;
+    if ((rc = ifd__limits(&d->cfg, &lim, err, errlen)))
+        return rc;
+    ifd_http_handler_t hh = {&d->api, ifd_api_on_request, ifd_api_load_report};
     if ((rc = ifd_http_server_create(&d->http, &d->loop, &lim, &hh, &d->metrics)))
         return rc;
     for (int i = 0; i < d->n_lst; i++) {
@@ -1046,6 +1068,7 @@ static int ifd__start_router(ifd__daemon_t *d, int64_t mml)
     api->model_path = d->model_path;
     api->mcfg = &d->mcfg;
     api->max_model_len = mml;
+    ifd_metrics_set_max_model_len(&d->metrics, mml); /* vLLM's token buckets */
     api->n_vocab = ifd_tokenizer_n_vocab(d->tok);
     api->created = (int64_t)time(NULL);
     api->start_ns = uv_hrtime();
