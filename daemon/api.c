@@ -322,6 +322,9 @@ static void ifd__gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
         if (wi->has_stats) {
             g->preemptions += wi->stats.preemptions;
             g->engine_steps += wi->stats.steps;
+            for (int b = 0; b < IFD_WIRE_STEP_BUCKETS; b++)
+                g->step_tokens[b] += wi->stats.step_tokens.n[b];
+            g->step_tokens_sum += wi->stats.prefill_tokens + wi->stats.decode_tokens;
             g->kv_local_releasable_blocks += (int64_t)wi->stats.kv_local_releasable_blocks;
             g->kv_local_releasable_bytes += (int64_t)wi->stats.kv_local_releasable_bytes;
             g->kv_local_released_blocks += (int64_t)wi->stats.kv_local_released_blocks;

@@ -357,11 +357,8 @@ static int ifd__head(ifd_buf_t *o, const char *name, const char *type, const cha
     return ifd_buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, const char *model,
-                       ifd_buf_t *out)
-{
-    size_t start = out->len;
-    int rc = 0;
+/* The writers below append to `out`, and on failure set `rc` and jump to
+ * `fail` (each function has all three). */
 #define IFD__P(...)                                                                                \
     do {                                                                                           \
         if ((rc = ifd_buf_printf(out, __VA_ARGS__)))                                               \
@@ -372,6 +369,84 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
         if ((rc = ifd__head(out, n, t, h)))                                                        \
             goto fail;                                                                             \
     } while (0)
+
+/* The vLLM families (mn: the escaped model name). 0 or IFD_ENOMEM. */
+static int ifd__render_vllm(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, const char *mn,
+                            ifd_buf_t *out)
+{
+    int rc = 0;
+    for (size_t i = 0; i < sizeof ifd__vllm / sizeof ifd__vllm[0]; i++) {
+        const ifd__vllm_row_t *r = &ifd__vllm[i];
+        if (r->src == IFD__V_GAUGE) {
+            /* counters among the sampled values are named *_total */
+            size_t nl = strlen(r->name);
+            bool ctr = nl > 6 && !strcmp(r->name + nl - 6, "_total");
+            IFD__H(r->name, ctr ? "counter" : "gauge", r->help);
+            IFD__P("%s{model_name=\"%s\"} %lld\n", r->name, mn,
+                   (long long)*(const int64_t *)((const char *)g + r->off));
+        } else if (r->src == IFD__V_COUNTER) {
+            IFD__H(r->name, "counter", r->help);
+            IFD__P("%s{model_name=\"%s\"} %llu\n", r->name, mn,
+                   (unsigned long long)*(const uint64_t *)((const char *)m + r->off));
+        } else {
+            const ifd_hist_t *h = (const ifd_hist_t *)((const char *)m + r->off);
+            IFD__H(r->name, "histogram", r->help);
+            uint64_t cum = 0;
+            for (int b = 0; b < h->n_bounds; b++) {
+                char le[32];
+                ifd__le(le, sizeof le, h->bounds[b]);
+                cum += h->counts[b];
+                IFD__P("%s_bucket{model_name=\"%s\",le=\"%s\"} %llu\n", r->name, mn, le,
+                       (unsigned long long)cum);
+            }
+            cum += h->counts[h->n_bounds];
+            IFD__P("%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", r->name, mn,
+                   (unsigned long long)cum);
+            IFD__P("%s_sum{model_name=\"%s\"} %.6f\n%s_count{model_name=\"%s\"} %llu\n", r->name,
+                   mn, h->sum, r->name, mn, (unsigned long long)h->count);
+        }
+    }
+    /* vLLM names this histogram like a counter; kept, so its dashboards find it */
+    static const int step_bounds[] = {IFD_WIRE_STEP_TOKEN_BOUNDS};
+    IFD__H("vllm:iteration_tokens_total", "histogram",
+           "Histogram of number of tokens per engine_step.");
+    uint64_t steps = 0;
+    for (int b = 0; b < IFD_WIRE_STEP_BUCKETS; b++) {
+        steps += g->step_tokens[b];
+        if (b < IFD_WIRE_STEP_BUCKETS - 1)
+            IFD__P("vllm:iteration_tokens_total_bucket{model_name=\"%s\",le=\"%d.0\"} %llu\n", mn,
+                   step_bounds[b], (unsigned long long)steps);
+    }
+    IFD__P("vllm:iteration_tokens_total_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", mn,
+           (unsigned long long)steps);
+    IFD__P("vllm:iteration_tokens_total_sum{model_name=\"%s\"} %llu\n"
+           "vllm:iteration_tokens_total_count{model_name=\"%s\"} %llu\n",
+           mn, (unsigned long long)g->step_tokens_sum, mn, (unsigned long long)steps);
+    double usage = g->kv_total ? (double)g->kv_used / (double)g->kv_total : 0.0;
+    IFD__H("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
+    IFD__P("vllm:kv_cache_usage_perc{model_name=\"%s\"} %.6f\n", mn, usage);
+    IFD__H("vllm:gpu_cache_usage_perc", "gauge",
+           "Fraction of KV cache blocks in use (0 to 1; vLLM's older name).");
+    IFD__P("vllm:gpu_cache_usage_perc{model_name=\"%s\"} %.6f\n", mn, usage);
+    IFD__H("vllm:request_success_total", "counter", "Finished requests by finish reason.");
+    for (int i = 0; i < IFD_FIN_COUNT; i++)
+        IFD__P("vllm:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %llu\n", mn,
+               ifd__fin_names[i], (unsigned long long)m->finished[i]);
+    IFD__H("vllm:cache_config_info", "gauge", "The KV cache configuration (value 1).");
+    IFD__P("vllm:cache_config_info{model_name=\"%s\",block_size=\"%lld\",cache_dtype=\"%s\","
+           "num_gpu_blocks=\"%lld\",enable_prefix_caching=\"%s\"} 1\n",
+           mn, (long long)g->kv_block_size, g->kv_dtype ? g->kv_dtype : "", (long long)g->kv_total,
+           g->prefix_cache ? "True" : "False");
+    return 0;
+fail:
+    return rc;
+}
+
+int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, const char *model,
+                       ifd_buf_t *out)
+{
+    size_t start = out->len;
+    int rc = 0;
 
     char mn[600];
     ifd__label_escape(mn, sizeof mn, model);
@@ -435,59 +510,15 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
                (unsigned long long)h->count);
     }
 
-    /* vLLM's names */
-    for (size_t i = 0; i < sizeof ifd__vllm / sizeof ifd__vllm[0]; i++) {
-        const ifd__vllm_row_t *r = &ifd__vllm[i];
-        if (r->src == IFD__V_GAUGE) {
-            /* counters among the sampled values are named *_total */
-            size_t nl = strlen(r->name);
-            bool ctr = nl > 6 && !strcmp(r->name + nl - 6, "_total");
-            IFD__H(r->name, ctr ? "counter" : "gauge", r->help);
-            IFD__P("%s{model_name=\"%s\"} %lld\n", r->name, mn,
-                   (long long)*(const int64_t *)((const char *)g + r->off));
-        } else if (r->src == IFD__V_COUNTER) {
-            IFD__H(r->name, "counter", r->help);
-            IFD__P("%s{model_name=\"%s\"} %llu\n", r->name, mn,
-                   (unsigned long long)*(const uint64_t *)((const char *)m + r->off));
-        } else {
-            const ifd_hist_t *h = (const ifd_hist_t *)((const char *)m + r->off);
-            IFD__H(r->name, "histogram", r->help);
-            uint64_t cum = 0;
-            for (int b = 0; b < h->n_bounds; b++) {
-                char le[32];
-                ifd__le(le, sizeof le, h->bounds[b]);
-                cum += h->counts[b];
-                IFD__P("%s_bucket{model_name=\"%s\",le=\"%s\"} %llu\n", r->name, mn, le,
-                       (unsigned long long)cum);
-            }
-            cum += h->counts[h->n_bounds];
-            IFD__P("%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", r->name, mn,
-                   (unsigned long long)cum);
-            IFD__P("%s_sum{model_name=\"%s\"} %.6f\n%s_count{model_name=\"%s\"} %llu\n", r->name,
-                   mn, h->sum, r->name, mn, (unsigned long long)h->count);
-        }
-    }
-    double usage = g->kv_total ? (double)g->kv_used / (double)g->kv_total : 0.0;
-    IFD__H("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
-    IFD__P("vllm:kv_cache_usage_perc{model_name=\"%s\"} %.6f\n", mn, usage);
-    IFD__H("vllm:gpu_cache_usage_perc", "gauge",
-           "Fraction of KV cache blocks in use (0 to 1; vLLM's older name).");
-    IFD__P("vllm:gpu_cache_usage_perc{model_name=\"%s\"} %.6f\n", mn, usage);
-    IFD__H("vllm:request_success_total", "counter", "Finished requests by finish reason.");
-    for (int i = 0; i < IFD_FIN_COUNT; i++)
-        IFD__P("vllm:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %llu\n", mn,
-               ifd__fin_names[i], (unsigned long long)m->finished[i]);
-    IFD__H("vllm:cache_config_info", "gauge", "The KV cache configuration (value 1).");
-    IFD__P("vllm:cache_config_info{model_name=\"%s\",block_size=\"%lld\",cache_dtype=\"%s\","
-           "num_gpu_blocks=\"%lld\",enable_prefix_caching=\"%s\"} 1\n",
-           mn, (long long)g->kv_block_size, g->kv_dtype ? g->kv_dtype : "", (long long)g->kv_total,
-           g->prefix_cache ? "True" : "False");
+    if ((rc = ifd__render_vllm(m, g, mn, out)))
+        goto fail;
     return 0;
-#undef IFD__P
-#undef IFD__H
 fail:
     out->len = start;
     if (out->data)
         out->data[start] = '\0';
     return rc;
 }
+
+#undef IFD__P
+#undef IFD__H

@@ -30,6 +30,7 @@
 #define IFD_DAEMON_METRICS_H
 
 #include "arena.h"
+#include "proto/wire.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -106,6 +107,10 @@ typedef struct {
     uint64_t kv_alloc_failures;
     uint64_t preemptions; /* summed over workers' last stats */
     uint64_t engine_steps;
+    /* steps by batched tokens (IFD_WIRE_STEP_TOKEN_BOUNDS' buckets) and the
+     * tokens of all steps, summed over workers: vllm:iteration_tokens_total */
+    uint64_t step_tokens[IFD_WIRE_STEP_BUCKETS];
+    uint64_t step_tokens_sum;
     /* sliding-window layers: held KV no local layer reads again (summed over workers) */
     int64_t kv_local_releasable_blocks, kv_local_releasable_bytes;
     /* with a local-layer pool: held blocks whose local-layer K/V went back to it

@@ -347,6 +347,16 @@ static const wfield_t error_fields[] = {
 static const wstruct_t error_desc = {"error", sizeof(ifd_wire_error_t), error_fields,
                                      NF(error_fields), NULL};
 
+#define FSTEP(i) FU64(ifd_wire_step_hist_t, n[i])
+static const wfield_t step_hist_fields[] = {
+    FSTEP(0), FSTEP(1), FSTEP(2), FSTEP(3),  FSTEP(4),  FSTEP(5),  FSTEP(6),
+    FSTEP(7), FSTEP(8), FSTEP(9), FSTEP(10), FSTEP(11), FSTEP(12),
+};
+#undef FSTEP
+_Static_assert(NF(step_hist_fields) == IFD_WIRE_STEP_BUCKETS, "one field per bucket");
+static const wstruct_t step_hist_desc = {"step_tokens", sizeof(ifd_wire_step_hist_t),
+                                         step_hist_fields, NF(step_hist_fields), NULL};
+
 static const wfield_t stats_fields[] = {
     FU64(ifd_wire_stats_t, seq),
     FU32(ifd_wire_stats_t, running),
@@ -369,6 +379,7 @@ static const wfield_t stats_fields[] = {
     FU64(ifd_wire_stats_t, kv_local_releasable_bytes),
     FU64(ifd_wire_stats_t, kv_local_released_blocks),
     FU64(ifd_wire_stats_t, kv_local_released_bytes),
+    FSTRUCT(ifd_wire_stats_t, step_tokens, &step_hist_desc),
 };
 static const wstruct_t stats_desc = {"stats", sizeof(ifd_wire_stats_t), stats_fields,
                                      NF(stats_fields), NULL};

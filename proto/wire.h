@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     9
+#define IFD_WIRE_VERSION     10
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -352,6 +352,19 @@ typedef struct {
     char *message;
 } ifd_wire_error_t;
 
+/* Steps by batched tokens (STATS.step_tokens), in the buckets of vLLM's
+ * vllm:iteration_tokens_total without CUDA graphs (vllm/v1/metrics/
+ * loggers.py, build_cudagraph_buckets with enforce_eager: its 8096 too):
+ * upper bounds; n[i] counts the steps of at most bound i tokens and more
+ * than bound i-1, the last one those above every bound. The worker counts,
+ * the router renders: both read this one list. */
+#define IFD_WIRE_STEP_TOKEN_BOUNDS 1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8096
+#define IFD_WIRE_STEP_BUCKETS      13 /* the bounds and +Inf */
+
+typedef struct {
+    uint64_t n[IFD_WIRE_STEP_BUCKETS];
+} ifd_wire_step_hist_t;
+
 /* STATS (worker → router). Gauges are current values; counters run from the
  * worker's start; rates/averages are the worker's own recent window. */
 typedef struct {
@@ -378,6 +391,7 @@ typedef struct {
      * that pool, and those bytes (memory saved; version 5) */
     uint64_t kv_local_released_blocks;
     uint64_t kv_local_released_bytes;
+    ifd_wire_step_hist_t step_tokens; /* steps by batched tokens (version 10) */
 } ifd_wire_stats_t;
 
 typedef struct {

@@ -1423,6 +1423,11 @@ static void ifd__step_account(ifd_engine_t *e, ifd_engine_step_stats_t *st, int 
         e->decode_ema = e->decode_ema == 0
                             ? (double)n_tok
                             : e->decode_ema + ((double)n_tok - e->decode_ema) / IFD_ENGINE_STEP_EMA;
+    static const int step_bounds[] = {IFD_WIRE_STEP_TOKEN_BOUNDS};
+    int b = 0;
+    while (b < IFD_WIRE_STEP_BUCKETS - 1 && n_tok > step_bounds[b])
+        b++;
+    e->st.step_tokens[b]++;
     e->st.steps++;
     e->st.tokens += (uint64_t)n_tok;
     e->st.prefill_tokens += (uint64_t)st->n_prefill_tokens;

@@ -52,6 +52,7 @@
 
 #include "kvpool/kvpool.h"
 #include "model.h"
+#include "proto/wire.h"
 #include "sampler.h"
 
 typedef struct ifd_engine ifd_engine_t;
@@ -241,6 +242,9 @@ typedef struct {
     int32_t waiting;
     uint64_t steps;
     uint64_t tokens;          /* batched tokens over all steps */
+    /* steps by batched tokens, in IFD_WIRE_STEP_TOKEN_BOUNDS' buckets (vLLM's
+     * vllm:iteration_tokens_total; the STATS frame carries them) */
+    uint64_t step_tokens[IFD_WIRE_STEP_BUCKETS];
     uint64_t prefill_tokens;
     uint64_t decode_tokens;
     uint64_t cached_prompt_tokens; /* prompt tokens skipped thanks to the prefix cache */

@@ -335,6 +335,7 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
     w->kv_local_released_blocks = (uint64_t)st.local_released_blocks;
     w->kv_local_released_bytes = st.local_released_bytes;
     w->steps = st.steps;
+    memcpy(w->step_tokens.n, st.step_tokens, sizeof w->step_tokens.n);
     w->prefill_tokens = st.prefill_tokens;
     w->decode_tokens = st.decode_tokens;
     w->tokens_per_step = st.steps ? (double)st.tokens / (double)st.steps : 0.0;

@@ -369,6 +369,21 @@ def test_metrics_vllm_families():
         assert d == want, (reason, d, want)
     d = value(after_, "vllm:generation_tokens_total") - value(before, "vllm:generation_tokens_total")
     assert d == gen_tok, (d, gen_tok)
+    # tokens per engine step, from the workers' STATS (every 0.1 s here): every step in one
+    # bucket, the sum at least the generated tokens
+    steps = [b[0] for b in hist(after_, "vllm:iteration_tokens_total")[0]]
+    assert steps == ["1.0", "8.0", "16.0", "32.0", "64.0", "128.0", "256.0", "512.0", "1024.0",
+                     "2048.0", "4096.0", "8096.0", "+Inf"], steps
+    t0 = time.time()
+    while True:
+        f = scrape()
+        _, s1, c1 = hist(f, "vllm:iteration_tokens_total")
+        _, s0, c0 = hist(before, "vllm:iteration_tokens_total")
+        if s1 - s0 >= gen_tok or time.time() - t0 > 10 * SCALE:
+            break
+        time.sleep(0.1)
+    assert c1 == value(f, "inferd_engine_steps_total") and c1 > c0, (c1, c0)
+    assert s1 - s0 >= gen_tok, (s1 - s0, gen_tok)
 
 
 # ---- ORCA load report ------------------------------------------------------------------------
@@ -466,7 +481,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="inferd-ops-")
     CONF = os.path.join(tmp, "inferd.json")
     write_conf(ORIGIN)
-    D = Daemon(INFERD, ["--config", CONF, "--listen", "127.0.0.1:%d" % PORT, "--api-key", KEY])
+    D = Daemon(INFERD, ["--config", CONF, "--listen", "127.0.0.1:%d" % PORT, "--api-key", KEY,
+                        "--worker-ping-interval", "0.1"])
     C = openai_client(D.sock, timeout=300)
     try:
         rc = run_tests(globals())

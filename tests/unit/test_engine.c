@@ -460,6 +460,9 @@ START_TEST(test_batched_equals_solo)
 }
 END_TEST
 
+/* A step fills the token budget with every decode first, then prefill
+ * chunks; each step counts once in its step_tokens bucket (vLLM's
+ * iteration_tokens_total buckets). */
 START_TEST(test_budget_filled_decodes_first_then_chunks)
 {
     make_prompts(5, 10, 2);
@@ -479,8 +482,13 @@ START_TEST(test_budget_filled_decodes_first_then_chunks)
     ifd_engine_request_t q = req(4, 5);
     q.ignore_eos = true;
     ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    ifd_engine_stats_t es0, es1;
+    ifd_engine_stats(r.eng, &es0);
     ck_assert_int_eq(ifd_engine_step(r.eng, &st), 5);
-    ck_assert_int_eq(st.n_tokens, 16);       /* budget filled */
+    ck_assert_int_eq(st.n_tokens, 16); /* budget filled */
+    ifd_engine_stats(r.eng, &es1);     /* counted in vLLM's (8, 16] bucket */
+    for (int b = 0; b < IFD_WIRE_STEP_BUCKETS; b++)
+        ck_assert_uint_eq(es1.step_tokens[b] - es0.step_tokens[b], b == 2);
     ck_assert_int_eq(st.n_decode_tokens, 4); /* every decode first */
     ck_assert_int_eq(st.n_prefill_tokens, 12);
     int chunks = 1;
@@ -490,6 +498,11 @@ START_TEST(test_budget_filled_decodes_first_then_chunks)
     }
     ck_assert_int_ge(chunks, 8); /* 100 tokens in 12-token chunks */
     run_to_idle(&r, 1000);
+    ifd_engine_stats(r.eng, &es1); /* every step in one bucket */
+    uint64_t counted = 0;
+    for (int b = 0; b < IFD_WIRE_STEP_BUCKETS; b++)
+        counted += es1.step_tokens[b];
+    ck_assert_uint_eq(counted, es1.steps);
     rig_close(&r);
 }
 END_TEST

@@ -155,23 +155,25 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
             .id = 0, .code = IFD_ENOBLOCKS, .message = "no free KV blocks: \"pool\" 100% used"};
         break;
     case IFD_WIRE_STATS:
-        m.u.stats = (ifd_wire_stats_t){.seq = 7,
-                                       .running = 12,
-                                       .waiting = 3,
-                                       .kv_blocks_in_use = 1000,
-                                       .kv_blocks_total = 4096,
-                                       .steps = 1ull << 33,
-                                       .prefill_tokens = 123456,
-                                       .decode_tokens = 654321,
-                                       .tokens_per_step = 14.75,
-                                       .batch_occupancy = 0.1 + 1e-12,
-                                       .prefix_query_tokens = 5000,
-                                       .prefix_hit_tokens = 4000,
-                                       .prefix_hit_rate = 0.8,
-                                       .preemptions = 2,
-                                       .forward_ns = 10000000000ull,
-                                       .sampling_ns = 200000,
-                                       .scheduling_ns = 300};
+        m.u.stats = (ifd_wire_stats_t){
+            .seq = 7,
+            .running = 12,
+            .waiting = 3,
+            .kv_blocks_in_use = 1000,
+            .kv_blocks_total = 4096,
+            .steps = 1ull << 33,
+            .prefill_tokens = 123456,
+            .decode_tokens = 654321,
+            .tokens_per_step = 14.75,
+            .batch_occupancy = 0.1 + 1e-12,
+            .prefix_query_tokens = 5000,
+            .prefix_hit_tokens = 4000,
+            .prefix_hit_rate = 0.8,
+            .preemptions = 2,
+            .forward_ns = 10000000000ull,
+            .sampling_ns = 200000,
+            .scheduling_ns = 300,
+            .step_tokens = {{5, 0, 1ull << 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, UINT64_MAX}}};
         break;
     case IFD_WIRE_PROMPT_LOGPROBS:
         g_plp[0] = (ifd_wire_plp_t){
@@ -677,7 +679,7 @@ START_TEST(test_wrong_msgpack_types)
                 0x00, 0x00, 0x01, 0x00, 'x');
     /* A float field given an int: floats must be floats. */
     EXPECT_PADDED(IFD_WIRE_STATS, IFD_ETYPE, "stats.tokens_per_step: expected float", 0xdc, 0x00,
-                  0x15, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
+                  0x16, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
     /* Cross-field checks run after decoding. */
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "tokens: no events", 0x92, 0x01, 0x90);
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "top logprobs without has_logprob", 0x92, 0x01, 0x91,
