@@ -289,8 +289,24 @@ VLLM_TOKENS = ["1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0", "200.0", "5
                "2000.0", "5000.0", "+Inf"]
 
 
+# Every series vLLM's Grafana dashboard queries (examples/online_serving/prometheus_grafana/
+# grafana.json), but vllm:num_requests_swapped and vllm:cpu_cache_usage_perc, which vLLM's V1
+# engine no longer exports either (inferd never swaps to a CPU cache)
+DASHBOARD = ["vllm:e2e_request_latency_seconds", "vllm:prompt_tokens_total",
+             "vllm:generation_tokens_total", "vllm:time_per_output_token_seconds",
+             "vllm:num_requests_running", "vllm:num_requests_waiting",
+             "vllm:time_to_first_token_seconds", "vllm:gpu_cache_usage_perc",
+             "vllm:request_prompt_tokens", "vllm:request_generation_tokens",
+             "vllm:request_success_total", "vllm:request_queue_time_seconds",
+             "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+             "vllm:request_max_num_generation_tokens"]
+
+
 def test_metrics_vllm_families():
     before = scrape()
+    for name in DASHBOARD:
+        assert name in before and all(x[1].get("model_name") == MODEL
+                                      for x in before[name]["samples"]), name
     for name, les in [("vllm:time_to_first_token_seconds", VLLM_TTFT),
                       ("vllm:inter_token_latency_seconds", VLLM_ITL),
                       ("vllm:time_per_output_token_seconds", VLLM_ITL),
