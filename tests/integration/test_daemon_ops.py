@@ -488,6 +488,22 @@ def test_root_path():
         model=MODEL, prompt="One, two,", max_tokens=3, stream=True) if ev.choices)
     assert text, text
     assert [m.id for m in c.models.list()] == [MODEL]
+    # /invocations through the client's generic post, parsed as the typed objects
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion
+    root = openai.OpenAI(base_url="http://127.0.0.1:%d/inferd" % PORT, api_key=KEY,
+                         max_retries=0, timeout=120 * SCALE)
+    chat = root.post("/invocations", cast_to=ChatCompletion, body={
+        "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+    assert chat.object == "chat.completion" and chat.usage.completion_tokens >= 1, chat
+    comp = root.post("/invocations", cast_to=Completion,
+                     body={"model": MODEL, "prompt": "One,", "max_tokens": 3})
+    assert comp.object == "text_completion" and comp.choices[0].text, comp
+    try:
+        root.post("/invocations", cast_to=ChatCompletion, body={"model": MODEL})
+        raise AssertionError("no 400")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and "'prompt'" in str(e), e
 
 
 def main():
