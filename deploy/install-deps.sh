@@ -17,10 +17,12 @@ DEBS=(
     build-essential cmake ninja-build pkg-config git
     libuv1-dev libmsgpack-dev libjansson-dev check libpcre2-dev
     libxxhash-dev libhttp-parser-dev libsystemd-dev libedit-dev libsimde-dev
+    libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev
     python3 python3-venv python3-pip curl ca-certificates
     systemd clang
 )
-PIP_PKGS=(pytest numpy gguf openai httpx tokenizers jinja2 jsonschema pyyaml langchain-openai)
+PIP_PKGS=(pytest numpy gguf openai httpx tokenizers jinja2 jsonschema pyyaml langchain-openai
+          pillow transformers)
 
 want_venv=1
 for a in "$@"; do
@@ -74,7 +76,7 @@ if [ "$want_venv" -eq 1 ]; then
         mkdir -p "$(dirname "$venv")"
         python3 -m venv "$venv"
     fi
-    if ! "$venv/bin/python" -c 'import pytest, numpy, gguf, openai, httpx, tokenizers, jinja2, jsonschema, yaml, langchain_openai' 2>/dev/null; then
+    if ! "$venv/bin/python" -c 'import pytest, numpy, gguf, openai, httpx, tokenizers, jinja2, jsonschema, yaml, langchain_openai, PIL, transformers' 2>/dev/null; then
         echo "install-deps: installing ${PIP_PKGS[*]} into $venv"
         "$venv/bin/python" -m pip install -q --upgrade pip
         "$venv/bin/python" -m pip install -q "${PIP_PKGS[@]}"

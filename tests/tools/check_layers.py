@@ -24,6 +24,7 @@ LAYERS = {
     'chat': {'common', 'modelfile', 'tokenizer', 'jinja'},
     'grammar': {'common', 'modelfile', 'tokenizer'},
     'inspect': {'common', 'modelfile', 'tokenizer'},
+    'image': {'common'},
     'kernels': {'common', 'modelfile', 'kvpool'},
     'proto': {'common', 'modelfile', 'tokenizer', 'grammar'},
     'worker': {'common', 'modelfile', 'kvpool', 'tokenizer', 'chat', 'grammar', 'inspect',
@@ -36,7 +37,8 @@ LAYERS = {
 FOLDERS = {
     'common': 'common', 'common/modelfile': 'modelfile', 'common/kvpool': 'kvpool',
     'common/tokenizer': 'tokenizer', 'common/chat': 'chat', 'common/chat/jinja': 'jinja',
-    'common/grammar': 'grammar', 'common/inspect': 'inspect', 'kernels': 'kernels',
+    'common/grammar': 'grammar', 'common/inspect': 'inspect', 'common/image': 'image',
+    'kernels': 'kernels',
     'proto': 'proto', 'worker': 'worker', 'daemon': 'daemon', 'client': 'client',
 }
 SOURCE = re.compile(r'\.(c|h|cu|cuh|cc)$')

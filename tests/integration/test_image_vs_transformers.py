@@ -1,0 +1,231 @@
+"""test_image_vs_transformers.py IMAGE_PREP — common/image against Pillow and transformers.
+
+Builds a set of test images with Pillow (and a few PNGs by hand that Pillow cannot write:
+16-bit RGB, RGB with a tRNS colour) — sizes, aspect ratios, every format and the modes that
+need conversion (alpha, palette with and without transparency, grey, 1-bit, 16-bit, CMYK,
+animations) — and checks, for each, with the C tool tests/tools/image_prep.c:
+  decode: the RGB bytes equal transformers' convert_to_rgb(PIL.Image.open(f)) exactly;
+  prep:   pixel_values equal Gemma3ImageProcessor's (its PIL backend) within 1e-6 (max abs),
+          with google/gemma-3-4b-it's preprocessor_config.json, and with pan-and-scan on;
+  resize: every PIL filter on a few sizes equals PIL's Image.resize byte for byte.
+Prints one line per case and "N passed, N failed".
+"""
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+import numpy as np
+from PIL import Image
+
+try:
+    from transformers.models.gemma3.image_processing_pil_gemma3 import (
+        Gemma3ImageProcessorPil as Processor)
+except ImportError:  # transformers 4.x: the slow processor is the PIL one
+    from transformers import Gemma3ImageProcessor as Processor
+from transformers.image_transforms import convert_to_rgb
+
+# google/gemma-3-4b-it's preprocessor_config.json (the keys that matter)
+GEMMA3 = {
+    "do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None,
+    "do_rescale": True, "do_resize": True, "image_mean": [0.5, 0.5, 0.5],
+    "image_processor_type": "Gemma3ImageProcessor", "image_seq_length": 256,
+    "image_std": [0.5, 0.5, 0.5], "pan_and_scan_max_num_crops": 4,
+    "pan_and_scan_min_crop_size": 256, "pan_and_scan_min_ratio_to_activate": 1.2,
+    "processor_class": "Gemma3Processor", "resample": 2,
+    "rescale_factor": 0.00392156862745098, "size": {"height": 896, "width": 896},
+}
+
+
+def rng_image(rng, w, h, mode):
+    if mode in ("RGB", "RGBA", "CMYK", "LA"):
+        bands = {"RGB": 3, "RGBA": 4, "CMYK": 4, "LA": 2}[mode]
+        # smooth content plus noise, so lossy codecs and resizing see real structure
+        y, x = np.mgrid[0:h, 0:w]
+        base = np.stack([(x * 255 // max(w - 1, 1) + 37 * b) % 256 for b in range(bands)], -1)
+        noise = rng.integers(0, 64, (h, w, bands))
+        a = ((base + noise + (y[..., None] * 3)) % 256).astype(np.uint8)
+        return Image.fromarray(a, mode)
+    if mode == "L":
+        return Image.fromarray(rng.integers(0, 256, (h, w), dtype=np.uint8), "L")
+    if mode == "P":
+        im = Image.fromarray(rng.integers(0, 40, (h, w), dtype=np.uint8), "L").convert("P")
+        im.putpalette(list(rng.integers(0, 256, 40 * 3)))
+        return im
+    if mode == "1":
+        return Image.fromarray(rng.integers(0, 2, (h, w), dtype=np.uint8) * 255, "L").convert("1")
+    raise ValueError(mode)
+
+
+def png_chunk(tag, data):
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def png_raw(w, h, depth, ctype, rows, extra=b""):
+    """A PNG by hand: rows are bytes per scanline (filter 0 is prepended)."""
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, 0)
+    data = zlib.compress(b"".join(b"\0" + r for r in rows))
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra + png_chunk(b"IDAT", data)
+            + png_chunk(b"IEND", b""))
+
+
+def build_images(d):
+    rng = np.random.default_rng(28)
+    out = []
+
+    def save(name, im, fmt, **kw):
+        p = os.path.join(d, name)
+        im.save(p, fmt, **kw)
+        out.append(p)
+
+    for w, h in [(1, 1), (7, 3), (100, 50), (50, 100), (896, 896), (1000, 300), (640, 1700),
+                 (1500, 1100)]:
+        save(f"rgb_{w}x{h}.png", rng_image(rng, w, h, "RGB"), "PNG")
+    save("rgb_q90.jpg", rng_image(rng, 333, 222, "RGB"), "JPEG", quality=90)
+    save("rgb_444.jpg", rng_image(rng, 301, 203, "RGB"), "JPEG", quality=95, subsampling=0)
+    save("rgb_422.jpg", rng_image(rng, 250, 401, "RGB"), "JPEG", quality=80, subsampling=1)
+    save("rgb_prog.jpg", rng_image(rng, 640, 480, "RGB"), "JPEG", quality=85, progressive=True)
+    save("grey.jpg", rng_image(rng, 123, 77, "L"), "JPEG")
+    save("cmyk.jpg", rng_image(rng, 160, 120, "CMYK"), "JPEG", quality=90)
+    save("rgba.png", rng_image(rng, 211, 97, "RGBA"), "PNG")
+    save("la.png", rng_image(rng, 97, 211, "LA"), "PNG")
+    save("grey.png", rng_image(rng, 300, 200, "L"), "PNG")
+    save("bit1.png", rng_image(rng, 77, 33, "1"), "PNG")
+    save("pal.png", rng_image(rng, 120, 80, "P"), "PNG")
+    p = rng_image(rng, 120, 80, "P")
+    save("pal_trns1.png", p, "PNG", transparency=3)
+    save("pal_trns.png", p, "PNG", transparency=bytes(rng.integers(0, 256, 40).tolist()))
+    save("pal_interlaced.png", rng_image(rng, 99, 66, "P"), "PNG", optimize=False)
+    g16 = Image.fromarray(rng.integers(0, 400, (60, 90)).astype(np.uint16))
+    save("grey16.png", g16, "PNG")
+    save("grey_trns.png", rng_image(rng, 64, 64, "L"), "PNG", transparency=17)
+    save("rgb_trns.png", rng_image(rng, 64, 48, "RGB"), "PNG", transparency=(10, 20, 30))
+    save("webp_lossy.webp", rng_image(rng, 300, 180, "RGB"), "WEBP", quality=80)
+    save("webp_lossless.webp", rng_image(rng, 180, 300, "RGB"), "WEBP", lossless=True)
+    save("webp_alpha.webp", rng_image(rng, 200, 150, "RGBA"), "WEBP", quality=90)
+    frames = [rng_image(rng, 96, 64, "RGB") for _ in range(3)]
+    save("webp_anim.webp", frames[0], "WEBP", save_all=True, append_images=frames[1:])
+    save("gif.gif", rng_image(rng, 150, 100, "P"), "GIF")
+    save("gif_trns.gif", p, "GIF", transparency=5)
+    gframes = [rng_image(rng, 80, 60, "P") for _ in range(3)]
+    save("gif_anim.gif", gframes[0], "GIF", save_all=True, append_images=gframes[1:])
+    save("gif_interlaced.gif", rng_image(rng, 70, 50, "P"), "GIF", interlace=True)
+    save("gif_grey.gif", rng_image(rng, 70, 50, "L"), "GIF")
+    # by hand: 16-bit RGB, 16-bit grey + alpha, 2-bit grey, RGB with a tRNS colour, interlace
+    rows = [rng.integers(0, 65536, 3 * 40, dtype=np.uint16).astype(">u2").tobytes()
+            for _ in range(30)]
+    raw = {"rgb16.png": png_raw(40, 30, 16, 2, rows)}
+    rows = [rng.integers(0, 65536, 2 * 33, dtype=np.uint16).astype(">u2").tobytes()
+            for _ in range(21)]
+    raw["la16.png"] = png_raw(33, 21, 16, 4, rows)
+    rows = [rng.integers(0, 256, 5, dtype=np.uint8).tobytes() for _ in range(9)]
+    raw["grey2.png"] = png_raw(20, 9, 2, 0, rows, png_chunk(b"tRNS", struct.pack(">H", 0)))
+    rows = [bytes(rng.integers(0, 4, 3 * 16, dtype=np.uint8) * 60) for _ in range(12)]
+    raw["rgb_trns_hand.png"] = png_raw(16, 12, 8, 2, rows,
+                                       png_chunk(b"tRNS", struct.pack(">HHH", 60, 120, 0)))
+    for name, b in raw.items():
+        p = os.path.join(d, name)
+        with open(p, "wb") as f:
+            f.write(b)
+        out.append(p)
+    im = rng_image(rng, 37, 29, "RGBA")
+    buf = io.BytesIO()
+    im.save(buf, "PNG")
+    out.append(os.path.join(d, "interlaced.png"))
+    Image.open(buf).save(out[-1], "PNG")
+    return out
+
+
+def run_tool(tool, *args):
+    r = subprocess.run([tool, *args], capture_output=True, text=True)
+    return r.returncode, r.stderr.strip()
+
+
+def read_rgb(path):
+    with open(path, "rb") as f:
+        w, h = struct.unpack("<II", f.read(8))
+        return np.frombuffer(f.read(), np.uint8).reshape(h, w, 3)
+
+
+def read_pv(path):
+    with open(path, "rb") as f:
+        n, c, h, w = struct.unpack("<IIII", f.read(16))
+        return np.frombuffer(f.read(), np.float32).reshape(n, c, h, w)
+
+
+def main():
+    tool = sys.argv[1]
+    passed = failed = 0
+
+    def check(name, ok, detail=""):
+        nonlocal passed, failed
+        print(("ok     " if ok else "FAILED ") + name + (f": {detail}" if detail else ""))
+        if ok:
+            passed += 1
+        else:
+            failed += 1
+
+    with tempfile.TemporaryDirectory() as d:
+        images = build_images(d)
+        cfg = os.path.join(d, "preprocessor_config.json")
+        with open(cfg, "w") as f:
+            json.dump(GEMMA3, f)
+        cfg_pas = os.path.join(d, "pas.json")
+        with open(cfg_pas, "w") as f:
+            json.dump(dict(GEMMA3, do_pan_and_scan=True), f)
+        # The config's do_convert_rgb is null, which the processor reads as "no conversion";
+        # every caller converts first (transformers' load_image, vLLM), and common/image does
+        # what do_convert_rgb=True does (convert_to_rgb: transparency onto white).
+        kw = {k: v for k, v in GEMMA3.items()
+              if k not in ("image_processor_type", "processor_class", "image_seq_length")}
+        proc = Processor(**dict(kw, do_convert_rgb=True))
+        out = os.path.join(d, "out.bin")
+        for path in images:
+            name = os.path.basename(path)
+            ref_rgb = convert_to_rgb(Image.open(path), return_numpy=True)
+            rc, err = run_tool(tool, "decode", path, out)
+            if rc:
+                check(f"decode {name}", False, err)
+                continue
+            got = read_rgb(out)
+            same = got.shape == ref_rgb.shape and np.array_equal(got, ref_rgb)
+            diff = "" if same else (f"shape {got.shape} vs {ref_rgb.shape}" if got.shape !=
+                                    ref_rgb.shape else
+                                    f"{int((got != ref_rgb).sum())} bytes differ, max "
+                                    f"{int(np.abs(got.astype(int) - ref_rgb).max())}")
+            check(f"decode {name}", same, diff)
+            for label, conf, pas in (("prep", cfg, False), ("prep+pas", cfg_pas, True)):
+                if pas and max(ref_rgb.shape[:2]) / min(ref_rgb.shape[:2]) < 1.2:
+                    continue
+                rc, err = run_tool(tool, "prep", path, conf, out)
+                if rc:
+                    check(f"{label} {name}", False, err)
+                    continue
+                got = read_pv(out)
+                ref = proc(Image.open(path), do_pan_and_scan=pas,
+                           return_tensors="np")["pixel_values"]
+                ok = got.shape == ref.shape and float(np.abs(got - ref).max()) <= 1e-6
+                check(f"{label} {name}", ok,
+                      f"shape {got.shape}" + (f" max diff {float(np.abs(got - ref).max()):.3g}"
+                                              if got.shape == ref.shape else
+                                              f" vs {ref.shape}"))
+        src = [p for p in images if os.path.basename(p) in
+               ("rgb_1500x1100.png", "rgb_100x50.png", "rgb_7x3.png")]
+        for path in src:
+            im = Image.open(path).convert("RGB")
+            for filt in (1, 2, 3, 4, 5):
+                for w, h in ((896, 896), (31, 57), (im.width, 13), (3 * im.width, im.height)):
+                    rc, err = run_tool(tool, "resize", path, str(w), str(h), str(filt), out)
+                    ref = np.array(im.resize((w, h), resample=filt))
+                    ok = rc == 0 and np.array_equal(read_rgb(out), ref)
+                    check(f"resize {os.path.basename(path)} -> {w}x{h} filter {filt}", ok, err)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
