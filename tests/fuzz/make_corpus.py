@@ -224,6 +224,43 @@ def safetensors():
                      "y": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}).encode()
     put("safetensors", "overlap.safetensors", struct.pack("<Q", len(ov)) + ov + bytes(12))
 
+def image():
+    """Small images of each format and mode (Pillow writes them), and data URLs."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    def enc(im, fmt, **kw):
+        b = io.BytesIO()
+        im.save(b, fmt, **kw)
+        return b.getvalue()
+
+    grad = Image.linear_gradient("L").resize((12, 9))
+    rgb = Image.merge("RGB", (grad, grad.transpose(Image.Transpose.FLIP_LEFT_RIGHT),
+                              grad.transpose(Image.Transpose.FLIP_TOP_BOTTOM)))
+    rgba = rgb.copy()
+    rgba.putalpha(grad)
+    pal = rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=8)
+    seeds = {
+        "rgb.png": enc(rgb, "PNG"), "rgba.png": enc(rgba, "PNG"),
+        "pal-trns.png": enc(pal, "PNG", transparency=2), "grey.png": enc(grad, "PNG"),
+        "grey16.png": enc(grad.convert("I;16"), "PNG"), "bit1.png": enc(grad.convert("1"), "PNG"),
+        "rgb.jpg": enc(rgb, "JPEG"), "prog.jpg": enc(rgb, "JPEG", progressive=True),
+        "cmyk.jpg": enc(rgb.convert("CMYK"), "JPEG"), "grey.jpg": enc(grad, "JPEG"),
+        "lossy.webp": enc(rgb, "WEBP"), "alpha.webp": enc(rgba, "WEBP", lossless=True),
+        "anim.webp": enc(rgb, "WEBP", save_all=True, append_images=[rgba]),
+        "pal.gif": enc(pal, "GIF", transparency=1),
+        "anim.gif": enc(pal, "GIF", save_all=True, append_images=[pal.rotate(90)],
+                        interlace=True),
+    }
+    for name, b in seeds.items():
+        put("image", name, b)
+    put("image", "dataurl-png.txt", b"data:image/png;base64," + base64.b64encode(seeds["rgb.png"]))
+    put("image", "dataurl-wrong-type.txt",
+        b"data:image/jpeg;base64," + base64.b64encode(seeds["pal.gif"]))
+
+
 if __name__ == "__main__":
     http()
     openai()
@@ -231,3 +268,4 @@ if __name__ == "__main__":
     chat()
     gguf()
     safetensors()
+    image()

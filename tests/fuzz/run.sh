@@ -11,7 +11,7 @@ set -euo pipefail
 src=$1
 build=$2
 secs=${INFERD_FUZZ_SECONDS:-10}
-targets=(http openai wire gguf safetensors tokenizer chat jinja)
+targets=(http openai wire gguf safetensors tokenizer chat jinja image)
 
 if ! command -v clang >/dev/null 2>&1; then
     echo "SKIPPED: clang is not installed (deploy/install-deps.sh installs it)"
