@@ -53,6 +53,41 @@ static blob_t png_make(uint32_t w, uint32_t h, int ch)
     return b;
 }
 
+static void png_write_mem(png_structp png, png_bytep d, png_size_t n)
+{
+    blob_t *b = png_get_io_ptr(png);
+    b->d = realloc(b->d, b->n + n);
+    memcpy(b->d + b->n, d, n);
+    b->n += n;
+}
+
+static void png_flush_mem(png_structp png)
+{
+    (void)png;
+}
+
+/* An Adam7-interlaced RGB PNG of the pattern (the simplified writer cannot interlace). */
+static blob_t png_make_interlaced(uint32_t w, uint32_t h)
+{
+    blob_t b = {NULL, 0};
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png_create_info_struct(png);
+    ck_assert(png && info);
+    png_set_write_fn(png, &b, png_write_mem, png_flush_mem);
+    png_set_IHDR(png, info, w, h, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_ADAM7,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    uint8_t *px = pattern(w, h, 3);
+    png_bytep *rows = malloc(sizeof(png_bytep) * h);
+    for (uint32_t y = 0; y < h; y++)
+        rows[y] = px + (size_t)y * w * 3;
+    png_set_rows(png, info, rows);
+    png_write_png(png, info, PNG_TRANSFORM_IDENTITY, NULL);
+    png_destroy_write_struct(&png, &info);
+    free(rows);
+    free(px);
+    return b;
+}
+
 static blob_t jpeg_make(uint32_t w, uint32_t h, int ch, int progressive)
 {
     struct jpeg_compress_struct c;
@@ -199,6 +234,7 @@ START_TEST(test_image_decode_formats)
         int ch;
     } cases[] = {
         {png_make(33, 17, 3), IFD_IMAGE_PNG, 1, 3},
+        {png_make_interlaced(37, 29), IFD_IMAGE_PNG, 1, 3},
         {png_make(33, 17, 1), IFD_IMAGE_PNG, 1, 1},
         {png_make(33, 17, 4), IFD_IMAGE_PNG, 0, 4},
         {jpeg_make(40, 24, 3, 0), IFD_IMAGE_JPEG, 0, 3},
