@@ -228,6 +228,11 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
                 return ifd__oai_json_missing(c, param);
             if (!json_is_string(type))
                 return ifd__oai_json_bad_type(c, param, "a string", type);
+            if (ifd__oai_json_is(type, "image_url") || ifd__oai_json_is(type, "input_image"))
+                return ifd__oai_json_fail(c, "invalid_value", param,
+                                          "Invalid value: '%s'. This model does not accept "
+                                          "images: it has no vision encoder.",
+                                          json_string_value(type));
             if (!ifd__oai_json_is(type, "text"))
                 return ifd__oai_json_fail(
                     c, "invalid_value", param,

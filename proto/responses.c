@@ -100,6 +100,13 @@ static int tr_content(ifd__oai_json_ctx_t *c, const json_t *v, size_t i, json_t 
             json_decref(parts);
             return ifd__oai_json_missing(c, param);
         }
+        if (ifd__oai_json_is(tj, "input_image") || ifd__oai_json_is(tj, "image_url")) {
+            json_decref(parts);
+            return ifd__oai_json_fail(c, "unsupported_parameter", param,
+                                      "Unsupported content part '%s': this model does not "
+                                      "accept images: it has no vision encoder.",
+                                      type);
+        }
         if (!ifd__oai_json_is(tj, "input_text") && !ifd__oai_json_is(tj, "output_text") &&
             !ifd__oai_json_is(tj, "text")) {
             json_decref(parts);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
 # (http, openai, crash, robust, fair, faults, load, hostile, structured, responses, owners,
-# langchain, systemd, gpu_emu, ops) with the test Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd processes on temporary
+# langchain, systemd, gpu_emu, ops, images) with the test Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd processes on temporary
 # sockets and skips (exit 77) loudly when the default model is absent;
 # `openai`, `responses`, `owners`, `structured`, `langchain` and `gpu_emu` also need the venv's
 # packages (openai, httpx, pydantic, jsonschema, langchain-openai).
@@ -34,7 +34,7 @@ if [ "$kind" = structured ] && ! "$py" -c 'import openai, httpx, jsonschema' 2>/
     exit 77
 fi
 if { [ "$kind" = openai ] || [ "$kind" = responses ] || [ "$kind" = owners ] ||
-     [ "$kind" = gpu_emu ] || [ "$kind" = ops ]; } &&
+     [ "$kind" = gpu_emu ] || [ "$kind" = ops ] || [ "$kind" = images ]; } &&
    ! "$py" -c 'import openai, httpx, pydantic' 2>/dev/null; then
     echo "SKIPPED: $py lacks the openai/httpx packages (deploy/install-deps.sh installs them" \
          "into the venv that test.sh exports as INFERD_PYTHON)"

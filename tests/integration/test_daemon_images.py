@@ -1,0 +1,111 @@
+"""Images sent to inferd (label model), which serves no vision model yet (docs/vision.md):
+an OpenAI chat `image_url` part and a Responses `input_image` part, sent by the official
+`openai` package and by curl over the Unix socket, get a 400 that names the content part
+and says the model takes no images — whatever the data URL holds (a real PNG, a GIF under
+a wrong MIME type, garbage, an http URL), and a body over max_body_bytes gets a 413; the
+daemon keeps serving text and holds no KV block afterwards.
+
+Usage: test_daemon_images.py INFERD   (run by the venv's python: $INFERD_PYTHON)
+"""
+import base64
+import json
+import os
+import struct
+import sys
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import serve_and_run, skip  # noqa: E402
+
+try:
+    import openai
+except ImportError as e:  # pragma: no cover
+    skip("the openai package is not installed (%s): run deploy/install-deps.sh" % e)
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+D = None
+C = None
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+
+
+def png(w, h):
+    """A real w × h RGB PNG (zlib + CRCs by hand: no Pillow needed here)."""
+    def chunk(tag, data):
+        return (struct.pack(">I", len(data)) + tag + data +
+                struct.pack(">I", zlib.crc32(tag + data)))
+    rows = b"".join(b"\0" + bytes((x * 7 + y) % 256 for x in range(w * 3)) for y in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def data_url(mime, data):
+    return "data:%s;base64,%s" % (mime, base64.b64encode(data).decode())
+
+
+URLS = [
+    data_url("image/png", png(64, 48)),
+    data_url("image/jpeg", b"GIF89a" + bytes(40)),  # wrong type, GIF bytes
+    data_url("image/png", b"not an image at all"),
+    "data:image/png;base64,!!!!",
+    "https://example.com/cat.png",
+]
+
+
+def expect_400(fn, param, code):
+    try:
+        fn()
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and e.param == param and e.code == code, e
+        assert "does not accept images" in e.message, e.message
+        return
+    raise AssertionError("an image was accepted")
+
+
+def test_chat_image_parts_400():
+    for url in URLS:
+        expect_400(lambda: C.chat.completions.create(
+            model=MODEL, max_tokens=4, messages=[{"role": "user", "content": [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": url}}]}]),
+            "messages[0].content[1].type", "invalid_value")
+    # streamed requests are refused the same way, before any chunk
+    expect_400(lambda: list(C.chat.completions.create(
+        model=MODEL, max_tokens=4, stream=True, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": URLS[0]}}]}])),
+        "messages[0].content[0].type", "invalid_value")
+    D.wait_idle()
+
+
+def test_responses_input_image_400():
+    for url in URLS[:2]:
+        expect_400(lambda: C.responses.create(model=MODEL, max_output_tokens=4, input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "Describe it."},
+                                         {"type": "input_image", "image_url": url}]}]),
+            "input[0].content[1].type", "unsupported_parameter")
+    D.wait_idle()
+
+
+def test_curl_image_and_huge_body():
+    body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": URLS[0]}}]}]}
+    code, out = D.curl("-H", "Content-Type: application/json", "-d", json.dumps(body),
+                       "http://localhost/v1/chat/completions", expect=400)
+    err = json.loads(out)["error"]
+    assert err["param"] == "messages[0].content[0].type", err
+    # a 6 MB image is over the default max_body_bytes (4M): 413 before any parsing
+    big = os.path.join(D.dir, "big.json")
+    body["messages"][0]["content"][0]["image_url"]["url"] = data_url("image/png",
+                                                                     os.urandom(6 << 20))
+    with open(big, "w") as f:
+        json.dump(body, f)
+    D.curl("-H", "Content-Type: application/json", "--data-binary", "@" + big,
+           "http://localhost/v1/chat/completions", expect=413)
+    # text still works and nothing is held
+    r = C.chat.completions.create(model=MODEL, max_tokens=4, temperature=0,
+                                  messages=[{"role": "user", "content": "Hi"}])
+    assert r.choices[0].finish_reason in ("stop", "length")
+    D.wait_idle()
+
+
+if __name__ == "__main__":
+    sys.exit(serve_and_run(globals(), INFERD))
