@@ -1,7 +1,7 @@
 """test_image_vs_transformers.py IMAGE_PREP — common/image against Pillow and transformers.
 
-Builds a set of test images with Pillow (and a few PNGs by hand that Pillow cannot write:
-16-bit RGB, RGB with a tRNS colour) — sizes, aspect ratios, every format and the modes that
+Builds a set of test images with Pillow (and a few by hand that Pillow cannot write:
+16-bit RGB and grey + alpha PNGs, tRNS colours, GIF frames placed inside or past the screen) — sizes, aspect ratios, every format and the modes that
 need conversion (alpha, palette with and without transparency, grey, 1-bit, 16-bit, CMYK,
 animations) — and checks, for each, with the C tool tests/tools/image_prep.c:
   decode: the RGB bytes equal transformers' convert_to_rgb(PIL.Image.open(f)) exactly;
@@ -73,6 +73,23 @@ def png_raw(w, h, depth, ctype, rows, extra=b""):
             + png_chunk(b"IEND", b""))
 
 
+def gif_placed(im, screen, pos, **kw):
+    """A one-frame GIF of im whose logical screen and frame position are rewritten: the
+    frame inside a larger screen, or reaching past a smaller one (Pillow grows the image)."""
+    buf = io.BytesIO()
+    im.save(buf, "GIF", **kw)
+    b = bytearray(buf.getvalue())
+    struct.pack_into("<HH", b, 6, *screen)
+    i = 13 + (3 * 2 ** ((b[10] & 7) + 1) if b[10] & 0x80 else 0)
+    while b[i] != 0x2C:  # skip extensions to the image descriptor
+        i += 2
+        while b[i]:
+            i += b[i] + 1
+        i += 1
+    struct.pack_into("<HH", b, i + 1, *pos)
+    return bytes(b)
+
+
 def build_images(d):
     rng = np.random.default_rng(28)
     out = []
@@ -128,6 +145,10 @@ def build_images(d):
     rows = [bytes(rng.integers(0, 4, 3 * 16, dtype=np.uint8) * 60) for _ in range(12)]
     raw["rgb_trns_hand.png"] = png_raw(16, 12, 8, 2, rows,
                                        png_chunk(b"tRNS", struct.pack(">HHH", 60, 120, 0)))
+    g = rng_image(rng, 10, 8, "P")
+    raw["gif_offset.gif"] = gif_placed(g, (20, 16), (5, 4))
+    raw["gif_offset_trns.gif"] = gif_placed(g, (20, 16), (5, 4), transparency=2)
+    raw["gif_past_screen.gif"] = gif_placed(g, (12, 6), (4, 3))
     for name, b in raw.items():
         p = os.path.join(d, name)
         with open(p, "wb") as f:
