@@ -7,7 +7,8 @@ animations) — and checks, for each, with the C tool tests/tools/image_prep.c:
   decode: the RGB bytes equal transformers' convert_to_rgb(PIL.Image.open(f)) exactly;
   prep:   pixel_values equal Gemma3ImageProcessor's (its PIL backend) within 1e-6 (max abs),
           with google/gemma-3-4b-it's preprocessor_config.json, and with pan-and-scan on;
-  resize: every PIL filter on a few sizes equals PIL's Image.resize byte for byte.
+  resize: every PIL filter on a few sizes equals PIL's Image.resize byte for byte;
+  truncations: a file of each format cut anywhere is refused or decoded as Pillow decodes it.
 Prints one line per case and "N passed, N failed".
 """
 import io
@@ -174,6 +175,38 @@ def read_pv(path):
         return np.frombuffer(f.read(), np.float32).reshape(n, c, h, w)
 
 
+def truncations(tool, d, check):
+    """Every format cut at ~50 points: common/image refuses, or gives Pillow's picture; it never
+    accepts a file Pillow refuses. (It may refuse a file cut after its pixel data that Pillow
+    still decodes: PNG without its last checksums, GIF without its terminator.)"""
+    rng = np.random.default_rng(5)
+    im = rng_image(rng, 60, 40, "RGB")
+    kinds = {"png": dict(format="PNG"), "jpeg": dict(format="JPEG"),
+             "progressive jpeg": dict(format="JPEG", progressive=True),
+             "webp": dict(format="WEBP"), "gif": dict(format="GIF")}
+    path, out = os.path.join(d, "cut.bin"), os.path.join(d, "cut.out")
+    for kind, kw in kinds.items():
+        buf = io.BytesIO()
+        im.save(buf, **kw)
+        data = buf.getvalue()
+        bad = []
+        for cut in sorted(set(range(0, len(data), max(1, len(data) // 40))) |
+                          {len(data) - k for k in (1, 2, 3, 5, 10, 20, 50)}):
+            with open(path, "wb") as f:
+                f.write(data[:cut])
+            try:
+                ref = convert_to_rgb(Image.open(io.BytesIO(data[:cut])), return_numpy=True)
+            except Exception:  # Pillow refuses it
+                ref = None
+            rc, err = run_tool(tool, "decode", path, out)
+            if rc == 0 and (ref is None or not np.array_equal(read_rgb(out), ref)):
+                bad.append(cut)
+            elif rc not in (0, 2):
+                bad.append(cut)
+        check(f"truncations of a {kind} file ({len(data)} bytes)", not bad,
+              f"wrong at cuts {bad[:8]}" if bad else "")
+
+
 def main():
     tool = sys.argv[1]
     passed = failed = 0
@@ -230,6 +263,7 @@ def main():
                       f"shape {got.shape}" + (f" max diff {float(np.abs(got - ref).max()):.3g}"
                                               if got.shape == ref.shape else
                                               f" vs {ref.shape}"))
+        truncations(tool, d, check)
         src = [p for p in images if os.path.basename(p) in
                ("rgb_1500x1100.png", "rgb_100x50.png", "rgb_7x3.png")]
         for path in src:
