@@ -68,52 +68,69 @@ uint32_t ifd_image_prep_crops(const ifd_image_prep_t *p, uint32_t w, uint32_t h,
     return count;
 }
 
-size_t ifd_image_prep_floats(const ifd_image_prep_t *p, const ifd_image_t *img)
+uint32_t ifd_image_prep_count(const ifd_image_prep_t *p, const ifd_image_t *img)
 {
-    size_t per = (size_t)3 * p->height * p->width;
-    return per * (1 + ifd_image_prep_crops(p, img->width, img->height, NULL, 0));
+    return 1 + ifd_image_prep_crops(p, img->width, img->height, NULL, 0);
 }
 
-/* One picture: resize the box of img, rescale, normalize into out[3][height][width]. */
-static int ifd__prep_one(float *out, uint8_t *tmp, const ifd_image_t *img, const uint32_t box[4],
-                         const ifd_image_prep_t *p)
+size_t ifd_image_prep_floats(const ifd_image_prep_t *p, const ifd_image_t *img)
 {
+    return (size_t)ifd_image_prep_count(p, img) * 3 * p->height * p->width;
+}
+
+int ifd_image_prep_resize(uint8_t *out, size_t n, const ifd_image_t *img, const ifd_image_prep_t *p)
+{
+    if (!img->rgb || !img->width || !img->height || !p->width || !p->height)
+        return IFD_EINVAL;
+    uint32_t boxes[IFD_IMAGE_MAX_CROPS + 1][4];
+    uint32_t nc = ifd_image_prep_crops(p, img->width, img->height, boxes + 1, IFD_IMAGE_MAX_CROPS);
+    if (nc > IFD_IMAGE_MAX_CROPS)
+        return IFD_ENOTSUP;
+    size_t per = (size_t)3 * p->height * p->width;
+    if (n < per * (1 + nc))
+        return IFD_ERANGE;
+    memcpy(boxes[0], (uint32_t[4]){0, 0, img->width, img->height}, sizeof boxes[0]);
     size_t stride = (size_t)img->width * 3;
-    const uint8_t *src = img->rgb + (size_t)box[1] * stride + (size_t)box[0] * 3;
-    int rc = ifd_image_resize(tmp, p->width, p->height, src, box[2], box[3], stride, p->resample);
-    if (rc)
-        return rc;
+    int rc = 0;
+    for (uint32_t i = 0; i <= nc && !rc; i++) {
+        const uint8_t *src = img->rgb + (size_t)boxes[i][1] * stride + (size_t)boxes[i][0] * 3;
+        rc = ifd_image_resize(out + per * i, p->width, p->height, src, boxes[i][2], boxes[i][3],
+                              stride, p->resample);
+    }
+    return rc;
+}
+
+void ifd_image_prep_normalize(float *out, const uint8_t *pics, uint32_t count,
+                              const ifd_image_prep_t *p)
+{
     size_t plane = (size_t)p->height * p->width;
-    for (int c = 0; c < 3; c++) {
-        float m = (float)p->mean[c], s = (float)p->std[c];
-        float *o = out + plane * c;
-        for (size_t i = 0; i < plane; i++) {
-            float v = (float)((double)tmp[i * 3 + c] * p->rescale_factor);
-            o[i] = (v - m) / s;
+    for (uint32_t k = 0; k < count; k++) {
+        const uint8_t *pic = pics + plane * 3 * k;
+        for (int c = 0; c < 3; c++) {
+            float m = (float)p->mean[c], s = (float)p->std[c];
+            float *o = out + plane * (3 * (size_t)k + c);
+            for (size_t i = 0; i < plane; i++) {
+                float v = (float)((double)pic[i * 3 + c] * p->rescale_factor);
+                o[i] = (v - m) / s;
+            }
         }
     }
-    return 0;
 }
 
 int ifd_image_preprocess(float *out, size_t n, const ifd_image_t *img, const ifd_image_prep_t *p)
 {
     if (!img->rgb || !img->width || !img->height || !p->width || !p->height)
         return IFD_EINVAL;
-    if (n < ifd_image_prep_floats(p, img))
+    size_t floats = ifd_image_prep_floats(p, img);
+    if (n < floats)
         return IFD_ERANGE;
-    uint32_t boxes[16][4];
-    uint32_t nc = ifd_image_prep_crops(p, img->width, img->height, boxes + 1, 15);
-    if (nc > 15)
-        return IFD_ENOTSUP;
-    memcpy(boxes[0], (uint32_t[4]){0, 0, img->width, img->height}, sizeof boxes[0]);
-    uint8_t *tmp = malloc((size_t)p->width * p->height * 3);
-    if (!tmp)
+    uint8_t *pics = malloc(floats);
+    if (!pics)
         return IFD_ENOMEM;
-    int rc = 0;
-    size_t per = (size_t)3 * p->height * p->width;
-    for (uint32_t i = 0; i <= nc && !rc; i++)
-        rc = ifd__prep_one(out + per * i, tmp, img, boxes[i], p);
-    free(tmp);
+    int rc = ifd_image_prep_resize(pics, floats, img, p);
+    if (!rc)
+        ifd_image_prep_normalize(out, pics, ifd_image_prep_count(p, img), p);
+    free(pics);
     return rc;
 }
 
@@ -240,9 +257,10 @@ int ifd_image_prep_from_json(ifd_image_prep_t *p, const char *json, size_t len, 
     if (!rc)
         rc = ifd__prep_num(o, "pan_and_scan_min_ratio_to_activate", &t.pas_min_ratio, errbuf,
                            errlen);
-    if (!rc && t.pas_max_num_crops > 15) {
+    if (!rc && t.pas_max_num_crops > IFD_IMAGE_MAX_CROPS) {
         rc = ifd__image_fail(errbuf, errlen, IFD_ENOTSUP,
-                             "preprocessor_config.json: 'pan_and_scan_max_num_crops' over 15");
+                             "preprocessor_config.json: 'pan_and_scan_max_num_crops' over %d",
+                             IFD_IMAGE_MAX_CROPS);
     }
     json_decref(o);
     if (!rc)

@@ -10,8 +10,9 @@
  * The parameters come from preprocessor_config.json
  * (ifd_image_prep_from_json) or ifd_image_prep_gemma3 (google/gemma-3-4b-it's).
  *
- * Threading: reentrant. Memory: the caller's output buffer and a temporary
- * height × width × 3 bytes.
+ * Threading: reentrant. Memory: the caller's output buffers;
+ * ifd_image_preprocess also holds the resized pictures (count × height ×
+ * width × 3 bytes) while it runs.
  */
 #ifndef IFD_IMAGE_PREPROCESS_H
 #define IFD_IMAGE_PREPROCESS_H
@@ -21,6 +22,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* Pan-and-scan crops an image may yield at most (pan_and_scan_max_num_crops; Gemma 3's is 4). */
+#define IFD_IMAGE_MAX_CROPS 15
 
 typedef struct {
     uint32_t height, width;     /* size: {"height", "width"} */
@@ -51,14 +55,33 @@ int ifd_image_prep_from_json(ifd_image_prep_t *p, const char *json, size_t len, 
 uint32_t ifd_image_prep_crops(const ifd_image_prep_t *p, uint32_t w, uint32_t h,
                               uint32_t (*boxes)[4], uint32_t max);
 
-/* Floats ifd_image_preprocess writes for img: (1 + crops) × 3 × height × width. */
+/* Pictures img yields: 1 + its pan-and-scan crops. */
+uint32_t ifd_image_prep_count(const ifd_image_prep_t *p, const ifd_image_t *img);
+
+/* Floats ifd_image_preprocess writes for img: count × 3 × height × width (also the bytes
+ * ifd_image_prep_resize writes). */
 size_t ifd_image_prep_floats(const ifd_image_prep_t *p, const ifd_image_t *img);
 
 /*
- * Writes img's pixel_values into out ([1 + crops][3][height][width] float32),
- * which holds n floats. Returns 0; IFD_ERANGE when n is too small (see
- * ifd_image_prep_floats); IFD_EINVAL for an empty image; IFD_ENOTSUP for an
- * unsupported filter; IFD_ENOMEM.
+ * The first half: the whole image then its crops, each resized, into out
+ * ([count][height][width][3] u8, n bytes) — what a router would hand a
+ * worker (a quarter of the floats' size; the rest is elementwise). Returns
+ * 0; IFD_ERANGE when n is too small; IFD_EINVAL for an empty image or a crop
+ * of zero size; IFD_ENOTSUP for an unsupported filter or over
+ * IFD_IMAGE_MAX_CROPS crops; IFD_ENOMEM.
+ */
+int ifd_image_prep_resize(uint8_t *out, size_t n, const ifd_image_t *img,
+                          const ifd_image_prep_t *p);
+
+/* The second half: count resized pictures (as ifd_image_prep_resize writes them) rescaled and
+ * normalized into out ([count][3][height][width] float32). */
+void ifd_image_prep_normalize(float *out, const uint8_t *pics, uint32_t count,
+                              const ifd_image_prep_t *p);
+
+/*
+ * Both halves: img's pixel_values into out ([count][3][height][width]
+ * float32), which holds n floats. Returns what ifd_image_prep_resize returns
+ * (IFD_ERANGE when n is too small); the temporary pictures are freed.
  */
 int ifd_image_preprocess(float *out, size_t n, const ifd_image_t *img, const ifd_image_prep_t *p);
 

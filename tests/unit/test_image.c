@@ -504,6 +504,40 @@ START_TEST(test_image_preprocess_constant)
 }
 END_TEST
 
+/* The two halves (the resized u8 pictures, then normalization) give what the whole does. */
+START_TEST(test_image_prep_halves)
+{
+    ifd_image_t im = {.width = 90, .height = 30, .rgb = pattern(90, 30, 3)};
+    ifd_image_prep_t p = ifd_image_prep_gemma3();
+    p.height = 12;
+    p.width = 10;
+    p.do_pan_and_scan = 1;
+    p.pas_min_crop_size = 8;
+    uint32_t count = ifd_image_prep_count(&p, &im);
+    ck_assert_uint_eq(count, 4); /* 90 / 30 = 3 crops of 30 × 30, after the whole */
+    size_t n = ifd_image_prep_floats(&p, &im);
+    uint8_t *pics = malloc(n);
+    float *whole = malloc(n * sizeof(float)), *halves = malloc(n * sizeof(float));
+    ck_assert_int_eq(ifd_image_prep_resize(pics, n - 1, &im, &p), IFD_ERANGE);
+    ck_assert_int_eq(ifd_image_prep_resize(pics, n, &im, &p), 0);
+    ifd_image_prep_normalize(halves, pics, count, &p);
+    ck_assert_int_eq(ifd_image_preprocess(whole, n, &im, &p), 0);
+    ck_assert_mem_eq(whole, halves, n * sizeof(float));
+    /* channel planes: picture k's channel c at [k][c] */
+    size_t plane = 12 * 10;
+    for (uint32_t k = 0; k < count; k++)
+        for (int c = 0; c < 3; c++)
+            for (size_t i = 0; i < plane; i++) {
+                float v = (float)((double)pics[(k * plane + i) * 3 + c] * p.rescale_factor);
+                IFD_TASSERT(halves[(k * 3 + c) * plane + i] == (v - 0.5f) / 0.5f);
+            }
+    free(whole);
+    free(halves);
+    free(pics);
+    ifd_image_free(&im);
+}
+END_TEST
+
 START_TEST(test_image_prep_config)
 {
     static const char gemma[] =
@@ -634,7 +668,7 @@ int main(void)
         IFD_TESTS(test_image_bombs, test_image_jpeg_scans, test_image_truncated_and_corrupt));
     ifd_test_case(s, "prep", 60,
                   IFD_TESTS(test_image_resize_constant, test_image_pan_and_scan_crops,
-                            test_image_preprocess_constant, test_image_prep_config,
-                            test_image_data_url));
+                            test_image_preprocess_constant, test_image_prep_halves,
+                            test_image_prep_config, test_image_data_url));
     return ifd_test_run(s);
 }
