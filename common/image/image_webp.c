@@ -1,10 +1,13 @@
 /*
- * image_webp.c — WebP through libwebp's animation decoder, as Pillow's
- * WebPImagePlugin reads every WebP (still or animated): the first frame on
- * the canvas, non-premultiplied RGBA. Pillow's mode is RGBA when the
- * bitstream's features say it has alpha (then it is composited on white),
- * else RGB (the alpha byte ignored). The canvas size comes from
- * WebPGetFeatures and is checked before the decoder allocates anything.
+ * image_webp.c — WebP through libwebp, as Pillow's WebPImagePlugin reads it
+ * (its animation decoder for every file): the first frame on the canvas,
+ * non-premultiplied RGBA. A still image is decoded straight into the output
+ * (WebPDecodeRGBAInto: the same pixels without the decoder's two canvases);
+ * an animation goes through WebPAnimDecoder, which decodes its first frame
+ * only. Pillow's mode is RGBA when the bitstream's features say it has
+ * alpha (then it is composited on white), else RGB (the alpha byte
+ * ignored). The canvas size comes from WebPGetFeatures and is checked
+ * before anything is allocated.
  */
 #include "image_internal.h"
 
@@ -30,6 +33,23 @@ int ifd__image_webp(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_
         ifd__image_check_size((uint32_t)f.width, (uint32_t)f.height, lim, "webp", errbuf, errlen);
     if (rc)
         return rc;
+    if (!f.has_animation) {
+        /* A still image: decoded straight into our buffer (the animation decoder would hold
+         * two canvases more); the same pixels as its first frame. */
+        size_t bytes = (size_t)f.width * f.height * 4;
+        o->px = ifd__image_alloc_rgba((uint32_t)f.width, (uint32_t)f.height);
+        if (!o->px)
+            return ifd__image_fail(errbuf, errlen, IFD_ENOMEM, "webp: out of memory");
+        if (!WebPDecodeRGBAInto(d, n, o->px, bytes, f.width * 4)) {
+            free(o->px);
+            o->px = NULL;
+            return ifd__image_fail(errbuf, errlen, IFD_EFORMAT, "webp: corrupt or truncated data");
+        }
+        o->w = (uint32_t)f.width;
+        o->h = (uint32_t)f.height;
+        o->has_alpha = f.has_alpha;
+        return 0;
+    }
     WebPAnimDecoderOptions opt;
     if (!WebPAnimDecoderOptionsInit(&opt))
         return ifd__image_fail(errbuf, errlen, IFD_EINTERNAL, "webp: decoder version mismatch");
