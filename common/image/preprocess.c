@@ -2,7 +2,8 @@
  * preprocess.c — Gemma3ImageProcessor's pixel_values (preprocess.h). The
  * float arithmetic is numpy's, step by step: rescale multiplies the uint8
  * value as float64 by rescale_factor and rounds to float32; normalize
- * subtracts and divides in float32 with mean and std rounded to float32.
+ * subtracts and divides in float32 with mean and std rounded to float32 —
+ * computed once per channel for the 256 byte values and looked up.
  * Pan-and-scan is the processor's pan_and_scan: crop counts in float64
  * (floor(w / h + 0.5), capped by floor(w / min_crop) and max_num_crops, at
  * least 2), crop sides ceil(w / n), crops clipped at the image's edge as a
@@ -103,16 +104,20 @@ int ifd_image_prep_resize(uint8_t *out, size_t n, const ifd_image_t *img, const 
 void ifd_image_prep_normalize(float *out, const uint8_t *pics, uint32_t count,
                               const ifd_image_prep_t *p)
 {
+    /* A byte has 256 values: each channel's are computed once, with numpy's steps. */
+    float lut[3][256];
+    for (int c = 0; c < 3; c++) {
+        float m = (float)p->mean[c], s = (float)p->std[c];
+        for (int v = 0; v < 256; v++)
+            lut[c][v] = ((float)((double)v * p->rescale_factor) - m) / s;
+    }
     size_t plane = (size_t)p->height * p->width;
     for (uint32_t k = 0; k < count; k++) {
         const uint8_t *pic = pics + plane * 3 * k;
         for (int c = 0; c < 3; c++) {
-            float m = (float)p->mean[c], s = (float)p->std[c];
             float *o = out + plane * (3 * (size_t)k + c);
-            for (size_t i = 0; i < plane; i++) {
-                float v = (float)((double)pic[i * 3 + c] * p->rescale_factor);
-                o[i] = (v - m) / s;
-            }
+            for (size_t i = 0; i < plane; i++)
+                o[i] = lut[c][pic[i * 3 + c]];
         }
     }
 }
