@@ -1,6 +1,7 @@
 /*
  * image_internal.h — what image.c shares with the decoders (image_jpeg.c,
- * image_png.c, image_webp.c, image_gif.c). Private to common/image/.
+ * image_png.c, image_webp.c, image_gif.c, preprocess.c, dataurl.c): private to
+ * common/image/, not a public interface.
  *
  * A decoder fills an ifd__image_rgba_t: RGBA, 4 bytes a pixel, and whether
  * Pillow would see transparency (an alpha band, or a "transparency" entry in
