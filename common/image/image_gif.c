@@ -4,9 +4,10 @@
  * the frame if the frame reaches past it); outside the frame every pixel is
  * the transparent index when the frame's graphic control extension names
  * one, else index 0; indices map through the frame's local colour map, else
- * the global one, and entries past the map are Pillow's default grey ramp
- * (i, i, i) — which is also what a GIF without any colour map shows. The
- * transparent index makes the image transparent (composited on white).
+ * the global one; entries past the map are black, and a GIF without any
+ * colour map (or whose map is the grey ramp) shows the index as grey — both
+ * as Pillow does. The transparent index makes the image transparent
+ * (composited on white).
  * Frames after the first are never read, so an animation costs one frame.
  */
 #include "image_internal.h"
@@ -37,12 +38,21 @@ static int ifd__gif_read(GifFileType *g, GifByteType *out, int len)
     return (int)want;
 }
 
-/* The 256-entry RGB table of the frame: its map over Pillow's grey ramp. */
+/* The 256-entry RGB table of the frame, as Pillow builds it: entries past the map are black
+ * (its palette is padded with zeros); no map, or a map that is the grey ramp itself (Pillow
+ * then opens the frame as L, the index being the grey), gives the ramp for every index. */
 static void ifd__gif_palette(uint8_t pal[256][3], const ColorMapObject *map)
 {
-    for (int i = 0; i < 256; i++)
-        pal[i][0] = pal[i][1] = pal[i][2] = (uint8_t)i;
-    if (!map || !map->Colors)
+    int ramp = 1;
+    for (int i = 0; map && map->Colors && i < map->ColorCount && i < 256; i++) {
+        const GifColorType *c = &map->Colors[i];
+        ramp &= c->Red == i && c->Green == i && c->Blue == i;
+    }
+    for (int i = 0; i < 256; i++) {
+        uint8_t v = ramp ? (uint8_t)i : 0;
+        pal[i][0] = pal[i][1] = pal[i][2] = v;
+    }
+    if (ramp)
         return;
     for (int i = 0; i < map->ColorCount && i < 256; i++) {
         pal[i][0] = map->Colors[i].Red;

@@ -1,7 +1,8 @@
 """test_image_vs_transformers.py IMAGE_PREP — common/image against Pillow and transformers.
 
 Builds a set of test images with Pillow (and a few by hand that Pillow cannot write:
-16-bit RGB and grey + alpha PNGs, tRNS colours, GIF frames placed inside or past the screen) — sizes, aspect ratios, every format and the modes that
+16-bit RGB and grey + alpha PNGs, tRNS colours at every bit depth, palettes shorter than
+their indices, GIFs without or with short colour maps, frames placed inside or past the screen) — sizes, aspect ratios, every format and the modes that
 need conversion (alpha, palette with and without transparency, grey, 1-bit, 16-bit, CMYK,
 animations) — and checks, for each, with the C tool tests/tools/image_prep.c:
   decode: the RGB bytes equal transformers' convert_to_rgb(PIL.Image.open(f)) exactly;
@@ -91,6 +92,18 @@ def gif_placed(im, screen, pos, **kw):
     return bytes(b)
 
 
+def gif_short_map(data, bits=None):
+    """data's global colour map cut to 2 ** (bits + 1) entries (indices past it stay), or
+    dropped when bits is None."""
+    b = bytearray(data)
+    size = 3 * 2 ** ((b[10] & 7) + 1)
+    if bits is None:
+        b[10] &= 0x7F
+        return bytes(b[:13] + b[13 + size:])
+    b[10] = (b[10] & ~7) | bits
+    return bytes(b[:13 + 3 * 2 ** (bits + 1)] + b[13 + size:])
+
+
 def build_images(d):
     rng = np.random.default_rng(28)
     out = []
@@ -150,6 +163,36 @@ def build_images(d):
     raw["gif_offset.gif"] = gif_placed(g, (20, 16), (5, 4))
     raw["gif_offset_trns.gif"] = gif_placed(g, (20, 16), (5, 4), transparency=2)
     raw["gif_past_screen.gif"] = gif_placed(g, (12, 6), (4, 3))
+    # tRNS in 16-bit and low-bit-depth images, palettes shorter than the indices used
+    v = rng.integers(0, 300, (10, 12)).astype(np.uint16)
+    v[0, 0] = 77
+    raw["grey16_trns.png"] = png_raw(12, 10, 16, 0, [r.astype(">u2").tobytes() for r in v],
+                                     png_chunk(b"tRNS", struct.pack(">H", 77)))
+    v = rng.integers(0, 4, (8, 9, 3)).astype(np.uint16) * 256
+    raw["rgb16_trns.png"] = png_raw(9, 8, 16, 2, [r.astype(">u2").tobytes() for r in v],
+                                    png_chunk(b"tRNS", struct.pack(">HHH", 1, 2, 3)))
+    g4 = rng.integers(0, 16, (5, 8)).astype(np.uint8)
+    raw["grey4_trns.png"] = png_raw(8, 5, 4, 0, [bytes((r[i] << 4) | r[i + 1]
+                                                       for i in range(0, 8, 2)) for r in g4],
+                                    png_chunk(b"tRNS", struct.pack(">H", 3)))
+    b1 = rng.integers(0, 2, (5, 16)).astype(np.uint8)
+    raw["bit1_trns.png"] = png_raw(16, 5, 1, 0, [np.packbits(r).tobytes() for r in b1],
+                                   png_chunk(b"tRNS", struct.pack(">H", 1)))
+    idx = rng.integers(0, 8, (6, 7)).astype(np.uint8)
+    plte = png_chunk(b"PLTE", bytes(rng.integers(0, 256, 12).tolist()))
+    raw["pal_short.png"] = png_raw(7, 6, 8, 3, [r.tobytes() for r in idx], plte)
+    raw["pal_short_trns.png"] = png_raw(7, 6, 8, 3, [r.tobytes() for r in idx],
+                                        plte + png_chunk(b"tRNS", b"\x00\x80"))
+    gbuf = io.BytesIO()
+    rng_image(rng, 9, 7, "P").save(gbuf, "GIF")
+    raw["gif_short_map.gif"] = gif_short_map(gbuf.getvalue(), 2)
+    raw["gif_no_map.gif"] = gif_short_map(gbuf.getvalue())
+    gbuf = io.BytesIO()
+    rng_image(rng, 9, 7, "P").save(gbuf, "GIF", transparency=20)
+    raw["gif_short_map_trns.gif"] = gif_short_map(gbuf.getvalue(), 2)
+    gbuf = io.BytesIO()
+    rng_image(rng, 9, 7, "L").save(gbuf, "GIF")
+    raw["gif_grey_short_map.gif"] = gif_short_map(gbuf.getvalue(), 2)
     for name, b in raw.items():
         p = os.path.join(d, name)
         with open(p, "wb") as f:
