@@ -39,7 +39,7 @@ ifd_image_prep_t ifd_image_prep_gemma3(void)
 uint32_t ifd_image_prep_crops(const ifd_image_prep_t *p, uint32_t w, uint32_t h,
                               uint32_t (*boxes)[4], uint32_t max)
 {
-    if (!p->do_pan_and_scan || !w || !h || !p->pas_min_crop_size)
+    if (!p->do_pan_and_scan || !w || !h || !p->pas_min_crop_size || !p->pas_max_num_crops)
         return 0;
     /* long = the longer side, short = the other; n crops along the long side. */
     int wide = w >= h;

@@ -474,6 +474,9 @@ START_TEST(test_image_pan_and_scan_crops)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         ck_assert_uint_eq(ifd_image_prep_crops(&p, cases[i][0], cases[i][1], NULL, 0), cases[i][2]);
+    p.pas_max_num_crops = 0; /* a hand-made config with no crops allowed: none, no division */
+    ck_assert_uint_eq(ifd_image_prep_crops(&p, 1000, 300, NULL, 0), 0);
+    p.pas_max_num_crops = 4;
     uint32_t boxes[4][4];
     ck_assert_uint_eq(ifd_image_prep_crops(&p, 1000, 300, boxes, 4), 3);
     static const uint32_t want[3][4] = {{0, 0, 334, 300}, {334, 0, 334, 300}, {668, 0, 332, 300}};
