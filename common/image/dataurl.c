@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static int8_t ifd__b64_value(unsigned char c)
 {
