@@ -140,6 +140,10 @@ def build_images(d):
     save("webp_alpha.webp", rng_image(rng, 200, 150, "RGBA"), "WEBP", quality=90)
     frames = [rng_image(rng, 96, 64, "RGB") for _ in range(3)]
     save("webp_anim.webp", frames[0], "WEBP", save_all=True, append_images=frames[1:])
+    apng = [rng_image(rng, 30, 20, "RGBA") for _ in range(3)]
+    save("apng.png", apng[0], "PNG", save_all=True, append_images=apng[1:], duration=50)
+    save("apng_default.png", apng[0], "PNG", save_all=True, append_images=apng[1:],
+         default_image=True)
     save("gif.gif", rng_image(rng, 150, 100, "P"), "GIF")
     save("gif_trns.gif", p, "GIF", transparency=5)
     gframes = [rng_image(rng, 80, 60, "P") for _ in range(3)]
