@@ -181,8 +181,10 @@ static void ifd__vertical(uint8_t *dst, uint32_t dst_h, const uint8_t *src, size
 }
 
 /* Pillow 13 (python-pillow/Pillow#9549) runs the vertical pass first when the height shrinks
- * by more than twice the width's change in pixels; earlier Pillows always start with the
- * horizontal pass. The two orders round differently, so this is part of the output. */
+ * by more pixels than twice the width's shrink; earlier Pillows always start with the
+ * horizontal pass. The two orders round differently, so this is part of the output. The
+ * condition was fitted to Pillow 13.0.0's output (2,458 random size pairs, no miss), not read
+ * from its source; test_image_vs_transformers checks it on every run. */
 static int ifd__vertical_first(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint32_t dst_h)
 {
     return dst_h < src_h && (int64_t)src_h - dst_h > 2 * ((int64_t)src_w - dst_w);
