@@ -254,6 +254,23 @@ def truncations(tool, d, check):
               f"wrong at cuts {bad[:8]}" if bad else "")
 
 
+def resize_sweep(tool, d, check):
+    """Random size pairs, bilinear: both pass orders of Pillow 13 (resample.c's rule)."""
+    rng = np.random.default_rng(13)
+    path, out = os.path.join(d, "sweep.png"), os.path.join(d, "sweep.out")
+    bad = []
+    for _ in range(8):
+        w, h = (int(v) for v in rng.integers(2, 200, 2))
+        im = rng_image(rng, w, h, "RGB")
+        im.save(path, "PNG")
+        for _ in range(6):
+            tw, th = (int(v) for v in rng.integers(1, 260, 2))
+            rc, err = run_tool(tool, "resize", path, str(tw), str(th), "2", out)
+            if rc or not np.array_equal(read_rgb(out), np.array(im.resize((tw, th), 2))):
+                bad.append((w, h, tw, th))
+    check("resize sweep: 48 random size pairs, bilinear", not bad, f"wrong: {bad[:6]}" if bad else "")
+
+
 def main():
     tool = sys.argv[1]
     passed = failed = 0
@@ -316,11 +333,13 @@ def main():
         for path in src:
             im = Image.open(path).convert("RGB")
             for filt in (1, 2, 3, 4, 5):
-                for w, h in ((896, 896), (31, 57), (im.width, 13), (3 * im.width, im.height)):
+                for w, h in ((896, 896), (31, 57), (im.width, 13), (3 * im.width, im.height),
+                             (im.width + 10, max(1, im.height // 4))):
                     rc, err = run_tool(tool, "resize", path, str(w), str(h), str(filt), out)
                     ref = np.array(im.resize((w, h), resample=filt))
                     ok = rc == 0 and np.array_equal(read_rgb(out), ref)
                     check(f"resize {os.path.basename(path)} -> {w}x{h} filter {filt}", ok, err)
+        resize_sweep(tool, d, check)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
