@@ -268,7 +268,8 @@ def resize_sweep(tool, d, check):
             rc, err = run_tool(tool, "resize", path, str(tw), str(th), "2", out)
             if rc or not np.array_equal(read_rgb(out), np.array(im.resize((tw, th), 2))):
                 bad.append((w, h, tw, th))
-    check("resize sweep: 48 random size pairs, bilinear", not bad, f"wrong: {bad[:6]}" if bad else "")
+    check("resize sweep: 48 random size pairs, bilinear", not bad,
+          f"wrong: {bad[:6]}" if bad else "")
 
 
 def main():
