@@ -2,13 +2,15 @@
 
 Builds a set of test images with Pillow (and a few by hand that Pillow cannot write:
 16-bit RGB and grey + alpha PNGs, tRNS colours at every bit depth, palettes shorter than
-their indices, GIFs without or with short colour maps, frames placed inside or past the screen) — sizes, aspect ratios, every format and the modes that
-need conversion (alpha, palette with and without transparency, grey, 1-bit, 16-bit, CMYK,
-animations) — and checks, for each, with the C tool tests/tools/image_prep.c:
+their indices, GIFs without or with short colour maps, frames placed inside or past the
+screen) — sizes, aspect ratios, every format and the modes that need conversion (alpha,
+palette with and without transparency, grey, 1-bit, 16-bit, CMYK, animations) — and
+checks, for each, with the C tool tests/tools/image_prep.c:
   decode: the RGB bytes equal transformers' convert_to_rgb(PIL.Image.open(f)) exactly;
   prep:   pixel_values equal Gemma3ImageProcessor's (its PIL backend) within 1e-6 (max abs),
           with google/gemma-3-4b-it's preprocessor_config.json, and with pan-and-scan on;
-  resize: every PIL filter on a few sizes equals PIL's Image.resize byte for byte;
+  resize: every PIL filter on a few sizes, and 48 random size pairs, equal PIL's
+          Image.resize byte for byte (Pillow 13: both pass orders);
   truncations: a file of each format cut anywhere is refused or decoded as Pillow decodes it.
 Prints one line per case and "N passed, N failed".
 """
