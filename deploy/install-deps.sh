@@ -21,8 +21,10 @@ DEBS=(
     python3 python3-venv python3-pip curl ca-certificates
     systemd clang
 )
+# pillow is pinned: test_image_vs_transformers matches its 8-bit resampling
+# bit for bit (the pass order of Pillow 13.0.0; docs/vision.md).
 PIP_PKGS=(pytest numpy gguf openai httpx tokenizers jinja2 jsonschema pyyaml langchain-openai
-          pillow transformers)
+          pillow==13.0.0 transformers)
 
 want_venv=1
 for a in "$@"; do
