@@ -2,7 +2,8 @@
  * prompt.c — see prompt.h. Two renderings, chosen by the template:
  *   a Jinja template that mentions tools renders the request's own JSON
  *   (messages, tools, tool calls, tool results) itself (ifd__render_json);
- *   any other template renders {role, content} messages, with the tools
+ *   any other template renders {role, content} messages (and a message's
+ *   reasoning_content, which reasoning templates read), with the tools
  *   described in the system message and tool calls / results written as
  *   <tool_call> / <tool_response> blocks (ifd__render_plain).
  * Both then apply continue_final_message to the rendered text and tokenize
@@ -244,7 +245,29 @@ static json_t *ifd__msgs_json(const ifd__msg_t *m, size_t n, char *err, size_t e
     return arr;
 }
 
-/* {role, content} messages, tools as text (any template without tools). */
+/* The messages' reasoning_content (a replayed reasoning: responses.h; or a
+ * chat client's, as vLLM passes it) on arr's messages, which are the
+ * request's from index skip on: a template that reads it (Qwen3,
+ * DeepSeek-R1 style) renders it in the plain rendering too. 0 or
+ * IFD_ENOMEM. */
+static int ifd__plain_reasoning(const ifd_oai_request_t *rq, json_t *arr, size_t skip)
+{
+    if (!strstr(rq->messages_json, "\"reasoning_content\""))
+        return 0; /* the common case: nothing to parse */
+    json_t *src = json_loads(rq->messages_json, JSON_ALLOW_NUL, NULL);
+    int rc = src ? 0 : IFD_ENOMEM;
+    for (size_t i = 0; !rc && i < json_array_size(src); i++) {
+        json_t *r = json_object_get(json_array_get(src, i), "reasoning_content");
+        if (json_is_string(r) &&
+            json_object_set(json_array_get(arr, i + skip), "reasoning_content", r))
+            rc = IFD_ENOMEM;
+    }
+    json_decref(src);
+    return rc;
+}
+
+/* {role, content} messages (and their reasoning_content), tools as text
+ * (any template without tools). */
 static int ifd__render_plain(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
                              const ifd_chat_request_t *opts, ifd_chat_prompt_t *pr, char *err,
                              size_t errlen)
@@ -282,6 +305,8 @@ static int ifd__render_plain(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai
         }
     }
     json_t *arr = rc ? NULL : ifd__msgs_json(all, n_all, err, errlen, &rc);
+    if (!rc)
+        rc = ifd__plain_reasoning(rq, arr, all == msgs ? 1 : 0);
     json_t *vars = ifd__template_vars(rq);
     if (!rc) {
         ifd_chat_request_t cr = *opts;

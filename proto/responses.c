@@ -130,6 +130,79 @@ static int tr_content(ifd__oai_json_ctx_t *c, const json_t *v, size_t i, json_t 
     return 0;
 }
 
+/* An assistant message made by a reasoning item alone: no content yet, no calls. */
+static bool reasoning_only(const json_t *m)
+{
+    return m && ifd__oai_json_is(json_object_get(m, "role"), "assistant") &&
+           json_object_get(m, "reasoning") && !json_object_get(m, "content") &&
+           !json_object_get(m, "tool_calls");
+}
+
+/* The text of a reasoning item into *out: its content parts
+ * (reasoning_text), or when it has none its summary parts (summary_text),
+ * joined with "\n". 0 or an error in c. */
+static int reasoning_text(ifd__oai_json_ctx_t *c, const json_t *it, size_t i, json_t **out)
+{
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    static const char *const k_fields[] = {"content", "summary"};
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = 0;
+    for (size_t f = 0; f < 2 && !rc && !b.len; f++) {
+        const json_t *parts = ifd__oai_json_get(it, k_fields[f]);
+        if (parts && !json_is_array(parts)) {
+            snprintf(param, sizeof param, "input[%zu].%s", i, k_fields[f]);
+            rc = bad_type(c, param, "an array of text parts", parts);
+        }
+        for (size_t k = 0; !rc && parts && k < json_array_size(parts); k++) {
+            const json_t *t = json_object_get(json_array_get(parts, k), "text");
+            snprintf(param, sizeof param, "input[%zu].%s[%zu].text", i, k_fields[f], k);
+            if (!json_is_string(t))
+                rc = bad_type(c, param, "a string", t);
+            else if ((b.len && ifd_buf_append(&b, "\n", 1)) ||
+                     ifd_buf_append(&b, json_string_value(t), json_string_length(t)))
+                rc = ifd__oai_json_oom(c);
+        }
+    }
+    if (!rc && !(*out = ifd__oai_json_str(b.data, b.len)))
+        rc = ifd__oai_json_oom(c);
+    ifd_buf_free(&b);
+    return rc;
+}
+
+/*
+ * A reasoning item replayed (vLLM's rule, entrypoints/openai/responses/
+ * utils.py): its text becomes the `reasoning` of the assistant message
+ * just before when that has none, else of a new assistant message (which
+ * the next assistant message item completes); the template reads it as
+ * `reasoning_content` (the name Qwen3's, DeepSeek-R1's and most templates
+ * use; vLLM sets both) or, without a place for it, drops it. Encrypted
+ * reasoning cannot be read: 400.
+ */
+static int tr_reasoning(ifd__oai_json_ctx_t *c, const json_t *it, size_t i, json_t *msgs)
+{
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    if (ifd__oai_json_get(it, "encrypted_content")) {
+        snprintf(param, sizeof param, "input[%zu].encrypted_content", i);
+        return refuse(c, param, "this server produces no encrypted reasoning and cannot read it");
+    }
+    json_t *text = NULL;
+    int rc = reasoning_text(c, it, i, &text);
+    if (rc)
+        return rc;
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    json_t *m = last && ifd__oai_json_is(json_object_get(last, "role"), "assistant") &&
+                        !json_object_get(last, "reasoning")
+                    ? json_incref(last)
+                    : json_pack("{s:s}", "role", "assistant");
+    int bad = 0;
+    ifd__oai_json_set(m, "reasoning", json_incref(text), &bad);
+    ifd__oai_json_set(m, "reasoning_content", text, &bad);
+    if (!bad && m != last && json_array_append(msgs, m))
+        bad++;
+    json_decref(m);
+    return bad ? ifd__oai_json_oom(c) : 0;
+}
+
 /* input → messages (after the instructions' system message, if any). */
 static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
 {
@@ -154,6 +227,14 @@ static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
             int rc = tr_content(c, json_object_get(it, "content"), i, &content);
             if (rc)
                 return rc;
+            json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+            if (ifd__oai_json_is(role, "assistant") && reasoning_only(last)) {
+                /* the answer of the reasoning item just before (vLLM's rule) */
+                if (json_object_set_new(last, "content", content))
+                    return ifd__oai_json_oom(c);
+                calls = NULL;
+                continue;
+            }
             json_t *m = json_pack("{s:O,s:o}", "role", role ? role : json_null(), "content",
                                   content);
             if (!m)
@@ -186,6 +267,11 @@ static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
             json_array_append_new(calls, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", id, "type",
                                                    "function", "function", "name", name,
                                                    "arguments", args));
+        } else if (ifd__oai_json_is(tj, "reasoning")) {
+            int rc = tr_reasoning(c, it, i, msgs);
+            if (rc)
+                return rc;
+            calls = NULL;
         } else if (ifd__oai_json_is(tj, "function_call_output")) {
             const json_t *id = json_object_get(it, "call_id");
             const json_t *output = json_object_get(it, "output");
@@ -206,7 +292,7 @@ static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
             snprintf(param, sizeof param, "input[%zu].type", i);
             return ifd__oai_json_fail(
                 c, "unsupported_parameter", param,
-                "Unsupported input item '%.40s': this server accepts message, "
+                "Unsupported input item '%.40s': this server accepts message, reasoning, "
                 "function_call and function_call_output items.",
                 type);
         }
@@ -311,11 +397,14 @@ static int tr_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, json_t *chat)
         snprintf(param, sizeof param, "include[%zu]", i);
         if (ifd__oai_json_is(json_array_get(inc, i), "message.output_text.logprobs"))
             want = true;
+        else if (ifd__oai_json_is(json_array_get(inc, i), "reasoning.encrypted_content"))
+            continue; /* no reasoning items are produced: nothing to encrypt */
         else
             return ifd__oai_json_fail(
                 c, "unsupported_parameter", param,
                 "Unsupported 'include' value '%.60s': only "
-                "\"message.output_text.logprobs\" is supported by this server.",
+                "\"message.output_text.logprobs\" and \"reasoning.encrypted_content\" are "
+                "supported by this server.",
                 s ? s : "(not a string)");
     }
     const json_t *top = ifd__oai_json_get(o, "top_logprobs");
@@ -413,8 +502,13 @@ static json_t *echo_obj(const json_t *o, const ifd_responses_state_t *st)
     json_object_set_new(e, "previous_response_id",
                         st->previous_response_id ? json_string(st->previous_response_id)
                                                  : json_null());
-    json_object_set_new(e, "reasoning", json_pack("{s:n,s:n}", "effort", "summary"));
-    json_object_set_new(e, "background", json_false());
+    const json_t *r = ifd__oai_json_get(o, "reasoning");
+    const json_t *effort = ifd__oai_json_get(r, "effort");
+    const json_t *summary = ifd__oai_json_get(r, "summary");
+    json_object_set_new(e, "reasoning", json_pack("{s:O,s:O}", "effort",
+                                                  effort ? effort : json_null(), "summary",
+                                                  summary ? summary : json_null()));
+    json_object_set_new(e, "background", json_boolean(st->background));
     json_object_set_new(e, "service_tier", json_string("default"));
     return e;
 }
@@ -439,20 +533,6 @@ int ifd_responses_echo_defaults(ifd_arena_t *a, ifd_oai_request_t *r, uint32_t s
         return IFD_ENOMEM;
     r->responses_echo = copy;
     return 0;
-}
-
-static bool empty_or_nulls(const json_t *v)
-{
-    if (!json_is_object(v))
-        return false;
-    const char *k;
-    json_t *x;
-    json_object_foreach((json_t *)v, k, x)
-    {
-        if (!json_is_null(x))
-            return false;
-    }
-    return true;
 }
 
 /*
@@ -495,6 +575,93 @@ static int tr_state(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_responses
     return rc;
 }
 
+/* One of OpenAI's values for a reasoning setting, or null. */
+static int check_enum(ifd__oai_json_ctx_t *c, const json_t *r, const char *key,
+                      const char *const *ok, size_t n_ok, const char *list)
+{
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    const json_t *v = ifd__oai_json_get(r, key);
+    for (size_t i = 0; v && i < n_ok; i++)
+        if (ifd__oai_json_is(v, ok[i]))
+            return 0;
+    if (!v)
+        return 0;
+    snprintf(param, sizeof param, "reasoning.%s", key);
+    if (!json_is_string(v))
+        return bad_type(c, param, "a string", v);
+    return ifd__oai_json_fail(c, "invalid_value", param,
+                              "Invalid value: '%.40s'. Supported values are: %s.",
+                              json_string_value(v), list);
+}
+
+/*
+ * reasoning: {effort, summary} (OpenAI's values checked). The effort goes
+ * to the chat template as the variable reasoning_effort — what vLLM's
+ * Responses endpoint passes (ResponsesRequest.build_chat_params), read by
+ * templates that have effort levels (gpt-oss) and ignored by the others —
+ * unless chat_template_kwargs sets it. No summary is produced (this server
+ * returns no reasoning items), so `summary` is only echoed. Never a 400 for
+ * a valid setting.
+ */
+static int tr_reasoning_param(ifd__oai_json_ctx_t *c, const json_t *o, json_t *chat)
+{
+    static const char *const k_effort[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+    static const char *const k_summary[] = {"auto", "concise", "detailed"};
+    const json_t *r = ifd__oai_json_get(o, "reasoning");
+    if (!r)
+        return 0;
+    if (!json_is_object(r))
+        return bad_type(c, "reasoning", "an object", r);
+    int rc = check_enum(c, r, "effort", k_effort, 6,
+                        "'none', 'minimal', 'low', 'medium', 'high' and 'xhigh'");
+    if (!rc)
+        rc = check_enum(c, r, "summary", k_summary, 3, "'auto', 'concise' and 'detailed'");
+    if (!rc)
+        rc = check_enum(c, r, "generate_summary", k_summary, 3, "'auto', 'concise' and 'detailed'");
+    const json_t *effort = ifd__oai_json_get(r, "effort");
+    if (rc || !effort)
+        return rc;
+    json_t *kw = json_object_get(chat, "chat_template_kwargs");
+    if (!kw || json_is_null(kw)) {
+        kw = json_object();
+        if (!kw || json_object_set_new(chat, "chat_template_kwargs", kw))
+            return ifd__oai_json_oom(c);
+    }
+    if (!json_is_object(kw) || json_object_get(kw, "reasoning_effort"))
+        return 0; /* the chat parser reports a bad one; the client's own wins */
+    return json_object_set(kw, "reasoning_effort", (json_t *)effort) ? ifd__oai_json_oom(c) : 0;
+}
+
+/*
+ * background: true runs the Response detached from the request (the
+ * caller's part: responses.h); it needs the Response stored — `store` not
+ * false, and a store on this server — and is not streamed here.
+ */
+static int tr_background(ifd__oai_json_ctx_t *c, const json_t *o,
+                         const ifd_responses_store_t *store, ifd_responses_state_t *st)
+{
+    const json_t *v = ifd__oai_json_get(o, "background");
+    if (v && !json_is_boolean(v))
+        return bad_type(c, "background", "a boolean", v);
+    if (!json_is_true(v))
+        return 0;
+    if (!store || !store->enabled)
+        return refuse(c, "background",
+                      "no responses are stored (responses_store_entries is 0), so none can be "
+                      "polled");
+    if (!st->store)
+        return ifd__oai_json_fail(c, "invalid_value", "background",
+                                  "Invalid value for 'background': background can only be used "
+                                  "when 'store' is true.");
+    const json_t *stream = ifd__oai_json_get(o, "stream");
+    if (json_is_true(stream))
+        return refuse(c, "background",
+                      "a background response is not streamed by this server: create it without "
+                      "'stream' and poll GET /v1/responses/{id}");
+    st->background = true;
+    return 0;
+}
+
 /* Builds the chat body for o; 0 or a parse error in c. */
 static int translate(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_responses_store_t *store,
                      ifd_responses_state_t *st, json_t **out)
@@ -503,12 +670,8 @@ static int translate(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_response
         if (ifd__oai_json_get(o, k_refused[i].name))
             return refuse(c, k_refused[i].name, k_refused[i].why);
     const json_t *v;
-    if ((v = ifd__oai_json_get(o, "background")) && !json_is_false(v))
-        return refuse(c, "background", "responses run in the foreground only");
     if ((v = ifd__oai_json_get(o, "truncation")) && !ifd__oai_json_is(v, "disabled"))
         return refuse(c, "truncation", "only \"disabled\": the context length is an error");
-    if ((v = ifd__oai_json_get(o, "reasoning")) && !empty_or_nulls(v))
-        return refuse(c, "reasoning", "reasoning settings are not supported");
     if ((v = ifd__oai_json_get(o, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return refuse(c, "n", "a response has one output");
     const json_t *input = ifd__oai_json_get(o, "input");
@@ -530,6 +693,10 @@ static int translate(ifd__oai_json_ctx_t *c, const json_t *o, const ifd_response
         json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
     if (!rc)
         rc = tr_state(c, o, store, st, msgs);
+    if (!rc)
+        rc = tr_background(c, o, store, st);
+    if (!rc)
+        rc = tr_reasoning_param(c, o, chat);
     if (!rc)
         rc = tr_input(c, input, msgs);
     if (!rc && json_array_size(msgs) == 0)
@@ -1049,6 +1216,25 @@ int ifd_responses_stream_snapshot(const ifd_oai_stream_t *s, const ifd_oai_usage
     return ifd__oai_json_emit(out, o, bad, false);
 }
 
+/* {code, message} of a failed Response (code server_error when e has none). */
+static json_t *failure_json(const ifd_oai_error_t *e, int *bad)
+{
+    json_t *re = json_object();
+    ifd__oai_json_set(re, "code", json_string(e->code[0] ? e->code : "server_error"), bad);
+    ifd__oai_json_set(re, "message", ifd__oai_json_str(e->message, strlen(e->message)), bad);
+    return re;
+}
+
+int ifd_responses_status_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const char *status,
+                              const ifd_oai_error_t *e)
+{
+    int bad = 0;
+    json_t *o = response_obj(m, status, NULL, NULL, &bad);
+    if (e)
+        ifd__oai_json_set(o, "error", failure_json(e, &bad), &bad);
+    return ifd__oai_json_emit(out, o, bad, false);
+}
+
 int ifd__resp_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error_t *e)
 {
     int bad = 0;
@@ -1063,10 +1249,7 @@ int ifd__resp_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_err
         return rc;
     bad = 0;
     json_t *resp = response_obj(&s->meta, "failed", abuf_array(&s->resp->items), NULL, &bad);
-    json_t *re = json_object();
-    ifd__oai_json_set(re, "code", json_string(e->code[0] ? e->code : "server_error"), &bad);
-    ifd__oai_json_set(re, "message", ifd__oai_json_str(e->message, strlen(e->message)), &bad);
-    ifd__oai_json_set(resp, "error", re, &bad);
+    ifd__oai_json_set(resp, "error", failure_json(e, &bad), &bad);
     ev = json_object();
     ifd__oai_json_set(ev, "response", resp, &bad);
     rc = event(s, out, "response.failed", ev, bad);

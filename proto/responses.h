@@ -20,11 +20,25 @@
  * instructions are not carried over (OpenAI's rule); an unknown id is a 404
  * (code previous_response_not_found). Without a store `store` is accepted
  * and the Response says "store": false (vLLM without its store), and
- * `previous_response_id` is refused with 400. `conversation` and
- * `background: true` are always refused with 400 naming them. Refused as
- * well: non-function tools, image/file/audio
- * inputs, `truncation: "auto"`, `reasoning` settings, `prompt` templates,
- * `max_tool_calls`, `n` > 1, and `include` values other than the logprobs.
+ * `previous_response_id` is refused with 400. `background: true` (state
+ * .background) needs the store and `store` not false, and no `stream`
+ * (400 naming background otherwise); the caller runs it detached.
+ * `conversation` is always refused with 400 naming it. Refused as well:
+ * non-function tools, image/file/audio inputs, `truncation: "auto"`,
+ * `prompt` templates, `max_tool_calls`, `n` > 1, encrypted reasoning, and
+ * `include` values other than the logprobs and reasoning.encrypted_content
+ * (accepted: no reasoning items are produced).
+ *
+ * Reasoning: `reasoning` {effort, summary} is checked against OpenAI's
+ * values and echoed; its effort goes to the chat template as the variable
+ * `reasoning_effort` (vLLM's Responses behaviour; a template without it
+ * ignores it) unless chat_template_kwargs sets that. `reasoning` input
+ * items are replayed as vLLM does: their text (content parts, else
+ * summary parts) becomes the `reasoning` and `reasoning_content` of the
+ * assistant message they belong to — the one just before, or a new one
+ * that the next assistant message item completes — which a template with a
+ * place for it (Qwen3, DeepSeek-R1: reasoning_content) renders and another
+ * drops.
  *
  * Answering: the request keeps kind IFD_OAI_CHAT (templates, tools and
  * tool-call parsing are chat's); the caller builds the answer with
@@ -82,6 +96,7 @@ typedef struct {
 /* What the parse decided about server-side state. */
 typedef struct {
     bool store;                       /* keep the Response once answered */
+    bool background;                  /* run detached, polled by id (store is then true) */
     const char *previous_response_id; /* in the arena; NULL when none */
 } ifd_responses_state_t;
 
@@ -107,6 +122,15 @@ int ifd_responses_conversation(ifd_buf_t *out, const ifd_oai_request_t *rq,
  * IFD_EINVAL (s is not a Responses stream), IFD_ENOMEM. */
 int ifd_responses_stream_snapshot(const ifd_oai_stream_t *s, const ifd_oai_usage_t *usage,
                                   ifd_buf_t *out);
+
+/* A Response that has no output (yet): status "queued", "in_progress",
+ * "cancelled" or "failed" (then with e's code and message as its error;
+ * e NULL: error null), output [], usage null, and the request's echo
+ * (m->responses_echo) — what a background Response is polled as before it
+ * ends, or kept as when it did not complete. Appended to out as JSON. 0 or
+ * IFD_ENOMEM. */
+int ifd_responses_status_json(ifd_buf_t *out, const ifd_oai_meta_t *m, const char *status,
+                              const ifd_oai_error_t *e);
 
 /* After ifd_oai_apply_sampling_defaults returned `set` for a request that
  * ifd_responses_parse filled: the Response's echoed temperature and top_p

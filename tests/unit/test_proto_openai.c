@@ -1660,8 +1660,11 @@ START_TEST(test_responses_parse)
         {"{\"input\":\"x\",\"prompt_logprobs\":1}", "prompt_logprobs", "unsupported_parameter"},
         {"{\"input\":\"x\",\"background\":true}", "background", "unsupported_parameter"},
         {"{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation", "unsupported_parameter"},
-        {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"}}", "reasoning",
-         "unsupported_parameter"},
+        {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"huge\"}}", "reasoning.effort",
+         "invalid_value"},
+        {"{\"input\":\"x\",\"reasoning\":{\"summary\":1}}", "reasoning.summary",
+         "invalid_type"},
+        {"{\"input\":\"x\",\"reasoning\":true}", "reasoning", "invalid_type"},
         {"{\"input\":\"x\",\"n\":2}", "n", "unsupported_parameter"},
         {"{\"input\":\"x\",\"include\":[\"file_search_call.results\"]}", "include[0]",
          "unsupported_parameter"},
@@ -1670,7 +1673,12 @@ START_TEST(test_responses_parse)
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
          "\"image_url\":\"u\"}]}]}",
          "input[0].content[0].type", "unsupported_parameter"},
-        {"{\"input\":[{\"type\":\"reasoning\"}]}", "input[0].type", "unsupported_parameter"},
+        {"{\"input\":[{\"type\":\"reasoning\",\"encrypted_content\":\"e\"}]}",
+         "input[0].encrypted_content", "unsupported_parameter"},
+        {"{\"input\":[{\"type\":\"reasoning\",\"summary\":[{\"text\":2}]}]}",
+         "input[0].summary[0].text", "invalid_type"},
+        {"{\"input\":[{\"type\":\"item_reference\"}]}", "input[0].type",
+         "unsupported_parameter"},
         {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens",
          "integer_below_min_value"},
         {"{\"input\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "input", "invalid_value"},
@@ -1690,6 +1698,69 @@ START_TEST(test_responses_parse)
         ck_assert_msg(!strcmp(e.code, bad[i].code), "case %zu: code '%s', wanted '%s' (%s)", i,
                       e.code, bad[i].code, e.message);
     }
+    ifd_arena_close(&a);
+}
+END_TEST
+
+/* reasoning: the effort reaches the template as reasoning_effort (the
+ * client's own kwarg wins); reasoning items are replayed on their assistant
+ * message as reasoning and reasoning_content (content parts, else summary). */
+START_TEST(test_responses_reasoning)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body = "{\"input\":\"x\",\"reasoning\":{\"effort\":\"low\",\"summary\":\"auto\"}}";
+    ck_assert_int_eq(built(ifd_responses_parse(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
+    ck_assert_str_eq(r.template_kwargs, "{\"reasoning_effort\":\"low\"}");
+    json_t *echo = load(r.responses_echo, strlen(r.responses_echo));
+    ck_assert_str_eq(js(echo, "reasoning.effort"), "low");
+    ck_assert_str_eq(js(echo, "reasoning.summary"), "auto");
+    json_decref(echo);
+    body = "{\"input\":\"x\",\"reasoning\":{\"effort\":\"high\"},"
+           "\"chat_template_kwargs\":{\"reasoning_effort\":\"mine\",\"enable_thinking\":false}}";
+    ck_assert_int_eq(built(ifd_responses_parse(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
+    ck_assert_ptr_nonnull(strstr(r.template_kwargs, "\"reasoning_effort\":\"mine\""));
+    ck_assert_ptr_nonnull(strstr(r.template_kwargs, "\"enable_thinking\":false"));
+    body = "{\"input\":\"x\",\"reasoning\":{\"effort\":null}}";
+    ck_assert_int_eq(built(ifd_responses_parse(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
+    ck_assert_ptr_null(r.template_kwargs);
+    /* user, reasoning, its answer, reasoning (summary) + a call, the call's output */
+    body = "{\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+           "{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[{\"type\":\"summary_text\","
+           "\"text\":\"S\"}],\"content\":[{\"type\":\"reasoning_text\",\"text\":\"A\"},"
+           "{\"type\":\"reasoning_text\",\"text\":\"B\"}]},"
+           "{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"ans\"},"
+           "{\"role\":\"user\",\"content\":\"q2\"},"
+           "{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"T\"}]},"
+           "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+           "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"1\"}]}";
+    ck_assert_int_eq(built(ifd_responses_parse(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
+    ck_assert_uint_eq(r.n_messages, 5);
+    ck_assert_str_eq(r.messages[1].role, "assistant");
+    ck_assert_str_eq(r.messages[1].content, "ans");
+    ck_assert_str_eq(r.messages[3].role, "assistant");
+    ck_assert_ptr_nonnull(r.messages[3].tool_calls);
+    ck_assert_str_eq(r.messages[4].role, "tool");
+    json_t *msgs = load(r.messages_json, strlen(r.messages_json));
+    ck_assert_str_eq(js(msgs, "1.reasoning"), "A\nB");
+    ck_assert_str_eq(js(msgs, "1.reasoning_content"), "A\nB");
+    ck_assert_str_eq(js(msgs, "3.reasoning_content"), "T");
+    ck_assert_ptr_null(jp(msgs, "0.reasoning_content"));
+    json_decref(msgs);
+    /* after an assistant message that has its reasoning: a new message */
+    body = "{\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+           "{\"role\":\"assistant\",\"content\":\"a\"},"
+           "{\"type\":\"reasoning\",\"summary\":[{\"text\":\"R1\"}]},"
+           "{\"type\":\"reasoning\",\"summary\":[{\"text\":\"R2\"}]}]}";
+    ck_assert_int_eq(built(ifd_responses_parse(&a, body, strlen(body), &r, &e), &a, &r, &e), 0);
+    ck_assert_uint_eq(r.n_messages, 3);
+    msgs = load(r.messages_json, strlen(r.messages_json));
+    ck_assert_str_eq(js(msgs, "1.reasoning_content"), "R1"); /* vLLM: the message before */
+    ck_assert_str_eq(js(msgs, "2.reasoning_content"), "R2");
+    ck_assert_str_eq(r.messages[2].content, "");
+    json_decref(msgs);
     ifd_arena_close(&a);
 }
 END_TEST
@@ -1933,6 +2004,49 @@ START_TEST(test_responses_stored)
     ck_assert_int_eq(ifd_responses_parse_stored(&a, num, strlen(num), &on, &r, &st, &e),
                      IFD_EINVAL);
     ck_assert_str_eq(e.param, "previous_response_id");
+    /* background: with the store and store not false, never streamed */
+    const char *bg = "{\"input\":\"q\",\"background\":true}";
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, bg, strlen(bg), &on, &r, &st, &e), 0);
+    ck_assert(st.background && st.store);
+    ck_assert_ptr_nonnull(strstr(r.responses_echo, "\"background\":true"));
+    static const struct {
+        const char *body, *code;
+        bool store_on;
+    } bad_bg[] = {
+        {"{\"input\":\"q\",\"background\":true}", "unsupported_parameter", false},
+        {"{\"input\":\"q\",\"background\":true,\"store\":false}", "invalid_value", true},
+        {"{\"input\":\"q\",\"background\":true,\"stream\":true}", "unsupported_parameter", true},
+        {"{\"input\":\"q\",\"background\":1}", "invalid_type", true},
+    };
+    for (size_t i = 0; i < sizeof bad_bg / sizeof bad_bg[0]; i++) {
+        ck_assert_int_eq(ifd_responses_parse_stored(&a, bad_bg[i].body, strlen(bad_bg[i].body),
+                                                    bad_bg[i].store_on ? &on : &off, &r, &st, &e),
+                         IFD_EINVAL);
+        ck_assert_int_eq(e.status, 400);
+        ck_assert_str_eq(e.param, "background");
+        ck_assert_str_eq(e.code, bad_bg[i].code);
+    }
+    /* a background Response's status object: no output, no usage; failed with its error */
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, bg, strlen(bg), &on, &r, &st, &e), 0);
+    ifd_oai_meta_t m = {IFD_OAI_RESPONSES, "resp_abc", "smol", 7, NULL, r.responses_echo};
+    ck_assert_int_eq(ifd_responses_status_json(&b, &m, "queued", NULL), 0);
+    json_t *q = load(b.data, b.len);
+    ck_assert_str_eq(js(q, "status"), "queued");
+    ck_assert_str_eq(js(q, "id"), "resp_abc");
+    ck_assert(json_is_null(jp(q, "usage")) && json_is_null(jp(q, "error")));
+    ck_assert_uint_eq(json_array_size(jp(q, "output")), 0);
+    ck_assert(json_is_true(jp(q, "background")));
+    json_decref(q);
+    ifd_buf_clear(&b);
+    ifd_oai_error_t fe;
+    ifd_oai_error_set(&fe, 503, NULL, NULL, NULL, "shutting down");
+    ck_assert_int_eq(ifd_responses_status_json(&b, &m, "failed", &fe), 0);
+    q = load(b.data, b.len);
+    ck_assert_str_eq(js(q, "status"), "failed");
+    ck_assert_str_eq(js(q, "error.code"), "server_error");
+    ck_assert_str_eq(js(q, "error.message"), "shutting down");
+    json_decref(q);
+    ifd_buf_free(&b);
     ifd_arena_close(&a);
 }
 END_TEST
@@ -2109,6 +2223,7 @@ int main(void)
     tcase_add_test(tc, test_toolcall_parse);
     tcase_add_test(tc, test_tool_call_response);
     tcase_add_test(tc, test_responses_parse);
+    tcase_add_test(tc, test_responses_reasoning);
     tcase_add_test(tc, test_responses_echo_bounds);
     tcase_add_test(tc, test_responses_object);
     tcase_add_test(tc, test_responses_echo_defaults);
