@@ -32,6 +32,7 @@ static void ifd__version(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_requ
 static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 static void ifd__invocations(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
+static void ifd__response_cancel(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r);
 
 static const struct {
     const char *path;
@@ -39,12 +40,13 @@ static const struct {
     ifd__handler_fn fn;
     bool open;   /* no API key needed, even on TCP (vLLM's key guards only /v1) */
     bool prefix; /* path ends in "/": matches it followed by one non-empty segment */
-} ifd__routes[] = {
+} ifd__routes[] = { /* a '*' in a path stands for one non-empty segment */
     {"/v1/chat/completions", HTTP_POST, ifd__chat, false, false},
     {"/v1/completions", HTTP_POST, ifd__completions, false, false},
     {"/v1/responses", HTTP_POST, ifd__responses, false, false},
     {"/v1/responses/", HTTP_GET, ifd__response_get, false, true},
     {"/v1/responses/", HTTP_DELETE, ifd__response_delete, false, true},
+    {"/v1/responses/*/cancel", HTTP_POST, ifd__response_cancel, false, false},
     {"/v1/models", HTTP_GET, ifd__models, false, false},
     {"/v1/models/", HTTP_GET, ifd__model, false, true},
     {"/health", HTTP_GET, ifd__health, true, false},
@@ -63,6 +65,12 @@ static const struct {
 static bool ifd__path_is(size_t route, const char *path)
 {
     const char *p = ifd__routes[route].path;
+    const char *star = strchr(p, '*');
+    if (star) {
+        size_t n = (size_t)(star - p);
+        const char *seg = path + n, *end = strncmp(p, path, n) ? NULL : strchr(seg, '/');
+        return end && end > seg && strcmp(end, star + 1) == 0;
+    }
     if (!ifd__routes[route].prefix)
         return strcmp(p, path) == 0;
     size_t n = strlen(p);
@@ -479,12 +487,20 @@ static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_
     return e;
 }
 
-/* GET /v1/responses/{id}: the Response as it was answered. */
+/* GET /v1/responses/{id}: the Response as it was answered, or a
+ * background Response's status while it runs (gen.h). */
 static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     char who[IFD_API_IDENTITY_MAX];
     if (ifd_api_identity(api, r, who, sizeof who)) {
         ifd_reply_errorf(c, 500, NULL, NULL, "The client's identity does not fit.");
+        return;
+    }
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = ifd_gen_background_status(api, who, r->path + strlen("/v1/responses/"), &b);
+    if (rc != IFD_ENOTFOUND) {
+        ifd_reply_json(c, rc, &b);
+        ifd_buf_free(&b);
         return;
     }
     const ifd_respstore_entry_t *e = ifd__response_find(api, c, r, who);
@@ -500,6 +516,8 @@ static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c, const ifd_h
         ifd_reply_errorf(c, 500, NULL, NULL, "The client's identity does not fit.");
         return;
     }
+    /* a background Response still running is cancelled first (kept as such) */
+    ifd_gen_background_cancel(api, who, r->path + strlen("/v1/responses/"), NULL);
     const ifd_respstore_entry_t *e = ifd__response_find(api, c, r, who);
     if (!e)
         return;
@@ -512,6 +530,50 @@ static void ifd__response_delete(ifd_api_t *api, ifd_http_conn_t *c, const ifd_h
     else
         ifd_reply_errorf(c, 500, NULL, NULL, "Out of memory.");
     free(s);
+}
+
+/*
+ * POST /v1/responses/{id}/cancel (OpenAI's): a background Response still
+ * running is stopped and answered as kept, status "cancelled"; one that
+ * has ended is answered as it is (cancelling twice is idempotent, OpenAI's
+ * rule); a Response that was not created in the background cannot be
+ * cancelled (400, vLLM's message); 404 as GET for an unknown or another
+ * client's id.
+ */
+static void ifd__response_cancel(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
+{
+    char who[IFD_API_IDENTITY_MAX], id[IFD_OAI_ID_MAX + 64];
+    if (ifd_api_identity(api, r, who, sizeof who)) {
+        ifd_reply_errorf(c, 500, NULL, NULL, "The client's identity does not fit.");
+        return;
+    }
+    const char *seg = r->path + strlen("/v1/responses/");
+    size_t n = (size_t)(strchr(seg, '/') - seg); /* the route matched ".../cancel" */
+    if (n >= sizeof id) {
+        ifd_reply_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.", seg);
+        return;
+    }
+    memcpy(id, seg, n);
+    id[n] = '\0';
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = ifd_gen_background_cancel(api, who, id, &b);
+    if (rc != IFD_ENOTFOUND) {
+        ifd_reply_json(c, rc, &b);
+        ifd_buf_free(&b);
+        return;
+    }
+    const ifd_respstore_entry_t *e = ifd_respstore_lookup(&api->responses, api->cfg, who, id);
+    if (!e) {
+        ifd_reply_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.", id);
+        return;
+    }
+    json_t *o = json_loads(e->response, JSON_ALLOW_NUL, NULL);
+    bool background = json_is_true(json_object_get(o, "background"));
+    json_decref(o);
+    if (background)
+        ifd_http_respond(c, 200, "application/json", NULL, e->response, e->response_len);
+    else
+        ifd_reply_errorf(c, 400, NULL, "response_id", "Cannot cancel a synchronous response.");
 }
 
 /* ---- /tokenize and /detokenize ----------------------------------------------------------- */

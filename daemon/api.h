@@ -75,6 +75,7 @@ typedef struct {
     /* generation requests */
     int64_t n_tokenizing;       /* admitted, being tokenized (they count in the queue) */
     int64_t n_running;          /* tokenized and being served */
+    int64_t n_background;       /* background Responses admitted (responses_background_max) */
     ifd_gen_t *gens;            /* every live generation request */
     uint64_t rng;               /* default sampling seeds, never ids (ids.h); seeded by main */
     void (*on_idle)(void *ctx); /* called when the last generation request ends */

@@ -92,6 +92,9 @@
     X(responses_store_bytes, BYTES, "64M", 1, "BYTES", 0, 0,                                   \
       "memory the stored Responses may use at most (the least recently used of the client "    \
       "holding the most evicted)")                                                             \
+    X(responses_background_max, INT, "16", 1, "N", 0, 65536,                                   \
+      "background Responses (\"background\": true) running at once, each polled by id; 429 "    \
+      "beyond; 0: background refused (400)")                                                   \
     X(socket, STR, "", 0, "PATH", 0, 0,                                                        \
       "Unix socket; default /run/inferd/inferd.sock as root, else "                            \
       "$XDG_RUNTIME_DIR/inferd.sock")                                                          \

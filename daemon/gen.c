@@ -127,6 +127,11 @@ struct ifd_gen {
     ifd__choice_t *ch;
 
     bool store; /* /v1/responses: keep the Response once answered (ifd__keep) */
+    /* /v1/responses background: answered at once once its sequences are
+     * queued (ifd__detach), then runs without a connection and is kept
+     * when it ends; counted in api->n_background from admission */
+    bool background;
+    bool dispatched; /* a sequence reached a worker: "in_progress", not "queued" */
     bool ids_failed;                  /* a tool call id could not be drawn (ifd__call_id): a 500 */
     char owner[IFD_API_IDENTITY_MAX]; /* the client's identity: its stored Responses' owner */
     char id[IFD_OAI_ID_MAX];
@@ -633,6 +638,7 @@ static void ifd__on_dispatched(void *owner, ifd_rseq_t *s)
     (void)s;
     ifd__choice_t *c = owner;
     c->t_sched_ns = uv_hrtime();
+    c->g->dispatched = true;
     ifd_hist_observe(&c->g->api->metrics->queue_time, ifd__secs(c->g->t_arrival_ns, c->t_sched_ns));
 }
 
@@ -694,6 +700,44 @@ static void ifd__keep(ifd_gen_t *g, const char *response, size_t len)
     else
         IFD_WARN("gen %s: building the conversation to store failed", g->id);
     ifd_buf_free(&conv);
+}
+
+/* The request's meta for its answer (ifd_oai_meta_t). */
+static ifd_oai_meta_t ifd__meta(const ifd_gen_t *g)
+{
+    return (ifd_oai_meta_t){g->api_kind, g->id,      g->api->model_id,
+                            g->created,  NULL,       g->req.responses_echo};
+}
+
+/* A background Response that ends without output (failed, cancelled) is
+ * kept as such, with no conversation to continue (a previous_response_id
+ * naming it is not found). */
+static void ifd__keep_status(ifd_gen_t *g, const char *status, const ifd_oai_error_t *e)
+{
+    ifd_oai_meta_t m = ifd__meta(g);
+    ifd_buf_t b = IFD_BUF_INIT;
+    if (ifd_responses_status_json(&b, &m, status, e) == 0)
+        ifd_respstore_keep(&g->api->responses, g->api->cfg, g->owner, g->id, b.data, b.len, "",
+                           0);
+    else
+        IFD_WARN("gen %s: keeping the %s Response failed", g->id, status);
+    ifd_buf_free(&b);
+}
+
+/* The request ends with error e: the client's answer, or for a detached
+ * background Response, what it is kept as. Frees g. */
+static void ifd__end_error(ifd_gen_t *g, const ifd_oai_error_t *e, int retry_after)
+{
+    ifd_http_conn_t *conn = g->conn;
+    g->conn = NULL;
+    if (conn) {
+        ifd_http_set_abort(conn, NULL, NULL);
+        ifd_reply_error(conn, e, retry_after);
+    } else if (g->background) {
+        IFD_INFO("gen %s: background Response failed: %s", g->id, e->message);
+        ifd__keep_status(g, "failed", e);
+    }
+    ifd__gen_free(g);
 }
 
 /* ---- the non-streamed response ------------------------------------------------------------ */
@@ -794,17 +838,22 @@ static void ifd__build_cb(uv_work_t *w)
 static void ifd__respond(ifd_gen_t *g)
 {
     struct ifd__build *b = g->build;
-    ifd_http_conn_t *conn = g->conn;
-    g->conn = NULL;
-    ifd_http_set_abort(conn, NULL, NULL);
     if (b->rc == IFD_ETOOBIG) {
         ifd__set_too_large(g, "max_tokens", 0);
-        ifd_reply_error(conn, &g->err, 0);
-    } else if (b->rc) {
-        ifd_reply_errorf(conn, 500, NULL, NULL, "Building the response failed: %s",
-                         ifd_strerror(b->rc));
-    } else {
-        ifd__keep(g, b->body.data, b->body.len);
+        ifd__end_error(g, &g->err, 0);
+        return;
+    }
+    if (b->rc) {
+        ifd_oai_error_set(&g->err, 500, NULL, NULL, NULL, "Building the response failed: %s",
+                          ifd_strerror(b->rc));
+        ifd__end_error(g, &g->err, 0);
+        return;
+    }
+    ifd__keep(g, b->body.data, b->body.len);
+    ifd_http_conn_t *conn = g->conn;
+    g->conn = NULL;
+    if (conn) { /* a background Response has none: it is kept */
+        ifd_http_set_abort(conn, NULL, NULL);
         b->taken = b->body.cap;
         ifd_http_respond_buf(conn, 200, "application/json", NULL, &b->body);
     }
@@ -816,7 +865,7 @@ static void ifd__after_build_cb(uv_work_t *w, int status)
     struct ifd__build *b = w->data;
     ifd_gen_t *g = b->g;
     g->work_pending = false;
-    if (g->aborted || !g->conn || status == UV_ECANCELED) {
+    if (g->aborted || (!g->conn && !g->background) || status == UV_ECANCELED) {
         ifd__gen_free(g);
         return;
     }
@@ -837,17 +886,13 @@ static void ifd__build_response(ifd_gen_t *g, const ifd_oai_usage_t *u)
     struct ifd__build *b = ifd_arena_calloc(&g->arena, 1, sizeof *b);
     ifd_oai_choice_t *oc = ifd_arena_calloc(&g->arena, g->n_choices, sizeof *oc);
     if (!b || !oc || ifd__response_choices(g, oc)) {
-        ifd_http_conn_t *conn = g->conn;
-        g->conn = NULL;
-        ifd_http_set_abort(conn, NULL, NULL);
-        ifd_reply_errorf(conn, 500, NULL, NULL, "Building the response failed: %s",
-                         ifd_strerror(IFD_ENOMEM));
-        ifd__gen_free(g);
+        ifd_oai_error_set(&g->err, 500, NULL, NULL, NULL, "Building the response failed: %s",
+                          ifd_strerror(IFD_ENOMEM));
+        ifd__end_error(g, &g->err, 0);
         return;
     }
     b->g = g;
-    b->meta = (ifd_oai_meta_t){g->api_kind, g->id, api->model_id,
-                               g->created,  NULL,  g->req.responses_echo};
+    b->meta = ifd__meta(g);
     b->usage = *u;
     b->oc = oc;
     b->work.data = b;
@@ -884,7 +929,7 @@ static void ifd__complete(ifd_gen_t *g)
                 most = g->ch[p * g->req.n + i].text.n_tokens;
         ifd_metrics_request_done(m, g->req.n, most);
     }
-    if (!g->conn) {
+    if (!g->conn && !g->background) {
         ifd__gen_free(g);
         return;
     }
@@ -910,11 +955,7 @@ static void ifd__complete(ifd_gen_t *g)
         return;
     }
     if (g->failed) {
-        ifd_http_conn_t *conn = g->conn;
-        g->conn = NULL;
-        ifd_http_set_abort(conn, NULL, NULL);
-        ifd_reply_error(conn, &g->err, g->err.status == 503 ? 1 : 0);
-        ifd__gen_free(g);
+        ifd__end_error(g, &g->err, g->err.status == 503 ? 1 : 0);
         return;
     }
     ifd__build_response(g, &u);
@@ -976,6 +1017,8 @@ static void ifd__gen_free(ifd_gen_t *g)
         api->n_tokenizing--;
     if (g->running)
         api->n_running--;
+    if (g->background)
+        api->n_background--;
     if (g->prev)
         g->prev->next = g->next;
     else if (api->gens == g)
@@ -1380,8 +1423,7 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
 static void ifd__begin_stream(ifd_gen_t *g)
 {
     const ifd_oai_request_t *rq = &g->req;
-    ifd_oai_meta_t meta = {g->api_kind, g->id, g->api->model_id, g->created, NULL,
-                           rq->responses_echo};
+    ifd_oai_meta_t meta = ifd__meta(g);
     int rc = ifd_oai_stream_init(&g->stream, &g->arena, &meta, g->n_choices, rq->include_usage);
     if (!rc && rq->include_usage && rq->continuous_usage)
         g->stream.live_usage = &g->live;
@@ -1401,6 +1443,22 @@ static void ifd__begin_stream(ifd_gen_t *g)
         if (!ifd__echo_lp(g) || g->ptoks[g->ch[i].prompt].n <= 1)
             ifd__send_echo(&g->ch[i]);
     ifd__flush(g);
+}
+
+/* A background Response whose sequences are queued: answered now with its
+ * status (queued), then served without its connection. */
+static void ifd__detach(ifd_gen_t *g)
+{
+    ifd_http_conn_t *conn = g->conn;
+    ifd_oai_meta_t m = ifd__meta(g);
+    ifd_buf_t b = IFD_BUF_INIT;
+    int rc = ifd_responses_status_json(&b, &m, g->dispatched ? "in_progress" : "queued", NULL);
+    g->conn = NULL;
+    ifd_http_set_abort(conn, NULL, NULL);
+    ifd_reply_json(conn, rc, &b);
+    ifd_buf_free(&b);
+    if (rc)
+        ifd__gen_free(g);
 }
 
 /* The prompts are tokenized: checks them, makes the choices and submits
@@ -1434,7 +1492,9 @@ static void ifd__start(ifd_gen_t *g)
         return;
     }
     /* headers now: every error that can be decided early has been */
-    if (g->req.stream)
+    if (g->background)
+        ifd__detach(g);
+    else if (g->req.stream)
         ifd__begin_stream(g);
 }
 
@@ -1456,13 +1516,14 @@ static int ifd__model_sampling_defaults(const ifd_api_t *api, ifd_arena_t *a,
 
 /* previous_response_id: the kept conversation of id if this client kept
  * it, or NULL — another client's id is as unknown as one never stored
- * (respstore.h). */
+ * (respstore.h), and so is a background Response kept without one
+ * (failed, cancelled: ifd__keep_status). */
 static const char *ifd__stored_conversation(void *ud, const char *id)
 {
     ifd_gen_t *g = ud;
     const ifd_respstore_entry_t *e =
         ifd_respstore_lookup(&g->api->responses, g->api->cfg, g->owner, id);
-    return e ? e->conversation : NULL;
+    return e && e->conversation_len ? e->conversation : NULL;
 }
 
 /* A /v1/responses body against the daemon's Responses store. */
@@ -1472,7 +1533,26 @@ static int ifd__parse_responses(ifd_gen_t *g, const ifd_http_request_t *r, ifd_o
     ifd_responses_state_t st;
     int rc = ifd_responses_parse_stored(&g->arena, r->body, r->body_len, &store, &g->req, &st, e);
     g->store = !rc && st.store;
-    return rc;
+    if (rc || !st.background)
+        return rc;
+    /* a place among the background Responses, bounded (reloadable) */
+    const int64_t max = g->api->cfg->responses_background_max;
+    if (max == 0) {
+        ifd_oai_error_set(e, 400, NULL, "unsupported_parameter", "background",
+                          "Unsupported parameter: 'background' is turned off on this server "
+                          "(responses_background_max is 0).");
+        return IFD_EINVAL;
+    }
+    if (g->api->n_background >= max) {
+        ifd_oai_error_set(e, 429, NULL, "rate_limit_exceeded", "background",
+                          "Too many background responses: %lld are running, at most %lld "
+                          "(responses_background_max). Retry when one has ended.",
+                          (long long)g->api->n_background, (long long)max);
+        return IFD_EINVAL;
+    }
+    g->background = true;
+    g->api->n_background++;
+    return 0;
 }
 
 /* The client's identity (its stored Responses' owner) and the request's
@@ -1632,4 +1712,42 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
         return;
     }
     g->work_pending = true;
+}
+
+/* ---- background Responses ---------------------------------------------------------------- */
+
+/* owner's detached background Response id, still running, or NULL. */
+static ifd_gen_t *ifd__find_background(ifd_api_t *api, const char *owner, const char *id)
+{
+    for (ifd_gen_t *g = api->gens; g; g = g->next)
+        if (g->background && !g->conn && !g->aborted && g->running && !strcmp(g->id, id) &&
+            !strcmp(g->owner, owner))
+            return g;
+    return NULL;
+}
+
+int ifd_gen_background_status(ifd_api_t *api, const char *owner, const char *id, ifd_buf_t *out)
+{
+    ifd_gen_t *g = ifd__find_background(api, owner, id);
+    if (!g)
+        return IFD_ENOTFOUND;
+    ifd_oai_meta_t m = ifd__meta(g);
+    return ifd_responses_status_json(out, &m, g->dispatched ? "in_progress" : "queued", NULL);
+}
+
+int ifd_gen_background_cancel(ifd_api_t *api, const char *owner, const char *id, ifd_buf_t *out)
+{
+    ifd_gen_t *g = ifd__find_background(api, owner, id);
+    if (!g)
+        return IFD_ENOTFOUND;
+    IFD_INFO("gen %s: background Response cancelled", g->id);
+    ifd_oai_meta_t m = ifd__meta(g);
+    int rc = out ? ifd_responses_status_json(out, &m, "cancelled", NULL) : 0;
+    ifd__keep_status(g, "cancelled", NULL);
+    if (g->work_pending) { /* its answer is being written: dropped when done */
+        g->aborted = true;
+        return rc;
+    }
+    ifd__gen_free(g); /* its sequences released: the workers stop them */
+    return rc;
 }

@@ -32,6 +32,25 @@
 void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r,
                     ifd_oai_kind_t kind);
 
+/*
+ * Background Responses (POST /v1/responses with "background": true; at
+ * most responses_background_max at once, 429 beyond, 400 when 0): answered
+ * at once with status "queued" once its prompt is tokenized and queued
+ * (every error found up to then is still the request's own 4xx), then run
+ * without the connection; the Response is kept in the store when it ends
+ * (completed, incomplete, or failed with its error) under its owner.
+ *
+ * ifd_gen_background_status: the Response JSON of owner's background
+ * Response id while it runs (status "queued" until a worker takes it, then
+ * "in_progress"; output [], usage null) appended to out — 0, IFD_ENOTFOUND
+ * (none running: finished, another owner's, or never), IFD_ENOMEM.
+ * ifd_gen_background_cancel: stops it (its sequences are released), keeps
+ * it with status "cancelled" and appends that Response to out (out may be
+ * NULL) — 0, IFD_ENOTFOUND, IFD_ENOMEM (it is cancelled all the same).
+ */
+int ifd_gen_background_status(ifd_api_t *api, const char *owner, const char *id, ifd_buf_t *out);
+int ifd_gen_background_cancel(ifd_api_t *api, const char *owner, const char *id, ifd_buf_t *out);
+
 /* Ends every request in progress (shutdown grace over): streams get an
  * error event and [DONE], others a 503; their sequences are cancelled. */
 void ifd_gen_abort_all(ifd_api_t *api);

@@ -7,7 +7,8 @@
   one uid (the Unix socket; a child demoted to uid 65534 — root only, else skipped loudly)
   are 404 to every other identity for GET, DELETE and previous_response_id, with the very
   answer an unknown id gets, and work for their owner; a key rotated under the same name
-  (SIGHUP) keeps its owner's Responses;
+  (SIGHUP) keeps its owner's Responses; a background Response likewise, for retrieve,
+  cancel and delete, while it runs and once cancelled;
 - fairness: a client flooding the store evicts only its own Responses;
 - bounds: user and metadata past OpenAI's limits are a 400 naming them;
 - NUL: "\\u0000" in a message, a prompt, a stop string and a Responses input works end to
@@ -210,6 +211,27 @@ def test_tcp_keys_own_their_responses():
         except openai.AuthenticationError:
             assert time.time() - t0 < 20
             time.sleep(0.05)
+    D.wait_idle()
+
+
+def test_background_owned():
+    """A background Response is its creator's while it runs and once it has ended: another
+    key or a local user gets the never-stored id's 404 from retrieve, cancel and delete."""
+    alice, bob = tcp_client("alice"), tcp_client("bob")
+    unknown = "resp_" + "0" * 32
+    r = alice.responses.create(model=MODEL, input="Tell a long story.", background=True,
+                               max_output_tokens=400, extra_body={"ignore_eos": True})
+    for other in (bob, C):
+        assert_foreign(other, r.id, unknown)
+        got, want = err_of(other.responses.cancel, r.id), err_of(other.responses.cancel, unknown)
+        assert got[0] == want[0] == 404, (got, want)
+        assert as_unknown(got[1], r.id) == as_unknown(want[1], unknown), (got, want)
+    assert alice.responses.retrieve(r.id).status in ("queued", "in_progress")
+    assert alice.responses.cancel(r.id).status == "cancelled"
+    for other in (bob, C):
+        assert err_of(other.responses.cancel, r.id)[0] == 404
+        assert err_of(other.responses.retrieve, r.id)[0] == 404
+    assert alice.responses.retrieve(r.id).status == "cancelled"
     D.wait_idle()
 
 

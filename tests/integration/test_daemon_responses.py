@@ -3,7 +3,10 @@ the official openai package (label model): client.responses.create (text and ite
 instructions, max_output_tokens, greedy text equal to the chat endpoint's), streaming with
 stream=True (the typed events, in order) and with the SDK's client.responses.stream helper
 (its accumulated final response), function tools with tool_choice required, tool results
-sent back as items, refused server-side features (background, conversation); the
+sent back as items, refused server-side features (conversation); background responses
+(client.responses.create(background=True), retrieve polling to completed, cancel, the
+responses_background_max cap's 429, curl); reasoning (the effort reaching the template as
+reasoning_effort, reasoning items replayed as reasoning_content or dropped); the
 Responses store: store (default true), client.responses.retrieve / delete, 404s for unknown
 ids, previous_response_id continuing a stored conversation (its prompt equal to the chat
 request it means, counted by /tokenize), LRU eviction under --responses-store-entries;
@@ -187,13 +190,22 @@ def test_required_calls_cut_by_length():
 
 
 def test_refused_features():
-    for kw, param in [({"background": True}, "background"),
+    for kw, param in [({"background": True, "store": False}, "background"),
+                      ({"background": True, "stream": True}, "background"),
+                      ({"background": "yes"}, "background"),
+                      ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
+                      ({"reasoning": {"summary": 3}}, "reasoning.summary"),
+                      ({"reasoning": "high"}, "reasoning"),
+                      ({"input": [{"type": "reasoning", "summary": [],
+                                   "encrypted_content": "gAAA"}]}, "input[0].encrypted_content"),
+                      ({"input": [{"type": "reasoning", "content": [{"text": 1}]}]},
+                       "input[0].content[0].text"),
                       ({"conversation": "conv_1"}, "conversation"),
                       ({"previous_response_id": 7}, "previous_response_id"),
                       ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
                       ({"max_output_tokens": 0}, "max_output_tokens")]:
         try:
-            C.responses.create(model=MODEL, input="x", **kw)
+            C.responses.create(**dict({"model": MODEL, "input": "x"}, **kw))
             raise AssertionError("accepted: %r" % kw)
         except openai.BadRequestError as e:
             assert e.param == param, (e.param, param, str(e))
@@ -378,6 +390,166 @@ TOOL_TURNS = [{"role": "user", "content": "Weather in Paris?"},
               {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
 
 
+BG_MAX = 2  # --responses-background-max
+
+
+def poll(rid, timeout=120):
+    """client.responses.retrieve until the Response leaves queued / in_progress."""
+    t0 = time.time()
+    while True:
+        r = C.responses.retrieve(rid)
+        if r.status not in ("queued", "in_progress"):
+            return r
+        assert r.output == [] and r.usage is None and r.background is True, r
+        assert time.time() - t0 < timeout, "still %s" % r.status
+        time.sleep(0.05)
+
+
+def long_background(**kw):
+    """A background Response that runs until cancelled (no EOS, a long budget)."""
+    return C.responses.create(model=MODEL, input="Tell a very long story.", background=True,
+                              max_output_tokens=1000, extra_body={"ignore_eos": True}, **kw)
+
+
+def test_background_poll_and_cancel():
+    fg = C.responses.create(model=MODEL, input="Name a color.", max_output_tokens=12,
+                            temperature=0, metadata={"k": "v"})
+    bg = C.responses.create(model=MODEL, input="Name a color.", max_output_tokens=12,
+                            temperature=0, metadata={"k": "v"}, background=True)
+    assert bg.status in ("queued", "in_progress") and bg.background is True, bg
+    assert bg.output == [] and bg.store is True and bg.metadata == {"k": "v"}, bg
+    done = poll(bg.id)
+    assert done.status == fg.status and done.output_text == fg.output_text, (done, fg)
+    assert done.usage == fg.usage and done.background is True and done.id == bg.id
+    # a finished background Response: cancel answers it as it is (idempotent); it continues
+    assert C.responses.cancel(bg.id).model_dump() == done.model_dump()
+    nxt = C.responses.create(model=MODEL, input="Another?", previous_response_id=bg.id,
+                             max_output_tokens=2)
+    assert nxt.previous_response_id == bg.id
+    # cancelled while running: its sequence released, kept as cancelled
+    run = long_background()
+    c1 = C.responses.cancel(run.id)
+    assert c1.status == "cancelled" and c1.id == run.id and c1.output == [], c1
+    assert C.responses.retrieve(run.id).status == "cancelled"
+    D.wait_idle()
+    assert C.responses.cancel(run.id).status == "cancelled"  # twice: the same
+    assert C.responses.retrieve(run.id).status == "cancelled"
+    not_found(C.responses.create, model=MODEL, input="x", previous_response_id=run.id,
+              param="previous_response_id")  # nothing to continue
+    # a foreground Response cannot be cancelled; unknown ids are 404 for cancel too
+    try:
+        C.responses.cancel(fg.id)
+        raise AssertionError("cancelled a foreground Response")
+    except openai.BadRequestError as e:
+        assert e.param == "response_id" and "synchronous" in str(e), e.body
+    not_found(C.responses.cancel, "resp_0123456789")
+    # delete of a running one cancels it first
+    run = long_background()
+    assert C.responses.delete(run.id) is None
+    not_found(C.responses.retrieve, run.id)
+    D.wait_idle()
+
+
+def test_background_cap_and_curl():
+    runs = [long_background() for _ in range(BG_MAX)]
+    try:
+        long_background()
+        raise AssertionError("over responses_background_max accepted")
+    except openai.RateLimitError as e:
+        assert e.status_code == 429 and e.param == "background", e.body
+        assert "responses_background_max" in e.body["message"], e.body
+    for r in runs:
+        assert C.responses.cancel(r.id).status == "cancelled"
+    # the same with curl: create, poll, cancel (POST /v1/responses/{id}/cancel)
+    code, body = D.curl("-X", "POST", "http://localhost/v1/responses", "-H",
+                        "Content-Type: application/json", "-d", json.dumps(
+                            {"model": MODEL, "input": "Say hi.", "background": True,
+                             "max_output_tokens": 4}), expect=200)
+    r = json.loads(body)
+    assert r["status"] in ("queued", "in_progress") and r["background"] is True, r
+    t0 = time.time()
+    while r["status"] in ("queued", "in_progress"):
+        assert time.time() - t0 < 60, r
+        r = json.loads(D.curl("http://localhost/v1/responses/" + r["id"], expect=200)[1])
+    assert r["status"] in ("completed", "incomplete") and r["output"], r
+    code, body = D.curl("-X", "POST", "http://localhost/v1/responses/%s/cancel" % r["id"],
+                        expect=200)
+    assert json.loads(body) == r
+    code, body = D.curl("http://localhost/v1/responses/%s/cancel" % r["id"], expect=405)
+    D.wait_idle()
+
+
+REASONING_TEMPLATE = (
+    "{%- if reasoning_effort is defined -%}Effort: {{ reasoning_effort }}, think hard.\n"
+    "{%- endif -%}"
+    "{%- for m in messages -%}<|im_start|>{{ m['role'] }}\n"
+    "{%- if m['reasoning_content'] -%}<think>{{ m['reasoning_content'] }}</think>{%- endif -%}"
+    "{{ m['content'] }}<|im_end|>\n{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}")
+
+REPLAY = [{"role": "user", "content": "Pick a number."},
+          {"type": "reasoning", "id": "rs_1", "summary": [],
+           "content": [{"type": "reasoning_text", "text": "seven is a fine number " * 4}]},
+          {"type": "message", "role": "assistant", "content": [
+              {"type": "output_text", "text": "7"}]},
+          {"role": "user", "content": "Another?"}]
+NO_REASONING = [REPLAY[0], REPLAY[2], REPLAY[3]]
+
+
+def test_reasoning_default_template():
+    """SmolLM2's template has no place for reasoning: accepted, echoed, and dropped."""
+    plain = C.responses.create(model=MODEL, input="hi", max_output_tokens=1)
+    r = C.responses.create(model=MODEL, input="hi", max_output_tokens=1,
+                           reasoning={"effort": "high", "summary": "auto"},
+                           include=["reasoning.encrypted_content"])
+    assert r.reasoning.effort == "high" and r.reasoning.summary == "auto", r.reasoning
+    assert r.usage.input_tokens == plain.usage.input_tokens, (r.usage, plain.usage)
+    assert plain.reasoning.effort is None
+    a = C.responses.create(model=MODEL, input=REPLAY, max_output_tokens=1)
+    b = C.responses.create(model=MODEL, input=NO_REASONING, max_output_tokens=1)
+    assert a.usage.input_tokens == b.usage.input_tokens, (a.usage, b.usage)
+    D.wait_idle()
+
+
+def test_reasoning_reaches_the_template():
+    with tempfile.NamedTemporaryFile("w", suffix=".jinja", delete=False) as f:
+        f.write(REASONING_TEMPLATE)
+    d2 = Daemon(INFERD, args=["--chat-template", f.name])
+    try:
+        c2 = openai_client(d2.sock)
+        plain = c2.responses.create(model=MODEL, input="hi", max_output_tokens=1)
+        high = c2.responses.create(model=MODEL, input="hi", max_output_tokens=1,
+                                   reasoning={"effort": "high"})
+        assert high.usage.input_tokens >= plain.usage.input_tokens + 5, (high.usage,
+                                                                         plain.usage)
+        want = d2.json("POST", "/tokenize", {"messages": [{"role": "user", "content": "hi"}],
+                                             "chat_template_kwargs": {
+                                                 "reasoning_effort": "high"}})["count"]
+        assert high.usage.input_tokens == want, (high.usage, want)
+        # the client's own chat_template_kwargs value wins
+        own = "as little as you can, and then some less"
+        low = c2.responses.create(model=MODEL, input="hi", max_output_tokens=1,
+                                  reasoning={"effort": "high"},
+                                  extra_body={"chat_template_kwargs": {"reasoning_effort": own}})
+        want = d2.json("POST", "/tokenize", {"messages": [{"role": "user", "content": "hi"}],
+                                             "chat_template_kwargs": {
+                                                 "reasoning_effort": own}})["count"]
+        assert low.usage.input_tokens == want > high.usage.input_tokens, (low.usage, want)
+        # replayed reasoning goes to its assistant message as reasoning_content
+        a = c2.responses.create(model=MODEL, input=REPLAY, max_output_tokens=1)
+        b = c2.responses.create(model=MODEL, input=NO_REASONING, max_output_tokens=1)
+        assert a.usage.input_tokens >= b.usage.input_tokens + 16, (a.usage, b.usage)
+        want = d2.json("POST", "/tokenize", {"messages": [
+            {"role": "user", "content": "Pick a number."},
+            {"role": "assistant", "content": "7",
+             "reasoning_content": "seven is a fine number " * 4},
+            {"role": "user", "content": "Another?"}]})["count"]
+        assert a.usage.input_tokens == want, (a.usage, want)
+    finally:
+        os.unlink(f.name)
+        assert d2.stop() == 0
+
+
 def tokenize_equals_chat(d, c, body, chat=True):
     """POST /tokenize with a chat body counts exactly the chat's usage.prompt_tokens (the
     chat request left out with chat=False: the ASan build's reduced set)."""
@@ -511,4 +683,5 @@ def test_template_error_is_a_400():
 
 
 if __name__ == "__main__":
-    sys.exit(serve_and_run(globals(), INFERD))
+    sys.exit(serve_and_run(globals(), INFERD,
+                           args=["--responses-background-max", str(BG_MAX)]))
