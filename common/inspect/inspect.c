@@ -10,10 +10,12 @@
 #include "tokenizer/tokenizer.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Hyper-parameters reported: the resolved config inferd will run, the same
  * rows for every format. */
@@ -144,23 +146,39 @@ typedef struct {
     uint64_t bytes;
 } ifd__tensor_row_t;
 
-static size_t ifd__n_tensors(const ifd_model_source_t *src)
+/* The weights a report lists: a GGUF file's tensors, or safetensors shards
+ * (either may be NULL: none). */
+typedef struct {
+    const ifd_gguf_t *g;
+    const ifd_safetensors_t *st;
+} ifd__weights_t;
+
+static size_t ifd__n_tensors(ifd__weights_t w)
 {
-    const ifd_gguf_t *g = ifd_model_source_gguf(src);
-    return g ? (size_t)ifd_gguf_tensor_count(g)
-             : ifd_safetensors_count(ifd_model_source_safetensors(src));
+    return w.g ? (size_t)ifd_gguf_tensor_count(w.g) : w.st ? ifd_safetensors_count(w.st) : 0;
 }
 
-static ifd__tensor_row_t ifd__tensor_row(const ifd_model_source_t *src, size_t i)
+static ifd__tensor_row_t ifd__tensor_row(ifd__weights_t w, size_t i)
 {
-    const ifd_gguf_t *g = ifd_model_source_gguf(src);
-    if (g) {
-        const ifd_gguf_tensor_t *t = ifd_gguf_tensor(g, i);
+    if (w.g) {
+        const ifd_gguf_tensor_t *t = ifd_gguf_tensor(w.g, i);
         return (ifd__tensor_row_t){t->name, ifd_ggml_type_name(t->type), t->n_dims, NULL, t->ne,
                                    t->nbytes};
     }
-    const ifd_st_tensor_t *t = ifd_safetensors_at(ifd_model_source_safetensors(src), i);
+    const ifd_st_tensor_t *t = ifd_safetensors_at(w.st, i);
     return (ifd__tensor_row_t){t->name, t->dtype, t->n_dims, t->shape, NULL, t->nbytes};
+}
+
+/* GGUF's container facts. */
+static void ifd__gguf_facts(json_t *root, const ifd_gguf_t *g)
+{
+    uint32_t ft;
+    json_object_set_new(root, "gguf_version", json_integer(ifd_gguf_version(g)));
+    json_object_set_new(root, "alignment", json_integer(ifd_gguf_alignment(g)));
+    json_object_set_new(root, "metadata_count", json_integer((json_int_t)ifd_gguf_kv_count(g)));
+    json_object_set_new(root, "file_type", ifd_gguf_get_u32(g, "general.file_type", &ft) == 0
+                                               ? json_integer(ft)
+                                               : json_null());
 }
 
 /* What only the format has: GGUF's container facts, HF's class, dtype and shards. */
@@ -169,21 +187,48 @@ static void ifd__format_facts(json_t *root, const ifd_model_source_t *src)
     const ifd_gguf_t *g = ifd_model_source_gguf(src);
     const ifd_model_config_t *c = ifd_model_source_config(src);
     if (g) {
-        uint32_t ft;
-        json_object_set_new(root, "gguf_version", json_integer(ifd_gguf_version(g)));
-        json_object_set_new(root, "alignment", json_integer(ifd_gguf_alignment(g)));
-        json_object_set_new(root, "metadata_count", json_integer((json_int_t)ifd_gguf_kv_count(g)));
-        json_object_set_new(root, "file_type", ifd_gguf_get_u32(g, "general.file_type", &ft) == 0
-                                                   ? json_integer(ft)
-                                                   : json_null());
+        ifd__gguf_facts(root, g);
         return;
     }
     json_object_set_new(root, "hf_architecture", json_string(c->hf_arch));
     json_object_set_new(root, "dtype", c->dtype[0] ? json_string(c->dtype) : json_null());
 }
 
-/* The report: the same facts, from the same accessors, for both formats. */
-static json_t *ifd__build(const ifd_model_source_t *src, const ifd_tokenizer_t *tok)
+/* Every tensor as the file stores it, their count and bytes. */
+static void ifd__tensors(json_t *root, ifd__weights_t w)
+{
+    json_t *tensors = json_array();
+    uint64_t total = 0;
+    size_t n = ifd__n_tensors(w);
+    for (size_t i = 0; i < n; i++) {
+        ifd__tensor_row_t t = ifd__tensor_row(w, i);
+        json_t *o = json_object(), *shape = json_array();
+        for (uint32_t d = 0; d < t.n_dims; d++)
+            json_array_append_new(shape, json_integer(t.shape_u64 ? (json_int_t)t.shape_u64[d]
+                                                                  : (json_int_t)t.shape_i64[d]));
+        json_object_set_new(o, "name", json_string(t.name));
+        json_object_set_new(o, "type", json_string(t.type));
+        json_object_set_new(o, "shape", shape);
+        json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));
+        json_array_append_new(tensors, o);
+        total += t.bytes;
+    }
+    json_object_set_new(root, "tensor_count", json_integer((json_int_t)n));
+    json_object_set_new(root, "tensor_bytes", json_integer((json_int_t)total));
+    json_object_set_new(root, "tensors", tensors);
+}
+
+/* servable: null reason → yes. */
+static void ifd__servable(json_t *root, const char *why)
+{
+    json_object_set_new(root, "servable", json_boolean(why == NULL));
+    json_object_set_new(root, "not_servable_reason", why ? json_string(why) : json_null());
+}
+
+/* The report: the same facts, from the same accessors, for both formats
+ * (tok NULL: the tokenizer did not load, why_not says so). */
+static json_t *ifd__build(const ifd_model_source_t *src, const ifd_tokenizer_t *tok,
+                          const char *why_not)
 {
     const ifd_model_config_t *c = ifd_model_source_config(src);
     json_t *root = json_object();
@@ -200,30 +245,124 @@ static json_t *ifd__build(const ifd_model_source_t *src, const ifd_tokenizer_t *
     json_object_set_new(root, "name", c->name[0] ? json_string(c->name) : json_null());
     ifd__format_facts(root, src);
     json_object_set_new(root, "hparams", ifd__hparams_json(c));
-    json_object_set_new(root, "tokenizer", ifd__tokenizer_json(tok));
+    json_object_set_new(root, "tokenizer", tok ? ifd__tokenizer_json(tok) : json_null());
     json_t *gen = ifd__generation_json(&c->gen);
     if (gen)
         json_object_set_new(root, "generation", gen);
+    ifd__servable(root, why_not);
+    ifd__tensors(root, (ifd__weights_t){ifd_model_source_gguf(src),
+                                        ifd_model_source_safetensors(src)});
+    return root;
+}
 
-    json_t *tensors = json_array();
-    uint64_t total = 0;
-    size_t n = ifd__n_tensors(src);
-    for (size_t i = 0; i < n; i++) {
-        ifd__tensor_row_t t = ifd__tensor_row(src, i);
-        json_t *o = json_object(), *shape = json_array();
-        for (uint32_t d = 0; d < t.n_dims; d++)
-            json_array_append_new(shape, json_integer(t.shape_u64 ? (json_int_t)t.shape_u64[d]
-                                                                  : (json_int_t)t.shape_i64[d]));
-        json_object_set_new(o, "name", json_string(t.name));
-        json_object_set_new(o, "type", json_string(t.type));
-        json_object_set_new(o, "shape", shape);
-        json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));
-        json_array_append_new(tensors, o);
-        total += t.bytes;
+/* ---- files inferd cannot serve ---------------------------------------------------------- */
+
+/* One GGUF metadata value as the report shows it: scalars as they are
+ * (strings cut at 120 bytes), arrays as "[N × TYPE]". */
+static json_t *ifd__gguf_value_json(const ifd_gguf_value_t *v)
+{
+    static const char *const k_types[IFD_GGUF_TYPE_COUNT] = {
+        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "array", "u64", "i64", "f64"};
+    char buf[64];
+    switch (v->type) {
+    case IFD_GGUF_UINT8:
+    case IFD_GGUF_UINT16:
+    case IFD_GGUF_UINT32:
+    case IFD_GGUF_UINT64:
+        return json_integer((json_int_t)v->v.u);
+    case IFD_GGUF_INT8:
+    case IFD_GGUF_INT16:
+    case IFD_GGUF_INT32:
+    case IFD_GGUF_INT64:
+        return json_integer((json_int_t)v->v.i);
+    case IFD_GGUF_FLOAT32:
+    case IFD_GGUF_FLOAT64:
+        return json_real(v->v.f);
+    case IFD_GGUF_BOOL:
+        return json_boolean(v->v.b);
+    case IFD_GGUF_STRING:
+        return json_stringn_nocheck(v->v.s.ptr, v->v.s.len < 120 ? v->v.s.len : 120);
+    case IFD_GGUF_ARRAY:
+        snprintf(buf, sizeof buf, "[%" PRIu64 " x %s]", v->v.arr.count,
+                 v->v.arr.elem < IFD_GGUF_TYPE_COUNT ? k_types[v->v.arr.elem] : "?");
+        return json_string(buf);
+    default:
+        return json_null();
     }
-    json_object_set_new(root, "tensor_count", json_integer((json_int_t)n));
-    json_object_set_new(root, "tensor_bytes", json_integer((json_int_t)total));
-    json_object_set_new(root, "tensors", tensors);
+}
+
+/* A GGUF string value as a JSON string, or null. */
+static json_t *ifd__gguf_str(const ifd_gguf_t *g, const char *key)
+{
+    ifd_str_t v;
+    return ifd_gguf_get_str(g, key, &v) == 0 ? json_stringn_nocheck(v.ptr, v.len) : json_null();
+}
+
+/* A well-formed GGUF inferd cannot serve (another architecture, a vocabulary
+ * alone, …): its container facts, every metadata pair, the tokenizer when it
+ * loads, the tensors. */
+static json_t *ifd__build_gguf(const ifd_gguf_t *g, const ifd_tokenizer_t *tok, const char *why)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("gguf"));
+    json_object_set_new(root, "source", json_string(ifd_gguf_path(g)));
+    json_object_set_new(root, "file_size", json_integer((json_int_t)ifd_gguf_file_size(g)));
+    json_object_set_new(root, "files", json_pack("[s]", ifd_gguf_path(g)));
+    json_object_set_new(root, "architecture", ifd__gguf_str(g, "general.architecture"));
+    json_object_set_new(root, "name", ifd__gguf_str(g, "general.name"));
+    ifd__gguf_facts(root, g);
+    json_t *md = json_object();
+    for (uint64_t i = 0; i < ifd_gguf_kv_count(g); i++)
+        json_object_set_new(md, ifd_gguf_kv_key(g, i),
+                            ifd__gguf_value_json(ifd_gguf_kv_value(g, i)));
+    json_object_set_new(root, "metadata", md);
+    json_object_set_new(root, "tokenizer", tok ? ifd__tokenizer_json(tok) : json_null());
+    ifd__servable(root, why);
+    ifd__tensors(root, (ifd__weights_t){g, NULL});
+    return root;
+}
+
+/* config.json's top-level scalars (what describes an architecture inferd
+ * does not know: sizes, ids, dtype). */
+static json_t *ifd__hf_config_json(const json_t *cfg)
+{
+    json_t *o = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)cfg, k, v)
+    {
+        if (!json_is_object(v) && !json_is_array(v))
+            json_object_set(o, k, v);
+    }
+    return o;
+}
+
+/* A Hugging Face directory inferd cannot serve: config.json's class, type
+ * and scalars, the tokenizer when it loads, the shards' tensors when there
+ * are any (st NULL: none). */
+static json_t *ifd__build_hf(const char *dir, const json_t *cfg, const ifd_safetensors_t *st,
+                             const ifd_tokenizer_t *tok, const char *why)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "format", json_string("hf"));
+    json_object_set_new(root, "source", json_string(dir));
+    json_object_set_new(root, "file_size",
+                        json_integer(st ? (json_int_t)ifd_safetensors_total_bytes(st) : 0));
+    json_t *files = json_array();
+    for (size_t i = 0; st && i < ifd_safetensors_n_files(st); i++)
+        json_array_append_new(files, json_string(ifd_safetensors_file(st, i)));
+    json_object_set_new(root, "files", files);
+    json_t *mt = json_object_get(cfg, "model_type");
+    json_object_set_new(root, "architecture", json_is_string(mt) ? json_incref(mt) : json_null());
+    json_t *arch = json_array_get(json_object_get(cfg, "architectures"), 0);
+    json_object_set_new(root, "hf_architecture",
+                        json_is_string(arch) ? json_incref(arch) : json_null());
+    json_t *dt = json_object_get(cfg, "torch_dtype");
+    json_object_set_new(root, "dtype", json_is_string(dt) ? json_incref(dt) : json_null());
+    json_object_set_new(root, "config", ifd__hf_config_json(cfg));
+    json_object_set_new(root, "tokenizer", tok ? ifd__tokenizer_json(tok) : json_null());
+    ifd__servable(root, why);
+    ifd__tensors(root, (ifd__weights_t){NULL, st});
     return root;
 }
 
@@ -269,6 +408,25 @@ static const char *const ifd__header_keys[] = {
     "files", "gguf_version", "alignment", "metadata_count", "file_type",
 };
 
+/* An object's pairs, one a line, under a title (nothing when absent). */
+static void ifd__print_section(FILE *out, const json_t *o, const char *title)
+{
+    if (!json_is_object(o))
+        return;
+    fprintf(out, "\n%s:\n", title);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+    {
+        fprintf(out, "  %-22s ", k);
+        if (json_is_string(v))
+            ifd__print_escaped(out, json_string_value(v));
+        else
+            ifd__print_scalar(out, v);
+        fputc('\n', out);
+    }
+}
+
 static void ifd__print_text(FILE *out, const json_t *r)
 {
     for (size_t i = 0; i < sizeof ifd__header_keys / sizeof ifd__header_keys[0]; i++) {
@@ -291,17 +449,19 @@ static void ifd__print_text(FILE *out, const json_t *r)
         }
         fputc('\n', out);
     }
-    fprintf(out, "\nhyper-parameters:\n");
+    /* a line of its own: whether inferd can serve it, and why not */
+    const json_t *why = json_object_get(r, "not_servable_reason");
+    fprintf(out, "%-15s %s", "servable:", json_is_string(why) ? "no \u2014 " : "yes");
+    if (json_is_string(why))
+        ifd__print_escaped(out, json_string_value(why));
+    fputc('\n', out);
     const char *k;
     json_t *v;
-    json_object_foreach(json_object_get(r, "hparams"), k, v)
-    {
-        fprintf(out, "  %-22s ", k);
-        ifd__print_scalar(out, v);
-        fputc('\n', out);
-    }
+    ifd__print_section(out, json_object_get(r, "hparams"), "hyper-parameters");
+    ifd__print_section(out, json_object_get(r, "config"), "config.json");
+    ifd__print_section(out, json_object_get(r, "metadata"), "metadata");
     json_t *tok = json_object_get(r, "tokenizer");
-    fprintf(out, "\ntokenizer:\n");
+    fprintf(out, "\ntokenizer:%s\n", json_is_object(tok) ? "" : " none");
     json_object_foreach(tok, k, v)
     {
         fprintf(out, "  %-22s ", k);
@@ -373,25 +533,105 @@ static int ifd__emit(FILE *out, json_t *r, bool json)
 int ifd_inspect_source(FILE *out, const ifd_model_source_t *src, const ifd_tokenizer_t *tok,
                        bool json)
 {
-    return ifd__emit(out, ifd__build(src, tok), json);
+    return ifd__emit(out, ifd__build(src, tok, NULL), json);
 }
 
-int ifd_inspect_file(FILE *out, FILE *err, const char *path, bool json)
+/* Whether path is a file starting with the GGUF magic. */
+static bool ifd__is_gguf(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char m[4] = {0};
+    bool yes = f && fread(m, 1, 4, f) == 4 &&
+               (uint32_t)(m[0] | m[1] << 8 | m[2] << 16 | (uint32_t)m[3] << 24) == IFD_GGUF_MAGIC;
+    if (f)
+        fclose(f);
+    return yes;
+}
+
+/* A GGUF that did not open as a model (why): described if its container is
+ * well-formed; the reader's error otherwise. */
+static int ifd__inspect_gguf(FILE *out, FILE *err, const char *path, bool json, const char *why)
 {
     char msg[1024];
-    ifd_model_source_t *src;
-    ifd_tokenizer_t *tok;
-    int rc = ifd_model_source_open(&src, path, msg, sizeof msg);
+    ifd_gguf_t *g;
+    int rc = ifd_gguf_open(&g, path, msg, sizeof msg);
     if (rc) {
         fprintf(err, "error: %s\n", msg);
         return rc;
     }
-    if ((rc = ifd_tokenizer_create_source(&tok, src, msg, sizeof msg))) {
-        fprintf(err, "error: tokenizer: %s\n", msg);
-        ifd_model_source_close(src);
+    ifd_tokenizer_t *tok = NULL;
+    if (ifd_tokenizer_create_gguf(&tok, g, msg, sizeof msg))
+        tok = NULL; /* none, or one inferd cannot load: the report says none */
+    char vocab[1200];
+    if (ifd_gguf_tensor_count(g) == 0) { /* the loader's message names a missing key */
+        snprintf(vocab, sizeof vocab, "no weights: a vocabulary-only file (%s)", why);
+        why = vocab;
+    }
+    rc = ifd__emit(out, ifd__build_gguf(g, tok, why), json);
+    ifd_tokenizer_destroy(tok);
+    ifd_gguf_close(g);
+    return rc;
+}
+
+/* A Hugging Face directory (or its config.json) that did not open as a
+ * model (why, code src_rc): described if config.json is JSON and the
+ * shards, when there are any, are well-formed; an error otherwise. */
+static int ifd__inspect_hf(FILE *out, FILE *err, const char *path, bool json, const char *why,
+                           int src_rc)
+{
+    char dir[4096], cfgpath[4200], msg[1024];
+    size_t n = strlen(path);
+    const char *suffix = "config.json";
+    if (n >= strlen(suffix) && !strcmp(path + n - strlen(suffix), suffix))
+        n -= strlen(suffix);
+    snprintf(dir, sizeof dir, "%.*s", (int)(n && path[n - 1] == '/' && n > 1 ? n - 1 : n),
+             n ? path : ".");
+    snprintf(cfgpath, sizeof cfgpath, "%s/config.json", dir);
+    json_t *cfg = json_load_file(cfgpath, 0, NULL);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        fprintf(err, "error: %s\n", why);
+        return src_rc;
+    }
+    ifd_safetensors_t *st = NULL;
+    int rc = ifd_safetensors_open(&st, dir, msg, sizeof msg);
+    if (rc && rc != -ENOENT) { /* malformed shards are an error; none at all is a fact */
+        json_decref(cfg);
+        fprintf(err, "error: %s\n", msg);
         return rc;
     }
-    rc = ifd_inspect_source(out, src, tok, json);
+    ifd_tokenizer_t *tok = NULL;
+    if (ifd_tokenizer_create_hf(&tok, dir, msg, sizeof msg))
+        tok = NULL;
+    rc = ifd__emit(out, ifd__build_hf(dir, cfg, rc ? NULL : st, tok, why), json);
+    ifd_tokenizer_destroy(tok);
+    ifd_safetensors_close(st);
+    json_decref(cfg);
+    return rc;
+}
+
+int ifd_inspect_file(FILE *out, FILE *err, const char *path, bool json)
+{
+    char msg[1024], why[1200];
+    ifd_model_source_t *src;
+    int rc = ifd_model_source_open(&src, path, msg, sizeof msg);
+    if (rc) { /* not servable: described all the same when well-formed */
+        struct stat sb;
+        if (ifd__is_gguf(path))
+            return ifd__inspect_gguf(out, err, path, json, msg);
+        if (stat(path, &sb) == 0)
+            return ifd__inspect_hf(out, err, path, json, msg, rc);
+        fprintf(err, "error: %s\n", msg);
+        return rc;
+    }
+    ifd_tokenizer_t *tok = NULL;
+    const char *not = NULL;
+    if (ifd_tokenizer_create_source(&tok, src, msg, sizeof msg)) {
+        snprintf(why, sizeof why, "tokenizer: %s", msg);
+        tok = NULL;
+        not = why;
+    }
+    rc = ifd__emit(out, ifd__build(src, tok, not), json);
     ifd_tokenizer_destroy(tok);
     ifd_model_source_close(src);
     return rc;
