@@ -182,13 +182,30 @@ static void ifd__fail(ifd_gen_t *g, int status, const char *code, const char *fm
 
 /* ---- output ------------------------------------------------------------------------------- */
 
+/* A streamed background Response whose client left or stopped reading
+ * runs on without it (its events are dropped; it is polled by id). */
+static void ifd__stream_orphan(ifd_gen_t *g)
+{
+    IFD_INFO("gen %s: the client of a background Response left: it runs on", g->id);
+    g->conn = NULL;
+}
+
 /* Sends what g->out holds (streams). false: the client is gone (g freed). */
 static bool ifd__flush(ifd_gen_t *g)
 {
     if (!g->out.len)
         return true;
+    if (!g->conn && g->background) {
+        ifd_buf_clear(&g->out);
+        return true;
+    }
     int rc = g->conn ? ifd_http_stream_write(g->conn, g->out.data, g->out.len) : IFD_ECLOSED;
     ifd_buf_clear(&g->out);
+    if (rc && g->background) { /* the connection is being closed, without its abort call */
+        ifd_http_set_abort(g->conn, NULL, NULL);
+        ifd__stream_orphan(g);
+        return true;
+    }
     if (rc) {
         IFD_INFO("gen %s: client stopped reading or left: cancelling", g->id);
         g->conn = NULL;
@@ -724,6 +741,18 @@ static void ifd__keep_status(ifd_gen_t *g, const char *status, const ifd_oai_err
     ifd_buf_free(&b);
 }
 
+/* Ends the stream of g (when it still has its client) and frees g. */
+static void ifd__stream_close(ifd_gen_t *g)
+{
+    ifd_http_conn_t *conn = g->conn;
+    g->conn = NULL;
+    if (conn) {
+        ifd_http_set_abort(conn, NULL, NULL);
+        ifd_http_stream_end(conn);
+    }
+    ifd__gen_free(g);
+}
+
 /* The request ends with error e: the client's answer, or for a detached
  * background Response, what it is kept as. Frees g. */
 static void ifd__end_error(ifd_gen_t *g, const ifd_oai_error_t *e, int retry_after)
@@ -945,13 +974,10 @@ static void ifd__complete(ifd_gen_t *g)
                 ifd__keep(g, snap.data, snap.len);
             ifd_buf_free(&snap);
         }
-        if (ifd__flush(g)) {
-            ifd_http_conn_t *conn = g->conn;
-            g->conn = NULL;
-            ifd_http_set_abort(conn, NULL, NULL);
-            ifd_http_stream_end(conn);
-            ifd__gen_free(g);
-        }
+        if (g->failed && g->background)
+            ifd__keep_status(g, "failed", &g->err);
+        if (ifd__flush(g))
+            ifd__stream_close(g);
         return;
     }
     if (g->failed) {
@@ -1039,6 +1065,10 @@ static void ifd__gen_free(ifd_gen_t *g)
 static void ifd__abort_cb(void *ud)
 {
     ifd_gen_t *g = ud;
+    if (g->background && g->streaming) { /* it has its id: polled from now on */
+        ifd__stream_orphan(g);
+        return;
+    }
     g->conn = NULL;
     atomic_store(&g->cancel, 1);
     IFD_INFO("gen %s: client went away: cancelling its sequences", g->id);
@@ -1492,10 +1522,10 @@ static void ifd__start(ifd_gen_t *g)
         return;
     }
     /* headers now: every error that can be decided early has been */
-    if (g->background)
+    if (g->req.stream)
+        ifd__begin_stream(g); /* a background one too: polled if its client leaves */
+    else if (g->background)
         ifd__detach(g);
-    else if (g->req.stream)
-        ifd__begin_stream(g);
 }
 
 /* ---- entry ------------------------------------------------------------------------------- */
@@ -1720,7 +1750,7 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
 static ifd_gen_t *ifd__find_background(ifd_api_t *api, const char *owner, const char *id)
 {
     for (ifd_gen_t *g = api->gens; g; g = g->next)
-        if (g->background && !g->conn && !g->aborted && g->running && !strcmp(g->id, id) &&
+        if (g->background && !g->aborted && g->running && !strcmp(g->id, id) &&
             !strcmp(g->owner, owner))
             return g;
     return NULL;
@@ -1748,6 +1778,6 @@ int ifd_gen_background_cancel(ifd_api_t *api, const char *owner, const char *id,
         g->aborted = true;
         return rc;
     }
-    ifd__gen_free(g); /* its sequences released: the workers stop them */
+    ifd__stream_close(g); /* a stream still read ends here; its sequences released */
     return rc;
 }

@@ -37,14 +37,17 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
  * most responses_background_max at once, 429 beyond, 400 when 0): answered
  * at once with status "queued" once its prompt is tokenized and queued
  * (every error found up to then is still the request's own 4xx), then run
- * without the connection; the Response is kept in the store when it ends
+ * without the connection; streamed (`stream`), its events go to the
+ * connection while the client reads, and a client that leaves or stops
+ * reading does not stop it. The Response is kept in the store when it ends
  * (completed, incomplete, or failed with its error) under its owner.
  *
  * ifd_gen_background_status: the Response JSON of owner's background
  * Response id while it runs (status "queued" until a worker takes it, then
  * "in_progress"; output [], usage null) appended to out — 0, IFD_ENOTFOUND
  * (none running: finished, another owner's, or never), IFD_ENOMEM.
- * ifd_gen_background_cancel: stops it (its sequences are released), keeps
+ * ifd_gen_background_cancel: stops it (its sequences are released; a stream
+ * still read ends), keeps
  * it with status "cancelled" and appends that Response to out (out may be
  * NULL) — 0, IFD_ENOTFOUND, IFD_ENOMEM (it is cancelled all the same).
  */

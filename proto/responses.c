@@ -635,7 +635,7 @@ static int tr_reasoning_param(ifd__oai_json_ctx_t *c, const json_t *o, json_t *c
 /*
  * background: true runs the Response detached from the request (the
  * caller's part: responses.h); it needs the Response stored — `store` not
- * false, and a store on this server — and is not streamed here.
+ * false, and a store on this server.
  */
 static int tr_background(ifd__oai_json_ctx_t *c, const json_t *o,
                          const ifd_responses_store_t *store, ifd_responses_state_t *st)
@@ -653,11 +653,6 @@ static int tr_background(ifd__oai_json_ctx_t *c, const json_t *o,
         return ifd__oai_json_fail(c, "invalid_value", "background",
                                   "Invalid value for 'background': background can only be used "
                                   "when 'store' is true.");
-    const json_t *stream = ifd__oai_json_get(o, "stream");
-    if (json_is_true(stream))
-        return refuse(c, "background",
-                      "a background response is not streamed by this server: create it without "
-                      "'stream' and poll GET /v1/responses/{id}");
     st->background = true;
     return 0;
 }

@@ -21,8 +21,8 @@
  * (code previous_response_not_found). Without a store `store` is accepted
  * and the Response says "store": false (vLLM without its store), and
  * `previous_response_id` is refused with 400. `background: true` (state
- * .background) needs the store and `store` not false, and no `stream`
- * (400 naming background otherwise); the caller runs it detached.
+ * .background) needs the store and `store` not false (400 naming
+ * background otherwise); the caller runs it detached.
  * `conversation` is always refused with 400 naming it. Refused as well:
  * non-function tools, image/file/audio inputs, `truncation: "auto"`,
  * `prompt` templates, `max_tool_calls`, `n` > 1, encrypted reasoning, and

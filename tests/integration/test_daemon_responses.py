@@ -191,7 +191,6 @@ def test_required_calls_cut_by_length():
 
 def test_refused_features():
     for kw, param in [({"background": True, "store": False}, "background"),
-                      ({"background": True, "stream": True}, "background"),
                       ({"background": "yes"}, "background"),
                       ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
                       ({"reasoning": {"summary": 3}}, "reasoning.summary"),
@@ -447,6 +446,44 @@ def test_background_poll_and_cancel():
     run = long_background()
     assert C.responses.delete(run.id) is None
     not_found(C.responses.retrieve, run.id)
+    D.wait_idle()
+
+
+def test_background_streamed():
+    """background + stream: the typed events while the client reads; a client that leaves
+    does not stop it (polled to the end); a cancel ends the stream it is read from."""
+    final, created = None, None
+    for ev in C.responses.create(model=MODEL, input="Count to five.", max_output_tokens=8,
+                                 temperature=0, stream=True, background=True):
+        if ev.type == "response.created":
+            created = ev.response
+        if ev.type in ("response.completed", "response.incomplete"):
+            final = ev.response
+    assert created.background is True and created.status in ("queued", "in_progress"), created
+    assert final.id == created.id and C.responses.retrieve(final.id).model_dump() == \
+        final.model_dump()
+    # the client reads the first event and leaves (200 tokens: long after it has gone)
+    kw = dict(model=MODEL, input="Count to ten.", max_output_tokens=200, temperature=0,
+              extra_body={"ignore_eos": True})
+    stream = C.responses.create(stream=True, background=True, **kw)
+    first = next(iter(stream))
+    stream.close()
+    done = poll(first.response.id)
+    assert done.status == "incomplete" and done.usage.output_tokens == 200, done
+    with open(D.logpath, errors="replace") as f:  # the whole log (logtext: its tail)
+        assert "gen %s: the client of a background Response left" % done.id in f.read()
+    ref = C.responses.create(**kw)
+    assert done.output_text == ref.output_text, (done.output_text, ref.output_text)
+    # cancelled while its stream is read: the stream ends, the Response is kept cancelled
+    stream = C.responses.create(model=MODEL, input="Tell a very long story.", stream=True,
+                                background=True, max_output_tokens=1000,
+                                extra_body={"ignore_eos": True})
+    it = iter(stream)
+    rid = next(it).response.id
+    assert C.responses.cancel(rid).status == "cancelled"
+    rest = [ev.type for ev in it]
+    assert "response.completed" not in rest, rest
+    assert C.responses.retrieve(rid).status == "cancelled"
     D.wait_idle()
 
 

@@ -2004,18 +2004,20 @@ START_TEST(test_responses_stored)
     ck_assert_int_eq(ifd_responses_parse_stored(&a, num, strlen(num), &on, &r, &st, &e),
                      IFD_EINVAL);
     ck_assert_str_eq(e.param, "previous_response_id");
-    /* background: with the store and store not false, never streamed */
+    /* background: with the store and store not false (streamed or not) */
     const char *bg = "{\"input\":\"q\",\"background\":true}";
     ck_assert_int_eq(ifd_responses_parse_stored(&a, bg, strlen(bg), &on, &r, &st, &e), 0);
     ck_assert(st.background && st.store);
     ck_assert_ptr_nonnull(strstr(r.responses_echo, "\"background\":true"));
+    const char *bgs = "{\"input\":\"q\",\"background\":true,\"stream\":true}";
+    ck_assert_int_eq(ifd_responses_parse_stored(&a, bgs, strlen(bgs), &on, &r, &st, &e), 0);
+    ck_assert(st.background && r.stream);
     static const struct {
         const char *body, *code;
         bool store_on;
     } bad_bg[] = {
         {"{\"input\":\"q\",\"background\":true}", "unsupported_parameter", false},
         {"{\"input\":\"q\",\"background\":true,\"store\":false}", "invalid_value", true},
-        {"{\"input\":\"q\",\"background\":true,\"stream\":true}", "unsupported_parameter", true},
         {"{\"input\":\"q\",\"background\":1}", "invalid_type", true},
     };
     for (size_t i = 0; i < sizeof bad_bg / sizeof bad_bg[0]; i++) {
