@@ -487,13 +487,33 @@ static const ifd_respstore_entry_t *ifd__response_find(ifd_api_t *api, ifd_http_
     return e;
 }
 
+/* Whether the query string q holds the parameter "name=value". */
+static bool ifd__query_has(const char *q, const char *name, const char *value)
+{
+    size_t n = strlen(name), v = strlen(value);
+    for (const char *p = q; p && *p; p = strchr(p, '&'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, name, n) && p[n] == '=' && !strncmp(p + n + 1, value, v) &&
+            (p[n + 1 + v] == '&' || p[n + 1 + v] == '\0'))
+            return true;
+    return false;
+}
+
 /* GET /v1/responses/{id}: the Response as it was answered, or a
- * background Response's status while it runs (gen.h). */
+ * background Response's status while it runs (gen.h). Its events are not
+ * kept, so OpenAI's streamed retrieval (?stream=true, starting_after) is a
+ * 400 rather than JSON a streaming client would misread. */
 static void ifd__response_get(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     char who[IFD_API_IDENTITY_MAX];
     if (ifd_api_identity(api, r, who, sizeof who)) {
         ifd_reply_errorf(c, 500, NULL, NULL, "The client's identity does not fit.");
+        return;
+    }
+    if (ifd__query_has(r->query, "stream", "true")) {
+        ifd_reply_errorf(c, 400, "unsupported_parameter", "stream",
+                         "Unsupported parameter: 'stream' is not supported by this server when "
+                         "retrieving a Response (its events are not kept): retrieve it without "
+                         "'stream' and poll its status.");
         return;
     }
     ifd_buf_t b = IFD_BUF_INIT;

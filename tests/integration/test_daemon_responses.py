@@ -513,6 +513,11 @@ def test_background_cap_and_curl():
                         expect=200)
     assert json.loads(body) == r
     code, body = D.curl("http://localhost/v1/responses/%s/cancel" % r["id"], expect=405)
+    # streamed retrieval (OpenAI's ?stream=true&starting_after=N) is refused, not misanswered
+    code, body = D.curl("http://localhost/v1/responses/%s?starting_after=2&stream=true" % r["id"],
+                        expect=400)
+    assert json.loads(body)["error"]["param"] == "stream", body
+    D.curl("http://localhost/v1/responses/%s?stream=false" % r["id"], expect=200)
     D.wait_idle()
 
 
