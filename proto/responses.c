@@ -612,12 +612,15 @@ static int tr_reasoning_param(ifd__oai_json_ctx_t *c, const json_t *o, json_t *c
         return 0;
     if (!json_is_object(r))
         return bad_type(c, "reasoning", "an object", r);
-    int rc = check_enum(c, r, "effort", k_effort, 6,
+    const size_t n_effort = sizeof k_effort / sizeof k_effort[0];
+    const size_t n_summary = sizeof k_summary / sizeof k_summary[0];
+    const char *summaries = "'auto', 'concise' and 'detailed'";
+    int rc = check_enum(c, r, "effort", k_effort, n_effort,
                         "'none', 'minimal', 'low', 'medium', 'high' and 'xhigh'");
     if (!rc)
-        rc = check_enum(c, r, "summary", k_summary, 3, "'auto', 'concise' and 'detailed'");
-    if (!rc)
-        rc = check_enum(c, r, "generate_summary", k_summary, 3, "'auto', 'concise' and 'detailed'");
+        rc = check_enum(c, r, "summary", k_summary, n_summary, summaries);
+    if (!rc) /* its deprecated name */
+        rc = check_enum(c, r, "generate_summary", k_summary, n_summary, summaries);
     const json_t *effort = ifd__oai_json_get(r, "effort");
     if (rc || !effort)
         return rc;
