@@ -569,8 +569,9 @@ static void ifd__response_cancel(ifd_api_t *api, ifd_http_conn_t *c, const ifd_h
     }
     const char *seg = r->path + strlen("/v1/responses/");
     size_t n = (size_t)(strchr(seg, '/') - seg); /* the route matched ".../cancel" */
-    if (n >= sizeof id) {
-        ifd_reply_errorf(c, 404, NULL, "response_id", "Response with id '%.200s' not found.", seg);
+    if (n >= sizeof id) { /* longer than any id: the unknown id's answer */
+        ifd_reply_errorf(c, 404, NULL, "response_id", "Response with id '%.*s' not found.",
+                         (int)(n < 200 ? n : 200), seg);
         return;
     }
     memcpy(id, seg, n);
