@@ -127,9 +127,10 @@ struct ifd_gen {
     ifd__choice_t *ch;
 
     bool store; /* /v1/responses: keep the Response once answered (ifd__keep) */
-    /* /v1/responses background: answered at once once its sequences are
-     * queued (ifd__detach), then runs without a connection and is kept
-     * when it ends; counted in api->n_background from admission */
+    /* /v1/responses background: answered as soon as its sequences are
+     * queued (ifd__detach; streamed: its stream, while the client reads),
+     * then runs without a connection and is kept when it ends; counted in
+     * api->n_background from admission */
     bool background;
     bool dispatched; /* a sequence reached a worker: "in_progress", not "queued" */
     bool ids_failed;                  /* a tool call id could not be drawn (ifd__call_id): a 500 */
@@ -722,8 +723,8 @@ static void ifd__keep(ifd_gen_t *g, const char *response, size_t len)
 /* The request's meta for its answer (ifd_oai_meta_t). */
 static ifd_oai_meta_t ifd__meta(const ifd_gen_t *g)
 {
-    return (ifd_oai_meta_t){g->api_kind, g->id,      g->api->model_id,
-                            g->created,  NULL,       g->req.responses_echo};
+    return (ifd_oai_meta_t){g->api_kind, g->id, g->api->model_id,
+                            g->created,  NULL,  g->req.responses_echo};
 }
 
 /* A background Response that ends without output (failed, cancelled) is
