@@ -5,6 +5,7 @@
 #include "error.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <string.h>
 
 static const struct {
@@ -42,4 +43,14 @@ const char *ifd_err_name(int err)
             return n;
     }
     return "EUNKNOWN";
+}
+
+void ifd_errbuf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
 }

@@ -53,6 +53,12 @@ const char *ifd_strerror(int err);
 /* Symbolic name ("IFD_ENOBLOCKS", "ENOENT", "OK"). Never NULL. */
 const char *ifd_err_name(int err);
 
+/* Formats a message into a caller's error buffer (err, errlen), as the
+ * functions taking `char *err, size_t errlen` report why they failed; a NULL
+ * or empty buffer is left alone. */
+void ifd_errbuf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Broken invariants abort with the expression, file and line. Always on. */
 #define IFD_ASSERT(expr)                                                                    \
     do {                                                                                    \

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -36,18 +35,6 @@ static const ifd_cfg_key_t ifd__keys[] = {
 #undef IFD__CFG_ROW
 };
 #define IFD__N_KEYS (sizeof ifd__keys / sizeof ifd__keys[0])
-
-static void ifd__err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void ifd__err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static const ifd_cfg_key_t *ifd__find(const char *name, size_t len)
 {
@@ -187,9 +174,9 @@ static int ifd__range(const ifd_cfg_key_t *k, double v, char *err, size_t errlen
         return 0;
     if (v < k->lo || (k->hi != 0 && v > k->hi)) {
         if (k->hi != 0)
-            ifd__err(err, errlen, "%s: %g is out of range [%g, %g]", k->name, v, k->lo, k->hi);
+            ifd_errbuf(err, errlen, "%s: %g is out of range [%g, %g]", k->name, v, k->lo, k->hi);
         else
-            ifd__err(err, errlen, "%s: %g is below the minimum %g", k->name, v, k->lo);
+            ifd_errbuf(err, errlen, "%s: %g is below the minimum %g", k->name, v, k->lo);
         return IFD_EINVAL;
     }
     return 0;
@@ -240,7 +227,7 @@ static int ifd__set_key(ifd_config_t *c, const ifd_cfg_key_t *k, const char *v, 
         *(double *)f = d;
         return 0;
     }
-    ifd__err(err, errlen, "%s: '%s' is not a valid %s", k->name, v, ifd__type_name(k->type));
+    ifd_errbuf(err, errlen, "%s: '%s' is not a valid %s", k->name, v, ifd__type_name(k->type));
     return IFD_EINVAL;
 }
 
@@ -290,12 +277,12 @@ static int ifd__load_file(ifd_config_t *c, const char *path, char *err, size_t e
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        ifd__err(err, errlen, "config file %s: line %d: %s", path, je.line, je.text);
+        ifd_errbuf(err, errlen, "config file %s: line %d: %s", path, je.line, je.text);
         return IFD_EINVAL;
     }
     int rc = 0;
     if (!json_is_object(root)) {
-        ifd__err(err, errlen, "config file %s: expected one JSON object", path);
+        ifd_errbuf(err, errlen, "config file %s: expected one JSON object", path);
         rc = IFD_EINVAL;
         goto out;
     }
@@ -306,7 +293,7 @@ static int ifd__load_file(ifd_config_t *c, const char *path, char *err, size_t e
         const ifd_cfg_key_t *k = ifd__find(key, strlen(key));
         char text[4096];
         if (!k) {
-            ifd__err(err, errlen, "config file %s: unknown key '%s' (see inferd --help)", path,
+            ifd_errbuf(err, errlen, "config file %s: unknown key '%s' (see inferd --help)", path,
                      key);
             rc = IFD_EINVAL;
             goto out;
@@ -369,14 +356,14 @@ static int ifd__load_file(ifd_config_t *c, const char *path, char *err, size_t e
             break;
         }
         if (!ok) {
-            ifd__err(err, errlen, "config file %s: '%s' must be a %s", path, key,
+            ifd_errbuf(err, errlen, "config file %s: '%s' must be a %s", path, key,
                      ifd__type_name(k->type));
             rc = IFD_EINVAL;
             goto out;
         }
         char kerr[512] = "";
         if ((rc = ifd__set_key(c, k, text, kerr, sizeof kerr))) {
-            ifd__err(err, errlen, "config file %s: %s", path, kerr);
+            ifd_errbuf(err, errlen, "config file %s: %s", path, kerr);
             goto out;
         }
     }
@@ -419,7 +406,7 @@ static int ifd__apply_flags(ifd_config_t *c, int argc, char **argv, char *err, s
         bool neg;
         const ifd_cfg_key_t *k = ifd__find_flag(name, nlen, &neg);
         if (!k) {
-            ifd__err(err, errlen, "unknown option '%s' (see inferd --help)", a);
+            ifd_errbuf(err, errlen, "unknown option '%s' (see inferd --help)", a);
             return IFD_EINVAL;
         }
         const char *val;
@@ -430,17 +417,17 @@ static int ifd__apply_flags(ifd_config_t *c, int argc, char **argv, char *err, s
         } else if (i + 1 < argc) {
             val = argv[++i];
         } else {
-            ifd__err(err, errlen, "option '%s' needs a value", a);
+            ifd_errbuf(err, errlen, "option '%s' needs a value", a);
             return IFD_EINVAL;
         }
         if (neg && eq) {
-            ifd__err(err, errlen, "option '%s' takes no value", a);
+            ifd_errbuf(err, errlen, "option '%s' takes no value", a);
             return IFD_EINVAL;
         }
         char kerr[512] = "";
         int rc = ifd__set_key(c, k, val, kerr, sizeof kerr);
         if (rc) {
-            ifd__err(err, errlen, "option --%.*s: %s", (int)nlen, name, kerr);
+            ifd_errbuf(err, errlen, "option --%.*s: %s", (int)nlen, name, kerr);
             return rc;
         }
     }
@@ -497,7 +484,7 @@ int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char 
             const size_t n = cfg ? 8 : 9;
             const char *v = a[n] == '=' ? a + n + 1 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v || !*v) {
-                ifd__err(err, errlen, "option '%.*s' needs a value", (int)n, a);
+                ifd_errbuf(err, errlen, "option '%.*s' needs a value", (int)n, a);
                 rc = IFD_EINVAL;
                 goto fail;
             }
@@ -515,7 +502,7 @@ int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char 
             bool neg;
             const ifd_cfg_key_t *k = ifd__find_flag(name, nlen, &neg);
             if (!k) {
-                ifd__err(err, errlen, "unknown option '%s' (see inferd --help)", a);
+                ifd_errbuf(err, errlen, "unknown option '%s' (see inferd --help)", a);
                 rc = IFD_EINVAL;
                 goto fail;
             }
@@ -525,13 +512,13 @@ int ifd_config_from_args(ifd_config_t *c, ifd_config_cli_t *cli, int argc, char 
                 if ((rc = ifd__keep_arg(cli, argv[++i])))
                     goto fail;
         } else {
-            ifd__err(err, errlen, "unexpected argument '%s' (see inferd --help)", a);
+            ifd_errbuf(err, errlen, "unexpected argument '%s' (see inferd --help)", a);
             rc = IFD_EINVAL;
             goto fail;
         }
     }
     if (cli->json && !cli->inspect && !cli->help && !cli->version) {
-        ifd__err(err, errlen, "option '--json' needs '--inspect PATH'");
+        ifd_errbuf(err, errlen, "option '--json' needs '--inspect PATH'");
         rc = IFD_EINVAL;
         goto fail;
     }

@@ -7,7 +7,6 @@
 
 #include "error.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -25,18 +24,6 @@ static const char *const ifd__allowed_headers[] = {
 #define IFD__TELEMETRY_PREFIX "x-stainless-" /* the openai SDKs' x-stainless-os, -lang, … */
 
 static const char *const ifd__allowed_methods[] = {"GET", "HEAD", "POST", "DELETE", "OPTIONS"};
-
-static void ifd__err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void ifd__err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* One origin: scheme "://" host [":" port], nothing after. */
 static bool ifd__origin_ok(const char *o, size_t n)
@@ -75,13 +62,13 @@ int ifd_cors_parse(ifd_cors_t *out, const char *list, char *err, size_t errlen)
         if (n == 1 && *p == '*') {
             out->any = true;
         } else if (!ifd__origin_ok(p, n)) {
-            ifd__err(err, errlen,
+            ifd_errbuf(err, errlen,
                      "allowed_origins: '%.*s' is not an origin (scheme://host[:port], no path) "
                      "or '*'",
                      (int)(n > 200 ? 200 : n), p);
             return IFD_EINVAL;
         } else if (n >= IFD_CORS_ORIGIN_MAX || out->n == IFD_CORS_MAX_ORIGINS) {
-            ifd__err(err, errlen, "allowed_origins: at most %d origins of %d bytes",
+            ifd_errbuf(err, errlen, "allowed_origins: at most %d origins of %d bytes",
                      IFD_CORS_MAX_ORIGINS, IFD_CORS_ORIGIN_MAX - 1);
             return IFD_EINVAL;
         } else {
@@ -92,7 +79,7 @@ int ifd_cors_parse(ifd_cors_t *out, const char *list, char *err, size_t errlen)
         p = e;
     }
     if (out->any && out->n) {
-        ifd__err(err, errlen, "allowed_origins: '*' allows every origin; list none beside it");
+        ifd_errbuf(err, errlen, "allowed_origins: '*' allows every origin; list none beside it");
         return IFD_EINVAL;
     }
     return 0;
@@ -160,7 +147,7 @@ static bool ifd__headers_allowed(const char *req_headers, char *why, size_t whyl
         while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
             n--;
         if (n && !ifd__header_allowed(p, n)) {
-            ifd__err(why, whylen,
+            ifd_errbuf(why, whylen,
                      "The request header '%.*s' is not allowed from a browser "
                      "(Access-Control-Request-Headers).",
                      (int)(n > 100 ? 100 : n), p);
@@ -176,7 +163,7 @@ int ifd_cors_preflight(const ifd_cors_t *cors, const char *origin, const char *r
 {
     const char *allow = ifd__allow(cors, origin);
     if (!allow) {
-        ifd__err(why, whylen,
+        ifd_errbuf(why, whylen,
                  ifd_cors_enabled(cors)
                      ? "The origin '%.200s' is not allowed (allowed_origins)."
                      : "The origin '%.200s' is not allowed: no origin is (allowed_origins is "
@@ -188,7 +175,7 @@ int ifd_cors_preflight(const ifd_cors_t *cors, const char *origin, const char *r
     for (size_t i = 0; i < sizeof ifd__allowed_methods / sizeof ifd__allowed_methods[0]; i++)
         method_ok |= !strcmp(ifd__allowed_methods[i], req_method);
     if (!method_ok) {
-        ifd__err(why, whylen,
+        ifd_errbuf(why, whylen,
                  "The method '%.40s' is not allowed (Access-Control-Request-Method; "
                  "allowed: " IFD_CORS_METHODS ").",
                  req_method);

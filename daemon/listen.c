@@ -22,18 +22,6 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-static void ifd__err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void ifd__err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int ifd_listen_default_socket(char *buf, size_t len, char *err, size_t errlen)
 {
     if (geteuid() == 0) {
@@ -42,7 +30,7 @@ int ifd_listen_default_socket(char *buf, size_t len, char *err, size_t errlen)
     }
     const char *x = getenv("XDG_RUNTIME_DIR");
     if (!x || !*x) {
-        ifd__err(err, errlen, "XDG_RUNTIME_DIR is not set: pass --socket PATH");
+        ifd_errbuf(err, errlen, "XDG_RUNTIME_DIR is not set: pass --socket PATH");
         return IFD_ENOTFOUND;
     }
     snprintf(buf, len, "%s/inferd.sock", x);
@@ -80,7 +68,7 @@ int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *er
     snprintf(l->name, sizeof l->name, "%s", path);
     struct sockaddr_un sa;
     if (strlen(path) >= sizeof sa.sun_path) {
-        ifd__err(err, errlen, "socket path %s is longer than %zu bytes", path,
+        ifd_errbuf(err, errlen, "socket path %s is longer than %zu bytes", path,
                  sizeof sa.sun_path - 1);
         return IFD_EINVAL;
     }
@@ -90,22 +78,22 @@ int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *er
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
-            ifd__err(err, errlen, "%s exists and is not a socket: not touching it", path);
+            ifd_errbuf(err, errlen, "%s exists and is not a socket: not touching it", path);
             return IFD_EEXIST;
         }
         int live = ifd__socket_live(path);
         if (live == 1) {
-            ifd__err(err, errlen, "another daemon is listening on %s", path);
+            ifd_errbuf(err, errlen, "another daemon is listening on %s", path);
             return IFD_EEXIST;
         }
         if (live < 0) {
-            ifd__err(err, errlen, "probing %s: %s", path, strerror(-live));
+            ifd_errbuf(err, errlen, "probing %s: %s", path, strerror(-live));
             return live;
         }
         IFD_INFO("removing stale socket %s (no daemon answers on it)", path);
         if (unlink(path) != 0 && errno != ENOENT) {
             int e = errno;
-            ifd__err(err, errlen, "unlink(%s): %s", path, strerror(e));
+            ifd_errbuf(err, errlen, "unlink(%s): %s", path, strerror(e));
             return -e;
         }
     }
@@ -113,7 +101,7 @@ int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *er
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         int e = errno;
-        ifd__err(err, errlen, "socket(AF_UNIX): %s", strerror(e));
+        ifd_errbuf(err, errlen, "socket(AF_UNIX): %s", strerror(e));
         return -e;
     }
     memset(&sa, 0, sizeof sa);
@@ -125,7 +113,7 @@ int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *er
     int e = errno;
     umask(old);
     if (rc != 0) {
-        ifd__err(err, errlen, "bind(%s): %s", path, strerror(e));
+        ifd_errbuf(err, errlen, "bind(%s): %s", path, strerror(e));
         close(fd);
         return -e;
     }
@@ -133,7 +121,7 @@ int ifd_listen_unix(ifd_listener_t *l, const char *path, unsigned mode, char *er
         IFD_WARN("chmod(%s, %o): %s", path, mode, strerror(errno));
     if (listen(fd, 511) != 0) {
         e = errno;
-        ifd__err(err, errlen, "listen(%s): %s", path, strerror(e));
+        ifd_errbuf(err, errlen, "listen(%s): %s", path, strerror(e));
         unlink(path);
         close(fd);
         return -e;
@@ -193,7 +181,7 @@ int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t er
     char host[256];
     const char *colon = strrchr(hostport, ':');
     if (!colon || !colon[1] || (size_t)(colon - hostport) >= sizeof host) {
-        ifd__err(err, errlen, "listen: '%s' is not HOST:PORT", hostport);
+        ifd_errbuf(err, errlen, "listen: '%s' is not HOST:PORT", hostport);
         return IFD_EINVAL;
     }
     /* the port: decimal digits, 0..65535 (0: the kernel picks a free one) */
@@ -207,7 +195,7 @@ int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t er
         port = port * 10 + (unsigned long)(*q - '0');
     }
     if (port > 65535) {
-        ifd__err(err, errlen, "listen: port '%s' in '%s' is not a number from 0 to 65535", ps,
+        ifd_errbuf(err, errlen, "listen: port '%s' in '%s' is not a number from 0 to 65535", ps,
                  hostport);
         return IFD_EINVAL;
     }
@@ -225,7 +213,7 @@ int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t er
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     int g = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &res);
     if (g != 0) {
-        ifd__err(err, errlen, "listen %s: %s", hostport, gai_strerror(g));
+        ifd_errbuf(err, errlen, "listen %s: %s", hostport, gai_strerror(g));
         return IFD_EINVAL;
     }
     int rc = IFD_EINVAL;
@@ -233,14 +221,14 @@ int ifd_listen_tcp(ifd_listener_t *l, const char *hostport, char *err, size_t er
         socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, res->ai_protocol);
     if (fd < 0) {
         rc = -errno;
-        ifd__err(err, errlen, "socket(%s): %s", hostport, strerror(-rc));
+        ifd_errbuf(err, errlen, "socket(%s): %s", hostport, strerror(-rc));
         goto out;
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 511) != 0) {
         rc = -errno;
-        ifd__err(err, errlen, "bind/listen %s: %s", hostport, strerror(-rc));
+        ifd_errbuf(err, errlen, "bind/listen %s: %s", hostport, strerror(-rc));
         close(fd);
         goto out;
     }
@@ -258,11 +246,11 @@ int ifd_listen_systemd(ifd_listener_t *out, int max, int *n, char *err, size_t e
     *n = 0;
     int got = sd_listen_fds(1);
     if (got < 0) {
-        ifd__err(err, errlen, "sd_listen_fds: %s", strerror(-got));
+        ifd_errbuf(err, errlen, "sd_listen_fds: %s", strerror(-got));
         return got;
     }
     if (got > max) {
-        ifd__err(err, errlen, "systemd passed %d sockets, at most %d are supported", got, max);
+        ifd_errbuf(err, errlen, "systemd passed %d sockets, at most %d are supported", got, max);
         return IFD_EINVAL;
     }
     for (int i = 0; i < got; i++) {
@@ -286,7 +274,7 @@ int ifd_listen_systemd(ifd_listener_t *out, int max, int *n, char *err, size_t e
             snprintf(l->name, sizeof l->name, "systemd fd %d", fd);
             ifd__tcp_name(l);
         } else {
-            ifd__err(err, errlen, "systemd fd %d is not a listening stream socket", fd);
+            ifd_errbuf(err, errlen, "systemd fd %d is not a listening stream socket", fd);
             return IFD_EINVAL;
         }
         (*n)++;
