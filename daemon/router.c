@@ -37,8 +37,9 @@ struct ifd_rseq {
     int32_t *tokens; /* prompt then generated */
     uint32_t n_prompt, n_gen, cap;
     /* The request as submitted, the one form it has from the API to the
-     * worker: its arrays (stop ids, logit bias, grammar) are the router's
-     * copies; id, tokens and n_generated are filled at each send. */
+     * worker: its arrays (stop ids, logit bias, grammar, allowed ids) are
+     * the router's copies; id, tokens and n_generated are filled at each
+     * send. */
     ifd_wire_add_t req;
     uint32_t n_plp; /* prompt positions 1 .. n_plp delivered to the owner */
     const ifd_rseq_ops_t *ops;
@@ -148,6 +149,7 @@ static void ifd__seq_free_mem(ifd_rseq_t *s)
     free((void *)s->req.stop_ids);
     free((void *)s->req.grammar);
     free((void *)s->req.sampling.logit_bias);
+    free((void *)s->req.allowed_ids);
     free(s);
 }
 
@@ -396,30 +398,28 @@ void ifd_router_set_slack(ifd_router_t *r, int route_slack)
 
 /* ---- submit / release --------------------------------------------------------------------- */
 
+/* A copy of n bytes at p (malloc), NULL for none; *oom set when it fails. */
+static void *ifd__dup(const void *p, size_t n, bool *oom)
+{
+    void *d = n ? malloc(n) : NULL;
+    if (d)
+        memcpy(d, p, n);
+    *oom |= n && !d;
+    return d;
+}
+
 /* Copies what the request points to into s->req (caller: the request is checked). */
 static int ifd__seq_copy_req(ifd_rseq_t *s, const ifd_wire_add_t *p)
 {
+    bool oom = false;
     s->req = *p;
     s->req.tokens = NULL;
-    s->req.sampling.logit_bias = NULL;
-    s->req.stop_ids = NULL;
-    s->req.grammar = NULL;
-    size_t nb = p->sampling.n_logit_bias * sizeof *p->sampling.logit_bias;
-    void *lb = nb ? malloc(nb) : NULL;
-    if (lb)
-        s->req.sampling.logit_bias = memcpy(lb, p->sampling.logit_bias, nb);
-    size_t ns = p->n_stop_ids * sizeof *p->stop_ids;
-    void *st = ns ? malloc(ns) : NULL;
-    if (st)
-        s->req.stop_ids = memcpy(st, p->stop_ids, ns);
-    size_t ng = p->n_grammar * sizeof *p->grammar;
-    void *gw = ng ? malloc(ng) : NULL;
-    if (gw)
-        s->req.grammar = memcpy(gw, p->grammar, ng);
-    if ((nb && !s->req.sampling.logit_bias) || (ns && !s->req.stop_ids) ||
-        (ng && !s->req.grammar))
-        return IFD_ENOMEM;
-    return 0;
+    s->req.sampling.logit_bias = ifd__dup(
+        p->sampling.logit_bias, p->sampling.n_logit_bias * sizeof *p->sampling.logit_bias, &oom);
+    s->req.stop_ids = ifd__dup(p->stop_ids, p->n_stop_ids * sizeof *p->stop_ids, &oom);
+    s->req.grammar = ifd__dup(p->grammar, p->n_grammar * sizeof *p->grammar, &oom);
+    s->req.allowed_ids = ifd__dup(p->allowed_ids, p->n_allowed_ids * sizeof *p->allowed_ids, &oom);
+    return oom ? IFD_ENOMEM : 0;
 }
 
 int ifd_router_submit(ifd_router_t *r, const ifd_wire_add_t *p, const ifd_rseq_ops_t *ops,

@@ -222,6 +222,7 @@ static const wfield_t add_fields[] = {
     FU32(ifd_wire_add_t, min_tokens),
     FU32M(ifd_wire_add_t, prompt_logprobs, 1 + IFD_WIRE_MAX_TOP),
     FU32(ifd_wire_add_t, client),
+    FARR_I32(ifd_wire_add_t, allowed_ids, n_allowed_ids, IFD_WIRE_MAX_ALLOWED),
 };
 static const wstruct_t add_desc = {"add", sizeof(ifd_wire_add_t), add_fields, NF(add_fields),
                                    check_add};

@@ -56,6 +56,7 @@
 #define IFD_WIRE_MAX_EVENTS     (1u << 16)  /* token events in one TOKENS frame */
 #define IFD_WIRE_MAX_STOP_IDS   1024u       /* stop token ids of one request */
 #define IFD_WIRE_MAX_LOGIT_BIAS (1u << 20)  /* logit_bias entries of one request */
+#define IFD_WIRE_MAX_ALLOWED    (1u << 20)  /* allowed_token_ids of one request */
 #define IFD_WIRE_MAX_TOP        20u         /* top logprobs of one token (OpenAI's limit) */
 #define IFD_WIRE_MAX_GRAMMAR    (1u << 22)  /* words of one request's compiled grammar */
 
@@ -236,6 +237,12 @@ typedef struct {
      * "Fairness"); every request of client 0 alone is today's engine.
      * Version 9. */
     uint32_t client;
+    /* vLLM's allowed_token_ids: every draw among these ids only (the
+     * worker masks the others out before sampling; an id outside the
+     * vocabulary fails the request); none when n_allowed_ids is 0. Up to
+     * IFD_WIRE_MAX_ALLOWED ids. Version 10. */
+    const int32_t *allowed_ids;
+    uint32_t n_allowed_ids;
 } ifd_wire_add_t;
 
 /* The wire's priority (higher first) of an API request's vLLM priority

@@ -878,15 +878,16 @@ static bool ifd__penalties_on(const ifd_sampling_params_t *p)
 /* Whether steps 1-3 change row p's logits (with history h). */
 static bool ifd__row_modified(const ifd_sampling_params_t *p, const ifd_sampler_history_t *h)
 {
-    return p->n_logit_bias > 0 || p->constraint ||
+    return p->n_logit_bias > 0 || p->constraint || p->allowed ||
            (ifd__penalties_on(p) && h && (h->n_prompt || h->n_generated));
 }
 
-/* The masks of the constrained rows (sp->h_mrow[0..n_mask)), computed by
- * ifd_constraint_mask straight into the pinned staging buffer, as many
- * rows per copy as fit, and copied into sp->d_mask. A history the grammar
- * rejects (or any mask error) gets an all-zero mask: nothing is allowed,
- * the draw yields -1 and the request fails, as on the host. */
+/* The masks of the masked rows (sp->h_mrow[0..n_mask)): a grammar's,
+ * computed by ifd_constraint_mask straight into the pinned staging buffer,
+ * and/or an allowed set (ANDed in), as many rows per copy as fit, copied
+ * into sp->d_mask. A history the grammar rejects (or any mask error) gets
+ * an all-zero mask: nothing is allowed, the draw yields -1 and the request
+ * fails, as on the host. */
 static int ifd__upload_masks(ifd_backend_t *be, const ifd_sample_row_t *rows, int n_mask,
                              int32_t V)
 {
@@ -906,13 +907,17 @@ static int ifd__upload_masks(ifd_backend_t *be, const ifd_sample_row_t *rows, in
             uint32_t *bits = (uint32_t *)(st + (size_t)j * wbytes);
             /* a tokenizer smaller than the logits rows writes fewer words:
              * the ids past it stay masked (their logits are -inf anyway) */
-            memset(bits, 0, wbytes);
-            int mrc = ifd_constraint_mask(r->params->constraint, h ? h->generated : NULL,
-                                          h ? h->n_generated : 0, bits);
+            const ifd_sampling_params_t *p = r->params;
+            memset(bits, p->constraint ? 0 : 0xff, wbytes);
+            int mrc = p->constraint ? ifd_constraint_mask(p->constraint, h ? h->generated : NULL,
+                                                          h ? h->n_generated : 0, bits)
+                                    : 0;
             if (mrc) {
                 IFD_WARN("cuda backend: grammar constraint: %s", ifd_strerror(mrc));
                 memset(bits, 0, wbytes);
             }
+            for (size_t w = 0; p->allowed && w < wbytes / 4; w++)
+                bits[w] &= p->allowed[w];
         }
         IFD__CK(cudaMemcpyAsync((unsigned char *)sp->d_mask + (size_t)j0 * wbytes, st,
                                 (size_t)nj * wbytes, cudaMemcpyHostToDevice, c->stream));
@@ -953,7 +958,7 @@ static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, ifd__samp_co
         n->n_bias += p->n_logit_bias;
         if (h && ifd__penalties_on(p))
             n->n_hist += h->n_prompt + h->n_generated;
-        n->n_mask += p->constraint != NULL;
+        n->n_mask += p->constraint || p->allowed;
         if (p->n_logprobs >= 0) {
             n->n_lp++;
             n->n_raw += p->logprobs_mode == IFD_LOGPROBS_RAW && ifd__row_modified(p, h);
@@ -1061,7 +1066,7 @@ static int ifd__samp_row(ifd_backend_t *be, const ifd_sample_row_t *rows, int i,
         ifd__samp_hist(sp, h, V, &f->n_hist);
     r->n_hist = (int32_t)(f->n_hist - (size_t)r->hist0);
     f->any_pen |= r->n_bias > 0 || r->n_hist > 0;
-    if (p->constraint)
+    if (p->constraint || p->allowed)
         sp->h_mrow[f->n_mask++] = i;
     if (p->n_logprobs >= 0) {
         /* raw logprobs of a row that steps 1-3b change: from a copy */

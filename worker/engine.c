@@ -61,6 +61,7 @@ typedef struct {
     ifd_sampling_params_t sampling;
     int err; /* why it ended in error (ifd_engine_usage_t.error), 0 otherwise */
     ifd_logit_bias_t *bias;
+    uint32_t *allowed; /* allowed_token_ids' bitmask (sampling.allowed), or NULL */
     int32_t *stop_ids;
     int32_t n_stop_ids;
     int32_t max_tokens;
@@ -253,6 +254,7 @@ static void ifd__seq_free(ifd__seq_t *s)
     free(s->blocks);
     free(s->lblocks);
     free(s->bias);
+    free(s->allowed);
     free(s->min_bias);
     free(s->stop_ids);
     ifd_constraint_destroy(s->sampling.constraint);
@@ -477,7 +479,7 @@ static int ifd__sample_seq(ifd_engine_t *e, ifd__seq_t *s, const float *lg,
         p.logit_bias = s->min_bias;
         p.n_logit_bias = s->n_min_bias;
         int rc = ifd_sampler_sample(e->sampler, &p, lg, h, (uint64_t)s->n_tokens, res);
-        if (rc != IFD_EINVAL || !s->sampling.constraint)
+        if (rc != IFD_EINVAL || (!s->sampling.constraint && !s->sampling.allowed))
             return rc;
     }
     return ifd_sampler_sample(e->sampler, &s->sampling, lg, h, (uint64_t)s->n_tokens, res);
@@ -512,6 +514,17 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     s->tokens = malloc((size_t)s->cap_tokens * sizeof *s->tokens);
     s->sampling = r->sampling;
     s->sampling.constraint = NULL; /* taken over only once the add succeeds */
+    s->sampling.allowed = NULL;
+    if (r->n_allowed_ids) {
+        int arc = r->allowed_ids ? ifd_sampling_allowed_mask(r->allowed_ids, r->n_allowed_ids,
+                                                             e->model.n_vocab, &s->allowed)
+                                 : IFD_EINVAL;
+        if (arc) {
+            ifd__seq_free(s);
+            return arc == IFD_ENOMEM ? arc : IFD_EINVAL;
+        }
+        s->sampling.allowed = s->allowed;
+    }
     if (r->sampling.n_logit_bias) {
         s->bias = malloc(r->sampling.n_logit_bias * sizeof *s->bias);
         if (s->bias)
@@ -1130,9 +1143,10 @@ static bool ifd__is_stop(const ifd_engine_t *e, const ifd__seq_t *s, int32_t tok
  * for rows whose logits came back; e->s_res[row] = the logprobs of a
  * device row that asked for them, prompt-logprob rows included), else
  * logits for every row. Grammar rows go to the device too (their masks are
- * computed there from the same constraint), except under min_tokens, where
- * the host retries without the suppressing bias when the grammar allows
- * nothing else (ifd__sample_seq), which needs the logits. */
+ * computed there from the same constraint; allowed sets too), except under
+ * min_tokens, where the host retries without the suppressing bias when the
+ * grammar or the allowed set allows nothing else (ifd__sample_seq), which
+ * needs the logits. */
 static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
 {
     if (!e->model.forward_sample) {
@@ -1155,7 +1169,7 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
                                                s->tokens + s->n_prompt,
                                                (size_t)(s->n_tokens - s->n_prompt)};
         const bool min_bias = s->n_gen < s->min_tokens && s->min_bias;
-        const bool host = s->sampling.constraint && min_bias;
+        const bool host = (s->sampling.constraint || s->sampling.allowed) && min_bias;
         e->s_params[r] = s->sampling;
         if (min_bias) { /* as ifd__sample_seq */
             e->s_params[r].logit_bias = s->min_bias;

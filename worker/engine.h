@@ -201,6 +201,12 @@ typedef struct {
      * (the blocks computed are still published). Batch-invariant: the other
      * rows of the step are unchanged (backend.h). */
     int32_t prompt_logprobs;
+    /* vLLM's allowed_token_ids: every draw among these ids only (each in
+     * [0, vocab), else IFD_EINVAL); NULL / 0: no restriction. Copied (as
+     * the sampler's bitmask, ifd_sampling_params_t.allowed). With
+     * min_tokens, a set of only stop and EOS ids wins as a grammar does. */
+    const int32_t *allowed_ids;
+    uint32_t n_allowed_ids;
 } ifd_engine_request_t;
 
 int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,

@@ -337,6 +337,23 @@ int ifd_sampling_params_check(const ifd_sampling_params_t *p, int32_t vocab)
     return 0;
 }
 
+int ifd_sampling_allowed_mask(const int32_t *ids, size_t n, int32_t vocab, uint32_t **out)
+{
+    *out = NULL;
+    if (n == 0 || vocab < 1)
+        return IFD_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return IFD_ERANGE;
+    uint32_t *m = calloc(((size_t)vocab + 31) / 32, sizeof *m);
+    if (!m)
+        return IFD_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        m[ids[i] / 32] |= 1u << (ids[i] % 32);
+    *out = m;
+    return 0;
+}
+
 int ifd_sampler_create(int32_t vocab, ifd_sampler_t **out)
 {
     *out = NULL;
@@ -962,22 +979,26 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *p, const f
     int err = ifd_sampling_params_check(p, s->vocab);
     if (err)
         return err;
-    bool modify = p->n_logit_bias > 0 || p->constraint ||
+    bool modify = p->n_logit_bias > 0 || p->constraint || p->allowed ||
                   (penalties_active(p) && hist && (hist->n_prompt || hist->n_generated));
     const float *l = modify ? s->logits : logits;
     err = process(s, p, logits, hist, modify ? s->logits : NULL);
     if (err)
         return err;
-    if (p->constraint) {
-        err = ifd_constraint_mask(p->constraint, hist ? hist->generated : NULL,
-                                  hist ? hist->n_generated : 0, s->mask);
-        if (err) {
-            IFD_WARN("sampler: grammar constraint: %s", ifd_strerror(err));
-            return err;
+    if (p->constraint || p->allowed) {
+        if (p->constraint) {
+            err = ifd_constraint_mask(p->constraint, hist ? hist->generated : NULL,
+                                      hist ? hist->n_generated : 0, s->mask);
+            if (err) {
+                IFD_WARN("sampler: grammar constraint: %s", ifd_strerror(err));
+                return err;
+            }
         }
         float *x = s->logits;
         for (int32_t w = 0; w < (s->vocab + 31) / 32; w++) {
-            uint32_t m = s->mask[w];
+            uint32_t m = p->constraint ? s->mask[w] : 0xffffffffu;
+            if (p->allowed)
+                m &= p->allowed[w];
             if (m == 0xffffffffu)
                 continue;
             int32_t base = w * 32;

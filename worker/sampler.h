@@ -20,8 +20,9 @@
  *     Steps 1-3 are float32 operations in exactly this order (vLLM v1's order:
  *     bias before penalties).
  * 3b. Grammar: with a constraint, l = -inf for every token its mask (after
- *     the generated history) does not allow. The result is the "processed
- *     logits" l'. ifd_sampler_process_logits stops before this step.
+ *     the generated history) does not allow; with an allowed set (vLLM's
+ *     allowed_token_ids), l = -inf for every token outside it too. The
+ *     result is the "processed logits" l'. ifd_sampler_process_logits stops before this step.
  *     A NaN or +inf in the input, or produced by steps 1-3, is an error;
  *     -inf means "never sample this token".
  *  4. Greedy when temperature < IFD_SAMPLER_GREEDY_TEMP (vLLM's 1e-5): the
@@ -128,6 +129,11 @@ typedef struct {
      * brings it to the history's generated tokens (grammar_mask.h). Owned by
      * whoever owns the request (the engine frees it with the sequence). */
     ifd_constraint_t *constraint;
+    /* vLLM's allowed_token_ids (step 3b): NULL, or a bitmask of
+     * (vocab + 31) / 32 words whose bit i % 32 of word i / 32 is set for
+     * each id that may be drawn (ifd_sampling_allowed_mask). Borrowed for
+     * the call; the engine keeps it with its sequence. */
+    const uint32_t *allowed;
 } ifd_sampling_params_t;
 
 /* The token history penalties look at. Either array may be NULL when its
@@ -159,6 +165,11 @@ ifd_sampling_params_t ifd_sampling_default_params(void);
  * IFD_EINVAL for a value out of its documented range (NaN included), or
  * IFD_ERANGE for a logit_bias id outside [0, vocab). Thread-safe. */
 int ifd_sampling_params_check(const ifd_sampling_params_t *params, int32_t vocab);
+
+/* The allowed-set bitmask of ids[0..n) for ifd_sampling_params_t.allowed:
+ * (vocab + 31) / 32 words in *out (caller frees). 0; IFD_EINVAL for n 0;
+ * IFD_ERANGE for an id outside [0, vocab); IFD_ENOMEM. Thread-safe. */
+int ifd_sampling_allowed_mask(const int32_t *ids, size_t n, int32_t vocab, uint32_t **out);
 
 /* Allocates a sampler for rows of `vocab` logits, with all scratch memory it
  * will ever need (41.1 bytes per vocabulary entry: 10.3 MiB for 262144), so

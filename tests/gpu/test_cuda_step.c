@@ -308,10 +308,13 @@ typedef struct {
     ifd_sampler_history_t h;
     uint64_t pos;
     int32_t score; /* >= 0: a scoring row (prompt logprobs) of this token */
+    uint32_t *allowed; /* allowed_token_ids' mask (shared by p and pd), or NULL */
 } row_params_t;
 
 /* A row's parameters: penalties, bias, and now and then logprobs (either
- * mode) and a grammar (st non-NULL; a history it allows, or rejects 1 in 8). */
+ * mode), a grammar (st non-NULL; a history it allows, or rejects 1 in 8)
+ * and an allowed set (vLLM's allowed_token_ids: a third of the ids, or
+ * one), with a grammar or without. */
 static void make_params(row_params_t *r, int V, ifd_gstore_t *st)
 {
     static const float temps[] = {0.0f, 1.0f, 0.7f, 1.3f, 0.25f};
@@ -351,6 +354,17 @@ static void make_params(row_params_t *r, int V, ifd_gstore_t *st)
         r->gen[j] = (int32_t)gt_rand_int(span);
     r->p.n_logprobs = gt_rand_int(3) == 0 ? (int32_t)gt_rand_int(21) : -1;
     r->p.logprobs_mode = gt_rand_int(2) ? IFD_LOGPROBS_RAW : IFD_LOGPROBS_PROCESSED;
+    if (gt_rand_int(4) == 0) {
+        int32_t *ids = malloc(sizeof *ids * (size_t)V);
+        size_t n = 0;
+        bool one = gt_rand_int(4) == 0;
+        for (int32_t i = 0; i < V && !(one && n); i++)
+            if (gt_rand_int(one ? (uint32_t)V : 3) == 0 || (i == V - 1 && !n))
+                ids[n++] = i;
+        GT_EXPECT(ifd_sampling_allowed_mask(ids, n, V, &r->allowed) == 0, "allowed mask");
+        r->p.allowed = r->allowed;
+        free(ids);
+    }
     r->pd = r->p;
     if (st && gt_rand_int(3) == 0) {
         ng = grammar_history(st, V, r->gen, (size_t)gt_rand_int(9), gt_rand_int(8) == 0);
@@ -367,10 +381,13 @@ static void free_params(row_params_t *r)
     ifd_constraint_destroy(r->p.constraint);
     ifd_constraint_destroy(r->pd.constraint);
     r->p.constraint = r->pd.constraint = NULL;
+    free(r->allowed);
+    r->allowed = NULL;
+    r->p.allowed = r->pd.allowed = NULL;
 }
 
 typedef struct {
-    int rows, bad, greedy, masked, logprobs, raw_modified, scored;
+    int rows, bad, greedy, masked, allowed, logprobs, raw_modified, scored;
 } mix_t;
 
 static void sample_batch(ifd_backend_t *be, ifd_sampler_t *smp, ifd_gstore_t *st, int V, int n,
@@ -401,10 +418,11 @@ static void sample_batch(ifd_backend_t *be, ifd_sampler_t *smp, ifd_gstore_t *st
                                     &hres[i]);
             mx->greedy += rp[i].p.temperature < IFD_SAMPLER_GREEDY_TEMP;
             mx->masked += rp[i].p.constraint != NULL;
+            mx->allowed += rp[i].p.allowed != NULL;
             mx->logprobs += rp[i].p.n_logprobs >= 0;
             mx->raw_modified += rp[i].p.n_logprobs >= 0 &&
                                 rp[i].p.logprobs_mode == IFD_LOGPROBS_RAW &&
-                                (rp[i].p.n_logit_bias || rp[i].p.constraint);
+                                (rp[i].p.n_logit_bias || rp[i].p.constraint || rp[i].p.allowed);
         } else if (rows[i].result) {
             rc = ifd_sampler_logprobs(smp, l + (size_t)i * V, rows[i].score_token,
                                       rows[i].score_top, &hres[i]);
@@ -445,12 +463,12 @@ static void sample_batch(ifd_backend_t *be, ifd_sampler_t *smp, ifd_gstore_t *st
                       hres[i].rank, hres[i].top_ids[0]);
         GT_EXPECT(dev[i] == host[i],
                   "V %d row %d: device %d, host %d (T %g k %d p %g min_p %g rep %g freq %g "
-                  "pres %g, %u biases, history %zu + %zu, grammar %d)",
+                  "pres %g, %u biases, history %zu + %zu, grammar %d, allowed %d)",
                   V, i, dev[i], host[i], (double)rp[i].p.temperature, rp[i].p.top_k,
-                  (double)rp[i].p.top_p, (double)rp[i].p.min_p,
-                  (double)rp[i].p.repetition_penalty, (double)rp[i].p.frequency_penalty,
-                  (double)rp[i].p.presence_penalty, rp[i].p.n_logit_bias, rp[i].h.n_prompt,
-                  rp[i].h.n_generated, rp[i].p.constraint != NULL);
+                  (double)rp[i].p.top_p, (double)rp[i].p.min_p, (double)rp[i].p.repetition_penalty,
+                  (double)rp[i].p.frequency_penalty, (double)rp[i].p.presence_penalty,
+                  rp[i].p.n_logit_bias, rp[i].h.n_prompt, rp[i].h.n_generated,
+                  rp[i].p.constraint != NULL, rp[i].p.allowed != NULL);
     }
     if (a.data)
         be->ops->act_free(be, &a);
@@ -483,12 +501,13 @@ static void test_sampling(void)
         ifd_gstore_destroy(st);
         ifd_vocab_destroy(voc);
     }
-    gt_note("%d rows (%d greedy, %d with a grammar, %d with logprobs of which %d raw of a "
-            "changed row, %d scoring rows, %d refused by both)",
-            mx.rows, mx.greedy, mx.masked, mx.logprobs, mx.raw_modified, mx.scored, mx.bad);
-    GT_EXPECT(mx.bad > 0 && mx.greedy > 0 && mx.masked > 0 && mx.logprobs > 0 &&
+    gt_note("%d rows (%d greedy, %d with a grammar, %d with an allowed set, %d with logprobs of "
+            "which %d raw of a changed row, %d scoring rows, %d refused by both)",
+            mx.rows, mx.greedy, mx.masked, mx.allowed, mx.logprobs, mx.raw_modified, mx.scored,
+            mx.bad);
+    GT_EXPECT(mx.bad > 0 && mx.greedy > 0 && mx.masked > 0 && mx.allowed > 0 && mx.logprobs > 0 &&
                   mx.raw_modified > 0 && mx.scored > 0,
-              "the mix lacks refused, greedy, grammar, logprob or scoring rows");
+              "the mix lacks refused, greedy, grammar, allowed-set, logprob or scoring rows");
     be->ops->destroy(be);
 }
 

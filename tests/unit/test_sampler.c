@@ -543,6 +543,58 @@ START_TEST(test_top_k_sets)
 }
 END_TEST
 
+/* vLLM's allowed_token_ids: the mask's bits across a word boundary, the
+ * draw only among them (an allowed id of low logit included), greedy the
+ * best allowed, processed logprobs over the allowed set alone; the mask's
+ * own errors. */
+START_TEST(test_allowed_ids)
+{
+    enum { V = 70 };
+    ifd_sampler_t *s = make(V);
+    float l[V];
+    for (int i = 0; i < V; i++)
+        l[i] = (float)((i * 37 + 11) % 101) / 25.0f; /* scattered over [0, 4] */
+    l[10] = 50.0f;                                   /* the best, not allowed */
+    static const int32_t ids[] = {3, 33, 64, 69};
+    uint32_t *mask = NULL;
+    ck_assert_int_eq(ifd_sampling_allowed_mask(ids, 4, V, &mask), 0);
+    ck_assert_uint_eq(mask[0], 1u << 3);
+    ck_assert_uint_eq(mask[1], 1u << 1);
+    ck_assert_uint_eq(mask[2], (1u << 0) | (1u << 5));
+    ifd_sampling_params_t p = ifd_sampling_default_params();
+    p.allowed = mask;
+    p.seed = 5;
+    bool seen[V] = {false};
+    for (uint64_t pos = 0; pos < 2000; pos++)
+        seen[sample1(s, &p, l, pos)] = true;
+    for (int i = 0; i < V; i++)
+        ck_assert_msg(seen[i] == (i == 3 || i == 33 || i == 64 || i == 69), "id %d", i);
+    p.temperature = 0.0f;
+    int32_t best = ids[0];
+    for (int k = 1; k < 4; k++)
+        if (l[ids[k]] > l[best])
+            best = ids[k];
+    ck_assert_int_eq(sample1(s, &p, l, 0), best);
+    ifd_sample_result_t r;
+    p.n_logprobs = 4;
+    p.logprobs_mode = IFD_LOGPROBS_PROCESSED;
+    ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), 0);
+    double z = 0.0;
+    for (int k = 0; k < 4; k++)
+        z += exp((double)l[ids[k]] - (double)l[best]);
+    ck_assert_double_eq_tol(r.logprob, -log(z), 1e-5);
+    for (int k = 0; k < r.n_top; k++)
+        ck_assert(r.top_ids[k] == 3 || r.top_ids[k] == 33 || r.top_ids[k] == 64 ||
+                  r.top_ids[k] == 69);
+    free(mask);
+    static const int32_t bad[] = {3, V};
+    ck_assert_int_eq(ifd_sampling_allowed_mask(bad, 2, V, &mask), IFD_ERANGE);
+    ck_assert_ptr_null(mask);
+    ck_assert_int_eq(ifd_sampling_allowed_mask(ids, 0, V, &mask), IFD_EINVAL);
+    ifd_sampler_destroy(s);
+}
+END_TEST
+
 START_TEST(test_top_p_sets)
 {
     ifd_sampler_t *s = make(4);
@@ -1072,10 +1124,10 @@ int main(void)
     ifd_test_case(s, "sampler", 120,
                   IFD_TESTS(test_weight_function, test_target_function,
                             test_defaults_and_param_checks, test_create_errors,
-                            test_bad_rows_and_ids, test_greedy, test_top_k_sets, test_top_p_sets,
-                            test_min_p_sets, test_distribution_small, test_distribution_wide,
-                            test_penalties_exact, test_logprobs, test_conformance_vector,
-                            test_conformance_scalar, test_conformance_large_vocab, test_determinism,
-                            test_edges));
+                            test_bad_rows_and_ids, test_greedy, test_top_k_sets, test_allowed_ids,
+                            test_top_p_sets, test_min_p_sets, test_distribution_small,
+                            test_distribution_wide, test_penalties_exact, test_logprobs,
+                            test_conformance_vector, test_conformance_scalar,
+                            test_conformance_large_vocab, test_determinism, test_edges));
     return ifd_test_run(s);
 }
