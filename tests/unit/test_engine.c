@@ -817,6 +817,57 @@ START_TEST(test_min_tokens)
 }
 END_TEST
 
+/* allowed_token_ids: every sampled id (temperature 1, a seed per request)
+ * is in the set; with min_tokens, a set of only stop ids still ends the
+ * sequence (as a grammar would); an id past the vocabulary is refused. */
+START_TEST(test_allowed_ids)
+{
+    make_prompts(3, 10, 12);
+    rig_t r;
+    rig_open(&r, 64, 64, 8, 200);
+    static const int32_t allowed[] = {7, 40, 63};
+    for (int i = 0; i < 2; i++) {
+        ifd_engine_request_t q = req(i, 30);
+        q.sampling.temperature = 1.0f;
+        q.sampling.seed = 99 + (uint64_t)i;
+        q.ignore_eos = true;
+        q.allowed_ids = allowed;
+        q.n_allowed_ids = 3;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    }
+    int32_t stop = 7;
+    ifd_engine_request_t q = req(2, 30);
+    q.allowed_ids = &stop;
+    q.n_allowed_ids = 1;
+    q.stop_ids = &stop;
+    q.n_stop_ids = 1;
+    q.min_tokens = 5;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    bool seen[VOCAB] = {false};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(r.sink->n_out[i], 30);
+        for (int k = 0; k < 30; k++) {
+            int32_t t = r.sink->out[i][k];
+            ck_assert_msg(t == 7 || t == 40 || t == 63, "request %d token %d: %d", i, k, t);
+            seen[t] = true;
+        }
+    }
+    ck_assert(seen[7] + seen[40] + seen[63] >= 2); /* drawn, not one constant */
+    ck_assert_int_eq(r.sink->n_out[2], 1);
+    ck_assert_int_eq(r.sink->out[2][0], 7);
+    ck_assert_int_eq(r.sink->reason[2], IFD_FINISH_STOP);
+    int32_t past = VOCAB;
+    q = req(3, 5);
+    q.prompt = prompts[0];
+    q.n_prompt = prompt_len[0];
+    q.allowed_ids = &past;
+    q.n_allowed_ids = 1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_request_larger_than_pool_errors)
 {
     make_prompts(1, 10, 8);
@@ -1562,6 +1613,7 @@ int main(void)
     tcase_add_test(tc, test_priority_orders_admission);
     tcase_add_test(tc, test_finish_reasons_and_errors);
     tcase_add_test(tc, test_min_tokens);
+    tcase_add_test(tc, test_allowed_ids);
     tcase_add_test(tc, test_request_larger_than_pool_errors);
     tcase_add_test(tc, test_no_cache_mode_same_tokens);
     tcase_add_test(tc, test_resume_with_generated_tokens);
