@@ -647,20 +647,17 @@ static void ifd__tokjob_done(uv_work_t *w, int status)
             ifd_reply_errorf(c, 500, NULL, NULL, "Tokenizing failed: %s", ifd_strerror(j->rc));
         } else {
             ifd_oai_bytes_t *strs = NULL;
+            /* vLLM's convert_ids_to_tokens: the vocabulary's own pieces
+             * ("Ġhello", "▁hello", "<0x0A>"), not decoded text; they live
+             * as long as the tokenizer */
             if (j->req.return_token_strs && j->ids.n) {
                 strs = ifd_arena_calloc(&j->arena, j->ids.n, sizeof *strs);
                 for (size_t i = 0; strs && i < j->ids.n; i++) {
-                    char tmp[256];
-                    int n = ifd_tokenizer_token_bytes(j->api->tok, j->ids.ids[i],
-                                                      IFD_DETOK_RENDER_SPECIAL, tmp, sizeof tmp);
-                    if (n < 0)
-                        n = 0;
-                    if ((size_t)n > sizeof tmp)
-                        n = (int)sizeof tmp;
-                    strs[i].p = ifd_arena_strndup(&j->arena, tmp, (size_t)n);
-                    strs[i].len = strs[i].p ? (size_t)n : 0;
-                    if (!strs[i].p)
+                    strs[i].p = ifd_tokenizer_token_text(j->api->tok, j->ids.ids[i], &strs[i].len);
+                    if (!strs[i].p) {
                         strs[i].p = "";
+                        strs[i].len = 0;
+                    }
                 }
             }
             ifd_buf_t b = IFD_BUF_INIT;

@@ -74,6 +74,9 @@ typedef struct {
     uint32_t cached;
     ifd_oai_logprob_t *lp;
     size_t n_lp, cap_lp, lp_sent;
+    ifd_tokens_t ids;     /* return_token_ids: every id sampled (FINISHED's stop id too) */
+    size_t ids_sent;      /* streams: ids already in a chunk */
+    bool prompt_ids_sent; /* streams: prompt_token_ids went out (chat: choice 0 only) */
     uint64_t t_last_ns;
     uint64_t t_sched_ns, t_first_ns; /* dispatched to a worker, first token (metrics) */
     bool echoed; /* streams: its echo chunk is sent (echo + logprobs: it held its text till then) */
@@ -225,6 +228,22 @@ static bool ifd__held(const ifd__choice_t *c)
     return c->g->streaming && !c->echoed && ifd__echo_lp(c->g);
 }
 
+/* return_token_ids in a chunk of choice c: the ids since its last chunk,
+ * and the prompt's on its first (chat: choice 0's, at the top level). */
+static void ifd__chunk_ids(const ifd__choice_t *c, ifd_oai_choice_t *oc)
+{
+    const ifd_gen_t *g = c->g;
+    if (!g->req.return_token_ids)
+        return;
+    oc->has_token_ids = true;
+    oc->token_ids = c->ids.ids + c->ids_sent;
+    oc->n_token_ids = c->ids.n - c->ids_sent;
+    if (!c->prompt_ids_sent && (g->kind != IFD_OAI_CHAT || c->index == 0)) {
+        oc->prompt_token_ids = g->ptoks[c->prompt].ids;
+        oc->n_prompt_token_ids = g->ptoks[c->prompt].n;
+    }
+}
+
 /* Streams text[emitted .. upto) (and new logprobs); with finish, the last chunk. */
 static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
 {
@@ -240,13 +259,14 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
         oc.logprobs = c->lp + c->lp_sent;
         oc.n_logprobs = c->n_lp - c->lp_sent;
     }
+    ifd__chunk_ids(c, &oc);
     if (g->stream.live_usage)
         ifd__usage(g, &g->live);
     int rc;
     if (finish) {
         oc.finish_reason = finish;
         rc = ifd_oai_stream_finish(&g->stream, &g->out, &oc);
-    } else if (oc.text_len || oc.n_logprobs) {
+    } else if (oc.text_len || oc.n_logprobs || oc.n_token_ids || oc.prompt_token_ids) {
         rc = ifd_oai_stream_delta(&g->stream, &g->out, &oc);
     } else {
         return true;
@@ -254,6 +274,8 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
     if (rc)
         IFD_ERROR("gen %s: building a chunk: %s", g->id, ifd_strerror(rc));
     c->lp_sent = c->n_lp;
+    c->ids_sent = c->ids.n;
+    c->prompt_ids_sent |= oc.prompt_token_ids != NULL;
     return ifd__flush(g);
 }
 
@@ -350,6 +372,18 @@ static const char *ifd__token_str(ifd_gen_t *g, int32_t id, size_t *len)
     return ifd_arena_strndup(&g->arena, tmp, (size_t)n);
 }
 
+/* A token as logprobs name it: its raw bytes, or with vLLM's
+ * return_tokens_as_token_ids "token_id:<id>" (arena; NULL on OOM). */
+static const char *ifd__lp_token(ifd_gen_t *g, int32_t id, size_t *len)
+{
+    if (!g->req.tokens_as_ids)
+        return ifd__token_str(g, id, len);
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "token_id:%d", (int)id);
+    *len = (size_t)n;
+    return ifd_arena_strndup(&g->arena, tmp, (size_t)n);
+}
+
 /* Completions echo + logprobs: the choice's logprobs start with the prompt's. */
 static bool ifd__echo_lp(const ifd_gen_t *g)
 {
@@ -368,7 +402,7 @@ static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
     if (!lp)
         return NULL;
     for (size_t i = 0; i < t->n; i++) {
-        lp[i].bytes = ifd__token_str(g, t->ids[i], &lp[i].len);
+        lp[i].bytes = ifd__lp_token(g, t->ids[i], &lp[i].len);
         if (!lp[i].bytes)
             return NULL;
         if (i == 0 || i > P->n) {
@@ -381,8 +415,12 @@ static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
         ifd_oai_top_logprob_t *top = k ? ifd_arena_calloc(&g->arena, k, sizeof *top) : NULL;
         if (k && !top)
             return NULL;
-        for (size_t j = 0; j < k; j++)
+        for (size_t j = 0; j < k; j++) {
             top[j] = (ifd_oai_top_logprob_t){e->top[j].bytes, e->top[j].len, e->top[j].logprob};
+            if (g->req.tokens_as_ids &&
+                !(top[j].bytes = ifd__lp_token(g, e->top[j].id, &top[j].len)))
+                return NULL;
+        }
         lp[i].top = top;
         lp[i].n_top = k;
     }
@@ -422,8 +460,13 @@ static void ifd__send_echo(ifd__choice_t *c)
         oc.logprobs_prefix = ifd__echo_prefix(g, c->prompt);
         oc.has_logprobs = oc.logprobs_prefix != NULL;
     }
-    if (oc.text_len || oc.has_logprobs)
-        ifd_oai_stream_delta(&g->stream, &g->out, &oc);
+    if (g->req.return_token_ids) { /* vLLM: the prompt's ids with its echo */
+        oc.prompt_token_ids = g->ptoks[c->prompt].ids;
+        oc.n_prompt_token_ids = g->ptoks[c->prompt].n;
+    }
+    if ((oc.text_len || oc.has_logprobs || oc.prompt_token_ids) &&
+        ifd_oai_stream_delta(&g->stream, &g->out, &oc) == 0)
+        c->prompt_ids_sent |= oc.prompt_token_ids != NULL;
 }
 
 /* Streaming echo + logprobs: prompt p's logprobs are in (all of them, or
@@ -512,29 +555,17 @@ static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
         c->lp = v;
         c->cap_lp = cap;
     }
-    const ifd_tokenizer_t *tok = g->api->tok;
-    char tmp[256];
     ifd_oai_logprob_t *l = &c->lp[c->n_lp];
     memset(l, 0, sizeof *l);
-    int n = ifd_tokenizer_token_bytes(tok, ev->token, 0, tmp, sizeof tmp);
-    if (n < 0)
-        n = 0;
-    if ((size_t)n > sizeof tmp)
-        n = (int)sizeof tmp;
-    l->bytes = ifd_arena_strndup(&g->arena, tmp, (size_t)n);
-    l->len = (size_t)n;
+    l->bytes = ifd__lp_token(g, ev->token, &l->len);
     l->logprob = ev->logprob;
     if (ev->n_top) {
         ifd_oai_top_logprob_t *top = ifd_arena_calloc(&g->arena, ev->n_top, sizeof *top);
         if (top) {
             for (uint32_t i = 0; i < ev->n_top; i++) {
-                int k = ifd_tokenizer_token_bytes(tok, ev->top[i].token, 0, tmp, sizeof tmp);
-                if (k < 0)
-                    k = 0;
-                if ((size_t)k > sizeof tmp)
-                    k = (int)sizeof tmp;
-                top[i].bytes = ifd_arena_strndup(&g->arena, tmp, (size_t)k);
-                top[i].len = (size_t)k;
+                top[i].bytes = ifd__lp_token(g, ev->top[i].token, &top[i].len);
+                if (!top[i].bytes)
+                    top[i].len = 0;
                 top[i].logprob = ev->top[i].logprob;
             }
             l->top = top;
@@ -602,6 +633,10 @@ static void ifd__on_token(void *owner, ifd_rseq_t *s, const ifd_wire_token_t *ev
     else
         c->t_first_ns = now;
     c->t_last_ns = now;
+    if (g->req.return_token_ids && ifd_tokens_push(&c->ids, ev->token)) {
+        ifd__fail(g, 500, NULL, "Out of memory for the token ids.");
+        return;
+    }
     int r = ifd_textout_push(&c->text, ev->token);
     if (r == IFD_TEXTOUT_NOTEXT)
         return; /* a stop id (FINISHED follows), or echo with max_tokens 0 */
@@ -814,6 +849,13 @@ static int ifd__response_choices(ifd_gen_t *g, ifd_oai_choice_t *oc)
             oc[i].has_logprobs = true;
             oc[i].logprobs = c->lp;
             oc[i].n_logprobs = c->n_lp;
+        }
+        if (g->req.return_token_ids) {
+            oc[i].has_token_ids = true;
+            oc[i].token_ids = c->ids.ids;
+            oc[i].n_token_ids = c->ids.n;
+            oc[i].prompt_token_ids = g->ptoks[c->prompt].ids;
+            oc[i].n_prompt_token_ids = g->ptoks[c->prompt].n;
         }
         /* the prompt's logprobs, then the answer's: their echo form now,
          * written once by the thread (ifd__build_cb) */
@@ -1030,6 +1072,7 @@ static void ifd__gen_free(ifd_gen_t *g)
         }
         ifd_textout_close(&c->text);
         free(c->lp);
+        ifd_tokens_free(&c->ids);
     }
     if (g->ptoks)
         for (size_t p = 0; p < g->n_prompts; p++)
@@ -1443,6 +1486,8 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
     sp->grammar = g->gwords;
     sp->n_grammar = (uint32_t)g->n_gwords;
     sp->min_tokens = rq->min_tokens;
+    sp->allowed_ids = rq->allowed_token_ids;
+    sp->n_allowed_ids = (uint32_t)rq->n_allowed_token_ids;
     /* prompt logprobs: computed once, by the first sample (a streaming echo's
      * other choices wait for them: ifd__held) */
     if (g->plp && sample == 0)
@@ -1530,6 +1575,31 @@ static void ifd__start(ifd_gen_t *g)
 }
 
 /* ---- entry ------------------------------------------------------------------------------- */
+
+/* Every id of a request's list (n ids, `stride` bytes apart) below n_vocab;
+ * else a 400 on param naming each id that is not (what: the message's
+ * start), and false. */
+static bool ifd__check_vocab(ifd_gen_t *g, const char *param, const char *what, const void *ids,
+                             size_t stride, size_t n, int32_t n_vocab)
+{
+    ifd_oai_names_t bad = {0};
+    for (size_t i = 0; i < n; i++) {
+        int32_t id;
+        memcpy(&id, (const char *)ids + i * stride, sizeof id);
+        char num[16];
+        snprintf(num, sizeof num, "%d", (int)id);
+        if (id >= n_vocab)
+            ifd_oai_names_add(&bad, num);
+    }
+    if (!bad.n)
+        return true;
+    char more[48], msg[512];
+    snprintf(msg, sizeof msg, "%s: token id%s %s%s %s not in the vocabulary (%d tokens).", what,
+             bad.n > 1 ? "s" : "", bad.text, ifd_oai_names_more(&bad, more, sizeof more),
+             bad.n > 1 ? "are" : "is", (int)n_vocab);
+    ifd__reject(g, 400, "invalid_value", param, msg);
+    return false;
+}
 
 /* generation_config.json's sampling defaults for what the request leaves
  * out, unless the generation_config setting is off (docs/models.md); a
@@ -1666,16 +1736,13 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
     const int32_t n_bias_vocab = api->mcfg && (int32_t)api->mcfg->n_vocab > api->n_vocab
                                      ? (int32_t)api->mcfg->n_vocab
                                      : api->n_vocab;
-    for (size_t i = 0; i < rq->n_logit_bias; i++) {
-        if (rq->logit_bias[i].id >= n_bias_vocab) {
-            snprintf(msg, sizeof msg,
-                     "Invalid key in 'logit_bias': token id %d is not in the "
-                     "vocabulary (%d tokens).",
-                     rq->logit_bias[i].id, n_bias_vocab);
-            ifd__reject(g, 400, "invalid_value", "logit_bias", msg);
-            return;
-        }
-    }
+    /* logit_bias entries start with their id */
+    if (!ifd__check_vocab(g, "logit_bias", "Invalid keys in 'logit_bias'", rq->logit_bias,
+                          sizeof rq->logit_bias[0], rq->n_logit_bias, n_bias_vocab) ||
+        !ifd__check_vocab(g, "allowed_token_ids", "Invalid 'allowed_token_ids'",
+                          rq->allowed_token_ids, sizeof(int32_t), rq->n_allowed_token_ids,
+                          api->n_vocab))
+        return;
     for (size_t i = 0; i < rq->n_stop_token_ids; i++) {
         if (rq->stop_token_ids[i] >= api->n_vocab) {
             snprintf(param, sizeof param, "stop_token_ids[%zu]", i);

@@ -129,6 +129,51 @@ int ifd__oai_json_int(ifd__oai_json_ctx_t *c, const json_t *j, const char *param
     return 0;
 }
 
+int ifd__oai_json_empty_array(ifd__oai_json_ctx_t *c, const char *param)
+{
+    return ifd__oai_json_fail(
+        c, "empty_array", param,
+        "Invalid '%s': empty array. Expected an array with minimum length 1, but got "
+        "an empty array instead.",
+        param);
+}
+
+int ifd__oai_json_array_too_long(ifd__oai_json_ctx_t *c, const char *param, size_t max, size_t got)
+{
+    return ifd__oai_json_fail(
+        c, "array_above_max_length", param,
+        "Invalid '%s': array too long. Expected an array with maximum length %zu, but "
+        "got an array with length %zu instead.",
+        param, max, got);
+}
+
+int ifd__oai_json_token_array(ifd__oai_json_ctx_t *c, const json_t *j, const char *base, size_t max,
+                              bool allow_empty, int32_t **out, size_t *n_out)
+{
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    if (!json_is_array(j))
+        return ifd__oai_json_bad_type(c, base, "an array", j);
+    size_t n = json_array_size(j);
+    if (n == 0 && !allow_empty)
+        return ifd__oai_json_empty_array(c, base);
+    if (n > max)
+        return ifd__oai_json_array_too_long(c, base, max, n);
+    int32_t *ids = n ? ifd_arena_alloc(c->a, n * sizeof(int32_t)) : NULL;
+    if (n && !ids)
+        return ifd__oai_json_oom(c);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(param, sizeof(param), "%s[%zu]", base, i);
+        int64_t v = 0;
+        int rc = ifd__oai_json_int(c, json_array_get(j, i), param, 0, INT32_MAX, &v);
+        if (rc < 0)
+            return rc;
+        ids[i] = (int32_t)v;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
 int ifd__oai_json_bool(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, bool *out)
 {
     if (!json_is_boolean(j))
@@ -662,10 +707,14 @@ void ifd__oai_w_completion_column(ifd__oai_w_t *w, int column, const ifd_oai_log
                 ifd__oai_w_real(w, l->logprob);
             break;
         case 2:
-            if (l->n_top == 0 || l->no_logprob)
+            if (l->no_logprob) {
                 IFD__OAI_W_LIT(w, "null");
-            else
+            } else if (l->n_top == 0) { /* logprobs: 0 — vLLM's {token: its logprob} */
+                ifd_oai_top_logprob_t self = {l->bytes, l->bytes ? l->len : 0, l->logprob};
+                w_top_object(w, &self, 1);
+            } else {
                 w_top_object(w, l->top, l->n_top);
+            }
             break;
         default:
             ifd__oai_w_int(w, (int64_t)*chars);

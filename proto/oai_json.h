@@ -97,6 +97,14 @@ json_t *ifd__oai_json_str(const char *p, size_t n);
 /* A JSON number; -inf and +inf become -9999.0 and 9999.0 (JSON has no
  * infinities). */
 json_t *ifd__oai_json_real(double v);
+/* The 400s of an empty array and of one over max entries, naming param. */
+int ifd__oai_json_empty_array(ifd__oai_json_ctx_t *c, const char *param);
+int ifd__oai_json_array_too_long(ifd__oai_json_ctx_t *c, const char *param, size_t max, size_t got);
+/* An array of token ids in [0, INT32_MAX] (at most max; empty only with
+ * allow_empty) into *out (c->a) and *n_out; `base` names the array. */
+int ifd__oai_json_token_array(ifd__oai_json_ctx_t *c, const json_t *j, const char *base, size_t max,
+                              bool allow_empty, int32_t **out, size_t *n_out);
+
 /* o[key] = v and a += v, taking v; a NULL o, a or v, or a failed insertion,
  * counts one in *bad. */
 void ifd__oai_json_set(json_t *o, const char *key, json_t *v, int *bad);
@@ -154,7 +162,8 @@ void ifd__oai_w_json(ifd__oai_w_t *w, json_t *j, int bad, bool embed);
 /* The logprobs shapes, written (the tree forms cost too much for n choices
  * of thousands of tokens). Chat: {"content":[{token, logprob, bytes,
  * top_logprobs}], "refusal": null}. Completions: {tokens, token_logprobs,
- * top_logprobs: [{token: logprob}], text_offset} with offsets counted in
+ * top_logprobs: [{token: logprob}] (logprobs 0: the token's own, as
+ * vLLM), text_offset} with offsets counted in
  * characters from `offset`, after the prompt's columns when `prefix` is not
  * NULL (its offsets count from 0, so offset must then be 0). */
 void ifd__oai_w_chat_logprobs(ifd__oai_w_t *w, const ifd_oai_logprob_t *lp, size_t n);

@@ -101,52 +101,6 @@ int ifd_oai_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error
 
 /* ---- request parsing ------------------------------------------------------------------- */
 
-static int empty_array(ifd__oai_json_ctx_t *c, const char *param)
-{
-    return ifd__oai_json_fail(
-        c, "empty_array", param,
-        "Invalid '%s': empty array. Expected an array with minimum length 1, but got "
-        "an empty array instead.",
-        param);
-}
-
-static int array_too_long(ifd__oai_json_ctx_t *c, const char *param, size_t max, size_t got)
-{
-    return ifd__oai_json_fail(
-        c, "array_above_max_length", param,
-        "Invalid '%s': array too long. Expected an array with maximum length %zu, but "
-        "got an array with length %zu instead.",
-        param, max, got);
-}
-
-/* An array of token ids in [0, INT32_MAX]; `base` names the array. */
-static int p_token_array(ifd__oai_json_ctx_t *c, const json_t *j, const char *base, size_t max,
-                         bool allow_empty, int32_t **out, size_t *n_out)
-{
-    char param[IFD__OAI_JSON_PARAM_MAX];
-    if (!json_is_array(j))
-        return ifd__oai_json_bad_type(c, base, "an array", j);
-    size_t n = json_array_size(j);
-    if (n == 0 && !allow_empty)
-        return empty_array(c, base);
-    if (n > max)
-        return array_too_long(c, base, max, n);
-    int32_t *ids = n ? ifd_arena_alloc(c->a, n * sizeof(int32_t)) : NULL;
-    if (n && !ids)
-        return ifd__oai_json_oom(c);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(param, sizeof(param), "%s[%zu]", base, i);
-        int64_t v = 0;
-        int rc = ifd__oai_json_int(c, json_array_get(j, i), param, 0, INT32_MAX, &v);
-        if (rc < 0)
-            return rc;
-        ids[i] = (int32_t)v;
-    }
-    *out = ids;
-    *n_out = n;
-    return 0;
-}
-
 static const char *const k_roles[] = {"system",    "developer", "user",
                                       "assistant", "tool",      "function"};
 
@@ -159,7 +113,7 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
         return ifd__oai_json_bad_type(c, "messages", "an array", j);
     size_t n = json_array_size(j);
     if (n == 0)
-        return empty_array(c, "messages");
+        return ifd__oai_json_empty_array(c, "messages");
     ifd_oai_message_t *msgs = ifd_arena_calloc(c->a, n, sizeof(*msgs));
     if (!msgs)
         return ifd__oai_json_oom(c);
@@ -177,16 +131,23 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
             return ifd__oai_json_missing(c, param);
         if (!json_is_string(role))
             return ifd__oai_json_bad_type(c, param, "a string", role);
-        const char *rs = json_string_value(role);
+        /* any role goes to the template, as vLLM passes it (a model's own
+         * template may know "ipython", "observation", …); the built-in
+         * families refuse what they cannot spell (chat_template.h) */
         size_t r = 0;
         while (r < sizeof(k_roles) / sizeof(k_roles[0]) && !ifd__oai_json_is(role, k_roles[r]))
             r++;
-        if (r == sizeof(k_roles) / sizeof(k_roles[0]))
-            return ifd__oai_json_fail(c, "invalid_value", param,
-                                      "Invalid value: '%.64s'. Supported values are: 'system', "
-                                      "'developer', 'user', 'assistant', 'tool', and 'function'.",
-                                      rs);
-        dst->role = k_roles[r];
+        if (r < sizeof(k_roles) / sizeof(k_roles[0])) {
+            dst->role = k_roles[r];
+        } else {
+            if ((rc = ifd__oai_json_no_nul(c, role, param)) < 0)
+                return rc;
+            if (json_string_length(role) == 0)
+                return ifd__oai_json_fail(c, "invalid_value", param,
+                                          "Invalid value for '%s': a role cannot be empty.", param);
+            if (!(dst->role = ifd_arena_strdup(c->a, json_string_value(role))))
+                return ifd__oai_json_oom(c);
+        }
 
         snprintf(param, sizeof(param), "messages[%zu].name", i);
         const json_t *name = ifd__oai_json_get(m, "name");
@@ -276,7 +237,7 @@ static int p_stop(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *r)
     if (json_is_array(j)) {
         n = json_array_size(j);
         if (n > IFD_OAI_MAX_STOP)
-            return array_too_long(c, "stop", IFD_OAI_MAX_STOP, n);
+            return ifd__oai_json_array_too_long(c, "stop", IFD_OAI_MAX_STOP, n);
     } else if (!json_is_string(j)) {
         return ifd__oai_json_bad_type(c, "stop", "a string or an array of strings", j);
     }
@@ -304,7 +265,45 @@ static int p_stop(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *r)
     return 0;
 }
 
-/* logit_bias: {"<token id>": bias in [-100, 100], …}. */
+void ifd_oai_names_add(ifd_oai_names_t *l, const char *name)
+{
+    size_t len = strlen(l->text);
+    int k = snprintf(l->text + len, sizeof l->text - len, "%s%s", l->n ? ", " : "", name);
+    if (k < 0 || (size_t)k >= sizeof l->text - len)
+        l->text[len] = '\0'; /* did not fit: counted only */
+    else
+        l->listed++;
+    l->n++;
+}
+
+const char *ifd_oai_names_more(const ifd_oai_names_t *l, char *buf, size_t cap)
+{
+    if (cap)
+        buf[0] = '\0';
+    if (l->listed < l->n)
+        snprintf(buf, cap, " and %zu more", l->n - l->listed);
+    return buf;
+}
+
+/* A bad logit_bias key, quoted, into l. */
+static void bad_key_add(ifd_oai_names_t *l, const char *key)
+{
+    char q[40];
+    snprintf(q, sizeof q, "'%.32s'", key);
+    ifd_oai_names_add(l, q);
+}
+
+/* The 400 naming every bad logit_bias key: what, then the list. */
+static int bad_keys_fail(ifd__oai_json_ctx_t *c, const char *code, const char *what,
+                         const ifd_oai_names_t *l)
+{
+    char more[48];
+    return ifd__oai_json_fail(c, code, "logit_bias", "Invalid %s in 'logit_bias': %s%s.", what,
+                              l->text, ifd_oai_names_more(l, more, sizeof more));
+}
+
+/* logit_bias: {"<token id>": bias in [-100, 100], …}. A refusal names
+ * every bad key (keys that are not token ids first, then bad values). */
 static int p_logit_bias(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *r)
 {
     if (!json_is_object(j))
@@ -320,6 +319,8 @@ static int p_logit_bias(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request
     if (n && !r->logit_bias)
         return ifd__oai_json_oom(c);
     r->n_logit_bias = 0;
+    ifd_oai_names_t keys = {0}, vals = {0};
+    const char *vals_code = NULL; /* the first bad value's */
     const char *key;
     json_t *val;
     json_object_foreach((json_t *)j, key, val)
@@ -333,28 +334,29 @@ static int p_logit_bias(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request
             else
                 id = id * 10 + (*k - '0');
         }
-        if (!ok || id > INT32_MAX)
-            return ifd__oai_json_fail(c, "invalid_value", "logit_bias",
-                                      "Invalid key in 'logit_bias': '%.32s' is not a token id (a "
-                                      "non-negative integer).",
-                                      key);
-        if (!json_is_number(val))
-            return ifd__oai_json_fail(
-                c, "invalid_type", "logit_bias",
-                "Invalid type for 'logit_bias' value of token %.32s: expected a "
-                "number, but got %s instead.",
-                key, ifd__oai_json_type_name(val));
-        double b = json_number_value(val);
-        if (b < -100.0 || b > 100.0)
-            return ifd__oai_json_fail(
-                c, b < 0 ? "decimal_below_min_value" : "decimal_above_max_value", "logit_bias",
-                "Invalid 'logit_bias' value for token %.32s: expected a value in "
-                "[-100, 100], but got %g instead.",
-                key, b);
+        if (!ok || id > INT32_MAX) {
+            bad_key_add(&keys, key);
+            continue;
+        }
+        double b = json_is_number(val) ? json_number_value(val) : 0.0;
+        if (!json_is_number(val) || b < -100.0 || b > 100.0) {
+            if (!vals_code)
+                vals_code = !json_is_number(val) ? "invalid_type"
+                            : b < 0              ? "decimal_below_min_value"
+                                                 : "decimal_above_max_value";
+            bad_key_add(&vals, key);
+            continue;
+        }
         r->logit_bias[r->n_logit_bias].id = (int32_t)id;
         r->logit_bias[r->n_logit_bias].bias = (float)b;
         r->n_logit_bias++;
     }
+    if (keys.n)
+        return bad_keys_fail(c, "invalid_value", "keys (not token ids: non-negative integers)",
+                             &keys);
+    if (vals.n)
+        return bad_keys_fail(c, vals_code,
+                             "values (numbers in [-100, 100] expected) for the tokens", &vals);
     return 0;
 }
 
@@ -427,8 +429,8 @@ static int p_common(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *
     if ((v = ifd__oai_json_get(o, "stop")) && (rc = p_stop(c, v, r)) < 0)
         return rc;
     if ((v = ifd__oai_json_get(o, "stop_token_ids")) &&
-        (rc = p_token_array(c, v, "stop_token_ids", IFD_OAI_MAX_STOP_IDS, true, &r->stop_token_ids,
-                            &r->n_stop_token_ids)) < 0)
+        (rc = ifd__oai_json_token_array(c, v, "stop_token_ids", IFD_OAI_MAX_STOP_IDS, true,
+                                        &r->stop_token_ids, &r->n_stop_token_ids)) < 0)
         return rc;
     if ((v = ifd__oai_json_get(o, "logit_bias")) && (rc = p_logit_bias(c, v, r)) < 0)
         return rc;
@@ -602,18 +604,18 @@ static int p_prompt(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *
         return ifd__oai_json_bad_type(c, "prompt", "a string or an array", j);
     size_t n = json_array_size(j);
     if (n == 0)
-        return empty_array(c, "prompt");
+        return ifd__oai_json_empty_array(c, "prompt");
     const json_t *first = json_array_get(j, 0);
     if (json_is_integer(first)) {
         r->prompts = ifd_arena_calloc(c->a, 1, sizeof(*r->prompts));
         if (!r->prompts)
             return ifd__oai_json_oom(c);
         r->n_prompts = 1;
-        return p_token_array(c, j, "prompt", SIZE_MAX, false, &r->prompts[0].tokens,
-                             &r->prompts[0].n_tokens);
+        return ifd__oai_json_token_array(c, j, "prompt", SIZE_MAX, false, &r->prompts[0].tokens,
+                                         &r->prompts[0].n_tokens);
     }
     if (n > IFD_OAI_MAX_PROMPTS)
-        return array_too_long(c, "prompt", IFD_OAI_MAX_PROMPTS, n);
+        return ifd__oai_json_array_too_long(c, "prompt", IFD_OAI_MAX_PROMPTS, n);
     bool strings = json_is_string(first);
     r->prompts = ifd_arena_calloc(c->a, n, sizeof(*r->prompts));
     if (!r->prompts)
@@ -627,8 +629,8 @@ static int p_prompt(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *
                                            &r->prompts[i].text_len)) < 0)
                 return rc;
         } else if (json_is_array(e)) {
-            if ((rc = p_token_array(c, e, param, SIZE_MAX, false, &r->prompts[i].tokens,
-                                    &r->prompts[i].n_tokens)) < 0)
+            if ((rc = ifd__oai_json_token_array(c, e, param, SIZE_MAX, false, &r->prompts[i].tokens,
+                                                &r->prompts[i].n_tokens)) < 0)
                 return rc;
         } else {
             return ifd__oai_json_bad_type(
@@ -776,7 +778,7 @@ int ifd_oai_parse_detokenize(ifd_arena_t *a, const char *body, size_t len,
         rc = ifd__oai_json_missing(&c, "tokens");
         goto out;
     }
-    rc = p_token_array(&c, v, "tokens", SIZE_MAX, true, &out->tokens, &out->n_tokens);
+    rc = ifd__oai_json_token_array(&c, v, "tokens", SIZE_MAX, true, &out->tokens, &out->n_tokens);
 out:
     json_decref(o);
     return rc;
@@ -954,6 +956,38 @@ static void w_finish(ifd__oai_w_t *w, const char *reason)
         IFD__OAI_W_LIT(w, "null");
 }
 
+/* ,"<key>":[ids…] */
+static void w_ids(ifd__oai_w_t *w, const char *key, const int32_t *ids, size_t n)
+{
+    IFD__OAI_W_LIT(w, ",");
+    ifd__oai_w_cstr(w, key);
+    IFD__OAI_W_LIT(w, ":[");
+    for (size_t i = 0; i < n && !w->rc; i++) {
+        if (i)
+            IFD__OAI_W_LIT(w, ",");
+        ifd__oai_w_int(w, ids[i]);
+    }
+    IFD__OAI_W_LIT(w, "]");
+}
+
+/* A choice's vLLM extras after its finish_reason: completions' prompt
+ * logprobs (non-streamed: null when not asked) and prompt_token_ids, and
+ * token_ids. */
+static void w_choice_ids(ifd__oai_w_t *w, bool chat, bool streamed, const ifd_oai_choice_t *c)
+{
+    if (!chat && !streamed) {
+        IFD__OAI_W_LIT(w, ",\"prompt_logprobs\":");
+        if (c->has_prompt_logprobs)
+            w_choice_prompt_logprobs(w, c);
+        else
+            IFD__OAI_W_LIT(w, "null");
+    }
+    if (!chat && c->prompt_token_ids)
+        w_ids(w, "prompt_token_ids", c->prompt_token_ids, c->n_prompt_token_ids);
+    if (c->has_token_ids)
+        w_ids(w, "token_ids", c->token_ids, c->n_token_ids);
+}
+
 /* One choice of a non-streamed chat or completions response. */
 static void w_choice(ifd__oai_w_t *w, ifd_oai_kind_t kind, const ifd_oai_choice_t *c)
 {
@@ -981,10 +1015,7 @@ static void w_choice(ifd__oai_w_t *w, ifd_oai_kind_t kind, const ifd_oai_choice_
     IFD__OAI_W_LIT(w, ",\"logprobs\":");
     w_choice_logprobs(w, kind, c);
     w_finish(w, c->finish_reason);
-    if (!chat && c->has_prompt_logprobs) {
-        IFD__OAI_W_LIT(w, ",\"prompt_logprobs\":");
-        w_choice_prompt_logprobs(w, c);
-    }
+    w_choice_ids(w, chat, false, c);
     IFD__OAI_W_LIT(w, "}");
 }
 
@@ -1026,9 +1057,15 @@ int ifd_oai_response_json_max(ifd_buf_t *out, const ifd_oai_meta_t *m,
         w_choice(&w, m->kind, &choices[i]);
     }
     IFD__OAI_W_LIT(&w, "]");
-    if (chat && n_choices && choices[0].has_prompt_logprobs) { /* vLLM: once, at the top */
+    if (chat) { /* vLLM: once, at the top; null when not asked */
         IFD__OAI_W_LIT(&w, ",\"prompt_logprobs\":");
-        w_choice_prompt_logprobs(&w, &choices[0]);
+        if (n_choices && choices[0].has_prompt_logprobs)
+            w_choice_prompt_logprobs(&w, &choices[0]);
+        else
+            IFD__OAI_W_LIT(&w, "null");
+        if (n_choices && choices[0].prompt_token_ids)
+            w_ids(&w, "prompt_token_ids", choices[0].prompt_token_ids,
+                  choices[0].n_prompt_token_ids);
     }
     int bad = 0;
     IFD__OAI_W_LIT(&w, ",\"usage\":");
@@ -1175,7 +1212,10 @@ static int stream_chunk(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choic
     IFD__OAI_W_LIT(&w, ",\"logprobs\":");
     w_choice_logprobs(&w, s->meta.kind, &tmp);
     w_finish(&w, finish);
+    w_choice_ids(&w, chat, true, c);
     IFD__OAI_W_LIT(&w, "}]");
+    if (chat && c->prompt_token_ids)
+        w_ids(&w, "prompt_token_ids", c->prompt_token_ids, c->n_prompt_token_ids);
     if (s->include_usage) {
         int bad = 0;
         IFD__OAI_W_LIT(&w, ",\"usage\":");
@@ -1230,7 +1270,7 @@ int ifd_oai_stream_delta(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_choi
         return rc;
     }
     bool role = s->meta.kind == IFD_OAI_CHAT && s->state[c->index] == ST_NEW;
-    if (!role && c->text_len == 0 && !c->has_logprobs)
+    if (!role && c->text_len == 0 && !c->has_logprobs && !c->n_token_ids && !c->prompt_token_ids)
         return 0; /* nothing to say */
     rc = stream_chunk(s, out, c, role, NULL);
     if (rc == 0)

@@ -52,6 +52,7 @@
 #define IFD_OAI_MAX_N                         128  /* choices per prompt */
 #define IFD_OAI_MAX_TOP_LOGPROBS              20   /* chat top_logprobs and completions logprobs */
 #define IFD_OAI_MAX_LOGIT_BIAS                1024 /* logit_bias entries */
+#define IFD_OAI_MAX_ALLOWED_IDS               (1 << 18) /* allowed_token_ids (a vocabulary) */
 #define IFD_OAI_MAX_PROMPTS                   256  /* prompts in one completions request */
 #define IFD_OAI_DEFAULT_COMPLETION_MAX_TOKENS 16   /* OpenAI's default for /v1/completions */
 
@@ -88,14 +89,26 @@ void ifd_oai_error_set(ifd_oai_error_t *e, int status, const char *type, const c
                        const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
+/* A list of the bad items of one field, for a 400 that names every one
+ * ("'a', 'b' and 3 more"): zero-initialise, add each name; names past the
+ * room are only counted. ifd_oai_names_more writes " and N more" (or "")
+ * into buf and returns it. Pure. */
+typedef struct {
+    char text[320];
+    size_t n, listed;
+} ifd_oai_names_t;
+void ifd_oai_names_add(ifd_oai_names_t *l, const char *name);
+const char *ifd_oai_names_more(const ifd_oai_names_t *l, char *buf, size_t cap);
+
 /* Appends {"error":{"message","type","param","code"}}. 0 or IFD_ENOMEM. */
 int ifd_oai_error_json(ifd_buf_t *out, const ifd_oai_error_t *e);
 
 /* ---- requests ---------------------------------------------------------------------- */
 
 typedef struct {
-    const char *role;   /* static string: "system" | "developer" | "user" | "assistant" | "tool" |
-                           "function" */
+    const char *role;   /* "system", "developer", "user", "assistant", "tool", "function" (static
+                           strings), or any other non-empty role (arena): vLLM passes it to the
+                           template */
     char *content;      /* a string, or its text parts joined with "\n"; "" for null */
     size_t content_len; /* its bytes: content may hold NULs ("\u0000"), so use this */
     /* name and tool_call_id: as C strings, up to a NUL they may hold; what
@@ -253,6 +266,20 @@ typedef struct {
     /* vLLM's stream_options.continuous_usage_stats (with include_usage):
      * every chunk carries the usage so far. */
     bool continuous_usage;
+
+    /* vLLM's return_token_ids: prompt_token_ids and each choice's
+     * token_ids in the answer (ifd_oai_choice_t), streamed too. */
+    bool return_token_ids;
+    /* vLLM's return_tokens_as_token_ids: the tokens of logprobs (and their
+     * alternatives) written "token_id:<id>", their bytes those of that
+     * text, as vLLM writes them. */
+    bool tokens_as_ids;
+    /* vLLM's allowed_token_ids: every draw among these ids only (the
+     * worker masks the others out before sampling); NULL: no such
+     * restriction. Non-empty when given (vLLM refuses []); the router checks
+     * the ids against the vocabulary. */
+    int32_t *allowed_token_ids;
+    size_t n_allowed_token_ids;
 
     /* /v1/responses only (proto/responses.h): the request fields a Response
      * object repeats (instructions, tools, text, temperature, …) as one
@@ -439,7 +466,8 @@ typedef struct {
      * has_prompt_logprobs, [null, {"<id>": {logprob, rank, decoded_token}},
      * …] over positions 1 .. n_prompt_logprobs, each with the token itself
      * first and at most prompt_top alternatives; completions put it in the
-     * choice, chat at the top level (from choices[0]). */
+     * choice, chat at the top level (from choices[0]). Otherwise the key is
+     * there with null, as vLLM writes it (clients read the attribute). */
     bool has_prompt_logprobs;
     const ifd_oai_prompt_logprob_t *prompt_logprobs;
     size_t n_prompt_logprobs;
@@ -453,6 +481,17 @@ typedef struct {
      * starts with these prompt tokens, then `logprobs` (whose offsets go on
      * from prefix->chars); text_offset must then be 0. Borrowed. */
     const ifd_oai_lp_prefix_t *logprobs_prefix;
+    /* vLLM's return_token_ids: when has_token_ids, "token_ids": the choice's
+     * generated ids (a chunk: the ids since the last chunk); every id the
+     * worker sampled, an ending EOS or stop id included (usage counts
+     * them). prompt_token_ids (NULL: omitted) are the prompt's ids:
+     * completions put them in the choice (a stream: its first chunk), chat
+     * at the top level (from choices[0]; a stream: the first chunk). */
+    bool has_token_ids;
+    const int32_t *token_ids;
+    size_t n_token_ids;
+    const int32_t *prompt_token_ids;
+    size_t n_prompt_token_ids;
 } ifd_oai_choice_t;
 
 /* Writes "chatcmpl-<32 hex>" (chat), "cmpl-<32 hex>" or "resp_<32 hex>"

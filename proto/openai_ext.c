@@ -38,12 +38,12 @@ static const struct {
     const char *why;
 } EXTRAS[] = {
     {"use_beam_search", EP_BOTH, OK_FALSE, "beam search is not implemented"},
-    {"allowed_token_ids", EP_BOTH, OK_NULL, "use logit_bias or structured outputs"},
     {"bad_words", EP_BOTH, OK_EMPTY, "use logit_bias"},
     {"logits_processors", EP_BOTH, OK_EMPTY, "custom logits processors cannot be loaded"},
     {"skip_special_tokens", EP_BOTH, OK_TRUE, "special tokens are always skipped"},
     {"spaces_between_special_tokens", EP_BOTH, OK_TRUE, "special tokens are always skipped"},
-    {"return_tokens_as_token_ids", EP_BOTH, OK_FALSE, "tokens are returned as text"},
+    {"logprob_token_ids", EP_BOTH, OK_NULL,
+     "logprobs of chosen ids are not computed yet: use top_logprobs"},
     {"functions", EP_C, OK_EMPTY, "use 'tools' (the deprecated 'functions' is not supported)"},
     {"function_call", EP_C, OK_NULL, "use 'tool_choice'"},
     {"chat_template", EP_C, OK_NULL, "the server's template is used (--chat-template)"},
@@ -771,6 +771,25 @@ static int p_prompt_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_re
     return 0;
 }
 
+/* vLLM's token-level extras: return_token_ids, return_tokens_as_token_ids,
+ * allowed_token_ids (a non-empty list, as vLLM wants it). */
+static int p_token_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    const json_t *v;
+    int rc;
+    if ((v = ifd__oai_json_get(o, "return_token_ids")) &&
+        (rc = ifd__oai_json_bool(c, v, "return_token_ids", &r->return_token_ids)) < 0)
+        return rc;
+    if ((v = ifd__oai_json_get(o, "return_tokens_as_token_ids")) &&
+        (rc = ifd__oai_json_bool(c, v, "return_tokens_as_token_ids", &r->tokens_as_ids)) < 0)
+        return rc;
+    if ((v = ifd__oai_json_get(o, "allowed_token_ids")) &&
+        (rc = ifd__oai_json_token_array(c, v, "allowed_token_ids", IFD_OAI_MAX_ALLOWED_IDS, false,
+                                        &r->allowed_token_ids, &r->n_allowed_token_ids)) < 0)
+        return rc;
+    return 0;
+}
+
 int ifd__oai_ext_parse(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     int rc;
@@ -798,6 +817,8 @@ int ifd__oai_ext_parse(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_
         r->truncate_prompt_tokens = iv;
     }
     if ((rc = p_prompt_logprobs(c, o, r)) < 0)
+        return rc;
+    if ((rc = p_token_extras(c, o, r)) < 0)
         return rc;
     if ((rc = p_structured(c, o, r)) < 0)
         return rc;

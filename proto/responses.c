@@ -223,6 +223,19 @@ static int tr_input(ifd__oai_json_ctx_t *c, const json_t *input, json_t *msgs)
         const char *type = json_string_value(tj);
         if (!type || ifd__oai_json_is(tj, "message")) {
             const json_t *role = json_object_get(it, "role");
+            /* the Responses API's roles are an enum (OpenAI's and vLLM's
+             * types refuse others); chat takes any role (openai.h) */
+            static const char *const roles[] = {"user", "assistant", "system", "developer"};
+            size_t k = 0;
+            while (role && k < sizeof roles / sizeof roles[0] && !ifd__oai_json_is(role, roles[k]))
+                k++;
+            if (role && k == sizeof roles / sizeof roles[0]) {
+                snprintf(param, sizeof param, "input[%zu].role", i);
+                return ifd__oai_json_fail(c, "invalid_value", param,
+                                          "Invalid value for '%s': expected one of 'user', "
+                                          "'assistant', 'system' or 'developer'.",
+                                          param);
+            }
             json_t *content = NULL;
             int rc = tr_content(c, json_object_get(it, "content"), i, &content);
             if (rc)

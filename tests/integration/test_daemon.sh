@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
-# (http, openai, crash, robust, fair, faults, load, hostile, structured, responses, owners,
-# langchain, systemd, gpu_emu, ops, images) with the test Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd processes on temporary
-# sockets and skips (exit 77) loudly when the default model is absent;
-# `openai`, `responses`, `owners`, `structured`, `langchain` and `gpu_emu` also need the venv's
-# packages (openai, httpx, pydantic, jsonschema, langchain-openai).
+# (http, openai, tokens, crash, robust, fair, faults, load, hostile, structured,
+# responses, owners, langchain, systemd, gpu_emu, ops, images, …) with the test
+# Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd
+# processes on temporary sockets and skips (exit 77) loudly when the default
+# model is absent; the kinds in needs_openai below and `structured`, `langchain`
+# also need the venv's packages (openai, httpx, pydantic, jsonschema,
+# langchain-openai).
 # INFERD_BIN_DIR=DIR (a build directory, e.g. build-asan) makes the tests drive
 # DIR's inferd and inferd-worker instead of the ones given (CTest passes its own
 # build's: in build-asan they are the sanitized ones already).
@@ -33,8 +35,8 @@ if [ "$kind" = structured ] && ! "$py" -c 'import openai, httpx, jsonschema' 2>/
          "installs them into the venv that test.sh exports as INFERD_PYTHON)"
     exit 77
 fi
-if { [ "$kind" = openai ] || [ "$kind" = responses ] || [ "$kind" = owners ] ||
-     [ "$kind" = gpu_emu ] || [ "$kind" = ops ] || [ "$kind" = images ]; } &&
+needs_openai=" openai tokens responses owners gpu_emu ops images "
+if [ "${needs_openai#* $kind }" != "$needs_openai" ] &&
    ! "$py" -c 'import openai, httpx, pydantic' 2>/dev/null; then
     echo "SKIPPED: $py lacks the openai/httpx packages (deploy/install-deps.sh installs them" \
          "into the venv that test.sh exports as INFERD_PYTHON)"

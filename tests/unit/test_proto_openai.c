@@ -418,7 +418,9 @@ static const bad_case_t k_bad[] = {
      "missing_required_parameter"},
     {EP_CHAT, "{\"messages\":[{\"role\":5,\"content\":\"x\"}]}", "messages[0].role",
      "invalid_type"},
-    {EP_CHAT, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "messages[0].role",
+    {EP_CHAT, "{\"messages\":[{\"role\":\"\",\"content\":\"x\"}]}", "messages[0].role",
+     "invalid_value"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"ro\\u0000bot\",\"content\":\"x\"}]}", "messages[0].role",
      "invalid_value"},
     {EP_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content",
      "missing_required_parameter"},
@@ -595,7 +597,7 @@ static const bad_case_t k_bad[] = {
     {EP_TOK, "{}", "prompt", "missing_required_parameter"},
     {EP_TOK, "{\"prompt\":5}", "prompt", "invalid_type"},
     {EP_TOK, "{\"prompt\":\"x\"," MSG "}", "messages", "invalid_value"},
-    {EP_TOK, "{\"messages\":[{\"role\":\"x\",\"content\":\"y\"}]}", "messages[0].role",
+    {EP_TOK, "{\"messages\":[{\"role\":\"\",\"content\":\"y\"}]}", "messages[0].role",
      "invalid_value"},
     {EP_TOK, "{\"prompt\":\"x\",\"add_special_tokens\":\"x\"}", "add_special_tokens",
      "invalid_type"},
@@ -890,7 +892,9 @@ START_TEST(test_completion_response)
     ck_assert(jnum(j, "choices.0.logprobs.token_logprobs.2") == -3.0);
     ck_assert(jnum(j, "choices.0.logprobs.top_logprobs.0. a") == -1.0);
     ck_assert(jnum(j, "choices.0.logprobs.top_logprobs.1. the") == -0.5);
-    ck_assert(jnull(j, "choices.0.logprobs.top_logprobs.2"));
+    /* no alternatives (logprobs 0): the token's own, as vLLM writes it */
+    ck_assert_uint_eq(json_object_size(jp(j, "choices.0.logprobs.top_logprobs.2")), 1);
+    ck_assert(jnum(j, "choices.0.logprobs.top_logprobs.2.!") == -3.0);
     /* character offsets: " the" is 4, " café" is 5 characters (6 bytes) */
     ck_assert_int_eq(ji(j, "choices.0.logprobs.text_offset.0"), 100);
     ck_assert_int_eq(ji(j, "choices.0.logprobs.text_offset.1"), 104);
@@ -1681,7 +1685,7 @@ START_TEST(test_responses_parse)
          "unsupported_parameter"},
         {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens",
          "integer_below_min_value"},
-        {"{\"input\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "input", "invalid_value"},
+        {"{\"input\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "input[0].role", "invalid_value"},
         {"{\"instructions\":\"x\"}", "input", "missing_required_parameter"},
         {"{\"input\":[]}", "input", "invalid_value"},
         {"{\"input\":\"x\",\"temperature\":3}", "temperature", "decimal_above_max_value"},

@@ -81,11 +81,16 @@ static json_t *ref_completion(const ifd_oai_logprob_t *lp, size_t n, uint64_t of
         json_array_append_new(lps, lp[i].no_logprob ? json_null() : ref_real(lp[i].logprob));
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += ifd_utf8_count(lp[i].bytes, lp[i].len);
-        if (lp[i].n_top == 0 || lp[i].no_logprob) {
+        if (lp[i].no_logprob) {
             json_array_append_new(tops, json_null());
             continue;
         }
         json_t *t = json_object();
+        if (lp[i].n_top == 0) { /* logprobs 0: the token's own (vLLM) */
+            json_t *key = ref_str(lp[i].bytes, lp[i].len);
+            json_object_set_new(t, json_string_value(key), ref_real(lp[i].logprob));
+            json_decref(key);
+        }
         for (size_t k = 0; k < lp[i].n_top; k++) {
             json_t *key = ref_str(lp[i].top[k].bytes, lp[i].top[k].len);
             json_object_set_new(t, json_string_value(key), ref_real(lp[i].top[k].logprob));

@@ -1,0 +1,233 @@
+"""vLLM's token-level extensions through the real daemon (label model), with the official
+`openai` client (extra_body, the fields a vLLM client reads as extras) and curl over the
+Unix socket:
+
+- return_token_ids: chat's top-level prompt_token_ids (the /tokenize of the same messages)
+  and each choice's token_ids (as many as usage's completion_tokens; their /detokenize is
+  the text), streamed too (the chunks' token_ids concatenate to the non-streamed ones, the
+  prompt's come once); completions put prompt_token_ids in each choice;
+- return_tokens_as_token_ids: logprobs' tokens (and alternatives) are "token_id:N", N the
+  returned token_ids;
+- allowed_token_ids: at temperature 1 every sampled id is in the set (chat and
+  completions, n > 1, streamed), greedy picks within it; ids outside the vocabulary are a
+  400 naming each; [] is a 400;
+- prompt_logprobs: null when not asked (chat at the top, completions in each choice);
+  completions with logprobs 0 give top_logprobs as one-entry {token: logprob} dicts;
+- /tokenize's token_strs are vocabulary pieces ("Ġworld"), not decoded text;
+- a custom message role reaches the chat template;
+- a logit_bias refusal names every bad key (keys, then ids past the vocabulary).
+After every test no KV block may be held.
+
+Usage: test_daemon_tokens.py INFERD   (run by the venv's python: $INFERD_PYTHON)
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import serve_and_run, skip  # noqa: E402
+
+try:
+    import openai
+except ImportError as e:  # pragma: no cover
+    skip("the openai/httpx packages are not installed (%s): run deploy/install-deps.sh" % e)
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+D = None
+C = None
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+MSGS = [{"role": "user", "content": "Name three colors."}]
+
+
+def extra(obj, name):
+    """A field the openai package does not declare (vLLM's extras)."""
+    return (obj.model_extra or {}).get(name)
+
+
+def detok(ids):
+    return D.json("POST", "/detokenize", {"tokens": ids})["prompt"]
+
+
+def tok(text):
+    return D.json("POST", "/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
+
+
+def test_chat_return_token_ids():
+    r = C.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12, temperature=0,
+                                  extra_body={"return_token_ids": True})
+    want_prompt = D.json("POST", "/tokenize", {"messages": MSGS})["tokens"]
+    assert extra(r, "prompt_token_ids") == want_prompt, (extra(r, "prompt_token_ids"),
+                                                         want_prompt)
+    ids = extra(r.choices[0], "token_ids")
+    assert len(ids) == r.usage.completion_tokens, (ids, r.usage)
+    if r.choices[0].finish_reason == "length":
+        assert detok(ids) == r.choices[0].message.content, (detok(ids), r.choices[0])
+    # streamed: each chunk's ids, the prompt's once (the first chunk)
+    got, prompts = [], []
+    for ch in C.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12,
+                                        temperature=0, stream=True,
+                                        extra_body={"return_token_ids": True}):
+        if extra(ch, "prompt_token_ids") is not None:
+            prompts.append(extra(ch, "prompt_token_ids"))
+        for c in ch.choices:
+            got += extra(c, "token_ids") or []
+    assert prompts == [want_prompt], prompts
+    assert got == ids, (got, ids)
+    # not asked: no such keys
+    raw = D.json("POST", "/v1/chat/completions", {"model": MODEL, "messages": MSGS,
+                                                  "max_tokens": 2})
+    assert "prompt_token_ids" not in raw and "token_ids" not in raw["choices"][0], raw
+    D.wait_idle()
+
+
+def test_completions_return_token_ids():
+    prompts = ["The capital of France is", "One, two, three,"]
+    r = C.completions.create(model=MODEL, prompt=prompts, max_tokens=6, temperature=0, n=2,
+                             extra_body={"return_token_ids": True})
+    assert len(r.choices) == 4
+    total = 0
+    for c in r.choices:
+        assert extra(c, "prompt_token_ids") == tok(prompts[c.index // 2]), c
+        ids = extra(c, "token_ids")
+        total += len(ids)
+        if c.finish_reason == "length":
+            assert detok(ids) == c.text, (detok(ids), c.text)
+    assert total == r.usage.completion_tokens
+    # streamed: the ids of choice i in its chunks, its prompt's with its first chunk
+    got, seen_prompt = {}, {}
+    for ch in C.completions.create(model=MODEL, prompt=prompts, max_tokens=6, temperature=0,
+                                   n=2, stream=True, extra_body={"return_token_ids": True}):
+        for c in ch.choices:
+            if extra(c, "prompt_token_ids") is not None:  # with the choice's first chunk
+                assert c.index not in got and c.index not in seen_prompt, c
+                seen_prompt[c.index] = extra(c, "prompt_token_ids")
+            got.setdefault(c.index, []).extend(extra(c, "token_ids") or [])
+    for c in r.choices:
+        assert got[c.index] == extra(c, "token_ids"), (c.index, got[c.index])
+        assert seen_prompt[c.index] == extra(c, "prompt_token_ids")
+    D.wait_idle()
+
+
+def test_tokens_as_token_ids():
+    r = C.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=6, temperature=0,
+                                  logprobs=True, top_logprobs=2,
+                                  extra_body={"return_token_ids": True,
+                                              "return_tokens_as_token_ids": True})
+    ids = extra(r.choices[0], "token_ids")
+    content = r.choices[0].logprobs.content
+    assert len(content) >= 1
+    for i, e in enumerate(content):
+        assert e.token == "token_id:%d" % ids[i], (e.token, ids[i])
+        assert bytes(e.bytes) == e.token.encode(), e  # vLLM: the bytes of that text
+        assert len(e.top_logprobs) == 2
+        assert all(t.token.startswith("token_id:") for t in e.top_logprobs), e
+    r = C.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5,
+                             temperature=0, logprobs=1,
+                             extra_body={"return_token_ids": True,
+                                         "return_tokens_as_token_ids": True})
+    c = r.choices[0]
+    ids = extra(c, "token_ids")
+    assert c.logprobs.tokens == ["token_id:%d" % i for i in ids[:len(c.logprobs.tokens)]]
+    assert all(k.startswith("token_id:") for d in c.logprobs.top_logprobs for k in d)
+    # text_offset counts the placeholders' characters, as vLLM's
+    offs = c.logprobs.text_offset
+    assert all(offs[i + 1] - offs[i] == len(c.logprobs.tokens[i]) for i in range(len(offs) - 1))
+    D.wait_idle()
+
+
+def test_allowed_token_ids():
+    allowed = sorted(set(tok(" yes") + tok(" no") + tok(" maybe")))
+    assert len(allowed) == 3, allowed
+    # sampled at temperature 1, EOS not allowed either: every id in the set
+    r = C.completions.create(model=MODEL, prompt="Answer:", max_tokens=8, temperature=1.0, n=4,
+                             seed=3, extra_body={"allowed_token_ids": allowed,
+                                                 "return_token_ids": True})
+    seen = set()
+    for c in r.choices:
+        ids = extra(c, "token_ids")
+        assert len(ids) == 8 and set(ids) <= set(allowed), (ids, allowed)
+        seen |= set(ids)
+    assert len(seen) >= 2, seen  # a draw, not a constant
+    # chat, streamed, greedy: within the set too
+    text = ""
+    for ch in C.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=5, temperature=0,
+                                        stream=True, extra_body={"allowed_token_ids": allowed}):
+        for c in ch.choices:
+            text += c.delta.content or ""
+    assert text and set(text.split()) <= {"yes", "no", "maybe"}, text
+    # the refusals: every bad id named, and []
+    code, body = D.curl("-X", "POST", "http://x/v1/chat/completions",
+                        "-H", "Content-Type: application/json",
+                        "-d", json.dumps({"model": MODEL, "messages": MSGS,
+                                          "allowed_token_ids": [5, 99999999, 88888888]}))
+    err = json.loads(body)["error"]
+    assert code == 400 and err["param"] == "allowed_token_ids", (code, body)
+    assert "99999999" in err["message"] and "88888888" in err["message"], err
+    try:
+        C.completions.create(model=MODEL, prompt="x", max_tokens=1,
+                             extra_body={"allowed_token_ids": []})
+        raise AssertionError("[] accepted")
+    except openai.BadRequestError as e:
+        assert e.body["param"] == "allowed_token_ids", e.body
+    D.wait_idle()
+
+
+def test_prompt_logprobs_null_and_logprobs_zero():
+    r = D.json("POST", "/v1/chat/completions", {"model": MODEL, "messages": MSGS,
+                                                "max_tokens": 2})
+    assert "prompt_logprobs" in r and r["prompt_logprobs"] is None, r
+    r = D.json("POST", "/v1/completions", {"model": MODEL, "prompt": "Hello", "max_tokens": 4,
+                                           "temperature": 0, "logprobs": 0})
+    c = r["choices"][0]
+    assert "prompt_logprobs" in c and c["prompt_logprobs"] is None, c
+    lp = c["logprobs"]
+    assert len(lp["top_logprobs"]) == len(lp["tokens"]) >= 1
+    for t, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert top == {t: v}, (t, v, top)
+    # the openai client reads the attribute
+    r = C.completions.create(model=MODEL, prompt="Hello", max_tokens=2, logprobs=0)
+    assert extra(r.choices[0], "prompt_logprobs") is None
+    assert "prompt_logprobs" in r.choices[0].model_extra
+    D.wait_idle()
+
+
+def test_tokenize_token_strs_are_pieces():
+    code, body = D.curl("-X", "POST", "http://x/tokenize", "-H",
+                        "Content-Type: application/json", "-d",
+                        json.dumps({"prompt": "hello world\n", "add_special_tokens": False,
+                                    "return_token_strs": True}), expect=200)
+    r = json.loads(body)
+    assert r["token_strs"][1] == "\u0120world", r  # GPT-2's byte alphabet: Ġ is the space
+    assert "".join(r["token_strs"]).replace("\u0120", " ").replace("\u010a", "\n") == \
+        "hello world\n", r
+
+
+def test_custom_role_reaches_the_template():
+    msgs = [{"role": "ipython", "content": "42"}, {"role": "user", "content": "Hi"}]
+    ids = D.json("POST", "/tokenize", {"messages": msgs})["tokens"]
+    assert "<|im_start|>ipython\n42" in detok(ids), detok(ids)
+    r = C.chat.completions.create(model=MODEL, messages=msgs, max_tokens=2)
+    assert r.choices[0].message.content is not None
+    D.wait_idle()
+
+
+def test_logit_bias_names_every_bad_key():
+    code, body = D.curl("-X", "POST", "http://x/v1/completions", "-H",
+                        "Content-Type: application/json", "-d",
+                        json.dumps({"model": MODEL, "prompt": "x",
+                                    "logit_bias": {"a": 1, "5": 1, "b": 2}}))
+    err = json.loads(body)["error"]
+    assert code == 400 and err["param"] == "logit_bias", body
+    assert "'a'" in err["message"] and "'b'" in err["message"], err
+    code, body = D.curl("-X", "POST", "http://x/v1/completions", "-H",
+                        "Content-Type: application/json", "-d",
+                        json.dumps({"model": MODEL, "prompt": "x",
+                                    "logit_bias": {"5": 1, "99999999": 1, "77777777": -1}}))
+    err = json.loads(body)["error"]
+    assert code == 400 and err["param"] == "logit_bias", body
+    assert "99999999" in err["message"] and "77777777" in err["message"], err
+    assert "'5'" not in err["message"] and " 5," not in err["message"], err
+
+
+if __name__ == "__main__":
+    sys.exit(serve_and_run(globals(), INFERD))
