@@ -1252,7 +1252,17 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
     }
     if (!rc) {
         rc = ifd__render_builtin(t, m, n, req->add_generation_prompt, out);
-        if (rc == IFD_EINVAL)
+        size_t odd = 0; /* a role beyond system/user/assistant: the likelier cause */
+        while (rc == IFD_EINVAL && odd < n &&
+               (ifd__is(m[odd].role, "system") || ifd__is(m[odd].role, "user") ||
+                ifd__is(m[odd].role, "assistant")))
+            odd++;
+        if (rc == IFD_EINVAL && odd < n)
+            ifd_fail_msg(errbuf, errlen, 0,
+                         "the built-in '%s' chat template cannot render role '%.40s' (message "
+                         "%zu) here; give the model's template with --chat-template FILE",
+                         ifd_chat_family_name(t->family), m[odd].role, odd);
+        else if (rc == IFD_EINVAL)
             ifd_fail_msg(errbuf, errlen, 0,
                          "the '%s' chat template cannot render these messages "
                          "(roles must alternate user/assistant)",

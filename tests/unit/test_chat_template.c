@@ -133,6 +133,52 @@ START_TEST(test_mistral_system)
 }
 END_TEST
 
+/* Custom roles (vLLM passes any role to the template): chatml and llama3
+ * spell them as their official templates do; mistral, which has no place
+ * for one, is a 400 whose message names the role and the message; gemma
+ * renders one where its alternation allows, as its template does. */
+START_TEST(test_custom_roles)
+{
+    static const struct {
+        const char *family, *want; /* want NULL: refused */
+    } cases[] = {
+        {"chatml", "<|im_start|>ipython\n42<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                   "<|im_start|>assistant\n"},
+        {"llama3", "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+                   "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+                   "<|start_header_id|>ipython<|end_header_id|>\n\n42<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {"mistral", NULL},
+    };
+    json_error_t je;
+    json_t *msgs = json_loads("[{\"role\":\"ipython\",\"content\":\"42\"},"
+                              "{\"role\":\"user\",\"content\":\"Hi\"}]",
+                              0, &je);
+    ck_assert_ptr_nonnull(msgs);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ifd_chat_params_t p = ifd_chat_default_params();
+        p.name = cases[i].family;
+        ifd_chat_template_t *t;
+        char err[256] = "";
+        ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+        ifd_chat_request_t req = {.messages = msgs, .add_generation_prompt = true};
+        ifd_chat_prompt_t pr;
+        int rc = ifd_chat_render_request(t, &req, &pr, err, sizeof err);
+        if (cases[i].want) {
+            ck_assert_msg(rc == 0, "%s: %s", cases[i].family, err);
+            ck_assert_str_eq(pr.text, cases[i].want);
+            ifd_chat_prompt_free(&pr);
+        } else {
+            ck_assert_int_eq(rc, IFD_EINVAL);
+            ck_assert_msg(strstr(err, "role 'ipython' (message 0)"), "%s", err);
+        }
+        ifd_chat_template_destroy(t);
+    }
+    json_decref(msgs);
+}
+END_TEST
+
 /* A content holding NULs (a request's "\u0000") is rendered whole, by the
  * built-in families (each of them: _i < 6, where it is one plain span) and
  * by Jinja (_i 6). */
@@ -635,6 +681,7 @@ static Suite *chat_suite(void)
     tcase_add_test(tc, test_template_file);
     tcase_add_test(tc, test_request_api);
     tcase_add_test(tc, test_mistral_system);
+    tcase_add_test(tc, test_custom_roles);
     tcase_add_loop_test(tc, test_nul_content, 0, 7);
     tcase_add_test(tc, test_names_and_detection);
     tcase_add_loop_test(tc, test_chatml_no_forgery, 0, 2);
