@@ -121,6 +121,9 @@
     X(max_response_bytes, BYTES, "64M", 1, "BYTES", 65536, 0,                                  \
       "a non-streamed response's body at most: a request whose answer would be larger is "    \
       "refused with 400 (streams are not bounded by it)")                                      \
+    X(max_logprobs, INT, "20", 1, "N", 0, 20,                                                  \
+      "logprobs a request may ask for at most (top_logprobs, completions logprobs, "           \
+      "prompt_logprobs; 400 beyond): vLLM's --max-logprobs, up to 20 (the worker's top-k)")    \
     X(header_timeout, SECS, "10", 1, "SECS", 0.01, 3600,                                       \
       "time to receive a request's headers (408 beyond)")                                      \
     X(body_timeout, SECS, "30", 1, "SECS", 0.01, 3600, "time to receive a request's body")     \

@@ -1601,6 +1601,33 @@ static bool ifd__check_vocab(ifd_gen_t *g, const char *param, const char *what, 
     return false;
 }
 
+/* vLLM's --max-logprobs (the max_logprobs setting, read per request): a
+ * 400 naming the field that asks for more alternatives; false then. */
+static bool ifd__check_max_logprobs(ifd_gen_t *g)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    const int64_t max = g->api->cfg->max_logprobs;
+    const char *param = NULL, *what = "sample";
+    int64_t asked = 0;
+    if (rq->logprobs && rq->top_logprobs > max) {
+        param = g->kind == IFD_OAI_COMPLETION ? "logprobs" : "top_logprobs";
+        asked = rq->top_logprobs;
+    } else if (rq->prompt_logprobs && rq->prompt_top_logprobs > max) {
+        param = "prompt_logprobs";
+        what = "prompt";
+        asked = rq->prompt_top_logprobs;
+    }
+    if (!param)
+        return true;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "Requested %s logprobs of %lld, which is greater than max allowed: %lld (this "
+             "server's max_logprobs).",
+             what, (long long)asked, (long long)max);
+    ifd__reject(g, 400, "invalid_value", param, msg);
+    return false;
+}
+
 /* generation_config.json's sampling defaults for what the request leaves
  * out, unless the generation_config setting is off (docs/models.md); a
  * Response echoes the values in force. 0 or IFD_ENOMEM. */
@@ -1737,7 +1764,8 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
                                      ? (int32_t)api->mcfg->n_vocab
                                      : api->n_vocab;
     /* logit_bias entries start with their id */
-    if (!ifd__check_vocab(g, "logit_bias", "Invalid keys in 'logit_bias'", rq->logit_bias,
+    if (!ifd__check_max_logprobs(g) ||
+        !ifd__check_vocab(g, "logit_bias", "Invalid keys in 'logit_bias'", rq->logit_bias,
                           sizeof rq->logit_bias[0], rq->n_logit_bias, n_bias_vocab) ||
         !ifd__check_vocab(g, "allowed_token_ids", "Invalid 'allowed_token_ids'",
                           rq->allowed_token_ids, sizeof(int32_t), rq->n_allowed_token_ids,

@@ -15,7 +15,8 @@ so the emulator's slowness does not matter. Checked:
   exits 0 with one line and no socket; a SIGHUP then is ignored;
 - `--gpus 0` sizes the KV pool from the emulated device memory in the POOL step, loading the
   weights once (one worker process started, no `--kv-probe`; the log's block count is
-  /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion; the pool's
+  /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion (and draws
+  within vLLM's allowed_token_ids on the device sampler); the pool's
   segment is (emulated) CUDA VMM memory whose fd the router holds, so a SIGKILLed worker's
   replacement serves the same prompt from the cached prefix with the same tokens;
 - exact mode (`--gpu-dtype f32`) gives the CPU daemon's greedy tokens on the same random
@@ -250,6 +251,14 @@ def test_gpu_stream_and_pool_size():
                                       messages=[{"role": "user", "content": PROMPTS[0]}])
         assert r.choices[0].message.content == text, (r.choices[0].message.content, text)
         assert r.usage.prompt_tokens_details.cached_tokens > 0, r.usage
+        # vLLM's allowed_token_ids on the device sampler: every draw at temperature 1 (two
+        # samples) is one of the set's ids
+        allowed = [1000, 2000, 3000, 4000]
+        r = c.completions.create(model=MODEL, prompt=PROMPTS[1], max_tokens=6, temperature=1,
+                                 n=2, seed=5, extra_body={"allowed_token_ids": allowed,
+                                                          "return_token_ids": True})
+        for ch in r.choices:
+            assert set(ch.model_extra["token_ids"]) <= set(allowed), ch.model_extra
         d.wait_idle()
         # the KV segment is device memory whose fd the router holds: a worker killed
         # with SIGKILL is replaced, and the new one finds the cached prefix still valid

@@ -15,7 +15,9 @@ Unix socket:
   completions with logprobs 0 give top_logprobs as one-entry {token: logprob} dicts;
 - /tokenize's token_strs are vocabulary pieces ("Ġworld"), not decoded text;
 - a custom message role reaches the chat template;
-- a logit_bias refusal names every bad key (keys, then ids past the vocabulary).
+- a logit_bias refusal names every bad key (keys, then ids past the vocabulary);
+- --max-logprobs lowers the cap of top_logprobs, logprobs and prompt_logprobs (400 naming
+  the field).
 After every test no KV block may be held.
 
 Usage: test_daemon_tokens.py INFERD   (run by the venv's python: $INFERD_PYTHON)
@@ -25,7 +27,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import serve_and_run, skip  # noqa: E402
+from test_daemon_util import Daemon, serve_and_run, skip  # noqa: E402
 
 try:
     import openai
@@ -227,6 +229,25 @@ def test_logit_bias_names_every_bad_key():
     assert code == 400 and err["param"] == "logit_bias", body
     assert "99999999" in err["message"] and "77777777" in err["message"], err
     assert "'5'" not in err["message"] and " 5," not in err["message"], err
+
+
+def test_max_logprobs_setting():
+    d2 = Daemon(INFERD, args=["--max-logprobs", "3"])
+    try:
+        base = {"model": MODEL, "max_tokens": 2}
+        cases = [("/v1/chat/completions", {"messages": MSGS, "logprobs": True,
+                                           "top_logprobs": 4}, "top_logprobs"),
+                 ("/v1/completions", {"prompt": "x", "logprobs": 5}, "logprobs"),
+                 ("/v1/completions", {"prompt": "x y", "prompt_logprobs": 4}, "prompt_logprobs")]
+        for path, body, param in cases:
+            err = d2.json("POST", path, dict(base, **body), expect=400)["error"]
+            assert err["param"] == param and "max allowed: 3" in err["message"], err
+        r = d2.json("POST", "/v1/chat/completions", dict(base, messages=MSGS, logprobs=True,
+                                                         top_logprobs=3))
+        assert len(r["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == 3, r
+        d2.wait_idle()
+    finally:
+        assert d2.stop() == 0, d2.logtext()
 
 
 if __name__ == "__main__":
