@@ -559,17 +559,25 @@ static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
     memset(l, 0, sizeof *l);
     l->bytes = ifd__lp_token(g, ev->token, &l->len);
     l->logprob = ev->logprob;
-    if (ev->n_top) {
-        ifd_oai_top_logprob_t *top = ifd_arena_calloc(&g->arena, ev->n_top, sizeof *top);
+    /* logprob_token_ids: vLLM's dict — the sampled token first, then the
+     * ids asked for (the sampled one once), all of them */
+    const bool ids = g->req.n_logprob_token_ids > 0;
+    if (ev->n_top || ids) {
+        ifd_oai_top_logprob_t *top = ifd_arena_calloc(&g->arena, ev->n_top + 1, sizeof *top);
+        size_t k = 0;
+        if (top && ids)
+            top[k++] = (ifd_oai_top_logprob_t){l->bytes, l->bytes ? l->len : 0, ev->logprob};
+        for (uint32_t i = 0; top && i < ev->n_top; i++) {
+            if (ids && ev->top[i].token == ev->token)
+                continue;
+            top[k].bytes = ifd__lp_token(g, ev->top[i].token, &top[k].len);
+            if (!top[k].bytes)
+                top[k].len = 0;
+            top[k++].logprob = ev->top[i].logprob;
+        }
         if (top) {
-            for (uint32_t i = 0; i < ev->n_top; i++) {
-                top[i].bytes = ifd__lp_token(g, ev->top[i].token, &top[i].len);
-                if (!top[i].bytes)
-                    top[i].len = 0;
-                top[i].logprob = ev->top[i].logprob;
-            }
             l->top = top;
-            l->n_top = g->req.top_logprobs < ev->n_top ? g->req.top_logprobs : ev->n_top;
+            l->n_top = ids || g->req.top_logprobs > k ? k : g->req.top_logprobs;
         }
     }
     if (l->bytes) {
@@ -1488,6 +1496,8 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
     sp->min_tokens = rq->min_tokens;
     sp->allowed_ids = rq->allowed_token_ids;
     sp->n_allowed_ids = (uint32_t)rq->n_allowed_token_ids;
+    sp->lp_ids = rq->logprob_token_ids;
+    sp->n_lp_ids = (uint32_t)rq->n_logprob_token_ids;
     /* prompt logprobs: computed once, by the first sample (a streaming echo's
      * other choices wait for them: ifd__held) */
     if (g->plp && sample == 0)
@@ -1769,6 +1779,9 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
                           sizeof rq->logit_bias[0], rq->n_logit_bias, n_bias_vocab) ||
         !ifd__check_vocab(g, "allowed_token_ids", "Invalid 'allowed_token_ids'",
                           rq->allowed_token_ids, sizeof(int32_t), rq->n_allowed_token_ids,
+                          api->n_vocab) ||
+        !ifd__check_vocab(g, "logprob_token_ids", "Invalid 'logprob_token_ids'",
+                          rq->logprob_token_ids, sizeof(int32_t), rq->n_logprob_token_ids,
                           api->n_vocab))
         return;
     for (size_t i = 0; i < rq->n_stop_token_ids; i++) {

@@ -37,9 +37,9 @@ struct ifd_rseq {
     int32_t *tokens; /* prompt then generated */
     uint32_t n_prompt, n_gen, cap;
     /* The request as submitted, the one form it has from the API to the
-     * worker: its arrays (stop ids, logit bias, grammar, allowed ids) are
-     * the router's copies; id, tokens and n_generated are filled at each
-     * send. */
+     * worker: its arrays (stop ids, logit bias, grammar, allowed and
+     * logprob ids) are the router's copies; id, tokens and n_generated are
+     * filled at each send. */
     ifd_wire_add_t req;
     uint32_t n_plp; /* prompt positions 1 .. n_plp delivered to the owner */
     const ifd_rseq_ops_t *ops;
@@ -150,6 +150,7 @@ static void ifd__seq_free_mem(ifd_rseq_t *s)
     free((void *)s->req.grammar);
     free((void *)s->req.sampling.logit_bias);
     free((void *)s->req.allowed_ids);
+    free((void *)s->req.lp_ids);
     free(s);
 }
 
@@ -419,6 +420,7 @@ static int ifd__seq_copy_req(ifd_rseq_t *s, const ifd_wire_add_t *p)
     s->req.stop_ids = ifd__dup(p->stop_ids, p->n_stop_ids * sizeof *p->stop_ids, &oom);
     s->req.grammar = ifd__dup(p->grammar, p->n_grammar * sizeof *p->grammar, &oom);
     s->req.allowed_ids = ifd__dup(p->allowed_ids, p->n_allowed_ids * sizeof *p->allowed_ids, &oom);
+    s->req.lp_ids = ifd__dup(p->lp_ids, p->n_lp_ids * sizeof *p->lp_ids, &oom);
     return oom ? IFD_ENOMEM : 0;
 }
 

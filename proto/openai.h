@@ -280,6 +280,11 @@ typedef struct {
      * the ids against the vocabulary. */
     int32_t *allowed_token_ids;
     size_t n_allowed_token_ids;
+    /* vLLM's logprob_token_ids: with logprobs (required), each token's
+     * top_logprobs are the sampled token's then these ids' (in this order),
+     * instead of the top k. 1..IFD_OAI_MAX_TOP_LOGPROBS ids; NULL: off. */
+    int32_t *logprob_token_ids;
+    size_t n_logprob_token_ids;
 
     /* /v1/responses only (proto/responses.h): the request fields a Response
      * object repeats (instructions, tools, text, temperature, …) as one

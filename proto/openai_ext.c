@@ -42,8 +42,6 @@ static const struct {
     {"logits_processors", EP_BOTH, OK_EMPTY, "custom logits processors cannot be loaded"},
     {"skip_special_tokens", EP_BOTH, OK_TRUE, "special tokens are always skipped"},
     {"spaces_between_special_tokens", EP_BOTH, OK_TRUE, "special tokens are always skipped"},
-    {"logprob_token_ids", EP_BOTH, OK_NULL,
-     "logprobs of chosen ids are not computed yet: use top_logprobs"},
     {"functions", EP_C, OK_EMPTY, "use 'tools' (the deprecated 'functions' is not supported)"},
     {"function_call", EP_C, OK_NULL, "use 'tool_choice'"},
     {"chat_template", EP_C, OK_NULL, "the server's template is used (--chat-template)"},
@@ -772,7 +770,9 @@ static int p_prompt_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_re
 }
 
 /* vLLM's token-level extras: return_token_ids, return_tokens_as_token_ids,
- * allowed_token_ids (a non-empty list, as vLLM wants it). */
+ * allowed_token_ids (a non-empty list, as vLLM wants it), logprob_token_ids
+ * (1..20 ids, with logprobs; not for completions' echo with max_tokens 0,
+ * as vLLM). */
 static int p_token_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     const json_t *v;
@@ -787,6 +787,19 @@ static int p_token_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_reque
         (rc = ifd__oai_json_token_array(c, v, "allowed_token_ids", IFD_OAI_MAX_ALLOWED_IDS, false,
                                         &r->allowed_token_ids, &r->n_allowed_token_ids)) < 0)
         return rc;
+    if (!(v = ifd__oai_json_get(o, "logprob_token_ids")))
+        return 0;
+    if ((rc = ifd__oai_json_token_array(c, v, "logprob_token_ids", IFD_OAI_MAX_TOP_LOGPROBS, false,
+                                        &r->logprob_token_ids, &r->n_logprob_token_ids)) < 0)
+        return rc;
+    if (!r->logprobs)
+        return ifd__oai_json_fail(c, "invalid_value", "logprob_token_ids",
+                                  "When using 'logprob_token_ids', 'logprobs' must be set%s.",
+                                  r->kind == IFD_OAI_COMPLETION ? "" : " to true");
+    if (r->kind == IFD_OAI_COMPLETION && r->echo && r->max_tokens == 0)
+        return ifd__oai_json_fail(c, "invalid_value", "logprob_token_ids",
+                                  "'logprob_token_ids' is not supported when 'echo' is true and "
+                                  "'max_tokens' is 0: no output tokens are generated.");
     return 0;
 }
 

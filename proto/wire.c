@@ -223,6 +223,7 @@ static const wfield_t add_fields[] = {
     FU32M(ifd_wire_add_t, prompt_logprobs, 1 + IFD_WIRE_MAX_TOP),
     FU32(ifd_wire_add_t, client),
     FARR_I32(ifd_wire_add_t, allowed_ids, n_allowed_ids, IFD_WIRE_MAX_ALLOWED),
+    FARR_I32(ifd_wire_add_t, lp_ids, n_lp_ids, IFD_WIRE_MAX_TOP),
 };
 static const wstruct_t add_desc = {"add", sizeof(ifd_wire_add_t), add_fields, NF(add_fields),
                                    check_add};

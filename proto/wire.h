@@ -243,6 +243,11 @@ typedef struct {
      * IFD_WIRE_MAX_ALLOWED ids. Version 10. */
     const int32_t *allowed_ids;
     uint32_t n_allowed_ids;
+    /* vLLM's logprob_token_ids: with sampling.n_logprobs >= 0, each token's
+     * top logprobs are these ids' (in this order) instead of the top k; up
+     * to IFD_WIRE_MAX_TOP. Version 10. */
+    const int32_t *lp_ids;
+    uint32_t n_lp_ids;
 } ifd_wire_add_t;
 
 /* The wire's priority (higher first) of an API request's vLLM priority

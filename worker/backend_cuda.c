@@ -935,8 +935,9 @@ typedef struct {
 } ifd__samp_count_t;
 
 /* The first pass: the sizes of every row's parts. IFD_EINVAL for a scoring
- * row asking for more alternatives than the sampler gives, or a sampled
- * row that wants logprobs and has nowhere to put them. */
+ * row asking for more alternatives than the sampler gives, a sampled row
+ * that wants logprobs and has nowhere to put them, or one that wants
+ * logprob_token_ids (the engine samples those on the host). */
 static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, ifd__samp_count_t *n)
 {
     memset(n, 0, sizeof *n);
@@ -953,6 +954,10 @@ static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, ifd__samp_co
         }
         if (p->n_logprobs >= 0 && !rows[i].result) {
             IFD_ERROR("cuda backend: a row with logprobs and nowhere to put them");
+            return IFD_EINVAL;
+        }
+        if (p->n_logprobs >= 0 && p->n_lp_ids) { /* ifd_cuda_logprobs gives the top k only */
+            IFD_ERROR("cuda backend: a row with logprob_token_ids (sampled on the host)");
             return IFD_EINVAL;
         }
         n->n_bias += p->n_logit_bias;

@@ -62,6 +62,7 @@ typedef struct {
     int err; /* why it ended in error (ifd_engine_usage_t.error), 0 otherwise */
     ifd_logit_bias_t *bias;
     uint32_t *allowed; /* allowed_token_ids' bitmask (sampling.allowed), or NULL */
+    int32_t *lp_ids;   /* logprob_token_ids (sampling.lp_ids), or NULL */
     int32_t *stop_ids;
     int32_t n_stop_ids;
     int32_t max_tokens;
@@ -255,6 +256,7 @@ static void ifd__seq_free(ifd__seq_t *s)
     free(s->lblocks);
     free(s->bias);
     free(s->allowed);
+    free(s->lp_ids);
     free(s->min_bias);
     free(s->stop_ids);
     ifd_constraint_destroy(s->sampling.constraint);
@@ -500,7 +502,10 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     for (int32_t i = 0; i < r->n_generated; i++)
         if (r->generated[i] < 0 || r->generated[i] >= e->model.n_vocab)
             return IFD_EINVAL;
-    if (ifd_sampling_params_check(&r->sampling, e->model.n_vocab) != 0)
+    ifd_sampling_params_t chk = r->sampling; /* with the logprob ids it will take */
+    chk.lp_ids = r->lp_ids;
+    chk.n_lp_ids = r->n_lp_ids;
+    if (ifd_sampling_params_check(&chk, e->model.n_vocab) != 0)
         return IFD_EINVAL;
     if (ifd__find(e, r->id, NULL, NULL))
         return IFD_EEXIST;
@@ -524,6 +529,17 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
             return arc == IFD_ENOMEM ? arc : IFD_EINVAL;
         }
         s->sampling.allowed = s->allowed;
+    }
+    s->sampling.lp_ids = NULL;
+    s->sampling.n_lp_ids = 0;
+    if (r->n_lp_ids) { /* ranges checked with the sampling parameters above */
+        if (!(s->lp_ids = malloc(r->n_lp_ids * sizeof *s->lp_ids))) {
+            ifd__seq_free(s);
+            return IFD_ENOMEM;
+        }
+        memcpy(s->lp_ids, r->lp_ids, r->n_lp_ids * sizeof *s->lp_ids);
+        s->sampling.lp_ids = s->lp_ids;
+        s->sampling.n_lp_ids = r->n_lp_ids;
     }
     if (r->sampling.n_logit_bias) {
         s->bias = malloc(r->sampling.n_logit_bias * sizeof *s->bias);
@@ -1169,7 +1185,9 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
                                                s->tokens + s->n_prompt,
                                                (size_t)(s->n_tokens - s->n_prompt)};
         const bool min_bias = s->n_gen < s->min_tokens && s->min_bias;
-        const bool host = (s->sampling.constraint || s->sampling.allowed) && min_bias;
+        /* logprob_token_ids: the device returns top k only */
+        const bool host = ((s->sampling.constraint || s->sampling.allowed) && min_bias) ||
+                          (s->sampling.n_lp_ids && s->sampling.n_logprobs >= 0);
         e->s_params[r] = s->sampling;
         if (min_bias) { /* as ifd__sample_seq */
             e->s_params[r].logit_bias = s->min_bias;

@@ -207,6 +207,12 @@ typedef struct {
      * min_tokens, a set of only stop and EOS ids wins as a grammar does. */
     const int32_t *allowed_ids;
     uint32_t n_allowed_ids;
+    /* vLLM's logprob_token_ids: with sampling.n_logprobs >= 0, each token's
+     * "top" logprobs are these ids' (<= IFD_SAMPLER_MAX_LOGPROBS, each in
+     * [0, vocab), else IFD_EINVAL); copied. Sampled on the host (the device
+     * sampler returns top k only). */
+    const int32_t *lp_ids;
+    uint32_t n_lp_ids;
 } ifd_engine_request_t;
 
 int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,

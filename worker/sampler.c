@@ -327,6 +327,11 @@ int ifd_sampling_params_check(const ifd_sampling_params_t *p, int32_t vocab)
         return IFD_EINVAL;
     if (p->n_logit_bias > 0 && !p->logit_bias)
         return IFD_EINVAL;
+    if (p->n_lp_ids > IFD_SAMPLER_MAX_LOGPROBS || (p->n_lp_ids && !p->lp_ids))
+        return IFD_EINVAL;
+    for (uint32_t i = 0; i < p->n_lp_ids; i++)
+        if (p->lp_ids[i] < 0 || p->lp_ids[i] >= vocab)
+            return IFD_ERANGE;
     for (uint32_t i = 0; i < p->n_logit_bias; i++) {
         float b = p->logit_bias[i].bias;
         if (isnan(b) || b == INFINITY)
@@ -911,8 +916,9 @@ static int32_t draw(ifd_sampler_t *s, const ifd_sampling_params_t *p, const floa
  * normalizer from the integer weights (relative error of a weight < 4e-7,
  * and tokens 30 nats below the maximum add under V * e^-30 to the sum).
  * z, when nonzero, is that sum already computed, with m the row's maximum. */
-static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_top, uint64_t z,
-                     float m, ifd_sample_result_t *out)
+static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_top,
+                     const int32_t *ids, uint32_t n_ids, uint64_t z, float m,
+                     ifd_sample_result_t *out)
 {
     const int32_t V = s->vocab;
     if (!z)
@@ -928,6 +934,14 @@ static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_
     float xt = x[token];
     out->logprob = LOGPROB(xt);
     out->rank = s->k->count_ge(x, V, xt);
+    if (n_ids) { /* logprob_token_ids: these, in their order, not the top */
+        for (uint32_t j = 0; j < n_ids; j++) {
+            out->top_ids[j] = ids[j];
+            out->top_logprobs[j] = LOGPROB(x[ids[j]]);
+        }
+        out->n_top = (int32_t)n_ids;
+        return;
+    }
 
     /* Top n_top by insertion into a short sorted list: equal values keep
      * ascending id because a later id never passes an equal one. */
@@ -965,7 +979,7 @@ int ifd_sampler_logprobs(ifd_sampler_t *s, const float *logits, int32_t token, i
         return report_bad(logits, s->vocab);
     ifd_sample_result_t r = {0};
     r.token = token;
-    logprobs(s, logits, token, n_top, 0, 0.0f, &r);
+    logprobs(s, logits, token, n_top, NULL, 0, 0, 0.0f, &r);
     memcpy(out, &r, sizeof r);
     return 0;
 }
@@ -1028,7 +1042,8 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *p, const f
         r.token = draw(s, p, l, lmax, position, &z_row);
     if (p->n_logprobs >= 0) {
         const float *src = p->logprobs_mode == IFD_LOGPROBS_RAW ? logits : l;
-        logprobs(s, src, r.token, p->n_logprobs, src == l ? z_row : 0, lmax, &r);
+        logprobs(s, src, r.token, p->n_logprobs, p->lp_ids, p->n_lp_ids, src == l ? z_row : 0, lmax,
+                 &r);
     }
     memcpy(out, &r, sizeof r);
     return 0;

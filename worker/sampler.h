@@ -134,6 +134,12 @@ typedef struct {
      * each id that may be drawn (ifd_sampling_allowed_mask). Borrowed for
      * the call; the engine keeps it with its sequence. */
     const uint32_t *allowed;
+    /* vLLM's logprob_token_ids: with n_logprobs >= 0, the result's "top"
+     * entries are these ids' logprobs, in this order, instead of the top
+     * n_logprobs (n_lp_ids <= IFD_SAMPLER_MAX_LOGPROBS, ids in [0, vocab));
+     * NULL / 0: the top ones. Borrowed for the call. */
+    const int32_t *lp_ids;
+    uint32_t n_lp_ids;
 } ifd_sampling_params_t;
 
 /* The token history penalties look at. Either array may be NULL when its

@@ -280,6 +280,8 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.prompt_logprobs = (int32_t)a->prompt_logprobs; /* bounded by the decoder */
     r.allowed_ids = a->allowed_ids;
     r.n_allowed_ids = a->n_allowed_ids;
+    r.lp_ids = a->lp_ids;
+    r.n_lp_ids = a->n_lp_ids;
     int rc = 0;
     char gerr[300] = "";
     if (a->n_grammar) {

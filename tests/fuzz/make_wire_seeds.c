@@ -70,6 +70,8 @@ int main(int argc, char **argv)
     m[1].u.add.client = 1000;
     m[1].u.add.allowed_ids = toks;
     m[1].u.add.n_allowed_ids = 3;
+    m[1].u.add.lp_ids = toks + 1;
+    m[1].u.add.n_lp_ids = 2;
     m[2].type = IFD_WIRE_CANCEL;
     m[2].u.cancel.id = 42;
     m[3].type = IFD_WIRE_STATS_REQ;

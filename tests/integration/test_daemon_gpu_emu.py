@@ -16,7 +16,8 @@ so the emulator's slowness does not matter. Checked:
 - `--gpus 0` sizes the KV pool from the emulated device memory in the POOL step, loading the
   weights once (one worker process started, no `--kv-probe`; the log's block count is
   /metrics' inferd_kv_blocks_capacity) and serves a streamed chat completion (and draws
-  within vLLM's allowed_token_ids on the device sampler); the pool's
+  within vLLM's allowed_token_ids on the device sampler, and vLLM's logprob_token_ids from
+  host-sampled rows); the pool's
   segment is (emulated) CUDA VMM memory whose fd the router holds, so a SIGKILLed worker's
   replacement serves the same prompt from the cached prefix with the same tokens;
 - exact mode (`--gpu-dtype f32`) gives the CPU daemon's greedy tokens on the same random
@@ -259,6 +260,12 @@ def test_gpu_stream_and_pool_size():
                                                           "return_token_ids": True})
         for ch in r.choices:
             assert set(ch.model_extra["token_ids"]) <= set(allowed), ch.model_extra
+        # logprob_token_ids: those rows are sampled on the host (the device gives top k only)
+        r = c.completions.create(model=MODEL, prompt=PROMPTS[1], max_tokens=3, temperature=0,
+                                 logprobs=0, extra_body={"logprob_token_ids": allowed,
+                                                         "return_tokens_as_token_ids": True})
+        for t, top in zip(r.choices[0].logprobs.tokens, r.choices[0].logprobs.top_logprobs):
+            assert set(top) == {t} | {"token_id:%d" % i for i in allowed}, (t, top)
         d.wait_idle()
         # the KV segment is device memory whose fd the router holds: a worker killed
         # with SIGKILL is replaced, and the new one finds the cached prefix still valid

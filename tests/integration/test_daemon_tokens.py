@@ -8,6 +8,8 @@ Unix socket:
   prompt's come once); completions put prompt_token_ids in each choice;
 - return_tokens_as_token_ids: logprobs' tokens (and alternatives) are "token_id:N", N the
   returned token_ids;
+- logprob_token_ids: each token's top_logprobs are the sampled token then the ids asked for
+  (vLLM's dict), their logprobs those a top-20 run gives them (chat; completions streamed);
 - allowed_token_ids: at temperature 1 every sampled id is in the set (chat and
   completions, n > 1, streamed), greedy picks within it; ids outside the vocabulary are a
   400 naming each; [] is a 400;
@@ -171,6 +173,52 @@ def test_allowed_token_ids():
         raise AssertionError("[] accepted")
     except openai.BadRequestError as e:
         assert e.body["param"] == "allowed_token_ids", e.body
+    D.wait_idle()
+
+
+def test_logprob_token_ids():
+    # greedy, so both runs sample the same tokens: the ids' logprobs equal the ones the
+    # top-20 run lists for them
+    ids = sorted(set(tok(" red") + tok(" blue") + tok(" the")))
+    full = C.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=5, temperature=0,
+                                     logprobs=True, top_logprobs=20,
+                                     extra_body={"return_tokens_as_token_ids": True})
+    r = C.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=5, temperature=0,
+                                  logprobs=True, extra_body={"logprob_token_ids": ids,
+                                                             "return_tokens_as_token_ids": True})
+    assert r.choices[0].message.content == full.choices[0].message.content
+    for e, f in zip(r.choices[0].logprobs.content, full.choices[0].logprobs.content):
+        # vLLM's dict: the sampled token first, then the ids asked for (the sampled once)
+        want = [e.token] + ["token_id:%d" % i for i in ids if "token_id:%d" % i != e.token]
+        assert [t.token for t in e.top_logprobs] == want, (e, want)
+        assert abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6
+        known = {t.token: t.logprob for t in f.top_logprobs}
+        for t in e.top_logprobs:
+            if t.token in known:
+                assert abs(t.logprob - known[t.token]) < 1e-4, (t, known[t.token])
+            else:  # not in the top 20: below its 20th
+                assert t.logprob <= f.top_logprobs[-1].logprob + 1e-4, (t, f.top_logprobs[-1])
+    # completions, streamed: a dict per token holding the sampled token and the ids
+    n = 0
+    for ch in C.completions.create(model=MODEL, prompt="The sky is", max_tokens=4,
+                                   temperature=0, logprobs=0, stream=True,
+                                   extra_body={"logprob_token_ids": ids,
+                                               "return_tokens_as_token_ids": True}):
+        for c in ch.choices:
+            if c.logprobs is None:  # the last chunk, when it brings no token
+                continue
+            for t, d in zip(c.logprobs.tokens, c.logprobs.top_logprobs):
+                assert set(d) == {t} | {"token_id:%d" % i for i in ids}, (t, d)
+                n += 1
+    assert n == 4
+    # refusals: without logprobs, an id past the vocabulary (named)
+    err = D.json("POST", "/v1/completions", {"model": MODEL, "prompt": "x",
+                                             "logprob_token_ids": [5]}, expect=400)["error"]
+    assert err["param"] == "logprob_token_ids", err
+    err = D.json("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 1,
+                                             "logprob_token_ids": [5, 99999999]},
+                 expect=400)["error"]
+    assert err["param"] == "logprob_token_ids" and "99999999" in err["message"], err
     D.wait_idle()
 
 

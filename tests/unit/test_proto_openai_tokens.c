@@ -85,6 +85,7 @@ START_TEST(test_parse_token_fields)
         ck_assert_uint_eq(r.n_allowed_token_ids, 3);
         ck_assert_int_eq(r.allowed_token_ids[0], 5);
         ck_assert_int_eq(r.allowed_token_ids[2], 0);
+        ck_assert_ptr_null(r.logprob_token_ids);
         /* off by default, and null is "not given" */
         body = chat ? "{" MSG ",\"return_token_ids\":null,\"allowed_token_ids\":null}"
                     : "{\"prompt\":\"x\",\"return_tokens_as_token_ids\":false}";
@@ -92,6 +93,14 @@ START_TEST(test_parse_token_fields)
         ck_assert(!r.return_token_ids && !r.tokens_as_ids);
         ck_assert_ptr_null(r.allowed_token_ids);
     }
+    /* logprob_token_ids with logprobs */
+    ck_assert_int_eq(
+        parse(&a, true, "{" MSG ",\"logprobs\":true,\"logprob_token_ids\":[9,4]}", &r, &e), 0);
+    ck_assert_uint_eq(r.n_logprob_token_ids, 2);
+    ck_assert_int_eq(r.logprob_token_ids[1], 4);
+    ck_assert_int_eq(
+        parse(&a, false, "{\"prompt\":\"x\",\"logprobs\":0,\"logprob_token_ids\":[3]}", &r, &e), 0);
+    ck_assert_uint_eq(r.n_logprob_token_ids, 1);
     /* any role reaches the template (vLLM), kept as sent */
     ck_assert_int_eq(parse(&a, true,
                            "{\"messages\":[{\"role\":\"ipython\",\"content\":\"x\"},"
@@ -119,8 +128,18 @@ static const bad_t k_bad[] = {
     {true, "{" MSG ",\"return_token_ids\":\"yes\"}", "return_token_ids", "invalid_type"},
     {false, "{\"prompt\":\"x\",\"return_tokens_as_token_ids\":1}", "return_tokens_as_token_ids",
      "invalid_type"},
-    {true, "{" MSG ",\"logprobs\":true,\"logprob_token_ids\":[1]}", "logprob_token_ids",
-     "unsupported_parameter"},
+    {true, "{" MSG ",\"logprob_token_ids\":[1]}", "logprob_token_ids", "invalid_value"},
+    {false, "{\"prompt\":\"x\",\"logprob_token_ids\":[1]}", "logprob_token_ids", "invalid_value"},
+    {true, "{" MSG ",\"logprobs\":true,\"logprob_token_ids\":[]}", "logprob_token_ids",
+     "empty_array"},
+    {false,
+     "{\"prompt\":\"x\",\"logprobs\":1,\"logprob_token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,"
+     "15,16,17,18,19,20,21]}",
+     "logprob_token_ids", "array_above_max_length"},
+    {false,
+     "{\"prompt\":\"x\",\"echo\":true,\"max_tokens\":0,\"logprobs\":0,"
+     "\"logprob_token_ids\":[1]}",
+     "logprob_token_ids", "invalid_value"},
     {true, "{\"messages\":[{\"role\":\"\",\"content\":\"x\"}]}", "messages[0].role",
      "invalid_value"},
 };

@@ -546,7 +546,7 @@ END_TEST
 /* vLLM's allowed_token_ids: the mask's bits across a word boundary, the
  * draw only among them (an allowed id of low logit included), greedy the
  * best allowed, processed logprobs over the allowed set alone; the mask's
- * own errors. */
+ * own errors. And vLLM's logprob_token_ids: chosen ids' logprobs. */
 START_TEST(test_allowed_ids)
 {
     enum { V = 70 };
@@ -586,6 +586,29 @@ START_TEST(test_allowed_ids)
     for (int k = 0; k < r.n_top; k++)
         ck_assert(r.top_ids[k] == 3 || r.top_ids[k] == 33 || r.top_ids[k] == 64 ||
                   r.top_ids[k] == 69);
+    /* logprob_token_ids: those ids' processed logprobs, in their order (one
+     * masked out: -inf), instead of the top ones */
+    static const int32_t want[] = {64, 10, 3};
+    p.lp_ids = want;
+    p.n_lp_ids = 3;
+    ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), 0);
+    ck_assert_int_eq(r.n_top, 3);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(r.top_ids[k], want[k]);
+        if (want[k] == 10)
+            ck_assert(isinf(r.top_logprobs[k]) && r.top_logprobs[k] < 0);
+        else
+            ck_assert_double_eq_tol(r.top_logprobs[k],
+                                    (double)l[want[k]] - (double)l[best] - log(z), 1e-5);
+    }
+    p.n_lp_ids = IFD_SAMPLER_MAX_LOGPROBS + 1; /* too many */
+    ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), IFD_EINVAL);
+    static const int32_t past[] = {V};
+    p.lp_ids = past;
+    p.n_lp_ids = 1;
+    ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), IFD_ERANGE);
+    p.lp_ids = NULL;
+    p.n_lp_ids = 0;
     free(mask);
     static const int32_t bad[] = {3, V};
     ck_assert_int_eq(ifd_sampling_allowed_mask(bad, 2, V, &mask), IFD_ERANGE);
