@@ -229,7 +229,8 @@ static bool ifd__held(const ifd__choice_t *c)
 }
 
 /* return_token_ids in a chunk of choice c: the ids since its last chunk,
- * and the prompt's on its first (chat: choice 0's, at the top level). */
+ * and the prompt's on its first (chat: in the stream's first chunk, the
+ * role chunk ifd__begin_stream sends). */
 static void ifd__chunk_ids(const ifd__choice_t *c, ifd_oai_choice_t *oc)
 {
     const ifd_gen_t *g = c->g;
@@ -1522,6 +1523,11 @@ static void ifd__begin_stream(ifd_gen_t *g)
         return;
     }
     g->streaming = true;
+    if (rq->return_token_ids && g->api_kind == IFD_OAI_CHAT) { /* in the first chunk, as vLLM */
+        g->stream.prompt_token_ids = g->ptoks[0].ids;
+        g->stream.n_prompt_token_ids = g->ptoks[0].n;
+        g->ch[0].prompt_ids_sent = true;
+    }
     ifd_oai_stream_start(&g->stream, &g->out); /* chat's role chunks, response.created */
     /* the echo chunks: now, or with logprobs once the prompt's are in
      * (ifd__on_prompt_logprobs; a one-token prompt has none to wait for) */

@@ -1248,7 +1248,12 @@ int ifd_oai_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out)
         if (s->state[i] != ST_NEW)
             continue;
         ifd_oai_choice_t c = {.index = i};
+        if (s->prompt_token_ids) { /* once, with the first chunk */
+            c.prompt_token_ids = s->prompt_token_ids;
+            c.n_prompt_token_ids = s->n_prompt_token_ids;
+        }
         int rc = stream_chunk(s, out, &c, true, NULL);
+        s->prompt_token_ids = NULL;
         if (rc < 0)
             return rc;
         s->state[i] = ST_STARTED;

@@ -591,6 +591,10 @@ typedef struct {
     uint8_t *state;        /* per choice: 0 nothing sent, 1 started, 2 finished */
     uint32_t *text_offset; /* per choice: characters sent so far (completions logprobs) */
     bool ended;
+    /* chat with return_token_ids: the prompt's ids, which ifd_oai_stream_start
+     * puts in the first role chunk (vLLM's first chunk); NULL: none. Borrowed. */
+    const int32_t *prompt_token_ids;
+    size_t n_prompt_token_ids;
 } ifd_oai_stream_t;
 
 /* Sets up a stream of n_choices (>= 1) choices; per-choice state comes
@@ -599,7 +603,8 @@ int ifd_oai_stream_init(ifd_oai_stream_t *s, ifd_arena_t *a, const ifd_oai_meta_
                         uint32_t n_choices, bool include_usage);
 
 /* Chat: sends the role chunk ({"role":"assistant","content":""}) of every
- * choice not started yet, so clients see a first chunk before any token.
+ * choice not started yet, so clients see a first chunk before any token
+ * (the first one with s->prompt_token_ids when set).
  * Responses: response.created and response.in_progress (sent before the
  * first delta anyway). Completions: nothing. Optional. */
 int ifd_oai_stream_start(ifd_oai_stream_t *s, ifd_buf_t *out);

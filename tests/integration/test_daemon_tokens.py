@@ -68,10 +68,11 @@ def test_chat_return_token_ids():
         assert detok(ids) == r.choices[0].message.content, (detok(ids), r.choices[0])
     # streamed: each chunk's ids, the prompt's once (the first chunk)
     got, prompts = [], []
-    for ch in C.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12,
-                                        temperature=0, stream=True,
-                                        extra_body={"return_token_ids": True}):
+    for k, ch in enumerate(C.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12,
+                                                     temperature=0, stream=True,
+                                                     extra_body={"return_token_ids": True})):
         if extra(ch, "prompt_token_ids") is not None:
+            assert k == 0 and ch.choices[0].delta.role == "assistant", (k, ch)  # vLLM's first
             prompts.append(extra(ch, "prompt_token_ids"))
         for c in ch.choices:
             got += extra(c, "token_ids") or []

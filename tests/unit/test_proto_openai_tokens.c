@@ -326,6 +326,29 @@ START_TEST(test_stream_ids)
 }
 END_TEST
 
+/* Chat: the stream's prompt ids go in its first chunk, the role chunk of
+ * choice 0, and only there. */
+START_TEST(test_stream_start_prompt_ids)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_stream_t s;
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_stream_init(&s, &a, &k_chat, 2, false), 0);
+    s.prompt_token_ids = k_prompt;
+    s.n_prompt_token_ids = 3;
+    ck_assert_int_eq(ifd_oai_stream_start(&s, &b), 0);
+    json_t *ch = sse_chunks(&b);
+    ck_assert_uint_eq(json_array_size(ch), 2);
+    ids_eq(ch, "0.prompt_token_ids", k_prompt, 3);
+    ck_assert_ptr_null(jp(ch, "1.prompt_token_ids"));
+    ck_assert_ptr_null(jp(ch, "0.choices.0.token_ids"));
+    json_decref(ch);
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
 /* Completions with logprobs 0: each token's top_logprobs is the token
  * itself with its logprob (vLLM); a prompt token without a logprob (echo's
  * first) stays null. */
@@ -362,6 +385,7 @@ int main(void)
     Suite *s = suite_create("proto_openai_tokens");
     ifd_test_case(s, "tokens", 30,
                   IFD_TESTS(test_parse_token_fields, test_parse_refusals, test_logit_bias_every_key,
-                            test_response_ids, test_stream_ids, test_completion_logprobs_zero));
+                            test_response_ids, test_stream_ids, test_stream_start_prompt_ids,
+                            test_completion_logprobs_zero));
     return ifd_test_run(s);
 }
