@@ -112,6 +112,15 @@ def openai():
     put("openai", "nul-responses", b"\x04" + json.dumps({
         "input": "a\x00", "instructions": "\x00", "user": "u" * 257,
         "metadata": {"k": "v\x00"}, "previous_response_id": "resp_\x00"}).encode())
+    # vLLM's token-level extensions (docs/api.md, Token ids)
+    put("openai", "tokens-chat", b"\x00" + json.dumps({
+        "messages": [{"role": "ipython", "content": "42"}, {"role": "user", "content": "Hi"}],
+        "return_token_ids": True, "return_tokens_as_token_ids": True, "logprobs": True,
+        "logprob_token_ids": [5, 7], "allowed_token_ids": [5, 7, 9], "stream": True,
+        "logit_bias": {"a": 1, "b": 200}}).encode())
+    put("openai", "tokens-completion", b"\x01" + json.dumps({
+        "prompt": [1, 2], "echo": True, "logprobs": 0, "return_token_ids": True,
+        "logprob_token_ids": [], "allowed_token_ids": [-1]}).encode())
     put("openai", "deep", b"\x00" + b"[" * 3000)
     put("openai", "unicode", b"\x00" + '{"messages":[{"role":"user","content":"\\ud83d\\ude00 é"}]}'
         .encode())
