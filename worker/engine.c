@@ -83,6 +83,13 @@ typedef struct {
      * While some are owed, n_computed <= plp_next - 1 (their rows are
      * always computed, never taken from the prefix cache). */
     int32_t plp_top, plp_next;
+    /* speculative decoding (engine.h): spec_kmax 0 is off; spec_k the
+     * proposal length adapted to recent acceptance (0: none for spec_wait
+     * more steps, after spec_misses verifications in a row accepted
+     * nothing); draft[0..n_draft) this step's proposal */
+    int32_t spec_kmax, spec_k, spec_nmin, spec_nmax, spec_wait, spec_misses;
+    int32_t draft[IFD_ENGINE_SPEC_MAX];
+    int32_t n_draft;
     /* this step */
     int32_t sched;
     int32_t plp_rows; /* prompt-logprob rows this step (before its sample row) */
@@ -286,6 +293,7 @@ static void ifd__seq_release(ifd_engine_t *e, ifd__seq_t *s)
     s->l_first = 0;
     s->n_lpublished = 0;
     s->lpublish_failed = false;
+    s->n_draft = 0;
 }
 
 static int ifd__seq_reserve_blocks(ifd__seq_t *s, int32_t n)
@@ -318,6 +326,47 @@ static void ifd__finish(ifd_engine_t *e, ifd__seq_t *s, ifd_finish_reason_t reas
     ifd__seq_free(s);
 }
 
+/* ---- speculative decoding: settings ---------------------------------------- */
+
+/* A speculation setting's ranges (engine.h, ifd_spec_params_t). */
+static int ifd__spec_check(const ifd_spec_params_t *sp)
+{
+    if ((unsigned)sp->method > IFD_SPEC_NGRAM || sp->num_tokens < 0 ||
+        sp->num_tokens > IFD_ENGINE_SPEC_MAX || sp->ngram_min < 0 ||
+        sp->ngram_min > IFD_NGRAM_MAX_N || sp->ngram_max < 0 || sp->ngram_max > IFD_NGRAM_MAX_N ||
+        (sp->ngram_min && sp->ngram_max && sp->ngram_min > sp->ngram_max))
+        return IFD_EINVAL;
+    return 0;
+}
+
+/* s's speculation from its request's setting over the engine's: a field
+ * the request leaves 0 is the engine's, and the engine's 0 the default
+ * (k 4, n-grams of 1..4); a bound the request sets moves the other one
+ * when they cross. Off without the KV cache (it recomputes everything) and
+ * on a model that samples on the device (the CUDA path: not yet). */
+static int ifd__spec_resolve(const ifd_engine_t *e, ifd__seq_t *s, const ifd_spec_params_t *r)
+{
+    if (ifd__spec_check(r) != 0)
+        return IFD_EINVAL;
+    const ifd_spec_params_t *d = &e->p.spec;
+    const ifd_spec_method_t m = r->method != IFD_SPEC_DEFAULT ? r->method : d->method;
+    const int32_t k = r->num_tokens ? r->num_tokens : d->num_tokens ? d->num_tokens : 4;
+    int32_t lo = r->ngram_min ? r->ngram_min : d->ngram_min ? d->ngram_min : 1;
+    int32_t hi = r->ngram_max ? r->ngram_max : d->ngram_max ? d->ngram_max : 4;
+    if (lo > hi) {
+        if (r->ngram_min)
+            hi = lo;
+        else
+            lo = hi;
+    }
+    const bool on = m == IFD_SPEC_NGRAM && s->use_cache && !e->model.forward_sample;
+    s->spec_kmax = on ? k : 0;
+    s->spec_k = s->spec_kmax;
+    s->spec_nmin = lo;
+    s->spec_nmax = hi;
+    return 0;
+}
+
 /* ---- create / add / cancel ------------------------------------------------- */
 
 int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
@@ -325,7 +374,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
                       const ifd_engine_callbacks_t *cb)
 {
     if (!p || p->max_batched_tokens < 1 || p->max_seqs < 1 || !model || !model->forward ||
-        model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids))
+        model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids) ||
+        ifd__spec_check(&p->spec) != 0)
         return IFD_EINVAL;
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(pool, &g);
@@ -373,7 +423,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->b_seq = malloc(nt * sizeof(int32_t));
     e->b_slot = malloc(nt * sizeof(int64_t));
     e->b_lslot = malloc(nt * sizeof(int64_t));
-    const size_t nr = ns + IFD_ENGINE_PLP_ROWS; /* logit rows: samples + prompt logprobs */
+    /* logit rows: samples, prompt logprobs, proposals */
+    const size_t nr = ns + IFD_ENGINE_PLP_ROWS + IFD_ENGINE_SPEC_ROWS;
     e->b_rows = malloc(nr * sizeof(int32_t));
     e->sched = malloc(ns * sizeof *e->sched);
     e->logits = malloc(ns * (size_t)model->n_vocab * sizeof(float));
@@ -572,8 +623,8 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     s->plp_top = r->prompt_logprobs - 1;
     s->plp_next = 1;
     s->arrival = e->arrivals++;
-    int rc;
-    if (r->min_tokens > s->n_gen && (rc = ifd__min_tokens_init(e, s, r->min_tokens))) {
+    int rc = ifd__spec_resolve(e, s, &r->spec);
+    if (rc || (r->min_tokens > s->n_gen && (rc = ifd__min_tokens_init(e, s, r->min_tokens)))) {
         ifd__seq_free(s);
         return rc;
     }
@@ -934,6 +985,7 @@ typedef struct {
     int budget;       /* tokens */
     int prefill_left; /* prefill tokens (engine.h, prefill_cap) */
     int plp_left;     /* prompt-logprob rows */
+    int spec_left;    /* proposed tokens (IFD_ENGINE_SPEC_ROWS) */
     int n_sched;      /* sequences in e->sched */
 } ifd__plan_t;
 
@@ -951,6 +1003,8 @@ static void ifd__unschedule(ifd_engine_t *e, ifd__plan_t *pl, ifd__seq_t *v)
         if (!ifd__decoding(v))
             pl->prefill_left += v->sched;
         pl->plp_left += ifd__plp_rows(v, v->n_computed, v->sched);
+        pl->spec_left += v->n_draft;
+        v->n_draft = 0;
         v->sched = 0;
         return;
     }
@@ -973,14 +1027,48 @@ static void ifd__finish_cancelled(ifd_engine_t *e)
     }
 }
 
-/* 1. Running sequences, oldest first: a decode token or the next prefill
- * chunk each, preempting (ifd__victim) when the pool has no block left. */
+/* Decoding sequence s's proposal for this step, at most `room` tokens
+ * (engine.h, speculative decoding): into s->draft, and how many. None
+ * while s waits after misses, and none that could not all be emitted
+ * (max_tokens, the context, the token array). */
+static int32_t ifd__spec_propose(const ifd_engine_t *e, ifd__seq_t *s, int room)
+{
+    s->n_draft = 0;
+    if (s->spec_kmax == 0)
+        return 0;
+    if (s->spec_k == 0) {
+        if (--s->spec_wait > 0)
+            return 0;
+        s->spec_k = 1; /* probe again */
+    }
+    int32_t k = s->spec_k < room ? s->spec_k : room;
+    const int32_t lim[3] = {s->max_tokens - s->n_gen - 1, s->cap_tokens - s->n_tokens - 1,
+                            e->model.n_ctx - s->n_tokens - 1};
+    for (int i = 0; i < 3; i++)
+        k = lim[i] < k ? lim[i] : k;
+    if (k <= 0)
+        return 0;
+    s->n_draft = ifd_ngram_propose(s->tokens, s->n_tokens, s->spec_nmin, s->spec_nmax, k, s->draft);
+    return s->n_draft;
+}
+
+/* 1. Running sequences, oldest first: a decode token (with its proposal,
+ * when it speculates) or the next prefill chunk each, preempting
+ * (ifd__victim) when the pool has no block left — never for a proposal,
+ * which is dropped instead. */
 static void ifd__schedule_running(ifd_engine_t *e, ifd__plan_t *pl, ifd_engine_step_stats_t *st)
 {
     for (int i = 0; i < e->running.n && pl->budget > 0;) {
         ifd__seq_t *s = e->running.v[i];
         int32_t n = ifd__want(s);
         bool prefill = !ifd__decoding(s);
+        s->n_draft = 0;
+        if (!prefill && pl->budget > 1 &&
+            ifd__spec_propose(e, s, pl->budget - 1 < pl->spec_left ? pl->budget - 1
+                                                                   : pl->spec_left) > 0 &&
+            ifd__grow(e, s, s->n_computed + 1 + s->n_draft) == IFD_ENOBLOCKS)
+            s->n_draft = 0;
+        n += s->n_draft;
         if (prefill && n > pl->prefill_left)
             n = pl->prefill_left;
         if (n > pl->budget)
@@ -1020,9 +1108,10 @@ static void ifd__schedule_running(ifd_engine_t *e, ifd__plan_t *pl, ifd_engine_s
             continue;
         }
         s->sched = n;
-        s->sample = s->n_computed + n == s->n_tokens;
+        s->sample = s->n_computed + n == s->n_tokens + s->n_draft;
         e->sched[pl->n_sched++] = s;
         pl->budget -= n;
+        pl->spec_left -= s->n_draft;
         if (prefill)
             pl->prefill_left -= n;
         i++;
@@ -1099,6 +1188,7 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
     ifd__plan_t pl = {.budget = e->p.max_batched_tokens,
                       .prefill_left = ifd__prefill_allowance(e, n_dec),
                       .plp_left = IFD_ENGINE_PLP_ROWS,
+                      .spec_left = IFD_ENGINE_SPEC_ROWS,
                       .n_sched = 0};
     e->sched_decodes = n_dec > 0;
     ifd__schedule_running(e, &pl, st);
@@ -1201,18 +1291,23 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
     return e->model.forward_sample(e->model.ctx, b, e->s_rows, e->s_tok, e->logits);
 }
 
-/* The logits and results for a step with prompt-logprob rows (grown once). */
-static int ifd__plp_reserve(ifd_engine_t *e)
+/* The logits for a step of `rows` rows (prompt-logprob and proposal rows
+ * beside the sample rows), and the results of prompt-logprob rows when
+ * `plp`: grown to the most a step can hold once needed (max_seqs +
+ * IFD_ENGINE_PLP_ROWS + IFD_ENGINE_SPEC_ROWS), so a steady state never
+ * reallocates and a worker that never speculates nor scores its prompts
+ * keeps max_seqs rows. */
+static int ifd__logits_reserve(ifd_engine_t *e, int rows, bool plp)
 {
-    const int rows = e->p.max_seqs + IFD_ENGINE_PLP_ROWS;
-    if (e->logits_rows >= rows)
-        return 0;
-    float *lg = realloc(e->logits, (size_t)rows * (size_t)e->model.n_vocab * sizeof *lg);
-    if (!lg)
-        return IFD_ENOMEM;
-    e->logits = lg;
-    e->logits_rows = rows;
-    if (!e->plp_res && !(e->plp_res = malloc(IFD_ENGINE_PLP_ROWS * sizeof *e->plp_res)))
+    if (e->logits_rows < rows) {
+        rows = e->p.max_seqs + IFD_ENGINE_PLP_ROWS + IFD_ENGINE_SPEC_ROWS;
+        float *lg = realloc(e->logits, (size_t)rows * (size_t)e->model.n_vocab * sizeof *lg);
+        if (!lg)
+            return IFD_ENOMEM;
+        e->logits = lg;
+        e->logits_rows = rows;
+    }
+    if (plp && !e->plp_res && !(e->plp_res = malloc(IFD_ENGINE_PLP_ROWS * sizeof *e->plp_res)))
         return IFD_ENOMEM;
     return 0;
 }
@@ -1263,9 +1358,10 @@ static int ifd__tables_reserve(ifd_engine_t *e, int n_sched, int max_blocks)
 }
 
 /* Scheduled sequence k's part of the ragged batch: row k of the block
- * tables, a token per scheduled position from *n_tok on, and its logits
- * rows from *n_rows on (the prompt-logprob rows it owes, then its sample
- * row); both counts advance. */
+ * tables, a token per scheduled position from *n_tok on (its proposal's
+ * after its last token), and its logits rows from *n_rows on (the
+ * prompt-logprob rows it owes, then its sample row, or with a proposal its
+ * last token's row and one per proposed token); both counts advance. */
 static void ifd__batch_seq(ifd_engine_t *e, int k, int max_blocks, int *n_tok, int *n_rows,
                            ifd_engine_step_stats_t *st)
 {
@@ -1286,7 +1382,9 @@ static void ifd__batch_seq(ifd_engine_t *e, int k, int max_blocks, int *n_tok, i
         int32_t p = s->n_computed + j;
         if (s->plp_rows && p >= s->plp_next - 1 && p <= s->n_prompt - 2)
             e->b_rows[(*n_rows)++] = *n_tok; /* row p scores the prompt token at p + 1 */
-        e->b_tokens[*n_tok] = s->tokens[p];
+        if (s->sample && j >= s->sched - 1 - s->n_draft)
+            e->b_rows[(*n_rows)++] = *n_tok;
+        e->b_tokens[*n_tok] = p < s->n_tokens ? s->tokens[p] : s->draft[p - s->n_tokens];
         e->b_pos[*n_tok] = p;
         e->b_seq[*n_tok] = k;
         e->b_slot[*n_tok] = (int64_t)row[p / e->block_size] * e->block_size + p % e->block_size;
@@ -1295,8 +1393,6 @@ static void ifd__batch_seq(ifd_engine_t *e, int k, int max_blocks, int *n_tok, i
                 (int64_t)lrow[p / e->block_size] * e->block_size + p % e->block_size;
         (*n_tok)++;
     }
-    if (s->sample)
-        e->b_rows[(*n_rows)++] = *n_tok - 1;
     if (s->n_computed < s->n_prompt)
         st->n_prefill_tokens += s->sched;
     else
@@ -1321,9 +1417,11 @@ static int ifd__batch_build(ifd_engine_t *e, int n_sched, ifd_engine_step_stats_
         ifd__seq_t *s = e->sched[k];
         s->plp_rows = ifd__plp_rows(s, s->n_computed, s->sched);
         n_plp += s->plp_rows;
+        n_rows += s->plp_rows + (s->sample ? 1 + s->n_draft : 0);
     }
-    if (n_plp && (rc = ifd__plp_reserve(e)))
+    if ((n_plp || n_rows > e->logits_rows) && (rc = ifd__logits_reserve(e, n_rows, n_plp > 0)))
         return rc;
+    n_rows = 0;
     for (int k = 0; k < n_sched; k++)
         ifd__batch_seq(e, k, max_blocks, &n_tok, &n_rows, st);
     *batch = (ifd_batch_t){
@@ -1388,12 +1486,136 @@ static int ifd__take_sample(ifd_engine_t *e, ifd__seq_t *s, int row, ifd_sample_
     return dev_tok < 0 ? IFD_EINVAL : 0;
 }
 
+/* Appends s's sampled token and reports it. Returns the finish reason it
+ * brings (a stop token, max_tokens, the context, the token array), or -1. */
+static int ifd__emit(ifd_engine_t *e, ifd__seq_t *s, const ifd_sample_result_t *res)
+{
+    s->tokens[s->n_tokens++] = res->token;
+    s->n_gen++;
+    if (e->cb.on_token)
+        e->cb.on_token(e->cb.ctx, s->id, res);
+    if (ifd__is_stop(e, s, res->token))
+        return IFD_FINISH_STOP;
+    if (s->n_gen >= s->max_tokens || s->n_tokens >= e->model.n_ctx || s->n_tokens >= s->cap_tokens)
+        return IFD_FINISH_LENGTH;
+    return -1;
+}
+
+/* Tests only (engine.h, spec_wrong_accept_test): the rejected proposal x
+ * of row `row` stands anyway when a second draw, at a counter plain
+ * sampling never uses, equals it. */
+static int ifd__spec_wrong_accept(ifd_engine_t *e, ifd__seq_t *s, int row, int32_t x,
+                                  ifd_sample_result_t *res)
+{
+    const float *lg = e->logits + (size_t)row * (size_t)e->model.n_vocab;
+    ifd_sampler_history_t h = {s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
+                               (size_t)(s->n_tokens - s->n_prompt)};
+    ifd_sample_result_t again;
+    int rc = ifd_sampler_sample(e->sampler, &s->sampling, lg, &h,
+                                (uint64_t)s->n_tokens | (1ull << 62), &again);
+    if (rc == 0 && again.token == x)
+        res->token = x;
+    return rc;
+}
+
+/* The next proposal length from this verification's acceptance (engine.h):
+ * all accepted grows k by 2 (up to the request's), a partial acceptance of
+ * a tokens makes it a + 1, none halves it; at 0 the sequence proposes
+ * nothing for 8, 16, .. 64 steps (misses in a row), then probes with k 1.
+ * So where proposals keep failing (open-ended text) a verification costs
+ * one extra row now and then, and where they hold (copying) k stays up. */
+static void ifd__spec_adapt(ifd__seq_t *s, int32_t nd, int32_t acc)
+{
+    if (acc == nd) {
+        s->spec_k = s->spec_k + 2 < s->spec_kmax ? s->spec_k + 2 : s->spec_kmax;
+        s->spec_misses = 0;
+    } else if (acc > 0) {
+        s->spec_k = acc + 1;
+        s->spec_misses = 0;
+    } else if ((s->spec_k /= 2) == 0) {
+        s->spec_misses++;
+        s->spec_wait = 4 << (s->spec_misses < 4 ? s->spec_misses : 4);
+    }
+}
+
+/* The blocks of a speculating sequence past what its tokens need (KV of
+ * rejected proposals) go back to the pools; none of them was published
+ * (publishing stops at n_computed). */
+static void ifd__spec_shrink(ifd_engine_t *e, ifd__seq_t *s)
+{
+    const int32_t keep = ifd__blocks_for(e, s->n_tokens);
+    if (keep >= s->n_blocks)
+        return;
+    IFD_ASSERT(s->n_published <= keep && s->g_first <= keep && (!e->lpool || s->l_first <= keep));
+    int rc = ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + keep, s->n_blocks - keep);
+    if (rc == 0 && e->lpool)
+        rc = ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + keep, s->n_blocks - keep);
+    if (rc)
+        IFD_ERROR("engine: releasing proposal blocks of request %llu: %s",
+                  (unsigned long long)s->id, ifd_strerror(rc));
+    s->n_blocks = keep;
+}
+
+/* After the forward, speculating sequence s (engine.h, speculative
+ * decoding): its rows *row .. *row + n_draft are sampled in order, each
+ * exactly as plain decoding samples that position (ifd__take_sample, the
+ * history grown by the tokens before it); proposed token i stands while it
+ * equals row i's sample, and the first sample that differs, or the one of
+ * the row after the last proposal, is one more token. Every token is
+ * emitted and checked for a stop as plain decoding does, so a stop or a
+ * limit cuts acceptance exactly. Then the computed length is what the
+ * emitted tokens vouch for (the KV of positions whose input stood), the
+ * full blocks of it are published and the rest is dropped. */
+static void ifd__spec_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
+{
+    const int32_t nd = s->n_draft;
+    const int end = *row + nd + 1;
+    int32_t acc = 0;
+    int fin = -1, src = 0;
+    for (int32_t i = 0; i <= nd && fin < 0; i++) {
+        ifd_sample_result_t res;
+        src = ifd__take_sample(e, s, *row + i, &res);
+        if (!src && i < nd && res.token != s->draft[i] && e->p.spec_wrong_accept_test)
+            src = ifd__spec_wrong_accept(e, s, *row + i, s->draft[i], &res);
+        if (src) {
+            IFD_ERROR("engine: sampling request %llu: %s", (unsigned long long)s->id,
+                      ifd_strerror(src));
+            s->err = src;
+            fin = IFD_FINISH_ERROR;
+            break;
+        }
+        const bool stands = i < nd && res.token == s->draft[i];
+        acc += stands;
+        fin = ifd__emit(e, s, &res);
+        s->n_computed = s->n_tokens - 1; /* the KV of every input that stood */
+        if (!stands)
+            break;
+    }
+    *row = end;
+    s->n_draft = 0;
+    e->st.spec_drafts++;
+    e->st.spec_draft_tokens += (uint64_t)nd;
+    e->st.spec_accepted_tokens += (uint64_t)acc;
+    for (int32_t i = 0; i < acc; i++)
+        e->st.spec_accepted_per_pos[i]++;
+    ifd__spec_adapt(s, nd, acc);
+    ifd__publish(e, s);
+    ifd__release_window(e, s);
+    ifd__spec_shrink(e, s);
+    if (fin >= 0)
+        ifd__finish_queued(e, s, (ifd_finish_reason_t)fin);
+}
+
 /* After the forward, scheduled sequence s from logits row *row on: advance
  * its computed count, publish its full blocks, emit its prompt logprobs,
  * release what fell out of its window, then take its sampled token and
  * finish it at a stop or a limit. *row advances past s's rows. */
 static void ifd__seq_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
 {
+    if (s->n_draft) {
+        ifd__spec_after_forward(e, s, row);
+        return;
+    }
     s->n_computed += s->sched;
     if (s->use_cache)
         ifd__publish(e, s);
@@ -1423,18 +1645,9 @@ static void ifd__seq_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
         ifd__finish(e, s, IFD_FINISH_ERROR);
         return;
     }
-    s->tokens[s->n_tokens++] = res.token;
-    s->n_gen++;
     if (!s->use_cache)
         s->n_computed = 0; /* recompute everything next step */
-    if (e->cb.on_token)
-        e->cb.on_token(e->cb.ctx, s->id, &res);
-    int fin = -1;
-    if (ifd__is_stop(e, s, res.token))
-        fin = IFD_FINISH_STOP;
-    else if (s->n_gen >= s->max_tokens || s->n_tokens >= e->model.n_ctx ||
-             s->n_tokens >= s->cap_tokens)
-        fin = IFD_FINISH_LENGTH;
+    const int fin = ifd__emit(e, s, &res);
     if (fin >= 0) {
         ifd__q_remove_at(q, at);
         ifd__finish(e, s, (ifd_finish_reason_t)fin);

@@ -53,6 +53,7 @@
 #include "kvpool/kvpool.h"
 #include "model.h"
 #include "proto/wire.h"
+#include "ngram.h"
 #include "sampler.h"
 
 typedef struct ifd_engine ifd_engine_t;
@@ -133,6 +134,38 @@ typedef struct {
 #define IFD_ENGINE_PREFILL_FLOOR 32
 #define IFD_ENGINE_STEP_EMA 64 /* steps: weight 1/64 per new step in the mean */
 
+/* Speculative decoding (docs/speculative.md). A decoding sequence with
+ * speculation on gets up to k proposed tokens from the n-gram proposer
+ * (worker/ngram.h) and contributes k + 1 query rows to the step, each with
+ * its logits; row i is sampled exactly as plain decoding would sample the
+ * token at its position (same processed logits, same counter-based draw),
+ * and the proposal's token i is accepted when it equals that sample. For a
+ * deterministic proposal this is the standard rejection rule (accept x
+ * with probability p(x); on rejection a draw from p without x,
+ * renormalized), and the emitted tokens are the very tokens plain decoding
+ * emits: greedy or seeded, speculation changes the speed, never the text
+ * (given the backend's batch invariance). Accepted tokens are emitted one
+ * event each; the KV of rejected positions is dropped (the sequence's
+ * computed length, blocks past it released, nothing of it published).
+ * Only on a model without device sampling (forward_sample NULL: the CPU
+ * backend) and with the KV cache on; elsewhere requests decode plainly. */
+#define IFD_ENGINE_SPEC_MAX 16  /* proposed tokens per sequence and step at most */
+#define IFD_ENGINE_SPEC_ROWS 64 /* proposed tokens per step at most (all sequences) */
+
+typedef enum {
+    IFD_SPEC_DEFAULT = 0, /* a request: the engine's setting */
+    IFD_SPEC_OFF = 1,
+    IFD_SPEC_NGRAM = 2,
+} ifd_spec_method_t;
+
+/* A speculation setting (engine params, and a request's override). */
+typedef struct {
+    ifd_spec_method_t method;
+    int32_t num_tokens; /* k, 1..IFD_ENGINE_SPEC_MAX; 0: the engine's (default 4) */
+    int32_t ngram_min;  /* 1..IFD_NGRAM_MAX_N; 0: the engine's (default 1) */
+    int32_t ngram_max;  /* ngram_min..IFD_NGRAM_MAX_N; 0: the engine's (default 4) */
+} ifd_spec_params_t;
+
 typedef struct {
     /* End-of-generation ids of the model (copied): a request stops after one
      * unless it sets ignore_eos. May be NULL/0. */
@@ -169,6 +202,15 @@ typedef struct {
      * adapter must read local layers through ifd_batch_t.local_block_tables
      * (ifd_engine_model_from_pools). */
     ifd_kvpool_t *local_pool;
+    /* Speculative decoding for requests that do not choose (method
+     * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
+    ifd_spec_params_t spec;
+    /* Tests only: a deliberately wrong acceptance rule — a rejected
+     * proposal x is accepted anyway when a second, independent draw from
+     * the row equals x (x then comes out with probability p + (1 - p)p,
+     * the classic bug of not removing x before redrawing), so that the
+     * statistical test can show it catches one. */
+    bool spec_wrong_accept_test;
 } ifd_engine_params_t;
 
 ifd_engine_params_t ifd_engine_default_params(void);
@@ -213,6 +255,10 @@ typedef struct {
      * sampler returns top k only). */
     const int32_t *lp_ids;
     uint32_t n_lp_ids;
+    /* Speculative decoding: method IFD_SPEC_DEFAULT (zeroed) follows the
+     * engine; IFD_SPEC_OFF turns it off; IFD_SPEC_NGRAM turns it on, with
+     * the engine's k and n-gram bounds where a field is 0. */
+    ifd_spec_params_t spec;
 } ifd_engine_request_t;
 
 int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
@@ -222,7 +268,7 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
 void ifd_engine_destroy(ifd_engine_t *e);
 
 /* Queues a request. 0; IFD_EINVAL (bad request: empty prompt, bad sampling
- * parameters, a prompt longer than the context); IFD_EEXIST (duplicate id);
+ * or speculation parameters, a prompt longer than the context); IFD_EEXIST (duplicate id);
  * IFD_ENOMEM. A request that cannot fit the pool even alone finishes with
  * IFD_FINISH_ERROR at its first scheduling. */
 int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r);
@@ -286,6 +332,14 @@ typedef struct {
     double forward_ms, sample_ms, schedule_ms; /* totals */
     int32_t max_batched_tokens;
     double decode_step_tokens; /* recent mean tokens of steps with decodes (adaptive cap) */
+    /* Speculative decoding (vLLM's spec_decode counters): verifications
+     * with at least one proposed token, the tokens proposed, those
+     * accepted, and per position i how many verifications accepted the
+     * proposal's token i. */
+    uint64_t spec_drafts;
+    uint64_t spec_draft_tokens;
+    uint64_t spec_accepted_tokens;
+    uint64_t spec_accepted_per_pos[IFD_ENGINE_SPEC_MAX];
 } ifd_engine_stats_t;
 
 void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);
