@@ -119,6 +119,9 @@ static const ifd_kvseg_kind_t kv_kind = IFD_KVSEG_CUDA_VMM;
 static const ifd_kvseg_kind_t kv_kind = IFD_KVSEG_HOST;
 #endif
 
+/* Speculative decoding for the engines serve() makes (off unless a test sets it). */
+static ifd_spec_params_t serve_spec = {IFD_SPEC_OFF, 0, 0, 0};
+
 /* Runs requests [first, first+n) with the given concurrency and pool size. */
 static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks, int budget,
                   ifd_engine_stats_t *st_out, ifd_kvpool_t *shared_pool)
@@ -129,6 +132,7 @@ static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks,
     ifd_engine_params_t ep = ifd_engine_default_params();
     ep.max_seqs = max_seqs;
     ep.max_batched_tokens = budget;
+    ep.spec = serve_spec;
     ifd_engine_callbacks_t cb = {sink, on_token, on_finish, NULL};
     ifd_engine_t *eng;
     ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
@@ -191,6 +195,41 @@ START_TEST(test_batched_equals_solo)
     printf("%d concurrent: %llu steps, %.1f tokens/step\n", n_req, (unsigned long long)st.steps,
            (double)st.tokens / (double)st.steps);
     free(b);
+}
+END_TEST
+
+/* Speculative decoding (n-gram proposals from each request's own tokens):
+ * the greedy tokens of every request equal the plain solo run's, alone
+ * and with all requests at once (prefill chunks beside verifications);
+ * the CPU backend's rows are batch-invariant, so this holds bit for bit. */
+START_TEST(test_speculative_equals_plain)
+{
+    sink_t *ref = solo_ref();
+    sink_t *b = calloc(1, sizeof *b), *c = calloc(1, sizeof *c);
+    ifd_engine_stats_t st, st1 = {0};
+    serve_spec = (ifd_spec_params_t){IFD_SPEC_NGRAM, 4, 1, 3};
+    serve(b, 0, n_req, 32, 1024, 256, &st, NULL);
+    for (int i = 0; i < 4; i++) {
+        ifd_engine_stats_t one;
+        serve(c, i, 1, 1, 64, 256, &one, NULL);
+        st1.spec_drafts += one.spec_drafts;
+    }
+    serve_spec = (ifd_spec_params_t){IFD_SPEC_OFF, 0, 0, 0};
+    assert_same(ref, b);
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < N_OUT; t++)
+            ck_assert_int_eq(c->out[i][t], ref->out[i][t]);
+    printf("speculative, %d concurrent: %llu verifications, %llu proposed, %llu accepted "
+           "(alone: %llu verifications)\n",
+           n_req, (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_draft_tokens,
+           (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st1.spec_drafts);
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+    ck_assert_uint_eq(st.spec_drafts, 0); /* device sampling: no speculation yet, plain tokens */
+#else
+    ck_assert_uint_gt(st.spec_drafts, 0);
+#endif
+    free(b);
+    free(c);
 }
 END_TEST
 
@@ -364,6 +403,7 @@ int main(void)
     TCase *tc = tcase_create("smollm2");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_batched_equals_solo);
+    tcase_add_test(tc, test_speculative_equals_plain);
     tcase_add_test(tc, test_small_pool_completes_all);
     tcase_add_test(tc, test_repeated_prompt_reuses_blocks);
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
