@@ -329,6 +329,11 @@ static void ifd__gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
         const ifd_worker_info_t *wi = ifd_sup_worker(api->sup, w);
         if (wi->has_stats) {
             g->preemptions += wi->stats.preemptions;
+            g->spec_drafts += wi->stats.spec_drafts;
+            g->spec_draft_tokens += wi->stats.spec_draft_tokens;
+            g->spec_accepted_tokens += wi->stats.spec_accepted_tokens;
+            for (int i = 0; i < (int)IFD_WIRE_MAX_SPEC_TOKENS; i++)
+                g->spec_accepted_per_pos[i] += wi->spec_per_pos[i];
             g->engine_steps += wi->stats.steps;
             for (int b = 0; b < IFD_WIRE_STEP_BUCKETS; b++)
                 g->step_tokens[b] += wi->stats.step_tokens.n[b];

@@ -1499,6 +1499,7 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
     sp->n_allowed_ids = (uint32_t)rq->n_allowed_token_ids;
     sp->lp_ids = rq->logprob_token_ids;
     sp->n_lp_ids = (uint32_t)rq->n_logprob_token_ids;
+    sp->spec = rq->spec;
     /* prompt logprobs: computed once, by the first sample (a streaming echo's
      * other choices wait for them: ifd__held) */
     if (g->plp && sample == 0)

@@ -719,6 +719,13 @@ static int ifd__open_listeners(ifd__daemon_t *d, char *err, size_t errlen)
     return 0;
 }
 
+/* spec: the wire's method (ifd_wire_spec_t: 1 off, 2 ngram), 0 for a
+ * name it does not know. */
+static uint32_t ifd__spec_method(const char *s)
+{
+    return strcmp(s, "off") == 0 ? 1 : strcmp(s, "ngram") == 0 ? 2 : 0;
+}
+
 /* prefill_cap: "auto" → 0 (the engine's adaptive cap), "off" → -1, "N" → N
  * (worker/engine.h). 0 or IFD_EINVAL. */
 static int ifd__prefill_cap_parse(const char *s, int32_t *out)
@@ -784,6 +791,15 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
     if (ifd__prefill_cap_parse(d->cfg.prefill_cap, &cap) != 0) {
         snprintf(err, errlen, "prefill_cap '%s': expected auto, off or a number 1..1048576",
                  d->cfg.prefill_cap);
+        return IFD_EINVAL;
+    }
+    if (ifd__spec_method(d->cfg.spec) == 0) {
+        snprintf(err, errlen, "spec '%s': expected off or ngram", d->cfg.spec);
+        return IFD_EINVAL;
+    }
+    if (d->cfg.spec_ngram_min > d->cfg.spec_ngram_max) {
+        snprintf(err, errlen, "spec_ngram_min %lld is above spec_ngram_max %lld",
+                 (long long)d->cfg.spec_ngram_min, (long long)d->cfg.spec_ngram_max);
         return IFD_EINVAL;
     }
     return 0;
@@ -892,6 +908,8 @@ static void ifd__sup_params(ifd__daemon_t *d, const ifd_kvpool_params_t *kp, ifd
     sp->max_seqs = (uint32_t)d->cfg.max_seqs;
     sp->max_batched_tokens = (uint32_t)d->cfg.max_batched_tokens;
     (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp->prefill_cap); /* checked at config */
+    sp->spec = (ifd_wire_spec_t){ifd__spec_method(d->cfg.spec), (uint32_t)d->cfg.spec_tokens,
+                                 (uint32_t)d->cfg.spec_ngram_min, (uint32_t)d->cfg.spec_ngram_max};
     sp->kv.n_layers = (uint32_t)kp->n_layers;
     sp->kv.n_kv_heads = (uint32_t)kp->n_kv_heads;
     sp->kv.head_dim = (uint32_t)kp->head_dim;

@@ -273,6 +273,14 @@ static const ifd__vllm_row_t ifd__vllm[] = {
      offsetof(ifd_metrics_t, prefix_query_tokens)},
     {"vllm:prefix_cache_hits_total", IFD__V_COUNTER, "Prompt tokens served from the cache.",
      offsetof(ifd_metrics_t, prefix_hit_tokens)},
+    /* speculative decoding (vLLM's Counter names; prometheus_client adds _total) */
+    {"vllm:spec_decode_num_drafts_total", IFD__V_GAUGE,
+     "Speculative verifications (steps of a sequence with proposed tokens).",
+     offsetof(ifd_metrics_gauges_t, spec_drafts)},
+    {"vllm:spec_decode_num_draft_tokens_total", IFD__V_GAUGE, "Proposed tokens verified.",
+     offsetof(ifd_metrics_gauges_t, spec_draft_tokens)},
+    {"vllm:spec_decode_num_accepted_tokens_total", IFD__V_GAUGE, "Proposed tokens accepted.",
+     offsetof(ifd_metrics_gauges_t, spec_accepted_tokens)},
     {"vllm:time_to_first_token_seconds", IFD__V_HIST,
      "Histogram of time to first token in seconds.", offsetof(ifd_metrics_t, v_ttft)},
     {"vllm:time_per_output_token_seconds", IFD__V_HIST,
@@ -422,6 +430,12 @@ static int ifd__render_vllm(const ifd_metrics_t *m, const ifd_metrics_gauges_t *
     IFD__P("vllm:iteration_tokens_total_sum{model_name=\"%s\"} %llu\n"
            "vllm:iteration_tokens_total_count{model_name=\"%s\"} %llu\n",
            mn, (unsigned long long)g->step_tokens_sum, mn, (unsigned long long)steps);
+    IFD__H("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Proposed tokens accepted, by position in the proposal (from 0).");
+    for (int i = 0; i < (int)IFD_WIRE_MAX_SPEC_TOKENS; i++)
+        IFD__P("vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"%s\","
+               "position=\"%d\"} %llu\n",
+               mn, i, (unsigned long long)g->spec_accepted_per_pos[i]);
     double usage = g->kv_total ? (double)g->kv_used / (double)g->kv_total : 0.0;
     IFD__H("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
     IFD__P("vllm:kv_cache_usage_perc{model_name=\"%s\"} %.6f\n", mn, usage);

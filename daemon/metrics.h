@@ -106,6 +106,10 @@ typedef struct {
     uint64_t kv_evictions;
     uint64_t kv_alloc_failures;
     uint64_t preemptions; /* summed over workers' last stats */
+    /* speculative decoding (summed over workers' last stats): verifications,
+     * proposed and accepted tokens, accepted per proposal position */
+    uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
+    uint64_t spec_accepted_per_pos[IFD_WIRE_MAX_SPEC_TOKENS];
     uint64_t engine_steps;
     /* steps by batched tokens (IFD_WIRE_STEP_TOKEN_BOUNDS' buckets) and the
      * tokens of all steps, summed over workers: vllm:iteration_tokens_total */

@@ -563,6 +563,10 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 }
             }
             w->info.stats = m.u.stats;
+            w->info.stats.spec_accepted_per_pos = NULL;
+            for (uint32_t i = 0; i < IFD_WIRE_MAX_SPEC_TOKENS; i++)
+                w->info.spec_per_pos[i] =
+                    i < m.u.stats.n_spec_per_pos ? m.u.stats.spec_accepted_per_pos[i].n : 0;
             w->info.has_stats = true;
             break;
         case IFD_WIRE_ERROR:
@@ -824,6 +828,7 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     h->max_seqs = s->p.max_seqs;
     h->max_batched_tokens = s->p.max_batched_tokens;
     h->prefill_cap = s->p.prefill_cap;
+    h->spec = s->p.spec;
     h->n_fds = (uint32_t)n_fds;
     h->n_local_fds = (uint32_t)n_local;
     h->kv = s->p.kv;

@@ -90,7 +90,10 @@ typedef struct {
     char last_exit[96]; /* "signal 9", "status 1", "" */
     char device_name[64];
     bool has_stats;
-    ifd_wire_stats_t stats; /* the last STATS answer */
+    /* the last STATS answer; its spec_accepted_per_pos (decoded into the
+     * frame's memory) is copied into spec_per_pos and the pointer cleared */
+    ifd_wire_stats_t stats;
+    uint64_t spec_per_pos[IFD_WIRE_MAX_SPEC_TOKENS];
 } ifd_worker_info_t;
 
 typedef struct {
@@ -113,6 +116,7 @@ typedef struct {
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
     int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */
+    ifd_wire_spec_t spec; /* speculative decoding for requests that do not choose (HELLO) */
     /* the pool's geometry; while sizing, n_blocks is 0 (set by ifd_sup_set_pool) */
     ifd_wire_kv_geometry_t kv;
     /* NULL until ifd_sup_set_pool (which must come before ifd_sup_start

@@ -41,6 +41,7 @@
 
 #include "arena.h"
 #include "grammar/grammar.h"
+#include "wire.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -263,6 +264,13 @@ typedef struct {
     /* vLLM's min_tokens: end-of-sequence and stop tokens are suppressed, and
      * stop strings not matched, until this many tokens were generated. 0 off. */
     uint32_t min_tokens;
+    /* inferd's per-request speculative decoding (docs/speculative.md), in
+     * the wire's form: "speculative": false (method 1, off), true (2,
+     * n-gram), or an object with vLLM's speculative_config names — method
+     * ("ngram" or "off"; default ngram), num_speculative_tokens (1..16),
+     * prompt_lookup_min / prompt_lookup_max (1..16). Absent: all 0, the
+     * daemon's setting. */
+    ifd_wire_spec_t spec;
     /* vLLM's stream_options.continuous_usage_stats (with include_usage):
      * every chunk carries the usage so far. */
     bool continuous_usage;

@@ -15,6 +15,7 @@
 #include "grammar/grammar_conv.h"
 
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -800,6 +801,63 @@ static int p_token_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_reque
         return ifd__oai_json_fail(c, "invalid_value", "logprob_token_ids",
                                   "'logprob_token_ids' is not supported when 'echo' is true and "
                                   "'max_tokens' is 0: no output tokens are generated.");
+/* "speculative" (openai.h, ifd_oai_request_t.spec). */
+static const struct {
+    const char *key;
+    size_t off;
+} SPEC_INTS[] = {
+    {"num_speculative_tokens", offsetof(ifd_wire_spec_t, num_tokens)},
+    {"prompt_lookup_min", offsetof(ifd_wire_spec_t, ngram_min)},
+    {"prompt_lookup_max", offsetof(ifd_wire_spec_t, ngram_max)},
+};
+
+static int p_speculative(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
+{
+    const json_t *v = ifd__oai_json_get(o, "speculative");
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_boolean(v)) {
+        r->spec.method = json_is_true(v) ? 2 : 1;
+        return 0;
+    }
+    if (!json_is_object(v))
+        return ifd__oai_json_bad_type(c, "speculative", "a boolean or an object", v);
+    r->spec.method = 2;
+    char param[64];
+    const char *key;
+    const json_t *val;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        snprintf(param, sizeof param, "speculative.%.40s", key);
+        size_t i = 0;
+        while (i < sizeof SPEC_INTS / sizeof *SPEC_INTS && strcmp(key, SPEC_INTS[i].key) != 0)
+            i++;
+        int64_t iv;
+        int rc;
+        if (i < sizeof SPEC_INTS / sizeof *SPEC_INTS) {
+            if ((rc = ifd__oai_json_int(c, val, param, 1, IFD_WIRE_MAX_SPEC_TOKENS, &iv)) < 0)
+                return rc;
+            *(uint32_t *)((char *)&r->spec + SPEC_INTS[i].off) = (uint32_t)iv;
+        } else if (strcmp(key, "method") == 0) {
+            const char *m = json_is_string(val) ? json_string_value(val) : NULL;
+            if (!m || (strcmp(m, "ngram") != 0 && strcmp(m, "off") != 0))
+                return ifd__oai_json_fail(c, "invalid_value", param,
+                                          "Invalid value for 'speculative.method': expected "
+                                          "\"ngram\" or \"off\".");
+            r->spec.method = strcmp(m, "off") == 0 ? 1 : 2;
+        } else {
+            return ifd__oai_json_fail(c, "invalid_value", param,
+                                      "Unknown field '%s' in 'speculative' (method, "
+                                      "num_speculative_tokens, prompt_lookup_min, "
+                                      "prompt_lookup_max).",
+                                      param);
+        }
+    }
+    if (r->spec.ngram_min && r->spec.ngram_max && r->spec.ngram_min > r->spec.ngram_max)
+        return ifd__oai_json_fail(c, "invalid_value", "speculative.prompt_lookup_min",
+                                  "Invalid value for 'speculative.prompt_lookup_min': %u is more "
+                                  "than prompt_lookup_max (%u).",
+                                  r->spec.ngram_min, r->spec.ngram_max);
     return 0;
 }
 
@@ -832,6 +890,8 @@ int ifd__oai_ext_parse(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_
     if ((rc = p_prompt_logprobs(c, o, r)) < 0)
         return rc;
     if ((rc = p_token_extras(c, o, r)) < 0)
+        return rc;
+    if ((rc = p_speculative(c, o, r)) < 0)
         return rc;
     if ((rc = p_structured(c, o, r)) < 0)
         return rc;

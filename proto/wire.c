@@ -110,6 +110,25 @@ static const wfield_t kv_fields[] = {
 static const wstruct_t kv_desc = {"kv", sizeof(ifd_wire_kv_geometry_t), kv_fields, NF(kv_fields),
                                   NULL};
 
+static int check_spec(const void *obj, char *err, size_t errlen)
+{
+    const ifd_wire_spec_t *sp = obj;
+    if (sp->ngram_min && sp->ngram_max && sp->ngram_min > sp->ngram_max) {
+        seterr(err, errlen, "spec ngram_min %u above ngram_max %u", sp->ngram_min, sp->ngram_max);
+        return IFD_ERANGE;
+    }
+    return 0;
+}
+
+static const wfield_t spec_fields[] = {
+    FU32M(ifd_wire_spec_t, method, 2),
+    FU32M(ifd_wire_spec_t, num_tokens, IFD_WIRE_MAX_SPEC_TOKENS),
+    FU32M(ifd_wire_spec_t, ngram_min, IFD_WIRE_MAX_SPEC_NGRAM),
+    FU32M(ifd_wire_spec_t, ngram_max, IFD_WIRE_MAX_SPEC_NGRAM),
+};
+static const wstruct_t spec_desc = {"spec", sizeof(ifd_wire_spec_t), spec_fields, NF(spec_fields),
+                                    check_spec};
+
 static int check_hello(const void *obj, char *err, size_t errlen)
 {
     const ifd_wire_hello_t *h = obj;
@@ -128,7 +147,7 @@ static const wfield_t hello_fields[] = {
     FI32(ifd_wire_hello_t, prefill_cap), FU32M(ifd_wire_hello_t, n_fds, 64),
     FU32M(ifd_wire_hello_t, n_local_fds, 2), FSTRUCT(ifd_wire_hello_t, kv, &kv_desc),
     FBOOL(ifd_wire_hello_t, size_pool), FF64(ifd_wire_hello_t, gpu_memory_fraction),
-    FU32(ifd_wire_hello_t, max_model_len),
+    FU32(ifd_wire_hello_t, max_model_len), FSTRUCT(ifd_wire_hello_t, spec, &spec_desc),
 };
 static const wstruct_t hello_desc = {"hello", sizeof(ifd_wire_hello_t), hello_fields,
                                      NF(hello_fields), check_hello};
@@ -224,6 +243,7 @@ static const wfield_t add_fields[] = {
     FU32(ifd_wire_add_t, client),
     FARR_I32(ifd_wire_add_t, allowed_ids, n_allowed_ids, IFD_WIRE_MAX_ALLOWED),
     FARR_I32(ifd_wire_add_t, lp_ids, n_lp_ids, IFD_WIRE_MAX_TOP),
+    FSTRUCT(ifd_wire_add_t, spec, &spec_desc),
 };
 static const wstruct_t add_desc = {"add", sizeof(ifd_wire_add_t), add_fields, NF(add_fields),
                                    check_add};
@@ -358,6 +378,9 @@ static const wfield_t step_hist_fields[] = {
 _Static_assert(NF(step_hist_fields) == IFD_WIRE_STEP_BUCKETS, "one field per bucket");
 static const wstruct_t step_hist_desc = {"step_tokens", sizeof(ifd_wire_step_hist_t),
                                          step_hist_fields, NF(step_hist_fields), NULL};
+static const wfield_t count_fields[] = {FU64(ifd_wire_count_t, n)};
+static const wstruct_t count_desc = {"count", sizeof(ifd_wire_count_t), count_fields,
+                                     NF(count_fields), NULL};
 
 static const wfield_t stats_fields[] = {
     FU64(ifd_wire_stats_t, seq),
@@ -382,6 +405,11 @@ static const wfield_t stats_fields[] = {
     FU64(ifd_wire_stats_t, kv_local_released_blocks),
     FU64(ifd_wire_stats_t, kv_local_released_bytes),
     FSTRUCT(ifd_wire_stats_t, step_tokens, &step_hist_desc),
+    FU64(ifd_wire_stats_t, spec_drafts),
+    FU64(ifd_wire_stats_t, spec_draft_tokens),
+    FU64(ifd_wire_stats_t, spec_accepted_tokens),
+    FARR(ifd_wire_stats_t, spec_accepted_per_pos, n_spec_per_pos, IFD_WIRE_MAX_SPEC_TOKENS,
+         &count_desc),
 };
 static const wstruct_t stats_desc = {"stats", sizeof(ifd_wire_stats_t), stats_fields,
                                      NF(stats_fields), NULL};

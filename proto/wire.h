@@ -59,6 +59,8 @@
 #define IFD_WIRE_MAX_ALLOWED    (1u << 20)  /* allowed_token_ids of one request */
 #define IFD_WIRE_MAX_TOP        20u         /* top logprobs of one token (OpenAI's limit) */
 #define IFD_WIRE_MAX_GRAMMAR    (1u << 22)  /* words of one request's compiled grammar */
+#define IFD_WIRE_MAX_SPEC_TOKENS 16u        /* proposed tokens per step (speculative decoding) */
+#define IFD_WIRE_MAX_SPEC_NGRAM  16u        /* the n-gram proposer's longest n */
 
 /* Who sends a message. */
 typedef enum {
@@ -105,6 +107,17 @@ typedef struct {
     uint64_t fingerprint;
 } ifd_wire_kv_geometry_t;
 
+/* Speculative decoding (docs/speculative.md; the engine's
+ * ifd_spec_params_t): method 0 the worker's setting (in an ADD), 1 off,
+ * 2 n-gram; num_tokens (k), ngram_min, ngram_max 0: the worker's. Version
+ * 10. */
+typedef struct {
+    uint32_t method;
+    uint32_t num_tokens;
+    uint32_t ngram_min;
+    uint32_t ngram_max;
+} ifd_wire_spec_t;
+
 /* HELLO (router → worker, first frame): the worker's configuration. The
  * pool's fds travel with this frame (SCM_RIGHTS): the metadata fd first,
  * then the data fd of kv_device when the router has one (a host memfd, or a
@@ -138,6 +151,7 @@ typedef struct {
     bool size_pool;
     double gpu_memory_fraction; /* (0, 1]: the share of the device for everything */
     uint32_t max_model_len;     /* 0: the model's context */
+    ifd_wire_spec_t spec;       /* the daemon's speculation setting (method 0: off) */
 } ifd_wire_hello_t;
 
 /* POOL_SIZE (worker → router, after a size_pool HELLO): what the device
@@ -248,6 +262,9 @@ typedef struct {
      * to IFD_WIRE_MAX_TOP. Version 10. */
     const int32_t *lp_ids;
     uint32_t n_lp_ids;
+    /* The request's speculative decoding (method 0: the worker's setting).
+     * Version 10. */
+    ifd_wire_spec_t spec;
 } ifd_wire_add_t;
 
 /* The wire's priority (higher first) of an API request's vLLM priority
@@ -376,6 +393,10 @@ typedef struct {
 typedef struct {
     uint64_t n[IFD_WIRE_STEP_BUCKETS];
 } ifd_wire_step_hist_t;
+/* One counter of an array of them (STATS). */
+typedef struct {
+    uint64_t n;
+} ifd_wire_count_t;
 
 /* STATS (worker → router). Gauges are current values; counters run from the
  * worker's start; rates/averages are the worker's own recent window. */
@@ -404,6 +425,15 @@ typedef struct {
     uint64_t kv_local_released_blocks;
     uint64_t kv_local_released_bytes;
     ifd_wire_step_hist_t step_tokens; /* steps by batched tokens (version 10) */
+    /* Speculative decoding counters (version 10; the engine's spec_*):
+     * verifications, proposed tokens, accepted ones, and per proposal
+     * position how many verifications accepted it (n_spec_per_pos <=
+     * IFD_WIRE_MAX_SPEC_TOKENS entries). */
+    uint64_t spec_drafts;
+    uint64_t spec_draft_tokens;
+    uint64_t spec_accepted_tokens;
+    ifd_wire_count_t *spec_accepted_per_pos;
+    uint32_t n_spec_per_pos;
 } ifd_wire_stats_t;
 
 typedef struct {

@@ -238,6 +238,14 @@ static void ifd__on_finish(void *ctx, uint64_t id, ifd_finish_reason_t reason,
     ifd__queue(s, &m);
 }
 
+/* The engine's speculation setting of the wire's (same numbers; the
+ * decoder bounded each field, the engine checks the rest). */
+static ifd_spec_params_t ifd__spec_from_wire(const ifd_wire_spec_t *w)
+{
+    return (ifd_spec_params_t){(ifd_spec_method_t)w->method, (int32_t)w->num_tokens,
+                               (int32_t)w->ngram_min, (int32_t)w->ngram_max};
+}
+
 static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
 {
     if (s->draining) {
@@ -282,6 +290,7 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.n_allowed_ids = a->n_allowed_ids;
     r.lp_ids = a->lp_ids;
     r.n_lp_ids = a->n_lp_ids;
+    r.spec = ifd__spec_from_wire(&a->spec);
     int rc = 0;
     char gerr[300] = "";
     if (a->n_grammar) {
@@ -325,6 +334,7 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
 
 static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
 {
+    ifd_wire_count_t per_pos[IFD_ENGINE_SPEC_MAX];
     ifd_engine_stats_t st;
     ifd_engine_stats(s->eng, &st);
     ifd_wire_msg_t m = {.type = IFD_WIRE_STATS};
@@ -352,6 +362,17 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
     w->forward_ns = (uint64_t)(st.forward_ms * 1e6);
     w->sampling_ns = (uint64_t)(st.sample_ms * 1e6);
     w->scheduling_ns = (uint64_t)(st.schedule_ms * 1e6);
+    w->spec_drafts = st.spec_drafts;
+    w->spec_draft_tokens = st.spec_draft_tokens;
+    w->spec_accepted_tokens = st.spec_accepted_tokens;
+    uint32_t n_pos = 0; /* positions up to the last one ever proposed */
+    for (uint32_t i = 0; i < IFD_ENGINE_SPEC_MAX; i++) {
+        per_pos[i].n = st.spec_accepted_per_pos[i];
+        if (per_pos[i].n)
+            n_pos = i + 1;
+    }
+    w->spec_accepted_per_pos = n_pos ? per_pos : NULL;
+    w->n_spec_per_pos = n_pos;
     ifd__queue(s, &m);
 }
 
@@ -664,6 +685,7 @@ static int ifd__start_engine(ifd__srv_t *s)
     ep->worker = (int)h->slot;
     ep->device = (int)h->kv_device;
     ep->prefill_cap = h->prefill_cap;
+    ep->spec = ifd__spec_from_wire(&h->spec);
     ep->local_pool = s->lpool;
     /* decode steps hold at most this many sequences: buffers for its bucket */
     ifd_model_set_max_seqs(s->model, ep->max_seqs < ep->max_batched_tokens

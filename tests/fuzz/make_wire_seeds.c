@@ -72,6 +72,7 @@ int main(int argc, char **argv)
     m[1].u.add.n_allowed_ids = 3;
     m[1].u.add.lp_ids = toks + 1;
     m[1].u.add.n_lp_ids = 2;
+    m[1].u.add.spec = (ifd_wire_spec_t){2, 4, 1, 3};
     m[2].type = IFD_WIRE_CANCEL;
     m[2].u.cancel.id = 42;
     m[3].type = IFD_WIRE_STATS_REQ;
@@ -106,6 +107,12 @@ int main(int argc, char **argv)
     m[11].u.stats.seq = 9;
     m[11].u.stats.running = 2;
     m[11].u.stats.kv_blocks_total = 364;
+    static ifd_wire_count_t per_pos[2] = {{7}, {3}};
+    m[11].u.stats.spec_drafts = 9;
+    m[11].u.stats.spec_draft_tokens = 20;
+    m[11].u.stats.spec_accepted_tokens = 10;
+    m[11].u.stats.spec_accepted_per_pos = per_pos;
+    m[11].u.stats.n_spec_per_pos = 2;
     m[12].type = IFD_WIRE_POOL;
     m[12].u.pool = (ifd_wire_pool_t){2, 1, {30, 3, 64, 1, 16, 364, 0x1234}};
     m[13].type = IFD_WIRE_POOL_SIZE;

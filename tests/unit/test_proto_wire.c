@@ -106,6 +106,7 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
         m.u.add.n_allowed_ids = 3;
         m.u.add.lp_ids = g_stops + 1; /* logprob_token_ids, version 10 */
         m.u.add.n_lp_ids = 2;
+        m.u.add.spec = (ifd_wire_spec_t){2, 16, 2, 16}; /* version 10 */
         break;
     case IFD_WIRE_CANCEL:
         m.u.cancel.id = 42;
@@ -282,6 +283,10 @@ START_TEST(test_add_fields)
     ck_assert_uint_eq(a->n_lp_ids, 2);
     ck_assert_int_eq(a->lp_ids[0], 0);
     ck_assert_int_eq(a->lp_ids[1], 49152);
+    ck_assert_uint_eq(a->spec.method, 2);
+    ck_assert_uint_eq(a->spec.num_tokens, 16);
+    ck_assert_uint_eq(a->spec.ngram_min, 2);
+    ck_assert_uint_eq(a->spec.ngram_max, 16);
     ifd_wire_msg_free(&d);
     ck_assert_ptr_null(d.u.add.tokens);
     ifd_wire_msg_free(&d); /* twice is harmless */
@@ -465,6 +470,16 @@ START_TEST(test_encode_refuses_invalid)
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
     m = sample(IFD_WIRE_ADD);
     m.u.add.sampling.n_logprobs = 21;
+    ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
+    /* speculative decoding (version 10): method, k and n-gram bounds */
+    m = sample(IFD_WIRE_ADD);
+    m.u.add.spec.method = 3;
+    ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
+    m = sample(IFD_WIRE_ADD);
+    m.u.add.spec.num_tokens = IFD_WIRE_MAX_SPEC_TOKENS + 1;
+    ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
+    m = sample(IFD_WIRE_ADD);
+    m.u.add.spec = (ifd_wire_spec_t){2, 4, 5, 2};
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
     m = sample(IFD_WIRE_ADD);
     m.u.add.sampling.logprobs_mode = 2;
@@ -691,7 +706,7 @@ START_TEST(test_wrong_msgpack_types)
                 0x00, 0x00, 0x01, 0x00, 'x');
     /* A float field given an int: floats must be floats. */
     EXPECT_PADDED(IFD_WIRE_STATS, IFD_ETYPE, "stats.tokens_per_step: expected float", 0xdc, 0x00,
-                  0x16, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
+                  0x1a, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
     /* Cross-field checks run after decoding. */
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "tokens: no events", 0x92, 0x01, 0x90);
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "top logprobs without has_logprob", 0x92, 0x01, 0x91,
@@ -702,10 +717,10 @@ END_TEST
 START_TEST(test_huge_array_counts)
 {
     /* tokens claims 2^32-1 elements: refused on the count, nothing allocated. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0x9f,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0xdc, 0x00, 0x10,
                   0x01, 0xdd, 0xff, 0xff, 0xff, 0xff);
     /* Within the limit but more than the bytes left. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 66 bytes left", 0x9f,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 64 bytes left", 0xdc, 0x00, 0x10,
                   0x01, 0xdc, 0xff, 0xff, 0x01, 0x02);
     /* The top-level array itself. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETRUNC, "4294967295 elements", 0xdd, 0xff, 0xff, 0xff, 0xff);
@@ -715,11 +730,11 @@ START_TEST(test_huge_array_counts)
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETRUNC, "tokens.events: 60000 elements", 0x92, 0x01, 0xdc,
                 0xea, 0x60, 0x95);
     /* A token id that does not fit int32 inside the array names its index. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ERANGE, "add.tokens[1]", 0x9f, 0x01, 0x92, 0x05, 0xce, 0x80,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ERANGE, "add.tokens[1]", 0xdc, 0x00, 0x10, 0x01, 0x92, 0x05, 0xce, 0x80,
                   0x00, 0x00, 0x00);
     /* A nested path: the second logit_bias entry's bias is a string. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETYPE, "add.sampling.logit_bias[1].bias: expected float, got str",
-                0x9f, 0x01, 0x91, 0x05, 0x00, 0x9b, 0xca, 0x3f, 0x80, 0, 0, 0x00, 0xca, 0x3f, 0x80,
+                0xdc, 0x00, 0x10, 0x01, 0x91, 0x05, 0x00, 0x9b, 0xca, 0x3f, 0x80, 0, 0, 0x00, 0xca, 0x3f, 0x80,
                 0, 0, 0xca, 0, 0, 0, 0, 0xca, 0x3f, 0x80, 0, 0, 0xca, 0, 0, 0, 0, 0xca, 0, 0, 0, 0,
                 0x92, 0x92, 0x01, 0xca, 0, 0, 0, 0, 0x92, 0x02, 0xa1, 'x');
     /* Top logprobs are capped at 20. */
