@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_daemon.sh KIND ARGS... — runs tests/integration/test_daemon_KIND.py
 # (http, openai, tokens, crash, robust, fair, faults, load, hostile, structured,
-# responses, owners, langchain, systemd, gpu_emu, ops, images, …) with the test
+# responses, owners, langchain, systemd, gpu_emu, ops, images, spec, …) with the test
 # Python ($INFERD_PYTHON, else python3). Each Python file starts its own inferd
 # processes on temporary sockets and skips (exit 77) loudly when the default
 # model is absent; the kinds in needs_openai below and `structured`, `langchain`
@@ -35,7 +35,7 @@ if [ "$kind" = structured ] && ! "$py" -c 'import openai, httpx, jsonschema' 2>/
          "installs them into the venv that test.sh exports as INFERD_PYTHON)"
     exit 77
 fi
-needs_openai=" openai tokens responses owners gpu_emu ops images "
+needs_openai=" openai tokens responses owners gpu_emu ops images spec "
 if [ "${needs_openai#* $kind }" != "$needs_openai" ] &&
    ! "$py" -c 'import openai, httpx, pydantic' 2>/dev/null; then
     echo "SKIPPED: $py lacks the openai/httpx packages (deploy/install-deps.sh installs them" \

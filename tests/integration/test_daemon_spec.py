@@ -1,0 +1,185 @@
+"""Speculative decoding through the daemon (label model; docs/speculative.md), with
+the official openai client over the Unix socket and raw HTTP: a daemon started with
+`--spec ngram` gives, greedy and seeded, streamed and not, one request or eight at
+once, exactly the text of the same requests with `"speculative": false`, and its
+/metrics shows vLLM's spec_decode counters with proposals accepted on an
+input-grounded prompt; bad `speculative` values get a 400 naming the field; a worker
+SIGKILLed mid-stream with speculation on resumes to the undisturbed text.
+
+Usage: test_daemon_spec.py INFERD WORKER   (the venv's python: $INFERD_PYTHON)
+"""
+import os
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from spec_prompts import PROMPTS  # noqa: E402
+from test_daemon_util import (SANITIZED, Daemon, openai_client, require_model,  # noqa: E402
+                              run_tests, skip)
+
+try:
+    import httpx  # noqa: F401
+    import openai
+except ImportError as e:
+    skip("the openai/httpx packages are not installed (%s): run deploy/install-deps.sh" % e)
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+TOKENS = 48 if SANITIZED else 96
+SPEC_ARGS = ["--spec", "ngram", "--spec-tokens", "4", "--spec-ngram-max", "3",
+             "--worker-ping-interval", "0.1"]
+D = C = None
+
+
+def chat(messages, spec=None, stream=False, client=None, **kw):
+    """The text of one chat completion; spec None: the daemon's setting."""
+    body = dict(model=MODEL, messages=messages, max_tokens=TOKENS, temperature=0)
+    body.update(kw)
+    if spec is not None:
+        body["extra_body"] = {"speculative": spec}
+    c = client or C
+    if not stream:
+        r = c.chat.completions.create(**body)
+        return r.choices[0].message.content, r.choices[0].finish_reason, r.usage.completion_tokens
+    text, finish, n = "", None, 0
+    for ch in c.chat.completions.create(stream=True, **body):
+        for choice in ch.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+            n += 1
+    return text, finish, None
+
+
+def spec_metrics():
+    """vLLM's spec_decode counters, once the worker's stats have caught up (pings every
+    0.1 s)."""
+    time.sleep(0.5)
+    m = D.metrics()
+    pick = {k.split("{")[0]: v for k, v in m.items() if k.startswith("vllm:spec_decode_num_")
+            and "per_pos" not in k}
+    pos0 = [v for k, v in m.items() if "per_pos" in k and 'position="0"' in k]
+    return pick, pos0[0] if pos0 else None
+
+
+def test_greedy_same_text_every_way():
+    for name, (msgs, kind) in PROMPTS.items():
+        off = chat(msgs, spec=False)
+        on = chat(msgs)  # the daemon's --spec ngram
+        on_stream = chat(msgs, stream=True)
+        on_k8 = chat(msgs, spec={"method": "ngram", "num_speculative_tokens": 8,
+                                 "prompt_lookup_min": 2, "prompt_lookup_max": 5})
+        assert on[:2] == off[:2], (name, off, on)
+        assert on[2] == off[2], (name, off[2], on[2])  # usage unchanged
+        assert on_stream[:2] == off[:2], (name, off, on_stream)
+        assert on_k8[:2] == off[:2], (name, off, on_k8)
+        print("     %-15s (%s): %d tokens, same text" % (name, kind, off[2]))
+    c, pos0 = spec_metrics()
+    print("     metrics:", c, "position 0:", pos0)
+    assert c["vllm:spec_decode_num_drafts_total"] > 0, c
+    assert 0 < c["vllm:spec_decode_num_accepted_tokens_total"] <= \
+        c["vllm:spec_decode_num_draft_tokens_total"], c
+    assert pos0 and pos0 > 0
+
+
+def test_seeded_same_text():
+    for name in ("rewrite_code", "open_chat"):
+        msgs = PROMPTS[name][0]
+        off = chat(msgs, spec=False, temperature=0.8, seed=11, top_p=0.95)
+        on = chat(msgs, stream=True, temperature=0.8, seed=11, top_p=0.95)
+        assert on[:2] == off[:2], (name, off, on)
+
+
+def test_eight_at_once_same_text():
+    names = list(PROMPTS) * 3
+    ref = [chat(PROMPTS[n][0], spec=False, temperature=0.7 if i % 2 else 0, seed=i)
+           for i, n in enumerate(names[:8])]
+    out = [None] * 8
+
+    def one(i):
+        out[i] = chat(PROMPTS[names[i]][0], stream=True, temperature=0.7 if i % 2 else 0,
+                      seed=i, client=openai_client(D.sock, timeout=300))
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(600)
+    for i in range(8):
+        assert out[i] is not None and out[i][:2] == ref[i][:2], (i, ref[i], out[i])
+    D.wait_idle()
+
+
+def test_bad_speculative_is_400():
+    bad = [("yes", "speculative"),
+           (3, "speculative"),
+           ({"num_speculative_tokens": 0}, "speculative.num_speculative_tokens"),
+           ({"num_speculative_tokens": 17}, "speculative.num_speculative_tokens"),
+           ({"method": "eagle"}, "speculative.method"),
+           ({"prompt_lookup_min": 4, "prompt_lookup_max": 2}, "speculative.prompt_lookup_min"),
+           ({"draft_model": "x"}, "speculative.draft_model")]
+    for v, param in bad:
+        try:
+            C.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                      max_tokens=4, extra_body={"speculative": v})
+            raise AssertionError("accepted %r" % (v,))
+        except openai.BadRequestError as e:
+            assert e.body["param"] == param, (v, e.body)
+    # the daemon still serves
+    assert chat(PROMPTS["open_chat"][0], spec=True, max_tokens=4)[0]
+
+
+def test_killed_worker_resumes_same_text():
+    """Two workers with speculation on; worker 0 SIGKILLed while four streams run: each
+    stream resumes elsewhere and ends with the text of an undisturbed run."""
+    d = Daemon(INFERD, SPEC_ARGS + ["--restart-backoff", "0.2", "--threads", "1"], workers=2)
+    try:
+        client = openai_client(d.sock, timeout=300)
+        msgs = PROMPTS["rewrite_code"][0]
+        kws = [dict(temperature=0), dict(temperature=0.8, seed=5)] * 2
+        ref = [chat(msgs, client=client, **kw) for kw in kws[:2]]
+        got = [None] * 4
+        started = [0] * 4
+
+        def one(i):
+            text = ""
+            for ch in openai_client(d.sock, timeout=300).chat.completions.create(
+                    model=MODEL, messages=msgs, max_tokens=TOKENS, stream=True, **kws[i]):
+                for choice in ch.choices:
+                    text += choice.delta.content or ""
+                    started[i] += 1
+            got[i] = text
+        ts = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(4)]
+        for t in ts:
+            t.start()
+        t0 = time.time()
+        while min(started) < 4:
+            assert time.time() - t0 < 120, "streams did not start"
+            time.sleep(0.01)
+        os.kill(d.worker_pids()[0], signal.SIGKILL)
+        for t in ts:
+            t.join(300)
+        for i in range(4):
+            assert got[i] == ref[i % 2][0], (i, ref[i % 2][0], got[i])
+        assert "killed by signal 9" in d.logtext()
+    finally:
+        assert d.stop() == 0
+
+
+def main():
+    global D, C
+    require_model()
+    D = Daemon(INFERD, SPEC_ARGS)
+    C = openai_client(D.sock, timeout=300)
+    try:
+        rc = run_tests(globals(), sys.argv[3:] or None)
+    finally:
+        if D.stop() != 0:
+            rc = 1
+    if rc:
+        print("---- daemon log ----\n" + D.logtext())
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
