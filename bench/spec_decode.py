@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""spec_decode.py -- batch-1 decode speed with and without speculative decoding
+(issue 27; docs/speculative.md), served: one inferd with `--spec ngram` on a
+temporary Unix socket, each prompt of tests/integration/spec_prompts.py (input-
+grounded: rewrite a ~400-token code file, extract an invoice's fields; open-ended
+chat) sent as a streaming chat completion, greedy, with `"speculative": false`
+and with the daemon's n-gram setting, the two in alternating order per
+repetition. Reported per prompt: decode tok/s (tokens after the first over the
+time from the first to the last), each side's median over repetitions, the
+paired ratio (speculative / plain), the acceptance (accepted / proposed tokens
+from /metrics' vllm:spec_decode_* counters) and whether the texts were equal
+(they must be: a difference fails the run).
+
+Figures are for a quiet machine: on a loaded one the ratio is noise. --smoke
+runs one short repetition (the harness check, no figures to keep).
+
+  bench/spec_decode.py --inferd build/daemon/inferd [--model GGUF] [--reps 3]
+                       [--max-tokens 256] [--spec-tokens 4] [--threads T]
+                       [--out report.json] [--smoke]
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # keep bench/ and tests/ clean
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+import benchlib  # noqa: E402
+from spec_prompts import PROMPTS  # noqa: E402
+
+
+class UnixConn(http.client.HTTPConnection):
+    def __init__(self, path, timeout=600):
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def stream(sock, messages, max_tokens, spec):
+    """One greedy streaming chat completion: (text, tokens, decode tok/s)."""
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    if spec is not None:
+        body["speculative"] = spec
+    c = UnixConn(sock)
+    c.request("POST", "/v1/chat/completions", json.dumps(body),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        sys.exit("spec_decode: HTTP %d: %s" % (r.status, r.read()[:300]))
+    text, n, t_first, t_last = "", None, None, None
+    for line in r:
+        line = line.strip()
+        if not line.startswith(b"data:") or line == b"data: [DONE]":
+            continue
+        o = json.loads(line[5:])
+        if o.get("usage"):
+            n = o["usage"]["completion_tokens"]
+        for ch in o.get("choices", []):
+            if ch["delta"].get("content"):
+                t_last = time.monotonic()
+                t_first = t_first or t_last
+                text += ch["delta"]["content"]
+    c.close()
+    rate = (n - 1) / (t_last - t_first) if n and n > 1 and t_last > t_first else None
+    return text, n, rate
+
+
+def spec_counters(sock):
+    c = UnixConn(sock)
+    c.request("GET", "/metrics")
+    out = {}
+    for line in c.getresponse().read().decode().splitlines():
+        for k in ("drafts", "draft_tokens", "accepted_tokens"):
+            if line.startswith("vllm:spec_decode_num_%s_total{" % k):
+                out[k] = float(line.rsplit(" ", 1)[1])
+    c.close()
+    return out
+
+
+def wait_ready(sock, proc, timeout=300):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if proc.poll() is not None:
+            sys.exit("spec_decode: inferd exited with %d" % proc.returncode)
+        try:
+            c = UnixConn(sock, timeout=5)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    sys.exit("spec_decode: inferd not ready")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inferd", required=True)
+    ap.add_argument("--model", default=os.path.expanduser(
+        "~/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--spec-tokens", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--out")
+    ap.add_argument("--smoke", action="store_true", help="1 repetition of 32 tokens")
+    a = ap.parse_args()
+    if a.smoke:
+        a.reps, a.max_tokens = 1, 32
+    tmp = tempfile.mkdtemp(prefix="spec-bench-")
+    sock = os.path.join(tmp, "inferd.sock")
+    args = [a.inferd, "--model", a.model, "--socket", sock, "--workers", "1",
+            "--spec", "ngram", "--spec-tokens", str(a.spec_tokens),
+            "--worker-ping-interval", "0.1"]
+    if a.threads:
+        args += ["--threads", str(a.threads)]
+    log = open(os.path.join(tmp, "inferd.log"), "wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    report = benchlib.report_head("spec_decode", a.threads or None, os.path.join(HERE, ".."))
+    report.update(model=os.path.basename(a.model), max_tokens=a.max_tokens,
+                  spec_tokens=a.spec_tokens, reps=a.reps, load_before=benchlib.load_avg(),
+                  note="figures only from a quiet machine", prompts={})
+    try:
+        wait_ready(sock, proc)
+        for name, (msgs, kind) in PROMPTS.items():
+            stream(sock, msgs, 8, False)  # warm-up (page cache, prefix cache alike for both)
+            rates = {"plain": [], "spec": []}
+            same = True
+            before = spec_counters(sock)
+            for rep in range(a.reps):
+                order = ("plain", "spec") if rep % 2 == 0 else ("spec", "plain")
+                texts = {}
+                for side in order:
+                    text, n, rate = stream(sock, msgs, a.max_tokens,
+                                           False if side == "plain" else None)
+                    texts[side] = text
+                    rates[side].append(rate)
+                same = same and texts["plain"] == texts["spec"]
+            time.sleep(0.3)  # the worker's counters reach /metrics with its next ping
+            after = spec_counters(sock)
+            d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+            med = {s: round(statistics.median([r for r in v if r]), 2) if any(v) else None
+                   for s, v in rates.items()}
+            report["prompts"][name] = {
+                "kind": kind, "plain_tok_s": med["plain"], "spec_tok_s": med["spec"],
+                "ratio": benchlib.paired_ratio(rates["spec"], rates["plain"]),
+                "acceptance": round(d["accepted_tokens"] / d["draft_tokens"], 3)
+                if d.get("draft_tokens") else None,
+                "verifications": d.get("drafts"), "same_text": same}
+            if not same:
+                report["error"] = "the texts differ for %s" % name
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+    report["load_after"] = benchlib.load_avg()
+    benchlib.write_report(report, a.out)
+    return 1 if "error" in report else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
