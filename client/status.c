@@ -255,6 +255,7 @@ typedef struct {
     double fin_stop, fin_length, fin_abort, fin_error, tok_in, tok_out;
     double rate_out, rate_in, hit_rate_now; /* over the interval; NAN without one */
     double ttft_mean, itl_mean;
+    double spec_drafts, spec_proposed, spec_accepted; /* speculative decoding (vLLM's counters) */
     double workers_ready, workers_starting, workers_down, workers_failed;
     const char *version, *model;
 } view_t;
@@ -296,6 +297,9 @@ static void view_build(view_t *v, const snap_t *s, const snap_t *prev)
     v->tok_out = mget(s, "inferd_generation_tokens_total", NULL, NULL);
     v->ttft_mean = hist_mean(s, "inferd_time_to_first_token_seconds");
     v->itl_mean = hist_mean(s, "inferd_inter_token_latency_seconds");
+    v->spec_drafts = mget(s, "vllm:spec_decode_num_drafts_total", NULL, NULL);
+    v->spec_proposed = mget(s, "vllm:spec_decode_num_draft_tokens_total", NULL, NULL);
+    v->spec_accepted = mget(s, "vllm:spec_decode_num_accepted_tokens_total", NULL, NULL);
     v->workers_ready = mget(s, "inferd_workers", "state", "ready");
     v->workers_starting = mget(s, "inferd_workers", "state", "starting");
     v->workers_down = mget(s, "inferd_workers", "state", "down");
@@ -424,6 +428,10 @@ static void render_text(FILE *f, const ifd_cli_http_target_t *t, const snap_t *s
     if (isfinite(v->rate_out))
         fprintf(f, "; now %.1f tokens/s out, %.1f in", v->rate_out, v->rate_in);
     fputc('\n', f);
+    if (v->spec_proposed > 0) /* a daemon that never speculated shows no line */
+        fprintf(f, "speculative   %.1f%% of %s proposed tokens accepted (%s verifications)\n",
+                100.0 * v->spec_accepted / v->spec_proposed, human(n[0], 32, v->spec_proposed),
+                human(n[1], 32, v->spec_drafts));
     if (isfinite(v->ttft_mean) || isfinite(v->itl_mean)) {
         fprintf(f, "latency       ");
         if (isfinite(v->ttft_mean))
@@ -459,6 +467,12 @@ static json_t *view_json(const ifd_cli_http_target_t *t, const snap_t *s, const 
                                   "query_tokens", num_or_null(v->queries), "hit_rate",
                                   num_or_null(v->queries > 0 ? v->hits / v->queries : NAN),
                                   "hit_rate_now", num_or_null(v->hit_rate_now)));
+    json_object_set_new(
+        o, "speculative",
+        json_pack("{s:o,s:o,s:o,s:o}", "verifications", num_or_null(v->spec_drafts),
+                  "proposed_tokens", num_or_null(v->spec_proposed), "accepted_tokens",
+                  num_or_null(v->spec_accepted), "acceptance_rate",
+                  num_or_null(v->spec_proposed > 0 ? v->spec_accepted / v->spec_proposed : NAN)));
     json_object_set_new(o, "requests",
                         json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "running", num_or_null(v->running),
                                   "queued", num_or_null(v->queued), "stop",
@@ -483,8 +497,9 @@ static void status_usage(FILE *f)
             "\n"
             "Show the daemon's state on one screen, from GET /health and GET /metrics:\n"
             "its workers and their state, KV cache blocks free/used/cached, the prefix-cache\n"
-            "hit rate, running and queued requests, and tokens per second (measured over\n"
-            "--interval, default 1 s).\n"
+            "hit rate, running and queued requests, tokens per second (measured over\n"
+            "--interval, default 1 s) and, once the daemon has speculated, the share of\n"
+            "proposed tokens accepted.\n"
             "\n"
             "  -w, --watch [SECS]  refresh every SECS seconds (default 2) until Ctrl-C\n"
             "      --interval SECS the sampling interval of a one-shot status (0: no rates)\n"

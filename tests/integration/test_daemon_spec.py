@@ -4,12 +4,15 @@ the official openai client over the Unix socket and raw HTTP: a daemon started w
 once, exactly the text of the same requests with `"speculative": false`, and its
 /metrics shows vLLM's spec_decode counters with proposals accepted on an
 input-grounded prompt; bad `speculative` values get a 400 naming the field; a worker
-SIGKILLed mid-stream with speculation on resumes to the undisturbed text.
+SIGKILLed mid-stream with speculation on resumes to the undisturbed text; `infer
+status` shows the acceptance.
 
 Usage: test_daemon_spec.py INFERD WORKER   (the venv's python: $INFERD_PYTHON)
 """
+import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -81,6 +84,16 @@ def test_greedy_same_text_every_way():
     assert 0 < c["vllm:spec_decode_num_accepted_tokens_total"] <= \
         c["vllm:spec_decode_num_draft_tokens_total"], c
     assert pos0 and pos0 > 0
+    # infer status shows the acceptance (text and --json), from the same counters
+    infer = os.path.join(os.path.dirname(os.path.abspath(INFERD)), "..", "client", "infer")
+    if os.path.exists(infer):
+        st = subprocess.run([infer, "status", "--socket", D.sock, "--interval", "0"],
+                            capture_output=True, text=True, timeout=60)
+        assert st.returncode == 0 and "proposed tokens accepted" in st.stdout, st
+        js = subprocess.run([infer, "status", "--json", "--socket", D.sock, "--interval", "0"],
+                            capture_output=True, text=True, timeout=60)
+        sp = json.loads(js.stdout)["speculative"]
+        assert sp["proposed_tokens"] > 0 and 0 < sp["acceptance_rate"] <= 1, sp
 
 
 def test_seeded_same_text():

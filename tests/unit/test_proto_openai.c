@@ -541,6 +541,17 @@ static const bad_case_t k_bad[] = {
     {EP_CHAT, "{" MSG ",\"structured_outputs\":{\"structural_tag\":\"x\"}}",
      "structured_outputs.structural_tag", "unsupported_parameter"},
     {EP_CHAT, "{" MSG ",\"min_tokens\":-1}", "min_tokens", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"speculative\":\"yes\"}", "speculative", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"speculative\":{\"num_speculative_tokens\":0}}",
+     "speculative.num_speculative_tokens", "integer_below_min_value"},
+    {EP_CHAT, "{" MSG ",\"speculative\":{\"prompt_lookup_max\":17}}",
+     "speculative.prompt_lookup_max", "integer_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"speculative\":{\"method\":\"eagle\"}}", "speculative.method",
+     "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"speculative\":{\"prompt_lookup_min\":3,\"prompt_lookup_max\":2}}",
+     "speculative.prompt_lookup_min", "invalid_value"},
+    {EP_CHAT, "{" MSG ",\"speculative\":{\"draft_model\":\"x\"}}", "speculative.draft_model",
+     "invalid_value"},
     {EP_CHAT, "{" MSG ",\"max_tokens\":4,\"min_tokens\":5}", "min_tokens", "invalid_value"},
     {EP_CHAT, "{" MSG ",\"prompt_logprobs\":21}", "prompt_logprobs", "integer_above_max_value"},
     {EP_CHAT, "{" MSG ",\"prompt_logprobs\":-1}", "prompt_logprobs", "integer_above_max_value"},
@@ -2168,6 +2179,38 @@ START_TEST(test_responses_stream)
 }
 END_TEST
 
+/* inferd's "speculative": the wire's form (method 1 off, 2 ngram; 0 fields the daemon's). */
+START_TEST(test_speculative_field)
+{
+    static const struct {
+        const char *json;
+        ifd_wire_spec_t want;
+    } cases[] = {
+        {"", {0, 0, 0, 0}},
+        {",\"speculative\":null", {0, 0, 0, 0}},
+        {",\"speculative\":false", {1, 0, 0, 0}},
+        {",\"speculative\":true", {2, 0, 0, 0}},
+        {",\"speculative\":{}", {2, 0, 0, 0}},
+        {",\"speculative\":{\"method\":\"off\",\"num_speculative_tokens\":3}", {1, 3, 0, 0}},
+        {",\"speculative\":{\"method\":\"ngram\",\"num_speculative_tokens\":16,"
+         "\"prompt_lookup_min\":2,\"prompt_lookup_max\":5}",
+         {2, 16, 2, 5}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ifd_arena_t a;
+        ifd_arena_init(&a, 0);
+        ifd_oai_request_t r;
+        ifd_oai_error_t e;
+        char body[512];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]%s}",
+                 cases[i].json);
+        ck_assert_int_eq(ifd_oai_parse_chat(&a, body, strlen(body), &r, &e), 0);
+        ck_assert_mem_eq(&r.spec, &cases[i].want, sizeof r.spec);
+        ifd_arena_close(&a);
+    }
+}
+END_TEST
+
 START_TEST(test_continuous_usage_and_min_tokens)
 {
     ifd_arena_t a;
@@ -2236,6 +2279,7 @@ int main(void)
     tcase_add_test(tc, test_responses_stored);
     tcase_add_test(tc, test_responses_stream);
     tcase_add_test(tc, test_continuous_usage_and_min_tokens);
+    tcase_add_test(tc, test_speculative_field);
     tcase_add_test(tc, test_prompt_logprobs);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
