@@ -30,6 +30,7 @@
 #include "worker/engine.h"
 #include "worker/model.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,116 @@ START_TEST(test_speculative_equals_plain)
 }
 END_TEST
 
+#ifndef IFD_TEST_ENGINE_CUDA_EMU
+/* The oracle's held prompts (tests/oracle/prompts.json: chat-templated ids),
+ * 64 greedy tokens each: the same tokens with speculation as without,
+ * alone and the three at once. */
+#define ORACLE_MAX 3
+#define ORACLE_OUT 64
+
+typedef struct {
+    int32_t out[ORACLE_MAX][ORACLE_OUT];
+    int n_out[ORACLE_MAX];
+} osink_t;
+
+static void on_otoken(void *ctx, uint64_t id, const ifd_sample_result_t *res)
+{
+    osink_t *s = ctx;
+    if (s->n_out[id] < ORACLE_OUT)
+        s->out[id][s->n_out[id]++] = res->token;
+}
+
+static void on_ofinish(void *ctx, uint64_t id, ifd_finish_reason_t r, const ifd_engine_usage_t *u)
+{
+    (void)ctx, (void)id, (void)r, (void)u;
+}
+
+/* Requests [first, first + n) of ids/lens in one engine; its counters into *st. */
+static void serve_ids(osink_t *sink, int32_t *const *ids, const int *lens, int first, int n,
+                      ifd_spec_params_t spec, ifd_engine_stats_t *st)
+{
+    ifd_kvpool_t *pool = make_pool(256, kv_kind);
+    ifd_engine_model_t em;
+    ck_assert_int_eq(ifd_engine_model_from(&em, model, pool, 0), 0);
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ep.spec = spec;
+    ifd_engine_callbacks_t cb = {sink, on_otoken, on_ofinish, NULL};
+    ifd_engine_t *eng;
+    ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
+    for (int i = first; i < first + n; i++) {
+        ifd_engine_request_t r;
+        memset(&r, 0, sizeof r);
+        r.id = (uint64_t)i;
+        r.prompt = ids[i];
+        r.n_prompt = lens[i];
+        r.sampling = ifd_sampling_default_params();
+        r.sampling.temperature = 0.0f;
+        r.max_tokens = ORACLE_OUT;
+        r.ignore_eos = true;
+        r.use_cache = true;
+        ck_assert_int_eq(ifd_engine_add(eng, &r), 0);
+    }
+    while (!ifd_engine_idle(eng))
+        ck_assert_int_ge(ifd_engine_step(eng, NULL), 0);
+    ifd_engine_stats(eng, st);
+    ifd_engine_destroy(eng);
+    ifd_engine_model_free(&em);
+    ifd_kvpool_destroy(pool);
+}
+
+START_TEST(test_speculative_oracle_prompts)
+{
+    char path[4096];
+    const char *src = getenv("INFERD_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/tests/oracle/prompts.json", src ? src : "..");
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    ck_assert_msg(root != NULL, "%s: %s", path, jerr.text);
+    json_t *list = json_object_get(root, "prompts");
+    int n = (int)json_array_size(list) < ORACLE_MAX ? (int)json_array_size(list) : ORACLE_MAX;
+    ck_assert_int_gt(n, 0);
+    int32_t *ids[ORACLE_MAX];
+    int lens[ORACLE_MAX];
+    for (int i = 0; i < n; i++) {
+        json_t *a = json_object_get(json_array_get(list, (size_t)i), "ids");
+        lens[i] = (int)json_array_size(a);
+        ids[i] = malloc((size_t)lens[i] * sizeof **ids);
+        for (int j = 0; j < lens[i]; j++)
+            ids[i][j] = (int32_t)json_integer_value(json_array_get(a, (size_t)j));
+    }
+    const ifd_spec_params_t off = {IFD_SPEC_OFF, 0, 0, 0}, on = {IFD_SPEC_NGRAM, 4, 1, 3};
+    osink_t *ref = calloc(1, sizeof *ref), *alone = calloc(1, sizeof *alone),
+            *all = calloc(1, sizeof *all);
+    ifd_engine_stats_t st, st_all;
+    uint64_t accepted = 0;
+    for (int i = 0; i < n; i++) {
+        serve_ids(ref, ids, lens, i, 1, off, &st);
+        serve_ids(alone, ids, lens, i, 1, on, &st);
+        accepted += st.spec_accepted_tokens;
+    }
+    serve_ids(all, ids, lens, 0, n, on, &st_all);
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(ref->n_out[i], ORACLE_OUT);
+        ck_assert_int_eq(alone->n_out[i], ORACLE_OUT);
+        ck_assert_int_eq(all->n_out[i], ORACLE_OUT);
+        for (int t = 0; t < ORACLE_OUT; t++) {
+            ck_assert_msg(alone->out[i][t] == ref->out[i][t], "prompt %d token %d alone", i, t);
+            ck_assert_msg(all->out[i][t] == ref->out[i][t], "prompt %d token %d batched", i, t);
+        }
+        free(ids[i]);
+    }
+    printf("oracle prompts, speculative: %llu accepted alone, %llu of %llu batched\n",
+           (unsigned long long)accepted, (unsigned long long)st_all.spec_accepted_tokens,
+           (unsigned long long)st_all.spec_draft_tokens);
+    ck_assert_uint_gt(st_all.spec_drafts, 0);
+    free(ref);
+    free(alone);
+    free(all);
+    json_decref(root);
+}
+END_TEST
+#endif
+
 START_TEST(test_small_pool_completes_all)
 {
     sink_t *ref = solo_ref();
@@ -404,6 +515,10 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_batched_equals_solo);
     tcase_add_test(tc, test_speculative_equals_plain);
+#ifndef IFD_TEST_ENGINE_CUDA_EMU
+    if (!ifd_test_sanitized())
+        tcase_add_test(tc, test_speculative_oracle_prompts);
+#endif
     tcase_add_test(tc, test_small_pool_completes_all);
     tcase_add_test(tc, test_repeated_prompt_reuses_blocks);
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
