@@ -39,17 +39,24 @@ typedef enum { MODEL_CYCLE, MODEL_FIXED } model_kind_t;
 
 typedef struct {
     ifd_kvpool_t *pool;
+    ifd_kvpool_t *lpool; /* a local-layer pool (window tokens), or NULL */
+    int window;
     model_kind_t kind;
     float temp_spread; /* MODEL_CYCLE: the runner-up's logit (0: one-hot greedy rows) */
     int bad;
 } fake_t;
 
-static float *kv_at(fake_t *f, int32_t local_block, int off)
+static float *kv_in(ifd_kvpool_t *pool, int32_t local_block, int off)
 {
     ifd_kvpool_params_t g;
-    ifd_kvpool_geometry(f->pool, &g);
-    float *k = ifd_kvpool_layer_k(f->pool, 0, 0);
+    ifd_kvpool_geometry(pool, &g);
+    float *k = ifd_kvpool_layer_k(pool, 0, 0);
     return k + ((int64_t)local_block * g.block_size + off) * 2;
+}
+
+static float *kv_at(fake_t *f, int32_t local_block, int off)
+{
+    return kv_in(f->pool, local_block, off);
 }
 
 /* The successor the model mostly follows: a cycle through 1..VOCAB-1. */
@@ -68,6 +75,11 @@ static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
         float *kv = kv_at(f, (int32_t)(b->slot[i] / bs), (int)(b->slot[i] % bs));
         kv[0] = (float)b->tokens[i];
         kv[1] = (float)b->pos[i];
+        if (f->lpool) { /* the local layer's twin */
+            kv = kv_in(f->lpool, (int32_t)(b->local_slot[i] / bs), (int)(b->local_slot[i] % bs));
+            kv[0] = (float)b->tokens[i];
+            kv[1] = (float)b->pos[i];
+        }
     }
     for (int r = 0; r < b->n_logits; r++) {
         const int i = b->logit_rows[r];
@@ -79,6 +91,12 @@ static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
             if ((int)kv[1] != p)
                 f->bad++;
             last = (int32_t)kv[0];
+            if (f->lpool && p > b->pos[i] - f->window) { /* in the window: its twin holds it */
+                const int32_t *lt = b->local_block_tables + (int64_t)b->seq[i] * b->max_blocks;
+                const float *lkv = kv_in(f->lpool, lt[p / bs], p % bs);
+                if ((int)lkv[1] != p || lkv[0] != kv[0])
+                    f->bad++;
+            }
             h = (h ^ (uint64_t)last) * 1099511628211ull;
             h ^= h >> 29;
         }
@@ -134,6 +152,7 @@ typedef struct {
 
 typedef struct {
     int n_blocks, budget, max_seqs;
+    int window; /* > 0: a local-layer pool of n_blocks for a window of this many tokens */
     ifd_spec_params_t spec;
     bool wrong;
     model_kind_t kind;
@@ -153,10 +172,15 @@ static void rig_open(rig_t *r, const rig_opts_t *o)
     kp.n_workers = 2;
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
     r->fake.pool = r->pool;
+    if (o->window > 0) {
+        ck_assert_int_eq(ifd_kvpool_create(&kp, &r->fake.lpool), 0);
+        r->fake.window = o->window;
+    }
     r->fake.kind = o->kind;
     r->fake.temp_spread = o->spread;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 0, 0, NULL, 1};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, o->window > 0, o->window, NULL,
+                            1 + (o->window > 0)};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -165,6 +189,7 @@ static void rig_open(rig_t *r, const rig_opts_t *o)
     ep.max_seqs = o->max_seqs;
     ep.spec = o->spec;
     ep.spec_wrong_accept_test = o->wrong;
+    ep.local_pool = r->fake.lpool;
     ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish, NULL};
     ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
 }
@@ -179,6 +204,12 @@ static void rig_close(rig_t *r)
     ck_assert_int_eq(ifd_kvpool_stats(r->pool, &st), 0);
     ck_assert_int_eq(st.in_use, 0); /* nothing leaked */
     ifd_kvpool_destroy(r->pool);
+    if (r->fake.lpool) {
+        ck_assert_msg(ifd_kvpool_check(r->fake.lpool, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(ifd_kvpool_stats(r->fake.lpool, &st), 0);
+        ck_assert_int_eq(st.in_use, 0);
+        ifd_kvpool_destroy(r->fake.lpool);
+    }
     free(r->sink);
 }
 
@@ -270,8 +301,9 @@ static void assert_same(const sink_t *a, const sink_t *b, int n)
 static const ifd_spec_params_t SPEC_ON = {IFD_SPEC_NGRAM, 5, 1, 3};
 
 /* Plain and speculative runs of the same work: the same tokens; the
- * speculative one accepted some proposals and rejected others. */
-static void check_equal(rig_opts_t o, const work_t *w)
+ * speculative one accepted some proposals and rejected others. Returns its
+ * preemptions. */
+static uint64_t check_equal(rig_opts_t o, const work_t *w)
 {
     rig_t plain, spec;
     ifd_engine_stats_t sp, ss;
@@ -286,12 +318,16 @@ static void check_equal(rig_opts_t o, const work_t *w)
     ck_assert_uint_lt(ss.spec_accepted_tokens, ss.spec_draft_tokens); /* some rejected */
     ck_assert_uint_eq(ss.spec_accepted_per_pos[0] >= ss.spec_accepted_per_pos[1], 1);
     ck_assert_uint_lt(ss.steps, sp.steps); /* it paid */
-    fprintf(stderr, "n %d T %.1f: drafts %llu, proposed %llu, accepted %llu, steps %llu vs %llu\n",
+    fprintf(stderr,
+            "n %d T %.1f: drafts %llu, proposed %llu, accepted %llu, steps %llu vs %llu, "
+            "preemptions %llu\n",
             w->n, (double)w->temperature, (unsigned long long)ss.spec_drafts,
             (unsigned long long)ss.spec_draft_tokens, (unsigned long long)ss.spec_accepted_tokens,
-            (unsigned long long)ss.steps, (unsigned long long)sp.steps);
+            (unsigned long long)ss.steps, (unsigned long long)sp.steps,
+            (unsigned long long)ss.preemptions);
     rig_close(&plain);
     rig_close(&spec);
+    return ss.preemptions;
 }
 
 START_TEST(test_greedy_equals_plain)
@@ -326,7 +362,7 @@ START_TEST(test_tiny_pool_equals_plain)
     make_prompts(64, 13);
     rig_opts_t o = {.n_blocks = 90, .budget = 48, .max_seqs = 16, .kind = MODEL_CYCLE};
     work_t w = {.n = 16, .late = 4, .temperature = 0.0f, .stop_id = -1};
-    check_equal(o, &w);
+    ck_assert_uint_gt(check_equal(o, &w), 0);
 }
 END_TEST
 
@@ -338,6 +374,22 @@ START_TEST(test_small_budget_equals_plain)
                     .spread = 2.0f};
     work_t w = {.n = 8, .late = 3, .temperature = 1.0f, .stop_id = 9};
     check_equal(o, &w);
+}
+END_TEST
+
+/* With a local-layer pool (Gemma 3's layout) and a window of 10 tokens
+ * (prompts and outputs run far past it): twins released as windows move,
+ * grown back for proposals and released with rejected positions. */
+START_TEST(test_local_pool_equals_plain)
+{
+    make_prompts(64, 23);
+    rig_opts_t o = {.n_blocks = 2048, .budget = 64, .max_seqs = 16, .kind = MODEL_CYCLE,
+                    .window = 10, .spread = 1.0f};
+    work_t w = {.n = 12, .late = 5, .temperature = 0.6f, .stop_id = 9};
+    check_equal(o, &w);
+    o.n_blocks = 120; /* and preempting */
+    w.temperature = 0.0f;
+    ck_assert_uint_gt(check_equal(o, &w), 0);
 }
 END_TEST
 
@@ -469,6 +521,7 @@ int main(void)
     ifd_test_case(s, "spec", 120,
                   IFD_TESTS(test_greedy_equals_plain, test_sampled_equals_plain,
                             test_tiny_pool_equals_plain, test_small_budget_equals_plain,
+                            test_local_pool_equals_plain,
                             test_sampling_rule_chi_square, test_request_off_and_bad_settings));
     return ifd_test_run(s);
 }
