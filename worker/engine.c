@@ -1003,8 +1003,6 @@ static void ifd__unschedule(ifd_engine_t *e, ifd__plan_t *pl, ifd__seq_t *v)
         if (!ifd__decoding(v))
             pl->prefill_left += v->sched;
         pl->plp_left += ifd__plp_rows(v, v->n_computed, v->sched);
-        pl->spec_left += v->n_draft;
-        v->n_draft = 0;
         v->sched = 0;
         return;
     }
@@ -1052,23 +1050,14 @@ static int32_t ifd__spec_propose(const ifd_engine_t *e, ifd__seq_t *s, int room)
     return s->n_draft;
 }
 
-/* 1. Running sequences, oldest first: a decode token (with its proposal,
- * when it speculates) or the next prefill chunk each, preempting
- * (ifd__victim) when the pool has no block left — never for a proposal,
- * which is dropped instead. */
+/* 1. Running sequences, oldest first: a decode token or the next prefill
+ * chunk each, preempting (ifd__victim) when the pool has no block left. */
 static void ifd__schedule_running(ifd_engine_t *e, ifd__plan_t *pl, ifd_engine_step_stats_t *st)
 {
     for (int i = 0; i < e->running.n && pl->budget > 0;) {
         ifd__seq_t *s = e->running.v[i];
         int32_t n = ifd__want(s);
         bool prefill = !ifd__decoding(s);
-        s->n_draft = 0;
-        if (!prefill && pl->budget > 1 &&
-            ifd__spec_propose(e, s, pl->budget - 1 < pl->spec_left ? pl->budget - 1
-                                                                   : pl->spec_left) > 0 &&
-            ifd__grow(e, s, s->n_computed + 1 + s->n_draft) == IFD_ENOBLOCKS)
-            s->n_draft = 0;
-        n += s->n_draft;
         if (prefill && n > pl->prefill_left)
             n = pl->prefill_left;
         if (n > pl->budget)
@@ -1108,10 +1097,9 @@ static void ifd__schedule_running(ifd_engine_t *e, ifd__plan_t *pl, ifd_engine_s
             continue;
         }
         s->sched = n;
-        s->sample = s->n_computed + n == s->n_tokens + s->n_draft;
+        s->sample = s->n_computed + n == s->n_tokens;
         e->sched[pl->n_sched++] = s;
         pl->budget -= n;
-        pl->spec_left -= s->n_draft;
         if (prefill)
             pl->prefill_left -= n;
         i++;
@@ -1175,6 +1163,28 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
     }
 }
 
+/* 3. Proposals (engine.h, speculative decoding) for the decoding
+ * sequences of the step, from what decodes, prefill and admissions left:
+ * the budget and the free blocks. A proposal the pool cannot hold is
+ * dropped: it never preempts, nor takes a block or a token another
+ * sequence of the step needed. */
+static void ifd__schedule_spec(ifd_engine_t *e, ifd__plan_t *pl)
+{
+    for (int k = 0; k < pl->n_sched && pl->budget > 0 && pl->spec_left > 0; k++) {
+        ifd__seq_t *s = e->sched[k];
+        if (!ifd__decoding(s) ||
+            ifd__spec_propose(e, s, pl->budget < pl->spec_left ? pl->budget : pl->spec_left) == 0)
+            continue;
+        if (ifd__grow(e, s, s->n_computed + 1 + s->n_draft) != 0) {
+            s->n_draft = 0;
+            continue;
+        }
+        s->sched += s->n_draft;
+        pl->budget -= s->n_draft;
+        pl->spec_left -= s->n_draft;
+    }
+}
+
 /* Fills e->sched with the sequences of this step. Returns how many. */
 static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
 {
@@ -1193,6 +1203,7 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
     e->sched_decodes = n_dec > 0;
     ifd__schedule_running(e, &pl, st);
     ifd__schedule_waiting(e, &pl);
+    ifd__schedule_spec(e, &pl);
     return pl.n_sched;
 }
 
