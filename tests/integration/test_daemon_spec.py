@@ -1,7 +1,8 @@
 """Speculative decoding through the daemon (label model; docs/speculative.md), with
 the official openai client over the Unix socket and raw HTTP: a daemon started with
 `--spec ngram` gives, greedy and seeded, streamed and not, one request or eight at
-once, exactly the text of the same requests with `"speculative": false`, and its
+once, under a JSON Schema or with stop strings, exactly the text of the same requests
+with `"speculative": false`, and its
 /metrics shows vLLM's spec_decode counters with proposals accepted on an
 input-grounded prompt; bad `speculative` values get a 400 naming the field; a worker
 SIGKILLed mid-stream with speculation on resumes to the undisturbed text; `infer
@@ -102,6 +103,38 @@ def test_seeded_same_text():
         off = chat(msgs, spec=False, temperature=0.8, seed=11, top_p=0.95)
         on = chat(msgs, stream=True, temperature=0.8, seed=11, top_p=0.95)
         assert on[:2] == off[:2], (name, off, on)
+
+
+def drafts():
+    time.sleep(0.5)  # the worker's counters reach /metrics with its next ping (0.1 s)
+    return sum(v for k, v in D.metrics().items()
+               if k.startswith("vllm:spec_decode_num_draft_tokens_total"))
+
+
+def test_structured_and_stop_same_text():
+    """A JSON Schema (every proposed token meets the grammar mask: one it forbids cannot
+    equal the sample) and stop strings (matched on the unchanged token stream) give the
+    text of speculative: false, and proposals were verified under the grammar."""
+    schema = {"type": "object", "properties": {
+        "invoice_number": {"type": "string"}, "date": {"type": "string"},
+        "customer": {"type": "string"}, "total_due": {"type": "string"}},
+        "required": ["invoice_number", "date", "customer", "total_due"],
+        "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "invoice", "schema": schema}}
+    msgs = PROMPTS["extract_fields"][0]
+    before = drafts()
+    for temp in (0, 0.7):
+        off = chat(msgs, spec=False, response_format=rf, temperature=temp, seed=3)
+        on = chat(msgs, stream=True, response_format=rf, temperature=temp, seed=3)
+        assert on[:2] == off[:2], (temp, off, on)
+        if off[1] == "stop":
+            json.loads(off[0])  # a complete object parses
+    assert drafts() > before, "no proposal was verified under the grammar"
+    code = PROMPTS["rewrite_code"][0]
+    for stop in (["\n\n"], ["self.items"], ["def "]):
+        off = chat(code, spec=False, stop=stop)
+        on = chat(code, stream=True, stop=stop)
+        assert on[:2] == off[:2], (stop, off, on)
 
 
 def test_eight_at_once_same_text():
