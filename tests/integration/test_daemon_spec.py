@@ -2,9 +2,8 @@
 the official openai client over the Unix socket and raw HTTP: a daemon started with
 `--spec ngram` gives, greedy and seeded, streamed and not, one request or eight at
 once, under a JSON Schema or with stop strings, exactly the text of the same requests
-with `"speculative": false`, and its
-/metrics shows vLLM's spec_decode counters with proposals accepted on an
-input-grounded prompt; bad `speculative` values get a 400 naming the field; a worker
+with `"speculative": false`, and its /metrics shows vLLM's spec_decode counters with
+proposals accepted on an input-grounded prompt; bad `speculative` values get a 400 naming the field; a worker
 SIGKILLed mid-stream with speculation on resumes to the undisturbed text; `infer
 status` shows the acceptance.
 
