@@ -5,8 +5,10 @@ temporary Unix socket, each prompt of tests/integration/spec_prompts.py (input-
 grounded: rewrite a ~400-token code file, extract an invoice's fields; open-ended
 chat) sent as a streaming chat completion, greedy, with `"speculative": false`
 and with the daemon's n-gram setting, the two in alternating order per
-repetition. Reported per prompt: decode tok/s (tokens after the first over the
-time from the first to the last), each side's median over repetitions, the
+repetition; with --streams N, N such streams at once per side (the 8-way
+figure: their summed decode tok/s). Reported per prompt: decode tok/s (tokens
+after the first over the time from the first to the last), each side's median
+over repetitions, the
 paired ratio (speculative / plain), the acceptance (accepted / proposed tokens
 from /metrics' vllm:spec_decode_* counters) and whether the texts were equal
 (they must be: a difference fails the run).
@@ -16,7 +18,7 @@ runs one short repetition (the harness check, no figures to keep).
 
   bench/spec_decode.py --inferd build/daemon/inferd [--model GGUF] [--reps 3]
                        [--max-tokens 256] [--spec-tokens 4] [--threads T]
-                       [--out report.json] [--smoke]
+                       [--streams N] [--out report.json] [--smoke]
 """
 import argparse
 import http.client
@@ -27,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.dont_write_bytecode = True  # keep bench/ and tests/ clean
@@ -78,6 +81,24 @@ def stream(sock, messages, max_tokens, spec):
     return text, n, rate
 
 
+def streams(sock, messages, max_tokens, spec, n):
+    """n concurrent streams of stream(): (their texts, summed decode tok/s)."""
+    if n == 1:
+        text, _, rate = stream(sock, messages, max_tokens, spec)
+        return [text], rate
+    out = [None] * n
+
+    def one(i):
+        out[i] = stream(sock, messages, max_tokens, spec)
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    rates = [o[2] for o in out]
+    return [o[0] for o in out], sum(rates) if all(rates) else None
+
+
 def spec_counters(sock):
     c = UnixConn(sock)
     c.request("GET", "/metrics")
@@ -115,6 +136,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--spec-tokens", type=int, default=4)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--streams", type=int, default=1, help="concurrent streams per side")
     ap.add_argument("--out")
     ap.add_argument("--smoke", action="store_true", help="1 repetition of 32 tokens")
     a = ap.parse_args()
@@ -130,7 +152,7 @@ def main():
     log = open(os.path.join(tmp, "inferd.log"), "wb")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     report = benchlib.report_head("spec_decode", a.threads or None, os.path.join(HERE, ".."))
-    report.update(model=os.path.basename(a.model), max_tokens=a.max_tokens,
+    report.update(model=os.path.basename(a.model), max_tokens=a.max_tokens, streams=a.streams,
                   spec_tokens=a.spec_tokens, reps=a.reps, load_before=benchlib.load_avg(),
                   note="figures only from a quiet machine", prompts={})
     try:
@@ -144,11 +166,10 @@ def main():
                 order = ("plain", "spec") if rep % 2 == 0 else ("spec", "plain")
                 texts = {}
                 for side in order:
-                    text, n, rate = stream(sock, msgs, a.max_tokens,
-                                           False if side == "plain" else None)
-                    texts[side] = text
+                    texts[side], rate = streams(sock, msgs, a.max_tokens,
+                                                False if side == "plain" else None, a.streams)
                     rates[side].append(rate)
-                same = same and texts["plain"] == texts["spec"]
+                same = same and len(set(texts["plain"] + texts["spec"])) == 1
             time.sleep(0.3)  # the worker's counters reach /metrics with its next ping
             after = spec_counters(sock)
             d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
