@@ -35,7 +35,10 @@
 #define MAX_REQ 4096
 #define MAX_OUT 160
 
-typedef enum { MODEL_CYCLE, MODEL_FIXED } model_kind_t;
+/* CYCLE: the successor table, left where a hash of the context says (1 in
+ * 5); SUCC: the table always; HASH: the hash always (proposals fail);
+ * FIXED: one context-free distribution. */
+typedef enum { MODEL_CYCLE, MODEL_SUCC, MODEL_HASH, MODEL_FIXED } model_kind_t;
 
 typedef struct {
     ifd_kvpool_t *pool;
@@ -106,7 +109,8 @@ static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
                 row[v] = v >= 1 && v <= 4 ? logf((float)(5 - v)) : -INFINITY;
             continue;
         }
-        const int32_t next = h % 5 == 0 ? (int32_t)((h >> 8) % VOCAB) : succ(last);
+        const bool jump = f->kind == MODEL_HASH || (f->kind == MODEL_CYCLE && h % 5 == 0);
+        const int32_t next = jump ? (int32_t)((h >> 8) % VOCAB) : succ(last);
         for (int v = 0; v < VOCAB; v++)
             row[v] = 0.0f;
         row[next] = 10.0f;
@@ -393,6 +397,59 @@ START_TEST(test_local_pool_equals_plain)
 }
 END_TEST
 
+/* k follows acceptance (engine.c, ifd__spec_adapt): where proposals keep
+ * failing the sequence soon stops proposing (a probe now and then), where
+ * they hold it proposes k tokens a step; the tokens are plain decoding's. */
+START_TEST(test_k_adapts)
+{
+    static int32_t prompt[40];
+    int32_t t = 1;
+    for (int j = 0; j < 40; j++)
+        prompt[j] = t = succ(t);
+    const model_kind_t kinds[2] = {MODEL_HASH, MODEL_SUCC};
+    for (int m = 0; m < 2; m++) {
+        ifd_engine_stats_t st[2];
+        int32_t out[2][150];
+        for (int on = 0; on < 2; on++) {
+            rig_opts_t o = {.n_blocks = 256, .budget = 64, .max_seqs = 4, .kind = kinds[m]};
+            o.spec = on ? (ifd_spec_params_t){IFD_SPEC_NGRAM, 4, 1, 3}
+                        : (ifd_spec_params_t){IFD_SPEC_OFF, 0, 0, 0};
+            rig_t r;
+            rig_open(&r, &o);
+            ifd_engine_request_t q;
+            memset(&q, 0, sizeof q);
+            q.prompt = prompt;
+            q.n_prompt = 40;
+            q.sampling = ifd_sampling_default_params();
+            q.sampling.temperature = 0.0f;
+            q.max_tokens = 150;
+            q.ignore_eos = true;
+            q.use_cache = true;
+            ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+            while (!ifd_engine_idle(r.eng))
+                ck_assert_int_ge(ifd_engine_step(r.eng, NULL), 0);
+            ifd_engine_stats(r.eng, &st[on]);
+            ck_assert_int_eq(r.sink->n_out[0], 150);
+            memcpy(out[on], r.sink->out[0], sizeof out[on]);
+            rig_close(&r);
+        }
+        ck_assert_int_eq(memcmp(out[0], out[1], sizeof out[0]), 0);
+        fprintf(stderr, "%s: %llu verifications, %llu proposed, %llu accepted, %llu steps\n",
+                m ? "successor" : "hash", (unsigned long long)st[1].spec_drafts,
+                (unsigned long long)st[1].spec_draft_tokens,
+                (unsigned long long)st[1].spec_accepted_tokens, (unsigned long long)st[1].steps);
+        if (kinds[m] == MODEL_HASH) { /* 150 decodes, a handful of verifications */
+            ck_assert_uint_lt(st[1].spec_drafts, 20);
+            ck_assert_uint_gt(st[1].spec_drafts, 0);
+        } else { /* every proposal holds: 4 a step, 5 tokens a step */
+            ck_assert_uint_eq(st[1].spec_accepted_tokens, st[1].spec_draft_tokens);
+            ck_assert_uint_ge(st[1].spec_draft_tokens, 4 * st[1].spec_drafts - 8);
+            ck_assert_uint_lt(st[1].steps, 40);
+        }
+    }
+}
+END_TEST
+
 /* The first verified token (the second generated: the first comes from
  * the prefill, without a proposal) of n seeded requests whose prompt makes
  * every first token propose its successor; counts per token into c. */
@@ -521,7 +578,7 @@ int main(void)
     ifd_test_case(s, "spec", 120,
                   IFD_TESTS(test_greedy_equals_plain, test_sampled_equals_plain,
                             test_tiny_pool_equals_plain, test_small_budget_equals_plain,
-                            test_local_pool_equals_plain,
+                            test_local_pool_equals_plain, test_k_adapts,
                             test_sampling_rule_chi_square, test_request_off_and_bad_settings));
     return ifd_test_run(s);
 }
