@@ -136,6 +136,33 @@ def test_structured_and_stop_same_text():
         assert on[:2] == off[:2], (stop, off, on)
 
 
+def test_completions_and_responses_same_text():
+    """/v1/completions and /v1/responses carry the field too (raw HTTP)."""
+    code = PROMPTS["rewrite_code"][0][0]["content"]
+    outs = []
+    for spec in (False, None, {"num_speculative_tokens": 6}):
+        body = {"prompt": code + "\n\n# The same file:\n", "max_tokens": TOKENS,
+                "temperature": 0}
+        if spec is not None:
+            body["speculative"] = spec
+        outs.append(D.json("POST", "/v1/completions", body)["choices"][0]["text"])
+    assert outs[0] == outs[1] == outs[2], outs
+
+    def responses(spec):
+        body = {"model": MODEL, "input": code, "max_output_tokens": TOKENS, "temperature": 0}
+        if spec is not None:
+            body["speculative"] = spec
+        r = D.json("POST", "/v1/responses", body)
+        return "".join(c.get("text", "") for it in r["output"] if it["type"] == "message"
+                       for c in it["content"])
+    assert responses(False) == responses(None)
+    for path, body in (("/v1/completions", {"prompt": "x"}),
+                       ("/v1/responses", {"model": MODEL, "input": "x"})):
+        body["speculative"] = {"method": "draft"}
+        err = D.json("POST", path, body, expect=400)["error"]
+        assert err["param"] == "speculative.method", (path, err)  # parsed, not ignored
+
+
 def test_eight_at_once_same_text():
     names = list(PROMPTS) * 3
     ref = [chat(PROMPTS[n][0], spec=False, temperature=0.7 if i % 2 else 0, seed=i)
