@@ -71,7 +71,7 @@
       "inter-token latency steady), off (only max_batched_tokens limits) or a number")         \
     X(spec, STR, "off", 0, "METHOD", 0, 0,                                                     \
       "speculative decoding for requests that do not choose: off, or ngram (proposals from "   \
-      "the request's own prompt and output; CPU workers; docs/speculative.md)")                \
+      "the request's own prompt and output; docs/speculative.md)")                             \
     X(spec_tokens, INT, "4", 0, "K", 1, 16, "tokens proposed per step at most (spec)")         \
     X(spec_ngram_min, INT, "1", 0, "N", 1, 16, "shortest suffix the ngram proposer matches")   \
     X(spec_ngram_max, INT, "4", 0, "N", 1, 16, "longest suffix the ngram proposer matches")    \

@@ -342,8 +342,7 @@ static int ifd__spec_check(const ifd_spec_params_t *sp)
 /* s's speculation from its request's setting over the engine's: a field
  * the request leaves 0 is the engine's, and the engine's 0 the default
  * (k 4, n-grams of 1..4); a bound the request sets moves the other one
- * when they cross. Off without the KV cache (it recomputes everything) and
- * on a model that samples on the device (the CUDA path: not yet). */
+ * when they cross. Off without the KV cache (it recomputes everything). */
 static int ifd__spec_resolve(const ifd_engine_t *e, ifd__seq_t *s, const ifd_spec_params_t *r)
 {
     if (ifd__spec_check(r) != 0)
@@ -359,7 +358,7 @@ static int ifd__spec_resolve(const ifd_engine_t *e, ifd__seq_t *s, const ifd_spe
         else
             lo = hi;
     }
-    const bool on = m == IFD_SPEC_NGRAM && s->use_cache && !e->model.forward_sample;
+    const bool on = m == IFD_SPEC_NGRAM && s->use_cache;
     s->spec_kmax = on ? k : 0;
     s->spec_k = s->spec_kmax;
     s->spec_nmin = lo;
@@ -1263,7 +1262,8 @@ static bool ifd__is_stop(const ifd_engine_t *e, const ifd__seq_t *s, int32_t tok
  * computed there from the same constraint; allowed sets too), except under
  * min_tokens, where the host retries without the suppressing bias when the
  * grammar or the allowed set allows nothing else (ifd__sample_seq), which
- * needs the logits. */
+ * needs the logits, and the rows of a verification, sampled on the host one
+ * after the other. */
 static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
 {
     if (!e->model.forward_sample) {
@@ -1280,6 +1280,16 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
                                               s->tokens[s->plp_next + i], s->plp_top};
         }
         if (!s->sample)
+            continue;
+        /* a verification's rows come back as logits and are sampled here,
+         * in order, each with the history grown by the tokens before it
+         * (ifd__spec_after_forward): the host's draw is the device's bit for
+         * bit (sampler.h), so the tokens are the same */
+        for (int32_t i = 0; s->n_draft && i <= s->n_draft; i++, r++) {
+            e->s_hist[r] = (ifd_sampler_history_t){NULL, 0, NULL, 0};
+            e->s_rows[r] = (ifd_sample_row_t){NULL, &e->s_hist[r], 0, NULL, 0, 0};
+        }
+        if (s->n_draft)
             continue;
         /* the history as it will be at sampling: nothing changes it before */
         e->s_hist[r] = (ifd_sampler_history_t){s->tokens, (size_t)s->n_prompt,

@@ -147,8 +147,9 @@ typedef struct {
  * (given the backend's batch invariance). Accepted tokens are emitted one
  * event each; the KV of rejected positions is dropped (the sequence's
  * computed length, blocks past it released, nothing of it published).
- * Only on a model without device sampling (forward_sample NULL: the CPU
- * backend) and with the KV cache on; elsewhere requests decode plainly. */
+ * With device sampling (forward_sample) a verification's rows come back as
+ * logits and are sampled on the host (bit for bit the device's draw).
+ * Requests without the KV cache decode plainly. */
 #define IFD_ENGINE_SPEC_MAX 16  /* proposed tokens per sequence and step at most */
 #define IFD_ENGINE_SPEC_ROWS 64 /* proposed tokens per step at most (all sequences) */
 

@@ -202,7 +202,9 @@ END_TEST
 /* Speculative decoding (n-gram proposals from each request's own tokens):
  * the greedy tokens of every request equal the plain solo run's, alone
  * and with all requests at once (prefill chunks beside verifications);
- * the CPU backend's rows are batch-invariant, so this holds bit for bit. */
+ * the backends' rows are batch-invariant, so this holds bit for bit. On
+ * the emulated CUDA backend the verification rows are sampled on the host
+ * beside device-sampled rows, in eager mixed steps. */
 START_TEST(test_speculative_equals_plain)
 {
     sink_t *ref = solo_ref();
@@ -224,11 +226,7 @@ START_TEST(test_speculative_equals_plain)
            "(alone: %llu verifications)\n",
            n_req, (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_draft_tokens,
            (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st1.spec_drafts);
-#ifdef IFD_TEST_ENGINE_CUDA_EMU
-    ck_assert_uint_eq(st.spec_drafts, 0); /* device sampling: no speculation yet, plain tokens */
-#else
     ck_assert_uint_gt(st.spec_drafts, 0);
-#endif
     free(b);
     free(c);
 }
