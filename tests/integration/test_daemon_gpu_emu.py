@@ -74,13 +74,14 @@ def client(d):
                          max_retries=0)
 
 
-def gpu_daemon(gpus="0", dtype="bf16", fraction="0.2", worker=WORKER_EMU):
+def gpu_daemon(gpus="0", dtype="bf16", fraction="0.2", worker=WORKER_EMU, extra=()):
     # few sequences, small steps and a short context: the POOL step's warm-up runs the
     # largest steps and every decode graph's, slow on the emulator (49152-id logits)
     return Daemon(INFERD, args=["--gpus", gpus, "--gpu-dtype", dtype, "--worker-binary",
                                 worker, "--random-weights", SHAPE, "--weights-seed",
                                 str(SEED), "--gpu-memory-fraction", fraction, "--max-seqs", "4",
-                                "--max-model-len", "512", "--max-batched-tokens", "64"])
+                                "--max-model-len", "512", "--max-batched-tokens", "64"]
+                  + list(extra))
 
 
 def wait_log(d, text, timeout=20):
@@ -339,6 +340,28 @@ def test_exact_mode_equals_cpu():
         for w, g in zip(want_plp[1:], got_plp[1:]):
             t = next(iter(w))  # the prompt token, first in both
             assert next(iter(g)) == t and abs(w[t]["logprob"] - g[t]["logprob"]) < 1e-3, (w, g)
+        d.wait_idle()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_speculative_same_text():
+    """Speculative decoding on the (emulated) GPU worker: verification rows sampled on
+    the host beside device-sampled ones; greedy and seeded text equal to
+    "speculative": false, and proposals were verified (docs/speculative.md)."""
+    d = gpu_daemon(extra=["--spec", "ngram", "--worker-ping-interval", "0.1"])
+    try:
+        c = client(d)
+        prompt = "one two three four one two three four one two three four one two"
+        for kw in (dict(temperature=0), dict(temperature=0.9, seed=4)):
+            texts = [c.completions.create(model=MODEL, prompt=prompt, max_tokens=24,
+                                          extra_body={} if on else {"speculative": False},
+                                          **kw).choices[0].text for on in (False, True)]
+            assert texts[0] == texts[1], (kw, texts)
+        time.sleep(0.5)
+        m = d.metrics()
+        n = sum(v for k, v in m.items() if k.startswith("vllm:spec_decode_num_drafts_total"))
+        assert n > 0, "no verification ran"
         d.wait_idle()
     finally:
         assert d.stop() == 0, d.logtext()
