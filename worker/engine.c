@@ -83,12 +83,10 @@ typedef struct {
      * While some are owed, n_computed <= plp_next - 1 (their rows are
      * always computed, never taken from the prefix cache). */
     int32_t plp_top, plp_next;
-    /* speculative decoding (engine.h): spec_kmax 0 is off; spec_k the
-     * proposal length adapted to recent acceptance (0: none for spec_wait
-     * more steps, after spec_misses verifications in a row accepted
-     * nothing); draft[0..n_draft) this step's proposal */
-    int32_t spec_kmax, spec_k, spec_nmin, spec_nmax, spec_wait, spec_misses;
-    int32_t draft[IFD_ENGINE_SPEC_MAX];
+    /* speculative decoding (engine.h, spec.h); draft[0..n_draft) this
+     * step's proposal */
+    ifd_spec_state_t spec;
+    int32_t draft[IFD_SPEC_MAX_TOKENS];
     int32_t n_draft;
     /* this step */
     int32_t sched;
@@ -326,46 +324,6 @@ static void ifd__finish(ifd_engine_t *e, ifd__seq_t *s, ifd_finish_reason_t reas
     ifd__seq_free(s);
 }
 
-/* ---- speculative decoding: settings ---------------------------------------- */
-
-/* A speculation setting's ranges (engine.h, ifd_spec_params_t). */
-static int ifd__spec_check(const ifd_spec_params_t *sp)
-{
-    if ((unsigned)sp->method > IFD_SPEC_NGRAM || sp->num_tokens < 0 ||
-        sp->num_tokens > IFD_ENGINE_SPEC_MAX || sp->ngram_min < 0 ||
-        sp->ngram_min > IFD_NGRAM_MAX_N || sp->ngram_max < 0 || sp->ngram_max > IFD_NGRAM_MAX_N ||
-        (sp->ngram_min && sp->ngram_max && sp->ngram_min > sp->ngram_max))
-        return IFD_EINVAL;
-    return 0;
-}
-
-/* s's speculation from its request's setting over the engine's: a field
- * the request leaves 0 is the engine's, and the engine's 0 the default
- * (k 4, n-grams of 1..4); a bound the request sets moves the other one
- * when they cross. Off without the KV cache (it recomputes everything). */
-static int ifd__spec_resolve(const ifd_engine_t *e, ifd__seq_t *s, const ifd_spec_params_t *r)
-{
-    if (ifd__spec_check(r) != 0)
-        return IFD_EINVAL;
-    const ifd_spec_params_t *d = &e->p.spec;
-    const ifd_spec_method_t m = r->method != IFD_SPEC_DEFAULT ? r->method : d->method;
-    const int32_t k = r->num_tokens ? r->num_tokens : d->num_tokens ? d->num_tokens : 4;
-    int32_t lo = r->ngram_min ? r->ngram_min : d->ngram_min ? d->ngram_min : 1;
-    int32_t hi = r->ngram_max ? r->ngram_max : d->ngram_max ? d->ngram_max : 4;
-    if (lo > hi) {
-        if (r->ngram_min)
-            hi = lo;
-        else
-            lo = hi;
-    }
-    const bool on = m == IFD_SPEC_NGRAM && s->use_cache;
-    s->spec_kmax = on ? k : 0;
-    s->spec_k = s->spec_kmax;
-    s->spec_nmin = lo;
-    s->spec_nmax = hi;
-    return 0;
-}
-
 /* ---- create / add / cancel ------------------------------------------------- */
 
 int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
@@ -374,7 +332,7 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
 {
     if (!p || p->max_batched_tokens < 1 || p->max_seqs < 1 || !model || !model->forward ||
         model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids) ||
-        ifd__spec_check(&p->spec) != 0)
+        ifd_spec_check(&p->spec) != 0)
         return IFD_EINVAL;
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(pool, &g);
@@ -622,7 +580,7 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     s->plp_top = r->prompt_logprobs - 1;
     s->plp_next = 1;
     s->arrival = e->arrivals++;
-    int rc = ifd__spec_resolve(e, s, &r->spec);
+    int rc = ifd_spec_resolve(&s->spec, &r->spec, &e->p.spec, s->use_cache);
     if (rc || (r->min_tokens > s->n_gen && (rc = ifd__min_tokens_init(e, s, r->min_tokens)))) {
         ifd__seq_free(s);
         return rc;
@@ -1026,26 +984,16 @@ static void ifd__finish_cancelled(ifd_engine_t *e)
 
 /* Decoding sequence s's proposal for this step, at most `room` tokens
  * (engine.h, speculative decoding): into s->draft, and how many. None
- * while s waits after misses, and none that could not all be emitted
- * (max_tokens, the context, the token array). */
+ * that could not all be emitted (max_tokens, the context, the token
+ * array). */
 static int32_t ifd__spec_propose(const ifd_engine_t *e, ifd__seq_t *s, int room)
 {
-    s->n_draft = 0;
-    if (s->spec_kmax == 0)
-        return 0;
-    if (s->spec_k == 0) {
-        if (--s->spec_wait > 0)
-            return 0;
-        s->spec_k = 1; /* probe again */
-    }
-    int32_t k = s->spec_k < room ? s->spec_k : room;
-    const int32_t lim[3] = {s->max_tokens - s->n_gen - 1, s->cap_tokens - s->n_tokens - 1,
-                            e->model.n_ctx - s->n_tokens - 1};
+    int32_t lim = room;
+    const int32_t left[3] = {s->max_tokens - s->n_gen - 1, s->cap_tokens - s->n_tokens - 1,
+                             e->model.n_ctx - s->n_tokens - 1};
     for (int i = 0; i < 3; i++)
-        k = lim[i] < k ? lim[i] : k;
-    if (k <= 0)
-        return 0;
-    s->n_draft = ifd_ngram_propose(s->tokens, s->n_tokens, s->spec_nmin, s->spec_nmax, k, s->draft);
+        lim = left[i] < lim ? left[i] : lim;
+    s->n_draft = ifd_spec_propose(&s->spec, s->tokens, s->n_tokens, lim, s->draft);
     return s->n_draft;
 }
 
@@ -1539,26 +1487,6 @@ static int ifd__spec_wrong_accept(ifd_engine_t *e, ifd__seq_t *s, int row, int32
     return rc;
 }
 
-/* The next proposal length from this verification's acceptance (engine.h):
- * all accepted grows k by 2 (up to the request's), a partial acceptance of
- * a tokens makes it a + 1, none halves it; at 0 the sequence proposes
- * nothing for 8, 16, .. 64 steps (misses in a row), then probes with k 1.
- * So where proposals keep failing (open-ended text) a verification costs
- * one extra row now and then, and where they hold (copying) k stays up. */
-static void ifd__spec_adapt(ifd__seq_t *s, int32_t nd, int32_t acc)
-{
-    if (acc == nd) {
-        s->spec_k = s->spec_k + 2 < s->spec_kmax ? s->spec_k + 2 : s->spec_kmax;
-        s->spec_misses = 0;
-    } else if (acc > 0) {
-        s->spec_k = acc + 1;
-        s->spec_misses = 0;
-    } else if ((s->spec_k /= 2) == 0) {
-        s->spec_misses++;
-        s->spec_wait = 4 << (s->spec_misses < 4 ? s->spec_misses : 4);
-    }
-}
-
 /* The blocks of a speculating sequence past what its tokens need (KV of
  * rejected proposals) go back to the pools; none of them was published
  * (publishing stops at n_computed). */
@@ -1619,7 +1547,7 @@ static void ifd__spec_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
     e->st.spec_accepted_tokens += (uint64_t)acc;
     for (int32_t i = 0; i < acc; i++)
         e->st.spec_accepted_per_pos[i]++;
-    ifd__spec_adapt(s, nd, acc);
+    ifd_spec_adapt(&s->spec, nd, acc);
     ifd__publish(e, s);
     ifd__release_window(e, s);
     ifd__spec_shrink(e, s);

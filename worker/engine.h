@@ -53,7 +53,7 @@
 #include "kvpool/kvpool.h"
 #include "model.h"
 #include "proto/wire.h"
-#include "ngram.h"
+#include "spec.h"
 #include "sampler.h"
 
 typedef struct ifd_engine ifd_engine_t;
@@ -136,7 +136,7 @@ typedef struct {
 
 /* Speculative decoding (docs/speculative.md). A decoding sequence with
  * speculation on gets up to k proposed tokens from the n-gram proposer
- * (worker/ngram.h) and contributes k + 1 query rows to the step, each with
+ * (worker/ngram.h; how many: worker/spec.h) and contributes k + 1 query rows to the step, each with
  * its logits; row i is sampled exactly as plain decoding would sample the
  * token at its position (same processed logits, same counter-based draw),
  * and the proposal's token i is accepted when it equals that sample. For a
@@ -150,22 +150,7 @@ typedef struct {
  * With device sampling (forward_sample) a verification's rows come back as
  * logits and are sampled on the host (bit for bit the device's draw).
  * Requests without the KV cache decode plainly. */
-#define IFD_ENGINE_SPEC_MAX 16  /* proposed tokens per sequence and step at most */
 #define IFD_ENGINE_SPEC_ROWS 64 /* proposed tokens per step at most (all sequences) */
-
-typedef enum {
-    IFD_SPEC_DEFAULT = 0, /* a request: the engine's setting */
-    IFD_SPEC_OFF = 1,
-    IFD_SPEC_NGRAM = 2,
-} ifd_spec_method_t;
-
-/* A speculation setting (engine params, and a request's override). */
-typedef struct {
-    ifd_spec_method_t method;
-    int32_t num_tokens; /* k, 1..IFD_ENGINE_SPEC_MAX; 0: the engine's (default 4) */
-    int32_t ngram_min;  /* 1..IFD_NGRAM_MAX_N; 0: the engine's (default 1) */
-    int32_t ngram_max;  /* ngram_min..IFD_NGRAM_MAX_N; 0: the engine's (default 4) */
-} ifd_spec_params_t;
 
 typedef struct {
     /* End-of-generation ids of the model (copied): a request stops after one
@@ -340,7 +325,7 @@ typedef struct {
     uint64_t spec_drafts;
     uint64_t spec_draft_tokens;
     uint64_t spec_accepted_tokens;
-    uint64_t spec_accepted_per_pos[IFD_ENGINE_SPEC_MAX];
+    uint64_t spec_accepted_per_pos[IFD_SPEC_MAX_TOKENS];
 } ifd_engine_stats_t;
 
 void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);

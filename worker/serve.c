@@ -334,7 +334,7 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
 
 static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
 {
-    ifd_wire_count_t per_pos[IFD_ENGINE_SPEC_MAX];
+    ifd_wire_count_t per_pos[IFD_SPEC_MAX_TOKENS];
     ifd_engine_stats_t st;
     ifd_engine_stats(s->eng, &st);
     ifd_wire_msg_t m = {.type = IFD_WIRE_STATS};
@@ -366,7 +366,7 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
     w->spec_draft_tokens = st.spec_draft_tokens;
     w->spec_accepted_tokens = st.spec_accepted_tokens;
     uint32_t n_pos = 0; /* positions up to the last one ever proposed */
-    for (uint32_t i = 0; i < IFD_ENGINE_SPEC_MAX; i++) {
+    for (uint32_t i = 0; i < IFD_SPEC_MAX_TOKENS; i++) {
         per_pos[i].n = st.spec_accepted_per_pos[i];
         if (per_pos[i].n)
             n_pos = i + 1;

@@ -86,7 +86,7 @@ if(CMAKE_CXX_COMPILER)
   ifd_add_test(test_backend_cuda_emu SOURCES test_backend_cuda.c gpu_model_test.c ${IFD_BACKEND_SRCS}
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/generate.c
                ${PROJECT_SOURCE_DIR}/worker/engine.c
-               ${PROJECT_SOURCE_DIR}/worker/ngram.c
+               ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_backend_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
@@ -95,7 +95,7 @@ if(CMAKE_CXX_COMPILER)
   # Device sampling, decode graphs, the steady state (issue 13 items 2-3).
   ifd_add_test(test_cuda_step_emu SOURCES test_cuda_step.c gpu_model_test.c ${IFD_BACKEND_SRCS}
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
-               ${PROJECT_SOURCE_DIR}/worker/ngram.c
+               ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c
                ${PROJECT_SOURCE_DIR}/worker/kvprobe.c ${PROJECT_SOURCE_DIR}/worker/kvsize.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_cuda_step_emu PRIVATE ${PROJECT_SOURCE_DIR}
@@ -107,7 +107,7 @@ if(CMAKE_CXX_COMPILER)
   ifd_add_test(test_engine_cuda_emu
                SOURCES ${PROJECT_SOURCE_DIR}/tests/unit/test_engine_model.c ${IFD_BACKEND_SRCS}
                        ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
-                       ${PROJECT_SOURCE_DIR}/worker/ngram.c
+                       ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c
                LIBS ifd_kernels_emu ifd_kernels ${IFD_GPU_WORKER_LIBS} PkgConfig::JANSSON
                LABELS unit emu TIMEOUT 300)
   target_compile_definitions(test_engine_cuda_emu PRIVATE IFD_TEST_ENGINE_CUDA_EMU)
@@ -137,7 +137,7 @@ if(CMAKE_CXX_COMPILER)
                  ${PROJECT_SOURCE_DIR}/worker/kvprobe.c
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
                  ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c
-                 ${PROJECT_SOURCE_DIR}/worker/ngram.c)
+                 ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c)
   target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1 IFD_CUDA_STATIC=1)
   target_include_directories(inferd-worker-emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})

@@ -397,7 +397,7 @@ START_TEST(test_local_pool_equals_plain)
 }
 END_TEST
 
-/* k follows acceptance (engine.c, ifd__spec_adapt): where proposals keep
+/* k follows acceptance (spec.h, ifd_spec_adapt): where proposals keep
  * failing the sequence soon stops proposing (a probe now and then), where
  * they hold it proposes k tokens a step; the tokens are plain decoding's. */
 START_TEST(test_k_adapts)
@@ -559,7 +559,7 @@ START_TEST(test_request_off_and_bad_settings)
     ifd_engine_stats(r.eng, &st);
     ck_assert_uint_eq(st.spec_drafts, 0);
     const ifd_spec_params_t bad[] = {{3, 0, 0, 0},
-                                     {IFD_SPEC_NGRAM, IFD_ENGINE_SPEC_MAX + 1, 0, 0},
+                                     {IFD_SPEC_NGRAM, IFD_SPEC_MAX_TOKENS + 1, 0, 0},
                                      {IFD_SPEC_NGRAM, -1, 0, 0},
                                      {IFD_SPEC_NGRAM, 2, 3, 2},
                                      {IFD_SPEC_NGRAM, 2, 0, IFD_NGRAM_MAX_N + 1}};
