@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define VOCAB 48
+#define VOCAB   48
 #define STOP_ID 0
 #define MAX_REQ 4096
 #define MAX_OUT 160
@@ -183,8 +183,8 @@ static void rig_open(rig_t *r, const rig_opts_t *o)
     r->fake.kind = o->kind;
     r->fake.temp_spread = o->spread;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, o->window > 0, o->window, NULL,
-                            1 + (o->window > 0)};
+    ifd_engine_model_t m = {&r->fake,      VOCAB,     1024, fake_forward,
+                            o->window > 0, o->window, NULL, 1 + (o->window > 0)};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -237,8 +237,8 @@ static void make_prompts(int n, unsigned seed)
 }
 
 typedef struct {
-    int n;          /* requests */
-    int late;       /* requests added after this many steps (mixed with decodes) */
+    int n;    /* requests */
+    int late; /* requests added after this many steps (mixed with decodes) */
     float temperature;
     int32_t stop_id; /* an extra stop id for odd requests; < 0 none */
 } work_t;
@@ -351,8 +351,8 @@ START_TEST(test_sampled_equals_plain)
     make_prompts(64, 11);
     const int sizes[] = {1, 4, 16};
     for (int k = 0; k < 3; k++) {
-        rig_opts_t o = {.n_blocks = 2048, .budget = 64, .max_seqs = 16, .kind = MODEL_CYCLE,
-                        .spread = 1.5f};
+        rig_opts_t o = {
+            .n_blocks = 2048, .budget = 64, .max_seqs = 16, .kind = MODEL_CYCLE, .spread = 1.5f};
         work_t w = {.n = sizes[k], .late = sizes[k] / 2, .temperature = 0.8f, .stop_id = 9};
         check_equal(o, &w);
     }
@@ -374,8 +374,8 @@ END_TEST
 START_TEST(test_small_budget_equals_plain)
 {
     make_prompts(64, 17);
-    rig_opts_t o = {.n_blocks = 2048, .budget = 12, .max_seqs = 8, .kind = MODEL_CYCLE,
-                    .spread = 2.0f};
+    rig_opts_t o = {
+        .n_blocks = 2048, .budget = 12, .max_seqs = 8, .kind = MODEL_CYCLE, .spread = 2.0f};
     work_t w = {.n = 8, .late = 3, .temperature = 1.0f, .stop_id = 9};
     check_equal(o, &w);
 }
@@ -387,8 +387,12 @@ END_TEST
 START_TEST(test_local_pool_equals_plain)
 {
     make_prompts(64, 23);
-    rig_opts_t o = {.n_blocks = 2048, .budget = 64, .max_seqs = 16, .kind = MODEL_CYCLE,
-                    .window = 10, .spread = 1.0f};
+    rig_opts_t o = {.n_blocks = 2048,
+                    .budget = 64,
+                    .max_seqs = 16,
+                    .kind = MODEL_CYCLE,
+                    .window = 10,
+                    .spread = 1.0f};
     work_t w = {.n = 12, .late = 5, .temperature = 0.6f, .stop_id = 9};
     check_equal(o, &w);
     o.n_blocks = 120; /* and preempting */
@@ -459,8 +463,8 @@ static void first_verified(bool spec, bool wrong, uint64_t seed0, int n, long *c
     static int32_t prompt[16];
     for (int j = 0; j < 16; j++)
         prompt[j] = 1 + j % 4; /* 1..4 four times: every token 1..4 is followed by another */
-    rig_opts_t o = {.n_blocks = 4096, .budget = 256, .max_seqs = 64, .kind = MODEL_FIXED,
-                    .wrong = wrong};
+    rig_opts_t o = {
+        .n_blocks = 4096, .budget = 256, .max_seqs = 64, .kind = MODEL_FIXED, .wrong = wrong};
     o.spec = spec ? (ifd_spec_params_t){IFD_SPEC_NGRAM, 1, 1, 1}
                   : (ifd_spec_params_t){IFD_SPEC_OFF, 0, 0, 0};
     rig_t r;
@@ -530,8 +534,8 @@ START_TEST(test_sampling_rule_chi_square)
     fprintf(stderr, "chi-square spec vs plain: %.2f (df %d, 0.999 quantile %.2f)\n", ok, df, q);
     ck_assert_msg(ok < q, "speculative sampling's distribution differs: %.2f >= %.2f", ok, q);
     const double bad = chi2_two(wrong, plain, n, n, &df);
-    fprintf(stderr, "chi-square wrong rule vs plain: %.2f (df %d, 0.999 quantile %.2f)\n", bad,
-            df, chi2_q999(df));
+    fprintf(stderr, "chi-square wrong rule vs plain: %.2f (df %d, 0.999 quantile %.2f)\n", bad, df,
+            chi2_q999(df));
     ck_assert_msg(bad >= chi2_q999(df), "the wrong rule went unnoticed: %.2f", bad);
     /* and per seed: the very tokens plain sampling drew with the same seeds */
     ck_assert_int_eq(memcmp(spec, same, VOCAB * sizeof *spec), 0);
@@ -545,8 +549,8 @@ END_TEST
 START_TEST(test_request_off_and_bad_settings)
 {
     make_prompts(64, 19);
-    rig_opts_t o = {.n_blocks = 512, .budget = 64, .max_seqs = 8, .kind = MODEL_CYCLE,
-                    .spec = SPEC_ON};
+    rig_opts_t o = {
+        .n_blocks = 512, .budget = 64, .max_seqs = 8, .kind = MODEL_CYCLE, .spec = SPEC_ON};
     rig_t r;
     rig_open(&r, &o);
     work_t w = {.n = 1, .late = 0, .temperature = 0.0f, .stop_id = -1};
