@@ -59,8 +59,8 @@
 #define IFD_WIRE_MAX_ALLOWED    (1u << 20)  /* allowed_token_ids of one request */
 #define IFD_WIRE_MAX_TOP        20u         /* top logprobs of one token (OpenAI's limit) */
 #define IFD_WIRE_MAX_GRAMMAR    (1u << 22)  /* words of one request's compiled grammar */
-#define IFD_WIRE_MAX_SPEC_TOKENS 16u        /* proposed tokens per step (speculative decoding) */
-#define IFD_WIRE_MAX_SPEC_NGRAM  16u        /* the n-gram proposer's longest n */
+#define IFD_WIRE_MAX_SPEC_TOKENS 16u         /* proposed tokens per step (speculative decoding) */
+#define IFD_WIRE_MAX_SPEC_NGRAM  16u         /* the n-gram proposer's longest n */
 
 /* Who sends a message. */
 typedef enum {
