@@ -801,6 +801,9 @@ static int p_token_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_reque
         return ifd__oai_json_fail(c, "invalid_value", "logprob_token_ids",
                                   "'logprob_token_ids' is not supported when 'echo' is true and "
                                   "'max_tokens' is 0: no output tokens are generated.");
+    return 0;
+}
+
 /* "speculative" (openai.h, ifd_oai_request_t.spec). */
 static const struct {
     const char *key;
