@@ -720,7 +720,7 @@ START_TEST(test_huge_array_counts)
     EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0xdc, 0x00, 0x10,
                   0x01, 0xdd, 0xff, 0xff, 0xff, 0xff);
     /* Within the limit but more than the bytes left. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 64 bytes left", 0xdc, 0x00, 0x10,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 66 bytes left", 0xdc, 0x00, 0x10,
                   0x01, 0xdc, 0xff, 0xff, 0x01, 0x02);
     /* The top-level array itself. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETRUNC, "4294967295 elements", 0xdd, 0xff, 0xff, 0xff, 0xff);
