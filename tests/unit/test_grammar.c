@@ -402,25 +402,222 @@ START_TEST(test_json_schema)
 }
 END_TEST
 
+/* One schema, the texts its grammar must accept and the ones it must refuse. */
+typedef struct {
+    const char *schema;
+    const char *good[8];
+    const char *bad[8];
+} schema_case_t;
+
+static void check_schema_cases(const schema_case_t *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ifd_grammar_t *g = schema_grammar(cases[i].schema);
+        for (size_t j = 0; j < 8 && cases[i].good[j]; j++)
+            IFD_CHECK(matches_s(g, cases[i].good[j]), "%s rejects %s", cases[i].schema,
+                      cases[i].good[j]);
+        for (size_t j = 0; j < 8 && cases[i].bad[j]; j++)
+            IFD_CHECK(!matches_s(g, cases[i].bad[j]), "%s accepts %s", cases[i].schema,
+                      cases[i].bad[j]);
+        ifd_grammar_destroy(g);
+    }
+}
+
+/* Numeric bounds and multipleOf: exact at the boundaries. */
+START_TEST(test_json_schema_numbers)
+{
+    static const schema_case_t cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":120}",
+         {"0", "7", "99", "100", "120"},
+         {"-1", "121", "01", "1000", "1.5", "-0"}},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}",
+         {"1", "9"},
+         {"0", "10", "-1"}},
+        /* draft-04: boolean exclusives */
+        {"{\"type\":\"integer\",\"minimum\":-5,\"exclusiveMinimum\":true,\"maximum\":5,"
+         "\"exclusiveMaximum\":false}",
+         {"-4", "0", "5"},
+         {"-5", "6", "-6"}},
+        {"{\"type\":\"integer\",\"minimum\":-123,\"maximum\":-45}",
+         {"-123", "-100", "-99", "-45", "-50"},
+         {"-124", "-44", "-9", "0", "45"}},
+        {"{\"type\":\"integer\",\"minimum\":1987,\"maximum\":20301}",
+         {"1987", "1999", "2000", "9999", "10000", "20301", "20299"},
+         {"1986", "20302", "20310", "999", "30000"}},
+        {"{\"type\":\"integer\",\"minimum\":2.5}", {"3", "1000000"}, {"2", "0", "-3"}},
+        /* numbers: exact integer bounds, exclusive ones need a nonzero fraction */
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}",
+         {"0.5", "1", "1.0", "1.000", "0.001"},
+         {"0", "0.0", "1.01", "1.5", "-0.1", "2", "1e-3"}},
+        {"{\"type\":\"number\",\"minimum\":-90,\"maximum\":90}",
+         {"-90", "-89.999", "0", "45.5", "90", "90.0"},
+         {"-90.5", "-91", "90.01", "91"}},
+        /* fractional bounds tighten to the next integer inward ([-1, 2]): valid, not all */
+        {"{\"type\":\"number\",\"minimum\":-1.5,\"exclusiveMaximum\":2.5}",
+         {"-1", "-0.9", "1.5", "2", "2.0"},
+         {"-1.5", "-1.2", "2.4", "2.5", "-2"}},
+        {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":0,\"maximum\":20}",
+         {"0", "5", "20"},
+         {"3", "25", "-5"}},
+        /* remainder automaton: 1001 = 7 * 143 */
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":0}",
+         {"0", "7", "700", "1001", "7000007"},
+         {"1", "8", "-7", "1000", "07"}},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", {"-14", "0", "21"}, {"-15", "22"}},
+        {"{\"type\":\"integer\",\"multipleOf\":100,\"minimum\":0,\"maximum\":1000000000}",
+         {"0", "100", "123400", "1000000000"},
+         {"150", "10", "1000000100", "00"}},
+        {"{\"type\":\"number\",\"multipleOf\":0.01,\"minimum\":0}",
+         {"1.25", "3", "0.1", "0"},
+         {"1.255", "-1"}},
+        {"{\"minimum\":3}", {"3", "4.5"}, {"2", "2.9"}},
+        {"{\"type\":[\"integer\",\"string\"],\"minimum\":1,\"maxLength\":1}",
+         {"1", "\"a\"", "\"\""},
+         {"0", "\"ab\""}},
+    };
+    check_schema_cases(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
+START_TEST(test_json_schema_formats)
+{
+    static const schema_case_t cases[] = {
+        {"{\"type\":\"string\",\"format\":\"email\"}",
+         {"\"a.b@example.com\"", "\"x+y@a.b.co\""},
+         {"\"ab\"", "\"a@b\"", "\"a b@c.de\"", "\"@c.de\""}},
+        {"{\"type\":\"string\",\"format\":\"ipv4\"}",
+         {"\"192.168.0.1\"", "\"0.0.0.0\"", "\"255.255.255.255\""},
+         {"\"256.1.1.1\"", "\"01.1.1.1\"", "\"1.1.1\"", "\"1.1.1.1.1\""}},
+        {"{\"type\":\"string\",\"format\":\"ipv6\"}",
+         {"\"::1\"", "\"::\"", "\"2001:db8::ff00:42:8329\"", "\"::ffff:192.0.2.1\"",
+          "\"1:2:3:4:5:6:7:8\"", "\"fe80::\""},
+         {"\"1:2:3:4:5:6:7:8:9\"", "\":::\"", "\"12345::\"", "\"1::2::3\"", "\"1:2\""}},
+        {"{\"type\":\"string\",\"format\":\"hostname\"}",
+         {"\"example.com\"", "\"localhost\"", "\"a-b.c9.io\""},
+         {"\"-a.com\"", "\"a..b\"", "\"a.b-\"", "\"1.2\"", "\"a_b.com\""}},
+        {"{\"type\":\"string\",\"format\":\"duration\"}",
+         {"\"P3Y6M4DT12H30M5S\"", "\"PT1M\"", "\"P2W\"", "\"P1D\""},
+         {"\"P\"", "\"PT\"", "\"P1H\"", "\"P1S\"", "\"1D\""}},
+        {"{\"type\":\"string\",\"format\":\"uri\"}",
+         {"\"https://example.com/a/b?x=1#f\"", "\"ftp://h:21/\""},
+         {"\"example.com\"", "\"http://a b\"", "\"/a\""}},
+        {"{\"type\":\"string\",\"format\":\"uri-reference\"}",
+         {"\"/a/b\"", "\"x?y\"", "\"\"", "\"http://h/p\"", "\"#frag\""},
+         {"\"a b\"", "\"//x\""}},
+        /* unknown formats are annotations; OpenAPI's int64 on an integer too */
+        {"{\"type\":\"integer\",\"format\":\"int64\"}", {"5"}, {"\"5\""}},
+        {"{\"type\":\"string\",\"format\":\"color-hex\"}", {"\"x\""}, {"1"}},
+    };
+    check_schema_cases(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
+/* Objects, arrays, merged combinators, annotations. */
+START_TEST(test_json_schema_structure)
+{
+    static const schema_case_t cases[] = {
+        /* annotations and vendor keywords are ignored */
+        {"{\"type\":\"string\",\"id\":\"x\",\"self\":{\"a\":1},\"x-kubernetes-group\":1,"
+         "\"_format\":\"q\",\"$comment\":\"c\",\"examples\":[\"a\"],\"deprecated\":true,"
+         "\"then\":{\"type\":\"integer\"},\"definitions\":{}}",
+         {"\"a\""},
+         {"1"}},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^[a-z]+$\":{\"type\":\"integer\"}},"
+         "\"additionalProperties\":false,\"minProperties\":1,\"maxProperties\":3}",
+         {"{\"ab\":1}", "{\"a\":1,\"b\":2,\"c\":3}"},
+         {"{}", "{\"Ab\":1}", "{\"a\":\"1\"}", "{\"a\":1,\"b\":2,\"c\":3,\"d\":4}"}},
+        {"{\"properties\":{\"ab\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+         "\"patternProperties\":{\"^a\":{\"minimum\":5}},\"required\":[\"ab\",\"b\"]}",
+         {"{\"ab\":5,\"b\":0}"},
+         {"{\"ab\":4,\"b\":0}"}},
+        {"{\"$defs\":{\"A\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+         "\"string\"}},\"required\":[\"a\"]}},\"allOf\":[{\"$ref\":\"#/$defs/A\"},{"
+         "\"properties\":{\"b\":{\"type\":\"integer\",\"minimum\":-5,\"exclusiveMaximum\":3}}"
+         ",\"required\":[\"b\"]}]}",
+         {"{\"a\":\"x\",\"b\":2}", "{\"a\":\"\",\"b\":-5}"},
+         {"{\"a\":\"x\"}", "{\"a\":\"x\",\"b\":3}", "{\"b\":1}"}},
+        {"{\"$defs\":{\"P\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/P\",\"minimum\":1}",
+         {"1", "20"},
+         {"0", "\"1\""}},
+        {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"minimum\":0,"
+         "\"maxLength\":2}",
+         {"3", "\"ab\""},
+         {"-1", "\"abc\""}},
+        {"{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"a\"},"
+         "\"x\":{\"type\":\"integer\"}},\"required\":[\"kind\",\"x\"]},{\"type\":\"object\","
+         "\"properties\":{\"kind\":{\"const\":\"b\"},\"y\":{\"type\":\"string\"}},"
+         "\"required\":[\"kind\",\"y\"]}]}",
+         {"{\"kind\":\"a\",\"x\":1}", "{\"kind\":\"b\",\"y\":\"s\"}"},
+         {"{\"kind\":\"a\",\"y\":\"s\"}"}},
+        {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", {"\"a\"", "1"}, {"true"}},
+        {"{\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"minProperties\":2,"
+         "\"maxProperties\":2}",
+         {"{\"a\":1,\"b\":2}"},
+         {"{\"a\":1}", "{\"a\":1,\"b\":2,\"c\":3}"}},
+        {"{\"prefixItems\":[{\"type\":\"integer\"}],\"items\":{\"type\":\"string\"},"
+         "\"minItems\":3}",
+         {"[1,\"a\",\"b\"]"},
+         {"[1]", "[1,2,3]"}},
+        {"{\"items\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"additionalItems\":false}",
+         {"[1,\"a\"]"},
+         {"[1]", "[\"a\",1]"}},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":"
+         "[\"a\",\"b\"],\"additionalProperties\":{\"type\":\"boolean\"}}",
+         {"{\"a\":1,\"b\":true}"},
+         {"{\"a\":1}", "{\"a\":1,\"b\":1}"}},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+         "\"dependentRequired\":{\"a\":[\"b\"]}}",
+         {"{\"b\":1}", "{\"a\":1,\"b\":2}"},
+         {"{\"a\":1}"}},
+        {"{\"type\":\"string\",\"enum\":[\"a\",1]}", {"\"a\""}, {"1"}},
+        {"{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}", {"[]", "[1]"}, {"[1,2]"}},
+        {"{\"allOf\":[{\"type\":[\"integer\",\"string\"]},{\"type\":\"number\"}],"
+         "\"maximum\":3}",
+         {"3", "-2"},
+         {"4", "\"a\"", "1.5"}},
+        {"{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":"
+         "false},{\"properties\":{\"a\":{\"minimum\":1},\"b\":{}}}]}",
+         {"{}", "{\"a\":1}"},
+         {"{\"a\":0}", "{\"b\":1}", "{\"a\":1,\"b\":1}"}},
+    };
+    check_schema_cases(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
 START_TEST(test_json_schema_unsupported)
 {
     static const struct {
         const char *schema, *keyword;
     } cases[] = {
-        {"{\"type\":\"integer\",\"minimum\":3}", "'minimum'"},
-        {"{\"type\":\"number\",\"multipleOf\":2}", "'multipleOf'"},
         {"{\"not\":{}}", "'not'"},
-        {"{\"type\":\"object\",\"patternProperties\":{}}", "'patternProperties'"},
-        {"{\"type\":\"string\",\"format\":\"email\"}", "'format'"},
+        {"{\"if\":{\"type\":\"string\"},\"then\":{\"minLength\":1}}", "'if'"},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "'contains'"},
+        {"{\"dependentSchemas\":{\"a\":{}}}", "'dependentSchemas'"},
+        {"{\"properties\":{\"a\":{}},\"dependencies\":{\"a\":{\"required\":[\"b\"]}}}",
+         "'dependencies'"},
+        {"{\"type\":\"object\",\"propertyNames\":{\"maxLength\":3}}", "'propertyNames'"},
+        {"{\"unevaluatedProperties\":false}", "'unevaluatedProperties'"},
+        {"{\"type\":\"string\",\"format\":\"iri\"}", "'format'"},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "'oneOf'"},
+        {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "'type'"},
+        {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "'pattern'"},
+        {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "'minimum'"},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":1,\"exclusiveMaximum\":1}", "'minimum'"},
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-100000000,\"maximum\":"
+         "100000000}",
+         "'multipleOf'"},
+        {"{\"type\":\"number\",\"multipleOf\":0.3}", "'multipleOf'"},
+        {"{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{}}}", "'patternProperties'"},
+        {"{\"properties\":{\"a\":{}},\"required\":[\"b\"],\"additionalProperties\":false}",
+         "'required'"},
+        {"{\"properties\":{\"a\":{}},\"minProperties\":2}", "'minProperties'"},
         {"{\"$ref\":\"http://x/y.json\"}", "$ref"},
         {"{\"$ref\":\"#/$defs/missing\"}", "$ref"},
-        {"{\"allOf\":[{},{}]}", "'allOf'"},
         {"{\"type\":\"strin\"}", "'type'"},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "regex"},
-        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
+        {"{\"type\":\"string\",\"pattern\":\"a\",\"minLength\":2}", "'pattern'"},
         {"false", "'false'"},
-        {"{\"anyOf\":[{}],\"type\":\"string\"}", "'type'"},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "'required'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_error_t je;
@@ -591,7 +788,8 @@ int main(void)
     ifd_test_case(s, "grammar", 60,
                   IFD_TESTS(test_gbnf_basics, test_gbnf_errors, test_nullable_repetition,
                             test_regex_vs_pcre2, test_escape_dialects, test_json_schema,
-                            test_json_schema_unsupported, test_json_object_mode,
+                            test_json_schema_numbers, test_json_schema_formats,
+                            test_json_schema_structure, test_json_schema_unsupported, test_json_object_mode,
                             test_choice_and_tools, test_gbnf_mutations));
     return ifd_test_run(s);
 }

@@ -1,0 +1,116 @@
+/*
+ * grammar_conv_impl.h — the converter's state and helpers shared by the
+ * JSON Schema converter's modules (common/grammar/grammar_conv.c: regexes,
+ * literals, tool calls; grammar_conv_schema.c: the schema walk;
+ * grammar_conv_num.c: numeric bounds;
+ * grammar_conv_merge.c: allOf and siblings of $ref / anyOf merged into one
+ * schema). Not a public interface. One conversion = one conv_t, used by one
+ * thread; every helper appends grammar text to a caller's ifd_buf_t and
+ * returns 0 or an IFD_E* code with the message recorded in the conv_t (the
+ * first message wins).
+ */
+#ifndef IFD_GRAMMAR_CONV_IMPL_H
+#define IFD_GRAMMAR_CONV_IMPL_H
+
+#include "arena.h"
+#include "grammar/grammar.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define IFD__GCONV_MAX_DEPTH 64
+
+typedef struct {
+    const json_t *doc;
+    char *ref;
+    unsigned id;
+} ifd__gconv_ref_t;
+
+typedef struct {
+    ifd_buf_t rules; /* the "sN ::= …" rules written so far */
+    unsigned next;   /* the next rule number */
+    ifd__gconv_ref_t *refs;
+    size_t n_refs;
+    char *err;
+    size_t errlen;
+    int depth;
+    ifd_grammar_budget_t budget;
+    uint64_t deadline; /* CLOCK_MONOTONIC ns; 0 none */
+    uint64_t steps;    /* schema nodes and regex atoms converted */
+} conv_t;
+
+/* A literal: n bytes at s (valid UTF-8), borrowed. */
+typedef struct {
+    const char *s;
+    size_t n;
+} lit_t;
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+/* Records the message (unless one is recorded already) and returns code. */
+int ifd__gconv_err(conv_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* One step of conversion (a schema node, a regex atom): IFD_ETOOBIG past
+ * the budget's work or time, IFD_ECANCELED once its cancel flag is set. */
+int ifd__gconv_step(conv_t *c);
+
+/* Appends the rule "sN ::= body" (an empty body matches nothing: ""). */
+int ifd__gconv_rule(conv_t *c, unsigned id, const ifd_buf_t *body);
+
+/* Exactly one of the n literals, as a trie of rules, into b (sorts v). */
+int ifd__gconv_literals(conv_t *c, lit_t *v, size_t n, ifd_buf_t *b);
+
+void ifd__gconv_init(conv_t *c, const ifd_grammar_budget_t *budget, char *err, size_t errlen);
+void ifd__gconv_close(conv_t *c);
+/* out += "root ::= root_body", the shared JSON rules and c's rules. */
+int ifd__gconv_finish(conv_t *c, const char *root_body, ifd_buf_t *out);
+
+bool ifd__gconv_valid_utf8(const char *s, size_t n);
+
+/* A literal for the compact JSON text of v. */
+int ifd__gconv_json_lit(conv_t *c, ifd_buf_t *b, const json_t *v);
+
+/* The regex re[0..len) as grammar items; json: as the inside of a JSON
+ * string literal; search: unanchored sides match any characters. */
+int ifd__gconv_regex(conv_t *c, const char *re, size_t len, bool json, bool search, ifd_buf_t *b);
+
+/* The rule sN (*id) of the schema s inside doc (grammar_conv_schema.c). */
+int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id);
+
+/* A JSON number ("integer" true: an integer) obeying s's minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum (numbers, or draft-04's booleans) and
+ * multipleOf, into b (grammar_conv_num.c). IFD_ENOTSUP names what cannot be
+ * enforced; every text the grammar accepts satisfies all of them. */
+int ifd__gconv_number(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b);
+
+/* The schema s with its sibling combinators folded in (grammar_conv_merge.c):
+ * allOf members, the target of a $ref that has constraining siblings, each
+ * merged into one schema (a new reference in *out, freed by the caller), so
+ * that the converter sees no allOf and no $ref beside constraints. *out is s
+ * itself (with a reference taken) when there is nothing to merge.
+ * IFD_ENOTSUP names a pair of keywords that cannot be intersected. */
+int ifd__gconv_merge(conv_t *c, const json_t *s, const json_t *doc, json_t **out);
+
+/* *disjoint: whether no value can match two of the schemas in the array
+ * branches (oneOf read as anyOf): a sufficient check — distinct types,
+ * distinct const/enum values, a property both require with distinct
+ * const/enum values, or one requires what the other's
+ * additionalProperties: false forbids. */
+int ifd__gconv_disjoint(conv_t *c, const json_t *branches, const json_t *doc, bool *disjoint);
+
+/* The local reference ref resolved in doc ("#", "#/$defs/X", JSON pointer
+ * paths); NULL when it is not one. */
+const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref);
+
+/* Whether key is an annotation or a keyword the converter ignores as JSON
+ * Schema says (unknown keywords, x-*): false for the ones that constrain. */
+bool ifd__gconv_constrains(const char *key);
+
+#endif

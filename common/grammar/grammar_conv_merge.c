@@ -1,0 +1,562 @@
+/*
+ * grammar_conv_merge.c — allOf, and the siblings of $ref / anyOf / oneOf, as
+ * one schema (see grammar_conv_impl.h: ifd__gconv_merge). JSON Schema says a
+ * value must satisfy every keyword of a schema object, so
+ *
+ *   {"$ref": "#/$defs/A", "required": ["x"]}  = A ∩ {"required": ["x"]}
+ *   {"allOf": [A, B], "type": "object"}        = A ∩ B ∩ {"type": "object"}
+ *   {"anyOf": [A, B], "required": ["x"]}       = anyOf [A ∩ R, B ∩ R]
+ *
+ * The intersection of two schema objects is computed keyword by keyword:
+ * types intersect, enum/const values intersect, lower bounds take the
+ * larger and upper bounds the smaller, required lists unite, properties
+ * unite (a name both define gets {"allOf": [a, b]}, merged in turn when the
+ * converter reaches it; a name only one side defines must also satisfy the
+ * other side's additionalProperties: false drops it, or refuses it when it
+ * is required), items / additionalProperties / propertyNames become allOf of
+ * both, integer multipleOf the least common multiple. Two different values
+ * of any other constraining keyword (two patterns, two formats, anyOf on
+ * both sides) are IFD_ENOTSUP naming the keyword; annotations keep the
+ * first side's value. A $ref inside allOf is resolved (cycles stop at the
+ * converter's depth limit).
+ */
+#include "error.h"
+#include "grammar_conv_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int oom(conv_t *c)
+{
+    return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+}
+
+static bool has_constraint(const json_t *s, const char *skip1, const char *skip2)
+{
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)s, k, v)
+    {
+        if (strcmp(k, skip1) && strcmp(k, skip2) && ifd__gconv_constrains(k))
+            return true;
+    }
+    return false;
+}
+
+/* ---- type ------------------------------------------------------------------------------ */
+
+/* Bit per JSON Schema type; "integer" is a subset of "number". */
+static const char *const TYPES[] = {"null", "boolean", "object", "array", "number", "string",
+                                    "integer"};
+enum { T_NUMBER = 1 << 4, T_INTEGER = 1 << 6, T_ALL = (1 << 7) - 1 };
+
+static int type_bits(conv_t *c, const json_t *t, unsigned *out)
+{
+    *out = 0;
+    for (size_t i = 0; i < (json_is_array(t) ? json_array_size(t) : 1); i++) {
+        const char *n = json_string_value(json_is_array(t) ? json_array_get(t, i) : t);
+        size_t j = 0;
+        while (n && j < sizeof TYPES / sizeof TYPES[0] && strcmp(n, TYPES[j]))
+            j++;
+        if (!n || j == sizeof TYPES / sizeof TYPES[0])
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'type' must name JSON Schema types");
+        *out |= 1u << j;
+    }
+    if (*out & T_NUMBER)
+        *out |= T_INTEGER;
+    return 0;
+}
+
+static int merge_type(conv_t *c, const json_t *a, const json_t *b, json_t **out)
+{
+    unsigned ta, tb;
+    TRY(type_bits(c, a, &ta));
+    TRY(type_bits(c, b, &tb));
+    unsigned t = ta & tb;
+    if (t & T_NUMBER && !((ta & T_NUMBER) && (tb & T_NUMBER)))
+        t &= ~(unsigned)T_NUMBER; /* number ∩ integer = integer */
+    if (!t)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf': no 'type' satisfies every member");
+    json_t *l = json_array();
+    for (size_t j = 0; l && j < sizeof TYPES / sizeof TYPES[0]; j++)
+        if ((t >> j & 1) && !(j == 6 && (t & T_NUMBER)) && json_array_append_new(l, json_string(TYPES[j])))
+            json_decref(l), l = NULL;
+    if (!l)
+        return oom(c);
+    *out = l;
+    return 0;
+}
+
+/* ---- values ---------------------------------------------------------------------------- */
+
+/* const/enum as a list of values. */
+static json_t *values_of(const json_t *s)
+{
+    const json_t *cst = json_object_get(s, "const");
+    if (cst)
+        return json_pack("[O]", cst);
+    const json_t *en = json_object_get(s, "enum");
+    return en && json_is_array(en) ? json_copy((json_t *)en) : NULL;
+}
+
+static int merge_values(conv_t *c, json_t *r, const json_t *a, const json_t *b)
+{
+    json_t *va = values_of(a), *vb = values_of(b);
+    if (!va || !vb) {
+        json_decref(va);
+        json_decref(vb);
+        return 0; /* one side has none: r keeps what it has */
+    }
+    json_t *both = json_array();
+    size_t i, j;
+    json_t *x, *y;
+    json_array_foreach(va, i, x)
+    {
+        json_array_foreach(vb, j, y)
+        {
+            if (json_equal(x, y)) {
+                json_array_append(both, x);
+                break;
+            }
+        }
+    }
+    json_decref(va);
+    json_decref(vb);
+    if (!both)
+        return oom(c);
+    if (!json_array_size(both)) {
+        json_decref(both);
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf': no 'enum'/'const' value satisfies both");
+    }
+    json_object_del(r, "const");
+    return json_object_set_new(r, "enum", both) ? oom(c) : 0;
+}
+
+/* ---- objects --------------------------------------------------------------------------- */
+
+static json_t *all_of(const json_t *a, const json_t *b)
+{
+    if (json_is_true(a) || json_equal((json_t *)a, (json_t *)b))
+        return json_incref((json_t *)b);
+    if (json_is_true(b))
+        return json_incref((json_t *)a);
+    if (json_is_false(a) || json_is_false(b))
+        return json_false();
+    return json_pack("{s:[O,O]}", "allOf", a, b);
+}
+
+/* Properties one side defines and the other does not: they must satisfy the
+ * other side's additionalProperties (props: r's merged properties). */
+static int cross_additional(conv_t *c, json_t *props, json_t *req, const json_t *mine,
+                            const json_t *other)
+{
+    const json_t *addl = json_object_get(other, "additionalProperties");
+    const json_t *op = json_object_get(other, "properties");
+    if (!addl || json_is_true(addl) || !json_is_object(mine))
+        return 0;
+    if (json_object_get(other, "patternProperties"))
+        return ifd__gconv_err(c, IFD_ENOTSUP,
+                              "'allOf' of 'properties' with 'patternProperties' and "
+                              "'additionalProperties'");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)mine, k, v)
+    {
+        if (op && json_object_get(op, k))
+            continue;
+        if (json_is_false(addl)) {
+            size_t i;
+            json_t *r;
+            json_array_foreach(req, i, r)
+            {
+                if (json_is_string(r) && strcmp(json_string_value(r), k) == 0)
+                    return ifd__gconv_err(c, IFD_ENOTSUP,
+                                          "'allOf': '%.100s' is required but "
+                                          "'additionalProperties': false forbids it",
+                                          k);
+            }
+            json_object_del(props, k);
+            continue;
+        }
+        json_t *m = all_of(json_object_get(props, k), addl);
+        if (!m || json_object_set_new(props, k, m))
+            return oom(c);
+    }
+    return 0;
+}
+
+static int merge_objects(conv_t *c, json_t *r, const json_t *a, const json_t *b)
+{
+    const json_t *pa = json_object_get(a, "properties"), *pb = json_object_get(b, "properties");
+    json_t *props = json_object(), *req = json_array();
+    if (!props || !req)
+        goto oom;
+    const char *k;
+    json_t *v;
+    if (pa && json_object_update(props, (json_t *)pa))
+        goto oom;
+    if (pb) {
+        json_object_foreach((json_t *)pb, k, v)
+        {
+            const json_t *old = json_object_get(props, k);
+            json_t *m = old ? all_of(old, v) : json_incref(v);
+            if (!m || json_object_set_new(props, k, m))
+                goto oom;
+        }
+    }
+    const json_t *ra = json_object_get(a, "required"), *rb = json_object_get(b, "required");
+    for (int side = 0; side < 2; side++) {
+        const json_t *l = side ? rb : ra;
+        size_t i;
+        json_array_foreach(l, i, v)
+        {
+            size_t j;
+            json_t *w;
+            bool dup = false;
+            json_array_foreach(req, j, w) dup |= json_equal(v, w);
+            if (!dup && json_array_append(req, v))
+                goto oom;
+        }
+    }
+    int rc = cross_additional(c, props, req, pb, a);
+    if (!rc)
+        rc = cross_additional(c, props, req, pa, b);
+    if (!rc && (pa || pb) && json_object_set(r, "properties", props))
+        rc = oom(c);
+    if (!rc && (ra || rb) && json_object_set(r, "required", req))
+        rc = oom(c);
+    json_decref(props);
+    json_decref(req);
+    return rc;
+oom:
+    json_decref(props);
+    json_decref(req);
+    return oom(c);
+}
+
+/* ---- keywords -------------------------------------------------------------------------- */
+
+static long long gcd(long long a, long long b)
+{
+    while (b) {
+        long long t = a % b;
+        a = b, b = t;
+    }
+    return a;
+}
+
+/* One keyword both sides have (va from r, vb from b), into r. */
+static int merge_key(conv_t *c, json_t *r, const char *k, const json_t *va, const json_t *vb)
+{
+    static const char *const lower[] = {"minimum", "exclusiveMinimum", "minLength", "minItems",
+                                        "minProperties", "minContains"};
+    static const char *const upper[] = {"maximum", "exclusiveMaximum", "maxLength", "maxItems",
+                                        "maxProperties", "maxContains"};
+    static const char *const nested[] = {"items", "additionalProperties", "propertyNames",
+                                         "additionalItems", "contains"};
+    if (json_equal((json_t *)va, (json_t *)vb) || !ifd__gconv_constrains(k))
+        return 0;
+    for (int side = 0; side < 2; side++) {
+        const char *const *l = side ? upper : lower;
+        for (size_t i = 0; i < 6; i++) {
+            if (strcmp(k, l[i]))
+                continue;
+            if (!json_is_number(va) || !json_is_number(vb))
+                return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' of two different '%s'", k);
+            double x = json_number_value(va), y = json_number_value(vb);
+            if (side ? y < x : y > x)
+                return json_object_set(r, k, (json_t *)vb) ? oom(c) : 0;
+            return 0;
+        }
+    }
+    for (size_t i = 0; i < sizeof nested / sizeof nested[0]; i++) {
+        if (strcmp(k, nested[i]) == 0 && !json_is_array(va) && !json_is_array(vb)) {
+            json_t *m = all_of(va, vb);
+            return !m || json_object_set_new(r, k, m) ? oom(c) : 0;
+        }
+    }
+    if (strcmp(k, "multipleOf") == 0 && json_is_integer(va) && json_is_integer(vb) &&
+        json_integer_value(va) > 0 && json_integer_value(vb) > 0) {
+        long long x = json_integer_value(va), y = json_integer_value(vb);
+        long long g = gcd(x, y);
+        if (x / g > (1LL << 40) / (y > 0 ? y : 1))
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' of two 'multipleOf' too large");
+        return json_object_set_new(r, k, json_integer(x / g * y)) ? oom(c) : 0;
+    }
+    return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' of two different '%.60s'", k);
+}
+
+/* r (a copy of a) ∩ b, into r. */
+static int merge_into(conv_t *c, json_t *r, const json_t *b)
+{
+    json_t *a = json_copy(r);
+    if (!a)
+        return oom(c);
+    int rc = 0;
+    const char *k;
+    json_t *vb;
+    json_object_foreach((json_t *)b, k, vb)
+    {
+        const json_t *va = json_object_get(a, k);
+        if (!strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "const") ||
+            !strcmp(k, "enum"))
+            continue; /* below */
+        if (!strcmp(k, "type") && va) {
+            json_t *t = NULL;
+            rc = merge_type(c, va, vb, &t);
+            if (!rc && json_object_set_new(r, "type", t))
+                rc = oom(c);
+        } else if (!va) {
+            rc = json_object_set(r, k, vb) ? oom(c) : 0;
+        } else {
+            rc = merge_key(c, r, k, va, vb);
+        }
+        if (rc)
+            break;
+    }
+    if (!rc && (json_object_get(b, "properties") || json_object_get(b, "required") ||
+                json_object_get(b, "additionalProperties")))
+        rc = merge_objects(c, r, a, b);
+    bool vb_has = json_object_get(b, "const") || json_object_get(b, "enum");
+    bool va_has = json_object_get(a, "const") || json_object_get(a, "enum");
+    if (!rc && vb_has && va_has) {
+        rc = merge_values(c, r, a, b);
+    } else if (!rc && vb_has) {
+        const char *key = json_object_get(b, "const") ? "const" : "enum";
+        rc = json_object_set(r, key, json_object_get(b, key)) ? oom(c) : 0;
+    }
+    json_decref(a);
+    return rc;
+}
+
+/* ---- the schema's combinators ---------------------------------------------------------- */
+
+static int flatten(conv_t *c, const json_t *s, const json_t *doc, int depth, json_t **out);
+
+/* A member of allOf (or a $ref's target) flattened: a bare {"$ref"} is
+ * resolved to its target. */
+static int member(conv_t *c, const json_t *m, const json_t *doc, int depth, json_t **out)
+{
+    if (json_is_true(m) || (json_is_object(m) && !json_object_size(m))) {
+        *out = json_object();
+        return *out ? 0 : oom(c);
+    }
+    if (!json_is_object(m))
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' members must be schema objects");
+    const json_t *ref = json_object_get(m, "$ref");
+    if (ref && !has_constraint(m, "$ref", "$defs")) {
+        const char *r = json_string_value(ref);
+        const json_t *t = r ? ifd__gconv_resolve(doc, r) : NULL;
+        if (!t)
+            return ifd__gconv_err(c, IFD_ENOTSUP,
+                                  "$ref '%.200s' is not a local reference into the schema",
+                                  r ? r : "?");
+        return member(c, t, doc, depth + 1, out);
+    }
+    return flatten(c, m, doc, depth + 1, out);
+}
+
+/* s with $ref (beside constraints) and allOf folded into one object. */
+static int flatten(conv_t *c, const json_t *s, const json_t *doc, int depth, json_t **out)
+{
+    *out = NULL;
+    if (depth > IFD__GCONV_MAX_DEPTH)
+        return ifd__gconv_err(c, IFD_ETOOBIG,
+                              "'allOf'/'$ref' nested deeper than %d levels (a cycle?)",
+                              IFD__GCONV_MAX_DEPTH);
+    const json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
+    json_t *r = json_copy((json_t *)s);
+    if (!r)
+        return oom(c);
+    int rc = 0;
+    if (ref && (all || has_constraint(s, "$ref", "$defs"))) {
+        json_object_del(r, "$ref");
+        json_t *t = NULL, *wrap = json_pack("{s:O}", "$ref", ref);
+        rc = wrap ? member(c, wrap, doc, depth, &t) : oom(c);
+        json_decref(wrap);
+        if (!rc)
+            rc = merge_into(c, r, t);
+        json_decref(t);
+    }
+    if (!rc && all) {
+        json_object_del(r, "allOf");
+        if (!json_is_array(all) || !json_array_size(all))
+            rc = ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' must be a non-empty array");
+        for (size_t i = 0; !rc && i < json_array_size(all); i++) {
+            json_t *m = NULL;
+            rc = member(c, json_array_get(all, i), doc, depth, &m);
+            if (!rc)
+                rc = merge_into(c, r, m);
+            json_decref(m);
+        }
+    }
+    if (rc) {
+        json_decref(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* anyOf/oneOf beside constraints: each branch ∩ the siblings. */
+static int distribute(conv_t *c, json_t *r, const json_t *doc)
+{
+    const char *comb = json_object_get(r, "anyOf") ? "anyOf" : "oneOf";
+    const json_t *any = json_object_get(r, comb);
+    if (json_object_get(r, "anyOf") && json_object_get(r, "oneOf"))
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'anyOf' and 'oneOf' in one schema");
+    if (!json_is_array(any) || !json_array_size(any))
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'%s' must be a non-empty array", comb);
+    if (!has_constraint(r, comb, "$defs"))
+        return 0;
+    json_t *sib = json_copy(r), *branches = json_array();
+    int rc = sib && branches ? 0 : oom(c);
+    if (!rc)
+        json_object_del(sib, comb);
+    for (size_t i = 0; !rc && i < json_array_size(any); i++) {
+        json_t *m = NULL, *x = json_copy(sib);
+        rc = x ? member(c, json_array_get(any, i), doc, 0, &m) : oom(c);
+        if (!rc)
+            rc = merge_into(c, x, m);
+        if (!rc && json_array_append(branches, x))
+            rc = oom(c);
+        json_decref(m);
+        json_decref(x);
+    }
+    if (!rc) { /* r becomes {comb: branches} and its annotations */
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(r, tmp, k, v)
+        {
+            if (ifd__gconv_constrains(k) && strcmp(k, "$defs"))
+                json_object_del(r, k);
+        }
+        if (json_object_set(r, comb, branches))
+            rc = oom(c);
+    }
+    json_decref(sib);
+    json_decref(branches);
+    return rc;
+}
+
+int ifd__gconv_merge(conv_t *c, const json_t *s, const json_t *doc, json_t **out)
+{
+    *out = NULL;
+    if (!json_is_object(s)) {
+        *out = json_incref((json_t *)s);
+        return 0;
+    }
+    const json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
+    bool any = json_object_get(s, "anyOf") || json_object_get(s, "oneOf");
+    bool fold = all || (ref && has_constraint(s, "$ref", "$defs"));
+    if (!fold && !any) {
+        *out = json_incref((json_t *)s);
+        return 0;
+    }
+    json_t *r = NULL;
+    TRY(flatten(c, s, doc, 0, &r));
+    int rc = json_object_get(r, "anyOf") || json_object_get(r, "oneOf") ? distribute(c, r, doc) : 0;
+    if (rc) {
+        json_decref(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* ---- oneOf ----------------------------------------------------------------------------- */
+
+static unsigned types_of(const json_t *s)
+{
+    unsigned t;
+    const json_t *type = json_object_get(s, "type");
+    char scratch[8] = "";
+    conv_t quiet = {.err = scratch, .errlen = 0};
+    if (!type || type_bits(&quiet, type, &t))
+        return T_ALL;
+    if (json_is_true(json_object_get(s, "nullable")))
+        t |= 1; /* null */
+    return t;
+}
+
+/* Whether the value sets (const/enum) of x and y share nothing. */
+static bool values_apart(const json_t *x, const json_t *y)
+{
+    json_t *vx = values_of(x), *vy = values_of(y);
+    bool apart = vx && vy;
+    size_t i, j;
+    json_t *a, *b;
+    json_array_foreach(vx, i, a)
+    {
+        json_array_foreach(vy, j, b) apart &= !json_equal(a, b);
+    }
+    json_decref(vx);
+    json_decref(vy);
+    return apart;
+}
+
+static bool requires(const json_t *s, const char *name)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(s, "required"), i, r)
+    {
+        if (json_is_string(r) && strcmp(json_string_value(r), name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* One requires a property the other forbids. */
+static bool forbids(const json_t *x, const json_t *y)
+{
+    if (!json_is_false(json_object_get(y, "additionalProperties")))
+        return false;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(x, "required"), i, r)
+    {
+        const json_t *py = json_object_get(y, "properties");
+        if (json_is_string(r) && !(py && json_object_get(py, json_string_value(r))))
+            return true;
+    }
+    return false;
+}
+
+static bool apart(const json_t *x, const json_t *y)
+{
+    unsigned tx = types_of(x), ty = types_of(y);
+    if (!(tx & ty) || values_apart(x, y) || forbids(x, y) || forbids(y, x))
+        return true;
+    const json_t *px = json_object_get(x, "properties"), *py = json_object_get(y, "properties");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)px, k, v)
+    {
+        const json_t *w = py ? json_object_get(py, k) : NULL;
+        if (w && json_is_object(v) && json_is_object(w) && requires(x, k) && requires(y, k) &&
+            values_apart(v, w))
+            return true;
+    }
+    return false;
+}
+
+int ifd__gconv_disjoint(conv_t *c, const json_t *branches, const json_t *doc, bool *disjoint)
+{
+    size_t n = json_array_size(branches);
+    json_t **m = calloc(n ? n : 1, sizeof *m);
+    if (!m)
+        return oom(c);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = member(c, json_array_get(branches, i), doc, 0, &m[i]);
+    *disjoint = true;
+    for (size_t i = 0; i < n && !rc && *disjoint; i++)
+        for (size_t j = i + 1; j < n && *disjoint; j++)
+            *disjoint = apart(m[i], m[j]);
+    for (size_t i = 0; i < n; i++)
+        json_decref(m[i]);
+    free(m);
+    return rc;
+}

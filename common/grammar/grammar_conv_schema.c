@@ -1,0 +1,932 @@
+/*
+ * grammar_conv_schema.c — JSON Schema to grammar rules (see grammar_conv.h
+ * for what is accepted; docs/structured-outputs.md lists every keyword).
+ * Each schema node becomes one rule "sN"; references are memoized per target
+ * so that recursive schemas become recursive rules. A node is first merged
+ * (grammar_conv_merge.c: allOf and the siblings of $ref / anyOf / oneOf),
+ * then its keywords are read by type. Keywords the converter does not know
+ * are annotations (JSON Schema: unknown keywords are ignored); the ones
+ * that constrain and cannot be enforced are IFD_ENOTSUP naming them
+ * (REFUSED below), so no constraint is ever dropped silently.
+ */
+#include "error.h"
+#include "grammar_conv.h"
+#include "grammar_conv_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_REFS 1024
+
+/* The keywords that constrain a value (JSON Schema draft-04 to 2020-12 and
+ * OpenAPI's nullable). Everything else is an annotation or unknown, and
+ * ignored as the specification says: title, description, default,
+ * examples, $schema, $id / id, $comment, deprecated, readOnly, writeOnly,
+ * $defs / definitions, then / else without if, x-* and other vendor keys. */
+static const char *const CONSTRAINING[] = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
+    "minProperties", "maxProperties", "items", "prefixItems", "additionalItems", "minItems",
+    "maxItems", "uniqueItems", "$ref", "anyOf", "oneOf", "allOf", "minLength", "maxLength",
+    "pattern", "format", "nullable", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "not", "if", "contains", "minContains", "maxContains", "dependentRequired",
+    "dependentSchemas", "dependencies", "propertyNames", "unevaluatedProperties",
+    "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
+
+/* The ones no grammar here enforces: a precise 400 (checked per node after
+ * the merge, with the exceptions refused() lets through). */
+static const char *const REFUSED[] = {
+    "not",           "if",          "contains",  "dependentSchemas",      "propertyNames",
+    "uniqueItems",   "$dynamicRef", "$recursiveRef", "unevaluatedProperties", "unevaluatedItems"};
+
+static bool in_list(const char *k, const char *const *l, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k, l[i]) == 0)
+            return true;
+    return false;
+}
+
+
+/* One of the enum's values (their compact JSON texts, as a trie). */
+static bool is_str(const json_t *v, const char *s)
+{
+    return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
+bool ifd__gconv_constrains(const char *key)
+{
+    return in_list(key, CONSTRAINING, sizeof CONSTRAINING / sizeof CONSTRAINING[0]);
+}
+
+static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
+{
+    size_t n = json_array_size(en);
+    lit_t *v = calloc(n, sizeof *v);
+    if (!v)
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        char *s = json_dumps(json_array_get(en, i), JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!s)
+            rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+        else
+            v[i] = (lit_t){s, strlen(s)};
+    }
+    if (!rc)
+        rc = ifd__gconv_literals(c, v, n, b);
+    for (size_t i = 0; i < n; i++)
+        free((char *)v[i].s);
+    free(v);
+    return rc;
+}
+
+/* Resolves a local reference against doc. */
+const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref)
+{
+    if (ref[0] != '#')
+        return NULL;
+    const json_t *cur = doc;
+    const char *p = ref + 1;
+    while (*p) {
+        if (*p != '/')
+            return NULL;
+        p++;
+        char key[256];
+        size_t k = 0;
+        while (*p && *p != '/') {
+            char ch = *p++;
+            if (ch == '~') {
+                if (*p == '0')
+                    ch = '~';
+                else if (*p == '1')
+                    ch = '/';
+                else
+                    return NULL;
+                p++;
+            }
+            if (k + 1 >= sizeof key)
+                return NULL;
+            key[k++] = ch;
+        }
+        key[k] = '\0';
+        if (json_is_object(cur)) {
+            cur = json_object_get(cur, key);
+        } else if (json_is_array(cur)) {
+            char *e;
+            unsigned long i = strtoul(key, &e, 10);
+            cur = *e || !k ? NULL : json_array_get(cur, i);
+        } else {
+            return NULL;
+        }
+        if (!cur)
+            return NULL;
+    }
+    return cur;
+}
+
+static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
+{
+    for (size_t i = 0; i < c->n_refs; i++) {
+        if (c->refs[i].doc == doc && strcmp(c->refs[i].ref, ref) == 0) {
+            *id = c->refs[i].id;
+            return 0;
+        }
+    }
+    const json_t *t = ifd__gconv_resolve(doc, ref);
+    if (!t)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "$ref '%.200s' is not a local reference into the schema", ref);
+    if (c->n_refs == MAX_REFS)
+        return ifd__gconv_err(c, IFD_ETOOBIG, "more than %d distinct $ref targets", MAX_REFS);
+    ifd__gconv_ref_t *r = realloc(c->refs, (c->n_refs + 1) * sizeof *r);
+    if (!r)
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    c->refs = r;
+    char *dup = strdup(ref);
+    if (!dup)
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    unsigned me = c->next++;
+    c->refs[c->n_refs++] = (ifd__gconv_ref_t){doc, dup, me};
+    /* sN ::= <the target's rule> (recursion reaches sN by name) */
+    unsigned tid;
+    int saved = c->depth;
+    c->depth = 0;
+    int rc = ifd__gconv_schema_rule(c, t, doc, &tid);
+    c->depth = saved;
+    if (rc)
+        return rc;
+    ifd_buf_t body = IFD_BUF_INIT;
+    rc = ifd_buf_printf(&body, "s%u", tid) ? ifd__gconv_err(c, IFD_ENOMEM, "out of memory") : 0;
+    if (!rc)
+        rc = ifd__gconv_rule(c, me, &body);
+    ifd_buf_free(&body);
+    *id = me;
+    return rc;
+}
+
+static int get_count(conv_t *c, const json_t *s, const char *key, long long *out)
+{
+    const json_t *v = json_object_get(s, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > IFD_GRAMMAR_MAX_REPEAT)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'%s' must be an integer in [0, %d]", key,
+                    IFD_GRAMMAR_MAX_REPEAT);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
+{
+    const json_t *fmt = json_object_get(s, "format");
+    const json_t *pat = json_object_get(s, "pattern");
+    long long mn = -1, mx = -1;
+    TRY(get_count(c, s, "minLength", &mn));
+    TRY(get_count(c, s, "maxLength", &mx));
+    if (fmt) {
+        const char *f = json_string_value(fmt);
+        static const struct {
+            const char *name, *rule;
+        } formats[] = {{"date", "jdate"},         {"time", "jtime"},
+                       {"date-time", "jdatetime"}, {"uuid", "juuid"},
+                       {"duration", "jduration"}, {"ipv4", "jipv4"},
+                       {"ipv6", "jipv6"},         {"hostname", "jhostname"},
+                       {"email", "jemail"},       {"uri", "juri"},
+                       {"uri-reference", "juriref"}};
+        /* standard formats a checker may assert that no rule here writes */
+        static const char *const refused_formats[] = {
+            "idn-email", "idn-hostname", "iri",   "iri-reference", "uri-template",
+            "json-pointer", "relative-json-pointer", "regex"};
+        if (!f)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'format' must be a string");
+        for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+            if (strcmp(f, formats[i].name))
+                continue;
+            if (pat || mn >= 0 || mx >= 0)
+                return ifd__gconv_err(c, IFD_ENOTSUP,
+                                      "'format' combined with 'pattern' or a length");
+            return ifd_buf_printf(b, "%s ", formats[i].rule) ? IFD_ENOMEM : 0;
+        }
+        if (in_list(f, refused_formats, sizeof refused_formats / sizeof refused_formats[0]))
+            return ifd__gconv_err(c, IFD_ENOTSUP,
+                                  "'format': \"%.60s\" is not supported (date, time, date-time, "
+                                  "duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference "
+                                  "are)",
+                                  f);
+        /* other formats (OpenAPI's int64, byte, password, vendors' own) are annotations */
+    }
+    if (pat) {
+        const char *p = json_string_value(pat);
+        if (!p)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' must be a string");
+        if (mn >= 0 || mx >= 0)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' combined with 'minLength'/'maxLength'");
+        if (ifd_buf_puts(b, "\"\\u0022\" "))
+            return IFD_ENOMEM;
+        TRY(ifd__gconv_regex(c, p, strlen(p), true, true, b));
+        return ifd_buf_puts(b, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
+    }
+    if (mn < 0 && mx < 0)
+        return ifd_buf_puts(b, "jstr ") ? IFD_ENOMEM : 0;
+    if (mn < 0)
+        mn = 0;
+    if (mx >= 0 && mx < mn)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'maxLength' below 'minLength'");
+    if (mx >= 0)
+        return ifd_buf_printf(b, "\"\\u0022\" jchar{%lld,%lld} \"\\u0022\" ", mn, mx) ? IFD_ENOMEM
+                                                                                      : 0;
+    return ifd_buf_printf(b, "\"\\u0022\" jchar{%lld,} \"\\u0022\" ", mn) ? IFD_ENOMEM : 0;
+}
+
+/* Whether the pattern (a JSON Schema regex: a search) matches the key. */
+static int pattern_matches(conv_t *c, const char *pat, const char *key, bool *yes)
+{
+    conv_t t;
+    ifd__gconv_init(&t, &c->budget, c->err, c->errlen);
+    ifd_buf_t body = IFD_BUF_INIT, g = IFD_BUF_INIT;
+    int rc = ifd_buf_puts(&body, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
+    if (!rc)
+        rc = ifd__gconv_regex(&t, pat, strlen(pat), true, true, &body);
+    if (!rc && ifd_buf_puts(&body, "\"\\u0022\" "))
+        rc = IFD_ENOMEM;
+    if (!rc)
+        rc = ifd__gconv_finish(&t, body.data, &g);
+    ifd_grammar_t *gr = NULL;
+    ifd_gmatch_t *m = NULL;
+    if (!rc)
+        rc = ifd_grammar_compile(g.data, g.len, &gr, c->err, c->errlen);
+    if (!rc)
+        rc = ifd_gmatch_create(gr, &m);
+    if (!rc) {
+        json_t *k = json_string(key);
+        char *txt = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+        rc = txt ? 0 : IFD_ENOMEM;
+        *yes = txt && ifd_gmatch_accept(m, txt, strlen(txt)) == 0 && ifd_gmatch_can_end(m);
+        free(txt);
+        json_decref(k);
+    }
+    ifd_gmatch_destroy(m);
+    ifd_grammar_destroy(gr);
+    ifd_buf_free(&body);
+    ifd_buf_free(&g);
+    c->steps += t.steps;
+    ifd__gconv_close(&t);
+    return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
+}
+
+/* One property to generate. */
+typedef struct {
+    const char *name;
+    json_t *schema; /* owned */
+    bool req;
+} prop_t;
+
+static void props_free(prop_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        json_decref(p[i].schema);
+    free(p);
+}
+
+static int is_required(const json_t *req, const char *name)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(req, i, r)
+    {
+        if (is_str(r, name))
+            return 1;
+    }
+    return 0;
+}
+
+/* The names a value must have: required, plus what dependentRequired (or
+ * draft-04 dependencies with lists) asks of a present property — made
+ * required as well, which keeps every output valid. */
+static int required_set(conv_t *c, const json_t *s, json_t **out)
+{
+    const json_t *req = json_object_get(s, "required");
+    if (req && !json_is_array(req))
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'required' must be an array");
+    json_t *all = req ? json_copy((json_t *)req) : json_array();
+    static const char *const dep_keys[] = {"dependentRequired", "dependencies"};
+    for (size_t d = 0; all && d < 2; d++) {
+        const json_t *dep = json_object_get(s, dep_keys[d]);
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)dep, k, v)
+        {
+            if (!json_is_array(v)) {
+                json_decref(all);
+                return ifd__gconv_err(c, IFD_ENOTSUP,
+                                      "'%s' with a schema is not supported (only lists of "
+                                      "names are)",
+                                      dep_keys[d]);
+            }
+            size_t i;
+            json_t *n;
+            json_array_foreach(v, i, n)
+            {
+                if (json_is_string(n) && !is_required(all, json_string_value(n)))
+                    json_array_append(all, n);
+            }
+        }
+    }
+    for (size_t i = 0; all && i < json_array_size(all); i++)
+        if (!json_is_string(json_array_get(all, i))) {
+            json_decref(all);
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'required' must list strings");
+        }
+    *out = all;
+    return all ? 0 : ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+}
+
+/* The properties to generate, in order: the declared ones (each also
+ * under the patternProperties whose pattern matches its name), then the
+ * required names not declared (under additionalProperties); then
+ * minProperties / maxProperties applied by making the first optional ones
+ * required, or leaving the last ones out. */
+static int collect_props(conv_t *c, const json_t *s, const json_t *req, prop_t **out, size_t *n)
+{
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    const json_t *pp = json_object_get(s, "patternProperties");
+    if (props && !json_is_object(props))
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'properties' must be an object");
+    size_t np = json_object_size(props) + json_array_size(req), k = 0;
+    prop_t *p = calloc(np ? np : 1, sizeof *p);
+    if (!p)
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    int rc = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)props, key, val)
+    {
+        p[k] = (prop_t){key, json_incref(val), is_required(req, key)};
+        const char *pk;
+        json_t *pv;
+        json_object_foreach((json_t *)pp, pk, pv)
+        {
+            bool yes = false;
+            if ((rc = pattern_matches(c, pk, key, &yes)))
+                break;
+            if (yes) {
+                json_t *both = json_pack("{s:[O,O]}", "allOf", p[k].schema, pv);
+                json_decref(p[k].schema);
+                p[k].schema = both;
+            }
+        }
+        if (rc || !p[k++].schema)
+            break;
+    }
+    for (size_t i = 0; !rc && i < json_array_size(req); i++) {
+        const char *r = json_string_value(json_array_get(req, i));
+        if (props && json_object_get(props, r))
+            continue;
+        if (json_is_false(addl) || pp)
+            rc = ifd__gconv_err(c, IFD_ENOTSUP,
+                                "'required' names '%.100s', which is not in 'properties' and "
+                                "which %s",
+                                r, pp ? "'patternProperties' may constrain"
+                                      : "'additionalProperties': false forbids");
+        else
+            p[k++] = (prop_t){r, addl ? json_incref((json_t *)addl) : json_true(), true};
+    }
+    long long mn = 0, mx = -1;
+    if (!rc)
+        rc = get_count(c, s, "minProperties", &mn);
+    if (!rc)
+        rc = get_count(c, s, "maxProperties", &mx);
+    size_t nreq = 0;
+    for (size_t i = 0; i < k; i++)
+        nreq += p[i].req;
+    if (!rc && k && (mn > (long long)k || (mx >= 0 && mx < (long long)nreq) || (mx >= 0 && mx < mn)))
+        rc = ifd__gconv_err(c, IFD_ENOTSUP,
+                            "'minProperties'/'maxProperties' with 'properties' need between the "
+                            "required and the declared count of properties (%zu..%zu)",
+                            nreq, k);
+    for (size_t i = 0; !rc && i < k && (long long)nreq < mn; i++)
+        if (!p[i].req)
+            p[i].req = true, nreq++;
+    if (!rc && mx >= 0) { /* at most mx: the optional ones past the budget go */
+        size_t keep = 0, room = (size_t)mx - nreq;
+        for (size_t i = 0; i < k; i++) {
+            if (!p[i].req && room == 0) {
+                json_decref(p[i].schema);
+                continue;
+            }
+            room -= !p[i].req;
+            p[keep++] = p[i];
+        }
+        k = keep;
+    }
+    if (rc) {
+        props_free(p, k);
+        return rc;
+    }
+    *out = p;
+    *n = k;
+    return 0;
+}
+
+/* An object used as a map: keys from the one patternProperties pattern (or
+ * any string), values from its schema (or additionalProperties), between
+ * minProperties and maxProperties pairs. Keys are not checked for
+ * uniqueness (llguidance does the same). */
+static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
+{
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    const json_t *pp = json_object_get(s, "patternProperties");
+    long long mn = 0, mx = -1;
+    TRY(get_count(c, s, "minProperties", &mn));
+    TRY(get_count(c, s, "maxProperties", &mx));
+    if (pp && !json_is_object(pp))
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'patternProperties' must be an object");
+    if (!json_object_size(pp) && (!addl || json_is_true(addl)) && mn == 0 && mx < 0)
+        return ifd_buf_puts(b, "jobj ") ? IFD_ENOMEM : 0;
+    if (json_object_size(pp) > 1)
+        return ifd__gconv_err(c, IFD_ENOTSUP,
+                              "'patternProperties' with more than one pattern (a key matching "
+                              "two would need both schemas)");
+    ifd_buf_t key = IFD_BUF_INIT;
+    const json_t *vs = addl;
+    int rc = 0;
+    if (json_object_size(pp)) {
+        void *it = json_object_iter((json_t *)pp);
+        const char *pat = json_object_iter_key(it);
+        vs = json_object_iter_value(it);
+        rc = ifd_buf_puts(&key, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
+        if (!rc)
+            rc = ifd__gconv_regex(c, pat, strlen(pat), true, true, &key);
+        if (!rc && ifd_buf_puts(&key, "\"\\u0022\" "))
+            rc = IFD_ENOMEM;
+    } else {
+        rc = ifd_buf_puts(&key, "jstr ") ? IFD_ENOMEM : 0;
+    }
+    char val[32] = "jval";
+    if (!rc && vs && json_is_false(vs)) {
+        if (mn > 0)
+            rc = ifd__gconv_err(c, IFD_ENOTSUP, "'minProperties' where no property is allowed");
+        else
+            rc = ifd_buf_puts(b, "\"{\" ws \"}\" ") ? IFD_ENOMEM : 0;
+        ifd_buf_free(&key);
+        return rc;
+    }
+    if (!rc && vs && !json_is_true(vs)) {
+        unsigned v;
+        rc = ifd__gconv_schema_rule(c, vs, doc, &v);
+        snprintf(val, sizeof val, "s%u", v);
+    }
+    if (!rc && mx >= 0 && mx < mn)
+        rc = ifd__gconv_err(c, IFD_ENOTSUP, "'maxProperties' below 'minProperties'");
+    if (!rc) {
+        ifd_buf_t pair = IFD_BUF_INIT;
+        unsigned id = c->next++;
+        rc = ifd_buf_printf(&pair, "%sws \":\" ws %s ws", key.data, val) ? IFD_ENOMEM : 0;
+        if (!rc)
+            rc = ifd__gconv_rule(c, id, &pair);
+        ifd_buf_free(&pair);
+        long long lo = mn > 0 ? mn - 1 : 0;
+        if (!rc && mx == 0)
+            rc = ifd_buf_puts(b, "\"{\" ws \"}\" ") ? IFD_ENOMEM : 0;
+        else if (!rc && mx > 0)
+            rc = ifd_buf_printf(b, "\"{\" ws %ss%u ( \",\" ws s%u ){%lld,%lld} %s\"}\" ",
+                                mn ? "" : "( ", id, id, lo, mx - 1, mn ? "" : ")? ")
+                     ? IFD_ENOMEM
+                     : 0;
+        else if (!rc)
+            rc = ifd_buf_printf(b, "\"{\" ws %ss%u ( \",\" ws s%u ){%lld,} %s\"}\" ",
+                                mn ? "" : "( ", id, id, lo, mn ? "" : ")? ")
+                     ? IFD_ENOMEM
+                     : 0;
+    }
+    ifd_buf_free(&key);
+    return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
+}
+
+/* The declared properties in schema order, required ones always, optional
+ * ones possibly; no other key is generated (valid whatever
+ * additionalProperties and patternProperties allow besides). */
+static int props_body(conv_t *c, const prop_t *p, size_t np, const json_t *doc, ifd_buf_t *b)
+{
+    unsigned *kv = calloc(np, sizeof *kv);
+    if (!kv)
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    int rc = 0;
+    size_t nreq = 0;
+    for (size_t i = 0; i < np && !rc; i++) {
+        unsigned v;
+        nreq += p[i].req;
+        if ((rc = ifd__gconv_schema_rule(c, p[i].schema, doc, &v)))
+            break;
+        ifd_buf_t kb = IFD_BUF_INIT;
+        json_t *ks = json_string(p[i].name);
+        rc = ks ? ifd__gconv_json_lit(c, &kb, ks) : IFD_ENOMEM;
+        json_decref(ks);
+        if (!rc && ifd_buf_printf(&kb, "ws \":\" ws s%u ws", v))
+            rc = IFD_ENOMEM;
+        kv[i] = c->next++;
+        if (!rc)
+            rc = ifd__gconv_rule(c, kv[i], &kb);
+        ifd_buf_free(&kb);
+    }
+    if (!rc && ifd_buf_puts(b, "\"{\" ws "))
+        rc = IFD_ENOMEM;
+    if (!rc && nreq) {
+        /* schema order: optional ones before the first required one carry
+         * their comma after them, later ones before them */
+        bool seen_req = false;
+        for (size_t j = 0; j < np && !rc; j++) {
+            const char *f = p[j].req ? (seen_req ? "\",\" ws s%u " : "s%u ")
+                                     : (seen_req ? "( \",\" ws s%u )? " : "( s%u \",\" ws )? ");
+            rc = ifd_buf_printf(b, f, kv[j]) ? IFD_ENOMEM : 0;
+            seen_req |= p[j].req;
+        }
+    } else if (!rc) {
+        /* tails: t_j ::= ( "," ws kv_j )? t_{j+1}; first present one picks the tail */
+        unsigned *tail = calloc(np + 1, sizeof *tail);
+        if (!tail)
+            rc = IFD_ENOMEM;
+        for (size_t j = np; j-- > 1 && !rc;) {
+            ifd_buf_t tb = IFD_BUF_INIT;
+            rc = ifd_buf_printf(&tb, "( \",\" ws s%u )? ", kv[j]) ? IFD_ENOMEM : 0;
+            if (!rc && j + 1 < np && ifd_buf_printf(&tb, "s%u", tail[j + 1]))
+                rc = IFD_ENOMEM;
+            tail[j] = c->next++;
+            if (!rc)
+                rc = ifd__gconv_rule(c, tail[j], &tb);
+            ifd_buf_free(&tb);
+        }
+        if (!rc && ifd_buf_puts(b, "( "))
+            rc = IFD_ENOMEM;
+        for (size_t j = 0; j < np && !rc; j++) {
+            rc = ifd_buf_printf(b, "%ss%u ", j ? "| " : "", kv[j]) ? IFD_ENOMEM : 0;
+            if (!rc && j + 1 < np && ifd_buf_printf(b, "s%u ", tail[j + 1]))
+                rc = IFD_ENOMEM;
+        }
+        if (!rc && ifd_buf_puts(b, ")? "))
+            rc = IFD_ENOMEM;
+        free(tail);
+    }
+    if (!rc && ifd_buf_puts(b, "\"}\" "))
+        rc = IFD_ENOMEM;
+    free(kv);
+    return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
+}
+
+
+static int object_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
+{
+    json_t *req = NULL;
+    TRY(required_set(c, s, &req));
+    prop_t *p = NULL;
+    size_t np = 0;
+    int rc = collect_props(c, s, req, &p, &np);
+    json_decref(req);
+    if (rc)
+        return rc;
+    rc = np ? props_body(c, p, np, doc, b) : map_body(c, s, doc, b);
+    props_free(p, np);
+    return rc;
+}
+
+static int array_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
+{
+    const json_t *items = json_object_get(s, "items");
+    const json_t *prefix = json_object_get(s, "prefixItems");
+    long long mn = 0, mx = -1;
+    TRY(get_count(c, s, "minItems", &mn));
+    TRY(get_count(c, s, "maxItems", &mx));
+    if (mx >= 0 && mx < mn)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'maxItems' below 'minItems'");
+    if (json_is_array(items)) { /* draft-04's tuple form */
+        if (prefix)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'items' as a list beside 'prefixItems'");
+        prefix = items;
+        items = json_object_get(s, "additionalItems");
+    }
+    if (prefix) {
+        if (!json_is_array(prefix) || json_array_size(prefix) == 0)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'prefixItems' must be a non-empty array");
+        /* the prefix items (as many as maxItems lets), then the items that
+         * minItems still asks for, under items / additionalItems */
+        long long k = (long long)json_array_size(prefix);
+        long long n = mx >= 0 && mx < k ? mx : k;
+        if (ifd_buf_puts(b, "\"[\" ws "))
+            return IFD_ENOMEM;
+        for (long long i = 0; i < n; i++) {
+            unsigned v;
+            TRY(ifd__gconv_schema_rule(c, json_array_get(prefix, (size_t)i), doc, &v));
+            if (ifd_buf_printf(b, i ? "\",\" ws s%u ws " : "s%u ws ", v))
+                return IFD_ENOMEM;
+        }
+        if (mn > n) {
+            if (json_is_false(items))
+                return ifd__gconv_err(c, IFD_ENOTSUP, "'minItems' above the items allowed");
+            char rest[32] = "jval";
+            if (items && !json_is_true(items)) {
+                unsigned v;
+                TRY(ifd__gconv_schema_rule(c, items, doc, &v));
+                snprintf(rest, sizeof rest, "s%u", v);
+            }
+            if (ifd_buf_printf(b, "( \",\" ws %s ws ){%lld} ", rest, mn - n))
+                return IFD_ENOMEM;
+        }
+        return ifd_buf_puts(b, "\"]\" ") ? IFD_ENOMEM : 0;
+    }
+    char item[32] = "jval";
+    if (items && !json_is_true(items)) {
+        if (json_is_false(items)) {
+            if (mn > 0)
+                return ifd__gconv_err(c, IFD_ENOTSUP, "'items': false with 'minItems' > 0");
+            return ifd_buf_puts(b, "\"[\" ws \"]\" ") ? IFD_ENOMEM : 0;
+        }
+        unsigned v;
+        TRY(ifd__gconv_schema_rule(c, items, doc, &v));
+        snprintf(item, sizeof item, "s%u", v);
+    }
+    if (mx == 0)
+        return ifd_buf_puts(b, "\"[\" ws \"]\" ") ? IFD_ENOMEM : 0;
+    int rc = ifd_buf_puts(b, "\"[\" ws ");
+    if (!rc && mn == 0)
+        rc = ifd_buf_puts(b, "( ");
+    if (!rc)
+        rc = ifd_buf_printf(b, "%s ws ", item);
+    long long lo = mn > 0 ? mn - 1 : 0;
+    if (!rc) {
+        if (mx < 0)
+            rc = ifd_buf_printf(b, "( \",\" ws %s ws ){%lld,} ", item, lo);
+        else if (mx - 1 > 0 || lo > 0)
+            rc = ifd_buf_printf(b, "( \",\" ws %s ws ){%lld,%lld} ", item, lo, mx - 1);
+    }
+    if (!rc && mn == 0)
+        rc = ifd_buf_puts(b, ")? ");
+    if (!rc)
+        rc = ifd_buf_puts(b, "\"]\" ");
+    return rc ? IFD_ENOMEM : 0;
+}
+
+static int type_body(conv_t *c, const char *t, const json_t *s, const json_t *doc, ifd_buf_t *b)
+{
+    if (strcmp(t, "string") == 0)
+        return string_body(c, s, b);
+    if (strcmp(t, "object") == 0)
+        return object_body(c, s, doc, b);
+    if (strcmp(t, "array") == 0)
+        return array_body(c, s, doc, b);
+    if (strcmp(t, "number") == 0 || strcmp(t, "integer") == 0)
+        return ifd__gconv_number(c, s, t[0] == 'i', b);
+    static const struct {
+        const char *t, *rule;
+    } simple[] = {{"boolean", "jbool"}, {"null", "jnull"}};
+    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++)
+        if (strcmp(t, simple[i].t) == 0)
+            return ifd_buf_printf(b, "%s ", simple[i].rule) ? IFD_ENOMEM : 0;
+    return ifd__gconv_err(c, IFD_ENOTSUP, "'type': \"%.40s\" is not a JSON Schema type", t);
+}
+
+/* A refused keyword of s that matters here (NULL: none). Some are no-ops:
+ * "if" without then/else, uniqueItems false or with at most one item,
+ * propertyNames true / {} / only type string, min/maxContains without
+ * contains. */
+static const char *refused(const json_t *s)
+{
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)s, k, v)
+    {
+        if (!in_list(k, REFUSED, sizeof REFUSED / sizeof REFUSED[0]))
+            continue;
+        if (strcmp(k, "if") == 0 && !json_object_get(s, "then") && !json_object_get(s, "else"))
+            continue;
+        if (strcmp(k, "uniqueItems") == 0) {
+            const json_t *mx = json_object_get(s, "maxItems");
+            if (json_is_false(v) || (json_is_integer(mx) && json_integer_value(mx) <= 1))
+                continue;
+        }
+        if (strcmp(k, "propertyNames") == 0) {
+            const json_t *t = json_object_get(v, "type");
+            if (json_is_true(v) || (json_is_object(v) && (json_object_size(v) == 0 ||
+                                                          (json_object_size(v) == 1 && is_str(t, "string")))))
+                continue;
+        }
+        return k;
+    }
+    return NULL;
+}
+
+/* The types a schema without "type" is read as: the one its keywords
+ * imply (properties: object, items: array, minLength: string, minimum:
+ * number), or any value. Generating one of several allowed types is
+ * always valid. */
+static const char *implied_type(const json_t *s)
+{
+    static const struct {
+        const char *key, *type;
+    } by_key[] = {{"properties", "object"},    {"additionalProperties", "object"},
+                  {"required", "object"},      {"patternProperties", "object"},
+                  {"minProperties", "object"}, {"maxProperties", "object"},
+                  {"items", "array"},          {"prefixItems", "array"},
+                  {"minItems", "array"},       {"maxItems", "array"},
+                  {"minLength", "string"},     {"maxLength", "string"},
+                  {"pattern", "string"},       {"format", "string"},
+                  {"minimum", "number"},       {"maximum", "number"},
+                  {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"},
+                  {"multipleOf", "number"}};
+    for (size_t i = 0; i < sizeof by_key / sizeof by_key[0]; i++)
+        if (json_object_get(s, by_key[i].key))
+            return by_key[i].type;
+    return NULL;
+}
+
+/* Whether v is an instance of JSON Schema type t. */
+static bool has_type(const json_t *v, const char *t)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return !strcmp(t, "object");
+    case JSON_ARRAY: return !strcmp(t, "array");
+    case JSON_STRING: return !strcmp(t, "string");
+    case JSON_INTEGER: return !strcmp(t, "integer") || !strcmp(t, "number");
+    case JSON_REAL:
+        return !strcmp(t, "number") ||
+               (!strcmp(t, "integer") && json_real_value(v) == (double)(long long)json_real_value(v));
+    case JSON_TRUE:
+    case JSON_FALSE: return !strcmp(t, "boolean");
+    case JSON_NULL: return !strcmp(t, "null");
+    }
+    return false;
+}
+
+/* const / enum: the values that also have one of the schema's types. */
+static int values_body(conv_t *c, const json_t *s, const json_t *vals, ifd_buf_t *b)
+{
+    const json_t *type = json_object_get(s, "type");
+    bool or_null = json_is_true(json_object_get(s, "nullable"));
+    json_t *keep = json_array();
+    if (!keep)
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    size_t i;
+    json_t *v;
+    json_array_foreach(vals, i, v)
+    {
+        bool ok = !type || (or_null && json_is_null(v));
+        for (size_t j = 0; type && !ok && j < (json_is_array(type) ? json_array_size(type) : 1); j++) {
+            const char *t = json_string_value(json_is_array(type) ? json_array_get(type, j) : type);
+            ok = t && has_type(v, t);
+        }
+        if (ok)
+            json_array_append(keep, v);
+    }
+    int rc = json_array_size(keep)
+                 ? enum_body(c, keep, b)
+                 : ifd__gconv_err(c, IFD_ENOTSUP, "no 'enum'/'const' value has the schema's 'type'");
+    json_decref(keep);
+    return rc;
+}
+
+/* anyOf / oneOf (alone after the merge): one rule per branch. oneOf must
+ * have branches no value can match twice (oneof_disjoint). */
+static int any_body(conv_t *c, const json_t *any, bool one, const json_t *doc, ifd_buf_t *b)
+{
+    if (!json_is_array(any) || json_array_size(any) == 0)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'anyOf' must be a non-empty array");
+    bool disjoint = true;
+    if (one)
+        TRY(ifd__gconv_disjoint(c, any, doc, &disjoint));
+    if (!disjoint)
+        return ifd__gconv_err(c, IFD_ENOTSUP,
+                              "'oneOf' whose branches may overlap (a value matching two of "
+                              "them would be invalid; give them distinct types, consts or "
+                              "required discriminators)");
+    if (ifd_buf_puts(b, "( "))
+        return IFD_ENOMEM;
+    for (size_t i = 0; i < json_array_size(any); i++) {
+        unsigned id;
+        TRY(ifd__gconv_schema_rule(c, json_array_get(any, i), doc, &id));
+        if (ifd_buf_printf(b, "%ss%u ", i ? "| " : "", id))
+            return IFD_ENOMEM;
+    }
+    return ifd_buf_puts(b, ") ") ? IFD_ENOMEM : 0;
+}
+
+static int types_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
+{
+    const json_t *type = json_object_get(s, "type");
+    if (!type) {
+        const char *t = implied_type(s);
+        return t ? type_body(c, t, s, doc, b) : (ifd_buf_puts(b, "jval ") ? IFD_ENOMEM : 0);
+    }
+    if (json_is_string(type))
+        return type_body(c, json_string_value(type), s, doc, b);
+    if (!json_is_array(type) || json_array_size(type) == 0)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'type' must be a string or a list of strings");
+    if (ifd_buf_puts(b, "( "))
+        return IFD_ENOMEM;
+    for (size_t i = 0; i < json_array_size(type); i++) {
+        const char *t = json_string_value(json_array_get(type, i));
+        if (!t)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'type' must list strings");
+        /* integer beside number adds nothing */
+        if (!strcmp(t, "integer") && json_array_size(type) > 1) {
+            bool num = false;
+            for (size_t j = 0; j < json_array_size(type); j++)
+                num |= is_str(json_array_get(type, j), "number");
+            if (num)
+                continue;
+        }
+        if (i && ifd_buf_puts(b, "| "))
+            return IFD_ENOMEM;
+        TRY(type_body(c, t, s, doc, b));
+    }
+    return ifd_buf_puts(b, ") ") ? IFD_ENOMEM : 0;
+}
+
+/* One node once merged: $ref, anyOf / oneOf, const / enum or its types. */
+static int node_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
+{
+    const char *bad = refused(s);
+    if (bad)
+        return ifd__gconv_err(c, IFD_ENOTSUP,
+                              "'%s' is not supported (no grammar enforces it; see "
+                              "docs/structured-outputs.md)",
+                              bad);
+    bool or_null = json_is_true(json_object_get(s, "nullable"));
+    if (or_null && ifd_buf_puts(b, "( jnull | "))
+        return IFD_ENOMEM;
+    int rc;
+    const json_t *ref = json_object_get(s, "$ref");
+    const json_t *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf");
+    const json_t *cst = json_object_get(s, "const"), *en = json_object_get(s, "enum");
+    if (ref) {
+        const char *r = json_string_value(ref);
+        unsigned id = 0;
+        if (!r)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'$ref' must be a string");
+        TRY(ref_rule(c, r, doc, &id));
+        rc = ifd_buf_printf(b, "s%u ", id) ? IFD_ENOMEM : 0;
+    } else if (any || one) {
+        rc = any_body(c, any ? any : one, !any, doc, b);
+    } else if (cst) {
+        json_t *l = json_pack("[O]", cst);
+        rc = l ? values_body(c, s, l, b) : IFD_ENOMEM;
+        json_decref(l);
+    } else if (en) {
+        if (!json_is_array(en) || json_array_size(en) == 0)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'enum' must be a non-empty array");
+        rc = values_body(c, s, en, b);
+    } else {
+        rc = types_body(c, s, doc, b);
+    }
+    if (!rc && or_null && ifd_buf_puts(b, ") "))
+        rc = IFD_ENOMEM;
+    return rc;
+}
+
+static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
+{
+    if (json_is_true(s))
+        return ifd_buf_puts(b, "jval ") ? IFD_ENOMEM : 0;
+    if (json_is_false(s))
+        return ifd__gconv_err(c, IFD_ENOTSUP, "a 'false' schema (nothing can match it)");
+    if (!json_is_object(s))
+        return ifd__gconv_err(c, IFD_EFORMAT, "a schema must be an object or a boolean");
+    json_t *m = NULL;
+    TRY(ifd__gconv_merge(c, s, doc, &m));
+    int rc = node_body(c, m, doc, b);
+    json_decref(m);
+    return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
+}
+
+int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
+{
+    TRY(ifd__gconv_step(c));
+    if (++c->depth > IFD__GCONV_MAX_DEPTH)
+        return ifd__gconv_err(c, IFD_ETOOBIG, "schema nested deeper than %d levels", IFD__GCONV_MAX_DEPTH);
+    ifd_buf_t body = IFD_BUF_INIT;
+    int rc = schema_body(c, s, doc, &body);
+    if (!rc) {
+        *id = c->next++;
+        rc = ifd__gconv_rule(c, *id, &body);
+    }
+    ifd_buf_free(&body);
+    c->depth--;
+    return rc;
+}
+
+int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                          char *err, size_t errlen)
+{
+    conv_t c;
+    ifd__gconv_init(&c, budget, err, errlen);
+    unsigned id;
+    int rc = ifd__gconv_schema_rule(&c, schema, schema, &id);
+    if (!rc) {
+        char root[32];
+        snprintf(root, sizeof root, "s%u", id);
+        rc = ifd__gconv_finish(&c, root, out);
+    }
+    ifd__gconv_close(&c);
+    return rc;
+}
+
