@@ -87,7 +87,41 @@ int ifd__gconv_err(conv_t *c, int code, const char *fmt, ...)
         vsnprintf(c->err, c->errlen, fmt, ap);
         va_end(ap);
     }
+    c->unsat = false;
     return code;
+}
+
+int ifd__gconv_unsat(conv_t *c, const char *fmt, ...)
+{
+    if (c->err && c->errlen && !c->err[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err, c->errlen, fmt, ap);
+        va_end(ap);
+    }
+    c->unsat = true;
+    return IFD_ENOTSUP;
+}
+
+ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c)
+{
+    return (ifd__gconv_mark_t){c->rules.len, c->n_refs};
+}
+
+bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc)
+{
+    if (rc != IFD_ENOTSUP || !c->unsat)
+        return false;
+    c->unsat = false;
+    c->rules.len = mark.rules_len;
+    if (c->rules.data)
+        c->rules.data[mark.rules_len] = '\0';
+    for (size_t i = mark.n_refs; i < c->n_refs; i++)
+        free(c->refs[i].ref);
+    c->n_refs = mark.n_refs;
+    if (c->err && c->errlen)
+        c->err[0] = '\0';
+    return true;
 }
 
 /* One step of conversion (a schema node, a regex atom): past the budget's

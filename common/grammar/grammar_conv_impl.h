@@ -39,7 +39,13 @@ typedef struct {
     ifd_grammar_budget_t budget;
     uint64_t deadline; /* CLOCK_MONOTONIC ns; 0 none */
     uint64_t steps;    /* schema nodes and regex atoms converted */
+    bool unsat;        /* the last error: no value satisfies the schema */
 } conv_t;
+
+/* Where the output stands, to take back a part that failed. */
+typedef struct {
+    size_t rules_len, n_refs;
+} ifd__gconv_mark_t;
 
 /* A literal: n bytes at s (valid UTF-8), borrowed. */
 typedef struct {
@@ -60,6 +66,19 @@ int ifd__gconv_err(conv_t *c, int code, const char *fmt, ...) __attribute__((for
 /* One step of conversion (a schema node, a regex atom): IFD_ETOOBIG past
  * the budget's work or time, IFD_ECANCELED once its cancel flag is set. */
 int ifd__gconv_step(conv_t *c);
+
+/* IFD_ENOTSUP for a schema no value satisfies (a false schema, an empty
+ * enum, bounds that cross): sets c->unsat, so that an optional property or
+ * an anyOf branch with such a schema is left out instead (valid: such a
+ * property can never appear). */
+int ifd__gconv_unsat(conv_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c);
+
+/* Whether the failure rc since mark was an unsatisfiable schema; if so the
+ * rules and references written since are taken back, the message cleared
+ * and true returned (the caller leaves that part out). */
+bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc);
 
 /* Appends the rule "sN ::= body" (an empty body matches nothing: ""). */
 int ifd__gconv_rule(conv_t *c, unsigned id, const ifd_buf_t *body);
@@ -98,12 +117,14 @@ int ifd__gconv_number(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b);
  * IFD_ENOTSUP names a pair of keywords that cannot be intersected. */
 int ifd__gconv_merge(conv_t *c, const json_t *s, const json_t *doc, json_t **out);
 
-/* *disjoint: whether no value can match two of the schemas in the array
- * branches (oneOf read as anyOf): a sufficient check — distinct types,
- * distinct const/enum values, a property both require with distinct
- * const/enum values, or one requires what the other's
- * additionalProperties: false forbids. */
-int ifd__gconv_disjoint(conv_t *c, const json_t *branches, const json_t *doc, bool *disjoint);
+/* oneOf's branches (resolved, a new array in *out) made such that no value
+ * written by one matches another, so that they can be generated as anyOf:
+ * distinct types, distinct const/enum values, a property both require
+ * with distinct const/enum values, one requiring a name the other's
+ * additionalProperties: false forbids — or, for objects where each
+ * requires a name the other does not, each leaves out the other's names.
+ * IFD_ENOTSUP names two branches that may overlap. */
+int ifd__gconv_one_of(conv_t *c, const json_t *branches, const json_t *doc, json_t **out);
 
 /* The local reference ref resolved in doc ("#", "#/$defs/X", JSON pointer
  * paths); NULL when it is not one. */

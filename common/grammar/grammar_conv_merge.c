@@ -76,7 +76,7 @@ static int merge_type(conv_t *c, const json_t *a, const json_t *b, json_t **out)
     if (t & T_NUMBER && !((ta & T_NUMBER) && (tb & T_NUMBER)))
         t &= ~(unsigned)T_NUMBER; /* number ∩ integer = integer */
     if (!t)
-        return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf': no 'type' satisfies every member");
+        return ifd__gconv_unsat(c, "'allOf': no 'type' satisfies every member");
     json_t *l = json_array();
     for (size_t j = 0; l && j < sizeof TYPES / sizeof TYPES[0]; j++)
         if ((t >> j & 1) && !(j == 6 && (t & T_NUMBER)) && json_array_append_new(l, json_string(TYPES[j])))
@@ -126,7 +126,7 @@ static int merge_values(conv_t *c, json_t *r, const json_t *a, const json_t *b)
         return oom(c);
     if (!json_array_size(both)) {
         json_decref(both);
-        return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf': no 'enum'/'const' value satisfies both");
+        return ifd__gconv_unsat(c, "'allOf': no 'enum'/'const' value satisfies both");
     }
     json_object_del(r, "const");
     return json_object_set_new(r, "enum", both) ? oom(c) : 0;
@@ -170,7 +170,7 @@ static int cross_additional(conv_t *c, json_t *props, json_t *req, const json_t 
             json_array_foreach(req, i, r)
             {
                 if (json_is_string(r) && strcmp(json_string_value(r), k) == 0)
-                    return ifd__gconv_err(c, IFD_ENOTSUP,
+                    return ifd__gconv_unsat(c,
                                           "'allOf': '%.100s' is required but "
                                           "'additionalProperties': false forbids it",
                                           k);
@@ -473,7 +473,23 @@ static unsigned types_of(const json_t *s)
     const json_t *type = json_object_get(s, "type");
     char scratch[8] = "";
     conv_t quiet = {.err = scratch, .errlen = 0};
-    if (!type || type_bits(&quiet, type, &t))
+    if (!type) { /* the types of const / enum values */
+        json_t *vals = values_of(s);
+        size_t i;
+        json_t *v;
+        t = vals ? 0 : T_ALL;
+        json_array_foreach(vals, i, v)
+        {
+            static const unsigned bit[] = {[JSON_OBJECT] = 1 << 2, [JSON_ARRAY] = 1 << 3,
+                                           [JSON_STRING] = 1 << 5, [JSON_INTEGER] = T_INTEGER,
+                                           [JSON_REAL] = T_NUMBER,  [JSON_TRUE] = 1 << 1,
+                                           [JSON_FALSE] = 1 << 1,   [JSON_NULL] = 1};
+            t |= bit[json_typeof(v)];
+        }
+        json_decref(vals);
+        return t;
+    }
+    if (type_bits(&quiet, type, &t))
         return T_ALL;
     if (json_is_true(json_object_get(s, "nullable")))
         t |= 1; /* null */
@@ -524,10 +540,37 @@ static bool forbids(const json_t *x, const json_t *y)
     return false;
 }
 
+/* The converter writes an object only with the names of its properties and
+ * required: when x writes nothing but objects and y requires a name x never
+ * writes, no value x generates matches y. */
+static bool never_matches(const json_t *x, const json_t *y)
+{
+    unsigned tx = types_of(x);
+    bool implied = !json_object_get(x, "type") && !json_object_get(x, "enum") &&
+                   !json_object_get(x, "const") &&
+                   (json_object_get(x, "properties") || json_object_get(x, "required"));
+    const json_t *px = json_object_get(x, "properties");
+    if (tx != (1u << 2) && !implied) /* object only */
+        return false;
+    if (!json_object_size(px) && !json_array_size(json_object_get(x, "required")))
+        return false; /* written as a map: any name */
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(y, "required"), i, r)
+    {
+        const char *n = json_string_value(r);
+        if (n && !(px && json_object_get(px, n)) && !requires(x, n))
+            return true;
+    }
+    return false;
+}
+
 static bool apart(const json_t *x, const json_t *y)
 {
     unsigned tx = types_of(x), ty = types_of(y);
     if (!(tx & ty) || values_apart(x, y) || forbids(x, y) || forbids(y, x))
+        return true;
+    if (never_matches(x, y) && never_matches(y, x))
         return true;
     const json_t *px = json_object_get(x, "properties"), *py = json_object_get(y, "properties");
     const char *k;
@@ -542,21 +585,81 @@ static bool apart(const json_t *x, const json_t *y)
     return false;
 }
 
-int ifd__gconv_disjoint(conv_t *c, const json_t *branches, const json_t *doc, bool *disjoint)
+/* Names y requires that x does not (into a new array; NULL when none). */
+static json_t *separating(const json_t *x, const json_t *y)
+{
+    json_t *names = json_array();
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(y, "required"), i, r)
+    {
+        if (json_is_string(r) && !requires(x, json_string_value(r)))
+            json_array_append(names, r);
+    }
+    if (names && !json_array_size(names))
+        json_decref(names), names = NULL;
+    return names;
+}
+
+/* Whether x writes nothing but objects (its type, or implied by its keywords). */
+static bool object_only(const json_t *x)
+{
+    if (json_object_get(x, "type"))
+        return types_of(x) == (1u << 2);
+    return !json_object_get(x, "enum") && !json_object_get(x, "const") &&
+           (json_object_get(x, "properties") || json_object_get(x, "required"));
+}
+
+/* x and y may overlap: when both write only objects and each requires a
+ * name the other does not, x leaves out y's names and y x's (they stay
+ * optional there, so leaving them out is valid), which makes them apart. */
+static bool separate(json_t *x, json_t *y)
+{
+    if (!object_only(x) || !object_only(y))
+        return false;
+    json_t *nx = separating(x, y), *ny = separating(y, x);
+    bool ok = nx && ny;
+    for (int side = 0; ok && side < 2; side++) {
+        json_t *s = side ? y : x, *names = side ? nx : ny;
+        json_t *props = json_object_get(s, "properties");
+        size_t i;
+        json_t *n;
+        if (!props)
+            continue;
+        json_t *copy = json_copy(props);
+        json_array_foreach(names, i, n) json_object_del(copy, json_string_value(n));
+        ok = copy && json_object_set_new(s, "properties", copy) == 0;
+    }
+    json_decref(nx);
+    json_decref(ny);
+    return ok;
+}
+
+int ifd__gconv_one_of(conv_t *c, const json_t *branches, const json_t *doc, json_t **out)
 {
     size_t n = json_array_size(branches);
-    json_t **m = calloc(n ? n : 1, sizeof *m);
-    if (!m)
-        return oom(c);
-    int rc = 0;
+    json_t *m = json_array();
+    int rc = m ? 0 : oom(c);
+    for (size_t i = 0; i < n && !rc; i++) {
+        json_t *b = NULL;
+        rc = member(c, json_array_get(branches, i), doc, 0, &b);
+        if (!rc && json_array_append_new(m, b))
+            rc = oom(c);
+    }
     for (size_t i = 0; i < n && !rc; i++)
-        rc = member(c, json_array_get(branches, i), doc, 0, &m[i]);
-    *disjoint = true;
-    for (size_t i = 0; i < n && !rc && *disjoint; i++)
-        for (size_t j = i + 1; j < n && *disjoint; j++)
-            *disjoint = apart(m[i], m[j]);
-    for (size_t i = 0; i < n; i++)
-        json_decref(m[i]);
-    free(m);
-    return rc;
+        for (size_t j = i + 1; j < n && !rc; j++) {
+            json_t *x = json_array_get(m, i), *y = json_array_get(m, j);
+            if (!apart(x, y) && !separate(x, y))
+                rc = ifd__gconv_err(c, IFD_ENOTSUP,
+                                    "'oneOf' whose branches %zu and %zu may overlap (a value "
+                                    "matching both would be invalid; give them distinct types, "
+                                    "consts or required names)",
+                                    i, j);
+        }
+    if (rc) {
+        json_decref(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
 }

@@ -389,7 +389,7 @@ int ifd__gconv_number(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b)
     else if (!empty)
         TRY(range_body(c, lo, hi, integer ? 0 : fd, b, &empty));
     if (empty)
-        return ifd__gconv_err(c, IFD_ENOTSUP,
+        return ifd__gconv_unsat(c,
                               "no %s with at most %d digits satisfies 'minimum'/'maximum'/"
                               "'exclusive*'/'multipleOf' here",
                               integer ? "integer" : "number", NUM_DIGITS);

@@ -63,20 +63,20 @@ static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
 {
     size_t n = json_array_size(en);
     lit_t *v = calloc(n, sizeof *v);
-    if (!v)
-        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
-    int rc = 0;
+    char **own = calloc(n, sizeof *own); /* the literals' sort drops duplicates from v */
+    int rc = v && own ? 0 : ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
-        char *s = json_dumps(json_array_get(en, i), JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!s)
+        own[i] = json_dumps(json_array_get(en, i), JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!own[i])
             rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
         else
-            v[i] = (lit_t){s, strlen(s)};
+            v[i] = (lit_t){own[i], strlen(own[i])};
     }
     if (!rc)
         rc = ifd__gconv_literals(c, v, n, b);
-    for (size_t i = 0; i < n; i++)
-        free((char *)v[i].s);
+    for (size_t i = 0; own && i < n; i++)
+        free(own[i]);
+    free(own);
     free(v);
     return rc;
 }
@@ -164,16 +164,100 @@ static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
     return rc;
 }
 
+/* A count keyword (minLength, maxItems, …). A maximum above what a
+ * grammar repetition counts is clamped to IFD_GRAMMAR_MAX_REPEAT (every
+ * shorter value obeys it); a minimum above it is refused. */
 static int get_count(conv_t *c, const json_t *s, const char *key, long long *out)
 {
     const json_t *v = json_object_get(s, key);
     if (!v)
         return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) > IFD_GRAMMAR_MAX_REPEAT)
-        return ifd__gconv_err(c, IFD_ENOTSUP, "'%s' must be an integer in [0, %d]", key,
-                    IFD_GRAMMAR_MAX_REPEAT);
-    *out = json_integer_value(v);
+    long long n = json_is_integer(v) ? json_integer_value(v)
+                  : json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v)
+                      ? (long long)json_real_value(v)
+                      : -1;
+    if (n < 0)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'%s' must be a non-negative integer", key);
+    if (n > IFD_GRAMMAR_MAX_REPEAT) {
+        if (strncmp(key, "min", 3) == 0)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'%s' over %d is not supported", key,
+                                  IFD_GRAMMAR_MAX_REPEAT);
+        n = IFD_GRAMMAR_MAX_REPEAT;
+    }
+    *out = n;
+    return 0;
+}
+
+/* Length of the regex atom at p (a class, an escape, '.', one character);
+ * 0 when p does not start with one. */
+static size_t rx_atom_len(const char *p)
+{
+    if (*p == '[') {
+        size_t i = 1;
+        if (p[i] == '^')
+            i++;
+        if (p[i] == ']')
+            i++;
+        for (; p[i] && p[i] != ']'; i++)
+            if (p[i] == '\\' && p[i + 1])
+                i++;
+        return p[i] == ']' ? i + 1 : 0;
+    }
+    if (*p == '\\')
+        return p[1] == 'u' ? 6 : p[1] == 'x' ? 4 : p[1] ? 2 : 0;
+    if (!*p || strchr("()|*+?{}^$", *p))
+        return 0;
+    size_t k = 1;
+    while (((unsigned char)p[k] & 0xC0) == 0x80)
+        k++;
+    return k;
+}
+
+/* pattern with minLength / maxLength: supported when the pattern is one
+ * atom repeated over the whole string (^[a-z0-9-]+$, ^\\d{2,}$, ^.*$): the
+ * lengths and the quantifier intersect. Otherwise IFD_ENOTSUP. */
+static int pattern_length(conv_t *c, const char *p, long long mn, long long mx, ifd_buf_t *b)
+{
+    size_t n = strlen(p);
+    const char *why = "'pattern' combined with 'minLength'/'maxLength' (supported when the "
+                      "pattern is one anchored repeated class, as ^[a-z]+$)";
+    if (n < 3 || p[0] != '^' || p[n - 1] != '$' || p[n - 2] == '\\')
+        return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
+    const char *a = p + 1;
+    size_t al = rx_atom_len(a);
+    const char *q = a + al, *end = p + n - 1;
+    long long lo = 1, hi = 1;
+    if (!al)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
+    if (q == end) {
+    } else if (q + 1 == end && (*q == '*' || *q == '+' || *q == '?')) {
+        lo = *q == '+', hi = *q == '?' ? 1 : -1;
+    } else if (*q == '{' && end[-1] == '}') {
+        char *e;
+        lo = strtoll(q + 1, &e, 10);
+        hi = *e == '}' ? lo : (*e == ',' && e[1] == '}') ? -1 : *e == ',' ? strtoll(e + 1, &e, 10) : -2;
+        if (e != end - 1 || hi == -2 || e == q + 1)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
+    } else {
+        return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
+    }
+    if (mn > lo)
+        lo = mn;
+    if (mx >= 0 && (hi < 0 || mx < hi))
+        hi = mx;
+    if (lo > IFD_GRAMMAR_MAX_REPEAT)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' repeated over %d times",
+                              IFD_GRAMMAR_MAX_REPEAT);
+    if (hi > IFD_GRAMMAR_MAX_REPEAT)
+        hi = IFD_GRAMMAR_MAX_REPEAT; /* shorter strings obey both */
+    if (hi >= 0 && hi < lo)
+        return ifd__gconv_unsat(c, "no string satisfies 'pattern' with 'minLength'/'maxLength'");
+    if (ifd_buf_puts(b, "\"\\u0022\" ( "))
+        return IFD_ENOMEM;
+    TRY(ifd__gconv_regex(c, a, al, true, false, b));
+    if (hi >= 0 ? ifd_buf_printf(b, "){%lld,%lld} \"\\u0022\" ", lo, hi)
+                : ifd_buf_printf(b, "){%lld,} \"\\u0022\" ", lo))
+        return IFD_ENOMEM;
     return 0;
 }
 
@@ -221,7 +305,7 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
         if (!p)
             return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' must be a string");
         if (mn >= 0 || mx >= 0)
-            return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' combined with 'minLength'/'maxLength'");
+            return pattern_length(c, p, mn, mx, b);
         if (ifd_buf_puts(b, "\"\\u0022\" "))
             return IFD_ENOMEM;
         TRY(ifd__gconv_regex(c, p, strlen(p), true, true, b));
@@ -232,7 +316,7 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
     if (mn < 0)
         mn = 0;
     if (mx >= 0 && mx < mn)
-        return ifd__gconv_err(c, IFD_ENOTSUP, "'maxLength' below 'minLength'");
+        return ifd__gconv_unsat(c, "'maxLength' below 'minLength'");
     if (mx >= 0)
         return ifd_buf_printf(b, "\"\\u0022\" jchar{%lld,%lld} \"\\u0022\" ", mn, mx) ? IFD_ENOMEM
                                                                                       : 0;
@@ -384,12 +468,16 @@ static int collect_props(conv_t *c, const json_t *s, const json_t *req, prop_t *
         const char *r = json_string_value(json_array_get(req, i));
         if (props && json_object_get(props, r))
             continue;
-        if (json_is_false(addl) || pp)
+        if (json_is_false(addl) && !pp)
+            rc = ifd__gconv_unsat(c,
+                                  "'required' names '%.100s', which is not in 'properties' and "
+                                  "which 'additionalProperties': false forbids",
+                                  r);
+        else if (pp)
             rc = ifd__gconv_err(c, IFD_ENOTSUP,
                                 "'required' names '%.100s', which is not in 'properties' and "
-                                "which %s",
-                                r, pp ? "'patternProperties' may constrain"
-                                      : "'additionalProperties': false forbids");
+                                "which 'patternProperties' may constrain",
+                                r);
         else
             p[k++] = (prop_t){r, addl ? json_incref((json_t *)addl) : json_true(), true};
     }
@@ -402,7 +490,7 @@ static int collect_props(conv_t *c, const json_t *s, const json_t *req, prop_t *
     for (size_t i = 0; i < k; i++)
         nreq += p[i].req;
     if (!rc && k && (mn > (long long)k || (mx >= 0 && mx < (long long)nreq) || (mx >= 0 && mx < mn)))
-        rc = ifd__gconv_err(c, IFD_ENOTSUP,
+        rc = ifd__gconv_unsat(c,
                             "'minProperties'/'maxProperties' with 'properties' need between the "
                             "required and the declared count of properties (%zu..%zu)",
                             nreq, k);
@@ -467,7 +555,7 @@ static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
     char val[32] = "jval";
     if (!rc && vs && json_is_false(vs)) {
         if (mn > 0)
-            rc = ifd__gconv_err(c, IFD_ENOTSUP, "'minProperties' where no property is allowed");
+            rc = ifd__gconv_unsat(c, "'minProperties' where no property is allowed");
         else
             rc = ifd_buf_puts(b, "\"{\" ws \"}\" ") ? IFD_ENOMEM : 0;
         ifd_buf_free(&key);
@@ -479,7 +567,7 @@ static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
         snprintf(val, sizeof val, "s%u", v);
     }
     if (!rc && mx >= 0 && mx < mn)
-        rc = ifd__gconv_err(c, IFD_ENOTSUP, "'maxProperties' below 'minProperties'");
+        rc = ifd__gconv_unsat(c, "'maxProperties' below 'minProperties'");
     if (!rc) {
         ifd_buf_t pair = IFD_BUF_INIT;
         unsigned id = c->next++;
@@ -508,17 +596,26 @@ static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
 /* The declared properties in schema order, required ones always, optional
  * ones possibly; no other key is generated (valid whatever
  * additionalProperties and patternProperties allow besides). */
-static int props_body(conv_t *c, const prop_t *p, size_t np, const json_t *doc, ifd_buf_t *b)
+static int props_body(conv_t *c, const prop_t *p, size_t n, const json_t *doc, ifd_buf_t *b)
 {
-    unsigned *kv = calloc(np, sizeof *kv);
-    if (!kv)
+    unsigned *kv = calloc(n, sizeof *kv);
+    bool *req = calloc(n, sizeof *req);
+    if (!kv || !req) {
+        free(kv);
+        free(req);
         return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    }
     int rc = 0;
-    size_t nreq = 0;
-    for (size_t i = 0; i < np && !rc; i++) {
+    size_t nreq = 0, np = 0; /* np: the properties kept */
+    for (size_t i = 0; i < n && !rc; i++) {
         unsigned v;
-        nreq += p[i].req;
-        if ((rc = ifd__gconv_schema_rule(c, p[i].schema, doc, &v)))
+        ifd__gconv_mark_t mark = ifd__gconv_mark(c);
+        rc = ifd__gconv_schema_rule(c, p[i].schema, doc, &v);
+        if (rc && !p[i].req && ifd__gconv_drop_unsat(c, mark, rc)) {
+            rc = 0; /* an optional property no value satisfies: never written */
+            continue;
+        }
+        if (rc)
             break;
         ifd_buf_t kb = IFD_BUF_INIT;
         json_t *ks = json_string(p[i].name);
@@ -526,10 +623,18 @@ static int props_body(conv_t *c, const prop_t *p, size_t np, const json_t *doc, 
         json_decref(ks);
         if (!rc && ifd_buf_printf(&kb, "ws \":\" ws s%u ws", v))
             rc = IFD_ENOMEM;
-        kv[i] = c->next++;
+        kv[np] = c->next++;
+        req[np] = p[i].req;
+        nreq += p[i].req;
         if (!rc)
-            rc = ifd__gconv_rule(c, kv[i], &kb);
+            rc = ifd__gconv_rule(c, kv[np], &kb);
+        np++;
         ifd_buf_free(&kb);
+    }
+    if (!rc && !np) {
+        free(kv);
+        free(req);
+        return ifd_buf_puts(b, "\"{\" ws \"}\" ") ? ifd__gconv_err(c, IFD_ENOMEM, "out of memory") : 0;
     }
     if (!rc && ifd_buf_puts(b, "\"{\" ws "))
         rc = IFD_ENOMEM;
@@ -538,10 +643,10 @@ static int props_body(conv_t *c, const prop_t *p, size_t np, const json_t *doc, 
          * their comma after them, later ones before them */
         bool seen_req = false;
         for (size_t j = 0; j < np && !rc; j++) {
-            const char *f = p[j].req ? (seen_req ? "\",\" ws s%u " : "s%u ")
+            const char *f = req[j] ? (seen_req ? "\",\" ws s%u " : "s%u ")
                                      : (seen_req ? "( \",\" ws s%u )? " : "( s%u \",\" ws )? ");
             rc = ifd_buf_printf(b, f, kv[j]) ? IFD_ENOMEM : 0;
-            seen_req |= p[j].req;
+            seen_req |= req[j];
         }
     } else if (!rc) {
         /* tails: t_j ::= ( "," ws kv_j )? t_{j+1}; first present one picks the tail */
@@ -572,6 +677,7 @@ static int props_body(conv_t *c, const prop_t *p, size_t np, const json_t *doc, 
     if (!rc && ifd_buf_puts(b, "\"}\" "))
         rc = IFD_ENOMEM;
     free(kv);
+    free(req);
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
 
@@ -599,7 +705,7 @@ static int array_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *
     TRY(get_count(c, s, "minItems", &mn));
     TRY(get_count(c, s, "maxItems", &mx));
     if (mx >= 0 && mx < mn)
-        return ifd__gconv_err(c, IFD_ENOTSUP, "'maxItems' below 'minItems'");
+        return ifd__gconv_unsat(c, "'maxItems' below 'minItems'");
     if (json_is_array(items)) { /* draft-04's tuple form */
         if (prefix)
             return ifd__gconv_err(c, IFD_ENOTSUP, "'items' as a list beside 'prefixItems'");
@@ -623,7 +729,7 @@ static int array_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *
         }
         if (mn > n) {
             if (json_is_false(items))
-                return ifd__gconv_err(c, IFD_ENOTSUP, "'minItems' above the items allowed");
+                return ifd__gconv_unsat(c, "'minItems' above the items allowed");
             char rest[32] = "jval";
             if (items && !json_is_true(items)) {
                 unsigned v;
@@ -643,7 +749,11 @@ static int array_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *
             return ifd_buf_puts(b, "\"[\" ws \"]\" ") ? IFD_ENOMEM : 0;
         }
         unsigned v;
-        TRY(ifd__gconv_schema_rule(c, items, doc, &v));
+        ifd__gconv_mark_t mark = ifd__gconv_mark(c);
+        int rc = ifd__gconv_schema_rule(c, items, doc, &v);
+        if (rc && mn == 0 && ifd__gconv_drop_unsat(c, mark, rc)) /* no item can exist */
+            return ifd_buf_puts(b, "\"[\" ws \"]\" ") ? IFD_ENOMEM : 0;
+        TRY(rc);
         snprintf(item, sizeof item, "s%u", v);
     }
     if (mx == 0)
@@ -780,33 +890,32 @@ static int values_body(conv_t *c, const json_t *s, const json_t *vals, ifd_buf_t
     }
     int rc = json_array_size(keep)
                  ? enum_body(c, keep, b)
-                 : ifd__gconv_err(c, IFD_ENOTSUP, "no 'enum'/'const' value has the schema's 'type'");
+                 : ifd__gconv_unsat(c, "no 'enum'/'const' value has the schema's 'type'");
     json_decref(keep);
     return rc;
 }
 
-/* anyOf / oneOf (alone after the merge): one rule per branch. oneOf must
- * have branches no value can match twice (oneof_disjoint). */
-static int any_body(conv_t *c, const json_t *any, bool one, const json_t *doc, ifd_buf_t *b)
+/* anyOf / oneOf (alone after the merge): one rule per branch; oneOf's
+ * branches first made disjoint (ifd__gconv_one_of). */
+static int any_body(conv_t *c, const json_t *any, const json_t *doc, ifd_buf_t *b)
 {
     if (!json_is_array(any) || json_array_size(any) == 0)
         return ifd__gconv_err(c, IFD_ENOTSUP, "'anyOf' must be a non-empty array");
-    bool disjoint = true;
-    if (one)
-        TRY(ifd__gconv_disjoint(c, any, doc, &disjoint));
-    if (!disjoint)
-        return ifd__gconv_err(c, IFD_ENOTSUP,
-                              "'oneOf' whose branches may overlap (a value matching two of "
-                              "them would be invalid; give them distinct types, consts or "
-                              "required discriminators)");
     if (ifd_buf_puts(b, "( "))
         return IFD_ENOMEM;
+    size_t kept = 0;
     for (size_t i = 0; i < json_array_size(any); i++) {
         unsigned id;
-        TRY(ifd__gconv_schema_rule(c, json_array_get(any, i), doc, &id));
-        if (ifd_buf_printf(b, "%ss%u ", i ? "| " : "", id))
+        ifd__gconv_mark_t mark = ifd__gconv_mark(c);
+        int rc = ifd__gconv_schema_rule(c, json_array_get(any, i), doc, &id);
+        if (rc && ifd__gconv_drop_unsat(c, mark, rc))
+            continue; /* a branch nothing satisfies adds nothing */
+        TRY(rc);
+        if (ifd_buf_printf(b, "%ss%u ", kept++ ? "| " : "", id))
             return IFD_ENOMEM;
     }
+    if (!kept)
+        return ifd__gconv_unsat(c, "no branch of 'anyOf'/'oneOf' can be satisfied");
     return ifd_buf_puts(b, ") ") ? IFD_ENOMEM : 0;
 }
 
@@ -866,7 +975,11 @@ static int node_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b
         TRY(ref_rule(c, r, doc, &id));
         rc = ifd_buf_printf(b, "s%u ", id) ? IFD_ENOMEM : 0;
     } else if (any || one) {
-        rc = any_body(c, any ? any : one, !any, doc, b);
+        json_t *branches = NULL;
+        rc = any ? 0 : ifd__gconv_one_of(c, one, doc, &branches);
+        if (!rc)
+            rc = any_body(c, any ? any : branches, doc, b);
+        json_decref(branches);
     } else if (cst) {
         json_t *l = json_pack("[O]", cst);
         rc = l ? values_body(c, s, l, b) : IFD_ENOMEM;
@@ -888,7 +1001,7 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     if (json_is_true(s))
         return ifd_buf_puts(b, "jval ") ? IFD_ENOMEM : 0;
     if (json_is_false(s))
-        return ifd__gconv_err(c, IFD_ENOTSUP, "a 'false' schema (nothing can match it)");
+        return ifd__gconv_unsat(c, "a 'false' schema (nothing can match it)");
     if (!json_is_object(s))
         return ifd__gconv_err(c, IFD_EFORMAT, "a schema must be an object or a boolean");
     json_t *m = NULL;
