@@ -124,6 +124,7 @@ typedef struct {
     char *name;        /* [A-Za-z0-9_-]{1,64}, OpenAI's rule */
     char *description; /* NULL when absent; up to a NUL it may hold (tools_json keeps it whole) */
     char *parameters;  /* JSON Schema as compact JSON; NULL when absent (any object) */
+    bool strict;       /* "strict": true — its schema is checked even when no call is forced */
 } ifd_oai_tool_t;
 
 /* Where a request's structured output comes from (ifd_oai_request_t.so_kind). */
@@ -324,9 +325,11 @@ uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
 
 /*
  * The structured-output work of a parsed request, which parsing leaves
- * undone because it grows with the input (schemas, regexes, grammars): every
- * tool's parameters converted (an unsupported schema is refused, as vLLM
- * does, even when no call is forced), the request's constraint converted to
+ * undone because it grows with the input (schemas, regexes, grammars): the
+ * parameters of every tool a grammar may enforce converted (tool_choice
+ * required: all; named: that one; and every "strict": true tool) — a tool
+ * that is only shown to the model (auto) never fails the request over a
+ * keyword a grammar cannot enforce —, the request's constraint converted to
  * grammar text (r->grammar, from a) and compiled, all under `budget` (NULL:
  * the default), for a caller off the router's loop. *compiled (may be NULL)
  * gets the compiled grammar when there is one (caller frees with

@@ -487,11 +487,17 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
             size_t dl; /* tools_json renders the description whole */
             if (d && (rc = ifd__oai_json_string(c, d, param, &r->tools[i].description, &dl)) < 0)
                 return rc;
+            const json_t *st = ifd__oai_json_get(f, "strict");
+            snprintf(param, sizeof param, "tools[%zu].function.strict", i);
+            if (st && !json_is_boolean(st) && !json_is_null(st))
+                return ifd__oai_json_bad_type(c, param, "a boolean", st);
+            r->tools[i].strict = json_is_true(st);
             const json_t *pa = ifd__oai_json_get(f, "parameters");
             snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
             if (pa) {
                 /* the schema is converted by ifd_oai_build_grammar, off the loop: an
-                 * unsupported keyword is a 400 then, even when no call is forced */
+                 * unsupported keyword is a 400 then when a grammar would enforce it
+                 * (a forced call, or strict) */
                 if (!json_is_object(pa))
                     return ifd__oai_json_bad_type(c, param, "an object", pa);
                 if ((rc = ifd__oai_json_no_nul(c, pa, param)) < 0)
@@ -564,12 +570,17 @@ static int build_fail(ifd__oai_json_ctx_t *c, int rc, const char *param, const c
                               fmt, param, msg);
 }
 
-/* Every tool's parameters must convert: an unsupported keyword is a 400. */
+/* The parameters of every tool a grammar may enforce must convert (an
+ * unsupported keyword is a 400): all with tool_choice required, the named
+ * one, and the strict ones. A tool that is only shown to the model (auto,
+ * not strict) is never refused for its schema: vLLM accepts those too. */
 static int check_tool_schemas(ifd__oai_json_ctx_t *c, const ifd_oai_request_t *r,
                               const ifd_grammar_budget_t *b)
 {
     for (size_t i = 0; i < r->n_tools; i++) {
-        if (!r->tools[i].parameters)
+        bool forced = r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||
+                      (r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED && r->tool_index == i);
+        if (!r->tools[i].parameters || !(forced || r->tools[i].strict))
             continue;
         char param[IFD__OAI_JSON_PARAM_MAX], err[300] = "";
         snprintf(param, sizeof param, "tools[%zu].function.parameters", i);

@@ -5,20 +5,23 @@
  * the request's budget (proto/openai.h: ifd_oai_build_grammar), and
  * compiles the result once; an unsupported feature is a 400 naming it.
  *
- * JSON Schema subset (docs/api.md lists it): type (one or a list), enum,
- * const, properties / required / additionalProperties, items, prefixItems,
- * minItems / maxItems, $defs / definitions and local $ref ("#/$defs/X",
- * "#/definitions/X", "#", JSON-pointer paths), anyOf (oneOf is treated as
- * anyOf), allOf with one member, string minLength / maxLength, pattern
- * (the regex subset below), format date / time / date-time / uuid,
- * nullable (OpenAPI), and annotations that do not constrain (title,
- * description, default, examples, $schema, $id, $comment, deprecated,
- * readOnly, writeOnly). Anything else (minimum, multipleOf, not, if,
- * patternProperties, uniqueItems, other formats, …) is refused with
- * IFD_ENOTSUP and a message naming the keyword. Properties are generated
- * in schema order (the order of "properties"), required ones always,
- * optional ones possibly; no extra
- * properties are ever generated (valid whatever additionalProperties says).
+ * JSON Schema (docs/structured-outputs.md lists every keyword): draft-04 to
+ * 2020-12 and OpenAPI's nullable, converted so that every text the grammar
+ * accepts is valid (a subset of the valid values where a grammar cannot
+ * have them all: fractional number bounds tightened inward, optional
+ * properties outside "properties" never written). Annotations and unknown
+ * keywords are ignored; types, enum/const of any JSON, numeric bounds and
+ * integer multipleOf (exact digit grammars), string lengths, pattern,
+ * formats (date, time, date-time, duration, uuid, email, hostname, ipv4,
+ * ipv6, uri, uri-reference), properties / required / additionalProperties /
+ * patternProperties / min-maxProperties / dependentRequired, items /
+ * prefixItems / min-maxItems, local $ref (recursion works), allOf and the
+ * siblings of $ref / anyOf / oneOf (merged), anyOf, and oneOf with
+ * branches that cannot overlap are enforced. What no grammar enforces
+ * (not, if/then/else, contains, uniqueItems, dependentSchemas,
+ * propertyNames, unevaluated*, remote $ref, overlapping oneOf, …) is
+ * IFD_ENOTSUP with a message naming the keyword. Properties are generated
+ * in schema order, required ones always, optional ones possibly.
  * Numbers: at most 16 integer and 15 fraction digits; whitespace between
  * tokens: none, one space, or a newline and up to 12 spaces/tabs.
  *

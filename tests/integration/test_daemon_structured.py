@@ -12,6 +12,7 @@ generations.
 Usage: test_daemon_structured.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
 import concurrent.futures
+import decimal
 import json
 import os
 import re
@@ -357,10 +358,81 @@ def test_tools_reach_the_template():
         assert d2.stop() == 0
 
 
+# What pydantic and zod emit for ordinary models (Field(ge=0), EmailStr, IPv4Address,
+# dict[str, int], a nested model by $ref with a description beside it, a discriminated
+# union), with annotations and vendor keywords around: enforced, outputs valid.
+COVERAGE_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "Order", "x-origin": "test",
+    "$defs": {"Item": {"title": "Item", "type": "object", "additionalProperties": False,
+                       "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{2,4}$"},
+                                      "qty": {"type": "integer", "minimum": 1, "maximum": 9}},
+                       "required": ["sku", "qty"]}},
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer", "exclusiveMinimum": 0, "maximum": 99999, "readOnly": True},
+        "price": {"type": "number", "minimum": 0, "maximum": 100, "multipleOf": 0.01},
+        "email": {"type": "string", "format": "email", "description": "EmailStr"},
+        "ip": {"type": "string", "format": "ipv4", "examples": ["10.0.0.1"]},
+        "item": {"$ref": "#/$defs/Item", "description": "the thing"},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+                   "maxProperties": 2},
+        "pay": {"oneOf": [
+            {"type": "object", "properties": {"kind": {"const": "card"},
+                                              "last4": {"type": "string", "pattern": "^[0-9]{4}$"}},
+             "required": ["kind", "last4"], "additionalProperties": False},
+            {"type": "object", "properties": {"kind": {"const": "cash"}},
+             "required": ["kind"], "additionalProperties": False}]},
+    },
+    "required": ["id", "price", "email", "ip", "item", "counts", "pay"],
+    "additionalProperties": False,
+}
+
+
+def test_schema_coverage_validates():
+    r = ask("An order as JSON.", temperature=1.0, seed=21, n=choices(3), max_tokens=400,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "order", "schema": COVERAGE_SCHEMA,
+                                             "strict": True}})
+    schema = json.loads(json.dumps(COVERAGE_SCHEMA), parse_float=decimal.Decimal)
+    checker = jsonschema.Draft7Validator(schema,
+                                         format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+    for ch in r.choices:
+        assert ch.finish_reason == "stop", (ch.finish_reason, ch.message.content)
+        # decimals stay exact (multipleOf 0.01 fails on binary floats: 0.29 / 0.01)
+        doc = json.loads(ch.message.content, parse_float=decimal.Decimal)
+        checker.validate(doc)
+        assert 0 < doc["id"] <= 99999 and 1 <= doc["item"]["qty"] <= 9, doc
+    print("     %d outputs validated" % len(r.choices))
+
+
+def test_tool_schemas_only_checked_when_enforced():
+    """A tool the model is only shown (auto) may use keywords no grammar enforces; strict
+    or forced, the same schema is a 400 naming the keyword."""
+    tool = {"type": "function", "function": {
+        "name": "tag", "description": "Tags a post",
+        "parameters": {"type": "object", "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
+            "required": ["tags"]}}}
+    r = ask("Tag this post: cats", max_tokens=20, tools=[tool])
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls"), r
+    strict = json.loads(json.dumps(tool))
+    strict["function"]["strict"] = True
+    for kw in ({"tools": [strict]},
+               {"tools": [tool], "tool_choice": {"type": "function",
+                                                 "function": {"name": "tag"}}}):
+        try:
+            ask("Tag this post: cats", max_tokens=20, **kw)
+            raise AssertionError("accepted: %r" % kw)
+        except openai.BadRequestError as e:
+            assert "uniqueItems" in str(e) and "tools[0].function.parameters" in str(e), str(e)
+
+
 def test_unsupported_refused():
     cases = [
         ({"response_format": {"type": "json_schema", "json_schema": {
-            "name": "x", "schema": {"type": "integer", "minimum": 3}}}}, "minimum"),
+            "name": "x", "schema": {"type": "array", "uniqueItems": True}}}}, "uniqueItems"),
+        ({"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "object", "not": {"required": ["a"]}}}}}, "'not'"),
         ({"extra_body": {"guided_regex": "(?<=a)b"}}, "lookaround"),
         ({"extra_body": {"prompt_logprobs": 21}}, "prompt_logprobs"),
     ]

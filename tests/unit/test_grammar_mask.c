@@ -4,7 +4,8 @@
  * vocabularies and random walks through several grammars; replay from the
  * history (a resumed request) gives the same masks; the sampler only ever
  * picks allowed tokens, greedy or random, and with top-k, top-p and min-p
- * set its filters act on the allowed tokens alone.
+ * set its filters act on the allowed tokens alone; numeric schema bounds hold
+ * on every text a walk under the mask finishes.
  */
 #include "testutil.h"
 
@@ -193,6 +194,95 @@ START_TEST(test_mask_vs_brute_force)
     free(c);
     ifd_gstore_destroy(st);
     ifd_vocab_destroy(v);
+}
+END_TEST
+
+/* Numeric bounds through the mask: random walks over a random vocabulary under
+ * schemas with bounds and multipleOf; at every step the trie mask equals brute
+ * force, and every finished text is a JSON number inside the bounds (checked
+ * here with strtod / strtoll, independently of the grammar). */
+typedef struct {
+    const char *schema;
+    double lo, hi;  /* inclusive range the value must fall in */
+    bool lo_ex;     /* lo excluded */
+    long long mult; /* 0: none; else an integer multiple of it */
+} bound_case_t;
+
+START_TEST(test_mask_schema_bounds)
+{
+    static const bound_case_t cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":-12,\"maximum\":345}", -12, 345, false, 0},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}", 0, 1, true, 0},
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":0}", 0, 1e18, false, 7},
+        {"{\"type\":\"integer\",\"exclusiveMaximum\":-3}", -1e18, -4, false, 0},
+        {"{\"type\":\"number\",\"minimum\":-2,\"maximum\":-1}", -2, -1, false, 0},
+    };
+    uint64_t rng = 7;
+    const int32_t V = 3000;
+    char **bytes;
+    uint32_t *lens;
+    ifd_vocab_t *v = random_vocab_bytes(&rng, V, &bytes, &lens);
+    ifd_gstore_t *st;
+    ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
+    size_t words = ((size_t)V + 31) / 32;
+    uint32_t *a = malloc(words * 4), *b = malloc(words * 4);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char *text = schema_text(cases[ci].schema);
+        int finished = 0;
+        for (int walk = 0; walk < 20; walk++) {
+            ifd_constraint_t *k, *brute;
+            char err[256];
+            ck_assert_int_eq(ifd_constraint_create(st, text, strlen(text), &k, err, sizeof err), 0);
+            ck_assert_int_eq(ifd_constraint_create(st, text, strlen(text), &brute, err, sizeof err),
+                             0);
+            int32_t hist[48];
+            char out[512];
+            size_t n = 0, len = 0;
+            bool done = false;
+            for (; n < 48 && !done; n++) {
+                IFD_TASSERT_CMP(ifd_constraint_mask(k, hist, n, a), ==, 0);
+                IFD_TASSERT_CMP(ifd_constraint_mask_brute(brute, hist, n, b), ==, 0);
+                IFD_TASSERT(memcmp(a, b, words * 4) == 0);
+                int32_t allowed[4096];
+                int na = 0;
+                for (int32_t t = 0; t < V; t++)
+                    if ((a[t >> 5] >> (t & 31)) & 1)
+                        allowed[na++] = t;
+                IFD_TASSERT(na > 0);
+                bool eos_ok = (a[0] >> 1) & 1;
+                int32_t t = eos_ok && rnd(&rng) % 3 == 0 ? 1 : allowed[rnd(&rng) % (uint64_t)na];
+                hist[n] = t;
+                done = t == 1;
+                if (!done && len + lens[t] < sizeof out) {
+                    memcpy(out + len, bytes[t], lens[t]);
+                    len += lens[t];
+                }
+            }
+            ifd_constraint_destroy(k);
+            ifd_constraint_destroy(brute);
+            if (!done)
+                continue;
+            finished++;
+            out[len] = '\0';
+            char *end;
+            double x = strtod(out, &end);
+            IFD_CHECK(*end == '\0' && len > 0, "%s: '%s' is not a number", cases[ci].schema, out);
+            IFD_CHECK(x >= cases[ci].lo && x <= cases[ci].hi && !(cases[ci].lo_ex && x == cases[ci].lo),
+                      "%s: %s out of bounds", cases[ci].schema, out);
+            if (cases[ci].mult) {
+                long long iv = strtoll(out, &end, 10);
+                IFD_CHECK(*end == '\0' && iv % cases[ci].mult == 0, "%s: %s not a multiple",
+                          cases[ci].schema, out);
+            }
+        }
+        IFD_CHECK(finished >= 5, "%s: only %d walks finished", cases[ci].schema, finished);
+        free(text);
+    }
+    free(a);
+    free(b);
+    ifd_gstore_destroy(st);
+    ifd_vocab_destroy(v);
+    free_bytes(bytes, lens, V);
 }
 END_TEST
 
@@ -464,6 +554,7 @@ int main(void)
     TCase *tc = tcase_create("grammar_mask");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_mask_vs_brute_force, 0, 2);
+    tcase_add_test(tc, test_mask_schema_bounds);
     tcase_add_test(tc, test_compiled_handoff);
     tcase_add_test(tc, test_sampler_constraint);
     tcase_add_test(tc, test_sampler_constraint_truncated);

@@ -498,10 +498,24 @@ static const bad_case_t k_bad[] = {
      "invalid_value"},
     {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}",
      "tools[0].function.name", "invalid_value"},
+    /* a keyword no grammar enforces: refused in a strict tool, and in a forced one */
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-     "\"parameters\":{\"type\":\"integer\",\"minimum\":1}}}]}",
+     "\"strict\":true,\"parameters\":{\"type\":\"array\",\"uniqueItems\":true}}}]}",
      "tools[0].function.parameters", "unsupported_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+     "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"not\":{}}}}],"
+     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}",
+     "tools[1].function.parameters", "unsupported_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+     "\"parameters\":{\"not\":{}}}}],\"tool_choice\":\"required\"}",
+     "tools[0].function.parameters", "unsupported_value"},
+    {EP_CHAT,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+     "\"strict\":1}}]}",
+     "tools[0].function.strict", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"tool_choice\":\"required\"}", "tool_choice", "invalid_value"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
@@ -528,7 +542,7 @@ static const bad_case_t k_bad[] = {
      "invalid_value"},
     {EP_CHAT,
      "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
-     "\"x\",\"schema\":{\"type\":\"object\",\"patternProperties\":{}}}}}",
+     "\"x\",\"schema\":{\"type\":\"object\",\"if\":{},\"then\":{}}}}}",
      "response_format.json_schema.schema", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"guided_regex\":\"(?=x)\"}", "guided_regex", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"guided_grammar\":\"root ::= foo\"}", "guided_grammar", "invalid_value"},
@@ -1427,6 +1441,34 @@ START_TEST(test_structured_and_tools)
     ck_assert_int_eq(
         parse_chat(&a, "{" MSG ",\"tools\":[" TOOL_F "],\"tool_choice\":\"none\"}", &r, &e), 0);
     ck_assert_int_eq(r.tool_choice, IFD_OAI_TOOL_CHOICE_NONE);
+    /* a tool only shown to the model (auto, not strict) never fails the request over a
+     * keyword no grammar enforces; the same tool named by tool_choice, or strict, does
+     * (test_invalid_requests) */
+    static const char unenforced[] =
+        "{\"type\":\"function\",\"function\":{\"name\":\"tag\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{\"t\":{\"type\":\"array\",\"uniqueItems\":true},"
+        "\"n\":{\"not\":{\"type\":\"null\"}}}}}}";
+    char body[1024];
+    snprintf(body, sizeof body, "{" MSG ",\"tools\":[" TOOL_F ",%s]}", unenforced);
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_uint_eq(r.n_tools, 2);
+    ck_assert(!r.tools[1].strict);
+    /* another tool forced: the unenforced one is still only shown */
+    snprintf(body, sizeof body,
+             "{" MSG ",\"tools\":[" TOOL_F ",%s],\"tool_choice\":{\"type\":\"function\","
+             "\"function\":{\"name\":\"get_weather\"}}}",
+             unenforced);
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_ptr_nonnull(r.grammar);
+    /* strict with an enforceable schema: accepted */
+    ck_assert_int_eq(
+        parse_chat(&a,
+                   "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                   "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":"
+                   "{\"type\":\"integer\",\"minimum\":0}},\"required\":[\"x\"]}}}]}",
+                   &r, &e),
+        0);
+    ck_assert(r.tools[0].strict);
     ifd_arena_close(&a);
 }
 END_TEST
