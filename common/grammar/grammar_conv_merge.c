@@ -356,6 +356,95 @@ static int member(conv_t *c, const json_t *m, const json_t *doc, int depth, json
     return flatten(c, m, doc, depth + 1, out);
 }
 
+/* Names the value must not have all of (not: {required: names}): the last one
+ * r does not require is never written (r writes only declared and required
+ * names, so leaving it out of properties is enough). */
+static int forbid_names(conv_t *c, json_t *r, const json_t *names)
+{
+    const json_t *req = json_object_get(r, "required");
+    for (size_t i = json_array_size(names); i-- > 0;) {
+        const char *n = json_string_value(json_array_get(names, i));
+        bool needed = false;
+        size_t j;
+        json_t *q;
+        json_array_foreach(req, j, q) needed |= json_is_string(q) && n && !strcmp(json_string_value(q), n);
+        if (!n || needed)
+            continue;
+        json_t *props = json_object_get(r, "properties");
+        if (json_is_object(props)) {
+            json_t *copy = json_copy(props);
+            if (!copy)
+                return oom(c);
+            json_object_del(copy, n);
+            if (json_object_set_new(r, "properties", copy))
+                return oom(c);
+        }
+        return 0;
+    }
+    return ifd__gconv_unsat(c, "'not': every name of its 'required' is required here");
+}
+
+/* Only these constraining keywords in s. */
+static bool only(const json_t *s, const char *k1, const char *k2)
+{
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)s, k, v)
+    {
+        if (ifd__gconv_constrains(k) && strcmp(k, k1) && (!k2 || strcmp(k, k2)))
+            return false;
+    }
+    return true;
+}
+
+/* not: the forms a grammar can express, folded into r — {} / true (nothing
+ * matches), false (everything does), {type: …} (the other types), {required:
+ * […]} and anyOf of those (the names left out). Other forms stay in r (and
+ * are refused). */
+static int fold_not(conv_t *c, json_t *r)
+{
+    json_t *n = json_incref(json_object_get(r, "not"));
+    int rc = 0;
+    if (json_is_false(n)) {
+        json_object_del(r, "not");
+    } else if (json_is_true(n) || (json_is_object(n) && only(n, "", NULL))) {
+        rc = ifd__gconv_unsat(c, "'not': {} (nothing can match it)");
+    } else if (json_is_object(n) && json_object_get(n, "type") && only(n, "type", NULL)) {
+        unsigned t;
+        rc = type_bits(c, json_object_get(n, "type"), &t);
+        if (!rc && (t & T_INTEGER) && !(t & T_NUMBER))
+            goto keep; /* the numbers that are not integers: no grammar here */
+        json_t *l = json_array();
+        for (size_t j = 0; !rc && l && j < 6; j++)
+            if (!(t >> j & 1))
+                json_array_append_new(l, json_string(TYPES[j]));
+        json_t *m = l ? json_pack("{s:o}", "type", l) : NULL;
+        rc = rc ? rc : !m ? oom(c) : json_array_size(l) ? 0 : ifd__gconv_unsat(c, "'not' of every type");
+        json_object_del(r, "not");
+        if (!rc)
+            rc = merge_into(c, r, m);
+        json_decref(m);
+    } else if (json_is_object(n) && only(n, "required", NULL)) {
+        json_object_del(r, "not");
+        rc = forbid_names(c, r, json_object_get(n, "required"));
+    } else if (json_is_object(n) && only(n, "anyOf", NULL) &&
+               json_is_array(json_object_get(n, "anyOf"))) {
+        const json_t *any = json_object_get(n, "anyOf");
+        for (size_t i = 0; i < json_array_size(any); i++) {
+            const json_t *b = json_array_get(any, i);
+            if (!json_is_object(b) || !only(b, "required", NULL) ||
+                !json_object_get(b, "required"))
+                goto keep;
+        }
+        json_object_del(r, "not");
+        for (size_t i = 0; !rc && i < json_array_size(any); i++)
+            rc = forbid_names(c, r, json_object_get(json_array_get(any, i), "required"));
+    }
+keep:
+    json_decref(n);
+    return rc;
+}
+
 /* s with $ref (beside constraints) and allOf folded into one object. */
 static int flatten(conv_t *c, const json_t *s, const json_t *doc, int depth, json_t **out)
 {
@@ -390,6 +479,8 @@ static int flatten(conv_t *c, const json_t *s, const json_t *doc, int depth, jso
             json_decref(m);
         }
     }
+    if (!rc && json_object_get(r, "not"))
+        rc = fold_not(c, r);
     if (rc) {
         json_decref(r);
         return rc;
@@ -449,7 +540,7 @@ int ifd__gconv_merge(conv_t *c, const json_t *s, const json_t *doc, json_t **out
     }
     const json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
     bool any = json_object_get(s, "anyOf") || json_object_get(s, "oneOf");
-    bool fold = all || (ref && has_constraint(s, "$ref", "$defs"));
+    bool fold = all || json_object_get(s, "not") || (ref && has_constraint(s, "$ref", "$defs"));
     if (!fold && !any) {
         *out = json_incref((json_t *)s);
         return 0;

@@ -270,14 +270,17 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
     TRY(get_count(c, s, "maxLength", &mx));
     if (fmt) {
         const char *f = json_string_value(fmt);
+        /* each rule's shortest and longest string (-1: unbounded), so that a
+         * length that every one of them obeys can stand beside it */
         static const struct {
             const char *name, *rule;
-        } formats[] = {{"date", "jdate"},         {"time", "jtime"},
-                       {"date-time", "jdatetime"}, {"uuid", "juuid"},
-                       {"duration", "jduration"}, {"ipv4", "jipv4"},
-                       {"ipv6", "jipv6"},         {"hostname", "jhostname"},
-                       {"email", "jemail"},       {"uri", "juri"},
-                       {"uri-reference", "juriref"}};
+            int lo, hi;
+        } formats[] = {{"date", "jdate", 10, 10},          {"time", "jtime", 9, 21},
+                       {"date-time", "jdatetime", 20, 32}, {"uuid", "juuid", 36, 36},
+                       {"duration", "jduration", 3, 62},   {"ipv4", "jipv4", 7, 15},
+                       {"ipv6", "jipv6", 2, 45},           {"hostname", "jhostname", 1, 216},
+                       {"email", "jemail", 5, 279},        {"uri", "juri", 4, -1},
+                       {"uri-reference", "juriref", 0, -1}};
         /* standard formats a checker may assert that no rule here writes */
         static const char *const refused_formats[] = {
             "idn-email", "idn-hostname", "iri",   "iri-reference", "uri-template",
@@ -287,9 +290,13 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
         for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
             if (strcmp(f, formats[i].name))
                 continue;
-            if (pat || mn >= 0 || mx >= 0)
+            bool fits = mn <= formats[i].lo &&
+                        (mx < 0 || (formats[i].hi >= 0 && formats[i].hi <= mx));
+            if (pat || !fits)
                 return ifd__gconv_err(c, IFD_ENOTSUP,
-                                      "'format' combined with 'pattern' or a length");
+                                      "'format': \"%s\" combined with 'pattern' or a length its "
+                                      "strings (%d to %d characters) do not all obey",
+                                      f, formats[i].lo, formats[i].hi);
             return ifd_buf_printf(b, "%s ", formats[i].rule) ? IFD_ENOMEM : 0;
         }
         if (in_list(f, refused_formats, sizeof refused_formats / sizeof refused_formats[0]))

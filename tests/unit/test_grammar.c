@@ -575,6 +575,19 @@ START_TEST(test_json_schema_structure)
          "\"maximum\":3}",
          {"3", "-2"},
          {"4", "\"a\"", "1.5"}},
+        /* not: the other types; names left out */
+        {"{\"not\":{\"type\":[\"string\",\"null\"]}}", {"1", "true", "[]", "{}"}, {"\"a\"", "null"}},
+        {"{\"properties\":{\"a\":{},\"b\":{}},\"not\":{\"required\":[\"b\"]}}",
+         {"{}", "{\"a\":1}"},
+         {"{\"b\":1}", "{\"a\":1,\"b\":1}"}},
+        {"{\"properties\":{\"a\":{},\"b\":{}},\"required\":[\"a\"],\"not\":{\"anyOf\":[{"
+         "\"required\":[\"b\"]}]}}",
+         {"{\"a\":1}"},
+         {"{\"a\":1,\"b\":1}"}},
+        /* a format whose strings all obey the lengths */
+        {"{\"type\":\"string\",\"format\":\"date\",\"minLength\":10,\"maxLength\":10}",
+         {"\"2024-01-31\""},
+         {"\"2024-1-31\""}},
         {"{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":"
          "false},{\"properties\":{\"a\":{\"minimum\":1},\"b\":{}}}]}",
          {"{}", "{\"a\":1}"},
@@ -590,6 +603,12 @@ START_TEST(test_json_schema_unsupported)
         const char *schema, *keyword;
     } cases[] = {
         {"{\"not\":{}}", "'not'"},
+        {"{\"not\":{\"type\":\"integer\"}}", "'not'"},
+        {"{\"not\":{\"enum\":[1]}}", "'not'"},
+        {"{\"properties\":{\"a\":{}},\"required\":[\"a\"],\"not\":{\"required\":[\"a\"]}}",
+         "'not'"},
+        {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":40}", "'format'"},
+        {"{\"type\":\"string\",\"format\":\"uri\",\"maxLength\":2048}", "'format'"},
         {"{\"if\":{\"type\":\"string\"},\"then\":{\"minLength\":1}}", "'if'"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
         {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "'contains'"},
