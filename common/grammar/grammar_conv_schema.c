@@ -213,52 +213,109 @@ static size_t rx_atom_len(const char *p)
     return k;
 }
 
-/* pattern with minLength / maxLength: supported when the pattern is one
- * atom repeated over the whole string (^[a-z0-9-]+$, ^\\d{2,}$, ^.*$): the
- * lengths and the quantifier intersect. Otherwise IFD_ENOTSUP. */
+/* One quantifier at q (none: {1,1}); its length in *len, 0 when malformed. */
+static int rx_quant(const char *q, const char *end, long long *lo, long long *hi, size_t *len)
+{
+    *lo = *hi = 1, *len = 0;
+    if (q == end || !strchr("*+?{", *q))
+        return 0;
+    if (*q != '{') {
+        *lo = *q == '+', *hi = *q == '?' ? 1 : -1, *len = 1;
+        return 0;
+    }
+    char *e;
+    *lo = strtoll(q + 1, &e, 10);
+    if (e == q + 1)
+        return -1;
+    if (*e == '}')
+        *hi = *lo;
+    else if (*e == ',' && e[1] == '}')
+        *hi = -1, e++;
+    else if (*e == ',')
+        *hi = strtoll(e + 1, &e, 10);
+    if (*e != '}' || e >= end)
+        return -1;
+    *len = (size_t)(e - q) + 1;
+    return 0;
+}
+
+/* pattern with minLength / maxLength: supported when the pattern is
+ * anchored and a sequence of atoms (classes, escapes, '.', characters) each
+ * with an optional quantifier, at most one of them with a variable count
+ * (^[a-z][a-z0-9_-]*$, ^IGF[0-9]+$, ^[0-9a-f]{8}-[0-9a-f]{4}$): the
+ * lengths then bound that one atom's count exactly. Otherwise IFD_ENOTSUP. */
 static int pattern_length(conv_t *c, const char *p, long long mn, long long mx, ifd_buf_t *b)
 {
     size_t n = strlen(p);
     const char *why = "'pattern' combined with 'minLength'/'maxLength' (supported when the "
-                      "pattern is one anchored repeated class, as ^[a-z]+$)";
+                      "pattern is an anchored sequence of characters and classes with one "
+                      "variable repetition, as ^[a-z][a-z0-9]*$)";
     if (n < 3 || p[0] != '^' || p[n - 1] != '$' || p[n - 2] == '\\')
         return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
-    const char *a = p + 1;
-    size_t al = rx_atom_len(a);
-    const char *q = a + al, *end = p + n - 1;
-    long long lo = 1, hi = 1;
-    if (!al)
-        return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
-    if (q == end) {
-    } else if (q + 1 == end && (*q == '*' || *q == '+' || *q == '?')) {
-        lo = *q == '+', hi = *q == '?' ? 1 : -1;
-    } else if (*q == '{' && end[-1] == '}') {
-        char *e;
-        lo = strtoll(q + 1, &e, 10);
-        hi = *e == '}' ? lo : (*e == ',' && e[1] == '}') ? -1 : *e == ',' ? strtoll(e + 1, &e, 10) : -2;
-        if (e != end - 1 || hi == -2 || e == q + 1)
+    enum { MAX_ATOMS = 64 };
+    struct {
+        const char *at;
+        size_t len;
+        long long lo, hi;
+    } item[MAX_ATOMS];
+    size_t k = 0;
+    long long fixed = 0;
+    int var = -1;
+    const char *q = p + 1, *end = p + n - 1;
+    while (q < end) {
+        size_t al = rx_atom_len(q), ql;
+        long long lo, hi;
+        if (!al || k == MAX_ATOMS || q + al > end || rx_quant(q + al, end, &lo, &hi, &ql) ||
+            (hi >= 0 && hi < lo))
             return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
-    } else {
-        return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
+        if (lo != hi) {
+            if (var >= 0)
+                return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
+            var = (int)k;
+        } else {
+            fixed += lo;
+        }
+        item[k].at = q, item[k].len = al, item[k].lo = lo, item[k].hi = hi;
+        k++;
+        q += al + ql;
     }
-    if (mn > lo)
-        lo = mn;
-    if (mx >= 0 && (hi < 0 || mx < hi))
-        hi = mx;
-    if (lo > IFD_GRAMMAR_MAX_REPEAT)
-        return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' repeated over %d times",
-                              IFD_GRAMMAR_MAX_REPEAT);
-    if (hi > IFD_GRAMMAR_MAX_REPEAT)
-        hi = IFD_GRAMMAR_MAX_REPEAT; /* shorter strings obey both */
-    if (hi >= 0 && hi < lo)
-        return ifd__gconv_unsat(c, "no string satisfies 'pattern' with 'minLength'/'maxLength'");
-    if (ifd_buf_puts(b, "\"\\u0022\" ( "))
+    if (mn < 0)
+        mn = 0;
+    if (var < 0 && (fixed < mn || (mx >= 0 && fixed > mx)))
+        return ifd__gconv_unsat(c, "'pattern' strings have %lld characters, outside "
+                                   "'minLength'/'maxLength'",
+                                fixed);
+    if (var >= 0) { /* the variable atom takes what the lengths leave */
+        long long lo = item[var].lo, hi = item[var].hi;
+        if (mn - fixed > lo)
+            lo = mn - fixed;
+        if (mx >= 0 && (hi < 0 || mx - fixed < hi))
+            hi = mx - fixed;
+        if (hi >= 0 && hi < lo)
+            return ifd__gconv_unsat(c, "no string satisfies 'pattern' with "
+                                       "'minLength'/'maxLength'");
+        if (lo > IFD_GRAMMAR_MAX_REPEAT)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' repeated over %d times",
+                                  IFD_GRAMMAR_MAX_REPEAT);
+        if (hi > IFD_GRAMMAR_MAX_REPEAT)
+            hi = IFD_GRAMMAR_MAX_REPEAT; /* shorter strings obey both */
+        item[var].lo = lo, item[var].hi = hi;
+    }
+    if (ifd_buf_puts(b, "\"\\u0022\" "))
         return IFD_ENOMEM;
-    TRY(ifd__gconv_regex(c, a, al, true, false, b));
-    if (hi >= 0 ? ifd_buf_printf(b, "){%lld,%lld} \"\\u0022\" ", lo, hi)
-                : ifd_buf_printf(b, "){%lld,} \"\\u0022\" ", lo))
-        return IFD_ENOMEM;
-    return 0;
+    for (size_t i = 0; i < k; i++) {
+        if (item[i].lo > IFD_GRAMMAR_MAX_REPEAT)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' repeated over %d times",
+                                  IFD_GRAMMAR_MAX_REPEAT);
+        if (ifd_buf_puts(b, "( "))
+            return IFD_ENOMEM;
+        TRY(ifd__gconv_regex(c, item[i].at, item[i].len, true, false, b));
+        int e = item[i].hi < 0 ? ifd_buf_printf(b, "){%lld,} ", item[i].lo)
+                               : ifd_buf_printf(b, "){%lld,%lld} ", item[i].lo, item[i].hi);
+        if (e)
+            return IFD_ENOMEM;
+    }
+    return ifd_buf_puts(b, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
 }
 
 static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)

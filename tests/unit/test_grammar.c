@@ -584,6 +584,14 @@ START_TEST(test_json_schema_structure)
          "\"required\":[\"b\"]}]}}",
          {"{\"a\":1}"},
          {"{\"a\":1,\"b\":1}"}},
+        /* pattern with lengths: the one variable repetition takes what they leave */
+        {"{\"type\":\"string\",\"pattern\":\"^[a-z][a-z0-9_]*$\",\"minLength\":2,"
+         "\"maxLength\":4}",
+         {"\"ab\"", "\"a_1z\""},
+         {"\"a\"", "\"abcde\"", "\"1ab\"", "\"aB\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^IGF\\\\d{2}-[A-Z]+$\",\"maxLength\":8}",
+         {"\"IGF12-A\"", "\"IGF12-AB\""},
+         {"\"IGF12-ABC\"", "\"IGF1-AB\"", "\"IGF12-\""}},
         /* a format whose strings all obey the lengths */
         {"{\"type\":\"string\",\"format\":\"date\",\"minLength\":10,\"maxLength\":10}",
          {"\"2024-01-31\""},
