@@ -432,7 +432,7 @@ def test_unsupported_refused():
         ({"response_format": {"type": "json_schema", "json_schema": {
             "name": "x", "schema": {"type": "array", "uniqueItems": True}}}}, "uniqueItems"),
         ({"response_format": {"type": "json_schema", "json_schema": {
-            "name": "x", "schema": {"type": "object", "not": {"required": ["a"]}}}}}, "'not'"),
+            "name": "x", "schema": {"type": "string", "not": {"pattern": "^a"}}}}}, "'not'"),
         ({"extra_body": {"guided_regex": "(?<=a)b"}}, "lookaround"),
         ({"extra_body": {"prompt_logprobs": 21}}, "prompt_logprobs"),
     ]
