@@ -656,10 +656,58 @@ static bool never_matches(const json_t *x, const json_t *y)
     return false;
 }
 
+/* The types the converter writes for s: without "type", the one its
+ * keywords imply (grammar_conv_schema.c: implied_type), else types_of. */
+static unsigned written_types(const json_t *s)
+{
+    static const struct {
+        const char *key;
+        unsigned bits;
+    } by_key[] = {{"properties", 1 << 2}, {"additionalProperties", 1 << 2}, {"required", 1 << 2},
+                  {"patternProperties", 1 << 2}, {"minProperties", 1 << 2},
+                  {"maxProperties", 1 << 2}, {"items", 1 << 3}, {"prefixItems", 1 << 3},
+                  {"minItems", 1 << 3}, {"maxItems", 1 << 3}, {"minLength", 1 << 5},
+                  {"maxLength", 1 << 5}, {"pattern", 1 << 5}, {"format", 1 << 5},
+                  {"minimum", T_NUMBER | T_INTEGER}, {"maximum", T_NUMBER | T_INTEGER},
+                  {"exclusiveMinimum", T_NUMBER | T_INTEGER},
+                  {"exclusiveMaximum", T_NUMBER | T_INTEGER},
+                  {"multipleOf", T_NUMBER | T_INTEGER}};
+    unsigned t = types_of(s);
+    if (json_object_get(s, "type") || json_object_get(s, "enum") || json_object_get(s, "const") ||
+        json_object_get(s, "anyOf") || json_object_get(s, "oneOf") || json_object_get(s, "$ref"))
+        return t;
+    unsigned null = json_is_true(json_object_get(s, "nullable")) ? 1u : 0u;
+    for (size_t i = 0; i < sizeof by_key / sizeof by_key[0]; i++)
+        if (json_object_get(s, by_key[i].key))
+            return (t & by_key[i].bits) | null;
+    return t;
+}
+
+static bool apart(const json_t *x, const json_t *y);
+
+/* Two arrays whose items no value can match both: apart once both have at
+ * least one item (the empty array matches both). */
+static bool arrays_apart(json_t *x, json_t *y)
+{
+    const json_t *ix = json_object_get(x, "items"), *iy = json_object_get(y, "items");
+    if (written_types(x) != (1u << 3) || written_types(y) != (1u << 3) || !json_is_object(ix) ||
+        !json_is_object(iy) || json_object_get(x, "prefixItems") ||
+        json_object_get(y, "prefixItems") || !apart(ix, iy))
+        return false;
+    for (int side = 0; side < 2; side++) {
+        json_t *s = side ? y : x;
+        const json_t *mn = json_object_get(s, "minItems");
+        if (!json_is_integer(mn) || json_integer_value(mn) < 1)
+            json_object_set_new(s, "minItems", json_integer(1));
+    }
+    return true;
+}
+
 static bool apart(const json_t *x, const json_t *y)
 {
-    unsigned tx = types_of(x), ty = types_of(y);
-    if (!(tx & ty) || values_apart(x, y) || forbids(x, y) || forbids(y, x))
+    /* what one writes, the other refuses, both ways */
+    if ((!(written_types(x) & types_of(y)) && !(written_types(y) & types_of(x))) ||
+        values_apart(x, y) || forbids(x, y) || forbids(y, x))
         return true;
     if (never_matches(x, y) && never_matches(y, x))
         return true;
@@ -711,7 +759,7 @@ static bool separate(json_t *x, json_t *y)
     json_t *nx = separating(x, y), *ny = separating(y, x);
     bool ok = nx && ny;
     for (int side = 0; ok && side < 2; side++) {
-        json_t *s = side ? y : x, *names = side ? nx : ny;
+        json_t *s = side ? y : x, *names = side ? ny : nx;
         json_t *props = json_object_get(s, "properties");
         size_t i;
         json_t *n;
@@ -740,7 +788,7 @@ int ifd__gconv_one_of(conv_t *c, const json_t *branches, const json_t *doc, json
     for (size_t i = 0; i < n && !rc; i++)
         for (size_t j = i + 1; j < n && !rc; j++) {
             json_t *x = json_array_get(m, i), *y = json_array_get(m, j);
-            if (!apart(x, y) && !separate(x, y))
+            if (!apart(x, y) && !separate(x, y) && !arrays_apart(x, y))
                 rc = ifd__gconv_err(c, IFD_ENOTSUP,
                                     "'oneOf' whose branches %zu and %zu may overlap (a value "
                                     "matching both would be invalid; give them distinct types, "

@@ -550,6 +550,15 @@ START_TEST(test_json_schema_structure)
          {"{\"kind\":\"a\",\"x\":1}", "{\"kind\":\"b\",\"y\":\"s\"}"},
          {"{\"kind\":\"a\",\"y\":\"s\"}"}},
         {"{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", {"\"a\"", "1"}, {"true"}},
+        /* oneOf: objects told apart by required names; arrays by their items (and not []) */
+        {"{\"type\":\"object\",\"properties\":{\"r\":{},\"w\":{},\"h\":{}},\"oneOf\":[{"
+         "\"required\":[\"r\"]},{\"required\":[\"w\",\"h\"]}]}",
+         {"{\"r\":1}", "{\"w\":1,\"h\":2}"},
+         {"{\"r\":1,\"w\":1,\"h\":2}", "{\"w\":1}", "{}"}},
+        {"{\"oneOf\":[{\"type\":\"array\",\"items\":{\"type\":\"number\"}},{\"type\":"
+         "\"array\",\"items\":{\"type\":\"string\"}}]}",
+         {"[1]", "[\"a\",\"b\"]"},
+         {"[]", "[1,\"a\"]"}},
         {"{\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"minProperties\":2,"
          "\"maxProperties\":2}",
          {"{\"a\":1,\"b\":2}"},
@@ -627,6 +636,8 @@ START_TEST(test_json_schema_unsupported)
         {"{\"unevaluatedProperties\":false}", "'unevaluatedProperties'"},
         {"{\"type\":\"string\",\"format\":\"iri\"}", "'format'"},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "'oneOf'"},
+        /* 3 matches both: minLength constrains strings only */
+        {"{\"oneOf\":[{\"minLength\":2},{\"type\":\"integer\"}]}", "'oneOf'"},
         {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "'type'"},
         {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "'pattern'"},
         {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "'minimum'"},
