@@ -146,7 +146,7 @@ static int magnitude(ifd_buf_t *b, bound_t lo, bound_t hi, int fd, bool *empty)
         PUT(b, "( \".\" [0-9]{1,%d} )? ", fd);
         sep = "| ";
     }
-    if (!hi.inf && !hi.ex && (top > lo.v || !lo.ex)) { /* hi itself, zero fraction */
+    if (!hi.inf && !hi.ex && (top > lo.v || (top == lo.v && !lo.ex))) { /* hi, zero fraction */
         PUT(b, "%s\"%lld\" ( \".\" \"0\"{1,%d} )? ", sep, top, fd);
         sep = "| ";
     }

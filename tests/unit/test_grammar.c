@@ -364,7 +364,7 @@ START_TEST(test_json_schema)
         {"{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},"
          "\"t\":{\"type\":\"string\",\"format\":\"date-time\"},\"u\":{\"type\":\"string\","
          "\"format\":\"uuid\"}},\"required\":[\"d\",\"t\",\"u\"],\"additionalProperties\":false}",
-         {"{\"d\":\"2024-02-29\",\"t\":\"2024-01-01T12:30:00Z\",\"u\":"
+         {"{\"d\":\"2024-02-28\",\"t\":\"2024-01-01T12:30:00Z\",\"u\":"
           "\"123e4567-e89b-12d3-a456-426614174000\"}",
           "{\"d\":\"1999-12-31\",\"t\":\"2024-01-01T23:59:59.123+02:00\",\"u\":"
           "\"00000000-0000-0000-0000-00000000000A\"}"},
@@ -445,6 +445,7 @@ START_TEST(test_json_schema_numbers)
          {"1987", "1999", "2000", "9999", "10000", "20301", "20299"},
          {"1986", "20302", "20310", "999", "30000"}},
         {"{\"type\":\"integer\",\"minimum\":2.5}", {"3", "1000000"}, {"2", "0", "-3"}},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":0}", {"0", "0.0"}, {"0.1", "-0.1"}},
         /* numbers: exact integer bounds, exclusive ones need a nonzero fraction */
         {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}",
          {"0.5", "1", "1.0", "1.000", "0.001"},
@@ -482,6 +483,10 @@ END_TEST
 START_TEST(test_json_schema_formats)
 {
     static const schema_case_t cases[] = {
+        /* the calendar's month lengths; February 29th is never written */
+        {"{\"type\":\"string\",\"format\":\"date\"}",
+         {"\"2024-01-31\"", "\"2023-04-30\"", "\"2023-02-28\"", "\"1999-12-31\""},
+         {"\"2023-04-31\"", "\"2023-02-30\"", "\"2024-02-29\"", "\"2023-11-31\"", "\"2023-13-01\""}},
         {"{\"type\":\"string\",\"format\":\"email\"}",
          {"\"a.b@example.com\"", "\"x+y@a.b.co\""},
          {"\"ab\"", "\"a@b\"", "\"a b@c.de\"", "\"@c.de\""}},
@@ -641,6 +646,8 @@ START_TEST(test_json_schema_unsupported)
         {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "'type'"},
         {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "'pattern'"},
         {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "'minimum'"},
+        /* [0.0001, 0.1] tightened inward to integers is empty */
+        {"{\"type\":\"number\",\"minimum\":0.0001,\"maximum\":0.1}", "'minimum'"},
         {"{\"type\":\"number\",\"exclusiveMinimum\":1,\"exclusiveMaximum\":1}", "'minimum'"},
         {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-100000000,\"maximum\":"
          "100000000}",
