@@ -357,8 +357,9 @@ static int member(conv_t *c, const json_t *m, const json_t *doc, int depth, json
 }
 
 /* Names the value must not have all of (not: {required: names}): the last one
- * r does not require is never written (r writes only declared and required
- * names, so leaving it out of properties is enough). */
+ * r does not require becomes "name": false in r's properties (JSON Schema's
+ * own way to forbid a name), which merging keeps and the converter leaves out
+ * (a false optional property is never written; a required one is refused). */
 static int forbid_names(conv_t *c, json_t *r, const json_t *names)
 {
     const json_t *req = json_object_get(r, "required");
@@ -371,14 +372,10 @@ static int forbid_names(conv_t *c, json_t *r, const json_t *names)
         if (!n || needed)
             continue;
         json_t *props = json_object_get(r, "properties");
-        if (json_is_object(props)) {
-            json_t *copy = json_copy(props);
-            if (!copy)
-                return oom(c);
-            json_object_del(copy, n);
-            if (json_object_set_new(r, "properties", copy))
-                return oom(c);
-        }
+        json_t *copy = json_is_object(props) ? json_copy(props) : json_object();
+        if (!copy || json_object_set_new(copy, n, json_false()) ||
+            json_object_set_new(r, "properties", copy))
+            return oom(c);
         return 0;
     }
     return ifd__gconv_unsat(c, "'not': every name of its 'required' is required here");

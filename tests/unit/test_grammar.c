@@ -606,6 +606,14 @@ START_TEST(test_json_schema_structure)
         {"{\"type\":\"string\",\"pattern\":\"^IGF\\\\d{2}-[A-Z]+$\",\"maxLength\":8}",
          {"\"IGF12-A\"", "\"IGF12-AB\""},
          {"\"IGF12-ABC\"", "\"IGF1-AB\"", "\"IGF12-\""}},
+        /* a not {required} inside a branch or member still holds once merged */
+        {"{\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"not\":{\"required\":[\"a\"]},"
+         "\"required\":[\"b\"]},{\"required\":[\"a\"],\"not\":{\"required\":[\"b\"]}}]}",
+         {"{\"b\":1}", "{\"a\":1}"},
+         {"{\"a\":1,\"b\":1}", "{}"}},
+        {"{\"properties\":{\"a\":{},\"b\":{}},\"allOf\":[{\"not\":{\"required\":[\"a\"]}}]}",
+         {"{}", "{\"b\":1}"},
+         {"{\"a\":1}"}},
         /* a format whose strings all obey the lengths */
         {"{\"type\":\"string\",\"format\":\"date\",\"minLength\":10,\"maxLength\":10}",
          {"\"2024-01-31\""},
