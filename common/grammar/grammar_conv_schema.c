@@ -239,67 +239,104 @@ static int rx_quant(const char *q, const char *end, long long *lo, long long *hi
     return 0;
 }
 
-/* pattern with minLength / maxLength: supported when the pattern is
- * anchored and a sequence of atoms (classes, escapes, '.', characters) each
- * with an optional quantifier, at most one of them with a variable count
- * (^[a-z][a-z0-9_-]*$, ^IGF[0-9]+$, ^[0-9a-f]{8}-[0-9a-f]{4}$): the
- * lengths then bound that one atom's count exactly. Otherwise IFD_ENOTSUP. */
-static int pattern_length(conv_t *c, const char *p, long long mn, long long mx, ifd_buf_t *b)
+/* The items (atom, count range) of the anchored pattern p, without an outer
+ * group around the whole of it; false when p is not such a sequence. */
+typedef struct {
+    const char *at;
+    size_t len;
+    long long lo, hi; /* hi -1: unbounded */
+} rx_item_t;
+
+enum { RX_MAX_ITEMS = 64 };
+
+static bool rx_items(const char *p, rx_item_t *item, size_t *k)
 {
     size_t n = strlen(p);
-    const char *why = "'pattern' combined with 'minLength'/'maxLength' (supported when the "
-                      "pattern is an anchored sequence of characters and classes with one "
-                      "variable repetition, as ^[a-z][a-z0-9]*$)";
     if (n < 3 || p[0] != '^' || p[n - 1] != '$' || p[n - 2] == '\\')
-        return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
-    enum { MAX_ATOMS = 64 };
-    struct {
-        const char *at;
-        size_t len;
-        long long lo, hi;
-    } item[MAX_ATOMS];
-    size_t k = 0;
-    long long fixed = 0;
-    int var = -1;
+        return false;
     const char *q = p + 1, *end = p + n - 1;
+    if (*q == '(' && end[-1] == ')') { /* ( … ) or (?: … ) around everything, no | in it */
+        int depth = 0;
+        const char *r = q;
+        for (; r < end; r++) {
+            if (*r == '\\') {
+                r++;
+                continue;
+            }
+            if (*r == '[') {
+                size_t cl = rx_atom_len(r);
+                if (!cl)
+                    return false;
+                r += cl - 1;
+                continue;
+            }
+            depth += *r == '(' ? 1 : *r == ')' ? -1 : 0;
+            if ((depth == 0 && r + 1 < end) || (depth == 1 && *r == '|'))
+                break;
+        }
+        if (r == end && depth == 0 && q[1] != '?') {
+            q++;
+            end--;
+        } else if (r == end && depth == 0 && q[2] == ':') {
+            q += 3;
+            end--;
+        }
+    }
+    *k = 0;
     while (q < end) {
         size_t al = rx_atom_len(q), ql;
         long long lo, hi;
-        if (!al || k == MAX_ATOMS || q + al > end || rx_quant(q + al, end, &lo, &hi, &ql) ||
+        if (!al || *k == RX_MAX_ITEMS || q + al > end || rx_quant(q + al, end, &lo, &hi, &ql) ||
             (hi >= 0 && hi < lo))
-            return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
-        if (lo != hi) {
-            if (var >= 0)
-                return ifd__gconv_err(c, IFD_ENOTSUP, "%s", why);
-            var = (int)k;
-        } else {
-            fixed += lo;
-        }
-        item[k].at = q, item[k].len = al, item[k].lo = lo, item[k].hi = hi;
-        k++;
+            return false;
+        item[(*k)++] = (rx_item_t){q, al, lo, hi};
         q += al + ql;
     }
-    if (mn < 0)
-        mn = 0;
-    if (var < 0 && (fixed < mn || (mx >= 0 && fixed > mx)))
-        return ifd__gconv_unsat(c, "'pattern' strings have %lld characters, outside "
-                                   "'minLength'/'maxLength'",
-                                fixed);
-    if (var >= 0) { /* the variable atom takes what the lengths leave */
-        long long lo = item[var].lo, hi = item[var].hi;
-        if (mn - fixed > lo)
-            lo = mn - fixed;
-        if (mx >= 0 && (hi < 0 || mx - fixed < hi))
-            hi = mx - fixed;
-        if (hi >= 0 && hi < lo)
-            return ifd__gconv_unsat(c, "no string satisfies 'pattern' with "
-                                       "'minLength'/'maxLength'");
-        if (lo > IFD_GRAMMAR_MAX_REPEAT)
-            return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' repeated over %d times",
-                                  IFD_GRAMMAR_MAX_REPEAT);
-        if (hi > IFD_GRAMMAR_MAX_REPEAT)
-            hi = IFD_GRAMMAR_MAX_REPEAT; /* shorter strings obey both */
-        item[var].lo = lo, item[var].hi = hi;
+    return *k > 0;
+}
+
+/* pattern with minLength / maxLength: supported when the pattern is an
+ * anchored sequence of atoms (classes, escapes, '.', characters) each with
+ * an optional quantifier (^[a-z][a-z0-9_-]*$, ^(\\d+\\.\\d+.*)$): the lengths
+ * bound the repetitions' counts — exactly with one variable repetition;
+ * with several, minLength's extra goes to the first ones and maxLength's
+ * room is shared out evenly (every string written obeys both; not every
+ * valid one is written). Otherwise IFD_ENOTSUP. */
+static int pattern_length(conv_t *c, const char *p, long long mn, long long mx, ifd_buf_t *b)
+{
+    rx_item_t item[RX_MAX_ITEMS];
+    size_t k;
+    if (!rx_items(p, item, &k))
+        return ifd__gconv_err(c, IFD_ENOTSUP,
+                              "'pattern' combined with 'minLength'/'maxLength' (supported when "
+                              "the pattern is an anchored sequence of characters and classes "
+                              "with quantifiers, as ^[a-z][a-z0-9]*$)");
+    long long sum_lo = 0, nvar = 0;
+    for (size_t i = 0; i < k; i++) {
+        sum_lo += item[i].lo;
+        nvar += item[i].lo != item[i].hi;
+    }
+    /* minLength: the first repetitions take the extra */
+    long long need = mn > sum_lo ? mn - sum_lo : 0;
+    for (size_t i = 0; i < k && need; i++) {
+        long long room = item[i].hi < 0 ? need : item[i].hi - item[i].lo;
+        long long take = room < need ? room : need;
+        item[i].lo += take, need -= take, sum_lo += take;
+    }
+    if (need)
+        return ifd__gconv_unsat(c, "'pattern' strings are shorter than 'minLength'");
+    if (mx >= 0) { /* maxLength: the room left, shared out */
+        if (sum_lo > mx)
+            return ifd__gconv_unsat(c, "'pattern' strings are longer than 'maxLength'");
+        long long room = mx - sum_lo, share = nvar ? room / nvar : 0, rest = nvar ? room % nvar : 0;
+        for (size_t i = 0; i < k; i++) {
+            if (item[i].lo == item[i].hi)
+                continue;
+            long long cap = item[i].lo + share + rest;
+            rest = 0;
+            if (item[i].hi < 0 || item[i].hi > cap)
+                item[i].hi = cap;
+        }
     }
     if (ifd_buf_puts(b, "\"\\u0022\" "))
         return IFD_ENOMEM;
@@ -307,6 +344,8 @@ static int pattern_length(conv_t *c, const char *p, long long mn, long long mx, 
         if (item[i].lo > IFD_GRAMMAR_MAX_REPEAT)
             return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' repeated over %d times",
                                   IFD_GRAMMAR_MAX_REPEAT);
+        if (item[i].hi > IFD_GRAMMAR_MAX_REPEAT)
+            item[i].hi = IFD_GRAMMAR_MAX_REPEAT; /* shorter strings obey both */
         if (ifd_buf_puts(b, "( "))
             return IFD_ENOMEM;
         TRY(ifd__gconv_regex(c, item[i].at, item[i].len, true, false, b));

@@ -606,6 +606,15 @@ START_TEST(test_json_schema_structure)
         {"{\"type\":\"string\",\"pattern\":\"^IGF\\\\d{2}-[A-Z]+$\",\"maxLength\":8}",
          {"\"IGF12-A\"", "\"IGF12-AB\""},
          {"\"IGF12-ABC\"", "\"IGF1-AB\"", "\"IGF12-\""}},
+        /* several repetitions: maxLength's room (8) shared out: 2 more each, the rest
+         * to the first (\d{1,5} \. \d{1,3} .{0,2}); all valid, not every valid one */
+        {"{\"type\":\"string\",\"pattern\":\"^(\\\\d+\\\\.\\\\d+.*)$\",\"maxLength\":11}",
+         {"\"1.2\"", "\"12345.678ab\"", "\"12.3x\""},
+         {"\"123456.7\"", "\"1.2345abc\"", "\"a.1\"", "\"1.2abc\""}},
+        /* minLength's extra goes to the first repetition ([ab]{3,} [cd]*) */
+        {"{\"type\":\"string\",\"pattern\":\"^[ab]+[cd]*$\",\"minLength\":3}",
+         {"\"aaa\"", "\"abab\"", "\"abbcd\""},
+         {"\"ac\"", "\"ab\"", "\"abx\""}},
         /* a not {required} inside a branch or member still holds once merged */
         {"{\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"not\":{\"required\":[\"a\"]},"
          "\"required\":[\"b\"]},{\"required\":[\"a\"],\"not\":{\"required\":[\"b\"]}}]}",
