@@ -425,6 +425,26 @@ def test_tool_schemas_only_checked_when_enforced():
             raise AssertionError("accepted: %r" % kw)
         except openai.BadRequestError as e:
             assert "uniqueItems" in str(e) and "tools[0].function.parameters" in str(e), str(e)
+    # the same with curl over the Unix socket: the 400's param and message, and a strict
+    # tool with bounds forced: its arguments obey them
+    body = {"model": MODEL, "max_tokens": 20, "tools": [strict],
+            "messages": [{"role": "user", "content": "Tag this post: cats"}]}
+    code, out = D.curl("-H", "Content-Type: application/json", "-d", json.dumps(body),
+                       "http://localhost/v1/chat/completions", expect=400)
+    err = json.loads(out)["error"]
+    assert err["param"] == "tools[0].function.parameters" and "uniqueItems" in err["message"], err
+    bounded = {"type": "function", "function": {
+        "name": "rate", "strict": True, "parameters": {
+            "type": "object", "additionalProperties": False, "required": ["stars"],
+            "properties": {"stars": {"type": "integer", "minimum": 1, "maximum": 5}}}}}
+    body = {"model": MODEL, "max_tokens": 40, "temperature": 1.0, "seed": 3, "tools": [bounded],
+            "tool_choice": {"type": "function", "function": {"name": "rate"}},
+            "messages": [{"role": "user", "content": "Rate it"}]}
+    code, out = D.curl("-H", "Content-Type: application/json", "-d", json.dumps(body),
+                       "http://localhost/v1/chat/completions", expect=200)
+    call = json.loads(out)["choices"][0]["message"]["tool_calls"][0]["function"]
+    args = json.loads(call["arguments"])
+    assert call["name"] == "rate" and 1 <= args["stars"] <= 5, call
 
 
 def test_unsupported_refused():
