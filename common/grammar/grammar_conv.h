@@ -14,12 +14,13 @@
  * integer multipleOf (exact digit grammars), string lengths, pattern,
  * formats (date, time, date-time, duration, uuid, email, hostname, ipv4,
  * ipv6, uri, uri-reference), properties / required / additionalProperties /
- * patternProperties / min-maxProperties / dependentRequired, items /
+ * patternProperties / min-maxProperties / dependentRequired /
+ * dependentSchemas, items /
  * prefixItems / min-maxItems, local $ref (recursion works), allOf and the
  * siblings of $ref / anyOf / oneOf (merged), anyOf, and oneOf with
  * branches that cannot overlap are enforced. What no grammar enforces
- * (not, if/then/else, contains, uniqueItems, dependentSchemas,
- * propertyNames, unevaluated*, remote $ref, overlapping oneOf, …) is
+ * (general not, if/then/else, contains, uniqueItems, propertyNames,
+ * unevaluated*, remote $ref, overlapping oneOf, …) is
  * IFD_ENOTSUP with a message naming the keyword. Properties are generated
  * in schema order, required ones always, optional ones possibly.
  * Numbers: at most 16 integer and 15 fraction digits; whitespace between

@@ -442,6 +442,50 @@ keep:
     return rc;
 }
 
+/* dependentSchemas (and draft-04 dependencies with schemas): "when name is
+ * present, the value also satisfies the schema". Each schema is merged in
+ * whether or not its name is written (valid either way: a value satisfying
+ * it as well is still valid); name lists (dependentRequired's form) stay for
+ * the object reader. */
+static int fold_dependent(conv_t *c, json_t *r, const json_t *doc, int depth)
+{
+    static const char *const keys[] = {"dependentSchemas", "dependencies"};
+    for (size_t d = 0; d < 2; d++) {
+        json_t *dep = json_incref(json_object_get(r, keys[d]));
+        if (!json_is_object(dep)) {
+            json_decref(dep);
+            continue;
+        }
+        json_t *lists = json_object();
+        const char *k;
+        json_t *v;
+        int rc = lists ? 0 : oom(c);
+        json_object_foreach(dep, k, v)
+        {
+            if (rc)
+                break;
+            if (json_is_array(v)) { /* a name list: kept */
+                rc = json_object_set(lists, k, v) ? oom(c) : 0;
+                continue;
+            }
+            json_t *m = NULL;
+            rc = member(c, v, doc, depth, &m);
+            if (!rc)
+                rc = merge_into(c, r, m);
+            json_decref(m);
+        }
+        if (!rc && json_object_size(lists))
+            rc = json_object_set(r, keys[d], lists) ? oom(c) : 0;
+        else if (!rc)
+            json_object_del(r, keys[d]);
+        json_decref(lists);
+        json_decref(dep);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* s with $ref (beside constraints) and allOf folded into one object. */
 static int flatten(conv_t *c, const json_t *s, const json_t *doc, int depth, json_t **out)
 {
@@ -476,6 +520,8 @@ static int flatten(conv_t *c, const json_t *s, const json_t *doc, int depth, jso
             json_decref(m);
         }
     }
+    if (!rc)
+        rc = fold_dependent(c, r, doc, depth);
     if (!rc && json_object_get(r, "not"))
         rc = fold_not(c, r);
     if (rc) {
@@ -537,7 +583,9 @@ int ifd__gconv_merge(conv_t *c, const json_t *s, const json_t *doc, json_t **out
     }
     const json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
     bool any = json_object_get(s, "anyOf") || json_object_get(s, "oneOf");
-    bool fold = all || json_object_get(s, "not") || (ref && has_constraint(s, "$ref", "$defs"));
+    bool fold = all || json_object_get(s, "not") || json_object_get(s, "dependentSchemas") ||
+                json_is_object(json_object_get(s, "dependencies")) ||
+                (ref && has_constraint(s, "$ref", "$defs"));
     if (!fold && !any) {
         *out = json_incref((json_t *)s);
         return 0;

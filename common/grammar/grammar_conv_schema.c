@@ -36,7 +36,7 @@ static const char *const CONSTRAINING[] = {
 /* The ones no grammar here enforces: a precise 400 (checked per node after
  * the merge, with the exceptions refused() lets through). */
 static const char *const REFUSED[] = {
-    "not",           "if",          "contains",  "dependentSchemas",      "propertyNames",
+    "not",           "if",          "contains",  "propertyNames",
     "uniqueItems",   "$dynamicRef", "$recursiveRef", "unevaluatedProperties", "unevaluatedItems"};
 
 static bool in_list(const char *k, const char *const *l, size_t n)

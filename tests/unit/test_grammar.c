@@ -615,6 +615,12 @@ START_TEST(test_json_schema_structure)
         {"{\"type\":\"string\",\"pattern\":\"^[ab]+[cd]*$\",\"minLength\":3}",
          {"\"aaa\"", "\"abab\"", "\"abbcd\""},
          {"\"ac\"", "\"ab\"", "\"abx\""}},
+        /* dependentSchemas / draft-04 dependencies with a schema: merged in */
+        {"{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+         "\"dependencies\":{\"a\":{\"required\":[\"b\"]}},\"dependentSchemas\":{\"b\":{"
+         "\"properties\":{\"b\":{\"minimum\":3}}}}}",
+         {"{\"b\":3}", "{\"a\":1,\"b\":4}"},
+         {"{\"a\":1}", "{\"b\":2}", "{}"}},
         /* a not {required} inside a branch or member still holds once merged */
         {"{\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"not\":{\"required\":[\"a\"]},"
          "\"required\":[\"b\"]},{\"required\":[\"a\"],\"not\":{\"required\":[\"b\"]}}]}",
@@ -651,9 +657,7 @@ START_TEST(test_json_schema_unsupported)
         {"{\"if\":{\"type\":\"string\"},\"then\":{\"minLength\":1}}", "'if'"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"},
         {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "'contains'"},
-        {"{\"dependentSchemas\":{\"a\":{}}}", "'dependentSchemas'"},
-        {"{\"properties\":{\"a\":{}},\"dependencies\":{\"a\":{\"required\":[\"b\"]}}}",
-         "'dependencies'"},
+        {"{\"dependentSchemas\":{\"a\":{\"not\":{}}}}", "'not'"},
         {"{\"type\":\"object\",\"propertyNames\":{\"maxLength\":3}}", "'propertyNames'"},
         {"{\"unevaluatedProperties\":false}", "'unevaluatedProperties'"},
         {"{\"type\":\"string\",\"format\":\"iri\"}", "'format'"},
