@@ -12,7 +12,7 @@
 # data/), and says SKIPPED when none is there.
 set -euo pipefail
 bench=$1
-FLOOR=0.87
+FLOOR=0.88
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }
