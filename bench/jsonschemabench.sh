@@ -9,8 +9,9 @@
 # ~/.cache/inferd/jsonschemabench/data (git clone github.com/guidance-ai/jsonschemabench
 # and point at its data/; nothing is downloaded here). The peers live in their own venv,
 # ${XDG_CACHE_HOME:-~/.cache}/inferd/jsonschemabench-venv (created on the first run from
-# PyPI: jsonschema with its format checkers, llguidance, xgrammar; xgrammar imports torch,
-# installed from PyTorch's CPU index — where that is unreachable xgrammar is reported
+# PyPI: jsonschema with its format checkers, llguidance, xgrammar; xgrammar imports torch:
+# PyTorch's CPU wheel when its index is reachable, else PyPI's torch that xgrammar pulls
+# in (about 5.6 GB with its CUDA libraries); where neither installs, xgrammar is reported
 # under "unavailable"). inferd is measured with DIR/bench/bench_schema (default DIR:
 # build/ of this checkout; built if missing). Timings are only meaningful on a quiet
 # machine. Exit status: that of jsonschemabench.py (1 when an output is invalid).
@@ -29,10 +30,10 @@ venv="${XDG_CACHE_HOME:-$HOME/.cache}/inferd/jsonschemabench-venv"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q jsonschema rfc3987 fqdn isoduration rfc3339-validator llguidance
+    "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
+        echo "jsonschemabench: no CPU torch index (xgrammar brings PyPI's torch)" >&2
     "$venv/bin/pip" install -q xgrammar ||
         echo "jsonschemabench: xgrammar not installed (reported as unavailable)" >&2
-    "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
-        echo "jsonschemabench: no CPU torch (xgrammar will be reported as unavailable)" >&2
 fi
 [ -x "$build/bench/bench_schema" ] || cmake --build "$build" --target bench_schema
 exec "$venv/bin/python" "$here/jsonschemabench.py" --bench-schema "$build/bench/bench_schema" \
