@@ -110,6 +110,7 @@ typedef struct {
 } att_shape_t;
 
 static const att_shape_t SMOLLM2 = {"smollm2", 9, 3, 64}, GEMMA3 = {"gemma3", 4, 1, 256};
+static const char *const KV_NAMES[] = {"f32", "f16", "bf16", "q8_0", "q4_0"}; /* by ifd_dtype_t */
 
 /* batch sequences of ctx tokens each; decode = the last token of each,
  * prefill = all ctx tokens of one sequence. */
@@ -119,10 +120,10 @@ static void bench_attention(const att_shape_t *sh, const char *kind, int batch, 
     const int NH = sh->nh, NKV = sh->nkv, HD = sh->hd;
     const int blocks_per_seq = (ctx + BS - 1) / BS;
     const int n_blocks = blocks_per_seq * batch;
-    const int64_t elems = (int64_t)n_blocks * NKV * BS * HD;
+    const int64_t rows = (int64_t)n_blocks * NKV * BS;
     ifd_kv_layer_t kv = {.dtype = dt, .block_size = BS, .n_kv_heads = NKV, .head_dim = HD};
-    kv.k = malloc((size_t)ifd_dtype_size(dt) * (size_t)elems);
-    kv.v = malloc((size_t)ifd_dtype_size(dt) * (size_t)elems);
+    kv.k = malloc((size_t)(ifd_kv_row_bytes(dt, HD) * rows));
+    kv.v = malloc((size_t)(ifd_kv_row_bytes(dt, HD) * rows));
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_blocks);
     for (int i = 0; i < n_blocks; i++) /* interleaved, as a busy pool hands them out */
         bt[i] = (i % batch) * blocks_per_seq + i / batch;
@@ -160,7 +161,7 @@ static void bench_attention(const att_shape_t *sh, const char *kind, int batch, 
     printf("{\"shape\": \"%s\", \"kind\": \"%s\", \"batch\": %d, \"ctx\": %d, "
            "\"kv_dtype\": \"%s\", \"threads\": %d, \"ms\": %.4f, \"ms_best\": %.4f, "
            "\"tokens_s\": %.1f}",
-           sh->name, kind, batch, ctx, dt == IFD_DTYPE_F16 ? "f16" : "f32",
+           sh->name, kind, batch, ctx, KV_NAMES[dt],
            ifd_threadpool_size(tp), ms, best, n_tok / ms * 1e3);
     fflush(stdout);
     free(kv.k), free(kv.v), free(bt), free(kr), free(vr), free(slot), free(seq), free(pos), free(q),
@@ -241,6 +242,8 @@ int main(int argc, char **argv)
         bench_attention(&SMOLLM2, "decode", 8, 512, IFD_DTYPE_F32, pools[t]);
         bench_attention(&SMOLLM2, "decode", 8, 2048, IFD_DTYPE_F32, pools[t]);
         bench_attention(&SMOLLM2, "decode", 8, 2048, IFD_DTYPE_F16, pools[t]);
+        bench_attention(&SMOLLM2, "decode", 8, 2048, IFD_DTYPE_Q8_0, pools[t]);
+        bench_attention(&SMOLLM2, "decode", 8, 2048, IFD_DTYPE_Q4_0, pools[t]);
         bench_attention(&SMOLLM2, "prefill", 1, 512, IFD_DTYPE_F32, pools[t]);
         bench_attention(&GEMMA3, "decode", 1, 512, IFD_DTYPE_F16, pools[t]);
         bench_attention(&GEMMA3, "decode", 1, 2048, IFD_DTYPE_F16, pools[t]);

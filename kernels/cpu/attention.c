@@ -3,10 +3,18 @@
  * slots (ifd_cpu_kv_write) and causal grouped-query attention over them for a
  * ragged batch (ifd_cpu_paged_attention).
  *
- * Layout of one layer's K (and V) region: [block][kv_head][token][head_dim] of
- * kv->dtype, so the rows of one head inside a block are contiguous and a run
- * of positions inside a block is read (and converted to f32) in one piece.
- * All offsets are computed in 64-bit.
+ * Layout of one layer's K (and V) region: [block][kv_head][token] of rows of
+ * ifd_kv_row_bytes(kv->dtype, head_dim) bytes, so the rows of one head inside
+ * a block are contiguous and a run of positions inside a block is read (and
+ * converted to f32) in one piece. All offsets are computed in 64-bit, in
+ * bytes.
+ *
+ * Q8_0/Q4_0 rows (quants, then one f16 scale per 32 values) are quantized
+ * here on write, as GGML's reference quantizers do, and read in place by
+ * every path: the SIMD kernels dequantize 8 or 16 values in registers as
+ * they load them (x = (float)q · d), the scalar path and the AVX-512 partial
+ * chunks a chunk's rows into the same f32 buffer the f16 rows use. Every path
+ * computes with the values ifd_cpu_kv_dequant_row gives.
  *
  * Attention work item = (query token, KV head): it serves the G = n_heads /
  * n_kv_heads query heads that share the KV head, so each K/V row is loaded
@@ -55,19 +63,118 @@ enum {
     IFD__ATT_PART = 64,      /* positions per partition (a multiple of the chunk) */
 };
 
+enum { IFD__QK = 32 }; /* values per scale of Q8_0/Q4_0 */
+
+/* Bytes of one row; the quants of a block-type row are followed by its
+ * scales at byte ifd__row_qbytes. */
+static inline int64_t ifd__row_qbytes(int dt, int hd)
+{
+    return dt == IFD_DTYPE_Q4_0 ? hd / 2 : hd;
+}
+
+static inline int64_t ifd__row_bytes(int dt, int hd)
+{
+    switch (dt) {
+    case IFD_DTYPE_F32:
+        return (int64_t)hd * 4;
+    case IFD_DTYPE_F16:
+    case IFD_DTYPE_BF16:
+        return (int64_t)hd * 2;
+    case IFD_DTYPE_Q8_0:
+    case IFD_DTYPE_Q4_0:
+        return hd % IFD__QK ? 0 : ifd__row_qbytes(dt, hd) + (int64_t)hd / IFD__QK * 2;
+    default:
+        return 0;
+    }
+}
+
+int64_t ifd_kv_row_bytes(ifd_dtype_t t, int head_dim)
+{
+    return head_dim > 0 ? ifd__row_bytes(t, head_dim) : 0;
+}
+
 static int ifd__kv_check(const ifd_kv_layer_t *kv)
 {
     if (!kv || !kv->k || !kv->v || kv->block_size <= 0 || kv->n_kv_heads <= 0 || kv->head_dim <= 0)
         return IFD_EINVAL;
-    if (kv->dtype != IFD_DTYPE_F32 && kv->dtype != IFD_DTYPE_F16 && kv->dtype != IFD_DTYPE_BF16)
-        return IFD_ENOTSUP;
-    return 0;
+    return ifd__row_bytes(kv->dtype, kv->head_dim) ? 0 : IFD_ENOTSUP;
 }
 
-/* Element offset of (block, head, token-in-block) in a K or V region. */
+/* Byte offset of (block, head, token-in-block) in a K or V region. */
 static inline int64_t ifd__kv_off(const ifd_kv_layer_t *kv, int64_t block, int head, int tok)
 {
-    return ((block * kv->n_kv_heads + head) * kv->block_size + tok) * (int64_t)kv->head_dim;
+    return ((block * kv->n_kv_heads + head) * kv->block_size + tok) *
+           ifd__row_bytes(kv->dtype, kv->head_dim);
+}
+
+/* The scale of values [32b, 32b + 32) of a block-type row. */
+static inline float ifd__row_scale(const char *row, int dt, int hd, int b)
+{
+    uint16_t h;
+    memcpy(&h, row + ifd__row_qbytes(dt, hd) + 2 * b, 2);
+    return ifd_f16_to_f32(h);
+}
+
+/* GGML's quantize_row_q8_0_ref / quantize_row_q4_0_ref on one row of hd
+ * values (hd a multiple of 32), into the row layout above. */
+static void ifd__quant_row(char *row, const float *x, int dt, int hd)
+{
+    for (int b = 0; b < hd / IFD__QK; b++) {
+        const float *xb = x + b * IFD__QK;
+        float amax = 0, max = 0;
+        for (int j = 0; j < IFD__QK; j++)
+            if (fabsf(xb[j]) > amax)
+                amax = fabsf(xb[j]), max = xb[j];
+        float d;
+        if (dt == IFD_DTYPE_Q8_0) {
+            d = amax / 127;
+            const float id = d != 0 ? 1.0f / d : 0.0f;
+            for (int j = 0; j < IFD__QK; j++)
+                ((int8_t *)row)[b * IFD__QK + j] = (int8_t)roundf(xb[j] * id);
+        } else {
+            d = max / -8;
+            const float id = d != 0 ? 1.0f / d : 0.0f;
+            uint8_t *nib = (uint8_t *)row + b * (IFD__QK / 2);
+            for (int j = 0; j < IFD__QK / 2; j++) {
+                const int lo = (int8_t)(xb[j] * id + 8.5f), hi = (int8_t)(xb[j + 16] * id + 8.5f);
+                nib[j] = (uint8_t)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+            }
+        }
+        const uint16_t h = ifd_f32_to_f16(d);
+        memcpy(row + ifd__row_qbytes(dt, hd) + 2 * b, &h, 2);
+    }
+}
+
+int ifd_cpu_kv_dequant_row(float *restrict y, const void *restrict row, ifd_dtype_t dtype,
+                           int head_dim)
+{
+    const int hd = head_dim;
+    if (hd <= 0 || !ifd__row_bytes(dtype, hd))
+        return IFD_ENOTSUP;
+    const char *r = row;
+    switch (dtype) {
+    case IFD_DTYPE_F16:
+        ifd_f16_to_f32_n(y, row, hd);
+        break;
+    case IFD_DTYPE_BF16:
+        ifd_bf16_to_f32_n(y, row, hd);
+        break;
+    case IFD_DTYPE_Q8_0:
+        for (int e = 0; e < hd; e++)
+            y[e] = (float)((const int8_t *)r)[e] * ifd__row_scale(r, dtype, hd, e / IFD__QK);
+        break;
+    case IFD_DTYPE_Q4_0:
+        for (int e = 0; e < hd; e++) {
+            const uint8_t byte = ((const uint8_t *)r)[e / IFD__QK * 16 + e % 16];
+            const int q = (e % IFD__QK < 16 ? byte & 15 : byte >> 4) - 8;
+            y[e] = (float)q * ifd__row_scale(r, dtype, hd, e / IFD__QK);
+        }
+        break;
+    default:
+        memcpy(y, row, sizeof(float) * (size_t)hd);
+        break;
+    }
+    return 0;
 }
 
 int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v, const int64_t *slot,
@@ -79,7 +186,6 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v, c
     if (n_tok < 0)
         return IFD_EINVAL;
     const int hd = kv->head_dim, nkv = kv->n_kv_heads, bs = kv->block_size;
-    const size_t es = (size_t)ifd_dtype_size(kv->dtype);
     for (int t = 0; t < n_tok; t++) {
         if (slot[t] < 0)
             continue;
@@ -88,8 +194,8 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v, c
         for (int h = 0; h < nkv; h++) {
             const int64_t src = ((int64_t)t * nkv + h) * hd;
             const int64_t dst = ifd__kv_off(kv, block, h, off);
-            char *kd = (char *)kv->k + dst * (int64_t)es;
-            char *vd = (char *)kv->v + dst * (int64_t)es;
+            char *kd = (char *)kv->k + dst;
+            char *vd = (char *)kv->v + dst;
             switch (kv->dtype) {
             case IFD_DTYPE_F32:
                 memcpy(kd, k + src, sizeof(float) * (size_t)hd);
@@ -102,6 +208,10 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v, c
             case IFD_DTYPE_BF16:
                 ifd_f32_to_bf16_n((uint16_t *)kd, k + src, hd);
                 ifd_f32_to_bf16_n((uint16_t *)vd, v + src, hd);
+                break;
+            default: /* Q8_0, Q4_0 */
+                ifd__quant_row(kd, k + src, kv->dtype, hd);
+                ifd__quant_row(vd, v + src, kv->dtype, hd);
                 break;
             }
         }
@@ -135,21 +245,29 @@ typedef struct {
     int n_tok;
 } ifd__att_t;
 
-/* Returns f32 rows [n, hd] of a K or V run: the region itself for F32, else
- * converted into buf. */
+/* Returns f32 rows [n, hd] of a K or V run at byte offset off: the region
+ * itself for F32, else converted (dequantized) into buf. */
 static const float *ifd__rows_f32(const ifd_kv_layer_t *kv, const void *region, int64_t off, int n,
                                   float *buf)
 {
-    const int64_t cnt = (int64_t)n * kv->head_dim;
+    const char *r = (const char *)region + off;
+    const int hd = kv->head_dim;
+    const int64_t cnt = (int64_t)n * hd;
     switch (kv->dtype) {
     case IFD_DTYPE_F16:
-        ifd_f16_to_f32_n(buf, (const uint16_t *)region + off, cnt);
+        ifd_f16_to_f32_n(buf, (const uint16_t *)r, cnt);
         return buf;
     case IFD_DTYPE_BF16:
-        ifd_bf16_to_f32_n(buf, (const uint16_t *)region + off, cnt);
+        ifd_bf16_to_f32_n(buf, (const uint16_t *)r, cnt);
+        return buf;
+    case IFD_DTYPE_Q8_0:
+    case IFD_DTYPE_Q4_0:
+        for (int j = 0; j < n; j++)
+            ifd_cpu_kv_dequant_row(buf + (int64_t)j * hd, r + j * ifd__row_bytes(kv->dtype, hd),
+                                   kv->dtype, hd);
         return buf;
     default:
-        return (const float *)region + off;
+        return (const float *)r;
     }
 }
 
@@ -167,9 +285,8 @@ static inline int ifd__chunk_len(int p, int p_end, int bs)
  * bound by reading every sequence's cache from memory. */
 static inline void ifd__prefetch_rows(const ifd_kv_layer_t *kv, int64_t off, int n)
 {
-    const int64_t es = ifd_dtype_size(kv->dtype);
-    const char *k = (const char *)kv->k + off * es, *v = (const char *)kv->v + off * es;
-    const int64_t bytes = (int64_t)n * kv->head_dim * es;
+    const char *k = (const char *)kv->k + off, *v = (const char *)kv->v + off;
+    const int64_t bytes = (int64_t)n * ifd__row_bytes(kv->dtype, kv->head_dim);
     for (int64_t b = 0; b < bytes; b += 64) {
         __builtin_prefetch(k + b, 0, 3);
         __builtin_prefetch(v + b, 0, 3);
@@ -350,10 +467,31 @@ IFD__TARGET_AVX2 static void ifd__chunk_avx2(const float *q, const float *K, con
  *     over the chunk's positions in order (acc·corr first).
  */
 
-/* 8 f32 lanes of a raw K or V row at element e (e + 8 ≤ head_dim). */
-IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__kv8(const char *row, int e, const int dt)
+/* 8 f32 lanes of a raw K or V row at element e (e + 8 ≤ head_dim, e a
+ * multiple of 8). */
+IFD__TARGET_AVX2 IFD__INLINE __m256 ifd__kv8(const char *row, int e, int hd, const int dt)
 {
     switch (dt) {
+    case IFD_DTYPE_Q8_0:
+    case IFD_DTYPE_Q4_0: {
+        uint16_t h;
+        memcpy(&h, row + ifd__row_qbytes(dt, hd) + 2 * (e / IFD__QK), 2);
+        const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)h));
+        __m128i b;
+        if (dt == IFD_DTYPE_Q8_0) {
+            int64_t w;
+            memcpy(&w, row + e, 8);
+            b = _mm_cvtsi64_si128(w);
+            return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
+        }
+        int64_t w;
+        memcpy(&w, row + e / IFD__QK * 16 + e % 16, 8);
+        b = _mm_cvtsi64_si128(w);
+        if (e % IFD__QK >= 16)
+            b = _mm_srli_epi16(b, 4);
+        b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
+    }
     case IFD_DTYPE_F16:
         return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + e)));
     case IFD_DTYPE_BF16:
@@ -383,7 +521,7 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__scores_tile(const float *qb, const char *
         __m256 kv[8];
 #pragma GCC unroll 8
         for (int j = 0; j < JB; j++)
-            kv[j] = ifd__kv8(kr[j], e, dt);
+            kv[j] = ifd__kv8(kr[j], e, hd, dt);
 #pragma GCC unroll 4
         for (int u = 0; u < GB; u++) {
             const __m256 qv = _mm256_loadu_ps(qb + (int64_t)u * hd + e);
@@ -424,7 +562,7 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__pv_tile(float *ab, const float *corr, con
         __m256 v[8];
 #pragma GCC unroll 8
         for (int w = 0; w < DW; w++)
-            v[w] = w < nv ? ifd__kv8(vr, e0 + 8 * w, dt) : _mm256_setzero_ps();
+            v[w] = w < nv ? ifd__kv8(vr, e0 + 8 * w, hd, dt) : _mm256_setzero_ps();
 #pragma GCC unroll 4
         for (int u = 0; u < GB; u++) {
             const __m256 pb = _mm256_set1_ps(p[u][j]);
@@ -480,7 +618,7 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_avx2_rows(const float *q, const cha
                                                        int n, int G, int hd, float scale, float *m,
                                                        float *l, float *acc, const int dt)
 {
-    const int64_t stride = (int64_t)hd * (dt == IFD_DTYPE_F32 ? 4 : 2);
+    const int64_t stride = ifd__row_bytes(dt, hd);
     for (int g0 = 0; g0 < G; g0 += 4) {
         const float *qb = q + (int64_t)g0 * hd;
         float *ab = acc + (int64_t)g0 * hd;
@@ -501,15 +639,20 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_avx2_rows(const float *q, const cha
     }
 }
 
-/* A chunk of n rows at element offset base of the layer, in place. */
+/* A chunk of n rows at byte offset base of the layer, in place. */
 IFD__TARGET_AVX2 static void ifd__chunk_avx2_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
                                                 const float *q, int G, float scale, float *m,
                                                 float *l, float *acc)
 {
     const int hd = kv->head_dim;
-    const int64_t es = ifd_dtype_size(kv->dtype);
-    const char *K = (const char *)kv->k + base * es, *V = (const char *)kv->v + base * es;
+    const char *K = (const char *)kv->k + base, *V = (const char *)kv->v + base;
     switch (kv->dtype) {
+    case IFD_DTYPE_Q8_0:
+        ifd__chunk_avx2_rows(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_Q8_0);
+        return;
+    case IFD_DTYPE_Q4_0:
+        ifd__chunk_avx2_rows(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_Q4_0);
+        return;
     case IFD_DTYPE_F16:
         ifd__chunk_avx2_rows(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_F16);
         return;
@@ -548,11 +691,29 @@ IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__hsum16x16(const __m512 *d)
 
 /* 16 f32 lanes of a K or V row at element e, converted from the KV dtype:
  * the raw path reads f16/bf16 rows whole (head_dim a multiple of 16, so no
- * mask is needed); f32 rows may end in a masked vector. */
-IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__kv16(const void *row, int e, __mmask16 mk,
+ * mask is needed), Q8_0/Q4_0 rows dequantized (head_dim a multiple of 32);
+ * f32 rows may end in a masked vector. */
+IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__kv16(const void *row, int e, int hd, __mmask16 mk,
                                                 const int dt)
 {
     switch (dt) {
+    case IFD_DTYPE_Q8_0:
+    case IFD_DTYPE_Q4_0: {
+        const char *r = row;
+        uint16_t h;
+        memcpy(&h, r + ifd__row_qbytes(dt, hd) + 2 * (e / IFD__QK), 2);
+        const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
+        __m128i b;
+        if (dt == IFD_DTYPE_Q8_0) {
+            b = _mm_loadu_si128((const __m128i *)(const void *)(r + e));
+        } else {
+            b = _mm_loadu_si128((const __m128i *)(const void *)(r + e / IFD__QK * 16));
+            if (e % IFD__QK >= 16)
+                b = _mm_srli_epi16(b, 4);
+            b = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+        }
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), d);
+    }
     case IFD_DTYPE_F16:
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e)));
     case IFD_DTYPE_BF16:
@@ -572,8 +733,7 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void
                                                       int n, int G, int hd, float scale, float *m,
                                                       float *l, float *acc, const int dt)
 {
-    const int64_t es = dt == IFD_DTYPE_F32 ? 4 : 2;
-    const int64_t stride = (int64_t)hd * es; /* bytes per row */
+    const int64_t stride = ifd__row_bytes(dt, hd); /* bytes per row */
     const char *Kb = K, *Vb = V;
     const __mmask16 nm = ifd__mask16(n);
     for (int g = 0; g < G; g++) {
@@ -589,14 +749,14 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void
             __m512 qv = _mm512_loadu_ps(qg + e);
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
-                d[j] = _mm512_fmadd_ps(qv, ifd__kv16(Kb + j * stride, e, 0xffff, dt), d[j]);
+                d[j] = _mm512_fmadd_ps(qv, ifd__kv16(Kb + j * stride, e, hd, 0xffff, dt), d[j]);
         }
         if (e < hd) { /* f32 only */
             __mmask16 mk = ifd__mask16(hd - e);
             __m512 qv = _mm512_maskz_loadu_ps(mk, qg + e);
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
-                d[j] = _mm512_fmadd_ps(qv, ifd__kv16(Kb + j * stride, e, mk, dt), d[j]);
+                d[j] = _mm512_fmadd_ps(qv, ifd__kv16(Kb + j * stride, e, hd, mk, dt), d[j]);
         }
         const __m512 sv = _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), nm, ifd__hsum16x16(d),
                                              _mm512_set1_ps(scale));
@@ -626,8 +786,8 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void
 #pragma GCC unroll 4
                 for (int u = 0; u < 4; u++)
                     if (mk[u]) {
-                        a[u] = _mm512_fmadd_ps(pa, ifd__kv16(v0, e0 + 16 * u, mk[u], dt), a[u]);
-                        b[u] = _mm512_fmadd_ps(pb, ifd__kv16(v1, e0 + 16 * u, mk[u], dt), b[u]);
+                        a[u] = _mm512_fmadd_ps(pa, ifd__kv16(v0, e0 + 16 * u, hd, mk[u], dt), a[u]);
+                        b[u] = _mm512_fmadd_ps(pb, ifd__kv16(v1, e0 + 16 * u, hd, mk[u], dt), b[u]);
                     }
             }
             if (j < n) {
@@ -636,7 +796,7 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void
 #pragma GCC unroll 4
                 for (int u = 0; u < 4; u++)
                     if (mk[u])
-                        a[u] = _mm512_fmadd_ps(pa, ifd__kv16(v0, e0 + 16 * u, mk[u], dt), a[u]);
+                        a[u] = _mm512_fmadd_ps(pa, ifd__kv16(v0, e0 + 16 * u, hd, mk[u], dt), a[u]);
             }
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
@@ -647,17 +807,23 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void
 
 /* A chunk on AVX-512: a whole chunk (16 rows) is read in place in its own
  * dtype; a partial one, or a head_dim that is not a multiple of 16 with
- * 16-bit K/V, goes through f32 copies (K zero-padded to 16 rows). */
+ * 16-bit K/V, goes through f32 copies (K zero-padded to 16 rows; a block
+ * type's rows dequantized into them). */
 IFD__TARGET_AVX512 static void ifd__chunk_avx512_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
                                                     const float *q, int G, float scale, float *m,
                                                     float *l, float *acc, float *kbuf,
                                                     float *vbuf)
 {
     const int hd = kv->head_dim;
-    const int64_t es = ifd_dtype_size(kv->dtype);
-    const char *K = (const char *)kv->k + base * es, *V = (const char *)kv->v + base * es;
+    const char *K = (const char *)kv->k + base, *V = (const char *)kv->v + base;
     if (n == IFD__ATT_CHUNK && (kv->dtype == IFD_DTYPE_F32 || hd % 16 == 0)) {
         switch (kv->dtype) {
+        case IFD_DTYPE_Q8_0:
+            ifd__chunk_avx512(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_Q8_0);
+            return;
+        case IFD_DTYPE_Q4_0:
+            ifd__chunk_avx512(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_Q4_0);
+            return;
         case IFD_DTYPE_F16:
             ifd__chunk_avx512(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_F16);
             return;

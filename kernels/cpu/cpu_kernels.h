@@ -20,15 +20,34 @@
 
 #include "threadpool.h"
 
-/* Element type of the KV pool and of weights handed to kernels. */
+/* Element type of the KV pool and of weights handed to kernels. Q8_0 and
+ * Q4_0 are KV-only block types (32 values share one f16 scale, rows laid out
+ * as ifd_kv_row_bytes says); everything else takes F32/F16/BF16. */
 typedef enum {
     IFD_DTYPE_F32 = 0,
     IFD_DTYPE_F16 = 1,
     IFD_DTYPE_BF16 = 2,
+    IFD_DTYPE_Q8_0 = 3,
+    IFD_DTYPE_Q4_0 = 4,
 } ifd_dtype_t;
 
-/* Bytes per element of a dtype (4, 2, 2). */
+/* Bytes per element of a dtype (4, 2, 2); IFD_EINVAL for the block types. */
 int ifd_dtype_size(ifd_dtype_t t);
+
+/*
+ * Bytes of one K or V row (one token of one KV head, head_dim values) in the
+ * KV pool: head_dim · 4 / 2 / 2 for F32/F16/BF16; for the block types the
+ * row's quants followed by its scales (head_dim a multiple of 32):
+ *   Q8_0: int8 q[head_dim], then f16 d[head_dim / 32]       x[i] = q[i] · d[i / 32]
+ *   Q4_0: uint8 nib[head_dim / 2], then f16 d[head_dim / 32]; in the 16 bytes
+ *         of 32-value block b, byte j holds value 32b + j in its low nibble and
+ *         32b + 16 + j in its high one (GGML's q4_0 order); x = (nib − 8) · d
+ * The values are GGML's block_q8_0 / block_q4_0 (round to nearest as GGML's
+ * reference quantizers), with the scales moved after the quants so the
+ * quants of a row start at the row (docs/kvpool.md, "Quantized K/V").
+ * 0 for another dtype or a head_dim the type cannot hold.
+ */
+int64_t ifd_kv_row_bytes(ifd_dtype_t t, int head_dim);
 
 /* RoPE pairing: NORM = interleaved pairs (x[2i], x[2i+1]) — GGUF llama;
  * NEOX = halves (x[i], x[i + n_rot/2]) — HF, Gemma. */
@@ -103,21 +122,31 @@ int ifd_cpu_geglu_tanh(float *out, const float *gate, const float *up, /* [n] */
 
 /*
  * Paged KV cache, one layer. K and V each live in a region laid out
- * [block][kv_head][token_in_block][head_dim] of dtype `kv_dtype`; the block
- * id indexes the region (64-bit offsets).
+ * [block][kv_head][token_in_block] of rows of ifd_kv_row_bytes(dtype,
+ * head_dim) bytes; the block id indexes the region (64-bit offsets).
  */
 typedef struct {
     void *k;           /* layer's K region base */
     void *v;           /* layer's V region base */
-    ifd_dtype_t dtype; /* F32, F16 or BF16 */
+    ifd_dtype_t dtype; /* F32, F16, BF16, Q8_0 or Q4_0 */
     int block_size;    /* tokens per block (16 by default) */
     int n_kv_heads;
     int head_dim;
 } ifd_kv_layer_t;
 
+/* Dequantizes (or converts) one K/V row of head_dim values in `dtype` to
+ * f32: the values the attention kernel computes with. IFD_ENOTSUP as
+ * ifd_kv_row_bytes gives 0. */
+int ifd_cpu_kv_dequant_row(float *restrict y, /* [head_dim] */
+                           const void *restrict row, ifd_dtype_t dtype, int head_dim);
+
 /* Writes each token's K and V rows into its slot (slot = block * block_size
  * + offset); slot < 0 means padding and is skipped. F16/BF16 round to
- * nearest even. Single-threaded. IFD_ENOTSUP for another dtype. */
+ * nearest even; Q8_0/Q4_0 quantize each 32 values as GGML's reference
+ * quantizers (q8_0: d = amax / 127, q = round(x / d); q4_0: d = −max / 8
+ * with max the value of largest magnitude, q = min(15, (int)(x / d + 8.5))).
+ * Single-threaded. IFD_ENOTSUP for another dtype, or a block type with a
+ * head_dim that is not a multiple of 32. */
 int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
                      const float *k,       /* [n_tok, n_kv_heads, head_dim] */
                      const float *v,       /* [n_tok, n_kv_heads, head_dim] */
@@ -141,6 +170,9 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
  * threads, folded in the same order), so a row's result does not depend on
  * the batch or the thread count. Allocates a small workspace when it splits
  * (falls back to one thread per item if that fails).
+ * Q8_0/Q4_0 K/V are read in place, dequantized in registers (x = q · d in
+ * f32, the value ifd_cpu_kv_dequant_row gives), so the result is that of the
+ * f32 kernel on the dequantized values.
  * IFD_EINVAL: bad sizes, n_heads not a multiple of n_kv_heads, window < 0,
  * a needed block-table entry < 0 or pos[t] / block_size ≥ max_blocks
  * (checked before any work); IFD_ENOTSUP: head_dim > 256, more than 32

@@ -51,6 +51,9 @@ int ifd_dtype_size(ifd_dtype_t t)
     case IFD_DTYPE_F16:
     case IFD_DTYPE_BF16:
         return 2;
+    case IFD_DTYPE_Q8_0:
+    case IFD_DTYPE_Q4_0:
+        break; /* block types: ifd_kv_row_bytes */
     }
     return IFD_EINVAL;
 }

@@ -8,13 +8,19 @@
  * padding slots, and then runs one ragged batch mixing a prefill chunk on top
  * of cached context, a whole prompt, a first token and two decode tokens,
  * interleaved, plus padding rows (seq −1). Outputs start as NaN. Cases cover
- * f32/f16/bf16 KV, GQA group sizes 1..4, head dims 8..256 (not all multiples
- * of the SIMD width), block sizes 1..32 and sliding windows.
+ * f32/f16/bf16 and q8_0/q4_0 KV, GQA group sizes 1..4, head dims 8..256 (not
+ * all multiples of the SIMD width), block sizes 1..32 and sliding windows.
+ *
+ * Every row kv_write stored must be byte for byte what this file's own
+ * encoder gives (ref_encode: f16/bf16 rounding, and for q8_0/q4_0 GGML's
+ * reference quantizers in the row layout cpu_kernels.h documents); every row
+ * it did not store keeps its poison bytes.
  *
  * Tolerance: |out − ref| ≤ 4e-6 (outputs are convex combinations of V rows
- * with |v| ≤ 1; f32 scores and accumulation; the reference uses the K/V
- * values as stored, i.e. after f16/bf16 rounding). The pool's result must be
- * bitwise equal to the single-thread result.
+ * with |v| ≤ 1; f32 scores and accumulation; the double reference uses the
+ * K/V values as stored, i.e. after f16/bf16 rounding or quantization, decoded
+ * by ref_decode). The pool's result must be bitwise equal to the
+ * single-thread result.
  *
  * CTest runs this binary natively and with INFERD_CPU=avx2 / scalar.
  */
@@ -52,36 +58,71 @@ static void shuffle_int(int *a, int n)
     }
 }
 
-/* The value a dtype stores for x. */
-static float stored(ifd_dtype_t dt, float x)
+/* The bytes of one K/V row of hd values x as dtype dt stores them: f16/bf16
+ * rounded to nearest even, q8_0/q4_0 per 32 values as GGML's
+ * quantize_row_q8_0_ref / quantize_row_q4_0_ref, quants first then the f16
+ * scales. */
+static void ref_encode(uint8_t *row, ifd_dtype_t dt, const float *x, int hd)
 {
-    switch (dt) {
-    case IFD_DTYPE_F16:
-        return ifd_f16_to_f32(ifd_f32_to_f16(x));
-    case IFD_DTYPE_BF16:
-        return ifd_bf16_to_f32(ifd_f32_to_bf16(x));
-    default:
-        return x;
+    if (dt == IFD_DTYPE_F32) {
+        memcpy(row, x, sizeof(float) * (size_t)hd);
+        return;
+    }
+    if (dt == IFD_DTYPE_F16 || dt == IFD_DTYPE_BF16) {
+        for (int e = 0; e < hd; e++) {
+            const uint16_t h = dt == IFD_DTYPE_F16 ? ifd_f32_to_f16(x[e]) : ifd_f32_to_bf16(x[e]);
+            memcpy(row + 2 * e, &h, 2);
+        }
+        return;
+    }
+    const int qbytes = dt == IFD_DTYPE_Q8_0 ? hd : hd / 2;
+    for (int b = 0; b < hd / 32; b++) {
+        const float *v = x + 32 * b;
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; j++)
+            if (amax < fabsf(v[j]))
+                amax = fabsf(v[j]), max = v[j];
+        const float d = dt == IFD_DTYPE_Q8_0 ? amax / 127 : max / -8;
+        const float id = d ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; j++) {
+            if (dt == IFD_DTYPE_Q8_0) {
+                row[32 * b + j] = (uint8_t)(int8_t)roundf(v[j] * id);
+            } else if (j < 16) {
+                int lo = (int8_t)(v[j] * id + 8.5f), hi = (int8_t)(v[j + 16] * id + 8.5f);
+                lo = lo > 15 ? 15 : lo, hi = hi > 15 ? 15 : hi;
+                row[16 * b + j] = (uint8_t)(lo | hi << 4);
+            }
+        }
+        const uint16_t h = ifd_f32_to_f16(d);
+        memcpy(row + qbytes + 2 * b, &h, 2);
     }
 }
 
-static int is_poison(const void *region, ifd_dtype_t dt, int64_t i)
+/* The values a stored row holds. */
+static void ref_decode(float *y, ifd_dtype_t dt, const uint8_t *row, int hd)
 {
-    if (dt == IFD_DTYPE_F32)
-        return isnan(((const float *)region)[i]);
-    uint16_t h = ((const uint16_t *)region)[i];
-    return dt == IFD_DTYPE_F16 ? (h & 0x7fff) > 0x7c00 : (h & 0x7fff) > 0x7f80;
-}
-
-static float load_elem(const void *region, ifd_dtype_t dt, int64_t i)
-{
-    switch (dt) {
-    case IFD_DTYPE_F16:
-        return ifd_f16_to_f32(((const uint16_t *)region)[i]);
-    case IFD_DTYPE_BF16:
-        return ifd_bf16_to_f32(((const uint16_t *)region)[i]);
-    default:
-        return ((const float *)region)[i];
+    const int qbytes = dt == IFD_DTYPE_Q8_0 ? hd : hd / 2;
+    for (int e = 0; e < hd; e++) {
+        uint16_t h;
+        switch (dt) {
+        case IFD_DTYPE_F32:
+            memcpy(&y[e], row + 4 * e, 4);
+            break;
+        case IFD_DTYPE_F16:
+        case IFD_DTYPE_BF16:
+            memcpy(&h, row + 2 * e, 2);
+            y[e] = dt == IFD_DTYPE_F16 ? ifd_f16_to_f32(h) : ifd_bf16_to_f32(h);
+            break;
+        default:
+            memcpy(&h, row + qbytes + 2 * (e / 32), 2);
+            if (dt == IFD_DTYPE_Q8_0) {
+                y[e] = (float)(int8_t)row[e] * ifd_f16_to_f32(h);
+            } else {
+                const uint8_t byte = row[16 * (e / 32) + e % 16];
+                y[e] = (float)((e % 32 < 16 ? byte & 15 : byte >> 4) - 8) * ifd_f16_to_f32(h);
+            }
+            break;
+        }
     }
 }
 
@@ -100,9 +141,12 @@ typedef struct {
     int32_t *bt;  /* [NSEQ, max_blocks] */
     float *src_k; /* [NSEQ, maxlen, n_kv, hd] the f32 rows written */
     float *src_v;
+    float *ref_k; /* the same shape: the values stored (ref_decode ∘ ref_encode) */
+    float *ref_v;
     int maxlen;
     ifd_kv_layer_t kv;
-    int64_t pool_elems;
+    int64_t pool_rows; /* rows of row_bytes in each region */
+    int64_t row_bytes;
 } att_world_t;
 
 static float *src_row(const att_world_t *w, float *base, int s, int p, int h)
@@ -143,27 +187,32 @@ static void world_build(att_world_t *w, const att_cfg_t *cfg)
     w->kv.block_size = cfg->bs;
     w->kv.n_kv_heads = cfg->n_kv;
     w->kv.head_dim = cfg->hd;
-    w->pool_elems = (int64_t)n_blocks * cfg->n_kv * cfg->bs * cfg->hd;
-    const size_t es = (size_t)ifd_dtype_size(cfg->dt);
-    w->kv.k = malloc(es * (size_t)w->pool_elems);
-    w->kv.v = malloc(es * (size_t)w->pool_elems);
-    for (int64_t i = 0; i < w->pool_elems; i++) {
-        if (cfg->dt == IFD_DTYPE_F32) {
-            ((float *)w->kv.k)[i] = NAN;
-            ((float *)w->kv.v)[i] = NAN;
-        } else {
-            uint16_t nan16 = cfg->dt == IFD_DTYPE_F16 ? 0x7e00 : 0x7fc0;
-            ((uint16_t *)w->kv.k)[i] = nan16;
-            ((uint16_t *)w->kv.v)[i] = nan16;
-        }
-    }
+    w->pool_rows = (int64_t)n_blocks * cfg->n_kv * cfg->bs;
+    w->row_bytes = ifd_kv_row_bytes(cfg->dt, cfg->hd);
+    ck_assert_int_gt(w->row_bytes, 0);
+    /* Poison: all-ones bytes are NaN in every float type and a NaN scale. */
+    w->kv.k = malloc((size_t)(w->row_bytes * w->pool_rows));
+    w->kv.v = malloc((size_t)(w->row_bytes * w->pool_rows));
+    memset(w->kv.k, 0xff, (size_t)(w->row_bytes * w->pool_rows));
+    memset(w->kv.v, 0xff, (size_t)(w->row_bytes * w->pool_rows));
     const int64_t src_n = (int64_t)NSEQ * w->maxlen * cfg->n_kv * cfg->hd;
     w->src_k = malloc(sizeof(float) * (size_t)src_n);
     w->src_v = malloc(sizeof(float) * (size_t)src_n);
+    w->ref_k = malloc(sizeof(float) * (size_t)src_n);
+    w->ref_v = malloc(sizeof(float) * (size_t)src_n);
     for (int64_t i = 0; i < src_n; i++) {
         w->src_k[i] = rnd(-1, 1);
         w->src_v[i] = rnd(-1, 1);
     }
+    uint8_t *enc = malloc((size_t)w->row_bytes);
+    for (int64_t r = 0; r < src_n / cfg->hd; r++) {
+        const int64_t o = r * cfg->hd;
+        ref_encode(enc, cfg->dt, w->src_k + o, cfg->hd);
+        ref_decode(w->ref_k + o, cfg->dt, enc, cfg->hd);
+        ref_encode(enc, cfg->dt, w->src_v + o, cfg->hd);
+        ref_decode(w->ref_v + o, cfg->dt, enc, cfg->hd);
+    }
+    free(enc);
 
     /* Write every (seq, pos) through kv_write: shuffled, in batches of up to 13
      * tokens with a padding slot (−1) after every fifth token. */
@@ -205,31 +254,42 @@ static void world_build(att_world_t *w, const att_cfg_t *cfg)
 static void world_free(att_world_t *w)
 {
     free(w->bt), free(w->src_k), free(w->src_v), free(w->kv.k), free(w->kv.v);
+    free(w->ref_k), free(w->ref_v);
 }
 
-/* Every written element holds its stored value; every other one is still NaN. */
+/* Every written row holds ref_encode's bytes (and ifd_cpu_kv_dequant_row
+ * decodes them as ref_decode does); every other row still holds its poison. */
 static void check_pool(const att_world_t *w)
 {
     const att_cfg_t *cfg = w->cfg;
-    char *written = calloc((size_t)w->pool_elems, 1);
+    const size_t rb = (size_t)w->row_bytes;
+    char *written = calloc((size_t)w->pool_rows, 1);
+    uint8_t *want = malloc(rb);
+    float *got = malloc(sizeof(float) * (size_t)cfg->hd);
     for (int s = 0; s < NSEQ; s++)
         for (int p = 0; p < w->len[s]; p++)
             for (int h = 0; h < cfg->n_kv; h++) {
                 const int64_t blk = w->bt[s * w->max_blocks + p / cfg->bs];
-                const int64_t o = ((blk * cfg->n_kv + h) * cfg->bs + p % cfg->bs) * cfg->hd;
-                const float *sk = src_row(w, w->src_k, s, p, h),
-                            *sv = src_row(w, w->src_v, s, p, h);
-                for (int e = 0; e < cfg->hd; e++) {
-                    IFD_TASSERT(load_elem(w->kv.k, cfg->dt, o + e) == stored(cfg->dt, sk[e]));
-                    IFD_TASSERT(load_elem(w->kv.v, cfg->dt, o + e) == stored(cfg->dt, sv[e]));
-                    written[o + e] = 1;
+                const int64_t r = (blk * cfg->n_kv + h) * cfg->bs + p % cfg->bs;
+                for (int kv = 0; kv < 2; kv++) {
+                    const uint8_t *row = (const uint8_t *)(kv ? w->kv.v : w->kv.k) + r * (int64_t)rb;
+                    ref_encode(want, cfg->dt, src_row(w, kv ? w->src_v : w->src_k, s, p, h),
+                               cfg->hd);
+                    IFD_CHECK(memcmp(row, want, rb) == 0, "%c row of seq %d pos %d head %d",
+                              kv ? 'V' : 'K', s, p, h);
+                    ck_assert_int_eq(ifd_cpu_kv_dequant_row(got, row, cfg->dt, cfg->hd), 0);
+                    IFD_CHECK(memcmp(got, src_row(w, kv ? w->ref_v : w->ref_k, s, p, h),
+                                     sizeof(float) * (size_t)cfg->hd) == 0,
+                              "kv_dequant_row of seq %d pos %d head %d", s, p, h);
                 }
+                written[r] = 1;
             }
-    for (int64_t i = 0; i < w->pool_elems; i++)
-        if (!written[i])
-            IFD_CHECK(is_poison(w->kv.k, cfg->dt, i) && is_poison(w->kv.v, cfg->dt, i),
-                      "kv_write touched unused element %lld", (long long)i);
-    free(written);
+    for (int64_t r = 0; r < w->pool_rows; r++)
+        for (size_t i = 0; !written[r] && i < rb; i++)
+            IFD_CHECK(((const uint8_t *)w->kv.k)[r * (int64_t)rb + i] == 0xff &&
+                          ((const uint8_t *)w->kv.v)[r * (int64_t)rb + i] == 0xff,
+                      "kv_write touched unused row %lld", (long long)r);
+    free(written), free(want), free(got);
 }
 
 static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
@@ -325,10 +385,10 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
                 cfg->window > 0 && pos[t] - cfg->window + 1 > 0 ? pos[t] - cfg->window + 1 : 0;
             double mx = -INFINITY, sum = 0;
             for (int p = lo; p <= pos[t]; p++) {
-                const float *k = src_row(&w, w.src_k, s, p, kvh);
+                const float *k = src_row(&w, w.ref_k, s, p, kvh);
                 double d = 0;
                 for (int e = 0; e < hd; e++)
-                    d += (double)qh[e] * stored(cfg->dt, k[e]);
+                    d += (double)qh[e] * k[e];
                 sc[p] = d * scale;
                 mx = sc[p] > mx ? sc[p] : mx;
             }
@@ -337,7 +397,7 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
             for (int e = 0; e < hd; e++) {
                 double ref = 0;
                 for (int p = lo; p <= pos[t]; p++)
-                    ref += sc[p] / sum * stored(cfg->dt, src_row(&w, w.src_v, s, p, kvh)[e]);
+                    ref += sc[p] / sum * src_row(&w, w.ref_v, s, p, kvh)[e];
                 const double err = fabs(o[e] - ref);
                 IFD_CHECK(err <= 4e-6,
                           "attention t=%d (seq %d pos %d) head %d dim %d: %.9g ref %.9g", t, s,
@@ -358,6 +418,11 @@ static const att_cfg_t att_cfgs[] = {
     {8, 8, 40, 7, IFD_DTYPE_F32, 1},    /* window 1: only the token itself */
     {6, 2, 17, 5, IFD_DTYPE_F16, 3},    {16, 4, 128, 32, IFD_DTYPE_F32, 0},
     {2, 1, 8, 1, IFD_DTYPE_F32, 0},     {3, 3, 24, 3, IFD_DTYPE_F16, 40},
+    /* q8_0 / q4_0 blocks: SmolLM2, Gemma-like with a window, partial chunks
+     * (block sizes 5 and 3), a wide GQA group */
+    {9, 3, 64, 16, IFD_DTYPE_Q8_0, 0},  {9, 3, 64, 16, IFD_DTYPE_Q4_0, 0},
+    {4, 1, 256, 16, IFD_DTYPE_Q8_0, 5}, {6, 2, 32, 5, IFD_DTYPE_Q4_0, 3},
+    {16, 4, 128, 32, IFD_DTYPE_Q4_0, 0}, {3, 3, 96, 3, IFD_DTYPE_Q8_0, 40},
 };
 
 START_TEST(test_attention)
@@ -399,9 +464,75 @@ START_TEST(test_errors)
     ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_ENOTSUP);
     ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 1, 1, 0, NULL),
                      IFD_ENOTSUP);
+    /* the block types need head_dim a multiple of 32 */
+    kv.dtype = IFD_DTYPE_Q8_0;
+    ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_ENOTSUP);
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 1, 1, 0, NULL),
+                     IFD_ENOTSUP);
+    ck_assert_int_eq(ifd_cpu_kv_dequant_row(out, kbuf, IFD_DTYPE_Q4_0, 8), IFD_ENOTSUP);
     kv.dtype = IFD_DTYPE_F32;
     kv.block_size = 0;
     ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_EINVAL);
+}
+END_TEST
+
+/* The row sizes (kvpool.h's ifd_kvpool_row_bytes gives the same numbers,
+ * pinned in test_kvpool) and the enum values the pool's dtype codes equal. */
+START_TEST(test_row_bytes)
+{
+    ck_assert_int_eq(IFD_DTYPE_Q8_0, 3);
+    ck_assert_int_eq(IFD_DTYPE_Q4_0, 4);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_F32, 64), 256);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_F16, 64), 128);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_BF16, 64), 128);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_Q8_0, 64), 68);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_Q4_0, 64), 36);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_Q8_0, 256), 272);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_Q4_0, 256), 144);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_Q8_0, 48), 0);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_Q4_0, 0), 0);
+    ck_assert_int_eq(ifd_kv_row_bytes((ifd_dtype_t)9, 64), 0);
+}
+END_TEST
+
+/* Quantizer edge cases against ref_encode: all zeros (scale 0), one large
+ * negative value, small integers, the q4_0 clamp at 15 (−max). */
+START_TEST(test_quant_edges)
+{
+    const ifd_dtype_t dts[2] = {IFD_DTYPE_Q8_0, IFD_DTYPE_Q4_0};
+    float x[64];
+    for (int c = 0; c < 4; c++) {
+        for (int e = 0; e < 64; e++)
+            x[e] = c == 0 ? 0.0f : c == 1 ? (e == 7 ? -5.0f : 0.01f * (float)e)
+                         : c == 2 ? (float)(e % 9) - 4.0f : (e == 40 ? 8.0f : -1.0f);
+        for (int i = 0; i < 2; i++) {
+            uint8_t want[68], got[68];
+            float k[2 * 64], y[64], ref[64];
+            memcpy(k, x, sizeof x);
+            memcpy(k + 64, x, sizeof x);
+            ifd_kv_layer_t kv = {got, got, dts[i], 1, 1, 64};
+            const int64_t slot = 0;
+            ck_assert_int_eq(ifd_cpu_kv_write(&kv, k, k + 64, &slot, 1), 0);
+            ref_encode(want, dts[i], x, 64);
+            IFD_CHECK(memcmp(got, want, (size_t)ifd_kv_row_bytes(dts[i], 64)) == 0,
+                      "case %d dtype %d", c, (int)dts[i]);
+            ck_assert_int_eq(ifd_cpu_kv_dequant_row(y, got, dts[i], 64), 0);
+            ref_decode(ref, dts[i], want, 64);
+            ck_assert_int_eq(memcmp(y, ref, sizeof y), 0);
+            /* round to nearest: within half a step (q8_0) / one step (q4_0's
+             * asymmetric range: −max lands on 7·d) of the input, plus the f16
+             * rounding of the scale (|q| · 2^-11 steps) */
+            for (int e = 0; e < 64; e++) {
+                float amax = 0;
+                for (int j = e / 32 * 32; j < e / 32 * 32 + 32; j++)
+                    amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+                const float step = dts[i] == IFD_DTYPE_Q8_0 ? amax / 127 : amax / 8;
+                const float bound = dts[i] == IFD_DTYPE_Q8_0 ? 0.5f + 127.0f / 2048 : 1.0f + 8.0f / 2048;
+                IFD_CHECK(fabsf(y[e] - x[e]) <= bound * step + 1e-7f,
+                          "case %d dtype %d elem %d: %g for %g", c, (int)dts[i], e, y[e], x[e]);
+            }
+        }
+    }
 }
 END_TEST
 
@@ -412,6 +543,8 @@ static Suite *attention_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_attention, 0, (int)(sizeof att_cfgs / sizeof att_cfgs[0]));
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_row_bytes);
+    tcase_add_test(tc, test_quant_edges);
     suite_add_tcase(s, tc);
     return s;
 }
