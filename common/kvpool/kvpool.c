@@ -63,24 +63,42 @@
 
 /* ---- geometry ------------------------------------------------------------------ */
 
-static int kv_dtype_size(int dtype)
+static const char *const kv_dtype_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0"}; /* index = dtype */
+enum { KV_N_DTYPES = sizeof kv_dtype_names / sizeof kv_dtype_names[0], KV_QK = 32 };
+
+uint64_t ifd_kvpool_row_bytes(ifd_kv_dtype_t t, int head_dim)
 {
-    switch (dtype) {
+    if (head_dim <= 0)
+        return 0;
+    const uint64_t hd = (uint64_t)head_dim;
+    switch (t) {
     case IFD_KV_F32:
-        return 4;
+        return hd * 4;
     case IFD_KV_F16:
     case IFD_KV_BF16:
-        return 2;
+        return hd * 2;
+    case IFD_KV_Q8_0:
+    case IFD_KV_Q4_0: /* quants, then one f16 scale per 32 values */
+        return hd % KV_QK ? 0 : (t == IFD_KV_Q8_0 ? hd : hd / 2) + hd / KV_QK * 2;
     default:
         return 0;
     }
 }
 
+bool ifd_kv_dtype_quantized(ifd_kv_dtype_t t)
+{
+    return t == IFD_KV_Q8_0 || t == IFD_KV_Q4_0;
+}
+
+const char *ifd_kv_dtype_name(ifd_kv_dtype_t t)
+{
+    return (unsigned)t < KV_N_DTYPES ? kv_dtype_names[t] : "?";
+}
+
 int ifd_kv_dtype_parse(const char *name, ifd_kv_dtype_t *out)
 {
-    static const char *const names[] = {"f32", "f16", "bf16"}; /* index = ifd_kv_dtype_t */
-    for (int i = 0; i < 3; i++) {
-        if (name && strcmp(name, names[i]) == 0) {
+    for (int i = 0; i < KV_N_DTYPES; i++) {
+        if (name && strcmp(name, kv_dtype_names[i]) == 0) {
             *out = (ifd_kv_dtype_t)i;
             return 0;
         }
@@ -103,10 +121,10 @@ ifd_kvpool_params_t ifd_kvpool_default_params(void)
 
 uint64_t ifd_kvpool_block_bytes(const ifd_kvpool_params_t *p)
 {
-    int es = kv_dtype_size(p->dtype);
-    if (es == 0 || p->n_kv_heads <= 0 || p->block_size <= 0 || p->head_dim <= 0)
+    const uint64_t rb = ifd_kvpool_row_bytes(p->dtype, p->head_dim);
+    if (rb == 0 || p->n_kv_heads <= 0 || p->block_size <= 0)
         return 0;
-    return (uint64_t)p->n_kv_heads * (uint64_t)p->block_size * (uint64_t)p->head_dim * (uint64_t)es;
+    return (uint64_t)p->n_kv_heads * (uint64_t)p->block_size * rb;
 }
 
 static uint64_t kv_align64(uint64_t x)
@@ -146,14 +164,17 @@ static int kv_layout(int64_t n_total, int block_size, int n_workers, kv_layout_t
 static int kv_validate_params(const ifd_kvpool_params_t *p, int64_t *n_blocks_out)
 {
     if (p->n_layers <= 0 || p->n_layers > 4096 || p->n_kv_heads <= 0 || p->n_kv_heads > 4096 ||
-        p->head_dim <= 0 || p->head_dim > 65536 || kv_dtype_size(p->dtype) == 0 ||
+        p->head_dim <= 0 || p->head_dim > 65536 || ifd_kvpool_row_bytes(p->dtype, p->head_dim) == 0 ||
         p->block_size <= 0 || p->block_size > IFD_KVPOOL_MAX_BLOCK_SIZE || p->n_devices <= 0 ||
         p->n_devices > IFD_KVPOOL_MAX_DEVICES || p->n_workers <= 0 ||
         p->n_workers > IFD_KVPOOL_MAX_WORKERS) {
-        IFD_ERROR("kvpool: bad geometry (layers %d, kv heads %d, head dim %d, dtype %d, "
+        IFD_ERROR("kvpool: bad geometry (layers %d, kv heads %d, head dim %d, dtype %d%s, "
                   "block size %d, devices %d, workers %d)",
-                  p->n_layers, p->n_kv_heads, p->head_dim, (int)p->dtype, p->block_size,
-                  p->n_devices, p->n_workers);
+                  p->n_layers, p->n_kv_heads, p->head_dim, (int)p->dtype,
+                  ifd_kv_dtype_quantized(p->dtype) && p->head_dim % KV_QK
+                      ? ": q8_0/q4_0 need a head dim that is a multiple of 32"
+                      : "",
+                  p->block_size, p->n_devices, p->n_workers);
         return IFD_EINVAL;
     }
     for (int d = 0; d < p->n_devices; d++) {

@@ -77,16 +77,34 @@
 #define IFD_KVPOOL_DEFAULT_WORKERS    16
 
 /* Element type of K/V. The values are those of ifd_dtype_t in
- * kernels/cpu/cpu_kernels.h (IFD_DTYPE_F32/F16/BF16), which common/ may not
- * include: the two enums must stay equal. */
+ * kernels/cpu/cpu_kernels.h (IFD_DTYPE_F32/F16/BF16/Q8_0/Q4_0), which common/
+ * may not include: the two enums, and ifd_kvpool_row_bytes with the kernels'
+ * ifd_kv_row_bytes, must stay equal (test_cpu_attention pins both). Q8_0 and
+ * Q4_0 are blocks of 32 values with one f16 scale (docs/kvpool.md,
+ * "Quantized K/V"); they need head_dim a multiple of 32 and only the CPU
+ * backend reads them. */
 typedef enum {
     IFD_KV_F32 = 0,
     IFD_KV_F16 = 1,
     IFD_KV_BF16 = 2,
+    IFD_KV_Q8_0 = 3,
+    IFD_KV_Q4_0 = 4,
 } ifd_kv_dtype_t;
 
-/* "f32", "f16" or "bf16" (the kv_dtype setting) → *out. 0 or IFD_EINVAL. */
+/* "f32", "f16", "bf16", "q8_0" or "q4_0" (the kv_dtype setting) → *out.
+ * 0 or IFD_EINVAL. */
 int ifd_kv_dtype_parse(const char *name, ifd_kv_dtype_t *out);
+
+/* The setting's name of a dtype ("f16", …); "?" for another value. */
+const char *ifd_kv_dtype_name(ifd_kv_dtype_t t);
+
+/* True for the block types (Q8_0, Q4_0): CPU only. */
+bool ifd_kv_dtype_quantized(ifd_kv_dtype_t t);
+
+/* Bytes of one token's K (or V) row of one KV head: head_dim · 4 / 2 / 2,
+ * Q8_0 head_dim + head_dim/16, Q4_0 head_dim/2 + head_dim/16; 0 for a bad
+ * dtype or a head_dim a block type cannot hold. */
+uint64_t ifd_kvpool_row_bytes(ifd_kv_dtype_t t, int head_dim);
 
 /* Where a device's data segment lives. */
 typedef enum {
@@ -120,7 +138,7 @@ typedef struct {
 ifd_kvpool_params_t ifd_kvpool_default_params(void);
 
 /* Bytes of one block in one layer's K (or V) region:
- * n_kv_heads * block_size * head_dim * dtype size. */
+ * n_kv_heads * block_size * ifd_kvpool_row_bytes(dtype, head_dim). */
 uint64_t ifd_kvpool_block_bytes(const ifd_kvpool_params_t *p);
 
 typedef struct ifd_kvpool ifd_kvpool_t;

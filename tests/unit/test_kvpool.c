@@ -160,8 +160,18 @@ START_TEST(test_dtype_names)
     ck_assert_int_eq(t, IFD_KV_F16);
     ck_assert_int_eq(ifd_kv_dtype_parse("bf16", &t), 0);
     ck_assert_int_eq(t, IFD_KV_BF16);
+    ck_assert_int_eq(ifd_kv_dtype_parse("q8_0", &t), 0);
+    ck_assert_int_eq(t, IFD_KV_Q8_0);
+    ck_assert_int_eq(ifd_kv_dtype_parse("q4_0", &t), 0);
+    ck_assert_int_eq(t, IFD_KV_Q4_0);
+    ck_assert_str_eq(ifd_kv_dtype_name(IFD_KV_Q4_0), "q4_0");
+    ck_assert_str_eq(ifd_kv_dtype_name(IFD_KV_BF16), "bf16");
+    ck_assert_str_eq(ifd_kv_dtype_name((ifd_kv_dtype_t)5), "?");
+    ck_assert(ifd_kv_dtype_quantized(IFD_KV_Q8_0) && ifd_kv_dtype_quantized(IFD_KV_Q4_0));
+    ck_assert(!ifd_kv_dtype_quantized(IFD_KV_F16) && !ifd_kv_dtype_quantized(IFD_KV_F32));
     ck_assert_int_eq(ifd_kv_dtype_parse("f32", &t), 0);
     ck_assert_int_eq(t, IFD_KV_F32);
+    ck_assert_int_eq(ifd_kv_dtype_parse("q8", &t), IFD_EINVAL);
     ck_assert_int_eq(ifd_kv_dtype_parse("F16", &t), IFD_EINVAL);
     ck_assert_int_eq(ifd_kv_dtype_parse("", &t), IFD_EINVAL);
     ck_assert_int_eq(ifd_kv_dtype_parse(NULL, &t), IFD_EINVAL);
@@ -178,6 +188,18 @@ START_TEST(test_params_and_geometry)
     ck_assert_int_eq(IFD_KV_F32, 0);
     ck_assert_int_eq(IFD_KV_F16, 1);
     ck_assert_int_eq(IFD_KV_BF16, 2);
+    ck_assert_int_eq(IFD_KV_Q8_0, 3);
+    ck_assert_int_eq(IFD_KV_Q4_0, 4);
+    /* row sizes: the kernels' ifd_kv_row_bytes gives the same (test_cpu_attention) */
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_F32, 64), 256);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_F16, 64), 128);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_BF16, 64), 128);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q8_0, 64), 68);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q4_0, 64), 36);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q8_0, 256), 272);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q4_0, 256), 144);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q8_0, 48), 0);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q4_0, 0), 0);
 
     ifd_kvpool_params_t p = small_params(0);
     ck_assert_uint_eq(ifd_kvpool_block_bytes(&p), NH * BS * HD * 4);
@@ -207,8 +229,19 @@ START_TEST(test_params_and_geometry)
     assert_ok(pool);
     ifd_kvpool_destroy(pool);
 
-    ifd_kvpool_params_t bad[6];
-    for (int i = 0; i < 6; i++)
+    /* a q8_0 pool: the scales inside each block */
+    p = small_params(0);
+    p.head_dim = 64;
+    p.dtype = IFD_KV_Q8_0;
+    ck_assert_uint_eq(ifd_kvpool_block_bytes(&p), NH * BS * 68);
+    p.bytes_budget = 3 * 2 * NL * ifd_kvpool_block_bytes(&p);
+    ck_assert_int_eq(ifd_kvpool_create(&p, &pool), 0);
+    ck_assert_int_eq(ifd_kvpool_n_blocks(pool), 3);
+    ck_assert_uint_eq(ifd_kvpool_segment_bytes(pool), 3 * 2 * NL * (uint64_t)(NH * BS * 68));
+    ifd_kvpool_destroy(pool);
+
+    ifd_kvpool_params_t bad[7];
+    for (int i = 0; i < 7; i++)
         bad[i] = small_params(8);
     bad[0].n_layers = 0;
     bad[1].dtype = (ifd_kv_dtype_t)7;
@@ -216,7 +249,8 @@ START_TEST(test_params_and_geometry)
     bad[3].n_blocks = 0; /* and no budget */
     bad[4].n_workers = 0;
     bad[5].n_devices = IFD_KVPOOL_MAX_DEVICES + 1;
-    for (int i = 0; i < 6; i++) {
+    bad[6].dtype = IFD_KV_Q4_0; /* head dim 4: not a multiple of 32 */
+    for (int i = 0; i < 7; i++) {
         ck_assert_int_eq(ifd_kvpool_create(&bad[i], &pool), IFD_EINVAL);
         ck_assert_ptr_null(pool);
     }

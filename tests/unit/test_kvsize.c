@@ -6,11 +6,14 @@
  * CPU backend with a scripted free-memory reading: its steps are valid
  * batches for the model, the parts are the differences of the readings, a
  * failing reading or bad parameters are reported. (On the CUDA emulator,
- * with real memory and graphs: test_daemon_gpu_emu.)
+ * with real memory and graphs: test_daemon_gpu_emu.) And the capacity per KV
+ * type: q8_0 / q4_0 blocks hold 1.88× / 3.55× the 2k-token sequences of
+ * f16 in the same budget (docs/kvpool.md, "Quantized K/V").
  */
 #include "testutil.h"
 
 #include "error.h"
+#include "kvpool/kvpool.h"
 #include "worker/backend.h"
 #include "worker/kvprobe.h"
 #include "worker/kvsize.h"
@@ -117,9 +120,51 @@ START_TEST(test_warmup_cpu)
 }
 END_TEST
 
+/* 2048-token sequences a budget of `budget` bytes holds with K/V in dtype t:
+ * counted by the pool itself (a pool created with that budget) and by the
+ * GPU sizing arithmetic (the same budget free on a device), which agree. */
+static int64_t seqs_2k(int n_layers, int n_kv_heads, int head_dim, ifd_kv_dtype_t t,
+                       uint64_t budget)
+{
+    ifd_kvpool_params_t p = ifd_kvpool_default_params();
+    p.n_layers = n_layers, p.n_kv_heads = n_kv_heads, p.head_dim = head_dim, p.dtype = t;
+    p.bytes_budget = budget;
+    const uint64_t all_layers = 2 * (uint64_t)n_layers * ifd_kvpool_block_bytes(&p);
+    const int64_t gpu_blocks = ifd_kvsize_blocks(budget, budget, 1.0, 0, all_layers);
+    ifd_kvpool_t *pool = NULL;
+    ck_assert_int_eq(ifd_kvpool_create(&p, &pool), 0);
+    ck_assert_int_eq(ifd_kvpool_n_blocks(pool), gpu_blocks);
+    ifd_kvpool_destroy(pool);
+    return gpu_blocks / (2048 / p.block_size);
+}
+
+START_TEST(test_capacity_per_dtype)
+{
+    /* SmolLM2-135M (30 layers, 3 KV heads of 64) and Gemma 3 270M's global
+     * geometry (1 KV head of 256) in 1 GiB */
+    static const int geo[2][3] = {{30, 3, 64}, {18, 1, 256}};
+    for (int g = 0; g < 2; g++) {
+        const uint64_t budget = GIB;
+        const int64_t f16 = seqs_2k(geo[g][0], geo[g][1], geo[g][2], IFD_KV_F16, budget);
+        const int64_t q8 = seqs_2k(geo[g][0], geo[g][1], geo[g][2], IFD_KV_Q8_0, budget);
+        const int64_t q4 = seqs_2k(geo[g][0], geo[g][1], geo[g][2], IFD_KV_Q4_0, budget);
+        printf("geometry %d: 2k-token sequences in 1 GiB: f16 %lld, q8_0 %lld (%.3fx), "
+               "q4_0 %lld (%.3fx)\n",
+               g, (long long)f16, (long long)q8, (double)q8 / (double)f16, (long long)q4,
+               (double)q4 / (double)f16);
+        ck_assert_int_gt(f16, 10);
+        /* 16 bits against 8.5 (q8_0) and 4.5 (q4_0) per value: 1.882x and
+         * 3.556x, less one sequence of rounding */
+        ck_assert_int_ge(q8 * 1000, 1860 * f16);
+        ck_assert_int_ge(q4 * 1000, 3500 * f16);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kvsize");
-    ifd_test_case(s, "kvsize", 0, IFD_TESTS(test_blocks, test_margin, test_warmup_cpu));
+    ifd_test_case(s, "kvsize", 0,
+                  IFD_TESTS(test_blocks, test_margin, test_warmup_cpu, test_capacity_per_dtype));
     return ifd_test_run(s);
 }
