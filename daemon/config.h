@@ -57,7 +57,8 @@
     X(worker_binary, STR, "", 0, "PATH", 0, 0,                                                 \
       "the inferd-worker program; default: next to inferd, else $PATH")                        \
     X(kv_budget, BYTES, "1G", 0, "BYTES", 1 << 20, 0, "KV cache memory per device")            \
-    X(kv_dtype, STR, "f16", 0, "TYPE", 0, 0, "KV cache element type: f32, f16 or bf16")        \
+    X(kv_dtype, STR, "f16", 0, "TYPE", 0, 0,                                                   \
+      "KV cache element type: f32, f16, bf16, q8_0 or q4_0 (CPU)")                             \
     X(weights_dtype, STR, "auto", 0, "TYPE", 0, 0,                                             \
       "CPU workers' weights: auto (quantized types stay quantized, 8-bit activations) or f32 " \
       "(all dequantized to f32: the exact, slower path)")                                      \

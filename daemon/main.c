@@ -777,7 +777,13 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
     }
     ifd_kv_dtype_t dt;
     if (ifd_kv_dtype_parse(d->cfg.kv_dtype, &dt) != 0) {
-        snprintf(err, errlen, "kv_dtype '%s': expected f32, f16 or bf16", d->cfg.kv_dtype);
+        snprintf(err, errlen, "kv_dtype '%s': expected f32, f16, bf16, q8_0 or q4_0",
+                 d->cfg.kv_dtype);
+        return IFD_EINVAL;
+    }
+    if (d->n_gpus && ifd_kv_dtype_quantized(dt)) {
+        snprintf(err, errlen, "kv_dtype '%s' is CPU only: with gpus the KV cache is f16 or bf16",
+                 d->cfg.kv_dtype);
         return IFD_EINVAL;
     }
     if (strcmp(d->cfg.weights_dtype, "auto") != 0 && strcmp(d->cfg.weights_dtype, "f32") != 0) {

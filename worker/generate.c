@@ -34,6 +34,7 @@ ifd_generate_params_t ifd_generate_default_params(void)
     p.n_predict = 128;
     p.use_cache = true;
     p.prefill_chunk = 512;
+    p.kv_dtype = -1;
     p.sampling = ifd_sampling_default_params();
     p.sampling.temperature = 0.0f;
     return p;
@@ -204,6 +205,8 @@ static int ifd__gen_pools(ifd__gen_t *g, const ifd_model_config_t *cfg,
         kp.dtype = lkp.dtype = IFD_KV_F16;
         kp.kind[0] = lkp.kind[0] = IFD_KVSEG_CUDA_VMM;
     }
+    if (p->kv_dtype >= 0)
+        kp.dtype = lkp.dtype = (ifd_kv_dtype_t)p->kv_dtype;
     if (two) {
         /* the window before a run's first token, the run (a prefill chunk,
          * or the whole context without the cache), block edges */

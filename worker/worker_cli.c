@@ -93,6 +93,8 @@ static void ifd__usage(FILE *f)
             "  --dump-logits F.npy   float32 logits of every prompt position and generated\n"
             "                        step, shape [rows, vocab]\n"
             "  --block-size N        KV tokens per block (default 16)\n"
+            "  --kv-dtype T          KV element type: f32 (the CPU's default), f16, bf16, or\n"
+            "                        the CPU-only q8_0 / q4_0 blocks (docs/kvpool.md)\n"
             "  --prefill-chunk N     prompt tokens per forward (default 512)\n"
             "  --kv-local-pool       a model with sliding-window and global layers: the local\n"
             "                        layers' K/V in a pool that holds only their window\n"
@@ -523,6 +525,11 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
         snprintf(err, sizeof err, "--kv-dtype '%s': expected f32, f16 or bf16", po->kv_dtype);
         goto out;
     }
+    if (ifd_kv_dtype_quantized(kvd)) {
+        snprintf(err, sizeof err, "--kv-dtype %s is CPU only: a GPU's KV is f32, f16 or bf16",
+                 po->kv_dtype);
+        goto out;
+    }
     if (!o->model) {
         snprintf(err, sizeof err, "--kv-probe needs --model (with --random-weights: the "
                                   "tokenizer's model)");
@@ -841,9 +848,17 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
     case OPT_BACKEND:
         go->backend = arg;
         break;
-    case OPT_KV_DTYPE:
+    case OPT_KV_DTYPE: {
+        ifd_kv_dtype_t t;
+        if (ifd_kv_dtype_parse(arg, &t) != 0) {
+            fprintf(stderr, "inferd-worker: --kv-dtype '%s': expected f32, f16, bf16, q8_0 or "
+                            "q4_0\n", arg);
+            return 2;
+        }
         cli->po.kv_dtype = arg;
+        go->gp.kv_dtype = (int)t; /* generation's KV too */
         break;
+    }
     case OPT_KV_LOCAL:
         go->gp.local_pool = true;
         break;

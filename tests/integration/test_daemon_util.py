@@ -69,6 +69,8 @@ class Daemon:
         self.inferd = inferd
         cmd = [inferd, "--model", model_path(), "--socket", self.sock,
                "--workers", str(workers), "--kv-budget", "256M"] + list(args)
+        if os.environ.get("INFERD_TEST_KV_DTYPE"):  # the KV type's runs (test_daemon_crash_q8_0)
+            cmd += ["--kv-dtype", os.environ["INFERD_TEST_KV_DTYPE"]]
         e = dict(os.environ)
         e.pop("NOTIFY_SOCKET", None)
         e.pop("LISTEN_FDS", None)

@@ -7,6 +7,11 @@
  *  - a pool too small for all requests still completes every one of them,
  *    with the same outputs.
  *
+ * The K/V are f32; `test_engine_model --kv-dtype T` runs the same three with
+ * the pool in T (CTest: test_engine_model_q8_0 / _q4_0, the quantized CPU
+ * blocks of docs/kvpool.md): batch invariance, prefix reuse and preemption
+ * must hold for every KV type.
+ *
  * With $INFERD_TEST_SANITIZED (the ASan+UBSan build) it runs 4 requests of
  * 5 to 42 prompt tokens instead of 32 of 5 to 124 (the small pool still
  * preempts, the repeated prompt still reuses 2 blocks): the same paths in a
@@ -57,7 +62,7 @@ static ifd_model_t *model;
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
 static const ifd_kv_dtype_t kv_dtype = IFD_KV_F16; /* the CUDA attention kernels' */
 #else
-static const ifd_kv_dtype_t kv_dtype = IFD_KV_F32;
+static ifd_kv_dtype_t kv_dtype = IFD_KV_F32; /* --kv-dtype T */
 #endif
 
 typedef struct {
@@ -464,6 +469,26 @@ static void reattach(ifd_kvseg_kind_t kind)
     ifd_kvpool_destroy(pool);
 }
 
+/* The quantized KV blocks are CPU only: the CUDA backend's engine refuses a
+ * q8_0 or q4_0 pool (IFD_ENOTSUP, logged) before binding anything. */
+START_TEST(test_quantized_kv_refused)
+{
+    const ifd_kv_dtype_t q[2] = {IFD_KV_Q8_0, IFD_KV_Q4_0};
+    for (int i = 0; i < 2; i++) {
+        ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(model));
+        kp.dtype = q[i];
+        kp.n_blocks = 4;
+        kp.n_workers = 1;
+        kp.kind[0] = kv_kind;
+        ifd_kvpool_t *pool;
+        ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
+        ifd_engine_model_t em;
+        ck_assert_int_eq(ifd_engine_model_from(&em, model, pool, 0), IFD_ENOTSUP);
+        ifd_kvpool_destroy(pool);
+    }
+}
+END_TEST
+
 START_TEST(test_killed_worker_finds_prefixes)
 {
     reattach(IFD_KVSEG_CUDA_VMM);
@@ -477,9 +502,23 @@ START_TEST(test_ipc_creator_killed_rebuilds)
 END_TEST
 #endif
 
-int main(void)
+int main(int argc, char **argv)
 {
     char path[4096], err[512] = "";
+#ifndef IFD_TEST_ENGINE_CUDA_EMU
+    if (argc == 3 && strcmp(argv[1], "--kv-dtype") == 0) {
+        if (ifd_kv_dtype_parse(argv[2], &kv_dtype) != 0) {
+            fprintf(stderr, "--kv-dtype '%s': expected f32, f16, bf16, q8_0 or q4_0\n", argv[2]);
+            return 2;
+        }
+        printf("KV dtype %s\n", argv[2]);
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: %s [--kv-dtype T]\n", argv[0]);
+        return 2;
+    }
+#else
+    (void)argc, (void)argv;
+#endif
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
     ifd_model_config_t cfg;
     const char *src = getenv("INFERD_SOURCE_DIR");
@@ -520,6 +559,7 @@ int main(void)
     tcase_add_test(tc, test_small_pool_completes_all);
     tcase_add_test(tc, test_repeated_prompt_reuses_blocks);
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
+    tcase_add_test(tc, test_quantized_kv_refused);
     /* last: they fork worker processes (a failed check there ends the child) */
     tcase_add_test(tc, test_killed_worker_finds_prefixes);
     tcase_add_test(tc, test_ipc_creator_killed_rebuilds);
