@@ -15,7 +15,7 @@
  *
  *   bench_engine [--model PATH] [--requests N] [--prompt P] [--output O]
  *                [--concurrency 1,4,16,64] [--budget B] [--threads T]
- *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16]
+ *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16|q8_0|q4_0]
  *                [--prefill-cap auto,off,N,...] [--weights-dtype auto|f32]
  *                [--backend cpu|cuda|cuda-f32]
  *                [--step-ratio R] [--simulate A,B]
@@ -212,7 +212,8 @@ static int check_opts(opts_t *o)
         o->model = o->path;
     }
     if (ifd_kv_dtype_parse(o->kv_name, &o->kv_dtype) != 0) {
-        fprintf(stderr, "bench_engine: --kv-dtype '%s': expected f32, f16 or bf16\n",
+        fprintf(stderr,
+                "bench_engine: --kv-dtype '%s': expected f32, f16, bf16, q8_0 or q4_0\n",
                 o->kv_name);
         return 2;
     }

@@ -63,7 +63,8 @@
 
 /* ---- geometry ------------------------------------------------------------------ */
 
-static const char *const kv_dtype_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0"}; /* index = dtype */
+static const char *const kv_dtype_names[] = {"f32", "f16", "bf16", "q8_0",
+                                             "q4_0"}; /* index = dtype */
 enum { KV_N_DTYPES = sizeof kv_dtype_names / sizeof kv_dtype_names[0], KV_QK = 32 };
 
 uint64_t ifd_kvpool_row_bytes(ifd_kv_dtype_t t, int head_dim)
@@ -164,8 +165,9 @@ static int kv_layout(int64_t n_total, int block_size, int n_workers, kv_layout_t
 static int kv_validate_params(const ifd_kvpool_params_t *p, int64_t *n_blocks_out)
 {
     if (p->n_layers <= 0 || p->n_layers > 4096 || p->n_kv_heads <= 0 || p->n_kv_heads > 4096 ||
-        p->head_dim <= 0 || p->head_dim > 65536 || ifd_kvpool_row_bytes(p->dtype, p->head_dim) == 0 ||
-        p->block_size <= 0 || p->block_size > IFD_KVPOOL_MAX_BLOCK_SIZE || p->n_devices <= 0 ||
+        p->head_dim <= 0 || p->head_dim > 65536 ||
+        ifd_kvpool_row_bytes(p->dtype, p->head_dim) == 0 || p->block_size <= 0 ||
+        p->block_size > IFD_KVPOOL_MAX_BLOCK_SIZE || p->n_devices <= 0 ||
         p->n_devices > IFD_KVPOOL_MAX_DEVICES || p->n_workers <= 0 ||
         p->n_workers > IFD_KVPOOL_MAX_WORKERS) {
         IFD_ERROR("kvpool: bad geometry (layers %d, kv heads %d, head dim %d, dtype %d%s, "

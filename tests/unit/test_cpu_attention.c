@@ -272,7 +272,8 @@ static void check_pool(const att_world_t *w)
                 const int64_t blk = w->bt[s * w->max_blocks + p / cfg->bs];
                 const int64_t r = (blk * cfg->n_kv + h) * cfg->bs + p % cfg->bs;
                 for (int kv = 0; kv < 2; kv++) {
-                    const uint8_t *row = (const uint8_t *)(kv ? w->kv.v : w->kv.k) + r * (int64_t)rb;
+                    const uint8_t *row =
+                        (const uint8_t *)(kv ? w->kv.v : w->kv.k) + r * (int64_t)rb;
                     ref_encode(want, cfg->dt, src_row(w, kv ? w->src_v : w->src_k, s, p, h),
                                cfg->hd);
                     IFD_CHECK(memcmp(row, want, rb) == 0, "%c row of seq %d pos %d head %d",
@@ -503,8 +504,10 @@ START_TEST(test_quant_edges)
     float x[64];
     for (int c = 0; c < 4; c++) {
         for (int e = 0; e < 64; e++)
-            x[e] = c == 0 ? 0.0f : c == 1 ? (e == 7 ? -5.0f : 0.01f * (float)e)
-                         : c == 2 ? (float)(e % 9) - 4.0f : (e == 40 ? 8.0f : -1.0f);
+            x[e] = c == 0   ? 0.0f
+                   : c == 1 ? (e == 7 ? -5.0f : 0.01f * (float)e)
+                   : c == 2 ? (float)(e % 9) - 4.0f
+                            : (e == 40 ? 8.0f : -1.0f);
         for (int i = 0; i < 2; i++) {
             uint8_t want[68], got[68];
             float k[2 * 64], y[64], ref[64];
@@ -527,7 +530,8 @@ START_TEST(test_quant_edges)
                 for (int j = e / 32 * 32; j < e / 32 * 32 + 32; j++)
                     amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
                 const float step = dts[i] == IFD_DTYPE_Q8_0 ? amax / 127 : amax / 8;
-                const float bound = dts[i] == IFD_DTYPE_Q8_0 ? 0.5f + 127.0f / 2048 : 1.0f + 8.0f / 2048;
+                const float bound =
+                    dts[i] == IFD_DTYPE_Q8_0 ? 0.5f + 127.0f / 2048 : 1.0f + 8.0f / 2048;
                 IFD_CHECK(fabsf(y[e] - x[e]) <= bound * step + 1e-7f,
                           "case %d dtype %d elem %d: %g for %g", c, (int)dts[i], e, y[e], x[e]);
             }
