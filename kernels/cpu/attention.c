@@ -65,13 +65,13 @@ enum {
 
 enum { IFD__QK = 32 }; /* values per scale of Q8_0/Q4_0 */
 
-/* Bytes of one row; the quants of a block-type row are followed by its
- * scales at byte ifd__row_qbytes. */
+/* Bytes of a block-type row's quants: its f16 scales start there. */
 static inline int64_t ifd__row_qbytes(int dt, int hd)
 {
     return dt == IFD_DTYPE_Q4_0 ? hd / 2 : hd;
 }
 
+/* Bytes of one row (0: a dtype or head_dim the layout cannot hold). */
 static inline int64_t ifd__row_bytes(int dt, int hd)
 {
     switch (dt) {

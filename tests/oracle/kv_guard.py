@@ -51,9 +51,9 @@ TYPES = ("f16", "q8_0", "q4_0")
 LIMITS = {
     "f16": {"rel_max": 6.5e-3, "rel_med": 5e-4, "top1": 0.995, "greedy": 32},
     "q8_0": {"rel_max": 0.19, "rel_med": 0.02, "top1": 0.95, "greedy": 16,
-             "held_equal": 1, "held_mean": 18, "long_min": 4},
+             "held_equal": 1, "held_mean": 18, "long_min": 24},
     "q4_0": {"rel_max": 3.3, "rel_med": 0.35, "top1": 0.60, "greedy": 2,
-             "held_equal": 0, "held_mean": 2, "long_min": 0},
+             "held_equal": 0, "held_mean": 2, "long_min": 1},
 }
 
 def skip(why):
