@@ -17,8 +17,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import (Daemon, model_path, require_model, run_tests,  # noqa: E402
-                              sse_events, stream_text)
+from test_daemon_util import (Daemon, model_path, serve_and_run, sse_events,  # noqa: E402
+                              stream_text)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 D = None
@@ -520,22 +520,12 @@ def test_sighup_reload_and_log_reopen():
 
 
 def main():
-    global D, PORT
-    require_model()
+    global PORT
     PORT = free_port()
-    D = Daemon(INFERD, ["--header-timeout", "1", "--body-timeout", "1",
-                        "--max-connections", "16", "--listen", "127.0.0.1:%d" % PORT,
-                        "--api-key", KEY])
-    try:
-        rc = run_tests(globals())
-    finally:
-        code = D.stop()
-        if code != 0:
-            print("inferd exited with %d:\n%s" % (code, D.logtext()))
-            rc = 1
-    if rc:
-        print("---- daemon log ----\n" + D.logtext())
-    return rc
+    return serve_and_run(globals(), INFERD,
+                         ["--header-timeout", "1", "--body-timeout", "1", "--max-connections",
+                          "16", "--listen", "127.0.0.1:%d" % PORT, "--api-key", KEY],
+                         client=False)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,8 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import (SCALE, Daemon, openai_client, require_model,  # noqa: E402
-                              run_tests, sse_events, stream_text)
+from test_daemon_util import (SCALE, require_model, serve_and_run, sse_events,  # noqa: E402
+                              stream_text)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 D = None
@@ -507,25 +508,18 @@ def test_root_path():
 
 
 def main():
-    global D, C, PORT, CONF
+    global PORT, CONF
     require_model()
     PORT = free_port()
     tmp = tempfile.mkdtemp(prefix="inferd-ops-")
     CONF = os.path.join(tmp, "inferd.json")
     write_conf(ORIGIN)
-    D = Daemon(INFERD, ["--config", CONF, "--listen", "127.0.0.1:%d" % PORT, "--api-key", KEY,
-                        "--worker-ping-interval", "0.1"])
-    C = openai_client(D.sock, timeout=300)
     try:
-        rc = run_tests(globals())
+        return serve_and_run(globals(), INFERD,
+                             ["--config", CONF, "--listen", "127.0.0.1:%d" % PORT,
+                              "--api-key", KEY, "--worker-ping-interval", "0.1"])
     finally:
-        code = D.stop()
-        if code != 0:
-            print("inferd exited with %d:\n%s" % (code, D.logtext()))
-            rc = 1
-    if rc:
-        print("---- daemon log ----\n" + D.logtext())
-    return rc
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

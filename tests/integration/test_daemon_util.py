@@ -128,12 +128,14 @@ class Daemon:
             shutil.rmtree(self.dir, ignore_errors=True)
         return rc
 
-    def logtext(self):
+    def logtext(self, tail=6000):
+        """The log's last `tail` characters (None: all of it, while the daemon runs)."""
         if getattr(self, "final_log", None) is not None:
             return self.final_log
         try:
             with open(self.logpath, "rb") as f:
-                return f.read().decode("utf-8", "replace")[-6000:]
+                text = f.read().decode("utf-8", "replace")
+                return text[-tail:] if tail else text
         except OSError:
             return ""
 
@@ -264,19 +266,19 @@ def openai_client(sock, timeout=120, max_retries=0, max_connections=100):
                          max_retries=max_retries)
 
 
-def serve_and_run(namespace, inferd, args=(), client=True, tmpdir=None):
+def serve_and_run(namespace, inferd, args=(), client=True, tmpdir=None, names=None):
     """main() of a test file driving one daemon: starts it with `args` (in tmpdir, which
     the caller made and removes, when given), sets the file's globals D (the Daemon) and,
-    with client, C (openai_client), runs its test_* functions, stops the daemon (a nonzero
-    exit fails) and prints its log when something failed. Returns the exit status for
-    sys.exit."""
+    with client, C (openai_client), runs its test_* functions (those in names when given),
+    stops the daemon (a nonzero exit fails) and prints its log when something failed.
+    Returns the exit status for sys.exit."""
     require_model()
     d = Daemon(inferd, args=args, tmpdir=tmpdir)
     namespace["D"] = d
     if client:
         namespace["C"] = openai_client(d.sock, timeout=300)
     try:
-        rc = run_tests(namespace)
+        rc = run_tests(namespace, names)
     finally:
         code = d.stop()
         if code != 0:
