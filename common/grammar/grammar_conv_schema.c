@@ -476,57 +476,73 @@ static void props_free(prop_t *p, size_t n)
     free(p);
 }
 
-static int is_required(const json_t *req, const char *name)
+/* Appends name n to the ordered list `all` unless the set `seen` has it
+ * (jansson's objects are hashed: one lookup per name). 0, or -1 when out of
+ * memory. */
+static int add_required(json_t *all, json_t *seen, json_t *n)
 {
-    size_t i;
-    json_t *r;
-    json_array_foreach(req, i, r)
-    {
-        if (is_str(r, name))
-            return 1;
-    }
-    return 0;
+    const char *name = json_string_value(n);
+    if (json_object_get(seen, name))
+        return 0;
+    return json_object_set_new(seen, name, json_true()) || json_array_append(all, n) ? -1 : 0;
 }
 
 /* The names a value must have: required, plus what dependentRequired (or
  * draft-04 dependencies with lists) asks of a present property — made
- * required as well, which keeps every output valid. */
-static int required_set(conv_t *c, const json_t *s, json_t **out)
+ * required as well, which keeps every output valid. *out is the list
+ * (first occurrence order, no repeats), *set the same names as a hashed set:
+ * linear in the lists' lengths, however long they are. */
+static int required_set(conv_t *c, const json_t *s, json_t **out, json_t **set)
 {
     const json_t *req = json_object_get(s, "required");
     if (req && !json_is_array(req))
         return ifd__gconv_err(c, IFD_ENOTSUP, "'required' must be an array");
-    json_t *all = req ? json_copy((json_t *)req) : json_array();
+    json_t *all = json_array(), *seen = json_object();
+    int rc = all && seen ? 0 : IFD_ENOMEM;
+    size_t i;
+    json_t *n;
+    json_array_foreach(req, i, n)
+    {
+        if (rc)
+            break;
+        if (!json_is_string(n))
+            rc = ifd__gconv_err(c, IFD_ENOTSUP, "'required' must list strings");
+        else if (add_required(all, seen, n))
+            rc = IFD_ENOMEM;
+    }
     static const char *const dep_keys[] = {"dependentRequired", "dependencies"};
-    for (size_t d = 0; all && d < 2; d++) {
+    for (size_t d = 0; !rc && d < 2; d++) {
         const json_t *dep = json_object_get(s, dep_keys[d]);
         const char *k;
         json_t *v;
         json_object_foreach((json_t *)dep, k, v)
         {
             if (!json_is_array(v)) {
-                json_decref(all);
-                return ifd__gconv_err(c, IFD_ENOTSUP,
-                                      "'%s' with a schema is not supported (only lists of "
-                                      "names are)",
-                                      dep_keys[d]);
+                rc = ifd__gconv_err(c, IFD_ENOTSUP,
+                                    "'%s' with a schema is not supported (only lists of "
+                                    "names are)",
+                                    dep_keys[d]);
+                break;
             }
-            size_t i;
-            json_t *n;
             json_array_foreach(v, i, n)
             {
-                if (json_is_string(n) && !is_required(all, json_string_value(n)))
-                    json_array_append(all, n);
+                if (json_is_string(n) && add_required(all, seen, n)) {
+                    rc = IFD_ENOMEM;
+                    break;
+                }
             }
+            if (rc)
+                break;
         }
     }
-    for (size_t i = 0; all && i < json_array_size(all); i++)
-        if (!json_is_string(json_array_get(all, i))) {
-            json_decref(all);
-            return ifd__gconv_err(c, IFD_ENOTSUP, "'required' must list strings");
-        }
+    if (rc) {
+        json_decref(all);
+        json_decref(seen);
+        return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
+    }
     *out = all;
-    return all ? 0 : ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    *set = seen;
+    return 0;
 }
 
 /* The properties to generate, in order: the declared ones (each also
@@ -534,7 +550,8 @@ static int required_set(conv_t *c, const json_t *s, json_t **out)
  * required names not declared (under additionalProperties); then
  * minProperties / maxProperties applied by making the first optional ones
  * required, or leaving the last ones out. */
-static int collect_props(conv_t *c, const json_t *s, const json_t *req, prop_t **out, size_t *n)
+static int collect_props(conv_t *c, const json_t *s, const json_t *req, const json_t *req_set,
+                         prop_t **out, size_t *n)
 {
     const json_t *props = json_object_get(s, "properties");
     const json_t *addl = json_object_get(s, "additionalProperties");
@@ -550,7 +567,7 @@ static int collect_props(conv_t *c, const json_t *s, const json_t *req, prop_t *
     json_t *val;
     json_object_foreach((json_t *)props, key, val)
     {
-        p[k] = (prop_t){key, json_incref(val), is_required(req, key)};
+        p[k] = (prop_t){key, json_incref(val), json_object_get(req_set, key) != NULL};
         const char *pk;
         json_t *pv;
         json_object_foreach((json_t *)pp, pk, pv)
@@ -787,12 +804,13 @@ static int props_body(conv_t *c, const prop_t *p, size_t n, const json_t *doc, i
 
 static int object_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
 {
-    json_t *req = NULL;
-    TRY(required_set(c, s, &req));
+    json_t *req = NULL, *req_set = NULL;
+    TRY(required_set(c, s, &req, &req_set));
     prop_t *p = NULL;
     size_t np = 0;
-    int rc = collect_props(c, s, req, &p, &np);
+    int rc = collect_props(c, s, req, req_set, &p, &np);
     json_decref(req);
+    json_decref(req_set);
     if (rc)
         return rc;
     rc = np ? props_body(c, p, np, doc, b) : map_body(c, s, doc, b);
