@@ -6,6 +6,7 @@
  * its output parsed back and checked field by field (streams through the
  * SSE parser, with the OpenAI stream invariants checked chunk by chunk).
  */
+#include "jsonpath.h"
 #include "testutil.h"
 
 #include "error.h"
@@ -23,58 +24,6 @@
 #include <string.h>
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-/* The value at a dotted path ("choices.0.delta.role"); NULL if absent. */
-static json_t *jp(json_t *j, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", path);
-    char *save = NULL;
-    for (char *part = strtok_r(buf, ".", &save); part && j; part = strtok_r(NULL, ".", &save)) {
-        char *end;
-        long idx = strtol(part, &end, 10);
-        if (*end == '\0' && json_is_array(j))
-            j = json_array_get(j, (size_t)idx);
-        else
-            j = json_object_get(j, part);
-    }
-    return j;
-}
-
-static const char *js(json_t *root, const char *path)
-{
-    json_t *v = jp(root, path);
-    ck_assert_msg(v && json_is_string(v), "%s is not a string", path);
-    return json_string_value(v);
-}
-
-static long long ji(json_t *root, const char *path)
-{
-    json_t *v = jp(root, path);
-    ck_assert_msg(v && json_is_integer(v), "%s is not an integer", path);
-    return json_integer_value(v);
-}
-
-static double jnum(json_t *root, const char *path)
-{
-    json_t *v = jp(root, path);
-    ck_assert_msg(v && json_is_number(v), "%s is not a number", path);
-    return json_number_value(v);
-}
-
-static int jnull(json_t *root, const char *path)
-{
-    json_t *v = jp(root, path);
-    return v && json_is_null(v);
-}
-
-static json_t *load(const char *s, size_t n)
-{
-    json_error_t e;
-    json_t *j = json_loadb(s, n, 0, &e);
-    ck_assert_msg(j != NULL, "bad JSON (%s): %.*s", e.text, (int)n, s);
-    return j;
-}
 
 /* ---- valid requests ------------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
  * prompt_token_ids (chat at the top level, completions in the choice;
  * streamed with each chunk's ids), completions' top_logprobs for logprobs 0.
  */
+#include "jsonpath.h"
 #include "testutil.h"
 
 #include "error.h"
@@ -18,35 +19,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-/* The value at a dotted path ("choices.0.token_ids.1"); NULL if absent. */
-static json_t *jp(json_t *j, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", path);
-    char *save = NULL;
-    for (char *part = strtok_r(buf, ".", &save); part && j; part = strtok_r(NULL, ".", &save)) {
-        char *end;
-        long idx = strtol(part, &end, 10);
-        j = *end == '\0' && json_is_array(j) ? json_array_get(j, (size_t)idx)
-                                             : json_object_get(j, part);
-    }
-    return j;
-}
-
-static bool jnull(json_t *root, const char *path)
-{
-    json_t *v = jp(root, path);
-    return v && json_is_null(v);
-}
-
-static json_t *load(const char *s, size_t n)
-{
-    json_error_t e;
-    json_t *j = json_loadb(s, n, 0, &e);
-    ck_assert_msg(j != NULL, "bad JSON (%s): %.*s", e.text, (int)n, s);
-    return j;
-}
 
 /* The array at path equals want[0..n). */
 static void ids_eq(json_t *root, const char *path, const int32_t *want, size_t n)
