@@ -128,6 +128,23 @@ static const ifd_kvseg_kind_t kv_kind = IFD_KVSEG_HOST;
 /* Speculative decoding for the engines serve() makes (off unless a test sets it). */
 static ifd_spec_params_t serve_spec = {IFD_SPEC_OFF, 0, 0, 0};
 
+/* Request id with the given prompt: greedy, EOS ignored, max_tokens tokens,
+ * through the prefix cache. */
+static ifd_engine_request_t greedy_request(int id, int32_t *prompt, int n_prompt, int max_tokens)
+{
+    ifd_engine_request_t r;
+    memset(&r, 0, sizeof r);
+    r.id = (uint64_t)id;
+    r.prompt = prompt;
+    r.n_prompt = n_prompt;
+    r.sampling = ifd_sampling_default_params();
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.use_cache = true;
+    return r;
+}
+
 /* Runs requests [first, first+n) with the given concurrency and pool size. */
 static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks, int budget,
                   ifd_engine_stats_t *st_out, ifd_kvpool_t *shared_pool)
@@ -143,16 +160,7 @@ static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks,
     ifd_engine_t *eng;
     ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
     for (int i = first; i < first + n; i++) {
-        ifd_engine_request_t r;
-        memset(&r, 0, sizeof r);
-        r.id = (uint64_t)i;
-        r.prompt = prompts[i];
-        r.n_prompt = plen[i];
-        r.sampling = ifd_sampling_default_params();
-        r.sampling.temperature = 0.0f;
-        r.max_tokens = N_OUT;
-        r.ignore_eos = true;
-        r.use_cache = true;
+        ifd_engine_request_t r = greedy_request(i, prompts[i], plen[i], N_OUT);
         ck_assert_int_eq(ifd_engine_add(eng, &r), 0);
     }
     while (!ifd_engine_idle(eng))
@@ -274,16 +282,7 @@ static void serve_ids(osink_t *sink, int32_t *const *ids, const int *lens, int f
     ifd_engine_t *eng;
     ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
     for (int i = first; i < first + n; i++) {
-        ifd_engine_request_t r;
-        memset(&r, 0, sizeof r);
-        r.id = (uint64_t)i;
-        r.prompt = ids[i];
-        r.n_prompt = lens[i];
-        r.sampling = ifd_sampling_default_params();
-        r.sampling.temperature = 0.0f;
-        r.max_tokens = ORACLE_OUT;
-        r.ignore_eos = true;
-        r.use_cache = true;
+        ifd_engine_request_t r = greedy_request(i, ids[i], lens[i], ORACLE_OUT);
         ck_assert_int_eq(ifd_engine_add(eng, &r), 0);
     }
     while (!ifd_engine_idle(eng))
