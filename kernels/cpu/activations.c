@@ -1,10 +1,11 @@
 /*
- * activations.c — row softmax, SwiGLU and GeGLU (tanh approximation).
+ * activations.c — row softmax, SwiGLU, GeGLU and plain GELU (tanh approximation).
  *
  * softmax: max-subtracted, exp in f32, the row sum accumulated in double
  * (as ggml does), then one multiply by 1/sum. A row of all −inf yields NaN,
  * as the definition does (0/0).
  * swiglu: silu(g)·u with silu(g) = g / (1 + e^−g).
+ * gelu_tanh: gelu(x) alone (SigLIP's MLP), the same code with u = 1.
  * geglu_tanh: gelu(g)·u with gelu's tanh form 0.5·g·(1 + tanh(√(2/π)(g + 0.044715g³))),
  * evaluated through the identity 1 + tanh(z) = 2 / (1 + e^−2z), i.e.
  * gelu(g) = g / (1 + e^−2z); it has no cancellation for negative g, where
@@ -102,7 +103,8 @@ IFD__TARGET_AVX2 static void ifd__glu_avx2(float *out, const float *gate, const 
 {
     for (int64_t i = 0; i < n; i += 8) {
         __m256i mk = ifd__mask8(n - i < 8 ? (int)(n - i) : 8);
-        __m256 g = _mm256_maskload_ps(gate + i, mk), u = _mm256_maskload_ps(up + i, mk);
+        __m256 g = _mm256_maskload_ps(gate + i, mk);
+        __m256 u = up ? _mm256_maskload_ps(up + i, mk) : _mm256_set1_ps(1.0f);
         __m256 a = gelu ? ifd__gelu8(g) : ifd__silu8(g);
         _mm256_maskstore_ps(out + i, mk, _mm256_mul_ps(a, u));
     }
@@ -156,7 +158,8 @@ IFD__TARGET_AVX512 static void ifd__glu_avx512(float *out, const float *gate, co
 {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 mk = ifd__mask16(n - i < 16 ? (int)(n - i) : 16);
-        __m512 g = _mm512_maskz_loadu_ps(mk, gate + i), u = _mm512_maskz_loadu_ps(mk, up + i);
+        __m512 g = _mm512_maskz_loadu_ps(mk, gate + i);
+        __m512 u = up ? _mm512_maskz_loadu_ps(mk, up + i) : _mm512_set1_ps(1.0f);
         __m512 a = gelu ? ifd__gelu16(g) : ifd__silu16(g);
         _mm512_mask_storeu_ps(out + i, mk, _mm512_mul_ps(a, u));
     }
@@ -190,6 +193,7 @@ int ifd_cpu_softmax(float *x, int rows, int n)
     return 0;
 }
 
+/* up NULL: the activation alone (a · 1 is a exactly). */
 static int ifd__glu(float *out, const float *gate, const float *up, int64_t n, int gelu)
 {
     if (n < 0)
@@ -207,7 +211,7 @@ static int ifd__glu(float *out, const float *gate, const float *up, int64_t n, i
         for (int64_t i = 0; i < n; i++) {
             const float g = gate[i];
             const float a = gelu ? ifd__gelu_scalar(g) : g / (1.0f + expf(-g));
-            out[i] = a * up[i];
+            out[i] = up ? a * up[i] : a;
         }
         return 0;
     }
@@ -221,4 +225,9 @@ int ifd_cpu_swiglu(float *out, const float *gate, const float *up, int64_t n)
 int ifd_cpu_geglu_tanh(float *out, const float *gate, const float *up, int64_t n)
 {
     return ifd__glu(out, gate, up, n, 1);
+}
+
+int ifd_cpu_gelu_tanh(float *out, const float *x, int64_t n)
+{
+    return ifd__glu(out, x, NULL, n, 1);
 }

@@ -120,6 +120,40 @@ typedef enum {
 int ifd_cpu_swiglu(float *out, const float *gate, const float *up, /* [n] each */ int64_t n);
 int ifd_cpu_geglu_tanh(float *out, const float *gate, const float *up, /* [n] */ int64_t n);
 
+/* out = gelu_tanh(x) elementwise (SigLIP's MLP; the gelu of
+ * ifd_cpu_geglu_tanh). out may equal x. */
+int ifd_cpu_gelu_tanh(float *out, const float *x, /* [n] */ int64_t n);
+
+/* ---- vision (vision.c: the ViT encoder's kernels) ---- */
+
+/* y[r] = (x[r] − mean) / sqrt(var + eps) · w + b (b NULL: no bias; mean and
+ * biased var in double). y may equal x. IFD_EINVAL: dim ≤ 0, rows < 0,
+ * eps < 0 or NaN. */
+int ifd_cpu_layernorm(float *y,       /* [rows, dim] */
+                      const float *x, /* [rows, dim] */
+                      const float *w, /* [dim] */
+                      const float *b, /* [dim] or NULL */
+                      int rows, int dim, float eps);
+
+/* Average pooling of a side × side grid of channel vectors (row-major: x[i ·
+ * side + j]) over k × k windows with stride k: out[pi · (side / k) + pj] =
+ * mean of the window (Gemma 3's projector: torch AvgPool2d). IFD_EINVAL when
+ * k does not divide side, or a size ≤ 0. */
+int ifd_cpu_avg_pool2d(float *out,      /* [(side / k)², channels] */
+                       const float *x,  /* [side², channels] */
+                       int side, int k, int channels);
+
+/* Dense bidirectional multi-head attention over ONE sequence of n tokens
+ * (a ViT's; no KV pool, no mask): qkv row t holds q (n_heads · head_dim),
+ * then k, then v; out[t, h] = Σ_u softmax_u(scale · q_t,h · k_u,h) v_u,h.
+ * f32 matmuls over blocks of 256 query rows (threaded through tp); rows
+ * are independent of each other's values. IFD_EINVAL: a size ≤ 0;
+ * IFD_ENOMEM. */
+int ifd_cpu_dense_attention(float *out,       /* [n, n_heads · head_dim] */
+                            const float *qkv, /* [n, 3 · n_heads · head_dim] */
+                            int n, int n_heads, int head_dim, float scale,
+                            ifd_threadpool_t *tp);
+
 /*
  * Paged KV cache, one layer. K and V each live in a region laid out
  * [block][kv_head][token_in_block] of rows of ifd_kv_row_bytes(dtype,

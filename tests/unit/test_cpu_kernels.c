@@ -1,6 +1,7 @@
 /*
  * test_cpu_kernels.c — the dense CPU kernels (matmul on plain and pre-packed
- * weights, RMSNorm, RoPE, softmax, SwiGLU, GeGLU, dtype sizes) against plain
+ * weights, RMSNorm, RoPE, softmax, SwiGLU, GeGLU, GELU, and the vision
+ * kernels LayerNorm, average pooling, dense attention; dtype sizes) against plain
  * double-precision references on seeded random data of awkward shapes (1,
  * primes, sizes that are not multiples of the SIMD width or of the matmul's
  * blocking).
@@ -16,7 +17,11 @@
  *             llama.cpp angle recipe (MODEL-FORMATS.md §2.4) re-derived here
  *  softmax    |y − ref| ≤ (16 + |x − max|)·ε·ref + 1e-30, rows sum to 1 ± 1e-5
  *  swiglu     |y − ref| ≤ 16ε·|ref| + 1e-30
- *  geglu      |y − ref| ≤ (16 + 4·|2z|)·ε·|ref| + 1e-30 (z = exp's argument)
+ *  geglu      |y − ref| ≤ (16 + 4·|2z|)·ε·|ref| + 1e-30 (z = exp's argument); gelu_tanh
+ *             alone the same with u = 1
+ *  layernorm  |y − ref| ≤ 16ε·(|x̂·w| + |b|)
+ *  avg_pool2d |y − ref| ≤ (k² + 2)·ε·mean|x| over the window
+ *  dense_attention |y − ref| ≤ 8(√n + √d)·ε·(Σ p|v| + 2)
  */
 #include "testutil.h"
 
@@ -359,6 +364,16 @@ static void glu_case(int64_t n, int gelu)
         g[i * 3 % n] = special[i];
     float *y = nan_array(n);
     ck_assert_int_eq(gelu ? ifd_cpu_geglu_tanh(y, g, u, n) : ifd_cpu_swiglu(y, g, u, n), 0);
+    float *plain = nan_array(n); /* gelu_tanh alone: geglu with u = 1 */
+    ck_assert_int_eq(ifd_cpu_gelu_tanh(plain, g, n), 0);
+    for (int64_t i = 0; i < n; i++) {
+        const double x = g[i], z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+        const double ref = x / (1 + exp(-2 * z));
+        IFD_CHECK(fabs(plain[i] - ref) <= (16 + 4 * fabs(2 * z)) * FLT_EPSILON * fabs(ref) + 1e-30,
+                  "gelu_tanh n=%lld [%lld] x=%.9g: %.9g ref %.9g", (long long)n, (long long)i,
+                  g[i], plain[i], ref);
+    }
+    free(plain);
     for (int64_t i = 0; i < n; i++) {
         const double x = g[i];
         double ref, tol;
@@ -395,12 +410,143 @@ START_TEST(test_glu)
 }
 END_TEST
 
+/* ---- vision: layernorm, avg_pool2d, dense attention ------------------------ */
+
+/* |y − ref| ≤ 16ε·(|x − mean|·rstd·|w| + |b|) + 1e-6·ε: float rounding of
+ * each step after a double mean/variance. */
+START_TEST(test_layernorm)
+{
+    static const int dims[] = {1, 7, 64, 97, 1152};
+    rng_state = 28;
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+        const int dim = dims[d], rows = 5;
+        float *x = rnd_array((int64_t)rows * dim, -4, 6), *w = rnd_array(dim, 0.5f, 1.5f);
+        float *b = rnd_array(dim, -0.5f, 0.5f), *y = nan_array((int64_t)rows * dim);
+        ck_assert_int_eq(ifd_cpu_layernorm(y, x, w, b, rows, dim, 1e-6f), 0);
+        for (int r = 0; r < rows; r++) {
+            const float *xr = x + (int64_t)r * dim;
+            double mean = 0, var = 0;
+            for (int i = 0; i < dim; i++)
+                mean += xr[i];
+            mean /= dim;
+            for (int i = 0; i < dim; i++)
+                var += (xr[i] - mean) * (xr[i] - mean);
+            const double rstd = 1 / sqrt(var / dim + 1e-6);
+            for (int i = 0; i < dim; i++) {
+                const double ref = (xr[i] - mean) * rstd * w[i] + b[i];
+                const double tol = 16 * FLT_EPSILON *
+                                       (fabs((xr[i] - mean) * rstd * w[i]) + fabs(b[i])) +
+                                   1e-6 * FLT_EPSILON;
+                IFD_CHECK(fabs(y[(int64_t)r * dim + i] - ref) <= tol,
+                          "layernorm dim=%d [%d,%d]: %.9g ref %.9g", dim, r, i,
+                          y[(int64_t)r * dim + i], ref);
+            }
+        }
+        /* in place, and no bias = zero bias */
+        float *z = calloc((size_t)dim, sizeof(float)), *y2 = nan_array((int64_t)rows * dim);
+        ck_assert_int_eq(ifd_cpu_layernorm(y2, x, w, z, rows, dim, 1e-6f), 0);
+        ck_assert_int_eq(ifd_cpu_layernorm(x, x, w, NULL, rows, dim, 1e-6f), 0);
+        ck_assert(memcmp(x, y2, sizeof(float) * (size_t)rows * dim) == 0);
+        free(x), free(w), free(b), free(y), free(z), free(y2);
+    }
+    float v = 1;
+    ck_assert_int_eq(ifd_cpu_layernorm(&v, &v, &v, NULL, 1, 0, 1e-6f), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_layernorm(&v, &v, &v, NULL, 1, 1, -1), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_layernorm(&v, &v, &v, NULL, 1, 1, NAN), IFD_EINVAL);
+}
+END_TEST
+
+/* |y − ref| ≤ (k² + 2)·ε·mean|x| of the window (float sums of k² terms). */
+START_TEST(test_avg_pool2d)
+{
+    static const int shapes[][3] = {{1, 1, 1}, {4, 2, 3}, {8, 2, 64}, {8, 4, 5}, {64, 4, 7}, {6, 3, 2}};
+    rng_state = 29;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int side = shapes[t][0], k = shapes[t][1], c = shapes[t][2], ps = side / k;
+        float *x = rnd_array((int64_t)side * side * c, -3, 3), *y = nan_array((int64_t)ps * ps * c);
+        ck_assert_int_eq(ifd_cpu_avg_pool2d(y, x, side, k, c), 0);
+        for (int pi = 0; pi < ps; pi++)
+            for (int pj = 0; pj < ps; pj++)
+                for (int ch = 0; ch < c; ch++) {
+                    double sum = 0, mag = 0;
+                    for (int a = 0; a < k; a++)
+                        for (int b = 0; b < k; b++) {
+                            const float v = x[((int64_t)(pi * k + a) * side + pj * k + b) * c + ch];
+                            sum += v, mag += fabs(v);
+                        }
+                    const double ref = sum / (k * k), got = y[((int64_t)pi * ps + pj) * c + ch];
+                    IFD_CHECK(fabs(got - ref) <= (k * k + 2) * FLT_EPSILON * mag / (k * k) + 1e-30,
+                              "avg_pool2d side=%d k=%d c=%d [%d,%d,%d]: %.9g ref %.9g", side, k, c,
+                              pi, pj, ch, got, ref);
+                }
+        free(x), free(y);
+    }
+    float v = 0;
+    ck_assert_int_eq(ifd_cpu_avg_pool2d(&v, &v, 5, 2, 1), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_avg_pool2d(&v, &v, 4, 0, 1), IFD_EINVAL);
+}
+END_TEST
+
+/* Against a double reference: |y − ref| ≤ 8·(√n + √d)·ε·Σ_u p_u·|v_u| + 1e-6·ε·max|v|
+ * (two f32 matmuls and a softmax in between). Sizes cross the 256-row block. */
+START_TEST(test_dense_attention)
+{
+    static const int shapes[][3] = {{1, 1, 4}, {5, 2, 8}, {16, 4, 16}, {64, 4, 16}, {257, 3, 72},
+                                    {300, 2, 33}};
+    ifd_threadpool_t *tp = NULL;
+    ck_assert_int_eq(ifd_threadpool_create(&tp, 2), 0);
+    rng_state = 30;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int n = shapes[t][0], H = shapes[t][1], D = shapes[t][2];
+        const int64_t width = (int64_t)H * D;
+        const float scale = 1.0f / sqrtf((float)D);
+        float *qkv = rnd_array(n * 3 * width, -2, 2), *y = nan_array(n * width);
+        ck_assert_int_eq(ifd_cpu_dense_attention(y, qkv, n, H, D, scale, tp), 0);
+        double *p = malloc(sizeof(double) * (size_t)n);
+        ck_assert_ptr_nonnull(p);
+        for (int i = 0; i < n; i++)
+            for (int h = 0; h < H; h++) {
+                const float *q = qkv + (int64_t)i * 3 * width + (int64_t)h * D;
+                double mx = -INFINITY, sum = 0;
+                for (int u = 0; u < n; u++) {
+                    const float *kk = qkv + (int64_t)u * 3 * width + width + (int64_t)h * D;
+                    double dot = 0;
+                    for (int d = 0; d < D; d++)
+                        dot += (double)q[d] * kk[d];
+                    p[u] = dot * scale;
+                    mx = p[u] > mx ? p[u] : mx;
+                }
+                for (int u = 0; u < n; u++)
+                    sum += (p[u] = exp(p[u] - mx));
+                for (int d = 0; d < D; d++) {
+                    double ref = 0, mag = 0;
+                    for (int u = 0; u < n; u++) {
+                        const float v = qkv[(int64_t)u * 3 * width + 2 * width + (int64_t)h * D + d];
+                        ref += p[u] / sum * v, mag += p[u] / sum * fabs(v);
+                    }
+                    const double got = y[(int64_t)i * width + (int64_t)h * D + d];
+                    const double tol = 8 * (sqrt(n) + sqrt(D)) * FLT_EPSILON * (mag + 2) +
+                                       1e-6 * FLT_EPSILON;
+                    IFD_CHECK(fabs(got - ref) <= tol,
+                              "dense_attention n=%d H=%d D=%d [%d,%d,%d]: %.9g ref %.9g", n, H, D,
+                              i, h, d, got, ref);
+                }
+            }
+        free(qkv), free(y), free(p);
+    }
+    float v = 0;
+    ck_assert_int_eq(ifd_cpu_dense_attention(&v, &v, 0, 1, 1, 1, tp), IFD_EINVAL);
+    ifd_threadpool_destroy(tp);
+}
+END_TEST
+
 static Suite *cpu_kernels_suite(void)
 {
     Suite *s = suite_create("cpu_kernels");
     ifd_test_case(s, "core", 120,
                   IFD_TESTS(test_dtype_size, test_matmul_shapes, test_matmul_model_shapes,
-                            test_matmul_edges, test_rmsnorm, test_rope, test_softmax, test_glu));
+                            test_matmul_edges, test_rmsnorm, test_rope, test_softmax, test_glu,
+                            test_layernorm, test_avg_pool2d, test_dense_attention));
     return s;
 }
 
