@@ -11,6 +11,7 @@
 #include "error.h"
 #include "log.h"
 #include "safetensors.h"
+#include "vision_config.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -29,7 +30,68 @@ struct ifd_model_source {
     char prefix[64];       /* HF: prefix of the text model's tensors ("model.") */
     char lm_head[96];      /* HF: the output projection's name, "" when absent */
     float *rope_freqs;     /* HF llama3: n_rot / 2 synthesized factors */
+    /* HF Gemma 3 with a vision tower: its config and tensor prefixes */
+    bool has_vision;
+    ifd_vision_config_t vision;
+    char vision_why[256];  /* why a vision_config present is not usable, or "" */
+    char vprefix[64];      /* "vision_tower.vision_model." or another spelling */
+    char pprefix[64];      /* "multi_modal_projector." or "model.multi_modal_projector." */
 };
+
+/* llama.cpp mmproj names (GGUF) → HF names of the tower (after vprefix; per
+ * layer after "encoder.layers.N.") and of the projector (after pprefix). */
+static const struct {
+    const char *gguf;
+    const char *hf;
+} ifd__vision_names[] = {
+    {"v.patch_embd", "embeddings.patch_embedding"},
+    {"v.position_embd", "embeddings.position_embedding"},
+    {"v.post_ln", "post_layernorm"},
+}, ifd__vision_layer_names[] = {
+    {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"}, {"attn_out", "self_attn.out_proj"},
+    {"ln1", "layer_norm1"},         {"ln2", "layer_norm2"},
+    {"ffn_up", "mlp.fc1"},          {"ffn_down", "mlp.fc2"},
+}, ifd__proj_names[] = {
+    {"mm.soft_emb_norm.weight", "mm_soft_emb_norm.weight"},
+    {"mm.input_projection.weight", "mm_input_projection_weight"},
+};
+
+/* The HF name of a vision tensor (GGUF mmproj name), or false. */
+static bool ifd__hf_vision_name(const ifd_model_source_t *s, const char *gguf, char *out,
+                                size_t len)
+{
+    if (!s->has_vision)
+        return false;
+    for (size_t i = 0; i < sizeof ifd__proj_names / sizeof ifd__proj_names[0]; i++)
+        if (strcmp(gguf, ifd__proj_names[i].gguf) == 0) {
+            snprintf(out, len, "%s%s", s->pprefix, ifd__proj_names[i].hf);
+            return true;
+        }
+    const char *dot = strrchr(gguf, '.');
+    if (!dot || (strcmp(dot, ".weight") != 0 && strcmp(dot, ".bias") != 0))
+        return false;
+    const size_t base = (size_t)(dot - gguf);
+    for (size_t i = 0; i < sizeof ifd__vision_names / sizeof ifd__vision_names[0]; i++)
+        if (strlen(ifd__vision_names[i].gguf) == base &&
+            strncmp(gguf, ifd__vision_names[i].gguf, base) == 0) {
+            snprintf(out, len, "%s%s%s", s->vprefix, ifd__vision_names[i].hf, dot);
+            return true;
+        }
+    unsigned layer;
+    int n = 0;
+    if (sscanf(gguf, "v.blk.%u.%n", &layer, &n) != 1 || n == 0)
+        return false;
+    const char *rest = gguf + n;
+    for (size_t i = 0; i < sizeof ifd__vision_layer_names / sizeof ifd__vision_layer_names[0]; i++)
+        if ((size_t)(dot - rest) == strlen(ifd__vision_layer_names[i].gguf) &&
+            strncmp(rest, ifd__vision_layer_names[i].gguf, (size_t)(dot - rest)) == 0) {
+            snprintf(out, len, "%sencoder.layers.%u.%s%s", s->vprefix, layer,
+                     ifd__vision_layer_names[i].hf, dot);
+            return true;
+        }
+    return false;
+}
 
 /* GGUF layer suffix → HF suffix (after "layers.N."); per architecture where they differ. */
 static const struct {
@@ -57,6 +119,8 @@ static const struct {
 static bool ifd__hf_name(const ifd_model_source_t *s, const char *gguf, char *out, size_t len)
 {
     const bool gemma = s->cfg.arch == IFD_ARCH_GEMMA3;
+    if (strncmp(gguf, "v.", 2) == 0 || strncmp(gguf, "mm.", 3) == 0)
+        return ifd__hf_vision_name(s, gguf, out, len);
     if (strcmp(gguf, "token_embd.weight") == 0) {
         snprintf(out, len, "%sembed_tokens.weight", s->prefix);
         return true;
@@ -154,9 +218,11 @@ int ifd_model_source_find(const ifd_model_source_t *s, const char *gguf_name,
         return IFD_ENOTFOUND;
     }
     const ifd_st_tensor_t *t = ifd_safetensors_find(s->st, name);
-    if (!t)
+    if (!t || ifd__view_st(t, s->cfg.arch == IFD_ARCH_GEMMA3, out) != 0)
         return IFD_ENOTFOUND;
-    return ifd__view_st(t, s->cfg.arch == IFD_ARCH_GEMMA3, out) == 0 ? 0 : IFD_ENOTFOUND;
+    if (strncmp(gguf_name, "v.", 2) == 0) /* LayerNorms: w as stored */
+        out->add_one = false;
+    return 0;
 }
 
 void ifd_model_source_name(const ifd_model_source_t *s, const char *gguf_name, char *buf,
@@ -203,6 +269,46 @@ static bool ifd__is_gguf_file(const char *path)
     return yes;
 }
 
+/* A vision_config's tower: its config and where its tensors are. Not
+ * usable (an unsupported tower, missing tensors): has_vision false and the
+ * reason in vision_why — the text model still serves. A malformed
+ * vision_config fails the open. */
+static int ifd__open_vision(ifd_model_source_t *s, const char *dir, char *errbuf, size_t errlen)
+{
+    int rc = ifd_vision_config_from_hf(&s->vision, dir, s->vision_why, sizeof s->vision_why);
+    if (rc == IFD_ENOTFOUND) {
+        s->vision_why[0] = '\0';
+        return 0;
+    }
+    if (rc == IFD_ENOTSUP)
+        return 0;
+    if (rc)
+        return ifd_fail_msg(errbuf, errlen, rc, "%s", s->vision_why);
+    static const char *const vp[] = {"vision_tower.vision_model.", "model.vision_tower.vision_model.",
+                                     "vision_tower.", "model.vision_tower."};
+    static const char *const pp[] = {"multi_modal_projector.", "model.multi_modal_projector."};
+    for (size_t i = 0; i < sizeof vp / sizeof vp[0] && !s->vprefix[0]; i++) {
+        char n[128];
+        snprintf(n, sizeof n, "%sembeddings.patch_embedding.weight", vp[i]);
+        if (ifd_safetensors_find(s->st, n))
+            snprintf(s->vprefix, sizeof s->vprefix, "%s", vp[i]);
+    }
+    for (size_t i = 0; i < sizeof pp / sizeof pp[0] && !s->pprefix[0]; i++) {
+        char n[128];
+        snprintf(n, sizeof n, "%smm_input_projection_weight", pp[i]);
+        if (ifd_safetensors_find(s->st, n))
+            snprintf(s->pprefix, sizeof s->pprefix, "%s", pp[i]);
+    }
+    if (!s->vprefix[0] || !s->pprefix[0])
+        snprintf(s->vision_why, sizeof s->vision_why,
+                 "%s: config.json has a vision_config but tensor %s is missing", dir,
+                 !s->vprefix[0] ? "vision_tower.vision_model.embeddings.patch_embedding.weight"
+                                : "multi_modal_projector.mm_input_projection_weight");
+    else
+        s->has_vision = true;
+    return 0;
+}
+
 /* The HF side of open: config, shards, prefix, tied/untied output, rope factors. */
 static int ifd__open_hf(ifd_model_source_t *s, const char *dir, char *errbuf, size_t errlen)
 {
@@ -247,7 +353,7 @@ static int ifd__open_hf(ifd_model_source_t *s, const char *dir, char *errbuf, si
             return IFD_ENOMEM;
         ifd_model_config_rope_factors(&s->cfg, s->rope_freqs);
     }
-    return 0;
+    return s->cfg.arch == IFD_ARCH_GEMMA3 ? ifd__open_vision(s, dir, errbuf, errlen) : 0;
 }
 
 int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errbuf, size_t errlen)
@@ -341,4 +447,11 @@ uint64_t ifd_model_source_bytes(const ifd_model_source_t *s)
 size_t ifd_model_source_n_files(const ifd_model_source_t *s)
 {
     return s->gguf ? 1 : ifd_safetensors_n_files(s->st);
+}
+
+const ifd_vision_config_t *ifd_model_source_vision(const ifd_model_source_t *s, const char **why)
+{
+    if (why)
+        *why = s->vision_why[0] ? s->vision_why : NULL;
+    return s->has_vision ? &s->vision : NULL;
 }

@@ -6,7 +6,17 @@
  * names ("blk.3.attn_q.weight"); for a Hugging Face directory the source
  * maps them to the checkpoint's names (MODEL-FORMATS.md §2.1, §2.2:
  * "model.layers.3.self_attn.q_proj.weight", with the `language_model.`
- * prefixes of multimodal Gemma 3 and its vision tensors never asked for).
+ * prefixes of multimodal Gemma 3). A Gemma 3 directory with a vision tower
+ * also maps llama.cpp's mmproj names onto its tower and projector:
+ * "v.patch_embd.weight" → "vision_tower.vision_model.embeddings.
+ * patch_embedding.weight", "v.blk.N.{attn_q,attn_k,attn_v,attn_out,ln1,ln2,
+ * ffn_up,ffn_down}" → "encoder.layers.N.{self_attn.{q,k,v,out}_proj,
+ * layer_norm1,2, mlp.fc1,fc2}", "v.position_embd", "v.post_ln",
+ * "mm.soft_emb_norm.weight", "mm.input_projection.weight" (stored [vision
+ * width, text width]: HF's orientation, the transpose of a projection) —
+ * under whichever prefix the checkpoint uses (transformers 4.5x / hub
+ * "vision_tower.vision_model.", 5.x saves "vision_tower.", either behind
+ * "model."). Only mm.soft_emb_norm is add_one (the LayerNorms are not).
  *
  * What the source normalises, so the loader treats both formats alike:
  *   - shapes are reported innermost-first (GGUF's ne[]), HF shapes reversed;
@@ -32,6 +42,7 @@
 
 #include "gguf.h"
 #include "model_config.h"
+#include "vision_config.h"
 
 typedef struct ifd_model_source ifd_model_source_t;
 
@@ -76,6 +87,12 @@ const struct ifd_safetensors *ifd_model_source_safetensors(const ifd_model_sourc
 uint64_t ifd_model_source_bytes(const ifd_model_source_t *s);
 /* Number of weight files (1 for GGUF, the shard count for HF). */
 size_t ifd_model_source_n_files(const ifd_model_source_t *s);
+
+/* The vision tower of a Gemma3ForConditionalGeneration directory, or NULL
+ * (a text-only model or GGUF, or a tower that cannot be used); *why (may be
+ * NULL) gets the reason a vision_config present is not usable (unsupported
+ * hidden_act, missing tensors), else NULL. Lives as long as s. */
+const ifd_vision_config_t *ifd_model_source_vision(const ifd_model_source_t *s, const char **why);
 
 /* Looks up tensor `gguf_name`. 0 with *out filled, or IFD_ENOTFOUND. For an
  * HF directory with tied embeddings "output.weight" is IFD_ENOTFOUND even if

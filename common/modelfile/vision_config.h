@@ -1,0 +1,62 @@
+/*
+ * vision_config.h — the shape of a Gemma 3 vision tower and projector
+ * (SigLIP ViT + Gemma3MultiModalProjector) from a Hugging Face
+ * Gemma3ForConditionalGeneration config.json: its `vision_config` object
+ * (SiglipVisionConfig's defaults for absent keys) and the top-level
+ * `mm_tokens_per_image`, `boi_token_index`, `eoi_token_index`,
+ * `image_token_index` (Gemma3Config's defaults: 256, 255999, 256000,
+ * 262144), the text width from `text_config.hidden_size`.
+ *
+ * Threading: reentrant. Ownership: plain values, no allocation kept.
+ */
+#ifndef IFD_VISION_CONFIG_H
+#define IFD_VISION_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint32_t image_size;       /* square input side in pixels (896 for Gemma 3 4B) */
+    uint32_t patch_size;       /* 14 */
+    uint32_t n_channels;       /* 3 */
+    uint32_t n_embd;           /* tower width (1152) */
+    uint32_t n_ff;             /* MLP width (4304) */
+    uint32_t n_layer;          /* 27 */
+    uint32_t n_head;           /* 16; head_dim = n_embd / n_head */
+    uint32_t head_dim;
+    float eps;                 /* layer_norm_eps: every LayerNorm and the soft-emb RMSNorm */
+    uint32_t tokens_per_image; /* mm_tokens_per_image: a square (256 = 16²) */
+    uint32_t text_embd;        /* the projector's output width (text hidden_size) */
+    int32_t boi_id, eoi_id, image_id;
+} ifd_vision_config_t;
+
+/* Patches per side (image_size / patch_size) and in all; pooled tokens per
+ * side; the pooling window side (patches per side / tokens per side). */
+static inline uint32_t ifd_vision_patch_side(const ifd_vision_config_t *c)
+{
+    return c->image_size / c->patch_size;
+}
+static inline uint32_t ifd_vision_n_patches(const ifd_vision_config_t *c)
+{
+    return ifd_vision_patch_side(c) * ifd_vision_patch_side(c);
+}
+uint32_t ifd_vision_token_side(const ifd_vision_config_t *c);
+static inline uint32_t ifd_vision_pool(const ifd_vision_config_t *c)
+{
+    return ifd_vision_patch_side(c) / ifd_vision_token_side(c);
+}
+
+/*
+ * Reads dir/config.json. 0 with *c filled; IFD_ENOTFOUND when the config has
+ * no `vision_config` (a text-only model: errbuf untouched); IFD_ENOTSUP for
+ * a tower inferd cannot run (hidden_act other than gelu_pytorch_tanh,
+ * num_channels other than 3, vision_use_head true); IFD_EFORMAT for a
+ * malformed or inconsistent one (image_size not a multiple of patch_size,
+ * tokens not a square dividing the patch grid, heads not dividing the
+ * width, a size out of range); -errno when the file cannot be read. The
+ * message, naming the file and the key, goes to errbuf.
+ */
+int ifd_vision_config_from_hf(ifd_vision_config_t *c, const char *dir, char *errbuf,
+                              size_t errlen);
+
+#endif
