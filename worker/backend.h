@@ -19,7 +19,9 @@
  *   attention                 paged attention over a ragged batch; the
  *                             backend picks decode or prefill kernels;
  *   glu                       act(gate) * up from a fused gate|up output;
- *   gather_rows               the rows that need logits.
+ *   gather_rows               the rows that need logits;
+ *   layernorm, add_rows, gelu, dense_attention, avg_pool2d
+ *                             the vision tower's (optional).
  *
  * Memory: every buffer handed to a compute op is backend memory (host memory
  * for the CPU backend, device memory for CUDA): activations are ifd_act_t
@@ -287,6 +289,27 @@ typedef struct {
      * x = ifd_softcap(x, cap) (sampling_math.h), the host's bits exactly,
      * so that a soft-capped model samples on the device too. */
     int (*softcap)(ifd_backend_t *be, ifd_act_t *logits, int n_rows, float cap);
+    /* Vision (worker/vision.c: a ViT encoder over one image; NULL on a
+     * backend without them — CUDA today, where ifd_vision_load says so).
+     * layernorm: for each of `rows` rows, if delta: residual += delta; then
+     * y = LayerNorm(residual) · w + b (w, b f32 vectors from load_weight
+     * VECTOR; b may be NULL); residual, delta f32; y F32 or mm_in_dtype.
+     * add_rows: x[r] += t[r] for r < rows (t an f32 table of >= rows rows
+     * of x->cols, loaded as VECTOR: position embeddings). gelu: out = gelu_tanh(x)
+     * elementwise on rows × x->cols (x f32, out mm_in_dtype).
+     * dense_attention: out (mm_in_dtype [n, n_heads · head_dim]) = dense
+     * bidirectional attention of one sequence of n tokens from a fused
+     * q|k|v projection output qkv f32 [n, 3 · n_heads · head_dim]
+     * (ifd_cpu_dense_attention). avg_pool2d: out f32 [(side / k)², C] =
+     * k × k average pooling of x f32 [side², C] (a row-major patch grid). */
+    int (*layernorm)(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual,
+                     const ifd_act_t *delta, const ifd_weight_t *w, const ifd_weight_t *b,
+                     int rows, float eps);
+    int (*add_rows)(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *t, int rows);
+    int (*gelu)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows);
+    int (*dense_attention)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n,
+                           int n_heads, int head_dim, float scale);
+    int (*avg_pool2d)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int side, int k);
     /* Graphs: graph_begin records the ops enqueued after it instead of
      * running them, graph_end(key) stops recording and keeps them as graph
      * `key` (< IFD_BACKEND_MAX_GRAPHS; replacing an old one; on any error the

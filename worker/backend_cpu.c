@@ -711,6 +711,68 @@ static int ifd__cpu_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_act
     return 0;
 }
 
+/* ---- vision ---------------------------------------------------------------- */
+
+static int ifd__cpu_layernorm(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual,
+                              const ifd_act_t *delta, const ifd_weight_t *w,
+                              const ifd_weight_t *b, int rows, float eps)
+{
+    (void)be;
+    if (rows > residual->rows || rows > y->rows || residual->cols != w->cols ||
+        y->cols != w->cols || (delta && (delta->cols != w->cols || rows > delta->rows)) ||
+        (b && b->cols != w->cols) || w->dtype != IFD_GGML_F32)
+        return IFD_EINVAL;
+    if (delta) {
+        float *r = ifd__f(residual);
+        const float *d = ifd__f(delta);
+        for (int64_t i = 0; i < (int64_t)rows * w->cols; i++)
+            r[i] += d[i];
+    }
+    return ifd_cpu_layernorm(ifd__f(y), ifd__f(residual), w->data, b ? b->data : NULL, rows,
+                             (int)w->cols, eps);
+}
+
+static int ifd__cpu_add_rows(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *t, int rows)
+{
+    (void)be;
+    if (rows > x->rows || rows > t->rows || t->cols != x->cols || t->dtype != IFD_GGML_F32 ||
+        t->layout != IFD__LAYOUT_PLAIN)
+        return IFD_EINVAL;
+    const float *tv = t->data;
+    float *xv = ifd__f(x);
+    for (int64_t i = 0; i < (int64_t)rows * x->cols; i++)
+        xv[i] += tv[i];
+    return 0;
+}
+
+static int ifd__cpu_gelu(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows)
+{
+    (void)be;
+    if (out->cols != x->cols || rows > out->rows || rows > x->rows)
+        return IFD_EINVAL;
+    return ifd_cpu_gelu_tanh(ifd__f(out), ifd__f(x), (int64_t)rows * x->cols);
+}
+
+static int ifd__cpu_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv,
+                                    int n, int n_heads, int head_dim, float scale)
+{
+    const int64_t width = (int64_t)n_heads * head_dim;
+    if (n > out->rows || n > qkv->rows || out->cols != width || qkv->cols != 3 * width)
+        return IFD_EINVAL;
+    return ifd_cpu_dense_attention(ifd__f(out), ifd__f(qkv), n, n_heads, head_dim, scale,
+                                   ifd__cpu(be)->tp);
+}
+
+static int ifd__cpu_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int side,
+                               int k)
+{
+    (void)be;
+    if (k <= 0 || side <= 0 || side % k || x->rows < (int64_t)side * side ||
+        out->rows < (int64_t)(side / k) * (side / k) || out->cols != x->cols)
+        return IFD_EINVAL;
+    return ifd_cpu_avg_pool2d(ifd__f(out), ifd__f(x), side, k, (int)x->cols);
+}
+
 static const ifd_backend_ops_t ifd__cpu_ops = {
     .name = "cpu",
     .host_memory = true,
@@ -736,6 +798,11 @@ static const ifd_backend_ops_t ifd__cpu_ops = {
     .attention = ifd__cpu_attention,
     .glu = ifd__cpu_glu,
     .gather_rows = ifd__cpu_gather_rows,
+    .layernorm = ifd__cpu_layernorm,
+    .add_rows = ifd__cpu_add_rows,
+    .gelu = ifd__cpu_gelu,
+    .dense_attention = ifd__cpu_dense_attention,
+    .avg_pool2d = ifd__cpu_avg_pool2d,
 };
 
 int ifd_backend_cpu_create(ifd_backend_t **out, int n_threads)

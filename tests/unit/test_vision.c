@@ -1,0 +1,355 @@
+/*
+ * test_vision.c — Gemma 3's vision tower and projector (worker/vision.h) on
+ * the CPU backend against transformers, with the tiny random-weight
+ * Gemma3ForConditionalGeneration of tests/data/tiny-gemma3-vision
+ * (tools/make_tiny_gemma3_vision.py: 112 px, patch 14, 2 layers, width 64,
+ * 4 heads, 16 tokens of width 64; refs.safetensors holds transformers'
+ * outputs), so no torch is needed here.
+ *
+ * Bounds (max over the output of |got − ref| / max(1, |ref|)):
+ *   f32 weights:  ≤ 1e-5 for the tower output and the image features
+ *                 (float summation order only: observed ≤ 2.3e-6);
+ *   bf16 weights: ≤ 1e-5 against transformers computing in f32 on the
+ *                 same bf16 weights (the CPU backend keeps them in 16
+ *                 bits and accumulates in f32).
+ * pixel_values from the committed PNGs through common/image with the
+ * directory's preprocessor_config.json: ≤ 1e-6 absolute (the image path's
+ * own bound, docs/vision.md).
+ * Also: the config and the source's name mapping, the text model of the
+ * same directory loading, and the errors (a backend without the vision
+ * ops, a NaN pixel, broken vision configs).
+ */
+#include "testutil.h"
+
+#include "error.h"
+#include "image/image.h"
+#include "image/preprocess.h"
+#include "modelfile/model_source.h"
+#include "modelfile/safetensors.h"
+#include "worker/model.h"
+#include "worker/vision.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tiny_dir[4096];
+
+static const char *tiny(const char *sub, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s%s", tiny_dir, sub[0] ? "/" : "", sub);
+    return buf;
+}
+
+/* A reference tensor from refs.safetensors (f32), its element count in *n. */
+static const float *ref(const ifd_safetensors_t *st, const char *name, size_t *n)
+{
+    const ifd_st_tensor_t *t = ifd_safetensors_find(st, name);
+    ck_assert_msg(t && strcmp(t->dtype, "F32") == 0, "refs: %s", name);
+    *n = t->n_elems;
+    return t->data; /* safetensors data is 8-byte aligned after the header in these files */
+}
+
+static ifd_safetensors_t *open_refs(void)
+{
+    char p[4200], err[256];
+    ifd_safetensors_t *st = NULL;
+    ck_assert_msg(ifd_safetensors_open(&st, tiny("refs.safetensors", p, sizeof p), err,
+                                       sizeof err) == 0,
+                  "%s", err);
+    return st;
+}
+
+static double max_rel(const float *got, const float *want, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]) / fmax(1.0, fabs(want[i]));
+        m = d > m || isnan(d) ? d : m;
+    }
+    return m;
+}
+
+static ifd_model_source_t *open_src(const char *sub)
+{
+    char p[4200], err[512];
+    ifd_model_source_t *src = NULL;
+    ck_assert_msg(ifd_model_source_open(&src, tiny(sub, p, sizeof p), err, sizeof err) == 0, "%s",
+                  err);
+    return src;
+}
+
+START_TEST(test_config)
+{
+    ifd_model_source_t *src = open_src("");
+    const char *why = "x";
+    const ifd_vision_config_t *c = ifd_model_source_vision(src, &why);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_ptr_null(why);
+    ck_assert_uint_eq(c->image_size, 112);
+    ck_assert_uint_eq(c->patch_size, 14);
+    ck_assert_uint_eq(c->n_embd, 64);
+    ck_assert_uint_eq(c->n_ff, 96);
+    ck_assert_uint_eq(c->n_layer, 2);
+    ck_assert_uint_eq(c->n_head, 4);
+    ck_assert_uint_eq(c->head_dim, 16);
+    ck_assert_uint_eq(c->tokens_per_image, 16);
+    ck_assert_uint_eq(c->text_embd, 64);
+    ck_assert_int_eq(c->boi_id, 509);
+    ck_assert_int_eq(c->eoi_id, 510);
+    ck_assert_int_eq(c->image_id, 511);
+    ck_assert_uint_eq(ifd_vision_patch_side(c), 8);
+    ck_assert_uint_eq(ifd_vision_token_side(c), 4);
+    ck_assert_uint_eq(ifd_vision_pool(c), 2);
+    ck_assert(fabsf(c->eps - 1e-6f) < 1e-12f);
+    /* llama.cpp's mmproj names onto transformers 5's checkpoint names */
+    char n[256];
+    ifd_model_source_name(src, "v.blk.1.attn_out.bias", n, sizeof n);
+    ck_assert_str_eq(n, "vision_tower.encoder.layers.1.self_attn.out_proj.bias");
+    ifd_model_source_name(src, "v.patch_embd.weight", n, sizeof n);
+    ck_assert_str_eq(n, "vision_tower.embeddings.patch_embedding.weight");
+    ifd_model_source_name(src, "mm.input_projection.weight", n, sizeof n);
+    ck_assert_str_eq(n, "multi_modal_projector.mm_input_projection_weight");
+    ifd_tensor_view_t tv;
+    ck_assert_int_eq(ifd_model_source_find(src, "v.post_ln.weight", &tv), 0);
+    ck_assert(!tv.add_one); /* a LayerNorm, although its name ends in "norm.weight" */
+    ck_assert_int_eq(ifd_model_source_find(src, "mm.soft_emb_norm.weight", &tv), 0);
+    ck_assert(tv.add_one);
+    ck_assert_int_eq(ifd_model_source_find(src, "v.blk.2.ln1.weight", &tv), IFD_ENOTFOUND);
+    ck_assert_int_eq(ifd_model_source_find(src, "v.blk.0.nope.weight", &tv), IFD_ENOTFOUND);
+    ifd_model_source_close(src);
+}
+END_TEST
+
+/* Encodes both images of refs with the model in `sub`, against prefix's refs. */
+static void check_encode(const char *sub, const char *prefix, double bound)
+{
+    ifd_backend_t *be = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 2), 0);
+    ifd_model_source_t *src = open_src(sub);
+    ifd_vision_t *v = NULL;
+    char err[512];
+    ck_assert_msg(ifd_vision_load(&v, src, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_source_close(src); /* the vision model keeps none of it */
+    ck_assert_int_eq(ifd_vision_tokens_per_image(v), 16);
+    ck_assert_int_eq(ifd_vision_text_width(v), 64);
+    ck_assert_int_eq(ifd_vision_image_size(v), 112);
+    ck_assert_uint_gt(ifd_vision_weight_bytes(v), 0);
+    ifd_safetensors_t *st = open_refs();
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        size_t npv, nt, nf;
+        snprintf(name, sizeof name, "pixel_values_%d", i);
+        const float *pv = ref(st, name, &npv);
+        snprintf(name, sizeof name, "%svision_%d", prefix, i);
+        const float *want_t = ref(st, name, &nt);
+        snprintf(name, sizeof name, "%sfeatures_%d", prefix, i);
+        const float *want_f = ref(st, name, &nf);
+        ck_assert_uint_eq(npv, 3 * 112 * 112);
+        ck_assert_uint_eq(nt, 64 * 64);
+        ck_assert_uint_eq(nf, 16 * 64);
+        float *tower = malloc(nt * sizeof(float)), *feat = malloc(nf * sizeof(float));
+        ck_assert_int_eq(ifd_vision_encode(v, pv, feat, tower), 0);
+        const double et = max_rel(tower, want_t, nt), ef = max_rel(feat, want_f, nf);
+        printf("%s image %d: tower max rel err %.3g, features %.3g (bound %.0e)\n",
+               sub[0] ? sub : "f32", i, et, ef, bound);
+        ck_assert_msg(et <= bound && ef <= bound, "%s image %d: tower %.3g features %.3g",
+                      sub, i, et, ef);
+        /* features without the tower output: the same values */
+        float *feat2 = malloc(nf * sizeof(float));
+        ck_assert_int_eq(ifd_vision_encode(v, pv, feat2, NULL), 0);
+        ck_assert(memcmp(feat, feat2, nf * sizeof(float)) == 0);
+        free(tower), free(feat), free(feat2);
+    }
+    ifd_safetensors_close(st);
+    ifd_vision_destroy(v);
+    be->ops->destroy(be);
+}
+
+START_TEST(test_encode_f32)
+{
+    check_encode("", "", 1e-5);
+}
+END_TEST
+
+START_TEST(test_encode_bf16)
+{
+    check_encode("bf16", "bf16_", 1e-5);
+}
+END_TEST
+
+/* The committed PNGs through decode and preprocessing: transformers' pixel_values. */
+START_TEST(test_pixels_from_png)
+{
+    char p[4200], err[256];
+    size_t len;
+    char *json = ifd_test_read_file(tiny("preprocessor_config.json", p, sizeof p), &len);
+    ck_assert_ptr_nonnull(json);
+    ifd_image_prep_t prep;
+    ck_assert_msg(ifd_image_prep_from_json(&prep, json, len, err, sizeof err) == 0, "%s", err);
+    free(json);
+    ifd_safetensors_t *st = open_refs();
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "image%d.png", i);
+        void *bytes = ifd_test_read_file(tiny(name, p, sizeof p), &len);
+        ck_assert_ptr_nonnull(bytes);
+        ifd_image_t img;
+        ifd_image_limits_t lim = ifd_image_default_limits();
+        ck_assert_msg(ifd_image_decode(&img, bytes, len, &lim, err, sizeof err) == 0, "%s", err);
+        free(bytes);
+        size_t n = ifd_image_prep_floats(&prep, &img), nref;
+        ck_assert_uint_eq(n, 3 * 112 * 112);
+        float *pv = malloc(n * sizeof(float));
+        ck_assert_int_eq(ifd_image_preprocess(pv, n, &img, &prep), 0);
+        snprintf(name, sizeof name, "pixel_values_%d", i);
+        const float *want = ref(st, name, &nref);
+        double m = 0;
+        for (size_t k = 0; k < n; k++)
+            m = fmax(m, fabs((double)pv[k] - want[k]));
+        ck_assert_msg(m <= 1e-6, "image%d.png: pixel_values max abs diff %.3g", i, m);
+        free(pv);
+        ifd_image_free(&img);
+    }
+    ifd_safetensors_close(st);
+}
+END_TEST
+
+/* The text model of the same directory (language_model.* tensors) still loads. */
+START_TEST(test_text_model_loads)
+{
+    ifd_backend_t *be = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 1), 0);
+    char p[4200], err[512];
+    ifd_model_t *m = NULL;
+    ck_assert_msg(ifd_model_load(&m, tiny("", p, sizeof p), be, err, sizeof err) == 0, "%s", err);
+    const ifd_model_config_t *c = ifd_model_config(m);
+    ck_assert_int_eq(c->arch, IFD_ARCH_GEMMA3);
+    ck_assert_uint_eq(c->n_vocab, 512);
+    ck_assert_uint_eq(c->n_embd, 64);
+    ck_assert_uint_eq(c->n_layer, 2);
+    ifd_model_destroy(m);
+    be->ops->destroy(be);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+    ifd_backend_t *cpu = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&cpu, 1), 0);
+    ifd_model_source_t *src = open_src("");
+    char err[512];
+    /* a backend without the vision ops (the CUDA backend today) */
+    ifd_backend_ops_t ops = *cpu->ops;
+    ops.dense_attention = NULL;
+    ops.name = "fake";
+    ifd_backend_t fake = {.ops = &ops};
+    ifd_vision_t *v = (ifd_vision_t *)&fake;
+    ck_assert_int_eq(ifd_vision_load(&v, src, &fake, err, sizeof err), IFD_ENOTSUP);
+    ck_assert_ptr_null(v);
+    ck_assert_msg(strstr(err, "vision on the fake backend not yet"), "%s", err);
+    /* a NaN pixel */
+    ck_assert_int_eq(ifd_vision_load(&v, src, cpu, err, sizeof err), 0);
+    float *pv = calloc(3 * 112 * 112, sizeof(float)), feat[16 * 64];
+    pv[777] = NAN;
+    ck_assert_int_eq(ifd_vision_encode(v, pv, feat, NULL), IFD_EINVAL);
+    free(pv);
+    ifd_vision_destroy(v);
+    ifd_model_source_close(src);
+    ifd_vision_destroy(NULL);
+    cpu->ops->destroy(cpu);
+}
+END_TEST
+
+/* A copy of the tiny directory whose config.json's vision part is edited:
+ * `from` replaced by `to` in the text. */
+static void edited_dir(char *dir, size_t len, const char *from, const char *to)
+{
+    snprintf(dir, len, "/tmp/inferd-vis-tower-%d-XXXXXX", (int)getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char p[4200], q[4200];
+    size_t n;
+    char *cfg = ifd_test_read_file(tiny("config.json", p, sizeof p), &n);
+    ck_assert_ptr_nonnull(cfg);
+    char *at = strstr(cfg, from);
+    ck_assert_msg(at, "config.json has no '%s'", from);
+    snprintf(q, sizeof q, "%s/config.json", dir);
+    FILE *f = fopen(q, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%.*s%s%s", (int)(at - cfg), cfg, to, at + strlen(from));
+    fclose(f);
+    free(cfg);
+    snprintf(q, sizeof q, "%s/model.safetensors", dir);
+    ck_assert_int_eq(symlink(tiny("model.safetensors", p, sizeof p), q), 0);
+}
+
+static void remove_dir(const char *dir)
+{
+    char q[4200];
+    snprintf(q, sizeof q, "%s/config.json", dir);
+    unlink(q);
+    snprintf(q, sizeof q, "%s/model.safetensors", dir);
+    unlink(q);
+    rmdir(dir);
+}
+
+START_TEST(test_bad_configs)
+{
+    static const struct {
+        const char *from, *to;
+        int open_rc;      /* the source's open */
+        const char *what; /* in the message (open's, or the vision reason) */
+    } cases[] = {
+        {"\"image_size\": 112", "\"image_size\": 113", IFD_EFORMAT, "not a multiple of patch_size"},
+        {"\"mm_tokens_per_image\": 16", "\"mm_tokens_per_image\": 15", IFD_EFORMAT, "a square"},
+        {"\"mm_tokens_per_image\": 16", "\"mm_tokens_per_image\": 9", IFD_EFORMAT, "divides"},
+        {"\"num_attention_heads\": 4", "\"num_attention_heads\": 5", IFD_EFORMAT, "does not divide"},
+        {"\"image_size\": 112", "\"image_size\": -1", IFD_EFORMAT, "image_size"},
+        {"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"relu\"", 0,
+         "only gelu_pytorch_tanh"},
+        {"\"vision_use_head\": false", "\"vision_use_head\": true", 0, "pooling head"},
+        {"\"intermediate_size\": 96", "\"intermediate_size\": 128", 0, "has shape"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[256], err[512] = "";
+        edited_dir(dir, sizeof dir, cases[i].from, cases[i].to);
+        ifd_model_source_t *src = NULL;
+        int rc = ifd_model_source_open(&src, dir, err, sizeof err);
+        ck_assert_msg(rc == cases[i].open_rc, "case %zu: open %d (%s)", i, rc, err);
+        if (rc == 0) {
+            ifd_backend_t *be = NULL;
+            ck_assert_int_eq(ifd_backend_cpu_create(&be, 1), 0);
+            ifd_vision_t *v = NULL;
+            rc = ifd_vision_load(&v, src, be, err, sizeof err);
+            ck_assert_msg(rc != 0 && !v, "case %zu: loads", i);
+            be->ops->destroy(be);
+            ifd_model_source_close(src);
+        }
+        ck_assert_msg(strstr(err, cases[i].what), "case %zu: '%s' lacks '%s'", i, err,
+                      cases[i].what);
+        remove_dir(dir);
+    }
+}
+END_TEST
+
+static Suite *vision_suite(void)
+{
+    Suite *s = suite_create("vision");
+    ifd_test_case(s, "tiny", 120,
+                  IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_pixels_from_png,
+                            test_text_model_loads, test_errors, test_bad_configs));
+    return s;
+}
+
+int main(void)
+{
+    const char *root = getenv("INFERD_SOURCE_DIR");
+    snprintf(tiny_dir, sizeof tiny_dir, "%s/tests/data/tiny-gemma3-vision", root ? root : ".");
+    struct stat sb;
+    if (stat(tiny_dir, &sb) != 0)
+        ifd_test_skip("%s is missing", tiny_dir);
+    return ifd_test_run(vision_suite());
+}

@@ -1,0 +1,418 @@
+/*
+ * vision.c — Gemma 3's SigLIP tower and projector on a backend (vision.h).
+ *
+ * Loading asks the source for llama.cpp's mmproj names (model_source.h
+ * maps them onto an HF checkpoint); each tensor's shape is checked against
+ * the config before the backend copies it. q|k|v load as one projection
+ * (one GEMM, biases concatenated). mm_input_projection_weight is stored
+ * [width, text width] (HF's orientation: the projector multiplies by it
+ * from the right), so it is transposed on the host into a [text width,
+ * width] projection.
+ *
+ * Encoding allocates its activations per call (an image is rare and the
+ * tower's work dwarfs the allocation) from the table ifd__acts, and frees
+ * them before returning; the residual stream x ends as the tower output
+ * (post_layernorm in place).
+ */
+#include "vision.h"
+
+#include "error.h"
+#include "log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ifd_weight_t ln1_w, ln1_b, ln2_w, ln2_b;
+    ifd_proj_t qkv, out, fc1, fc2;
+} ifd__vlayer_t;
+
+struct ifd_vision {
+    ifd_backend_t *be;
+    ifd_vision_config_t cfg;
+    ifd_proj_t patch;   /* [width, 3 · P · P] + bias */
+    ifd_weight_t pos;   /* f32 [n_patches, width] */
+    ifd__vlayer_t *layers;
+    ifd_weight_t post_w, post_b;
+    ifd_weight_t soft_norm; /* RMSNorm (1 + w) */
+    ifd_proj_t mm;          /* [text width, width] */
+    uint64_t weight_bytes;
+};
+
+/* The load's context: where tensors come from and where messages go. */
+typedef struct {
+    ifd_vision_t *v;
+    const ifd_model_source_t *src;
+    char *err;
+    size_t errlen;
+} ifd__vload_t;
+
+/* Tensor `name` with shape ne (innermost first, unused dims 1) as a source
+ * of rows × cols; *add_one gets the view's flag (may be NULL). */
+static int ifd__vfind(ifd__vload_t *L, const char *name, const uint64_t ne[4], int64_t rows,
+                      int64_t cols, ifd_weight_src_t *out, bool *add_one)
+{
+    ifd_tensor_view_t t;
+    char fname[256];
+    ifd_model_source_name(L->src, name, fname, sizeof fname);
+    if (ifd_model_source_find(L->src, name, &t) != 0)
+        return ifd_fail_msg(L->err, L->errlen, IFD_EFORMAT, "%s: tensor '%s' is missing",
+                            ifd_model_source_path(L->src), fname);
+    for (int d = 0; d < 4; d++)
+        if (t.ne[d] != ne[d])
+            return ifd_fail_msg(L->err, L->errlen, IFD_EFORMAT,
+                                "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu] (innermost "
+                                "first), expected [%llu, %llu, %llu, %llu]",
+                                t.file, t.name, (unsigned long long)t.ne[0],
+                                (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
+                                (unsigned long long)t.ne[3], (unsigned long long)ne[0],
+                                (unsigned long long)ne[1], (unsigned long long)ne[2],
+                                (unsigned long long)ne[3]);
+    ifd_backend_t *be = L->v->be;
+    if (t.ggml_type == IFD_TENSOR_TYPE_UNSUPPORTED ||
+        !be->ops->can_load(be, (ifd_ggml_type_t)t.ggml_type))
+        return ifd_fail_msg(L->err, L->errlen, IFD_ENOTSUP,
+                            "%s: tensor '%s' has type %s, which inferd cannot load", t.file,
+                            t.name, t.dtype ? t.dtype : ifd_ggml_type_name(t.ggml_type));
+    *out = (ifd_weight_src_t){.name = name, .data = t.data, .type = (ifd_ggml_type_t)t.ggml_type,
+                              .rows = rows, .cols = cols};
+    if (add_one)
+        *add_one = t.add_one;
+    return 0;
+}
+
+/* A vector (or, rows > 1, an f32 table) `name` of rows × cols. */
+static int ifd__vweight(ifd__vload_t *L, ifd_weight_t *w, const char *name, int64_t rows,
+                        int64_t cols, ifd_weight_use_t use)
+{
+    const uint64_t ne[4] = {(uint64_t)cols, (uint64_t)rows, 1, 1};
+    ifd_weight_src_t s;
+    bool add_one;
+    int rc = ifd__vfind(L, name, ne, rows, cols, &s, &add_one);
+    if (rc)
+        return rc;
+    if (use == IFD_WEIGHT_NORM && add_one)
+        use = IFD_WEIGHT_NORM_ADD1;
+    if ((rc = L->v->be->ops->load_weight(L->v->be, w, &s, use)))
+        return ifd_fail_msg(L->err, L->errlen, rc, "%s: tensor '%s': %s",
+                            ifd_model_source_path(L->src), name, ifd_strerror(rc));
+    ifd_model_source_release(L->src, name);
+    L->v->weight_bytes += w->bytes;
+    return 0;
+}
+
+/* A projection from n parts "<base>.weight" (rows[i] × cols, stored with
+ * shape ne_w: the conv weight is 4-D) each with "<base>.bias". */
+static int ifd__vproj(ifd__vload_t *L, ifd_proj_t *p, const char *const *bases, const int64_t *rows,
+                      int n, int64_t cols, const uint64_t *ne_w)
+{
+    ifd_weight_src_t w[IFD_PROJ_MAX_PARTS], b[IFD_PROJ_MAX_PARTS];
+    const ifd_weight_src_t *bp[IFD_PROJ_MAX_PARTS];
+    char wn[IFD_PROJ_MAX_PARTS][96], bn[IFD_PROJ_MAX_PARTS][96];
+    int rc;
+    for (int i = 0; i < n; i++) {
+        const uint64_t ne2[4] = {(uint64_t)cols, (uint64_t)rows[i], 1, 1};
+        const uint64_t neb[4] = {(uint64_t)rows[i], 1, 1, 1};
+        snprintf(wn[i], sizeof wn[i], "%s.weight", bases[i]);
+        snprintf(bn[i], sizeof bn[i], "%s.bias", bases[i]);
+        if ((rc = ifd__vfind(L, wn[i], ne_w ? ne_w : ne2, rows[i], cols, &w[i], NULL)) ||
+            (rc = ifd__vfind(L, bn[i], neb, 1, rows[i], &b[i], NULL)))
+            return rc;
+        bp[i] = &b[i];
+    }
+    if ((rc = L->v->be->ops->load_proj(L->v->be, p, w, bp, n)))
+        return ifd_fail_msg(L->err, L->errlen, rc, "%s: tensor '%s': %s",
+                            ifd_model_source_path(L->src), wn[0], ifd_strerror(rc));
+    for (int i = 0; i < n; i++)
+        ifd_model_source_release(L->src, wn[i]);
+    for (int i = 0; i < p->n_parts; i++)
+        L->v->weight_bytes += p->part[i].bytes;
+    L->v->weight_bytes += p->bias.bytes;
+    return 0;
+}
+
+/* mm.input_projection [width rows of text-width values] → a projection
+ * [text width, width]: the elements transposed on the host (2- or 4-byte
+ * types: the ones a checkpoint stores it in). */
+static int ifd__vmm(ifd__vload_t *L)
+{
+    const ifd_vision_config_t *c = &L->v->cfg;
+    const uint64_t ne[4] = {c->text_embd, c->n_embd, 1, 1};
+    ifd_weight_src_t s;
+    int rc = ifd__vfind(L, "mm.input_projection.weight", ne, c->n_embd, c->text_embd, &s, NULL);
+    if (rc)
+        return rc;
+    const size_t es = s.type == IFD_GGML_F32 ? 4 : s.type == IFD_GGML_F16 || s.type == IFD_GGML_BF16 ? 2 : 0;
+    if (!es)
+        return ifd_fail_msg(L->err, L->errlen, IFD_ENOTSUP,
+                            "%s: tensor 'mm.input_projection.weight' has type %s: only "
+                            "F32/F16/BF16 are supported",
+                            ifd_model_source_path(L->src), ifd_ggml_type_name(s.type));
+    const size_t R = c->n_embd, C = c->text_embd;
+    char *t = malloc(R * C * es);
+    if (!t)
+        return ifd_fail_msg(L->err, L->errlen, IFD_ENOMEM, "out of memory");
+    for (size_t r = 0; r < R; r++)
+        for (size_t k = 0; k < C; k++)
+            memcpy(t + (k * R + r) * es, (const char *)s.data + (r * C + k) * es, es);
+    s.data = t;
+    s.rows = (int64_t)C;
+    s.cols = (int64_t)R;
+    const ifd_weight_src_t *nob = NULL;
+    rc = L->v->be->ops->load_proj(L->v->be, &L->v->mm, &s, &nob, 1);
+    free(t);
+    if (rc)
+        return ifd_fail_msg(L->err, L->errlen, rc, "%s: tensor 'mm.input_projection.weight': %s",
+                            ifd_model_source_path(L->src), ifd_strerror(rc));
+    L->v->weight_bytes += L->v->mm.part[0].bytes;
+    return 0;
+}
+
+static int ifd__vlayer(ifd__vload_t *L, ifd__vlayer_t *ly, int l)
+{
+    const ifd_vision_config_t *c = &L->v->cfg;
+    char n[8][48];
+    static const char *const sfx[8] = {"ln1", "ln2", "attn_q", "attn_k", "attn_v",
+                                       "attn_out", "ffn_up", "ffn_down"};
+    for (int i = 0; i < 8; i++)
+        snprintf(n[i], sizeof n[i], "v.blk.%d.%s", l, sfx[i]);
+    char w1[64], b1[64], w2[64], b2[64];
+    snprintf(w1, sizeof w1, "%s.weight", n[0]);
+    snprintf(b1, sizeof b1, "%s.bias", n[0]);
+    snprintf(w2, sizeof w2, "%s.weight", n[1]);
+    snprintf(b2, sizeof b2, "%s.bias", n[1]);
+    const int64_t W = c->n_embd, F = c->n_ff;
+    const char *qkv[3] = {n[2], n[3], n[4]}, *out = n[5], *up = n[6], *down = n[7];
+    const int64_t rq[3] = {W, W, W};
+    int rc;
+    if ((rc = ifd__vweight(L, &ly->ln1_w, w1, 1, W, IFD_WEIGHT_VECTOR)) ||
+        (rc = ifd__vweight(L, &ly->ln1_b, b1, 1, W, IFD_WEIGHT_VECTOR)) ||
+        (rc = ifd__vweight(L, &ly->ln2_w, w2, 1, W, IFD_WEIGHT_VECTOR)) ||
+        (rc = ifd__vweight(L, &ly->ln2_b, b2, 1, W, IFD_WEIGHT_VECTOR)) ||
+        (rc = ifd__vproj(L, &ly->qkv, qkv, rq, 3, W, NULL)) ||
+        (rc = ifd__vproj(L, &ly->out, &out, &W, 1, W, NULL)) ||
+        (rc = ifd__vproj(L, &ly->fc1, &up, &F, 1, W, NULL)) ||
+        (rc = ifd__vproj(L, &ly->fc2, &down, &W, 1, F, NULL)))
+        return rc;
+    return 0;
+}
+
+static int ifd__vload_all(ifd__vload_t *L)
+{
+    ifd_vision_t *v = L->v;
+    const ifd_vision_config_t *c = &v->cfg;
+    const int64_t W = c->n_embd, P = c->patch_size, np = ifd_vision_n_patches(c);
+    const uint64_t ne_conv[4] = {(uint64_t)P, (uint64_t)P, c->n_channels, (uint64_t)W};
+    const char *patch = "v.patch_embd";
+    int rc;
+    if ((rc = ifd__vproj(L, &v->patch, &patch, &W, 1, c->n_channels * P * P, ne_conv)) ||
+        (rc = ifd__vweight(L, &v->pos, "v.position_embd.weight", np, W, IFD_WEIGHT_VECTOR)))
+        return rc;
+    for (uint32_t l = 0; l < c->n_layer; l++)
+        if ((rc = ifd__vlayer(L, &v->layers[l], (int)l)))
+            return rc;
+    if ((rc = ifd__vweight(L, &v->post_w, "v.post_ln.weight", 1, W, IFD_WEIGHT_VECTOR)) ||
+        (rc = ifd__vweight(L, &v->post_b, "v.post_ln.bias", 1, W, IFD_WEIGHT_VECTOR)) ||
+        (rc = ifd__vweight(L, &v->soft_norm, "mm.soft_emb_norm.weight", 1, W, IFD_WEIGHT_NORM)))
+        return rc;
+    return ifd__vmm(L);
+}
+
+int ifd_vision_load(ifd_vision_t **out, const ifd_model_source_t *src, ifd_backend_t *be,
+                    char *errbuf, size_t errlen)
+{
+    *out = NULL;
+    const char *why = NULL;
+    const ifd_vision_config_t *cfg = ifd_model_source_vision(src, &why);
+    if (!cfg)
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOTFOUND, "%s",
+                            why ? why : "the model has no vision tower");
+    const ifd_backend_ops_t *o = be->ops;
+    if (!o->layernorm || !o->add_rows || !o->gelu || !o->dense_attention || !o->avg_pool2d ||
+        !o->host_memory || o->mm_in_dtype != IFD_DTYPE_F32)
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
+                            "vision on the %s backend not yet (the vision tower runs on the "
+                            "CPU backend)",
+                            o->name);
+    ifd_vision_t *v = calloc(1, sizeof *v);
+    if (!v || !(v->layers = calloc(cfg->n_layer, sizeof *v->layers))) {
+        free(v);
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOMEM, "out of memory");
+    }
+    v->be = be;
+    v->cfg = *cfg;
+    ifd__vload_t L = {.v = v, .src = src, .err = errbuf, .errlen = errlen};
+    int rc = ifd__vload_all(&L);
+    if (rc) {
+        ifd_vision_destroy(v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+void ifd_vision_destroy(ifd_vision_t *v)
+{
+    if (!v)
+        return;
+    ifd_backend_t *be = v->be;
+    const ifd_backend_ops_t *o = be->ops;
+    for (uint32_t l = 0; v->layers && l < v->cfg.n_layer; l++) {
+        ifd__vlayer_t *ly = &v->layers[l];
+        ifd_weight_t *ws[] = {&ly->ln1_w, &ly->ln1_b, &ly->ln2_w, &ly->ln2_b};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            o->weight_free(be, ws[i]);
+        ifd_proj_t *ps[] = {&ly->qkv, &ly->out, &ly->fc1, &ly->fc2};
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+            o->proj_free(be, ps[i]);
+    }
+    ifd_weight_t *ws[] = {&v->pos, &v->post_w, &v->post_b, &v->soft_norm};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        o->weight_free(be, ws[i]);
+    o->proj_free(be, &v->patch);
+    o->proj_free(be, &v->mm);
+    free(v->layers);
+    free(v);
+}
+
+const ifd_vision_config_t *ifd_vision_config(const ifd_vision_t *v)
+{
+    return &v->cfg;
+}
+
+int ifd_vision_tokens_per_image(const ifd_vision_t *v)
+{
+    return (int)v->cfg.tokens_per_image;
+}
+
+int ifd_vision_text_width(const ifd_vision_t *v)
+{
+    return (int)v->cfg.text_embd;
+}
+
+int ifd_vision_image_size(const ifd_vision_t *v)
+{
+    return (int)v->cfg.image_size;
+}
+
+uint64_t ifd_vision_weight_bytes(const ifd_vision_t *v)
+{
+    return v->weight_bytes;
+}
+
+/* ---- encode ----------------------------------------------------------------- */
+
+/* The activations of one encode: index, mm_in (else f32), rows (patches or
+ * tokens), cols (which width). */
+enum { A_PATCH, A_X, A_Y, A_QKV, A_ATT, A_O, A_H, A_G, A_POOL, A_NORM, A_FEAT, A_N };
+enum { R_PATCHES, R_TOKENS };
+enum { C_PATCH, C_W, C_3W, C_FF, C_TEXT };
+static const struct {
+    bool mm_in;
+    int rows, cols;
+} ifd__acts[A_N] = {
+    [A_PATCH] = {true, R_PATCHES, C_PATCH}, [A_X] = {false, R_PATCHES, C_W},
+    [A_Y] = {true, R_PATCHES, C_W},         [A_QKV] = {false, R_PATCHES, C_3W},
+    [A_ATT] = {true, R_PATCHES, C_W},       [A_O] = {false, R_PATCHES, C_W},
+    [A_H] = {false, R_PATCHES, C_FF},       [A_G] = {true, R_PATCHES, C_FF},
+    [A_POOL] = {false, R_TOKENS, C_W},      [A_NORM] = {true, R_TOKENS, C_W},
+    [A_FEAT] = {false, R_TOKENS, C_TEXT},
+};
+
+/* pixel_values [3][S][S] → patches [n][c · P² + ky · P + kx] (the conv
+ * weight's order). */
+static void ifd__im2col(float *patches, const float *pv, const ifd_vision_config_t *c)
+{
+    const int P = (int)c->patch_size, S = (int)c->image_size, side = S / P, C = (int)c->n_channels;
+    for (int py = 0; py < side; py++)
+        for (int px = 0; px < side; px++) {
+            float *row = patches + ((int64_t)py * side + px) * C * P * P;
+            for (int ch = 0; ch < C; ch++)
+                for (int ky = 0; ky < P; ky++)
+                    memcpy(row + (ch * P + ky) * P,
+                           pv + ((int64_t)ch * S + py * P + ky) * S + px * P,
+                           sizeof(float) * (size_t)P);
+        }
+}
+
+static int ifd__encode_layers(ifd_vision_t *v, ifd_act_t *a, int n)
+{
+    ifd_backend_t *be = v->be;
+    const ifd_backend_ops_t *o = be->ops;
+    const ifd_vision_config_t *c = &v->cfg;
+    const float eps = c->eps, scale = 1.0f / sqrtf((float)c->head_dim);
+    int rc = 0;
+    for (uint32_t l = 0; l < c->n_layer && rc == 0; l++) {
+        const ifd__vlayer_t *ly = &v->layers[l];
+        /* the previous layer's MLP output (in A_O) joins the residual here */
+        if ((rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b,
+                               n, eps)) ||
+            (rc = o->proj(be, &a[A_QKV], &a[A_Y], &ly->qkv, n)) ||
+            (rc = o->dense_attention(be, &a[A_ATT], &a[A_QKV], n, (int)c->n_head,
+                                     (int)c->head_dim, scale)) ||
+            (rc = o->proj(be, &a[A_O], &a[A_ATT], &ly->out, n)) ||
+            (rc = o->layernorm(be, &a[A_Y], &a[A_X], &a[A_O], &ly->ln2_w, &ly->ln2_b, n, eps)) ||
+            (rc = o->proj(be, &a[A_H], &a[A_Y], &ly->fc1, n)) ||
+            (rc = o->gelu(be, &a[A_G], &a[A_H], n)))
+            break;
+        rc = o->proj(be, &a[A_O], &a[A_G], &ly->fc2, n);
+    }
+    if (rc == 0) /* the last MLP output, then post_layernorm in place */
+        rc = o->layernorm(be, &a[A_X], &a[A_X], c->n_layer ? &a[A_O] : NULL, &v->post_w,
+                          &v->post_b, n, eps);
+    return rc;
+}
+
+static int ifd__encode(ifd_vision_t *v, ifd_act_t *a, const float *pv, float *features,
+                       float *tower)
+{
+    ifd_backend_t *be = v->be;
+    const ifd_backend_ops_t *o = be->ops;
+    const ifd_vision_config_t *c = &v->cfg;
+    const int n = (int)ifd_vision_n_patches(c), T = (int)c->tokens_per_image;
+    const size_t patch_floats = (size_t)n * (size_t)a[A_PATCH].cols;
+    float *host = malloc(sizeof(float) * patch_floats);
+    if (!host)
+        return IFD_ENOMEM;
+    ifd__im2col(host, pv, c);
+    int rc = o->upload(be, a[A_PATCH].data, host, sizeof(float) * patch_floats);
+    free(host);
+    if (rc || (rc = o->proj(be, &a[A_X], &a[A_PATCH], &v->patch, n)) ||
+        (rc = o->add_rows(be, &a[A_X], &v->pos, n)) || (rc = ifd__encode_layers(v, a, n)) ||
+        (rc = o->avg_pool2d(be, &a[A_POOL], &a[A_X], (int)ifd_vision_patch_side(c),
+                            (int)ifd_vision_pool(c))) ||
+        (rc = o->rmsnorm(be, &a[A_NORM], &a[A_POOL], NULL, &v->soft_norm, T, c->eps)) ||
+        (rc = o->proj(be, &a[A_FEAT], &a[A_NORM], &v->mm, T)) || (rc = o->sync(be)))
+        return rc;
+    if (tower && (rc = o->download(be, tower, a[A_X].data,
+                                   sizeof(float) * (size_t)n * c->n_embd)))
+        return rc;
+    return o->download(be, features, a[A_FEAT].data, sizeof(float) * (size_t)T * c->text_embd);
+}
+
+int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *features, float *tower)
+{
+    const ifd_vision_config_t *c = &v->cfg;
+    const size_t npx = (size_t)c->n_channels * c->image_size * c->image_size;
+    for (size_t i = 0; i < npx; i++)
+        if (!isfinite(pixel_values[i]))
+            return IFD_EINVAL;
+    ifd_backend_t *be = v->be;
+    const int64_t rows[] = {[R_PATCHES] = ifd_vision_n_patches(c), [R_TOKENS] = c->tokens_per_image};
+    const int64_t cols[] = {[C_PATCH] = (int64_t)c->n_channels * c->patch_size * c->patch_size,
+                            [C_W] = c->n_embd, [C_3W] = 3 * (int64_t)c->n_embd,
+                            [C_FF] = c->n_ff, [C_TEXT] = c->text_embd};
+    ifd_act_t a[A_N] = {0};
+    int rc = 0;
+    for (int i = 0; i < A_N && rc == 0; i++)
+        rc = be->ops->act_alloc(be, &a[i], ifd__acts[i].mm_in ? be->ops->mm_in_dtype : IFD_DTYPE_F32,
+                                rows[ifd__acts[i].rows], cols[ifd__acts[i].cols]);
+    if (rc == 0)
+        rc = ifd__encode(v, a, pixel_values, features, tower);
+    for (int i = 0; i < A_N; i++)
+        if (a[i].data)
+            be->ops->act_free(be, &a[i]);
+    return rc;
+}

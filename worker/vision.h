@@ -1,0 +1,71 @@
+/*
+ * vision.h — Gemma 3's image encoder: the SigLIP vision tower and the
+ * multi-modal projector, written once against the backend (backend.h) like
+ * the text model (model.h). One image's pixel_values (3 × S × S, normalized
+ * as common/image/preprocess.h makes them) → tokens_per_image rows of the
+ * text width, the rows that replace the image's soft tokens in the prompt.
+ *
+ * The computation is transformers' Gemma3Model.get_image_features:
+ *   patch embedding    conv P × P stride P as a GEMM over im2col'd patches
+ *                      (c, ky, kx order: the conv weight flattened), + bias;
+ *   + learned position embeddings (one per patch, no CLS token);
+ *   N encoder layers   x += out_proj(attn(LN1(x))), x += fc2(gelu_tanh(fc1(LN2(x))))
+ *                      (LayerNorm with bias, dense bidirectional multi-head
+ *                      attention with q/k/v/out biases, scale head_dim^-0.5);
+ *   post_layernorm     → the tower's output ("last_hidden_state");
+ *   projector          k × k average pooling of the patch grid to
+ *                      tokens_per_image rows, RMSNorm with Gemma's (1 + w),
+ *                      times mm_input_projection_weight [width, text width].
+ *
+ * Weights come from a model source (model_source.h) by llama.cpp's mmproj
+ * names, loaded as the backend keeps weights (f32 / f16 / bf16 files; the
+ * CPU backend keeps 16-bit matrices in 16 bits with f32 accumulation).
+ * Backends without the vision ops (backend.h: the CUDA backend today)
+ * get IFD_ENOTSUP from ifd_vision_load.
+ *
+ * Ownership: the vision model does not keep the source (weights are copied
+ * onto the backend at load); the backend must outlive it. Threading: one
+ * thread at a time per ifd_vision_t (the engine thread), like the model.
+ */
+#ifndef IFD_VISION_H
+#define IFD_VISION_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "modelfile/model_source.h"
+#include "modelfile/vision_config.h"
+
+typedef struct ifd_vision ifd_vision_t;
+
+/* Loads the tower and projector of `src` (a Gemma3ForConditionalGeneration
+ * directory) onto `be`. 0; IFD_ENOTFOUND when src has no usable vision tower
+ * (the reason in errbuf); IFD_ENOTSUP on a backend without the vision ops
+ * ("vision on <backend> not yet") or a weight type the backend cannot load;
+ * IFD_EFORMAT for a missing tensor or a wrong shape (the file and tensor
+ * named); IFD_ENOMEM. The source may be closed after the call. */
+int ifd_vision_load(ifd_vision_t **out, const ifd_model_source_t *src, ifd_backend_t *be,
+                    char *errbuf, size_t errlen);
+void ifd_vision_destroy(ifd_vision_t *v); /* NULL is a no-op */
+
+const ifd_vision_config_t *ifd_vision_config(const ifd_vision_t *v);
+/* Rows of ifd_vision_encode's output (mm_tokens_per_image) and their width
+ * (the text model's hidden size). */
+int ifd_vision_tokens_per_image(const ifd_vision_t *v);
+int ifd_vision_text_width(const ifd_vision_t *v);
+/* The input side in pixels (pixel_values are 3 × side × side). */
+int ifd_vision_image_size(const ifd_vision_t *v);
+/* Bytes of weights held on the backend. */
+uint64_t ifd_vision_weight_bytes(const ifd_vision_t *v);
+
+/*
+ * Encodes one image. pixel_values: host memory, 3 × side × side float32
+ * (channels first, normalized). features: host memory, tokens_per_image ×
+ * text_width floats (the projector's output). tower: NULL, or host memory
+ * for the tower's output, n_patches × width floats (post_layernorm
+ * included; for checks). 0, IFD_EINVAL for a non-finite pixel value (the
+ * image path never makes one), or a backend error (IFD_ENOMEM).
+ */
+int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *features, float *tower);
+
+#endif
