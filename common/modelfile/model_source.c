@@ -270,20 +270,16 @@ static bool ifd__is_gguf_file(const char *path)
 }
 
 /* A vision_config's tower: its config and where its tensors are. Not
- * usable (an unsupported tower, missing tensors): has_vision false and the
- * reason in vision_why — the text model still serves. A malformed
- * vision_config fails the open. */
-static int ifd__open_vision(ifd_model_source_t *s, const char *dir, char *errbuf, size_t errlen)
+ * usable (unsupported, malformed, tensors missing): has_vision false and the
+ * reason in vision_why — the text model still serves (a checkpoint's vision
+ * part never stops its text model from loading). */
+static void ifd__open_vision(ifd_model_source_t *s, const char *dir)
 {
     int rc = ifd_vision_config_from_hf(&s->vision, dir, s->vision_why, sizeof s->vision_why);
-    if (rc == IFD_ENOTFOUND) {
+    if (rc == IFD_ENOTFOUND)
         s->vision_why[0] = '\0';
-        return 0;
-    }
-    if (rc == IFD_ENOTSUP)
-        return 0;
     if (rc)
-        return ifd_fail_msg(errbuf, errlen, rc, "%s", s->vision_why);
+        return;
     static const char *const vp[] = {"vision_tower.vision_model.", "model.vision_tower.vision_model.",
                                      "vision_tower.", "model.vision_tower."};
     static const char *const pp[] = {"multi_modal_projector.", "model.multi_modal_projector."};
@@ -306,7 +302,6 @@ static int ifd__open_vision(ifd_model_source_t *s, const char *dir, char *errbuf
                                 : "multi_modal_projector.mm_input_projection_weight");
     else
         s->has_vision = true;
-    return 0;
 }
 
 /* The HF side of open: config, shards, prefix, tied/untied output, rope factors. */
@@ -353,7 +348,9 @@ static int ifd__open_hf(ifd_model_source_t *s, const char *dir, char *errbuf, si
             return IFD_ENOMEM;
         ifd_model_config_rope_factors(&s->cfg, s->rope_freqs);
     }
-    return s->cfg.arch == IFD_ARCH_GEMMA3 ? ifd__open_vision(s, dir, errbuf, errlen) : 0;
+    if (s->cfg.arch == IFD_ARCH_GEMMA3)
+        ifd__open_vision(s, dir);
+    return 0;
 }
 
 int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errbuf, size_t errlen)

@@ -91,7 +91,9 @@ size_t ifd_model_source_n_files(const ifd_model_source_t *s);
 /* The vision tower of a Gemma3ForConditionalGeneration directory, or NULL
  * (a text-only model or GGUF, or a tower that cannot be used); *why (may be
  * NULL) gets the reason a vision_config present is not usable (unsupported
- * hidden_act, missing tensors), else NULL. Lives as long as s. */
+ * hidden_act, an inconsistent shape, missing tensors), else NULL: such a
+ * vision_config never fails the open — the text model still loads. Lives as
+ * long as s. */
 const ifd_vision_config_t *ifd_model_source_vision(const ifd_model_source_t *s, const char **why);
 
 /* Looks up tensor `gguf_name`. 0 with *out filled, or IFD_ENOTFOUND. For an

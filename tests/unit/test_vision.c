@@ -9,9 +9,9 @@
  * Bounds (max over the output of |got − ref| / max(1, |ref|)):
  *   f32 weights:  ≤ 1e-5 for the tower output and the image features
  *                 (float summation order only: observed ≤ 2.3e-6);
- *   bf16 weights: ≤ 1e-5 against transformers computing in f32 on the
- *                 same bf16 weights (the CPU backend keeps them in 16
- *                 bits and accumulates in f32).
+ *   bf16 and f16 weights: ≤ 1e-5 against transformers computing in f32
+ *                 on the same 16-bit weights (the CPU backend keeps them in
+ *                 16 bits and accumulates in f32).
  * pixel_values from the committed PNGs through common/image with the
  * directory's preprocessor_config.json: ≤ 1e-6 absolute (the image path's
  * own bound, docs/vision.md).
@@ -181,6 +181,12 @@ START_TEST(test_encode_bf16)
 }
 END_TEST
 
+START_TEST(test_encode_f16)
+{
+    check_encode("f16", "f16_", 1e-5);
+}
+END_TEST
+
 /* The committed PNGs through decode and preprocessing: transformers' pixel_values. */
 START_TEST(test_pixels_from_png)
 {
@@ -300,34 +306,35 @@ START_TEST(test_bad_configs)
 {
     static const struct {
         const char *from, *to;
-        int open_rc;      /* the source's open */
-        const char *what; /* in the message (open's, or the vision reason) */
+        int load_rc;      /* ifd_vision_load's (the source opens: the text model is fine) */
+        const char *what; /* in the message */
     } cases[] = {
-        {"\"image_size\": 112", "\"image_size\": 113", IFD_EFORMAT, "not a multiple of patch_size"},
-        {"\"mm_tokens_per_image\": 16", "\"mm_tokens_per_image\": 15", IFD_EFORMAT, "a square"},
-        {"\"mm_tokens_per_image\": 16", "\"mm_tokens_per_image\": 9", IFD_EFORMAT, "divides"},
-        {"\"num_attention_heads\": 4", "\"num_attention_heads\": 5", IFD_EFORMAT, "does not divide"},
-        {"\"image_size\": 112", "\"image_size\": -1", IFD_EFORMAT, "image_size"},
-        {"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"relu\"", 0,
+        {"\"image_size\": 112", "\"image_size\": 113", IFD_ENOTFOUND, "not a multiple of patch_size"},
+        {"\"mm_tokens_per_image\": 16", "\"mm_tokens_per_image\": 15", IFD_ENOTFOUND, "a square"},
+        {"\"mm_tokens_per_image\": 16", "\"mm_tokens_per_image\": 9", IFD_ENOTFOUND, "divides"},
+        {"\"num_attention_heads\": 4", "\"num_attention_heads\": 5", IFD_ENOTFOUND, "does not divide"},
+        {"\"image_size\": 112", "\"image_size\": -1", IFD_ENOTFOUND, "image_size"},
+        {"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"relu\"", IFD_ENOTFOUND,
          "only gelu_pytorch_tanh"},
-        {"\"vision_use_head\": false", "\"vision_use_head\": true", 0, "pooling head"},
-        {"\"intermediate_size\": 96", "\"intermediate_size\": 128", 0, "has shape"},
+        {"\"vision_use_head\": false", "\"vision_use_head\": true", IFD_ENOTFOUND, "pooling head"},
+        {"\"intermediate_size\": 96", "\"intermediate_size\": 128", IFD_EFORMAT, "has shape"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[256], err[512] = "";
         edited_dir(dir, sizeof dir, cases[i].from, cases[i].to);
         ifd_model_source_t *src = NULL;
-        int rc = ifd_model_source_open(&src, dir, err, sizeof err);
-        ck_assert_msg(rc == cases[i].open_rc, "case %zu: open %d (%s)", i, rc, err);
-        if (rc == 0) {
-            ifd_backend_t *be = NULL;
-            ck_assert_int_eq(ifd_backend_cpu_create(&be, 1), 0);
-            ifd_vision_t *v = NULL;
-            rc = ifd_vision_load(&v, src, be, err, sizeof err);
-            ck_assert_msg(rc != 0 && !v, "case %zu: loads", i);
-            be->ops->destroy(be);
-            ifd_model_source_close(src);
-        }
+        ck_assert_msg(ifd_model_source_open(&src, dir, err, sizeof err) == 0, "case %zu: %s", i,
+                      err);
+        ifd_backend_t *be = NULL;
+        ck_assert_int_eq(ifd_backend_cpu_create(&be, 1), 0);
+        ifd_vision_t *v = NULL;
+        int rc = ifd_vision_load(&v, src, be, err, sizeof err);
+        ck_assert_msg(rc == cases[i].load_rc && !v, "case %zu: load %d (%s)", i, rc, err);
+        const char *why = NULL;
+        ck_assert((ifd_model_source_vision(src, &why) == NULL) == (rc == IFD_ENOTFOUND));
+        ck_assert((why != NULL) == (rc == IFD_ENOTFOUND));
+        be->ops->destroy(be);
+        ifd_model_source_close(src);
         ck_assert_msg(strstr(err, cases[i].what), "case %zu: '%s' lacks '%s'", i, err,
                       cases[i].what);
         remove_dir(dir);
@@ -339,7 +346,8 @@ static Suite *vision_suite(void)
 {
     Suite *s = suite_create("vision");
     ifd_test_case(s, "tiny", 120,
-                  IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_pixels_from_png,
+                  IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16,
+                            test_pixels_from_png,
                             test_text_model_loads, test_errors, test_bad_configs));
     return s;
 }
