@@ -10,13 +10,15 @@ Writes (f32 weights, a few hundred KB in all):
   config.json, model.safetensors, preprocessor_config.json (transformers'
       save_pretrained; 112x112 images, patch 14: an 8x8 patch grid, 2 layers,
       width 64, 4 heads, pooled 2x2 to 16 tokens, text width 64);
-  bf16/: the same model with bf16 weights (config.json, model.safetensors);
+  bf16/, f16/: the same model with bf16 / f16 weights (config.json,
+      model.safetensors);
   image0.png (97x61 RGB), image1.png (40x90 RGBA): the test images;
   refs.safetensors: for image i, pixel_values_i [3, 112, 112] (the PIL
       processor's), vision_i [64, 64] (the tower's last_hidden_state, post
       layernorm included), features_i [16, 64] (get_image_features: pooled,
-      normed, projected), bf16_vision_i / bf16_features_i (the bf16 model,
-      computed in f32 on its bf16 weights); and a mixed text+image prompt:
+      normed, projected), bf16_vision_i / bf16_features_i and f16_… (the
+      16-bit models, computed in f32 on their 16-bit weights); and a mixed
+      text+image prompt:
       prompt_ids [n] (int32), token_type_ids [n] (1 = image token) and
       prompt_logits [n, vocab] (eager attention, the processor's
       token_type_ids given), for the prefill side of issue 28.
@@ -151,7 +153,8 @@ def prompt_refs(model, pv):
 
 
 def make(out):
-    os.makedirs(os.path.join(out, "bf16"), exist_ok=True)
+    for sub in ("bf16", "f16"):
+        os.makedirs(os.path.join(out, sub), exist_ok=True)
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     cfg = Gemma3Config(**{k: v for k, v in CONFIG.items() if k not in ("architectures", "model_type")})
@@ -171,14 +174,15 @@ def make(out):
         refs[f"vision_{i}"], refs[f"features_{i}"] = vision_refs(model, pv)
     refs["prompt_ids"], refs["token_type_ids"], refs["prompt_logits"] = prompt_refs(
         model, refs["pixel_values_0"])
-    bf = Gemma3ForConditionalGeneration(cfg).eval()
-    bf.load_state_dict(model.state_dict())
-    bf = bf.to(torch.bfloat16)
-    bf.save_pretrained(os.path.join(out, "bf16"), safe_serialization=True)
-    bf = bf.float()  # bf16 weights, f32 compute: what inferd's CPU backend does
-    for i in range(2):
-        refs[f"bf16_vision_{i}"], refs[f"bf16_features_{i}"] = vision_refs(
-            bf, refs[f"pixel_values_{i}"])
+    for name, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+        half = Gemma3ForConditionalGeneration(cfg).eval()
+        half.load_state_dict(model.state_dict())
+        half = half.to(dtype)
+        half.save_pretrained(os.path.join(out, name), safe_serialization=True)
+        half = half.float()  # 16-bit weights, f32 compute: what inferd's CPU backend does
+        for i in range(2):
+            refs[f"{name}_vision_{i}"], refs[f"{name}_features_{i}"] = vision_refs(
+                half, refs[f"pixel_values_{i}"])
     save_file(refs, os.path.join(out, "refs.safetensors"))
 
 
@@ -186,7 +190,8 @@ def check(committed):
     with tempfile.TemporaryDirectory(prefix="tiny-gemma3-vision-") as tmp:
         make(tmp)
         bad = 0
-        for rel in ("model.safetensors", "bf16/model.safetensors", "refs.safetensors"):
+        for rel in ("model.safetensors", "bf16/model.safetensors", "f16/model.safetensors",
+                    "refs.safetensors"):
             a, b = load_file(os.path.join(committed, rel)), load_file(os.path.join(tmp, rel))
             if sorted(a) != sorted(b):
                 print(f"{rel}: tensor names differ", file=sys.stderr)
