@@ -218,6 +218,48 @@ static void ifd__tensors(json_t *root, ifd__weights_t w)
     json_object_set_new(root, "tensors", tensors);
 }
 
+/* The vision tower (Gemma 3 with vision_config): its shape and tokens per
+ * image, or {"usable": false, "reason": …} when config.json has one inferd
+ * cannot run; nothing for a text-only model. */
+static void ifd__vision(json_t *root, const ifd_model_source_t *src)
+{
+    const char *why = NULL;
+    const ifd_vision_config_t *v = ifd_model_source_vision(src, &why);
+    if (!v && !why)
+        return;
+    json_t *o = json_object();
+    json_object_set_new(o, "usable", json_boolean(v != NULL));
+    if (!v) {
+        json_object_set_new(o, "reason", json_string(why));
+        json_object_set_new(root, "vision", o);
+        return;
+    }
+    static const struct {
+        const char *key;
+        size_t off;
+    } keys[] = {
+        {"image_size", offsetof(ifd_vision_config_t, image_size)},
+        {"patch_size", offsetof(ifd_vision_config_t, patch_size)},
+        {"width", offsetof(ifd_vision_config_t, n_embd)},
+        {"ffn_width", offsetof(ifd_vision_config_t, n_ff)},
+        {"layers", offsetof(ifd_vision_config_t, n_layer)},
+        {"heads", offsetof(ifd_vision_config_t, n_head)},
+        {"head_dim", offsetof(ifd_vision_config_t, head_dim)},
+        {"tokens_per_image", offsetof(ifd_vision_config_t, tokens_per_image)},
+        {"projection_width", offsetof(ifd_vision_config_t, text_embd)},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        json_object_set_new(o, keys[i].key,
+                            json_integer(*(const uint32_t *)((const char *)v + keys[i].off)));
+    json_object_set_new(o, "patches", json_integer(ifd_vision_n_patches(v)));
+    json_object_set_new(o, "pool", json_integer(ifd_vision_pool(v)));
+    json_object_set_new(o, "layer_norm_eps", json_real(v->eps));
+    json_object_set_new(o, "boi_token_id", json_integer(v->boi_id));
+    json_object_set_new(o, "eoi_token_id", json_integer(v->eoi_id));
+    json_object_set_new(o, "image_token_id", json_integer(v->image_id));
+    json_object_set_new(root, "vision", o);
+}
+
 /* servable: null reason → yes. */
 static void ifd__servable(json_t *root, const char *why)
 {
@@ -245,6 +287,7 @@ static json_t *ifd__build(const ifd_model_source_t *src, const ifd_tokenizer_t *
     json_object_set_new(root, "name", c->name[0] ? json_string(c->name) : json_null());
     ifd__format_facts(root, src);
     json_object_set_new(root, "hparams", ifd__hparams_json(c));
+    ifd__vision(root, src);
     json_object_set_new(root, "tokenizer", tok ? ifd__tokenizer_json(tok) : json_null());
     json_t *gen = ifd__generation_json(&c->gen);
     if (gen)
@@ -458,6 +501,7 @@ static void ifd__print_text(FILE *out, const json_t *r)
     const char *k;
     json_t *v;
     ifd__print_section(out, json_object_get(r, "hparams"), "hyper-parameters");
+    ifd__print_section(out, json_object_get(r, "vision"), "vision tower");
     ifd__print_section(out, json_object_get(r, "config"), "config.json");
     ifd__print_section(out, json_object_get(r, "metadata"), "metadata");
     json_t *tok = json_object_get(r, "tokenizer");

@@ -100,6 +100,20 @@ else
     echo "SKIPPED (these cases): the gguf/numpy packages are missing from $py" >&2
 fi
 
+# A Gemma3ForConditionalGeneration directory (the committed tiny one): the vision tower's
+# section in text and JSON, the same from the three binaries.
+tiny="$(dirname "$0")/../data/tiny-gemma3-vision"
+text=$("$worker" --inspect "$tiny") || fail "inspect of $tiny failed"
+for want in "hf_architecture: Gemma3ForConditionalGeneration" "vision tower:" \
+            "usable                 true" "image_size             112" \
+            "layers                 2" "tokens_per_image       16" "image_token_id         511"; do
+    grep -qF "$want" <<<"$text" || fail "tiny vision report lacks '$want': $text"
+done
+[ "$("$infer" inspect "$tiny")" == "$text" ] || fail "tiny vision: infer inspect differs"
+[ "$("$inferd" --inspect "$tiny")" == "$text" ] || fail "tiny vision: inferd --inspect differs"
+json=$("$worker" --inspect "$tiny" --json) || fail "tiny vision: --json failed"
+grep -q '"tokens_per_image": 16' <<<"$json" || fail "tiny vision: JSON lacks tokens_per_image: $json"
+
 model=${INFERD_TEST_MODEL:-$(bash "$(dirname "$0")/../../deploy/fetch-model.sh" --path)}
 if [ ! -f "$model" ]; then
     echo "SKIPPED: default model not found at $model (run deploy/fetch-model.sh)" >&2
