@@ -302,9 +302,8 @@ typedef struct {
      * q|k|v projection output qkv f32 [n, 3 · n_heads · head_dim]
      * (ifd_cpu_dense_attention). avg_pool2d: out f32 [(side / k)², C] =
      * k × k average pooling of x f32 [side², C] (a row-major patch grid). */
-    int (*layernorm)(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual,
-                     const ifd_act_t *delta, const ifd_weight_t *w, const ifd_weight_t *b,
-                     int rows, float eps);
+    int (*layernorm)(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual, const ifd_act_t *delta,
+                     const ifd_weight_t *w, const ifd_weight_t *b, int rows, float eps);
     int (*add_rows)(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *t, int rows);
     int (*gelu)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows);
     int (*dense_attention)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n,

@@ -714,8 +714,8 @@ static int ifd__cpu_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_act
 /* ---- vision ---------------------------------------------------------------- */
 
 static int ifd__cpu_layernorm(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual,
-                              const ifd_act_t *delta, const ifd_weight_t *w,
-                              const ifd_weight_t *b, int rows, float eps)
+                              const ifd_act_t *delta, const ifd_weight_t *w, const ifd_weight_t *b,
+                              int rows, float eps)
 {
     (void)be;
     if (rows > residual->rows || rows > y->rows || residual->cols != w->cols ||
@@ -753,8 +753,8 @@ static int ifd__cpu_gelu(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, 
     return ifd_cpu_gelu_tanh(ifd__f(out), ifd__f(x), (int64_t)rows * x->cols);
 }
 
-static int ifd__cpu_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv,
-                                    int n, int n_heads, int head_dim, float scale)
+static int ifd__cpu_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n,
+                                    int n_heads, int head_dim, float scale)
 {
     const int64_t width = (int64_t)n_heads * head_dim;
     if (n > out->rows || n > qkv->rows || out->cols != width || qkv->cols != 3 * width)

@@ -32,8 +32,8 @@ typedef struct {
 struct ifd_vision {
     ifd_backend_t *be;
     ifd_vision_config_t cfg;
-    ifd_proj_t patch;   /* [width, 3 · P · P] + bias */
-    ifd_weight_t pos;   /* f32 [n_patches, width] */
+    ifd_proj_t patch; /* [width, 3 · P · P] + bias */
+    ifd_weight_t pos; /* f32 [n_patches, width] */
     ifd__vlayer_t *layers;
     ifd_weight_t post_w, post_b;
     ifd_weight_t soft_norm; /* RMSNorm (1 + w) */
@@ -62,22 +62,24 @@ static int ifd__vfind(ifd__vload_t *L, const char *name, const uint64_t ne[4], i
                             ifd_model_source_path(L->src), fname);
     for (int d = 0; d < 4; d++)
         if (t.ne[d] != ne[d])
-            return ifd_fail_msg(L->err, L->errlen, IFD_EFORMAT,
-                                "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu] (innermost "
-                                "first), expected [%llu, %llu, %llu, %llu]",
-                                t.file, t.name, (unsigned long long)t.ne[0],
-                                (unsigned long long)t.ne[1], (unsigned long long)t.ne[2],
-                                (unsigned long long)t.ne[3], (unsigned long long)ne[0],
-                                (unsigned long long)ne[1], (unsigned long long)ne[2],
-                                (unsigned long long)ne[3]);
+            return ifd_fail_msg(
+                L->err, L->errlen, IFD_EFORMAT,
+                "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu] (innermost "
+                "first), expected [%llu, %llu, %llu, %llu]",
+                t.file, t.name, (unsigned long long)t.ne[0], (unsigned long long)t.ne[1],
+                (unsigned long long)t.ne[2], (unsigned long long)t.ne[3], (unsigned long long)ne[0],
+                (unsigned long long)ne[1], (unsigned long long)ne[2], (unsigned long long)ne[3]);
     ifd_backend_t *be = L->v->be;
     if (t.ggml_type == IFD_TENSOR_TYPE_UNSUPPORTED ||
         !be->ops->can_load(be, (ifd_ggml_type_t)t.ggml_type))
         return ifd_fail_msg(L->err, L->errlen, IFD_ENOTSUP,
-                            "%s: tensor '%s' has type %s, which inferd cannot load", t.file,
-                            t.name, t.dtype ? t.dtype : ifd_ggml_type_name(t.ggml_type));
-    *out = (ifd_weight_src_t){.name = name, .data = t.data, .type = (ifd_ggml_type_t)t.ggml_type,
-                              .rows = rows, .cols = cols};
+                            "%s: tensor '%s' has type %s, which inferd cannot load", t.file, t.name,
+                            t.dtype ? t.dtype : ifd_ggml_type_name(t.ggml_type));
+    *out = (ifd_weight_src_t){.name = name,
+                              .data = t.data,
+                              .type = (ifd_ggml_type_t)t.ggml_type,
+                              .rows = rows,
+                              .cols = cols};
     if (add_one)
         *add_one = t.add_one;
     return 0;
@@ -144,7 +146,9 @@ static int ifd__vmm(ifd__vload_t *L)
     int rc = ifd__vfind(L, "mm.input_projection.weight", ne, c->n_embd, c->text_embd, &s, NULL);
     if (rc)
         return rc;
-    const size_t es = s.type == IFD_GGML_F32 ? 4 : s.type == IFD_GGML_F16 || s.type == IFD_GGML_BF16 ? 2 : 0;
+    const size_t es = s.type == IFD_GGML_F32                              ? 4
+                      : s.type == IFD_GGML_F16 || s.type == IFD_GGML_BF16 ? 2
+                                                                          : 0;
     if (!es)
         return ifd_fail_msg(L->err, L->errlen, IFD_ENOTSUP,
                             "%s: tensor 'mm.input_projection.weight' has type %s: only "
@@ -174,8 +178,8 @@ static int ifd__vlayer(ifd__vload_t *L, ifd__vlayer_t *ly, int l)
 {
     const ifd_vision_config_t *c = &L->v->cfg;
     char n[8][48];
-    static const char *const sfx[8] = {"ln1", "ln2", "attn_q", "attn_k", "attn_v",
-                                       "attn_out", "ffn_up", "ffn_down"};
+    static const char *const sfx[8] = {"ln1",    "ln2",      "attn_q", "attn_k",
+                                       "attn_v", "attn_out", "ffn_up", "ffn_down"};
     for (int i = 0; i < 8; i++)
         snprintf(n[i], sizeof n[i], "v.blk.%d.%s", l, sfx[i]);
     char w1[64], b1[64], w2[64], b2[64];
@@ -347,11 +351,11 @@ static int ifd__encode_layers(ifd_vision_t *v, ifd_act_t *a, int n)
     for (uint32_t l = 0; l < c->n_layer && rc == 0; l++) {
         const ifd__vlayer_t *ly = &v->layers[l];
         /* the previous layer's MLP output (in A_O) joins the residual here */
-        if ((rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b,
-                               n, eps)) ||
+        if ((rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b, n,
+                               eps)) ||
             (rc = o->proj(be, &a[A_QKV], &a[A_Y], &ly->qkv, n)) ||
-            (rc = o->dense_attention(be, &a[A_ATT], &a[A_QKV], n, (int)c->n_head,
-                                     (int)c->head_dim, scale)) ||
+            (rc = o->dense_attention(be, &a[A_ATT], &a[A_QKV], n, (int)c->n_head, (int)c->head_dim,
+                                     scale)) ||
             (rc = o->proj(be, &a[A_O], &a[A_ATT], &ly->out, n)) ||
             (rc = o->layernorm(be, &a[A_Y], &a[A_X], &a[A_O], &ly->ln2_w, &ly->ln2_b, n, eps)) ||
             (rc = o->proj(be, &a[A_H], &a[A_Y], &ly->fc1, n)) ||
@@ -360,8 +364,8 @@ static int ifd__encode_layers(ifd_vision_t *v, ifd_act_t *a, int n)
         rc = o->proj(be, &a[A_O], &a[A_G], &ly->fc2, n);
     }
     if (rc == 0) /* the last MLP output, then post_layernorm in place */
-        rc = o->layernorm(be, &a[A_X], &a[A_X], c->n_layer ? &a[A_O] : NULL, &v->post_w,
-                          &v->post_b, n, eps);
+        rc = o->layernorm(be, &a[A_X], &a[A_X], c->n_layer ? &a[A_O] : NULL, &v->post_w, &v->post_b,
+                          n, eps);
     return rc;
 }
 
@@ -386,8 +390,7 @@ static int ifd__encode(ifd_vision_t *v, ifd_act_t *a, const float *pv, float *fe
         (rc = o->rmsnorm(be, &a[A_NORM], &a[A_POOL], NULL, &v->soft_norm, T, c->eps)) ||
         (rc = o->proj(be, &a[A_FEAT], &a[A_NORM], &v->mm, T)) || (rc = o->sync(be)))
         return rc;
-    if (tower && (rc = o->download(be, tower, a[A_X].data,
-                                   sizeof(float) * (size_t)n * c->n_embd)))
+    if (tower && (rc = o->download(be, tower, a[A_X].data, sizeof(float) * (size_t)n * c->n_embd)))
         return rc;
     return o->download(be, features, a[A_FEAT].data, sizeof(float) * (size_t)T * c->text_embd);
 }
@@ -400,15 +403,19 @@ int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *feature
         if (!isfinite(pixel_values[i]))
             return IFD_EINVAL;
     ifd_backend_t *be = v->be;
-    const int64_t rows[] = {[R_PATCHES] = ifd_vision_n_patches(c), [R_TOKENS] = c->tokens_per_image};
+    const int64_t rows[] = {
+        [R_PATCHES] = ifd_vision_n_patches(c), [R_TOKENS] = c->tokens_per_image};
     const int64_t cols[] = {[C_PATCH] = (int64_t)c->n_channels * c->patch_size * c->patch_size,
-                            [C_W] = c->n_embd, [C_3W] = 3 * (int64_t)c->n_embd,
-                            [C_FF] = c->n_ff, [C_TEXT] = c->text_embd};
+                            [C_W] = c->n_embd,
+                            [C_3W] = 3 * (int64_t)c->n_embd,
+                            [C_FF] = c->n_ff,
+                            [C_TEXT] = c->text_embd};
     ifd_act_t a[A_N] = {0};
     int rc = 0;
     for (int i = 0; i < A_N && rc == 0; i++)
-        rc = be->ops->act_alloc(be, &a[i], ifd__acts[i].mm_in ? be->ops->mm_in_dtype : IFD_DTYPE_F32,
-                                rows[ifd__acts[i].rows], cols[ifd__acts[i].cols]);
+        rc =
+            be->ops->act_alloc(be, &a[i], ifd__acts[i].mm_in ? be->ops->mm_in_dtype : IFD_DTYPE_F32,
+                               rows[ifd__acts[i].rows], cols[ifd__acts[i].cols]);
     if (rc == 0)
         rc = ifd__encode(v, a, pixel_values, features, tower);
     for (int i = 0; i < A_N; i++)

@@ -33,26 +33,30 @@ struct ifd_model_source {
     /* HF Gemma 3 with a vision tower: its config and tensor prefixes */
     bool has_vision;
     ifd_vision_config_t vision;
-    char vision_why[256];  /* why a vision_config present is not usable, or "" */
-    char vprefix[64];      /* "vision_tower.vision_model." or another spelling */
-    char pprefix[64];      /* "multi_modal_projector." or "model.multi_modal_projector." */
+    char vision_why[256]; /* why a vision_config present is not usable, or "" */
+    char vprefix[64];     /* "vision_tower.vision_model." or another spelling */
+    char pprefix[64];     /* "multi_modal_projector." or "model.multi_modal_projector." */
 };
 
 /* llama.cpp mmproj names (GGUF) → HF names of the tower (after vprefix; per
  * layer after "encoder.layers.N.") and of the projector (after pprefix). */
-static const struct {
+typedef struct {
     const char *gguf;
     const char *hf;
-} ifd__vision_names[] = {
+} ifd__name_pair_t;
+
+static const ifd__name_pair_t ifd__vision_names[] = {
     {"v.patch_embd", "embeddings.patch_embedding"},
     {"v.position_embd", "embeddings.position_embedding"},
     {"v.post_ln", "post_layernorm"},
-}, ifd__vision_layer_names[] = {
+};
+static const ifd__name_pair_t ifd__vision_layer_names[] = {
     {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
     {"attn_v", "self_attn.v_proj"}, {"attn_out", "self_attn.out_proj"},
     {"ln1", "layer_norm1"},         {"ln2", "layer_norm2"},
     {"ffn_up", "mlp.fc1"},          {"ffn_down", "mlp.fc2"},
-}, ifd__proj_names[] = {
+};
+static const ifd__name_pair_t ifd__proj_names[] = {
     {"mm.soft_emb_norm.weight", "mm_soft_emb_norm.weight"},
     {"mm.input_projection.weight", "mm_input_projection_weight"},
 };
@@ -280,8 +284,9 @@ static void ifd__open_vision(ifd_model_source_t *s, const char *dir)
         s->vision_why[0] = '\0';
     if (rc)
         return;
-    static const char *const vp[] = {"vision_tower.vision_model.", "model.vision_tower.vision_model.",
-                                     "vision_tower.", "model.vision_tower."};
+    static const char *const vp[] = {"vision_tower.vision_model.",
+                                     "model.vision_tower.vision_model.", "vision_tower.",
+                                     "model.vision_tower."};
     static const char *const pp[] = {"multi_modal_projector.", "model.multi_modal_projector."};
     for (size_t i = 0; i < sizeof vp / sizeof vp[0] && !s->vprefix[0]; i++) {
         char n[128];

@@ -52,8 +52,8 @@ uint32_t ifd_vision_token_side(const ifd_vision_config_t *c)
 }
 
 /* An integer key in [1, max] (absent: def) into *out. */
-static int ifd__int(const json_t *o, const char *key, long long def, long long max,
-                    long long *out, const char *file, char *errbuf, size_t errlen)
+static int ifd__int(const json_t *o, const char *key, long long def, long long max, long long *out,
+                    const char *file, char *errbuf, size_t errlen)
 {
     const json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
@@ -69,8 +69,8 @@ static int ifd__int(const json_t *o, const char *key, long long def, long long m
 
 static int ifd__check(const ifd_vision_config_t *c, const char *file, char *errbuf, size_t errlen)
 {
-    if (!c->image_size || !c->patch_size || !c->n_embd || !c->n_ff || !c->n_layer ||
-        !c->n_head || !c->tokens_per_image || !c->text_embd)
+    if (!c->image_size || !c->patch_size || !c->n_embd || !c->n_ff || !c->n_layer || !c->n_head ||
+        !c->tokens_per_image || !c->text_embd)
         return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: a vision size is 0", file);
     if (c->n_channels != 3)
         return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
@@ -116,8 +116,8 @@ static int ifd__parse(ifd_vision_config_t *c, const json_t *root, const char *fi
         *(uint32_t *)((char *)c + ifd__tkeys[i].off) = (uint32_t)v;
     }
     const json_t *tc = json_object_get(root, "text_config");
-    if ((rc = ifd__int(json_is_object(tc) ? tc : root, "hidden_size", 2304, 65536, &v, file,
-                       errbuf, errlen)))
+    if ((rc = ifd__int(json_is_object(tc) ? tc : root, "hidden_size", 2304, 65536, &v, file, errbuf,
+                       errlen)))
         return rc;
     c->text_embd = (uint32_t)v;
     const json_t *eps = json_object_get(vc, "layer_norm_eps");
@@ -146,8 +146,7 @@ static int ifd__parse(ifd_vision_config_t *c, const json_t *root, const char *fi
     return 0;
 }
 
-int ifd_vision_config_from_hf(ifd_vision_config_t *c, const char *dir, char *errbuf,
-                              size_t errlen)
+int ifd_vision_config_from_hf(ifd_vision_config_t *c, const char *dir, char *errbuf, size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);

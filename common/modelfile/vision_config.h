@@ -16,13 +16,13 @@
 #include <stdint.h>
 
 typedef struct {
-    uint32_t image_size;       /* square input side in pixels (896 for Gemma 3 4B) */
-    uint32_t patch_size;       /* 14 */
-    uint32_t n_channels;       /* 3 */
-    uint32_t n_embd;           /* tower width (1152) */
-    uint32_t n_ff;             /* MLP width (4304) */
-    uint32_t n_layer;          /* 27 */
-    uint32_t n_head;           /* 16; head_dim = n_embd / n_head */
+    uint32_t image_size; /* square input side in pixels (896 for Gemma 3 4B) */
+    uint32_t patch_size; /* 14 */
+    uint32_t n_channels; /* 3 */
+    uint32_t n_embd;     /* tower width (1152) */
+    uint32_t n_ff;       /* MLP width (4304) */
+    uint32_t n_layer;    /* 27 */
+    uint32_t n_head;     /* 16; head_dim = n_embd / n_head */
     uint32_t head_dim;
     float eps;                 /* layer_norm_eps: every LayerNorm and the soft-emb RMSNorm */
     uint32_t tokens_per_image; /* mm_tokens_per_image: a square (256 = 16²) */
@@ -56,7 +56,6 @@ static inline uint32_t ifd_vision_pool(const ifd_vision_config_t *c)
  * width, a size out of range); -errno when the file cannot be read. The
  * message, naming the file and the key, goes to errbuf.
  */
-int ifd_vision_config_from_hf(ifd_vision_config_t *c, const char *dir, char *errbuf,
-                              size_t errlen);
+int ifd_vision_config_from_hf(ifd_vision_config_t *c, const char *dir, char *errbuf, size_t errlen);
 
 #endif

@@ -139,8 +139,8 @@ int ifd_cpu_layernorm(float *y,       /* [rows, dim] */
  * side + j]) over k × k windows with stride k: out[pi · (side / k) + pj] =
  * mean of the window (Gemma 3's projector: torch AvgPool2d). IFD_EINVAL when
  * k does not divide side, or a size ≤ 0. */
-int ifd_cpu_avg_pool2d(float *out,      /* [(side / k)², channels] */
-                       const float *x,  /* [side², channels] */
+int ifd_cpu_avg_pool2d(float *out,     /* [(side / k)², channels] */
+                       const float *x, /* [side², channels] */
                        int side, int k, int channels);
 
 /* Dense bidirectional multi-head attention over ONE sequence of n tokens
@@ -151,8 +151,7 @@ int ifd_cpu_avg_pool2d(float *out,      /* [(side / k)², channels] */
  * IFD_ENOMEM. */
 int ifd_cpu_dense_attention(float *out,       /* [n, n_heads · head_dim] */
                             const float *qkv, /* [n, 3 · n_heads · head_dim] */
-                            int n, int n_heads, int head_dim, float scale,
-                            ifd_threadpool_t *tp);
+                            int n, int n_heads, int head_dim, float scale, ifd_threadpool_t *tp);
 
 /*
  * Paged KV cache, one layer. K and V each live in a region laid out

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ifd_cpu_layernorm(float *y, const float *x, const float *w, const float *b, int rows,
-                      int dim, float eps)
+int ifd_cpu_layernorm(float *y, const float *x, const float *w, const float *b, int rows, int dim,
+                      float eps)
 {
     if (rows < 0 || dim <= 0 || !(eps >= 0))
         return IFD_EINVAL;

@@ -370,8 +370,8 @@ static void glu_case(int64_t n, int gelu)
         const double x = g[i], z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
         const double ref = x / (1 + exp(-2 * z));
         IFD_CHECK(fabs(plain[i] - ref) <= (16 + 4 * fabs(2 * z)) * FLT_EPSILON * fabs(ref) + 1e-30,
-                  "gelu_tanh n=%lld [%lld] x=%.9g: %.9g ref %.9g", (long long)n, (long long)i,
-                  g[i], plain[i], ref);
+                  "gelu_tanh n=%lld [%lld] x=%.9g: %.9g ref %.9g", (long long)n, (long long)i, g[i],
+                  plain[i], ref);
     }
     free(plain);
     for (int64_t i = 0; i < n; i++) {
@@ -434,9 +434,9 @@ START_TEST(test_layernorm)
             const double rstd = 1 / sqrt(var / dim + 1e-6);
             for (int i = 0; i < dim; i++) {
                 const double ref = (xr[i] - mean) * rstd * w[i] + b[i];
-                const double tol = 16 * FLT_EPSILON *
-                                       (fabs((xr[i] - mean) * rstd * w[i]) + fabs(b[i])) +
-                                   1e-6 * FLT_EPSILON;
+                const double tol =
+                    16 * FLT_EPSILON * (fabs((xr[i] - mean) * rstd * w[i]) + fabs(b[i])) +
+                    1e-6 * FLT_EPSILON;
                 IFD_CHECK(fabs(y[(int64_t)r * dim + i] - ref) <= tol,
                           "layernorm dim=%d [%d,%d]: %.9g ref %.9g", dim, r, i,
                           y[(int64_t)r * dim + i], ref);
@@ -459,7 +459,8 @@ END_TEST
 /* |y − ref| ≤ (k² + 2)·ε·mean|x| of the window (float sums of k² terms). */
 START_TEST(test_avg_pool2d)
 {
-    static const int shapes[][3] = {{1, 1, 1}, {4, 2, 3}, {8, 2, 64}, {8, 4, 5}, {64, 4, 7}, {6, 3, 2}};
+    static const int shapes[][3] = {{1, 1, 1}, {4, 2, 3},  {8, 2, 64},
+                                    {8, 4, 5}, {64, 4, 7}, {6, 3, 2}};
     rng_state = 29;
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         const int side = shapes[t][0], k = shapes[t][1], c = shapes[t][2], ps = side / k;
@@ -491,8 +492,8 @@ END_TEST
  * (two f32 matmuls and a softmax in between). Sizes cross the 256-row block. */
 START_TEST(test_dense_attention)
 {
-    static const int shapes[][3] = {{1, 1, 4}, {5, 2, 8}, {16, 4, 16}, {64, 4, 16}, {257, 3, 72},
-                                    {300, 2, 33}};
+    static const int shapes[][3] = {{1, 1, 4},   {5, 2, 8},    {16, 4, 16},
+                                    {64, 4, 16}, {257, 3, 72}, {300, 2, 33}};
     ifd_threadpool_t *tp = NULL;
     ck_assert_int_eq(ifd_threadpool_create(&tp, 2), 0);
     rng_state = 30;
@@ -521,12 +522,13 @@ START_TEST(test_dense_attention)
                 for (int d = 0; d < D; d++) {
                     double ref = 0, mag = 0;
                     for (int u = 0; u < n; u++) {
-                        const float v = qkv[(int64_t)u * 3 * width + 2 * width + (int64_t)h * D + d];
+                        const float v =
+                            qkv[(int64_t)u * 3 * width + 2 * width + (int64_t)h * D + d];
                         ref += p[u] / sum * v, mag += p[u] / sum * fabs(v);
                     }
                     const double got = y[(int64_t)i * width + (int64_t)h * D + d];
-                    const double tol = 8 * (sqrt(n) + sqrt(D)) * FLT_EPSILON * (mag + 2) +
-                                       1e-6 * FLT_EPSILON;
+                    const double tol =
+                        8 * (sqrt(n) + sqrt(D)) * FLT_EPSILON * (mag + 2) + 1e-6 * FLT_EPSILON;
                     IFD_CHECK(fabs(got - ref) <= tol,
                               "dense_attention n=%d H=%d D=%d [%d,%d,%d]: %.9g ref %.9g", n, H, D,
                               i, h, d, got, ref);

@@ -57,9 +57,9 @@ static ifd_safetensors_t *open_refs(void)
 {
     char p[4200], err[256];
     ifd_safetensors_t *st = NULL;
-    ck_assert_msg(ifd_safetensors_open(&st, tiny("refs.safetensors", p, sizeof p), err,
-                                       sizeof err) == 0,
-                  "%s", err);
+    ck_assert_msg(
+        ifd_safetensors_open(&st, tiny("refs.safetensors", p, sizeof p), err, sizeof err) == 0,
+        "%s", err);
     return st;
 }
 
@@ -156,8 +156,8 @@ static void check_encode(const char *sub, const char *prefix, double bound)
         const double et = max_rel(tower, want_t, nt), ef = max_rel(feat, want_f, nf);
         printf("%s image %d: tower max rel err %.3g, features %.3g (bound %.0e)\n",
                sub[0] ? sub : "f32", i, et, ef, bound);
-        ck_assert_msg(et <= bound && ef <= bound, "%s image %d: tower %.3g features %.3g",
-                      sub, i, et, ef);
+        ck_assert_msg(et <= bound && ef <= bound, "%s image %d: tower %.3g features %.3g", sub, i,
+                      et, ef);
         /* features without the tower output: the same values */
         float *feat2 = malloc(nf * sizeof(float));
         ck_assert_int_eq(ifd_vision_encode(v, pv, feat2, NULL), 0);
@@ -309,10 +309,12 @@ START_TEST(test_bad_configs)
         int load_rc;      /* ifd_vision_load's (the source opens: the text model is fine) */
         const char *what; /* in the message */
     } cases[] = {
-        {"\"image_size\": 112", "\"image_size\": 113", IFD_ENOTFOUND, "not a multiple of patch_size"},
+        {"\"image_size\": 112", "\"image_size\": 113", IFD_ENOTFOUND,
+         "not a multiple of patch_size"},
         {"\"mm_tokens_per_image\": 16", "\"mm_tokens_per_image\": 15", IFD_ENOTFOUND, "a square"},
         {"\"mm_tokens_per_image\": 16", "\"mm_tokens_per_image\": 9", IFD_ENOTFOUND, "divides"},
-        {"\"num_attention_heads\": 4", "\"num_attention_heads\": 5", IFD_ENOTFOUND, "does not divide"},
+        {"\"num_attention_heads\": 4", "\"num_attention_heads\": 5", IFD_ENOTFOUND,
+         "does not divide"},
         {"\"image_size\": 112", "\"image_size\": -1", IFD_ENOTFOUND, "image_size"},
         {"\"hidden_act\": \"gelu_pytorch_tanh\"", "\"hidden_act\": \"relu\"", IFD_ENOTFOUND,
          "only gelu_pytorch_tanh"},
@@ -347,8 +349,8 @@ static Suite *vision_suite(void)
     Suite *s = suite_create("vision");
     ifd_test_case(s, "tiny", 120,
                   IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16,
-                            test_pixels_from_png,
-                            test_text_model_loads, test_errors, test_bad_configs));
+                            test_pixels_from_png, test_text_model_loads, test_errors,
+                            test_bad_configs));
     return s;
 }
 
