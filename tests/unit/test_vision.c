@@ -16,8 +16,9 @@
  * directory's preprocessor_config.json: ≤ 1e-6 absolute (the image path's
  * own bound, docs/vision.md).
  * Also: the config and the source's name mapping, the text model of the
- * same directory loading, and the errors (a backend without the vision
- * ops, a NaN pixel, broken vision configs).
+ * same directory loading and giving transformers' logits on the prompt's
+ * text before its image (≤ 1e-5 of the row's largest logit), and the errors (a backend without the
+ * vision ops, a NaN pixel, broken vision configs).
  */
 #include "testutil.h"
 
@@ -26,6 +27,7 @@
 #include "image/preprocess.h"
 #include "modelfile/model_source.h"
 #include "modelfile/safetensors.h"
+#include "worker/generate.h"
 #include "worker/model.h"
 #include "worker/vision.h"
 
@@ -242,6 +244,63 @@ START_TEST(test_text_model_loads)
 }
 END_TEST
 
+/* The committed prompt's positions before its first image token depend on
+ * text alone (causal attention): inferd's text model of the directory gives
+ * transformers' logits there (max error ≤ 1e-5 of the row's largest logit;
+ * observed 1.2e-7). The rows after it are the image-prefill branch's to
+ * check. */
+START_TEST(test_text_prefix_logits)
+{
+    ifd_backend_t *be = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 1), 0);
+    char p[4200], err[512];
+    ifd_model_t *m = NULL;
+    ck_assert_msg(ifd_model_load(&m, tiny("", p, sizeof p), be, err, sizeof err) == 0, "%s", err);
+    ifd_safetensors_t *st = open_refs();
+    const ifd_st_tensor_t *ids_t = ifd_safetensors_find(st, "prompt_ids");
+    ck_assert(ids_t && strcmp(ids_t->dtype, "I32") == 0);
+    const int32_t *ids = ids_t->data;
+    int n = 0;
+    while (n < (int)ids_t->n_elems && ids[n] != 511)
+        n++;
+    ck_assert_int_ge(n, 2); /* BOS, text, boi */
+    size_t nl;
+    const float *want = ref(st, "prompt_logits", &nl);
+    ck_assert_uint_eq(nl, ids_t->n_elems * 512);
+    FILE *dump = tmpfile();
+    ck_assert_ptr_nonnull(dump);
+    ifd_generate_params_t gp = ifd_generate_default_params();
+    gp.n_predict = 1;
+    gp.ignore_eos = true;
+    gp.dump_logits = dump;
+    ifd_generate_result_t r;
+    ck_assert_int_eq(ifd_generate(m, ids, n, &gp, &r), 0);
+    ck_assert_int_eq(r.n_logit_rows, n);
+    ifd_generate_result_free(&r);
+    /* .npy: magic, version, header length (v1: u16 at 8), header, data */
+    unsigned char head[10];
+    rewind(dump);
+    ck_assert_uint_eq(fread(head, 1, 10, dump), 10);
+    ck_assert_int_eq(fseek(dump, 10 + (head[8] | head[9] << 8), SEEK_SET), 0);
+    float *got = malloc((size_t)n * 512 * sizeof(float));
+    ck_assert_uint_eq(fread(got, sizeof(float), (size_t)n * 512, dump), (size_t)n * 512);
+    fclose(dump);
+    for (int i = 0; i < n; i++) {
+        double mx = 0, d = 0;
+        for (int k = 0; k < 512; k++) {
+            mx = fmax(mx, fabs(want[i * 512 + k]));
+            d = fmax(d, fabs((double)got[i * 512 + k] - want[i * 512 + k]));
+        }
+        printf("prompt position %d: logits max abs err %.3g (max |logit| %.3g)\n", i, d, mx);
+        ck_assert_msg(d <= 1e-5 * mx, "position %d: %.3g", i, d);
+    }
+    free(got);
+    ifd_safetensors_close(st);
+    ifd_model_destroy(m);
+    be->ops->destroy(be);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     ifd_backend_t *cpu = NULL;
@@ -349,8 +408,8 @@ static Suite *vision_suite(void)
     Suite *s = suite_create("vision");
     ifd_test_case(s, "tiny", 120,
                   IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16,
-                            test_pixels_from_png, test_text_model_loads, test_errors,
-                            test_bad_configs));
+                            test_pixels_from_png, test_text_model_loads, test_text_prefix_logits,
+                            test_errors, test_bad_configs));
     return s;
 }
 
