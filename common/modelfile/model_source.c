@@ -457,3 +457,31 @@ const ifd_vision_config_t *ifd_model_source_vision(const ifd_model_source_t *s, 
         *why = s->vision_why[0] ? s->vision_why : NULL;
     return s->has_vision ? &s->vision : NULL;
 }
+
+int ifd_model_source_open_mmproj(ifd_model_source_t **out, const char *path, char *errbuf,
+                                 size_t errlen)
+{
+    ifd_model_source_t *s = calloc(1, sizeof *s);
+    if (!s || !(s->path = strdup(path))) {
+        free(s);
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOMEM, "%s: out of memory", path);
+    }
+    s->format = IFD_FORMAT_GGUF;
+    s->cfg.format = IFD_FORMAT_GGUF;
+    int rc = ifd__is_gguf_file(path) ? ifd_gguf_open(&s->gguf, path, errbuf, errlen)
+                                      : ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                                                     "%s: not a GGUF file (no GGUF magic)", path);
+    if (rc == 0) {
+        rc = ifd_vision_config_from_gguf(&s->vision, s->gguf, errbuf, errlen);
+        if (rc == IFD_ENOTFOUND)
+            rc = ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                              "%s: not an mmproj (general.architecture is not \"clip\")", path);
+    }
+    if (rc) {
+        ifd_model_source_close(s);
+        return rc;
+    }
+    s->has_vision = true;
+    *out = s;
+    return 0;
+}

@@ -75,6 +75,19 @@ typedef struct {
 int ifd_model_source_open(ifd_model_source_t **out, const char *path, char *errbuf, size_t errlen);
 void ifd_model_source_close(ifd_model_source_t *s); /* NULL is a no-op */
 
+/*
+ * Opens a llama.cpp mmproj GGUF (general.architecture "clip", Gemma 3's
+ * projector) as a source of vision weights only: ifd_model_source_vision
+ * gives its config (ifd_vision_config_from_gguf), tensors are found by their
+ * GGUF names as stored (mm.soft_emb_norm already 1 + w, add_one false;
+ * mm.input_projection in HF's [vision width, text width] orientation, as
+ * llama.cpp's clip.cpp transposes it), and the text config is empty (no
+ * text model can load from it). 0; IFD_EFORMAT for a file that is not a
+ * GGUF or not an mmproj; the GGUF reader's or the config's codes.
+ */
+int ifd_model_source_open_mmproj(ifd_model_source_t **out, const char *path, char *errbuf,
+                                 size_t errlen);
+
 const ifd_model_config_t *ifd_model_source_config(const ifd_model_source_t *s);
 /* The path as given to open (the GGUF file or the directory). */
 const char *ifd_model_source_path(const ifd_model_source_t *s);

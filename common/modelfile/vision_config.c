@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,6 +73,13 @@ static int ifd__check(const ifd_vision_config_t *c, const char *file, char *errb
     if (!c->image_size || !c->patch_size || !c->n_embd || !c->n_ff || !c->n_layer || !c->n_head ||
         !c->tokens_per_image || !c->text_embd)
         return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: a vision size is 0", file);
+    for (size_t i = 0; i < sizeof ifd__vkeys / sizeof ifd__vkeys[0]; i++)
+        if (*(const uint32_t *)((const char *)c + ifd__vkeys[i].off) > ifd__vkeys[i].max)
+            return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: vision %s over %lld", file,
+                                ifd__vkeys[i].key, ifd__vkeys[i].max);
+    if (c->text_embd > 65536)
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: the text width %u is over 65536",
+                            file, c->text_embd);
     if (c->n_channels != 3)
         return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
                             "%s: vision_config.num_channels %u: only RGB (3) is supported", file,
@@ -157,5 +165,70 @@ int ifd_vision_config_from_hf(ifd_vision_config_t *c, const char *dir, char *err
                             jerr.line);
     int rc = ifd__parse(c, root, path, errbuf, errlen);
     json_decref(root);
+    return rc;
+}
+
+/* clip.vision.* integer keys of an mmproj (all required). */
+static const struct {
+    const char *key;
+    size_t off;
+} ifd__gkeys[] = {
+    {"clip.vision.image_size", offsetof(ifd_vision_config_t, image_size)},
+    {"clip.vision.patch_size", offsetof(ifd_vision_config_t, patch_size)},
+    {"clip.vision.embedding_length", offsetof(ifd_vision_config_t, n_embd)},
+    {"clip.vision.feed_forward_length", offsetof(ifd_vision_config_t, n_ff)},
+    {"clip.vision.block_count", offsetof(ifd_vision_config_t, n_layer)},
+    {"clip.vision.attention.head_count", offsetof(ifd_vision_config_t, n_head)},
+    {"clip.vision.projection_dim", offsetof(ifd_vision_config_t, text_embd)},
+};
+
+static bool ifd__gguf_str_is(const ifd_gguf_t *g, const char *key, const char *want)
+{
+    ifd_str_t v;
+    return ifd_gguf_get_str(g, key, &v) == 0 && v.len == strlen(want) &&
+           memcmp(v.ptr, want, v.len) == 0;
+}
+
+int ifd_vision_config_from_gguf(ifd_vision_config_t *c, const ifd_gguf_t *g, char *errbuf,
+                                size_t errlen)
+{
+    const char *file = ifd_gguf_path(g);
+    if (!ifd__gguf_str_is(g, "general.architecture", "clip"))
+        return IFD_ENOTFOUND;
+    bool has = false;
+    if (ifd_gguf_get_bool(g, "clip.has_vision_encoder", &has) == 0 && !has)
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP, "%s: an mmproj without a vision encoder",
+                            file);
+    if (!ifd__gguf_str_is(g, "clip.projector_type", "gemma3") &&
+        !ifd__gguf_str_is(g, "clip.vision.projector_type", "gemma3"))
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
+                            "%s: clip.projector_type is not gemma3: only Gemma 3's mmproj is "
+                            "supported",
+                            file);
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < sizeof ifd__gkeys / sizeof ifd__gkeys[0]; i++)
+        if (ifd_gguf_get_u32(g, ifd__gkeys[i].key, (uint32_t *)((char *)c + ifd__gkeys[i].off)))
+            return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT, "%s: %s is missing or not an integer",
+                                file, ifd__gkeys[i].key);
+    c->n_channels = 3;
+    c->eps = 1e-6f;
+    (void)ifd_gguf_get_f32(g, "clip.vision.attention.layer_norm_epsilon", &c->eps);
+    uint32_t merge = 4;
+    (void)ifd_gguf_get_u32(g, "clip.vision.projector.scale_factor", &merge);
+    if (!c->patch_size || !merge || c->image_size / c->patch_size % merge)
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                            "%s: the projector's pooling %u does not divide the %u-patch side",
+                            file, merge, c->patch_size ? c->image_size / c->patch_size : 0);
+    const uint32_t ts = c->image_size / c->patch_size / merge;
+    c->tokens_per_image = ts * ts;
+    c->boi_id = 255999;
+    c->eoi_id = 256000;
+    c->image_id = 262144;
+    if (!(c->eps >= 0 && c->eps <= 1))
+        return ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                            "%s: clip.vision.attention.layer_norm_epsilon out of [0, 1]", file);
+    int rc = ifd__check(c, file, errbuf, errlen);
+    if (rc == 0)
+        c->head_dim = c->n_embd / c->n_head;
     return rc;
 }

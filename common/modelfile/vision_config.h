@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gguf.h"
+
 typedef struct {
     uint32_t image_size; /* square input side in pixels (896 for Gemma 3 4B) */
     uint32_t patch_size; /* 14 */
@@ -57,5 +59,21 @@ static inline uint32_t ifd_vision_pool(const ifd_vision_config_t *c)
  * message, naming the file and the key, goes to errbuf.
  */
 int ifd_vision_config_from_hf(ifd_vision_config_t *c, const char *dir, char *errbuf, size_t errlen);
+
+/*
+ * Reads a llama.cpp mmproj GGUF's metadata (general.architecture "clip",
+ * clip.projector_type "gemma3"): clip.vision.{image_size, patch_size,
+ * embedding_length, feed_forward_length, block_count,
+ * attention.head_count, attention.layer_norm_epsilon (default 1e-6),
+ * projection_dim (the text width)}; tokens per image = (patches per side /
+ * n)² with n = clip.vision.projector.scale_factor, default 4 (llama.cpp's
+ * rule for Gemma 3). The boi/eoi/image ids are not in an mmproj: they get
+ * Gemma3Config's defaults (the text model's tokenizer has the real ones).
+ * 0; IFD_ENOTFOUND when the file is not a clip GGUF; IFD_ENOTSUP for
+ * another projector type or a file without a vision encoder; IFD_EFORMAT
+ * for a missing or inconsistent key (message in errbuf).
+ */
+int ifd_vision_config_from_gguf(ifd_vision_config_t *c, const ifd_gguf_t *g, char *errbuf,
+                                size_t errlen);
 
 #endif

@@ -15,6 +15,8 @@
  * pixel_values from the committed PNGs through common/image with the
  * directory's preprocessor_config.json: ≤ 1e-6 absolute (the image path's
  * own bound, docs/vision.md).
+ * An mmproj GGUF written from the tiny model the way llama.cpp's converter
+ * writes one gives the HF directory's features bit for bit.
  * Also: the config and the source's name mapping, the text model of the
  * same directory loading and giving transformers' logits on the prompt's
  * text before its image (≤ 1e-5 of the row's largest logit), and the errors (a backend without the
@@ -22,7 +24,9 @@
  */
 #include "testutil.h"
 
+#include "arena.h"
 #include "error.h"
+#include "gguf_builder.h"
 #include "image/image.h"
 #include "image/preprocess.h"
 #include "modelfile/model_source.h"
@@ -301,6 +305,125 @@ START_TEST(test_text_prefix_logits)
 }
 END_TEST
 
+/* The tiny model's tower as llama.cpp's converter writes an mmproj: clip
+ * metadata, the mmproj names, F32 data, mm.soft_emb_norm stored as 1 + w,
+ * mm.input_projection in HF's orientation; scale_factor 2 (the tiny's pool;
+ * Gemma 3's default 4 is left out when merge is 0). Written to `path`. */
+static void write_mmproj(const char *path, uint32_t merge, const char *proj_type)
+{
+    ifd_model_source_t *hf = open_src("");
+    static const char *const sfx[] = {"attn_q", "attn_k", "attn_v", "attn_out",
+                                      "ln1",    "ln2",    "ffn_up", "ffn_down"};
+    char names[64][48];
+    int n = 0;
+    snprintf(names[n++], 48, "v.patch_embd.weight");
+    snprintf(names[n++], 48, "v.patch_embd.bias");
+    snprintf(names[n++], 48, "v.position_embd.weight");
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 8; k++)
+            for (int wb = 0; wb < 2; wb++)
+                snprintf(names[n++], 48, "v.blk.%d.%s.%s", l, sfx[k], wb ? "bias" : "weight");
+    snprintf(names[n++], 48, "v.post_ln.weight");
+    snprintf(names[n++], 48, "v.post_ln.bias");
+    snprintf(names[n++], 48, "mm.soft_emb_norm.weight");
+    snprintf(names[n++], 48, "mm.input_projection.weight");
+    ifd_tensor_view_t tv[64];
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(ifd_model_source_find(hf, names[i], &tv[i]) == 0, "%s", names[i]);
+    ifd_buf_t b = {0};
+    static const char *const ukeys[] = {
+        "clip.vision.image_size",       "clip.vision.patch_size",
+        "clip.vision.embedding_length", "clip.vision.feed_forward_length",
+        "clip.vision.block_count",      "clip.vision.attention.head_count",
+        "clip.vision.projection_dim"};
+    const uint32_t uvals[] = {112, 14, 64, 96, 2, 4, 64};
+    gb_header(&b, 3, (uint64_t)n, 7 + 4 + (merge ? 1 : 0));
+    gb_kv_str(&b, "general.architecture", "clip");
+    gb_kv_str(&b, "clip.projector_type", proj_type);
+    gb_key(&b, "clip.has_vision_encoder", IFD_GGUF_BOOL);
+    gb_u8(&b, 1);
+    gb_key(&b, "clip.vision.attention.layer_norm_epsilon", IFD_GGUF_FLOAT32);
+    float eps = 1e-6f;
+    ifd_buf_append(&b, &eps, 4);
+    for (int i = 0; i < 7; i++)
+        gb_kv_u32(&b, ukeys[i], uvals[i]);
+    if (merge)
+        gb_kv_u32(&b, "clip.vision.projector.scale_factor", merge);
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        gb_tensor_info(&b, names[i], tv[i].n_dims, tv[i].ne, 0 /* F32 */, off);
+        off += (tv[i].nbytes + 31) / 32 * 32;
+    }
+    gb_pad(&b, 32);
+    for (int i = 0; i < n; i++) {
+        const float *src = tv[i].data;
+        for (uint64_t k = 0; k < tv[i].nbytes / 4; k++) {
+            float v;
+            memcpy(&v, src + k, 4);
+            v += tv[i].add_one ? 1.0f : 0.0f; /* the converter's + 1 on soft_emb_norm */
+            ifd_buf_append(&b, &v, 4);
+        }
+        gb_pad(&b, 32);
+    }
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(b.data, 1, b.len, f), b.len);
+    fclose(f);
+    ifd_buf_free(&b);
+    ifd_model_source_close(hf);
+}
+
+/* The same tower from an mmproj GGUF: the same features as from the HF
+ * directory (the same f32 weights: bit for bit). */
+START_TEST(test_mmproj)
+{
+    char path[256], err[512];
+    snprintf(path, sizeof path, "/tmp/inferd-vis-tower-%d-mmproj.gguf", (int)getpid());
+    write_mmproj(path, 2, "gemma3");
+    ifd_model_source_t *src = NULL;
+    ck_assert_msg(ifd_model_source_open_mmproj(&src, path, err, sizeof err) == 0, "%s", err);
+    const ifd_vision_config_t *c = ifd_model_source_vision(src, NULL);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_uint_eq(c->tokens_per_image, 16);
+    ck_assert_uint_eq(c->head_dim, 16);
+    ifd_backend_t *be = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 2), 0);
+    ifd_vision_t *vg = NULL, *vh = NULL;
+    ck_assert_msg(ifd_vision_load(&vg, src, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_source_close(src);
+    ifd_model_source_t *hf = open_src("");
+    ck_assert_msg(ifd_vision_load(&vh, hf, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_source_close(hf);
+    ifd_safetensors_t *st = open_refs();
+    size_t npv;
+    const float *pv = ref(st, "pixel_values_1", &npv);
+    float *fg = malloc(16 * 64 * sizeof(float)), *fh = malloc(16 * 64 * sizeof(float));
+    ck_assert_int_eq(ifd_vision_encode(vg, pv, fg, NULL), 0);
+    ck_assert_int_eq(ifd_vision_encode(vh, pv, fh, NULL), 0);
+    ck_assert(memcmp(fg, fh, 16 * 64 * sizeof(float)) == 0);
+    free(fg), free(fh);
+    ifd_safetensors_close(st);
+    ifd_vision_destroy(vg);
+    ifd_vision_destroy(vh);
+    /* without scale_factor: Gemma 3's pooling 4 → 2 x 2 tokens */
+    write_mmproj(path, 0, "gemma3");
+    ck_assert_msg(ifd_model_source_open_mmproj(&src, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_eq(ifd_model_source_vision(src, NULL)->tokens_per_image, 4);
+    ifd_model_source_close(src);
+    /* another projector; a text GGUF; not a GGUF */
+    write_mmproj(path, 2, "llava");
+    ck_assert_int_eq(ifd_model_source_open_mmproj(&src, path, err, sizeof err), IFD_ENOTSUP);
+    ck_assert_msg(strstr(err, "gemma3"), "%s", err);
+    unlink(path);
+    char p[4200];
+    ck_assert_int_eq(
+        ifd_model_source_open_mmproj(&src, tiny("config.json", p, sizeof p), err, sizeof err),
+        IFD_EFORMAT);
+    ck_assert_msg(strstr(err, "not a GGUF"), "%s", err);
+    be->ops->destroy(be);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     ifd_backend_t *cpu = NULL;
@@ -409,7 +532,7 @@ static Suite *vision_suite(void)
     ifd_test_case(s, "tiny", 120,
                   IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16,
                             test_pixels_from_png, test_text_model_loads, test_text_prefix_logits,
-                            test_errors, test_bad_configs));
+                            test_mmproj, test_errors, test_bad_configs));
     return s;
 }
 
