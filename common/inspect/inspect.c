@@ -218,13 +218,11 @@ static void ifd__tensors(json_t *root, ifd__weights_t w)
     json_object_set_new(root, "tensors", tensors);
 }
 
-/* The vision tower (Gemma 3 with vision_config): its shape and tokens per
- * image, or {"usable": false, "reason": …} when config.json has one inferd
- * cannot run; nothing for a text-only model. */
-static void ifd__vision(json_t *root, const ifd_model_source_t *src)
+/* The vision tower (Gemma 3 with vision_config, or an mmproj GGUF): its
+ * shape and tokens per image, or {"usable": false, "reason": …} when the
+ * file has one inferd cannot run; nothing when v and why are NULL. */
+static void ifd__vision_json(json_t *root, const ifd_vision_config_t *v, const char *why)
 {
-    const char *why = NULL;
-    const ifd_vision_config_t *v = ifd_model_source_vision(src, &why);
     if (!v && !why)
         return;
     json_t *o = json_object();
@@ -258,6 +256,13 @@ static void ifd__vision(json_t *root, const ifd_model_source_t *src)
     json_object_set_new(o, "eoi_token_id", json_integer(v->eoi_id));
     json_object_set_new(o, "image_token_id", json_integer(v->image_id));
     json_object_set_new(root, "vision", o);
+}
+
+static void ifd__vision(json_t *root, const ifd_model_source_t *src)
+{
+    const char *why = NULL;
+    const ifd_vision_config_t *v = ifd_model_source_vision(src, &why);
+    ifd__vision_json(root, v, why);
 }
 
 /* servable: null reason → yes. */
@@ -611,7 +616,12 @@ static int ifd__inspect_gguf(FILE *out, FILE *err, const char *path, bool json, 
         snprintf(vocab, sizeof vocab, "no weights: a vocabulary-only file (%s)", why);
         why = vocab;
     }
-    rc = ifd__emit(out, ifd__build_gguf(g, tok, why), json);
+    json_t *root = ifd__build_gguf(g, tok, why);
+    ifd_vision_config_t vc; /* an mmproj: its tower (not servable alone) */
+    int vrc = ifd_vision_config_from_gguf(&vc, g, msg, sizeof msg);
+    if (vrc != IFD_ENOTFOUND)
+        ifd__vision_json(root, vrc == 0 ? &vc : NULL, vrc == 0 ? NULL : msg);
+    rc = ifd__emit(out, root, json);
     ifd_tokenizer_destroy(tok);
     ifd_gguf_close(g);
     return rc;

@@ -29,6 +29,7 @@
 #include "gguf_builder.h"
 #include "image/image.h"
 #include "image/preprocess.h"
+#include "inspect/inspect.h"
 #include "modelfile/model_source.h"
 #include "modelfile/safetensors.h"
 #include "worker/generate.h"
@@ -405,6 +406,16 @@ START_TEST(test_mmproj)
     ifd_safetensors_close(st);
     ifd_vision_destroy(vg);
     ifd_vision_destroy(vh);
+    /* --inspect of an mmproj: not servable alone, its tower described */
+    FILE *rep = tmpfile();
+    ck_assert_int_eq(ifd_inspect_file(rep, stderr, path, false), 0);
+    char text[16384];
+    rewind(rep);
+    text[fread(text, 1, sizeof text - 1, rep)] = '\0';
+    fclose(rep);
+    ck_assert_msg(strstr(text, "servable:       no") && strstr(text, "vision tower:") &&
+                      strstr(text, "tokens_per_image       16"),
+                  "%s", text);
     /* without scale_factor: Gemma 3's pooling 4 → 2 x 2 tokens */
     write_mmproj(path, 0, "gemma3");
     ck_assert_msg(ifd_model_source_open_mmproj(&src, path, err, sizeof err) == 0, "%s", err);
