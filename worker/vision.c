@@ -7,7 +7,8 @@
  * (one GEMM, biases concatenated). mm_input_projection_weight is stored
  * [width, text width] (HF's orientation: the projector multiplies by it
  * from the right), so it is transposed on the host into a [text width,
- * width] projection.
+ * width] projection (a quantized one, as an mmproj may store it, is
+ * dequantized to f32 on the host first: transposing moves whole values).
  *
  * Encoding allocates its activations per call (an image is rare and the
  * tower's work dwarfs the allocation) from the table ifd__acts, and frees
@@ -146,21 +147,33 @@ static int ifd__vmm(ifd__vload_t *L)
     int rc = ifd__vfind(L, "mm.input_projection.weight", ne, c->n_embd, c->text_embd, &s, NULL);
     if (rc)
         return rc;
-    const size_t es = s.type == IFD_GGML_F32                              ? 4
-                      : s.type == IFD_GGML_F16 || s.type == IFD_GGML_BF16 ? 2
-                                                                          : 0;
-    if (!es)
-        return ifd_fail_msg(L->err, L->errlen, IFD_ENOTSUP,
-                            "%s: tensor 'mm.input_projection.weight' has type %s: only "
-                            "F32/F16/BF16 are supported",
-                            ifd_model_source_path(L->src), ifd_ggml_type_name(s.type));
     const size_t R = c->n_embd, C = c->text_embd;
+    size_t es = s.type == IFD_GGML_F32                              ? 4
+                : s.type == IFD_GGML_F16 || s.type == IFD_GGML_BF16 ? 2
+                                                                    : 0;
+    float *deq = NULL; /* a quantized matrix: dequantized on the host, then moved as f32 */
+    if (!es) {
+        if (!(deq = malloc(R * C * sizeof(float))))
+            return ifd_fail_msg(L->err, L->errlen, IFD_ENOMEM, "out of memory");
+        if ((rc = ifd_cpu_dequantize(deq, s.data, s.type, (int64_t)(R * C)))) {
+            free(deq);
+            return ifd_fail_msg(
+                L->err, L->errlen, rc, "%s: tensor 'mm.input_projection.weight' (%s): %s",
+                ifd_model_source_path(L->src), ifd_ggml_type_name(s.type), ifd_strerror(rc));
+        }
+        s.data = deq;
+        s.type = IFD_GGML_F32;
+        es = 4;
+    }
     char *t = malloc(R * C * es);
-    if (!t)
+    if (!t) {
+        free(deq);
         return ifd_fail_msg(L->err, L->errlen, IFD_ENOMEM, "out of memory");
+    }
     for (size_t r = 0; r < R; r++)
         for (size_t k = 0; k < C; k++)
             memcpy(t + (k * R + r) * es, (const char *)s.data + (r * C + k) * es, es);
+    free(deq);
     s.data = t;
     s.rows = (int64_t)C;
     s.cols = (int64_t)R;

@@ -310,7 +310,25 @@ END_TEST
  * metadata, the mmproj names, F32 data, mm.soft_emb_norm stored as 1 + w,
  * mm.input_projection in HF's orientation; scale_factor 2 (the tiny's pool;
  * Gemma 3's default 4 is left out when merge is 0). Written to `path`. */
-static void write_mmproj(const char *path, uint32_t merge, const char *proj_type)
+/* GGML's q8_0 of n values (n a multiple of 32): per block an f16 scale
+ * amax / 127, then round(x / d) as int8 — the reference quantizer. */
+static void q8_0(ifd_buf_t *b, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 32) {
+        float amax = 0;
+        for (int k = 0; k < 32; k++)
+            amax = fmaxf(amax, fabsf(x[i + k]));
+        const float d = amax / 127, id = d ? 1 / d : 0;
+        const uint16_t h = ifd_f32_to_f16(d);
+        ifd_buf_append(b, &h, 2);
+        for (int k = 0; k < 32; k++) {
+            const int8_t q = (int8_t)roundf(x[i + k] * id);
+            ifd_buf_append(b, &q, 1);
+        }
+    }
+}
+
+static void write_mmproj(const char *path, uint32_t merge, const char *proj_type, bool q8_proj)
 {
     ifd_model_source_t *hf = open_src("");
     static const char *const sfx[] = {"attn_q", "attn_k", "attn_v", "attn_out",
@@ -351,19 +369,23 @@ static void write_mmproj(const char *path, uint32_t merge, const char *proj_type
     if (merge)
         gb_kv_u32(&b, "clip.vision.projector.scale_factor", merge);
     uint64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        gb_tensor_info(&b, names[i], tv[i].n_dims, tv[i].ne, 0 /* F32 */, off);
-        off += (tv[i].nbytes + 31) / 32 * 32;
+    for (int i = 0; i < n; i++) { /* the last: mm.input_projection, q8_0 if asked */
+        const bool q = q8_proj && i == n - 1;
+        gb_tensor_info(&b, names[i], tv[i].n_dims, tv[i].ne, q ? 8 /* Q8_0 */ : 0 /* F32 */, off);
+        off += ((q ? tv[i].nbytes / 4 / 32 * 34 : tv[i].nbytes) + 31) / 32 * 32;
     }
     gb_pad(&b, 32);
     for (int i = 0; i < n; i++) {
-        const float *src = tv[i].data;
-        for (uint64_t k = 0; k < tv[i].nbytes / 4; k++) {
-            float v;
-            memcpy(&v, src + k, 4);
-            v += tv[i].add_one ? 1.0f : 0.0f; /* the converter's + 1 on soft_emb_norm */
-            ifd_buf_append(&b, &v, 4);
-        }
+        const size_t ne = tv[i].nbytes / 4;
+        float *v = malloc(tv[i].nbytes);
+        memcpy(v, tv[i].data, tv[i].nbytes);
+        for (size_t k = 0; k < ne; k++)
+            v[k] += tv[i].add_one ? 1.0f : 0.0f; /* the converter's + 1 on soft_emb_norm */
+        if (q8_proj && i == n - 1)
+            q8_0(&b, v, ne);
+        else
+            ifd_buf_append(&b, v, tv[i].nbytes);
+        free(v);
         gb_pad(&b, 32);
     }
     FILE *f = fopen(path, "wb");
@@ -380,7 +402,7 @@ START_TEST(test_mmproj)
 {
     char path[256], err[512];
     snprintf(path, sizeof path, "/tmp/inferd-vis-tower-%d-mmproj.gguf", (int)getpid());
-    write_mmproj(path, 2, "gemma3");
+    write_mmproj(path, 2, "gemma3", false);
     ifd_model_source_t *src = NULL;
     ck_assert_msg(ifd_model_source_open_mmproj(&src, path, err, sizeof err) == 0, "%s", err);
     const ifd_vision_config_t *c = ifd_model_source_vision(src, NULL);
@@ -403,7 +425,6 @@ START_TEST(test_mmproj)
     ck_assert_int_eq(ifd_vision_encode(vh, pv, fh, NULL), 0);
     ck_assert(memcmp(fg, fh, 16 * 64 * sizeof(float)) == 0);
     free(fg), free(fh);
-    ifd_safetensors_close(st);
     ifd_vision_destroy(vg);
     ifd_vision_destroy(vh);
     /* --inspect of an mmproj: not servable alone, its tower described */
@@ -416,13 +437,30 @@ START_TEST(test_mmproj)
     ck_assert_msg(strstr(text, "servable:       no") && strstr(text, "vision tower:") &&
                       strstr(text, "tokens_per_image       16"),
                   "%s", text);
+    /* mm.input_projection in q8_0 (llama.cpp's quantized mmproj files): dequantized on the
+     * host before the transpose; within q8_0's error of the f32 features (|Δ| ≤ 2e-2 of
+     * max(1, |ref|); a wrong orientation would be off by O(1)) */
+    write_mmproj(path, 2, "gemma3", true);
+    ck_assert_msg(ifd_model_source_open_mmproj(&src, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ifd_vision_load(&vg, src, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_source_close(src);
+    fg = malloc(16 * 64 * sizeof(float));
+    ck_assert_int_eq(ifd_vision_encode(vg, pv, fg, NULL), 0);
+    size_t nf;
+    const float *want = ref(st, "features_1", &nf);
+    const double eq = max_rel(fg, want, nf);
+    printf("mmproj with a q8_0 mm.input_projection: features max rel err %.3g\n", eq);
+    ck_assert_msg(eq <= 2e-2 && eq > 0, "q8_0 projection: %.3g", eq);
+    free(fg);
+    ifd_vision_destroy(vg);
+    ifd_safetensors_close(st);
     /* without scale_factor: Gemma 3's pooling 4 → 2 x 2 tokens */
-    write_mmproj(path, 0, "gemma3");
+    write_mmproj(path, 0, "gemma3", false);
     ck_assert_msg(ifd_model_source_open_mmproj(&src, path, err, sizeof err) == 0, "%s", err);
     ck_assert_uint_eq(ifd_model_source_vision(src, NULL)->tokens_per_image, 4);
     ifd_model_source_close(src);
     /* another projector; a text GGUF; not a GGUF */
-    write_mmproj(path, 2, "llava");
+    write_mmproj(path, 2, "llava", false);
     ck_assert_int_eq(ifd_model_source_open_mmproj(&src, path, err, sizeof err), IFD_ENOTSUP);
     ck_assert_msg(strstr(err, "gemma3"), "%s", err);
     unlink(path);
