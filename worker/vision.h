@@ -23,6 +23,10 @@
  * Backends without the vision ops (backend.h: the CUDA backend today)
  * get IFD_ENOTSUP from ifd_vision_load.
  *
+ * Memory: an encode allocates its activations for the call and frees them:
+ * patches × (3·P² + 7·width + 2·MLP width) floats (Gemma 3: 4096 × 17260 ×
+ * 4 B ≈ 270 MiB on the CPU), plus the attention's 256-row score blocks
+ * (4 MiB) — a step of chunked MLP rows would cut it if it matters.
  * Ownership: the vision model does not keep the source (weights are copied
  * onto the backend at load); the backend must outlive it. Threading: one
  * thread at a time per ifd_vision_t (the engine thread), like the model.
