@@ -293,7 +293,8 @@ typedef struct {
      * backend without them — CUDA today, where ifd_vision_load says so).
      * layernorm: for each of `rows` rows, if delta: residual += delta; then
      * y = LayerNorm(residual) · w + b (w, b f32 vectors from load_weight
-     * VECTOR; b may be NULL); residual, delta f32; y F32 or mm_in_dtype.
+     * VECTOR; b may be NULL); residual, delta f32; y F32 or mm_in_dtype, or
+     * residual itself (in place: the tower's post_layernorm).
      * add_rows: x[r] += t[r] for r < rows (t an f32 table of >= rows rows
      * of x->cols, loaded as VECTOR: position embeddings). gelu: out = gelu_tanh(x)
      * elementwise on rows × x->cols (x f32, out mm_in_dtype).
