@@ -469,8 +469,8 @@ int ifd_model_source_open_mmproj(ifd_model_source_t **out, const char *path, cha
     s->format = IFD_FORMAT_GGUF;
     s->cfg.format = IFD_FORMAT_GGUF;
     int rc = ifd__is_gguf_file(path) ? ifd_gguf_open(&s->gguf, path, errbuf, errlen)
-                                      : ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
-                                                     "%s: not a GGUF file (no GGUF magic)", path);
+                                     : ifd_fail_msg(errbuf, errlen, IFD_EFORMAT,
+                                                    "%s: not a GGUF file (no GGUF magic)", path);
     if (rc == 0) {
         rc = ifd_vision_config_from_gguf(&s->vision, s->gguf, errbuf, errlen);
         if (rc == IFD_ENOTFOUND)
