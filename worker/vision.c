@@ -45,22 +45,73 @@ struct ifd_vision {
 /* The load's context: where tensors come from and where messages go. */
 typedef struct {
     ifd_vision_t *v;
-    const ifd_model_source_t *src;
+    const ifd_model_source_t *src; /* NULL: random weights from seed */
+    const char *what;              /* the source's path, or "random weights" */
+    uint64_t seed;
+    void *bufs[2 * IFD_PROJ_MAX_PARTS]; /* random tensors of the current load call */
+    int n_bufs;
     char *err;
     size_t errlen;
 } ifd__vload_t;
+
+static void ifd__vrelease(ifd__vload_t *L)
+{
+    for (int i = 0; i < L->n_bufs; i++)
+        free(L->bufs[i]);
+    L->n_bufs = 0;
+}
+
+static uint64_t ifd__vmix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Random bf16 values for tensor `name` (element i a function of seed, name
+ * and i, as model.c's random weights): vectors 1 + U(-0.1, 0.1), matrices
+ * and tables U(-a, a) with a = sqrt(3 / cols). For speed runs in real
+ * shapes without a file. */
+static int ifd__vrandom(ifd__vload_t *L, const char *name, int64_t rows, int64_t cols,
+                        ifd_weight_src_t *out)
+{
+    uint64_t h = 1469598103934665603ull ^ L->seed;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    const size_t n = (size_t)(rows * cols);
+    uint16_t *v = L->n_bufs < (int)(sizeof L->bufs / sizeof L->bufs[0]) ? malloc(n * 2 + 2) : NULL;
+    if (!v)
+        return ifd_fail_msg(L->err, L->errlen, IFD_ENOMEM, "%s: tensor '%s': out of memory",
+                            L->what, name);
+    L->bufs[L->n_bufs++] = v;
+    const bool vec = rows == 1;
+    const float a = vec ? 0.1f : sqrtf(3.0f / (float)cols);
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t r = ifd__vmix(h + 0x9e3779b97f4a7c15ull * (i + 1));
+        const float u = (float)(r >> 40) / 8388608.0f - 1.0f;
+        v[i] = ifd_f32_to_bf16((vec ? 1.0f : 0.0f) + a * u);
+    }
+    *out = (ifd_weight_src_t){
+        .name = name, .data = v, .type = IFD_GGML_BF16, .rows = rows, .cols = cols};
+    return 0;
+}
 
 /* Tensor `name` with shape ne (innermost first, unused dims 1) as a source
  * of rows × cols; *add_one gets the view's flag (may be NULL). */
 static int ifd__vfind(ifd__vload_t *L, const char *name, const uint64_t ne[4], int64_t rows,
                       int64_t cols, ifd_weight_src_t *out, bool *add_one)
 {
+    if (!L->src) {
+        if (add_one)
+            *add_one = false;
+        return ifd__vrandom(L, name, rows, cols, out);
+    }
     ifd_tensor_view_t t;
     char fname[256];
     ifd_model_source_name(L->src, name, fname, sizeof fname);
     if (ifd_model_source_find(L->src, name, &t) != 0)
-        return ifd_fail_msg(L->err, L->errlen, IFD_EFORMAT, "%s: tensor '%s' is missing",
-                            ifd_model_source_path(L->src), fname);
+        return ifd_fail_msg(L->err, L->errlen, IFD_EFORMAT, "%s: tensor '%s' is missing", L->what,
+                            fname);
     for (int d = 0; d < 4; d++)
         if (t.ne[d] != ne[d])
             return ifd_fail_msg(
@@ -98,9 +149,11 @@ static int ifd__vweight(ifd__vload_t *L, ifd_weight_t *w, const char *name, int6
         return rc;
     if (use == IFD_WEIGHT_NORM && add_one)
         use = IFD_WEIGHT_NORM_ADD1;
-    if ((rc = L->v->be->ops->load_weight(L->v->be, w, &s, use)))
-        return ifd_fail_msg(L->err, L->errlen, rc, "%s: tensor '%s': %s",
-                            ifd_model_source_path(L->src), name, ifd_strerror(rc));
+    rc = L->v->be->ops->load_weight(L->v->be, w, &s, use);
+    ifd__vrelease(L);
+    if (rc)
+        return ifd_fail_msg(L->err, L->errlen, rc, "%s: tensor '%s': %s", L->what, name,
+                            ifd_strerror(rc));
     ifd_model_source_release(L->src, name);
     L->v->weight_bytes += w->bytes;
     return 0;
@@ -121,13 +174,17 @@ static int ifd__vproj(ifd__vload_t *L, ifd_proj_t *p, const char *const *bases, 
         snprintf(wn[i], sizeof wn[i], "%s.weight", bases[i]);
         snprintf(bn[i], sizeof bn[i], "%s.bias", bases[i]);
         if ((rc = ifd__vfind(L, wn[i], ne_w ? ne_w : ne2, rows[i], cols, &w[i], NULL)) ||
-            (rc = ifd__vfind(L, bn[i], neb, 1, rows[i], &b[i], NULL)))
+            (rc = ifd__vfind(L, bn[i], neb, 1, rows[i], &b[i], NULL))) {
+            ifd__vrelease(L);
             return rc;
+        }
         bp[i] = &b[i];
     }
-    if ((rc = L->v->be->ops->load_proj(L->v->be, p, w, bp, n)))
-        return ifd_fail_msg(L->err, L->errlen, rc, "%s: tensor '%s': %s",
-                            ifd_model_source_path(L->src), wn[0], ifd_strerror(rc));
+    rc = L->v->be->ops->load_proj(L->v->be, p, w, bp, n);
+    ifd__vrelease(L);
+    if (rc)
+        return ifd_fail_msg(L->err, L->errlen, rc, "%s: tensor '%s': %s", L->what, wn[0],
+                            ifd_strerror(rc));
     for (int i = 0; i < n; i++)
         ifd_model_source_release(L->src, wn[i]);
     for (int i = 0; i < p->n_parts; i++)
@@ -157,9 +214,9 @@ static int ifd__vmm(ifd__vload_t *L)
             return ifd_fail_msg(L->err, L->errlen, IFD_ENOMEM, "out of memory");
         if ((rc = ifd_cpu_dequantize(deq, s.data, s.type, (int64_t)(R * C)))) {
             free(deq);
-            return ifd_fail_msg(
-                L->err, L->errlen, rc, "%s: tensor 'mm.input_projection.weight' (%s): %s",
-                ifd_model_source_path(L->src), ifd_ggml_type_name(s.type), ifd_strerror(rc));
+            return ifd_fail_msg(L->err, L->errlen, rc,
+                                "%s: tensor 'mm.input_projection.weight' (%s): %s", L->what,
+                                ifd_ggml_type_name(s.type), ifd_strerror(rc));
         }
         s.data = deq;
         s.type = IFD_GGML_F32;
@@ -168,12 +225,14 @@ static int ifd__vmm(ifd__vload_t *L)
     char *t = malloc(R * C * es);
     if (!t) {
         free(deq);
+        ifd__vrelease(L);
         return ifd_fail_msg(L->err, L->errlen, IFD_ENOMEM, "out of memory");
     }
     for (size_t r = 0; r < R; r++)
         for (size_t k = 0; k < C; k++)
             memcpy(t + (k * R + r) * es, (const char *)s.data + (r * C + k) * es, es);
     free(deq);
+    ifd__vrelease(L);
     s.data = t;
     s.rows = (int64_t)C;
     s.cols = (int64_t)R;
@@ -182,7 +241,7 @@ static int ifd__vmm(ifd__vload_t *L)
     free(t);
     if (rc)
         return ifd_fail_msg(L->err, L->errlen, rc, "%s: tensor 'mm.input_projection.weight': %s",
-                            ifd_model_source_path(L->src), ifd_strerror(rc));
+                            L->what, ifd_strerror(rc));
     L->v->weight_bytes += L->v->mm.part[0].bytes;
     return 0;
 }
@@ -237,15 +296,11 @@ static int ifd__vload_all(ifd__vload_t *L)
     return ifd__vmm(L);
 }
 
-int ifd_vision_load(ifd_vision_t **out, const ifd_model_source_t *src, ifd_backend_t *be,
-                    char *errbuf, size_t errlen)
+/* Loads cfg's tower from src (NULL: random weights from seed) onto be. */
+static int ifd__vision_new(ifd_vision_t **out, const ifd_vision_config_t *cfg,
+                           const ifd_model_source_t *src, uint64_t seed, ifd_backend_t *be,
+                           char *errbuf, size_t errlen)
 {
-    *out = NULL;
-    const char *why = NULL;
-    const ifd_vision_config_t *cfg = ifd_model_source_vision(src, &why);
-    if (!cfg)
-        return ifd_fail_msg(errbuf, errlen, IFD_ENOTFOUND, "%s",
-                            why ? why : "the model has no vision tower");
     const ifd_backend_ops_t *o = be->ops;
     if (!o->layernorm || !o->add_rows || !o->gelu || !o->dense_attention || !o->avg_pool2d ||
         !o->host_memory || o->mm_in_dtype != IFD_DTYPE_F32)
@@ -260,7 +315,12 @@ int ifd_vision_load(ifd_vision_t **out, const ifd_model_source_t *src, ifd_backe
     }
     v->be = be;
     v->cfg = *cfg;
-    ifd__vload_t L = {.v = v, .src = src, .err = errbuf, .errlen = errlen};
+    ifd__vload_t L = {.v = v,
+                      .src = src,
+                      .what = src ? ifd_model_source_path(src) : "random weights",
+                      .seed = seed,
+                      .err = errbuf,
+                      .errlen = errlen};
     int rc = ifd__vload_all(&L);
     if (rc) {
         ifd_vision_destroy(v);
@@ -268,6 +328,27 @@ int ifd_vision_load(ifd_vision_t **out, const ifd_model_source_t *src, ifd_backe
     }
     *out = v;
     return 0;
+}
+
+int ifd_vision_load(ifd_vision_t **out, const ifd_model_source_t *src, ifd_backend_t *be,
+                    char *errbuf, size_t errlen)
+{
+    *out = NULL;
+    const char *why = NULL;
+    const ifd_vision_config_t *cfg = ifd_model_source_vision(src, &why);
+    if (!cfg)
+        return ifd_fail_msg(errbuf, errlen, IFD_ENOTFOUND, "%s",
+                            why ? why : "the model has no vision tower");
+    return ifd__vision_new(out, cfg, src, 0, be, errbuf, errlen);
+}
+
+int ifd_vision_load_random(ifd_vision_t **out, const ifd_vision_config_t *cfg, uint64_t seed,
+                           ifd_backend_t *be, char *errbuf, size_t errlen)
+{
+    *out = NULL;
+    ifd_vision_config_t c = *cfg;
+    int rc = ifd_vision_config_check(&c, "random weights", errbuf, errlen);
+    return rc ? rc : ifd__vision_new(out, &c, NULL, seed, be, errbuf, errlen);
 }
 
 void ifd_vision_destroy(ifd_vision_t *v)

@@ -50,6 +50,13 @@ typedef struct ifd_vision ifd_vision_t;
  * named); IFD_ENOMEM. The source may be closed after the call. */
 int ifd_vision_load(ifd_vision_t **out, const ifd_model_source_t *src, ifd_backend_t *be,
                     char *errbuf, size_t errlen);
+/* A tower of shape cfg (as ifd_vision_config_check accepts; e.g.
+ * ifd_vision_config_gemma3_4b) with random bf16 weights from seed (each
+ * value a function of seed, tensor name and index, as
+ * ifd_model_load_random's): for speed runs in real shapes without a file.
+ * Errors as ifd_vision_load. */
+int ifd_vision_load_random(ifd_vision_t **out, const ifd_vision_config_t *cfg, uint64_t seed,
+                           ifd_backend_t *be, char *errbuf, size_t errlen);
 void ifd_vision_destroy(ifd_vision_t *v); /* NULL is a no-op */
 
 const ifd_vision_config_t *ifd_vision_config(const ifd_vision_t *v);

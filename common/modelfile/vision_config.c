@@ -232,3 +232,29 @@ int ifd_vision_config_from_gguf(ifd_vision_config_t *c, const ifd_gguf_t *g, cha
         c->head_dim = c->n_embd / c->n_head;
     return rc;
 }
+
+void ifd_vision_config_gemma3_4b(ifd_vision_config_t *c)
+{
+    *c = (ifd_vision_config_t){.image_size = 896,
+                               .patch_size = 14,
+                               .n_channels = 3,
+                               .n_embd = 1152,
+                               .n_ff = 4304,
+                               .n_layer = 27,
+                               .n_head = 16,
+                               .head_dim = 72,
+                               .eps = 1e-6f,
+                               .tokens_per_image = 256,
+                               .text_embd = 2560,
+                               .boi_id = 255999,
+                               .eoi_id = 256000,
+                               .image_id = 262144};
+}
+
+int ifd_vision_config_check(ifd_vision_config_t *c, const char *what, char *errbuf, size_t errlen)
+{
+    int rc = ifd__check(c, what, errbuf, errlen);
+    if (rc == 0)
+        c->head_dim = c->n_embd / c->n_head;
+    return rc;
+}

@@ -48,6 +48,16 @@ static inline uint32_t ifd_vision_pool(const ifd_vision_config_t *c)
     return ifd_vision_patch_side(c) / ifd_vision_token_side(c);
 }
 
+/* google/gemma-3-4b's tower (also 12B's and 27B's): 896 px, patch 14,
+ * width 1152, MLP 4304, 27 layers, 16 heads, eps 1e-6, 256 tokens, text width
+ * 2560, ids 255999 / 256000 / 262144. */
+void ifd_vision_config_gemma3_4b(ifd_vision_config_t *c);
+
+/* The shape checks of the readers below (sizes in range, the patch grid,
+ * pooling and heads dividing; head_dim set): 0 or IFD_EFORMAT/IFD_ENOTSUP
+ * with a message naming `what`. */
+int ifd_vision_config_check(ifd_vision_config_t *c, const char *what, char *errbuf, size_t errlen);
+
 /*
  * Reads dir/config.json. 0 with *c filled; IFD_ENOTFOUND when the config has
  * no `vision_config` (a text-only model: errbuf untouched); IFD_ENOTSUP for

@@ -473,6 +473,41 @@ START_TEST(test_mmproj)
 }
 END_TEST
 
+/* Random weights (the benchmark's): a function of the seed only. */
+START_TEST(test_random)
+{
+    ifd_backend_t *be = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 1), 0);
+    ifd_model_source_t *src = open_src("");
+    ifd_vision_config_t c = *ifd_model_source_vision(src, NULL);
+    ifd_model_source_close(src);
+    char err[512];
+    float *pv = calloc(3 * 112 * 112, sizeof(float)), f[3][16 * 64];
+    for (int i = 0; i < 3 * 112 * 112; i++)
+        pv[i] = (float)((i * 7919) % 255) / 127.5f - 1.0f;
+    const uint64_t seeds[3] = {1, 1, 2};
+    for (int k = 0; k < 3; k++) {
+        ifd_vision_t *v = NULL;
+        ck_assert_msg(ifd_vision_load_random(&v, &c, seeds[k], be, err, sizeof err) == 0, "%s",
+                      err);
+        ck_assert_int_eq(ifd_vision_encode(v, pv, f[k], NULL), 0);
+        ifd_vision_destroy(v);
+    }
+    ck_assert(memcmp(f[0], f[1], sizeof f[0]) == 0);
+    ck_assert(memcmp(f[0], f[2], sizeof f[0]) != 0);
+    free(pv);
+    ifd_vision_t *v = NULL;
+    c.tokens_per_image = 15;
+    ck_assert_int_eq(ifd_vision_load_random(&v, &c, 1, be, err, sizeof err), IFD_EFORMAT);
+    ck_assert_ptr_null(v);
+    ifd_vision_config_gemma3_4b(&c);
+    ck_assert_int_eq(ifd_vision_config_check(&c, "4b", err, sizeof err), 0);
+    ck_assert_uint_eq(ifd_vision_pool(&c), 4);
+    ck_assert_uint_eq(c.head_dim, 72);
+    be->ops->destroy(be);
+}
+END_TEST
+
 START_TEST(test_errors)
 {
     ifd_backend_t *cpu = NULL;
@@ -581,7 +616,7 @@ static Suite *vision_suite(void)
     ifd_test_case(s, "tiny", 120,
                   IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16,
                             test_pixels_from_png, test_text_model_loads, test_text_prefix_logits,
-                            test_mmproj, test_errors, test_bad_configs));
+                            test_mmproj, test_random, test_errors, test_bad_configs));
     return s;
 }
 
