@@ -164,8 +164,8 @@ static int ifd__vweight(ifd__vload_t *L, ifd_weight_t *w, const char *name, int6
 static int ifd__vproj(ifd__vload_t *L, ifd_proj_t *p, const char *const *bases, const int64_t *rows,
                       int n, int64_t cols, const uint64_t *ne_w)
 {
-    ifd_weight_src_t w[IFD_PROJ_MAX_PARTS], b[IFD_PROJ_MAX_PARTS];
-    const ifd_weight_src_t *bp[IFD_PROJ_MAX_PARTS];
+    ifd_weight_src_t w[IFD_PROJ_MAX_PARTS] = {0}, b[IFD_PROJ_MAX_PARTS] = {0};
+    const ifd_weight_src_t *bp[IFD_PROJ_MAX_PARTS] = {0}; /* zeroed for gcc -O1's warning */
     char wn[IFD_PROJ_MAX_PARTS][96], bn[IFD_PROJ_MAX_PARTS][96];
     int rc;
     for (int i = 0; i < n; i++) {

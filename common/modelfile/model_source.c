@@ -33,7 +33,7 @@ struct ifd_model_source {
     /* HF Gemma 3 with a vision tower: its config and tensor prefixes */
     bool has_vision;
     ifd_vision_config_t vision;
-    char vision_why[256]; /* why a vision_config present is not usable, or "" */
+    char vision_why[1024]; /* why a vision_config present is not usable, or "" */
     char vprefix[64];     /* "vision_tower.vision_model." or another spelling */
     char pprefix[64];     /* "multi_modal_projector." or "model.multi_modal_projector." */
 };
@@ -302,7 +302,7 @@ static void ifd__open_vision(ifd_model_source_t *s, const char *dir)
     }
     if (!s->vprefix[0] || !s->pprefix[0])
         snprintf(s->vision_why, sizeof s->vision_why,
-                 "%s: config.json has a vision_config but tensor %s is missing", dir,
+                 "%.700s: config.json has a vision_config but tensor %s is missing", dir,
                  !s->vprefix[0] ? "vision_tower.vision_model.embeddings.patch_embedding.weight"
                                 : "multi_modal_projector.mm_input_projection_weight");
     else
