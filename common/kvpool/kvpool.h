@@ -69,7 +69,7 @@
 #include <stdint.h>
 
 #define IFD_KVPOOL_MAGIC              0x4c4f4f5056584649ULL /* "IFXVPOOL" little-endian */
-#define IFD_KVPOOL_VERSION            3
+#define IFD_KVPOOL_VERSION            4
 #define IFD_KVPOOL_MAX_DEVICES        16
 #define IFD_KVPOOL_MAX_WORKERS        256
 #define IFD_KVPOOL_MAX_BLOCK_SIZE     256
@@ -393,6 +393,37 @@ int ifd_kvpool_stats(ifd_kvpool_t *pool, ifd_kvpool_stats_t *out);
 
 /* Per-device counts (free, in use, cached), same snapshot rules. */
 int ifd_kvpool_device_stats(ifd_kvpool_t *pool, int dev, ifd_kvpool_stats_t *out);
+
+/* ---- lower tiers' counters (kvdisk.h) ---------------------------------------- */
+
+/* What the disk tier of every worker did, kept in the metadata segment so
+ * the router shows them (/metrics) without a message: each worker's tier
+ * adds to the counters and stores the gauges (the tier's size as that
+ * worker last measured it). Relaxed atomics, no lock: any thread of any
+ * process. */
+typedef enum {
+    IFD_KVTIER_DISK_BYTES,     /* gauge: bytes of block files in the directory */
+    IFD_KVTIER_DISK_FILES,     /* gauge: block files in the directory */
+    IFD_KVTIER_DISK_CAPACITY,  /* gauge: kv_cache_disk_bytes */
+    IFD_KVTIER_QUERY_TOKENS,   /* prompt tokens looked up on disk (past the pool's hit) */
+    IFD_KVTIER_HIT_TOKENS,     /* of those, read back from disk */
+    IFD_KVTIER_HIT_BLOCKS,     /* blocks read back */
+    IFD_KVTIER_MISS_BLOCKS,    /* lookups whose first block had no file */
+    IFD_KVTIER_READ_BYTES,     /* file bytes read (hits) */
+    IFD_KVTIER_WRITTEN_BYTES,  /* file bytes written */
+    IFD_KVTIER_WRITES,         /* block files written */
+    IFD_KVTIER_DROPPED,        /* blocks not written: the queue was full or writes are off */
+    IFD_KVTIER_BAD_FILES,      /* torn, truncated, corrupt or foreign files skipped (deleted) */
+    IFD_KVTIER_SLOW_READS,     /* reads cut short by their deadline (the rest recomputed) */
+    IFD_KVTIER_EVICTED_FILES,  /* files deleted to stay within the size bound */
+    IFD_KVTIER_COUNT
+} ifd_kvtier_ctr_t;
+
+/* Adds v to counter c / stores v in gauge c. Out-of-range c is ignored. */
+void ifd_kvpool_tier_add(ifd_kvpool_t *pool, ifd_kvtier_ctr_t c, uint64_t v);
+void ifd_kvpool_tier_set(ifd_kvpool_t *pool, ifd_kvtier_ctr_t c, uint64_t v);
+/* Every counter into out[0..IFD_KVTIER_COUNT). */
+void ifd_kvpool_tier_get(const ifd_kvpool_t *pool, uint64_t out[IFD_KVTIER_COUNT]);
 
 /* ---- device (CUDA) segments -------------------------------------------------- */
 

@@ -436,3 +436,23 @@ uint64_t ifd__kvpool_repairs(ifd_kvpool_t *p)
 {
     return __atomic_load_n(&p->h->ctr[KV_C_REPAIRS], __ATOMIC_RELAXED);
 }
+
+/* ---- lower tiers' counters ------------------------------------------------------------ */
+
+void ifd_kvpool_tier_add(ifd_kvpool_t *p, ifd_kvtier_ctr_t c, uint64_t v)
+{
+    if ((unsigned)c < IFD_KVTIER_COUNT)
+        __atomic_fetch_add(&p->h->tier[c], v, __ATOMIC_RELAXED);
+}
+
+void ifd_kvpool_tier_set(ifd_kvpool_t *p, ifd_kvtier_ctr_t c, uint64_t v)
+{
+    if ((unsigned)c < IFD_KVTIER_COUNT)
+        __atomic_store_n(&p->h->tier[c], v, __ATOMIC_RELAXED);
+}
+
+void ifd_kvpool_tier_get(const ifd_kvpool_t *p, uint64_t out[IFD_KVTIER_COUNT])
+{
+    for (int c = 0; c < IFD_KVTIER_COUNT; c++)
+        out[c] = __atomic_load_n(&p->h->tier[c], __ATOMIC_RELAXED);
+}

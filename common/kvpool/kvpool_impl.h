@@ -85,6 +85,7 @@ typedef struct {
     int32_t pad2;
     uint64_t ctr[KV_C_COUNT];
     kv_dev_t dev[IFD_KVPOOL_MAX_DEVICES];
+    uint64_t tier[IFD_KVTIER_COUNT]; /* lower tiers' counters (kvpool.h): atomics, no lock */
 } kv_hdr_t;
 
 typedef struct {
