@@ -59,6 +59,11 @@
     X(kv_budget, BYTES, "1G", 0, "BYTES", 1 << 20, 0, "KV cache memory per device")            \
     X(kv_dtype, STR, "f16", 0, "TYPE", 0, 0,                                                   \
       "KV cache element type: f32, f16, bf16, q8_0 or q4_0 (CPU)")                             \
+    X(kv_cache_dir, STR, "", 0, "DIR", 0, 0,                                                  \
+      "directory of the KV cache's disk tier: published prefix blocks kept as files, read "   \
+      "back instead of recomputed, across restarts; default none (off)")                      \
+    X(kv_cache_disk_bytes, BYTES, "10G", 0, "BYTES", 1 << 20, 0,                              \
+      "size bound of kv_cache_dir's files (least recently used deleted beyond)")              \
     X(weights_dtype, STR, "auto", 0, "TYPE", 0, 0,                                             \
       "CPU workers' weights: auto (quantized types stay quantized, 8-bit activations) or f32 " \
       "(all dequantized to f32: the exact, slower path)")                                      \

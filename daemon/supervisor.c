@@ -75,6 +75,8 @@ struct ifd_sup {
     ifd_sup_params_t p;
     char *binary, *model, *level, *weights;
     char *backend, *shape; /* "cpu"/"cuda"/"cuda-f32"; random weights or NULL */
+    char *kv_dir;          /* --kv-cache-dir, or NULL */
+    char kv_disk[24];      /* --kv-cache-disk-bytes' text */
     int *gpus;             /* [n] GPU ids, or NULL for CPU workers */
     char seed[24];         /* --weights-seed's text */
     ifd_sup_callbacks_t cb;
@@ -163,6 +165,7 @@ static void ifd__maybe_free(ifd_sup_t *s)
     free(s->model);
     free(s->level);
     free(s->weights);
+    free(s->kv_dir);
     free(s->backend);
     free(s->shape);
     free(s->gpus);
@@ -868,7 +871,7 @@ static void ifd__spawn(ifd__worker_t *w)
         ifd__after_exit(w);
         return;
     }
-    char *args[16];
+    char *args[24];
     int a = 0;
     args[a++] = s->binary;
     args[a++] = (char *)"--serve";
@@ -883,6 +886,12 @@ static void ifd__spawn(ifd__worker_t *w)
         args[a++] = s->shape;
         args[a++] = (char *)"--weights-seed";
         args[a++] = s->seed;
+    }
+    if (s->kv_dir) {
+        args[a++] = (char *)"--kv-cache-dir";
+        args[a++] = s->kv_dir;
+        args[a++] = (char *)"--kv-cache-disk-bytes";
+        args[a++] = s->kv_disk;
     }
     args[a] = NULL;
     uv_stdio_container_t stdio[4];
@@ -1100,12 +1109,15 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
     s->backend = strdup(p->backend ? p->backend : "cpu");
     s->shape = p->random_weights && *p->random_weights ? strdup(p->random_weights) : NULL;
     snprintf(s->seed, sizeof s->seed, "%llu", (unsigned long long)p->weights_seed);
+    s->kv_dir = p->kv_cache_dir && *p->kv_cache_dir ? strdup(p->kv_cache_dir) : NULL;
+    snprintf(s->kv_disk, sizeof s->kv_disk, "%llu", (unsigned long long)p->kv_cache_disk_bytes);
     bool gpu = strcmp(s->backend ? s->backend : "", "cpu") != 0;
     if (gpu && p->gpus && (s->gpus = calloc((size_t)p->n_workers, sizeof *s->gpus)))
         memcpy(s->gpus, p->gpus, (size_t)p->n_workers * sizeof *s->gpus);
     int rc = 0;
     if (!s->w || !s->binary || !s->model || !s->level || !s->weights || !s->backend ||
-        (p->random_weights && *p->random_weights && !s->shape) || (gpu && p->gpus && !s->gpus))
+        (p->random_weights && *p->random_weights && !s->shape) || (gpu && p->gpus && !s->gpus) ||
+        (p->kv_cache_dir && *p->kv_cache_dir && !s->kv_dir))
         rc = IFD_ENOMEM;
     else if (gpu && !s->gpus) /* a GPU backend names its GPUs */
         rc = IFD_EINVAL;

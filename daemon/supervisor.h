@@ -113,6 +113,10 @@ typedef struct {
      * the workers as --random-weights / --weights-seed. */
     const char *random_weights;
     uint64_t weights_seed;
+    /* The KV pool's disk tier (docs/kvpool.md), passed to the workers as
+     * --kv-cache-dir / --kv-cache-disk-bytes; NULL or "": none. */
+    const char *kv_cache_dir;
+    uint64_t kv_cache_disk_bytes;
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
     int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */

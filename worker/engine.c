@@ -78,6 +78,13 @@ typedef struct {
     uint64_t salt;
     uint64_t arrival;
     int32_t cached_tokens;
+    /* disk tier (engine.h, disk): blocks [n_blocks, n_blocks + load_n) are
+     * being read in by `load` until load_deadline (ifd__ms); dhash is the
+     * disk chain hash of blocks [0, n_published) */
+    ifd_kvdisk_load_t *load;
+    int32_t load_n;
+    double load_deadline;
+    ifd_kvhash_t dhash;
     /* prompt logprobs: plp_top -1 off, else the top alternatives asked;
      * plp_next is the next prompt position owed (from 1; done at n_prompt).
      * While some are owed, n_computed <= plp_next - 1 (their rows are
@@ -148,6 +155,7 @@ struct ifd_engine {
     ifd__seq_t **sched;
     bool sched_decodes; /* this step carries decodes (feeds decode_ema) */
     double decode_ema;  /* mean tokens of recent steps with decodes; 0 before the first */
+    double prefill_ms_tok; /* recent forward ms per token of prefill-only steps; 0: none yet */
     ifd_engine_stats_t st;
 };
 
@@ -268,8 +276,20 @@ static void ifd__seq_free(ifd__seq_t *s)
     free(s);
 }
 
+/* Ends s's disk load, if any, and gives its blocks back unused. */
+static void ifd__disk_drop(ifd_engine_t *e, ifd__seq_t *s)
+{
+    if (!s->load)
+        return;
+    ifd_kvdisk_load_finish(s->load, false);
+    s->load = NULL;
+    ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->n_blocks, s->load_n);
+    s->load_n = 0;
+}
+
 static void ifd__seq_release(ifd_engine_t *e, ifd__seq_t *s)
 {
+    ifd__disk_drop(e, s);
     if (s->n_blocks > s->g_first) {
         int rc = ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->g_first,
                                   s->n_blocks - s->g_first);
@@ -796,6 +816,88 @@ static int ifd__local_hit(ifd_engine_t *e, ifd__seq_t *s, int32_t k)
                                  s->lblocks, e->lkeys, &s->l_first);
 }
 
+/* The prompt tokens an admission found cached, counted once per request. */
+static void ifd__admit_account(ifd_engine_t *e, ifd__seq_t *s)
+{
+    if (s->admitted_once)
+        return;
+    s->cached_tokens = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
+    e->st.cached_prompt_tokens += (uint64_t)s->cached_tokens;
+    e->st.prompt_tokens += (uint64_t)s->n_prompt;
+}
+
+static bool ifd__disk_on(const ifd_engine_t *e)
+{
+    return e->p.disk && !e->lpool && !e->all_local;
+}
+
+/* The disk chain hash of s's first n blocks (kvdisk.h). */
+static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, int32_t n)
+{
+    ifd_kvhash_t h = {0, 0};
+    for (int32_t b = 0; b < n; b++)
+        h = ifd_kvpool_hash_block(&h, s->salt, s->tokens + (int64_t)b * e->block_size,
+                                  e->block_size);
+    return h;
+}
+
+/* After the pool's hit (s->n_blocks blocks, held): when the disk tier has
+ * files for the blocks after it (up to max_blocks), allocates fresh blocks
+ * for them behind s->blocks[n_blocks] and starts reading them in (s->load),
+ * with the deadline recomputing them would take. Nothing found, no room or
+ * no memory: nothing started (the blocks are recomputed). */
+static void ifd__disk_start(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
+{
+    s->dhash = ifd__disk_chain(e, s, s->n_blocks);
+    int32_t want = max_blocks - s->n_blocks;
+    if (want <= 0)
+        return;
+    const int32_t *t = s->tokens + (int64_t)s->n_blocks * e->block_size;
+    int n = ifd_kvdisk_probe(e->p.disk, &s->dhash, s->salt, t, want);
+    if (n <= 0 || ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, n, s->blocks + s->n_blocks))
+        return;
+    if (ifd_kvdisk_load_start(e->p.disk, &s->dhash, s->salt, t, n, s->blocks + s->n_blocks,
+                              &s->load)) {
+        ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->n_blocks, n);
+        return;
+    }
+    s->load_n = n;
+    double ms_tok = e->prefill_ms_tok > 0 ? e->prefill_ms_tok : IFD_ENGINE_DISK_MS_PER_TOKEN;
+    s->load_deadline = ifd__ms() + ms_tok * n * e->block_size;
+}
+
+/* Whether s's disk load is over: done, or past its deadline (waiting for
+ * it while nothing runs). Then publishes the blocks that landed after the
+ * pool's hit, gives back the others, and counts the admission's cached
+ * tokens. False: still reading, the step goes on without s. */
+static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
+{
+    double left = s->load_deadline - ifd__ms();
+    double wait = e->running.n == 0 && left > 0 ? left : 0;
+    bool done = ifd_kvdisk_load_wait(s->load, wait);
+    if (!done && ifd__ms() < s->load_deadline)
+        return false;
+    int ok = ifd_kvdisk_load_finish(s->load, !done);
+    s->load = NULL;
+    int32_t at = s->n_blocks, i = 0;
+    for (; i < ok; i++) {
+        int32_t b = at + i;
+        int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
+        if (ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
+                               s->tokens + (int64_t)b * e->block_size, NULL) < 0)
+            break;
+        s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, s->tokens + (int64_t)b * e->block_size,
+                                         e->block_size);
+    }
+    if (i < s->load_n)
+        ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + at + i, s->load_n - i);
+    s->load_n = 0;
+    s->n_blocks = s->n_published = at + i;
+    s->n_computed = s->n_blocks * e->block_size;
+    ifd__admit_account(e, s);
+    return true;
+}
+
 /* Admission: consult the prefix cache (use_cache only), never past the
  * first prompt position whose logprob is owed. */
 static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
@@ -835,11 +937,10 @@ static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
     s->g_first = 0;
     if (e->all_local)
         ifd__release_global(e, s); /* the hit's blocks before the first query's window */
-    if (!s->admitted_once) {
-        s->cached_tokens = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
-        e->st.cached_prompt_tokens += (uint64_t)s->cached_tokens;
-        e->st.prompt_tokens += (uint64_t)s->n_prompt;
-    }
+    if (ifd__disk_on(e))
+        ifd__disk_start(e, s, max_blocks);
+    if (!s->load)
+        ifd__admit_account(e, s);
     return 0;
 }
 
@@ -1072,12 +1173,14 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
         }
         if (ifd__plp_owed(s) && pl->plp_left <= 0)
             break; /* its prompt rows wait for the next step */
-        int rc = ifd__admit_lookup(e, s);
+        int rc = s->load ? 0 : ifd__admit_lookup(e, s);
         if (rc) {
             ifd__q_remove_at(&e->waiting, at);
             ifd__finish(e, s, IFD_FINISH_ERROR);
             continue;
         }
+        if (s->load && !ifd__disk_landed(e, s))
+            break; /* its prefix is on its way from disk: a later step admits it */
         int32_t n = ifd__want(s);
         if (n > pl->budget)
             n = pl->budget;
@@ -1161,14 +1264,19 @@ static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
     while (!s->publish_failed && (s->n_published + 1) * e->block_size <= s->n_computed) {
         int b = s->n_published;
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-        int rc = ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
-                                    s->tokens + (int64_t)b * e->block_size, NULL);
+        const int32_t *t = s->tokens + (int64_t)b * e->block_size;
+        int rc = ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt, t, NULL);
         if (rc < 0) {
             IFD_WARN("engine: publishing block %d of request %llu: %s", b,
                      (unsigned long long)s->id, ifd_strerror(rc));
             s->publish_failed = true;
             return;
         }
+        /* a duplicate (rc 1) has its file already, or its twin is queued */
+        if (ifd__disk_on(e) && rc == 0)
+            ifd_kvdisk_offer(e->p.disk, s->blocks[b], &s->dhash, s->salt, t, &s->dhash);
+        else if (ifd__disk_on(e))
+            s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, t, e->block_size);
         s->n_published++;
     }
     /* local twins (those still held: a twin released before its block was
@@ -1613,6 +1721,12 @@ static void ifd__step_account(ifd_engine_t *e, ifd_engine_step_stats_t *st, int 
     st->schedule_ms = t1 - t0;
     st->forward_ms = t2 - t1;
     st->sample_ms = t3 - t2;
+    if (!e->sched_decodes && st->n_prefill_tokens > 0) {
+        double ms_tok = st->forward_ms / n_tok;
+        e->prefill_ms_tok = e->prefill_ms_tok == 0
+                                ? ms_tok
+                                : e->prefill_ms_tok + (ms_tok - e->prefill_ms_tok) / IFD_ENGINE_STEP_EMA;
+    }
     if (e->sched_decodes)
         e->decode_ema = e->decode_ema == 0
                             ? (double)n_tok

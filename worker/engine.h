@@ -50,6 +50,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kvpool/kvdisk.h"
 #include "kvpool/kvpool.h"
 #include "model.h"
 #include "proto/wire.h"
@@ -133,6 +134,9 @@ typedef struct {
 #define IFD_ENGINE_STEP_RATIO 1.5
 #define IFD_ENGINE_PREFILL_FLOOR 32
 #define IFD_ENGINE_STEP_EMA 64 /* steps: weight 1/64 per new step in the mean */
+/* A disk read's deadline per token before any prefill was measured: about
+ * SmolLM2-135M's CPU prefill on a loaded 2-core machine (docs/kvpool.md). */
+#define IFD_ENGINE_DISK_MS_PER_TOKEN 0.5
 
 /* Speculative decoding (docs/speculative.md). A decoding sequence with
  * speculation on gets up to k proposed tokens from the n-gram proposer
@@ -188,6 +192,16 @@ typedef struct {
      * adapter must read local layers through ifd_batch_t.local_block_tables
      * (ifd_engine_model_from_pools). */
     ifd_kvpool_t *local_pool;
+    /* The pool's disk tier (kvpool/kvdisk.h), or NULL: every block the engine
+     * publishes is offered to it, and an admission whose prefix hit stops
+     * short asks it for the blocks after the hit (docs/kvpool.md, "Disk
+     * tier"): those found are read into fresh blocks by the tier's thread
+     * while the step goes on without the sequence, which is admitted once
+     * they landed or at a deadline — the time recomputing them would take at
+     * the measured prefill rate — with what landed by then. Only with one
+     * pool whose layers are not all local (a local pool's twins have no
+     * files: such an engine ignores the tier). The tier outlives the engine. */
+    ifd_kvdisk_t *disk;
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
     ifd_spec_params_t spec;

@@ -61,6 +61,7 @@ typedef struct {
     ifd_backend_t *be;
     ifd_model_t *model;
     ifd_kvpool_t *pool, *lpool;
+    ifd_kvdisk_t *disk;   /* the pool's disk tier, or NULL */
     ifd_engine_model_t em;
     ifd_engine_params_t ep;
     uint64_t n_blocks;    /* the pool's, for STATS */
@@ -672,6 +673,55 @@ static int ifd__attach_pools(ifd__srv_t *s)
     return 0;
 }
 
+/* The disk tier's fingerprint: the pool's (the weights file, the KV
+ * geometry and dtype, the block size) and what else changes the K/V
+ * values — the backend, the CPU weights' type, random weights' shape and
+ * seed, and the model's RoPE and attention settings. */
+static uint64_t ifd__disk_fingerprint(const ifd__srv_t *s, const ifd_serve_opts_t *o)
+{
+    const ifd_model_config_t *c = ifd_model_config(s->model);
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    char id[1024];
+    int n = snprintf(id, sizeof id, "%s|%d|%s|%llu|%s|%.9g|%.9g|%.9g|%.9g|%d|%u|%.9g|%.9g|%u|%u",
+                     h->backend ? h->backend : "cpu", (int)o->weights, o->shape ? o->shape : "",
+                     (unsigned long long)o->weights_seed, c->arch_name, (double)c->rope_base,
+                     (double)c->rope_freq_scale, (double)c->rope_base_local,
+                     (double)c->rope_freq_scale_local, (int)c->rope_neox, c->n_rot,
+                     (double)c->attn_scale, (double)c->llama3_factor, c->n_embd, c->n_head);
+    return ifd_kvdisk_fingerprint(s->pool, id, n > 0 ? (size_t)n : 0);
+}
+
+/* Phase 4b: the pool's disk tier when the options name a directory; one
+ * warning and none when it cannot be had (never a failed start). */
+static int ifd__start_disk(ifd__srv_t *s, const ifd_serve_opts_t *o)
+{
+    if (!o->kv_cache_dir || !*o->kv_cache_dir)
+        return 0;
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    if (s->lpool) {
+        IFD_WARN("kv disk tier off: the model keeps its sliding-window layers in a pool of their "
+                 "own, whose blocks have no files yet (docs/kvpool.md)");
+        return 0;
+    }
+    ifd_kvdisk_params_t p = ifd_kvdisk_default_params();
+    p.dir = o->kv_cache_dir;
+    p.max_bytes = o->kv_cache_disk_bytes;
+    p.fingerprint = ifd__disk_fingerprint(s, o);
+    p.worker = (int)h->slot;
+    p.device = (int)h->kv_device;
+    int rc = ifd_kvdisk_create(&p, s->pool, &s->disk);
+    if (rc == IFD_ENOTSUP)
+        IFD_WARN("kv disk tier off: the pool is in device memory (the tier reads and writes "
+                 "host memory only)");
+    else if (rc)
+        IFD_WARN("kv disk tier off: %s: %s", o->kv_cache_dir, ifd_strerror(rc));
+    else
+        IFD_INFO("kv disk tier: %s, %llu bytes at most, fingerprint %016llx", o->kv_cache_dir,
+                 (unsigned long long)p.max_bytes, (unsigned long long)p.fingerprint);
+    s->ep.disk = s->disk;
+    return 0;
+}
+
 /* Phase 5: the engine over the attached pools, with the tokenizer's
  * end-of-generation ids and this worker's slot and device. */
 static int ifd__start_engine(ifd__srv_t *s)
@@ -872,6 +922,7 @@ static void ifd__teardown(ifd__srv_t *s)
     const int slot = (int)s->hello.u.hello.slot;
     ifd__flush(s);
     ifd_engine_destroy(s->eng); /* frees the constraints before their store */
+    ifd_kvdisk_destroy(s->disk); /* writes what is queued: published blocks keep their files */
     ifd_gstore_destroy(s->gstore);
     ifd_vocab_destroy(s->vocab);
     ifd_engine_model_free(&s->em);
@@ -902,7 +953,8 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     s.status = 1;
     ifd_wire_reader_init(&s.rd, 0);
     if (!ifd__handshake(&s) && !ifd__load(&s, o) && !ifd__size_pool(&s) &&
-        !ifd__attach_pools(&s) && !ifd__start_engine(&s) && !ifd__send_ready(&s))
+        !ifd__attach_pools(&s) && !ifd__start_disk(&s, o) && !ifd__start_engine(&s) &&
+        !ifd__send_ready(&s))
         s.status = ifd__serve_loop(&s);
     ifd__teardown(&s);
     return s.status;

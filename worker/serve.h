@@ -24,7 +24,14 @@
  * sent as ERROR id 0 only (not logged: the router prints it as the start's
  * one error line) and exits 1; SHUTDOWN or EOF while waiting exits 0.
  *
- * Threading: single-threaded apart from the CPU backend's pool.
+ * Disk tier: with kv_cache_dir the worker keeps the pool's blocks there too
+ * (kvpool/kvdisk.h: files keyed by the model's fingerprint and the settings
+ * that change K/V), handed to the engine; a tier that cannot start (a
+ * directory it cannot make or open, device memory, a local-layer pool) is
+ * one warning and the worker serves without it.
+ *
+ * Threading: single-threaded apart from the CPU backend's pool and the
+ * disk tier's I/O thread.
  */
 #ifndef IFD_SERVE_H
 #define IFD_SERVE_H
@@ -38,6 +45,8 @@ typedef struct {
     ifd_weights_dtype_t weights; /* the CPU backend's weights (backend.h) */
     const char *shape;      /* random weights in this shape (worker_model.h); NULL: the model */
     uint64_t weights_seed;  /* their seed */
+    const char *kv_cache_dir;     /* the pool's disk tier (kvpool/kvdisk.h); NULL: none */
+    uint64_t kv_cache_disk_bytes; /* its size bound (> 0 with a dir) */
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

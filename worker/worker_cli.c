@@ -44,6 +44,7 @@ static void ifd__usage(FILE *f)
             "       inferd-worker --random-weights SHAPE.json --prompt-ids \"ID ...\" [options]\n"
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
             "                     [--weights-dtype auto|f32] [--random-weights F]\n"
+            "                     [--kv-cache-dir DIR --kv-cache-disk-bytes N]\n"
             "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
             "                     --random-weights F --model TOKENIZER) [probe options]\n"
             "       inferd-worker --devices\n"
@@ -141,6 +142,8 @@ typedef struct {
     int threads;
     ifd_weights_dtype_t weights;
     ifd_generate_params_t gp;
+    const char *kv_cache_dir;     /* --serve: the disk tier (kvpool/kvdisk.h), or NULL */
+    uint64_t kv_cache_disk_bytes; /* its size bound */
 } ifd__gen_opts_t;
 
 typedef struct {
@@ -653,6 +656,8 @@ enum {
     OPT_PREFILL_CHUNK,
     OPT_KV_LOCAL,
     OPT_MAX_MODEL_LEN,
+    OPT_KV_CACHE_DIR,
+    OPT_KV_CACHE_DISK,
 };
 
 /* The parsed command line: the mode flags and each mode's options. */
@@ -862,6 +867,20 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
     case OPT_KV_LOCAL:
         go->gp.local_pool = true;
         break;
+    case OPT_KV_CACHE_DIR:
+        go->kv_cache_dir = arg;
+        break;
+    case OPT_KV_CACHE_DISK: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (errno || end == arg || *end || v == 0) {
+            fprintf(stderr, "inferd-worker: bad --kv-cache-disk-bytes '%s' (bytes, > 0)\n", arg);
+            return 2;
+        }
+        go->kv_cache_disk_bytes = v;
+        break;
+    }
     case OPT_IGNORE_EOS:
         go->ignore_eos = true;
         break;
@@ -912,8 +931,9 @@ static int ifd__run_mode(ifd__cli_t *cli)
             fprintf(stderr, "inferd-worker: --serve needs --fd N (the router's socket)\n");
             return 2;
         }
-        ifd_serve_opts_t so = {cli->serve_fd, go->model, go->threads, go->weights, go->shape,
-                               go->weights_seed};
+        ifd_serve_opts_t so = {cli->serve_fd,      go->model,        go->threads,
+                               go->weights,        go->shape,        go->weights_seed,
+                               go->kv_cache_dir,   go->kv_cache_disk_bytes};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -981,6 +1001,8 @@ int ifd_worker_main(int argc, char **argv)
         {"max-batched-tokens", required_argument, NULL, OPT_MAX_BATCHED},
         {"prefill-chunk", required_argument, NULL, OPT_PREFILL_CHUNK},
         {"kv-local-pool", no_argument, NULL, OPT_KV_LOCAL},
+        {"kv-cache-dir", required_argument, NULL, OPT_KV_CACHE_DIR},
+        {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
