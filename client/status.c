@@ -256,6 +256,9 @@ typedef struct {
     double rate_out, rate_in, hit_rate_now; /* over the interval; NAN without one */
     double ttft_mean, itl_mean;
     double spec_drafts, spec_proposed, spec_accepted; /* speculative decoding (vLLM's counters) */
+    /* the KV cache's disk tier (capacity 0 or NAN: none) */
+    double disk_bytes, disk_cap, disk_files, disk_queries, disk_hits, disk_read, disk_written,
+        disk_bad;
     double workers_ready, workers_starting, workers_down, workers_failed;
     const char *version, *model;
 } view_t;
@@ -297,6 +300,14 @@ static void view_build(view_t *v, const snap_t *s, const snap_t *prev)
     v->tok_out = mget(s, "inferd_generation_tokens_total", NULL, NULL);
     v->ttft_mean = hist_mean(s, "inferd_time_to_first_token_seconds");
     v->itl_mean = hist_mean(s, "inferd_inter_token_latency_seconds");
+    v->disk_bytes = mget(s, "inferd_kv_disk_bytes", NULL, NULL);
+    v->disk_cap = mget(s, "inferd_kv_disk_capacity_bytes", NULL, NULL);
+    v->disk_files = mget(s, "inferd_kv_disk_files", NULL, NULL);
+    v->disk_queries = mget(s, "inferd_kv_disk_queries_total", NULL, NULL);
+    v->disk_hits = mget(s, "inferd_kv_disk_hits_total", NULL, NULL);
+    v->disk_read = mget(s, "inferd_kv_disk_read_bytes_total", NULL, NULL);
+    v->disk_written = mget(s, "inferd_kv_disk_written_bytes_total", NULL, NULL);
+    v->disk_bad = mget(s, "inferd_kv_disk_bad_files_total", NULL, NULL);
     v->spec_drafts = mget(s, "vllm:spec_decode_num_drafts_total", NULL, NULL);
     v->spec_proposed = mget(s, "vllm:spec_decode_num_draft_tokens_total", NULL, NULL);
     v->spec_accepted = mget(s, "vllm:spec_decode_num_accepted_tokens_total", NULL, NULL);
@@ -417,6 +428,17 @@ static void render_text(FILE *f, const ifd_cli_http_target_t *t, const snap_t *s
     if (isfinite(v->hit_rate_now))
         fprintf(f, "; now %.1f%%", 100.0 * v->hit_rate_now);
     fputc('\n', f);
+    if (v->disk_cap > 0) { /* a daemon without a disk tier shows no line */
+        fprintf(f, "disk tier     %s of %s bytes in %s files; %s of %s looked-up tokens hit; "
+                   "%s bytes read, %s written",
+                human(n[0], 32, v->disk_bytes), human(n[1], 32, v->disk_cap),
+                human(n[2], 32, v->disk_files), human(n[3], 32, v->disk_hits),
+                human(n[4], 32, v->disk_queries), human(n[5], 32, v->disk_read),
+                human(n[6], 32, v->disk_written));
+        if (v->disk_bad > 0)
+            fprintf(f, "; %s bad files deleted", human(n[0], 32, v->disk_bad));
+        fputc('\n', f);
+    }
     fprintf(f,
             "requests      %s running, %s queued; finished: %s stop, %s length, %s aborted, "
             "%s error\n",
@@ -467,6 +489,14 @@ static json_t *view_json(const ifd_cli_http_target_t *t, const snap_t *s, const 
                                   "query_tokens", num_or_null(v->queries), "hit_rate",
                                   num_or_null(v->queries > 0 ? v->hits / v->queries : NAN),
                                   "hit_rate_now", num_or_null(v->hit_rate_now)));
+    json_object_set_new(
+        o, "disk_tier",
+        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "bytes", num_or_null(v->disk_bytes),
+                  "capacity_bytes", num_or_null(v->disk_cap), "files",
+                  num_or_null(v->disk_files), "query_tokens", num_or_null(v->disk_queries),
+                  "hit_tokens", num_or_null(v->disk_hits), "read_bytes",
+                  num_or_null(v->disk_read), "written_bytes", num_or_null(v->disk_written),
+                  "bad_files", num_or_null(v->disk_bad)));
     json_object_set_new(
         o, "speculative",
         json_pack("{s:o,s:o,s:o,s:o}", "verifications", num_or_null(v->spec_drafts),

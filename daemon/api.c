@@ -314,6 +314,7 @@ static void ifd__gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
         g->kv_cached = st.cached;
         g->kv_evictions = st.evictions;
         g->kv_alloc_failures = st.alloc_failures;
+        ifd_kvpool_tier_get(api->pool, g->kv_tier);
     }
     if (api->local_pool && ifd_kvpool_stats(api->local_pool, &st) == 0) {
         g->kv_local_total = st.total;

@@ -30,6 +30,7 @@
 #define IFD_DAEMON_METRICS_H
 
 #include "arena.h"
+#include "kvpool/kvpool.h"
 #include "proto/wire.h"
 
 #include <stdbool.h>
@@ -121,6 +122,8 @@ typedef struct {
      * and those bytes (summed over workers), and that pool's blocks */
     int64_t kv_local_released_blocks, kv_local_released_bytes;
     int64_t kv_local_total, kv_local_used;
+    /* the KV pool's disk tier (kvpool.h, ifd_kvpool_tier_*): every worker's */
+    uint64_t kv_tier[IFD_KVTIER_COUNT];
     int64_t workers_ready, workers_starting, workers_down, workers_failed;
     double uptime_s;
     /* the cache configuration (vllm:cache_config_info) */
