@@ -560,7 +560,8 @@ void ifd_kvdisk_destroy(ifd_kvdisk_t *d)
 void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, const ifd_kvhash_t *parent, uint64_t salt,
                       const int32_t *tokens, ifd_kvhash_t *out_hash)
 {
-    ifd_kvhash_t h = ifd_kvpool_hash_block(parent, salt, tokens, d->bs);
+    const ifd_kvhash_t par = *parent; /* out_hash may be parent */
+    ifd_kvhash_t h = ifd_kvpool_hash_block(&par, salt, tokens, d->bs);
     if (out_hash)
         *out_hash = h;
     pthread_mutex_lock(&d->mu);
@@ -572,7 +573,7 @@ void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, const ifd_kvhash_t *parent
     }
     pthread_mutex_lock(&d->mu);
     int at = (d->q_head + d->q_n) % d->p.max_pending;
-    d->q[at] = (kvd_entry_t){block, h, *parent, salt};
+    d->q[at] = (kvd_entry_t){block, h, par, salt};
     memcpy(d->q_tokens + (size_t)at * (size_t)d->bs, tokens, (size_t)d->bs * sizeof *tokens);
     d->q_n++; /* only this thread adds: the room seen above is still there */
     pthread_cond_signal(&d->wake);

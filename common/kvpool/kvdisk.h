@@ -110,7 +110,7 @@ void ifd_kvdisk_destroy(ifd_kvdisk_t *d);
  * previous blocks' ifd_kvpool_hash_block chain; root {0, 0}) under salt with
  * tokens[0..block_size). Never blocks on I/O: pins the block and queues it,
  * or drops it (queue full, writing off: counted). Stores the block's chain
- * hash into *out_hash, the next block's parent. */
+ * hash into *out_hash (may be parent), the next block's parent. */
 void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, const ifd_kvhash_t *parent, uint64_t salt,
                       const int32_t *tokens, ifd_kvhash_t *out_hash);
 
