@@ -356,18 +356,25 @@ static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhas
         d->iov[0].iov_len = sizeof(kvd_head_t) + (size_t)d->bs * sizeof(int32_t);
         rc = kvd_rw_all(fd, d->iov, 1 + 2 * d->n_layers, false);
     }
+    const char *why = rc == IFD_EFORMAT ? "size" : NULL;
     if (rc == 0) {
         kvd_head_t h;
         memcpy(&h, d->head, sizeof h);
         kvd_block_iov(d, b); /* kvd_rw_all consumed it */
-        bool ok = h.magic == IFD_KVDISK_MAGIC && h.version == IFD_KVDISK_VERSION &&
-                  h.block_size == (uint32_t)d->bs && h.fingerprint == d->p.fingerprint &&
-                  h.salt == salt && h.hash.lo == hash->lo && h.hash.hi == hash->hi &&
-                  h.parent.lo == parent->lo && h.parent.hi == parent->hi &&
-                  h.data_bytes == d->data_bytes && h.head_sum == kvd_head_sum(d, d->head) &&
-                  memcmp(d->head + sizeof h, tokens, (size_t)d->bs * sizeof(int32_t)) == 0 &&
-                  h.data_sum == kvd_data_sum(d);
-        rc = ok ? 0 : IFD_EFORMAT;
+        if (h.magic != IFD_KVDISK_MAGIC || h.version != IFD_KVDISK_VERSION ||
+            h.block_size != (uint32_t)d->bs || h.data_bytes != d->data_bytes)
+            why = "format";
+        else if (h.head_sum != kvd_head_sum(d, d->head))
+            why = "header checksum";
+        else if (h.fingerprint != d->p.fingerprint)
+            why = "fingerprint";
+        else if (h.salt != salt || h.hash.lo != hash->lo || h.hash.hi != hash->hi ||
+                 h.parent.lo != parent->lo || h.parent.hi != parent->hi ||
+                 memcmp(d->head + sizeof h, tokens, (size_t)d->bs * sizeof(int32_t)) != 0)
+            why = "prefix";
+        else if (h.data_sum != kvd_data_sum(d))
+            why = "data checksum";
+        rc = why ? IFD_EFORMAT : 0;
     }
     if (rc == 0)
         futimens(fd, NULL); /* LRU by access: the collection keeps what was read last */
@@ -375,8 +382,8 @@ static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhas
     if (rc == IFD_EFORMAT) {
         unlinkat(d->dirfd, name, 0);
         ifd_kvpool_tier_add(d->pool, IFD_KVTIER_BAD_FILES, 1);
-        IFD_WARN("kv disk tier: %s/%s is torn, corrupt or another model's: deleted", d->dir,
-                 name);
+        IFD_WARN("kv disk tier: %s/%s: bad %s (torn, corrupt or another model's): deleted",
+                 d->dir, name, why);
     }
     return rc;
 }

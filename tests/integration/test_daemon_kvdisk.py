@@ -1,0 +1,220 @@
+"""The KV cache's disk tier through the daemon (docs/kvpool.md, "Disk tier"; label model).
+
+- test_restart_reads_prefix_from_disk: a prompt with a long shared prefix (about 2k tokens
+  with the default model) is served by a daemon with --kv-cache-dir; the daemon stops; a new
+  daemon on the same directory serves a second prompt sharing that prefix: its usage says the
+  prefix was cached, /metrics counts disk hits, and its greedy tokens equal a cold run's (a
+  daemon without the tier).
+- test_faults_while_requests_run: rounds of a fresh daemon on a directory holding several
+  prefixes' files, three requests at once while a thread truncates, corrupts, deletes and
+  swaps block files and puts a file of another fingerprint under a block's name: every text
+  equals the run without the tier (zero wrong tokens), the bad files are counted, the
+  daemon exits cleanly.
+
+Usage: test_daemon_kvdisk.py INFERD WORKER   (standard library only)
+"""
+import os
+import random
+import shutil
+import struct
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import SCALE, Daemon, require_model, run_tests  # noqa: E402
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+# The shared prefix's length in words (about 1.2 tokens each with SmolLM2); ~2k tokens keep the
+# test within a few minutes on a loaded 2-core machine. INFERD_TEST_KVDISK_WORDS=3400 for 4k.
+WORDS = int(os.environ.get("INFERD_TEST_KVDISK_WORDS") or 1700)
+VOCAB = ("river stone lantern orchard copper meadow violet harbor canyon ember falcon glacier "
+         "willow thunder saffron marble cedar quartz tundra beacon").split()
+
+
+def prefix(seed, words=WORDS):
+    rnd = random.Random(seed)
+    return "Notes %d: " % seed + " ".join(rnd.choice(VOCAB) for _ in range(words)) + ".\n"
+
+
+def complete(d, prompt, n=24):
+    r = d.json("POST", "/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0,
+                                            "ignore_eos": True})
+    details = r["usage"].get("prompt_tokens_details") or {}
+    return r["choices"][0]["text"], r["usage"]["prompt_tokens"], details.get("cached_tokens", 0)
+
+
+def block_files(kvdir):
+    return sorted(f for f in os.listdir(kvdir) if f.endswith(".kvb"))
+
+
+def wait_writes(d, at_least, timeout=60):
+    t0 = time.time()
+    m = d.metrics()
+    while time.time() - t0 < timeout * SCALE:
+        m = d.metrics()
+        if m.get("inferd_kv_disk_writes_total", 0) >= at_least:
+            return m
+        time.sleep(0.1)
+    raise AssertionError("only %s block files written (wanted %d)" % (
+        m.get("inferd_kv_disk_writes_total"), at_least))
+
+
+def tier_args(kvdir):
+    return ["--kv-cache-dir", kvdir, "--kv-cache-disk-bytes", "4G"]
+
+
+def test_restart_reads_prefix_from_disk():
+    tmp = tempfile.mkdtemp(prefix="inferd-kvdisk-")
+    kvdir = os.path.join(tmp, "kv")
+    shared = prefix(1)
+    p1, p2 = shared + "Question one: what is listed first?", shared + "Summarize the notes:"
+    try:
+        cold = Daemon(INFERD)  # no tier: the reference tokens
+        try:
+            want, n_prompt, _ = complete(cold, p2)
+        finally:
+            assert cold.stop() == 0
+        assert n_prompt >= 1000, "the shared prefix is only %d tokens" % n_prompt
+        d = Daemon(INFERD, args=tier_args(kvdir))
+        try:
+            t0 = time.time()
+            complete(d, p1)
+            cold_s = time.time() - t0
+            m = wait_writes(d, (n_prompt - 40) // 16)
+            assert m["inferd_kv_disk_capacity_bytes"] == 4 << 30, m
+        finally:
+            assert d.stop() == 0
+        files = block_files(kvdir)
+        assert len(files) >= (n_prompt - 40) // 16, len(files)
+        d = Daemon(INFERD, args=tier_args(kvdir))  # the restart
+        try:
+            t0 = time.time()
+            got, _, cached = complete(d, p2)
+            warm_s = time.time() - t0
+            m = d.metrics()
+        finally:
+            assert d.stop() == 0
+        assert got == want, "after the restart %r, cold %r" % (got, want)
+        assert cached >= n_prompt - 64, "cached_tokens %d of %d" % (cached, n_prompt)
+        assert m["inferd_kv_disk_hits_total"] >= cached - 16, m
+        assert m["inferd_kv_disk_hit_blocks_total"] >= (n_prompt - 64) // 16, m
+        assert m['vllm:external_prefix_cache_hits_total{model_name="%s"}' % model_name(m)] > 0
+        assert m["inferd_kv_disk_bad_files_total"] == 0, m
+        print("  prefix %d tokens: first request %.2fs, after the restart %.2fs "
+              "(loaded machine: not a benchmark)" % (n_prompt, cold_s, warm_s))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def model_name(m):
+    for k in m:
+        if k.startswith("vllm:external_prefix_cache_hits_total{model_name=\""):
+            return k.split('"')[1]
+    raise AssertionError("no vllm:external_prefix_cache_hits_total in /metrics")
+
+
+HEAD_FP = 16  # kvdisk.c's header: magic 8, version 4, block size 4, then the fingerprint
+
+
+def damage_files(kvdir, rnd, stop, counts):
+    """Until stop is set: one fault at a time on a random block file."""
+    while not stop.is_set():
+        files = block_files(kvdir)
+        if len(files) < 2:
+            time.sleep(0.01)
+            continue
+        f = os.path.join(kvdir, rnd.choice(files))
+        kind = rnd.choice(["truncate", "corrupt", "delete", "swap", "foreign"])
+        try:
+            if kind == "truncate":
+                os.truncate(f, rnd.randrange(0, os.path.getsize(f)))
+            elif kind == "corrupt":
+                with open(f, "r+b") as fh:
+                    at = rnd.randrange(0, os.path.getsize(f))
+                    fh.seek(at)
+                    b = fh.read(1)
+                    fh.seek(at)
+                    fh.write(bytes([(b[0] if b else 0) ^ 0x40]))
+            elif kind == "delete":
+                os.unlink(f)
+            elif kind == "swap":
+                g = os.path.join(kvdir, rnd.choice(files))
+                tmp = f + ".swap"
+                os.rename(f, tmp)
+                os.rename(g, f)
+                os.rename(tmp, g)
+            else:  # another fingerprint's file (a valid one, but for another model) in its place
+                with open(f, "r+b") as fh:
+                    fh.seek(HEAD_FP)
+                    head = fh.read(8)
+                    if len(head) < 8:  # truncated already
+                        continue
+                    (fp,) = struct.unpack("<Q", head)
+                    fh.seek(HEAD_FP)
+                    fh.write(struct.pack("<Q", fp ^ 0x5A5A))
+            counts[kind] = counts.get(kind, 0) + 1
+        except OSError:
+            pass  # the file went away meanwhile (a reader deleted it)
+        time.sleep(rnd.uniform(0.0, 0.05))
+
+
+def test_faults_while_requests_run():
+    tmp = tempfile.mkdtemp(prefix="inferd-kvdisk-")
+    kvdir = os.path.join(tmp, "kv")
+    words = WORDS // 2
+    prompts = [prefix(10 + i, words) + "Item %d, continue:" % i for i in range(3)]
+    try:
+        cold = Daemon(INFERD)
+        try:
+            want = [complete(cold, p)[0] for p in prompts]
+        finally:
+            assert cold.stop() == 0
+        d = Daemon(INFERD, args=tier_args(kvdir))
+        try:
+            for p in prompts:
+                complete(d, p)
+            wait_writes(d, 3 * 40)
+        finally:
+            assert d.stop() == 0
+        rnd = random.Random(7)
+        counts, bad = {}, 0
+        for rnd_i in range(3):
+            d = Daemon(INFERD, args=tier_args(kvdir))
+            stop = threading.Event()
+            t = threading.Thread(target=damage_files, args=(kvdir, rnd, stop, counts))
+            t.start()
+            got = [None] * len(prompts)
+            errs = []
+
+            def one(i):
+                try:
+                    got[i] = complete(d, prompts[i])[0]
+                except Exception as e:  # noqa: BLE001 (reported below)
+                    errs.append(e)
+            try:
+                th = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+                for x in th:
+                    x.start()
+                for x in th:
+                    x.join()
+                m = d.metrics()
+                bad += m["inferd_kv_disk_bad_files_total"]
+            finally:
+                stop.set()
+                t.join()
+                assert d.stop() == 0, "the daemon did not exit cleanly"
+            assert not errs, errs
+            for i in range(len(prompts)):
+                assert got[i] == want[i], "round %d prompt %d: %r, without the tier %r" % (
+                    rnd_i, i, got[i], want[i])
+        print("  faults made: %s; bad files the tier found and deleted: %d" % (counts, bad))
+        assert sum(counts.values()) > 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    require_model()
+    sys.exit(run_tests(globals()))
