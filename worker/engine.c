@@ -1722,10 +1722,8 @@ static void ifd__step_account(ifd_engine_t *e, ifd_engine_step_stats_t *st, int 
     st->forward_ms = t2 - t1;
     st->sample_ms = t3 - t2;
     if (!e->sched_decodes && st->n_prefill_tokens > 0) {
-        double ms_tok = st->forward_ms / n_tok;
-        e->prefill_ms_tok = e->prefill_ms_tok == 0
-                                ? ms_tok
-                                : e->prefill_ms_tok + (ms_tok - e->prefill_ms_tok) / IFD_ENGINE_STEP_EMA;
+        const double ms_tok = st->forward_ms / n_tok, old = e->prefill_ms_tok;
+        e->prefill_ms_tok = old == 0 ? ms_tok : old + (ms_tok - old) / IFD_ENGINE_STEP_EMA;
     }
     if (e->sched_decodes)
         e->decode_ema = e->decode_ema == 0

@@ -79,7 +79,7 @@ struct ifd_kvdisk {
     /* the thread's own */
     struct iovec *iov; /* 1 + 2 * n_layers */
     uint8_t *head;     /* header + tokens */
-    uint64_t est_bytes;
+    uint64_t est_bytes, est_files;
     int writes_since_scan;
     uint64_t tmp_seq;
     bool warned_io;
@@ -97,8 +97,8 @@ uint64_t ifd_kvdisk_fingerprint(const ifd_kvpool_t *pool, const void *identity, 
 {
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(pool, &g);
-    uint64_t k[7] = {(uint64_t)g.n_layers,   (uint64_t)g.n_kv_heads, (uint64_t)g.head_dim,
-                     (uint64_t)g.dtype,      (uint64_t)g.block_size, g.fingerprint,
+    uint64_t k[7] = {(uint64_t)g.n_layers, (uint64_t)g.n_kv_heads, (uint64_t)g.head_dim,
+                     (uint64_t)g.dtype,    (uint64_t)g.block_size, g.fingerprint,
                      IFD_KVDISK_VERSION};
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
@@ -262,6 +262,7 @@ static void kvd_collect(ifd_kvdisk_t *d)
             ifd_kvpool_tier_add(d->pool, IFD_KVTIER_EVICTED_FILES, gone);
         }
         d->est_bytes = total;
+        d->est_files = files;
         ifd_kvpool_tier_set(d->pool, IFD_KVTIER_DISK_BYTES, total);
         ifd_kvpool_tier_set(d->pool, IFD_KVTIER_DISK_FILES, files);
     }
@@ -306,9 +307,9 @@ static void kvd_write(ifd_kvdisk_t *d, const kvd_entry_t *e, const int32_t *toke
         return;
     }
     kvd_block_iov(d, e->block);
-    kvd_head_t h = {IFD_KVDISK_MAGIC, IFD_KVDISK_VERSION, (uint32_t)d->bs, d->p.fingerprint,
-                    e->salt,          e->hash,            e->parent,       d->data_bytes,
-                    kvd_data_sum(d),  0};
+    kvd_head_t h = {
+        IFD_KVDISK_MAGIC, IFD_KVDISK_VERSION, (uint32_t)d->bs, d->p.fingerprint, e->salt,
+        e->hash,          e->parent,          d->data_bytes,   kvd_data_sum(d),  0};
     memcpy(d->head, &h, sizeof h);
     memcpy(d->head + sizeof h, tokens, (size_t)d->bs * sizeof(int32_t));
     h.head_sum = kvd_head_sum(d, d->head);
@@ -329,6 +330,7 @@ static void kvd_write(ifd_kvdisk_t *d, const kvd_entry_t *e, const int32_t *toke
     ifd_kvpool_tier_add(d->pool, IFD_KVTIER_WRITTEN_BYTES, d->file_bytes);
     d->est_bytes += d->file_bytes;
     ifd_kvpool_tier_set(d->pool, IFD_KVTIER_DISK_BYTES, d->est_bytes);
+    ifd_kvpool_tier_set(d->pool, IFD_KVTIER_DISK_FILES, ++d->est_files);
     if (d->est_bytes > d->p.max_bytes || ++d->writes_since_scan >= KVD_RESCAN_WRITES)
         kvd_collect(d);
 }
@@ -382,8 +384,8 @@ static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhas
     if (rc == IFD_EFORMAT) {
         unlinkat(d->dirfd, name, 0);
         ifd_kvpool_tier_add(d->pool, IFD_KVTIER_BAD_FILES, 1);
-        IFD_WARN("kv disk tier: %s/%s: bad %s (torn, corrupt or another model's): deleted",
-                 d->dir, name, why);
+        IFD_WARN("kv disk tier: %s/%s: bad %s (torn, corrupt or another model's): deleted", d->dir,
+                 name, why);
     }
     return rc;
 }

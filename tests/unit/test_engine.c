@@ -14,6 +14,7 @@
 #include "testutil.h"
 
 #include "error.h"
+#include "kvpool/kvdisk.h"
 #include "kvpool/kvpool.h"
 #include "worker/engine.h"
 
@@ -21,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define VOCAB 64
 #define STOP_ID 0
@@ -620,6 +623,130 @@ START_TEST(test_prefix_reuse)
     ifd_kvpool_stats(r.pool, &ps);
     ck_assert_int_gt(ps.cached, 0);
     rig_close(&r);
+}
+END_TEST
+
+/* An engine whose pool has a disk tier in dir (engine.h, disk): a daemon
+ * started on that directory. */
+static ifd_kvdisk_t *rig_open_disk(rig_t *r, const char *dir, int n_blocks)
+{
+    memset(r, 0, sizeof *r);
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = 1, kp.n_kv_heads = 1, kp.head_dim = 2, kp.dtype = IFD_KV_F32;
+    kp.n_blocks = n_blocks, kp.n_workers = 2;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
+    r->fake.pool = r->pool;
+    r->sink = calloc(1, sizeof *r->sink);
+    ifd_kvdisk_params_t dp = ifd_kvdisk_default_params();
+    dp.dir = dir, dp.max_bytes = 1 << 24, dp.fingerprint = 77, dp.worker = 0;
+    ifd_kvdisk_t *disk = NULL;
+    ck_assert_int_eq(ifd_kvdisk_create(&dp, r->pool, &disk), 0);
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 0, 0, NULL, 1};
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    static const int32_t eos[] = {STOP_ID};
+    ep.eos_ids = eos, ep.n_eos_ids = 1, ep.max_batched_tokens = 32, ep.max_seqs = 8;
+    ep.disk = disk;
+    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish, on_plp};
+    ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
+    return disk;
+}
+
+static void rig_close_disk(rig_t *r, ifd_kvdisk_t *disk)
+{
+    ifd_engine_destroy(r->eng);
+    r->eng = NULL;
+    ifd_kvdisk_destroy(disk); /* writes what is queued, gives the pins back */
+    rig_check_pool(r);
+    ifd_kvpool_stats_t st;
+    ck_assert_int_eq(ifd_kvpool_stats(r->pool, &st), 0);
+    ck_assert_int_eq(st.in_use, 0);
+    ifd_kvpool_destroy(r->pool);
+    free(r->sink);
+}
+
+/* The prefix of a request served before a "restart" comes back from disk:
+ * the same tokens, its blocks counted as cached; a damaged file costs only
+ * the blocks from it on; a disk hit waits while another sequence runs. */
+START_TEST(test_disk_tier_across_restarts)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/test_engine_disk.%d.XXXXXX", (int)getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    make_prompts(4, 10, 8);
+    for (int i = 0; i < 4; i++) {
+        prompt_len[i] = 100;
+        for (int j = 0; j < 96; j++)
+            prompts[i][j] = 1 + (j * 7) % (VOCAB - 1);
+        prompts[i][96] = 1 + i; /* the last tokens differ */
+    }
+    prompt_len[3] = 40; /* the long-running request of the third part: other tokens */
+    for (int j = 0; j < 40; j++)
+        prompts[3][j] = 1 + (j * 11 + 3) % (VOCAB - 1);
+    rig_t r;
+    ifd_kvdisk_t *disk = rig_open_disk(&r, dir, 64);
+    ifd_engine_request_t q = req(0, 60);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[0].cached_tokens, 0);
+    rig_close_disk(&r, disk);
+    static sink_t ref, got;
+    solo_outputs_eos(4, 60, true, &ref); /* each prompt alone, no cache */
+
+    /* restart: a new pool, the same directory */
+    disk = rig_open_disk(&r, dir, 64);
+    q = req(1, 60);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[1].cached_tokens, 96); /* 6 blocks of 16 from disk */
+    ck_assert_int_eq(r.fake.bad, 0);
+    uint64_t ctr[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(r.pool, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HIT_BLOCKS], 6);
+    got = *r.sink;
+    rig_close_disk(&r, disk);
+    ck_assert_int_eq(got.n_out[1], ref.n_out[1]);
+    ck_assert(memcmp(got.out[1], ref.out[1], (size_t)ref.n_out[1] * 4) == 0);
+
+    /* damage block 3's file: blocks 0..2 from disk, the rest recomputed */
+    ifd_kvhash_t h = {0, 0};
+    for (int b = 0; b < 4; b++)
+        h = ifd_kvpool_hash_block(&h, 0, prompts[2] + b * 16, 16);
+    char name[64], path[160];
+    ifd_kvdisk_file_name(77, &h, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    ck_assert_int_eq(truncate(path, 100), 0);
+    disk = rig_open_disk(&r, dir, 64);
+    /* a long request runs first: the disk hit's admission waits on the read meanwhile */
+    q = req(3, 60);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    ifd_engine_step(r.eng, NULL);
+    q = req(2, 60);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.fake.bad, 0);
+    got = *r.sink;
+    ifd_kvpool_tier_get(r.pool, ctr);
+    /* the read's deadline is what the fake model's measured (tiny) prefill would take:
+     * the 3 good blocks, or fewer when cut (then counted as a slow read) */
+    const int cached = r.sink->usage[2].cached_tokens;
+    ck_assert_msg(cached == 48 || (cached % 16 == 0 && cached < 48 &&
+                                   ctr[IFD_KVTIER_SLOW_READS] == 1),
+                  "cached %d, slow reads %llu", cached,
+                  (unsigned long long)ctr[IFD_KVTIER_SLOW_READS]);
+    if (cached == 48) /* the read went on to the damaged file */
+        ck_assert_uint_eq(ctr[IFD_KVTIER_BAD_FILES], 1);
+    rig_close_disk(&r, disk);
+    ck_assert_int_eq(got.n_out[2], ref.n_out[2]);
+    ck_assert(memcmp(got.out[2], ref.out[2], (size_t)ref.n_out[2] * 4) == 0);
+    ck_assert_int_eq(got.n_out[3], ref.n_out[3]);
+    ck_assert(memcmp(got.out[3], ref.out[3], (size_t)ref.n_out[3] * 4) == 0);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -1608,6 +1735,7 @@ int main(void)
     tcase_add_test(tc, test_prefill_cap_keeps_decodes_steady);
     tcase_add_test(tc, test_chunked_prefill_equals_whole);
     tcase_add_test(tc, test_prefix_reuse);
+    tcase_add_test(tc, test_disk_tier_across_restarts);
     tcase_add_test(tc, test_tiny_pool_preempts_and_completes_all);
     tcase_add_test(tc, test_cancel_in_every_state);
     tcase_add_test(tc, test_priority_orders_admission);
