@@ -79,11 +79,11 @@ typedef struct {
     uint64_t arrival;
     int32_t cached_tokens;
     /* disk tier (engine.h, disk): blocks [n_blocks, n_blocks + load_n) are
-     * being read in by `load` until load_deadline (ifd__ms); dhash is the
-     * disk chain hash of blocks [0, n_published) */
+     * being read in by `load`, started at load_start, until load_deadline
+     * (ifd__ms); dhash is the disk chain hash of blocks [0, n_published) */
     ifd_kvdisk_load_t *load;
     int32_t load_n;
-    double load_deadline;
+    double load_start, load_deadline;
     ifd_kvhash_t dhash;
     /* prompt logprobs: plp_top -1 off, else the top alternatives asked;
      * plp_next is the next prompt position owed (from 1; done at n_prompt).
@@ -863,7 +863,8 @@ static void ifd__disk_start(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
     }
     s->load_n = n;
     double ms_tok = e->prefill_ms_tok > 0 ? e->prefill_ms_tok : IFD_ENGINE_DISK_MS_PER_TOKEN;
-    s->load_deadline = ifd__ms() + ms_tok * n * e->block_size;
+    s->load_start = ifd__ms();
+    s->load_deadline = s->load_start + ms_tok * n * e->block_size;
 }
 
 /* Whether s's disk load is over: done, or past its deadline (waiting for
@@ -879,6 +880,9 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
         return false;
     int ok = ifd_kvdisk_load_finish(s->load, !done);
     s->load = NULL;
+    IFD_DEBUG("engine: request %llu: %d of %d blocks from disk in %.1f ms (deadline %.1f ms)",
+              (unsigned long long)s->id, ok, s->load_n, ifd__ms() - s->load_start,
+              s->load_deadline - s->load_start);
     int32_t at = s->n_blocks, i = 0;
     for (; i < ok; i++) {
         int32_t b = at + i;
