@@ -134,8 +134,10 @@ typedef struct {
 #define IFD_ENGINE_STEP_RATIO 1.5
 #define IFD_ENGINE_PREFILL_FLOOR 32
 #define IFD_ENGINE_STEP_EMA 64 /* steps: weight 1/64 per new step in the mean */
-/* A disk read's deadline per token before any prefill was measured: about
- * SmolLM2-135M's CPU prefill on a loaded 2-core machine (docs/kvpool.md). */
+/* A disk read's deadline per token before any prefill was measured: well
+ * under a CPU prefill (SmolLM2-135M: ~10 ms a token on the loaded 2-core
+ * machine) and well over a read from the page cache (~0.05 ms a token;
+ * docs/kvpool.md, "Disk tier"). */
 #define IFD_ENGINE_DISK_MS_PER_TOKEN 0.5
 
 /* Speculative decoding (docs/speculative.md). A decoding sequence with
