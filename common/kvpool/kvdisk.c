@@ -277,6 +277,7 @@ static void kvd_collect(ifd_kvdisk_t *d)
  * (one warning); anything else is logged once and the block skipped. */
 static void kvd_write_failed(ifd_kvdisk_t *d, const char *call, int err)
 {
+    ifd_kvpool_tier_add(d->pool, IFD_KVTIER_DROPPED, 1);
     if (err == EROFS || err == ENOSPC || err == EDQUOT || err == EACCES || err == EPERM) {
         pthread_mutex_lock(&d->mu);
         bool was = d->writes_off;

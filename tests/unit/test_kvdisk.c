@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -378,6 +380,67 @@ START_TEST(test_read_only_dir_turns_writing_off)
 }
 END_TEST
 
+/* As root (where file modes stop nothing): a full disk, then a read-only
+ * one, made with a 64 KiB tmpfs mounted on the directory; skipped where
+ * mount(2) is refused. Writing turns off, every pin goes back, reads of the
+ * files already there go on. */
+START_TEST(test_full_then_read_only_disk)
+{
+    make_dir();
+    if (mount("none", dir, "tmpfs", 0, "size=64k") != 0) {
+        fprintf(stderr, "test_full_then_read_only_disk: skipped (mount: %s)\n", strerror(errno));
+        rm_dir();
+        return;
+    }
+    ifd_kvpool_t *p1 = make_pool();
+    ifd_kvdisk_t *d = make_disk(p1, 42, 1 << 20);
+    int32_t tok[4 * BS], a[4], b[4];
+    tokens_init(tok, 4 * BS, 77);
+    publish_chain(p1, d, tok, 2, 1, a, NULL); /* two files fit */
+    char filler[512];
+    snprintf(filler, sizeof filler, "%s/filler", dir);
+    FILE *f = fopen(filler, "w");
+    ck_assert_ptr_nonnull(f);
+    static char zero[4096];
+    while (fwrite(zero, 1, sizeof zero, f) == sizeof zero && fflush(f) == 0)
+        ;
+    fclose(f);
+    ifd_kvhash_t h = {0, 0};
+    for (int i = 0; i < 2; i++)
+        h = ifd_kvpool_hash_block(&h, 7, tok + i * BS, BS);
+    ck_assert_int_eq(ifd_kvpool_alloc(p1, W, 0, 2, a + 2), 0);
+    for (int i = 2; i < 4; i++) { /* the disk is full now */
+        ck_assert_int_ge(ifd_kvpool_publish(p1, W, a[i], a[i - 1], 7, tok + i * BS, NULL), 0);
+        ifd_kvdisk_offer(d, a[i], &h, 7, tok + i * BS, &h);
+    }
+    wait_written(d);
+    uint64_t ctr[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(p1, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_WRITES], 2);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_DROPPED], 2);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(ifd_kvpool_refs_of(p1, W, a[i]), 1);
+    ifd_kvdisk_destroy(d);
+    ck_assert_int_eq(unlink(filler), 0);
+    ck_assert_int_eq(mount("none", dir, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=64k"), 0);
+    d = make_disk(p1, 42, 1 << 20); /* a read-only directory still serves reads */
+    ck_assert_int_eq(load(p1, d, tok, 4, b), 2);
+    for (int i = 0; i < 2; i++)
+        ck_assert(same(p1, a[i], p1, b[i]));
+    ifd_kvpool_unref(p1, W, b, 4);
+    ifd_kvdisk_offer(d, a[2], &(ifd_kvhash_t){0, 0}, 7, tok + 2 * BS, NULL);
+    wait_written(d);
+    ifd_kvpool_tier_get(p1, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_WRITES], 2);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_DROPPED], 3);
+    ck_assert_int_eq(ifd_kvpool_refs_of(p1, W, a[2]), 1);
+    ifd_kvdisk_destroy(d);
+    ifd_kvpool_destroy(p1);
+    ck_assert_int_eq(umount(dir), 0);
+    rm_dir();
+}
+END_TEST
+
 START_TEST(test_missing_parent_dir_fails_create)
 {
     ifd_kvpool_t *p1 = make_pool();
@@ -429,6 +492,7 @@ int main(void)
     tcase_add_test(tc, test_faults_stop_the_read_and_delete);
     tcase_add_test(tc, test_size_bound_lru);
     tcase_add_test(tc, test_read_only_dir_turns_writing_off);
+    tcase_add_test(tc, test_full_then_read_only_disk);
     tcase_add_test(tc, test_missing_parent_dir_fails_create);
     tcase_add_test(tc, test_load_cancelled_early);
     suite_add_tcase(s, tc);
