@@ -10,6 +10,8 @@
   swaps block files and puts a file of another fingerprint under a block's name: every text
   equals the run without the tier (zero wrong tokens), the bad files are counted, the
   daemon exits cleanly.
+- test_two_daemons_share_a_directory: two daemons of two workers each on one directory at
+  once: the same texts, no bad file, and a third daemon reads the prefix back.
 
 Usage: test_daemon_kvdisk.py INFERD WORKER   (standard library only)
 """
@@ -211,6 +213,55 @@ def test_faults_while_requests_run():
                     rnd_i, i, got[i], want[i])
         print("  faults made: %s; bad files the tier found and deleted: %d" % (counts, bad))
         assert sum(counts.values()) > 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_two_daemons_share_a_directory():
+    """Two daemons (two workers each) on one directory at once, each serving prompts that
+    share a prefix: every text equals the run without the tier, no file is ever bad (the
+    writers' renames of equal files, the collections' flock), and a third daemon reads the
+    prefix back."""
+    tmp = tempfile.mkdtemp(prefix="inferd-kvdisk-")
+    kvdir = os.path.join(tmp, "kv")
+    shared = prefix(20, WORDS // 3)
+    prompts = [shared + "Part %d:" % i for i in range(4)]
+    try:
+        cold = Daemon(INFERD)
+        try:
+            want = [complete(cold, p)[0] for p in prompts]
+        finally:
+            assert cold.stop() == 0
+        ds = [Daemon(INFERD, args=tier_args(kvdir), workers=2) for _ in range(2)]
+        got, errs = {}, []
+
+        def one(k, i):
+            try:
+                got[i] = complete(ds[k], prompts[i])[0]
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errs.append(e)
+        try:
+            th = [threading.Thread(target=one, args=(i % 2, i)) for i in range(4)]
+            for x in th:
+                x.start()
+            for x in th:
+                x.join()
+            time.sleep(1)
+            bad = sum(d.metrics()["inferd_kv_disk_bad_files_total"] for d in ds)
+        finally:
+            for d in ds:
+                assert d.stop() == 0
+        assert not errs, errs
+        assert [got[i] for i in range(4)] == want, (got, want)
+        assert bad == 0, bad
+        d = Daemon(INFERD, args=tier_args(kvdir))
+        try:
+            text, n_prompt, cached = complete(d, shared + "Part 9:")
+            m = d.metrics()
+        finally:
+            assert d.stop() == 0
+        assert cached >= n_prompt - 40, (cached, n_prompt)
+        assert m["inferd_kv_disk_bad_files_total"] == 0, m
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
