@@ -429,8 +429,9 @@ static void render_text(FILE *f, const ifd_cli_http_target_t *t, const snap_t *s
         fprintf(f, "; now %.1f%%", 100.0 * v->hit_rate_now);
     fputc('\n', f);
     if (v->disk_cap > 0) { /* a daemon without a disk tier shows no line */
-        fprintf(f, "disk tier     %s of %s bytes in %s files; %s of %s looked-up tokens hit; "
-                   "%s bytes read, %s written",
+        fprintf(f,
+                "disk tier     %s of %s bytes in %s files; %s of %s looked-up tokens hit; "
+                "%s bytes read, %s written",
                 human(n[0], 32, v->disk_bytes), human(n[1], 32, v->disk_cap),
                 human(n[2], 32, v->disk_files), human(n[3], 32, v->disk_hits),
                 human(n[4], 32, v->disk_queries), human(n[5], 32, v->disk_read),
@@ -492,11 +493,11 @@ static json_t *view_json(const ifd_cli_http_target_t *t, const snap_t *s, const 
     json_object_set_new(
         o, "disk_tier",
         json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "bytes", num_or_null(v->disk_bytes),
-                  "capacity_bytes", num_or_null(v->disk_cap), "files",
-                  num_or_null(v->disk_files), "query_tokens", num_or_null(v->disk_queries),
-                  "hit_tokens", num_or_null(v->disk_hits), "read_bytes",
-                  num_or_null(v->disk_read), "written_bytes", num_or_null(v->disk_written),
-                  "bad_files", num_or_null(v->disk_bad)));
+                  "capacity_bytes", num_or_null(v->disk_cap), "files", num_or_null(v->disk_files),
+                  "query_tokens", num_or_null(v->disk_queries), "hit_tokens",
+                  num_or_null(v->disk_hits), "read_bytes", num_or_null(v->disk_read),
+                  "written_bytes", num_or_null(v->disk_written), "bad_files",
+                  num_or_null(v->disk_bad)));
     json_object_set_new(
         o, "speculative",
         json_pack("{s:o,s:o,s:o,s:o}", "verifications", num_or_null(v->spec_drafts),

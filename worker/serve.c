@@ -61,7 +61,7 @@ typedef struct {
     ifd_backend_t *be;
     ifd_model_t *model;
     ifd_kvpool_t *pool, *lpool;
-    ifd_kvdisk_t *disk;   /* the pool's disk tier, or NULL */
+    ifd_kvdisk_t *disk; /* the pool's disk tier, or NULL */
     ifd_engine_model_t em;
     ifd_engine_params_t ep;
     uint64_t n_blocks;    /* the pool's, for STATS */
@@ -952,9 +952,8 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     s.fd = o->fd;
     s.status = 1;
     ifd_wire_reader_init(&s.rd, 0);
-    if (!ifd__handshake(&s) && !ifd__load(&s, o) && !ifd__size_pool(&s) &&
-        !ifd__attach_pools(&s) && !ifd__start_disk(&s, o) && !ifd__start_engine(&s) &&
-        !ifd__send_ready(&s))
+    if (!ifd__handshake(&s) && !ifd__load(&s, o) && !ifd__size_pool(&s) && !ifd__attach_pools(&s) &&
+        !ifd__start_disk(&s, o) && !ifd__start_engine(&s) && !ifd__send_ready(&s))
         s.status = ifd__serve_loop(&s);
     ifd__teardown(&s);
     return s.status;

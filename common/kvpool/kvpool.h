@@ -402,20 +402,20 @@ int ifd_kvpool_device_stats(ifd_kvpool_t *pool, int dev, ifd_kvpool_stats_t *out
  * worker last measured it). Relaxed atomics, no lock: any thread of any
  * process. */
 typedef enum {
-    IFD_KVTIER_DISK_BYTES,     /* gauge: bytes of block files in the directory */
-    IFD_KVTIER_DISK_FILES,     /* gauge: block files in the directory */
-    IFD_KVTIER_DISK_CAPACITY,  /* gauge: kv_cache_disk_bytes */
-    IFD_KVTIER_QUERY_TOKENS,   /* prompt tokens looked up on disk (past the pool's hit) */
-    IFD_KVTIER_HIT_TOKENS,     /* of those, read back from disk */
-    IFD_KVTIER_HIT_BLOCKS,     /* blocks read back */
-    IFD_KVTIER_MISS_BLOCKS,    /* lookups whose first block had no file */
-    IFD_KVTIER_READ_BYTES,     /* file bytes read (hits) */
-    IFD_KVTIER_WRITTEN_BYTES,  /* file bytes written */
-    IFD_KVTIER_WRITES,         /* block files written */
-    IFD_KVTIER_DROPPED,        /* blocks not written: the queue was full or writes are off */
-    IFD_KVTIER_BAD_FILES,      /* torn, truncated, corrupt or foreign files skipped (deleted) */
-    IFD_KVTIER_SLOW_READS,     /* reads cut short by their deadline (the rest recomputed) */
-    IFD_KVTIER_EVICTED_FILES,  /* files deleted to stay within the size bound */
+    IFD_KVTIER_DISK_BYTES,    /* gauge: bytes of block files in the directory */
+    IFD_KVTIER_DISK_FILES,    /* gauge: block files in the directory */
+    IFD_KVTIER_DISK_CAPACITY, /* gauge: kv_cache_disk_bytes */
+    IFD_KVTIER_QUERY_TOKENS,  /* prompt tokens looked up on disk (past the pool's hit) */
+    IFD_KVTIER_HIT_TOKENS,    /* of those, read back from disk */
+    IFD_KVTIER_HIT_BLOCKS,    /* blocks read back */
+    IFD_KVTIER_MISS_BLOCKS,   /* lookups whose first block had no file */
+    IFD_KVTIER_READ_BYTES,    /* file bytes read (hits) */
+    IFD_KVTIER_WRITTEN_BYTES, /* file bytes written */
+    IFD_KVTIER_WRITES,        /* block files written */
+    IFD_KVTIER_DROPPED,       /* blocks not written: the queue was full or writes are off */
+    IFD_KVTIER_BAD_FILES,     /* torn, truncated, corrupt or foreign files skipped (deleted) */
+    IFD_KVTIER_SLOW_READS,    /* reads cut short by their deadline (the rest recomputed) */
+    IFD_KVTIER_EVICTED_FILES, /* files deleted to stay within the size bound */
     IFD_KVTIER_COUNT
 } ifd_kvtier_ctr_t;
 

@@ -733,10 +733,9 @@ START_TEST(test_disk_tier_across_restarts)
     /* the read's deadline is what the fake model's measured (tiny) prefill would take:
      * the 3 good blocks, or fewer when cut (then counted as a slow read) */
     const int cached = r.sink->usage[2].cached_tokens;
-    ck_assert_msg(cached == 48 || (cached % 16 == 0 && cached < 48 &&
-                                   ctr[IFD_KVTIER_SLOW_READS] == 1),
-                  "cached %d, slow reads %llu", cached,
-                  (unsigned long long)ctr[IFD_KVTIER_SLOW_READS]);
+    ck_assert_msg(
+        cached == 48 || (cached % 16 == 0 && cached < 48 && ctr[IFD_KVTIER_SLOW_READS] == 1),
+        "cached %d, slow reads %llu", cached, (unsigned long long)ctr[IFD_KVTIER_SLOW_READS]);
     if (cached == 48) /* the read went on to the damaged file */
         ck_assert_uint_eq(ctr[IFD_KVTIER_BAD_FILES], 1);
     rig_close_disk(&r, disk);
