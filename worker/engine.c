@@ -95,6 +95,7 @@ typedef struct {
     ifd_spec_state_t spec;
     int32_t draft[IFD_SPEC_MAX_TOKENS];
     int32_t n_draft;
+    void *dseq; /* the drafter's state of this sequence (p.drafter), or NULL */
     /* this step */
     int32_t sched;
     int32_t plp_rows; /* prompt-logprob rows this step (before its sample row) */
@@ -312,6 +313,9 @@ static void ifd__seq_release(ifd_engine_t *e, ifd__seq_t *s)
     s->n_lpublished = 0;
     s->lpublish_failed = false;
     s->n_draft = 0;
+    if (s->dseq && e->p.drafter.release)
+        e->p.drafter.release(e->p.drafter.ctx, s->dseq);
+    s->dseq = NULL;
 }
 
 static int ifd__seq_reserve_blocks(ifd__seq_t *s, int32_t n)
@@ -352,7 +356,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
 {
     if (!p || p->max_batched_tokens < 1 || p->max_seqs < 1 || !model || !model->forward ||
         model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids) ||
-        ifd_spec_check(&p->spec) != 0)
+        ifd_spec_check(&p->spec) != 0 ||
+        (p->spec.method == IFD_SPEC_DRAFT && !p->drafter.propose))
         return IFD_EINVAL;
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(pool, &g);
@@ -600,7 +605,8 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     s->plp_top = r->prompt_logprobs - 1;
     s->plp_next = 1;
     s->arrival = e->arrivals++;
-    int rc = ifd_spec_resolve(&s->spec, &r->spec, &e->p.spec, s->use_cache);
+    int rc = ifd_spec_resolve(&s->spec, &r->spec, &e->p.spec, s->use_cache,
+                              e->p.drafter.propose != NULL);
     if (rc || (r->min_tokens > s->n_gen && (rc = ifd__min_tokens_init(e, s, r->min_tokens)))) {
         ifd__seq_free(s);
         return rc;
@@ -1087,19 +1093,17 @@ static void ifd__finish_cancelled(ifd_engine_t *e)
     }
 }
 
-/* Decoding sequence s's proposal for this step, at most `room` tokens
- * (engine.h, speculative decoding): into s->draft, and how many. None
- * that could not all be emitted (max_tokens, the context, the token
- * array). */
-static int32_t ifd__spec_propose(const ifd_engine_t *e, ifd__seq_t *s, int room)
+/* How many tokens decoding sequence s may propose this step, at most
+ * `room` (engine.h, speculative decoding): none that could not all be
+ * emitted (max_tokens, the context, the token array). */
+static int32_t ifd__spec_limit(const ifd_engine_t *e, const ifd__seq_t *s, int room)
 {
     int32_t lim = room;
     const int32_t left[3] = {s->max_tokens - s->n_gen - 1, s->cap_tokens - s->n_tokens - 1,
                              e->model.n_ctx - s->n_tokens - 1};
     for (int i = 0; i < 3; i++)
         lim = left[i] < lim ? left[i] : lim;
-    s->n_draft = ifd_spec_propose(&s->spec, s->tokens, s->n_tokens, lim, s->draft);
-    return s->n_draft;
+    return lim;
 }
 
 /* 1. Running sequences, oldest first: a decode token or the next prefill
@@ -1217,17 +1221,54 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
     }
 }
 
+/* The draft model's proposals for the queries of ifd__schedule_spec, in
+ * one call (one batch across the sequences): into each s->draft. A failed
+ * call proposes nothing (logged; the step goes on without). */
+static void ifd__spec_draft(ifd_engine_t *e, ifd__seq_t **qs, ifd_spec_draft_query_t *q, int n)
+{
+    if (n == 0)
+        return;
+    int rc = e->p.drafter.propose(e->p.drafter.ctx, q, n);
+    if (rc)
+        IFD_WARN("engine: the draft model's proposals failed: %s", ifd_strerror(rc));
+    for (int i = 0; i < n; i++) {
+        qs[i]->dseq = q[i].seq;
+        qs[i]->n_draft = rc ? 0 : q[i].n_out;
+    }
+}
+
 /* 3. Proposals (engine.h, speculative decoding) for the decoding
  * sequences of the step, from what decodes, prefill and admissions left:
- * the budget and the free blocks. A proposal the pool cannot hold is
- * dropped: it never preempts, nor takes a block or a token another
- * sequence of the step needed. */
+ * the budget and the free blocks. n-gram proposals are made in place, the
+ * draft model's for all its sequences at once (their lengths reserved
+ * first). A proposal the pool cannot hold is dropped: it never preempts,
+ * nor takes a block or a token another sequence of the step needed. */
 static void ifd__schedule_spec(ifd_engine_t *e, ifd__plan_t *pl)
 {
-    for (int k = 0; k < pl->n_sched && pl->budget > 0 && pl->spec_left > 0; k++) {
+    ifd__seq_t *qs[IFD_ENGINE_SPEC_ROWS];
+    ifd_spec_draft_query_t q[IFD_ENGINE_SPEC_ROWS];
+    int nq = 0, left = pl->budget < pl->spec_left ? pl->budget : pl->spec_left;
+    for (int k = 0; k < pl->n_sched && left > 0; k++) {
         ifd__seq_t *s = e->sched[k];
-        if (!ifd__decoding(s) ||
-            ifd__spec_propose(e, s, pl->budget < pl->spec_left ? pl->budget : pl->spec_left) == 0)
+        if (!ifd__decoding(s))
+            continue;
+        const int32_t lim = ifd__spec_limit(e, s, left);
+        if (s->spec.method != IFD_SPEC_DRAFT) {
+            s->n_draft = ifd_spec_propose(&s->spec, s->tokens, s->n_tokens, lim, s->draft);
+            left -= s->n_draft;
+            continue;
+        }
+        const int32_t want = ifd_spec_want(&s->spec, lim);
+        if (want > 0) {
+            qs[nq] = s;
+            q[nq++] = (ifd_spec_draft_query_t){s->dseq, s->tokens, s->n_tokens, want, s->draft, 0};
+            left -= want;
+        }
+    }
+    ifd__spec_draft(e, qs, q, nq);
+    for (int k = 0; k < pl->n_sched; k++) {
+        ifd__seq_t *s = e->sched[k];
+        if (s->n_draft == 0 || !ifd__decoding(s))
             continue;
         if (ifd__grow(e, s, s->n_computed + 1 + s->n_draft) != 0) {
             s->n_draft = 0;

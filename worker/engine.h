@@ -142,7 +142,9 @@ typedef struct {
 
 /* Speculative decoding (docs/speculative.md). A decoding sequence with
  * speculation on gets up to k proposed tokens from the n-gram proposer
- * (worker/ngram.h; how many: worker/spec.h) and contributes k + 1 query rows to the step, each with
+ * (worker/ngram.h) or the draft model (params.drafter, proposing for all
+ * the step's speculating sequences in one batch; how many: worker/spec.h)
+ * and contributes k + 1 query rows to the step, each with
  * its logits; row i is sampled exactly as plain decoding would sample the
  * token at its position (same processed logits, same counter-based draw),
  * and the proposal's token i is accepted when it equals that sample. For a
@@ -207,6 +209,12 @@ typedef struct {
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
     ifd_spec_params_t spec;
+    /* The draft model proposer (spec.h, worker/spec_draft.h) for method
+     * IFD_SPEC_DRAFT, engine-wide or per request; propose NULL: none (a
+     * request asking for it is refused, IFD_EINVAL). Borrowed: must outlive
+     * the engine. Sequences' states are released through it at preemption
+     * and at their end. */
+    ifd_spec_drafter_t drafter;
     /* Tests only: a deliberately wrong acceptance rule — a rejected
      * proposal x is accepted anyway when a second, independent draw from
      * the row equals x (x then comes out with probability p + (1 - p)p,
@@ -258,8 +266,9 @@ typedef struct {
     const int32_t *lp_ids;
     uint32_t n_lp_ids;
     /* Speculative decoding: method IFD_SPEC_DEFAULT (zeroed) follows the
-     * engine; IFD_SPEC_OFF turns it off; IFD_SPEC_NGRAM turns it on, with
-     * the engine's k and n-gram bounds where a field is 0. */
+     * engine; IFD_SPEC_OFF turns it off; IFD_SPEC_NGRAM or IFD_SPEC_DRAFT
+     * (only with a drafter, else IFD_EINVAL) turn it on, with the engine's
+     * k and n-gram bounds where a field is 0. */
     ifd_spec_params_t spec;
 } ifd_engine_request_t;
 

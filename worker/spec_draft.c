@@ -1,0 +1,408 @@
+/*
+ * spec_draft.c — see spec_draft.h.
+ *
+ * Invariants per sequence state: tok[0..n_kv) are the tokens whose draft KV
+ * sits at positions 0..n_kv in blocks[0..n_blocks) (block b holds positions
+ * [b * block_size, (b + 1) * block_size)); blocks are the pool's global ids,
+ * each held once (refcount 1, never published). A call (ifd_spec_draft_propose)
+ * first grows blocks to cover every position it will write, so the batch's
+ * block tables are built once per call.
+ */
+#include "spec_draft.h"
+
+#include "engine.h"
+#include "error.h"
+#include "kvpool/kvparams.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t *tok; /* [cap]: tok[p] the token whose KV is at position p, p < n_kv */
+    int32_t n_kv, cap;
+    int32_t *blocks;
+    int32_t n_blocks, cap_blocks;
+} ifd__dseq_t;
+
+struct ifd_spec_draft {
+    ifd_spec_draft_params_t p;
+    ifd_kvpool_t *pool;
+    ifd_engine_model_t em; /* the draft model over its pool */
+    int max_tok;           /* tokens per draft forward */
+    /* batch buffers: max_tok tokens, IFD_ENGINE_SPEC_ROWS sequences and logits rows */
+    int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables;
+    int64_t *b_slot;
+    int b_tables_cap;
+    int row_q[IFD_ENGINE_SPEC_ROWS]; /* the query of each logits row */
+    float *logits;
+    ifd_spec_draft_stats_t st;
+};
+
+int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
+                          const ifd_spec_draft_params_t *p, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!draft || !p || p->n_vocab < 1 || p->max_batched_tokens < 1 || p->n_blocks < 1 ||
+        p->block_size < 1) {
+        snprintf(err, errlen, "draft model: bad parameters");
+        return IFD_EINVAL;
+    }
+    const ifd_backend_t *be = ifd_model_backend(draft);
+    if (!be->ops->host_memory) {
+        snprintf(err, errlen, "the draft model runs on the CPU backend only (its KV pool is "
+                              "host memory), not on %s: docs/speculative.md",
+                 be->ops->name);
+        return IFD_ENOTSUP;
+    }
+    const ifd_model_config_t *cfg = ifd_model_config(draft);
+    if ((int32_t)cfg->n_vocab < p->n_vocab) {
+        snprintf(err, errlen, "the draft model has %u vocabulary rows, the target %d",
+                 cfg->n_vocab, p->n_vocab);
+        return IFD_EMISMATCH;
+    }
+    ifd_spec_draft_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return IFD_ENOMEM;
+    d->p = *p;
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(cfg);
+    kp.dtype = p->dtype;
+    kp.block_size = p->block_size;
+    kp.n_blocks = p->n_blocks;
+    kp.n_workers = 1;
+    int rc = ifd_kvpool_create(&kp, &d->pool);
+    if (rc) {
+        snprintf(err, errlen, "cannot create the draft model's KV pool (%lld blocks): %s",
+                 (long long)p->n_blocks, ifd_strerror(rc));
+        goto fail;
+    }
+    if ((rc = ifd_engine_model_from(&d->em, draft, d->pool, 0))) {
+        snprintf(err, errlen, "the draft model's KV pool does not fit it: %s", ifd_strerror(rc));
+        goto fail;
+    }
+    d->max_tok = p->max_batched_tokens > IFD_ENGINE_SPEC_ROWS ? p->max_batched_tokens
+                                                              : IFD_ENGINE_SPEC_ROWS;
+    const size_t nt = (size_t)d->max_tok, nr = IFD_ENGINE_SPEC_ROWS;
+    d->b_tokens = malloc(nt * sizeof *d->b_tokens);
+    d->b_pos = malloc(nt * sizeof *d->b_pos);
+    d->b_seq = malloc(nt * sizeof *d->b_seq);
+    d->b_slot = malloc(nt * sizeof *d->b_slot);
+    d->b_rows = malloc(nr * sizeof *d->b_rows);
+    d->logits = malloc(nr * (size_t)d->em.n_vocab * sizeof *d->logits);
+    if (!d->b_tokens || !d->b_pos || !d->b_seq || !d->b_slot || !d->b_rows || !d->logits) {
+        rc = IFD_ENOMEM;
+        snprintf(err, errlen, "draft model: out of memory");
+        goto fail;
+    }
+    *out = d;
+    return 0;
+fail:
+    ifd_spec_draft_destroy(d);
+    return rc;
+}
+
+void ifd_spec_draft_destroy(ifd_spec_draft_t *d)
+{
+    if (!d)
+        return;
+    if (d->em.ctx)
+        ifd_engine_model_free(&d->em);
+    ifd_kvpool_destroy(d->pool);
+    free(d->b_tokens);
+    free(d->b_pos);
+    free(d->b_seq);
+    free(d->b_slot);
+    free(d->b_rows);
+    free(d->b_tables);
+    free(d->logits);
+    free(d);
+}
+
+static void ifd__dseq_release(ifd_spec_draft_t *d, ifd__dseq_t *s)
+{
+    if (s->n_blocks > 0) {
+        int rc = ifd_kvpool_unref(d->pool, 0, s->blocks, s->n_blocks);
+        if (rc)
+            IFD_ERROR("draft: releasing %d blocks: %s", s->n_blocks, ifd_strerror(rc));
+        d->st.blocks_held -= s->n_blocks;
+    }
+    s->n_blocks = 0;
+    s->n_kv = 0;
+}
+
+static void ifd__release_cb(void *ctx, void *seq)
+{
+    ifd__dseq_t *s = seq;
+    if (!s)
+        return;
+    ifd__dseq_release(ctx, s);
+    free(s->tok);
+    free(s->blocks);
+    free(s);
+}
+
+static int ifd__propose_cb(void *ctx, ifd_spec_draft_query_t *q, int n)
+{
+    return ifd_spec_draft_propose(ctx, q, n);
+}
+
+ifd_spec_drafter_t ifd_spec_draft_drafter(ifd_spec_draft_t *d)
+{
+    return (ifd_spec_drafter_t){d, ifd__propose_cb, ifd__release_cb};
+}
+
+void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out)
+{
+    *out = d->st;
+}
+
+/* Grows s to hold the tokens of positions [0, n) and the blocks covering
+ * them. 0, IFD_ENOBLOCKS (s keeps what it had) or IFD_ENOMEM. */
+static int ifd__dseq_reserve(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
+{
+    if (n > s->cap) {
+        int32_t cap = s->cap ? s->cap : 64;
+        while (cap < n)
+            cap *= 2;
+        int32_t *t = realloc(s->tok, (size_t)cap * sizeof *t);
+        if (!t)
+            return IFD_ENOMEM;
+        s->tok = t;
+        s->cap = cap;
+    }
+    const int32_t need = (n + d->p.block_size - 1) / d->p.block_size;
+    if (need <= s->n_blocks)
+        return 0;
+    if (need > s->cap_blocks) {
+        int32_t *b = realloc(s->blocks, (size_t)need * 2 * sizeof *b);
+        if (!b)
+            return IFD_ENOMEM;
+        s->blocks = b;
+        s->cap_blocks = need * 2;
+    }
+    int rc = ifd_kvpool_alloc(d->pool, 0, 0, need - s->n_blocks, s->blocks + s->n_blocks);
+    if (rc)
+        return rc;
+    d->st.blocks_held += need - s->n_blocks;
+    s->n_blocks = need;
+    return 0;
+}
+
+/* Brings query q's state in step with its tokens: creates it at the first
+ * call, keeps the KV of the longest common prefix (but the last token,
+ * whose logits the first draft step needs), and reserves the blocks for
+ * every position the call writes (up to n_tokens + k - 2). false when the
+ * sequence cannot propose now (no room: its KV is given back). */
+static bool ifd__sync(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q)
+{
+    ifd__dseq_t *s = q->seq;
+    if (q->n_tokens < 1 || q->k < 1 || q->n_tokens + q->k > d->em.n_ctx)
+        return false;
+    if (!s && !(s = q->seq = calloc(1, sizeof *s)))
+        return false;
+    int32_t m = 0;
+    const int32_t lim = s->n_kv < q->n_tokens - 1 ? s->n_kv : q->n_tokens - 1;
+    while (m < lim && s->tok[m] == q->tokens[m])
+        m++;
+    s->n_kv = m; /* positions past it: rejected proposals, rolled back */
+    int rc = ifd__dseq_reserve(d, s, q->n_tokens + q->k - 1);
+    if (rc) {
+        ifd__dseq_release(d, s);
+        d->st.no_room++;
+        return false;
+    }
+    return true;
+}
+
+/* The greedy token of a logits row: the first maximum among the target's
+ * ids (NaN never wins). */
+static int32_t ifd__argmax(const float *lg, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (lg[i] > lg[best] || lg[best] != lg[best])
+            best = i;
+    return best;
+}
+
+/* Appends token `tok` of query qi at its next position to the batch. */
+static void ifd__batch_add(ifd_spec_draft_t *d, int qi, ifd__dseq_t *s, int max_blocks,
+                           int32_t tok, int *n_tok)
+{
+    const int32_t p = s->n_kv;
+    const int32_t *row = d->b_tables + (int64_t)qi * max_blocks;
+    d->b_tokens[*n_tok] = tok;
+    d->b_pos[*n_tok] = p;
+    d->b_seq[*n_tok] = qi;
+    d->b_slot[*n_tok] =
+        (int64_t)row[p / d->p.block_size] * d->p.block_size + p % d->p.block_size;
+    s->tok[s->n_kv++] = tok;
+    (*n_tok)++;
+}
+
+/* Runs the batch of n_tok tokens and n_rows logits rows over n queries'
+ * tables; each row's greedy token becomes its query's next proposal. */
+static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n, int max_blocks,
+                    int n_tok, int n_rows)
+{
+    const ifd_batch_t b = {.n_tok = n_tok,
+                           .tokens = d->b_tokens,
+                           .pos = d->b_pos,
+                           .seq = d->b_seq,
+                           .slot = d->b_slot,
+                           .n_seqs = n,
+                           .block_tables = d->b_tables,
+                           .max_blocks = max_blocks,
+                           .n_logits = n_rows,
+                           .logit_rows = d->b_rows};
+    int rc = d->em.forward(d->em.ctx, &b, d->logits);
+    if (rc)
+        return rc;
+    d->st.forwards++;
+    d->st.tokens += (uint64_t)n_tok;
+    for (int r = 0; r < n_rows; r++) {
+        ifd_spec_draft_query_t *qq = &q[d->row_q[r]];
+        qq->out[qq->n_out++] =
+            ifd__argmax(d->logits + (size_t)r * (size_t)d->em.n_vocab, d->p.n_vocab);
+    }
+    return 0;
+}
+
+/* Feeds every active query the tokens its draft KV lacks, in forwards of at
+ * most max_tok tokens; the chunk that reaches a query's last token gives
+ * its first proposal. */
+static int ifd__catch_up(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, const bool *on, int n,
+                         int max_blocks)
+{
+    for (;;) {
+        int n_tok = 0, n_rows = 0;
+        for (int i = 0; i < n && n_tok < d->max_tok; i++) {
+            ifd__dseq_t *s = q[i].seq;
+            if (!on[i] || s->n_kv >= q[i].n_tokens)
+                continue;
+            while (s->n_kv < q[i].n_tokens && n_tok < d->max_tok)
+                ifd__batch_add(d, i, s, max_blocks, q[i].tokens[s->n_kv], &n_tok);
+            if (s->n_kv == q[i].n_tokens) {
+                d->row_q[n_rows] = i;
+                d->b_rows[n_rows++] = n_tok - 1;
+            }
+        }
+        if (n_tok == 0)
+            return 0;
+        d->st.catchup_tokens += (uint64_t)n_tok;
+        int rc = ifd__run(d, q, n, max_blocks, n_tok, n_rows);
+        if (rc)
+            return rc;
+    }
+}
+
+/* The block tables of the n queries (after ifd__sync: they do not change
+ * during the call), in local ids; max_blocks into *mb. */
+static int ifd__tables(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, const bool *on, int n,
+                       int *mb)
+{
+    int max_blocks = 1;
+    for (int i = 0; i < n; i++)
+        if (on[i] && ((ifd__dseq_t *)q[i].seq)->n_blocks > max_blocks)
+            max_blocks = ((ifd__dseq_t *)q[i].seq)->n_blocks;
+    if (n * max_blocks > d->b_tables_cap) {
+        int32_t *t = realloc(d->b_tables, (size_t)n * (size_t)max_blocks * 2 * sizeof *t);
+        if (!t)
+            return IFD_ENOMEM;
+        d->b_tables = t;
+        d->b_tables_cap = n * max_blocks * 2;
+    }
+    for (int i = 0; i < n; i++) {
+        const ifd__dseq_t *s = q[i].seq;
+        int32_t *row = d->b_tables + (int64_t)i * max_blocks;
+        for (int b = 0; b < max_blocks; b++)
+            row[b] = on[i] && b < s->n_blocks ? ifd_kvpool_block_local(d->pool, s->blocks[b]) : 0;
+    }
+    *mb = max_blocks;
+    return 0;
+}
+
+int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n)
+{
+    if (n < 0 || n > IFD_ENGINE_SPEC_ROWS)
+        return IFD_EINVAL;
+    bool on[IFD_ENGINE_SPEC_ROWS];
+    for (int i = 0; i < n; i++) {
+        q[i].n_out = 0;
+        on[i] = ifd__sync(d, &q[i]);
+    }
+    int max_blocks = 1, rc = ifd__tables(d, q, on, n, &max_blocks);
+    if (!rc)
+        rc = ifd__catch_up(d, q, on, n, max_blocks);
+    /* then one greedy step per proposed token but the first, all queries together */
+    for (bool more = true; !rc && more;) {
+        int n_tok = 0;
+        more = false;
+        for (int i = 0; i < n; i++) {
+            if (!on[i] || q[i].n_out < 1 || q[i].n_out >= q[i].k)
+                continue;
+            d->row_q[n_tok] = i;
+            d->b_rows[n_tok] = n_tok;
+            ifd__batch_add(d, i, q[i].seq, max_blocks, q[i].out[q[i].n_out - 1], &n_tok);
+            more = true;
+        }
+        if (more)
+            rc = ifd__run(d, q, n, max_blocks, n_tok, n_tok);
+    }
+    if (rc) { /* the KV written by this call is not to be trusted: start again */
+        for (int i = 0; i < n; i++) {
+            if (q[i].seq)
+                ifd__dseq_release(d, q[i].seq);
+            q[i].n_out = 0;
+        }
+    }
+    return rc;
+}
+
+/* ---- the tokenizer check ------------------------------------------------------ */
+
+int ifd_spec_draft_check_tokenizers(const ifd_tokenizer_t *target, const ifd_tokenizer_t *draft,
+                                    char *err, size_t errlen)
+{
+    const int32_t n = ifd_tokenizer_n_vocab(target);
+    if (ifd_tokenizer_n_vocab(draft) != n) {
+        snprintf(err, errlen, "the draft model's tokenizer has %d tokens, the model's %d: a "
+                              "draft model needs the same tokenizer",
+                 ifd_tokenizer_n_vocab(draft), n);
+        return IFD_EMISMATCH;
+    }
+    static const char *const names[] = {"BOS", "EOS", "EOT", "UNK", "PAD"};
+    ifd_token_t (*const ids[])(const ifd_tokenizer_t *) = {ifd_tokenizer_bos, ifd_tokenizer_eos,
+                                                           ifd_tokenizer_eot, ifd_tokenizer_unk,
+                                                           ifd_tokenizer_pad};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        if (ids[i](target) != ids[i](draft)) {
+            snprintf(err, errlen, "the draft model's tokenizer has %s id %d, the model's %d: a "
+                                  "draft model needs the same tokenizer",
+                     names[i], (int)ids[i](draft), (int)ids[i](target));
+            return IFD_EMISMATCH;
+        }
+    }
+    const ifd_token_t *ea, *eb;
+    size_t na = ifd_tokenizer_eog_ids(target, &ea), nb = ifd_tokenizer_eog_ids(draft, &eb);
+    if (na != nb || (na && memcmp(ea, eb, na * sizeof *ea) != 0)) {
+        snprintf(err, errlen, "the draft model's tokenizer has other end-of-generation ids: a "
+                              "draft model needs the same tokenizer");
+        return IFD_EMISMATCH;
+    }
+    for (int32_t id = 0; id < n; id++) {
+        size_t la = 0, lb = 0;
+        const char *ta = ifd_tokenizer_token_text(target, id, &la);
+        const char *tb = ifd_tokenizer_token_text(draft, id, &lb);
+        if (la != lb || (la && memcmp(ta, tb, la) != 0) ||
+            ifd_tokenizer_token_type(target, id) != ifd_tokenizer_token_type(draft, id)) {
+            snprintf(err, errlen, "the draft model's token %d is '%.*s', the model's '%.*s': a "
+                                  "draft model needs the same tokenizer",
+                     id, (int)(lb < 40 ? lb : 40), tb ? tb : "", (int)(la < 40 ? la : 40),
+                     ta ? ta : "");
+            return IFD_EMISMATCH;
+        }
+    }
+    return 0;
+}

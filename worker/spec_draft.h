@@ -1,0 +1,84 @@
+/*
+ * spec_draft.h — the draft-model proposer of speculative decoding
+ * (docs/speculative.md, `--spec draft --draft-model PATH`): a second, smaller
+ * model with the target's tokenizer proposes k tokens by k greedy steps, for
+ * all the step's speculating sequences in one batch; the engine verifies
+ * them as it verifies n-gram proposals (a deterministic proposal: the
+ * one-hot rule, so the text is plain decoding's).
+ *
+ * The draft keeps its own KV in a pool of its own geometry (the draft
+ * model's layers and heads), private to the worker (a host memfd pool
+ * created here, never shared with the router: after a worker crash the
+ * draft recomputes its KV from the tokens, which costs a prefill of the
+ * draft and changes no token). Per sequence it holds a block table and the
+ * tokens whose KV it has computed; each proposal first brings that KV in
+ * step with the sequence's tokens: the longest common prefix stays (the
+ * accepted proposals), positions past it are rolled back (rejected ones),
+ * and the tokens the draft has not seen are fed (the prompt at the first
+ * proposal, the target's corrected token and what arrived while the
+ * sequence did not speculate afterwards), in chunks of at most
+ * max_batched_tokens. A sequence whose proposal the draft's pool cannot
+ * hold proposes nothing this step (its KV is given back; it starts again
+ * later). Preemption and the end of a sequence release its state
+ * (ifd_spec_drafter_t.release).
+ *
+ * CPU only: the pool is host memory, so a GPU backend is refused at start
+ * (the worker's error names it; docs/speculative.md).
+ *
+ * Ownership: the draft model is borrowed (it must outlive the proposer);
+ * the pool and the per-sequence states are the proposer's. Threading: one
+ * thread (the engine's).
+ */
+#ifndef IFD_SPEC_DRAFT_H
+#define IFD_SPEC_DRAFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool/kvpool.h"
+#include "model.h"
+#include "spec.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct ifd_spec_draft ifd_spec_draft_t;
+
+typedef struct {
+    int32_t n_vocab;        /* the target's: proposed ids stay below it */
+    int max_batched_tokens; /* draft tokens per forward at most (catch-up chunks); >= 1 */
+    int64_t n_blocks;       /* the draft pool's blocks (> 0) */
+    int block_size;         /* tokens per block (the target pool's) */
+    ifd_kv_dtype_t dtype;   /* the draft pool's K/V type */
+} ifd_spec_draft_params_t;
+
+/* A proposer over `draft` (loaded on a backend with host memory, the CPU
+ * backend) and a new private pool of p->n_blocks blocks. 0; IFD_EINVAL (bad
+ * params); IFD_ENOTSUP (a backend without host memory); the pool's errors;
+ * IFD_ENOMEM. A one-line reason in err. */
+int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
+                          const ifd_spec_draft_params_t *p, char *err, size_t errlen);
+/* Releases the pool and every state left. NULL is a no-op. Destroy the
+ * engine using it first. */
+void ifd_spec_draft_destroy(ifd_spec_draft_t *d);
+
+/* The engine's interface over d (engine params `drafter`). */
+ifd_spec_drafter_t ifd_spec_draft_drafter(ifd_spec_draft_t *d);
+
+/* Proposes for q[0..n) (ifd_spec_drafter_t.propose's contract). */
+int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n);
+
+/* Counters: draft forward passes and the tokens they fed (catch-up and
+ * draft steps), for tests and logs. */
+typedef struct {
+    uint64_t forwards, tokens, catchup_tokens, no_room;
+    int64_t blocks_held;
+} ifd_spec_draft_stats_t;
+void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out);
+
+/* 0 when the draft's tokenizer is the target's (the same vocabulary size,
+ * every token's text and type, the BOS/EOS/EOT/UNK/PAD ids and the
+ * end-of-generation ids); else IFD_EMISMATCH with the first difference in
+ * err. Any thread. */
+int ifd_spec_draft_check_tokenizers(const ifd_tokenizer_t *target, const ifd_tokenizer_t *draft,
+                                    char *err, size_t errlen);
+
+#endif
