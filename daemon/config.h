@@ -76,8 +76,11 @@
       "prefill tokens per engine step while sequences decode: auto (adaptive, keeps the "      \
       "inter-token latency steady), off (only max_batched_tokens limits) or a number")         \
     X(spec, STR, "off", 0, "METHOD", 0, 0,                                                     \
-      "speculative decoding for requests that do not choose: off, or ngram (proposals from "   \
-      "the request's own prompt and output; docs/speculative.md)")                             \
+      "speculative decoding for requests that do not choose: off, ngram (proposals from the "  \
+      "request's own prompt and output) or draft (draft_model's; docs/speculative.md)")        \
+    X(draft_model, STR, "", 0, "PATH", 0, 0,                                                   \
+      "a smaller model with the same tokenizer proposing tokens (spec draft, or requests "     \
+      "asking for it); CPU workers only")                                                      \
     X(spec_tokens, INT, "4", 0, "K", 1, 16, "tokens proposed per step at most (spec)")         \
     X(spec_ngram_min, INT, "1", 0, "N", 1, 16, "shortest suffix the ngram proposer matches")   \
     X(spec_ngram_max, INT, "4", 0, "N", 1, 16, "longest suffix the ngram proposer matches")    \

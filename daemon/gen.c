@@ -1645,6 +1645,19 @@ static bool ifd__check_max_logprobs(ifd_gen_t *g)
     return false;
 }
 
+/* A request asking for the draft model (speculative.method "draft_model")
+ * of a daemon without one: a 400 naming the field; false then. */
+static bool ifd__check_spec(ifd_gen_t *g)
+{
+    const ifd_config_t *cfg = g->api->cfg;
+    if (g->req.spec.method != 3 || (cfg->draft_model && *cfg->draft_model))
+        return true;
+    ifd__reject(g, 400, "invalid_value", "speculative.method",
+                "This server has no draft model (its draft_model setting): use \"ngram\" or "
+                "\"off\".");
+    return false;
+}
+
 /* generation_config.json's sampling defaults for what the request leaves
  * out, unless the generation_config setting is off (docs/models.md); a
  * Response echoes the values in force. 0 or IFD_ENOMEM. */
@@ -1781,7 +1794,7 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
                                      ? (int32_t)api->mcfg->n_vocab
                                      : api->n_vocab;
     /* logit_bias entries start with their id */
-    if (!ifd__check_max_logprobs(g) ||
+    if (!ifd__check_max_logprobs(g) || !ifd__check_spec(g) ||
         !ifd__check_vocab(g, "logit_bias", "Invalid keys in 'logit_bias'", rq->logit_bias,
                           sizeof rq->logit_bias[0], rq->n_logit_bias, n_bias_vocab) ||
         !ifd__check_vocab(g, "allowed_token_ids", "Invalid 'allowed_token_ids'",

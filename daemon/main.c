@@ -94,6 +94,7 @@ typedef struct {
     int n_gpus;
     const char *backend;       /* the workers' backend: "cpu", "cuda" or "cuda-f32" */
     char shape_path[PATH_MAX]; /* --random-weights, resolved ("" when unset) */
+    char draft_path[PATH_MAX]; /* --draft-model, resolved ("" when unset) */
     /* --gpus, the POOL step: each GPU's POOL_SIZE (device → gpu_dev[i]),
      * or the failure's one line */
     ifd_wire_pool_size_t gpu_size[IFD_GPU_MAX];
@@ -719,11 +720,15 @@ static int ifd__open_listeners(ifd__daemon_t *d, char *err, size_t errlen)
     return 0;
 }
 
-/* spec: the wire's method (ifd_wire_spec_t: 1 off, 2 ngram), 0 for a
- * name it does not know. */
+/* spec: the wire's method (ifd_wire_spec_t: 1 off, 2 ngram, 3 draft), 0
+ * for a name it does not know. */
 static uint32_t ifd__spec_method(const char *s)
 {
-    return strcmp(s, "off") == 0 ? 1 : strcmp(s, "ngram") == 0 ? 2 : 0;
+    static const char *const names[] = {"off", "ngram", "draft"};
+    for (uint32_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i + 1;
+    return 0;
 }
 
 /* prefill_cap: "auto" → 0 (the engine's adaptive cap), "off" → -1, "N" → N
@@ -800,7 +805,17 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
         return IFD_EINVAL;
     }
     if (ifd__spec_method(d->cfg.spec) == 0) {
-        snprintf(err, errlen, "spec '%s': expected off or ngram", d->cfg.spec);
+        snprintf(err, errlen, "spec '%s': expected off, ngram or draft", d->cfg.spec);
+        return IFD_EINVAL;
+    }
+    const bool draft = d->cfg.draft_model && *d->cfg.draft_model;
+    if (ifd__spec_method(d->cfg.spec) == 3 && !draft) {
+        snprintf(err, errlen, "spec draft needs a draft model: pass --draft-model PATH");
+        return IFD_EINVAL;
+    }
+    if (draft && d->n_gpus) {
+        snprintf(err, errlen, "draft_model runs on CPU workers only (docs/speculative.md): "
+                              "not with gpus");
         return IFD_EINVAL;
     }
     if (d->cfg.spec_ngram_min > d->cfg.spec_ngram_max) {
@@ -868,6 +883,11 @@ static int ifd__start_model(ifd__daemon_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "random_weights %s: %s", d->cfg.random_weights, strerror(errno));
         return -errno;
     }
+    if (d->cfg.draft_model && *d->cfg.draft_model &&
+        !realpath(d->cfg.draft_model, d->draft_path)) {
+        snprintf(err, errlen, "draft_model %s: %s", d->cfg.draft_model, strerror(errno));
+        return -errno;
+    }
     if ((rc = ifd__load_model(d, err, errlen)))
         return rc;
     ifd__model_id(d);
@@ -918,6 +938,7 @@ static void ifd__sup_params(ifd__daemon_t *d, const ifd_kvpool_params_t *kp, ifd
     (void)ifd__prefill_cap_parse(d->cfg.prefill_cap, &sp->prefill_cap); /* checked at config */
     sp->spec = (ifd_wire_spec_t){ifd__spec_method(d->cfg.spec), (uint32_t)d->cfg.spec_tokens,
                                  (uint32_t)d->cfg.spec_ngram_min, (uint32_t)d->cfg.spec_ngram_max};
+    sp->draft_model_path = d->draft_path[0] ? d->draft_path : NULL;
     sp->kv.n_layers = (uint32_t)kp->n_layers;
     sp->kv.n_kv_heads = (uint32_t)kp->n_kv_heads;
     sp->kv.head_dim = (uint32_t)kp->head_dim;

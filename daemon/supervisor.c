@@ -74,6 +74,7 @@ struct ifd_sup {
     uv_loop_t *loop;
     ifd_sup_params_t p;
     char *binary, *model, *level, *weights;
+    char *draft; /* the draft model's path, or NULL */
     char *backend, *shape; /* "cpu"/"cuda"/"cuda-f32"; random weights or NULL */
     char *kv_dir;          /* --kv-cache-dir, or NULL */
     char kv_disk[24];      /* --kv-cache-disk-bytes' text */
@@ -163,6 +164,7 @@ static void ifd__maybe_free(ifd_sup_t *s)
     free(s->w);
     free(s->binary);
     free(s->model);
+    free(s->draft);
     free(s->level);
     free(s->weights);
     free(s->kv_dir);
@@ -832,6 +834,7 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     h->max_batched_tokens = s->p.max_batched_tokens;
     h->prefill_cap = s->p.prefill_cap;
     h->spec = s->p.spec;
+    h->draft_model_path = s->draft;
     h->n_fds = (uint32_t)n_fds;
     h->n_local_fds = (uint32_t)n_local;
     h->kv = s->p.kv;
@@ -1104,6 +1107,7 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
     s->w = calloc((size_t)p->n_workers, sizeof *s->w);
     s->binary = strdup(p->worker_binary);
     s->model = strdup(p->model_path);
+    s->draft = p->draft_model_path ? strdup(p->draft_model_path) : NULL;
     s->level = strdup(p->log_level ? p->log_level : "info");
     s->weights = strdup(p->weights_dtype ? p->weights_dtype : "auto");
     s->backend = strdup(p->backend ? p->backend : "cpu");
@@ -1116,6 +1120,7 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
         memcpy(s->gpus, p->gpus, (size_t)p->n_workers * sizeof *s->gpus);
     int rc = 0;
     if (!s->w || !s->binary || !s->model || !s->level || !s->weights || !s->backend ||
+        (p->draft_model_path && !s->draft) ||
         (p->random_weights && *p->random_weights && !s->shape) || (gpu && p->gpus && !s->gpus) ||
         (p->kv_cache_dir && *p->kv_cache_dir && !s->kv_dir))
         rc = IFD_ENOMEM;

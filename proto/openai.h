@@ -268,7 +268,8 @@ typedef struct {
     /* inferd's per-request speculative decoding (docs/speculative.md), in
      * the wire's form: "speculative": false (method 1, off), true (2,
      * n-gram), or an object with vLLM's speculative_config names — method
-     * ("ngram" or "off"; default ngram), num_speculative_tokens (1..16),
+     * ("ngram", "draft_model" (or "draft": 3, the daemon's draft model) or
+     * "off"; default ngram), num_speculative_tokens (1..16),
      * prompt_lookup_min / prompt_lookup_max (1..16). Absent: all 0, the
      * daemon's setting. */
     ifd_wire_spec_t spec;

@@ -854,11 +854,16 @@ static int p_speculative(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_reques
             *(uint32_t *)((char *)&r->spec + SPEC_INTS[i].off) = (uint32_t)iv;
         } else if (strcmp(key, "method") == 0) {
             const char *m = json_is_string(val) ? json_string_value(val) : NULL;
-            if (!m || (strcmp(m, "ngram") != 0 && strcmp(m, "off") != 0))
+            /* vLLM's SpeculativeMethod names ("draft_model"), and "draft" as --spec */
+            static const char *const names[] = {"off", "ngram", "draft_model", "draft"};
+            uint32_t k = 0;
+            while (m && k < 4 && strcmp(m, names[k]) != 0)
+                k++;
+            if (!m || k == 4)
                 return ifd__oai_json_fail(c, "invalid_value", param,
                                           "Invalid value for 'speculative.method': expected "
-                                          "\"ngram\" or \"off\".");
-            r->spec.method = strcmp(m, "off") == 0 ? 1 : 2;
+                                          "\"ngram\", \"draft_model\" or \"off\".");
+            r->spec.method = k < 3 ? k + 1 : 3;
         } else {
             return ifd__oai_json_fail(c, "invalid_value", param,
                                       "Unknown field '%s' in 'speculative' (method, "

@@ -121,7 +121,7 @@ static int check_spec(const void *obj, char *err, size_t errlen)
 }
 
 static const wfield_t spec_fields[] = {
-    FU32M(ifd_wire_spec_t, method, 2),
+    FU32M(ifd_wire_spec_t, method, 3),
     FU32M(ifd_wire_spec_t, num_tokens, IFD_WIRE_MAX_SPEC_TOKENS),
     FU32M(ifd_wire_spec_t, ngram_min, IFD_WIRE_MAX_SPEC_NGRAM),
     FU32M(ifd_wire_spec_t, ngram_max, IFD_WIRE_MAX_SPEC_NGRAM),
@@ -148,6 +148,7 @@ static const wfield_t hello_fields[] = {
     FU32M(ifd_wire_hello_t, n_local_fds, 2), FSTRUCT(ifd_wire_hello_t, kv, &kv_desc),
     FBOOL(ifd_wire_hello_t, size_pool), FF64(ifd_wire_hello_t, gpu_memory_fraction),
     FU32(ifd_wire_hello_t, max_model_len), FSTRUCT(ifd_wire_hello_t, spec, &spec_desc),
+    FSTR(ifd_wire_hello_t, draft_model_path),
 };
 static const wstruct_t hello_desc = {"hello", sizeof(ifd_wire_hello_t), hello_fields,
                                      NF(hello_fields), check_hello};

@@ -109,8 +109,8 @@ typedef struct {
 
 /* Speculative decoding (docs/speculative.md; the engine's
  * ifd_spec_params_t): method 0 the worker's setting (in an ADD), 1 off,
- * 2 n-gram; num_tokens (k), ngram_min, ngram_max 0: the worker's. Version
- * 10. */
+ * 2 n-gram, 3 the draft model (HELLO's draft_model_path); num_tokens (k),
+ * ngram_min, ngram_max 0: the worker's. Version 10 (3: version 11). */
 typedef struct {
     uint32_t method;
     uint32_t num_tokens;
@@ -152,6 +152,10 @@ typedef struct {
     double gpu_memory_fraction; /* (0, 1]: the share of the device for everything */
     uint32_t max_model_len;     /* 0: the model's context */
     ifd_wire_spec_t spec;       /* the daemon's speculation setting (method 0: off) */
+    /* The draft model of speculative decoding (spec method 3; version 11):
+     * loaded by the worker beside the model, its tokenizer checked against
+     * the model's (worker/spec_draft.h). NULL or "": none. */
+    char *draft_model_path;
 } ifd_wire_hello_t;
 
 /* POOL_SIZE (worker → router, after a size_pool HELLO): what the device

@@ -55,7 +55,9 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
                                        .kv = g_kv,
                                        .size_pool = true,
                                        .gpu_memory_fraction = 0.875,
-                                       .max_model_len = 131072};
+                                       .max_model_len = 131072,
+                                       .spec = {3, 6, 0, 0},
+                                       .draft_model_path = "/models/draft.gguf"};
         break;
     case IFD_WIRE_POOL:
         m.u.pool = (ifd_wire_pool_t){.n_fds = 2, .n_local_fds = 1, .kv = g_kv};
@@ -332,6 +334,8 @@ START_TEST(test_other_fields)
     ck_assert_int_eq(d.u.hello.prefill_cap, -1);
     ck_assert(d.u.hello.size_pool && d.u.hello.gpu_memory_fraction == 0.875);
     ck_assert_uint_eq(d.u.hello.max_model_len, 131072);
+    ck_assert_str_eq(d.u.hello.draft_model_path, "/models/draft.gguf");
+    ck_assert_uint_eq(d.u.hello.spec.method, 3);
     ck_assert_uint_eq(d.u.hello.n_fds, 3);
     ck_assert_uint_eq(d.u.hello.n_local_fds, 1);
     ifd_wire_msg_free(&d);
@@ -473,7 +477,7 @@ START_TEST(test_encode_refuses_invalid)
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
     /* speculative decoding (version 10): method, k and n-gram bounds */
     m = sample(IFD_WIRE_ADD);
-    m.u.add.spec.method = 3;
+    m.u.add.spec.method = 4; /* 3: the draft model */
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
     m = sample(IFD_WIRE_ADD);
     m.u.add.spec.num_tokens = IFD_WIRE_MAX_SPEC_TOKENS + 1;
