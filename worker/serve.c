@@ -27,6 +27,7 @@
 #include "log.h"
 #include "model.h"
 #include "proto/wire.h"
+#include "spec_draft.h"
 #include "tokenizer/tokenizer.h"
 #include "worker_model.h"
 
@@ -60,6 +61,8 @@ typedef struct {
     bool quiet;           /* sizing, before POOL_SIZE: errors go to the router only */
     ifd_backend_t *be;
     ifd_model_t *model;
+    ifd_model_t *draft;       /* the draft model (HELLO's draft_model_path), or NULL */
+    ifd_spec_draft_t *drafter; /* its proposer, over a private pool */
     ifd_kvpool_t *pool, *lpool;
     ifd_kvdisk_t *disk; /* the pool's disk tier, or NULL */
     ifd_engine_model_t em;
@@ -563,6 +566,26 @@ static int ifd__handshake(ifd__srv_t *s)
     return 0;
 }
 
+/* The draft model of speculative decoding (HELLO's draft_model_path) onto
+ * the same backend, its tokenizer checked against the model's (the same
+ * vocabulary, pieces and special ids: worker/spec_draft.h). */
+static int ifd__load_draft(ifd__srv_t *s)
+{
+    const char *path = s->hello.u.hello.draft_model_path;
+    ifd_worker_model_opts_t mo = {path, NULL, 0};
+    ifd_tokenizer_t *dtok = NULL;
+    char why[768];
+    int rc = ifd_worker_model_load(&mo, s->be, &s->draft, &dtok, why, sizeof why);
+    if (!rc)
+        rc = ifd_spec_draft_check_tokenizers(s->tok, dtok, why, sizeof why);
+    ifd_tokenizer_destroy(dtok);
+    if (rc) {
+        snprintf(s->err, sizeof s->err, "draft model %s: %s", path, why);
+        return ifd__fatal(s, rc, s->err);
+    }
+    return 0;
+}
+
 /* Phase 2: the backend HELLO names (opts may override the threads), the
  * model and tokenizer (opts may override the path or ask for random
  * weights), and the engine's limits from HELLO. */
@@ -578,6 +601,8 @@ static int ifd__load(ifd__srv_t *s, const ifd_serve_opts_t *o)
     ifd_worker_model_opts_t mo = {path, o->shape, o->weights_seed};
     if ((rc = ifd_worker_model_load(&mo, s->be, &s->model, &s->tok, s->err, sizeof s->err)))
         return ifd__fatal(s, rc, s->err);
+    if (h->draft_model_path && h->draft_model_path[0] && (rc = ifd__load_draft(s)))
+        return rc;
     s->ep = ifd_engine_default_params();
     if (h->max_seqs)
         s->ep.max_seqs = (int)h->max_seqs;
@@ -722,6 +747,27 @@ static int ifd__start_disk(ifd__srv_t *s, const ifd_serve_opts_t *o)
     return 0;
 }
 
+/* The draft model's proposer (worker/spec_draft.h) for the engine: a
+ * private pool of the target pool's block count, block size and K/V type
+ * in the draft's geometry. */
+static int ifd__start_drafter(ifd__srv_t *s)
+{
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    ifd_kvpool_params_t geo;
+    ifd_kvpool_geometry(s->pool, &geo);
+    const ifd_spec_draft_params_t dp = {.n_vocab = s->em.n_vocab,
+                                        .max_batched_tokens = s->ep.max_batched_tokens,
+                                        .n_blocks = geo.n_blocks,
+                                        .block_size = (int)h->kv.block_size,
+                                        .dtype = (ifd_kv_dtype_t)h->kv.dtype};
+    ifd_model_set_max_seqs(s->draft, IFD_ENGINE_SPEC_ROWS);
+    int rc = ifd_spec_draft_create(&s->drafter, s->draft, &dp, s->err, sizeof s->err);
+    if (rc)
+        return ifd__fatal(s, rc, s->err);
+    s->ep.drafter = ifd_spec_draft_drafter(s->drafter);
+    return 0;
+}
+
 /* Phase 5: the engine over the attached pools, with the tokenizer's
  * end-of-generation ids and this worker's slot and device. */
 static int ifd__start_engine(ifd__srv_t *s)
@@ -741,9 +787,11 @@ static int ifd__start_engine(ifd__srv_t *s)
     ifd_model_set_max_seqs(s->model, ep->max_seqs < ep->max_batched_tokens
                                          ? ep->max_seqs
                                          : ep->max_batched_tokens);
-    ifd_engine_callbacks_t cb = {s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};
-    int rc = ifd_engine_create(&s->eng, ep, &s->em, s->pool, &cb);
+    int rc = s->draft ? ifd__start_drafter(s) : 0;
     if (rc)
+        return rc;
+    ifd_engine_callbacks_t cb = {s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};
+    if ((rc = ifd_engine_create(&s->eng, ep, &s->em, s->pool, &cb)))
         return ifd__fatal(s, rc, "cannot create the engine");
     return 0;
 }
@@ -923,6 +971,7 @@ static void ifd__teardown(ifd__srv_t *s)
     ifd__flush(s);
     ifd_engine_destroy(s->eng); /* frees the constraints before their store */
     ifd_kvdisk_destroy(s->disk); /* writes what is queued: published blocks keep their files */
+    ifd_spec_draft_destroy(s->drafter); /* after the engine, which releases its states */
     ifd_gstore_destroy(s->gstore);
     ifd_vocab_destroy(s->vocab);
     ifd_engine_model_free(&s->em);
@@ -933,6 +982,7 @@ static void ifd__teardown(ifd__srv_t *s)
         ifd_kvpool_reclaim(s->lpool, slot);
     ifd_kvpool_destroy(s->lpool);
     ifd_tokenizer_destroy(s->tok);
+    ifd_model_destroy(s->draft);
     ifd_model_destroy(s->model);
     if (s->be)
         s->be->ops->destroy(s->be);
