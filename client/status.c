@@ -261,6 +261,7 @@ typedef struct {
         disk_bad;
     double workers_ready, workers_starting, workers_down, workers_failed;
     const char *version, *model;
+    const char *spec; /* the daemon's method (inferd_info's spec label), or NULL */
 } view_t;
 
 static double mget(const snap_t *s, const char *name, const char *k, const char *v)
@@ -325,11 +326,12 @@ static void view_build(view_t *v, const snap_t *s, const snap_t *prev)
         if (dq > 0)
             v->hit_rate_now = dh / dq;
     }
-    v->version = v->model = NULL;
+    v->version = v->model = v->spec = NULL;
     for (size_t i = 0; i < s->prom.n; i++) {
         if (strcmp(s->prom.s[i].name, "inferd_info") == 0) {
             v->version = ifd_cli_prom_label(&s->prom.s[i], "version");
             v->model = ifd_cli_prom_label(&s->prom.s[i], "model");
+            v->spec = ifd_cli_prom_label(&s->prom.s[i], "spec");
         }
     }
 }
@@ -451,10 +453,16 @@ static void render_text(FILE *f, const ifd_cli_http_target_t *t, const snap_t *s
     if (isfinite(v->rate_out))
         fprintf(f, "; now %.1f tokens/s out, %.1f in", v->rate_out, v->rate_in);
     fputc('\n', f);
-    if (v->spec_proposed > 0) /* a daemon that never speculated shows no line */
-        fprintf(f, "speculative   %.1f%% of %s proposed tokens accepted (%s verifications)\n",
-                100.0 * v->spec_accepted / v->spec_proposed, human(n[0], 32, v->spec_proposed),
-                human(n[1], 32, v->spec_drafts));
+    /* a daemon that is off and never speculated (per request) shows no line */
+    const bool spec_on = v->spec && strcmp(v->spec, "off") != 0;
+    if (spec_on || v->spec_proposed > 0) {
+        fprintf(f, "speculative   %s", v->spec ? v->spec : "per request");
+        if (v->spec_proposed > 0)
+            fprintf(f, ": %.1f%% of %s proposed tokens accepted (%s verifications)",
+                    100.0 * v->spec_accepted / v->spec_proposed,
+                    human(n[0], 32, v->spec_proposed), human(n[1], 32, v->spec_drafts));
+        fputc('\n', f);
+    }
     if (isfinite(v->ttft_mean) || isfinite(v->itl_mean)) {
         fprintf(f, "latency       ");
         if (isfinite(v->ttft_mean))
@@ -500,7 +508,9 @@ static json_t *view_json(const ifd_cli_http_target_t *t, const snap_t *s, const 
                   num_or_null(v->disk_bad)));
     json_object_set_new(
         o, "speculative",
-        json_pack("{s:o,s:o,s:o,s:o}", "verifications", num_or_null(v->spec_drafts),
+        json_pack("{s:o,s:o,s:o,s:o,s:o}", "method",
+                  v->spec ? json_string(v->spec) : json_null(), "verifications",
+                  num_or_null(v->spec_drafts),
                   "proposed_tokens", num_or_null(v->spec_proposed), "accepted_tokens",
                   num_or_null(v->spec_accepted), "acceptance_rate",
                   num_or_null(v->spec_proposed > 0 ? v->spec_accepted / v->spec_proposed : NAN)));

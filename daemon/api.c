@@ -351,6 +351,7 @@ static void ifd__gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
     g->kv_block_size = geo.block_size;
     g->kv_dtype = api->cfg->kv_dtype;
     g->prefix_cache = api->cfg->prefix_cache;
+    g->spec = api->cfg->spec; /* checked at start: off, ngram or draft */
 }
 
 static void ifd__metrics(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)

@@ -507,8 +507,13 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
 
     char mn[600];
     ifd__label_escape(mn, sizeof mn, model);
-    IFD__H("inferd_info", "gauge", "The daemon's version and model (value 1).");
-    IFD__P("inferd_info{version=\"%s\",model=\"%s\"} 1\n", IFD_VERSION, mn);
+    IFD__H("inferd_info", "gauge",
+           "The daemon's version, model and speculative decoding method (value 1).");
+    if (g->spec)
+        IFD__P("inferd_info{version=\"%s\",model=\"%s\",spec=\"%s\"} 1\n", IFD_VERSION, mn,
+               g->spec);
+    else
+        IFD__P("inferd_info{version=\"%s\",model=\"%s\"} 1\n", IFD_VERSION, mn);
     IFD__H("inferd_uptime_seconds", "gauge", "Seconds since the daemon started.");
     IFD__P("inferd_uptime_seconds %.3f\n", g->uptime_s);
 

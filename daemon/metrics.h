@@ -130,6 +130,9 @@ typedef struct {
     int64_t kv_block_size;
     const char *kv_dtype; /* "f16", …; NULL: not shown */
     bool prefix_cache;
+    /* the daemon's speculative decoding (the spec setting: "off", "ngram",
+     * "draft"), inferd_info's spec label; NULL: not shown */
+    const char *spec;
 } ifd_metrics_gauges_t;
 
 /* Zeroes m and sets every histogram's buckets (the token ones for a
