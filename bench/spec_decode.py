@@ -13,12 +13,18 @@ paired ratio (speculative / plain), the acceptance (accepted / proposed tokens
 from /metrics' vllm:spec_decode_* counters) and whether the texts were equal
 (they must be: a difference fails the run).
 
+--draft-model GGUF runs the daemon with `--spec draft --draft-model GGUF`
+instead (the draft model proposer, CPU workers): the same sides and report,
+with the draft named in it. A draft equal to the model (its own GGUF) accepts
+every proposal and so times the draft path in real shapes with forced
+acceptance: label such figures as that, not as a real draft's.
+
 Figures are for a quiet machine: on a loaded one the ratio is noise. --smoke
 runs one short repetition (the harness check, no figures to keep).
 
   bench/spec_decode.py --inferd build/daemon/inferd [--model GGUF] [--reps 3]
                        [--max-tokens 256] [--spec-tokens 4] [--threads T]
-                       [--streams N] [--out report.json] [--smoke]
+                       [--streams N] [--draft-model GGUF] [--out report.json] [--smoke]
 """
 import argparse
 import http.client
@@ -139,14 +145,17 @@ def main():
     ap.add_argument("--streams", type=int, default=1, help="concurrent streams per side")
     ap.add_argument("--out")
     ap.add_argument("--smoke", action="store_true", help="1 repetition of 32 tokens")
+    ap.add_argument("--draft-model", help="the draft model proposer (--spec draft) with this "
+                    "GGUF instead of n-gram")
     a = ap.parse_args()
     if a.smoke:
         a.reps, a.max_tokens = 1, 32
     tmp = tempfile.mkdtemp(prefix="spec-bench-")
     sock = os.path.join(tmp, "inferd.sock")
     args = [a.inferd, "--model", a.model, "--socket", sock, "--workers", "1",
-            "--spec", "ngram", "--spec-tokens", str(a.spec_tokens),
-            "--worker-ping-interval", "0.1"]
+            "--spec-tokens", str(a.spec_tokens), "--worker-ping-interval", "0.1"]
+    args += ["--spec", "draft", "--draft-model", a.draft_model] if a.draft_model else \
+        ["--spec", "ngram"]
     if a.threads:
         args += ["--threads", str(a.threads)]
     log = open(os.path.join(tmp, "inferd.log"), "wb")
@@ -154,6 +163,10 @@ def main():
     report = benchlib.report_head("spec_decode", a.threads or None, os.path.join(HERE, ".."))
     report.update(model=os.path.basename(a.model), max_tokens=a.max_tokens, streams=a.streams,
                   spec_tokens=a.spec_tokens, reps=a.reps, load_before=benchlib.load_avg(),
+                  method="draft" if a.draft_model else "ngram",
+                  draft_model=os.path.basename(a.draft_model) if a.draft_model else None,
+                  forced_acceptance=bool(a.draft_model) and
+                  os.path.realpath(a.draft_model) == os.path.realpath(a.model),
                   note="figures only from a quiet machine", prompts={})
     try:
         wait_ready(sock, proc)

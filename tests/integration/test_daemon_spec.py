@@ -5,7 +5,10 @@ once, under a JSON Schema or with stop strings, exactly the text of the same req
 with `"speculative": false`, and its /metrics shows vLLM's spec_decode counters with
 proposals accepted on an input-grounded prompt; bad `speculative` values get a 400 naming the field; a worker
 SIGKILLed mid-stream with speculation on resumes to the undisturbed text; `infer
-status` shows the acceptance.
+status` shows the method and the acceptance. A second daemon with `--spec draft
+--draft-model` (the model as its own draft) gives the same text too, with nearly every
+proposal accepted, also across a SIGKILLed worker; a draft model with another tokenizer
+(Gemma 3 270M's) stops the start with a message saying so.
 
 Usage: test_daemon_spec.py INFERD WORKER   (the venv's python: $INFERD_PYTHON)
 """
@@ -19,8 +22,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from spec_prompts import PROMPTS  # noqa: E402
-from test_daemon_util import (SANITIZED, Daemon, openai_client, serve_and_run,  # noqa: E402
-                              skip)
+from test_daemon_util import (SANITIZED, Daemon, model_path, openai_client,  # noqa: E402
+                              serve_and_run, skip)
+import model_paths  # noqa: E402
 
 try:
     import httpx  # noqa: F401
@@ -34,6 +38,12 @@ TOKENS = 48 if SANITIZED else 96
 SPEC_ARGS = ["--spec", "ngram", "--spec-tokens", "4", "--spec-ngram-max", "3",
              "--worker-ping-interval", "0.1"]
 D = C = None
+
+
+def draft_args():
+    """The draft model daemon's settings: the model as its own draft."""
+    return ["--spec", "draft", "--draft-model", model_path(), "--spec-tokens", "4",
+            "--worker-ping-interval", "0.1"]
 
 
 def chat(messages, spec=None, stream=False, client=None, **kw):
@@ -90,10 +100,12 @@ def test_greedy_same_text_every_way():
         st = subprocess.run([infer, "status", "--socket", D.sock, "--interval", "0"],
                             capture_output=True, text=True, timeout=60)
         assert st.returncode == 0 and "proposed tokens accepted" in st.stdout, st
+        assert "speculative   ngram:" in st.stdout, st.stdout
         js = subprocess.run([infer, "status", "--json", "--socket", D.sock, "--interval", "0"],
                             capture_output=True, text=True, timeout=60)
         sp = json.loads(js.stdout)["speculative"]
         assert sp["proposed_tokens"] > 0 and 0 < sp["acceptance_rate"] <= 1, sp
+        assert sp["method"] == "ngram", sp
 
 
 def test_seeded_same_text():
@@ -201,10 +213,10 @@ def test_bad_speculative_is_400():
     assert chat(PROMPTS["open_chat"][0], spec=True, max_tokens=4)[0]
 
 
-def test_killed_worker_resumes_same_text():
+def killed_worker_resumes(args):
     """Two workers with speculation on; worker 0 SIGKILLed while four streams run: each
     stream resumes elsewhere and ends with the text of an undisturbed run."""
-    d = Daemon(INFERD, SPEC_ARGS + ["--restart-backoff", "0.2", "--threads", "1"], workers=2)
+    d = Daemon(INFERD, args + ["--restart-backoff", "0.2", "--threads", "1"], workers=2)
     try:
         client = openai_client(d.sock, timeout=300)
         msgs = PROMPTS["rewrite_code"][0]
@@ -237,6 +249,88 @@ def test_killed_worker_resumes_same_text():
         assert "killed by signal 9" in log, log[-3000:]
     finally:
         assert d.stop() == 0
+
+
+def test_killed_worker_resumes_same_text():
+    killed_worker_resumes(SPEC_ARGS)
+
+
+def test_draft_model_same_text():
+    """--spec draft with the model as its own draft: greedy and seeded text equal to
+    "speculative": false's, streamed or not, nearly every proposal accepted (the draft's
+    greedy token is the model's own); a request may still pick ngram or off; infer
+    status names the method."""
+    d = Daemon(INFERD, draft_args())
+    try:
+        client = openai_client(d.sock, timeout=300)
+        before = {k.split("{")[0]: v for k, v in d.metrics().items()
+                  if k.startswith("vllm:spec_decode_num_") and "per_pos" not in k}
+        for name, (msgs, kind) in PROMPTS.items():
+            off = chat(msgs, spec=False, client=client)
+            on = chat(msgs, client=client)
+            on_stream = chat(msgs, stream=True, client=client)
+            on_obj = chat(msgs, spec={"method": "draft_model", "num_speculative_tokens": 6},
+                          client=client)
+            ngram = chat(msgs, spec={"method": "ngram"}, client=client)
+            for got in (on, on_stream, on_obj, ngram):
+                assert got[:2] == off[:2], (name, off, got)
+            assert on[2] == off[2], (name, off[2], on[2])  # usage unchanged
+            print("     %-15s (%s): %d tokens, same text with the draft" % (name, kind, off[2]))
+        seeded_off = chat(PROMPTS["open_chat"][0], spec=False, temperature=0.8, seed=11,
+                          client=client)
+        seeded_on = chat(PROMPTS["open_chat"][0], stream=True, temperature=0.8, seed=11,
+                         client=client)
+        assert seeded_on[:2] == seeded_off[:2], (seeded_off, seeded_on)
+        time.sleep(0.5)
+        m = d.metrics()
+        c = {k.split("{")[0]: v - before.get(k.split("{")[0], 0) for k, v in m.items()
+             if k.startswith("vllm:spec_decode_num_") and "per_pos" not in k}
+        print("     draft metrics:", c)
+        proposed = c["vllm:spec_decode_num_draft_tokens_total"]
+        accepted = c["vllm:spec_decode_num_accepted_tokens_total"]
+        assert proposed > 0 and accepted >= 0.9 * proposed, c
+        infer = os.path.join(os.path.dirname(os.path.abspath(INFERD)), "..", "client", "infer")
+        if os.path.exists(infer):
+            st = subprocess.run([infer, "status", "--socket", d.sock, "--interval", "0"],
+                                capture_output=True, text=True, timeout=60)
+            assert st.returncode == 0 and "speculative   draft:" in st.stdout, st.stdout
+    finally:
+        assert d.stop() == 0
+
+
+def test_draft_killed_worker_resumes_same_text():
+    killed_worker_resumes(draft_args())
+
+
+def test_draft_other_tokenizer_refused():
+    """A draft model with another tokenizer: the start fails, the log says why."""
+    gemma = model_paths.model_path("gemma3")
+    if not os.path.isfile(gemma):
+        print("     skipped: %s not found (deploy/fetch-model.sh gemma3)" % gemma)
+        return
+    try:
+        d = Daemon(INFERD, ["--spec", "draft", "--draft-model", gemma], wait=False)
+        d.wait_ready(timeout=120)
+        d.stop()
+        raise AssertionError("a daemon with Gemma 3 as SmolLM2's draft started")
+    except AssertionError as e:
+        if "started" in str(e):
+            raise
+        log = str(e)
+    assert "needs the same tokenizer" in log, log[-3000:]
+    d.kill_quietly()
+
+
+def test_draft_without_draft_model_is_400():
+    """The ngram daemon has no draft model: a request asking for one is a 400."""
+    for m in ("draft_model", "draft"):
+        try:
+            C.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                      max_tokens=4, extra_body={"speculative": {"method": m}})
+            raise AssertionError("accepted method %s" % m)
+        except openai.BadRequestError as e:
+            assert e.body["param"] == "speculative.method", e.body
+            assert "no draft model" in e.body["message"], e.body
 
 
 def main():
