@@ -261,34 +261,36 @@ def test_draft_model_same_text():
     greedy token is the model's own); a request may still pick ngram or off; infer
     status names the method."""
     d = Daemon(INFERD, draft_args())
+
+    def counters():
+        time.sleep(0.5)  # the worker's counters reach /metrics with its next ping (0.1 s)
+        return {k.split("{")[0]: v for k, v in d.metrics().items()
+                if k.startswith("vllm:spec_decode_num_") and "per_pos" not in k}
     try:
         client = openai_client(d.sock, timeout=300)
-        before = {k.split("{")[0]: v for k, v in d.metrics().items()
-                  if k.startswith("vllm:spec_decode_num_") and "per_pos" not in k}
-        for name, (msgs, kind) in PROMPTS.items():
+        before = counters()
+        for name, (msgs, kind) in PROMPTS.items():  # greedy draft proposals only
             off = chat(msgs, spec=False, client=client)
             on = chat(msgs, client=client)
             on_stream = chat(msgs, stream=True, client=client)
             on_obj = chat(msgs, spec={"method": "draft_model", "num_speculative_tokens": 6},
                           client=client)
-            ngram = chat(msgs, spec={"method": "ngram"}, client=client)
-            for got in (on, on_stream, on_obj, ngram):
+            for got in (on, on_stream, on_obj):
                 assert got[:2] == off[:2], (name, off, got)
             assert on[2] == off[2], (name, off[2], on[2])  # usage unchanged
             print("     %-15s (%s): %d tokens, same text with the draft" % (name, kind, off[2]))
-        seeded_off = chat(PROMPTS["open_chat"][0], spec=False, temperature=0.8, seed=11,
-                          client=client)
-        seeded_on = chat(PROMPTS["open_chat"][0], stream=True, temperature=0.8, seed=11,
-                         client=client)
-        assert seeded_on[:2] == seeded_off[:2], (seeded_off, seeded_on)
-        time.sleep(0.5)
-        m = d.metrics()
-        c = {k.split("{")[0]: v - before.get(k.split("{")[0], 0) for k, v in m.items()
-             if k.startswith("vllm:spec_decode_num_") and "per_pos" not in k}
-        print("     draft metrics:", c)
+        c = {k: v - before.get(k, 0) for k, v in counters().items()}
+        print("     draft metrics (greedy):", c)
         proposed = c["vllm:spec_decode_num_draft_tokens_total"]
         accepted = c["vllm:spec_decode_num_accepted_tokens_total"]
-        assert proposed > 0 and accepted >= 0.9 * proposed, c
+        # every greedy proposal of the model itself stands but those past a stop (EOS)
+        assert proposed > 0 and accepted >= 0.95 * proposed, c
+        msgs = PROMPTS["open_chat"][0]
+        assert chat(msgs, spec={"method": "ngram"}, client=client)[:2] == \
+            chat(msgs, spec=False, client=client)[:2]
+        seeded_off = chat(msgs, spec=False, temperature=0.8, seed=11, client=client)
+        seeded_on = chat(msgs, stream=True, temperature=0.8, seed=11, client=client)
+        assert seeded_on[:2] == seeded_off[:2], (seeded_off, seeded_on)
         infer = os.path.join(os.path.dirname(os.path.abspath(INFERD)), "..", "client", "infer")
         if os.path.exists(infer):
             st = subprocess.run([infer, "status", "--socket", d.sock, "--interval", "0"],
@@ -308,17 +310,16 @@ def test_draft_other_tokenizer_refused():
     if not os.path.isfile(gemma):
         print("     skipped: %s not found (deploy/fetch-model.sh gemma3)" % gemma)
         return
+    d = Daemon(INFERD, ["--spec", "draft", "--draft-model", gemma], wait=False)
     try:
-        d = Daemon(INFERD, ["--spec", "draft", "--draft-model", gemma], wait=False)
         d.wait_ready(timeout=120)
-        d.stop()
-        raise AssertionError("a daemon with Gemma 3 as SmolLM2's draft started")
-    except AssertionError as e:
-        if "started" in str(e):
-            raise
-        log = str(e)
-    assert "needs the same tokenizer" in log, log[-3000:]
+        ready = True
+    except AssertionError:
+        ready = False
+    log = d.logtext(tail=None)
     d.kill_quietly()
+    assert not ready, "a daemon with Gemma 3 as SmolLM2's draft started"
+    assert "needs the same tokenizer" in log, log[-3000:]
 
 
 def test_draft_without_draft_model_is_400():

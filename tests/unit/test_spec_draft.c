@@ -1,0 +1,318 @@
+/*
+ * test_spec_draft.c — the draft-model proposer (worker/spec_draft.h) on the
+ * CPU with tiny random-weight Llamas (deploy/shapes/tiny-llama.json: no
+ * model file needed, label unit):
+ *  - a proposer that keeps its sequences' states (rollback to the common
+ *    prefix, catch-up) proposes exactly what a fresh one proposes for the
+ *    same tokens, over 75 batches of 1 to 8 random histories that grow,
+ *    lose their tails (rejected proposals) or start afresh (a stale KV
+ *    entry or a wrong rollback would change the proposals);
+ *  - its proposal with the target as its own draft is the target's own
+ *    greedy continuation (the engine's plain decoding of the same tokens);
+ *  - through the engine: greedy and seeded tokens equal to plain decoding
+ *    with the target as draft (every proposal accepted), another random
+ *    model as draft (mostly rejected) and the target over q4_0 K/V, for
+ *    1, 4 and 16 sequences at once;
+ *  - a draft pool without room proposes nothing and holds nothing; every
+ *    state released gives every block back; bad parameters are refused.
+ */
+#include "testutil.h"
+
+#include "error.h"
+#include "kvpool/kvparams.h"
+#include "kvpool/kvpool.h"
+#include "modelfile/shape.h"
+#include "worker/backend.h"
+#include "worker/engine.h"
+#include "worker/model.h"
+#include "worker/spec_draft.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_SEQ 16
+#define N_OUT 24
+#define P_MAX 60
+
+static ifd_backend_t *be;
+static ifd_model_t *target, *other;
+static int32_t prompts[N_SEQ][P_MAX];
+static int plen[N_SEQ];
+
+static ifd_spec_draft_t *make_draft(ifd_model_t *m, int64_t blocks, ifd_kv_dtype_t kv)
+{
+    const ifd_spec_draft_params_t dp = {256, 64, blocks, 16, kv};
+    ifd_spec_draft_t *d = NULL;
+    char err[256];
+    ck_assert_msg(ifd_spec_draft_create(&d, m, &dp, err, sizeof err) == 0, "%s", err);
+    return d;
+}
+
+/* ---- the proposer alone ------------------------------------------------------- */
+
+/* Random histories: each a prefix of the previous one for the same slot
+ * (as a sequence grows), with now and then a changed tail (a rejected
+ * proposal) or a fresh start. */
+START_TEST(test_stateful_equals_fresh)
+{
+    ifd_spec_draft_t *kept = make_draft(other, 512, IFD_KV_F32);
+    enum { SLOTS = 8, LEN = 120 };
+    int32_t hist[SLOTS][LEN];
+    int32_t n[SLOTS] = {0};
+    void *state[SLOTS] = {NULL};
+    srand(3);
+    for (int round = 0; round < 75; round++) {
+        const int nq = 1 + rand() % SLOTS;
+        ifd_spec_draft_query_t q[SLOTS], f[SLOTS];
+        int32_t out_q[SLOTS][IFD_SPEC_MAX_TOKENS], out_f[SLOTS][IFD_SPEC_MAX_TOKENS];
+        for (int i = 0; i < nq; i++) {
+            int r = rand() % 10;
+            if (n[i] == 0 || r == 0 || n[i] > LEN - 30) { /* a fresh start */
+                n[i] = rand() % 20;
+                for (int j = 0; j < n[i]; j++)
+                    hist[i][j] = rand() % 256;
+            } else if (r < 4) { /* a rejected tail: cut back, then new tokens */
+                n[i] -= rand() % (n[i] < 5 ? n[i] : 5);
+            }
+            const int add = 1 + rand() % 6;
+            for (int j = 0; j < add; j++)
+                hist[i][n[i]++] = rand() % 256;
+            const int32_t k = 1 + rand() % 6;
+            q[i] = (ifd_spec_draft_query_t){state[i], hist[i], n[i], k, out_q[i], 0};
+            f[i] = (ifd_spec_draft_query_t){NULL, hist[i], n[i], k, out_f[i], 0};
+        }
+        ck_assert_int_eq(ifd_spec_draft_propose(kept, q, nq), 0);
+        ifd_spec_draft_t *fresh = make_draft(other, 512, IFD_KV_F32);
+        ck_assert_int_eq(ifd_spec_draft_propose(fresh, f, nq), 0);
+        for (int i = 0; i < nq; i++) {
+            state[i] = q[i].seq;
+            ck_assert_int_eq(q[i].n_out, q[i].k);
+            ck_assert_int_eq(f[i].n_out, q[i].k);
+            for (int j = 0; j < q[i].k; j++)
+                ck_assert_msg(out_q[i][j] == out_f[i][j], "round %d seq %d token %d: %d vs %d",
+                              round, i, j, out_q[i][j], out_f[i][j]);
+            ifd_spec_draft_drafter(fresh).release(fresh, f[i].seq);
+        }
+        ifd_spec_draft_stats_t st;
+        ifd_spec_draft_stats(fresh, &st);
+        ck_assert_int_eq(st.blocks_held, 0);
+        ifd_spec_draft_destroy(fresh);
+    }
+    for (int i = 0; i < SLOTS; i++)
+        ifd_spec_draft_drafter(kept).release(kept, state[i]);
+    ifd_spec_draft_stats_t st;
+    ifd_spec_draft_stats(kept, &st);
+    ck_assert_int_eq(st.blocks_held, 0);
+    ifd_spec_draft_destroy(kept);
+}
+END_TEST
+
+/* ---- through the engine -------------------------------------------------------- */
+
+typedef struct {
+    int32_t out[N_SEQ][N_OUT];
+    int n_out[N_SEQ];
+    int finished[N_SEQ];
+} sink_t;
+
+static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
+{
+    sink_t *s = ctx;
+    if (s->n_out[id] < N_OUT)
+        s->out[id][s->n_out[id]] = res->token;
+    s->n_out[id]++;
+}
+
+static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t r, const ifd_engine_usage_t *u)
+{
+    (void)r, (void)u;
+    ((sink_t *)ctx)->finished[id]++;
+}
+
+/* Requests [first, first + n) in one engine (the draft d, or none); seeded
+ * sampling when `sampled`. Returns the engine's counters. */
+static ifd_engine_stats_t serve(sink_t *sink, int first, int n, ifd_spec_draft_t *d, bool sampled)
+{
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(target));
+    kp.dtype = IFD_KV_F32;
+    kp.n_blocks = 128;
+    kp.n_workers = 1;
+    ifd_kvpool_t *pool;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
+    ifd_engine_model_t em;
+    ck_assert_int_eq(ifd_engine_model_from(&em, target, pool, 0), 0);
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ep.max_seqs = n;
+    ep.max_batched_tokens = 64;
+    if (d) {
+        ep.spec = (ifd_spec_params_t){IFD_SPEC_DRAFT, 4, 0, 0};
+        ep.drafter = ifd_spec_draft_drafter(d);
+    }
+    ifd_engine_callbacks_t cb = {sink, on_token, on_finish, NULL};
+    ifd_engine_t *eng;
+    ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
+    for (int i = first; i < first + n; i++) {
+        ifd_engine_request_t r;
+        memset(&r, 0, sizeof r);
+        r.id = (uint64_t)i;
+        r.prompt = prompts[i];
+        r.n_prompt = plen[i];
+        r.sampling = ifd_sampling_default_params();
+        r.sampling.temperature = sampled ? 0.9f : 0.0f;
+        r.sampling.seed = 100 + (uint64_t)i;
+        r.max_tokens = N_OUT;
+        r.ignore_eos = true;
+        r.use_cache = true;
+        ck_assert_int_eq(ifd_engine_add(eng, &r), 0);
+    }
+    while (!ifd_engine_idle(eng))
+        ck_assert_int_ge(ifd_engine_step(eng, NULL), 0);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(eng, &st);
+    ifd_engine_destroy(eng);
+    ifd_engine_model_free(&em);
+    char err[256];
+    ck_assert_msg(ifd_kvpool_check(pool, err, sizeof err) == 0, "%s", err);
+    ifd_kvpool_destroy(pool);
+    return st;
+}
+
+/* The target as its own draft proposes its own greedy continuation. */
+START_TEST(test_proposal_is_greedy_continuation)
+{
+    sink_t *ref = calloc(1, sizeof *ref);
+    serve(ref, 0, 4, NULL, false);
+    ifd_spec_draft_t *d = make_draft(target, 128, IFD_KV_F32);
+    for (int i = 0; i < 4; i++) {
+        int32_t hist[P_MAX + N_OUT], out[8];
+        memcpy(hist, prompts[i], (size_t)plen[i] * sizeof *hist);
+        ifd_spec_draft_query_t q = {NULL, hist, plen[i], 8, out, 0};
+        ck_assert_int_eq(ifd_spec_draft_propose(d, &q, 1), 0);
+        ck_assert_int_eq(q.n_out, 8);
+        for (int j = 0; j < 8; j++)
+            ck_assert_int_eq(out[j], ref->out[i][j]);
+        ifd_spec_draft_drafter(d).release(d, q.seq);
+    }
+    ifd_spec_draft_destroy(d);
+    free(ref);
+}
+END_TEST
+
+static void same_as_plain(bool sampled)
+{
+    sink_t *ref = calloc(1, sizeof *ref);
+    for (int i = 0; i < N_SEQ; i++)
+        serve(ref, i, 1, NULL, sampled);
+    struct {
+        ifd_model_t *m;
+        ifd_kv_dtype_t kv;
+        const char *name;
+    } drafts[] = {{target, IFD_KV_F32, "self"},
+                  {target, IFD_KV_Q4_0, "self over q4_0 K/V"},
+                  {other, IFD_KV_F32, "another model"}};
+    const int batches[][2] = {{0, 1}, {1, 1}, {0, 4}, {0, N_SEQ}};
+    for (size_t k = 0; k < sizeof drafts / sizeof *drafts; k++) {
+        for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
+            ifd_spec_draft_t *d = make_draft(drafts[k].m, 256, drafts[k].kv);
+            sink_t *s = calloc(1, sizeof *s);
+            const int first = batches[b][0], n = batches[b][1];
+            ifd_engine_stats_t st = serve(s, first, n, d, sampled);
+            for (int i = first; i < first + n; i++) {
+                ck_assert_int_eq(s->finished[i], 1);
+                ck_assert_int_eq(s->n_out[i], N_OUT);
+                for (int t = 0; t < N_OUT; t++)
+                    ck_assert_msg(s->out[i][t] == ref->out[i][t],
+                                  "%s draft, %s, batch %d: request %d token %d", drafts[k].name,
+                                  sampled ? "seeded" : "greedy", n, i, t);
+            }
+            ck_assert_uint_gt(st.spec_drafts, 0);
+            if (k == 0 && !sampled) /* its own greedy tokens: all stand */
+                ck_assert_uint_eq(st.spec_accepted_tokens, st.spec_draft_tokens);
+            if (b == 3)
+                printf("%s, %s draft, %d sequences: %llu of %llu accepted\n",
+                       sampled ? "seeded" : "greedy", drafts[k].name, n,
+                       (unsigned long long)st.spec_accepted_tokens,
+                       (unsigned long long)st.spec_draft_tokens);
+            ifd_spec_draft_stats_t dst;
+            ifd_spec_draft_stats(d, &dst);
+            ck_assert_int_eq(dst.blocks_held, 0);
+            ifd_spec_draft_destroy(d);
+            free(s);
+        }
+    }
+    free(ref);
+}
+
+START_TEST(test_greedy_same_as_plain)
+{
+    same_as_plain(false);
+}
+END_TEST
+
+START_TEST(test_seeded_same_as_plain)
+{
+    same_as_plain(true);
+}
+END_TEST
+
+/* A pool of 2 blocks: a 40-token history has no room (nothing proposed,
+ * nothing held); a short one fits. Bad parameters are refused. */
+START_TEST(test_no_room_and_bad_params)
+{
+    ifd_spec_draft_t *d = make_draft(target, 2, IFD_KV_F32);
+    int32_t out[4];
+    ifd_spec_draft_query_t q = {NULL, prompts[0], 40, 4, out, 0};
+    ck_assert_int_ge(plen[0], 40);
+    ck_assert_int_eq(ifd_spec_draft_propose(d, &q, 1), 0);
+    ck_assert_int_eq(q.n_out, 0);
+    ifd_spec_draft_stats_t st;
+    ifd_spec_draft_stats(d, &st);
+    ck_assert(st.blocks_held == 0 && st.no_room == 1);
+    q.n_tokens = 10;
+    ck_assert_int_eq(ifd_spec_draft_propose(d, &q, 1), 0);
+    ck_assert_int_eq(q.n_out, 4);
+    ifd_spec_draft_stats(d, &st);
+    ck_assert_int_eq(st.blocks_held, 1);
+    ifd_spec_draft_drafter(d).release(d, q.seq);
+    ifd_spec_draft_stats(d, &st);
+    ck_assert_int_eq(st.blocks_held, 0);
+    ck_assert_int_eq(ifd_spec_draft_propose(d, &q, IFD_ENGINE_SPEC_ROWS + 1), IFD_EINVAL);
+    ifd_spec_draft_destroy(d);
+    char err[256];
+    ifd_spec_draft_t *bad = NULL;
+    const ifd_spec_draft_params_t zero_blocks = {256, 64, 0, 16, IFD_KV_F32};
+    ck_assert_int_eq(ifd_spec_draft_create(&bad, target, &zero_blocks, err, sizeof err),
+                     IFD_EINVAL);
+    const ifd_spec_draft_params_t big_vocab = {1000, 64, 8, 16, IFD_KV_F32};
+    ck_assert_int_eq(ifd_spec_draft_create(&bad, target, &big_vocab, err, sizeof err),
+                     IFD_EMISMATCH);
+    ck_assert_ptr_null(bad);
+}
+END_TEST
+
+int main(void)
+{
+    char path[4096], err[512] = "";
+    const char *src = getenv("INFERD_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/deploy/shapes/tiny-llama.json", src ? src : "..");
+    ifd_model_config_t cfg;
+    if (ifd_shape_load(&cfg, path, err, sizeof err) || ifd_backend_cpu_create(&be, 0) ||
+        ifd_model_load_random(&target, &cfg, 7, be, err, sizeof err) ||
+        ifd_model_load_random(&other, &cfg, 8, be, err, sizeof err)) {
+        fprintf(stderr, "cannot make the tiny models: %s\n", err);
+        return 1;
+    }
+    srand(42);
+    for (int i = 0; i < N_SEQ; i++) {
+        plen[i] = i == 0 ? 45 : 3 + (i * 13) % (P_MAX - 3);
+        for (int j = 0; j < plen[i]; j++)
+            prompts[i][j] = rand() % 256;
+    }
+    Suite *s = suite_create("spec_draft");
+    ifd_test_case(s, "tiny", 300,
+                  IFD_TESTS(test_stateful_equals_fresh, test_proposal_is_greedy_continuation,
+                            test_greedy_same_as_plain, test_seeded_same_as_plain,
+                            test_no_room_and_bad_params));
+    return ifd_test_run(s);
+}
