@@ -459,8 +459,8 @@ static void render_text(FILE *f, const ifd_cli_http_target_t *t, const snap_t *s
         fprintf(f, "speculative   %s", v->spec ? v->spec : "per request");
         if (v->spec_proposed > 0)
             fprintf(f, ": %.1f%% of %s proposed tokens accepted (%s verifications)",
-                    100.0 * v->spec_accepted / v->spec_proposed,
-                    human(n[0], 32, v->spec_proposed), human(n[1], 32, v->spec_drafts));
+                    100.0 * v->spec_accepted / v->spec_proposed, human(n[0], 32, v->spec_proposed),
+                    human(n[1], 32, v->spec_drafts));
         fputc('\n', f);
     }
     if (isfinite(v->ttft_mean) || isfinite(v->itl_mean)) {
@@ -508,11 +508,10 @@ static json_t *view_json(const ifd_cli_http_target_t *t, const snap_t *s, const 
                   num_or_null(v->disk_bad)));
     json_object_set_new(
         o, "speculative",
-        json_pack("{s:o,s:o,s:o,s:o,s:o}", "method",
-                  v->spec ? json_string(v->spec) : json_null(), "verifications",
-                  num_or_null(v->spec_drafts),
-                  "proposed_tokens", num_or_null(v->spec_proposed), "accepted_tokens",
-                  num_or_null(v->spec_accepted), "acceptance_rate",
+        json_pack("{s:o,s:o,s:o,s:o,s:o}", "method", v->spec ? json_string(v->spec) : json_null(),
+                  "verifications", num_or_null(v->spec_drafts), "proposed_tokens",
+                  num_or_null(v->spec_proposed), "accepted_tokens", num_or_null(v->spec_accepted),
+                  "acceptance_rate",
                   num_or_null(v->spec_proposed > 0 ? v->spec_accepted / v->spec_proposed : NAN)));
     json_object_set_new(o, "requests",
                         json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "running", num_or_null(v->running),

@@ -814,8 +814,9 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
         return IFD_EINVAL;
     }
     if (draft && d->n_gpus) {
-        snprintf(err, errlen, "draft_model runs on CPU workers only (docs/speculative.md): "
-                              "not with gpus");
+        snprintf(err, errlen,
+                 "draft_model runs on CPU workers only (docs/speculative.md): "
+                 "not with gpus");
         return IFD_EINVAL;
     }
     if (d->cfg.spec_ngram_min > d->cfg.spec_ngram_max) {
@@ -883,8 +884,7 @@ static int ifd__start_model(ifd__daemon_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "random_weights %s: %s", d->cfg.random_weights, strerror(errno));
         return -errno;
     }
-    if (d->cfg.draft_model && *d->cfg.draft_model &&
-        !realpath(d->cfg.draft_model, d->draft_path)) {
+    if (d->cfg.draft_model && *d->cfg.draft_model && !realpath(d->cfg.draft_model, d->draft_path)) {
         snprintf(err, errlen, "draft_model %s: %s", d->cfg.draft_model, strerror(errno));
         return -errno;
     }

@@ -74,7 +74,7 @@ struct ifd_sup {
     uv_loop_t *loop;
     ifd_sup_params_t p;
     char *binary, *model, *level, *weights;
-    char *draft; /* the draft model's path, or NULL */
+    char *draft;           /* the draft model's path, or NULL */
     char *backend, *shape; /* "cpu"/"cuda"/"cuda-f32"; random weights or NULL */
     char *kv_dir;          /* --kv-cache-dir, or NULL */
     char kv_disk[24];      /* --kv-cache-disk-bytes' text */

@@ -356,8 +356,7 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
 {
     if (!p || p->max_batched_tokens < 1 || p->max_seqs < 1 || !model || !model->forward ||
         model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids) ||
-        ifd_spec_check(&p->spec) != 0 ||
-        (p->spec.method == IFD_SPEC_DRAFT && !p->drafter.propose))
+        ifd_spec_check(&p->spec) != 0 || (p->spec.method == IFD_SPEC_DRAFT && !p->drafter.propose))
         return IFD_EINVAL;
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(pool, &g);

@@ -61,7 +61,7 @@ typedef struct {
     bool quiet;           /* sizing, before POOL_SIZE: errors go to the router only */
     ifd_backend_t *be;
     ifd_model_t *model;
-    ifd_model_t *draft;       /* the draft model (HELLO's draft_model_path), or NULL */
+    ifd_model_t *draft;        /* the draft model (HELLO's draft_model_path), or NULL */
     ifd_spec_draft_t *drafter; /* its proposer, over a private pool */
     ifd_kvpool_t *pool, *lpool;
     ifd_kvdisk_t *disk; /* the pool's disk tier, or NULL */

@@ -31,7 +31,10 @@ int ifd_spec_resolve(ifd_spec_state_t *st, const ifd_spec_params_t *req,
             lo = hi;
     }
     const bool on = (m == IFD_SPEC_NGRAM || (m == IFD_SPEC_DRAFT && has_draft)) && usable;
-    *st = (ifd_spec_state_t){.kmax = on ? k : 0, .k = on ? k : 0, .nmin = lo, .nmax = hi,
+    *st = (ifd_spec_state_t){.kmax = on ? k : 0,
+                             .k = on ? k : 0,
+                             .nmin = lo,
+                             .nmax = hi,
                              .method = on ? m : IFD_SPEC_OFF};
     return 0;
 }

@@ -47,9 +47,9 @@ typedef struct {
     void *seq;             /* in/out: the proposer's state of the sequence; NULL before its first */
     const int32_t *tokens; /* [n_tokens]: prompt + output so far (only read) */
     int32_t n_tokens;
-    int32_t k;      /* tokens wanted, 1..IFD_SPEC_MAX_TOKENS */
-    int32_t *out;   /* [k] */
-    int32_t n_out;  /* out: tokens proposed, 0..k */
+    int32_t k;     /* tokens wanted, 1..IFD_SPEC_MAX_TOKENS */
+    int32_t *out;  /* [k] */
+    int32_t n_out; /* out: tokens proposed, 0..k */
 } ifd_spec_draft_query_t;
 
 /* A model proposer as the engine sees it (engine params `drafter`; the

@@ -51,15 +51,16 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
     }
     const ifd_backend_t *be = ifd_model_backend(draft);
     if (!be->ops->host_memory) {
-        snprintf(err, errlen, "the draft model runs on the CPU backend only (its KV pool is "
-                              "host memory), not on %s: docs/speculative.md",
+        snprintf(err, errlen,
+                 "the draft model runs on the CPU backend only (its KV pool is "
+                 "host memory), not on %s: docs/speculative.md",
                  be->ops->name);
         return IFD_ENOTSUP;
     }
     const ifd_model_config_t *cfg = ifd_model_config(draft);
     if ((int32_t)cfg->n_vocab < p->n_vocab) {
-        snprintf(err, errlen, "the draft model has %u vocabulary rows, the target %d",
-                 cfg->n_vocab, p->n_vocab);
+        snprintf(err, errlen, "the draft model has %u vocabulary rows, the target %d", cfg->n_vocab,
+                 p->n_vocab);
         return IFD_EMISMATCH;
     }
     ifd_spec_draft_t *d = calloc(1, sizeof *d);
@@ -81,8 +82,8 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
         snprintf(err, errlen, "the draft model's KV pool does not fit it: %s", ifd_strerror(rc));
         goto fail;
     }
-    d->max_tok = p->max_batched_tokens > IFD_ENGINE_SPEC_ROWS ? p->max_batched_tokens
-                                                              : IFD_ENGINE_SPEC_ROWS;
+    d->max_tok =
+        p->max_batched_tokens > IFD_ENGINE_SPEC_ROWS ? p->max_batched_tokens : IFD_ENGINE_SPEC_ROWS;
     const size_t nt = (size_t)d->max_tok, nr = IFD_ENGINE_SPEC_ROWS;
     d->b_tokens = malloc(nt * sizeof *d->b_tokens);
     d->b_pos = malloc(nt * sizeof *d->b_pos);
@@ -227,16 +228,15 @@ static int32_t ifd__argmax(const float *lg, int32_t n)
 }
 
 /* Appends token `tok` of query qi at its next position to the batch. */
-static void ifd__batch_add(ifd_spec_draft_t *d, int qi, ifd__dseq_t *s, int max_blocks,
-                           int32_t tok, int *n_tok)
+static void ifd__batch_add(ifd_spec_draft_t *d, int qi, ifd__dseq_t *s, int max_blocks, int32_t tok,
+                           int *n_tok)
 {
     const int32_t p = s->n_kv;
     const int32_t *row = d->b_tables + (int64_t)qi * max_blocks;
     d->b_tokens[*n_tok] = tok;
     d->b_pos[*n_tok] = p;
     d->b_seq[*n_tok] = qi;
-    d->b_slot[*n_tok] =
-        (int64_t)row[p / d->p.block_size] * d->p.block_size + p % d->p.block_size;
+    d->b_slot[*n_tok] = (int64_t)row[p / d->p.block_size] * d->p.block_size + p % d->p.block_size;
     s->tok[s->n_kv++] = tok;
     (*n_tok)++;
 }
@@ -367,8 +367,9 @@ int ifd_spec_draft_check_tokenizers(const ifd_tokenizer_t *target, const ifd_tok
 {
     const int32_t n = ifd_tokenizer_n_vocab(target);
     if (ifd_tokenizer_n_vocab(draft) != n) {
-        snprintf(err, errlen, "the draft model's tokenizer has %d tokens, the model's %d: a "
-                              "draft model needs the same tokenizer",
+        snprintf(err, errlen,
+                 "the draft model's tokenizer has %d tokens, the model's %d: a "
+                 "draft model needs the same tokenizer",
                  ifd_tokenizer_n_vocab(draft), n);
         return IFD_EMISMATCH;
     }
@@ -378,8 +379,9 @@ int ifd_spec_draft_check_tokenizers(const ifd_tokenizer_t *target, const ifd_tok
                                                            ifd_tokenizer_pad};
     for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
         if (ids[i](target) != ids[i](draft)) {
-            snprintf(err, errlen, "the draft model's tokenizer has %s id %d, the model's %d: a "
-                                  "draft model needs the same tokenizer",
+            snprintf(err, errlen,
+                     "the draft model's tokenizer has %s id %d, the model's %d: a "
+                     "draft model needs the same tokenizer",
                      names[i], (int)ids[i](draft), (int)ids[i](target));
             return IFD_EMISMATCH;
         }
@@ -387,8 +389,9 @@ int ifd_spec_draft_check_tokenizers(const ifd_tokenizer_t *target, const ifd_tok
     const ifd_token_t *ea, *eb;
     size_t na = ifd_tokenizer_eog_ids(target, &ea), nb = ifd_tokenizer_eog_ids(draft, &eb);
     if (na != nb || (na && memcmp(ea, eb, na * sizeof *ea) != 0)) {
-        snprintf(err, errlen, "the draft model's tokenizer has other end-of-generation ids: a "
-                              "draft model needs the same tokenizer");
+        snprintf(err, errlen,
+                 "the draft model's tokenizer has other end-of-generation ids: a "
+                 "draft model needs the same tokenizer");
         return IFD_EMISMATCH;
     }
     for (int32_t id = 0; id < n; id++) {
@@ -397,8 +400,9 @@ int ifd_spec_draft_check_tokenizers(const ifd_tokenizer_t *target, const ifd_tok
         const char *tb = ifd_tokenizer_token_text(draft, id, &lb);
         if (la != lb || (la && memcmp(ta, tb, la) != 0) ||
             ifd_tokenizer_token_type(target, id) != ifd_tokenizer_token_type(draft, id)) {
-            snprintf(err, errlen, "the draft model's token %d is '%.*s', the model's '%.*s': a "
-                                  "draft model needs the same tokenizer",
+            snprintf(err, errlen,
+                     "the draft model's token %d is '%.*s', the model's '%.*s': a "
+                     "draft model needs the same tokenizer",
                      id, (int)(lb < 40 ? lb : 40), tb ? tb : "", (int)(la < 40 ? la : 40),
                      ta ? ta : "");
             return IFD_EMISMATCH;

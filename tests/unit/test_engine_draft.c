@@ -34,8 +34,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define N_REQ 16
-#define N_OUT 16
+#define N_REQ    16
+#define N_OUT    16
 #define N_ORACLE 3
 
 static ifd_backend_t *be;
@@ -104,7 +104,7 @@ static ifd_kvpool_t *make_pool(ifd_model_t *m, int n_blocks)
 }
 
 typedef struct {
-    ifd_model_t *draft;   /* NULL: no draft model */
+    ifd_model_t *draft; /* NULL: no draft model */
     ifd_spec_method_t method;
     int max_seqs, pool_blocks, draft_blocks, budget;
     ifd_kv_dtype_t draft_kv; /* the draft pool's K/V */
@@ -166,8 +166,8 @@ static void assert_same(const sink_t *ref, const sink_t *b, int first, int n, co
         ck_assert_int_eq(b->finished[i], 1);
         ck_assert_int_eq(b->n_out[i], N_OUT);
         for (int t = 0; t < N_OUT; t++)
-            ck_assert_msg(ref->out[i][t] == b->out[i][t], "%s: request %d token %d: %d vs %d",
-                          what, i, t, ref->out[i][t], b->out[i][t]);
+            ck_assert_msg(ref->out[i][t] == b->out[i][t], "%s: request %d token %d: %d vs %d", what,
+                          i, t, ref->out[i][t], b->out[i][t]);
     }
 }
 
