@@ -81,12 +81,15 @@ if(CMAKE_CXX_COMPILER)
   # The CUDA backend end to end: model.c and both backends compiled into the
   # test (ifd_worker_lib would link the real CUDA libraries), the kernels and
   # the CUDA runtime / cuBLASLt slice from the emulator.
+  # Speculative decoding's proposers and policy, for every engine built here.
+  set(IFD_SPEC_SRCS ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c
+      ${PROJECT_SOURCE_DIR}/worker/spec_draft.c)
   set(IFD_BACKEND_SRCS ${PROJECT_SOURCE_DIR}/worker/model.c
       ${PROJECT_SOURCE_DIR}/worker/backend_cpu.c ${PROJECT_SOURCE_DIR}/worker/backend_cuda.c)
   ifd_add_test(test_backend_cuda_emu SOURCES test_backend_cuda.c gpu_model_test.c ${IFD_BACKEND_SRCS}
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/generate.c
                ${PROJECT_SOURCE_DIR}/worker/engine.c
-               ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c
+               ${IFD_SPEC_SRCS}
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_backend_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
@@ -95,7 +98,7 @@ if(CMAKE_CXX_COMPILER)
   # Device sampling, decode graphs, the steady state (issue 13 items 2-3).
   ifd_add_test(test_cuda_step_emu SOURCES test_cuda_step.c gpu_model_test.c ${IFD_BACKEND_SRCS}
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
-               ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c
+               ${IFD_SPEC_SRCS}
                ${PROJECT_SOURCE_DIR}/worker/kvprobe.c ${PROJECT_SOURCE_DIR}/worker/kvsize.c
                LIBS ifd_gpu_test_emu LABELS unit emu TIMEOUT 300)
   target_include_directories(test_cuda_step_emu PRIVATE ${PROJECT_SOURCE_DIR}
@@ -107,7 +110,7 @@ if(CMAKE_CXX_COMPILER)
   ifd_add_test(test_engine_cuda_emu
                SOURCES ${PROJECT_SOURCE_DIR}/tests/unit/test_engine_model.c ${IFD_BACKEND_SRCS}
                        ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
-                       ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c
+                       ${IFD_SPEC_SRCS}
                LIBS ifd_kernels_emu ifd_kernels ${IFD_GPU_WORKER_LIBS} PkgConfig::JANSSON
                LABELS unit emu TIMEOUT 300)
   target_compile_definitions(test_engine_cuda_emu PRIVATE IFD_TEST_ENGINE_CUDA_EMU)
@@ -137,7 +140,7 @@ if(CMAKE_CXX_COMPILER)
                  ${PROJECT_SOURCE_DIR}/worker/kvprobe.c
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
                  ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c
-                 ${PROJECT_SOURCE_DIR}/worker/ngram.c ${PROJECT_SOURCE_DIR}/worker/spec.c)
+                 ${IFD_SPEC_SRCS})
   target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1 IFD_CUDA_STATIC=1)
   target_include_directories(inferd-worker-emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
