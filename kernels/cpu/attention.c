@@ -1,7 +1,8 @@
 /*
  * attention.c — the paged KV cache on the CPU: writing K/V rows into their
  * slots (ifd_cpu_kv_write) and causal grouped-query attention over them for a
- * ragged batch (ifd_cpu_paged_attention).
+ * ragged batch (ifd_cpu_paged_attention), with Gemma 3's image blocks (a
+ * token sees up to its `last` position instead of its own).
  *
  * Layout of one layer's K (and V) region: [block][kv_head][token] of rows of
  * ifd_kv_row_bytes(kv->dtype, head_dim) bytes, so the rows of one head inside
@@ -227,6 +228,7 @@ typedef struct {
     const ifd_kv_layer_t *kv;
     const int32_t *seq;
     const int32_t *pos;
+    const int32_t *last; /* or NULL: pos */
     const int32_t *block_tables;
     int max_blocks;
     int n_heads;
@@ -963,19 +965,21 @@ static void ifd__att_normalize(float *acc, const float *l, int nq, int hd)
     }
 }
 
-/* The first position a token at p_end sees (window 0 = unlimited). */
-static inline int ifd__win_lo(int p_end, int window)
+/* The first position a token at p sees (window 0 = unlimited). */
+static inline int ifd__win_lo(int p, int window)
 {
-    return window > 0 && p_end - window + 1 > 0 ? p_end - window + 1 : 0;
+    return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 }
 
-/* Token t's window [p_lo, p_end], or −1 for a padding row. */
+/* Token t's window [p_lo, p_end], or −1 for a padding row: from its
+ * position's window start to its last visible position (its own, or its
+ * image's last one). */
 static int ifd__att_window(const ifd__att_t *c, int t, int *p_lo)
 {
     if (c->seq[t] < 0)
         return -1;
     *p_lo = ifd__win_lo(c->pos[t], c->window);
-    return c->pos[t];
+    return c->last ? c->last[t] : c->pos[t];
 }
 
 /* Run hr of KV heads: [*h0, *h1); returns the query heads it serves. */
@@ -1081,7 +1085,8 @@ enum { IFD__ATT_SPLIT_MAX_TOK = 8 };
 #define IFD__ATT_SPLIT_MAX_BYTES ((int64_t)32 << 20)
 
 int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const ifd_kv_layer_t *kv,
-                            const int32_t *seq, const int32_t *pos, const int32_t *block_tables,
+                            const int32_t *seq, const int32_t *pos, const int32_t *last,
+                            const int32_t *block_tables,
                             int max_blocks, int n_tok, int n_heads, float scale, int window,
                             ifd_threadpool_t *tp)
 {
@@ -1099,10 +1104,10 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
     for (int t = 0; t < n_tok; t++) {
         if (seq[t] < 0)
             continue;
-        const int p_end = pos[t];
-        if (p_end < 0 || p_end / bs >= max_blocks)
+        const int p_end = last ? last[t] : pos[t];
+        if (pos[t] < 0 || p_end < pos[t] || p_end / bs >= max_blocks)
             return IFD_EINVAL;
-        const int p_lo = ifd__win_lo(p_end, window);
+        const int p_lo = ifd__win_lo(pos[t], window);
         const int32_t *bt = block_tables + (int64_t)seq[t] * max_blocks;
         for (int b = p_lo / bs; b <= p_end / bs; b++)
             if (bt[b] < 0)
@@ -1122,6 +1127,7 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
         .kv = kv,
         .seq = seq,
         .pos = pos,
+        .last = last,
         .block_tables = block_tables,
         .max_blocks = max_blocks,
         .n_heads = n_heads,

@@ -190,8 +190,12 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
  * Causal grouped-query attention over the paged cache for a ragged batch of
  * query tokens. Token t belongs to sequence seq[t] and sits at position
  * pos[t]; it attends to that sequence's cached positions
- * [max(0, pos[t] − window + 1), pos[t]] (window 0 = unlimited), whose K/V
- * must already be written. Position p of sequence s lives in block
+ * [max(0, pos[t] − window + 1), last[t]] (window 0 = unlimited; last NULL:
+ * last[t] = pos[t], causal), whose K/V must already be written. last[t] >
+ * pos[t] is Gemma 3's image block: a token of an image also sees the later
+ * tokens of its image (last[t] = the image's last position), while the
+ * window still starts from pos[t] (transformers' AND(sliding window,
+ * OR(causal, same image)); docs/vision.md). Position p of sequence s lives in block
  * block_tables[s * max_blocks + p / block_size] at offset p % block_size.
  * Query head h uses KV head h / (n_heads / n_kv_heads).
  * out[t, h] = Σ_p softmax_p(scale · q·k_p) v_p, f32 accumulation (online
@@ -207,7 +211,8 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
  * f32, the value ifd_cpu_kv_dequant_row gives), so the result is that of the
  * f32 kernel on the dequantized values.
  * IFD_EINVAL: bad sizes, n_heads not a multiple of n_kv_heads, window < 0,
- * a needed block-table entry < 0 or pos[t] / block_size ≥ max_blocks
+ * last[t] < pos[t], a needed block-table entry < 0 or last[t] / block_size
+ * ≥ max_blocks
  * (checked before any work); IFD_ENOTSUP: head_dim > 256, more than 32
  * query heads per KV head, or another dtype.
  */
@@ -216,6 +221,7 @@ int ifd_cpu_paged_attention(float *restrict out,       /* [n_tok, n_heads, head_
                             const ifd_kv_layer_t *kv,
                             const int32_t *seq,          /* [n_tok] */
                             const int32_t *pos,          /* [n_tok] */
+                            const int32_t *last,         /* [n_tok] or NULL */
                             const int32_t *block_tables, /* [n_seqs, max_blocks] */
                             int max_blocks, int n_tok, int n_heads, float scale, int window,
                             ifd_threadpool_t *tp);

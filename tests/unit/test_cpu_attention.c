@@ -32,6 +32,7 @@
 #include "rng.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,7 +157,7 @@ static float *src_row(const att_world_t *w, float *base, int s, int p, int h)
 
 static void world_build(att_world_t *w, const att_cfg_t *cfg)
 {
-    static const int lens[NSEQ] = {150, 1, 141, 64, 9};
+    static const int lens[NSEQ] = {150, 1, 141, 80, 9};
     memset(w, 0, sizeof *w);
     w->cfg = cfg;
     int total_blocks = 0;
@@ -293,33 +294,48 @@ static void check_pool(const att_world_t *w)
     free(written), free(want), free(got);
 }
 
-static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
+static void att_case(const att_cfg_t *cfg, bool images, ifd_threadpool_t *tp)
 {
     att_world_t w;
     world_build(&w, cfg);
     check_pool(&w);
 
     /* The batch: seq 0 prefill chunk 130..149 over 130 cached positions, seq 1
-     * first token, seq 2 decode at 140, seq 3 whole prompt 0..63, seq 4 decode
+     * first token, seq 2 decode at 140, seq 3 whole prompt 0..79, seq 4 decode
      * at 8, two padding rows; shuffled. Windows past 64 positions span
-     * several of the kernel's partitions. */
-    int tok_seq[128], tok_pos[128], n_tok = 0;
+     * several of the kernel's partitions. Images (Gemma 3's bidirectional
+     * blocks: a token of one sees up to the image's last position): seq 0
+     * 120..137 (begun in the cached prefix) and 140..149 (to the chunk's
+     * end), seq 3 3..20 (longer than the small windows), 30..30 and 50..74
+     * (across the partition boundary at 64). */
+    static const int img[][3] = {{0, 120, 18}, {0, 140, 10}, {3, 3, 18}, {3, 30, 1}, {3, 50, 25}};
+    int tok_seq[128], tok_pos[128], tok_last[128], n_tok = 0;
     for (int p = 130; p < 150; p++)
         tok_seq[n_tok] = 0, tok_pos[n_tok++] = p;
     tok_seq[n_tok] = 1, tok_pos[n_tok++] = 0;
     tok_seq[n_tok] = 2, tok_pos[n_tok++] = 140;
-    for (int p = 0; p < 64; p++)
+    for (int p = 0; p < 80; p++)
         tok_seq[n_tok] = 3, tok_pos[n_tok++] = p;
     tok_seq[n_tok] = 4, tok_pos[n_tok++] = 8;
     tok_seq[n_tok] = -1, tok_pos[n_tok++] = 0;
     tok_seq[n_tok] = -1, tok_pos[n_tok++] = 12345;
+    for (int i = 0; i < n_tok; i++) {
+        tok_last[i] = tok_pos[i];
+        for (size_t k = 0; k < sizeof img / sizeof img[0]; k++)
+            if (tok_seq[i] == img[k][0] && tok_pos[i] >= img[k][1] &&
+                tok_pos[i] < img[k][1] + img[k][2])
+                tok_last[i] = img[k][1] + img[k][2] - 1;
+    }
     int order[128];
     for (int i = 0; i < n_tok; i++)
         order[i] = i;
     shuffle_int(order, n_tok);
-    int32_t seq[128], pos[128];
+    int32_t seq[128], pos[128], last[128];
     for (int i = 0; i < n_tok; i++)
-        seq[i] = tok_seq[order[i]], pos[i] = tok_pos[order[i]];
+        seq[i] = tok_seq[order[i]], pos[i] = tok_pos[order[i]], last[i] = tok_last[order[i]];
+    const int32_t *lp = images ? last : NULL; /* NULL: causal */
+    if (!lp)
+        memcpy(last, pos, sizeof pos);
 
     const int nh = cfg->n_heads, hd = cfg->hd, G = cfg->n_heads / cfg->n_kv;
     const int64_t qn = (int64_t)n_tok * nh * hd;
@@ -328,10 +344,10 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
     for (int64_t i = 0; i < qn; i++)
         q[i] = rnd(-3, 3), out[i] = out1[i] = NAN;
     const float scale = 1.0f / sqrtf((float)hd);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &w.kv, seq, pos, w.bt, w.max_blocks, n_tok, nh,
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &w.kv, seq, pos, lp, w.bt, w.max_blocks, n_tok, nh,
                                              scale, cfg->window, tp),
                      0);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out1, q, &w.kv, seq, pos, w.bt, w.max_blocks, n_tok,
+    ck_assert_int_eq(ifd_cpu_paged_attention(out1, q, &w.kv, seq, pos, lp, w.bt, w.max_blocks, n_tok,
                                              nh, scale, cfg->window, NULL),
                      0);
     ck_assert_msg(memcmp(out, out1, sizeof(float) * (size_t)qn) == 0,
@@ -345,16 +361,17 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
         for (int k = 1; k <= 2; k++) {
             const int u = k == 2 ? (t + 1) % n_tok : t;
             const int32_t s2[2] = {seq[t], seq[u]}, p2[2] = {pos[t], pos[u]};
+            const int32_t l2[2] = {last[t], last[u]};
             for (int64_t i = 0; i < row * k; i++)
                 one[i] = NAN;
-            ck_assert_int_eq(ifd_cpu_paged_attention(one, q + t * row, &w.kv, s2, p2, w.bt,
+            ck_assert_int_eq(ifd_cpu_paged_attention(one, q + t * row, &w.kv, s2, p2, lp ? l2 : NULL, w.bt,
                                                      w.max_blocks, 1, nh, scale, cfg->window, tp),
                              0);
             if (k == 2) { /* rows t and u next to each other: q rows copied together */
                 float *q2 = malloc(sizeof(float) * (size_t)row * 2);
                 memcpy(q2, q + t * row, sizeof(float) * (size_t)row);
                 memcpy(q2 + row, q + u * row, sizeof(float) * (size_t)row);
-                ck_assert_int_eq(ifd_cpu_paged_attention(one, q2, &w.kv, s2, p2, w.bt,
+                ck_assert_int_eq(ifd_cpu_paged_attention(one, q2, &w.kv, s2, p2, lp ? l2 : NULL, w.bt,
                                                          w.max_blocks, 2, nh, scale, cfg->window,
                                                          tp),
                                  0);
@@ -385,7 +402,7 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
             const int lo =
                 cfg->window > 0 && pos[t] - cfg->window + 1 > 0 ? pos[t] - cfg->window + 1 : 0;
             double mx = -INFINITY, sum = 0;
-            for (int p = lo; p <= pos[t]; p++) {
+            for (int p = lo; p <= last[t]; p++) {
                 const float *k = src_row(&w, w.ref_k, s, p, kvh);
                 double d = 0;
                 for (int e = 0; e < hd; e++)
@@ -393,11 +410,11 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
                 sc[p] = d * scale;
                 mx = sc[p] > mx ? sc[p] : mx;
             }
-            for (int p = lo; p <= pos[t]; p++)
+            for (int p = lo; p <= last[t]; p++)
                 sum += (sc[p] = exp(sc[p] - mx));
             for (int e = 0; e < hd; e++) {
                 double ref = 0;
-                for (int p = lo; p <= pos[t]; p++)
+                for (int p = lo; p <= last[t]; p++)
                     ref += sc[p] / sum * src_row(&w, w.ref_v, s, p, kvh)[e];
                 const double err = fabs(o[e] - ref);
                 IFD_CHECK(err <= 4e-6,
@@ -406,8 +423,8 @@ static void att_case(const att_cfg_t *cfg, ifd_threadpool_t *tp)
                 worst = err > worst ? err : worst;
             }
         }
-    printf("attention heads %d/%d hd %d bs %d dtype %d window %d: max |err| %.3g\n", nh, cfg->n_kv,
-           hd, cfg->bs, (int)cfg->dt, cfg->window, worst);
+    printf("attention heads %d/%d hd %d bs %d dtype %d window %d images %d: max |err| %.3g\n", nh,
+           cfg->n_kv, hd, cfg->bs, (int)cfg->dt, cfg->window, lp != NULL, worst);
     free(sc), free(q), free(out), free(out1);
     world_free(&w);
 }
@@ -431,7 +448,7 @@ START_TEST(test_attention)
     rng_state = 100 + (uint64_t)_i;
     ifd_threadpool_t *tp = NULL;
     ck_assert_int_eq(ifd_threadpool_create(&tp, 3), 0);
-    att_case(&att_cfgs[_i], tp);
+    att_case(&att_cfgs[_i / 2], _i % 2, tp); /* each causal, then with images */
     ifd_threadpool_destroy(tp);
 }
 END_TEST
@@ -443,32 +460,41 @@ START_TEST(test_errors)
     int64_t slot = 0;
     ifd_kv_layer_t kv = {kbuf, vbuf, IFD_DTYPE_F32, 4, 1, 8};
     ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), 0);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 2, 1, 0, NULL), 0);
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL), 0);
     pos = 4; /* block 1 is unmapped */
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 2, 1, 0, NULL),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL),
                      IFD_EINVAL);
     pos = 8; /* past max_blocks */
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 2, 1, 0, NULL),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL),
                      IFD_EINVAL);
     pos = 3;
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 2, 1, -1, NULL),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, -1, NULL),
                      IFD_EINVAL);
+    int32_t last = 2; /* an image's last position before the token's own */
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL),
+                     IFD_EINVAL);
+    last = 4; /* its image reaches into the unmapped block 1 */
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL),
+                     IFD_EINVAL);
+    last = 3;
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL),
+                     0);
     kv.n_kv_heads = 2; /* 3 query heads over 2 KV heads */
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 3, 1, 0, NULL),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 3, 1, 0, NULL),
                      IFD_EINVAL);
     kv.n_kv_heads = 1;
     kv.head_dim = 300;
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 1, 1, 0, NULL),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
                      IFD_ENOTSUP);
     kv.head_dim = 8;
     kv.dtype = (ifd_dtype_t)9;
     ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_ENOTSUP);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 1, 1, 0, NULL),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
                      IFD_ENOTSUP);
     /* the block types need head_dim a multiple of 32 */
     kv.dtype = IFD_DTYPE_Q8_0;
     ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_ENOTSUP);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 2, 1, 1, 1, 0, NULL),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
                      IFD_ENOTSUP);
     ck_assert_int_eq(ifd_cpu_kv_dequant_row(out, kbuf, IFD_DTYPE_Q4_0, 8), IFD_ENOTSUP);
     kv.dtype = IFD_DTYPE_F32;
@@ -545,7 +571,7 @@ static Suite *attention_suite(void)
     Suite *s = suite_create("cpu_attention");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_attention, 0, (int)(sizeof att_cfgs / sizeof att_cfgs[0]));
+    tcase_add_loop_test(tc, test_attention, 0, 2 * (int)(sizeof att_cfgs / sizeof att_cfgs[0]));
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_row_bytes);
     tcase_add_test(tc, test_quant_edges);
