@@ -241,7 +241,7 @@ static int run_decode(void *a_)
 static int run_prefill(void *a_)
 {
     attn_t *A = a_;
-    return ifd_cuda_paged_prefill_attention(A->out, A->q, &A->kv, A->cu, A->ctxs, A->bt,
+    return ifd_cuda_paged_prefill_attention(A->out, A->q, &A->kv, A->cu, A->ctxs, NULL, A->bt,
                                             A->max_blocks, A->n_seqs, A->n_tok, A->ctx, HEADS,
                                             0.088388f, 0, NULL);
 }

@@ -149,6 +149,15 @@ typedef struct {
  * max_q_len (longest q run: 1 = decode only), max_ctx (most positions any
  * token attends to, before any window). workspace: backend memory of at
  * least ops->attn_workspace(...) bytes for split-K partials (NULL if 0).
+ * last (backend memory, [n_tok], or NULL = pos): the last position each
+ * token attends to — Gemma 3's image mask. Within a sequence, a token of an
+ * image (a span of positions whose tokens attend to each other both ways)
+ * has last = the image's last position, every other token its own; the
+ * window (local layers) still starts from pos (docs/vision.md). The K/V of
+ * positions up to last[t] must be written (the whole image is in this step
+ * or earlier), and last is non-decreasing along a sequence's positions. A
+ * batch with any last[t] > pos[t] is varlen with max_q_len > 1 (an image
+ * never splits across steps, and a lone token's last is its pos).
  */
 typedef struct {
     int n_tok;
@@ -163,6 +172,7 @@ typedef struct {
     int max_ctx;
     void *workspace;
     size_t workspace_bytes;
+    const int32_t *last;         /* [n_tok] or NULL */
 } ifd_attn_batch_t;
 
 /* One logits row to sample on the device (ops->sample): the request's

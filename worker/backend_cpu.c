@@ -663,7 +663,7 @@ static int ifd__cpu_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t
 {
     if (ab->n_tok > out->rows || ab->n_tok > q->rows)
         return IFD_EINVAL;
-    return ifd_cpu_paged_attention(ifd__f(out), ifd__f(q), kv, ab->seq, ab->pos,
+    return ifd_cpu_paged_attention(ifd__f(out), ifd__f(q), kv, ab->seq, ab->pos, ab->last,
                                    ab->block_tables, ab->max_blocks, ab->n_tok, n_heads, scale,
                                    window, ifd__cpu(be)->tp);
 }

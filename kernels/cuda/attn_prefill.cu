@@ -12,7 +12,10 @@
  * shared memory with cp.async; keys outside that range are zero-filled, so
  * unused slots are never read. Per tile each warp runs one attn_step
  * (attn_common.cuh), with per-element masking only on tiles that cross one
- * of its rows' causal or window edges, and skips tiles it cannot see. Tiles
+ * of its rows' causal or window edges, and skips tiles it cannot see.
+ * Gemma 3's images (attn_prefill.h, `last`): a row's causal end is its
+ * last visible key, its window still starts from its position; every
+ * bound above reads the ends of the first and last rows (non-decreasing). Tiles
  * are processed from the heaviest (last) query tile of a sequence first.
  *
  * Specializations: head_dim 64/128/256 x {bf16, f16}; BN = 64 keys for
@@ -39,6 +42,7 @@ struct prefill_args {
     const uint16_t *v;
     const int32_t *cu_q;
     const int32_t *ctx;
+    const int32_t *last; /* [n_tok] or NULL */
     const int32_t *bt;
     int max_blocks, n_heads, n_kv, group, window;
     float scale_log2;
@@ -77,7 +81,11 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
     const int pos0 = a.ctx[s] - qlen; /* position of the chunk's first token */
     const int W = a.window;
     const int r_last = r0 + BM - 1 < rows - 1 ? r0 + BM - 1 : rows - 1;
-    const int key_hi = pos0 + r_last / G;
+    /* the last key a row sees: its position, or its image's last one
+     * (non-decreasing along the chunk, so the tile's last row has the
+     * highest) */
+    auto end_of = [&](int row) { return a.last ? a.last[q0 + row / G] : pos0 + row / G; };
+    const int key_hi = end_of(r_last);
     const int key_lo = W > 0 && pos0 + r0 / G - W + 1 > 0 ? pos0 + r0 / G - W + 1 : 0;
 
     /* Q rows, unscaled, in the KV dtype; zero rows past the chunk. */
@@ -116,6 +124,13 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
     const int wr1 = wr0 + 15 < rows - 1 ? wr0 + 15 : rows - 1;
     const int wp_first = pos0 + wr0 / G, wp_last = pos0 + wr1 / G;
     const int wlo = W > 0 && wp_first - W + 1 > 0 ? wp_first - W + 1 : 0;
+    const int we_first = active ? end_of(wr0) : 0, we_last = active ? end_of(wr1) : 0;
+    /* the two rows this lane masks (g and g + 8 of the warp's 16):
+     * position and last visible key */
+    const int ra = wr0 + (lane >> 2) < rows - 1 ? wr0 + (lane >> 2) : rows - 1;
+    const int rb = wr0 + (lane >> 2) + 8 < rows - 1 ? wr0 + (lane >> 2) + 8 : rows - 1;
+    const int pa = pos0 + ra / G, pb = pos0 + rb / G;
+    const int ea = active ? end_of(ra) : 0, eb = active ? end_of(rb) : 0;
 
     warp_state<D> st;
     state_init<D>(st);
@@ -133,20 +148,19 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
         ifd_cp_async_wait<1>();
         __syncthreads();
         const int k_first = kt * BN, k_last = kt * BN + BN - 1;
-        if (active && k_first <= wp_last && k_last >= wlo) {
-            /* Every key visible to every row: below the first row's position
-             * and inside the last row's window. */
-            const bool full = k_last <= wp_first && (W == 0 || k_first >= wp_last - W + 1);
+        if (active && k_first <= we_last && k_last >= wlo) {
+            /* Every key visible to every row: up to the first row's last
+             * visible key and inside the last row's window. */
+            const bool full = k_last <= we_first && (W == 0 || k_first >= wp_last - W + 1);
             if (full) {
                 attn_step<D, BN / 8, BF16, false>(st, qo, sK + buf * KVT, sV + buf * KVT,
                                                   a.scale_log2, [](int, int) { return true; });
             } else {
                 attn_step<D, BN / 8, BF16, true>(
                     st, qo, sK + buf * KVT, sV + buf * KVT, a.scale_log2, [=](int r, int k) {
-                        int row = wr0 + r;
-                        row = row < rows ? row : rows - 1;
-                        const int p = pos0 + row / G, key = k_first + k;
-                        return key <= p && (W == 0 || key > p - W);
+                        /* r is this lane's row g or g + 8 */
+                        const int p = r < 8 ? pa : pb, e = r < 8 ? ea : eb, key = k_first + k;
+                        return key <= e && (W == 0 || key > p - W);
                     });
             }
         }
@@ -197,7 +211,8 @@ int launch(const prefill_args &a, int n_seqs, int max_q_len, cudaStream_t stream
 extern "C" int ifd_cuda_paged_prefill_attention(
     float *IFD_CUDA_RESTRICT out, const float *IFD_CUDA_RESTRICT q, const ifd_kv_layer_t *kv,
     const int32_t *IFD_CUDA_RESTRICT cu_q, const int32_t *IFD_CUDA_RESTRICT ctx_len,
-    const int32_t *IFD_CUDA_RESTRICT block_tables, int max_blocks, int n_seqs, int n_tok,
+    const int32_t *IFD_CUDA_RESTRICT last, const int32_t *IFD_CUDA_RESTRICT block_tables,
+    int max_blocks, int n_seqs, int n_tok,
     int max_q_len, int n_heads, float scale, int window, ifd_cuda_stream_t stream)
 {
     if (!kv || n_seqs < 0 || n_tok < 0 || max_q_len < 0 || n_heads <= 0 || window < 0 ||
@@ -224,6 +239,7 @@ extern "C" int ifd_cuda_paged_prefill_attention(
     a.v = (const uint16_t *)kv->v;
     a.cu_q = cu_q;
     a.ctx = ctx_len;
+    a.last = last;
     a.bt = block_tables;
     a.max_blocks = max_blocks;
     a.n_heads = n_heads;

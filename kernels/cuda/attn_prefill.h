@@ -12,10 +12,13 @@
  * positions — the cached prefix and the new chunk — must already be in the
  * pool (write the chunk's first, e.g. with ifd_cuda_rope_kv_write).
  *
- * Semantics: those of ifd_cpu_paged_attention with seq = s and that
- * position for every query row: a row at position p attends to positions
- * [max(0, p - window + 1), p] (window 0 = unlimited); query head h uses KV
- * head h / (n_heads / n_kv_heads). A sequence with q_len 0 is skipped.
+ * Semantics: those of ifd_cpu_paged_attention with seq = s, that position
+ * and `last` for every query row: a row at position p attends to positions
+ * [max(0, p - window + 1), e] (window 0 = unlimited), e = last[row] (NULL:
+ * e = p; Gemma 3's image blocks, where a token of an image sees its whole
+ * image: e >= p, non-decreasing along a sequence's chunk, and < ctx_len[s]
+ * — the K/V must be in the pool); query head h uses KV head h / (n_heads /
+ * n_kv_heads). A sequence with q_len 0 is skipped.
  *
  * Supported: kv->dtype F16 or BF16 (f32 accumulation, P rounded to the KV
  * dtype before P.V as in FlashAttention), kv->block_size 16, kv->head_dim
@@ -31,7 +34,7 @@ IFD_CUDA_API_BEGIN
 /*
  * out[r, h] = softmax_p(scale * q[r, h] . k_p) . v_p for every query row r
  * of the batch (rows not covered by cu_q are left untouched).
- * cu_q, ctx_len and block_tables are device arrays; max_q_len is a host-side
+ * cu_q, ctx_len, last and block_tables are device arrays; max_q_len is a host-side
  * upper bound of q_len[s] (it sizes the grid; rows beyond it would be
  * skipped, so it must hold). n_tok = cu_q[n_seqs] (used for checks only).
  * Returns 0, IFD_EINVAL (bad shapes, NULL or misaligned pointers),
@@ -43,6 +46,7 @@ int ifd_cuda_paged_prefill_attention(
     const ifd_kv_layer_t *kv,                      /* the layer's pool */
     const int32_t *IFD_CUDA_RESTRICT cu_q,         /* [n_seqs + 1] */
     const int32_t *IFD_CUDA_RESTRICT ctx_len,      /* [n_seqs] */
+    const int32_t *IFD_CUDA_RESTRICT last,         /* [n_tok] or NULL */
     const int32_t *IFD_CUDA_RESTRICT block_tables, /* [n_seqs, max_blocks] */
     int max_blocks, int n_seqs, int n_tok, int max_q_len, int n_heads, float scale, int window,
     ifd_cuda_stream_t stream);

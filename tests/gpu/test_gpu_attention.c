@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define BS        16
@@ -121,15 +122,17 @@ static ifd_kv_layer_t pool_layer(const pool_t *P, int device)
     return kv;
 }
 
-/* The CPU reference for n_tok tokens (seq, pos) into ref. */
+/* The CPU reference for n_tok tokens (seq, pos, last: NULL = causal) into
+ * ref. */
 static void reference(float *ref, const float *q, const pool_t *P, const int32_t *seq,
-                      const int32_t *pos, int n_tok, int n_heads, float scale, int window)
+                      const int32_t *pos, const int32_t *last, int n_tok, int n_heads, float scale,
+                      int window)
 {
     ifd_kv_layer_t kv = pool_layer(P, 0);
     static ifd_threadpool_t *tp;
     if (!tp && ifd_threadpool_create(&tp, 0) != 0)
         tp = NULL;
-    int rc = ifd_cpu_paged_attention(ref, q, &kv, seq, pos, P->bt, P->max_blocks, n_tok, n_heads,
+    int rc = ifd_cpu_paged_attention(ref, q, &kv, seq, pos, last, P->bt, P->max_blocks, n_tok, n_heads,
                                      scale, window, tp);
     GT_EXPECT(rc == 0, "ifd_cpu_paged_attention returned %d", rc);
 }
@@ -182,7 +185,7 @@ static void decode_case(const int32_t *ctx, int n_seqs, int n_heads, int n_kv, i
     float *q = make_q(nq, dt);
     float *ref = gt_xmalloc((size_t)nq * 4), *got = gt_xmalloc((size_t)nq * 4);
     const float scale = 1.0f / sqrtf((float)hd);
-    reference(ref, q, &P, seq, pos, n_tok, n_heads, scale, window);
+    reference(ref, q, &P, seq, pos, NULL, n_tok, n_heads, scale, window);
 
     float *dq = gt_dupload(q, (size_t)nq * 4);
     float *dout = gt_dalloc_poison((size_t)nq * 4);
@@ -340,10 +343,13 @@ static void test_decode_errors(void)
 
 /*
  * One prefill batch: sequence s has a cached prefix of prefix[s] positions
- * and a new chunk of qlen[s] tokens (all in the pool already).
+ * and a new chunk of qlen[s] tokens (all in the pool already). images:
+ * Gemma 3's image blocks (`last`) — in each chunk of 2+ tokens an image over
+ * its middle half, and one begun in the cached prefix where there is one
+ * (its last 3 positions and the chunk's first 2).
  */
 static void prefill_case(const int32_t *prefix, const int32_t *qlen, int n_seqs, int n_heads,
-                         int n_kv, int hd, ifd_dtype_t dt, int window, float sigma)
+                         int n_kv, int hd, ifd_dtype_t dt, int window, float sigma, bool images)
 {
     int32_t *ctx = gt_xmalloc((size_t)n_seqs * 4), *cu = gt_xmalloc((size_t)(n_seqs + 1) * 4);
     int max_q = 0;
@@ -357,33 +363,41 @@ static void prefill_case(const int32_t *prefix, const int32_t *qlen, int n_seqs,
     pool_t P;
     pool_make(&P, ctx, n_seqs, n_kv, hd, dt, sigma);
     int32_t *seq = gt_xmalloc((size_t)n_tok * 4), *pos = gt_xmalloc((size_t)n_tok * 4);
-    for (int s = 0; s < n_seqs; s++)
+    int32_t *last = gt_xmalloc((size_t)n_tok * 4 + 4);
+    for (int s = 0; s < n_seqs; s++) {
+        const int a = qlen[s] / 4, b = a + (qlen[s] / 2 > 2 ? qlen[s] / 2 : 2); /* [a, b) */
         for (int i = 0; i < qlen[s]; i++) {
             seq[cu[s] + i] = s;
-            pos[cu[s] + i] = prefix[s] + i;
+            pos[cu[s] + i] = last[cu[s] + i] = prefix[s] + i;
+            if (images && prefix[s] >= 3 && qlen[s] >= 2 && i < 2)
+                last[cu[s] + i] = prefix[s] + 1;
+            else if (images && qlen[s] >= 2 && b <= qlen[s] && i >= a && i < b)
+                last[cu[s] + i] = prefix[s] + b - 1;
         }
+    }
     const int64_t nq = (int64_t)n_tok * n_heads * hd;
     float *q = make_q(nq, dt);
     float *ref = gt_xmalloc((size_t)nq * 4), *got = gt_xmalloc((size_t)nq * 4);
     const float scale = 1.0f / sqrtf((float)hd);
-    reference(ref, q, &P, seq, pos, n_tok, n_heads, scale, window);
+    reference(ref, q, &P, seq, pos, images ? last : NULL, n_tok, n_heads, scale, window);
 
     float *dq = gt_dupload(q, (size_t)nq * 4);
     float *dout = gt_dalloc_poison((size_t)nq * 4);
     int32_t *dcu = gt_dupload(cu, (size_t)(n_seqs + 1) * 4);
     int32_t *dctx = gt_dupload(ctx, (size_t)n_seqs * 4);
+    int32_t *dlast = images ? gt_dupload(last, (size_t)n_tok * 4) : NULL;
     ifd_kv_layer_t kv = pool_layer(&P, 1);
-    int rc = ifd_cuda_paged_prefill_attention(dout, dq, &kv, dcu, dctx, P.dbt, P.max_blocks, n_seqs,
+    int rc = ifd_cuda_paged_prefill_attention(dout, dq, &kv, dcu, dctx, dlast, P.dbt, P.max_blocks, n_seqs,
                                               n_tok, max_q, n_heads, scale, window, NULL);
     GT_EXPECT(rc == 0, "ifd_cuda_paged_prefill_attention returned %d", rc);
     gt_sync();
     gt_download(got, dout, (size_t)nq * 4);
     double e = gt_rel_l2(got, ref, nq);
-    gt_note("prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d: rel L2 %.2e", n_seqs, n_tok,
-            n_heads, n_kv, hd, dt_name(dt), window, e);
+    gt_note("prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d images=%d: rel L2 %.2e",
+            n_seqs, n_tok, n_heads, n_kv, hd, dt_name(dt), window, images, e);
     GT_EXPECT(e <= tol_kv(dt),
-              "prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d: rel L2 %.3g > %.3g",
-              n_seqs, n_tok, n_heads, n_kv, hd, dt_name(dt), window, e, tol_kv(dt));
+              "prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d images=%d: rel L2 %.3g > %.3g",
+              n_seqs, n_tok, n_heads, n_kv, hd, dt_name(dt), window, images, e, tol_kv(dt));
     if (e > tol_kv(dt)) {
         for (int t = 0; t < n_tok; t++) {
             int64_t o = (int64_t)t * n_heads * hd;
@@ -395,8 +409,10 @@ static void prefill_case(const int32_t *prefix, const int32_t *qlen, int n_seqs,
             }
         }
     }
-    free(ctx), free(cu), free(seq), free(pos), free(q), free(ref), free(got);
+    free(ctx), free(cu), free(seq), free(pos), free(last), free(q), free(ref), free(got);
     gt_dfree(dq), gt_dfree(dout), gt_dfree(dcu), gt_dfree(dctx);
+    if (dlast)
+        gt_dfree(dlast);
     pool_free(&P);
 }
 
@@ -406,7 +422,7 @@ static void prefill_shape(int hd, int gi, int n_heads, int n_kv, ifd_dtype_t dt)
     const int small = gt_small();
     int32_t prefix[4] = {0, 5, 16, small ? 40 : 300};
     int32_t qlen[4] = {small ? 17 : 200, 1, small ? 33 : 64, small ? 9 : 129};
-    prefill_case(prefix, qlen, 4, n_heads, n_kv, hd, dt, 0, 1.0f);
+    prefill_case(prefix, qlen, 4, n_heads, n_kv, hd, dt, 0, 1.0f, false);
 }
 
 static void test_prefill_shapes(void)
@@ -419,16 +435,29 @@ static void test_prefill_window(void)
     const int small = gt_small();
     int32_t prefix[3] = {small ? 20 : 700, 0, 3};
     int32_t qlen[3] = {small ? 40 : 333, small ? 30 : 257, 1};
-    prefill_case(prefix, qlen, 3, 8, 2, 128, IFD_DTYPE_BF16, 33, 1.0f);
-    prefill_case(prefix, qlen, 3, 8, 8, 64, IFD_DTYPE_F16, 64, 1.0f);
-    prefill_case(prefix, qlen, 3, 4, 1, 256, IFD_DTYPE_BF16, 1, 1.0f);
+    prefill_case(prefix, qlen, 3, 8, 2, 128, IFD_DTYPE_BF16, 33, 1.0f, false);
+    prefill_case(prefix, qlen, 3, 8, 8, 64, IFD_DTYPE_F16, 64, 1.0f, false);
+    prefill_case(prefix, qlen, 3, 4, 1, 256, IFD_DTYPE_BF16, 1, 1.0f, false);
 }
 
 static void test_prefill_peaked(void)
 {
     int32_t prefix[2] = {gt_small() ? 50 : 1000, 0};
     int32_t qlen[2] = {gt_small() ? 20 : 300, gt_small() ? 24 : 250};
-    prefill_case(prefix, qlen, 2, 16, 4, 128, IFD_DTYPE_BF16, 0, 6.0f);
+    prefill_case(prefix, qlen, 2, 16, 4, 128, IFD_DTYPE_BF16, 0, 6.0f, false);
+}
+
+/* Gemma 3's image blocks: the shapes and windows above (one shorter than an
+ * image, one longer) with images in every chunk. */
+static void test_prefill_images(void)
+{
+    const int small = gt_small();
+    int32_t prefix[4] = {0, 5, 16, small ? 40 : 300};
+    int32_t qlen[4] = {small ? 17 : 200, 1, small ? 33 : 64, small ? 9 : 129};
+    prefill_case(prefix, qlen, 4, 8, 2, 128, IFD_DTYPE_BF16, 0, 1.0f, true);
+    prefill_case(prefix, qlen, 4, 8, 8, 64, IFD_DTYPE_F16, 5, 1.0f, true);
+    prefill_case(prefix, qlen, 4, 4, 1, 256, IFD_DTYPE_BF16, 300, 1.0f, true);
+    prefill_case(prefix, qlen, 4, 16, 4, 128, IFD_DTYPE_BF16, 0, 6.0f, true);
 }
 
 static void test_prefill_long(void)
@@ -437,14 +466,14 @@ static void test_prefill_long(void)
      * a batch of 200 short chunks. */
     const int small = gt_small();
     int32_t prefix[1] = {small ? 100 : 16384 - 97}, qlen[1] = {small ? 50 : 97};
-    prefill_case(prefix, qlen, 1, 32, 8, 128, IFD_DTYPE_BF16, 0, 1.0f);
+    prefill_case(prefix, qlen, 1, 32, 8, 128, IFD_DTYPE_BF16, 0, 1.0f, false);
     const int n = small ? 12 : 200;
     int32_t *pf = gt_xmalloc((size_t)n * 4), *ql = gt_xmalloc((size_t)n * 4);
     for (int s = 0; s < n; s++) {
         pf[s] = (int32_t)gt_rand_int(small ? 40 : 600);
         ql[s] = 1 + (int32_t)gt_rand_int(small ? 20 : 70);
     }
-    prefill_case(pf, ql, n, 16, 4, 64, IFD_DTYPE_F16, 0, 1.0f);
+    prefill_case(pf, ql, n, 16, 4, 64, IFD_DTYPE_F16, 0, 1.0f, false);
     free(pf), free(ql);
 }
 
@@ -460,6 +489,7 @@ int main(void)
     gt_case("prefill_shapes", test_prefill_shapes);
     gt_case("prefill_window", test_prefill_window);
     gt_case("prefill_peaked", test_prefill_peaked);
+    gt_case("prefill_images", test_prefill_images);
     gt_case("prefill_long", test_prefill_long);
     return gt_end();
 }
