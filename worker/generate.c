@@ -88,6 +88,10 @@ typedef struct {
     /* batch buffers */
     int32_t *pos, *seq, *rows;
     int64_t *slot, *lslot;
+    int32_t *last;      /* kv_last of the run (images) */
+    const float **embd; /* embd of the run (images) */
+    const ifd_generate_params_t *p;
+    int n_prompt;
     float *logits;
     int vocab;
     int32_t *tokens; /* the prompt, then the generated tokens */
@@ -150,6 +154,8 @@ static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, in
         if (g->lpool)
             g->lslot[i] = (int64_t)g->lblocks[p / g->block_size] * g->block_size +
                           p % g->block_size;
+        g->last[i] = p < g->n_prompt && g->p->kv_last ? g->p->kv_last[p] : p;
+        g->embd[i] = p < g->n_prompt && g->p->embd ? g->p->embd[p] : NULL;
     }
     for (int i = 0; i < n_logits; i++)
         g->rows[i] = n - n_logits + i;
@@ -166,6 +172,8 @@ static int ifd__run(ifd__gen_t *g, const int32_t *tokens, int start, int end, in
         .logit_rows = g->rows,
         .local_block_tables = g->lpool ? g->lblocks : NULL,
         .local_slot = g->lpool ? g->lslot : NULL,
+        .kv_last = g->p->kv_last ? g->last : NULL,
+        .embd = g->p->embd ? g->embd : NULL,
     };
     /* block tables hold local ids for the kernels (one device here) */
     return g->em.forward(g->em.ctx, &b, g->logits);
@@ -247,16 +255,36 @@ static int ifd__gen_open(ifd__gen_t *g, ifd_model_t *m, const int32_t *prompt, i
     g->rows = malloc((size_t)max_tok * sizeof *g->rows);
     g->slot = malloc((size_t)max_tok * sizeof *g->slot);
     g->lslot = malloc((size_t)max_tok * sizeof *g->lslot);
+    g->last = malloc((size_t)max_tok * sizeof *g->last);
+    g->embd = malloc((size_t)max_tok * sizeof *g->embd);
+    g->p = p;
+    g->n_prompt = n_prompt;
     g->logits = malloc((size_t)max_tok * (size_t)g->vocab * sizeof(float));
     g->tokens = malloc((size_t)total * sizeof *g->tokens);
     r->tokens = malloc((size_t)p->n_predict * sizeof *r->tokens);
-    if (!g->blocks || !g->pos || !g->seq || !g->rows || !g->slot || !g->lslot || !g->logits ||
+    if (!g->blocks || !g->pos || !g->seq || !g->rows || !g->slot || !g->lslot || !g->last ||
+        !g->embd || !g->logits ||
         !g->tokens || !r->tokens)
         return IFD_ENOMEM;
     if ((rc = ifd_sampler_create(g->vocab, &g->sampler)))
         return rc;
     memcpy(g->tokens, prompt, (size_t)n_prompt * sizeof *g->tokens);
     return 0;
+}
+
+/* The end of a prefill chunk [start, end) fitted to the images (kv_last,
+ * or NULL): cut before an image it would split, or stretched to the end of
+ * one it begins inside; -1 when that one is longer than chunk. */
+static int ifd__image_fit(const int32_t *kv_last, int start, int end, int chunk)
+{
+    if (!kv_last || kv_last[end - 1] < end)
+        return end;
+    const int32_t L = kv_last[end - 1]; /* the image's last position, past the chunk */
+    if (kv_last[start] == L)
+        return L + 1 - start <= chunk ? L + 1 : -1;
+    while (kv_last[end - 1] == L)
+        end--;
+    return end;
 }
 
 /* Prefill: the prompt in chunks of `chunk` tokens (one run without the
@@ -269,6 +297,8 @@ static int ifd__gen_prefill(ifd__gen_t *g, const ifd_generate_params_t *p, int n
     int rc;
     for (int start = 0; start < n_prompt;) {
         int end = p->use_cache ? (start + chunk < n_prompt ? start + chunk : n_prompt) : n_prompt;
+        if ((end = ifd__image_fit(p->kv_last, start, end, chunk)) < 0)
+            return IFD_EINVAL;
         int n_logits = dump ? end - start : (end == n_prompt ? 1 : 0);
         if ((rc = ifd__run(g, g->tokens, start, end, n_logits)))
             return rc;
@@ -388,6 +418,8 @@ out:
     ifd_kvpool_destroy(g.lpool);
     free(g.lblocks);
     free(g.lslot);
+    free(g.last);
+    free(g.embd);
     free(g.blocks);
     free(g.pos);
     free(g.seq);

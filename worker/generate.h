@@ -43,6 +43,13 @@ typedef struct {
      * (what the engine does with a local pool; the oracle tests and
      * test_backend_cuda check it). Ignored for other models. */
     bool local_pool;
+    /* Images (Gemma 3; ifd_batch_t.kv_last and .embd over the prompt's
+     * positions): kv_last[p] the last position prompt position p attends to
+     * and embd[p] its input embedding row (NULL entries: the token's own).
+     * A prefill chunk never splits an image (IFD_EINVAL for one longer than
+     * prefill_chunk). Both NULL: a text prompt. */
+    const int32_t *kv_last;   /* [n_prompt] or NULL */
+    const float *const *embd; /* [n_prompt] or NULL */
     ifd_token_cb on_token;
     void *cb_ctx;
 } ifd_generate_params_t;

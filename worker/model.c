@@ -94,6 +94,7 @@ typedef struct {
     ifd_act_t gu;  /* f32 [cap, 2F]: gate|up */
     ifd_act_t g;   /* mm_in [cap, F]: GLU output */
     int32_t *tokens, *pos, *seq;
+    int32_t *last;         /* ifd_batch_t.kv_last */
     int64_t *slot, *lslot; /* lslot: local layers' slots (ifd_batch_t.local_slot) */
 } ifd__scratch_t;
 
@@ -321,6 +322,24 @@ static int ifd__load_weight(ifd__loader_t *L, ifd_weight_t *w, const char *name,
     return 0;
 }
 
+
+/* ifd_batch_t.kv_last's rule: kv_last[i] >= pos[i], and a token that sees
+ * ahead is followed by the next position of its sequence seeing as far —
+ * so by induction the batch holds every position up to kv_last[i] (their
+ * K/V are written before attention). */
+static int ifd__check_images(const ifd_batch_t *b)
+{
+    for (int i = 0; b->kv_last && i < b->n_tok; i++) {
+        if (b->kv_last[i] < b->pos[i])
+            return IFD_EINVAL;
+        if (b->kv_last[i] > b->pos[i] &&
+            (i + 1 == b->n_tok || b->seq[i + 1] != b->seq[i] || b->pos[i + 1] != b->pos[i] + 1 ||
+             b->kv_last[i + 1] != b->kv_last[i]))
+            return IFD_EINVAL;
+    }
+    return 0;
+}
+
 /* A projection from n parts: names[i] ("%s.weight", with a "%s.bias"
  * beside it, optional unless need_bias) of rows[i] × cols. bias0 (NULL:
  * none) is a bias for part 0 made by the caller, where the file has none. */
@@ -480,6 +499,7 @@ static void ifd__scratch_free(ifd_model_t *m)
     ifd__free_idx(be, &s->tokens);
     ifd__free_idx(be, &s->pos);
     ifd__free_idx(be, &s->seq);
+    ifd__free_idx(be, &s->last);
     ifd__free_idx(be, &s->slot);
     ifd__free_idx(be, &s->lslot);
     memset(s, 0, sizeof *s);
@@ -513,6 +533,7 @@ static int ifd__scratch_reserve(ifd_model_t *m, int n_tok)
     if (rc == 0 && (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->tokens)) == 0 &&
         (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->pos)) == 0 &&
         (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->seq)) == 0 &&
+        (rc = be->ops->alloc(be, (size_t)n * 4, (void **)&s->last)) == 0 &&
         (rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->slot)) == 0 && m->local_tables)
         rc = be->ops->alloc(be, (size_t)n * 8, (void **)&s->lslot);
     if (rc) {
@@ -712,7 +733,22 @@ static int ifd__check_batch(const ifd_model_t *m, const ifd_batch_t *b, int bloc
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tok)
             return IFD_EINVAL;
-    return 0;
+    return ifd__check_images(b);
+}
+
+/* Whether token i of b sees past its own position (an image token). */
+static bool ifd__sees_ahead(const ifd_batch_t *b, int i)
+{
+    return b->kv_last && b->kv_last[i] != b->pos[i];
+}
+
+/* Whether b needs a varlen batch for attention: some token sees ahead. */
+static bool ifd__has_images(const ifd_batch_t *b)
+{
+    for (int i = 0; b->kv_last && i < b->n_tok; i++)
+        if (ifd__sees_ahead(b, i))
+            return true;
+    return false;
 }
 
 /* Fills the attention description of batch b (host side: cu_q / ctx_len
@@ -772,8 +808,9 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
             bb->h_ctx_len[s] = 0;
         for (int i = 0; i < b->n_tok; i++) {
             int s = b->seq[i];
-            if (b->pos[i] + 1 > max_ctx)
-                max_ctx = b->pos[i] + 1;
+            const int32_t end = b->kv_last ? b->kv_last[i] : b->pos[i];
+            if (end + 1 > max_ctx)
+                max_ctx = end + 1;
             if (i > 0 && (s < b->seq[i - 1] ||
                           (s == b->seq[i - 1] && b->pos[i] != b->pos[i - 1] + 1)))
                 varlen = false;
@@ -786,6 +823,10 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
             bb->h_cu_q[s + 1] += bb->h_cu_q[s];
         }
     }
+    /* an image: the kernels take its tokens in runs of their sequence */
+    const bool images = ifd__has_images(b);
+    if (images && (!varlen || max_q < 2))
+        return IFD_EINVAL;
     *ab = (ifd_attn_batch_t){
         .n_tok = b->n_tok,
         .n_seqs = b->n_seqs,
@@ -797,6 +838,7 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
         .ctx_len = varlen ? bb->ctx_len : NULL,
         .max_q_len = varlen ? max_q : decode_ctx ? 1 : b->n_tok,
         .max_ctx = max_ctx,
+        .last = images ? m->s.last : NULL,
     };
     size_t ws = 0;
     if ((rc = be->ops->attn_workspace(be, &ws, ab, kv, (int)m->cfg.n_head)))
@@ -833,6 +875,30 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
     if (varlen && ((rc = be->ops->upload(be, bb->cu_q, bb->h_cu_q, (size_t)(b->n_seqs + 1) * 4)) ||
                    (rc = be->ops->upload(be, bb->ctx_len, bb->h_ctx_len, (size_t)b->n_seqs * 4))))
         return rc;
+    if (images && (rc = be->ops->upload(be, m->s.last, b->kv_last, (size_t)b->n_tok * 4)))
+        return rc;
+    return 0;
+}
+
+/* The input embeddings b->embd gives in place of the token rows of s->x
+ * (after op->embed), uploaded in runs of rows adjacent on both sides. */
+static int ifd__inject(ifd_model_t *m, const ifd_batch_t *b)
+{
+    const size_t row = (size_t)m->cfg.n_embd * sizeof(float);
+    for (int i = 0; b->embd && i < b->n_tok;) {
+        if (!b->embd[i]) {
+            i++;
+            continue;
+        }
+        int j = i + 1;
+        while (j < b->n_tok && b->embd[j] == b->embd[j - 1] + m->cfg.n_embd)
+            j++;
+        int rc = m->be->ops->upload(m->be, (char *)m->s.x.data + (size_t)i * row, b->embd[i],
+                                    (size_t)(j - i) * row);
+        if (rc)
+            return rc;
+        i = j;
+    }
     return 0;
 }
 
@@ -840,7 +906,8 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
  * uploaded: every op enqueued, nothing synchronised (so that a graph can
  * record it). n tokens, n_logits rows into m->lg.logits. */
 static int ifd__layers(ifd_model_t *m, const ifd_kv_layer_t *kv, const ifd_attn_batch_t *ab,
-                       const ifd_attn_batch_t *abl, const int64_t *lslot, int n, int n_logits)
+                       const ifd_attn_batch_t *abl, const int64_t *lslot, int n, int n_logits,
+                       const ifd_batch_t *inj)
 {
     const ifd_model_config_t *c = &m->cfg;
     ifd_backend_t *be = m->be;
@@ -861,6 +928,8 @@ static int ifd__layers(ifd_model_t *m, const ifd_kv_layer_t *kv, const ifd_attn_
     /* The residual add of each block is fused into the next norm: s->t is
      * the pending delta from the previous block (none before layer 0). */
     IFD__TRY(op->embed(be, &s->x, &m->tok_embd, s->tokens, n, c->embd_scale));
+    if (inj)
+        IFD__TRY(ifd__inject(m, inj));
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const ifd__layer_t *ly = &m->layers[l];
         const bool local = c->sliding_window > 0 && c->layer_is_local[l];
@@ -910,7 +979,7 @@ static int ifd__decode_bucket(ifd_model_t *m, const ifd_batch_t *b, int block_si
 {
     ifd__graphs_t *g = &m->gr;
     if (!m->be->ops->graph_begin || b->n_tok > IFD_MODEL_MAX_GRAPH_BATCH ||
-        b->n_seqs != b->n_tok || b->n_logits != b->n_tok)
+        b->n_seqs != b->n_tok || b->n_logits != b->n_tok || b->kv_last || b->embd)
         return -1;
     int max_ctx = 0;
     for (int i = 0; i < b->n_tok; i++) {
@@ -1033,7 +1102,7 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
     ifd__graphs_t *g = &m->gr;
     if (key < 0 || g->off) {
         g->st.eager_steps++;
-        return ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits);
+        return ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits, b);
     }
     /* a graph records which slots and tables the local layers use */
     const uint64_t kvh = ifd__kv_hash(m, kv) ^ (b->local_block_tables != NULL);
@@ -1050,11 +1119,11 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
      * then record the same ops for the next steps of this bucket. */
     g->epoch[key] = 0;
     g->st.eager_steps++;
-    if ((rc = ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits)))
+    if ((rc = ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits, NULL)))
         return rc;
     if ((rc = op->graph_begin(be)))
         return rc;
-    rc = ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits);
+    rc = ifd__layers(m, kv, &ab, &abl, lslot, n, b->n_logits, NULL);
     int re = op->graph_end(be, key);
     if (rc || re) {
         IFD_WARN("model: recording the decode graph of %d tokens failed (%s): eager steps",

@@ -52,6 +52,18 @@ typedef struct {
      * any valid block id). Both NULL: local layers use slot/block_tables. */
     const int32_t *local_block_tables; /* [n_seqs, max_blocks] or NULL */
     const int64_t *local_slot;         /* [n_tok] or NULL */
+    /* Gemma 3's images (docs/vision.md). kv_last: token i attends to
+     * positions up to kv_last[i] instead of pos[i] — an image token to its
+     * image's last position (bidirectional inside one image), every other
+     * token to its own; the window of local layers still starts from pos[i].
+     * Where kv_last[i] > pos[i], the token at that position must be in this
+     * batch: token i + kv_last[i] - pos[i], of the same sequence (an image is
+     * never split across steps). NULL: causal. embd: token i's input
+     * embedding (n_embd host floats, used as is: no embedding scale) in
+     * place of tokens[i]'s scaled embedding row, or NULL for the token's
+     * own; embd NULL: every token's own. Both only in eager steps. */
+    const int32_t *kv_last;            /* [n_tok] or NULL */
+    const float *const *embd;          /* [n_tok] or NULL */
 } ifd_batch_t;
 
 /* Loads the model at `path` — a GGUF file or a Hugging Face directory
@@ -98,7 +110,8 @@ uint64_t ifd_model_weight_bytes(const ifd_model_t *m);
  * (n_kv_heads and head_dim must match the model; with b->local_block_tables
  * a local layer's view is of the local pool, the same block size). logits: host memory
  * [n_logits, n_vocab]. Returns 0, IFD_EINVAL for an inconsistent batch
- * (token id out of range, bad sequence index), or a backend error.
+ * (token id out of range, bad sequence index, a kv_last that breaks its
+ * rule), or a backend error.
  */
 int ifd_model_forward(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_layer_t *kv,
                       float *logits);

@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "error.h"
 #include "generate.h"
+#include "image_embd.h"
 #include "inspect/inspect.h"
 #include "kernels.h"
 #include "kvpool/kvpool.h"
@@ -91,6 +92,9 @@ static void ifd__usage(FILE *f)
             "  --weights-dtype D     auto: quantized weights stay quantized (8-bit\n"
             "                        activations); f32: dequantize everything to f32, the\n"
             "                        exact path (default auto)\n"
+            "  --image-embd POS:F.npy  an image as its float32 input-embedding rows [len,\n"
+            "                        n_embd] at prompt positions POS.. (Gemma 3's image mask;\n"
+            "                        repeatable)\n"
             "  --dump-logits F.npy   float32 logits of every prompt position and generated\n"
             "                        step, shape [rows, vocab]\n"
             "  --block-size N        KV tokens per block (default 16)\n"
@@ -128,6 +132,8 @@ static int ifd__devices(void)
     return 0;
 }
 
+enum { IFD__MAX_IMAGE_EMBD = 16 };
+
 typedef struct {
     const char *model;
     const char *shape; /* --random-weights */
@@ -138,6 +144,8 @@ typedef struct {
     const char *system;
     const char *chat_template;
     const char *dump_logits;
+    const char *image_embd[IFD__MAX_IMAGE_EMBD]; /* --image-embd POS:FILE.npy */
+    int n_image_embd;
     bool raw, json, no_cache, ignore_eos;
     int threads;
     ifd_weights_dtype_t weights;
@@ -443,6 +451,17 @@ static int ifd__gen_run(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
     gp.stop_ids = (const int32_t *)g->stop_ids;
     gp.n_stop_ids = g->n_stop;
     gp.dump_logits = g->dump;
+    ifd_image_embd_t ie = {0};
+    if (o->n_image_embd) {
+        char err[512] = "";
+        if ((rc = ifd_image_embd_load(&ie, o->image_embd, o->n_image_embd, (int)g->prompt.n,
+                                      (int)ifd_model_config(g->m)->n_embd, err, sizeof err))) {
+            fprintf(stderr, "inferd-worker: %s\n", err[0] ? err : ifd_strerror(rc));
+            return 1;
+        }
+        gp.kv_last = ie.kv_last;
+        gp.embd = ie.embd;
+    }
     if (!o->json) {
         if ((rc = ifd_detok_create(&g->detok, g->tok, 0)))
             return 1;
@@ -451,6 +470,7 @@ static int ifd__gen_run(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
         gp.cb_ctx = &st;
     }
     rc = ifd_generate(g->m, g->prompt.ids, (int)g->prompt.n, &gp, &g->res);
+    ifd_image_embd_free(&ie);
     if (rc) {
         fprintf(stderr, "inferd-worker: generation failed: %s\n", ifd_strerror(rc));
         return 1;
@@ -641,6 +661,7 @@ enum {
     OPT_IGNORE_EOS,
     OPT_THREADS,
     OPT_DUMP,
+    OPT_IMAGE_EMBD,
     OPT_WEIGHTS,
     OPT_SERVE,
     OPT_FD,
@@ -887,6 +908,13 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
     case OPT_DUMP:
         go->dump_logits = arg;
         break;
+    case OPT_IMAGE_EMBD:
+        if (go->n_image_embd == IFD__MAX_IMAGE_EMBD) {
+            fprintf(stderr, "inferd-worker: at most %d --image-embd\n", IFD__MAX_IMAGE_EMBD);
+            return 2;
+        }
+        go->image_embd[go->n_image_embd++] = arg;
+        break;
     case OPT_LOG_LEVEL:
     case 'n':
     case OPT_TEMP:
@@ -987,6 +1015,7 @@ int ifd_worker_main(int argc, char **argv)
         {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"dump-logits", required_argument, NULL, OPT_DUMP},
+        {"image-embd", required_argument, NULL, OPT_IMAGE_EMBD},
         {"weights-dtype", required_argument, NULL, OPT_WEIGHTS},
         {"serve", no_argument, NULL, OPT_SERVE},
         {"fd", required_argument, NULL, OPT_FD},

@@ -73,7 +73,7 @@ static double step(gt_side_t *cpu, gt_side_t *gpu, const ifd_model_config_t *c, 
                 rows[nl++] = n;
             n++;
         }
-    ifd_batch_t b = {n, tok, pos, seq, slot, 2, tables, MAXB, nl, rows, NULL, NULL};
+    ifd_batch_t b = {n, tok, pos, seq, slot, 2, tables, MAXB, nl, rows, NULL, NULL, NULL, NULL};
     float *lc = malloc(sizeof(float) * (size_t)nl * c->n_vocab);
     float *lg = malloc(sizeof(float) * (size_t)nl * c->n_vocab);
     int rc1 = ifd_model_forward(cpu->m, &b, cpu->kv, lc);

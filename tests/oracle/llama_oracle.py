@@ -538,9 +538,15 @@ class LlamaOracle:
         return Cache(k=[np.zeros(shape, self.dtype) for _ in range(hp.n_layer)],
                      v=[np.zeros(shape, self.dtype) for _ in range(hp.n_layer)])
 
-    def forward(self, tokens, cache: Cache) -> np.ndarray:
+    def forward(self, tokens, cache: Cache, images=()) -> np.ndarray:
         """Feed `tokens` (continuing the sequence held in `cache`, which it extends) and
-        return the logits at each of their positions: [len(tokens), n_vocab]."""
+        return the logits at each of their positions: [len(tokens), n_vocab].
+        images: Gemma 3's images among these tokens, (start, rows) with start a position
+        and rows [len, n_embd]: the rows replace those tokens' embeddings (unscaled, as
+        transformers' masked_scatter after the scaled embedding), and the image's tokens
+        see each other both ways — transformers 5's create_masks_for_vision_model:
+        OR(causal, same image) on global layers, AND(sliding window, OR(causal, same
+        image)) on local ones (docs/vision.md)."""
         hp = self.hp
         T = len(tokens)
         p0 = cache.n
@@ -554,16 +560,25 @@ class LlamaOracle:
         # Causal mask: query t (position p0+t) sees keys 0..p0+t; on gemma3's local layers
         # also only keys with (p0+t) - j < window.
         keys = np.arange(S)[None, :]
-        mask = np.where(keys <= pos[:, None], 0.0, -np.inf).astype(self.dtype)
+        group_of = np.full(S, -1)                      # each position's image, -1 for text
+        for i, (start, rows) in enumerate(images):
+            if start < p0 or start + len(rows) > S:
+                raise ValueError(f"image at {start} (+{len(rows)}) is not among these tokens")
+            group_of[start:start + len(rows)] = i
+        qg, kg = group_of[pos][:, None], group_of[keys]
+        seen = (keys <= pos[:, None]) | ((qg == kg) & (qg >= 0))
+        mask = np.where(seen, 0.0, -np.inf).astype(self.dtype)
         mask_local = mask
         if hp.window > 0:
-            mask_local = np.where((keys <= pos[:, None]) & (pos[:, None] - keys < hp.window),
+            mask_local = np.where(seen & (keys > pos[:, None] - hp.window),
                                   0.0, -np.inf).astype(self.dtype)
         gemma = hp.arch == "gemma3"
 
         h = self.tok_embd[np.asarray(tokens, dtype=np.int64)]                 # [T, D]
         if gemma:
             h = h * self.dtype(hp.emb_scale)
+        for start, rows in images:
+            h[start - p0:start - p0 + len(rows)] = np.asarray(rows, dtype=self.dtype)
         # Every array stays in self.dtype: one stray float64 operand would make NumPy
         # convert whole weight matrices at every step.
         for li, L in enumerate(self.layers):
@@ -631,11 +646,12 @@ class LlamaOracle:
         return {t for t in (self.hp.eos, self.hp.eot) if t is not None}
 
     def generate(self, prompt, n_new: int, stop_at_eos: bool = False,
-                 use_cache: bool = True) -> Result:
+                 use_cache: bool = True, images=()) -> Result:
         """Greedy generation of up to n_new tokens after `prompt` (ids used as-is: no BOS or
         template is added). Returns the generated tokens and the logit rows of the module
         doc. With stop_at_eos, generation ends after the first EOS/EOT token (which is kept).
-        use_cache=False recomputes the whole sequence at every step (slow; a self-check)."""
+        use_cache=False recomputes the whole sequence at every step (slow; a self-check).
+        images: in the prompt, as forward() takes them."""
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise ValueError("empty prompt")
@@ -645,7 +661,7 @@ class LlamaOracle:
         stops = self.stop_tokens()
         t0 = time.perf_counter()
         cache = self.new_cache(len(prompt) + max(n_new, 1))
-        rows = [self.forward(prompt, cache)]
+        rows = [self.forward(prompt, cache, images)]
         t1 = time.perf_counter()
         out = []
         while len(out) < n_new:
@@ -657,7 +673,7 @@ class LlamaOracle:
                 rows.append(self.forward([tok], cache))
             else:
                 c = self.new_cache(len(prompt) + len(out))
-                rows.append(self.forward(prompt + out, c)[-1:])
+                rows.append(self.forward(prompt + out, c, images)[-1:])
         t2 = time.perf_counter()
         logits = np.concatenate(rows, axis=0)
         return Result(prompt=prompt, tokens=out, logits=logits,
@@ -721,6 +737,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-kv-cache", action="store_true",
                     help="recompute the whole sequence at every step")
     ap.add_argument("--float32", action="store_true", help="compute in float32, not float64")
+    ap.add_argument("--image-embd", action="append", default=[], metavar="POS:F.npy",
+                    help="an image as its input-embedding rows [len, n_embd] at prompt "
+                         "positions POS.. (Gemma 3's image mask; repeatable), as inferd-worker")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args(argv)
     if a.n < 0:
@@ -732,7 +751,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     m = LlamaOracle(a.model, np.float32 if a.float32 else np.float64)
     t_load = time.perf_counter() - t0
-    res = m.generate(prompt, a.n, stop_at_eos=a.stop_at_eos, use_cache=not a.no_kv_cache)
+    images = []
+    for spec in a.image_embd:
+        at, _, path = spec.partition(":")
+        images.append((int(at), np.load(path)))
+    res = m.generate(prompt, a.n, stop_at_eos=a.stop_at_eos, use_cache=not a.no_kv_cache,
+                     images=images)
     if a.dump_logits:
         np.save(a.dump_logits, res.logits.astype(np.float32))
     text = m.detokenize(res.tokens)

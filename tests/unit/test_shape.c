@@ -116,7 +116,7 @@ static void logits_of(uint64_t seed, float *out, int n_vocab)
     int32_t tok[5] = {1, 7, 3, 200, 9}, pos[5] = {0, 1, 2, 3, 4}, seq[5] = {0}, table[1] = {1};
     int64_t slot[5] = {16, 17, 18, 19, 20};
     int32_t row = 4;
-    ifd_batch_t b = {5, tok, pos, seq, slot, 1, table, 1, 1, &row, NULL, NULL};
+    ifd_batch_t b = {5, tok, pos, seq, slot, 1, table, 1, 1, &row, NULL, NULL, NULL, NULL};
     ck_assert_int_eq(ifd_model_forward(m, &b, kv, out), 0);
     ifd_kvpool_destroy(pool);
     ifd_model_destroy(m);
