@@ -96,6 +96,13 @@ typedef struct {
     int32_t draft[IFD_SPEC_MAX_TOKENS];
     int32_t n_draft;
     void *dseq; /* the drafter's state of this sequence (p.drafter), or NULL */
+    /* images (engine.h): copies, their rows in one block; keys: the prefix
+     * cache's identity of each token (tokens with image tokens replaced,
+     * ifd__image_key), == tokens without images */
+    ifd_engine_image_t *images;
+    int32_t n_images;
+    float *image_rows;
+    int32_t *keys;
     /* this step */
     int32_t sched;
     int32_t plp_rows; /* prompt-logprob rows this step (before its sample row) */
@@ -140,6 +147,8 @@ struct ifd_engine {
     uint64_t arrivals;
     /* batch buffers, sized for max_batched_tokens tokens and max_seqs sequences */
     int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables, *b_ltables;
+    int32_t *b_last;       /* ifd_batch_t.kv_last */
+    const float **b_embd;  /* ifd_batch_t.embd */
     uint64_t *lkeys; /* admission: the global twins' keys of a hit's window */
     int32_t lkeys_cap;
     int64_t *b_slot, *b_lslot;
@@ -259,13 +268,103 @@ static int ifd__waiting_pos(const ifd__queue_t *q, const ifd__seq_t *s)
     return i;
 }
 
+/* ---- images (engine.h, ifd_engine_image_t) ------------------------------------ */
+
+/* The prefix-cache identity of token `tok` at index j of an image with hash
+ * h: a function of (tok, h, j), negative so that it never equals a token id
+ * (ids are >= 0). Two images share a key only where their hashes agree (or
+ * a 31-bit hash of the three collides at every position of a block). */
+static int32_t ifd__image_key(int32_t tok, const uint64_t h[2], int32_t j)
+{
+    uint64_t x = h[0] ^ (h[1] * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(uint32_t)tok << 32 | (uint32_t)j);
+    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27, x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    x ^= h[1] + (uint64_t)j * 0xd6e8feb86659fd93ull;
+    x ^= x >> 29, x *= 0xbf58476d1ce4e5b9ull, x ^= x >> 32;
+    return (int32_t)(0x80000000u | (uint32_t)x);
+}
+
+/* r's images follow engine.h's rules for this engine. */
+static bool ifd__images_ok(const ifd_engine_t *e, const ifd_engine_request_t *r)
+{
+    if (!r->images || r->n_images < 0 || e->model.n_embd <= 0 || r->prompt_logprobs > 0)
+        return false;
+    int32_t end = 0;
+    for (int32_t i = 0; i < r->n_images; i++) {
+        const ifd_engine_image_t *im = &r->images[i];
+        if (im->start < end || im->len < 1 || im->len > e->p.max_batched_tokens ||
+            im->start > r->n_prompt - im->len || !im->embd)
+            return false;
+        end = im->start + im->len;
+    }
+    return true;
+}
+
+/* Copies r's images (rows included) into s and derives s->keys (cap_tokens,
+ * the first len from s->tokens). 0 or IFD_ENOMEM. */
+static int ifd__images_copy(const ifd_engine_t *e, ifd__seq_t *s, const ifd_engine_request_t *r,
+                            int32_t len)
+{
+    const size_t E = (size_t)e->model.n_embd;
+    size_t rows = 0;
+    for (int32_t i = 0; i < r->n_images; i++)
+        rows += (size_t)r->images[i].len;
+    s->images = malloc((size_t)r->n_images * sizeof *s->images);
+    s->image_rows = malloc(rows * E * sizeof(float));
+    s->keys = malloc((size_t)s->cap_tokens * sizeof *s->keys);
+    if (!s->images || !s->image_rows || !s->keys)
+        return IFD_ENOMEM;
+    s->n_images = r->n_images;
+    memcpy(s->keys, s->tokens, (size_t)len * sizeof *s->keys);
+    float *dst = s->image_rows;
+    for (int32_t i = 0; i < r->n_images; i++) {
+        ifd_engine_image_t *im = &s->images[i];
+        *im = r->images[i];
+        memcpy(dst, im->embd, (size_t)im->len * E * sizeof(float));
+        im->embd = dst;
+        dst += (size_t)im->len * E;
+        for (int32_t j = 0; j < im->len; j++)
+            s->keys[im->start + j] = ifd__image_key(s->tokens[im->start + j], im->hash, j);
+    }
+    return 0;
+}
+
+/* The image of s holding position p, or NULL. */
+static const ifd_engine_image_t *ifd__image_at(const ifd__seq_t *s, int32_t p)
+{
+    for (int32_t i = 0; i < s->n_images && s->images[i].start <= p; i++)
+        if (p < s->images[i].start + s->images[i].len)
+            return &s->images[i];
+    return NULL;
+}
+
+/* A chunk of n tokens of s from n_computed, fitted to its images: cut before
+ * an image it would split, or, when it begins inside or at one it cannot
+ * hold, stretched to the image's end when room allows (an image is computed
+ * in one step). 0: s cannot run this step. */
+static int32_t ifd__image_fit(const ifd__seq_t *s, int32_t n, int32_t room)
+{
+    const ifd_engine_image_t *im = n > 0 ? ifd__image_at(s, s->n_computed + n - 1) : NULL;
+    if (!im || s->n_computed + n == im->start + im->len)
+        return n;
+    if (im->start > s->n_computed)
+        return im->start - s->n_computed;
+    const int32_t whole = im->start + im->len - s->n_computed;
+    return whole <= room ? whole : 0;
+}
+
 /* ---- sequences --------------------------------------------------------------- */
 
 static void ifd__seq_free(ifd__seq_t *s)
 {
     if (!s)
         return;
+    if (s->keys != s->tokens)
+        free(s->keys);
     free(s->tokens);
+    free(s->images);
+    free(s->image_rows);
     free(s->blocks);
     free(s->lblocks);
     free(s->bias);
@@ -404,6 +503,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->b_seq = malloc(nt * sizeof(int32_t));
     e->b_slot = malloc(nt * sizeof(int64_t));
     e->b_lslot = malloc(nt * sizeof(int64_t));
+    e->b_last = malloc(nt * sizeof(int32_t));
+    e->b_embd = malloc(nt * sizeof *e->b_embd);
     /* logit rows: samples, prompt logprobs, proposals */
     const size_t nr = ns + IFD_ENGINE_PLP_ROWS + IFD_ENGINE_SPEC_ROWS;
     e->b_rows = malloc(nr * sizeof(int32_t));
@@ -416,7 +517,7 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->s_tok = malloc(nr * sizeof *e->s_tok);
     e->s_res = malloc(nr * sizeof *e->s_res);
     if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_lslot || !e->b_rows ||
-        !e->sched ||
+        !e->b_last || !e->b_embd || !e->sched ||
         !e->logits || !e->s_rows || !e->s_hist || !e->s_params || !e->s_tok || !e->s_res) {
         ifd_engine_destroy(e);
         return IFD_ENOMEM;
@@ -448,6 +549,8 @@ void ifd_engine_destroy(ifd_engine_t *e)
     free(e->b_seq);
     free(e->b_slot);
     free(e->b_lslot);
+    free(e->b_last);
+    free(e->b_embd);
     free(e->b_rows);
     free(e->b_tables);
     free(e->b_ltables);
@@ -539,6 +642,8 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     chk.n_lp_ids = r->n_lp_ids;
     if (ifd_sampling_params_check(&chk, e->model.n_vocab) != 0)
         return IFD_EINVAL;
+    if (r->n_images && !ifd__images_ok(e, r))
+        return IFD_EINVAL;
     if (ifd__find(e, r->id, NULL, NULL))
         return IFD_EEXIST;
     ifd__seq_t *s = calloc(1, sizeof *s);
@@ -591,6 +696,11 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
     if (r->n_generated)
         memcpy(s->tokens + r->n_prompt, r->generated, (size_t)r->n_generated * sizeof *s->tokens);
+    s->keys = s->tokens;
+    if (r->n_images && ifd__images_copy(e, s, r, (int32_t)len)) {
+        ifd__seq_free(s);
+        return IFD_ENOMEM;
+    }
     s->n_tokens = (int32_t)len;
     s->n_prompt = r->n_prompt;
     s->n_gen = r->n_generated;
@@ -817,7 +927,7 @@ static int ifd__local_hit(ifd_engine_t *e, ifd__seq_t *s, int32_t k)
         e->lkeys_cap = k;
     }
     return ifd_kvpool_window_run(e->pool, e->lpool, e->p.worker, e->p.device,
-                                 e->model.sliding_window, s->salt, s->tokens, s->blocks, k,
+                                 e->model.sliding_window, s->salt, s->keys, s->blocks, k,
                                  s->lblocks, e->lkeys, &s->l_first);
 }
 
@@ -836,12 +946,13 @@ static bool ifd__disk_on(const ifd_engine_t *e)
     return e->p.disk && !e->lpool && !e->all_local;
 }
 
-/* The disk chain hash of s's first n blocks (kvdisk.h). */
+/* The disk chain hash of s's first n blocks (kvdisk.h), over its prefix-cache keys (image
+ * tokens by their image's hash, as the pool's). */
 static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, int32_t n)
 {
     ifd_kvhash_t h = {0, 0};
     for (int32_t b = 0; b < n; b++)
-        h = ifd_kvpool_hash_block(&h, s->salt, s->tokens + (int64_t)b * e->block_size,
+        h = ifd_kvpool_hash_block(&h, s->salt, s->keys + (int64_t)b * e->block_size,
                                   e->block_size);
     return h;
 }
@@ -857,7 +968,7 @@ static void ifd__disk_start(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
     int32_t want = max_blocks - s->n_blocks;
     if (want <= 0)
         return;
-    const int32_t *t = s->tokens + (int64_t)s->n_blocks * e->block_size;
+    const int32_t *t = s->keys + (int64_t)s->n_blocks * e->block_size;
     int n = ifd_kvdisk_probe(e->p.disk, &s->dhash, s->salt, t, want);
     if (n <= 0 || ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, n, s->blocks + s->n_blocks))
         return;
@@ -922,7 +1033,7 @@ static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
     int rc = ifd__seq_reserve_blocks(s, max_blocks);
     if (rc)
         return rc;
-    int got = ifd_kvpool_lookup(e->pool, e->p.worker, s->salt, s->tokens, n_match, s->blocks,
+    int got = ifd_kvpool_lookup(e->pool, e->p.worker, s->salt, s->keys, n_match, s->blocks,
                                 max_blocks, NULL);
     if (got < 0)
         return got;
@@ -1119,7 +1230,9 @@ static void ifd__schedule_running(ifd_engine_t *e, ifd__plan_t *pl, ifd_engine_s
             n = pl->budget;
         if (n > 0)
             n = ifd__plp_fit(s, n, &pl->plp_left);
-        if (n <= 0) { /* a prefill chunk over the cap: next step */
+        if (n > 0)
+            n = ifd__image_fit(s, n, pl->budget);
+        if (n <= 0) { /* a prefill chunk over the cap (or its image): next step */
             i++;
             continue;
         }
@@ -1194,6 +1307,10 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
         if (n > pl->prefill_left)
             n = pl->prefill_left;
         n = ifd__plp_fit(s, n, &pl->plp_left); /* >= 1: plp_left > 0 */
+        if ((n = ifd__image_fit(s, n, pl->budget)) == 0) {
+            ifd__seq_release(e, s); /* its image waits for a step with room */
+            break;
+        }
         rc = ifd__grow(e, s, s->n_computed + n);
         if (rc == IFD_ENOBLOCKS) {
             ifd__seq_release(e, s); /* give back the prefix hits; try again later */
@@ -1308,7 +1425,7 @@ static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
     while (!s->publish_failed && (s->n_published + 1) * e->block_size <= s->n_computed) {
         int b = s->n_published;
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-        const int32_t *t = s->tokens + (int64_t)b * e->block_size;
+        const int32_t *t = s->keys + (int64_t)b * e->block_size; /* image tokens by hash */
         int rc = ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt, t, NULL);
         if (rc < 0) {
             IFD_WARN("engine: publishing block %d of request %llu: %s", b,
@@ -1332,7 +1449,7 @@ static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
         int rc = b < s->l_first ? 0 : ifd_kvpool_block_key(e->pool, s->blocks[b], &key);
         if (rc == 0 && b >= s->l_first)
             rc = ifd_kvpool_publish_keyed(e->lpool, e->p.worker, s->lblocks[b], key, s->salt,
-                                          s->tokens + (int64_t)b * e->block_size);
+                                          s->keys + (int64_t)b * e->block_size);
         if (rc < 0) {
             IFD_WARN("engine: publishing local block %d of request %llu: %s", b,
                      (unsigned long long)s->id, ifd_strerror(rc));
@@ -1508,6 +1625,10 @@ static void ifd__batch_seq(ifd_engine_t *e, int k, int max_blocks, int *n_tok, i
         e->b_tokens[*n_tok] = p < s->n_tokens ? s->tokens[p] : s->draft[p - s->n_tokens];
         e->b_pos[*n_tok] = p;
         e->b_seq[*n_tok] = k;
+        const ifd_engine_image_t *im = ifd__image_at(s, p);
+        e->b_last[*n_tok] = im ? im->start + im->len - 1 : p;
+        e->b_embd[*n_tok] =
+            im ? im->embd + (size_t)(p - im->start) * (size_t)e->model.n_embd : NULL;
         e->b_slot[*n_tok] = (int64_t)row[p / e->block_size] * e->block_size + p % e->block_size;
         if (e->lpool)
             e->b_lslot[*n_tok] =
@@ -1543,8 +1664,11 @@ static int ifd__batch_build(ifd_engine_t *e, int n_sched, ifd_engine_step_stats_
     if ((n_plp || n_rows > e->logits_rows) && (rc = ifd__logits_reserve(e, n_rows, n_plp > 0)))
         return rc;
     n_rows = 0;
-    for (int k = 0; k < n_sched; k++)
+    bool images = false;
+    for (int k = 0; k < n_sched; k++) {
         ifd__batch_seq(e, k, max_blocks, &n_tok, &n_rows, st);
+        images |= e->sched[k]->n_images > 0 && e->sched[k]->n_computed < e->sched[k]->n_prompt;
+    }
     *batch = (ifd_batch_t){
         .n_tok = n_tok,
         .tokens = e->b_tokens,
@@ -1558,6 +1682,8 @@ static int ifd__batch_build(ifd_engine_t *e, int n_sched, ifd_engine_step_stats_
         .logit_rows = e->b_rows,
         .local_block_tables = e->lpool ? e->b_ltables : NULL,
         .local_slot = e->lpool ? e->b_lslot : NULL,
+        .kv_last = images ? e->b_last : NULL,
+        .embd = images ? e->b_embd : NULL,
     };
     return 0;
 }
@@ -1611,6 +1737,8 @@ static int ifd__take_sample(ifd_engine_t *e, ifd__seq_t *s, int row, ifd_sample_
  * brings (a stop token, max_tokens, the context, the token array), or -1. */
 static int ifd__emit(ifd_engine_t *e, ifd__seq_t *s, const ifd_sample_result_t *res)
 {
+    if (s->keys != s->tokens)
+        s->keys[s->n_tokens] = res->token;
     s->tokens[s->n_tokens++] = res->token;
     s->n_gen++;
     if (e->cb.on_token)
@@ -2006,6 +2134,7 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     out->n_local_layers = n_local;
     out->sliding_window = (int32_t)cfg->sliding_window;
     out->n_layers = (int32_t)cfg->n_layer;
+    out->n_embd = (int32_t)cfg->n_embd;
     /* sampling on the device where the backend can (the CPU backend cannot) */
     out->forward_sample = ifd_model_backend(m)->ops->sample ? ifd__model_forward_sample : NULL;
     return 0;

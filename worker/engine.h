@@ -85,6 +85,10 @@ typedef struct {
      * Their block-table entries then read as block 0, which the attention
      * kernels never read (they start at, or zero-fill below, the window). */
     int32_t n_layers;
+    /* Width of the model's input embeddings (ifd_batch_t.embd): what an
+     * image's rows hold; 0: the model takes no image (requests with images
+     * are refused). */
+    int32_t n_embd;
 } ifd_engine_model_t;
 
 typedef enum {
@@ -225,6 +229,20 @@ typedef struct {
 
 ifd_engine_params_t ifd_engine_default_params(void);
 
+/* One image of a request (Gemma 3; docs/vision.md): prompt positions
+ * start .. start + len - 1 are its soft tokens (the placeholder id). Their
+ * input embeddings are embd's rows (len x the model's n_embd floats, used as
+ * they are: no embedding scale, as transformers), they attend to each other
+ * both ways (ifd_batch_t.kv_last), a prefill chunk never splits them (so
+ * len <= max_batched_tokens), and the prefix cache knows each by (token id,
+ * hash, index): two images share cached KV only when their hashes are
+ * equal. */
+typedef struct {
+    int32_t start, len;
+    uint64_t hash[2];  /* the image's content hash (128 bits) */
+    const float *embd; /* [len, n_embd] */
+} ifd_engine_image_t;
+
 typedef struct {
     uint64_t id;                 /* unique among live requests */
     const int32_t *prompt;       /* [n_prompt], n_prompt >= 1 */
@@ -270,6 +288,12 @@ typedef struct {
      * (only with a drafter, else IFD_EINVAL) turn it on, with the engine's
      * k and n-gram bounds where a field is 0. */
     ifd_spec_params_t spec;
+    /* Images in the prompt, in position order, disjoint, each inside the
+     * prompt with 1 <= len <= max_batched_tokens (else IFD_EINVAL, as for a
+     * model with n_embd 0 or a request with prompt_logprobs); copied, rows
+     * included. */
+    const ifd_engine_image_t *images;
+    int32_t n_images;
 } ifd_engine_request_t;
 
 int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,

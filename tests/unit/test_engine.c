@@ -37,6 +37,7 @@ typedef struct {
     int hash_window;     /* > 0: every layer is local: rows read (and hash) only their window */
     int bad; /* context inconsistencies seen */
     int forwards;
+    int image_tokens; /* tokens that came with an embedding row */
 } fake_t;
 
 static float *kv_in(ifd_kvpool_t *pool, int32_t local_block, int off)
@@ -60,10 +61,21 @@ static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
     int bs = g.block_size;
     f->forwards++;
     for (int i = 0; i < b->n_tok; i++) {
+        /* images (engine.h): row 0 of an image token's embedding is its
+         * position, row 1 what it stores in place of the token; an image
+         * whole in the step (ifd_batch_t.kv_last's rule) */
+        const float *e = b->embd ? b->embd[i] : NULL;
+        if (e && e[0] != (float)b->pos[i])
+            f->bad++;
+        if (b->kv_last && b->kv_last[i] > b->pos[i] &&
+            (i + 1 == b->n_tok || b->seq[i + 1] != b->seq[i] || b->pos[i + 1] != b->pos[i] + 1 ||
+             b->kv_last[i + 1] != b->kv_last[i]))
+            f->bad++;
+        f->image_tokens += e != NULL;
         if (b->slot[i] < 0)
             continue;
         float *kv = kv_at(f, (int32_t)(b->slot[i] / bs), (int)(b->slot[i] % bs));
-        kv[0] = (float)b->tokens[i];
+        kv[0] = e ? e[1] : (float)b->tokens[i];
         kv[1] = (float)b->pos[i];
     }
     if (!f->lpool != !b->local_block_tables)
@@ -177,7 +189,7 @@ static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
     r->fake.pool = r->pool;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0, 0, NULL, 1};
+    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0, 0, NULL, 1, 2};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -239,7 +251,7 @@ static void rig_open_two(rig_t *r, int n_blocks, int n_lblocks, int block_size, 
     r->fake.pool = r->pool;
     r->fake.window = window;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, window, NULL, 2};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, window, NULL, 2, 0};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -749,6 +761,132 @@ START_TEST(test_disk_tier_across_restarts)
 }
 END_TEST
 
+/* ---- images (engine.h, ifd_engine_image_t) ----------------------------------- */
+
+/* Request i of prompts[] with image [start, start + len) of content `tag`:
+ * its rows are (position, tag + index), its hash (tag, 0). */
+static ifd_engine_image_t image_rows(float *rows, int start, int len, int tag)
+{
+    for (int j = 0; j < len; j++)
+        rows[2 * j] = (float)(start + j), rows[2 * j + 1] = (float)(tag + j);
+    return (ifd_engine_image_t){start, len, {(uint64_t)tag, 0}, rows};
+}
+
+/* What request i gives alone on a fresh engine (budget 24) with its image. */
+static void image_solo(int i, const ifd_engine_image_t *im, sink_t *ref)
+{
+    rig_t r;
+    rig_open(&r, 64, 24, 8, 1024);
+    ifd_engine_request_t q = req(i, 10);
+    q.ignore_eos = true;
+    q.images = im;
+    q.n_images = 1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    rig_check_pool(&r);
+    ck_assert_int_eq(r.fake.image_tokens, im->len);
+    ref->n_out[i] = r.sink->n_out[i];
+    memcpy(ref->out[i], r.sink->out[i], sizeof ref->out[i]);
+    rig_close(&r);
+}
+
+/* Chunks cut around images (budget 24, an image of 20 at 36..55); the same
+ * image reuses cached KV (a hit of 48 ends inside it: the next chunk takes
+ * the rest of it), another image with the same tokens does not (keys by
+ * hash): only the text blocks before it are a hit, and its output is its
+ * own (what it gives alone). */
+START_TEST(test_images_chunks_and_prefix_keys)
+{
+    prompt_len[0] = prompt_len[1] = prompt_len[2] = 64;
+    for (int j = 0; j < 64; j++)
+        prompts[0][j] = prompts[1][j] = prompts[2][j] = 1 + (j * 7) % (VOCAB - 1);
+    static float rows_a[40], rows_b[40], rows_a2[40];
+    const ifd_engine_image_t a = image_rows(rows_a, 36, 20, 100);
+    const ifd_engine_image_t a2 = image_rows(rows_a2, 36, 20, 100); /* the same image again */
+    const ifd_engine_image_t b = image_rows(rows_b, 36, 20, 300);
+    sink_t *ref = calloc(1, sizeof *ref);
+    image_solo(0, &a, ref);
+    image_solo(2, &b, ref);
+    /* the images change the outputs (their KV holds their content) */
+    ck_assert(memcmp(ref->out[0], ref->out[2], sizeof ref->out[0]) != 0);
+
+    rig_t r;
+    rig_open(&r, 64, 24, 8, 1024);
+    ifd_engine_request_t q = req(0, 10);
+    q.ignore_eos = true;
+    q.images = &a;
+    q.n_images = 1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    ifd_engine_step_stats_t st;
+    ck_assert_int_eq(ifd_engine_step(r.eng, &st), 1);
+    ck_assert_int_eq(st.n_prefill_tokens, 24);
+    ck_assert_int_eq(ifd_engine_step(r.eng, &st), 1);
+    ck_assert_int_eq(st.n_prefill_tokens, 12); /* cut before the image */
+    ck_assert_int_eq(ifd_engine_step(r.eng, &st), 1);
+    ck_assert_int_eq(st.n_prefill_tokens, 24); /* the image whole, then text */
+    run_to_idle(&r, 1000);
+    q = req(1, 10);
+    q.ignore_eos = true;
+    q.images = &a2;
+    q.n_images = 1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[1].cached_tokens, 48);
+    q = req(2, 10);
+    q.ignore_eos = true;
+    q.images = &b;
+    q.n_images = 1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[2].cached_tokens, 32); /* the text blocks 0 and 1 */
+    rig_check_pool(&r);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(r.sink->n_out[i], 10);
+    ck_assert(memcmp(r.sink->out[0], ref->out[0], sizeof ref->out[0]) == 0);
+    ck_assert(memcmp(r.sink->out[1], ref->out[0], sizeof ref->out[0]) == 0);
+    ck_assert(memcmp(r.sink->out[2], ref->out[2], sizeof ref->out[2]) == 0);
+    rig_check_pool(&r);
+    free(ref);
+    rig_close(&r);
+}
+END_TEST
+
+/* Images are refused where engine.h says (IFD_EINVAL at add). */
+START_TEST(test_images_refused)
+{
+    make_prompts(1, 10, 5);
+    prompt_len[0] = 40;
+    for (int j = 0; j < 40; j++)
+        prompts[0][j] = 1 + j % (VOCAB - 1);
+    static float rows[2 * 25], rows2[2 * 2];
+    rig_t r;
+    rig_open(&r, 64, 24, 8, 1024);
+    ifd_engine_request_t q = req(0, 4);
+    ifd_engine_image_t im[2] = {image_rows(rows, 5, 25, 1), image_rows(rows2, 30, 2, 1)};
+    q.images = im;
+    q.n_images = 1; /* longer than max_batched_tokens: never schedulable */
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    im[0].len = 10;
+    im[1].start = 14; /* overlapping */
+    q.n_images = 2;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    im[1].start = 39; /* past the prompt */
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    im[1].start = 30;
+    im[1].embd = NULL;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    im[1].embd = rows2;
+    q.prompt_logprobs = 1;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    q.prompt_logprobs = 0;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    rig_check_pool(&r);
+    ck_assert_int_eq(r.fake.image_tokens, 12);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_tiny_pool_preempts_and_completes_all)
 {
     make_prompts(12, 40, 5);
@@ -1049,7 +1187,7 @@ START_TEST(test_window_dead_blocks)
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r.pool), 0);
     r.fake.pool = r.pool;
     r.sink = calloc(1, sizeof *r.sink);
-    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6, NULL, 4};
+    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6, NULL, 4, 0};
     ifd_engine_params_t ep = ifd_engine_default_params();
     ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish, NULL};
     ck_assert_int_eq(ifd_engine_create(&r.eng, &ep, &m, r.pool, &cb), 0);
@@ -1392,7 +1530,7 @@ static void rig_open_all_local(rig_t *r, int n_blocks, int n_layers, int budget,
     r->fake.pool = r->pool;
     r->fake.hash_window = 6;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, 6, NULL, n_layers};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, 6, NULL, n_layers, 0};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -1735,6 +1873,8 @@ int main(void)
     tcase_add_test(tc, test_chunked_prefill_equals_whole);
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_disk_tier_across_restarts);
+    tcase_add_test(tc, test_images_chunks_and_prefix_keys);
+    tcase_add_test(tc, test_images_refused);
     tcase_add_test(tc, test_tiny_pool_preempts_and_completes_all);
     tcase_add_test(tc, test_cancel_in_every_state);
     tcase_add_test(tc, test_priority_orders_admission);
