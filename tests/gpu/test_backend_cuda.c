@@ -13,6 +13,10 @@
  *   2. one decode token each (the decode kernel, split-K workspace);
  *   3. a mixed step: a decode token of sequence 0 and a 6-token chunk of
  *      sequence 1 (the prefill kernel with ragged query lengths).
+ * Gemma 3 again with images in step 1 (ifd_batch_t.kv_last and .embd:
+ * random embedding rows uploaded over the token rows, the bidirectional
+ * image mask in the prefill kernel): an image of 7 at 3..9 in sequence 0,
+ * one of 9 at 10..18 in sequence 1 (past the window 8 and a block edge).
  * Configurations and tolerances (relative L2 per logits row; the weights
  * are bf16-exact, so both sides hold the same values):
  *   bf16 GEMM inputs, f16 KV (the default kv_dtype)   ≤ 1e-2 (measured ≤ 7.2e-3)
@@ -56,10 +60,14 @@ static int side_open(gt_side_t *s, int cuda, const ifd_model_config_t *c, ifd_dt
  * position p0[s]; logits for every token when all_rows, else for each
  * sequence's last. Returns the worst row's relative L2. */
 static double step(gt_side_t *cpu, gt_side_t *gpu, const ifd_model_config_t *c, const int *p0,
-                   const int *q, bool all_rows, double tol, double tol0)
+                   const int *q, bool all_rows, double tol, double tol0, bool images)
 {
+    static const int img[2][2] = {{3, 7}, {10, 9}}; /* per sequence: start, len */
+    static float rows[18 * 512];
+    const float *embd[64];
+    int32_t last[64];
     static const int32_t tables[2 * MAXB] = {5, 2, 6, 0, 7, 3};
-    int32_t tok[64], pos[64], seq[64], rows[64];
+    int32_t tok[64], pos[64], seq[64], lrows[64];
     int64_t slot[64];
     int n = 0, nl = 0;
     for (int s = 0; s < 2; s++)
@@ -70,10 +78,17 @@ static double step(gt_side_t *cpu, gt_side_t *gpu, const ifd_model_config_t *c, 
             seq[n] = s;
             slot[n] = (int64_t)tables[s * MAXB + p / BS] * BS + p % BS;
             if (all_rows || j == q[s] - 1)
-                rows[nl++] = n;
+                lrows[nl++] = n;
+            const int k = p - img[s][0];
+            const bool in = images && k >= 0 && k < img[s][1];
+            last[n] = in ? img[s][0] + img[s][1] - 1 : p;
+            embd[n] = in ? rows + (size_t)(s * 9 + k) * c->n_embd : NULL;
             n++;
         }
-    ifd_batch_t b = {n, tok, pos, seq, slot, 2, tables, MAXB, nl, rows, NULL, NULL, NULL, NULL};
+    for (size_t i = 0; images && i < 18 * (size_t)c->n_embd; i++)
+        rows[i] = (float)((i * 2654435761u) % 2001) / 250.0f - 4.0f;
+    ifd_batch_t b = {n, tok, pos, seq, slot, 2, tables, MAXB, nl, lrows, NULL, NULL,
+                     images ? last : NULL, images ? embd : NULL};
     float *lc = malloc(sizeof(float) * (size_t)nl * c->n_vocab);
     float *lg = malloc(sizeof(float) * (size_t)nl * c->n_vocab);
     int rc1 = ifd_model_forward(cpu->m, &b, cpu->kv, lc);
@@ -86,9 +101,9 @@ static double step(gt_side_t *cpu, gt_side_t *gpu, const ifd_model_config_t *c, 
                              c->n_vocab);
         /* exact mode, position 0: attention over one position is v itself,
          * so everything else must agree to f32 rounding */
-        const double t = tol0 > 0 && pos[rows[r]] == 0 ? tol0 : tol;
-        GT_EXPECT(e <= t, "row %d (seq %d pos %d): rel L2 %.3g > %.0e", r, seq[rows[r]],
-                  pos[rows[r]], e, t);
+        const double t = tol0 > 0 && pos[lrows[r]] == 0 ? tol0 : tol;
+        GT_EXPECT(e <= t, "row %d (seq %d pos %d): rel L2 %.3g > %.0e", r, seq[lrows[r]],
+                  pos[lrows[r]], e, t);
         worst = e > worst ? e : worst;
     }
     free(lc);
@@ -99,7 +114,7 @@ static double step(gt_side_t *cpu, gt_side_t *gpu, const ifd_model_config_t *c, 
 /* The three configurations checked, with their tolerances (see the top). */
 typedef enum { MODE_BF16 = 0, MODE_BF16_KV = 1, MODE_EXACT = 2 } mode_t_;
 
-static void run(bool gemma, mode_t_ mode)
+static void run(bool gemma, mode_t_ mode, bool images)
 {
     ifd_model_config_t c = gt_tiny_config(gemma, 3);
     static const double tols[] = {1e-2, 2e-2, 2e-3};
@@ -113,11 +128,11 @@ static void run(bool gemma, mode_t_ mode)
         const int p1[2] = {0, 0}, q1[2] = {13, 21};
         const int p2[2] = {13, 21}, q2[2] = {1, 1};
         const int p3[2] = {14, 22}, q3[2] = {1, 6};
-        double e1 = step(&cpu, &gpu, &c, p1, q1, true, tol, tol0);
-        double e2 = step(&cpu, &gpu, &c, p2, q2, false, tol, tol0);
-        double e3 = step(&cpu, &gpu, &c, p3, q3, true, tol, tol0);
-        gt_note("%s (%s): worst rel L2 prefill %.2e, decode %.2e, mixed %.2e", c.arch_name,
-                names[mode], e1, e2, e3);
+        double e1 = step(&cpu, &gpu, &c, p1, q1, true, tol, tol0, images);
+        double e2 = step(&cpu, &gpu, &c, p2, q2, false, tol, tol0, false);
+        double e3 = step(&cpu, &gpu, &c, p3, q3, true, tol, tol0, false);
+        gt_note("%s (%s%s): worst rel L2 prefill %.2e, decode %.2e, mixed %.2e", c.arch_name,
+                names[mode], images ? ", images" : "", e1, e2, e3);
     }
     gt_side_close(&gpu);
     gt_side_close(&cpu);
@@ -267,17 +282,19 @@ static void test_generate_local_pool(void)
     free(rows[1]);
 }
 
-#define CASE(fn, gemma, mode)                                                              \
+#define CASE(fn, gemma, mode, images)                                                      \
     static void fn(void)                                                                    \
     {                                                                                       \
-        run(gemma, mode);                                                                   \
+        run(gemma, mode, images);                                                           \
     }
-CASE(llama_bf16, false, MODE_BF16)
-CASE(gemma_bf16, true, MODE_BF16)
-CASE(llama_bf16_kv, false, MODE_BF16_KV)
-CASE(gemma_bf16_kv, true, MODE_BF16_KV)
-CASE(llama_exact, false, MODE_EXACT)
-CASE(gemma_exact, true, MODE_EXACT)
+CASE(llama_bf16, false, MODE_BF16, false)
+CASE(gemma_bf16, true, MODE_BF16, false)
+CASE(llama_bf16_kv, false, MODE_BF16_KV, false)
+CASE(gemma_bf16_kv, true, MODE_BF16_KV, false)
+CASE(llama_exact, false, MODE_EXACT, false)
+CASE(gemma_exact, true, MODE_EXACT, false)
+CASE(gemma_images_bf16, true, MODE_BF16, true)
+CASE(gemma_images_exact, true, MODE_EXACT, true)
 #undef CASE
 
 int main(void)
@@ -289,6 +306,8 @@ int main(void)
     gt_case("gemma3: bf16 vs the CPU backend (bf16 KV)", gemma_bf16_kv);
     gt_case("llama: exact mode vs the CPU backend", llama_exact);
     gt_case("gemma3: exact mode vs the CPU backend", gemma_exact);
+    gt_case("gemma3 with images: bf16 vs the CPU backend", gemma_images_bf16);
+    gt_case("gemma3 with images: exact mode vs the CPU backend", gemma_images_exact);
     gt_case("offline generation (KV in device memory) vs the CPU backend", test_generate);
     gt_case("gemma3: offline generation with the local layers' pool in device memory",
             test_generate_local_pool);
