@@ -146,12 +146,14 @@ static void bench_attention(const att_shape_t *sh, const char *kind, int batch, 
     float *q = rnd_array((int64_t)n_tok * NH * HD, 5);
     float *out = malloc(sizeof(float) * (size_t)n_tok * NH * HD);
     const float scale = 1.0f / sqrtf((float)HD);
-    ifd_cpu_paged_attention(out, q, &kv, seq, pos, NULL, bt, blocks_per_seq, n_tok, NH, scale, 0, tp);
+    ifd_cpu_paged_attention(out, q, &kv, seq, pos, NULL, bt, blocks_per_seq, n_tok, NH, scale, 0,
+                            tp);
     int reps = 0;
     double t0 = now_ms(), t1 = t0, best = 1e30;
     do {
         const double c0 = t1;
-        ifd_cpu_paged_attention(out, q, &kv, seq, pos, NULL, bt, blocks_per_seq, n_tok, NH, scale, 0, tp);
+        ifd_cpu_paged_attention(out, q, &kv, seq, pos, NULL, bt, blocks_per_seq, n_tok, NH, scale,
+                                0, tp);
         reps++;
         t1 = now_ms();
         best = t1 - c0 < best ? t1 - c0 : best;

@@ -807,10 +807,9 @@ static int ifd__cuda_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_
                                              scale, window, ab->max_ctx, ab->workspace,
                                              ab->workspace_bytes, c->stream);
     else
-        rc = ifd_cuda_paged_prefill_attention(o32, q->data, kv, ab->cu_q, ab->ctx_len, ab->last,
-                                              ab->block_tables, ab->max_blocks, ab->n_seqs,
-                                              ab->n_tok, ab->max_q_len, n_heads, scale, window,
-                                              c->stream);
+        rc = ifd_cuda_paged_prefill_attention(
+            o32, q->data, kv, ab->cu_q, ab->ctx_len, ab->last, ab->block_tables, ab->max_blocks,
+            ab->n_seqs, ab->n_tok, ab->max_q_len, n_heads, scale, window, c->stream);
     if (rc || o32 == out->data)
         return rc;
     return ifd_cuda_convert_f32(out->data, o32, ab->n_tok * qd, out->dtype, c->stream);

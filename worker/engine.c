@@ -147,8 +147,8 @@ struct ifd_engine {
     uint64_t arrivals;
     /* batch buffers, sized for max_batched_tokens tokens and max_seqs sequences */
     int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables, *b_ltables;
-    int32_t *b_last;       /* ifd_batch_t.kv_last */
-    const float **b_embd;  /* ifd_batch_t.embd */
+    int32_t *b_last;      /* ifd_batch_t.kv_last */
+    const float **b_embd; /* ifd_batch_t.embd */
     uint64_t *lkeys; /* admission: the global twins' keys of a hit's window */
     int32_t lkeys_cap;
     int64_t *b_slot, *b_lslot;
@@ -276,7 +276,8 @@ static int ifd__waiting_pos(const ifd__queue_t *q, const ifd__seq_t *s)
  * a 31-bit hash of the three collides at every position of a block). */
 static int32_t ifd__image_key(int32_t tok, const uint64_t h[2], int32_t j)
 {
-    uint64_t x = h[0] ^ (h[1] * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(uint32_t)tok << 32 | (uint32_t)j);
+    uint64_t x =
+        h[0] ^ (h[1] * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(uint32_t)tok << 32 | (uint32_t)j);
     x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull;
     x ^= x >> 27, x *= 0x94d049bb133111ebull;
     x ^= x >> 31;
@@ -517,8 +518,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->s_tok = malloc(nr * sizeof *e->s_tok);
     e->s_res = malloc(nr * sizeof *e->s_res);
     if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_slot || !e->b_lslot || !e->b_rows ||
-        !e->b_last || !e->b_embd || !e->sched ||
-        !e->logits || !e->s_rows || !e->s_hist || !e->s_params || !e->s_tok || !e->s_res) {
+        !e->b_last || !e->b_embd || !e->sched || !e->logits || !e->s_rows || !e->s_hist ||
+        !e->s_params || !e->s_tok || !e->s_res) {
         ifd_engine_destroy(e);
         return IFD_ENOMEM;
     }

@@ -263,8 +263,7 @@ static int ifd__gen_open(ifd__gen_t *g, ifd_model_t *m, const int32_t *prompt, i
     g->tokens = malloc((size_t)total * sizeof *g->tokens);
     r->tokens = malloc((size_t)p->n_predict * sizeof *r->tokens);
     if (!g->blocks || !g->pos || !g->seq || !g->rows || !g->slot || !g->lslot || !g->last ||
-        !g->embd || !g->logits ||
-        !g->tokens || !r->tokens)
+        !g->embd || !g->logits || !g->tokens || !r->tokens)
         return IFD_ENOMEM;
     if ((rc = ifd_sampler_create(g->vocab, &g->sampler)))
         return rc;

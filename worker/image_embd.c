@@ -94,8 +94,10 @@ int ifd_image_embd_load(ifd_image_embd_t *ie, const char *const *specs, int n, i
         for (int j = 0; rc == 0 && !clash && j < len; j++)
             clash = ie->embd[pos + j] != NULL;
         if (clash) {
-            snprintf(err, errlen, "--image-embd '%s': %d rows at %ld overlap another image or "
-                                  "pass the prompt's %d tokens", specs[i], len, pos, n_prompt);
+            snprintf(err, errlen,
+                     "--image-embd '%s': %d rows at %ld overlap another image or "
+                     "pass the prompt's %d tokens",
+                     specs[i], len, pos, n_prompt);
             rc = IFD_EINVAL;
         }
         if (rc) {

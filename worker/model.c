@@ -322,7 +322,6 @@ static int ifd__load_weight(ifd__loader_t *L, ifd_weight_t *w, const char *name,
     return 0;
 }
 
-
 /* ifd_batch_t.kv_last's rule: kv_last[i] >= pos[i], and a token that sees
  * ahead is followed by the next position of its sequence seeing as far —
  * so by induction the batch holds every position up to kv_last[i] (their
@@ -836,7 +835,9 @@ static int ifd__attn_batch(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_la
         .max_blocks = b->max_blocks,
         .cu_q = varlen ? bb->cu_q : NULL,
         .ctx_len = varlen ? bb->ctx_len : NULL,
-        .max_q_len = varlen ? max_q : decode_ctx ? 1 : b->n_tok,
+        .max_q_len = varlen       ? max_q
+                     : decode_ctx ? 1
+                                  : b->n_tok,
         .max_ctx = max_ctx,
         .last = images ? m->s.last : NULL,
     };
@@ -978,8 +979,8 @@ static int ifd__decode_bucket(ifd_model_t *m, const ifd_batch_t *b, int block_si
                               ifd_batch_t *pb, int *ctx_out)
 {
     ifd__graphs_t *g = &m->gr;
-    if (!m->be->ops->graph_begin || b->n_tok > IFD_MODEL_MAX_GRAPH_BATCH ||
-        b->n_seqs != b->n_tok || b->n_logits != b->n_tok || b->kv_last || b->embd)
+    if (!m->be->ops->graph_begin || b->n_tok > IFD_MODEL_MAX_GRAPH_BATCH || b->n_seqs != b->n_tok ||
+        b->n_logits != b->n_tok || b->kv_last || b->embd)
         return -1;
     int max_ctx = 0;
     for (int i = 0; i < b->n_tok; i++) {

@@ -116,9 +116,9 @@ static int ifd__image_ids(const ifd_image_prompt_t *ip, ifd_tokens_t *out, ifd_i
 }
 
 int ifd_image_prompt_encode(const ifd_tokenizer_t *t, const ifd_image_prompt_t *ip,
-                            const char *text, size_t len, unsigned flags,
-                            const ifd_span_t *plain, size_t n_plain, ifd_tokens_t *out,
-                            ifd_image_pos_t *spans, size_t max_spans, size_t *n_spans)
+                            const char *text, size_t len, unsigned flags, const ifd_span_t *plain,
+                            size_t n_plain, ifd_tokens_t *out, ifd_image_pos_t *spans,
+                            size_t max_spans, size_t *n_spans)
 {
     int rc = ifd__check_plain(plain, n_plain, len);
     if (rc)

@@ -62,8 +62,8 @@ int ifd_image_prompt_gemma3(const ifd_tokenizer_t *t, ifd_token_t soft, int32_t 
  * errors; on error *out and *n_spans are as at entry.
  */
 int ifd_image_prompt_encode(const ifd_tokenizer_t *t, const ifd_image_prompt_t *ip,
-                            const char *text, size_t len, unsigned flags,
-                            const ifd_span_t *plain, size_t n_plain, ifd_tokens_t *out,
-                            ifd_image_pos_t *spans, size_t max_spans, size_t *n_spans);
+                            const char *text, size_t len, unsigned flags, const ifd_span_t *plain,
+                            size_t n_plain, ifd_tokens_t *out, ifd_image_pos_t *spans,
+                            size_t max_spans, size_t *n_spans);
 
 #endif

@@ -1086,9 +1086,8 @@ enum { IFD__ATT_SPLIT_MAX_TOK = 8 };
 
 int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const ifd_kv_layer_t *kv,
                             const int32_t *seq, const int32_t *pos, const int32_t *last,
-                            const int32_t *block_tables,
-                            int max_blocks, int n_tok, int n_heads, float scale, int window,
-                            ifd_threadpool_t *tp)
+                            const int32_t *block_tables, int max_blocks, int n_tok, int n_heads,
+                            float scale, int window, ifd_threadpool_t *tp)
 {
     int rc = ifd__kv_check(kv);
     if (rc)

@@ -212,8 +212,8 @@ extern "C" int ifd_cuda_paged_prefill_attention(
     float *IFD_CUDA_RESTRICT out, const float *IFD_CUDA_RESTRICT q, const ifd_kv_layer_t *kv,
     const int32_t *IFD_CUDA_RESTRICT cu_q, const int32_t *IFD_CUDA_RESTRICT ctx_len,
     const int32_t *IFD_CUDA_RESTRICT last, const int32_t *IFD_CUDA_RESTRICT block_tables,
-    int max_blocks, int n_seqs, int n_tok,
-    int max_q_len, int n_heads, float scale, int window, ifd_cuda_stream_t stream)
+    int max_blocks, int n_seqs, int n_tok, int max_q_len, int n_heads, float scale, int window,
+    ifd_cuda_stream_t stream)
 {
     if (!kv || n_seqs < 0 || n_tok < 0 || max_q_len < 0 || n_heads <= 0 || window < 0 ||
         max_blocks <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 ||

@@ -132,8 +132,8 @@ static void reference(float *ref, const float *q, const pool_t *P, const int32_t
     static ifd_threadpool_t *tp;
     if (!tp && ifd_threadpool_create(&tp, 0) != 0)
         tp = NULL;
-    int rc = ifd_cpu_paged_attention(ref, q, &kv, seq, pos, last, P->bt, P->max_blocks, n_tok, n_heads,
-                                     scale, window, tp);
+    int rc = ifd_cpu_paged_attention(ref, q, &kv, seq, pos, last, P->bt, P->max_blocks, n_tok,
+                                     n_heads, scale, window, tp);
     GT_EXPECT(rc == 0, "ifd_cpu_paged_attention returned %d", rc);
 }
 
@@ -387,17 +387,18 @@ static void prefill_case(const int32_t *prefix, const int32_t *qlen, int n_seqs,
     int32_t *dctx = gt_dupload(ctx, (size_t)n_seqs * 4);
     int32_t *dlast = images ? gt_dupload(last, (size_t)n_tok * 4) : NULL;
     ifd_kv_layer_t kv = pool_layer(&P, 1);
-    int rc = ifd_cuda_paged_prefill_attention(dout, dq, &kv, dcu, dctx, dlast, P.dbt, P.max_blocks, n_seqs,
-                                              n_tok, max_q, n_heads, scale, window, NULL);
+    int rc = ifd_cuda_paged_prefill_attention(dout, dq, &kv, dcu, dctx, dlast, P.dbt, P.max_blocks,
+                                              n_seqs, n_tok, max_q, n_heads, scale, window, NULL);
     GT_EXPECT(rc == 0, "ifd_cuda_paged_prefill_attention returned %d", rc);
     gt_sync();
     gt_download(got, dout, (size_t)nq * 4);
     double e = gt_rel_l2(got, ref, nq);
     gt_note("prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d images=%d: rel L2 %.2e",
             n_seqs, n_tok, n_heads, n_kv, hd, dt_name(dt), window, images, e);
-    GT_EXPECT(e <= tol_kv(dt),
-              "prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d images=%d: rel L2 %.3g > %.3g",
-              n_seqs, n_tok, n_heads, n_kv, hd, dt_name(dt), window, images, e, tol_kv(dt));
+    GT_EXPECT(
+        e <= tol_kv(dt),
+        "prefill seqs=%d tokens=%d heads=%d/%d hd=%d %s window=%d images=%d: rel L2 %.3g > %.3g",
+        n_seqs, n_tok, n_heads, n_kv, hd, dt_name(dt), window, images, e, tol_kv(dt));
     if (e > tol_kv(dt)) {
         for (int t = 0; t < n_tok; t++) {
             int64_t o = (int64_t)t * n_heads * hd;

@@ -344,11 +344,11 @@ static void att_case(const att_cfg_t *cfg, bool images, ifd_threadpool_t *tp)
     for (int64_t i = 0; i < qn; i++)
         q[i] = rnd(-3, 3), out[i] = out1[i] = NAN;
     const float scale = 1.0f / sqrtf((float)hd);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &w.kv, seq, pos, lp, w.bt, w.max_blocks, n_tok, nh,
-                                             scale, cfg->window, tp),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &w.kv, seq, pos, lp, w.bt, w.max_blocks, n_tok,
+                                             nh, scale, cfg->window, tp),
                      0);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out1, q, &w.kv, seq, pos, lp, w.bt, w.max_blocks, n_tok,
-                                             nh, scale, cfg->window, NULL),
+    ck_assert_int_eq(ifd_cpu_paged_attention(out1, q, &w.kv, seq, pos, lp, w.bt, w.max_blocks,
+                                             n_tok, nh, scale, cfg->window, NULL),
                      0);
     ck_assert_msg(memcmp(out, out1, sizeof(float) * (size_t)qn) == 0,
                   "attention differs between the pool and one thread");
@@ -364,16 +364,17 @@ static void att_case(const att_cfg_t *cfg, bool images, ifd_threadpool_t *tp)
             const int32_t l2[2] = {last[t], last[u]};
             for (int64_t i = 0; i < row * k; i++)
                 one[i] = NAN;
-            ck_assert_int_eq(ifd_cpu_paged_attention(one, q + t * row, &w.kv, s2, p2, lp ? l2 : NULL, w.bt,
-                                                     w.max_blocks, 1, nh, scale, cfg->window, tp),
+            ck_assert_int_eq(ifd_cpu_paged_attention(one, q + t * row, &w.kv, s2, p2,
+                                                     lp ? l2 : NULL, w.bt, w.max_blocks, 1, nh,
+                                                     scale, cfg->window, tp),
                              0);
             if (k == 2) { /* rows t and u next to each other: q rows copied together */
                 float *q2 = malloc(sizeof(float) * (size_t)row * 2);
                 memcpy(q2, q + t * row, sizeof(float) * (size_t)row);
                 memcpy(q2 + row, q + u * row, sizeof(float) * (size_t)row);
-                ck_assert_int_eq(ifd_cpu_paged_attention(one, q2, &w.kv, s2, p2, lp ? l2 : NULL, w.bt,
-                                                         w.max_blocks, 2, nh, scale, cfg->window,
-                                                         tp),
+                ck_assert_int_eq(ifd_cpu_paged_attention(one, q2, &w.kv, s2, p2, lp ? l2 : NULL,
+                                                         w.bt, w.max_blocks, 2, nh, scale,
+                                                         cfg->window, tp),
                                  0);
                 free(q2);
                 IFD_CHECK(memcmp(one + row, out + u * row, sizeof(float) * (size_t)row) == 0,
@@ -460,42 +461,52 @@ START_TEST(test_errors)
     int64_t slot = 0;
     ifd_kv_layer_t kv = {kbuf, vbuf, IFD_DTYPE_F32, 4, 1, 8};
     ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), 0);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL), 0);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL), 0);
     pos = 4; /* block 1 is unmapped */
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL),
-                     IFD_EINVAL);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL),
+        IFD_EINVAL);
     pos = 8; /* past max_blocks */
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL),
-                     IFD_EINVAL);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, 0, NULL),
+        IFD_EINVAL);
     pos = 3;
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, -1, NULL),
-                     IFD_EINVAL);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 2, 1, -1, NULL),
+        IFD_EINVAL);
     int32_t last = 2; /* an image's last position before the token's own */
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL),
-                     IFD_EINVAL);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL),
+        IFD_EINVAL);
     last = 4; /* its image reaches into the unmapped block 1 */
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL),
-                     IFD_EINVAL);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL),
+        IFD_EINVAL);
     last = 3;
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL),
-                     0);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, &last, bt, 2, 1, 2, 1, 0, NULL), 0);
     kv.n_kv_heads = 2; /* 3 query heads over 2 KV heads */
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 3, 1, 0, NULL),
-                     IFD_EINVAL);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 3, 1, 0, NULL),
+        IFD_EINVAL);
     kv.n_kv_heads = 1;
     kv.head_dim = 300;
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
-                     IFD_ENOTSUP);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
+        IFD_ENOTSUP);
     kv.head_dim = 8;
     kv.dtype = (ifd_dtype_t)9;
     ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_ENOTSUP);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
-                     IFD_ENOTSUP);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
+        IFD_ENOTSUP);
     /* the block types need head_dim a multiple of 32 */
     kv.dtype = IFD_DTYPE_Q8_0;
     ck_assert_int_eq(ifd_cpu_kv_write(&kv, q, q, &slot, 1), IFD_ENOTSUP);
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
-                     IFD_ENOTSUP);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 2, 1, 1, 1, 0, NULL),
+        IFD_ENOTSUP);
     ck_assert_int_eq(ifd_cpu_kv_dequant_row(out, kbuf, IFD_DTYPE_Q4_0, 8), IFD_ENOTSUP);
     kv.dtype = IFD_DTYPE_F32;
     kv.block_size = 0;

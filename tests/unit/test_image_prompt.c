@@ -145,9 +145,9 @@ START_TEST(test_plain_spans)
     ck_assert_int_eq((int)n_sp, 1); /* the first only */
     const char *want = "\n\n<start_of_image><end_of_image>\n\nx<start_of_turn><start_of_image>";
     const ifd_span_t wplain[] = {{16 + 18, 32}};
-    ck_assert_int_eq(ifd_tokenizer_encode_spans(t, want, strlen(want), IFD_TOK_PARSE_SPECIAL,
-                                                wplain, 1, &ref),
-                     0);
+    ck_assert_int_eq(
+        ifd_tokenizer_encode_spans(t, want, strlen(want), IFD_TOK_PARSE_SPECIAL, wplain, 1, &ref),
+        0);
     ck_assert_int_eq((int)out.n, (int)ref.n + 2);
     const size_t a = (size_t)sp[0].start;
     ck_assert(memcmp(out.ids, ref.ids, a * sizeof *out.ids) == 0);
@@ -176,8 +176,8 @@ START_TEST(test_errors)
     ck_assert_int_eq((int)out.n, 1);
     ck_assert_int_eq((int)n_sp, 1);
     const ifd_span_t bad[] = {{5, 3}, {6, 1}}; /* overlapping */
-    ck_assert_int_eq(ifd_image_prompt_encode(t, &ip, text, strlen(text), IFD_TOK_PARSE_SPECIAL,
-                                             bad, 2, &out, sp, 2, &n_sp),
+    ck_assert_int_eq(ifd_image_prompt_encode(t, &ip, text, strlen(text), IFD_TOK_PARSE_SPECIAL, bad,
+                                             2, &out, sp, 2, &n_sp),
                      IFD_EINVAL);
     const ifd_span_t past[] = {{30, 100}};
     ck_assert_int_eq(ifd_image_prompt_encode(t, &ip, text, strlen(text), IFD_TOK_PARSE_SPECIAL,
@@ -185,9 +185,8 @@ START_TEST(test_errors)
                      IFD_EINVAL);
     /* without IFD_TOK_PARSE_SPECIAL nothing is special: no image */
     n_sp = 0;
-    ck_assert_int_eq(ifd_image_prompt_encode(t, &ip, text, strlen(text), 0, NULL, 0, &out, sp, 2,
-                                             &n_sp),
-                     0);
+    ck_assert_int_eq(
+        ifd_image_prompt_encode(t, &ip, text, strlen(text), 0, NULL, 0, &out, sp, 2, &n_sp), 0);
     ck_assert_int_eq((int)n_sp, 0);
     ifd_tokens_free(&out);
     ifd_tokenizer_destroy(t);
@@ -206,8 +205,8 @@ int main(void)
         ifd_test_skip("%s not found (run deploy/fetch-model.sh gemma3)", g_model);
     fclose(f);
     Suite *s = suite_create("image_prompt");
-    ifd_test_case(s, "gemma3", 120,
-                  IFD_TESTS(test_ids, test_one_image, test_adjacent_images, test_plain_spans,
-                            test_errors));
+    ifd_test_case(
+        s, "gemma3", 120,
+        IFD_TESTS(test_ids, test_one_image, test_adjacent_images, test_plain_spans, test_errors));
     return ifd_test_run(s);
 }
