@@ -17,6 +17,10 @@
  * random embedding rows uploaded over the token rows, the bidirectional
  * image mask in the prefill kernel): an image of 7 at 3..9 in sequence 0,
  * one of 9 at 10..18 in sequence 1 (past the window 8 and a block edge).
+ * And on the CUDA backend alone: a prefill chunked around an image (cut
+ * before it, then the image whole) gives one chunk's logits bit for bit,
+ * and a decode row beside an image chunk gives the bits it gives beside a
+ * text chunk.
  * Configurations and tolerances (relative L2 per logits row; the weights
  * are bf16-exact, so both sides hold the same values):
  *   bf16 GEMM inputs, f16 KV (the default kv_dtype)   ≤ 1e-2 (measured ≤ 7.2e-3)
@@ -282,6 +286,127 @@ static void test_generate_local_pool(void)
     free(rows[1]);
 }
 
+/* One sequence's prefill of tokens at 0.. in chunks ending at ends[], an
+ * image at img_at (len img_len) whole in one chunk; the logits of every
+ * position into lg. */
+static int chunked(gt_side_t *g, const ifd_model_config_t *c, const int *ends, int n_ends,
+                   int img_at, int img_len, const float *rows, float *lg)
+{
+    static const int32_t table[MAXB] = {6, 1, 4};
+    int32_t tok[48], pos[48], seq[48], lr[48], last[48];
+    const float *embd[48];
+    int64_t slot[48];
+    for (int k = 0, from = 0; k < n_ends; from = ends[k++]) {
+        const int m = ends[k] - from;
+        for (int j = 0; j < m; j++) {
+            const int p = from + j, in = p >= img_at && p < img_at + img_len;
+            tok[j] = (int32_t)((p * 29 + 11) % (int)c->n_vocab);
+            pos[j] = p;
+            seq[j] = 0;
+            lr[j] = j;
+            slot[j] = (int64_t)table[p / BS] * BS + p % BS;
+            last[j] = in ? img_at + img_len - 1 : p;
+            embd[j] = in ? rows + (size_t)(p - img_at) * c->n_embd : NULL;
+        }
+        ifd_batch_t b = {.n_tok = m, .tokens = tok, .pos = pos, .seq = seq, .slot = slot,
+                         .n_seqs = 1, .block_tables = table, .max_blocks = MAXB, .n_logits = m,
+                         .logit_rows = lr, .kv_last = last, .embd = embd};
+        int rc = ifd_model_forward(g->m, &b, g->kv, lg + (size_t)from * c->n_vocab);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Chunked prefill with an image (cut before it, then the image whole)
+ * gives one chunk's logits bit for bit, on the CUDA backend. */
+static void test_images_chunk_invariance(void)
+{
+    ifd_model_config_t c = gt_tiny_config(false, 3);
+    gt_side_t gpu = {0};
+    static float rows[9 * 512];
+    for (size_t i = 0; i < 9 * (size_t)c.n_embd; i++)
+        rows[i] = (float)((i * 2654435761u) % 2001) / 10000.0f - 0.1f;
+    if (side_open(&gpu, 1, &c, IFD_DTYPE_F16) == 0) {
+        const int n = 27, one[1] = {27}, three[3] = {2, 20, 27};
+        float *a = malloc(sizeof(float) * (size_t)n * c.n_vocab);
+        float *b = malloc(sizeof(float) * (size_t)n * c.n_vocab);
+        int rc1 = chunked(&gpu, &c, one, 1, 2, 9, rows, a);
+        int rc2 = chunked(&gpu, &c, three, 3, 2, 9, rows, b);
+        GT_EXPECT(rc1 == 0 && rc2 == 0, "forward: %s, %s", ifd_strerror(rc1), ifd_strerror(rc2));
+        for (int p = 0; p < n && rc1 == 0 && rc2 == 0; p++)
+            GT_EXPECT(memcmp(a + (size_t)p * c.n_vocab, b + (size_t)p * c.n_vocab,
+                             sizeof(float) * c.n_vocab) == 0,
+                      "position %d: chunked logits differ from one chunk", p);
+        free(a);
+        free(b);
+    }
+    gt_side_close(&gpu);
+}
+
+/* A decode row of sequence 1 beside sequence 0's image chunk (the prefill
+ * kernel with `last`) gives the bits it gives beside a text chunk: the
+ * image changes nothing of the other sequences' rows. (Alone, the row goes
+ * through the decode kernel, whose split-K order rounds differently from
+ * the prefill kernel's tiles: not compared.) */
+static void test_images_other_rows(void)
+{
+    ifd_model_config_t c = gt_tiny_config(false, 3);
+    gt_side_t g = {0};
+    static float rows[9 * 512];
+    for (size_t i = 0; i < 9 * (size_t)c.n_embd; i++)
+        rows[i] = (float)((i * 2654435761u) % 2001) / 10000.0f - 0.1f;
+    if (side_open(&g, 1, &c, IFD_DTYPE_F16) == 0) {
+        static const int32_t tables[2 * MAXB] = {5, 2, 6, 0, 7, 3};
+        /* sequence 1: 20 positions written first (one chunk) */
+        int32_t tok[32], pos[32], seq[32], lr[32], last[32];
+        const float *embd[32];
+        int64_t slot[32];
+        float *lg = malloc(sizeof(float) * 32 * c.n_vocab), *ref = NULL;
+        int rc = 0;
+        for (int variant = 0; variant < 3 && rc == 0; variant++) {
+            /* 0: seq 1 prefill 0..19; then its decode at 20: 1 beside seq
+             * 0's text chunk 0..10, 2 beside seq 0's image chunk (an image
+             * at 2..10) */
+            int n = 0;
+            if (variant == 0) {
+                for (int p = 0; p < 20; p++, n++)
+                    tok[n] = (int32_t)(p * 13 % (int)c.n_vocab), pos[n] = p, seq[n] = 1,
+                    last[n] = p, embd[n] = NULL;
+            } else {
+                for (int p = 0; p < 11; p++, n++) {
+                    const bool in = variant == 2 && p >= 2;
+                    tok[n] = (int32_t)(p * 29 % (int)c.n_vocab), pos[n] = p, seq[n] = 0;
+                    last[n] = in ? 10 : p;
+                    embd[n] = in ? rows + (size_t)(p - 2) * c.n_embd : NULL;
+                }
+                tok[n] = 77, pos[n] = 20, seq[n] = 1, last[n] = 20, embd[n] = NULL, n++;
+            }
+            for (int i = 0; i < n; i++) {
+                lr[i] = i;
+                slot[i] = (int64_t)tables[seq[i] * MAXB + pos[i] / BS] * BS + pos[i] % BS;
+            }
+            ifd_batch_t b = {.n_tok = n, .tokens = tok, .pos = pos, .seq = seq, .slot = slot,
+                             .n_seqs = 2, .block_tables = tables, .max_blocks = MAXB,
+                             .n_logits = n, .logit_rows = lr, .kv_last = last, .embd = embd};
+            if ((rc = ifd_model_forward(g.m, &b, g.kv, lg)))
+                break;
+            const float *row = lg + (size_t)(n - 1) * c.n_vocab;
+            if (variant == 1) {
+                ref = malloc(sizeof(float) * c.n_vocab);
+                memcpy(ref, row, sizeof(float) * c.n_vocab);
+            } else if (variant == 2) {
+                GT_EXPECT(memcmp(ref, row, sizeof(float) * c.n_vocab) == 0,
+                          "the decode row beside an image chunk differs from it beside text");
+            }
+        }
+        GT_EXPECT(rc == 0, "forward: %s", ifd_strerror(rc));
+        free(lg);
+        free(ref);
+    }
+    gt_side_close(&g);
+}
+
 #define CASE(fn, gemma, mode, images)                                                      \
     static void fn(void)                                                                    \
     {                                                                                       \
@@ -308,6 +433,8 @@ int main(void)
     gt_case("gemma3: exact mode vs the CPU backend", gemma_exact);
     gt_case("gemma3 with images: bf16 vs the CPU backend", gemma_images_bf16);
     gt_case("gemma3 with images: exact mode vs the CPU backend", gemma_images_exact);
+    gt_case("images: chunked prefill equals one chunk, bit for bit", test_images_chunk_invariance);
+    gt_case("images: a decode row beside an image chunk is unchanged", test_images_other_rows);
     gt_case("offline generation (KV in device memory) vs the CPU backend", test_generate);
     gt_case("gemma3: offline generation with the local layers' pool in device memory",
             test_generate_local_pool);
