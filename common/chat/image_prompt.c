@@ -126,7 +126,7 @@ int ifd_image_prompt_encode(const ifd_tokenizer_t *t, const ifd_image_prompt_t *
     size_t *at = NULL, n = 0;
     if (flags & IFD_TOK_PARSE_SPECIAL)
         rc = ifd__find_placeholders(text, len, plain, n_plain, &at, &n);
-    if (rc == 0 && n > max_spans - *n_spans)
+    if (rc == 0 && (*n_spans > max_spans || n > max_spans - *n_spans))
         rc = IFD_ERANGE;
     const size_t first = out->n, bl = IFD__LEN(ifd__boi_text);
     for (size_t k = 0; k <= n && rc == 0; k++) {

@@ -53,7 +53,7 @@ int ifd_image_prompt_gemma3(const ifd_tokenizer_t *t, ifd_token_t soft, int32_t 
  * with each "<start_of_image>" outside the plain spans expanded as the
  * processor does, and APPENDS the ids to *out and one ifd_image_pos_t per
  * image, in order, to spans[*n_spans ..] (positions in *out, counting
- * its ids at entry), advancing *n_spans. max_spans: room in spans. flags
+ * its ids at entry), advancing *n_spans. max_spans: spans' size. flags
  * must include IFD_TOK_PARSE_SPECIAL for placeholders to be expanded;
  * IFD_TOK_ADD_SPECIAL applies to the first piece only (Gemma's vocabulary
  * adds a BOS, no EOS). Returns 0,
