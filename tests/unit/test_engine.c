@@ -84,7 +84,7 @@ static int fake_forward(void *ctx, const ifd_batch_t *b, float *logits)
         if (b->local_slot[i] < 0)
             continue;
         float *kv = kv_in(f->lpool, (int32_t)(b->local_slot[i] / bs), (int)(b->local_slot[i] % bs));
-        kv[0] = (float)b->tokens[i];
+        kv[0] = b->embd && b->embd[i] ? b->embd[i][1] : (float)b->tokens[i];
         kv[1] = (float)b->pos[i];
     }
     for (int r = 0; r < b->n_logits; r++) {
@@ -251,7 +251,7 @@ static void rig_open_two(rig_t *r, int n_blocks, int n_lblocks, int block_size, 
     r->fake.pool = r->pool;
     r->fake.window = window;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, window, NULL, 2, 0};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1, window, NULL, 2, 2};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -846,6 +846,43 @@ START_TEST(test_images_chunks_and_prefix_keys)
     ck_assert(memcmp(r.sink->out[1], ref->out[0], sizeof ref->out[0]) == 0);
     ck_assert(memcmp(r.sink->out[2], ref->out[2], sizeof ref->out[2]) == 0);
     rig_check_pool(&r);
+    free(ref);
+    rig_close(&r);
+}
+END_TEST
+
+/* The same with the local layers' own pool (window 20): their twins are
+ * published and found under the image-aware keys too. */
+START_TEST(test_images_local_pool_prefix_keys)
+{
+    prompt_len[0] = prompt_len[1] = prompt_len[2] = 64;
+    for (int j = 0; j < 64; j++)
+        prompts[0][j] = prompts[1][j] = prompts[2][j] = 1 + (j * 11) % (VOCAB - 1);
+    static float rows_a[40], rows_b[40];
+    const ifd_engine_image_t a = image_rows(rows_a, 36, 20, 500);
+    const ifd_engine_image_t b = image_rows(rows_b, 36, 20, 700);
+    sink_t *ref = calloc(1, sizeof *ref);
+    image_solo(0, &a, ref);
+    image_solo(2, &b, ref);
+    rig_t r;
+    rig_open_two(&r, 64, 64, 16, 20, 24, 8);
+    const ifd_engine_image_t *im[3] = {&a, &a, &b};
+    for (int i = 0; i < 3; i++) {
+        ifd_engine_request_t q = req(i, 10);
+        q.ignore_eos = true;
+        q.images = im[i];
+        q.n_images = 1;
+        ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+        run_to_idle(&r, 1000);
+    }
+    ck_assert_int_eq(r.sink->usage[1].cached_tokens, 48);
+    ck_assert_int_eq(r.sink->usage[2].cached_tokens, 32);
+    rig_check_pool(&r);
+    char err[512];
+    ck_assert_msg(ifd_kvpool_check(r.fake.lpool, err, sizeof err) == 0, "%s", err);
+    ck_assert(memcmp(r.sink->out[0], ref->out[0], sizeof ref->out[0]) == 0);
+    ck_assert(memcmp(r.sink->out[1], ref->out[0], sizeof ref->out[0]) == 0);
+    ck_assert(memcmp(r.sink->out[2], ref->out[2], sizeof ref->out[2]) == 0);
     free(ref);
     rig_close(&r);
 }
@@ -1874,6 +1911,7 @@ int main(void)
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_disk_tier_across_restarts);
     tcase_add_test(tc, test_images_chunks_and_prefix_keys);
+    tcase_add_test(tc, test_images_local_pool_prefix_keys);
     tcase_add_test(tc, test_images_refused);
     tcase_add_test(tc, test_tiny_pool_preempts_and_completes_all);
     tcase_add_test(tc, test_cancel_in_every_state);
