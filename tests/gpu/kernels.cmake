@@ -140,7 +140,7 @@ if(CMAKE_CXX_COMPILER)
                  ${PROJECT_SOURCE_DIR}/worker/kvprobe.c
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
                  ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c
-                 ${IFD_SPEC_SRCS})
+                 ${PROJECT_SOURCE_DIR}/worker/image_embd.c ${IFD_SPEC_SRCS})
   target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1 IFD_CUDA_STATIC=1)
   target_include_directories(inferd-worker-emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
