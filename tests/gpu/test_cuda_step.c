@@ -114,7 +114,7 @@ static ifd_batch_t make_step(step_t *st, const ifd_model_config_t *c, int first,
         g_len[s] += q;
     }
     return (ifd_batch_t){st->n_tok, st->tok, st->pos, st->seq, st->slot, n,
-                         st->bt,    MAXB,    st->nl,  st->rows, NULL,    NULL};
+                         st->bt,    MAXB,    st->nl,  st->rows, NULL,    NULL, NULL, NULL};
 }
 
 /* ---- 2. graph replay = eager ------------------------------------------------------ */

@@ -653,7 +653,7 @@ static ifd_kvdisk_t *rig_open_disk(rig_t *r, const char *dir, int n_blocks)
     dp.dir = dir, dp.max_bytes = 1 << 24, dp.fingerprint = 77, dp.worker = 0;
     ifd_kvdisk_t *disk = NULL;
     ck_assert_int_eq(ifd_kvdisk_create(&dp, r->pool, &disk), 0);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 0, 0, NULL, 1};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 0, 0, NULL, 1, 0};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos, ep.n_eos_ids = 1, ep.max_batched_tokens = 32, ep.max_seqs = 8;

@@ -202,16 +202,16 @@ static void check_forward(const char *arch)
     }
     float *alone = malloc(sizeof(float) * V), *both = malloc(sizeof(float) * 2 * V);
     int32_t row_a = 19, rows_ab[2] = {19, 24};
-    ifd_batch_t b1 = {20, toks, pos, seq, slot, 1, tables, 2, 1, &row_a, NULL, NULL};
+    ifd_batch_t b1 = {20, toks, pos, seq, slot, 1, tables, 2, 1, &row_a, NULL, NULL, NULL, NULL};
     ck_assert_int_eq(ifd_model_forward(m, &b1, kv, alone), 0);
-    ifd_batch_t b2 = {25, toks, pos, seq, slot, 2, tables, 2, 2, rows_ab, NULL, NULL};
+    ifd_batch_t b2 = {25, toks, pos, seq, slot, 2, tables, 2, 2, rows_ab, NULL, NULL, NULL, NULL};
     ck_assert_int_eq(ifd_model_forward(m, &b2, kv, both), 0);
     for (int v = 0; v < V; v++)
         ck_assert(isfinite(alone[v]));
     ck_assert_msg(memcmp(alone, both, sizeof(float) * V) == 0, "%s: batched logits differ", arch);
     /* bad batches are refused */
     int32_t bad_tok[1] = {V};
-    ifd_batch_t b3 = {1, bad_tok, pos, seq, slot, 1, tables, 2, 1, &rows_ab[0], NULL, NULL};
+    ifd_batch_t b3 = {1, bad_tok, pos, seq, slot, 1, tables, 2, 1, &rows_ab[0], NULL, NULL, NULL, NULL};
     b3.logit_rows = (int32_t[]){0};
     ck_assert_int_eq(ifd_model_forward(m, &b3, kv, alone), IFD_EINVAL);
     free(alone);
