@@ -1,0 +1,38 @@
+/*
+ * schema_check.h — a JSON Schema validator (draft-04 to 2020-12 and
+ * OpenAPI's nullable, the dialect grammar_conv.h converts), run on a
+ * finished structured output. The converter over-approximates what no
+ * grammar enforces (not, if/then/else, contains, uniqueItems,
+ * propertyNames, overlapping oneOf, a pattern with lengths it cannot
+ * combine): the grammar accepts a superset of the valid texts and this
+ * check decides (llguidance's rule; docs/structured-outputs.md).
+ *
+ * Every constraining keyword is evaluated, with these choices: `format` is
+ * an annotation (2020-12's default; the grammar enforces the formats it
+ * accepts exactly); `pattern` is a PCRE2 search (UTF mode, ECMA-262's
+ * syntax as far as PCRE2 shares it); a `$ref` beside other keywords is
+ * applied together with them, in every draft (as the converter merges
+ * them); non-integer `multipleOf` holds within a relative 1e-9 (the
+ * quotient of two doubles); `nullable: true` admits null before anything
+ * else. Remote references, anchors, `$dynamicRef` / `$recursiveRef` and
+ * `unevaluated*` cannot be checked here: IFD_ENOTSUP (the converter
+ * refuses them too).
+ */
+#ifndef IFD_SCHEMA_CHECK_H
+#define IFD_SCHEMA_CHECK_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/*
+ * Checks the value v against schema (both borrowed; schema is also the
+ * document its local $refs resolve in). Returns 0 when v is valid;
+ * IFD_EINVAL when it is not, with "<JSON pointer into v>: <why>" in err
+ * (errlen bytes, may be 0); IFD_ENOTSUP when the schema uses something the
+ * checker cannot evaluate, or is not a schema (err names it); IFD_ETOOBIG
+ * past the work limit (a million keyword evaluations) or 256 levels of
+ * nesting. Reentrant; allocates only for patterns (PCRE2) and messages.
+ */
+int ifd_schema_check(const json_t *schema, const json_t *v, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,264 @@
+/*
+ * test_schema_check.c — the JSON Schema check of finished outputs
+ * (common/grammar/schema_check.h): each keyword on valid and invalid
+ * values with the message's path; and, run as test_schema_check_suite
+ * (argument --suite), the official JSON-Schema-Test-Suite's
+ * draft2020-12 and draft2019-09 files, every case the checker evaluates
+ * compared with the suite's verdict (the one the Python jsonschema package
+ * is tested on). Cases the checker reports IFD_ENOTSUP for (remote and $id
+ * references, anchors, $dynamicRef, unevaluated*) are counted, never
+ * guessed. The suite is read from $INFERD_JSON_SCHEMA_TEST_SUITE, else
+ * ~/.cache/inferd/JSON-Schema-Test-Suite (a clone of
+ * github.com/json-schema-org/JSON-Schema-Test-Suite); missing, a loud skip.
+ */
+#include "testutil.h"
+
+#include "error.h"
+#include "grammar/schema_check.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* rc of checking the JSON text v against the JSON text s; the message in err. */
+static int check_text(const char *s, const char *v, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *sj = json_loads(s, JSON_DECODE_ANY, &je), *vj = json_loads(v, JSON_DECODE_ANY, &je);
+    ck_assert_msg(sj && vj, "bad JSON in the test: %s / %s", s, v);
+    int rc = ifd_schema_check(sj, vj, err, errlen);
+    json_decref(sj);
+    json_decref(vj);
+    return rc;
+}
+
+typedef struct {
+    const char *schema, *value;
+    int rc;          /* 0 valid, IFD_EINVAL invalid, … */
+    const char *msg; /* a part of the message (invalid ones) */
+} case_t;
+
+static const case_t CASES[] = {
+    {"{\"type\":\"integer\"}", "3", 0, NULL},
+    {"{\"type\":\"integer\"}", "3.0", 0, NULL},
+    {"{\"type\":\"integer\"}", "3.5", IFD_EINVAL, "not of type integer"},
+    {"{\"type\":[\"string\",\"null\"]}", "null", 0, NULL},
+    {"{\"type\":[\"string\",\"null\"]}", "1", IFD_EINVAL, "types"},
+    {"{\"enum\":[1,\"a\",{\"b\":[2]}]}", "{\"b\":[2.0]}", 0, NULL},
+    {"{\"enum\":[1,\"a\"]}", "\"b\"", IFD_EINVAL, "enum"},
+    {"{\"const\":[1,{\"a\":null}]}", "[1,{\"a\":null}]", 0, NULL},
+    {"{\"const\":[1,{\"a\":null}]}", "[1,{\"a\":false}]", IFD_EINVAL, "const"},
+    /* numbers: inclusive and exclusive bounds, draft-04's booleans */
+    {"{\"minimum\":0.5,\"maximum\":2}", "0.5", 0, NULL},
+    {"{\"minimum\":0.5,\"maximum\":2}", "0.4999", IFD_EINVAL, "minimum"},
+    {"{\"minimum\":0.5,\"maximum\":2}", "2.0001", IFD_EINVAL, "maximum"},
+    {"{\"exclusiveMinimum\":0.0001}", "0.0001", IFD_EINVAL, "exclusiveMinimum"},
+    {"{\"exclusiveMinimum\":0.0001}", "0.00011", 0, NULL},
+    {"{\"minimum\":1,\"exclusiveMinimum\":true}", "1", IFD_EINVAL, "minimum"},
+    {"{\"maximum\":1,\"exclusiveMaximum\":true}", "0.99", 0, NULL},
+    {"{\"multipleOf\":0.01}", "0.07", 0, NULL},
+    {"{\"multipleOf\":0.01}", "0.075", IFD_EINVAL, "multiple"},
+    {"{\"multipleOf\":7}", "-21", 0, NULL},
+    {"{\"multipleOf\":7}", "22", IFD_EINVAL, "multiple of 7"},
+    {"{\"minimum\":5}", "\"not a number\"", 0, NULL}, /* keywords of other types */
+    /* strings: lengths in characters, pattern as a search */
+    {"{\"minLength\":2,\"maxLength\":3}", "\"\xc3\xa9\xc3\xa9\"", 0, NULL},
+    {"{\"maxLength\":3}", "\"abcd\"", IFD_EINVAL, "maxLength"},
+    {"{\"pattern\":\"[0-9]{3}\"}", "\"ab123\"", 0, NULL},
+    {"{\"pattern\":\"^[0-9]{3}$\"}", "\"ab123\"", IFD_EINVAL, "pattern"},
+    {"{\"format\":\"email\"}", "\"not an email\"", 0, NULL}, /* an annotation here */
+    /* arrays */
+    {"{\"items\":{\"type\":\"integer\"}}", "[1,2,\"x\"]", IFD_EINVAL, "/2: not of type integer"},
+    {"{\"prefixItems\":[{\"type\":\"string\"}],\"items\":{\"type\":\"integer\"}}", "[\"a\",2]", 0,
+     NULL},
+    {"{\"prefixItems\":[{\"type\":\"string\"}],\"items\":false}", "[\"a\",2]", IFD_EINVAL, "/1"},
+    {"{\"items\":[{\"type\":\"string\"}],\"additionalItems\":false}", "[\"a\",2]", IFD_EINVAL,
+     "/1"},
+    {"{\"minItems\":2,\"maxItems\":2}", "[1]", IFD_EINVAL, "minItems"},
+    {"{\"uniqueItems\":true}", "[1,{\"a\":1},1.0]", IFD_EINVAL, "items 0 and 2"},
+    {"{\"uniqueItems\":true}", "[1,{\"a\":1},true]", 0, NULL},
+    {"{\"contains\":{\"const\":3}}", "[1,2]", IFD_EINVAL, "contains"},
+    {"{\"contains\":{\"const\":3},\"maxContains\":1}", "[3,3]", IFD_EINVAL, "more than 1"},
+    {"{\"contains\":{\"const\":3},\"minContains\":0}", "[]", 0, NULL},
+    /* objects */
+    {"{\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]}", "{\"b\":1}", IFD_EINVAL,
+     "'a' is missing"},
+    {"{\"properties\":{\"a/b\":{\"type\":\"string\"}}}", "{\"a/b\":1}", IFD_EINVAL, "/a~1b:"},
+    {"{\"properties\":{\"a\":{}},\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},"
+     "\"additionalProperties\":false}",
+     "{\"a\":1,\"x-y\":2}", 0, NULL},
+    {"{\"properties\":{\"a\":{}},\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},"
+     "\"additionalProperties\":false}",
+     "{\"a\":1,\"y\":2}", IFD_EINVAL, "/y: not allowed"},
+    {"{\"additionalProperties\":{\"type\":\"integer\"}}", "{\"y\":\"s\"}", IFD_EINVAL, "/y"},
+    {"{\"minProperties\":1}", "{}", IFD_EINVAL, "minProperties"},
+    {"{\"maxProperties\":1}", "{\"a\":1,\"b\":2}", IFD_EINVAL, "maxProperties"},
+    {"{\"propertyNames\":{\"maxLength\":2}}", "{\"abc\":1}", IFD_EINVAL, "/abc"},
+    {"{\"dependentRequired\":{\"a\":[\"b\"]}}", "{\"a\":1}", IFD_EINVAL, "'b' is missing"},
+    {"{\"dependencies\":{\"a\":{\"required\":[\"c\"]}}}", "{\"a\":1,\"c\":2}", 0, NULL},
+    {"{\"dependentSchemas\":{\"a\":{\"maxProperties\":1}}}", "{\"a\":1,\"c\":2}", IFD_EINVAL,
+     "maxProperties"},
+    /* combinators */
+    {"{\"allOf\":[{\"minimum\":1},{\"maximum\":2}]}", "3", IFD_EINVAL, "maximum"},
+    {"{\"anyOf\":[{\"type\":\"string\"},{\"minimum\":2}]}", "1", IFD_EINVAL, "anyOf"},
+    {"{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":2}]}", "3", IFD_EINVAL, "more than one"},
+    {"{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":2}]}", "2.5", 0, NULL},
+    {"{\"not\":{\"type\":\"string\"}}", "\"s\"", IFD_EINVAL, "'not'"},
+    {"{\"if\":{\"properties\":{\"k\":{\"const\":1}}},\"then\":{\"required\":[\"a\"]},"
+     "\"else\":{\"required\":[\"b\"]}}",
+     "{\"k\":1,\"b\":0}", IFD_EINVAL, "'a' is missing"},
+    {"{\"if\":{\"properties\":{\"k\":{\"const\":1}}},\"then\":{\"required\":[\"a\"]},"
+     "\"else\":{\"required\":[\"b\"]}}",
+     "{\"k\":2,\"b\":0}", 0, NULL},
+    {"{\"nullable\":true,\"type\":\"string\"}", "null", 0, NULL},
+    {"false", "1", IFD_EINVAL, "false schema"},
+    /* references: local, recursive, with siblings applied */
+    {"{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"next\":{\"$ref\":\"#/$defs/n\"},"
+     "\"v\":{\"type\":\"integer\"}}}},\"$ref\":\"#/$defs/n\"}",
+     "{\"next\":{\"next\":{\"v\":\"x\"}}}", IFD_EINVAL, "/next/next/v"},
+    {"{\"$defs\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/s\",\"maxLength\":1}", "\"ab\"",
+     IFD_EINVAL, "maxLength"},
+    /* what it cannot evaluate */
+    {"{\"$ref\":\"http://example.com/s.json\"}", "1", IFD_ENOTSUP, "not a local reference"},
+    {"{\"unevaluatedProperties\":false}", "{}", IFD_ENOTSUP, "unevaluated"},
+    {"{\"pattern\":\"(\"}", "\"x\"", IFD_ENOTSUP, "PCRE2"},
+    {"{\"minLength\":-1}", "\"x\"", IFD_ENOTSUP, "non-negative"},
+    {"3", "1", IFD_ENOTSUP, "object or a boolean"},
+};
+
+START_TEST(test_keywords)
+{
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        const case_t *t = &CASES[i];
+        char err[256] = "x";
+        int rc = check_text(t->schema, t->value, err, sizeof err);
+        ck_assert_msg(rc == t->rc, "%s on %s: %s (%s), expected %s", t->schema, t->value,
+                      ifd_err_name(rc), err, ifd_err_name(t->rc));
+        if (t->msg)
+            ck_assert_msg(strstr(err, t->msg), "%s on %s: message '%s' lacks '%s'", t->schema,
+                          t->value, err, t->msg);
+        else
+            ck_assert_str_eq(err, "");
+    }
+}
+END_TEST
+
+/* A recursive $ref that never reaches a value, and an anyOf tower whose
+ * work doubles per level, end at the limits instead of running on. */
+START_TEST(test_limits)
+{
+    char err[256];
+    ck_assert_int_eq(check_text("{\"$ref\":\"#\"}", "1", err, sizeof err), IFD_ETOOBIG);
+    json_t *s = json_true();
+    for (int i = 0; i < 40; i++)
+        s = json_pack("{s:[o,O]}", "anyOf", json_pack("{s:o}", "not", s), json_false());
+    json_t *v = json_integer(1);
+    int rc = ifd_schema_check(s, v, err, sizeof err);
+    ck_assert_msg(rc == IFD_ETOOBIG || rc == 0 || rc == IFD_EINVAL, "%s", ifd_err_name(rc));
+    json_decref(s);
+    json_decref(v);
+    /* no message buffer at all */
+    ck_assert_int_eq(check_text("{\"type\":\"string\"}", "1", NULL, 0), IFD_EINVAL);
+}
+END_TEST
+
+/* ---- JSON-Schema-Test-Suite ---- */
+
+typedef struct {
+    unsigned agree, disagree, unsupported;
+} tally_t;
+
+static void suite_file(const char *path, tally_t *t)
+{
+    json_error_t je;
+    json_t *groups = json_load_file(path, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    ck_assert_msg(groups, "%s: %s", path, je.text);
+    size_t i, j;
+    json_t *g, *c;
+    json_array_foreach(groups, i, g)
+    {
+        const json_t *schema = json_object_get(g, "schema");
+        json_array_foreach(json_object_get(g, "tests"), j, c)
+        {
+            char err[256];
+            int rc = ifd_schema_check(schema, json_object_get(c, "data"), err, sizeof err);
+            bool valid = json_is_true(json_object_get(c, "valid"));
+            if (rc == IFD_ENOTSUP || rc == IFD_ETOOBIG) {
+                t->unsupported++;
+                if (getenv("SCHEMA_CHECK_VERBOSE"))
+                    fprintf(stderr, "NOT EVALUATED %s: %s\n", path, err);
+            } else if ((rc == 0) == valid) {
+                t->agree++;
+            } else {
+                t->disagree++;
+                fprintf(stderr, "DISAGREE %s: %s / %s: %s (%s)\n", path,
+                        json_string_value(json_object_get(g, "description")),
+                        json_string_value(json_object_get(c, "description")),
+                        valid ? "valid" : "invalid", err);
+            }
+        }
+    }
+    json_decref(groups);
+}
+
+static const char *g_suite;
+
+START_TEST(test_official_suite)
+{
+    static const char *const drafts[] = {"draft2020-12", "draft2019-09"};
+    tally_t t = {0};
+    for (size_t d = 0; d < 2; d++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/tests/%s", g_suite, drafts[d]);
+        DIR *dh = opendir(dir);
+        ck_assert_msg(dh, "%s: missing", dir);
+        struct dirent *e;
+        while ((e = readdir(dh))) {
+            size_t n = strlen(e->d_name);
+            /* vocabulary.json: a custom metaschema turning validation off,
+             * which the checker does not read (it always validates) */
+            if (n < 6 || strcmp(e->d_name + n - 5, ".json") != 0 ||
+                strcmp(e->d_name, "vocabulary.json") == 0)
+                continue;
+            char path[2048];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            suite_file(path, &t);
+        }
+        closedir(dh);
+    }
+    fprintf(stderr, "JSON-Schema-Test-Suite: %u agree, %u disagree, %u not evaluated\n", t.agree,
+            t.disagree, t.unsupported);
+    ck_assert_uint_eq(t.disagree, 0);
+    ck_assert_uint_ge(t.agree, 1900); /* most of the suite is evaluated */
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    Suite *s = suite_create("schema_check");
+    if (argc == 2 && strcmp(argv[1], "--suite") == 0) {
+        static char dir[900];
+        const char *env = getenv("INFERD_JSON_SCHEMA_TEST_SUITE"), *home = getenv("HOME");
+        snprintf(dir, sizeof dir, "%s%s",
+                 env    ? env
+                 : home ? home
+                        : "",
+                 env ? "" : "/.cache/inferd/JSON-Schema-Test-Suite");
+        g_suite = dir;
+        char probe[1024];
+        snprintf(probe, sizeof probe, "%s/tests/draft2020-12/type.json", g_suite);
+        FILE *f = fopen(probe, "r");
+        if (!f)
+            ifd_test_skip("JSON-Schema-Test-Suite not found at %s (a clone of "
+                          "github.com/json-schema-org/JSON-Schema-Test-Suite; set "
+                          "INFERD_JSON_SCHEMA_TEST_SUITE)",
+                          g_suite);
+        fclose(f);
+        ifd_test_case(s, "suite", 120, IFD_TESTS(test_official_suite));
+    } else {
+        ifd_test_case(s, "keywords", 60, IFD_TESTS(test_keywords, test_limits));
+    }
+    return ifd_test_run(s);
+}
