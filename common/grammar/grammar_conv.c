@@ -21,7 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-
 static const char BASE_RULES[] =
     "ws ::= | \" \" | \"\\n\" [ \\t]{0,12}\n"
     "jchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
@@ -110,10 +109,9 @@ ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c)
     return (ifd__gconv_mark_t){c->rules.len, c->n_refs};
 }
 
-bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc)
+/* Takes back what was written since mark and clears the message. */
+static void take_back(conv_t *c, ifd__gconv_mark_t mark)
 {
-    if (rc != IFD_ENOTSUP || !c->unsat)
-        return false;
     c->unsat = false;
     c->rules.len = mark.rules_len;
     if (c->rules.data)
@@ -123,6 +121,22 @@ bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc)
     c->n_refs = mark.n_refs;
     if (c->err && c->errlen)
         c->err[0] = '\0';
+}
+
+bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc)
+{
+    if (rc != IFD_ENOTSUP || !c->unsat)
+        return false;
+    take_back(c, mark);
+    return true;
+}
+
+bool ifd__gconv_loosen(conv_t *c, ifd__gconv_mark_t mark, int rc)
+{
+    if (!c->loose || rc != IFD_ENOTSUP || c->unsat)
+        return false;
+    take_back(c, mark);
+    c->approx = true;
     return true;
 }
 
@@ -133,8 +147,9 @@ int ifd__gconv_step(conv_t *c)
 {
     ++c->steps;
     if (c->budget.max_work && c->steps > c->budget.max_work)
-        return ifd__gconv_err(c, IFD_ETOOBIG, "the schema or regex is too large to convert (over %llu steps)",
-                    (unsigned long long)c->budget.max_work);
+        return ifd__gconv_err(c, IFD_ETOOBIG,
+                              "the schema or regex is too large to convert (over %llu steps)",
+                              (unsigned long long)c->budget.max_work);
     if (c->steps & 1023)
         return 0;
     if (c->budget.cancel && atomic_load_explicit(c->budget.cancel, memory_order_relaxed))
@@ -143,12 +158,12 @@ int ifd__gconv_step(conv_t *c)
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         if ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec > c->deadline)
-            return ifd__gconv_err(c, IFD_ETOOBIG, "converting the schema or regex took longer than %u ms",
-                        c->budget.max_time_ms);
+            return ifd__gconv_err(c, IFD_ETOOBIG,
+                                  "converting the schema or regex took longer than %u ms",
+                                  c->budget.max_time_ms);
     }
     return 0;
 }
-
 
 /* A grammar escape of one code point (inside a literal or a class). */
 static int put_cp(ifd_buf_t *b, uint32_t cp)
@@ -218,7 +233,8 @@ int ifd__gconv_rule(conv_t *c, unsigned id, const ifd_buf_t *body)
     if (ifd_buf_printf(&c->rules, "s%u ::= %s\n", id, body->len ? body->data : "\"\""))
         return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     if (c->rules.len > IFD_GRAMMAR_MAX_TEXT)
-        return ifd__gconv_err(c, IFD_ETOOBIG, "the schema's grammar is over %u bytes", IFD_GRAMMAR_MAX_TEXT);
+        return ifd__gconv_err(c, IFD_ETOOBIG, "the schema's grammar is over %u bytes",
+                              IFD_GRAMMAR_MAX_TEXT);
     return 0;
 }
 

@@ -50,11 +50,29 @@
 #include "grammar/grammar.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* root ::= a JSON value matching schema (borrowed). */
 int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
                           char *err, size_t errlen);
+
+/*
+ * As ifd_gconv_json_schema, but what no grammar enforces is
+ * over-approximated instead of refused (llguidance's rule): general not,
+ * if/then/else, contains, uniqueItems, propertyNames and overlapping oneOf
+ * (as anyOf) are left out of the grammar; a string or number schema it
+ * cannot enforce whole keeps its format, else its pattern, else its lengths
+ * (numbers: their bounds without multipleOf); two allOf values that cannot
+ * be intersected keep the first. *approx (not NULL) is set when any of this
+ * happened: the grammar then accepts a superset of the valid values and the
+ * finished output must be checked against the schema (schema_check.h).
+ * What neither a grammar nor the check evaluates (unevaluated*,
+ * $dynamicRef, remote $ref) is still IFD_ENOTSUP.
+ */
+int ifd_gconv_json_schema_loose(const json_t *schema, ifd_buf_t *out,
+                                const ifd_grammar_budget_t *budget, bool *approx, char *err,
+                                size_t errlen);
 
 /* root ::= any JSON object (response_format json_object). */
 int ifd_gconv_json_object(ifd_buf_t *out);

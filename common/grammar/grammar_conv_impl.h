@@ -40,6 +40,8 @@ typedef struct {
     uint64_t deadline; /* CLOCK_MONOTONIC ns; 0 none */
     uint64_t steps;    /* schema nodes and regex atoms converted */
     bool unsat;        /* the last error: no value satisfies the schema */
+    bool loose;        /* over-approximate what no grammar enforces (ifd__gconv_loosen) */
+    bool approx;       /* it did: the output must be checked (schema_check.h) */
 } conv_t;
 
 /* Where the output stands, to take back a part that failed. */
@@ -74,6 +76,12 @@ int ifd__gconv_step(conv_t *c);
 int ifd__gconv_unsat(conv_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c);
+
+/* In loose mode, whether the failure rc since mark was an IFD_ENOTSUP that
+ * an over-approximation may replace: if so the rules and references written
+ * since are taken back, the message cleared, c->approx set and true
+ * returned (the caller writes a grammar accepting a superset instead). */
+bool ifd__gconv_loosen(conv_t *c, ifd__gconv_mark_t mark, int rc);
 
 /* Whether the failure rc since mark was an unsatisfiable schema; if so the
  * rules and references written since are taken back, the message cleared

@@ -46,8 +46,8 @@ static bool has_constraint(const json_t *s, const char *skip1, const char *skip2
 /* ---- type ------------------------------------------------------------------------------ */
 
 /* Bit per JSON Schema type; "integer" is a subset of "number". */
-static const char *const TYPES[] = {"null", "boolean", "object", "array", "number", "string",
-                                    "integer"};
+static const char *const TYPES[] = {"null",   "boolean", "object", "array",
+                                    "number", "string",  "integer"};
 enum { T_NUMBER = 1 << 4, T_INTEGER = 1 << 6, T_ALL = (1 << 7) - 1 };
 
 static int type_bits(conv_t *c, const json_t *t, unsigned *out)
@@ -79,7 +79,8 @@ static int merge_type(conv_t *c, const json_t *a, const json_t *b, json_t **out)
         return ifd__gconv_unsat(c, "'allOf': no 'type' satisfies every member");
     json_t *l = json_array();
     for (size_t j = 0; l && j < sizeof TYPES / sizeof TYPES[0]; j++)
-        if ((t >> j & 1) && !(j == 6 && (t & T_NUMBER)) && json_array_append_new(l, json_string(TYPES[j])))
+        if ((t >> j & 1) && !(j == 6 && (t & T_NUMBER)) &&
+            json_array_append_new(l, json_string(TYPES[j])))
             json_decref(l), l = NULL;
     if (!l)
         return oom(c);
@@ -154,6 +155,10 @@ static int cross_additional(conv_t *c, json_t *props, json_t *req, const json_t 
     const json_t *op = json_object_get(other, "properties");
     if (!addl || json_is_true(addl) || !json_is_object(mine))
         return 0;
+    if (json_object_get(other, "patternProperties") && c->loose) {
+        c->approx = true; /* mine's names are not checked against other's here */
+        return 0;
+    }
     if (json_object_get(other, "patternProperties"))
         return ifd__gconv_err(c, IFD_ENOTSUP,
                               "'allOf' of 'properties' with 'patternProperties' and "
@@ -171,9 +176,9 @@ static int cross_additional(conv_t *c, json_t *props, json_t *req, const json_t 
             {
                 if (json_is_string(r) && strcmp(json_string_value(r), k) == 0)
                     return ifd__gconv_unsat(c,
-                                          "'allOf': '%.100s' is required but "
-                                          "'additionalProperties': false forbids it",
-                                          k);
+                                            "'allOf': '%.100s' is required but "
+                                            "'additionalProperties': false forbids it",
+                                            k);
             }
             json_object_del(props, k);
             continue;
@@ -245,13 +250,25 @@ static long long gcd(long long a, long long b)
     return a;
 }
 
+/* Two values of keyword k that cannot be intersected: a loose conversion
+ * keeps r's (a superset; the other is checked at the end), a strict one is
+ * IFD_ENOTSUP. */
+static int keep_one(conv_t *c, const char *k, const char *why)
+{
+    if (c->loose) {
+        c->approx = true;
+        return 0;
+    }
+    return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' of two %s '%.60s'", why, k);
+}
+
 /* One keyword both sides have (va from r, vb from b), into r. */
 static int merge_key(conv_t *c, json_t *r, const char *k, const json_t *va, const json_t *vb)
 {
-    static const char *const lower[] = {"minimum", "exclusiveMinimum", "minLength", "minItems",
-                                        "minProperties", "minContains"};
-    static const char *const upper[] = {"maximum", "exclusiveMaximum", "maxLength", "maxItems",
-                                        "maxProperties", "maxContains"};
+    static const char *const lower[] = {"minimum",  "exclusiveMinimum", "minLength",
+                                        "minItems", "minProperties",    "minContains"};
+    static const char *const upper[] = {"maximum",  "exclusiveMaximum", "maxLength",
+                                        "maxItems", "maxProperties",    "maxContains"};
     static const char *const nested[] = {"items", "additionalProperties", "propertyNames",
                                          "additionalItems", "contains"};
     if (json_equal((json_t *)va, (json_t *)vb) || !ifd__gconv_constrains(k))
@@ -262,7 +279,7 @@ static int merge_key(conv_t *c, json_t *r, const char *k, const json_t *va, cons
             if (strcmp(k, l[i]))
                 continue;
             if (!json_is_number(va) || !json_is_number(vb))
-                return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' of two different '%s'", k);
+                return keep_one(c, k, "different");
             double x = json_number_value(va), y = json_number_value(vb);
             if (side ? y < x : y > x)
                 return json_object_set(r, k, (json_t *)vb) ? oom(c) : 0;
@@ -280,10 +297,10 @@ static int merge_key(conv_t *c, json_t *r, const char *k, const json_t *va, cons
         long long x = json_integer_value(va), y = json_integer_value(vb);
         long long g = gcd(x, y);
         if (x / g > (1LL << 40) / (y > 0 ? y : 1))
-            return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' of two 'multipleOf' too large");
+            return keep_one(c, k, "too large");
         return json_object_set_new(r, k, json_integer(x / g * y)) ? oom(c) : 0;
     }
-    return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' of two different '%.60s'", k);
+    return keep_one(c, k, "different");
 }
 
 /* r (a copy of a) ∩ b, into r. */
@@ -368,7 +385,8 @@ static int forbid_names(conv_t *c, json_t *r, const json_t *names)
         bool needed = false;
         size_t j;
         json_t *q;
-        json_array_foreach(req, j, q) needed |= json_is_string(q) && n && !strcmp(json_string_value(q), n);
+        json_array_foreach(req, j, q) needed |=
+            json_is_string(q) && n && !strcmp(json_string_value(q), n);
         if (!n || needed)
             continue;
         json_t *props = json_object_get(r, "properties");
@@ -416,7 +434,10 @@ static int fold_not(conv_t *c, json_t *r)
             if (!(t >> j & 1))
                 json_array_append_new(l, json_string(TYPES[j]));
         json_t *m = l ? json_pack("{s:o}", "type", l) : NULL;
-        rc = rc ? rc : !m ? oom(c) : json_array_size(l) ? 0 : ifd__gconv_unsat(c, "'not' of every type");
+        rc = rc                   ? rc
+             : !m                 ? oom(c)
+             : json_array_size(l) ? 0
+                                  : ifd__gconv_unsat(c, "'not' of every type");
         json_object_del(r, "not");
         if (!rc)
             rc = merge_into(c, r, m);
@@ -429,8 +450,7 @@ static int fold_not(conv_t *c, json_t *r)
         const json_t *any = json_object_get(n, "anyOf");
         for (size_t i = 0; i < json_array_size(any); i++) {
             const json_t *b = json_array_get(any, i);
-            if (!json_is_object(b) || !only(b, "required", NULL) ||
-                !json_object_get(b, "required"))
+            if (!json_is_object(b) || !only(b, "required", NULL) || !json_object_get(b, "required"))
                 goto keep;
         }
         json_object_del(r, "not");
@@ -537,6 +557,10 @@ static int distribute(conv_t *c, json_t *r, const json_t *doc)
 {
     const char *comb = json_object_get(r, "anyOf") ? "anyOf" : "oneOf";
     const json_t *any = json_object_get(r, comb);
+    if (json_object_get(r, "anyOf") && json_object_get(r, "oneOf") && c->loose) {
+        c->approx = true; /* anyOf alone: a superset, oneOf checked at the end */
+        json_object_del(r, "oneOf");
+    }
     if (json_object_get(r, "anyOf") && json_object_get(r, "oneOf"))
         return ifd__gconv_err(c, IFD_ENOTSUP, "'anyOf' and 'oneOf' in one schema");
     if (!json_is_array(any) || !json_array_size(any))
@@ -616,10 +640,10 @@ static unsigned types_of(const json_t *s)
         t = vals ? 0 : T_ALL;
         json_array_foreach(vals, i, v)
         {
-            static const unsigned bit[] = {[JSON_OBJECT] = 1 << 2, [JSON_ARRAY] = 1 << 3,
-                                           [JSON_STRING] = 1 << 5, [JSON_INTEGER] = T_INTEGER,
-                                           [JSON_REAL] = T_NUMBER,  [JSON_TRUE] = 1 << 1,
-                                           [JSON_FALSE] = 1 << 1,   [JSON_NULL] = 1};
+            static const unsigned bit[] = {
+                [JSON_OBJECT] = 1 << 2,     [JSON_ARRAY] = 1 << 3,  [JSON_STRING] = 1 << 5,
+                [JSON_INTEGER] = T_INTEGER, [JSON_REAL] = T_NUMBER, [JSON_TRUE] = 1 << 1,
+                [JSON_FALSE] = 1 << 1,      [JSON_NULL] = 1};
             t |= bit[json_typeof(v)];
         }
         json_decref(vals);
@@ -708,12 +732,22 @@ static unsigned written_types(const json_t *s)
     static const struct {
         const char *key;
         unsigned bits;
-    } by_key[] = {{"properties", 1 << 2}, {"additionalProperties", 1 << 2}, {"required", 1 << 2},
-                  {"patternProperties", 1 << 2}, {"minProperties", 1 << 2},
-                  {"maxProperties", 1 << 2}, {"items", 1 << 3}, {"prefixItems", 1 << 3},
-                  {"minItems", 1 << 3}, {"maxItems", 1 << 3}, {"minLength", 1 << 5},
-                  {"maxLength", 1 << 5}, {"pattern", 1 << 5}, {"format", 1 << 5},
-                  {"minimum", T_NUMBER | T_INTEGER}, {"maximum", T_NUMBER | T_INTEGER},
+    } by_key[] = {{"properties", 1 << 2},
+                  {"additionalProperties", 1 << 2},
+                  {"required", 1 << 2},
+                  {"patternProperties", 1 << 2},
+                  {"minProperties", 1 << 2},
+                  {"maxProperties", 1 << 2},
+                  {"items", 1 << 3},
+                  {"prefixItems", 1 << 3},
+                  {"minItems", 1 << 3},
+                  {"maxItems", 1 << 3},
+                  {"minLength", 1 << 5},
+                  {"maxLength", 1 << 5},
+                  {"pattern", 1 << 5},
+                  {"format", 1 << 5},
+                  {"minimum", T_NUMBER | T_INTEGER},
+                  {"maximum", T_NUMBER | T_INTEGER},
                   {"exclusiveMinimum", T_NUMBER | T_INTEGER},
                   {"exclusiveMaximum", T_NUMBER | T_INTEGER},
                   {"multipleOf", T_NUMBER | T_INTEGER}};

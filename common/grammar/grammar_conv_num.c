@@ -6,11 +6,12 @@
  * most NUM_DIGITS digits (as the unbounded jint), its fraction with at most
  * 15 (or multipleOf 10^-k's k). Integer bounds are exact: the integers of
  * [lo, hi] become, per digit count, a digit-by-digit range grammar ("1" [5-9]
- * | [2-9] [0-9] | "1" [0-9]{2} …). Number bounds are exact when they are
- * integers (x <= 3: integer part below 3 with any fraction, or 3 with a zero
- * fraction; x > 0: 0 with a nonzero fraction, or 1 and up); a fractional
- * bound is tightened to the next integer inward (minimum 0.5 generates 1 and
- * up), which keeps every output valid. multipleOf: integers k >= 2 exactly
+ * | [2-9] [0-9] | "1" [0-9]{2} …). Number bounds are exact decimals (the
+ * bound's shortest round-trip text; with more fraction digits than are
+ * written, rounded inward, exact for what is written): the whole parts
+ * strictly inside with any fraction, and at a bound's whole part a digit-
+ * by-digit fraction grammar (x >= 0.25: "0" "." ( "2" [5-9] … | [3-9] …)).
+ * multipleOf: integers k >= 2 exactly
  * (a remainder automaton of k states when only the sign is bounded, the
  * multiples themselves when there are at most MAX_MULTIPLES of them, a
  * range of the quotient with k's trailing zeros for powers of ten), and
@@ -115,49 +116,13 @@ static int uint_range(ifd_buf_t *b, long long lo, long long hi)
     return 0;
 }
 
-/* Magnitudes m (the text of a non-negative number) with lo (<, or <= when
- * not lo_ex) m (<, <=) hi, fd fraction digits at most (0: integers). Writes
- * nothing and sets *empty when none. */
-static int magnitude(ifd_buf_t *b, bound_t lo, bound_t hi, int fd, bool *empty)
+/* Integer magnitudes m with lo (<, or <= when not lo_ex) m (<, <=) hi.
+ * Writes nothing and sets *empty when none. */
+static int magnitude(ifd_buf_t *b, bound_t lo, bound_t hi, bool *empty)
 {
-    long long top = hi.inf ? NUM_LIMIT : hi.v;
-    *empty = true;
-    if (!fd) { /* integers */
-        long long a = lo.v + lo.ex, z = hi.inf ? NUM_LIMIT : hi.v - hi.ex;
-        if (a > z)
-            return 0;
-        *empty = false;
-        return uint_range(b, a, z);
-    }
-    size_t at = b->len;
-    PUT(b, "( ");
-    const char *sep = "";
-    if (lo.ex && (hi.inf || hi.v > lo.v)) { /* lo itself with a nonzero fraction */
-        PUT(b, "\"%lld\" \".\" ", lo.v);
-        if (fd > 1)
-            PUT(b, "[0-9]{0,%d} ", fd - 1);
-        PUT(b, "[1-9] ");
-        sep = "| ";
-    }
-    long long a = lo.v + lo.ex, z = hi.inf ? NUM_LIMIT : hi.v - 1;
-    if (a <= z) { /* whole part strictly below hi: any fraction */
-        PUT(b, "%s", sep);
-        TRY(uint_range(b, a, z));
-        PUT(b, "( \".\" [0-9]{1,%d} )? ", fd);
-        sep = "| ";
-    }
-    if (!hi.inf && !hi.ex && (top > lo.v || (top == lo.v && !lo.ex))) { /* hi, zero fraction */
-        PUT(b, "%s\"%lld\" ( \".\" \"0\"{1,%d} )? ", sep, top, fd);
-        sep = "| ";
-    }
-    if (!*sep) {
-        b->len = at;
-        b->data[at] = '\0';
-        return 0;
-    }
-    *empty = false;
-    PUT(b, ") ");
-    return 0;
+    long long a = lo.v + lo.ex, z = hi.inf ? NUM_LIMIT : hi.v - hi.ex;
+    *empty = a > z;
+    return *empty ? 0 : uint_range(b, a, z);
 }
 
 /* Reads a bound keyword's value (a number) as a long double. */
@@ -172,11 +137,10 @@ static int num_value(conv_t *c, const json_t *v, const char *key, long double *o
     return 0;
 }
 
-/* The lower (upper: sign -1) bound from the pair minimum/exclusiveMinimum
- * (draft-04: exclusiveMinimum true makes minimum exclusive), tightened to
- * an integer (inward) where it is fractional or the value is an integer. */
-static int read_bound(conv_t *c, const json_t *s, int sign, bool integer, bound_t *out,
-                      bool *unsat)
+/* An integer's lower (upper: sign -1) bound from the pair
+ * minimum/exclusiveMinimum (draft-04: exclusiveMinimum true makes minimum
+ * exclusive), tightened to an inclusive integer (inward). */
+static int read_bound(conv_t *c, const json_t *s, int sign, bound_t *out, bool *unsat)
 {
     const char *kin = sign > 0 ? "minimum" : "maximum";
     const char *kex = sign > 0 ? "exclusiveMinimum" : "exclusiveMaximum";
@@ -210,18 +174,15 @@ static int read_bound(conv_t *c, const json_t *s, int sign, bool integer, bound_
         return 0;
     }
     long double f = floorl(m);
-    bool ex_out = exclusive;
-    if (f != m) /* fractional: the next integer inward */
-        f += 1, ex_out = false;
-    else if (integer && exclusive)
-        f += 1, ex_out = false;
+    if (f != m || exclusive) /* the next integer inward */
+        f += 1;
     long long iv = (long long)f;
-    *out = (bound_t){sign > 0 ? iv : -iv, ex_out, false};
+    *out = (bound_t){sign > 0 ? iv : -iv, false, false};
     return 0;
 }
 
-/* x in [lo, hi] (bounds as read_bound gives them) with fd fraction digits. */
-static int range_body(conv_t *c, bound_t lo, bound_t hi, int fd, ifd_buf_t *b, bool *empty)
+/* Integers x in [lo, hi] (bounds as read_bound gives them). */
+static int range_body(conv_t *c, bound_t lo, bound_t hi, ifd_buf_t *b, bool *empty)
 {
     ifd_buf_t neg = IFD_BUF_INIT, pos = IFD_BUF_INIT;
     bool ne = true, pe = true;
@@ -229,15 +190,303 @@ static int range_body(conv_t *c, bound_t lo, bound_t hi, int fd, ifd_buf_t *b, b
     /* x >= 0: magnitudes from max(lo, 0) to hi */
     if (hi.inf || hi.v > 0 || (hi.v == 0 && !hi.ex)) {
         bound_t l = lo.inf || lo.v < 0 ? (bound_t){0, false, false} : lo;
-        rc = magnitude(&pos, l, hi, fd, &pe);
+        rc = magnitude(&pos, l, hi, &pe);
     }
     /* x < 0: x = -m with m > max(-hi, 0) … up to -lo */
     if (!rc && (lo.inf || lo.v < 0)) {
-        bound_t l = !hi.inf && hi.v < 0 ? (bound_t){-hi.v, hi.ex, false}
-                                        : (bound_t){0, true, false};
+        bound_t l =
+            !hi.inf && hi.v < 0 ? (bound_t){-hi.v, hi.ex, false} : (bound_t){0, true, false};
         bound_t h = lo.inf ? (bound_t){0, false, true} : (bound_t){-lo.v, lo.ex, false};
-        rc = magnitude(&neg, l, h, fd, &ne);
+        rc = magnitude(&neg, l, h, &ne);
     }
+    *empty = ne && pe;
+    if (!rc && !*empty) {
+        rc = ifd_buf_puts(b, "( ");
+        if (!rc && !ne)
+            rc = ifd_buf_printf(b, "\"-\" %s%s", neg.data, pe ? "" : "| ");
+        if (!rc && !pe)
+            rc = ifd_buf_puts(b, pos.data);
+        if (!rc)
+            rc = ifd_buf_puts(b, ") ");
+    }
+    ifd_buf_free(&neg);
+    ifd_buf_free(&pos);
+    return rc ? oom(c) : 0;
+}
+
+/* ---- numbers: bounds as exact decimals ---- */
+
+/* A number's bound as a decimal: sign, whole part, fraction digits (no
+ * trailing zeros; at most the fraction digits written, rounded inward,
+ * which is exact for the values the grammar writes). */
+typedef struct {
+    bool inf, ex, neg;
+    long long w;
+    char f[FRAC_DIGITS + 1];
+} dec_t;
+
+/* The digits and point of v's shortest round-trip text: *w and f (the
+ * whole part, f up to 40 digits). false when the whole part has more than
+ * NUM_DIGITS digits. */
+static bool dec_digits(double v, long long *w, char *f, size_t fcap)
+{
+    char t[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, sizeof t, "%.*e", p - 1, v);
+        if (strtod(t, NULL) == v)
+            break;
+    }
+    char dig[24];
+    size_t nd = 0;
+    const char *q = t + (t[0] == '-');
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9' && nd < sizeof dig - 1)
+            dig[nd++] = *q;
+    dig[nd] = '\0';
+    int e = *q == 'e' ? atoi(q + 1) : 0; /* the first digit's power of ten */
+    if (e >= NUM_DIGITS)
+        return false;
+    *w = 0;
+    for (int i = 0; i <= e && i < (int)nd; i++)
+        *w = *w * 10 + (dig[i] - '0');
+    for (int i = (int)nd; i <= e; i++)
+        *w *= 10;
+    size_t k = 0;
+    for (int i = e + 1; i < (int)nd && k + 1 < fcap; i++)
+        f[k++] = i < 0 ? '0' : dig[i];
+    /* leading zeros between the point and the first digit */
+    if (e < -1) {
+        size_t z = (size_t)(-e - 1);
+        if (z + nd + 1 > fcap)
+            return true; /* unreachable for doubles: 17 digits, e >= -324 is cut below */
+        memmove(f + z, dig, nd);
+        memset(f, '0', z);
+        k = z + nd;
+    } else if (e == -1) {
+        memcpy(f, dig, nd);
+        k = nd;
+    }
+    f[k] = '\0';
+    return true;
+}
+
+static void strip_zeros(char *f)
+{
+    size_t n = strlen(f);
+    while (n && f[n - 1] == '0')
+        f[--n] = '\0';
+}
+
+/* The lower (sign 1) or upper (-1) bound of a number with at most fd
+ * fraction digits from minimum / exclusiveMinimum (or the maxima), exact.
+ * *unsat: no value of at most NUM_DIGITS whole digits satisfies it. */
+static int read_dec(conv_t *c, const json_t *s, int sign, int fd, dec_t *out, bool *unsat)
+{
+    const char *kin = sign > 0 ? "minimum" : "maximum";
+    const char *kex = sign > 0 ? "exclusiveMinimum" : "exclusiveMaximum";
+    const json_t *in = json_object_get(s, kin), *ex = json_object_get(s, kex);
+    memset(out, 0, sizeof *out);
+    out->inf = true;
+    long double v = 0;
+    bool have = false, exclusive = false;
+    if (in) {
+        TRY(num_value(c, in, kin, &v));
+        have = true;
+    }
+    if (ex && json_is_boolean(ex)) {
+        if (json_is_true(ex) && !in)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'%s': true without '%s'", kex, kin);
+        exclusive = json_is_true(ex);
+    } else if (ex) {
+        long double e;
+        TRY(num_value(c, ex, kex, &e));
+        if (!have || (sign > 0 ? e >= v : e <= v))
+            v = e, exclusive = true;
+        have = true;
+    }
+    if (!have)
+        return 0;
+    char f[48];
+    long long w;
+    if (!dec_digits(fabsl(v) < 1e300L ? (double)fabsl(v) : 1e300, &w, f, sizeof f)) {
+        /* beyond every value written: below it all (no bound) or above it all */
+        if ((v > 0) == (sign > 0))
+            *unsat = true;
+        return 0;
+    }
+    bool neg = v < 0;
+    /* fd digits at most, rounded inward: toward +inf for a lower bound */
+    bool up = (sign > 0) != neg, cut = strlen(f) > (size_t)fd;
+    if (cut) {
+        bool rest = false;
+        for (size_t i = (size_t)fd; f[i]; i++)
+            rest |= f[i] != '0';
+        f[fd] = '\0';
+        if (rest) {
+            exclusive = false;
+            int i = fd - 1;
+            for (; up && i >= 0; i--) { /* add one at the last digit kept */
+                if (f[i] != '9') {
+                    f[i]++;
+                    break;
+                }
+                f[i] = '0';
+            }
+            if (up && i < 0)
+                w++;
+        }
+    }
+    strip_zeros(f);
+    if (w > NUM_LIMIT) {
+        if (!neg == (sign > 0))
+            *unsat = true;
+        return 0;
+    }
+    *out = (dec_t){.inf = false, .ex = exclusive, .neg = neg && (w || f[0]), .w = w};
+    memcpy(out->f, f, strlen(f) + 1);
+    return 0;
+}
+
+#define PUTB(...)                                                                                  \
+    do {                                                                                           \
+        if (ifd_buf_printf(__VA_ARGS__))                                                           \
+            goto oom;                                                                              \
+    } while (0)
+
+/* Fraction digit strings s of 0..r digits with l (<, or <= unless lex) 0.s
+ * and 0.s (<, <=) h, where l and h are fraction digits without trailing
+ * zeros (NULL: no bound): the alternatives for the non-empty ones into b
+ * (*any when there are some), *eps when the empty one (no fraction) is
+ * one. Digit by digit: a first digit strictly between the bounds' leaves
+ * the rest free; one equal to a bound's first digit continues under it. */
+static int frac_set(ifd_buf_t *b, const char *l, bool lex, const char *h, bool hex, int r,
+                    bool *any, bool *eps)
+{
+    if (l && !*l && !lex)
+        l = NULL; /* >= 0 is no bound */
+    *eps = !l && (!h || *h || !hex);
+    *any = false;
+    if (r == 0)
+        return 0;
+    int l0 = l ? (*l ? *l - '0' : 0) : -1, h0 = h ? (*h ? *h - '0' : 0) : 10;
+    const char *lr = l && *l ? l + 1 : l, *hr = h && *h ? h + 1 : h;
+    /* the first digits that continue under a bound: both when they agree */
+    const struct {
+        int d;
+        const char *l, *h;
+        bool use;
+    } cont[2] = {{l0, lr, l && h && l0 == h0 ? hr : NULL, l && l0 <= h0},
+                 {h0, NULL, hr, h && h0 > l0}};
+    ifd_buf_t alt = IFD_BUF_INIT, sub = IFD_BUF_INIT;
+    const char *sep = "";
+    for (int i = 0; i < 2; i++) {
+        bool a, e;
+        if (!cont[i].use)
+            continue;
+        sub.len = 0;
+        if (sub.data)
+            sub.data[0] = '\0';
+        if (frac_set(&sub, cont[i].l, lex, cont[i].h, hex, r - 1, &a, &e))
+            goto oom;
+        if (!a && !e)
+            continue;
+        PUTB(&alt, "%s\"%d\" ", sep, cont[i].d);
+        if (a)
+            PUTB(&alt, e ? "( %s)? " : "%s", sub.data);
+        sep = "| ";
+    }
+    if (h0 - l0 > 1) { /* first digits strictly between: the rest is free */
+        PUTB(&alt, "%s[%d-%d] ", sep, l0 + 1, h0 - 1);
+        if (r > 1)
+            PUTB(&alt, "[0-9]{0,%d} ", r - 1);
+        sep = "| ";
+    }
+    *any = *sep != '\0';
+    if (*any)
+        PUTB(b, "( %s) ", alt.data);
+    ifd_buf_free(&alt);
+    ifd_buf_free(&sub);
+    return 0;
+oom:
+    ifd_buf_free(&alt);
+    ifd_buf_free(&sub);
+    return IFD_ENOMEM;
+}
+
+/* A whole part (the grammar text w) followed by the fraction set (l, lex,
+ * h, hex) of at most fd digits: an alternative of b, after *sep. */
+static int whole_frac(ifd_buf_t *b, const char **sep, const char *w, const char *l, bool lex,
+                      const char *h, bool hex, int fd)
+{
+    ifd_buf_t fr = IFD_BUF_INIT;
+    bool a, e;
+    if (frac_set(&fr, l, lex, h, hex, fd, &a, &e))
+        goto oom;
+    if (a || e) {
+        PUTB(b, "%s%s", *sep, w);
+        if (a)
+            PUTB(b, e ? "( \".\" %s)? " : "\".\" %s", fr.data);
+        *sep = "| ";
+    }
+    ifd_buf_free(&fr);
+    return 0;
+oom:
+    ifd_buf_free(&fr);
+    return IFD_ENOMEM;
+}
+
+/* Magnitudes m (non-negative decimals of at most fd fraction digits) with
+ * lo (<, <=) m (<, <=) hi, both magnitudes; nothing and *empty when none. */
+static int dec_magnitude(ifd_buf_t *b, const dec_t *lo, const dec_t *hi, int fd, bool *empty)
+{
+    long long a = lo->w, z = hi->inf ? NUM_LIMIT : hi->w;
+    *empty = true;
+    if (a > z)
+        return 0;
+    size_t at = b->len;
+    const char *sep = "";
+    char w[32];
+    const char *top = !hi->inf && a == z ? hi->f : NULL;
+    snprintf(w, sizeof w, "\"%lld\" ", a);
+    if (ifd_buf_puts(b, "( ") || whole_frac(b, &sep, w, lo->f, lo->ex, top, top && hi->ex, fd))
+        return IFD_ENOMEM;
+    long long m1 = a + 1, m2 = hi->inf ? NUM_LIMIT : z - 1;
+    if (m1 <= m2) { /* whole parts strictly between: any fraction */
+        PUTB(b, "%s", sep);
+        if (uint_range(b, m1, m2))
+            goto oom;
+        PUTB(b, "( \".\" [0-9]{1,%d} )? ", fd);
+        sep = "| ";
+    }
+    if (!hi->inf && z > a) {
+        snprintf(w, sizeof w, "\"%lld\" ", z);
+        if (whole_frac(b, &sep, w, NULL, false, hi->f, hi->ex, fd))
+            return IFD_ENOMEM;
+    }
+    if (!*sep) {
+        b->len = at;
+        b->data[at] = '\0';
+        return 0;
+    }
+    *empty = false;
+    PUTB(b, ") ");
+    return 0;
+oom:
+    return IFD_ENOMEM;
+}
+
+/* Numbers x of at most fd fraction digits with lo <= x <= hi (each
+ * exclusive or not), exactly: the magnitudes of x >= 0 and of x < 0. */
+static int dec_range(conv_t *c, const dec_t *lo, const dec_t *hi, int fd, ifd_buf_t *b, bool *empty)
+{
+    static const dec_t zero = {.inf = false}, zero_ex = {.inf = false, .ex = true};
+    ifd_buf_t neg = IFD_BUF_INIT, pos = IFD_BUF_INIT;
+    bool ne = true, pe = true;
+    int rc = 0;
+    if (hi->inf || !hi->neg) /* x >= 0 */
+        rc = dec_magnitude(&pos, lo->inf || lo->neg ? &zero : lo, hi, fd, &pe);
+    if (!rc && (lo->inf || lo->neg)) /* x < 0: m = -x in (max(-hi, 0), -lo] */
+        rc = dec_magnitude(&neg, hi->inf || !hi->neg ? &zero_ex : hi, lo, fd, &ne);
     *empty = ne && pe;
     if (!rc && !*empty) {
         rc = ifd_buf_puts(b, "( ");
@@ -325,7 +574,7 @@ static int multiples(conv_t *c, bound_t lo, bound_t hi, long long k, ifd_buf_t *
         if (ifd_buf_puts(b, "( ") || (fa == 0 && ifd_buf_puts(b, "\"0\" | ")))
             return oom(c);
         bound_t ql = {fa == 0 ? 1 : fa / k, false, false}, qh = {fz / k, false, false};
-        TRY(range_body(c, ql, qh, 0, b, &empty_q));
+        TRY(range_body(c, ql, qh, b, &empty_q));
         return ifd_buf_printf(b, "\"%0*d\" ) ", zeros, 0) ? oom(c) : 0;
     }
     bool only_sign = hi.inf && (lo.inf || lo.v == 0 || lo.v == 1);
@@ -369,8 +618,8 @@ static int read_multiple(conv_t *c, const json_t *s, bool *integer, long long *k
 
 int ifd__gconv_number(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b)
 {
-    static const char *const keys[] = {"minimum", "maximum", "exclusiveMinimum",
-                                       "exclusiveMaximum", "multipleOf"};
+    static const char *const keys[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                       "multipleOf"};
     bool any = false;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         any |= json_object_get(s, keys[i]) != NULL;
@@ -379,19 +628,28 @@ int ifd__gconv_number(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b)
     long long k = 1;
     int fd = FRAC_DIGITS;
     TRY(read_multiple(c, s, &integer, &k, &fd));
-    bound_t lo, hi;
-    bool unsat = false;
-    TRY(read_bound(c, s, 1, integer, &lo, &unsat));
-    TRY(read_bound(c, s, -1, integer, &hi, &unsat));
-    bool empty = unsat;
-    if (!empty && k > 1)
-        TRY(multiples(c, lo, hi, k, b, &empty));
-    else if (!empty)
-        TRY(range_body(c, lo, hi, integer ? 0 : fd, b, &empty));
+    bool unsat = false, empty;
+    if (!integer) {
+        dec_t dl, dh;
+        TRY(read_dec(c, s, 1, fd, &dl, &unsat));
+        TRY(read_dec(c, s, -1, fd, &dh, &unsat));
+        empty = unsat;
+        if (!empty)
+            TRY(dec_range(c, &dl, &dh, fd, b, &empty));
+    } else {
+        bound_t lo, hi;
+        TRY(read_bound(c, s, 1, &lo, &unsat));
+        TRY(read_bound(c, s, -1, &hi, &unsat));
+        empty = unsat;
+        if (!empty && k > 1)
+            TRY(multiples(c, lo, hi, k, b, &empty));
+        else if (!empty)
+            TRY(range_body(c, lo, hi, b, &empty));
+    }
     if (empty)
         return ifd__gconv_unsat(c,
-                              "no %s with at most %d digits satisfies 'minimum'/'maximum'/"
-                              "'exclusive*'/'multipleOf' here",
-                              integer ? "integer" : "number", NUM_DIGITS);
+                                "no %s with at most %d digits satisfies 'minimum'/'maximum'/"
+                                "'exclusive*'/'multipleOf' here",
+                                integer ? "integer" : "number", NUM_DIGITS);
     return 0;
 }

@@ -24,20 +24,64 @@
  * ignored as the specification says: title, description, default,
  * examples, $schema, $id / id, $comment, deprecated, readOnly, writeOnly,
  * $defs / definitions, then / else without if, x-* and other vendor keys. */
-static const char *const CONSTRAINING[] = {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
-    "minProperties", "maxProperties", "items", "prefixItems", "additionalItems", "minItems",
-    "maxItems", "uniqueItems", "$ref", "anyOf", "oneOf", "allOf", "minLength", "maxLength",
-    "pattern", "format", "nullable", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "not", "if", "contains", "minContains", "maxContains", "dependentRequired",
-    "dependentSchemas", "dependencies", "propertyNames", "unevaluatedProperties",
-    "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
+static const char *const CONSTRAINING[] = {"type",
+                                           "enum",
+                                           "const",
+                                           "properties",
+                                           "required",
+                                           "additionalProperties",
+                                           "patternProperties",
+                                           "minProperties",
+                                           "maxProperties",
+                                           "items",
+                                           "prefixItems",
+                                           "additionalItems",
+                                           "minItems",
+                                           "maxItems",
+                                           "uniqueItems",
+                                           "$ref",
+                                           "anyOf",
+                                           "oneOf",
+                                           "allOf",
+                                           "minLength",
+                                           "maxLength",
+                                           "pattern",
+                                           "format",
+                                           "nullable",
+                                           "minimum",
+                                           "maximum",
+                                           "exclusiveMinimum",
+                                           "exclusiveMaximum",
+                                           "multipleOf",
+                                           "not",
+                                           "if",
+                                           "contains",
+                                           "minContains",
+                                           "maxContains",
+                                           "dependentRequired",
+                                           "dependentSchemas",
+                                           "dependencies",
+                                           "propertyNames",
+                                           "unevaluatedProperties",
+                                           "unevaluatedItems",
+                                           "$dynamicRef",
+                                           "$recursiveRef"};
 
 /* The ones no grammar here enforces: a precise 400 (checked per node after
- * the merge, with the exceptions refused() lets through). */
-static const char *const REFUSED[] = {
-    "not",           "if",          "contains",  "propertyNames",
-    "uniqueItems",   "$dynamicRef", "$recursiveRef", "unevaluatedProperties", "unevaluatedItems"};
+ * the merge, with the exceptions refused() lets through) — unless the
+ * conversion is loose and the keyword is one of LOOSE: then the grammar
+ * leaves it out (a superset of the valid values) and the output is checked
+ * at the end (schema_check.h). */
+static const char *const REFUSED[] = {"not",
+                                      "if",
+                                      "contains",
+                                      "propertyNames",
+                                      "uniqueItems",
+                                      "$dynamicRef",
+                                      "$recursiveRef",
+                                      "unevaluatedProperties",
+                                      "unevaluatedItems"};
+static const char *const LOOSE[] = {"not", "if", "contains", "propertyNames", "uniqueItems"};
 
 static bool in_list(const char *k, const char *const *l, size_t n)
 {
@@ -46,7 +90,6 @@ static bool in_list(const char *k, const char *const *l, size_t n)
             return true;
     return false;
 }
-
 
 /* One of the enum's values (their compact JSON texts, as a trie). */
 static bool is_str(const json_t *v, const char *s)
@@ -135,7 +178,8 @@ static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
     }
     const json_t *t = ifd__gconv_resolve(doc, ref);
     if (!t)
-        return ifd__gconv_err(c, IFD_ENOTSUP, "$ref '%.200s' is not a local reference into the schema", ref);
+        return ifd__gconv_err(c, IFD_ENOTSUP,
+                              "$ref '%.200s' is not a local reference into the schema", ref);
     if (c->n_refs == MAX_REFS)
         return ifd__gconv_err(c, IFD_ETOOBIG, "more than %d distinct $ref targets", MAX_REFS);
     ifd__gconv_ref_t *r = realloc(c->refs, (c->n_refs + 1) * sizeof *r);
@@ -357,7 +401,7 @@ static int pattern_length(conv_t *c, const char *p, long long mn, long long mx, 
     return ifd_buf_puts(b, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
 }
 
-static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
+static int string_exact(conv_t *c, const json_t *s, ifd_buf_t *b)
 {
     const json_t *fmt = json_object_get(s, "format");
     const json_t *pat = json_object_get(s, "pattern");
@@ -379,15 +423,15 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
                        {"uri-reference", "juriref", 0, -1}};
         /* standard formats a checker may assert that no rule here writes */
         static const char *const refused_formats[] = {
-            "idn-email", "idn-hostname", "iri",   "iri-reference", "uri-template",
+            "idn-email",    "idn-hostname",          "iri",  "iri-reference", "uri-template",
             "json-pointer", "relative-json-pointer", "regex"};
         if (!f)
             return ifd__gconv_err(c, IFD_ENOTSUP, "'format' must be a string");
         for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
             if (strcmp(f, formats[i].name))
                 continue;
-            bool fits = mn <= formats[i].lo &&
-                        (mx < 0 || (formats[i].hi >= 0 && formats[i].hi <= mx));
+            bool fits =
+                mn <= formats[i].lo && (mx < 0 || (formats[i].hi >= 0 && formats[i].hi <= mx));
             if (pat || !fits)
                 return ifd__gconv_err(c, IFD_ENOTSUP,
                                       "'format': \"%s\" combined with 'pattern' or a length its "
@@ -424,6 +468,70 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
         return ifd_buf_printf(b, "\"\\u0022\" jchar{%lld,%lld} \"\\u0022\" ", mn, mx) ? IFD_ENOMEM
                                                                                       : 0;
     return ifd_buf_printf(b, "\"\\u0022\" jchar{%lld,} \"\\u0022\" ", mn) ? IFD_ENOMEM : 0;
+}
+
+/* What a loose conversion keeps of a string or number schema it cannot
+ * enforce whole, tried in order (a try whose keyword is absent is
+ * skipped): the format alone, the pattern alone, the lengths alone, any
+ * string; the bounds without multipleOf, any number. The keywords each
+ * leaves out are checked at the end. */
+typedef struct {
+    const char *needs;   /* the keyword the try keeps (NULL: none) */
+    const char *drop[5]; /* the keywords it leaves out */
+} loose_try_t;
+
+static const loose_try_t STRING_TRIES[] = {
+    {"format", {"pattern", "minLength", "maxLength"}},
+    {"pattern", {"format", "minLength", "maxLength"}},
+    {NULL, {"format", "pattern"}},
+    {NULL, {"format", "pattern", "minLength", "maxLength"}},
+    {NULL, {NULL}},
+};
+
+static const loose_try_t NUMBER_TRIES[] = {
+    {"multipleOf", {"multipleOf"}},
+    {NULL, {"multipleOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}},
+    {NULL, {NULL}},
+};
+
+typedef int (*body_fn)(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b);
+
+/* fn(s), or in a loose conversion the first of tries (ending with an empty
+ * one) that converts. */
+static int loose_body(conv_t *c, const json_t *s, bool integer, body_fn fn,
+                      const loose_try_t *tries, ifd_buf_t *b)
+{
+    size_t at = b->len;
+    ifd__gconv_mark_t mark = ifd__gconv_mark(c);
+    int rc = fn(c, s, integer, b);
+    for (const loose_try_t *t = tries; rc && t->drop[0] && ifd__gconv_loosen(c, mark, rc); t++) {
+        if (t->needs && !json_object_get(s, t->needs)) {
+            rc = IFD_ENOTSUP;
+            continue;
+        }
+        b->len = at;
+        if (b->data)
+            b->data[at] = '\0';
+        json_t *x = json_copy((json_t *)s);
+        if (!x)
+            return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+        for (size_t k = 0; k < 5 && t->drop[k]; k++)
+            json_object_del(x, t->drop[k]);
+        rc = fn(c, x, integer, b);
+        json_decref(x);
+    }
+    return rc;
+}
+
+static int string_fn(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b)
+{
+    (void)integer;
+    return string_exact(c, s, b);
+}
+
+static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
+{
+    return loose_body(c, s, false, string_fn, STRING_TRIES, b);
 }
 
 /* Whether the pattern (a JSON Schema regex: a search) matches the key. */
@@ -609,11 +717,12 @@ static int collect_props(conv_t *c, const json_t *s, const json_t *req, const js
     size_t nreq = 0;
     for (size_t i = 0; i < k; i++)
         nreq += p[i].req;
-    if (!rc && k && (mn > (long long)k || (mx >= 0 && mx < (long long)nreq) || (mx >= 0 && mx < mn)))
+    if (!rc && k &&
+        (mn > (long long)k || (mx >= 0 && mx < (long long)nreq) || (mx >= 0 && mx < mn)))
         rc = ifd__gconv_unsat(c,
-                            "'minProperties'/'maxProperties' with 'properties' need between the "
-                            "required and the declared count of properties (%zu..%zu)",
-                            nreq, k);
+                              "'minProperties'/'maxProperties' with 'properties' need between the "
+                              "required and the declared count of properties (%zu..%zu)",
+                              nreq, k);
     for (size_t i = 0; !rc && i < k && (long long)nreq < mn; i++)
         if (!p[i].req)
             p[i].req = true, nreq++;
@@ -754,7 +863,8 @@ static int props_body(conv_t *c, const prop_t *p, size_t n, const json_t *doc, i
     if (!rc && !np) {
         free(kv);
         free(req);
-        return ifd_buf_puts(b, "\"{\" ws \"}\" ") ? ifd__gconv_err(c, IFD_ENOMEM, "out of memory") : 0;
+        return ifd_buf_puts(b, "\"{\" ws \"}\" ") ? ifd__gconv_err(c, IFD_ENOMEM, "out of memory")
+                                                  : 0;
     }
     if (!rc && ifd_buf_puts(b, "\"{\" ws "))
         rc = IFD_ENOMEM;
@@ -764,7 +874,7 @@ static int props_body(conv_t *c, const prop_t *p, size_t n, const json_t *doc, i
         bool seen_req = false;
         for (size_t j = 0; j < np && !rc; j++) {
             const char *f = req[j] ? (seen_req ? "\",\" ws s%u " : "s%u ")
-                                     : (seen_req ? "( \",\" ws s%u )? " : "( s%u \",\" ws )? ");
+                                   : (seen_req ? "( \",\" ws s%u )? " : "( s%u \",\" ws )? ");
             rc = ifd_buf_printf(b, f, kv[j]) ? IFD_ENOMEM : 0;
             seen_req |= req[j];
         }
@@ -800,7 +910,6 @@ static int props_body(conv_t *c, const prop_t *p, size_t n, const json_t *doc, i
     free(req);
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
-
 
 static int object_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
 {
@@ -907,7 +1016,7 @@ static int type_body(conv_t *c, const char *t, const json_t *s, const json_t *do
     if (strcmp(t, "array") == 0)
         return array_body(c, s, doc, b);
     if (strcmp(t, "number") == 0 || strcmp(t, "integer") == 0)
-        return ifd__gconv_number(c, s, t[0] == 'i', b);
+        return loose_body(c, s, t[0] == 'i', ifd__gconv_number, NUMBER_TRIES, b);
     static const struct {
         const char *t, *rule;
     } simple[] = {{"boolean", "jbool"}, {"null", "jnull"}};
@@ -920,8 +1029,9 @@ static int type_body(conv_t *c, const char *t, const json_t *s, const json_t *do
 /* A refused keyword of s that matters here (NULL: none). Some are no-ops:
  * "if" without then/else, uniqueItems false or with at most one item,
  * propertyNames true / {} / only type string, min/maxContains without
- * contains. */
-static const char *refused(const json_t *s)
+ * contains. In a loose conversion the LOOSE ones are left to the check at
+ * the end (c->approx). */
+static const char *refused(conv_t *c, const json_t *s)
 {
     const char *k;
     const json_t *v;
@@ -938,9 +1048,14 @@ static const char *refused(const json_t *s)
         }
         if (strcmp(k, "propertyNames") == 0) {
             const json_t *t = json_object_get(v, "type");
-            if (json_is_true(v) || (json_is_object(v) && (json_object_size(v) == 0 ||
-                                                          (json_object_size(v) == 1 && is_str(t, "string")))))
+            if (json_is_true(v) ||
+                (json_is_object(v) &&
+                 (json_object_size(v) == 0 || (json_object_size(v) == 1 && is_str(t, "string")))))
                 continue;
+        }
+        if (c->loose && in_list(k, LOOSE, sizeof LOOSE / sizeof LOOSE[0])) {
+            c->approx = true;
+            continue;
         }
         return k;
     }
@@ -955,15 +1070,24 @@ static const char *implied_type(const json_t *s)
 {
     static const struct {
         const char *key, *type;
-    } by_key[] = {{"properties", "object"},    {"additionalProperties", "object"},
-                  {"required", "object"},      {"patternProperties", "object"},
-                  {"minProperties", "object"}, {"maxProperties", "object"},
-                  {"items", "array"},          {"prefixItems", "array"},
-                  {"minItems", "array"},       {"maxItems", "array"},
-                  {"minLength", "string"},     {"maxLength", "string"},
-                  {"pattern", "string"},       {"format", "string"},
-                  {"minimum", "number"},       {"maximum", "number"},
-                  {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"},
+    } by_key[] = {{"properties", "object"},
+                  {"additionalProperties", "object"},
+                  {"required", "object"},
+                  {"patternProperties", "object"},
+                  {"minProperties", "object"},
+                  {"maxProperties", "object"},
+                  {"items", "array"},
+                  {"prefixItems", "array"},
+                  {"minItems", "array"},
+                  {"maxItems", "array"},
+                  {"minLength", "string"},
+                  {"maxLength", "string"},
+                  {"pattern", "string"},
+                  {"format", "string"},
+                  {"minimum", "number"},
+                  {"maximum", "number"},
+                  {"exclusiveMinimum", "number"},
+                  {"exclusiveMaximum", "number"},
                   {"multipleOf", "number"}};
     for (size_t i = 0; i < sizeof by_key / sizeof by_key[0]; i++)
         if (json_object_get(s, by_key[i].key))
@@ -975,16 +1099,23 @@ static const char *implied_type(const json_t *s)
 static bool has_type(const json_t *v, const char *t)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return !strcmp(t, "object");
-    case JSON_ARRAY: return !strcmp(t, "array");
-    case JSON_STRING: return !strcmp(t, "string");
-    case JSON_INTEGER: return !strcmp(t, "integer") || !strcmp(t, "number");
+    case JSON_OBJECT:
+        return !strcmp(t, "object");
+    case JSON_ARRAY:
+        return !strcmp(t, "array");
+    case JSON_STRING:
+        return !strcmp(t, "string");
+    case JSON_INTEGER:
+        return !strcmp(t, "integer") || !strcmp(t, "number");
     case JSON_REAL:
         return !strcmp(t, "number") ||
-               (!strcmp(t, "integer") && json_real_value(v) == (double)(long long)json_real_value(v));
+               (!strcmp(t, "integer") &&
+                json_real_value(v) == (double)(long long)json_real_value(v));
     case JSON_TRUE:
-    case JSON_FALSE: return !strcmp(t, "boolean");
-    case JSON_NULL: return !strcmp(t, "null");
+    case JSON_FALSE:
+        return !strcmp(t, "boolean");
+    case JSON_NULL:
+        return !strcmp(t, "null");
     }
     return false;
 }
@@ -1002,7 +1133,8 @@ static int values_body(conv_t *c, const json_t *s, const json_t *vals, ifd_buf_t
     json_array_foreach(vals, i, v)
     {
         bool ok = !type || (or_null && json_is_null(v));
-        for (size_t j = 0; type && !ok && j < (json_is_array(type) ? json_array_size(type) : 1); j++) {
+        for (size_t j = 0; type && !ok && j < (json_is_array(type) ? json_array_size(type) : 1);
+             j++) {
             const char *t = json_string_value(json_is_array(type) ? json_array_get(type, j) : type);
             ok = t && has_type(v, t);
         }
@@ -1075,7 +1207,7 @@ static int types_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *
 /* One node once merged: $ref, anyOf / oneOf, const / enum or its types. */
 static int node_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
 {
-    const char *bad = refused(s);
+    const char *bad = refused(c, s);
     if (bad)
         return ifd__gconv_err(c, IFD_ENOTSUP,
                               "'%s' is not supported (no grammar enforces it; see "
@@ -1097,7 +1229,10 @@ static int node_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b
         rc = ifd_buf_printf(b, "s%u ", id) ? IFD_ENOMEM : 0;
     } else if (any || one) {
         json_t *branches = NULL;
+        ifd__gconv_mark_t mark = ifd__gconv_mark(c);
         rc = any ? 0 : ifd__gconv_one_of(c, one, doc, &branches);
+        if (rc && ifd__gconv_loosen(c, mark, rc))
+            rc = 0, any = one; /* overlapping branches: anyOf, checked at the end */
         if (!rc)
             rc = any_body(c, any ? any : branches, doc, b);
         json_decref(branches);
@@ -1136,7 +1271,8 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
 {
     TRY(ifd__gconv_step(c));
     if (++c->depth > IFD__GCONV_MAX_DEPTH)
-        return ifd__gconv_err(c, IFD_ETOOBIG, "schema nested deeper than %d levels", IFD__GCONV_MAX_DEPTH);
+        return ifd__gconv_err(c, IFD_ETOOBIG, "schema nested deeper than %d levels",
+                              IFD__GCONV_MAX_DEPTH);
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = schema_body(c, s, doc, &body);
     if (!rc) {
@@ -1148,11 +1284,12 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
     return rc;
 }
 
-int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
-                          char *err, size_t errlen)
+static int convert(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                   bool loose, bool *approx, char *err, size_t errlen)
 {
     conv_t c;
     ifd__gconv_init(&c, budget, err, errlen);
+    c.loose = loose;
     unsigned id;
     int rc = ifd__gconv_schema_rule(&c, schema, schema, &id);
     if (!rc) {
@@ -1160,7 +1297,21 @@ int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, const ifd_gramma
         snprintf(root, sizeof root, "s%u", id);
         rc = ifd__gconv_finish(&c, root, out);
     }
+    if (approx)
+        *approx = !rc && c.approx;
     ifd__gconv_close(&c);
     return rc;
 }
 
+int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                          char *err, size_t errlen)
+{
+    return convert(schema, out, budget, false, NULL, err, errlen);
+}
+
+int ifd_gconv_json_schema_loose(const json_t *schema, ifd_buf_t *out,
+                                const ifd_grammar_budget_t *budget, bool *approx, char *err,
+                                size_t errlen)
+{
+    return convert(schema, out, budget, true, approx, err, errlen);
+}

@@ -196,8 +196,8 @@ static int re_search(chk_t *c, const char *pat, const char *str, size_t n, bool 
 {
     int ec;
     PCRE2_SIZE off;
-    pcre2_code *re =
-        pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &ec, &off, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &off, NULL);
     if (!re)
         return unsupported(c, "'pattern' '%.200s' is not a regex PCRE2 compiles", pat);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);

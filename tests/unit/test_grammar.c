@@ -10,6 +10,7 @@
 #include "error.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
+#include "grammar/schema_check.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
@@ -453,10 +454,19 @@ START_TEST(test_json_schema_numbers)
         {"{\"type\":\"number\",\"minimum\":-90,\"maximum\":90}",
          {"-90", "-89.999", "0", "45.5", "90", "90.0"},
          {"-90.5", "-91", "90.01", "91"}},
-        /* fractional bounds tighten to the next integer inward ([-1, 2]): valid, not all */
+        /* fractional bounds, exact (digit by digit in the fraction) */
         {"{\"type\":\"number\",\"minimum\":-1.5,\"exclusiveMaximum\":2.5}",
-         {"-1", "-0.9", "1.5", "2", "2.0"},
-         {"-1.5", "-1.2", "2.4", "2.5", "-2"}},
+         {"-1.5", "-1.50", "-1.49", "-1", "-0.9", "0", "2.4", "2.4999"},
+         {"-1.51", "-1.6", "-2", "2.5", "2.50", "2.51", "3"}},
+        {"{\"type\":\"number\",\"minimum\":0.0001,\"maximum\":0.1}",
+         {"0.0001", "0.00010", "0.00011", "0.05", "0.09999", "0.1", "0.100"},
+         {"0", "0.0", "0.00009", "0.1001", "0.11", "1", "-0.05"}},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":-0.25,\"exclusiveMaximum\":-0.125}",
+         {"-0.2", "-0.249", "-0.126", "-0.13"},
+         {"-0.25", "-0.125", "-0.3", "-0.1", "0", "-0.1250"}},
+        {"{\"type\":\"number\",\"minimum\":1e-05,\"maximum\":12.75,\"multipleOf\":0.01}",
+         {"0.01", "12.75", "3.1", "12.7"},
+         {"0", "0.00", "0.001", "12.76", "12.751", "13"}},
         {"{\"type\":\"integer\",\"multipleOf\":5,\"minimum\":0,\"maximum\":20}",
          {"0", "5", "20"},
          {"3", "25", "-5"}},
@@ -667,8 +677,7 @@ START_TEST(test_json_schema_unsupported)
         {"{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "'type'"},
         {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "'pattern'"},
         {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "'minimum'"},
-        /* [0.0001, 0.1] tightened inward to integers is empty */
-        {"{\"type\":\"number\",\"minimum\":0.0001,\"maximum\":0.1}", "'minimum'"},
+        {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.25}", "'minimum'"},
         {"{\"type\":\"number\",\"exclusiveMinimum\":1,\"exclusiveMaximum\":1}", "'minimum'"},
         {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-100000000,\"maximum\":"
          "100000000}",
@@ -696,6 +705,98 @@ START_TEST(test_json_schema_unsupported)
         ck_assert_msg(strstr(err, cases[i].keyword), "%s → %s", cases[i].schema, err);
         ifd_buf_free(&b);
         json_decref(s);
+    }
+}
+END_TEST
+
+/* The loose conversion (ifd_gconv_json_schema_loose): what the strict one
+ * refuses is over-approximated (approx set) and the check at the end
+ * (schema_check.h) decides. For each schema: valid texts the grammar
+ * accepts and the check passes (the grammar is a superset: never stricter
+ * than the schema), and texts the grammar accepts that the check catches
+ * (the keyword the grammar left out). Schemas a grammar enforces whole keep
+ * approx false; what nothing can check is still refused. */
+START_TEST(test_json_schema_loose)
+{
+    static const struct {
+        const char *schema;
+        const char *valid[3], *caught[3];
+    } cases[] = {
+        {"{\"not\":{\"type\":\"integer\"}}", {"1.5", "\"a\"", "[1]"}, {"3"}},
+        {"{\"not\":{\"enum\":[1]}}", {"2", "null"}, {"1"}},
+        {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":12}", {"\"a@b.co\""},
+         {"\"abcdefgh@b.co\""}},
+        {"{\"if\":{\"type\":\"string\"},\"then\":{\"minLength\":2}}", {"\"ab\"", "1"}, {"\"a\""}},
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+         "\"integer\"}},\"required\":[\"k\"],\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},"
+         "\"then\":{\"required\":[\"x\"]}}",
+         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {"{\"k\":\"a\"}"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}",
+         {"[1,2]", "[]"}, {"[1,1]", "[3,2,3]"}},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", {"[\"a\",1]"}, {"[]", "[\"a\"]"}},
+        {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"},\"propertyNames\":"
+         "{\"maxLength\":3}}",
+         {"{\"abc\":1}"}, {"{\"abcd\":1}"}},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", {"1.5"}, {"2"}},
+        {"{\"oneOf\":[{\"minLength\":2},{\"type\":\"integer\"}]}", {"\"ab\""}, {"3"}},
+        {"{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}],\"type\":\"string\"}",
+         {"\"ab\"", "\"ba\""}, {"\"a\""}},
+        {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":-100000000,\"maximum\":100000000}",
+         {"14", "-7"}, {"15"}},
+        {"{\"type\":\"number\",\"multipleOf\":0.3}", {"0.6", "3"}, {"0.5"}},
+        {"{\"type\":\"string\",\"pattern\":\"^a+$|^b+$\",\"minLength\":2}", {"\"aa\"", "\"bbb\""},
+         {"\"ab\""}},
+        {"{\"type\":\"string\",\"pattern\":\"(?=a)\\\\w\"}", {"\"ab\""}, {"\"b\""}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_error_t je;
+        json_t *s = json_loads(cases[i].schema, JSON_DECODE_ANY, &je);
+        ck_assert_msg(s, "bad test schema %s", cases[i].schema);
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        bool approx = false;
+        ck_assert_int_eq(ifd_gconv_json_schema(s, &b, NULL, err, sizeof err), IFD_ENOTSUP);
+        b.len = 0;
+        int rc = ifd_gconv_json_schema_loose(s, &b, NULL, &approx, err, sizeof err);
+        ck_assert_msg(rc == 0 && approx, "%s: rc %d approx %d: %s", cases[i].schema, rc, approx, err);
+        ifd_grammar_t *g = compile_ok(b.data);
+        for (int k = 0; k < 2; k++) {
+            const char *const *texts = k ? cases[i].caught : cases[i].valid;
+            for (size_t j = 0; j < 3 && texts[j]; j++) {
+                ck_assert_msg(matches_s(g, texts[j]), "%s: grammar refuses %s", cases[i].schema,
+                              texts[j]);
+                json_t *v = json_loads(texts[j], JSON_DECODE_ANY, &je);
+                int crc = ifd_schema_check(s, v, err, sizeof err);
+                ck_assert_msg(crc == (k ? IFD_EINVAL : 0), "%s: check of %s: %d (%s)",
+                              cases[i].schema, texts[j], crc, err);
+                json_decref(v);
+            }
+        }
+        ifd_grammar_destroy(g);
+        ifd_buf_free(&b);
+        json_decref(s);
+    }
+    /* enforced whole: approx stays false; nothing can check these: refused */
+    static const char *const exact[] = {"{\"type\":\"integer\",\"minimum\":3}",
+                                        "{\"not\":{\"required\":[\"a\"]},\"properties\":{\"a\":{}}}",
+                                        "{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}"};
+    static const char *const refused[] = {"{\"unevaluatedProperties\":false}",
+                                          "{\"$ref\":\"http://x/y.json\"}",
+                                          "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}"};
+    for (size_t k = 0; k < 2; k++) {
+        const char *const *l = k ? refused : exact;
+        for (size_t i = 0; i < 3; i++) {
+            json_error_t je;
+            json_t *s = json_loads(l[i], 0, &je);
+            ifd_buf_t b = IFD_BUF_INIT;
+            char err[256];
+            bool approx = true;
+            int rc = ifd_gconv_json_schema_loose(s, &b, NULL, &approx, err, sizeof err);
+            ck_assert_msg(k ? rc == IFD_ENOTSUP : rc == 0 && !approx, "%s: rc %d approx %d", l[i],
+                          rc, approx);
+            ifd_buf_free(&b);
+            json_decref(s);
+        }
     }
 }
 END_TEST
@@ -855,7 +956,8 @@ int main(void)
                   IFD_TESTS(test_gbnf_basics, test_gbnf_errors, test_nullable_repetition,
                             test_regex_vs_pcre2, test_escape_dialects, test_json_schema,
                             test_json_schema_numbers, test_json_schema_formats,
-                            test_json_schema_structure, test_json_schema_unsupported, test_json_object_mode,
+                            test_json_schema_structure, test_json_schema_unsupported,
+                            test_json_schema_loose, test_json_object_mode,
                             test_choice_and_tools, test_gbnf_mutations));
     return ifd_test_run(s);
 }

@@ -217,6 +217,9 @@ START_TEST(test_mask_schema_bounds)
         {"{\"type\":\"integer\",\"multipleOf\":7,\"minimum\":0}", 0, 1e300, false, 7},
         {"{\"type\":\"integer\",\"exclusiveMaximum\":-3}", -1e16, -4, false, 0},
         {"{\"type\":\"number\",\"minimum\":-2,\"maximum\":-1}", -2, -1, false, 0},
+        /* fractional bounds, exact */
+        {"{\"type\":\"number\",\"minimum\":0.0001,\"maximum\":0.1}", 0.0001, 0.1, false, 0},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":-1.5,\"maximum\":2.375}", -1.5, 2.375, true, 0},
     };
     uint64_t rng = 7;
     const int32_t V = 3000;
