@@ -33,6 +33,7 @@
 #include "gen.h"
 
 #include "error.h"
+#include "grammar/schema_check.h"
 #include "hash.h"
 #include "ids.h"
 #include "log.h"
@@ -304,8 +305,43 @@ static bool ifd__send_end(ifd__choice_t *c)
     return ifd__emit(c, t->emitted, c->finish);
 }
 
+/* A finished choice of a request whose grammar over-approximates its JSON
+ * Schema (so_check): its text checked against the whole schema
+ * (schema_check.h; llguidance's rule). Invalid: g fails with OpenAI's 500
+ * for invalid content (a client's retry samples again) and false is
+ * returned. A schema the check cannot evaluate passes (logged). */
+static bool ifd__check_output(ifd__choice_t *c)
+{
+    ifd_gen_t *g = c->g;
+    json_error_t je;
+    char why[256] = "";
+    json_t *schema = json_loadb(g->req.so_source, g->req.so_source_len, JSON_DECODE_ANY, &je);
+    json_t *v = json_loadb(c->text.text.data ? c->text.text.data : "", c->text.text.len,
+                           JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    int rc = !schema ? IFD_ENOMEM : v ? ifd_schema_check(schema, v, why, sizeof why) : IFD_EINVAL;
+    if (schema && !v)
+        snprintf(why, sizeof why, "(the value): not JSON (%s)", je.text);
+    json_decref(schema);
+    json_decref(v);
+    if (rc != IFD_EINVAL) {
+        if (rc)
+            IFD_WARN("gen %s: choice %u: output not checked: %s", g->id, c->index,
+                     why[0] ? why : ifd_strerror(rc));
+        return true;
+    }
+    IFD_INFO("gen %s: choice %u: output invalid for its schema: %s", g->id, c->index, why);
+    g->api->metrics->invalid_outputs++;
+    ifd__fail(g, 500, "invalid_content",
+              "The model produced invalid content: choice %u does not satisfy the JSON Schema "
+              "at %s (checked after generation). Consider modifying your prompt if you are "
+              "seeing this error persistently.",
+              c->index, why);
+    return false;
+}
+
 /* Marks a choice finished (length: at max_tokens); for streams sends its
- * last chunk. false: g freed. */
+ * last chunk (none for an output that failed its check: the stream ends
+ * with the error). false: g freed. */
 static bool ifd__choice_done(ifd__choice_t *c, bool length)
 {
     ifd_gen_t *g = c->g;
@@ -316,9 +352,10 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
                   "A tool call id could not be drawn from the system's random "
                   "number generator.");
     c->finish = finish;
+    bool valid = length || !g->req.so_check || g->failed || ifd__check_output(c);
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;
-    m->finished[length ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
+    m->finished[!valid ? IFD_FIN_ERROR : length ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
     ifd_metrics_seq_t ms = {.arrival_ns = g->t_arrival_ns,
                             .scheduled_ns = c->t_sched_ns,
                             .first_token_ns = c->t_first_ns,
@@ -328,7 +365,7 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
                             .generation_tokens = c->text.n_tokens,
                             .max_tokens = g->req.max_tokens};
     ifd_metrics_seq_done(m, &ms);
-    if (!ifd__send_end(c))
+    if (valid && !ifd__send_end(c))
         return false;
     if (g->n_done == g->n_choices) {
         ifd__complete(g);
@@ -1189,8 +1226,14 @@ static int ifd__build_grammar(ifd_gen_t *g)
     char *key = ifd__grammar_key(g, &klen);
     if (!key)
         return IFD_ENOMEM;
-    if (ifd_gcache_get(api->grammars, key, klen, &g->arena, &g->gwords, &g->n_gwords))
+    /* a cache entry is the grammar's words and one more: so_check */
+    if (ifd_gcache_get(api->grammars, key, klen, &g->arena, &g->gwords, &g->n_gwords) &&
+        g->n_gwords) {
+        rq->so_check = g->gwords[--g->n_gwords] != 0;
+        if (!g->n_gwords)
+            g->gwords = NULL;
         return 0;
+    }
     ifd_grammar_budget_t b = ifd_grammar_default_budget();
     b.max_time_ms = (unsigned)(api->cfg->grammar_timeout * 1000.0);
     b.cancel = &g->cancel;
@@ -1209,13 +1252,16 @@ static int ifd__build_grammar(ifd_gen_t *g)
                           IFD_WIRE_MAX_GRAMMAR);
         return IFD_EINVAL;
     }
-    if (!rc && n && !(g->gwords = ifd_arena_alloc(&g->arena, n * sizeof *w)))
+    if (!rc && !(g->gwords = ifd_arena_alloc(&g->arena, (n + 1) * sizeof *w)))
         rc = IFD_ENOMEM;
     if (!rc) {
         if (n)
             memcpy(g->gwords, w, n * sizeof *w);
+        g->gwords[n] = rq->so_check;
         g->n_gwords = n;
-        ifd_gcache_put(api->grammars, key, klen, w, n);
+        ifd_gcache_put(api->grammars, key, klen, g->gwords, n + 1);
+        if (!n)
+            g->gwords = NULL;
     }
     free(w);
     return rc;

@@ -174,6 +174,9 @@ static const ifd__u64_row_t ifd__counters[] = {
      offsetof(ifd_metrics_t, connections_total)},
     {"inferd_connections_rejected_total", "Connections refused over max_connections.",
      offsetof(ifd_metrics_t, connections_rejected)},
+    {"inferd_structured_output_invalid_total",
+     "Choices whose output failed the check against its JSON Schema (answered 500).",
+     offsetof(ifd_metrics_t, invalid_outputs)},
     {"inferd_queue_rejected_total", "Requests answered 503 because the queue was full.",
      offsetof(ifd_metrics_t, queue_rejected)},
 };

@@ -74,6 +74,7 @@ typedef struct {
     uint64_t connections_total;
     uint64_t connections_rejected; /* over max_connections */
     uint64_t queue_rejected;       /* 503 because the queue was full */
+    uint64_t invalid_outputs;      /* structured outputs that failed their schema check */
     ifd_hist_t ttft;               /* seconds from arrival to the first token */
     ifd_hist_t itl;                /* seconds between two tokens of a sequence */
     ifd_hist_t e2e;                /* seconds from arrival to the last token */

@@ -250,6 +250,10 @@ typedef struct {
      * made by ifd_oai_build_grammar; NULL: unconstrained (or not built). */
     char *grammar;
     size_t grammar_len;
+    /* The grammar of a JSON Schema (so_kind IFD_OAI_SO_JSON) over-approximates
+     * it (grammar_conv.h: ifd_gconv_json_schema_loose): a finished output
+     * must be checked against so_source (schema_check.h). Set with grammar. */
+    bool so_check;
 
     /* chat: tools and how they may be called. tools_json (compact JSON of
      * the "tools" array) and messages_json (of "messages") keep the

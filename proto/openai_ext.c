@@ -628,8 +628,10 @@ static int tools_grammar(const ifd_oai_request_t *r, const ifd_grammar_budget_t 
     return rc;
 }
 
-/* The constraint's grammar text from its source, into g. */
-static int so_convert(const ifd_oai_request_t *r, const ifd_grammar_budget_t *b, ifd_buf_t *g,
+/* The constraint's grammar text from its source, into g. A JSON Schema is
+ * converted loosely (what no grammar enforces over-approximated) and
+ * r->so_check says whether its output must be checked at the end. */
+static int so_convert(ifd_oai_request_t *r, const ifd_grammar_budget_t *b, ifd_buf_t *g,
                       char *err, size_t errlen)
 {
     json_error_t je;
@@ -641,7 +643,7 @@ static int so_convert(const ifd_oai_request_t *r, const ifd_grammar_budget_t *b,
         if (!(v = json_loadb(r->so_source, r->so_source_len, JSON_DECODE_ANY, &je)))
             return IFD_ENOMEM; /* the parser wrote it */
         if (r->so_kind == IFD_OAI_SO_JSON) {
-            rc = ifd_gconv_json_schema(v, g, b, err, errlen);
+            rc = ifd_gconv_json_schema_loose(v, g, b, &r->so_check, err, errlen);
         } else {
             size_t n = json_array_size(v);
             const char **ch = calloc(n, sizeof *ch);

@@ -447,12 +447,61 @@ def test_tool_schemas_only_checked_when_enforced():
     assert call["name"] == "rate" and 1 <= args["stars"] <= 5, call
 
 
+def test_over_approximated_schemas_checked():
+    """Keywords no grammar enforces (not, if/then/else, uniqueItems, contains, overlapping
+    oneOf) are left out of the grammar and the finished output is checked against the whole
+    schema: a valid output is answered as usual; an invalid one is OpenAI's 500 for invalid
+    content (code invalid_content, the JSON pointer and the reason in the message), through
+    the openai client, curl, and a stream (an error event ends it); counted in /metrics."""
+    before = D.metrics()
+    # valid whatever the grammar writes (n <= 9, never 100): the check passes it
+    ok = {"type": "object", "additionalProperties": False, "required": ["n", "tags"],
+          "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9},
+                         "tags": {"type": "array", "maxItems": 1, "items": {"type": "string",
+                                                                          "maxLength": 5}}},
+          "not": {"properties": {"n": {"const": 100}}, "required": ["n"]},
+          "if": {"properties": {"n": {"minimum": 5}}}, "then": {"required": ["n"]},
+          "oneOf": [{"required": ["n"]}, {"required": ["tags"], "properties": {"n": {"type": "null"}}}]}
+    r = ask("A number and tags as JSON.", temperature=1.0, seed=5, n=choices(2), max_tokens=60,
+            response_format={"type": "json_schema", "json_schema": {"name": "ok", "schema": ok}})
+    for ch in r.choices:
+        assert ch.finish_reason == "stop", (ch.finish_reason, ch.message.content)
+        jsonschema.validate(json.loads(ch.message.content), ok)
+    # the grammar admits 0..3 only, the schema none of them: every output is invalid
+    bad = {"type": "integer", "minimum": 0, "maximum": 3, "not": {"enum": [0, 1, 2, 3]}}
+    rf = {"type": "json_schema", "json_schema": {"name": "bad", "schema": bad}}
+    try:
+        ask("A number.", max_tokens=5, response_format=rf)
+        raise AssertionError("an invalid output was answered")
+    except openai.InternalServerError as e:
+        assert e.status_code == 500 and "invalid content" in str(e), str(e)
+        assert "matches the 'not' schema" in str(e), str(e)
+    body = {"model": MODEL, "max_tokens": 5, "response_format": rf,
+            "messages": [{"role": "user", "content": "A number."}]}
+    code, out = D.curl("-H", "Content-Type: application/json", "-d", json.dumps(body),
+                       "http://localhost/v1/chat/completions", expect=500)
+    err = json.loads(out)["error"]
+    assert err["code"] == "invalid_content" and "(the value)" in err["message"], err
+    try:
+        chunks = list(C.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "A number."}], max_tokens=5,
+            response_format=rf, stream=True))
+        raise AssertionError("an invalid stream ended without an error: %r" % chunks)
+    except openai.APIError as e:
+        assert "invalid content" in str(e), str(e)
+    after = D.metrics()
+    key = "inferd_structured_output_invalid_total"
+    assert after[key] - before.get(key, 0) == 3, (before.get(key), after[key])
+    D.wait_idle()
+
+
 def test_unsupported_refused():
     cases = [
         ({"response_format": {"type": "json_schema", "json_schema": {
-            "name": "x", "schema": {"type": "array", "uniqueItems": True}}}}, "uniqueItems"),
+            "name": "x", "schema": {"type": "object", "unevaluatedProperties": False}}}},
+         "unevaluatedProperties"),
         ({"response_format": {"type": "json_schema", "json_schema": {
-            "name": "x", "schema": {"type": "string", "not": {"pattern": "^a"}}}}}, "'not'"),
+            "name": "x", "schema": {"$ref": "https://example.com/s.json"}}}}, "$ref"),
         ({"extra_body": {"guided_regex": "(?<=a)b"}}, "lookaround"),
         ({"extra_body": {"prompt_logprobs": 21}}, "prompt_logprobs"),
     ]

@@ -491,7 +491,7 @@ static const bad_case_t k_bad[] = {
      "invalid_value"},
     {EP_CHAT,
      "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
-     "\"x\",\"schema\":{\"type\":\"object\",\"if\":{},\"then\":{}}}}}",
+     "\"x\",\"schema\":{\"type\":\"object\",\"unevaluatedProperties\":false}}}}",
      "response_format.json_schema.schema", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"guided_regex\":\"(?=x)\"}", "guided_regex", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"guided_grammar\":\"root ::= foo\"}", "guided_grammar", "invalid_value"},
@@ -1418,6 +1418,26 @@ START_TEST(test_structured_and_tools)
                    &r, &e),
         0);
     ck_assert(r.tools[0].strict);
+    /* a response_format schema a grammar enforces whole: no check at the end; one it
+     * over-approximates (uniqueItems, if/then): accepted, its output checked (so_check);
+     * the same keyword in a strict tool is still a 400 (tools are not checked) */
+    ck_assert_int_eq(parse_chat(&a, with_grammar[1], &r, &e), 0);
+    ck_assert(!r.so_check);
+    ck_assert_int_eq(
+        parse_chat(&a,
+                   "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{"
+                   "\"name\":\"x\",\"schema\":{\"type\":\"array\",\"uniqueItems\":true,"
+                   "\"if\":{\"minItems\":2},\"then\":{\"maxItems\":3}}}}}",
+                   &r, &e),
+        0);
+    ck_assert(r.so_check && r.grammar);
+    ck_assert_int_eq(
+        parse_chat(&a,
+                   "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                   "\"strict\":true,\"parameters\":{\"type\":\"array\",\"uniqueItems\":true}}}]}",
+                   &r, &e),
+        IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.message, "uniqueItems"));
     ifd_arena_close(&a);
 }
 END_TEST
