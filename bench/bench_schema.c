@@ -8,19 +8,25 @@
  * printable ASCII and, past --soft bytes, the bytes that close a string,
  * object or array), which the caller validates with a real JSON Schema
  * validator. A walk that reaches --max bytes gives up (counted, not
- * printed).
+ * printed). Schemas are converted as the daemon converts response_format
+ * (ifd_gconv_json_schema_loose): "approx" says the grammar over-approximates,
+ * and "checked" gives, per sample, the verdict of the daemon's check at the
+ * end (schema_check.h): "valid", "invalid: <why>" (the daemon answers 500)
+ * or "unchecked: <why>".
  *
  * Usage: bench_schema [--samples N] [--seed S] [--soft B] [--max B] FILE...
  *        (no FILE: one path per line on stdin)
  * Output: one JSON object per file on stdout:
- *   {"file", "ok", "error", "convert_ms", "compile_ms", "grammar_bytes",
- *    "samples": [...], "gave_up"}
+ *   {"file", "ok", "error", "approx", "convert_ms", "compile_ms", "grammar_bytes",
+ *    "samples": [...], "checked": [...], "gave_up"}
  */
 #include "error.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
+#include "grammar/schema_check.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +111,16 @@ static int walk(const ifd_grammar_t *g, const opts_t *o, uint64_t *rng, ifd_buf_
     return rc;
 }
 
+/* The daemon's check of a finished output (gen.c: ifd__check_output):
+ * "valid", "invalid: <why>" or "unchecked: <why>". */
+static json_t *verdict(const json_t *schema, const char *text, size_t n)
+{
+    char err[256] = "";
+    int rc = ifd_schema_check_text(schema, text, n, err, sizeof err);
+    return rc == 0 ? json_string("valid")
+                   : json_sprintf("%s: %s", rc == IFD_EINVAL ? "invalid" : "unchecked", err);
+}
+
 static json_t *one_file(const char *path, const opts_t *o, uint64_t *rng)
 {
     json_error_t je;
@@ -118,29 +134,34 @@ static json_t *one_file(const char *path, const opts_t *o, uint64_t *rng)
     char err[400] = "";
     ifd_buf_t text = IFD_BUF_INIT;
     double t0 = now_ms();
-    int rc = ifd_gconv_json_schema(schema, &text, NULL, err, sizeof err);
+    bool approx = false;
+    int rc = ifd_gconv_json_schema_loose(schema, &text, NULL, &approx, err, sizeof err);
     double t1 = now_ms();
     ifd_grammar_t *g = NULL;
     if (!rc)
         rc = ifd_grammar_compile_budget(text.data, text.len, NULL, &g, err, sizeof err);
     double t2 = now_ms();
     json_object_set_new(r, "ok", json_boolean(rc == 0));
+    json_object_set_new(r, "approx", json_boolean(approx));
     json_object_set_new(r, "convert_ms", json_real(t1 - t0));
     json_object_set_new(r, "compile_ms", json_real(t2 - t1));
     json_object_set_new(r, "grammar_bytes", json_integer((json_int_t)text.len));
     if (rc)
         json_object_set_new(r, "error", json_string(err[0] ? err : ifd_strerror(rc)));
-    json_t *samples = json_array();
+    json_t *samples = json_array(), *checked = json_array();
     unsigned gave_up = 0;
     for (unsigned i = 0; g && i < o->samples; i++) {
         ifd_buf_t s = IFD_BUF_INIT;
-        if (walk(g, o, rng, &s) == 0 && s.len)
+        if (walk(g, o, rng, &s) == 0 && s.len) {
             json_array_append_new(samples, json_stringn(s.data, s.len));
-        else
+            json_array_append_new(checked, verdict(schema, s.data, s.len));
+        } else {
             gave_up++;
+        }
         ifd_buf_free(&s);
     }
     json_object_set_new(r, "samples", samples);
+    json_object_set_new(r, "checked", checked);
     json_object_set_new(r, "gave_up", json_integer(gave_up));
     ifd_grammar_destroy(g);
     ifd_buf_free(&text);

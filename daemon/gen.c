@@ -316,13 +316,10 @@ static bool ifd__check_output(ifd__choice_t *c)
     json_error_t je;
     char why[256] = "";
     json_t *schema = json_loadb(g->req.so_source, g->req.so_source_len, JSON_DECODE_ANY, &je);
-    json_t *v = json_loadb(c->text.text.data ? c->text.text.data : "", c->text.text.len,
-                           JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-    int rc = !schema ? IFD_ENOMEM : v ? ifd_schema_check(schema, v, why, sizeof why) : IFD_EINVAL;
-    if (schema && !v)
-        snprintf(why, sizeof why, "(the value): not JSON (%s)", je.text);
+    int rc = !schema ? IFD_ENOMEM
+                     : ifd_schema_check_text(schema, c->text.text.data ? c->text.text.data : "",
+                                             c->text.text.len, why, sizeof why);
     json_decref(schema);
-    json_decref(v);
     if (rc != IFD_EINVAL) {
         if (rc)
             IFD_WARN("gen %s: choice %u: output not checked: %s", g->id, c->index,

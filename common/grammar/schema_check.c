@@ -761,3 +761,20 @@ int ifd_schema_check(const json_t *schema, const json_t *v, char *err, size_t er
         err[0] = '\0';
     return check(&c, schema, v);
 }
+
+int ifd_schema_check_text(const json_t *schema, const char *text, size_t n, char *err,
+                          size_t errlen)
+{
+    json_error_t je;
+    json_t *v = json_loadb(text, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!v) {
+        bool range = json_error_code(&je) == json_error_numeric_overflow;
+        if (errlen)
+            snprintf(err, errlen, "(the value): %s (%s)",
+                     range ? "a number jansson cannot hold" : "not JSON", je.text);
+        return range ? IFD_ENOTSUP : IFD_EINVAL;
+    }
+    int rc = ifd_schema_check(schema, v, err, errlen);
+    json_decref(v);
+    return rc;
+}

@@ -35,4 +35,14 @@
  */
 int ifd_schema_check(const json_t *schema, const json_t *v, char *err, size_t errlen);
 
+/*
+ * ifd_schema_check on the JSON text text[0..n) (a finished output): its
+ * parse failing is IFD_EINVAL ("(the value): not JSON …"), except where
+ * the text is JSON that jansson cannot hold — a number beyond a double's
+ * range (1e400, which a grammar's exponent allows) or an integer beyond
+ * int64 —: IFD_ENOTSUP, unchecked. Reentrant.
+ */
+int ifd_schema_check_text(const json_t *schema, const char *text, size_t n, char *err,
+                          size_t errlen);
+
 #endif

@@ -159,6 +159,14 @@ START_TEST(test_limits)
     ck_assert_msg(rc == IFD_ETOOBIG || rc == 0 || rc == IFD_EINVAL, "%s", ifd_err_name(rc));
     json_decref(s);
     json_decref(v);
+    /* texts: a cut output is not JSON (invalid); a number beyond a double's range is
+     * JSON that jansson cannot hold (unchecked) */
+    json_t *any = json_object();
+    ck_assert_int_eq(ifd_schema_check_text(any, "{\"a\":", 5, err, sizeof err), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "not JSON"));
+    ck_assert_int_eq(ifd_schema_check_text(any, "[1e999]", 7, err, sizeof err), IFD_ENOTSUP);
+    ck_assert_int_eq(ifd_schema_check_text(any, "[\"a\\u0000\"]", 11, err, sizeof err), 0);
+    json_decref(any);
     /* no message buffer at all */
     ck_assert_int_eq(check_text("{\"type\":\"string\"}", "1", NULL, 0), IFD_EINVAL);
 }
