@@ -1256,6 +1256,48 @@ static int node_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b
     return rc;
 }
 
+/* A loose conversion's tighter reading of what its grammar leaves out,
+ * still accepting every valid value: if/then/else as anyOf [then, else] (a
+ * valid value satisfies one of them), contains on an array as at least
+ * minContains (default 1) items. NULL: nothing to tighten. */
+static json_t *tightened(const json_t *s, bool *oom)
+{
+    const json_t *then = json_object_get(s, "then"), *els = json_object_get(s, "else");
+    const json_t *ct = json_object_get(s, "contains"), *mc = json_object_get(s, "minContains");
+    const json_t *mi = json_object_get(s, "minItems");
+    bool cond = json_object_get(s, "if") && then && els;
+    long long need = ct && is_str(json_object_get(s, "type"), "array")
+                         ? (json_is_integer(mc) ? json_integer_value(mc) : 1)
+                         : 0;
+    bool more = need > 0 && !(json_is_integer(mi) && json_integer_value(mi) >= need);
+    *oom = false;
+    if (!cond && !more)
+        return NULL;
+    json_t *t = json_copy((json_t *)s);
+    if (t && more && json_object_set_new(t, "minItems", json_integer(need)))
+        json_decref(t), t = NULL;
+    if (t && cond) {
+        const json_t *all = json_object_get(t, "allOf");
+        json_t *l = json_is_array(all) ? json_copy((json_t *)all) : json_array();
+        if (!l || json_array_append_new(l, json_pack("{s:[O,O]}", "anyOf", then, els)) ||
+            json_object_set_new(t, "allOf", l))
+            json_decref(t), t = NULL;
+        else
+            json_object_del(t, "if"), json_object_del(t, "then"), json_object_del(t, "else");
+    }
+    *oom = !t;
+    return t;
+}
+
+static int merged_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
+{
+    json_t *m = NULL;
+    TRY(ifd__gconv_merge(c, s, doc, &m));
+    int rc = node_body(c, m, doc, b);
+    json_decref(m);
+    return rc;
+}
+
 static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
 {
     if (json_is_true(s))
@@ -1264,10 +1306,24 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
         return ifd__gconv_unsat(c, "a 'false' schema (nothing can match it)");
     if (!json_is_object(s))
         return ifd__gconv_err(c, IFD_EFORMAT, "a schema must be an object or a boolean");
-    json_t *m = NULL;
-    TRY(ifd__gconv_merge(c, s, doc, &m));
-    int rc = node_body(c, m, doc, b);
-    json_decref(m);
+    bool oom = false;
+    json_t *t = c->loose ? tightened(s, &oom) : NULL;
+    if (oom)
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    int rc;
+    if (t) { /* the tighter reading, else (a keyword it cannot merge) the plain one */
+        size_t at = b->len;
+        ifd__gconv_mark_t mark = ifd__gconv_mark(c);
+        c->approx = true;
+        rc = merged_body(c, t, doc, b);
+        json_decref(t);
+        if (!rc || !ifd__gconv_loosen(c, mark, rc))
+            return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
+        b->len = at;
+        if (b->data)
+            b->data[at] = '\0';
+    }
+    rc = merged_body(c, s, doc, b);
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
 

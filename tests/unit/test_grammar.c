@@ -731,9 +731,16 @@ START_TEST(test_json_schema_loose)
          "\"integer\"}},\"required\":[\"k\"],\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},"
          "\"then\":{\"required\":[\"x\"]}}",
          {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {"{\"k\":\"a\"}"}},
+        /* if/then/else read as anyOf [then, else]: {"k":"a"} satisfies neither, so the
+         * grammar refuses it (below); {"k":"b","x":1} satisfies then, not its if */
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+         "\"integer\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"k\"],\"additionalProperties\":"
+         "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
+         "\"else\":{\"required\":[\"y\"]}}",
+         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\",\"y\":2}"}, {"{\"k\":\"b\",\"x\":1}"}},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}",
          {"[1,2]", "[]"}, {"[1,1]", "[3,2,3]"}},
-        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", {"[\"a\",1]"}, {"[]", "[\"a\"]"}},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", {"[\"a\",1]"}, {"[\"a\"]"}},
         {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"},\"propertyNames\":"
          "{\"maxLength\":3}}",
          {"{\"abc\":1}"}, {"{\"abcd\":1}"}},
@@ -775,6 +782,34 @@ START_TEST(test_json_schema_loose)
         ifd_grammar_destroy(g);
         ifd_buf_free(&b);
         json_decref(s);
+    }
+    /* the tighter readings: the grammar refuses what neither then nor else allows, and
+     * an array without the item contains asks for */
+    static const struct {
+        const char *schema, *refused;
+    } tight[] = {
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+         "\"integer\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"k\"],\"additionalProperties\":"
+         "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
+         "\"else\":{\"required\":[\"y\"]}}",
+         "{\"k\":\"a\"}"},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "[]"},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"},\"minContains\":2}", "[1]"},
+    };
+    for (size_t i = 0; i < sizeof tight / sizeof tight[0]; i++) {
+        json_error_t je;
+        json_t *sj = json_loads(tight[i].schema, 0, &je);
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        bool approx = false;
+        ck_assert_int_eq(ifd_gconv_json_schema_loose(sj, &b, NULL, &approx, err, sizeof err), 0);
+        ck_assert(approx);
+        ifd_grammar_t *g = compile_ok(b.data);
+        ck_assert_msg(!matches_s(g, tight[i].refused), "%s accepts %s", tight[i].schema,
+                      tight[i].refused);
+        ifd_grammar_destroy(g);
+        ifd_buf_free(&b);
+        json_decref(sj);
     }
     /* enforced whole: approx stays false; nothing can check these: refused */
     static const char *const exact[] = {"{\"type\":\"integer\",\"minimum\":3}",
