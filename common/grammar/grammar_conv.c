@@ -805,8 +805,68 @@ static int rx_alt(rx_t *x, ifd_buf_t *b)
 
 /* The regex as one grammar item (a group) into b. search: an unanchored
  * side accepts any characters there (JSON Schema's pattern semantics). */
+/* The top-level alternatives of re[0..len): their starts in at[] (at most
+ * max), *n of them; outside groups, classes and escapes. */
+static void rx_top_alts(const char *re, size_t len, const char **at, size_t max, size_t *n)
+{
+    int depth = 0;
+    bool cls = false;
+    *n = 0;
+    at[(*n)++] = re;
+    for (size_t i = 0; i < len; i++) {
+        char ch = re[i];
+        if (ch == '\\') {
+            i++;
+        } else if (cls) {
+            cls = ch != ']';
+        } else if (ch == '[') {
+            cls = true;
+            if (i + 1 < len && re[i + 1] == '^')
+                i++;
+            if (i + 1 < len && re[i + 1] == ']')
+                i++; /* a leading ] is a member */
+        } else if (ch == '(') {
+            depth++;
+        } else if (ch == ')') {
+            depth--;
+        } else if (ch == '|' && depth == 0 && *n < max) {
+            at[(*n)++] = re + i + 1;
+        }
+    }
+}
+
+/* Whether the alternative a[0..n) starts with ^ or ends with an unescaped $. */
+static bool rx_anchored(const char *a, size_t n)
+{
+    size_t bs = 0;
+    for (size_t i = n - 1; n >= 2 && i > 0 && a[i - 1] == '\\'; i--)
+        bs++;
+    return n && (a[0] == '^' || (a[n - 1] == '$' && bs % 2 == 0));
+}
+
 int ifd__gconv_regex(conv_t *c, const char *re, size_t len, bool json, bool search, ifd_buf_t *b)
 {
+    /* a search of A|B is a search of A or one of B: alternatives anchored on
+     * their own (^a$|^b$) are converted one by one */
+    const char *alt[64];
+    size_t n_alt;
+    rx_top_alts(re, len, alt, 64, &n_alt);
+    bool split = false;
+    for (size_t i = 0; search && n_alt > 1 && i < n_alt; i++) {
+        size_t n = (i + 1 < n_alt ? (size_t)(alt[i + 1] - alt[i]) - 1 : (size_t)(re + len - alt[i]));
+        split |= rx_anchored(alt[i], n);
+    }
+    if (split) {
+        if (ifd_buf_puts(b, "( "))
+            return IFD_ENOMEM;
+        for (size_t i = 0; i < n_alt; i++) {
+            size_t n = i + 1 < n_alt ? (size_t)(alt[i + 1] - alt[i]) - 1 : (size_t)(re + len - alt[i]);
+            if (i && ifd_buf_puts(b, "| "))
+                return IFD_ENOMEM;
+            TRY(ifd__gconv_regex(c, alt[i], n, json, true, b));
+        }
+        return ifd_buf_puts(b, ") ") ? IFD_ENOMEM : 0;
+    }
     rx_t x = {c, re, re, re + len, json, 0};
     bool head = len && re[0] == '^';
     if (head)

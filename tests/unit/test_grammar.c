@@ -454,6 +454,12 @@ START_TEST(test_json_schema_numbers)
         {"{\"type\":\"number\",\"minimum\":-90,\"maximum\":90}",
          {"-90", "-89.999", "0", "45.5", "90", "90.0"},
          {"-90.5", "-91", "90.01", "91"}},
+        /* a search of alternatives anchored on their own, exact */
+        {"{\"type\":\"string\",\"pattern\":\"^a$|^b$\"}", {"\"a\"", "\"b\""},
+         {"\"ab\"", "\"xa\"", "\"\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^ab|cd$|(e|f)g\"}",
+         {"\"abx\"", "\"xcd\"", "\"xfgx\"", "\"eg\""},
+         {"\"xab\"", "\"cdx\"", "\"ef\""}},
         /* fractional bounds, exact (digit by digit in the fraction) */
         {"{\"type\":\"number\",\"minimum\":-1.5,\"exclusiveMaximum\":2.5}",
          {"-1.5", "-1.50", "-1.49", "-1", "-0.9", "0", "2.4", "2.4999"},
@@ -752,7 +758,7 @@ START_TEST(test_json_schema_loose)
          {"14", "-7"}, {"15"}},
         {"{\"type\":\"number\",\"multipleOf\":0.3}", {"0.6", "3"}, {"0.5"}},
         {"{\"type\":\"string\",\"pattern\":\"^a+$|^b+$\",\"minLength\":2}", {"\"aa\"", "\"bbb\""},
-         {"\"ab\""}},
+         {"\"a\""}},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\\\\w\"}", {"\"ab\""}, {"\"b\""}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
