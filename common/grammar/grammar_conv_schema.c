@@ -12,6 +12,7 @@
 #include "error.h"
 #include "grammar_conv.h"
 #include "grammar_conv_impl.h"
+#include "schema_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -1357,6 +1358,10 @@ static int convert(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budge
         snprintf(root, sizeof root, "s%u", id);
         rc = ifd__gconv_finish(&c, root, out);
     }
+    /* an over-approximation stands only where the check can evaluate the
+     * whole schema: a part it cannot evaluate would go unchecked */
+    if (!rc && c.approx && ifd_schema_check_supported(schema, err, errlen))
+        rc = IFD_ENOTSUP;
     if (approx)
         *approx = !rc && c.approx;
     ifd__gconv_close(&c);

@@ -778,3 +778,71 @@ int ifd_schema_check_text(const json_t *schema, const char *text, size_t n, char
     json_decref(v);
     return rc;
 }
+
+/* ---- what the check can evaluate ---- */
+
+static int compiles(chk_t *c, const char *pat)
+{
+    bool found;
+    return re_search(c, pat, "", 0, &found);
+}
+
+static int supported(chk_t *c, const json_t *s)
+{
+    if (++c->steps > MAX_STEPS || c->depth >= MAX_DEPTH) {
+        unsupported(c, "%s", "the schema is too large or deep for the output check");
+        return IFD_ENOTSUP;
+    }
+    if (json_is_array(s)) {
+        for (size_t i = 0; i < json_array_size(s); i++)
+            TRY(supported(c, json_array_get(s, i)));
+        return 0;
+    }
+    if (!json_is_object(s))
+        return 0;
+    static const char *const never[] = {"$dynamicRef", "$recursiveRef", "unevaluatedProperties",
+                                        "unevaluatedItems"};
+    static const char *const values[] = {"enum", "const", "default", "examples"};
+    const char *k;
+    const json_t *v;
+    c->depth++;
+    int rc = 0;
+    json_object_foreach((json_t *)s, k, v)
+    {
+        bool skip = false;
+        for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+            skip |= strcmp(k, values[i]) == 0;
+        for (size_t i = 0; !rc && i < sizeof never / sizeof never[0]; i++)
+            if (strcmp(k, never[i]) == 0)
+                rc = unsupported(c, "'%s' cannot be checked after generation", k);
+        if (!rc && strcmp(k, "$ref") == 0 && json_is_string(v) &&
+            !ifd__gconv_resolve(c->doc, json_string_value(v)))
+            rc = unsupported(c, "'$ref' '%.200s' is not a local reference into the schema",
+                             json_string_value(v));
+        if (!rc && strcmp(k, "pattern") == 0 && json_is_string(v))
+            rc = compiles(c, json_string_value(v));
+        if (!rc && strcmp(k, "patternProperties") == 0 && json_is_object(v)) {
+            const char *pat;
+            const json_t *unused;
+            json_object_foreach((json_t *)v, pat, unused)
+            {
+                if (!rc)
+                    rc = compiles(c, pat);
+            }
+        }
+        if (!rc && !skip)
+            rc = supported(c, v);
+        if (rc)
+            break;
+    }
+    c->depth--;
+    return rc;
+}
+
+int ifd_schema_check_supported(const json_t *schema, char *err, size_t errlen)
+{
+    chk_t c = {.doc = schema, .err = err, .errlen = errlen};
+    if (errlen)
+        err[0] = '\0';
+    return supported(&c, schema);
+}

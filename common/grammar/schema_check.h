@@ -45,4 +45,14 @@ int ifd_schema_check(const json_t *schema, const json_t *v, char *err, size_t er
 int ifd_schema_check_text(const json_t *schema, const char *text, size_t n, char *err,
                           size_t errlen);
 
+/*
+ * Whether ifd_schema_check can evaluate every part of schema, whatever the
+ * value: 0, or IFD_ENOTSUP naming the first part it cannot (a $ref that is
+ * not a local reference into schema, $dynamicRef, $recursiveRef,
+ * unevaluated*, a pattern or patternProperties key PCRE2 does not
+ * compile) in err. Values of enum, const, default and examples are not
+ * schemas and are skipped. Linear in the schema's size. Reentrant.
+ */
+int ifd_schema_check_supported(const json_t *schema, char *err, size_t errlen);
+
 #endif

@@ -167,6 +167,25 @@ START_TEST(test_limits)
     ck_assert_int_eq(ifd_schema_check_text(any, "[1e999]", 7, err, sizeof err), IFD_ENOTSUP);
     ck_assert_int_eq(ifd_schema_check_text(any, "[\"a\\u0000\"]", 11, err, sizeof err), 0);
     json_decref(any);
+    /* what the check can evaluate, whatever the value */
+    static const struct {
+        const char *schema;
+        int rc;
+    } sup[] = {
+        {"{\"not\":{\"$ref\":\"http://x/y.json\"}}", IFD_ENOTSUP},
+        {"{\"$defs\":{\"a\":{\"unevaluatedProperties\":false}}}", IFD_ENOTSUP},
+        {"{\"items\":[{\"pattern\":\"(\"}]}", IFD_ENOTSUP},
+        {"{\"patternProperties\":{\"(\":{}}}", IFD_ENOTSUP},
+        {"{\"enum\":[{\"$ref\":\"http://x\"}],\"default\":{\"$dynamicRef\":\"#a\"}}", 0},
+        {"{\"pattern\":\"(?<=a)b\",\"$defs\":{\"n\":{\"$ref\":\"#/$defs/n\"}}}", 0},
+    };
+    for (size_t i = 0; i < sizeof sup / sizeof sup[0]; i++) {
+        json_error_t je;
+        json_t *sj = json_loads(sup[i].schema, 0, &je);
+        int rc = ifd_schema_check_supported(sj, err, sizeof err);
+        ck_assert_msg(rc == sup[i].rc, "%s: %s (%s)", sup[i].schema, ifd_err_name(rc), err);
+        json_decref(sj);
+    }
     /* no message buffer at all */
     ck_assert_int_eq(check_text("{\"type\":\"string\"}", "1", NULL, 0), IFD_EINVAL);
 }
