@@ -9,7 +9,8 @@
 # ~/.cache/inferd/jsonschemabench/data (git clone github.com/guidance-ai/jsonschemabench
 # and point at its data/; nothing is downloaded here). The peers live in their own venv,
 # ${XDG_CACHE_HOME:-~/.cache}/inferd/jsonschemabench-venv (created on the first run from
-# PyPI: jsonschema with its format checkers, llguidance, xgrammar; xgrammar imports torch:
+# PyPI: jsonschema with its format checkers, regex (patterns with a time limit), llguidance,
+# xgrammar; xgrammar imports torch:
 # PyTorch's CPU wheel when its index is reachable, else PyPI's torch that xgrammar pulls
 # in (about 5.6 GB with its CUDA libraries); where neither installs, xgrammar is reported
 # under "unavailable"). inferd is measured with DIR/bench/bench_schema (default DIR:
@@ -29,7 +30,8 @@ done
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/inferd/jsonschemabench-venv"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q jsonschema rfc3987 fqdn isoduration rfc3339-validator llguidance
+    "$venv/bin/pip" install -q jsonschema rfc3987 fqdn isoduration rfc3339-validator regex \
+        llguidance
     "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
         echo "jsonschemabench: no CPU torch index (xgrammar brings PyPI's torch)" >&2
     "$venv/bin/pip" install -q xgrammar ||

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #define MAX_STEPS 1000000ul
+#define MATCH_LIMIT 1000000u /* PCRE2's backtracking steps per pattern search */
 #define MAX_DEPTH 256
 
 typedef struct {
@@ -201,7 +202,13 @@ static int re_search(chk_t *c, const char *pat, const char *str, size_t n, bool 
     if (!re)
         return unsupported(c, "'pattern' '%.200s' is not a regex PCRE2 compiles", pat);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    int rc = md ? pcre2_match(re, (PCRE2_SPTR)str, n, 0, 0, md, NULL) : PCRE2_ERROR_NOMEMORY;
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    if (mc) { /* a pattern that backtracks without end is not run on */
+        pcre2_set_match_limit(mc, MATCH_LIMIT);
+        pcre2_set_depth_limit(mc, MATCH_LIMIT / 10);
+    }
+    int rc = md && mc ? pcre2_match(re, (PCRE2_SPTR)str, n, 0, 0, md, mc) : PCRE2_ERROR_NOMEMORY;
+    pcre2_match_context_free(mc);
     pcre2_match_data_free(md);
     pcre2_code_free(re);
     if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)

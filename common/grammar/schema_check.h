@@ -12,7 +12,9 @@
  * accepts exactly); `pattern` is a PCRE2 search (UTF mode, ECMA-262's
  * syntax as far as PCRE2 shares it); a `$ref` beside other keywords is
  * applied together with them, in every draft (as the converter merges
- * them); non-integer `multipleOf` holds within a relative 1e-9 (the
+ * them); a pattern search past a million backtracking steps is
+ * IFD_ENOTSUP (unchecked, as PCRE2's limit stops it); non-integer
+ * `multipleOf` holds within a relative 1e-9 (the
  * quotient of two doubles); `nullable: true` admits null before anything
  * else. Remote references, anchors, `$dynamicRef` / `$recursiveRef` and
  * `unevaluated*` cannot be checked here: IFD_ENOTSUP (the converter

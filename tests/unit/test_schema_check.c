@@ -124,6 +124,9 @@ static const case_t CASES[] = {
     {"{\"$ref\":\"http://example.com/s.json\"}", "1", IFD_ENOTSUP, "not a local reference"},
     {"{\"unevaluatedProperties\":false}", "{}", IFD_ENOTSUP, "unevaluated"},
     {"{\"pattern\":\"(\"}", "\"x\"", IFD_ENOTSUP, "PCRE2"},
+    /* catastrophic backtracking stops at the match limit: unchecked */
+    {"{\"pattern\":\"^(\\\\w+\\\\s?)+$\"}", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!\"", IFD_ENOTSUP,
+     "could not be run"},
     {"{\"minLength\":-1}", "\"x\"", IFD_ENOTSUP, "non-negative"},
     {"3", "1", IFD_ENOTSUP, "object or a boolean"},
 };
