@@ -11,8 +11,8 @@
  * printed). Schemas are converted as the daemon converts response_format
  * (ifd_gconv_json_schema_loose): "approx" says the grammar over-approximates,
  * and "checked" gives, per sample, the verdict of the daemon's check at the
- * end (schema_check.h): "valid", "invalid: <why>" (the daemon answers 500)
- * or "unchecked: <why>".
+ * end (schema_check.h): "valid", "invalid: <why>" or "unchecked: <why>"
+ * (the daemon answers both with a 500).
  *
  * Usage: bench_schema [--samples N] [--seed S] [--soft B] [--max B] FILE...
  *        (no FILE: one path per line on stdin)

@@ -307,9 +307,10 @@ static bool ifd__send_end(ifd__choice_t *c)
 
 /* A finished choice of a request whose grammar over-approximates its JSON
  * Schema (so_check): its text checked against the whole schema
- * (schema_check.h; llguidance's rule). Invalid: g fails with OpenAI's 500
- * for invalid content (a client's retry samples again) and false is
- * returned. A schema the check cannot evaluate passes (logged). */
+ * (schema_check.h; llguidance's rule). Invalid — or not checkable (a
+ * number beyond a double's range, a pattern past its match limit: what the
+ * grammar left out would go unchecked) —: g fails with OpenAI's 500 for
+ * invalid content (a client's retry samples again) and false is returned. */
 static bool ifd__check_output(ifd__choice_t *c)
 {
     ifd_gen_t *g = c->g;
@@ -320,19 +321,18 @@ static bool ifd__check_output(ifd__choice_t *c)
                      : ifd_schema_check_text(schema, c->text.text.data ? c->text.text.data : "",
                                              c->text.text.len, why, sizeof why);
     json_decref(schema);
-    if (rc != IFD_EINVAL) {
-        if (rc)
-            IFD_WARN("gen %s: choice %u: output not checked: %s", g->id, c->index,
-                     why[0] ? why : ifd_strerror(rc));
+    if (!rc)
         return true;
-    }
-    IFD_INFO("gen %s: choice %u: output invalid for its schema: %s", g->id, c->index, why);
+    if (!why[0])
+        snprintf(why, sizeof why, "(the value): %s", ifd_strerror(rc));
+    IFD_INFO("gen %s: choice %u: output %s for its schema: %s", g->id, c->index,
+             rc == IFD_EINVAL ? "invalid" : "not checkable", why);
     g->api->metrics->invalid_outputs++;
     ifd__fail(g, 500, "invalid_content",
-              "The model produced invalid content: choice %u does not satisfy the JSON Schema "
-              "at %s (checked after generation). Consider modifying your prompt if you are "
-              "seeing this error persistently.",
-              c->index, why);
+              "The model produced invalid content: choice %u %s the JSON Schema at %s "
+              "(checked after generation). Consider modifying your prompt if you are seeing "
+              "this error persistently.",
+              c->index, rc == IFD_EINVAL ? "does not satisfy" : "cannot be checked against", why);
     return false;
 }
 

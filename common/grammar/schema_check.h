@@ -13,7 +13,7 @@
  * syntax as far as PCRE2 shares it); a `$ref` beside other keywords is
  * applied together with them, in every draft (as the converter merges
  * them); a pattern search past a million backtracking steps is
- * IFD_ENOTSUP (unchecked, as PCRE2's limit stops it); non-integer
+ * IFD_ENOTSUP (not checkable: PCRE2's limit stops it); non-integer
  * `multipleOf` holds within a relative 1e-9 (the
  * quotient of two doubles); `nullable: true` admits null before anything
  * else. Remote references, anchors, `$dynamicRef` / `$recursiveRef` and
@@ -42,7 +42,7 @@ int ifd_schema_check(const json_t *schema, const json_t *v, char *err, size_t er
  * parse failing is IFD_EINVAL ("(the value): not JSON …"), except where
  * the text is JSON that jansson cannot hold — a number beyond a double's
  * range (1e400, which a grammar's exponent allows) or an integer beyond
- * int64 —: IFD_ENOTSUP, unchecked. Reentrant.
+ * int64 —: IFD_ENOTSUP (not checkable). Reentrant.
  */
 int ifd_schema_check_text(const json_t *schema, const char *text, size_t n, char *err,
                           size_t errlen);
