@@ -85,6 +85,7 @@ typedef struct {
     int32_t load_n;
     double load_start, load_deadline;
     ifd_kvhash_t dhash;
+    bool deferred; /* this step's admission passed it over: its load is in flight */
     /* prompt logprobs: plp_top -1 off, else the top alternatives asked;
      * plp_next is the next prompt position owed (from 1; done at n_prompt).
      * While some are owed, n_computed <= plp_next - 1 (their rows are
@@ -385,6 +386,8 @@ static void ifd__disk_drop(ifd_engine_t *e, ifd__seq_t *s)
     ifd_kvdisk_load_finish(s->load, false);
     s->load = NULL;
     ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->n_blocks, s->load_n);
+    if (e->lpool)
+        ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + s->n_blocks, s->load_n);
     s->load_n = 0;
 }
 
@@ -942,9 +945,12 @@ static void ifd__admit_account(ifd_engine_t *e, ifd__seq_t *s)
     e->st.prompt_tokens += (uint64_t)s->n_prompt;
 }
 
+/* With every layer local (one pool whose blocks before the window are
+ * released) the tier is off: a hit there is a chain from block 0 in the
+ * pool, which disk blocks after a released head cannot extend. */
 static bool ifd__disk_on(const ifd_engine_t *e)
 {
-    return e->p.disk && !e->lpool && !e->all_local;
+    return e->p.disk && !e->all_local;
 }
 
 /* The disk chain hash of s's first n blocks (kvdisk.h), over its prefix-cache keys (image
@@ -960,9 +966,10 @@ static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, 
 
 /* After the pool's hit (s->n_blocks blocks, held): when the disk tier has
  * files for the blocks after it (up to max_blocks), allocates fresh blocks
- * for them behind s->blocks[n_blocks] and starts reading them in (s->load),
- * with the deadline recomputing them would take. Nothing found, no room or
- * no memory: nothing started (the blocks are recomputed). */
+ * for them behind s->blocks[n_blocks] (and their local twins behind
+ * s->lblocks[n_blocks]: every file holds both) and starts reading them in
+ * (s->load), with the deadline recomputing them would take. Nothing found,
+ * no room or no memory: nothing started (the blocks are recomputed). */
 static void ifd__disk_start(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
 {
     s->dhash = ifd__disk_chain(e, s, s->n_blocks);
@@ -971,11 +978,17 @@ static void ifd__disk_start(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
         return;
     const int32_t *t = s->keys + (int64_t)s->n_blocks * e->block_size;
     int n = ifd_kvdisk_probe(e->p.disk, &s->dhash, s->salt, t, want);
-    if (n <= 0 || ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, n, s->blocks + s->n_blocks))
+    int32_t *gb = s->blocks + s->n_blocks, *lb = e->lpool ? s->lblocks + s->n_blocks : NULL;
+    if (n <= 0 || ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, n, gb))
         return;
-    if (ifd_kvdisk_load_start(e->p.disk, &s->dhash, s->salt, t, n, s->blocks + s->n_blocks,
-                              &s->load)) {
-        ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->n_blocks, n);
+    if (lb && ifd_kvpool_alloc(e->lpool, e->p.worker, e->p.device, n, lb)) {
+        ifd_kvpool_unref(e->pool, e->p.worker, gb, n);
+        return;
+    }
+    if (ifd_kvdisk_load_start(e->p.disk, &s->dhash, s->salt, t, n, gb, lb, &s->load)) {
+        ifd_kvpool_unref(e->pool, e->p.worker, gb, n);
+        if (lb)
+            ifd_kvpool_unref(e->lpool, e->p.worker, lb, n);
         return;
     }
     s->load_n = n;
@@ -984,15 +997,36 @@ static void ifd__disk_start(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
     s->load_deadline = s->load_start + ms_tok * n * e->block_size;
 }
 
+/* The local twins read with blocks [at, n_blocks) as keyed entries under
+ * their global twins' keys (as ifd__publish does for computed ones). */
+static void ifd__local_publish_loaded(ifd_engine_t *e, ifd__seq_t *s, int32_t at)
+{
+    for (int32_t b = at; b < s->n_blocks && !s->lpublish_failed; b++) {
+        uint64_t key = 0;
+        int rc = ifd_kvpool_block_key(e->pool, s->blocks[b], &key);
+        if (rc == 0)
+            rc = ifd_kvpool_publish_keyed(e->lpool, e->p.worker, s->lblocks[b], key, s->salt,
+                                          s->tokens + (int64_t)b * e->block_size);
+        if (rc < 0) {
+            IFD_WARN("engine: publishing local block %d of request %llu: %s", b,
+                     (unsigned long long)s->id, ifd_strerror(rc));
+            s->lpublish_failed = true;
+        }
+    }
+    if (!s->lpublish_failed)
+        s->n_lpublished = s->n_blocks;
+}
+
 /* Whether s's disk load is over: done, or past its deadline (waiting for
- * it while nothing runs). Then publishes the blocks that landed after the
- * pool's hit, gives back the others, and counts the admission's cached
- * tokens. False: still reading, the step goes on without s. */
-static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
+ * it up to the deadline when `wait`). Then publishes the blocks that
+ * landed after the pool's hit (with a local pool their twins too, as keyed
+ * entries, keeping only those the next query's window reads), gives back
+ * the others, and counts the admission's cached tokens. False: still
+ * reading, the step goes on without s. */
+static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s, bool wait)
 {
     double left = s->load_deadline - ifd__ms();
-    double wait = e->running.n == 0 && left > 0 ? left : 0;
-    bool done = ifd_kvdisk_load_wait(s->load, wait);
+    bool done = ifd_kvdisk_load_wait(s->load, wait && left > 0 ? left : 0);
     if (!done && ifd__ms() < s->load_deadline)
         return false;
     int ok = ifd_kvdisk_load_finish(s->load, !done);
@@ -1010,11 +1044,18 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
         s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, s->tokens + (int64_t)b * e->block_size,
                                          e->block_size);
     }
-    if (i < s->load_n)
+    if (i < s->load_n) {
         ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + at + i, s->load_n - i);
+        if (e->lpool)
+            ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + at + i, s->load_n - i);
+    }
     s->load_n = 0;
     s->n_blocks = s->n_published = at + i;
     s->n_computed = s->n_blocks * e->block_size;
+    if (e->lpool) {
+        ifd__local_publish_loaded(e, s, at);
+        ifd__release_window(e, s); /* twins before the next query's window */
+    }
     ifd__admit_account(e, s);
     return true;
 }
@@ -1098,15 +1139,21 @@ static bool ifd__below_share(const ifd_engine_t *e, const ifd__seq_t *s)
 /* The waiting request admission takes next: among those of the highest
  * priority, the first of the client running the fewest sequences (so FCFS
  * among a client's own, and among clients running as many). With one
- * client, the first in the queue. */
+ * client, the first in the queue. Those this step passed over (deferred:
+ * their prefix is being read from disk) do not count; -1 when all were. */
 static int ifd__admit_pick(const ifd_engine_t *e)
 {
     int best = 0;
+    while (best < e->waiting.n && e->waiting.v[best]->deferred)
+        best++;
+    if (best == e->waiting.n)
+        return -1;
     if (e->clients.active < 2)
-        return 0;
-    const int32_t prio = e->waiting.v[0]->priority;
-    for (int i = 1; i < e->waiting.n && e->waiting.v[i]->priority == prio; i++)
-        if (ifd__runs(e, e->waiting.v[i]) < ifd__runs(e, e->waiting.v[best]))
+        return best;
+    const int32_t prio = e->waiting.v[best]->priority;
+    for (int i = best + 1; i < e->waiting.n && e->waiting.v[i]->priority == prio; i++)
+        if (!e->waiting.v[i]->deferred &&
+            ifd__runs(e, e->waiting.v[i]) < ifd__runs(e, e->waiting.v[best]))
             best = i;
     return best;
 }
@@ -1139,7 +1186,10 @@ static void ifd__rebalance(ifd_engine_t *e, ifd_engine_step_stats_t *st)
     if (e->clients.active < 2 || e->waiting.n == 0 || e->running.n == 0 ||
         (e->running.n < e->p.max_seqs && !starved))
         return;
-    const ifd__seq_t *s = e->waiting.v[ifd__admit_pick(e)];
+    const int at = ifd__admit_pick(e);
+    if (at < 0)
+        return;
+    const ifd__seq_t *s = e->waiting.v[at];
     const ifd__seq_t *top = e->running.v[ifd__victim(e)];
     if (!ifd__below_share(e, s) || ifd__runs(e, top) < ifd__runs(e, s) + 2)
         return;
@@ -1276,13 +1326,15 @@ static void ifd__schedule_running(ifd_engine_t *e, ifd__plan_t *pl, ifd_engine_s
     }
 }
 
-/* 2. Waiting requests (ifd__admit_pick's order) while the budget, the
- * prefill cap and max_seqs allow. */
-static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
+/* Admissions of one pass (ifd__admit_pick's order) while the budget, the
+ * prefill cap and max_seqs allow. A request whose prefix is still being
+ * read from disk is passed over (deferred) and those behind it go on:
+ * its read never holds them up. */
+static void ifd__admit_waiting(ifd_engine_t *e, ifd__plan_t *pl)
 {
-    while (pl->budget > 0 && pl->prefill_left > 0 && e->waiting.n > 0 &&
-           e->running.n < e->p.max_seqs) {
-        const int at = ifd__admit_pick(e);
+    int at;
+    while (pl->budget > 0 && pl->prefill_left > 0 && e->running.n < e->p.max_seqs &&
+           (at = ifd__admit_pick(e)) >= 0) {
         ifd__seq_t *s = e->waiting.v[at];
         if (ifd__blocks_for(e, s->n_tokens + 1) > e->pool_blocks) {
             IFD_WARN("engine: request %llu needs %d blocks, the pool has %d",
@@ -1300,8 +1352,10 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
             ifd__finish(e, s, IFD_FINISH_ERROR);
             continue;
         }
-        if (s->load && !ifd__disk_landed(e, s))
-            break; /* its prefix is on its way from disk: a later step admits it */
+        if (s->load && !ifd__disk_landed(e, s, false)) {
+            s->deferred = true; /* its prefix is on its way from disk: a later step admits it */
+            continue;
+        }
         int32_t n = ifd__want(s);
         if (n > pl->budget)
             n = pl->budget;
@@ -1352,6 +1406,28 @@ static void ifd__spec_draft(ifd_engine_t *e, ifd__seq_t **qs, ifd_spec_draft_que
         qs[i]->dseq = q[i].seq;
         qs[i]->n_draft = rc ? 0 : q[i].n_out;
     }
+}
+
+/* 2. Waiting requests. When the step would have nothing to run but reads
+ * in flight, it sleeps on the one due first (up to its deadline) instead
+ * of spinning, then admits again. */
+static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
+{
+    ifd__admit_waiting(e, pl);
+    ifd__seq_t *first = NULL;
+    for (int i = 0; i < e->waiting.n; i++) {
+        ifd__seq_t *s = e->waiting.v[i];
+        if (s->deferred && (!first || s->load_deadline < first->load_deadline))
+            first = s;
+    }
+    if (first && pl->n_sched == 0 && e->running.n == 0) {
+        ifd_kvdisk_load_wait(first->load, fmax(first->load_deadline - ifd__ms(), 0));
+        for (int i = 0; i < e->waiting.n; i++)
+            e->waiting.v[i]->deferred = false;
+        ifd__admit_waiting(e, pl);
+    }
+    for (int i = 0; i < e->waiting.n; i++)
+        e->waiting.v[i]->deferred = false;
 }
 
 /* 3. Proposals (engine.h, speculative decoding) for the decoding
@@ -1421,6 +1497,12 @@ static int ifd__schedule(ifd_engine_t *e, ifd_engine_step_stats_t *st)
 
 /* ---- one step ---------------------------------------------------------------- */
 
+/* Block b's local twin while s holds it, else -1 (or without a local pool). */
+static int32_t ifd__local_twin(const ifd_engine_t *e, const ifd__seq_t *s, int32_t b)
+{
+    return e->lpool && b >= s->l_first && b < s->n_blocks ? s->lblocks[b] : -1;
+}
+
 static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
 {
     while (!s->publish_failed && (s->n_published + 1) * e->block_size <= s->n_computed) {
@@ -1436,7 +1518,8 @@ static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
         }
         /* a duplicate (rc 1) has its file already, or its twin is queued */
         if (ifd__disk_on(e) && rc == 0)
-            ifd_kvdisk_offer(e->p.disk, s->blocks[b], &s->dhash, s->salt, t, &s->dhash);
+            ifd_kvdisk_offer(e->p.disk, s->blocks[b], ifd__local_twin(e, s, b), &s->dhash, s->salt,
+                             t, &s->dhash);
         else if (ifd__disk_on(e))
             s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, t, e->block_size);
         s->n_published++;

@@ -701,7 +701,8 @@ static int ifd__attach_pools(ifd__srv_t *s)
 /* The disk tier's fingerprint: the pool's (the weights file, the KV
  * geometry and dtype, the block size) and what else changes the K/V
  * values — the backend, the CPU weights' type, random weights' shape and
- * seed, and the model's RoPE and attention settings. */
+ * seed, the model's RoPE and attention settings, and the local-layer
+ * pool's geometry (its twins are in every file) and the window. */
 static uint64_t ifd__disk_fingerprint(const ifd__srv_t *s, const ifd_serve_opts_t *o)
 {
     const ifd_model_config_t *c = ifd_model_config(s->model);
@@ -713,6 +714,12 @@ static uint64_t ifd__disk_fingerprint(const ifd__srv_t *s, const ifd_serve_opts_
                      (double)c->rope_freq_scale, (double)c->rope_base_local,
                      (double)c->rope_freq_scale_local, (int)c->rope_neox, c->n_rot,
                      (double)c->attn_scale, (double)c->llama3_factor, c->n_embd, c->n_head);
+    if (s->lpool && n > 0 && (size_t)n < sizeof id) {
+        ifd_kvpool_params_t g;
+        ifd_kvpool_geometry(s->lpool, &g);
+        n += snprintf(id + n, sizeof id - (size_t)n, "|local %d %d %d %d %d", g.n_layers,
+                      g.n_kv_heads, g.head_dim, (int)g.dtype, (int)c->sliding_window);
+    }
     return ifd_kvdisk_fingerprint(s->pool, id, n > 0 ? (size_t)n : 0);
 }
 
@@ -723,17 +730,13 @@ static int ifd__start_disk(ifd__srv_t *s, const ifd_serve_opts_t *o)
     if (!o->kv_cache_dir || !*o->kv_cache_dir)
         return 0;
     const ifd_wire_hello_t *h = &s->hello.u.hello;
-    if (s->lpool) {
-        IFD_WARN("kv disk tier off: the model keeps its sliding-window layers in a pool of their "
-                 "own, whose blocks have no files yet (docs/kvpool.md)");
-        return 0;
-    }
     ifd_kvdisk_params_t p = ifd_kvdisk_default_params();
     p.dir = o->kv_cache_dir;
     p.max_bytes = o->kv_cache_disk_bytes;
     p.fingerprint = ifd__disk_fingerprint(s, o);
     p.worker = (int)h->slot;
     p.device = (int)h->kv_device;
+    p.local_pool = s->lpool;
     int rc = ifd_kvdisk_create(&p, s->pool, &s->disk);
     if (rc == IFD_ENOTSUP)
         IFD_WARN("kv disk tier off: the pool is in device memory (the tier reads and writes "

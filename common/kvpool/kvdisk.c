@@ -31,6 +31,7 @@
 
 #define KVD_STALE_TMP_S   600
 #define KVD_RESCAN_WRITES 64
+#define KVD_BAD_LOG_S     10.0
 
 /* The file header; the tokens and the data follow. */
 typedef struct {
@@ -46,7 +47,7 @@ typedef struct {
 } kvd_head_t;
 
 typedef struct {
-    int32_t block;
+    int32_t block, lblock; /* lblock: its local-layer twin (local pool), else -1 */
     ifd_kvhash_t hash, parent;
     uint64_t salt;
 } kvd_entry_t;
@@ -57,16 +58,16 @@ struct ifd_kvdisk_load {
     uint64_t salt;
     int n, done;
     bool finished, cancel;
-    int32_t *blocks, *tokens;
+    int32_t *blocks, *lblocks, *tokens; /* lblocks: NULL without a local pool */
     ifd_kvdisk_load_t *next;
 };
 
 struct ifd_kvdisk {
     ifd_kvdisk_params_t p;
     char *dir;
-    ifd_kvpool_t *pool;
-    int bs, n_layers;
-    uint64_t block_bytes, data_bytes, file_bytes;
+    ifd_kvpool_t *pool, *lpool; /* lpool: p.local_pool */
+    int bs, n_layers, n_llayers, n_iov;
+    uint64_t block_bytes, lblock_bytes, data_bytes, file_bytes;
     int dirfd, lockfd;
     pthread_t th;
     pthread_mutex_t mu;
@@ -77,12 +78,17 @@ struct ifd_kvdisk {
     int q_head, q_n, in_flight;
     ifd_kvdisk_load_t *loads; /* FIFO */
     /* the thread's own */
-    struct iovec *iov; /* 1 + 2 * n_layers */
+    struct iovec *iov; /* n_iov: the head, then 2 per layer of the pool, then of lpool */
     uint8_t *head;     /* header + tokens */
     uint64_t est_bytes, est_files;
     int writes_since_scan;
     uint64_t tmp_seq;
     bool warned_io;
+    double bad_logged_at; /* CLOCK_MONOTONIC s of the last bad-file warning; < 0: none yet */
+    uint64_t bad_unlogged; /* bad files deleted since without a warning */
+#ifdef IFD_TEST_HOOKS
+    double read_delay_ms; /* INFERD_TEST_KVDISK_READ_MS: a slow disk, before each file read */
+#endif
 };
 
 ifd_kvdisk_params_t ifd_kvdisk_default_params(void)
@@ -90,6 +96,7 @@ ifd_kvdisk_params_t ifd_kvdisk_default_params(void)
     ifd_kvdisk_params_t p;
     memset(&p, 0, sizeof p);
     p.max_pending = 64;
+    p.bad_log_s = KVD_BAD_LOG_S;
     return p;
 }
 
@@ -114,21 +121,24 @@ void ifd_kvdisk_file_name(uint64_t fp, const ifd_kvhash_t *h, char *out, size_t 
              (unsigned long long)h->hi, (unsigned long long)h->lo);
 }
 
-/* iov[1..] ← block b's K and V of every layer, as the file stores them. */
-static void kvd_block_iov(ifd_kvdisk_t *d, int32_t b)
+/* iov[1..] ← block b's K and V of every layer, then its local twin lb's
+ * (with a local pool), as the file stores them. */
+static void kvd_block_iov(ifd_kvdisk_t *d, int32_t b, int32_t lb)
 {
+    struct iovec *v = d->iov + 1;
     for (int l = 0; l < d->n_layers; l++)
-        for (int v = 0; v < 2; v++) {
-            d->iov[1 + 2 * l + v].iov_base = ifd_kvpool_block_ptr(d->pool, b, l, v);
-            d->iov[1 + 2 * l + v].iov_len = d->block_bytes;
-        }
+        for (int kv = 0; kv < 2; kv++, v++)
+            *v = (struct iovec){ifd_kvpool_block_ptr(d->pool, b, l, kv), d->block_bytes};
+    for (int l = 0; l < d->n_llayers; l++)
+        for (int kv = 0; kv < 2; kv++, v++)
+            *v = (struct iovec){ifd_kvpool_block_ptr(d->lpool, lb, l, kv), d->lblock_bytes};
 }
 
 static uint64_t kvd_data_sum(const ifd_kvdisk_t *d)
 {
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
-    for (int i = 1; i <= 2 * d->n_layers; i++)
+    for (int i = 1; i < d->n_iov; i++)
         XXH3_64bits_update(&st, d->iov[i].iov_base, d->iov[i].iov_len);
     return XXH3_64bits_digest(&st);
 }
@@ -307,7 +317,7 @@ static void kvd_write(ifd_kvdisk_t *d, const kvd_entry_t *e, const int32_t *toke
         kvd_write_failed(d, "open", errno);
         return;
     }
-    kvd_block_iov(d, e->block);
+    kvd_block_iov(d, e->block, e->lblock);
     kvd_head_t h = {
         IFD_KVDISK_MAGIC, IFD_KVDISK_VERSION, (uint32_t)d->bs, d->p.fingerprint, e->salt,
         e->hash,          e->parent,          d->data_bytes,   kvd_data_sum(d),  0};
@@ -317,7 +327,7 @@ static void kvd_write(ifd_kvdisk_t *d, const kvd_entry_t *e, const int32_t *toke
     memcpy(d->head, &h, sizeof h);
     d->iov[0].iov_base = d->head;
     d->iov[0].iov_len = sizeof h + (size_t)d->bs * sizeof(int32_t);
-    int rc = kvd_rw_all(fd, d->iov, 1 + 2 * d->n_layers, true);
+    int rc = kvd_rw_all(fd, d->iov, d->n_iov, true);
     if (close(fd) != 0 && rc == 0)
         rc = -errno;
     if (rc == 0 && renameat(d->dirfd, tmp, d->dirfd, name) != 0)
@@ -338,11 +348,32 @@ static void kvd_write(ifd_kvdisk_t *d, const kvd_entry_t *e, const int32_t *toke
 
 /* ---- reading ------------------------------------------------------------------------- */
 
+/* The warning for a bad file, at most one per p.bad_log_s: those in between
+ * are counted and the next line says how many. The thread's own state. */
+static void kvd_log_bad(ifd_kvdisk_t *d, const char *name, const char *why)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    if (d->bad_logged_at >= 0 && now - d->bad_logged_at < d->p.bad_log_s) {
+        d->bad_unlogged++;
+        return;
+    }
+    char more[96] = "";
+    if (d->bad_unlogged)
+        snprintf(more, sizeof more, "; %llu more bad files deleted in the last %.0f s, not logged",
+                 (unsigned long long)d->bad_unlogged, now - d->bad_logged_at);
+    IFD_WARN("kv disk tier: %s/%s: bad %s (torn, corrupt or another model's): deleted%s", d->dir,
+             name, why, more);
+    d->bad_logged_at = now;
+    d->bad_unlogged = 0;
+}
+
 /* Reads the file of the block after *parent (hash *hash, salt, tokens)
- * into pool block b. 0; IFD_ENOTFOUND (no file); IFD_EFORMAT (a bad file:
- * deleted); -errno. */
+ * into pool block b (and local pool block lb). 0; IFD_ENOTFOUND (no file);
+ * IFD_EFORMAT (a bad file: deleted); -errno. */
 static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhash_t *hash,
-                    uint64_t salt, const int32_t *tokens, int32_t b)
+                    uint64_t salt, const int32_t *tokens, int32_t b, int32_t lb)
 {
     char name[64];
     ifd_kvdisk_file_name(d->p.fingerprint, hash, name, sizeof name);
@@ -354,16 +385,16 @@ static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhas
     if (rc == 0 && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != d->file_bytes))
         rc = IFD_EFORMAT;
     if (rc == 0) {
-        kvd_block_iov(d, b);
+        kvd_block_iov(d, b, lb);
         d->iov[0].iov_base = d->head;
         d->iov[0].iov_len = sizeof(kvd_head_t) + (size_t)d->bs * sizeof(int32_t);
-        rc = kvd_rw_all(fd, d->iov, 1 + 2 * d->n_layers, false);
+        rc = kvd_rw_all(fd, d->iov, d->n_iov, false);
     }
     const char *why = rc == IFD_EFORMAT ? "size" : NULL;
     if (rc == 0) {
         kvd_head_t h;
         memcpy(&h, d->head, sizeof h);
-        kvd_block_iov(d, b); /* kvd_rw_all consumed it */
+        kvd_block_iov(d, b, lb); /* kvd_rw_all consumed it */
         if (h.magic != IFD_KVDISK_MAGIC || h.version != IFD_KVDISK_VERSION ||
             h.block_size != (uint32_t)d->bs || h.data_bytes != d->data_bytes)
             why = "format";
@@ -385,24 +416,43 @@ static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhas
     if (rc == IFD_EFORMAT) {
         unlinkat(d->dirfd, name, 0);
         ifd_kvpool_tier_add(d->pool, IFD_KVTIER_BAD_FILES, 1);
-        IFD_WARN("kv disk tier: %s/%s: bad %s (torn, corrupt or another model's): deleted", d->dir,
-                 name, why);
+        kvd_log_bad(d, name, why);
     }
     return rc;
 }
+
+static bool kvd_load_cancelled(ifd_kvdisk_t *d, ifd_kvdisk_load_t *l)
+{
+    pthread_mutex_lock(&d->mu);
+    bool cancel = l->cancel;
+    pthread_mutex_unlock(&d->mu);
+    return cancel;
+}
+
+#ifdef IFD_TEST_HOOKS
+/* A slow disk for tests: sleeps read_delay_ms in 1 ms slices, ending early
+ * when the load is cancelled (so load_finish never waits on it long). */
+static void kvd_test_delay(ifd_kvdisk_t *d, ifd_kvdisk_load_t *l)
+{
+    const struct timespec ms = {0, 1000000};
+    for (double t = 0; t < d->read_delay_ms && !kvd_load_cancelled(d, l); t += 1)
+        nanosleep(&ms, NULL);
+}
+#endif
 
 static void kvd_load_run(ifd_kvdisk_t *d, ifd_kvdisk_load_t *l)
 {
     ifd_kvhash_t parent = l->parent;
     for (int i = 0; i < l->n; i++) {
-        pthread_mutex_lock(&d->mu);
-        bool cancel = l->cancel;
-        pthread_mutex_unlock(&d->mu);
-        if (cancel)
+#ifdef IFD_TEST_HOOKS
+        kvd_test_delay(d, l);
+#endif
+        if (kvd_load_cancelled(d, l))
             break;
         const int32_t *t = l->tokens + (size_t)i * (size_t)d->bs;
         ifd_kvhash_t h = ifd_kvpool_hash_block(&parent, l->salt, t, d->bs);
-        if (kvd_read(d, &parent, &h, l->salt, t, l->blocks[i]) != 0)
+        if (kvd_read(d, &parent, &h, l->salt, t, l->blocks[i], l->lblocks ? l->lblocks[i] : -1) !=
+            0)
             break;
         ifd_kvpool_tier_add(d->pool, IFD_KVTIER_READ_BYTES, d->file_bytes);
         pthread_mutex_lock(&d->mu);
@@ -444,6 +494,8 @@ static void *kvd_main(void *arg)
             else
                 ifd_kvpool_tier_add(d->pool, IFD_KVTIER_DROPPED, 1);
             ifd_kvpool_unref(d->pool, d->p.worker, &e.block, 1);
+            if (e.lblock >= 0)
+                ifd_kvpool_unref(d->lpool, d->p.worker, &e.lblock, 1);
             pthread_mutex_lock(&d->mu);
             d->in_flight = 0;
             pthread_cond_broadcast(&d->done);
@@ -498,32 +550,53 @@ static void kvd_free(ifd_kvdisk_t *d)
     free(d);
 }
 
+/* Whether pool's blocks on device dev are host memory mapped here. */
+static bool kvd_host_pool(ifd_kvpool_t *pool, int dev, ifd_kvpool_params_t *g)
+{
+    ifd_kvpool_geometry(pool, g);
+    return dev >= 0 && dev < g->n_devices && ifd_kvpool_layer_k(pool, dev, 0) &&
+           g->kind[dev] == IFD_KVSEG_HOST;
+}
+
 int ifd_kvdisk_create(const ifd_kvdisk_params_t *p, ifd_kvpool_t *pool, ifd_kvdisk_t **out)
 {
-    ifd_kvpool_params_t g;
+    ifd_kvpool_params_t g, lg = {0};
     if (!p || !pool || !out || !p->dir || !*p->dir || p->max_bytes == 0 || p->max_pending < 0)
         return IFD_EINVAL;
-    ifd_kvpool_geometry(pool, &g);
-    if (p->device < 0 || p->device >= g.n_devices || !ifd_kvpool_layer_k(pool, p->device, 0) ||
-        g.kind[p->device] != IFD_KVSEG_HOST)
+    if (!kvd_host_pool(pool, p->device, &g) ||
+        (p->local_pool && !kvd_host_pool(p->local_pool, p->device, &lg)))
         return IFD_ENOTSUP;
+    if (p->local_pool && lg.block_size != g.block_size)
+        return IFD_EINVAL;
     ifd_kvdisk_t *d = calloc(1, sizeof *d);
     if (!d)
         return IFD_ENOMEM;
     d->p = *p;
     if (d->p.max_pending == 0)
         d->p.max_pending = 64;
+    if (!(d->p.bad_log_s > 0))
+        d->p.bad_log_s = KVD_BAD_LOG_S;
+    d->bad_logged_at = -1;
     d->dirfd = d->lockfd = -1;
     d->pool = pool;
+#ifdef IFD_TEST_HOOKS
+    const char *delay = getenv("INFERD_TEST_KVDISK_READ_MS");
+    d->read_delay_ms = delay ? atof(delay) : 0;
+#endif
+    d->lpool = p->local_pool;
     d->bs = g.block_size;
     d->n_layers = g.n_layers;
+    d->n_llayers = d->lpool ? lg.n_layers : 0;
+    d->n_iov = 1 + 2 * (d->n_layers + d->n_llayers);
     d->block_bytes = ifd_kvpool_block_bytes(&g);
-    d->data_bytes = 2 * (uint64_t)g.n_layers * d->block_bytes;
+    d->lblock_bytes = d->lpool ? ifd_kvpool_block_bytes(&lg) : 0;
+    d->data_bytes = 2 * ((uint64_t)g.n_layers * d->block_bytes +
+                         (uint64_t)d->n_llayers * d->lblock_bytes);
     d->file_bytes = sizeof(kvd_head_t) + (uint64_t)d->bs * sizeof(int32_t) + d->data_bytes;
     d->dir = strdup(p->dir);
     d->q = calloc((size_t)d->p.max_pending, sizeof *d->q);
     d->q_tokens = calloc((size_t)d->p.max_pending * (size_t)d->bs, sizeof *d->q_tokens);
-    d->iov = calloc(1 + 2 * (size_t)g.n_layers, sizeof *d->iov);
+    d->iov = calloc((size_t)d->n_iov, sizeof *d->iov);
     d->head = calloc(1, sizeof(kvd_head_t) + (size_t)d->bs * sizeof(int32_t));
     if (!d->dir || !d->q || !d->q_tokens || !d->iov || !d->head) {
         kvd_free(d);
@@ -567,23 +640,30 @@ void ifd_kvdisk_destroy(ifd_kvdisk_t *d)
     kvd_free(d);
 }
 
-void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, const ifd_kvhash_t *parent, uint64_t salt,
-                      const int32_t *tokens, ifd_kvhash_t *out_hash)
+void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, int32_t lblock, const ifd_kvhash_t *parent,
+                      uint64_t salt, const int32_t *tokens, ifd_kvhash_t *out_hash)
 {
     const ifd_kvhash_t par = *parent; /* out_hash may be parent */
     ifd_kvhash_t h = ifd_kvpool_hash_block(&par, salt, tokens, d->bs);
     if (out_hash)
         *out_hash = h;
+    if (!d->lpool)
+        lblock = -1;
     pthread_mutex_lock(&d->mu);
-    bool take = !d->writes_off && d->q_n < d->p.max_pending;
+    bool take = !d->writes_off && d->q_n < d->p.max_pending && (!d->lpool || lblock >= 0);
     pthread_mutex_unlock(&d->mu);
     if (!take || ifd_kvpool_ref(d->pool, d->p.worker, &block, 1) != 0) {
         ifd_kvpool_tier_add(d->pool, IFD_KVTIER_DROPPED, 1);
         return;
     }
+    if (lblock >= 0 && ifd_kvpool_ref(d->lpool, d->p.worker, &lblock, 1) != 0) {
+        ifd_kvpool_unref(d->pool, d->p.worker, &block, 1);
+        ifd_kvpool_tier_add(d->pool, IFD_KVTIER_DROPPED, 1);
+        return;
+    }
     pthread_mutex_lock(&d->mu);
     int at = (d->q_head + d->q_n) % d->p.max_pending;
-    d->q[at] = (kvd_entry_t){block, h, par, salt};
+    d->q[at] = (kvd_entry_t){block, lblock, h, par, salt};
     memcpy(d->q_tokens + (size_t)at * (size_t)d->bs, tokens, (size_t)d->bs * sizeof *tokens);
     d->q_n++; /* only this thread adds: the room seen above is still there */
     pthread_cond_signal(&d->wake);
@@ -612,20 +692,27 @@ int ifd_kvdisk_probe(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
 
 int ifd_kvdisk_load_start(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
                           const int32_t *tokens, int n, const int32_t *blocks,
-                          ifd_kvdisk_load_t **out)
+                          const int32_t *lblocks, ifd_kvdisk_load_t **out)
 {
+    if (d->lpool && !lblocks)
+        return IFD_EINVAL;
     ifd_kvdisk_load_t *l = calloc(1, sizeof *l);
     if (!l)
         return IFD_ENOMEM;
-    l->blocks = malloc((size_t)(n > 0 ? n : 1) * sizeof *l->blocks);
-    l->tokens = malloc((size_t)(n > 0 ? n : 1) * (size_t)d->bs * sizeof *l->tokens);
-    if (!l->blocks || !l->tokens) {
+    const size_t nb = (size_t)(n > 0 ? n : 1);
+    l->blocks = malloc(nb * sizeof *l->blocks);
+    l->lblocks = d->lpool ? malloc(nb * sizeof *l->lblocks) : NULL;
+    l->tokens = malloc(nb * (size_t)d->bs * sizeof *l->tokens);
+    if (!l->blocks || !l->tokens || (d->lpool && !l->lblocks)) {
         free(l->blocks);
+        free(l->lblocks);
         free(l->tokens);
         free(l);
         return IFD_ENOMEM;
     }
     memcpy(l->blocks, blocks, (size_t)n * sizeof *blocks);
+    if (l->lblocks)
+        memcpy(l->lblocks, lblocks, (size_t)n * sizeof *lblocks);
     memcpy(l->tokens, tokens, (size_t)n * (size_t)d->bs * sizeof *tokens);
     l->d = d, l->parent = *parent, l->salt = salt, l->n = n;
     pthread_mutex_lock(&d->mu);
@@ -678,6 +765,7 @@ int ifd_kvdisk_load_finish(ifd_kvdisk_load_t *l, bool cut)
     ifd_kvpool_tier_add(d->pool, IFD_KVTIER_HIT_BLOCKS, (uint64_t)done);
     ifd_kvpool_tier_add(d->pool, IFD_KVTIER_HIT_TOKENS, (uint64_t)done * (uint64_t)d->bs);
     free(l->blocks);
+    free(l->lblocks);
     free(l->tokens);
     free(l);
     return done;

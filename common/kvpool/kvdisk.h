@@ -54,7 +54,10 @@
  * Degrading. A directory that cannot be created or opened makes create
  * fail (the caller runs without a tier and says so once); a write that
  * finds the disk read-only, full or forbidden (EROFS, ENOSPC, EDQUOT,
- * EACCES, EPERM) turns writing off with one warning; reads go on.
+ * EACCES, EPERM) turns writing off with one warning; reads go on. Bad
+ * files are warned about at most once per bad_log_s (a disk full of them
+ * must not flood the log): the next warning says how many were deleted
+ * without one; the counter has them all.
  *
  * Threading: every function is for the engine's thread (one thread per
  * tier); the tier's own thread does the I/O. Counters go to the pool's
@@ -77,13 +80,20 @@ typedef struct {
     uint64_t fingerprint; /* ifd_kvdisk_fingerprint */
     int worker;           /* the pool slot whose references pin queued blocks */
     int device;           /* the pool device whose blocks this tier reads and writes */
+    /* The model's local-layer pool (sliding-window layers, engine.h
+     * local_pool), or NULL: then every file also holds the block's local
+     * twin (written with it at publish, read with it). Same block size and
+     * device, host memory; kept by pointer: it must outlive the tier. */
+    ifd_kvpool_t *local_pool;
     int max_pending;      /* blocks queued for writing at most (each pinned); 0: 64 */
+    double bad_log_s;     /* a bad file's warning at most once per bad_log_s seconds (the
+                           * next one counts those left out); <= 0: 10 */
 } ifd_kvdisk_params_t;
 
 typedef struct ifd_kvdisk ifd_kvdisk_t;
 typedef struct ifd_kvdisk_load ifd_kvdisk_load_t;
 
-/* Defaults: max_pending 64, the rest 0. */
+/* Defaults: max_pending 64, bad_log_s 10, the rest 0. */
 ifd_kvdisk_params_t ifd_kvdisk_default_params(void);
 
 /* The fingerprint of a tier: XXH3-64 over the pool's geometry (layers, KV
@@ -108,11 +118,14 @@ void ifd_kvdisk_destroy(ifd_kvdisk_t *d);
 /* Offers block `block` (held by the caller, just published: final and
  * read-only) for writing, as the block after the chain hash *parent (the
  * previous blocks' ifd_kvpool_hash_block chain; root {0, 0}) under salt with
- * tokens[0..block_size). Never blocks on I/O: pins the block and queues it,
- * or drops it (queue full, writing off: counted). Stores the block's chain
- * hash into *out_hash (may be parent), the next block's parent. */
-void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, const ifd_kvhash_t *parent, uint64_t salt,
-                      const int32_t *tokens, ifd_kvhash_t *out_hash);
+ * tokens[0..block_size). With a local pool, lblock is its local twin (held,
+ * final), written in the same file; a block offered without one (-1) is
+ * dropped. Without, lblock is ignored. Never blocks on I/O: pins the
+ * block(s) and queues them, or drops them (queue full, writing off:
+ * counted). Stores the block's chain hash into *out_hash (may be parent),
+ * the next block's parent. */
+void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, int32_t lblock, const ifd_kvhash_t *parent,
+                      uint64_t salt, const int32_t *tokens, ifd_kvhash_t *out_hash);
 
 /* How many consecutive blocks after *parent (tokens[0..n * block_size))
  * have a file here, at most n: one faccessat(2) each, no read. Counts the
@@ -121,12 +134,14 @@ int ifd_kvdisk_probe(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
                      const int32_t *tokens, int n);
 
 /* Starts reading the n blocks after *parent (tokens[0..n * block_size),
- * copied) into blocks[0..n) (copied; held by the caller, which must not
- * touch their data before ifd_kvdisk_load_finish). 0 with *out set,
+ * copied) into blocks[0..n) and, with a local pool, their twins into
+ * lblocks[0..n) of it (both copied; held by the caller, which must not
+ * touch their data before ifd_kvdisk_load_finish; lblocks NULL without a
+ * local pool). 0 with *out set, IFD_EINVAL (a local pool, no lblocks),
  * IFD_ENOMEM. */
 int ifd_kvdisk_load_start(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
                           const int32_t *tokens, int n, const int32_t *blocks,
-                          ifd_kvdisk_load_t **out);
+                          const int32_t *lblocks, ifd_kvdisk_load_t **out);
 
 /* Whether the load is done (every block read, or stopped at the first one
  * that was missing or bad), waiting up to wait_ms for it (0: just look). */

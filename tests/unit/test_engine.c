@@ -173,6 +173,7 @@ typedef struct {
     ifd_kvpool_t *pool;
     ifd_engine_t *eng;
     sink_t *sink;
+    ifd_kvdisk_t *disk; /* rig_open_two_disk's, or NULL */
 } rig_t;
 
 static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n_ctx,
@@ -216,6 +217,7 @@ static void rig_check_pool(rig_t *r)
 static void rig_close(rig_t *r)
 {
     ifd_engine_destroy(r->eng);
+    ifd_kvdisk_destroy(r->disk); /* writes what is queued, gives the pins back */
     rig_check_pool(r);
     ifd_kvpool_stats_t st;
     ck_assert_int_eq(ifd_kvpool_stats(r->pool, &st), 0);
@@ -232,9 +234,10 @@ static void rig_close(rig_t *r)
 }
 
 /* An engine over two pools: n_blocks global blocks and n_lblocks local ones
- * of block_size tokens, one local layer of `window` tokens. */
-static void rig_open_two(rig_t *r, int n_blocks, int n_lblocks, int block_size, int window,
-                         int budget, int max_seqs)
+ * of block_size tokens, one local layer of `window` tokens; with a disk
+ * tier in disk_dir (NULL: none) whose files hold both twins. */
+static void rig_open_two_disk(rig_t *r, int n_blocks, int n_lblocks, int block_size, int window,
+                              int budget, int max_seqs, const char *disk_dir)
 {
     memset(r, 0, sizeof *r);
     ifd_kvpool_params_t kp = ifd_kvpool_default_params();
@@ -259,8 +262,21 @@ static void rig_open_two(rig_t *r, int n_blocks, int n_lblocks, int block_size, 
     ep.max_batched_tokens = budget;
     ep.max_seqs = max_seqs;
     ep.local_pool = r->fake.lpool;
+    if (disk_dir) {
+        ifd_kvdisk_params_t dp = ifd_kvdisk_default_params();
+        dp.dir = disk_dir, dp.max_bytes = 1 << 24, dp.fingerprint = 78, dp.worker = 0;
+        dp.local_pool = r->fake.lpool;
+        ck_assert_int_eq(ifd_kvdisk_create(&dp, r->pool, &r->disk), 0);
+        ep.disk = r->disk;
+    }
     ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish, on_plp};
     ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
+}
+
+static void rig_open_two(rig_t *r, int n_blocks, int n_lblocks, int block_size, int window,
+                         int budget, int max_seqs)
+{
+    rig_open_two_disk(r, n_blocks, n_lblocks, block_size, window, budget, max_seqs, NULL);
 }
 
 static int run_to_idle(rig_t *r, int max_steps)
@@ -924,6 +940,79 @@ START_TEST(test_images_refused)
 }
 END_TEST
 
+/* A request whose prefix is being read from a slow disk (the test hook:
+ * 40 ms before each file) does not hold up the requests behind it: the
+ * next one is admitted in the same step and decodes while the read goes
+ * on; the read is cut at its deadline and both give the tokens they give
+ * alone. */
+START_TEST(test_disk_read_does_not_block_admission)
+{
+#ifndef IFD_TEST_HOOKS
+    printf("SKIPPED: test_disk_read_does_not_block_admission needs -DINFERD_TEST_HOOKS=ON\n");
+#else
+    char dir[80];
+    snprintf(dir, sizeof dir, "/tmp/test_engine_disk_overlap.%d.XXXXXX", (int)getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    make_prompts(3, 10, 9);
+    prompt_len[0] = prompt_len[1] = 330; /* 20 blocks of 16 shared, then 10 tokens each */
+    for (int j = 0; j < 330; j++)
+        prompts[1][j] = prompts[0][j] = 1 + (j * 13 + 5) % (VOCAB - 1);
+    prompts[1][325] = prompts[0][325] % (VOCAB - 1) + 1;
+    static sink_t ref;
+    solo_outputs_eos(3, 30, true, &ref);
+    rig_t r;
+    ifd_kvdisk_t *disk = rig_open_disk(&r, dir, 64);
+    ifd_engine_request_t q = req(0, 30);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    rig_close_disk(&r, disk);
+
+    /* restart on a slow disk: 20 files take >= 800 ms, the deadline (no
+     * prefill measured yet) is 0.5 ms x 320 tokens = 160 ms */
+    setenv("INFERD_TEST_KVDISK_READ_MS", "40", 1);
+    disk = rig_open_disk(&r, dir, 64);
+    unsetenv("INFERD_TEST_KVDISK_READ_MS");
+    q = req(1, 30);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    q = req(2, 30);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    ifd_engine_step_stats_t st;
+    ck_assert_int_eq(ifd_engine_step(r.eng, &st), 1);
+    /* request 1 passed over (its read in flight), request 2 prefilled and sampled */
+    ck_assert_int_eq(st.n_prefill_tokens, prompt_len[2]);
+    ck_assert_int_eq(r.sink->n_out[1], 0);
+    ck_assert_int_eq(r.sink->n_out[2], 1);
+    int steps = 0;
+    while (r.sink->n_out[1] == 0) {
+        ck_assert_int_ge(ifd_engine_step(r.eng, NULL), 0);
+        ck_assert_int_lt(++steps, 100000);
+    }
+    ck_assert_int_gt(r.sink->n_out[2], 1); /* it decoded meanwhile */
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.fake.bad, 0);
+    uint64_t ctr[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(r.pool, ctr);
+    const int cached = r.sink->usage[1].cached_tokens;
+    ck_assert_msg(cached % 16 == 0 && cached < 320, "cached %d", cached);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_SLOW_READS], 1);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_BAD_FILES], 0);
+    static sink_t got;
+    got = *r.sink;
+    rig_close_disk(&r, disk);
+    for (int i = 1; i < 3; i++) {
+        ck_assert_int_eq(got.n_out[i], ref.n_out[i]);
+        ck_assert(memcmp(got.out[i], ref.out[i], (size_t)ref.n_out[i] * 4) == 0);
+    }
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+#endif
+}
+END_TEST
+
 START_TEST(test_tiny_pool_preempts_and_completes_all)
 {
     make_prompts(12, 40, 5);
@@ -1547,6 +1636,74 @@ START_TEST(test_local_prefix_hit_needs_only_its_window)
 }
 END_TEST
 
+/* A model with a local pool (window 6, block size 4) gets the disk tier:
+ * every file holds the block's local twin too. After a restart the prefix
+ * comes back from disk with the window's twins (the fake checks each
+ * sampled row's window through the local table: a wrong or missing twin
+ * counts as bad), only those twins stay held, and the tokens are solo's. */
+START_TEST(test_disk_tier_local_pool)
+{
+    char dir[80];
+    snprintf(dir, sizeof dir, "/tmp/test_engine_disk_local.%d.XXXXXX", (int)getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    prompt_len[0] = prompt_len[1] = 100;
+    for (int j = 0; j < 100; j++)
+        prompts[1][j] = prompts[0][j] = 1 + (j * 11) % (VOCAB - 1);
+    sink_t *ref = calloc(1, sizeof *ref);
+    solo_outputs_eos(1, 10, true, ref);
+    rig_t r;
+    rig_open_two_disk(&r, 64, 64, 4, 6, 256, 8, dir);
+    ifd_engine_request_t q = req(0, 10);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[0].cached_tokens, 0);
+    rig_close(&r);
+
+    /* restart: new pools, the same directory */
+    rig_open_two_disk(&r, 64, 64, 4, 6, 256, 8, dir);
+    q = req(1, 10);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    ifd_engine_step_stats_t sst;
+    ifd_engine_step(r.eng, &sst);
+    /* (100 - 1) / 4 = 24 blocks from disk, alone: the engine waits on the read */
+    ck_assert_int_eq(sst.n_prefill_tokens, 4);
+    ifd_engine_stats_t st;
+    ifd_engine_stats(r.eng, &st);
+    ck_assert_int_eq(st.local_blocks_held, 2); /* the window of the query at 100 */
+    ifd_kvpool_stats_t lst;
+    ifd_kvpool_stats(r.fake.lpool, &lst);
+    ck_assert_int_eq(lst.in_use, 2); /* the other twins read went back (cached) */
+    ck_assert_int_eq(lst.cached, 23);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[1].cached_tokens, 96);
+    ck_assert_int_eq(r.fake.bad, 0);
+    ck_assert_int_eq(r.sink->n_out[1], ref->n_out[0]);
+    ck_assert(memcmp(r.sink->out[1], ref->out[0], (size_t)ref->n_out[0] * 4) == 0);
+    uint64_t ctr[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(r.pool, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HIT_BLOCKS], 24);
+    /* the twins read are keyed entries: the same prompt again finds its
+     * window in the local pool, no disk needed (a pool hit) */
+    prompt_len[2] = 100;
+    memcpy(prompts[2], prompts[0], 100 * sizeof(int32_t));
+    q = req(2, 10);
+    q.ignore_eos = true;
+    ifd_engine_add(r.eng, &q);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.sink->usage[2].cached_tokens, 96);
+    ck_assert(memcmp(r.sink->out[2], ref->out[0], (size_t)ref->n_out[0] * 4) == 0);
+    ifd_kvpool_tier_get(r.pool, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HIT_BLOCKS], 24);
+    rig_close(&r);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(ref);
+}
+END_TEST
+
 /* One pool whose every layer is local (window 6, block size 4): n_layers 1
  * releases the blocks before each sequence's window to the pool; n_layers
  * 2 (one of them global) keeps them. The fake reads and hashes only each
@@ -1913,6 +2070,7 @@ int main(void)
     tcase_add_test(tc, test_images_chunks_and_prefix_keys);
     tcase_add_test(tc, test_images_local_pool_prefix_keys);
     tcase_add_test(tc, test_images_refused);
+    tcase_add_test(tc, test_disk_read_does_not_block_admission);
     tcase_add_test(tc, test_tiny_pool_preempts_and_completes_all);
     tcase_add_test(tc, test_cancel_in_every_state);
     tcase_add_test(tc, test_priority_orders_admission);
@@ -1928,6 +2086,7 @@ int main(void)
     tcase_add_test(tc, test_local_blocks_freed_as_sequences_advance);
     tcase_add_test(tc, test_local_prefix_hit_truncated_without_window);
     tcase_add_test(tc, test_local_prefix_hit_needs_only_its_window);
+    tcase_add_test(tc, test_disk_tier_local_pool);
     tcase_add_test(tc, test_local_pool_tiny_preempts_and_completes_all);
     tcase_add_test(tc, test_all_local_releases_blocks);
     tcase_add_test(tc, test_all_local_same_tokens_with_release);

@@ -3,14 +3,15 @@
  *
  * A chain of published blocks with random data is offered, written by the
  * tier's thread and read back into a second pool (a restarted daemon's)
- * byte for byte; every fault a file can have — truncated, a flipped data
- * byte, a flipped header byte, another fingerprint's file put under our
- * name, a deleted file in the middle of a chain, other tokens — stops the
- * read at the block before it, deletes the bad file and never writes a
- * wrong byte into a block reported as read; the size bound deletes the
- * least recently used files; a read-only directory turns writing off and
- * gives every pin back; a load ended before the thread took it reads
- * nothing.
+ * byte for byte, with a local-layer pool's twins too; every fault a file
+ * can have — truncated, a flipped data byte, a flipped header byte,
+ * another fingerprint's file put under our name, a deleted file in the
+ * middle of a chain, other tokens — stops the read at the block before it,
+ * deletes the bad file and never writes a wrong byte into a block reported
+ * as read; the size bound deletes the least recently used files; bad-file
+ * warnings are rate-limited (a count of those left out); a read-only
+ * directory turns writing off and gives every pin back; a load ended
+ * before the thread took it reads nothing.
  */
 #include "testutil.h"
 
@@ -112,7 +113,7 @@ static void publish_chain(ifd_kvpool_t *pool, ifd_kvdisk_t *d, const int32_t *to
         ck_assert_int_ge(ifd_kvpool_publish(pool, W, out_blocks[i], i ? out_blocks[i - 1] : -1, 7,
                                             tokens + i * BS, NULL),
                          0);
-        ifd_kvdisk_offer(d, out_blocks[i], &h, 7, tokens + i * BS, &h);
+        ifd_kvdisk_offer(d, out_blocks[i], -1, &h, 7, tokens + i * BS, &h);
         if (hashes)
             hashes[i] = h;
     }
@@ -130,7 +131,7 @@ static int load(ifd_kvpool_t *pool, ifd_kvdisk_t *d, const int32_t *tokens, int 
             for (int v = 0; v < 2; v++)
                 memset(ifd_kvpool_block_ptr(pool, out[i], l, v), 0xa5, block_bytes(pool));
     ifd_kvdisk_load_t *ld = NULL;
-    ck_assert_int_eq(ifd_kvdisk_load_start(d, &root, 7, tokens, n, out, &ld), 0);
+    ck_assert_int_eq(ifd_kvdisk_load_start(d, &root, 7, tokens, n, out, NULL, &ld), 0);
     ck_assert(ifd_kvdisk_load_wait(ld, 10000));
     return ifd_kvdisk_load_finish(ld, false);
 }
@@ -175,7 +176,7 @@ START_TEST(test_roundtrip_across_pools)
     uint64_t ctr[IFD_KVTIER_COUNT];
     ifd_kvpool_tier_get(p1, ctr);
     ck_assert_uint_eq(ctr[IFD_KVTIER_WRITES], 6);
-    ifd_kvdisk_offer(d1, a[0], &(ifd_kvhash_t){0, 0}, 7, tok, NULL); /* written already */
+    ifd_kvdisk_offer(d1, a[0], -1, &(ifd_kvhash_t){0, 0}, 7, tok, NULL); /* written already */
     wait_written(d1);
     ifd_kvpool_tier_get(p1, ctr);
     ck_assert_uint_eq(ctr[IFD_KVTIER_WRITES], 6);
@@ -203,6 +204,77 @@ START_TEST(test_roundtrip_across_pools)
     ifd_kvdisk_destroy(d2);
     ifd_kvpool_destroy(p1);
     ifd_kvpool_destroy(p2);
+    rm_dir();
+}
+END_TEST
+
+/* A model with a local-layer pool: every file holds the block and its
+ * local twin (another head_dim here), both read back byte for byte into a
+ * restarted daemon's two pools; a block offered without its twin is
+ * dropped; a tier without the local pool refuses those files. */
+START_TEST(test_local_twins_roundtrip)
+{
+    make_dir();
+    enum { N = 5 };
+    int32_t tok[N * BS], a[N], la[N], b[N], lb[N];
+    tokens_init(tok, N * BS, 17);
+    ifd_kvpool_params_t lp = ifd_kvpool_default_params();
+    lp.n_layers = NL, lp.n_kv_heads = NH, lp.head_dim = 2 * HD, lp.dtype = IFD_KV_F32;
+    lp.block_size = BS, lp.n_blocks = NB, lp.n_workers = 4, lp.fingerprint = 0xfeedULL;
+    ifd_kvpool_t *p1 = make_pool(), *l1 = NULL, *p2 = make_pool(), *l2 = NULL;
+    ck_assert_int_eq(ifd_kvpool_create(&lp, &l1), 0);
+    ck_assert_int_eq(ifd_kvpool_create(&lp, &l2), 0);
+    ifd_kvdisk_params_t dp = ifd_kvdisk_default_params();
+    dp.dir = dir, dp.max_bytes = 1 << 20, dp.fingerprint = 42, dp.worker = W, dp.local_pool = l1;
+    ifd_kvdisk_t *d = NULL;
+    ck_assert_int_eq(ifd_kvdisk_create(&dp, p1, &d), 0);
+    ck_assert_int_eq(ifd_kvpool_alloc(p1, W, 0, N, a), 0);
+    ck_assert_int_eq(ifd_kvpool_alloc(l1, W, 0, N, la), 0);
+    ifd_kvhash_t h = {0, 0};
+    for (int i = 0; i < N; i++) {
+        fill(p1, a[i], 700 + (uint64_t)i);
+        fill(l1, la[i], 800 + (uint64_t)i);
+        ck_assert_int_ge(
+            ifd_kvpool_publish(p1, W, a[i], i ? a[i - 1] : -1, 7, tok + i * BS, NULL), 0);
+        ifd_kvdisk_offer(d, a[i], i < N - 1 ? la[i] : -1, &h, 7, tok + i * BS, &h);
+    }
+    wait_written(d);
+    ck_assert_int_eq(ifd_kvpool_refs_of(l1, W, la[0]), 1); /* the twin's pin went back */
+    uint64_t ctr[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(p1, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_WRITES], N - 1);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_DROPPED], 1); /* the last: no twin */
+    ifd_kvdisk_destroy(d);
+
+    /* restarted: two new pools, the same directory */
+    dp.local_pool = l2;
+    ck_assert_int_eq(ifd_kvdisk_create(&dp, p2, &d), 0);
+    ifd_kvhash_t root = {0, 0};
+    ck_assert_int_eq(ifd_kvdisk_probe(d, &root, 7, tok, N), N - 1);
+    ck_assert_int_eq(ifd_kvpool_alloc(p2, W, 0, N - 1, b), 0);
+    ck_assert_int_eq(ifd_kvpool_alloc(l2, W, 0, N - 1, lb), 0);
+    ifd_kvdisk_load_t *ld = NULL;
+    ck_assert_int_eq(ifd_kvdisk_load_start(d, &root, 7, tok, N - 1, b, NULL, &ld), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvdisk_load_start(d, &root, 7, tok, N - 1, b, lb, &ld), 0);
+    ck_assert(ifd_kvdisk_load_wait(ld, 10000));
+    ck_assert_int_eq(ifd_kvdisk_load_finish(ld, false), N - 1);
+    for (int i = 0; i < N - 1; i++) {
+        ck_assert_msg(same(p1, a[i], p2, b[i]), "block %d differs", i);
+        ck_assert_msg(same(l1, la[i], l2, lb[i]), "local twin %d differs", i);
+    }
+    ifd_kvdisk_destroy(d);
+
+    /* the same fingerprint without the local pool: the files are refused */
+    d = make_disk(p2, 42, 1 << 20);
+    int32_t c[N];
+    ck_assert_int_eq(load(p2, d, tok, 1, c), 0);
+    ifd_kvpool_tier_get(p2, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_BAD_FILES], 1);
+    ifd_kvdisk_destroy(d);
+    ifd_kvpool_destroy(p1);
+    ifd_kvpool_destroy(l1);
+    ifd_kvpool_destroy(p2);
+    ifd_kvpool_destroy(l2);
     rm_dir();
 }
 END_TEST
@@ -286,6 +358,60 @@ START_TEST(test_faults_stop_the_read_and_delete)
         ifd_kvpool_destroy(p2);
         rm_dir();
     }
+}
+END_TEST
+
+/* Bad files warn at most once per bad_log_s: six bad files, five at once
+ * and one after the interval, give two lines, the second counting the four
+ * left out; the counter has all six. */
+START_TEST(test_bad_file_warnings_rate_limited)
+{
+    make_dir();
+    enum { N = 6 };
+    int32_t tok[N][BS], a[N], b[N];
+    ifd_kvhash_t h[N];
+    ifd_kvpool_t *p1 = make_pool();
+    ifd_kvdisk_t *d1 = make_disk(p1, 42, 1 << 20);
+    for (int i = 0; i < N; i++) { /* six one-block chains, every file then emptied */
+        tokens_init(tok[i], BS, 300 + 2 * (uint64_t)i); /* seeds are made odd */
+        publish_chain(p1, d1, tok[i], 1, 500 + (uint64_t)i, &a[i], &h[i]);
+    }
+    ifd_kvdisk_destroy(d1);
+    for (int i = 0; i < N; i++)
+        damage(F_EMPTY, &h[i], NULL);
+    ifd_kvpool_t *p2 = make_pool();
+    ifd_kvdisk_params_t dp = ifd_kvdisk_default_params();
+    dp.dir = dir, dp.max_bytes = 1 << 20, dp.fingerprint = 42, dp.worker = W, dp.bad_log_s = 2;
+    ck_assert_int_eq(ifd_kvdisk_create(&dp, p2, &d1), 0);
+    char log_path[256];
+    snprintf(log_path, sizeof log_path, "%s.log", dir);
+    int saved = dup(2), fd = open(log_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    ifd_log_set_level(IFD_LOG_WARN);
+    for (int i = 0; i < N - 1; i++)
+        ck_assert_int_eq(load(p2, d1, tok[i], 1, &b[i]), 0);
+    usleep(2100 * 1000);
+    ck_assert_int_eq(load(p2, d1, tok[N - 1], 1, &b[N - 1]), 0);
+    ifd_log_set_level(IFD_LOG_ERROR);
+    dup2(saved, 2);
+    close(saved);
+    char text[4096] = "";
+    ck_assert_int_ge(pread(fd, text, sizeof text - 1, 0), 0);
+    close(fd);
+    unlink(log_path);
+    int lines = 0;
+    for (const char *at = text; (at = strstr(at, ": bad size")); at++)
+        lines++;
+    ck_assert_msg(lines == 2, "%d warnings:\n%s", lines, text);
+    ck_assert_msg(strstr(text, "; 4 more bad files deleted"), "%s", text);
+    uint64_t ctr[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(p2, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_BAD_FILES], N);
+    ifd_kvdisk_destroy(d1);
+    ifd_kvpool_destroy(p1);
+    ifd_kvpool_destroy(p2);
+    rm_dir();
 }
 END_TEST
 
@@ -411,7 +537,7 @@ START_TEST(test_full_then_read_only_disk)
     ck_assert_int_eq(ifd_kvpool_alloc(p1, W, 0, 2, a + 2), 0);
     for (int i = 2; i < 4; i++) { /* the disk is full now */
         ck_assert_int_ge(ifd_kvpool_publish(p1, W, a[i], a[i - 1], 7, tok + i * BS, NULL), 0);
-        ifd_kvdisk_offer(d, a[i], &h, 7, tok + i * BS, &h);
+        ifd_kvdisk_offer(d, a[i], -1, &h, 7, tok + i * BS, &h);
     }
     wait_written(d);
     uint64_t ctr[IFD_KVTIER_COUNT];
@@ -428,7 +554,7 @@ START_TEST(test_full_then_read_only_disk)
     for (int i = 0; i < 2; i++)
         ck_assert(same(p1, a[i], p1, b[i]));
     ifd_kvpool_unref(p1, W, b, 4);
-    ifd_kvdisk_offer(d, a[2], &(ifd_kvhash_t){0, 0}, 7, tok + 2 * BS, NULL);
+    ifd_kvdisk_offer(d, a[2], -1, &(ifd_kvhash_t){0, 0}, 7, tok + 2 * BS, NULL);
     wait_written(d);
     ifd_kvpool_tier_get(p1, ctr);
     ck_assert_uint_eq(ctr[IFD_KVTIER_WRITES], 2);
@@ -468,8 +594,8 @@ START_TEST(test_load_cancelled_early)
     ck_assert_int_eq(ifd_kvpool_alloc(p1, W, 0, 8, b), 0);
     for (int round = 0; round < 20; round++) {
         ifd_kvdisk_load_t *l1 = NULL, *l2 = NULL;
-        ck_assert_int_eq(ifd_kvdisk_load_start(d, &root, 7, tok, 8, b, &l1), 0);
-        ck_assert_int_eq(ifd_kvdisk_load_start(d, &root, 7, tok, 8, b, &l2), 0);
+        ck_assert_int_eq(ifd_kvdisk_load_start(d, &root, 7, tok, 8, b, NULL, &l1), 0);
+        ck_assert_int_eq(ifd_kvdisk_load_start(d, &root, 7, tok, 8, b, NULL, &l2), 0);
         int n2 = ifd_kvdisk_load_finish(l2, true);
         int n1 = ifd_kvdisk_load_finish(l1, true);
         ck_assert(n1 >= 0 && n1 <= 8 && n2 >= 0 && n2 <= 8);
@@ -489,7 +615,9 @@ int main(void)
     TCase *tc = tcase_create("kvdisk");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_roundtrip_across_pools);
+    tcase_add_test(tc, test_local_twins_roundtrip);
     tcase_add_test(tc, test_faults_stop_the_read_and_delete);
+    tcase_add_test(tc, test_bad_file_warnings_rate_limited);
     tcase_add_test(tc, test_size_bound_lru);
     tcase_add_test(tc, test_read_only_dir_turns_writing_off);
     tcase_add_test(tc, test_full_then_read_only_disk);
