@@ -84,7 +84,7 @@ struct ifd_kvdisk {
     int writes_since_scan;
     uint64_t tmp_seq;
     bool warned_io;
-    double bad_logged_at; /* CLOCK_MONOTONIC s of the last bad-file warning; < 0: none yet */
+    double bad_logged_at;  /* CLOCK_MONOTONIC s of the last bad-file warning; < 0: none yet */
     uint64_t bad_unlogged; /* bad files deleted since without a warning */
 #ifdef IFD_TEST_HOOKS
     double read_delay_ms; /* INFERD_TEST_KVDISK_READ_MS: a slow disk, before each file read */
@@ -590,8 +590,8 @@ int ifd_kvdisk_create(const ifd_kvdisk_params_t *p, ifd_kvpool_t *pool, ifd_kvdi
     d->n_iov = 1 + 2 * (d->n_layers + d->n_llayers);
     d->block_bytes = ifd_kvpool_block_bytes(&g);
     d->lblock_bytes = d->lpool ? ifd_kvpool_block_bytes(&lg) : 0;
-    d->data_bytes = 2 * ((uint64_t)g.n_layers * d->block_bytes +
-                         (uint64_t)d->n_llayers * d->lblock_bytes);
+    d->data_bytes =
+        2 * ((uint64_t)g.n_layers * d->block_bytes + (uint64_t)d->n_llayers * d->lblock_bytes);
     d->file_bytes = sizeof(kvd_head_t) + (uint64_t)d->bs * sizeof(int32_t) + d->data_bytes;
     d->dir = strdup(p->dir);
     d->q = calloc((size_t)d->p.max_pending, sizeof *d->q);

@@ -234,8 +234,8 @@ START_TEST(test_local_twins_roundtrip)
     for (int i = 0; i < N; i++) {
         fill(p1, a[i], 700 + (uint64_t)i);
         fill(l1, la[i], 800 + (uint64_t)i);
-        ck_assert_int_ge(
-            ifd_kvpool_publish(p1, W, a[i], i ? a[i - 1] : -1, 7, tok + i * BS, NULL), 0);
+        ck_assert_int_ge(ifd_kvpool_publish(p1, W, a[i], i ? a[i - 1] : -1, 7, tok + i * BS, NULL),
+                         0);
         ifd_kvdisk_offer(d, a[i], i < N - 1 ? la[i] : -1, &h, 7, tok + i * BS, &h);
     }
     wait_written(d);
