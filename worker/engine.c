@@ -470,6 +470,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
             p->device >= lg.n_devices)
             return IFD_EINVAL;
     }
+    if (p->disk && ifd_kvdisk_local_pool(p->disk) != p->local_pool)
+        return IFD_EINVAL; /* its files would lack the twins, or hold some for nothing */
     ifd_engine_t *e = calloc(1, sizeof *e);
     if (!e)
         return IFD_ENOMEM;

@@ -204,11 +204,13 @@ typedef struct {
      * publishes is offered to it, and an admission whose prefix hit stops
      * short asks it for the blocks after the hit (docs/kvpool.md, "Disk
      * tier"): those found are read into fresh blocks by the tier's thread
-     * while the step goes on without the sequence, which is admitted once
-     * they landed or at a deadline — the time recomputing them would take at
-     * the measured prefill rate — with what landed by then. Only with one
-     * pool whose layers are not all local (a local pool's twins have no
-     * files: such an engine ignores the tier). The tier outlives the engine. */
+     * while the steps go on without the sequence (admission passes it over
+     * and admits the requests behind it), which is admitted once they
+     * landed or at a deadline — the time recomputing them would take at the
+     * measured prefill rate — with what landed by then. The tier's local
+     * pool must be local_pool (kvdisk.h: each file holds the local twin),
+     * else IFD_EINVAL. An engine whose every layer is local in
+     * one pool ignores the tier. The tier outlives the engine. */
     ifd_kvdisk_t *disk;
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */

@@ -640,6 +640,11 @@ void ifd_kvdisk_destroy(ifd_kvdisk_t *d)
     kvd_free(d);
 }
 
+ifd_kvpool_t *ifd_kvdisk_local_pool(const ifd_kvdisk_t *d)
+{
+    return d->lpool;
+}
+
 void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, int32_t lblock, const ifd_kvhash_t *parent,
                       uint64_t salt, const int32_t *tokens, ifd_kvhash_t *out_hash)
 {

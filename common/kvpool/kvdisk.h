@@ -115,6 +115,9 @@ int ifd_kvdisk_create(const ifd_kvdisk_params_t *p, ifd_kvpool_t *pool, ifd_kvdi
  * load must be finished first. NULL is ok. */
 void ifd_kvdisk_destroy(ifd_kvdisk_t *d);
 
+/* The local pool the tier was created with (params local_pool), or NULL. */
+ifd_kvpool_t *ifd_kvdisk_local_pool(const ifd_kvdisk_t *d);
+
 /* Offers block `block` (held by the caller, just published: final and
  * read-only) for writing, as the block after the chain hash *parent (the
  * previous blocks' ifd_kvpool_hash_block chain; root {0, 0}) under salt with

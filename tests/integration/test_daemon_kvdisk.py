@@ -12,6 +12,9 @@
   daemon exits cleanly.
 - test_two_daemons_share_a_directory: two daemons of two workers each on one directory at
   once: the same texts, no bad file, and a third daemon reads the prefix back.
+- test_gemma3_local_pool_across_restart: Gemma 3 270M (a local-layer pool: each file holds
+  the local twin too), a prefix past its window across a restart: the same tokens as without
+  the tier, the prefix cached (skipped without the model).
 
 Usage: test_daemon_kvdisk.py INFERD WORKER   (standard library only)
 """
@@ -26,11 +29,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_daemon_util import SCALE, Daemon, require_model, run_tests  # noqa: E402
+import model_paths  # noqa: E402  (tests/model_paths.py, on the path test_daemon_util set)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 # The shared prefix's length in words (about 1.2 tokens each with SmolLM2); ~2k tokens keep the
 # test within a few minutes on a loaded 2-core machine. INFERD_TEST_KVDISK_WORDS=3400 for 4k.
 WORDS = int(os.environ.get("INFERD_TEST_KVDISK_WORDS") or 1700)
+GEMMA_WORDS = 600  # ~610 tokens: past Gemma 3's 512-token window, quick on a loaded machine
 VOCAB = ("river stone lantern orchard copper meadow violet harbor canyon ember falcon glacier "
          "willow thunder saffron marble cedar quartz tundra beacon").split()
 
@@ -263,6 +268,55 @@ def test_two_daemons_share_a_directory():
         assert cached >= n_prompt - 40, (cached, n_prompt)
         assert m["inferd_kv_disk_bad_files_total"] == 0, m
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_gemma3_local_pool_across_restart():
+    """Gemma 3 270M keeps its sliding-window layers (window 512) in a pool of their own: every
+    block file holds the block's local twin too. A prefix longer than the window, served, the
+    daemon restarted on the directory: the prefix comes back from disk (local twins with it)
+    and the greedy tokens equal a daemon's without the tier."""
+    gemma = model_paths.model_path("gemma3")
+    if not os.path.isfile(gemma):
+        print("  SKIPPED: Gemma 3 270M not at %s (deploy/fetch-model.sh gemma3)" % gemma)
+        return
+    tmp = tempfile.mkdtemp(prefix="inferd-kvdisk-gemma-")
+    kvdir = os.path.join(tmp, "kv")
+    shared = prefix(5, words=GEMMA_WORDS)
+    p1, p2 = shared + "Question one: what is listed first?", shared + "Summarize the notes:"
+    saved = os.environ.get("INFERD_TEST_MODEL")
+    os.environ["INFERD_TEST_MODEL"] = gemma
+    try:
+        cold = Daemon(INFERD)
+        try:
+            want, n_prompt, _ = complete(cold, p2)
+        finally:
+            assert cold.stop() == 0
+        assert n_prompt > 512 + 64, "the shared prefix is only %d tokens (window 512)" % n_prompt
+        d = Daemon(INFERD, args=tier_args(kvdir))
+        try:
+            complete(d, p1)
+            wait_writes(d, (n_prompt - 40) // 16)
+            log = d.logtext(tail=1 << 20)
+        finally:
+            assert d.stop() == 0
+        assert "kv disk tier off" not in log, log
+        d = Daemon(INFERD, args=tier_args(kvdir))  # the restart
+        try:
+            got, _, cached = complete(d, p2)
+            m = d.metrics()
+        finally:
+            assert d.stop() == 0
+        assert got == want, "after the restart %r, cold %r" % (got, want)
+        assert cached >= n_prompt - 64, "cached_tokens %d of %d" % (cached, n_prompt)
+        assert m["inferd_kv_disk_hit_blocks_total"] >= (n_prompt - 64) // 16, m
+        assert m["inferd_kv_disk_bad_files_total"] == 0, m
+        print("  gemma 3: prefix %d tokens, %d cached after the restart" % (n_prompt, cached))
+    finally:
+        if saved is None:
+            os.environ.pop("INFERD_TEST_MODEL", None)
+        else:
+            os.environ["INFERD_TEST_MODEL"] = saved
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -1696,6 +1696,17 @@ START_TEST(test_disk_tier_local_pool)
     ck_assert(memcmp(r.sink->out[2], ref->out[0], (size_t)ref->n_out[0] * 4) == 0);
     ifd_kvpool_tier_get(r.pool, ctr);
     ck_assert_uint_eq(ctr[IFD_KVTIER_HIT_BLOCKS], 24);
+    /* a tier without the local pool: an engine with one refuses it */
+    ifd_kvdisk_params_t dp = ifd_kvdisk_default_params();
+    dp.dir = dir, dp.max_bytes = 1 << 24, dp.fingerprint = 78;
+    ifd_kvdisk_t *plain = NULL;
+    ck_assert_int_eq(ifd_kvdisk_create(&dp, r.pool, &plain), 0);
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ep.local_pool = r.fake.lpool, ep.disk = plain;
+    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 1, 6, NULL, 2};
+    ifd_engine_t *e2 = NULL;
+    ck_assert_int_eq(ifd_engine_create(&e2, &ep, &m, r.pool, NULL), IFD_EINVAL);
+    ifd_kvdisk_destroy(plain);
     rig_close(&r);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
