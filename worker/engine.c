@@ -1019,16 +1019,15 @@ static void ifd__local_publish_loaded(ifd_engine_t *e, ifd__seq_t *s, int32_t at
         s->n_lpublished = s->n_blocks;
 }
 
-/* Whether s's disk load is over: done, or past its deadline (waiting for
- * it up to the deadline when `wait`). Then publishes the blocks that
+/* Whether s's disk load is over: done, or past its deadline (never
+ * waits: ifd__schedule_waiting sleeps when nothing else runs). Then publishes the blocks that
  * landed after the pool's hit (with a local pool their twins too, as keyed
  * entries, keeping only those the next query's window reads), gives back
  * the others, and counts the admission's cached tokens. False: still
  * reading, the step goes on without s. */
-static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s, bool wait)
+static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
 {
-    double left = s->load_deadline - ifd__ms();
-    bool done = ifd_kvdisk_load_wait(s->load, wait && left > 0 ? left : 0);
+    bool done = ifd_kvdisk_load_wait(s->load, 0);
     if (!done && ifd__ms() < s->load_deadline)
         return false;
     int ok = ifd_kvdisk_load_finish(s->load, !done);
@@ -1354,7 +1353,7 @@ static void ifd__admit_waiting(ifd_engine_t *e, ifd__plan_t *pl)
             ifd__finish(e, s, IFD_FINISH_ERROR);
             continue;
         }
-        if (s->load && !ifd__disk_landed(e, s, false)) {
+        if (s->load && !ifd__disk_landed(e, s)) {
             s->deferred = true; /* its prefix is on its way from disk: a later step admits it */
             continue;
         }
