@@ -139,7 +139,7 @@ struct ifd_engine {
     bool all_local;      /* one pool, every layer local: blocks before the window are released */
     ifd_engine_callbacks_t cb;
     int block_size;
-    int32_t pool_blocks; /* blocks on our device */
+    int32_t pool_blocks;        /* blocks on our device */
     uint64_t local_block_bytes; /* K+V bytes of one block in every local layer */
     ifd__queue_t running, waiting;
     ifd__clients_t clients;
@@ -150,7 +150,7 @@ struct ifd_engine {
     int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables, *b_ltables;
     int32_t *b_last;      /* ifd_batch_t.kv_last */
     const float **b_embd; /* ifd_batch_t.embd */
-    uint64_t *lkeys; /* admission: the global twins' keys of a hit's window */
+    uint64_t *lkeys;      /* admission: the global twins' keys of a hit's window */
     int32_t lkeys_cap;
     int64_t *b_slot, *b_lslot;
     int b_tables_cap;
@@ -164,8 +164,8 @@ struct ifd_engine {
     int32_t *s_tok;
     ifd_sample_result_t *s_res; /* a device row's logprobs (sampled or prompt rows) */
     ifd__seq_t **sched;
-    bool sched_decodes; /* this step carries decodes (feeds decode_ema) */
-    double decode_ema;  /* mean tokens of recent steps with decodes; 0 before the first */
+    bool sched_decodes;    /* this step carries decodes (feeds decode_ema) */
+    double decode_ema;     /* mean tokens of recent steps with decodes; 0 before the first */
     double prefill_ms_tok; /* recent forward ms per token of prefill-only steps; 0: none yet */
     ifd_engine_stats_t st;
 };
@@ -656,7 +656,8 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
     if (!s)
         return IFD_ENOMEM;
     s->id = r->id;
-    s->cap_tokens = (int32_t)len + (r->max_tokens - r->n_generated > 0 ? r->max_tokens - r->n_generated : 0) + 1;
+    s->cap_tokens = (int32_t)len +
+                    (r->max_tokens - r->n_generated > 0 ? r->max_tokens - r->n_generated : 0) + 1;
     if (s->cap_tokens > e->model.n_ctx + 1)
         s->cap_tokens = e->model.n_ctx + 1;
     s->tokens = malloc((size_t)s->cap_tokens * sizeof *s->tokens);
@@ -762,8 +763,7 @@ static int ifd__preempt(ifd_engine_t *e, int at)
     ifd__q_remove_at(&e->running, at);
     ifd__seq_release(e, s);
     e->st.preemptions++;
-    IFD_DEBUG("engine: preempted request %llu (%d tokens)", (unsigned long long)s->id,
-              s->n_tokens);
+    IFD_DEBUG("engine: preempted request %llu (%d tokens)", (unsigned long long)s->id, s->n_tokens);
     /* ahead of every waiting request of the same priority */
     int i = 0;
     while (i < e->waiting.n && e->waiting.v[i]->priority > s->priority)
@@ -866,8 +866,8 @@ static void ifd__release_window(ifd_engine_t *e, ifd__seq_t *s)
         first_live = s->n_blocks;
     if (first_live <= s->l_first)
         return;
-    int rc = ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + s->l_first,
-                              first_live - s->l_first);
+    int rc =
+        ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + s->l_first, first_live - s->l_first);
     if (rc)
         IFD_ERROR("engine: releasing local blocks %d..%d of request %llu: %s", s->l_first,
                   first_live - 1, (unsigned long long)s->id, ifd_strerror(rc));
@@ -961,8 +961,7 @@ static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, 
 {
     ifd_kvhash_t h = {0, 0};
     for (int32_t b = 0; b < n; b++)
-        h = ifd_kvpool_hash_block(&h, s->salt, s->keys + (int64_t)b * e->block_size,
-                                  e->block_size);
+        h = ifd_kvpool_hash_block(&h, s->salt, s->keys + (int64_t)b * e->block_size, e->block_size);
     return h;
 }
 
@@ -1008,7 +1007,7 @@ static void ifd__local_publish_loaded(ifd_engine_t *e, ifd__seq_t *s, int32_t at
         int rc = ifd_kvpool_block_key(e->pool, s->blocks[b], &key);
         if (rc == 0)
             rc = ifd_kvpool_publish_keyed(e->lpool, e->p.worker, s->lblocks[b], key, s->salt,
-                                          s->tokens + (int64_t)b * e->block_size);
+                                          s->keys + (int64_t)b * e->block_size);
         if (rc < 0) {
             IFD_WARN("engine: publishing local block %d of request %llu: %s", b,
                      (unsigned long long)s->id, ifd_strerror(rc));
@@ -1040,9 +1039,9 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
         int32_t b = at + i;
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
         if (ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
-                               s->tokens + (int64_t)b * e->block_size, NULL) < 0)
+                               s->keys + (int64_t)b * e->block_size, NULL) < 0)
             break;
-        s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, s->tokens + (int64_t)b * e->block_size,
+        s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, s->keys + (int64_t)b * e->block_size,
                                          e->block_size);
     }
     if (i < s->load_n) {
@@ -1578,8 +1577,8 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
         ifd__seq_t *s = e->sched[k];
         for (int32_t i = 0; i < s->plp_rows; i++, r++) { /* prompt logprobs: scored */
             e->s_hist[r] = (ifd_sampler_history_t){NULL, 0, NULL, 0};
-            e->s_rows[r] = (ifd_sample_row_t){NULL, &e->s_hist[r], 0, &e->s_res[r],
-                                              s->tokens[s->plp_next + i], s->plp_top};
+            e->s_rows[r] = (ifd_sample_row_t){
+                NULL, &e->s_hist[r], 0, &e->s_res[r], s->tokens[s->plp_next + i], s->plp_top};
         }
         if (!s->sample)
             continue;
@@ -1594,9 +1593,9 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
         if (s->n_draft)
             continue;
         /* the history as it will be at sampling: nothing changes it before */
-        e->s_hist[r] = (ifd_sampler_history_t){s->tokens, (size_t)s->n_prompt,
-                                               s->tokens + s->n_prompt,
-                                               (size_t)(s->n_tokens - s->n_prompt)};
+        e->s_hist[r] =
+            (ifd_sampler_history_t){s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
+                                    (size_t)(s->n_tokens - s->n_prompt)};
         const bool min_bias = s->n_gen < s->min_tokens && s->min_bias;
         /* logprob_token_ids: the device returns top k only */
         const bool host = ((s->sampling.constraint || s->sampling.allowed) && min_bias) ||
@@ -1606,9 +1605,12 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
             e->s_params[r].logit_bias = s->min_bias;
             e->s_params[r].n_logit_bias = s->n_min_bias;
         }
-        e->s_rows[r] = (ifd_sample_row_t){host ? NULL : &e->s_params[r], &e->s_hist[r],
-                                          (uint64_t)s->n_tokens, host ? NULL : &e->s_res[r],
-                                          0, 0};
+        e->s_rows[r] = (ifd_sample_row_t){host ? NULL : &e->s_params[r],
+                                          &e->s_hist[r],
+                                          (uint64_t)s->n_tokens,
+                                          host ? NULL : &e->s_res[r],
+                                          0,
+                                          0};
         r++;
     }
     return e->model.forward_sample(e->model.ctx, b, e->s_rows, e->s_tok, e->logits);
@@ -1970,8 +1972,8 @@ static void ifd__seq_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
 
 /* The step's timings and counts into st and the engine's totals; a step
  * with decodes feeds the decode-size average the prefill cap adapts to. */
-static void ifd__step_account(ifd_engine_t *e, ifd_engine_step_stats_t *st, int n_sched,
-                              int n_tok, double t0, double t1, double t2, double t3)
+static void ifd__step_account(ifd_engine_t *e, ifd_engine_step_stats_t *st, int n_sched, int n_tok,
+                              double t0, double t1, double t2, double t3)
 {
     st->n_seqs = n_sched;
     st->n_tokens = n_tok;
