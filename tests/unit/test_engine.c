@@ -1703,7 +1703,7 @@ START_TEST(test_disk_tier_local_pool)
     ck_assert_int_eq(ifd_kvdisk_create(&dp, r.pool, &plain), 0);
     ifd_engine_params_t ep = ifd_engine_default_params();
     ep.local_pool = r.fake.lpool, ep.disk = plain;
-    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 1, 6, NULL, 2};
+    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 1, 6, NULL, 2, 0};
     ifd_engine_t *e2 = NULL;
     ck_assert_int_eq(ifd_engine_create(&e2, &ep, &m, r.pool, NULL), IFD_EINVAL);
     ifd_kvdisk_destroy(plain);
