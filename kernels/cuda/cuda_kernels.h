@@ -19,5 +19,6 @@
 #include "rmsnorm.h"
 #include "rope_kv.h"
 #include "sample.h"
+#include "vision.h"
 
 #endif

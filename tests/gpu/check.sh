@@ -105,12 +105,13 @@ CUDA_HOME=""
 [ -x "$NVCC" ] && CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
 
 # ---- what runs ------------------------------------------------------------------------
-KERNELS=(device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample)
+KERNELS=(device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample vision)
 CREFS=(common/error.c common/log.c common/modelfile/ggml_types.c kernels/kernels.c kernels/cpu/fp16.c
        kernels/cpu/dequant.c kernels/cpu/threadpool.c kernels/cpu/attention.c
        kernels/cpu/norm.c kernels/cpu/rope.c kernels/cpu/activations.c kernels/cpu/matmul.c
+       kernels/cpu/vision.c
        tests/gpu/gpu_test.c)
-TESTS_A=(test_gpu_attention test_gpu_fused test_gpu_dequant test_gpu_sample)
+TESTS_A=(test_gpu_attention test_gpu_fused test_gpu_dequant test_gpu_sample test_gpu_vision)
 BENCH_ARGS=() BENCH=1
 if [ $MODE = emu ]; then
     BENCH_ARGS=(--quick)
@@ -186,7 +187,7 @@ if [ $DRY = 1 ]; then
     fi
     if [ -f "$CB/CTestTestfile.cmake" ]; then
         for t in $(ctest --test-dir "$CB" -N -L '^gpu$' 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: //p'); do
-            case " ${TESTS_A[*]} test_gpu_attention test_gpu_fused test_gpu_dequant test_gpu_sample " in
+            case " ${TESTS_A[*]} test_gpu_attention test_gpu_fused test_gpu_dequant test_gpu_sample test_gpu_vision " in
                 *" $t "*) ;;
                 *) echo "  test  $t (limit ${TEST_TIMEOUT}s)" ;;
             esac
@@ -515,7 +516,7 @@ if [ $TIER_B = 1 ]; then
     # (ifd_add_test: a target of that name, run directly) or a script test (run
     # through ctest -R, its dependencies built as TARGETS_B)
     for t in $(ctest --test-dir "$CB" -N -L '^gpu$' 2> /dev/null | sed -n 's/^ *Test *#[0-9]*: //p'); do
-        case " test_gpu_attention test_gpu_fused test_gpu_dequant test_gpu_sample " in
+        case " test_gpu_attention test_gpu_fused test_gpu_dequant test_gpu_sample test_gpu_vision " in
             *" $t "*) continue ;;
         esac
         [ $QUICK = 1 ] && [ "$t" != test_gpu_device ] && continue

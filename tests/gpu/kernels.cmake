@@ -8,7 +8,7 @@
 #    the CPU emulator in emu/ (labels unit, emu), with small shapes, so the
 #    kernels' indexing, masking and synchronisation run in CI without a GPU.
 # tests/gpu/check.sh builds the gpu ones on the device machine without CMake.
-set(IFD_GPU_TESTS attention fused dequant sample)
+set(IFD_GPU_TESTS attention fused dequant sample vision)
 # The sampler test compiles the CPU sampler in directly (not ifd_worker_lib,
 # which would drag the real CUDA library into the emulator build), with the
 # flags worker/CMakeLists.txt gives it, and the grammar masks it applies.
@@ -44,7 +44,7 @@ check_language(CXX)
 if(CMAKE_CXX_COMPILER)
   enable_language(CXX)
   set(emu_srcs emu/cuda_emu.cc emu/cuda_emu_vmm.cc emu/cublaslt_emu.cc)
-  foreach(k device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample
+  foreach(k device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample vision
             kvseg_cuda)
     set(w ${CMAKE_CURRENT_BINARY_DIR}/emu/${k}_emu.cc)
     file(CONFIGURE OUTPUT ${w}
