@@ -300,7 +300,8 @@ typedef struct {
      * so that a soft-capped model samples on the device too. */
     int (*softcap)(ifd_backend_t *be, ifd_act_t *logits, int n_rows, float cap);
     /* Vision (worker/vision.c: a ViT encoder over one image; NULL on a
-     * backend without them — CUDA today, where ifd_vision_load says so).
+     * backend without them, where ifd_vision_load says so; both backends
+     * have them: kernels/cpu/vision.c, kernels/cuda/vision.h).
      * layernorm: for each of `rows` rows, if delta: residual += delta; then
      * y = LayerNorm(residual) · w + b (w, b f32 vectors from load_weight
      * VECTOR; b may be NULL); residual, delta f32; y F32 or mm_in_dtype, or

@@ -12,7 +12,9 @@
  *
  * Ops: embed, rmsnorm (+ residual add), rope_kv (RoPE + KV write; QK-norm
  * first), glu and gather_rows (the embedding gather on an f32 table) are one
- * kernel each; attention runs the decode kernel (split-K with the caller's
+ * kernel each, and so are the vision tower's layernorm (+ residual add),
+ * add_rows, gelu, dense_attention and avg_pool2d (kernels/cuda/vision.h);
+ * attention runs the decode kernel (split-K with the caller's
  * workspace) when every sequence brings one token or the batch is not
  * varlen, else the prefill kernel, into an f32 buffer converted to bf16.
  * GEMM: row-major y[m, N] = x[m, K] · W[N, K]ᵀ is, column-major,
@@ -835,6 +837,71 @@ static int ifd__cuda_gather_rows(ifd_backend_t *be, ifd_act_t *out, const ifd_ac
                           IFD_DTYPE_F32, 1.0f, ifd__st(be));
 }
 
+/* ---- vision (worker/vision.c) --------------------------------------------- */
+
+/* An f32 vector weight of cols n (LayerNorm weight or bias), or NULL. */
+static bool ifd__vec_ok(const ifd_weight_t *w, int64_t n)
+{
+    return !w || (w->dtype == IFD_GGML_F32 && w->cols == n && w->rows == 1);
+}
+
+static int ifd__cuda_layernorm(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual,
+                               const ifd_act_t *delta, const ifd_weight_t *w,
+                               const ifd_weight_t *b, int rows, float eps)
+{
+    const int64_t d = residual->cols;
+    if (rows < 0 || rows > residual->rows || rows > y->rows || y->cols != d ||
+        (delta && (delta->cols != d || rows > delta->rows || delta->dtype != IFD_DTYPE_F32)) ||
+        residual->dtype != IFD_DTYPE_F32 || !ifd__vec_ok(w, d) || !ifd__vec_ok(b, d) ||
+        (y->data == residual->data && y->dtype != IFD_DTYPE_F32))
+        return IFD_EINVAL;
+    return ifd_cuda_layernorm(y->data, residual->data, delta ? delta->data : NULL, w->data,
+                              b ? b->data : NULL, rows, (int)d, eps, y->dtype, ifd__st(be));
+}
+
+static int ifd__cuda_add_rows(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *t, int rows)
+{
+    if (rows < 0 || rows > x->rows || (int64_t)rows * x->cols > t->rows * t->cols ||
+        t->cols != x->cols || t->dtype != IFD_GGML_F32 || x->dtype != IFD_DTYPE_F32)
+        return IFD_EINVAL;
+    return ifd_cuda_add_rows(x->data, t->data, rows, (int)x->cols, ifd__st(be));
+}
+
+static int ifd__cuda_gelu(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows)
+{
+    if (rows < 0 || rows > x->rows || rows > out->rows || out->cols != x->cols ||
+        x->dtype != IFD_DTYPE_F32 || out->data == x->data)
+        return IFD_EINVAL;
+    return ifd_cuda_gelu_tanh(out->data, x->data, (int64_t)rows * x->cols, out->dtype,
+                              ifd__st(be));
+}
+
+static int ifd__cuda_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv,
+                                     int n, int n_heads, int head_dim, float scale)
+{
+    const int64_t w = (int64_t)n_heads * head_dim;
+    if (n < 0 || n_heads <= 0 || head_dim <= 0 || n > qkv->rows || n > out->rows ||
+        qkv->cols != 3 * w || out->cols != w || qkv->dtype != IFD_DTYPE_F32)
+        return IFD_EINVAL;
+    if (head_dim > IFD_CUDA_DENSE_MAX_HEAD_DIM) {
+        IFD_ERROR("cuda backend: dense attention with head_dim %d (at most %d)", head_dim,
+                  IFD_CUDA_DENSE_MAX_HEAD_DIM);
+        return IFD_ENOTSUP;
+    }
+    return ifd_cuda_dense_attention(out->data, qkv->data, n, n_heads, head_dim, scale, out->dtype,
+                                    ifd__st(be));
+}
+
+static int ifd__cuda_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int side,
+                                int k)
+{
+    if (side <= 0 || k <= 0 || side % k || x->rows < (int64_t)side * side ||
+        out->rows < (int64_t)(side / k) * (side / k) || out->cols != x->cols ||
+        x->dtype != IFD_DTYPE_F32 || out->dtype != IFD_DTYPE_F32)
+        return IFD_EINVAL;
+    return ifd_cuda_avg_pool2d(out->data, x->data, side, k, (int)x->cols, ifd__st(be));
+}
+
 /* ---- sampling ------------------------------------------------------------- */
 
 /* The logprobs kernel writes ifd_sample_result_t's layout. */
@@ -1269,6 +1336,11 @@ static int ifd__cuda_graph_launch(ifd_backend_t *be, int key)
     .gather_rows = ifd__cuda_gather_rows, \
     .sample = ifd__cuda_sample, \
     .softcap = ifd__cuda_softcap, \
+    .layernorm = ifd__cuda_layernorm, \
+    .add_rows = ifd__cuda_add_rows, \
+    .gelu = ifd__cuda_gelu, \
+    .dense_attention = ifd__cuda_dense_attention, \
+    .avg_pool2d = ifd__cuda_avg_pool2d, \
     .graph_begin = ifd__cuda_graph_begin, \
     .graph_end = ifd__cuda_graph_end, \
     .graph_launch = ifd__cuda_graph_launch,

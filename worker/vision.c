@@ -10,6 +10,10 @@
  * width] projection (a quantized one, as an mmproj may store it, is
  * dequantized to f32 on the host first: transposing moves whole values).
  *
+ * Backends: the CPU and CUDA ones (any with the five vision ops and an f32
+ * or bf16 mm_in_dtype: the im2col'd patches are rounded to bf16 on the host
+ * for a bf16 one).
+ *
  * Encoding allocates its activations per call (an image is rare and the
  * tower's work dwarfs the allocation) from the table ifd__acts, and frees
  * them before returning; the residual stream x ends as the tower output
@@ -303,11 +307,9 @@ static int ifd__vision_new(ifd_vision_t **out, const ifd_vision_config_t *cfg,
 {
     const ifd_backend_ops_t *o = be->ops;
     if (!o->layernorm || !o->add_rows || !o->gelu || !o->dense_attention || !o->avg_pool2d ||
-        !o->host_memory || o->mm_in_dtype != IFD_DTYPE_F32)
+        (o->mm_in_dtype != IFD_DTYPE_F32 && o->mm_in_dtype != IFD_DTYPE_BF16))
         return ifd_fail_msg(errbuf, errlen, IFD_ENOTSUP,
-                            "vision on the %s backend not yet (the vision tower runs on the "
-                            "CPU backend)",
-                            o->name);
+                            "vision on the %s backend not yet (it lacks the vision ops)", o->name);
     ifd_vision_t *v = calloc(1, sizeof *v);
     if (!v || !(v->layers = calloc(cfg->n_layer, sizeof *v->layers))) {
         free(v);
@@ -435,6 +437,22 @@ static void ifd__im2col(float *patches, const float *pv, const ifd_vision_config
         }
 }
 
+/* n host floats into a (mm_in_dtype: F32 as they are, BF16 rounded to
+ * nearest even on the host, as the backend's own conversions round). */
+static int ifd__upload_mm_in(ifd_backend_t *be, ifd_act_t *a, const float *host, size_t n)
+{
+    if (a->dtype == IFD_DTYPE_F32)
+        return be->ops->upload(be, a->data, host, sizeof(float) * n);
+    uint16_t *h16 = malloc(sizeof(uint16_t) * n);
+    if (!h16)
+        return IFD_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        h16[i] = ifd_f32_to_bf16(host[i]);
+    int rc = be->ops->upload(be, a->data, h16, sizeof(uint16_t) * n);
+    free(h16);
+    return rc;
+}
+
 static int ifd__encode_layers(ifd_vision_t *v, ifd_act_t *a, int n)
 {
     ifd_backend_t *be = v->be;
@@ -475,7 +493,7 @@ static int ifd__encode(ifd_vision_t *v, ifd_act_t *a, const float *pv, float *fe
     if (!host)
         return IFD_ENOMEM;
     ifd__im2col(host, pv, c);
-    int rc = o->upload(be, a[A_PATCH].data, host, sizeof(float) * patch_floats);
+    int rc = ifd__upload_mm_in(be, &a[A_PATCH], host, patch_floats);
     free(host);
     if (rc || (rc = o->proj(be, &a[A_X], &a[A_PATCH], &v->patch, n)) ||
         (rc = o->add_rows(be, &a[A_X], &v->pos, n)) || (rc = ifd__encode_layers(v, a, n)) ||

@@ -95,6 +95,15 @@ if(CMAKE_CXX_COMPILER)
                              ${CUDAToolkit_INCLUDE_DIRS})
   set_target_properties(test_backend_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
 
+  # The vision tower on the CUDA backend against transformers (the tiny model).
+  set(IFD_VISION_CUDA_SRCS test_vision_cuda.c ${PROJECT_SOURCE_DIR}/worker/vision.c
+      ${PROJECT_SOURCE_DIR}/worker/backend_cpu.c ${PROJECT_SOURCE_DIR}/worker/backend_cuda.c)
+  ifd_add_test(test_vision_cuda_emu SOURCES ${IFD_VISION_CUDA_SRCS} LIBS ifd_gpu_test_emu
+               LABELS unit emu TIMEOUT 300)
+  target_include_directories(test_vision_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}
+                             ${CUDAToolkit_INCLUDE_DIRS})
+  set_target_properties(test_vision_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
+
   # Device sampling, decode graphs, the steady state (issue 13 items 2-3).
   ifd_add_test(test_cuda_step_emu SOURCES test_cuda_step.c gpu_model_test.c ${IFD_BACKEND_SRCS}
                ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/engine.c
@@ -164,4 +173,6 @@ endif()
 ifd_add_test(test_backend_cuda SOURCES test_backend_cuda.c gpu_model_test.c
              LIBS ifd_backend_cuda ifd_gpu_test ifd_worker_lib LABELS gpu TIMEOUT 600)
 ifd_add_test(test_cuda_step SOURCES test_cuda_step.c gpu_model_test.c
+             LIBS ifd_backend_cuda ifd_gpu_test ifd_worker_lib LABELS gpu TIMEOUT 600)
+ifd_add_test(test_vision_cuda SOURCES test_vision_cuda.c
              LIBS ifd_backend_cuda ifd_gpu_test ifd_worker_lib LABELS gpu TIMEOUT 600)

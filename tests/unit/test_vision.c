@@ -514,7 +514,7 @@ START_TEST(test_errors)
     ck_assert_int_eq(ifd_backend_cpu_create(&cpu, 1), 0);
     ifd_model_source_t *src = open_src("");
     char err[512];
-    /* a backend without the vision ops (the CUDA backend today) */
+    /* a backend without the vision ops */
     ifd_backend_ops_t ops = *cpu->ops;
     ops.dense_attention = NULL;
     ops.name = "fake";

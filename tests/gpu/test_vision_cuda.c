@@ -1,0 +1,162 @@
+/*
+ * test_vision_cuda.c — Gemma 3's vision tower and projector (worker/vision.c)
+ * on the CUDA backend against transformers: the tiny random-weight model of
+ * tests/data/tiny-gemma3-vision (the oracle of test_vision, docs/vision.md)
+ * through ifd_vision_load / ifd_vision_encode on ifd_backend_cuda_create,
+ * both images, the tower output and the image features against
+ * refs.safetensors, and the same encode on the CPU backend beside it.
+ *
+ * Bounds (max over the output of |got − ref| / max(1, |ref|), as test_vision):
+ *   exact mode (f32 weights, activations and GEMMs), f32 and bf16 weights:
+ *       1e-5, test_vision's CPU bound (f32 summation order only);
+ *   bf16 mode (bf16 GEMM inputs: patches, normed rows, attention and gelu
+ *       outputs rounded to bf16), bf16 weights: 3e-2 against transformers'
+ *       f32 computation (8-bit mantissas on every GEMM input of 2 layers;
+ *       measured on the emulator ≤ 1.4e-2, IFD_TEST_VERBOSE=1 prints it).
+ * Plus: a NaN pixel is IFD_EINVAL, and encoding twice gives the same bits.
+ *
+ * On the emulator (IFD_CUDA_EMU, labels unit + emu) the real backend code,
+ * the real kernels and an emulated cuBLASLt run on the CPU; on a GPU the same
+ * program checks the real thing (label gpu).
+ */
+#include "gpu_test.h"
+
+#include "error.h"
+#include "modelfile/model_source.h"
+#include "modelfile/safetensors.h"
+#include "worker/backend.h"
+#include "worker/vision.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char tiny_dir[4096];
+
+static double max_rel(const float *got, const float *want, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]) / fmax(1.0, fabs(want[i]));
+        m = d > m || isnan(d) ? d : m;
+    }
+    return m;
+}
+
+static const float *ref(const ifd_safetensors_t *st, const char *name, size_t want_n)
+{
+    const ifd_st_tensor_t *t = ifd_safetensors_find(st, name);
+    if (!t || strcmp(t->dtype, "F32") != 0 || t->n_elems != want_n) {
+        GT_EXPECT(0, "refs: %s missing or of the wrong shape", name);
+        return NULL;
+    }
+    return t->data;
+}
+
+/* mode: 0 the CPU backend, 1 CUDA bf16, 2 CUDA exact. */
+static ifd_backend_t *backend(int mode)
+{
+    ifd_backend_t *be = NULL;
+    char err[256] = "";
+    int rc = mode ? ifd_backend_cuda_create(&be, 0, mode == 2, err, sizeof err)
+                  : ifd_backend_cpu_create(&be, 1);
+    GT_EXPECT(rc == 0, "backend %d: %s (%s)", mode, ifd_strerror(rc), err);
+    return rc ? NULL : be;
+}
+
+static ifd_vision_t *load(const char *sub, ifd_backend_t *be)
+{
+    char p[4200], err[512];
+    snprintf(p, sizeof p, "%s%s%s", tiny_dir, sub[0] ? "/" : "", sub);
+    ifd_model_source_t *src = NULL;
+    if (ifd_model_source_open(&src, p, err, sizeof err) != 0) {
+        GT_EXPECT(0, "%s: %s", p, err);
+        return NULL;
+    }
+    ifd_vision_t *v = NULL;
+    int rc = ifd_vision_load(&v, src, be, err, sizeof err);
+    GT_EXPECT(rc == 0, "ifd_vision_load(%s) on %s: %s", p, be->ops->name, err);
+    ifd_model_source_close(src);
+    return v;
+}
+
+/* Both images of `sub` (refs under prefix) on backend mode, within bound. */
+static void encode_case(const char *sub, const char *prefix, int mode, double bound)
+{
+    ifd_backend_t *be = backend(mode), *cpu = backend(0);
+    if (!be || !cpu)
+        return;
+    ifd_vision_t *v = load(sub, be), *vc = load(sub, cpu);
+    char p[4200], err[256];
+    snprintf(p, sizeof p, "%s/refs.safetensors", tiny_dir);
+    ifd_safetensors_t *st = NULL;
+    GT_EXPECT(ifd_safetensors_open(&st, p, err, sizeof err) == 0, "%s", err);
+    enum { NPV = 3 * 112 * 112, NT = 64 * 64, NF = 16 * 64 };
+    float *tower = gt_xmalloc(NT * 4), *feat = gt_xmalloc(NF * 4), *feat2 = gt_xmalloc(NF * 4);
+    float *ctower = gt_xmalloc(NT * 4), *cfeat = gt_xmalloc(NF * 4);
+    for (int i = 0; v && vc && st && i < 2; i++) {
+        char name[64], nt[64], nf[64];
+        snprintf(name, sizeof name, "pixel_values_%d", i);
+        snprintf(nt, sizeof nt, "%svision_%d", prefix, i);
+        snprintf(nf, sizeof nf, "%sfeatures_%d", prefix, i);
+        const float *pv = ref(st, name, NPV), *wt = ref(st, nt, NT), *wf = ref(st, nf, NF);
+        if (!pv || !wt || !wf)
+            break;
+        int rc = ifd_vision_encode(v, pv, feat, tower);
+        GT_EXPECT(rc == 0, "encode: %s", ifd_strerror(rc));
+        GT_EXPECT(ifd_vision_encode(vc, pv, cfeat, ctower) == 0, "cpu encode");
+        const double et = max_rel(tower, wt, NT), ef = max_rel(feat, wf, NF);
+        const double ect = max_rel(tower, ctower, NT), ecf = max_rel(feat, cfeat, NF);
+        gt_note("%s on %s, image %d: vs transformers tower %.3g features %.3g; vs the CPU "
+                "backend %.3g %.3g (bound %.0e)",
+                sub[0] ? sub : "f32", be->ops->name, i, et, ef, ect, ecf, bound);
+        GT_EXPECT(et <= bound && ef <= bound, "%s on %s image %d: tower %.3g features %.3g > %.0e",
+                  sub[0] ? sub : "f32", be->ops->name, i, et, ef, bound);
+        GT_EXPECT(ect <= bound && ecf <= bound, "%s on %s image %d vs cpu: %.3g %.3g > %.0e",
+                  sub[0] ? sub : "f32", be->ops->name, i, ect, ecf, bound);
+        GT_EXPECT(ifd_vision_encode(v, pv, feat2, NULL) == 0 && memcmp(feat, feat2, NF * 4) == 0,
+                  "a second encode differs");
+    }
+    if (v) { /* a NaN pixel is refused before anything runs */
+        float *bad = gt_xmalloc(NPV * 4);
+        for (int i = 0; i < NPV; i++)
+            bad[i] = 0.25f;
+        bad[NPV / 2] = NAN;
+        GT_EXPECT(ifd_vision_encode(v, bad, feat, NULL) == IFD_EINVAL, "NaN pixel accepted");
+        free(bad);
+    }
+    free(tower), free(feat), free(feat2), free(ctower), free(cfeat);
+    if (st)
+        ifd_safetensors_close(st);
+    ifd_vision_destroy(v);
+    ifd_vision_destroy(vc);
+    be->ops->destroy(be);
+    cpu->ops->destroy(cpu);
+}
+
+static void test_exact_f32(void)
+{
+    encode_case("", "", 2, 1e-5);
+}
+
+static void test_exact_bf16(void)
+{
+    encode_case("bf16", "bf16_", 2, 1e-5);
+}
+
+static void test_bf16(void)
+{
+    encode_case("bf16", "bf16_", 1, 3e-2);
+}
+
+int main(void)
+{
+    const char *root = getenv("INFERD_SOURCE_DIR");
+    snprintf(tiny_dir, sizeof tiny_dir, "%s/tests/data/tiny-gemma3-vision", root ? root : ".");
+    gt_begin("test_vision_cuda");
+    gt_case("exact_f32", test_exact_f32);
+    gt_case("exact_bf16_weights", test_exact_bf16);
+    gt_case("bf16", test_bf16);
+    return gt_end();
+}
