@@ -24,7 +24,7 @@
 # libraries (libuv, jansson, pcre2, xxhash, msgpack, check, http-parser,
 # systemd) and no network:
 #  A  libc only, a generated build.ninja: the kernel tests (test_gpu_attention,
-#     _fused, _dequant, _sample) and bench_gpu_kernels. Headers of the Debian
+#     _fused, _dequant, _sample, _vision) and bench_gpu_kernels. Headers of the Debian
 #     libraries are poisoned (#error) in this build, so a tier-A source that
 #     starts to need one fails here, in --emu and in CI, not on the device.
 #  B  the CMake project (INFERD_CUDA=ON) against the libraries carried in
