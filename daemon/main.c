@@ -782,12 +782,18 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
     }
     ifd_kv_dtype_t dt;
     if (ifd_kv_dtype_parse(d->cfg.kv_dtype, &dt) != 0) {
-        snprintf(err, errlen, "kv_dtype '%s': expected f32, f16, bf16, q8_0 or q4_0",
+        snprintf(err, errlen, "kv_dtype '%s': expected f32, f16, bf16, q8_0, q4_0 or fp8",
                  d->cfg.kv_dtype);
         return IFD_EINVAL;
     }
-    if (d->n_gpus && ifd_kv_dtype_quantized(dt)) {
-        snprintf(err, errlen, "kv_dtype '%s' is CPU only: with gpus the KV cache is f16 or bf16",
+    if (d->n_gpus && ifd_kv_dtype_quantized(dt) && !ifd_kv_dtype_gpu(dt)) {
+        snprintf(err, errlen,
+                 "kv_dtype '%s' is CPU only: with gpus the KV cache is f16, bf16, q8_0 or fp8",
+                 d->cfg.kv_dtype);
+        return IFD_EINVAL;
+    }
+    if (!d->n_gpus && !ifd_kv_dtype_cpu(dt)) {
+        snprintf(err, errlen, "kv_dtype '%s' is GPU only (the CPU kernels do not read it)",
                  d->cfg.kv_dtype);
         return IFD_EINVAL;
     }

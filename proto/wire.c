@@ -103,7 +103,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 
 static const wfield_t kv_fields[] = {
     FU32(ifd_wire_kv_geometry_t, n_layers),    FU32(ifd_wire_kv_geometry_t, n_kv_heads),
-    FU32(ifd_wire_kv_geometry_t, head_dim),    FU32M(ifd_wire_kv_geometry_t, dtype, 4),
+    FU32(ifd_wire_kv_geometry_t, head_dim),    FU32M(ifd_wire_kv_geometry_t, dtype, 5),
     FU32(ifd_wire_kv_geometry_t, block_size),  FU64(ifd_wire_kv_geometry_t, n_blocks),
     FU64(ifd_wire_kv_geometry_t, fingerprint),
 };

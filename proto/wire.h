@@ -101,7 +101,7 @@ typedef struct {
     uint32_t n_layers;
     uint32_t n_kv_heads;
     uint32_t head_dim;
-    uint32_t dtype;      /* ifd_kv_dtype_t: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0 */
+    uint32_t dtype;      /* ifd_kv_dtype_t: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 fp8 */
     uint32_t block_size; /* tokens per block */
     uint64_t n_blocks;   /* blocks per device */
     uint64_t fingerprint;

@@ -98,8 +98,9 @@ static void ifd__usage(FILE *f)
             "  --dump-logits F.npy   float32 logits of every prompt position and generated\n"
             "                        step, shape [rows, vocab]\n"
             "  --block-size N        KV tokens per block (default 16)\n"
-            "  --kv-dtype T          KV element type: f32 (the CPU's default), f16, bf16, or\n"
-            "                        the CPU-only q8_0 / q4_0 blocks (docs/kvpool.md)\n"
+            "  --kv-dtype T          KV element type: f32 (the CPU's default), f16, bf16,\n"
+            "                        q8_0, the CPU-only q4_0 or the GPU-only fp8\n"
+            "                        (docs/kvpool.md)\n"
             "  --prefill-chunk N     prompt tokens per forward (default 512)\n"
             "  --kv-local-pool       a model with sliding-window and global layers: the local\n"
             "                        layers' K/V in a pool that holds only their window\n"
@@ -545,11 +546,13 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
         goto out;
     }
     if (ifd_kv_dtype_parse(po->kv_dtype, &kvd) != 0) {
-        snprintf(err, sizeof err, "--kv-dtype '%s': expected f32, f16 or bf16", po->kv_dtype);
+        snprintf(err, sizeof err, "--kv-dtype '%s': expected f32, f16, bf16, q8_0 or fp8",
+                 po->kv_dtype);
         goto out;
     }
-    if (ifd_kv_dtype_quantized(kvd)) {
-        snprintf(err, sizeof err, "--kv-dtype %s is CPU only: a GPU's KV is f32, f16 or bf16",
+    if (ifd_kv_dtype_quantized(kvd) && !ifd_kv_dtype_gpu(kvd)) {
+        snprintf(err, sizeof err,
+                 "--kv-dtype %s is CPU only: a GPU's KV is f32, f16, bf16, q8_0 or fp8",
                  po->kv_dtype);
         goto out;
     }
@@ -877,8 +880,8 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
     case OPT_KV_DTYPE: {
         ifd_kv_dtype_t t;
         if (ifd_kv_dtype_parse(arg, &t) != 0) {
-            fprintf(stderr, "inferd-worker: --kv-dtype '%s': expected f32, f16, bf16, q8_0 or "
-                            "q4_0\n", arg);
+            fprintf(stderr, "inferd-worker: --kv-dtype '%s': expected f32, f16, bf16, q8_0, "
+                            "q4_0 or fp8\n", arg);
             return 2;
         }
         cli->po.kv_dtype = arg;

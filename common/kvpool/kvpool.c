@@ -63,8 +63,8 @@
 
 /* ---- geometry ------------------------------------------------------------------ */
 
-static const char *const kv_dtype_names[] = {"f32", "f16", "bf16", "q8_0",
-                                             "q4_0"}; /* index = dtype */
+static const char *const kv_dtype_names[] = {"f32",  "f16",  "bf16",
+                                             "q8_0", "q4_0", "fp8"}; /* index = dtype */
 enum { KV_N_DTYPES = sizeof kv_dtype_names / sizeof kv_dtype_names[0], KV_QK = 32 };
 
 uint64_t ifd_kvpool_row_bytes(ifd_kv_dtype_t t, int head_dim)
@@ -81,6 +81,8 @@ uint64_t ifd_kvpool_row_bytes(ifd_kv_dtype_t t, int head_dim)
     case IFD_KV_Q8_0:
     case IFD_KV_Q4_0: /* quants, then one f16 scale per 32 values */
         return hd % KV_QK ? 0 : (t == IFD_KV_Q8_0 ? hd : hd / 2) + hd / KV_QK * 2;
+    case IFD_KV_FP8: /* e4m3 codes, then one f32 scale */
+        return hd % KV_QK ? 0 : hd + 4;
     default:
         return 0;
     }
@@ -88,7 +90,17 @@ uint64_t ifd_kvpool_row_bytes(ifd_kv_dtype_t t, int head_dim)
 
 bool ifd_kv_dtype_quantized(ifd_kv_dtype_t t)
 {
-    return t == IFD_KV_Q8_0 || t == IFD_KV_Q4_0;
+    return t == IFD_KV_Q8_0 || t == IFD_KV_Q4_0 || t == IFD_KV_FP8;
+}
+
+bool ifd_kv_dtype_cpu(ifd_kv_dtype_t t)
+{
+    return (unsigned)t < KV_N_DTYPES && t != IFD_KV_FP8;
+}
+
+bool ifd_kv_dtype_gpu(ifd_kv_dtype_t t)
+{
+    return t == IFD_KV_F16 || t == IFD_KV_BF16 || t == IFD_KV_Q8_0 || t == IFD_KV_FP8;
 }
 
 const char *ifd_kv_dtype_name(ifd_kv_dtype_t t)
@@ -174,7 +186,7 @@ static int kv_validate_params(const ifd_kvpool_params_t *p, int64_t *n_blocks_ou
                   "block size %d, devices %d, workers %d)",
                   p->n_layers, p->n_kv_heads, p->head_dim, (int)p->dtype,
                   ifd_kv_dtype_quantized(p->dtype) && p->head_dim % KV_QK
-                      ? ": q8_0/q4_0 need a head dim that is a multiple of 32"
+                      ? ": q8_0/q4_0/fp8 need a head dim that is a multiple of 32"
                       : "",
                   p->block_size, p->n_devices, p->n_workers);
         return IFD_EINVAL;

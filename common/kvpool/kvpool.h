@@ -77,33 +77,40 @@
 #define IFD_KVPOOL_DEFAULT_WORKERS    16
 
 /* Element type of K/V. The values are those of ifd_dtype_t in
- * kernels/cpu/cpu_kernels.h (IFD_DTYPE_F32/F16/BF16/Q8_0/Q4_0), which common/
+ * kernels/cpu/cpu_kernels.h (IFD_DTYPE_F32/F16/BF16/Q8_0/Q4_0/FP8), which common/
  * may not include: the two enums, and ifd_kvpool_row_bytes with the kernels'
  * ifd_kv_row_bytes, must stay equal (test_cpu_attention pins both). Q8_0 and
- * Q4_0 are blocks of 32 values with one f16 scale (docs/kvpool.md,
- * "Quantized K/V"); they need head_dim a multiple of 32 and only the CPU
- * backend reads them. */
+ * Q4_0 are blocks of 32 values with one f16 scale, FP8 rows of e4m3 codes
+ * with one f32 scale per row (docs/kvpool.md, "Quantized K/V"); the three
+ * need head_dim a multiple of 32. Which backend reads which type:
+ * ifd_kv_dtype_cpu / ifd_kv_dtype_gpu. */
 typedef enum {
     IFD_KV_F32 = 0,
     IFD_KV_F16 = 1,
     IFD_KV_BF16 = 2,
     IFD_KV_Q8_0 = 3,
     IFD_KV_Q4_0 = 4,
+    IFD_KV_FP8 = 5,
 } ifd_kv_dtype_t;
 
-/* "f32", "f16", "bf16", "q8_0" or "q4_0" (the kv_dtype setting) → *out.
- * 0 or IFD_EINVAL. */
+/* "f32", "f16", "bf16", "q8_0", "q4_0" or "fp8" (the kv_dtype setting) →
+ * *out. 0 or IFD_EINVAL. */
 int ifd_kv_dtype_parse(const char *name, ifd_kv_dtype_t *out);
 
 /* The setting's name of a dtype ("f16", …); "?" for another value. */
 const char *ifd_kv_dtype_name(ifd_kv_dtype_t t);
 
-/* True for the block types (Q8_0, Q4_0): CPU only. */
+/* True for the types with scales inside the rows (Q8_0, Q4_0, FP8). */
 bool ifd_kv_dtype_quantized(ifd_kv_dtype_t t);
 
+/* Whether the CPU backend's kernels read K/V of this type (all but FP8), and
+ * whether the CUDA ones do (F16, BF16, Q8_0, FP8). */
+bool ifd_kv_dtype_cpu(ifd_kv_dtype_t t);
+bool ifd_kv_dtype_gpu(ifd_kv_dtype_t t);
+
 /* Bytes of one token's K (or V) row of one KV head: head_dim · 4 / 2 / 2,
- * Q8_0 head_dim + head_dim/16, Q4_0 head_dim/2 + head_dim/16; 0 for a bad
- * dtype or a head_dim a block type cannot hold. */
+ * Q8_0 head_dim + head_dim/16, Q4_0 head_dim/2 + head_dim/16, FP8 head_dim
+ * + 4; 0 for a bad dtype or a head_dim a quantized type cannot hold. */
 uint64_t ifd_kvpool_row_bytes(ifd_kv_dtype_t t, int head_dim);
 
 /* Where a device's data segment lives. */

@@ -48,6 +48,7 @@
 #include "cpu_kernels.h"
 
 #include "cpu_simd.h"
+#include "cpu/kv_fp8.h"
 #include "error.h"
 #include "fp16.h"
 
@@ -84,6 +85,8 @@ static inline int64_t ifd__row_bytes(int dt, int hd)
     case IFD_DTYPE_Q8_0:
     case IFD_DTYPE_Q4_0:
         return hd % IFD__QK ? 0 : ifd__row_qbytes(dt, hd) + (int64_t)hd / IFD__QK * 2;
+    case IFD_DTYPE_FP8: /* e4m3 codes, then one f32 scale */
+        return hd % IFD__QK ? 0 : (int64_t)hd + 4;
     default:
         return 0;
     }
@@ -146,6 +149,20 @@ static void ifd__quant_row(char *row, const float *x, int dt, int hd)
     }
 }
 
+/* An FP8 row: s = amax / 448 over the row, e = e4m3(x · (1 / s)), s kept in
+ * f32 after the codes (rope_kv.cu does the same operations). */
+static void ifd__fp8_row(char *row, const float *x, int hd)
+{
+    float amax = 0;
+    for (int e = 0; e < hd; e++)
+        amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
+    const float s = amax / IFD_FP8_E4M3_MAX;
+    const float is = s != 0 ? 1.0f / s : 0.0f;
+    for (int e = 0; e < hd; e++)
+        ((uint8_t *)row)[e] = ifd_fp8_e4m3_from_f32(x[e] * is);
+    memcpy(row + hd, &s, 4);
+}
+
 int ifd_cpu_kv_dequant_row(float *restrict y, const void *restrict row, ifd_dtype_t dtype,
                            int head_dim)
 {
@@ -171,6 +188,13 @@ int ifd_cpu_kv_dequant_row(float *restrict y, const void *restrict row, ifd_dtyp
             y[e] = (float)q * ifd__row_scale(r, dtype, hd, e / IFD__QK);
         }
         break;
+    case IFD_DTYPE_FP8: {
+        float s;
+        memcpy(&s, r + hd, 4);
+        for (int e = 0; e < hd; e++)
+            y[e] = ifd_fp8_e4m3_to_f32(((const uint8_t *)r)[e]) * s;
+        break;
+    }
     default:
         memcpy(y, row, sizeof(float) * (size_t)hd);
         break;
@@ -209,6 +233,10 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v, c
             case IFD_DTYPE_BF16:
                 ifd_f32_to_bf16_n((uint16_t *)kd, k + src, hd);
                 ifd_f32_to_bf16_n((uint16_t *)vd, v + src, hd);
+                break;
+            case IFD_DTYPE_FP8:
+                ifd__fp8_row(kd, k + src, hd);
+                ifd__fp8_row(vd, v + src, hd);
                 break;
             default: /* Q8_0, Q4_0 */
                 ifd__quant_row(kd, k + src, kv->dtype, hd);
@@ -1095,7 +1123,8 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
     if (n_tok < 0 || max_blocks <= 0 || n_heads <= 0 || window < 0 || !isfinite(scale) ||
         n_heads % kv->n_kv_heads != 0)
         return IFD_EINVAL;
-    if (kv->head_dim > IFD__ATT_MAX_HEAD_DIM || n_heads / kv->n_kv_heads > IFD__ATT_MAX_GROUP)
+    if (kv->head_dim > IFD__ATT_MAX_HEAD_DIM || n_heads / kv->n_kv_heads > IFD__ATT_MAX_GROUP ||
+        kv->dtype == IFD_DTYPE_FP8)
         return IFD_ENOTSUP;
     /* Every block a token will read must be mapped (checked here, on the
      * caller's thread, so the workers cannot fail). */

@@ -22,13 +22,16 @@
 
 /* Element type of the KV pool and of weights handed to kernels. Q8_0 and
  * Q4_0 are KV-only block types (32 values share one f16 scale, rows laid out
- * as ifd_kv_row_bytes says); everything else takes F32/F16/BF16. */
+ * as ifd_kv_row_bytes says), FP8 a KV-only row type (e4m3 with one f32 scale
+ * per row; the CUDA kernels read it, the CPU ones only write and dequantize
+ * it); everything else takes F32/F16/BF16. */
 typedef enum {
     IFD_DTYPE_F32 = 0,
     IFD_DTYPE_F16 = 1,
     IFD_DTYPE_BF16 = 2,
     IFD_DTYPE_Q8_0 = 3,
     IFD_DTYPE_Q4_0 = 4,
+    IFD_DTYPE_FP8 = 5,
 } ifd_dtype_t;
 
 /* Bytes per element of a dtype (4, 2, 2); IFD_EINVAL for the block types. */
@@ -42,6 +45,8 @@ int ifd_dtype_size(ifd_dtype_t t);
  *   Q4_0: uint8 nib[head_dim / 2], then f16 d[head_dim / 32]; in the 16 bytes
  *         of 32-value block b, byte j holds value 32b + j in its low nibble and
  *         32b + 16 + j in its high one (GGML's q4_0 order); x = (nib − 8) · d
+ *   FP8:  uint8 e[head_dim] (e4m3, cpu/kv_fp8.h), then f32 s        x[i] = e4m3(e[i]) · s
+ *         (s = the row's max |x| / 448: one scale per token and KV head)
  * The values are GGML's block_q8_0 / block_q4_0 (round to nearest as GGML's
  * reference quantizers), with the scales moved after the quants so the
  * quants of a row start at the row (docs/kvpool.md, "Quantized K/V").
@@ -168,8 +173,8 @@ typedef struct {
 } ifd_kv_layer_t;
 
 /* Dequantizes (or converts) one K/V row of head_dim values in `dtype` to
- * f32: the values the attention kernel computes with. IFD_ENOTSUP as
- * ifd_kv_row_bytes gives 0. */
+ * f32: the values the attention kernels (CPU and CUDA) compute with.
+ * IFD_ENOTSUP as ifd_kv_row_bytes gives 0. */
 int ifd_cpu_kv_dequant_row(float *restrict y, /* [head_dim] */
                            const void *restrict row, ifd_dtype_t dtype, int head_dim);
 
@@ -177,8 +182,10 @@ int ifd_cpu_kv_dequant_row(float *restrict y, /* [head_dim] */
  * + offset); slot < 0 means padding and is skipped. F16/BF16 round to
  * nearest even; Q8_0/Q4_0 quantize each 32 values as GGML's reference
  * quantizers (q8_0: d = amax / 127, q = round(x / d); q4_0: d = −max / 8
- * with max the value of largest magnitude, q = min(15, (int)(x / d + 8.5))).
- * Single-threaded. IFD_ENOTSUP for another dtype, or a block type with a
+ * with max the value of largest magnitude, q = min(15, (int)(x / d + 8.5)));
+ * FP8 scales each row by s = amax / 448 (f32) and rounds x · (1 / s) to e4m3
+ * (nearest even, saturating; s = 0 for a zero row): the bytes the CUDA
+ * RoPE+KV write produces. Single-threaded. IFD_ENOTSUP for another dtype, or a block type with a
  * head_dim that is not a multiple of 32. */
 int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
                      const float *k,       /* [n_tok, n_kv_heads, head_dim] */
@@ -214,7 +221,7 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
  * last[t] < pos[t], a needed block-table entry < 0 or last[t] / block_size
  * ≥ max_blocks
  * (checked before any work); IFD_ENOTSUP: head_dim > 256, more than 32
- * query heads per KV head, or another dtype.
+ * query heads per KV head, or another dtype (FP8 included: GPU only).
  */
 int ifd_cpu_paged_attention(float *restrict out,       /* [n_tok, n_heads, head_dim] */
                             const float *restrict q,   /* [n_tok, n_heads, head_dim] */

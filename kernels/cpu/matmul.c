@@ -53,7 +53,8 @@ int ifd_dtype_size(ifd_dtype_t t)
         return 2;
     case IFD_DTYPE_Q8_0:
     case IFD_DTYPE_Q4_0:
-        break; /* block types: ifd_kv_row_bytes */
+    case IFD_DTYPE_FP8:
+        break; /* row types with scales: ifd_kv_row_bytes */
     }
     return IFD_EINVAL;
 }

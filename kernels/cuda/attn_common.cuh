@@ -21,10 +21,17 @@
  *
  * Fragment ownership (g = lane / 4, t = lane % 4): a thread holds rows g and
  * g + 8, and columns 8j + 2t, 8j + 2t + 1 of every 8-column tile j.
+ *
+ * Quantized K/V (Q8_0, FP8: rows of quants with their scales, cpu_kernels.h
+ * ifd_kv_row_bytes) reach the same tiles through kv_chunk: the loaders read
+ * 8 quants and their scale into registers, dequantize (x = q · d in f32, the
+ * value ifd_cpu_kv_dequant_row gives) and store them as f16, the MMA type of
+ * both (f16 keeps 11 bits of the 8-bit quants' products, bf16 only 8).
  */
 #ifndef IFD_ATTN_COMMON_CUH
 #define IFD_ATTN_COMMON_CUH
 
+#include "cpu/kv_fp8.h"
 #include "cuda_prim.cuh"
 
 #include <math.h>
@@ -34,6 +41,63 @@ namespace ifd_attn
 
 /* The only KV block size the CUDA attention kernels support. */
 constexpr int KV_BLOCK = 16;
+
+/* The K/V dtypes the kernels read (template parameter KVT, an ifd_dtype_t):
+ * their MMA type, whether the rows are quantized, and the row's bytes. */
+template <int KVT> __host__ __device__ constexpr bool kv_bf16()
+{
+    return KVT == IFD_DTYPE_BF16;
+}
+
+template <int KVT> __host__ __device__ constexpr bool kv_quant()
+{
+    return KVT == IFD_DTYPE_Q8_0 || KVT == IFD_DTYPE_FP8;
+}
+
+template <int KVT, int D> __host__ __device__ constexpr int kv_row_bytes()
+{
+    return KVT == IFD_DTYPE_Q8_0 ? D + D / 16 : KVT == IFD_DTYPE_FP8 ? D + 4 : 2 * D;
+}
+
+/* Values 8c .. 8c + 7 of a quantized row (Q8_0 or FP8, head_dim D) as one
+ * 16-byte chunk of f16 values: quants and scale loaded into registers (rows
+ * are 4-byte aligned), x = q · d in f32, rounded to f16. */
+template <int KVT, int D> IFD_DEV uint4 kv_chunk(const unsigned char *row, int c)
+{
+    const uint32_t w[2] = {*(const uint32_t *)(row + 8 * c), *(const uint32_t *)(row + 8 * c + 4)};
+    float d;
+    if constexpr (KVT == IFD_DTYPE_Q8_0)
+        d = ifd_f16_f32(*(const uint16_t *)(row + D + 2 * (c / 4)));
+    else
+        d = *(const float *)(row + D);
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint8_t b = (uint8_t)(w[i / 4] >> (8 * (i % 4)));
+        const float qv = KVT == IFD_DTYPE_Q8_0 ? (float)(int8_t)b : ifd_fp8_e4m3_to_f32(b);
+        x[i] = __fmul_rn(qv, d);
+    }
+    uint4 r;
+    r.x = ifd_pack2<false>(x[0], x[1]);
+    r.y = ifd_pack2<false>(x[2], x[3]);
+    r.z = ifd_pack2<false>(x[4], x[5]);
+    r.w = ifd_pack2<false>(x[6], x[7]);
+    return r;
+}
+
+/* Stages chunk c of K/V row `row` (byte offset in the region; ok = false:
+ * zeros, nothing read) into the tile slot dst: cp.async for 16-bit rows,
+ * a dequantizing load for quantized ones. */
+template <int KVT, int D>
+IFD_DEV void kv_stage(unsigned char *dst, const unsigned char *region, int64_t row, int c, bool ok)
+{
+    constexpr int64_t RB = kv_row_bytes<KVT, D>();
+    if constexpr (kv_quant<KVT>()) {
+        *(uint4 *)dst = ok ? kv_chunk<KVT, D>(region + row * RB, c) : make_uint4(0, 0, 0, 0);
+    } else {
+        ifd_cp_async16(dst, region + (ok ? row * RB + c * 16 : 0), ok);
+    }
+}
 
 /* Byte offset of 16-byte chunk c of row r in a swizzled [rows][D] b16 tile. */
 template <int D> IFD_DEV int swz(int r, int c)

@@ -20,8 +20,9 @@
  * bound max_ctx; the last split of a token absorbs any blocks beyond the
  * plan, so a token longer than max_ctx is still right.
  *
- * Specializations: head_dim 64/128/256 x {bf16, f16}; STAGES 4 for 64,
- * else 2. Shared memory: Q tile + 4 warps x STAGES x (K + V) tiles.
+ * Specializations: head_dim 64/128/256 x {bf16, f16, q8_0, fp8}; STAGES 4
+ * for 64, else 2. Quantized K/V are dequantized to f16 on their way into the
+ * stage (kv_stage: a synchronous load, not cp.async; attn_common.cuh). Shared memory: Q tile + 4 warps x STAGES x (K + V) tiles.
  */
 #include "attn_decode.h"
 
@@ -42,8 +43,8 @@ constexpr int TARGET_BLOCKS_PER_SM = 16;
 struct decode_args {
     float *out;
     const float *q;
-    const uint16_t *k;
-    const uint16_t *v;
+    const unsigned char *k;
+    const unsigned char *v;
     const int32_t *seq;
     const int32_t *pos;
     const int32_t *bt;
@@ -80,9 +81,10 @@ IFD_DEV bool split_range(const decode_args &a, int p, int split, int *lo, int *b
     return true;
 }
 
-template <int D, bool BF16>
+template <int D, int KVT>
 __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
 {
+    constexpr bool BF16 = kv_bf16<KVT>();
     constexpr int STAGES = stages_for(D);
     constexpr int TILE = 16 * D * 2; /* bytes of a [16][D] 16-bit tile */
     constexpr int CH = D / 8;        /* 16-byte chunks per row */
@@ -127,14 +129,13 @@ __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
     auto issue = [&](int b, int stage) {
         unsigned char *dk = ring + (size_t)stage * 2 * TILE, *dv = dk + TILE;
         const int64_t phys = btab[b];
-        const int64_t off = (phys * a.n_kv + kvh) * (int64_t)(KV_BLOCK * D);
+        const int64_t row0 = (phys * a.n_kv + kvh) * KV_BLOCK; /* the block's row of key 0 */
         for (int e = lane; e < 16 * CH; e += 32) {
             const int r = e / CH, c = e % CH;
             const int key = b * KV_BLOCK + r;
             const bool ok = phys >= 0 && key >= lo && key <= p;
-            const int64_t o = ok ? off + (int64_t)r * D + c * 8 : 0;
-            ifd_cp_async16(dk + swz<D>(r, c), a.k + o, ok);
-            ifd_cp_async16(dv + swz<D>(r, c), a.v + o, ok);
+            kv_stage<KVT, D>(dk + swz<D>(r, c), a.k, row0 + r, c, ok);
+            kv_stage<KVT, D>(dv + swz<D>(r, c), a.v, row0 + r, c, ok);
         }
     };
 
@@ -292,10 +293,10 @@ int check_shape(int n_tok, int n_heads, int n_kv, int head_dim, int max_ctx)
     return 0;
 }
 
-template <int D, bool BF16> int launch(const decode_args &a, int n_tok, cudaStream_t stream)
+template <int D, int KVT> int launch(const decode_args &a, int n_tok, cudaStream_t stream)
 {
     const size_t smem = smem_for(D);
-    void (*kern)(decode_args) = decode_kernel<D, BF16>;
+    void (*kern)(decode_args) = decode_kernel<D, KVT>;
     IFD_CUDA_CHECK(cudaFuncSetAttribute((const void *)kern,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)n_tok, (unsigned)(a.n_kv * a.head_groups), (unsigned)a.max_splits);
@@ -307,6 +308,28 @@ template <int D, bool BF16> int launch(const decode_args &a, int n_tok, cudaStre
         IFD_CUDA_CHECK_LAUNCH("merge_kernel");
     }
     return 0;
+}
+
+template <int D> int launch_dt(const decode_args &a, int n_tok, int dt, cudaStream_t stream)
+{
+    switch (dt) {
+    case IFD_DTYPE_BF16:
+        return launch<D, IFD_DTYPE_BF16>(a, n_tok, stream);
+    case IFD_DTYPE_F16:
+        return launch<D, IFD_DTYPE_F16>(a, n_tok, stream);
+    case IFD_DTYPE_Q8_0:
+        return launch<D, IFD_DTYPE_Q8_0>(a, n_tok, stream);
+    case IFD_DTYPE_FP8:
+        return launch<D, IFD_DTYPE_FP8>(a, n_tok, stream);
+    default:
+        return IFD_ENOTSUP;
+    }
+}
+
+bool dtype_ok(int dt)
+{
+    return dt == IFD_DTYPE_BF16 || dt == IFD_DTYPE_F16 || dt == IFD_DTYPE_Q8_0 ||
+           dt == IFD_DTYPE_FP8;
 }
 
 } // namespace
@@ -341,7 +364,7 @@ ifd_cuda_paged_decode_attention(float *IFD_CUDA_RESTRICT out, const float *IFD_C
     int rc = check_shape(n_tok, n_heads, kv->n_kv_heads, kv->head_dim, max_ctx);
     if (rc)
         return rc;
-    if (kv->block_size != KV_BLOCK || (kv->dtype != IFD_DTYPE_BF16 && kv->dtype != IFD_DTYPE_F16))
+    if (kv->block_size != KV_BLOCK || !dtype_ok(kv->dtype))
         return IFD_ENOTSUP;
     if (window < 0 || max_blocks <= 0 || !(scale == scale))
         return IFD_EINVAL;
@@ -362,8 +385,8 @@ ifd_cuda_paged_decode_attention(float *IFD_CUDA_RESTRICT out, const float *IFD_C
     decode_args a;
     a.out = out;
     a.q = q;
-    a.k = (const uint16_t *)kv->k;
-    a.v = (const uint16_t *)kv->v;
+    a.k = (const unsigned char *)kv->k;
+    a.v = (const unsigned char *)kv->v;
     a.seq = seq;
     a.pos = pos;
     a.bt = block_tables;
@@ -379,14 +402,13 @@ ifd_cuda_paged_decode_attention(float *IFD_CUDA_RESTRICT out, const float *IFD_C
     a.max_splits = pl.max_splits;
     a.scale_log2 = scale * 1.4426950408889634f;
 
-    const bool bf = kv->dtype == IFD_DTYPE_BF16;
     switch (kv->head_dim) {
     case 64:
-        return bf ? launch<64, true>(a, n_tok, stream) : launch<64, false>(a, n_tok, stream);
+        return launch_dt<64>(a, n_tok, kv->dtype, stream);
     case 128:
-        return bf ? launch<128, true>(a, n_tok, stream) : launch<128, false>(a, n_tok, stream);
+        return launch_dt<128>(a, n_tok, kv->dtype, stream);
     case 256:
-        return bf ? launch<256, true>(a, n_tok, stream) : launch<256, false>(a, n_tok, stream);
+        return launch_dt<256>(a, n_tok, kv->dtype, stream);
     default:
         return IFD_ENOTSUP;
     }

@@ -15,7 +15,9 @@
  * Prefill chunks can use it too (each token is a "decode" token), but
  * attn_prefill.h is much faster for them.
  *
- * Supported: kv->dtype F16 or BF16 (f32 accumulation), kv->block_size 16,
+ * Supported: kv->dtype F16, BF16, Q8_0 or FP8 (read in place, dequantized
+ * in registers to f16: the values of ifd_cpu_kv_dequant_row rounded to f16;
+ * f32 accumulation), kv->block_size 16,
  * kv->head_dim 64, 128 or 256; any n_heads that is a multiple of
  * n_kv_heads. q and out are f32. Unused slots and blocks of the pool are
  * never read (they may hold NaN).

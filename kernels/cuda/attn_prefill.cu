@@ -18,7 +18,9 @@
  * bound above reads the ends of the first and last rows (non-decreasing). Tiles
  * are processed from the heaviest (last) query tile of a sequence first.
  *
- * Specializations: head_dim 64/128/256 x {bf16, f16}; BN = 64 keys for
+ * Specializations: head_dim 64/128/256 x {bf16, f16, q8_0, fp8} (quantized
+ * K/V dequantized to f16 on their way into the tiles: kv_stage,
+ * attn_common.cuh); BN = 64 keys for
  * head_dim <= 128 and 32 for 256 (register and shared-memory budget).
  * Shared memory: Q tile + 2 x (K + V) tiles = 40 / 80 / 96 KiB.
  */
@@ -38,8 +40,8 @@ constexpr int NWARPS = 4;
 struct prefill_args {
     float *out;
     const float *q;
-    const uint16_t *k;
-    const uint16_t *v;
+    const unsigned char *k;
+    const unsigned char *v;
     const int32_t *cu_q;
     const int32_t *ctx;
     const int32_t *last; /* [n_tok] or NULL */
@@ -58,16 +60,17 @@ __host__ __device__ constexpr size_t smem_for(int d)
     return (size_t)BM * d * 2 + (size_t)4 * bn_for(d) * d * 2;
 }
 
-template <int D, bool BF16>
+template <int D, int KVT>
 __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
 {
+    constexpr bool BF16 = kv_bf16<KVT>();
     constexpr int BN = bn_for(D);
     constexpr int CH = D / 8; /* 16-byte chunks per row */
-    constexpr int KVT = BN * D * 2;
+    constexpr int TILE = BN * D * 2; /* bytes of a [BN][D] 16-bit tile */
     IFD_DYN_SMEM(smem);
     unsigned char *sQ = smem;
     unsigned char *sK = smem + BM * D * 2; /* [2][BN][D] */
-    unsigned char *sV = sK + 2 * KVT;      /* [2][BN][D] */
+    unsigned char *sV = sK + 2 * TILE;    /* [2][BN][D] */
 
     const int s = blockIdx.y, kvh = blockIdx.z;
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -102,19 +105,19 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
 
     const int32_t *btab = a.bt + (int64_t)s * a.max_blocks;
     auto issue = [&](int kt, int buf) {
-        unsigned char *dk = sK + buf * KVT, *dv = sV + buf * KVT;
+        unsigned char *dk = sK + buf * TILE, *dv = sV + buf * TILE;
         for (int e = tid; e < BN * CH; e += NWARPS * 32) {
             const int r = e / CH, c = e % CH;
             const int key = kt * BN + r;
             bool ok = key >= key_lo && key <= key_hi;
-            int64_t o = 0;
+            int64_t row = 0;
             if (ok) {
                 const int64_t phys = btab[key / KV_BLOCK];
                 ok = phys >= 0;
-                o = ((phys * a.n_kv + kvh) * KV_BLOCK + key % KV_BLOCK) * (int64_t)D + c * 8;
+                row = (phys * a.n_kv + kvh) * KV_BLOCK + key % KV_BLOCK;
             }
-            ifd_cp_async16(dk + swz<D>(r, c), a.k + (ok ? o : 0), ok);
-            ifd_cp_async16(dv + swz<D>(r, c), a.v + (ok ? o : 0), ok);
+            kv_stage<KVT, D>(dk + swz<D>(r, c), a.k, row, c, ok);
+            kv_stage<KVT, D>(dv + swz<D>(r, c), a.v, row, c, ok);
         }
     };
 
@@ -153,11 +156,11 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
              * visible key and inside the last row's window. */
             const bool full = k_last <= we_first && (W == 0 || k_first >= wp_last - W + 1);
             if (full) {
-                attn_step<D, BN / 8, BF16, false>(st, qo, sK + buf * KVT, sV + buf * KVT,
+                attn_step<D, BN / 8, BF16, false>(st, qo, sK + buf * TILE, sV + buf * TILE,
                                                   a.scale_log2, [](int, int) { return true; });
             } else {
                 attn_step<D, BN / 8, BF16, true>(
-                    st, qo, sK + buf * KVT, sV + buf * KVT, a.scale_log2, [=](int r, int k) {
+                    st, qo, sK + buf * TILE, sV + buf * TILE, a.scale_log2, [=](int r, int k) {
                         /* r is this lane's row g or g + 8 */
                         const int p = r < 8 ? pa : pb, e = r < 8 ? ea : eb, key = k_first + k;
                         return key <= e && (W == 0 || key > p - W);
@@ -190,11 +193,11 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
     }
 }
 
-template <int D, bool BF16>
+template <int D, int KVT>
 int launch(const prefill_args &a, int n_seqs, int max_q_len, cudaStream_t stream)
 {
     const size_t smem = smem_for(D);
-    void (*kern)(prefill_args) = prefill_kernel<D, BF16>;
+    void (*kern)(prefill_args) = prefill_kernel<D, KVT>;
     IFD_CUDA_CHECK(cudaFuncSetAttribute((const void *)kern,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int64_t tiles = ((int64_t)max_q_len * a.group + BM - 1) / BM;
@@ -204,6 +207,23 @@ int launch(const prefill_args &a, int n_seqs, int max_q_len, cudaStream_t stream
     IFD_LAUNCH(kern, grid, dim3(NWARPS * 32), smem, stream, a);
     IFD_CUDA_CHECK_LAUNCH("prefill_kernel");
     return 0;
+}
+
+template <int D>
+int launch_dt(const prefill_args &a, int n_seqs, int max_q_len, int dt, cudaStream_t stream)
+{
+    switch (dt) {
+    case IFD_DTYPE_BF16:
+        return launch<D, IFD_DTYPE_BF16>(a, n_seqs, max_q_len, stream);
+    case IFD_DTYPE_F16:
+        return launch<D, IFD_DTYPE_F16>(a, n_seqs, max_q_len, stream);
+    case IFD_DTYPE_Q8_0:
+        return launch<D, IFD_DTYPE_Q8_0>(a, n_seqs, max_q_len, stream);
+    case IFD_DTYPE_FP8:
+        return launch<D, IFD_DTYPE_FP8>(a, n_seqs, max_q_len, stream);
+    default:
+        return IFD_ENOTSUP;
+    }
 }
 
 } // namespace
@@ -221,7 +241,9 @@ extern "C" int ifd_cuda_paged_prefill_attention(
         return IFD_EINVAL;
     if (kv->head_dim != 64 && kv->head_dim != 128 && kv->head_dim != 256)
         return IFD_ENOTSUP;
-    if (kv->block_size != KV_BLOCK || (kv->dtype != IFD_DTYPE_BF16 && kv->dtype != IFD_DTYPE_F16))
+    if (kv->block_size != KV_BLOCK ||
+        (kv->dtype != IFD_DTYPE_BF16 && kv->dtype != IFD_DTYPE_F16 &&
+         kv->dtype != IFD_DTYPE_Q8_0 && kv->dtype != IFD_DTYPE_FP8))
         return IFD_ENOTSUP;
     if (n_seqs == 0 || n_tok == 0 || max_q_len == 0)
         return 0;
@@ -235,8 +257,8 @@ extern "C" int ifd_cuda_paged_prefill_attention(
     prefill_args a;
     a.out = out;
     a.q = q;
-    a.k = (const uint16_t *)kv->k;
-    a.v = (const uint16_t *)kv->v;
+    a.k = (const unsigned char *)kv->k;
+    a.v = (const unsigned char *)kv->v;
     a.cu_q = cu_q;
     a.ctx = ctx_len;
     a.last = last;
@@ -248,17 +270,13 @@ extern "C" int ifd_cuda_paged_prefill_attention(
     a.window = window;
     a.scale_log2 = scale * 1.4426950408889634f;
 
-    const bool bf = kv->dtype == IFD_DTYPE_BF16;
     switch (kv->head_dim) {
     case 64:
-        return bf ? launch<64, true>(a, n_seqs, max_q_len, stream)
-                  : launch<64, false>(a, n_seqs, max_q_len, stream);
+        return launch_dt<64>(a, n_seqs, max_q_len, kv->dtype, stream);
     case 128:
-        return bf ? launch<128, true>(a, n_seqs, max_q_len, stream)
-                  : launch<128, false>(a, n_seqs, max_q_len, stream);
+        return launch_dt<128>(a, n_seqs, max_q_len, kv->dtype, stream);
     case 256:
-        return bf ? launch<256, true>(a, n_seqs, max_q_len, stream)
-                  : launch<256, false>(a, n_seqs, max_q_len, stream);
+        return launch_dt<256>(a, n_seqs, max_q_len, kv->dtype, stream);
     default:
         return IFD_ENOTSUP;
     }

@@ -20,8 +20,9 @@
  * — the K/V must be in the pool); query head h uses KV head h / (n_heads /
  * n_kv_heads). A sequence with q_len 0 is skipped.
  *
- * Supported: kv->dtype F16 or BF16 (f32 accumulation, P rounded to the KV
- * dtype before P.V as in FlashAttention), kv->block_size 16, kv->head_dim
+ * Supported: kv->dtype F16, BF16, Q8_0 or FP8 (f32 accumulation, P rounded
+ * to the 16-bit type before P.V as in FlashAttention; Q8_0/FP8 read in
+ * place and dequantized in registers to f16, as attn_decode.h), kv->block_size 16, kv->head_dim
  * 64, 128 or 256; q and out f32. Unused slots and blocks are never read.
  */
 #ifndef IFD_CUDA_ATTN_PREFILL_H

@@ -11,10 +11,18 @@
  * float operations are explicitly rounded (no FMA contraction), matching the
  * CPU's arithmetic; only cosf/sinf come from CUDA's libm.
  *
- * Specialization: the pool dtype (F32, F16, BF16).
+ * Specialization: the pool dtype (F32, F16, BF16). The quantized types
+ * (Q8_0, FP8) take a second kernel with the same table and q rotation: a
+ * warp per K or V row of the token (the row's scale needs all its values),
+ * lane l computing values l, l + 32, ... (the rotated K value of element e
+ * from its pair, exactly as above); Q8_0 reduces each 32 values (one
+ * lane-step) to its amax with shuffles, FP8 the whole row, and both round
+ * with the CPU writer's operations (d = amax / 127, q = roundf(x · (1 / d));
+ * s = amax / 448, e4m3(x · (1 / s))), so the bytes equal ifd_cpu_kv_write's.
  */
 #include "rope_kv.h"
 
+#include "cpu/kv_fp8.h"
 #include "cuda_check.h"
 #include "cuda_prim.cuh"
 
@@ -55,14 +63,10 @@ IFD_DEV void pair_idx(int i, int half, int neox, int *i0, int *i1)
     *i1 = neox ? i + half : 2 * i + 1;
 }
 
-template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_kernel(rope_args a)
+/* The token's cos/sin table (see the file comment). */
+IFD_DEV void rope_table(const rope_args &a, int64_t t, float *cs, float *sn)
 {
-    __shared__ float cs[MAX_HEAD_DIM / 2], sn[MAX_HEAD_DIM / 2];
-    const int64_t t = blockIdx.x;
-    const int tid = threadIdx.x;
-    const int half = a.n_rot / 2, hd = a.hd;
-
-    for (int i = tid; i < half; i += THREADS) {
+    for (int i = threadIdx.x; i < a.n_rot / 2; i += THREADS) {
         float theta = (float)a.pos[t];
         for (int j = 0; j < i; j++)
             theta = __fmul_rn(theta, a.theta_scale);
@@ -71,6 +75,31 @@ template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_kernel(rop
         cs[i] = cosf(th);
         sn[i] = sinf(th);
     }
+}
+
+/* Element e of a K head kh after the rotation (the pair formulas above). */
+IFD_DEV float rot_elem(const rope_args &a, const float *kh, int e, const float *cs, const float *sn)
+{
+    if (e >= a.n_rot)
+        return kh[e];
+    const int half = a.n_rot / 2;
+    const bool first = a.neox ? e < half : (e & 1) == 0;
+    const int i = a.neox ? (first ? e : e - half) : e >> 1;
+    int i0, i1;
+    pair_idx(i, half, a.neox, &i0, &i1);
+    const float x0 = kh[i0], x1 = kh[i1];
+    return first ? __fsub_rn(__fmul_rn(x0, cs[i]), __fmul_rn(x1, sn[i]))
+                 : __fadd_rn(__fmul_rn(x0, sn[i]), __fmul_rn(x1, cs[i]));
+}
+
+template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_kernel(rope_args a)
+{
+    __shared__ float cs[MAX_HEAD_DIM / 2], sn[MAX_HEAD_DIM / 2];
+    const int64_t t = blockIdx.x;
+    const int tid = threadIdx.x;
+    const int half = a.n_rot / 2, hd = a.hd;
+
+    rope_table(a, t, cs, sn);
     __syncthreads();
 
     /* q, in place. */
@@ -114,6 +143,62 @@ template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_kernel(rop
     }
 }
 
+template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_quant_kernel(rope_args a)
+{
+    __shared__ float cs[MAX_HEAD_DIM / 2], sn[MAX_HEAD_DIM / 2];
+    const int64_t t = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int half = a.n_rot / 2, hd = a.hd;
+    rope_table(a, t, cs, sn);
+    __syncthreads();
+
+    float *qt = a.q + t * a.q_ld;
+    for (int j = tid; j < a.n_heads * half; j += THREADS) {
+        const int h = j / half, i = j % half;
+        int i0, i1;
+        pair_idx(i, half, a.neox, &i0, &i1);
+        float *qh = qt + (int64_t)h * hd;
+        const float x0 = qh[i0], x1 = qh[i1];
+        qh[i0] = __fsub_rn(__fmul_rn(x0, cs[i]), __fmul_rn(x1, sn[i]));
+        qh[i1] = __fadd_rn(__fmul_rn(x0, sn[i]), __fmul_rn(x1, cs[i]));
+    }
+
+    const int64_t slot = a.slot[t];
+    if (slot < 0)
+        return;
+    const int64_t blk = slot / a.bs, off = slot % a.bs;
+    const int64_t rb = KVT == IFD_DTYPE_Q8_0 ? hd + hd / 16 : hd + 4; /* ifd_kv_row_bytes */
+    /* Rows 0..n_kv-1: K heads (rotated), n_kv..2 n_kv - 1: V heads. */
+    for (int r = warp; r < 2 * a.n_kv; r += THREADS / 32) {
+        const bool is_k = r < a.n_kv;
+        const int h = is_k ? r : r - a.n_kv;
+        const float *src = (is_k ? a.k + t * a.k_ld : a.v + t * a.v_ld) + (int64_t)h * hd;
+        unsigned char *row =
+            (unsigned char *)(is_k ? a.kc : a.vc) + ((blk * a.n_kv + h) * a.bs + off) * rb;
+        auto val = [&](int e) { return is_k ? rot_elem(a, src, e, cs, sn) : src[e]; };
+        if (KVT == IFD_DTYPE_Q8_0) {
+            for (int b = 0; b < hd / 32; b++) {
+                const float x = val(32 * b + lane);
+                const float d = __fdiv_rn(ifd_warp_max(fabsf(x)), 127.0f);
+                const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+                row[32 * b + lane] = (unsigned char)(int8_t)roundf(__fmul_rn(x, id));
+                if (lane == 0)
+                    ((uint16_t *)(row + hd))[b] = ifd_f32_f16(d);
+            }
+        } else {
+            float amax = 0.0f;
+            for (int e = lane; e < hd; e += 32)
+                amax = fmaxf(amax, fabsf(val(e)));
+            const float sc = __fdiv_rn(ifd_warp_max(amax), IFD_FP8_E4M3_MAX);
+            const float is = sc != 0.0f ? __fdiv_rn(1.0f, sc) : 0.0f;
+            for (int e = lane; e < hd; e += 32)
+                row[e] = ifd_fp8_e4m3_from_f32(__fmul_rn(val(e), is));
+            if (lane == 0)
+                *(float *)(row + hd) = sc;
+        }
+    }
+}
+
 } // namespace
 
 extern "C" int ifd_cuda_rope_kv_write(float *q, const ifd_kv_layer_t *kv,
@@ -136,7 +221,8 @@ extern "C" int ifd_cuda_rope_kv_write(float *q, const ifd_kv_layer_t *kv,
         return IFD_EINVAL;
     if (rope->mode != IFD_ROPE_NORM && rope->mode != IFD_ROPE_NEOX)
         return IFD_ENOTSUP;
-    if (hd > MAX_HEAD_DIM)
+    if (hd > MAX_HEAD_DIM ||
+        ((kv->dtype == IFD_DTYPE_Q8_0 || kv->dtype == IFD_DTYPE_FP8) && hd % 32 != 0))
         return IFD_ENOTSUP;
     if (n_tok == 0)
         return 0;
@@ -174,6 +260,12 @@ extern "C" int ifd_cuda_rope_kv_write(float *q, const ifd_kv_layer_t *kv,
         break;
     case IFD_DTYPE_BF16:
         kern = rope_kv_kernel<IFD_DTYPE_BF16>;
+        break;
+    case IFD_DTYPE_Q8_0:
+        kern = rope_kv_quant_kernel<IFD_DTYPE_Q8_0>;
+        break;
+    case IFD_DTYPE_FP8:
+        kern = rope_kv_quant_kernel<IFD_DTYPE_FP8>;
         break;
     default:
         return IFD_ENOTSUP;

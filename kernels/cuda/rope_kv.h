@@ -24,8 +24,9 @@ typedef struct {
  *  - rotates the first n_rot dims of every query head of q[t] in place;
  *  - rotates the K heads of k[t] the same way and writes them, with the V
  *    heads of v[t] unchanged, into slot[t] of the layer's pool (slot =
- *    block * block_size + offset, layout [block][kv_head][token][head_dim],
- *    converted to kv->dtype with round to nearest even); slot[t] < 0 is a
+ *    block * block_size + offset, layout [block][kv_head][token][row],
+ *    converted to kv->dtype with round to nearest even, or quantized as
+ *    ifd_cpu_kv_write does for Q8_0 and FP8); slot[t] < 0 is a
  *    padding token: nothing is written for it (its q is still rotated).
  * Angles and rotation follow ifd_cpu_rope exactly (the same float
  * operations in the same order; only cosf/sinf may differ in the last ulp),
@@ -34,7 +35,9 @@ typedef struct {
  * n_heads * head_dim), k[t] at k + t * k_ld, v[t] at v + t * v_ld (>=
  * n_kv_heads * head_dim), so a fused QKV projection output can be passed as
  * three views of one buffer. Slots must be distinct.
- * Supported: kv->dtype F32, F16, BF16; any block_size and head_dim <= 1024.
+ * Supported: kv->dtype F32, F16, BF16, Q8_0 and FP8 (head_dim a multiple
+ * of 32; the bytes equal ifd_cpu_kv_write's where cosf/sinf agree with the
+ * host's); any block_size and head_dim <= 1024.
  * Returns 0, IFD_EINVAL (bad shapes/parameters, NULL pointers),
  * IFD_ENOTSUP (mode, dtype, head_dim), IFD_ECUDA.
  */

@@ -11,7 +11,14 @@
  * both sides multiply exactly the same numbers; what remains is the GPU
  * rounding P to 16 bits before P.V and summation order.
  *
- * Tolerances (relative L2 over the whole output): bf16 KV 1e-2, f16 KV 2e-3.
+ * Quantized K/V (q8_0, fp8) are written with ifd_cpu_kv_write (the bytes the
+ * RoPE+KV write makes, test_gpu_fused) and compared with the CPU kernel on
+ * the same pool (q8_0) or on its dequantized f32 copy (fp8, which the CPU
+ * kernel does not read): both sides use the values ifd_cpu_kv_dequant_row
+ * gives; the GPU also rounds them to f16, its MMA type, as it does Q.
+ *
+ * Tolerances (relative L2 over the whole output): bf16 KV 1e-2, f16 KV 2e-3,
+ * q8_0 / fp8 3e-3.
  * Shapes: head dims 64/128/256, group sizes 1, 4, 6 and 20 (two head
  * groups), contexts from 1 to 16384 with odd lengths and block boundaries,
  * 1 and 200 sequences, sliding windows, padding tokens. Under the emulator
@@ -34,13 +41,15 @@
 typedef struct {
     int n_seqs, max_blocks, n_phys, n_kv, hd;
     ifd_dtype_t dt;
-    int32_t *ctx;    /* [n_seqs] positions with K/V */
-    int32_t *bt;     /* [n_seqs * max_blocks] */
-    uint16_t *k, *v; /* host pool [n_phys][n_kv][BS][hd] */
+    int64_t rb;           /* bytes per row: ifd_kv_row_bytes(dt, hd) */
+    int32_t *ctx;         /* [n_seqs] positions with K/V */
+    int32_t *bt;          /* [n_seqs * max_blocks] */
+    unsigned char *k, *v; /* host pool [n_phys][n_kv][BS] rows */
     void *dk, *dv;
     int32_t *dbt;
 } pool_t;
 
+/* The 16-bit type the kernels multiply in: bf16 for bf16 K/V, else f16. */
 static uint16_t to16(ifd_dtype_t t, float x)
 {
     return t == IFD_DTYPE_BF16 ? ifd_f32_to_bf16(x) : ifd_f32_to_f16(x);
@@ -60,6 +69,7 @@ static void pool_make(pool_t *P, const int32_t *ctx, int n_seqs, int n_kv, int h
     P->n_kv = n_kv;
     P->hd = hd;
     P->dt = dt;
+    P->rb = ifd_kv_row_bytes(dt, hd);
     P->ctx = gt_xmalloc((size_t)n_seqs * 4);
     memcpy(P->ctx, ctx, (size_t)n_seqs * 4);
     int used = 0, maxb = 1;
@@ -73,33 +83,34 @@ static void pool_make(pool_t *P, const int32_t *ctx, int n_seqs, int n_kv, int h
     int32_t *perm = gt_xmalloc((size_t)P->n_phys * 4);
     gt_permutation(perm, P->n_phys);
     P->bt = gt_xmalloc((size_t)n_seqs * P->max_blocks * 4);
-    const int64_t blk = (int64_t)n_kv * BS * hd; /* elements per block */
-    const int64_t total = (int64_t)P->n_phys * blk;
-    P->k = gt_xmalloc((size_t)total * 2);
-    P->v = gt_xmalloc((size_t)total * 2);
-    memset(P->k, 0xff, (size_t)total * 2); /* NaN in f16 and bf16 */
-    memset(P->v, 0xff, (size_t)total * 2);
+    const int64_t total = (int64_t)P->n_phys * n_kv * BS * P->rb; /* bytes */
+    P->k = gt_xmalloc((size_t)total);
+    P->v = gt_xmalloc((size_t)total);
+    memset(P->k, 0xff, (size_t)total); /* NaN in f16 and bf16, NaN scales */
+    memset(P->v, 0xff, (size_t)total);
+    ifd_kv_layer_t hkv = {
+        .k = P->k, .v = P->v, .dtype = dt, .block_size = BS, .n_kv_heads = n_kv, .head_dim = hd};
+    float *kr = gt_xmalloc((size_t)n_kv * hd * 4), *vr = gt_xmalloc((size_t)n_kv * hd * 4);
     int next = 0;
     for (int s = 0; s < n_seqs; s++) {
         int nb = (ctx[s] + BS - 1) / BS;
         for (int b = 0; b < P->max_blocks; b++)
             P->bt[s * P->max_blocks + b] = b < nb ? perm[next++] : BT_POISON;
         for (int p = 0; p < ctx[s]; p++) {
-            int64_t phys = P->bt[s * P->max_blocks + p / BS];
-            for (int h = 0; h < n_kv; h++) {
-                int64_t off = ((phys * n_kv + h) * BS + p % BS) * hd;
-                /* Uniform with unit variance: cheap enough for millions of
-                 * positions (the distribution's shape does not matter). */
-                for (int d = 0; d < hd; d++) {
-                    P->k[off + d] = to16(dt, sigma * gt_rand_uniform(-1.7320508f, 1.7320508f));
-                    P->v[off + d] = to16(dt, gt_rand_uniform(-1.7320508f, 1.7320508f));
-                }
+            int64_t slot = (int64_t)P->bt[s * P->max_blocks + p / BS] * BS + p % BS;
+            /* Uniform with unit variance: cheap enough for millions of
+             * positions (the distribution's shape does not matter). */
+            for (int i = 0; i < n_kv * hd; i++) {
+                kr[i] = sigma * gt_rand_uniform(-1.7320508f, 1.7320508f);
+                vr[i] = gt_rand_uniform(-1.7320508f, 1.7320508f);
             }
+            int rc = ifd_cpu_kv_write(&hkv, kr, vr, &slot, 1);
+            GT_EXPECT(rc == 0, "ifd_cpu_kv_write returned %d", rc);
         }
     }
-    free(perm);
-    P->dk = gt_dupload(P->k, (size_t)total * 2);
-    P->dv = gt_dupload(P->v, (size_t)total * 2);
+    free(perm), free(kr), free(vr);
+    P->dk = gt_dupload(P->k, (size_t)total);
+    P->dv = gt_dupload(P->v, (size_t)total);
     P->dbt = gt_dupload(P->bt, (size_t)n_seqs * P->max_blocks * 4);
 }
 
@@ -122,19 +133,36 @@ static ifd_kv_layer_t pool_layer(const pool_t *P, int device)
     return kv;
 }
 
-/* The CPU reference for n_tok tokens (seq, pos, last: NULL = causal) into
- * ref. */
+/* An f32 pool of P's values (ifd_cpu_kv_dequant_row of every row). */
+static float *dequant_region(const pool_t *P, const unsigned char *src)
+{
+    const int64_t rows = (int64_t)P->n_phys * P->n_kv * BS;
+    float *f = gt_xmalloc((size_t)(rows * P->hd) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        ifd_cpu_kv_dequant_row(f + r * P->hd, src + r * P->rb, P->dt, P->hd);
+    return f;
+}
+
+/* The CPU reference for n_tok tokens (seq, pos, last: NULL =
+ * causal) into ref: the CPU kernel on
+ * the pool, or for fp8 (which it does not read) on its dequantized copy. */
 static void reference(float *ref, const float *q, const pool_t *P, const int32_t *seq,
                       const int32_t *pos, const int32_t *last, int n_tok, int n_heads, float scale,
                       int window)
 {
     ifd_kv_layer_t kv = pool_layer(P, 0);
+    float *fk = NULL, *fv = NULL;
+    if (P->dt == IFD_DTYPE_FP8) {
+        fk = dequant_region(P, P->k), fv = dequant_region(P, P->v);
+        kv.k = fk, kv.v = fv, kv.dtype = IFD_DTYPE_F32;
+    }
     static ifd_threadpool_t *tp;
     if (!tp && ifd_threadpool_create(&tp, 0) != 0)
         tp = NULL;
     int rc = ifd_cpu_paged_attention(ref, q, &kv, seq, pos, last, P->bt, P->max_blocks, n_tok,
                                      n_heads, scale, window, tp);
     GT_EXPECT(rc == 0, "ifd_cpu_paged_attention returned %d", rc);
+    free(fk), free(fv);
 }
 
 /* Random queries rounded to the KV dtype. */
@@ -148,12 +176,13 @@ static float *make_q(int64_t n, ifd_dtype_t dt)
 
 static double tol_kv(ifd_dtype_t dt)
 {
-    return dt == IFD_DTYPE_BF16 ? 1e-2 : 2e-3;
+    return dt == IFD_DTYPE_BF16 ? 1e-2 : dt == IFD_DTYPE_F16 ? 2e-3 : 3e-3;
 }
 
 static const char *dt_name(ifd_dtype_t dt)
 {
-    return dt == IFD_DTYPE_BF16 ? "bf16" : "f16";
+    static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "fp8"};
+    return (unsigned)dt < 6 ? names[dt] : "?";
 }
 
 /* ---- decode ---------------------------------------------------------------------- */
@@ -310,6 +339,25 @@ static void test_decode_200_seqs(void)
     free(ctx);
 }
 
+/* Quantized K/V: the shapes of both kernels for q8_0 and fp8 (head dims,
+ * groups with padding and two head groups, a window, peaked scores). */
+static void test_decode_quant(void)
+{
+    const int small = gt_small();
+    const ifd_dtype_t dts[] = {IFD_DTYPE_Q8_0, IFD_DTYPE_FP8};
+    int32_t ctx[13];
+    for (int i = 0; i < 2; i++) {
+        const int n_seqs = small ? 3 : 13;
+        for (int s = 0; s < n_seqs; s++)
+            ctx[s] = pick_ctx(s + 3 * i, small ? 300 : 3000);
+        decode_case(ctx, n_seqs, 8, 8, 64, dts[i], 0, 1, 1.0f);
+        decode_case(ctx, n_seqs, 40, 2, 128, dts[i], 0, 0, 1.0f);
+        decode_case(ctx, n_seqs, 12, 2, 256, dts[i], 0, 1, 1.0f);
+        decode_case(ctx, n_seqs, 8, 2, 128, dts[i], 37, 1, 1.0f);
+        decode_case(ctx, n_seqs, 16, 4, 64, dts[i], 0, 0, 6.0f);
+    }
+}
+
 static void test_decode_errors(void)
 {
     ifd_kv_layer_t kv = {.k = (void *)16,
@@ -333,6 +381,13 @@ static void test_decode_errors(void)
     GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 4, 1.0f, 0, 16, NULL, 0,
                                               NULL) == IFD_ENOTSUP,
               "f32 KV accepted");
+    kv.dtype = IFD_DTYPE_Q4_0;
+    GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 4, 1.0f, 0, 16, NULL, 0,
+                                              NULL) == IFD_ENOTSUP,
+              "q4_0 KV accepted");
+    GT_EXPECT(ifd_cuda_paged_prefill_attention(o, p, &kv, i, i, i, 4, 1, 1, 1, 4, 1.0f, 0, NULL) ==
+                  IFD_ENOTSUP,
+              "q4_0 KV accepted by prefill");
     kv.dtype = IFD_DTYPE_BF16;
     GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 3, 1.0f, 0, 16, NULL, 0,
                                               NULL) == IFD_EINVAL,
@@ -478,6 +533,20 @@ static void test_prefill_long(void)
     free(pf), free(ql);
 }
 
+static void test_prefill_quant(void)
+{
+    const int small = gt_small();
+    const ifd_dtype_t dts[] = {IFD_DTYPE_Q8_0, IFD_DTYPE_FP8};
+    int32_t prefix[4] = {0, 5, 16, small ? 40 : 300};
+    int32_t qlen[4] = {small ? 17 : 200, 1, small ? 33 : 64, small ? 9 : 129};
+    for (int i = 0; i < 2; i++) {
+        prefill_case(prefix, qlen, 4, 12, 2, 64, dts[i], 0, 1.0f);
+        prefill_case(prefix, qlen, 4, 32, 8, 128, dts[i], 33, 1.0f);
+        prefill_case(prefix, qlen, 4, 4, 1, 256, dts[i], 0, 1.0f);
+        prefill_case(prefix, qlen, 2, 16, 4, 128, dts[i], 0, 6.0f);
+    }
+}
+
 int main(void)
 {
     gt_begin("test_gpu_attention");
@@ -486,11 +555,13 @@ int main(void)
     gt_case("decode_peaked", test_decode_peaked);
     gt_case("decode_one_seq", test_decode_one_seq);
     gt_case("decode_200_seqs", test_decode_200_seqs);
+    gt_case("decode_quant", test_decode_quant);
     gt_case("decode_errors", test_decode_errors);
     gt_case("prefill_shapes", test_prefill_shapes);
     gt_case("prefill_window", test_prefill_window);
     gt_case("prefill_peaked", test_prefill_peaked);
     gt_case("prefill_images", test_prefill_images);
     gt_case("prefill_long", test_prefill_long);
+    gt_case("prefill_quant", test_prefill_quant);
     return gt_end();
 }

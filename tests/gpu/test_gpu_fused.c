@@ -7,7 +7,11 @@
  * Tolerances (relative L2 against the CPU result): f32 outputs 2e-6 (the
  * kernels repeat the CPU's roundings; only summation order and the last ulp
  * of cosf/sinf/expf differ), bf16 outputs 8e-3 and f16 outputs 1e-3 (one
- * rounding of the output to 8 or 11 significant bits). Outputs and unused
+ * rounding of the output to 8 or 11 significant bits); the quantized KV
+ * writes (q8_0, fp8) byte for byte: V always, K on the emulator (the host's
+ * cosf/sinf, so the same rotated values), K on a device within one
+ * quantization step's rel L2 (cosf/sinf may differ in the last ulp, moving a
+ * value across a rounding edge). Outputs and unused
  * cache slots start NaN-poisoned, so anything a kernel skips or overwrites
  * by mistake shows up.
  */
@@ -23,7 +27,8 @@
 
 static const char *dtype_name(ifd_dtype_t t)
 {
-    return t == IFD_DTYPE_F32 ? "f32" : t == IFD_DTYPE_BF16 ? "bf16" : "f16";
+    static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "fp8"};
+    return (unsigned)t < 6 ? names[t] : "?";
 }
 
 static double tol_for(ifd_dtype_t t)
@@ -125,6 +130,39 @@ static void test_rmsnorm(void)
 
 /* ---- RoPE + KV write --------------------------------------------------------------- */
 
+/* The quantized pools of rope_kv_one (n_rows rows each, poisoned where
+ * unwritten): V byte for byte; K too on the emulator, on a device its
+ * dequantized values within 2e-2 rel L2 (a few quants a step apart). */
+static void quant_pool_check(const unsigned char *kc, const unsigned char *gk,
+                             const unsigned char *vc, const unsigned char *gv, int64_t n_rows,
+                             ifd_dtype_t t, int hd, int mode)
+{
+    const int64_t rb = ifd_kv_row_bytes(t, hd);
+    GT_EXPECT(memcmp(vc, gv, (size_t)(n_rows * rb)) == 0, "rope_kv V pool %s hd=%d: bytes differ",
+              dtype_name(t), hd);
+#ifdef IFD_CUDA_EMU
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n_rows * rb; i++)
+        bad += kc[i] != gk[i];
+    GT_EXPECT(bad == 0, "rope_kv K pool %s hd=%d mode=%d: %lld bytes differ", dtype_name(t), hd,
+              mode, (long long)bad);
+#else
+    float *fr = gt_xmalloc((size_t)hd * 4), *fg = gt_xmalloc((size_t)hd * 4);
+    double num = 0, den = 0;
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (kc[r * rb + rb - 1] == 0xff && memcmp(kc + r * rb, gk + r * rb, (size_t)rb) == 0)
+            continue; /* unwritten, still poison on both sides */
+        ifd_cpu_kv_dequant_row(fr, kc + r * rb, t, hd);
+        ifd_cpu_kv_dequant_row(fg, gk + r * rb, t, hd);
+        for (int e = 0; e < hd; e++)
+            num += ((double)fg[e] - fr[e]) * ((double)fg[e] - fr[e]), den += (double)fr[e] * fr[e];
+    }
+    GT_EXPECT(num <= 4e-4 * den, "rope_kv K pool %s hd=%d mode=%d: rel L2 %.3g", dtype_name(t), hd,
+              mode, den > 0 ? sqrt(num / den) : 0.0);
+    free(fr), free(fg);
+#endif
+}
+
 static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd_rope_mode_t mode,
                         int with_ff, ifd_dtype_t kv_t, int max_pos)
 {
@@ -159,8 +197,10 @@ static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd
     const float base = 10000.0f, fscale = with_ff ? 0.5f : 1.0f;
     ifd_cpu_rope(q, pos, n_tok, n_heads, hd, n_rot, base, fscale, with_ff ? ff : NULL, mode);
     ifd_cpu_rope(k, pos, n_tok, n_kv, hd, n_rot, base, fscale, with_ff ? ff : NULL, mode);
-    const size_t esz = (size_t)ifd_dtype_size(kv_t);
-    const int64_t pool_n = (int64_t)n_blocks * n_kv * bs * hd;
+    const int quant = kv_t == IFD_DTYPE_Q8_0 || kv_t == IFD_DTYPE_FP8;
+    /* Quantized pools are compared as bytes: one "element" per byte. */
+    const size_t esz = quant ? 1 : (size_t)ifd_dtype_size(kv_t);
+    const int64_t pool_n = (int64_t)n_blocks * n_kv * bs * ifd_kv_row_bytes(kv_t, hd) / (int64_t)esz;
     unsigned char *kc = gt_xmalloc((size_t)pool_n * esz), *vc = gt_xmalloc((size_t)pool_n * esz);
     memset(kc, 0xff, (size_t)pool_n * esz);
     memset(vc, 0xff, (size_t)pool_n * esz);
@@ -203,10 +243,12 @@ static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd
     unsigned char *gk = gt_xmalloc((size_t)pool_n * esz), *gv = gt_xmalloc((size_t)pool_n * esz);
     gt_download(gk, d_kc, (size_t)pool_n * esz);
     gt_download(gv, d_vc, (size_t)pool_n * esz);
+    if (quant)
+        quant_pool_check(kc, gk, vc, gv, n_blocks * n_kv * bs, kv_t, hd, (int)mode);
     float *fk_ref = gt_xmalloc((size_t)pool_n * 4), *fk_got = gt_xmalloc((size_t)pool_n * 4);
     float *fv_ref = gt_xmalloc((size_t)pool_n * 4), *fv_got = gt_xmalloc((size_t)pool_n * 4);
     int64_t poison_bad = 0, nw = 0;
-    for (int64_t i = 0; i < pool_n; i++) {
+    for (int64_t i = 0; i < (quant ? 0 : pool_n); i++) {
         int ref_poison =
             esz == 4 ? ((uint32_t *)kc)[i] == 0xffffffffu : ((uint16_t *)kc)[i] == 0xffffu;
         int got_poison =
@@ -228,16 +270,32 @@ static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd
     GT_EXPECT(poison_bad == 0, "rope_kv: %lld pool slots written/unwritten differently",
               (long long)poison_bad);
     const double tk = kv_t == IFD_DTYPE_F32 ? 2e-6 : 1e-3;
-    e = gt_rel_l2(fk_got, fk_ref, nw);
+    e = quant ? 0.0 : gt_rel_l2(fk_got, fk_ref, nw);
     GT_EXPECT(e <= tk, "rope_kv K pool %s hd=%d mode=%d: rel L2 %.3g", dtype_name(kv_t), hd,
               (int)mode, e);
-    e = gt_rel_l2(fv_got, fv_ref, nw);
+    e = quant ? 0.0 : gt_rel_l2(fv_got, fv_ref, nw);
     GT_EXPECT(e == 0.0, "rope_kv V pool %s: rel L2 %.3g (must be exact)", dtype_name(kv_t), e);
 
     free(qkv), free(pos), free(slot), free(perm), free(q), free(k), free(v), free(kc), free(vc);
     free(got), free(gq), free(gk), free(gv), free(fk_ref), free(fk_got), free(fv_ref), free(fv_got);
     gt_dfree(d_qkv), gt_dfree(d_pos), gt_dfree(d_slot), gt_dfree(d_ff), gt_dfree(d_kc);
     gt_dfree(d_vc);
+}
+
+/* Q8_0 and FP8: the rows' bytes against ifd_cpu_kv_write's. */
+static void test_rope_kv_quant(void)
+{
+    const int small = gt_small();
+    static const int shapes[][4] = {
+        /* n_heads, n_kv, head_dim, n_rot */
+        {9, 3, 64, 64}, {32, 8, 128, 128}, {4, 1, 256, 256}, {8, 2, 128, 64}, {6, 6, 96, 96},
+    };
+    const ifd_dtype_t ts[] = {IFD_DTYPE_Q8_0, IFD_DTYPE_FP8};
+    for (int si = 0; si < 5; si++)
+        for (int mode = 0; mode < 2; mode++)
+            rope_kv_one(small ? 5 + si : (si % 2 ? 200 : 37), shapes[si][0], shapes[si][1],
+                        shapes[si][2], shapes[si][3], mode ? IFD_ROPE_NEOX : IFD_ROPE_NORM,
+                        (si + mode) % 2, ts[(si + mode) % 2], small ? 5000 : 16384);
 }
 
 static void test_rope_kv(void)
@@ -356,6 +414,7 @@ int main(void)
     gt_begin("test_gpu_fused");
     gt_case("rmsnorm", test_rmsnorm);
     gt_case("rope_kv_write", test_rope_kv);
+    gt_case("rope_kv_write_quant", test_rope_kv_quant);
     gt_case("glu", test_glu);
     gt_case("embed", test_embed);
     return gt_end();
