@@ -27,6 +27,7 @@
 #include "testutil.h"
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/kv_fp8.h"
 #include "error.h"
 #include "kernels.h"
 #include "rng.h"
@@ -530,6 +531,89 @@ START_TEST(test_row_bytes)
     ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_Q8_0, 48), 0);
     ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_Q4_0, 0), 0);
     ck_assert_int_eq(ifd_kv_row_bytes((ifd_dtype_t)9, 64), 0);
+    ck_assert_int_eq(IFD_DTYPE_FP8, 5);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_FP8, 64), 68);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_FP8, 256), 260);
+    ck_assert_int_eq(ifd_kv_row_bytes(IFD_DTYPE_FP8, 48), 0);
+}
+END_TEST
+
+/* The value of e4m3 code c by its definition (bias 7, 3 mantissa bits). */
+static double e4m3_ref(int c)
+{
+    const int e = (c >> 3) & 15, m = c & 7;
+    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return c & 0x80 ? -v : v;
+}
+
+/* The e4m3 code (kv_fp8.h, shared with the CUDA kernels) against its
+ * definition: every code decodes to its value and encodes back; random and
+ * boundary inputs round to the nearest finite code (ties to the even
+ * mantissa), saturating at ±448. */
+START_TEST(test_fp8_code)
+{
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) {
+            ck_assert(isnan(ifd_fp8_e4m3_to_f32((uint8_t)c)));
+            continue;
+        }
+        IFD_CHECK(ifd_fp8_e4m3_to_f32((uint8_t)c) == (float)e4m3_ref(c), "code %#x", c);
+        IFD_CHECK(ifd_fp8_e4m3_from_f32((float)e4m3_ref(c)) == c, "code %#x", c);
+    }
+    ck_assert_int_eq(ifd_fp8_e4m3_from_f32(NAN) & 0x7f, 0x7f);
+    for (int i = 0; i < 200000; i++) {
+        const int mag = i % 4;
+        float x = rnd(-1.0f, 1.0f);
+        x *= mag == 0 ? 500.0f : mag == 1 ? 1.0f : mag == 2 ? 0.02f : 4e-3f;
+        if (i % 97 == 0) /* an exact midpoint between two neighbours */
+            x = (float)((e4m3_ref(i % 126) + e4m3_ref(i % 126 + 1)) / 2);
+        const int got = ifd_fp8_e4m3_from_f32(x);
+        double best = INFINITY;
+        for (int c = 0; c < 256; c++)
+            if ((c & 0x7f) != 0x7f && fabs(e4m3_ref(c) - x) < best)
+                best = fabs(e4m3_ref(c) - x);
+        IFD_CHECK(fabs(e4m3_ref(got) - x) == best, "x %.9g: code %#x", x, got);
+        const int other = fabs(x) >= 448 ? got : got ^ 1; /* a tie's other side */
+        if (fabs(e4m3_ref(other) - x) == best && (other & 0x7f) != 0x7f && other != got)
+            IFD_CHECK((got & 1) == 0, "x %.9g: tie to %#x (odd)", x, got);
+    }
+    ck_assert_int_eq(ifd_fp8_e4m3_from_f32(1e9f), 0x7e);
+    ck_assert_int_eq(ifd_fp8_e4m3_from_f32(-463.9f), 0xfe);
+    ck_assert_int_eq(ifd_fp8_e4m3_from_f32(1e-30f), 0);
+}
+END_TEST
+
+/* FP8 rows (ifd_cpu_kv_write): s = amax / 448 as f32 after the codes, each
+ * value within half a step of its input (2^-4 relative, or 2^-10 · s among
+ * the subnormals); a zero row has scale 0; the CPU attention refuses them. */
+START_TEST(test_fp8_rows)
+{
+    float k[2 * 64], y[64];
+    uint8_t row[68];
+    for (int c = 0; c < 3; c++) {
+        for (int e = 0; e < 64; e++)
+            k[e] = c == 0 ? 0.0f
+                   : c == 1 ? rnd(-3.0f, 3.0f)
+                            : (e == 5 ? 900.0f : rnd(-5e-4f, 5e-4f));
+        memcpy(k + 64, k, 64 * 4);
+        ifd_kv_layer_t kv = {row, row, IFD_DTYPE_FP8, 1, 1, 64};
+        const int64_t slot = 0;
+        ck_assert_int_eq(ifd_cpu_kv_write(&kv, k, k + 64, &slot, 1), 0);
+        float amax = 0, s;
+        for (int e = 0; e < 64; e++)
+            amax = fabsf(k[e]) > amax ? fabsf(k[e]) : amax;
+        memcpy(&s, row + 64, 4);
+        ck_assert(s == amax / 448.0f);
+        ck_assert_int_eq(ifd_cpu_kv_dequant_row(y, row, IFD_DTYPE_FP8, 64), 0);
+        for (int e = 0; e < 64; e++)
+            IFD_CHECK(fabsf(y[e] - k[e]) <= fabsf(k[e]) / 16 + s / 1024 * 1.0001f,
+                      "case %d elem %d: %g for %g", c, e, y[e], k[e]);
+    }
+    float q[64] = {0}, out[64];
+    int32_t bt[1] = {0}, seq = 0, pos = 0;
+    ifd_kv_layer_t kv = {row, row, IFD_DTYPE_FP8, 1, 1, 64};
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 1, 1, 1, 1, 0, NULL),
+                     IFD_ENOTSUP);
 }
 END_TEST
 
@@ -586,6 +670,8 @@ static Suite *attention_suite(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_row_bytes);
     tcase_add_test(tc, test_quant_edges);
+    tcase_add_test(tc, test_fp8_code);
+    tcase_add_test(tc, test_fp8_rows);
     suite_add_tcase(s, tc);
     return s;
 }

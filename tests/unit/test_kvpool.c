@@ -166,9 +166,18 @@ START_TEST(test_dtype_names)
     ck_assert_int_eq(t, IFD_KV_Q4_0);
     ck_assert_str_eq(ifd_kv_dtype_name(IFD_KV_Q4_0), "q4_0");
     ck_assert_str_eq(ifd_kv_dtype_name(IFD_KV_BF16), "bf16");
-    ck_assert_str_eq(ifd_kv_dtype_name((ifd_kv_dtype_t)5), "?");
-    ck_assert(ifd_kv_dtype_quantized(IFD_KV_Q8_0) && ifd_kv_dtype_quantized(IFD_KV_Q4_0));
+    ck_assert_int_eq(ifd_kv_dtype_parse("fp8", &t), 0);
+    ck_assert_int_eq(t, IFD_KV_FP8);
+    ck_assert_str_eq(ifd_kv_dtype_name(IFD_KV_FP8), "fp8");
+    ck_assert_str_eq(ifd_kv_dtype_name((ifd_kv_dtype_t)6), "?");
+    ck_assert(ifd_kv_dtype_quantized(IFD_KV_Q8_0) && ifd_kv_dtype_quantized(IFD_KV_Q4_0) &&
+              ifd_kv_dtype_quantized(IFD_KV_FP8));
     ck_assert(!ifd_kv_dtype_quantized(IFD_KV_F16) && !ifd_kv_dtype_quantized(IFD_KV_F32));
+    /* which kernels read which type: the CPU all but fp8, CUDA f16/bf16/q8_0/fp8 */
+    for (int i = 0; i <= 6; i++) {
+        ck_assert(ifd_kv_dtype_cpu((ifd_kv_dtype_t)i) == (i <= 4));
+        ck_assert(ifd_kv_dtype_gpu((ifd_kv_dtype_t)i) == (i == 1 || i == 2 || i == 3 || i == 5));
+    }
     ck_assert_int_eq(ifd_kv_dtype_parse("f32", &t), 0);
     ck_assert_int_eq(t, IFD_KV_F32);
     ck_assert_int_eq(ifd_kv_dtype_parse("q8", &t), IFD_EINVAL);
@@ -190,6 +199,7 @@ START_TEST(test_params_and_geometry)
     ck_assert_int_eq(IFD_KV_BF16, 2);
     ck_assert_int_eq(IFD_KV_Q8_0, 3);
     ck_assert_int_eq(IFD_KV_Q4_0, 4);
+    ck_assert_int_eq(IFD_KV_FP8, 5);
     /* row sizes: the kernels' ifd_kv_row_bytes gives the same (test_cpu_attention) */
     ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_F32, 64), 256);
     ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_F16, 64), 128);
@@ -200,6 +210,9 @@ START_TEST(test_params_and_geometry)
     ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q4_0, 256), 144);
     ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q8_0, 48), 0);
     ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_Q4_0, 0), 0);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_FP8, 64), 68);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_FP8, 256), 260);
+    ck_assert_uint_eq(ifd_kvpool_row_bytes(IFD_KV_FP8, 48), 0);
 
     ifd_kvpool_params_t p = small_params(0);
     ck_assert_uint_eq(ifd_kvpool_block_bytes(&p), NH * BS * HD * 4);
