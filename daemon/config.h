@@ -58,7 +58,7 @@
       "the inferd-worker program; default: next to inferd, else $PATH")                        \
     X(kv_budget, BYTES, "1G", 0, "BYTES", 1 << 20, 0, "KV cache memory per device")            \
     X(kv_dtype, STR, "f16", 0, "TYPE", 0, 0,                                                   \
-      "KV cache element type: f32, f16, bf16, q8_0, q4_0 (CPU) or fp8 (GPU)")                  \
+      "KV cache element type: f32, f16, bf16, q8_0, fp8 or q4_0 (CPU)")                        \
     X(kv_cache_dir, STR, "", 0, "DIR", 0, 0,                                                  \
       "directory of the KV cache's disk tier: published prefix blocks kept as files, read "   \
       "back instead of recomputed, across restarts; default none (off)")                      \

@@ -792,11 +792,6 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
                  d->cfg.kv_dtype);
         return IFD_EINVAL;
     }
-    if (!d->n_gpus && !ifd_kv_dtype_cpu(dt)) {
-        snprintf(err, errlen, "kv_dtype '%s' is GPU only (the CPU kernels do not read it)",
-                 d->cfg.kv_dtype);
-        return IFD_EINVAL;
-    }
     if (strcmp(d->cfg.weights_dtype, "auto") != 0 && strcmp(d->cfg.weights_dtype, "f32") != 0) {
         snprintf(err, errlen, "weights_dtype '%s': expected auto or f32", d->cfg.weights_dtype);
         return IFD_EINVAL;

@@ -2167,12 +2167,10 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     if (g.n_layers != n_global || g.n_kv_heads != (int)cfg->n_head_kv ||
         g.head_dim != (int)cfg->head_dim)
         return IFD_EMISMATCH;
-    const bool host = ifd_model_backend(m)->ops->host_memory;
-    if (ifd_kv_dtype_quantized(g.dtype) &&
-        !(host ? ifd_kv_dtype_cpu(g.dtype) : ifd_kv_dtype_gpu(g.dtype))) {
-        IFD_ERROR("engine: the %s backend cannot read %s K/V (%s)", ifd_model_backend(m)->ops->name,
-                  ifd_kv_dtype_name(g.dtype),
-                  host ? "fp8 is GPU only" : "a GPU reads f16, bf16, q8_0 or fp8");
+    if (ifd_kv_dtype_quantized(g.dtype) && !ifd_model_backend(m)->ops->host_memory &&
+        !ifd_kv_dtype_gpu(g.dtype)) {
+        IFD_ERROR("engine: %s K/V is CPU only; the %s backend reads f16, bf16, q8_0 or fp8",
+                  ifd_kv_dtype_name(g.dtype), ifd_model_backend(m)->ops->name);
         return IFD_ENOTSUP;
     }
     if (dev < 0 || dev >= g.n_devices)

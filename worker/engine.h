@@ -388,9 +388,9 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);
  * ifd_kvpool_bind_segment: imported when it exists — an fd from the router
  * or an IPC handle — else created; the caller then hands
  * ifd_kvpool_data_fd(pool, dev) to the router). IFD_EMISMATCH (geometry),
- * IFD_ENODEV (a backend that cannot map it), IFD_ENOTSUP (a quantized K/V
- * type the backend's kernels do not read: q4_0 on a GPU backend, fp8 on the
- * CPU one — ifd_kv_dtype_cpu/_gpu), or the bind's error.
+ * IFD_ENODEV (a backend that cannot map it), IFD_ENOTSUP (q4_0 K/V on a
+ * backend without host memory: the CUDA kernels read f16, bf16, q8_0 and
+ * fp8, ifd_kv_dtype_gpu), or the bind's error.
  * *out_ctx must be freed with ifd_engine_model_free. */
 int ifd_engine_model_from(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvpool_t *pool, int dev);
 /* The same over two pools: `pool` holds the model's global layers and

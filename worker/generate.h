@@ -35,7 +35,7 @@ typedef struct {
     FILE *dump_logits;        /* if set: .npy of float32 logits [rows, vocab] */
     int block_size;           /* KV tokens per block; 0: IFD_KVPOOL_DEFAULT_BLOCK_SIZE */
     int kv_dtype;             /* ifd_kv_dtype_t; -1 (default): f32 on the CPU, f16 on a GPU.
-                               * q4_0 on a GPU backend, fp8 on the CPU: IFD_ENOTSUP (engine.h) */
+                               * q4_0 on a GPU backend: IFD_ENOTSUP (engine.h) */
     /* A model with sliding-window and global layers: the local layers' K/V
      * in a pool of their own (host memory, or on the CUDA backend a device
      * segment of its own), just big enough for the window before a prefill

@@ -93,11 +93,6 @@ bool ifd_kv_dtype_quantized(ifd_kv_dtype_t t)
     return t == IFD_KV_Q8_0 || t == IFD_KV_Q4_0 || t == IFD_KV_FP8;
 }
 
-bool ifd_kv_dtype_cpu(ifd_kv_dtype_t t)
-{
-    return (unsigned)t < KV_N_DTYPES && t != IFD_KV_FP8;
-}
-
 bool ifd_kv_dtype_gpu(ifd_kv_dtype_t t)
 {
     return t == IFD_KV_F16 || t == IFD_KV_BF16 || t == IFD_KV_Q8_0 || t == IFD_KV_FP8;

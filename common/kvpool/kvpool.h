@@ -82,8 +82,7 @@
  * ifd_kv_row_bytes, must stay equal (test_cpu_attention pins both). Q8_0 and
  * Q4_0 are blocks of 32 values with one f16 scale, FP8 rows of e4m3 codes
  * with one f32 scale per row (docs/kvpool.md, "Quantized K/V"); the three
- * need head_dim a multiple of 32. Which backend reads which type:
- * ifd_kv_dtype_cpu / ifd_kv_dtype_gpu. */
+ * need head_dim a multiple of 32. Which ones a GPU reads: ifd_kv_dtype_gpu. */
 typedef enum {
     IFD_KV_F32 = 0,
     IFD_KV_F16 = 1,
@@ -103,9 +102,8 @@ const char *ifd_kv_dtype_name(ifd_kv_dtype_t t);
 /* True for the types with scales inside the rows (Q8_0, Q4_0, FP8). */
 bool ifd_kv_dtype_quantized(ifd_kv_dtype_t t);
 
-/* Whether the CPU backend's kernels read K/V of this type (all but FP8), and
- * whether the CUDA ones do (F16, BF16, Q8_0, FP8). */
-bool ifd_kv_dtype_cpu(ifd_kv_dtype_t t);
+/* Whether the CUDA kernels read K/V of this type (F16, BF16, Q8_0, FP8); the
+ * CPU ones read all six. */
 bool ifd_kv_dtype_gpu(ifd_kv_dtype_t t);
 
 /* Bytes of one token's K (or V) row of one KV head: head_dim · 4 / 2 / 2,

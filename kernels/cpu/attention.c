@@ -14,8 +14,11 @@
  * here on write, as GGML's reference quantizers do, and read in place by
  * every path: the SIMD kernels dequantize 8 or 16 values in registers as
  * they load them (x = (float)q · d), the scalar path and the AVX-512 partial
- * chunks a chunk's rows into the same f32 buffer the f16 rows use. Every path
- * computes with the values ifd_cpu_kv_dequant_row gives.
+ * chunks a chunk's rows into the same f32 buffer the f16 rows use. FP8 rows
+ * (e4m3 codes, one f32 scale per row; the CUDA kernels' type) are written
+ * here too, and read by every path through that buffer (dequantized per
+ * chunk, not in registers: a reference and a fallback, not a fast path).
+ * Every path computes with the values ifd_cpu_kv_dequant_row gives.
  *
  * Attention work item = (query token, KV head): it serves the G = n_heads /
  * n_kv_heads query heads that share the KV head, so each K/V row is loaded
@@ -292,6 +295,7 @@ static const float *ifd__rows_f32(const ifd_kv_layer_t *kv, const void *region, 
         return buf;
     case IFD_DTYPE_Q8_0:
     case IFD_DTYPE_Q4_0:
+    case IFD_DTYPE_FP8:
         for (int j = 0; j < n; j++)
             ifd_cpu_kv_dequant_row(buf + (int64_t)j * hd, r + j * ifd__row_bytes(kv->dtype, hd),
                                    kv->dtype, hd);
@@ -836,9 +840,9 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void
 }
 
 /* A chunk on AVX-512: a whole chunk (16 rows) is read in place in its own
- * dtype; a partial one, or a head_dim that is not a multiple of 16 with
- * 16-bit K/V, goes through f32 copies (K zero-padded to 16 rows; a block
- * type's rows dequantized into them). */
+ * dtype; a partial one, a head_dim that is not a multiple of 16 with 16-bit
+ * K/V, or FP8 rows go through f32 copies (K zero-padded to 16 rows; a
+ * quantized type's rows dequantized into them). */
 IFD__TARGET_AVX512 static void ifd__chunk_avx512_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
                                                     const float *q, int G, float scale, float *m,
                                                     float *l, float *acc, float *kbuf,
@@ -846,7 +850,8 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512_kv(const ifd_kv_layer_t *kv, in
 {
     const int hd = kv->head_dim;
     const char *K = (const char *)kv->k + base, *V = (const char *)kv->v + base;
-    if (n == IFD__ATT_CHUNK && (kv->dtype == IFD_DTYPE_F32 || hd % 16 == 0)) {
+    if (n == IFD__ATT_CHUNK && kv->dtype != IFD_DTYPE_FP8 &&
+        (kv->dtype == IFD_DTYPE_F32 || hd % 16 == 0)) {
         switch (kv->dtype) {
         case IFD_DTYPE_Q8_0:
             ifd__chunk_avx512(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_Q8_0);
@@ -1123,8 +1128,7 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
     if (n_tok < 0 || max_blocks <= 0 || n_heads <= 0 || window < 0 || !isfinite(scale) ||
         n_heads % kv->n_kv_heads != 0)
         return IFD_EINVAL;
-    if (kv->head_dim > IFD__ATT_MAX_HEAD_DIM || n_heads / kv->n_kv_heads > IFD__ATT_MAX_GROUP ||
-        kv->dtype == IFD_DTYPE_FP8)
+    if (kv->head_dim > IFD__ATT_MAX_HEAD_DIM || n_heads / kv->n_kv_heads > IFD__ATT_MAX_GROUP)
         return IFD_ENOTSUP;
     /* Every block a token will read must be mapped (checked here, on the
      * caller's thread, so the workers cannot fail). */
@@ -1165,7 +1169,7 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
         .heads_per_item = hpi,
         .items_per_tok = (kv->n_kv_heads + hpi - 1) / hpi,
         .isa = ifd__cpu_isa(),
-        .raw_avx2 = kv->head_dim % 8 == 0,
+        .raw_avx2 = kv->head_dim % 8 == 0 && kv->dtype != IFD_DTYPE_FP8,
         .n_tok = n_tok,
     };
     const int64_t items = (int64_t)n_tok * c.items_per_tok;

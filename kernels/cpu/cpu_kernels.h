@@ -23,8 +23,8 @@
 /* Element type of the KV pool and of weights handed to kernels. Q8_0 and
  * Q4_0 are KV-only block types (32 values share one f16 scale, rows laid out
  * as ifd_kv_row_bytes says), FP8 a KV-only row type (e4m3 with one f32 scale
- * per row; the CUDA kernels read it, the CPU ones only write and dequantize
- * it); everything else takes F32/F16/BF16. */
+ * per row: the CUDA kernels' type; the CPU attention reads it through an f32
+ * copy per chunk); everything else takes F32/F16/BF16. */
 typedef enum {
     IFD_DTYPE_F32 = 0,
     IFD_DTYPE_F16 = 1,
@@ -221,7 +221,8 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
  * last[t] < pos[t], a needed block-table entry < 0 or last[t] / block_size
  * ≥ max_blocks
  * (checked before any work); IFD_ENOTSUP: head_dim > 256, more than 32
- * query heads per KV head, or another dtype (FP8 included: GPU only).
+ * query heads per KV head, or another dtype. FP8 K/V are dequantized a chunk
+ * at a time into f32 (every ISA path), with the same result.
  */
 int ifd_cpu_paged_attention(float *restrict out,       /* [n_tok, n_heads, head_dim] */
                             const float *restrict q,   /* [n_tok, n_heads, head_dim] */

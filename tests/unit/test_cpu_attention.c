@@ -8,12 +8,13 @@
  * padding slots, and then runs one ragged batch mixing a prefill chunk on top
  * of cached context, a whole prompt, a first token and two decode tokens,
  * interleaved, plus padding rows (seq −1). Outputs start as NaN. Cases cover
- * f32/f16/bf16 and q8_0/q4_0 KV, GQA group sizes 1..4, head dims 8..256 (not
+ * f32/f16/bf16, q8_0/q4_0 and fp8 KV, GQA group sizes 1..4, head dims 8..256 (not
  * all multiples of the SIMD width), block sizes 1..32 and sliding windows.
  *
  * Every row kv_write stored must be byte for byte what this file's own
- * encoder gives (ref_encode: f16/bf16 rounding, and for q8_0/q4_0 GGML's
- * reference quantizers in the row layout cpu_kernels.h documents); every row
+ * encoder gives (ref_encode: f16/bf16 rounding, for q8_0/q4_0 GGML's
+ * reference quantizers in the row layout cpu_kernels.h documents, for fp8 the
+ * nearest e4m3 code found by search); every row
  * it did not store keeps its poison bytes.
  *
  * Tolerance: |out − ref| ≤ 4e-6 (outputs are convex combinations of V rows
@@ -64,6 +65,29 @@ static void shuffle_int(int *a, int n)
  * rounded to nearest even, q8_0/q4_0 per 32 values as GGML's
  * quantize_row_q8_0_ref / quantize_row_q4_0_ref, quants first then the f16
  * scales. */
+/* The value of e4m3 code c by its definition (bias 7, 3 mantissa bits). */
+static double e4m3_ref(int c)
+{
+    const int e = (c >> 3) & 15, m = c & 7;
+    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return c & 0x80 ? -v : v;
+}
+
+/* The finite e4m3 code nearest to x by search (a tie: the even code; the
+ * sign of a zero kept), independent of kv_fp8.h's bit arithmetic. */
+static int e4m3_nearest(double x)
+{
+    int best = signbit(x) ? 0x80 : 0;
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f || (c & 0x80) != (signbit(x) ? 0x80 : 0))
+            continue;
+        const double d = fabs(e4m3_ref(c) - x), db = fabs(e4m3_ref(best) - x);
+        if (d < db || (d == db && (c & 1) == 0 && (best & 1)))
+            best = c;
+    }
+    return best;
+}
+
 static void ref_encode(uint8_t *row, ifd_dtype_t dt, const float *x, int hd)
 {
     if (dt == IFD_DTYPE_F32) {
@@ -75,6 +99,16 @@ static void ref_encode(uint8_t *row, ifd_dtype_t dt, const float *x, int hd)
             const uint16_t h = dt == IFD_DTYPE_F16 ? ifd_f32_to_f16(x[e]) : ifd_f32_to_bf16(x[e]);
             memcpy(row + 2 * e, &h, 2);
         }
+        return;
+    }
+    if (dt == IFD_DTYPE_FP8) { /* s = amax / 448, codes the nearest to x / s */
+        float amax = 0;
+        for (int e = 0; e < hd; e++)
+            amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
+        const float s = amax / 448, is = s ? 1.0f / s : 0.0f;
+        for (int e = 0; e < hd; e++)
+            row[e] = (uint8_t)e4m3_nearest(x[e] * is);
+        memcpy(row + hd, &s, 4);
         return;
     }
     const int qbytes = dt == IFD_DTYPE_Q8_0 ? hd : hd / 2;
@@ -115,6 +149,12 @@ static void ref_decode(float *y, ifd_dtype_t dt, const uint8_t *row, int hd)
             memcpy(&h, row + 2 * e, 2);
             y[e] = dt == IFD_DTYPE_F16 ? ifd_f16_to_f32(h) : ifd_bf16_to_f32(h);
             break;
+        case IFD_DTYPE_FP8: {
+            float s;
+            memcpy(&s, row + hd, 4);
+            y[e] = (float)e4m3_ref(row[e]) * s;
+            break;
+        }
         default:
             memcpy(&h, row + qbytes + 2 * (e / 32), 2);
             if (dt == IFD_DTYPE_Q8_0) {
@@ -443,6 +483,9 @@ static const att_cfg_t att_cfgs[] = {
     {9, 3, 64, 16, IFD_DTYPE_Q8_0, 0},  {9, 3, 64, 16, IFD_DTYPE_Q4_0, 0},
     {4, 1, 256, 16, IFD_DTYPE_Q8_0, 5}, {6, 2, 32, 5, IFD_DTYPE_Q4_0, 3},
     {16, 4, 128, 32, IFD_DTYPE_Q4_0, 0}, {3, 3, 96, 3, IFD_DTYPE_Q8_0, 40},
+    /* fp8 rows: SmolLM2, Gemma-like with a window, partial chunks */
+    {9, 3, 64, 16, IFD_DTYPE_FP8, 0},   {4, 1, 256, 16, IFD_DTYPE_FP8, 5},
+    {3, 3, 96, 3, IFD_DTYPE_FP8, 40},
 };
 
 START_TEST(test_attention)
@@ -538,13 +581,6 @@ START_TEST(test_row_bytes)
 }
 END_TEST
 
-/* The value of e4m3 code c by its definition (bias 7, 3 mantissa bits). */
-static double e4m3_ref(int c)
-{
-    const int e = (c >> 3) & 15, m = c & 7;
-    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
-    return c & 0x80 ? -v : v;
-}
 
 /* The e4m3 code (kv_fp8.h, shared with the CUDA kernels) against its
  * definition: every code decodes to its value and encodes back; random and
@@ -585,7 +621,8 @@ END_TEST
 
 /* FP8 rows (ifd_cpu_kv_write): s = amax / 448 as f32 after the codes, each
  * value within half a step of its input (2^-4 relative, or 2^-10 · s among
- * the subnormals); a zero row has scale 0; the CPU attention refuses them. */
+ * the subnormals); a zero row has scale 0; attention over the one position
+ * is that row's dequantized V. */
 START_TEST(test_fp8_rows)
 {
     float k[2 * 64], y[64];
@@ -612,8 +649,9 @@ START_TEST(test_fp8_rows)
     float q[64] = {0}, out[64];
     int32_t bt[1] = {0}, seq = 0, pos = 0;
     ifd_kv_layer_t kv = {row, row, IFD_DTYPE_FP8, 1, 1, 64};
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 1, 1, 1, 1, 0, NULL),
-                     IFD_ENOTSUP);
+    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 1, 1, 1, 1, 0, NULL), 0);
+    for (int e = 0; e < 64; e++) /* == (acc = 0 + 1 · v turns −0 into +0) */
+        ck_assert(out[e] == y[e]);
 }
 END_TEST
 
