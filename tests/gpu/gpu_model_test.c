@@ -59,7 +59,8 @@ int gt_side_open(gt_side_t *s, ifd_backend_t *be, int be_rc, const char *be_err,
         gt_fail(__FILE__, __LINE__, "load: %s %s", ifd_strerror(rc), err);
         return rc;
     }
-    const size_t bytes = (size_t)n_blocks * c->n_head_kv * (size_t)block_size * c->head_dim * 2;
+    const size_t bytes = (size_t)n_blocks * c->n_head_kv * (size_t)block_size *
+                         (size_t)ifd_kv_row_bytes(kv_dtype, (int)c->head_dim);
     for (uint32_t l = 0; l < c->n_layer; l++) {
         if ((rc = be->ops->alloc(be, bytes, &s->k[l])) ||
             (rc = be->ops->alloc(be, bytes, &s->v[l]))) {

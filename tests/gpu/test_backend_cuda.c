@@ -29,6 +29,16 @@
  *   exact mode (f32 weights/activations/GEMMs), f16 KV ≤ 2e-3 (measured ≤ 4.5e-4:
  *       q and P rounded to f16 in attention), and at position 0 — where
  *       attention is v itself — ≤ 1e-5, pinning every other op to f32.
+ *   bf16 GEMM inputs (--gpu-dtype bf16), q8_0 KV  ≤ 3e-2 (measured ≤ 1.7e-2)
+ *   bf16 GEMM inputs, fp8 KV                       ≤ 8e-2 (measured ≤ 4.4e-2)
+ *   exact mode, q8_0 KV (llama)                    ≤ 1e-2 (measured ≤ 3.9e-3)
+ *   exact mode, fp8 KV (gemma3)                    ≤ 2e-2 (measured ≤ 7.3e-3)
+ *       both sides quantize with the same rounding and read the same types (the
+ *       CPU kernels read q8_0 and fp8); what differs is the K/V they quantize (bf16
+ *       GEMM inputs, or f32 summation order in exact mode), and a value that moves
+ *       across a rounding edge changes by a whole quant step (1/127 of its block's
+ *       amax for q8_0, 1/16 relative for e4m3), so the differences upstream are
+ *       amplified; the GPU also rounds the dequantized values to f16 for the MMA.
  * (3 layers, measured on the emulator; IFD_TEST_VERBOSE=1 prints them.)
  *
  * On the emulator (IFD_CUDA_EMU, labels unit + emu) the real backend code,
@@ -116,18 +126,32 @@ static double step(gt_side_t *cpu, gt_side_t *gpu, const ifd_model_config_t *c, 
 }
 
 /* The three configurations checked, with their tolerances (see the top). */
-typedef enum { MODE_BF16 = 0, MODE_BF16_KV = 1, MODE_EXACT = 2 } mode_t_;
+typedef enum {
+    MODE_BF16 = 0,
+    MODE_BF16_KV = 1,
+    MODE_EXACT = 2,
+    MODE_BF16_Q8 = 3,
+    MODE_BF16_FP8 = 4,
+    MODE_EXACT_Q8 = 5,
+    MODE_EXACT_FP8 = 6
+} mode_t_;
 
 static void run(bool gemma, mode_t_ mode, bool images)
 {
     ifd_model_config_t c = gt_tiny_config(gemma, 3);
-    static const double tols[] = {1e-2, 2e-2, 2e-3};
-    static const char *names[] = {"bf16, f16 KV", "bf16, bf16 KV", "exact f32, f16 KV"};
+    static const double tols[] = {1e-2, 2e-2, 2e-3, 3e-2, 8e-2, 1e-2, 2e-2};
+    static const char *names[] = {"bf16, f16 KV",       "bf16, bf16 KV", "exact f32, f16 KV",
+                                  "bf16, q8_0 KV",      "bf16, fp8 KV",  "exact f32, q8_0 KV",
+                                  "exact f32, fp8 KV"};
+    static const ifd_dtype_t kvts[] = {IFD_DTYPE_F16,  IFD_DTYPE_BF16, IFD_DTYPE_F16,
+                                       IFD_DTYPE_Q8_0, IFD_DTYPE_FP8,  IFD_DTYPE_Q8_0,
+                                       IFD_DTYPE_FP8};
+    const bool exact = mode == MODE_EXACT || mode == MODE_EXACT_Q8 || mode == MODE_EXACT_FP8;
     const double tol = tols[mode], tol0 = mode == MODE_EXACT ? 1e-5 : 0;
-    const ifd_dtype_t kvt = mode == MODE_BF16_KV ? IFD_DTYPE_BF16 : IFD_DTYPE_F16;
+    const ifd_dtype_t kvt = kvts[mode];
     gt_side_t cpu = {0}, gpu = {0};
     if (side_open(&cpu, 0, &c, kvt) == 0 &&
-        side_open(&gpu, mode == MODE_EXACT ? 2 : 1, &c, kvt) == 0) {
+        side_open(&gpu, exact ? 2 : 1, &c, kvt) == 0) {
         GT_EXPECT(ifd_model_weight_bytes(gpu.m) > 0, "no weights");
         const int p1[2] = {0, 0}, q1[2] = {13, 21};
         const int p2[2] = {13, 21}, q2[2] = {1, 1};
@@ -420,6 +444,12 @@ CASE(llama_exact, false, MODE_EXACT, false)
 CASE(gemma_exact, true, MODE_EXACT, false)
 CASE(gemma_images_bf16, true, MODE_BF16, true)
 CASE(gemma_images_exact, true, MODE_EXACT, true)
+CASE(llama_q8_0, false, MODE_BF16_Q8, false)
+CASE(gemma_q8_0, true, MODE_BF16_Q8, false)
+CASE(llama_fp8, false, MODE_BF16_FP8, false)
+CASE(gemma_fp8, true, MODE_BF16_FP8, false)
+CASE(llama_exact_q8_0, false, MODE_EXACT_Q8, false)
+CASE(gemma_exact_fp8, true, MODE_EXACT_FP8, false)
 #undef CASE
 
 int main(void)
@@ -435,6 +465,12 @@ int main(void)
     gt_case("gemma3 with images: exact mode vs the CPU backend", gemma_images_exact);
     gt_case("images: chunked prefill equals one chunk, bit for bit", test_images_chunk_invariance);
     gt_case("images: a decode row beside an image chunk is unchanged", test_images_other_rows);
+    gt_case("llama: bf16 vs the CPU backend (q8_0 KV)", llama_q8_0);
+    gt_case("gemma3: bf16 vs the CPU backend (q8_0 KV)", gemma_q8_0);
+    gt_case("llama: bf16 vs the CPU backend (fp8 KV)", llama_fp8);
+    gt_case("gemma3: bf16 vs the CPU backend (fp8 KV)", gemma_fp8);
+    gt_case("llama: exact mode vs the CPU backend (q8_0 KV)", llama_exact_q8_0);
+    gt_case("gemma3: exact mode vs the CPU backend (fp8 KV)", gemma_exact_fp8);
     gt_case("offline generation (KV in device memory) vs the CPU backend", test_generate);
     gt_case("gemma3: offline generation with the local layers' pool in device memory",
             test_generate_local_pool);
