@@ -123,6 +123,12 @@ if(CMAKE_CXX_COMPILER)
                LIBS ifd_kernels_emu ifd_kernels ${IFD_GPU_WORKER_LIBS} PkgConfig::JANSSON
                LABELS unit emu TIMEOUT 300)
   target_compile_definitions(test_engine_cuda_emu PRIVATE IFD_TEST_ENGINE_CUDA_EMU)
+  # The same with the quantized K/V the CUDA kernels read (docs/kvpool.md): batched
+  # equals solo, prefix reuse, preemption and a SIGKILLed worker's successor per type.
+  foreach(kvt q8_0 fp8)
+    add_test(NAME test_engine_cuda_emu_${kvt} COMMAND test_engine_cuda_emu --kv-dtype ${kvt})
+    ifd_test_properties(test_engine_cuda_emu_${kvt} 300 "unit;emu")
+  endforeach()
   target_include_directories(test_engine_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
   set_target_properties(test_engine_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)

@@ -20,11 +20,13 @@
  * Built a second time as test_engine_cuda_emu (IFD_TEST_ENGINE_CUDA_EMU,
  * labels unit + emu; tests/gpu/kernels.cmake): the same properties through
  * the CUDA backend on the emulator, on a tiny random-weight Llama
- * (deploy/shapes/tiny-llama.json) with f16 KV and fewer, shorter requests,
- * the K/V in the pool's device segment (CUDA VMM on the emulated driver);
- * and two more: a SIGKILLed worker's successor finds its cached prefix in
- * the segment the router kept (VMM), or finds it lost and the pool rebuilt
- * (IPC, whose memory dies with its creator).
+ * (deploy/shapes/tiny-llama.json) with f16 KV (`--kv-dtype q8_0|fp8`: the
+ * quantized types the CUDA kernels read; CTest test_engine_cuda_emu_q8_0 /
+ * _fp8) and fewer, shorter requests, the K/V in the pool's device segment
+ * (CUDA VMM on the emulated driver); and two more: a SIGKILLed worker's
+ * successor finds its cached prefix in the segment the router kept (VMM), or
+ * finds it lost and the pool rebuilt (IPC, whose memory dies with its
+ * creator). q4_0, which the CUDA kernels do not read, is refused.
  */
 #include "kvpool/kvparams.h"
 #include "testutil.h"
@@ -61,7 +63,7 @@
 static ifd_backend_t *be;
 static ifd_model_t *model;
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
-static const ifd_kv_dtype_t kv_dtype = IFD_KV_F16; /* the CUDA attention kernels' */
+static ifd_kv_dtype_t kv_dtype = IFD_KV_F16; /* --kv-dtype T (a type the CUDA kernels read) */
 #else
 static ifd_kv_dtype_t kv_dtype = IFD_KV_F32; /* --kv-dtype T */
 #endif
@@ -537,23 +539,20 @@ static void reattach(ifd_kvseg_kind_t kind)
     ifd_kvpool_destroy(pool);
 }
 
-/* The quantized KV blocks are CPU only: the CUDA backend's engine refuses a
- * q8_0 or q4_0 pool (IFD_ENOTSUP, logged) before binding anything. */
-START_TEST(test_quantized_kv_refused)
+/* q4_0 blocks are CPU only: the CUDA backend's engine refuses a q4_0 pool
+ * (IFD_ENOTSUP, logged) before binding anything. */
+START_TEST(test_q4_0_kv_refused)
 {
-    const ifd_kv_dtype_t q[2] = {IFD_KV_Q8_0, IFD_KV_Q4_0};
-    for (int i = 0; i < 2; i++) {
-        ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(model));
-        kp.dtype = q[i];
-        kp.n_blocks = 4;
-        kp.n_workers = 1;
-        kp.kind[0] = kv_kind;
-        ifd_kvpool_t *pool;
-        ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
-        ifd_engine_model_t em;
-        ck_assert_int_eq(ifd_engine_model_from(&em, model, pool, 0), IFD_ENOTSUP);
-        ifd_kvpool_destroy(pool);
-    }
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(model));
+    kp.dtype = IFD_KV_Q4_0;
+    kp.n_blocks = 4;
+    kp.n_workers = 1;
+    kp.kind[0] = kv_kind;
+    ifd_kvpool_t *pool;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
+    ifd_engine_model_t em;
+    ck_assert_int_eq(ifd_engine_model_from(&em, model, pool, 0), IFD_ENOTSUP);
+    ifd_kvpool_destroy(pool);
 }
 END_TEST
 
@@ -573,10 +572,10 @@ END_TEST
 int main(int argc, char **argv)
 {
     char path[4096], err[512] = "";
-#ifndef IFD_TEST_ENGINE_CUDA_EMU
     if (argc == 3 && strcmp(argv[1], "--kv-dtype") == 0) {
         if (ifd_kv_dtype_parse(argv[2], &kv_dtype) != 0) {
-            fprintf(stderr, "--kv-dtype '%s': expected f32, f16, bf16, q8_0 or q4_0\n", argv[2]);
+            fprintf(stderr, "--kv-dtype '%s': expected f32, f16, bf16, q8_0, q4_0 or fp8\n",
+                    argv[2]);
             return 2;
         }
         printf("KV dtype %s\n", argv[2]);
@@ -584,9 +583,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s [--kv-dtype T]\n", argv[0]);
         return 2;
     }
-#else
-    (void)argc, (void)argv;
-#endif
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
     ifd_model_config_t cfg;
     const char *src = getenv("INFERD_SOURCE_DIR");
@@ -622,7 +618,19 @@ int main(int argc, char **argv)
 #ifndef IFD_TEST_ENGINE_CUDA_EMU
     tcase_add_test(tc, test_images_batched_equals_solo);
 #endif
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+    /* Not with quantized K/V on the CUDA backend: a verification (k + 1 query tokens
+     * of a sequence) runs through the prefill kernel, which differs from the decode
+     * kernel in the last bits (~1e-4 relative, f16 too); with f16 K/V that stays 1e-4 and the
+     * tokens agree, but a quantized K/V row that moves by it can cross a rounding
+     * edge and change by a whole quant step in the next layer, and a greedy token
+     * flips (q8_0: request 7 token 5, fp8: request 1 token 3 of the 8 x 6).
+     * docs/kvpool.md, "Quantized K/V on the GPU". */
+    if (!ifd_kv_dtype_quantized(kv_dtype))
+        tcase_add_test(tc, test_speculative_equals_plain);
+#else
     tcase_add_test(tc, test_speculative_equals_plain);
+#endif
 #ifndef IFD_TEST_ENGINE_CUDA_EMU
     if (!ifd_test_sanitized())
         tcase_add_test(tc, test_speculative_oracle_prompts);
@@ -630,7 +638,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_small_pool_completes_all);
     tcase_add_test(tc, test_repeated_prompt_reuses_blocks);
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
-    tcase_add_test(tc, test_quantized_kv_refused);
+    tcase_add_test(tc, test_q4_0_kv_refused);
     /* last: they fork worker processes (a failed check there ends the child) */
     tcase_add_test(tc, test_killed_worker_finds_prefixes);
     tcase_add_test(tc, test_ipc_creator_killed_rebuilds);
