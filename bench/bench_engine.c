@@ -15,7 +15,7 @@
  *
  *   bench_engine [--model PATH] [--requests N] [--prompt P] [--output O]
  *                [--concurrency 1,4,16,64] [--budget B] [--threads T]
- *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16|q8_0|q4_0]
+ *                [--requests-c1 N1] [--kv-dtype f16|f32|bf16|q8_0|q4_0|fp8]
  *                [--prefill-cap auto,off,N,...] [--weights-dtype auto|f32]
  *                [--backend cpu|cuda|cuda-f32]
  *                [--step-ratio R] [--simulate A,B]
@@ -213,7 +213,7 @@ static int check_opts(opts_t *o)
     }
     if (ifd_kv_dtype_parse(o->kv_name, &o->kv_dtype) != 0) {
         fprintf(stderr,
-                "bench_engine: --kv-dtype '%s': expected f32, f16, bf16, q8_0 or q4_0\n",
+                "bench_engine: --kv-dtype '%s': expected f32, f16, bf16, q8_0, q4_0 or fp8\n",
                 o->kv_name);
         return 2;
     }

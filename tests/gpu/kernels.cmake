@@ -166,6 +166,17 @@ if(CMAKE_CXX_COMPILER)
     COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/test_daemon.sh gpu_emu
             $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker> $<TARGET_FILE:inferd-worker-emu>
     LABELS emu model TIMEOUT 300)
+  # --gpu-dtype bf16 with the quantized K/V the CUDA kernels read, served end to end:
+  # the pool sized in the POOL step, a streamed chat, a SIGKILLed worker's replacement
+  # serving the same prompt from the cached prefix with the same tokens.
+  foreach(kvt q8_0 fp8)
+    ifd_add_script_test(test_daemon_gpu_emu_${kvt}
+      COMMAND ${CMAKE_COMMAND} -E env INFERD_TEST_KV_DTYPE=${kvt}
+              ${PROJECT_SOURCE_DIR}/tests/integration/test_daemon.sh gpu_emu
+              $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker> $<TARGET_FILE:inferd-worker-emu>
+              test_gpu_stream_and_pool_size
+      LABELS emu model TIMEOUT 300)
+  endforeach()
   # The KV pool's device segment across a GPU worker's SIGKILL: the router's
   # fd keeps the prefixes (VMM); IPC memory and a forgetful driver rebuild.
   ifd_add_script_test(test_daemon_gpu_pool_emu

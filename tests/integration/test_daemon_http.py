@@ -96,10 +96,11 @@ def test_config_file_and_flags():
     out = subprocess.run([INFERD, "--model", model_path(), "--socket", os.path.join(d, "s"),
                           "--kv-dtype", "q5_0"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "kv_dtype 'q5_0': expected" in out.stderr, out.stderr
-    # the quantized KV blocks are CPU only: refused with GPUs before any device is touched
-    out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "0", "--kv-dtype", "q8_0"],
+    # q4_0 blocks are CPU only (the CUDA kernels read f16, bf16, q8_0 and fp8): refused
+    # with GPUs before any device is touched
+    out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "0", "--kv-dtype", "q4_0"],
                          capture_output=True, text=True, timeout=30)
-    assert out.returncode == 1 and "kv_dtype 'q8_0' is CPU only" in out.stderr, out.stderr
+    assert out.returncode == 1 and "kv_dtype 'q4_0' is CPU only" in out.stderr, out.stderr
     out = subprocess.run([INFERD, "--model", model_path(), "--gpus", "0"], capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 1 and "CUDA" in out.stderr, out.stderr
