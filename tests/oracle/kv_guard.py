@@ -54,6 +54,9 @@ LIMITS = {
              "held_equal": 1, "held_mean": 18, "long_min": 24},
     "q4_0": {"rel_max": 3.3, "rel_med": 0.35, "top1": 0.60, "greedy": 2,
              "held_equal": 0, "held_mean": 2, "long_min": 1},
+    # not in TYPES (CI's run): measuring, see docs/kvpool.md "Accuracy guard"
+    "fp8": {"rel_max": 1e9, "rel_med": 1e9, "top1": 0.0, "greedy": 0,
+            "held_equal": 0, "held_mean": 0, "long_min": 0},
 }
 
 def skip(why):

@@ -148,15 +148,18 @@ START_TEST(test_capacity_per_dtype)
         const int64_t f16 = seqs_2k(geo[g][0], geo[g][1], geo[g][2], IFD_KV_F16, budget);
         const int64_t q8 = seqs_2k(geo[g][0], geo[g][1], geo[g][2], IFD_KV_Q8_0, budget);
         const int64_t q4 = seqs_2k(geo[g][0], geo[g][1], geo[g][2], IFD_KV_Q4_0, budget);
+        const int64_t f8 = seqs_2k(geo[g][0], geo[g][1], geo[g][2], IFD_KV_FP8, budget);
         printf("geometry %d: 2k-token sequences in 1 GiB: f16 %lld, q8_0 %lld (%.3fx), "
-               "q4_0 %lld (%.3fx)\n",
+               "q4_0 %lld (%.3fx), fp8 %lld (%.3fx)\n",
                g, (long long)f16, (long long)q8, (double)q8 / (double)f16, (long long)q4,
-               (double)q4 / (double)f16);
+               (double)q4 / (double)f16, (long long)f8, (double)f8 / (double)f16);
         ck_assert_int_gt(f16, 10);
         /* 16 bits against 8.5 (q8_0) and 4.5 (q4_0) per value: 1.882x and
-         * 3.556x, less one sequence of rounding */
+         * 3.556x, less one sequence of rounding; fp8 8 + 32 / head_dim bits:
+         * 1.882x at head_dim 64, 1.969x at 256 */
         ck_assert_int_ge(q8 * 1000, 1860 * f16);
         ck_assert_int_ge(q4 * 1000, 3500 * f16);
+        ck_assert_int_ge(f8 * 1000, (g == 0 ? 1860 : 1940) * f16);
     }
 }
 END_TEST

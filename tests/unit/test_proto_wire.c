@@ -500,10 +500,10 @@ START_TEST(test_encode_refuses_invalid)
     m = sample(IFD_WIRE_FINISHED);
     m.u.finished.reason = IFD_WIRE_FINISH_COUNT;
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
-    m = sample(IFD_WIRE_HELLO); /* KV dtypes 0..4 (f32 … q4_0), not 5 */
-    m.u.hello.kv.dtype = 5;
+    m = sample(IFD_WIRE_HELLO); /* KV dtypes 0..5 (f32 … q4_0, fp8), not 6 */
+    m.u.hello.kv.dtype = 6;
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
-    m.u.hello.kv.dtype = 4;
+    m.u.hello.kv.dtype = 5;
     ck_assert_int_eq(ifd_wire_encode(&b, &m), 0);
     char *big = malloc(IFD_WIRE_MAX_STR + 2);
     memset(big, 'x', IFD_WIRE_MAX_STR + 1);
