@@ -22,7 +22,8 @@
  *
  * Specializations: head_dim 64/128/256 x {bf16, f16, q8_0, fp8}; STAGES 4
  * for 64, else 2. Quantized K/V are dequantized to f16 on their way into the
- * stage (kv_stage: a synchronous load, not cp.async; attn_common.cuh). Shared memory: Q tile + 4 warps x STAGES x (K + V) tiles.
+ * stage (kv_stage: a synchronous load, not cp.async; attn_common.cuh).
+ * Shared memory: Q tile + 4 warps x STAGES x (K + V) tiles.
  */
 #include "attn_decode.h"
 

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
     IFD_DYN_SMEM(smem);
     unsigned char *sQ = smem;
     unsigned char *sK = smem + BM * D * 2; /* [2][BN][D] */
-    unsigned char *sV = sK + 2 * TILE;    /* [2][BN][D] */
+    unsigned char *sV = sK + 2 * TILE;     /* [2][BN][D] */
 
     const int s = blockIdx.y, kvh = blockIdx.z;
     const int tile = gridDim.x - 1 - blockIdx.x;
@@ -241,9 +241,8 @@ extern "C" int ifd_cuda_paged_prefill_attention(
         return IFD_EINVAL;
     if (kv->head_dim != 64 && kv->head_dim != 128 && kv->head_dim != 256)
         return IFD_ENOTSUP;
-    if (kv->block_size != KV_BLOCK ||
-        (kv->dtype != IFD_DTYPE_BF16 && kv->dtype != IFD_DTYPE_F16 &&
-         kv->dtype != IFD_DTYPE_Q8_0 && kv->dtype != IFD_DTYPE_FP8))
+    if (kv->block_size != KV_BLOCK || (kv->dtype != IFD_DTYPE_BF16 && kv->dtype != IFD_DTYPE_F16 &&
+                                       kv->dtype != IFD_DTYPE_Q8_0 && kv->dtype != IFD_DTYPE_FP8))
         return IFD_ENOTSUP;
     if (n_seqs == 0 || n_tok == 0 || max_q_len == 0)
         return 0;

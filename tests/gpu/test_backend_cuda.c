@@ -140,18 +140,16 @@ static void run(bool gemma, mode_t_ mode, bool images)
 {
     ifd_model_config_t c = gt_tiny_config(gemma, 3);
     static const double tols[] = {1e-2, 2e-2, 2e-3, 3e-2, 8e-2, 1e-2, 2e-2};
-    static const char *names[] = {"bf16, f16 KV",       "bf16, bf16 KV", "exact f32, f16 KV",
-                                  "bf16, q8_0 KV",      "bf16, fp8 KV",  "exact f32, q8_0 KV",
+    static const char *names[] = {"bf16, f16 KV",     "bf16, bf16 KV", "exact f32, f16 KV",
+                                  "bf16, q8_0 KV",    "bf16, fp8 KV",  "exact f32, q8_0 KV",
                                   "exact f32, fp8 KV"};
-    static const ifd_dtype_t kvts[] = {IFD_DTYPE_F16,  IFD_DTYPE_BF16, IFD_DTYPE_F16,
-                                       IFD_DTYPE_Q8_0, IFD_DTYPE_FP8,  IFD_DTYPE_Q8_0,
-                                       IFD_DTYPE_FP8};
+    static const ifd_dtype_t kvts[] = {IFD_DTYPE_F16, IFD_DTYPE_BF16, IFD_DTYPE_F16, IFD_DTYPE_Q8_0,
+                                       IFD_DTYPE_FP8, IFD_DTYPE_Q8_0, IFD_DTYPE_FP8};
     const bool exact = mode == MODE_EXACT || mode == MODE_EXACT_Q8 || mode == MODE_EXACT_FP8;
     const double tol = tols[mode], tol0 = mode == MODE_EXACT ? 1e-5 : 0;
     const ifd_dtype_t kvt = kvts[mode];
     gt_side_t cpu = {0}, gpu = {0};
-    if (side_open(&cpu, 0, &c, kvt) == 0 &&
-        side_open(&gpu, exact ? 2 : 1, &c, kvt) == 0) {
+    if (side_open(&cpu, 0, &c, kvt) == 0 && side_open(&gpu, exact ? 2 : 1, &c, kvt) == 0) {
         GT_EXPECT(ifd_model_weight_bytes(gpu.m) > 0, "no weights");
         const int p1[2] = {0, 0}, q1[2] = {13, 21};
         const int p2[2] = {13, 21}, q2[2] = {1, 1};

@@ -200,7 +200,8 @@ static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd
     const int quant = kv_t == IFD_DTYPE_Q8_0 || kv_t == IFD_DTYPE_FP8;
     /* Quantized pools are compared as bytes: one "element" per byte. */
     const size_t esz = quant ? 1 : (size_t)ifd_dtype_size(kv_t);
-    const int64_t pool_n = (int64_t)n_blocks * n_kv * bs * ifd_kv_row_bytes(kv_t, hd) / (int64_t)esz;
+    const int64_t pool_n =
+        (int64_t)n_blocks * n_kv * bs * ifd_kv_row_bytes(kv_t, hd) / (int64_t)esz;
     unsigned char *kc = gt_xmalloc((size_t)pool_n * esz), *vc = gt_xmalloc((size_t)pool_n * esz);
     memset(kc, 0xff, (size_t)pool_n * esz);
     memset(vc, 0xff, (size_t)pool_n * esz);

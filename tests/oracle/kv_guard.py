@@ -54,9 +54,12 @@ LIMITS = {
              "held_equal": 1, "held_mean": 18, "long_min": 24},
     "q4_0": {"rel_max": 3.3, "rel_med": 0.35, "top1": 0.60, "greedy": 2,
              "held_equal": 0, "held_mean": 2, "long_min": 1},
-    # not in TYPES (CI's run): measuring, see docs/kvpool.md "Accuracy guard"
-    "fp8": {"rel_max": 1e9, "rel_med": 1e9, "top1": 0.0, "greedy": 0,
-            "held_equal": 0, "held_mean": 0, "long_min": 0},
+    # not in TYPES, so not in CI's test_kv_accuracy (its time): `--types fp8` runs it
+    # (docs/kvpool.md, "Accuracy guard"; oracle and held measured 2026-12-06 on the CPU's
+    # fp8 path; long not measured — its run passed the 900 s timeout — so its bound is
+    # only q4_0's floor)
+    "fp8": {"rel_max": 0.38, "rel_med": 0.06, "top1": 0.90, "greedy": 6,
+            "held_equal": 0, "held_mean": 17, "long_min": 1},
 }
 
 def skip(why):

@@ -485,7 +485,7 @@ static const att_cfg_t att_cfgs[] = {
     {16, 4, 128, 32, IFD_DTYPE_Q4_0, 0}, {3, 3, 96, 3, IFD_DTYPE_Q8_0, 40},
     /* fp8 rows: SmolLM2, Gemma-like with a window, partial chunks */
     {9, 3, 64, 16, IFD_DTYPE_FP8, 0},   {4, 1, 256, 16, IFD_DTYPE_FP8, 5},
-    {3, 3, 96, 3, IFD_DTYPE_FP8, 40},
+    {3, 3, 96, 3, IFD_DTYPE_FP8, 40},   {3, 3, 32, 5, IFD_DTYPE_FP8, 0},
 };
 
 START_TEST(test_attention)
@@ -581,7 +581,6 @@ START_TEST(test_row_bytes)
 }
 END_TEST
 
-
 /* The e4m3 code (kv_fp8.h, shared with the CUDA kernels) against its
  * definition: every code decodes to its value and encodes back; random and
  * boundary inputs round to the nearest finite code (ties to the even
@@ -629,7 +628,7 @@ START_TEST(test_fp8_rows)
     uint8_t row[68];
     for (int c = 0; c < 3; c++) {
         for (int e = 0; e < 64; e++)
-            k[e] = c == 0 ? 0.0f
+            k[e] = c == 0   ? 0.0f
                    : c == 1 ? rnd(-3.0f, 3.0f)
                             : (e == 5 ? 900.0f : rnd(-5e-4f, 5e-4f));
         memcpy(k + 64, k, 64 * 4);
