@@ -385,8 +385,8 @@ static void test_decode_errors(void)
     GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 4, 1.0f, 0, 16, NULL, 0,
                                               NULL) == IFD_ENOTSUP,
               "q4_0 KV accepted");
-    GT_EXPECT(ifd_cuda_paged_prefill_attention(o, p, &kv, i, i, i, 4, 1, 1, 1, 4, 1.0f, 0, NULL) ==
-                  IFD_ENOTSUP,
+    GT_EXPECT(ifd_cuda_paged_prefill_attention(o, p, &kv, i, i, NULL, i, 4, 1, 1, 1, 4, 1.0f, 0,
+                                               NULL) == IFD_ENOTSUP,
               "q4_0 KV accepted by prefill");
     kv.dtype = IFD_DTYPE_BF16;
     GT_EXPECT(ifd_cuda_paged_decode_attention(o, p, &kv, i, i, i, 4, 1, 3, 1.0f, 0, 16, NULL, 0,
@@ -540,10 +540,10 @@ static void test_prefill_quant(void)
     int32_t prefix[4] = {0, 5, 16, small ? 40 : 300};
     int32_t qlen[4] = {small ? 17 : 200, 1, small ? 33 : 64, small ? 9 : 129};
     for (int i = 0; i < 2; i++) {
-        prefill_case(prefix, qlen, 4, 12, 2, 64, dts[i], 0, 1.0f);
-        prefill_case(prefix, qlen, 4, 32, 8, 128, dts[i], 33, 1.0f);
-        prefill_case(prefix, qlen, 4, 4, 1, 256, dts[i], 0, 1.0f);
-        prefill_case(prefix, qlen, 2, 16, 4, 128, dts[i], 0, 6.0f);
+        prefill_case(prefix, qlen, 4, 12, 2, 64, dts[i], 0, 1.0f, false);
+        prefill_case(prefix, qlen, 4, 32, 8, 128, dts[i], 33, 1.0f, false);
+        prefill_case(prefix, qlen, 4, 4, 1, 256, dts[i], 0, 1.0f, false);
+        prefill_case(prefix, qlen, 2, 16, 4, 128, dts[i], 0, 6.0f, false);
     }
 }
 

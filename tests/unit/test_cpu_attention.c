@@ -419,8 +419,8 @@ static void att_case(const att_cfg_t *cfg, bool images, ifd_threadpool_t *tp)
                                  0);
                 free(q2);
                 IFD_CHECK(memcmp(one + row, out + u * row, sizeof(float) * (size_t)row) == 0,
-                          "token %d (seq %d pos %d) paired with %d differs from its batched row",
-                          u, seq[u], pos[u], t);
+                          "token %d (seq %d pos %d) paired with %d differs from its batched row", u,
+                          seq[u], pos[u], t);
             }
             IFD_CHECK(memcmp(one, out + t * row, sizeof(float) * (size_t)row) == 0,
                       "token %d (seq %d pos %d) alone (k=%d) differs from its batched row", t,
@@ -473,19 +473,27 @@ static void att_case(const att_cfg_t *cfg, bool images, ifd_threadpool_t *tp)
 
 static const att_cfg_t att_cfgs[] = {
     {9, 3, 64, 16, IFD_DTYPE_F32, 0}, /* SmolLM2 */
-    {9, 3, 64, 16, IFD_DTYPE_F16, 0},   {9, 3, 64, 16, IFD_DTYPE_BF16, 0},
+    {9, 3, 64, 16, IFD_DTYPE_F16, 0},
+    {9, 3, 64, 16, IFD_DTYPE_BF16, 0},
     {4, 1, 256, 16, IFD_DTYPE_BF16, 5}, /* Gemma 3 270M-like, sliding window */
     {8, 8, 40, 7, IFD_DTYPE_F32, 1},    /* window 1: only the token itself */
-    {6, 2, 17, 5, IFD_DTYPE_F16, 3},    {16, 4, 128, 32, IFD_DTYPE_F32, 0},
-    {2, 1, 8, 1, IFD_DTYPE_F32, 0},     {3, 3, 24, 3, IFD_DTYPE_F16, 40},
+    {6, 2, 17, 5, IFD_DTYPE_F16, 3},
+    {16, 4, 128, 32, IFD_DTYPE_F32, 0},
+    {2, 1, 8, 1, IFD_DTYPE_F32, 0},
+    {3, 3, 24, 3, IFD_DTYPE_F16, 40},
     /* q8_0 / q4_0 blocks: SmolLM2, Gemma-like with a window, partial chunks
      * (block sizes 5 and 3), a wide GQA group */
-    {9, 3, 64, 16, IFD_DTYPE_Q8_0, 0},  {9, 3, 64, 16, IFD_DTYPE_Q4_0, 0},
-    {4, 1, 256, 16, IFD_DTYPE_Q8_0, 5}, {6, 2, 32, 5, IFD_DTYPE_Q4_0, 3},
-    {16, 4, 128, 32, IFD_DTYPE_Q4_0, 0}, {3, 3, 96, 3, IFD_DTYPE_Q8_0, 40},
+    {9, 3, 64, 16, IFD_DTYPE_Q8_0, 0},
+    {9, 3, 64, 16, IFD_DTYPE_Q4_0, 0},
+    {4, 1, 256, 16, IFD_DTYPE_Q8_0, 5},
+    {6, 2, 32, 5, IFD_DTYPE_Q4_0, 3},
+    {16, 4, 128, 32, IFD_DTYPE_Q4_0, 0},
+    {3, 3, 96, 3, IFD_DTYPE_Q8_0, 40},
     /* fp8 rows: SmolLM2, Gemma-like with a window, partial chunks */
-    {9, 3, 64, 16, IFD_DTYPE_FP8, 0},   {4, 1, 256, 16, IFD_DTYPE_FP8, 5},
-    {3, 3, 96, 3, IFD_DTYPE_FP8, 40},   {3, 3, 32, 5, IFD_DTYPE_FP8, 0},
+    {9, 3, 64, 16, IFD_DTYPE_FP8, 0},
+    {4, 1, 256, 16, IFD_DTYPE_FP8, 5},
+    {3, 3, 96, 3, IFD_DTYPE_FP8, 40},
+    {3, 3, 32, 5, IFD_DTYPE_FP8, 0},
 };
 
 START_TEST(test_attention)
@@ -648,7 +656,8 @@ START_TEST(test_fp8_rows)
     float q[64] = {0}, out[64];
     int32_t bt[1] = {0}, seq = 0, pos = 0;
     ifd_kv_layer_t kv = {row, row, IFD_DTYPE_FP8, 1, 1, 64};
-    ck_assert_int_eq(ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, bt, 1, 1, 1, 1, 0, NULL), 0);
+    ck_assert_int_eq(
+        ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, bt, 1, 1, 1, 1, 0, NULL), 0);
     for (int e = 0; e < 64; e++) /* == (acc = 0 + 1 · v turns −0 into +0) */
         ck_assert(out[e] == y[e]);
 }
