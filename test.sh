@@ -58,9 +58,13 @@ fi
 #                      code runs sanitized in test_cli_fake)
 #   test_oracle_gemma3 Gemma 3 with f32 weights: its model code runs sanitized in
 #                      test_oracle_gemma3_q, the f32 kernels in test_oracle
+#   test_engine_draft  the draft model against plain decoding on SmolLM2, 16 requests in
+#                      many configurations (minutes under ASan): spec_draft.c runs sanitized
+#                      in test_spec_draft (tiny random models) and test_daemon_spec's draft
+#                      daemon
 #   *_emu (CUDA off)   the CUDA emulator's fibers switch stacks with _longjmp, which ASan
 #                      cannot follow; the *_avx2 and *_scalar reruns of the kernel tests do run
-ASAN_EXCLUDE='^(test_cli_bench|test_bench_.*|test_oracle_gemma3)$'
+ASAN_EXCLUDE='^(test_cli_bench|test_bench_.*|test_oracle_gemma3|test_engine_draft)$'
 # Sanitizer reports of every process (daemons and workers that a test kills and restarts
 # included) go to files in a reports folder: any file there fails the run, whatever the
 # tests said.

@@ -28,13 +28,14 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import SCALE, Daemon, require_model, run_tests  # noqa: E402
+from test_daemon_util import SANITIZED, SCALE, Daemon, require_model, run_tests  # noqa: E402
 import model_paths  # noqa: E402  (tests/model_paths.py, on the path test_daemon_util set)
 
 INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
 # The shared prefix's length in words (about 1.2 tokens each with SmolLM2); ~2k tokens keep the
 # test within a few minutes on a loaded 2-core machine. INFERD_TEST_KVDISK_WORDS=3400 for 4k.
-WORDS = int(os.environ.get("INFERD_TEST_KVDISK_WORDS") or 1700)
+# The sanitized build (test.sh's ASan run) takes ~500 tokens: every path, in CI's time.
+WORDS = int(os.environ.get("INFERD_TEST_KVDISK_WORDS") or (400 if SANITIZED else 1700))
 GEMMA_WORDS = 600  # ~610 tokens: past Gemma 3's 512-token window, quick on a loaded machine
 VOCAB = ("river stone lantern orchard copper meadow violet harbor canyon ember falcon glacier "
          "willow thunder saffron marble cedar quartz tundra beacon").split()
