@@ -8,8 +8,12 @@ worker=$1 infer=$2 inferd=$3
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 for b in "$worker" "$infer" "$inferd"; do
-    "$b" --help | grep -q "Usage" || fail "$b --help"
-    "$b" --version | grep -Eq '^[a-z-]+ [0-9]+\.[0-9]+\.[0-9]+$' || fail "$b --version"
+    # the output first, then grep: `grep -q` quits at its first match, and a writer
+    # still printing gets SIGPIPE (a failure under pipefail; seen with the ASan build)
+    help=$("$b" --help) || fail "$b --help: exit $?"
+    grep -q "Usage" <<<"$help" || fail "$b --help"
+    version=$("$b" --version) || fail "$b --version: exit $?"
+    grep -Eq '^[a-z-]+ [0-9]+\.[0-9]+\.[0-9]+$' <<<"$version" || fail "$b --version"
 done
 if "$worker" --no-such-flag >/dev/null 2>&1; then fail "worker accepted a bad flag"; fi
 if "$infer" no-such-command >/dev/null 2>&1; then fail "infer accepted a bad command"; fi

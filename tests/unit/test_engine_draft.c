@@ -348,5 +348,12 @@ int main(void)
     tcase_add_test(tc, test_draft_needs_drafter);
     tcase_add_test(tc, test_other_tokenizer_refused);
     suite_add_tcase(s, tc);
-    return ifd_test_run(s);
+    /* no fork (as test_engine_model): the model and its compute threads are made
+     * once here, and a forked child would not have the pool's threads */
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
 }
