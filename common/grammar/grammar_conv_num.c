@@ -137,33 +137,44 @@ static int num_value(conv_t *c, const json_t *v, const char *key, long double *o
     return 0;
 }
 
+/* The lower (sign 1) or upper (-1) bound from the pair minimum /
+ * exclusiveMinimum (or the maxima; draft-04: exclusiveMinimum true makes
+ * minimum exclusive): the tighter of the two, exclusive at equal values.
+ * *have false: no bound. */
+static int bound_pair(conv_t *c, const json_t *s, int sign, long double *v, bool *have,
+                      bool *exclusive)
+{
+    const char *kin = sign > 0 ? "minimum" : "maximum";
+    const char *kex = sign > 0 ? "exclusiveMinimum" : "exclusiveMaximum";
+    const json_t *in = json_object_get(s, kin), *ex = json_object_get(s, kex);
+    *v = 0, *have = false, *exclusive = false;
+    if (in) {
+        TRY(num_value(c, in, kin, v));
+        *have = true;
+    }
+    if (ex && json_is_boolean(ex)) {
+        if (json_is_true(ex) && !in)
+            return ifd__gconv_err(c, IFD_ENOTSUP, "'%s': true without '%s'", kex, kin);
+        *exclusive = json_is_true(ex);
+    } else if (ex) {
+        long double e;
+        TRY(num_value(c, ex, kex, &e));
+        if (!*have || (sign > 0 ? e >= *v : e <= *v))
+            *v = e, *exclusive = true;
+        *have = true;
+    }
+    return 0;
+}
+
 /* An integer's lower (upper: sign -1) bound from the pair
  * minimum/exclusiveMinimum (draft-04: exclusiveMinimum true makes minimum
  * exclusive), tightened to an inclusive integer (inward). */
 static int read_bound(conv_t *c, const json_t *s, int sign, bound_t *out, bool *unsat)
 {
-    const char *kin = sign > 0 ? "minimum" : "maximum";
-    const char *kex = sign > 0 ? "exclusiveMinimum" : "exclusiveMaximum";
-    const json_t *in = json_object_get(s, kin), *ex = json_object_get(s, kex);
     *out = (bound_t){0, false, true};
-    long double v = 0;
-    bool have = false, exclusive = false;
-    if (in) {
-        TRY(num_value(c, in, kin, &v));
-        have = true;
-    }
-    if (ex && json_is_boolean(ex)) {
-        if (json_is_true(ex) && !in)
-            return ifd__gconv_err(c, IFD_ENOTSUP, "'%s': true without '%s'", kex, kin);
-        exclusive = json_is_true(ex);
-    } else if (ex) {
-        long double e;
-        TRY(num_value(c, ex, kex, &e));
-        /* the tighter of the two; at equal values exclusive wins */
-        if (!have || (sign > 0 ? e >= v : e <= v))
-            v = e, exclusive = true;
-        have = true;
-    }
+    long double v;
+    bool have, exclusive;
+    TRY(bound_pair(c, s, sign, &v, &have, &exclusive));
     if (!have)
         return 0;
     long double m = sign > 0 ? v : -v; /* work on the lower bound of sign * x */
@@ -282,28 +293,11 @@ static void strip_zeros(char *f)
  * *unsat: no value of at most NUM_DIGITS whole digits satisfies it. */
 static int read_dec(conv_t *c, const json_t *s, int sign, int fd, dec_t *out, bool *unsat)
 {
-    const char *kin = sign > 0 ? "minimum" : "maximum";
-    const char *kex = sign > 0 ? "exclusiveMinimum" : "exclusiveMaximum";
-    const json_t *in = json_object_get(s, kin), *ex = json_object_get(s, kex);
     memset(out, 0, sizeof *out);
     out->inf = true;
-    long double v = 0;
-    bool have = false, exclusive = false;
-    if (in) {
-        TRY(num_value(c, in, kin, &v));
-        have = true;
-    }
-    if (ex && json_is_boolean(ex)) {
-        if (json_is_true(ex) && !in)
-            return ifd__gconv_err(c, IFD_ENOTSUP, "'%s': true without '%s'", kex, kin);
-        exclusive = json_is_true(ex);
-    } else if (ex) {
-        long double e;
-        TRY(num_value(c, ex, kex, &e));
-        if (!have || (sign > 0 ? e >= v : e <= v))
-            v = e, exclusive = true;
-        have = true;
-    }
+    long double v;
+    bool have, exclusive;
+    TRY(bound_pair(c, s, sign, &v, &have, &exclusive));
     if (!have)
         return 0;
     char f[48];
