@@ -40,6 +40,7 @@ enum {
     F_ARR_I32, /* int32_t * + uint32_t count; max = element limit */
     F_ARR,     /* struct array + uint32_t count; max = element limit */
     F_STRUCT,  /* nested struct, inline */
+    F_BIN,     /* uint8_t * + uint32_t count (msgpack bin); max = byte limit */
 };
 
 typedef struct wstruct wstruct_t;
@@ -81,6 +82,10 @@ struct wstruct {
 #define FARR(T, m, cnt, mx, sub)                                                                   \
     {                                                                                              \
 #m, F_ARR, (uint32_t)offsetof(T, m), (uint32_t)offsetof(T, cnt), mx, sub                   \
+    }
+#define FBIN(T, m, cnt, mx)                                                                        \
+    {                                                                                              \
+#m, F_BIN, (uint32_t)offsetof(T, m), (uint32_t)offsetof(T, cnt), mx, NULL                  \
     }
 #define FSTRUCT(T, m, sub)                                                                         \
     {                                                                                              \
@@ -148,7 +153,7 @@ static const wfield_t hello_fields[] = {
     FU32M(ifd_wire_hello_t, n_local_fds, 2), FSTRUCT(ifd_wire_hello_t, kv, &kv_desc),
     FBOOL(ifd_wire_hello_t, size_pool), FF64(ifd_wire_hello_t, gpu_memory_fraction),
     FU32(ifd_wire_hello_t, max_model_len), FSTRUCT(ifd_wire_hello_t, spec, &spec_desc),
-    FSTR(ifd_wire_hello_t, draft_model_path),
+    FSTR(ifd_wire_hello_t, draft_model_path), FSTR(ifd_wire_hello_t, mmproj_path),
 };
 static const wstruct_t hello_desc = {"hello", sizeof(ifd_wire_hello_t), hello_fields,
                                      NF(hello_fields), check_hello};
@@ -205,6 +210,49 @@ static const wfield_t sampling_fields[] = {
 static const wstruct_t sampling_desc = {"sampling", sizeof(ifd_wire_sampling_t), sampling_fields,
                                         NF(sampling_fields), check_sampling};
 
+static int check_image(const void *obj, char *err, size_t errlen)
+{
+    const ifd_wire_image_t *im = obj;
+    if (im->n_tokens == 0 || im->width == 0 || im->height == 0) {
+        seterr(err, errlen, "an empty image (%u tokens, %ux%u)", im->n_tokens, im->width,
+               im->height);
+        return IFD_ERANGE;
+    }
+    if ((uint64_t)im->width * im->height * 3 != im->n_pixels) {
+        seterr(err, errlen, "%u pixel bytes for %ux%u RGB", im->n_pixels, im->width, im->height);
+        return IFD_ERANGE;
+    }
+    return 0;
+}
+
+static const wfield_t image_fields[] = {
+    FU32(ifd_wire_image_t, pos),
+    FU32(ifd_wire_image_t, n_tokens),
+    FU64(ifd_wire_image_t, hash_lo),
+    FU64(ifd_wire_image_t, hash_hi),
+    FU32M(ifd_wire_image_t, width, IFD_WIRE_MAX_IMAGE_SIDE),
+    FU32M(ifd_wire_image_t, height, IFD_WIRE_MAX_IMAGE_SIDE),
+    FBIN(ifd_wire_image_t, pixels, n_pixels, IFD_WIRE_MAX_BODY),
+};
+static const wstruct_t image_desc = {"images", sizeof(ifd_wire_image_t), image_fields,
+                                     NF(image_fields), check_image};
+
+/* Images in prompt order, inside the prompt (not the resumed tokens), not overlapping. */
+static int check_add_images(const ifd_wire_add_t *a, char *err, size_t errlen)
+{
+    uint64_t prompt = a->n_tokens - a->n_generated, end = 0;
+    for (uint32_t i = 0; i < a->n_images; i++) {
+        const ifd_wire_image_t *im = &a->images[i];
+        if (im->pos < end || (uint64_t)im->pos + im->n_tokens > prompt) {
+            seterr(err, errlen, "images[%u] at %u+%u overlaps another or leaves the %llu-token "
+                   "prompt", i, im->pos, im->n_tokens, (unsigned long long)prompt);
+            return IFD_ERANGE;
+        }
+        end = (uint64_t)im->pos + im->n_tokens;
+    }
+    return 0;
+}
+
 static int check_add(const void *obj, char *err, size_t errlen)
 {
     const ifd_wire_add_t *a = obj;
@@ -225,7 +273,7 @@ static int check_add(const void *obj, char *err, size_t errlen)
         seterr(err, errlen, "max_tokens must be >= 1");
         return IFD_ERANGE;
     }
-    return 0;
+    return check_add_images(a, err, errlen);
 }
 
 static const wfield_t add_fields[] = {
@@ -245,6 +293,7 @@ static const wfield_t add_fields[] = {
     FARR_I32(ifd_wire_add_t, allowed_ids, n_allowed_ids, IFD_WIRE_MAX_ALLOWED),
     FARR_I32(ifd_wire_add_t, lp_ids, n_lp_ids, IFD_WIRE_MAX_TOP),
     FSTRUCT(ifd_wire_add_t, spec, &spec_desc),
+    FARR(ifd_wire_add_t, images, n_images, IFD_WIRE_MAX_IMAGES, &image_desc),
 };
 static const wstruct_t add_desc = {"add", sizeof(ifd_wire_add_t), add_fields, NF(add_fields),
                                    check_add};
@@ -264,6 +313,22 @@ static const wfield_t log_level_fields[] = {FU32M(ifd_wire_log_level_t, level, 3
 static const wstruct_t log_level_desc = {"log_level", sizeof(ifd_wire_log_level_t),
                                          log_level_fields, NF(log_level_fields), NULL};
 
+static const wfield_t vision_fields[] = {
+    FU32(ifd_wire_vision_t, tokens_per_image),
+    FI32(ifd_wire_vision_t, boi_id),
+    FI32(ifd_wire_vision_t, eoi_id),
+    FI32(ifd_wire_vision_t, image_id),
+    FU32M(ifd_wire_vision_t, height, IFD_WIRE_MAX_IMAGE_SIDE),
+    FU32M(ifd_wire_vision_t, width, IFD_WIRE_MAX_IMAGE_SIDE),
+    FU32M(ifd_wire_vision_t, resample, 5),
+    FBOOL(ifd_wire_vision_t, do_pan_and_scan),
+    FU32(ifd_wire_vision_t, pas_min_crop_size),
+    FU32(ifd_wire_vision_t, pas_max_num_crops),
+    FF64(ifd_wire_vision_t, pas_min_ratio),
+};
+static const wstruct_t vision_desc = {"vision", sizeof(ifd_wire_vision_t), vision_fields,
+                                      NF(vision_fields), NULL};
+
 static const wfield_t ready_fields[] = {
     FU32(ifd_wire_ready_t, slot),
     FI32(ifd_wire_ready_t, pid),
@@ -276,6 +341,7 @@ static const wfield_t ready_fields[] = {
     FU32(ifd_wire_ready_t, max_seqs),
     FU32(ifd_wire_ready_t, max_batched_tokens),
     FSTRUCT(ifd_wire_ready_t, kv, &kv_desc),
+    FSTRUCT(ifd_wire_ready_t, vision, &vision_desc),
 };
 static const wstruct_t ready_desc = {"ready", sizeof(ifd_wire_ready_t), ready_fields,
                                      NF(ready_fields), NULL};
@@ -493,7 +559,8 @@ static int enc_check_field(const wfield_t *f, const void *obj, char *err, size_t
         return 0;
     }
     case F_ARR_I32:
-    case F_ARR: {
+    case F_ARR:
+    case F_BIN: {
         uint32_t n = *CAT(obj, f->count_off, uint32_t);
         const void *p = *CAT(obj, f->off, void *const);
         if (n > f->max) {
@@ -581,6 +648,13 @@ static int enc_field(msgpack_packer *pk, const wfield_t *f, const void *obj)
     }
     case F_STRUCT:
         return enc_struct(pk, f->sub, CAT(obj, f->off, char));
+    case F_BIN: {
+        uint32_t n = *CAT(obj, f->count_off, uint32_t);
+        const char *p = *CAT(obj, f->off, char *const);
+        if (msgpack_pack_bin(pk, n) != 0)
+            return -1;
+        return n ? msgpack_pack_bin_body(pk, p, n) : 0;
+    }
     }
     return -1;
 }
@@ -955,17 +1029,45 @@ static int rd_str(rd_t *r, uint64_t max, const char **s, uint32_t *n)
     return 0;
 }
 
+/* A msgpack bin (0xc4..0xc6) of at most max bytes, in place. */
+static int rd_bin(rd_t *r, uint64_t max, const uint8_t **s, uint32_t *n)
+{
+    uint8_t b;
+    int rc = rd_head(r, &b);
+    if (rc < 0)
+        return rc;
+    if (b < 0xc4 || b > 0xc6)
+        return rd_fail(r, IFD_ETYPE, "expected bin, got %s", mp_kind(b));
+    size_t w = (size_t)1 << (b - 0xc4);
+    rc = rd_need(r, 1 + w);
+    if (rc < 0)
+        return rc;
+    r->p++;
+    uint64_t len = rd_be(r, w);
+    if (len > max)
+        return rd_fail(r, IFD_ETOOBIG, "bin of %llu bytes, limit %llu", (unsigned long long)len,
+                       (unsigned long long)max);
+    rc = rd_need(r, (size_t)len);
+    if (rc < 0)
+        return rc;
+    *s = r->p;
+    *n = (uint32_t)len;
+    r->p += len;
+    return 0;
+}
+
 static void free_struct(const wstruct_t *d, void *obj);
 
 static void free_field(const wfield_t *f, void *obj)
 {
     switch (f->kind) {
     case F_STR:
-    case F_ARR_I32: {
+    case F_ARR_I32:
+    case F_BIN: {
         void **pp = AT(obj, f->off, void *);
         free(*pp);
         *pp = NULL;
-        if (f->kind == F_ARR_I32)
+        if (f->kind != F_STR)
             *AT(obj, f->count_off, uint32_t) = 0;
         break;
     }
@@ -1080,6 +1182,20 @@ static int dec_field(rd_t *r, const wfield_t *f, void *obj)
     }
     case F_STRUCT:
         return dec_struct(r, f->sub, AT(obj, f->off, char));
+    case F_BIN: {
+        const uint8_t *b = NULL;
+        uint32_t n = 0;
+        rc = rd_bin(r, f->max, &b, &n);
+        if (rc < 0 || n == 0)
+            return rc;
+        uint8_t *copy = malloc(n);
+        if (!copy)
+            return rd_fail(r, IFD_ENOMEM, "out of memory for %u bytes", n);
+        memcpy(copy, b, n);
+        *AT(obj, f->off, uint8_t *) = copy;
+        *AT(obj, f->count_off, uint32_t) = n;
+        return 0;
+    }
     }
     return rd_fail(r, IFD_EINTERNAL, "bad schema");
 }

@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     11
+#define IFD_WIRE_VERSION     12
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -61,6 +61,8 @@
 #define IFD_WIRE_MAX_GRAMMAR    (1u << 22)  /* words of one request's compiled grammar */
 #define IFD_WIRE_MAX_SPEC_TOKENS 16u         /* proposed tokens per step (speculative decoding) */
 #define IFD_WIRE_MAX_SPEC_NGRAM  16u         /* the n-gram proposer's longest n */
+#define IFD_WIRE_MAX_IMAGES      64u         /* images (pictures) of one add request */
+#define IFD_WIRE_MAX_IMAGE_SIDE  4096u       /* a picture's width or height */
 
 /* Who sends a message. */
 typedef enum {
@@ -156,6 +158,10 @@ typedef struct {
      * loaded by the worker beside the model, its tokenizer checked against
      * the model's (worker/spec_draft.h). NULL or "": none. */
     char *draft_model_path;
+    /* llama.cpp's mmproj GGUF beside a GGUF text model (issue 28; version
+     * 12): the vision tower the worker loads (worker/vision.h). NULL or "":
+     * none (a Hugging Face directory brings its tower itself). */
+    char *mmproj_path;
 } ifd_wire_hello_t;
 
 /* POOL_SIZE (worker → router, after a size_pool HELLO): what the device
@@ -215,6 +221,25 @@ typedef struct {
     uint64_t seed;
 } ifd_wire_sampling_t;
 
+/* One picture of an ADD (version 12; docs/vision.md): the image processor's
+ * first half as the router ran it (common/image/preprocess.h,
+ * ifd_image_prep_resize: one whole image or one pan-and-scan crop, resized
+ * to the READY's vision height × width, RGB u8 row-major), and the prompt
+ * tokens its embedding rows replace: tokens[pos .. pos + n_tokens) (the
+ * model's image soft tokens, n_tokens = vision.tokens_per_image). hash is a
+ * 128-bit content hash of the pixels (the router's): the worker's
+ * embedding cache and the prefix cache's keys use it, so it must be the
+ * same for the same pixels and differ for different ones. Images come in
+ * prompt order and never overlap. */
+typedef struct {
+    uint32_t pos;
+    uint32_t n_tokens;
+    uint64_t hash_lo, hash_hi;
+    uint32_t width, height;
+    const uint8_t *pixels; /* n_pixels = width × height × 3 bytes */
+    uint32_t n_pixels;
+} ifd_wire_image_t;
+
 /* ADD (router → worker): start (or resume) a request. tokens holds the
  * prompt followed by the n_generated tokens already streamed to the client
  * (a request re-dispatched after a worker crash); the worker treats those
@@ -269,6 +294,12 @@ typedef struct {
     /* The request's speculative decoding (method 0: the worker's setting).
      * Version 10. */
     ifd_wire_spec_t spec;
+    /* The request's pictures (version 12), up to IFD_WIRE_MAX_IMAGES, and
+     * in all below IFD_WIRE_MAX_BODY (an 896² picture is 2.3 MiB: at most
+     * 13 fit one frame). The worker refuses images when it has no vision
+     * tower or they do not fit its tower's size. */
+    const ifd_wire_image_t *images;
+    uint32_t n_images;
 } ifd_wire_add_t;
 
 /* The wire's priority (higher first) of an API request's vLLM priority
@@ -300,6 +331,24 @@ typedef struct {
     uint8_t unused_;
 } ifd_wire_empty_t;
 
+/* What a worker's vision tower wants (READY, version 12): tokens_per_image
+ * 0 means the model takes no images. The rest is what the router needs to
+ * expand an image placeholder and to make the pictures: the special ids
+ * (<start_of_image>, <end_of_image>, the image soft token) and the
+ * processor's first half (preprocessor_config.json, or an mmproj's
+ * metadata): the pictures' size, PIL's resample filter number, pan-and-scan.
+ * Rescale, mean and std stay in the worker (it normalizes). */
+typedef struct {
+    uint32_t tokens_per_image;
+    int32_t boi_id, eoi_id, image_id;
+    uint32_t height, width;
+    uint32_t resample;
+    bool do_pan_and_scan;
+    uint32_t pas_min_crop_size;
+    uint32_t pas_max_num_crops;
+    double pas_min_ratio;
+} ifd_wire_vision_t;
+
 /* READY (worker → router): the model is loaded and the pool attached. */
 typedef struct {
     uint32_t slot;
@@ -313,6 +362,7 @@ typedef struct {
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
     ifd_wire_kv_geometry_t kv;
+    ifd_wire_vision_t vision; /* version 12 */
 } ifd_wire_ready_t;
 
 /* One alternative in a token's top logprobs. */

@@ -92,7 +92,8 @@ int main(int argc, char **argv)
                                       (char *)"cpu (2 threads)",
                                       8,
                                       512,
-                                      {30, 3, 64, 1, 16, 364, 0x1234}};
+                                      {30, 3, 64, 1, 16, 364, 0x1234},
+                                      {16, 509, 510, 511, 112, 112, 2, false, 256, 4, 1.2}};
     m[8].type = IFD_WIRE_TOKENS;
     m[8].u.tokens.step = 5;
     m[8].u.tokens.events = ev;

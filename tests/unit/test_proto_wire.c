@@ -26,6 +26,8 @@ static ifd_wire_logit_bias_t g_bias[3] = {{7, 5.5f}, {0, -100.0f}, {12, -INFINIT
 static ifd_wire_top_t g_top[3] = {{11, -0.25f}, {12, -1.5f}, {13, -INFINITY}};
 static ifd_wire_token_t g_events[3];
 static ifd_wire_plp_t g_plp[2];
+static uint8_t g_pix[2][4 * 3 * 3]; /* two 4x3 RGB pictures */
+static ifd_wire_image_t g_images[2];
 
 static const ifd_wire_kv_geometry_t g_kv = {
     30, 3, 64, 1, 16, 123456789012ull, 0xfedcba9876543210ull};
@@ -57,7 +59,8 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
                                        .gpu_memory_fraction = 0.875,
                                        .max_model_len = 131072,
                                        .spec = {3, 6, 0, 0},
-                                       .draft_model_path = "/models/draft.gguf"};
+                                       .draft_model_path = "/models/draft.gguf",
+                                       .mmproj_path = "/models/mmproj.gguf"};
         break;
     case IFD_WIRE_POOL:
         m.u.pool = (ifd_wire_pool_t){.n_fds = 2, .n_local_fds = 1, .kv = g_kv};
@@ -109,6 +112,16 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
         m.u.add.lp_ids = g_stops + 1; /* logprob_token_ids, version 10 */
         m.u.add.n_lp_ids = 2;
         m.u.add.spec = (ifd_wire_spec_t){2, 16, 2, 16}; /* version 10 */
+        for (size_t i = 0; i < sizeof g_pix; i++)
+            g_pix[i / sizeof g_pix[0]][i % sizeof g_pix[0]] = (uint8_t)(i * 37);
+        g_images[0] = (ifd_wire_image_t){.pos = 5, .n_tokens = 16, .hash_lo = 1, .hash_hi = UINT64_MAX,
+                                         .width = 4, .height = 3, .pixels = g_pix[0],
+                                         .n_pixels = sizeof g_pix[0]};
+        g_images[1] = g_images[0];
+        g_images[1].pos = 21; /* right after the first: adjacent images are fine */
+        g_images[1].pixels = g_pix[1];
+        m.u.add.images = g_images; /* version 12 */
+        m.u.add.n_images = 2;
         break;
     case IFD_WIRE_CANCEL:
         m.u.cancel.id = 42;
@@ -133,7 +146,18 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
                                        .device_name = "",
                                        .max_seqs = 64,
                                        .max_batched_tokens = 2048,
-                                       .kv = g_kv};
+                                       .kv = g_kv,
+                                       .vision = {.tokens_per_image = 256,
+                                                  .boi_id = 255999,
+                                                  .eoi_id = 256000,
+                                                  .image_id = 262144,
+                                                  .height = 896,
+                                                  .width = 896,
+                                                  .resample = 2,
+                                                  .do_pan_and_scan = true,
+                                                  .pas_min_crop_size = 256,
+                                                  .pas_max_num_crops = 4,
+                                                  .pas_min_ratio = 1.2}};
         break;
     case IFD_WIRE_TOKENS:
         g_events[0] = (ifd_wire_token_t){.id = 1, .token = 5};
@@ -289,6 +313,16 @@ START_TEST(test_add_fields)
     ck_assert_uint_eq(a->spec.num_tokens, 16);
     ck_assert_uint_eq(a->spec.ngram_min, 2);
     ck_assert_uint_eq(a->spec.ngram_max, 16);
+    ck_assert_uint_eq(a->n_images, 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(a->images[i].pos, 5 + 16 * (uint32_t)i);
+        ck_assert_uint_eq(a->images[i].n_tokens, 16);
+        ck_assert(a->images[i].hash_lo == 1 && a->images[i].hash_hi == UINT64_MAX);
+        ck_assert(a->images[i].width == 4 && a->images[i].height == 3);
+        ck_assert_uint_eq(a->images[i].n_pixels, sizeof g_pix[i]);
+        ck_assert_ptr_ne(a->images[i].pixels, g_pix[i]);
+        ck_assert_mem_eq(a->images[i].pixels, g_pix[i], sizeof g_pix[i]);
+    }
     ifd_wire_msg_free(&d);
     ck_assert_ptr_null(d.u.add.tokens);
     ifd_wire_msg_free(&d); /* twice is harmless */
@@ -335,6 +369,7 @@ START_TEST(test_other_fields)
     ck_assert(d.u.hello.size_pool && d.u.hello.gpu_memory_fraction == 0.875);
     ck_assert_uint_eq(d.u.hello.max_model_len, 131072);
     ck_assert_str_eq(d.u.hello.draft_model_path, "/models/draft.gguf");
+    ck_assert_str_eq(d.u.hello.mmproj_path, "/models/mmproj.gguf");
     ck_assert_uint_eq(d.u.hello.spec.method, 3);
     ck_assert_uint_eq(d.u.hello.n_fds, 3);
     ck_assert_uint_eq(d.u.hello.n_local_fds, 1);
@@ -378,6 +413,11 @@ START_TEST(test_other_fields)
     ck_assert_str_eq(d.u.ready.device_name, "");
     ck_assert_str_eq(d.u.ready.model_name, "SmolLM2-135M-Instruct");
     ck_assert_uint_eq(d.u.ready.n_vocab, 49152);
+    ck_assert_uint_eq(d.u.ready.vision.tokens_per_image, 256);
+    ck_assert_int_eq(d.u.ready.vision.image_id, 262144);
+    ck_assert(d.u.ready.vision.width == 896 && d.u.ready.vision.resample == 2);
+    ck_assert(d.u.ready.vision.do_pan_and_scan && d.u.ready.vision.pas_min_ratio == 1.2);
+    ck_assert_uint_eq(d.u.ready.vision.pas_max_num_crops, 4);
     ifd_wire_msg_free(&d);
 
     m = sample(IFD_WIRE_STATS);
@@ -475,6 +515,43 @@ START_TEST(test_encode_refuses_invalid)
     m = sample(IFD_WIRE_ADD);
     m.u.add.sampling.n_logprobs = 21;
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
+    /* images (version 12): pixel bytes = w × h × 3, inside the prompt, in order, not
+     * overlapping, not empty */
+    {
+        static const struct {
+            uint32_t pos, n_tokens, w, h, n_pixels;
+        } bad[] = {
+            {5, 16, 4, 3, 35},   /* a byte short */
+            {5, 16, 5, 3, 36},   /* bytes of another size */
+            {5, 0, 4, 3, 36},    /* no tokens */
+            {10, 16, 4, 3, 36},  /* overlaps the second */
+            {280, 4, 4, 3, 36},  /* past the prompt (300 tokens, 17 generated): 284 > 283 */
+            {30, 16, 4, 3, 36},  /* after the second */
+            {5, 16, 0, 0, 0},    /* empty picture */
+            {5, 16, 4097, 1, 4097 * 3}, /* over IFD_WIRE_MAX_IMAGE_SIDE */
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            m = sample(IFD_WIRE_ADD);
+            ifd_wire_image_t im[2] = {g_images[0], g_images[1]};
+            im[0].pos = bad[i].pos;
+            im[0].n_tokens = bad[i].n_tokens;
+            im[0].width = bad[i].w;
+            im[0].height = bad[i].h;
+            im[0].n_pixels = bad[i].n_pixels;
+            m.u.add.images = im;
+            ck_assert_msg(ifd_wire_encode(&b, &m) == IFD_EINVAL, "bad image case %zu", i);
+        }
+        m = sample(IFD_WIRE_ADD);
+        ifd_wire_image_t im = g_images[0];
+        im.pos = 283 - 16; /* ends exactly at the prompt's end */
+        m.u.add.images = &im;
+        m.u.add.n_images = 1;
+        ifd_buf_t ok = IFD_BUF_INIT;
+        ck_assert_int_eq(ifd_wire_encode(&ok, &m), 0);
+        ifd_buf_free(&ok);
+        m.u.add.n_images = IFD_WIRE_MAX_IMAGES + 1;
+        ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_ETOOBIG);
+    }
     /* speculative decoding (version 10): method, k and n-gram bounds */
     m = sample(IFD_WIRE_ADD);
     m.u.add.spec.method = 4; /* 3: the draft model */
@@ -726,10 +803,10 @@ END_TEST
 START_TEST(test_huge_array_counts)
 {
     /* tokens claims 2^32-1 elements: refused on the count, nothing allocated. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0xdc, 0x00, 0x10,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETOOBIG, "add.tokens: 4294967295 elements, limit 4194304", 0xdc, 0x00, 0x11,
                   0x01, 0xdd, 0xff, 0xff, 0xff, 0xff);
     /* Within the limit but more than the bytes left. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 66 bytes left", 0xdc, 0x00, 0x10,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ETRUNC, "add.tokens: 65535 elements but 66 bytes left", 0xdc, 0x00, 0x11,
                   0x01, 0xdc, 0xff, 0xff, 0x01, 0x02);
     /* The top-level array itself. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETRUNC, "4294967295 elements", 0xdd, 0xff, 0xff, 0xff, 0xff);
@@ -739,13 +816,16 @@ START_TEST(test_huge_array_counts)
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETRUNC, "tokens.events: 60000 elements", 0x92, 0x01, 0xdc,
                 0xea, 0x60, 0x95);
     /* A token id that does not fit int32 inside the array names its index. */
-    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ERANGE, "add.tokens[1]", 0xdc, 0x00, 0x10, 0x01, 0x92, 0x05, 0xce, 0x80,
+    EXPECT_PADDED(IFD_WIRE_ADD, IFD_ERANGE, "add.tokens[1]", 0xdc, 0x00, 0x11, 0x01, 0x92, 0x05, 0xce, 0x80,
                   0x00, 0x00, 0x00);
     /* A nested path: the second logit_bias entry's bias is a string. */
     EXPECT_BODY(IFD_WIRE_ADD, IFD_ETYPE, "add.sampling.logit_bias[1].bias: expected float, got str",
-                0xdc, 0x00, 0x10, 0x01, 0x91, 0x05, 0x00, 0x9b, 0xca, 0x3f, 0x80, 0, 0, 0x00, 0xca, 0x3f, 0x80,
+                0xdc, 0x00, 0x11, 0x01, 0x91, 0x05, 0x00, 0x9b, 0xca, 0x3f, 0x80, 0, 0, 0x00, 0xca, 0x3f, 0x80,
                 0, 0, 0xca, 0, 0, 0, 0, 0xca, 0x3f, 0x80, 0, 0, 0xca, 0, 0, 0, 0, 0xca, 0, 0, 0, 0,
                 0x92, 0x92, 0x01, 0xca, 0, 0, 0, 0, 0x92, 0x02, 0xa1, 'x');
+    /* A bin (an image's pixels) claiming more bytes than the body holds, and a str in its place. */
+    EXPECT_BODY(IFD_WIRE_ERROR, IFD_ETYPE, "error.message: expected str, got bin", 0x93, 0x00, 0x00,
+                0xc4, 0x01, 'x');
     /* Top logprobs are capped at 20. */
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETOOBIG, "tokens.events[0].top: 21 elements, limit 20", 0x92,
                 0x01, 0x91, 0x95, 0x01, 0x02, 0xc3, 0xca, 0, 0, 0, 0, 0xdc, 0x00, 21);
