@@ -568,16 +568,21 @@ static int ifd__handshake(ifd__srv_t *s)
 
 /* The draft model of speculative decoding (HELLO's draft_model_path) onto
  * the same backend, its tokenizer checked against the model's (the same
- * vocabulary, pieces and special ids: worker/spec_draft.h). */
+ * vocabulary, pieces and special ids: worker/spec_draft.h) before its
+ * weights are read: a wrong draft fails at once. */
 static int ifd__load_draft(ifd__srv_t *s)
 {
     const char *path = s->hello.u.hello.draft_model_path;
     ifd_worker_model_opts_t mo = {path, NULL, 0};
     ifd_tokenizer_t *dtok = NULL;
     char why[768];
-    int rc = ifd_worker_model_load(&mo, s->be, &s->draft, &dtok, why, sizeof why);
+    int rc = ifd_tokenizer_create_path(&dtok, path, why, sizeof why);
     if (!rc)
         rc = ifd_spec_draft_check_tokenizers(s->tok, dtok, why, sizeof why);
+    ifd_tokenizer_destroy(dtok);
+    dtok = NULL;
+    if (!rc)
+        rc = ifd_worker_model_load(&mo, s->be, &s->draft, &dtok, why, sizeof why);
     ifd_tokenizer_destroy(dtok);
     if (rc) {
         snprintf(s->err, sizeof s->err, "draft model %s: %s", path, why);

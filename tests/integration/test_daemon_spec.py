@@ -112,7 +112,7 @@ def test_greedy_same_text_every_way():
 
 
 def test_seeded_same_text():
-    for name in ("rewrite_code", "open_chat"):
+    for name in ("rewrite_code", "open_chat")[:FEW]:
         msgs = PROMPTS[name][0]
         off = chat(msgs, spec=False, temperature=0.8, seed=11, top_p=0.95)
         on = chat(msgs, stream=True, temperature=0.8, seed=11, top_p=0.95)
@@ -277,10 +277,10 @@ def test_draft_model_same_text():
         for name, (msgs, kind) in list(PROMPTS.items())[:FEW]:
             off = chat(msgs, spec=False, client=client)
             on = chat(msgs, client=client)
-            on_stream = chat(msgs, stream=True, client=client)
+            on_stream = None if SANITIZED else chat(msgs, stream=True, client=client)
             on_obj = chat(msgs, spec={"method": "draft_model", "num_speculative_tokens": 6},
-                          client=client)
-            for got in (on, on_stream, on_obj):
+                          stream=SANITIZED, client=client)
+            for got in (on, on_obj) if SANITIZED else (on, on_stream, on_obj):
                 assert got[:2] == off[:2], (name, off, got)
             assert on[2] == off[2], (name, off[2], on[2])  # usage unchanged
             print("     %-15s (%s): %d tokens, same text with the draft" % (name, kind, off[2]))
@@ -290,6 +290,8 @@ def test_draft_model_same_text():
         accepted = c["vllm:spec_decode_num_accepted_tokens_total"]
         # every greedy proposal of the model itself stands but those past a stop (EOS)
         assert proposed > 0 and accepted >= 0.95 * proposed, c
+        if SANITIZED:  # a request's own method and sampled requests: the normal build
+            return
         msgs = PROMPTS["open_chat"][0]
         assert chat(msgs, spec={"method": "ngram"}, client=client)[:2] == \
             chat(msgs, spec=False, client=client)[:2]
