@@ -151,3 +151,10 @@ uint64_t ifd_hash_bytes(const void *p, size_t n)
 {
     return XXH3_64bits(p, n);
 }
+
+void ifd_hash_bytes128(const void *p, size_t n, uint64_t *lo, uint64_t *hi)
+{
+    XXH128_hash_t h = XXH3_128bits(p, n);
+    *lo = h.low64;
+    *hi = h.high64;
+}

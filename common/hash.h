@@ -60,6 +60,10 @@ int ifd_hash_replace(ifd_hash_t *h, uint64_t hash, int32_t old, int32_t new_val)
 /* XXH3 of the bytes. */
 uint64_t ifd_hash_bytes(const void *p, size_t n);
 
+/* XXH3's 128-bit hash of the bytes, as two halves (an image's content hash
+ * on the wire: proto/wire.h, ifd_wire_image_t). */
+void ifd_hash_bytes128(const void *p, size_t n, uint64_t *lo, uint64_t *hi);
+
 /* A 64-bit finalizer (murmur3's): for integer keys. */
 static inline uint64_t ifd_hash_u64(uint64_t k)
 {

@@ -632,7 +632,7 @@ static void ifd__tokjob_work(uv_work_t *w)
     ifd__tokjob_t *j = w->data;
     const ifd_api_t *api = j->api;
     if (j->req.messages) {
-        j->rc = ifd_prompt_chat(api, &j->arena, &j->chat, NULL, &j->ids, NULL, &j->err);
+        j->rc = ifd_prompt_chat(api, &j->arena, &j->chat, NULL, &j->ids, NULL, NULL, &j->err);
         return;
     }
     unsigned flags = IFD_TOK_PARSE_SPECIAL | (j->req.add_special_tokens ? IFD_TOK_ADD_SPECIAL : 0);

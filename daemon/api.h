@@ -64,6 +64,9 @@ typedef struct {
                                      * sampling defaults (gen.c). NULL in tests: none */
     int64_t max_model_len;
     int32_t n_vocab;
+    /* the workers' vision tower (READY.vision, the last worker ready: all
+     * serve one model); tokens_per_image 0 until one is, or without one */
+    ifd_wire_vision_t vision;
     int64_t created;   /* unix seconds at start */
     uint64_t start_ns; /* uv_hrtime at start */
     /* the API keys TCP clients must send (apikeys.h), NULL when none; owned

@@ -136,6 +136,13 @@
     X(max_response_bytes, BYTES, "64M", 1, "BYTES", 65536, 0,                                  \
       "a non-streamed response's body at most: a request whose answer would be larger is "    \
       "refused with 400 (streams are not bounded by it)")                                      \
+    X(max_image_bytes, BYTES, "20M", 1, "BYTES", 1024, 1 << 30,                                \
+      "an image's bytes at most (a data URL's decoded size; 400 beyond)")                     \
+    X(max_image_pixels, INT, "40000000", 1, "N", 1, 1 << 30,                                   \
+      "an image's width x height at most, read from its header before decoding (400 beyond)") \
+    X(limit_images_per_prompt, INT, "0", 1, "N", 0, 64,                                        \
+      "images one request may carry (vLLM's --limit-mm-per-prompt; 400 beyond); 0: as many "   \
+      "as one worker frame holds at the model's picture size (11 for Gemma 3's 896x896)")      \
     X(max_logprobs, INT, "20", 1, "N", 0, 20,                                                  \
       "logprobs a request may ask for at most (top_logprobs, completions logprobs, "           \
       "prompt_logprobs; 400 beyond): vLLM's --max-logprobs, up to 20 (the worker's top-k)")    \

@@ -36,6 +36,7 @@
 #include "grammar/schema_check.h"
 #include "hash.h"
 #include "ids.h"
+#include "images.h"
 #include "log.h"
 #include "prompt.h"
 #include "proto/responses.h"
@@ -108,6 +109,11 @@ struct ifd_gen {
     int32_t *gwords; /* the compiled grammar handed to the worker (arena), or NULL */
     size_t n_gwords;
     ifd_tokens_t *ptoks; /* per prompt */
+    /* chat with images: what they are held to (read at admission), their
+     * pictures (decoded by the job; kept until the request is freed, so a
+     * re-dispatched sequence re-sends them: the router borrows them) */
+    ifd_images_setup_t img_setup;
+    ifd_images_t images;
     char **echo;         /* per prompt: text to echo (completions) */
     size_t *echo_len;
     ifd__plp_t *plp;  /* per prompt, when prompt logprobs are wanted (arena) */
@@ -1120,6 +1126,7 @@ static void ifd__gen_free(ifd_gen_t *g)
     if (g->ptoks)
         for (size_t p = 0; p < g->n_prompts; p++)
             ifd_tokens_free(&g->ptoks[p]);
+    ifd_images_free(&g->images); /* every sequence is released: the router holds none */
     for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
         ifd_buf_free(&g->plp[p].json);
         ifd_oai_lp_prefix_free(&g->plp[p].prefix);
@@ -1264,6 +1271,34 @@ static int ifd__build_grammar(ifd_gen_t *g)
     return rc;
 }
 
+/* A chat request's prompt; with images, decoded first (their pan-and-scan
+ * crops shape the prompt), then placed at their tokens. */
+static int ifd__chat_prompt(ifd_gen_t *g, const char **echo)
+{
+    const ifd_oai_request_t *rq = &g->req;
+    if (!rq->n_images)
+        return ifd_prompt_chat(g->api, &g->arena, rq, &g->cancel, &g->ptoks[0], echo, NULL,
+                               &g->work_err);
+    int rc = ifd_images_decode(&g->images, &g->img_setup, rq, &g->cancel, &g->work_err);
+    if (rc)
+        return rc;
+    ifd_prompt_images_t pi = {.ip = &g->img_setup.ip,
+                              .n_crops = g->images.n_crops,
+                              .spans = ifd_arena_calloc(&g->arena, g->images.n_pics,
+                                                        sizeof(ifd_image_pos_t)),
+                              .max = g->images.n_pics};
+    if (!pi.spans)
+        return IFD_ENOMEM;
+    rc = ifd_prompt_chat(g->api, &g->arena, rq, &g->cancel, &g->ptoks[0], echo, &pi,
+                         &g->work_err);
+    if (!rc && ifd_images_place(&g->images, &g->img_setup, pi.spans, pi.n)) {
+        ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", "messages",
+                          "The model's chat template did not render one image per picture.");
+        rc = IFD_EINVAL;
+    }
+    return rc;
+}
+
 static void ifd__work_cb(uv_work_t *w)
 {
     ifd_gen_t *g = w->data;
@@ -1273,8 +1308,7 @@ static void ifd__work_cb(uv_work_t *w)
         return;
     if (g->kind == IFD_OAI_CHAT) {
         const char *echo = NULL;
-        g->work_rc = ifd_prompt_chat(g->api, &g->arena, &g->req, &g->cancel, &g->ptoks[0], &echo,
-                                     &g->work_err);
+        g->work_rc = ifd__chat_prompt(g, &echo);
         if (echo) { /* the last message's content (prompt.h), which may hold NULs */
             g->echo[0] = (char *)echo;
             g->echo_len[0] = g->req.messages[g->req.n_messages - 1].content_len;
@@ -1543,6 +1577,8 @@ static void ifd__seq_params(ifd_gen_t *g, const ifd__choice_t *c, ifd_wire_logit
     sp->lp_ids = rq->logprob_token_ids;
     sp->n_lp_ids = (uint32_t)rq->n_logprob_token_ids;
     sp->spec = rq->spec;
+    sp->images = g->images.pics;
+    sp->n_images = g->images.n_pics;
     /* prompt logprobs: computed once, by the first sample (a streaming echo's
      * other choices wait for them: ifd__held) */
     if (g->plp && sample == 0)
@@ -1876,6 +1912,16 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
                  "max_tokens is %lld.",
                  (long long)api->max_model_len, (long long)rq->max_tokens);
         ifd__reject(g, 400, "context_length_exceeded", "max_tokens", msg);
+        return;
+    }
+    /* images: the model takes them, their count, data: URLs (images.h) */
+    ifd_images_setup(&g->img_setup, &api->vision, api->cfg);
+    if (ifd_images_check(&g->img_setup, rq, &e)) {
+        ifd_http_conn_t *conn = g->conn;
+        g->conn = NULL;
+        ifd_http_set_abort(conn, NULL, NULL);
+        ifd_reply_error(conn, &e, 0);
+        ifd__gen_free(g);
         return;
     }
     /* availability and admission, before any tokenizing */

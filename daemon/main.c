@@ -203,6 +203,9 @@ static void ifd__sup_timing(const ifd_config_t *c, ifd_sup_params_t *p)
 static void ifd__on_ready(void *ctx, int w)
 {
     ifd__daemon_t *d = ctx;
+    /* every worker serves the one model: the last one ready says what its
+     * vision takes (images.h) */
+    d->api.vision = ifd_sup_worker(d->sup, w)->vision;
     ifd_router_on_ready(d->router, w);
     if (d->api.ready_once)
         return;

@@ -188,6 +188,22 @@ static int ifd__continue_final(const ifd_oai_request_t *rq, ifd_chat_prompt_t *p
     return 0;
 }
 
+/* The contents with images as their parts ({"type": "text"} and {"type":
+ * "image"}: transformers' shape, which Gemma 3's template renders as
+ * <start_of_image>) on arr's messages, the request's from index skip on.
+ * 0 or IFD_ENOMEM. */
+static int ifd__image_parts(const ifd_oai_request_t *rq, json_t *arr, size_t skip)
+{
+    for (size_t i = 0; rq->n_images && i < rq->n_messages; i++) {
+        if (!rq->messages[i].parts_json)
+            continue;
+        json_t *parts = json_loads(rq->messages[i].parts_json, JSON_ALLOW_NUL, NULL);
+        if (!parts || json_object_set_new(json_array_get(arr, i + skip), "content", parts))
+            return IFD_ENOMEM;
+    }
+    return 0;
+}
+
 /* The model's own template over the request's JSON messages and tools. */
 static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
                             const ifd_chat_request_t *opts, ifd_chat_prompt_t *pr, char *err,
@@ -208,6 +224,12 @@ static int ifd__render_json(const ifd_api_t *api, const ifd_oai_request_t *rq,
         const char *role = json_string_value(json_object_get(m, "role"));
         if (role && !strcmp(role, "developer"))
             json_object_set_new(m, "role", json_string("system"));
+    }
+    int prc = ifd__image_parts(rq, msgs, 0);
+    if (prc) {
+        json_decref(msgs);
+        json_decref(tools);
+        return prc;
     }
     json_t *vars = ifd__template_vars(rq);
     ifd_chat_request_t cr = *opts;
@@ -307,6 +329,8 @@ static int ifd__render_plain(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai
     json_t *arr = rc ? NULL : ifd__msgs_json(all, n_all, err, errlen, &rc);
     if (!rc)
         rc = ifd__plain_reasoning(rq, arr, all == msgs ? 1 : 0);
+    if (!rc)
+        rc = ifd__image_parts(rq, arr, all == msgs ? 1 : 0);
     json_t *vars = ifd__template_vars(rq);
     if (!rc) {
         ifd_chat_request_t cr = *opts;
@@ -321,6 +345,134 @@ static int ifd__render_plain(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai
     return rc;
 }
 
+static const char ifd__boi[] = "<start_of_image>";
+
+/* The byte offsets of the image placeholders outside pr's plain spans, into
+ * at[0 .. max): their count (as ifd_image_prompt_encode finds them). */
+static size_t ifd__placeholders(const ifd_chat_prompt_t *pr, size_t *at, size_t max)
+{
+    const size_t bl = sizeof ifd__boi - 1;
+    size_t n = 0, k = 0;
+    for (size_t i = 0; i + bl <= pr->len && n < max; i++) {
+        while (k < pr->n_content && pr->content[k].off + pr->content[k].len <= i)
+            k++;
+        if (k < pr->n_content && pr->content[k].off < i + bl) {
+            i = pr->content[k].off + pr->content[k].len - 1;
+            continue;
+        }
+        if (!memcmp(pr->text + i, ifd__boi, bl)) {
+            at[n++] = i;
+            i += bl - 1;
+        }
+    }
+    return n;
+}
+
+/*
+ * Pan-and-scan (Gemma3Processor): the placeholder of an image with crops
+ * becomes "Here is the original image <start_of_image> and here are some
+ * crops to help you see better <start_of_image> <start_of_image>…" (one
+ * per crop), the wording outside message text. pr's text and plain spans
+ * are rewritten. 0 or IFD_ENOMEM.
+ */
+static int ifd__pan_and_scan(ifd_chat_prompt_t *pr, const uint32_t *n_crops, size_t n_images)
+{
+    size_t at[IFD_OAI_MAX_IMAGES];
+    size_t n = ifd__placeholders(pr, at, n_images < IFD_OAI_MAX_IMAGES ? n_images : 0);
+    bool any = false;
+    for (size_t k = 0; k < n; k++)
+        any |= n_crops[k] > 0;
+    if (!any)
+        return 0;
+    ifd_buf_t b = IFD_BUF_INIT;
+    size_t from = 0, sp = 0;
+    int rc = 0;
+    for (size_t k = 0; k < n && !rc; k++) {
+        if (!n_crops[k])
+            continue;
+        ptrdiff_t delta = (ptrdiff_t)b.len - (ptrdiff_t)from; /* shift of what precedes */
+        for (; sp < pr->n_content && pr->content[sp].off < at[k]; sp++)
+            pr->content[sp].off = (size_t)((ptrdiff_t)pr->content[sp].off + delta);
+        rc = ifd_buf_append(&b, pr->text + from, at[k] - from) ||
+             ifd_buf_printf(&b, "Here is the original image %s and here are some crops to help "
+                                "you see better", ifd__boi);
+        for (uint32_t c = 0; !rc && c < n_crops[k]; c++)
+            rc = ifd_buf_printf(&b, " %s", ifd__boi);
+        from = at[k] + sizeof ifd__boi - 1;
+    }
+    ptrdiff_t delta = (ptrdiff_t)b.len - (ptrdiff_t)from;
+    for (; sp < pr->n_content; sp++)
+        pr->content[sp].off = (size_t)((ptrdiff_t)pr->content[sp].off + delta);
+    if (!rc)
+        rc = ifd_buf_append(&b, pr->text + from, pr->len - from);
+    if (rc) {
+        ifd_buf_free(&b);
+        return IFD_ENOMEM;
+    }
+    free(pr->text);
+    pr->text = b.data; /* NUL-terminated by ifd_buf */
+    pr->len = b.len;
+    return 0;
+}
+
+/* The rendered prompt's ids with each image placeholder expanded
+ * (image_prompt.h) and the spans of the pictures' soft tokens; BOS as
+ * ifd_chat_tokenize adds it. A template that rendered another number of
+ * placeholders than there are pictures: a 400. */
+static int ifd__tokenize_images(const ifd_api_t *api, const ifd_oai_request_t *rq,
+                                ifd_chat_prompt_t *pr, ifd_tokens_t *out, ifd_prompt_images_t *img,
+                                ifd_oai_error_t *err)
+{
+    int rc = img->n_crops ? ifd__pan_and_scan(pr, img->n_crops, rq->n_images) : 0;
+    size_t n0 = out->n;
+    img->n = 0;
+    if (!rc)
+        rc = ifd_image_prompt_encode(api->tok, img->ip, pr->text, pr->len, IFD_TOK_PARSE_SPECIAL,
+                                     pr->content, pr->n_content, out, img->spans, img->max,
+                                     &img->n);
+    if (rc == IFD_ERANGE || (!rc && img->n != img->max)) {
+        size_t found = rc ? img->max + 1 : img->n;
+        out->n = n0;
+        ifd_oai_error_set(err, 400, NULL, "invalid_value", "messages",
+                          "The model's chat template rendered %s%zu image placeholder(s) for "
+                          "%zu picture(s): it does not render these images.",
+                          rc ? "more than " : "", rc ? img->max : found, img->max);
+        return IFD_EINVAL;
+    }
+    ifd_token_t bos = ifd_tokenizer_bos(api->tok);
+    if (!rc && ifd_tokenizer_add_bos(api->tok) && (out->n == n0 || out->ids[n0] != bos)) {
+        if ((rc = ifd_tokens_push(out, bos)))
+            return rc;
+        memmove(out->ids + n0 + 1, out->ids + n0, (out->n - n0 - 1) * sizeof *out->ids);
+        out->ids[n0] = bos;
+        for (size_t k = 0; k < img->n; k++)
+            img->spans[k].start++;
+    }
+    return rc;
+}
+
+/* truncate_prompt_tokens with images: the cut may not reach the first
+ * image (its <start_of_image> kept); the spans move with the ids. */
+static int ifd__truncate_images(const ifd_api_t *api, const ifd_oai_request_t *rq,
+                                ifd_tokens_t *t, ifd_prompt_images_t *img, ifd_oai_error_t *err)
+{
+    size_t n = t->n;
+    ifd_prompt_truncate(api, rq, t);
+    size_t cut = n - t->n;
+    if (!cut)
+        return 0;
+    if (img->n && (size_t)img->spans[0].start < cut + 1) {
+        ifd_oai_error_set(err, 400, NULL, "invalid_value", "truncate_prompt_tokens",
+                          "truncate_prompt_tokens would cut into an image: the prompt's first "
+                          "image begins at token %d of %zu.",
+                          img->spans[0].start - 1, n);
+        return IFD_EINVAL;
+    }
+    for (size_t k = 0; k < img->n; k++)
+        img->spans[k].start -= (int32_t)cut;
+    return 0;
+}
+
 void ifd_prompt_truncate(const ifd_api_t *api, const ifd_oai_request_t *rq, ifd_tokens_t *t)
 {
     int64_t k = rq->truncate_prompt_tokens < 0 ? api->max_model_len : rq->truncate_prompt_tokens;
@@ -332,7 +484,7 @@ void ifd_prompt_truncate(const ifd_api_t *api, const ifd_oai_request_t *rq, ifd_
 
 int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
                     const atomic_int *cancel, ifd_tokens_t *out, const char **echo,
-                    ifd_oai_error_t *err)
+                    ifd_prompt_images_t *img, ifd_oai_error_t *err)
 {
     /* the server's budgets for a rendering (config: template_timeout,
      * template_vars_override); the cancel flag is the client's leaving */
@@ -357,6 +509,12 @@ int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_
         ifd_chat_prompt_free(&pr);
         return rc; /* the client left: nobody to answer */
     }
+    if (rc == IFD_ENOTSUP && rq->n_images) {
+        ifd_oai_error_set(err, 400, NULL, "invalid_value", "messages",
+                          "The model's chat template cannot render images: %s", msg);
+        ifd_chat_prompt_free(&pr);
+        return IFD_EINVAL;
+    }
     if (rc == IFD_EINVAL || rc == IFD_ETOOBIG) {
         /* the template cannot render the request (it raised, a built-in
          * family lacks the roles, a Jinja limit): its own words */
@@ -366,9 +524,13 @@ int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_
         ifd_chat_prompt_free(&pr);
         return rc == IFD_ETOOBIG ? IFD_ETOOBIG : IFD_EINVAL;
     }
-    if (!rc)
+    if (!rc && img && rq->n_images)
+        rc = ifd__tokenize_images(api, rq, &pr, out, img, err);
+    else if (!rc)
         rc = ifd_chat_tokenize(api->tpl, api->tok, &pr, out);
     ifd_chat_prompt_free(&pr);
+    if (!rc && img && rq->n_images)
+        return ifd__truncate_images(api, rq, out, img, err);
     if (!rc)
         ifd_prompt_truncate(api, rq, out);
     return rc;

@@ -21,6 +21,18 @@
 #define IFD_DAEMON_PROMPT_H
 
 #include "api.h"
+#include "chat/image_prompt.h"
+
+/* A request's images in its prompt: ip (the model's ids, READY.vision)
+ * and n_crops (per image part, its pan-and-scan crops; NULL: none) in; max
+ * (the pictures: 1 + crops per image) and spans (room for max) get each
+ * picture's soft tokens in the prompt's ids; n their count. */
+typedef struct {
+    const ifd_image_prompt_t *ip;
+    const uint32_t *n_crops;
+    ifd_image_pos_t *spans;
+    size_t max, n;
+} ifd_prompt_images_t;
 
 /*
  * Renders and tokenizes the chat request rq (kind IFD_OAI_CHAT, parsed by
@@ -36,10 +48,16 @@
  * lacks the role, continue_final_message cannot find the final message, a
  * budget: time, nesting, memory);
  * IFD_ENOMEM or a tokenizer error (*err untouched: a 500).
+ * With images (rq->n_images, img not NULL): the template sees each image
+ * part as {"type": "image"} (Gemma 3's renders <start_of_image>; a built-in
+ * family only Gemma's), pan-and-scan crops get Gemma3Processor's wording,
+ * each placeholder is expanded (common/chat/image_prompt.h) and img->spans
+ * filled; a template that renders no placeholder per picture, or
+ * truncate_prompt_tokens reaching the first image, is IFD_EINVAL (a 400).
  */
 int ifd_prompt_chat(const ifd_api_t *api, ifd_arena_t *a, const ifd_oai_request_t *rq,
                     const atomic_int *cancel, ifd_tokens_t *out, const char **echo,
-                    ifd_oai_error_t *err);
+                    ifd_prompt_images_t *img, ifd_oai_error_t *err);
 
 /* vLLM's truncate_prompt_tokens: keeps the last k ids of *t (k = the
  * request's value, the context length for -1, nothing done for 0). */

@@ -428,6 +428,7 @@ int ifd_router_submit(ifd_router_t *r, const ifd_wire_add_t *p, const ifd_rseq_o
                       void *owner, ifd_rseq_t **out)
 {
     if (!p->tokens || p->n_tokens < 1 || p->n_generated != 0 || p->max_tokens < 1 ||
+        p->n_images > IFD_WIRE_MAX_IMAGES || (p->n_images && !p->images) ||
         (uint64_t)p->n_tokens + p->max_tokens > IFD_WIRE_MAX_TOKENS || !ops || !owner)
         return IFD_EINVAL;
     ifd_rseq_t *s = calloc(1, sizeof *s);

@@ -149,7 +149,10 @@ void ifd_router_set_slack(ifd_router_t *r, int route_slack);
  * tokens are the prompt (n_tokens >= 1, n_generated 0, max_tokens >= 1),
  * its id is ignored (the router numbers sequences), its client names the
  * client it counts to ("Fairness" above) and everything it points
- * to is copied (prompt, stop ids, logit bias, grammar). 0 with *out set,
+ * to is copied (prompt, stop ids, logit bias, grammar) but its images
+ * (req->images and their pixels: megabytes), which are borrowed until
+ * ifd_router_release — a sequence re-sent after a worker's crash sends
+ * them again (the owner keeps them: gen.c). 0 with *out set,
  * IFD_EINVAL (bad request), IFD_ENOMEM. */
 int ifd_router_submit(ifd_router_t *r, const ifd_wire_add_t *req, const ifd_rseq_ops_t *ops,
                       void *owner, ifd_rseq_t **out);

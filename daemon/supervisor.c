@@ -463,6 +463,7 @@ static void ifd__on_ready(ifd__worker_t *w, const ifd_wire_ready_t *r)
     w->info.state = IFD_W_READY;
     w->info.max_seqs = r->max_seqs ? r->max_seqs : 1;
     w->info.n_ctx = r->n_ctx;
+    w->info.vision = r->vision;
     snprintf(w->info.device_name, sizeof w->info.device_name, "%s",
              r->device_name ? r->device_name : "");
     w->run_start_ms = uv_now(s->loop);

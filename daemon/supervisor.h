@@ -89,6 +89,7 @@ typedef struct {
     double retry_in_s;    /* FAILED: seconds until the next try (at the time of the loop) */
     char last_exit[96]; /* "signal 9", "status 1", "" */
     char device_name[64];
+    ifd_wire_vision_t vision; /* from READY: the model's vision tower (tokens_per_image 0: none) */
     bool has_stats;
     /* the last STATS answer; its spec_accepted_per_pos (decoded into the
      * frame's memory) is copied into spec_per_pos and the pointer cleared */

@@ -40,6 +40,10 @@
 typedef struct {
     ifd_arena_t *a;
     ifd_oai_error_t *err;
+    /* /v1/responses' translation: the param of each input_image it turns
+     * into a chat image part, in order (a JSON array of strings), so the
+     * images' errors name the Responses input; NULL elsewhere */
+    json_t *image_params;
 } ifd__oai_json_ctx_t;
 
 /* Fills a 400 invalid_request_error (code and param may be NULL: JSON

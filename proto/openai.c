@@ -104,9 +104,137 @@ int ifd_oai_stream_fail(ifd_oai_stream_t *s, ifd_buf_t *out, const ifd_oai_error
 static const char *const k_roles[] = {"system",    "developer", "user",
                                       "assistant", "tool",      "function"};
 
-/* messages: a non-empty array of {role, content, name}. */
+/* One image part's image_url ({"url": "...", "detail": ignored}) appended
+ * to rq's images (rq NULL: the endpoint takes no images, a 400). */
+static int p_image_part(ifd__oai_json_ctx_t *c, const json_t *part, size_t i, size_t k,
+                        ifd_oai_request_t *rq)
+{
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    snprintf(param, sizeof(param), "messages[%zu].content[%zu].type", i, k);
+    if (!rq)
+        return ifd__oai_json_fail(c, "invalid_value", param,
+                                  "Invalid value: 'image_url'. This endpoint does not take "
+                                  "images.");
+    if (rq->n_images >= IFD_OAI_MAX_IMAGES)
+        return ifd__oai_json_fail(c, "invalid_value", param,
+                                  "Too many images: a request may hold at most %d.",
+                                  IFD_OAI_MAX_IMAGES);
+    snprintf(param, sizeof(param), "messages[%zu].content[%zu].image_url", i, k);
+    const json_t *iu = ifd__oai_json_get(part, "image_url");
+    if (!iu)
+        return ifd__oai_json_missing(c, param);
+    if (!json_is_object(iu))
+        return ifd__oai_json_bad_type(c, param, "an object", iu);
+    snprintf(param, sizeof(param), "messages[%zu].content[%zu].image_url.url", i, k);
+    const json_t *url = ifd__oai_json_get(iu, "url");
+    if (!url)
+        return ifd__oai_json_missing(c, param);
+    if (!json_is_string(url))
+        return ifd__oai_json_bad_type(c, param, "a string", url);
+    if (rq->n_images % 8 == 0) {
+        ifd_oai_image_t *v = ifd_arena_alloc(c->a, (rq->n_images + 8) * sizeof *v);
+        if (!v)
+            return ifd__oai_json_oom(c);
+        if (rq->n_images)
+            memcpy(v, rq->images, rq->n_images * sizeof *v);
+        rq->images = v;
+    }
+    ifd_oai_image_t *im = &rq->images[rq->n_images];
+    memset(im, 0, sizeof *im);
+    im->message = (uint32_t)i;
+    im->part = (uint32_t)k;
+    snprintf(param, sizeof(param), "messages[%zu].content[%zu]", i, k);
+    int rc = ifd__oai_json_string(c, url, param, &im->url, &im->url_len);
+    if (rc < 0)
+        return rc;
+    if (!(im->param = ifd_arena_strdup(c->a, param)))
+        return ifd__oai_json_oom(c);
+    rq->n_images++;
+    return 0;
+}
+
+/*
+ * A message's content parts: text parts joined with "\n" into dst->content
+ * (vLLM's "string" content format); with image parts (image_url, or
+ * Responses' input_image translated to it), also dst->parts_json, the
+ * parts as the chat template sees them ([{"type": "text", "text"},
+ * {"type": "image"}]), and each image appended to rq->images.
+ */
+static int p_content_parts(ifd__oai_json_ctx_t *c, const json_t *content, size_t i,
+                           ifd_oai_message_t *dst, ifd_oai_request_t *rq)
+{
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    size_t total = 0, np = json_array_size(content), n_img = 0;
+    int rc;
+    for (size_t k = 0; k < np; k++) {
+        const json_t *part = json_array_get(content, k);
+        snprintf(param, sizeof(param), "messages[%zu].content[%zu]", i, k);
+        if (!json_is_object(part))
+            return ifd__oai_json_bad_type(c, param, "an object", part);
+        snprintf(param, sizeof(param), "messages[%zu].content[%zu].type", i, k);
+        const json_t *type = ifd__oai_json_get(part, "type");
+        if (!type)
+            return ifd__oai_json_missing(c, param);
+        if (!json_is_string(type))
+            return ifd__oai_json_bad_type(c, param, "a string", type);
+        if (ifd__oai_json_is(type, "image_url")) {
+            if ((rc = p_image_part(c, part, i, k, rq)) < 0)
+                return rc;
+            n_img++;
+            continue;
+        }
+        if (!ifd__oai_json_is(type, "text"))
+            return ifd__oai_json_fail(
+                c, "invalid_value", param,
+                "Invalid value: '%.64s'. Supported content parts are 'text' and "
+                "'image_url'.",
+                json_string_value(type));
+        snprintf(param, sizeof(param), "messages[%zu].content[%zu].text", i, k);
+        const json_t *text = ifd__oai_json_get(part, "text");
+        if (!text)
+            return ifd__oai_json_missing(c, param);
+        if (!json_is_string(text))
+            return ifd__oai_json_bad_type(c, param, "a string", text);
+        total += json_string_length(text) + 1;
+    }
+    char *joined = ifd_arena_alloc(c->a, total + 1);
+    json_t *parts = n_img ? json_array() : NULL;
+    if (!joined || (n_img && !parts)) {
+        json_decref(parts);
+        return ifd__oai_json_oom(c);
+    }
+    size_t off = 0, n_text = 0;
+    for (size_t k = 0; k < np; k++) {
+        const json_t *part = json_array_get(content, k);
+        const json_t *text = json_object_get(part, "text");
+        if (ifd__oai_json_is(json_object_get(part, "type"), "image_url")) {
+            json_array_append_new(parts, json_pack("{s:s}", "type", "image"));
+            continue;
+        }
+        size_t tl = json_string_length(text);
+        if (n_text++ > 0)
+            joined[off++] = '\n';
+        memcpy(joined + off, json_string_value(text), tl);
+        off += tl;
+        if (parts)
+            json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", text));
+    }
+    joined[off] = '\0';
+    dst->content = joined;
+    dst->content_len = off;
+    if (parts) {
+        dst->parts_json = json_array_size(parts) == np ? ifd__oai_json_dump(c->a, parts) : NULL;
+        json_decref(parts);
+        if (!dst->parts_json)
+            return ifd__oai_json_oom(c);
+    }
+    return 0;
+}
+
+/* messages: a non-empty array of {role, content, name}; image parts go to
+ * rq's images (rq NULL: refused). */
 static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t **out,
-                      size_t *n_out)
+                      size_t *n_out, ifd_oai_request_t *rq)
 {
     char param[IFD__OAI_JSON_PARAM_MAX];
     if (!json_is_array(j))
@@ -176,53 +304,8 @@ static int p_messages(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_message_t
         }
         if (!json_is_array(content))
             return ifd__oai_json_bad_type(c, param, "a string or an array", content);
-        /* Text parts are joined with "\n" (vLLM's "string" content format). */
-        size_t total = 0, np = json_array_size(content);
-        for (size_t k = 0; k < np; k++) {
-            const json_t *part = json_array_get(content, k);
-            snprintf(param, sizeof(param), "messages[%zu].content[%zu]", i, k);
-            if (!json_is_object(part))
-                return ifd__oai_json_bad_type(c, param, "an object", part);
-            snprintf(param, sizeof(param), "messages[%zu].content[%zu].type", i, k);
-            const json_t *type = ifd__oai_json_get(part, "type");
-            if (!type)
-                return ifd__oai_json_missing(c, param);
-            if (!json_is_string(type))
-                return ifd__oai_json_bad_type(c, param, "a string", type);
-            if (ifd__oai_json_is(type, "image_url") || ifd__oai_json_is(type, "input_image"))
-                return ifd__oai_json_fail(c, "invalid_value", param,
-                                          "Invalid value: '%s'. This model does not accept "
-                                          "images: it has no vision encoder.",
-                                          json_string_value(type));
-            if (!ifd__oai_json_is(type, "text"))
-                return ifd__oai_json_fail(
-                    c, "invalid_value", param,
-                    "Invalid value: '%.64s'. This server supports only text content "
-                    "parts: supported values are: 'text'.",
-                    json_string_value(type));
-            snprintf(param, sizeof(param), "messages[%zu].content[%zu].text", i, k);
-            const json_t *text = ifd__oai_json_get(part, "text");
-            if (!text)
-                return ifd__oai_json_missing(c, param);
-            if (!json_is_string(text))
-                return ifd__oai_json_bad_type(c, param, "a string", text);
-            total += json_string_length(text) + 1;
-        }
-        char *joined = ifd_arena_alloc(c->a, total + 1);
-        if (!joined)
-            return ifd__oai_json_oom(c);
-        size_t off = 0;
-        for (size_t k = 0; k < np; k++) {
-            const json_t *text = json_object_get(json_array_get(content, k), "text");
-            size_t tl = json_string_length(text);
-            if (k > 0)
-                joined[off++] = '\n';
-            memcpy(joined + off, json_string_value(text), tl);
-            off += tl;
-        }
-        joined[off] = '\0';
-        dst->content = joined;
-        dst->content_len = off;
+        if ((rc = p_content_parts(c, content, i, dst, rq)) < 0)
+            return rc;
     }
     *out = msgs;
     *n_out = n;
@@ -476,6 +559,7 @@ static void request_defaults(ifd_oai_request_t *r, ifd_oai_kind_t kind)
     r->use_cache = true;
     r->add_generation_prompt = true;
     r->parallel_tool_calls = true;
+    r->do_pan_and_scan = -1;
 }
 
 uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
@@ -537,7 +621,7 @@ static json_t *load_object(ifd__oai_json_ctx_t *c, const char *body, size_t len)
 int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                        ifd_oai_error_t *err)
 {
-    ifd__oai_json_ctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {.a = a, .err = err};
     request_defaults(out, IFD_OAI_CHAT);
     json_t *o = load_object(&c, body, len);
     if (!o)
@@ -550,7 +634,7 @@ int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_req
         rc = ifd__oai_json_missing(&c, "messages");
         goto out;
     }
-    if ((rc = p_messages(&c, v, &out->messages, &out->n_messages)) < 0)
+    if ((rc = p_messages(&c, v, &out->messages, &out->n_messages, out)) < 0)
         goto out;
     if ((rc = p_common(&c, o, out)) < 0)
         goto out;
@@ -643,7 +727,7 @@ static int p_prompt(ifd__oai_json_ctx_t *c, const json_t *j, ifd_oai_request_t *
 int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_oai_request_t *out,
                              ifd_oai_error_t *err)
 {
-    ifd__oai_json_ctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {.a = a, .err = err};
     request_defaults(out, IFD_OAI_COMPLETION);
     json_t *o = load_object(&c, body, len);
     if (!o)
@@ -720,7 +804,7 @@ out:
 int ifd_oai_parse_tokenize(ifd_arena_t *a, const char *body, size_t len, ifd_oai_tokenize_t *out,
                            ifd_oai_error_t *err)
 {
-    ifd__oai_json_ctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {.a = a, .err = err};
     memset(out, 0, sizeof(*out));
     out->add_special_tokens = true;
     out->add_generation_prompt = true;
@@ -745,7 +829,7 @@ int ifd_oai_parse_tokenize(ifd_arena_t *a, const char *body, size_t len, ifd_oai
     if (prompt &&
         (rc = ifd__oai_json_string(&c, prompt, "prompt", &out->prompt, &out->prompt_len)) < 0)
         goto out;
-    if (messages && (rc = p_messages(&c, messages, &out->messages, &out->n_messages)) < 0)
+    if (messages && (rc = p_messages(&c, messages, &out->messages, &out->n_messages, NULL)) < 0)
         goto out;
     if ((v = ifd__oai_json_get(o, "add_special_tokens")) &&
         (rc = ifd__oai_json_bool(&c, v, "add_special_tokens", &out->add_special_tokens)) < 0)
@@ -764,7 +848,7 @@ out:
 int ifd_oai_parse_detokenize(ifd_arena_t *a, const char *body, size_t len,
                              ifd_oai_detokenize_t *out, ifd_oai_error_t *err)
 {
-    ifd__oai_json_ctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {.a = a, .err = err};
     memset(out, 0, sizeof(*out));
     json_t *o = load_object(&c, body, len);
     if (!o)

@@ -117,7 +117,28 @@ typedef struct {
     char *name;         /* NULL when absent */
     char *tool_calls;   /* assistant: its "tool_calls" array as compact JSON; NULL when absent */
     char *tool_call_id; /* tool: the call it answers; NULL when absent */
+    /* content with image parts: its parts as the chat template sees them,
+     * compact JSON [{"type": "text", "text": …}, {"type": "image"}, …] in
+     * the request's order (transformers' and Gemma 3's template shape);
+     * NULL for a message without images (content is then all there is) */
+    char *parts_json;
 } ifd_oai_message_t;
+
+/* Image parts of one request at most (the daemon's own limit,
+ * limit_images_per_prompt, is lower: daemon/gen.c). */
+#define IFD_OAI_MAX_IMAGES 256
+
+/* One image content part of a chat message (chat {"type": "image_url",
+ * "image_url": {"url": …}}, Responses input_image), in prompt order. The
+ * URL is kept as sent (data: or not: the daemon decides); all arena. */
+typedef struct {
+    uint32_t message, part; /* messages[message].content[part] */
+    char *url;              /* NUL-terminated; url_len bytes */
+    size_t url_len;
+    /* the part as errors name it: "messages[i].content[k]", or for
+     * /v1/responses "input[i].content[k]" */
+    const char *param;
+} ifd_oai_image_t;
 
 /* One function of "tools" (type "function"). */
 typedef struct {
@@ -304,6 +325,13 @@ typedef struct {
      * object repeats (instructions, tools, text, temperature, …) as one
      * compact JSON object; NULL for the other endpoints. */
     char *responses_echo;
+
+    /* chat: the image parts of the messages in prompt order (none: NULL, 0),
+     * and vLLM's mm_processor_kwargs.do_pan_and_scan (-1: not given, the
+     * model's preprocessor decides; 0 or 1) */
+    ifd_oai_image_t *images;
+    size_t n_images;
+    int do_pan_and_scan;
 } ifd_oai_request_t;
 
 /* ifd_oai_request_t.sampling_given bits. */

@@ -138,6 +138,18 @@ static int p_chat_template(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_requ
     }
     if ((v = ifd__oai_json_get(o, "echo")) && (rc = ifd__oai_json_bool(c, v, "echo", &r->echo)) < 0)
         return rc;
+    /* vLLM's mm_processor_kwargs: the image processor's do_pan_and_scan
+     * (other keys are the processor's and ignored here) */
+    if ((v = ifd__oai_json_get(o, "mm_processor_kwargs"))) {
+        if (!json_is_object(v))
+            return ifd__oai_json_bad_type(c, "mm_processor_kwargs", "an object", v);
+        const json_t *ps = ifd__oai_json_get(v, "do_pan_and_scan");
+        bool b;
+        if (ps && (rc = ifd__oai_json_bool(c, ps, "mm_processor_kwargs.do_pan_and_scan", &b)) < 0)
+            return rc;
+        if (ps)
+            r->do_pan_and_scan = b;
+    }
     const ifd_oai_message_t *last = r->n_messages ? &r->messages[r->n_messages - 1] : NULL;
     if (r->continue_final_message) {
         if (r->add_generation_prompt)
@@ -670,7 +682,7 @@ static int so_convert(ifd_oai_request_t *r, const ifd_grammar_budget_t *b, ifd_b
 int ifd_oai_build_grammar(ifd_arena_t *a, ifd_oai_request_t *r, const ifd_grammar_budget_t *budget,
                           ifd_grammar_t **compiled, ifd_oai_error_t *err)
 {
-    ifd__oai_json_ctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {.a = a, .err = err};
     if (compiled)
         *compiled = NULL;
     int rc = check_tool_schemas(&c, r, budget);

@@ -78,8 +78,29 @@ static int refuse(ifd__oai_json_ctx_t *c, const char *param, const char *why)
                               param, why);
 }
 
+/* An input_image part ({"image_url": "data:…", "detail": ignored; a
+ * file_id is refused: there are no files) as a chat image_url part
+ * appended to parts; its param goes to c->image_params. */
+static int tr_image(ifd__oai_json_ctx_t *c, const json_t *p, size_t i, size_t k, json_t *parts)
+{
+    char param[IFD__OAI_JSON_PARAM_MAX];
+    const json_t *url = json_object_get(p, "image_url");
+    snprintf(param, sizeof param, "input[%zu].content[%zu].image_url", i, k);
+    if (!url && json_object_get(p, "file_id"))
+        return refuse(c, param, "images are given as data: URLs in image_url; there are no files");
+    if (!json_is_string(url))
+        return bad_type(c, param, "a string", url);
+    snprintf(param, sizeof param, "input[%zu].content[%zu]", i, k);
+    if (c->image_params && json_array_append_new(c->image_params, json_string(param)))
+        return ifd__oai_json_oom(c);
+    if (json_array_append_new(parts, json_pack("{s:s,s:{s:O}}", "type", "image_url", "image_url",
+                                               "url", url)))
+        return ifd__oai_json_oom(c);
+    return 0;
+}
+
 /* A message content: a string, or parts of which the text kinds are kept
- * (as chat text parts). */
+ * (as chat text parts) and images become chat image_url parts. */
 static int tr_content(ifd__oai_json_ctx_t *c, const json_t *v, size_t i, json_t **out)
 {
     char param[IFD__OAI_JSON_PARAM_MAX];
@@ -100,12 +121,13 @@ static int tr_content(ifd__oai_json_ctx_t *c, const json_t *v, size_t i, json_t 
             json_decref(parts);
             return ifd__oai_json_missing(c, param);
         }
-        if (ifd__oai_json_is(tj, "input_image") || ifd__oai_json_is(tj, "image_url")) {
-            json_decref(parts);
-            return ifd__oai_json_fail(c, "unsupported_parameter", param,
-                                      "Unsupported content part '%s': this model does not "
-                                      "accept images: it has no vision encoder.",
-                                      type);
+        if (ifd__oai_json_is(tj, "input_image")) {
+            int rc = tr_image(c, p, i, k, parts);
+            if (rc) {
+                json_decref(parts);
+                return rc;
+            }
+            continue;
         }
         if (!ifd__oai_json_is(tj, "input_text") && !ifd__oai_json_is(tj, "output_text") &&
             !ifd__oai_json_is(tj, "text")) {
@@ -746,14 +768,19 @@ int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
 {
     memset(err, 0, sizeof *err);
     memset(st, 0, sizeof *st);
-    ifd__oai_json_ctx_t c = {a, err};
+    ifd__oai_json_ctx_t c = {.a = a, .err = err, .image_params = json_array()};
+    if (!c.image_params)
+        return ifd__oai_json_oom(&c);
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_ALLOW_NUL, &je); /* as openai.h's parsers */
-    if (!o)
+    if (!o) {
+        json_decref(c.image_params);
         return ifd__oai_json_fail(
             &c, NULL, NULL, "We could not parse the JSON body of your request. (%s)", je.text);
+    }
     if (!json_is_object(o)) {
         json_decref(o);
+        json_decref(c.image_params);
         return ifd__oai_json_fail(&c, NULL, NULL, "The request body must be a JSON object.");
     }
     json_t *chat = NULL;
@@ -778,6 +805,14 @@ int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
     }
     if (!rc && !(out->responses_echo = ifd_arena_strdup(a, echo_text)))
         rc = ifd__oai_json_oom(&c);
+    /* the images' params as the Responses input names them (translated in order) */
+    for (size_t k = 0; !rc && json_array_size(c.image_params) == out->n_images &&
+                       k < out->n_images;
+         k++)
+        if (!(out->images[k].param =
+                  ifd_arena_strdup(a, json_string_value(json_array_get(c.image_params, k)))))
+            rc = ifd__oai_json_oom(&c);
+    json_decref(c.image_params);
     free(text);
     free(echo_text);
     json_decref(echo);

@@ -523,17 +523,50 @@ static void ifd__msg(ifd__rb_t *b, const char *s)
 }
 
 /* A message as the built-in families render it: ifd_chat_msg_t with its
- * content's length, for a content from JSON may hold NULs ("\u0000"). */
+ * content's length, for a content from JSON may hold NULs ("\u0000");
+ * parts: a content with images, as ifd__norm_message keeps it (Gemma only). */
 typedef struct {
     const char *role;
     const char *content;
     size_t content_len;
+    const json_t *parts;
 } ifd__cmsg_t;
 
-/* A message's content: message text, NULs and all. */
+/* The text of an image placeholder in a built-in family's prompt: Gemma 3's
+ * template renders {"type": "image"} as this (outside message text, so the
+ * prompt's image expansion sees it: common/chat/image_prompt.h). */
+#define IFD__GEMMA_IMAGE "<start_of_image>"
+
+static void ifd__trim_from(ifd__rb_t *b, size_t mark);
+
+/* A message's content: message text, NULs and all. With parts (images),
+ * Gemma 3's template's loop: each text part (trimmed when trim is set, as
+ * `item['text'] | trim`), each image its placeholder. */
+static void ifd__content_parts(ifd__rb_t *b, const ifd__cmsg_t *m, bool trim)
+{
+    if (!m->parts) {
+        ifd__msgn(b, m->content, m->content_len);
+        return;
+    }
+    size_t i;
+    const json_t *part;
+    json_array_foreach(m->parts, i, part)
+    {
+        const json_t *tx = json_object_get(part, "text");
+        if (!json_is_string(tx)) {
+            ifd__lit(b, IFD__GEMMA_IMAGE);
+            continue;
+        }
+        size_t mark = b->t.len;
+        ifd__msgn(b, json_string_value(tx), json_string_length(tx));
+        if (trim)
+            ifd__trim_from(b, mark);
+    }
+}
+
 static void ifd__content(ifd__rb_t *b, const ifd__cmsg_t *m)
 {
-    ifd__msgn(b, m->content, m->content_len);
+    ifd__content_parts(b, m, false);
 }
 
 /* Python str.isspace() for the code point at p (UTF-8); *len gets its size. */
@@ -600,8 +633,9 @@ static void ifd__trim_from(ifd__rb_t *b, size_t mark)
 static void ifd__content_trim(ifd__rb_t *b, const ifd__cmsg_t *m)
 {
     size_t mark = b->t.len;
-    ifd__content(b, m);
-    ifd__trim_from(b, mark);
+    ifd__content_parts(b, m, true);
+    if (!m->parts)
+        ifd__trim_from(b, mark);
 }
 
 static bool ifd__is(const char *a, const char *b)
@@ -998,6 +1032,43 @@ static void ifd__pick_prefix(const ifd_chat_template_t *t, const char *req, size
     }
 }
 
+/* Whether a content array has an {"type": "image"} part. */
+static bool ifd__has_image_part(const json_t *c)
+{
+    size_t i;
+    const json_t *part;
+    json_array_foreach(c, i, part)
+    {
+        const char *ty = json_string_value(json_object_get(part, "type"));
+        if (ty && !strcmp(ty, "image"))
+            return true;
+    }
+    return false;
+}
+
+/* A content with images is kept as its parts (transformers passes them to
+ * the template as they are): each {"type": "text", "text": string} or
+ * {"type": "image"}. 0 or IFD_EINVAL (errbuf). */
+static int ifd__check_image_parts(const json_t *c, size_t idx, char *errbuf, size_t errlen)
+{
+    size_t i;
+    const json_t *part;
+    json_array_foreach(c, i, part)
+    {
+        const char *ty = json_string_value(json_object_get(part, "type"));
+        bool ok = ty && (!strcmp(ty, "image") ||
+                         (!strcmp(ty, "text") && json_is_string(json_object_get(part, "text"))));
+        if (!ok) {
+            ifd_fail_msg(errbuf, errlen, 0,
+                         "message %zu: content part %zu: only {\"type\": \"text\", \"text\": "
+                         "…} and {\"type\": \"image\"} parts are supported",
+                         idx, i);
+            return IFD_EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* Normalises one OpenAI message (a deep copy, modified in place) the way
  * vLLM prepares messages for a template. */
 static int ifd__norm_message(json_t *m, size_t idx, char *errbuf, size_t errlen)
@@ -1011,6 +1082,9 @@ static int ifd__norm_message(json_t *m, size_t idx, char *errbuf, size_t errlen)
     if (!c || json_is_null(c)) {
         if (json_object_set_new(m, "content", json_string("")))
             return IFD_ENOMEM;
+    } else if (json_is_array(c) && ifd__has_image_part(c)) {
+        if (ifd__check_image_parts(c, idx, errbuf, errlen))
+            return IFD_EINVAL;
     } else if (json_is_array(c)) {
         ifd_buf_t b = IFD_BUF_INIT;
         size_t i, k = 0;
@@ -1246,9 +1320,19 @@ int ifd_chat_render_request(const ifd_chat_template_t *t, const ifd_chat_request
             rc = IFD_ENOTSUP;
             break;
         }
+        json_t *content = json_object_get(jm, "content");
+        if (json_is_array(content) && t->family != IFD_CHAT_GEMMA) {
+            ifd_fail_msg(errbuf, errlen, 0,
+                         "message %zu: the built-in '%s' chat template cannot render images; "
+                         "give the model's template with --chat-template FILE",
+                         i, ifd_chat_family_name(t->family));
+            rc = IFD_ENOTSUP;
+            break;
+        }
         m[i].role = json_string_value(json_object_get(jm, "role"));
-        m[i].content = json_string_value(json_object_get(jm, "content"));
-        m[i].content_len = json_string_length(json_object_get(jm, "content"));
+        m[i].parts = json_is_array(content) ? content : NULL;
+        m[i].content = m[i].parts ? "" : json_string_value(content);
+        m[i].content_len = m[i].parts ? 0 : json_string_length(content);
     }
     if (!rc) {
         rc = ifd__render_builtin(t, m, n, req->add_generation_prompt, out);

@@ -147,10 +147,12 @@ int ifd_chat_render(const ifd_chat_template_t *tpl, const ifd_chat_msg_t *msgs, 
  * borrowed: ifd_chat_render_request neither keeps nor modifies them).
  *
  * messages: array of objects. "role" (string) is required; "content" may be
- *   a string, null (→ ""), or an array of parts of which only
- *   {"type": "text", "text": …} are accepted (joined with "
-", as vLLM
- *   does). Assistant messages may carry "tool_calls":
+ *   a string, null (→ ""), or an array of parts: {"type": "text", "text":
+ *   …} parts alone are joined with "\n" (as vLLM does); a content with
+ *   {"type": "image"} parts stays an array of text and image parts, as
+ *   transformers passes it (Gemma 3's template renders <start_of_image>
+ *   for each; of the built-in families only gemma renders images, each
+ *   text part trimmed as its template does, the others are IFD_ENOTSUP). Assistant messages may carry "tool_calls":
  *   [{"id", "type": "function", "function": {"name", "arguments"}}] where
  *   "arguments" is a JSON string (parsed into an object for the template,
  *   as vLLM does; kept as a string when it does not parse) or an object.

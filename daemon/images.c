@@ -1,0 +1,255 @@
+/*
+ * images.c — see images.h. The decode keeps one image's bytes and decoded
+ * RGB at a time (freed before the next image), so a request's memory is its
+ * pictures (at most max_pictures × h × w × 3) plus one image in flight.
+ */
+#include "images.h"
+
+#include "error.h"
+#include "hash.h"
+#include "image/dataurl.h"
+#include "image/image.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Room an ADD keeps for the prompt's tokens and fields beside its pictures. */
+#define IFD__FRAME_SLACK (4u << 20)
+
+uint32_t ifd_images_frame_fit(uint32_t height, uint32_t width)
+{
+    uint64_t pic = (uint64_t)height * width * 3;
+    if (!pic)
+        return 0;
+    uint64_t n = (IFD_WIRE_MAX_BODY - IFD__FRAME_SLACK) / pic;
+    return n > IFD_WIRE_MAX_IMAGES ? IFD_WIRE_MAX_IMAGES : (uint32_t)n;
+}
+
+void ifd_images_setup(ifd_images_setup_t *s, const ifd_wire_vision_t *v, const ifd_config_t *cfg)
+{
+    memset(s, 0, sizeof *s);
+    s->max_bytes = cfg->max_image_bytes;
+    s->max_pixels = (uint64_t)cfg->max_image_pixels;
+    if (!v->tokens_per_image)
+        return;
+    s->tokens_per_image = v->tokens_per_image;
+    s->prep = ifd_image_prep_gemma3(); /* rescale/mean/std: the worker's half */
+    s->prep.height = v->height;
+    s->prep.width = v->width;
+    s->prep.resample = (ifd_resample_t)v->resample;
+    s->prep.do_pan_and_scan = v->do_pan_and_scan;
+    s->prep.pas_min_crop_size = v->pas_min_crop_size;
+    s->prep.pas_max_num_crops = v->pas_max_num_crops;
+    s->prep.pas_min_ratio = v->pas_min_ratio;
+    s->ip = (ifd_image_prompt_t){.boi = v->boi_id,
+                                 .eoi = v->eoi_id,
+                                 .soft = v->image_id,
+                                 .n_soft = (int32_t)v->tokens_per_image};
+    s->max_pictures = ifd_images_frame_fit(v->height, v->width);
+    uint32_t lim = (uint32_t)cfg->limit_images_per_prompt;
+    s->max_images = lim && lim < s->max_pictures ? lim : s->max_pictures;
+}
+
+static bool ifd__has_prefix(const char *s, size_t n, const char *p)
+{
+    size_t pl = strlen(p);
+    return n >= pl && !strncasecmp(s, p, pl);
+}
+
+int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq,
+                     ifd_oai_error_t *e)
+{
+    if (!rq->n_images)
+        return 0;
+    const ifd_oai_image_t *im = &rq->images[0];
+    char param[160];
+    if (!s->tokens_per_image) { /* today's 400s of each endpoint */
+        snprintf(param, sizeof param, "%s.type", im->param);
+        if (!strncmp(im->param, "input[", 6))
+            ifd_oai_error_set(e, 400, NULL, "unsupported_parameter", param,
+                              "Unsupported content part 'input_image': this model does not "
+                              "accept images: it has no vision encoder.");
+        else
+            ifd_oai_error_set(e, 400, NULL, "invalid_value", param,
+                              "Invalid value: 'image_url'. This model does not accept images: "
+                              "it has no vision encoder.");
+        return IFD_EINVAL;
+    }
+    if (rq->n_images > s->max_images) {
+        ifd_oai_error_set(e, 400, NULL, "invalid_value", rq->images[s->max_images].param,
+                          "At most %u image(s) may be provided in one request (%zu given).",
+                          s->max_images, rq->n_images);
+        return IFD_EINVAL;
+    }
+    for (size_t k = 0; k < rq->n_images; k++) {
+        im = &rq->images[k];
+        if (ifd__has_prefix(im->url, im->url_len, "data:"))
+            continue;
+        bool web = ifd__has_prefix(im->url, im->url_len, "http://") ||
+                   ifd__has_prefix(im->url, im->url_len, "https://");
+        ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param,
+                          web ? "Image URLs are not fetched by this server: send the image as a "
+                                "base64 data: URL (data:image/png;base64,...)."
+                              : "Invalid image URL: expected a base64 data: URL "
+                                "(data:image/png;base64,...).");
+        return IFD_EINVAL;
+    }
+    return 0;
+}
+
+/* The 400 (or 500) of a failed step of image im. */
+static int ifd__fail(ifd_oai_error_t *e, const ifd_oai_image_t *im, int rc, const char *what,
+                     const ifd_images_setup_t *s, const char *detail)
+{
+    if (rc == IFD_ENOMEM)
+        return rc;
+    if (!strcmp(what, "resize")) {
+        ifd_oai_error_set(e, 500, NULL, NULL, NULL,
+                          "The model's image preprocessing cannot be run: %s", ifd_strerror(rc));
+        return IFD_ENOTSUP;
+    }
+    const char *why = "";
+    char lim[96] = "";
+    if (!strcmp(what, "url")) {
+        why = rc == IFD_ETOOBIG ? "the image is too big" : "not a base64 data: URL";
+        if (rc == IFD_ETOOBIG)
+            snprintf(lim, sizeof lim, " (max_image_bytes is %llu)",
+                     (unsigned long long)s->max_bytes);
+    } else {
+        why = rc == IFD_ENOTSUP  ? "not an image (JPEG, PNG, WebP or GIF)"
+              : rc == IFD_ETOOBIG ? "the image is too big"
+              : rc == IFD_ETRUNC  ? "the image is truncated"
+                                  : "the image is corrupt";
+        if (rc == IFD_ETOOBIG)
+            snprintf(lim, sizeof lim, " (max_image_pixels is %llu)",
+                     (unsigned long long)s->max_pixels);
+    }
+    ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param, "Invalid image in '%s': %s%s%s%.200s",
+                      im->param, why, lim, detail && *detail ? ": " : "", detail ? detail : "");
+    return IFD_EINVAL;
+}
+
+/* Grows out->pics by the n pictures of one image (zeroed). */
+static int ifd__grow(ifd_images_t *out, uint32_t n)
+{
+    ifd_wire_image_t *p = realloc(out->pics, (out->n_pics + n) * sizeof *p);
+    if (!p)
+        return IFD_ENOMEM;
+    memset(p + out->n_pics, 0, n * sizeof *p);
+    out->pics = p;
+    return 0;
+}
+
+/* Image k's pictures appended to out: resized, split, hashed. */
+static int ifd__add_pictures(ifd_images_t *out, const ifd_images_setup_t *s,
+                             const ifd_image_prep_t *prep, const ifd_image_t *img,
+                             const ifd_oai_image_t *im, ifd_oai_error_t *e)
+{
+    uint32_t n = ifd_image_prep_count(prep, img);
+    if (out->n_pics + n > s->max_pictures) {
+        ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param,
+                          "Too many pictures: the request's images and their pan-and-scan crops "
+                          "make more than %u, what one request may carry.",
+                          s->max_pictures);
+        return IFD_EINVAL;
+    }
+    size_t bytes = ifd_image_prep_floats(prep, img), one = bytes / n;
+    uint8_t *buf = malloc(bytes);
+    int rc = buf ? ifd_image_prep_resize(buf, bytes, img, prep) : IFD_ENOMEM;
+    bool grown = !rc && !(rc = ifd__grow(out, n));
+    for (uint32_t j = 0; !rc && j < n; j++) {
+        ifd_wire_image_t *p = &out->pics[out->n_pics + j];
+        uint8_t *px = malloc(one);
+        if (!px) {
+            rc = IFD_ENOMEM;
+            break;
+        }
+        memcpy(px, buf + j * one, one);
+        p->pixels = px;
+        p->n_pixels = (uint32_t)one;
+        p->width = prep->width;
+        p->height = prep->height;
+        ifd_hash_bytes128(px, one, &p->hash_lo, &p->hash_hi);
+    }
+    free(buf);
+    if (rc) { /* this image's pictures so far (the rest: the caller's unwind) */
+        for (uint32_t j = 0; grown && j < n; j++)
+            free((void *)out->pics[out->n_pics + j].pixels);
+        return rc == IFD_ENOMEM ? rc : ifd__fail(e, im, rc, "resize", s, NULL);
+    }
+    out->n_pics += n;
+    out->n_crops[out->n_images++] = n - 1;
+    return 0;
+}
+
+/* One image: its URL's bytes, decoded, then its pictures. */
+static int ifd__decode_one(ifd_images_t *out, const ifd_images_setup_t *s,
+                           const ifd_image_prep_t *prep, const ifd_oai_image_t *im,
+                           ifd_oai_error_t *e)
+{
+    char msg[256] = "";
+    uint8_t *bytes = NULL;
+    size_t n_bytes = 0, mime_len;
+    const char *mime;
+    int rc = ifd_image_data_url(im->url, im->url_len, s->max_bytes, &bytes, &n_bytes, &mime,
+                                &mime_len, msg, sizeof msg);
+    if (rc)
+        return ifd__fail(e, im, rc, "url", s, msg);
+    ifd_image_limits_t lim = ifd_image_default_limits();
+    lim.max_pixels = s->max_pixels;
+    ifd_image_t img;
+    rc = ifd_image_decode(&img, bytes, n_bytes, &lim, msg, sizeof msg);
+    free(bytes);
+    if (rc)
+        return ifd__fail(e, im, rc, "decode", s, msg);
+    rc = ifd__add_pictures(out, s, prep, &img, im, e);
+    ifd_image_free(&img);
+    return rc;
+}
+
+int ifd_images_decode(ifd_images_t *out, const ifd_images_setup_t *s,
+                      const ifd_oai_request_t *rq, const atomic_int *cancel, ifd_oai_error_t *e)
+{
+    memset(out, 0, sizeof *out);
+    if (!rq->n_images)
+        return 0;
+    ifd_image_prep_t prep = s->prep;
+    if (rq->do_pan_and_scan >= 0)
+        prep.do_pan_and_scan = rq->do_pan_and_scan;
+    out->n_crops = calloc(rq->n_images, sizeof *out->n_crops);
+    int rc = out->n_crops ? 0 : IFD_ENOMEM;
+    for (size_t k = 0; !rc && k < rq->n_images; k++) {
+        if (cancel && atomic_load(cancel))
+            rc = IFD_ECANCELED;
+        else
+            rc = ifd__decode_one(out, s, &prep, &rq->images[k], e);
+    }
+    if (rc)
+        ifd_images_free(out);
+    return rc;
+}
+
+int ifd_images_place(ifd_images_t *im, const ifd_images_setup_t *s, const ifd_image_pos_t *spans,
+                     size_t n_spans)
+{
+    if (n_spans != im->n_pics)
+        return IFD_EINVAL;
+    for (size_t k = 0; k < n_spans; k++) {
+        if (spans[k].start < 0 || spans[k].len != (int32_t)s->tokens_per_image)
+            return IFD_EINVAL;
+        im->pics[k].pos = (uint32_t)spans[k].start;
+        im->pics[k].n_tokens = (uint32_t)spans[k].len;
+    }
+    return 0;
+}
+
+void ifd_images_free(ifd_images_t *im)
+{
+    if (!im)
+        return;
+    for (uint32_t k = 0; k < im->n_pics; k++)
+        free((void *)im->pics[k].pixels);
+    free(im->pics);
+    free(im->n_crops);
+    memset(im, 0, sizeof *im);
+}
