@@ -53,7 +53,7 @@ static const struct {
     {"store", EP_C, OK_FALSE, "completions are not stored"},
     {"guided_whitespace_pattern", EP_BOTH, OK_NULL, "the whitespace rule is fixed"},
     {"cache_salt", EP_BOTH, OK_NULL, "prefix-cache salts are not supported"},
-    {"mm_processor_kwargs", EP_BOTH, OK_EMPTY, "multimodal inputs are not supported"},
+    {"mm_processor_kwargs", EP_P, OK_EMPTY, "completions take no images"},
 };
 
 static bool extra_ok(const json_t *v, ok_t ok)
@@ -143,6 +143,19 @@ static int p_chat_template(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_requ
     if ((v = ifd__oai_json_get(o, "mm_processor_kwargs"))) {
         if (!json_is_object(v))
             return ifd__oai_json_bad_type(c, "mm_processor_kwargs", "an object", v);
+        const char *key;
+        json_t *kv;
+        json_object_foreach((json_t *)v, key, kv)
+        {
+            if (strcmp(key, "do_pan_and_scan") != 0) {
+                char param[IFD__OAI_JSON_PARAM_MAX];
+                snprintf(param, sizeof param, "mm_processor_kwargs.%.60s", key);
+                return ifd__oai_json_fail(c, "unsupported_parameter", param,
+                                          "Unsupported parameter: '%s' (of mm_processor_kwargs, "
+                                          "only do_pan_and_scan is supported).",
+                                          param);
+            }
+        }
         const json_t *ps = ifd__oai_json_get(v, "do_pan_and_scan");
         bool b;
         if (ps && (rc = ifd__oai_json_bool(c, ps, "mm_processor_kwargs.do_pan_and_scan", &b)) < 0)

@@ -44,6 +44,71 @@ static int parse_cmpl(ifd_arena_t *a, const char *body, ifd_oai_request_t *r, if
     return built(ifd_oai_parse_completion(a, body, strlen(body), r, e), a, r, e);
 }
 
+/* Image parts in prompt order: their URL and part, the text joined as
+ * before, the template's parts (text and {"type": "image"}), and
+ * mm_processor_kwargs; /v1/responses' input_image named by its input. */
+START_TEST(test_chat_image_parts)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\","
+        "\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image_url\","
+        "\"image_url\":{\"url\":\"data:image/png;base64,AAAA\",\"detail\":\"high\"}},"
+        "{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"image_url\",\"image_url\":"
+        "{\"url\":\"https://x/y.png\"}}]}],\"mm_processor_kwargs\":{\"do_pan_and_scan\":true}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_uint_eq(r.n_images, 2);
+    ck_assert_uint_eq(r.images[0].message, 1);
+    ck_assert_uint_eq(r.images[0].part, 1);
+    ck_assert_str_eq(r.images[0].url, "data:image/png;base64,AAAA");
+    ck_assert_uint_eq(r.images[0].url_len, strlen("data:image/png;base64,AAAA"));
+    ck_assert_str_eq(r.images[0].param, "messages[1].content[1]");
+    ck_assert_str_eq(r.images[1].url, "https://x/y.png");
+    ck_assert_str_eq(r.images[1].param, "messages[1].content[3]");
+    ck_assert_str_eq(r.messages[1].content, "a\nb");
+    ck_assert_ptr_null(r.messages[0].parts_json);
+    ck_assert_str_eq(r.messages[1].parts_json,
+                     "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image\"},"
+                     "{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"image\"}]");
+    ck_assert_int_eq(r.do_pan_and_scan, 1);
+    /* none: no images, pan-and-scan not given */
+    ck_assert_int_eq(parse_chat(&a, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                                &r, &e),
+                     0);
+    ck_assert_uint_eq(r.n_images, 0);
+    ck_assert_int_eq(r.do_pan_and_scan, -1);
+    /* /tokenize with messages takes no images */
+    ifd_oai_tokenize_t tk;
+    const char *tb = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+                     "\"image_url\":{\"url\":\"data:,\"}}]}]}";
+    ck_assert_int_eq(ifd_oai_parse_tokenize(&a, tb, strlen(tb), &tk, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "messages[0].content[0].type");
+    /* Responses: input_image → an image part, named by its input item */
+    const char *rb = "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+                     "\"text\":\"what\"},{\"type\":\"input_image\",\"image_url\":"
+                     "\"data:image/gif;base64,R0lG\",\"detail\":\"auto\"}]}]}";
+    ck_assert_int_eq(built(ifd_responses_parse(&a, rb, strlen(rb), &r, &e), &a, &r, &e), 0);
+    ck_assert_uint_eq(r.n_images, 1);
+    ck_assert_str_eq(r.images[0].url, "data:image/gif;base64,R0lG");
+    ck_assert_str_eq(r.images[0].param, "input[0].content[1]");
+    ck_assert_ptr_nonnull(r.messages[r.n_messages - 1].parts_json);
+    /* more parts than IFD_OAI_MAX_IMAGES */
+    ifd_buf_t b = IFD_BUF_INIT;
+    ifd_buf_puts(&b, "{\"messages\":[{\"role\":\"user\",\"content\":[");
+    for (int i = 0; i <= IFD_OAI_MAX_IMAGES; i++)
+        ifd_buf_printf(&b, "%s{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:,\"}}",
+                       i ? "," : "");
+    ifd_buf_puts(&b, "]}]}");
+    ck_assert_int_eq(parse_chat(&a, b.data, &r, &e), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.message, "Too many images"));
+    ifd_buf_free(&b);
+    ifd_arena_close(&a);
+}
+END_TEST
+
 START_TEST(test_chat_minimal_defaults)
 {
     ifd_arena_t a;
@@ -377,10 +442,30 @@ static const bad_case_t k_bad[] = {
      "invalid_type"},
     {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[\"x\"]}]}", "messages[0].content[0]",
      "invalid_type"},
+    /* image parts: the shape is checked here, the URL by the daemon (images.h) */
     {EP_CHAT,
      "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
-     "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+     "{\"type\":\"input_image\",\"image_url\":{\"url\":\"x\"}}]}]}",
      "messages[0].content[1].type", "invalid_value"},
+    {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+     "messages[0].content[0].image_url", "missing_required_parameter"},
+    {EP_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+     "\"image_url\":\"data:,\"}]}]}",
+     "messages[0].content[0].image_url", "invalid_type"},
+    {EP_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+     "\"image_url\":{\"detail\":\"low\"}}]}]}",
+     "messages[0].content[0].image_url.url", "missing_required_parameter"},
+    {EP_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+     "\"image_url\":{\"url\":7}}]}]}",
+     "messages[0].content[0].image_url.url", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"mm_processor_kwargs\":[]}", "mm_processor_kwargs", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"mm_processor_kwargs\":{\"do_pan_and_scan\":1}}",
+     "mm_processor_kwargs.do_pan_and_scan", "invalid_type"},
+    {EP_CHAT, "{" MSG ",\"mm_processor_kwargs\":{\"num_crops\":1}}",
+     "mm_processor_kwargs.num_crops", "unsupported_parameter"},
     {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
      "messages[0].content[0].text", "missing_required_parameter"},
     {EP_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"a\"}]}]}",
@@ -1697,8 +1782,11 @@ START_TEST(test_responses_parse)
         {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type",
          "unsupported_parameter"},
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
-         "\"image_url\":\"u\"}]}]}",
-         "input[0].content[0].type", "unsupported_parameter"},
+         "\"file_id\":\"f\"}]}]}",
+         "input[0].content[0].image_url", "unsupported_parameter"},
+        {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
+         "\"image_url\":{\"url\":\"u\"}}]}]}",
+         "input[0].content[0].image_url", "invalid_type"},
         {"{\"input\":[{\"type\":\"reasoning\",\"encrypted_content\":\"e\"}]}",
          "input[0].encrypted_content", "unsupported_parameter"},
         {"{\"input\":[{\"type\":\"reasoning\",\"summary\":[{\"text\":2}]}]}",
@@ -2283,6 +2371,7 @@ int main(void)
     tcase_add_test(tc, test_toolcall_parse);
     tcase_add_test(tc, test_tool_call_response);
     tcase_add_test(tc, test_responses_parse);
+    tcase_add_test(tc, test_chat_image_parts);
     tcase_add_test(tc, test_responses_reasoning);
     tcase_add_test(tc, test_responses_echo_bounds);
     tcase_add_test(tc, test_responses_object);
