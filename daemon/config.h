@@ -142,7 +142,7 @@
       "an image's width x height at most, read from its header before decoding (400 beyond)") \
     X(limit_images_per_prompt, INT, "0", 1, "N", 0, 64,                                        \
       "images one request may carry (vLLM's --limit-mm-per-prompt; 400 beyond); 0: as many "   \
-      "as one worker frame holds at the model's picture size (11 for Gemma 3's 896x896)")      \
+      "as one worker frame holds at the model's picture size (12 for Gemma 3's 896x896)")      \
     X(max_logprobs, INT, "20", 1, "N", 0, 20,                                                  \
       "logprobs a request may ask for at most (top_logprobs, completions logprobs, "           \
       "prompt_logprobs; 400 beyond): vLLM's --max-logprobs, up to 20 (the worker's top-k)")    \
