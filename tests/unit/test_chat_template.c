@@ -593,6 +593,83 @@ END_TEST
 /* ifd_chat_render_request: tools, tool calls with string arguments, tool
  * results, content parts, extra variables, errors from raise_exception, and
  * the built-in families refusing tools. */
+/* Whether text[off, off+n) lies inside one of pr's plain spans. */
+static bool in_plain(const ifd_chat_prompt_t *pr, size_t off, size_t n)
+{
+    for (size_t i = 0; i < pr->n_content; i++)
+        if (pr->content[i].off <= off && off + n <= pr->content[i].off + pr->content[i].len)
+            return true;
+    return false;
+}
+
+/* Image parts ({"type": "image"}, as transformers passes them): a Jinja
+ * template sees the parts (Gemma 3's content loop renders <start_of_image>),
+ * the built-in gemma family renders them as that template does, outside the
+ * plain spans, each text part trimmed; other families refuse images. */
+START_TEST(test_image_parts)
+{
+    static const char gemma_loop[] =
+        "{% for m in messages %}<start_of_turn>{{ m.role }}\n"
+        "{% if m.content is string %}{{ m.content | trim }}{% else %}"
+        "{% for it in m.content %}{% if it.type == 'image' %}{{ '<start_of_image>' }}"
+        "{% elif it.type == 'text' %}{{ it.text | trim }}{% endif %}{% endfor %}{% endif %}"
+        "<end_of_turn>\n{% endfor %}";
+    static const char want[] =
+        "<start_of_turn>user\nWhat is<start_of_image>this?<start_of_image><end_of_turn>\n";
+    json_error_t je;
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+                              "\" What is \"},{\"type\":\"image\"},{\"type\":\"text\",\"text\":"
+                              "\"this?\\n\"},{\"type\":\"image\"}]}]",
+                              0, &je);
+    ck_assert_ptr_nonnull(msgs);
+    ifd_chat_request_t req = {.messages = msgs, .add_generation_prompt = false};
+    ifd_chat_prompt_t pr;
+    char err[256];
+    for (int k = 0; k < 3; k++) {
+        ifd_chat_params_t p = ifd_chat_default_params();
+        if (k == 0)
+            p.jinja = gemma_loop;
+        else
+            p.name = k == 1 ? "gemma" : "chatml";
+        ifd_chat_template_t *t;
+        ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+        int rc = ifd_chat_render_request(t, &req, &pr, err, sizeof err);
+        if (k == 2) {
+            ck_assert_int_eq(rc, IFD_ENOTSUP);
+            ck_assert_ptr_nonnull(strstr(err, "cannot render images"));
+            ifd_chat_template_destroy(t);
+            continue;
+        }
+        ck_assert_msg(rc == 0, "%s", err);
+        const char *at = strstr(pr.text, want);
+        ck_assert_msg(at != NULL, "template %d rendered '%s'", k, pr.text);
+        size_t off = (size_t)(at - pr.text);
+        const char *img = strstr(at, "<start_of_image>");
+        if (k == 1) { /* the family's spans: text plain, placeholders not */
+            ck_assert(in_plain(&pr, off + strlen("<start_of_turn>user\n"), strlen("What is")));
+            ck_assert(!in_plain(&pr, (size_t)(img - pr.text), strlen("<start_of_image>")));
+            ck_assert(in_plain(&pr, (size_t)(img - pr.text) + 16, strlen("this?")));
+        }
+        ifd_chat_prompt_free(&pr);
+        ifd_chat_template_destroy(t);
+    }
+    json_decref(msgs);
+    /* a content with images takes only text and image parts */
+    msgs = json_loads("[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},"
+                      "{\"type\":\"image_url\"}]}]",
+                      0, &je);
+    req.messages = msgs;
+    ifd_chat_params_t p = ifd_chat_default_params();
+    p.jinja = gemma_loop;
+    ifd_chat_template_t *t;
+    ck_assert_int_eq(ifd_chat_template_create(&t, NULL, &p, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_chat_render_request(t, &req, &pr, err, sizeof err), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "content part 1"));
+    ifd_chat_template_destroy(t);
+    json_decref(msgs);
+}
+END_TEST
+
 START_TEST(test_request_api)
 {
     static const char tpl[] =
@@ -680,6 +757,7 @@ static Suite *chat_suite(void)
     tcase_add_loop_test(tc, test_golden, 0, 2);
     tcase_add_test(tc, test_template_file);
     tcase_add_test(tc, test_request_api);
+    tcase_add_test(tc, test_image_parts);
     tcase_add_test(tc, test_mistral_system);
     tcase_add_test(tc, test_custom_roles);
     tcase_add_loop_test(tc, test_nul_content, 0, 7);
