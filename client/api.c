@@ -8,7 +8,12 @@
 #include "api.h"
 
 #include "error.h"
+#include "image/dataurl.h"
+#include "image/image.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 ifd_cli_api_params_t ifd_cli_api_default_params(void)
@@ -249,4 +254,50 @@ void ifd_cli_api_error_message(const char *body, size_t len, char *out, size_t n
         l = n - 1;
     memcpy(out, body, l);
     out[l] = '\0';
+}
+
+json_t *ifd_cli_api_image_part(const char *path, char *err, size_t errlen)
+{
+    enum { MAX_FILE = 64 << 20 };
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    uint8_t *data = malloc(MAX_FILE + 1);
+    size_t n = data ? fread(data, 1, MAX_FILE + 1, f) : 0;
+    bool bad = ferror(f);
+    fclose(f);
+    json_t *part = NULL;
+    char *url = NULL;
+    ifd_image_format_t fmt = data ? ifd_image_sniff(data, n) : IFD_IMAGE_UNKNOWN;
+    char mime[32];
+    snprintf(mime, sizeof mime, "image/%s", ifd_image_format_name(fmt));
+    if (!data)
+        snprintf(err, errlen, "%s: out of memory", path);
+    else if (bad)
+        snprintf(err, errlen, "%s: read error", path);
+    else if (n > MAX_FILE)
+        snprintf(err, errlen, "%s: over %d MiB", path, MAX_FILE >> 20);
+    else if (fmt == IFD_IMAGE_UNKNOWN)
+        snprintf(err, errlen, "%s: not an image (JPEG, PNG, WebP or GIF)", path);
+    else if (ifd_image_data_url_encode(data, n, mime, &url))
+        snprintf(err, errlen, "%s: out of memory", path);
+    else if (!(part = json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", url)))
+        snprintf(err, errlen, "%s: out of memory", path);
+    free(url);
+    free(data);
+    return part;
+}
+
+json_t *ifd_cli_api_user_message(const char *text, const json_t *images)
+{
+    if (!json_array_size(images))
+        return json_pack("{s:s,s:s}", "role", "user", "content", text);
+    json_t *parts = json_deep_copy(images);
+    if (!parts || json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "text", "text", text))) {
+        json_decref(parts);
+        return NULL;
+    }
+    return json_pack("{s:s,s:o}", "role", "user", "content", parts);
 }

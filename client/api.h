@@ -48,6 +48,17 @@ ifd_cli_api_params_t ifd_cli_api_default_params(void);
  * of {role, content}; borrowed). NULL when out of memory. */
 char *ifd_cli_api_chat_body(const ifd_cli_api_params_t *p, json_t *messages);
 
+/* A chat image part {"type": "image_url", "image_url": {"url": "data:…"}}
+ * holding the file at path (at most 64 MiB; its type sniffed from the
+ * bytes: JPEG, PNG, WebP, GIF), or NULL with the reason in err ("FILE: not
+ * an image …", a read error). The daemon decodes it (docs/api.md). */
+json_t *ifd_cli_api_image_part(const char *path, char *err, size_t errlen);
+
+/* A user message: {"role": "user", "content": text} or, with images (a
+ * JSON array of image parts, borrowed; NULL or empty: none), the parts
+ * then {"type": "text", "text": text}. NULL: out of memory or invalid UTF-8. */
+json_t *ifd_cli_api_user_message(const char *text, const json_t *images);
+
 /* POST /v1/completions body with a text prompt, or with token ids
  * (tokens != NULL: n_tokens ids sent as given, no template). */
 char *ifd_cli_api_completion_body(const ifd_cli_api_params_t *p, const char *prompt,

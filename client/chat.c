@@ -36,6 +36,7 @@ typedef struct {
     ifd_cli_api_params_t params;
     char *system;    /* malloc'ed; NULL: none */
     json_t *history; /* user/assistant messages */
+    json_t *images;  /* /image parts the next user message carries */
     bool tty;        /* stdin and stdout are terminals: prompts, banner */
     char model[256]; /* for the banner and /save */
 #ifdef IFD_HAVE_LIBEDIT
@@ -55,6 +56,8 @@ static void usage(FILE *f)
             "In the chat:\n"
             "  /reset          forget the conversation (keeps the system message)\n"
             "  /system TEXT    set the system message (/system alone removes it)\n"
+            "  /image FILE     attach an image (JPEG, PNG, WebP, GIF) to your next message\n"
+            "                  (the model must take images: Gemma 3 with its vision tower)\n"
             "  /save FILE      write the conversation as JSON (load it with --load)\n"
             "  /help           list these commands\n"
             "  /quit           leave (so does Ctrl-D)\n"
@@ -70,7 +73,8 @@ static void usage(FILE *f)
 }
 
 static const char chat_help[] =
-    "/reset  /system TEXT  /save FILE  /help  /quit   (Ctrl-C stops an answer, Ctrl-D quits)\n";
+    "/reset  /system TEXT  /image FILE  /save FILE  /help  /quit   (Ctrl-C stops an answer, "
+    "Ctrl-D quits)\n";
 
 /* ---- line input ------------------------------------------------------------------------------ */
 
@@ -286,7 +290,12 @@ static int load(chat_t *ch, const char *file)
     json_array_foreach(msgs, i, m)
     {
         const char *role = json_string_value(json_object_get(m, "role"));
-        const char *content = json_string_value(json_object_get(m, "content"));
+        json_t *cj = json_object_get(m, "content");
+        const char *content = json_string_value(cj);
+        if (role && json_is_array(cj) && strcmp(role, "system") != 0) { /* parts: images */
+            json_array_append_new(ch->history, json_pack("{s:s,s:O}", "role", role, "content", cj));
+            continue;
+        }
         if (!role || !content) {
             fprintf(stderr, "infer: %s: message %zu lacks role or content\n", file, i);
             json_decref(o);
@@ -317,6 +326,7 @@ static int command(chat_t *ch, const char *line)
         fputs(chat_help, stderr);
     } else if (IS("/reset") || IS("/clear")) {
         json_array_clear(ch->history);
+        json_array_clear(ch->images);
         fprintf(stderr, "conversation cleared%s\n", ch->system ? " (system message kept)" : "");
     } else if (IS("/system")) {
         free(ch->system);
@@ -324,6 +334,16 @@ static int command(chat_t *ch, const char *line)
         fprintf(stderr, ch->system ? "system message set\n" : "system message removed\n");
     } else if (IS("/save")) {
         cmd_save(ch, arg);
+    } else if (IS("/image")) {
+        char err[512];
+        json_t *part = *arg ? ifd_cli_api_image_part(arg, err, sizeof err) : NULL;
+        if (!*arg)
+            fprintf(stderr, "usage: /image FILE\n");
+        else if (!part)
+            fprintf(stderr, "infer: %s\n", err);
+        else if (json_array_append_new(ch->images, part) == 0)
+            fprintf(stderr, "image %s attached to your next message (%zu in all)\n", arg,
+                    json_array_size(ch->images));
     } else {
         fprintf(stderr, "unknown command %.*s — %s", (int)n, line, chat_help);
     }
@@ -334,7 +354,9 @@ static int command(chat_t *ch, const char *line)
 /* One turn. Returns its exit code (cli.h); the reason has been printed. */
 static int turn(chat_t *ch, const char *text)
 {
-    json_array_append_new(ch->history, json_pack("{s:s,s:s}", "role", "user", "content", text));
+    /* the images attached with /image go with this message (and stay in the history) */
+    json_array_append_new(ch->history, ifd_cli_api_user_message(text, ch->images));
+    json_array_clear(ch->images);
     json_t *msgs = conversation(ch);
     char *body = ifd_cli_api_chat_body(&ch->params, msgs);
     json_decref(msgs);
@@ -383,6 +405,7 @@ int ifd_cli_chat_main(int argc, char **argv)
     memset(&ch, 0, sizeof(ch));
     ch.params = ifd_cli_api_default_params();
     ch.history = json_array();
+    ch.images = json_array();
     ifd_cli_conn_defaults(&ch.conn);
     const char *load_file = NULL;
     int c, rc, code = IFD_CLI_EXIT_USAGE;
@@ -477,5 +500,6 @@ int ifd_cli_chat_main(int argc, char **argv)
 out:
     free(ch.system);
     json_decref(ch.history);
+    json_decref(ch.images);
     return code;
 }

@@ -23,6 +23,7 @@ enum {
     OPT_JSON,
     OPT_NO_STREAM,
     OPT_STATS,
+    OPT_IMAGE,
 };
 
 static void usage(FILE *f)
@@ -37,6 +38,9 @@ static void usage(FILE *f)
             "as one user message (with --raw: as plain text to /v1/completions).\n"
             "\n"
             "  -s, --system TEXT       a system message before the prompt\n"
+            "      --image FILE        an image the prompt is about (JPEG, PNG, WebP, GIF;\n"
+            "                          repeatable), sent as a data URL before the text: the\n"
+            "                          model must take images (Gemma 3 with its vision tower)\n"
             "      --raw               complete the text as given, no chat template\n"
             "      --json              print the whole response object (not streamed)\n"
             "      --no-stream         wait for the whole answer, then print it\n"
@@ -49,6 +53,7 @@ static void usage(FILE *f)
             "  infer \"Explain paged attention in one paragraph.\"\n"
             "  git diff | infer --system \"Review this patch.\" -\n"
             "  infer --raw -n 20 -t 0 \"The capital of France is\"\n"
+            "  infer --image cat.jpg \"What is in this picture?\"\n"
             "\n"
             "Exit status: 0 ok, 2 usage, 3 daemon unreachable, 4 request rejected, 5 daemon\n"
             "error, 130 interrupted (see docs/cli.md).\n",
@@ -87,6 +92,7 @@ int ifd_cli_prompt_main(int argc, char **argv)
         {"json", no_argument, NULL, OPT_JSON},
         {"no-stream", no_argument, NULL, OPT_NO_STREAM},
         {"stats", no_argument, NULL, OPT_STATS},
+        {"image", required_argument, NULL, OPT_IMAGE},
         {"help", no_argument, NULL, 'h'},
         IFD_CLI_SAMPLING_LONGOPTS,
         IFD_CLI_CONN_LONGOPTS,
@@ -97,6 +103,8 @@ int ifd_cli_prompt_main(int argc, char **argv)
     ifd_cli_conn_defaults(&co);
     const char *system = NULL;
     bool raw = false, json = false, stats = false;
+    json_t *images = json_array();
+    char err[512];
     int c;
     while ((c = ifd_cli_getopt(argc, argv, "s:h" IFD_CLI_SAMPLING_SHORTOPTS, opts, &co, &p)) >= 0) {
         switch (c) {
@@ -116,15 +124,34 @@ int ifd_cli_prompt_main(int argc, char **argv)
         case OPT_STATS:
             stats = true;
             break;
+        case OPT_IMAGE: {
+            json_t *part = ifd_cli_api_image_part(optarg, err, sizeof err);
+            if (!part) {
+                fprintf(stderr, "infer: %s\n", err);
+                json_decref(images);
+                return IFD_CLI_EXIT_FAIL;
+            }
+            json_array_append_new(images, part);
+            break;
+        }
         case 'h':
             usage(stdout);
+            json_decref(images);
             return IFD_CLI_EXIT_OK;
         default:
+            json_decref(images);
             return ifd_cli_usage_hint("prompt");
         }
     }
-    if (c == IFD_CLI_OPT_BAD)
+    if (c == IFD_CLI_OPT_BAD) {
+        json_decref(images);
         return IFD_CLI_EXIT_USAGE;
+    }
+    if (raw && json_array_size(images)) {
+        fprintf(stderr, "infer: --image needs the chat template (not --raw)\n");
+        json_decref(images);
+        return IFD_CLI_EXIT_USAGE;
+    }
     /* getopt moved the prompt's words to the end; "--" protects words starting with "-". */
     ifd_buf_t text = IFD_BUF_INIT;
     int code = IFD_CLI_EXIT_FAIL;
@@ -169,7 +196,7 @@ int ifd_cli_prompt_main(int argc, char **argv)
         if (system)
             json_array_append_new(msgs,
                                   json_pack("{s:s,s:s}", "role", "system", "content", system));
-        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", text.data));
+        json_array_append_new(msgs, ifd_cli_api_user_message(text.data, images));
         body = ifd_cli_api_chat_body(&p, msgs);
         json_decref(msgs);
         path = "/v1/chat/completions";
@@ -216,5 +243,6 @@ int ifd_cli_prompt_main(int argc, char **argv)
     free(body);
 out:
     ifd_buf_free(&text);
+    json_decref(images);
     return code;
 }

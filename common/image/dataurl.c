@@ -92,3 +92,28 @@ int ifd_image_data_url(const char *url, size_t len, size_t max_bytes, uint8_t **
     *out_len = size;
     return 0;
 }
+
+int ifd_image_data_url_encode(const void *data, size_t len, const char *mime, char **out)
+{
+    static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const uint8_t *b = data;
+    size_t ml = strlen(mime);
+    *out = malloc(5 + ml + 8 + (len + 2) / 3 * 4 + 1);
+    if (!*out)
+        return IFD_ENOMEM;
+    char *o = *out;
+    memcpy(o, "data:", 5);
+    memcpy(o + 5, mime, ml);
+    memcpy(o + 5 + ml, ";base64,", 8);
+    o += 5 + ml + 8;
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < len ? (uint32_t)b[i + 1] << 8 : 0) |
+                     (i + 2 < len ? b[i + 2] : 0);
+        *o++ = k[v >> 18 & 63];
+        *o++ = k[v >> 12 & 63];
+        *o++ = i + 1 < len ? k[v >> 6 & 63] : '=';
+        *o++ = i + 2 < len ? k[v & 63] : '=';
+    }
+    *o = '\0';
+    return 0;
+}

@@ -26,4 +26,11 @@ int ifd_image_data_url(const char *url, size_t len, size_t max_bytes, uint8_t **
                        size_t *out_len, const char **mime, size_t *mime_len, char *errbuf,
                        size_t errlen);
 
+/*
+ * The other way: "data:" mime ";base64," and the base64 of data[0..len)
+ * (standard alphabet, '=' padding), NUL-terminated, into *out (malloc'd:
+ * the caller frees it). 0 or IFD_ENOMEM (*out NULL).
+ */
+int ifd_image_data_url_encode(const void *data, size_t len, const char *mime, char **out);
+
 #endif

@@ -1,9 +1,12 @@
-"""Images sent to inferd (label model), which serves no vision model yet (docs/vision.md):
-an OpenAI chat `image_url` part and a Responses `input_image` part, sent by the official
-`openai` package and by curl over the Unix socket, get a 400 that names the content part
-and says the model takes no images — whatever the data URL holds (a real PNG, a GIF under
-a wrong MIME type, garbage, an http URL), and a body over max_body_bytes gets a 413; the
-daemon keeps serving text and holds no KV block afterwards.
+"""Images sent to inferd serving a text model (label model; docs/vision.md): an OpenAI chat
+`image_url` part and a Responses `input_image` part, sent by the official `openai` package
+and by curl over the Unix socket, get a 400 that names the content part and says the model
+takes no images — whatever the data URL holds (a real PNG, a GIF under a wrong MIME type,
+garbage, an http URL), before anything is decoded; a malformed part is a 400 naming the
+field; /tokenize takes no images; mm_processor_kwargs without images is accepted; a body
+over max_body_bytes gets a 413; the daemon keeps serving text and holds no KV block
+afterwards. (A vision model's path — decoded pictures on the ADD — needs a worker with a
+vision tower: test_images and test_prompt_images test the router's side of it.)
 
 Usage: test_daemon_images.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
@@ -82,6 +85,42 @@ def test_responses_input_image_400():
             {"role": "user", "content": [{"type": "input_text", "text": "Describe it."},
                                          {"type": "input_image", "image_url": url}]}]),
             "input[0].content[1].type", "unsupported_parameter")
+    D.wait_idle()
+
+
+def test_malformed_parts_and_kwargs():
+    bad = [({"type": "image_url"}, "messages[0].content[0].image_url",
+            "missing_required_parameter"),
+           ({"type": "image_url", "image_url": "data:,"}, "messages[0].content[0].image_url",
+            "invalid_type"),
+           ({"type": "image_url", "image_url": {"url": 5}},
+            "messages[0].content[0].image_url.url", "invalid_type"),
+           ({"type": "input_audio"}, "messages[0].content[0].type", "invalid_value")]
+    for part, param, code in bad:
+        body = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user",
+                                                                "content": [part]}]}
+        _, out = D.curl("-H", "Content-Type: application/json", "-d", json.dumps(body),
+                        "http://localhost/v1/chat/completions", expect=400)
+        err = json.loads(out)["error"]
+        assert err["param"] == param and err["code"] == code, (part, err)
+    # /tokenize renders messages but takes no images
+    body = {"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": URLS[0]}}]}]}
+    _, out = D.curl("-H", "Content-Type: application/json", "-d", json.dumps(body),
+                    "http://localhost/tokenize", expect=400)
+    assert json.loads(out)["error"]["param"] == "messages[0].content[0].type", out
+    # vLLM's mm_processor_kwargs: pan-and-scan is a no-op without images; other keys refused
+    r = C.chat.completions.create(model=MODEL, max_tokens=2, temperature=0,
+                                  messages=[{"role": "user", "content": "Hi"}],
+                                  extra_body={"mm_processor_kwargs": {"do_pan_and_scan": True}})
+    assert r.choices[0].finish_reason in ("stop", "length")
+    try:
+        C.chat.completions.create(model=MODEL, max_tokens=2,
+                                  messages=[{"role": "user", "content": "Hi"}],
+                                  extra_body={"mm_processor_kwargs": {"num_crops": 4}})
+        raise AssertionError("an unknown mm_processor_kwargs key was accepted")
+    except openai.BadRequestError as e:
+        assert e.param == "mm_processor_kwargs.num_crops", e
     D.wait_idle()
 
 
