@@ -50,6 +50,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (size_t i = 0; i < r.n_messages; i++) /* contents whole, NUL-terminated */
                 IFD_FUZZ_CHECK(r.messages[i].content &&
                                !r.messages[i].content[r.messages[i].content_len]);
+            /* image parts: in range, each naming its part, its message keeping its parts */
+            IFD_FUZZ_CHECK(r.n_images <= IFD_OAI_MAX_IMAGES);
+            for (size_t k = 0; k < r.n_images; k++) {
+                const ifd_oai_image_t *im = &r.images[k];
+                IFD_FUZZ_CHECK(im->url && !im->url[im->url_len] && im->param);
+                IFD_FUZZ_CHECK(im->message < r.n_messages &&
+                               r.messages[im->message].parts_json);
+                IFD_FUZZ_CHECK(k == 0 || im->message > r.images[k - 1].message ||
+                               (im->message == r.images[k - 1].message &&
+                                im->part > r.images[k - 1].part));
+            }
         }
     } else if (which == 2) {
         ifd_oai_tokenize_t t;

@@ -121,6 +121,18 @@ def openai():
     put("openai", "tokens-completion", b"\x01" + json.dumps({
         "prompt": [1, 2], "echo": True, "logprobs": 0, "return_token_ids": True,
         "logprob_token_ids": [], "allowed_token_ids": [-1]}).encode())
+    # image parts (docs/api.md, Images): chat image_url, Responses input_image
+    put("openai", "image-chat", b"\x00" + json.dumps({
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=",
+                                                "detail": "low"}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/x.png"}}]}],
+        "mm_processor_kwargs": {"do_pan_and_scan": True}}).encode())
+    put("openai", "image-responses", b"\x04" + json.dumps({
+        "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": "data:image/gif;base64,R0lGODlh"},
+            {"type": "input_text", "text": "Describe."}]}]}).encode())
     put("openai", "deep", b"\x00" + b"[" * 3000)
     put("openai", "unicode", b"\x00" + '{"messages":[{"role":"user","content":"\\ud83d\\ude00 é"}]}'
         .encode())

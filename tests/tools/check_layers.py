@@ -30,8 +30,8 @@ LAYERS = {
     'worker': {'common', 'modelfile', 'kvpool', 'tokenizer', 'chat', 'grammar', 'inspect',
                'kernels', 'proto'},
     'daemon': {'common', 'modelfile', 'kvpool', 'tokenizer', 'chat', 'grammar', 'inspect',
-               'proto'},
-    'client': {'common', 'modelfile', 'tokenizer', 'chat', 'inspect', 'proto'},
+               'image', 'proto'},
+    'client': {'common', 'modelfile', 'tokenizer', 'chat', 'image', 'inspect', 'proto'},
 }
 # folder (relative to the source root) -> library; the longest prefix wins.
 FOLDERS = {
