@@ -200,12 +200,37 @@ static void ifd__sup_timing(const ifd_config_t *c, ifd_sup_params_t *p)
 
 /* ---- supervisor callbacks ------------------------------------------------------------------ */
 
+#ifdef IFD_TEST_HOOKS
+/* Test hook $INFERD_TEST_VISION="TOKENS,BOI,EOI,IMAGE,SIZE": a worker whose
+ * READY has no vision is taken to have one (SIZE² pictures, BILINEAR, no
+ * pan-and-scan), so the router's image path (images.h) runs end to end
+ * with a text model (test_daemon_images.py). Compiled only with
+ * -DINFERD_TEST_HOOKS=ON. */
+static void ifd__test_vision(ifd_wire_vision_t *v)
+{
+    const char *e = getenv("INFERD_TEST_VISION");
+    unsigned n, size;
+    int boi, eoi, img;
+    if (v->tokens_per_image || !e ||
+        sscanf(e, "%u,%d,%d,%d,%u", &n, &boi, &eoi, &img, &size) != 5)
+        return;
+    *v = (ifd_wire_vision_t){.tokens_per_image = n, .boi_id = boi, .eoi_id = eoi,
+                             .image_id = img, .height = size, .width = size, .resample = 2,
+                             .pas_min_crop_size = 256, .pas_max_num_crops = 4,
+                             .pas_min_ratio = 1.2};
+    IFD_WARN("test hook $INFERD_TEST_VISION: the model takes images (%u tokens, %u px)", n, size);
+}
+#endif
+
 static void ifd__on_ready(void *ctx, int w)
 {
     ifd__daemon_t *d = ctx;
     /* every worker serves the one model: the last one ready says what its
      * vision takes (images.h) */
     d->api.vision = ifd_sup_worker(d->sup, w)->vision;
+#ifdef IFD_TEST_HOOKS
+    ifd__test_vision(&d->api.vision);
+#endif
     ifd_router_on_ready(d->router, w);
     if (d->api.ready_once)
         return;

@@ -18,7 +18,7 @@ import sys
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import serve_and_run, skip  # noqa: E402
+from test_daemon_util import Daemon, openai_client, serve_and_run, skip  # noqa: E402
 
 try:
     import openai
@@ -31,11 +31,12 @@ C = None
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 
 
+def chunk(tag, data):
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
 def png(w, h):
     """A real w × h RGB PNG (zlib + CRCs by hand: no Pillow needed here)."""
-    def chunk(tag, data):
-        return (struct.pack(">I", len(data)) + tag + data +
-                struct.pack(">I", zlib.crc32(tag + data)))
     rows = b"".join(b"\0" + bytes((x * 7 + y) % 256 for x in range(w * 3)) for y in range(h))
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
@@ -144,6 +145,64 @@ def test_curl_image_and_huge_body():
                                   messages=[{"role": "user", "content": "Hi"}])
     assert r.choices[0].finish_reason in ("stop", "length")
     D.wait_idle()
+
+
+def test_vision_router_path():
+    """The router's image path end to end with a text model taken for a vision one (the
+    daemon's test hook $INFERD_TEST_VISION: 16 tokens an image, 112² pictures, ids 1/2/3)
+    and the built-in gemma template, which renders <start_of_image>: hostile images are
+    400s naming the part and the reason, decided before any worker sees them; the limits
+    are the flags'; a real PNG is decoded, expanded and sent on the ADD."""
+    bomb = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2,
+                                                                  0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+    d = Daemon(INFERD, args=["--chat-template", "gemma", "--limit-images-per-prompt", "2",
+                             "--max-image-bytes", "64K", "--max-body-bytes", "8M"],
+               env={"INFERD_TEST_VISION": "16,1,2,3,112"})
+    try:
+        c = openai_client(d.sock)
+        cases = [(data_url("image/png", b"not an image at all"), "not an image"),
+                 ("data:image/png;base64,!!!!", "not a base64 data: URL"),
+                 (data_url("image/png", png(64, 48)[:70]), "truncated"),
+                 (data_url("image/png", bomb), "max_image_pixels"),
+                 (data_url("image/png", os.urandom(100 << 10)), "max_image_bytes"),
+                 ("https://example.com/cat.png", "not fetched")]
+        for url, why in cases:
+            try:
+                c.chat.completions.create(model=MODEL, max_tokens=2, messages=[
+                    {"role": "user", "content": [{"type": "text", "text": "What is it?"},
+                                                 {"type": "image_url", "image_url": {"url": url}}]}])
+                raise AssertionError("accepted: " + why)
+            except openai.BadRequestError as e:
+                assert e.param == "messages[0].content[1]" and why in e.message, (why, e)
+        img = {"type": "image_url", "image_url": {"url": URLS[0]}}
+        try:  # three images, limit 2: the third is named
+            c.chat.completions.create(model=MODEL, max_tokens=2, messages=[
+                {"role": "user", "content": [img, img, img]}])
+            raise AssertionError("3 images accepted")
+        except openai.BadRequestError as e:
+            assert e.param == "messages[0].content[2]" and "At most 2" in e.message, e
+        # a real PNG goes through: decoded, its placeholder expanded, the picture on the ADD
+        r = c.chat.completions.create(model=MODEL, max_tokens=2, temperature=0, messages=[
+            {"role": "user", "content": [{"type": "text", "text": "What is it?"}, img]}])
+        plain = c.chat.completions.create(model=MODEL, max_tokens=2, temperature=0, messages=[
+            {"role": "user", "content": "What is it?"}])
+        # the image's 16 soft tokens and its <start_of_image>/<end_of_image> are counted
+        assert r.usage.prompt_tokens >= plain.usage.prompt_tokens + 16 + 2, (r.usage,
+                                                                              plain.usage)
+        # Responses' input_image takes the same path; its errors name the input
+        try:
+            c.responses.create(model=MODEL, max_output_tokens=2, input=[
+                {"role": "user", "content": [{"type": "input_text", "text": "Describe."},
+                                             {"type": "input_image",
+                                              "image_url": "data:image/png;base64,!!!!"}]}])
+            raise AssertionError("bad base64 accepted")
+        except openai.BadRequestError as e:
+            assert e.param == "input[0].content[1]" and "base64" in e.message, e
+        d.wait_idle()
+    finally:
+        code = d.stop()
+    assert code == 0, code
 
 
 if __name__ == "__main__":
