@@ -5,13 +5,18 @@
  * content-bearing chunks (role-only and usage-only chunks apart), takes the
  * finish reason and usage, stops at [DONE], records an error event, and
  * parses non-streamed bodies; error messages are extracted from OpenAI,
- * plain and non-JSON error bodies.
+ * plain and non-JSON error bodies; `--image` / `/image` files become data
+ * URL parts that decode back to the file (a non-image or missing file is
+ * refused with the reason), and user messages carry them before the text.
  */
 #include "testutil.h"
 
 #include "client/api.h"
 #include "error.h"
+#include "image/dataurl.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 START_TEST(test_bodies)
@@ -180,10 +185,61 @@ START_TEST(test_completion_and_errors)
 }
 END_TEST
 
+START_TEST(test_image_parts)
+{
+    const char *root = getenv("INFERD_SOURCE_DIR");
+    char path[1024], err[512] = "";
+    snprintf(path, sizeof path, "%s/tests/data/tiny-gemma3-vision/image0.png", root ? root : ".");
+    json_t *part = ifd_cli_api_image_part(path, err, sizeof err);
+    ck_assert_msg(part != NULL, "%s", err);
+    ck_assert_str_eq(json_string_value(json_object_get(part, "type")), "image_url");
+    const char *url = json_string_value(json_object_get(json_object_get(part, "image_url"), "url"));
+    ck_assert_ptr_nonnull(url);
+    ck_assert(strncmp(url, "data:image/png;base64,", 22) == 0);
+    /* the URL decodes back to the file's bytes */
+    uint8_t *bytes;
+    size_t n, mlen;
+    const char *mime;
+    ck_assert_int_eq(ifd_image_data_url(url, strlen(url), 1 << 20, &bytes, &n, &mime, &mlen, err,
+                                        sizeof err),
+                     0);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    uint8_t *file = malloc(n + 1);
+    ck_assert_uint_eq(fread(file, 1, n + 1, f), n);
+    fclose(f);
+    ck_assert(memcmp(file, bytes, n) == 0);
+    free(file);
+    free(bytes);
+    /* a user message: the images, then the text; none: a plain string */
+    json_t *imgs = json_pack("[O]", part);
+    json_t *m = ifd_cli_api_user_message("What?", imgs);
+    ck_assert_str_eq(json_string_value(json_object_get(m, "role")), "user");
+    json_t *c = json_object_get(m, "content");
+    ck_assert_uint_eq(json_array_size(c), 2);
+    ck_assert(json_equal(json_array_get(c, 0), part));
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(c, 1), "text")), "What?");
+    json_decref(m);
+    json_array_clear(imgs);
+    m = ifd_cli_api_user_message("Hi", imgs);
+    ck_assert_str_eq(json_string_value(json_object_get(m, "content")), "Hi");
+    json_decref(m);
+    json_decref(imgs);
+    json_decref(part);
+    /* refusals say why */
+    snprintf(path, sizeof path, "%s/tests/data/tiny-gemma3-vision/config.json", root ? root : ".");
+    ck_assert_ptr_null(ifd_cli_api_image_part(path, err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "not an image"));
+    ck_assert_ptr_null(ifd_cli_api_image_part("/nonexistent/cat.png", err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "No such file"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("client_api");
     ifd_test_case(s, "api", 0,
-                  IFD_TESTS(test_bodies, test_chat_stream, test_completion_and_errors));
+                  IFD_TESTS(test_bodies, test_chat_stream, test_completion_and_errors,
+                            test_image_parts));
     return ifd_test_run(s);
 }
