@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Room an ADD keeps for the prompt's tokens and fields beside its pictures. */
 #define IFD__FRAME_SLACK (4u << 20)
@@ -97,35 +98,43 @@ int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq,
     return 0;
 }
 
-/* The 400 (or 500) of a failed step of image im. */
-static int ifd__fail(ifd_oai_error_t *e, const ifd_oai_image_t *im, int rc, const char *what,
+/* The steps of one image's decode, as its errors name them. */
+typedef enum { IFD__URL, IFD__DECODE, IFD__RESIZE } ifd__step_t;
+
+/* Why step failed with rc, in a client's words (IFD_EFORMAT and the rest: corrupt). */
+static const char *ifd__why(ifd__step_t step, int rc)
+{
+    if (step == IFD__URL)
+        return rc == IFD_ETOOBIG ? "the image is too big" : "not a base64 data: URL";
+    switch (rc) {
+    case IFD_ENOTSUP: return "not an image (JPEG, PNG, WebP or GIF)";
+    case IFD_ETOOBIG: return "the image is too big";
+    case IFD_ETRUNC: return "the image is truncated";
+    default: return "the image is corrupt";
+    }
+}
+
+/* The 400 of a failed step of image im (detail: the library's words, may be
+ * NULL); a resize failure is the model's preprocessing (500, IFD_ENOTSUP);
+ * IFD_ENOMEM passes through. */
+static int ifd__fail(ifd_oai_error_t *e, const ifd_oai_image_t *im, int rc, ifd__step_t step,
                      const ifd_images_setup_t *s, const char *detail)
 {
     if (rc == IFD_ENOMEM)
         return rc;
-    if (!strcmp(what, "resize")) {
+    if (step == IFD__RESIZE) {
         ifd_oai_error_set(e, 500, NULL, NULL, NULL,
                           "The model's image preprocessing cannot be run: %s", ifd_strerror(rc));
         return IFD_ENOTSUP;
     }
-    const char *why = "";
     char lim[96] = "";
-    if (!strcmp(what, "url")) {
-        why = rc == IFD_ETOOBIG ? "the image is too big" : "not a base64 data: URL";
-        if (rc == IFD_ETOOBIG)
-            snprintf(lim, sizeof lim, " (max_image_bytes is %llu)",
-                     (unsigned long long)s->max_bytes);
-    } else {
-        why = rc == IFD_ENOTSUP  ? "not an image (JPEG, PNG, WebP or GIF)"
-              : rc == IFD_ETOOBIG ? "the image is too big"
-              : rc == IFD_ETRUNC  ? "the image is truncated"
-                                  : "the image is corrupt";
-        if (rc == IFD_ETOOBIG)
-            snprintf(lim, sizeof lim, " (max_image_pixels is %llu)",
-                     (unsigned long long)s->max_pixels);
-    }
-    ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param, "Invalid image in '%s': %s%s%s%.200s",
-                      im->param, why, lim, detail && *detail ? ": " : "", detail ? detail : "");
+    if (rc == IFD_ETOOBIG)
+        snprintf(lim, sizeof lim, " (%s is %llu)",
+                 step == IFD__URL ? "max_image_bytes" : "max_image_pixels",
+                 (unsigned long long)(step == IFD__URL ? s->max_bytes : s->max_pixels));
+    ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param,
+                      "Invalid image in '%s': %s%s%s%.200s", im->param, ifd__why(step, rc), lim,
+                      detail && *detail ? ": " : "", detail ? detail : "");
     return IFD_EINVAL;
 }
 
@@ -175,7 +184,7 @@ static int ifd__add_pictures(ifd_images_t *out, const ifd_images_setup_t *s,
     if (rc) { /* this image's pictures so far (the rest: the caller's unwind) */
         for (uint32_t j = 0; grown && j < n; j++)
             free((void *)out->pics[out->n_pics + j].pixels);
-        return rc == IFD_ENOMEM ? rc : ifd__fail(e, im, rc, "resize", s, NULL);
+        return ifd__fail(e, im, rc, IFD__RESIZE, s, NULL);
     }
     out->n_pics += n;
     out->n_crops[out->n_images++] = n - 1;
@@ -194,14 +203,14 @@ static int ifd__decode_one(ifd_images_t *out, const ifd_images_setup_t *s,
     int rc = ifd_image_data_url(im->url, im->url_len, s->max_bytes, &bytes, &n_bytes, &mime,
                                 &mime_len, msg, sizeof msg);
     if (rc)
-        return ifd__fail(e, im, rc, "url", s, msg);
+        return ifd__fail(e, im, rc, IFD__URL, s, msg);
     ifd_image_limits_t lim = ifd_image_default_limits();
     lim.max_pixels = s->max_pixels;
     ifd_image_t img;
     rc = ifd_image_decode(&img, bytes, n_bytes, &lim, msg, sizeof msg);
     free(bytes);
     if (rc)
-        return ifd__fail(e, im, rc, "decode", s, msg);
+        return ifd__fail(e, im, rc, IFD__DECODE, s, msg);
     rc = ifd__add_pictures(out, s, prep, &img, im, e);
     ifd_image_free(&img);
     return rc;
