@@ -182,14 +182,20 @@ def test_vision_router_path():
             raise AssertionError("3 images accepted")
         except openai.BadRequestError as e:
             assert e.param == "messages[0].content[2]" and "At most 2" in e.message, e
-        # a real PNG goes through: decoded, its placeholder expanded, the picture on the ADD
-        r = c.chat.completions.create(model=MODEL, max_tokens=2, temperature=0, messages=[
-            {"role": "user", "content": [{"type": "text", "text": "What is it?"}, img]}])
+        # a real PNG goes through: decoded, its placeholder expanded, the picture on the ADD.
+        # A worker without a tower may refuse the pictures (the worker's half of issue 28):
+        # then the ADD reached it, which is all the router owes; today's worker ignores them.
+        try:
+            r = c.chat.completions.create(model=MODEL, max_tokens=2, temperature=0, messages=[
+                {"role": "user", "content": [{"type": "text", "text": "What is it?"}, img]}])
+        except openai.APIStatusError as e:
+            assert e.status_code >= 500 and "image" in str(e).lower(), e
+            r = None
         plain = c.chat.completions.create(model=MODEL, max_tokens=2, temperature=0, messages=[
             {"role": "user", "content": "What is it?"}])
         # the image's 16 soft tokens and its <start_of_image>/<end_of_image> are counted
-        assert r.usage.prompt_tokens >= plain.usage.prompt_tokens + 16 + 2, (r.usage,
-                                                                              plain.usage)
+        assert r is None or r.usage.prompt_tokens >= plain.usage.prompt_tokens + 16 + 2, (
+            r.usage, plain.usage)
         # Responses' input_image takes the same path; its errors name the input
         try:
             c.responses.create(model=MODEL, max_output_tokens=2, input=[
