@@ -1093,6 +1093,8 @@ static size_t ifd__footprint(const ifd_gen_t *g)
     }
     if (g->build)
         n += g->build->body.cap + g->build->taken;
+    for (uint32_t k = 0; k < g->images.n_pics; k++) /* megabytes each: worth a trim */
+        n += g->images.pics[k].n_pixels;
     return n;
 }
 
