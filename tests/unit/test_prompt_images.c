@@ -278,6 +278,7 @@ START_TEST(test_template_without_images)
     ck_assert_int_eq(e.status, 400);
     ck_assert_ptr_nonnull(strstr(e.message, "rendered 0 image placeholder(s) for 2"));
     ck_assert_uint_eq(ids.n, 0);
+    ifd_tokens_free(&ids);
     ifd_images_free(&im);
     free(body);
     free(u0);
