@@ -295,7 +295,8 @@ json_t *ifd_cli_api_user_message(const char *text, const json_t *images)
     if (!json_array_size(images))
         return json_pack("{s:s,s:s}", "role", "user", "content", text);
     json_t *parts = json_deep_copy(images);
-    if (!parts || json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "text", "text", text))) {
+    if (!parts ||
+        json_array_append_new(parts, json_pack("{s:s,s:s}", "type", "text", "text", text))) {
         json_decref(parts);
         return NULL;
     }

@@ -1284,15 +1284,14 @@ static int ifd__chat_prompt(ifd_gen_t *g, const char **echo)
     int rc = ifd_images_decode(&g->images, &g->img_setup, rq, &g->cancel, &g->work_err);
     if (rc)
         return rc;
-    ifd_prompt_images_t pi = {.ip = &g->img_setup.ip,
-                              .n_crops = g->images.n_crops,
-                              .spans = ifd_arena_calloc(&g->arena, g->images.n_pics,
-                                                        sizeof(ifd_image_pos_t)),
-                              .max = g->images.n_pics};
+    ifd_prompt_images_t pi = {
+        .ip = &g->img_setup.ip,
+        .n_crops = g->images.n_crops,
+        .spans = ifd_arena_calloc(&g->arena, g->images.n_pics, sizeof(ifd_image_pos_t)),
+        .max = g->images.n_pics};
     if (!pi.spans)
         return IFD_ENOMEM;
-    rc = ifd_prompt_chat(g->api, &g->arena, rq, &g->cancel, &g->ptoks[0], echo, &pi,
-                         &g->work_err);
+    rc = ifd_prompt_chat(g->api, &g->arena, rq, &g->cancel, &g->ptoks[0], echo, &pi, &g->work_err);
     if (!rc && ifd_images_place(&g->images, &g->img_setup, pi.spans, pi.n)) {
         ifd_oai_error_set(&g->work_err, 400, NULL, "invalid_value", "messages",
                           "The model's chat template did not render one image per picture.");

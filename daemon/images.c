@@ -57,8 +57,7 @@ static bool ifd__has_prefix(const char *s, size_t n, const char *p)
     return n >= pl && !strncasecmp(s, p, pl);
 }
 
-int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq,
-                     ifd_oai_error_t *e)
+int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq, ifd_oai_error_t *e)
 {
     if (!rq->n_images)
         return 0;
@@ -107,10 +106,14 @@ static const char *ifd__why(ifd__step_t step, int rc)
     if (step == IFD__URL)
         return rc == IFD_ETOOBIG ? "the image is too big" : "not a base64 data: URL";
     switch (rc) {
-    case IFD_ENOTSUP: return "not an image (JPEG, PNG, WebP or GIF)";
-    case IFD_ETOOBIG: return "the image is too big";
-    case IFD_ETRUNC: return "the image is truncated";
-    default: return "the image is corrupt";
+    case IFD_ENOTSUP:
+        return "not an image (JPEG, PNG, WebP or GIF)";
+    case IFD_ETOOBIG:
+        return "the image is too big";
+    case IFD_ETRUNC:
+        return "the image is truncated";
+    default:
+        return "the image is corrupt";
     }
 }
 
@@ -216,8 +219,8 @@ static int ifd__decode_one(ifd_images_t *out, const ifd_images_setup_t *s,
     return rc;
 }
 
-int ifd_images_decode(ifd_images_t *out, const ifd_images_setup_t *s,
-                      const ifd_oai_request_t *rq, const atomic_int *cancel, ifd_oai_error_t *e)
+int ifd_images_decode(ifd_images_t *out, const ifd_images_setup_t *s, const ifd_oai_request_t *rq,
+                      const atomic_int *cancel, ifd_oai_error_t *e)
 {
     memset(out, 0, sizeof *out);
     if (!rq->n_images)

@@ -65,8 +65,7 @@ uint32_t ifd_images_frame_fit(uint32_t height, uint32_t width);
  * type named), more than s->max_images, or a URL that is not a data: URL
  * (http(s) URLs are not fetched).
  */
-int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq,
-                     ifd_oai_error_t *e);
+int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq, ifd_oai_error_t *e);
 
 /* A request's pictures, in prompt order (each image's whole picture, then
  * its pan-and-scan crops). pics[k].pos is set by ifd_images_place. */
@@ -87,8 +86,8 @@ typedef struct {
  * pictures over one frame); IFD_ENOTSUP (the model's preprocessing cannot
  * be run: *e a 500); IFD_ENOMEM. On failure *out holds nothing.
  */
-int ifd_images_decode(ifd_images_t *out, const ifd_images_setup_t *s,
-                      const ifd_oai_request_t *rq, const atomic_int *cancel, ifd_oai_error_t *e);
+int ifd_images_decode(ifd_images_t *out, const ifd_images_setup_t *s, const ifd_oai_request_t *rq,
+                      const atomic_int *cancel, ifd_oai_error_t *e);
 
 /*
  * Gives each picture its soft tokens: spans[k] (ifd_image_prompt_encode's,

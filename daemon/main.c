@@ -211,12 +211,17 @@ static void ifd__test_vision(ifd_wire_vision_t *v)
     const char *e = getenv("INFERD_TEST_VISION");
     unsigned n, size;
     int boi, eoi, img;
-    if (v->tokens_per_image || !e ||
-        sscanf(e, "%u,%d,%d,%d,%u", &n, &boi, &eoi, &img, &size) != 5)
+    if (v->tokens_per_image || !e || sscanf(e, "%u,%d,%d,%d,%u", &n, &boi, &eoi, &img, &size) != 5)
         return;
-    *v = (ifd_wire_vision_t){.tokens_per_image = n, .boi_id = boi, .eoi_id = eoi,
-                             .image_id = img, .height = size, .width = size, .resample = 2,
-                             .pas_min_crop_size = 256, .pas_max_num_crops = 4,
+    *v = (ifd_wire_vision_t){.tokens_per_image = n,
+                             .boi_id = boi,
+                             .eoi_id = eoi,
+                             .image_id = img,
+                             .height = size,
+                             .width = size,
+                             .resample = 2,
+                             .pas_min_crop_size = 256,
+                             .pas_max_num_crops = 4,
                              .pas_min_ratio = 1.2};
     IFD_WARN("test hook $INFERD_TEST_VISION: the model takes images (%u tokens, %u px)", n, size);
 }

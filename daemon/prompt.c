@@ -394,8 +394,10 @@ static int ifd__pan_and_scan(ifd_chat_prompt_t *pr, const uint32_t *n_crops, siz
         for (; sp < pr->n_content && pr->content[sp].off < at[k]; sp++)
             pr->content[sp].off = (size_t)((ptrdiff_t)pr->content[sp].off + delta);
         rc = ifd_buf_append(&b, pr->text + from, at[k] - from) ||
-             ifd_buf_printf(&b, "Here is the original image %s and here are some crops to help "
-                                "you see better", ifd__boi);
+             ifd_buf_printf(&b,
+                            "Here is the original image %s and here are some crops to help "
+                            "you see better",
+                            ifd__boi);
         for (uint32_t c = 0; !rc && c < n_crops[k]; c++)
             rc = ifd_buf_printf(&b, " %s", ifd__boi);
         from = at[k] + sizeof ifd__boi - 1;
@@ -427,9 +429,9 @@ static int ifd__tokenize_images(const ifd_api_t *api, const ifd_oai_request_t *r
     size_t n0 = out->n;
     img->n = 0;
     if (!rc)
-        rc = ifd_image_prompt_encode(api->tok, img->ip, pr->text, pr->len, IFD_TOK_PARSE_SPECIAL,
-                                     pr->content, pr->n_content, out, img->spans, img->max,
-                                     &img->n);
+        rc =
+            ifd_image_prompt_encode(api->tok, img->ip, pr->text, pr->len, IFD_TOK_PARSE_SPECIAL,
+                                    pr->content, pr->n_content, out, img->spans, img->max, &img->n);
     if (rc == IFD_ERANGE || (!rc && img->n != img->max)) {
         size_t found = rc ? img->max + 1 : img->n;
         out->n = n0;
@@ -453,8 +455,8 @@ static int ifd__tokenize_images(const ifd_api_t *api, const ifd_oai_request_t *r
 
 /* truncate_prompt_tokens with images: the cut may not reach the first
  * image (its <start_of_image> kept); the spans move with the ids. */
-static int ifd__truncate_images(const ifd_api_t *api, const ifd_oai_request_t *rq,
-                                ifd_tokens_t *t, ifd_prompt_images_t *img, ifd_oai_error_t *err)
+static int ifd__truncate_images(const ifd_api_t *api, const ifd_oai_request_t *rq, ifd_tokens_t *t,
+                                ifd_prompt_images_t *img, ifd_oai_error_t *err)
 {
     size_t n = t->n;
     ifd_prompt_truncate(api, rq, t);

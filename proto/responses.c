@@ -93,8 +93,8 @@ static int tr_image(ifd__oai_json_ctx_t *c, const json_t *p, size_t i, size_t k,
     snprintf(param, sizeof param, "input[%zu].content[%zu]", i, k);
     if (c->image_params && json_array_append_new(c->image_params, json_string(param)))
         return ifd__oai_json_oom(c);
-    if (json_array_append_new(parts, json_pack("{s:s,s:{s:O}}", "type", "image_url", "image_url",
-                                               "url", url)))
+    if (json_array_append_new(
+            parts, json_pack("{s:s,s:{s:O}}", "type", "image_url", "image_url", "url", url)))
         return ifd__oai_json_oom(c);
     return 0;
 }
@@ -806,8 +806,7 @@ int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
     if (!rc && !(out->responses_echo = ifd_arena_strdup(a, echo_text)))
         rc = ifd__oai_json_oom(&c);
     /* the images' params as the Responses input names them (translated in order) */
-    for (size_t k = 0; !rc && json_array_size(c.image_params) == out->n_images &&
-                       k < out->n_images;
+    for (size_t k = 0; !rc && json_array_size(c.image_params) == out->n_images && k < out->n_images;
          k++)
         if (!(out->images[k].param =
                   ifd_arena_strdup(a, json_string_value(json_array_get(c.image_params, k)))))

@@ -55,11 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (size_t k = 0; k < r.n_images; k++) {
                 const ifd_oai_image_t *im = &r.images[k];
                 IFD_FUZZ_CHECK(im->url && !im->url[im->url_len] && im->param);
-                IFD_FUZZ_CHECK(im->message < r.n_messages &&
-                               r.messages[im->message].parts_json);
-                IFD_FUZZ_CHECK(k == 0 || im->message > r.images[k - 1].message ||
-                               (im->message == r.images[k - 1].message &&
-                                im->part > r.images[k - 1].part));
+                IFD_FUZZ_CHECK(im->message < r.n_messages && r.messages[im->message].parts_json);
+                IFD_FUZZ_CHECK(
+                    k == 0 || im->message > r.images[k - 1].message ||
+                    (im->message == r.images[k - 1].message && im->part > r.images[k - 1].part));
             }
         }
     } else if (which == 2) {

@@ -200,9 +200,9 @@ START_TEST(test_image_parts)
     uint8_t *bytes;
     size_t n, mlen;
     const char *mime;
-    ck_assert_int_eq(ifd_image_data_url(url, strlen(url), 1 << 20, &bytes, &n, &mime, &mlen, err,
-                                        sizeof err),
-                     0);
+    ck_assert_int_eq(
+        ifd_image_data_url(url, strlen(url), 1 << 20, &bytes, &n, &mime, &mlen, err, sizeof err),
+        0);
     FILE *f = fopen(path, "rb");
     ck_assert_ptr_nonnull(f);
     uint8_t *file = malloc(n + 1);
@@ -238,8 +238,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("client_api");
-    ifd_test_case(s, "api", 0,
-                  IFD_TESTS(test_bodies, test_chat_stream, test_completion_and_errors,
-                            test_image_parts));
+    ifd_test_case(
+        s, "api", 0,
+        IFD_TESTS(test_bodies, test_chat_stream, test_completion_and_errors, test_image_parts));
     return ifd_test_run(s);
 }

@@ -399,8 +399,8 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("images");
-    ifd_test_case(s, "images", 60,
-                  IFD_TESTS(test_setup_limits, test_check, test_decode, test_decode_errors,
-                            test_place));
+    ifd_test_case(
+        s, "images", 60,
+        IFD_TESTS(test_setup_limits, test_check, test_decode, test_decode_errors, test_place));
     return ifd_test_run(s);
 }

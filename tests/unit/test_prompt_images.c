@@ -32,8 +32,7 @@ static ifd_api_t g_api;
 static void setup(const char *jinja)
 {
     char err[256];
-    ck_assert_msg(ifd_tokenizer_create_gguf_file(&g_tok, g_model, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(ifd_tokenizer_create_gguf_file(&g_tok, g_model, err, sizeof err) == 0, "%s", err);
     ifd_chat_params_t p = ifd_chat_default_params();
     p.jinja = jinja;
     ck_assert_msg(ifd_chat_template_create(&g_tpl, g_tok, &p, err, sizeof err) == 0, "%s", err);
@@ -103,8 +102,8 @@ static int run(ifd_arena_t *a, const char *body, ifd_oai_request_t *rq, ifd_toke
     if (rc)
         return rc;
     ifd_image_pos_t spans[64];
-    ifd_prompt_images_t pi = {.ip = &s.ip, .n_crops = im->n_crops, .spans = spans,
-                              .max = im->n_pics};
+    ifd_prompt_images_t pi = {
+        .ip = &s.ip, .n_crops = im->n_crops, .spans = spans, .max = im->n_pics};
     rc = ifd_prompt_chat(&g_api, a, rq, NULL, ids, NULL, &pi, e);
     if (!rc)
         ck_assert_int_eq(ifd_images_place(im, &s, spans, pi.n), 0);
@@ -120,8 +119,8 @@ static ifd_tokens_t reference(const char *const *pieces, size_t n)
     for (size_t i = 0; i < n; i++) {
         char text[512];
         snprintf(text, sizeof text, "%s%s%s", i ? "\n\n" : "", pieces[i], i + 1 < n ? "\n\n" : "");
-        ck_assert_int_eq(
-            ifd_tokenizer_encode(g_tok, text, strlen(text), IFD_TOK_PARSE_SPECIAL, &v), 0);
+        ck_assert_int_eq(ifd_tokenizer_encode(g_tok, text, strlen(text), IFD_TOK_PARSE_SPECIAL, &v),
+                         0);
         if (i + 1 == n)
             break;
         ifd_tokens_push(&v, BOI);

@@ -75,9 +75,8 @@ START_TEST(test_chat_image_parts)
                      "{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"image\"}]");
     ck_assert_int_eq(r.do_pan_and_scan, 1);
     /* none: no images, pan-and-scan not given */
-    ck_assert_int_eq(parse_chat(&a, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
-                                &r, &e),
-                     0);
+    ck_assert_int_eq(
+        parse_chat(&a, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, &e), 0);
     ck_assert_uint_eq(r.n_images, 0);
     ck_assert_int_eq(r.do_pan_and_scan, -1);
     /* /tokenize with messages takes no images */
@@ -1773,8 +1772,7 @@ START_TEST(test_responses_parse)
         {"{\"input\":\"x\",\"truncation\":\"auto\"}", "truncation", "unsupported_parameter"},
         {"{\"input\":\"x\",\"reasoning\":{\"effort\":\"huge\"}}", "reasoning.effort",
          "invalid_value"},
-        {"{\"input\":\"x\",\"reasoning\":{\"summary\":1}}", "reasoning.summary",
-         "invalid_type"},
+        {"{\"input\":\"x\",\"reasoning\":{\"summary\":1}}", "reasoning.summary", "invalid_type"},
         {"{\"input\":\"x\",\"reasoning\":true}", "reasoning", "invalid_type"},
         {"{\"input\":\"x\",\"n\":2}", "n", "unsupported_parameter"},
         {"{\"input\":\"x\",\"include\":[\"file_search_call.results\"]}", "include[0]",
@@ -1791,8 +1789,7 @@ START_TEST(test_responses_parse)
          "input[0].encrypted_content", "unsupported_parameter"},
         {"{\"input\":[{\"type\":\"reasoning\",\"summary\":[{\"text\":2}]}]}",
          "input[0].summary[0].text", "invalid_type"},
-        {"{\"input\":[{\"type\":\"item_reference\"}]}", "input[0].type",
-         "unsupported_parameter"},
+        {"{\"input\":[{\"type\":\"item_reference\"}]}", "input[0].type", "unsupported_parameter"},
         {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens",
          "integer_below_min_value"},
         {"{\"input\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "input[0].role", "invalid_value"},
