@@ -11,6 +11,9 @@ temporary Unix socket, so the client's own logic is checked without a model:
 - models, status (text, --json, --watch);
 - the chat REPL on a pseudo-terminal: streaming, /system, /save, /reset, Ctrl-C in the
   middle of an answer (the server sees the disconnect), Ctrl-D; and piped;
+- images: `infer --image FILE` (repeatable) and `/image FILE` in a piped chat send data
+  URL parts before the text; a missing or non-image file fails before anything is sent;
+  --image with --raw is a usage error;
 - bench serve (token counts equal the server's usage and its /metrics; unique prompts of
   exact length; a shared --prefix-len; sweep with JSON and SVG; Poisson; chat endpoint;
   failure exit codes) and bench cache.
@@ -242,6 +245,39 @@ def test_chat(f):
         shutil.rmtree(d)
 
 
+def test_images(f):
+    import base64
+    png = os.path.join(os.environ.get("INFERD_SOURCE_DIR", "."),
+                       "tests/data/tiny-gemma3-vision/image0.png")
+    data = open(png, "rb").read()
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    part = {"type": "image_url", "image_url": {"url": url}}
+    rc, out, err = run([INFER, "--socket", f.sock, "--image", png, "--image", png, "What?"])
+    check(rc == 0, f"--image rc {rc}: {err}")
+    b = f.last("/v1/chat/completions")
+    check(b["messages"] == [{"role": "user", "content": [part, part,
+                                                          {"type": "text", "text": "What?"}]}],
+          "--image message: %s" % str(b["messages"])[:300])
+    n = len(f.requests) if hasattr(f, "requests") else None
+    rc, out, err = run([INFER, "--socket", f.sock, "--image", "/nonexistent.png", "x"])
+    check(rc == 1 and "nonexistent.png" in err, f"missing image: {rc} {err}")
+    cfg = os.path.join(os.path.dirname(png), "config.json")
+    rc, out, err = run([INFER, "--socket", f.sock, "--image", cfg, "x"])
+    check(rc == 1 and "not an image" in err, f"not an image: {rc} {err}")
+    check(n is None or len(f.requests) == n, "a refused image was sent")
+    rc, out, err = run([INFER, "--socket", f.sock, "--raw", "--image", png, "x"])
+    check(rc == 2 and "--raw" in err, f"--raw --image: {rc} {err}")
+    # /image in a chat: the next message carries it, the one after does not
+    rc, out, err = run([INFER, "chat", "--socket", f.sock],
+                       input=f"/image {png}\nlook\nagain\n".encode())
+    check(rc == 0 and "attached" in err, f"/image: {rc} {err}")
+    b = f.last("/v1/chat/completions")
+    msgs = b["messages"]
+    check(msgs[0] == {"role": "user", "content": [part, {"type": "text", "text": "look"}]}
+          and msgs[-1] == {"role": "user", "content": "again"},
+          "/image history: %s" % str(msgs)[:300])
+
+
 def test_bench(f):
     d = tempfile.mkdtemp()
     try:
@@ -356,6 +392,7 @@ def all_tests():
         test_errors(f)
         test_ops(f)
         test_chat(f)
+        test_images(f)
         test_bench(f)
     test_tcp_key()
 

@@ -34,6 +34,13 @@ import model_paths  # noqa: E402  (tests/model_paths.py)
 SKIP = 77
 
 
+def _text(content):
+    """A message content's text: a string, or its text parts joined (image parts skipped)."""
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
+    return content
+
+
 class Skip(Exception):
     pass
 
@@ -386,12 +393,12 @@ class _Handler(BaseHTTPRequestHandler):
         if model is not None and model != FAKE_MODEL:
             return self._error(404, f"The model `{model}` does not exist.", "model")
         if chat:
-            text = "\n".join(m.get("content", "") for m in body.get("messages", []))
+            text = "\n".join(_text(m.get("content", "")) for m in body.get("messages", []))
             prompt_tokens = len(text.split()) + 3 * len(body.get("messages", []))
             # the cue words act in the newest message only: a history that holds "SLOW"
             # must not make every later turn slow (it cost test_cli_fake 40 s)
             msgs = body.get("messages") or [{}]
-            cue = msgs[-1].get("content", "") or ""
+            cue = _text(msgs[-1].get("content", "")) or ""
         else:
             p = body.get("prompt", "")
             text = p if isinstance(p, str) else ""
