@@ -71,6 +71,8 @@ typedef struct {
     uint64_t id;
     uint32_t n_tokens, n_generated, max_tokens, prompt_logprobs, client;
     int32_t tokens[MAXTOK];
+    const ifd_wire_image_t *images; /* as sent: the owner's (borrowed) */
+    uint32_t n_images;
 } frame_t;
 
 typedef struct {
@@ -113,7 +115,9 @@ static void fake_record(fake_t *f, int w, const ifd_wire_msg_t *m)
                     .n_generated = a->n_generated,
                     .max_tokens = a->max_tokens,
                     .prompt_logprobs = a->prompt_logprobs,
-                    .client = a->client};
+                    .client = a->client,
+                    .images = a->images,
+                    .n_images = a->n_images};
     memcpy(fr->tokens, a->tokens, a->n_tokens * sizeof *a->tokens);
     f->where[a->id] = w;
 }
@@ -788,6 +792,52 @@ START_TEST(test_worker_dies_resume)
 }
 END_TEST
 
+/* A request's pictures go with its ADD, and again with the ADD that resumes
+ * it after a worker's death (router.h: borrowed, never copied); more than
+ * the wire takes, or none behind a count, is refused. */
+START_TEST(test_images_resent)
+{
+    fix_t *x = fix_init(2, 4, NULL);
+    x->fake.w[1].ready = false;
+    static const uint8_t px[12] = {1, 2, 3};
+    const ifd_wire_image_t pics[2] = {{.pos = 1,
+                                       .n_tokens = 1,
+                                       .hash_lo = 7,
+                                       .width = 2,
+                                       .height = 2,
+                                       .pixels = px,
+                                       .n_pixels = 12},
+                                      {.pos = 2,
+                                       .n_tokens = 1,
+                                       .hash_lo = 8,
+                                       .width = 2,
+                                       .height = 2,
+                                       .pixels = px,
+                                       .n_pixels = 12}};
+    const int32_t p[] = {10, 11, 12, 13}, t1[] = {20};
+    ifd_wire_add_t sp = params(p, 4, 10);
+    sp.images = pics;
+    sp.n_images = 2;
+    owner_t *a = sub_p(x, &sp);
+    const frame_t *f = expect_add(a, 0, 0);
+    ck_assert_ptr_eq(f->images, pics);
+    ck_assert_uint_eq(f->n_images, 2);
+    tokens(a, t1, 1);
+    x->fake.w[1].ready = true;
+    fake_lose(&x->fake, 0);
+    f = expect_add(a, 1, 1); /* resumed elsewhere: the same pictures again */
+    ck_assert_ptr_eq(f->images, pics);
+    ck_assert_uint_eq(f->n_images, 2);
+    finish(a, IFD_WIRE_FINISH_STOP);
+    owner_t *o;
+    sp.n_images = IFD_WIRE_MAX_IMAGES + 1;
+    ck_assert_int_eq(try_sub(x, &sp, &o), IFD_EINVAL);
+    sp.n_images = 1;
+    sp.images = NULL;
+    ck_assert_int_eq(try_sub(x, &sp, &o), IFD_EINVAL);
+}
+END_TEST
+
 /* Several sequences in flight go back to the front of the queue in id order,
  * ahead of those that were waiting. */
 START_TEST(test_resume_order)
@@ -1214,6 +1264,7 @@ int main(void)
     tcase_add_test(tc, test_unresponsive_avoided);
     tcase_add_test(tc, test_submit_from_callback);
     tcase_add_test(tc, test_worker_dies_resume);
+    tcase_add_test(tc, test_images_resent);
     tcase_add_test(tc, test_resume_order);
     tcase_add_test(tc, test_lost_finishes_what_is_over);
     tcase_add_test(tc, test_lost_while_stopping);
