@@ -75,6 +75,11 @@ int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq, i
                               "it has no vision encoder.");
         return IFD_EINVAL;
     }
+    if (rq->prompt_logprobs) { /* the engine computes none over image rows (vision.md) */
+        ifd_oai_error_set(e, 400, NULL, "invalid_value", "prompt_logprobs",
+                          "prompt_logprobs is not supported with images.");
+        return IFD_EINVAL;
+    }
     if (rq->n_images > s->max_images) {
         ifd_oai_error_set(e, 400, NULL, "invalid_value", rq->images[s->max_images].param,
                           "At most %u image(s) may be provided in one request (%zu given).",

@@ -62,8 +62,9 @@ uint32_t ifd_images_frame_fit(uint32_t height, uint32_t width);
 /*
  * On the loop: the request's images against s — 0 (none, or all may be
  * decoded); IFD_EINVAL with *e a 400: the model takes no images (the part's
- * type named), more than s->max_images, or a URL that is not a data: URL
- * (http(s) URLs are not fetched).
+ * type named), prompt_logprobs (the engine refuses it with images), more
+ * than s->max_images, or a URL that is not a data: URL (http(s) URLs are
+ * not fetched).
  */
 int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq, ifd_oai_error_t *e);
 

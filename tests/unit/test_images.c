@@ -175,6 +175,12 @@ START_TEST(test_check)
     v = vision();
     ifd_images_setup(&s, &v, &c);
     ck_assert_int_eq(ifd_images_check(&s, &rq, &e), 0);
+    /* prompt_logprobs: none over images (the engine refuses them) */
+    rq.prompt_logprobs = true;
+    memset(&e, 0, sizeof e);
+    ck_assert_int_eq(ifd_images_check(&s, &rq, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "prompt_logprobs");
+    rq.prompt_logprobs = false;
     /* over limit_images_per_prompt: the first image over it is named */
     c.limit_images_per_prompt = 1;
     ifd_images_setup(&s, &v, &c);
