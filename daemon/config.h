@@ -81,6 +81,9 @@
     X(draft_model, STR, "", 0, "PATH", 0, 0,                                                   \
       "a smaller model with the same tokenizer proposing tokens (spec draft, or requests "     \
       "asking for it); CPU workers only")                                                      \
+    X(mmproj, STR, "", 0, "PATH", 0, 0,                                                        \
+      "llama.cpp's mmproj GGUF: the vision tower beside a GGUF model (docs/vision.md); a "     \
+      "Gemma 3 directory brings its own")                                                      \
     X(spec_tokens, INT, "4", 0, "K", 1, 16, "tokens proposed per step at most (spec)")         \
     X(spec_ngram_min, INT, "1", 0, "N", 1, 16, "shortest suffix the ngram proposer matches")   \
     X(spec_ngram_max, INT, "4", 0, "N", 1, 16, "longest suffix the ngram proposer matches")    \

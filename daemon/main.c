@@ -95,6 +95,7 @@ typedef struct {
     const char *backend;       /* the workers' backend: "cpu", "cuda" or "cuda-f32" */
     char shape_path[PATH_MAX]; /* --random-weights, resolved ("" when unset) */
     char draft_path[PATH_MAX]; /* --draft-model, resolved ("" when unset) */
+    char mmproj_path[PATH_MAX]; /* --mmproj, resolved ("" when unset) */
     /* --gpus, the POOL step: each GPU's POOL_SIZE (device → gpu_dev[i]),
      * or the failure's one line */
     ifd_wire_pool_size_t gpu_size[IFD_GPU_MAX];
@@ -922,6 +923,10 @@ static int ifd__start_model(ifd__daemon_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "draft_model %s: %s", d->cfg.draft_model, strerror(errno));
         return -errno;
     }
+    if (d->cfg.mmproj && *d->cfg.mmproj && !realpath(d->cfg.mmproj, d->mmproj_path)) {
+        snprintf(err, errlen, "mmproj %s: %s", d->cfg.mmproj, strerror(errno));
+        return -errno;
+    }
     if ((rc = ifd__load_model(d, err, errlen)))
         return rc;
     ifd__model_id(d);
@@ -973,6 +978,7 @@ static void ifd__sup_params(ifd__daemon_t *d, const ifd_kvpool_params_t *kp, ifd
     sp->spec = (ifd_wire_spec_t){ifd__spec_method(d->cfg.spec), (uint32_t)d->cfg.spec_tokens,
                                  (uint32_t)d->cfg.spec_ngram_min, (uint32_t)d->cfg.spec_ngram_max};
     sp->draft_model_path = d->draft_path[0] ? d->draft_path : NULL;
+    sp->mmproj_path = d->mmproj_path[0] ? d->mmproj_path : NULL;
     sp->kv.n_layers = (uint32_t)kp->n_layers;
     sp->kv.n_kv_heads = (uint32_t)kp->n_kv_heads;
     sp->kv.head_dim = (uint32_t)kp->head_dim;

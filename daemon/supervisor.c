@@ -75,6 +75,7 @@ struct ifd_sup {
     ifd_sup_params_t p;
     char *binary, *model, *level, *weights;
     char *draft;           /* the draft model's path, or NULL */
+    char *mmproj;          /* the mmproj GGUF's path, or NULL */
     char *backend, *shape; /* "cpu"/"cuda"/"cuda-f32"; random weights or NULL */
     char *kv_dir;          /* --kv-cache-dir, or NULL */
     char kv_disk[24];      /* --kv-cache-disk-bytes' text */
@@ -165,6 +166,7 @@ static void ifd__maybe_free(ifd_sup_t *s)
     free(s->binary);
     free(s->model);
     free(s->draft);
+    free(s->mmproj);
     free(s->level);
     free(s->weights);
     free(s->kv_dir);
@@ -836,6 +838,7 @@ static int ifd__send_hello(ifd__worker_t *w, int sock)
     h->prefill_cap = s->p.prefill_cap;
     h->spec = s->p.spec;
     h->draft_model_path = s->draft;
+    h->mmproj_path = s->mmproj;
     h->n_fds = (uint32_t)n_fds;
     h->n_local_fds = (uint32_t)n_local;
     h->kv = s->p.kv;
@@ -1109,6 +1112,7 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
     s->binary = strdup(p->worker_binary);
     s->model = strdup(p->model_path);
     s->draft = p->draft_model_path ? strdup(p->draft_model_path) : NULL;
+    s->mmproj = p->mmproj_path ? strdup(p->mmproj_path) : NULL;
     s->level = strdup(p->log_level ? p->log_level : "info");
     s->weights = strdup(p->weights_dtype ? p->weights_dtype : "auto");
     s->backend = strdup(p->backend ? p->backend : "cpu");
@@ -1121,7 +1125,7 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
         memcpy(s->gpus, p->gpus, (size_t)p->n_workers * sizeof *s->gpus);
     int rc = 0;
     if (!s->w || !s->binary || !s->model || !s->level || !s->weights || !s->backend ||
-        (p->draft_model_path && !s->draft) ||
+        (p->draft_model_path && !s->draft) || (p->mmproj_path && !s->mmproj) ||
         (p->random_weights && *p->random_weights && !s->shape) || (gpu && p->gpus && !s->gpus) ||
         (p->kv_cache_dir && *p->kv_cache_dir && !s->kv_dir))
         rc = IFD_ENOMEM;

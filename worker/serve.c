@@ -27,6 +27,7 @@
 #include "log.h"
 #include "model.h"
 #include "proto/wire.h"
+#include "serve_vision.h"
 #include "spec_draft.h"
 #include "tokenizer/tokenizer.h"
 #include "worker_model.h"
@@ -63,6 +64,7 @@ typedef struct {
     ifd_model_t *model;
     ifd_model_t *draft;        /* the draft model (HELLO's draft_model_path), or NULL */
     ifd_spec_draft_t *drafter; /* its proposer, over a private pool */
+    ifd_serve_vision_t *vis;   /* the vision tower and its queue, or NULL (text only) */
     ifd_kvpool_t *pool, *lpool;
     ifd_kvdisk_t *disk; /* the pool's disk tier, or NULL */
     ifd_engine_model_t em;
@@ -250,17 +252,23 @@ static ifd_spec_params_t ifd__spec_from_wire(const ifd_wire_spec_t *w)
                                (int32_t)w->ngram_min, (int32_t)w->ngram_max};
 }
 
-static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
+/* A request that does not start: ERROR with msg, then FINISHED "error". */
+static void ifd__refuse(ifd__srv_t *s, uint64_t id, int rc, const char *msg, uint32_t n_prompt)
 {
-    if (s->draining) {
-        ifd__send_error(s, a->id, IFD_EBUSY, "worker is draining");
-        ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
-        m.u.finished.id = a->id;
-        m.u.finished.reason = IFD_WIRE_FINISH_ERROR;
-        m.u.finished.stop_token = -1;
-        ifd__queue(s, &m);
-        return;
-    }
+    ifd__send_error(s, id, rc, msg);
+    ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
+    m.u.finished.id = id;
+    m.u.finished.reason = IFD_WIRE_FINISH_ERROR;
+    m.u.finished.stop_token = -1;
+    m.u.finished.prompt_tokens = n_prompt;
+    ifd__queue(s, &m);
+}
+
+/* The request of ADD a into the engine, with its pictures' rows (images,
+ * n_images: from serve_vision) when it has any. */
+static void ifd__start_request(ifd__srv_t *s, const ifd_wire_add_t *a,
+                               const ifd_engine_image_t *images, uint32_t n_images)
+{
     ifd_engine_request_t r;
     memset(&r, 0, sizeof r);
     r.id = a->id;
@@ -295,6 +303,8 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
     r.lp_ids = a->lp_ids;
     r.n_lp_ids = a->n_lp_ids;
     r.spec = ifd__spec_from_wire(&a->spec);
+    r.images = images;
+    r.n_images = (int32_t)n_images;
     int rc = 0;
     char gerr[300] = "";
     if (a->n_grammar) {
@@ -325,15 +335,55 @@ static void ifd__handle_add(ifd__srv_t *s, const ifd_wire_add_t *a)
                                       : "invalid request (tokens, length or sampling parameters)");
         }
     }
-    if (rc) {
-        ifd__send_error(s, a->id, rc, gerr);
-        ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
-        m.u.finished.id = a->id;
-        m.u.finished.reason = IFD_WIRE_FINISH_ERROR;
-        m.u.finished.stop_token = -1;
-        m.u.finished.prompt_tokens = (uint32_t)r.n_prompt;
-        ifd__queue(s, &m);
+    if (rc)
+        ifd__refuse(s, a->id, rc, gerr, (uint32_t)r.n_prompt);
+}
+
+/* ADD: into the engine now, or (with pictures) into serve_vision's queue,
+ * which takes the frame over (*m left empty). */
+static void ifd__handle_add(ifd__srv_t *s, ifd_wire_msg_t *m)
+{
+    const ifd_wire_add_t *a = &m->u.add;
+    const uint32_t n_prompt = a->n_tokens - a->n_generated;
+    char err[300];
+    int rc;
+    if (s->draining)
+        ifd__refuse(s, a->id, IFD_EBUSY, "worker is draining", 0);
+    else if (!a->n_images)
+        ifd__start_request(s, a, NULL, 0);
+    else if ((rc = ifd_serve_vision_submit(s->vis, m, err, sizeof err)))
+        ifd__refuse(s, a->id, rc, err, n_prompt);
+}
+
+/* CANCEL: a request waiting for its pictures ends here, else in the engine. */
+static void ifd__handle_cancel(ifd__srv_t *s, uint64_t id)
+{
+    uint32_t n_prompt;
+    if (!ifd_serve_vision_cancel(s->vis, id, &n_prompt)) {
+        ifd_engine_cancel(s->eng, id);
+        return;
     }
+    ifd_wire_msg_t m = {.type = IFD_WIRE_FINISHED};
+    m.u.finished.id = id;
+    m.u.finished.reason = IFD_WIRE_FINISH_CANCELLED;
+    m.u.finished.stop_token = -1;
+    m.u.finished.prompt_tokens = n_prompt;
+    ifd__queue(s, &m);
+}
+
+/* One bounded piece of the pictures' work (serve_vision.h); a request whose
+ * pictures all have rows enters the engine. */
+static void ifd__vision_step(ifd__srv_t *s)
+{
+    ifd_serve_vision_job_t *j = ifd_serve_vision_step(s->vis);
+    if (!j)
+        return;
+    const ifd_wire_add_t *a = &j->msg.u.add;
+    if (j->rc)
+        ifd__refuse(s, a->id, j->rc, j->err, a->n_tokens - a->n_generated);
+    else
+        ifd__start_request(s, a, j->images, a->n_images);
+    ifd_serve_vision_job_free(j);
 }
 
 static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
@@ -345,7 +395,7 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
     ifd_wire_stats_t *w = &m.u.stats;
     w->seq = seq;
     w->running = (uint32_t)st.running;
-    w->waiting = (uint32_t)st.waiting;
+    w->waiting = (uint32_t)st.waiting + ifd_serve_vision_pending(s->vis);
     w->kv_blocks_in_use = (uint64_t)st.blocks_held;
     w->kv_blocks_total = blocks_total;
     w->kv_local_releasable_blocks = (uint64_t)st.window_dead_blocks;
@@ -591,6 +641,22 @@ static int ifd__load_draft(ifd__srv_t *s)
     return 0;
 }
 
+/* The vision tower (serve_vision.h): opts' or HELLO's mmproj, else the
+ * model directory's own (none with random weights). */
+static int ifd__load_vision(ifd__srv_t *s, const ifd_serve_opts_t *o, const char *model_path)
+{
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    const ifd_serve_vision_params_t vp = {
+        .model_path = o->shape && o->shape[0] ? NULL : model_path,
+        .mmproj_path = o->mmproj_path && o->mmproj_path[0] ? o->mmproj_path : h->mmproj_path,
+        .tok = s->tok,
+        .text_embd = ifd_model_config(s->model)->n_embd,
+        .cache_bytes = o->image_cache_bytes ? o->image_cache_bytes
+                                            : (uint64_t)IFD_SERVE_VISION_CACHE_MB << 20};
+    int rc = ifd_serve_vision_create(&s->vis, &vp, s->be, s->err, sizeof s->err);
+    return rc ? ifd__fatal(s, rc, s->err) : 0;
+}
+
 /* Phase 2: the backend HELLO names (opts may override the threads), the
  * model and tokenizer (opts may override the path or ask for random
  * weights), and the engine's limits from HELLO. */
@@ -607,6 +673,8 @@ static int ifd__load(ifd__srv_t *s, const ifd_serve_opts_t *o)
     if ((rc = ifd_worker_model_load(&mo, s->be, &s->model, &s->tok, s->err, sizeof s->err)))
         return ifd__fatal(s, rc, s->err);
     if (h->draft_model_path && h->draft_model_path[0] && (rc = ifd__load_draft(s)))
+        return rc;
+    if ((rc = ifd__load_vision(s, o, path)))
         return rc;
     s->ep = ifd_engine_default_params();
     if (h->max_seqs)
@@ -830,6 +898,7 @@ static int ifd__send_ready(ifd__srv_t *s)
     r->max_batched_tokens = (uint32_t)s->ep.max_batched_tokens;
     r->kv = h->kv;
     r->kv.n_blocks = (uint64_t)geo.n_blocks;
+    ifd_serve_vision_ready(s->vis, &r->vision);
     ifd__queue(s, &ready);
     int kv_fds[2], n_kv = 0;
     ifd_kvpool_t *const pools[2] = {s->pool, s->lpool};
@@ -857,14 +926,14 @@ static int ifd__send_ready(ifd__srv_t *s)
 }
 
 /* One frame from the router in the serving loop; *done on SHUTDOWN. */
-static void ifd__handle_frame(ifd__srv_t *s, const ifd_wire_msg_t *m, bool *done)
+static void ifd__handle_frame(ifd__srv_t *s, ifd_wire_msg_t *m, bool *done)
 {
     switch (m->type) {
     case IFD_WIRE_ADD:
-        ifd__handle_add(s, &m->u.add);
+        ifd__handle_add(s, m);
         break;
     case IFD_WIRE_CANCEL:
-        ifd_engine_cancel(s->eng, m->u.cancel.id);
+        ifd__handle_cancel(s, m->u.cancel.id);
         break;
     case IFD_WIRE_STATS_REQ:
         ifd__send_stats(s, m->u.stats_req.seq, s->n_blocks);
@@ -948,11 +1017,12 @@ static int ifd__serve_loop(ifd__srv_t *s)
     for (;;) {
         if (ifd__handle_frames(s, &done))
             return 1;
-        if (done || (s->draining && ifd_engine_idle(s->eng)))
+        const bool waiting = ifd_serve_vision_pending(s->vis) > 0; /* pictures to encode */
+        if (done || (s->draining && ifd_engine_idle(s->eng) && !waiting))
             break;
         if (ifd__flush(s))
             return 1;
-        bool idle = ifd_engine_idle(s->eng);
+        bool idle = ifd_engine_idle(s->eng) && !waiting;
         struct pollfd pfd = {s->fd, POLLIN, 0};
         int pr = poll(&pfd, 1, idle ? -1 : 0);
         if (pr < 0 && errno != EINTR)
@@ -963,7 +1033,9 @@ static int ifd__serve_loop(ifd__srv_t *s)
                 return rc == 1 ? 0 : 1;
             continue; /* handle the new frames before stepping */
         }
-        if (!idle)
+        if (waiting) /* one bounded piece: the running requests still step after it */
+            ifd__vision_step(s);
+        if (!ifd_engine_idle(s->eng))
             ifd__step(s);
     }
     ifd__flush(s);
@@ -980,6 +1052,7 @@ static void ifd__teardown(ifd__srv_t *s)
     ifd_engine_destroy(s->eng); /* frees the constraints before their store */
     ifd_kvdisk_destroy(s->disk); /* writes what is queued: published blocks keep their files */
     ifd_spec_draft_destroy(s->drafter); /* after the engine, which releases its states */
+    ifd_serve_vision_destroy(s->vis);   /* before the backend that holds its weights */
     ifd_gstore_destroy(s->gstore);
     ifd_vocab_destroy(s->vocab);
     ifd_engine_model_free(&s->em);

@@ -30,6 +30,13 @@
  * directory it cannot make or open, device memory, a local-layer pool) is
  * one warning and the worker serves without it.
  *
+ * Images (issue 28, serve_vision.h): the vision tower is loaded beside the
+ * model (HELLO's mmproj_path, else the model directory's own) and READY
+ * says what it takes; an ADD with pictures waits in serve_vision's queue
+ * while its pictures are encoded, one bounded phase between engine steps
+ * (so the running requests keep decoding), and enters the engine when all
+ * have rows. A bad picture is an ERROR for that request only.
+ *
  * Threading: single-threaded apart from the CPU backend's pool and the
  * disk tier's I/O thread.
  */
@@ -47,6 +54,8 @@ typedef struct {
     uint64_t weights_seed;  /* their seed */
     const char *kv_cache_dir;     /* the pool's disk tier (kvpool/kvdisk.h); NULL: none */
     uint64_t kv_cache_disk_bytes; /* its size bound (> 0 with a dir) */
+    const char *mmproj_path;      /* overrides HELLO's mmproj_path when set (serve_vision.h) */
+    uint64_t image_cache_bytes;   /* the image embedding cache's bound; 0: the default */
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

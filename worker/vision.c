@@ -453,67 +453,114 @@ static int ifd__upload_mm_in(ifd_backend_t *be, ifd_act_t *a, const float *host,
     return rc;
 }
 
-static int ifd__encode_layers(ifd_vision_t *v, ifd_act_t *a, int n)
+/* ---- incremental encode ----------------------------------------------------- */
+
+/* Phases of one encode: the patch embedding, four per encoder layer (the
+ * groups between which the residual stream rests in x), then the tail. */
+enum { PH_LN1_QKV, PH_ATTN, PH_OUT_MLP_UP, PH_MLP_DOWN, PH_PER_LAYER };
+
+struct ifd_vision_enc {
+    ifd_vision_t *v;
+    ifd_act_t a[A_N];
+    int next; /* the next phase: 0 patches, 1 + 4 l + k layer l's k-th, last the tail */
+};
+
+int ifd_vision_encode_phases(const ifd_vision_t *v)
 {
-    ifd_backend_t *be = v->be;
-    const ifd_backend_ops_t *o = be->ops;
-    const ifd_vision_config_t *c = &v->cfg;
-    const float eps = c->eps, scale = 1.0f / sqrtf((float)c->head_dim);
-    int rc = 0;
-    for (uint32_t l = 0; l < c->n_layer && rc == 0; l++) {
-        const ifd__vlayer_t *ly = &v->layers[l];
-        /* the previous layer's MLP output (in A_O) joins the residual here */
-        if ((rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b, n,
-                               eps)) ||
-            (rc = o->proj(be, &a[A_QKV], &a[A_Y], &ly->qkv, n)) ||
-            (rc = o->dense_attention(be, &a[A_ATT], &a[A_QKV], n, (int)c->n_head, (int)c->head_dim,
-                                     scale)) ||
-            (rc = o->proj(be, &a[A_O], &a[A_ATT], &ly->out, n)) ||
-            (rc = o->layernorm(be, &a[A_Y], &a[A_X], &a[A_O], &ly->ln2_w, &ly->ln2_b, n, eps)) ||
-            (rc = o->proj(be, &a[A_H], &a[A_Y], &ly->fc1, n)) ||
-            (rc = o->gelu(be, &a[A_G], &a[A_H], n)))
-            break;
-        rc = o->proj(be, &a[A_O], &a[A_G], &ly->fc2, n);
-    }
-    if (rc == 0) /* the last MLP output, then post_layernorm in place */
-        rc = o->layernorm(be, &a[A_X], &a[A_X], c->n_layer ? &a[A_O] : NULL, &v->post_w, &v->post_b,
-                          n, eps);
-    return rc;
+    return 2 + PH_PER_LAYER * (int)v->cfg.n_layer;
 }
 
-static int ifd__encode(ifd_vision_t *v, ifd_act_t *a, const float *pv, float *features,
-                       float *tower)
+/* Phase k (of PH_PER_LAYER) of layer l. The previous layer's MLP output (in
+ * A_O) joins the residual at LN1, the attention's at LN2. */
+static int ifd__encode_layer_phase(ifd_vision_t *v, ifd_act_t *a, int n, uint32_t l, int k)
 {
     ifd_backend_t *be = v->be;
     const ifd_backend_ops_t *o = be->ops;
     const ifd_vision_config_t *c = &v->cfg;
-    const int n = (int)ifd_vision_n_patches(c), T = (int)c->tokens_per_image;
-    const size_t patch_floats = (size_t)n * (size_t)a[A_PATCH].cols;
+    const ifd__vlayer_t *ly = &v->layers[l];
+    const float eps = c->eps, scale = 1.0f / sqrtf((float)c->head_dim);
+    int rc = 0;
+    switch (k) {
+    case PH_LN1_QKV:
+        if (!(rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b,
+                                n, eps)))
+            rc = o->proj(be, &a[A_QKV], &a[A_Y], &ly->qkv, n);
+        return rc;
+    case PH_ATTN:
+        return o->dense_attention(be, &a[A_ATT], &a[A_QKV], n, (int)c->n_head, (int)c->head_dim,
+                                  scale);
+    case PH_OUT_MLP_UP:
+        if ((rc = o->proj(be, &a[A_O], &a[A_ATT], &ly->out, n)) ||
+            (rc = o->layernorm(be, &a[A_Y], &a[A_X], &a[A_O], &ly->ln2_w, &ly->ln2_b, n, eps)) ||
+            (rc = o->proj(be, &a[A_H], &a[A_Y], &ly->fc1, n)))
+            return rc;
+        return o->gelu(be, &a[A_G], &a[A_H], n);
+    default:
+        return o->proj(be, &a[A_O], &a[A_G], &ly->fc2, n);
+    }
+}
+
+/* The first phase: the im2col'd patches uploaded, embedded, + positions. */
+static int ifd__encode_patches(ifd_vision_enc_t *e, const float *pv)
+{
+    ifd_vision_t *v = e->v;
+    ifd_backend_t *be = v->be;
+    const int n = (int)ifd_vision_n_patches(&v->cfg);
+    const size_t patch_floats = (size_t)n * (size_t)e->a[A_PATCH].cols;
     float *host = malloc(sizeof(float) * patch_floats);
     if (!host)
         return IFD_ENOMEM;
-    ifd__im2col(host, pv, c);
-    int rc = ifd__upload_mm_in(be, &a[A_PATCH], host, patch_floats);
+    ifd__im2col(host, pv, &v->cfg);
+    int rc = ifd__upload_mm_in(be, &e->a[A_PATCH], host, patch_floats);
     free(host);
-    if (rc || (rc = o->proj(be, &a[A_X], &a[A_PATCH], &v->patch, n)) ||
-        (rc = o->add_rows(be, &a[A_X], &v->pos, n)) || (rc = ifd__encode_layers(v, a, n)) ||
-        (rc = o->avg_pool2d(be, &a[A_POOL], &a[A_X], (int)ifd_vision_patch_side(c),
-                            (int)ifd_vision_pool(c))) ||
-        (rc = o->rmsnorm(be, &a[A_NORM], &a[A_POOL], NULL, &v->soft_norm, T, c->eps)) ||
-        (rc = o->proj(be, &a[A_FEAT], &a[A_NORM], &v->mm, T)) || (rc = o->sync(be)))
+    if (rc || (rc = be->ops->proj(be, &e->a[A_X], &e->a[A_PATCH], &v->patch, n)))
         return rc;
-    if (tower && (rc = o->download(be, tower, a[A_X].data, sizeof(float) * (size_t)n * c->n_embd)))
-        return rc;
-    return o->download(be, features, a[A_FEAT].data, sizeof(float) * (size_t)T * c->text_embd);
+    return be->ops->add_rows(be, &e->a[A_X], &v->pos, n);
 }
 
-int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *features, float *tower)
+/* The last phase: the last MLP output joins, post_layernorm in place, then
+ * the projector. */
+static int ifd__encode_tail(ifd_vision_enc_t *e)
 {
+    ifd_vision_t *v = e->v;
+    ifd_backend_t *be = v->be;
+    const ifd_backend_ops_t *o = be->ops;
+    const ifd_vision_config_t *c = &v->cfg;
+    ifd_act_t *a = e->a;
+    const int n = (int)ifd_vision_n_patches(c), T = (int)c->tokens_per_image;
+    int rc;
+    if ((rc = o->layernorm(be, &a[A_X], &a[A_X], c->n_layer ? &a[A_O] : NULL, &v->post_w,
+                           &v->post_b, n, c->eps)) ||
+        (rc = o->avg_pool2d(be, &a[A_POOL], &a[A_X], (int)ifd_vision_patch_side(c),
+                            (int)ifd_vision_pool(c))) ||
+        (rc = o->rmsnorm(be, &a[A_NORM], &a[A_POOL], NULL, &v->soft_norm, T, c->eps)))
+        return rc;
+    return o->proj(be, &a[A_FEAT], &a[A_NORM], &v->mm, T);
+}
+
+void ifd_vision_encode_free(ifd_vision_enc_t *e)
+{
+    if (!e)
+        return;
+    ifd_backend_t *be = e->v->be;
+    for (int i = 0; i < A_N; i++)
+        if (e->a[i].data)
+            be->ops->act_free(be, &e->a[i]);
+    free(e);
+}
+
+int ifd_vision_encode_begin(ifd_vision_enc_t **out, ifd_vision_t *v, const float *pixel_values)
+{
+    *out = NULL;
     const ifd_vision_config_t *c = &v->cfg;
     const size_t npx = (size_t)c->n_channels * c->image_size * c->image_size;
     for (size_t i = 0; i < npx; i++)
         if (!isfinite(pixel_values[i]))
             return IFD_EINVAL;
+    ifd_vision_enc_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return IFD_ENOMEM;
+    e->v = v;
     ifd_backend_t *be = v->be;
     const int64_t rows[] = {
         [R_PATCHES] = ifd_vision_n_patches(c), [R_TOKENS] = c->tokens_per_image};
@@ -522,16 +569,67 @@ int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *feature
                             [C_3W] = 3 * (int64_t)c->n_embd,
                             [C_FF] = c->n_ff,
                             [C_TEXT] = c->text_embd};
-    ifd_act_t a[A_N] = {0};
     int rc = 0;
     for (int i = 0; i < A_N && rc == 0; i++)
-        rc =
-            be->ops->act_alloc(be, &a[i], ifd__acts[i].mm_in ? be->ops->mm_in_dtype : IFD_DTYPE_F32,
-                               rows[ifd__acts[i].rows], cols[ifd__acts[i].cols]);
-    if (rc == 0)
-        rc = ifd__encode(v, a, pixel_values, features, tower);
-    for (int i = 0; i < A_N; i++)
-        if (a[i].data)
-            be->ops->act_free(be, &a[i]);
+        rc = be->ops->act_alloc(be, &e->a[i],
+                                ifd__acts[i].mm_in ? be->ops->mm_in_dtype : IFD_DTYPE_F32,
+                                rows[ifd__acts[i].rows], cols[ifd__acts[i].cols]);
+    /* the patches are uploaded now: the caller's pixels need not outlive the call */
+    if (rc == 0 && (rc = ifd__encode_patches(e, pixel_values)) == 0)
+        e->next = 1;
+    if (rc) {
+        ifd_vision_encode_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+int ifd_vision_encode_step(ifd_vision_enc_t *e, int max_phases)
+{
+    const int last = ifd_vision_encode_phases(e->v) - 1;
+    const int n = (int)ifd_vision_n_patches(&e->v->cfg);
+    int rc = 0;
+    for (int done = 0; done < max_phases && e->next <= last && rc == 0; done++, e->next++) {
+        if (e->next == last) {
+            rc = ifd__encode_tail(e);
+        } else {
+            const int k = e->next - 1;
+            rc = ifd__encode_layer_phase(e->v, e->a, n, (uint32_t)(k / PH_PER_LAYER),
+                                         k % PH_PER_LAYER);
+        }
+    }
+    if (rc == 0) /* the step's work done before it returns (an asynchronous backend) */
+        rc = e->v->be->ops->sync(e->v->be);
+    return rc ? rc : e->next > last;
+}
+
+int ifd_vision_encode_end(ifd_vision_enc_t *e, float *features, float *tower)
+{
+    ifd_vision_t *v = e->v;
+    const ifd_backend_ops_t *o = v->be->ops;
+    const ifd_vision_config_t *c = &v->cfg;
+    int rc = e->next < ifd_vision_encode_phases(v) ? IFD_EINVAL : 0;
+    if (!rc && tower)
+        rc = o->download(v->be, tower, e->a[A_X].data,
+                         sizeof(float) * (size_t)ifd_vision_n_patches(c) * c->n_embd);
+    if (!rc)
+        rc = o->download(v->be, features, e->a[A_FEAT].data,
+                         sizeof(float) * (size_t)c->tokens_per_image * c->text_embd);
+    ifd_vision_encode_free(e);
     return rc;
+}
+
+int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *features, float *tower)
+{
+    ifd_vision_enc_t *e;
+    int rc = ifd_vision_encode_begin(&e, v, pixel_values);
+    if (rc)
+        return rc;
+    rc = ifd_vision_encode_step(e, ifd_vision_encode_phases(v));
+    if (rc < 0) {
+        ifd_vision_encode_free(e);
+        return rc;
+    }
+    return ifd_vision_encode_end(e, features, tower);
 }

@@ -79,4 +79,37 @@ uint64_t ifd_vision_weight_bytes(const ifd_vision_t *v);
  */
 int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *features, float *tower);
 
+/*
+ * The same encode in bounded pieces, for a serving loop that must keep
+ * decoding other requests meanwhile (worker/serve_vision.h): the work is
+ * split into ifd_vision_encode_phases(v) phases — the patch embedding (run
+ * by _begin), four per encoder layer (LN1 + q|k|v; the attention; out_proj
+ * + LN2 + fc1 + gelu; fc2), and the tail (post_layernorm and the
+ * projector) — run in order by _step, the same backend calls in the same
+ * order as ifd_vision_encode (which is begin, one step of every phase,
+ * end): the same bits. On the 4B tower a phase is at most one layer's
+ * attention (≈ 77 GFLOP: seconds on a few CPU cores, milliseconds on a
+ * GPU).
+ *
+ * _begin: checks the pixels (IFD_EINVAL for a non-finite one), allocates
+ * the activations (ifd_vision_encode's, held until _end or _free) and runs
+ * the patch embedding; pixel_values need not outlive the call. 0 with *out
+ * set, or an error with *out NULL.
+ * _step: runs up to max_phases (>= 1) more phases and waits for them
+ * (ops->sync). 1 when the encode is complete, 0 when phases remain, or a
+ * backend error (the state is then only good for _free).
+ * _end: after _step returned 1, downloads features (and tower when not
+ * NULL) as ifd_vision_encode does and frees e; IFD_EINVAL (e freed all the
+ * same) when phases remained.
+ * _free: abandons an encode (NULL is a no-op).
+ * Threading: as ifd_vision_encode; several encodes of one tower may be
+ * alive at once (each holds its own activations). The tower outlives them.
+ */
+typedef struct ifd_vision_enc ifd_vision_enc_t;
+int ifd_vision_encode_phases(const ifd_vision_t *v);
+int ifd_vision_encode_begin(ifd_vision_enc_t **out, ifd_vision_t *v, const float *pixel_values);
+int ifd_vision_encode_step(ifd_vision_enc_t *e, int max_phases);
+int ifd_vision_encode_end(ifd_vision_enc_t *e, float *features, float *tower);
+void ifd_vision_encode_free(ifd_vision_enc_t *e);
+
 #endif

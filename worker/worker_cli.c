@@ -46,6 +46,7 @@ static void ifd__usage(FILE *f)
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
             "                     [--weights-dtype auto|f32] [--random-weights F]\n"
             "                     [--kv-cache-dir DIR --kv-cache-disk-bytes N]\n"
+            "                     [--mmproj FILE] [--image-cache-mb N]\n"
             "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
             "                     --random-weights F --model TOKENIZER) [probe options]\n"
             "       inferd-worker --devices\n"
@@ -59,6 +60,10 @@ static void ifd__usage(FILE *f)
             "  --serve --fd N        serve the router on socket N (spawned by inferd); with\n"
             "                        --random-weights F the model is random weights in shape F\n"
             "                        and HELLO's model gives only the tokenizer\n"
+            "    --mmproj FILE       the vision tower: llama.cpp's mmproj GGUF beside a GGUF\n"
+            "                        model (overrides HELLO's; one that cannot load fails the\n"
+            "                        start); without it a Gemma 3 directory's own tower, if any\n"
+            "    --image-cache-mb N  the image embedding cache's bound (default 256)\n"
             "  --kv-probe            load the model onto the GPU, then print as JSON how many KV\n"
             "                        blocks fit (what inferd --gpus runs per GPU at start-up):\n"
             "    --gpu-memory-fraction F  of the device's total memory (default 0.90)\n"
@@ -152,6 +157,8 @@ typedef struct {
     ifd_generate_params_t gp;
     const char *kv_cache_dir;     /* --serve: the disk tier (kvpool/kvdisk.h), or NULL */
     uint64_t kv_cache_disk_bytes; /* its size bound */
+    const char *mmproj;           /* --serve: the vision tower's mmproj GGUF, or NULL */
+    uint64_t image_cache_mb;      /* --serve: the image embedding cache's bound; 0 default */
 } ifd__gen_opts_t;
 
 typedef struct {
@@ -664,6 +671,8 @@ enum {
     OPT_THREADS,
     OPT_DUMP,
     OPT_IMAGE_EMBD,
+    OPT_MMPROJ,
+    OPT_IMAGE_CACHE_MB,
     OPT_WEIGHTS,
     OPT_SERVE,
     OPT_FD,
@@ -904,6 +913,20 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         go->kv_cache_disk_bytes = v;
         break;
     }
+    case OPT_MMPROJ:
+        go->mmproj = arg;
+        break;
+    case OPT_IMAGE_CACHE_MB: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (errno || end == arg || *end || v == 0 || v > (1ull << 30)) {
+            fprintf(stderr, "inferd-worker: bad --image-cache-mb '%s' (MiB, 1 to 2^30)\n", arg);
+            return 2;
+        }
+        go->image_cache_mb = v;
+        break;
+    }
     case OPT_IGNORE_EOS:
         go->ignore_eos = true;
         break;
@@ -963,7 +986,8 @@ static int ifd__run_mode(ifd__cli_t *cli)
         }
         ifd_serve_opts_t so = {cli->serve_fd,      go->model,        go->threads,
                                go->weights,        go->shape,        go->weights_seed,
-                               go->kv_cache_dir,   go->kv_cache_disk_bytes};
+                               go->kv_cache_dir,   go->kv_cache_disk_bytes,
+                               go->mmproj,         go->image_cache_mb << 20};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -1033,6 +1057,8 @@ int ifd_worker_main(int argc, char **argv)
         {"prefill-chunk", required_argument, NULL, OPT_PREFILL_CHUNK},
         {"kv-local-pool", no_argument, NULL, OPT_KV_LOCAL},
         {"kv-cache-dir", required_argument, NULL, OPT_KV_CACHE_DIR},
+        {"mmproj", required_argument, NULL, OPT_MMPROJ},
+        {"image-cache-mb", required_argument, NULL, OPT_IMAGE_CACHE_MB},
         {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
