@@ -194,6 +194,89 @@ START_TEST(test_encode_f16)
 }
 END_TEST
 
+/* The encode in phases (vision.h, ifd_vision_encode_begin / _step / _end):
+ * the same bits as ifd_vision_encode in steps of 1, 3 and all phases, for
+ * the f32 and the bf16 weights; ending early is IFD_EINVAL, abandoning an
+ * encode midway frees it (ASan's leak check), two encodes may interleave. */
+static void check_phases(const char *sub)
+{
+    ifd_backend_t *be = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 2), 0);
+    ifd_model_source_t *src = open_src(sub);
+    ifd_vision_t *v = NULL;
+    char err[512];
+    ck_assert_msg(ifd_vision_load(&v, src, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_source_close(src);
+    const int phases = ifd_vision_encode_phases(v);
+    ck_assert_int_eq(phases, 2 + 4 * 2); /* patches, 4 per layer, the tail */
+    ifd_safetensors_t *st = open_refs();
+    size_t npv;
+    const float *pv0 = ref(st, "pixel_values_0", &npv), *pv1 = ref(st, "pixel_values_1", &npv);
+    const size_t nf = 16 * 64, nt = 64 * 64;
+    float *want = malloc(nf * sizeof(float)), *want_t = malloc(nt * sizeof(float));
+    float *got = malloc(nf * sizeof(float)), *got_t = malloc(nt * sizeof(float));
+    ck_assert_int_eq(ifd_vision_encode(v, pv0, want, want_t), 0);
+    static const int steps[] = {1, 3, 1000};
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        ifd_vision_enc_t *e = NULL;
+        ck_assert_int_eq(ifd_vision_encode_begin(&e, v, pv0), 0);
+        int calls = 0, rc;
+        while ((rc = ifd_vision_encode_step(e, steps[k])) == 0)
+            calls++;
+        ck_assert_int_eq(rc, 1);
+        ck_assert_int_eq(calls + 1, (phases - 1 + steps[k] - 1) / steps[k]);
+        ck_assert_int_eq(ifd_vision_encode_step(e, 1), 1); /* nothing left: still done */
+        memset(got, 0xff, nf * sizeof(float));
+        ck_assert_int_eq(ifd_vision_encode_end(e, got, got_t), 0);
+        ck_assert_msg(memcmp(got, want, nf * sizeof(float)) == 0, "%s: steps of %d differ", sub,
+                      steps[k]);
+        ck_assert(memcmp(got_t, want_t, nt * sizeof(float)) == 0);
+    }
+    /* two encodes interleaved, each its own bits */
+    float *want1 = malloc(nf * sizeof(float)), *got1 = malloc(nf * sizeof(float));
+    ck_assert_int_eq(ifd_vision_encode(v, pv1, want1, NULL), 0);
+    ck_assert(memcmp(want1, want, nf * sizeof(float)) != 0);
+    ifd_vision_enc_t *a = NULL, *b = NULL;
+    ck_assert_int_eq(ifd_vision_encode_begin(&a, v, pv0), 0);
+    ck_assert_int_eq(ifd_vision_encode_begin(&b, v, pv1), 0);
+    int ra = 0, rb = 0;
+    while (ra == 0 || rb == 0) {
+        if (ra == 0)
+            ck_assert_int_ge(ra = ifd_vision_encode_step(a, 1), 0);
+        if (rb == 0)
+            ck_assert_int_ge(rb = ifd_vision_encode_step(b, 2), 0);
+    }
+    ck_assert_int_eq(ifd_vision_encode_end(a, got, NULL), 0);
+    ck_assert_int_eq(ifd_vision_encode_end(b, got1, NULL), 0);
+    ck_assert(memcmp(got, want, nf * sizeof(float)) == 0);
+    ck_assert(memcmp(got1, want1, nf * sizeof(float)) == 0);
+    /* ended before its last phase; abandoned midway; a NaN pixel */
+    ck_assert_int_eq(ifd_vision_encode_begin(&a, v, pv0), 0);
+    ck_assert_int_eq(ifd_vision_encode_step(a, 2), 0);
+    ck_assert_int_eq(ifd_vision_encode_end(a, got, NULL), IFD_EINVAL);
+    ck_assert_int_eq(ifd_vision_encode_begin(&a, v, pv0), 0);
+    ck_assert_int_eq(ifd_vision_encode_step(a, 5), 0);
+    ifd_vision_encode_free(a);
+    ifd_vision_encode_free(NULL);
+    float *bad = malloc(npv * sizeof(float));
+    memcpy(bad, pv0, npv * sizeof(float));
+    bad[npv / 2] = NAN;
+    a = (ifd_vision_enc_t *)1;
+    ck_assert_int_eq(ifd_vision_encode_begin(&a, v, bad), IFD_EINVAL);
+    ck_assert_ptr_null(a);
+    free(bad), free(want), free(want_t), free(got), free(got_t), free(want1), free(got1);
+    ifd_safetensors_close(st);
+    ifd_vision_destroy(v);
+    be->ops->destroy(be);
+}
+
+START_TEST(test_encode_phases)
+{
+    check_phases("");
+    check_phases("bf16");
+}
+END_TEST
+
 /* The committed PNGs through decode and preprocessing: transformers' pixel_values. */
 START_TEST(test_pixels_from_png)
 {
@@ -614,7 +697,7 @@ static Suite *vision_suite(void)
 {
     Suite *s = suite_create("vision");
     ifd_test_case(s, "tiny", 120,
-                  IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16,
+                  IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16, test_encode_phases,
                             test_pixels_from_png, test_text_model_loads, test_text_prefix_logits,
                             test_mmproj, test_random, test_errors, test_bad_configs));
     return s;
