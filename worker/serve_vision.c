@@ -232,36 +232,28 @@ void ifd_serve_vision_ready(const ifd_serve_vision_t *v, ifd_wire_vision_t *out)
     out->pas_min_ratio = v->prep.pas_min_ratio;
 }
 
-/* The checks of submit (serve_vision.h), picture by picture. */
+/* The checks of submit (serve_vision.h), picture by picture. The wire's
+ * decoder has checked that the pictures are in order, disjoint and inside
+ * the prompt, and that n_pixels is width × height × 3 (proto/wire.c): the
+ * tokens read here are the prompt's. */
 static int ifd__sv_check(const ifd_serve_vision_t *v, const ifd_wire_add_t *a, char *err,
                          size_t errlen)
 {
-    const uint32_t n_prompt = a->n_tokens - a->n_generated;
-    uint32_t end = 0;
     for (uint32_t i = 0; i < a->n_images; i++) {
         const ifd_wire_image_t *im = &a->images[i];
-        if (im->width != v->prep.width || im->height != v->prep.height ||
-            (uint64_t)im->n_pixels != (uint64_t)im->width * im->height * 3)
+        if (im->width != v->prep.width || im->height != v->prep.height)
             return ifd_fail_msg(err, errlen, IFD_EINVAL,
-                                "image %u is %ux%u with %u bytes: the vision tower takes %ux%u "
-                                "RGB pictures",
-                                i, im->width, im->height, im->n_pixels, v->prep.width,
-                                v->prep.height);
+                                "image %u is %ux%u: the vision tower takes %ux%u pictures", i,
+                                im->width, im->height, v->prep.width, v->prep.height);
         if (im->n_tokens != v->tokens)
             return ifd_fail_msg(err, errlen, IFD_EINVAL,
                                 "image %u replaces %u tokens: the vision tower makes %u", i,
                                 im->n_tokens, v->tokens);
-        if (im->pos < end || (uint64_t)im->pos + im->n_tokens > n_prompt)
-            return ifd_fail_msg(err, errlen, IFD_EINVAL,
-                                "image %u at tokens %u..%u: images must be in order, disjoint "
-                                "and inside the %u-token prompt",
-                                i, im->pos, im->pos + im->n_tokens, n_prompt);
         for (uint32_t k = im->pos; k < im->pos + im->n_tokens; k++)
             if (a->tokens[k] != v->image_id)
                 return ifd_fail_msg(err, errlen, IFD_EINVAL,
                                     "image %u: prompt token %u is %d, not the image token %d", i,
                                     k, a->tokens[k], v->image_id);
-        end = im->pos + im->n_tokens;
     }
     return 0;
 }
