@@ -155,12 +155,14 @@ if(CMAKE_CXX_COMPILER)
                  ${PROJECT_SOURCE_DIR}/worker/kvprobe.c
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
                  ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c
-                 ${PROJECT_SOURCE_DIR}/worker/image_embd.c ${IFD_SPEC_SRCS})
+                 ${PROJECT_SOURCE_DIR}/worker/image_embd.c ${IFD_SPEC_SRCS}
+                 ${PROJECT_SOURCE_DIR}/worker/vision.c ${PROJECT_SOURCE_DIR}/worker/image_cache.c
+                 ${PROJECT_SOURCE_DIR}/worker/serve_vision.c)
   target_compile_definitions(inferd-worker-emu PRIVATE IFD_HAVE_CUDA=1 IFD_CUDA_STATIC=1)
   target_include_directories(inferd-worker-emu PRIVATE ${PROJECT_SOURCE_DIR}
                              ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(inferd-worker-emu PRIVATE ifd_kernels_emu ifd_kernels ${IFD_GPU_WORKER_LIBS}
-                        ifd_proto PkgConfig::JANSSON)
+                        ifd_proto ifd_image PkgConfig::JANSSON)
   set_target_properties(inferd-worker-emu PROPERTIES LINKER_LANGUAGE CXX)
   ifd_add_script_test(test_daemon_gpu_emu
     COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/test_daemon.sh gpu_emu
