@@ -28,6 +28,9 @@
  *            worker keeps serving; a model whose tower cannot load serves
  *            text only and refuses pictures; --mmproj / HELLO.mmproj_path
  *            naming a file that is no mmproj fails the start
+ *   mmproj   the tiny tower as an mmproj GGUF (tiny_mmproj.h) serves the
+ *            same bits as the directory's, the special ids from the
+ *            tokenizer, the normalization from its clip.vision metadata
  *
  * Usage (CTest passes it): test_worker_vision PATH-TO-inferd-worker
  */
@@ -42,6 +45,7 @@
 #include "modelfile/model_source.h"
 #include "modelfile/safetensors.h"
 #include "proto/wire.h"
+#include "tiny_mmproj.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -593,6 +597,91 @@ START_TEST(test_no_tower)
 }
 END_TEST
 
+/* The first token's top 20 of the committed prompt with image0.png through
+ * worker w (request id), its logprobs by token in lp[512] (NAN elsewhere). */
+static int oracle_request(wk_t *w, uint64_t id, double *lp)
+{
+    char p[4200], err[256];
+    snprintf(p, sizeof p, "%s/refs.safetensors", tiny_dir);
+    ifd_safetensors_t *st = NULL;
+    ck_assert_msg(ifd_safetensors_open(&st, p, err, sizeof err) == 0, "%s", err);
+    const ifd_st_tensor_t *ids_t = ifd_safetensors_find(st, "prompt_ids");
+    ck_assert_ptr_nonnull(ids_t);
+    const ifd_image_prep_t prep = read_prep();
+    uint8_t *px = picture(0, &prep);
+    const ifd_wire_image_t img = {.pos = 5, .n_tokens = TOKENS, .hash_lo = 0xa0, .width = SIDE,
+                                  .height = SIDE, .pixels = px, .n_pixels = 3 * SIDE * SIDE};
+    res_t res[MAX_ID + 1];
+    memset(res, 0, sizeof res);
+    bool want[MAX_ID + 1] = {0};
+    send_add(w, id, ids_t->data, (int)ids_t->n_elems, &img, 1, 1, false);
+    want[id] = true;
+    collect(w, res, want, MAX_ID);
+    ck_assert_msg(!res[id].error, "%s", res[id].message);
+    ck_assert_uint_eq(res[id].n_top, 20);
+    for (int k = 0; k < 512; k++)
+        lp[k] = NAN;
+    for (uint32_t k = 0; k < 20; k++)
+        lp[res[id].top[k].token] = res[id].top[k].logprob;
+    free(px);
+    ifd_safetensors_close(st);
+    return res[id].tok[0];
+}
+
+/* --mmproj (HELLO.mmproj_path): the tiny tower written as llama.cpp's
+ * mmproj serves the oracle prompt with the directory's tower's bits, its
+ * special ids from the tokenizer (an mmproj has none); its
+ * clip.vision.image_mean / image_std are the worker's normalization (a
+ * mean of 0.25 changes the result). */
+START_TEST(test_mmproj)
+{
+    char dir[64];
+    make_model_dir(dir, sizeof dir, NULL);
+    char mm[4200], mm2[4200];
+    snprintf(mm, sizeof mm, "%s/mmproj.gguf", dir);
+    snprintf(mm2, sizeof mm2, "%s/mmproj-mean.gguf", dir);
+    const float gemma[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    const float shifted[6] = {0.25f, 0.25f, 0.25f, 0.5f, 0.5f, 0.5f};
+    ifd_test_write_tiny_mmproj(tiny_dir, mm, 2, "gemma3", false, gemma);
+    ifd_test_write_tiny_mmproj(tiny_dir, mm2, 2, "gemma3", false, shifted);
+    double lp_dir[512], lp_mm[512], lp_mean[512];
+    wk_t w;
+    ifd_wire_msg_t ready;
+    start_worker(&w, dir, NULL, &ready);
+    ifd_wire_msg_free(&ready);
+    const int t_dir = oracle_request(&w, 1, lp_dir);
+    stop_worker(&w, 0);
+
+    start_worker(&w, dir, mm, &ready);
+    ck_assert_int_eq(ready.type, IFD_WIRE_READY);
+    const ifd_wire_vision_t *v = &ready.u.ready.vision;
+    ck_assert_uint_eq(v->tokens_per_image, TOKENS);
+    ck_assert_int_eq(v->boi_id, 509); /* the tokenizer's, not Gemma3Config's 255999 */
+    ck_assert_int_eq(v->eoi_id, 510);
+    ck_assert_int_eq(v->image_id, IMAGE_ID);
+    ck_assert_uint_eq(v->width, SIDE);
+    ifd_wire_msg_free(&ready);
+    ck_assert_int_eq(oracle_request(&w, 1, lp_mm), t_dir);
+    for (int k = 0; k < 512; k++)
+        ck_assert_msg(isnan(lp_dir[k]) ? isnan(lp_mm[k]) : lp_mm[k] == lp_dir[k], "token %d", k);
+    ck_assert_int_eq(count_in_file(w.log, "mmproj.gguf: 16 tokens per 112x112 picture"), 1);
+    stop_worker(&w, 0);
+
+    start_worker(&w, dir, mm2, &ready);
+    ifd_wire_msg_free(&ready);
+    oracle_request(&w, 1, lp_mean);
+    double d = 0;
+    for (int k = 0; k < 512; k++)
+        if (!isnan(lp_dir[k]) && !isnan(lp_mean[k]))
+            d = fmax(d, fabs(lp_dir[k] - lp_mean[k]));
+    ck_assert_msg(d > 1e-3, "a mean of 0.25 changed the logprobs by %.3g only", d);
+    stop_worker(&w, 0);
+    unlink(mm);
+    unlink(mm2);
+    remove_model_dir(dir);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -607,6 +696,6 @@ int main(int argc, char **argv)
         ifd_test_skip("%s is missing", tiny_dir);
     signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("worker_vision");
-    ifd_test_case(s, "serve", 120, IFD_TESTS(test_oracle_cache_steps_errors, test_no_tower));
+    ifd_test_case(s, "serve", 120, IFD_TESTS(test_oracle_cache_steps_errors, test_no_tower, test_mmproj));
     return ifd_test_run(s);
 }
