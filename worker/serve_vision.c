@@ -239,6 +239,9 @@ void ifd_serve_vision_ready(const ifd_serve_vision_t *v, ifd_wire_vision_t *out)
 static int ifd__sv_check(const ifd_serve_vision_t *v, const ifd_wire_add_t *a, char *err,
                          size_t errlen)
 {
+    if (a->prompt_logprobs) /* the engine refuses them (engine.h): say so before any encode */
+        return ifd_fail_msg(err, errlen, IFD_ENOTSUP,
+                            "prompt_logprobs with images are not supported yet");
     for (uint32_t i = 0; i < a->n_images; i++) {
         const ifd_wire_image_t *im = &a->images[i];
         if (im->width != v->prep.width || im->height != v->prep.height)

@@ -82,7 +82,7 @@ void ifd_serve_vision_ready(const ifd_serve_vision_t *v, ifd_wire_vision_t *out)
 /*
  * Checks the ADD *m (its n_images > 0) and queues it: 0 with the frame taken
  * over (*m left empty, its type kept); otherwise *m is untouched and err
- * says why (IFD_ENOTSUP: no tower; IFD_EINVAL: a picture of the wrong size
+ * says why (IFD_ENOTSUP: no tower, or prompt_logprobs asked; IFD_EINVAL: a picture of the wrong size
  * or count of tokens, tokens that are not the image id; IFD_ENOMEM). The
  * frame is one the wire decoder accepted (pictures in order, disjoint,
  * inside the prompt, of width × height × 3 bytes). v may be NULL (IFD_ENOTSUP).

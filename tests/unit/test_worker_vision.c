@@ -23,7 +23,7 @@
  *            token at every step, the image request enters the engine only
  *            after its encode's phases ran between those steps
  *   errors   pictures of the wrong width or height, a wrong token count, a
- *            position whose tokens are not the image id, a request cancelled while
+ *            position whose tokens are not the image id, prompt_logprobs, a request cancelled while
  *            its picture waits → ERROR / FINISHED for that request, and the
  *            worker keeps serving; a model whose tower cannot load serves
  *            text only and refuses pictures; --mmproj / HELLO.mmproj_path
@@ -512,6 +512,10 @@ START_TEST(test_oracle_cache_steps_errors)
     bad.n_pixels = 3 * SIDE * SIDE / 2;
     send_add(&w, 8, ids, n, &bad, 1, 1, true);
     img1.hash_lo = 0xa2; /* not cached: it waits for its encode */
+    ifd_wire_msg_t plp = add_msg(11, ids, n, &img0, 1, 1, true);
+    plp.u.add.prompt_logprobs = 1;
+    send_msg(&w, &plp);
+    want[11] = true;
     ifd_wire_msg_t add_cancel[2] = {add_msg(9, ids, n, &img1, 1, 30, true),
                                     {.type = IFD_WIRE_CANCEL}};
     add_cancel[1].u.cancel.id = 9;
@@ -527,6 +531,9 @@ START_TEST(test_oracle_cache_steps_errors)
         ck_assert_uint_eq(res[i].reason, IFD_WIRE_FINISH_ERROR);
         ck_assert_int_eq(res[i].n_tok, 0);
     }
+    ck_assert_msg(res[11].error && strstr(res[11].message, "prompt_logprobs with images"), "'%s'",
+                  res[11].message);
+    ck_assert_uint_eq(res[11].reason, IFD_WIRE_FINISH_ERROR);
     ck_assert_uint_eq(res[9].reason, IFD_WIRE_FINISH_CANCELLED);
     ck_assert(!res[9].error);
     ck_assert_int_eq(res[9].n_tok, 0);
