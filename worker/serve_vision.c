@@ -175,6 +175,8 @@ int ifd_serve_vision_create(ifd_serve_vision_t **out, const ifd_serve_vision_par
         if (explicit) {
             char e[1024];
             snprintf(e, sizeof e, "%s", err);
+            if (strstr(e, p->mmproj_path)) /* the reader's message names the file */
+                return ifd_fail_msg(err, errlen, rc, "--mmproj: %s", e);
             return ifd_fail_msg(err, errlen, rc, "--mmproj %s: %s", p->mmproj_path, e);
         }
         if (!none)

@@ -170,6 +170,33 @@ START_TEST(test_gpu_settings)
 }
 END_TEST
 
+/* mmproj (docs/configuration.md): a path, empty by default, from a flag or the file. */
+START_TEST(test_mmproj_key)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
+    ck_assert_str_eq(c.mmproj, "");
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--mmproj", "/m/mmproj-f16.gguf"), 0);
+    ck_assert_str_eq(c.mmproj, "/m/mmproj-f16.gguf");
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    const char *path = write_tmp("{\"mmproj\": \"vision.gguf\"}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), 0);
+    ck_assert_str_eq(c.mmproj, "vision.gguf");
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    unlink(path);
+    path = write_tmp("{\"mmproj\": 3}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "mmproj"));
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_file_precedence_and_errors)
 {
     ifd_config_t c;
@@ -409,7 +436,8 @@ int main(void)
     Suite *s = suite_create("daemon_config");
     ifd_test_case(s, "config", 30,
                   IFD_TESTS(test_defaults_and_flags, test_bad_flags, test_inspect_flag,
-                            test_gpu_settings, test_file_precedence_and_errors, test_metrics_render,
+                            test_gpu_settings, test_mmproj_key, test_file_precedence_and_errors,
+                            test_metrics_render,
                             test_metrics_vllm_and_families, test_metrics_vllm_requests));
     return ifd_test_run(s);
 }
