@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "image/preprocess.h"
+#include "image_cache.h"
 #include "log.h"
 #include "modelfile/model_source.h"
 #include "vision.h"
@@ -257,8 +258,8 @@ static int ifd__sv_check(const ifd_serve_vision_t *v, const ifd_wire_add_t *a, c
         for (uint32_t k = im->pos; k < im->pos + im->n_tokens; k++)
             if (a->tokens[k] != v->image_id)
                 return ifd_fail_msg(err, errlen, IFD_EINVAL,
-                                    "image %u: prompt token %u is %d, not the image token %d", i,
-                                    k, a->tokens[k], v->image_id);
+                                    "image %u: prompt token %u is %d, not the image token %d", i, k,
+                                    a->tokens[k], v->image_id);
     }
     return 0;
 }
@@ -420,12 +421,4 @@ bool ifd_serve_vision_cancel(ifd_serve_vision_t *v, uint64_t id, uint32_t *n_pro
         return true;
     }
     return false;
-}
-
-void ifd_serve_vision_cache_stats(const ifd_serve_vision_t *v, ifd_image_cache_stats_t *out)
-{
-    if (v)
-        ifd_image_cache_stats(v->cache, out);
-    else
-        memset(out, 0, sizeof *out);
 }

@@ -36,18 +36,17 @@
 
 #include "backend.h"
 #include "engine.h"
-#include "image_cache.h"
 #include "proto/wire.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct ifd_serve_vision ifd_serve_vision_t;
 
 typedef struct {
-    const char *model_path;  /* the text model (a directory may bring a tower); NULL: none */
-    const char *mmproj_path; /* an mmproj GGUF; NULL or "": none */
+    const char *model_path;     /* the text model (a directory may bring a tower); NULL: none */
+    const char *mmproj_path;    /* an mmproj GGUF; NULL or "": none */
     const ifd_tokenizer_t *tok; /* the text model's: an mmproj's special ids; may be NULL */
-    uint32_t text_embd;      /* the text model's width: the tower's output must match */
-    uint64_t cache_bytes;    /* the embedding cache's bound (image_cache.h) */
+    uint32_t text_embd;         /* the text model's width: the tower's output must match */
+    uint64_t cache_bytes;       /* the embedding cache's bound (image_cache.h) */
 } ifd_serve_vision_params_t;
 
 /* The default embedding cache bound: 256 MiB (100 pictures of Gemma 3 4B's
@@ -82,10 +81,10 @@ void ifd_serve_vision_ready(const ifd_serve_vision_t *v, ifd_wire_vision_t *out)
 /*
  * Checks the ADD *m (its n_images > 0) and queues it: 0 with the frame taken
  * over (*m left empty, its type kept); otherwise *m is untouched and err
- * says why (IFD_ENOTSUP: no tower, or prompt_logprobs asked; IFD_EINVAL: a picture of the wrong size
- * or count of tokens, tokens that are not the image id; IFD_ENOMEM). The
- * frame is one the wire decoder accepted (pictures in order, disjoint,
- * inside the prompt, of width × height × 3 bytes). v may be NULL (IFD_ENOTSUP).
+ * says why (IFD_ENOTSUP: no tower, or prompt_logprobs asked; IFD_EINVAL: a picture of the wrong
+ * size or count of tokens, tokens that are not the image id; IFD_ENOMEM). The frame is one the wire
+ * decoder accepted (pictures in order, disjoint, inside the prompt, of width × height × 3 bytes). v
+ * may be NULL (IFD_ENOTSUP).
  */
 int ifd_serve_vision_submit(ifd_serve_vision_t *v, ifd_wire_msg_t *m, char *err, size_t errlen);
 
@@ -103,7 +102,5 @@ uint32_t ifd_serve_vision_pending(const ifd_serve_vision_t *v);
 bool ifd_serve_vision_cancel(ifd_serve_vision_t *v, uint64_t id, uint32_t *n_prompt);
 
 void ifd_serve_vision_job_free(ifd_serve_vision_job_t *j); /* NULL is a no-op */
-
-void ifd_serve_vision_cache_stats(const ifd_serve_vision_t *v, ifd_image_cache_stats_t *out);
 
 #endif

@@ -482,8 +482,8 @@ static int ifd__encode_layer_phase(ifd_vision_t *v, ifd_act_t *a, int n, uint32_
     int rc = 0;
     switch (k) {
     case PH_LN1_QKV:
-        if (!(rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b,
-                                n, eps)))
+        if (!(rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b, n,
+                                eps)))
             rc = o->proj(be, &a[A_QKV], &a[A_Y], &ly->qkv, n);
         return rc;
     case PH_ATTN:

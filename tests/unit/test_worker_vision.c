@@ -61,8 +61,8 @@
 static const char *worker_bin;
 static char tiny_dir[4096];
 
-#define SIDE 112
-#define TOKENS 16
+#define SIDE     112
+#define TOKENS   16
 #define IMAGE_ID 511
 
 /* ---- the served copy of the model ---------------------------------------------- */
@@ -103,7 +103,9 @@ static void make_model_dir(char *dir, size_t len, const char *vision_act)
     FILE *f = fopen(dst, "w");
     ck_assert_ptr_nonnull(f);
     fprintf(f, "{\"version\": \"1.0\", \"added_tokens\": [");
-    static const char *const special[][2] = {{"0", "<pad>"}, {"1", "<eos>"}, {"2", "<bos>"},
+    static const char *const special[][2] = {{"0", "<pad>"},
+                                             {"1", "<eos>"},
+                                             {"2", "<bos>"},
                                              {"509", "<start_of_image>"},
                                              {"510", "<end_of_image>"},
                                              {"511", "<image_soft_token>"}};
@@ -119,9 +121,9 @@ static void make_model_dir(char *dir, size_t len, const char *vision_act)
 
 static void remove_model_dir(const char *dir)
 {
-    static const char *const files[] = {"model.safetensors", "preprocessor_config.json",
+    static const char *const files[] = {"model.safetensors",      "preprocessor_config.json",
                                         "generation_config.json", "config.json",
-                                        "tokenizer.json", "worker.log"};
+                                        "tokenizer.json",         "worker.log"};
     char p[4200];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, files[i]);
@@ -431,9 +433,14 @@ START_TEST(test_oracle_cache_steps_errors)
 
     const ifd_image_prep_t prep = read_prep();
     uint8_t *px0 = picture(0, &prep), *px1 = picture(1, &prep);
-    const ifd_wire_image_t img0 = {.pos = (uint32_t)pos, .n_tokens = TOKENS, .hash_lo = 0xa0,
-                                   .hash_hi = 0x28, .width = SIDE, .height = SIDE,
-                                   .pixels = px0, .n_pixels = 3 * SIDE * SIDE};
+    const ifd_wire_image_t img0 = {.pos = (uint32_t)pos,
+                                   .n_tokens = TOKENS,
+                                   .hash_lo = 0xa0,
+                                   .hash_hi = 0x28,
+                                   .width = SIDE,
+                                   .height = SIDE,
+                                   .pixels = px0,
+                                   .n_pixels = 3 * SIDE * SIDE};
     res_t res[MAX_ID + 1];
     memset(res, 0, sizeof res);
     bool want[MAX_ID + 1] = {0};
@@ -491,7 +498,7 @@ START_TEST(test_oracle_cache_steps_errors)
         ck_assert_uint_eq(res[3].step[t], res[3].step[t - 1] + 1);
     /* the tiny tower's 10 phases: the first with the ADD, one per step after */
     fprintf(stderr, "text request from step %llu, image request's first token at step %llu\n",
-           (unsigned long long)res[3].step[0], (unsigned long long)res[4].step[0]);
+            (unsigned long long)res[3].step[0], (unsigned long long)res[4].step[0]);
     ck_assert_uint_ge(res[4].step[0], res[3].step[0] + 9);
     ck_assert_uint_le(res[4].step[0], res[3].step[29]); /* and it ran beside it */
     ck_assert_int_eq(count_in_file(w.log, "encoded in"), 2);
@@ -571,8 +578,13 @@ START_TEST(test_no_tower)
     int32_t ids[25];
     for (int i = 0; i < 25; i++)
         ids[i] = i >= 5 && i < 5 + TOKENS ? IMAGE_ID : 40 + i;
-    const ifd_wire_image_t img = {.pos = 5, .n_tokens = TOKENS, .hash_lo = 1, .width = SIDE,
-                                  .height = SIDE, .pixels = px, .n_pixels = 3 * SIDE * SIDE};
+    const ifd_wire_image_t img = {.pos = 5,
+                                  .n_tokens = TOKENS,
+                                  .hash_lo = 1,
+                                  .width = SIDE,
+                                  .height = SIDE,
+                                  .pixels = px,
+                                  .n_pixels = 3 * SIDE * SIDE};
     res_t res[MAX_ID + 1];
     memset(res, 0, sizeof res);
     bool want[MAX_ID + 1] = {0};
@@ -616,8 +628,13 @@ static int oracle_request(wk_t *w, uint64_t id, double *lp)
     ck_assert_ptr_nonnull(ids_t);
     const ifd_image_prep_t prep = read_prep();
     uint8_t *px = picture(0, &prep);
-    const ifd_wire_image_t img = {.pos = 5, .n_tokens = TOKENS, .hash_lo = 0xa0, .width = SIDE,
-                                  .height = SIDE, .pixels = px, .n_pixels = 3 * SIDE * SIDE};
+    const ifd_wire_image_t img = {.pos = 5,
+                                  .n_tokens = TOKENS,
+                                  .hash_lo = 0xa0,
+                                  .width = SIDE,
+                                  .height = SIDE,
+                                  .pixels = px,
+                                  .n_pixels = 3 * SIDE * SIDE};
     res_t res[MAX_ID + 1];
     memset(res, 0, sizeof res);
     bool want[MAX_ID + 1] = {0};
@@ -703,6 +720,7 @@ int main(int argc, char **argv)
         ifd_test_skip("%s is missing", tiny_dir);
     signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("worker_vision");
-    ifd_test_case(s, "serve", 120, IFD_TESTS(test_oracle_cache_steps_errors, test_no_tower, test_mmproj));
+    ifd_test_case(s, "serve", 120,
+                  IFD_TESTS(test_oracle_cache_steps_errors, test_no_tower, test_mmproj));
     return ifd_test_run(s);
 }
