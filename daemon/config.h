@@ -84,6 +84,8 @@
     X(mmproj, STR, "", 0, "PATH", 0, 0,                                                        \
       "llama.cpp's mmproj GGUF: the vision tower beside a GGUF model (docs/vision.md); a "     \
       "Gemma 3 directory brings its own")                                                      \
+    X(image_cache_mb, INT, "256", 0, "MIB", 1, 1 << 20,                                        \
+      "each worker's cache of image embeddings by the image's hash (MiB)")                    \
     X(spec_tokens, INT, "4", 0, "K", 1, 16, "tokens proposed per step at most (spec)")         \
     X(spec_ngram_min, INT, "1", 0, "N", 1, 16, "shortest suffix the ngram proposer matches")   \
     X(spec_ngram_max, INT, "4", 0, "N", 1, 16, "longest suffix the ngram proposer matches")    \

@@ -124,6 +124,7 @@ typedef struct {
     ifd_wire_spec_t spec; /* speculative decoding for requests that do not choose (HELLO) */
     const char *draft_model_path; /* the draft model (HELLO), or NULL */
     const char *mmproj_path;      /* the vision tower's mmproj GGUF (HELLO), or NULL */
+    uint32_t image_cache_mb;      /* the workers' --image-cache-mb; 0: theirs */
     /* the pool's geometry; while sizing, n_blocks is 0 (set by ifd_sup_set_pool) */
     ifd_wire_kv_geometry_t kv;
     /* NULL until ifd_sup_set_pool (which must come before ifd_sup_start

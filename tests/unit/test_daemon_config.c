@@ -178,10 +178,14 @@ START_TEST(test_mmproj_key)
     char err[512] = "";
     ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
     ck_assert_str_eq(c.mmproj, "");
+    ck_assert_int_eq(c.image_cache_mb, 256);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
-    ck_assert_int_eq(parse(&c, &cli, err, 2, "--mmproj", "/m/mmproj-f16.gguf"), 0);
+    ck_assert_int_eq(parse(&c, &cli, err, 4, "--mmproj", "/m/mmproj-f16.gguf",
+                           "--image-cache-mb", "64"),
+                     0);
     ck_assert_str_eq(c.mmproj, "/m/mmproj-f16.gguf");
+    ck_assert_int_eq(c.image_cache_mb, 64);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
     const char *path = write_tmp("{\"mmproj\": \"vision.gguf\"}");
@@ -190,6 +194,7 @@ START_TEST(test_mmproj_key)
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
     unlink(path);
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--image-cache-mb", "0"), IFD_EINVAL);
     path = write_tmp("{\"mmproj\": 3}");
     ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), IFD_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "mmproj"));
