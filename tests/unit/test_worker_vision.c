@@ -214,7 +214,6 @@ static void start_worker(wk_t *w, const char *dir, const char *mmproj, ifd_wire_
     h->model_path = (char *)dir;
     h->mmproj_path = (char *)mmproj;
     h->backend = (char *)"cpu";
-    h->prefill_cap = -1; /* off: a prefill joins any step (the adaptive cap's choice aside) */
     h->device = -1;
     h->n_fds = 2;
     h->kv.n_layers = (uint32_t)kp.n_layers;
