@@ -25,7 +25,7 @@
  *   errors   pictures of the wrong width or height, a wrong token count, a
  *            position whose tokens are not the image id, prompt_logprobs, a request cancelled while
  *            its picture waits → ERROR / FINISHED for that request, and the
- *            worker keeps serving; a model whose tower cannot load serves
+ *            worker keeps serving; DRAIN lets a waiting request finish; a model whose tower cannot load serves
  *            text only and refuses pictures; --mmproj / HELLO.mmproj_path
  *            naming a file that is no mmproj fails the start
  *   mmproj   the tiny tower as an mmproj GGUF (tiny_mmproj.h) serves the
@@ -232,11 +232,11 @@ static void start_worker(wk_t *w, const char *dir, const char *mmproj, ifd_wire_
     ck_assert_int_eq(read_msg(w, first), 1);
 }
 
-/* SHUTDOWN (unless the worker already ended), its exit status checked, and
- * no block left held. */
-static void stop_worker(wk_t *w, int want_status)
+/* SHUTDOWN (unless the worker ends by itself: a failed start, a DRAIN), its
+ * exit status checked, and no block left held. */
+static void stop_worker(wk_t *w, int want_status, bool shutdown)
 {
-    if (want_status == 0) {
+    if (shutdown) {
         ifd_wire_msg_t sd = {.type = IFD_WIRE_SHUTDOWN};
         send_msg(w, &sd);
     }
@@ -551,7 +551,18 @@ START_TEST(test_oracle_cache_steps_errors)
     ck_assert_msg(!res[10].error, "%s", res[10].message);
     ck_assert_int_eq(res[10].tok[0], argmax);
 
-    stop_worker(&w, 0);
+    /* 12: DRAIN arriving with a request whose picture is still to encode: it
+     * is served to the end, then the worker exits */
+    img1.hash_lo = 0xa3;
+    ifd_wire_msg_t add_drain[2] = {add_msg(12, ids, n, &img1, 1, 3, true),
+                                   {.type = IFD_WIRE_DRAIN}};
+    send_msgs(&w, add_drain, 2);
+    want[12] = true;
+    collect(&w, res, want, MAX_ID);
+    ck_assert_msg(!res[12].error, "%s", res[12].message);
+    ck_assert_uint_eq(res[12].reason, IFD_WIRE_FINISH_LENGTH);
+    ck_assert_int_eq(res[12].n_tok, 3);
+    stop_worker(&w, 0, false);
     ifd_safetensors_close(st);
     free(px0);
     free(px1);
@@ -596,7 +607,7 @@ START_TEST(test_no_tower)
     ck_assert_uint_eq(res[1].reason, IFD_WIRE_FINISH_ERROR);
     ck_assert(!res[2].error);
     ck_assert_int_eq(res[2].n_tok, 3);
-    stop_worker(&w, 0);
+    stop_worker(&w, 0, true);
 
     /* HELLO.mmproj_path naming a file that is not an mmproj */
     char cfg[4200];
@@ -609,7 +620,7 @@ START_TEST(test_no_tower)
                       strstr(first.u.error.message, "config.json"),
                   "'%s'", first.u.error.message);
     ifd_wire_msg_free(&first);
-    stop_worker(&w, 1);
+    stop_worker(&w, 1, false);
     free(px);
     remove_model_dir(dir);
 }
@@ -673,7 +684,7 @@ START_TEST(test_mmproj)
     start_worker(&w, dir, NULL, &ready);
     ifd_wire_msg_free(&ready);
     const int t_dir = oracle_request(&w, 1, lp_dir);
-    stop_worker(&w, 0);
+    stop_worker(&w, 0, true);
 
     start_worker(&w, dir, mm, &ready);
     ck_assert_int_eq(ready.type, IFD_WIRE_READY);
@@ -688,7 +699,7 @@ START_TEST(test_mmproj)
     for (int k = 0; k < 512; k++)
         ck_assert_msg(isnan(lp_dir[k]) ? isnan(lp_mm[k]) : lp_mm[k] == lp_dir[k], "token %d", k);
     ck_assert_int_eq(count_in_file(w.log, "mmproj.gguf: 16 tokens per 112x112 picture"), 1);
-    stop_worker(&w, 0);
+    stop_worker(&w, 0, true);
 
     start_worker(&w, dir, mm2, &ready);
     ifd_wire_msg_free(&ready);
@@ -698,7 +709,7 @@ START_TEST(test_mmproj)
         if (!isnan(lp_dir[k]) && !isnan(lp_mean[k]))
             d = fmax(d, fabs(lp_dir[k] - lp_mean[k]));
     ck_assert_msg(d > 1e-3, "a mean of 0.25 changed the logprobs by %.3g only", d);
-    stop_worker(&w, 0);
+    stop_worker(&w, 0, true);
     unlink(mm);
     unlink(mm2);
     remove_model_dir(dir);
