@@ -88,8 +88,8 @@ int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *feature
  * projector) — run in order by _step, the same backend calls in the same
  * order as ifd_vision_encode (which is begin, one step of every phase,
  * end): the same bits. On the 4B tower a phase is at most one layer's
- * attention (≈ 77 GFLOP: seconds on a few CPU cores, milliseconds on a
- * GPU).
+ * attention (≈ 77 GFLOP: by that count on the order of a second on a few
+ * CPU cores, milliseconds on a GPU — estimates, not measured).
  *
  * _begin: checks the pixels (IFD_EINVAL for a non-finite one), allocates
  * the activations (ifd_vision_encode's, held until _end or _free) and runs
