@@ -28,7 +28,7 @@ LAYERS = {
     'kernels': {'common', 'modelfile', 'kvpool'},
     'proto': {'common', 'modelfile', 'tokenizer', 'grammar'},
     'worker': {'common', 'modelfile', 'kvpool', 'tokenizer', 'chat', 'grammar', 'inspect',
-               'kernels', 'proto'},
+               'image', 'kernels', 'proto'},
     'daemon': {'common', 'modelfile', 'kvpool', 'tokenizer', 'chat', 'grammar', 'inspect',
                'image', 'proto'},
     'client': {'common', 'modelfile', 'tokenizer', 'chat', 'image', 'inspect', 'proto'},
