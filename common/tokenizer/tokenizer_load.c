@@ -757,7 +757,11 @@ int ifd_tokenizer_create_hf(ifd_tokenizer_t **out, const char *path, char *errbu
         ifd_fail_msg(errbuf, errlen, 0, "%s:%d: %s", tj, jerr.line, jerr.text);
         return stat(tj, &st) != 0 ? IFD_ENOTFOUND : IFD_EFORMAT;
     }
-    json_t *cfg = json_load_file(tc, 0, &jerr); /* optional */
+    /* optional; transformers writes model_max_length as 1e30 in an integer
+     * (Gemma 3's file has it), which jansson refuses unless as a real */
+    json_t *cfg = json_load_file(tc, JSON_DECODE_INT_AS_REAL, &jerr);
+    if (!cfg && stat(tc, &st) == 0)
+        IFD_WARN("%s:%d: %s (ignored)", tc, jerr.line, jerr.text);
     ifd_tokenizer_t *t = NULL;
     ifd__relist_t res = {0};
     int rc;

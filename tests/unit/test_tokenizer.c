@@ -467,6 +467,36 @@ START_TEST(test_hf_bytelevel)
 }
 END_TEST
 
+/* transformers writes an unset model_max_length as 1e30 in an integer (Gemma 3's
+ * tokenizer_config.json has it): the file still gives the specials and the template. */
+START_TEST(test_hf_config_huge_int)
+{
+    json_t *root = json_pack(
+        "{s:[{s:i, s:s, s:b}, {s:i, s:s, s:b}], s:{s:s, s:{s:i, s:i, s:i}, s:[]}}", "added_tokens",
+        "id", 1, "content", "<eos>", "special", 1, "id", 2, "content", "<bos>", "special", 1,
+        "model", "type", "BPE", "vocab", "<eos>", 1, "<bos>", 2, "a", 0, "merges");
+    char *dir = hf_dir_write(root, json_object());
+    char file[512];
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(
+        "{\"bos_token\": \"<bos>\", \"eos_token\": \"<eos>\", \"add_bos_token\": false,\n"
+        " \"model_max_length\": 1000000000000000019884624838656, \"chat_template\": \"{{ x }}\"}\n",
+        f);
+    fclose(f);
+    ifd_tokenizer_t *t;
+    char err[512] = "";
+    ck_assert_msg(ifd_tokenizer_create_path(&t, dir, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ifd_tokenizer_eos(t), 1);
+    ck_assert_int_eq(ifd_tokenizer_bos(t), 2);
+    ck_assert(!ifd_tokenizer_add_bos(t));
+    ck_assert_str_eq(ifd_tokenizer_chat_template(t), "{{ x }}");
+    ifd_tokenizer_destroy(t);
+    tmpdir_rm(dir);
+}
+END_TEST
+
 /* UTF-8 code point boundaries of s[0..n) (for splitting pieces by chars). */
 static size_t cp_bounds(const char *s, size_t n, size_t *b)
 {
@@ -706,8 +736,8 @@ static Suite *tokenizer_suite(void)
                   IFD_TESTS(test_gpt2_vectors, test_spm_vectors, test_fuzz_roundtrip,
                             test_invalid_utf8_roundtrip, test_special_tokens_gpt2,
                             test_detok_stream_spm, test_detok_split_bpe, test_hf_bytelevel,
-                            test_hf_spm, test_unknown_pre_type, test_merge_order_and_user_defined,
-                            test_threads));
+                            test_hf_config_huge_int, test_hf_spm, test_unknown_pre_type,
+                            test_merge_order_and_user_defined, test_threads));
     return s;
 }
 
