@@ -21,11 +21,37 @@ Writes (f32 weights, a few hundred KB in all):
       text+image prompt:
       prompt_ids [n] (int32), token_type_ids [n] (1 = image token) and
       prompt_logits [n, vocab] (eager attention, the processor's
-      token_type_ids given), for the prefill side of issue 28.
+      token_type_ids given), for the prefill side of issue 28;
+  tokenizer.json, tokenizer_config.json, chat_template.jinja,
+      processor_config.json: a tokenizer of Gemma 3's kind (tokenizer.json of
+      SentencePiece-style BPE over characters, " " → "▁", byte fallback,
+      Gemma's user-defined newline runs) with the 512 ids of the model —
+      pad 0, eos 1, bos 2, unk 3, mask 4, <start_of_turn> 5, <end_of_turn> 6,
+      "\n" x1..4 7-10, <0x00>..<0xFF> 11-266, "▁" and printable ASCII,
+      147 merges learnt from CORPUS, then <start_of_image> 509,
+      <end_of_image> 510, <image_soft_token> 511 — and gemma-3-4b-it's chat
+      template, saved by a Gemma3Processor (image_seq_length 16) as
+      transformers 5 saves one; generation_config.json stops on <eos> and
+      <end_of_turn> as gemma-3-4b-it's does;
+  refs2.safetensors + chat_refs.json: for the chats of CHATS (text only, one
+      image, two images, system + image + a second turn), what Gemma3Processor
+      (the PIL image processor, no pan-and-scan) and apply_chat_template
+      (add_generation_prompt) give: <chat>_input_ids, <chat>_token_type_ids,
+      greedy generation of N_GEN tokens (<chat>_gen_ids) with each step's
+      logits (<chat>_gen_logits: row 0 is the last prompt position's), for
+      the text-only chat the logits of every prompt position
+      (text_prompt_logits); chat_refs.json: the messages, image files,
+      rendered prompt and token counts of each chat, and the tokenizer's ids
+      for the texts of TOKENIZE.
 
 The text vocabulary is 512 ids, so the special ids are the tiny config's
 own: boi 509, eoi 510, image 511 (Gemma 3 4B's 255999, 256000, 262144 would
-need a 262k-row embedding: tens of MB).
+need a 262k-row embedding: tens of MB). The random text model repeats the
+last prompt token under greedy decoding (its tied embedding's self-logit
+dominates after two layers: every chat generates "\n" x8, by margins of
+~20 logits), so the generated ids are a weak check; the per-step logits are
+the strong one (the image moves the last prompt position's logits by up
+to 4).
 
 Random weights: every parameter drawn from one seeded generator (matrices
 U(-a, a) with a = sqrt(3 / fan_in); LayerNorm weights 1 + U(-0.1, 0.1);
@@ -42,13 +68,15 @@ import json
 import os
 import sys
 import tempfile
+from collections import Counter
 
 import numpy as np
 import torch
 from PIL import Image
 from safetensors.numpy import save_file
 from safetensors.torch import load_file
-from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+from transformers import (AddedToken, Gemma3Config, Gemma3ForConditionalGeneration, Gemma3Processor,
+                          GemmaTokenizer)
 
 try:  # transformers 5: the PIL backend has its own class
     from transformers.models.gemma3.image_processing_pil_gemma3 import (
@@ -62,6 +90,107 @@ SEED = 28
 IMAGE = 112
 VOCAB, BOI, EOI, IMG = 512, 509, 510, 511
 TOKENS = 16
+N_GEN = 8
+
+# The tokenizer (Gemma 3's kind: tokenizer.json of SentencePiece-style BPE over characters, " " → "▁",
+# byte fallback; made by transformers' GemmaTokenizer). Ids: Gemma's specials in Gemma's order
+# (pad 0, eos 1, bos 2, unk 3, mask 4) and its turn markers, its user-defined newline runs, the
+# 256 byte pieces, "▁" and printable ASCII, merges learnt from CORPUS, the image tokens last.
+SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
+EOS, BOS, EOT = 1, 2, 6
+NEWLINES = ["\n" * k for k in range(1, 5)]
+BYTES = [f"<0x{b:02X}>" for b in range(256)]
+ALPHABET = ["\u2581"] + [chr(c) for c in range(33, 127)]
+IMAGE_TOKENS = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+N_MERGES = VOCAB - len(SPECIALS) - len(NEWLINES) - len(BYTES) - len(ALPHABET) - len(IMAGE_TOKENS)
+CORPUS = """The picture shows a small red house beside a green field under a blue sky.
+A white cat sits on the wall and looks at the camera. What is in this image?
+Describe the image in one sentence. The colours are bright: red, green, blue,
+yellow and orange. There are two trees on the left and a road on the right.
+Is there a person in the photo? No, there is only the cat. How many windows
+does the house have? It has four windows and one door. The light comes from
+the top left, so the shadows fall to the right. This is a photograph taken
+in the morning. Compare the two images: the first one is wide and the second
+one is tall. Both pictures are noisy, with random pixels of every colour.
+Tell me what you see, then answer the question about the second picture.
+Thank you! Here is another image for you to look at.
+"""
+
+# Gemma 3's chat template as google/gemma-3-4b-it's tokenizer_config.json has it (image parts
+# become <start_of_image>).
+CHAT_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"""
+
+# The chat requests of refs2.safetensors / chat_refs.json, in transformers' message form: an
+# image part names its file ({"type": "image", "image": "image0.png"}).
+CHATS = {
+    "text": [{"role": "user", "content": "What colour is the sky in the picture?"}],
+    "one": [{"role": "user", "content": [
+        {"type": "image", "image": "image0.png"},
+        {"type": "text", "text": "Describe this image in one sentence."}]}],
+    "two": [{"role": "user", "content": [
+        {"type": "text", "text": "Compare the two images:"},
+        {"type": "image", "image": "image0.png"},
+        {"type": "image", "image": "image1.png"},
+        {"type": "text", "text": "Which one is tall?"}]}],
+    "turns": [
+        {"role": "system", "content": "You answer in one sentence."},
+        {"role": "user", "content": [
+            {"type": "image", "image": "image1.png"},
+            {"type": "text", "text": "What is in this image?"}]},
+        {"role": "assistant", "content": "A white cat sits on the wall."},
+        {"role": "user", "content": "How many windows does the house have?"}],
+}
+
+# Texts whose ids (special text parsed, no BOS added) chat_refs.json records: merges, byte
+# fallback (accents, a tab, a 4-byte character), digits, runs of spaces and of newlines (the
+# user-defined pieces, longest first), special tokens inside text.
+TOKENIZE = [
+    "Hello world, the picture!",
+    " A leading space and  two\tspaces",
+    "h\u00e9llo w\u00f6rld 1234 \u2713 \U0001F600",
+    "line\n\n\nbreaks\n\n\n\n\nfive\n",
+    "<start_of_turn>user\n<start_of_image><image_soft_token><end_of_image>x<end_of_turn>",
+]
 
 CONFIG = {
     "architectures": ["Gemma3ForConditionalGeneration"],
@@ -152,6 +281,95 @@ def prompt_refs(model, pv):
             out.logits[0].numpy().astype(np.float32))
 
 
+def train_merges(text, n):
+    """n BPE merges learnt from text's words ("▁" + word, as Gemma's pieces begin): each step
+    merges the most frequent adjacent pair, the smallest pair on a tie; never a pair whose
+    right part starts a word. Plain Python, so no library version changes the vocabulary."""
+    words = Counter(tuple("\u2581" + w) for line in text.split("\n") for w in line.split(" ") if w)
+    merges = []
+    for _ in range(n):
+        pairs = Counter()
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                if not b.startswith("\u2581"):
+                    pairs[a, b] += c
+        (a, b), _count = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        merges.append((a, b))
+        merged = Counter()
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if w[i:i + 2] == (a, b):
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += c
+        words = merged
+    return merges
+
+
+def make_tokenizer(out):
+    """tokenizer.json, tokenizer_config.json, chat_template.jinja and processor_config.json
+    (transformers 5's save_pretrained of a Gemma3Processor); returns the processor with the PIL
+    image processor."""
+    merges = train_merges(CORPUS, N_MERGES)
+    pieces = SPECIALS + NEWLINES + BYTES + ALPHABET + ["".join(m) for m in merges] + IMAGE_TOKENS
+    assert len(pieces) == VOCAB == len(set(pieces)), "the vocabulary is not 512 distinct pieces"
+    tok = GemmaTokenizer(vocab={p: i for i, p in enumerate(pieces)}, merges=merges,
+                         add_bos_token=True, add_eos_token=False,
+                         extra_special_tokens={"boi_token": IMAGE_TOKENS[0],
+                                               "eoi_token": IMAGE_TOKENS[1],
+                                               "image_token": IMAGE_TOKENS[2]})
+    tok.add_tokens([AddedToken(t, special=True, normalized=False)
+                    for t in SPECIALS + IMAGE_TOKENS], special_tokens=True)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in NEWLINES])
+    assert (len(tok), tok.bos_token_id, tok.eos_token_id, tok.boi_token_id, tok.image_token_id) == (
+        VOCAB, BOS, EOS, BOI, IMG)
+    images = Processor(**{k: v for k, v in PREPROCESSOR.items() if k != "image_processor_type"})
+    proc = Gemma3Processor(image_processor=images, tokenizer=tok, chat_template=CHAT_TEMPLATE,
+                           image_seq_length=TOKENS)
+    proc.save_pretrained(out)
+    return proc
+
+
+def chat_refs(model, proc, out):
+    """For each of CHATS: what apply_chat_template(tokenize=True, add_generation_prompt=True)
+    gives (the PIL images passed in, so transparency is composited as convert_to_rgb does, not
+    dropped as load_image's convert("RGB") would), the logits of every prompt position for the
+    text-only chat, and greedy generation (do_sample False, eos [1, 6]) with each step's raw
+    logits: gen_logits row 0 is the last prompt position's."""
+    refs, meta = {}, {}
+    for name, msgs in CHATS.items():
+        files = [p["image"] for m in msgs if isinstance(m["content"], list)
+                 for p in m["content"] if p["type"] == "image"]
+        text = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        kw = {"images": [Image.open(os.path.join(out, f)) for f in files]} if files else {}
+        inp = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                       return_dict=True, return_tensors="pt", processor_kwargs=kw)
+        assert inp["input_ids"][0, 0] == BOS and inp["input_ids"][0, 1] != BOS, "one BOS"
+        with torch.no_grad():
+            gen = model.generate(**inp, max_new_tokens=N_GEN, do_sample=False,
+                                 output_logits=True, return_dict_in_generate=True)
+            if not files:
+                refs[f"{name}_prompt_logits"] = model(**inp).logits[0].numpy().astype(np.float32)
+        n = inp["input_ids"].shape[1]
+        refs[f"{name}_input_ids"] = inp["input_ids"][0].numpy().astype(np.int32)
+        refs[f"{name}_token_type_ids"] = inp["token_type_ids"][0].numpy().astype(np.int32)
+        refs[f"{name}_gen_ids"] = gen.sequences[0, n:].numpy().astype(np.int32)
+        refs[f"{name}_gen_logits"] = torch.cat(gen.logits).numpy().astype(np.float32)
+        meta[name] = {"messages": msgs, "images": files, "prompt": text,
+                      "prompt_tokens": n, "completion_tokens": int(gen.sequences.shape[1] - n)}
+    save_file(refs, os.path.join(out, "refs2.safetensors"))
+    toks = [{"text": t, "ids": proc.tokenizer(t, add_special_tokens=False)["input_ids"]}
+            for t in TOKENIZE]
+    with open(os.path.join(out, "chat_refs.json"), "w") as f:
+        json.dump({"max_tokens": N_GEN, "chats": meta, "tokenize": toks}, f, indent=1,
+                  ensure_ascii=False)
+        f.write("\n")
+
+
 def make(out):
     for sub in ("bf16", "f16"):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
@@ -162,6 +380,7 @@ def make(out):
     cfg._attn_implementation = "eager"
     model = Gemma3ForConditionalGeneration(cfg).float().eval()
     randomize(model, gen)
+    model.generation_config.eos_token_id = [EOS, EOT]  # as gemma-3-4b-it's: <eos>, <end_of_turn>
     model.save_pretrained(out, safe_serialization=True)
     with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
         json.dump(PREPROCESSOR, f, indent=2)
@@ -174,10 +393,12 @@ def make(out):
         refs[f"vision_{i}"], refs[f"features_{i}"] = vision_refs(model, pv)
     refs["prompt_ids"], refs["token_type_ids"], refs["prompt_logits"] = prompt_refs(
         model, refs["pixel_values_0"])
+    chat_refs(model, make_tokenizer(out), out)
     for name, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16)):
         half = Gemma3ForConditionalGeneration(cfg).eval()
         half.load_state_dict(model.state_dict())
         half = half.to(dtype)
+        half.generation_config.eos_token_id = [EOS, EOT]
         half.save_pretrained(os.path.join(out, name), safe_serialization=True)
         half = half.float()  # 16-bit weights, f32 compute: what inferd's CPU backend does
         for i in range(2):
@@ -191,20 +412,23 @@ def check(committed):
         make(tmp)
         bad = 0
         for rel in ("model.safetensors", "bf16/model.safetensors", "f16/model.safetensors",
-                    "refs.safetensors"):
+                    "refs.safetensors", "refs2.safetensors"):
             a, b = load_file(os.path.join(committed, rel)), load_file(os.path.join(tmp, rel))
             if sorted(a) != sorted(b):
                 print(f"{rel}: tensor names differ", file=sys.stderr)
                 bad += 1
                 continue
             for k in a:
-                exact = rel != "refs.safetensors" or k.startswith(("pixel", "prompt_ids", "token"))
+                exact = (not rel.startswith("refs") or k.startswith(("pixel", "prompt_ids", "token"))
+                         or k.endswith("_ids"))
                 x, y = a[k].double().numpy(), b[k].double().numpy()
                 err = np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-3)) if x.size else 0
                 if (exact and not np.array_equal(x, y)) or err > 1e-6:
                     print(f"{rel}: {k}: max rel diff {err:.3g}", file=sys.stderr)
                     bad += 1
-        for rel in ("image0.png", "image1.png", "preprocessor_config.json"):
+        for rel in ("image0.png", "image1.png", "preprocessor_config.json", "tokenizer.json",
+                    "tokenizer_config.json", "chat_template.jinja", "processor_config.json",
+                    "chat_refs.json", "generation_config.json"):
             if open(os.path.join(committed, rel), "rb").read() != open(os.path.join(tmp, rel), "rb").read():
                 print(f"{rel}: differs", file=sys.stderr)
                 bad += 1
