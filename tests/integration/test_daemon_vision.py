@@ -1,0 +1,245 @@
+"""Images through the real daemon against transformers (issue 28's end-to-end oracle), on the
+tiny random-weight Gemma 3 vision model of tests/data/tiny-gemma3-vision (its tokenizer and
+chat template, tools/make_tiny_gemma3_vision.py). The official `openai` package over the Unix
+socket sends the chats of chat_refs.json — text only, one image, two images, a system prompt
+with an image and a second turn — with the committed PNGs as data URLs (chat `image_url`
+parts), streamed and not, and checks against refs2.safetensors (what Gemma3Processor with the
+PIL image processor and apply_chat_template(add_generation_prompt=True), then greedy
+model.generate, gave):
+
+- usage.prompt_tokens = len(input_ids) (the 16 image tokens of each image and the "\\n\\n"
+  around them counted) and the prompt_token_ids (vLLM's return_token_ids) are input_ids;
+- the greedy tokens (token_ids) are transformers' and usage.completion_tokens counts them;
+- every step's top logprobs (ids from return_tokens_as_token_ids) are the top ids of
+  log_softmax(transformers' logits of that step) and within TOL of them (the CPU's f32 path:
+  float summation order only, ~1e-5; an image left out or in the wrong order moves the first
+  step's logits by up to 4);
+- the two images swapped, the prompt's ids are the same but the first step's logprobs are not
+  transformers' (the images reach the model, in their order), and the one-image chat again
+  with the other image does not reuse the first image's cached KV (the prefix cache keys image
+  positions by the image's hash) while the same chat again gives the same answer.
+After every test no KV block may be held.
+
+Not registered in CTest until the router's image path (img-router) and the worker's tower
+(img-worker) land; then (label model, as test_daemon_images; ~20 s on the tiny model):
+
+    ifd_add_script_test(test_daemon_vision
+      COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_daemon.sh vision
+              $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker>
+      LABELS model TIMEOUT 300)
+
+and "vision" joins needs_openai in test_daemon.sh. Before they land the text chat passes and
+every image request gets today's 400.
+
+Usage: test_daemon_vision.py INFERD   (run by the venv's python: $INFERD_PYTHON)
+"""
+import base64
+import copy
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_daemon_util import Daemon, openai_client, run_tests, skip  # noqa: E402
+
+try:
+    import numpy as np
+    import openai  # noqa: F401  (openai_client's)
+except ImportError as e:  # pragma: no cover
+    skip("the openai/numpy packages are not installed (%s): run deploy/install-deps.sh" % e)
+
+INFERD = sys.argv[1] if len(sys.argv) > 1 else "inferd"
+TINY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                    "tiny-gemma3-vision")
+TOL = 1e-3    # |logprob - transformers' log_softmax| of each top alternative
+TOP = 5       # top_logprobs asked for
+D = None
+C = None
+MODEL = None
+
+
+def load_safetensors(path):
+    """{name: array} of a safetensors file, with numpy alone."""
+    dtypes = {"F32": np.float32, "I32": np.int32}
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        head = json.loads(f.read(n))
+        data = f.read()
+    return {k: np.frombuffer(data[t["data_offsets"][0]:t["data_offsets"][1]],
+                             dtype=dtypes[t["dtype"]]).reshape(t["shape"])
+            for k, t in head.items() if k != "__metadata__"}
+
+
+REFS = load_safetensors(os.path.join(TINY, "refs2.safetensors"))
+with open(os.path.join(TINY, "chat_refs.json"), encoding="utf-8") as _f:
+    DOC = json.load(_f)
+CHATS = DOC["chats"]
+MAX_TOKENS = DOC["max_tokens"]
+
+
+def data_url(name):
+    with open(os.path.join(TINY, name), "rb") as f:
+        return "data:image/png;base64," + base64.b64encode(f.read()).decode()
+
+
+def openai_messages(msgs, images=None):
+    """transformers' messages ({"type": "image", "image": FILE}) as an OpenAI request's:
+    image_url parts with the file as a data URL (images: the files to use instead, in order)."""
+    out, k = copy.deepcopy(msgs), 0
+    for m in out:
+        if not isinstance(m["content"], list):
+            continue
+        for i, p in enumerate(m["content"]):
+            if p["type"] == "image":
+                name = images[k] if images else p["image"]
+                m["content"][i] = {"type": "image_url", "image_url": {"url": data_url(name)}}
+                k += 1
+    return out
+
+
+def extra(obj, name):
+    return (obj.model_extra or {}).get(name)
+
+
+def log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - m - np.log(np.exp(x - m).sum())
+
+
+def top_ids(entry):
+    """{id: logprob} of one token's top_logprobs (tokens as "token_id:N")."""
+    return {int(t.token.split(":", 1)[1]): t.logprob for t in entry.top_logprobs}
+
+
+def step_error(entry, ref_logits):
+    """Largest |logprob - ref| over the step's alternatives; asserts the ids are the ref's
+    top ids (their order may differ only within TOL)."""
+    got = top_ids(entry)
+    ref = log_softmax(ref_logits)
+    want = set(np.argsort(-ref)[:TOP].tolist())
+    assert set(got) == want, "top ids %s, transformers' %s" % (sorted(got), sorted(want))
+    return max(abs(lp - ref[i]) for i, lp in got.items())
+
+
+def ask(name, images=None, stream=False):
+    """The chat's request (non-streamed or streamed): (prompt ids, usage, token ids,
+    logprob entries, finish reason)."""
+    kw = dict(model=MODEL, messages=openai_messages(CHATS[name]["messages"], images),
+              max_tokens=MAX_TOKENS, temperature=0, logprobs=True, top_logprobs=TOP,
+              extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True})
+    if not stream:
+        r = C.chat.completions.create(**kw)
+        c = r.choices[0]
+        return (extra(r, "prompt_token_ids"), r.usage, extra(c, "token_ids"),
+                c.logprobs.content, c.finish_reason)
+    prompt, usage, ids, entries, finish = None, None, [], [], None
+    for ch in C.chat.completions.create(stream=True, stream_options={"include_usage": True},
+                                        **kw):
+        if extra(ch, "prompt_token_ids") is not None:
+            assert prompt is None, "prompt_token_ids came twice"
+            prompt = extra(ch, "prompt_token_ids")
+        if ch.usage:
+            usage = ch.usage
+        for c in ch.choices:
+            ids += extra(c, "token_ids") or []
+            if c.logprobs and c.logprobs.content:
+                entries += c.logprobs.content
+            finish = c.finish_reason or finish
+    return prompt, usage, ids, entries, finish
+
+
+def check_chat(name, stream):
+    prompt, usage, ids, entries, finish = ask(name, stream=stream)
+    want_prompt = REFS[name + "_input_ids"].tolist()
+    want_ids = REFS[name + "_gen_ids"].tolist()
+    how = "%s%s" % (name, " (streamed)" if stream else "")
+    assert usage.prompt_tokens == len(want_prompt), (how, usage.prompt_tokens, len(want_prompt))
+    assert prompt == want_prompt, (how, prompt, want_prompt)
+    assert ids == want_ids, (how, ids, want_ids)
+    assert usage.completion_tokens == len(want_ids), (how, usage)
+    assert finish == ("length" if len(want_ids) == MAX_TOKENS else "stop"), (how, finish)
+    assert len(entries) == len(want_ids), (how, len(entries))
+    errs = [step_error(e, REFS[name + "_gen_logits"][k]) for k, e in enumerate(entries)]
+    assert max(errs) <= TOL, (how, errs)
+    print("  %s: %d prompt tokens, %d generated, logprobs within %.2g" % (
+        how, len(want_prompt), len(ids), max(errs)))
+
+
+def test_text_chat():
+    for stream in (False, True):
+        check_chat("text", stream)
+    D.wait_idle()
+
+
+def test_image_chats():
+    names = [n for n, c in CHATS.items() if c["images"]]
+    assert len(names) >= 3, names
+    for name in names:
+        for stream in (False, True):
+            check_chat(name, stream)
+    D.wait_idle()
+
+
+def test_image_order_matters():
+    """The two images swapped: the same ids (an image's tokens do not depend on its
+    pixels), another first step."""
+    files = CHATS["two"]["images"]
+    prompt, _, _, entries, _ = ask("two", images=files[::-1])
+    assert prompt == REFS["two_input_ids"].tolist(), prompt
+    ref = log_softmax(REFS["two_gen_logits"][0])
+    d = max(abs(lp - ref[i]) for i, lp in top_ids(entries[0]).items())
+    assert d > 20 * TOL, "swapped images give transformers' logprobs (%.3g)" % d
+    D.wait_idle()
+
+
+def cached(usage):
+    return usage.prompt_tokens_details.cached_tokens
+
+
+def test_prefix_cache_keys_images():
+    """The one-image chat again (test_image_chats sent it): its prompt's full blocks come from
+    the prefix cache and the answer is still transformers'. With the other image: the same
+    ids, but nothing cached (the image begins in the first block) and not the first image's
+    answer; sent again, its own blocks are cached and the answer is the same."""
+    prompt, usage, _, entries, _ = ask("one")
+    n = len(REFS["one_input_ids"])
+    assert cached(usage) >= n // 16 * 16 - 16, usage  # the last full block may be recomputed
+    assert max(step_error(e, REFS["one_gen_logits"][k]) for k, e in enumerate(entries)) <= TOL
+    first = int(np.argmax(REFS["one_token_type_ids"]))
+    assert first < 16, "the image should begin in the first block (%d)" % first
+    other = [f for f in ("image0.png", "image1.png") if f not in CHATS["one"]["images"]]
+    ref = log_softmax(REFS["one_gen_logits"][0])
+    firsts = []
+    for k in range(2):
+        prompt, usage, _, entries, _ = ask("one", images=other)
+        assert prompt == REFS["one_input_ids"].tolist(), prompt
+        assert (cached(usage) == 0) if k == 0 else (cached(usage) >= 16), (k, usage)
+        firsts.append(top_ids(entries[0]))
+        d = max(abs(lp - ref[i]) for i, lp in firsts[-1].items())
+        assert d > 20 * TOL, "the other image gave the first image's logprobs (%.3g)" % d
+    assert firsts[0].keys() == firsts[1].keys(), firsts
+    assert max(abs(firsts[0][i] - firsts[1][i]) for i in firsts[0]) <= TOL, firsts
+    D.wait_idle()
+
+
+def main():
+    global D, C, MODEL
+    os.environ["INFERD_TEST_MODEL"] = os.path.abspath(TINY)
+    D = Daemon(INFERD, args=["--threads", "1", "--kv-dtype", "f32"])
+    try:
+        C = openai_client(D.sock, timeout=120)
+        MODEL = C.models.list().data[0].id
+        rc = run_tests(globals())
+    finally:
+        code = D.stop()
+    if code != 0:
+        print("inferd exited with %d" % code)
+        rc = 1
+    if rc:
+        print("---- daemon log ----\n" + D.logtext())
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
