@@ -9,7 +9,8 @@ model.generate, gave):
 
 - usage.prompt_tokens = len(input_ids) (the 16 image tokens of each image and the "\\n\\n"
   around them counted) and the prompt_token_ids (vLLM's return_token_ids) are input_ids;
-- the greedy tokens (token_ids) are transformers' and usage.completion_tokens counts them;
+- the greedy tokens (token_ids) are transformers', usage.completion_tokens counts them and the
+  content is their /detokenize;
 - every step's top logprobs (ids from return_tokens_as_token_ids) are the top ids of
   log_softmax(transformers' logits of that step) and within TOL of them (the CPU's f32 path:
   float summation order only, ~1e-5; an image left out or in the wrong order moves the first
@@ -17,16 +18,19 @@ model.generate, gave):
 - the two images swapped, the prompt's ids are the same but the first step's logprobs are not
   transformers' (the images reach the model, in their order), and the one-image chat again
   with the other image does not reuse the first image's cached KV (the prefix cache keys image
-  positions by the image's hash) while the same chat again gives the same answer.
-After every test no KV block may be held.
+  positions by the image's hash) while the same chat again gives the same answer;
+- the one-image chat as a Responses request (input_image): usage.input_tokens and the text.
+After every test no KV block may be held. The daemon runs with f32 KV (its f16 default moves
+the logprobs by ~5e-4: too close to TOL).
 
 Not registered in CTest until the router's image path (img-router) and the worker's tower
-(img-worker) land; then (label model, as test_daemon_images; ~20 s on the tiny model):
+(img-worker) land; then (label unit: it needs the venv's openai and numpy but no downloaded
+model; a daemon and its worker, so also in IFD_TESTS_2CPU; a few seconds on the tiny model):
 
     ifd_add_script_test(test_daemon_vision
       COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_daemon.sh vision
               $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker>
-      LABELS model TIMEOUT 300)
+      LABELS unit TIMEOUT 120)
 
 and "vision" joins needs_openai in test_daemon.sh. Before they land the text chat passes and
 every image request gets today's 400.
@@ -124,7 +128,7 @@ def step_error(entry, ref_logits):
 
 def ask(name, images=None, stream=False):
     """The chat's request (non-streamed or streamed): (prompt ids, usage, token ids,
-    logprob entries, finish reason)."""
+    logprob entries, finish reason, content)."""
     kw = dict(model=MODEL, messages=openai_messages(CHATS[name]["messages"], images),
               max_tokens=MAX_TOKENS, temperature=0, logprobs=True, top_logprobs=TOP,
               extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True})
@@ -132,8 +136,8 @@ def ask(name, images=None, stream=False):
         r = C.chat.completions.create(**kw)
         c = r.choices[0]
         return (extra(r, "prompt_token_ids"), r.usage, extra(c, "token_ids"),
-                c.logprobs.content, c.finish_reason)
-    prompt, usage, ids, entries, finish = None, None, [], [], None
+                c.logprobs.content, c.finish_reason, c.message.content)
+    prompt, usage, ids, entries, finish, text = None, None, [], [], None, ""
     for ch in C.chat.completions.create(stream=True, stream_options={"include_usage": True},
                                         **kw):
         if extra(ch, "prompt_token_ids") is not None:
@@ -143,20 +147,26 @@ def ask(name, images=None, stream=False):
             usage = ch.usage
         for c in ch.choices:
             ids += extra(c, "token_ids") or []
+            text += c.delta.content or ""
             if c.logprobs and c.logprobs.content:
                 entries += c.logprobs.content
             finish = c.finish_reason or finish
-    return prompt, usage, ids, entries, finish
+    return prompt, usage, ids, entries, finish, text
+
+
+def detok(ids):
+    return D.json("POST", "/detokenize", {"tokens": ids})["prompt"]
 
 
 def check_chat(name, stream):
-    prompt, usage, ids, entries, finish = ask(name, stream=stream)
+    prompt, usage, ids, entries, finish, text = ask(name, stream=stream)
     want_prompt = REFS[name + "_input_ids"].tolist()
     want_ids = REFS[name + "_gen_ids"].tolist()
     how = "%s%s" % (name, " (streamed)" if stream else "")
     assert usage.prompt_tokens == len(want_prompt), (how, usage.prompt_tokens, len(want_prompt))
     assert prompt == want_prompt, (how, prompt, want_prompt)
     assert ids == want_ids, (how, ids, want_ids)
+    assert text == detok(want_ids), (how, text)
     assert usage.completion_tokens == len(want_ids), (how, usage)
     assert finish == ("length" if len(want_ids) == MAX_TOKENS else "stop"), (how, finish)
     assert len(entries) == len(want_ids), (how, len(entries))
@@ -185,11 +195,24 @@ def test_image_order_matters():
     """The two images swapped: the same ids (an image's tokens do not depend on its
     pixels), another first step."""
     files = CHATS["two"]["images"]
-    prompt, _, _, entries, _ = ask("two", images=files[::-1])
+    prompt, _, _, entries, _, _ = ask("two", images=files[::-1])
     assert prompt == REFS["two_input_ids"].tolist(), prompt
     ref = log_softmax(REFS["two_gen_logits"][0])
     d = max(abs(lp - ref[i]) for i, lp in top_ids(entries[0]).items())
     assert d > 20 * TOL, "swapped images give transformers' logprobs (%.3g)" % d
+    D.wait_idle()
+
+
+def test_responses_input_image():
+    """The one-image chat as a Responses request (input_image, input_text): the same prompt
+    length and greedy text."""
+    msg = CHATS["one"]["messages"][0]
+    parts = [{"type": "input_image", "image_url": data_url(p["image"])} if p["type"] == "image"
+             else {"type": "input_text", "text": p["text"]} for p in msg["content"]]
+    r = C.responses.create(model=MODEL, input=[{"role": "user", "content": parts}],
+                           max_output_tokens=MAX_TOKENS, temperature=0)
+    assert r.usage.input_tokens == len(REFS["one_input_ids"]), r.usage
+    assert r.output_text == detok(REFS["one_gen_ids"].tolist()), r.output_text
     D.wait_idle()
 
 
@@ -202,7 +225,7 @@ def test_prefix_cache_keys_images():
     the prefix cache and the answer is still transformers'. With the other image: the same
     ids, but nothing cached (the image begins in the first block) and not the first image's
     answer; sent again, its own blocks are cached and the answer is the same."""
-    prompt, usage, _, entries, _ = ask("one")
+    prompt, usage, _, entries, _, _ = ask("one")
     n = len(REFS["one_input_ids"])
     assert cached(usage) >= n // 16 * 16 - 16, usage  # the last full block may be recomputed
     assert max(step_error(e, REFS["one_gen_logits"][k]) for k, e in enumerate(entries)) <= TOL
@@ -212,7 +235,7 @@ def test_prefix_cache_keys_images():
     ref = log_softmax(REFS["one_gen_logits"][0])
     firsts = []
     for k in range(2):
-        prompt, usage, _, entries, _ = ask("one", images=other)
+        prompt, usage, _, entries, _, _ = ask("one", images=other)
         assert prompt == REFS["one_input_ids"].tolist(), prompt
         assert (cached(usage) == 0) if k == 0 else (cached(usage) >= 16), (k, usage)
         firsts.append(top_ids(entries[0]))
