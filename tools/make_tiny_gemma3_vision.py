@@ -92,8 +92,8 @@ VOCAB, BOI, EOI, IMG = 512, 509, 510, 511
 TOKENS = 16
 N_GEN = 8
 
-# The tokenizer (Gemma 3's kind: tokenizer.json of SentencePiece-style BPE over characters, " " → "▁",
-# byte fallback; made by transformers' GemmaTokenizer). Ids: Gemma's specials in Gemma's order
+# The tokenizer (Gemma 3's kind: tokenizer.json of SentencePiece-style BPE over characters,
+# " " → "▁", byte fallback; made by transformers' GemmaTokenizer). Ids: Gemma's specials in Gemma's order
 # (pad 0, eos 1, bos 2, unk 3, mask 4) and its turn markers, its user-defined newline runs, the
 # 256 byte pieces, "▁" and printable ASCII, merges learnt from CORPUS, the image tokens last.
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
@@ -419,8 +419,8 @@ def check(committed):
                 bad += 1
                 continue
             for k in a:
-                exact = (not rel.startswith("refs") or k.startswith(("pixel", "prompt_ids", "token"))
-                         or k.endswith("_ids"))
+                exact = (not rel.startswith("refs") or k.endswith("_ids")
+                         or k.startswith(("pixel", "prompt_ids", "token")))
                 x, y = a[k].double().numpy(), b[k].double().numpy()
                 err = np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-3)) if x.size else 0
                 if (exact and not np.array_equal(x, y)) or err > 1e-6:
