@@ -93,9 +93,10 @@ TOKENS = 16
 N_GEN = 8
 
 # The tokenizer (Gemma 3's kind: tokenizer.json of SentencePiece-style BPE over characters,
-# " " → "▁", byte fallback; made by transformers' GemmaTokenizer). Ids: Gemma's specials in Gemma's order
-# (pad 0, eos 1, bos 2, unk 3, mask 4) and its turn markers, its user-defined newline runs, the
-# 256 byte pieces, "▁" and printable ASCII, merges learnt from CORPUS, the image tokens last.
+# " " → "▁", byte fallback; made by transformers' GemmaTokenizer). Ids: Gemma's specials in
+# Gemma's order (pad 0, eos 1, bos 2, unk 3, mask 4) and its turn markers, its user-defined
+# newline runs, the 256 byte pieces, "▁" and printable ASCII, merges learnt from CORPUS, the
+# image tokens last.
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
 EOS, BOS, EOT = 1, 2, 6
 NEWLINES = ["\n" * k for k in range(1, 5)]
