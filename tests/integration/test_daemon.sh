@@ -35,7 +35,7 @@ if [ "$kind" = structured ] && ! "$py" -c 'import openai, httpx, jsonschema' 2>/
          "installs them into the venv that test.sh exports as INFERD_PYTHON)"
     exit 77
 fi
-needs_openai=" openai tokens responses owners gpu_emu ops images spec "
+needs_openai=" openai tokens responses owners gpu_emu ops images spec vision "
 if [ "${needs_openai#* $kind }" != "$needs_openai" ] &&
    ! "$py" -c 'import openai, httpx, pydantic' 2>/dev/null; then
     echo "SKIPPED: $py lacks the openai/httpx packages (deploy/install-deps.sh installs them" \
