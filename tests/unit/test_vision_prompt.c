@@ -14,10 +14,11 @@
  *     image parts → <start_of_image>) with common/chat/jinja to transformers'
  *     text, and ifd_image_prompt_encode gives exactly the processor's
  *     input_ids, its image spans the runs of token_type_ids == 1;
- *   - chats without images also through the chat request API and
- *     ifd_chat_tokenize; chats with images through it where it accepts image
- *     parts (the router's branch of issue 28): then the same ids, else the
- *     refusal naming the part.
+ *   - each chat also through the chat request API, with the directory's
+ *     template and with the built-in gemma family (ifd_chat_tokenize too
+ *     for chats without images): transformers' text and ids. Chats with
+ *     images only where it accepts image parts (the router's branch of
+ *     issue 28); until then its refusal naming the part is printed.
  */
 #include "testutil.h"
 
@@ -195,14 +196,50 @@ static void expect_prompt(const ifd_tokenizer_t *t, const ifd_safetensors_t *st,
     ifd_tokens_free(&ids);
 }
 
+/* One chat through the chat request API with template tpl (how: its name
+ * in messages): transformers' text and ids; with images, the refusal of
+ * image parts is accepted until the router's branch lands. */
+static void expect_request(const ifd_chat_template_t *tpl, const ifd_tokenizer_t *t,
+                           const ifd_safetensors_t *st, const char *name, const json_t *chat,
+                           const char *how)
+{
+    const char *want = json_string_value(json_object_get(chat, "prompt"));
+    bool images = json_array_size(json_object_get(chat, "images")) > 0;
+    ifd_chat_request_t req = {.messages = json_object_get(chat, "messages"),
+                              .add_generation_prompt = true};
+    ifd_chat_prompt_t pr;
+    char err[512];
+    int rc = ifd_chat_render_request(tpl, &req, &pr, err, sizeof err);
+    if (images && rc == IFD_EINVAL) {
+        ck_assert_msg(strstr(err, "content part"), "%s: %s", name, err);
+        printf("%s (%s): the chat request API refuses image parts: %s\n", name, how, err);
+        return;
+    }
+    ck_assert_msg(rc == 0, "%s (%s): %s", name, how, err);
+    ck_assert_str_eq(pr.text, want);
+    expect_prompt(t, st, name, pr.text, pr.len, pr.content, pr.n_content, how);
+    if (!images) { /* no image: what ifd_chat_tokenize gives is the same */
+        ifd_tokens_t ids = {0};
+        size_t n;
+        const int32_t *w = ref_ids(st, name, "input_ids", &n);
+        ck_assert_int_eq(ifd_chat_tokenize(tpl, t, &pr, &ids), 0);
+        expect_ids(&ids, w, n, name);
+        ifd_tokens_free(&ids);
+    }
+    ifd_chat_prompt_free(&pr);
+}
+
 START_TEST(test_chats)
 {
     ifd_tokenizer_t *t = load_tok();
-    ifd_chat_template_t *tpl = NULL;
+    ifd_chat_template_t *own = NULL, *family = NULL;
     char err[512], p[4200];
     ifd_chat_params_t cp = ifd_chat_default_params();
-    ck_assert_msg(ifd_chat_template_create(&tpl, t, &cp, err, sizeof err) == 0, "%s", err);
-    ck_assert_ptr_nonnull(ifd_chat_template_source(tpl)); /* the model's own template */
+    ck_assert_msg(ifd_chat_template_create(&own, t, &cp, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_nonnull(ifd_chat_template_source(own)); /* the model's own template */
+    cp.name = "gemma";
+    ck_assert_msg(ifd_chat_template_create(&family, t, &cp, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_null(ifd_chat_template_source(family)); /* the built-in family */
     ifd_safetensors_t *st = NULL;
     ck_assert_msg(
         ifd_safetensors_open(&st, tiny("refs2.safetensors", p, sizeof p), err, sizeof err) == 0,
@@ -221,36 +258,17 @@ START_TEST(test_chats)
         ck_assert_str_eq(text, want);
         expect_prompt(t, st, name, text, len, NULL, 0, "template");
         free(text);
-
-        bool images = json_array_size(json_object_get(chat, "images")) > 0;
-        n_images += images;
-        ifd_chat_request_t req = {.messages = msgs, .add_generation_prompt = true};
-        ifd_chat_prompt_t pr;
-        int rc = ifd_chat_render_request(tpl, &req, &pr, err, sizeof err);
-        if (images && rc == IFD_EINVAL) {
-            ck_assert_msg(strstr(err, "content part"), "%s: %s", name, err);
-            printf("%s: the chat request API refuses image parts: %s\n", name, err);
-        } else {
-            ck_assert_msg(rc == 0, "%s: %s", name, err);
-            ck_assert_str_eq(pr.text, want);
-            expect_prompt(t, st, name, pr.text, pr.len, pr.content, pr.n_content, "request");
-            if (!images) { /* no image: what ifd_chat_tokenize gives is the same */
-                ifd_tokens_t ids = {0};
-                size_t n;
-                const int32_t *w = ref_ids(st, name, "input_ids", &n);
-                ck_assert_int_eq(ifd_chat_tokenize(tpl, t, &pr, &ids), 0);
-                expect_ids(&ids, w, n, name);
-                ifd_tokens_free(&ids);
-            }
-            ifd_chat_prompt_free(&pr);
-        }
+        expect_request(own, t, st, name, chat, "request");
+        expect_request(family, t, st, name, chat, "built-in gemma");
+        n_images += json_array_size(json_object_get(chat, "images")) > 0;
         n_chats++;
     }
     ck_assert_int_ge(n_chats, 4);
     ck_assert_int_ge(n_images, 3);
     json_decref(doc);
     ifd_safetensors_close(st);
-    ifd_chat_template_destroy(tpl);
+    ifd_chat_template_destroy(family);
+    ifd_chat_template_destroy(own);
     ifd_tokenizer_destroy(t);
 }
 END_TEST
