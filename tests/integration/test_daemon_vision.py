@@ -36,7 +36,8 @@ model; a daemon and its worker, so also in IFD_TESTS_2CPU; a few seconds on the 
 and every image request gets today's 400. On a scratch merge of img-oracle with img-router
 (519d0f2) and img-worker (40ebc0b) every case passed: logprobs within 1.1e-5 of transformers'
 (4.9e-4 with f16 KV), the swapped images 0.17 off, the other image 1.1 off with 0 tokens
-cached and then 32, the same chat again 32 of 41 cached.
+cached and then 32, the same chat again 32 of 41 cached; also with the daemon and worker built
+with ASan+UBSan (no report).
 
 Usage: test_daemon_vision.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
