@@ -16,9 +16,8 @@
  *     input_ids, its image spans the runs of token_type_ids == 1;
  *   - each chat also through the chat request API, with the directory's
  *     template and with the built-in gemma family (ifd_chat_tokenize too
- *     for chats without images): transformers' text and ids. Chats with
- *     images only where it accepts image parts (the router's branch of
- *     issue 28); until then its refusal naming the part is printed.
+ *     for chats without images): transformers' text and ids, image parts
+ *     included.
  */
 #include "testutil.h"
 
@@ -197,8 +196,7 @@ static void expect_prompt(const ifd_tokenizer_t *t, const ifd_safetensors_t *st,
 }
 
 /* One chat through the chat request API with template tpl (how: its name
- * in messages): transformers' text and ids; with images, the refusal of
- * image parts is accepted until the router's branch lands. */
+ * in messages): transformers' text and ids, image parts included. */
 static void expect_request(const ifd_chat_template_t *tpl, const ifd_tokenizer_t *t,
                            const ifd_safetensors_t *st, const char *name, const json_t *chat,
                            const char *how)
@@ -210,11 +208,6 @@ static void expect_request(const ifd_chat_template_t *tpl, const ifd_tokenizer_t
     ifd_chat_prompt_t pr;
     char err[512];
     int rc = ifd_chat_render_request(tpl, &req, &pr, err, sizeof err);
-    if (images && rc == IFD_EINVAL) {
-        ck_assert_msg(strstr(err, "content part"), "%s: %s", name, err);
-        printf("%s (%s): the chat request API refuses image parts: %s\n", name, how, err);
-        return;
-    }
     ck_assert_msg(rc == 0, "%s (%s): %s", name, how, err);
     ck_assert_str_eq(pr.text, want);
     expect_prompt(t, st, name, pr.text, pr.len, pr.content, pr.n_content, how);
