@@ -47,9 +47,10 @@ static const char BASE_RULES[] =
     /* formats (grammar_conv_schema.c: string_body); each a subset of what RFC 3339 / 3986 /
      * 5321 / 1123 / 4291 / ISO 8601 allow, so every text is valid for a strict checker */
     "jdurn ::= [0-9]{1,9}\n"
-    "jdurd ::= jdurn \"Y\" ( jdurn \"M\" )? ( jdurn \"D\" )? | jdurn \"M\" ( jdurn \"D\" )? | "
+    /* RFC 3339 Appendix A: units chain without gaps (P1Y2D and PT1H2S are not durations) */
+    "jdurd ::= jdurn \"Y\" ( jdurn \"M\" ( jdurn \"D\" )? )? | jdurn \"M\" ( jdurn \"D\" )? | "
     "jdurn \"D\"\n"
-    "jdurt ::= jdurn \"H\" ( jdurn \"M\" )? ( jdurn \"S\" )? | jdurn \"M\" ( jdurn \"S\" )? | "
+    "jdurt ::= jdurn \"H\" ( jdurn \"M\" ( jdurn \"S\" )? )? | jdurn \"M\" ( jdurn \"S\" )? | "
     "jdurn \"S\"\n"
     "jduration ::= \"\\\"\" \"P\" ( jdurd ( \"T\" jdurt )? | \"T\" jdurt | jdurn \"W\" ) "
     "\"\\\"\"\n"
@@ -64,8 +65,14 @@ static const char BASE_RULES[] =
     "jh16 )? \"::\" jh16 \":\" jls32 | ( ( jh16 \":\" ){0,4} jh16 )? \"::\" jls32 | "
     "( ( jh16 \":\" ){0,5} jh16 )? \"::\" jh16 | ( ( jh16 \":\" ){0,6} jh16 )? \"::\"\n"
     "jipv6 ::= \"\\\"\" jipv6c \"\\\"\"\n"
-    "jlabel ::= [a-zA-Z0-9] ( [a-zA-Z0-9\\-]{0,61} [a-zA-Z0-9] )?\n"
-    "jtld ::= [a-zA-Z] ( [a-zA-Z0-9\\-]{0,22} [a-zA-Z0-9] )?\n"
+    /* labels: never "--" in the third and fourth places (RFC 5891 reserves it for A-labels,
+     * which are not written) */
+    "jan ::= [a-zA-Z0-9]\n"
+    "jld ::= [a-zA-Z0-9\\-]\n"
+    "jlabel ::= jan ( jld? jan )? | jan jld jld jan | jan jld ( jan jld | \"-\" jan ) jld{0,58} "
+    "jan\n"
+    "jtld ::= [a-zA-Z] ( jld? jan )? | [a-zA-Z] jld jld jan | [a-zA-Z] jld ( jan jld | \"-\" jan ) "
+    "jld{0,19} jan\n"
     "jhostc ::= ( jlabel \".\" ){0,3} jtld\n"
     "jhostname ::= \"\\\"\" jhostc \"\\\"\"\n"
     "jatom ::= [a-zA-Z0-9_%+\\-]{1,20}\n"

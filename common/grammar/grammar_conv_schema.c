@@ -13,6 +13,7 @@
 #include "grammar_conv.h"
 #include "grammar_conv_impl.h"
 #include "schema_check.h"
+#include "schema_format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,30 +412,19 @@ static int string_exact(conv_t *c, const json_t *s, ifd_buf_t *b)
     TRY(get_count(c, s, "maxLength", &mx));
     if (fmt) {
         const char *f = json_string_value(fmt);
-        /* each rule's shortest and longest string (-1: unbounded), so that a
-         * length that every one of them obeys can stand beside it */
-        static const struct {
-            const char *name, *rule;
-            int lo, hi;
-        } formats[] = {{"date", "jdate", 10, 10},          {"time", "jtime", 9, 21},
-                       {"date-time", "jdatetime", 20, 32}, {"uuid", "juuid", 36, 36},
-                       {"duration", "jduration", 3, 62},   {"ipv4", "jipv4", 7, 15},
-                       {"ipv6", "jipv6", 2, 45},           {"hostname", "jhostname", 1, 216},
-                       {"email", "jemail", 5, 279},        {"uri", "juri", 4, -1},
-                       {"uri-reference", "juriref", 0, -1}};
         if (!f)
             return ifd__gconv_err(c, IFD_ENOTSUP, "'format' must be a string");
-        for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
-            if (strcmp(f, formats[i].name))
-                continue;
-            bool fits =
-                mn <= formats[i].lo && (mx < 0 || (formats[i].hi >= 0 && formats[i].hi <= mx));
+        /* a length beside the format stands only where every string of its
+         * rule obeys it (schema_format.h: each rule's shortest and longest) */
+        const ifd_schema_format_t *sf = ifd_schema_format_find(f);
+        if (sf) {
+            bool fits = mn <= sf->lo && (mx < 0 || (sf->hi >= 0 && sf->hi <= mx));
             if (pat || !fits)
                 return ifd__gconv_err(c, IFD_ENOTSUP,
                                       "'format': \"%s\" combined with 'pattern' or a length its "
                                       "strings (%d to %d characters) do not all obey",
-                                      f, formats[i].lo, formats[i].hi);
-            return ifd_buf_printf(b, "%s ", formats[i].rule) ? IFD_ENOMEM : 0;
+                                      f, sf->lo, sf->hi);
+            return ifd_buf_printf(b, "%s ", sf->rule) ? IFD_ENOMEM : 0;
         }
         /* other formats (OpenAPI's int64, byte, password, vendors' own) are annotations */
     }
@@ -521,8 +511,8 @@ static int string_fn(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b)
 }
 
 /* Standard formats a checker may assert that no rule here writes: refused
- * even in a loose conversion (the check at the end treats format as an
- * annotation, so leaving one out would go unchecked). */
+ * even in a loose conversion (the check at the end asserts only the
+ * formats of schema_format.h, so leaving one out would go unchecked). */
 static const char *const REFUSED_FORMATS[] = {
     "idn-email",    "idn-hostname",          "iri",  "iri-reference", "uri-template",
     "json-pointer", "relative-json-pointer", "regex"};

@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "grammar_conv_impl.h"
+#include "schema_format.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <math.h>
@@ -429,6 +430,17 @@ static int kw_pattern(chk_t *c, const json_t *s, const json_t *kv, const json_t 
     return rc ? rc : found ? 0 : fail(c, "does not match 'pattern' %.100s", json_string_value(kv));
 }
 
+/* The formats the grammar enforces (schema_format.h), asserted with the
+ * standards' definitions; any other format is an annotation. */
+static int kw_format(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
+{
+    (void)s;
+    const ifd_schema_format_t *f = ifd_schema_format_find(json_string_value(kv));
+    if (!f || f->check(json_string_value(v), json_string_length(v)))
+        return 0;
+    return fail(c, "not a valid '%s' ('format')", f->name);
+}
+
 /* ---- arrays ---- */
 
 static int items_from(chk_t *c, const json_t *sub, const json_t *v, size_t from)
@@ -706,6 +718,7 @@ static const struct {
     {"minLength", STR, kw_min_length},
     {"maxLength", STR, kw_max_length},
     {"pattern", STR, kw_pattern},
+    {"format", STR, kw_format},
     {"prefixItems", ARR, kw_prefix_items},
     {"items", ARR, kw_items},
     {"minItems", ARR, kw_min_items},

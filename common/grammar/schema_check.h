@@ -8,8 +8,11 @@
  * check decides (llguidance's rule; docs/structured-outputs.md).
  *
  * Every constraining keyword is evaluated, with these choices: `format` is
- * an annotation (2020-12's default; the grammar enforces the formats it
- * accepts exactly); `pattern` is a PCRE2 search (UTF mode, ECMA-262's
+ * asserted for the formats the grammar enforces (schema_format.h: date,
+ * time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri,
+ * uri-reference, by their standards' definitions; 2020-12's
+ * format-assertion vocabulary, as the grammar enforces them), any other
+ * format is an annotation; `pattern` is a PCRE2 search (UTF mode, ECMA-262's
  * syntax as far as PCRE2 shares it); a `$ref` beside other keywords is
  * applied together with them, in every draft (as the converter merges
  * them); a pattern search past a million backtracking steps is

@@ -5,7 +5,9 @@
  * history (a resumed request) gives the same masks; the sampler only ever
  * picks allowed tokens, greedy or random, and with top-k, top-p and min-p
  * set its filters act on the allowed tokens alone; numeric schema bounds hold
- * on every text a walk under the mask finishes.
+ * on every text a walk under the mask finishes; every string a walk writes
+ * under a format's grammar passes the output check's format (the grammar's
+ * formats are subsets of the check's).
  */
 #include "testutil.h"
 
@@ -13,6 +15,7 @@
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
 #include "grammar/grammar_mask.h"
+#include "grammar/schema_check.h"
 #include "worker/sampler.h"
 
 #include <math.h>
@@ -554,6 +557,82 @@ START_TEST(test_sampler_constraint_truncated)
 }
 END_TEST
 
+/* A format's grammar against the check (schema_check.h): random byte-level
+ * walks under the mask, each finished string checked. The grammar writes a
+ * subset of what the check accepts; a string it writes that the check
+ * refused would be a false 500 (docs/structured-outputs.md). */
+START_TEST(test_mask_format_walks)
+{
+    static const char *const formats[] = {"date",  "time", "date-time",    "duration",
+                                          "uuid",  "ipv4", "ipv6",         "hostname",
+                                          "email", "uri",  "uri-reference"};
+    enum { V = 257, EOS = 256, WALKS = 400, STEPS = 400 };
+    char *bytes[V];
+    uint32_t lens[V];
+    for (int i = 0; i < V; i++) {
+        bytes[i] = malloc(2);
+        bytes[i][0] = (char)i;
+        lens[i] = i == EOS ? 0 : 1;
+    }
+    int32_t eos = EOS;
+    ifd_vocab_t *v;
+    ck_assert_int_eq(ifd_vocab_create(V, (const char *const *)bytes, lens, &eos, 1, &v), 0);
+    ifd_gstore_t *st;
+    ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
+    uint64_t rng = 29;
+    uint32_t mask[(V + 31) / 32];
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        char sch[96];
+        snprintf(sch, sizeof sch, "{\"type\":\"string\",\"format\":\"%s\"}", formats[f]);
+        json_error_t je;
+        json_t *schema = json_loads(sch, 0, &je);
+        char *text = schema_text(sch);
+        int finished = 0;
+        for (int walk = 0; walk < WALKS; walk++) {
+            ifd_constraint_t *k;
+            char err[256];
+            ck_assert_int_eq(ifd_constraint_create(st, text, strlen(text), &k, err, sizeof err), 0);
+            int32_t hist[STEPS];
+            char out[STEPS + 1];
+            size_t n = 0;
+            bool done = false;
+            for (; n < STEPS && !done; n++) {
+                IFD_TASSERT_CMP(ifd_constraint_mask(k, hist, n, mask), ==, 0);
+                int32_t allowed[V];
+                int na = 0;
+                for (int32_t t = 0; t < V; t++)
+                    if ((mask[t >> 5] >> (t & 31)) & 1)
+                        allowed[na++] = t;
+                IFD_TASSERT(na > 0);
+                bool quote_ok = (mask['"' >> 5] >> ('"' & 31)) & 1;
+                /* the closing quote now and then, so the strings stay short */
+                int32_t t = quote_ok && n > 0 && rnd(&rng) % 8 == 0
+                                ? '"'
+                                : allowed[rnd(&rng) % (uint64_t)na];
+                hist[n] = t;
+                done = t == EOS;
+                out[n] = (char)t;
+            }
+            ifd_constraint_destroy(k);
+            if (!done)
+                continue;
+            finished++;
+            char why[256];
+            int rc = ifd_schema_check_text(schema, out, n - 1, why, sizeof why);
+            IFD_CHECK(rc == 0, "format %s: the grammar wrote %.*s, the check says %s", formats[f],
+                      (int)(n - 1), out, why);
+        }
+        IFD_CHECK(finished >= WALKS / 2, "format %s: only %d walks finished", formats[f], finished);
+        free(text);
+        json_decref(schema);
+    }
+    ifd_gstore_destroy(st);
+    ifd_vocab_destroy(v);
+    for (int i = 0; i < V; i++)
+        free(bytes[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("grammar_mask");
@@ -564,6 +643,7 @@ int main(void)
     tcase_add_test(tc, test_compiled_handoff);
     tcase_add_test(tc, test_sampler_constraint);
     tcase_add_test(tc, test_sampler_constraint_truncated);
+    tcase_add_test(tc, test_mask_format_walks);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
