@@ -20,6 +20,7 @@ typedef struct gc_entry {
     int32_t at;
     size_t klen, n, bytes;
     int32_t *words; /* into data, after the key */
+    json_t *schema; /* a reference, or NULL */
     char data[];
 } gc_entry_t;
 
@@ -52,8 +53,10 @@ void ifd_gcache_destroy(ifd_gcache_t *c)
 {
     if (!c)
         return;
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->n; i++) {
+        json_decref(c->v[i]->schema);
         free(c->v[i]);
+    }
     free(c->v);
     ifd_hash_close(&c->index);
     pthread_mutex_destroy(&c->mu);
@@ -105,11 +108,12 @@ static void gc_remove(ifd_gcache_t *c, gc_entry_t *e)
         c->v[e->at] = last;
     }
     c->bytes -= e->bytes;
+    json_decref(e->schema);
     free(e);
 }
 
 int ifd_gcache_get(ifd_gcache_t *c, const void *key, size_t klen, ifd_arena_t *a, int32_t **words,
-                   size_t *n)
+                   size_t *n, json_t **schema)
 {
     uint64_t h = ifd_hash_bytes(key, klen);
     int found = 0;
@@ -121,6 +125,8 @@ int ifd_gcache_get(ifd_gcache_t *c, const void *key, size_t klen, ifd_arena_t *a
         if (e->n && (*words = ifd_arena_alloc(a, e->n * sizeof **words)))
             memcpy(*words, e->words, e->n * sizeof **words);
         found = !e->n || *words;
+        if (found && schema)
+            *schema = json_incref(e->schema);
         gc_unlink(c, e);
         gc_push_front(c, e);
     }
@@ -132,19 +138,22 @@ int ifd_gcache_get(ifd_gcache_t *c, const void *key, size_t klen, ifd_arena_t *a
     return found;
 }
 
-void ifd_gcache_put(ifd_gcache_t *c, const void *key, size_t klen, const int32_t *words, size_t n)
+void ifd_gcache_put(ifd_gcache_t *c, const void *key, size_t klen, const int32_t *words, size_t n,
+                    json_t *schema, size_t schema_bytes)
 {
     size_t off = (klen + 7) & ~(size_t)7;
-    size_t bytes = sizeof(gc_entry_t) + off + n * sizeof *words;
+    size_t size = sizeof(gc_entry_t) + off + n * sizeof *words;
+    size_t bytes = size + (schema ? schema_bytes : 0); /* what it counts for */
     if (bytes > c->max_bytes)
         return;
-    gc_entry_t *e = malloc(bytes);
+    gc_entry_t *e = malloc(size);
     if (!e)
         return;
     memcpy(e->data, key, klen);
     e->words = (int32_t *)(e->data + off);
     if (n)
         memcpy(e->words, words, n * sizeof *words);
+    e->schema = NULL;
     e->klen = klen;
     e->n = n;
     e->bytes = bytes;
@@ -173,6 +182,7 @@ void ifd_gcache_put(ifd_gcache_t *c, const void *key, size_t klen, const int32_t
         return;
     }
     e->at = (int32_t)c->n;
+    e->schema = json_incref(schema);
     c->v[c->n++] = e;
     c->bytes += bytes;
     gc_push_front(c, e);

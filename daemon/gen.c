@@ -33,11 +33,11 @@
 #include "gen.h"
 
 #include "error.h"
-#include "grammar/schema_check.h"
 #include "hash.h"
 #include "ids.h"
 #include "images.h"
 #include "log.h"
+#include "outcheck.h"
 #include "prompt.h"
 #include "proto/responses.h"
 #include "proto/sse.h"
@@ -108,6 +108,8 @@ struct ifd_gen {
     atomic_int cancel;
     int32_t *gwords; /* the compiled grammar handed to the worker (arena), or NULL */
     size_t n_gwords;
+    json_t *so_schema;   /* req.so_check: the parsed schema (a reference; shared with gcache.h) */
+    uint32_t n_checks;   /* output checks on the thread pool (outcheck.h): each holds g */
     ifd_tokens_t *ptoks; /* per prompt */
     /* chat with images: what they are held to (read at admission), their
      * pictures (decoded by the job; kept until the request is freed, so a
@@ -311,51 +313,12 @@ static bool ifd__send_end(ifd__choice_t *c)
     return ifd__emit(c, t->emitted, c->finish);
 }
 
-/* A finished choice of a request whose grammar over-approximates its JSON
- * Schema (so_check): its text checked against the whole schema
- * (schema_check.h; llguidance's rule). Invalid — or not checkable (a
- * number beyond a double's range, a pattern past its match limit: what the
- * grammar left out would go unchecked) —: g fails with OpenAI's 500 for
- * invalid content (a client's retry samples again) and false is returned. */
-static bool ifd__check_output(ifd__choice_t *c)
+/* The end of a finished choice: counted; for streams its last chunk (none
+ * for an output that failed its check: the stream ends with the error).
+ * false: g freed. */
+static bool ifd__choice_end(ifd__choice_t *c, bool length, bool valid)
 {
     ifd_gen_t *g = c->g;
-    json_error_t je;
-    char why[256] = "";
-    json_t *schema = json_loadb(g->req.so_source, g->req.so_source_len, JSON_DECODE_ANY, &je);
-    int rc = !schema ? IFD_ENOMEM
-                     : ifd_schema_check_text(schema, c->text.text.data ? c->text.text.data : "",
-                                             c->text.text.len, why, sizeof why);
-    json_decref(schema);
-    if (!rc)
-        return true;
-    if (!why[0])
-        snprintf(why, sizeof why, "(the value): %s", ifd_strerror(rc));
-    IFD_INFO("gen %s: choice %u: output %s for its schema: %s", g->id, c->index,
-             rc == IFD_EINVAL ? "invalid" : "not checkable", why);
-    g->api->metrics->invalid_outputs++;
-    ifd__fail(g, 500, "invalid_content",
-              "The model produced invalid content: choice %u %s the JSON Schema at %s "
-              "(checked after generation). Consider modifying your prompt if you are seeing "
-              "this error persistently.",
-              c->index, rc == IFD_EINVAL ? "does not satisfy" : "cannot be checked against", why);
-    return false;
-}
-
-/* Marks a choice finished (length: at max_tokens); for streams sends its
- * last chunk (none for an output that failed its check: the stream ends
- * with the error). false: g freed. */
-static bool ifd__choice_done(ifd__choice_t *c, bool length)
-{
-    ifd_gen_t *g = c->g;
-    c->done = true;
-    const char *finish = ifd_textout_end(&c->text, length, &g->arena);
-    if (g->ids_failed)
-        ifd__fail(g, 500, NULL,
-                  "A tool call id could not be drawn from the system's random "
-                  "number generator.");
-    c->finish = finish;
-    bool valid = length || !g->req.so_check || g->failed || ifd__check_output(c);
     g->n_done++;
     ifd_metrics_t *m = g->api->metrics;
     m->finished[!valid ? IFD_FIN_ERROR : length ? IFD_FIN_LENGTH : IFD_FIN_STOP]++;
@@ -375,6 +338,89 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
         return false;
     }
     return true;
+}
+
+/* The verdict of a choice's output check (rc, why: outcheck.h). Invalid —
+ * or not checkable (a number beyond a double's range, a pattern past its
+ * match limit: what the grammar left out would go unchecked) —: g fails
+ * with OpenAI's 500 for invalid content (a client's retry samples again)
+ * and false is returned. */
+static bool ifd__check_verdict(ifd__choice_t *c, int rc, const char *why)
+{
+    ifd_gen_t *g = c->g;
+    if (!rc)
+        return true;
+    char msg[256];
+    if (why[0])
+        snprintf(msg, sizeof msg, "%s", why);
+    else
+        snprintf(msg, sizeof msg, "(the value): %s", ifd_strerror(rc));
+    IFD_INFO("gen %s: choice %u: output %s for its schema: %s", g->id, c->index,
+             rc == IFD_EINVAL ? "invalid" : "not checkable", msg);
+    g->api->metrics->invalid_outputs++;
+    ifd__fail(g, 500, "invalid_content",
+              "The model produced invalid content: choice %u %s the JSON Schema at %s "
+              "(checked after generation). Consider modifying your prompt if you are seeing "
+              "this error persistently.",
+              c->index, rc == IFD_EINVAL ? "does not satisfy" : "cannot be checked against", msg);
+    return false;
+}
+
+static bool ifd__busy(const ifd_gen_t *g);
+
+/* A choice's check is back from the thread pool: its end, unless the
+ * request was given up meanwhile (then the last job out frees g). */
+static void ifd__checked_cb(ifd_outcheck_t *job, int rc, const char *why, void *ud)
+{
+    (void)job;
+    ifd__choice_t *c = ud;
+    ifd_gen_t *g = c->g;
+    g->n_checks--;
+    if (g->aborted || rc == IFD_ECANCELED) {
+        g->api->metrics->finished[IFD_FIN_ABORT]++;
+        g->aborted = true;
+        if (!ifd__busy(g))
+            ifd__gen_free(g);
+        return;
+    }
+    ifd__choice_end(c, false, ifd__check_verdict(c, rc, why));
+}
+
+/* A finished choice of a request whose grammar over-approximates its JSON
+ * Schema (so_check): its text checked against the whole schema
+ * (schema_check.h; llguidance's rule) on the thread pool — its cost grows
+ * with the output, never on the loop — the choice ending when it is back
+ * (ifd__checked_cb). The schema was parsed once, with the grammar
+ * (ifd__build_grammar). false: g freed. */
+static bool ifd__check_output(ifd__choice_t *c)
+{
+    ifd_gen_t *g = c->g;
+    ifd_outcheck_t *j = g->so_schema ? ifd_arena_calloc(&g->arena, 1, sizeof *j) : NULL;
+    if (!j)
+        return ifd__choice_end(c, false, ifd__check_verdict(c, IFD_ENOMEM, ""));
+    if (ifd_outcheck_queue(g->api->loop, j, g->so_schema, c->text.text.data, c->text.text.len,
+                           ifd__checked_cb, c) == 0) {
+        g->n_checks++;
+        return true;
+    }
+    return ifd__choice_end(c, false, ifd__check_verdict(c, j->rc, j->why));
+}
+
+/* Marks a choice finished (length: at max_tokens) and ends it, after its
+ * output check where it has one. false: g freed. */
+static bool ifd__choice_done(ifd__choice_t *c, bool length)
+{
+    ifd_gen_t *g = c->g;
+    c->done = true;
+    const char *finish = ifd_textout_end(&c->text, length, &g->arena);
+    if (g->ids_failed)
+        ifd__fail(g, 500, NULL,
+                  "A tool call id could not be drawn from the system's random "
+                  "number generator.");
+    c->finish = finish;
+    if (length || !g->req.so_check || g->failed)
+        return ifd__choice_end(c, length, true);
+    return ifd__check_output(c);
 }
 
 /* The text changed (ev, from textout): a stop string ends the choice; else
@@ -1149,6 +1195,7 @@ static void ifd__gen_free(ifd_gen_t *g)
         g->next->prev = g->prev;
     ifd_buf_free(&g->out);
     free(g->ch);
+    json_decref(g->so_schema);
     ifd_textout_rules_close(&g->rules);
     ifd_arena_close(&g->arena);
     free(g);
@@ -1156,6 +1203,25 @@ static void ifd__gen_free(ifd_gen_t *g)
         ifd_memtrim_idle(api->trim);
     if (!api->gens && api->on_idle)
         api->on_idle(api->idle_ctx);
+}
+
+/* A job on the thread pool holds g (tokenizing, the response's writing,
+ * output checks): g is freed when it returns. */
+static bool ifd__busy(const ifd_gen_t *g)
+{
+    return g->work_pending || g->n_checks;
+}
+
+/* g is given up while a job holds it: its sequences released now (no more
+ * router callbacks), g freed when the last job returns. */
+static void ifd__abandon(ifd_gen_t *g)
+{
+    g->aborted = true;
+    for (uint32_t i = 0; g->ch && i < g->n_choices; i++)
+        if (g->ch[i].seq) {
+            ifd_router_release(g->api->router, g->ch[i].seq);
+            g->ch[i].seq = NULL;
+        }
 }
 
 static void ifd__abort_cb(void *ud)
@@ -1168,8 +1234,8 @@ static void ifd__abort_cb(void *ud)
     g->conn = NULL;
     atomic_store(&g->cancel, 1);
     IFD_INFO("gen %s: client went away: cancelling its sequences", g->id);
-    if (g->work_pending) {
-        g->aborted = true; /* freed when the tokenizing job returns */
+    if (ifd__busy(g)) {
+        ifd__abandon(g); /* freed when its jobs return */
         return;
     }
     ifd__gen_free(g);
@@ -1180,7 +1246,7 @@ void ifd_gen_abort_all(ifd_api_t *api)
     ifd_gen_t *g = api->gens;
     while (g) {
         ifd_gen_t *next = g->next;
-        if (g->work_pending) {
+        if (ifd__busy(g)) {
             if (g->conn) {
                 ifd_http_conn_t *conn = g->conn;
                 g->conn = NULL;
@@ -1188,7 +1254,7 @@ void ifd_gen_abort_all(ifd_api_t *api)
                 ifd_reply_errorf(conn, 503, NULL, NULL, "The server is shutting down.");
             }
             atomic_store(&g->cancel, 1);
-            g->aborted = true;
+            ifd__abandon(g);
         } else {
             ifd__fail(g, 503, NULL, "The server is shutting down.");
             ifd__complete(g);
@@ -1218,6 +1284,23 @@ static char *ifd__grammar_key(ifd_gen_t *g, size_t *len)
     return key;
 }
 
+/* What a parsed schema counts for in the grammar cache: jansson's nodes
+ * take several times the bytes of their text. */
+#define IFD__SCHEMA_BYTES(text_len) (8 * (size_t)(text_len) + 256)
+
+/* The schema the outputs are checked against, parsed once per compiled
+ * grammar (it is cached with it). */
+static int ifd__parse_schema(ifd_gen_t *g)
+{
+    json_error_t je;
+    g->so_schema = json_loadb(g->req.so_source, g->req.so_source_len, JSON_DECODE_ANY, &je);
+    if (g->so_schema)
+        return 0;
+    ifd_oai_error_set(&g->work_err, 500, NULL, NULL, NULL, "Parsing the schema again failed: %s",
+                      je.text);
+    return IFD_ENOMEM;
+}
+
 /* The request's structured-output work (its tools' schemas checked, its
  * constraint converted and compiled), off the loop, within grammar_timeout
  * and the client's presence; a request asking what an earlier one did
@@ -1232,13 +1315,15 @@ static int ifd__build_grammar(ifd_gen_t *g)
     char *key = ifd__grammar_key(g, &klen);
     if (!key)
         return IFD_ENOMEM;
-    /* a cache entry is the grammar's words and one more: so_check */
-    if (ifd_gcache_get(api->grammars, key, klen, &g->arena, &g->gwords, &g->n_gwords) &&
+    /* a cache entry is the grammar's words and one more: so_check; and the
+     * parsed schema its outputs are checked against */
+    if (ifd_gcache_get(api->grammars, key, klen, &g->arena, &g->gwords, &g->n_gwords,
+                       &g->so_schema) &&
         g->n_gwords) {
         rq->so_check = g->gwords[--g->n_gwords] != 0;
         if (!g->n_gwords)
             g->gwords = NULL;
-        return 0;
+        return rq->so_check && !g->so_schema ? ifd__parse_schema(g) : 0;
     }
     ifd_grammar_budget_t b = ifd_grammar_default_budget();
     b.max_time_ms = (unsigned)(api->cfg->grammar_timeout * 1000.0);
@@ -1265,7 +1350,12 @@ static int ifd__build_grammar(ifd_gen_t *g)
             memcpy(g->gwords, w, n * sizeof *w);
         g->gwords[n] = rq->so_check;
         g->n_gwords = n;
-        ifd_gcache_put(api->grammars, key, klen, g->gwords, n + 1);
+        if (rq->so_check)
+            rc = ifd__parse_schema(g);
+    }
+    if (!rc) {
+        ifd_gcache_put(api->grammars, key, klen, g->gwords, n + 1, g->so_schema,
+                       IFD__SCHEMA_BYTES(rq->so_source_len));
         if (!n)
             g->gwords = NULL;
     }
@@ -1993,8 +2083,8 @@ int ifd_gen_background_cancel(ifd_api_t *api, const char *owner, const char *id,
     ifd_oai_meta_t m = ifd__meta(g);
     int rc = out ? ifd_responses_status_json(out, &m, "cancelled", NULL) : 0;
     ifd__keep_status(g, "cancelled", NULL);
-    if (g->work_pending) { /* its answer is being written: dropped when done */
-        g->aborted = true;
+    if (ifd__busy(g)) { /* its answer is being written or checked: dropped when done */
+        ifd__abandon(g);
         return rc;
     }
     ifd__stream_close(g); /* a stream still read ends here; its sequences released */
