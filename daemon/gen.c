@@ -108,7 +108,10 @@ struct ifd_gen {
     atomic_int cancel;
     int32_t *gwords; /* the compiled grammar handed to the worker (arena), or NULL */
     size_t n_gwords;
-    json_t *so_schema;   /* req.so_check: the parsed schema (a reference; shared with gcache.h) */
+    /* the schemas outputs are checked against (a reference, shared with gcache.h; NULL:
+     * none): {"output": response_format's schema (req.so_check), "tools": {name: the
+     * parameters of each enforced tool (ifd_oai_tool_enforced)}} */
+    json_t *checks;
     uint32_t n_checks;   /* output checks on the thread pool (outcheck.h): each holds g */
     ifd_tokens_t *ptoks; /* per prompt */
     /* chat with images: what they are held to (read at admission), their
@@ -340,37 +343,42 @@ static bool ifd__choice_end(ifd__choice_t *c, bool length, bool valid)
     return true;
 }
 
-/* The verdict of a choice's output check (rc, why: outcheck.h). Invalid —
+/* The verdict of a choice's checks (rc, item, why: outcheck.h). Invalid —
  * or not checkable (a number beyond a double's range, a pattern past its
  * match limit: what the grammar left out would go unchecked) —: g fails
  * with OpenAI's 500 for invalid content (a client's retry samples again)
  * and false is returned. */
-static bool ifd__check_verdict(ifd__choice_t *c, int rc, const char *why)
+static bool ifd__check_verdict(ifd__choice_t *c, int rc, const ifd_outcheck_item_t *item,
+                               const char *why)
 {
     ifd_gen_t *g = c->g;
     if (!rc)
         return true;
-    char msg[256];
+    char msg[256], what[128] = "";
     if (why[0])
         snprintf(msg, sizeof msg, "%s", why);
     else
         snprintf(msg, sizeof msg, "(the value): %s", ifd_strerror(rc));
-    IFD_INFO("gen %s: choice %u: output %s for its schema: %s", g->id, c->index,
+    if (item && item->what) /* a tool call's arguments */
+        snprintf(what, sizeof what, "'s call to '%.64s'", item->what);
+    IFD_INFO("gen %s: choice %u%s: output %s for its schema: %s", g->id, c->index, what,
              rc == IFD_EINVAL ? "invalid" : "not checkable", msg);
     g->api->metrics->invalid_outputs++;
     ifd__fail(g, 500, "invalid_content",
-              "The model produced invalid content: choice %u %s the JSON Schema at %s "
-              "(checked after generation). Consider modifying your prompt if you are seeing "
-              "this error persistently.",
-              c->index, rc == IFD_EINVAL ? "does not satisfy" : "cannot be checked against", msg);
+              "The model produced invalid content: choice %u%s %s %s at %s (checked after "
+              "generation). Consider modifying your prompt if you are seeing this error "
+              "persistently.",
+              c->index, what, rc == IFD_EINVAL ? "does not satisfy" : "cannot be checked against",
+              what[0] ? "its function's parameters schema" : "the JSON Schema", msg);
     return false;
 }
 
 static bool ifd__busy(const ifd_gen_t *g);
 
-/* A choice's check is back from the thread pool: its end, unless the
+/* A choice's checks are back from the thread pool: its end, unless the
  * request was given up meanwhile (then the last job out frees g). */
-static void ifd__checked_cb(ifd_outcheck_t *job, int rc, const char *why, void *ud)
+static void ifd__checked_cb(ifd_outcheck_t *job, int rc, const ifd_outcheck_item_t *item,
+                            const char *why, void *ud)
 {
     (void)job;
     ifd__choice_t *c = ud;
@@ -383,27 +391,54 @@ static void ifd__checked_cb(ifd_outcheck_t *job, int rc, const char *why, void *
             ifd__gen_free(g);
         return;
     }
-    ifd__choice_end(c, false, ifd__check_verdict(c, rc, why));
+    ifd__choice_end(c, false, ifd__check_verdict(c, rc, item, why));
 }
 
-/* A finished choice of a request whose grammar over-approximates its JSON
- * Schema (so_check): its text checked against the whole schema
- * (schema_check.h; llguidance's rule) on the thread pool — its cost grows
- * with the output, never on the loop — the choice ending when it is back
- * (ifd__checked_cb). The schema was parsed once, with the grammar
- * (ifd__build_grammar). false: g freed. */
+/* What a finished choice is checked on (arena; *n 0: nothing): its whole
+ * text where the grammar over-approximates response_format's schema
+ * (so_check), and each tool call's arguments where its tool is enforced.
+ * NULL on OOM. */
+static ifd_outcheck_item_t *ifd__check_items(ifd__choice_t *c, size_t *n)
+{
+    ifd_gen_t *g = c->g;
+    const json_t *out = json_object_get(g->checks, "output");
+    const json_t *tools = json_object_get(g->checks, "tools");
+    ifd_outcheck_item_t *it = ifd_arena_calloc(&g->arena, 1 + c->text.n_calls, sizeof *it);
+    *n = 0;
+    if (!it)
+        return NULL;
+    if (g->req.so_check && out)
+        it[(*n)++] = (ifd_outcheck_item_t){out, c->text.text.data, c->text.text.len, NULL};
+    for (size_t i = 0; tools && i < c->text.n_calls; i++) {
+        const ifd_oai_tool_call_t *call = &c->text.calls[i];
+        const json_t *params = call->name ? json_object_get(tools, call->name) : NULL;
+        if (params && call->arguments)
+            it[(*n)++] =
+                (ifd_outcheck_item_t){params, call->arguments, strlen(call->arguments), call->name};
+    }
+    return it;
+}
+
+/* A finished choice whose output is checked (ifd__check_items: llguidance's
+ * rule for response_format, enforced tools' arguments): checked on the
+ * thread pool — the cost grows with the output, never on the loop — the
+ * choice ending when it is back (ifd__checked_cb). The schemas were parsed
+ * once, with the grammar (ifd__build_grammar). false: g freed. */
 static bool ifd__check_output(ifd__choice_t *c)
 {
     ifd_gen_t *g = c->g;
-    ifd_outcheck_t *j = g->so_schema ? ifd_arena_calloc(&g->arena, 1, sizeof *j) : NULL;
+    size_t n;
+    ifd_outcheck_item_t *items = ifd__check_items(c, &n);
+    ifd_outcheck_t *j = items ? ifd_arena_calloc(&g->arena, 1, sizeof *j) : NULL;
     if (!j)
-        return ifd__choice_end(c, false, ifd__check_verdict(c, IFD_ENOMEM, ""));
-    if (ifd_outcheck_queue(g->api->loop, j, g->so_schema, c->text.text.data, c->text.text.len,
-                           ifd__checked_cb, c) == 0) {
+        return ifd__choice_end(c, false, ifd__check_verdict(c, IFD_ENOMEM, NULL, ""));
+    if (!n)
+        return ifd__choice_end(c, false, true);
+    if (ifd_outcheck_queue(g->api->loop, j, items, n, ifd__checked_cb, c) == 0) {
         g->n_checks++;
         return true;
     }
-    return ifd__choice_end(c, false, ifd__check_verdict(c, j->rc, j->why));
+    return ifd__choice_end(c, false, ifd__check_verdict(c, j->rc, &items[j->failed], j->why));
 }
 
 /* Marks a choice finished (length: at max_tokens) and ends it, after its
@@ -418,7 +453,7 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
                   "A tool call id could not be drawn from the system's random "
                   "number generator.");
     c->finish = finish;
-    if (length || !g->req.so_check || g->failed)
+    if (length || !g->checks || g->failed)
         return ifd__choice_end(c, length, true);
     return ifd__check_output(c);
 }
@@ -1195,7 +1230,7 @@ static void ifd__gen_free(ifd_gen_t *g)
         g->next->prev = g->prev;
     ifd_buf_free(&g->out);
     free(g->ch);
-    json_decref(g->so_schema);
+    json_decref(g->checks);
     ifd_textout_rules_close(&g->rules);
     ifd_arena_close(&g->arena);
     free(g);
@@ -1284,21 +1319,42 @@ static char *ifd__grammar_key(ifd_gen_t *g, size_t *len)
     return key;
 }
 
-/* What a parsed schema counts for in the grammar cache: jansson's nodes
- * take several times the bytes of their text. */
-#define IFD__SCHEMA_BYTES(text_len) (8 * (size_t)(text_len) + 256)
-
-/* The schema the outputs are checked against, parsed once per compiled
- * grammar (it is cached with it). */
-static int ifd__parse_schema(ifd_gen_t *g)
+/* The schemas the outputs are checked against (g->checks), parsed once per
+ * compiled grammar (they are cached with it); *bytes what they count for
+ * in the cache (jansson's nodes take several times the bytes of their
+ * text). NULL checks: nothing to check. */
+static int ifd__parse_checks(ifd_gen_t *g, size_t *bytes)
 {
-    json_error_t je;
-    g->so_schema = json_loadb(g->req.so_source, g->req.so_source_len, JSON_DECODE_ANY, &je);
-    if (g->so_schema)
-        return 0;
-    ifd_oai_error_set(&g->work_err, 500, NULL, NULL, NULL, "Parsing the schema again failed: %s",
-                      je.text);
-    return IFD_ENOMEM;
+    const ifd_oai_request_t *rq = &g->req;
+    json_t *checks = json_object(), *tools = json_object();
+    json_error_t je = {.text = "out of memory"};
+    int rc = checks && tools ? 0 : IFD_ENOMEM;
+    size_t text = 0;
+    if (!rc && rq->so_check) {
+        json_t *s = json_loadb(rq->so_source, rq->so_source_len, JSON_DECODE_ANY, &je);
+        rc = s && !json_object_set_new(checks, "output", s) ? 0 : IFD_ENOMEM;
+        text += rq->so_source_len;
+    }
+    for (size_t i = 0; !rc && i < rq->n_tools; i++) {
+        if (!ifd_oai_tool_enforced(rq, i))
+            continue;
+        json_t *s = json_loads(rq->tools[i].parameters, JSON_DECODE_ANY, &je);
+        rc = s && !json_object_set_new(tools, rq->tools[i].name, s) ? 0 : IFD_ENOMEM;
+        text += strlen(rq->tools[i].parameters);
+    }
+    if (!rc && json_object_size(tools))
+        rc = json_object_set(checks, "tools", tools) ? IFD_ENOMEM : 0;
+    json_decref(tools);
+    if (rc || !json_object_size(checks)) {
+        json_decref(checks);
+        checks = NULL;
+    }
+    if (rc)
+        ifd_oai_error_set(&g->work_err, 500, NULL, NULL, NULL,
+                          "Parsing the schemas to check the output with failed: %s", je.text);
+    g->checks = checks;
+    *bytes = 8 * text + 256;
+    return rc;
 }
 
 /* The request's structured-output work (its tools' schemas checked, its
@@ -1317,13 +1373,13 @@ static int ifd__build_grammar(ifd_gen_t *g)
         return IFD_ENOMEM;
     /* a cache entry is the grammar's words and one more: so_check; and the
      * parsed schema its outputs are checked against */
-    if (ifd_gcache_get(api->grammars, key, klen, &g->arena, &g->gwords, &g->n_gwords,
-                       &g->so_schema) &&
+    size_t bytes;
+    if (ifd_gcache_get(api->grammars, key, klen, &g->arena, &g->gwords, &g->n_gwords, &g->checks) &&
         g->n_gwords) {
         rq->so_check = g->gwords[--g->n_gwords] != 0;
         if (!g->n_gwords)
             g->gwords = NULL;
-        return rq->so_check && !g->so_schema ? ifd__parse_schema(g) : 0;
+        return g->checks ? 0 : ifd__parse_checks(g, &bytes);
     }
     ifd_grammar_budget_t b = ifd_grammar_default_budget();
     b.max_time_ms = (unsigned)(api->cfg->grammar_timeout * 1000.0);
@@ -1350,12 +1406,10 @@ static int ifd__build_grammar(ifd_gen_t *g)
             memcpy(g->gwords, w, n * sizeof *w);
         g->gwords[n] = rq->so_check;
         g->n_gwords = n;
-        if (rq->so_check)
-            rc = ifd__parse_schema(g);
+        rc = ifd__parse_checks(g, &bytes);
     }
     if (!rc) {
-        ifd_gcache_put(api->grammars, key, klen, g->gwords, n + 1, g->so_schema,
-                       IFD__SCHEMA_BYTES(rq->so_source_len));
+        ifd_gcache_put(api->grammars, key, klen, g->gwords, n + 1, g->checks, bytes);
         if (!n)
             g->gwords = NULL;
     }

@@ -356,6 +356,13 @@ typedef struct {
 uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
                                          const ifd_oai_sampling_defaults_t *d);
 
+/* Whether tool i's parameters are enforced: tool_choice required (every
+ * tool), named (that one), or "strict": true — converted before the request
+ * runs (ifd_oai_build_grammar) and each call's arguments checked against
+ * them after generation (daemon/gen.c). A tool without parameters is not.
+ * Pure. */
+bool ifd_oai_tool_enforced(const ifd_oai_request_t *r, size_t i);
+
 /*
  * The structured-output work of a parsed request, which parsing leaves
  * undone because it grows with the input (schemas, regexes, grammars): the

@@ -595,17 +595,24 @@ static int build_fail(ifd__oai_json_ctx_t *c, int rc, const char *param, const c
                               fmt, param, msg);
 }
 
+bool ifd_oai_tool_enforced(const ifd_oai_request_t *r, size_t i)
+{
+    bool forced = r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||
+                  (r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED && r->tool_index == i);
+    return i < r->n_tools && r->tools[i].parameters && (forced || r->tools[i].strict);
+}
+
 /* The parameters of every tool a grammar may enforce must convert (an
  * unsupported keyword is a 400): all with tool_choice required, the named
- * one, and the strict ones. A tool that is only shown to the model (auto,
- * not strict) is never refused for its schema: vLLM accepts those too. */
+ * one, and the strict ones — loosely, as response_format: their calls'
+ * arguments are checked after generation (ifd_oai_tool_enforced). A tool
+ * that is only shown to the model (auto, not strict) is never refused for
+ * its schema: vLLM accepts those too. */
 static int check_tool_schemas(ifd__oai_json_ctx_t *c, const ifd_oai_request_t *r,
                               const ifd_grammar_budget_t *b)
 {
     for (size_t i = 0; i < r->n_tools; i++) {
-        bool forced = r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||
-                      (r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED && r->tool_index == i);
-        if (!r->tools[i].parameters || !(forced || r->tools[i].strict))
+        if (!ifd_oai_tool_enforced(r, i))
             continue;
         char param[IFD__OAI_JSON_PARAM_MAX], err[300] = "";
         snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
@@ -614,7 +621,8 @@ static int check_tool_schemas(ifd__oai_json_ctx_t *c, const ifd_oai_request_t *r
         if (!pa)
             return ifd__oai_json_oom(c);
         ifd_buf_t g = IFD_BUF_INIT;
-        int rc = ifd_gconv_json_schema(pa, &g, b, err, sizeof err);
+        bool approx;
+        int rc = ifd_gconv_json_schema_loose(pa, &g, b, &approx, err, sizeof err);
         ifd_buf_free(&g);
         json_decref(pa);
         if (rc)
@@ -623,7 +631,8 @@ static int check_tool_schemas(ifd__oai_json_ctx_t *c, const ifd_oai_request_t *r
     return 0;
 }
 
-/* The grammar text that forces tool_choice required / named. */
+/* The grammar text that forces tool_choice required / named, converted
+ * loosely (the calls' arguments are checked after generation). */
 static int tools_grammar(const ifd_oai_request_t *r, const ifd_grammar_budget_t *b, ifd_buf_t *g,
                          char *err, size_t errlen)
 {
@@ -641,11 +650,14 @@ static int tools_grammar(const ifd_oai_request_t *r, const ifd_grammar_budget_t 
         }
         t[i].parameters = params[i];
     }
+    bool approx;
     if (!rc && r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED)
-        rc = t[0].parameters ? ifd_gconv_json_schema(t[0].parameters, g, b, err, errlen)
-                             : ifd_gconv_json_object(g);
+        rc = t[0].parameters
+                 ? ifd_gconv_json_schema_loose(t[0].parameters, g, b, &approx, err, errlen)
+                 : ifd_gconv_json_object(g);
     else if (!rc)
-        rc = ifd_gconv_tool_calls(t, n, 1, r->parallel_tool_calls ? 0 : 1, g, b, err, errlen);
+        rc = ifd_gconv_tool_calls(t, n, 1, r->parallel_tool_calls ? 0 : 1, g, b, &approx, err,
+                                  errlen);
     for (size_t i = 0; params && i < n; i++)
         json_decref(params[i]);
     free(params);

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "grammar.h"
 #include "grammar_impl.h"
+#include "schema_check.h"
 #include "utf8.h"
 
 #include <stdarg.h>
@@ -1000,10 +1001,11 @@ int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out,
 
 int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
                          unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
-                         char *err, size_t errlen)
+                         bool *approx, char *err, size_t errlen)
 {
     conv_t c;
     ifd__gconv_init(&c, budget, err, errlen);
+    c.loose = approx != NULL;
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = n ? 0 : ifd__gconv_err(&c, IFD_EFORMAT, "no tools");
     unsigned call = 0;
@@ -1060,6 +1062,13 @@ int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_c
         rc = ifd__gconv_err(&c, rc, "out of memory");
     if (!rc)
         rc = ifd__gconv_finish(&c, body.data, out);
+    /* as convert() in grammar_conv_schema.c: an over-approximation stands
+     * only where the check can evaluate every tool's whole schema */
+    for (size_t i = 0; !rc && c.approx && i < n; i++)
+        if (tools[i].parameters && ifd_schema_check_supported(tools[i].parameters, err, errlen))
+            rc = IFD_ENOTSUP;
+    if (approx)
+        *approx = !rc && c.approx;
     ifd_buf_free(&cb);
     ifd_buf_free(&body);
     ifd__gconv_close(&c);

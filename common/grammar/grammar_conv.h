@@ -95,10 +95,13 @@ typedef struct {
 /*
  * Tool calls as vLLM forces them for tool_choice "required": a JSON array
  * of [min_calls, max_calls] (max 0: unbounded) objects
- * {"name": <one of the tools>, "parameters": <its parameters>}.
+ * {"name": <one of the tools>, "parameters": <its parameters>}. approx
+ * NULL: the parameters converted as ifd_gconv_json_schema does; else as
+ * ifd_gconv_json_schema_loose does, *approx set when any of them is
+ * over-approximated (the calls' parameters must then be checked).
  */
 int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
                          unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
-                         char *err, size_t errlen);
+                         bool *approx, char *err, size_t errlen);
 
 #endif

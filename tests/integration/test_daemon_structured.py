@@ -406,8 +406,10 @@ def test_schema_coverage_validates():
 
 
 def test_tool_schemas_only_checked_when_enforced():
-    """A tool the model is only shown (auto) may use keywords no grammar enforces; strict
-    or forced, the same schema is a 400 naming the keyword."""
+    """A tool the model is only shown (auto) may use keywords no grammar enforces, and so may
+    a strict or forced one: its grammar over-approximates them and each call's arguments are
+    checked after generation, as response_format's output is (an invalid call is OpenAI's
+    500 invalid_content, counted in /metrics); what neither evaluates is a 400 naming it."""
     tool = {"type": "function", "function": {
         "name": "tag", "description": "Tags a post",
         "parameters": {"type": "object", "properties": {
@@ -420,19 +422,41 @@ def test_tool_schemas_only_checked_when_enforced():
     for kw in ({"tools": [strict]},
                {"tools": [tool], "tool_choice": {"type": "function",
                                                  "function": {"name": "tag"}}}):
+        try:  # accepted now: answered with valid arguments, or the 500 of a failed check
+            r = ask("Tag this post: cats", max_tokens=40, temperature=1.0, seed=2, **kw)
+            for call in r.choices[0].message.tool_calls or []:
+                jsonschema.validate(json.loads(call.function.arguments),
+                                    tool["function"]["parameters"])
+        except openai.InternalServerError as e:
+            assert "invalid content" in str(e) and "uniqueItems" in str(e), str(e)
+    # forced, named or required: the grammar admits n in 0..3, the schema none of them, so
+    # every call is invalid: the openai client's 500 names the call and the JSON pointer
+    before = D.metrics()
+    pick = {"type": "function", "function": {"name": "pick", "strict": True, "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["n"],
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 3,
+                             "not": {"enum": [0, 1, 2, 3]}}}}}}
+    for choice in ({"type": "function", "function": {"name": "pick"}}, "required"):
         try:
-            ask("Tag this post: cats", max_tokens=20, **kw)
-            raise AssertionError("accepted: %r" % kw)
-        except openai.BadRequestError as e:
-            assert "uniqueItems" in str(e) and "tools[0].function.parameters" in str(e), str(e)
-    # the same with curl over the Unix socket: the 400's param and message, and a strict
-    # tool with bounds forced: its arguments obey them
-    body = {"model": MODEL, "max_tokens": 20, "tools": [strict],
+            ask("Pick a number.", max_tokens=40, tools=[pick], tool_choice=choice)
+            raise AssertionError("an invalid call was answered (%r)" % (choice,))
+        except openai.InternalServerError as e:
+            assert e.status_code == 500 and "invalid content" in str(e), str(e)
+            assert "call to 'pick'" in str(e) and "/n: matches the 'not' schema" in str(e), str(e)
+    after = D.metrics()
+    key = "inferd_structured_output_invalid_total"
+    assert after[key] - before.get(key, 0) == 2, (before.get(key), after[key])
+    # what neither a grammar nor the check evaluates, with curl over the Unix socket: the
+    # 400's param and message; and a strict tool with bounds forced: its arguments obey them
+    never = json.loads(json.dumps(strict))
+    never["function"]["parameters"]["unevaluatedProperties"] = False
+    body = {"model": MODEL, "max_tokens": 20, "tools": [never],
             "messages": [{"role": "user", "content": "Tag this post: cats"}]}
     code, out = D.curl("-H", "Content-Type: application/json", "-d", json.dumps(body),
                        "http://localhost/v1/chat/completions", expect=400)
     err = json.loads(out)["error"]
-    assert err["param"] == "tools[0].function.parameters" and "uniqueItems" in err["message"], err
+    assert (err["param"] == "tools[0].function.parameters"
+            and "unevaluatedProperties" in err["message"]), err
     bounded = {"type": "function", "function": {
         "name": "rate", "strict": True, "parameters": {
             "type": "object", "additionalProperties": False, "required": ["stars"],

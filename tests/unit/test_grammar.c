@@ -923,7 +923,7 @@ START_TEST(test_choice_and_tools)
                            "\"required\":[\"city\"]}",
                            0, &je);
     ifd_gconv_tool_t tools[] = {{"get_weather", p}, {"noop", NULL}};
-    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 0, &b, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 0, &b, NULL, NULL, err, sizeof err), 0);
     g = compile_ok(b.data);
     ck_assert(matches_s(g, "[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Oslo\"}}]"));
     ck_assert(matches_s(g, "[{\"name\": \"noop\", \"parameters\": {}}, {\"name\":\"noop\","
@@ -933,7 +933,7 @@ START_TEST(test_choice_and_tools)
     ck_assert(!matches_s(g, "[{\"name\":\"get_weather\",\"parameters\":{}}]"));
     ifd_grammar_destroy(g);
     ifd_buf_free(&b);
-    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 1, &b, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ifd_gconv_tool_calls(tools, 2, 1, 1, &b, NULL, NULL, err, sizeof err), 0);
     g = compile_ok(b.data);
     ck_assert(!matches_s(g, "[{\"name\":\"noop\",\"parameters\":{}},{\"name\":\"noop\","
                             "\"parameters\":{}}]"));

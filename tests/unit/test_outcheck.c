@@ -4,7 +4,8 @@
  * differ only at their end: ~a million comparisons of 2 KiB) runs on the
  * thread pool while the loop goes on ticking a 1 ms timer, and its verdicts
  * equal those of ifd_schema_check_text called directly — valid, invalid
- * with its message, and over the work limit.
+ * with its message, and over the work limit; several items (a choice's tool
+ * calls) stop at the first that fails.
  */
 #include "testutil.h"
 
@@ -31,9 +32,11 @@ static void tick_cb(uv_timer_t *t)
     g_ticks++;
 }
 
-static void done_cb(ifd_outcheck_t *job, int rc, const char *why, void *ud)
+static void done_cb(ifd_outcheck_t *job, int rc, const ifd_outcheck_item_t *item, const char *why,
+                    void *ud)
 {
     (void)job;
+    (void)item;
     result_t *r = ud;
     r->calls++;
     r->rc = rc;
@@ -80,12 +83,12 @@ START_TEST(test_off_the_loop)
     uv_timer_init(&loop, &timer);
     uv_timer_start(&timer, tick_cb, 1, 1);
     ifd_outcheck_t jobs[3];
+    ifd_outcheck_item_t items[3];
     result_t res[3] = {{0}};
     for (int i = 0; i < 3; i++) {
         g_ticks = 0;
-        ck_assert_int_eq(ifd_outcheck_queue(&loop, &jobs[i], schema, texts[i], strlen(texts[i]),
-                                            done_cb, &res[i]),
-                         0);
+        items[i] = (ifd_outcheck_item_t){schema, texts[i], strlen(texts[i]), NULL};
+        ck_assert_int_eq(ifd_outcheck_queue(&loop, &jobs[i], &items[i], 1, done_cb, &res[i]), 0);
         while (!res[i].calls)
             uv_run(&loop, UV_RUN_ONCE);
         /* the loop went on while the check ran: its timer fired */
@@ -112,9 +115,44 @@ START_TEST(test_off_the_loop)
 }
 END_TEST
 
+static void item_cb(ifd_outcheck_t *job, int rc, const ifd_outcheck_item_t *item, const char *why,
+                    void *ud)
+{
+    (void)job;
+    const ifd_outcheck_item_t **out = ud;
+    out[0] = item;
+    ck_assert_int_eq(rc, item ? IFD_EINVAL : 0);
+    ck_assert(!item || strstr(why, "/n: not of type integer"));
+}
+
+/* Several items (a choice's tool calls): checked in order, the first that
+ * fails named; all valid, none. */
+START_TEST(test_items)
+{
+    json_error_t je;
+    json_t *a = json_loads("{\"properties\":{\"n\":{\"type\":\"integer\"}}}", 0, &je);
+    json_t *b = json_loads("{\"type\":\"object\"}", 0, &je);
+    ifd_outcheck_item_t items[3] = {
+        {b, "{}", 2, "first"}, {a, "{\"n\":\"x\"}", 9, "second"}, {a, "{\"n\":1}", 7, "third"}};
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ifd_outcheck_t job;
+    const ifd_outcheck_item_t *got[1] = {&items[2]};
+    ck_assert_int_eq(ifd_outcheck_queue(&loop, &job, items, 3, item_cb, got), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_ptr_eq(got[0], &items[1]);
+    ck_assert_int_eq(ifd_outcheck_queue(&loop, &job, items, 1, item_cb, got), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_ptr_null(got[0]);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    json_decref(a);
+    json_decref(b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("outcheck");
-    ifd_test_case(s, "outcheck", 60, IFD_TESTS(test_off_the_loop));
+    ifd_test_case(s, "outcheck", 60, IFD_TESTS(test_off_the_loop, test_items));
     return ifd_test_run(s);
 }

@@ -531,10 +531,11 @@ static const bad_case_t k_bad[] = {
      "invalid_value"},
     {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}",
      "tools[0].function.name", "invalid_value"},
-    /* a keyword no grammar enforces: refused in a strict tool, and in a forced one */
+    /* what neither a grammar nor the check evaluates: refused in a strict tool, and a
+     * schema nothing satisfies in a forced one */
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-     "\"strict\":true,\"parameters\":{\"type\":\"array\",\"uniqueItems\":true}}}]}",
+     "\"strict\":true,\"parameters\":{\"type\":\"object\",\"unevaluatedProperties\":false}}}]}",
      "tools[0].function.parameters", "unsupported_value"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
@@ -1504,7 +1505,7 @@ START_TEST(test_structured_and_tools)
     ck_assert(r.tools[0].strict);
     /* a response_format schema a grammar enforces whole: no check at the end; one it
      * over-approximates (uniqueItems, if/then): accepted, its output checked (so_check);
-     * the same keyword in a strict tool is still a 400 (tools are not checked) */
+     * the same keyword in a strict or forced tool too (its calls' arguments are checked) */
     ck_assert_int_eq(parse_chat(&a, with_grammar[1], &r, &e), 0);
     ck_assert(!r.so_check);
     ck_assert_int_eq(
@@ -1515,13 +1516,22 @@ START_TEST(test_structured_and_tools)
                    &r, &e),
         0);
     ck_assert(r.so_check && r.grammar);
+    ck_assert_msg(
+        parse_chat(&a,
+                   "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                   "\"strict\":true,\"parameters\":{\"type\":\"array\",\"uniqueItems\":true}}},"
+                   "{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{}}}]}",
+                   &r, &e) == 0,
+        "%s", e.message);
+    ck_assert_msg(ifd_oai_tool_enforced(&r, 0) && !ifd_oai_tool_enforced(&r, 1), "%s", e.message);
     ck_assert_int_eq(
         parse_chat(&a,
                    "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-                   "\"strict\":true,\"parameters\":{\"type\":\"array\",\"uniqueItems\":true}}}]}",
+                   "\"parameters\":{\"type\":\"object\",\"properties\":{\"t\":{\"type\":"
+                   "\"array\",\"uniqueItems\":true}}}}}],\"tool_choice\":\"required\"}",
                    &r, &e),
-        IFD_EINVAL);
-    ck_assert_ptr_nonnull(strstr(e.message, "uniqueItems"));
+        0);
+    ck_assert(r.grammar && ifd_oai_tool_enforced(&r, 0));
     ifd_arena_close(&a);
 }
 END_TEST
