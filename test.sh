@@ -104,7 +104,7 @@ fail_on_reports "$reports" "$rc"
 # in 2026-12-02 to keep CI under 30 minutes: its threads are those of the pieces tested here.
 TSAN_DIR=${TSAN_DIR:-build-tsan}
 TSAN_TESTS=(test_kvpool test_kvdisk test_threadpool test_engine test_backend_cpu test_backend_cpu_q
-            test_cpu_attention)
+            test_cpu_attention test_outcheck)
 echo "== sanitizer build ($TSAN_DIR): thread =="
 cmake -S . -B "$TSAN_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1" \
       -DINFERD_SANITIZE=thread -DINFERD_CUDA=OFF -DINFERD_TEST_HOOKS=ON >/dev/null

@@ -73,6 +73,7 @@ typedef struct {
     ifd_textout_t text; /* its text (textout.h); text.n_tokens: completion tokens */
     bool done;
     const char *finish; /* "stop" | "length" | "tool_calls" once done */
+    bool cut;           /* done at max_tokens */
     uint32_t cached;
     ifd_oai_logprob_t *lp;
     size_t n_lp, cap_lp, lp_sent;
@@ -391,13 +392,15 @@ static void ifd__checked_cb(ifd_outcheck_t *job, int rc, const ifd_outcheck_item
             ifd__gen_free(g);
         return;
     }
-    ifd__choice_end(c, false, ifd__check_verdict(c, rc, item, why));
+    ifd__choice_end(c, c->cut, ifd__check_verdict(c, rc, item, why));
 }
 
 /* What a finished choice is checked on (arena; *n 0: nothing): its whole
  * text where the grammar over-approximates response_format's schema
- * (so_check), and each tool call's arguments where its tool is enforced.
- * NULL on OOM. */
+ * (so_check; not when cut at max_tokens: that text is "length" as it is),
+ * and each tool call's arguments where its tool is enforced (also the whole
+ * calls kept from a forced array cut at max_tokens: they are answered as
+ * calls). NULL on OOM. */
 static ifd_outcheck_item_t *ifd__check_items(ifd__choice_t *c, size_t *n)
 {
     ifd_gen_t *g = c->g;
@@ -407,7 +410,7 @@ static ifd_outcheck_item_t *ifd__check_items(ifd__choice_t *c, size_t *n)
     *n = 0;
     if (!it)
         return NULL;
-    if (g->req.so_check && out)
+    if (g->req.so_check && out && !c->cut)
         it[(*n)++] = (ifd_outcheck_item_t){out, c->text.text.data, c->text.text.len, NULL};
     for (size_t i = 0; tools && i < c->text.n_calls; i++) {
         const ifd_oai_tool_call_t *call = &c->text.calls[i];
@@ -431,14 +434,14 @@ static bool ifd__check_output(ifd__choice_t *c)
     ifd_outcheck_item_t *items = ifd__check_items(c, &n);
     ifd_outcheck_t *j = items ? ifd_arena_calloc(&g->arena, 1, sizeof *j) : NULL;
     if (!j)
-        return ifd__choice_end(c, false, ifd__check_verdict(c, IFD_ENOMEM, NULL, ""));
+        return ifd__choice_end(c, c->cut, ifd__check_verdict(c, IFD_ENOMEM, NULL, ""));
     if (!n)
-        return ifd__choice_end(c, false, true);
+        return ifd__choice_end(c, c->cut, true);
     if (ifd_outcheck_queue(g->api->loop, j, items, n, ifd__checked_cb, c) == 0) {
         g->n_checks++;
         return true;
     }
-    return ifd__choice_end(c, false, ifd__check_verdict(c, j->rc, &items[j->failed], j->why));
+    return ifd__choice_end(c, c->cut, ifd__check_verdict(c, j->rc, &items[j->failed], j->why));
 }
 
 /* Marks a choice finished (length: at max_tokens) and ends it, after its
@@ -453,7 +456,8 @@ static bool ifd__choice_done(ifd__choice_t *c, bool length)
                   "A tool call id could not be drawn from the system's random "
                   "number generator.");
     c->finish = finish;
-    if (length || !g->checks || g->failed)
+    c->cut = length;
+    if (!g->checks || g->failed || (length && !c->text.n_calls))
         return ifd__choice_end(c, length, true);
     return ifd__check_output(c);
 }

@@ -438,14 +438,23 @@ def test_tool_schemas_only_checked_when_enforced():
                              "not": {"enum": [0, 1, 2, 3]}}}}}}
     for choice in ({"type": "function", "function": {"name": "pick"}}, "required"):
         try:
-            ask("Pick a number.", max_tokens=40, tools=[pick], tool_choice=choice)
+            ask("Pick a number.", max_tokens=40, tools=[pick], tool_choice=choice,
+                parallel_tool_calls=False)
             raise AssertionError("an invalid call was answered (%r)" % (choice,))
         except openai.InternalServerError as e:
             assert e.status_code == 500 and "invalid content" in str(e), str(e)
             assert "call to 'pick'" in str(e) and "/n: matches the 'not' schema" in str(e), str(e)
+    try:  # streamed: the held call is never sent, the stream ends with the error
+        chunks = list(C.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Pick a number."}], max_tokens=40,
+            tools=[pick], tool_choice={"type": "function", "function": {"name": "pick"}},
+            stream=True))
+        raise AssertionError("an invalid streamed call ended without an error: %r" % chunks)
+    except openai.APIError as e:
+        assert "call to 'pick'" in str(e), str(e)
     after = D.metrics()
     key = "inferd_structured_output_invalid_total"
-    assert after[key] - before.get(key, 0) == 2, (before.get(key), after[key])
+    assert after[key] - before.get(key, 0) == 3, (before.get(key), after[key])
     # what neither a grammar nor the check evaluates, with curl over the Unix socket: the
     # 400's param and message; and a strict tool with bounds forced: its arguments obey them
     never = json.loads(json.dumps(strict))
