@@ -20,6 +20,7 @@
 #include "error.h"
 #include "grammar/schema_check.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <stdbool.h>
 #include <jansson.h>
@@ -221,6 +222,62 @@ START_TEST(test_limits)
 }
 END_TEST
 
+/* ipv4 and ipv6 against glibc's inet_pton on random strings over their
+ * alphabets (the same text forms: dotted quads without leading zeros, RFC
+ * 4291's groups, "::" and an IPv4 tail, no zone); the other formats on
+ * random strings only for the sanitizers (no verdict to compare with). */
+START_TEST(test_formats_random)
+{
+    static const struct {
+        const char *format, *alphabet;
+        int af; /* 0: no oracle */
+    } F[] = {
+        {"ipv4", "0123456789.", AF_INET},
+        {"ipv6", "0123456789abcdefABCDEF:.", AF_INET6},
+        {"ipv6", "01f:.", AF_INET6},
+        {"hostname", "ab1-.xn-", 0},
+        {"email", "a.\"@[]:-1IPv6", 0},
+        {"uri", "ab:/?#[]@%1f.-", 0},
+        {"uri-reference", "a:/?#[]@%1.v", 0},
+        {"duration", "P1TYMDHSW", 0},
+        {"date-time", "0129-:TZ.+", 0},
+    };
+    uint64_t rng = 42;
+    unsigned compared = 0;
+    for (size_t f = 0; f < sizeof F / sizeof F[0]; f++) {
+        char sch[64];
+        snprintf(sch, sizeof sch, "{\"format\":\"%s\"}", F[f].format);
+        json_error_t je;
+        json_t *schema = json_loads(sch, 0, &je);
+        size_t na = strlen(F[f].alphabet);
+        for (int i = 0; i < 20000; i++) {
+            char buf[48];
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            size_t n = (size_t)(rng >> 33) % 40;
+            for (size_t k = 0; k < n; k++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                buf[k] = F[f].alphabet[(rng >> 33) % na];
+            }
+            buf[n] = '\0';
+            json_t *v = json_stringn(buf, n);
+            char err[256];
+            int rc = ifd_schema_check(schema, v, err, sizeof err);
+            json_decref(v);
+            ck_assert(rc == 0 || rc == IFD_EINVAL);
+            if (!F[f].af)
+                continue;
+            unsigned char addr[16];
+            int want = inet_pton(F[f].af, buf, addr) == 1;
+            ck_assert_msg((rc == 0) == want, "%s '%s': check %s, inet_pton %s", F[f].format, buf,
+                          rc ? "invalid" : "valid", want ? "valid" : "invalid");
+            compared += want;
+        }
+        json_decref(schema);
+    }
+    ck_assert_uint_ge(compared, 50); /* the random strings hit valid addresses too */
+}
+END_TEST
+
 /* ---- JSON-Schema-Test-Suite ---- */
 
 typedef struct {
@@ -373,7 +430,7 @@ int main(int argc, char **argv)
         fclose(f);
         ifd_test_case(s, "suite", 120, IFD_TESTS(test_official_suite));
     } else {
-        ifd_test_case(s, "keywords", 60, IFD_TESTS(test_keywords, test_limits));
+        ifd_test_case(s, "keywords", 60, IFD_TESTS(test_keywords, test_limits, test_formats_random));
     }
     return ifd_test_run(s);
 }
