@@ -1286,11 +1286,12 @@ void ifd_gen_abort_all(ifd_api_t *api)
     while (g) {
         ifd_gen_t *next = g->next;
         if (ifd__busy(g)) {
-            if (g->conn) {
+            if (g->conn) { /* a stream (its outputs being checked) has sent its headers */
                 ifd_http_conn_t *conn = g->conn;
                 g->conn = NULL;
                 ifd_http_set_abort(conn, NULL, NULL);
-                ifd_reply_errorf(conn, 503, NULL, NULL, "The server is shutting down.");
+                if (!g->streaming)
+                    ifd_reply_errorf(conn, 503, NULL, NULL, "The server is shutting down.");
             }
             atomic_store(&g->cancel, 1);
             ifd__abandon(g);
