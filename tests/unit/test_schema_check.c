@@ -232,14 +232,10 @@ START_TEST(test_formats_random)
         const char *format, *alphabet;
         int af; /* 0: no oracle */
     } F[] = {
-        {"ipv4", "0123456789.", AF_INET},
-        {"ipv6", "0123456789abcdefABCDEF:.", AF_INET6},
-        {"ipv6", "01f:.", AF_INET6},
-        {"hostname", "ab1-.xn-", 0},
-        {"email", "a.\"@[]:-1IPv6", 0},
-        {"uri", "ab:/?#[]@%1f.-", 0},
-        {"uri-reference", "a:/?#[]@%1.v", 0},
-        {"duration", "P1TYMDHSW", 0},
+        {"ipv4", "0123456789.", AF_INET},     {"ipv6", "0123456789abcdefABCDEF:.", AF_INET6},
+        {"ipv6", "01f:.", AF_INET6},          {"hostname", "ab1-.xn-", 0},
+        {"email", "a.\"@[]:-1IPv6", 0},       {"uri", "ab:/?#[]@%1f.-", 0},
+        {"uri-reference", "a:/?#[]@%1.v", 0}, {"duration", "P1TYMDHSW", 0},
         {"date-time", "0129-:TZ.+", 0},
     };
     uint64_t rng = 42;
@@ -430,7 +426,8 @@ int main(int argc, char **argv)
         fclose(f);
         ifd_test_case(s, "suite", 120, IFD_TESTS(test_official_suite));
     } else {
-        ifd_test_case(s, "keywords", 60, IFD_TESTS(test_keywords, test_limits, test_formats_random));
+        ifd_test_case(s, "keywords", 60,
+                      IFD_TESTS(test_keywords, test_limits, test_formats_random));
     }
     return ifd_test_run(s);
 }
