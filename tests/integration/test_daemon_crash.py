@@ -387,7 +387,9 @@ def test_crash_loop_in_health():
 
 
 def test_sigterm_drains_streams():
-    d = Daemon(INFERD)
+    # the grace outlasts the streams' 40 tokens on any machine (the default 30 s did not in
+    # CI's ASan run on a loaded machine: the streams were cut, as a grace's end should)
+    d = Daemon(INFERD, ["--shutdown-grace", str(int(60 * SCALE))])
     ss = [Stream(d, "Count from one to fifty.", max_tokens=40, ignore_eos=True)
           for _ in range(4)]
     for s in ss:
@@ -408,9 +410,9 @@ def test_sigterm_drains_streams():
         refused = True
     assert refused, "new connections must be refused while draining"
     for s in ss:
-        s.join(60)
+        s.join(60 * SCALE)
         assert s.error is None and s.done == 1 and s.finish == "length", (s.error, s.finish)
-    assert d.proc.wait(30) == 0
+    assert d.proc.wait(30 * SCALE) == 0
     assert not os.path.exists(d.sock)
     log = d.logtext()
     assert "draining" in log and "stopped" in log, log
