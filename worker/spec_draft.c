@@ -49,11 +49,12 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
         snprintf(err, errlen, "draft model: bad parameters");
         return IFD_EINVAL;
     }
-    const ifd_backend_t *be = ifd_model_backend(draft);
-    if (!be->ops->host_memory) {
+    ifd_backend_t *be = ifd_model_backend(draft);
+    const bool device = !be->ops->host_memory;
+    if (device && !be->ops->kv_provider) {
         snprintf(err, errlen,
-                 "the draft model runs on the CPU backend only (its KV pool is "
-                 "host memory), not on %s: docs/speculative.md",
+                 "the draft model's KV pool needs host memory or a device segment, "
+                 "which the %s backend cannot make",
                  be->ops->name);
         return IFD_ENOTSUP;
     }
@@ -72,6 +73,9 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
     kp.block_size = p->block_size;
     kp.n_blocks = p->n_blocks;
     kp.n_workers = 1;
+    /* device memory: bound through the backend's provider by
+     * ifd_engine_model_from below (private: its fd never leaves the worker) */
+    kp.kind[0] = device ? IFD_KVSEG_CUDA_VMM : IFD_KVSEG_HOST;
     int rc = ifd_kvpool_create(&kp, &d->pool);
     if (rc) {
         snprintf(err, errlen, "cannot create the draft model's KV pool (%lld blocks): %s",
@@ -79,9 +83,14 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
         goto fail;
     }
     if ((rc = ifd_engine_model_from(&d->em, draft, d->pool, 0))) {
-        snprintf(err, errlen, "the draft model's KV pool does not fit it: %s", ifd_strerror(rc));
+        snprintf(err, errlen, "the draft model's KV pool (%lld blocks of %s K/V on the %s "
+                              "backend): %s",
+                 (long long)p->n_blocks, ifd_kv_dtype_name(p->dtype), be->ops->name,
+                 ifd_strerror(rc));
         goto fail;
     }
+    if (device) /* eager draft steps: no decode graphs (docs/speculative.md) */
+        ifd_model_set_graphs(draft, false);
     d->max_tok =
         p->max_batched_tokens > IFD_ENGINE_SPEC_ROWS ? p->max_batched_tokens : IFD_ENGINE_SPEC_ROWS;
     const size_t nt = (size_t)d->max_tok, nr = IFD_ENGINE_SPEC_ROWS;
@@ -206,6 +215,7 @@ static bool ifd__sync(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q)
     const int32_t lim = s->n_kv < q->n_tokens - 1 ? s->n_kv : q->n_tokens - 1;
     while (m < lim && s->tok[m] == q->tokens[m])
         m++;
+    d->st.rolled_back += (uint64_t)(s->n_kv - m);
     s->n_kv = m; /* positions past it: rejected proposals, rolled back */
     int rc = ifd__dseq_reserve(d, s, q->n_tokens + q->k - 1);
     if (rc) {

@@ -7,10 +7,13 @@
  * one-hot rule, so the text is plain decoding's).
  *
  * The draft keeps its own KV in a pool of its own geometry (the draft
- * model's layers and heads), private to the worker (a host memfd pool
- * created here, never shared with the router: after a worker crash the
- * draft recomputes its KV from the tokens, which costs a prefill of the
- * draft and changes no token). Per sequence it holds a block table and the
+ * model's layers and heads), private to the worker (created here, never
+ * shared with the router: after a worker crash the draft recomputes its KV
+ * from the tokens, which costs a prefill of the draft and changes no
+ * token): host memory on a host-memory backend (the CPU), else a device
+ * segment made by the draft's backend's provider (the CUDA backend: the
+ * target's backend object, so both models share its stream and scratch,
+ * and run one after the other), whose fd the pool keeps to itself. Per sequence it holds a block table and the
  * tokens whose KV it has computed; each proposal first brings that KV in
  * step with the sequence's tokens: the longest common prefix stays (the
  * accepted proposals), positions past it are rolled back (rejected ones),
@@ -22,8 +25,11 @@
  * later). Preemption and the end of a sequence release its state
  * (ifd_spec_drafter_t.release).
  *
- * CPU only: the pool is host memory, so a GPU backend is refused at start
- * (the worker's error names it; docs/speculative.md).
+ * On a device the draft's forwards run eagerly (its decode graphs are
+ * turned off at create: a draft step is a short one-token-per-sequence
+ * decode, graphs for it are a next step, docs/speculative.md); the POOL
+ * step counts its weights, activations and pool before sizing the
+ * target's (worker/kvprobe.h).
  *
  * Ownership: the draft model is borrowed (it must outlive the proposer);
  * the pool and the per-sequence states are the proposer's. Threading: one
@@ -50,10 +56,12 @@ typedef struct {
     ifd_kv_dtype_t dtype;   /* the draft pool's K/V type */
 } ifd_spec_draft_params_t;
 
-/* A proposer over `draft` (loaded on a backend with host memory, the CPU
- * backend) and a new private pool of p->n_blocks blocks. 0; IFD_EINVAL (bad
- * params); IFD_ENOTSUP (a backend without host memory); the pool's errors;
- * IFD_ENOMEM. A one-line reason in err. */
+/* A proposer over `draft` and a new private pool of p->n_blocks blocks (host
+ * memory, or device memory from the draft's backend's kv_provider). 0;
+ * IFD_EINVAL (bad params); IFD_ENOTSUP (a backend with neither, or a K/V
+ * type its kernels do not read: q4_0 on CUDA); the pool's and the
+ * segment's errors (IFD_ENOMEM: the device is full); IFD_ENOMEM. A
+ * one-line reason in err. */
 int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
                           const ifd_spec_draft_params_t *p, char *err, size_t errlen);
 /* Releases the pool and every state left. NULL is a no-op. Destroy the
@@ -67,9 +75,10 @@ ifd_spec_drafter_t ifd_spec_draft_drafter(ifd_spec_draft_t *d);
 int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n);
 
 /* Counters: draft forward passes and the tokens they fed (catch-up and
- * draft steps), for tests and logs. */
+ * draft steps), the positions rolled back (draft KV past what the target
+ * kept: rejected proposals), for tests and logs. */
 typedef struct {
-    uint64_t forwards, tokens, catchup_tokens, no_room;
+    uint64_t forwards, tokens, catchup_tokens, no_room, rolled_back;
     int64_t blocks_held;
 } ifd_spec_draft_stats_t;
 void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out);

@@ -47,6 +47,7 @@
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
 #include "fdpass.h"
 #include "modelfile/shape.h"
+#include "worker/spec_draft.h"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -132,6 +133,44 @@ static const ifd_kvseg_kind_t kv_kind = IFD_KVSEG_HOST;
 /* Speculative decoding for the engines serve() makes (off unless a test sets it). */
 static ifd_spec_params_t serve_spec = {IFD_SPEC_OFF, 0, 0, 0};
 
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+/* The draft model of serve()'s engines (serve_spec IFD_SPEC_DRAFT), its
+ * proposer's counters summed over them. */
+static ifd_model_t *serve_draft;
+static ifd_spec_draft_stats_t serve_draft_st;
+
+/* A drafter over serve_draft for an engine over em (NULL without one): its
+ * private pool a device segment of the backend's provider, 64 blocks of
+ * the model pool's K/V type. */
+static ifd_spec_draft_t *make_drafter(const ifd_engine_model_t *em, int budget)
+{
+    if (!serve_draft)
+        return NULL;
+    const ifd_spec_draft_params_t dp = {em->n_vocab, budget, 64, 16, kv_dtype};
+    ifd_spec_draft_t *d;
+    char err[512] = "";
+    ck_assert_msg(ifd_spec_draft_create(&d, serve_draft, &dp, err, sizeof err) == 0, "%s", err);
+    return d;
+}
+
+/* Adds d's counters to serve_draft_st and destroys it: every state was
+ * released with its sequence. */
+static void drop_drafter(ifd_spec_draft_t *d)
+{
+    if (!d)
+        return;
+    ifd_spec_draft_stats_t st;
+    ifd_spec_draft_stats(d, &st);
+    ck_assert_int_eq(st.blocks_held, 0);
+    serve_draft_st.forwards += st.forwards;
+    serve_draft_st.tokens += st.tokens;
+    serve_draft_st.catchup_tokens += st.catchup_tokens;
+    serve_draft_st.no_room += st.no_room;
+    serve_draft_st.rolled_back += st.rolled_back;
+    ifd_spec_draft_destroy(d);
+}
+#endif
+
 /* Images on the requests serve() makes (test_images_batched_equals_solo):
  * each request of 12+ prompt tokens gets one at positions 2 .. 2 + len - 1
  * (len = min(9, n_prompt - 3)), of random rows drawn from its id. */
@@ -185,6 +224,11 @@ static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks,
     ep.max_seqs = max_seqs;
     ep.max_batched_tokens = budget;
     ep.spec = serve_spec;
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+    ifd_spec_draft_t *drafter = make_drafter(&em, budget);
+    if (drafter)
+        ep.drafter = ifd_spec_draft_drafter(drafter);
+#endif
     ifd_engine_callbacks_t cb = {sink, on_token, on_finish, NULL};
     ifd_engine_t *eng;
     ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
@@ -198,6 +242,9 @@ static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks,
     if (st_out)
         ifd_engine_stats(eng, st_out);
     ifd_engine_destroy(eng);
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+    drop_drafter(drafter);
+#endif
     ifd_engine_model_free(&em);
     char err[256];
     ck_assert_msg(ifd_kvpool_check(pool, err, sizeof err) == 0, "%s", err);
@@ -316,6 +363,94 @@ START_TEST(test_speculative_equals_plain)
     free(c);
 }
 END_TEST
+
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+/* Batches of 1 (requests 0 and 1 alone), 3 and 8 with serve_draft
+ * proposing: the plain solo tokens; the engines' counters summed into
+ * *tot, the drafters' into serve_draft_st. */
+static void draft_batches(const sink_t *ref, const char *name, ifd_engine_stats_t *tot)
+{
+    const struct {
+        int first, n;
+    } runs[] = {{0, 1}, {1, 1}, {0, 3}, {0, N_REQ}};
+    memset(tot, 0, sizeof *tot);
+    memset(&serve_draft_st, 0, sizeof serve_draft_st);
+    serve_spec = (ifd_spec_params_t){IFD_SPEC_DRAFT, 4, 0, 0};
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        sink_t *b = calloc(1, sizeof *b);
+        ifd_engine_stats_t st;
+        serve(b, runs[k].first, runs[k].n, runs[k].n, 1024, 256, &st, NULL);
+        for (int i = runs[k].first; i < runs[k].first + runs[k].n; i++) {
+            ck_assert_int_eq(b->finished[i], 1);
+            for (int t = 0; t < N_OUT; t++)
+                ck_assert_msg(b->out[i][t] == ref->out[i][t],
+                              "%s, batch of %d: request %d token %d: %d vs %d", name, runs[k].n,
+                              i, t, b->out[i][t], ref->out[i][t]);
+        }
+        tot->spec_drafts += st.spec_drafts;
+        tot->spec_draft_tokens += st.spec_draft_tokens;
+        tot->spec_accepted_tokens += st.spec_accepted_tokens;
+        free(b);
+    }
+    serve_spec = (ifd_spec_params_t){IFD_SPEC_OFF, 0, 0, 0};
+    printf("draft %s on the CUDA backend: %llu verifications, %llu of %llu proposed accepted; "
+           "%llu draft forwards, %llu catch-up tokens, %llu positions rolled back\n",
+           name, (unsigned long long)tot->spec_drafts,
+           (unsigned long long)tot->spec_accepted_tokens,
+           (unsigned long long)tot->spec_draft_tokens, (unsigned long long)serve_draft_st.forwards,
+           (unsigned long long)serve_draft_st.catchup_tokens,
+           (unsigned long long)serve_draft_st.rolled_back);
+    ck_assert_uint_gt(tot->spec_drafts, 0);
+    ck_assert_uint_gt(serve_draft_st.forwards, 0);
+}
+
+/* The draft model on the CUDA backend (docs/speculative.md): its private
+ * pool a device segment made by the backend's provider, its forwards on
+ * the target's backend object, f16 K/V (a verification runs through the
+ * prefill kernel, which rounds apart from the decode kernel: f16 keeps
+ * the greedy tokens, docs/kvpool.md). Two drafts, each in batches of 1, 3
+ * and 8: the model itself (its proposals are the model's greedy tokens:
+ * most accepted) and a 2-layer random draft of another geometry (1 KV
+ * head, seed 11; the same vocabulary: its proposals mostly rejected, so
+ * its KV is rolled back and caught up) — the plain solo tokens each. */
+START_TEST(test_draft_equals_plain)
+{
+    sink_t *ref = solo_ref();
+    ifd_engine_stats_t tot;
+    serve_draft = model;
+    draft_batches(ref, "itself", &tot);
+    ck_assert_uint_gt(tot.spec_accepted_tokens * 2, tot.spec_draft_tokens);
+    ifd_model_set_graphs(model, true); /* the drafter turned them off: the later cases' */
+
+    ifd_model_config_t cfg = *ifd_model_config(model);
+    cfg.n_head_kv = 1;
+    ifd_model_t *other;
+    char err[512] = "";
+    ck_assert_msg(ifd_model_load_random(&other, &cfg, 11, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_set_max_seqs(other, IFD_ENGINE_SPEC_ROWS);
+    serve_draft = other;
+    draft_batches(ref, "random 2-layer", &tot);
+    ck_assert_uint_lt(tot.spec_accepted_tokens, tot.spec_draft_tokens);
+    ck_assert_uint_gt(serve_draft_st.rolled_back, 0);
+    serve_draft = NULL;
+    ifd_model_destroy(other);
+}
+END_TEST
+
+/* A draft pool in q4_0, which the CUDA kernels do not read, is refused
+ * with a line naming it. */
+START_TEST(test_draft_q4_0_refused)
+{
+    const ifd_spec_draft_params_t dp = {(int32_t)ifd_model_config(model)->n_vocab, 256, 8, 16,
+                                        IFD_KV_Q4_0};
+    ifd_spec_draft_t *d = NULL;
+    char err[512] = "";
+    ck_assert_int_eq(ifd_spec_draft_create(&d, model, &dp, err, sizeof err), IFD_ENOTSUP);
+    ck_assert_ptr_null(d);
+    ck_assert_msg(strstr(err, "q4_0") && strstr(err, "draft"), "%s", err);
+}
+END_TEST
+#endif
 
 #ifndef IFD_TEST_ENGINE_CUDA_EMU
 /* The oracle's held prompts (tests/oracle/prompts.json: chat-templated ids),
@@ -633,8 +768,11 @@ int main(int argc, char **argv)
      * edge and change by a whole quant step in the next layer, and a greedy token
      * flips (q8_0: request 7 token 5, fp8: request 1 token 3 of the 8 x 6).
      * docs/kvpool.md, "Quantized K/V on the GPU". */
-    if (!ifd_kv_dtype_quantized(kv_dtype))
+    if (!ifd_kv_dtype_quantized(kv_dtype)) {
         tcase_add_test(tc, test_speculative_equals_plain);
+        tcase_add_test(tc, test_draft_equals_plain);
+        tcase_add_test(tc, test_draft_q4_0_refused);
+    }
 #else
     if (!lean)
         tcase_add_test(tc, test_speculative_equals_plain);
