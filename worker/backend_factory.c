@@ -98,7 +98,7 @@ static int ifd__gpu_mem(void *ctx, uint64_t *free_bytes)
 }
 #endif
 
-int ifd_backend_factory_gpu_size(ifd_backend_t *be, ifd_model_t *m,
+int ifd_backend_factory_gpu_size(ifd_backend_t *be, ifd_model_t *m, ifd_model_t *draft,
                                  const ifd_kvprobe_params_t *warm, double fraction,
                                  ifd_kvprobe_size_t *out, char *desc, size_t desclen, char *err,
                                  size_t errlen)
@@ -118,13 +118,15 @@ int ifd_backend_factory_gpu_size(ifd_backend_t *be, ifd_model_t *m,
         return rc;
     cm->device_describe(0, desc, desclen);
     const int n_ctx = (int)ifd_model_config(m)->n_ctx_train;
-    ifd_kvprobe_size_params_t sp = {.warm = *warm, .fraction = fraction, .total_bytes = total_b};
+    ifd_kvprobe_size_params_t sp = {
+        .warm = *warm, .fraction = fraction, .total_bytes = total_b, .draft = draft};
     if (sp.warm.max_ctx <= 0 || sp.warm.max_ctx > n_ctx)
         sp.warm.max_ctx = n_ctx > 0 ? n_ctx : 1;
     return ifd_kvprobe_size(m, &sp, ifd__gpu_mem, (void *)cm, out, err, errlen);
 #else
     (void)be;
     (void)m;
+    (void)draft;
     (void)warm;
     (void)fraction;
     snprintf(err, errlen, IFD__NO_CUDA);

@@ -62,9 +62,10 @@ int ifd_backend_factory_gpu_check(char *err, size_t errlen);
  * `--kv-probe` and by serve.c's POOL step, so both count alike. Returns
  * ifd_kvprobe_size's codes (IFD_ENOMEM: no block fits, *out still filled),
  * IFD_ENODEV without the CUDA module, IFD_ENOTSUP in a build without CUDA.
- * Borrows be and m for the call (their buffers stay grown, for the engine
- * to reuse). */
-int ifd_backend_factory_gpu_size(ifd_backend_t *be, ifd_model_t *m,
+ * Borrows be, m and draft (speculative decoding's draft model on the same
+ * backend, or NULL: ifd_kvprobe_size_params_t) for the call (their buffers
+ * stay grown, for the engine to reuse). */
+int ifd_backend_factory_gpu_size(ifd_backend_t *be, ifd_model_t *m, ifd_model_t *draft,
                                  const ifd_kvprobe_params_t *warm, double fraction,
                                  ifd_kvprobe_size_t *out, char *desc, size_t desclen, char *err,
                                  size_t errlen);

@@ -342,9 +342,9 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
         goto fail;
     }
     /* 3: the same with graphs: recorded, then replayed */
-    ifd_model_set_graphs(m, true);
+    ifd_model_set_graphs(m, !p->eager);
     ifd_model_graph_stats(m, &g0);
-    if ((rc = ifd__warm_decodes(&w, cap, p->max_ctx, true, 2, &n))) {
+    if (!p->eager && (rc = ifd__warm_decodes(&w, cap, p->max_ctx, true, 2, &n))) {
         what = "graph-recorded decode";
         step = true;
         goto fail;
@@ -376,38 +376,82 @@ fail:
     return rc;
 }
 
+ifd_kvprobe_params_t ifd_kvprobe_draft_params(const ifd_kvprobe_params_t *model)
+{
+    ifd_kvprobe_params_t d = *model;
+    if (d.max_batched_tokens < IFD_ENGINE_SPEC_ROWS)
+        d.max_batched_tokens = IFD_ENGINE_SPEC_ROWS;
+    d.max_seqs = IFD_ENGINE_SPEC_ROWS;
+    d.eager = true;
+    return d;
+}
+
+/* Bytes of one block of every layer of m's K and V in the given type. */
+static uint64_t ifd__block_bytes(const ifd_model_t *m, const ifd_kvprobe_params_t *w)
+{
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(m));
+    kp.dtype = w->kv_dtype;
+    kp.block_size = w->block_size;
+    return 2 * (uint64_t)kp.n_layers * ifd_kvpool_block_bytes(&kp);
+}
+
+/* The draft's warm-up after the model's (ifd_kvprobe_size_params_t). */
+static int ifd__warm_draft(const ifd_kvprobe_size_params_t *p, ifd_kvprobe_mem_cb mem,
+                           void *mem_ctx, ifd_kvprobe_size_t *out, char *err, size_t errlen)
+{
+    const ifd_kvprobe_params_t dw = ifd_kvprobe_draft_params(&p->warm);
+    out->draft_weight_bytes = ifd_model_weight_bytes(p->draft);
+    out->draft_block_bytes = ifd__block_bytes(p->draft, &dw);
+    char why[384];
+    int rc = ifd_kvprobe_warmup(p->draft, &dw, mem, mem_ctx, &out->draft_warm, why, sizeof why);
+    if (rc)
+        snprintf(err, errlen, "the draft model's warm-up: %s", why);
+    return rc;
+}
+
 int ifd_kvprobe_size(ifd_model_t *m, const ifd_kvprobe_size_params_t *p, ifd_kvprobe_mem_cb mem,
                      void *mem_ctx, ifd_kvprobe_size_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     out->total_bytes = p->total_bytes;
     out->weight_bytes = ifd_model_weight_bytes(m);
-    ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(m));
-    kp.dtype = p->warm.kv_dtype;
-    kp.block_size = p->warm.block_size;
-    out->block_bytes = 2 * (uint64_t)kp.n_layers * ifd_kvpool_block_bytes(&kp);
+    out->block_bytes = ifd__block_bytes(m, &p->warm);
     int rc = ifd_kvprobe_warmup(m, &p->warm, mem, mem_ctx, &out->warm, err, errlen);
+    if (!rc && p->draft)
+        rc = ifd__warm_draft(p, mem, mem_ctx, out, err, errlen);
     if (rc)
         return rc;
-    const uint64_t total = p->total_bytes, free_b = out->warm.free_after;
+    const uint64_t total = p->total_bytes;
+    const uint64_t free_b = p->draft ? out->draft_warm.free_after : out->warm.free_after;
     const uint64_t used = free_b <= total ? total - free_b : 0; /* else no block fits */
+    const uint64_t act = out->warm.activation_bytes + out->draft_warm.activation_bytes;
     out->free_bytes = free_b;
-    out->margin_bytes =
-        ifd_kvsize_margin(total, out->warm.activation_bytes + out->warm.graph_bytes);
-    out->n_blocks =
-        ifd_kvsize_blocks(total, free_b, p->fraction, out->margin_bytes, out->block_bytes);
-    /* the bytes below the same rounding as the blocks: kvsize.h's formula */
-    const double left = p->fraction * (double)total - (double)used - (double)out->margin_bytes;
+    out->margin_bytes = ifd_kvsize_margin(total, act + out->warm.graph_bytes);
+    out->n_blocks = ifd_kvsize_blocks(total, free_b, p->fraction, out->margin_bytes,
+                                      out->block_bytes + out->draft_block_bytes);
+    /* the bytes below the same rounding as the blocks: kvsize.h's formula,
+     * less the draft's blocks */
+    const double left = p->fraction * (double)total - (double)used - (double)out->margin_bytes -
+                        (double)out->n_blocks * (double)out->draft_block_bytes;
     out->usable_bytes = out->n_blocks > 0 && left > 0 ? (uint64_t)left : 0;
     if (out->n_blocks < 1) {
         const double mib = 1024.0 * 1024.0;
+        char dpart[192] = "";
+        if (p->draft)
+            snprintf(dpart, sizeof dpart,
+                     "; the draft model's weights %.0f MiB and activations %.0f MiB in use, "
+                     "its KV %.1f KiB a block beside the model's %.1f KiB",
+                     (double)out->draft_weight_bytes / mib,
+                     (double)out->draft_warm.activation_bytes / mib,
+                     (double)out->draft_block_bytes / 1024.0, (double)out->block_bytes / 1024.0);
         snprintf(err, errlen,
                  "no KV block fits: %.2f of %.0f MiB minus %.0f MiB in use (weights %.0f MiB, "
                  "activations %.0f MiB, graphs %.0f MiB) minus a %.0f MiB margin leaves "
-                 "nothing: raise --gpu-memory-fraction or lower --max-batched-tokens",
+                 "nothing%s: raise --gpu-memory-fraction or lower --max-batched-tokens%s",
                  p->fraction, (double)total / mib, (double)used / mib,
                  (double)out->weight_bytes / mib, (double)out->warm.activation_bytes / mib,
-                 (double)out->warm.graph_bytes / mib, (double)out->margin_bytes / mib);
+                 (double)out->warm.graph_bytes / mib, (double)out->margin_bytes / mib, dpart,
+                 p->draft ? ", or take a smaller draft model" : "");
         return IFD_ENOMEM;
     }
     return 0;

@@ -54,6 +54,7 @@
 #ifndef IFD_KVPROBE_H
 #define IFD_KVPROBE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,6 +67,7 @@ typedef struct {
     int max_ctx;            /* the longest context a sequence reaches, >= 1 */
     int block_size;         /* the pool's tokens per block */
     ifd_kv_dtype_t kv_dtype;
+    bool eager; /* no step 3: a model that never records graphs (the draft) */
 } ifd_kvprobe_params_t;
 
 /* The device's free memory now, in *free_bytes. 0, or an error code. */
@@ -93,11 +95,25 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
  * (kvsize.h), each block holding every layer's K and V in p->kv_dtype.
  * Both callers share it, so the probe's JSON and the worker's POOL_SIZE
  * give the same count for the same inputs. */
+/* With a draft model (speculative decoding, worker/spec_draft.h: loaded
+ * beside the model, its weights already in the free memory measured), its
+ * warm-up follows the model's, at the draft's limits
+ * (ifd_kvprobe_draft_params: steps of max(max_batched_tokens,
+ * IFD_ENGINE_SPEC_ROWS) tokens in up to IFD_ENGINE_SPEC_ROWS sequences,
+ * eager), so its activations count too; and since the draft's private pool
+ * has the target pool's block count, every block costs the model's block
+ * plus the draft's: n_blocks = what fits of both, and usable_bytes the
+ * model's share (what is left for the model's pools once the draft's
+ * n_blocks blocks are set aside: the router splits it as before). */
 typedef struct {
     ifd_kvprobe_params_t warm;
     double fraction;      /* gpu_memory_fraction, (0, 1] */
     uint64_t total_bytes; /* the device's memory (cudaMemGetInfo's total) */
+    ifd_model_t *draft;   /* the draft model on the same device, or NULL */
 } ifd_kvprobe_size_params_t;
+
+/* The draft's warm-up limits for the model's (see above). */
+ifd_kvprobe_params_t ifd_kvprobe_draft_params(const ifd_kvprobe_params_t *model);
 
 typedef struct {
     ifd_kvprobe_result_t warm;
@@ -107,11 +123,17 @@ typedef struct {
     uint64_t block_bytes;             /* one block of every layer, K and V */
     uint64_t usable_bytes;            /* fraction × total − in use − margin, or 0 */
     int64_t n_blocks;                 /* usable_bytes / block_bytes */
+    /* the draft's (0 without one): its warm-up, weights and block; then
+     * usable_bytes is the model's share, n_blocks of both */
+    ifd_kvprobe_result_t draft_warm;
+    uint64_t draft_weight_bytes, draft_block_bytes;
 } ifd_kvprobe_size_t;
 
 /* 0 with *out filled and n_blocks >= 1; the warm-up's error; or IFD_ENOMEM
  * when no block fits, with err saying what took the memory ("no KV block
- * fits: 0.90 of 1024 MiB minus ..."). *out is filled as far as it got
+ * fits: 0.90 of 1024 MiB minus ...", naming the draft's part with one;
+ * the draft's warm-up failing: its error, the line starting "the draft
+ * model's warm-up"). *out is filled as far as it got
  * (also on IFD_ENOMEM, for the probe's JSON). */
 int ifd_kvprobe_size(ifd_model_t *m, const ifd_kvprobe_size_params_t *p, ifd_kvprobe_mem_cb mem,
                      void *mem_ctx, ifd_kvprobe_size_t *out, char *err, size_t errlen);

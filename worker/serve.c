@@ -472,8 +472,9 @@ static int ifd__read_hello(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *hello,
     return rc ? rc : hello->type == IFD_WIRE_HELLO ? 0 : IFD_EFORMAT;
 }
 
-/* The POOL step (proto/wire.h, HELLO's size_pool): the weights are loaded;
- * run the sizing warm-up at the engine's limits (its buffers stay grown for
+/* The POOL step (proto/wire.h, HELLO's size_pool): the weights are loaded
+ * (the draft model's too: its warm-up, weights and pool are counted before
+ * the target's blocks, kvprobe.h); run the sizing warm-up at the engine's limits (its buffers stay grown for
  * the engine to reuse), send POOL_SIZE, and wait for POOL with the pool's
  * fds. 0 with h->kv, h->n_fds and h->n_local_fds replaced by POOL's and
  * fds/nfds its fds;
@@ -492,8 +493,8 @@ static int ifd__pool_step(ifd__srv_t *s, ifd_wire_reader_t *rd, ifd_backend_t *b
                                      .kv_dtype = (ifd_kv_dtype_t)h->kv.dtype};
     ifd_kvprobe_size_t sz;
     char desc[128];
-    int rc = ifd_backend_factory_gpu_size(be, model, &wp, h->gpu_memory_fraction, &sz, desc,
-                                          sizeof desc, err, errlen);
+    int rc = ifd_backend_factory_gpu_size(be, model, s->draft, &wp, h->gpu_memory_fraction, &sz,
+                                          desc, sizeof desc, err, errlen);
     if (rc)
         return rc;
     ifd_wire_msg_t m = {.type = IFD_WIRE_POOL_SIZE};
@@ -503,8 +504,9 @@ static int ifd__pool_step(ifd__srv_t *s, ifd_wire_reader_t *rd, ifd_backend_t *b
     ps->block_bytes = sz.block_bytes;
     ps->total_bytes = sz.total_bytes;
     ps->free_bytes = sz.free_bytes;
-    ps->weight_bytes = sz.weight_bytes;
-    ps->activation_bytes = sz.warm.activation_bytes;
+    /* with a draft model: both models' (usable_bytes is the model's share) */
+    ps->weight_bytes = sz.weight_bytes + sz.draft_weight_bytes;
+    ps->activation_bytes = sz.warm.activation_bytes + sz.draft_warm.activation_bytes;
     ps->graph_bytes = sz.warm.graph_bytes;
     ps->margin_bytes = sz.margin_bytes;
     ps->n_graphs = (uint32_t)sz.warm.n_graphs;

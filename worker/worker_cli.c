@@ -581,7 +581,7 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
                                      .max_ctx = po->max_model_len,
                                      .block_size = po->block_size,
                                      .kv_dtype = kvd};
-    rc = ifd_backend_factory_gpu_size(be, m, &wp, po->fraction, &sz, desc, sizeof desc, err,
+    rc = ifd_backend_factory_gpu_size(be, m, NULL, &wp, po->fraction, &sz, desc, sizeof desc, err,
                                       sizeof err);
     if (desc[0])
         json_object_set_new(j, "device", json_string(desc));

@@ -41,6 +41,7 @@
 #include "worker/backend.h"
 #include "worker/engine.h"
 #include "worker/kvprobe.h"
+#include "worker/kvsize.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
 #ifdef IFD_CUDA_EMU
@@ -977,6 +978,78 @@ static void test_probe_local_tables(void)
     free(lg);
     gt_side_close(&s);
 }
+
+/* The POOL step with a draft model (speculative decoding, kvprobe.h): the
+ * draft's warm-up runs eagerly (no graph) at its limits, each block costs
+ * the model's K/V plus the draft's, and the model's share of the usable
+ * bytes leaves room for the draft's blocks; at a fraction where the model
+ * alone gets a block, the model with its draft gets none and the error
+ * names the draft. */
+static void test_probe_counts_draft(void)
+{
+    ifd_model_config_t c = tiny(), dc = tiny();
+    dc.n_head_kv = 1;
+    gt_side_t s = {0};
+    if (side_open(&s, &c, true) != 0) {
+        gt_side_close(&s);
+        return;
+    }
+    char err[768] = "";
+    ifd_model_t *draft = NULL;
+    int rc = ifd_model_load_random(&draft, &dc, 11, s.be, err, sizeof err);
+    GT_EXPECT(rc == 0, "draft: %s", err);
+    size_t f = 0, t = 0;
+    GT_EXPECT(cudaMemGetInfo(&f, &t) == cudaSuccess, "cudaMemGetInfo");
+    ifd_kvprobe_size_params_t sp = {
+        .warm = {.max_batched_tokens = 16, .max_seqs = 4, .max_ctx = 64, .block_size = BS,
+                 .kv_dtype = IFD_KV_F16},
+        .fraction = 0.5,
+        .total_bytes = t};
+    ifd_kvprobe_size_t a, b;
+    if (rc == 0 && (rc = ifd_kvprobe_size(s.m, &sp, free_mem, NULL, &a, err, sizeof err)))
+        GT_EXPECT(0, "probe: %s", err);
+    sp.draft = draft;
+    if (rc == 0 && (rc = ifd_kvprobe_size(s.m, &sp, free_mem, NULL, &b, err, sizeof err)))
+        GT_EXPECT(0, "probe with the draft: %s", err);
+    if (rc == 0) {
+        /* f16: 2 layers x K and V x 16 positions x heads x 64 dims x 2 bytes */
+        GT_EXPECT(b.block_bytes == 2u * 2 * BS * 2 * 64 * 2 &&
+                      b.draft_block_bytes == 2u * 2 * BS * 1 * 64 * 2,
+                  "block bytes %llu + %llu", (unsigned long long)b.block_bytes,
+                  (unsigned long long)b.draft_block_bytes);
+        GT_EXPECT(b.draft_warm.prefill_steps > 0 && b.draft_warm.n_graphs == 0 &&
+                      b.draft_warm.activation_bytes > 0,
+                  "draft warm-up: %d prefill steps, %d graphs, %llu activation bytes",
+                  b.draft_warm.prefill_steps, b.draft_warm.n_graphs,
+                  (unsigned long long)b.draft_warm.activation_bytes);
+        GT_EXPECT(b.draft_weight_bytes == ifd_model_weight_bytes(draft), "draft weights");
+        GT_EXPECT(b.n_blocks > 0 && b.n_blocks < a.n_blocks &&
+                      b.usable_bytes >= (uint64_t)b.n_blocks * b.block_bytes &&
+                      b.usable_bytes + (uint64_t)b.n_blocks * b.draft_block_bytes <=
+                          a.usable_bytes + b.block_bytes + b.draft_block_bytes,
+                  "blocks %lld alone, %lld with the draft (usable %llu, %llu)",
+                  (long long)a.n_blocks, (long long)b.n_blocks,
+                  (unsigned long long)a.usable_bytes, (unsigned long long)b.usable_bytes);
+        gt_note("probe: %lld blocks alone, %lld with the draft (its activations %llu bytes)",
+                (long long)a.n_blocks, (long long)b.n_blocks,
+                (unsigned long long)b.draft_warm.activation_bytes);
+        /* room for 1.2 of the model's blocks past what both use and the
+         * margin of a warm-up that finds every buffer grown (the next one):
+         * one model block would fit, not one of both */
+        const uint64_t m0 = ifd_kvsize_margin(t, 0);
+        sp.fraction =
+            ((double)(t - b.free_bytes) + (double)m0 + 1.2 * (double)b.block_bytes) / (double)t;
+        GT_EXPECT(ifd_kvsize_blocks(t, b.free_bytes, sp.fraction, m0, b.block_bytes) == 1,
+                  "a model block fits at %.6f", sp.fraction);
+        err[0] = '\0';
+        rc = ifd_kvprobe_size(s.m, &sp, free_mem, NULL, &b, err, sizeof err);
+        GT_EXPECT(rc == IFD_ENOMEM && b.n_blocks == 0 && strstr(err, "no KV block fits") &&
+                      strstr(err, "draft model"),
+                  "with the draft: %d, %lld blocks: %s", rc, (long long)b.n_blocks, err);
+    }
+    ifd_model_destroy(draft);
+    gt_side_close(&s);
+}
 #endif
 
 int main(void)
@@ -991,6 +1064,7 @@ int main(void)
     gt_case("decode buffers sized for the bucket of max_seqs", test_max_seqs_buffers);
     gt_case("the pool probe's warm-up grows the device sampler", test_probe_grows_sampler);
     gt_case("the pool probe's warm-up brings local tables (Gemma 3)", test_probe_local_tables);
+    gt_case("the pool probe counts a draft model's warm-up and pool", test_probe_counts_draft);
 #endif
     return gt_end();
 }
