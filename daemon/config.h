@@ -80,7 +80,7 @@
       "request's own prompt and output) or draft (draft_model's; docs/speculative.md)")        \
     X(draft_model, STR, "", 0, "PATH", 0, 0,                                                   \
       "a smaller model with the same tokenizer proposing tokens (spec draft, or requests "     \
-      "asking for it); CPU workers only")                                                      \
+      "asking for it); with gpus its KV is device memory the POOL step counts")               \
     X(mmproj, STR, "", 0, "PATH", 0, 0,                                                        \
       "llama.cpp's mmproj GGUF: the vision tower beside a GGUF model (docs/vision.md); a "     \
       "Gemma 3 directory brings its own")                                                      \

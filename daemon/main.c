@@ -848,12 +848,6 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "spec draft needs a draft model: pass --draft-model PATH");
         return IFD_EINVAL;
     }
-    if (draft && d->n_gpus) {
-        snprintf(err, errlen,
-                 "draft_model runs on CPU workers only (docs/speculative.md): "
-                 "not with gpus");
-        return IFD_EINVAL;
-    }
     if (d->cfg.spec_ngram_min > d->cfg.spec_ngram_max) {
         snprintf(err, errlen, "spec_ngram_min %lld is above spec_ngram_max %lld",
                  (long long)d->cfg.spec_ngram_min, (long long)d->cfg.spec_ngram_max);

@@ -26,6 +26,9 @@ so the emulator's slowness does not matter. Checked:
   the device-sampled rows); that CPU daemon's serving worker maps no CUDA library
   (/proc/PID/maps: the CUDA backend is the module libinferd-cuda.so, opened only for a GPU,
   worker/cuda_module.h);
+- `--spec draft` with a tiny GGUF Llama as its own draft: the POOL step counts the draft
+  (fewer blocks), and the greedy text equals `"speculative": false`'s, with proposals
+  accepted;
 - `--gpus 0,1`: two workers, each with its own CUDA_VISIBLE_DEVICES and pool device, and a
   repeated prompt is routed to the worker that caches its prefix;
 - the pool probe (`inferd-worker --kv-probe`) measures what a warm-up of the engine's largest
@@ -365,6 +368,61 @@ def test_speculative_same_text():
         d.wait_idle()
     finally:
         assert d.stop() == 0, d.logtext()
+
+
+def test_draft_model_same_text():
+    """--spec draft on the (emulated) GPU worker (docs/speculative.md): the draft loaded on the
+    worker's CUDA backend, its private pool a device segment, counted by the POOL step (fewer
+    KV blocks than the model alone); a tiny GGUF Llama (tests/oracle/tiny_models.py) as its
+    own draft: greedy text equal to "speculative": false's, streamed and not, with proposals
+    accepted."""
+    sys.path.insert(0, os.path.join(SRC, "tests", "oracle"))
+    try:
+        import tiny_models
+        # head_dim 64 (the CUDA kernels' smallest), 2 layers
+        tiny_models.VARIANTS["llama_hd64"] = dict(tiny_models.VARIANTS["llama"], embd=128,
+                                                  heads=2, kv=1)
+        tmp = tempfile.mkdtemp(prefix="inferd-cuda-draft-")
+        tiny_models.build(tmp, ["llama_hd64"])
+    except ImportError as e:
+        print("  (skipped: %s)" % e)
+        return
+    gguf_path = os.path.join(tmp, "llama_hd64.gguf")
+    args = ["--model", gguf_path, "--gpus", "0", "--worker-binary", WORKER_EMU,
+            "--gpu-memory-fraction", "0.2", "--max-seqs", "4", "--max-model-len", "256",
+            "--max-batched-tokens", "64"]
+    blocks = []
+    try:
+        for extra in ([], ["--spec", "draft", "--draft-model", gguf_path]):
+            d = Daemon(INFERD, args=args + extra)
+            try:
+                log = wait_log(d, "KV blocks fit")
+                blocks.append(int(re.search(r"(\d+) KV blocks fit", log).group(1)))
+                if not extra:
+                    continue
+                c = client(d)
+                model = c.models.list().data[0].id
+                for prompt in PROMPTS:
+                    texts = [c.completions.create(model=model, prompt=prompt, max_tokens=16,
+                                                  temperature=0,
+                                                  extra_body={} if on else {"speculative": False}
+                                                  ).choices[0].text for on in (False, True)]
+                    assert texts[0] == texts[1], (prompt, texts)
+                    chunks = c.completions.create(model=model, prompt=prompt, max_tokens=16,
+                                                  temperature=0, stream=True)
+                    assert "".join(ch.choices[0].text for ch in chunks) == texts[0], prompt
+                time.sleep(0.5)
+                m = d.metrics()
+                acc = sum(v for k, v in m.items()
+                          if k.startswith("vllm:spec_decode_num_accepted_tokens_total"))
+                assert acc > 0, "no proposal accepted"
+                d.wait_idle()
+            finally:
+                assert d.stop() == 0, d.logtext()
+        assert len(blocks) == 2 and 0 < blocks[1] < blocks[0], blocks
+        print("  KV blocks: %d alone, %d with the draft" % tuple(blocks))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_two_gpus_route_by_prefix():
