@@ -41,6 +41,7 @@ typedef struct {
      * splits every such model's): the steps bring local tables too, so that
      * the buffers and graphs measured are those of the serving worker */
     bool local_tables;
+    const ifd_sampling_params_t *row_sp; /* a sampled row's params: &sp, or NULL (draft) */
 } ifd__warm_t;
 
 static void ifd__warm_free(ifd__warm_t *w)
@@ -176,7 +177,7 @@ static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool plp_rows)
     for (int i = 0; i < plp; i++)
         w->rows[S + i] = S - 1 + i;
     for (int i = 0; i < S + plp; i++)
-        w->srows[i].params = i < S ? &w->sp : NULL;
+        w->srows[i].params = i < S ? w->row_sp : NULL;
     return ifd__warm_step(w, n, S, max_blocks, S + plp);
 }
 
@@ -191,7 +192,7 @@ static int ifd__warm_decode(ifd__warm_t *w, int n, int ctx)
         w->pos[i] = i == 0 ? ctx - 1 : 0;
         w->slot[i] = -1;
         w->rows[i] = i;
-        w->srows[i].params = &w->sp;
+        w->srows[i].params = w->row_sp;
     }
     return ifd__warm_step(w, n, n, max_blocks, n);
 }
@@ -284,6 +285,7 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
         return IFD_EINVAL;
     }
     ifd__warm_t w = {.m = m, .be = ifd_model_backend(m), .bs = p->block_size};
+    w.row_sp = p->draft ? NULL : &w.sp;
     ifd_kvpool_params_t kp_g, kp_l;
     w.local_tables = ifd_kvpool_model_params_split(ifd_model_config(m), &kp_g, &kp_l);
     const int T = p->max_batched_tokens;
@@ -331,7 +333,7 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
         step = true;
         goto fail;
     }
-    if ((rc = ifd__warm_sample_worst(&w, cap, p->max_ctx))) {
+    if (!p->draft && (rc = ifd__warm_sample_worst(&w, cap, p->max_ctx))) {
         what = "decode (sampling with raw logprobs)";
         n = cap;
         step = true;
@@ -342,9 +344,9 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
         goto fail;
     }
     /* 3: the same with graphs: recorded, then replayed */
-    ifd_model_set_graphs(m, !p->eager);
+    ifd_model_set_graphs(m, !p->draft);
     ifd_model_graph_stats(m, &g0);
-    if (!p->eager && (rc = ifd__warm_decodes(&w, cap, p->max_ctx, true, 2, &n))) {
+    if (!p->draft && (rc = ifd__warm_decodes(&w, cap, p->max_ctx, true, 2, &n))) {
         what = "graph-recorded decode";
         step = true;
         goto fail;
@@ -381,8 +383,10 @@ ifd_kvprobe_params_t ifd_kvprobe_draft_params(const ifd_kvprobe_params_t *model)
     ifd_kvprobe_params_t d = *model;
     if (d.max_batched_tokens < IFD_ENGINE_SPEC_ROWS)
         d.max_batched_tokens = IFD_ENGINE_SPEC_ROWS;
-    d.max_seqs = IFD_ENGINE_SPEC_ROWS;
-    d.eager = true;
+    /* one logits row per speculating sequence: at most max_seqs of them */
+    if (d.max_seqs > IFD_ENGINE_SPEC_ROWS)
+        d.max_seqs = IFD_ENGINE_SPEC_ROWS;
+    d.draft = true;
     return d;
 }
 

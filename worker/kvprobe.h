@@ -67,7 +67,9 @@ typedef struct {
     int max_ctx;            /* the longest context a sequence reaches, >= 1 */
     int block_size;         /* the pool's tokens per block */
     ifd_kv_dtype_t kv_dtype;
-    bool eager; /* no step 3: a model that never records graphs (the draft) */
+    /* a draft model's steps (spec_draft.h): every logits row downloaded
+     * (no device sampling, so no step 2b) and no graphs (no step 3) */
+    bool draft;
 } ifd_kvprobe_params_t;
 
 /* The device's free memory now, in *free_bytes. 0, or an error code. */
@@ -99,7 +101,8 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
  * beside the model, its weights already in the free memory measured), its
  * warm-up follows the model's, at the draft's limits
  * (ifd_kvprobe_draft_params: steps of max(max_batched_tokens,
- * IFD_ENGINE_SPEC_ROWS) tokens in up to IFD_ENGINE_SPEC_ROWS sequences,
+ * IFD_ENGINE_SPEC_ROWS) tokens in up to min(max_seqs, IFD_ENGINE_SPEC_ROWS)
+ * sequences (one logits row per speculating sequence),
  * eager), so its activations count too; and since the draft's private pool
  * has the target pool's block count, every block costs the model's block
  * plus the draft's: n_blocks = what fits of both, and usable_bytes the

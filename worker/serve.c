@@ -838,7 +838,10 @@ static int ifd__start_drafter(ifd__srv_t *s)
                                         .n_blocks = geo.n_blocks,
                                         .block_size = (int)h->kv.block_size,
                                         .dtype = (ifd_kv_dtype_t)h->kv.dtype};
-    ifd_model_set_max_seqs(s->draft, IFD_ENGINE_SPEC_ROWS);
+    /* a logits row per speculating sequence, as the POOL step's warm-up of
+     * the draft set it (kvprobe.h) */
+    const ifd_kvprobe_params_t mp = {.max_seqs = s->ep.max_seqs};
+    ifd_model_set_max_seqs(s->draft, ifd_kvprobe_draft_params(&mp).max_seqs);
     int rc = ifd_spec_draft_create(&s->drafter, s->draft, &dp, s->err, sizeof s->err);
     if (rc)
         return ifd__fatal(s, rc, s->err);
