@@ -170,7 +170,11 @@ typedef struct {
  * (total − free) − margin; n_blocks = usable_bytes / block_bytes (≥ 1: a
  * worker that fits no block sends ERROR instead). A model with
  * sliding-window layers splits usable_bytes between its two pools
- * (daemon/main.c, ifd__size_local_pool). */
+ * (daemon/main.c, ifd__size_local_pool). With a draft model (HELLO's
+ * draft_model_path) weight_bytes and activation_bytes are both models',
+ * n_blocks what fits of a block of each pool, and usable_bytes the model's
+ * share, the draft's n_blocks blocks set aside (worker/kvprobe.h); the
+ * encoding is unchanged. */
 typedef struct {
     uint64_t n_blocks;
     uint64_t usable_bytes;

@@ -35,6 +35,10 @@
  * (the same ids as the global ones), as the serving worker's steps have:
  * the buffers for them and graphs recorded with them are what is measured.
  *
+ * A draft model's warm-up (params.draft, ifd_kvprobe_draft_params) skips
+ * step 2's sampling step and step 3: its rows are downloaded, its steps
+ * eager (spec_draft.h).
+ *
  * activation_bytes is what 1 and 2 took, graph_bytes what 3 took (both as
  * the device's free memory fell, so the CUDA runtime's own allocations —
  * lazily loaded kernels, cuBLASLt's state, graph memory — count with
