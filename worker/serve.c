@@ -473,12 +473,12 @@ static int ifd__read_hello(int fd, ifd_wire_reader_t *rd, ifd_wire_msg_t *hello,
 }
 
 /* The POOL step (proto/wire.h, HELLO's size_pool): the weights are loaded
- * (the draft model's too: its warm-up, weights and pool are counted before
- * the target's blocks, kvprobe.h); run the sizing warm-up at the engine's limits (its buffers stay grown for
- * the engine to reuse), send POOL_SIZE, and wait for POOL with the pool's
- * fds. 0 with h->kv, h->n_fds and h->n_local_fds replaced by POOL's and
- * fds/nfds its fds;
- * 1 when the router said SHUTDOWN or hung up instead (exit quietly); a
+ * (the draft model's too: its warm-up, weights and pool are counted
+ * before the target's blocks, kvprobe.h); run the sizing warm-up at the
+ * engine's limits (its buffers stay grown for the engine to reuse), send
+ * POOL_SIZE, and wait for POOL with the pool's fds. 0 with h->kv,
+ * h->n_fds and h->n_local_fds replaced by POOL's and fds/nfds its fds; 1
+ * when the router said SHUTDOWN or hung up instead (exit quietly); a
  * negative code with err set otherwise (the caller sends it as ERROR: the
  * router prints it as the start's one error line, so it is not logged
  * here). */

@@ -83,8 +83,9 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
         goto fail;
     }
     if ((rc = ifd_engine_model_from(&d->em, draft, d->pool, 0))) {
-        snprintf(err, errlen, "the draft model's KV pool (%lld blocks of %s K/V on the %s "
-                              "backend): %s",
+        snprintf(err, errlen,
+                 "the draft model's KV pool (%lld blocks of %s K/V on the %s "
+                 "backend): %s",
                  (long long)p->n_blocks, ifd_kv_dtype_name(p->dtype), be->ops->name,
                  ifd_strerror(rc));
         goto fail;

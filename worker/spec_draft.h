@@ -8,16 +8,17 @@
  *
  * The draft keeps its own KV in a pool of its own geometry (the draft
  * model's layers and heads), private to the worker (created here, never
- * shared with the router: after a worker crash the draft recomputes its KV
- * from the tokens, which costs a prefill of the draft and changes no
+ * shared with the router: after a worker crash the draft recomputes its
+ * KV from the tokens, which costs a prefill of the draft and changes no
  * token): host memory on a host-memory backend (the CPU), else a device
  * segment made by the draft's backend's provider (the CUDA backend: the
  * target's backend object, so both models share its stream and scratch,
- * and run one after the other), whose fd the pool keeps to itself. Per sequence it holds a block table and the
- * tokens whose KV it has computed; each proposal first brings that KV in
- * step with the sequence's tokens: the longest common prefix stays (the
- * accepted proposals), positions past it are rolled back (rejected ones),
- * and the tokens the draft has not seen are fed (the prompt at the first
+ * and run one after the other), whose fd the pool keeps to itself. Per
+ * sequence it holds a block table and the tokens whose KV it has
+ * computed; each proposal first brings that KV in step with the
+ * sequence's tokens: the longest common prefix stays (the accepted
+ * proposals), positions past it are rolled back (rejected ones), and the
+ * tokens the draft has not seen are fed (the prompt at the first
  * proposal, the target's corrected token and what arrived while the
  * sequence did not speculate afterwards), in chunks of at most
  * max_batched_tokens. A sequence whose proposal the draft's pool cannot

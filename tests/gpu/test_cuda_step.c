@@ -1000,11 +1000,13 @@ static void test_probe_counts_draft(void)
     GT_EXPECT(rc == 0, "draft: %s", err);
     size_t f = 0, t = 0;
     GT_EXPECT(cudaMemGetInfo(&f, &t) == cudaSuccess, "cudaMemGetInfo");
-    ifd_kvprobe_size_params_t sp = {
-        .warm = {.max_batched_tokens = 16, .max_seqs = 4, .max_ctx = 64, .block_size = BS,
-                 .kv_dtype = IFD_KV_F16},
-        .fraction = 0.5,
-        .total_bytes = t};
+    ifd_kvprobe_size_params_t sp = {.warm = {.max_batched_tokens = 16,
+                                             .max_seqs = 4,
+                                             .max_ctx = 64,
+                                             .block_size = BS,
+                                             .kv_dtype = IFD_KV_F16},
+                                    .fraction = 0.5,
+                                    .total_bytes = t};
     ifd_kvprobe_size_t a, b;
     if (rc == 0 && (rc = ifd_kvprobe_size(s.m, &sp, free_mem, NULL, &a, err, sizeof err)))
         GT_EXPECT(0, "probe: %s", err);
@@ -1028,8 +1030,8 @@ static void test_probe_counts_draft(void)
                       b.usable_bytes + (uint64_t)b.n_blocks * b.draft_block_bytes <=
                           a.usable_bytes + b.block_bytes + b.draft_block_bytes,
                   "blocks %lld alone, %lld with the draft (usable %llu, %llu)",
-                  (long long)a.n_blocks, (long long)b.n_blocks,
-                  (unsigned long long)a.usable_bytes, (unsigned long long)b.usable_bytes);
+                  (long long)a.n_blocks, (long long)b.n_blocks, (unsigned long long)a.usable_bytes,
+                  (unsigned long long)b.usable_bytes);
         gt_note("probe: %lld blocks alone, %lld with the draft (its activations %llu bytes)",
                 (long long)a.n_blocks, (long long)b.n_blocks,
                 (unsigned long long)b.draft_warm.activation_bytes);

@@ -384,8 +384,8 @@ static void draft_batches(const sink_t *ref, const char *name, ifd_engine_stats_
             ck_assert_int_eq(b->finished[i], 1);
             for (int t = 0; t < N_OUT; t++)
                 ck_assert_msg(b->out[i][t] == ref->out[i][t],
-                              "%s, batch of %d: request %d token %d: %d vs %d", name, runs[k].n,
-                              i, t, b->out[i][t], ref->out[i][t]);
+                              "%s, batch of %d: request %d token %d: %d vs %d", name, runs[k].n, i,
+                              t, b->out[i][t], ref->out[i][t]);
         }
         tot->spec_drafts += st.spec_drafts;
         tot->spec_draft_tokens += st.spec_draft_tokens;
