@@ -142,7 +142,13 @@
       "a non-streamed response's body at most: a request whose answer would be larger is "    \
       "refused with 400 (streams are not bounded by it)")                                      \
     X(max_image_bytes, BYTES, "20M", 1, "BYTES", 1024, 1 << 30,                                \
-      "an image's bytes at most (a data URL's decoded size; 400 beyond)")                     \
+      "an image's bytes at most (a data URL's decoded size, a fetched URL's body; 400 "       \
+      "beyond)")                                                                               \
+    X(allow_image_urls, STR, "", 0, "HOST[,HOST...]", 0, 0,                                    \
+      "hosts whose http(s) image URLs are fetched: names, *.domain suffixes, IP literals "    \
+      "([IPv6]); default none (image URLs other than data: get 400; docs/security.md)")       \
+    X(image_url_timeout, SECS, "10", 1, "SECS", 0.01, 600,                                     \
+      "time one image URL's fetch may take, connect included (400 beyond)")                   \
     X(max_image_pixels, INT, "40000000", 1, "N", 1, 1 << 30,                                   \
       "an image's width x height at most, read from its header before decoding (400 beyond)") \
     X(limit_images_per_prompt, INT, "0", 1, "N", 0, 64,                                        \

@@ -9,6 +9,7 @@
 #include "hash.h"
 #include "image/dataurl.h"
 #include "image/image.h"
+#include "imgurl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,8 @@ void ifd_images_setup(ifd_images_setup_t *s, const ifd_wire_vision_t *v, const i
     memset(s, 0, sizeof *s);
     s->max_bytes = cfg->max_image_bytes;
     s->max_pixels = (uint64_t)cfg->max_image_pixels;
+    s->allow_urls = cfg->allow_image_urls;
+    s->url_timeout = cfg->image_url_timeout;
     if (!v->tokens_per_image)
         return;
     s->tokens_per_image = v->tokens_per_image;
@@ -55,6 +58,27 @@ static bool ifd__has_prefix(const char *s, size_t n, const char *p)
 {
     size_t pl = strlen(p);
     return n >= pl && !strncasecmp(s, p, pl);
+}
+
+/* An http(s) URL against allow_image_urls: 0, or IFD_EINVAL with *e a 400. */
+static int ifd__check_web(const ifd_images_setup_t *s, const ifd_oai_image_t *im,
+                          ifd_oai_error_t *e)
+{
+    ifd_imgurl_t u;
+    char why[160];
+    if (ifd_imgurl_parse(&u, im->url, im->url_len, why, sizeof why)) {
+        ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param,
+                          "Invalid image URL in '%s': %s.", im->param, why);
+        return IFD_EINVAL;
+    }
+    if (!ifd_imgurl_host_allowed(s->allow_urls, u.host)) {
+        ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param,
+                          "Image URL in '%s': the host '%s' is not one this server fetches "
+                          "from (allow_image_urls).",
+                          im->param, u.host);
+        return IFD_EINVAL;
+    }
+    return 0;
 }
 
 int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq, ifd_oai_error_t *e)
@@ -92,6 +116,11 @@ int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq, i
             continue;
         bool web = ifd__has_prefix(im->url, im->url_len, "http://") ||
                    ifd__has_prefix(im->url, im->url_len, "https://");
+        if (web && ifd_imgurl_enabled(s->allow_urls)) {
+            if (ifd__check_web(s, im, e))
+                return IFD_EINVAL;
+            continue;
+        }
         ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param,
                           web ? "Image URLs are not fetched by this server: send the image as a "
                                 "base64 data: URL (data:image/png;base64,...)."
@@ -103,13 +132,15 @@ int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq, i
 }
 
 /* The steps of one image's decode, as its errors name them. */
-typedef enum { IFD__URL, IFD__DECODE, IFD__RESIZE } ifd__step_t;
+typedef enum { IFD__URL, IFD__FETCH, IFD__DECODE, IFD__RESIZE } ifd__step_t;
 
 /* Why step failed with rc, in a client's words (IFD_EFORMAT and the rest: corrupt). */
 static const char *ifd__why(ifd__step_t step, int rc)
 {
     if (step == IFD__URL)
         return rc == IFD_ETOOBIG ? "the image is too big" : "not a base64 data: URL";
+    if (step == IFD__FETCH)
+        return rc == IFD_ETOOBIG ? "the image is too big" : "the image URL could not be fetched";
     switch (rc) {
     case IFD_ENOTSUP:
         return "not an image (JPEG, PNG, WebP or GIF)";
@@ -128,7 +159,7 @@ static const char *ifd__why(ifd__step_t step, int rc)
 static int ifd__fail(ifd_oai_error_t *e, const ifd_oai_image_t *im, int rc, ifd__step_t step,
                      const ifd_images_setup_t *s, const char *detail)
 {
-    if (rc == IFD_ENOMEM)
+    if (rc == IFD_ENOMEM || rc == IFD_ECANCELED)
         return rc;
     if (step == IFD__RESIZE) {
         ifd_oai_error_set(e, 500, NULL, NULL, NULL,
@@ -138,8 +169,8 @@ static int ifd__fail(ifd_oai_error_t *e, const ifd_oai_image_t *im, int rc, ifd_
     char lim[96] = "";
     if (rc == IFD_ETOOBIG)
         snprintf(lim, sizeof lim, " (%s is %llu)",
-                 step == IFD__URL ? "max_image_bytes" : "max_image_pixels",
-                 (unsigned long long)(step == IFD__URL ? s->max_bytes : s->max_pixels));
+                 step == IFD__DECODE ? "max_image_pixels" : "max_image_bytes",
+                 (unsigned long long)(step == IFD__DECODE ? s->max_pixels : s->max_bytes));
     ifd_oai_error_set(e, 400, NULL, "invalid_value", im->param,
                       "Invalid image in '%s': %s%s%s%.200s", im->param, ifd__why(step, rc), lim,
                       detail && *detail ? ": " : "", detail ? detail : "");
@@ -199,19 +230,39 @@ static int ifd__add_pictures(ifd_images_t *out, const ifd_images_setup_t *s,
     return 0;
 }
 
+/* Image im's bytes: a data URL's, or an http(s) URL's fetched (checked on
+ * the loop by ifd_images_check). */
+static int ifd__bytes(const ifd_images_setup_t *s, const ifd_oai_image_t *im,
+                      const atomic_int *cancel, uint8_t **bytes, size_t *n, ifd_oai_error_t *e)
+{
+    char msg[256] = "";
+    size_t mime_len;
+    const char *mime;
+    ifd_imgurl_t u;
+    if (ifd__has_prefix(im->url, im->url_len, "data:")) {
+        int rc = ifd_image_data_url(im->url, im->url_len, s->max_bytes, bytes, n, &mime,
+                                    &mime_len, msg, sizeof msg);
+        return rc ? ifd__fail(e, im, rc, IFD__URL, s, msg) : 0;
+    }
+    int rc = ifd_imgurl_parse(&u, im->url, im->url_len, msg, sizeof msg);
+    if (!rc) {
+        ifd_imgurl_limits_t lim = {s->max_bytes, s->url_timeout, cancel};
+        rc = ifd_imgurl_fetch(&u, im->url, im->url_len, &lim, bytes, n, msg, sizeof msg);
+    }
+    return rc ? ifd__fail(e, im, rc, IFD__FETCH, s, msg) : 0;
+}
+
 /* One image: its URL's bytes, decoded, then its pictures. */
 static int ifd__decode_one(ifd_images_t *out, const ifd_images_setup_t *s,
                            const ifd_image_prep_t *prep, const ifd_oai_image_t *im,
-                           ifd_oai_error_t *e)
+                           const atomic_int *cancel, ifd_oai_error_t *e)
 {
     char msg[256] = "";
     uint8_t *bytes = NULL;
-    size_t n_bytes = 0, mime_len;
-    const char *mime;
-    int rc = ifd_image_data_url(im->url, im->url_len, s->max_bytes, &bytes, &n_bytes, &mime,
-                                &mime_len, msg, sizeof msg);
+    size_t n_bytes = 0;
+    int rc = ifd__bytes(s, im, cancel, &bytes, &n_bytes, e);
     if (rc)
-        return ifd__fail(e, im, rc, IFD__URL, s, msg);
+        return rc;
     ifd_image_limits_t lim = ifd_image_default_limits();
     lim.max_pixels = s->max_pixels;
     ifd_image_t img;
@@ -239,7 +290,7 @@ int ifd_images_decode(ifd_images_t *out, const ifd_images_setup_t *s, const ifd_
         if (cancel && atomic_load(cancel))
             rc = IFD_ECANCELED;
         else
-            rc = ifd__decode_one(out, s, &prep, &rq->images[k], e);
+            rc = ifd__decode_one(out, s, &prep, &rq->images[k], cancel, e);
     }
     if (rc)
         ifd_images_free(out);

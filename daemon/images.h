@@ -7,9 +7,12 @@
  *   ifd_images_setup  the model's vision (READY.vision) and the config's
  *                     limits → what a request is held to (on the loop);
  *   ifd_images_check  on the loop, cheap: the model takes images, their
- *                     count, data: URLs only (this server fetches nothing);
+ *                     count, data: URLs, or http(s) URLs of the hosts
+ *                     allow_image_urls lists (imgurl.h; none by default);
  *   ifd_images_decode on the thread pool: each data URL →
- *                     ifd_image_data_url (max_image_bytes) → ifd_image_decode
+ *                     ifd_image_data_url (max_image_bytes), each http(s)
+ *                     URL → ifd_imgurl_fetch (max_image_bytes,
+ *                     image_url_timeout, the SSRF guard) → ifd_image_decode
  *                     (max_image_pixels) → ifd_image_prep_resize (the whole
  *                     image, then its pan-and-scan crops) → a 128-bit hash
  *                     of each picture's pixels;
@@ -47,6 +50,9 @@ typedef struct {
     ifd_image_prompt_t ip;     /* the placeholder's expansion (image_prompt.h) */
     uint64_t max_bytes;        /* max_image_bytes */
     uint64_t max_pixels;       /* max_image_pixels */
+    const char *allow_urls;    /* allow_image_urls: borrowed from the config, which never
+                                * changes it (not reloadable); "" or NULL: none */
+    double url_timeout;        /* image_url_timeout (s) */
     uint32_t max_images;       /* limit_images_per_prompt, at most what one frame holds */
     uint32_t max_pictures;     /* pictures (crops included) one ADD frame holds */
 } ifd_images_setup_t;
@@ -63,8 +69,9 @@ uint32_t ifd_images_frame_fit(uint32_t height, uint32_t width);
  * On the loop: the request's images against s — 0 (none, or all may be
  * decoded); IFD_EINVAL with *e a 400: the model takes no images (the part's
  * type named), prompt_logprobs (the engine refuses it with images), more
- * than s->max_images, or a URL that is not a data: URL (http(s) URLs are
- * not fetched).
+ * than s->max_images, a URL that is not a data: URL (http(s) URLs: unless
+ * s->allow_urls is set), an http(s) URL that ifd_imgurl_parse refuses or
+ * whose host s->allow_urls does not list.
  */
 int ifd_images_check(const ifd_images_setup_t *s, const ifd_oai_request_t *rq, ifd_oai_error_t *e);
 
@@ -81,8 +88,9 @@ typedef struct {
  * On the thread pool: decodes every image of rq into *out (zeroed first),
  * pan-and-scan as the request's mm_processor_kwargs.do_pan_and_scan says,
  * else as the model's preprocessor. Stops between images once *cancel
- * (may be NULL) is set: IFD_ECANCELED. Returns 0; IFD_EINVAL with *e a 400
- * naming the part (not a base64 data URL, over max_image_bytes, not an
+ * (may be NULL) is set, and aborts a fetch when it is: IFD_ECANCELED.
+ * Returns 0; IFD_EINVAL with *e a 400 naming the part (not a base64 data
+ * URL, an http(s) URL's fetch failed or timed out, over max_image_bytes, not an
  * image, over max_image_pixels or a side of 16384, truncated, corrupt, the
  * pictures over one frame); IFD_ENOTSUP (the model's preprocessing cannot
  * be run: *e a 500); IFD_ENOMEM. On failure *out holds nothing.

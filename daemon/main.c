@@ -32,6 +32,7 @@
 #include "gpu.h"
 #include "http.h"
 #include "ids.h"
+#include "imgurl.h"
 #include "inspect/inspect.h"
 #include "kvpool/kvparams.h"
 #include "listen.h"
@@ -162,8 +163,8 @@ static void ifd__find_worker(const ifd_config_t *cfg, char *out, size_t len)
 }
 
 /* The HTTP server's settings from c, checked: allowed_origins parsed
- * (cors.h), root_path "" or "/…" without a trailing '/'. 0, or IFD_EINVAL
- * with the reason in err. */
+ * (cors.h), root_path "" or "/…" without a trailing '/', allow_image_urls
+ * (imgurl.h). 0, or IFD_EINVAL with the reason in err. */
 static int ifd__limits(const ifd_config_t *c, ifd_http_limits_t *l, char *err, size_t errlen)
 {
     memset(l, 0, sizeof *l);
@@ -183,6 +184,8 @@ static int ifd__limits(const ifd_config_t *c, ifd_http_limits_t *l, char *err, s
                  rp);
         return IFD_EINVAL;
     }
+    if (ifd_imgurl_check_list(c->allow_image_urls, err, errlen))
+        return IFD_EINVAL;
     return ifd_cors_parse(&l->cors, c->allowed_origins, err, errlen);
 }
 
@@ -1254,6 +1257,9 @@ int main(int argc, char **argv)
         code = ifd_inspect_file(stdout, stderr, d->cli.inspect, d->cli.json) == 0 ? 0 : 1;
     } else if (d->cli.print_config) {
         code = ifd_config_print_json(&d->cfg, stdout) ? 1 : 0;
+    } else if (ifd_imgurl_global_init()) { /* before any thread */
+        fprintf(stderr, "inferd: curl_global_init failed\n");
+        code = 1;
     } else {
         code = ifd__run(d);
         if (d->ran) { /* every handle is closed; a failed start leaves the loop as it is */
@@ -1268,6 +1274,7 @@ int main(int argc, char **argv)
         ifd_kvpool_destroy(d->lpool);
         ifd_chat_template_destroy(d->tpl);
         ifd_tokenizer_destroy(d->tok);
+        ifd_imgurl_global_cleanup();
     }
     ifd_config_free(&d->cfg);
     ifd_config_cli_free(&d->cli);

@@ -17,7 +17,7 @@ DEBS=(
     build-essential cmake ninja-build pkg-config git
     libuv1-dev libmsgpack-dev libjansson-dev check libpcre2-dev
     libxxhash-dev libhttp-parser-dev libsystemd-dev libedit-dev libsimde-dev
-    libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev
+    libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev libcurl4-openssl-dev
     python3 python3-venv python3-pip curl ca-certificates
     systemd clang
 )

@@ -1,0 +1,94 @@
+/*
+ * imgurl.h — http(s) image URLs (issue 28, --allow-image-urls): which ones
+ * the server may fetch, and the fetch itself (libcurl), under the rules of
+ * docs/security.md ("Image URLs"):
+ *
+ *   - allow_image_urls lists the hosts: exact names or IP literals
+ *     (IPv6 in brackets), or "*.example.com" (any name ending in
+ *     ".example.com", not example.com itself); "" (the default) fetches
+ *     nothing;
+ *   - the URL is http:// or https://, no userinfo (user@), an optional port,
+ *     a host of letters, digits, '-', '.', '_' (or an IPv6 literal);
+ *   - SSRF guard: every address a host name resolves to is checked when the
+ *     socket is opened; loopback, private, link-local, CGNAT, unspecified,
+ *     multicast and reserved addresses are refused, unless the URL's host is
+ *     itself an IP literal (then the list named exactly that address);
+ *   - redirects are not followed (a 3xx is a failure), no proxy (the
+ *     environment's *_proxy variables are ignored), no content decoding,
+ *     no cookies or .netrc;
+ *   - at most max_bytes (a Content-Length over it aborts before the body,
+ *     a body growing over it as soon as it does), the whole fetch within
+ *     timeout_s, the connect within the lesser of it and 5 s; a set cancel
+ *     flag aborts it.
+ *
+ * Threading: ifd_imgurl_global_init once in main() before any thread;
+ * ifd_imgurl_fetch on any thread (each call its own curl handle, no signals);
+ * the rest is pure.
+ */
+#ifndef IFD_DAEMON_IMGURL_H
+#define IFD_DAEMON_IMGURL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sockaddr;
+
+#define IFD_IMGURL_MAX_URL 8192 /* longer URLs are refused */
+
+/* A parsed http(s) URL's authority. */
+typedef struct {
+    bool https;
+    bool literal;   /* host is an IPv4 or IPv6 literal */
+    uint16_t port;  /* 0: the scheme's */
+    char host[256]; /* lower case; an IPv6 literal without its brackets */
+} ifd_imgurl_t;
+
+/* Initialises libcurl (curl_global_init). 0, or IFD_EINTERNAL. Call once,
+ * before threads start; ifd_imgurl_global_cleanup at exit. */
+int ifd_imgurl_global_init(void);
+void ifd_imgurl_global_cleanup(void);
+
+/* Checks an allow_image_urls value: NULL or "" (none), or comma-separated
+ * hosts (spaces around them ignored) as above. 0, or IFD_EINVAL with the
+ * entry named in err. Pure. */
+int ifd_imgurl_check_list(const char *list, char *err, size_t errlen);
+
+/* True when list is neither NULL nor empty. */
+bool ifd_imgurl_enabled(const char *list);
+
+/* Parses url (len bytes, no NUL needed) into *u. 0, or IFD_EINVAL with the
+ * reason in why (not http(s), userinfo, a bad host or port, a control
+ * character or space, over IFD_IMGURL_MAX_URL). Pure. */
+int ifd_imgurl_parse(ifd_imgurl_t *u, const char *url, size_t len, char *why, size_t whylen);
+
+/* True when list (checked by ifd_imgurl_check_list) allows host (as
+ * ifd_imgurl_parse leaves it). Pure. */
+bool ifd_imgurl_host_allowed(const char *list, const char *host);
+
+/* True when sa (AF_INET or AF_INET6; anything else: true) is an address the
+ * SSRF guard refuses for a host name: see above. IPv4-mapped and NAT64
+ * (64:ff9b::/96) IPv6 addresses are judged by their IPv4 address. Pure. */
+bool ifd_imgurl_addr_refused(const struct sockaddr *sa);
+
+/* What a fetch is held to. */
+typedef struct {
+    uint64_t max_bytes;       /* max_image_bytes */
+    double timeout_s;         /* image_url_timeout */
+    const atomic_int *cancel; /* may be NULL; nonzero aborts the transfer */
+} ifd_imgurl_limits_t;
+
+/*
+ * Fetches url (len bytes; parsed as u by ifd_imgurl_parse, its host already
+ * allowed) into *bytes (malloc'ed, the caller frees) and *n. Blocks: call it
+ * on the thread pool, never on the loop. Returns 0; IFD_ETOOBIG (over
+ * max_bytes); IFD_ETIMEDOUT; IFD_ECANCELED; IFD_EFORMAT (anything else: an
+ * HTTP status other than 200, a redirect, a refused address, a connect or
+ * TLS failure; why says which); IFD_ENOMEM. On failure *bytes is NULL.
+ */
+int ifd_imgurl_fetch(const ifd_imgurl_t *u, const char *url, size_t len,
+                     const ifd_imgurl_limits_t *lim, uint8_t **bytes, size_t *n, char *why,
+                     size_t whylen);
+
+#endif
