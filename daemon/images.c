@@ -240,8 +240,8 @@ static int ifd__bytes(const ifd_images_setup_t *s, const ifd_oai_image_t *im,
     const char *mime;
     ifd_imgurl_t u;
     if (ifd__has_prefix(im->url, im->url_len, "data:")) {
-        int rc = ifd_image_data_url(im->url, im->url_len, s->max_bytes, bytes, n, &mime,
-                                    &mime_len, msg, sizeof msg);
+        int rc = ifd_image_data_url(im->url, im->url_len, s->max_bytes, bytes, n, &mime, &mime_len,
+                                    msg, sizeof msg);
         return rc ? ifd__fail(e, im, rc, IFD__URL, s, msg) : 0;
     }
     int rc = ifd_imgurl_parse(&u, im->url, im->url_len, msg, sizeof msg);

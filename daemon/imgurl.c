@@ -268,10 +268,10 @@ static bool ifd__v6_refused(const uint8_t *b)
     static const uint8_t zero[12] = {0};
     if (!memcmp(b, zero, 12)) /* ::, ::1 and the deprecated IPv4-compatible */
         return true;
-    return (b[0] & 0xfe) == 0xfc ||                /* fc00::/7: unique local */
+    return (b[0] & 0xfe) == 0xfc ||                   /* fc00::/7: unique local */
            (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || /* fe80::/10: link-local */
            (b[0] == 0xfe && (b[1] & 0xc0) == 0xc0) || /* fec0::/10: site-local */
-           b[0] == 0xff;                               /* ff00::/8: multicast */
+           b[0] == 0xff;                              /* ff00::/8: multicast */
 }
 
 bool ifd_imgurl_addr_refused(const struct sockaddr *sa)
@@ -370,8 +370,8 @@ static bool ifd__same_host(const ifd_imgurl_t *u, const char *url)
 static void ifd__options(CURL *h, const char *url, ifd__fetch_t *f, char *errbuf)
 {
     long total_ms = (long)(f->lim->timeout_s * 1000.0);
-    double c = f->lim->timeout_s < IFD__CONNECT_TIMEOUT_S ? f->lim->timeout_s
-                                                          : IFD__CONNECT_TIMEOUT_S;
+    double c =
+        f->lim->timeout_s < IFD__CONNECT_TIMEOUT_S ? f->lim->timeout_s : IFD__CONNECT_TIMEOUT_S;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -379,8 +379,8 @@ static void ifd__options(CURL *h, const char *url, ifd__fetch_t *f, char *errbuf
     curl_easy_setopt(h, CURLOPT_PROXY, ""); /* "" ignores the environment's proxies */
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, total_ms > 0 ? total_ms : 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(c * 1000.0) > 0 ? (long)(c * 1000.0)
-                                                                         : 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(c * 1000.0) > 0 ? (long)(c * 1000.0) : 1L);
     curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)f->lim->max_bytes);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "inferd");
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ifd__write_cb);
@@ -394,8 +394,8 @@ static void ifd__options(CURL *h, const char *url, ifd__fetch_t *f, char *errbuf
 }
 
 /* The outcome of a finished transfer (rc: curl_easy_perform's) as an IFD code. */
-static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char *errbuf,
-                        char *why, size_t whylen)
+static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char *errbuf, char *why,
+                        size_t whylen)
 {
     long status = 0;
     if (f->no_mem)
@@ -422,8 +422,10 @@ static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char 
     }
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (status >= 300 && status < 400) {
-        ifd_errbuf(why, whylen, "the server answered HTTP %ld, a redirect: redirects are not "
-                   "followed (send the final URL)", status);
+        ifd_errbuf(why, whylen,
+                   "the server answered HTTP %ld, a redirect: redirects are not "
+                   "followed (send the final URL)",
+                   status);
         return IFD_EFORMAT;
     }
     if (status != 200) {

@@ -202,6 +202,29 @@ START_TEST(test_mmproj_key)
 }
 END_TEST
 
+/* allow_image_urls and image_url_timeout (docs/configuration.md): off and 10 s by default. */
+START_TEST(test_image_url_keys)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
+    ck_assert_str_eq(c.allow_image_urls, "");
+    ck_assert(c.image_url_timeout == 10.0);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 4, "--allow-image-urls", "a.com,*.b.org",
+                           "--image-url-timeout", "250ms"),
+                     0);
+    ck_assert_str_eq(c.allow_image_urls, "a.com,*.b.org");
+    ck_assert(c.image_url_timeout == 0.25);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--image-url-timeout", "0"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "image_url_timeout"));
+}
+END_TEST
+
 START_TEST(test_file_precedence_and_errors)
 {
     ifd_config_t c;
@@ -441,7 +464,8 @@ int main(void)
     Suite *s = suite_create("daemon_config");
     ifd_test_case(s, "config", 30,
                   IFD_TESTS(test_defaults_and_flags, test_bad_flags, test_inspect_flag,
-                            test_gpu_settings, test_mmproj_key, test_file_precedence_and_errors,
+                            test_gpu_settings, test_mmproj_key, test_image_url_keys,
+                            test_file_precedence_and_errors,
                             test_metrics_render,
                             test_metrics_vllm_and_families, test_metrics_vllm_requests));
     return ifd_test_run(s);

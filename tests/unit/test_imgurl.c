@@ -77,8 +77,7 @@ static ifd_imgurl_t parse_ok(const char *url)
 {
     ifd_imgurl_t u;
     char why[160] = "";
-    ck_assert_msg(ifd_imgurl_parse(&u, url, strlen(url), why, sizeof why) == 0, "%s: %s", url,
-                  why);
+    ck_assert_msg(ifd_imgurl_parse(&u, url, strlen(url), why, sizeof why) == 0, "%s: %s", url, why);
     return u;
 }
 
@@ -140,19 +139,26 @@ static bool v6_refused(const char *ip)
 
 START_TEST(test_ssrf_ranges)
 {
-    static const char *refused4[] = {"127.0.0.1",   "127.255.0.9", "10.1.2.3",    "172.16.0.1",
-                                     "172.31.9.9",  "192.168.1.1", "169.254.169.254",
-                                     "100.64.0.1",  "0.0.0.0",     "224.0.0.1",   "255.255.255.255",
-                                     "198.18.0.1",  "192.0.0.8"};
-    static const char *public4[] = {"8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1",
-                                    "192.169.0.1", "93.184.216.34"};
+    static const char *refused4[] = {"127.0.0.1",  "127.255.0.9", "10.1.2.3",        "172.16.0.1",
+                                     "172.31.9.9", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+                                     "0.0.0.0",    "224.0.0.1",   "255.255.255.255", "198.18.0.1",
+                                     "192.0.0.8"};
+    static const char *public4[] = {"8.8.8.8",     "1.1.1.1",     "172.32.0.1",
+                                    "100.128.0.1", "192.169.0.1", "93.184.216.34"};
     for (size_t i = 0; i < sizeof refused4 / sizeof *refused4; i++)
         ck_assert_msg(v4_refused(refused4[i]), "%s", refused4[i]);
     for (size_t i = 0; i < sizeof public4 / sizeof *public4; i++)
         ck_assert_msg(!v4_refused(public4[i]), "%s", public4[i]);
-    static const char *refused6[] = {"::",      "::1",          "fe80::1",          "fc00::1",
-                                     "fd12::3", "ff02::1",      "::ffff:127.0.0.1", "::ffff:10.0.0.1",
-                                     "64:ff9b::a9fe:a9fe", "fec0::1"};
+    static const char *refused6[] = {"::",
+                                     "::1",
+                                     "fe80::1",
+                                     "fc00::1",
+                                     "fd12::3",
+                                     "ff02::1",
+                                     "::ffff:127.0.0.1",
+                                     "::ffff:10.0.0.1",
+                                     "64:ff9b::a9fe:a9fe",
+                                     "fec0::1"};
     static const char *public6[] = {"2001:4860:4860::8888", "::ffff:8.8.8.8", "64:ff9b::808:808"};
     for (size_t i = 0; i < sizeof refused6 / sizeof *refused6; i++)
         ck_assert_msg(v6_refused(refused6[i]), "%s", refused6[i]);
