@@ -148,7 +148,7 @@
       "hosts whose http(s) image URLs are fetched: names, *.domain suffixes, IP literals "    \
       "([IPv6]); default none (image URLs other than data: get 400; docs/security.md)")       \
     X(image_url_timeout, SECS, "10", 1, "SECS", 0.01, 600,                                     \
-      "time one image URL's fetch may take, connect included (400 beyond)")                   \
+      "time a request's image URL fetches may take together, connects included (400)")        \
     X(max_image_pixels, INT, "40000000", 1, "N", 1, 1 << 30,                                   \
       "an image's width x height at most, read from its header before decoding (400 beyond)") \
     X(limit_images_per_prompt, INT, "0", 1, "N", 0, 64,                                        \

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 /* Room an ADD keeps for the prompt's tokens and fields beside its pictures. */
 #define IFD__FRAME_SLACK (4u << 20)
@@ -230,10 +231,26 @@ static int ifd__add_pictures(ifd_images_t *out, const ifd_images_setup_t *s,
     return 0;
 }
 
+/* What a request's image URL fetches share: its cancel flag, and one
+ * deadline (CLOCK_MONOTONIC seconds) for all of them, image_url_timeout
+ * from the decode's start, so a request holds a pool thread that long at
+ * most however many URLs it sends. */
+typedef struct {
+    const atomic_int *cancel;
+    double deadline;
+} ifd__job_t;
+
+static double ifd__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Image im's bytes: a data URL's, or an http(s) URL's fetched (checked on
- * the loop by ifd_images_check). */
-static int ifd__bytes(const ifd_images_setup_t *s, const ifd_oai_image_t *im,
-                      const atomic_int *cancel, uint8_t **bytes, size_t *n, ifd_oai_error_t *e)
+ * the loop by ifd_images_check) within the job's deadline. */
+static int ifd__bytes(const ifd_images_setup_t *s, const ifd_oai_image_t *im, const ifd__job_t *job,
+                      uint8_t **bytes, size_t *n, ifd_oai_error_t *e)
 {
     char msg[256] = "";
     size_t mime_len;
@@ -245,22 +262,29 @@ static int ifd__bytes(const ifd_images_setup_t *s, const ifd_oai_image_t *im,
         return rc ? ifd__fail(e, im, rc, IFD__URL, s, msg) : 0;
     }
     int rc = ifd_imgurl_parse(&u, im->url, im->url_len, msg, sizeof msg);
-    if (!rc) {
-        ifd_imgurl_limits_t lim = {s->max_bytes, s->url_timeout, cancel};
+    double left = job->deadline - ifd__now();
+    if (!rc && left > 0) {
+        ifd_imgurl_limits_t lim = {s->max_bytes, left, job->cancel};
         rc = ifd_imgurl_fetch(&u, im->url, im->url_len, &lim, bytes, n, msg, sizeof msg);
     }
+    if (!rc && left <= 0)
+        rc = IFD_ETIMEDOUT;
+    if (rc == IFD_ETIMEDOUT)
+        snprintf(msg, sizeof msg,
+                 "the request's image URLs took longer than image_url_timeout (%g s)",
+                 s->url_timeout);
     return rc ? ifd__fail(e, im, rc, IFD__FETCH, s, msg) : 0;
 }
 
 /* One image: its URL's bytes, decoded, then its pictures. */
 static int ifd__decode_one(ifd_images_t *out, const ifd_images_setup_t *s,
                            const ifd_image_prep_t *prep, const ifd_oai_image_t *im,
-                           const atomic_int *cancel, ifd_oai_error_t *e)
+                           const ifd__job_t *job, ifd_oai_error_t *e)
 {
     char msg[256] = "";
     uint8_t *bytes = NULL;
     size_t n_bytes = 0;
-    int rc = ifd__bytes(s, im, cancel, &bytes, &n_bytes, e);
+    int rc = ifd__bytes(s, im, job, &bytes, &n_bytes, e);
     if (rc)
         return rc;
     ifd_image_limits_t lim = ifd_image_default_limits();
@@ -284,13 +308,14 @@ int ifd_images_decode(ifd_images_t *out, const ifd_images_setup_t *s, const ifd_
     ifd_image_prep_t prep = s->prep;
     if (rq->do_pan_and_scan >= 0)
         prep.do_pan_and_scan = rq->do_pan_and_scan;
+    ifd__job_t job = {cancel, ifd__now() + s->url_timeout};
     out->n_crops = calloc(rq->n_images, sizeof *out->n_crops);
     int rc = out->n_crops ? 0 : IFD_ENOMEM;
     for (size_t k = 0; !rc && k < rq->n_images; k++) {
         if (cancel && atomic_load(cancel))
             rc = IFD_ECANCELED;
         else
-            rc = ifd__decode_one(out, s, &prep, &rq->images[k], cancel, e);
+            rc = ifd__decode_one(out, s, &prep, &rq->images[k], &job, e);
     }
     if (rc)
         ifd_images_free(out);

@@ -405,8 +405,7 @@ static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char 
     if (rc == CURLE_ABORTED_BY_CALLBACK)
         return IFD_ECANCELED;
     if (rc == CURLE_OPERATION_TIMEDOUT) {
-        ifd_errbuf(why, whylen, "the fetch took longer than %g s (image_url_timeout)",
-                   f->lim->timeout_s);
+        ifd_errbuf(why, whylen, "the fetch took longer than %g s", f->lim->timeout_s);
         return IFD_ETIMEDOUT;
     }
     if (f->refused) {

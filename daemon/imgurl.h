@@ -18,7 +18,8 @@
  *     no cookies or .netrc;
  *   - at most max_bytes (a Content-Length over it aborts before the body,
  *     a body growing over it as soon as it does), the whole fetch within
- *     timeout_s, the connect within the lesser of it and 5 s; a set cancel
+ *     timeout_s (images.c gives each fetch what is left of the request's
+ *     image_url_timeout), the connect within the lesser of it and 5 s; a set cancel
  *     flag aborts it.
  *
  * Threading: ifd_imgurl_global_init once in main() before any thread;

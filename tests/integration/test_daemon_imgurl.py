@@ -9,7 +9,8 @@ allows 127.0.0.1 and localhost, image_url_timeout 3 s, max_image_bytes 64K:
 - localhost (listed, but a name resolving to loopback): the SSRF guard's 400, no request;
 - a 404, a redirect (not followed: its target is never fetched), a body that is not an image,
   a Content-Length over max_image_bytes, a body over it without Content-Length: 400 each;
-- a server that never answers: 400 within the timeout (3 s, well under 10);
+- a server that never answers: 400 within the timeout (3 s, well under 10); two such URLs in
+  one request: 400 within one timeout (the budget is the request's);
 - a client that disconnects while the fetch waits: the fetch is aborted (the server sees its
   connection closed long before the timeout);
 - with allow_image_urls unset, a second daemon answers today's 400 (nothing fetched).
@@ -162,6 +163,19 @@ def test_timeout():
     refused(url("/hang-timeout"), "image_url_timeout")
     took = time.time() - t0
     assert TIMEOUT - 0.5 < took < TIMEOUT + 3, took
+
+
+def test_timeout_is_per_request():
+    """Two URLs that never answer: one image_url_timeout in all, not one each."""
+    b = body(url("/hang-a"))
+    b["messages"][0]["content"].append({"type": "image_url",
+                                        "image_url": {"url": url("/hang-b")}})
+    t0 = time.time()
+    code, data = D.request("POST", "/v1/chat/completions", b)
+    took = time.time() - t0
+    assert code == 400, data
+    assert b"image_url_timeout" in data, data
+    assert took < TIMEOUT + 1.5, took
 
 
 def test_disconnect_cancels_fetch():
