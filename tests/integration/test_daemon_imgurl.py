@@ -3,7 +3,8 @@ tiny random-weight Gemma 3 vision model of tests/data/tiny-gemma3-vision. A loca
 on 127.0.0.1 (a port of its own) serves the committed PNG and the failure cases; the daemon
 allows 127.0.0.1 and localhost, image_url_timeout 3 s, max_image_bytes 64K:
 
-- the PNG by URL gives the same greedy answer (tokens and usage) as the same PNG as a data URL;
+- the PNG by URL gives the same greedy answer (tokens and usage) as the same PNG as a data URL,
+  and reuses its cached prefix (the same pixels, the same image hash);
 - a host not listed, a URL with userinfo: 400 naming messages[0].content[1] before any fetch
   (the server sees no request);
 - localhost (listed, but a name resolving to loopback): the SSRF guard's 400, no request;
@@ -97,7 +98,7 @@ def data_url():
 
 
 def body(image_url):
-    return {"model": "m", "max_tokens": 6, "temperature": 0, "return_token_ids": True,
+    return {"model": "tiny-gemma3-vision", "max_tokens": 6, "temperature": 0, "return_token_ids": True,
             "messages": [{"role": "user", "content": [
                 {"type": "text", "text": "What is in this picture?"},
                 {"type": "image_url", "image_url": {"url": image_url}}]}]}
@@ -129,7 +130,10 @@ def test_same_answer_as_data_url():
     a, b = by_data["choices"][0], by_url["choices"][0]
     assert a["token_ids"] == b["token_ids"], (a, b)
     assert a["message"]["content"] == b["message"]["content"]
-    assert by_data["usage"] == by_url["usage"], (by_data["usage"], by_url["usage"])
+    for k in ("prompt_tokens", "completion_tokens"):
+        assert by_data["usage"][k] == by_url["usage"][k], (by_data["usage"], by_url["usage"])
+    # the same pixels, the same hash: the URL's prompt reuses the data URL's cached prefix
+    assert by_url["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, by_url["usage"]
     assert by_data["prompt_token_ids"] == by_url["prompt_token_ids"]
 
 
