@@ -127,8 +127,9 @@ static bool ifd__entry_matches(const char *e, size_t n, void *arg)
     const char *host = arg;
     size_t hl = strlen(host);
     char v6[64];
-    if (n > 2 && e[0] == '*' && e[1] == '.') /* a suffix of a longer name */
-        return hl > n - 1 && !strncasecmp(host + hl - (n - 1), e + 1, n - 1);
+    if (n > 2 && e[0] == '*' && e[1] == '.') /* a suffix of a longer name, never of an IP */
+        return hl > n - 1 && !strncasecmp(host + hl - (n - 1), e + 1, n - 1) &&
+               !ifd__v4_literal(host);
     if (ifd__v6_literal(e, n, v6, sizeof v6)) { /* compared as addresses */
         struct in6_addr a, b;
         return inet_pton(AF_INET6, v6, &a) == 1 && inet_pton(AF_INET6, host, &b) == 1 &&

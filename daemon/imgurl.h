@@ -5,8 +5,8 @@
  *
  *   - allow_image_urls lists the hosts: exact names or IP literals
  *     (IPv6 in brackets), or "*.example.com" (any name ending in
- *     ".example.com", not example.com itself); "" (the default) fetches
- *     nothing;
+ *     ".example.com", not example.com itself, never an IP literal); ""
+ *     (the default) fetches nothing;
  *   - the URL is http:// or https://, no userinfo (user@), an optional port,
  *     a host of letters, digits, '-', '.', '_' (or an IPv6 literal);
  *   - SSRF guard: every address a host name resolves to is checked when the

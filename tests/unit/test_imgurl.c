@@ -4,9 +4,11 @@
  * paths, a bare '*'), host matching (exact, case-insensitive, suffixes that
  * need a label before them, IPv6 compared as addresses), URL parsing
  * (http/https only, userinfo, ports, IPv6, control characters, '\'), the
- * SSRF guard's address ranges, and the images check on the loop (none
- * allowed: today's 400; a host not listed: a 400 naming the part). The
- * fetch itself runs against a local server in test_daemon_imgurl.
+ * SSRF guard's address ranges, the fetch's refusals that need no server
+ * (curl reads another host than ours; localhost refused by the guard), and
+ * the images check on the loop (none allowed: today's 400; a host not
+ * listed: a 400 naming the part). The fetch itself runs against a local
+ * server in test_daemon_imgurl.
  */
 #include "testutil.h"
 
@@ -63,6 +65,9 @@ START_TEST(test_host_allowed)
     ck_assert(ifd_imgurl_host_allowed(l, "x.y.cdn.example.org"));
     ck_assert(!ifd_imgurl_host_allowed(l, "cdn.example.org")); /* the apex is not a suffix */
     ck_assert(!ifd_imgurl_host_allowed(l, "evilcdn.example.org"));
+    /* a suffix pattern never matches an IP literal (which the SSRF guard exempts) */
+    ck_assert(!ifd_imgurl_host_allowed("*.0.0.1", "127.0.0.1"));
+    ck_assert(ifd_imgurl_host_allowed("*.0.0.1", "a.0.0.1"));
     ck_assert(ifd_imgurl_host_allowed(l, "127.0.0.1"));
     ck_assert(!ifd_imgurl_host_allowed(l, "127.0.0.2"));
     ck_assert(ifd_imgurl_host_allowed(l, "::1"));
@@ -169,6 +174,37 @@ START_TEST(test_ssrf_ranges)
 }
 END_TEST
 
+/* ifd_imgurl_fetch of url (parsed first); returns its code, why in why. */
+static int fetch(const char *url, char *why, size_t whylen)
+{
+    ifd_imgurl_t u;
+    ck_assert_int_eq(ifd_imgurl_parse(&u, url, strlen(url), why, whylen), 0);
+    ifd_imgurl_limits_t lim = {.max_bytes = 1 << 20, .timeout_s = 2};
+    uint8_t *bytes = (uint8_t *)"x";
+    size_t n = 1;
+    int rc = ifd_imgurl_fetch(&u, url, strlen(url), &lim, &bytes, &n, why, whylen);
+    ck_assert_ptr_null(bytes);
+    ck_assert_uint_eq(n, 0);
+    return rc;
+}
+
+/* Refusals that need no server: curl's own parse names another host than
+ * ours (127.1, 0x7f.0.0.1 are 127.0.0.1 to curl), and the SSRF guard
+ * refuses localhost's loopback addresses before any socket is opened. */
+START_TEST(test_fetch_refusals)
+{
+    char why[256] = "";
+    ck_assert_int_eq(ifd_imgurl_global_init(), 0);
+    ck_assert_int_eq(fetch("http://127.1/a.png", why, sizeof why), IFD_EFORMAT);
+    ck_assert_msg(strstr(why, "unambiguously"), "%s", why);
+    ck_assert_int_eq(fetch("http://0x7f.0.0.1/a.png", why, sizeof why), IFD_EFORMAT);
+    ck_assert_msg(strstr(why, "unambiguously"), "%s", why);
+    ck_assert_int_eq(fetch("http://localhost:9/a.png", why, sizeof why), IFD_EFORMAT);
+    ck_assert_msg(strstr(why, "loopback, private or link-local"), "%s", why);
+    ifd_imgurl_global_cleanup();
+}
+END_TEST
+
 /* One chat image part with url, checked as the loop does. */
 static int check_one(const char *allow, const char *url, ifd_oai_error_t *e)
 {
@@ -203,6 +239,6 @@ int main(void)
     Suite *s = suite_create("imgurl");
     ifd_test_case(s, "imgurl", 30,
                   IFD_TESTS(test_check_list, test_host_allowed, test_parse, test_ssrf_ranges,
-                            test_images_check));
+                            test_fetch_refusals, test_images_check));
     return ifd_test_run(s);
 }
