@@ -10,6 +10,7 @@ allows 127.0.0.1 and localhost, image_url_timeout 3 s, max_image_bytes 64K:
 - localhost (listed, but a name resolving to loopback): the SSRF guard's 400, no request;
 - a 404, a redirect (not followed: its target is never fetched), a body that is not an image,
   a Content-Length over max_image_bytes, a body over it without Content-Length: 400 each;
+- https to a server with a self-signed certificate: 400 (certificates are verified);
 - a server that never answers: 400 within the timeout (3 s, well under 10); two such URLs in
   one request: 400 within one timeout (the budget is the request's);
 - a client that disconnects while the fetch waits: the fetch is aborted (the server sees its
@@ -23,8 +24,12 @@ import base64
 import http.server
 import json
 import os
+import shutil
 import socket
+import ssl
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -117,6 +122,7 @@ def refused(image_url, want, daemon=None):
     msg = r["error"]["message"]
     assert r["error"]["param"] == "messages[0].content[1]", r
     assert want in msg, (want, msg)
+    print("  400: " + msg)
     return msg
 
 
@@ -160,6 +166,33 @@ def test_http_errors():
 def test_too_big():
     refused(url("/big.png"), "too big (max_image_bytes is %d)" % MAX_BYTES)
     refused(url("/big-nolen.png"), "too big (max_image_bytes is %d)" % MAX_BYTES)
+
+
+def test_https_verifies_certificates():
+    """An https server with a self-signed certificate: refused (verification is on)."""
+    tmp = tempfile.mkdtemp(prefix="inferd-imgurl-")
+    try:
+        key, crt = os.path.join(tmp, "k.pem"), os.path.join(tmp, "c.pem")
+        try:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                            "-keyout", key, "-out", crt, "-days", "1", "-subj", "/CN=127.0.0.1",
+                            "-addext", "subjectAltName=IP:127.0.0.1"],
+                           check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            print("  (openssl cannot make a certificate: %s; https not checked)" % e)
+            return
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            refused("https://127.0.0.1:%d/image0.png" % srv.server_address[1], "certificate")
+        finally:
+            srv.shutdown()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_timeout():
