@@ -69,7 +69,7 @@
 #include <stdint.h>
 
 #define IFD_KVPOOL_MAGIC              0x4c4f4f5056584649ULL /* "IFXVPOOL" little-endian */
-#define IFD_KVPOOL_VERSION            4
+#define IFD_KVPOOL_VERSION            5                     /* 5: the host tier's counters */
 #define IFD_KVPOOL_MAX_DEVICES        16
 #define IFD_KVPOOL_MAX_WORKERS        256
 #define IFD_KVPOOL_MAX_BLOCK_SIZE     256
@@ -421,6 +421,19 @@ typedef enum {
     IFD_KVTIER_BAD_FILES,     /* torn, truncated, corrupt or foreign files skipped (deleted) */
     IFD_KVTIER_SLOW_READS,    /* reads cut short by their deadline (the rest recomputed) */
     IFD_KVTIER_EVICTED_FILES, /* files deleted to stay within the size bound */
+    /* the host-RAM tier (kvhost.h, GPU workers): gauges are sums over the
+     * workers (each adds and takes back its own share) */
+    IFD_KVTIER_HOST_BYTES,        /* gauge: data bytes held */
+    IFD_KVTIER_HOST_BLOCKS,       /* gauge: blocks held */
+    IFD_KVTIER_HOST_CAPACITY,     /* gauge: kv_cache_host_bytes (rounded down to blocks) */
+    IFD_KVTIER_HOST_QUERY_TOKENS, /* prompt tokens looked up there (past the pool's hit) */
+    IFD_KVTIER_HOST_HIT_TOKENS,   /* of those, copied back to the device */
+    IFD_KVTIER_HOST_HIT_BLOCKS,   /* blocks copied back */
+    IFD_KVTIER_HOST_MISSES,       /* lookups whose first block was not there */
+    IFD_KVTIER_HOST_READ_BYTES,   /* bytes copied back (hits) */
+    IFD_KVTIER_HOST_WRITES,       /* blocks copied in from the device */
+    IFD_KVTIER_HOST_EVICTED,      /* blocks evicted to stay within the bound */
+    IFD_KVTIER_HOST_DROPPED,      /* blocks not kept: no memory or the copy failed */
     IFD_KVTIER_COUNT
 } ifd_kvtier_ctr_t;
 
