@@ -50,6 +50,7 @@ typedef struct {
     int32_t block, lblock; /* lblock: its local-layer twin (local pool), else -1 */
     ifd_kvhash_t hash, parent;
     uint64_t salt;
+    void *data; /* staged: the block's data (owned, freed when written); else NULL */
 } kvd_entry_t;
 
 struct ifd_kvdisk_load {
@@ -59,6 +60,7 @@ struct ifd_kvdisk_load {
     int n, done;
     bool finished, cancel;
     int32_t *blocks, *lblocks, *tokens; /* lblocks: NULL without a local pool */
+    void **bufs;                        /* staged: the caller's host buffers; else NULL */
     ifd_kvdisk_load_t *next;
 };
 
@@ -122,10 +124,15 @@ void ifd_kvdisk_file_name(uint64_t fp, const ifd_kvhash_t *h, char *out, size_t 
 }
 
 /* iov[1..] ← block b's K and V of every layer, then its local twin lb's
- * (with a local pool), as the file stores them. */
-static void kvd_block_iov(ifd_kvdisk_t *d, int32_t b, int32_t lb)
+ * (with a local pool), as the file stores them; staged, the one buffer
+ * `data` holding them in that order. */
+static void kvd_block_iov(ifd_kvdisk_t *d, int32_t b, int32_t lb, void *data)
 {
     struct iovec *v = d->iov + 1;
+    if (d->p.staged) {
+        *v = (struct iovec){data, d->data_bytes};
+        return;
+    }
     for (int l = 0; l < d->n_layers; l++)
         for (int kv = 0; kv < 2; kv++, v++)
             *v = (struct iovec){ifd_kvpool_block_ptr(d->pool, b, l, kv), d->block_bytes};
@@ -317,7 +324,7 @@ static void kvd_write(ifd_kvdisk_t *d, const kvd_entry_t *e, const int32_t *toke
         kvd_write_failed(d, "open", errno);
         return;
     }
-    kvd_block_iov(d, e->block, e->lblock);
+    kvd_block_iov(d, e->block, e->lblock, e->data);
     kvd_head_t h = {
         IFD_KVDISK_MAGIC, IFD_KVDISK_VERSION, (uint32_t)d->bs, d->p.fingerprint, e->salt,
         e->hash,          e->parent,          d->data_bytes,   kvd_data_sum(d),  0};
@@ -370,10 +377,10 @@ static void kvd_log_bad(ifd_kvdisk_t *d, const char *name, const char *why)
 }
 
 /* Reads the file of the block after *parent (hash *hash, salt, tokens)
- * into pool block b (and local pool block lb). 0; IFD_ENOTFOUND (no file);
+ * into pool block b (and local pool block lb), staged into buf. 0; IFD_ENOTFOUND (no file);
  * IFD_EFORMAT (a bad file: deleted); -errno. */
 static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhash_t *hash,
-                    uint64_t salt, const int32_t *tokens, int32_t b, int32_t lb)
+                    uint64_t salt, const int32_t *tokens, int32_t b, int32_t lb, void *buf)
 {
     char name[64];
     ifd_kvdisk_file_name(d->p.fingerprint, hash, name, sizeof name);
@@ -385,7 +392,7 @@ static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhas
     if (rc == 0 && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != d->file_bytes))
         rc = IFD_EFORMAT;
     if (rc == 0) {
-        kvd_block_iov(d, b, lb);
+        kvd_block_iov(d, b, lb, buf);
         d->iov[0].iov_base = d->head;
         d->iov[0].iov_len = sizeof(kvd_head_t) + (size_t)d->bs * sizeof(int32_t);
         rc = kvd_rw_all(fd, d->iov, d->n_iov, false);
@@ -394,7 +401,7 @@ static int kvd_read(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, const ifd_kvhas
     if (rc == 0) {
         kvd_head_t h;
         memcpy(&h, d->head, sizeof h);
-        kvd_block_iov(d, b, lb); /* kvd_rw_all consumed it */
+        kvd_block_iov(d, b, lb, buf); /* kvd_rw_all consumed it */
         if (h.magic != IFD_KVDISK_MAGIC || h.version != IFD_KVDISK_VERSION ||
             h.block_size != (uint32_t)d->bs || h.data_bytes != d->data_bytes)
             why = "format";
@@ -451,8 +458,8 @@ static void kvd_load_run(ifd_kvdisk_t *d, ifd_kvdisk_load_t *l)
             break;
         const int32_t *t = l->tokens + (size_t)i * (size_t)d->bs;
         ifd_kvhash_t h = ifd_kvpool_hash_block(&parent, l->salt, t, d->bs);
-        if (kvd_read(d, &parent, &h, l->salt, t, l->blocks[i], l->lblocks ? l->lblocks[i] : -1) !=
-            0)
+        if (kvd_read(d, &parent, &h, l->salt, t, l->blocks ? l->blocks[i] : -1,
+                     l->lblocks ? l->lblocks[i] : -1, l->bufs ? l->bufs[i] : NULL) != 0)
             break;
         ifd_kvpool_tier_add(d->pool, IFD_KVTIER_READ_BYTES, d->file_bytes);
         pthread_mutex_lock(&d->mu);
@@ -493,7 +500,9 @@ static void *kvd_main(void *arg)
                 kvd_write(d, &e, tokens);
             else
                 ifd_kvpool_tier_add(d->pool, IFD_KVTIER_DROPPED, 1);
-            ifd_kvpool_unref(d->pool, d->p.worker, &e.block, 1);
+            free(e.data);
+            if (e.block >= 0)
+                ifd_kvpool_unref(d->pool, d->p.worker, &e.block, 1);
             if (e.lblock >= 0)
                 ifd_kvpool_unref(d->lpool, d->p.worker, &e.lblock, 1);
             pthread_mutex_lock(&d->mu);
@@ -563,7 +572,9 @@ int ifd_kvdisk_create(const ifd_kvdisk_params_t *p, ifd_kvpool_t *pool, ifd_kvdi
     ifd_kvpool_params_t g, lg = {0};
     if (!p || !pool || !out || !p->dir || !*p->dir || p->max_bytes == 0 || p->max_pending < 0)
         return IFD_EINVAL;
-    if (!kvd_host_pool(pool, p->device, &g) ||
+    if (p->staged && p->local_pool)
+        return IFD_EINVAL;
+    if ((!kvd_host_pool(pool, p->device, &g) && !p->staged) ||
         (p->local_pool && !kvd_host_pool(p->local_pool, p->device, &lg)))
         return IFD_ENOTSUP;
     if (p->local_pool && lg.block_size != g.block_size)
@@ -587,7 +598,7 @@ int ifd_kvdisk_create(const ifd_kvdisk_params_t *p, ifd_kvpool_t *pool, ifd_kvdi
     d->bs = g.block_size;
     d->n_layers = g.n_layers;
     d->n_llayers = d->lpool ? lg.n_layers : 0;
-    d->n_iov = 1 + 2 * (d->n_layers + d->n_llayers);
+    d->n_iov = d->p.staged ? 2 : 1 + 2 * (d->n_layers + d->n_llayers);
     d->block_bytes = ifd_kvpool_block_bytes(&g);
     d->lblock_bytes = d->lpool ? ifd_kvpool_block_bytes(&lg) : 0;
     d->data_bytes =
@@ -668,11 +679,46 @@ void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, int32_t lblock, const ifd_
     }
     pthread_mutex_lock(&d->mu);
     int at = (d->q_head + d->q_n) % d->p.max_pending;
-    d->q[at] = (kvd_entry_t){block, lblock, h, par, salt};
+    d->q[at] = (kvd_entry_t){block, lblock, h, par, salt, NULL};
     memcpy(d->q_tokens + (size_t)at * (size_t)d->bs, tokens, (size_t)d->bs * sizeof *tokens);
     d->q_n++; /* only this thread adds: the room seen above is still there */
     pthread_cond_signal(&d->wake);
     pthread_mutex_unlock(&d->mu);
+}
+
+void ifd_kvdisk_offer_data(ifd_kvdisk_t *d, const void *data, const ifd_kvhash_t *parent,
+                           uint64_t salt, const int32_t *tokens, ifd_kvhash_t *out_hash)
+{
+    const ifd_kvhash_t par = *parent; /* out_hash may be parent */
+    ifd_kvhash_t h = ifd_kvpool_hash_block(&par, salt, tokens, d->bs);
+    if (out_hash)
+        *out_hash = h;
+    pthread_mutex_lock(&d->mu);
+    bool take = d->p.staged && !d->writes_off && d->q_n < d->p.max_pending;
+    pthread_mutex_unlock(&d->mu);
+    void *copy = take ? malloc(d->data_bytes) : NULL;
+    if (!copy) {
+        ifd_kvpool_tier_add(d->pool, IFD_KVTIER_DROPPED, 1);
+        return;
+    }
+    memcpy(copy, data, d->data_bytes);
+    pthread_mutex_lock(&d->mu);
+    int at = (d->q_head + d->q_n) % d->p.max_pending;
+    d->q[at] = (kvd_entry_t){-1, -1, h, par, salt, copy};
+    memcpy(d->q_tokens + (size_t)at * (size_t)d->bs, tokens, (size_t)d->bs * sizeof *tokens);
+    d->q_n++; /* only this thread adds: the room seen above is still there */
+    pthread_cond_signal(&d->wake);
+    pthread_mutex_unlock(&d->mu);
+}
+
+bool ifd_kvdisk_staged(const ifd_kvdisk_t *d)
+{
+    return d->p.staged;
+}
+
+uint64_t ifd_kvdisk_data_bytes(const ifd_kvdisk_t *d)
+{
+    return d->data_bytes;
 }
 
 int ifd_kvdisk_probe(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
@@ -695,29 +741,37 @@ int ifd_kvdisk_probe(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
     return k;
 }
 
-int ifd_kvdisk_load_start(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
-                          const int32_t *tokens, int n, const int32_t *blocks,
-                          const int32_t *lblocks, ifd_kvdisk_load_t **out)
+/* A load of n blocks into pool blocks (and twins) or, staged, host buffers. */
+static int kvd_load_new(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
+                        const int32_t *tokens, int n, const int32_t *blocks, const int32_t *lblocks,
+                        void *const *bufs, ifd_kvdisk_load_t **out)
 {
-    if (d->lpool && !lblocks)
-        return IFD_EINVAL;
     ifd_kvdisk_load_t *l = calloc(1, sizeof *l);
     if (!l)
         return IFD_ENOMEM;
     const size_t nb = (size_t)(n > 0 ? n : 1);
-    l->blocks = malloc(nb * sizeof *l->blocks);
-    l->lblocks = d->lpool ? malloc(nb * sizeof *l->lblocks) : NULL;
-    l->tokens = malloc(nb * (size_t)d->bs * sizeof *l->tokens);
-    if (!l->blocks || !l->tokens || (d->lpool && !l->lblocks)) {
+    bool ok = true;
+    if (blocks)
+        ok &= (l->blocks = malloc(nb * sizeof *l->blocks)) != NULL;
+    if (lblocks)
+        ok &= (l->lblocks = malloc(nb * sizeof *l->lblocks)) != NULL;
+    if (bufs)
+        ok &= (l->bufs = malloc(nb * sizeof *l->bufs)) != NULL;
+    ok &= (l->tokens = malloc(nb * (size_t)d->bs * sizeof *l->tokens)) != NULL;
+    if (!ok) {
         free(l->blocks);
         free(l->lblocks);
+        free(l->bufs);
         free(l->tokens);
         free(l);
         return IFD_ENOMEM;
     }
-    memcpy(l->blocks, blocks, (size_t)n * sizeof *blocks);
-    if (l->lblocks)
+    if (blocks)
+        memcpy(l->blocks, blocks, (size_t)n * sizeof *blocks);
+    if (lblocks)
         memcpy(l->lblocks, lblocks, (size_t)n * sizeof *lblocks);
+    if (bufs)
+        memcpy(l->bufs, bufs, (size_t)n * sizeof *bufs);
     memcpy(l->tokens, tokens, (size_t)n * (size_t)d->bs * sizeof *tokens);
     l->d = d, l->parent = *parent, l->salt = salt, l->n = n;
     pthread_mutex_lock(&d->mu);
@@ -729,6 +783,24 @@ int ifd_kvdisk_load_start(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t 
     pthread_mutex_unlock(&d->mu);
     *out = l;
     return 0;
+}
+
+int ifd_kvdisk_load_start(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
+                          const int32_t *tokens, int n, const int32_t *blocks,
+                          const int32_t *lblocks, ifd_kvdisk_load_t **out)
+{
+    if ((d->lpool && !lblocks) || d->p.staged)
+        return IFD_EINVAL;
+    return kvd_load_new(d, parent, salt, tokens, n, blocks, d->lpool ? lblocks : NULL, NULL, out);
+}
+
+int ifd_kvdisk_load_start_staged(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
+                                 const int32_t *tokens, int n, void *const *bufs,
+                                 ifd_kvdisk_load_t **out)
+{
+    if (!d->p.staged || !bufs)
+        return IFD_EINVAL;
+    return kvd_load_new(d, parent, salt, tokens, n, NULL, NULL, bufs, out);
 }
 
 bool ifd_kvdisk_load_wait(ifd_kvdisk_load_t *l, double wait_ms)
@@ -771,6 +843,7 @@ int ifd_kvdisk_load_finish(ifd_kvdisk_load_t *l, bool cut)
     ifd_kvpool_tier_add(d->pool, IFD_KVTIER_HIT_TOKENS, (uint64_t)done * (uint64_t)d->bs);
     free(l->blocks);
     free(l->lblocks);
+    free(l->bufs);
     free(l->tokens);
     free(l);
     return done;

@@ -3,7 +3,8 @@
  * directory, found again by their chained prefix hash, across restarts.
  *
  * One tier per worker process, over its pool handle (a HOST segment: the
- * tier reads and writes the pool's memory in place). Every block the engine
+ * tier reads and writes the pool's memory in place; a device segment, with
+ * params staged: through host copies the engine makes). Every block the engine
  * publishes is offered (ifd_kvdisk_offer): the tier pins it (one pool
  * reference of the worker's slot) and a thread of its own writes it out and
  * unpins it, so the step never waits on the disk. Blocks are written when
@@ -88,6 +89,13 @@ typedef struct {
     int max_pending;      /* blocks queued for writing at most (each pinned); 0: 64 */
     double bad_log_s;     /* a bad file's warning at most once per bad_log_s seconds (the
                            * next one counts those left out); <= 0: 10 */
+    /* The pool's segment is device memory (a GPU worker): the tier never
+     * touches the pool. Blocks come as host copies (ifd_kvdisk_offer_data,
+     * copied into the queue) and loads read into host buffers
+     * (ifd_kvdisk_load_start_staged); the engine copies between those and
+     * the device (engine.h, kv_download / kv_upload). The files are the
+     * same. No local pool (IFD_EINVAL). */
+    bool staged;
 } ifd_kvdisk_params_t;
 
 typedef struct ifd_kvdisk ifd_kvdisk_t;
@@ -130,6 +138,19 @@ ifd_kvpool_t *ifd_kvdisk_local_pool(const ifd_kvdisk_t *d);
 void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, int32_t lblock, const ifd_kvhash_t *parent,
                       uint64_t salt, const int32_t *tokens, ifd_kvhash_t *out_hash);
 
+/* Staged tiers (params staged): offers a block as data — data_bytes
+ * (ifd_kvdisk_data_bytes), every layer's K then V block — copied into
+ * the queue, so the caller may reuse `data` at once; otherwise as
+ * ifd_kvdisk_offer (dropped and counted when the queue is full, writing is
+ * off, memory is short or the tier is not staged). */
+void ifd_kvdisk_offer_data(ifd_kvdisk_t *d, const void *data, const ifd_kvhash_t *parent,
+                           uint64_t salt, const int32_t *tokens, ifd_kvhash_t *out_hash);
+
+/* Whether the tier is staged (params staged), and one block's data bytes
+ * (its file's data: every layer's K and V, and the local twin's). */
+bool ifd_kvdisk_staged(const ifd_kvdisk_t *d);
+uint64_t ifd_kvdisk_data_bytes(const ifd_kvdisk_t *d);
+
 /* How many consecutive blocks after *parent (tokens[0..n * block_size))
  * have a file here, at most n: one faccessat(2) each, no read. Counts the
  * query (tokens asked) and, at 0, a miss. */
@@ -140,11 +161,18 @@ int ifd_kvdisk_probe(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
  * copied) into blocks[0..n) and, with a local pool, their twins into
  * lblocks[0..n) of it (both copied; held by the caller, which must not
  * touch their data before ifd_kvdisk_load_finish; lblocks NULL without a
- * local pool). 0 with *out set, IFD_EINVAL (a local pool, no lblocks),
- * IFD_ENOMEM. */
+ * local pool). 0 with *out set, IFD_EINVAL (a local pool, no lblocks; a
+ * staged tier), IFD_ENOMEM. */
 int ifd_kvdisk_load_start(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
                           const int32_t *tokens, int n, const int32_t *blocks,
                           const int32_t *lblocks, ifd_kvdisk_load_t **out);
+
+/* The same for a staged tier: into bufs[0..n) (host memory, data_bytes
+ * each, the pointers copied; the caller must not touch them before
+ * ifd_kvdisk_load_finish). IFD_EINVAL when the tier is not staged. */
+int ifd_kvdisk_load_start_staged(ifd_kvdisk_t *d, const ifd_kvhash_t *parent, uint64_t salt,
+                                 const int32_t *tokens, int n, void *const *bufs,
+                                 ifd_kvdisk_load_t **out);
 
 /* Whether the load is done (every block read, or stopped at the first one
  * that was missing or bad), waiting up to wait_ms for it (0: just look). */
