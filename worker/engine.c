@@ -82,6 +82,7 @@ typedef struct {
      * being read in by `load`, started at load_start, until load_deadline
      * (ifd__ms); dhash is the disk chain hash of blocks [0, n_published) */
     ifd_kvdisk_load_t *load;
+    void **load_bufs; /* a staged disk tier (kvdisk.h): the load's host buffers, or NULL */
     int32_t load_n;
     double load_start, load_deadline;
     ifd_kvhash_t dhash;
@@ -137,6 +138,7 @@ struct ifd_engine {
     ifd_kvpool_t *pool;
     ifd_kvpool_t *lpool; /* p.local_pool */
     bool all_local;      /* one pool, every layer local: blocks before the window are released */
+    void *stage;         /* a staged disk tier without a host tier: one block's host copy */
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks;        /* blocks on our device */
@@ -378,6 +380,15 @@ static void ifd__seq_free(ifd__seq_t *s)
     free(s);
 }
 
+/* Frees a staged load's host buffers (one allocation behind the array). */
+static void ifd__free_bufs(ifd__seq_t *s)
+{
+    if (s->load_bufs)
+        free(s->load_bufs[0]);
+    free(s->load_bufs);
+    s->load_bufs = NULL;
+}
+
 /* Ends s's disk load, if any, and gives its blocks back unused. */
 static void ifd__disk_drop(ifd_engine_t *e, ifd__seq_t *s)
 {
@@ -385,6 +396,7 @@ static void ifd__disk_drop(ifd_engine_t *e, ifd__seq_t *s)
         return;
     ifd_kvdisk_load_finish(s->load, false);
     s->load = NULL;
+    ifd__free_bufs(s);
     ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + s->n_blocks, s->load_n);
     if (e->lpool)
         ifd_kvpool_unref(e->lpool, e->p.worker, s->lblocks + s->n_blocks, s->load_n);
@@ -412,6 +424,7 @@ static void ifd__seq_release(ifd_engine_t *e, ifd__seq_t *s)
     s->g_first = 0;
     s->n_published = 0;
     s->n_computed = 0;
+    s->dhash = (ifd_kvhash_t){0, 0};
     s->l_first = 0;
     s->n_lpublished = 0;
     s->lpublish_failed = false;
@@ -472,6 +485,11 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     }
     if (p->disk && ifd_kvdisk_local_pool(p->disk) != p->local_pool)
         return IFD_EINVAL; /* its files would lack the twins, or hold some for nothing */
+    if (p->host && model->kv_download && ifd_kvhost_data_bytes(p->host) != model->kv_data_bytes)
+        return IFD_EINVAL;
+    if (p->disk && ifd_kvdisk_staged(p->disk) &&
+        (!model->kv_download || ifd_kvdisk_data_bytes(p->disk) != model->kv_data_bytes))
+        return IFD_EINVAL; /* a staged tier needs the adapter's copies, of its blocks' size */
     ifd_engine_t *e = calloc(1, sizeof *e);
     if (!e)
         return IFD_ENOMEM;
@@ -490,6 +508,11 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->model = *model;
     e->pool = pool;
     e->lpool = p->local_pool;
+    if (p->disk && ifd_kvdisk_staged(p->disk) && !(e->stage = malloc(model->kv_data_bytes))) {
+        free(e->eos_ids);
+        free(e);
+        return IFD_ENOMEM;
+    }
     e->all_local = !p->local_pool && model->sliding_window > 0 && model->n_layers > 0 &&
                    model->n_local_layers >= model->n_layers;
     if (cb)
@@ -548,6 +571,7 @@ void ifd_engine_destroy(ifd_engine_t *e)
     free(e->running.v);
     free(e->waiting.v);
     free(e->clients.v);
+    free(e->stage);
     ifd_sampler_destroy(e->sampler);
     free(e->eos_ids);
     free(e->b_tokens);
@@ -955,6 +979,104 @@ static bool ifd__disk_on(const ifd_engine_t *e)
     return e->p.disk && !e->all_local;
 }
 
+/* The disk tier goes through host copies (a device pool, kvdisk.h staged). */
+static bool ifd__disk_staged(const ifd_engine_t *e)
+{
+    return ifd__disk_on(e) && ifd_kvdisk_staged(e->p.disk);
+}
+
+static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, int32_t n);
+static int32_t ifd__local_twin(const ifd_engine_t *e, const ifd__seq_t *s, int32_t b);
+
+/* The host tier is on when the model can copy blocks to and from it
+ * (engine.h, kv_download: a device pool, no local-layer pool). */
+static bool ifd__host_on(const ifd_engine_t *e)
+{
+    return e->p.host && e->model.kv_download && e->model.kv_upload && !e->all_local;
+}
+
+/* Copies block `block` (device) into buf. */
+static bool ifd__download(ifd_engine_t *e, int32_t block, void *buf)
+{
+    int rc = e->model.kv_download(e->model.ctx, ifd_kvpool_block_local(e->pool, block), buf);
+    if (rc)
+        IFD_WARN("engine: copying block %d to host memory: %s", block, ifd_strerror(rc));
+    return rc == 0;
+}
+
+/* Copies just-published block `block` (chain hash *hash) into the host
+ * tier: its copy there, or NULL (no memory; a failed copy forgets the
+ * entry, counted as dropped). */
+static const void *ifd__host_put(ifd_engine_t *e, int32_t block, const ifd_kvhash_t *hash,
+                                 uint64_t salt, const int32_t *tokens)
+{
+    void *buf = ifd_kvhost_put(e->p.host, hash, salt, tokens);
+    if (buf && !ifd__download(e, block, buf)) {
+        ifd_kvhost_forget(e->p.host, hash);
+        ifd_kvpool_tier_add(e->pool, IFD_KVTIER_HOST_DROPPED, 1);
+        buf = NULL;
+    }
+    return buf;
+}
+
+/* The lower tiers' share of publishing s's block b (tokens t; pool rc 0:
+ * new, 1: a duplicate, whose copies exist already): the host tier's copy,
+ * the disk tier's file (from the pool's memory, or staged from that copy or
+ * e->stage), and s->dhash advanced past b. */
+static void ifd__tiers_publish(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const int32_t *t, int rc)
+{
+    const ifd_kvhash_t parent = s->dhash;
+    if (ifd__disk_on(e) || ifd__host_on(e))
+        s->dhash = ifd_kvpool_hash_block(&parent, s->salt, t, e->block_size);
+    if (rc != 0)
+        return;
+    const void *data =
+        ifd__host_on(e) ? ifd__host_put(e, s->blocks[b], &s->dhash, s->salt, t) : NULL;
+    if (ifd__disk_staged(e)) {
+        if (!data && ifd__download(e, s->blocks[b], e->stage))
+            data = e->stage;
+        if (data)
+            ifd_kvdisk_offer_data(e->p.disk, data, &parent, s->salt, t, NULL);
+        else
+            ifd_kvpool_tier_add(e->pool, IFD_KVTIER_DROPPED, 1);
+    } else if (ifd__disk_on(e)) {
+        ifd_kvdisk_offer(e->p.disk, s->blocks[b], ifd__local_twin(e, s, b), &parent, s->salt, t,
+                         NULL);
+    }
+}
+
+/* After the pool's hit (s->n_blocks blocks, held): the blocks after it (up
+ * to max_blocks) that the host tier holds, each copied into a fresh block
+ * and published, extending the hit; stops at the first missing one, a
+ * full pool or a failed copy (the rest is for the disk tier or
+ * recomputed). s->dhash is left at the hit's end. */
+static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
+{
+    int32_t b0 = s->n_blocks, b = b0;
+    ifd_kvhash_t h = ifd__disk_chain(e, s, b0);
+    for (; b < max_blocks; b++) {
+        const int32_t *t = s->keys + (int64_t)b * e->block_size;
+        ifd_kvhash_t next = ifd_kvpool_hash_block(&h, s->salt, t, e->block_size);
+        const void *data = ifd_kvhost_get(e->p.host, &next, s->salt, t);
+        int32_t blk;
+        if (!data || ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, 1, &blk))
+            break;
+        int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
+        if (e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, blk), data) ||
+            ifd_kvpool_publish(e->pool, e->p.worker, blk, parent, s->salt, t, NULL) < 0) {
+            ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
+            break;
+        }
+        s->blocks[b] = blk;
+        h = next;
+    }
+    if (max_blocks > b0)
+        ifd_kvhost_count_query(e->p.host, (int64_t)(max_blocks - b0) * e->block_size, b == b0);
+    s->n_blocks = s->n_published = b;
+    s->n_computed = b * e->block_size;
+    s->dhash = h;
+}
+
 /* The disk chain hash of s's first n blocks (kvdisk.h), over its prefix-cache keys (image
  * tokens by their image's hash, as the pool's). */
 static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, int32_t n)
@@ -963,6 +1085,27 @@ static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, 
     for (int32_t b = 0; b < n; b++)
         h = ifd_kvpool_hash_block(&h, s->salt, s->keys + (int64_t)b * e->block_size, e->block_size);
     return h;
+}
+
+/* A staged disk tier's load of n blocks (tokens t on) into host buffers,
+ * copied into their pool blocks when they land (ifd__disk_landed). */
+static int ifd__disk_load_staged(ifd_engine_t *e, ifd__seq_t *s, const int32_t *t, int n)
+{
+    const size_t bytes = e->model.kv_data_bytes;
+    s->load_bufs = calloc((size_t)n, sizeof *s->load_bufs);
+    uint8_t *mem = s->load_bufs ? malloc((size_t)n * bytes) : NULL;
+    if (!mem) {
+        free(s->load_bufs);
+        s->load_bufs = NULL;
+        return IFD_ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        s->load_bufs[i] = mem + (size_t)i * bytes;
+    int rc =
+        ifd_kvdisk_load_start_staged(e->p.disk, &s->dhash, s->salt, t, n, s->load_bufs, &s->load);
+    if (rc)
+        ifd__free_bufs(s);
+    return rc;
 }
 
 /* After the pool's hit (s->n_blocks blocks, held): when the disk tier has
@@ -986,7 +1129,10 @@ static void ifd__disk_start(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
         ifd_kvpool_unref(e->pool, e->p.worker, gb, n);
         return;
     }
-    if (ifd_kvdisk_load_start(e->p.disk, &s->dhash, s->salt, t, n, gb, lb, &s->load)) {
+    int rc = ifd__disk_staged(e)
+                 ? ifd__disk_load_staged(e, s, t, n)
+                 : ifd_kvdisk_load_start(e->p.disk, &s->dhash, s->salt, t, n, gb, lb, &s->load);
+    if (rc) {
         ifd_kvpool_unref(e->pool, e->p.worker, gb, n);
         if (lb)
             ifd_kvpool_unref(e->lpool, e->p.worker, lb, n);
@@ -1038,12 +1184,17 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
     for (; i < ok; i++) {
         int32_t b = at + i;
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
+        if (s->load_bufs &&
+            e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, s->blocks[b]),
+                               s->load_bufs[i]))
+            break; /* staged: host -> device first */
         if (ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
                                s->keys + (int64_t)b * e->block_size, NULL) < 0)
             break;
         s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, s->keys + (int64_t)b * e->block_size,
                                          e->block_size);
     }
+    ifd__free_bufs(s);
     if (i < s->load_n) {
         ifd_kvpool_unref(e->pool, e->p.worker, s->blocks + at + i, s->load_n - i);
         if (e->lpool)
@@ -1099,6 +1250,8 @@ static int ifd__admit_lookup(ifd_engine_t *e, ifd__seq_t *s)
     s->g_first = 0;
     if (e->all_local)
         ifd__release_global(e, s); /* the hit's blocks before the first query's window */
+    if (ifd__host_on(e))
+        ifd__host_fill(e, s, max_blocks);
     if (ifd__disk_on(e))
         ifd__disk_start(e, s, max_blocks);
     if (!s->load)
@@ -1517,11 +1670,7 @@ static void ifd__publish(ifd_engine_t *e, ifd__seq_t *s)
             return;
         }
         /* a duplicate (rc 1) has its file already, or its twin is queued */
-        if (ifd__disk_on(e) && rc == 0)
-            ifd_kvdisk_offer(e->p.disk, s->blocks[b], ifd__local_twin(e, s, b), &s->dhash, s->salt,
-                             t, &s->dhash);
-        else if (ifd__disk_on(e))
-            s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, t, e->block_size);
+        ifd__tiers_publish(e, s, b, t, rc);
         s->n_published++;
     }
     /* local twins (those still held: a twin released before its block was
@@ -2115,7 +2264,47 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
 typedef struct {
     ifd_model_t *m;
     ifd_kv_layer_t *kv;
+    uint64_t block_bytes; /* one layer's K (or V) block */
 } ifd__model_ctx_t;
+
+/* engine.h, kv_download: layer by layer, K then V, through the backend's
+ * synchronous download (ordered after the stream's steps). */
+static int ifd__model_kv_download(void *ctx, int32_t block, void *dst)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    const size_t bb = c->block_bytes;
+    uint8_t *d = dst;
+    for (uint32_t l = 0; l < ifd_model_config(c->m)->n_layer; l++) {
+        const uint8_t *k = c->kv[l].k, *v = c->kv[l].v;
+        int rc = be->ops->download(be, d, k + (uint64_t)block * bb, bb);
+        if (!rc)
+            rc = be->ops->download(be, d + bb, v + (uint64_t)block * bb, bb);
+        if (rc)
+            return rc;
+        d += 2 * bb;
+    }
+    return 0;
+}
+
+/* engine.h, kv_upload: the inverse, then a sync (src may go after it). */
+static int ifd__model_kv_upload(void *ctx, int32_t block, const void *src)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    const size_t bb = c->block_bytes;
+    const uint8_t *d = src;
+    for (uint32_t l = 0; l < ifd_model_config(c->m)->n_layer; l++) {
+        uint8_t *k = c->kv[l].k, *v = c->kv[l].v;
+        int rc = be->ops->upload(be, k + (uint64_t)block * bb, d, bb);
+        if (!rc)
+            rc = be->ops->upload(be, v + (uint64_t)block * bb, d + bb, bb);
+        if (rc)
+            return rc;
+        d += 2 * bb;
+    }
+    return be->ops->sync(be);
+}
 
 static int ifd__model_forward(void *ctx, const ifd_batch_t *b, float *logits)
 {
@@ -2225,6 +2414,12 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     out->n_embd = (int32_t)cfg->n_embd;
     /* sampling on the device where the backend can (the CPU backend cannot) */
     out->forward_sample = ifd_model_backend(m)->ops->sample ? ifd__model_forward_sample : NULL;
+    /* the host tier's copies: a device pool without a local-layer pool */
+    c->block_bytes = ifd_kvpool_block_bytes(&g);
+    const bool tiered = !ifd_model_backend(m)->ops->host_memory && !local_pool;
+    out->kv_download = tiered ? ifd__model_kv_download : NULL;
+    out->kv_upload = tiered ? ifd__model_kv_upload : NULL;
+    out->kv_data_bytes = 2 * (size_t)c->block_bytes * cfg->n_layer;
     return 0;
 }
 

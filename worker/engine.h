@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "kvpool/kvdisk.h"
+#include "kvpool/kvhost.h"
 #include "kvpool/kvpool.h"
 #include "model.h"
 #include "proto/wire.h"
@@ -89,6 +90,15 @@ typedef struct {
      * image's rows hold; 0: the model takes no image (requests with images
      * are refused). */
     int32_t n_embd;
+    /* The host-RAM tier's copies (kvpool/kvhost.h): block `block`'s (a
+     * local id) data — every layer's K then V block, kv_data_bytes in all,
+     * the disk tier's file layout — to or from host memory, ordered after
+     * the steps before (download waits for them; upload is complete when
+     * it returns). NULL when the pool is host memory (a CPU worker) or the
+     * model has a local-layer pool: no host tier. 0 or a negative error. */
+    int (*kv_download)(void *ctx, int32_t block, void *dst);
+    int (*kv_upload)(void *ctx, int32_t block, const void *src);
+    size_t kv_data_bytes;
 } ifd_engine_model_t;
 
 typedef enum {
@@ -212,6 +222,17 @@ typedef struct {
      * else IFD_EINVAL. An engine whose every layer is local in
      * one pool ignores the tier. The tier outlives the engine. */
     ifd_kvdisk_t *disk;
+    /* The host-RAM tier (kvpool/kvhost.h) of a worker whose pool is device
+     * memory, or NULL; ignored unless the model adapter has kv_download /
+     * kv_upload (data_bytes must be its kv_data_bytes, else IFD_EINVAL).
+     * Every block the engine publishes is copied into it (device -> host,
+     * synchronously, at publish: as the disk tier, so that what a later
+     * eviction of the pool drops is already there); an admission whose
+     * pool hit stops short takes the blocks after the hit that the tier
+     * holds, copies each into a fresh block (host -> device) and publishes
+     * it, before asking the disk tier for the rest (docs/kvpool.md, "Host
+     * tier"). Borrowed: outlives the engine. */
+    ifd_kvhost_t *host;
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
     ifd_spec_params_t spec;

@@ -132,6 +132,9 @@ static const ifd_kvseg_kind_t kv_kind = IFD_KVSEG_HOST;
 
 /* Speculative decoding for the engines serve() makes (off unless a test sets it). */
 static ifd_spec_params_t serve_spec = {IFD_SPEC_OFF, 0, 0, 0};
+/* The host-RAM and disk tiers of the engines serve() makes (NULL unless a test sets them). */
+static ifd_kvhost_t *serve_host;
+static ifd_kvdisk_t *serve_disk;
 
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
 /* The draft model of serve()'s engines (serve_spec IFD_SPEC_DRAFT), its
@@ -224,6 +227,8 @@ static void serve(sink_t *sink, int first, int n, int max_seqs, int pool_blocks,
     ep.max_seqs = max_seqs;
     ep.max_batched_tokens = budget;
     ep.spec = serve_spec;
+    ep.host = serve_host;
+    ep.disk = serve_disk;
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
     ifd_spec_draft_t *drafter = make_drafter(&em, budget);
     if (drafter)
@@ -593,6 +598,166 @@ START_TEST(test_repeated_prompt_reuses_blocks)
 END_TEST
 
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
+static uint64_t tier_ctr(ifd_kvpool_t *pool, ifd_kvtier_ctr_t c)
+{
+    uint64_t v[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(pool, v);
+    return v[c];
+}
+
+/*
+ * The host-RAM tier of a device pool (docs/kvpool.md, "Host tier"): a pool
+ * of 4 blocks; request 1 (42 tokens: 2 full blocks) is served, then
+ * requests 2 and 3, whose blocks evict request 1's from the pool; request 1
+ * again finds its 2 blocks in the host tier (copied back into the device
+ * segment, not recomputed: 10 prefill tokens), and its tokens equal the
+ * cold solo run's.
+ */
+START_TEST(test_host_tier_after_eviction)
+{
+    sink_t *ref = solo_ref();
+    ifd_kvpool_t *pool = make_pool(4, kv_kind);
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(pool, &g);
+    ifd_kvhost_params_t hp = {.max_bytes =
+                                  64 * 2 * (uint64_t)g.n_layers * ifd_kvpool_block_bytes(&g),
+                              .data_bytes = 2 * (size_t)g.n_layers * ifd_kvpool_block_bytes(&g),
+                              .block_size = g.block_size,
+                              .pool = pool};
+    ck_assert_int_eq(ifd_kvhost_create(&hp, &serve_host), 0);
+    const int i = 1, shared = (plen[1] - 1) / 16 * 16;
+    ck_assert_int_eq(shared, 32);
+    sink_t *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b), *o = calloc(1, sizeof *o);
+    ifd_engine_stats_t st_a, st_b;
+    serve(a, i, 1, 4, 0, 256, &st_a, pool);
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_WRITES), 2);
+    serve(o, 2, 1, 4, 0, 256, NULL, pool); /* 3 blocks each: request 1's are evicted */
+    serve(o, 3, 1, 4, 0, 256, NULL, pool);
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_HIT_BLOCKS), 0);
+    serve(b, i, 1, 4, 0, 256, &st_b, pool);
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_HIT_BLOCKS), 2); /* not the pool's */
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_HIT_TOKENS), (uint64_t)shared);
+    ck_assert_int_eq(b->usage[i].cached_tokens, shared);
+    ck_assert_uint_eq(st_a.prefill_tokens, (uint64_t)plen[i]);
+    ck_assert_uint_eq(st_b.prefill_tokens, (uint64_t)(plen[i] - shared));
+    for (int t = 0; t < N_OUT; t++) {
+        ck_assert_int_eq(a->out[i][t], ref->out[i][t]);
+        ck_assert_int_eq(b->out[i][t], ref->out[i][t]);
+    }
+    ifd_kvhost_destroy(serve_host);
+    serve_host = NULL;
+    free(a);
+    free(b);
+    free(o);
+    ifd_kvpool_destroy(pool);
+}
+END_TEST
+
+/* A staged disk tier (kvdisk.h) over pool in dir. */
+static ifd_kvdisk_t *make_disk(ifd_kvpool_t *pool, const char *dir)
+{
+    ifd_kvdisk_params_t dp = ifd_kvdisk_default_params();
+    dp.dir = dir;
+    dp.max_bytes = 1 << 30;
+    dp.fingerprint = ifd_kvdisk_fingerprint(pool, "cuda-emu", 8);
+    dp.staged = true;
+    ifd_kvdisk_t *d = NULL;
+    ck_assert_int_eq(ifd_kvdisk_create(&dp, pool, &d), 0);
+    return d;
+}
+
+/* Serves request 1 with the tiers set, after the disk tier's writes landed;
+ * checks its tokens against the cold solo run and that `want` blocks came
+ * from disk (fewer only when the read was cut at its deadline: counted). */
+static void serve_disk_hit(ifd_kvpool_t *pool, int want)
+{
+    sink_t *b = calloc(1, sizeof *b);
+    const uint64_t hits0 = tier_ctr(pool, IFD_KVTIER_HIT_BLOCKS);
+    serve(b, 1, 1, 4, 0, 256, NULL, pool);
+    const uint64_t hits = tier_ctr(pool, IFD_KVTIER_HIT_BLOCKS) - hits0;
+    if (tier_ctr(pool, IFD_KVTIER_SLOW_READS) == 0) {
+        ck_assert_uint_eq(hits, (uint64_t)want);
+        ck_assert_int_eq(b->usage[1].cached_tokens, 16 * want);
+    } else {
+        printf("disk read cut at its deadline: %llu of %d blocks\n", (unsigned long long)hits,
+               want);
+    }
+    for (int t = 0; t < N_OUT; t++)
+        ck_assert_int_eq(b->out[1][t], solo_ref()->out[1][t]);
+    free(b);
+}
+
+/*
+ * The disk tier of a device pool (staged through host copies): a host tier
+ * of one block, so request 1's first block is gone from both the pool and
+ * the host tier after requests 2 and 3, and request 1 again reads both its
+ * blocks from disk; a new pool and tier on the directory (a restarted
+ * daemon) reads them too; with the second block's file corrupted, the next
+ * one reads the first only, deletes the bad file, and still gives the
+ * cold run's tokens.
+ */
+START_TEST(test_disk_tier_device_pool)
+{
+    char dir[] = "/tmp/kv-host-emu-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ifd_kvpool_t *pool = make_pool(4, kv_kind);
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(pool, &g);
+    const size_t data = 2 * (size_t)g.n_layers * ifd_kvpool_block_bytes(&g);
+    ifd_kvhost_params_t hp = {
+        .max_bytes = data, .data_bytes = data, .block_size = g.block_size, .pool = pool};
+    ck_assert_int_eq(ifd_kvhost_create(&hp, &serve_host), 0);
+    serve_disk = make_disk(pool, dir);
+    sink_t *o = calloc(1, sizeof *o);
+    serve(o, 1, 1, 4, 0, 256, NULL, pool);
+    serve(o, 2, 1, 4, 0, 256, NULL, pool);
+    serve(o, 3, 1, 4, 0, 256, NULL, pool);
+    ck_assert_uint_ge(tier_ctr(pool, IFD_KVTIER_HOST_EVICTED), 1);
+    while (ifd_kvdisk_pending(serve_disk) > 0)
+        usleep(1000);
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_WRITES), 6); /* 2 blocks of each request */
+    serve_disk_hit(pool, 2);
+    ifd_kvdisk_destroy(serve_disk);
+    ifd_kvhost_destroy(serve_host);
+    serve_host = NULL;
+    ifd_kvpool_destroy(pool);
+
+    /* a restart: a new pool and tier on the directory, no host tier */
+    pool = make_pool(4, kv_kind);
+    serve_disk = make_disk(pool, dir);
+    serve_disk_hit(pool, 2);
+    ifd_kvdisk_destroy(serve_disk);
+    ifd_kvpool_destroy(pool);
+
+    /* request 1's second block's file corrupted: read up to it, deleted */
+    pool = make_pool(4, kv_kind);
+    serve_disk = make_disk(pool, dir);
+    ifd_kvhash_t h = {0, 0};
+    h = ifd_kvpool_hash_block(&h, 0, prompts[1], 16);
+    h = ifd_kvpool_hash_block(&h, 0, prompts[1] + 16, 16);
+    char name[64], path[256];
+    ifd_kvdisk_file_name(ifd_kvdisk_fingerprint(pool, "cuda-emu", 8), &h, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, -5, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -5, SEEK_END);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    serve_disk_hit(pool, 1);
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_BAD_FILES), 1);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    ifd_kvdisk_destroy(serve_disk);
+    serve_disk = NULL;
+    ifd_kvpool_destroy(pool);
+    free(o);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /*
  * A worker killed and restarted on the same GPU (issue 13): this process is
  * the router (it holds the pool, never maps its device segment); worker A
@@ -785,6 +950,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_repeated_prompt_reuses_blocks);
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
     tcase_add_test(tc, test_q4_0_kv_refused);
+    tcase_add_test(tc, test_host_tier_after_eviction);
+    tcase_add_test(tc, test_disk_tier_device_pool);
     /* last: they fork worker processes (a failed check there ends the child) */
     tcase_add_test(tc, test_killed_worker_finds_prefixes);
     tcase_add_test(tc, test_ipc_creator_killed_rebuilds);
