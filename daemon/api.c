@@ -315,6 +315,10 @@ static void ifd__gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
         g->kv_evictions = st.evictions;
         g->kv_alloc_failures = st.alloc_failures;
         ifd_kvpool_tier_get(api->pool, g->kv_tier);
+        g->kv_ext_query_tokens =
+            g->kv_tier[IFD_KVTIER_QUERY_TOKENS] + g->kv_tier[IFD_KVTIER_HOST_QUERY_TOKENS];
+        g->kv_ext_hit_tokens =
+            g->kv_tier[IFD_KVTIER_HIT_TOKENS] + g->kv_tier[IFD_KVTIER_HOST_HIT_TOKENS];
     }
     if (api->local_pool && ifd_kvpool_stats(api->local_pool, &st) == 0) {
         g->kv_local_total = st.total;

@@ -64,6 +64,9 @@
       "back instead of recomputed, across restarts; default none (off)")                      \
     X(kv_cache_disk_bytes, BYTES, "10G", 0, "BYTES", 1 << 20, 0,                              \
       "size bound of kv_cache_dir's files (least recently used deleted beyond)")              \
+    X(kv_cache_host_bytes, BYTES, "0", 0, "BYTES", 0, 0,                                      \
+      "GPU workers' host-RAM tier of the KV cache, per worker: published prefix blocks "      \
+      "copied to host memory, copied back instead of recomputed; 0: off")                     \
     X(weights_dtype, STR, "auto", 0, "TYPE", 0, 0,                                             \
       "CPU workers' weights: auto (quantized types stay quantized, 8-bit activations) or f32 " \
       "(all dequantized to f32: the exact, slower path)")                                      \

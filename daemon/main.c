@@ -966,6 +966,7 @@ static void ifd__sup_params(ifd__daemon_t *d, const ifd_kvpool_params_t *kp, ifd
     sp->weights_seed = (uint64_t)d->cfg.weights_seed;
     sp->kv_cache_dir = d->cfg.kv_cache_dir;
     sp->kv_cache_disk_bytes = d->cfg.kv_cache_disk_bytes;
+    sp->kv_cache_host_bytes = d->cfg.kv_cache_host_bytes;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     sp->n_threads = d->cfg.threads > 0 ? (int)d->cfg.threads
                                        : (int)(ncpu / sp->n_workers > 0 ? ncpu / sp->n_workers : 1);

@@ -125,6 +125,8 @@ typedef struct {
     int64_t kv_local_total, kv_local_used;
     /* the KV pool's disk tier (kvpool.h, ifd_kvpool_tier_*): every worker's */
     uint64_t kv_tier[IFD_KVTIER_COUNT];
+    /* vLLM's external prefix cache: the host and disk tiers together (tokens) */
+    uint64_t kv_ext_query_tokens, kv_ext_hit_tokens;
     int64_t workers_ready, workers_starting, workers_down, workers_failed;
     double uptime_s;
     /* the cache configuration (vllm:cache_config_info) */

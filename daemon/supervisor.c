@@ -79,6 +79,7 @@ struct ifd_sup {
     char *backend, *shape; /* "cpu"/"cuda"/"cuda-f32"; random weights or NULL */
     char *kv_dir;          /* --kv-cache-dir, or NULL */
     char kv_disk[24];      /* --kv-cache-disk-bytes' text */
+    char kv_host[24];      /* --kv-cache-host-bytes' text, or "" */
     char image_cache[16];  /* --image-cache-mb's text, or "" */
     int *gpus;             /* [n] GPU ids, or NULL for CPU workers */
     char seed[24];         /* --weights-seed's text */
@@ -901,6 +902,10 @@ static void ifd__spawn(ifd__worker_t *w)
         args[a++] = (char *)"--kv-cache-disk-bytes";
         args[a++] = s->kv_disk;
     }
+    if (s->kv_host[0]) {
+        args[a++] = (char *)"--kv-cache-host-bytes";
+        args[a++] = s->kv_host;
+    }
     if (s->image_cache[0]) {
         args[a++] = (char *)"--image-cache-mb";
         args[a++] = s->image_cache;
@@ -1125,6 +1130,8 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
     snprintf(s->seed, sizeof s->seed, "%llu", (unsigned long long)p->weights_seed);
     s->kv_dir = p->kv_cache_dir && *p->kv_cache_dir ? strdup(p->kv_cache_dir) : NULL;
     snprintf(s->kv_disk, sizeof s->kv_disk, "%llu", (unsigned long long)p->kv_cache_disk_bytes);
+    if (p->kv_cache_host_bytes)
+        snprintf(s->kv_host, sizeof s->kv_host, "%llu", (unsigned long long)p->kv_cache_host_bytes);
     if (p->image_cache_mb)
         snprintf(s->image_cache, sizeof s->image_cache, "%u", p->image_cache_mb);
     bool gpu = strcmp(s->backend ? s->backend : "", "cpu") != 0;

@@ -118,6 +118,9 @@ typedef struct {
      * --kv-cache-dir / --kv-cache-disk-bytes; NULL or "": none. */
     const char *kv_cache_dir;
     uint64_t kv_cache_disk_bytes;
+    /* The host-RAM tier of GPU workers (docs/kvpool.md, "Host tier"),
+     * passed as --kv-cache-host-bytes when > 0. */
+    uint64_t kv_cache_host_bytes;
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
     int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */

@@ -67,6 +67,7 @@ typedef struct {
     ifd_serve_vision_t *vis;   /* the vision tower and its queue, or NULL (text only) */
     ifd_kvpool_t *pool, *lpool;
     ifd_kvdisk_t *disk; /* the pool's disk tier, or NULL */
+    ifd_kvhost_t *host; /* the host-RAM tier of a device pool, or NULL */
     ifd_engine_model_t em;
     ifd_engine_params_t ep;
     uint64_t n_blocks;    /* the pool's, for STATS */
@@ -799,7 +800,9 @@ static uint64_t ifd__disk_fingerprint(const ifd__srv_t *s, const ifd_serve_opts_
 }
 
 /* Phase 4b: the pool's disk tier when the options name a directory; one
- * warning and none when it cannot be had (never a failed start). */
+ * warning and none when it cannot be had (never a failed start). A device
+ * pool's tier is staged (kvdisk.h): the engine copies blocks through host
+ * memory. */
 static int ifd__start_disk(ifd__srv_t *s, const ifd_serve_opts_t *o)
 {
     if (!o->kv_cache_dir || !*o->kv_cache_dir)
@@ -812,16 +815,47 @@ static int ifd__start_disk(ifd__srv_t *s, const ifd_serve_opts_t *o)
     p.worker = (int)h->slot;
     p.device = (int)h->kv_device;
     p.local_pool = s->lpool;
+    p.staged = s->em.kv_download != NULL; /* a device pool: through host copies */
     int rc = ifd_kvdisk_create(&p, s->pool, &s->disk);
     if (rc == IFD_ENOTSUP)
-        IFD_WARN("kv disk tier off: the pool is in device memory (the tier reads and writes "
-                 "host memory only)");
+        IFD_WARN("kv disk tier off: the pools are in device memory with a local-layer pool "
+                 "(not done for GPU workers)");
     else if (rc)
         IFD_WARN("kv disk tier off: %s: %s", o->kv_cache_dir, ifd_strerror(rc));
     else
         IFD_INFO("kv disk tier: %s, %llu bytes at most, fingerprint %016llx", o->kv_cache_dir,
                  (unsigned long long)p.max_bytes, (unsigned long long)p.fingerprint);
     s->ep.disk = s->disk;
+    return 0;
+}
+
+/* Phase 4c: a GPU worker's host-RAM tier (kvpool/kvhost.h) when the options
+ * give it bytes; one warning and none when it cannot be had: the pool is
+ * host memory (a CPU worker: the pool is host RAM already), the model has
+ * a local-layer pool (not done), or the bound is below one block. */
+static int ifd__start_host(ifd__srv_t *s, const ifd_serve_opts_t *o)
+{
+    if (!o->kv_cache_host_bytes)
+        return 0;
+    if (!s->em.kv_download) {
+        IFD_WARN("kv host tier off: %s", s->lpool ? "a model with a local-layer pool (not done)"
+                                                  : "the pool is host memory already");
+        return 0;
+    }
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(s->pool, &g);
+    ifd_kvhost_params_t p = {.max_bytes = o->kv_cache_host_bytes,
+                             .data_bytes = s->em.kv_data_bytes,
+                             .block_size = g.block_size,
+                             .pool = s->pool};
+    int rc = ifd_kvhost_create(&p, &s->host);
+    if (rc)
+        IFD_WARN("kv host tier off: %llu bytes for blocks of %zu: %s",
+                 (unsigned long long)p.max_bytes, p.data_bytes, ifd_strerror(rc));
+    else
+        IFD_INFO("kv host tier: %llu bytes at most (%llu blocks)", (unsigned long long)p.max_bytes,
+                 (unsigned long long)(p.max_bytes / p.data_bytes));
+    s->ep.host = s->host;
     return 0;
 }
 
@@ -1056,6 +1090,7 @@ static void ifd__teardown(ifd__srv_t *s)
     ifd__flush(s);
     ifd_engine_destroy(s->eng); /* frees the constraints before their store */
     ifd_kvdisk_destroy(s->disk); /* writes what is queued: published blocks keep their files */
+    ifd_kvhost_destroy(s->host); /* before the pool its gauges are in */
     ifd_spec_draft_destroy(s->drafter); /* after the engine, which releases its states */
     ifd_serve_vision_destroy(s->vis);   /* before the backend that holds its weights */
     ifd_gstore_destroy(s->gstore);
@@ -1089,7 +1124,8 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     s.status = 1;
     ifd_wire_reader_init(&s.rd, 0);
     if (!ifd__handshake(&s) && !ifd__load(&s, o) && !ifd__size_pool(&s) && !ifd__attach_pools(&s) &&
-        !ifd__start_disk(&s, o) && !ifd__start_engine(&s) && !ifd__send_ready(&s))
+        !ifd__start_disk(&s, o) && !ifd__start_host(&s, o) && !ifd__start_engine(&s) &&
+        !ifd__send_ready(&s))
         s.status = ifd__serve_loop(&s);
     ifd__teardown(&s);
     return s.status;

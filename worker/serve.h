@@ -56,6 +56,7 @@ typedef struct {
     uint64_t kv_cache_disk_bytes; /* its size bound (> 0 with a dir) */
     const char *mmproj_path;      /* overrides HELLO's mmproj_path when set (serve_vision.h) */
     uint64_t image_cache_bytes;   /* the image embedding cache's bound; 0: the default */
+    uint64_t kv_cache_host_bytes; /* the host-RAM tier's bound (kvpool/kvhost.h); 0: none */
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

@@ -46,6 +46,7 @@ static void ifd__usage(FILE *f)
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
             "                     [--weights-dtype auto|f32] [--random-weights F]\n"
             "                     [--kv-cache-dir DIR --kv-cache-disk-bytes N]\n"
+            "                     [--kv-cache-host-bytes N]\n"
             "                     [--mmproj FILE] [--image-cache-mb N]\n"
             "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
             "                     --random-weights F --model TOKENIZER) [probe options]\n"
@@ -159,6 +160,7 @@ typedef struct {
     uint64_t kv_cache_disk_bytes; /* its size bound */
     const char *mmproj;           /* --serve: the vision tower's mmproj GGUF, or NULL */
     uint64_t image_cache_mb;      /* --serve: the image embedding cache's bound; 0 default */
+    uint64_t kv_cache_host_bytes; /* --serve: a GPU worker's host-RAM tier (kvhost.h); 0 off */
 } ifd__gen_opts_t;
 
 typedef struct {
@@ -690,6 +692,7 @@ enum {
     OPT_MAX_MODEL_LEN,
     OPT_KV_CACHE_DIR,
     OPT_KV_CACHE_DISK,
+    OPT_KV_CACHE_HOST,
 };
 
 /* The parsed command line: the mode flags and each mode's options. */
@@ -913,6 +916,17 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         go->kv_cache_disk_bytes = v;
         break;
     }
+    case OPT_KV_CACHE_HOST: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (errno || end == arg || *end) {
+            fprintf(stderr, "inferd-worker: bad --kv-cache-host-bytes '%s' (bytes)\n", arg);
+            return 2;
+        }
+        go->kv_cache_host_bytes = v;
+        break;
+    }
     case OPT_MMPROJ:
         go->mmproj = arg;
         break;
@@ -987,7 +1001,8 @@ static int ifd__run_mode(ifd__cli_t *cli)
         ifd_serve_opts_t so = {cli->serve_fd,      go->model,        go->threads,
                                go->weights,        go->shape,        go->weights_seed,
                                go->kv_cache_dir,   go->kv_cache_disk_bytes,
-                               go->mmproj,         go->image_cache_mb << 20};
+                               go->mmproj,         go->image_cache_mb << 20,
+                               go->kv_cache_host_bytes};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -1060,6 +1075,7 @@ int ifd_worker_main(int argc, char **argv)
         {"mmproj", required_argument, NULL, OPT_MMPROJ},
         {"image-cache-mb", required_argument, NULL, OPT_IMAGE_CACHE_MB},
         {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
+        {"kv-cache-host-bytes", required_argument, NULL, OPT_KV_CACHE_HOST},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
