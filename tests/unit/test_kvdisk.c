@@ -164,6 +164,89 @@ static void tokens_init(int32_t *t, int n, uint64_t seed)
         t[i] = (int32_t)(rnd(&s) % 49152);
 }
 
+/* Block b's data as a staged tier takes it: every layer's K then V. */
+static void copy_out(ifd_kvpool_t *pool, int32_t b, uint8_t *out)
+{
+    for (int l = 0; l < NL; l++)
+        for (int v = 0; v < 2; v++, out += block_bytes(pool))
+            memcpy(out, ifd_kvpool_block_ptr(pool, b, l, v), block_bytes(pool));
+}
+
+/*
+ * A staged tier (a device pool's, kvdisk.h): blocks offered as host copies
+ * make the same files, byte for byte, as the pool-backed tier's; a staged
+ * load reads a pool-backed tier's files into host buffers (the bytes of the
+ * blocks), stops at a corrupt file and deletes it; the pool-only calls are
+ * refused by a staged tier and the staged ones by the other.
+ */
+START_TEST(test_staged_same_files)
+{
+    make_dir();
+    int32_t tok[4 * BS], a[4];
+    tokens_init(tok, 4 * BS, 19);
+    ifd_kvpool_t *p1 = make_pool();
+    ifd_kvdisk_t *d1 = make_disk(p1, 43, 1 << 20);
+    ifd_kvhash_t hashes[4];
+    publish_chain(p1, d1, tok, 4, 300, a, hashes);
+    const size_t data = 2 * NL * block_bytes(p1);
+    uint8_t *copies = malloc(4 * data), *bufs = malloc(4 * data);
+    for (int i = 0; i < 4; i++)
+        copy_out(p1, a[i], copies + i * data);
+    /* the files moved aside; a staged tier writes them again from the copies */
+    char path[300], moved[320], cmd[700];
+    snprintf(cmd, sizeof cmd, "mkdir %s/pooled && mv %s/*.kvb %s/pooled/", dir, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ifd_kvdisk_params_t sp = ifd_kvdisk_default_params();
+    sp.dir = dir, sp.max_bytes = 1 << 20, sp.fingerprint = 43, sp.worker = W, sp.staged = true;
+    ifd_kvdisk_t *s1 = NULL;
+    ck_assert_int_eq(ifd_kvdisk_create(&sp, p1, &s1), 0);
+    ck_assert(ifd_kvdisk_staged(s1) && !ifd_kvdisk_staged(d1));
+    ck_assert_uint_eq(ifd_kvdisk_data_bytes(s1), data);
+    ifd_kvhash_t h = {0, 0};
+    for (int i = 0; i < 4; i++)
+        ifd_kvdisk_offer_data(s1, copies + i * data, &h, 7, tok + i * BS, &h);
+    wait_written(s1);
+    for (int i = 0; i < 4; i++) {
+        path_of(s1, 43, &hashes[i], path, sizeof path);
+        char name[64];
+        ifd_kvdisk_file_name(43, &hashes[i], name, sizeof name);
+        snprintf(moved, sizeof moved, "%s/pooled/%s", dir, name);
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s", path, moved);
+        ck_assert_msg(system(cmd) == 0, "block %d: the staged file differs", i);
+    }
+    /* a staged load into host buffers; block 2's file corrupted */
+    FILE *f = NULL;
+    path_of(s1, 43, &hashes[2], path, sizeof path);
+    ck_assert_ptr_nonnull(f = fopen(path, "r+b"));
+    fseek(f, -3, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -3, SEEK_END);
+    fputc(0x5a ^ c, f);
+    fclose(f);
+    memset(bufs, 0xa5, 4 * data);
+    void *bp[4] = {bufs, bufs + data, bufs + 2 * data, bufs + 3 * data};
+    ifd_kvhash_t root = {0, 0};
+    ifd_kvdisk_load_t *ld = NULL;
+    int32_t blk[4] = {0, 1, 2, 3};
+    ck_assert_int_eq(ifd_kvdisk_load_start(s1, &root, 7, tok, 4, blk, NULL, &ld), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvdisk_load_start_staged(d1, &root, 7, tok, 4, bp, &ld), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvdisk_load_start_staged(s1, &root, 7, tok, 4, bp, &ld), 0);
+    ck_assert(ifd_kvdisk_load_wait(ld, 10000));
+    ck_assert_int_eq(ifd_kvdisk_load_finish(ld, false), 2);
+    ck_assert_int_eq(memcmp(bufs, copies, 2 * data), 0);
+    ck_assert_int_ne(access(path, F_OK), 0); /* the bad file deleted */
+    uint64_t ctr[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(p1, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_BAD_FILES], 1);
+    ifd_kvdisk_destroy(s1);
+    ifd_kvdisk_destroy(d1);
+    ifd_kvpool_destroy(p1);
+    free(copies);
+    free(bufs);
+    rm_dir();
+}
+END_TEST
+
 START_TEST(test_roundtrip_across_pools)
 {
     make_dir();
@@ -615,6 +698,7 @@ int main(void)
     TCase *tc = tcase_create("kvdisk");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_roundtrip_across_pools);
+    tcase_add_test(tc, test_staged_same_files);
     tcase_add_test(tc, test_local_twins_roundtrip);
     tcase_add_test(tc, test_faults_stop_the_read_and_delete);
     tcase_add_test(tc, test_bad_file_warnings_rate_limited);
