@@ -523,6 +523,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
                            (uint64_t)(model->n_local_layers > 0 ? model->n_local_layers : 0);
     int rc = ifd_sampler_create(model->n_vocab, &e->sampler);
     if (rc) {
+        free(e->stage);
+        free(e->eos_ids);
         free(e);
         return rc;
     }
