@@ -29,6 +29,9 @@ so the emulator's slowness does not matter. Checked:
 - `--spec draft` with a tiny GGUF Llama as its own draft: the POOL step counts the draft
   (fewer blocks), and the greedy text equals `"speculative": false`'s, with proposals
   accepted;
+- `--kv-cache-host-bytes` and `--kv-cache-dir` on a GPU worker: blocks copied to the host
+  tier and written to disk through host copies; a restarted daemon reads the prefix from
+  disk with the same tokens;
 - `--gpus 0,1`: two workers, each with its own CUDA_VISIBLE_DEVICES and pool device, and a
   repeated prompt is routed to the worker that caches its prefix;
 - the pool probe (`inferd-worker --kv-probe`) measures what a warm-up of the engine's largest
@@ -311,6 +314,49 @@ def cuda_mapped(pid):
     """The CUDA libraries process `pid` maps (from /proc/PID/maps), as a sorted list."""
     with open("/proc/%d/maps" % pid) as f:
         return sorted({os.path.basename(m.group(0)) for m in CUDA_LIBS.finditer(f.read())})
+
+
+def test_host_and_disk_tiers_across_restart():
+    """--kv-cache-host-bytes and --kv-cache-dir on a GPU worker (docs/kvpool.md, "Host tier"):
+    the published blocks are copied to the host tier and written to disk through host copies
+    (the pool is device memory); a restarted daemon on the directory serves the same prompt
+    with its prefix read from disk (cached tokens, disk hits, vLLM's external prefix cache
+    hits) and the same greedy tokens."""
+    kvdir = tempfile.mkdtemp(prefix="inferd-kv-host-")
+    extra = ["--kv-cache-host-bytes", "16M", "--kv-cache-dir", kvdir]
+    prompt = " ".join(["the sea is wide and the sky is blue"] * 6)
+    try:
+        d = gpu_daemon(extra=extra)
+        try:
+            r1 = client(d).completions.create(model=MODEL, prompt=prompt, max_tokens=8,
+                                              temperature=0)
+            m = d.metrics()
+            n_prompt = r1.usage.prompt_tokens
+            assert n_prompt >= 48, n_prompt
+            assert m["inferd_kv_host_writes_total"] >= n_prompt // 16, m
+            assert m["inferd_kv_host_capacity_bytes"] > 0, m
+            assert m["inferd_kv_host_blocks"] >= n_prompt // 16, m
+        finally:
+            d.stop()
+        files = [f for f in os.listdir(kvdir) if f.endswith(".kvb")]
+        assert len(files) >= n_prompt // 16, files
+        d = gpu_daemon(extra=extra)
+        try:
+            r2 = client(d).completions.create(model=MODEL, prompt=prompt, max_tokens=8,
+                                              temperature=0)
+            m = d.metrics()
+            cached = r2.usage.prompt_tokens_details.cached_tokens
+            assert cached >= (n_prompt - 1) // 16 * 16, (cached, n_prompt)
+            assert m["inferd_kv_disk_hit_blocks_total"] >= n_prompt // 16, m
+            assert m["inferd_kv_host_hits_total"] == 0, m  # a new worker: an empty host tier
+            assert any(k.startswith("vllm:external_prefix_cache_hits_total") and v >= cached
+                       for k, v in m.items()), m
+            assert r2.choices[0].text == r1.choices[0].text, (r1.choices[0].text,
+                                                              r2.choices[0].text)
+        finally:
+            d.stop()
+    finally:
+        shutil.rmtree(kvdir, ignore_errors=True)
 
 
 def test_exact_mode_equals_cpu():
