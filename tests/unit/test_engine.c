@@ -15,6 +15,7 @@
 
 #include "error.h"
 #include "kvpool/kvdisk.h"
+#include "kvpool/kvhost.h"
 #include "kvpool/kvpool.h"
 #include "worker/engine.h"
 
@@ -692,6 +693,135 @@ static void rig_close_disk(rig_t *r, ifd_kvdisk_t *disk)
     ifd_kvpool_destroy(r->pool);
     free(r->sink);
 }
+
+/* The adapter's copies (engine.h, kv_download / kv_upload) over the fake's
+ * pool, standing for a device pool: one layer's K then V block. */
+static int fake_kv_download(void *ctx, int32_t block, void *dst)
+{
+    fake_t *f = ctx;
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(f->pool, &g);
+    const uint64_t bb = ifd_kvpool_block_bytes(&g);
+    memcpy(dst, (uint8_t *)ifd_kvpool_layer_k(f->pool, 0, 0) + block * bb, bb);
+    memcpy((uint8_t *)dst + bb, (uint8_t *)ifd_kvpool_layer_v(f->pool, 0, 0) + block * bb, bb);
+    return 0;
+}
+
+static int fake_kv_upload(void *ctx, int32_t block, const void *src)
+{
+    fake_t *f = ctx;
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(f->pool, &g);
+    const uint64_t bb = ifd_kvpool_block_bytes(&g);
+    memcpy((uint8_t *)ifd_kvpool_layer_k(f->pool, 0, 0) + block * bb, src, bb);
+    memcpy((uint8_t *)ifd_kvpool_layer_v(f->pool, 0, 0) + block * bb, (const uint8_t *)src + bb,
+           bb);
+    return 0;
+}
+
+/* An engine whose model copies blocks (a "device" pool) with a host tier of
+ * host_blocks blocks (0: none) and a staged disk tier in dir (NULL: none). */
+static void rig_open_tiers(rig_t *r, int n_blocks, int host_blocks, const char *dir,
+                           ifd_kvhost_t **host)
+{
+    memset(r, 0, sizeof *r);
+    ifd_kvpool_params_t kp = ifd_kvpool_default_params();
+    kp.n_layers = 1, kp.n_kv_heads = 1, kp.head_dim = 2, kp.dtype = IFD_KV_F32;
+    kp.n_blocks = n_blocks, kp.n_workers = 2;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
+    r->fake.pool = r->pool;
+    r->sink = calloc(1, sizeof *r->sink);
+    const size_t data = 2 * ifd_kvpool_block_bytes(&kp);
+    *host = NULL;
+    ifd_kvhost_params_t hp = {host_blocks * data, data, kp.block_size, r->pool};
+    if (host_blocks)
+        ck_assert_int_eq(ifd_kvhost_create(&hp, host), 0);
+    if (dir) {
+        ifd_kvdisk_params_t dp = ifd_kvdisk_default_params();
+        dp.dir = dir, dp.max_bytes = 1 << 24, dp.fingerprint = 78, dp.staged = true;
+        ck_assert_int_eq(ifd_kvdisk_create(&dp, r->pool, &r->disk), 0);
+    }
+    ifd_engine_model_t m = {&r->fake,         VOCAB,          1024, fake_forward, 0, 0, NULL, 1, 0,
+                            fake_kv_download, fake_kv_upload, data};
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    static const int32_t eos[] = {STOP_ID};
+    ep.eos_ids = eos, ep.n_eos_ids = 1, ep.max_batched_tokens = 32, ep.max_seqs = 8;
+    ep.host = *host, ep.disk = r->disk;
+    ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish, on_plp};
+    ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
+}
+
+static void serve_one(rig_t *r, int i, const sink_t *ref)
+{
+    ifd_engine_request_t q = req(i, 4);
+    q.ignore_eos = true;
+    ck_assert_int_eq(ifd_engine_add(r->eng, &q), 0);
+    run_to_idle(r, 1000);
+    ck_assert_int_eq(r->fake.bad, 0);
+    ck_assert_int_eq(r->sink->n_out[i], ref->n_out[i]);
+    ck_assert(memcmp(r->sink->out[i], ref->out[i], (size_t)ref->n_out[i] * 4) == 0);
+}
+
+/*
+ * The host tier and the staged disk tier of a device pool (docs/kvpool.md,
+ * "Host tier"), on the fake whose outputs read every context slot: in a pool
+ * of 8 blocks, request 0's 6 prompt blocks are evicted but the first by
+ * request 3 (100 other tokens); request 1 (the same 96 tokens first) gets
+ * block 0 from the pool and 1..5 copied back from the host tier; with a host
+ * tier of one block and a staged disk tier, a "restart" (a new pool on the
+ * directory) reads all 6 from disk. Every output equals the solo run's.
+ */
+START_TEST(test_host_and_staged_disk_tiers)
+{
+    make_prompts(4, 10, 8);
+    for (int i = 0; i < 4; i++) {
+        prompt_len[i] = 100;
+        for (int j = 0; j < 100; j++)
+            prompts[i][j] = i == 3 ? 1 + (j * 11 + 3) % (VOCAB - 1) : 1 + (j * 7) % (VOCAB - 1);
+        if (i < 3)
+            prompts[i][96] = 1 + i; /* the last tokens differ */
+    }
+    static sink_t ref;
+    solo_outputs_eos(4, 4, true, &ref);
+    rig_t r;
+    ifd_kvhost_t *host;
+    rig_open_tiers(&r, 8, 64, NULL, &host);
+    serve_one(&r, 0, &ref);
+    serve_one(&r, 3, &ref);
+    serve_one(&r, 1, &ref);
+    ck_assert_int_eq(r.sink->usage[1].cached_tokens, 96);
+    uint64_t ctr[IFD_KVTIER_COUNT];
+    ifd_kvpool_tier_get(r.pool, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_HIT_BLOCKS], 5);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_HIT_TOKENS], 80);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_WRITES], 12); /* requests 0 and 3; 1's were copies */
+    ifd_engine_destroy(r.eng);
+    ifd_kvhost_destroy(host);
+    r.eng = NULL;
+    rig_close(&r);
+
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/test_engine_staged.%d.XXXXXX", (int)getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    rig_open_tiers(&r, 16, 1, dir, &host);
+    serve_one(&r, 0, &ref);
+    ifd_kvpool_tier_get(r.pool, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_EVICTED], 5); /* a tier of one block */
+    ifd_engine_destroy(r.eng);
+    ifd_kvhost_destroy(host);
+    r.eng = NULL;
+    rig_close(&r);                         /* writes the queued files */
+    rig_open_tiers(&r, 16, 0, dir, &host); /* the restart */
+    serve_one(&r, 2, &ref);
+    ck_assert_int_eq(r.sink->usage[2].cached_tokens, 96);
+    ifd_kvpool_tier_get(r.pool, ctr);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HIT_BLOCKS], 6);
+    rig_close(&r);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
 
 /* The prefix of a request served before a "restart" comes back from disk:
  * the same tokens, its blocks counted as cached; a damaged file costs only
@@ -2080,6 +2210,7 @@ int main(void)
     tcase_add_test(tc, test_chunked_prefill_equals_whole);
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_disk_tier_across_restarts);
+    tcase_add_test(tc, test_host_and_staged_disk_tiers);
     tcase_add_test(tc, test_images_chunks_and_prefix_keys);
     tcase_add_test(tc, test_images_local_pool_prefix_keys);
     tcase_add_test(tc, test_images_refused);
