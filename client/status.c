@@ -259,6 +259,8 @@ typedef struct {
     /* the KV cache's disk tier (capacity 0 or NAN: none) */
     double disk_bytes, disk_cap, disk_files, disk_queries, disk_hits, disk_read, disk_written,
         disk_bad;
+    /* GPU workers' host-RAM tiers (capacity 0 or NAN: none) */
+    double host_bytes, host_cap, host_blocks, host_queries, host_hits;
     double workers_ready, workers_starting, workers_down, workers_failed;
     const char *version, *model;
     const char *spec; /* the daemon's method (inferd_info's spec label), or NULL */
@@ -309,6 +311,11 @@ static void view_build(view_t *v, const snap_t *s, const snap_t *prev)
     v->disk_read = mget(s, "inferd_kv_disk_read_bytes_total", NULL, NULL);
     v->disk_written = mget(s, "inferd_kv_disk_written_bytes_total", NULL, NULL);
     v->disk_bad = mget(s, "inferd_kv_disk_bad_files_total", NULL, NULL);
+    v->host_bytes = mget(s, "inferd_kv_host_bytes", NULL, NULL);
+    v->host_cap = mget(s, "inferd_kv_host_capacity_bytes", NULL, NULL);
+    v->host_blocks = mget(s, "inferd_kv_host_blocks", NULL, NULL);
+    v->host_queries = mget(s, "inferd_kv_host_queries_total", NULL, NULL);
+    v->host_hits = mget(s, "inferd_kv_host_hits_total", NULL, NULL);
     v->spec_drafts = mget(s, "vllm:spec_decode_num_drafts_total", NULL, NULL);
     v->spec_proposed = mget(s, "vllm:spec_decode_num_draft_tokens_total", NULL, NULL);
     v->spec_accepted = mget(s, "vllm:spec_decode_num_accepted_tokens_total", NULL, NULL);
@@ -430,6 +437,11 @@ static void render_text(FILE *f, const ifd_cli_http_target_t *t, const snap_t *s
     if (isfinite(v->hit_rate_now))
         fprintf(f, "; now %.1f%%", 100.0 * v->hit_rate_now);
     fputc('\n', f);
+    if (v->host_cap > 0) /* no host tier (CPU workers, or off): no line */
+        fprintf(f, "host tier     %s of %s bytes in %s blocks; %s of %s looked-up tokens hit\n",
+                human(n[0], 32, v->host_bytes), human(n[1], 32, v->host_cap),
+                human(n[2], 32, v->host_blocks), human(n[3], 32, v->host_hits),
+                human(n[4], 32, v->host_queries));
     if (v->disk_cap > 0) { /* a daemon without a disk tier shows no line */
         fprintf(f,
                 "disk tier     %s of %s bytes in %s files; %s of %s looked-up tokens hit; "
@@ -506,6 +518,11 @@ static json_t *view_json(const ifd_cli_http_target_t *t, const snap_t *s, const 
                   num_or_null(v->disk_hits), "read_bytes", num_or_null(v->disk_read),
                   "written_bytes", num_or_null(v->disk_written), "bad_files",
                   num_or_null(v->disk_bad)));
+    json_object_set_new(
+        o, "host_tier",
+        json_pack("{s:o,s:o,s:o,s:o,s:o}", "bytes", num_or_null(v->host_bytes), "capacity_bytes",
+                  num_or_null(v->host_cap), "blocks", num_or_null(v->host_blocks), "query_tokens",
+                  num_or_null(v->host_queries), "hit_tokens", num_or_null(v->host_hits)));
     json_object_set_new(
         o, "speculative",
         json_pack("{s:o,s:o,s:o,s:o,s:o}", "method", v->spec ? json_string(v->spec) : json_null(),

@@ -336,6 +336,14 @@ def test_host_and_disk_tiers_across_restart():
             assert m["inferd_kv_host_writes_total"] >= n_prompt // 16, m
             assert m["inferd_kv_host_capacity_bytes"] > 0, m
             assert m["inferd_kv_host_blocks"] >= n_prompt // 16, m
+            infer = os.path.join(os.path.dirname(os.path.dirname(INFERD)), "client", "infer")
+            st = json.loads(subprocess.run([infer, "status", "--json", "--socket", d.sock],
+                                           capture_output=True, text=True, timeout=60).stdout)
+            assert st["host_tier"]["blocks"] == m["inferd_kv_host_blocks"], st["host_tier"]
+            assert st["host_tier"]["capacity_bytes"] > 0, st["host_tier"]
+            out = subprocess.run([infer, "status", "--socket", d.sock], capture_output=True,
+                                 text=True, timeout=60).stdout
+            assert re.search(r"^host tier +\S+ of \S+ bytes in \d+ blocks", out, re.M), out
         finally:
             d.stop()
         files = [f for f in os.listdir(kvdir) if f.endswith(".kvb")]
