@@ -180,11 +180,12 @@ typedef struct {
  * empty), and the position of the token to sample. A row with a
  * constraint has its mask computed on the host (ifd_constraint_mask, which
  * advances the constraint) and applied on the device; a row with
- * params->n_logprobs >= 0 needs `result`, where its logprobs come back
+ * params->n_logprobs in 0..IFD_SAMPLER_INLINE_LOGPROBS (more: IFD_EINVAL,
+ * sampled on the host) needs `result`, where its logprobs come back
  * (the whole ifd_sample_result_t as ifd_sampler_sample fills it).
  * params NULL and result NULL: skip this row. params NULL and result set:
  * a scoring row (prompt logprobs): the raw logprobs of score_token with
- * score_top (0..IFD_SAMPLER_MAX_LOGPROBS) alternatives into result, as
+ * score_top (0..IFD_SAMPLER_INLINE_LOGPROBS) alternatives into result, as
  * ifd_sampler_logprobs computes them; nothing is sampled. All borrowed for
  * the call. */
 typedef struct {

@@ -904,13 +904,15 @@ static int ifd__cuda_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act
 
 /* ---- sampling ------------------------------------------------------------- */
 
-/* The logprobs kernel writes ifd_sample_result_t's layout. */
-_Static_assert(sizeof(ifd_cuda_logprob_t) == sizeof(ifd_sample_result_t) &&
+/* The logprobs kernel writes ifd_sample_result_t's layout up to its
+ * caller-owned more_* room (top k past IFD_SAMPLER_INLINE_LOGPROBS, which
+ * the engine scores on the host). */
+_Static_assert(sizeof(ifd_cuda_logprob_t) == offsetof(ifd_sample_result_t, more_ids) &&
                    offsetof(ifd_cuda_logprob_t, top_ids) == offsetof(ifd_sample_result_t, top_ids) &&
                    offsetof(ifd_cuda_logprob_t, top_logprobs) ==
                        offsetof(ifd_sample_result_t, top_logprobs) &&
                    offsetof(ifd_cuda_logprob_t, rank) == offsetof(ifd_sample_result_t, rank) &&
-                   IFD_CUDA_MAX_LOGPROBS == IFD_SAMPLER_MAX_LOGPROBS,
+                   IFD_CUDA_MAX_LOGPROBS == IFD_SAMPLER_INLINE_LOGPROBS,
                "ifd_cuda_logprob_t and ifd_sample_result_t differ");
 
 /* Grows a host array and its device twin to at least n elements of esz. */
@@ -1012,7 +1014,7 @@ static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, ifd__samp_co
         const ifd_sampler_history_t *h = rows[i].hist;
         if (!p) {
             if (rows[i].result) {
-                if (rows[i].score_top < 0 || rows[i].score_top > IFD_SAMPLER_MAX_LOGPROBS)
+                if (rows[i].score_top < 0 || rows[i].score_top > IFD_SAMPLER_INLINE_LOGPROBS)
                     return IFD_EINVAL;
                 n->n_lp++;
             }
@@ -1024,6 +1026,11 @@ static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, ifd__samp_co
         }
         if (p->n_logprobs >= 0 && p->n_lp_ids) { /* ifd_cuda_logprobs gives the top k only */
             IFD_ERROR("cuda backend: a row with logprob_token_ids (sampled on the host)");
+            return IFD_EINVAL;
+        }
+        if (p->n_logprobs > IFD_CUDA_MAX_LOGPROBS) { /* likewise: the engine's host path */
+            IFD_ERROR("cuda backend: a row with %d top logprobs (sampled on the host)",
+                      (int)p->n_logprobs);
             return IFD_EINVAL;
         }
         n->n_bias += p->n_logit_bias;
@@ -1240,7 +1247,10 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
             tokens[i] = h_tok[i];
         if (!(r->params ? r->params->n_logprobs >= 0 : r->result != NULL))
             continue;
-        memcpy(r->result, &h_lp[j++], sizeof *r->result);
+        r->result->more_ids = NULL; /* the device's top k is inline */
+        r->result->more_logprobs = NULL;
+        r->result->more_cap = 0;
+        memcpy(r->result, &h_lp[j++], sizeof h_lp[0]);
         if (r->params && r->result->token >= 0 && r->result->token != h_tok[i])
             r->result->token = -1; /* cannot happen: the scored token is the drawn one */
     }

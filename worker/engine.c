@@ -63,6 +63,11 @@ typedef struct {
     ifd_logit_bias_t *bias;
     uint32_t *allowed; /* allowed_token_ids' bitmask (sampling.allowed), or NULL */
     int32_t *lp_ids;   /* logprob_token_ids (sampling.lp_ids), or NULL */
+    /* Room for its top logprobs past IFD_SAMPLER_INLINE_LOGPROBS (the
+     * result's more_*: min(n_logprobs, vocab) each), or NULL */
+    int32_t *top_ids;
+    float *top_lps;
+    int32_t top_cap;
     int32_t *stop_ids;
     int32_t n_stop_ids;
     int32_t max_tokens;
@@ -159,6 +164,11 @@ struct ifd_engine {
     float *logits;
     int logits_rows; /* rows e->logits holds: max_seqs, + IFD_ENGINE_PLP_ROWS once needed */
     ifd_sample_result_t *plp_res; /* [IFD_ENGINE_PLP_ROWS], with the larger logits */
+    /* room of plp_res past IFD_SAMPLER_INLINE_LOGPROBS: plp_cap entries,
+     * grown to the widest chunk (rows x top) asked so far */
+    int32_t *plp_ids;
+    float *plp_lps;
+    size_t plp_cap;
     /* device sampling (model.forward_sample), per sampled row */
     ifd_sample_row_t *s_rows;
     ifd_sampling_params_t *s_params; /* a row's params under min_tokens */
@@ -374,6 +384,8 @@ static void ifd__seq_free(ifd__seq_t *s)
     free(s->bias);
     free(s->allowed);
     free(s->lp_ids);
+    free(s->top_ids);
+    free(s->top_lps);
     free(s->min_bias);
     free(s->stop_ids);
     ifd_constraint_destroy(s->sampling.constraint);
@@ -590,6 +602,8 @@ void ifd_engine_destroy(ifd_engine_t *e)
     free(e->sched);
     free(e->logits);
     free(e->plp_res);
+    free(e->plp_ids);
+    free(e->plp_lps);
     free(e->s_rows);
     free(e->s_hist);
     free(e->s_params);
@@ -658,7 +672,7 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
 {
     if (!r || !r->prompt || r->n_prompt < 1 || r->n_generated < 0 ||
         (r->n_generated > 0 && !r->generated) || r->max_tokens < 1 || r->n_stop_ids < 0 ||
-        r->prompt_logprobs < 0 || r->prompt_logprobs > 1 + IFD_SAMPLER_MAX_LOGPROBS)
+        r->prompt_logprobs < 0 || r->prompt_logprobs > 1 + e->model.n_vocab)
         return IFD_EINVAL;
     int64_t len = (int64_t)r->n_prompt + r->n_generated;
     if (len >= e->model.n_ctx)
@@ -710,6 +724,16 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
         memcpy(s->lp_ids, r->lp_ids, r->n_lp_ids * sizeof *s->lp_ids);
         s->sampling.lp_ids = s->lp_ids;
         s->sampling.n_lp_ids = r->n_lp_ids;
+    }
+    if (!r->n_lp_ids && r->sampling.n_logprobs > IFD_SAMPLER_INLINE_LOGPROBS) {
+        s->top_cap = r->sampling.n_logprobs < e->model.n_vocab ? r->sampling.n_logprobs
+                                                               : e->model.n_vocab;
+        s->top_ids = malloc((size_t)s->top_cap * sizeof *s->top_ids);
+        s->top_lps = malloc((size_t)s->top_cap * sizeof *s->top_lps);
+        if (!s->top_ids || !s->top_lps) {
+            ifd__seq_free(s);
+            return IFD_ENOMEM;
+        }
     }
     if (r->sampling.n_logit_bias) {
         s->bias = malloc(r->sampling.n_logit_bias * sizeof *s->bias);
@@ -1726,10 +1750,17 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
     int r = 0;
     for (int k = 0; k < n_sched; k++) {
         ifd__seq_t *s = e->sched[k];
-        for (int32_t i = 0; i < s->plp_rows; i++, r++) { /* prompt logprobs: scored */
+        /* prompt logprobs: scored on the device up to its top k
+         * (IFD_SAMPLER_INLINE_LOGPROBS), else from logits here */
+        const bool plp_dev = s->plp_top <= IFD_SAMPLER_INLINE_LOGPROBS;
+        for (int32_t i = 0; i < s->plp_rows; i++, r++) {
             e->s_hist[r] = (ifd_sampler_history_t){NULL, 0, NULL, 0};
-            e->s_rows[r] = (ifd_sample_row_t){
-                NULL, &e->s_hist[r], 0, &e->s_res[r], s->tokens[s->plp_next + i], s->plp_top};
+            e->s_rows[r] = (ifd_sample_row_t){NULL,
+                                              &e->s_hist[r],
+                                              0,
+                                              plp_dev ? &e->s_res[r] : NULL,
+                                              plp_dev ? s->tokens[s->plp_next + i] : 0,
+                                              plp_dev ? s->plp_top : 0};
         }
         if (!s->sample)
             continue;
@@ -1748,9 +1779,11 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
             (ifd_sampler_history_t){s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
                                     (size_t)(s->n_tokens - s->n_prompt)};
         const bool min_bias = s->n_gen < s->min_tokens && s->min_bias;
-        /* logprob_token_ids: the device returns top k only */
+        /* logprob_token_ids and a top k past its own: the device returns
+         * its top k only */
         const bool host = ((s->sampling.constraint || s->sampling.allowed) && min_bias) ||
-                          (s->sampling.n_lp_ids && s->sampling.n_logprobs >= 0);
+                          (s->sampling.n_lp_ids && s->sampling.n_logprobs >= 0) ||
+                          s->sampling.n_logprobs > IFD_SAMPLER_INLINE_LOGPROBS;
         e->s_params[r] = s->sampling;
         if (min_bias) { /* as ifd__sample_seq */
             e->s_params[r].logit_bias = s->min_bias;
@@ -1788,6 +1821,30 @@ static int ifd__logits_reserve(ifd_engine_t *e, int rows, bool plp)
     return 0;
 }
 
+/* Room for the top alternatives past IFD_SAMPLER_INLINE_LOGPROBS of s's
+ * prompt-logprob rows of this step, in e->plp_res[i].more_* (grown to the
+ * widest chunk asked so far: rows x min(top, vocab) entries). */
+static int ifd__plp_room(ifd_engine_t *e, const ifd__seq_t *s)
+{
+    const int32_t k = s->plp_top < e->model.n_vocab ? s->plp_top : e->model.n_vocab;
+    const size_t need = (size_t)s->plp_rows * (size_t)k;
+    if (need > e->plp_cap) {
+        int32_t *ids = realloc(e->plp_ids, need * sizeof *ids);
+        if (ids)
+            e->plp_ids = ids;
+        float *lps = ids ? realloc(e->plp_lps, need * sizeof *lps) : NULL;
+        if (!ids || !lps)
+            return IFD_ENOMEM;
+        e->plp_lps = lps;
+        e->plp_cap = need;
+    }
+    for (int32_t i = 0; i < s->plp_rows; i++)
+        e->plp_res[i] = (ifd_sample_result_t){.more_ids = e->plp_ids + (size_t)i * (size_t)k,
+                                              .more_logprobs = e->plp_lps + (size_t)i * (size_t)k,
+                                              .more_cap = k};
+    return 0;
+}
+
 /* s's prompt-logprob rows of this step (lg: the first of them, row: its
  * index among the step's logits rows) to its owner: scored on the device
  * (e->s_res) or here from the logits. IFD_EINVAL for a row the sampler
@@ -1798,6 +1855,11 @@ static int ifd__emit_plp(ifd_engine_t *e, ifd__seq_t *s, const float *lg, int ro
     const int32_t pos = s->plp_next;
     const bool dev = e->model.forward_sample && e->s_tok[row] != IFD_MODEL_SAMPLE_ON_HOST;
     ifd_sample_result_t *res = dev ? e->s_res + row : e->plp_res;
+    if (!dev && s->plp_top > IFD_SAMPLER_INLINE_LOGPROBS) {
+        int rc = ifd__plp_room(e, s);
+        if (rc)
+            return rc;
+    }
     for (int32_t i = 0; i < s->plp_rows; i++) {
         int rc = dev ? (res[i].token < 0 ? IFD_EINVAL : 0)
                      : ifd_sampler_logprobs(e->sampler, lg + (size_t)i * V, s->tokens[pos + i],
@@ -1959,8 +2021,11 @@ static int ifd__take_sample(ifd_engine_t *e, ifd__seq_t *s, int row, ifd_sample_
     ifd_sampler_history_t h = {s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
                                (size_t)(s->n_tokens - s->n_prompt)};
     const int32_t dev_tok = e->s_tok[row];
-    if (dev_tok == IFD_MODEL_SAMPLE_ON_HOST)
+    if (dev_tok == IFD_MODEL_SAMPLE_ON_HOST) {
+        *res = (ifd_sample_result_t){
+            .more_ids = s->top_ids, .more_logprobs = s->top_lps, .more_cap = s->top_cap};
         return ifd__sample_seq(e, s, lg, &h, res);
+    }
     if (s->sampling.n_logprobs >= 0) { /* sampled on the device, with logprobs */
         *res = e->s_res[row];
         return dev_tok < 0 || res->token != dev_tok ? IFD_EINVAL : 0;
@@ -1997,7 +2062,8 @@ static int ifd__spec_wrong_accept(ifd_engine_t *e, ifd__seq_t *s, int row, int32
     const float *lg = e->logits + (size_t)row * (size_t)e->model.n_vocab;
     ifd_sampler_history_t h = {s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
                                (size_t)(s->n_tokens - s->n_prompt)};
-    ifd_sample_result_t again;
+    ifd_sample_result_t again = {
+        .more_ids = s->top_ids, .more_logprobs = s->top_lps, .more_cap = s->top_cap};
     int rc = ifd_sampler_sample(e->sampler, &s->sampling, lg, &h,
                                 (uint64_t)s->n_tokens | (1ull << 62), &again);
     if (rc == 0 && again.token == x)

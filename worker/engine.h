@@ -287,9 +287,11 @@ typedef struct {
      * bias; 0 off. A grammar that allows only those tokens wins (the step
      * is sampled without the suppression rather than failing). */
     int32_t min_tokens;
-    /* vLLM's prompt_logprobs: 0 off; 1 + k (k <= IFD_SAMPLER_MAX_LOGPROBS):
-     * every prompt token's logprob, rank and k top alternatives are
-     * reported (on_prompt_logprobs). The rows are computed, not taken from
+    /* vLLM's prompt_logprobs: 0 off; 1 + k (k <= vocab): every prompt
+     * token's logprob, rank and k top alternatives are reported
+     * (on_prompt_logprobs); k past IFD_SAMPLER_INLINE_LOGPROBS is scored on
+     * the host from the rows' logits (the device's top k stops there), in
+     * engine-owned room of rows x k entries. The rows are computed, not taken from
      * the prefix cache: the lookup stops before the first position owed
      * (the blocks computed are still published). Batch-invariant: the other
      * rows of the step are unchanged (backend.h). */
@@ -301,7 +303,7 @@ typedef struct {
     const int32_t *allowed_ids;
     uint32_t n_allowed_ids;
     /* vLLM's logprob_token_ids: with sampling.n_logprobs >= 0, each token's
-     * "top" logprobs are these ids' (<= IFD_SAMPLER_MAX_LOGPROBS, each in
+     * "top" logprobs are these ids' (<= IFD_SAMPLER_MAX_LP_IDS, each in
      * [0, vocab), else IFD_EINVAL); copied. Sampled on the host (the device
      * sampler returns top k only). */
     const int32_t *lp_ids;

@@ -210,7 +210,7 @@ static int ifd__warm_sample_worst(ifd__warm_t *w, int n, int ctx)
     const int32_t n_ids = ctx < V ? ctx : V;
     const ifd_logit_bias_t bias = {.id = 0, .bias = 1.0f};
     ifd_sampling_params_t p = w->sp;
-    p.n_logprobs = IFD_SAMPLER_MAX_LOGPROBS;
+    p.n_logprobs = IFD_SAMPLER_INLINE_LOGPROBS;
     p.logprobs_mode = IFD_LOGPROBS_RAW;
     p.logit_bias = &bias;
     p.n_logit_bias = 1;

@@ -321,13 +321,13 @@ int ifd_sampling_params_check(const ifd_sampling_params_t *p, int32_t vocab)
         return IFD_EINVAL;
     if (!isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty))
         return IFD_EINVAL;
-    if (p->n_logprobs < -1 || p->n_logprobs > IFD_SAMPLER_MAX_LOGPROBS)
+    if (p->n_logprobs < -1 || p->n_logprobs > IFD_SAMPLER_MAX_VOCAB)
         return IFD_EINVAL;
     if (p->logprobs_mode != IFD_LOGPROBS_RAW && p->logprobs_mode != IFD_LOGPROBS_PROCESSED)
         return IFD_EINVAL;
     if (p->n_logit_bias > 0 && !p->logit_bias)
         return IFD_EINVAL;
-    if (p->n_lp_ids > IFD_SAMPLER_MAX_LOGPROBS || (p->n_lp_ids && !p->lp_ids))
+    if (p->n_lp_ids > IFD_SAMPLER_MAX_LP_IDS || (p->n_lp_ids && !p->lp_ids))
         return IFD_EINVAL;
     for (uint32_t i = 0; i < p->n_lp_ids; i++)
         if (p->lp_ids[i] < 0 || p->lp_ids[i] >= vocab)
@@ -912,10 +912,113 @@ static int32_t draw(ifd_sampler_t *s, const ifd_sampling_params_t *p, const floa
 
 /* ---- logprobs ------------------------------------------------------------- */
 
-/* Logprobs of x [V] (no NaN or +inf) into out: log-softmax with the
- * normalizer from the integer weights (relative error of a weight < 4e-7,
- * and tokens 30 nats below the maximum add under V * e^-30 to the sum).
- * z, when nonzero, is that sum already computed, with m the row's maximum. */
+/* a before b in the top list: larger value first, equal values (-0 equal
+ * to +0) by ascending id. A strict total order, so any selection gives the
+ * one list a full sort would. */
+static inline bool top_before(const cand_t *a, const cand_t *b)
+{
+    return a->s > b->s || (a->s == b->s && a->id < b->id);
+}
+
+static int top_cmp(const void *a, const void *b)
+{
+    return top_before(a, b) ? -1 : top_before(b, a) ? 1 : 0;
+}
+
+/* Reorders c[0..n) so that its first k (0 < k < n) are the k first in
+ * top_before order, unsorted (Hoare's quickselect, median-of-three pivot:
+ * linear on average, as nth_element). */
+static void top_select(cand_t *c, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        cand_t a = c[lo], b = c[mid], d = c[hi], piv;
+        if (top_before(&a, &b))
+            piv = top_before(&b, &d) ? b : top_before(&a, &d) ? d : a;
+        else
+            piv = top_before(&a, &d) ? a : top_before(&b, &d) ? d : b;
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (top_before(&c[i], &piv))
+                i++;
+            while (top_before(&piv, &c[j]))
+                j--;
+            if (i <= j) {
+                cand_t t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            return;
+    }
+}
+
+/* The top k (<= IFD_SAMPLER_INLINE_LOGPROBS) of x [V] into ids / vals, in
+ * order, by insertion into a short sorted list: equal values keep ascending
+ * id because a later id never passes an equal one. */
+static void top_small(const float *x, int32_t V, int32_t k, int32_t *ids, float *vals)
+{
+    int32_t cnt = 0;
+    float floor_v = -INFINITY; /* the smallest listed value once the list is full */
+    for (int32_t i = 0; i < V && k > 0; i++) {
+        float v = x[i];
+        if (cnt == k && !(v > floor_v))
+            continue;
+        int32_t j = cnt < k ? cnt++ : k - 1;
+        while (j > 0 && vals[j - 1] < v) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        vals[j] = v;
+        ids[j] = i;
+        floor_v = vals[cnt - 1];
+    }
+}
+
+/* The top k (any k <= V) of x [V] into ids / vals, in order: a linear
+ * selection over the row in the sampler's candidate scratch, then a sort of
+ * the k selected (not of the row). */
+static void top_large(ifd_sampler_t *s, const float *x, int32_t V, int32_t k, int32_t *ids,
+                      float *vals)
+{
+    cand_t *c = s->work;
+    for (int32_t i = 0; i < V; i++)
+        c[i] = (cand_t){x[i], i, 0};
+    if (k < V)
+        top_select(c, V, k);
+    qsort(c, (size_t)k, sizeof *c, top_cmp);
+    for (int32_t j = 0; j < k; j++) {
+        ids[j] = c[j].id;
+        vals[j] = c[j].s;
+    }
+}
+
+/* The top-k room of out for n entries: inline up to
+ * IFD_SAMPLER_INLINE_LOGPROBS, else the caller's (false: too little). */
+static bool top_room(ifd_sample_result_t *out, int32_t n, int32_t **ids, float **vals)
+{
+    if (n <= IFD_SAMPLER_INLINE_LOGPROBS) {
+        *ids = out->top_ids;
+        *vals = out->top_logprobs;
+        return true;
+    }
+    *ids = out->more_ids;
+    *vals = out->more_logprobs;
+    return out->more_ids && out->more_logprobs && out->more_cap >= n;
+}
+
+/* Logprobs of x [V] (no NaN or +inf) into out (its room checked by the
+ * caller, top_room): log-softmax with the normalizer from the integer
+ * weights (relative error of a weight < 4e-7, and tokens 30 nats below the
+ * maximum add under V * e^-30 to the sum). z, when nonzero, is that sum
+ * already computed, with m the row's maximum. */
 static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_top,
                      const int32_t *ids, uint32_t n_ids, uint64_t z, float m,
                      ifd_sample_result_t *out)
@@ -942,36 +1045,33 @@ static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_
         out->n_top = (int32_t)n_ids;
         return;
     }
-
-    /* Top n_top by insertion into a short sorted list: equal values keep
-     * ascending id because a later id never passes an equal one. */
-    int32_t k = n_top < V ? n_top : V;
-    int32_t cnt = 0;
-    float floor_v = -INFINITY; /* the smallest listed value once the list is full */
-    for (int32_t i = 0; i < V && k > 0; i++) {
-        float v = x[i];
-        if (cnt == k && !(v > floor_v))
-            continue;
-        int32_t j = cnt < k ? cnt++ : k - 1;
-        while (j > 0 && out->top_logprobs[j - 1] < v) {
-            out->top_logprobs[j] = out->top_logprobs[j - 1];
-            out->top_ids[j] = out->top_ids[j - 1];
-            j--;
-        }
-        out->top_logprobs[j] = v;
-        out->top_ids[j] = i;
-        floor_v = out->top_logprobs[cnt - 1];
-    }
-    out->n_top = cnt;
-    for (int32_t j = 0; j < cnt; j++)
-        out->top_logprobs[j] = LOGPROB(out->top_logprobs[j]);
+    const int32_t k = n_top < V ? n_top : V;
+    int32_t *tid;
+    float *tv;
+    const bool room = top_room(out, k, &tid, &tv);
+    IFD_ASSERT(room); /* checked by the callers (room_for) */
+    if (k <= IFD_SAMPLER_INLINE_LOGPROBS)
+        top_small(x, V, k, tid, tv);
+    else
+        top_large(s, x, V, k, tid, tv);
+    out->n_top = k;
+    for (int32_t j = 0; j < k; j++)
+        tv[j] = LOGPROB(tv[j]);
 #undef LOGPROB
+}
+
+/* Whether out has room for the top min(n_top, vocab) (lp_ids stay inline). */
+static bool room_for(ifd_sample_result_t *out, int32_t n_top, uint32_t n_ids, int32_t vocab)
+{
+    int32_t *ids;
+    float *vals;
+    return n_ids || n_top < 0 || top_room(out, n_top < vocab ? n_top : vocab, &ids, &vals);
 }
 
 int ifd_sampler_logprobs(ifd_sampler_t *s, const float *logits, int32_t token, int32_t n_top,
                          ifd_sample_result_t *out)
 {
-    if (n_top < 0 || n_top > IFD_SAMPLER_MAX_LOGPROBS)
+    if (n_top < 0 || n_top > IFD_SAMPLER_MAX_VOCAB || !room_for(out, n_top, 0, s->vocab))
         return IFD_EINVAL;
     if (token < 0 || token >= s->vocab)
         return IFD_ERANGE;
@@ -979,6 +1079,9 @@ int ifd_sampler_logprobs(ifd_sampler_t *s, const float *logits, int32_t token, i
         return report_bad(logits, s->vocab);
     ifd_sample_result_t r = {0};
     r.token = token;
+    r.more_ids = out->more_ids;
+    r.more_logprobs = out->more_logprobs;
+    r.more_cap = out->more_cap;
     logprobs(s, logits, token, n_top, NULL, 0, 0, 0.0f, &r);
     memcpy(out, &r, sizeof r);
     return 0;
@@ -993,6 +1096,8 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *p, const f
     int err = ifd_sampling_params_check(p, s->vocab);
     if (err)
         return err;
+    if (!room_for(out, p->n_logprobs, p->n_lp_ids, s->vocab))
+        return IFD_EINVAL;
     bool modify = p->n_logit_bias > 0 || p->constraint || p->allowed ||
                   (penalties_active(p) && hist && (hist->n_prompt || hist->n_generated));
     const float *l = modify ? s->logits : logits;
@@ -1035,6 +1140,9 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *p, const f
     }
 
     ifd_sample_result_t r = {0};
+    r.more_ids = out->more_ids;
+    r.more_logprobs = out->more_logprobs;
+    r.more_cap = out->more_cap;
     uint64_t z_row = 0; /* the weight sum of l at T = 1, if the draw made it */
     if (p->temperature < IFD_SAMPLER_GREEDY_TEMP)
         r.token = best;

@@ -91,8 +91,13 @@
 /* Temperatures below this are greedy (vLLM's _SAMPLING_EPS). */
 #define IFD_SAMPLER_GREEDY_TEMP 1e-5f
 
-/* Most top alternatives a result carries (OpenAI's top_logprobs limit). */
-#define IFD_SAMPLER_MAX_LOGPROBS 20
+/* Top alternatives a result holds in itself (OpenAI's top_logprobs limit,
+ * and the CUDA logprobs kernel's); more (up to the vocabulary, vLLM's
+ * --max-logprobs -1) go to caller-owned room (ifd_sample_result_t.more_*). */
+#define IFD_SAMPLER_INLINE_LOGPROBS 20
+
+/* logprob_token_ids a request may name at most (they fill the inline room). */
+#define IFD_SAMPLER_MAX_LP_IDS IFD_SAMPLER_INLINE_LOGPROBS
 
 /* Largest vocabulary supported (kernels/sampling_math.h's IFD_SAMPLING_MAX_VOCAB). */
 #define IFD_SAMPLER_MAX_VOCAB (1 << 20)
@@ -119,8 +124,9 @@ typedef struct {
      * Ids must be in [0, vocab); biases finite or -inf. */
     const ifd_logit_bias_t *logit_bias;
     uint32_t n_logit_bias;
-    /* -1: no logprobs; 0: the chosen token's only; 1..20: also that many
-     * top alternatives. Default -1 */
+    /* -1: no logprobs; 0: the chosen token's only; 1..vocab: also that many
+     * top alternatives (over IFD_SAMPLER_INLINE_LOGPROBS: into the result's
+     * more_* room). Default -1 */
     int32_t n_logprobs;
     ifd_logprobs_mode_t logprobs_mode; /* default IFD_LOGPROBS_RAW */
     uint64_t seed;                     /* default 0 */
@@ -136,7 +142,7 @@ typedef struct {
     const uint32_t *allowed;
     /* vLLM's logprob_token_ids: with n_logprobs >= 0, the result's "top"
      * entries are these ids' logprobs, in this order, instead of the top
-     * n_logprobs (n_lp_ids <= IFD_SAMPLER_MAX_LOGPROBS, ids in [0, vocab));
+     * n_logprobs (n_lp_ids <= IFD_SAMPLER_MAX_LP_IDS, ids in [0, vocab));
      * NULL / 0: the top ones. Borrowed for the call. */
     const int32_t *lp_ids;
     uint32_t n_lp_ids;
@@ -157,10 +163,30 @@ typedef struct {
     float logprob; /* of token, in the chosen logprobs mode */
     int32_t rank;  /* 1 + number of other tokens with logprob >= token's (vLLM's rank) */
     int32_t n_top; /* min(n_logprobs, vocab) */
-    /* Most probable first; equal logprobs by ascending id. */
-    int32_t top_ids[IFD_SAMPLER_MAX_LOGPROBS];
-    float top_logprobs[IFD_SAMPLER_MAX_LOGPROBS];
+    /* Most probable first; equal logprobs by ascending id. Here when n_top
+     * <= IFD_SAMPLER_INLINE_LOGPROBS (the CUDA kernel's layout, no
+     * allocation for OpenAI's range), else in more_*: read them with
+     * ifd_sample_top_ids / ifd_sample_top_logprobs. */
+    int32_t top_ids[IFD_SAMPLER_INLINE_LOGPROBS];
+    float top_logprobs[IFD_SAMPLER_INLINE_LOGPROBS];
+    /* Caller-owned room for more_cap top entries, set before a call that may
+     * give more than IFD_SAMPLER_INLINE_LOGPROBS (sized by the request's k,
+     * e.g. per sequence); the sampler keeps these fields and only writes
+     * into the arrays. NULL / 0 when k stays inline. */
+    int32_t *more_ids;
+    float *more_logprobs;
+    int32_t more_cap;
 } ifd_sample_result_t;
+
+/* Where r's n_top alternatives are (inline or the caller's room). */
+static inline const int32_t *ifd_sample_top_ids(const ifd_sample_result_t *r)
+{
+    return r->n_top > IFD_SAMPLER_INLINE_LOGPROBS ? r->more_ids : r->top_ids;
+}
+static inline const float *ifd_sample_top_logprobs(const ifd_sample_result_t *r)
+{
+    return r->n_top > IFD_SAMPLER_INLINE_LOGPROBS ? r->more_logprobs : r->top_logprobs;
+}
 
 typedef struct ifd_sampler ifd_sampler_t;
 
@@ -192,7 +218,10 @@ int32_t ifd_sampler_vocab(const ifd_sampler_t *s);
 /*
  * Samples one token from `logits` [vocab] (step 1-7 above) for the token at
  * `position` of its sequence, with `hist` (NULL = empty) for the penalties.
- * Fills *out. Returns 0; IFD_EINVAL for bad params, a NaN or +inf logit
+ * Fills *out (keeping its more_* room, which must hold min(n_logprobs, vocab)
+ * entries when that is over IFD_SAMPLER_INLINE_LOGPROBS). Top k > 20 costs
+ * a linear selection over the row plus a sort of k. Returns 0; IFD_EINVAL
+ * for bad params, too little more_* room, a NaN or +inf logit
  * (before or after steps 1-3), a row that is -inf everywhere (also when the
  * grammar allows nothing) or a history the constraint rejects; IFD_ERANGE
  * for a history or logit_bias id outside [0, vocab). On error *out is
@@ -205,9 +234,10 @@ int ifd_sampler_sample(ifd_sampler_t *s, const ifd_sampling_params_t *params, co
 /*
  * Raw logprobs of one row (IFD_LOGPROBS_RAW, as above) for a token that was
  * not sampled here — a prompt token's (vLLM's prompt_logprobs): out->token =
- * token, its logprob and rank, and the n_top (0..IFD_SAMPLER_MAX_LOGPROBS)
- * most probable ids. Returns 0; IFD_EINVAL for a NaN or +inf logit or n_top
- * out of range; IFD_ERANGE for a token outside [0, vocab). Same threading as
+ * token, its logprob and rank, and the n_top (0..vocab; over
+ * IFD_SAMPLER_INLINE_LOGPROBS into out's more_* room, as above) most
+ * probable ids. Returns 0; IFD_EINVAL for a NaN or +inf logit, n_top out of
+ * range or too little room; IFD_ERANGE for a token outside [0, vocab). Same threading as
  * ifd_sampler_sample.
  */
 int ifd_sampler_logprobs(ifd_sampler_t *s, const float *logits, int32_t token, int32_t n_top,

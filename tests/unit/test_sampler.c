@@ -365,7 +365,7 @@ START_TEST(test_defaults_and_param_checks)
     BAD(p.frequency_penalty = NAN, IFD_EINVAL);
     BAD(p.presence_penalty = INFINITY, IFD_EINVAL);
     BAD(p.n_logprobs = -2, IFD_EINVAL);
-    BAD(p.n_logprobs = IFD_SAMPLER_MAX_LOGPROBS + 1, IFD_EINVAL);
+    BAD(p.n_logprobs = IFD_SAMPLER_MAX_VOCAB + 1, IFD_EINVAL);
     BAD(p.logprobs_mode = (ifd_logprobs_mode_t)7, IFD_EINVAL);
     BAD(p.n_logit_bias = 1, IFD_EINVAL); /* NULL array */
     ifd_logit_bias_t lb[2] = {{1, 1.0f}, {10, 1.0f}};
@@ -601,7 +601,7 @@ START_TEST(test_allowed_ids)
             ck_assert_double_eq_tol(r.top_logprobs[k],
                                     (double)l[want[k]] - (double)l[best] - log(z), 1e-5);
     }
-    p.n_lp_ids = IFD_SAMPLER_MAX_LOGPROBS + 1; /* too many */
+    p.n_lp_ids = IFD_SAMPLER_MAX_LP_IDS + 1; /* too many */
     ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), IFD_EINVAL);
     static const int32_t past[] = {V};
     p.lp_ids = past;
@@ -1141,6 +1141,108 @@ START_TEST(test_edges)
 }
 END_TEST
 
+/* The reference order of the top list: larger value first, equal values
+ * (-0 equal to +0) by ascending id — a full sort of the row. */
+static const float *g_ref_row;
+static int ref_cmp(const void *a, const void *b)
+{
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    const float x = g_ref_row[i], y = g_ref_row[j];
+    if (x != y)
+        return x > y ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+/* Top k past the inline 20 (k = 21, 100, 1000, the vocabulary and beyond)
+ * from the caller's room, against a full sort of random rows with many
+ * ties, -0 / +0 and -inf; raw and processed modes and prompt scoring alike;
+ * too little room is IFD_EINVAL and leaves *out alone. */
+START_TEST(test_logprobs_large_k)
+{
+    enum { V = 4099 };
+    ifd_sampler_t *s = make(V);
+    float *l = malloc(V * sizeof *l), *biased = malloc(V * sizeof *biased);
+    int32_t *ref = malloc(V * sizeof *ref), *ids = malloc((V + 8) * sizeof *ids);
+    float *lps = malloc((V + 8) * sizeof *lps);
+    ck_assert(l && biased && ref && ids && lps);
+    static const int32_t ks[] = {21, 100, 1000, V - 1, V, V + 5};
+    for (int trial = 0; trial < 12; trial++) {
+        xs_seed(100 + (uint64_t)trial);
+        for (int i = 0; i < V; i++) /* coarse values: many ties */
+            l[i] = trial % 3 == 0 ? (float)(int)(xs_unif() * 16) * 0.5f
+                                  : (float)(3.0 * xs_gauss());
+        l[5] = -0.0f;
+        l[6] = 0.0f;
+        l[7] = -INFINITY;
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int32_t k = ks[ki], want = k < V ? k : V;
+            ifd_sampling_params_t p = ifd_sampling_default_params();
+            p.n_logprobs = k;
+            p.seed = (uint64_t)trial;
+            p.logprobs_mode = trial % 2 ? IFD_LOGPROBS_PROCESSED : IFD_LOGPROBS_RAW;
+            const ifd_logit_bias_t lb[] = {{11, 3.0f}, {12, -2.5f}};
+            p.logit_bias = lb;
+            p.n_logit_bias = 2;
+            memcpy(biased, l, V * sizeof *l);
+            biased[11] += 3.0f;
+            biased[12] -= 2.5f;
+            const float *row = p.logprobs_mode == IFD_LOGPROBS_RAW ? l : biased;
+            ifd_sample_result_t r = {.more_ids = ids, .more_logprobs = lps, .more_cap = want - 1};
+            /* one entry short: refused, untouched */
+            ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), IFD_EINVAL);
+            ck_assert_int_eq(r.n_top, 0);
+            r.more_cap = want;
+            ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 3, &r), 0);
+            ck_assert_int_eq(r.n_top, want);
+            ck_assert_ptr_eq(ifd_sample_top_ids(&r), ids);
+            for (int i = 0; i < V; i++)
+                ref[i] = i;
+            g_ref_row = row;
+            qsort(ref, V, sizeof *ref, ref_cmp);
+            double m = -INFINITY, z = 0;
+            for (int i = 0; i < V; i++)
+                m = row[i] > m ? row[i] : m;
+            for (int i = 0; i < V; i++)
+                z += exp((double)row[i] - m);
+            const double lse = m + log(z);
+            for (int32_t j = 0; j < want; j++) {
+                ck_assert_int_eq(ids[j], ref[j]);
+                if (row[ref[j]] == -INFINITY)
+                    ck_assert(isinf(lps[j]) && lps[j] < 0);
+                else
+                    ck_assert_double_eq_tol(lps[j], (double)row[ref[j]] - lse, 1e-5);
+            }
+            /* the inline path's values are this list's prefix */
+            ifd_sample_result_t small;
+            p.n_logprobs = 20;
+            ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 3, &small), 0);
+            ck_assert_int_eq(small.token, r.token);
+            for (int j = 0; j < 20; j++) {
+                ck_assert_int_eq(small.top_ids[j], ids[j]);
+                ck_assert(small.top_logprobs[j] == lps[j]);
+            }
+            /* prompt scoring (raw) */
+            ifd_sample_result_t q = {.more_ids = ids, .more_logprobs = lps, .more_cap = want};
+            ck_assert_int_eq(ifd_sampler_logprobs(s, l, 42, k, &q), 0);
+            ck_assert_int_eq(q.token, 42);
+            ck_assert_int_eq(q.n_top, want);
+            g_ref_row = l;
+            qsort(ref, V, sizeof *ref, ref_cmp);
+            for (int32_t j = 0; j < want; j++)
+                ck_assert_int_eq(ids[j], ref[j]);
+            q.more_ids = NULL;
+            ck_assert_int_eq(ifd_sampler_logprobs(s, l, 42, k, &q), IFD_EINVAL);
+        }
+    }
+    free(l);
+    free(biased);
+    free(ref);
+    free(ids);
+    free(lps);
+    ifd_sampler_destroy(s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sampler");
@@ -1149,7 +1251,7 @@ int main(void)
                             test_defaults_and_param_checks, test_create_errors,
                             test_bad_rows_and_ids, test_greedy, test_top_k_sets, test_allowed_ids,
                             test_top_p_sets, test_min_p_sets, test_distribution_small,
-                            test_distribution_wide, test_penalties_exact, test_logprobs,
+                            test_distribution_wide, test_penalties_exact, test_logprobs, test_logprobs_large_k,
                             test_conformance_vector, test_conformance_scalar,
                             test_conformance_large_vocab, test_determinism, test_edges));
     return ifd_test_run(s);
