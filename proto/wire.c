@@ -291,7 +291,7 @@ static const wfield_t add_fields[] = {
     FU32M(ifd_wire_add_t, prompt_logprobs, 1 + IFD_WIRE_MAX_TOP),
     FU32(ifd_wire_add_t, client),
     FARR_I32(ifd_wire_add_t, allowed_ids, n_allowed_ids, IFD_WIRE_MAX_ALLOWED),
-    FARR_I32(ifd_wire_add_t, lp_ids, n_lp_ids, IFD_WIRE_MAX_TOP),
+    FARR_I32(ifd_wire_add_t, lp_ids, n_lp_ids, IFD_WIRE_MAX_LP_IDS),
     FSTRUCT(ifd_wire_add_t, spec, &spec_desc),
     FARR(ifd_wire_add_t, images, n_images, IFD_WIRE_MAX_IMAGES, &image_desc),
 };

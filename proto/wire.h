@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     12
+#define IFD_WIRE_VERSION     13
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -57,7 +57,9 @@
 #define IFD_WIRE_MAX_STOP_IDS   1024u       /* stop token ids of one request */
 #define IFD_WIRE_MAX_LOGIT_BIAS (1u << 20)  /* logit_bias entries of one request */
 #define IFD_WIRE_MAX_ALLOWED    (1u << 20)  /* allowed_token_ids of one request */
-#define IFD_WIRE_MAX_TOP        20u         /* top logprobs of one token (OpenAI's limit) */
+#define IFD_WIRE_MAX_TOP        (1u << 20)  /* top logprobs of one token: a vocabulary (v13) */
+#define IFD_WIRE_MAX_LP_IDS     20u         /* logprob_token_ids of one request */
+#define IFD_WIRE_TOP_BYTES      11u         /* the most one encoded ifd_wire_top_t takes */
 #define IFD_WIRE_MAX_GRAMMAR    (1u << 22)  /* words of one request's compiled grammar */
 #define IFD_WIRE_MAX_SPEC_TOKENS 16u         /* proposed tokens per step (speculative decoding) */
 #define IFD_WIRE_MAX_SPEC_NGRAM  16u         /* the n-gram proposer's longest n */
@@ -273,7 +275,8 @@ typedef struct {
     /* vLLM's min_tokens: EOS and stop_ids are not sampled before this many
      * tokens were generated (n_generated included); 0 off. Version 3. */
     uint32_t min_tokens;
-    /* vLLM's prompt_logprobs: 0 off; 1 + k (k <= IFD_WIRE_MAX_TOP): every
+    /* vLLM's prompt_logprobs: 0 off; 1 + k (k <= IFD_WIRE_MAX_TOP, the
+     * vocabulary's size at most since version 13): every
      * prompt token's logprob, rank and k top alternatives come back in
      * PROMPT_LOGPROBS frames before the request's first token. Version 5. */
     uint32_t prompt_logprobs;
@@ -292,7 +295,7 @@ typedef struct {
     uint32_t n_allowed_ids;
     /* vLLM's logprob_token_ids: with sampling.n_logprobs >= 0, each token's
      * top logprobs are these ids' (in this order) instead of the top k; up
-     * to IFD_WIRE_MAX_TOP. Version 10. */
+     * to IFD_WIRE_MAX_LP_IDS. Version 10. */
     const int32_t *lp_ids;
     uint32_t n_lp_ids;
     /* The request's speculative decoding (method 0: the worker's setting).
@@ -381,7 +384,10 @@ typedef struct {
     int32_t token;
     bool has_logprob;    /* logprob and top are meaningful */
     float logprob;       /* of token; may be -inf */
-    ifd_wire_top_t *top; /* n_top <= IFD_WIRE_MAX_TOP entries, most probable first */
+    /* n_top <= IFD_WIRE_MAX_TOP entries, most probable first (more than 20
+     * since version 13: a sender keeps a frame under IFD_WIRE_MAX_BODY by
+     * splitting the step's events over several TOKENS frames) */
+    ifd_wire_top_t *top;
     uint32_t n_top;
 } ifd_wire_token_t;
 
@@ -390,12 +396,14 @@ typedef struct {
     int32_t token;       /* the prompt token */
     float logprob;       /* its raw logprob; may be -inf */
     uint32_t rank;       /* 1 + tokens at least as probable (vLLM's rank) */
-    ifd_wire_top_t *top; /* n_top <= IFD_WIRE_MAX_TOP, most probable first */
+    ifd_wire_top_t *top; /* n_top <= IFD_WIRE_MAX_TOP, most probable first (v13) */
     uint32_t n_top;
 } ifd_wire_plp_t;
 
-/* PROMPT_LOGPROBS (worker → router): the prompt logprobs one prefill chunk
- * of request id computed, for prompt positions pos .. pos + n_entries - 1
+/* PROMPT_LOGPROBS (worker → router): prompt logprobs of request id (one
+ * prefill chunk's, or a part of it when the chunk's top alternatives would
+ * pass IFD_WIRE_MAX_BODY: version 13), for prompt positions
+ * pos .. pos + n_entries - 1
  * (pos >= 1: position 0 has none). Every position comes once, in order,
  * before the request's first TOKENS event (a resumed request may repeat
  * them: the router keeps the first). Version 5. */
@@ -406,7 +414,8 @@ typedef struct {
     uint32_t n_entries;
 } ifd_wire_prompt_logprobs_t;
 
-/* TOKENS (worker → router): every token one engine step produced. */
+/* TOKENS (worker → router): tokens one engine step produced (a step's
+ * events may span several frames, each under IFD_WIRE_MAX_BODY). */
 typedef struct {
     uint64_t step;
     ifd_wire_token_t *events; /* n_events >= 1 */

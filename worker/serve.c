@@ -45,8 +45,10 @@ typedef struct {
     int fd;
     ifd_buf_t out;            /* encoded frames to write after the step */
     ifd_wire_token_t *ev;     /* this step's token events */
-    ifd_wire_top_t *tops;     /* their top-logprob storage */
+    ifd_wire_top_t *tops;     /* their top logprobs, one after the other in event order */
     uint32_t n_ev, cap_ev;
+    size_t n_tops, cap_tops;
+    size_t ev_bytes; /* the most the pending events take encoded (ifd__event_bytes) */
     uint64_t step;
     ifd_engine_t *eng;
     ifd_tokenizer_t *tok;
@@ -137,67 +139,106 @@ static void ifd__send_error(ifd__srv_t *s, uint64_t id, int code, const char *ms
     ifd__queue(s, &m);
 }
 
-static void ifd__on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
+/* A frame's share of the body limit: the pending token events (or a prompt
+ * chunk's entries) go out in one more frame before they would pass it, so
+ * that thousands of alternatives per token (max_logprobs up to the
+ * vocabulary) never make a frame the router refuses. Half the limit leaves
+ * room for the estimate's own slack. */
+#define IFD__FRAME_BUDGET (IFD_WIRE_MAX_BODY / 2)
+
+/* The most one event or prompt entry with n top alternatives takes encoded:
+ * its fixed fields (at most 48 bytes) and the alternatives. */
+static size_t ifd__event_bytes(int32_t n_top)
 {
-    ifd__srv_t *s = ctx;
+    return 48u + (size_t)(n_top > 0 ? n_top : 0) * IFD_WIRE_TOP_BYTES;
+}
+
+static void ifd__queue_tokens(ifd__srv_t *s);
+
+/* Room for one more event with n_top alternatives (0, or IFD_ENOMEM). */
+static int ifd__ev_reserve(ifd__srv_t *s, size_t n_top)
+{
     if (s->n_ev == s->cap_ev) {
         uint32_t cap = s->cap_ev ? s->cap_ev * 2 : 64;
         ifd_wire_token_t *ev = realloc(s->ev, cap * sizeof *ev);
-        ifd_wire_top_t *tops = ev ? realloc(s->tops, cap * IFD_WIRE_MAX_TOP * sizeof *tops) : NULL;
-        if (ev)
-            s->ev = ev;
-        if (!ev || !tops) {
-            IFD_ERROR("worker: out of memory for token events");
-            return;
-        }
-        s->tops = tops;
+        if (!ev)
+            return IFD_ENOMEM;
+        s->ev = ev;
         s->cap_ev = cap;
-        for (uint32_t i = 0; i < s->n_ev; i++) /* tops moved */
-            s->ev[i].top = s->ev[i].n_top ? s->tops + (size_t)i * IFD_WIRE_MAX_TOP : NULL;
+    }
+    if (s->n_tops + n_top > s->cap_tops) {
+        size_t cap = s->cap_tops ? s->cap_tops : 1024;
+        while (cap < s->n_tops + n_top)
+            cap *= 2;
+        ifd_wire_top_t *tops = realloc(s->tops, cap * sizeof *tops);
+        if (!tops)
+            return IFD_ENOMEM;
+        s->tops = tops;
+        s->cap_tops = cap;
+        size_t off = 0; /* the pending events' alternatives moved */
+        for (uint32_t i = 0; i < s->n_ev; i++) {
+            s->ev[i].top = s->ev[i].n_top ? s->tops + off : NULL;
+            off += s->ev[i].n_top;
+        }
+    }
+    return 0;
+}
+
+static void ifd__on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
+{
+    ifd__srv_t *s = ctx;
+    const bool lp = res->n_top > 0 || res->rank > 0;
+    const uint32_t n_top = lp && res->n_top > 0 ? (uint32_t)res->n_top : 0;
+    const size_t bytes = ifd__event_bytes((int32_t)n_top);
+    if (s->n_ev && s->ev_bytes + bytes > IFD__FRAME_BUDGET)
+        ifd__queue_tokens(s); /* this step's events so far, in a frame of their own */
+    if (ifd__ev_reserve(s, n_top)) {
+        IFD_ERROR("worker: out of memory for token events");
+        return;
     }
     ifd_wire_token_t *e = &s->ev[s->n_ev];
     memset(e, 0, sizeof *e);
     e->id = id;
     e->token = res->token;
-    if (res->n_top > 0 || res->rank > 0) {
+    if (lp) {
+        const int32_t *ids = ifd_sample_top_ids(res);
+        const float *lps = ifd_sample_top_logprobs(res);
         e->has_logprob = true;
         e->logprob = res->logprob;
-        e->n_top = (uint32_t)(res->n_top < (int)IFD_WIRE_MAX_TOP ? res->n_top : (int)IFD_WIRE_MAX_TOP);
-        e->top = e->n_top ? s->tops + (size_t)s->n_ev * IFD_WIRE_MAX_TOP : NULL;
-        for (uint32_t i = 0; i < e->n_top; i++) {
-            e->top[i].token = res->top_ids[i];
-            e->top[i].logprob = res->top_logprobs[i];
-        }
+        e->n_top = n_top;
+        e->top = n_top ? s->tops + s->n_tops : NULL;
+        for (uint32_t i = 0; i < n_top; i++)
+            e->top[i] = (ifd_wire_top_t){ids[i], lps[i]};
+        s->n_tops += n_top;
     }
+    s->ev_bytes += bytes;
     s->n_ev++;
 }
 
-/* A prefill chunk's prompt logprobs: one PROMPT_LOGPROBS frame, queued at
- * once, so it precedes this step's TOKENS frame (and the request's first
- * token) in the stream. */
-static void ifd__on_prompt_logprobs(void *ctx, uint64_t id, int32_t pos,
-                                    const ifd_sample_result_t *res, int32_t n)
+/* One PROMPT_LOGPROBS frame of res[0..n), prompt positions pos on. */
+static void ifd__queue_plp(ifd__srv_t *s, uint64_t id, int32_t pos,
+                           const ifd_sample_result_t *res, int32_t n, size_t n_tops)
 {
-    ifd__srv_t *s = ctx;
     ifd_wire_plp_t *ent = calloc((size_t)n, sizeof *ent);
-    ifd_wire_top_t *tops = calloc((size_t)n * IFD_WIRE_MAX_TOP, sizeof *tops);
-    if (!ent || !tops) {
+    ifd_wire_top_t *tops = n_tops ? calloc(n_tops, sizeof *tops) : NULL;
+    if (!ent || (n_tops && !tops)) {
         IFD_ERROR("worker: out of memory for the prompt logprobs of %llu", (unsigned long long)id);
         free(ent);
         free(tops);
         return;
     }
+    size_t off = 0;
     for (int32_t i = 0; i < n; i++) {
+        const int32_t *ids = ifd_sample_top_ids(&res[i]);
+        const float *lps = ifd_sample_top_logprobs(&res[i]);
         ent[i].token = res[i].token;
         ent[i].logprob = res[i].logprob;
         ent[i].rank = (uint32_t)(res[i].rank > 0 ? res[i].rank : 1);
-        ent[i].n_top =
-            (uint32_t)(res[i].n_top < (int)IFD_WIRE_MAX_TOP ? res[i].n_top : (int)IFD_WIRE_MAX_TOP);
-        ent[i].top = ent[i].n_top ? tops + (size_t)i * IFD_WIRE_MAX_TOP : NULL;
-        for (uint32_t k = 0; k < ent[i].n_top; k++) {
-            ent[i].top[k].token = res[i].top_ids[k];
-            ent[i].top[k].logprob = res[i].top_logprobs[k];
-        }
+        ent[i].n_top = (uint32_t)(res[i].n_top > 0 ? res[i].n_top : 0);
+        ent[i].top = ent[i].n_top ? tops + off : NULL;
+        for (uint32_t k = 0; k < ent[i].n_top; k++)
+            ent[i].top[k] = (ifd_wire_top_t){ids[k], lps[k]};
+        off += ent[i].n_top;
     }
     ifd_wire_msg_t m = {.type = IFD_WIRE_PROMPT_LOGPROBS};
     m.u.prompt_logprobs.id = id;
@@ -207,6 +248,30 @@ static void ifd__on_prompt_logprobs(void *ctx, uint64_t id, int32_t pos,
     ifd__queue(s, &m);
     free(ent);
     free(tops);
+}
+
+/* A prefill chunk's prompt logprobs: PROMPT_LOGPROBS frames queued at once
+ * (one, or several in position order when the chunk's alternatives would
+ * pass IFD__FRAME_BUDGET), so they precede this step's TOKENS frame (and
+ * the request's first token) in the stream. */
+static void ifd__on_prompt_logprobs(void *ctx, uint64_t id, int32_t pos,
+                                    const ifd_sample_result_t *res, int32_t n)
+{
+    ifd__srv_t *s = ctx;
+    int32_t first = 0;
+    size_t bytes = 0, n_tops = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const size_t b = ifd__event_bytes(res[i].n_top);
+        if (i > first && bytes + b > IFD__FRAME_BUDGET) {
+            ifd__queue_plp(s, id, pos + first, res + first, i - first, n_tops);
+            first = i;
+            bytes = n_tops = 0;
+        }
+        bytes += b;
+        n_tops += (size_t)(res[i].n_top > 0 ? res[i].n_top : 0);
+    }
+    if (n > first)
+        ifd__queue_plp(s, id, pos + first, res + first, n - first, n_tops);
 }
 
 /* Queues this step's token events gathered so far as one TOKENS frame. */
@@ -220,6 +285,8 @@ static void ifd__queue_tokens(ifd__srv_t *s)
     m.u.tokens.n_events = s->n_ev;
     ifd__queue(s, &m);
     s->n_ev = 0;
+    s->n_tops = 0;
+    s->ev_bytes = 0;
 }
 
 static void ifd__on_finish(void *ctx, uint64_t id, ifd_finish_reason_t reason,

@@ -128,6 +128,9 @@ typedef struct {
     int32_t plp_tok[MAX_REQ][400];
     float plp_lp[MAX_REQ][400];
     int32_t plp_rank[MAX_REQ][400], plp_top0[MAX_REQ][400], plp_ntop[MAX_REQ][400];
+    int32_t plp_topl[MAX_REQ][400]; /* the last top alternative's id */
+    /* the last token's top alternatives: how many, the first's and last's id */
+    int32_t tok_ntop[MAX_REQ], tok_top0[MAX_REQ], tok_topl[MAX_REQ];
     int plp_rows_step; /* rows received since the test last cleared it */
 } sink_t;
 
@@ -138,6 +141,9 @@ static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
     ck_assert_int_eq(s->finished[id], 0);
     ck_assert_int_lt(s->n_out[id], MAX_OUT);
     s->out[id][s->n_out[id]++] = res->token;
+    s->tok_ntop[id] = res->n_top;
+    s->tok_top0[id] = res->n_top ? ifd_sample_top_ids(res)[0] : -1;
+    s->tok_topl[id] = res->n_top ? ifd_sample_top_ids(res)[res->n_top - 1] : -1;
 }
 
 static void on_plp(void *ctx, uint64_t id, int32_t pos, const ifd_sample_result_t *res, int32_t n)
@@ -154,7 +160,9 @@ static void on_plp(void *ctx, uint64_t id, int32_t pos, const ifd_sample_result_
         s->plp_lp[id][pos + i] = res[i].logprob;
         s->plp_rank[id][pos + i] = res[i].rank;
         s->plp_ntop[id][pos + i] = res[i].n_top;
-        s->plp_top0[id][pos + i] = res[i].n_top ? res[i].top_ids[0] : -1;
+        const int32_t *top = ifd_sample_top_ids(&res[i]);
+        s->plp_top0[id][pos + i] = res[i].n_top ? top[0] : -1;
+        s->plp_topl[id][pos + i] = res[i].n_top ? top[res[i].n_top - 1] : -1;
     }
     s->plp_n[id] = pos + n - 1;
     s->plp_rows_step += n;
@@ -378,13 +386,16 @@ static void check_plp(const sink_t *s, int i, int k)
         ck_assert_int_eq(s->plp_ntop[i][p], k);
         if (k)
             ck_assert_int_eq(s->plp_top0[i][p], best);
+        if (k > 1) /* then the other ids, all equal, ascending */
+            ck_assert_int_eq(s->plp_topl[i][p], k - 2 < best ? k - 2 : k - 1);
     }
 }
 
 START_TEST(test_prompt_logprobs)
 {
     /* long prompts in small chunks, beside requests without: each position
-     * once and right, every token stream the same as solo */
+     * once and right, every token stream the same as solo; top k past the
+     * sampler's inline 20 (40, the whole vocabulary) for prompts and tokens */
     make_prompts(10, 150, 7);
     for (int i = 0; i < 5; i++)
         prompt_len[i] = 90 + 11 * i;
@@ -394,7 +405,9 @@ START_TEST(test_prompt_logprobs)
     rig_open(&r, 512, 48, 64, 1024);
     for (int i = 0; i < 10; i++) {
         ifd_engine_request_t q = req(i, 12);
-        q.prompt_logprobs = i < 5 ? 1 + (i % 3) : 0;
+        static const int32_t plp_k[5] = {0, 1, 2, 40, VOCAB};
+        q.prompt_logprobs = i < 5 ? 1 + plp_k[i] : 0;
+        q.sampling.n_logprobs = i == 6 ? 40 : i == 7 ? VOCAB + 9 : -1;
         ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
     }
     int steps = 0;
@@ -405,8 +418,15 @@ START_TEST(test_prompt_logprobs)
         ck_assert_int_lt(++steps, 10000);
     }
     assert_same(ref, r.sink, 10);
+    static const int32_t plp_k[5] = {0, 1, 2, 40, VOCAB};
     for (int i = 0; i < 5; i++)
-        check_plp(r.sink, i, i % 3);
+        check_plp(r.sink, i, plp_k[i]);
+    for (int i = 6; i < 8; i++) { /* the fake's rows: one id at 10, the rest 0 */
+        const int32_t k = i == 6 ? 40 : VOCAB, best = r.sink->tok_top0[i];
+        ck_assert_int_eq(r.sink->tok_ntop[i], k);
+        ck_assert_int_ge(best, 0);
+        ck_assert_int_eq(r.sink->tok_topl[i], k - 2 < best ? k - 2 : k - 1);
+    }
     for (int i = 5; i < 10; i++)
         ck_assert_int_eq(r.sink->plp_n[i], 0);
     rig_close(&r);
@@ -440,7 +460,7 @@ START_TEST(test_prompt_logprobs_not_from_prefix_cache)
     run_to_idle(&r, 1000);
     ck_assert_int_ge(r.sink->usage[0].cached_tokens, 64);
     /* out of range */
-    q.prompt_logprobs = 2 + IFD_SAMPLER_MAX_LOGPROBS;
+    q.prompt_logprobs = 2 + VOCAB;
     ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
     rig_close(&r);
 }

@@ -251,6 +251,45 @@ static void round_trip(const ifd_wire_msg_t *m, ifd_wire_msg_t *out)
 
 /* ---- round trips ------------------------------------------------------------------------ */
 
+/* Version 13: a token's and a prompt token's top logprobs past 20 (k =
+ * 1000, ids past 2^16 where msgpack needs 5 bytes) survive the round trip,
+ * and an event takes at most 48 + k * IFD_WIRE_TOP_BYTES encoded — the bound
+ * worker/serve.c splits frames by. */
+START_TEST(test_thousand_top_round_trip)
+{
+    enum { K = 1000 };
+    ifd_wire_top_t *top = malloc(K * sizeof *top);
+    ck_assert_ptr_nonnull(top);
+    for (int i = 0; i < K; i++)
+        top[i] = (ifd_wire_top_t){INT32_MAX - i, -(float)i * 0.001f - 1e-7f};
+    ifd_wire_token_t ev = {.id = UINT64_MAX, .token = INT32_MAX, .has_logprob = true,
+                           .logprob = -1.0f, .top = top, .n_top = K};
+    ifd_wire_msg_t m = {.type = IFD_WIRE_TOKENS}, d;
+    m.u.tokens = (ifd_wire_tokens_t){.step = UINT64_MAX, .events = &ev, .n_events = 1};
+    round_trip(&m, &d);
+    ck_assert_uint_eq(d.u.tokens.events[0].n_top, K);
+    for (int i = 0; i < K; i++) {
+        ck_assert_int_eq(d.u.tokens.events[0].top[i].token, top[i].token);
+        ck_assert(d.u.tokens.events[0].top[i].logprob == top[i].logprob);
+    }
+    ifd_wire_msg_free(&d);
+    ifd_buf_t b = IFD_BUF_INIT;
+    encode_ok(&m, &b);
+    ck_assert_uint_le(b.len, IFD_WIRE_HEADER_SIZE + 48 + (size_t)K * IFD_WIRE_TOP_BYTES);
+    ifd_buf_free(&b);
+    ifd_wire_plp_t ent[2] = {{.token = 3, .logprob = -2.0f, .rank = 7, .top = top, .n_top = K},
+                             {.token = 4, .logprob = -3.0f, .rank = 1, .top = top, .n_top = 1}};
+    m = (ifd_wire_msg_t){.type = IFD_WIRE_PROMPT_LOGPROBS};
+    m.u.prompt_logprobs =
+        (ifd_wire_prompt_logprobs_t){.id = 9, .pos = 1, .entries = ent, .n_entries = 2};
+    round_trip(&m, &d);
+    ck_assert_uint_eq(d.u.prompt_logprobs.entries[0].n_top, K);
+    ck_assert_int_eq(d.u.prompt_logprobs.entries[0].top[K - 1].token, INT32_MAX - (K - 1));
+    ifd_wire_msg_free(&d);
+    free(top);
+}
+END_TEST
+
 START_TEST(test_every_type_round_trips)
 {
     for (size_t i = 0; i < N_TYPES; i++) {
@@ -448,7 +487,7 @@ START_TEST(test_other_fields)
     ck_assert_str_eq(ifd_wire_type_name(IFD_WIRE_PROMPT_LOGPROBS), "prompt_logprobs");
     ck_assert_int_eq(ifd_wire_type_dir(IFD_WIRE_PROMPT_LOGPROBS), IFD_WIRE_TO_ROUTER);
     ifd_wire_msg_free(&d);
-    /* position 0 has no logprob, an empty frame says nothing; k <= 20 */
+    /* position 0 has no logprob, an empty frame says nothing; k <= IFD_WIRE_MAX_TOP */
     ifd_buf_t b = IFD_BUF_INIT;
     m.u.prompt_logprobs.pos = 0;
     ck_assert_int_lt(ifd_wire_encode(&b, &m), 0);
@@ -456,7 +495,7 @@ START_TEST(test_other_fields)
     m.u.prompt_logprobs.n_entries = 0;
     ck_assert_int_lt(ifd_wire_encode(&b, &m), 0);
     m = sample(IFD_WIRE_ADD);
-    m.u.add.prompt_logprobs = 22;
+    m.u.add.prompt_logprobs = 2 + IFD_WIRE_MAX_TOP;
     ck_assert_int_lt(ifd_wire_encode(&b, &m), 0);
     ck_assert_uint_eq(b.len, 0);
     ifd_buf_free(&b);
@@ -513,7 +552,7 @@ START_TEST(test_encode_refuses_invalid)
     m.u.add.max_tokens = 0;
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
     m = sample(IFD_WIRE_ADD);
-    m.u.add.sampling.n_logprobs = 21;
+    m.u.add.sampling.n_logprobs = (int32_t)IFD_WIRE_MAX_TOP + 1;
     ck_assert_int_eq(ifd_wire_encode(&b, &m), IFD_EINVAL);
     /* images (version 12): pixel bytes = w × h × 3, inside the prompt, in order, not
      * overlapping, not empty */
@@ -826,9 +865,10 @@ START_TEST(test_huge_array_counts)
     /* A bin (an image's pixels) claiming more bytes than the body holds, and a str in its place. */
     EXPECT_BODY(IFD_WIRE_ERROR, IFD_ETYPE, "error.message: expected str, got bin", 0x93, 0x00, 0x00,
                 0xc4, 0x01, 'x');
-    /* Top logprobs are capped at 20. */
-    EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETOOBIG, "tokens.events[0].top: 21 elements, limit 20", 0x92,
-                0x01, 0x91, 0x95, 0x01, 0x02, 0xc3, 0xca, 0, 0, 0, 0, 0xdc, 0x00, 21);
+    /* Top logprobs are capped at a vocabulary (2^20). */
+    EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETOOBIG, "tokens.events[0].top: 1048577 elements, limit 1048576",
+                0x92, 0x01, 0x91, 0x95, 0x01, 0x02, 0xc3, 0xca, 0, 0, 0, 0, 0xdd, 0x00, 0x10, 0x00,
+                0x01);
 }
 END_TEST
 
@@ -1080,6 +1120,7 @@ int main(void)
     TCase *tc = tcase_create("wire");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_every_type_round_trips);
+    tcase_add_test(tc, test_thousand_top_round_trip);
     tcase_add_test(tc, test_add_fields);
     tcase_add_test(tc, test_other_fields);
     tcase_add_test(tc, test_frame_layout);
