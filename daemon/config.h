@@ -157,9 +157,10 @@
     X(limit_images_per_prompt, INT, "0", 1, "N", 0, 64,                                        \
       "images one request may carry (vLLM's --limit-mm-per-prompt; 400 beyond); 0: as many "   \
       "as one worker frame holds at the model's picture size (12 for Gemma 3's 896x896)")      \
-    X(max_logprobs, INT, "20", 1, "N", 0, 20,                                                  \
+    X(max_logprobs, INT, "20", 1, "N", -1, 2147483647,                                         \
       "logprobs a request may ask for at most (top_logprobs, completions logprobs, "           \
-      "prompt_logprobs; 400 beyond): vLLM's --max-logprobs, up to 20 (the worker's top-k)")    \
+      "prompt_logprobs; 400 beyond, and beyond the vocabulary): vLLM's --max-logprobs; -1: "   \
+      "the model's vocabulary")                                                                \
     X(header_timeout, SECS, "10", 1, "SECS", 0.01, 3600,                                       \
       "time to receive a request's headers (408 beyond)")                                      \
     X(body_timeout, SECS, "30", 1, "SECS", 0.01, 3600, "time to receive a request's body")     \

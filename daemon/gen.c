@@ -1847,12 +1847,20 @@ static bool ifd__check_vocab(ifd_gen_t *g, const char *param, const char *what, 
     return false;
 }
 
-/* vLLM's --max-logprobs (the max_logprobs setting, read per request): a
- * 400 naming the field that asks for more alternatives; false then. */
-static bool ifd__check_max_logprobs(ifd_gen_t *g)
+/* vLLM's --max-logprobs (the max_logprobs setting, read per request; -1:
+ * the vocabulary): a request's -1 becomes the vocabulary (`vocab`, the
+ * model's rows: vLLM's get_vocab_size()), then a 400 names the field that
+ * asks for more alternatives than the cap or the vocabulary — vLLM's
+ * _validate_logprobs, which refuses rather than clamps; false then. */
+static bool ifd__check_max_logprobs(ifd_gen_t *g, int32_t vocab)
 {
-    const ifd_oai_request_t *rq = &g->req;
-    const int64_t max = g->api->cfg->max_logprobs;
+    ifd_oai_request_t *rq = &g->req;
+    if (rq->top_logprobs == IFD_OAI_LOGPROBS_VOCAB)
+        rq->top_logprobs = (uint32_t)vocab;
+    if (rq->prompt_top_logprobs == IFD_OAI_LOGPROBS_VOCAB)
+        rq->prompt_top_logprobs = (uint32_t)vocab;
+    const int64_t cap = g->api->cfg->max_logprobs;
+    const int64_t max = cap < 0 || cap > vocab ? vocab : cap;
     const char *param = NULL, *what = "sample";
     int64_t asked = 0;
     if (rq->logprobs && rq->top_logprobs > max) {
@@ -2023,7 +2031,7 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
                                      ? (int32_t)api->mcfg->n_vocab
                                      : api->n_vocab;
     /* logit_bias entries start with their id */
-    if (!ifd__check_max_logprobs(g) || !ifd__check_spec(g) ||
+    if (!ifd__check_max_logprobs(g, n_bias_vocab) || !ifd__check_spec(g) ||
         !ifd__check_vocab(g, "logit_bias", "Invalid keys in 'logit_bias'", rq->logit_bias,
                           sizeof rq->logit_bias[0], rq->n_logit_bias, n_bias_vocab) ||
         !ifd__check_vocab(g, "allowed_token_ids", "Invalid 'allowed_token_ids'",

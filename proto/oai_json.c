@@ -129,6 +129,12 @@ int ifd__oai_json_int(ifd__oai_json_ctx_t *c, const json_t *j, const char *param
     return 0;
 }
 
+int ifd__oai_json_logprobs(ifd__oai_json_ctx_t *c, const json_t *j, const char *param,
+                           int64_t *out)
+{
+    return ifd__oai_json_int(c, j, param, -1, INT32_MAX, out);
+}
+
 int ifd__oai_json_empty_array(ifd__oai_json_ctx_t *c, const char *param)
 {
     return ifd__oai_json_fail(

@@ -70,6 +70,11 @@ int ifd__oai_json_number(ifd__oai_json_ctx_t *c, const json_t *j, const char *pa
 int ifd__oai_json_int(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, int64_t lo,
                       int64_t hi, int64_t *out);
 int ifd__oai_json_bool(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, bool *out);
+/* A count of logprobs (top_logprobs, logprobs, prompt_logprobs): an int in
+ * [-1, INT32_MAX], -1 being vLLM's "the whole vocabulary"; 400 otherwise.
+ * The cap (max_logprobs) is the router's. */
+int ifd__oai_json_logprobs(ifd__oai_json_ctx_t *c, const json_t *j, const char *param,
+                           int64_t *out);
 /* A string, copied into c->a whole (NUL-terminated; *len its length).
  * Request bodies are parsed with JSON_ALLOW_NUL, as vLLM reads "\u0000":
  * a caller that passes len keeps every byte and must use the length; one

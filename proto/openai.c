@@ -642,7 +642,7 @@ int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_req
         (rc = ifd__oai_json_bool(&c, v, "logprobs", &out->logprobs)) < 0)
         goto out;
     if ((v = ifd__oai_json_get(o, "top_logprobs"))) {
-        if ((rc = ifd__oai_json_int(&c, v, "top_logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
+        if ((rc = ifd__oai_json_logprobs(&c, v, "top_logprobs", &iv)) < 0)
             goto out;
         if (!out->logprobs) {
             rc = ifd__oai_json_fail(
@@ -651,7 +651,7 @@ int ifd_oai_parse_chat(ifd_arena_t *a, const char *body, size_t len, ifd_oai_req
                 "'top_logprobs' is used.");
             goto out;
         }
-        out->top_logprobs = (uint32_t)iv;
+        out->top_logprobs = iv < 0 ? IFD_OAI_LOGPROBS_VOCAB : (uint32_t)iv;
     }
     if ((v = ifd__oai_json_get(o, "add_generation_prompt")) &&
         (rc = ifd__oai_json_bool(&c, v, "add_generation_prompt", &out->add_generation_prompt)) < 0)
@@ -747,10 +747,10 @@ int ifd_oai_parse_completion(ifd_arena_t *a, const char *body, size_t len, ifd_o
     if (out->max_tokens < 0)
         out->max_tokens = IFD_OAI_DEFAULT_COMPLETION_MAX_TOKENS;
     if ((v = ifd__oai_json_get(o, "logprobs"))) {
-        if ((rc = ifd__oai_json_int(&c, v, "logprobs", 0, IFD_OAI_MAX_TOP_LOGPROBS, &iv)) < 0)
+        if ((rc = ifd__oai_json_logprobs(&c, v, "logprobs", &iv)) < 0)
             goto out;
         out->logprobs = true;
-        out->top_logprobs = (uint32_t)iv;
+        out->top_logprobs = iv < 0 ? IFD_OAI_LOGPROBS_VOCAB : (uint32_t)iv;
     }
     if ((v = ifd__oai_json_get(o, "echo")) &&
         (rc = ifd__oai_json_bool(&c, v, "echo", &out->echo)) < 0)

@@ -51,7 +51,12 @@
 #define IFD_OAI_MAX_STOP                      4    /* stop strings (OpenAI's limit) */
 #define IFD_OAI_MAX_STOP_IDS                  1024 /* stop_token_ids (vLLM extension) */
 #define IFD_OAI_MAX_N                         128  /* choices per prompt */
-#define IFD_OAI_MAX_TOP_LOGPROBS              20   /* chat top_logprobs and completions logprobs */
+#define IFD_OAI_MAX_LOGPROB_TOKEN_IDS         20   /* logprob_token_ids (vLLM extension) */
+/* top_logprobs, completions logprobs and prompt_logprobs: any int up to
+ * INT32_MAX, or -1 (vLLM: the whole vocabulary), parsed as this; the router
+ * resolves it to the model's vocabulary and caps all three by its
+ * max_logprobs setting (daemon/gen.c). */
+#define IFD_OAI_LOGPROBS_VOCAB                UINT32_MAX
 #define IFD_OAI_MAX_LOGIT_BIAS                1024 /* logit_bias entries */
 #define IFD_OAI_MAX_ALLOWED_IDS               (1 << 18) /* allowed_token_ids (a vocabulary) */
 #define IFD_OAI_MAX_PROMPTS                   256  /* prompts in one completions request */
@@ -236,8 +241,9 @@ typedef struct {
     /* chat: logprobs (bool) and top_logprobs; completions: logprobs given
      * (an int) sets logprobs = true and top_logprobs = its value. */
     bool logprobs;
-    uint32_t top_logprobs; /* [0, IFD_OAI_MAX_TOP_LOGPROBS] */
-    /* vLLM's prompt_logprobs (an int 0..20, vLLM's max_logprobs): each
+    uint32_t top_logprobs; /* [0, INT32_MAX] or IFD_OAI_LOGPROBS_VOCAB */
+    /* vLLM's prompt_logprobs (an int 0..INT32_MAX, or -1 parsed as
+     * IFD_OAI_LOGPROBS_VOCAB; the router caps it by max_logprobs): each
      * prompt token's logprob, rank and this many top alternatives — chat:
      * the response's top-level "prompt_logprobs"; completions: each
      * choice's. With stream only 0 is accepted (as vLLM), and nothing is
@@ -317,7 +323,7 @@ typedef struct {
     size_t n_allowed_token_ids;
     /* vLLM's logprob_token_ids: with logprobs (required), each token's
      * top_logprobs are the sampled token's then these ids' (in this order),
-     * instead of the top k. 1..IFD_OAI_MAX_TOP_LOGPROBS ids; NULL: off. */
+     * instead of the top k. 1..IFD_OAI_MAX_LOGPROB_TOKEN_IDS ids; NULL: off. */
     int32_t *logprob_token_ids;
     size_t n_logprob_token_ids;
 

@@ -792,9 +792,8 @@ int ifd__oai_ext_message_tools(ifd__oai_json_ctx_t *c, const json_t *m, size_t i
     return 0;
 }
 
-/* vLLM's prompt_logprobs: an int; -1 (the whole vocabulary) and values over
- * its max_logprobs (20) are refused as vLLM refuses them, and so is a
- * nonzero value with stream. */
+/* vLLM's prompt_logprobs: an int, -1 the whole vocabulary (the router caps
+ * it by its max_logprobs, as vLLM does); nonzero with stream is refused. */
 static int p_prompt_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r)
 {
     const json_t *v = ifd__oai_json_get(o, "prompt_logprobs");
@@ -802,21 +801,13 @@ static int p_prompt_logprobs(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_re
     int rc;
     if (!v)
         return 0;
-    if ((rc = ifd__oai_json_int(c, v, "prompt_logprobs", -1, INT64_MAX, &iv)) < 0)
+    if ((rc = ifd__oai_json_logprobs(c, v, "prompt_logprobs", &iv)) < 0)
         return rc;
-    char num[32];
-    snprintf(num, sizeof num, "%lld", (long long)iv);
-    if (iv == -1 || iv > IFD_OAI_MAX_TOP_LOGPROBS)
-        return ifd__oai_json_fail(c, "integer_above_max_value", "prompt_logprobs",
-                                  "Invalid 'prompt_logprobs': requested prompt logprobs of %s, "
-                                  "which is greater than max allowed: %d.",
-                                  iv == -1 ? "-1 (the whole vocabulary)" : num,
-                                  IFD_OAI_MAX_TOP_LOGPROBS);
-    if (r->stream && iv > 0)
+    if (r->stream && iv != 0)
         return ifd__oai_json_fail(c, "invalid_value", "prompt_logprobs",
                                   "'prompt_logprobs' are not available when 'stream' is true.");
     r->prompt_logprobs = !r->stream; /* a stream carries none (vLLM) */
-    r->prompt_top_logprobs = (uint32_t)iv;
+    r->prompt_top_logprobs = iv < 0 ? IFD_OAI_LOGPROBS_VOCAB : (uint32_t)iv;
     return 0;
 }
 
@@ -840,7 +831,7 @@ static int p_token_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_reque
         return rc;
     if (!(v = ifd__oai_json_get(o, "logprob_token_ids")))
         return 0;
-    if ((rc = ifd__oai_json_token_array(c, v, "logprob_token_ids", IFD_OAI_MAX_TOP_LOGPROBS, false,
+    if ((rc = ifd__oai_json_token_array(c, v, "logprob_token_ids", IFD_OAI_MAX_LOGPROB_TOKEN_IDS, false,
                                         &r->logprob_token_ids, &r->n_logprob_token_ids)) < 0)
         return rc;
     if (!r->logprobs)

@@ -520,7 +520,9 @@ static const bad_case_t k_bad[] = {
     {EP_CHAT, "{" MSG ",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
      "stream_options.include_usage", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"logprobs\":1}", "logprobs", "invalid_type"},
-    {EP_CHAT, "{" MSG ",\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs",
+    {EP_CHAT, "{" MSG ",\"logprobs\":true,\"top_logprobs\":-2}", "top_logprobs",
+     "integer_below_min_value"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"logprobs\":2147483648}", "logprobs",
      "integer_above_max_value"},
     {EP_CHAT, "{" MSG ",\"top_logprobs\":2}", "top_logprobs", "invalid_value"},
     {EP_CHAT, "{" MSG ",\"ignore_eos\":\"no\"}", "ignore_eos", "invalid_type"},
@@ -601,8 +603,9 @@ static const bad_case_t k_bad[] = {
     {EP_CHAT, "{" MSG ",\"speculative\":{\"draft_model\":\"x\"}}", "speculative.draft_model",
      "invalid_value"},
     {EP_CHAT, "{" MSG ",\"max_tokens\":4,\"min_tokens\":5}", "min_tokens", "invalid_value"},
-    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":21}", "prompt_logprobs", "integer_above_max_value"},
-    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":-1}", "prompt_logprobs", "integer_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":2147483648}", "prompt_logprobs",
+     "integer_above_max_value"},
+    {EP_CHAT, "{" MSG ",\"prompt_logprobs\":-3}", "prompt_logprobs", "integer_below_min_value"},
     {EP_CHAT, "{" MSG ",\"prompt_logprobs\":-2}", "prompt_logprobs", "integer_below_min_value"},
     {EP_CHAT, "{" MSG ",\"prompt_logprobs\":true}", "prompt_logprobs", "invalid_type"},
     {EP_CHAT, "{" MSG ",\"prompt_logprobs\":1.5}", "prompt_logprobs", "invalid_type"},
@@ -989,8 +992,20 @@ START_TEST(test_prompt_logprobs)
     ck_assert(!r.prompt_logprobs);
     ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"prompt_logprobs\":null}", &r, &e), 0);
     ck_assert(!r.prompt_logprobs);
-    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"prompt_logprobs\":-1}", &r, &e), IFD_EINVAL);
-    ck_assert_msg(strstr(e.message, "greater than max allowed: 20"), "%s", e.message);
+    /* -1 (the vocabulary) and any count parse; the router caps them
+     * (max_logprobs, daemon/gen.c); below -1 is refused */
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"prompt_logprobs\":-1}", &r, &e), 0);
+    ck_assert(r.prompt_logprobs && r.prompt_top_logprobs == IFD_OAI_LOGPROBS_VOCAB);
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"prompt_logprobs\":1000}", &r, &e), 0);
+    ck_assert(r.prompt_top_logprobs == 1000);
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"logprobs\":true,\"top_logprobs\":-1}", &r, &e), 0);
+    ck_assert(r.top_logprobs == IFD_OAI_LOGPROBS_VOCAB);
+    ck_assert_int_eq(parse_cmpl(&a, "{\"prompt\":\"x\",\"logprobs\":50}", &r, &e), 0);
+    ck_assert(r.logprobs && r.top_logprobs == 50);
+    ck_assert_int_eq(parse_chat(&a, "{" MSG ",\"prompt_logprobs\":-2}", &r, &e), IFD_EINVAL);
+    ck_assert_int_eq(
+        parse_cmpl(&a, "{\"prompt\":\"x\",\"stream\":true,\"prompt_logprobs\":-1}", &r, &e),
+        IFD_EINVAL);
     ifd_arena_close(&a);
 
     /* [null, {token first, then the alternatives}]: completions per choice */
