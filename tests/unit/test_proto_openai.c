@@ -647,7 +647,7 @@ static const bad_case_t k_bad[] = {
     {EP_CMPL, "{\"prompt\":[{}]}", "prompt[0]", "invalid_type"},
     {EP_CMPL, "{\"prompt\":[true]}", "prompt[0]", "invalid_type"},
     {EP_CMPL, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs", "invalid_type"},
-    {EP_CMPL, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs", "integer_above_max_value"},
+    {EP_CMPL, "{\"prompt\":\"x\",\"logprobs\":-2}", "logprobs", "integer_below_min_value"},
     {EP_CMPL, "{\"prompt\":\"x\",\"echo\":1}", "echo", "invalid_type"},
     {EP_CMPL, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix", "unsupported_parameter"},
     {EP_CMPL, "{\"prompt\":\"x\",\"best_of\":2}", "best_of", "unsupported_value"},
