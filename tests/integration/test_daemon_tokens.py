@@ -299,5 +299,58 @@ def test_max_logprobs_setting():
         assert d2.stop() == 0, d2.logtext()
 
 
+def test_max_logprobs_above_20():
+    """--max-logprobs past OpenAI's 20 (issue 29 item 4): 50 alternatives, sorted, whose
+    first 20 are the 20-case's; the cap's 400; -1 (the vocabulary) with prompt_logprobs
+    1000 and -1, and a 400 past the vocabulary (vLLM's _validate_logprobs)."""
+    from test_daemon_util import openai_client
+    d2 = Daemon(INFERD, args=["--max-logprobs", "100"])
+    try:
+        c2 = openai_client(d2.sock)
+        kw = dict(model=MODEL, messages=MSGS, max_tokens=4, temperature=0, logprobs=True)
+        r50 = c2.chat.completions.create(top_logprobs=50, **kw).choices[0].logprobs.content
+        r20 = c2.chat.completions.create(top_logprobs=20, **kw).choices[0].logprobs.content
+        assert len(r50) == len(r20) == 4
+        for a, b in zip(r50, r20):
+            assert a.token == b.token and len(a.top_logprobs) == 50 and len(b.top_logprobs) == 20
+            lps = [t.logprob for t in a.top_logprobs]
+            assert lps == sorted(lps, reverse=True), lps
+            assert [(t.token, t.logprob) for t in a.top_logprobs[:20]] == \
+                [(t.token, t.logprob) for t in b.top_logprobs]
+        try:
+            c2.chat.completions.create(top_logprobs=101, **kw)
+            raise AssertionError("top_logprobs 101 accepted under --max-logprobs 100")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and e.param == "top_logprobs", e
+            assert "max allowed: 100" in str(e), e
+        d2.wait_idle()
+    finally:
+        assert d2.stop() == 0, d2.logtext()
+    d3 = Daemon(INFERD, args=["--max-logprobs", "-1"])
+    try:
+        ids = d3.json("POST", "/tokenize", {"prompt": "The quick brown fox",
+                                            "add_special_tokens": False})["tokens"]
+        base = {"model": MODEL, "prompt": ids, "max_tokens": 1}
+        r = d3.json("POST", "/v1/completions", dict(base, prompt_logprobs=1000))
+        plp = r["choices"][0]["prompt_logprobs"]
+        assert plp[0] is None and len(plp) == len(ids)
+        for k in range(1, len(ids)):
+            alts = plp[k]
+            # the 1000 most probable, plus the prompt token when it is not among them
+            assert len(alts) in (1000, 1001) and str(ids[k]) in alts, (k, len(alts))
+            lps = [v["logprob"] for v in alts.values()]
+            assert all(x <= 0 for x in lps) and min(v["rank"] for v in alts.values()) == 1
+        r = d3.json("POST", "/v1/completions", dict(base, prompt=ids[:2], prompt_logprobs=-1))
+        vocab = len(r["choices"][0]["prompt_logprobs"][1])
+        assert vocab >= 49152, vocab  # SmolLM2's 49152 rows
+        err = d3.json("POST", "/v1/completions", dict(base, prompt_logprobs=vocab + 1),
+                      expect=400)["error"]
+        assert err["param"] == "prompt_logprobs" and \
+            "max allowed: %d" % vocab in err["message"], err
+        d3.wait_idle()
+    finally:
+        assert d3.stop() == 0, d3.logtext()
+
+
 if __name__ == "__main__":
     sys.exit(serve_and_run(globals(), INFERD))
