@@ -257,11 +257,10 @@ static bool same_logprobs(const ifd_sample_result_t *d, const ifd_sample_result_
     const float tol = 1e-6f;
     if (!(d->logprob == h->logprob || fabsf(d->logprob - h->logprob) <= tol * (1 + fabsf(h->logprob))))
         return false;
+    const int32_t *di = ifd_sample_top_ids(d), *hi = ifd_sample_top_ids(h);
+    const float *dl = ifd_sample_top_logprobs(d), *hl = ifd_sample_top_logprobs(h);
     for (int j = 0; j < h->n_top; j++)
-        if (d->top_ids[j] != h->top_ids[j] ||
-            !(d->top_logprobs[j] == h->top_logprobs[j] ||
-              fabsf(d->top_logprobs[j] - h->top_logprobs[j]) <=
-                  tol * (1 + fabsf(h->top_logprobs[j]))))
+        if (di[j] != hi[j] || !(dl[j] == hl[j] || fabsf(dl[j] - hl[j]) <= tol * (1 + fabsf(hl[j]))))
             return false;
     return true;
 }
@@ -633,7 +632,7 @@ static void test_steady_state(void)
 /* ---- 4. the engine: device sampling = host sampling ------------------------------- */
 
 #ifdef IFD_CUDA_EMU /* the engine's pool is host memory: the emulator's device memory */
-enum { E_REQ = 10, E_OUT = 6, E_PLP = 40 };
+enum { E_REQ = 11, E_OUT = 6, E_PLP = 40, E_BIG = 64 };
 
 typedef struct {
     int32_t out[E_REQ][E_OUT];
@@ -641,14 +640,33 @@ typedef struct {
     int n[E_REQ];
     ifd_sample_result_t plp[E_REQ][E_PLP]; /* [pos] */
     int n_plp[E_REQ];
+    /* top alternatives past the inline 20 (the engine's room lives for the
+     * call): kept here, the copies' more_* pointing at them */
+    int32_t big_ids[E_REQ][E_OUT][E_BIG], pbig_ids[E_REQ][E_PLP][E_BIG];
+    float big_lps[E_REQ][E_OUT][E_BIG], pbig_lps[E_REQ][E_PLP][E_BIG];
 } e_sink_t;
+
+/* *dst = *src, its alternatives past the inline ones copied to ids / lps. */
+static void e_keep(ifd_sample_result_t *dst, const ifd_sample_result_t *src, int32_t *ids,
+                   float *lps)
+{
+    *dst = *src;
+    if (src->n_top > IFD_SAMPLER_INLINE_LOGPROBS) {
+        const int n = src->n_top < E_BIG ? src->n_top : E_BIG;
+        memcpy(ids, src->more_ids, (size_t)n * sizeof *ids);
+        memcpy(lps, src->more_logprobs, (size_t)n * sizeof *lps);
+        dst->more_ids = ids;
+        dst->more_logprobs = lps;
+        dst->n_top = n;
+    }
+}
 
 static void e_on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
 {
     e_sink_t *s = ctx;
     if (s->n[id] < E_OUT) {
         s->out[id][s->n[id]] = res->token;
-        s->res[id][s->n[id]] = *res;
+        e_keep(&s->res[id][s->n[id]], res, s->big_ids[id][s->n[id]], s->big_lps[id][s->n[id]]);
     }
     s->n[id]++;
 }
@@ -659,14 +677,16 @@ static void e_on_plp(void *ctx, uint64_t id, int32_t pos, const ifd_sample_resul
     e_sink_t *s = ctx;
     for (int32_t i = 0; i < n; i++)
         if (pos + i < E_PLP)
-            s->plp[id][pos + i] = res[i];
+            e_keep(&s->plp[id][pos + i], &res[i], s->pbig_ids[id][pos + i],
+                   s->pbig_lps[id][pos + i]);
     s->n_plp[id] += n;
 }
 
 /* Requests 0-5: penalties, bias, sampling mixes (2 with logprobs); 6-9:
  * grammars (6 with processed logprobs, 7 under min_tokens: sampled on the
  * host until then), raw logprobs of a biased, penalized row with prompt
- * logprobs (8), and a grammar with raw logprobs (9). */
+ * logprobs (8), and a grammar with raw logprobs (9); 10: 50 top logprobs
+ * and prompt logprobs, past the device's 20 (sampled on the host). */
 static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_logit_bias_t *bias,
                        ifd_gstore_t *gst)
 {
@@ -731,6 +751,10 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_lo
         }
         if (i == 9)
             r.sampling.n_logprobs = 2;
+        if (i == 10) { /* past the device's top 20: the row's logits to the host */
+            r.sampling.n_logprobs = 50;
+            r.prompt_logprobs = 1 + 50;
+        }
         const int arc = ifd_engine_add(eng, &r);
         GT_EXPECT(arc == 0, "add %d: %s", i, ifd_strerror(arc));
         if (arc)
@@ -776,7 +800,9 @@ static void engine_sampling(uint32_t n_valid)
             for (int t = 0; t < dev.n[i] && t < E_OUT; t++) {
                 GT_EXPECT(dev.out[i][t] == host.out[i][t], "request %d token %d: device %d, "
                           "host %d", i, t, dev.out[i][t], host.out[i][t]);
-                if (i == 2 || i == 6 || i == 8 || i == 9) {
+                if (i == 2 || i == 6 || i == 8 || i == 9 || i == 10) {
+                    GT_EXPECT(i != 10 || dev.res[i][t].n_top == 50, "request 10: %d top",
+                              dev.res[i][t].n_top);
                     n_lp++;
                     GT_EXPECT(same_logprobs(&dev.res[i][t], &host.res[i][t]),
                               "request %d token %d: logprobs differ (device %d %g rank %d, host "
@@ -799,8 +825,17 @@ static void engine_sampling(uint32_t n_valid)
                       "prompt logprob %d: device %d %g rank %d, host %d %g rank %d", p,
                       dev.plp[8][p].token, (double)dev.plp[8][p].logprob, dev.plp[8][p].rank,
                       host.plp[8][p].token, (double)host.plp[8][p].logprob, host.plp[8][p].rank);
+        /* request 10's 50 prompt alternatives: scored on the host from the
+         * device's logits, as the host-only run scores them */
+        const int np10 = 8 + 3 * 10;
+        GT_EXPECT(dev.n_plp[10] == np10 - 1 && host.n_plp[10] == np10 - 1,
+                  "prompt logprobs (k 50): %d / %d rows", dev.n_plp[10], host.n_plp[10]);
+        for (int p = 1; p < np10 && p < E_PLP; p++)
+            GT_EXPECT(dev.plp[10][p].n_top == 50 && same_logprobs(&dev.plp[10][p], &host.plp[10][p]),
+                      "prompt logprob %d (k 50): device %d top, host %d", p,
+                      dev.plp[10][p].n_top, host.plp[10][p].n_top);
         gt_note("%d sampled tokens with logprobs and %d prompt logprob rows compared", n_lp,
-                np8 - 1);
+                np8 - 1 + np10 - 1);
     }
     gt_side_close(&s);
     ifd_gstore_destroy(gst);
