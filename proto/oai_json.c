@@ -129,8 +129,7 @@ int ifd__oai_json_int(ifd__oai_json_ctx_t *c, const json_t *j, const char *param
     return 0;
 }
 
-int ifd__oai_json_logprobs(ifd__oai_json_ctx_t *c, const json_t *j, const char *param,
-                           int64_t *out)
+int ifd__oai_json_logprobs(ifd__oai_json_ctx_t *c, const json_t *j, const char *param, int64_t *out)
 {
     return ifd__oai_json_int(c, j, param, -1, INT32_MAX, out);
 }

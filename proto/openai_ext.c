@@ -831,8 +831,8 @@ static int p_token_extras(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_reque
         return rc;
     if (!(v = ifd__oai_json_get(o, "logprob_token_ids")))
         return 0;
-    if ((rc = ifd__oai_json_token_array(c, v, "logprob_token_ids", IFD_OAI_MAX_LOGPROB_TOKEN_IDS, false,
-                                        &r->logprob_token_ids, &r->n_logprob_token_ids)) < 0)
+    if ((rc = ifd__oai_json_token_array(c, v, "logprob_token_ids", IFD_OAI_MAX_LOGPROB_TOKEN_IDS,
+                                        false, &r->logprob_token_ids, &r->n_logprob_token_ids)) < 0)
         return rc;
     if (!r->logprobs)
         return ifd__oai_json_fail(c, "invalid_value", "logprob_token_ids",

@@ -908,7 +908,8 @@ static int ifd__cuda_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act
  * caller-owned more_* room (top k past IFD_SAMPLER_INLINE_LOGPROBS, which
  * the engine scores on the host). */
 _Static_assert(sizeof(ifd_cuda_logprob_t) == offsetof(ifd_sample_result_t, more_ids) &&
-                   offsetof(ifd_cuda_logprob_t, top_ids) == offsetof(ifd_sample_result_t, top_ids) &&
+                   offsetof(ifd_cuda_logprob_t, top_ids) ==
+                       offsetof(ifd_sample_result_t, top_ids) &&
                    offsetof(ifd_cuda_logprob_t, top_logprobs) ==
                        offsetof(ifd_sample_result_t, top_logprobs) &&
                    offsetof(ifd_cuda_logprob_t, rank) == offsetof(ifd_sample_result_t, rank) &&

@@ -726,8 +726,8 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
         s->sampling.n_lp_ids = r->n_lp_ids;
     }
     if (!r->n_lp_ids && r->sampling.n_logprobs > IFD_SAMPLER_INLINE_LOGPROBS) {
-        s->top_cap = r->sampling.n_logprobs < e->model.n_vocab ? r->sampling.n_logprobs
-                                                               : e->model.n_vocab;
+        s->top_cap =
+            r->sampling.n_logprobs < e->model.n_vocab ? r->sampling.n_logprobs : e->model.n_vocab;
         s->top_ids = malloc((size_t)s->top_cap * sizeof *s->top_ids);
         s->top_lps = malloc((size_t)s->top_cap * sizeof *s->top_lps);
         if (!s->top_ids || !s->top_lps) {

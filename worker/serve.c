@@ -216,8 +216,8 @@ static void ifd__on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res
 }
 
 /* One PROMPT_LOGPROBS frame of res[0..n), prompt positions pos on. */
-static void ifd__queue_plp(ifd__srv_t *s, uint64_t id, int32_t pos,
-                           const ifd_sample_result_t *res, int32_t n, size_t n_tops)
+static void ifd__queue_plp(ifd__srv_t *s, uint64_t id, int32_t pos, const ifd_sample_result_t *res,
+                           int32_t n, size_t n_tops)
 {
     ifd_wire_plp_t *ent = calloc((size_t)n, sizeof *ent);
     ifd_wire_top_t *tops = n_tops ? calloc(n_tops, sizeof *tops) : NULL;

@@ -831,9 +831,10 @@ static void engine_sampling(uint32_t n_valid)
         GT_EXPECT(dev.n_plp[10] == np10 - 1 && host.n_plp[10] == np10 - 1,
                   "prompt logprobs (k 50): %d / %d rows", dev.n_plp[10], host.n_plp[10]);
         for (int p = 1; p < np10 && p < E_PLP; p++)
-            GT_EXPECT(dev.plp[10][p].n_top == 50 && same_logprobs(&dev.plp[10][p], &host.plp[10][p]),
-                      "prompt logprob %d (k 50): device %d top, host %d", p,
-                      dev.plp[10][p].n_top, host.plp[10][p].n_top);
+            GT_EXPECT(dev.plp[10][p].n_top == 50 &&
+                          same_logprobs(&dev.plp[10][p], &host.plp[10][p]),
+                      "prompt logprob %d (k 50): device %d top, host %d", p, dev.plp[10][p].n_top,
+                      host.plp[10][p].n_top);
         gt_note("%d sampled tokens with logprobs and %d prompt logprob rows compared", n_lp,
                 np8 - 1 + np10 - 1);
     }

@@ -262,8 +262,12 @@ START_TEST(test_thousand_top_round_trip)
     ck_assert_ptr_nonnull(top);
     for (int i = 0; i < K; i++)
         top[i] = (ifd_wire_top_t){INT32_MAX - i, -(float)i * 0.001f - 1e-7f};
-    ifd_wire_token_t ev = {.id = UINT64_MAX, .token = INT32_MAX, .has_logprob = true,
-                           .logprob = -1.0f, .top = top, .n_top = K};
+    ifd_wire_token_t ev = {.id = UINT64_MAX,
+                           .token = INT32_MAX,
+                           .has_logprob = true,
+                           .logprob = -1.0f,
+                           .top = top,
+                           .n_top = K};
     ifd_wire_msg_t m = {.type = IFD_WIRE_TOKENS}, d;
     m.u.tokens = (ifd_wire_tokens_t){.step = UINT64_MAX, .events = &ev, .n_events = 1};
     round_trip(&m, &d);
@@ -866,9 +870,9 @@ START_TEST(test_huge_array_counts)
     EXPECT_BODY(IFD_WIRE_ERROR, IFD_ETYPE, "error.message: expected str, got bin", 0x93, 0x00, 0x00,
                 0xc4, 0x01, 'x');
     /* Top logprobs are capped at a vocabulary (2^20). */
-    EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETOOBIG, "tokens.events[0].top: 1048577 elements, limit 1048576",
-                0x92, 0x01, 0x91, 0x95, 0x01, 0x02, 0xc3, 0xca, 0, 0, 0, 0, 0xdd, 0x00, 0x10, 0x00,
-                0x01);
+    EXPECT_BODY(IFD_WIRE_TOKENS, IFD_ETOOBIG,
+                "tokens.events[0].top: 1048577 elements, limit 1048576", 0x92, 0x01, 0x91, 0x95,
+                0x01, 0x02, 0xc3, 0xca, 0, 0, 0, 0, 0xdd, 0x00, 0x10, 0x00, 0x01);
 }
 END_TEST
 

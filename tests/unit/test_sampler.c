@@ -1169,8 +1169,7 @@ START_TEST(test_logprobs_large_k)
     for (int trial = 0; trial < 12; trial++) {
         xs_seed(100 + (uint64_t)trial);
         for (int i = 0; i < V; i++) /* coarse values: many ties */
-            l[i] = trial % 3 == 0 ? (float)(int)(xs_unif() * 16) * 0.5f
-                                  : (float)(3.0 * xs_gauss());
+            l[i] = trial % 3 == 0 ? (float)(int)(xs_unif() * 16) * 0.5f : (float)(3.0 * xs_gauss());
         l[5] = -0.0f;
         l[6] = 0.0f;
         l[7] = -INFINITY;
@@ -1251,8 +1250,8 @@ int main(void)
                             test_defaults_and_param_checks, test_create_errors,
                             test_bad_rows_and_ids, test_greedy, test_top_k_sets, test_allowed_ids,
                             test_top_p_sets, test_min_p_sets, test_distribution_small,
-                            test_distribution_wide, test_penalties_exact, test_logprobs, test_logprobs_large_k,
-                            test_conformance_vector, test_conformance_scalar,
+                            test_distribution_wide, test_penalties_exact, test_logprobs,
+                            test_logprobs_large_k, test_conformance_vector, test_conformance_scalar,
                             test_conformance_large_vocab, test_determinism, test_edges));
     return ifd_test_run(s);
 }
