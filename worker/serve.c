@@ -49,6 +49,7 @@ typedef struct {
     uint32_t n_ev, cap_ev;
     size_t n_tops, cap_tops;
     size_t ev_bytes; /* the most the pending events take encoded (ifd__event_bytes) */
+    size_t frame_budget; /* IFD__FRAME_BUDGET (a test hook may lower it) */
     uint64_t step;
     ifd_engine_t *eng;
     ifd_tokenizer_t *tok;
@@ -146,6 +147,22 @@ static void ifd__send_error(ifd__srv_t *s, uint64_t id, int code, const char *ms
  * room for the estimate's own slack. */
 #define IFD__FRAME_BUDGET (IFD_WIRE_MAX_BODY / 2)
 
+/* The frame budget: IFD__FRAME_BUDGET, or with the test hooks
+ * INFERD_TEST_FRAME_BUDGET bytes (integration tests split frames without
+ * megabytes of alternatives). */
+static size_t ifd__frame_budget(void)
+{
+#ifdef IFD_TEST_HOOKS
+    const char *e = getenv("INFERD_TEST_FRAME_BUDGET");
+    if (e && *e) {
+        const long long v = atoll(e);
+        if (v > 0 && v < (long long)IFD__FRAME_BUDGET)
+            return (size_t)v;
+    }
+#endif
+    return IFD__FRAME_BUDGET;
+}
+
 /* The most one event or prompt entry with n top alternatives takes encoded:
  * its fixed fields (at most 48 bytes) and the alternatives. */
 static size_t ifd__event_bytes(int32_t n_top)
@@ -190,7 +207,7 @@ static void ifd__on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res
     const bool lp = res->n_top > 0 || res->rank > 0;
     const uint32_t n_top = lp && res->n_top > 0 ? (uint32_t)res->n_top : 0;
     const size_t bytes = ifd__event_bytes((int32_t)n_top);
-    if (s->n_ev && s->ev_bytes + bytes > IFD__FRAME_BUDGET)
+    if (s->n_ev && s->ev_bytes + bytes > s->frame_budget)
         ifd__queue_tokens(s); /* this step's events so far, in a frame of their own */
     if (ifd__ev_reserve(s, n_top)) {
         IFD_ERROR("worker: out of memory for token events");
@@ -252,7 +269,7 @@ static void ifd__queue_plp(ifd__srv_t *s, uint64_t id, int32_t pos, const ifd_sa
 
 /* A prefill chunk's prompt logprobs: PROMPT_LOGPROBS frames queued at once
  * (one, or several in position order when the chunk's alternatives would
- * pass IFD__FRAME_BUDGET), so they precede this step's TOKENS frame (and
+ * pass the frame budget), so they precede this step's TOKENS frame (and
  * the request's first token) in the stream. */
 static void ifd__on_prompt_logprobs(void *ctx, uint64_t id, int32_t pos,
                                     const ifd_sample_result_t *res, int32_t n)
@@ -262,7 +279,7 @@ static void ifd__on_prompt_logprobs(void *ctx, uint64_t id, int32_t pos,
     size_t bytes = 0, n_tops = 0;
     for (int32_t i = 0; i < n; i++) {
         const size_t b = ifd__event_bytes(res[i].n_top);
-        if (i > first && bytes + b > IFD__FRAME_BUDGET) {
+        if (i > first && bytes + b > s->frame_budget) {
             ifd__queue_plp(s, id, pos + first, res + first, i - first, n_tops);
             first = i;
             bytes = n_tops = 0;
@@ -1189,6 +1206,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     memset(&s, 0, sizeof s);
     s.fd = o->fd;
     s.status = 1;
+    s.frame_budget = ifd__frame_budget();
     ifd_wire_reader_init(&s.rd, 0);
     if (!ifd__handshake(&s) && !ifd__load(&s, o) && !ifd__size_pool(&s) && !ifd__attach_pools(&s) &&
         !ifd__start_disk(&s, o) && !ifd__start_host(&s, o) && !ifd__start_engine(&s) &&

@@ -302,7 +302,9 @@ def test_max_logprobs_setting():
 def test_max_logprobs_above_20():
     """--max-logprobs past OpenAI's 20 (issue 29 item 4): 50 alternatives, sorted, whose
     first 20 are the 20-case's; the cap's 400; -1 (the vocabulary) with prompt_logprobs
-    1000 and -1, and a 400 past the vocabulary (vLLM's _validate_logprobs)."""
+    1000 and -1, and a 400 past the vocabulary (vLLM's _validate_logprobs). The -1 daemon's
+    worker splits its frames at 1000 bytes (the INFERD_TEST_FRAME_BUDGET hook): its answers
+    equal the unsplit daemon's."""
     from test_daemon_util import openai_client
     d2 = Daemon(INFERD, args=["--max-logprobs", "100"])
     try:
@@ -323,11 +325,29 @@ def test_max_logprobs_above_20():
         except openai.BadRequestError as e:
             assert e.status_code == 400 and e.param == "top_logprobs", e
             assert "max allowed: 100" in str(e), e
+        ids = d2.json("POST", "/tokenize", {"prompt": "The quick brown fox jumps",
+                                            "add_special_tokens": False})["tokens"]
+        ref = {"plp": d2.json("POST", "/v1/completions",
+                              {"model": MODEL, "prompt": ids, "max_tokens": 1,
+                               "prompt_logprobs": 100})["choices"][0]["prompt_logprobs"],
+               "chat": [[[(t.token, t.logprob) for t in c.top_logprobs]
+                         for c in ch.logprobs.content]
+                        for ch in c2.chat.completions.create(top_logprobs=50, n=2, seed=7,
+                                                             **dict(kw, temperature=1)).choices]}
         d2.wait_idle()
     finally:
         assert d2.stop() == 0, d2.logtext()
-    d3 = Daemon(INFERD, args=["--max-logprobs", "-1"])
+    d3 = Daemon(INFERD, args=["--max-logprobs", "-1"],
+                env={"INFERD_TEST_FRAME_BUDGET": "1000"})
     try:
+        c3 = openai_client(d3.sock)
+        split = d3.json("POST", "/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 1,
+                                                    "prompt_logprobs": 100})
+        assert split["choices"][0]["prompt_logprobs"] == ref["plp"]
+        chat = [[[(t.token, t.logprob) for t in c.top_logprobs] for c in ch.logprobs.content]
+                for ch in c3.chat.completions.create(top_logprobs=50, n=2, seed=7,
+                                                     **dict(kw, temperature=1)).choices]
+        assert chat == ref["chat"]
         ids = d3.json("POST", "/tokenize", {"prompt": "The quick brown fox",
                                             "add_special_tokens": False})["tokens"]
         base = {"model": MODEL, "prompt": ids, "max_tokens": 1}
