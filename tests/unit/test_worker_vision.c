@@ -258,7 +258,7 @@ typedef struct {
     int n_tok;
     int32_t tok[64];
     uint64_t step[64];
-    ifd_wire_top_t top[IFD_WIRE_MAX_TOP]; /* the first token's */
+    ifd_wire_top_t top[20]; /* the first token's (the requests ask for 20) */
     uint32_t n_top;
     bool finished, error;
     uint32_t reason;
@@ -285,6 +285,7 @@ static void collect(wk_t *w, res_t *res, const bool *want, int n_ids)
                 ck_assert(ev->id >= 1 && ev->id <= MAX_ID);
                 res_t *r = &res[ev->id];
                 if (r->n_tok == 0) {
+                    ck_assert_uint_le(ev->n_top, 20);
                     r->n_top = ev->n_top;
                     memcpy(r->top, ev->top, ev->n_top * sizeof *ev->top);
                 }
