@@ -113,7 +113,8 @@ int ifd_cuda_apply_mask(float *IFD_CUDA_RESTRICT logits,         /* [n_logit_row
 int ifd_cuda_softcap(float *IFD_CUDA_RESTRICT x, /* [n] */
                      int64_t n, float cap, ifd_cuda_stream_t stream);
 
-/* Most top alternatives ifd_cuda_logprobs returns (IFD_SAMPLER_MAX_LOGPROBS). */
+/* Most top alternatives ifd_cuda_logprobs returns (IFD_SAMPLER_INLINE_LOGPROBS: a request
+ * asking for more is sampled on the host, from the row's logits). */
 #define IFD_CUDA_MAX_LOGPROBS 20
 
 /* One row to score: its logits x (device memory, [vocab]), the id whose
