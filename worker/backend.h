@@ -312,7 +312,9 @@ typedef struct {
      * elementwise on rows × x->cols (x f32, out mm_in_dtype).
      * dense_attention: out (mm_in_dtype [n, n_heads · head_dim]) = dense
      * bidirectional attention of one sequence of n tokens from a fused
-     * q|k|v projection output qkv f32 [n, 3 · n_heads · head_dim]
+     * q|k|v projection output qkv f32 [n, 3 · n_heads · head_dim], for the
+     * query rows [q0, q1) (0 <= q0 <= q1 <= n) over all n keys; out's other
+     * rows untouched; a row's bits do not depend on the range
      * (ifd_cpu_dense_attention). avg_pool2d: out f32 [(side / k)², C] =
      * k × k average pooling of x f32 [side², C] (a row-major patch grid). */
     int (*layernorm)(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual, const ifd_act_t *delta,
@@ -320,7 +322,7 @@ typedef struct {
     int (*add_rows)(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *t, int rows);
     int (*gelu)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows);
     int (*dense_attention)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n,
-                           int n_heads, int head_dim, float scale);
+                           int q0, int q1, int n_heads, int head_dim, float scale);
     int (*avg_pool2d)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int side, int k);
     /* Graphs: graph_begin records the ops enqueued after it instead of
      * running them, graph_end(key) stops recording and keeps them as graph

@@ -754,12 +754,12 @@ static int ifd__cpu_gelu(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, 
 }
 
 static int ifd__cpu_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n,
-                                    int n_heads, int head_dim, float scale)
+                                    int q0, int q1, int n_heads, int head_dim, float scale)
 {
     const int64_t width = (int64_t)n_heads * head_dim;
     if (n > out->rows || n > qkv->rows || out->cols != width || qkv->cols != 3 * width)
         return IFD_EINVAL;
-    return ifd_cpu_dense_attention(ifd__f(out), ifd__f(qkv), n, n_heads, head_dim, scale,
+    return ifd_cpu_dense_attention(ifd__f(out), ifd__f(qkv), n, q0, q1, n_heads, head_dim, scale,
                                    ifd__cpu(be)->tp);
 }
 

@@ -456,13 +456,22 @@ static int ifd__upload_mm_in(ifd_backend_t *be, ifd_act_t *a, const float *host,
 /* ---- incremental encode ----------------------------------------------------- */
 
 /* Phases of one encode: the patch embedding, four per encoder layer (the
- * groups between which the residual stream rests in x), then the tail. */
+ * groups between which the residual stream rests in x), then the tail.
+ * Every layer phase is row-local (layernorm, proj, gelu per patch row; the
+ * attention per query row over all keys), so it runs in pieces of rows
+ * [r0, r1); the tail is one piece. */
 enum { PH_LN1_QKV, PH_ATTN, PH_OUT_MLP_UP, PH_MLP_DOWN, PH_PER_LAYER };
+
+/* A budgeted step's pieces are multiples of this many rows (the packed
+ * matmul's panel height: fewer rows cost as much), the last of a phase
+ * excepted. */
+enum { IFD__STEP_ROWS = 16 };
 
 struct ifd_vision_enc {
     ifd_vision_t *v;
     ifd_act_t a[A_N];
     int next; /* the next phase: 0 patches, 1 + 4 l + k layer l's k-th, last the tail */
+    int row;  /* rows of phase `next` done */
 };
 
 int ifd_vision_encode_phases(const ifd_vision_t *v)
@@ -470,33 +479,78 @@ int ifd_vision_encode_phases(const ifd_vision_t *v)
     return 2 + PH_PER_LAYER * (int)v->cfg.n_layer;
 }
 
-/* Phase k (of PH_PER_LAYER) of layer l. The previous layer's MLP output (in
- * A_O) joins the residual at LN1, the attention's at LN2. */
-static int ifd__encode_layer_phase(ifd_vision_t *v, ifd_act_t *a, int n, uint32_t l, int k)
+/* Multiply-adds × 2 per row of layer phase k (norms and gelu, a few
+ * operations per value, left out), or of the whole tail (k < 0). */
+static double ifd__phase_flops(const ifd_vision_config_t *c, int k)
+{
+    const double W = c->n_embd, F = c->n_ff, n = (double)ifd_vision_n_patches(c);
+    switch (k) {
+    case PH_LN1_QKV:
+        return 2 * W * 3 * W;
+    case PH_ATTN:
+        return 4 * n * W; /* q · K and p · V per head */
+    case PH_OUT_MLP_UP:
+        return 2 * W * W + 2 * W * F;
+    case PH_MLP_DOWN:
+        return 2 * F * W;
+    default:
+        return 2.0 * (double)c->tokens_per_image * W * (double)c->text_embd;
+    }
+}
+
+double ifd_vision_encode_flops(const ifd_vision_t *v)
+{
+    const ifd_vision_config_t *c = &v->cfg;
+    double per_layer = 0;
+    for (int k = 0; k < PH_PER_LAYER; k++)
+        per_layer += ifd__phase_flops(c, k);
+    return (double)c->n_layer * per_layer * (double)ifd_vision_n_patches(c) +
+           ifd__phase_flops(c, -1);
+}
+
+/* Rows r0.. of a (rows r0 on: a view for the row-local ops). */
+static ifd_act_t ifd__rows(const ifd_act_t *a, int r0)
+{
+    ifd_act_t v = *a;
+    v.data = (char *)a->data + (size_t)r0 * (size_t)a->cols * (size_t)ifd_dtype_size(a->dtype);
+    v.rows = a->rows - r0;
+    return v;
+}
+
+/* Rows [r0, r1) of phase k (of PH_PER_LAYER) of layer l. The previous
+ * layer's MLP output (in A_O) joins the residual at LN1, the attention's at
+ * LN2. */
+static int ifd__encode_layer_phase(ifd_vision_t *v, ifd_act_t *act, int n, uint32_t l, int k,
+                                   int r0, int r1)
 {
     ifd_backend_t *be = v->be;
     const ifd_backend_ops_t *o = be->ops;
     const ifd_vision_config_t *c = &v->cfg;
     const ifd__vlayer_t *ly = &v->layers[l];
     const float eps = c->eps, scale = 1.0f / sqrtf((float)c->head_dim);
+    const int m = r1 - r0;
+    if (k == PH_ATTN) /* every key: the whole q|k|v, the rows' part of the output */
+        return o->dense_attention(be, &act[A_ATT], &act[A_QKV], n, r0, r1, (int)c->n_head,
+                                  (int)c->head_dim, scale);
+    ifd_act_t a[A_N];
+    for (int i = 0; i < A_N; i++)
+        if (act[i].data)
+            a[i] = ifd__rows(&act[i], ifd__acts[i].rows == R_PATCHES ? r0 : 0);
     int rc = 0;
     switch (k) {
     case PH_LN1_QKV:
-        if (!(rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b, n,
+        if (!(rc = o->layernorm(be, &a[A_Y], &a[A_X], l ? &a[A_O] : NULL, &ly->ln1_w, &ly->ln1_b, m,
                                 eps)))
-            rc = o->proj(be, &a[A_QKV], &a[A_Y], &ly->qkv, n);
+            rc = o->proj(be, &a[A_QKV], &a[A_Y], &ly->qkv, m);
         return rc;
-    case PH_ATTN:
-        return o->dense_attention(be, &a[A_ATT], &a[A_QKV], n, (int)c->n_head, (int)c->head_dim,
-                                  scale);
     case PH_OUT_MLP_UP:
-        if ((rc = o->proj(be, &a[A_O], &a[A_ATT], &ly->out, n)) ||
-            (rc = o->layernorm(be, &a[A_Y], &a[A_X], &a[A_O], &ly->ln2_w, &ly->ln2_b, n, eps)) ||
-            (rc = o->proj(be, &a[A_H], &a[A_Y], &ly->fc1, n)))
+        if ((rc = o->proj(be, &a[A_O], &a[A_ATT], &ly->out, m)) ||
+            (rc = o->layernorm(be, &a[A_Y], &a[A_X], &a[A_O], &ly->ln2_w, &ly->ln2_b, m, eps)) ||
+            (rc = o->proj(be, &a[A_H], &a[A_Y], &ly->fc1, m)))
             return rc;
-        return o->gelu(be, &a[A_G], &a[A_H], n);
+        return o->gelu(be, &a[A_G], &a[A_H], m);
     default:
-        return o->proj(be, &a[A_O], &a[A_G], &ly->fc2, n);
+        return o->proj(be, &a[A_O], &a[A_G], &ly->fc2, m);
     }
 }
 
@@ -585,23 +639,89 @@ int ifd_vision_encode_begin(ifd_vision_enc_t **out, ifd_vision_t *v, const float
     return 0;
 }
 
+/* Rows in phase `ph` (the tail: one piece). */
+static int ifd__phase_rows(const ifd_vision_enc_t *e, int ph)
+{
+    return ph == ifd_vision_encode_phases(e->v) - 1 ? 1 : (int)ifd_vision_n_patches(&e->v->cfg);
+}
+
+/* The next `m` rows of the current phase; the phase advances when done. */
+static int ifd__encode_rows(ifd_vision_enc_t *e, int m)
+{
+    const int last = ifd_vision_encode_phases(e->v) - 1, r0 = e->row;
+    int rc;
+    if (e->next == last) {
+        rc = ifd__encode_tail(e);
+    } else {
+        const int k = e->next - 1;
+        rc = ifd__encode_layer_phase(e->v, e->a, (int)ifd_vision_n_patches(&e->v->cfg),
+                                     (uint32_t)(k / PH_PER_LAYER), k % PH_PER_LAYER, r0, r0 + m);
+    }
+    if (rc)
+        return rc;
+    e->row += m;
+    if (e->row == ifd__phase_rows(e, e->next)) {
+        e->next++;
+        e->row = 0;
+    }
+    return 0;
+}
+
+/* After a step: its work done before it returns (an asynchronous backend),
+ * 1 when the encode is complete. */
+static int ifd__step_end(ifd_vision_enc_t *e, int rc)
+{
+    if (rc == 0)
+        rc = e->v->be->ops->sync(e->v->be);
+    return rc ? rc : e->next >= ifd_vision_encode_phases(e->v);
+}
+
 int ifd_vision_encode_step(ifd_vision_enc_t *e, int max_phases)
 {
     const int last = ifd_vision_encode_phases(e->v) - 1;
-    const int n = (int)ifd_vision_n_patches(&e->v->cfg);
     int rc = 0;
-    for (int done = 0; done < max_phases && e->next <= last && rc == 0; done++, e->next++) {
-        if (e->next == last) {
-            rc = ifd__encode_tail(e);
-        } else {
-            const int k = e->next - 1;
-            rc = ifd__encode_layer_phase(e->v, e->a, n, (uint32_t)(k / PH_PER_LAYER),
-                                         k % PH_PER_LAYER);
+    for (int done = 0; done < max_phases && e->next <= last && rc == 0; done++)
+        rc = ifd__encode_rows(e, ifd__phase_rows(e, e->next) - e->row);
+    return ifd__step_end(e, rc);
+}
+
+/* FLOPs per row of phase e->next. */
+static double ifd__row_flops(const ifd_vision_enc_t *e)
+{
+    const int last = ifd_vision_encode_phases(e->v) - 1;
+    return ifd__phase_flops(&e->v->cfg, e->next == last ? -1 : (e->next - 1) % PH_PER_LAYER);
+}
+
+/* Rows of phase e->next that fit in `budget` FLOPs: all that are left, else
+ * a multiple of IFD__STEP_ROWS (0 when none fit). */
+static int ifd__rows_within(const ifd_vision_enc_t *e, double budget)
+{
+    const int left = ifd__phase_rows(e, e->next) - e->row;
+    const double fit = budget / ifd__row_flops(e);
+    if (fit >= left)
+        return left;
+    return fit < IFD__STEP_ROWS ? 0 : (int)fit / IFD__STEP_ROWS * IFD__STEP_ROWS;
+}
+
+int ifd_vision_encode_step_flops(ifd_vision_enc_t *e, double max_flops, double *done)
+{
+    const int last = ifd_vision_encode_phases(e->v) - 1;
+    double spent = 0;
+    int rc = 0;
+    while (e->next <= last && rc == 0) {
+        int m = ifd__rows_within(e, max_flops - spent);
+        if (m == 0 && spent > 0)
+            break;
+        if (m == 0) { /* the step's one piece: the smallest */
+            const int left = ifd__phase_rows(e, e->next) - e->row;
+            m = left < IFD__STEP_ROWS ? left : IFD__STEP_ROWS;
         }
+        spent += m * ifd__row_flops(e);
+        rc = ifd__encode_rows(e, m);
     }
-    if (rc == 0) /* the step's work done before it returns (an asynchronous backend) */
-        rc = e->v->be->ops->sync(e->v->be);
-    return rc ? rc : e->next > last;
+    if (done)
+        *done = spent;
+    return ifd__step_end(e, rc);
 }
 
 int ifd_vision_encode_end(ifd_vision_enc_t *e, float *features, float *tower)

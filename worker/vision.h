@@ -26,7 +26,7 @@
  * Memory: an encode allocates its activations for the call and frees them:
  * patches × (3·P² + 7·width + 2·MLP width) floats (Gemma 3: 4096 × 17260 ×
  * 4 B ≈ 270 MiB on the CPU), plus the attention's 256-row score blocks
- * (4 MiB) — a step of chunked MLP rows would cut it if it matters.
+ * (4 MiB).
  * Ownership: the vision model does not keep the source (weights are copied
  * onto the backend at load); the backend must outlive it. Threading: one
  * thread at a time per ifd_vision_t (the engine thread), like the model.
@@ -85,19 +85,33 @@ int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *feature
  * split into ifd_vision_encode_phases(v) phases — the patch embedding (run
  * by _begin), four per encoder layer (LN1 + q|k|v; the attention; out_proj
  * + LN2 + fc1 + gelu; fc2), and the tail (post_layernorm and the
- * projector) — run in order by _step, the same backend calls in the same
- * order as ifd_vision_encode (which is begin, one step of every phase,
- * end): the same bits. On the 4B tower a phase is at most one layer's
- * attention (≈ 77 GFLOP: by that count on the order of a second on a few
- * CPU cores, milliseconds on a GPU — estimates, not measured).
+ * projector) — run in order by _step. Every layer phase is row-local (the
+ * attention per query row, over all keys), so _step_flops runs it in
+ * pieces of patch rows: the same backend calls on row ranges, and as every
+ * op's row is computed the same whatever the rows around it (backend.h:
+ * batch invariance, dense_attention's ranges), the same bits as
+ * ifd_vision_encode (which is begin, one step of every phase, end) however
+ * the encode is split.
+ *
+ * Sizes (the 4B tower, ifd_vision_encode_flops ≈ 5.4 TFLOP): a whole phase
+ * is up to one layer's attention (≈ 77 GFLOP: seconds on a few CPU cores);
+ * a 16-row piece of it ≈ 0.3 GFLOP. The tail (≈ 1.5 GFLOP) is one piece;
+ * the patch embedding in _begin ≈ 5.5 GFLOP is not split.
  *
  * _begin: checks the pixels (IFD_EINVAL for a non-finite one), allocates
  * the activations (ifd_vision_encode's, held until _end or _free) and runs
  * the patch embedding; pixel_values need not outlive the call. 0 with *out
  * set, or an error with *out NULL.
- * _step: runs up to max_phases (>= 1) more phases and waits for them
+ * _step: runs up to max_phases (>= 1) more phases (the rest of a phase a
+ * _step_flops left part-done counts as one) and waits for them
  * (ops->sync). 1 when the encode is complete, 0 when phases remain, or a
  * backend error (the state is then only good for _free).
+ * _step_flops: as _step, bounded by work instead: runs pieces (the rest of
+ * the current phase, else a multiple of 16 rows of it) while the FLOPs
+ * counted so far stay within max_flops, at least one piece (the smallest:
+ * 16 rows, or the tail) per call; *done (may be NULL) gets the FLOPs run,
+ * counted as ifd_vision_encode_flops counts them (matmuls and attention
+ * products, 2 per multiply-add).
  * _end: after _step returned 1, downloads features (and tower when not
  * NULL) as ifd_vision_encode does and frees e; IFD_EINVAL (e freed all the
  * same) when phases remained.
@@ -109,6 +123,9 @@ typedef struct ifd_vision_enc ifd_vision_enc_t;
 int ifd_vision_encode_phases(const ifd_vision_t *v);
 int ifd_vision_encode_begin(ifd_vision_enc_t **out, ifd_vision_t *v, const float *pixel_values);
 int ifd_vision_encode_step(ifd_vision_enc_t *e, int max_phases);
+int ifd_vision_encode_step_flops(ifd_vision_enc_t *e, double max_flops, double *done);
+/* The FLOPs _step and _step_flops run in one encode (after _begin). */
+double ifd_vision_encode_flops(const ifd_vision_t *v);
 int ifd_vision_encode_end(ifd_vision_enc_t *e, float *features, float *tower);
 void ifd_vision_encode_free(ifd_vision_enc_t *e);
 

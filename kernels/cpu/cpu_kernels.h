@@ -150,13 +150,16 @@ int ifd_cpu_avg_pool2d(float *out,     /* [(side / k)², channels] */
 
 /* Dense bidirectional multi-head attention over ONE sequence of n tokens
  * (a ViT's; no KV pool, no mask): qkv row t holds q (n_heads · head_dim),
- * then k, then v; out[t, h] = Σ_u softmax_u(scale · q_t,h · k_u,h) v_u,h.
- * f32 matmuls over blocks of 256 query rows (threaded through tp); rows
- * are independent of each other's values. IFD_EINVAL: a size ≤ 0;
- * IFD_ENOMEM. */
+ * then k, then v; out[t, h] = Σ_u softmax_u(scale · q_t,h · k_u,h) v_u,h
+ * for the query rows t in [q0, q1) only (other rows of out untouched),
+ * over all n keys. f32 packed matmuls over blocks of 256 query rows
+ * (threaded through tp): a row's bits do not depend on the range it is
+ * computed in, so ranges that cover [0, n) equal one call over it.
+ * IFD_EINVAL: a size ≤ 0, a range outside [0, n]; IFD_ENOMEM. */
 int ifd_cpu_dense_attention(float *out,       /* [n, n_heads · head_dim] */
                             const float *qkv, /* [n, 3 · n_heads · head_dim] */
-                            int n, int n_heads, int head_dim, float scale, ifd_threadpool_t *tp);
+                            int n, int q0, int q1, int n_heads, int head_dim, float scale,
+                            ifd_threadpool_t *tp);
 
 /*
  * Paged KV cache, one layer. K and V each live in a region laid out

@@ -8,10 +8,14 @@
  * avg_pool2d: the k × k window summed in float in row-major order, then
  * multiplied by 1 / k² (torch's AvgPool2d divides; the two differ by at most
  * one rounding).
- * dense_attention: per head and block of query rows, S = scale · Q Kᵀ
- * (ifd_cpu_matmul_f32), row softmax (ifd_cpu_softmax), O = S V
- * (ifd_cpu_matmul_f32 on Vᵀ). Scratch of a block: IFD__ATT_ROWS × n floats
- * of scores plus the head's K, Vᵀ and Q rows, allocated per call.
+ * dense_attention: per head and block of query rows of [q0, q1), S =
+ * scale · Q Kᵀ, row softmax (ifd_cpu_softmax), O = S V, both products with
+ * ifd_cpu_matmul_packed on the head's K and Vᵀ packed once per call: one
+ * summation order per output whatever the block's size, so a query row's
+ * result does not depend on the range it was computed in (the vision
+ * encode's row-split steps, worker/vision.h). Scratch: IFD__ATT_ROWS × n
+ * floats of scores plus the head's packed K, Vᵀ and its Q rows, allocated
+ * per call.
  */
 #include "cpu_kernels.h"
 
@@ -66,56 +70,79 @@ int ifd_cpu_avg_pool2d(float *out, const float *x, int side, int k, int channels
 
 enum { IFD__ATT_ROWS = 256 };
 
-/* One head: its K and Vᵀ gathered once, then blocks of query rows. */
-static int ifd__dense_head(float *out, const float *qkv, int n, int n_heads, int head_dim, int h,
-                           float scale, float *kh, float *vt, float *qh, float *s,
+/* The scratch of one call: K and Vᵀ of a head (plain, then packed), a
+ * block's Q rows (then its output) and scores. */
+typedef struct {
+    float *kh, *vt, *kp, *vp, *qh, *s;
+} ifd__dense_scratch_t;
+
+/* One head: its K and Vᵀ gathered and packed once, then blocks of the
+ * query rows [q0, q1). */
+static int ifd__dense_head(float *out, const float *qkv, int n, int q0, int q1, int n_heads,
+                           int head_dim, int h, float scale, const ifd__dense_scratch_t *sc,
                            ifd_threadpool_t *tp)
 {
     const int64_t width = (int64_t)n_heads * head_dim, ld = 3 * width;
     for (int t = 0; t < n; t++) {
         const float *row = qkv + (int64_t)t * ld + (int64_t)h * head_dim;
-        memcpy(kh + (int64_t)t * head_dim, row + width, sizeof(float) * (size_t)head_dim);
+        memcpy(sc->kh + (int64_t)t * head_dim, row + width, sizeof(float) * (size_t)head_dim);
         for (int d = 0; d < head_dim; d++)
-            vt[(int64_t)d * n + t] = row[2 * width + d];
+            sc->vt[(int64_t)d * n + t] = row[2 * width + d];
     }
-    float *o = qh; /* the block's q rows are not needed after S: reuse them */
-    for (int r0 = 0; r0 < n; r0 += IFD__ATT_ROWS) {
-        const int m = n - r0 < IFD__ATT_ROWS ? n - r0 : IFD__ATT_ROWS;
+    int rc = ifd_cpu_matmul_pack(sc->kp, sc->kh, n, head_dim);
+    if (rc == 0)
+        rc = ifd_cpu_matmul_pack(sc->vp, sc->vt, head_dim, n);
+    float *qh = sc->qh, *o = sc->qh; /* the block's q rows are not needed after S */
+    for (int r0 = q0; r0 < q1 && rc == 0; r0 += IFD__ATT_ROWS) {
+        const int m = q1 - r0 < IFD__ATT_ROWS ? q1 - r0 : IFD__ATT_ROWS;
         for (int i = 0; i < m; i++) {
             const float *row = qkv + (int64_t)(r0 + i) * ld + (int64_t)h * head_dim;
             for (int d = 0; d < head_dim; d++)
                 qh[(int64_t)i * head_dim + d] = row[d] * scale;
         }
-        int rc = ifd_cpu_matmul_f32(s, qh, kh, m, n, head_dim, tp);
-        if (rc == 0)
-            rc = ifd_cpu_softmax(s, m, n);
-        if (rc == 0)
-            rc = ifd_cpu_matmul_f32(o, s, vt, m, head_dim, n, tp);
-        if (rc)
+        if ((rc = ifd_cpu_matmul_packed(sc->s, qh, sc->kp, m, n, head_dim, tp)) ||
+            (rc = ifd_cpu_softmax(sc->s, m, n)) ||
+            (rc = ifd_cpu_matmul_packed(o, sc->s, sc->vp, m, head_dim, n, tp)))
             return rc;
         for (int i = 0; i < m; i++)
             memcpy(out + (int64_t)(r0 + i) * width + (int64_t)h * head_dim,
                    o + (int64_t)i * head_dim, sizeof(float) * (size_t)head_dim);
     }
-    return 0;
+    return rc;
 }
 
-int ifd_cpu_dense_attention(float *out, const float *qkv, int n, int n_heads, int head_dim,
-                            float scale, ifd_threadpool_t *tp)
+/* 64-byte aligned floats (ifd_cpu_matmul_pack's requirement), or NULL. */
+static float *ifd__dense_alloc(int64_t floats)
 {
-    if (n <= 0 || n_heads <= 0 || head_dim <= 0)
+    const size_t bytes = ((size_t)floats * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+int ifd_cpu_dense_attention(float *out, const float *qkv, int n, int q0, int q1, int n_heads,
+                            int head_dim, float scale, ifd_threadpool_t *tp)
+{
+    if (n <= 0 || n_heads <= 0 || head_dim <= 0 || q0 < 0 || q1 < q0 || q1 > n)
         return IFD_EINVAL;
-    const int blk = n < IFD__ATT_ROWS ? n : IFD__ATT_ROWS;
-    float *kh = malloc(sizeof(float) * (size_t)n * (size_t)head_dim);
-    float *vt = malloc(sizeof(float) * (size_t)n * (size_t)head_dim);
-    float *qh = malloc(sizeof(float) * (size_t)blk * (size_t)head_dim);
-    float *s = malloc(sizeof(float) * (size_t)blk * (size_t)n);
-    int rc = kh && vt && qh && s ? 0 : IFD_ENOMEM;
+    if (q0 == q1)
+        return 0;
+    const int blk = q1 - q0 < IFD__ATT_ROWS ? q1 - q0 : IFD__ATT_ROWS;
+    const int64_t nd = (int64_t)n * head_dim;
+    ifd__dense_scratch_t sc = {
+        .kh = malloc(sizeof(float) * (size_t)nd),
+        .vt = malloc(sizeof(float) * (size_t)nd),
+        .kp = ifd__dense_alloc(ifd_cpu_matmul_packed_floats(n, head_dim)),
+        .vp = ifd__dense_alloc(ifd_cpu_matmul_packed_floats(head_dim, n)),
+        .qh = malloc(sizeof(float) * (size_t)blk * (size_t)head_dim),
+        .s = malloc(sizeof(float) * (size_t)blk * (size_t)n),
+    };
+    int rc = sc.kh && sc.vt && sc.kp && sc.vp && sc.qh && sc.s ? 0 : IFD_ENOMEM;
     for (int h = 0; h < n_heads && rc == 0; h++)
-        rc = ifd__dense_head(out, qkv, n, n_heads, head_dim, h, scale, kh, vt, qh, s, tp);
-    free(kh);
-    free(vt);
-    free(qh);
-    free(s);
+        rc = ifd__dense_head(out, qkv, n, q0, q1, n_heads, head_dim, h, scale, &sc, tp);
+    free(sc.kh);
+    free(sc.vt);
+    free(sc.kp);
+    free(sc.vp);
+    free(sc.qh);
+    free(sc.s);
     return rc;
 }

@@ -15,8 +15,10 @@
  * in tiles of 32 (one key per lane for the scores, one output dimension
  * per lane (and + 32, + 64, + 96) for the values) with an online softmax
  * (running max and sum per row, the accumulator rescaled when the max
- * grows). Grid: (ceil(n / ROWS), heads). A correct tiled kernel, not a
- * tuned one (no tensor cores).
+ * grows). Grid: (ceil((q1 − q0) / ROWS), heads) over the query rows
+ * [q0, q1). A row's arithmetic does not depend on the rows beside it, so a
+ * range gives the bits of the whole. A correct tiled kernel, not a tuned
+ * one (no tensor cores).
  */
 #include "vision.h"
 
@@ -149,15 +151,16 @@ enum {
 
 template <int OUT>
 __global__ void __launch_bounds__(AT_WARPS * 32)
-    dense_attn_kernel(void *out, const float *qkv, int n, int H, int D, float scale)
+    dense_attn_kernel(void *out, const float *qkv, int n, int q0, int q1, int H, int D,
+                      float scale)
 {
     __shared__ float ks[AT_KT][AT_DMAX + 1], vs[AT_KT][AT_DMAX], qs[AT_ROWS][AT_DMAX];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int h = blockIdx.y, r0 = blockIdx.x * AT_ROWS;
+    const int h = blockIdx.y, r0 = q0 + blockIdx.x * AT_ROWS;
     const int64_t width = (int64_t)H * D, ld = 3 * width;
     for (int i = tid; i < AT_ROWS * D; i += blockDim.x) {
         const int rr = i / D, d = i % D, t = r0 + rr;
-        qs[rr][d] = t < n ? __fmul_rn(qkv[t * ld + (int64_t)h * D + d], scale) : 0.0f;
+        qs[rr][d] = t < q1 ? __fmul_rn(qkv[t * ld + (int64_t)h * D + d], scale) : 0.0f;
     }
     float mx[AT_RPW], sum[AT_RPW], acc[AT_RPW][AT_DPL];
 #pragma unroll
@@ -207,7 +210,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 #pragma unroll
     for (int q = 0; q < AT_RPW; q++) {
         const int t = r0 + warp * AT_RPW + q;
-        if (t >= n)
+        if (t >= q1)
             continue;
 #pragma unroll
         for (int e = 0; e < AT_DPL; e++) {
@@ -288,25 +291,27 @@ extern "C" int ifd_cuda_avg_pool2d(float *IFD_CUDA_RESTRICT out, const float *IF
 }
 
 extern "C" int ifd_cuda_dense_attention(void *IFD_CUDA_RESTRICT out,
-                                        const float *IFD_CUDA_RESTRICT qkv, int n, int n_heads,
-                                        int head_dim, float scale, ifd_dtype_t out_dtype,
-                                        ifd_cuda_stream_t stream)
+                                        const float *IFD_CUDA_RESTRICT qkv, int n, int q0, int q1,
+                                        int n_heads, int head_dim, float scale,
+                                        ifd_dtype_t out_dtype, ifd_cuda_stream_t stream)
 {
-    if (n < 0 || n_heads <= 0 || head_dim <= 0 || !out || !qkv || n_heads > 65535)
+    if (n < 0 || n_heads <= 0 || head_dim <= 0 || !out || !qkv || n_heads > 65535 || q0 < 0 ||
+        q1 < q0 || q1 > n)
         return IFD_EINVAL;
     if (head_dim > AT_DMAX)
         return IFD_ENOTSUP;
-    void (*kern)(void *, const float *, int, int, int, float) =
+    void (*kern)(void *, const float *, int, int, int, int, int, float) =
         out_dtype == IFD_DTYPE_F32    ? dense_attn_kernel<IFD_DTYPE_F32>
         : out_dtype == IFD_DTYPE_BF16 ? dense_attn_kernel<IFD_DTYPE_BF16>
         : out_dtype == IFD_DTYPE_F16  ? dense_attn_kernel<IFD_DTYPE_F16>
                                       : nullptr;
     if (!kern)
         return IFD_ENOTSUP;
-    if (n == 0)
+    if (q0 == q1)
         return 0;
-    IFD_LAUNCH(kern, dim3((unsigned)((n + AT_ROWS - 1) / AT_ROWS), (unsigned)n_heads),
-               dim3(AT_WARPS * 32), 0, (cudaStream_t)stream, out, qkv, n, n_heads, head_dim, scale);
+    IFD_LAUNCH(kern, dim3((unsigned)((q1 - q0 + AT_ROWS - 1) / AT_ROWS), (unsigned)n_heads),
+               dim3(AT_WARPS * 32), 0, (cudaStream_t)stream, out, qkv, n, q0, q1, n_heads,
+               head_dim, scale);
     IFD_CUDA_CHECK_LAUNCH("dense_attn_kernel");
     return 0;
 }

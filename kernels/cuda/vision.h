@@ -58,7 +58,9 @@ int ifd_cuda_avg_pool2d(float *IFD_CUDA_RESTRICT out,     /* [(side/k)², channe
 #define IFD_CUDA_DENSE_MAX_HEAD_DIM 128
 
 /*
- * Dense bidirectional attention of one sequence of n tokens, every head:
+ * Dense bidirectional attention of one sequence of n tokens, every head, for
+ * the query rows t in [q0, q1) (0 <= q0 <= q1 <= n; other rows of out are
+ * untouched; a row's bits do not depend on the range):
  * out[t, h·D + d] = Σ_j softmax_j(scale · q_t · k_j) v_j[d], with q, k, v
  * the head's slices of qkv's rows (Q heads, then K, then V: ld 3·H·D, as
  * ifd_cpu_dense_attention). f32 arithmetic with an online softmax (q
@@ -69,8 +71,8 @@ int ifd_cuda_avg_pool2d(float *IFD_CUDA_RESTRICT out,     /* [(side/k)², channe
  */
 int ifd_cuda_dense_attention(void *IFD_CUDA_RESTRICT out,        /* [n, H·D] of out_dtype */
                              const float *IFD_CUDA_RESTRICT qkv, /* [n, 3·H·D] */
-                             int n, int n_heads, int head_dim, float scale, ifd_dtype_t out_dtype,
-                             ifd_cuda_stream_t stream);
+                             int n, int q0, int q1, int n_heads, int head_dim, float scale,
+                             ifd_dtype_t out_dtype, ifd_cuda_stream_t stream);
 
 IFD_CUDA_API_END
 

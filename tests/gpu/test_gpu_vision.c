@@ -202,16 +202,55 @@ static void attn_one(int n, int heads, int hd, ifd_dtype_t t)
     const float scale = 1.0f / sqrtf((float)hd);
     float *d_qkv = gt_dupload(qkv, (size_t)nq * 4);
     void *d_o = gt_dalloc_poison((size_t)no * (size_t)ifd_dtype_size(t));
-    int rc = ifd_cuda_dense_attention(d_o, d_qkv, n, heads, hd, scale, t, NULL);
+    int rc = ifd_cuda_dense_attention(d_o, d_qkv, n, 0, n, heads, hd, scale, t, NULL);
     GT_EXPECT(rc == 0, "ifd_cuda_dense_attention returned %d", rc);
     gt_sync();
-    GT_EXPECT(ifd_cpu_dense_attention(ref, qkv, n, heads, hd, scale, NULL) == 0, "cpu attention");
+    GT_EXPECT(ifd_cpu_dense_attention(ref, qkv, n, 0, n, heads, hd, scale, NULL) == 0,
+              "cpu attention");
     download_as_f32(got, d_o, t, no);
     const double e = gt_rel_l2(got, ref, no), tol = tol_for(t, 1e-5);
     GT_EXPECT(e <= tol, "dense attention n=%d heads=%d hd=%d %s: rel L2 %.3g > %.1g", n, heads, hd,
               dtype_name(t), e, tol);
     free(qkv), free(ref), free(got);
     gt_dfree(d_qkv), gt_dfree(d_o);
+}
+
+/* The query rows [q0, q1) alone: against the CPU reference there, the same
+ * bits as the whole call's rows, and the rows outside still the poison. */
+static void attn_range(int n, int heads, int hd, int q0, int q1)
+{
+    const int64_t w = (int64_t)heads * hd, nq = (int64_t)n * 3 * w, no = (int64_t)n * w;
+    float *qkv = gt_xmalloc((size_t)nq * 4), *ref = gt_xmalloc((size_t)no * 4);
+    float *got = gt_xmalloc((size_t)no * 4), *whole = gt_xmalloc((size_t)no * 4);
+    gt_fill_randn(qkv, nq, 1.5f);
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *d_qkv = gt_dupload(qkv, (size_t)nq * 4);
+    float *d_o = gt_dalloc((size_t)no * 4), *d_w = gt_dalloc((size_t)no * 4);
+    for (int64_t i = 0; i < no; i++)
+        got[i] = -7.0f;
+    gt_upload(d_o, got, (size_t)no * 4);
+    GT_EXPECT(ifd_cuda_dense_attention(d_o, d_qkv, n, q0, q1, heads, hd, scale, IFD_DTYPE_F32,
+                                       NULL) == 0,
+              "range [%d, %d) refused", q0, q1);
+    GT_EXPECT(ifd_cuda_dense_attention(d_w, d_qkv, n, 0, n, heads, hd, scale, IFD_DTYPE_F32,
+                                       NULL) == 0,
+              "whole refused");
+    gt_sync();
+    GT_EXPECT(ifd_cpu_dense_attention(ref, qkv, n, 0, n, heads, hd, scale, NULL) == 0,
+              "cpu attention");
+    gt_download(got, d_o, (size_t)no * 4);
+    gt_download(whole, d_w, (size_t)no * 4);
+    const int64_t a = (int64_t)q0 * w, b = (int64_t)q1 * w;
+    const double e = gt_rel_l2(got + a, ref + a, b - a);
+    GT_EXPECT(e <= 1e-5, "dense attention rows [%d, %d) of %d: rel L2 %.3g", q0, q1, n, e);
+    GT_EXPECT(memcmp(got + a, whole + a, (size_t)(b - a) * 4) == 0,
+              "rows [%d, %d) of %d differ from the whole call's", q0, q1, n);
+    int outside = 0;
+    for (int64_t i = 0; i < no; i++)
+        outside += (i < a || i >= b) && got[i] != -7.0f;
+    GT_EXPECT(outside == 0, "%d values outside [%d, %d) written", outside, q0, q1);
+    free(qkv), free(ref), free(got), free(whole);
+    gt_dfree(d_qkv), gt_dfree(d_o), gt_dfree(d_w);
 }
 
 static void test_dense_attention(void)
@@ -225,11 +264,17 @@ static void test_dense_attention(void)
     attn_one(small ? 47 : 1024, small ? 2 : 16, 72, IFD_DTYPE_F32);
     if (!small)
         attn_one(4096, 2, 72, IFD_DTYPE_BF16);
+    attn_range(64, 4, 16, 5, 37); /* the tiny model's shape, a range off the 16-row blocks */
+    attn_range(33, 2, 72, 32, 33);
     float *p = gt_dalloc(64), *q = gt_dalloc(64);
-    GT_EXPECT(ifd_cuda_dense_attention(p, q, 4, 1, 129, 1.0f, IFD_DTYPE_F32, NULL) == IFD_ENOTSUP,
+    GT_EXPECT(ifd_cuda_dense_attention(p, q, 4, 0, 4, 1, 129, 1.0f, IFD_DTYPE_F32, NULL) == IFD_ENOTSUP,
               "head_dim 129 accepted");
-    GT_EXPECT(ifd_cuda_dense_attention(p, q, 4, 0, 16, 1.0f, IFD_DTYPE_F32, NULL) == IFD_EINVAL,
+    GT_EXPECT(ifd_cuda_dense_attention(p, q, 4, 0, 4, 0, 16, 1.0f, IFD_DTYPE_F32, NULL) ==
+                  IFD_EINVAL,
               "0 heads accepted");
+    GT_EXPECT(ifd_cuda_dense_attention(p, q, 4, 3, 5, 1, 16, 1.0f, IFD_DTYPE_F32, NULL) ==
+                  IFD_EINVAL,
+              "a range past n accepted");
     gt_dfree(p), gt_dfree(q);
 }
 

@@ -502,7 +502,7 @@ START_TEST(test_dense_attention)
         const int64_t width = (int64_t)H * D;
         const float scale = 1.0f / sqrtf((float)D);
         float *qkv = rnd_array(n * 3 * width, -2, 2), *y = nan_array(n * width);
-        ck_assert_int_eq(ifd_cpu_dense_attention(y, qkv, n, H, D, scale, tp), 0);
+        ck_assert_int_eq(ifd_cpu_dense_attention(y, qkv, n, 0, n, H, D, scale, tp), 0);
         double *p = malloc(sizeof(double) * (size_t)n);
         ck_assert_ptr_nonnull(p);
         for (int i = 0; i < n; i++)
@@ -537,7 +537,38 @@ START_TEST(test_dense_attention)
         free(qkv), free(y), free(p);
     }
     float v = 0;
-    ck_assert_int_eq(ifd_cpu_dense_attention(&v, &v, 0, 1, 1, 1, tp), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_dense_attention(&v, &v, 0, 0, 0, 1, 1, 1, tp), IFD_EINVAL);
+    ifd_threadpool_destroy(tp);
+}
+END_TEST
+
+/* Query-row ranges that cover [0, n) give the whole call's bits (the vision
+ * encode's row-split steps rest on it); rows outside a range are untouched;
+ * a range outside [0, n] is refused. Ranges cross the 256-row block and
+ * the packed kernels' 16-row panels at odd places. */
+START_TEST(test_dense_attention_ranges)
+{
+    ifd_threadpool_t *tp = NULL;
+    ck_assert_int_eq(ifd_threadpool_create(&tp, 2), 0);
+    const int n = 300, H = 2, D = 24, cuts[] = {0, 1, 7, 40, 263, 299, 300};
+    const int64_t width = (int64_t)H * D;
+    float *qkv = rnd_array(n * 3 * width, -2, 2), *whole = nan_array(n * width);
+    float *parts = nan_array(n * width);
+    ck_assert_int_eq(ifd_cpu_dense_attention(whole, qkv, n, 0, n, H, D, 0.3f, tp), 0);
+    for (size_t i = 0; i + 1 < sizeof cuts / sizeof *cuts; i++) {
+        ck_assert_int_eq(
+            ifd_cpu_dense_attention(parts, qkv, n, cuts[i], cuts[i + 1], H, D, 0.3f, tp), 0);
+        for (int64_t j = (int64_t)cuts[i + 1] * width; j < n * width; j++)
+            ck_assert_msg(isnan(parts[j]), "row %lld written before its range",
+                          (long long)(j / width));
+    }
+    ck_assert_int_eq(memcmp(whole, parts, sizeof(float) * (size_t)(n * width)), 0);
+    ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 5, 5, H, D, 0.3f, tp), 0);
+    ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 5, 4, H, D, 0.3f, tp), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, -1, 4, H, D, 0.3f, tp), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 0, n + 1, H, D, 0.3f, tp),
+                     IFD_EINVAL);
+    free(qkv), free(whole), free(parts);
     ifd_threadpool_destroy(tp);
 }
 END_TEST
@@ -548,7 +579,8 @@ static Suite *cpu_kernels_suite(void)
     ifd_test_case(s, "core", 120,
                   IFD_TESTS(test_dtype_size, test_matmul_shapes, test_matmul_model_shapes,
                             test_matmul_edges, test_rmsnorm, test_rope, test_softmax, test_glu,
-                            test_layernorm, test_avg_pool2d, test_dense_attention));
+                            test_layernorm, test_avg_pool2d, test_dense_attention,
+                            test_dense_attention_ranges));
     return s;
 }
 

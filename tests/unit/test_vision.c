@@ -195,8 +195,48 @@ START_TEST(test_encode_f16)
 }
 END_TEST
 
+/* pv encoded with ifd_vision_encode_step_flops(budget) calls (every other
+ * one ifd_vision_encode_step(1) when mixed) into features / tower; the
+ * number of calls. Each call's FLOPs stay within the budget unless it ran
+ * only the smallest piece (16 rows or the tail); they add up to
+ * ifd_vision_encode_flops. */
+static int budget_steps(ifd_vision_t *v, const float *pv, double budget, bool mixed,
+                        float *features, float *tower)
+{
+    const ifd_vision_config_t *c = ifd_vision_config(v);
+    const double W = c->n_embd, F = c->n_ff, n = 64;
+    const double smallest = 16 * 2 * W * 3 * W; /* the costliest 16-row piece: q|k|v */
+    const double tail = 2.0 * (double)c->tokens_per_image * W * (double)c->text_embd;
+    ifd_vision_enc_t *e = NULL;
+    ck_assert_int_eq(ifd_vision_encode_begin(&e, v, pv), 0);
+    int calls = 0, rc;
+    double sum = 0, done = 0;
+    do {
+        if (mixed && calls % 2) {
+            rc = ifd_vision_encode_step(e, 1);
+        } else {
+            rc = ifd_vision_encode_step_flops(e, budget, &done);
+            ck_assert_msg(done <= budget || done <= smallest || done == tail,
+                          "%g FLOPs in a step of %g", done, budget);
+            ck_assert(done > 0);
+            sum += done;
+        }
+        calls++;
+    } while (rc == 0);
+    ck_assert_int_eq(rc, 1);
+    if (!mixed) {
+        const double total = ifd_vision_encode_flops(v);
+        ck_assert_msg(fabs(sum - total) <= 1e-9 * total, "%g FLOPs of %g", sum, total);
+        ck_assert(total == 2 * n * (2 * W * 3 * W + 4 * n * W + 2 * W * W + 4 * W * F) + tail);
+    }
+    memset(features, 0xff, 16 * 64 * sizeof(float));
+    ck_assert_int_eq(ifd_vision_encode_end(e, features, tower), 0);
+    return calls;
+}
+
 /* The encode in phases (vision.h, ifd_vision_encode_begin / _step / _end):
- * the same bits as ifd_vision_encode in steps of 1, 3 and all phases, for
+ * the same bits as ifd_vision_encode in steps of 1, 3 and all phases, and
+ * in row pieces bounded by FLOPs (_step_flops), for
  * the f32 and the bf16 weights; ending early is IFD_EINVAL, abandoning an
  * encode midway frees it (ASan's leak check), two encodes may interleave. */
 static void check_phases(const char *sub)
@@ -233,6 +273,16 @@ static void check_phases(const char *sub)
                       steps[k]);
         ck_assert(memcmp(got_t, want_t, nt * sizeof(float)) == 0);
     }
+    /* bounded by FLOPs: the same bits (budget_steps) */
+    ck_assert_int_eq(budget_steps(v, pv0, 0, false, got, got_t), 4 * 2 * (64 / 16) + 1);
+    ck_assert(memcmp(got, want, nf * sizeof(float)) == 0 && memcmp(got_t, want_t, nt * 4) == 0);
+    const int some = budget_steps(v, pv0, 2e6, false, got, got_t);
+    ck_assert_msg(some > 1 && some < 33, "%d steps of 2 MFLOP", some);
+    ck_assert(memcmp(got, want, nf * sizeof(float)) == 0 && memcmp(got_t, want_t, nt * 4) == 0);
+    ck_assert_int_eq(budget_steps(v, pv0, 1e12, false, got, got_t), 1);
+    ck_assert(memcmp(got, want, nf * sizeof(float)) == 0 && memcmp(got_t, want_t, nt * 4) == 0);
+    ck_assert_int_gt(budget_steps(v, pv0, 3e5, true, got, got_t), 10);
+    ck_assert(memcmp(got, want, nf * sizeof(float)) == 0 && memcmp(got_t, want_t, nt * 4) == 0);
     /* two encodes interleaved, each its own bits */
     float *want1 = malloc(nf * sizeof(float)), *got1 = malloc(nf * sizeof(float));
     ck_assert_int_eq(ifd_vision_encode(v, pv1, want1, NULL), 0);
