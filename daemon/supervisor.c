@@ -81,6 +81,7 @@ struct ifd_sup {
     char kv_disk[24];      /* --kv-cache-disk-bytes' text */
     char kv_host[24];      /* --kv-cache-host-bytes' text, or "" */
     char image_cache[16];  /* --image-cache-mb's text, or "" */
+    char vision_step[16];  /* --vision-step-ms' text, or "" */
     int *gpus;             /* [n] GPU ids, or NULL for CPU workers */
     char seed[24];         /* --weights-seed's text */
     ifd_sup_callbacks_t cb;
@@ -910,6 +911,10 @@ static void ifd__spawn(ifd__worker_t *w)
         args[a++] = (char *)"--image-cache-mb";
         args[a++] = s->image_cache;
     }
+    if (s->vision_step[0]) {
+        args[a++] = (char *)"--vision-step-ms";
+        args[a++] = s->vision_step;
+    }
     args[a] = NULL;
     uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_IGNORE;
@@ -1134,6 +1139,8 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
         snprintf(s->kv_host, sizeof s->kv_host, "%llu", (unsigned long long)p->kv_cache_host_bytes);
     if (p->image_cache_mb)
         snprintf(s->image_cache, sizeof s->image_cache, "%u", p->image_cache_mb);
+    if (p->vision_step_ms)
+        snprintf(s->vision_step, sizeof s->vision_step, "%u", p->vision_step_ms);
     bool gpu = strcmp(s->backend ? s->backend : "", "cpu") != 0;
     if (gpu && p->gpus && (s->gpus = calloc((size_t)p->n_workers, sizeof *s->gpus)))
         memcpy(s->gpus, p->gpus, (size_t)p->n_workers * sizeof *s->gpus);

@@ -38,6 +38,8 @@
 #include "log.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -299,20 +301,45 @@ static int32_t ifd__image_key(int32_t tok, const uint64_t h[2], int32_t j)
     return (int32_t)(0x80000000u | (uint32_t)x);
 }
 
-/* r's images follow engine.h's rules for this engine. */
-static bool ifd__images_ok(const ifd_engine_t *e, const ifd_engine_request_t *r)
+/* IFD_EINVAL, with the reason formatted into why (n bytes) when why is not
+ * NULL. */
+__attribute__((format(printf, 3, 4))) static int ifd__why(char *why, size_t n, const char *fmt,
+                                                           ...)
 {
-    if (!r->images || r->n_images < 0 || e->model.n_embd <= 0 || r->prompt_logprobs > 0)
-        return false;
+    if (why && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, n, fmt, ap);
+        va_end(ap);
+    }
+    return IFD_EINVAL;
+}
+
+/* r's images follow engine.h's rules for this engine: 0, or IFD_EINVAL
+ * with the broken rule in why. */
+static int ifd__images_check(const ifd_engine_t *e, const ifd_engine_request_t *r, char *why,
+                             size_t n)
+{
+    if (!r->images || r->n_images < 0)
+        return ifd__why(why, n, "bad image list");
+    if (e->model.n_embd <= 0)
+        return ifd__why(why, n, "the model takes no image rows");
+    if (r->prompt_logprobs > 0)
+        return ifd__why(why, n, "prompt_logprobs with images");
     int32_t end = 0;
     for (int32_t i = 0; i < r->n_images; i++) {
         const ifd_engine_image_t *im = &r->images[i];
-        if (im->start < end || im->len < 1 || im->len > e->p.max_batched_tokens ||
-            im->start > r->n_prompt - im->len || !im->embd)
-            return false;
+        if (im->len > e->p.max_batched_tokens)
+            return ifd__why(why, n,
+                            "image %d has %d tokens, more than max_batched_tokens (%d): one "
+                            "image is prefilled in one step",
+                            (int)i, (int)im->len, (int)e->p.max_batched_tokens);
+        if (im->start < end || im->len < 1 || im->start > r->n_prompt - im->len || !im->embd)
+            return ifd__why(why, n, "image %d is not inside the prompt after the one before",
+                            (int)i);
         end = im->start + im->len;
     }
-    return true;
+    return 0;
 }
 
 /* Copies r's images (rows included) into s and derives s->keys (cap_tokens,
@@ -668,28 +695,35 @@ static int ifd__sample_seq(ifd_engine_t *e, ifd__seq_t *s, const float *lg,
     return ifd_sampler_sample(e->sampler, &s->sampling, lg, h, (uint64_t)s->n_tokens, res);
 }
 
-int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
+int ifd_engine_check(const ifd_engine_t *e, const ifd_engine_request_t *r, char *why, size_t n)
 {
     if (!r || !r->prompt || r->n_prompt < 1 || r->n_generated < 0 ||
         (r->n_generated > 0 && !r->generated) || r->max_tokens < 1 || r->n_stop_ids < 0 ||
         r->prompt_logprobs < 0 || r->prompt_logprobs > 1 + e->model.n_vocab)
-        return IFD_EINVAL;
+        return ifd__why(why, n, "invalid request (tokens, length or sampling parameters)");
     int64_t len = (int64_t)r->n_prompt + r->n_generated;
     if (len >= e->model.n_ctx)
-        return IFD_EINVAL;
+        return ifd__why(why, n, "%lld tokens do not fit the context (%d)", (long long)len,
+                        (int)e->model.n_ctx);
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= e->model.n_vocab)
-            return IFD_EINVAL;
+            return ifd__why(why, n, "prompt token %d is not in the vocabulary", (int)i);
     for (int32_t i = 0; i < r->n_generated; i++)
         if (r->generated[i] < 0 || r->generated[i] >= e->model.n_vocab)
-            return IFD_EINVAL;
+            return ifd__why(why, n, "generated token %d is not in the vocabulary", (int)i);
     ifd_sampling_params_t chk = r->sampling; /* with the logprob ids it will take */
     chk.lp_ids = r->lp_ids;
     chk.n_lp_ids = r->n_lp_ids;
     if (ifd_sampling_params_check(&chk, e->model.n_vocab) != 0)
+        return ifd__why(why, n, "invalid sampling parameters");
+    return r->n_images ? ifd__images_check(e, r, why, n) : 0;
+}
+
+int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
+{
+    if (ifd_engine_check(e, r, NULL, 0))
         return IFD_EINVAL;
-    if (r->n_images && !ifd__images_ok(e, r))
-        return IFD_EINVAL;
+    int64_t len = (int64_t)r->n_prompt + r->n_generated;
     if (ifd__find(e, r->id, NULL, NULL))
         return IFD_EEXIST;
     ifd__seq_t *s = calloc(1, sizeof *s);

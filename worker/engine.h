@@ -332,6 +332,10 @@ void ifd_engine_destroy(ifd_engine_t *e);
  * IFD_ENOMEM. A request that cannot fit the pool even alone finishes with
  * IFD_FINISH_ERROR at its first scheduling. */
 int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r);
+/* ifd_engine_add's checks of r alone (no id, no memory): 0, or IFD_EINVAL
+ * with the first broken rule, for the client, in why (n bytes; why may be
+ * NULL), e.g. an image longer than max_batched_tokens. */
+int ifd_engine_check(const ifd_engine_t *e, const ifd_engine_request_t *r, char *why, size_t n);
 
 /* Cancels a queued or running request: it finishes with
  * IFD_FINISH_CANCELLED at the start of the next step (its blocks return to

@@ -415,9 +415,11 @@ static void ifd__start_request(ifd__srv_t *s, const ifd_wire_add_t *a,
         rc = ifd_engine_add(s->eng, &r);
         if (rc) {
             ifd_constraint_destroy(r.sampling.constraint); /* not taken over */
-            snprintf(gerr, sizeof gerr, "%s",
-                     rc == IFD_EEXIST ? "duplicate request id"
-                                      : "invalid request (tokens, length or sampling parameters)");
+            if (rc == IFD_EEXIST)
+                snprintf(gerr, sizeof gerr, "duplicate request id");
+            else if (rc != IFD_EINVAL || !ifd_engine_check(s->eng, &r, gerr, sizeof gerr))
+                snprintf(gerr, sizeof gerr, "invalid request (tokens, length or sampling "
+                                            "parameters)");
         }
     }
     if (rc)
@@ -739,7 +741,9 @@ static int ifd__load_vision(ifd__srv_t *s, const ifd_serve_opts_t *o, const char
         .tok = s->tok,
         .text_embd = ifd_model_config(s->model)->n_embd,
         .cache_bytes = o->image_cache_bytes ? o->image_cache_bytes
-                                            : (uint64_t)IFD_SERVE_VISION_CACHE_MB << 20};
+                                            : (uint64_t)IFD_SERVE_VISION_CACHE_MB << 20,
+        .step_ms = o->vision_step_ms ? o->vision_step_ms : IFD_SERVE_VISION_STEP_MS,
+        .step_flops = o->vision_step_flops};
     int rc = ifd_serve_vision_create(&s->vis, &vp, s->be, s->err, sizeof s->err);
     return rc ? ifd__fatal(s, rc, s->err) : 0;
 }

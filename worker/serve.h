@@ -57,6 +57,8 @@ typedef struct {
     const char *mmproj_path;      /* overrides HELLO's mmproj_path when set (serve_vision.h) */
     uint64_t image_cache_bytes;   /* the image embedding cache's bound; 0: the default */
     uint64_t kv_cache_host_bytes; /* the host-RAM tier's bound (kvpool/kvhost.h); 0: none */
+    uint32_t vision_step_ms;      /* an encode's time per serve-loop iteration; 0: the default */
+    double vision_step_flops;     /* > 0: a fixed FLOP budget per iteration instead */
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

@@ -3,8 +3,9 @@
  *
  * One encode at a time: the queue's first job's next picture without
  * cached rows. Its pixels are normalized into a float buffer for
- * ifd_vision_encode_begin (which uploads them), each later call runs one
- * phase, and the finished rows go into the job and the cache.
+ * ifd_vision_encode_begin (which uploads them), each later call runs a
+ * budget of it (step_ms at the measured rate, or one phase), and the
+ * finished rows go into the job and the cache.
  */
 #include "serve_vision.h"
 
@@ -32,6 +33,9 @@ struct ifd_serve_vision {
     uint32_t n_jobs;
     ifd_vision_enc_t *enc; /* the head job's picture `done` being encoded, or NULL */
     double enc_t0;
+    uint32_t step_ms;    /* params' (0: a phase per step) */
+    double step_flops;   /* params' (> 0: a fixed budget) */
+    double flops_per_ms; /* the encode's measured rate (0: none yet) */
 };
 
 static double ifd__sv_now_ms(void)
@@ -167,6 +171,8 @@ int ifd_serve_vision_create(ifd_serve_vision_t **out, const ifd_serve_vision_par
     if (!v)
         return ifd_fail_msg(err, errlen, IFD_ENOMEM, "out of memory");
     v->be = be;
+    v->step_ms = p->step_ms;
+    v->step_flops = p->step_flops;
     int rc = ifd__sv_load(v, p, err, errlen);
     if (rc) {
         const bool none = rc == IFD_ENOTFOUND && !err[0]; /* a text model: nothing to report */
@@ -327,11 +333,31 @@ static int ifd__sv_begin(ifd_serve_vision_t *v, ifd_serve_vision_job_t *j)
     return rc;
 }
 
-/* One phase of the current encode; when it completes, the rows go to the
+/* One step's budget of the current encode: step_flops, or step_ms at the
+ * rate the previous steps ran (kept as the mean of the last and the new
+ * rate), or a phase. */
+static int ifd__sv_encode_step(ifd_serve_vision_t *v)
+{
+    if (v->step_flops > 0)
+        return ifd_vision_encode_step_flops(v->enc, v->step_flops, NULL);
+    if (!v->step_ms)
+        return ifd_vision_encode_step(v->enc, 1);
+    const double t0 = ifd__sv_now_ms();
+    double done = 0;
+    int rc = ifd_vision_encode_step_flops(v->enc, v->flops_per_ms * v->step_ms, &done);
+    const double ms = ifd__sv_now_ms() - t0;
+    if (rc >= 0 && ms > 0.05) {
+        const double rate = done / ms;
+        v->flops_per_ms = v->flops_per_ms > 0 ? 0.5 * (v->flops_per_ms + rate) : rate;
+    }
+    return rc;
+}
+
+/* One step of the current encode; when it completes, the rows go to the
  * job and the cache. */
 static int ifd__sv_phase(ifd_serve_vision_t *v, ifd_serve_vision_job_t *j)
 {
-    int rc = ifd_vision_encode_step(v->enc, 1);
+    int rc = ifd__sv_encode_step(v);
     if (rc <= 0)
         return rc;
     ifd_engine_image_t *img = &j->images[j->done];

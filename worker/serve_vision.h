@@ -18,7 +18,8 @@
  * id, in order and disjoint) and queues it, taking the frame over;
  * ifd_serve_vision_step, called between engine steps, does one bounded
  * piece of the queue's work — a cache lookup costs nothing, an encode runs
- * one phase (vision.h: at most one encoder layer's attention) per call — and
+ * about step_ms of work per call (the picture's normalization and patch
+ * embedding, ifd_vision_encode_begin, are one call's piece, not split) — and
  * returns a job once all its pictures have rows, for the caller to give the
  * engine (ifd_engine_request_t.images). Requests wait in arrival order; a
  * cancelled one leaves the queue (ifd_serve_vision_cancel).
@@ -47,7 +48,16 @@ typedef struct {
     const ifd_tokenizer_t *tok; /* the text model's: an mmproj's special ids; may be NULL */
     uint32_t text_embd;         /* the text model's width: the tower's output must match */
     uint64_t cache_bytes;       /* the embedding cache's bound (image_cache.h) */
+    /* An encode's time per step call, the pause an engine step waits: the
+     * FLOPs of ifd_vision_encode_step_flops from the rate the previous
+     * calls measured (the first call of the worker's first encode runs the
+     * smallest piece, 16 rows). 0: one whole phase per call (vision.h). */
+    uint32_t step_ms;
+    double step_flops; /* > 0: this fixed budget per call instead of step_ms (tests) */
 } ifd_serve_vision_params_t;
+
+/* The default step_ms of the worker (--vision-step-ms). */
+#define IFD_SERVE_VISION_STEP_MS 50u
 
 /* The default embedding cache bound: 256 MiB (100 pictures of Gemma 3 4B's
  * 256 × 2560 floats). */

@@ -532,10 +532,9 @@ static int ifd__encode_layer_phase(ifd_vision_t *v, ifd_act_t *act, int n, uint3
     if (k == PH_ATTN) /* every key: the whole q|k|v, the rows' part of the output */
         return o->dense_attention(be, &act[A_ATT], &act[A_QKV], n, r0, r1, (int)c->n_head,
                                   (int)c->head_dim, scale);
-    ifd_act_t a[A_N];
+    ifd_act_t a[A_N]; /* the patch-row activations from row r0 on */
     for (int i = 0; i < A_N; i++)
-        if (act[i].data)
-            a[i] = ifd__rows(&act[i], ifd__acts[i].rows == R_PATCHES ? r0 : 0);
+        a[i] = ifd__rows(&act[i], ifd__acts[i].rows == R_PATCHES ? r0 : 0);
     int rc = 0;
     switch (k) {
     case PH_LN1_QKV:

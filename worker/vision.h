@@ -87,11 +87,13 @@ int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *feature
  * + LN2 + fc1 + gelu; fc2), and the tail (post_layernorm and the
  * projector) — run in order by _step. Every layer phase is row-local (the
  * attention per query row, over all keys), so _step_flops runs it in
- * pieces of patch rows: the same backend calls on row ranges, and as every
- * op's row is computed the same whatever the rows around it (backend.h:
- * batch invariance, dense_attention's ranges), the same bits as
- * ifd_vision_encode (which is begin, one step of every phase, end) however
- * the encode is split.
+ * pieces of patch rows: the same backend calls on row ranges. Where every
+ * op computes a row the same whatever the rows around it (backend.h: batch
+ * invariance, dense_attention's ranges; the CPU backend, bit for bit) that
+ * gives the bits of ifd_vision_encode (which is begin, one step of every
+ * phase, end) however the encode is split; on CUDA the projections'
+ * cuBLASLt algorithm is chosen per row count, so pieces agree with the
+ * whole to rounding (whole phases, _step, keep the bits).
  *
  * Sizes (the 4B tower, ifd_vision_encode_flops ≈ 5.4 TFLOP): a whole phase
  * is up to one layer's attention (≈ 77 GFLOP: seconds on a few CPU cores);

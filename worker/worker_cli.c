@@ -48,6 +48,7 @@ static void ifd__usage(FILE *f)
             "                     [--kv-cache-dir DIR --kv-cache-disk-bytes N]\n"
             "                     [--kv-cache-host-bytes N]\n"
             "                     [--mmproj FILE] [--image-cache-mb N]\n"
+            "                     [--vision-step-ms N] [--vision-step-flops F]\n"
             "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
             "                     --random-weights F --model TOKENIZER) [probe options]\n"
             "       inferd-worker --devices\n"
@@ -65,6 +66,9 @@ static void ifd__usage(FILE *f)
             "                        model (overrides HELLO's; one that cannot load fails the\n"
             "                        start); without it a Gemma 3 directory's own tower, if any\n"
             "    --image-cache-mb N  the image embedding cache's bound (default 256)\n"
+            "    --vision-step-ms N  an image encode's share of a serve-loop iteration, the\n"
+            "                        pause a decode step sees (default 50; docs/vision.md)\n"
+            "    --vision-step-flops F  a fixed FLOP budget per iteration instead (F >= 1)\n"
             "  --kv-probe            load the model onto the GPU, then print as JSON how many KV\n"
             "                        blocks fit (what inferd --gpus runs per GPU at start-up):\n"
             "    --gpu-memory-fraction F  of the device's total memory (default 0.90)\n"
@@ -161,6 +165,8 @@ typedef struct {
     const char *mmproj;           /* --serve: the vision tower's mmproj GGUF, or NULL */
     uint64_t image_cache_mb;      /* --serve: the image embedding cache's bound; 0 default */
     uint64_t kv_cache_host_bytes; /* --serve: a GPU worker's host-RAM tier (kvhost.h); 0 off */
+    uint32_t vision_step_ms;      /* --serve: an encode's time per iteration; 0 default */
+    double vision_step_flops;     /* --serve: a fixed budget instead; 0 none */
 } ifd__gen_opts_t;
 
 typedef struct {
@@ -675,6 +681,8 @@ enum {
     OPT_IMAGE_EMBD,
     OPT_MMPROJ,
     OPT_IMAGE_CACHE_MB,
+    OPT_VISION_STEP_MS,
+    OPT_VISION_STEP_FLOPS,
     OPT_WEIGHTS,
     OPT_SERVE,
     OPT_FD,
@@ -941,6 +949,28 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         go->image_cache_mb = v;
         break;
     }
+    case OPT_VISION_STEP_MS: {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(arg, &end, 10);
+        if (errno || end == arg || *end || v == 0 || v > 60000) {
+            fprintf(stderr, "inferd-worker: bad --vision-step-ms '%s' (1 to 60000)\n", arg);
+            return 2;
+        }
+        go->vision_step_ms = (uint32_t)v;
+        break;
+    }
+    case OPT_VISION_STEP_FLOPS: {
+        char *end;
+        errno = 0;
+        double v = strtod(arg, &end);
+        if (errno || end == arg || *end || !(v >= 1 && v <= 1e18)) {
+            fprintf(stderr, "inferd-worker: bad --vision-step-flops '%s' (1 to 1e18)\n", arg);
+            return 2;
+        }
+        go->vision_step_flops = v;
+        break;
+    }
     case OPT_IGNORE_EOS:
         go->ignore_eos = true;
         break;
@@ -1002,7 +1032,8 @@ static int ifd__run_mode(ifd__cli_t *cli)
                                go->weights,        go->shape,        go->weights_seed,
                                go->kv_cache_dir,   go->kv_cache_disk_bytes,
                                go->mmproj,         go->image_cache_mb << 20,
-                               go->kv_cache_host_bytes};
+                               go->kv_cache_host_bytes, go->vision_step_ms,
+                               go->vision_step_flops};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -1074,6 +1105,8 @@ int ifd_worker_main(int argc, char **argv)
         {"kv-cache-dir", required_argument, NULL, OPT_KV_CACHE_DIR},
         {"mmproj", required_argument, NULL, OPT_MMPROJ},
         {"image-cache-mb", required_argument, NULL, OPT_IMAGE_CACHE_MB},
+        {"vision-step-ms", required_argument, NULL, OPT_VISION_STEP_MS},
+        {"vision-step-flops", required_argument, NULL, OPT_VISION_STEP_FLOPS},
         {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
         {"kv-cache-host-bytes", required_argument, NULL, OPT_KV_CACHE_HOST},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},

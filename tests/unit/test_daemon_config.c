@@ -179,15 +179,19 @@ START_TEST(test_mmproj_key)
     ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
     ck_assert_str_eq(c.mmproj, "");
     ck_assert_int_eq(c.image_cache_mb, 256);
+    ck_assert_int_eq(c.vision_step_ms, 50);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
-    ck_assert_int_eq(parse(&c, &cli, err, 4, "--mmproj", "/m/mmproj-f16.gguf",
-                           "--image-cache-mb", "64"),
+    ck_assert_int_eq(parse(&c, &cli, err, 6, "--mmproj", "/m/mmproj-f16.gguf",
+                           "--image-cache-mb", "64", "--vision-step-ms", "20"),
                      0);
     ck_assert_str_eq(c.mmproj, "/m/mmproj-f16.gguf");
     ck_assert_int_eq(c.image_cache_mb, 64);
+    ck_assert_int_eq(c.vision_step_ms, 20);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--vision-step-ms", "0"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "range"));
     const char *path = write_tmp("{\"mmproj\": \"vision.gguf\"}");
     ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), 0);
     ck_assert_str_eq(c.mmproj, "vision.gguf");

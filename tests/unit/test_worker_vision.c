@@ -177,10 +177,19 @@ static int read_msg(wk_t *w, ifd_wire_msg_t *m)
     }
 }
 
+/* A worker's settings beyond its model: --vision-step-flops (NULL: the
+ * worker's default budget) and HELLO's max_batched_tokens and max_seqs (0:
+ * the worker's defaults). */
+typedef struct {
+    const char *step_flops;
+    uint32_t max_batched_tokens, max_seqs;
+} wk_opts_t;
+
 /* Starts a worker serving dir (HELLO's mmproj_path: mmproj) with its log in
  * dir/worker.log; the first frame it answers goes to *first (READY, or the
  * ERROR of a failed start). */
-static void start_worker(wk_t *w, const char *dir, const char *mmproj, ifd_wire_msg_t *first)
+static void start_worker_with(wk_t *w, const char *dir, const char *mmproj, const wk_opts_t *o,
+                              ifd_wire_msg_t *first)
 {
     memset(w, 0, sizeof *w);
     char err[512];
@@ -202,7 +211,11 @@ static void start_worker(wk_t *w, const char *dir, const char *mmproj, ifd_wire_
         int lf = open(w->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (lf >= 0)
             dup2(lf, 2);
-        execl(worker_bin, worker_bin, "--serve", "--fd", "3", "--threads", "1", (char *)NULL);
+        if (o->step_flops)
+            execl(worker_bin, worker_bin, "--serve", "--fd", "3", "--threads", "1",
+                  "--vision-step-flops", o->step_flops, (char *)NULL);
+        else
+            execl(worker_bin, worker_bin, "--serve", "--fd", "3", "--threads", "1", (char *)NULL);
         _exit(127);
     }
     close(sv[1]);
@@ -214,6 +227,8 @@ static void start_worker(wk_t *w, const char *dir, const char *mmproj, ifd_wire_
     h->mmproj_path = (char *)mmproj;
     h->backend = (char *)"cpu";
     h->device = -1;
+    h->max_batched_tokens = o->max_batched_tokens;
+    h->max_seqs = o->max_seqs;
     h->n_fds = 2;
     h->kv.n_layers = (uint32_t)kp.n_layers;
     h->kv.n_kv_heads = (uint32_t)kp.n_kv_heads;
@@ -229,6 +244,12 @@ static void start_worker(wk_t *w, const char *dir, const char *mmproj, ifd_wire_
     ifd_buf_free(&b);
     ifd_wire_reader_init(&w->rd, 0);
     ck_assert_int_eq(read_msg(w, first), 1);
+}
+
+static void start_worker(wk_t *w, const char *dir, const char *mmproj, ifd_wire_msg_t *first)
+{
+    const wk_opts_t o = {0};
+    start_worker_with(w, dir, mmproj, &o, first);
 }
 
 /* SHUTDOWN (unless the worker ends by itself: a failed start, a DRAIN), its
@@ -388,7 +409,9 @@ START_TEST(test_oracle_cache_steps_errors)
     make_model_dir(dir, sizeof dir, NULL);
     wk_t w;
     ifd_wire_msg_t ready;
-    start_worker(&w, dir, NULL, &ready);
+    /* 400 kFLOP a step: the tiny tower's phases in 16- and 32-row pieces */
+    const wk_opts_t o = {.step_flops = "400000"};
+    start_worker_with(&w, dir, NULL, &o, &ready);
     ck_assert_int_eq(ready.type, IFD_WIRE_READY);
     const ifd_wire_vision_t *v = &ready.u.ready.vision;
     ck_assert_uint_eq(v->tokens_per_image, TOKENS);
@@ -484,21 +507,23 @@ START_TEST(test_oracle_cache_steps_errors)
     ifd_wire_image_t img1 = img0;
     img1.pixels = px1;
     img1.hash_lo = 0xa1;
-    const ifd_wire_msg_t both[2] = {add_msg(3, text, 8, NULL, 0, 30, true),
+    const ifd_wire_msg_t both[2] = {add_msg(3, text, 8, NULL, 0, 60, true),
                                     add_msg(4, ids, n, &img1, 1, 2, true)};
     send_msgs(&w, both, 2); /* one write: the worker reads both before its next step */
     want[3] = want[4] = true;
     collect(&w, res, want, MAX_ID);
     ck_assert_msg(!res[4].error, "%s", res[4].message);
-    ck_assert_int_eq(res[3].n_tok, 30);
+    ck_assert_int_eq(res[3].n_tok, 60);
     ck_assert_int_eq(res[4].n_tok, 2);
-    for (int t = 1; t < 30; t++) /* one token per step: never stalled */
+    for (int t = 1; t < 60; t++) /* one token per step: never stalled */
         ck_assert_uint_eq(res[3].step[t], res[3].step[t - 1] + 1);
-    /* the tiny tower's 10 phases: the first with the ADD, one per step after */
+    /* the patch embedding with the ADD, then per step at most 400 kFLOP or
+     * one 16-row piece: each layer's q|k|v, attention and out + fc1 in 4
+     * steps, fc2 in 2, the tail in 1 (29 steps; the 10 phases were 9) */
     fprintf(stderr, "text request from step %llu, image request's first token at step %llu\n",
             (unsigned long long)res[3].step[0], (unsigned long long)res[4].step[0]);
-    ck_assert_uint_ge(res[4].step[0], res[3].step[0] + 9);
-    ck_assert_uint_le(res[4].step[0], res[3].step[29]); /* and it ran beside it */
+    ck_assert_uint_ge(res[4].step[0], res[3].step[0] + 29);
+    ck_assert_uint_le(res[4].step[0], res[3].step[59]); /* and it ran beside it */
     ck_assert_int_eq(count_in_file(w.log, "encoded in"), 2);
 
     /* 5-8: bad pictures, then 9: cancelled while its picture waits */
@@ -565,6 +590,55 @@ START_TEST(test_oracle_cache_steps_errors)
     ifd_safetensors_close(st);
     free(px0);
     free(px1);
+    remove_model_dir(dir);
+}
+END_TEST
+
+/* The engine refusing a request after its picture was encoded: a
+ * max_batched_tokens (8) below the picture's 16 tokens (one picture is
+ * prefilled in one step). The refusal names the cause, not "invalid
+ * request"; the worker goes on serving. */
+START_TEST(test_refusal_names_cause)
+{
+    char dir[64];
+    make_model_dir(dir, sizeof dir, NULL);
+    wk_t w;
+    ifd_wire_msg_t ready;
+    const wk_opts_t o = {.max_batched_tokens = 8, .max_seqs = 4};
+    start_worker_with(&w, dir, NULL, &o, &ready);
+    ck_assert_int_eq(ready.type, IFD_WIRE_READY);
+    ifd_wire_msg_free(&ready);
+    ifd_wire_msg_t ll = {.type = IFD_WIRE_LOG_LEVEL};
+    ll.u.log_level.level = 3; /* debug: the encode is logged */
+    send_msg(&w, &ll);
+    const ifd_image_prep_t prep = read_prep();
+    uint8_t *px = picture(0, &prep);
+    int32_t ids[25];
+    for (int i = 0; i < 25; i++)
+        ids[i] = i >= 5 && i < 5 + TOKENS ? IMAGE_ID : 40 + i;
+    const ifd_wire_image_t img = {.pos = 5,
+                                  .n_tokens = TOKENS,
+                                  .hash_lo = 1,
+                                  .width = SIDE,
+                                  .height = SIDE,
+                                  .pixels = px,
+                                  .n_pixels = 3 * SIDE * SIDE};
+    res_t res[MAX_ID + 1];
+    memset(res, 0, sizeof res);
+    bool want[MAX_ID + 1] = {0};
+    send_add(&w, 1, ids, 25, &img, 1, 1, true);
+    send_add(&w, 2, ids, 5, NULL, 0, 3, true);
+    want[1] = want[2] = true;
+    collect(&w, res, want, MAX_ID);
+    ck_assert_msg(res[1].error && strstr(res[1].message, "image 0 has 16 tokens, more than "
+                                                         "max_batched_tokens (8)"),
+                  "'%s'", res[1].message);
+    ck_assert_uint_eq(res[1].reason, IFD_WIRE_FINISH_ERROR);
+    ck_assert_int_eq(count_in_file(w.log, "encoded in"), 1); /* refused after its encode */
+    ck_assert(!res[2].error);
+    ck_assert_int_eq(res[2].n_tok, 3);
+    stop_worker(&w, 0, true);
+    free(px);
     remove_model_dir(dir);
 }
 END_TEST
@@ -730,6 +804,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     Suite *s = suite_create("worker_vision");
     ifd_test_case(s, "serve", 120,
-                  IFD_TESTS(test_oracle_cache_steps_errors, test_no_tower, test_mmproj));
+                  IFD_TESTS(test_oracle_cache_steps_errors, test_refusal_names_cause, test_no_tower,
+                            test_mmproj));
     return ifd_test_run(s);
 }
