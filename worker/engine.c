@@ -334,9 +334,11 @@ static int ifd__images_check(const ifd_engine_t *e, const ifd_engine_request_t *
                             "image %d has %d tokens, more than max_batched_tokens (%d): one "
                             "image is prefilled in one step",
                             (int)i, (int)im->len, (int)e->p.max_batched_tokens);
-        if (im->start < end || im->len < 1 || im->start > r->n_prompt - im->len || !im->embd)
+        if (im->start < end || im->len < 1 || im->start > r->n_prompt - im->len)
             return ifd__why(why, n, "image %d is not inside the prompt after the one before",
                             (int)i);
+        if (!im->embd)
+            return ifd__why(why, n, "image %d has no rows", (int)i);
         end = im->start + im->len;
     }
     return 0;

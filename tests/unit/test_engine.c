@@ -1055,7 +1055,17 @@ START_TEST(test_images_local_pool_prefix_keys)
 }
 END_TEST
 
-/* Images are refused where engine.h says (IFD_EINVAL at add). */
+/* r refused by ifd_engine_add, and ifd_engine_check's reason containing why. */
+static void refused_for(ifd_engine_t *e, const ifd_engine_request_t *r, const char *why)
+{
+    char msg[256] = "";
+    ck_assert_int_eq(ifd_engine_add(e, r), IFD_EINVAL);
+    ck_assert_int_eq(ifd_engine_check(e, r, msg, sizeof msg), IFD_EINVAL);
+    ck_assert_msg(strstr(msg, why), "'%s' lacks '%s'", msg, why);
+}
+
+/* Images are refused where engine.h says (IFD_EINVAL at add), and
+ * ifd_engine_check names each rule. */
 START_TEST(test_images_refused)
 {
     make_prompts(1, 10, 5);
@@ -1069,20 +1079,22 @@ START_TEST(test_images_refused)
     ifd_engine_image_t im[2] = {image_rows(rows, 5, 25, 1), image_rows(rows2, 30, 2, 1)};
     q.images = im;
     q.n_images = 1; /* longer than max_batched_tokens: never schedulable */
-    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    refused_for(r.eng, &q, "image 0 has 25 tokens, more than max_batched_tokens (24)");
     im[0].len = 10;
     im[1].start = 14; /* overlapping */
     q.n_images = 2;
-    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    refused_for(r.eng, &q, "image 1 is not inside the prompt after the one before");
     im[1].start = 39; /* past the prompt */
-    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    refused_for(r.eng, &q, "image 1 is not inside the prompt");
     im[1].start = 30;
     im[1].embd = NULL;
-    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    refused_for(r.eng, &q, "image 1 has no rows");
     im[1].embd = rows2;
     q.prompt_logprobs = 1;
-    ck_assert_int_eq(ifd_engine_add(r.eng, &q), IFD_EINVAL);
+    refused_for(r.eng, &q, "prompt_logprobs with images");
+    ck_assert_int_eq(ifd_engine_check(r.eng, &q, NULL, 0), IFD_EINVAL);
     q.prompt_logprobs = 0;
+    ck_assert_int_eq(ifd_engine_check(r.eng, &q, NULL, 0), 0);
     ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
     run_to_idle(&r, 1000);
     rig_check_pool(&r);
