@@ -321,8 +321,8 @@ typedef struct {
                      const ifd_weight_t *w, const ifd_weight_t *b, int rows, float eps);
     int (*add_rows)(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *t, int rows);
     int (*gelu)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows);
-    int (*dense_attention)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n,
-                           int q0, int q1, int n_heads, int head_dim, float scale);
+    int (*dense_attention)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n, int q0,
+                           int q1, int n_heads, int head_dim, float scale);
     int (*avg_pool2d)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int side, int k);
     /* Graphs: graph_begin records the ops enqueued after it instead of
      * running them, graph_end(key) stops recording and keeps them as graph

@@ -876,14 +876,12 @@ static int ifd__cuda_gelu(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x,
                               ifd__st(be));
 }
 
-static int ifd__cuda_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv,
-                                     int n, int q0, int q1, int n_heads, int head_dim,
-                                     float scale)
+static int ifd__cuda_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n,
+                                     int q0, int q1, int n_heads, int head_dim, float scale)
 {
     const int64_t w = (int64_t)n_heads * head_dim;
-    if (n < 0 || n_heads <= 0 || head_dim <= 0 || n > qkv->rows || n > out->rows ||
-        q0 < 0 || q1 < q0 || q1 > n || qkv->cols != 3 * w || out->cols != w ||
-        qkv->dtype != IFD_DTYPE_F32)
+    if (n < 0 || n_heads <= 0 || head_dim <= 0 || n > qkv->rows || n > out->rows || q0 < 0 ||
+        q1 < q0 || q1 > n || qkv->cols != 3 * w || out->cols != w || qkv->dtype != IFD_DTYPE_F32)
         return IFD_EINVAL;
     if (head_dim > IFD_CUDA_DENSE_MAX_HEAD_DIM) {
         IFD_ERROR("cuda backend: dense attention with head_dim %d (at most %d)", head_dim,

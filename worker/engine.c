@@ -303,8 +303,7 @@ static int32_t ifd__image_key(int32_t tok, const uint64_t h[2], int32_t j)
 
 /* IFD_EINVAL, with the reason formatted into why (n bytes) when why is not
  * NULL. */
-__attribute__((format(printf, 3, 4))) static int ifd__why(char *why, size_t n, const char *fmt,
-                                                           ...)
+__attribute__((format(printf, 3, 4))) static int ifd__why(char *why, size_t n, const char *fmt, ...)
 {
     if (why && n) {
         va_list ap;

@@ -418,8 +418,8 @@ static void ifd__start_request(ifd__srv_t *s, const ifd_wire_add_t *a,
             if (rc == IFD_EEXIST)
                 snprintf(gerr, sizeof gerr, "duplicate request id");
             else if (rc != IFD_EINVAL || !ifd_engine_check(s->eng, &r, gerr, sizeof gerr))
-                snprintf(gerr, sizeof gerr, "invalid request (tokens, length or sampling "
-                                            "parameters)");
+                snprintf(gerr, sizeof gerr,
+                         "invalid request (tokens, length or sampling parameters)");
         }
     }
     if (rc)
@@ -740,8 +740,8 @@ static int ifd__load_vision(ifd__srv_t *s, const ifd_serve_opts_t *o, const char
         .mmproj_path = o->mmproj_path && o->mmproj_path[0] ? o->mmproj_path : h->mmproj_path,
         .tok = s->tok,
         .text_embd = ifd_model_config(s->model)->n_embd,
-        .cache_bytes = o->image_cache_bytes ? o->image_cache_bytes
-                                            : (uint64_t)IFD_SERVE_VISION_CACHE_MB << 20,
+        .cache_bytes =
+            o->image_cache_bytes ? o->image_cache_bytes : (uint64_t)IFD_SERVE_VISION_CACHE_MB << 20,
         .step_ms = o->vision_step_ms ? o->vision_step_ms : IFD_SERVE_VISION_STEP_MS,
         .step_flops = o->vision_step_flops};
     int rc = ifd_serve_vision_create(&s->vis, &vp, s->be, s->err, sizeof s->err);

@@ -151,8 +151,7 @@ enum {
 
 template <int OUT>
 __global__ void __launch_bounds__(AT_WARPS * 32)
-    dense_attn_kernel(void *out, const float *qkv, int n, int q0, int q1, int H, int D,
-                      float scale)
+    dense_attn_kernel(void *out, const float *qkv, int n, int q0, int q1, int H, int D, float scale)
 {
     __shared__ float ks[AT_KT][AT_DMAX + 1], vs[AT_KT][AT_DMAX], qs[AT_ROWS][AT_DMAX];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -310,8 +309,8 @@ extern "C" int ifd_cuda_dense_attention(void *IFD_CUDA_RESTRICT out,
     if (q0 == q1)
         return 0;
     IFD_LAUNCH(kern, dim3((unsigned)((q1 - q0 + AT_ROWS - 1) / AT_ROWS), (unsigned)n_heads),
-               dim3(AT_WARPS * 32), 0, (cudaStream_t)stream, out, qkv, n, q0, q1, n_heads,
-               head_dim, scale);
+               dim3(AT_WARPS * 32), 0, (cudaStream_t)stream, out, qkv, n, q0, q1, n_heads, head_dim,
+               scale);
     IFD_CUDA_CHECK_LAUNCH("dense_attn_kernel");
     return 0;
 }

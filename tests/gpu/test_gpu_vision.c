@@ -229,12 +229,12 @@ static void attn_range(int n, int heads, int hd, int q0, int q1)
     for (int64_t i = 0; i < no; i++)
         got[i] = -7.0f;
     gt_upload(d_o, got, (size_t)no * 4);
-    GT_EXPECT(ifd_cuda_dense_attention(d_o, d_qkv, n, q0, q1, heads, hd, scale, IFD_DTYPE_F32,
-                                       NULL) == 0,
-              "range [%d, %d) refused", q0, q1);
-    GT_EXPECT(ifd_cuda_dense_attention(d_w, d_qkv, n, 0, n, heads, hd, scale, IFD_DTYPE_F32,
-                                       NULL) == 0,
-              "whole refused");
+    GT_EXPECT(
+        ifd_cuda_dense_attention(d_o, d_qkv, n, q0, q1, heads, hd, scale, IFD_DTYPE_F32, NULL) == 0,
+        "range [%d, %d) refused", q0, q1);
+    GT_EXPECT(
+        ifd_cuda_dense_attention(d_w, d_qkv, n, 0, n, heads, hd, scale, IFD_DTYPE_F32, NULL) == 0,
+        "whole refused");
     gt_sync();
     GT_EXPECT(ifd_cpu_dense_attention(ref, qkv, n, 0, n, heads, hd, scale, NULL) == 0,
               "cpu attention");
@@ -267,7 +267,8 @@ static void test_dense_attention(void)
     attn_range(64, 4, 16, 5, 37); /* the tiny model's shape, a range off the 16-row blocks */
     attn_range(33, 2, 72, 32, 33);
     float *p = gt_dalloc(64), *q = gt_dalloc(64);
-    GT_EXPECT(ifd_cuda_dense_attention(p, q, 4, 0, 4, 1, 129, 1.0f, IFD_DTYPE_F32, NULL) == IFD_ENOTSUP,
+    GT_EXPECT(ifd_cuda_dense_attention(p, q, 4, 0, 4, 1, 129, 1.0f, IFD_DTYPE_F32, NULL) ==
+                  IFD_ENOTSUP,
               "head_dim 129 accepted");
     GT_EXPECT(ifd_cuda_dense_attention(p, q, 4, 0, 4, 0, 16, 1.0f, IFD_DTYPE_F32, NULL) ==
                   IFD_EINVAL,

@@ -566,8 +566,7 @@ START_TEST(test_dense_attention_ranges)
     ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 5, 5, H, D, 0.3f, tp), 0);
     ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 5, 4, H, D, 0.3f, tp), IFD_EINVAL);
     ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, -1, 4, H, D, 0.3f, tp), IFD_EINVAL);
-    ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 0, n + 1, H, D, 0.3f, tp),
-                     IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 0, n + 1, H, D, 0.3f, tp), IFD_EINVAL);
     free(qkv), free(whole), free(parts);
     ifd_threadpool_destroy(tp);
 }

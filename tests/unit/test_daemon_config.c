@@ -182,8 +182,8 @@ START_TEST(test_mmproj_key)
     ck_assert_int_eq(c.vision_step_ms, 50);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
-    ck_assert_int_eq(parse(&c, &cli, err, 6, "--mmproj", "/m/mmproj-f16.gguf",
-                           "--image-cache-mb", "64", "--vision-step-ms", "20"),
+    ck_assert_int_eq(parse(&c, &cli, err, 6, "--mmproj", "/m/mmproj-f16.gguf", "--image-cache-mb",
+                           "64", "--vision-step-ms", "20"),
                      0);
     ck_assert_str_eq(c.mmproj, "/m/mmproj-f16.gguf");
     ck_assert_int_eq(c.image_cache_mb, 64);
