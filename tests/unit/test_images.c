@@ -95,7 +95,7 @@ static uint32_t crc32(const uint8_t *p, size_t n)
 /* A request holding the given image URLs (all parts of message 0). */
 static ifd_oai_request_t request(ifd_oai_image_t *im, char **urls, size_t n)
 {
-    static char params[8][40];
+    static char params[8][64]; /* "messages[0].content[" + 20 digits + "]" */
     ifd_oai_request_t rq;
     memset(&rq, 0, sizeof rq);
     rq.kind = IFD_OAI_CHAT;
