@@ -433,6 +433,10 @@ def test_draft_model_same_text():
     sys.path.insert(0, os.path.join(SRC, "tests", "oracle"))
     try:
         import tiny_models
+        vocab = os.path.join(tiny_models.vocab_dir(), tiny_models.VOCAB_GGUF)
+        if not os.path.exists(vocab):  # ../shared/testdata: not ours to commit
+            print("  SKIPPED: no %s (the tiny GGUF's vocabulary, ../shared/testdata)" % vocab)
+            return
         # head_dim 64 (the CUDA kernels' smallest), 2 layers
         tiny_models.VARIANTS["llama_hd64"] = dict(tiny_models.VARIANTS["llama"], embd=128,
                                                   heads=2, kv=1)
