@@ -357,6 +357,26 @@ static void send_add(wk_t *w, uint64_t id, const int32_t *ids, int n, const ifd_
     send_msg(w, &a);
 }
 
+/* The wire image of a SIDE² picture px whose TOKENS soft tokens start at pos. */
+static ifd_wire_image_t wire_image(uint32_t pos, const uint8_t *px, uint64_t lo, uint64_t hi)
+{
+    return (ifd_wire_image_t){.pos = pos,
+                              .n_tokens = TOKENS,
+                              .hash_lo = lo,
+                              .hash_hi = hi,
+                              .width = SIDE,
+                              .height = SIDE,
+                              .pixels = px,
+                              .n_pixels = 3 * SIDE * SIDE};
+}
+
+/* A 25-token prompt with one image's soft tokens at 5 .. 5 + TOKENS - 1. */
+static void image_prompt(int32_t ids[25])
+{
+    for (int i = 0; i < 25; i++)
+        ids[i] = i >= 5 && i < 5 + TOKENS ? IMAGE_ID : 40 + i;
+}
+
 /* image<i>.png as the router sends it: decoded, resized to 112². */
 static uint8_t *picture(int i, const ifd_image_prep_t *prep)
 {
@@ -455,14 +475,7 @@ START_TEST(test_oracle_cache_steps_errors)
 
     const ifd_image_prep_t prep = read_prep();
     uint8_t *px0 = picture(0, &prep), *px1 = picture(1, &prep);
-    const ifd_wire_image_t img0 = {.pos = (uint32_t)pos,
-                                   .n_tokens = TOKENS,
-                                   .hash_lo = 0xa0,
-                                   .hash_hi = 0x28,
-                                   .width = SIDE,
-                                   .height = SIDE,
-                                   .pixels = px0,
-                                   .n_pixels = 3 * SIDE * SIDE};
+    const ifd_wire_image_t img0 = wire_image((uint32_t)pos, px0, 0xa0, 0x28);
     res_t res[MAX_ID + 1];
     memset(res, 0, sizeof res);
     bool want[MAX_ID + 1] = {0};
@@ -614,15 +627,8 @@ START_TEST(test_refusal_names_cause)
     const ifd_image_prep_t prep = read_prep();
     uint8_t *px = picture(0, &prep);
     int32_t ids[25];
-    for (int i = 0; i < 25; i++)
-        ids[i] = i >= 5 && i < 5 + TOKENS ? IMAGE_ID : 40 + i;
-    const ifd_wire_image_t img = {.pos = 5,
-                                  .n_tokens = TOKENS,
-                                  .hash_lo = 1,
-                                  .width = SIDE,
-                                  .height = SIDE,
-                                  .pixels = px,
-                                  .n_pixels = 3 * SIDE * SIDE};
+    image_prompt(ids);
+    const ifd_wire_image_t img = wire_image(5, px, 1, 0);
     res_t res[MAX_ID + 1];
     memset(res, 0, sizeof res);
     bool want[MAX_ID + 1] = {0};
@@ -659,15 +665,8 @@ START_TEST(test_no_tower)
     const ifd_image_prep_t prep = read_prep();
     uint8_t *px = picture(0, &prep);
     int32_t ids[25];
-    for (int i = 0; i < 25; i++)
-        ids[i] = i >= 5 && i < 5 + TOKENS ? IMAGE_ID : 40 + i;
-    const ifd_wire_image_t img = {.pos = 5,
-                                  .n_tokens = TOKENS,
-                                  .hash_lo = 1,
-                                  .width = SIDE,
-                                  .height = SIDE,
-                                  .pixels = px,
-                                  .n_pixels = 3 * SIDE * SIDE};
+    image_prompt(ids);
+    const ifd_wire_image_t img = wire_image(5, px, 1, 0);
     res_t res[MAX_ID + 1];
     memset(res, 0, sizeof res);
     bool want[MAX_ID + 1] = {0};
@@ -711,13 +710,7 @@ static int oracle_request(wk_t *w, uint64_t id, double *lp)
     ck_assert_ptr_nonnull(ids_t);
     const ifd_image_prep_t prep = read_prep();
     uint8_t *px = picture(0, &prep);
-    const ifd_wire_image_t img = {.pos = 5,
-                                  .n_tokens = TOKENS,
-                                  .hash_lo = 0xa0,
-                                  .width = SIDE,
-                                  .height = SIDE,
-                                  .pixels = px,
-                                  .n_pixels = 3 * SIDE * SIDE};
+    const ifd_wire_image_t img = wire_image(5, px, 0xa0, 0);
     res_t res[MAX_ID + 1];
     memset(res, 0, sizeof res);
     bool want[MAX_ID + 1] = {0};
