@@ -185,6 +185,19 @@ class Daemon:
             out[k] = float(v)
         return out
 
+    def wait_metric(self, name, pred, timeout=10):
+        """Poll /metrics until pred(sum of the series starting with name) holds; the
+        worker's counters reach /metrics only with its next ping (worker_ping_interval),
+        so a fixed sleep races a loaded machine. Returns the sum."""
+        t0 = time.time()
+        v = None
+        while time.time() - t0 < timeout * SCALE:
+            v = sum(x for k, x in self.metrics().items() if k.startswith(name))
+            if pred(v):
+                return v
+            time.sleep(0.05)
+        raise AssertionError("%s stayed at %s for %.0f s" % (name, v, timeout * SCALE))
+
     def wait_idle(self, timeout=20):
         """No block held, no sequence running (after every test)."""
         t0 = time.time()
