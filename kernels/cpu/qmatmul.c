@@ -18,7 +18,8 @@
  *   6-bit, or Q6_K's signed sc_lo, sc_hi), from which the kernels form
  *   ws = d·sc, wm = −(dmin·m) exactly as the decoders do (the file's bytes
  *   +3% instead of +30% with f32 products),
- *   then (5-bit types) one 32-byte vector H of high bits, then the quants:
+ *   then (5-bit types) one 32-byte vector H of high bits, (Q6_K) two, H0
+ *   and H1, then the quants:
  *   4-bit: 4 vectors of 32 bytes; vector g, byte r·4 + t holds element
  *     4g + t of row r in its low nibble and element 16 + 4g + t in its high
  *     nibble;
@@ -30,6 +31,13 @@
  *     shifts within 16-bit lanes: what crosses into the neighbouring byte
  *     lands outside the bits kept (3..7 for >> 5, 0..2 or 5..7 for the
  *     shifts of H by ≤ 3);
+ *   6-bit (Q6_K, u = q + 32 ∈ [0, 63]): the 4-bit vectors hold the low
+ *     nibbles of u, bits 2g, 2g + 1 of H0's byte p the top 2 bits of element
+ *     4g + t, of H1's byte p those of element 16 + 4g + t; unpacked as
+ *     (nibble | (H shifted by 4 − 2g) & 0x30) − 32, signed bytes from there
+ *     on as for 8-bit. 208 bytes a block-group: exactly the file's 210 bytes
+ *     a row and super-block (until 2026-12-06 the 6-bit quants were stored as
+ *     bytes, +30%);
  *   8-bit: 8 vectors; vector g, byte r·4 + t is element 4g + t of row r.
  * So a vector of nibbles, masked or shifted, is "4 consecutive columns of
  * 8 rows" as unsigned bytes, and one maddubs against the activation's 4
@@ -85,7 +93,7 @@ typedef void (*qdecode_fn)(qblk_t *o, const uint8_t *row, int b);
 typedef struct {
     uint32_t type;
     int qk, bytes; /* ggml block geometry */
-    int bits;      /* 4, 5 or 8 */
+    int bits;      /* 4, 5, 6 or 8 */
     int kq;        /* K-quant: f16 d (and dmin) per super-block, integer scales per block */
     int two;       /* 0: none, 1: min, 2: half-block scales */
     int zp;        /* zero point subtracted from q */
@@ -227,7 +235,7 @@ static const qtype_t qtypes[] = {
     {IFD_GGML_Q8_0, 32, 34, 8, 0, 0, 0, dec_q8_0},
     {IFD_GGML_Q4_K, 256, 144, 4, 1, 1, 0, dec_q4_k},
     {IFD_GGML_Q5_K, 256, 176, 5, 1, 1, 0, dec_q5_k},
-    {IFD_GGML_Q6_K, 256, 210, 8, 1, 2, 0, dec_q6_k},
+    {IFD_GGML_Q6_K, 256, 210, 6, 1, 2, 0, dec_q6_k},
 };
 
 static const qtype_t *qtype_find(uint32_t type)
@@ -258,7 +266,7 @@ static int64_t qt_hdr_bytes(const qtype_t *t, int nb)
 
 static int qt_qh_bytes(const qtype_t *t)
 {
-    return t->bits == 5 ? 32 : 0;
+    return t->bits == 5 ? 32 : t->bits == 6 ? 64 : 0;
 }
 
 static int qt_block_bytes(const qtype_t *t)
@@ -357,7 +365,10 @@ int ifd_cpu_qweight_pack(void *restrict dst, const void *restrict src, uint32_t 
                         continue;
                     }
                     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
-                    if (t->bits == 4) {
+                    if (t->bits == 6) { /* u = q + 32: low nibble as 4-bit, top 2 in H0/H1 */
+                        qs[g * 32 + p] |= (uint8_t)(((v + 32) & 0xF) << (hi ? 4 : 0));
+                        qh[32 * hi + p] |= (uint8_t)(((v + 32) >> 4) << (2 * g));
+                    } else if (t->bits == 4) {
                         qs[g * 32 + p] |= (uint8_t)((v & 0xF) << (hi ? 4 : 0));
                     } else if (!hi) {
                         qs[g * 32 + p] |= (uint8_t)v;
@@ -379,6 +390,9 @@ static int packed_q(const qtype_t *t, const uint8_t *blk, int r, int e)
     if (t->bits == 8)
         return (int8_t)qs[(e / 4) * 32 + r * 4 + e % 4];
     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
+    if (t->bits == 6)
+        return (((qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF) | ((qh[32 * hi + p] >> (2 * g)) & 3) << 4) -
+               32;
     if (t->bits == 4)
         return (qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF;
     if (!hi)
@@ -635,6 +649,15 @@ IFD__TARGET_AVX2 IFD__INLINE __m256i qh_top2(__m256i H, const int g)
     return _mm256_and_si256(v, _mm256_set1_epi8(0x18));
 }
 
+/* Bits 2g, 2g + 1 of each byte of a 6-bit block's H0 or H1, moved to bits
+ * 4, 5 (the 16-bit shifts are safe as in qh_top2: what crosses a byte lands
+ * outside 0x30). */
+IFD__TARGET_AVX2 IFD__INLINE __m256i qh_hi2(__m256i H, const int g)
+{
+    __m256i v = g < 2 ? _mm256_slli_epi16(H, 4 - 2 * g) : g == 2 ? H : _mm256_srli_epi16(H, 2);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x30));
+}
+
 IFD__TARGET_AVX2 IFD__INLINE __m256i bcast4(const int8_t *p)
 {
     int32_t v;
@@ -650,7 +673,7 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
                                              const int ZP)
 {
     const int k = c->a->k, nb = c->nb, bb = c->bb;
-    const int scb = (KQ ? 1 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : 0;
+    const int scb = (KQ ? 1 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : BITS == 6 ? 64 : 0;
     const int hs = KQ ? 2 * QG * (TWO == 1 ? 2 : 1) : 0; /* qt_hdr_stride */
     const uint8_t *grp = c->w + (int64_t)G * c->gb, *blocks = grp + c->hdr;
     const __m256 neg0 = _mm256_set1_ps(-0.0f);
@@ -691,6 +714,18 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++)
                 W[g] = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+        } else if (BITS == 6) { /* q = u − 32 ∈ [−32, 31], signed bytes from here on */
+            const __m256i H0 = _mm256_loadu_si256((const __m256i *)qh),
+                          H1 = _mm256_loadu_si256((const __m256i *)(qh + 32)),
+                          c32 = _mm256_set1_epi8(32);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m256i L = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+                W[g] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(L, m4), qh_hi2(H0, g)), c32);
+                W[g + 4] = _mm256_sub_epi8(
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), m4), qh_hi2(H1, g)),
+                    c32);
+            }
         } else {
             const __m256i H =
                 BITS == 5 ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
@@ -714,7 +749,21 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
             const float dx = c->a->d[(int64_t)(i0 + i) * nb + b];
             const int32_t sx = c->a->s[(int64_t)(i0 + i) * nb + b];
             __m256i lo, hi;
-            if (BITS == 8) {
+            if (BITS == 6) {
+                /* signed: |w| ≤ 32 times x with w's sign; a maddubs lane
+                 * ≤ 2·32·127, so four of them fit 16 bits */
+                __m256i s[8];
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++)
+                    s[g] = _mm256_maddubs_epi16(_mm256_sign_epi8(W[g], W[g]),
+                                                _mm256_sign_epi8(bcast4(xb + 4 * g), W[g]));
+                lo = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_add_epi16(s[0], s[1]), _mm256_add_epi16(s[2], s[3])),
+                    ones);
+                hi = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_add_epi16(s[4], s[5]), _mm256_add_epi16(s[6], s[7])),
+                    ones);
+            } else if (BITS == 8) {
                 /* signed × signed: |w| (≤ 128) times x with w's sign; one
                  * maddubs pair ≤ 2·128·127 < 2^15, so widen each at once */
                 lo = hi = _mm256_setzero_si256();
@@ -812,6 +861,12 @@ IFD__TARGET_AVX512VNNI IFD__INLINE __m512i qh_top2_512(__m512i H, const int g)
     return _mm512_and_si512(v, _mm512_set1_epi8(0x18));
 }
 
+IFD__TARGET_AVX512VNNI IFD__INLINE __m512i qh_hi2_512(__m512i H, const int g)
+{
+    __m512i v = g < 2 ? _mm512_slli_epi16(H, 4 - 2 * g) : g == 2 ? H : _mm512_srli_epi16(H, 2);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x30));
+}
+
 IFD__TARGET_AVX512VNNI IFD__INLINE __m512i bcast4_512(const int8_t *p)
 {
     int32_t v;
@@ -824,7 +879,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                                                      const int ZP)
 {
     const int k = c->a->k, nb = c->nb, bb = c->bb;
-    const int scb = (KQ ? 1 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : 0;
+    const int scb = (KQ ? 1 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : BITS == 6 ? 64 : 0;
     const int hs = KQ ? 2 * QG * (TWO == 1 ? 2 : 1) : 0; /* qt_hdr_stride */
     const int64_t gb = c->gb;
     const uint8_t *grp = c->w + (int64_t)G * gb, *blocks = grp + c->hdr;
@@ -864,6 +919,18 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++)
                 W[g] = join256(qs + 32 * g, qs + 32 * g + gb);
+        } else if (BITS == 6) {
+            const __m512i H0 = join256(qh, qh + gb), H1 = join256(qh + 32, qh + 32 + gb),
+                          c32 = _mm512_set1_epi8(32);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m512i L = join256(qs + 32 * g, qs + 32 * g + gb);
+                W[g] = _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(L, m4), qh_hi2_512(H0, g)),
+                                       c32);
+                W[g + 4] = _mm512_sub_epi8(
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), qh_hi2_512(H1, g)),
+                    c32);
+            }
         } else {
             const __m512i H = BITS == 5 ? join256(qh, qh + gb) : zero;
 #pragma GCC unroll 4
@@ -880,9 +947,10 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                 }
             }
         }
-        /* 8-bit weights are signed: |w| (≤ 128, unsigned) times x with w's sign */
+        /* 8-bit (and unpacked 6-bit) weights are signed: |w| (≤ 128, unsigned)
+         * times x with w's sign */
         __mmask64 neg[8];
-        if (BITS == 8) {
+        if (BITS == 8 || BITS == 6) {
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 neg[g] = _mm512_movepi8_mask(W[g]);
@@ -898,7 +966,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 __m512i x = bcast4_512(xb + 4 * g);
-                if (BITS == 8)
+                if (BITS == 8 || BITS == 6)
                     x = _mm512_mask_sub_epi8(x, neg[g], zero, x);
                 if (g < 4)
                     lo = _mm512_dpbusd_epi32(lo, W[g], x);
@@ -982,7 +1050,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
     QMM_DEF(P, TARGET, GSTEP, q8_0, 8, 0, 0, 0)                                                    \
     QMM_DEF(P, TARGET, GSTEP, q4_k, 4, 1, 1, 0)                                                    \
     QMM_DEF(P, TARGET, GSTEP, q5_k, 5, 1, 1, 0)                                                    \
-    QMM_DEF(P, TARGET, GSTEP, q6_k, 8, 1, 2, 0)
+    QMM_DEF(P, TARGET, GSTEP, q6_k, 6, 1, 2, 0)
 
 QMM_TYPES(avx2, IFD__TARGET_AVX2, 1)
 QMM_TYPES(avx512, IFD__TARGET_AVX512VNNI, 2)

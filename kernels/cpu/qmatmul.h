@@ -8,8 +8,9 @@
  * load) into groups of 8 rows whose 32-element blocks are interleaved so
  * that one 256-bit vector holds the same 4 columns of 8 rows (qmatmul.c
  * explains the layout). The packed size is the file's: the legacy types
- * exactly, Q4_K/Q5_K +3% (their 6-bit scales stored as bytes), Q6_K +30%
- * (its 6-bit quants stored as bytes). The layout does not depend on the ISA.
+ * exactly, Q4_K/Q5_K +3% (their 6-bit scales stored as bytes), Q6_K exactly
+ * (its 6-bit quants as a nibble and two high bits). The layout does not
+ * depend on the ISA.
  *
  * Activations: ifd_cpu_quantize_act turns each row of x into 32-element
  * blocks {d = max|x|/127, q = round(x/d) ∈ [−127, 127], s = Σq}.

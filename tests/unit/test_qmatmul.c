@@ -171,6 +171,9 @@ START_TEST(test_bad_args)
     /* Q4_0: 8 rows × 32 = 18 bytes a row-block, as in the file */
     ck_assert_int_eq(ifd_cpu_qweight_bytes(IFD_GGML_Q4_0, 8, 64), 8 * 2 * 18);
     ck_assert_int_eq(ifd_cpu_qweight_bytes(IFD_GGML_Q8_0, 9, 32), 2 * 8 * 34);
+    /* Q6_K: the file's 210 bytes per row and 256 elements (6.5625 bits), not
+     * 6-bit quants widened to bytes */
+    ck_assert_int_eq(ifd_cpu_qweight_bytes(IFD_GGML_Q6_K, 8, 512), 8 * 2 * 210);
 }
 END_TEST
 
