@@ -1076,11 +1076,18 @@ static const struct {
     {IFD_GGML_Q6_K, qmm_avx2_q6_k, qmm_avx512_q6_k},
 };
 
+static int qmm_avx512_min_m = QMM_AVX512_MIN_M;
+
+void ifd__cpu_qmatmul_set_avx512_min_m(int m)
+{
+    qmm_avx512_min_m = m > 0 ? m : QMM_AVX512_MIN_M;
+}
+
 static qmm_fn qmm_simd(uint32_t type, int isa, int m)
 {
     for (size_t i = 0; i < sizeof qmm_kernels / sizeof qmm_kernels[0]; i++)
         if (qmm_kernels[i].type == type)
-            return isa >= QMM_PATH_AVX512 && m >= QMM_AVX512_MIN_M ? qmm_kernels[i].avx512
+            return isa >= QMM_PATH_AVX512 && m >= qmm_avx512_min_m ? qmm_kernels[i].avx512
                                                                    : qmm_kernels[i].avx2;
     IFD_ASSERT(!"qmatmul: type without a SIMD kernel");
     return NULL;

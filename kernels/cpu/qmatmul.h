@@ -97,4 +97,10 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
                          const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp,
                          int isa);
 
+/* For benchmarks: the fewest activation rows for which the AVX-512 path
+ * runs its two-group kernel (fewer run the AVX2 kernel; the bits are the
+ * same either way); m ≤ 0 restores the default. Process-wide, not
+ * synchronized: set it before any product runs. */
+void ifd__cpu_qmatmul_set_avx512_min_m(int m);
+
 #endif
