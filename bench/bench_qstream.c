@@ -6,7 +6,7 @@
  * a one-row product (x · wᵀ, m = 1) over ggml-quantized weights get.
  *
  *   bench_qstream [--threads 2] [--gib 1.0] [--rounds 5] [--types Q4_K,Q6_K,Q8_0,Q4_0]
- *                 [--m 1]
+ *                 [--m 1] [--prefetch 0,512,...]
  *
  * The matrices are one Llama-3.2-1B layer's (q, k, v, o 2048-wide, gate and
  * up 8192 × 2048, down 2048 × 8192), repeated until their packed bytes
@@ -16,9 +16,11 @@
  * is timed whole; per type and path the median round gives "gb_s" = packed
  * bytes ÷ time. Paths: "avx2" (the one-group kernel the engine runs below
  * 5 rows on an AVX-512 VNNI CPU) and, where the CPU has AVX-512 VNNI,
- * "avx512" (the two-group kernel forced at every m). Prints one JSON object:
+ * "avx512" (the two-group kernel forced at every m). --prefetch lists
+ * software-prefetch distances in bytes to try (0: none; each a separate
+ * result). Prints one JSON object:
  *   {"bench": "qstream", "threads", "m", "gib", "isa", "results":
- *    [{"type", "path", "bytes", "rounds_ms": [...], "ms", "gb_s"}...]}
+ *    [{"type", "path", "prefetch", "bytes", "rounds_ms": [...], "ms", "gb_s"}...]}
  * Exit status: 0, 1 on a failed allocation or product, 2 on bad usage.
  */
 #include <stdint.h>
@@ -102,6 +104,7 @@ int main(int argc, char **argv)
     int threads = 2, rounds = 5, m = 1;
     double gib = 1.0;
     const char *want = "Q4_K,Q6_K,Q8_0,Q4_0";
+    int pf[16] = {0}, npf = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -113,6 +116,11 @@ int main(int argc, char **argv)
             want = argv[++i];
         else if (strcmp(argv[i], "--m") == 0 && i + 1 < argc)
             m = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--prefetch") == 0 && i + 1 < argc) {
+            npf = 0;
+            for (char *p = argv[++i]; *p && npf < 16; p += strspn(p, ","))
+                pf[npf++] = (int)strtol(p, &p, 10);
+        }
         else {
             fprintf(stderr, "usage: %s [--threads 2] [--gib 1.0] [--rounds 5] "
                             "[--types Q4_K,Q6_K,Q8_0,Q4_0] [--m 1]\n", argv[0]);
@@ -159,8 +167,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_qstream: cannot allocate the weights\n");
                 return 1;
             }
-        for (int path = 1; path <= (avx512 ? 2 : 1); path++) {
+        for (int run = 0; run < (avx512 ? 2 : 1) * npf; run++) {
+            const int path = 1 + run / npf, dist = pf[run % npf];
             ifd__cpu_qmatmul_set_avx512_min_m(path == 2 ? 1 : 0);
+            ifd__cpu_qmatmul_set_prefetch(dist);
             double *ms = calloc((size_t)rounds, sizeof *ms);
             for (int r = -1; r < rounds; r++) { /* round -1 warms */
                 double t0 = now_ms();
@@ -173,8 +183,9 @@ int main(int argc, char **argv)
                 if (r >= 0)
                     ms[r] = now_ms() - t0;
             }
-            printf("%s{\"type\": \"%s\", \"path\": \"%s\", \"bytes\": %lld, \"rounds_ms\": [",
-                   first ? "" : ", ", types[t].name, path == 2 ? "avx512" : "avx2",
+            printf("%s{\"type\": \"%s\", \"path\": \"%s\", \"prefetch\": %d, \"bytes\": %lld, "
+                   "\"rounds_ms\": [",
+                   first ? "" : ", ", types[t].name, path == 2 ? "avx512" : "avx2", dist,
                    (long long)(layer_bytes * copies));
             first = 0;
             for (int r = 0; r < rounds; r++)
@@ -186,6 +197,7 @@ int main(int argc, char **argv)
             free(ms);
         }
         ifd__cpu_qmatmul_set_avx512_min_m(0);
+        ifd__cpu_qmatmul_set_prefetch(0);
         for (int c = 0; c < copies * NMAT; c++)
             free(w[c]);
         free(w);

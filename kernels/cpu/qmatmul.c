@@ -636,6 +636,23 @@ static void qmm_scalar(const qmm_t *c, int G0, int G1)
 
 #if IFD__X86
 
+/* Software prefetch of the block qmm_prefetch bytes ahead of blk (0: none),
+ * a line at a time; set by ifd__cpu_qmatmul_set_prefetch (benchmarks). */
+static int qmm_prefetch;
+
+void ifd__cpu_qmatmul_set_prefetch(int bytes)
+{
+    qmm_prefetch = bytes > 0 ? bytes : 0;
+}
+
+IFD__INLINE void qmm_prefetch_block(const uint8_t *blk, int bb)
+{
+    if (!qmm_prefetch)
+        return;
+    for (int o = 0; o < bb; o += 64)
+        _mm_prefetch((const char *)blk + qmm_prefetch + o, _MM_HINT_T0);
+}
+
 /* The top 2 bits (at 3, 4) of 5-bit vector W[g + 4] (g = 0..3) from the
  * block's H (the layout comment says why the 16-bit shifts are safe). g is
  * a constant after unrolling, so the branches fold away. */
@@ -685,6 +702,7 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
         acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = blocks + (int64_t)b * bb;
+        qmm_prefetch_block(blk, bb);
         const uint8_t *qh = blk + scb, *qs = qh + qhb;
         __m256 ws, w2 = _mm256_setzero_ps();
         if (KQ) { /* blk_scales: d·sc and −(dmin·m), or d·sc_lo and d·sc_hi */
@@ -892,6 +910,8 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
         acc[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = blocks + (int64_t)b * bb, *blk2 = blk + gb;
+        qmm_prefetch_block(blk, bb);
+        qmm_prefetch_block(blk2, bb);
         const uint8_t *qh = blk + scb, *qs = qh + qhb;
         __m512 ws, w2 = _mm512_setzero_ps();
         if (KQ) { /* blk_scales: d·sc and −(dmin·m), or d·sc_lo and d·sc_hi */

@@ -103,4 +103,8 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
  * synchronized: set it before any product runs. */
 void ifd__cpu_qmatmul_set_avx512_min_m(int m);
 
+/* For benchmarks: software prefetch this many bytes ahead of each block the
+ * SIMD kernels read (0: none, the default). Process-wide, as above; x86 only. */
+void ifd__cpu_qmatmul_set_prefetch(int bytes);
+
 #endif
