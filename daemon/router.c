@@ -26,6 +26,7 @@
 
 #include "error.h"
 #include "hash.h"
+#include "kvpool/kvkey.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -95,6 +96,8 @@ struct ifd_router {
     int32_t *lprobe; /* [probe_cap]: local twins, with a local pool */
     uint64_t *lkeys; /* [probe_cap] */
     size_t probe_cap;
+    int32_t *pkeys; /* [pkeys_cap]: an image prompt's tokens as the prefix index keys them */
+    size_t pkeys_cap;
     int *scores;
     bool stopping;
     bool pumping, repump;
@@ -388,6 +391,7 @@ void ifd_router_destroy(ifd_router_t *r)
     free(r->eog);
     free(r->probe);
     free(r->lprobe);
+    free(r->pkeys);
     free(r->lkeys);
     free(r);
 }
@@ -518,11 +522,39 @@ static bool ifd__avoid_unresponsive(const ifd_router_t *r, int32_t c, bool over)
     return false;
 }
 
+/* The first n tokens of s as the prefix index knows them (kvkey.h): its
+ * tokens, or for a prompt with images a copy with each image's tokens
+ * replaced by their keys (in r->pkeys), as the worker's engine publishes
+ * them — else two prompts that differ only by their picture would score as
+ * one prefix. NULL when the copy cannot be allocated (no prefix scored). */
+static const int32_t *ifd__probe_keys(ifd_router_t *r, const ifd_rseq_t *s, uint32_t n)
+{
+    if (s->req.n_images == 0)
+        return s->tokens;
+    if (n > r->pkeys_cap) {
+        int32_t *k = realloc(r->pkeys, (size_t)n * sizeof *k);
+        if (!k)
+            return NULL;
+        r->pkeys = k;
+        r->pkeys_cap = n;
+    }
+    memcpy(r->pkeys, s->tokens, (size_t)n * sizeof *r->pkeys);
+    for (uint32_t i = 0; i < s->req.n_images; i++) {
+        const ifd_wire_image_t *im = &s->req.images[i];
+        const uint64_t hash[2] = {im->hash_lo, im->hash_hi};
+        if (im->pos < n)
+            ifd_kvkey_image_span(r->pkeys, s->tokens, (int32_t)n, (int32_t)im->pos,
+                                 (int32_t)(im->n_tokens < n - im->pos ? im->n_tokens : n - im->pos),
+                                 hash);
+    }
+    return r->pkeys;
+}
+
 /* With a local pool: scores each candidate device with the run of the
  * probe's got blocks its engine could use (the leading run on the device,
- * cut to the local twins of its window). Returns 0: nothing left for the
- * caller's per-block count. */
-static int ifd__score_local(ifd_router_t *r, const ifd_rseq_t *s, int got)
+ * cut to the local twins of its window), keys the tokens as the index does.
+ * Returns 0: nothing left for the caller's per-block count. */
+static int ifd__score_local(ifd_router_t *r, const int32_t *keys, int got)
 {
     for (int w = 0; w < r->n_workers; w++) {
         if (r->scores[w] != 0) /* not a candidate, or its device scored already */
@@ -531,8 +563,8 @@ static int ifd__score_local(ifd_router_t *r, const ifd_rseq_t *s, int got)
         int k = 0;
         while (k < got && ifd_kvpool_block_device(r->p.pool, r->probe[k]) == dev)
             k++;
-        k = ifd_kvpool_window_run(r->p.pool, r->p.local_pool, -1, dev, r->p.sliding_window, 0,
-                                  s->tokens, r->probe, k, r->lprobe, r->lkeys, NULL);
+        k = ifd_kvpool_window_run(r->p.pool, r->p.local_pool, -1, dev, r->p.sliding_window, 0, keys,
+                                  r->probe, k, r->lprobe, r->lkeys, NULL);
         for (int v = w; k > 0 && v < r->n_workers; v++)
             if (r->scores[v] == 0 && r->ws[v].kv_device == dev)
                 r->scores[v] = k;
@@ -562,11 +594,11 @@ static void ifd__score_prefix(ifd_router_t *r, const ifd_rseq_t *s)
                 r->probe_cap = (size_t)max_blocks;
             }
         }
-        if ((size_t)max_blocks <= r->probe_cap) {
-            int got =
-                ifd_kvpool_probe(r->p.pool, 0, s->tokens, (int)n_tok - 1, r->probe, max_blocks);
+        const int32_t *keys = ifd__probe_keys(r, s, n_tok);
+        if ((size_t)max_blocks <= r->probe_cap && keys) {
+            int got = ifd_kvpool_probe(r->p.pool, 0, keys, (int)n_tok - 1, r->probe, max_blocks);
             if (r->p.local_pool && r->p.sliding_window > 0)
-                got = ifd__score_local(r, s, got);
+                got = ifd__score_local(r, keys, got);
             for (int b = 0; b < got; b++) {
                 int dev = ifd_kvpool_block_device(r->p.pool, r->probe[b]);
                 for (int w = 0; w < r->n_workers; w++)

@@ -15,7 +15,10 @@
  * layers' pool (several devices of it: GPU workers) a device scores the run
  * its engine could use: the leading run on that device, cut to where the
  * local pool holds the first recomputed token's window there, exactly as
- * the engine's admission cuts it (ifd_kvpool_window_run).
+ * the engine's admission cuts it (ifd_kvpool_window_run). A prompt with
+ * images is probed as the engine publishes it: each image's tokens replaced
+ * by their keys (kvpool/kvkey.h: token, the picture's hash, index), so two
+ * prompts that differ only by their picture do not score as one prefix.
  *
  * Fairness: each sequence belongs to a client (the ADD's client, a number
  * gen.c derives from who sent the request). Queued sequences wait in their

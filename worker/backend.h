@@ -315,15 +315,18 @@ typedef struct {
      * q|k|v projection output qkv f32 [n, 3 · n_heads · head_dim], for the
      * query rows [q0, q1) (0 <= q0 <= q1 <= n) over all n keys; out's other
      * rows untouched; a row's bits do not depend on the range
-     * (ifd_cpu_dense_attention). avg_pool2d: out f32 [(side / k)², C] =
-     * k × k average pooling of x f32 [side², C] (a row-major patch grid). */
+     * (ifd_cpu_dense_attention). avg_pool2d: out f32 [(rows / k) · (side /
+     * k), C] = k × k average pooling of x f32 [rows · side, C] (a row-major
+     * patch grid side wide: rows = side the whole square grid, fewer a band
+     * of it, whose output rows are the whole's bit for bit). */
     int (*layernorm)(ifd_backend_t *be, ifd_act_t *y, ifd_act_t *residual, const ifd_act_t *delta,
                      const ifd_weight_t *w, const ifd_weight_t *b, int rows, float eps);
     int (*add_rows)(ifd_backend_t *be, ifd_act_t *x, const ifd_weight_t *t, int rows);
     int (*gelu)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows);
     int (*dense_attention)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *qkv, int n, int q0,
                            int q1, int n_heads, int head_dim, float scale);
-    int (*avg_pool2d)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int side, int k);
+    int (*avg_pool2d)(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows, int side,
+                      int k);
     /* Graphs: graph_begin records the ops enqueued after it instead of
      * running them, graph_end(key) stops recording and keeps them as graph
      * `key` (< IFD_BACKEND_MAX_GRAPHS; replacing an old one; on any error the

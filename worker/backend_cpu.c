@@ -763,14 +763,15 @@ static int ifd__cpu_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd
                                    ifd__cpu(be)->tp);
 }
 
-static int ifd__cpu_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int side,
-                               int k)
+static int ifd__cpu_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows,
+                               int side, int k)
 {
     (void)be;
-    if (k <= 0 || side <= 0 || side % k || x->rows < (int64_t)side * side ||
-        out->rows < (int64_t)(side / k) * (side / k) || out->cols != x->cols)
+    if (k <= 0 || side <= 0 || rows <= 0 || side % k || rows % k ||
+        x->rows < (int64_t)rows * side || out->rows < (int64_t)(rows / k) * (side / k) ||
+        out->cols != x->cols)
         return IFD_EINVAL;
-    return ifd_cpu_avg_pool2d(ifd__f(out), ifd__f(x), side, k, (int)x->cols);
+    return ifd_cpu_avg_pool2d(ifd__f(out), ifd__f(x), rows, side, k, (int)x->cols);
 }
 
 static const ifd_backend_ops_t ifd__cpu_ops = {

@@ -892,14 +892,14 @@ static int ifd__cuda_dense_attention(ifd_backend_t *be, ifd_act_t *out, const if
                                     out->dtype, ifd__st(be));
 }
 
-static int ifd__cuda_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int side,
-                                int k)
+static int ifd__cuda_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows,
+                                int side, int k)
 {
-    if (side <= 0 || k <= 0 || side % k || x->rows < (int64_t)side * side ||
-        out->rows < (int64_t)(side / k) * (side / k) || out->cols != x->cols ||
-        x->dtype != IFD_DTYPE_F32 || out->dtype != IFD_DTYPE_F32)
+    if (side <= 0 || k <= 0 || rows <= 0 || side % k || rows % k ||
+        x->rows < (int64_t)rows * side || out->rows < (int64_t)(rows / k) * (side / k) ||
+        out->cols != x->cols || x->dtype != IFD_DTYPE_F32 || out->dtype != IFD_DTYPE_F32)
         return IFD_EINVAL;
-    return ifd_cuda_avg_pool2d(out->data, x->data, side, k, (int)x->cols, ifd__st(be));
+    return ifd_cuda_avg_pool2d(out->data, x->data, rows, side, k, (int)x->cols, ifd__st(be));
 }
 
 /* ---- sampling ------------------------------------------------------------- */

@@ -35,6 +35,7 @@
 #include "engine.h"
 
 #include "error.h"
+#include "kvpool/kvkey.h"
 #include "log.h"
 
 #include <math.h>
@@ -107,7 +108,7 @@ typedef struct {
     void *dseq; /* the drafter's state of this sequence (p.drafter), or NULL */
     /* images (engine.h): copies, their rows in one block; keys: the prefix
      * cache's identity of each token (tokens with image tokens replaced,
-     * ifd__image_key), == tokens without images */
+     * ifd_kvkey_image), == tokens without images */
     ifd_engine_image_t *images;
     int32_t n_images;
     float *image_rows;
@@ -285,22 +286,6 @@ static int ifd__waiting_pos(const ifd__queue_t *q, const ifd__seq_t *s)
 
 /* ---- images (engine.h, ifd_engine_image_t) ------------------------------------ */
 
-/* The prefix-cache identity of token `tok` at index j of an image with hash
- * h: a function of (tok, h, j), negative so that it never equals a token id
- * (ids are >= 0). Two images share a key only where their hashes agree (or
- * a 31-bit hash of the three collides at every position of a block). */
-static int32_t ifd__image_key(int32_t tok, const uint64_t h[2], int32_t j)
-{
-    uint64_t x =
-        h[0] ^ (h[1] * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)(uint32_t)tok << 32 | (uint32_t)j);
-    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27, x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    x ^= h[1] + (uint64_t)j * 0xd6e8feb86659fd93ull;
-    x ^= x >> 29, x *= 0xbf58476d1ce4e5b9ull, x ^= x >> 32;
-    return (int32_t)(0x80000000u | (uint32_t)x);
-}
-
 /* IFD_EINVAL, with the reason formatted into why (n bytes) when why is not
  * NULL. */
 __attribute__((format(printf, 3, 4))) static int ifd__why(char *why, size_t n, const char *fmt, ...)
@@ -366,8 +351,7 @@ static int ifd__images_copy(const ifd_engine_t *e, ifd__seq_t *s, const ifd_engi
         memcpy(dst, im->embd, (size_t)im->len * E * sizeof(float));
         im->embd = dst;
         dst += (size_t)im->len * E;
-        for (int32_t j = 0; j < im->len; j++)
-            s->keys[im->start + j] = ifd__image_key(s->tokens[im->start + j], im->hash, j);
+        ifd_kvkey_image_span(s->keys, s->tokens, len, im->start, im->len, im->hash);
     }
     return 0;
 }

@@ -318,8 +318,8 @@ static ifd_serve_vision_job_t *ifd__sv_pop(ifd_serve_vision_t *v)
     return j;
 }
 
-/* Starts encoding picture j->done: normalized, then begun (the patch
- * embedding: one phase). */
+/* Starts encoding picture j->done: normalized, then begun (its patches
+ * uploaded; the patch embedding runs in the later steps). */
 static int ifd__sv_begin(ifd_serve_vision_t *v, ifd_serve_vision_job_t *j)
 {
     const ifd_wire_image_t *im = &j->msg.u.add.images[j->done];

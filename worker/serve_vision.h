@@ -18,8 +18,10 @@
  * id, in order and disjoint) and queues it, taking the frame over;
  * ifd_serve_vision_step, called between engine steps, does one bounded
  * piece of the queue's work — a cache lookup costs nothing, an encode runs
- * about step_ms of work per call (the picture's normalization and patch
- * embedding, ifd_vision_encode_begin, are one call's piece, not split) — and
+ * about step_ms of work per call (the picture's normalization and the
+ * upload of its patches, ifd_vision_encode_begin, are one call's piece;
+ * every phase after it, the patch embedding and the projector included,
+ * runs in pieces within the budget) — and
  * returns a job once all its pictures have rows, for the caller to give the
  * engine (ifd_engine_request_t.images). Requests wait in arrival order; a
  * cancelled one leaves the queue (ifd_serve_vision_cancel).

@@ -457,21 +457,27 @@ static int ifd__upload_mm_in(ifd_backend_t *be, ifd_act_t *a, const float *host,
 
 /* Phases of one encode: the patch embedding, four per encoder layer (the
  * groups between which the residual stream rests in x), then the tail.
- * Every layer phase is row-local (layernorm, proj, gelu per patch row; the
- * attention per query row over all keys), so it runs in pieces of rows
- * [r0, r1); the tail is one piece. */
+ * Each runs in pieces of rows [r0, r1): the patch embedding and every
+ * layer phase are row-local in the patch rows (layernorm, proj, gelu,
+ * add_rows per patch row; the attention per query row over all keys); the
+ * tail in the rows of pooled tokens, whole bands of them (a band: one row
+ * of the pooled grid, side / pool tokens, whose k × k windows cover pool
+ * whole rows of the patch grid: post_layernorm on those rows, their
+ * pooling, RMSNorm and the projector on the band's tokens). The kinds of
+ * phase: a layer's four, then PH_PATCHES and PH_TAIL. */
 enum { PH_LN1_QKV, PH_ATTN, PH_OUT_MLP_UP, PH_MLP_DOWN, PH_PER_LAYER };
+enum { PH_PATCHES = PH_PER_LAYER, PH_TAIL };
 
-/* A budgeted step's pieces are multiples of this many rows (the packed
- * matmul's panel height: fewer rows cost as much), the last of a phase
- * excepted. */
+/* A budgeted step's pieces of a patch-row phase are multiples of this many
+ * rows (the packed matmul's panel height: fewer rows cost as much), the
+ * last of a phase excepted; the tail's are whole bands. */
 enum { IFD__STEP_ROWS = 16 };
 
 struct ifd_vision_enc {
     ifd_vision_t *v;
     ifd_act_t a[A_N];
     int next; /* the next phase: 0 patches, 1 + 4 l + k layer l's k-th, last the tail */
-    int row;  /* rows of phase `next` done */
+    int row;  /* rows of phase `next` done (the tail: tokens) */
 };
 
 int ifd_vision_encode_phases(const ifd_vision_t *v)
@@ -479,12 +485,23 @@ int ifd_vision_encode_phases(const ifd_vision_t *v)
     return 2 + PH_PER_LAYER * (int)v->cfg.n_layer;
 }
 
-/* Multiply-adds × 2 per row of layer phase k (norms and gelu, a few
- * operations per value, left out), or of the whole tail (k < 0). */
+/* The kind of phase `ph` of an encode (PH_*). */
+static int ifd__phase_kind(const ifd_vision_t *v, int ph)
+{
+    if (ph == 0)
+        return PH_PATCHES;
+    return ph == ifd_vision_encode_phases(v) - 1 ? PH_TAIL : (ph - 1) % PH_PER_LAYER;
+}
+
+/* Multiply-adds × 2 per row of a phase of kind k (norms, gelu, pooling and
+ * the position add, a few operations per value, left out): a patch row, or
+ * for the tail a pooled token. */
 static double ifd__phase_flops(const ifd_vision_config_t *c, int k)
 {
     const double W = c->n_embd, F = c->n_ff, n = (double)ifd_vision_n_patches(c);
     switch (k) {
+    case PH_PATCHES:
+        return 2 * W * (double)c->n_channels * c->patch_size * c->patch_size;
     case PH_LN1_QKV:
         return 2 * W * 3 * W;
     case PH_ATTN:
@@ -494,7 +511,7 @@ static double ifd__phase_flops(const ifd_vision_config_t *c, int k)
     case PH_MLP_DOWN:
         return 2 * F * W;
     default:
-        return 2.0 * (double)c->tokens_per_image * W * (double)c->text_embd;
+        return 2 * W * (double)c->text_embd;
     }
 }
 
@@ -504,8 +521,9 @@ double ifd_vision_encode_flops(const ifd_vision_t *v)
     double per_layer = 0;
     for (int k = 0; k < PH_PER_LAYER; k++)
         per_layer += ifd__phase_flops(c, k);
-    return (double)c->n_layer * per_layer * (double)ifd_vision_n_patches(c) +
-           ifd__phase_flops(c, -1);
+    return ((double)c->n_layer * per_layer + ifd__phase_flops(c, PH_PATCHES)) *
+               (double)ifd_vision_n_patches(c) +
+           ifd__phase_flops(c, PH_TAIL) * (double)c->tokens_per_image;
 }
 
 /* Rows r0.. of a (rows r0 on: a view for the row-local ops). */
@@ -553,42 +571,56 @@ static int ifd__encode_layer_phase(ifd_vision_t *v, ifd_act_t *act, int n, uint3
     }
 }
 
-/* The first phase: the im2col'd patches uploaded, embedded, + positions. */
-static int ifd__encode_patches(ifd_vision_enc_t *e, const float *pv)
+/* _begin's part of the first phase: the im2col'd patches uploaded (memory
+ * work only, no FLOPs: the caller's pixels need not outlive _begin). */
+static int ifd__upload_patches(ifd_vision_enc_t *e, const float *pv)
 {
     ifd_vision_t *v = e->v;
-    ifd_backend_t *be = v->be;
-    const int n = (int)ifd_vision_n_patches(&v->cfg);
-    const size_t patch_floats = (size_t)n * (size_t)e->a[A_PATCH].cols;
+    const size_t patch_floats = (size_t)ifd_vision_n_patches(&v->cfg) * (size_t)e->a[A_PATCH].cols;
     float *host = malloc(sizeof(float) * patch_floats);
     if (!host)
         return IFD_ENOMEM;
     ifd__im2col(host, pv, &v->cfg);
-    int rc = ifd__upload_mm_in(be, &e->a[A_PATCH], host, patch_floats);
+    int rc = ifd__upload_mm_in(v->be, &e->a[A_PATCH], host, patch_floats);
     free(host);
-    if (rc || (rc = be->ops->proj(be, &e->a[A_X], &e->a[A_PATCH], &v->patch, n)))
-        return rc;
-    return be->ops->add_rows(be, &e->a[A_X], &v->pos, n);
+    return rc;
 }
 
-/* The last phase: the last MLP output joins, post_layernorm in place, then
- * the projector. */
-static int ifd__encode_tail(ifd_vision_enc_t *e)
+/* Patch rows [r0, r1) of the first phase: embedded, + their positions. */
+static int ifd__encode_patches(ifd_vision_enc_t *e, int r0, int r1)
+{
+    ifd_vision_t *v = e->v;
+    ifd_backend_t *be = v->be;
+    ifd_act_t x = ifd__rows(&e->a[A_X], r0), patch = ifd__rows(&e->a[A_PATCH], r0);
+    ifd_weight_t pos = v->pos; /* f32 [n_patches, width], plain: rows r0 on */
+    pos.data = (char *)pos.data + (size_t)r0 * (size_t)pos.cols * sizeof(float);
+    pos.rows -= r0;
+    int rc = be->ops->proj(be, &x, &patch, &v->patch, r1 - r0);
+    return rc ? rc : be->ops->add_rows(be, &x, &pos, r1 - r0);
+}
+
+/* Pooled tokens [t0, t1) of the last phase, whole bands (multiples of the
+ * pooled side): the last MLP output joins the band's patch rows,
+ * post_layernorm in place on them, then their pooling and the projector. */
+static int ifd__encode_tail(ifd_vision_enc_t *e, int t0, int t1)
 {
     ifd_vision_t *v = e->v;
     ifd_backend_t *be = v->be;
     const ifd_backend_ops_t *o = be->ops;
     const ifd_vision_config_t *c = &v->cfg;
-    ifd_act_t *a = e->a;
-    const int n = (int)ifd_vision_n_patches(c), T = (int)c->tokens_per_image;
+    const int side = (int)ifd_vision_patch_side(c), k = (int)ifd_vision_pool(c), ps = side / k;
+    IFD_ASSERT(t0 % ps == 0 && t1 % ps == 0);
+    const int p0 = t0 / ps * k * side, grid_rows = (t1 - t0) / ps * k, T = t1 - t0;
+    ifd_act_t x = ifd__rows(&e->a[A_X], p0), mlp = ifd__rows(&e->a[A_O], p0);
+    ifd_act_t pool = ifd__rows(&e->a[A_POOL], t0), norm = ifd__rows(&e->a[A_NORM], t0);
+    ifd_act_t feat = ifd__rows(&e->a[A_FEAT], t0);
     int rc;
-    if ((rc = o->layernorm(be, &a[A_X], &a[A_X], c->n_layer ? &a[A_O] : NULL, &v->post_w,
-                           &v->post_b, n, c->eps)) ||
-        (rc = o->avg_pool2d(be, &a[A_POOL], &a[A_X], (int)ifd_vision_patch_side(c),
-                            (int)ifd_vision_pool(c))) ||
-        (rc = o->rmsnorm(be, &a[A_NORM], &a[A_POOL], NULL, &v->soft_norm, T, c->eps)))
+    if ((rc = o->layernorm(be, &x, &x, c->n_layer ? &mlp : NULL, &v->post_w, &v->post_b,
+                           grid_rows * side, c->eps)) ||
+        (rc = o->avg_pool2d(be, &pool, &x, grid_rows, side, k)) ||
+        (rc = o->rmsnorm(be, &norm, &pool, NULL, &v->soft_norm, T, c->eps)))
         return rc;
-    return o->proj(be, &a[A_FEAT], &a[A_NORM], &v->mm, T);
+    return o->proj(be, &feat, &norm, &v->mm, T);
 }
 
 void ifd_vision_encode_free(ifd_vision_enc_t *e)
@@ -628,8 +660,8 @@ int ifd_vision_encode_begin(ifd_vision_enc_t **out, ifd_vision_t *v, const float
                                 ifd__acts[i].mm_in ? be->ops->mm_in_dtype : IFD_DTYPE_F32,
                                 rows[ifd__acts[i].rows], cols[ifd__acts[i].cols]);
     /* the patches are uploaded now: the caller's pixels need not outlive the call */
-    if (rc == 0 && (rc = ifd__encode_patches(e, pixel_values)) == 0)
-        e->next = 1;
+    if (rc == 0)
+        rc = ifd__upload_patches(e, pixel_values);
     if (rc) {
         ifd_vision_encode_free(e);
         return rc;
@@ -638,23 +670,34 @@ int ifd_vision_encode_begin(ifd_vision_enc_t **out, ifd_vision_t *v, const float
     return 0;
 }
 
-/* Rows in phase `ph` (the tail: one piece). */
+/* Rows in phase `ph` (the tail's: pooled tokens). */
 static int ifd__phase_rows(const ifd_vision_enc_t *e, int ph)
 {
-    return ph == ifd_vision_encode_phases(e->v) - 1 ? 1 : (int)ifd_vision_n_patches(&e->v->cfg);
+    const ifd_vision_config_t *c = &e->v->cfg;
+    return (int)(ifd__phase_kind(e->v, ph) == PH_TAIL ? c->tokens_per_image
+                                                      : ifd_vision_n_patches(c));
+}
+
+/* The rows a budgeted piece of phase `ph` is a multiple of: IFD__STEP_ROWS,
+ * or for the tail one band (the pooled side). */
+static int ifd__phase_unit(const ifd_vision_enc_t *e, int ph)
+{
+    const ifd_vision_config_t *c = &e->v->cfg;
+    return ifd__phase_kind(e->v, ph) == PH_TAIL ? (int)ifd_vision_token_side(c) : IFD__STEP_ROWS;
 }
 
 /* The next `m` rows of the current phase; the phase advances when done. */
 static int ifd__encode_rows(ifd_vision_enc_t *e, int m)
 {
-    const int last = ifd_vision_encode_phases(e->v) - 1, r0 = e->row;
+    const int kind = ifd__phase_kind(e->v, e->next), r0 = e->row;
     int rc;
-    if (e->next == last) {
-        rc = ifd__encode_tail(e);
+    if (kind == PH_PATCHES) {
+        rc = ifd__encode_patches(e, r0, r0 + m);
+    } else if (kind == PH_TAIL) {
+        rc = ifd__encode_tail(e, r0, r0 + m);
     } else {
-        const int k = e->next - 1;
         rc = ifd__encode_layer_phase(e->v, e->a, (int)ifd_vision_n_patches(&e->v->cfg),
-                                     (uint32_t)(k / PH_PER_LAYER), k % PH_PER_LAYER, r0, r0 + m);
+                                     (uint32_t)((e->next - 1) / PH_PER_LAYER), kind, r0, r0 + m);
     }
     if (rc)
         return rc;
@@ -687,19 +730,18 @@ int ifd_vision_encode_step(ifd_vision_enc_t *e, int max_phases)
 /* FLOPs per row of phase e->next. */
 static double ifd__row_flops(const ifd_vision_enc_t *e)
 {
-    const int last = ifd_vision_encode_phases(e->v) - 1;
-    return ifd__phase_flops(&e->v->cfg, e->next == last ? -1 : (e->next - 1) % PH_PER_LAYER);
+    return ifd__phase_flops(&e->v->cfg, ifd__phase_kind(e->v, e->next));
 }
 
 /* Rows of phase e->next that fit in `budget` FLOPs: all that are left, else
- * a multiple of IFD__STEP_ROWS (0 when none fit). */
+ * a multiple of the phase's unit (0 when none fit). */
 static int ifd__rows_within(const ifd_vision_enc_t *e, double budget)
 {
-    const int left = ifd__phase_rows(e, e->next) - e->row;
+    const int left = ifd__phase_rows(e, e->next) - e->row, unit = ifd__phase_unit(e, e->next);
     const double fit = budget / ifd__row_flops(e);
     if (fit >= left)
         return left;
-    return fit < IFD__STEP_ROWS ? 0 : (int)fit / IFD__STEP_ROWS * IFD__STEP_ROWS;
+    return fit < unit ? 0 : (int)(fit / unit) * unit;
 }
 
 int ifd_vision_encode_step_flops(ifd_vision_enc_t *e, double max_flops, double *done)
@@ -713,7 +755,8 @@ int ifd_vision_encode_step_flops(ifd_vision_enc_t *e, double max_flops, double *
             break;
         if (m == 0) { /* the step's one piece: the smallest */
             const int left = ifd__phase_rows(e, e->next) - e->row;
-            m = left < IFD__STEP_ROWS ? left : IFD__STEP_ROWS;
+            const int unit = ifd__phase_unit(e, e->next);
+            m = left < unit ? left : unit;
         }
         spent += m * ifd__row_flops(e);
         rc = ifd__encode_rows(e, m);

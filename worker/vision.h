@@ -82,38 +82,46 @@ int ifd_vision_encode(ifd_vision_t *v, const float *pixel_values, float *feature
 /*
  * The same encode in bounded pieces, for a serving loop that must keep
  * decoding other requests meanwhile (worker/serve_vision.h): the work is
- * split into ifd_vision_encode_phases(v) phases — the patch embedding (run
- * by _begin), four per encoder layer (LN1 + q|k|v; the attention; out_proj
- * + LN2 + fc1 + gelu; fc2), and the tail (post_layernorm and the
- * projector) — run in order by _step. Every layer phase is row-local (the
- * attention per query row, over all keys), so _step_flops runs it in
- * pieces of patch rows: the same backend calls on row ranges. Where every
- * op computes a row the same whatever the rows around it (backend.h: batch
- * invariance, dense_attention's ranges; the CPU backend, bit for bit) that
- * gives the bits of ifd_vision_encode (which is begin, one step of every
- * phase, end) however the encode is split; on CUDA the projections'
+ * split into ifd_vision_encode_phases(v) phases — the patch embedding
+ * (patch GEMM + positions), four per encoder layer (LN1 + q|k|v; the
+ * attention; out_proj + LN2 + fc1 + gelu; fc2), and the tail
+ * (post_layernorm, pooling, RMSNorm and the projector) — run in order by
+ * _step. The patch embedding and every layer phase are row-local in the
+ * patch rows (the attention per query row, over all keys), so _step_flops
+ * runs them in pieces of patch rows: the same backend calls on row ranges;
+ * the tail in pieces of pooled tokens, whole bands of them (a band: one
+ * row of the pooled grid, whose windows cover `pool` whole rows of the
+ * patch grid — post_layernorm runs on those rows, avg_pool2d on that band).
+ * Where every op computes a row the same whatever the rows around it
+ * (backend.h: batch invariance, dense_attention's ranges, avg_pool2d's
+ * bands; the CPU backend and the CUDA kernels on the emulator, bit for bit)
+ * that gives the bits of ifd_vision_encode (which is begin, one step of
+ * every phase, end) however the encode is split; on a GPU the projections'
  * cuBLASLt algorithm is chosen per row count, so pieces agree with the
  * whole to rounding (whole phases, _step, keep the bits).
  *
  * Sizes (the 4B tower, ifd_vision_encode_flops ≈ 5.4 TFLOP): a whole phase
  * is up to one layer's attention (≈ 77 GFLOP: seconds on a few CPU cores);
- * a 16-row piece of it ≈ 0.3 GFLOP. The tail (≈ 1.5 GFLOP) is one piece;
- * the patch embedding in _begin ≈ 5.5 GFLOP is not split.
+ * a 16-row piece of it ≈ 0.3 GFLOP; of the patch embedding (≈ 5.5 GFLOP
+ * whole) ≈ 22 MFLOP; a band of the tail (≈ 1.5 GFLOP whole, 16 bands of
+ * 16 tokens) ≈ 94 MFLOP.
  *
  * _begin: checks the pixels (IFD_EINVAL for a non-finite one), allocates
- * the activations (ifd_vision_encode's, held until _end or _free) and runs
- * the patch embedding; pixel_values need not outlive the call. 0 with *out
- * set, or an error with *out NULL.
+ * the activations (ifd_vision_encode's, held until _end or _free) and
+ * uploads the im2col'd patches (memory work: no FLOPs; the patch embedding
+ * itself is the first phase); pixel_values need not outlive the call. 0
+ * with *out set, or an error with *out NULL.
  * _step: runs up to max_phases (>= 1) more phases (the rest of a phase a
  * _step_flops left part-done counts as one) and waits for them
  * (ops->sync). 1 when the encode is complete, 0 when phases remain, or a
  * backend error (the state is then only good for _free).
  * _step_flops: as _step, bounded by work instead: runs pieces (the rest of
- * the current phase, else a multiple of 16 rows of it) while the FLOPs
- * counted so far stay within max_flops, at least one piece (the smallest:
- * 16 rows, or the tail) per call; *done (may be NULL) gets the FLOPs run,
- * counted as ifd_vision_encode_flops counts them (matmuls and attention
- * products, 2 per multiply-add).
+ * the current phase, else a multiple of 16 patch rows of it, or of one band
+ * of the tail) while the FLOPs counted so far stay within max_flops, at
+ * least one piece (the smallest: 16 rows, or one band) per call; *done
+ * (may be NULL) gets the FLOPs run, counted as ifd_vision_encode_flops
+ * counts them (matmuls and attention products, 2 per multiply-add; norms,
+ * gelu, pooling and the position add left out).
  * _end: after _step returned 1, downloads features (and tower when not
  * NULL) as ifd_vision_encode does and frees e; IFD_EINVAL (e freed all the
  * same) when phases remained.

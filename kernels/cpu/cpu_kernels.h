@@ -140,13 +140,15 @@ int ifd_cpu_layernorm(float *y,       /* [rows, dim] */
                       const float *b, /* [dim] or NULL */
                       int rows, int dim, float eps);
 
-/* Average pooling of a side × side grid of channel vectors (row-major: x[i ·
+/* Average pooling of a rows × side grid of channel vectors (row-major: x[i ·
  * side + j]) over k × k windows with stride k: out[pi · (side / k) + pj] =
- * mean of the window (Gemma 3's projector: torch AvgPool2d). IFD_EINVAL when
- * k does not divide side, or a size ≤ 0. */
-int ifd_cpu_avg_pool2d(float *out,     /* [(side / k)², channels] */
-                       const float *x, /* [side², channels] */
-                       int side, int k, int channels);
+ * mean of the window (Gemma 3's projector: torch AvgPool2d over the square
+ * grid, rows = side; fewer rows pool a band of it, the same bits as the
+ * band's part of the whole). IFD_EINVAL when k does not divide rows and
+ * side, or a size ≤ 0. */
+int ifd_cpu_avg_pool2d(float *out,     /* [(rows / k) · (side / k), channels] */
+                       const float *x, /* [rows · side, channels] */
+                       int rows, int side, int k, int channels);
 
 /* Dense bidirectional multi-head attention over ONE sequence of n tokens
  * (a ViT's; no KV pool, no mask): qkv row t holds q (n_heads · head_dim),

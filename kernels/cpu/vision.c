@@ -46,13 +46,13 @@ int ifd_cpu_layernorm(float *y, const float *x, const float *w, const float *b, 
     return 0;
 }
 
-int ifd_cpu_avg_pool2d(float *out, const float *x, int side, int k, int channels)
+int ifd_cpu_avg_pool2d(float *out, const float *x, int rows, int side, int k, int channels)
 {
-    if (side <= 0 || k <= 0 || channels <= 0 || side % k != 0)
+    if (rows <= 0 || side <= 0 || k <= 0 || channels <= 0 || side % k != 0 || rows % k != 0)
         return IFD_EINVAL;
     const int ps = side / k;
     const float inv = 1.0f / (float)(k * k);
-    for (int pi = 0; pi < ps; pi++)
+    for (int pi = 0; pi < rows / k; pi++)
         for (int pj = 0; pj < ps; pj++) {
             float *o = out + ((int64_t)pi * ps + pj) * channels;
             memset(o, 0, sizeof(float) * (size_t)channels);

@@ -114,10 +114,10 @@ __global__ void __launch_bounds__(256) add_rows_kernel(float *x, const float *t,
 }
 
 __global__ void __launch_bounds__(256)
-    avg_pool_kernel(float *out, const float *x, int side, int k, int ch, float inv)
+    avg_pool_kernel(float *out, const float *x, int rows, int side, int k, int ch, float inv)
 {
     const int ps = side / k;
-    const int64_t total = (int64_t)ps * ps * ch;
+    const int64_t total = (int64_t)(rows / k) * ps * ch;
     for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < total;
          u += (int64_t)gridDim.x * blockDim.x) {
         const int c = (int)(u % ch);
@@ -278,13 +278,15 @@ extern "C" int ifd_cuda_add_rows(float *IFD_CUDA_RESTRICT x, const float *IFD_CU
 }
 
 extern "C" int ifd_cuda_avg_pool2d(float *IFD_CUDA_RESTRICT out, const float *IFD_CUDA_RESTRICT x,
-                                   int side, int k, int channels, ifd_cuda_stream_t stream)
+                                   int rows, int side, int k, int channels,
+                                   ifd_cuda_stream_t stream)
 {
-    if (side <= 0 || k <= 0 || channels <= 0 || side % k != 0 || !out || !x)
+    if (rows <= 0 || side <= 0 || k <= 0 || channels <= 0 || side % k != 0 || rows % k != 0 ||
+        !out || !x)
         return IFD_EINVAL;
-    const int64_t n = (int64_t)(side / k) * (side / k) * channels;
+    const int64_t n = (int64_t)(rows / k) * (side / k) * channels;
     IFD_LAUNCH(avg_pool_kernel, dim3(blocks_for(n)), dim3(256), 0, (cudaStream_t)stream, out, x,
-               side, k, channels, 1.0f / (float)(k * k));
+               rows, side, k, channels, 1.0f / (float)(k * k));
     IFD_CUDA_CHECK_LAUNCH("avg_pool_kernel");
     return 0;
 }

@@ -47,12 +47,13 @@ int ifd_cuda_add_rows(float *IFD_CUDA_RESTRICT x,       /* [rows, cols], in/out 
                       int rows, int cols, ifd_cuda_stream_t stream);
 
 /* out[(pi · side/k + pj), c] = (Σ over the k × k window, row-major, in
- * float) · (1 / k²) for a row-major side × side grid of `channels`-wide
- * rows: ifd_cpu_avg_pool2d bit for bit. side % k must be 0.
+ * float) · (1 / k²) for a row-major rows × side grid of `channels`-wide
+ * vectors (rows = side: the whole square grid; fewer: a band of it):
+ * ifd_cpu_avg_pool2d bit for bit. rows % k and side % k must be 0.
  * Returns 0, IFD_EINVAL, IFD_ECUDA. */
-int ifd_cuda_avg_pool2d(float *IFD_CUDA_RESTRICT out,     /* [(side/k)², channels] */
-                        const float *IFD_CUDA_RESTRICT x, /* [side², channels] */
-                        int side, int k, int channels, ifd_cuda_stream_t stream);
+int ifd_cuda_avg_pool2d(float *IFD_CUDA_RESTRICT out,     /* [(rows/k) · (side/k), channels] */
+                        const float *IFD_CUDA_RESTRICT x, /* [rows · side, channels] */
+                        int rows, int side, int k, int channels, ifd_cuda_stream_t stream);
 
 /* The largest head_dim ifd_cuda_dense_attention takes. */
 #define IFD_CUDA_DENSE_MAX_HEAD_DIM 128

@@ -164,30 +164,35 @@ static void test_add_rows(void)
     gt_dfree(d_x), gt_dfree(d_t);
 }
 
-static void pool_one(int side, int k, int ch)
+/* rows × side grid (rows < side: a band of a square grid). */
+static void pool_one(int rows, int side, int k, int ch)
 {
-    const int64_t n = (int64_t)side * side * ch, m = (int64_t)(side / k) * (side / k) * ch;
+    const int64_t n = (int64_t)rows * side * ch, m = (int64_t)(rows / k) * (side / k) * ch;
     float *x = gt_xmalloc((size_t)n * 4), *ref = gt_xmalloc((size_t)m * 4);
     float *got = gt_xmalloc((size_t)m * 4);
     gt_fill_randn(x, n, 2.0f);
     float *d_x = gt_dupload(x, (size_t)n * 4), *d_o = gt_dalloc_poison((size_t)m * 4);
-    GT_EXPECT(ifd_cuda_avg_pool2d(d_o, d_x, side, k, ch, NULL) == 0, "ifd_cuda_avg_pool2d failed");
+    GT_EXPECT(ifd_cuda_avg_pool2d(d_o, d_x, rows, side, k, ch, NULL) == 0,
+              "ifd_cuda_avg_pool2d failed");
     gt_download(got, d_o, (size_t)m * 4);
-    ifd_cpu_avg_pool2d(ref, x, side, k, ch);
-    GT_EXPECT(memcmp(got, ref, (size_t)m * 4) == 0, "avg_pool2d side=%d k=%d ch=%d differs", side,
-              k, ch);
+    ifd_cpu_avg_pool2d(ref, x, rows, side, k, ch);
+    GT_EXPECT(memcmp(got, ref, (size_t)m * 4) == 0, "avg_pool2d rows=%d side=%d k=%d ch=%d differs",
+              rows, side, k, ch);
     free(x), free(ref), free(got);
     gt_dfree(d_x), gt_dfree(d_o);
 }
 
 static void test_avg_pool2d(void)
 {
-    pool_one(8, 2, 64);
-    pool_one(6, 3, 5);
-    pool_one(5, 1, 7);
-    pool_one(gt_small() ? 16 : 64, 4, gt_small() ? 24 : 1152);
+    pool_one(8, 8, 2, 64);
+    pool_one(6, 6, 3, 5);
+    pool_one(5, 5, 1, 7);
+    pool_one(2, 8, 2, 64); /* bands: the vision encode's pieces of the tail */
+    pool_one(3, 6, 3, 5);
+    pool_one(gt_small() ? 16 : 64, gt_small() ? 16 : 64, 4, gt_small() ? 24 : 1152);
     float *p = gt_dalloc(64), *q = gt_dalloc(64);
-    GT_EXPECT(ifd_cuda_avg_pool2d(p, q, 6, 4, 1, NULL) == IFD_EINVAL, "side %% k != 0 accepted");
+    GT_EXPECT(ifd_cuda_avg_pool2d(p, q, 6, 6, 4, 1, NULL) == IFD_EINVAL, "side %% k != 0 accepted");
+    GT_EXPECT(ifd_cuda_avg_pool2d(p, q, 3, 6, 2, 1, NULL) == IFD_EINVAL, "rows %% k != 0 accepted");
     gt_dfree(p), gt_dfree(q);
 }
 

@@ -14,6 +14,11 @@
  *       f32 computation (8-bit mantissas on every GEMM input of 2 layers;
  *       measured on the emulator ≤ 1.4e-2, IFD_TEST_VERBOSE=1 prints it).
  * Plus: a NaN pixel is IFD_EINVAL, and encoding twice gives the same bits.
+ * phases: the encode in pieces bounded by FLOPs (ifd_vision_encode_step_flops:
+ * the patch embedding in 16-row pieces, the tail in bands) keeps every
+ * call within its budget but for one smallest piece, and gives the whole
+ * encode's bits on the emulator (within the bounds above on a GPU, where
+ * cuBLASLt's algorithm depends on the row count).
  *
  * On the emulator (IFD_CUDA_EMU, labels unit + emu) the real backend code,
  * the real kernels and an emulated cuBLASLt run on the CPU; on a GPU the same
@@ -135,6 +140,104 @@ static void encode_case(const char *sub, const char *prefix, int mode, double bo
     cpu->ops->destroy(cpu);
 }
 
+/* The encode of image 0 in pieces bounded by `budget` FLOPs
+ * (ifd_vision_encode_step_flops) into feat / tower: the number of calls, or
+ * -1 after a failed expectation. A call over the budget must have run one
+ * smallest piece alone (16 patch rows of the patch embedding or a layer
+ * phase, one band of the tail: 4 tokens), so a phase run whole over the
+ * budget fails. */
+static int budget_encode(ifd_vision_t *v, const float *pv, double budget, float *feat, float *tower)
+{
+    const ifd_vision_config_t *c = ifd_vision_config(v);
+    const double W = c->n_embd, F = c->n_ff, n = 64;
+    const double smallest[] = {16 * 2 * W * 3 * 14 * 14, 16 * 2 * W * 3 * W,
+                               16 * 4 * n * W,           16 * (2 * W * W + 2 * W * F),
+                               16 * 2 * F * W,           4 * 2 * W * c->text_embd};
+    ifd_vision_enc_t *e = NULL;
+    int rc = ifd_vision_encode_begin(&e, v, pv), calls = 0;
+    GT_EXPECT(rc == 0, "begin: %s", ifd_strerror(rc));
+    if (rc)
+        return -1;
+    double sum = 0;
+    do {
+        double done = 0;
+        rc = ifd_vision_encode_step_flops(e, budget, &done);
+        bool one = false;
+        for (size_t i = 0; i < sizeof smallest / sizeof smallest[0]; i++)
+            one |= done == smallest[i];
+        GT_EXPECT(rc >= 0 && done > 0 && (done <= budget || one), "step %d: rc %d, %g FLOPs of %g",
+                  calls, rc, done, budget);
+        sum += done;
+        calls++;
+    } while (rc == 0 && calls < 1000);
+    GT_EXPECT(rc == 1 && sum == ifd_vision_encode_flops(v), "%g FLOPs of %g", sum,
+              ifd_vision_encode_flops(v));
+    rc = ifd_vision_encode_end(e, feat, tower);
+    GT_EXPECT(rc == 0, "end: %s", ifd_strerror(rc));
+    return rc ? -1 : calls;
+}
+
+/* The encode in bounded pieces on backend mode (the patch embedding and
+ * every layer phase in 16-row pieces, the tail in its 4 bands, and budgets
+ * between) against the whole encode on the same backend: the same bits on
+ * the emulator (its cuBLASLt runs one summation order whatever the row
+ * count); on a GPU, where cuBLASLt picks its algorithm per row count,
+ * within `bound` (vision.h). */
+static void phases_case(const char *sub, int mode, double bound)
+{
+    ifd_backend_t *be = backend(mode);
+    if (!be)
+        return;
+    ifd_vision_t *v = load(sub, be);
+    char p[4200], err[256];
+    snprintf(p, sizeof p, "%s/refs.safetensors", tiny_dir);
+    ifd_safetensors_t *st = NULL;
+    GT_EXPECT(ifd_safetensors_open(&st, p, err, sizeof err) == 0, "%s", err);
+    enum { NPV = 3 * 112 * 112, NT = 64 * 64, NF = 16 * 64 };
+    float *tower = gt_xmalloc(NT * 4), *feat = gt_xmalloc(NF * 4);
+    float *wtower = gt_xmalloc(NT * 4), *wfeat = gt_xmalloc(NF * 4);
+    const float *pv = st ? ref(st, "pixel_values_0", NPV) : NULL;
+    if (v && pv && ifd_vision_encode(v, pv, wfeat, wtower) == 0) {
+        const ifd_vision_config_t *c = ifd_vision_config(v);
+        const double band = 4 * 2.0 * c->n_embd * c->text_embd;
+        const double budgets[] = {0, 1.5 * band, 3e5, 2e6};
+        const int want_calls[] = {64 / 16 * (1 + 4 * 2) + 16 / 4, 64 / 16 * (1 + 4 * 2) + 16 / 4,
+                                  -1, -1};
+        for (int b = 0; b < 4; b++) {
+            const int calls = budget_encode(v, pv, budgets[b], feat, tower);
+            GT_EXPECT(want_calls[b] < 0 || calls == want_calls[b], "budget %g: %d calls, not %d",
+                      budgets[b], calls, want_calls[b]);
+            const double et = max_rel(tower, wtower, NT), ef = max_rel(feat, wfeat, NF);
+            const bool same =
+                memcmp(tower, wtower, NT * 4) == 0 && memcmp(feat, wfeat, NF * 4) == 0;
+            gt_note("%s on %s (mode %d), budget %g: %d calls, vs the whole encode %.3g %.3g%s",
+                    sub[0] ? sub : "f32", be->ops->name, mode, budgets[b], calls, et, ef,
+                    same ? " (the same bits)" : "");
+#ifdef IFD_CUDA_EMU
+            (void)bound;
+            GT_EXPECT(same, "budget %g: pieces differ from the whole (%.3g %.3g)", budgets[b], et,
+                      ef);
+#else
+            GT_EXPECT(et <= bound && ef <= bound, "budget %g: pieces vs the whole %.3g %.3g > %.0e",
+                      budgets[b], et, ef, bound);
+#endif
+        }
+    } else {
+        GT_EXPECT(0, "the whole encode failed");
+    }
+    free(tower), free(feat), free(wtower), free(wfeat);
+    if (st)
+        ifd_safetensors_close(st);
+    ifd_vision_destroy(v);
+    be->ops->destroy(be);
+}
+
+static void test_phases(void)
+{
+    phases_case("", 2, 1e-5);
+    phases_case("bf16", 1, 3e-2);
+}
+
 static void test_exact_f32(void)
 {
     encode_case("", "", 2, 1e-5);
@@ -158,5 +261,6 @@ int main(void)
     gt_case("exact_f32", test_exact_f32);
     gt_case("exact_bf16_weights", test_exact_bf16);
     gt_case("bf16", test_bf16);
+    gt_case("phases", test_phases);
     return gt_end();
 }

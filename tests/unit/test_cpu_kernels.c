@@ -465,7 +465,7 @@ START_TEST(test_avg_pool2d)
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         const int side = shapes[t][0], k = shapes[t][1], c = shapes[t][2], ps = side / k;
         float *x = rnd_array((int64_t)side * side * c, -3, 3), *y = nan_array((int64_t)ps * ps * c);
-        ck_assert_int_eq(ifd_cpu_avg_pool2d(y, x, side, k, c), 0);
+        ck_assert_int_eq(ifd_cpu_avg_pool2d(y, x, side, side, k, c), 0);
         for (int pi = 0; pi < ps; pi++)
             for (int pj = 0; pj < ps; pj++)
                 for (int ch = 0; ch < c; ch++) {
@@ -480,11 +480,24 @@ START_TEST(test_avg_pool2d)
                               "avg_pool2d side=%d k=%d c=%d [%d,%d,%d]: %.9g ref %.9g", side, k, c,
                               pi, pj, ch, got, ref);
                 }
+        /* every band of pooled rows [b, ps) alone: the whole's rows, bit for bit */
+        for (int b = 0; b < ps; b++) {
+            float *band = nan_array((int64_t)(ps - b) * ps * c);
+            ck_assert_int_eq(
+                ifd_cpu_avg_pool2d(band, x + (int64_t)b * k * side * c, (ps - b) * k, side, k, c),
+                0);
+            ck_assert_msg(memcmp(band, y + (int64_t)b * ps * c,
+                                 sizeof(float) * (size_t)(ps - b) * ps * c) == 0,
+                          "avg_pool2d side=%d k=%d: the band from %d differs", side, k, b);
+            free(band);
+        }
         free(x), free(y);
     }
     float v = 0;
-    ck_assert_int_eq(ifd_cpu_avg_pool2d(&v, &v, 5, 2, 1), IFD_EINVAL);
-    ck_assert_int_eq(ifd_cpu_avg_pool2d(&v, &v, 4, 0, 1), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_avg_pool2d(&v, &v, 5, 5, 2, 1), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_avg_pool2d(&v, &v, 4, 4, 0, 1), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_avg_pool2d(&v, &v, 3, 4, 2, 1), IFD_EINVAL); /* rows % k */
+    ck_assert_int_eq(ifd_cpu_avg_pool2d(&v, &v, 0, 4, 2, 1), IFD_EINVAL);
 }
 END_TEST
 

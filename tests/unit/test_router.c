@@ -11,15 +11,14 @@
  *
  * Covered: one ADD frame per dispatch with the sequence's fields; prefix
  * preference (the worker whose device holds the longest cached prefix),
- * use_cache off; route_slack and its boundary (set_slack); load ties (the
- * lowest load, then round robin); queueing while no worker is ready or
- * every one is full, FIFO, dispatch on READY and on FINISHED; unresponsive
- * workers avoided while a responsive one has room; a worker dying with
- * sequences in flight: re-sent elsewhere as prompt + streamed tokens with
- * n_generated, in id order ahead of the queue, the stream continuing with
- * no gap and no duplicate, stale frames of the dead worker ignored, the
- * redispatch metric; sequences already over finished locally (length, EOS,
- * a stop id), released ones freed, failures while stopping; a poison
+ * image prompts probed by their image-aware keys (two pictures behind the
+ * same placeholder ids share no prefix), use_cache off; route_slack and its boundary (set_slack);
+ * load ties (the lowest load, then round robin); queueing while no worker is ready or every one is
+ * full, FIFO, dispatch on READY and on FINISHED; unresponsive workers avoided while a responsive
+ * one has room; a worker dying with sequences in flight: re-sent elsewhere as prompt + streamed
+ * tokens with n_generated, in id order ahead of the queue, the stream continuing with no gap and no
+ * duplicate, stale frames of the dead worker ignored, the redispatch metric; sequences already over
+ * finished locally (length, EOS, a stop id), released ones freed, failures while stopping; a poison
  * sequence failed after three deaths without progress; every worker failed
  * → the queue fails; a send that fails (worker killed, routed elsewhere) or
  * cannot be encoded (the sequence fails); release and cancellation (queued,
@@ -49,6 +48,7 @@
 
 #include "daemon/router.h"
 #include "error.h"
+#include "kvpool/kvkey.h"
 #include "kvpool/kvpool.h"
 
 #include <stdio.h>
@@ -612,6 +612,63 @@ START_TEST(test_prefix_preference)
     ck_assert_int_eq(last_worker(x), 0);
     sub(x, e, 13, 4); /* each device scores its own blocks: 2 on 1 > 1 on 0 */
     ck_assert_int_eq(last_worker(x), 1);
+}
+END_TEST
+
+/* An image prompt is probed with the image-aware keys the worker's engine
+ * publishes (kvpool/kvkey.h): two prompts that differ only by their picture
+ * (the same placeholder ids, another hash) share no prefix, and a prefix
+ * cached under the raw placeholder ids is not theirs either; the same
+ * picture's prompt finds its blocks. */
+START_TEST(test_prefix_images)
+{
+    const int devs[] = {0, 1};
+    fix_t *x = fix_init(2, 8, devs);
+    ifd_router_set_slack(x->r, 4);
+    enum { IMG = 500 };
+    static const uint8_t px[12] = {1, 2, 3};
+    const ifd_wire_image_t pic_a = {.pos = 1,
+                                    .n_tokens = 8,
+                                    .hash_lo = 7,
+                                    .hash_hi = 70,
+                                    .width = 2,
+                                    .height = 2,
+                                    .pixels = px,
+                                    .n_pixels = 12};
+    ifd_wire_image_t pic_b = pic_a;
+    pic_b.hash_lo = 8; /* another picture, the same tokens */
+    int32_t p[13], keys_a[13], keys_b[13];
+    prompt13(p, 100);
+    for (int i = 1; i < 9; i++)
+        p[i] = IMG;
+    const uint64_t ha[2] = {7, 70}, hb[2] = {8, 70};
+    memcpy(keys_a, p, sizeof p);
+    memcpy(keys_b, p, sizeof p);
+    ifd_kvkey_image_span(keys_a, p, 13, 1, 8, ha);
+    ifd_kvkey_image_span(keys_b, p, 13, 1, 8, hb);
+    for (int i = 0; i < 13; i++) { /* image tokens keyed apart, the rest as they are */
+        ck_assert(i >= 1 && i < 9 ? keys_a[i] < 0 && keys_a[i] != keys_b[i]
+                                  : keys_a[i] == p[i] && keys_b[i] == p[i]);
+        ck_assert_int_eq(keys_a[i], i >= 1 && i < 9 ? ifd_kvkey_image(IMG, ha, i - 1) : p[i]);
+    }
+    const int on1[] = {1, 1, 1};
+    cache_prefix(x, keys_a, 3, on1, NULL); /* picture a's prompt as the engine publishes it */
+    cache_prefix(x, p, 3, on1, NULL);      /* the raw ids: what a key-blind probe would match */
+    x->fake.w[0].ready = false;            /* two fillers (no prefix) on worker 1 */
+    sub(x, P3, 3, 4);
+    sub(x, P3, 3, 4);
+    ready(x, 0);
+    ifd_wire_add_t sp = params(p, 13, 4);
+    sp.images = &pic_b;
+    sp.n_images = 1;
+    sub_p(x, &sp); /* picture b: no cached prefix anywhere, the least loaded */
+    ck_assert_int_eq(last_worker(x), 0);
+    sp.images = &pic_a;
+    sub_p(x, &sp); /* picture a: its 3 blocks on device 1 win (loads 1 / 2, slack 4) */
+    ck_assert_int_eq(last_worker(x), 1);
+    sp.images = &pic_b;
+    sub_p(x, &sp); /* b again: still nothing (loads 1 / 3) */
+    ck_assert_int_eq(last_worker(x), 0);
 }
 END_TEST
 
@@ -1258,6 +1315,7 @@ int main(void)
     tcase_add_test(tc, test_create_and_submit_checks);
     tcase_add_test(tc, test_dispatch_frame);
     tcase_add_test(tc, test_prefix_preference);
+    tcase_add_test(tc, test_prefix_images);
     tcase_add_test(tc, test_route_slack);
     tcase_add_test(tc, test_load_ties);
     tcase_add_test(tc, test_queue_until_ready_and_room);

@@ -195,18 +195,36 @@ START_TEST(test_encode_f16)
 }
 END_TEST
 
+/* The smallest pieces _step_flops may run over a budget (vision.h): 16 patch
+ * rows of the patch embedding and of each layer phase, one band of the
+ * tail (the pooled side: 4 tokens); their FLOPs. */
+enum { N_SMALLEST = 6 };
+static void smallest_pieces(const ifd_vision_config_t *c, double s[N_SMALLEST])
+{
+    const double W = c->n_embd, F = c->n_ff, n = 64, band = 4, patch = 3 * 14 * 14;
+    s[0] = 16 * 2 * W * patch;           /* the patch embedding */
+    s[1] = 16 * 2 * W * 3 * W;           /* LN1 + q|k|v */
+    s[2] = 16 * 4 * n * W;               /* the attention */
+    s[3] = 16 * (2 * W * W + 2 * W * F); /* out_proj + LN2 + fc1 + gelu */
+    s[4] = 16 * 2 * F * W;               /* fc2 */
+    s[5] = band * 2 * W * c->text_embd;  /* post_layernorm, pooling, norm, projector */
+}
+
 /* pv encoded with ifd_vision_encode_step_flops(budget) calls (every other
  * one ifd_vision_encode_step(1) when mixed) into features / tower; the
  * number of calls. Each call's FLOPs stay within the budget unless it ran
- * only the smallest piece (16 rows or the tail); they add up to
- * ifd_vision_encode_flops. */
+ * one of the smallest pieces alone (smallest_pieces: a whole phase over the
+ * budget, the patch embedding's or the tail's as they were once, fails);
+ * they add up to ifd_vision_encode_flops. */
 static int budget_steps(ifd_vision_t *v, const float *pv, double budget, bool mixed,
                         float *features, float *tower)
 {
     const ifd_vision_config_t *c = ifd_vision_config(v);
     const double W = c->n_embd, F = c->n_ff, n = 64;
-    const double smallest = 16 * 2 * W * 3 * W; /* the costliest 16-row piece: q|k|v */
+    const double patch = 2 * W * 3 * 14 * 14 * n;
     const double tail = 2.0 * (double)c->tokens_per_image * W * (double)c->text_embd;
+    double smallest[N_SMALLEST];
+    smallest_pieces(c, smallest);
     ifd_vision_enc_t *e = NULL;
     ck_assert_int_eq(ifd_vision_encode_begin(&e, v, pv), 0);
     int calls = 0, rc;
@@ -216,8 +234,10 @@ static int budget_steps(ifd_vision_t *v, const float *pv, double budget, bool mi
             rc = ifd_vision_encode_step(e, 1);
         } else {
             rc = ifd_vision_encode_step_flops(e, budget, &done);
-            ck_assert_msg(done <= budget || done <= smallest || done == tail,
-                          "%g FLOPs in a step of %g", done, budget);
+            bool one_smallest = false;
+            for (int i = 0; i < N_SMALLEST; i++)
+                one_smallest |= done == smallest[i];
+            ck_assert_msg(done <= budget || one_smallest, "%g FLOPs in a step of %g", done, budget);
             ck_assert(done > 0);
             sum += done;
         }
@@ -227,7 +247,8 @@ static int budget_steps(ifd_vision_t *v, const float *pv, double budget, bool mi
     if (!mixed) {
         const double total = ifd_vision_encode_flops(v);
         ck_assert_msg(fabs(sum - total) <= 1e-9 * total, "%g FLOPs of %g", sum, total);
-        ck_assert(total == 2 * n * (2 * W * 3 * W + 4 * n * W + 2 * W * W + 4 * W * F) + tail);
+        ck_assert(total ==
+                  patch + 2 * n * (2 * W * 3 * W + 4 * n * W + 2 * W * W + 4 * W * F) + tail);
     }
     memset(features, 0xff, 16 * 64 * sizeof(float));
     ck_assert_int_eq(ifd_vision_encode_end(e, features, tower), 0);
@@ -265,7 +286,7 @@ static void check_phases(const char *sub)
         while ((rc = ifd_vision_encode_step(e, steps[k])) == 0)
             calls++;
         ck_assert_int_eq(rc, 1);
-        ck_assert_int_eq(calls + 1, (phases - 1 + steps[k] - 1) / steps[k]);
+        ck_assert_int_eq(calls + 1, (phases + steps[k] - 1) / steps[k]);
         ck_assert_int_eq(ifd_vision_encode_step(e, 1), 1); /* nothing left: still done */
         memset(got, 0xff, nf * sizeof(float));
         ck_assert_int_eq(ifd_vision_encode_end(e, got, got_t), 0);
@@ -273,8 +294,22 @@ static void check_phases(const char *sub)
                       steps[k]);
         ck_assert(memcmp(got_t, want_t, nt * sizeof(float)) == 0);
     }
-    /* bounded by FLOPs: the same bits (budget_steps) */
-    ck_assert_int_eq(budget_steps(v, pv0, 0, false, got, got_t), 4 * 2 * (64 / 16) + 1);
+    /* bounded by FLOPs: the same bits (budget_steps); budget 0: every piece
+     * the smallest (the patch embedding in 4, each layer phase in 4, the
+     * tail in its 4 bands) */
+    ck_assert_int_eq(budget_steps(v, pv0, 0, false, got, got_t), 64 / 16 * (1 + 4 * 2) + 16 / 4);
+    ck_assert(memcmp(got, want, nf * sizeof(float)) == 0 && memcmp(got_t, want_t, nt * 4) == 0);
+    /* a budget of a band and a half of the tail (less than its whole 131
+     * kFLOP): the tail in its 4 bands, one a call; of 3.5 16-row pieces of
+     * the patch embedding (less than its 4.8 MFLOP): its first 48 rows
+     * alone, then 16 and the rest of the encode in 3 calls (4.2 MFLOP each
+     * at most) */
+    double smallest[N_SMALLEST];
+    smallest_pieces(ifd_vision_config(v), smallest);
+    ck_assert_int_eq(budget_steps(v, pv0, 1.5 * smallest[5], false, got, got_t),
+                     64 / 16 + 4 * 2 * 4 + 16 / 4);
+    ck_assert(memcmp(got, want, nf * sizeof(float)) == 0 && memcmp(got_t, want_t, nt * 4) == 0);
+    ck_assert_int_eq(budget_steps(v, pv0, 3.5 * smallest[0], false, got, got_t), 4);
     ck_assert(memcmp(got, want, nf * sizeof(float)) == 0 && memcmp(got_t, want_t, nt * 4) == 0);
     const int some = budget_steps(v, pv0, 2e6, false, got, got_t);
     ck_assert_msg(some > 1 && some < 33, "%d steps of 2 MFLOP", some);
