@@ -10,6 +10,14 @@ engine order alternating between repetitions so both see the same machine:
   batchedB B sequences (4, 16, 64) of 32-token random prompts prefilled in one
            batch, then 64 decode steps of B tokens (decode tokens/s)
 
+Two more engines take the single workload only, each its project's own
+llama-bench (--llama-bench, --ik-bench: `-p 512 -n 128 -r 1`, f16 KV, the
+same threads): "llama-bench" (llama.cpp's tool, built from the same source
+as the Python driver) and "ik_llama.cpp" (with `-rtr 1 -fa 1`, its best CPU
+mode: run-time repacked weights and flash attention). Their ratios are
+reported as "ratio_vs_<engine>" (inferd / that engine); "best_peer" names
+the fastest peer per metric and "ratio_vs_best_peer" is inferd over it.
+
 inferd runs bench/bench_engine (the real engine, CPU backend, f16 KV pool;
 prefill_only_tok_s / decode_only_tok_s of its steps), llama.cpp runs
 bench/llamacpp_driver.py (llama-cpp-python's llama_decode, f16 KV), with the
@@ -63,7 +71,8 @@ def spawn_measured(cmd, env=None):
     if p.returncode != 0:
         sys.exit("cpu_vs_llamacpp: %s failed (%d):\n%s" % (shlex.join(cmd), p.returncode, err[-2000:]))
     try:
-        doc = json.loads(out.strip().splitlines()[-1])
+        doc = json.loads(out) if out.lstrip().startswith("[") else \
+            json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         sys.exit("cpu_vs_llamacpp: %s printed no JSON:\n%s" % (shlex.join(cmd), out[-2000:]))
     return doc, ru.ru_maxrss / 1024.0, time.time() - t0, load
@@ -104,8 +113,16 @@ def workloads(smoke, only=""):
     return w
 
 
+# the peers' llama-bench runs: engine -> extra arguments
+BENCH_ENGINES = {"llama-bench": [], "ik_llama.cpp": ["-rtr", "1", "-fa", "1"]}
+
+
 def command(engine, a, model, conc, prompt, output):
     budget = max(512, conc * prompt)
+    if engine in BENCH_ENGINES:
+        exe = a.llama_bench if engine == "llama-bench" else a.ik_bench
+        return [exe, "-m", model, "-t", str(a.threads), "-p", str(prompt), "-n", str(output - 1),
+                "-r", "1", "-o", "json"] + BENCH_ENGINES[engine]
     if engine.startswith("inferd"):
         return [a.bench_engine, "--model", model, "--threads", str(a.threads), "--concurrency",
                 str(conc), "--requests", str(conc), "--requests-c1", str(conc), "--prompt",
@@ -114,6 +131,17 @@ def command(engine, a, model, conc, prompt, output):
     return [a.llama_python, a.driver, "--model", model, "--threads", str(a.threads),
             "--concurrency", str(conc), "--prompt", str(prompt), "--output", str(output),
             "--budget", str(budget), "--n-ctx", str(kv_tokens(conc, prompt, output))]
+
+
+def bench_metrics(records, prompt, output):
+    """pp/tg tokens/s from llama-bench's JSON records."""
+    out = {}
+    for r in records:
+        if r.get("n_prompt") and not r.get("n_gen"):
+            out["pp%d_tok_s" % prompt] = round(r["avg_ts"], 2)
+        elif r.get("n_gen") and not r.get("n_prompt"):
+            out["tg%d_tok_s" % (output - 1)] = round(r["avg_ts"], 2)
+    return out
 
 
 def metrics_of(wname, doc, prompt, output):
@@ -140,9 +168,10 @@ def decode_bandwidth(m, engines, read_gb_s):
     if not tg or not m["weight_bytes"]:
         return
     row = m["summary"][tg[0]]
-    gbs = {e: round(m["weight_bytes"] * row[e] / 1e9, 2) for e in engines}
+    # the GGUF's tensor bytes: every engine reads the same quantized weights
+    gbs = {e: round(m["weight_bytes"] * row[e] / 1e9, 2) for e in engines if e in row}
     m["summary"]["decode_gb_s"] = gbs
-    m["summary"]["decode_bw_fraction"] = {e: round(gbs[e] / read_gb_s, 3) for e in engines}
+    m["summary"]["decode_bw_fraction"] = {e: round(gbs[e] / read_gb_s, 3) for e in gbs}
 
 
 def main():
@@ -160,6 +189,8 @@ def main():
     ap.add_argument("--workloads", default="", help="a subset, e.g. single,batched16")
     ap.add_argument("--also-isa", default="", help="also run inferd capped to this SIMD path")
     ap.add_argument("--membw", default="", help="bench_membw, for the read bandwidth")
+    ap.add_argument("--llama-bench", default="", help="llama.cpp's llama-bench (single only)")
+    ap.add_argument("--ik-bench", default="", help="ik_llama.cpp's llama-bench (single only)")
     a = ap.parse_args()
     if a.smoke:
         a.reps = 1
@@ -167,6 +198,10 @@ def main():
     engines = ("inferd",) if a.inferd_only else ENGINES
     if a.also_isa:
         engines += ("inferd@" + a.also_isa,)
+    if a.llama_bench:
+        engines += ("llama-bench",)
+    if a.ik_bench:
+        engines += ("ik_llama.cpp",)
     report = {
         **benchlib.report_head("cpu_vs_llamacpp", a.threads, a.repo),
         "reps": a.reps,
@@ -185,10 +220,13 @@ def main():
             rss = {e: 0.0 for e in engines}
             for wname, conc, prompt, output in workloads(a.smoke, a.workloads):
                 for e in order:
+                    if e in BENCH_ENGINES and wname != "single":
+                        continue
                     env = {"INFERD_CPU": e.split("@", 1)[1]} if "@" in e else None
                     doc, rss_mib, secs, load = spawn_measured(
                         command(e, a, path, conc, prompt, output), env)
-                    m = metrics_of(wname, doc, prompt, output)
+                    m = (bench_metrics(doc, prompt, output) if e in BENCH_ENGINES
+                         else metrics_of(wname, doc, prompt, output))
                     m["rss_%s_mib" % wname] = round(rss_mib, 1)
                     rss[e] = max(rss[e], rss_mib)
                     for k, v in m.items():
@@ -203,12 +241,21 @@ def main():
             for e in engines:
                 per[e].setdefault("rss_peak_mib", []).append(round(rss[e], 1))
         summary = {}
-        for k in per[engines[0]]:
-            row = {e: statistics.median(per[e][k]) for e in engines}
-            for e in engines:
+        for k in per["inferd"]:
+            have = [e for e in engines if per[e].get(k)]
+            row = {e: statistics.median(per[e][k]) for e in have}
+            for e in have:
                 row[e + "_reps"] = per[e][k]
-            if "llama.cpp" in engines:
+            if "llama.cpp" in have:
                 row["ratio"] = benchlib.paired_ratio(per["inferd"][k], per["llama.cpp"][k])
+            peers = [e for e in have if e in BENCH_ENGINES or e == "llama.cpp"]
+            for e in peers:
+                if e != "llama.cpp":
+                    row["ratio_vs_" + e] = benchlib.paired_ratio(per["inferd"][k], per[e][k])
+            if peers and k.endswith("tok_s"):
+                best = max(peers, key=lambda e: row[e])
+                row["best_peer"] = best
+                row["ratio_vs_best_peer"] = benchlib.paired_ratio(per["inferd"][k], per[best][k])
             if a.also_isa:
                 row["ratio_vs_" + a.also_isa] = benchlib.paired_ratio(
                     per["inferd"][k], per["inferd@" + a.also_isa][k])

@@ -8,6 +8,8 @@
 #   bench/cpu_vs_llamacpp.sh [--build DIR] [--bench-engine PATH] [--models default,gemma3]
 #                            [--reps N] [--threads T] [--json FILE] [--smoke] [--inferd-only]
 #                            [--workloads single,batched4,batched16,batched64] [--also-isa ISA]
+#                            [--shapes llama-3.2-1b,llama-3.2-3b] [--quants Q4_K_M,Q4_0,Q8_0,Q6_K]
+#                            [--peers llama-bench,ik_llama.cpp]
 #
 # llama.cpp comes from the PyPI sdist of llama-cpp-python (LLAMACPP_PY_VERSION,
 # default 0.3.36, which vendors llama.cpp 0c1e57098), built once from source for
@@ -24,6 +26,19 @@
 # --inferd-only skips llama.cpp (no build needed). --also-isa ISA also runs
 # inferd with its SIMD path capped (INFERD_CPU=ISA, e.g. avx2 on an AVX-512
 # CPU) and reports inferd ÷ that as ratio_vs_ISA.
+# --shapes adds models in the shapes of deploy/shapes/NAME.json with seeded
+# random weights (bench/make_shape_gguf.py writes the f16 GGUF), quantized by
+# llama.cpp's own llama-quantize to each of --quants (default Q4_K_M), so every
+# engine reads byte-identical weights; files cached in
+#   ${XDG_CACHE_HOME:-~/.cache}/inferd/shapes/NAME-QUANT.gguf
+# (a 3B shape is 6.4 GB in f16: ~10 GB of disk for the f16 and one quant).
+# --peers adds the peers' own llama-bench for the single workload (pp512,
+# tg128): llama.cpp's, built from the same sdist into
+#   ${XDG_CACHE_HOME:-~/.cache}/inferd/llamacpp-tools/ (with llama-quantize
+#   and llama-server; GGML_NATIVE, AMX off),
+# and ik_llama.cpp's (run with -rtr 1 -fa 1), built from IK_LLAMA_SRC (a
+# source tree; default: a clone of github.com/ikawrakow/ik_llama.cpp at
+# IK_LLAMA_REF, default main) into ${XDG_CACHE_HOME:-~/.cache}/inferd/ik_llama-build/.
 # Exit status: 0, 1 on a failed step, 2 on bad usage.
 set -euo pipefail
 
@@ -39,6 +54,9 @@ smoke=0
 inferd_only=0
 only=""
 also_isa=""
+shapes=""
+quants="Q4_K_M"
+peers=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -51,7 +69,10 @@ while [ $# -gt 0 ]; do
     --inferd-only) inferd_only=1; shift ;;
     --workloads) only=$2; shift 2 ;;
     --also-isa) also_isa=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --shapes) shapes=$2; shift 2 ;;
+    --quants) quants=$2; shift 2 ;;
+    --peers) peers=$2; shift 2 ;;
+    -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -80,6 +101,52 @@ if [ "$inferd_only" = 0 ] &&
         { echo "cpu_vs_llamacpp: installing the wheel failed" >&2; exit 1; }
 fi
 
+# llama.cpp's own tools (llama-quantize for --shapes, llama-bench for --peers)
+tools="$cache/llamacpp-tools"
+build_tools() {
+    [ -x "$tools/bin/llama-quantize" ] && [ -x "$tools/bin/llama-bench" ] && return 0
+    local src="$cache/llamacpp-src/llama_cpp_python-$version/vendor/llama.cpp"
+    if [ ! -d "$src" ]; then
+        mkdir -p "$cache/llamacpp-src"
+        python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$version" \
+            -d "$cache/llamacpp-src" >&2 &&
+            tar xzf "$cache/llamacpp-src/llama_cpp_python-$version.tar.gz" -C "$cache/llamacpp-src" ||
+            { echo "cpu_vs_llamacpp: cannot get the llama-cpp-python $version sdist" >&2; exit 1; }
+    fi
+    echo "cpu_vs_llamacpp: building llama.cpp's tools (log: $cache/llamacpp-tools.log)" >&2
+    { cmake -S "$src" -B "$tools" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+          -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DGGML_AMX=OFF -DLLAMA_BUILD_TESTS=OFF \
+          -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF &&
+      cmake --build "$tools" -j "$(nproc)" --target llama-quantize llama-bench llama-server; } \
+        >"$cache/llamacpp-tools.log" 2>&1 ||
+        { echo "cpu_vs_llamacpp: the tools' build failed, see $cache/llamacpp-tools.log" >&2; exit 1; }
+}
+ik_build="$cache/ik_llama-build"
+build_ik() {
+    [ -x "$ik_build/bin/llama-bench" ] && return 0
+    local src="${IK_LLAMA_SRC:-$cache/ik_llama-src}"
+    if [ ! -f "$src/CMakeLists.txt" ]; then
+        git clone -q --depth 1 --branch "${IK_LLAMA_REF:-main}" \
+            https://github.com/ikawrakow/ik_llama.cpp "$src" >&2 ||
+            { echo "cpu_vs_llamacpp: cannot clone ik_llama.cpp (set IK_LLAMA_SRC)" >&2; exit 1; }
+    fi
+    echo "cpu_vs_llamacpp: building ik_llama.cpp's llama-bench (log: $cache/ik_llama-build.log)" >&2
+    { cmake -S "$src" -B "$ik_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+          -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DGGML_AMX=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF &&
+      cmake --build "$ik_build" -j "$(nproc)" --target llama-bench; } \
+        >"$cache/ik_llama-build.log" 2>&1 ||
+        { echo "cpu_vs_llamacpp: ik_llama.cpp's build failed, see $cache/ik_llama-build.log" >&2; exit 1; }
+}
+peer_args=()
+IFS=, read -r -a peer_list <<<"$peers"
+for p in "${peer_list[@]}"; do
+    case "$p" in
+    llama-bench) build_tools; peer_args+=(--llama-bench "$tools/bin/llama-bench") ;;
+    ik_llama.cpp) build_ik; peer_args+=(--ik-bench "$ik_build/bin/llama-bench") ;;
+    *) echo "cpu_vs_llamacpp: unknown peer $p (llama-bench, ik_llama.cpp)" >&2; exit 2 ;;
+    esac
+done
+
 # inferd's side
 if [ -z "$bench_engine" ]; then
     bench_engine="$build/bench/bench_engine"
@@ -102,6 +169,33 @@ for name in "${names[@]}"; do
     model_args+=(--model "$name=$path")
 done
 
+# the realistic shapes: f16 once per shape, then one llama-quantize per quant
+if [ -n "$shapes" ]; then
+    build_tools
+    mkdir -p "$cache/shapes"
+    IFS=, read -r -a shape_list <<<"$shapes"
+    IFS=, read -r -a quant_list <<<"$quants"
+    for sh in "${shape_list[@]}"; do
+        json="$root/deploy/shapes/$sh.json"
+        [ -f "$json" ] || { echo "cpu_vs_llamacpp: no shape $json" >&2; exit 2; }
+        f16="$cache/shapes/$sh-f16.gguf"
+        for q in "${quant_list[@]}"; do
+            out="$cache/shapes/$sh-$q.gguf"
+            if [ ! -f "$out" ]; then
+                if [ ! -f "$f16" ]; then  # gguf + numpy: the test venv has both
+                    "${INFERD_PYTHON:-$cache/venv/bin/python}" "$here/make_shape_gguf.py" \
+                        --shape "$json" --out "$f16.part" >&2 && mv "$f16.part" "$f16" ||
+                        { echo "cpu_vs_llamacpp: cannot write $f16" >&2; exit 1; }
+                fi
+                "$tools/bin/llama-quantize" "$f16" "$out.part" "$q" 2 >"$cache/shapes/quantize.log" 2>&1 &&
+                    mv "$out.part" "$out" ||
+                    { echo "cpu_vs_llamacpp: llama-quantize $q failed ($cache/shapes/quantize.log)" >&2; exit 1; }
+            fi
+            model_args+=(--model "$sh-$q=$out")
+        done
+    done
+fi
+
 py="$venv/bin/python"
 [ "$inferd_only" = 1 ] && py=python3
 args=(--bench-engine "$bench_engine" --driver "$here/llamacpp_driver.py"
@@ -113,4 +207,5 @@ args=(--bench-engine "$bench_engine" --driver "$here/llamacpp_driver.py"
 [ -n "$json" ] && args+=(--json "$json")
 [ -n "$only" ] && args+=(--workloads "$only")
 [ -n "$also_isa" ] && args+=(--also-isa "$also_isa")
+args+=("${peer_args[@]}")
 exec "$py" "$here/cpu_vs_llamacpp.py" "${args[@]}"
