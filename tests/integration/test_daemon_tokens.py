@@ -19,17 +19,25 @@ Unix socket:
 - a custom message role reaches the chat template;
 - a logit_bias refusal names every bad key (keys, then ids past the vocabulary);
 - --max-logprobs lowers the cap of top_logprobs, logprobs and prompt_logprobs (400 naming
-  the field).
+  the field);
+- a streamed chunk with the whole vocabulary's alternatives is written on the router's
+  thread pool: held there (the INFERD_TEST_CHUNK_GATE hook), another client's stream runs
+  to its end; the streamed logprobs equal the non-streamed ones (chat, completions echo).
 After every test no KV block may be held.
 
 Usage: test_daemon_tokens.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
 import json
 import os
+import shutil
 import sys
+import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import Daemon, serve_and_run, skip  # noqa: E402
+from test_daemon_util import (SCALE, Daemon, UnixHTTPConnection, serve_and_run,  # noqa: E402
+                              skip)
 
 try:
     import openai
@@ -370,6 +378,123 @@ def test_max_logprobs_above_20():
         d3.wait_idle()
     finally:
         assert d3.stop() == 0, d3.logtext()
+
+
+class SSEReader(threading.Thread):
+    """POSTs a streamed request on its own connection and collects its events (parsed
+    JSON, "[DONE]" as the string) as they arrive."""
+
+    def __init__(self, sock, path, body):
+        super().__init__(daemon=True)
+        self.sock, self.path, self.body = sock, path, body
+        self.events, self.error = [], None
+        self.lock = threading.Lock()
+
+    def run(self):
+        c = UnixHTTPConnection(self.sock, timeout=300)
+        try:
+            c.request("POST", self.path, body=json.dumps(self.body),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            assert r.status == 200, (r.status, r.read()[:300])
+            for line in r:
+                if not line.startswith(b"data: "):
+                    continue
+                data = line[6:].strip()
+                ev = "[DONE]" if data == b"[DONE]" else json.loads(data)
+                with self.lock:
+                    self.events.append(ev)
+                if ev == "[DONE]":
+                    break
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            self.error = e
+        finally:
+            c.close()
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.events)
+
+
+def _lp_chunks(events):
+    return [e for e in events if e != "[DONE]" and e["choices"] and e["choices"][0]["logprobs"]]
+
+
+def test_stream_vocabulary_logprobs():
+    """top_logprobs -1 streamed (~3 MB a token's chunk on SmolLM2's 49152-token vocabulary):
+    the chunk is written on the router's thread pool. With the INFERD_TEST_CHUNK_GATE hook
+    the job writing it waits for a file: while it waits (no logprobs chunk has reached the
+    big stream), a second client's stream runs to its [DONE] — the loop would be stuck in
+    the job were the chunk written on it, so this is not a timing assertion. Then the big
+    stream's logprobs equal the non-streamed answer's, in order; completions echo +
+    logprobs -1 (the prompt's rows written by the job too) streamed equal non-streamed."""
+    hooks = os.environ.get("INFERD_TEST_HOOKS") == "1"
+    tmp = tempfile.mkdtemp(prefix="stream-lp-")
+    gate = os.path.join(tmp, "gate")
+    d = Daemon(INFERD, args=["--max-logprobs", "-1", "--output-buffer-bytes", "1G"],
+               env={"INFERD_TEST_CHUNK_GATE": gate} if hooks else None)
+    big = None
+    try:
+        body = {"model": MODEL, "messages": MSGS, "max_tokens": 3, "temperature": 0,
+                "logprobs": True, "top_logprobs": -1}
+        ref = d.json("POST", "/v1/chat/completions", body)["choices"][0]["logprobs"]["content"]
+        assert len(ref) == 3 and all(len(t["top_logprobs"]) >= 49152 for t in ref), \
+            [len(t["top_logprobs"]) for t in ref]
+        big = SSEReader(d.sock, "/v1/chat/completions", dict(body, stream=True))
+        big.start()
+        if hooks:
+            t0 = time.time()
+            while not os.path.exists(gate + ".started"):
+                assert time.time() - t0 < 120 * SCALE, "no chunk job started:\n" + d.logtext()
+                assert big.is_alive(), big.error
+                time.sleep(0.02)
+            small = SSEReader(d.sock, "/v1/chat/completions",
+                              {"model": MODEL, "messages": MSGS, "max_tokens": 8,
+                               "temperature": 0, "stream": True})
+            small.start()
+            small.join(120 * SCALE)
+            assert not small.is_alive() and small.error is None, \
+                ("the small stream did not end while a large chunk was being written",
+                 small.error, d.logtext())
+            ev = small.snapshot()
+            assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["finish_reason"] == "length", \
+                ev[-2:]
+            # structural: the big stream's first logprobs chunk is still held in its job
+            assert _lp_chunks(big.snapshot()) == [], "the gated chunk was sent"
+            open(gate, "w").close()
+        big.join(300 * SCALE)
+        assert not big.is_alive() and big.error is None, (big.error, d.logtext())
+        events = big.snapshot()
+        assert events[-1] == "[DONE]", events[-1:]
+        got = [t for e in _lp_chunks(events) for t in e["choices"][0]["logprobs"]["content"]]
+        assert len(got) == len(ref), (len(got), len(ref))
+        for a, b in zip(got, ref):
+            assert a == b, (a["token"], b["token"], a["logprob"], b["logprob"])
+        # completions: echo + logprobs -1 (the prompt's rows), offsets across chunks
+        ids = d.json("POST", "/tokenize", {"prompt": "The quick brown",
+                                           "add_special_tokens": False})["tokens"]
+        cb = {"model": MODEL, "prompt": ids, "max_tokens": 2, "temperature": 0,
+              "logprobs": -1, "echo": True}
+        cref = d.json("POST", "/v1/completions", cb)["choices"][0]["logprobs"]
+        r = SSEReader(d.sock, "/v1/completions", dict(cb, stream=True))
+        r.run()
+        assert r.error is None, r.error
+        cols = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for e in _lp_chunks(r.snapshot()):
+            for k in cols:
+                cols[k] += e["choices"][0]["logprobs"][k]
+        assert len(cols["tokens"]) == len(ids) + 2, cols["tokens"]
+        for k in cols:
+            assert cols[k] == cref[k], k
+        # a dict keyed by token text: pieces with the same text (partial UTF-8) merge
+        assert len(cols["top_logprobs"][1]) > 10000, len(cols["top_logprobs"][1])
+        d.wait_idle()
+    finally:
+        if big is not None and big.is_alive():
+            open(gate, "w").close()  # never leave the job waiting on a failure
+        rc = d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, d.logtext()
 
 
 if __name__ == "__main__":
