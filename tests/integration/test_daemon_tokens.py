@@ -30,6 +30,7 @@ Usage: test_daemon_tokens.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -426,8 +427,9 @@ def test_stream_vocabulary_logprobs():
     the job writing it waits for a file: while it waits (no logprobs chunk has reached the
     big stream), a second client's stream runs to its [DONE] — the loop would be stuck in
     the job were the chunk written on it, so this is not a timing assertion. Then the big
-    stream's logprobs equal the non-streamed answer's, in order; completions echo +
-    logprobs -1 (the prompt's rows written by the job too) streamed equal non-streamed."""
+    stream's logprobs equal the non-streamed answer's, in order; a worker SIGKILLed while
+    such a stream runs is resumed with no gap or duplicate; completions echo + logprobs -1
+    (the prompt's rows written by the job too) streamed equal non-streamed."""
     hooks = os.environ.get("INFERD_TEST_HOOKS") == "1"
     tmp = tempfile.mkdtemp(prefix="stream-lp-")
     gate = os.path.join(tmp, "gate")
@@ -435,10 +437,10 @@ def test_stream_vocabulary_logprobs():
                env={"INFERD_TEST_CHUNK_GATE": gate} if hooks else None)
     big = None
     try:
-        body = {"model": MODEL, "messages": MSGS, "max_tokens": 3, "temperature": 0,
+        body = {"model": MODEL, "messages": MSGS, "max_tokens": 4, "temperature": 0,
                 "logprobs": True, "top_logprobs": -1}
         ref = d.json("POST", "/v1/chat/completions", body)["choices"][0]["logprobs"]["content"]
-        assert len(ref) == 3 and all(len(t["top_logprobs"]) >= 49152 for t in ref), \
+        assert len(ref) == 4 and all(len(t["top_logprobs"]) >= 49152 for t in ref), \
             [len(t["top_logprobs"]) for t in ref]
         big = SSEReader(d.sock, "/v1/chat/completions", dict(body, stream=True))
         big.start()
@@ -470,6 +472,37 @@ def test_stream_vocabulary_logprobs():
         assert len(got) == len(ref), (len(got), len(ref))
         for a, b in zip(got, ref):
             assert a == b, (a["token"], b["token"], a["logprob"], b["logprob"])
+        # the worker SIGKILLed once the stream's first logprobs chunk is out (chunks of it
+        # may wait in a job): resumed, it goes on with no gap and no duplicate; the resumed
+        # rows are recomputed (a prefill where they were decode steps), so logprobs within
+        # 1e-4, each token's alternatives compared as sorted values
+        victim = d.worker_pids()[0]
+        if hooks:  # re-armed: the stream's first chunk job waits again
+            os.remove(gate)
+            os.remove(gate + ".started")
+        r = SSEReader(d.sock, "/v1/chat/completions", dict(body, stream=True))
+        r.start()
+        t0 = time.time()
+        while not (os.path.exists(gate + ".started") if hooks else _lp_chunks(r.snapshot())):
+            assert time.time() - t0 < 120 * SCALE and r.is_alive(), (r.error, d.logtext())
+            time.sleep(0.005)
+        os.kill(victim, signal.SIGKILL)
+        if hooks:
+            open(gate, "w").close()
+        r.join(300 * SCALE)
+        assert not r.is_alive() and r.error is None, (r.error, d.logtext())
+        assert r.snapshot()[-1] == "[DONE]"
+        got = [t for e in _lp_chunks(r.snapshot())
+               for t in e["choices"][0]["logprobs"]["content"]]
+        assert [t["token"] for t in got] == [t["token"] for t in ref]
+        for a, b in zip(got, ref):
+            assert abs(a["logprob"] - b["logprob"]) < 1e-4, \
+                (a["token"], a["logprob"], b["logprob"])
+            la = sorted(x["logprob"] for x in a["top_logprobs"])
+            lb = sorted(x["logprob"] for x in b["top_logprobs"])
+            assert len(la) == len(lb) and max(abs(x - y) for x, y in zip(la, lb)) < 1e-4
+        print("     resumed after the worker's SIGKILL: %d sequence(s)"
+              % d.wait_metric("inferd_redispatched_sequences_total", lambda v: True))
         # completions: echo + logprobs -1 (the prompt's rows), offsets across chunks
         ids = d.json("POST", "/tokenize", {"prompt": "The quick brown",
                                            "add_special_tokens": False})["tokens"]
@@ -490,8 +523,8 @@ def test_stream_vocabulary_logprobs():
         assert len(cols["top_logprobs"][1]) > 10000, len(cols["top_logprobs"][1])
         d.wait_idle()
     finally:
-        if big is not None and big.is_alive():
-            open(gate, "w").close()  # never leave the job waiting on a failure
+        if hooks:
+            open(gate, "w").close()  # never leave a job waiting on a failure
         rc = d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     assert rc == 0, d.logtext()
