@@ -2202,6 +2202,9 @@ static bool ifd__check_max_logprobs(ifd_gen_t *g, int32_t vocab)
         param = "prompt_logprobs";
         what = "prompt";
         asked = rq->prompt_top_logprobs;
+    } else if (rq->n_logprob_token_ids > (uint64_t)max) { /* as many as a top k may have */
+        param = "logprob_token_ids";
+        asked = (int64_t)rq->n_logprob_token_ids;
     }
     if (!param)
         return true;

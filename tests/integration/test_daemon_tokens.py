@@ -229,6 +229,11 @@ def test_logprob_token_ids():
                                              "logprob_token_ids": [5, 99999999]},
                  expect=400)["error"]
     assert err["param"] == "logprob_token_ids" and "99999999" in err["message"], err
+    # more ids than this daemon's max_logprobs (20, the default): vLLM's refusal
+    err = D.json("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 1,
+                                             "logprob_token_ids": list(range(1, 22))},
+                 expect=400)["error"]
+    assert err["param"] == "logprob_token_ids" and "max allowed: 20" in err["message"], err
     D.wait_idle()
 
 
@@ -328,6 +333,27 @@ def test_max_logprobs_above_20():
             assert lps == sorted(lps, reverse=True), lps
             assert [(t.token, t.logprob) for t in a.top_logprobs[:20]] == \
                 [(t.token, t.logprob) for t in b.top_logprobs]
+        # logprob_token_ids past 20 (wire v14): the top-50 run's ids, reversed, give the
+        # same logprobs at each position where they are its top 50; 101 ids a 400
+        ex = {"return_tokens_as_token_ids": True}
+        t50 = c2.chat.completions.create(top_logprobs=50, extra_body=ex, **kw)
+        want = [t.token for t in t50.choices[0].logprobs.content[0].top_logprobs][::-1]
+        lpids = [int(t.split(":")[1]) for t in want]
+        rid = c2.chat.completions.create(extra_body=dict(ex, logprob_token_ids=lpids), **kw)
+        for e, f in zip(rid.choices[0].logprobs.content, t50.choices[0].logprobs.content):
+            assert e.token == f.token
+            got = [t.token for t in e.top_logprobs]
+            assert got == [e.token] + [t for t in want if t != e.token], got[:5]
+            known = {t.token: t.logprob for t in f.top_logprobs}
+            for t in e.top_logprobs:
+                if t.token in known:
+                    assert abs(t.logprob - known[t.token]) < 1e-4, (t, known[t.token])
+        try:
+            c2.chat.completions.create(extra_body=dict(ex, logprob_token_ids=list(range(101))),
+                                       **kw)
+            raise AssertionError("101 logprob_token_ids accepted under --max-logprobs 100")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and e.param == "logprob_token_ids", e
         try:
             c2.chat.completions.create(top_logprobs=101, **kw)
             raise AssertionError("top_logprobs 101 accepted under --max-logprobs 100")
