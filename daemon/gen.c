@@ -442,8 +442,8 @@ static bool ifd__pump(ifd_gen_t *g)
             g->cjob.ops = ops;
             g->cjob.rc = 0;
             g->cjob.work.data = g;
-            if (uv_queue_work(g->api->loop, &g->cjob.work, ifd__cjob_cb, ifd__after_cjob_cb) ==
-                0) {
+            uv_loop_t *loop = g->api->loop;
+            if (uv_queue_work(loop, &g->cjob.work, ifd__cjob_cb, ifd__after_cjob_cb) == 0) {
                 g->cjob_pending = true;
                 return true;
             }
@@ -2089,7 +2089,8 @@ static void ifd__begin_stream(ifd_gen_t *g)
         g->ch[0].prompt_ids_sent = true;
     }
     ifd_oai_stream_start(&g->stream, &g->out); /* chat's role chunks, response.created */
-    if (!ifd__flush(g)) /* before the chunks that follow (ifd__pump) */
+    /* those go before the chunks that follow (ifd__pump) */
+    if (!ifd__flush(g))
         return;
     /* the echo chunks: now, or with logprobs once the prompt's are in
      * (ifd__on_prompt_logprobs; a one-token prompt has none to wait for) */
