@@ -311,7 +311,7 @@ typedef struct ifd__op {
     char *text;           /* copies (malloc) */
     ifd_oai_logprob_t *lp;
     int32_t *ids;
-    uint64_t est; /* its bytes at least */
+    uint64_t est; /* about its bytes (ifd__lp_bytes) */
 } ifd__op_t;
 
 static void ifd__op_free(ifd__op_t *op)
@@ -498,6 +498,17 @@ static void ifd__overflow(ifd_gen_t *g)
     g->end_owed = true; /* ifd__pump ends the stream once the job is back */
 }
 
+/* About the bytes a token's logprobs take in a chunk, alternatives
+ * included (ifd_oai_token_min_bytes counts none for completions, whose
+ * dict may merge keys: a bound, not the size this decision needs). */
+static uint64_t ifd__lp_bytes(const ifd_oai_logprob_t *lp)
+{
+    uint64_t n = 32 + (uint64_t)lp->len;
+    for (size_t k = 0; k < lp->n_top; k++)
+        n += 16 + (uint64_t)lp->top[k].len;
+    return n;
+}
+
 /* Queues a chunk of choice c (NULL: none of a choice's logprobs) saying
  * what *oc says: its text, logprobs and ids copied, a choice's logprobs
  * arena taken with them. 0 or IFD_ENOMEM (nothing queued). */
@@ -522,7 +533,7 @@ static int ifd__queue(ifd_gen_t *g, ifd__op_kind_t kind, const ifd_oai_choice_t 
             goto oom;
         memcpy(op->lp, oc->logprobs, oc->n_logprobs * sizeof *op->lp);
         for (size_t i = 0; i < oc->n_logprobs; i++)
-            op->est += ifd_oai_token_min_bytes(g->api_kind, &op->lp[i]);
+            op->est += ifd__lp_bytes(&op->lp[i]);
     }
     op->oc.logprobs = op->lp;
     if (oc->n_token_ids) {
@@ -536,7 +547,7 @@ static int ifd__queue(ifd_gen_t *g, ifd__op_kind_t kind, const ifd_oai_choice_t 
     if (kind == IFD__OP_ECHO && ifd__echo_lp(g)) {
         const ifd_oai_logprob_t *lp = ifd__echo_logprobs(g, oc->index / g->req.n);
         for (size_t i = 0; lp && i < g->ptoks[oc->index / g->req.n].n; i++)
-            op->est += ifd_oai_token_min_bytes(g->api_kind, &lp[i]);
+            op->est += ifd__lp_bytes(&lp[i]);
     }
     op->prompt = oc->index / g->req.n;
     if (ifd__live(g))

@@ -22,7 +22,8 @@ Unix socket:
   the field);
 - a streamed chunk with the whole vocabulary's alternatives is written on the router's
   thread pool: held there (the INFERD_TEST_CHUNK_GATE hook), another client's stream runs
-  to its end; the streamed logprobs equal the non-streamed ones (chat, completions echo).
+  to its end; the streamed logprobs equal the non-streamed ones (chat, completions echo);
+  the chunks waiting behind it are bounded by output_buffer_bytes.
 After every test no KV block may be held.
 
 Usage: test_daemon_tokens.py INFERD   (run by the venv's python: $INFERD_PYTHON)
@@ -444,7 +445,8 @@ class SSEReader(threading.Thread):
 
 
 def _lp_chunks(events):
-    return [e for e in events if e != "[DONE]" and e["choices"] and e["choices"][0]["logprobs"]]
+    return [e for e in events
+            if e != "[DONE]" and e.get("choices") and e["choices"][0]["logprobs"]]
 
 
 def test_stream_vocabulary_logprobs():
@@ -551,6 +553,45 @@ def test_stream_vocabulary_logprobs():
     finally:
         if hooks:
             open(gate, "w").close()  # never leave a job waiting on a failure
+        rc = d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, d.logtext()
+
+
+def test_stream_waiting_chunks_bounded():
+    """The chunks waiting behind one written on the thread pool are bounded by
+    output_buffer_bytes (4 MiB by default): with that job held (INFERD_TEST_CHUNK_GATE), a
+    top_logprobs -1 stream (~1 MB a token at least) passes the bound within a few tokens;
+    the router releases its sequence then, and once the held chunk is out ends the stream
+    with an error event naming output_buffer_bytes and [DONE]; no block stays held."""
+    if os.environ.get("INFERD_TEST_HOOKS") != "1":
+        print("     SKIPPED: the daemon was built without -DINFERD_TEST_HOOKS=ON", flush=True)
+        return
+    tmp = tempfile.mkdtemp(prefix="stream-lp-")
+    gate = os.path.join(tmp, "gate")
+    d = Daemon(INFERD, args=["--max-logprobs", "-1"], env={"INFERD_TEST_CHUNK_GATE": gate})
+    try:
+        r = SSEReader(d.sock, "/v1/chat/completions",
+                      {"model": MODEL, "messages": MSGS, "max_tokens": 64, "temperature": 0,
+                       "ignore_eos": True, "logprobs": True, "top_logprobs": -1,
+                       "stream": True})
+        r.start()
+        t0 = time.time()
+        while "past output_buffer_bytes" not in d.logtext(tail=None):
+            assert time.time() - t0 < 120 * SCALE and r.is_alive(), (r.error, d.logtext())
+            time.sleep(0.05)
+        assert _lp_chunks(r.snapshot()) == []  # the first chunk is still held
+        d.wait_idle()  # its sequence released at once, while the job still waits
+        open(gate, "w").close()
+        r.join(120 * SCALE)
+        assert not r.is_alive() and r.error is None, r.error
+        ev = r.snapshot()
+        assert ev[-1] == "[DONE]" and "output_buffer_bytes" in ev[-2]["error"]["message"], \
+            ev[-2:]
+        got = [t for e in _lp_chunks(ev) for t in e["choices"][0]["logprobs"]["content"]]
+        assert 1 <= len(got) < 64, len(got)
+    finally:
+        open(gate, "w").close()
         rc = d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     assert rc == 0, d.logtext()
