@@ -49,8 +49,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define IFD__MAX_CHOICES 256
+
+/* Responses (and a stream's waiting chunks) whose text and logprobs are
+ * smaller are written on the loop (well under a millisecond): a
+ * thread-pool round trip would only delay them, and the tokenizing jobs
+ * that share the pool. */
+#define IFD__BUILD_INLINE_BYTES (64u << 10)
 
 /* One prompt's logprobs: positions 1 .. n of n_prompt - 1 (v), and the
  * completions echo form over all n_prompt tokens once complete (echo_lp);
@@ -77,6 +84,10 @@ typedef struct {
     uint32_t cached;
     ifd_oai_logprob_t *lp;
     size_t n_lp, cap_lp, lp_sent;
+    /* the alternatives and token strings of lp's entries; a stream's chunk
+     * takes it with the entries it carries (ifd__queue), so a stream holds
+     * only what it has not sent */
+    ifd_arena_t lpa;
     ifd_tokens_t ids;     /* return_token_ids: every id sampled (FINISHED's stop id too) */
     size_t ids_sent;      /* streams: ids already in a chunk */
     bool prompt_ids_sent; /* streams: prompt_token_ids went out (chat: choice 0 only) */
@@ -154,13 +165,30 @@ struct ifd_gen {
     char id[IFD_OAI_ID_MAX];
     int64_t created;
     ifd_oai_stream_t stream;
-    bool streaming; /* headers sent */
+    ifd_arena_t sarena; /* the stream state's: used only by whoever runs its chunks */
+    bool streaming;     /* headers sent */
     ifd_buf_t out;
+    /* streams: the chunks waiting to be written, in order (ifd__queue), what
+     * they hold at least (ops_est, bounded by output_buffer_bytes), and the
+     * job that writes large ones on the thread pool: while it runs it owns
+     * stream and sarena, and every later chunk waits behind it */
+    struct ifd__op *ops_head, *ops_tail;
+    uint64_t ops_est;
+    struct ifd__cjob {
+        uv_work_t work;
+        struct ifd__op *ops; /* what it writes, in order (taken from the queue) */
+        ifd_buf_t out;
+        int rc;
+    } cjob;
+    bool cjob_pending;
+    bool end_owed;  /* ifd__complete waited for the chunks before its end */
+    bool overflown; /* the waiting chunks passed output_buffer_bytes: ending with an error */
     bool failed;
     ifd_oai_error_t err;
 };
 
 static void ifd__gen_free(ifd_gen_t *g);
+static void ifd__drop(ifd_gen_t *g);
 static void ifd__complete(ifd_gen_t *g);
 static void ifd__usage(const ifd_gen_t *g, ifd_oai_usage_t *u);
 
@@ -226,13 +254,329 @@ static bool ifd__flush(ifd_gen_t *g)
     if (rc) {
         IFD_INFO("gen %s: client stopped reading or left: cancelling", g->id);
         g->conn = NULL;
-        ifd__gen_free(g);
+        ifd__drop(g);
+        return false;
+    }
+    return true;
+}
+
+/* Sends bytes the connection takes (a chunk job's). false: g freed. */
+static bool ifd__flush_take(ifd_gen_t *g, ifd_buf_t *b)
+{
+    if (!b->len || (!g->conn && g->background)) {
+        ifd_buf_free(b);
+        return true;
+    }
+    int rc = g->conn ? ifd_http_stream_write_buf(g->conn, b) : IFD_ECLOSED;
+    ifd_buf_free(b);
+    if (rc && g->background) {
+        ifd_http_set_abort(g->conn, NULL, NULL);
+        ifd__stream_orphan(g);
+        return true;
+    }
+    if (rc) {
+        IFD_INFO("gen %s: client stopped reading or left: cancelling", g->id);
+        g->conn = NULL;
+        ifd__drop(g);
         return false;
     }
     return true;
 }
 
 static bool ifd__echo_lp(const ifd_gen_t *g);
+static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p);
+
+/* ---- a stream's chunks -------------------------------------------------------------------
+
+ * Every chunk after the stream's start is an op: a copy of what it says
+ * (text, logprobs, ids, usage), made on the loop when the choice moves on,
+ * queued in order. The queue is written on the loop while what waits is
+ * small (IFD__BUILD_INLINE_BYTES, the non-streamed responses' bound), else
+ * by one job on the thread pool (ifd__cjob_*): a streamed token's chunk
+ * grows with its alternatives (~3 MB at top_logprobs -1), never written on
+ * the loop. One job at a time per stream, owning the stream state while it
+ * runs; what comes meanwhile waits behind it, so chunks keep their order.
+ * What waits is bounded: past output_buffer_bytes (the bound of a client's
+ * unread output) the stream ends with an error (ifd__overflow). */
+
+typedef enum { IFD__OP_DELTA, IFD__OP_FINISH, IFD__OP_TOOLS, IFD__OP_ECHO } ifd__op_kind_t;
+
+typedef struct ifd__op {
+    struct ifd__op *next;
+    ifd__op_kind_t kind;
+    uint32_t prompt;      /* ECHO: whose prompt logprobs (the prefix) it carries */
+    ifd_oai_choice_t oc;  /* points into the copies below or g's lasting memory */
+    ifd_oai_usage_t live; /* continuous_usage_stats: the usage when it was made */
+    ifd_arena_t lpa;      /* its logprobs' alternatives and strings (the choice's) */
+    char *text;           /* copies (malloc) */
+    ifd_oai_logprob_t *lp;
+    int32_t *ids;
+    uint64_t est; /* about its bytes (ifd__lp_bytes) */
+} ifd__op_t;
+
+static void ifd__op_free(ifd__op_t *op)
+{
+    while (op) {
+        ifd__op_t *next = op->next;
+        ifd_arena_close(&op->lpa);
+        free(op->text);
+        free(op->lp);
+        free(op->ids);
+        free(op);
+        op = next;
+    }
+}
+
+static bool ifd__live(const ifd_gen_t *g)
+{
+    return g->req.include_usage && g->req.continuous_usage;
+}
+
+/* Writes one chunk into out (loop, or the job that owns the stream).
+ * ECHO writes its prompt's logprobs prefix first, once for the prompt's
+ * choices. 0 or the ifd_oai_stream_* error. */
+static int ifd__op_run(ifd_gen_t *g, ifd__op_t *op, ifd_buf_t *out)
+{
+    ifd_oai_choice_t oc = op->oc;
+    if (op->kind == IFD__OP_ECHO && ifd__echo_lp(g)) {
+        ifd__plp_t *P = &g->plp[op->prompt];
+        if (!P->has_prefix && P->echo_lp)
+            P->has_prefix =
+                ifd_oai_lp_prefix_build(&P->prefix, P->echo_lp, g->ptoks[op->prompt].n) == 0;
+        oc.logprobs_prefix = P->has_prefix ? &P->prefix : NULL;
+        oc.has_logprobs = oc.logprobs_prefix != NULL;
+        if (!oc.text_len && !oc.has_logprobs && !oc.prompt_token_ids)
+            return 0;
+    }
+    if (ifd__live(g))
+        g->stream.live_usage = &op->live;
+    int rc;
+    switch (op->kind) {
+    case IFD__OP_FINISH:
+        rc = ifd_oai_stream_finish(&g->stream, out, &oc);
+        break;
+    case IFD__OP_TOOLS:
+        rc = ifd_oai_stream_tool_calls(&g->stream, out, &oc);
+        break;
+    default:
+        rc = ifd_oai_stream_delta(&g->stream, out, &oc);
+        break;
+    }
+    if (ifd__live(g))
+        g->stream.live_usage = &g->live;
+    return rc;
+}
+
+#ifdef IFD_TEST_HOOKS
+/* INFERD_TEST_CHUNK_GATE=PATH: a chunk job creates PATH.started, then waits
+ * (at most 120 s) until PATH exists — an integration test holds a large
+ * chunk's writing to show that the loop serves other streams meanwhile. */
+static void ifd__test_chunk_gate(void)
+{
+    const char *path = getenv("INFERD_TEST_CHUNK_GATE");
+    if (!path || !*path)
+        return;
+    char started[4096];
+    snprintf(started, sizeof started, "%s.started", path);
+    FILE *f = fopen(started, "w");
+    if (f)
+        fclose(f);
+    for (int i = 0; i < 12000 && access(path, F_OK) != 0; i++)
+        uv_sleep(10);
+}
+#endif
+
+/* Thread pool: the job's chunks, in order. */
+static void ifd__cjob_cb(uv_work_t *w)
+{
+    ifd_gen_t *g = w->data;
+#ifdef IFD_TEST_HOOKS
+    ifd__test_chunk_gate();
+#endif
+    int first = 0;
+    for (ifd__op_t *op = g->cjob.ops; op; op = op->next) {
+        int rc = ifd__op_run(g, op, &g->cjob.out);
+        if (rc && !first)
+            first = rc;
+    }
+    g->cjob.rc = first;
+}
+
+static bool ifd__busy(const ifd_gen_t *g);
+static bool ifd__pump(ifd_gen_t *g);
+
+static void ifd__after_cjob_cb(uv_work_t *w, int status)
+{
+    (void)status; /* never cancelled: the job always runs */
+    ifd_gen_t *g = w->data;
+    g->cjob_pending = false;
+    ifd__op_free(g->cjob.ops);
+    g->cjob.ops = NULL;
+    if (g->cjob.rc)
+        IFD_ERROR("gen %s: building a chunk: %s", g->id, ifd_strerror(g->cjob.rc));
+    if (g->aborted || (!g->conn && !g->background)) {
+        ifd_buf_free(&g->cjob.out);
+        if (!ifd__busy(g))
+            ifd__gen_free(g);
+        return;
+    }
+    if (ifd__flush_take(g, &g->cjob.out))
+        ifd__pump(g);
+}
+
+/* Sends the waiting chunks: written now when small (or when the pool
+ * refuses the job), else by a job; then the end ifd__complete waited for.
+ * false: g freed. */
+static bool ifd__pump(ifd_gen_t *g)
+{
+    if (g->cjob_pending)
+        return true;
+    if (g->out.len && !ifd__flush(g))
+        return false;
+    if (g->ops_head) {
+        ifd__op_t *ops = g->ops_head;
+        bool large = g->ops_est >= IFD__BUILD_INLINE_BYTES;
+        g->ops_head = g->ops_tail = NULL;
+        g->ops_est = 0;
+        if (large) {
+            g->cjob.ops = ops;
+            g->cjob.rc = 0;
+            g->cjob.work.data = g;
+            uv_loop_t *loop = g->api->loop;
+            if (uv_queue_work(loop, &g->cjob.work, ifd__cjob_cb, ifd__after_cjob_cb) == 0) {
+                g->cjob_pending = true;
+                return true;
+            }
+            g->cjob.ops = NULL;
+        }
+        for (ifd__op_t *op = ops; op; op = op->next) {
+            int rc = ifd__op_run(g, op, &g->out);
+            if (rc)
+                IFD_ERROR("gen %s: building a chunk: %s", g->id, ifd_strerror(rc));
+        }
+        ifd__op_free(ops);
+        if (!ifd__flush(g))
+            return false;
+    }
+    if (g->end_owed) {
+        g->end_owed = false;
+        ifd__complete(g); /* frees g (a stream) */
+        return false;
+    }
+    return true;
+}
+
+/* The chunks waiting behind a job passed output_buffer_bytes: the router
+ * would hold ever more of them. The request ends — its sequences released,
+ * what waits dropped — with an error after the job's chunk. */
+static void ifd__overflow(ifd_gen_t *g)
+{
+    IFD_WARN("gen %s: %llu bytes of chunks waited to be written, past output_buffer_bytes: "
+             "ending the stream",
+             g->id, (unsigned long long)g->ops_est);
+    ifd__fail(g, 503, NULL,
+              "The stream fell behind: its chunks waiting to be written passed this server's "
+              "output_buffer_bytes (%llu bytes); lower 'top_logprobs' or raise "
+              "output_buffer_bytes.",
+              (unsigned long long)g->api->cfg->output_buffer_bytes);
+    g->overflown = true;
+    ifd__op_free(g->ops_head);
+    g->ops_head = g->ops_tail = NULL;
+    g->ops_est = 0;
+    for (uint32_t i = 0; i < g->n_choices; i++) {
+        ifd__choice_t *c = &g->ch[i];
+        if (c->seq) {
+            ifd_router_release(g->api->router, c->seq);
+            c->seq = NULL;
+        }
+        if (!c->done) {
+            c->done = true;
+            g->n_done++;
+            g->api->metrics->finished[IFD_FIN_ERROR]++;
+        }
+    }
+    g->end_owed = true; /* ifd__pump ends the stream once the job is back */
+}
+
+/* About the bytes a token's logprobs take in a chunk, alternatives
+ * included (ifd_oai_token_min_bytes counts none for completions, whose
+ * dict may merge keys: a bound, not the size this decision needs). */
+static uint64_t ifd__lp_bytes(const ifd_oai_logprob_t *lp)
+{
+    uint64_t n = 32 + (uint64_t)lp->len;
+    for (size_t k = 0; k < lp->n_top; k++)
+        n += 16 + (uint64_t)lp->top[k].len;
+    return n;
+}
+
+/* Queues a chunk of choice c (NULL: none of a choice's logprobs) saying
+ * what *oc says: its text, logprobs and ids copied, a choice's logprobs
+ * arena taken with them. 0 or IFD_ENOMEM (nothing queued). */
+static int ifd__queue(ifd_gen_t *g, ifd__op_kind_t kind, const ifd_oai_choice_t *oc,
+                      ifd__choice_t *c)
+{
+    if (g->overflown)
+        return 0;
+    ifd__op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return IFD_ENOMEM;
+    op->kind = kind;
+    op->oc = *oc;
+    op->est = 64 + oc->text_len + 12 * oc->n_token_ids + 12 * oc->n_prompt_token_ids;
+    if (oc->text_len && !(op->text = malloc(oc->text_len)))
+        goto oom;
+    if (oc->text_len)
+        memcpy(op->text, oc->text, oc->text_len);
+    op->oc.text = op->text;
+    if (oc->n_logprobs) {
+        if (!(op->lp = malloc(oc->n_logprobs * sizeof *op->lp)))
+            goto oom;
+        memcpy(op->lp, oc->logprobs, oc->n_logprobs * sizeof *op->lp);
+        for (size_t i = 0; i < oc->n_logprobs; i++)
+            op->est += ifd__lp_bytes(&op->lp[i]);
+    }
+    op->oc.logprobs = op->lp;
+    if (oc->n_token_ids) {
+        if (!(op->ids = malloc(oc->n_token_ids * sizeof *op->ids)))
+            goto oom;
+        memcpy(op->ids, oc->token_ids, oc->n_token_ids * sizeof *op->ids);
+    }
+    op->oc.token_ids = op->ids;
+    for (size_t i = 0; i < oc->n_tool_calls; i++)
+        op->est += 64 + (oc->tool_calls[i].arguments ? strlen(oc->tool_calls[i].arguments) : 0);
+    if (kind == IFD__OP_ECHO && ifd__echo_lp(g)) {
+        const ifd_oai_logprob_t *lp = ifd__echo_logprobs(g, oc->index / g->req.n);
+        for (size_t i = 0; lp && i < g->ptoks[oc->index / g->req.n].n; i++)
+            op->est += ifd__lp_bytes(&lp[i]);
+    }
+    op->prompt = oc->index / g->req.n;
+    if (ifd__live(g))
+        op->live = g->live;
+    if (c) { /* the entries it carries are all the arena holds (sent ones are dropped) */
+        op->lpa = c->lpa;
+        ifd_arena_init(&c->lpa, 0);
+    }
+    if (g->ops_tail)
+        g->ops_tail->next = op;
+    else
+        g->ops_head = op;
+    g->ops_tail = op;
+    g->ops_est += op->est;
+    if (g->cjob_pending && g->ops_est > g->api->cfg->output_buffer_bytes)
+        ifd__overflow(g);
+    return 0;
+oom:
+    ifd__op_free(op);
+    return IFD_ENOMEM;
+}
+
+/* A streamed choice's logprobs are in a chunk (or dropped): its entries
+ * start over (their arena went with the chunk, or is emptied). */
+static void ifd__lp_sent(ifd__choice_t *c)
+{
+    c->n_lp = c->lp_sent = 0;
+    ifd_arena_reset(&c->lpa);
+}
 
 /* A streaming echo + logprobs choice whose echo chunk has not gone out
  * holds its text and its end back (ifd__release_echo sends them). */
@@ -258,7 +602,8 @@ static void ifd__chunk_ids(const ifd__choice_t *c, ifd_oai_choice_t *oc)
     }
 }
 
-/* Streams text[emitted .. upto) (and new logprobs); with finish, the last chunk. */
+/* Streams text[emitted .. upto) (and new logprobs); with finish, the last
+ * chunk. false: g freed. */
 static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
 {
     ifd_gen_t *g = c->g;
@@ -274,23 +619,18 @@ static bool ifd__emit(ifd__choice_t *c, size_t upto, const char *finish)
         oc.n_logprobs = c->n_lp - c->lp_sent;
     }
     ifd__chunk_ids(c, &oc);
-    if (g->stream.live_usage)
-        ifd__usage(g, &g->live);
-    int rc;
-    if (finish) {
-        oc.finish_reason = finish;
-        rc = ifd_oai_stream_finish(&g->stream, &g->out, &oc);
-    } else if (oc.text_len || oc.n_logprobs || oc.n_token_ids || oc.prompt_token_ids) {
-        rc = ifd_oai_stream_delta(&g->stream, &g->out, &oc);
-    } else {
+    if (!finish && !(oc.text_len || oc.n_logprobs || oc.n_token_ids || oc.prompt_token_ids))
         return true;
-    }
+    if (ifd__live(g))
+        ifd__usage(g, &g->live);
+    oc.finish_reason = finish;
+    int rc = ifd__queue(g, finish ? IFD__OP_FINISH : IFD__OP_DELTA, &oc, c);
     if (rc)
         IFD_ERROR("gen %s: building a chunk: %s", g->id, ifd_strerror(rc));
-    c->lp_sent = c->n_lp;
+    ifd__lp_sent(c);
     c->ids_sent = c->ids.n;
     c->prompt_ids_sent |= oc.prompt_token_ids != NULL;
-    return ifd__flush(g);
+    return ifd__pump(g);
 }
 
 /* Streams the end of a finished choice: the rest of its text (tool calls
@@ -311,9 +651,9 @@ static bool ifd__send_end(ifd__choice_t *c)
     oc.index = c->index;
     oc.tool_calls = t->calls;
     oc.n_tool_calls = t->n_calls;
-    if (ifd_oai_stream_tool_calls(&g->stream, &g->out, &oc))
+    if (ifd__queue(g, IFD__OP_TOOLS, &oc, NULL))
         IFD_ERROR("gen %s: building the tool-call chunks failed", g->id);
-    c->lp_sent = c->n_lp;
+    ifd__lp_sent(c);
     return ifd__emit(c, t->emitted, c->finish);
 }
 
@@ -486,7 +826,7 @@ static bool ifd__advance(ifd__choice_t *c, int ev, bool final)
 
 /* A token's raw bytes, copied into g's arena (NULL on OOM; *len 0 for an
  * id without text). */
-static const char *ifd__token_str(ifd_gen_t *g, int32_t id, size_t *len)
+static const char *ifd__token_str(ifd_gen_t *g, ifd_arena_t *a, int32_t id, size_t *len)
 {
     char tmp[256];
     int n = ifd_tokenizer_token_bytes(g->api->tok, id, 0, tmp, sizeof tmp);
@@ -495,19 +835,19 @@ static const char *ifd__token_str(ifd_gen_t *g, int32_t id, size_t *len)
     if ((size_t)n > sizeof tmp)
         n = (int)sizeof tmp;
     *len = (size_t)n;
-    return ifd_arena_strndup(&g->arena, tmp, (size_t)n);
+    return ifd_arena_strndup(a, tmp, (size_t)n);
 }
 
 /* A token as logprobs name it: its raw bytes, or with vLLM's
  * return_tokens_as_token_ids "token_id:<id>" (arena; NULL on OOM). */
-static const char *ifd__lp_token(ifd_gen_t *g, int32_t id, size_t *len)
+static const char *ifd__lp_token(ifd_gen_t *g, ifd_arena_t *a, int32_t id, size_t *len)
 {
     if (!g->req.tokens_as_ids)
-        return ifd__token_str(g, id, len);
+        return ifd__token_str(g, a, id, len);
     char tmp[32];
     int n = snprintf(tmp, sizeof tmp, "token_id:%d", (int)id);
     *len = (size_t)n;
-    return ifd_arena_strndup(&g->arena, tmp, (size_t)n);
+    return ifd_arena_strndup(a, tmp, (size_t)n);
 }
 
 /* Completions echo + logprobs: the choice's logprobs start with the prompt's. */
@@ -528,7 +868,7 @@ static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
     if (!lp)
         return NULL;
     for (size_t i = 0; i < t->n; i++) {
-        lp[i].bytes = ifd__lp_token(g, t->ids[i], &lp[i].len);
+        lp[i].bytes = ifd__lp_token(g, &g->arena, t->ids[i], &lp[i].len);
         if (!lp[i].bytes)
             return NULL;
         if (i == 0 || i > P->n) {
@@ -544,7 +884,7 @@ static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
         for (size_t j = 0; j < k; j++) {
             top[j] = (ifd_oai_top_logprob_t){e->top[j].bytes, e->top[j].len, e->top[j].logprob};
             if (g->req.tokens_as_ids &&
-                !(top[j].bytes = ifd__lp_token(g, e->top[j].id, &top[j].len)))
+                !(top[j].bytes = ifd__lp_token(g, &g->arena, e->top[j].id, &top[j].len)))
                 return NULL;
         }
         lp[i].top = top;
@@ -552,20 +892,6 @@ static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
     }
     P->echo_lp = lp;
     return lp;
-}
-
-/* The echo form of prompt p's logprobs written once (the columns every
- * choice of p starts with), or NULL on OOM. */
-static const ifd_oai_lp_prefix_t *ifd__echo_prefix(ifd_gen_t *g, size_t p)
-{
-    ifd__plp_t *P = &g->plp[p];
-    if (!P->has_prefix) {
-        const ifd_oai_logprob_t *lp = ifd__echo_logprobs(g, p);
-        if (!lp || ifd_oai_lp_prefix_build(&P->prefix, lp, g->ptoks[p].n))
-            return NULL;
-        P->has_prefix = true;
-    }
-    return &P->prefix;
 }
 
 /* Streaming completions echo: the prompt text (and, with logprobs, the
@@ -582,16 +908,14 @@ static void ifd__send_echo(ifd__choice_t *c)
     oc.index = c->index;
     oc.text = g->echo[c->prompt];
     oc.text_len = g->echo[c->prompt] ? g->echo_len[c->prompt] : 0;
-    if (ifd__echo_lp(g)) {
-        oc.logprobs_prefix = ifd__echo_prefix(g, c->prompt);
-        oc.has_logprobs = oc.logprobs_prefix != NULL;
-    }
     if (g->req.return_token_ids) { /* vLLM: the prompt's ids with its echo */
         oc.prompt_token_ids = g->ptoks[c->prompt].ids;
         oc.n_prompt_token_ids = g->ptoks[c->prompt].n;
     }
-    if ((oc.text_len || oc.has_logprobs || oc.prompt_token_ids) &&
-        ifd_oai_stream_delta(&g->stream, &g->out, &oc) == 0)
+    /* the prompt's logprobs prefix is written with the chunk (ifd__op_run):
+     * on the thread pool when large */
+    if ((oc.text_len || ifd__echo_lp(g) || oc.prompt_token_ids) &&
+        ifd__queue(g, IFD__OP_ECHO, &oc, NULL) == 0)
         c->prompt_ids_sent |= oc.prompt_token_ids != NULL;
 }
 
@@ -610,7 +934,7 @@ static bool ifd__release_echo(ifd_gen_t *g, uint32_t p)
                     : ifd_textout_ready(&c->text, &upto) && !ifd__emit(c, upto, NULL))
             return false;
     }
-    return ifd__flush(g);
+    return ifd__pump(g);
 }
 
 /* Before the first sample of a held prompt goes on (a token, its end):
@@ -645,7 +969,7 @@ static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_p
         e->tok.id = w->token;
         e->tok.logprob = w->logprob;
         e->tok.rank = w->rank;
-        e->tok.bytes = ifd__token_str(g, w->token, &e->tok.len);
+        e->tok.bytes = ifd__token_str(g, &g->arena, w->token, &e->tok.len);
         ifd_oai_plp_token_t *top =
             w->n_top ? ifd_arena_calloc(&g->arena, w->n_top, sizeof *top) : NULL;
         if (!e->tok.bytes || (w->n_top && !top)) {
@@ -656,7 +980,7 @@ static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_p
             top[k].id = w->top[k].token;
             top[k].logprob = w->top[k].logprob;
             top[k].rank = k + 1;
-            top[k].bytes = ifd__token_str(g, w->top[k].token, &top[k].len);
+            top[k].bytes = ifd__token_str(g, &g->arena, w->top[k].token, &top[k].len);
             if (!top[k].bytes) {
                 ifd__fail(g, 500, NULL, "Out of memory for the prompt logprobs.");
                 return;
@@ -683,20 +1007,20 @@ static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
     }
     ifd_oai_logprob_t *l = &c->lp[c->n_lp];
     memset(l, 0, sizeof *l);
-    l->bytes = ifd__lp_token(g, ev->token, &l->len);
+    l->bytes = ifd__lp_token(g, &c->lpa, ev->token, &l->len);
     l->logprob = ev->logprob;
     /* logprob_token_ids: vLLM's dict — the sampled token first, then the
      * ids asked for (the sampled one once), all of them */
     const bool ids = g->req.n_logprob_token_ids > 0;
     if (ev->n_top || ids) {
-        ifd_oai_top_logprob_t *top = ifd_arena_calloc(&g->arena, ev->n_top + 1, sizeof *top);
+        ifd_oai_top_logprob_t *top = ifd_arena_calloc(&c->lpa, ev->n_top + 1, sizeof *top);
         size_t k = 0;
         if (top && ids)
             top[k++] = (ifd_oai_top_logprob_t){l->bytes, l->bytes ? l->len : 0, ev->logprob};
         for (uint32_t i = 0; top && i < ev->n_top; i++) {
             if (ids && ev->top[i].token == ev->token)
                 continue;
-            top[k].bytes = ifd__lp_token(g, ev->top[i].token, &top[k].len);
+            top[k].bytes = ifd__lp_token(g, &c->lpa, ev->top[i].token, &top[k].len);
             if (!top[k].bytes)
                 top[k].len = 0;
             top[k++].logprob = ev->top[i].logprob;
@@ -920,7 +1244,7 @@ static void ifd__stream_close(ifd_gen_t *g)
         ifd_http_set_abort(conn, NULL, NULL);
         ifd_http_stream_end(conn);
     }
-    ifd__gen_free(g);
+    ifd__drop(g);
 }
 
 /* The request ends with error e: the client's answer, or for a detached
@@ -1078,10 +1402,6 @@ static void ifd__after_build_cb(uv_work_t *w, int status)
     ifd__respond(g);
 }
 
-/* Responses whose text and logprobs are smaller are written on the loop
- * (well under a millisecond): a thread-pool round trip would only delay
- * them, and the tokenizing jobs that share the pool. */
-#define IFD__BUILD_INLINE_BYTES (64u << 10)
 
 /* Every choice is done: the response is written — on the thread pool when
  * it may be large (its size grows with the request: never on the loop) —
@@ -1120,6 +1440,10 @@ static void ifd__complete(ifd_gen_t *g)
 {
     if (g->in_start) {
         g->complete_pending = true;
+        return;
+    }
+    if (g->streaming && (g->cjob_pending || g->ops_head)) {
+        g->end_owed = true; /* after the chunks before it (ifd__pump) */
         return;
     }
     ifd_api_t *api = g->api;
@@ -1170,7 +1494,8 @@ static size_t ifd__footprint(const ifd_gen_t *g)
 {
     size_t n = g->arena.total + g->out.cap;
     for (uint32_t i = 0; i < g->n_choices; i++)
-        n += g->ch[i].cap_lp * sizeof *g->ch[i].lp + g->ch[i].text.text.cap;
+        n += g->ch[i].cap_lp * sizeof *g->ch[i].lp + g->ch[i].text.text.cap + g->ch[i].lpa.total;
+    n += g->sarena.total + g->cjob.out.cap;
     for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
         const ifd__plp_t *P = &g->plp[p];
         n += P->json.cap + P->prefix.tokens.cap + P->prefix.token_logprobs.cap +
@@ -1186,6 +1511,7 @@ static size_t ifd__footprint(const ifd_gen_t *g)
 static void ifd__gen_free(ifd_gen_t *g)
 {
     ifd_api_t *api = g->api;
+    IFD_ASSERT(!g->cjob_pending); /* the job owns g's stream: freed when it is back */
     ifd_memtrim_note(api->trim, ifd__footprint(g));
     if (!g->counted && g->ch) { /* tokenized and dispatched: ch is made then */
         ifd_oai_usage_t u;
@@ -1207,6 +1533,7 @@ static void ifd__gen_free(ifd_gen_t *g)
             c->done = true;
         }
         ifd_textout_close(&c->text);
+        ifd_arena_close(&c->lpa);
         free(c->lp);
         ifd_tokens_free(&c->ids);
     }
@@ -1233,6 +1560,9 @@ static void ifd__gen_free(ifd_gen_t *g)
     if (g->next)
         g->next->prev = g->prev;
     ifd_buf_free(&g->out);
+    ifd__op_free(g->ops_head);
+    ifd_buf_free(&g->cjob.out);
+    ifd_arena_close(&g->sarena);
     free(g->ch);
     json_decref(g->checks);
     ifd_textout_rules_close(&g->rules);
@@ -1248,7 +1578,7 @@ static void ifd__gen_free(ifd_gen_t *g)
  * output checks): g is freed when it returns. */
 static bool ifd__busy(const ifd_gen_t *g)
 {
-    return g->work_pending || g->n_checks;
+    return g->work_pending || g->n_checks || g->cjob_pending;
 }
 
 /* g is given up while a job holds it: its sequences released now (no more
@@ -1261,6 +1591,16 @@ static void ifd__abandon(ifd_gen_t *g)
             ifd_router_release(g->api->router, g->ch[i].seq);
             g->ch[i].seq = NULL;
         }
+}
+
+/* g is done with: freed now, or when the jobs that hold it are back. */
+static void ifd__drop(ifd_gen_t *g)
+{
+    if (ifd__busy(g)) {
+        ifd__abandon(g);
+        return;
+    }
+    ifd__gen_free(g);
 }
 
 static void ifd__abort_cb(void *ud)
@@ -1637,6 +1977,7 @@ static int ifd__make_choices(ifd_gen_t *g)
         g->ch[i].g = g;
         g->ch[i].index = i;
         g->ch[i].prompt = i / g->req.n;
+        ifd_arena_init(&g->ch[i].lpa, 0);
         if (ifd_textout_init(&g->ch[i].text, &g->rules, api->tok))
             return IFD_ENOMEM;
     }
@@ -1741,7 +2082,7 @@ static void ifd__begin_stream(ifd_gen_t *g)
 {
     const ifd_oai_request_t *rq = &g->req;
     ifd_oai_meta_t meta = ifd__meta(g);
-    int rc = ifd_oai_stream_init(&g->stream, &g->arena, &meta, g->n_choices, rq->include_usage);
+    int rc = ifd_oai_stream_init(&g->stream, &g->sarena, &meta, g->n_choices, rq->include_usage);
     if (!rc && rq->include_usage && rq->continuous_usage)
         g->stream.live_usage = &g->live;
     if (!rc)
@@ -1759,12 +2100,15 @@ static void ifd__begin_stream(ifd_gen_t *g)
         g->ch[0].prompt_ids_sent = true;
     }
     ifd_oai_stream_start(&g->stream, &g->out); /* chat's role chunks, response.created */
+    /* those go before the chunks that follow (ifd__pump) */
+    if (!ifd__flush(g))
+        return;
     /* the echo chunks: now, or with logprobs once the prompt's are in
      * (ifd__on_prompt_logprobs; a one-token prompt has none to wait for) */
     for (uint32_t i = 0; rq->echo && i < g->n_choices; i++)
         if (!ifd__echo_lp(g) || g->ptoks[g->ch[i].prompt].n <= 1)
             ifd__send_echo(&g->ch[i]);
-    ifd__flush(g);
+    ifd__pump(g);
 }
 
 /* A background Response whose sequences are queued: answered now with its
@@ -1870,6 +2214,9 @@ static bool ifd__check_max_logprobs(ifd_gen_t *g, int32_t vocab)
         param = "prompt_logprobs";
         what = "prompt";
         asked = rq->prompt_top_logprobs;
+    } else if (rq->n_logprob_token_ids > (uint64_t)max) { /* as many as a top k may have */
+        param = "logprob_token_ids";
+        asked = (int64_t)rq->n_logprob_token_ids;
     }
     if (!param)
         return true;
@@ -1985,6 +2332,7 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
      * them each holding a mostly untouched 64 KiB block spread the heap's
      * resident pages (docs/reliability.md, "Memory") */
     ifd_arena_init(&g->arena, 8192);
+    ifd_arena_init(&g->sarena, 0);
     g->next = api->gens;
     if (api->gens)
         api->gens->prev = g;

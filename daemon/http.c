@@ -540,6 +540,40 @@ int ifd_http_stream_write(ifd_http_conn_t *c, const char *data, size_t len)
     return rc;
 }
 
+int ifd_http_stream_write_buf(ifd_http_conn_t *c, ifd_buf_t *data)
+{
+    if (c->closing) {
+        ifd_buf_free(data);
+        return IFD_ECLOSED;
+    }
+    if (!data->len) {
+        ifd_buf_free(data);
+        return 0;
+    }
+    if (c->pending > c->srv->lim.output_cap) {
+        IFD_WARN("http: client is not reading (%zu bytes unsent): dropping it", c->pending);
+        ifd_buf_free(data);
+        c->abort_cb = NULL;
+        ifd__close(c, false);
+        return IFD_ETOOBIG;
+    }
+    int rc;
+    if (c->chunked) { /* the chunk's size line, then the bytes with their CRLF */
+        char pre[24];
+        int pl = snprintf(pre, sizeof pre, "%zx\r\n", data->len);
+        rc = ifd_buf_append(data, "\r\n", 2);
+        rc = rc ? rc : ifd__write(c, pre, (size_t)pl, NULL, 0, NULL, 0, data);
+    } else {
+        rc = ifd__write(c, NULL, 0, NULL, 0, NULL, 0, data);
+    }
+    ifd_buf_free(data); /* empty unless the append failed */
+    if (rc) {
+        c->abort_cb = NULL;
+        ifd__close(c, false);
+    }
+    return rc;
+}
+
 int ifd_http_stream_end(ifd_http_conn_t *c)
 {
     if (c->closing)

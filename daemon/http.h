@@ -140,6 +140,11 @@ int ifd_http_stream_begin(ifd_http_conn_t *c, int status, const char *content_ty
  * abort callback will NOT be called: the caller handles it); IFD_ECLOSED. */
 int ifd_http_stream_write(ifd_http_conn_t *c, const char *data, size_t len);
 
+/* The same with bytes the connection takes (no copy: a chunk of megabytes,
+ * built on the thread pool, is held once); *data is empty afterwards,
+ * whatever the result. */
+int ifd_http_stream_write_buf(ifd_http_conn_t *c, ifd_buf_t *data);
+
 /* Ends the stream; the connection then serves its next request or closes. */
 int ifd_http_stream_end(ifd_http_conn_t *c);
 

@@ -51,7 +51,7 @@
 #define IFD_OAI_MAX_STOP                      4    /* stop strings (OpenAI's limit) */
 #define IFD_OAI_MAX_STOP_IDS                  1024 /* stop_token_ids (vLLM extension) */
 #define IFD_OAI_MAX_N                         128  /* choices per prompt */
-#define IFD_OAI_MAX_LOGPROB_TOKEN_IDS         20   /* logprob_token_ids (vLLM extension) */
+#define IFD_OAI_MAX_LOGPROB_TOKEN_IDS         (1 << 18) /* logprob_token_ids (a vocabulary) */
 /* top_logprobs, completions logprobs and prompt_logprobs: any int up to
  * INT32_MAX, or -1 (vLLM: the whole vocabulary), parsed as this; the router
  * resolves it to the model's vocabulary and caps all three by its
@@ -323,7 +323,8 @@ typedef struct {
     size_t n_allowed_token_ids;
     /* vLLM's logprob_token_ids: with logprobs (required), each token's
      * top_logprobs are the sampled token's then these ids' (in this order),
-     * instead of the top k. 1..IFD_OAI_MAX_LOGPROB_TOKEN_IDS ids; NULL: off. */
+     * instead of the top k. 1..IFD_OAI_MAX_LOGPROB_TOKEN_IDS ids (the
+     * daemon holds them to its max_logprobs, as top_logprobs); NULL: off. */
     int32_t *logprob_token_ids;
     size_t n_logprob_token_ids;
 

@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     13
+#define IFD_WIRE_VERSION     14
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -58,7 +58,7 @@
 #define IFD_WIRE_MAX_LOGIT_BIAS (1u << 20)  /* logit_bias entries of one request */
 #define IFD_WIRE_MAX_ALLOWED    (1u << 20)  /* allowed_token_ids of one request */
 #define IFD_WIRE_MAX_TOP        (1u << 20)  /* top logprobs of one token: a vocabulary (v13) */
-#define IFD_WIRE_MAX_LP_IDS     20u         /* logprob_token_ids of one request */
+#define IFD_WIRE_MAX_LP_IDS     (1u << 20)  /* logprob_token_ids of one request (v14) */
 #define IFD_WIRE_TOP_BYTES      11u         /* the most one encoded ifd_wire_top_t takes */
 #define IFD_WIRE_MAX_GRAMMAR    (1u << 22)  /* words of one request's compiled grammar */
 #define IFD_WIRE_MAX_SPEC_TOKENS 16u         /* proposed tokens per step (speculative decoding) */
@@ -295,7 +295,7 @@ typedef struct {
     uint32_t n_allowed_ids;
     /* vLLM's logprob_token_ids: with sampling.n_logprobs >= 0, each token's
      * top logprobs are these ids' (in this order) instead of the top k; up
-     * to IFD_WIRE_MAX_LP_IDS. Version 10. */
+     * to IFD_WIRE_MAX_LP_IDS (20 before version 14). Version 10. */
     const int32_t *lp_ids;
     uint32_t n_lp_ids;
     /* The request's speculative decoding (method 0: the worker's setting).

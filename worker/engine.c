@@ -744,9 +744,13 @@ int ifd_engine_add(ifd_engine_t *e, const ifd_engine_request_t *r)
         s->sampling.lp_ids = s->lp_ids;
         s->sampling.n_lp_ids = r->n_lp_ids;
     }
-    if (!r->n_lp_ids && r->sampling.n_logprobs > IFD_SAMPLER_INLINE_LOGPROBS) {
-        s->top_cap =
-            r->sampling.n_logprobs < e->model.n_vocab ? r->sampling.n_logprobs : e->model.n_vocab;
+    /* room for a top k past the inline 20, or for as many logprob_token_ids */
+    const int64_t want = r->sampling.n_logprobs < 0                  ? 0
+                         : r->n_lp_ids                               ? (int64_t)r->n_lp_ids
+                         : r->sampling.n_logprobs < e->model.n_vocab ? r->sampling.n_logprobs
+                                                                     : e->model.n_vocab;
+    if (want > IFD_SAMPLER_INLINE_LOGPROBS) {
+        s->top_cap = (int32_t)want;
         s->top_ids = malloc((size_t)s->top_cap * sizeof *s->top_ids);
         s->top_lps = malloc((size_t)s->top_cap * sizeof *s->top_lps);
         if (!s->top_ids || !s->top_lps) {

@@ -1038,9 +1038,13 @@ static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_
     out->logprob = LOGPROB(xt);
     out->rank = s->k->count_ge(x, V, xt);
     if (n_ids) { /* logprob_token_ids: these, in their order, not the top */
+        int32_t *iid;
+        float *iv;
+        const bool iroom = top_room(out, (int32_t)n_ids, &iid, &iv);
+        IFD_ASSERT(iroom); /* checked by the callers (room_for) */
         for (uint32_t j = 0; j < n_ids; j++) {
-            out->top_ids[j] = ids[j];
-            out->top_logprobs[j] = LOGPROB(x[ids[j]]);
+            iid[j] = ids[j];
+            iv[j] = LOGPROB(x[ids[j]]);
         }
         out->n_top = (int32_t)n_ids;
         return;
@@ -1060,12 +1064,15 @@ static void logprobs(ifd_sampler_t *s, const float *x, int32_t token, int32_t n_
 #undef LOGPROB
 }
 
-/* Whether out has room for the top min(n_top, vocab) (lp_ids stay inline). */
+/* Whether out has room for the top min(n_top, vocab), or for the n_ids
+ * logprob_token_ids that replace them. */
 static bool room_for(ifd_sample_result_t *out, int32_t n_top, uint32_t n_ids, int32_t vocab)
 {
     int32_t *ids;
     float *vals;
-    return n_ids || n_top < 0 || top_room(out, n_top < vocab ? n_top : vocab, &ids, &vals);
+    if (n_top < 0)
+        return true;
+    return top_room(out, n_ids ? (int32_t)n_ids : n_top < vocab ? n_top : vocab, &ids, &vals);
 }
 
 int ifd_sampler_logprobs(ifd_sampler_t *s, const float *logits, int32_t token, int32_t n_top,

@@ -96,8 +96,9 @@
  * --max-logprobs -1) go to caller-owned room (ifd_sample_result_t.more_*). */
 #define IFD_SAMPLER_INLINE_LOGPROBS 20
 
-/* logprob_token_ids a request may name at most (they fill the inline room). */
-#define IFD_SAMPLER_MAX_LP_IDS IFD_SAMPLER_INLINE_LOGPROBS
+/* logprob_token_ids a request may name at most: up to 20 fill the inline
+ * room, more the caller's more_* room (as a top k does). */
+#define IFD_SAMPLER_MAX_LP_IDS IFD_SAMPLER_MAX_VOCAB
 
 /* Largest vocabulary supported (kernels/sampling_math.h's IFD_SAMPLING_MAX_VOCAB). */
 #define IFD_SAMPLER_MAX_VOCAB (1 << 20)

@@ -19,17 +19,27 @@ Unix socket:
 - a custom message role reaches the chat template;
 - a logit_bias refusal names every bad key (keys, then ids past the vocabulary);
 - --max-logprobs lowers the cap of top_logprobs, logprobs and prompt_logprobs (400 naming
-  the field).
+  the field);
+- a streamed chunk with the whole vocabulary's alternatives is written on the router's
+  thread pool: held there (the INFERD_TEST_CHUNK_GATE hook), another client's stream runs
+  to its end; the streamed logprobs equal the non-streamed ones (chat, completions echo);
+  the chunks waiting behind it are bounded by output_buffer_bytes.
 After every test no KV block may be held.
 
 Usage: test_daemon_tokens.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_daemon_util import Daemon, serve_and_run, skip  # noqa: E402
+from test_daemon_util import (SCALE, Daemon, UnixHTTPConnection, serve_and_run,  # noqa: E402
+                              skip)
 
 try:
     import openai
@@ -220,6 +230,11 @@ def test_logprob_token_ids():
                                              "logprob_token_ids": [5, 99999999]},
                  expect=400)["error"]
     assert err["param"] == "logprob_token_ids" and "99999999" in err["message"], err
+    # more ids than this daemon's max_logprobs (20, the default): vLLM's refusal
+    err = D.json("POST", "/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 1,
+                                             "logprob_token_ids": list(range(1, 22))},
+                 expect=400)["error"]
+    assert err["param"] == "logprob_token_ids" and "max allowed: 20" in err["message"], err
     D.wait_idle()
 
 
@@ -319,6 +334,27 @@ def test_max_logprobs_above_20():
             assert lps == sorted(lps, reverse=True), lps
             assert [(t.token, t.logprob) for t in a.top_logprobs[:20]] == \
                 [(t.token, t.logprob) for t in b.top_logprobs]
+        # logprob_token_ids past 20 (wire v14): the top-50 run's ids, reversed, give the
+        # same logprobs at each position where they are its top 50; 101 ids a 400
+        ex = {"return_tokens_as_token_ids": True}
+        t50 = c2.chat.completions.create(top_logprobs=50, extra_body=ex, **kw)
+        want = [t.token for t in t50.choices[0].logprobs.content[0].top_logprobs][::-1]
+        lpids = [int(t.split(":")[1]) for t in want]
+        rid = c2.chat.completions.create(extra_body=dict(ex, logprob_token_ids=lpids), **kw)
+        for e, f in zip(rid.choices[0].logprobs.content, t50.choices[0].logprobs.content):
+            assert e.token == f.token
+            got = [t.token for t in e.top_logprobs]
+            assert got == [e.token] + [t for t in want if t != e.token], got[:5]
+            known = {t.token: t.logprob for t in f.top_logprobs}
+            for t in e.top_logprobs:
+                if t.token in known:
+                    assert abs(t.logprob - known[t.token]) < 1e-4, (t, known[t.token])
+        try:
+            c2.chat.completions.create(extra_body=dict(ex, logprob_token_ids=list(range(101))),
+                                       **kw)
+            raise AssertionError("101 logprob_token_ids accepted under --max-logprobs 100")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and e.param == "logprob_token_ids", e
         try:
             c2.chat.completions.create(top_logprobs=101, **kw)
             raise AssertionError("top_logprobs 101 accepted under --max-logprobs 100")
@@ -370,6 +406,195 @@ def test_max_logprobs_above_20():
         d3.wait_idle()
     finally:
         assert d3.stop() == 0, d3.logtext()
+
+
+class SSEReader(threading.Thread):
+    """POSTs a streamed request on its own connection and collects its events (parsed
+    JSON, "[DONE]" as the string) as they arrive."""
+
+    def __init__(self, sock, path, body):
+        super().__init__(daemon=True)
+        self.sock, self.path, self.body = sock, path, body
+        self.events, self.error = [], None
+        self.lock = threading.Lock()
+
+    def run(self):
+        c = UnixHTTPConnection(self.sock, timeout=300)
+        try:
+            c.request("POST", self.path, body=json.dumps(self.body),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            assert r.status == 200, (r.status, r.read()[:300])
+            for line in r:
+                if not line.startswith(b"data: "):
+                    continue
+                data = line[6:].strip()
+                ev = "[DONE]" if data == b"[DONE]" else json.loads(data)
+                with self.lock:
+                    self.events.append(ev)
+                if ev == "[DONE]":
+                    break
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            self.error = e
+        finally:
+            c.close()
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.events)
+
+
+def _lp_chunks(events):
+    return [e for e in events
+            if e != "[DONE]" and e.get("choices") and e["choices"][0]["logprobs"]]
+
+
+def test_stream_vocabulary_logprobs():
+    """top_logprobs -1 streamed (~3 MB a token's chunk on SmolLM2's 49152-token vocabulary):
+    the chunk is written on the router's thread pool. With the INFERD_TEST_CHUNK_GATE hook
+    the job writing it waits for a file: while it waits (no logprobs chunk has reached the
+    big stream), a second client's stream runs to its [DONE] — the loop would be stuck in
+    the job were the chunk written on it, so this is not a timing assertion. Then the big
+    stream's logprobs equal the non-streamed answer's, in order; a worker SIGKILLed while
+    such a stream runs is resumed with no gap or duplicate; completions echo + logprobs -1
+    (the prompt's rows written by the job too) streamed equal non-streamed."""
+    hooks = os.environ.get("INFERD_TEST_HOOKS") == "1"
+    tmp = tempfile.mkdtemp(prefix="stream-lp-")
+    gate = os.path.join(tmp, "gate")
+    d = Daemon(INFERD, args=["--max-logprobs", "-1", "--output-buffer-bytes", "1G"],
+               env={"INFERD_TEST_CHUNK_GATE": gate} if hooks else None)
+    big = None
+    try:
+        body = {"model": MODEL, "messages": MSGS, "max_tokens": 4, "temperature": 0,
+                "logprobs": True, "top_logprobs": -1}
+        ref = d.json("POST", "/v1/chat/completions", body)["choices"][0]["logprobs"]["content"]
+        assert len(ref) == 4 and all(len(t["top_logprobs"]) >= 49152 for t in ref), \
+            [len(t["top_logprobs"]) for t in ref]
+        big = SSEReader(d.sock, "/v1/chat/completions", dict(body, stream=True))
+        big.start()
+        if hooks:
+            t0 = time.time()
+            while not os.path.exists(gate + ".started"):
+                assert time.time() - t0 < 120 * SCALE, "no chunk job started:\n" + d.logtext()
+                assert big.is_alive(), big.error
+                time.sleep(0.02)
+            small = SSEReader(d.sock, "/v1/chat/completions",
+                              {"model": MODEL, "messages": MSGS, "max_tokens": 8,
+                               "temperature": 0, "stream": True})
+            small.start()
+            small.join(120 * SCALE)
+            assert not small.is_alive() and small.error is None, \
+                ("the small stream did not end while a large chunk was being written",
+                 small.error, d.logtext())
+            ev = small.snapshot()
+            assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["finish_reason"] == "length", \
+                ev[-2:]
+            # structural: the big stream's first logprobs chunk is still held in its job
+            assert _lp_chunks(big.snapshot()) == [], "the gated chunk was sent"
+            open(gate, "w").close()
+        big.join(300 * SCALE)
+        assert not big.is_alive() and big.error is None, (big.error, d.logtext())
+        events = big.snapshot()
+        assert events[-1] == "[DONE]", events[-1:]
+        got = [t for e in _lp_chunks(events) for t in e["choices"][0]["logprobs"]["content"]]
+        assert len(got) == len(ref), (len(got), len(ref))
+        for a, b in zip(got, ref):
+            assert a == b, (a["token"], b["token"], a["logprob"], b["logprob"])
+        # the worker SIGKILLed once the stream's first logprobs chunk is out (chunks of it
+        # may wait in a job): resumed, it goes on with no gap and no duplicate; the resumed
+        # rows are recomputed (a prefill where they were decode steps), so logprobs within
+        # 1e-4, each token's alternatives compared as sorted values
+        victim = d.worker_pids()[0]
+        if hooks:  # re-armed: the stream's first chunk job waits again
+            os.remove(gate)
+            os.remove(gate + ".started")
+        r = SSEReader(d.sock, "/v1/chat/completions", dict(body, stream=True))
+        r.start()
+        t0 = time.time()
+        while not (os.path.exists(gate + ".started") if hooks else _lp_chunks(r.snapshot())):
+            assert time.time() - t0 < 120 * SCALE and r.is_alive(), (r.error, d.logtext())
+            time.sleep(0.005)
+        os.kill(victim, signal.SIGKILL)
+        if hooks:
+            open(gate, "w").close()
+        r.join(300 * SCALE)
+        assert not r.is_alive() and r.error is None, (r.error, d.logtext())
+        assert r.snapshot()[-1] == "[DONE]"
+        got = [t for e in _lp_chunks(r.snapshot())
+               for t in e["choices"][0]["logprobs"]["content"]]
+        assert [t["token"] for t in got] == [t["token"] for t in ref]
+        for a, b in zip(got, ref):
+            assert abs(a["logprob"] - b["logprob"]) < 1e-4, \
+                (a["token"], a["logprob"], b["logprob"])
+            la = sorted(x["logprob"] for x in a["top_logprobs"])
+            lb = sorted(x["logprob"] for x in b["top_logprobs"])
+            assert len(la) == len(lb) and max(abs(x - y) for x, y in zip(la, lb)) < 1e-4
+        print("     resumed after the worker's SIGKILL: %d sequence(s)"
+              % d.wait_metric("inferd_redispatched_sequences_total", lambda v: True))
+        # completions: echo + logprobs -1 (the prompt's rows), offsets across chunks
+        ids = d.json("POST", "/tokenize", {"prompt": "The quick brown",
+                                           "add_special_tokens": False})["tokens"]
+        cb = {"model": MODEL, "prompt": ids, "max_tokens": 2, "temperature": 0,
+              "logprobs": -1, "echo": True}
+        cref = d.json("POST", "/v1/completions", cb)["choices"][0]["logprobs"]
+        r = SSEReader(d.sock, "/v1/completions", dict(cb, stream=True))
+        r.run()
+        assert r.error is None, r.error
+        cols = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for e in _lp_chunks(r.snapshot()):
+            for k in cols:
+                cols[k] += e["choices"][0]["logprobs"][k]
+        assert len(cols["tokens"]) == len(ids) + 2, cols["tokens"]
+        for k in cols:
+            assert cols[k] == cref[k], k
+        # a dict keyed by token text: pieces with the same text (partial UTF-8) merge
+        assert len(cols["top_logprobs"][1]) > 10000, len(cols["top_logprobs"][1])
+        d.wait_idle()
+    finally:
+        if hooks:
+            open(gate, "w").close()  # never leave a job waiting on a failure
+        rc = d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, d.logtext()
+
+
+def test_stream_waiting_chunks_bounded():
+    """The chunks waiting behind one written on the thread pool are bounded by
+    output_buffer_bytes (4 MiB by default): with that job held (INFERD_TEST_CHUNK_GATE), a
+    top_logprobs -1 stream (~1 MB a token at least) passes the bound within a few tokens;
+    the router releases its sequence then, and once the held chunk is out ends the stream
+    with an error event naming output_buffer_bytes and [DONE]; no block stays held."""
+    if os.environ.get("INFERD_TEST_HOOKS") != "1":
+        print("     SKIPPED: the daemon was built without -DINFERD_TEST_HOOKS=ON", flush=True)
+        return
+    tmp = tempfile.mkdtemp(prefix="stream-lp-")
+    gate = os.path.join(tmp, "gate")
+    d = Daemon(INFERD, args=["--max-logprobs", "-1"], env={"INFERD_TEST_CHUNK_GATE": gate})
+    try:
+        r = SSEReader(d.sock, "/v1/chat/completions",
+                      {"model": MODEL, "messages": MSGS, "max_tokens": 64, "temperature": 0,
+                       "ignore_eos": True, "logprobs": True, "top_logprobs": -1,
+                       "stream": True})
+        r.start()
+        t0 = time.time()
+        while "past output_buffer_bytes" not in d.logtext(tail=None):
+            assert time.time() - t0 < 120 * SCALE and r.is_alive(), (r.error, d.logtext())
+            time.sleep(0.05)
+        assert _lp_chunks(r.snapshot()) == []  # the first chunk is still held
+        d.wait_idle()  # its sequence released at once, while the job still waits
+        open(gate, "w").close()
+        r.join(120 * SCALE)
+        assert not r.is_alive() and r.error is None, r.error
+        ev = r.snapshot()
+        assert ev[-1] == "[DONE]" and "output_buffer_bytes" in ev[-2]["error"]["message"], \
+            ev[-2:]
+        got = [t for e in _lp_chunks(ev) for t in e["choices"][0]["logprobs"]["content"]]
+        assert 1 <= len(got) < 64, len(got)
+    finally:
+        open(gate, "w").close()
+        rc = d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, d.logtext()
 
 
 if __name__ == "__main__":

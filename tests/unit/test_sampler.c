@@ -601,6 +601,37 @@ START_TEST(test_allowed_ids)
             ck_assert_double_eq_tol(r.top_logprobs[k],
                                     (double)l[want[k]] - (double)l[best] - log(z), 1e-5);
     }
+    /* more than the inline 20: in the caller's room, which must hold them */
+    int32_t many[25], mids[25];
+    float mlps[25];
+    for (int k = 0; k < 25; k++)
+        many[k] = (k * 3) % V;
+    p.lp_ids = many;
+    p.n_lp_ids = 25;
+    r.more_ids = NULL;
+    r.more_logprobs = NULL;
+    r.more_cap = 0;
+    ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), IFD_EINVAL); /* no room */
+    r.more_ids = mids;
+    r.more_logprobs = mlps;
+    r.more_cap = 24;
+    ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), IFD_EINVAL); /* too little */
+    r.more_cap = 25;
+    ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), 0);
+    ck_assert_int_eq(r.n_top, 25);
+    for (int k = 0; k < 25; k++) {
+        const int32_t id = many[k];
+        ck_assert_int_eq(ifd_sample_top_ids(&r)[k], id);
+        const float v = ifd_sample_top_logprobs(&r)[k];
+        if (id == 3 || id == 33 || id == 64 || id == 69)
+            ck_assert_double_eq_tol(v, (double)l[id] - (double)l[best] - log(z), 1e-5);
+        else
+            ck_assert(isinf(v) && v < 0);
+    }
+    r.more_ids = NULL;
+    r.more_logprobs = NULL;
+    r.more_cap = 0;
+    p.lp_ids = want;
     p.n_lp_ids = IFD_SAMPLER_MAX_LP_IDS + 1; /* too many */
     ck_assert_int_eq(ifd_sampler_sample(s, &p, l, NULL, 0, &r), IFD_EINVAL);
     static const int32_t past[] = {V};
