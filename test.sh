@@ -47,7 +47,8 @@ fi
 # ---- ASan+UBSan: every unit and integration test, but those listed here -------------------
 # (ctest -E). Tests see INFERD_TEST_SANITIZED=1 (tests/CMakeLists.txt): the oracle comparisons
 # run one prompt of 16 tokens, test_engine_model 4 short requests, test_worker_generate one
-# --no-kv-cache prompt of 8 tokens, test_daemon_structured one choice per request — every code
+# --no-kv-cache prompt of 8 tokens, test_daemon_structured one choice per request,
+# test_daemon_spec its first prompts without the SIGKILL cases — every code
 # path of each, sanitized, in CI's time; the normal build below runs their full sets.
 # Left out (docs/reliability.md, "Sanitizers"):
 #   slow label         fault/load/soak/fuzz runs (minutes each, timed by the clock: they run in
