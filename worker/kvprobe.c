@@ -190,7 +190,7 @@ static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool extra_row
     }
     for (int s = 0; s < S; s++)
         w->rows[s] = s < S - 1 ? s : n - 1;
-    const int plp = !extra_rows || !w->plp                 ? 0
+    const int plp = !extra_rows || !w->plp          ? 0
                     : run - 1 < IFD_ENGINE_PLP_ROWS ? run - 1
                                                     : IFD_ENGINE_PLP_ROWS;
     const int spec = !extra_rows ? 0 : run - 1 - plp < w->spec_rows ? run - 1 - plp : w->spec_rows;

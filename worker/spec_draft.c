@@ -280,8 +280,8 @@ static void ifd__dseq_publish(ifd_spec_draft_t *d, const ifd_spec_draft_query_t 
     IFD_ASSERT(s->n_kv >= q->n_tokens && full <= s->n_blocks);
     while (!s->publish_off && s->n_pub < full) {
         const int32_t b = s->n_pub, parent = b > 0 ? s->blocks[b - 1] : -1;
-        int rc = ifd_kvpool_publish(d->pool, 0, s->blocks[b], parent, 0,
-                                    s->tok + (int64_t)b * bs, NULL);
+        int rc =
+            ifd_kvpool_publish(d->pool, 0, s->blocks[b], parent, 0, s->tok + (int64_t)b * bs, NULL);
         if (rc < 0) {
             IFD_WARN("draft: publishing block %d: %s (no more from this sequence)", b,
                      ifd_strerror(rc));
