@@ -8,6 +8,7 @@
 #include "error.h"
 #include "kvsize.h"
 #include "sampler.h"
+#include "spec.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,6 +43,8 @@ typedef struct {
      * the buffers and graphs measured are those of the serving worker */
     bool local_tables;
     const ifd_sampling_params_t *row_sp; /* a sampled row's params: &sp, or NULL (draft) */
+    bool plp;      /* prompt-logprob rows in the largest prefill (not a draft's) */
+    int spec_rows; /* verification rows in the largest prefill (ifd__spec_rows) */
 } ifd__warm_t;
 
 static void ifd__warm_free(ifd__warm_t *w)
@@ -152,12 +155,26 @@ static int ifd__warm_step(ifd__warm_t *w, int n, int n_seqs, int max_blocks, int
     return ifd_model_forward_sample(w->m, &b, w->kv, w->srows, w->sampled, w->logits);
 }
 
+/* The verification rows a step of the engine may add beside its sample and
+ * prompt-logprob rows (speculative decoding): p->spec_rows, at most
+ * IFD_SPEC_MAX_TOKENS a sequence; none in a draft's warm-up (one row per
+ * proposing sequence, its sample rows). */
+static int ifd__spec_rows(const ifd_kvprobe_params_t *p)
+{
+    if (p->draft || p->spec_rows <= 0)
+        return 0;
+    const int64_t most = (int64_t)IFD_SPEC_MAX_TOKENS * p->max_seqs;
+    return most < p->spec_rows ? (int)most : p->spec_rows;
+}
+
 /* A mixed prefill step of n tokens: sequences 0..S-2 one token each at
  * position 0 (nothing written), sequence S-1 a run from position 0 written
  * into blocks 0, 1, ...; a logits row per sequence (sampled on the device)
- * and, when plp_rows, up to IFD_ENGINE_PLP_ROWS more from the run (prompt
- * logprobs: on the host), the most rows an engine step asks for. */
-static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool plp_rows)
+ * and, when extra_rows, up to IFD_ENGINE_PLP_ROWS more from the run (prompt
+ * logprobs; not in a draft's warm-up) and up to w->spec_rows after them
+ * (verification rows: downloaded, as the engine's are with device
+ * sampling), the most rows an engine step asks for. */
+static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool extra_rows)
 {
     const int32_t V = (int32_t)ifd_model_config(w->m)->n_vocab;
     int S = n - 1 < max_seqs ? n - 1 : max_seqs;
@@ -173,12 +190,15 @@ static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool plp_rows)
     }
     for (int s = 0; s < S; s++)
         w->rows[s] = s < S - 1 ? s : n - 1;
-    const int plp = !plp_rows ? 0 : run - 1 < IFD_ENGINE_PLP_ROWS ? run - 1 : IFD_ENGINE_PLP_ROWS;
-    for (int i = 0; i < plp; i++)
+    const int plp = !extra_rows || !w->plp          ? 0
+                    : run - 1 < IFD_ENGINE_PLP_ROWS ? run - 1
+                                                    : IFD_ENGINE_PLP_ROWS;
+    const int spec = !extra_rows ? 0 : run - 1 - plp < w->spec_rows ? run - 1 - plp : w->spec_rows;
+    for (int i = 0; i < plp + spec; i++)
         w->rows[S + i] = S - 1 + i;
-    for (int i = 0; i < S + plp; i++)
+    for (int i = 0; i < S + plp + spec; i++)
         w->srows[i].params = i < S ? w->row_sp : NULL;
-    return ifd__warm_step(w, n, S, max_blocks, S + plp);
+    return ifd__warm_step(w, n, S, max_blocks, S + plp + spec);
 }
 
 /* A decode step of n sequences: sequence 0 at position ctx - 1, the others
@@ -286,6 +306,8 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
     }
     ifd__warm_t w = {.m = m, .be = ifd_model_backend(m), .bs = p->block_size};
     w.row_sp = p->draft ? NULL : &w.sp;
+    w.plp = !p->draft;
+    w.spec_rows = ifd__spec_rows(p);
     ifd_kvpool_params_t kp_g, kp_l;
     w.local_tables = ifd_kvpool_model_params_split(ifd_model_config(m), &kp_g, &kp_l);
     const int T = p->max_batched_tokens;
@@ -306,7 +328,8 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
         what = "reading the free memory";
         goto fail;
     }
-    if ((rc = ifd__warm_arrays(&w, T > cap ? T : cap, cap + IFD_ENGINE_PLP_ROWS, bt)) ||
+    if ((rc = ifd__warm_arrays(&w, T > cap ? T : cap, cap + IFD_ENGINE_PLP_ROWS + w.spec_rows,
+                               bt)) ||
         (rc = ifd__warm_kv(&w, p)) || (rc = ifd__mem(mem, mem_ctx, w.be, &f_kv))) {
         what = "allocating the warm-up's scratch KV cache";
         goto fail;
@@ -387,6 +410,7 @@ ifd_kvprobe_params_t ifd_kvprobe_draft_params(const ifd_kvprobe_params_t *model)
     if (d.max_seqs > IFD_ENGINE_SPEC_ROWS)
         d.max_seqs = IFD_ENGINE_SPEC_ROWS;
     d.draft = true;
+    d.spec_rows = 0;
     return d;
 }
 

@@ -10,8 +10,10 @@
  *
  *  1. mixed prefill steps of n tokens in min(max_seqs, n - 1) sequences (one
  *     long run, the others one token each, a logits row each, sampled on the
- *     device where the backend can, and up to IFD_ENGINE_PLP_ROWS prompt
- *     logprob rows of the run, downloaded) for n growing by 3/2 from 16 up to
+ *     device where the backend can, and at n = max_batched_tokens up to
+ *     IFD_ENGINE_PLP_ROWS prompt logprob rows of the run and up to
+ *     spec_rows verification rows after them, downloaded: the most logits
+ *     rows an engine step asks for) for n growing by 3/2 from 16 up to
  *     max_batched_tokens: every activation buffer, the logits rows, cuBLASLt's
  *     per-shape state and the backend's grown-out-of scratch, which it keeps
  *     (backend_cuda.c: a graph may still use it), retired the way the worst
@@ -35,9 +37,20 @@
  * (the same ids as the global ones), as the serving worker's steps have:
  * the buffers for them and graphs recorded with them are what is measured.
  *
+ * Speculative decoding (engine.h): a request may turn it on on any daemon
+ * (`"speculative": true`), and a step then carries up to
+ * IFD_ENGINE_SPEC_ROWS verification rows beside its sample and prompt
+ * logprob rows (downloaded: the host samples them). spec_rows asks step 1's
+ * largest prefill to bring them (the worker's POOL step and --kv-probe
+ * pass IFD_ENGINE_SPEC_ROWS): without them the first such step grows the
+ * logits buffers (the model's rows round up to a power of two) out of
+ * memory the pool was given.
+ *
  * A draft model's warm-up (params.draft, ifd_kvprobe_draft_params) skips
  * step 2's sampling step and step 3: its rows are downloaded, its steps
- * eager (spec_draft.h).
+ * eager (spec_draft.h); its largest prefill has one row per sequence (no
+ * prompt logprob nor verification rows: a draft's forward asks for one
+ * row per proposing sequence, at most min(max_seqs, IFD_ENGINE_SPEC_ROWS)).
  *
  * activation_bytes is what 1 and 2 took, graph_bytes what 3 took (both as
  * the device's free memory fell, so the CUDA runtime's own allocations —
@@ -74,6 +87,10 @@ typedef struct {
     /* a draft model's steps (spec_draft.h): every logits row downloaded
      * (no device sampling, so no step 2b) and no graphs (no step 3) */
     bool draft;
+    /* verification rows a step may carry (speculative decoding, above):
+     * IFD_ENGINE_SPEC_ROWS for a serving worker; at most
+     * IFD_SPEC_MAX_TOKENS x max_seqs count; 0: none; a draft's: none */
+    int spec_rows;
 } ifd_kvprobe_params_t;
 
 /* The device's free memory now, in *free_bytes. 0, or an error code. */

@@ -577,7 +577,10 @@ static int ifd__pool_step(ifd__srv_t *s, ifd_wire_reader_t *rd, ifd_backend_t *b
                                      .max_seqs = ep->max_seqs,
                                      .max_ctx = (int)h->max_model_len,
                                      .block_size = (int)h->kv.block_size,
-                                     .kv_dtype = (ifd_kv_dtype_t)h->kv.dtype};
+                                     .kv_dtype = (ifd_kv_dtype_t)h->kv.dtype,
+                                     /* any request may speculate ("speculative":
+                                      * true), whatever the daemon's spec: kvprobe.h */
+                                     .spec_rows = IFD_ENGINE_SPEC_ROWS};
     ifd_kvprobe_size_t sz;
     char desc[128];
     int rc = ifd_backend_factory_gpu_size(be, model, s->draft, &wp, h->gpu_memory_fraction, &sz,

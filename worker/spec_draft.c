@@ -4,9 +4,28 @@
  * Invariants per sequence state: tok[0..n_kv) are the tokens whose draft KV
  * sits at positions 0..n_kv in blocks[0..n_blocks) (block b holds positions
  * [b * block_size, (b + 1) * block_size)); blocks are the pool's global ids,
- * each held once (refcount 1, never published). A call (ifd_spec_draft_propose)
- * first grows blocks to cover every position it will write, so the batch's
- * block tables are built once per call.
+ * each with one reference of the state. blocks[0..n_pub) are published in
+ * the pool's prefix index (read-only: shared with other states that found
+ * them, cached once the last holder lets go); the rest are the state's own.
+ * A call (ifd_spec_draft_propose) first grows blocks to cover every position
+ * it will write, so the batch's block tables are built once per call.
+ *
+ * Prefix reuse. The draft's KV at position p is a function of the token ids
+ * 0..p alone (the draft sees no image, adapter or salt; the CPU backend is
+ * batch-invariant, and on another backend a different rounding only moves
+ * proposals, never the verified text), so its blocks are keyed by the
+ * chained hash of the tokens with salt 0, as the target's are. A block is
+ * published at the end of a successful call once every position of it lies
+ * below n_tokens - 1: those tokens are the sequence's own (prompt and
+ * emitted output, never an unverified proposal, which only ever sits at
+ * n_tokens and past), and a later call keeps at least n_tokens - 1 of them
+ * (its tokens extend these; the last one is always fed again for its
+ * logits), so a published block is never written. A query whose tokens do
+ * part below a published block (not the engine's: its tokens only grow
+ * until the state is released) drops the blocks from that one on. A state
+ * with no KV kept (its first proposal, or after a release) takes the
+ * longest published run of its first n_tokens - 1 tokens before feeding the
+ * rest.
  */
 #include "spec_draft.h"
 
@@ -24,6 +43,8 @@ typedef struct {
     int32_t n_kv, cap;
     int32_t *blocks;
     int32_t n_blocks, cap_blocks;
+    int32_t n_pub;    /* blocks[0..n_pub) published (read-only) */
+    bool publish_off; /* publishing failed once (logged): not tried again */
 } ifd__dseq_t;
 
 struct ifd_spec_draft {
@@ -130,16 +151,26 @@ void ifd_spec_draft_destroy(ifd_spec_draft_t *d)
     free(d);
 }
 
+/* Gives back blocks[from..n_blocks) (published ones stay cached for other
+ * sequences) and cuts the kept tokens to what the blocks left hold. */
+static void ifd__dseq_truncate(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t from)
+{
+    if (from < s->n_blocks) {
+        int rc = ifd_kvpool_unref(d->pool, 0, s->blocks + from, s->n_blocks - from);
+        if (rc)
+            IFD_ERROR("draft: releasing %d blocks: %s", s->n_blocks - from, ifd_strerror(rc));
+        d->st.blocks_held -= s->n_blocks - from;
+        s->n_blocks = from;
+    }
+    if (s->n_pub > s->n_blocks)
+        s->n_pub = s->n_blocks;
+    if (s->n_kv > s->n_blocks * d->p.block_size)
+        s->n_kv = s->n_blocks * d->p.block_size;
+}
+
 static void ifd__dseq_release(ifd_spec_draft_t *d, ifd__dseq_t *s)
 {
-    if (s->n_blocks > 0) {
-        int rc = ifd_kvpool_unref(d->pool, 0, s->blocks, s->n_blocks);
-        if (rc)
-            IFD_ERROR("draft: releasing %d blocks: %s", s->n_blocks, ifd_strerror(rc));
-        d->st.blocks_held -= s->n_blocks;
-    }
-    s->n_blocks = 0;
-    s->n_kv = 0;
+    ifd__dseq_truncate(d, s, 0);
 }
 
 static void ifd__release_cb(void *ctx, void *seq)
@@ -168,9 +199,14 @@ void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out
     *out = d->st;
 }
 
-/* Grows s to hold the tokens of positions [0, n) and the blocks covering
- * them. 0, IFD_ENOBLOCKS (s keeps what it had) or IFD_ENOMEM. */
-static int ifd__dseq_reserve(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
+ifd_kvpool_t *ifd_spec_draft_pool(const ifd_spec_draft_t *d)
+{
+    return d->pool;
+}
+
+/* Grows s's arrays to hold the tokens of positions [0, n) and the ids of
+ * the blocks covering them (no block is allocated). 0 or IFD_ENOMEM. */
+static int ifd__dseq_grow(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
 {
     if (n > s->cap) {
         int32_t cap = s->cap ? s->cap : 64;
@@ -183,8 +219,6 @@ static int ifd__dseq_reserve(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
         s->cap = cap;
     }
     const int32_t need = (n + d->p.block_size - 1) / d->p.block_size;
-    if (need <= s->n_blocks)
-        return 0;
     if (need > s->cap_blocks) {
         int32_t *b = realloc(s->blocks, (size_t)need * 2 * sizeof *b);
         if (!b)
@@ -192,7 +226,20 @@ static int ifd__dseq_reserve(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
         s->blocks = b;
         s->cap_blocks = need * 2;
     }
-    int rc = ifd_kvpool_alloc(d->pool, 0, 0, need - s->n_blocks, s->blocks + s->n_blocks);
+    return 0;
+}
+
+/* Grows s to hold the tokens of positions [0, n) and the blocks covering
+ * them. 0, IFD_ENOBLOCKS (s keeps what it had) or IFD_ENOMEM. */
+static int ifd__dseq_reserve(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
+{
+    int rc = ifd__dseq_grow(d, s, n);
+    if (rc)
+        return rc;
+    const int32_t need = (n + d->p.block_size - 1) / d->p.block_size;
+    if (need <= s->n_blocks)
+        return 0;
+    rc = ifd_kvpool_alloc(d->pool, 0, 0, need - s->n_blocks, s->blocks + s->n_blocks);
     if (rc)
         return rc;
     d->st.blocks_held += need - s->n_blocks;
@@ -200,11 +247,59 @@ static int ifd__dseq_reserve(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
     return 0;
 }
 
+/* A state with no KV kept takes the longest published run of blocks that
+ * starts its first n_tokens - 1 tokens (the last one is always fed: its
+ * logits give the first proposal); its own blocks go back first (every
+ * position of them would be written again). */
+static void ifd__dseq_reuse(ifd_spec_draft_t *d, ifd__dseq_t *s, const ifd_spec_draft_query_t *q)
+{
+    ifd__dseq_release(d, s);
+    const int32_t bs = d->p.block_size, max = (q->n_tokens - 1) / bs;
+    if (max < 1 || ifd__dseq_grow(d, s, max * bs) != 0)
+        return;
+    int got = ifd_kvpool_lookup(d->pool, 0, 0, q->tokens, q->n_tokens - 1, s->blocks, max, NULL);
+    if (got <= 0) {
+        if (got < 0)
+            IFD_WARN("draft: prefix lookup of %d tokens: %s", q->n_tokens - 1, ifd_strerror(got));
+        return;
+    }
+    s->n_blocks = s->n_pub = got;
+    s->n_kv = got * bs;
+    memcpy(s->tok, q->tokens, (size_t)s->n_kv * sizeof *s->tok);
+    d->st.blocks_held += got;
+    d->st.prefix_hit_tokens += (uint64_t)s->n_kv;
+}
+
+/* Publishes the full blocks of q's state that lie below its n_tokens - 1
+ * (the file's comment: its own tokens, never written again), after a call
+ * that fed it every token (s->tok[0..n_tokens) are q->tokens). */
+static void ifd__dseq_publish(ifd_spec_draft_t *d, const ifd_spec_draft_query_t *q)
+{
+    ifd__dseq_t *s = q->seq;
+    const int32_t bs = d->p.block_size, full = (q->n_tokens - 1) / bs;
+    IFD_ASSERT(s->n_kv >= q->n_tokens && full <= s->n_blocks);
+    while (!s->publish_off && s->n_pub < full) {
+        const int32_t b = s->n_pub, parent = b > 0 ? s->blocks[b - 1] : -1;
+        int rc =
+            ifd_kvpool_publish(d->pool, 0, s->blocks[b], parent, 0, s->tok + (int64_t)b * bs, NULL);
+        if (rc < 0) {
+            IFD_WARN("draft: publishing block %d: %s (no more from this sequence)", b,
+                     ifd_strerror(rc));
+            s->publish_off = true;
+            return;
+        }
+        s->n_pub++;
+        d->st.published++;
+    }
+}
+
 /* Brings query q's state in step with its tokens: creates it at the first
  * call, keeps the KV of the longest common prefix (but the last token,
- * whose logits the first draft step needs), and reserves the blocks for
- * every position the call writes (up to n_tokens + k - 2). false when the
- * sequence cannot propose now (no room: its KV is given back). */
+ * whose logits the first draft step needs; and not inside a published
+ * block past it: that one is read-only, so it goes), takes the published
+ * prefix when nothing is kept, and reserves the blocks for every position
+ * the call writes (up to n_tokens + k - 2). false when the sequence cannot
+ * propose now (no room: its KV is given back). */
 static bool ifd__sync(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q)
 {
     ifd__dseq_t *s = q->seq;
@@ -216,8 +311,13 @@ static bool ifd__sync(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q)
     const int32_t lim = s->n_kv < q->n_tokens - 1 ? s->n_kv : q->n_tokens - 1;
     while (m < lim && s->tok[m] == q->tokens[m])
         m++;
-    d->st.rolled_back += (uint64_t)(s->n_kv - m);
+    const int32_t had = s->n_kv;
     s->n_kv = m; /* positions past it: rejected proposals, rolled back */
+    if (m < s->n_pub * d->p.block_size)
+        ifd__dseq_truncate(d, s, m / d->p.block_size);
+    d->st.rolled_back += (uint64_t)(had - s->n_kv);
+    if (s->n_kv == 0)
+        ifd__dseq_reuse(d, s, q);
     int rc = ifd__dseq_reserve(d, s, q->n_tokens + q->k - 1);
     if (rc) {
         ifd__dseq_release(d, s);
@@ -367,8 +467,12 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
                 ifd__dseq_release(d, q[i].seq);
             q[i].n_out = 0;
         }
+        return rc;
     }
-    return rc;
+    for (int i = 0; i < n; i++)
+        if (on[i])
+            ifd__dseq_publish(d, &q[i]);
+    return 0;
 }
 
 /* ---- the tokenizer check ------------------------------------------------------ */

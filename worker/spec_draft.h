@@ -26,6 +26,15 @@
  * later). Preemption and the end of a sequence release its state
  * (ifd_spec_drafter_t.release).
  *
+ * Prefix reuse: the draft's full blocks of a sequence's own tokens (never
+ * a block holding an unverified proposal) are published in its pool's
+ * prefix index (the chained hash of the token ids, salt 0: the draft's KV
+ * depends on the ids alone), and a state with no KV (a sequence's first
+ * proposal, or after its release: preemption, no room) starts from the
+ * longest published run of its tokens, so a repeated prompt's catch-up
+ * feeds only the tail it does not share. Released published blocks stay
+ * cached in the draft's pool until an allocation needs their room.
+ *
  * On a device the draft's forwards run eagerly (its decode graphs are
  * turned off at create: a draft step is a short one-token-per-sequence
  * decode, graphs for it are a next step, docs/speculative.md); the POOL
@@ -77,12 +86,19 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
 
 /* Counters: draft forward passes and the tokens they fed (catch-up and
  * draft steps), the positions rolled back (draft KV past what the target
- * kept: rejected proposals), for tests and logs. */
+ * kept: rejected proposals), the tokens whose KV a state took from the
+ * prefix index instead of feeding them (prefix_hit_tokens) and the blocks
+ * it published there, the blocks the states hold now, for tests and logs. */
 typedef struct {
     uint64_t forwards, tokens, catchup_tokens, no_room, rolled_back;
+    uint64_t prefix_hit_tokens, published;
     int64_t blocks_held;
 } ifd_spec_draft_stats_t;
 void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out);
+
+/* The draft's private pool (borrowed: d's), for tests (ifd_kvpool_check,
+ * ifd_kvpool_probe of what was published) and stats. Not to be changed. */
+ifd_kvpool_t *ifd_spec_draft_pool(const ifd_spec_draft_t *d);
 
 /* 0 when the draft's tokenizer is the target's (the same vocabulary size,
  * every token's text and type, the BOS/EOS/EOT/UNK/PAD ids and the

@@ -588,7 +588,9 @@ static int ifd__kv_probe(const ifd__gen_opts_t *o, const ifd__probe_opts_t *po)
                                      .max_seqs = po->max_seqs,
                                      .max_ctx = po->max_model_len,
                                      .block_size = po->block_size,
-                                     .kv_dtype = kvd};
+                                     .kv_dtype = kvd,
+                                     /* as the POOL step: requests may speculate */
+                                     .spec_rows = IFD_ENGINE_SPEC_ROWS};
     rc = ifd_backend_factory_gpu_size(be, m, NULL, &wp, po->fraction, &sz, desc, sizeof desc, err,
                                       sizeof err);
     if (desc[0])

@@ -1015,6 +1015,82 @@ static void test_probe_local_tables(void)
     gt_side_close(&s);
 }
 
+/* Speculative decoding's verification rows (kvprobe.h, spec_rows): after
+ * the warm-up (max_batched_tokens 144, max_seqs 8, context 128), the step
+ * with the most logits rows the engine can make — a prefill chunk of 70
+ * tokens with 64 prompt-logprob rows beside 7 decodes, 4 of them verifying
+ * 16 proposals each (17 rows each, downloaded: 136 rows in all) — allocates
+ * nothing when the warm-up brought IFD_ENGINE_SPEC_ROWS verification rows;
+ * without them (72 rows at most: the model's logits buffers of 128 rows)
+ * the same step cudaMallocs from memory the pool was given. */
+static void test_probe_spec_rows(void)
+{
+    ifd_model_config_t c = tiny();
+    static const int q_of[NSEQ] = {70, 17, 17, 17, 17, 1, 1, 1};
+    float *lg = malloc(sizeof(float) * 140 * c.n_vocab);
+    for (int with = 1; with >= 0 && gt_case_failures() == 0; with--) {
+        gt_side_t s = {0};
+        if (side_open(&s, &c, true) != 0) {
+            gt_side_close(&s);
+            break;
+        }
+        const ifd_kvprobe_params_t wp = {.max_batched_tokens = 144,
+                                         .max_seqs = NSEQ,
+                                         .max_ctx = MAXB * BS,
+                                         .block_size = BS,
+                                         .kv_dtype = IFD_KV_F16,
+                                         .spec_rows = with ? IFD_ENGINE_SPEC_ROWS : 0};
+        ifd_kvprobe_result_t r;
+        char err[256] = "";
+        int rc = ifd_kvprobe_warmup(s.m, &wp, free_mem, NULL, &r, err, sizeof err);
+        GT_EXPECT(rc == 0, "warm-up: %s", err);
+        tables_init();
+        step_t st;
+        ifd_batch_t b = make_step(&st, &c, 0, NSEQ, 40); /* every sequence's first 40 */
+        if (rc == 0 && (rc = ifd_model_forward(s.m, &b, s.kv, lg)) != 0)
+            GT_EXPECT(0, "prefill: %s", ifd_strerror(rc));
+        ifd_sampling_params_t sp = ifd_sampling_default_params();
+        ifd_sample_row_t rows[140];
+        int32_t tok[140];
+        st.n_tok = st.nl = 0;
+        for (int k = 0; k < NSEQ; k++) {
+            for (int j = 0; j < q_of[k]; j++) {
+                const int p = g_len[k] + j, t = st.n_tok++;
+                st.tok[t] = (int32_t)((p * 31 + k * 17 + 7) % (int)c.n_vocab);
+                st.pos[t] = p;
+                st.seq[t] = k;
+                st.slot[t] = (int64_t)g_tables[k][p / BS] * BS + p % BS;
+                const bool verify = k > 0 && q_of[k] > 1, last = j == q_of[k] - 1;
+                if (verify || last || (k == 0 && j < IFD_ENGINE_PLP_ROWS)) {
+                    /* device-sampled: a plain decode's row and the chunk's last */
+                    rows[st.nl] = (ifd_sample_row_t){.params = last && !verify ? &sp : NULL};
+                    st.rows[st.nl++] = t;
+                }
+            }
+            g_len[k] += q_of[k];
+        }
+        GT_EXPECT(st.nl == 136 && st.n_tok == 141, "%d rows, %d tokens", st.nl, st.n_tok);
+        b.n_tok = st.n_tok;
+        b.n_logits = st.nl;
+        ifd_emu_counters_t c0, c1;
+        ifd_emu_counters(&c0);
+        if (rc == 0)
+            rc = ifd_model_forward_sample(s.m, &b, s.kv, rows, tok, lg);
+        ifd_emu_counters(&c1);
+        GT_EXPECT(rc == 0, "the verification step: %s", ifd_strerror(rc));
+        if (with)
+            GT_EXPECT(c1.mallocs == c0.mallocs, "%llu cudaMalloc after the warm-up",
+                      (unsigned long long)(c1.mallocs - c0.mallocs));
+        else /* the test can fail: this step does need the rows */
+            GT_EXPECT(c1.mallocs > c0.mallocs, "no cudaMalloc without the verification rows");
+        gt_note("warm-up %s verification rows: activations %llu bytes; the step: %llu cudaMalloc",
+                with ? "with" : "without", (unsigned long long)r.activation_bytes,
+                (unsigned long long)(c1.mallocs - c0.mallocs));
+        gt_side_close(&s);
+    }
+    free(lg);
+}
+
 /* The POOL step with a draft model (speculative decoding, kvprobe.h): the
  * draft's warm-up runs eagerly (no graph) at its limits, each block costs
  * the model's K/V plus the draft's, and the model's share of the usable
@@ -1103,6 +1179,7 @@ int main(void)
     gt_case("the pool probe's warm-up grows the device sampler", test_probe_grows_sampler);
     gt_case("the pool probe's warm-up brings local tables (Gemma 3)", test_probe_local_tables);
     gt_case("the pool probe counts a draft model's warm-up and pool", test_probe_counts_draft);
+    gt_case("the pool probe's warm-up brings verification rows", test_probe_spec_rows);
 #endif
     return gt_end();
 }

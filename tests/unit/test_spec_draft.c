@@ -14,7 +14,14 @@
  *    model as draft (mostly rejected) and the target over q4_0 K/V, for
  *    1, 4 and 16 sequences at once;
  *  - a draft pool without room proposes nothing and holds nothing; every
- *    state released gives every block back; bad parameters are refused.
+ *    state released gives every block back; bad parameters are refused;
+ *  - prefix reuse: a repeated prompt's state takes the published blocks and
+ *    feeds only the tail it does not share (alone and beside a live state
+ *    holding the same blocks), proposing what a fresh proposer proposes; a
+ *    block holding an unverified proposal is never published; tokens that
+ *    part inside a published block drop it; through the engine a repeated
+ *    request's catch-up is the first run's less the hit, same tokens as
+ *    plain decoding.
  */
 #include "testutil.h"
 
@@ -291,6 +298,149 @@ START_TEST(test_no_room_and_bad_params)
 }
 END_TEST
 
+/* ---- prefix reuse ---------------------------------------------------------------- */
+
+static void check_pool(ifd_spec_draft_t *d)
+{
+    char err[256];
+    ck_assert_msg(ifd_kvpool_check(ifd_spec_draft_pool(d), err, sizeof err) == 0, "%s", err);
+}
+
+/* Proposes k tokens for hist[0..n) with state *seq in d and with a fresh
+ * proposer: the same tokens. Returns d's catch-up tokens of this call. */
+static uint64_t propose_same_as_fresh(ifd_spec_draft_t *d, void **seq, const int32_t *hist,
+                                      int32_t n, int32_t k, int32_t *out)
+{
+    ifd_spec_draft_stats_t a, b;
+    ifd_spec_draft_stats(d, &a);
+    ifd_spec_draft_query_t q = {*seq, hist, n, k, out, 0};
+    ck_assert_int_eq(ifd_spec_draft_propose(d, &q, 1), 0);
+    ck_assert_int_eq(q.n_out, k);
+    *seq = q.seq;
+    ifd_spec_draft_stats(d, &b);
+    ifd_spec_draft_t *fresh = make_draft(other, 64, IFD_KV_F32);
+    int32_t ref[IFD_SPEC_MAX_TOKENS];
+    ifd_spec_draft_query_t f = {NULL, hist, n, k, ref, 0};
+    ck_assert_int_eq(ifd_spec_draft_propose(fresh, &f, 1), 0);
+    for (int j = 0; j < k; j++)
+        ck_assert_msg(out[j] == ref[j], "%d tokens: proposal %d: %d vs fresh %d", n, j, out[j],
+                      ref[j]);
+    ifd_spec_draft_drafter(fresh).release(fresh, f.seq);
+    ifd_spec_draft_destroy(fresh);
+    check_pool(d);
+    return b.catchup_tokens - a.catchup_tokens;
+}
+
+START_TEST(test_prefix_reuse)
+{
+    ifd_spec_draft_t *d = make_draft(other, 64, IFD_KV_F32);
+    const ifd_spec_drafter_t dr = ifd_spec_draft_drafter(d);
+    int32_t hist[80], out[IFD_SPEC_MAX_TOKENS];
+    memcpy(hist, prompts[0], 45 * sizeof *hist);
+    for (int j = 45; j < 80; j++)
+        hist[j] = (j * 37) % 256;
+    ifd_spec_draft_stats_t st;
+    ifd_kvpool_t *pool = ifd_spec_draft_pool(d);
+
+    /* 30 tokens, k 6: the draft steps write positions 30..34, so block 1
+     * ([16, 32)) holds two proposals: only block 0 is published */
+    void *a = NULL;
+    ck_assert_uint_eq(propose_same_as_fresh(d, &a, hist, 30, 6, out), 30);
+    int32_t probe[32];
+    memcpy(probe, hist, 30 * sizeof *probe);
+    probe[30] = out[0], probe[31] = out[1];
+    ck_assert_int_eq(ifd_kvpool_probe(pool, 0, probe, 32, NULL, 8), 1);
+    ifd_spec_draft_stats(d, &st);
+    ck_assert_uint_eq(st.published, 1);
+    /* the sequence goes on with its own tokens (the proposals rejected:
+     * positions 30.. rolled back): 45 tokens, blocks 0 and 1 published
+     * ((45 - 1) / 16), the rest not */
+    hist[30] = (out[0] + 1) % 256;
+    ck_assert_uint_eq(propose_same_as_fresh(d, &a, hist, 45, 4, out), 15);
+    ck_assert_int_eq(ifd_kvpool_probe(pool, 0, hist, 45, NULL, 8), 2);
+    ifd_spec_draft_stats(d, &st);
+    ck_assert_uint_eq(st.published, 2);
+    ck_assert_uint_eq(st.prefix_hit_tokens, 0);
+    dr.release(d, a);
+
+    /* the same prompt and another tail: the two published blocks are taken,
+     * only the 20 tokens past them fed */
+    void *b = NULL;
+    hist[45] = 7, hist[46] = 200;
+    ck_assert_uint_eq(propose_same_as_fresh(d, &b, hist, 52, 5, out), 20);
+    ifd_spec_draft_stats(d, &st);
+    ck_assert_uint_eq(st.prefix_hit_tokens, 32);
+    ck_assert_uint_eq(st.published, 3); /* and block 2 ([32, 48) < 51) */
+    /* beside it, while b holds them, a third state: three blocks shared */
+    void *c = NULL;
+    ck_assert_uint_eq(propose_same_as_fresh(d, &c, hist, 60, 3, out), 12);
+    ifd_spec_draft_stats(d, &st);
+    ck_assert_uint_eq(st.prefix_hit_tokens, 32 + 48);
+    ifd_kvpool_stats_t ps;
+    ck_assert_int_eq(ifd_kvpool_stats(pool, &ps), 0);
+    ck_assert_int_eq(st.blocks_held, 4 + 4); /* positions 0..55 and 0..61 */
+    ck_assert_int_eq(ps.in_use, 3 + 1 + 1);
+    hist[60] = (out[0] + 1) % 256; /* c's first proposal rejected below */
+
+    /* b's tokens part inside its published block 1 (position 20; not the
+     * engine's way, the proposer's contract allows it): blocks 1 and on
+     * go, KV from 16 fed again; then at position 5 (no KV left: the
+     * index, which holds no block of these tokens, then a whole catch-up) */
+    int32_t alt[60];
+    memcpy(alt, hist, sizeof alt);
+    alt[20] ^= 1;
+    ck_assert_uint_eq(propose_same_as_fresh(d, &b, alt, 40, 4, out), 24);
+    alt[5] ^= 1;
+    ck_assert_uint_eq(propose_same_as_fresh(d, &b, alt, 40, 4, out), 40);
+    /* c is untouched by it: its next proposal feeds only its new tokens */
+    ck_assert_uint_eq(propose_same_as_fresh(d, &c, hist, 64, 3, out), 4);
+    dr.release(d, b);
+    dr.release(d, c);
+    ifd_spec_draft_stats(d, &st);
+    ck_assert_int_eq(st.blocks_held, 0);
+    ck_assert_int_eq(ifd_kvpool_stats(pool, &ps), 0);
+    ck_assert_int_eq(ps.in_use, 0);
+    ck_assert_int_gt(ps.cached, 0); /* published blocks stay cached */
+    check_pool(d);
+    ifd_spec_draft_destroy(d);
+}
+END_TEST
+
+/* Through the engine: one request twice with the same proposer (the
+ * states released in between): the second run's first catch-up feeds only
+ * the prompt's unpublished tail, every later step is the first run's (the
+ * same proposals and acceptance), and both give plain decoding's tokens. */
+START_TEST(test_engine_repeated_prompt)
+{
+    sink_t *ref = calloc(1, sizeof *ref), *r1 = calloc(1, sizeof *r1), *r2 = calloc(1, sizeof *r2);
+    serve(ref, 0, 1, NULL, false);
+    ifd_spec_draft_t *d = make_draft(other, 64, IFD_KV_F32);
+    ifd_spec_draft_stats_t s0, s1, s2;
+    ifd_spec_draft_stats(d, &s0);
+    ifd_engine_stats_t e1 = serve(r1, 0, 1, d, false);
+    ifd_spec_draft_stats(d, &s1);
+    ifd_engine_stats_t e2 = serve(r2, 0, 1, d, false);
+    ifd_spec_draft_stats(d, &s2);
+    for (int t = 0; t < N_OUT; t++) {
+        ck_assert_int_eq(r1->out[0][t], ref->out[0][t]);
+        ck_assert_int_eq(r2->out[0][t], ref->out[0][t]);
+    }
+    ck_assert_uint_eq(s1.prefix_hit_tokens, 0);
+    /* the second run's first proposal (45 prompt tokens + 1) looks up its
+     * first 45 tokens: two full blocks, published by the first run */
+    const uint64_t hit = s2.prefix_hit_tokens - s1.prefix_hit_tokens;
+    ck_assert_uint_eq(hit, 32);
+    ck_assert_uint_eq(s2.catchup_tokens - s1.catchup_tokens,
+                      s1.catchup_tokens - s0.catchup_tokens - hit);
+    ck_assert_uint_eq(e2.spec_draft_tokens, e1.spec_draft_tokens);
+    ck_assert_uint_eq(e2.spec_accepted_tokens, e1.spec_accepted_tokens);
+    ck_assert_int_eq(s2.blocks_held, 0);
+    check_pool(d);
+    ifd_spec_draft_destroy(d);
+    free(ref), free(r1), free(r2);
+}
+END_TEST
+
 int main(void)
 {
     char path[4096], err[512] = "";
@@ -316,6 +466,7 @@ int main(void)
     ifd_test_case(s, "tiny", 300,
                   IFD_TESTS(test_stateful_equals_fresh, test_proposal_is_greedy_continuation,
                             test_greedy_same_as_plain, test_seeded_same_as_plain,
-                            test_no_room_and_bad_params));
+                            test_no_room_and_bad_params, test_prefix_reuse,
+                            test_engine_repeated_prompt));
     return ifd_test_run(s);
 }
