@@ -6,7 +6,7 @@
  * a one-row product (x · wᵀ, m = 1) over ggml-quantized weights get.
  *
  *   bench_qstream [--threads 2] [--gib 1.0] [--rounds 5] [--types Q4_K,Q6_K,Q8_0,Q4_0]
- *                 [--m 1] [--prefetch 0,512,...]
+ *                 [--m 1] [--prefetch 2048,0,...]
  *
  * The matrices are one Llama-3.2-1B layer's (q, k, v, o 2048-wide, gate and
  * up 8192 × 2048, down 2048 × 8192), repeated until their packed bytes
@@ -104,7 +104,7 @@ int main(int argc, char **argv)
     int threads = 2, rounds = 5, m = 1;
     double gib = 1.0;
     const char *want = "Q4_K,Q6_K,Q8_0,Q4_0";
-    int pf[16] = {0}, npf = 1;
+    int pf[16] = {2048}, npf = 1; /* the kernels' default */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
             }
         for (int run = 0; run < (avx512 ? 2 : 1) * npf; run++) {
             const int path = 1 + run / npf, dist = pf[run % npf];
-            ifd__cpu_qmatmul_set_avx512_min_m(path == 2 ? 1 : 0);
+            ifd__cpu_qmatmul_set_avx512_min_m(path == 2 ? 1 : 1 << 30);
             ifd__cpu_qmatmul_set_prefetch(dist);
             double *ms = calloc((size_t)rounds, sizeof *ms);
             for (int r = -1; r < rounds; r++) { /* round -1 warms */
@@ -197,7 +197,7 @@ int main(int argc, char **argv)
             free(ms);
         }
         ifd__cpu_qmatmul_set_avx512_min_m(0);
-        ifd__cpu_qmatmul_set_prefetch(0);
+        ifd__cpu_qmatmul_set_prefetch(-1);
         for (int c = 0; c < copies * NMAT; c++)
             free(w[c]);
         free(w);

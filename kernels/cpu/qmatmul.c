@@ -563,16 +563,18 @@ int ifd_cpu_quantize_act(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadp
 /* ---- the product --------------------------------------------------------------- */
 
 /* The product's paths (ifd__cpu_qmatmul_isa): AVX-512 needs VNNI too (the
- * AVX-512 CPUs without it, Skylake-SP/X, run the AVX2 path). Below
- * QMM_AVX512_MIN_M activation rows the AVX-512 path runs the AVX2 kernel:
- * with so few rows a product streams its weights from memory, and there the
- * pair kernel (two groups' blocks read side by side) went slower than the
- * AVX2 kernel (one group at a time); software prefetch did not change it.
- * Engine decode of SmolLM2 / Gemma 3 on a 2-core Zen EPYC, pair kernel vs
- * AVX2 kernel: −10% at batch 1, −20..−30% at 2-3, −5% at 4, +25..+60%
- * from 5 on (docs/benchmarks.md, "AVX-512"). The bits are the same either
- * way. */
-enum { QMM_PATH_SCALAR = 0, QMM_PATH_AVX2 = 1, QMM_PATH_AVX512 = 2, QMM_AVX512_MIN_M = 5 };
+ * AVX-512 CPUs without it, Skylake-SP/X, run the AVX2 path). Which kernel
+ * streams a few rows' weights faster depends on the CPU: on a 2-core Zen
+ * EPYC the pair kernel (two groups' blocks read side by side) went slower
+ * than the AVX2 kernel (one group at a time) below 5 rows (engine decode of
+ * SmolLM2 / Gemma 3: −10% at batch 1, −20..−30% at 2-3, −5% at 4,
+ * +25..+60% from 5 on; docs/benchmarks.md, "AVX-512"), so AMD CPUs run the
+ * AVX2 kernel below QMM_AVX512_MIN_M_AMD rows; on a 2-core Xeon (avx512_fp16
+ * generation) the pair kernel was faster at every m (Q4_K at m = 1, 2, 4,
+ * prefetched: 24.7 / 23.6 / 20.7 GB/s against 20.9 / 19.4 / 15.8;
+ * bench_qstream), so other CPUs run it always. The bits are the same
+ * either way. */
+enum { QMM_PATH_SCALAR = 0, QMM_PATH_AVX2 = 1, QMM_PATH_AVX512 = 2, QMM_AVX512_MIN_M_AMD = 5 };
 
 static int qmm_max_isa(void)
 {
@@ -636,18 +638,26 @@ static void qmm_scalar(const qmm_t *c, int G0, int G1)
 
 #if IFD__X86
 
-/* Software prefetch of the block qmm_prefetch bytes ahead of blk (0: none),
- * a line at a time; set by ifd__cpu_qmatmul_set_prefetch (benchmarks). */
-static int qmm_prefetch;
+/* Software prefetch: each block's lines QMM_PREFETCH bytes ahead are
+ * requested as the block is read, by the first tile of an activation chunk
+ * only (the later tiles re-read the same group from cache). With few rows a
+ * product streams its weights, and the hardware prefetcher alone left both
+ * kernels at about half the read bandwidth: on a 2-core Xeon (29 GB/s
+ * streaming read), Q4_K at m = 1 went from 14.9 to 20.9 GB/s (one-group
+ * kernel) and from 20.5 to 24.7 GB/s (two-group kernel) with 2 KiB ahead;
+ * 3-4 KiB were no better (bench_qstream, docs/benchmarks.md). Reading past
+ * the weight's end is harmless: a prefetch never faults. */
+enum { QMM_PREFETCH = 2048 };
+static int qmm_prefetch = QMM_PREFETCH;
 
 void ifd__cpu_qmatmul_set_prefetch(int bytes)
 {
-    qmm_prefetch = bytes > 0 ? bytes : 0;
+    qmm_prefetch = bytes >= 0 ? bytes : QMM_PREFETCH;
 }
 
-IFD__INLINE void qmm_prefetch_block(const uint8_t *blk, int bb)
+IFD__INLINE void qmm_prefetch_block(const uint8_t *blk, int bb, int pf)
 {
-    if (!qmm_prefetch)
+    if (!pf || !qmm_prefetch)
         return;
     for (int o = 0; o < bb; o += 64)
         _mm_prefetch((const char *)blk + qmm_prefetch + o, _MM_HINT_T0);
@@ -687,7 +697,7 @@ IFD__TARGET_AVX2 IFD__INLINE __m256i bcast4(const int8_t *p)
  * compile-time constants in each instantiation. */
 IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, const int MI,
                                              const int BITS, const int KQ, const int TWO,
-                                             const int ZP)
+                                             const int ZP, int pf)
 {
     const int k = c->a->k, nb = c->nb, bb = c->bb;
     const int scb = (KQ ? 1 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : BITS == 6 ? 64 : 0;
@@ -702,7 +712,7 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
         acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = blocks + (int64_t)b * bb;
-        qmm_prefetch_block(blk, bb);
+        qmm_prefetch_block(blk, bb, pf);
         const uint8_t *qh = blk + scb, *qs = qh + qhb;
         __m256 ws, w2 = _mm256_setzero_ps();
         if (KQ) { /* blk_scales: d·sc and −(dmin·m), or d·sc_lo and d·sc_hi */
@@ -894,7 +904,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE __m512i bcast4_512(const int8_t *p)
 
 IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int i0, const int MI,
                                                      const int BITS, const int KQ, const int TWO,
-                                                     const int ZP)
+                                                     const int ZP, int pf)
 {
     const int k = c->a->k, nb = c->nb, bb = c->bb;
     const int scb = (KQ ? 1 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : BITS == 6 ? 64 : 0;
@@ -910,8 +920,8 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
         acc[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = blocks + (int64_t)b * bb, *blk2 = blk + gb;
-        qmm_prefetch_block(blk, bb);
-        qmm_prefetch_block(blk2, bb);
+        qmm_prefetch_block(blk, bb, pf);
+        qmm_prefetch_block(blk2, bb, pf);
         const uint8_t *qh = blk + scb, *qs = qh + qhb;
         __m512 ws, w2 = _mm512_setzero_ps();
         if (KQ) { /* blk_scales: d·sc and −(dmin·m), or d·sc_lo and d·sc_hi */
@@ -1021,13 +1031,13 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
 /* The tile of path P for MI ≤ 4 activation rows from i: on groups G and
  * G + 1 when `pair` (AVX-512), else on G alone (the AVX2 tile, which gives
  * the AVX-512 lanes' results lane for lane). */
-#define QTILE_avx2(pair, MI, BITS, KQ, TWO, ZP) qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP)
+#define QTILE_avx2(pair, MI, BITS, KQ, TWO, ZP) qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0)
 #define QTILE_avx512(pair, MI, BITS, KQ, TWO, ZP)                                                  \
     do {                                                                                           \
         if (pair)                                                                                  \
-            qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP);                                          \
+            qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0);                                 \
         else                                                                                       \
-            qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP);                                            \
+            qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0);                                   \
     } while (0)
 
 /* One function per path and type: groups [G0, G1) (GSTEP at a time) for
@@ -1096,18 +1106,25 @@ static const struct {
     {IFD_GGML_Q6_K, qmm_avx2_q6_k, qmm_avx512_q6_k},
 };
 
-static int qmm_avx512_min_m = QMM_AVX512_MIN_M;
+static int qmm_avx512_min_m; /* 0: the CPU's default (qmm_min_m) */
 
 void ifd__cpu_qmatmul_set_avx512_min_m(int m)
 {
-    qmm_avx512_min_m = m > 0 ? m : QMM_AVX512_MIN_M;
+    qmm_avx512_min_m = m > 0 ? m : 0;
+}
+
+static int qmm_min_m(void)
+{
+    if (qmm_avx512_min_m > 0)
+        return qmm_avx512_min_m;
+    return __builtin_cpu_is("amd") ? QMM_AVX512_MIN_M_AMD : 1;
 }
 
 static qmm_fn qmm_simd(uint32_t type, int isa, int m)
 {
     for (size_t i = 0; i < sizeof qmm_kernels / sizeof qmm_kernels[0]; i++)
         if (qmm_kernels[i].type == type)
-            return isa >= QMM_PATH_AVX512 && m >= qmm_avx512_min_m ? qmm_kernels[i].avx512
+            return isa >= QMM_PATH_AVX512 && m >= qmm_min_m() ? qmm_kernels[i].avx512
                                                                    : qmm_kernels[i].avx2;
     IFD_ASSERT(!"qmatmul: type without a SIMD kernel");
     return NULL;

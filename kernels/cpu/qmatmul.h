@@ -99,12 +99,14 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
 
 /* For benchmarks: the fewest activation rows for which the AVX-512 path
  * runs its two-group kernel (fewer run the AVX2 kernel; the bits are the
- * same either way); m ≤ 0 restores the default. Process-wide, not
- * synchronized: set it before any product runs. */
+ * same either way); m ≤ 0 restores the CPU's default (5 on AMD, 1
+ * elsewhere: qmatmul.c). Process-wide, not synchronized: set it before any
+ * product runs. */
 void ifd__cpu_qmatmul_set_avx512_min_m(int m);
 
 /* For benchmarks: software prefetch this many bytes ahead of each block the
- * SIMD kernels read (0: none, the default). Process-wide, as above; x86 only. */
+ * SIMD kernels read (0: none; negative: the default, 2048). Process-wide, as
+ * above; x86 only. */
 void ifd__cpu_qmatmul_set_prefetch(int bytes);
 
 #endif
