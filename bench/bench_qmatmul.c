@@ -231,8 +231,8 @@ int main(int argc, char **argv)
         static uint8_t wq[8 * 34];
         static int8_t q[32];
         static float d[1], y[8];
-        static int32_t sx[1];
-        ifd_cpu_qact_t a = {q, d, sx, 1, 32};
+        static int32_t sx[1], sh[1];
+        ifd_cpu_qact_t a = {q, d, sx, 1, 32, sh};
         have_avx512_q = ifd__cpu_qmatmul_isa(y, 8, &a, wq, IFD_GGML_Q8_0, 8, NULL, 2) == 0;
     }
     printf("{\"isa\": \"%s\", \"threads\": %d, \"q_path\": \"%s\",\n  \"matmul\": [",

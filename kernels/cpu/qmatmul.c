@@ -34,8 +34,9 @@
  *   6-bit (Q6_K, u = q + 32 ∈ [0, 63]): the 4-bit vectors hold the low
  *     nibbles of u, bits 2g, 2g + 1 of H0's byte p the top 2 bits of element
  *     4g + t, of H1's byte p those of element 16 + 4g + t; unpacked as
- *     (nibble | (H shifted by 4 − 2g) & 0x30) − 32, signed bytes from there
- *     on as for 8-bit. 208 bytes a block-group: exactly the file's 210 bytes
+ *     nibble | (H shifted by 4 − 2g) & 0x30, multiplied as unsigned bytes,
+ *     and 32·Σx of each half (the activations' h and s − h) subtracted from
+ *     the half's integer sum. 208 bytes a block-group: exactly the file's 210 bytes
  *     a row and super-block (until 2026-12-06 the 6-bit quants were stored as
  *     bytes, +30%);
  *   8-bit: 8 vectors; vector g, byte r·4 + t is element 4g + t of row r.
@@ -443,7 +444,7 @@ int64_t ifd_cpu_qact_bytes(int m, int k)
     if (m <= 0 || k <= 0 || k % QB)
         return IFD_EINVAL;
     int64_t nb = (int64_t)m * (k / QB);
-    return align64((int64_t)m * k) + align64(nb * 4) * 2 + 64;
+    return align64((int64_t)m * k) + align64(nb * 4) * 3 + 64;
 }
 
 int ifd_cpu_qact_init(ifd_cpu_qact_t *a, void *mem, int m, int k)
@@ -455,6 +456,7 @@ int ifd_cpu_qact_init(ifd_cpu_qact_t *a, void *mem, int m, int k)
     a->q = (int8_t *)p;
     a->d = (float *)(p + align64((int64_t)m * k));
     a->s = (int32_t *)((uint8_t *)a->d + align64(nb * 4));
+    a->h = (int32_t *)((uint8_t *)a->s + align64(nb * 4));
     a->m = m;
     a->k = k;
     return 0;
@@ -462,7 +464,7 @@ int ifd_cpu_qact_init(ifd_cpu_qact_t *a, void *mem, int m, int k)
 
 /* d = amax/127, q = round-to-nearest-even(x · 127/amax): the same IEEE
  * operations in both paths. */
-static void qact_block_scalar(int8_t *q, float *d, int32_t *s, const float *x)
+static void qact_block_scalar(int8_t *q, float *d, int32_t *s, int32_t *h, const float *x)
 {
     float amax = 0.0f;
     for (int j = 0; j < QB; j++)
@@ -472,13 +474,16 @@ static void qact_block_scalar(int8_t *q, float *d, int32_t *s, const float *x)
     for (int j = 0; j < QB; j++) {
         q[j] = (int8_t)lrintf(x[j] * id);
         sum += q[j];
+        if (j == 15)
+            *h = sum;
     }
     *d = amax / 127.0f;
     *s = sum;
 }
 
 #if IFD__X86
-IFD__TARGET_AVX2 static void qact_block_avx2(int8_t *q, float *d, int32_t *s, const float *x)
+IFD__TARGET_AVX2 static void qact_block_avx2(int8_t *q, float *d, int32_t *s, int32_t *h,
+                                             const float *x)
 {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
@@ -491,16 +496,19 @@ IFD__TARGET_AVX2 static void qact_block_avx2(int8_t *q, float *d, int32_t *s, co
     __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, id));
     __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, id));
     __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, id));
-    __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    /* lanes: 0..3 the first half's sums (i0 + i1 cover x[0..16)), 4..7 the whole's */
+    __m256i lo = _mm256_add_epi32(i0, i1), sum = _mm256_add_epi32(lo, _mm256_add_epi32(i2, i3));
+    __m256i both = _mm256_permute2x128_si256(lo, sum, 0x20); /* lo's low, sum's low */
+    both = _mm256_add_epi32(both, _mm256_permute2x128_si256(lo, sum, 0x31));
+    both = _mm256_add_epi32(both, _mm256_shuffle_epi32(both, 0x4e));
+    both = _mm256_add_epi32(both, _mm256_shuffle_epi32(both, 0xb1));
     /* packs work per 128-bit lane: undo the interleave with one permute */
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)q, p);
     *d = amax / 127.0f;
-    *s = _mm_cvtsi128_si32(s4);
+    *h = _mm256_cvtsi256_si32(both);
+    *s = _mm_cvtsi128_si32(_mm256_extracti128_si256(both, 1));
 }
 #endif
 
@@ -523,15 +531,15 @@ static void qact_task(void *arg, int task, int n_tasks)
         for (int b = 0; b < nb; b++) {
             int8_t *q = j->a->q + (int64_t)i * k + b * QB;
             float *d = j->a->d + (int64_t)i * nb + b;
-            int32_t *s = j->a->s + (int64_t)i * nb + b;
+            int32_t *s = j->a->s + (int64_t)i * nb + b, *h = j->a->h + (int64_t)i * nb + b;
             const float *x = j->x + (int64_t)i * k + b * QB;
 #if IFD__X86
             if (j->isa >= IFD__ISA_AVX2) {
-                qact_block_avx2(q, d, s, x);
+                qact_block_avx2(q, d, s, h, x);
                 continue;
             }
 #endif
-            qact_block_scalar(q, d, s, x);
+            qact_block_scalar(q, d, s, h, x);
         }
     }
 }
@@ -742,17 +750,15 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++)
                 W[g] = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
-        } else if (BITS == 6) { /* q = u − 32 ∈ [−32, 31], signed bytes from here on */
+        } else if (BITS == 6) { /* u = q + 32 ∈ [0, 63], unsigned */
             const __m256i H0 = _mm256_loadu_si256((const __m256i *)qh),
-                          H1 = _mm256_loadu_si256((const __m256i *)(qh + 32)),
-                          c32 = _mm256_set1_epi8(32);
+                          H1 = _mm256_loadu_si256((const __m256i *)(qh + 32));
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i L = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
-                W[g] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(L, m4), qh_hi2(H0, g)), c32);
-                W[g + 4] = _mm256_sub_epi8(
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), m4), qh_hi2(H1, g)),
-                    c32);
+                W[g] = _mm256_or_si256(_mm256_and_si256(L, m4), qh_hi2(H0, g));
+                W[g + 4] =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L, 4), m4), qh_hi2(H1, g));
             }
         } else {
             const __m256i H =
@@ -778,19 +784,19 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
             const int32_t sx = c->a->s[(int64_t)(i0 + i) * nb + b];
             __m256i lo, hi;
             if (BITS == 6) {
-                /* signed: |w| ≤ 32 times x with w's sign; a maddubs lane
-                 * ≤ 2·32·127, so four of them fit 16 bits */
+                /* Σ u·x per half (a maddubs lane ≤ 2·63·127: two of them
+                 * fit 16 bits), then − 32·Σx of the half: Σ (u − 32)·x */
+                const int32_t sh = c->a->h[(int64_t)(i0 + i) * nb + b];
                 __m256i s[8];
 #pragma GCC unroll 8
                 for (int g = 0; g < 8; g++)
-                    s[g] = _mm256_maddubs_epi16(_mm256_sign_epi8(W[g], W[g]),
-                                                _mm256_sign_epi8(bcast4(xb + 4 * g), W[g]));
-                lo = _mm256_madd_epi16(
-                    _mm256_add_epi16(_mm256_add_epi16(s[0], s[1]), _mm256_add_epi16(s[2], s[3])),
-                    ones);
-                hi = _mm256_madd_epi16(
-                    _mm256_add_epi16(_mm256_add_epi16(s[4], s[5]), _mm256_add_epi16(s[6], s[7])),
-                    ones);
+                    s[g] = _mm256_maddubs_epi16(W[g], bcast4(xb + 4 * g));
+                lo = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), ones),
+                                      _mm256_madd_epi16(_mm256_add_epi16(s[2], s[3]), ones));
+                hi = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(s[4], s[5]), ones),
+                                      _mm256_madd_epi16(_mm256_add_epi16(s[6], s[7]), ones));
+                lo = _mm256_sub_epi32(lo, _mm256_set1_epi32(32 * sh));
+                hi = _mm256_sub_epi32(hi, _mm256_set1_epi32(32 * (sx - sh)));
             } else if (BITS == 8) {
                 /* signed × signed: |w| (≤ 128) times x with w's sign; one
                  * maddubs pair ≤ 2·128·127 < 2^15, so widen each at once */
@@ -949,17 +955,14 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++)
                 W[g] = join256(qs + 32 * g, qs + 32 * g + gb);
-        } else if (BITS == 6) {
-            const __m512i H0 = join256(qh, qh + gb), H1 = join256(qh + 32, qh + 32 + gb),
-                          c32 = _mm512_set1_epi8(32);
+        } else if (BITS == 6) { /* u = q + 32 ∈ [0, 63], unsigned (as the AVX2 tile) */
+            const __m512i H0 = join256(qh, qh + gb), H1 = join256(qh + 32, qh + 32 + gb);
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m512i L = join256(qs + 32 * g, qs + 32 * g + gb);
-                W[g] = _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(L, m4), qh_hi2_512(H0, g)),
-                                       c32);
-                W[g + 4] = _mm512_sub_epi8(
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), qh_hi2_512(H1, g)),
-                    c32);
+                W[g] = _mm512_or_si512(_mm512_and_si512(L, m4), qh_hi2_512(H0, g));
+                W[g + 4] =
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), qh_hi2_512(H1, g));
             }
         } else {
             const __m512i H = BITS == 5 ? join256(qh, qh + gb) : zero;
@@ -977,10 +980,9 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                 }
             }
         }
-        /* 8-bit (and unpacked 6-bit) weights are signed: |w| (≤ 128, unsigned)
-         * times x with w's sign */
+        /* 8-bit weights are signed: |w| (≤ 128, unsigned) times x with w's sign */
         __mmask64 neg[8];
-        if (BITS == 8 || BITS == 6) {
+        if (BITS == 8) {
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 neg[g] = _mm512_movepi8_mask(W[g]);
@@ -996,12 +998,17 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 __m512i x = bcast4_512(xb + 4 * g);
-                if (BITS == 8 || BITS == 6)
+                if (BITS == 8)
                     x = _mm512_mask_sub_epi8(x, neg[g], zero, x);
                 if (g < 4)
                     lo = _mm512_dpbusd_epi32(lo, W[g], x);
                 else
                     hi = _mm512_dpbusd_epi32(hi, W[g], x);
+            }
+            if (BITS == 6) { /* Σ (u − 32)·x per half, as in the AVX2 tile */
+                const int32_t sh = c->a->h[(int64_t)(i0 + i) * nb + b];
+                lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(32 * sh));
+                hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(32 * (sx - sh)));
             }
             const __m512 fdx = _mm512_set1_ps(dx);
             if (TWO == 2) {

@@ -13,7 +13,8 @@
  * depend on the ISA.
  *
  * Activations: ifd_cpu_quantize_act turns each row of x into 32-element
- * blocks {d = max|x|/127, q = round(x/d) ∈ [−127, 127], s = Σq}.
+ * blocks {d = max|x|/127, q = round(x/d) ∈ [−127, 127], s = Σq, h = Σ of
+ * the first 16 q}.
  *
  * Exactness contract: every output y[i][j] is computed by one formula in one
  * order, whatever m, the thread count, the rows around it or the SIMD path:
@@ -67,6 +68,7 @@ typedef struct {
     float *d;   /* [m, k/32] block scales */
     int32_t *s; /* [m, k/32] block sums of q */
     int m, k;
+    int32_t *h; /* [m, k/32] sums of each block's first 16 q (Q6_K's half-block zero point) */
 } ifd_cpu_qact_t;
 
 /* Bytes ifd_cpu_qact_init needs for m rows of k (k a multiple of 32), or

@@ -209,14 +209,16 @@ START_TEST(test_quantize_act)
             for (int i = 0; i < m; i++) {
                 for (int bl = 0; bl < nb; bl++) {
                     float d = q0.d[i * nb + bl];
-                    int32_t s = 0;
+                    int32_t s = 0, h = 0;
                     for (int e = 0; e < 32; e++) {
                         int64_t j = (int64_t)i * k + bl * 32 + e;
                         IFD_TASSERT_CMP(q0.q[j], >=, -127);
                         IFD_TASSERT(fabsf(x[j] - d * q0.q[j]) <= d * 0.5f * 1.0001f + 1e-30f);
                         s += q0.q[j];
+                        h += e < 16 ? q0.q[j] : 0;
                     }
                     IFD_TASSERT_CMP(s, ==, q0.s[i * nb + bl]);
+                    IFD_TASSERT_CMP(h, ==, q0.h[i * nb + bl]);
                 }
             }
             if (have_avx2()) {
@@ -224,6 +226,7 @@ START_TEST(test_quantize_act)
                 ck_assert_int_eq(memcmp(q0.q, q1.q, (size_t)m * k), 0);
                 ck_assert_int_eq(memcmp(q0.d, q1.d, sizeof(float) * m * nb), 0);
                 ck_assert_int_eq(memcmp(q0.s, q1.s, sizeof(int32_t) * m * nb), 0);
+                ck_assert_int_eq(memcmp(q0.h, q1.h, sizeof(int32_t) * m * nb), 0);
                 free(m1);
             }
             free(m0);
@@ -264,7 +267,7 @@ static void check_product(const wcase_t *c, int m, int isa, ifd_threadpool_t *tp
     for (int i = 0; i < m; i++) {
         /* the row alone: a one-row view of the same activations */
         ifd_cpu_qact_t one = {a.q + (int64_t)i * k, a.d + (int64_t)i * nb, a.s + (int64_t)i * nb, 1,
-                              k};
+                              k, a.h + (int64_t)i * nb};
         ck_assert_int_eq(ifd__cpu_qmatmul_isa(y1, n, &one, c->packed, c->type, n, tp2, isa), 0);
         if (memcmp(y1, y + (int64_t)i * n, sizeof(float) * n) != 0)
             ck_abort_msg("%s m=%d n=%d k=%d isa=%d: row %d batched != alone",
