@@ -38,7 +38,9 @@
 #   and llama-server; GGML_NATIVE, AMX off),
 # and ik_llama.cpp's (run with -rtr 1 -fa 1), built from IK_LLAMA_SRC (a
 # source tree; default: a clone of github.com/ikawrakow/ik_llama.cpp at
-# IK_LLAMA_REF, default main) into ${XDG_CACHE_HOME:-~/.cache}/inferd/ik_llama-build/.
+# IK_LLAMA_REF, default main) into ${XDG_CACHE_HOME:-~/.cache}/inferd/ik_llama-build/
+# (its flash-attention kernels for f16/q8_0 K only, GGML_IQK_FA_ALL_QUANTS=OFF: the
+# benchmark keeps f16 KV, and all quants take an hour to compile on 2 cores).
 # Exit status: 0, 1 on a failed step, 2 on bad usage.
 set -euo pipefail
 
@@ -72,7 +74,7 @@ while [ $# -gt 0 ]; do
     --shapes) shapes=$2; shift 2 ;;
     --quants) quants=$2; shift 2 ;;
     --peers) peers=$2; shift 2 ;;
-    -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -132,7 +134,8 @@ build_ik() {
     fi
     echo "cpu_vs_llamacpp: building ik_llama.cpp's llama-bench (log: $cache/ik_llama-build.log)" >&2
     { cmake -S "$src" -B "$ik_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-          -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DGGML_AMX=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF &&
+          -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DGGML_AMX=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF \
+          -DGGML_IQK_FA_ALL_QUANTS=OFF &&
       cmake --build "$ik_build" -j "$(nproc)" --target llama-bench; } \
         >"$cache/ik_llama-build.log" 2>&1 ||
         { echo "cpu_vs_llamacpp: ik_llama.cpp's build failed, see $cache/ik_llama-build.log" >&2; exit 1; }
