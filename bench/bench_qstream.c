@@ -6,7 +6,7 @@
  * a one-row product (x · wᵀ, m = 1) over ggml-quantized weights get.
  *
  *   bench_qstream [--threads 2] [--gib 1.0] [--rounds 5] [--types Q4_K,Q6_K,Q8_0,Q4_0]
- *                 [--m 1] [--prefetch 2048,0,...]
+ *                 [--m 1] [--prefetch 2048,0,...] [--split TASKS_PER_THREAD]
  *
  * The matrices are one Llama-3.2-1B layer's (q, k, v, o 2048-wide, gate and
  * up 8192 × 2048, down 2048 × 8192), repeated until their packed bytes
@@ -116,6 +116,8 @@ int main(int argc, char **argv)
             want = argv[++i];
         else if (strcmp(argv[i], "--m") == 0 && i + 1 < argc)
             m = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--split") == 0 && i + 1 < argc)
+            ifd__cpu_qmatmul_set_split(atoi(argv[++i]));
         else if (strcmp(argv[i], "--prefetch") == 0 && i + 1 < argc) {
             npf = 0;
             for (char *p = argv[++i]; *p && npf < 16; p += strspn(p, ","))

@@ -1158,6 +1158,16 @@ static void qmm_task(void *arg, int task, int n_tasks)
     qmm_scalar(c, G0, G1);
 }
 
+/* Tasks per pool thread (ifd__cpu_qmatmul_set_split): more than one lets a
+ * thread that finishes early take another's share (the pool hands tasks out
+ * as they are claimed). */
+static int qmm_split = 1;
+
+void ifd__cpu_qmatmul_set_split(int tasks_per_thread)
+{
+    qmm_split = tasks_per_thread > 0 ? tasks_per_thread : 1;
+}
+
 int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
                          const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp,
                          int isa)
@@ -1186,7 +1196,7 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
      * ~64K multiply-adds. */
     const int groups = (n + QG - 1) / QG, pairs = (groups + 1) / 2;
     int64_t work_per_pair = (int64_t)xa->m * xa->k * 2 * QG;
-    int64_t tasks = ifd_threadpool_size(tp);
+    int64_t tasks = (int64_t)ifd_threadpool_size(tp) * (tp ? qmm_split : 1);
     int64_t max_tasks = work_per_pair * pairs / 65536 + 1;
     if (tasks > max_tasks)
         tasks = max_tasks;

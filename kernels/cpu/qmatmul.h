@@ -111,4 +111,8 @@ void ifd__cpu_qmatmul_set_avx512_min_m(int m);
  * above; x86 only. */
 void ifd__cpu_qmatmul_set_prefetch(int bytes);
 
+/* For benchmarks: tasks per pool thread a product is split into (default 1;
+ * ≤ 0 restores it). Process-wide, as above. */
+void ifd__cpu_qmatmul_set_split(int tasks_per_thread);
+
 #endif
