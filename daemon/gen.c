@@ -235,18 +235,12 @@ static void ifd__stream_orphan(ifd_gen_t *g)
     g->conn = NULL;
 }
 
-/* Sends what g->out holds (streams). false: the client is gone (g freed). */
-static bool ifd__flush(ifd_gen_t *g)
+/* After a stream write that returned rc: a failed write orphans a
+ * background Response (the connection is being closed, without its abort
+ * call) and cancels any other request. false: g freed. */
+static bool ifd__flushed(ifd_gen_t *g, int rc)
 {
-    if (!g->out.len)
-        return true;
-    if (!g->conn && g->background) {
-        ifd_buf_clear(&g->out);
-        return true;
-    }
-    int rc = g->conn ? ifd_http_stream_write(g->conn, g->out.data, g->out.len) : IFD_ECLOSED;
-    ifd_buf_clear(&g->out);
-    if (rc && g->background) { /* the connection is being closed, without its abort call */
+    if (rc && g->background) {
         ifd_http_set_abort(g->conn, NULL, NULL);
         ifd__stream_orphan(g);
         return true;
@@ -260,6 +254,20 @@ static bool ifd__flush(ifd_gen_t *g)
     return true;
 }
 
+/* Sends what g->out holds (streams). false: the client is gone (g freed). */
+static bool ifd__flush(ifd_gen_t *g)
+{
+    if (!g->out.len)
+        return true;
+    if (!g->conn && g->background) {
+        ifd_buf_clear(&g->out);
+        return true;
+    }
+    int rc = g->conn ? ifd_http_stream_write(g->conn, g->out.data, g->out.len) : IFD_ECLOSED;
+    ifd_buf_clear(&g->out);
+    return ifd__flushed(g, rc);
+}
+
 /* Sends bytes the connection takes (a chunk job's). false: g freed. */
 static bool ifd__flush_take(ifd_gen_t *g, ifd_buf_t *b)
 {
@@ -269,18 +277,7 @@ static bool ifd__flush_take(ifd_gen_t *g, ifd_buf_t *b)
     }
     int rc = g->conn ? ifd_http_stream_write_buf(g->conn, b) : IFD_ECLOSED;
     ifd_buf_free(b);
-    if (rc && g->background) {
-        ifd_http_set_abort(g->conn, NULL, NULL);
-        ifd__stream_orphan(g);
-        return true;
-    }
-    if (rc) {
-        IFD_INFO("gen %s: client stopped reading or left: cancelling", g->id);
-        g->conn = NULL;
-        ifd__drop(g);
-        return false;
-    }
-    return true;
+    return ifd__flushed(g, rc);
 }
 
 static bool ifd__echo_lp(const ifd_gen_t *g);
