@@ -179,15 +179,15 @@ if [ -n "$shapes" ]; then
     IFS=, read -r -a shape_list <<<"$shapes"
     IFS=, read -r -a quant_list <<<"$quants"
     for sh in "${shape_list[@]}"; do
-        json="$root/deploy/shapes/$sh.json"
-        [ -f "$json" ] || { echo "cpu_vs_llamacpp: no shape $json" >&2; exit 2; }
+        shape_json="$root/deploy/shapes/$sh.json"
+        [ -f "$shape_json" ] || { echo "cpu_vs_llamacpp: no shape $shape_json" >&2; exit 2; }
         f16="$cache/shapes/$sh-f16.gguf"
         for q in "${quant_list[@]}"; do
             out="$cache/shapes/$sh-$q.gguf"
             if [ ! -f "$out" ]; then
                 if [ ! -f "$f16" ]; then  # gguf + numpy: the test venv has both
                     "${INFERD_PYTHON:-$cache/venv/bin/python}" "$here/make_shape_gguf.py" \
-                        --shape "$json" --out "$f16.part" >&2 && mv "$f16.part" "$f16" ||
+                        --shape "$shape_json" --out "$f16.part" >&2 && mv "$f16.part" "$f16" ||
                         { echo "cpu_vs_llamacpp: cannot write $f16" >&2; exit 1; }
                 fi
                 "$tools/bin/llama-quantize" "$f16" "$out.part" "$q" 2 >"$cache/shapes/quantize.log" 2>&1 &&
