@@ -592,7 +592,7 @@ static int qmm_max_isa(void)
     return isa >= IFD__ISA_AVX2 ? QMM_PATH_AVX2 : QMM_PATH_SCALAR;
 }
 
-typedef struct {
+typedef struct qmm {
     float *y;
     int64_t ldy;
     const ifd_cpu_qact_t *a;
@@ -601,7 +601,8 @@ typedef struct {
     int n, nb, bb;
     int64_t hdr, gb; /* a group's header bytes (K-quants) and its whole size */
     int groups_per_task;
-    int isa;
+    /* the SIMD kernel for groups [G0, G1), chosen once per product; NULL: scalar */
+    void (*simd)(const struct qmm *c, int G0, int G1);
 } qmm_t;
 
 /* Scalar: the reference order (qmatmul.h), one output at a time. */
@@ -1149,13 +1150,10 @@ static void qmm_task(void *arg, int task, int n_tasks)
         G1 = groups;
     if (G0 >= G1)
         return;
-#if IFD__X86
-    if (c->isa >= QMM_PATH_AVX2) {
-        qmm_simd(c->t->type, c->isa, c->a->m)(c, G0, G1);
-        return;
-    }
-#endif
-    qmm_scalar(c, G0, G1);
+    if (c->simd)
+        c->simd(c, G0, G1);
+    else
+        qmm_scalar(c, G0, G1);
 }
 
 /* Tasks per pool thread (ifd__cpu_qmatmul_set_split): more than one lets a
@@ -1187,8 +1185,11 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
                .t = t,
                .n = n,
                .nb = xa->k / QB,
-               .bb = qt_block_bytes(t),
-               .isa = isa};
+               .bb = qt_block_bytes(t)};
+#if IFD__X86
+    if (isa >= QMM_PATH_AVX2)
+        c.simd = qmm_simd(type, isa, xa->m);
+#endif
     c.hdr = qt_hdr_bytes(t, c.nb);
     c.gb = c.hdr + (int64_t)c.nb * c.bb;
     /* One contiguous range of row groups per thread (each streams its part
