@@ -4,11 +4,17 @@
  * CPU backend used before, on SmolLM2 / Gemma 3 shapes.
  *
  *   bench_qmatmul [--threads 2] [--rounds 5] [--min-ms 60] [--types Q4_1,Q8_0,...]
+ *                 [--shapes small|llama1b] [--m 512] [--no-f32] [--no-avx2]
  *
  * The machine is shared and noisy, so the two are timed in alternation:
  * each round runs f32 then quantized (each for at least --min-ms) and the
  * result is the median per side plus the median of the per-round ratios.
- * "q" includes quantizing the activations (none for F16/BF16). Where the
+ * "q" includes quantizing the activations (none for F16/BF16). --shapes
+ * llama1b times one Llama-3.2-1B layer's products (q/o 2048×2048, k/v
+ * 512×2048, gate/up 8192×2048, down 2048×8192) at --m rows (a prefill
+ * chunk; default 512) instead of the small models' shapes at 1 and 512;
+ * --no-f32 leaves the f32 side out (f32_ms and speedup then 0), --no-avx2
+ * the AVX2 path's rounds. Where the
  * product runs on AVX-512 (VNNI for the quantized types), its AVX2 path is
  * timed in the same rounds too ("q_avx2_ms", and "avx512_vs_avx2" = the
  * median of the rounds' AVX2 ÷ AVX-512 time ratios). Also the cost of one
@@ -136,6 +142,7 @@ static int cmp_d(const void *a, const void *b)
 }
 
 static int first = 1;
+static int no_f32, no_avx2;
 
 static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool_t *tp)
 {
@@ -145,10 +152,13 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
         j.x[i] = (float)(rnd() >> 40) / 16777216.0f - 0.5f;
     j.y = xmalloc(sizeof(float) * (size_t)m * n);
     void *src = random_gguf(type, n, k);
-    float *w = xmalloc(sizeof(float) * (size_t)n * k);
-    ifd_cpu_dequantize(w, src, type, (int64_t)n * k);
-    j.wp = xmalloc(sizeof(float) * (size_t)ifd_cpu_matmul_packed_floats(n, k));
-    ifd_cpu_matmul_pack(j.wp, w, n, k);
+    float *w = NULL;
+    if (!no_f32) {
+        w = xmalloc(sizeof(float) * (size_t)n * k);
+        ifd_cpu_dequantize(w, src, type, (int64_t)n * k);
+        j.wp = xmalloc(sizeof(float) * (size_t)ifd_cpu_matmul_packed_floats(n, k));
+        ifd_cpu_matmul_pack(j.wp, w, n, k);
+    }
     const bool h = ifd_cpu_htype_supported(type);
     int64_t qb = h ? 2 * ifd_cpu_hweight_elems(n, k) : ifd_cpu_qweight_bytes(type, n, k);
     j.wq = xmalloc((size_t)qb);
@@ -161,9 +171,10 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
     double tf[32], tq[32], ratio[32], t2[32], r2[32];
     if (rounds > 32)
         rounds = 32;
-    const bool vs_avx2 = h ? strcmp(ifd_cpu_isa_name(), "avx512") == 0 : have_avx512_q;
+    const bool vs_avx2 =
+        !no_avx2 && (h ? strcmp(ifd_cpu_isa_name(), "avx512") == 0 : have_avx512_q);
     for (int r = 0; r < rounds; r++) {
-        tf[r] = time_ms(run_f32, &j);
+        tf[r] = no_f32 ? 0.0 : time_ms(run_f32, &j);
         tq[r] = time_ms(run_q, &j);
         ratio[r] = tf[r] / tq[r];
         if (vs_avx2) {
@@ -207,7 +218,8 @@ static int list_has(const char *list, const char *name) {
 int main(int argc, char **argv)
 {
     int threads = 2, rounds = 5;
-    const char *types = "Q4_1,Q8_0,Q4_K,Q5_0,Q6_K";
+    const char *types = "Q4_1,Q8_0,Q4_K,Q5_0,Q6_K", *shape_set = "small";
+    int m_big = 512;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -217,8 +229,18 @@ int main(int argc, char **argv)
             min_ms = atof(argv[++i]);
         else if (strcmp(argv[i], "--types") == 0 && i + 1 < argc)
             types = argv[++i];
+        else if (strcmp(argv[i], "--shapes") == 0 && i + 1 < argc)
+            shape_set = argv[++i];
+        else if (strcmp(argv[i], "--m") == 0 && i + 1 < argc)
+            m_big = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--no-f32") == 0)
+            no_f32 = 1;
+        else if (strcmp(argv[i], "--no-avx2") == 0)
+            no_avx2 = 1;
         else {
-            fprintf(stderr, "usage: %s [--threads 2] [--rounds 5] [--min-ms 60] [--types ...]\n",
+            fprintf(stderr,
+                    "usage: %s [--threads 2] [--rounds 5] [--min-ms 60] [--types ...] "
+                    "[--shapes small|llama1b] [--m 512] [--no-f32] [--no-avx2]\n",
                     argv[0]);
             return 2;
         }
@@ -232,7 +254,7 @@ int main(int argc, char **argv)
         static int8_t q[32];
         static float d[1], y[8];
         static int32_t sx[1], sh[1];
-        ifd_cpu_qact_t a = {q, d, sx, 1, 32, sh};
+        ifd_cpu_qact_t a = {q, d, sx, 1, 32, sh, d};
         have_avx512_q = ifd__cpu_qmatmul_isa(y, 8, &a, wq, IFD_GGML_Q8_0, 8, NULL, 2) == 0;
     }
     printf("{\"isa\": \"%s\", \"threads\": %d, \"q_path\": \"%s\",\n  \"matmul\": [",
@@ -240,13 +262,30 @@ int main(int argc, char **argv)
     static const uint32_t all[] = {IFD_GGML_Q4_0, IFD_GGML_Q4_1, IFD_GGML_Q5_0, IFD_GGML_Q5_1,
                                    IFD_GGML_Q8_0, IFD_GGML_Q4_K, IFD_GGML_Q5_K, IFD_GGML_Q6_K,
                                    IFD_GGML_F16,  IFD_GGML_BF16};
+    if (strcmp(shape_set, "small") != 0 && strcmp(shape_set, "llama1b") != 0) {
+        fprintf(stderr, "bench_qmatmul: --shapes small or llama1b\n");
+        return 2;
+    }
+    if (m_big < 1 || m_big > 8192) {
+        fprintf(stderr, "bench_qmatmul: --m 1..8192\n");
+        return 2;
+    }
+    const int big = strcmp(shape_set, "llama1b") == 0;
     /* SmolLM2 (k 576 / 1536) and Gemma 3 270M (k 640 / 1024 / 2048) shapes */
     static const int shapes[][2] = {{1536, 576}, {576, 1536}, {2048, 640}, {640, 2048}};
+    /* one Llama-3.2-1B layer: q and o, k and v, gate and up, down */
+    static const int shapes_1b[][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
         const char *name = ifd_ggml_type_name(all[t]);
         if (!list_has(types, name))
             continue;
         const int qk = (int)ifd_ggml_block_elems(all[t]);
+        if (big) {
+            for (size_t s = 0; s < sizeof shapes_1b / sizeof shapes_1b[0]; s++)
+                if (shapes_1b[s][1] % qk == 0)
+                    bench(all[t], m_big, shapes_1b[s][0], shapes_1b[s][1], rounds, tp);
+            continue;
+        }
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             if (shapes[s][1] % qk)
                 continue;

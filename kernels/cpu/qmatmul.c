@@ -444,7 +444,7 @@ int64_t ifd_cpu_qact_bytes(int m, int k)
     if (m <= 0 || k <= 0 || k % QB)
         return IFD_EINVAL;
     int64_t nb = (int64_t)m * (k / QB);
-    return align64((int64_t)m * k) + align64(nb * 4) * 3 + 64;
+    return align64((int64_t)m * k) + align64(nb * 4) * 4 + 64;
 }
 
 int ifd_cpu_qact_init(ifd_cpu_qact_t *a, void *mem, int m, int k)
@@ -457,6 +457,7 @@ int ifd_cpu_qact_init(ifd_cpu_qact_t *a, void *mem, int m, int k)
     a->d = (float *)(p + align64((int64_t)m * k));
     a->s = (int32_t *)((uint8_t *)a->d + align64(nb * 4));
     a->h = (int32_t *)((uint8_t *)a->s + align64(nb * 4));
+    a->ds = (float *)((uint8_t *)a->h + align64(nb * 4));
     a->m = m;
     a->k = k;
     return 0;
@@ -534,12 +535,12 @@ static void qact_task(void *arg, int task, int n_tasks)
             int32_t *s = j->a->s + (int64_t)i * nb + b, *h = j->a->h + (int64_t)i * nb + b;
             const float *x = j->x + (int64_t)i * k + b * QB;
 #if IFD__X86
-            if (j->isa >= IFD__ISA_AVX2) {
+            if (j->isa >= IFD__ISA_AVX2)
                 qact_block_avx2(q, d, s, h, x);
-                continue;
-            }
+            else
 #endif
-            qact_block_scalar(q, d, s, h, x);
+                qact_block_scalar(q, d, s, h, x);
+            j->a->ds[(int64_t)i * nb + b] = *d * (float)*s; /* qmm_scalar's dx * (float)xs[b] */
         }
     }
 }
@@ -841,8 +842,9 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
             if (ZP)
                 is = _mm256_sub_epi32(is, _mm256_set1_epi32(ZP * sx));
             acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(ws, fdx), _mm256_cvtepi32_ps(is), acc[i]);
-            if (TWO == 1)
-                acc[i] = _mm256_fmadd_ps(w2, _mm256_set1_ps(dx * (float)sx), acc[i]);
+            if (TWO == 1) /* ds: dx · (float)sx, formed at quantization */
+                acc[i] = _mm256_fmadd_ps(w2, _mm256_set1_ps(c->a->ds[(int64_t)(i0 + i) * nb + b]),
+                                         acc[i]);
         }
     }
     const int rows = c->n - G * QG < QG ? c->n - G * QG : QG;
@@ -921,8 +923,8 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
     const __m512i neg0 = _mm512_set1_epi32((int32_t)0x80000000u);
     __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
-    __m512 acc[4];
-#pragma GCC unroll 4
+    __m512 acc[8];
+#pragma GCC unroll 8
     for (int i = 0; i < MI; i++)
         acc[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -990,18 +992,19 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                 W[g] = _mm512_abs_epi8(W[g]);
             }
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < MI; i++) {
             const int8_t *xb = c->a->q + (int64_t)(i0 + i) * k + b * QB;
             const float dx = c->a->d[(int64_t)(i0 + i) * nb + b];
             const int32_t sx = c->a->s[(int64_t)(i0 + i) * nb + b];
+            /* one integer sum, or (TWO == 2) one per half: exact either way */
             __m512i lo = zero, hi = zero;
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 __m512i x = bcast4_512(xb + 4 * g);
                 if (BITS == 8)
                     x = _mm512_mask_sub_epi8(x, neg[g], zero, x);
-                if (g < 4)
+                if (g < 4 || TWO != 2)
                     lo = _mm512_dpbusd_epi32(lo, W[g], x);
                 else
                     hi = _mm512_dpbusd_epi32(hi, W[g], x);
@@ -1017,16 +1020,17 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                 acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(w2, fdx), _mm512_cvtepi32_ps(hi), acc[i]);
                 continue;
             }
-            __m512i is = _mm512_add_epi32(lo, hi);
+            __m512i is = lo;
             if (ZP)
                 is = _mm512_sub_epi32(is, _mm512_set1_epi32(ZP * sx));
             acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(is), acc[i]);
-            if (TWO == 1)
-                acc[i] = _mm512_fmadd_ps(w2, _mm512_set1_ps(dx * (float)sx), acc[i]);
+            if (TWO == 1) /* ds: dx · (float)sx, formed at quantization */
+                acc[i] = _mm512_fmadd_ps(w2, _mm512_set1_ps(c->a->ds[(int64_t)(i0 + i) * nb + b]),
+                                         acc[i]);
         }
     }
     const int rows = c->n - G * QG < 2 * QG ? c->n - G * QG : 2 * QG;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < MI; i++) {
         float *yr = c->y + (int64_t)(i0 + i) * c->ldy + G * QG;
         if (rows == 2 * QG)
@@ -1036,22 +1040,29 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
     }
 }
 
-/* The tile of path P for MI ≤ 4 activation rows from i: on groups G and
- * G + 1 when `pair` (AVX-512), else on G alone (the AVX2 tile, which gives
- * the AVX-512 lanes' results lane for lane). */
+/* The tile of path P for MI activation rows from i (AVX2: MI ≤ 4, its 16
+ * registers; AVX-512: MI 8 or ≤ 4): on groups G and G + 1 when `pair` (AVX-512),
+ * else on G alone (the AVX2 tile, which gives the AVX-512 lanes' results
+ * lane for lane; more than 4 rows as two of its tiles). */
 #define QTILE_avx2(pair, MI, BITS, KQ, TWO, ZP) qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0)
 #define QTILE_avx512(pair, MI, BITS, KQ, TWO, ZP)                                                  \
     do {                                                                                           \
-        if (pair)                                                                                  \
+        if (pair) {                                                                                \
             qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0);                                 \
-        else                                                                                       \
+        } else if ((MI) == 8) {                                                                    \
+            qtile_avx2(c, G, i, 4, BITS, KQ, TWO, ZP, i == c0);                                    \
+            qtile_avx2(c, G, i + 4, 4, BITS, KQ, TWO, ZP, 0);                                      \
+        } else {                                                                                   \
             qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0);                                   \
+        }                                                                                          \
     } while (0)
 
 /* One function per path and type: groups [G0, G1) (GSTEP at a time) for
- * every activation row, in chunks of QM_CHUNK rows, tiles of 4 then the
- * rest. */
-#define QMM_DEF(P, TARGET, GSTEP, name, BITS, KQ, TWO, ZP)                                         \
+ * every activation row, in chunks of QM_CHUNK rows, tiles of TW (4 or 8)
+ * then the rest. The rows of a tile share the weights' unpacking, so wider
+ * tiles spend fewer instructions a product (prefill); each row keeps its
+ * own accumulators, so the tiling never changes a result. */
+#define QMM_DEF(P, TARGET, GSTEP, TW, name, BITS, KQ, TWO, ZP)                                     \
     TARGET static void qmm_##P##_##name(const qmm_t *c, int G0, int G1)                            \
     {                                                                                              \
         const int m = c->a->m;                                                                     \
@@ -1061,8 +1072,12 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                 const int pair = GSTEP == 2 && G + 1 < G1;                                         \
                 (void)pair;                                                                        \
                 int i = c0;                                                                        \
-                for (; i + 4 <= c1; i += 4)                                                        \
+                for (; i + TW <= c1; i += TW)                                                      \
+                    QTILE_##P(pair, TW, BITS, KQ, TWO, ZP);                                        \
+                if (TW == 8 && c1 - i >= 4) {                                                      \
                     QTILE_##P(pair, 4, BITS, KQ, TWO, ZP);                                         \
+                    i += 4;                                                                        \
+                }                                                                                  \
                 switch (c1 - i) {                                                                  \
                 case 3:                                                                            \
                     QTILE_##P(pair, 3, BITS, KQ, TWO, ZP);                                         \
@@ -1080,18 +1095,18 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
         }                                                                                          \
     }
 
-#define QMM_TYPES(P, TARGET, GSTEP)                                                                \
-    QMM_DEF(P, TARGET, GSTEP, q4_0, 4, 0, 0, 8)                                                    \
-    QMM_DEF(P, TARGET, GSTEP, q4_1, 4, 0, 1, 0)                                                    \
-    QMM_DEF(P, TARGET, GSTEP, q5_0, 5, 0, 0, 16)                                                   \
-    QMM_DEF(P, TARGET, GSTEP, q5_1, 5, 0, 1, 0)                                                    \
-    QMM_DEF(P, TARGET, GSTEP, q8_0, 8, 0, 0, 0)                                                    \
-    QMM_DEF(P, TARGET, GSTEP, q4_k, 4, 1, 1, 0)                                                    \
-    QMM_DEF(P, TARGET, GSTEP, q5_k, 5, 1, 1, 0)                                                    \
-    QMM_DEF(P, TARGET, GSTEP, q6_k, 6, 1, 2, 0)
+#define QMM_TYPES(P, TARGET, GSTEP, TW)                                                            \
+    QMM_DEF(P, TARGET, GSTEP, TW, q4_0, 4, 0, 0, 8)                                                \
+    QMM_DEF(P, TARGET, GSTEP, TW, q4_1, 4, 0, 1, 0)                                                \
+    QMM_DEF(P, TARGET, GSTEP, TW, q5_0, 5, 0, 0, 16)                                               \
+    QMM_DEF(P, TARGET, GSTEP, TW, q5_1, 5, 0, 1, 0)                                                \
+    QMM_DEF(P, TARGET, GSTEP, TW, q8_0, 8, 0, 0, 0)                                                \
+    QMM_DEF(P, TARGET, GSTEP, TW, q4_k, 4, 1, 1, 0)                                                \
+    QMM_DEF(P, TARGET, GSTEP, TW, q5_k, 5, 1, 1, 0)                                                \
+    QMM_DEF(P, TARGET, GSTEP, TW, q6_k, 6, 1, 2, 0)
 
-QMM_TYPES(avx2, IFD__TARGET_AVX2, 1)
-QMM_TYPES(avx512, IFD__TARGET_AVX512VNNI, 2)
+QMM_TYPES(avx2, IFD__TARGET_AVX2, 1, 4)
+QMM_TYPES(avx512, IFD__TARGET_AVX512VNNI, 2, 8)
 #undef QMM_TYPES
 #undef QMM_DEF
 #undef QTILE_avx2

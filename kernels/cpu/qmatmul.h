@@ -69,13 +69,14 @@ typedef struct {
     int32_t *s; /* [m, k/32] block sums of q */
     int m, k;
     int32_t *h; /* [m, k/32] sums of each block's first 16 q (Q6_K's half-block zero point) */
+    float *ds;  /* [m, k/32] d·(float)s, the min term's factor (Q4_1, Q5_1, Q4_K, Q5_K) */
 } ifd_cpu_qact_t;
 
 /* Bytes ifd_cpu_qact_init needs for m rows of k (k a multiple of 32), or
  * IFD_EINVAL as a negative number. */
 int64_t ifd_cpu_qact_bytes(int m, int k);
 
-/* Lays a->q, a->d, a->s out in mem [ifd_cpu_qact_bytes(m, k)] (64-byte
+/* Lays a->q, a->d, a->s, a->h, a->ds out in mem [ifd_cpu_qact_bytes(m, k)] (64-byte
  * aligned). The views live as long as mem. 0 or IFD_EINVAL. */
 int ifd_cpu_qact_init(ifd_cpu_qact_t *a, void *mem, int m, int k);
 

@@ -267,7 +267,7 @@ static void check_product(const wcase_t *c, int m, int isa, ifd_threadpool_t *tp
     for (int i = 0; i < m; i++) {
         /* the row alone: a one-row view of the same activations */
         ifd_cpu_qact_t one = {a.q + (int64_t)i * k, a.d + (int64_t)i * nb, a.s + (int64_t)i * nb, 1,
-                              k, a.h + (int64_t)i * nb};
+                              k, a.h + (int64_t)i * nb, a.ds + (int64_t)i * nb};
         ck_assert_int_eq(ifd__cpu_qmatmul_isa(y1, n, &one, c->packed, c->type, n, tp2, isa), 0);
         if (memcmp(y1, y + (int64_t)i * n, sizeof(float) * n) != 0)
             ck_abort_msg("%s m=%d n=%d k=%d isa=%d: row %d batched != alone",
@@ -306,7 +306,9 @@ START_TEST(test_products)
     const int kbs_small[] = {1, 3, 18}, kbs_k[] = {1, 2};
     const int *kbs = qk == 32 ? kbs_small : kbs_k;
     const int nk = qk == 32 ? 3 : 2;
-    const int ms[] = {1, 2, 3, 4, 5, 7, 9, 70}; /* AVX-512 tiles of 1..4 rows: 5, 7, 9, 70 */
+    /* AVX-512 tiles of 8, then 4, then 1..3 rows (8, 13, 15, 70: a 64-row chunk and 6);
+     * AVX2 tiles of 4 then 1..3 */
+    const int ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 15, 70};
     ifd_threadpool_t *tp1, *tp2;
     ck_assert_int_eq(ifd_threadpool_create(&tp1, 1), 0);
     ck_assert_int_eq(ifd_threadpool_create(&tp2, 2), 0);
