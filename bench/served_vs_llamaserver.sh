@@ -10,6 +10,7 @@
 #   bench/served_vs_llamaserver.sh [--build DIR] [--models default,gemma3] [--reps N]
 #                                  [--threads T] [--ctx N] [--json FILE] [--smoke]
 #                                  [--llama-server PATH] [--build-llama-server]
+#                                  [--model-file NAME=PATH]...
 #
 # llama-server is built once from the llama.cpp that the PyPI sdist of
 # llama-cpp-python vendors (LLAMACPP_PY_VERSION, default 0.3.36: llama.cpp
@@ -23,6 +24,10 @@
 # uses another binary. inferd's side is DIR/daemon/inferd,
 # DIR/worker/inferd-worker and DIR/client/infer (built if missing; default
 # DIR: build/ of this checkout).
+#
+# --model-file NAME=PATH adds a GGUF by path (repeatable; e.g. the Llama-3.2-1B
+# shape that bench/cpu_vs_llamacpp.sh --shapes quantizes into
+# ~/.cache/inferd/shapes/llama-3.2-1b-Q4_K_M.gguf); with --models "" only those.
 #
 # --smoke: one repetition of tiny workloads on the default model (seconds once
 # llama-server is built; tests/integration/test_bench_served_vs_llamaserver.sh
@@ -40,6 +45,7 @@ json=""
 smoke=0
 server=""
 build_only=0
+files=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -51,7 +57,8 @@ while [ $# -gt 0 ]; do
     --smoke) smoke=1; shift ;;
     --llama-server) server=$2; shift 2 ;;
     --build-llama-server) build_only=1; shift ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --model-file) files+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "served_vs_llamaserver.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -124,6 +131,10 @@ fi
 # the models
 model_args=()
 IFS=, read -r -a names <<<"$models"
+for f in "${files[@]}"; do
+    [ -f "${f#*=}" ] || die "no model file ${f#*=}"
+    model_args+=(--model "$f")
+done
 for name in "${names[@]}"; do
     if [ "$name" = default ]; then
         path=$("$root/deploy/fetch-model.sh" --path)
