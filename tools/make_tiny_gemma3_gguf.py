@@ -218,8 +218,8 @@ def gguf_summary(path, llama_cpp):
     sys.path.insert(0, os.path.join(llama_cpp, "gguf-py"))
     import gguf
     r = gguf.GGUFReader(path)
-    meta = {k: (f.types, bytes(f.parts[-1]) if f.types else None) for k, f in r.fields.items()
-            if not k.startswith("general.")}
+    meta = {k: (f.types, b"".join(bytes(p) for p in f.parts[1:]))
+            for k, f in r.fields.items() if not k.startswith("general.")}
     tens = {t.name: (t.tensor_type, bytes(np.ascontiguousarray(t.data).tobytes()))
             for t in r.tensors}
     return meta, tens
@@ -232,7 +232,7 @@ def check(llama_cpp, committed):
         for name in (TEXT, MMPROJ):
             a = gguf_summary(os.path.join(tmp, name), llama_cpp)
             b = gguf_summary(os.path.join(committed, name), llama_cpp)
-            same = a[1] == b[1] and a[0].keys() == b[0].keys()
+            same = a == b
             print(("same      " if same else "DIFFERENT ") + name)
             bad += not same
         from safetensors.numpy import load_file as load_np
