@@ -154,6 +154,9 @@
       "([IPv6]); default none (image URLs other than data: get 400; docs/security.md)")       \
     X(image_url_timeout, SECS, "10", 1, "SECS", 0.01, 600,                                     \
       "time a request's image URL fetches may take together, connects included (400)")        \
+    X(image_url_max_redirects, INT, "3", 1, "N", 0, 20,                                        \
+      "redirects an image URL's fetch follows, each hop checked like the first URL "           \
+      "(allow_image_urls, the address guard, no https to http); 0: none (400)")                \
     X(max_image_pixels, INT, "40000000", 1, "N", 1, 1 << 30,                                   \
       "an image's width x height at most, read from its header before decoding (400 beyond)") \
     X(limit_images_per_prompt, INT, "0", 1, "N", 0, 64,                                        \

@@ -35,6 +35,7 @@ void ifd_images_setup(ifd_images_setup_t *s, const ifd_wire_vision_t *v, const i
     s->max_pixels = (uint64_t)cfg->max_image_pixels;
     s->allow_urls = cfg->allow_image_urls;
     s->url_timeout = cfg->image_url_timeout;
+    s->max_redirects = (uint32_t)cfg->image_url_max_redirects;
     if (!v->tokens_per_image)
         return;
     s->tokens_per_image = v->tokens_per_image;
@@ -264,7 +265,11 @@ static int ifd__bytes(const ifd_images_setup_t *s, const ifd_oai_image_t *im, co
     int rc = ifd_imgurl_parse(&u, im->url, im->url_len, msg, sizeof msg);
     double left = job->deadline - ifd__now();
     if (!rc && left > 0) {
-        ifd_imgurl_limits_t lim = {s->max_bytes, left, job->cancel};
+        ifd_imgurl_limits_t lim = {.max_bytes = s->max_bytes,
+                                   .timeout_s = left,
+                                   .cancel = job->cancel,
+                                   .allow = s->allow_urls,
+                                   .max_redirects = s->max_redirects};
         rc = ifd_imgurl_fetch(&u, im->url, im->url_len, &lim, bytes, n, msg, sizeof msg);
     }
     if (!rc && left <= 0)

@@ -55,6 +55,7 @@ typedef struct {
     double url_timeout;        /* image_url_timeout (s) */
     uint32_t max_images;       /* limit_images_per_prompt, at most what one frame holds */
     uint32_t max_pictures;     /* pictures (crops included) one ADD frame holds */
+    uint32_t max_redirects;    /* image_url_max_redirects */
 } ifd_images_setup_t;
 
 /* Fills *s from a worker's READY.vision and the config. Pure. */

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #define IFD__CONNECT_TIMEOUT_S 5.0
 
@@ -284,13 +285,61 @@ bool ifd_imgurl_addr_refused(const struct sockaddr *sa)
     return true;
 }
 
+/* ---- redirects -------------------------------------------------------------------------- */
+
+int ifd_imgurl_resolve(const char *base, const char *location, char **out)
+{
+    *out = NULL;
+    CURLU *cu = curl_url();
+    if (!cu)
+        return IFD_ENOMEM;
+    char *r = NULL;
+    int rc = IFD_EINVAL;
+    /* no CURLU_NON_SUPPORT_SCHEME: a scheme libcurl does not know is refused here */
+    if (!curl_url_set(cu, CURLUPART_URL, base, 0) &&
+        !curl_url_set(cu, CURLUPART_URL, location, 0) && !curl_url_get(cu, CURLUPART_URL, &r, 0)) {
+        *out = strdup(r);
+        rc = *out ? 0 : IFD_ENOMEM;
+    }
+    curl_free(r);
+    curl_url_cleanup(cu);
+    return rc;
+}
+
+int ifd_imgurl_check_redirect(const char *allow, const ifd_imgurl_t *from, const char *to,
+                              ifd_imgurl_t *next, char *why, size_t whylen)
+{
+    char sub[160] = "";
+    if (ifd_imgurl_parse(next, to, strlen(to), sub, sizeof sub)) {
+        ifd_errbuf(why, whylen, "a redirect was refused: %s", sub);
+        return IFD_EINVAL;
+    }
+    if (from->https && !next->https) {
+        ifd_errbuf(why, whylen, "a redirect from https to http (to '%.100s') is not followed",
+                   next->host);
+        return IFD_EINVAL;
+    }
+    if (!ifd_imgurl_enabled(allow) || !ifd_imgurl_host_allowed(allow, next->host)) {
+        ifd_errbuf(why, whylen,
+                   "a redirect to host '%.100s' was refused: not one this server fetches "
+                   "from (allow_image_urls)",
+                   next->host);
+        return IFD_EINVAL;
+    }
+    return 0;
+}
+
 /* ---- the fetch ---------------------------------------------------------------------------- */
 
+/* One hop's transfer state. seen counts the bytes of every hop's body (a redirect's
+ * included), so max_bytes bounds the whole chain. */
 typedef struct {
     const ifd_imgurl_t *u;
     const ifd_imgurl_limits_t *lim;
     uint8_t *buf;
     size_t n, cap;
+    uint64_t seen;
+    bool keep; /* false on a redirect's body: counted, not kept */
     bool too_big, no_mem, refused;
     char refused_addr[INET6_ADDRSTRLEN];
 } ifd__fetch_t;
@@ -299,10 +348,13 @@ static size_t ifd__write_cb(char *data, size_t size, size_t nmemb, void *arg)
 {
     ifd__fetch_t *f = arg;
     size_t add = size * nmemb;
-    if (f->n + add > f->lim->max_bytes) {
+    if (f->seen + add > f->lim->max_bytes) {
         f->too_big = true;
         return 0; /* CURLE_WRITE_ERROR */
     }
+    f->seen += add;
+    if (!f->keep)
+        return add;
     if (f->n + add > f->cap) {
         size_t cap = f->cap ? f->cap : 64 * 1024;
         while (cap < f->n + add)
@@ -318,6 +370,18 @@ static size_t ifd__write_cb(char *data, size_t size, size_t nmemb, void *arg)
     memcpy(f->buf + f->n, data, add);
     f->n += add;
     return add;
+}
+
+/* Keeps the body of a 200 only: a redirect's body is counted and dropped. */
+static size_t ifd__header_cb(char *data, size_t size, size_t nmemb, void *arg)
+{
+    ifd__fetch_t *f = arg;
+    size_t len = size * nmemb;
+    if (len > 9 && !strncmp(data, "HTTP/", 5)) { /* a status line */
+        const char *sp = memchr(data, ' ', len);
+        f->keep = sp && (size_t)(sp - data) + 4 <= len && !strncmp(sp + 1, "200", 3);
+    }
+    return len;
 }
 
 static int ifd__xfer_cb(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
@@ -368,11 +432,19 @@ static bool ifd__same_host(const ifd_imgurl_t *u, const char *url)
     return same;
 }
 
-static void ifd__options(CURL *h, const char *url, ifd__fetch_t *f, char *errbuf)
+static double ifd__now(void)
 {
-    long total_ms = (long)(f->lim->timeout_s * 1000.0);
-    double c =
-        f->lim->timeout_s < IFD__CONNECT_TIMEOUT_S ? f->lim->timeout_s : IFD__CONNECT_TIMEOUT_S;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One hop's options: left_s of the fetch's time, the bytes not yet seen. Redirects are never
+ * followed by libcurl (the loop in ifd_imgurl_fetch judges each hop). */
+static void ifd__options(CURL *h, const char *url, ifd__fetch_t *f, double left_s, char *errbuf)
+{
+    long total_ms = (long)(left_s * 1000.0);
+    double c = left_s < IFD__CONNECT_TIMEOUT_S ? left_s : IFD__CONNECT_TIMEOUT_S;
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -382,10 +454,12 @@ static void ifd__options(CURL *h, const char *url, ifd__fetch_t *f, char *errbuf
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, total_ms > 0 ? total_ms : 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                      (long)(c * 1000.0) > 0 ? (long)(c * 1000.0) : 1L);
-    curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)f->lim->max_bytes);
+    curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)(f->lim->max_bytes - f->seen));
     curl_easy_setopt(h, CURLOPT_USERAGENT, "inferd");
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ifd__write_cb);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, ifd__header_cb);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, f);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, ifd__xfer_cb);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, f);
@@ -394,9 +468,17 @@ static void ifd__options(CURL *h, const char *url, ifd__fetch_t *f, char *errbuf
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
 }
 
-/* The outcome of a finished transfer (rc: curl_easy_perform's) as an IFD code. */
-static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char *errbuf, char *why,
-                        size_t whylen)
+#define IFD__REDIRECT 1 /* ifd__hop's "the answer is a redirect" */
+
+static bool ifd__redirect_status(long s)
+{
+    return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
+}
+
+/* The outcome of a finished transfer (rc: curl_easy_perform's) as an IFD code, or
+ * IFD__REDIRECT with *location (curl's, owned by h) set. */
+static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char *errbuf,
+                        const char **location, char *why, size_t whylen)
 {
     long status = 0;
     if (f->no_mem)
@@ -411,9 +493,9 @@ static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char 
     }
     if (f->refused) {
         ifd_errbuf(why, whylen,
-                   "the host resolves to %s, a loopback, private or link-local address, which "
-                   "is fetched only when allow_image_urls lists it as an IP address",
-                   f->refused_addr);
+                   "the host %s resolves to %s, a loopback, private or link-local address, "
+                   "which is fetched only when allow_image_urls lists it as an IP address",
+                   f->u->host, f->refused_addr);
         return IFD_EFORMAT;
     }
     if (rc != CURLE_OK) {
@@ -421,12 +503,16 @@ static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char 
         return IFD_EFORMAT;
     }
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    if (status >= 300 && status < 400) {
-        ifd_errbuf(why, whylen,
-                   "the server answered HTTP %ld, a redirect: redirects are not "
-                   "followed (send the final URL)",
-                   status);
-        return IFD_EFORMAT;
+    if (ifd__redirect_status(status)) {
+        struct curl_header *loc = NULL;
+        if (curl_easy_header(h, "Location", 0, CURLH_HEADER, -1, &loc) != CURLHE_OK ||
+            !loc->value || !*loc->value) {
+            ifd_errbuf(why, whylen, "the server answered HTTP %ld, a redirect without a Location",
+                       status);
+            return IFD_EFORMAT;
+        }
+        *location = loc->value;
+        return IFD__REDIRECT;
     }
     if (status != 200) {
         ifd_errbuf(why, whylen, "the server answered HTTP %ld", status);
@@ -435,27 +521,103 @@ static int ifd__outcome(CURL *h, CURLcode rc, const ifd__fetch_t *f, const char 
     return 0;
 }
 
+/* One hop: GETs url (its host u) with what is left until deadline. 0 (the body in f), an IFD
+ * code, or IFD__REDIRECT with *next the Location resolved against url (malloc'ed). */
+static int ifd__hop(ifd__fetch_t *f, const char *url, double deadline, char **next, char *why,
+                    size_t whylen)
+{
+    char errbuf[CURL_ERROR_SIZE] = "";
+    const char *location = NULL;
+    double left = deadline - ifd__now();
+    if (left <= 0) {
+        ifd_errbuf(why, whylen, "the fetch took longer than %g s", f->lim->timeout_s);
+        return IFD_ETIMEDOUT;
+    }
+    if (!ifd__same_host(f->u, url)) {
+        ifd_errbuf(why, whylen, "the URL's host cannot be read unambiguously");
+        return IFD_EFORMAT;
+    }
+    CURL *h = curl_easy_init();
+    if (!h)
+        return IFD_ENOMEM;
+    f->n = 0;
+    f->keep = false;
+    f->refused = false;
+    ifd__options(h, url, f, left, errbuf);
+    int rc = ifd__outcome(h, curl_easy_perform(h), f, errbuf, &location, why, whylen);
+    if (rc == IFD__REDIRECT) {
+        int r = ifd_imgurl_resolve(url, location, next);
+        if (r) {
+            ifd_errbuf(why, whylen, "a redirect was refused: its Location is not a URL");
+            rc = r == IFD_ENOMEM ? r : IFD_EFORMAT;
+        }
+    }
+    curl_easy_cleanup(h);
+    return rc;
+}
+
+/* True when url was fetched already in this chain (urls[0..n)). */
+static bool ifd__visited(char *const *urls, uint32_t n, const char *url)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!strcmp(urls[i], url))
+            return true;
+    return false;
+}
+
 int ifd_imgurl_fetch(const ifd_imgurl_t *u, const char *url, size_t len,
                      const ifd_imgurl_limits_t *lim, uint8_t **bytes, size_t *n, char *why,
                      size_t whylen)
 {
     *bytes = NULL;
     *n = 0;
-    ifd__fetch_t f = {.u = u, .lim = lim};
-    char errbuf[CURL_ERROR_SIZE] = "";
+    uint32_t max_hops = lim->max_redirects > IFD_IMGURL_MAX_REDIRECTS ? IFD_IMGURL_MAX_REDIRECTS
+                                                                      : lim->max_redirects;
+    char *urls[IFD_IMGURL_MAX_REDIRECTS + 1] = {0};
+    ifd_imgurl_t hop_u[2] = {*u};
+    ifd__fetch_t f = {.u = &hop_u[0], .lim = lim};
+    double deadline = ifd__now() + lim->timeout_s;
+    uint32_t hops = 0;
     char *z = strndup(url, len);
-    CURL *h = z ? curl_easy_init() : NULL;
-    int rc = IFD_ENOMEM;
-    if (h && !ifd__same_host(u, z)) {
-        ifd_errbuf(why, whylen, "the URL's host cannot be read unambiguously");
-        rc = IFD_EFORMAT;
-    } else if (h) {
-        ifd__options(h, z, &f, errbuf);
-        rc = ifd__outcome(h, curl_easy_perform(h), &f, errbuf, why, whylen);
+    int rc = z ? ifd_imgurl_resolve(z, z, &urls[0]) : IFD_ENOMEM; /* curl's normal form */
+    if (z && rc == IFD_EINVAL) { /* curl cannot read it: ifd__hop says so */
+        urls[0] = z;
+        z = NULL;
+        rc = 0;
     }
-    if (h)
-        curl_easy_cleanup(h);
     free(z);
+    rc = rc ? rc : IFD__REDIRECT;
+    while (rc == IFD__REDIRECT) {
+        char *next = NULL;
+        rc = ifd__hop(&f, urls[hops], deadline, &next, why, whylen);
+        if (rc != IFD__REDIRECT)
+            break;
+        if (hops == max_hops) {
+            if (max_hops)
+                ifd_errbuf(why, whylen,
+                           "more than %u redirects (image_url_max_redirects): not followed",
+                           max_hops);
+            else
+                ifd_errbuf(why, whylen,
+                           "the server answered a redirect: redirects are not followed "
+                           "(image_url_max_redirects is 0; send the final URL)");
+            rc = IFD_EFORMAT;
+        } else if (ifd__visited(urls, hops + 1, next)) {
+            ifd_errbuf(why, whylen, "the redirects loop (a URL of the chain again)");
+            rc = IFD_EFORMAT;
+        } else if (ifd_imgurl_check_redirect(lim->allow, f.u, next, &hop_u[(hops + 1) & 1], why,
+                                             whylen)) {
+            rc = IFD_EFORMAT;
+        } else {
+            f.u = &hop_u[(hops + 1) & 1];
+            urls[++hops] = next;
+            next = NULL;
+            rc = IFD__REDIRECT;
+        }
+        free(next);
+    }
+    for (uint32_t i = 0; i <= hops; i++)
+        free(urls[i]);
     if (rc) {
         free(f.buf);
         return rc;

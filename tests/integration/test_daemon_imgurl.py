@@ -8,8 +8,15 @@ allows 127.0.0.1 and localhost, image_url_timeout 3 s, max_image_bytes 64K:
 - a host not listed, a URL with userinfo: 400 naming messages[0].content[1] before any fetch
   (the server sees no request);
 - localhost (listed, but a name resolving to loopback): the SSRF guard's 400, no request;
-- a 404, a redirect (not followed: its target is never fetched), a body that is not an image,
-  a Content-Length over max_image_bytes, a body over it without Content-Length: 400 each;
+- a 404, a body that is not an image, a Content-Length over max_image_bytes, a body over it
+  without Content-Length: 400 each;
+- redirects (image_url_max_redirects, 3 by default): a relative and an absolute Location and a
+  chain of 3 give the image (the same answer); a chain of 4, a loop, a Location to a host not
+  listed (127.0.0.2), to a listed name resolving to loopback (localhost: the SSRF guard on the
+  hop's address), to ftp://, a 302 without Location, a redirect whose body and the image's
+  together pass max_image_bytes, a redirect to a server that never answers (one timeout for the
+  chain): 400 each naming the reason, the refused hop never fetched; a daemon started with
+  --image-url-max-redirects 0 refuses the first redirect (its target never fetched);
 - https to a server with a self-signed certificate: 400 (certificates are verified);
 - a server that never answers: 400 within the timeout (3 s, well under 10); two such URLs in
   one request: 400 within one timeout (the budget is the request's);
@@ -78,8 +85,33 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 CLOSED[self.path] = time.time()
                 return
 
+    def redirect(self, location, code=302, body=b""):
+        extra = [("Location", location)] if location is not None else []
+        self.send(code, body, "text/html", extra=extra)
+
     def do_GET(self):
         HITS.append(self.path)
+        port = self.server.server_address[1]
+        if self.path.startswith("/chain/"):  # /chain/N redirects N times, then the PNG
+            k = int(self.path.split("/")[2])
+            return self.redirect("/chain/%d" % (k - 1), 301 + k % 2) if k else self.send(200, PNG)
+        redirects = {
+            "/r/rel": "../image0.png",
+            "/r/abs": "http://127.0.0.1:%d/image0.png" % port,
+            "/r/303": "/image0.png",
+            "/r/loop-a": "/r/loop-b",
+            "/r/loop-b": "/r/loop-a",
+            "/r/other-host": "http://127.0.0.2:%d/image0.png" % port,
+            "/r/localhost": "http://localhost:%d/image0.png" % port,
+            "/r/ftp": "ftp://127.0.0.1/image0.png",
+            "/r/no-location": None,
+            "/r/hang": "/hang-after-redirect",
+        }
+        if self.path in redirects:
+            code = 303 if self.path == "/r/303" else 307 if self.path == "/r/abs" else 302
+            return self.redirect(redirects[self.path], code)
+        if self.path == "/r/fat":  # a body that with the PNG's passes max_image_bytes
+            return self.redirect("/image0.png", 302, b"x" * (MAX_BYTES - len(PNG) // 2))
         routes = {
             "/image0.png": lambda: self.send(200, PNG),
             "/missing.png": lambda: self.send(404, b"no", "text/plain"),
@@ -157,10 +189,52 @@ def test_ssrf_guard_name_to_loopback():
 
 def test_http_errors():
     refused(url("/missing.png"), "HTTP 404")
-    msg = refused(url("/redirect.png"), "HTTP 302, a redirect")
-    assert "not followed" in msg
-    assert HITS == ["/redirect.png"], HITS  # its target never fetched
     refused(url("/text.png"), "not an image")
+
+
+def test_redirects_followed():
+    """Relative (../), absolute, 303 and a chain of exactly 3: the image, the same answer."""
+    code, want = chat(url("/image0.png"))
+    assert code == 200, want
+    for path, hits in (("/redirect.png", ["/redirect.png", "/image0.png"]),
+                       ("/r/rel", ["/r/rel", "/image0.png"]),
+                       ("/r/abs", ["/r/abs", "/image0.png"]),
+                       ("/r/303", ["/r/303", "/image0.png"]),
+                       ("/chain/3", ["/chain/3", "/chain/2", "/chain/1", "/chain/0"])):
+        HITS.clear()
+        code, got = chat(url(path))
+        assert code == 200, (path, got)
+        assert HITS == hits, (path, HITS)
+        assert got["choices"][0]["token_ids"] == want["choices"][0]["token_ids"], path
+
+
+def test_redirects_refused():
+    refused(url("/chain/4"), "more than 3 redirects")
+    assert HITS == ["/chain/4", "/chain/3", "/chain/2", "/chain/1"], HITS  # /chain/0 never
+    refused(url("/r/loop-a"), "the redirects loop")
+    assert HITS == ["/r/loop-a", "/r/loop-b"], HITS
+    refused(url("/r/other-host"), "a redirect to host '127.0.0.2' was refused")
+    assert HITS == ["/r/other-host"], HITS
+    refused(url("/r/localhost"), "the host localhost resolves to")
+    assert HITS == ["/r/localhost"], HITS
+    refused(url("/r/ftp"), "a redirect was refused")
+    refused(url("/r/no-location"), "without a Location")
+    refused(url("/r/fat"), "too big (max_image_bytes is %d)" % MAX_BYTES)
+    t0 = time.time()
+    refused(url("/r/hang"), "image_url_timeout")
+    assert time.time() - t0 < TIMEOUT + 1.5, time.time() - t0
+    assert HITS == ["/r/hang", "/hang-after-redirect"], HITS
+
+
+def test_no_redirects_when_zero():
+    d = Daemon(INFERD, args=["--threads", "1", "--allow-image-urls", "127.0.0.1",
+                             "--image-url-max-redirects", "0"])
+    try:
+        msg = refused(url("/redirect.png"), "redirects are not followed", daemon=d)
+        assert "image_url_max_redirects is 0" in msg, msg
+        assert HITS == ["/redirect.png"], HITS  # its target never fetched
+    finally:
+        assert d.stop() == 0
 
 
 def test_too_big():

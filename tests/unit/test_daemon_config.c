@@ -206,7 +206,8 @@ START_TEST(test_mmproj_key)
 }
 END_TEST
 
-/* allow_image_urls and image_url_timeout (docs/configuration.md): off and 10 s by default. */
+/* allow_image_urls, image_url_timeout and image_url_max_redirects (docs/configuration.md):
+ * off, 10 s and 3 by default. */
 START_TEST(test_image_url_keys)
 {
     ifd_config_t c;
@@ -215,17 +216,21 @@ START_TEST(test_image_url_keys)
     ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
     ck_assert_str_eq(c.allow_image_urls, "");
     ck_assert(c.image_url_timeout == 10.0);
+    ck_assert_int_eq(c.image_url_max_redirects, 3);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
-    ck_assert_int_eq(parse(&c, &cli, err, 4, "--allow-image-urls", "a.com,*.b.org",
-                           "--image-url-timeout", "250ms"),
+    ck_assert_int_eq(parse(&c, &cli, err, 6, "--allow-image-urls", "a.com,*.b.org",
+                           "--image-url-timeout", "250ms", "--image-url-max-redirects", "0"),
                      0);
     ck_assert_str_eq(c.allow_image_urls, "a.com,*.b.org");
     ck_assert(c.image_url_timeout == 0.25);
+    ck_assert_int_eq(c.image_url_max_redirects, 0);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
     ck_assert_int_eq(parse(&c, &cli, err, 2, "--image-url-timeout", "0"), IFD_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "image_url_timeout"));
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--image-url-max-redirects", "21"), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "image_url_max_redirects"));
 }
 END_TEST
 

@@ -4,7 +4,9 @@
  * paths, a bare '*'), host matching (exact, case-insensitive, suffixes that
  * need a label before them, IPv6 compared as addresses), URL parsing
  * (http/https only, userinfo, ports, IPv6, control characters, '\'), the
- * SSRF guard's address ranges, the fetch's refusals that need no server
+ * SSRF guard's address ranges, redirects' Location resolution (absolute,
+ * scheme-relative, relative) and the checks of a hop (the list, the
+ * parse, no https→http), the fetch's refusals that need no server
  * (curl reads another host than ours; localhost refused by the guard), and
  * the images check on the loop (none allowed: today's 400; a host not
  * listed: a 400 naming the part). The fetch itself runs against a local
@@ -18,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void list_ok(const char *list)
@@ -174,6 +177,82 @@ START_TEST(test_ssrf_ranges)
 }
 END_TEST
 
+/* Location loc against base resolves to want. */
+static void resolves(const char *base, const char *loc, const char *want)
+{
+    char *out = NULL;
+    ck_assert_msg(ifd_imgurl_resolve(base, loc, &out) == 0, "%s + %s", base, loc);
+    ck_assert_msg(!strcmp(out, want), "%s + %s: %s, not %s", base, loc, out, want);
+    free(out);
+}
+
+START_TEST(test_resolve)
+{
+    const char *b = "http://img.example.com:8080/a/b/c.png?x=1";
+    resolves(b, "/d.png", "http://img.example.com:8080/d.png");
+    resolves(b, "d.png", "http://img.example.com:8080/a/b/d.png");
+    resolves(b, "../d.png", "http://img.example.com:8080/a/d.png");
+    resolves(b, "?y=2", "http://img.example.com:8080/a/b/c.png?y=2");
+    resolves(b, "//cdn.example.com/e.png", "http://cdn.example.com/e.png");
+    resolves(b, "https://cdn.example.com/e.png", "https://cdn.example.com/e.png");
+    resolves("https://a.example.com/x", "/y", "https://a.example.com/y");
+    char *out = (char *)"x";
+    ck_assert_int_eq(ifd_imgurl_resolve(b, "gopher-x://h/p", &out), IFD_EINVAL);
+    ck_assert_ptr_null(out);
+}
+END_TEST
+
+/* A hop from from_url to to under allow: its code, the reason in why. */
+static int hop(const char *allow, const char *from_url, const char *to, char *why, size_t whylen)
+{
+    ifd_imgurl_t from, next;
+    ck_assert_int_eq(ifd_imgurl_parse(&from, from_url, strlen(from_url), why, whylen), 0);
+    *why = 0;
+    return ifd_imgurl_check_redirect(allow, &from, to, &next, why, whylen);
+}
+
+START_TEST(test_check_redirect)
+{
+    char why[256];
+    const char *allow = "img.example.com, *.cdn.example.net, 203.0.113.7";
+    ck_assert_int_eq(
+        hop(allow, "http://img.example.com/a", "https://x.cdn.example.net/b", why, sizeof why), 0);
+    ck_assert_int_eq(
+        hop(allow, "http://img.example.com/a", "http://203.0.113.7:81/b", why, sizeof why), 0);
+    /* a host not listed, however it is spelled */
+    ck_assert_int_eq(
+        hop(allow, "http://img.example.com/a", "http://evil.example.org/b", why, sizeof why),
+        IFD_EINVAL);
+    ck_assert_msg(strstr(why, "'evil.example.org'") && strstr(why, "allow_image_urls"), "%s", why);
+    ck_assert_int_eq(hop(allow, "http://img.example.com/a", "http://127.0.0.1/b", why, sizeof why),
+                     IFD_EINVAL);
+    ck_assert_msg(strstr(why, "'127.0.0.1'"), "%s", why);
+    ck_assert_int_eq(
+        hop(allow, "http://img.example.com/a", "http://cdn.example.net/b", why, sizeof why),
+        IFD_EINVAL);
+    /* no list: nothing */
+    ck_assert_int_eq(
+        hop("", "http://img.example.com/a", "http://img.example.com/b", why, sizeof why),
+        IFD_EINVAL);
+    /* https → http refused, http → https allowed */
+    ck_assert_int_eq(
+        hop(allow, "https://img.example.com/a", "http://img.example.com/b", why, sizeof why),
+        IFD_EINVAL);
+    ck_assert_msg(strstr(why, "https to http"), "%s", why);
+    ck_assert_int_eq(
+        hop(allow, "http://img.example.com/a", "https://img.example.com/b", why, sizeof why), 0);
+    /* the first URL's own rules */
+    ck_assert_int_eq(
+        hop(allow, "http://img.example.com/a", "ftp://img.example.com/b", why, sizeof why),
+        IFD_EINVAL);
+    ck_assert_msg(strstr(why, "only http:// and https://"), "%s", why);
+    ck_assert_int_eq(
+        hop(allow, "http://img.example.com/a", "http://u:p@img.example.com/b", why, sizeof why),
+        IFD_EINVAL);
+    ck_assert_msg(strstr(why, "credentials"), "%s", why);
+}
+END_TEST
+
 /* ifd_imgurl_fetch of url (parsed first); returns its code, why in why. */
 static int fetch(const char *url, char *why, size_t whylen)
 {
@@ -239,6 +318,7 @@ int main(void)
     Suite *s = suite_create("imgurl");
     ifd_test_case(s, "imgurl", 30,
                   IFD_TESTS(test_check_list, test_host_allowed, test_parse, test_ssrf_ranges,
-                            test_fetch_refusals, test_images_check));
+                            test_resolve, test_check_redirect, test_fetch_refusals,
+                            test_images_check));
     return ifd_test_run(s);
 }

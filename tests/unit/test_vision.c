@@ -557,6 +557,80 @@ START_TEST(test_mmproj)
 }
 END_TEST
 
+/* The mmproj made by llama.cpp's own converter (tools/make_tiny_gemma3_gguf.py:
+ * convert_hf_to_gguf.py --mmproj of llama-cpp-python 0.3.36's llama.cpp, committed in
+ * gguf/): its metadata read as the
+ * tiny config's, its tower bit for bit the HF directory's (the same f32 weights), its features
+ * within 1e-5 of transformers' computed with the F16 mm.input_projection the converter stores
+ * (refs_gguf.safetensors' mmproj_features_i) and within that rounding of the f32 model's. */
+START_TEST(test_mmproj_llamacpp)
+{
+    char p[4200], err[512];
+    ifd_model_source_t *src = NULL;
+    const char *path = tiny("gguf/mmproj-tiny-gemma3-f32.gguf", p, sizeof p);
+    ck_assert_msg(ifd_model_source_open_mmproj(&src, path, err, sizeof err) == 0, "%s", err);
+    const ifd_vision_config_t *c = ifd_model_source_vision(src, NULL);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_uint_eq(c->image_size, 112);
+    ck_assert_uint_eq(c->patch_size, 14);
+    ck_assert_uint_eq(c->n_embd, 64);
+    ck_assert_uint_eq(c->n_ff, 96);
+    ck_assert_uint_eq(c->n_layer, 2);
+    ck_assert_uint_eq(c->n_head, 4);
+    ck_assert_uint_eq(c->text_embd, 64);
+    ck_assert_uint_eq(c->tokens_per_image, 16); /* clip.vision.projector.scale_factor 2 */
+    ck_assert(fabsf(c->eps - 1e-6f) < 1e-12f);
+    ifd_tensor_view_t tv;
+    ck_assert_int_eq(ifd_model_source_find(src, "mm.input_projection.weight", &tv), 0);
+    ck_assert_int_eq(tv.ggml_type, IFD_GGML_F16); /* the converter's forced type */
+    ck_assert_int_eq(ifd_model_source_find(src, "mm.soft_emb_norm.weight", &tv), 0);
+    ck_assert(!tv.add_one); /* the converter stored 1 + w */
+    ifd_backend_t *be = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 2), 0);
+    ifd_vision_t *vg = NULL, *vh = NULL;
+    ck_assert_msg(ifd_vision_load(&vg, src, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_source_close(src);
+    ifd_model_source_t *hf = open_src("");
+    ck_assert_msg(ifd_vision_load(&vh, hf, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_source_close(hf);
+    ifd_safetensors_t *st = open_refs(), *sg = NULL;
+    ck_assert_msg(ifd_safetensors_open(&sg, tiny("gguf/refs_gguf.safetensors", p, sizeof p), err,
+                                       sizeof err) == 0,
+                  "%s", err);
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        size_t npv, nf, nf2;
+        snprintf(name, sizeof name, "pixel_values_%d", i);
+        const float *pv = ref(st, name, &npv);
+        snprintf(name, sizeof name, "mmproj_features_%d", i);
+        const float *want = ref(sg, name, &nf);
+        snprintf(name, sizeof name, "features_%d", i);
+        const float *want_f32 = ref(st, name, &nf2);
+        ck_assert_uint_eq(nf, 16 * 64);
+        ck_assert_uint_eq(nf2, nf);
+        float *tg = malloc(64 * 64 * sizeof(float)), *th = malloc(64 * 64 * sizeof(float));
+        float *fg = malloc(nf * sizeof(float)), *fh = malloc(nf * sizeof(float));
+        ck_assert_int_eq(ifd_vision_encode(vg, pv, fg, tg), 0);
+        ck_assert_int_eq(ifd_vision_encode(vh, pv, fh, th), 0);
+        ck_assert(memcmp(tg, th, 64 * 64 * sizeof(float)) == 0);
+        const double e = max_rel(fg, want, nf), e32 = max_rel(fg, want_f32, nf),
+                     eh = max_rel(fh, want_f32, nf);
+        printf("llama.cpp mmproj image %d: features max rel err %.3g against transformers with "
+               "the F16 projection (bound 1e-5); %.3g against the f32 model's (the HF "
+               "directory: %.3g)\n",
+               i, e, e32, eh);
+        ck_assert_msg(e <= 1e-5, "image %d: %.3g", i, e);
+        ck_assert_msg(e32 <= 1e-2, "image %d: against f32 %.3g", i, e32);
+        free(tg), free(th), free(fg), free(fh);
+    }
+    ifd_safetensors_close(sg);
+    ifd_safetensors_close(st);
+    ifd_vision_destroy(vg);
+    ifd_vision_destroy(vh);
+    be->ops->destroy(be);
+}
+END_TEST
+
 /* Random weights (the benchmark's): a function of the seed only. */
 START_TEST(test_random)
 {
@@ -700,7 +774,8 @@ static Suite *vision_suite(void)
     ifd_test_case(s, "tiny", 120,
                   IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16, test_encode_phases,
                             test_pixels_from_png, test_text_model_loads, test_text_prefix_logits,
-                            test_mmproj, test_random, test_errors, test_bad_configs));
+                            test_mmproj, test_mmproj_llamacpp, test_random, test_errors,
+                            test_bad_configs));
     return s;
 }
 
