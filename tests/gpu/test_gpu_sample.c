@@ -605,7 +605,7 @@ static void logprob_large(int V, int n, const int *ks, int nk, int kind0)
         }
     }
     GT_EXPECT(bad == 0, "V=%d: %d rows of %d differ from the host's large logprobs", V, bad, n);
-    GT_EXPECT(checked >= n / 2, "V=%d: only %d rows of %d scored", V, checked, n);
+    GT_EXPECT(bad || checked >= n / 2, "V=%d: only %d rows of %d scored", V, checked, n);
     gt_note("V=%d: %d rows with top k up to %d / listed ids, equal to the host's", V, n, V);
     ifd_sampler_destroy(smp);
     free(l), free(req), free(toks), free(order), free(got), free(room_id), free(want_id);
