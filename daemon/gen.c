@@ -354,8 +354,8 @@ static bool ifd__live(const ifd_gen_t *g)
     return g->req.include_usage && g->req.continuous_usage;
 }
 
-static void ifd__lp_resolve(ifd_gen_t *g, ifd_arena_t *a, ifd_oai_logprob_t *lp,
-                            ifd__lpraw_t *raw, size_t n);
+static void ifd__lp_resolve(ifd_gen_t *g, ifd_arena_t *a, ifd_oai_logprob_t *lp, ifd__lpraw_t *raw,
+                            size_t n);
 
 /* Writes one chunk into out (loop, or the job that owns the stream): its
  * deferred alternatives decoded first (into its own arena). ECHO writes its
@@ -1089,8 +1089,8 @@ static void ifd__lp_decode(ifd_gen_t *g, ifd_arena_t *a, ifd_oai_logprob_t *l, i
 
 /* The deferred alternatives among lp[0 .. n) decoded into a (an arena its
  * caller owns: a chunk's, or a finished choice's). */
-static void ifd__lp_resolve(ifd_gen_t *g, ifd_arena_t *a, ifd_oai_logprob_t *lp,
-                            ifd__lpraw_t *raw, size_t n)
+static void ifd__lp_resolve(ifd_gen_t *g, ifd_arena_t *a, ifd_oai_logprob_t *lp, ifd__lpraw_t *raw,
+                            size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (raw[i].pending) {

@@ -1026,8 +1026,7 @@ static int64_t ifd__lp_count(const ifd_sample_row_t *r, int32_t V)
  * row with a negative top count, a sampled row that wants logprobs and has
  * nowhere to put them, or one whose entries pass the inline ones with too
  * little more_* room in its result. */
-static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, int32_t V,
-                          ifd__samp_count_t *n)
+static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, int32_t V, ifd__samp_count_t *n)
 {
     memset(n, 0, sizeof *n);
     for (int i = 0; i < n_rows; i++) {
@@ -1044,8 +1043,8 @@ static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, int32_t V,
             const ifd_sample_result_t *res = rows[i].result;
             if (c > IFD_CUDA_MAX_LOGPROBS &&
                 (!res->more_ids || !res->more_logprobs || res->more_cap < c)) {
-                IFD_ERROR("cuda backend: a row with %lld logprobs and room for %d",
-                          (long long)c, (int)res->more_cap);
+                IFD_ERROR("cuda backend: a row with %lld logprobs and room for %d", (long long)c,
+                          (int)res->more_cap);
                 return IFD_EINVAL;
             }
             n->n_more += c > IFD_CUDA_MAX_LOGPROBS ? (size_t)c : 0;
@@ -1079,8 +1078,8 @@ static int ifd__samp_reserve(ifd_backend_t *be, int n_rows, int32_t V,
                              (size_t)n_rows, sizeof *sp->h_sp)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_pr, (void **)&sp->d_pr, &sp->pr_cap,
                              (size_t)n_rows, sizeof *sp->h_pr)) ||
-        (rc = ifd__grow_pair(be, (void **)&sp->h_out, (void **)&sp->d_out, &sp->out_cap,
-                             out_bytes, 1)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_out, (void **)&sp->d_out, &sp->out_cap, out_bytes,
+                             1)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_lb, (void **)&sp->d_lb, &sp->bias_cap,
                              n->n_bias ? n->n_bias : 1, sizeof *sp->h_lb)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_mrow, (void **)&sp->d_mrow, &sp->mrow_cap,
@@ -1089,8 +1088,8 @@ static int ifd__samp_reserve(ifd_backend_t *be, int n_rows, int32_t V,
                              (size_t)(n->n_lp ? n->n_lp : 1), sizeof *sp->h_lq)) ||
         (n->n_ids && (rc = ifd__grow_pair(be, (void **)&sp->h_lpid, (void **)&sp->d_lpid,
                                           &sp->lpid_cap, n->n_ids, sizeof *sp->h_lpid))) ||
-        (n->n_mask && (rc = ifd__grow(be, (void **)&sp->d_mask, &sp->mask_bytes,
-                                      (size_t)n->n_mask * wbytes))) ||
+        (n->n_mask &&
+         (rc = ifd__grow(be, (void **)&sp->d_mask, &sp->mask_bytes, (size_t)n->n_mask * wbytes))) ||
         (n->n_raw && (rc = ifd__grow(be, (void **)&sp->d_raw, &sp->raw_bytes,
                                      (size_t)n->n_raw * (size_t)V * 4))))
         return rc;
@@ -1160,14 +1159,14 @@ static int ifd__samp_row(ifd_backend_t *be, const ifd_sample_row_t *rows, int i,
     q->top_p = 1.0f;
     if (!p) {
         if (rows[i].result) /* scoring: the raw row, not changed below */
-            sp->h_lq[f->n_lp++] = (ifd_cuda_logprob_req_t){
-                lg + (size_t)i * V,
-                rows[i].score_token < 0 ? V : rows[i].score_token,
-                i,
-                rows[i].score_top,
-                0,
-                NULL,
-                ifd__lp_more(sp, &rows[i], V, f)};
+            sp->h_lq[f->n_lp++] =
+                (ifd_cuda_logprob_req_t){lg + (size_t)i * V,
+                                         rows[i].score_token < 0 ? V : rows[i].score_token,
+                                         i,
+                                         rows[i].score_top,
+                                         0,
+                                         NULL,
+                                         ifd__lp_more(sp, &rows[i], V, f)};
         return 0;
     }
     *q = (ifd_cuda_sample_params_t){p->temperature, p->top_k, p->top_p, p->min_p, p->seed,

@@ -1787,8 +1787,8 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
         const int32_t pk = s->plp_top < V ? s->plp_top : V;
         for (int32_t i = 0; i < s->plp_rows; i++, r++) {
             e->s_hist[r] = (ifd_sampler_history_t){NULL, 0, NULL, 0};
-            e->s_rows[r] = (ifd_sample_row_t){NULL,          &e->s_hist[r], 0, &e->s_res[r],
-                                              s->tokens[s->plp_next + i], s->plp_top};
+            e->s_rows[r] = (ifd_sample_row_t){
+                NULL, &e->s_hist[r], 0, &e->s_res[r], s->tokens[s->plp_next + i], s->plp_top};
             e->s_res[r] = (ifd_sample_result_t){0};
             if (pk > IFD_SAMPLER_INLINE_LOGPROBS) {
                 e->s_res[r].more_ids = e->plp_ids + plp_off;

@@ -533,8 +533,7 @@ __global__ void __launch_bounds__(THREADS)
     const int k = R.n_ids > 0 ? R.n_ids : R.n_top < V ? R.n_top : V;
     const bool big = k > IFD_CUDA_MAX_LOGPROBS;
     const bool ok = tok >= 0 && tok < V && R.n_top >= 0 && R.n_ids >= 0 &&
-                    (R.n_ids == 0 || R.ids) &&
-                    (!big || (R.more && ((uintptr_t)R.more & 7u) == 0));
+                    (R.n_ids == 0 || R.ids) && (!big || (R.more && ((uintptr_t)R.more & 7u) == 0));
     for (int j = tid; j < IFD_CUDA_MAX_LOGPROBS; j += THREADS) {
         o->top_ids[j] = 0;
         o->top_logprobs[j] = 0.0f;

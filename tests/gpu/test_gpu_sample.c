@@ -410,8 +410,8 @@ static void logprob_batch(int V, int n, int kind0)
         toks[r] = r % 6 == 4 ? -1 : (int32_t)gt_rand_int(V); /* -1: a failed draw */
         const int n_top = r % 9 == 0 ? IFD_CUDA_MAX_LOGPROBS : (int)gt_rand_int(21);
         /* half the requests name their token, half read it from toks[] */
-        req[r] = (ifd_cuda_logprob_req_t){dl + (size_t)r * V, r % 2 ? toks[r] : -1, r, n_top, 0,
-                                          NULL, NULL};
+        req[r] = (ifd_cuda_logprob_req_t){
+            dl + (size_t)r * V, r % 2 ? toks[r] : -1, r, n_top, 0, NULL, NULL};
         if (toks[r] < 0) {
             want_rc[r] = IFD_EINVAL;
             continue;
@@ -516,9 +516,13 @@ static void logprob_large(int V, int n, const int *ks, int nk, int kind0)
             row[gt_rand_int(V)] = gt_rand_int(2) ? NAN : INFINITY;
         toks[r] = (int32_t)gt_rand_int(V);
         const int kr = ks[r % nk];
-        req[r] = (ifd_cuda_logprob_req_t){dl + (size_t)r * V, toks[r], r, kr < 0 ? 5 : kr, 0,
-                                          NULL, cnt[r] > IFD_CUDA_MAX_LOGPROBS ? dmore + off[r]
-                                                                               : NULL};
+        req[r] = (ifd_cuda_logprob_req_t){dl + (size_t)r * V,
+                                          toks[r],
+                                          r,
+                                          kr < 0 ? 5 : kr,
+                                          0,
+                                          NULL,
+                                          cnt[r] > IFD_CUDA_MAX_LOGPROBS ? dmore + off[r] : NULL};
         if (kr < 0) {
             for (int j = 0; j < -kr; j++)
                 ids[id0 + j] = j % 5 == 3 ? toks[r] : (int32_t)gt_rand_int(V);
@@ -548,8 +552,7 @@ static void logprob_large(int V, int n, const int *ks, int nk, int kind0)
         int wrc = ifd_sampler_logprobs(smp, row, toks[r], hk, &w);
         if (wrc) {
             if (g->token != -1)
-                bad++, printf("    V=%d row %d: scored (token %d), host refused\n", V, r,
-                              g->token);
+                bad++, printf("    V=%d row %d: scored (token %d), host refused\n", V, r, g->token);
             continue;
         }
         checked++;
@@ -569,8 +572,8 @@ static void logprob_large(int V, int n, const int *ks, int nk, int kind0)
                 want_id[j] = wi[j], want_lp[j] = wl[j];
                 if (order[j] != wi[j]) { /* the host against the full sort */
                     bad++;
-                    printf("    V=%d row %d k %d: host id %d at %d, sort %d\n", V, r, kr, wi[j],
-                           j, order[j]);
+                    printf("    V=%d row %d k %d: host id %d at %d, sort %d\n", V, r, kr, wi[j], j,
+                           order[j]);
                     break;
                 }
             }
@@ -629,11 +632,11 @@ static void logprob_refused(void)
     int32_t *dids = gt_dupload(ids, sizeof ids);
     ifd_cuda_lp_entry_t *dmore = gt_dalloc(64 * sizeof *dmore);
     ifd_cuda_logprob_req_t req[5] = {
-        {dl, 3, 0, 21, 0, NULL, NULL},      /* no room */
-        {dl, 3, 0, 0, 25, dids + 1, NULL},  /* no room */
-        {dl, 3, 0, 0, 10, dids, NULL},      /* ids[7] out of range */
-        {dl, 3, 0, -1, 0, NULL, NULL},      /* negative */
-        {dl, 3, 0, 40, 0, NULL, dmore},     /* fine: the control */
+        {dl, 3, 0, 21, 0, NULL, NULL},     /* no room */
+        {dl, 3, 0, 0, 25, dids + 1, NULL}, /* no room */
+        {dl, 3, 0, 0, 10, dids, NULL},     /* ids[7] out of range */
+        {dl, 3, 0, -1, 0, NULL, NULL},     /* negative */
+        {dl, 3, 0, 40, 0, NULL, dmore},    /* fine: the control */
     };
     ifd_cuda_logprob_req_t *dq = gt_dupload(req, sizeof req);
     ifd_cuda_logprob_t *dout = gt_dalloc_poison(5 * sizeof *dout), got[5];
