@@ -656,12 +656,17 @@ static void logprob_refused(void)
 static void test_logprobs_large(void)
 {
     /* k = 21 (the first past the inline 20), 64, 100; boundaries at the
-     * vocabulary (V - 1, V, V + 5); listed ids: 3 (inline), 21, 100 */
+     * vocabulary (V - 1, V, V + 5); listed ids: 3 (inline), 21, 100; then
+     * k in the thousands */
     const int ks_small[] = {21, 64, 100, 99, 100 + 5, -3, -21, -100, 20, 50};
     logprob_large(100, 20, ks_small, 10, 0);
     const int V1 = gt_small() ? 1000 : 32000;
     const int ks[] = {21, 64, 100, V1 - 1, V1, V1 + 5, -21, -100, 257, 1000};
     logprob_large(V1, 20, ks, 10, 3);
+    /* k past 1024: each thread runs several comparators of a sorting stage */
+    const int V2 = gt_small() ? 3001 : 151936;
+    const int ks2[] = {2049, V2, -2500, V2 / 2};
+    logprob_large(V2, 8, ks2, 4, 1);
     logprob_refused();
 }
 
