@@ -542,7 +542,8 @@ static void bench_sampling(void)
     cudaFree(S.c);
     ifd_cuda_logprob_req_t *q = calloc((size_t)rows, sizeof *q);
     for (int r = 0; r < rows; r++)
-        q[r] = (ifd_cuda_logprob_req_t){(const float *)S.b + (size_t)r * vocab, r, r, 20, 0};
+        q[r] = (ifd_cuda_logprob_req_t){
+            (const float *)S.b + (size_t)r * vocab, r, r, 20, 0, NULL, NULL};
     S.c = dupload(q, sizeof *q * rows);
     free(q);
     S.f = dalloc(sizeof(ifd_cuda_logprob_t) * (size_t)rows, 0);

@@ -59,6 +59,27 @@
  * that share the pool. */
 #define IFD__BUILD_INLINE_BYTES (64u << 10)
 
+/* A generated token's alternatives past this many (vLLM's max_logprobs
+ * above OpenAI's 20, up to the vocabulary) are kept as the worker sent them
+ * (ids and logprobs, a copy in the choice's arena) and decoded — each id's
+ * string looked up — where the chunk or the response is written
+ * (ifd__lp_resolve): on the thread pool when large. The loop's work per
+ * token is then a copy of the frame's decoded entries, no lookup. */
+#define IFD__LP_DEFER 20u
+
+/* A token with more deferred alternatives than this is never decoded on
+ * the loop: its chunk's estimate (16 bytes an alternative, ifd__lp_bytes)
+ * alone reaches IFD__BUILD_INLINE_BYTES, which sends it to the pool. */
+#define IFD__LP_LOOP_MAX (IFD__BUILD_INLINE_BYTES / 16u)
+
+/* One deferred token's alternatives (parallel to a choice's lp entries). */
+typedef struct {
+    const ifd_wire_top_t *top; /* the worker's entries, in the choice's lpa */
+    uint32_t n;
+    int32_t token; /* the sampled token (logprob_token_ids: first, once) */
+    bool pending;  /* not decoded yet: the entry's top is NULL until then */
+} ifd__lpraw_t;
+
 /* One prompt's logprobs: positions 1 .. n of n_prompt - 1 (v), and the
  * completions echo form over all n_prompt tokens once complete (echo_lp);
  * then, once, their JSON: vLLM's prompt_logprobs array (json) and the echo
@@ -83,6 +104,7 @@ typedef struct {
     bool cut;           /* done at max_tokens */
     uint32_t cached;
     ifd_oai_logprob_t *lp;
+    ifd__lpraw_t *raw; /* [cap_lp]: lp[i]'s deferred alternatives (IFD__LP_DEFER) */
     size_t n_lp, cap_lp, lp_sent;
     /* the alternatives and token strings of lp's entries; a stream's chunk
      * takes it with the entries it carries (ifd__queue), so a stream holds
@@ -141,6 +163,7 @@ struct ifd_gen {
     /* non-streamed: the response's size (max_response_bytes, read at start) */
     uint64_t size_limit;      /* 0: none (streams) */
     uint64_t size_min;        /* what the answer must hold so far (ifd_oai_*_min_bytes) */
+    uint64_t lp_deferred;     /* alternatives kept undecoded so far (ifd__add_logprob) */
     struct ifd__build *build; /* while the response is written on the thread pool (arena) */
 
     ifd_textout_rules_t rules; /* every choice's text obeys them (ifd__start) */
@@ -307,6 +330,7 @@ typedef struct ifd__op {
     ifd_arena_t lpa;      /* its logprobs' alternatives and strings (the choice's) */
     char *text;           /* copies (malloc) */
     ifd_oai_logprob_t *lp;
+    ifd__lpraw_t *raw; /* lp's deferred alternatives (NULL: none), decoded by ifd__op_run */
     int32_t *ids;
     uint64_t est; /* about its bytes (ifd__lp_bytes) */
 } ifd__op_t;
@@ -318,6 +342,7 @@ static void ifd__op_free(ifd__op_t *op)
         ifd_arena_close(&op->lpa);
         free(op->text);
         free(op->lp);
+        free(op->raw);
         free(op->ids);
         free(op);
         op = next;
@@ -329,11 +354,17 @@ static bool ifd__live(const ifd_gen_t *g)
     return g->req.include_usage && g->req.continuous_usage;
 }
 
-/* Writes one chunk into out (loop, or the job that owns the stream).
- * ECHO writes its prompt's logprobs prefix first, once for the prompt's
- * choices. 0 or the ifd_oai_stream_* error. */
+static void ifd__lp_resolve(ifd_gen_t *g, ifd_arena_t *a, ifd_oai_logprob_t *lp, ifd__lpraw_t *raw,
+                            size_t n);
+
+/* Writes one chunk into out (loop, or the job that owns the stream): its
+ * deferred alternatives decoded first (into its own arena). ECHO writes its
+ * prompt's logprobs prefix first, once for the prompt's choices. 0 or the
+ * ifd_oai_stream_* error. */
 static int ifd__op_run(ifd_gen_t *g, ifd__op_t *op, ifd_buf_t *out)
 {
+    if (op->raw)
+        ifd__lp_resolve(g, &op->lpa, op->lp, op->raw, op->oc.n_logprobs);
     ifd_oai_choice_t oc = op->oc;
     if (op->kind == IFD__OP_ECHO && ifd__echo_lp(g)) {
         ifd__plp_t *P = &g->plp[op->prompt];
@@ -497,10 +528,13 @@ static void ifd__overflow(ifd_gen_t *g)
 
 /* About the bytes a token's logprobs take in a chunk, alternatives
  * included (ifd_oai_token_min_bytes counts none for completions, whose
- * dict may merge keys: a bound, not the size this decision needs). */
-static uint64_t ifd__lp_bytes(const ifd_oai_logprob_t *lp)
+ * dict may merge keys: a bound, not the size this decision needs);
+ * deferred ones (raw, may be NULL) 16 bytes each, their text unknown yet. */
+static uint64_t ifd__lp_bytes(const ifd_oai_logprob_t *lp, const ifd__lpraw_t *raw)
 {
     uint64_t n = 32 + (uint64_t)lp->len;
+    if (raw && raw->pending)
+        return n + 16 * (uint64_t)raw->n;
     for (size_t k = 0; k < lp->n_top; k++)
         n += 16 + (uint64_t)lp->top[k].len;
     return n;
@@ -529,8 +563,15 @@ static int ifd__queue(ifd_gen_t *g, ifd__op_kind_t kind, const ifd_oai_choice_t 
         if (!(op->lp = malloc(oc->n_logprobs * sizeof *op->lp)))
             goto oom;
         memcpy(op->lp, oc->logprobs, oc->n_logprobs * sizeof *op->lp);
+        /* the deferred alternatives of c's entries (oc->logprobs is in c->lp) */
+        const ifd__lpraw_t *raw = c && c->raw ? c->raw + (oc->logprobs - c->lp) : NULL;
+        if (raw) {
+            if (!(op->raw = malloc(oc->n_logprobs * sizeof *op->raw)))
+                goto oom;
+            memcpy(op->raw, raw, oc->n_logprobs * sizeof *op->raw);
+        }
         for (size_t i = 0; i < oc->n_logprobs; i++)
-            op->est += ifd__lp_bytes(&op->lp[i]);
+            op->est += ifd__lp_bytes(&op->lp[i], raw ? &raw[i] : NULL);
     }
     op->oc.logprobs = op->lp;
     if (oc->n_token_ids) {
@@ -544,7 +585,7 @@ static int ifd__queue(ifd_gen_t *g, ifd__op_kind_t kind, const ifd_oai_choice_t 
     if (kind == IFD__OP_ECHO && ifd__echo_lp(g)) {
         const ifd_oai_logprob_t *lp = ifd__echo_logprobs(g, oc->index / g->req.n);
         for (size_t i = 0; lp && i < g->ptoks[oc->index / g->req.n].n; i++)
-            op->est += ifd__lp_bytes(&lp[i]);
+            op->est += ifd__lp_bytes(&lp[i], NULL);
     }
     op->prompt = oc->index / g->req.n;
     if (ifd__live(g))
@@ -991,6 +1032,86 @@ static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_p
         ifd__unhold(c); /* may free g: nothing after */
 }
 
+#ifdef IFD_TEST_HOOKS
+/* INFERD_TEST_LP_OFF_LOOP=1: the daemon aborts when the loop's thread
+ * decodes a token with more than IFD__LP_LOOP_MAX alternatives — an
+ * integration test's proof that such decoding happens on the pool only. */
+static uv_thread_t ifd__loop_thread;
+static bool ifd__loop_thread_set;
+
+static void ifd__test_lp_off_loop(uint32_t n)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("INFERD_TEST_LP_OFF_LOOP");
+        on = v && *v && strcmp(v, "0") != 0;
+    }
+    if (!on || n <= IFD__LP_LOOP_MAX || !ifd__loop_thread_set)
+        return;
+    uv_thread_t self = uv_thread_self();
+    if (uv_thread_equal(&self, &ifd__loop_thread)) {
+        IFD_ERROR("test hook: %u alternatives decoded on the event loop", n);
+        abort();
+    }
+}
+#endif
+
+/* A token's alternatives as the response shows them: ev's top entries, or
+ * with logprob_token_ids vLLM's dict — the sampled token first, then the
+ * ids asked for (the sampled one once), all of them — their strings in a.
+ * l->top / n_top set; left empty on OOM. */
+static void ifd__lp_decode(ifd_gen_t *g, ifd_arena_t *a, ifd_oai_logprob_t *l, int32_t token,
+                           const ifd_wire_top_t *src, uint32_t n_src)
+{
+    const bool ids = g->req.n_logprob_token_ids > 0;
+    if (!n_src && !ids)
+        return;
+#ifdef IFD_TEST_HOOKS
+    ifd__test_lp_off_loop(n_src);
+#endif
+    ifd_oai_top_logprob_t *top = ifd_arena_calloc(a, n_src + 1, sizeof *top);
+    if (!top)
+        return;
+    size_t k = 0;
+    if (ids)
+        top[k++] = (ifd_oai_top_logprob_t){l->bytes, l->bytes ? l->len : 0, l->logprob};
+    for (uint32_t i = 0; i < n_src; i++) {
+        if (ids && src[i].token == token)
+            continue;
+        top[k].bytes = ifd__lp_token(g, a, src[i].token, &top[k].len);
+        if (!top[k].bytes)
+            top[k].len = 0;
+        top[k++].logprob = src[i].logprob;
+    }
+    l->top = top;
+    l->n_top = ids || g->req.top_logprobs > k ? k : g->req.top_logprobs;
+}
+
+/* The deferred alternatives among lp[0 .. n) decoded into a (an arena its
+ * caller owns: a chunk's, or a finished choice's). */
+static void ifd__lp_resolve(ifd_gen_t *g, ifd_arena_t *a, ifd_oai_logprob_t *lp, ifd__lpraw_t *raw,
+                            size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (raw[i].pending) {
+            ifd__lp_decode(g, a, &lp[i], raw[i].token, raw[i].top, raw[i].n);
+            raw[i].pending = false;
+        }
+}
+
+/* What one alternative adds at least to a chat token's entry
+ * (ifd_oai_token_min_bytes' own count, for an alternative of empty text). */
+static uint64_t ifd__min_alt_bytes(ifd_oai_kind_t kind)
+{
+    static const ifd_oai_top_logprob_t empty = {"", 0, 0.0f};
+    const ifd_oai_logprob_t none = {"", 0, 0.0f, NULL, 0, false};
+    const ifd_oai_logprob_t one = {"", 0, 0.0f, &empty, 1, false};
+    return ifd_oai_token_min_bytes(kind, &one) - ifd_oai_token_min_bytes(kind, &none);
+}
+
+/* A generated token's logprob entry: its string now; its alternatives now
+ * when few, else kept as sent (a copy of the frame's entries, no lookup)
+ * and decoded where its chunk or the response is written. */
 static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
 {
     ifd_gen_t *g = c->g;
@@ -1000,36 +1121,35 @@ static void ifd__add_logprob(ifd__choice_t *c, const ifd_wire_token_t *ev)
         if (!v)
             return;
         c->lp = v;
+        ifd__lpraw_t *r = realloc(c->raw, cap * sizeof *r);
+        if (!r)
+            return;
+        c->raw = r;
         c->cap_lp = cap;
     }
     ifd_oai_logprob_t *l = &c->lp[c->n_lp];
+    ifd__lpraw_t *raw = &c->raw[c->n_lp];
     memset(l, 0, sizeof *l);
+    memset(raw, 0, sizeof *raw);
     l->bytes = ifd__lp_token(g, &c->lpa, ev->token, &l->len);
     l->logprob = ev->logprob;
-    /* logprob_token_ids: vLLM's dict — the sampled token first, then the
-     * ids asked for (the sampled one once), all of them */
     const bool ids = g->req.n_logprob_token_ids > 0;
-    if (ev->n_top || ids) {
-        ifd_oai_top_logprob_t *top = ifd_arena_calloc(&c->lpa, ev->n_top + 1, sizeof *top);
-        size_t k = 0;
-        if (top && ids)
-            top[k++] = (ifd_oai_top_logprob_t){l->bytes, l->bytes ? l->len : 0, ev->logprob};
-        for (uint32_t i = 0; top && i < ev->n_top; i++) {
-            if (ids && ev->top[i].token == ev->token)
-                continue;
-            top[k].bytes = ifd__lp_token(g, &c->lpa, ev->top[i].token, &top[k].len);
-            if (!top[k].bytes)
-                top[k].len = 0;
-            top[k++].logprob = ev->top[i].logprob;
+    uint64_t alts_min = 0; /* alternatives it surely shows, while deferred */
+    if (ev->n_top > IFD__LP_DEFER) {
+        ifd_wire_top_t *copy = ifd_arena_alloc(&c->lpa, ev->n_top * sizeof *copy);
+        if (copy) {
+            memcpy(copy, ev->top, ev->n_top * sizeof *copy);
+            *raw = (ifd__lpraw_t){copy, ev->n_top, ev->token, true};
+            g->lp_deferred += ev->n_top;
+            alts_min = ids ? 1 : ev->n_top < g->req.top_logprobs ? ev->n_top : g->req.top_logprobs;
         }
-        if (top) {
-            l->top = top;
-            l->n_top = ids || g->req.top_logprobs > k ? k : g->req.top_logprobs;
-        }
+    } else {
+        ifd__lp_decode(g, &c->lpa, l, ev->token, ev->top, ev->n_top);
     }
     if (l->bytes) {
         c->n_lp++;
-        g->size_min += ifd_oai_token_min_bytes(g->api_kind, l);
+        g->size_min +=
+            ifd_oai_token_min_bytes(g->api_kind, l) + alts_min * ifd__min_alt_bytes(g->api_kind);
     }
 }
 
@@ -1339,6 +1459,12 @@ static void ifd__build_cb(uv_work_t *w)
     struct ifd__build *b = w->data;
     ifd_gen_t *g = b->g;
     int rc = 0;
+    for (uint32_t i = 0; i < g->n_choices; i++) { /* deferred alternatives (done: the loop no
+                                                   * longer adds to the choices) */
+        ifd__choice_t *c = &g->ch[i];
+        if (c->raw)
+            ifd__lp_resolve(g, &c->lpa, c->lp, c->raw, c->n_lp);
+    }
     for (size_t p = 0; g->plp && p < g->n_prompts && !rc; p++) {
         ifd__plp_t *P = &g->plp[p];
         const ifd_oai_choice_t *first = &b->oc[p * g->req.n];
@@ -1420,7 +1546,9 @@ static void ifd__build_response(ifd_gen_t *g, const ifd_oai_usage_t *u)
     b->oc = oc;
     b->work.data = b;
     g->build = b;
-    uint64_t est = g->size_min; /* the logprobs and prompt logprobs, at least */
+    /* the logprobs and prompt logprobs, at least; deferred alternatives at
+     * 16 bytes each (completions' minimum counts none) */
+    uint64_t est = g->size_min + 16 * g->lp_deferred;
     for (uint32_t i = 0; i < g->n_choices; i++)
         est += oc[i].text_len;
     if (est >= IFD__BUILD_INLINE_BYTES &&
@@ -1491,7 +1619,8 @@ static size_t ifd__footprint(const ifd_gen_t *g)
 {
     size_t n = g->arena.total + g->out.cap;
     for (uint32_t i = 0; i < g->n_choices; i++)
-        n += g->ch[i].cap_lp * sizeof *g->ch[i].lp + g->ch[i].text.text.cap + g->ch[i].lpa.total;
+        n += g->ch[i].cap_lp * (sizeof *g->ch[i].lp + sizeof *g->ch[i].raw) +
+             g->ch[i].text.text.cap + g->ch[i].lpa.total;
     n += g->sarena.total + g->cjob.out.cap;
     for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
         const ifd__plp_t *P = &g->plp[p];
@@ -1532,6 +1661,7 @@ static void ifd__gen_free(ifd_gen_t *g)
         ifd_textout_close(&c->text);
         ifd_arena_close(&c->lpa);
         free(c->lp);
+        free(c->raw);
         ifd_tokens_free(&c->ids);
     }
     if (g->ptoks)
@@ -2320,6 +2450,12 @@ void ifd_gen_handle(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t
         ifd_reply_errorf(c, 500, NULL, NULL, "Out of memory.");
         return;
     }
+#ifdef IFD_TEST_HOOKS
+    if (!ifd__loop_thread_set) { /* ifd__test_lp_off_loop: this is the loop's thread */
+        ifd__loop_thread = uv_thread_self();
+        ifd__loop_thread_set = true;
+    }
+#endif
     g->api = api;
     g->kind = kind == IFD_OAI_RESPONSES ? IFD_OAI_CHAT : kind;
     g->api_kind = kind;

@@ -180,12 +180,14 @@ typedef struct {
  * empty), and the position of the token to sample. A row with a
  * constraint has its mask computed on the host (ifd_constraint_mask, which
  * advances the constraint) and applied on the device; a row with
- * params->n_logprobs in 0..IFD_SAMPLER_INLINE_LOGPROBS (more: IFD_EINVAL,
- * sampled on the host) needs `result`, where its logprobs come back
- * (the whole ifd_sample_result_t as ifd_sampler_sample fills it).
- * params NULL and result NULL: skip this row. params NULL and result set:
- * a scoring row (prompt logprobs): the raw logprobs of score_token with
- * score_top (0..IFD_SAMPLER_INLINE_LOGPROBS) alternatives into result, as
+ * params->n_logprobs >= 0 (any top k, or its logprob_token_ids) needs
+ * `result`, where its logprobs come back (the whole ifd_sample_result_t as
+ * ifd_sampler_sample fills it; entries past IFD_SAMPLER_INLINE_LOGPROBS go
+ * into the result's more_* room, which the caller sets to hold them — too
+ * little: IFD_EINVAL). params NULL and result NULL: skip this row. params
+ * NULL and result set: a scoring row (prompt logprobs): the raw logprobs of
+ * score_token with score_top (>= 0; past IFD_SAMPLER_INLINE_LOGPROBS into
+ * the more_* room likewise) alternatives into result, as
  * ifd_sampler_logprobs computes them; nothing is sampled. All borrowed for
  * the call. */
 typedef struct {

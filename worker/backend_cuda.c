@@ -114,9 +114,14 @@ typedef struct {
     size_t lq_cap;
     float *d_raw;
     size_t raw_bytes;
-    /* what comes back: the tokens [n_rows], then the logprobs [n_lp] */
+    /* logprob_token_ids of the scored rows, one after another */
+    int32_t *h_lpid, *d_lpid;
+    size_t lpid_cap;
+    /* what comes back: the tokens [n_rows], then the logprobs [n_lp], then
+     * at more_off the entries of the rows with more than
+     * IFD_CUDA_MAX_LOGPROBS (ifd_cuda_lp_entry_t, each row's in turn) */
     unsigned char *h_out, *d_out;
-    size_t out_cap;
+    size_t out_cap, more_off;
 } ifd__samp_t;
 
 typedef struct {
@@ -200,6 +205,7 @@ static void ifd__samp_free(ifd__samp_t *sp)
     free(sp->counts);
     free(sp->h_mrow);
     free(sp->h_lq);
+    free(sp->h_lpid);
     free(sp->h_out);
     (void)cudaFree(sp->d_sp);
     (void)cudaFree(sp->d_pr);
@@ -208,6 +214,7 @@ static void ifd__samp_free(ifd__samp_t *sp)
     (void)cudaFree(sp->d_mrow);
     (void)cudaFree(sp->d_mask);
     (void)cudaFree(sp->d_lq);
+    (void)cudaFree(sp->d_lpid);
     (void)cudaFree(sp->d_raw);
     (void)cudaFree(sp->d_out);
     memset(sp, 0, sizeof *sp);
@@ -905,8 +912,8 @@ static int ifd__cuda_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act
 /* ---- sampling ------------------------------------------------------------- */
 
 /* The logprobs kernel writes ifd_sample_result_t's layout up to its
- * caller-owned more_* room (top k past IFD_SAMPLER_INLINE_LOGPROBS, which
- * the engine scores on the host). */
+ * caller-owned more_* room (entries past IFD_SAMPLER_INLINE_LOGPROBS come
+ * back as (id, logprob) pairs, copied into that room after the download). */
 _Static_assert(sizeof(ifd_cuda_logprob_t) == offsetof(ifd_sample_result_t, more_ids) &&
                    offsetof(ifd_cuda_logprob_t, top_ids) ==
                        offsetof(ifd_sample_result_t, top_ids) &&
@@ -1000,39 +1007,52 @@ static int ifd__upload_masks(ifd_backend_t *be, const ifd_sample_row_t *rows, in
 typedef struct {
     size_t n_bias, n_hist;
     int n_mask, n_lp, n_raw;
-    bool any_pen; /* filled: some row has a bias or a penalty history */
+    size_t n_more, n_ids; /* entries past the inline ones; logprob_token_ids */
+    bool any_pen;         /* filled: some row has a bias or a penalty history */
 } ifd__samp_count_t;
 
-/* The first pass: the sizes of every row's parts. IFD_EINVAL for a scoring
- * row asking for more alternatives than the sampler gives, a sampled row
- * that wants logprobs and has nowhere to put them, or one that wants
- * logprob_token_ids (the engine samples those on the host). */
-static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, ifd__samp_count_t *n)
+/* The entries of a scored row's result: its logprob_token_ids, or its top
+ * min(k, V) (a scoring row's score_top, a sampled row's n_logprobs). */
+static int64_t ifd__lp_count(const ifd_sample_row_t *r, int32_t V)
+{
+    const ifd_sampling_params_t *p = r->params;
+    if (p && p->n_lp_ids)
+        return p->n_lp_ids;
+    const int64_t k = p ? p->n_logprobs : r->score_top;
+    return k < V ? k : V;
+}
+
+/* The first pass: the sizes of every row's parts. IFD_EINVAL for a scored
+ * row with a negative top count, a sampled row that wants logprobs and has
+ * nowhere to put them, or one whose entries pass the inline ones with too
+ * little more_* room in its result. */
+static int ifd__samp_need(const ifd_sample_row_t *rows, int n_rows, int32_t V, ifd__samp_count_t *n)
 {
     memset(n, 0, sizeof *n);
     for (int i = 0; i < n_rows; i++) {
         const ifd_sampling_params_t *p = rows[i].params;
         const ifd_sampler_history_t *h = rows[i].hist;
-        if (!p) {
-            if (rows[i].result) {
-                if (rows[i].score_top < 0 || rows[i].score_top > IFD_SAMPLER_INLINE_LOGPROBS)
-                    return IFD_EINVAL;
-                n->n_lp++;
+        if (p ? p->n_logprobs >= 0 : rows[i].result != NULL) {
+            if (!rows[i].result) {
+                IFD_ERROR("cuda backend: a row with logprobs and nowhere to put them");
+                return IFD_EINVAL;
             }
+            if (!p && rows[i].score_top < 0)
+                return IFD_EINVAL;
+            const int64_t c = ifd__lp_count(&rows[i], V);
+            const ifd_sample_result_t *res = rows[i].result;
+            if (c > IFD_CUDA_MAX_LOGPROBS &&
+                (!res->more_ids || !res->more_logprobs || res->more_cap < c)) {
+                IFD_ERROR("cuda backend: a row with %lld logprobs and room for %d", (long long)c,
+                          (int)res->more_cap);
+                return IFD_EINVAL;
+            }
+            n->n_more += c > IFD_CUDA_MAX_LOGPROBS ? (size_t)c : 0;
+            n->n_ids += p ? p->n_lp_ids : 0;
+        }
+        if (!p) {
+            n->n_lp += rows[i].result != NULL;
             continue;
-        }
-        if (p->n_logprobs >= 0 && !rows[i].result) {
-            IFD_ERROR("cuda backend: a row with logprobs and nowhere to put them");
-            return IFD_EINVAL;
-        }
-        if (p->n_logprobs >= 0 && p->n_lp_ids) { /* ifd_cuda_logprobs gives the top k only */
-            IFD_ERROR("cuda backend: a row with logprob_token_ids (sampled on the host)");
-            return IFD_EINVAL;
-        }
-        if (p->n_logprobs > IFD_CUDA_MAX_LOGPROBS) { /* likewise: the engine's host path */
-            IFD_ERROR("cuda backend: a row with %d top logprobs (sampled on the host)",
-                      (int)p->n_logprobs);
-            return IFD_EINVAL;
         }
         n->n_bias += p->n_logit_bias;
         if (h && ifd__penalties_on(p))
@@ -1058,16 +1078,18 @@ static int ifd__samp_reserve(ifd_backend_t *be, int n_rows, int32_t V,
                              (size_t)n_rows, sizeof *sp->h_sp)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_pr, (void **)&sp->d_pr, &sp->pr_cap,
                              (size_t)n_rows, sizeof *sp->h_pr)) ||
-        (rc = ifd__grow_pair(be, (void **)&sp->h_out, (void **)&sp->d_out, &sp->out_cap,
-                             out_bytes, 1)) ||
+        (rc = ifd__grow_pair(be, (void **)&sp->h_out, (void **)&sp->d_out, &sp->out_cap, out_bytes,
+                             1)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_lb, (void **)&sp->d_lb, &sp->bias_cap,
                              n->n_bias ? n->n_bias : 1, sizeof *sp->h_lb)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_mrow, (void **)&sp->d_mrow, &sp->mrow_cap,
                              (size_t)(n->n_mask ? n->n_mask : 1), sizeof *sp->h_mrow)) ||
         (rc = ifd__grow_pair(be, (void **)&sp->h_lq, (void **)&sp->d_lq, &sp->lq_cap,
                              (size_t)(n->n_lp ? n->n_lp : 1), sizeof *sp->h_lq)) ||
-        (n->n_mask && (rc = ifd__grow(be, (void **)&sp->d_mask, &sp->mask_bytes,
-                                      (size_t)n->n_mask * wbytes))) ||
+        (n->n_ids && (rc = ifd__grow_pair(be, (void **)&sp->h_lpid, (void **)&sp->d_lpid,
+                                          &sp->lpid_cap, n->n_ids, sizeof *sp->h_lpid))) ||
+        (n->n_mask &&
+         (rc = ifd__grow(be, (void **)&sp->d_mask, &sp->mask_bytes, (size_t)n->n_mask * wbytes))) ||
         (n->n_raw && (rc = ifd__grow(be, (void **)&sp->d_raw, &sp->raw_bytes,
                                      (size_t)n->n_raw * (size_t)V * 4))))
         return rc;
@@ -1105,6 +1127,19 @@ static void ifd__samp_hist(ifd__samp_t *sp, const ifd_sampler_history_t *h, int3
         }
 }
 
+/* Where a scored row's entries past the inline ones go on the device (the
+ * next f->n_more of the download's tail), or NULL when they stay inline. */
+static ifd_cuda_lp_entry_t *ifd__lp_more(ifd__samp_t *sp, const ifd_sample_row_t *r, int32_t V,
+                                         ifd__samp_count_t *f)
+{
+    const int64_t c = ifd__lp_count(r, V);
+    if (c <= IFD_CUDA_MAX_LOGPROBS)
+        return NULL;
+    ifd_cuda_lp_entry_t *m = (ifd_cuda_lp_entry_t *)(sp->d_out + sp->more_off) + f->n_more;
+    f->n_more += (size_t)c;
+    return m;
+}
+
 /* The second pass for row i: its kernel parameters, penalty row, bias
  * entries, history, mask index and logprob request (raw logprobs of a row
  * that bias, penalties or a mask change are scored from a copy made now,
@@ -1124,9 +1159,14 @@ static int ifd__samp_row(ifd_backend_t *be, const ifd_sample_row_t *rows, int i,
     q->top_p = 1.0f;
     if (!p) {
         if (rows[i].result) /* scoring: the raw row, not changed below */
-            sp->h_lq[f->n_lp++] = (ifd_cuda_logprob_req_t){
-                lg + (size_t)i * V, rows[i].score_token < 0 ? V : rows[i].score_token, i,
-                rows[i].score_top, 0};
+            sp->h_lq[f->n_lp++] =
+                (ifd_cuda_logprob_req_t){lg + (size_t)i * V,
+                                         rows[i].score_token < 0 ? V : rows[i].score_token,
+                                         i,
+                                         rows[i].score_top,
+                                         0,
+                                         NULL,
+                                         ifd__lp_more(sp, &rows[i], V, f)};
         return 0;
     }
     *q = (ifd_cuda_sample_params_t){p->temperature, p->top_k, p->top_p, p->min_p, p->seed,
@@ -1156,7 +1196,14 @@ static int ifd__samp_row(ifd_backend_t *be, const ifd_sample_row_t *rows, int i,
                                     c->stream));
             x = dst;
         }
-        sp->h_lq[f->n_lp++] = (ifd_cuda_logprob_req_t){x, -1, i, p->n_logprobs, 0};
+        const int32_t *ids = NULL;
+        if (p->n_lp_ids) { /* logprob_token_ids: uploaded with the requests */
+            memcpy(sp->h_lpid + f->n_ids, p->lp_ids, p->n_lp_ids * sizeof *p->lp_ids);
+            ids = sp->d_lpid + f->n_ids;
+            f->n_ids += p->n_lp_ids;
+        }
+        sp->h_lq[f->n_lp++] = (ifd_cuda_logprob_req_t){
+            x, -1, i, p->n_logprobs, (int32_t)p->n_lp_ids, ids, ifd__lp_more(sp, &rows[i], V, f)};
     }
     return 0;
 }
@@ -1188,6 +1235,9 @@ static int ifd__samp_launch(ifd_backend_t *be, const ifd_sample_row_t *rows, int
         return rc;
     if ((rc = ifd_cuda_sample(d_tok, lg, sp->d_sp, n_rows, V, c->stream)))
         return rc;
+    if (f->n_ids &&
+        (rc = ifd__cuda_upload(be, sp->d_lpid, sp->h_lpid, f->n_ids * sizeof *sp->h_lpid)))
+        return rc;
     if (nl && ((rc = ifd__cuda_upload(be, sp->d_lq, sp->h_lq, (size_t)nl * sizeof *sp->h_lq)) ||
                (rc = ifd_cuda_logprobs(d_lp, sp->d_lq, d_tok, nl, V, c->stream))))
         return rc;
@@ -1215,12 +1265,15 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
     /* sizes first: the bias entries and the history ids of every row, the
      * masks, the scored rows and the raw copies among them */
     ifd__samp_count_t need;
-    if ((rc = ifd__samp_need(rows, n_rows, &need)))
+    if ((rc = ifd__samp_need(rows, n_rows, V, &need)))
         return rc;
     const size_t lp_off = ((size_t)n_rows * 4 + 15) & ~(size_t)15;
-    const size_t out_bytes = lp_off + (size_t)need.n_lp * sizeof(ifd_cuda_logprob_t);
+    const size_t more_off =
+        (lp_off + (size_t)need.n_lp * sizeof(ifd_cuda_logprob_t) + 15) & ~(size_t)15;
+    const size_t out_bytes = more_off + need.n_more * sizeof(ifd_cuda_lp_entry_t);
     if ((rc = ifd__samp_reserve(be, n_rows, V, &need, out_bytes)))
         return rc;
+    sp->more_off = more_off;
     /* the rows */
     ifd__samp_count_t got;
     memset(&got, 0, sizeof got);
@@ -1242,16 +1295,23 @@ static int ifd__cuda_sample(ifd_backend_t *be, int32_t *tokens, ifd_act_t *logit
         return rc;
     const int32_t *h_tok = (const int32_t *)sp->h_out;
     const ifd_cuda_logprob_t *h_lp = (const ifd_cuda_logprob_t *)(sp->h_out + lp_off);
+    const ifd_cuda_lp_entry_t *h_more = (const ifd_cuda_lp_entry_t *)(sp->h_out + more_off);
     for (int i = 0, j = 0; i < n_rows; i++) {
         const ifd_sample_row_t *r = &rows[i];
         if (r->params)
             tokens[i] = h_tok[i];
         if (!(r->params ? r->params->n_logprobs >= 0 : r->result != NULL))
             continue;
-        r->result->more_ids = NULL; /* the device's top k is inline */
-        r->result->more_logprobs = NULL;
-        r->result->more_cap = 0;
+        /* the inline part (the result's more_* room stays the caller's) */
         memcpy(r->result, &h_lp[j++], sizeof h_lp[0]);
+        const int64_t c = ifd__lp_count(r, V);
+        if (c > IFD_CUDA_MAX_LOGPROBS) { /* the pairs into the caller's room */
+            for (int64_t e = 0; r->result->token >= 0 && e < c; e++) {
+                r->result->more_ids[e] = h_more[e].id;
+                r->result->more_logprobs[e] = h_more[e].logprob;
+            }
+            h_more += c;
+        }
         if (r->params && r->result->token >= 0 && r->result->token != h_tok[i])
             r->result->token = -1; /* cannot happen: the scored token is the drawn one */
     }

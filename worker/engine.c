@@ -1753,11 +1753,15 @@ static bool ifd__is_stop(const ifd_engine_t *e, const ifd__seq_t *s, int32_t tok
     return false;
 }
 
+static int ifd__plp_dev_room(ifd_engine_t *e, int n_sched);
+
 /* The forward pass of the step's batch: with device sampling where the
  * model offers it (e->s_tok[row] = the token, or IFD_MODEL_SAMPLE_ON_HOST
  * for rows whose logits came back; e->s_res[row] = the logprobs of a
- * device row that asked for them, prompt-logprob rows included), else
- * logits for every row. Grammar rows go to the device too (their masks are
+ * device row that asked for them, prompt-logprob rows included — any top
+ * k and logprob_token_ids, entries past the inline ones in the sequence's
+ * room or, for prompt rows, in e->plp_ids / plp_lps), else logits for
+ * every row. Grammar rows go to the device too (their masks are
  * computed there from the same constraint; allowed sets too), except under
  * min_tokens, where the host retries without the suppressing bias when the
  * grammar or the allowed set allows nothing else (ifd__sample_seq), which
@@ -1770,20 +1774,28 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
             e->s_tok[r] = IFD_MODEL_SAMPLE_ON_HOST;
         return e->model.forward(e->model.ctx, b, e->logits);
     }
+    int rc = ifd__plp_dev_room(e, n_sched);
+    if (rc)
+        return rc;
     int r = 0;
+    size_t plp_off = 0;
+    const int32_t V = e->model.n_vocab;
     for (int k = 0; k < n_sched; k++) {
         ifd__seq_t *s = e->sched[k];
-        /* prompt logprobs: scored on the device up to its top k
-         * (IFD_SAMPLER_INLINE_LOGPROBS), else from logits here */
-        const bool plp_dev = s->plp_top <= IFD_SAMPLER_INLINE_LOGPROBS;
+        /* prompt logprobs: scored on the device, a top k past the inline
+         * one into this step's share of e->plp_ids / plp_lps */
+        const int32_t pk = s->plp_top < V ? s->plp_top : V;
         for (int32_t i = 0; i < s->plp_rows; i++, r++) {
             e->s_hist[r] = (ifd_sampler_history_t){NULL, 0, NULL, 0};
-            e->s_rows[r] = (ifd_sample_row_t){NULL,
-                                              &e->s_hist[r],
-                                              0,
-                                              plp_dev ? &e->s_res[r] : NULL,
-                                              plp_dev ? s->tokens[s->plp_next + i] : 0,
-                                              plp_dev ? s->plp_top : 0};
+            e->s_rows[r] = (ifd_sample_row_t){
+                NULL, &e->s_hist[r], 0, &e->s_res[r], s->tokens[s->plp_next + i], s->plp_top};
+            e->s_res[r] = (ifd_sample_result_t){0};
+            if (pk > IFD_SAMPLER_INLINE_LOGPROBS) {
+                e->s_res[r].more_ids = e->plp_ids + plp_off;
+                e->s_res[r].more_logprobs = e->plp_lps + plp_off;
+                e->s_res[r].more_cap = pk;
+                plp_off += (size_t)pk;
+            }
         }
         if (!s->sample)
             continue;
@@ -1802,11 +1814,11 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
             (ifd_sampler_history_t){s->tokens, (size_t)s->n_prompt, s->tokens + s->n_prompt,
                                     (size_t)(s->n_tokens - s->n_prompt)};
         const bool min_bias = s->n_gen < s->min_tokens && s->min_bias;
-        /* logprob_token_ids and a top k past its own: the device returns
-         * its top k only */
-        const bool host = ((s->sampling.constraint || s->sampling.allowed) && min_bias) ||
-                          (s->sampling.n_lp_ids && s->sampling.n_logprobs >= 0) ||
-                          s->sampling.n_logprobs > IFD_SAMPLER_INLINE_LOGPROBS;
+        /* any top k and logprob_token_ids on the device too, into the
+         * sequence's room (sized at admission) */
+        const bool host = (s->sampling.constraint || s->sampling.allowed) && min_bias;
+        e->s_res[r] = (ifd_sample_result_t){
+            .more_ids = s->top_ids, .more_logprobs = s->top_lps, .more_cap = s->top_cap};
         e->s_params[r] = s->sampling;
         if (min_bias) { /* as ifd__sample_seq */
             e->s_params[r].logit_bias = s->min_bias;
@@ -1821,6 +1833,34 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
         r++;
     }
     return e->model.forward_sample(e->model.ctx, b, e->s_rows, e->s_tok, e->logits);
+}
+
+/* Room for the device-scored prompt-logprob rows of this step whose top k
+ * passes the inline one: e->plp_ids / plp_lps grown to the sum over the
+ * scheduled sequences of rows x min(top, vocab) (each gets its share in
+ * ifd__forward). The host path's ifd__plp_room shares these arrays; a step
+ * uses one or the other. */
+static int ifd__plp_dev_room(ifd_engine_t *e, int n_sched)
+{
+    size_t need = 0;
+    const int32_t V = e->model.n_vocab;
+    for (int k = 0; k < n_sched; k++) {
+        const ifd__seq_t *s = e->sched[k];
+        const int32_t pk = s->plp_top < V ? s->plp_top : V;
+        if (s->plp_rows > 0 && pk > IFD_SAMPLER_INLINE_LOGPROBS)
+            need += (size_t)s->plp_rows * (size_t)pk;
+    }
+    if (need <= e->plp_cap)
+        return 0;
+    int32_t *ids = realloc(e->plp_ids, need * sizeof *ids);
+    if (ids)
+        e->plp_ids = ids;
+    float *lps = ids ? realloc(e->plp_lps, need * sizeof *lps) : NULL;
+    if (!ids || !lps)
+        return IFD_ENOMEM;
+    e->plp_lps = lps;
+    e->plp_cap = need;
+    return 0;
 }
 
 /* The logits for a step of `rows` rows (prompt-logprob and proposal rows

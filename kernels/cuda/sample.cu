@@ -28,9 +28,12 @@
  * per row), the grammar mask (step 3b, one thread per logit, a row's mask
  * word read once per 32 ids) and the logprobs (one block per scored row:
  * a pass for the maximum, the bad-value check and the rank; a pass for the
- * exact integer normalizer; a pass in which each thread keeps its own
- * sorted top-k of (value, -id) keys, then k block-wide maxima over the
- * threads' list heads give the top-k in order), and the final soft-cap
+ * exact integer normalizer; for k <= 20 a pass in which each thread keeps
+ * its own sorted top-k of (value, -id) keys, then k block-wide maxima over
+ * the threads' list heads give the top-k in order; for a larger k a radix
+ * select of the k-th key, the k keys compacted into the request's room and
+ * sorted there by a bitonic network; listed ids gathered as they are), and
+ * the final soft-cap
  * (one thread per logit, sampling_math.h's ifd_softcap).
  */
 #include "sample.h"
@@ -80,8 +83,9 @@ struct smem_t {
     unsigned long long red64[NWARPS];
     float redf[NWARPS];
     int redi[NWARPS];
-    uint32_t key, mask;
-    unsigned long long acc, z;
+    uint32_t key, mask, cnt;
+    int whole;
+    unsigned long long acc, z, key64, mask64;
     int32_t token;
 };
 
@@ -437,6 +441,85 @@ IFD_DEV unsigned long long lp_key(float v, int i)
     return ((unsigned long long)fkey(v) << 32) | (unsigned long long)(0xffffffffu - (uint32_t)i);
 }
 
+/* A top k past IFD_CUDA_MAX_LOGPROBS (1 <= k < V): the k-th largest lp_key
+ * of the row by a radix select, 8 bits a pass from the top; it stops once
+ * the digit's bucket is taken whole. Exactly k keys are >= the result
+ * (keys are distinct: the id is in them). */
+IFD_DEV unsigned long long lp_select(const float *x, int V, int k, smem_t &sm)
+{
+    const int tid = threadIdx.x;
+    unsigned long long prefix = 0, mask = 0;
+    uint32_t kk = (uint32_t)k;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        hist_clear(sm);
+        for (int i = tid; i < V; i += THREADS) {
+            const unsigned long long key = lp_key(x[i], i);
+            if ((key & mask) == prefix)
+                atomicAdd(&sm.hist.h32[(uint32_t)(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int b = 255;
+            for (; b > 0; b--) {
+                if (kk <= sm.hist.h32[b])
+                    break;
+                kk -= sm.hist.h32[b];
+            }
+            sm.key64 = prefix | ((unsigned long long)b << shift);
+            sm.mask64 = mask | (255ull << shift);
+            sm.whole = kk == sm.hist.h32[b]; /* every key of this prefix is in */
+            sm.hist.h32[0] = kk;
+        }
+        __syncthreads();
+        prefix = sm.key64;
+        mask = sm.mask64;
+        kk = sm.hist.h32[0];
+        const int whole = sm.whole;
+        __syncthreads();
+        if (whole) /* the keys below the prefix's digits are 0: >= takes them all */
+            break;
+    }
+    return prefix;
+}
+
+/* keys[a] and keys[b] (a < b) in descending order. */
+IFD_DEV void lp_cmpx(unsigned long long *keys, int a, int b)
+{
+    const unsigned long long ka = keys[a], kb = keys[b];
+    if (ka < kb)
+        keys[a] = kb, keys[b] = ka;
+}
+
+/* keys[0 .. n) in descending order by a bitonic network over the next power
+ * of two P >= n, in its flip form (every comparator sends the larger key to
+ * the lower index), so the virtual keys past n would be the smallest and
+ * never move: a comparator reaching past n is skipped. */
+IFD_DEV void lp_sort(unsigned long long *keys, int n)
+{
+    int P = 1;
+    while (P < n)
+        P <<= 1;
+    const int pairs = P >> 1;
+    for (int size = 2; size <= P; size <<= 1) {
+        const int half = size >> 1;
+        for (int t = threadIdx.x; t < pairs; t += THREADS) {
+            const int blk = t / half, off = t - blk * half;
+            const int a = blk * size + off, b = blk * size + size - 1 - off;
+            if (b < n)
+                lp_cmpx(keys, a, b);
+        }
+        __syncthreads();
+        for (int d = half >> 1; d > 0; d >>= 1) {
+            for (int t = threadIdx.x; t < pairs; t += THREADS) {
+                const int a = (t / d) * 2 * d + t % d, b = a + d;
+                if (b < n)
+                    lp_cmpx(keys, a, b);
+            }
+            __syncthreads();
+        }
+    }
+}
+
 __global__ void __launch_bounds__(THREADS)
     logprob_kernel(ifd_cuda_logprob_t *out, const ifd_cuda_logprob_req_t *reqs,
                    const int32_t *tokens, int V)
@@ -446,7 +529,11 @@ __global__ void __launch_bounds__(THREADS)
     const ifd_cuda_logprob_req_t R = reqs[blockIdx.x];
     ifd_cuda_logprob_t *o = out + blockIdx.x;
     const int32_t tok = R.token >= 0 ? R.token : tokens ? tokens[R.tok_row] : -1;
-    const bool ok = tok >= 0 && tok < V && R.n_top >= 0 && R.n_top <= IFD_CUDA_MAX_LOGPROBS;
+    /* the entries: the n_ids listed ids, else the top k */
+    const int k = R.n_ids > 0 ? R.n_ids : R.n_top < V ? R.n_top : V;
+    const bool big = k > IFD_CUDA_MAX_LOGPROBS;
+    const bool ok = tok >= 0 && tok < V && R.n_top >= 0 && R.n_ids >= 0 &&
+                    (R.n_ids == 0 || R.ids) && (!big || (R.more && ((uintptr_t)R.more & 7u) == 0));
     for (int j = tid; j < IFD_CUDA_MAX_LOGPROBS; j += THREADS) {
         o->top_ids[j] = 0;
         o->top_logprobs[j] = 0.0f;
@@ -459,7 +546,7 @@ __global__ void __launch_bounds__(THREADS)
     const float *x = R.x;
     const float xt = x[tok];
 
-    /* 1. maximum, bad values, rank */
+    /* 1. maximum, bad values (and listed ids out of range), rank */
     float m = -INFINITY;
     int bad = 0, mi = 0;
     unsigned long long ge = 0;
@@ -469,6 +556,8 @@ __global__ void __launch_bounds__(THREADS)
         m = v > m ? v : m;
         ge += v >= xt;
     }
+    for (int j = tid; j < R.n_ids; j += THREADS)
+        bad |= R.ids[j] < 0 || R.ids[j] >= V;
     bad = block_or(bad, sm);
     block_argmax(&m, &mi, sm);
     ge = block_sum_u64(ge, sm);
@@ -492,9 +581,52 @@ __global__ void __launch_bounds__(THREADS)
     auto logprob = [&](float v) -> float {
         return v == -INFINITY ? -INFINITY : (float)__dsub_rn((double)v, lse);
     };
+    if (tid == 0) {
+        o->token = tok;
+        o->logprob = logprob(xt);
+        o->rank = (int32_t)ge;
+        o->n_top = k;
+    }
 
-    /* 3. top-k: each thread's own sorted list, then k block-wide maxima */
-    const int k = R.n_top < V ? R.n_top : V;
+    /* 3a. logprob_token_ids: these ids, in their order */
+    if (R.n_ids > 0) {
+        for (int j = tid; j < k; j += THREADS) {
+            const int32_t id = R.ids[j];
+            const float lp = logprob(x[id]);
+            if (big) {
+                R.more[j] = ifd_cuda_lp_entry_t{id, lp};
+            } else {
+                o->top_ids[j] = id;
+                o->top_logprobs[j] = lp;
+            }
+        }
+        return;
+    }
+
+    /* 3b. a large top k: select, compact into `more`, sort there, then
+     * (id, logprob) in place of each key */
+    if (big) {
+        unsigned long long *keys = (unsigned long long *)R.more;
+        const unsigned long long t = k < V ? lp_select(x, V, k, sm) : 0ull;
+        if (tid == 0)
+            sm.cnt = 0;
+        __syncthreads();
+        for (int i = tid; i < V; i += THREADS) {
+            const unsigned long long key = lp_key(x[i], i);
+            if (key >= t)
+                keys[atomicAdd(&sm.cnt, 1u)] = key;
+        }
+        __syncthreads();
+        lp_sort(keys, k);
+        for (int j = tid; j < k; j += THREADS) {
+            const unsigned long long key = keys[j];
+            const int id = (int)(0xffffffffu - (uint32_t)(key & 0xffffffffu));
+            R.more[j] = ifd_cuda_lp_entry_t{id, logprob(x[id])};
+        }
+        return;
+    }
+
+    /* 3c. a small top k: each thread's own sorted list, then k block-wide maxima */
     unsigned long long lst[IFD_CUDA_MAX_LOGPROBS];
     int n = 0;
     for (int i = tid; i < V && k > 0; i += THREADS) {
@@ -519,12 +651,6 @@ __global__ void __launch_bounds__(THREADS)
             o->top_ids[r] = id;
             o->top_logprobs[r] = logprob(x[id]);
         }
-    }
-    if (tid == 0) {
-        o->token = tok;
-        o->logprob = logprob(xt);
-        o->rank = (int32_t)ge;
-        o->n_top = k;
     }
 }
 

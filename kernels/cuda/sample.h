@@ -15,7 +15,8 @@
  * device, and so is step 3b (ifd_cuda_apply_mask: a grammar's token mask,
  * computed on the host, applied to the row), and the logprobs of sampler.h
  * (ifd_cuda_logprobs: the scored token's logprob and rank and the top
- * alternatives, within float rounding of ifd_sampler_sample's, the same
+ * alternatives — any k up to the vocabulary — or the logprobs of listed
+ * ids, within float rounding of ifd_sampler_sample's, the same
  * ids in the same order), and the final logit soft-cap that comes before
  * all of them (ifd_cuda_softcap, the host's ifd_softcap bit for bit).
  */
@@ -113,25 +114,42 @@ int ifd_cuda_apply_mask(float *IFD_CUDA_RESTRICT logits,         /* [n_logit_row
 int ifd_cuda_softcap(float *IFD_CUDA_RESTRICT x, /* [n] */
                      int64_t n, float cap, ifd_cuda_stream_t stream);
 
-/* Most top alternatives ifd_cuda_logprobs returns (IFD_SAMPLER_INLINE_LOGPROBS: a request
- * asking for more is sampled on the host, from the row's logits). */
+/* Top alternatives ifd_cuda_logprobs returns inline, in the result itself
+ * (IFD_SAMPLER_INLINE_LOGPROBS); more (a top k up to the vocabulary, or more
+ * than this many logprob_token_ids) go to the request's `more` room. */
 #define IFD_CUDA_MAX_LOGPROBS 20
+
+/* One alternative in a request's `more` room: an id and its logprob. */
+typedef struct {
+    int32_t id;
+    float logprob;
+} ifd_cuda_lp_entry_t;
 
 /* One row to score: its logits x (device memory, [vocab]), the id whose
  * logprob is wanted — token >= 0, or token < 0: tokens[tok_row], the id a
- * sampling kernel wrote there (-1 there: nothing is scored) — and how many
- * top alternatives (0 .. IFD_CUDA_MAX_LOGPROBS). */
+ * sampling kernel wrote there (-1 there: nothing is scored) — and either
+ * the top n_top alternatives (n_top >= 0, min(n_top, vocab) of them), or,
+ * with n_ids > 0, the logprobs of ids[0 .. n_ids) in that order (vLLM's
+ * logprob_token_ids; ids in [0, vocab), device memory). When that count is
+ * over IFD_CUDA_MAX_LOGPROBS the entries go to `more` (device memory,
+ * [count], written by the kernel, which also uses it as its sort scratch),
+ * else inline in the result; more may be NULL then. */
 typedef struct {
     const float *x;
     int32_t token;
     int32_t tok_row;
     int32_t n_top;
-    int32_t pad_;
+    int32_t n_ids;
+    const int32_t *ids;
+    ifd_cuda_lp_entry_t *more;
 } ifd_cuda_logprob_req_t;
 
-/* The result, laid out as ifd_sample_result_t (sampler.h). token = -1: not
- * scored (the sampled token was -1, or the row holds a NaN or +inf, where
- * ifd_sampler_logprobs fails with IFD_EINVAL); the rest is then zero. */
+/* The result, laid out as ifd_sample_result_t (sampler.h) up to its more_*
+ * room. token = -1: not scored (the sampled token was -1, the row holds a
+ * NaN or +inf, where ifd_sampler_logprobs fails with IFD_EINVAL, or the
+ * request is malformed); the rest is then zero. n_top: the count of
+ * entries (top or ids); top_* hold them when n_top <= IFD_CUDA_MAX_LOGPROBS,
+ * else the request's `more` does (top_* zero). */
 typedef struct {
     int32_t token;
     float logprob;
@@ -148,11 +166,21 @@ typedef struct {
  * double and logprob(v) = (float)(v - lse), -inf for v = -inf (all of a row
  * that is -inf everywhere); rank = the number of ids with x_i >= x_token;
  * the top n_top = min(n_top, vocab) ids by value, ties by ascending id
- * (-0 equal to +0). The same ids, ranks and order as ifd_sampler_sample /
- * ifd_sampler_logprobs; the values within a double rounding of theirs
- * (log() is the device's). tokens may be NULL when every token is >= 0.
- * Returns 0, IFD_EINVAL (shapes, NULL pointers, n_top out of range: checked
- * on the device, such a request gets token -1), IFD_ECUDA.
+ * (-0 equal to +0), or the n_ids requested ids in their order. The same
+ * ids, ranks and order as ifd_sampler_sample / ifd_sampler_logprobs; the
+ * values within a double rounding of theirs (log() is the device's).
+ * One block per request. A top k <= IFD_CUDA_MAX_LOGPROBS: each thread's
+ * own sorted list, merged by k block-wide maxima. A larger k: a radix
+ * select of the k-th largest (value, -id) key over the row (8-bit digits,
+ * at most 8 passes, stopping once a digit's bucket is taken whole), the k
+ * selected keys compacted into `more`, sorted there by a bitonic network
+ * (O(k log^2 k) compare-exchanges, none past k), then turned into (id,
+ * logprob) in place: no k x vocab work and no scratch but `more`.
+ * tokens may be NULL when every token is >= 0. Returns 0, IFD_EINVAL
+ * (shapes, NULL pointers; a request out of range — n_top < 0, n_ids < 0,
+ * an id outside [0, vocab), no `more` for a count over
+ * IFD_CUDA_MAX_LOGPROBS — is checked on the device and gets token -1),
+ * IFD_ECUDA.
  */
 int ifd_cuda_logprobs(ifd_cuda_logprob_t *IFD_CUDA_RESTRICT out,                /* [n] */
                       const ifd_cuda_logprob_req_t *IFD_CUDA_RESTRICT reqs,     /* [n] */

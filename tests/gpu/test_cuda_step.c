@@ -632,7 +632,7 @@ static void test_steady_state(void)
 /* ---- 4. the engine: device sampling = host sampling ------------------------------- */
 
 #ifdef IFD_CUDA_EMU /* the engine's pool is host memory: the emulator's device memory */
-enum { E_REQ = 11, E_OUT = 6, E_PLP = 40, E_BIG = 64 };
+enum { E_REQ = 13, E_OUT = 6, E_PLP = 40, E_BIG = 128 };
 
 typedef struct {
     int32_t out[E_REQ][E_OUT];
@@ -682,11 +682,34 @@ static void e_on_plp(void *ctx, uint64_t id, int32_t pos, const ifd_sample_resul
     s->n_plp[id] += n;
 }
 
+/* The device run's rows whose logprob entries pass the inline 20 (a top k
+ * or logprob_token_ids, into the result's more_* room), counted as the
+ * engine hands them to the model, and those of them that came back as
+ * logits to sample on the host (none should). */
+static int (*g_fwd_sample)(void *ctx, const ifd_batch_t *b, const ifd_sample_row_t *rows,
+                           int32_t *tokens, float *logits);
+static int g_big_rows, g_big_host;
+
+static int e_forward_sample(void *ctx, const ifd_batch_t *b, const ifd_sample_row_t *rows,
+                            int32_t *tokens, float *logits)
+{
+    int rc = g_fwd_sample(ctx, b, rows, tokens, logits);
+    for (int i = 0; rc == 0 && i < b->n_logits; i++)
+        if (rows[i].result && rows[i].result->more_cap > 0 &&
+            (rows[i].params ? rows[i].params->n_logprobs >= 0 : true)) {
+            g_big_rows++;
+            g_big_host += tokens[i] == IFD_MODEL_SAMPLE_ON_HOST;
+        }
+    return rc;
+}
+
 /* Requests 0-5: penalties, bias, sampling mixes (2 with logprobs); 6-9:
  * grammars (6 with processed logprobs, 7 under min_tokens: sampled on the
  * host until then), raw logprobs of a biased, penalized row with prompt
  * logprobs (8), and a grammar with raw logprobs (9); 10: 50 top logprobs
- * and prompt logprobs, past the device's 20 (sampled on the host). */
+ * and prompt logprobs, past the inline 20; 11: 25 logprob_token_ids (with
+ * repeats); 12: the whole vocabulary as top logprobs and prompt logprobs,
+ * raw, of a biased row (the raw copy). 10-12 are scored on the device. */
 static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_logit_bias_t *bias,
                        ifd_gstore_t *gst)
 {
@@ -701,8 +724,13 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_lo
     ifd_engine_model_t em;
     GT_EXPECT(ifd_engine_model_from(&em, m, pool, 0) == 0, "adapter");
     GT_EXPECT(em.forward_sample != NULL, "the CUDA backend samples on the device");
-    if (!device)
+    if (!device) {
         em.forward_sample = NULL;
+    } else {
+        g_fwd_sample = em.forward_sample;
+        g_big_rows = g_big_host = 0;
+        em.forward_sample = e_forward_sample;
+    }
     ifd_engine_params_t ep = ifd_engine_default_params();
     ifd_engine_callbacks_t cb = {sink, e_on_token, NULL, e_on_plp};
     ifd_engine_t *eng = NULL;
@@ -715,7 +743,7 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_lo
         memset(&r, 0, sizeof r);
         r.id = (uint64_t)i;
         r.prompt = prompts[i];
-        r.n_prompt = 8 + 3 * i;
+        r.n_prompt = i <= 10 ? 8 + 3 * i : 8 + i;
         r.sampling = ifd_sampling_default_params();
         r.sampling.seed = 1000 + (uint64_t)i;
         r.sampling.temperature = i == 0 ? 0.0f : 0.6f + 0.1f * (float)i;
@@ -751,9 +779,21 @@ static void run_engine(ifd_model_t *m, bool device, e_sink_t *sink, const ifd_lo
         }
         if (i == 9)
             r.sampling.n_logprobs = 2;
-        if (i == 10) { /* past the device's top 20: the row's logits to the host */
+        if (i == 10) { /* past the inline top 20 */
             r.sampling.n_logprobs = 50;
             r.prompt_logprobs = 1 + 50;
+        }
+        static int32_t lp_ids[25];
+        for (int j = 0; j < 25; j++)
+            lp_ids[j] = j % 6 == 5 ? lp_ids[j - 3] : (int32_t)((j * 37 + 11) % 101);
+        if (i == 11) { /* logprob_token_ids: these, in this order */
+            r.sampling.n_logprobs = 0;
+            r.lp_ids = lp_ids;
+            r.n_lp_ids = 25;
+        }
+        if (i == 12) { /* the vocabulary (bias: i % 3 == 0) */
+            r.sampling.n_logprobs = 101;
+            r.prompt_logprobs = 1 + 101;
         }
         const int arc = ifd_engine_add(eng, &r);
         GT_EXPECT(arc == 0, "add %d: %s", i, ifd_strerror(arc));
@@ -800,9 +840,10 @@ static void engine_sampling(uint32_t n_valid)
             for (int t = 0; t < dev.n[i] && t < E_OUT; t++) {
                 GT_EXPECT(dev.out[i][t] == host.out[i][t], "request %d token %d: device %d, "
                           "host %d", i, t, dev.out[i][t], host.out[i][t]);
-                if (i == 2 || i == 6 || i == 8 || i == 9 || i == 10) {
-                    GT_EXPECT(i != 10 || dev.res[i][t].n_top == 50, "request 10: %d top",
-                              dev.res[i][t].n_top);
+                if (i == 2 || i == 6 || i == 8 || i == 9 || i >= 10) {
+                    const int want_top = i == 10 ? 50 : i == 11 ? 25 : i == 12 ? 101 : -1;
+                    GT_EXPECT(want_top < 0 || dev.res[i][t].n_top == want_top,
+                              "request %d: %d top, want %d", i, dev.res[i][t].n_top, want_top);
                     n_lp++;
                     GT_EXPECT(same_logprobs(&dev.res[i][t], &host.res[i][t]),
                               "request %d token %d: logprobs differ (device %d %g rank %d, host "
@@ -825,8 +866,8 @@ static void engine_sampling(uint32_t n_valid)
                       "prompt logprob %d: device %d %g rank %d, host %d %g rank %d", p,
                       dev.plp[8][p].token, (double)dev.plp[8][p].logprob, dev.plp[8][p].rank,
                       host.plp[8][p].token, (double)host.plp[8][p].logprob, host.plp[8][p].rank);
-        /* request 10's 50 prompt alternatives: scored on the host from the
-         * device's logits, as the host-only run scores them */
+        /* request 10's 50 prompt alternatives and request 12's 101 (the
+         * vocabulary): scored on the device, as the host-only run scores them */
         const int np10 = 8 + 3 * 10;
         GT_EXPECT(dev.n_plp[10] == np10 - 1 && host.n_plp[10] == np10 - 1,
                   "prompt logprobs (k 50): %d / %d rows", dev.n_plp[10], host.n_plp[10]);
@@ -835,8 +876,23 @@ static void engine_sampling(uint32_t n_valid)
                           same_logprobs(&dev.plp[10][p], &host.plp[10][p]),
                       "prompt logprob %d (k 50): device %d top, host %d", p, dev.plp[10][p].n_top,
                       host.plp[10][p].n_top);
-        gt_note("%d sampled tokens with logprobs and %d prompt logprob rows compared", n_lp,
-                np8 - 1 + np10 - 1);
+        const int np12 = 8 + 12;
+        GT_EXPECT(dev.n_plp[12] == np12 - 1 && host.n_plp[12] == np12 - 1,
+                  "prompt logprobs (k V): %d / %d rows", dev.n_plp[12], host.n_plp[12]);
+        for (int p = 1; p < np12 && p < E_PLP; p++)
+            GT_EXPECT(dev.plp[12][p].n_top == 101 &&
+                          same_logprobs(&dev.plp[12][p], &host.plp[12][p]),
+                      "prompt logprob %d (k V): device %d top, host %d", p, dev.plp[12][p].n_top,
+                      host.plp[12][p].n_top);
+        /* rows past the inline 20: request 10's, 11's and 12's tokens and
+         * the prompt rows of 10 and 12, all scored on the device */
+        const int want_big = 3 * E_OUT + (np10 - 1) + (np12 - 1);
+        GT_EXPECT(g_big_rows >= want_big && g_big_host == 0,
+                  "rows past the inline logprobs: %d on the device (want %d), %d to the host",
+                  g_big_rows - g_big_host, want_big, g_big_host);
+        gt_note("%d sampled tokens with logprobs and %d prompt logprob rows compared; %d rows "
+                "with more than 20 entries scored on the device",
+                n_lp, np8 - 1 + np10 - 1 + np12 - 1, g_big_rows);
     }
     gt_side_close(&s);
     ifd_gstore_destroy(gst);

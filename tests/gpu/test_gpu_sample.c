@@ -410,7 +410,8 @@ static void logprob_batch(int V, int n, int kind0)
         toks[r] = r % 6 == 4 ? -1 : (int32_t)gt_rand_int(V); /* -1: a failed draw */
         const int n_top = r % 9 == 0 ? IFD_CUDA_MAX_LOGPROBS : (int)gt_rand_int(21);
         /* half the requests name their token, half read it from toks[] */
-        req[r] = (ifd_cuda_logprob_req_t){dl + (size_t)r * V, r % 2 ? toks[r] : -1, r, n_top, 0};
+        req[r] = (ifd_cuda_logprob_req_t){
+            dl + (size_t)r * V, r % 2 ? toks[r] : -1, r, n_top, 0, NULL, NULL};
         if (toks[r] < 0) {
             want_rc[r] = IFD_EINVAL;
             continue;
@@ -471,6 +472,204 @@ static void logprob_batch(int V, int n, int kind0)
     gt_dfree(dl), gt_dfree(dq), gt_dfree(dt), gt_dfree(dout);
 }
 
+/* Large top k and logprob_token_ids (entries in the request's `more` room):
+ * each row of n against ifd_sampler_logprobs (top k into host room, the
+ * same ids and order, values within 1e-6) and the full sort (ids); listed
+ * ids against the host's logprob of each id (its top-V answer). ks[r % nk]
+ * is a row's k; a negative one means that many listed ids instead (random
+ * ids, repeats and the scored token among them). Row kinds cover ties,
+ * -inf entries, signed zeros, all equal; some rows hold a NaN / +inf. */
+static void logprob_large(int V, int n, const int *ks, int nk, int kind0)
+{
+    float *l = gt_xmalloc((size_t)n * V * 4);
+    ifd_cuda_logprob_req_t *req = gt_xmalloc((size_t)n * sizeof *req);
+    int32_t *toks = gt_xmalloc((size_t)n * 4), *order = gt_xmalloc((size_t)V * 4);
+    ifd_cuda_logprob_t *got = gt_xmalloc((size_t)n * sizeof *got);
+    int32_t *room_id = gt_xmalloc((size_t)V * 4), *want_id = gt_xmalloc((size_t)V * 4);
+    float *room_lp = gt_xmalloc((size_t)V * 4), *want_lp = gt_xmalloc((size_t)V * 4);
+    float *by_id = gt_xmalloc((size_t)V * 4);
+    g_sort_v = gt_xmalloc((size_t)V * sizeof *g_sort_v);
+    ifd_sampler_t *smp = NULL;
+    int rc = ifd_sampler_create(V, &smp);
+    GT_EXPECT(rc == 0, "ifd_sampler_create(%d) returned %d", V, rc);
+    if (rc)
+        return;
+    /* per row: its count of entries, its ids (listed rows), its room offset */
+    size_t *off = gt_xmalloc((size_t)n * sizeof *off), total = 0, n_ids_all = 0;
+    int *cnt = gt_xmalloc((size_t)n * sizeof *cnt);
+    for (int r = 0; r < n; r++) {
+        const int kr = ks[r % nk];
+        cnt[r] = kr < 0 ? -kr : kr < V ? kr : V;
+        off[r] = total;
+        total += (size_t)cnt[r];
+        n_ids_all += kr < 0 ? (size_t)-kr : 0;
+    }
+    int32_t *ids = gt_xmalloc((n_ids_all ? n_ids_all : 1) * 4);
+    float *dl = gt_dalloc((size_t)n * V * 4);
+    ifd_cuda_lp_entry_t *dmore = gt_dalloc_poison((total ? total : 1) * sizeof *dmore);
+    int32_t *dids = gt_dalloc((n_ids_all ? n_ids_all : 1) * 4);
+    size_t id0 = 0;
+    for (int r = 0; r < n; r++) {
+        float *row = l + (size_t)r * V;
+        make_row(row, V, kind0 + r);
+        if (r % 7 == 6)
+            row[gt_rand_int(V)] = gt_rand_int(2) ? NAN : INFINITY;
+        toks[r] = (int32_t)gt_rand_int(V);
+        const int kr = ks[r % nk];
+        req[r] = (ifd_cuda_logprob_req_t){dl + (size_t)r * V,
+                                          toks[r],
+                                          r,
+                                          kr < 0 ? 5 : kr,
+                                          0,
+                                          NULL,
+                                          cnt[r] > IFD_CUDA_MAX_LOGPROBS ? dmore + off[r] : NULL};
+        if (kr < 0) {
+            for (int j = 0; j < -kr; j++)
+                ids[id0 + j] = j % 5 == 3 ? toks[r] : (int32_t)gt_rand_int(V);
+            req[r].n_ids = -kr;
+            req[r].ids = dids + id0;
+            id0 += (size_t)-kr;
+        }
+    }
+    gt_upload(dl, l, (size_t)n * V * 4);
+    gt_upload(dids, ids, (n_ids_all ? n_ids_all : 1) * 4);
+    ifd_cuda_logprob_req_t *dq = gt_dupload(req, (size_t)n * sizeof *req);
+    ifd_cuda_logprob_t *dout = gt_dalloc_poison((size_t)n * sizeof *dout);
+    rc = ifd_cuda_logprobs(dout, dq, NULL, n, V, NULL);
+    GT_EXPECT(rc == 0, "ifd_cuda_logprobs returned %d", rc);
+    gt_sync();
+    gt_download(got, dout, (size_t)n * sizeof *got);
+    ifd_cuda_lp_entry_t *more = gt_xmalloc((total ? total : 1) * sizeof *more);
+    gt_download(more, dmore, (total ? total : 1) * sizeof *more);
+    int bad = 0, checked = 0;
+    for (int r = 0; r < n && bad < 5; r++) {
+        const ifd_cuda_logprob_t *g = &got[r];
+        const float *row = l + (size_t)r * V;
+        const int kr = ks[r % nk];
+        /* the host: the top k (or all V, for listed ids) into its room */
+        ifd_sample_result_t w = {.more_ids = room_id, .more_logprobs = room_lp, .more_cap = V};
+        const int hk = kr < 0 ? V : kr;
+        int wrc = ifd_sampler_logprobs(smp, row, toks[r], hk, &w);
+        if (wrc) {
+            if (g->token != -1)
+                bad++, printf("    V=%d row %d: scored (token %d), host refused\n", V, r, g->token);
+            continue;
+        }
+        checked++;
+        const int32_t *wi = ifd_sample_top_ids(&w);
+        const float *wl = ifd_sample_top_logprobs(&w);
+        int c = cnt[r];
+        if (kr < 0) { /* listed: the host's logprob of each id */
+            for (int j = 0; j < w.n_top; j++)
+                by_id[wi[j]] = wl[j];
+            for (int j = 0; j < c; j++)
+                want_id[j] = ids[(size_t)(req[r].ids - dids) + j], want_lp[j] = by_id[want_id[j]];
+        } else {
+            ifd_sample_result_t ref;
+            double lse;
+            lp_reference(row, V, toks[r], 0, &ref, order, &lse);
+            for (int j = 0; j < c; j++) {
+                want_id[j] = wi[j], want_lp[j] = wl[j];
+                if (order[j] != wi[j]) { /* the host against the full sort */
+                    bad++;
+                    printf("    V=%d row %d k %d: host id %d at %d, sort %d\n", V, r, kr, wi[j], j,
+                           order[j]);
+                    break;
+                }
+            }
+            if (w.n_top != c)
+                bad++, printf("    V=%d row %d: host n_top %d, want %d\n", V, r, w.n_top, c);
+        }
+        int ok = g->token == toks[r] && g->rank == w.rank && g->n_top == c &&
+                 lp_close(g->logprob, w.logprob, 1e-6f);
+        int jbad = -1;
+        for (int j = 0; ok && j < c; j++) {
+            const int32_t gi = c > IFD_CUDA_MAX_LOGPROBS ? more[off[r] + j].id : g->top_ids[j];
+            const float gl =
+                c > IFD_CUDA_MAX_LOGPROBS ? more[off[r] + j].logprob : g->top_logprobs[j];
+            ok = gi == want_id[j] && lp_close(gl, want_lp[j], 1e-6f);
+            if (!ok)
+                jbad = j;
+        }
+        for (int j = 0; ok && c > IFD_CUDA_MAX_LOGPROBS && j < IFD_CUDA_MAX_LOGPROBS; j++)
+            ok = g->top_ids[j] == 0 && g->top_logprobs[j] == 0.0f; /* inline stays zero */
+        if (!ok) {
+            bad++;
+            printf("    V=%d row %d (kind %d, k %d): device token %d lp %.9g rank %d n %d | "
+                   "host %d %.9g %d %d; first bad entry %d\n",
+                   V, r, (kind0 + r) % 8, kr, g->token, (double)g->logprob, g->rank, g->n_top,
+                   toks[r], (double)w.logprob, w.rank, c, jbad);
+            if (jbad >= 0)
+                printf("      device %d %.9g, host %d %.9g\n",
+                       c > IFD_CUDA_MAX_LOGPROBS ? more[off[r] + jbad].id : g->top_ids[jbad],
+                       (double)(c > IFD_CUDA_MAX_LOGPROBS ? more[off[r] + jbad].logprob
+                                                          : g->top_logprobs[jbad]),
+                       want_id[jbad], (double)want_lp[jbad]);
+        }
+    }
+    GT_EXPECT(bad == 0, "V=%d: %d rows of %d differ from the host's large logprobs", V, bad, n);
+    GT_EXPECT(bad || checked >= n / 2, "V=%d: only %d rows of %d scored", V, checked, n);
+    gt_note("V=%d: %d rows with top k up to %d / listed ids, equal to the host's", V, n, V);
+    ifd_sampler_destroy(smp);
+    free(l), free(req), free(toks), free(order), free(got), free(room_id), free(want_id);
+    free(room_lp), free(want_lp), free(by_id), free(off), free(cnt), free(ids), free(more);
+    free(g_sort_v);
+    gt_dfree(dl), gt_dfree(dq), gt_dfree(dout), gt_dfree(dmore), gt_dfree(dids);
+}
+
+/* Requests the kernel refuses (token -1, nothing written): a large k or
+ * id list without room, an id out of range, a negative count. */
+static void logprob_refused(void)
+{
+    const int V = 64;
+    float *l = gt_xmalloc((size_t)V * 4);
+    gt_fill_randn(l, V, 1.0f);
+    int32_t ids[30];
+    for (int j = 0; j < 30; j++)
+        ids[j] = j;
+    ids[7] = V; /* out of range */
+    float *dl = gt_dupload(l, (size_t)V * 4);
+    int32_t *dids = gt_dupload(ids, sizeof ids);
+    ifd_cuda_lp_entry_t *dmore = gt_dalloc(64 * sizeof *dmore);
+    ifd_cuda_logprob_req_t req[5] = {
+        {dl, 3, 0, 21, 0, NULL, NULL},     /* no room */
+        {dl, 3, 0, 0, 25, dids + 1, NULL}, /* no room */
+        {dl, 3, 0, 0, 10, dids, NULL},     /* ids[7] out of range */
+        {dl, 3, 0, -1, 0, NULL, NULL},     /* negative */
+        {dl, 3, 0, 40, 0, NULL, dmore},    /* fine: the control */
+    };
+    ifd_cuda_logprob_req_t *dq = gt_dupload(req, sizeof req);
+    ifd_cuda_logprob_t *dout = gt_dalloc_poison(5 * sizeof *dout), got[5];
+    int rc = ifd_cuda_logprobs(dout, dq, NULL, 5, V, NULL);
+    GT_EXPECT(rc == 0, "ifd_cuda_logprobs returned %d", rc);
+    gt_sync();
+    gt_download(got, dout, sizeof got);
+    for (int r = 0; r < 4; r++)
+        GT_EXPECT(got[r].token == -1 && got[r].n_top == 0, "request %d scored (token %d)", r,
+                  got[r].token);
+    GT_EXPECT(got[4].token == 3 && got[4].n_top == 40, "the control: token %d n_top %d",
+              got[4].token, got[4].n_top);
+    free(l);
+    gt_dfree(dl), gt_dfree(dids), gt_dfree(dmore), gt_dfree(dq), gt_dfree(dout);
+}
+
+static void test_logprobs_large(void)
+{
+    /* k = 21 (the first past the inline 20), 64, 100; boundaries at the
+     * vocabulary (V - 1, V, V + 5); listed ids: 3 (inline), 21, 100; then
+     * k in the thousands */
+    const int ks_small[] = {21, 64, 100, 99, 100 + 5, -3, -21, -100, 20, 50};
+    logprob_large(100, 20, ks_small, 10, 0);
+    const int V1 = gt_small() ? 1000 : 32000;
+    const int ks[] = {21, 64, 100, V1 - 1, V1, V1 + 5, -21, -100, 257, 1000};
+    logprob_large(V1, 20, ks, 10, 3);
+    /* k past 1024: each thread runs several comparators of a sorting stage */
+    const int V2 = gt_small() ? 3001 : 151936;
+    const int ks2[] = {2049, V2, -2500, V2 / 2};
+    logprob_large(V2, 8, ks2, 4, 1);
+    logprob_refused();
+}
+
 static void test_logprobs(void)
 {
     logprob_batch(1, 6, 0);
@@ -492,5 +691,6 @@ int main(void)
     gt_case("grammar masks", test_mask);
     gt_case("final soft-cap", test_softcap);
     gt_case("logprobs", test_logprobs);
+    gt_case("logprobs: large k and listed ids", test_logprobs_large);
     return gt_end();
 }

@@ -461,8 +461,11 @@ def test_stream_vocabulary_logprobs():
     hooks = os.environ.get("INFERD_TEST_HOOKS") == "1"
     tmp = tempfile.mkdtemp(prefix="stream-lp-")
     gate = os.path.join(tmp, "gate")
+    # INFERD_TEST_LP_OFF_LOOP: the daemon aborts if its loop decodes a token's 49152
+    # alternatives (they are decoded by the chunk / response jobs on the pool)
     d = Daemon(INFERD, args=["--max-logprobs", "-1", "--output-buffer-bytes", "1G"],
-               env={"INFERD_TEST_CHUNK_GATE": gate} if hooks else None)
+               env={"INFERD_TEST_CHUNK_GATE": gate, "INFERD_TEST_LP_OFF_LOOP": "1"}
+               if hooks else None)
     big = None
     try:
         body = {"model": MODEL, "messages": MSGS, "max_tokens": 4, "temperature": 0,
@@ -555,6 +558,52 @@ def test_stream_vocabulary_logprobs():
             open(gate, "w").close()  # never leave a job waiting on a failure
         rc = d.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0, d.logtext()
+
+
+def test_logprob_decode_off_loop():
+    """A token's alternatives past 20 reach the router undecoded (ids and logprobs) and are
+    decoded — each id's string looked up — by the job that writes their chunk or the
+    response, on the thread pool when large. With the INFERD_TEST_LP_OFF_LOOP hook the
+    daemon aborts when its loop decodes a token with more than 4096 alternatives (the
+    vocabulary-sized chat and echo cases run under it in test_stream_vocabulary_logprobs);
+    here completions logprobs -1 not streamed and logprob_token_ids of 5000 ids (streamed
+    and not) run and the answers hold every alternative, in order: were any decoded on the
+    loop, the daemon would die and this test fail."""
+    if os.environ.get("INFERD_TEST_HOOKS") != "1":
+        print("     skipped: a build without INFERD_TEST_HOOKS")
+        return
+    d = Daemon(INFERD, args=["--max-logprobs", "-1", "--output-buffer-bytes", "1G"],
+               env={"INFERD_TEST_LP_OFF_LOOP": "1"})
+    try:
+        # completions without echo, not streamed: its answer's size estimate counts the
+        # undecoded alternatives (the response is written on the pool)
+        ids = d.json("POST", "/tokenize", {"prompt": "The quick brown",
+                                           "add_special_tokens": False})["tokens"]
+        cb = {"model": MODEL, "prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": -1}
+        c = d.json("POST", "/v1/completions", cb)["choices"][0]["logprobs"]
+        assert len(c["tokens"]) == 1 and len(c["top_logprobs"][0]) > 10000
+        # (a dict keyed by token text: pieces with the same text merge, so no order check)
+        assert all(v <= 0 for v in c["top_logprobs"][0].values())
+        # logprob_token_ids past the loop's bound: the sampled token, then the 5000 ids,
+        # streamed and not (top_logprobs -1 streamed / not: test_stream_vocabulary_logprobs)
+        lpids = list(range(7, 5007))
+        body = {"model": MODEL, "messages": MSGS, "max_tokens": 2, "temperature": 0,
+                "logprobs": True, "logprob_token_ids": lpids, "return_tokens_as_token_ids": True}
+        e = d.json("POST", "/v1/chat/completions", body)["choices"][0]["logprobs"]["content"]
+        assert len(e) == 2
+        for t in e:
+            want = [t["token"]] + ["token_id:%d" % i for i in lpids
+                                   if "token_id:%d" % i != t["token"]]
+            assert [a["token"] for a in t["top_logprobs"]] == want
+        r = SSEReader(d.sock, "/v1/chat/completions", dict(body, stream=True))
+        r.run()
+        assert r.error is None and r.snapshot()[-1] == "[DONE]", r.error
+        got = [t for x in _lp_chunks(r.snapshot()) for t in x["choices"][0]["logprobs"]["content"]]
+        assert got == e
+        d.wait_idle()
+    finally:
+        rc = d.stop()
     assert rc == 0, d.logtext()
 
 
