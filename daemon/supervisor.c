@@ -62,6 +62,7 @@ typedef struct {
     uint64_t cpu_moved_ms; /* when that was (or the ping was sent) */
     bool busy_logged;
     uint64_t run_start_ms;
+    bool config_error; /* this run reported, before READY, what a restart cannot fix */
     int crashes_in_row;
     uint64_t crash_ms[IFD__CRASH_RING];
     uint64_t n_crash_ms;
@@ -588,6 +589,11 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             if (m.u.error.id == 0) {
                 IFD_ERROR("worker %d: %s (%s)", w->idx, m.u.error.message ? m.u.error.message : "",
                           ifd_err_name(m.u.error.code));
+                /* a model or draft that does not fit (another tokenizer, a
+                 * malformed file) fails every restart the same way */
+                if (!w->run_start_ms &&
+                    (m.u.error.code == IFD_EMISMATCH || m.u.error.code == IFD_EFORMAT))
+                    w->config_error = true;
                 break;
             }
             /* fall through */
@@ -669,7 +675,9 @@ static void ifd__after_exit(ifd__worker_t *w)
     for (uint64_t i = 0; i < w->n_crash_ms && i < IFD__CRASH_RING; i++)
         if (now - w->crash_ms[i] <= window)
             recent++;
-    if (recent >= s->p.crash_loop_limit) {
+    /* a model or draft that does not fit: the quick restarts would fail alike, so a
+     * crash loop at once (a daemon never ready then gives up: main.c's on_failed) */
+    if (recent >= s->p.crash_loop_limit || w->config_error) {
         /* a crash loop: wait much longer, but never give up for good (the
          * cause may be outside: memory, a device, a file being replaced) */
         double retry = s->p.crash_loop_backoff_s;
@@ -682,10 +690,15 @@ static void ifd__after_exit(ifd__worker_t *w)
         w->info.state = IFD_W_FAILED;
         w->info.crash_loop = true;
         w->info.retry_in_s = retry;
-        IFD_ERROR("worker %d crashed %d times within %.0f s: crash loop %llu, trying again in "
-                  "%.1f s (last: %s)",
-                  w->idx, recent, s->p.crash_loop_window_s, (unsigned long long)w->info.crash_loops,
-                  retry, w->info.last_exit);
+        if (w->config_error)
+            IFD_ERROR("worker %d: its model or draft does not fit (above): crash loop %llu, "
+                      "trying again in %.1f s",
+                      w->idx, (unsigned long long)w->info.crash_loops, retry);
+        else
+            IFD_ERROR("worker %d crashed %d times within %.0f s: crash loop %llu, trying again "
+                      "in %.1f s (last: %s)",
+                      w->idx, recent, s->p.crash_loop_window_s,
+                      (unsigned long long)w->info.crash_loops, retry, w->info.last_exit);
         /* on_failed may begin a shutdown (no worker ever started): then the
          * stop below has cancelled nothing yet, so start the timer first */
         uv_timer_start(&w->timer, ifd__timer_restart_cb, ifd__ms(s, retry), 0);
@@ -859,6 +872,7 @@ static void ifd__spawn(ifd__worker_t *w)
     w->proc_exited = false;
     w->ping_out = false;
     w->run_start_ms = 0;
+    w->config_error = false;
     w->info.unresponsive = false;
     w->info.crash_loop = false;
     w->info.retry_in_s = 0;
