@@ -126,7 +126,7 @@ static void serve(sink_t *sink, int first, int n, const run_t *rp, ifd_engine_st
     char err[512] = "";
     if (rp->draft) {
         const ifd_spec_draft_params_t dp = {em.n_vocab, rp->budget, rp->draft_blocks, 16,
-                                            rp->draft_kv};
+                                            rp->draft_kv, 0};
         ck_assert_msg(ifd_spec_draft_create(&d, rp->draft, &dp, err, sizeof err) == 0, "%s", err);
         ep.drafter = ifd_spec_draft_drafter(d);
     }

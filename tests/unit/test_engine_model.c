@@ -149,7 +149,7 @@ static ifd_spec_draft_t *make_drafter(const ifd_engine_model_t *em, int budget)
 {
     if (!serve_draft)
         return NULL;
-    const ifd_spec_draft_params_t dp = {em->n_vocab, budget, 64, 16, kv_dtype};
+    const ifd_spec_draft_params_t dp = {em->n_vocab, budget, 64, 16, kv_dtype, 0};
     ifd_spec_draft_t *d;
     char err[512] = "";
     ck_assert_msg(ifd_spec_draft_create(&d, serve_draft, &dp, err, sizeof err) == 0, "%s", err);
@@ -447,7 +447,7 @@ END_TEST
 START_TEST(test_draft_q4_0_refused)
 {
     const ifd_spec_draft_params_t dp = {(int32_t)ifd_model_config(model)->n_vocab, 256, 8, 16,
-                                        IFD_KV_Q4_0};
+                                        IFD_KV_Q4_0, 0};
     ifd_spec_draft_t *d = NULL;
     char err[512] = "";
     ck_assert_int_eq(ifd_spec_draft_create(&d, model, &dp, err, sizeof err), IFD_ENOTSUP);
