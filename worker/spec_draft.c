@@ -50,11 +50,13 @@ typedef struct {
 struct ifd_spec_draft {
     ifd_spec_draft_params_t p;
     ifd_kvpool_t *pool;
+    ifd_model_t *model;    /* the draft model (borrowed) */
     ifd_engine_model_t em; /* the draft model over its pool */
     int max_tok;           /* tokens per draft forward */
     int step_tokens;       /* catch-up tokens per call (params' step_tokens) */
     /* batch buffers: max_tok tokens, IFD_ENGINE_SPEC_ROWS sequences and logits rows */
     int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables;
+    int32_t *c_tables; /* [b_tables_cap]: the tables of a forward's own sequences (ifd__run) */
     int64_t *b_slot;
     int b_tables_cap;
     int row_q[IFD_ENGINE_SPEC_ROWS]; /* the query of each logits row */
@@ -112,8 +114,7 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
                  ifd_strerror(rc));
         goto fail;
     }
-    if (device) /* eager draft steps: no decode graphs (docs/speculative.md) */
-        ifd_model_set_graphs(draft, false);
+    d->model = draft;
     d->max_tok =
         p->max_batched_tokens > IFD_ENGINE_SPEC_ROWS ? p->max_batched_tokens : IFD_ENGINE_SPEC_ROWS;
     d->step_tokens = p->step_tokens > 0 ? p->step_tokens : p->max_batched_tokens;
@@ -149,6 +150,7 @@ void ifd_spec_draft_destroy(ifd_spec_draft_t *d)
     free(d->b_slot);
     free(d->b_rows);
     free(d->b_tables);
+    free(d->c_tables);
     free(d->logits);
     free(d);
 }
@@ -384,22 +386,39 @@ static void ifd__batch_add(ifd_spec_draft_t *d, int qi, ifd__dseq_t *s, int max_
     (*n_tok)++;
 }
 
-/* Runs the batch of n_tok tokens and n_rows logits rows over n queries'
- * tables; each row's greedy token becomes its query's next proposal. */
-static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n, int max_blocks,
-                    int n_tok, int n_rows)
+/* Runs the batch of n_tok tokens and n_rows logits rows over the queries'
+ * tables; each row's greedy token becomes its query's next proposal. The
+ * batch's sequences are renumbered 0, 1, ... in the order they come (the
+ * queries' order: their tokens are contiguous) with their tables alone, so
+ * that a step of one token per sequence is a decode step the model pads
+ * to a bucket and replays as a graph on a backend with graphs (model.c),
+ * in the model's draft set of graphs (1: never the target's). */
+static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int max_blocks, int n_tok,
+                    int n_rows)
 {
+    int n_seqs = 0, last = -1;
+    for (int t = 0; t < n_tok; t++) {
+        if (d->b_seq[t] != last) {
+            last = d->b_seq[t];
+            memcpy(d->c_tables + (int64_t)n_seqs * max_blocks,
+                   d->b_tables + (int64_t)last * max_blocks, (size_t)max_blocks * sizeof *d->c_tables);
+            n_seqs++;
+        }
+        d->b_seq[t] = n_seqs - 1;
+    }
     const ifd_batch_t b = {.n_tok = n_tok,
                            .tokens = d->b_tokens,
                            .pos = d->b_pos,
                            .seq = d->b_seq,
                            .slot = d->b_slot,
-                           .n_seqs = n,
-                           .block_tables = d->b_tables,
+                           .n_seqs = n_seqs,
+                           .block_tables = d->c_tables,
                            .max_blocks = max_blocks,
                            .n_logits = n_rows,
                            .logit_rows = d->b_rows};
+    ifd_model_set_graph_set(d->model, 1);
     int rc = d->em.forward(d->em.ctx, &b, d->logits);
+    ifd_model_set_graph_set(d->model, 0); /* the model's own forwards, if it drafts for itself */
     if (rc)
         return rc;
     d->st.forwards++;
@@ -439,7 +458,7 @@ static int ifd__catch_up(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, const b
             break;
         d->st.catchup_tokens += (uint64_t)n_tok;
         fed += (uint64_t)n_tok;
-        int rc = ifd__run(d, q, n, max_blocks, n_tok, n_rows);
+        int rc = ifd__run(d, q, max_blocks, n_tok, n_rows);
         if (rc)
             return rc;
     }
@@ -458,11 +477,15 @@ static int ifd__tables(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, const boo
         if (on[i] && ((ifd__dseq_t *)q[i].seq)->n_blocks > max_blocks)
             max_blocks = ((ifd__dseq_t *)q[i].seq)->n_blocks;
     if (n * max_blocks > d->b_tables_cap) {
-        int32_t *t = realloc(d->b_tables, (size_t)n * (size_t)max_blocks * 2 * sizeof *t);
-        if (!t)
+        const size_t cap = (size_t)n * (size_t)max_blocks * 2;
+        int32_t *t = realloc(d->b_tables, cap * sizeof *t);
+        if (t)
+            d->b_tables = t;
+        int32_t *c = t ? realloc(d->c_tables, cap * sizeof *c) : NULL;
+        if (!c)
             return IFD_ENOMEM;
-        d->b_tables = t;
-        d->b_tables_cap = n * max_blocks * 2;
+        d->c_tables = c;
+        d->b_tables_cap = (int)cap;
     }
     for (int i = 0; i < n; i++) {
         const ifd__dseq_t *s = q[i].seq;
@@ -501,7 +524,7 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
             more = true;
         }
         if (more)
-            rc = ifd__run(d, q, n, max_blocks, n_tok, n_tok);
+            rc = ifd__run(d, q, max_blocks, n_tok, n_tok);
     }
     if (rc) { /* the KV written by this call is not to be trusted: start again */
         for (int i = 0; i < n; i++) {
