@@ -16,11 +16,12 @@
  * proposals, never the verified text), so its blocks are keyed by the
  * chained hash of the tokens with salt 0, as the target's are. A block is
  * published at the end of a successful call once every position of it lies
- * below n_tokens - 1: those tokens are the sequence's own (prompt and
- * emitted output, never an unverified proposal, which only ever sits at
- * n_tokens and past), and a later call keeps at least n_tokens - 1 of them
- * (its tokens extend these; the last one is always fed again for its
- * logits), so a published block is never written. A query whose tokens do
+ * below the state's KV and n_tokens - 1 (a feed's, k 0: n_tokens): those
+ * tokens are the sequence's own (prompt and emitted output, never an
+ * unverified proposal, which only ever sits at n_tokens and past), and a
+ * later call keeps them all (its tokens extend these, so that a proposal's
+ * n_tokens - 1 is at least a feed's n_tokens; the last one is always fed
+ * again for its logits), so a published block is never written. A query whose tokens do
  * part below a published block (not the engine's: its tokens only grow
  * until the state is released) drops the blocks from that one on. A state
  * with no KV kept (its first proposal, or after a release) takes the

@@ -42,11 +42,15 @@
  * feeds only the tail it does not share. Released published blocks stay
  * cached in the draft's pool until an allocation needs their room.
  *
- * On a device the draft's forwards run eagerly (its decode graphs are
- * turned off at create: a draft step is a short one-token-per-sequence
- * decode, graphs for it are a next step, docs/speculative.md); the POOL
- * step counts its weights, activations and pool before sizing the
- * target's (worker/kvprobe.h).
+ * On a device with graphs (CUDA) the draft's one-token-per-sequence steps
+ * (its greedy steps, a catch-up of one token a proposing sequence) replay
+ * decode graphs as the target's do, in the model's graph set 1
+ * (model.h, ifd_model_set_graph_set: the target's are set 0; the call
+ * sets 1 around each forward and 0 after it, so a model drafting for
+ * itself keeps its own steps in 0); each forward numbers its sequences
+ * 0, 1, ... (the model graphs only such steps). The POOL step counts its
+ * weights, activations, graphs and pool before sizing the target's
+ * (worker/kvprobe.h).
  *
  * Ownership: the draft model is borrowed (it must outlive the proposer);
  * the pool and the per-sequence states are the proposer's. Threading: one
