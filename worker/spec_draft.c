@@ -402,7 +402,8 @@ static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int max_bloc
         if (d->b_seq[t] != last) {
             last = d->b_seq[t];
             memcpy(d->c_tables + (int64_t)n_seqs * max_blocks,
-                   d->b_tables + (int64_t)last * max_blocks, (size_t)max_blocks * sizeof *d->c_tables);
+                   d->b_tables + (int64_t)last * max_blocks,
+                   (size_t)max_blocks * sizeof *d->c_tables);
             n_seqs++;
         }
         d->b_seq[t] = n_seqs - 1;

@@ -485,8 +485,7 @@ static void prefill_spread(bool sampled)
             const ifd_spec_draft_params_t dp = {256, 32, 128, 16, IFD_KV_F32, shares[k]};
             ifd_spec_draft_t *d = NULL;
             char err[256];
-            ck_assert_msg(ifd_spec_draft_create(&d, other, &dp, err, sizeof err) == 0, "%s",
-                          err);
+            ck_assert_msg(ifd_spec_draft_create(&d, other, &dp, err, sizeof err) == 0, "%s", err);
             sink_t *s = calloc(1, sizeof *s);
             const int first = batches[b][0], n = batches[b][1];
             ifd_engine_stats_t st = serve(s, first, n, d, sampled);
