@@ -472,8 +472,8 @@ END_TEST
  * with a line naming it. */
 START_TEST(test_draft_q4_0_refused)
 {
-    const ifd_spec_draft_params_t dp = {(int32_t)ifd_model_config(model)->n_vocab, 256, 8, 16,
-                                        IFD_KV_Q4_0, 0};
+    const ifd_spec_draft_params_t dp = {
+        (int32_t)ifd_model_config(model)->n_vocab, 256, 8, 16, IFD_KV_Q4_0, 0};
     ifd_spec_draft_t *d = NULL;
     char err[512] = "";
     ck_assert_int_eq(ifd_spec_draft_create(&d, model, &dp, err, sizeof err), IFD_ENOTSUP);
