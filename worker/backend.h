@@ -199,8 +199,10 @@ typedef struct {
     int32_t score_top;
 } ifd_sample_row_t;
 
-/* Most graphs a backend keeps (keys 0 .. IFD_BACKEND_MAX_GRAPHS - 1). */
-#define IFD_BACKEND_MAX_GRAPHS 160
+/* Most graphs a backend keeps (keys 0 .. IFD_BACKEND_MAX_GRAPHS - 1): two
+ * sets of 160 (model.h, ifd_model_set_graph_set: a model and its draft on
+ * one backend). */
+#define IFD_BACKEND_MAX_GRAPHS 320
 
 typedef struct ifd_backend ifd_backend_t;
 

@@ -1636,8 +1636,9 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
  * sequences of the step, from what decodes, prefill and admissions left:
  * the budget and the free blocks. n-gram proposals are made in place, the
  * draft model's for all its sequences at once (their lengths reserved
- * first). A proposal the pool cannot hold is dropped: it never preempts,
- * nor takes a block or a token another sequence of the step needed. */
+ * first), in the same call as the feeds of its prefilling sequences. A
+ * proposal the pool cannot hold is dropped: it never preempts, nor takes a
+ * block or a token another sequence of the step needed. */
 static void ifd__schedule_spec(ifd_engine_t *e, ifd__plan_t *pl)
 {
     ifd__seq_t *qs[IFD_ENGINE_SPEC_ROWS];
@@ -1659,6 +1660,18 @@ static void ifd__schedule_spec(ifd_engine_t *e, ifd__plan_t *pl)
             q[nq++] = (ifd_spec_draft_query_t){s->dseq, s->tokens, s->n_tokens, want, s->draft, 0};
             left -= want;
         }
+    }
+    /* then a feed for each prefilling sequence that will speculate with the
+     * draft: its tokens up to the end of this step's chunk, so that the
+     * draft's prompt prefill keeps pace with the target's instead of
+     * landing on the first proposal (spec_draft.h) */
+    for (int k = 0; k < pl->n_sched && e->p.drafter.propose && nq < IFD_ENGINE_SPEC_ROWS; k++) {
+        ifd__seq_t *s = e->sched[k];
+        if (ifd__decoding(s) || s->spec.method != IFD_SPEC_DRAFT || s->max_tokens - s->n_gen < 2)
+            continue;
+        qs[nq] = s;
+        q[nq++] =
+            (ifd_spec_draft_query_t){s->dseq, s->tokens, s->n_computed + s->sched, 0, s->draft, 0};
     }
     ifd__spec_draft(e, qs, q, nq);
     for (int k = 0; k < pl->n_sched; k++) {

@@ -366,10 +366,14 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
         what = "reading the free memory";
         goto fail;
     }
-    /* 3: the same with graphs: recorded, then replayed */
-    ifd_model_set_graphs(m, !p->draft);
+    /* 3: the same with graphs: recorded, then replayed (a draft's in its
+     * own set, as spec_draft.c records them) */
+    ifd_model_set_graphs(m, true);
+    ifd_model_set_graph_set(m, p->draft ? 1 : 0);
     ifd_model_graph_stats(m, &g0);
-    if (!p->draft && (rc = ifd__warm_decodes(&w, cap, p->max_ctx, true, 2, &n))) {
+    rc = ifd__warm_decodes(&w, cap, p->max_ctx, true, 2, &n);
+    ifd_model_set_graph_set(m, 0);
+    if (rc) {
         what = "graph-recorded decode";
         step = true;
         goto fail;
@@ -454,7 +458,8 @@ int ifd_kvprobe_size(ifd_model_t *m, const ifd_kvprobe_size_params_t *p, ifd_kvp
     const uint64_t used = free_b <= total ? total - free_b : 0; /* else no block fits */
     const uint64_t act = out->warm.activation_bytes + out->draft_warm.activation_bytes;
     out->free_bytes = free_b;
-    out->margin_bytes = ifd_kvsize_margin(total, act + out->warm.graph_bytes);
+    const uint64_t graphs = out->warm.graph_bytes + out->draft_warm.graph_bytes;
+    out->margin_bytes = ifd_kvsize_margin(total, act + graphs);
     out->n_blocks = ifd_kvsize_blocks(total, free_b, p->fraction, out->margin_bytes,
                                       out->block_bytes + out->draft_block_bytes);
     /* the bytes below the same rounding as the blocks: kvsize.h's formula,
@@ -478,7 +483,7 @@ int ifd_kvprobe_size(ifd_model_t *m, const ifd_kvprobe_size_params_t *p, ifd_kvp
                  "nothing%s: raise --gpu-memory-fraction or lower --max-batched-tokens%s",
                  p->fraction, (double)total / mib, (double)used / mib,
                  (double)out->weight_bytes / mib, (double)out->warm.activation_bytes / mib,
-                 (double)out->warm.graph_bytes / mib, (double)out->margin_bytes / mib, dpart,
+                 (double)graphs / mib, (double)out->margin_bytes / mib, dpart,
                  p->draft ? ", or take a smaller draft model" : "");
         return IFD_ENOMEM;
     }

@@ -47,8 +47,11 @@
  * memory the pool was given.
  *
  * A draft model's warm-up (params.draft, ifd_kvprobe_draft_params) skips
- * step 2's sampling step and step 3: its rows are downloaded, its steps
- * eager (spec_draft.h); its largest prefill has one row per sequence (no
+ * step 2's sampling step (its rows are downloaded) and records step 3's
+ * graphs in the draft's set of graph keys (model.h,
+ * ifd_model_set_graph_set: 1, as spec_draft.c's steps replay them, up to
+ * its bucket of min(max_seqs, IFD_ENGINE_SPEC_ROWS) sequences); its
+ * largest prefill has one row per sequence (no
  * prompt logprob nor verification rows: a draft's forward asks for one
  * row per proposing sequence, at most min(max_seqs, IFD_ENGINE_SPEC_ROWS)).
  *
@@ -85,7 +88,8 @@ typedef struct {
     int block_size;         /* the pool's tokens per block */
     ifd_kv_dtype_t kv_dtype;
     /* a draft model's steps (spec_draft.h): every logits row downloaded
-     * (no device sampling, so no step 2b) and no graphs (no step 3) */
+     * (no device sampling, so no step 2b); step 3's graphs in the draft's
+     * set (model.h, ifd_model_set_graph_set) */
     bool draft;
     /* verification rows a step may carry (speculative decoding, above):
      * IFD_ENGINE_SPEC_ROWS for a serving worker; at most
@@ -123,8 +127,9 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
  * warm-up follows the model's, at the draft's limits
  * (ifd_kvprobe_draft_params: steps of max(max_batched_tokens,
  * IFD_ENGINE_SPEC_ROWS) tokens in up to min(max_seqs, IFD_ENGINE_SPEC_ROWS)
- * sequences (one logits row per speculating sequence),
- * eager), so its activations count too; and since the draft's private pool
+ * sequences (one logits row per speculating sequence), its decode graphs
+ * recorded), so its activations and graphs count too (the margin grows
+ * with both models' graph bytes); and since the draft's private pool
  * has the target pool's block count, every block costs the model's block
  * plus the draft's: n_blocks = what fits of both, and usable_bytes the
  * model's share (what is left for the model's pools once the draft's

@@ -47,7 +47,9 @@
  * that a larger bucket does not move what a smaller one's graph uses (a
  * decode step past it grows them, and the graphs are recorded again); a graph is
  * recorded again when its buffers moved anyway (buf_epoch: a prefill
- * larger than any before) or the KV views differ. ifd_model_set_graphs(m, false) runs
+ * larger than any before) or the KV views differ. Keys come in sets
+ * (ifd_model_set_graph_set: a model's and its draft's graphs apart on one
+ * backend). ifd_model_set_graphs(m, false) runs
  * the same padded steps eagerly (the reference the graph is tested
  * against). Prefill and mixed steps always run eagerly, unpadded.
  *
@@ -123,13 +125,15 @@ typedef struct {
 static const int ifd__buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 #define IFD__N_BUCKETS  ((int)(sizeof ifd__buckets / sizeof ifd__buckets[0]))
 #define IFD__CTX_MIN    256
-#define IFD__N_CTX_BKTS (IFD_BACKEND_MAX_GRAPHS / IFD__N_BUCKETS)
+#define IFD__SET_KEYS   (IFD_BACKEND_MAX_GRAPHS / IFD_MODEL_GRAPH_SETS) /* keys a set */
+#define IFD__N_CTX_BKTS (IFD__SET_KEYS / IFD__N_BUCKETS)
 _Static_assert(IFD_MODEL_MAX_GRAPH_BATCH == 256, "the last bucket");
 
 /* Decode-step graphs: the padded batch's host arrays, and per key what the
  * graph was recorded against. */
 typedef struct {
     bool off; /* ifd_model_set_graphs(m, false) */
+    int set;  /* ifd_model_set_graph_set: keys [set * IFD__SET_KEYS, + IFD__SET_KEYS) */
     int32_t tokens[IFD_MODEL_MAX_GRAPH_BATCH], pos[IFD_MODEL_MAX_GRAPH_BATCH];
     int32_t seq[IFD_MODEL_MAX_GRAPH_BATCH], rows[IFD_MODEL_MAX_GRAPH_BATCH];
     int64_t slot[IFD_MODEL_MAX_GRAPH_BATCH], lslot[IFD_MODEL_MAX_GRAPH_BATCH];
@@ -1041,7 +1045,7 @@ static int ifd__decode_bucket(ifd_model_t *m, const ifd_batch_t *b, int block_si
                         .local_block_tables = two ? g->lbt : NULL,
                         .local_slot = two ? g->lslot : NULL};
     *ctx_out = ctx;
-    return bi * IFD__N_CTX_BKTS + ci;
+    return g->set * IFD__SET_KEYS + bi * IFD__N_CTX_BKTS + ci;
 }
 
 static uint64_t ifd__kv_hash(const ifd_model_t *m, const ifd_kv_layer_t *kv)
@@ -1112,6 +1116,7 @@ static int ifd__forward_dev(ifd_model_t *m, const ifd_batch_t *b0, const ifd_kv_
         rc = op->graph_launch(be, key);
     if (rc == 0) {
         g->st.replays++;
+        g->st.set_replays[g->set]++;
         return 0;
     }
     if (rc != IFD_ENOTFOUND)
@@ -1212,6 +1217,12 @@ void ifd_model_set_max_seqs(ifd_model_t *m, int max_seqs)
 void ifd_model_set_graphs(ifd_model_t *m, bool on)
 {
     m->gr.off = !on;
+}
+
+void ifd_model_set_graph_set(ifd_model_t *m, int set)
+{
+    if (set >= 0 && set < IFD_MODEL_GRAPH_SETS)
+        m->gr.set = set;
 }
 
 void ifd_model_graph_stats(const ifd_model_t *m, ifd_model_graph_stats_t *out)

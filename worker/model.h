@@ -144,6 +144,20 @@ int ifd_model_forward_sample(ifd_model_t *m, const ifd_batch_t *b, const ifd_kv_
  * graphs; off: the same padded decode steps run eagerly. */
 void ifd_model_set_graphs(ifd_model_t *m, bool on);
 
+/* Decode graphs come in IFD_MODEL_GRAPH_SETS sets, each its own range of
+ * the backend's graph keys (IFD_BACKEND_MAX_GRAPHS / IFD_MODEL_GRAPH_SETS
+ * keys) and its own record of what each graph was recorded against. The
+ * forwards after this call record and replay in set `set` (0 until
+ * called): the engine's model uses 0, a draft model (spec_draft.h) 1, so
+ * that a model and its draft on one backend never replay each other's
+ * graphs, and a model drafting for itself (one model forwarded over two
+ * KV pools) keeps a set per pool instead of recording again at every
+ * switch. Two models forwarding on one backend in the same set would
+ * replace each other's graphs: don't. set out of range: ignored. One
+ * thread, between forwards. */
+#define IFD_MODEL_GRAPH_SETS 2
+void ifd_model_set_graph_set(ifd_model_t *m, int set);
+
 /* The most sequences a decode step will hold (the engine's max_seqs): the
  * activation and logits buffers of decode steps are then sized for the
  * smallest batch bucket >= max_seqs rather than for 256 rows (on a 128k
@@ -156,6 +170,7 @@ typedef struct {
     uint64_t captures;    /* graphs recorded */
     uint64_t replays;     /* steps run by replaying one */
     uint64_t eager_steps; /* steps run op by op */
+    uint64_t set_replays[IFD_MODEL_GRAPH_SETS]; /* replays by set (ifd_model_set_graph_set) */
 } ifd_model_graph_stats_t;
 
 void ifd_model_graph_stats(const ifd_model_t *m, ifd_model_graph_stats_t *out);

@@ -597,9 +597,9 @@ static int ifd__pool_step(ifd__srv_t *s, ifd_wire_reader_t *rd, ifd_backend_t *b
     /* with a draft model: both models' (usable_bytes is the model's share) */
     ps->weight_bytes = sz.weight_bytes + sz.draft_weight_bytes;
     ps->activation_bytes = sz.warm.activation_bytes + sz.draft_warm.activation_bytes;
-    ps->graph_bytes = sz.warm.graph_bytes;
+    ps->graph_bytes = sz.warm.graph_bytes + sz.draft_warm.graph_bytes;
     ps->margin_bytes = sz.margin_bytes;
-    ps->n_graphs = (uint32_t)sz.warm.n_graphs;
+    ps->n_graphs = (uint32_t)(sz.warm.n_graphs + sz.draft_warm.n_graphs);
     ps->device = desc;
     if ((rc = ifd__queue(s, &m)) || (rc = ifd__flush(s))) {
         snprintf(err, errlen, "sending POOL_SIZE: %s", ifd_strerror(rc));

@@ -47,7 +47,11 @@ typedef struct {
     void *seq;             /* in/out: the proposer's state of the sequence; NULL before its first */
     const int32_t *tokens; /* [n_tokens]: prompt + output so far (only read) */
     int32_t n_tokens;
-    int32_t k;     /* tokens wanted, 1..IFD_SPEC_MAX_TOKENS */
+    /* tokens wanted, 1..IFD_SPEC_MAX_TOKENS; 0: a feed (the sequence is
+     * prefilling: tokens[0..n_tokens) are its own, up to the end of the
+     * target's chunk this step; the proposer may compute their state
+     * ahead of the first proposal, and proposes nothing) */
+    int32_t k;
     int32_t *out;  /* [k] */
     int32_t n_out; /* out: tokens proposed, 0..k */
 } ifd_spec_draft_query_t;
@@ -58,10 +62,12 @@ typedef struct {
  * verification rule is exact for those: docs/speculative.md). */
 typedef struct {
     void *ctx;
-    /* Proposes for q[0..n) at once (one batch across the sequences): sets
-     * each q[i].out / n_out (0 where it cannot: the sequence then
-     * proposes nothing this step) and q[i].seq. 0, or an error for the
-     * whole call (every n_out 0; the engine logs it and goes on). */
+    /* Proposes for q[0..n) at once (one batch across the sequences; the
+     * engine calls it at most once a step, proposals first, then feeds):
+     * sets each q[i].out / n_out (0 where it cannot, and for a feed: the
+     * sequence then proposes nothing this step) and q[i].seq. 0, or an
+     * error for the whole call (every n_out 0; the engine logs it and goes
+     * on). */
     int (*propose)(void *ctx, ifd_spec_draft_query_t *q, int n);
     /* Forgets a sequence's state (preemption, the end of the sequence):
      * what it holds (the draft's KV blocks) goes back. seq NULL: a no-op. */

@@ -16,11 +16,12 @@
  * proposals, never the verified text), so its blocks are keyed by the
  * chained hash of the tokens with salt 0, as the target's are. A block is
  * published at the end of a successful call once every position of it lies
- * below n_tokens - 1: those tokens are the sequence's own (prompt and
- * emitted output, never an unverified proposal, which only ever sits at
- * n_tokens and past), and a later call keeps at least n_tokens - 1 of them
- * (its tokens extend these; the last one is always fed again for its
- * logits), so a published block is never written. A query whose tokens do
+ * below the state's KV and n_tokens - 1 (a feed's, k 0: n_tokens): those
+ * tokens are the sequence's own (prompt and emitted output, never an
+ * unverified proposal, which only ever sits at n_tokens and past), and a
+ * later call keeps them all (its tokens extend these, so that a proposal's
+ * n_tokens - 1 is at least a feed's n_tokens; the last one is always fed
+ * again for its logits), so a published block is never written. A query whose tokens do
  * part below a published block (not the engine's: its tokens only grow
  * until the state is released) drops the blocks from that one on. A state
  * with no KV kept (its first proposal, or after a release) takes the
@@ -50,10 +51,13 @@ typedef struct {
 struct ifd_spec_draft {
     ifd_spec_draft_params_t p;
     ifd_kvpool_t *pool;
+    ifd_model_t *model;    /* the draft model (borrowed) */
     ifd_engine_model_t em; /* the draft model over its pool */
     int max_tok;           /* tokens per draft forward */
+    int step_tokens;       /* catch-up tokens per call (params' step_tokens) */
     /* batch buffers: max_tok tokens, IFD_ENGINE_SPEC_ROWS sequences and logits rows */
     int32_t *b_tokens, *b_pos, *b_seq, *b_rows, *b_tables;
+    int32_t *c_tables; /* [b_tables_cap]: the tables of a forward's own sequences (ifd__run) */
     int64_t *b_slot;
     int b_tables_cap;
     int row_q[IFD_ENGINE_SPEC_ROWS]; /* the query of each logits row */
@@ -66,7 +70,7 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
 {
     *out = NULL;
     if (!draft || !p || p->n_vocab < 1 || p->max_batched_tokens < 1 || p->n_blocks < 1 ||
-        p->block_size < 1) {
+        p->block_size < 1 || p->step_tokens < 0) {
         snprintf(err, errlen, "draft model: bad parameters");
         return IFD_EINVAL;
     }
@@ -111,10 +115,10 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
                  ifd_strerror(rc));
         goto fail;
     }
-    if (device) /* eager draft steps: no decode graphs (docs/speculative.md) */
-        ifd_model_set_graphs(draft, false);
+    d->model = draft;
     d->max_tok =
         p->max_batched_tokens > IFD_ENGINE_SPEC_ROWS ? p->max_batched_tokens : IFD_ENGINE_SPEC_ROWS;
+    d->step_tokens = p->step_tokens > 0 ? p->step_tokens : p->max_batched_tokens;
     const size_t nt = (size_t)d->max_tok, nr = IFD_ENGINE_SPEC_ROWS;
     d->b_tokens = malloc(nt * sizeof *d->b_tokens);
     d->b_pos = malloc(nt * sizeof *d->b_pos);
@@ -147,6 +151,7 @@ void ifd_spec_draft_destroy(ifd_spec_draft_t *d)
     free(d->b_slot);
     free(d->b_rows);
     free(d->b_tables);
+    free(d->c_tables);
     free(d->logits);
     free(d);
 }
@@ -247,20 +252,27 @@ static int ifd__dseq_reserve(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
     return 0;
 }
 
+/* The positions of q's tokens whose KV a call may keep or take: all of a
+ * feed (k 0), all but the last of a proposal (its last token is always fed:
+ * its logits give the first proposal). */
+static int32_t ifd__keep(const ifd_spec_draft_query_t *q)
+{
+    return q->k > 0 ? q->n_tokens - 1 : q->n_tokens;
+}
+
 /* A state with no KV kept takes the longest published run of blocks that
- * starts its first n_tokens - 1 tokens (the last one is always fed: its
- * logits give the first proposal); its own blocks go back first (every
+ * starts its first ifd__keep tokens; its own blocks go back first (every
  * position of them would be written again). */
 static void ifd__dseq_reuse(ifd_spec_draft_t *d, ifd__dseq_t *s, const ifd_spec_draft_query_t *q)
 {
     ifd__dseq_release(d, s);
-    const int32_t bs = d->p.block_size, max = (q->n_tokens - 1) / bs;
+    const int32_t bs = d->p.block_size, keep = ifd__keep(q), max = keep / bs;
     if (max < 1 || ifd__dseq_grow(d, s, max * bs) != 0)
         return;
-    int got = ifd_kvpool_lookup(d->pool, 0, 0, q->tokens, q->n_tokens - 1, s->blocks, max, NULL);
+    int got = ifd_kvpool_lookup(d->pool, 0, 0, q->tokens, keep, s->blocks, max, NULL);
     if (got <= 0) {
         if (got < 0)
-            IFD_WARN("draft: prefix lookup of %d tokens: %s", q->n_tokens - 1, ifd_strerror(got));
+            IFD_WARN("draft: prefix lookup of %d tokens: %s", keep, ifd_strerror(got));
         return;
     }
     s->n_blocks = s->n_pub = got;
@@ -270,14 +282,15 @@ static void ifd__dseq_reuse(ifd_spec_draft_t *d, ifd__dseq_t *s, const ifd_spec_
     d->st.prefix_hit_tokens += (uint64_t)s->n_kv;
 }
 
-/* Publishes the full blocks of q's state that lie below its n_tokens - 1
- * (the file's comment: its own tokens, never written again), after a call
- * that fed it every token (s->tok[0..n_tokens) are q->tokens). */
+/* Publishes the full blocks of q's state that lie below both its KV and
+ * ifd__keep (the file's comment: its own tokens, never written again),
+ * after a call that fed it (s->tok[0..n_kv) are q->tokens' up to keep). */
 static void ifd__dseq_publish(ifd_spec_draft_t *d, const ifd_spec_draft_query_t *q)
 {
     ifd__dseq_t *s = q->seq;
-    const int32_t bs = d->p.block_size, full = (q->n_tokens - 1) / bs;
-    IFD_ASSERT(s->n_kv >= q->n_tokens && full <= s->n_blocks);
+    const int32_t keep = ifd__keep(q), bs = d->p.block_size;
+    const int32_t full = (s->n_kv < keep ? s->n_kv : keep) / bs;
+    IFD_ASSERT(full <= s->n_blocks);
     while (!s->publish_off && s->n_pub < full) {
         const int32_t b = s->n_pub, parent = b > 0 ? s->blocks[b - 1] : -1;
         int rc =
@@ -294,21 +307,20 @@ static void ifd__dseq_publish(ifd_spec_draft_t *d, const ifd_spec_draft_query_t 
 }
 
 /* Brings query q's state in step with its tokens: creates it at the first
- * call, keeps the KV of the longest common prefix (but the last token,
- * whose logits the first draft step needs; and not inside a published
- * block past it: that one is read-only, so it goes), takes the published
- * prefix when nothing is kept, and reserves the blocks for every position
- * the call writes (up to n_tokens + k - 2). false when the sequence cannot
- * propose now (no room: its KV is given back). */
+ * call, keeps the KV of the longest common prefix (up to ifd__keep; and not
+ * inside a published block past it: that one is read-only, so it goes) and
+ * takes the published prefix when nothing is kept. Blocks are reserved
+ * later (ifd__plan), once the call's budget says what it feeds. false when
+ * the sequence cannot take part (no state, past the draft's context). */
 static bool ifd__sync(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q)
 {
     ifd__dseq_t *s = q->seq;
-    if (q->n_tokens < 1 || q->k < 1 || q->n_tokens + q->k > d->em.n_ctx)
+    if (q->n_tokens < 1 || q->k < 0 || q->n_tokens + q->k > d->em.n_ctx)
         return false;
     if (!s && !(s = q->seq = calloc(1, sizeof *s)))
         return false;
     int32_t m = 0;
-    const int32_t lim = s->n_kv < q->n_tokens - 1 ? s->n_kv : q->n_tokens - 1;
+    const int32_t keep = ifd__keep(q), lim = s->n_kv < keep ? s->n_kv : keep;
     while (m < lim && s->tok[m] == q->tokens[m])
         m++;
     const int32_t had = s->n_kv;
@@ -318,13 +330,36 @@ static bool ifd__sync(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q)
     d->st.rolled_back += (uint64_t)(had - s->n_kv);
     if (s->n_kv == 0)
         ifd__dseq_reuse(d, s, q);
-    int rc = ifd__dseq_reserve(d, s, q->n_tokens + q->k - 1);
-    if (rc) {
-        ifd__dseq_release(d, s);
-        d->st.no_room++;
-        return false;
-    }
     return true;
+}
+
+/* The call's catch-up budget (ifd_spec_draft_params_t.step_tokens) shared
+ * in query order: to[i] is the position q[i] is fed up to, prop[i] whether
+ * it proposes (fed to its last token: its k - 1 draft steps follow). The
+ * blocks for every position written are reserved here; a query without
+ * room drops out (its KV given back, its share back to the budget). */
+static void ifd__plan(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, bool *on, int n, int32_t *to,
+                      bool *prop)
+{
+    int64_t left = d->step_tokens;
+    for (int i = 0; i < n; i++) {
+        prop[i] = false;
+        if (!on[i])
+            continue;
+        ifd__dseq_t *s = q[i].seq;
+        const int64_t need = q[i].n_tokens - s->n_kv, take = need < left ? need : left;
+        to[i] = s->n_kv + (int32_t)take;
+        prop[i] = q[i].k > 0 && to[i] == q[i].n_tokens;
+        if (ifd__dseq_reserve(d, s, prop[i] ? q[i].n_tokens + q[i].k - 1 : to[i]) != 0) {
+            ifd__dseq_release(d, s);
+            d->st.no_room++;
+            on[i] = prop[i] = false;
+            continue;
+        }
+        left -= take;
+        if (q[i].k > 0 && !prop[i])
+            d->st.lagging++; /* its catch-up goes on next call */
+    }
 }
 
 /* The greedy token of a logits row: the first maximum among the target's
@@ -352,22 +387,40 @@ static void ifd__batch_add(ifd_spec_draft_t *d, int qi, ifd__dseq_t *s, int max_
     (*n_tok)++;
 }
 
-/* Runs the batch of n_tok tokens and n_rows logits rows over n queries'
- * tables; each row's greedy token becomes its query's next proposal. */
-static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n, int max_blocks,
-                    int n_tok, int n_rows)
+/* Runs the batch of n_tok tokens and n_rows logits rows over the queries'
+ * tables; each row's greedy token becomes its query's next proposal. The
+ * batch's sequences are renumbered 0, 1, ... in the order they come (the
+ * queries' order: their tokens are contiguous) with their tables alone, so
+ * that a step of one token per sequence is a decode step the model pads
+ * to a bucket and replays as a graph on a backend with graphs (model.c),
+ * in the model's draft set of graphs (1: never the target's). */
+static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int max_blocks, int n_tok,
+                    int n_rows)
 {
+    int n_seqs = 0, last = -1;
+    for (int t = 0; t < n_tok; t++) {
+        if (d->b_seq[t] != last) {
+            last = d->b_seq[t];
+            memcpy(d->c_tables + (int64_t)n_seqs * max_blocks,
+                   d->b_tables + (int64_t)last * max_blocks,
+                   (size_t)max_blocks * sizeof *d->c_tables);
+            n_seqs++;
+        }
+        d->b_seq[t] = n_seqs - 1;
+    }
     const ifd_batch_t b = {.n_tok = n_tok,
                            .tokens = d->b_tokens,
                            .pos = d->b_pos,
                            .seq = d->b_seq,
                            .slot = d->b_slot,
-                           .n_seqs = n,
-                           .block_tables = d->b_tables,
+                           .n_seqs = n_seqs,
+                           .block_tables = d->c_tables,
                            .max_blocks = max_blocks,
                            .n_logits = n_rows,
                            .logit_rows = d->b_rows};
+    ifd_model_set_graph_set(d->model, 1);
     int rc = d->em.forward(d->em.ctx, &b, d->logits);
+    ifd_model_set_graph_set(d->model, 0); /* the model's own forwards, if it drafts for itself */
     if (rc)
         return rc;
     d->st.forwards++;
@@ -380,32 +433,40 @@ static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n, int m
     return 0;
 }
 
-/* Feeds every active query the tokens its draft KV lacks, in forwards of at
- * most max_tok tokens; the chunk that reaches a query's last token gives
- * its first proposal. */
-static int ifd__catch_up(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, const bool *on, int n,
-                         int max_blocks)
+/* Feeds every active query the tokens its draft KV lacks up to to[i], in
+ * forwards of at most max_tok tokens; the chunk that reaches a proposing
+ * query's last token gives its first proposal. */
+static int ifd__catch_up(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, const bool *on,
+                         const int32_t *to, const bool *prop, int n, int max_blocks)
 {
+    uint64_t fed = 0;
     for (;;) {
         int n_tok = 0, n_rows = 0;
         for (int i = 0; i < n && n_tok < d->max_tok; i++) {
             ifd__dseq_t *s = q[i].seq;
-            if (!on[i] || s->n_kv >= q[i].n_tokens)
+            if (!on[i] || s->n_kv >= to[i])
                 continue;
-            while (s->n_kv < q[i].n_tokens && n_tok < d->max_tok)
+            const int from = n_tok;
+            while (s->n_kv < to[i] && n_tok < d->max_tok)
                 ifd__batch_add(d, i, s, max_blocks, q[i].tokens[s->n_kv], &n_tok);
-            if (s->n_kv == q[i].n_tokens) {
+            if (q[i].k == 0)
+                d->st.feed_tokens += (uint64_t)(n_tok - from);
+            if (prop[i] && s->n_kv == q[i].n_tokens) {
                 d->row_q[n_rows] = i;
                 d->b_rows[n_rows++] = n_tok - 1;
             }
         }
         if (n_tok == 0)
-            return 0;
+            break;
         d->st.catchup_tokens += (uint64_t)n_tok;
-        int rc = ifd__run(d, q, n, max_blocks, n_tok, n_rows);
+        fed += (uint64_t)n_tok;
+        int rc = ifd__run(d, q, max_blocks, n_tok, n_rows);
         if (rc)
             return rc;
     }
+    if (fed > d->st.max_call_catchup)
+        d->st.max_call_catchup = fed;
+    return 0;
 }
 
 /* The block tables of the n queries (after ifd__sync: they do not change
@@ -418,11 +479,15 @@ static int ifd__tables(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, const boo
         if (on[i] && ((ifd__dseq_t *)q[i].seq)->n_blocks > max_blocks)
             max_blocks = ((ifd__dseq_t *)q[i].seq)->n_blocks;
     if (n * max_blocks > d->b_tables_cap) {
-        int32_t *t = realloc(d->b_tables, (size_t)n * (size_t)max_blocks * 2 * sizeof *t);
-        if (!t)
+        const size_t cap = (size_t)n * (size_t)max_blocks * 2;
+        int32_t *t = realloc(d->b_tables, cap * sizeof *t);
+        if (t)
+            d->b_tables = t;
+        int32_t *c = t ? realloc(d->c_tables, cap * sizeof *c) : NULL;
+        if (!c)
             return IFD_ENOMEM;
-        d->b_tables = t;
-        d->b_tables_cap = n * max_blocks * 2;
+        d->c_tables = c;
+        d->b_tables_cap = (int)cap;
     }
     for (int i = 0; i < n; i++) {
         const ifd__dseq_t *s = q[i].seq;
@@ -438,20 +503,22 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
 {
     if (n < 0 || n > IFD_ENGINE_SPEC_ROWS)
         return IFD_EINVAL;
-    bool on[IFD_ENGINE_SPEC_ROWS];
+    bool on[IFD_ENGINE_SPEC_ROWS], prop[IFD_ENGINE_SPEC_ROWS];
+    int32_t to[IFD_ENGINE_SPEC_ROWS];
     for (int i = 0; i < n; i++) {
         q[i].n_out = 0;
         on[i] = ifd__sync(d, &q[i]);
     }
+    ifd__plan(d, q, on, n, to, prop);
     int max_blocks = 1, rc = ifd__tables(d, q, on, n, &max_blocks);
     if (!rc)
-        rc = ifd__catch_up(d, q, on, n, max_blocks);
+        rc = ifd__catch_up(d, q, on, to, prop, n, max_blocks);
     /* then one greedy step per proposed token but the first, all queries together */
     for (bool more = true; !rc && more;) {
         int n_tok = 0;
         more = false;
         for (int i = 0; i < n; i++) {
-            if (!on[i] || q[i].n_out < 1 || q[i].n_out >= q[i].k)
+            if (!prop[i] || q[i].n_out < 1 || q[i].n_out >= q[i].k)
                 continue;
             d->row_q[n_tok] = i;
             d->b_rows[n_tok] = n_tok;
@@ -459,7 +526,7 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
             more = true;
         }
         if (more)
-            rc = ifd__run(d, q, n, max_blocks, n_tok, n_tok);
+            rc = ifd__run(d, q, max_blocks, n_tok, n_tok);
     }
     if (rc) { /* the KV written by this call is not to be trusted: start again */
         for (int i = 0; i < n; i++) {

@@ -18,10 +18,17 @@
  * computed; each proposal first brings that KV in step with the
  * sequence's tokens: the longest common prefix stays (the accepted
  * proposals), positions past it are rolled back (rejected ones), and the
- * tokens the draft has not seen are fed (the prompt at the first
- * proposal, the target's corrected token and what arrived while the
- * sequence did not speculate afterwards), in chunks of at most
- * max_batched_tokens. A sequence whose proposal the draft's pool cannot
+ * tokens the draft has not seen are fed (the prompt, the target's
+ * corrected token and what arrived while the sequence did not speculate),
+ * in forwards of at most max(max_batched_tokens, 64) tokens and at most
+ * step_tokens a call, all queries together, in query order. The engine
+ * also sends, each step, a feed query (k 0) for every prefilling sequence
+ * that will speculate with the draft, its tokens up to the end of the
+ * target's prefill chunk of that step: the draft's prompt prefill is
+ * spread over the target's prefill steps instead of landing on the first
+ * proposal. A proposal whose catch-up the budget leaves unfinished
+ * proposes nothing this call and is fed on in the next ones (lagging).
+ * A sequence whose proposal the draft's pool cannot
  * hold proposes nothing this step (its KV is given back; it starts again
  * later). Preemption and the end of a sequence release its state
  * (ifd_spec_drafter_t.release).
@@ -35,11 +42,15 @@
  * feeds only the tail it does not share. Released published blocks stay
  * cached in the draft's pool until an allocation needs their room.
  *
- * On a device the draft's forwards run eagerly (its decode graphs are
- * turned off at create: a draft step is a short one-token-per-sequence
- * decode, graphs for it are a next step, docs/speculative.md); the POOL
- * step counts its weights, activations and pool before sizing the
- * target's (worker/kvprobe.h).
+ * On a device with graphs (CUDA) the draft's one-token-per-sequence steps
+ * (its greedy steps, a catch-up of one token a proposing sequence) replay
+ * decode graphs as the target's do, in the model's graph set 1
+ * (model.h, ifd_model_set_graph_set: the target's are set 0; the call
+ * sets 1 around each forward and 0 after it, so a model drafting for
+ * itself keeps its own steps in 0); each forward numbers its sequences
+ * 0, 1, ... (the model graphs only such steps). The POOL step counts its
+ * weights, activations, graphs and pool before sizing the target's
+ * (worker/kvprobe.h).
  *
  * Ownership: the draft model is borrowed (it must outlive the proposer);
  * the pool and the per-sequence states are the proposer's. Threading: one
@@ -64,6 +75,10 @@ typedef struct {
     int64_t n_blocks;       /* the draft pool's blocks (> 0) */
     int block_size;         /* tokens per block (the target pool's) */
     ifd_kv_dtype_t dtype;   /* the draft pool's K/V type */
+    /* catch-up tokens one call feeds at most, all its queries together
+     * (the draft's share of an engine step: the engine calls once a step);
+     * 0: max_batched_tokens. >= 0 */
+    int step_tokens;
 } ifd_spec_draft_params_t;
 
 /* A proposer over `draft` and a new private pool of p->n_blocks blocks (host
@@ -88,11 +103,16 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
  * draft steps), the positions rolled back (draft KV past what the target
  * kept: rejected proposals), the tokens whose KV a state took from the
  * prefix index instead of feeding them (prefix_hit_tokens) and the blocks
- * it published there, the blocks the states hold now, for tests and logs. */
+ * it published there, the blocks the states hold now; of the catch-up,
+ * the tokens fed by feed queries (k 0: the target's prefill, feed_tokens)
+ * and the most one call fed (max_call_catchup, <= step_tokens), and the
+ * proposals a call skipped because the budget left their catch-up
+ * unfinished (lagging), for tests and logs. */
 typedef struct {
     uint64_t forwards, tokens, catchup_tokens, no_room, rolled_back;
     uint64_t prefix_hit_tokens, published;
     int64_t blocks_held;
+    uint64_t feed_tokens, max_call_catchup, lagging;
 } ifd_spec_draft_stats_t;
 void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out);
 

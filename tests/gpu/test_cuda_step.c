@@ -1148,7 +1148,8 @@ static void test_probe_spec_rows(void)
 }
 
 /* The POOL step with a draft model (speculative decoding, kvprobe.h): the
- * draft's warm-up runs eagerly (no graph) at its limits, each block costs
+ * draft's warm-up runs at its limits and records its decode graphs (in
+ * the draft's set of keys), each block costs
  * the model's K/V plus the draft's, and the model's share of the usable
  * bytes leaves room for the draft's blocks; at a fraction where the model
  * alone gets a block, the model with its draft gets none and the error
@@ -1187,11 +1188,15 @@ static void test_probe_counts_draft(void)
                       b.draft_block_bytes == 2u * 2 * BS * 1 * 64 * 2,
                   "block bytes %llu + %llu", (unsigned long long)b.block_bytes,
                   (unsigned long long)b.draft_block_bytes);
-        GT_EXPECT(b.draft_warm.prefill_steps > 0 && b.draft_warm.n_graphs == 0 &&
+        /* the draft's decode graphs recorded: its buckets up to 4
+         * sequences (1, 2, 4) at the context bucket of 64 (256) */
+        GT_EXPECT(b.draft_warm.prefill_steps > 0 && b.draft_warm.n_graphs == 3 &&
                       b.draft_warm.activation_bytes > 0,
-                  "draft warm-up: %d prefill steps, %d graphs, %llu activation bytes",
-                  b.draft_warm.prefill_steps, b.draft_warm.n_graphs,
-                  (unsigned long long)b.draft_warm.activation_bytes);
+                  "draft warm-up: %d prefill steps, %d graphs (the model's %d, alone %d), %llu "
+                  "activation bytes, %llu graph bytes",
+                  b.draft_warm.prefill_steps, b.draft_warm.n_graphs, b.warm.n_graphs,
+                  a.warm.n_graphs, (unsigned long long)b.draft_warm.activation_bytes,
+                  (unsigned long long)b.draft_warm.graph_bytes);
         GT_EXPECT(b.draft_weight_bytes == ifd_model_weight_bytes(draft), "draft weights");
         GT_EXPECT(b.n_blocks > 0 && b.n_blocks < a.n_blocks &&
                       b.usable_bytes >= (uint64_t)b.n_blocks * b.block_bytes &&

@@ -125,8 +125,11 @@ static void serve(sink_t *sink, int first, int n, const run_t *rp, ifd_engine_st
     ifd_spec_draft_t *d = NULL;
     char err[512] = "";
     if (rp->draft) {
-        const ifd_spec_draft_params_t dp = {em.n_vocab, rp->budget, rp->draft_blocks, 16,
-                                            rp->draft_kv};
+        const ifd_spec_draft_params_t dp = {.n_vocab = em.n_vocab,
+                                            .max_batched_tokens = rp->budget,
+                                            .n_blocks = rp->draft_blocks,
+                                            .block_size = 16,
+                                            .dtype = rp->draft_kv};
         ck_assert_msg(ifd_spec_draft_create(&d, rp->draft, &dp, err, sizeof err) == 0, "%s", err);
         ep.drafter = ifd_spec_draft_drafter(d);
     }

@@ -149,7 +149,7 @@ static ifd_spec_draft_t *make_drafter(const ifd_engine_model_t *em, int budget)
 {
     if (!serve_draft)
         return NULL;
-    const ifd_spec_draft_params_t dp = {em->n_vocab, budget, 64, 16, kv_dtype};
+    const ifd_spec_draft_params_t dp = {em->n_vocab, budget, 64, 16, kv_dtype, 0};
     ifd_spec_draft_t *d;
     char err[512] = "";
     ck_assert_msg(ifd_spec_draft_create(&d, serve_draft, &dp, err, sizeof err) == 0, "%s", err);
@@ -417,15 +417,41 @@ static void draft_batches(const sink_t *ref, const char *name, ifd_engine_stats_
  * and 8: the model itself (its proposals are the model's greedy tokens:
  * most accepted) and a 2-layer random draft of another geometry (1 KV
  * head, seed 11; the same vocabulary: its proposals mostly rejected, so
- * its KV is rolled back and caught up) — the plain solo tokens each. */
+ * its KV is rolled back and caught up) — the plain solo tokens each, with
+ * the draft's decode graphs on (its one-token-per-sequence steps replayed
+ * in the model's draft set of graphs, model.h: counted) and off (eager,
+ * none replayed). The model drafting for itself keeps both sets in one
+ * model (its own decode steps in set 0, its draft steps in set 1). */
+static void draft_graphs(const sink_t *ref, ifd_model_t *draft, const char *name, bool on,
+                         ifd_engine_stats_t *tot)
+{
+    ifd_model_graph_stats_t g0, g1;
+    ifd_model_set_graphs(draft, on);
+    ifd_model_graph_stats(draft, &g0);
+    serve_draft = draft;
+    char what[96];
+    snprintf(what, sizeof what, "%s (graphs %s)", name, on ? "on" : "off");
+    draft_batches(ref, what, tot);
+    serve_draft = NULL;
+    ifd_model_graph_stats(draft, &g1);
+    const uint64_t rep = g1.set_replays[1] - g0.set_replays[1];
+    printf("draft %s: %llu draft steps replayed as graphs, %llu graphs recorded\n", what,
+           (unsigned long long)rep, (unsigned long long)(g1.captures - g0.captures));
+    if (on)
+        ck_assert_uint_gt(rep, 0);
+    else
+        ck_assert_uint_eq(rep, 0);
+    ifd_model_set_graphs(draft, true);
+}
+
 START_TEST(test_draft_equals_plain)
 {
     sink_t *ref = solo_ref();
     ifd_engine_stats_t tot;
-    serve_draft = model;
-    draft_batches(ref, "itself", &tot);
-    ck_assert_uint_gt(tot.spec_accepted_tokens * 2, tot.spec_draft_tokens);
-    ifd_model_set_graphs(model, true); /* the drafter turned them off: the later cases' */
+    for (int on = 1; on >= 0; on--) {
+        draft_graphs(ref, model, "itself", on, &tot);
+        ck_assert_uint_gt(tot.spec_accepted_tokens * 2, tot.spec_draft_tokens);
+    }
 
     ifd_model_config_t cfg = *ifd_model_config(model);
     cfg.n_head_kv = 1;
@@ -433,11 +459,11 @@ START_TEST(test_draft_equals_plain)
     char err[512] = "";
     ck_assert_msg(ifd_model_load_random(&other, &cfg, 11, be, err, sizeof err) == 0, "%s", err);
     ifd_model_set_max_seqs(other, IFD_ENGINE_SPEC_ROWS);
-    serve_draft = other;
-    draft_batches(ref, "random 2-layer", &tot);
-    ck_assert_uint_lt(tot.spec_accepted_tokens, tot.spec_draft_tokens);
-    ck_assert_uint_gt(serve_draft_st.rolled_back, 0);
-    serve_draft = NULL;
+    for (int on = 1; on >= 0; on--) {
+        draft_graphs(ref, other, "random 2-layer", on, &tot);
+        ck_assert_uint_lt(tot.spec_accepted_tokens, tot.spec_draft_tokens);
+        ck_assert_uint_gt(serve_draft_st.rolled_back, 0);
+    }
     ifd_model_destroy(other);
 }
 END_TEST
@@ -446,8 +472,8 @@ END_TEST
  * with a line naming it. */
 START_TEST(test_draft_q4_0_refused)
 {
-    const ifd_spec_draft_params_t dp = {(int32_t)ifd_model_config(model)->n_vocab, 256, 8, 16,
-                                        IFD_KV_Q4_0};
+    const ifd_spec_draft_params_t dp = {
+        (int32_t)ifd_model_config(model)->n_vocab, 256, 8, 16, IFD_KV_Q4_0, 0};
     ifd_spec_draft_t *d = NULL;
     char err[512] = "";
     ck_assert_int_eq(ifd_spec_draft_create(&d, model, &dp, err, sizeof err), IFD_ENOTSUP);

@@ -21,7 +21,11 @@
  *    block holding an unverified proposal is never published; tokens that
  *    part inside a published block drop it; through the engine a repeated
  *    request's catch-up is the first run's less the hit, same tokens as
- *    plain decoding.
+ *    plain decoding;
+ *  - the draft's prompt prefill spread over the target's prefill steps
+ *    (the engine's feed queries): long prompts in a small step budget,
+ *    the draft's catch-up per call bounded by its share, plain decoding's
+ *    tokens.
  */
 #include "testutil.h"
 
@@ -41,19 +45,32 @@
 #define N_SEQ 16
 #define N_OUT 24
 #define P_MAX 60
+/* and N_LONG long prompts (requests N_SEQ..): the spread draft prefill */
+#define N_LONG 3
+#define N_ALL  (N_SEQ + N_LONG)
+#define P_LONG 240
 
 static ifd_backend_t *be;
 static ifd_model_t *target, *other;
-static int32_t prompts[N_SEQ][P_MAX];
-static int plen[N_SEQ];
+static int32_t prompts[N_ALL][P_LONG];
+static int plen[N_ALL];
+static int serve_budget = 64; /* serve()'s max_batched_tokens */
 
-static ifd_spec_draft_t *make_draft(ifd_model_t *m, int64_t blocks, ifd_kv_dtype_t kv)
+/* A proposer over m with a pool of `blocks` blocks; step: its catch-up
+ * tokens per call (0: max_batched_tokens, 64). */
+static ifd_spec_draft_t *make_draft_step(ifd_model_t *m, int64_t blocks, ifd_kv_dtype_t kv,
+                                         int step)
 {
-    const ifd_spec_draft_params_t dp = {256, 64, blocks, 16, kv};
+    const ifd_spec_draft_params_t dp = {256, 64, blocks, 16, kv, step};
     ifd_spec_draft_t *d = NULL;
     char err[256];
     ck_assert_msg(ifd_spec_draft_create(&d, m, &dp, err, sizeof err) == 0, "%s", err);
     return d;
+}
+
+static ifd_spec_draft_t *make_draft(ifd_model_t *m, int64_t blocks, ifd_kv_dtype_t kv)
+{
+    return make_draft_step(m, blocks, kv, 0);
 }
 
 /* ---- the proposer alone ------------------------------------------------------- */
@@ -63,7 +80,8 @@ static ifd_spec_draft_t *make_draft(ifd_model_t *m, int64_t blocks, ifd_kv_dtype
  * proposal) or a fresh start. */
 START_TEST(test_stateful_equals_fresh)
 {
-    ifd_spec_draft_t *kept = make_draft(other, 512, IFD_KV_F32);
+    /* a budget no batch reaches: every query proposes each call */
+    ifd_spec_draft_t *kept = make_draft_step(other, 512, IFD_KV_F32, 1 << 20);
     enum { SLOTS = 8, LEN = 120 };
     int32_t hist[SLOTS][LEN];
     int32_t n[SLOTS] = {0};
@@ -90,7 +108,7 @@ START_TEST(test_stateful_equals_fresh)
             f[i] = (ifd_spec_draft_query_t){NULL, hist[i], n[i], k, out_f[i], 0};
         }
         ck_assert_int_eq(ifd_spec_draft_propose(kept, q, nq), 0);
-        ifd_spec_draft_t *fresh = make_draft(other, 512, IFD_KV_F32);
+        ifd_spec_draft_t *fresh = make_draft_step(other, 512, IFD_KV_F32, 1 << 20);
         ck_assert_int_eq(ifd_spec_draft_propose(fresh, f, nq), 0);
         for (int i = 0; i < nq; i++) {
             state[i] = q[i].seq;
@@ -118,9 +136,9 @@ END_TEST
 /* ---- through the engine -------------------------------------------------------- */
 
 typedef struct {
-    int32_t out[N_SEQ][N_OUT];
-    int n_out[N_SEQ];
-    int finished[N_SEQ];
+    int32_t out[N_ALL][N_OUT];
+    int n_out[N_ALL];
+    int finished[N_ALL];
 } sink_t;
 
 static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
@@ -151,7 +169,7 @@ static ifd_engine_stats_t serve(sink_t *sink, int first, int n, ifd_spec_draft_t
     ck_assert_int_eq(ifd_engine_model_from(&em, target, pool, 0), 0);
     ifd_engine_params_t ep = ifd_engine_default_params();
     ep.max_seqs = n;
-    ep.max_batched_tokens = 64;
+    ep.max_batched_tokens = serve_budget;
     if (d) {
         ep.spec = (ifd_spec_params_t){IFD_SPEC_DRAFT, 4, 0, 0};
         ep.drafter = ifd_spec_draft_drafter(d);
@@ -288,10 +306,10 @@ START_TEST(test_no_room_and_bad_params)
     ifd_spec_draft_destroy(d);
     char err[256];
     ifd_spec_draft_t *bad = NULL;
-    const ifd_spec_draft_params_t zero_blocks = {256, 64, 0, 16, IFD_KV_F32};
+    const ifd_spec_draft_params_t zero_blocks = {256, 64, 0, 16, IFD_KV_F32, 0};
     ck_assert_int_eq(ifd_spec_draft_create(&bad, target, &zero_blocks, err, sizeof err),
                      IFD_EINVAL);
-    const ifd_spec_draft_params_t big_vocab = {1000, 64, 8, 16, IFD_KV_F32};
+    const ifd_spec_draft_params_t big_vocab = {1000, 64, 8, 16, IFD_KV_F32, 0};
     ck_assert_int_eq(ifd_spec_draft_create(&bad, target, &big_vocab, err, sizeof err),
                      IFD_EMISMATCH);
     ck_assert_ptr_null(bad);
@@ -441,6 +459,88 @@ START_TEST(test_engine_repeated_prompt)
 }
 END_TEST
 
+/* ---- the draft's prefill spread over the target's ------------------------------- */
+
+/* Long prompts (240, 210 and 180 tokens) with a step budget of 32 tokens:
+ * the target prefills them in chunks over many steps, and the engine feeds
+ * the draft the same chunks as they are scheduled (feed queries). With the
+ * draft's catch-up budget equal to the target's (32) the draft keeps pace:
+ * every prompt token is fed during the prefill, no call feeds more than
+ * 32, no proposal waits for its catch-up. With half of it (16) the
+ * draft lags: proposals wait (lagging) while it catches up 16 tokens a
+ * step, and still no call feeds more than 16. Alone and three at once,
+ * greedy and seeded: plain decoding's tokens every time, every draft
+ * block given back. (Before the feeds, the first proposal of each request
+ * fed its whole prompt in one call: max_call_catchup 240.) */
+static void prefill_spread(bool sampled)
+{
+    sink_t *ref = calloc(1, sizeof *ref);
+    serve_budget = 32;
+    for (int i = N_SEQ; i < N_ALL; i++)
+        serve(ref, i, 1, NULL, sampled);
+    const int shares[] = {0, 16}; /* 0: the budget itself (32) */
+    const int batches[][2] = {{N_SEQ, 1}, {N_SEQ, N_LONG}};
+    for (size_t k = 0; k < 2; k++) {
+        for (size_t b = 0; b < 2; b++) {
+            const ifd_spec_draft_params_t dp = {256, 32, 128, 16, IFD_KV_F32, shares[k]};
+            ifd_spec_draft_t *d = NULL;
+            char err[256];
+            ck_assert_msg(ifd_spec_draft_create(&d, other, &dp, err, sizeof err) == 0, "%s", err);
+            sink_t *s = calloc(1, sizeof *s);
+            const int first = batches[b][0], n = batches[b][1];
+            ifd_engine_stats_t st = serve(s, first, n, d, sampled);
+            int prompt = 0;
+            for (int i = first; i < first + n; i++) {
+                prompt += plen[i];
+                ck_assert_int_eq(s->finished[i], 1);
+                for (int t = 0; t < N_OUT; t++)
+                    ck_assert_msg(s->out[i][t] == ref->out[i][t],
+                                  "share %d, %d at once, %s: request %d token %d", shares[k], n,
+                                  sampled ? "seeded" : "greedy", i, t);
+            }
+            ifd_spec_draft_stats_t ds;
+            ifd_spec_draft_stats(d, &ds);
+            printf("draft prefill spread, share %d, %d at once, %s: %llu of %d prompt tokens fed "
+                   "during the prefill, at most %llu catch-up tokens a call, %llu proposals "
+                   "waiting, %llu verifications\n",
+                   shares[k] ? shares[k] : 32, n, sampled ? "seeded" : "greedy",
+                   (unsigned long long)ds.feed_tokens, prompt,
+                   (unsigned long long)ds.max_call_catchup, (unsigned long long)ds.lagging,
+                   (unsigned long long)st.spec_drafts);
+            fflush(stdout);
+            ck_assert_uint_gt(st.spec_drafts, 0);
+            ck_assert_int_eq(ds.blocks_held, 0);
+            check_pool(d);
+            if (k == 0) { /* in step with the target's prefill */
+                ck_assert_uint_eq(ds.feed_tokens, (uint64_t)prompt);
+                ck_assert_uint_le(ds.max_call_catchup, 32);
+                ck_assert_uint_eq(ds.lagging, 0);
+            } else { /* a half: behind, spread all the same */
+                ck_assert_uint_gt(ds.feed_tokens, 0);
+                ck_assert_uint_lt(ds.feed_tokens, (uint64_t)prompt);
+                ck_assert_uint_le(ds.max_call_catchup, 16);
+                ck_assert_uint_gt(ds.lagging, 0);
+            }
+            ifd_spec_draft_destroy(d);
+            free(s);
+        }
+    }
+    serve_budget = 64;
+    free(ref);
+}
+
+START_TEST(test_prefill_spread_greedy)
+{
+    prefill_spread(false);
+}
+END_TEST
+
+START_TEST(test_prefill_spread_seeded)
+{
+    prefill_spread(true);
+}
+END_TEST
+
 int main(void)
 {
     char path[4096], err[512] = "";
@@ -457,8 +557,8 @@ int main(void)
      * must not inherit a pool's threads (they would not exist there; LeakSanitizer
      * reports "thread not suspended" at every child's exit) */
     srand(42);
-    for (int i = 0; i < N_SEQ; i++) {
-        plen[i] = i == 0 ? 45 : 3 + (i * 13) % (P_MAX - 3);
+    for (int i = 0; i < N_ALL; i++) {
+        plen[i] = i == 0 ? 45 : i < N_SEQ ? 3 + (i * 13) % (P_MAX - 3) : P_LONG - 30 * (i - N_SEQ);
         for (int j = 0; j < plen[i]; j++)
             prompts[i][j] = rand() % 256;
     }
@@ -467,6 +567,7 @@ int main(void)
                   IFD_TESTS(test_stateful_equals_fresh, test_proposal_is_greedy_continuation,
                             test_greedy_same_as_plain, test_seeded_same_as_plain,
                             test_no_room_and_bad_params, test_prefix_reuse,
-                            test_engine_repeated_prompt));
+                            test_engine_repeated_prompt, test_prefill_spread_greedy,
+                            test_prefill_spread_seeded));
     return ifd_test_run(s);
 }
