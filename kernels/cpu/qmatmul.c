@@ -39,7 +39,11 @@
  *     the half's integer sum. 208 bytes a block-group: exactly the file's 210 bytes
  *     a row and super-block (until 2026-12-06 the 6-bit quants were stored as
  *     bytes, +30%);
- *   8-bit: 8 vectors; vector g, byte r·4 + t is element 4g + t of row r.
+ *   8-bit: 8 vectors; vector g, byte r·4 + t is element 4g + t of row r,
+ *     stored as u = q + 128 (zero point 128, so VNNI multiplies it as the
+ *     unsigned operand with no sign fix-up: 8 instructions a row and block
+ *     fewer than |w| times x with w's sign; the AVX2 path, whose maddubs
+ *     would saturate on u, xors it back to q once per block).
  * So a vector of nibbles, masked or shifted, is "4 consecutive columns of
  * 8 rows" as unsigned bytes, and one maddubs against the activation's 4
  * bytes broadcast to every lane gives each row's partial dot in its own
@@ -49,8 +53,7 @@
  *
  * AVX-512 VNNI puts two row groups in one vector (lanes 0..7 group G, 8..15
  * group G + 1, their halves loaded from the two groups) and forms the same
- * integer sums with vpdpbusd, |w| times x with w's sign for the signed
- * 8-bit types.
+ * integer sums with vpdpbusd (non-saturating u8 × s8 in 32-bit lanes).
  *
  * Order: per output, blocks in order, each folded in with the fma formula
  * of qmatmul.h. The scalar loop and the AVX2 and AVX-512 lanes do the same
@@ -162,8 +165,8 @@ static void dec_q8_0(qblk_t *o, const uint8_t *row, int b)
     const uint8_t *blk = row + (size_t)b * 34;
     o->ws = ifd_f16_to_f32(rd16(blk));
     o->w2 = 0;
-    for (int j = 0; j < 32; j++)
-        o->q[j] = (int8_t)blk[2 + j];
+    for (int j = 0; j < 32; j++) /* u = q + 128 ∈ [0, 255]: zero point 128 (see the layout) */
+        o->q[j] = (int16_t)((int8_t)blk[2 + j] + 128);
 }
 
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
@@ -233,7 +236,7 @@ static const qtype_t qtypes[] = {
     {IFD_GGML_Q4_1, 32, 20, 4, 0, 1, 0, dec_q4_1},
     {IFD_GGML_Q5_0, 32, 22, 5, 0, 0, 16, dec_q5_0},
     {IFD_GGML_Q5_1, 32, 24, 5, 0, 1, 0, dec_q5_1},
-    {IFD_GGML_Q8_0, 32, 34, 8, 0, 0, 0, dec_q8_0},
+    {IFD_GGML_Q8_0, 32, 34, 8, 0, 0, 128, dec_q8_0},
     {IFD_GGML_Q4_K, 256, 144, 4, 1, 1, 0, dec_q4_k},
     {IFD_GGML_Q5_K, 256, 176, 5, 1, 1, 0, dec_q5_k},
     {IFD_GGML_Q6_K, 256, 210, 6, 1, 2, 0, dec_q6_k},
@@ -361,8 +364,8 @@ int ifd_cpu_qweight_pack(void *restrict dst, const void *restrict src, uint32_t 
                 }
                 for (int e = 0; e < QB; e++) {
                     int v = q.q[e];
-                    if (t->bits == 8) {
-                        qs[(e / 4) * 32 + r * 4 + e % 4] = (uint8_t)(int8_t)v;
+                    if (t->bits == 8) { /* u = q + 128 */
+                        qs[(e / 4) * 32 + r * 4 + e % 4] = (uint8_t)v;
                         continue;
                     }
                     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
@@ -389,7 +392,7 @@ static int packed_q(const qtype_t *t, const uint8_t *blk, int r, int e)
 {
     const uint8_t *qh = blk + qt_scale_bytes(t), *qs = qh + qt_qh_bytes(t);
     if (t->bits == 8)
-        return (int8_t)qs[(e / 4) * 32 + r * 4 + e % 4];
+        return qs[(e / 4) * 32 + r * 4 + e % 4];
     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
     if (t->bits == 6)
         return (((qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF) | ((qh[32 * hi + p] >> (2 * g)) & 3) << 4) -
@@ -748,10 +751,12 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
                 w2 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
         }
         __m256i W[8];
-        if (BITS == 8) {
+        if (BITS == 8) { /* u ^ 0x80 = u − 128 = q, signed: maddubs's u8 operand would
+                          * saturate its 16-bit pair sums at u up to 255 */
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++)
-                W[g] = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
+                W[g] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(qs + 32 * g)),
+                                        _mm256_set1_epi8((char)0x80));
         } else if (BITS == 6) { /* u = q + 32 ∈ [0, 63], unsigned */
             const __m256i H0 = _mm256_loadu_si256((const __m256i *)qh),
                           H1 = _mm256_loadu_si256((const __m256i *)(qh + 32));
@@ -839,7 +844,7 @@ IFD__TARGET_AVX2 IFD__INLINE void qtile_avx2(const qmm_t *c, int G, int i0, cons
                 continue;
             }
             __m256i is = _mm256_add_epi32(lo, hi);
-            if (ZP)
+            if (ZP && BITS != 8) /* the 8-bit sums are of q itself (above) */
                 is = _mm256_sub_epi32(is, _mm256_set1_epi32(ZP * sx));
             acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(ws, fdx), _mm256_cvtepi32_ps(is), acc[i]);
             if (TWO == 1) /* ds: dx · (float)sx, formed at quantization */
@@ -983,15 +988,6 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                 }
             }
         }
-        /* 8-bit weights are signed: |w| (≤ 128, unsigned) times x with w's sign */
-        __mmask64 neg[8];
-        if (BITS == 8) {
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) {
-                neg[g] = _mm512_movepi8_mask(W[g]);
-                W[g] = _mm512_abs_epi8(W[g]);
-            }
-        }
 #pragma GCC unroll 8
         for (int i = 0; i < MI; i++) {
             const int8_t *xb = c->a->q + (int64_t)(i0 + i) * k + b * QB;
@@ -1001,9 +997,8 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
             __m512i lo = zero, hi = zero;
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
-                __m512i x = bcast4_512(xb + 4 * g);
-                if (BITS == 8)
-                    x = _mm512_mask_sub_epi8(x, neg[g], zero, x);
+                /* 8-bit: u = q + 128 (unsigned) times x, 128·Σx off below (ZP) */
+                const __m512i x = bcast4_512(xb + 4 * g);
                 if (g < 4 || TWO != 2)
                     lo = _mm512_dpbusd_epi32(lo, W[g], x);
                 else
@@ -1100,7 +1095,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
     QMM_DEF(P, TARGET, GSTEP, TW, q4_1, 4, 0, 1, 0)                                                \
     QMM_DEF(P, TARGET, GSTEP, TW, q5_0, 5, 0, 0, 16)                                               \
     QMM_DEF(P, TARGET, GSTEP, TW, q5_1, 5, 0, 1, 0)                                                \
-    QMM_DEF(P, TARGET, GSTEP, TW, q8_0, 8, 0, 0, 0)                                                \
+    QMM_DEF(P, TARGET, GSTEP, TW, q8_0, 8, 0, 0, 128)                                              \
     QMM_DEF(P, TARGET, GSTEP, TW, q4_k, 4, 1, 1, 0)                                                \
     QMM_DEF(P, TARGET, GSTEP, TW, q5_k, 5, 1, 1, 0)                                                \
     QMM_DEF(P, TARGET, GSTEP, TW, q6_k, 6, 1, 2, 0)
