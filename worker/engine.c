@@ -1038,29 +1038,41 @@ static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, 
 static int32_t ifd__local_twin(const ifd_engine_t *e, const ifd__seq_t *s, int32_t b);
 
 /* The host tier is on when the model can copy blocks to and from it
- * (engine.h, kv_download: a device pool, no local-layer pool). */
+ * (engine.h, kv_download: a device pool; with a local-layer pool the
+ * copies hold the twins too). */
 static bool ifd__host_on(const ifd_engine_t *e)
 {
     return e->p.host && e->model.kv_download && e->model.kv_upload && !e->all_local;
 }
 
-/* Copies block `block` (device) into buf. */
-static bool ifd__download(ifd_engine_t *e, int32_t block, void *buf)
+/* The local pool's local id of twin lblock (a pool id), -1 for none. */
+static int32_t ifd__ltwin_local(const ifd_engine_t *e, int32_t lblock)
 {
-    int rc = e->model.kv_download(e->model.ctx, ifd_kvpool_block_local(e->pool, block), buf);
+    return e->lpool && lblock >= 0 ? ifd_kvpool_block_local(e->lpool, lblock) : -1;
+}
+
+/* Copies block `block` (device) and, with a local pool, its twin lblock
+ * into buf (kv_data_bytes). A block without its twin (-1) there is not
+ * copied: its data would be half of it. */
+static bool ifd__download(ifd_engine_t *e, int32_t block, int32_t lblock, void *buf)
+{
+    if (e->lpool && lblock < 0)
+        return false;
+    int rc = e->model.kv_download(e->model.ctx, ifd_kvpool_block_local(e->pool, block),
+                                  ifd__ltwin_local(e, lblock), buf);
     if (rc)
         IFD_WARN("engine: copying block %d to host memory: %s", block, ifd_strerror(rc));
     return rc == 0;
 }
 
-/* Copies just-published block `block` (chain hash *hash) into the host
- * tier: its copy there, or NULL (no memory; a failed copy forgets the
- * entry, counted as dropped). */
-static const void *ifd__host_put(ifd_engine_t *e, int32_t block, const ifd_kvhash_t *hash,
-                                 uint64_t salt, const int32_t *tokens)
+/* Copies just-published block `block` (chain hash *hash; local twin
+ * lblock or -1) into the host tier: its copy there, or NULL (no memory,
+ * no twin; a failed copy forgets the entry, counted as dropped). */
+static const void *ifd__host_put(ifd_engine_t *e, int32_t block, int32_t lblock,
+                                 const ifd_kvhash_t *hash, uint64_t salt, const int32_t *tokens)
 {
     void *buf = ifd_kvhost_put(e->p.host, hash, salt, tokens);
-    if (buf && !ifd__download(e, block, buf)) {
+    if (buf && !ifd__download(e, block, lblock, buf)) {
         ifd_kvhost_forget(e->p.host, hash);
         ifd_kvpool_tier_add(e->pool, IFD_KVTIER_HOST_DROPPED, 1);
         buf = NULL;
@@ -1079,26 +1091,60 @@ static void ifd__tiers_publish(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const 
         s->dhash = ifd_kvpool_hash_block(&parent, s->salt, t, e->block_size);
     if (rc != 0)
         return;
+    const int32_t twin = ifd__local_twin(e, s, b); /* held: published in this step */
     const void *data =
-        ifd__host_on(e) ? ifd__host_put(e, s->blocks[b], &s->dhash, s->salt, t) : NULL;
+        ifd__host_on(e) ? ifd__host_put(e, s->blocks[b], twin, &s->dhash, s->salt, t) : NULL;
     if (ifd__disk_staged(e)) {
-        if (!data && ifd__download(e, s->blocks[b], e->stage))
+        if (!data && ifd__download(e, s->blocks[b], twin, e->stage))
             data = e->stage;
         if (data)
             ifd_kvdisk_offer_data(e->p.disk, data, &parent, s->salt, t, NULL);
         else
             ifd_kvpool_tier_add(e->pool, IFD_KVTIER_DROPPED, 1);
     } else if (ifd__disk_on(e)) {
-        ifd_kvdisk_offer(e->p.disk, s->blocks[b], ifd__local_twin(e, s, b), &parent, s->salt, t,
-                         NULL);
+        ifd_kvdisk_offer(e->p.disk, s->blocks[b], twin, &parent, s->salt, t, NULL);
     }
+}
+
+static void ifd__local_publish_loaded(ifd_engine_t *e, ifd__seq_t *s, int32_t at);
+
+/* One block of s at b from the host tier's copy `data`: a fresh block (and,
+ * with a local pool, a fresh twin behind s->lblocks[b]), both uploaded,
+ * the global one published (the twin is published by the caller, as a
+ * disk read's). False, nothing held: no room, or a failed copy. */
+static bool ifd__host_take(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const int32_t *t,
+                           const void *data)
+{
+    int32_t blk, lblk = -1;
+    if (ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, 1, &blk))
+        return false;
+    if (e->lpool && ifd_kvpool_alloc(e->lpool, e->p.worker, e->p.device, 1, &lblk)) {
+        ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
+        return false;
+    }
+    int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
+    if (e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, blk),
+                           ifd__ltwin_local(e, lblk), data) ||
+        ifd_kvpool_publish(e->pool, e->p.worker, blk, parent, s->salt, t, NULL) < 0) {
+        ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
+        if (lblk >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &lblk, 1);
+        return false;
+    }
+    s->blocks[b] = blk;
+    if (e->lpool)
+        s->lblocks[b] = lblk;
+    return true;
 }
 
 /* After the pool's hit (s->n_blocks blocks, held): the blocks after it (up
  * to max_blocks) that the host tier holds, each copied into a fresh block
  * and published, extending the hit; stops at the first missing one, a
  * full pool or a failed copy (the rest is for the disk tier or
- * recomputed). s->dhash is left at the hit's end. */
+ * recomputed). With a local pool the copies hold the twins: they go into
+ * fresh local blocks, published as keyed entries like a disk read's, and
+ * only those the next query's window reads stay held. s->dhash is left at
+ * the hit's end. */
 static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
 {
     int32_t b0 = s->n_blocks, b = b0;
@@ -1107,16 +1153,8 @@ static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
         const int32_t *t = s->keys + (int64_t)b * e->block_size;
         ifd_kvhash_t next = ifd_kvpool_hash_block(&h, s->salt, t, e->block_size);
         const void *data = ifd_kvhost_get(e->p.host, &next, s->salt, t);
-        int32_t blk;
-        if (!data || ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, 1, &blk))
+        if (!data || !ifd__host_take(e, s, b, t, data))
             break;
-        int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-        if (e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, blk), data) ||
-            ifd_kvpool_publish(e->pool, e->p.worker, blk, parent, s->salt, t, NULL) < 0) {
-            ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
-            break;
-        }
-        s->blocks[b] = blk;
         h = next;
     }
     if (max_blocks > b0)
@@ -1124,6 +1162,10 @@ static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
     s->n_blocks = s->n_published = b;
     s->n_computed = b * e->block_size;
     s->dhash = h;
+    if (e->lpool && b > b0) {
+        ifd__local_publish_loaded(e, s, b0);
+        ifd__release_window(e, s); /* twins before the next query's window */
+    }
 }
 
 /* The disk chain hash of s's first n blocks (kvdisk.h), over its prefix-cache keys (image
@@ -1235,8 +1277,9 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
         if (s->load_bufs &&
             e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, s->blocks[b]),
+                               e->lpool ? ifd__ltwin_local(e, s->lblocks[b]) : -1,
                                s->load_bufs[i]))
-            break; /* staged: host -> device first */
+            break; /* staged: host -> device first (the twin with it) */
         if (ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
                                s->keys + (int64_t)b * e->block_size, NULL) < 0)
             break;
@@ -2355,44 +2398,67 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
 typedef struct {
     ifd_model_t *m;
     ifd_kv_layer_t *kv;
-    uint64_t block_bytes; /* one layer's K (or V) block */
+    /* The host tier's copies (kv_download / kv_upload): the model's layers
+     * in the disk file's order — the pool's layers, then the local pool's
+     * (each in model order) — the first n_copy_global of them in the pool */
+    uint32_t *copy_order;
+    uint32_t n_copy_global;
+    uint64_t block_bytes; /* one layer's K (or V) block, in either pool */
 } ifd__model_ctx_t;
 
-/* engine.h, kv_download: layer by layer, K then V, through the backend's
- * synchronous download (ordered after the stream's steps). */
-static int ifd__model_kv_download(void *ctx, int32_t block, void *dst)
+/* Layer i (file order) of block's data: its K and V block in the pool of
+ * its layer (block for the pool's layers, lblock for the local pool's). */
+static void ifd__copy_layer(const ifd__model_ctx_t *c, uint32_t i, int32_t block, int32_t lblock,
+                            uint8_t **k, uint8_t **v)
+{
+    const ifd_kv_layer_t *kv = &c->kv[c->copy_order[i]];
+    const uint64_t at = (uint64_t)(i < c->n_copy_global ? block : lblock) * c->block_bytes;
+    *k = (uint8_t *)kv->k + at;
+    *v = (uint8_t *)kv->v + at;
+}
+
+/* engine.h, kv_download: layer by layer, K then V (the local twin's after
+ * the pool's layers), through the backend's synchronous download (ordered
+ * after the stream's steps). */
+static int ifd__model_kv_download(void *ctx, int32_t block, int32_t lblock, void *dst)
 {
     ifd__model_ctx_t *c = ctx;
     ifd_backend_t *be = ifd_model_backend(c->m);
+    const uint32_t n = ifd_model_config(c->m)->n_layer;
     const size_t bb = c->block_bytes;
+    if (c->n_copy_global < n && lblock < 0)
+        return IFD_EINVAL; /* a local pool's twin is part of the data */
     uint8_t *d = dst;
-    for (uint32_t l = 0; l < ifd_model_config(c->m)->n_layer; l++) {
-        const uint8_t *k = c->kv[l].k, *v = c->kv[l].v;
-        int rc = be->ops->download(be, d, k + (uint64_t)block * bb, bb);
+    for (uint32_t i = 0; i < n; i++, d += 2 * bb) {
+        uint8_t *k, *v;
+        ifd__copy_layer(c, i, block, lblock, &k, &v);
+        int rc = be->ops->download(be, d, k, bb);
         if (!rc)
-            rc = be->ops->download(be, d + bb, v + (uint64_t)block * bb, bb);
+            rc = be->ops->download(be, d + bb, v, bb);
         if (rc)
             return rc;
-        d += 2 * bb;
     }
     return 0;
 }
 
 /* engine.h, kv_upload: the inverse, then a sync (src may go after it). */
-static int ifd__model_kv_upload(void *ctx, int32_t block, const void *src)
+static int ifd__model_kv_upload(void *ctx, int32_t block, int32_t lblock, const void *src)
 {
     ifd__model_ctx_t *c = ctx;
     ifd_backend_t *be = ifd_model_backend(c->m);
+    const uint32_t n = ifd_model_config(c->m)->n_layer;
     const size_t bb = c->block_bytes;
+    if (c->n_copy_global < n && lblock < 0)
+        return IFD_EINVAL;
     const uint8_t *d = src;
-    for (uint32_t l = 0; l < ifd_model_config(c->m)->n_layer; l++) {
-        uint8_t *k = c->kv[l].k, *v = c->kv[l].v;
-        int rc = be->ops->upload(be, k + (uint64_t)block * bb, d, bb);
+    for (uint32_t i = 0; i < n; i++, d += 2 * bb) {
+        uint8_t *k, *v;
+        ifd__copy_layer(c, i, block, lblock, &k, &v);
+        int rc = be->ops->upload(be, k, d, bb);
         if (!rc)
-            rc = be->ops->upload(be, v + (uint64_t)block * bb, d + bb, bb);
+            rc = be->ops->upload(be, v, d + bb, bb);
         if (rc)
             return rc;
-        d += 2 * bb;
     }
     return be->ops->sync(be);
 }
@@ -2473,7 +2539,10 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
         return IFD_ENOMEM;
     c->m = m;
     c->kv = calloc(cfg->n_layer, sizeof *c->kv);
-    if (!c->kv) {
+    c->copy_order = calloc(cfg->n_layer, sizeof *c->copy_order);
+    if (!c->kv || !c->copy_order) {
+        free(c->kv);
+        free(c->copy_order);
         free(c);
         return IFD_ENOMEM;
     }
@@ -2483,6 +2552,7 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
         const bool in_local = local_pool && cfg->sliding_window > 0 && cfg->layer_is_local[l];
         ifd_kvpool_t *p = in_local ? local_pool : pool;
         const int pl = in_local ? li++ : gi++;
+        c->copy_order[in_local ? (uint32_t)(n_global + pl) : (uint32_t)pl] = l;
         c->kv[l].k = ifd_kvpool_layer_k(p, dev, pl);
         c->kv[l].v = ifd_kvpool_layer_v(p, dev, pl);
         c->kv[l].dtype = (ifd_dtype_t)g.dtype;
@@ -2491,10 +2561,13 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
         c->kv[l].head_dim = g.head_dim;
         if (!c->kv[l].k || !c->kv[l].v) {
             free(c->kv);
+            free(c->copy_order);
             free(c);
             return IFD_ENODEV;
         }
     }
+    IFD_ASSERT(gi == n_global && li == (local_pool ? n_local : 0));
+    c->n_copy_global = (uint32_t)n_global;
     out->ctx = c;
     out->n_vocab = (int32_t)cfg->n_vocab;
     out->n_ctx = (int32_t)cfg->n_ctx_train;
@@ -2505,9 +2578,10 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     out->n_embd = (int32_t)cfg->n_embd;
     /* sampling on the device where the backend can (the CPU backend cannot) */
     out->forward_sample = ifd_model_backend(m)->ops->sample ? ifd__model_forward_sample : NULL;
-    /* the host tier's copies: a device pool without a local-layer pool */
+    /* the host tier's copies: a device pool (with its local pool's twins:
+     * both pools share K/V geometry and dtype, checked above) */
     c->block_bytes = ifd_kvpool_block_bytes(&g);
-    const bool tiered = !ifd_model_backend(m)->ops->host_memory && !local_pool;
+    const bool tiered = !ifd_model_backend(m)->ops->host_memory;
     out->kv_download = tiered ? ifd__model_kv_download : NULL;
     out->kv_upload = tiered ? ifd__model_kv_upload : NULL;
     out->kv_data_bytes = 2 * (size_t)c->block_bytes * cfg->n_layer;
@@ -2519,6 +2593,7 @@ void ifd_engine_model_free(ifd_engine_model_t *em)
     ifd__model_ctx_t *c = em->ctx;
     if (c) {
         free(c->kv);
+        free(c->copy_order);
         free(c);
     }
     em->ctx = NULL;

@@ -91,13 +91,16 @@ typedef struct {
      * are refused). */
     int32_t n_embd;
     /* The host-RAM tier's copies (kvpool/kvhost.h): block `block`'s (a
-     * local id) data — every layer's K then V block, kv_data_bytes in all,
-     * the disk tier's file layout — to or from host memory, ordered after
-     * the steps before (download waits for them; upload is complete when
-     * it returns). NULL when the pool is host memory (a CPU worker) or the
-     * model has a local-layer pool: no host tier. 0 or a negative error. */
-    int (*kv_download)(void *ctx, int32_t block, void *dst);
-    int (*kv_upload)(void *ctx, int32_t block, const void *src);
+     * local id) data — every layer of the pool's K then V block, then with
+     * a local-layer pool (local_pool) every layer of it of the block's twin
+     * `lblock` (a local id of the local pool; ignored, pass -1, without
+     * one), kv_data_bytes in all: the disk tier's file layout — to or from
+     * host memory, ordered after the steps before (download waits for
+     * them; upload is complete when it returns). NULL when the pool is
+     * host memory (a CPU worker): no host tier, and the disk tier reads
+     * and writes the pool in place. 0 or a negative error. */
+    int (*kv_download)(void *ctx, int32_t block, int32_t lblock, void *dst);
+    int (*kv_upload)(void *ctx, int32_t block, int32_t lblock, const void *src);
     size_t kv_data_bytes;
 } ifd_engine_model_t;
 

@@ -715,10 +715,12 @@ static void rig_close_disk(rig_t *r, ifd_kvdisk_t *disk)
 }
 
 /* The adapter's copies (engine.h, kv_download / kv_upload) over the fake's
- * pool, standing for a device pool: one layer's K then V block. */
-static int fake_kv_download(void *ctx, int32_t block, void *dst)
+ * pool, standing for a device pool: one layer's K then V block (no local
+ * pool here: lblock is -1). */
+static int fake_kv_download(void *ctx, int32_t block, int32_t lblock, void *dst)
 {
     fake_t *f = ctx;
+    ck_assert_int_eq(lblock, -1);
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(f->pool, &g);
     const uint64_t bb = ifd_kvpool_block_bytes(&g);
@@ -727,9 +729,10 @@ static int fake_kv_download(void *ctx, int32_t block, void *dst)
     return 0;
 }
 
-static int fake_kv_upload(void *ctx, int32_t block, const void *src)
+static int fake_kv_upload(void *ctx, int32_t block, int32_t lblock, const void *src)
 {
     fake_t *f = ctx;
+    ck_assert_int_eq(lblock, -1);
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(f->pool, &g);
     const uint64_t bb = ifd_kvpool_block_bytes(&g);
