@@ -38,6 +38,7 @@
 #include "kvpool/kvkey.h"
 #include "log.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -139,6 +140,17 @@ typedef struct {
     bool running;       /* as running ones, else as waiting ones */
 } ifd__queue_t;
 
+/* Downloads in flight to the lower tiers (engine.h, kv_download_async): a
+ * published block's copy, its key, and its pool references (block and
+ * twin pinned until the copy has landed). */
+#define IFD__COPIES 32 /* in flight at most; the oldest is waited for past it */
+typedef struct {
+    ifd_kvhash_t hash, parent; /* the block's chain hash and its parent's (kvdisk.h) */
+    uint64_t salt;
+    int32_t block, lblock; /* pinned (lblock: -1 without a local pool) */
+    uint64_t ticket;
+} ifd__copy_t;
+
 struct ifd_engine {
     ifd_engine_params_t p;
     int32_t *eos_ids;
@@ -147,6 +159,13 @@ struct ifd_engine {
     ifd_kvpool_t *lpool; /* p.local_pool */
     bool all_local;      /* one pool, every layer local: blocks before the window are released */
     void *stage;         /* a staged disk tier without a host tier: one block's host copy */
+    /* the copies in flight (IFD__COPIES ring, FIFO from copy_head), their
+     * tokens [IFD__COPIES * block_size] and pinned host slots
+     * [IFD__COPIES * kv_data_bytes]; made on the first copy */
+    ifd__copy_t *copies;
+    int32_t *copy_tokens;
+    uint8_t *copy_mem;
+    int copy_head, copy_n;
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks;        /* blocks on our device */
@@ -582,10 +601,15 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     return 0;
 }
 
+static void ifd__copies_poll(ifd_engine_t *e, int wait);
+static void ifd__copies_free(ifd_engine_t *e);
+
 void ifd_engine_destroy(ifd_engine_t *e)
 {
     if (!e)
         return;
+    ifd__copies_poll(e, INT_MAX); /* the tiers get every published block */
+    ifd__copies_free(e);
     for (int i = 0; i < e->running.n; i++) {
         ifd__seq_release(e, e->running.v[i]);
         ifd__seq_free(e->running.v[i]);
@@ -822,7 +846,7 @@ int ifd_engine_cancel(ifd_engine_t *e, uint64_t id)
 
 bool ifd_engine_idle(const ifd_engine_t *e)
 {
-    return e->running.n == 0 && e->waiting.n == 0;
+    return e->running.n == 0 && e->waiting.n == 0 && e->copy_n == 0;
 }
 
 /* ---- scheduling ------------------------------------------------------------ */
@@ -861,7 +885,7 @@ static int32_t ifd__local_lo(const ifd_engine_t *e, int32_t q)
  * local twins from the window of the query at n_computed on: a sequence
  * that recomputes from an earlier position gets back the twins it
  * released). All or nothing: 0 or IFD_ENOBLOCKS/IFD_ENOMEM. */
-static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
+static int ifd__grow_once(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
 {
     int32_t need = ifd__blocks_for(e, upto);
     int32_t lo = e->lpool ? ifd__local_lo(e, s->n_computed) : 0;
@@ -899,6 +923,18 @@ static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
     }
     s->n_blocks = need;
     return 0;
+}
+
+/* ifd__grow; a pool whose free blocks are pinned by copies in flight gets
+ * them back (the copies waited for) before anyone is preempted. */
+static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
+{
+    int rc = ifd__grow_once(e, s, upto);
+    if (rc == IFD_ENOBLOCKS && e->copy_n > 0) {
+        ifd__copies_poll(e, INT_MAX);
+        rc = ifd__grow_once(e, s, upto);
+    }
+    return rc;
 }
 
 /* All layers local, one pool: returns the blocks no query of s reads any
@@ -1080,6 +1116,126 @@ static const void *ifd__host_put(ifd_engine_t *e, int32_t block, int32_t lblock,
     return buf;
 }
 
+/* A lost copy: counted by the tiers that would have had it. */
+static void ifd__copy_dropped(ifd_engine_t *e)
+{
+    if (ifd__host_on(e))
+        ifd_kvpool_tier_add(e->pool, IFD_KVTIER_HOST_DROPPED, 1);
+    if (ifd__disk_staged(e))
+        ifd_kvpool_tier_add(e->pool, IFD_KVTIER_DROPPED, 1);
+}
+
+static void ifd__copies_free(ifd_engine_t *e)
+{
+    IFD_ASSERT(e->copy_n == 0);
+    if (e->copy_mem)
+        e->model.kv_host_free(e->model.ctx, e->copy_mem);
+    free(e->copies);
+    free(e->copy_tokens);
+    e->copies = NULL, e->copy_tokens = NULL, e->copy_mem = NULL;
+}
+
+/* The copies' ring and its pinned slots. False: no memory (the copies are
+ * then synchronous). */
+static bool ifd__copies_alloc(ifd_engine_t *e)
+{
+    e->copies = calloc(IFD__COPIES, sizeof *e->copies);
+    e->copy_tokens = malloc((size_t)IFD__COPIES * (size_t)e->block_size * sizeof(int32_t));
+    e->copy_mem = e->model.kv_host_alloc(e->model.ctx, IFD__COPIES * e->model.kv_data_bytes);
+    if (e->copies && e->copy_tokens && e->copy_mem)
+        return true;
+    IFD_WARN("engine: no memory for %d pinned block copies of %zu bytes: copying synchronously",
+             IFD__COPIES, e->model.kv_data_bytes);
+    ifd__copies_free(e);
+    return false;
+}
+
+/* Whether published blocks go to the tiers through asynchronous copies. */
+static bool ifd__copies_async(const ifd_engine_t *e)
+{
+    return e->model.kv_download_async && (ifd__host_on(e) || ifd__disk_staged(e));
+}
+
+/* Hands the copies that have landed to the tiers, oldest first, and gives
+ * their pins back; stops at the first one still in flight, waiting for the
+ * first `wait` of them (INT_MAX: all). The host tier takes the bytes (its
+ * entry made now), the disk tier a copy of them (ifd_kvdisk_offer_data). */
+static void ifd__copies_poll(ifd_engine_t *e, int wait)
+{
+    const size_t bytes = e->model.kv_data_bytes;
+    while (e->copy_n > 0) {
+        const int at = e->copy_head;
+        ifd__copy_t *c = &e->copies[at];
+        int done = e->model.kv_copy_done(e->model.ctx, c->ticket, wait > 0);
+        if (done == 0)
+            break;
+        const int32_t *t = e->copy_tokens + (size_t)at * (size_t)e->block_size;
+        const uint8_t *data = e->copy_mem + (size_t)at * bytes;
+        if (done < 0) {
+            IFD_WARN("engine: copying block %d to host memory: %s", c->block, ifd_strerror(done));
+            ifd__copy_dropped(e);
+        } else {
+            void *buf = ifd__host_on(e) ? ifd_kvhost_put(e->p.host, &c->hash, c->salt, t) : NULL;
+            if (buf)
+                memcpy(buf, data, bytes);
+            if (ifd__disk_staged(e))
+                ifd_kvdisk_offer_data(e->p.disk, data, &c->parent, c->salt, t, NULL);
+        }
+        ifd_kvpool_unref(e->pool, e->p.worker, &c->block, 1);
+        if (c->lblock >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &c->lblock, 1);
+        e->copy_head = (at + 1) % IFD__COPIES;
+        e->copy_n--;
+        wait = wait > 0 ? wait - 1 : 0;
+    }
+}
+
+/* Starts the copy of just-published block `block` (twin lblock, chain hash
+ * *hash after *parent, salt, tokens t) for the tiers: pins the block and
+ * its twin, enqueues the download into a pinned slot (the oldest copy
+ * waited for when all are in flight). False: no ring (the caller copies
+ * synchronously); a block that cannot be copied is counted as dropped. */
+static bool ifd__copy_start(ifd_engine_t *e, int32_t block, int32_t lblock,
+                            const ifd_kvhash_t *hash, const ifd_kvhash_t *parent, uint64_t salt,
+                            const int32_t *t)
+{
+    if (!e->copies && !ifd__copies_alloc(e))
+        return false;
+    if (e->lpool && lblock < 0) {
+        ifd__copy_dropped(e); /* its data would be half of it */
+        return true;
+    }
+    if (e->copy_n == IFD__COPIES)
+        ifd__copies_poll(e, 1);
+    const int at = (e->copy_head + e->copy_n) % IFD__COPIES;
+    ifd__copy_t *c = &e->copies[at];
+    *c = (ifd__copy_t){*hash, *parent, salt, block, e->lpool ? lblock : -1, 0};
+    if (ifd_kvpool_ref(e->pool, e->p.worker, &c->block, 1) != 0) {
+        ifd__copy_dropped(e);
+        return true;
+    }
+    if (c->lblock >= 0 && ifd_kvpool_ref(e->lpool, e->p.worker, &c->lblock, 1) != 0) {
+        ifd_kvpool_unref(e->pool, e->p.worker, &c->block, 1);
+        ifd__copy_dropped(e);
+        return true;
+    }
+    int rc = e->model.kv_download_async(
+        e->model.ctx, ifd_kvpool_block_local(e->pool, block), ifd__ltwin_local(e, c->lblock),
+        e->copy_mem + (size_t)at * e->model.kv_data_bytes, &c->ticket);
+    if (rc) {
+        IFD_WARN("engine: copying block %d to host memory: %s", block, ifd_strerror(rc));
+        ifd_kvpool_unref(e->pool, e->p.worker, &c->block, 1);
+        if (c->lblock >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &c->lblock, 1);
+        ifd__copy_dropped(e);
+        return true;
+    }
+    memcpy(e->copy_tokens + (size_t)at * (size_t)e->block_size, t,
+           (size_t)e->block_size * sizeof *t);
+    e->copy_n++;
+    return true;
+}
+
 /* The lower tiers' share of publishing s's block b (tokens t; pool rc 0:
  * new, 1: a duplicate, whose copies exist already): the host tier's copy,
  * the disk tier's file (from the pool's memory, or staged from that copy or
@@ -1092,6 +1248,9 @@ static void ifd__tiers_publish(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const 
     if (rc != 0)
         return;
     const int32_t twin = ifd__local_twin(e, s, b); /* held: published in this step */
+    if (ifd__copies_async(e) &&
+        ifd__copy_start(e, s->blocks[b], twin, &s->dhash, &parent, s->salt, t))
+        return; /* the tiers take it when it has landed (ifd__copies_poll) */
     const void *data =
         ifd__host_on(e) ? ifd__host_put(e, s->blocks[b], twin, &s->dhash, s->salt, t) : NULL;
     if (ifd__disk_staged(e)) {
@@ -2290,8 +2449,11 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     ifd_engine_step_stats_t st;
     memset(&st, 0, sizeof st);
     double t0 = ifd__ms();
+    ifd__copies_poll(e, 0); /* what the last steps' copies brought */
     int n_sched = ifd__schedule(e, &st);
     if (n_sched == 0) {
+        if (e->running.n == 0 && e->waiting.n == 0)
+            ifd__copies_poll(e, INT_MAX); /* nothing else to do: engine.h, ifd_engine_idle */
         if (st_out)
             *st_out = st;
         return 0;
@@ -2441,6 +2603,52 @@ static int ifd__model_kv_download(void *ctx, int32_t block, int32_t lblock, void
     return 0;
 }
 
+/* engine.h, kv_download_async: the same copies on the backend's copy
+ * stream, then one fence (the ticket) behind them. */
+static int ifd__model_kv_download_async(void *ctx, int32_t block, int32_t lblock, void *dst,
+                                        uint64_t *ticket)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    const uint32_t n = ifd_model_config(c->m)->n_layer;
+    const size_t bb = c->block_bytes;
+    if (c->n_copy_global < n && lblock < 0)
+        return IFD_EINVAL;
+    uint8_t *d = dst;
+    for (uint32_t i = 0; i < n; i++, d += 2 * bb) {
+        uint8_t *k, *v;
+        ifd__copy_layer(c, i, block, lblock, &k, &v);
+        int rc = be->ops->download_async(be, d, k, bb);
+        if (!rc)
+            rc = be->ops->download_async(be, d + bb, v, bb);
+        if (rc)
+            return rc;
+    }
+    return be->ops->copy_fence(be, ticket);
+}
+
+static int ifd__model_kv_copy_done(void *ctx, uint64_t ticket, bool wait)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    return be->ops->copy_done(be, ticket, wait);
+}
+
+static void *ifd__model_kv_host_alloc(void *ctx, size_t bytes)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    void *p = NULL;
+    return be->ops->host_alloc(be, bytes, &p) == 0 ? p : NULL;
+}
+
+static void ifd__model_kv_host_free(void *ctx, void *p)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    be->ops->host_free(be, p);
+}
+
 /* engine.h, kv_upload: the inverse, then a sync (src may go after it). */
 static int ifd__model_kv_upload(void *ctx, int32_t block, int32_t lblock, const void *src)
 {
@@ -2585,6 +2793,13 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     out->kv_download = tiered ? ifd__model_kv_download : NULL;
     out->kv_upload = tiered ? ifd__model_kv_upload : NULL;
     out->kv_data_bytes = 2 * (size_t)c->block_bytes * cfg->n_layer;
+    const ifd_backend_ops_t *ops = ifd_model_backend(m)->ops;
+    const bool async = tiered && ops->download_async && ops->copy_fence && ops->copy_done &&
+                       ops->host_alloc && ops->host_free;
+    out->kv_download_async = async ? ifd__model_kv_download_async : NULL;
+    out->kv_copy_done = async ? ifd__model_kv_copy_done : NULL;
+    out->kv_host_alloc = async ? ifd__model_kv_host_alloc : NULL;
+    out->kv_host_free = async ? ifd__model_kv_host_free : NULL;
     return 0;
 }
 

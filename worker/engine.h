@@ -102,6 +102,19 @@ typedef struct {
     int (*kv_download)(void *ctx, int32_t block, int32_t lblock, void *dst);
     int (*kv_upload)(void *ctx, int32_t block, int32_t lblock, const void *src);
     size_t kv_data_bytes;
+    /* Optional (NULL: kv_download, synchronous, at publish): the same
+     * download overlapping the steps. kv_download_async enqueues it into
+     * dst — memory of kv_host_alloc (pinned; freed with kv_host_free) —
+     * after the steps before, returns at once with a ticket in *ticket;
+     * kv_copy_done says whether it has landed (1), not yet (0; wait: blocks
+     * until it has) or an error. Until it says 1 the engine neither reads
+     * dst nor lets the blocks be written: it keeps a pool reference on the
+     * block and its twin (docs/kvpool.md, "Host tier"). */
+    int (*kv_download_async)(void *ctx, int32_t block, int32_t lblock, void *dst,
+                             uint64_t *ticket);
+    int (*kv_copy_done)(void *ctx, uint64_t ticket, bool wait);
+    void *(*kv_host_alloc)(void *ctx, size_t bytes);
+    void (*kv_host_free)(void *ctx, void *p);
 } ifd_engine_model_t;
 
 typedef enum {

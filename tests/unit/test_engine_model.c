@@ -662,6 +662,87 @@ START_TEST(test_host_tier_after_eviction)
 }
 END_TEST
 
+/* Requests a (40 tokens, 1 out) then b (60 tokens, 1 out) on one engine
+ * over pool, one sequence at a time, with logprobs; a's and b's results in
+ * sink ids 0 and 1. */
+static void serve_then_reuse(sink_t *sink, ifd_kvpool_t *pool, int32_t *a, int32_t *b, bool with_b)
+{
+    ifd_engine_model_t em;
+    ck_assert_int_eq(ifd_engine_model_from(&em, model, pool, 0), 0);
+    ck_assert_ptr_nonnull(em.kv_download_async); /* the copies overlap the steps */
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ep.max_seqs = 1;
+    ep.max_batched_tokens = 256;
+    ep.host = serve_host;
+    ifd_engine_callbacks_t cb = {sink, on_token, on_finish, NULL};
+    ifd_engine_t *eng;
+    ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
+    ifd_engine_request_t ra = greedy_request(0, a, 40, 1), rb = greedy_request(1, b, 60, 1);
+    ra.sampling.n_logprobs = rb.sampling.n_logprobs = 0;
+    ck_assert_int_eq(ifd_engine_add(eng, &ra), 0);
+    if (with_b)
+        ck_assert_int_eq(ifd_engine_add(eng, &rb), 0);
+    while (!ifd_engine_idle(eng))
+        ck_assert_int_ge(ifd_engine_step(eng, NULL), 0);
+    ifd_engine_destroy(eng);
+    ifd_engine_model_free(&em);
+    char err[256];
+    ck_assert_msg(ifd_kvpool_check(pool, err, sizeof err) == 0, "%s", err);
+}
+
+/*
+ * A block reused right after its publish (docs/kvpool.md, "Host tier": the
+ * copies are asynchronous, on the emulator's deferred copy stream): a pool
+ * of 4 blocks; request a (40 tokens, 1 out) publishes 2 blocks in its only
+ * step, whose copies are still in flight when it ends; request b (60
+ * tokens) comes next and needs all 4 blocks — a's two only once their
+ * copies have landed (pinned until then; the engine waits for them rather
+ * than preempt). a again, a host-tier hit (8 tokens recomputed, through the
+ * prefill kernel as in the cold run), must give the token and logprob of its
+ * cold run: a copy that read a's blocks after b wrote them would not.
+ */
+START_TEST(test_host_tier_block_reused_at_once)
+{
+    int32_t a[40], b[60];
+    srand(99);
+    const int nv = (int)ifd_model_config(model)->n_vocab;
+    for (int i = 0; i < 40; i++)
+        a[i] = 2 + rand() % (nv - 2);
+    for (int i = 0; i < 60; i++)
+        b[i] = 2 + rand() % (nv - 2);
+    sink_t *cold = calloc(1, sizeof *cold), *x = calloc(1, sizeof *x), *y = calloc(1, sizeof *y);
+    ifd_kvpool_t *pool = make_pool(64, kv_kind);
+    serve_then_reuse(cold, pool, a, b, false);
+    ifd_kvpool_destroy(pool);
+
+    pool = make_pool(4, kv_kind);
+    ifd_kvpool_params_t g;
+    ifd_kvpool_geometry(pool, &g);
+    const size_t data = 2 * (size_t)g.n_layers * ifd_kvpool_block_bytes(&g);
+    ifd_kvhost_params_t hp = {
+        .max_bytes = 16 * data, .data_bytes = data, .block_size = g.block_size, .pool = pool};
+    ck_assert_int_eq(ifd_kvhost_create(&hp, &serve_host), 0);
+    serve_then_reuse(x, pool, a, b, true);
+    ck_assert_int_eq(x->finished[1], 1);
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_WRITES), 2 + 3);
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_DROPPED), 0);
+    serve_then_reuse(y, pool, a, b, false);
+    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_HIT_BLOCKS), 2); /* b took a's blocks */
+    ck_assert_int_eq(y->usage[0].cached_tokens, 32);
+    for (const sink_t *s = x; s; s = s == x ? y : NULL) {
+        ck_assert_int_eq(s->out[0][0], cold->out[0][0]);
+        ck_assert_msg(s->lp[0][0] == cold->lp[0][0], "logprob %.6f vs %.6f", s->lp[0][0],
+                      cold->lp[0][0]);
+    }
+    ifd_kvhost_destroy(serve_host);
+    serve_host = NULL;
+    ifd_kvpool_destroy(pool);
+    free(cold);
+    free(x);
+    free(y);
+}
+END_TEST
+
 /* A staged disk tier (kvdisk.h) over pool in dir. */
 static ifd_kvdisk_t *make_disk(ifd_kvpool_t *pool, const char *dir)
 {
@@ -756,7 +837,9 @@ START_TEST(test_disk_tier_device_pool)
     fputc(c ^ 0x40, f);
     fclose(f);
     serve_disk_hit(pool, 1);
-    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_BAD_FILES), 1);
+    /* a read cut at its deadline (a loaded machine) may stop before the bad file */
+    if (tier_ctr(pool, IFD_KVTIER_SLOW_READS) == 0)
+        ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_BAD_FILES), 1);
     ifd_kvdisk_destroy(serve_disk); /* writes the recomputed block's file again */
     ifd_kvpool_destroy(pool);
 
@@ -1017,8 +1100,9 @@ static ifd_kvdisk_t *make_gdisk(ifd_kvpool_t *pool, ifd_kvpool_t *lpool, const c
 
 /* Gemma request 0 over new pools and a new tier on dir (a restarted
  * worker): `want` blocks from disk (fewer only when the read was cut at
- * its deadline: counted), the cold run's tokens; returns the bad files. */
-static uint64_t gserve_disk_hit(const char *dir, int want)
+ * its deadline: counted), the cold run's tokens; returns the bad files, or
+ * -1 when the read was cut (it may have stopped before a bad file). */
+static int64_t gserve_disk_hit(const char *dir, int want)
 {
     ifd_kvpool_t *pool, *lpool;
     make_gpools(8, &pool, &lpool);
@@ -1034,7 +1118,9 @@ static uint64_t gserve_disk_hit(const char *dir, int want)
                want);
     }
     assert_gemma_ref(b);
-    const uint64_t bad = tier_ctr(pool, IFD_KVTIER_BAD_FILES);
+    const int64_t bad = tier_ctr(pool, IFD_KVTIER_SLOW_READS)
+                            ? -1
+                            : (int64_t)tier_ctr(pool, IFD_KVTIER_BAD_FILES);
     ifd_kvdisk_destroy(disk); /* writes what is queued */
     gpools_destroy(pool, lpool);
     free(b);
@@ -1067,7 +1153,7 @@ START_TEST(test_gemma_disk_tier_across_restarts)
     ifd_kvdisk_destroy(disk);
     gpools_destroy(pool, lpool);
 
-    ck_assert_uint_eq(gserve_disk_hit(dir, G_HIT), 0);
+    ck_assert_int_le(gserve_disk_hit(dir, G_HIT), 0);
 
     ifd_kvhash_t h = {0, 0};
     h = ifd_kvpool_hash_block(&h, 0, gprompts[0], 16);
@@ -1082,8 +1168,10 @@ START_TEST(test_gemma_disk_tier_across_restarts)
     fseek(f, -5, SEEK_END);
     fputc(c ^ 0x40, f);
     fclose(f);
-    ck_assert_uint_eq(gserve_disk_hit(dir, 1), 1);
-    ck_assert_uint_eq(gserve_disk_hit(dir, G_HIT), 0);
+    const int64_t bad = gserve_disk_hit(dir, 1);
+    ck_assert(bad == 1 || bad == -1);
+    if (bad == 1)
+        ck_assert_int_le(gserve_disk_hit(dir, G_HIT), 0); /* the recomputed block's file again */
     free(a);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -1156,6 +1244,10 @@ static void run_worker(ifd_kvpool_t *pool, int i, int want_cached, const sink_t 
 
 static void reattach(ifd_kvseg_kind_t kind)
 {
+    /* no tiers in the workers (an earlier test that failed may have left its
+     * own: a forked child has no tier thread and would wait on it forever) */
+    serve_host = NULL;
+    serve_disk = NULL;
     sink_t *ref = solo_ref();
     ifd_kvpool_t *pool = make_pool(64, kind);
     int i = 3;
@@ -1295,6 +1387,7 @@ int main(int argc, char **argv)
 #ifdef IFD_TEST_ENGINE_CUDA_EMU
     tcase_add_test(tc, test_q4_0_kv_refused);
     tcase_add_test(tc, test_host_tier_after_eviction);
+    tcase_add_test(tc, test_host_tier_block_reused_at_once);
     tcase_add_test(tc, test_disk_tier_device_pool);
     tcase_add_test(tc, test_gemma_copies_layout);
     tcase_add_test(tc, test_gemma_host_tier_after_eviction);
