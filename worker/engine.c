@@ -1337,6 +1337,17 @@ static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, 
     return h;
 }
 
+/* A block read from disk (staged: its host copy `data`, just uploaded and
+ * published; chain hash *hash) into the host tier too, so that its next
+ * eviction from the pool is a host hit, not another read. */
+static void ifd__host_promote(ifd_engine_t *e, const ifd_kvhash_t *hash, uint64_t salt,
+                              const int32_t *t, const void *data)
+{
+    void *buf = ifd_kvhost_put(e->p.host, hash, salt, t);
+    if (buf)
+        memcpy(buf, data, e->model.kv_data_bytes);
+}
+
 /* A staged disk tier's load of n blocks (tokens t on) into host buffers,
  * copied into their pool blocks when they land (ifd__disk_landed). */
 static int ifd__disk_load_staged(ifd_engine_t *e, ifd__seq_t *s, const int32_t *t, int n)
@@ -1444,6 +1455,9 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
             break;
         s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, s->keys + (int64_t)b * e->block_size,
                                          e->block_size);
+        if (s->load_bufs && ifd__host_on(e))
+            ifd__host_promote(e, &s->dhash, s->salt, s->keys + (int64_t)b * e->block_size,
+                              s->load_bufs[i]);
     }
     ifd__free_bufs(s);
     if (i < s->load_n) {

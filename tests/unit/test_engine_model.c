@@ -1180,6 +1180,67 @@ START_TEST(test_gemma_disk_tier_across_restarts)
 END_TEST
 
 /*
+ * Disk hits promoted into the host tier (docs/kvpool.md, "Host tier"):
+ * request 0's files written; a restart with both tiers (pools of 5 blocks)
+ * reads its 3 hit blocks from disk and puts them (and the block it
+ * computes) into the host tier; requests 1 and 2 evict them from the pools;
+ * request 0 again is a host hit of 3 blocks, no further disk read; the cold
+ * run's tokens and logprobs.
+ */
+START_TEST(test_gemma_disk_hit_promoted)
+{
+    char dir[] = "/tmp/kv-gemma-promo-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ifd_kvpool_t *pool, *lpool;
+    make_gpools(8, &pool, &lpool);
+    ifd_kvdisk_t *disk = make_gdisk(pool, lpool, dir);
+    sink_t *a = calloc(1, sizeof *a), *o = calloc(1, sizeof *o), *b = calloc(1, sizeof *b);
+    gserve(a, 0, pool, lpool, NULL, disk, NULL);
+    ifd_kvdisk_destroy(disk); /* every file written */
+    gpools_destroy(pool, lpool);
+
+    make_gpools(5, &pool, &lpool);
+    disk = make_gdisk(pool, lpool, dir);
+    ifd_engine_model_t em;
+    ck_assert_int_eq(ifd_engine_model_from_pools(&em, gemma, pool, lpool, 0), 0);
+    ifd_kvhost_params_t hp = {.max_bytes = 64 * (uint64_t)em.kv_data_bytes,
+                              .data_bytes = em.kv_data_bytes,
+                              .block_size = 16,
+                              .pool = pool};
+    ifd_engine_model_free(&em);
+    ifd_kvhost_t *host;
+    ck_assert_int_eq(ifd_kvhost_create(&hp, &host), 0);
+    memset(a, 0, sizeof *a);
+    gserve(a, 0, pool, lpool, host, disk, NULL);
+    assert_gemma_ref(a);
+    if (tier_ctr(pool, IFD_KVTIER_SLOW_READS) == 0) {
+        ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HIT_BLOCKS), G_HIT);
+        /* the 3 read, and the block computed after them (published) */
+        ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_WRITES), G_HIT + 1);
+        gserve(o, 1, pool, lpool, host, disk, NULL);
+        gserve(o, 2, pool, lpool, host, disk, NULL);
+        ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_HIT_BLOCKS), 0);
+        gserve(b, 0, pool, lpool, host, disk, NULL);
+        ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HOST_HIT_BLOCKS), G_HIT);
+        ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_HIT_BLOCKS), G_HIT); /* no second read */
+        ck_assert_int_eq(b->usage[0].cached_tokens, 16 * G_HIT);
+        assert_gemma_ref(b);
+    } else {
+        printf("disk read cut at its deadline: promotion not checked\n");
+    }
+    ifd_kvdisk_destroy(disk);
+    ifd_kvhost_destroy(host);
+    gpools_destroy(pool, lpool);
+    free(a);
+    free(o);
+    free(b);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/*
  * A worker killed and restarted on the same GPU (issue 13): this process is
  * the router (it holds the pool, never maps its device segment); worker A
  * (a child) serves request i, which publishes its prompt's full blocks in
@@ -1392,6 +1453,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_gemma_copies_layout);
     tcase_add_test(tc, test_gemma_host_tier_after_eviction);
     tcase_add_test(tc, test_gemma_disk_tier_across_restarts);
+    tcase_add_test(tc, test_gemma_disk_hit_promoted);
     /* last: they fork worker processes (a failed check there ends the child) */
     tcase_add_test(tc, test_killed_worker_finds_prefixes);
     tcase_add_test(tc, test_ipc_creator_killed_rebuilds);
