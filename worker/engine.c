@@ -2488,6 +2488,9 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     int row = 0;
     for (int k = 0; k < n_sched; k++)
         ifd__seq_after_forward(e, e->sched[k], &row);
+    if (e->running.n == 0 && e->waiting.n == 0)
+        ifd__copies_poll(e, INT_MAX); /* going idle: the tiers have every block before the
+                                       * last request's end is reported (no next step) */
     double t3 = ifd__ms();
     ifd__step_account(e, &st, n_sched, batch.n_tok, t0, t1, t2, t3);
     if (st_out)
