@@ -242,12 +242,15 @@ typedef struct {
      * memory, or NULL; ignored unless the model adapter has kv_download /
      * kv_upload (data_bytes must be its kv_data_bytes, else IFD_EINVAL).
      * Every block the engine publishes is copied into it (device -> host,
-     * synchronously, at publish: as the disk tier, so that what a later
-     * eviction of the pool drops is already there); an admission whose
-     * pool hit stops short takes the blocks after the hit that the tier
-     * holds, copies each into a fresh block (host -> device) and publishes
-     * it, before asking the disk tier for the rest (docs/kvpool.md, "Host
-     * tier"). Borrowed: outlives the engine. */
+     * at publish: as the disk tier, so that what a later eviction of the
+     * pool drops is already there; asynchronously with the adapter's
+     * kv_download_async — the block pinned until its copy landed, the
+     * entry made then — else synchronously); an admission whose pool hit
+     * stops short takes the blocks after the hit that the tier holds,
+     * copies each into a fresh block (host -> device) and publishes it,
+     * before asking the disk tier for the rest, whose blocks read (staged)
+     * go into this tier too (docs/kvpool.md, "Host tier"). With local_pool
+     * the copies hold the local twins. Borrowed: outlives the engine. */
     ifd_kvhost_t *host;
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
@@ -372,7 +375,8 @@ typedef struct {
  * every request in the batch is finished with IFD_FINISH_ERROR). */
 int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st);
 
-/* No request queued or running. */
+/* No request queued or running, and no copy to the tiers in flight (a
+ * step with nothing to run waits for those: engine.h, kv_download_async). */
 bool ifd_engine_idle(const ifd_engine_t *e);
 
 typedef struct {
