@@ -166,6 +166,7 @@ struct ifd_engine {
     int32_t *copy_tokens;
     uint8_t *copy_mem;
     int copy_head, copy_n;
+    bool copies_off; /* the ring could not be made: synchronous copies from then on */
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks;        /* blocks on our device */
@@ -1147,13 +1148,14 @@ static bool ifd__copies_alloc(ifd_engine_t *e)
     IFD_WARN("engine: no memory for %d pinned block copies of %zu bytes: copying synchronously",
              IFD__COPIES, e->model.kv_data_bytes);
     ifd__copies_free(e);
+    e->copies_off = true; /* said once */
     return false;
 }
 
 /* Whether published blocks go to the tiers through asynchronous copies. */
 static bool ifd__copies_async(const ifd_engine_t *e)
 {
-    return e->model.kv_download_async && (ifd__host_on(e) || ifd__disk_staged(e));
+    return e->model.kv_download_async && !e->copies_off && (ifd__host_on(e) || ifd__disk_staged(e));
 }
 
 /* Hands the copies that have landed to the tiers, oldest first, and gives
