@@ -837,8 +837,10 @@ START_TEST(test_disk_tier_device_pool)
     fputc(c ^ 0x40, f);
     fclose(f);
     serve_disk_hit(pool, 1);
-    /* a read cut at its deadline (a loaded machine) may stop before the bad file */
-    if (tier_ctr(pool, IFD_KVTIER_SLOW_READS) == 0)
+    /* a read cut at its deadline (a loaded machine) may stop before the bad
+     * file: then it is still there, and the last part has nothing to show */
+    const bool cut = tier_ctr(pool, IFD_KVTIER_SLOW_READS) != 0;
+    if (!cut)
         ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_BAD_FILES), 1);
     ifd_kvdisk_destroy(serve_disk); /* writes the recomputed block's file again */
     ifd_kvpool_destroy(pool);
@@ -846,8 +848,10 @@ START_TEST(test_disk_tier_device_pool)
     /* so the next restart reads both again */
     pool = make_pool(4, kv_kind);
     serve_disk = make_disk(pool, dir);
-    serve_disk_hit(pool, 2);
-    ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_BAD_FILES), 0);
+    if (!cut) {
+        serve_disk_hit(pool, 2);
+        ck_assert_uint_eq(tier_ctr(pool, IFD_KVTIER_BAD_FILES), 0);
+    }
     ifd_kvdisk_destroy(serve_disk);
     serve_disk = NULL;
     ifd_kvpool_destroy(pool);
