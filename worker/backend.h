@@ -217,9 +217,10 @@ typedef struct {
      * steps, docs/kvpool.md "Host tier"); all NULL on a host-memory backend.
      * host_alloc / host_free: pinned host memory (download_async's dst).
      * download_async: a copy of bytes from device src to host dst, ordered
-     * after everything enqueued on the backend's stream so far, on a copy
-     * stream of its own so the next steps' kernels overlap it; returns at
-     * once. copy_fence: a ticket (*out) that completes once every
+     * after everything enqueued on the backend's stream before the first
+     * download_async since the last copy_fence (so enqueue no work between
+     * the copies of one fence), on a copy stream of its own so the next
+     * steps' kernels overlap it; returns at once. copy_fence: a ticket (*out) that completes once every
      * download_async before it has landed. copy_done: 1 when ticket has
      * completed (wait: blocks until it has), 0 not yet, or an error.
      * Until copy_done says 1 the caller must neither read dst nor let src

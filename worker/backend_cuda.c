@@ -150,6 +150,7 @@ typedef struct {
     cudaEvent_t join;
     cudaEvent_t fence[IFD__FENCES];
     uint64_t fence_next, fence_done;
+    bool joined; /* the copy stream waits for the compute stream's work so far (until a fence) */
     /* scratch, grown on demand (old buffers retired) */
     float *k_tmp;
     size_t k_tmp_bytes;
@@ -415,9 +416,13 @@ static int ifd__cuda_download_async(ifd_backend_t *be, void *dst, const void *sr
     int rc = ifd__not_capturing(c, "download_async");
     if (rc || (rc = ifd__copy_stream(c)))
         return rc;
-    /* after the compute stream's work so far (the step that wrote src) */
-    IFD__CK(cudaEventRecord(c->join, c->stream));
-    IFD__CK(cudaStreamWaitEvent(c->copy_stream, c->join, 0));
+    /* after the compute stream's work so far (the step that wrote src): one
+     * join per batch of copies, the first after a fence */
+    if (!c->joined) {
+        IFD__CK(cudaEventRecord(c->join, c->stream));
+        IFD__CK(cudaStreamWaitEvent(c->copy_stream, c->join, 0));
+        c->joined = true;
+    }
     IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->copy_stream));
     return 0;
 }
@@ -436,6 +441,7 @@ static int ifd__cuda_copy_fence(ifd_backend_t *be, uint64_t *out)
     }
     IFD__CK(cudaEventRecord(ev, c->copy_stream));
     c->fence_next = t + 1;
+    c->joined = false;
     *out = t;
     return 0;
 }

@@ -2640,8 +2640,11 @@ static int ifd__model_kv_download_async(void *ctx, int32_t block, int32_t lblock
         int rc = be->ops->download_async(be, d, k, bb);
         if (!rc)
             rc = be->ops->download_async(be, d + bb, v, bb);
-        if (rc)
+        if (rc) {
+            uint64_t t;
+            (void)be->ops->copy_fence(be, &t); /* ends the batch: the next one joins again */
             return rc;
+        }
     }
     return be->ops->copy_fence(be, ticket);
 }
