@@ -217,6 +217,23 @@ typedef struct {
     int (*upload)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*download)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*sync)(ifd_backend_t *be);
+    /* Asynchronous downloads (the KV host tier's copies overlapping the
+     * steps, docs/kvpool.md "Host tier"); all NULL on a host-memory backend.
+     * host_alloc / host_free: pinned host memory (download_async's dst).
+     * download_async: a copy of bytes from device src to host dst, ordered
+     * after everything enqueued on the backend's stream before the first
+     * download_async since the last copy_fence (so enqueue no work between
+     * the copies of one fence), on a copy stream of its own so the next
+     * steps' kernels overlap it; returns at once. copy_fence: a ticket (*out) that completes once every
+     * download_async before it has landed. copy_done: 1 when ticket has
+     * completed (wait: blocks until it has), 0 not yet, or an error.
+     * Until copy_done says 1 the caller must neither read dst nor let src
+     * be written. Not while recording a graph (IFD_EINVAL). */
+    int (*host_alloc)(ifd_backend_t *be, size_t bytes, void **out);
+    void (*host_free)(ifd_backend_t *be, void *p);
+    int (*download_async)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
+    int (*copy_fence)(ifd_backend_t *be, uint64_t *out);
+    int (*copy_done)(ifd_backend_t *be, uint64_t ticket, bool wait);
     /* The KV pool's device segments: the provider that makes this backend's
      * memory for ifd_kvpool_bind_segment (CUDA: VMM with a POSIX-fd handle,
      * IPC fallback; kernels/cuda/kvseg_cuda.h), or NULL (or no op) for a

@@ -34,6 +34,13 @@
  * pageable memory directly. Downloads of up to that size land in the
  * staging buffer and are copied out after the stream synchronises.
  *
+ * Asynchronous downloads (download_async, the KV host tier's copies): a
+ * second, lowest-priority stream made on first use; each copy waits on an
+ * event recorded on the compute stream (so it reads what the steps before
+ * wrote) and copy_fence records one of a ring of IFD__FENCES events behind
+ * the copies. The compute stream never waits on the copy stream: the
+ * caller keeps the source blocks from being written until copy_done.
+ *
  * Scratch (rope_kv's contiguous K, attention's f32 output, the sampler's
  * arrays) grows geometrically and is then reused: once the largest batch
  * has run no step allocates (tests/gpu/test_cuda_step.c counts cudaMalloc
@@ -124,6 +131,8 @@ typedef struct {
     size_t out_cap, more_off;
 } ifd__samp_t;
 
+#define IFD__FENCES 64 /* copy fences in flight at most (an older one is waited for) */
+
 typedef struct {
     ifd_backend_t base;
     int device;
@@ -139,6 +148,14 @@ typedef struct {
     /* pinned staging */
     unsigned char *stage;
     size_t stage_used;
+    /* asynchronous downloads (download_async, made on first use): a copy
+     * stream joined to the compute stream by an event before each copy,
+     * and a ring of fence events; tickets below fence_done have landed */
+    cudaStream_t copy_stream;
+    cudaEvent_t join;
+    cudaEvent_t fence[IFD__FENCES];
+    uint64_t fence_next, fence_done;
+    bool joined; /* the copy stream waits for the compute stream's work so far (until a fence) */
     /* scratch, grown on demand (old buffers retired) */
     float *k_tmp;
     size_t k_tmp_bytes;
@@ -231,6 +248,13 @@ static void ifd__cuda_destroy(ifd_backend_t *be)
     }
     if (c->stream)
         (void)cudaStreamSynchronize(c->stream);
+    if (c->copy_stream) {
+        (void)cudaStreamSynchronize(c->copy_stream);
+        (void)cudaStreamDestroy(c->copy_stream);
+        (void)cudaEventDestroy(c->join);
+        for (int i = 0; i < IFD__FENCES; i++)
+            (void)cudaEventDestroy(c->fence[i]);
+    }
     for (int i = 0; i < IFD_BACKEND_MAX_GRAPHS; i++)
         if (c->graph[i])
             (void)cudaGraphExecDestroy(c->graph[i]);
@@ -364,6 +388,92 @@ static int ifd__cuda_download(ifd_backend_t *be, void *dst, const void *src, siz
         return rc;
     memcpy(dst, st, bytes);
     return 0;
+}
+
+static int ifd__cuda_host_alloc(ifd_backend_t *be, size_t bytes, void **out)
+{
+    (void)be;
+    IFD__CK(cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault));
+    return 0;
+}
+
+static void ifd__cuda_host_free(ifd_backend_t *be, void *p)
+{
+    (void)be;
+    if (p)
+        (void)cudaFreeHost(p);
+}
+
+/* The copy stream and its events, on the first asynchronous download. The
+ * stream has the lowest priority: a copy never delays a step's kernels. */
+static int ifd__copy_stream(ifd__cuda_backend_t *c)
+{
+    if (c->copy_stream)
+        return 0;
+    IFD__CK(cudaEventCreateWithFlags(&c->join, cudaEventDisableTiming));
+    for (int i = 0; i < IFD__FENCES; i++)
+        IFD__CK(cudaEventCreateWithFlags(&c->fence[i], cudaEventDisableTiming));
+    IFD__CK(cudaStreamCreateWithPriority(&c->copy_stream, cudaStreamNonBlocking, 0));
+    return 0;
+}
+
+static int ifd__cuda_download_async(ifd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "download_async");
+    if (rc || (rc = ifd__copy_stream(c)))
+        return rc;
+    /* after the compute stream's work so far (the step that wrote src): one
+     * join per batch of copies, the first after a fence */
+    if (!c->joined) {
+        IFD__CK(cudaEventRecord(c->join, c->stream));
+        IFD__CK(cudaStreamWaitEvent(c->copy_stream, c->join, 0));
+        c->joined = true;
+    }
+    IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->copy_stream));
+    return 0;
+}
+
+static int ifd__cuda_copy_fence(ifd_backend_t *be, uint64_t *out)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "copy_fence");
+    if (rc || (rc = ifd__copy_stream(c)))
+        return rc;
+    const uint64_t t = c->fence_next;
+    cudaEvent_t ev = c->fence[t % IFD__FENCES];
+    if (t >= IFD__FENCES && c->fence_done <= t - IFD__FENCES) { /* its event is reused */
+        IFD__CK(cudaEventSynchronize(ev));
+        c->fence_done = t - IFD__FENCES + 1;
+    }
+    IFD__CK(cudaEventRecord(ev, c->copy_stream));
+    c->fence_next = t + 1;
+    c->joined = false;
+    *out = t;
+    return 0;
+}
+
+static int ifd__cuda_copy_done(ifd_backend_t *be, uint64_t ticket, bool wait)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    if (ticket >= c->fence_next)
+        return IFD_EINVAL;
+    if (ticket < c->fence_done)
+        return 1;
+    cudaEvent_t ev = c->fence[ticket % IFD__FENCES];
+    if (wait) {
+        IFD__CK(cudaEventSynchronize(ev));
+    } else {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaErrorNotReady) {
+            if (cudaPeekAtLastError() == cudaErrorNotReady)
+                (void)cudaGetLastError(); /* not an error: not yet */
+            return 0;
+        }
+        IFD__CK(e);
+    }
+    c->fence_done = ticket + 1; /* one stream: the fences complete in order */
+    return 1;
 }
 
 /* Grows a device scratch buffer to at least `bytes` (1.5x what is asked,
@@ -1389,6 +1499,11 @@ static int ifd__cuda_graph_launch(ifd_backend_t *be, int key)
     .upload = ifd__cuda_upload, \
     .download = ifd__cuda_download, \
     .sync = ifd__cuda_sync, \
+    .host_alloc = ifd__cuda_host_alloc, \
+    .host_free = ifd__cuda_host_free, \
+    .download_async = ifd__cuda_download_async, \
+    .copy_fence = ifd__cuda_copy_fence, \
+    .copy_done = ifd__cuda_copy_done, \
     .kv_provider = ifd__cuda_kv_provider, \
     .can_load = ifd__cuda_can_load, \
     .load_weight = ifd__cuda_load_weight, \

@@ -38,6 +38,7 @@
 #include "kvpool/kvkey.h"
 #include "log.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -139,6 +140,17 @@ typedef struct {
     bool running;       /* as running ones, else as waiting ones */
 } ifd__queue_t;
 
+/* Downloads in flight to the lower tiers (engine.h, kv_download_async): a
+ * published block's copy, its key, and its pool references (block and
+ * twin pinned until the copy has landed). */
+#define IFD__COPIES 32 /* in flight at most; the oldest is waited for past it */
+typedef struct {
+    ifd_kvhash_t hash, parent; /* the block's chain hash and its parent's (kvdisk.h) */
+    uint64_t salt;
+    int32_t block, lblock; /* pinned (lblock: -1 without a local pool) */
+    uint64_t ticket;
+} ifd__copy_t;
+
 struct ifd_engine {
     ifd_engine_params_t p;
     int32_t *eos_ids;
@@ -147,6 +159,14 @@ struct ifd_engine {
     ifd_kvpool_t *lpool; /* p.local_pool */
     bool all_local;      /* one pool, every layer local: blocks before the window are released */
     void *stage;         /* a staged disk tier without a host tier: one block's host copy */
+    /* the copies in flight (IFD__COPIES ring, FIFO from copy_head), their
+     * tokens [IFD__COPIES * block_size] and pinned host slots
+     * [IFD__COPIES * kv_data_bytes]; made on the first copy */
+    ifd__copy_t *copies;
+    int32_t *copy_tokens;
+    uint8_t *copy_mem;
+    int copy_head, copy_n;
+    bool copies_off; /* the ring could not be made: synchronous copies from then on */
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks;        /* blocks on our device */
@@ -582,10 +602,15 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     return 0;
 }
 
+static void ifd__copies_poll(ifd_engine_t *e, int wait);
+static void ifd__copies_free(ifd_engine_t *e);
+
 void ifd_engine_destroy(ifd_engine_t *e)
 {
     if (!e)
         return;
+    ifd__copies_poll(e, INT_MAX); /* the tiers get every published block */
+    ifd__copies_free(e);
     for (int i = 0; i < e->running.n; i++) {
         ifd__seq_release(e, e->running.v[i]);
         ifd__seq_free(e->running.v[i]);
@@ -822,7 +847,7 @@ int ifd_engine_cancel(ifd_engine_t *e, uint64_t id)
 
 bool ifd_engine_idle(const ifd_engine_t *e)
 {
-    return e->running.n == 0 && e->waiting.n == 0;
+    return e->running.n == 0 && e->waiting.n == 0 && e->copy_n == 0;
 }
 
 /* ---- scheduling ------------------------------------------------------------ */
@@ -861,7 +886,7 @@ static int32_t ifd__local_lo(const ifd_engine_t *e, int32_t q)
  * local twins from the window of the query at n_computed on: a sequence
  * that recomputes from an earlier position gets back the twins it
  * released). All or nothing: 0 or IFD_ENOBLOCKS/IFD_ENOMEM. */
-static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
+static int ifd__grow_once(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
 {
     int32_t need = ifd__blocks_for(e, upto);
     int32_t lo = e->lpool ? ifd__local_lo(e, s->n_computed) : 0;
@@ -899,6 +924,18 @@ static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
     }
     s->n_blocks = need;
     return 0;
+}
+
+/* ifd__grow; a pool whose free blocks are pinned by copies in flight gets
+ * them back (the copies waited for) before anyone is preempted. */
+static int ifd__grow(ifd_engine_t *e, ifd__seq_t *s, int32_t upto)
+{
+    int rc = ifd__grow_once(e, s, upto);
+    if (rc == IFD_ENOBLOCKS && e->copy_n > 0) {
+        ifd__copies_poll(e, INT_MAX);
+        rc = ifd__grow_once(e, s, upto);
+    }
+    return rc;
 }
 
 /* All layers local, one pool: returns the blocks no query of s reads any
@@ -1038,34 +1075,167 @@ static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, 
 static int32_t ifd__local_twin(const ifd_engine_t *e, const ifd__seq_t *s, int32_t b);
 
 /* The host tier is on when the model can copy blocks to and from it
- * (engine.h, kv_download: a device pool, no local-layer pool). */
+ * (engine.h, kv_download: a device pool; with a local-layer pool the
+ * copies hold the twins too). */
 static bool ifd__host_on(const ifd_engine_t *e)
 {
     return e->p.host && e->model.kv_download && e->model.kv_upload && !e->all_local;
 }
 
-/* Copies block `block` (device) into buf. */
-static bool ifd__download(ifd_engine_t *e, int32_t block, void *buf)
+/* The local pool's local id of twin lblock (a pool id), -1 for none. */
+static int32_t ifd__ltwin_local(const ifd_engine_t *e, int32_t lblock)
 {
-    int rc = e->model.kv_download(e->model.ctx, ifd_kvpool_block_local(e->pool, block), buf);
+    return e->lpool && lblock >= 0 ? ifd_kvpool_block_local(e->lpool, lblock) : -1;
+}
+
+/* Copies block `block` (device) and, with a local pool, its twin lblock
+ * into buf (kv_data_bytes). A block without its twin (-1) there is not
+ * copied: its data would be half of it. */
+static bool ifd__download(ifd_engine_t *e, int32_t block, int32_t lblock, void *buf)
+{
+    if (e->lpool && lblock < 0)
+        return false;
+    int rc = e->model.kv_download(e->model.ctx, ifd_kvpool_block_local(e->pool, block),
+                                  ifd__ltwin_local(e, lblock), buf);
     if (rc)
         IFD_WARN("engine: copying block %d to host memory: %s", block, ifd_strerror(rc));
     return rc == 0;
 }
 
-/* Copies just-published block `block` (chain hash *hash) into the host
- * tier: its copy there, or NULL (no memory; a failed copy forgets the
- * entry, counted as dropped). */
-static const void *ifd__host_put(ifd_engine_t *e, int32_t block, const ifd_kvhash_t *hash,
-                                 uint64_t salt, const int32_t *tokens)
+/* Copies just-published block `block` (chain hash *hash; local twin
+ * lblock or -1) into the host tier: its copy there, or NULL (no memory,
+ * no twin; a failed copy forgets the entry, counted as dropped). */
+static const void *ifd__host_put(ifd_engine_t *e, int32_t block, int32_t lblock,
+                                 const ifd_kvhash_t *hash, uint64_t salt, const int32_t *tokens)
 {
     void *buf = ifd_kvhost_put(e->p.host, hash, salt, tokens);
-    if (buf && !ifd__download(e, block, buf)) {
+    if (buf && !ifd__download(e, block, lblock, buf)) {
         ifd_kvhost_forget(e->p.host, hash);
         ifd_kvpool_tier_add(e->pool, IFD_KVTIER_HOST_DROPPED, 1);
         buf = NULL;
     }
     return buf;
+}
+
+/* A lost copy: counted by the tiers that would have had it. */
+static void ifd__copy_dropped(ifd_engine_t *e)
+{
+    if (ifd__host_on(e))
+        ifd_kvpool_tier_add(e->pool, IFD_KVTIER_HOST_DROPPED, 1);
+    if (ifd__disk_staged(e))
+        ifd_kvpool_tier_add(e->pool, IFD_KVTIER_DROPPED, 1);
+}
+
+static void ifd__copies_free(ifd_engine_t *e)
+{
+    IFD_ASSERT(e->copy_n == 0);
+    if (e->copy_mem)
+        e->model.kv_host_free(e->model.ctx, e->copy_mem);
+    free(e->copies);
+    free(e->copy_tokens);
+    e->copies = NULL, e->copy_tokens = NULL, e->copy_mem = NULL;
+}
+
+/* The copies' ring and its pinned slots. False: no memory (the copies are
+ * then synchronous). */
+static bool ifd__copies_alloc(ifd_engine_t *e)
+{
+    e->copies = calloc(IFD__COPIES, sizeof *e->copies);
+    e->copy_tokens = malloc((size_t)IFD__COPIES * (size_t)e->block_size * sizeof(int32_t));
+    e->copy_mem = e->model.kv_host_alloc(e->model.ctx, IFD__COPIES * e->model.kv_data_bytes);
+    if (e->copies && e->copy_tokens && e->copy_mem)
+        return true;
+    IFD_WARN("engine: no memory for %d pinned block copies of %zu bytes: copying synchronously",
+             IFD__COPIES, e->model.kv_data_bytes);
+    ifd__copies_free(e);
+    e->copies_off = true; /* said once */
+    return false;
+}
+
+/* Whether published blocks go to the tiers through asynchronous copies. */
+static bool ifd__copies_async(const ifd_engine_t *e)
+{
+    return e->model.kv_download_async && !e->copies_off && (ifd__host_on(e) || ifd__disk_staged(e));
+}
+
+/* Hands the copies that have landed to the tiers, oldest first, and gives
+ * their pins back; stops at the first one still in flight, waiting for the
+ * first `wait` of them (INT_MAX: all). The host tier takes the bytes (its
+ * entry made now), the disk tier a copy of them (ifd_kvdisk_offer_data). */
+static void ifd__copies_poll(ifd_engine_t *e, int wait)
+{
+    const size_t bytes = e->model.kv_data_bytes;
+    while (e->copy_n > 0) {
+        const int at = e->copy_head;
+        ifd__copy_t *c = &e->copies[at];
+        int done = e->model.kv_copy_done(e->model.ctx, c->ticket, wait > 0);
+        if (done == 0)
+            break;
+        const int32_t *t = e->copy_tokens + (size_t)at * (size_t)e->block_size;
+        const uint8_t *data = e->copy_mem + (size_t)at * bytes;
+        if (done < 0) {
+            IFD_WARN("engine: copying block %d to host memory: %s", c->block, ifd_strerror(done));
+            ifd__copy_dropped(e);
+        } else {
+            void *buf = ifd__host_on(e) ? ifd_kvhost_put(e->p.host, &c->hash, c->salt, t) : NULL;
+            if (buf)
+                memcpy(buf, data, bytes);
+            if (ifd__disk_staged(e))
+                ifd_kvdisk_offer_data(e->p.disk, data, &c->parent, c->salt, t, NULL);
+        }
+        ifd_kvpool_unref(e->pool, e->p.worker, &c->block, 1);
+        if (c->lblock >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &c->lblock, 1);
+        e->copy_head = (at + 1) % IFD__COPIES;
+        e->copy_n--;
+        wait = wait > 0 ? wait - 1 : 0;
+    }
+}
+
+/* Starts the copy of just-published block `block` (twin lblock, chain hash
+ * *hash after *parent, salt, tokens t) for the tiers: pins the block and
+ * its twin, enqueues the download into a pinned slot (the oldest copy
+ * waited for when all are in flight). False: no ring (the caller copies
+ * synchronously); a block that cannot be copied is counted as dropped. */
+static bool ifd__copy_start(ifd_engine_t *e, int32_t block, int32_t lblock,
+                            const ifd_kvhash_t *hash, const ifd_kvhash_t *parent, uint64_t salt,
+                            const int32_t *t)
+{
+    if (!e->copies && !ifd__copies_alloc(e))
+        return false;
+    if (e->lpool && lblock < 0) {
+        ifd__copy_dropped(e); /* its data would be half of it */
+        return true;
+    }
+    if (e->copy_n == IFD__COPIES)
+        ifd__copies_poll(e, 1);
+    const int at = (e->copy_head + e->copy_n) % IFD__COPIES;
+    ifd__copy_t *c = &e->copies[at];
+    *c = (ifd__copy_t){*hash, *parent, salt, block, e->lpool ? lblock : -1, 0};
+    if (ifd_kvpool_ref(e->pool, e->p.worker, &c->block, 1) != 0) {
+        ifd__copy_dropped(e);
+        return true;
+    }
+    if (c->lblock >= 0 && ifd_kvpool_ref(e->lpool, e->p.worker, &c->lblock, 1) != 0) {
+        ifd_kvpool_unref(e->pool, e->p.worker, &c->block, 1);
+        ifd__copy_dropped(e);
+        return true;
+    }
+    int rc = e->model.kv_download_async(
+        e->model.ctx, ifd_kvpool_block_local(e->pool, block), ifd__ltwin_local(e, c->lblock),
+        e->copy_mem + (size_t)at * e->model.kv_data_bytes, &c->ticket);
+    if (rc) {
+        IFD_WARN("engine: copying block %d to host memory: %s", block, ifd_strerror(rc));
+        ifd_kvpool_unref(e->pool, e->p.worker, &c->block, 1);
+        if (c->lblock >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &c->lblock, 1);
+        ifd__copy_dropped(e);
+        return true;
+    }
+    memcpy(e->copy_tokens + (size_t)at * (size_t)e->block_size, t,
+           (size_t)e->block_size * sizeof *t);
+    e->copy_n++;
+    return true;
 }
 
 /* The lower tiers' share of publishing s's block b (tokens t; pool rc 0:
@@ -1079,26 +1249,63 @@ static void ifd__tiers_publish(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const 
         s->dhash = ifd_kvpool_hash_block(&parent, s->salt, t, e->block_size);
     if (rc != 0)
         return;
+    const int32_t twin = ifd__local_twin(e, s, b); /* held: published in this step */
+    if (ifd__copies_async(e) &&
+        ifd__copy_start(e, s->blocks[b], twin, &s->dhash, &parent, s->salt, t))
+        return; /* the tiers take it when it has landed (ifd__copies_poll) */
     const void *data =
-        ifd__host_on(e) ? ifd__host_put(e, s->blocks[b], &s->dhash, s->salt, t) : NULL;
+        ifd__host_on(e) ? ifd__host_put(e, s->blocks[b], twin, &s->dhash, s->salt, t) : NULL;
     if (ifd__disk_staged(e)) {
-        if (!data && ifd__download(e, s->blocks[b], e->stage))
+        if (!data && ifd__download(e, s->blocks[b], twin, e->stage))
             data = e->stage;
         if (data)
             ifd_kvdisk_offer_data(e->p.disk, data, &parent, s->salt, t, NULL);
         else
             ifd_kvpool_tier_add(e->pool, IFD_KVTIER_DROPPED, 1);
     } else if (ifd__disk_on(e)) {
-        ifd_kvdisk_offer(e->p.disk, s->blocks[b], ifd__local_twin(e, s, b), &parent, s->salt, t,
-                         NULL);
+        ifd_kvdisk_offer(e->p.disk, s->blocks[b], twin, &parent, s->salt, t, NULL);
     }
+}
+
+static void ifd__local_publish_loaded(ifd_engine_t *e, ifd__seq_t *s, int32_t at);
+
+/* One block of s at b from the host tier's copy `data`: a fresh block (and,
+ * with a local pool, a fresh twin behind s->lblocks[b]), both uploaded,
+ * the global one published (the twin is published by the caller, as a
+ * disk read's). False, nothing held: no room, or a failed copy. */
+static bool ifd__host_take(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const int32_t *t,
+                           const void *data)
+{
+    int32_t blk, lblk = -1;
+    if (ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, 1, &blk))
+        return false;
+    if (e->lpool && ifd_kvpool_alloc(e->lpool, e->p.worker, e->p.device, 1, &lblk)) {
+        ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
+        return false;
+    }
+    int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
+    if (e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, blk),
+                           ifd__ltwin_local(e, lblk), data) ||
+        ifd_kvpool_publish(e->pool, e->p.worker, blk, parent, s->salt, t, NULL) < 0) {
+        ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
+        if (lblk >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &lblk, 1);
+        return false;
+    }
+    s->blocks[b] = blk;
+    if (e->lpool)
+        s->lblocks[b] = lblk;
+    return true;
 }
 
 /* After the pool's hit (s->n_blocks blocks, held): the blocks after it (up
  * to max_blocks) that the host tier holds, each copied into a fresh block
  * and published, extending the hit; stops at the first missing one, a
  * full pool or a failed copy (the rest is for the disk tier or
- * recomputed). s->dhash is left at the hit's end. */
+ * recomputed). With a local pool the copies hold the twins: they go into
+ * fresh local blocks, published as keyed entries like a disk read's, and
+ * only those the next query's window reads stay held. s->dhash is left at
+ * the hit's end. */
 static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
 {
     int32_t b0 = s->n_blocks, b = b0;
@@ -1107,16 +1314,8 @@ static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
         const int32_t *t = s->keys + (int64_t)b * e->block_size;
         ifd_kvhash_t next = ifd_kvpool_hash_block(&h, s->salt, t, e->block_size);
         const void *data = ifd_kvhost_get(e->p.host, &next, s->salt, t);
-        int32_t blk;
-        if (!data || ifd_kvpool_alloc(e->pool, e->p.worker, e->p.device, 1, &blk))
+        if (!data || !ifd__host_take(e, s, b, t, data))
             break;
-        int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-        if (e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, blk), data) ||
-            ifd_kvpool_publish(e->pool, e->p.worker, blk, parent, s->salt, t, NULL) < 0) {
-            ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
-            break;
-        }
-        s->blocks[b] = blk;
         h = next;
     }
     if (max_blocks > b0)
@@ -1124,6 +1323,10 @@ static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
     s->n_blocks = s->n_published = b;
     s->n_computed = b * e->block_size;
     s->dhash = h;
+    if (e->lpool && b > b0) {
+        ifd__local_publish_loaded(e, s, b0);
+        ifd__release_window(e, s); /* twins before the next query's window */
+    }
 }
 
 /* The disk chain hash of s's first n blocks (kvdisk.h), over its prefix-cache keys (image
@@ -1134,6 +1337,17 @@ static ifd_kvhash_t ifd__disk_chain(const ifd_engine_t *e, const ifd__seq_t *s, 
     for (int32_t b = 0; b < n; b++)
         h = ifd_kvpool_hash_block(&h, s->salt, s->keys + (int64_t)b * e->block_size, e->block_size);
     return h;
+}
+
+/* A block read from disk (staged: its host copy `data`, just uploaded and
+ * published; chain hash *hash) into the host tier too, so that its next
+ * eviction from the pool is a host hit, not another read. */
+static void ifd__host_promote(ifd_engine_t *e, const ifd_kvhash_t *hash, uint64_t salt,
+                              const int32_t *t, const void *data)
+{
+    void *buf = ifd_kvhost_put(e->p.host, hash, salt, t);
+    if (buf)
+        memcpy(buf, data, e->model.kv_data_bytes);
 }
 
 /* A staged disk tier's load of n blocks (tokens t on) into host buffers,
@@ -1235,13 +1449,17 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
         if (s->load_bufs &&
             e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, s->blocks[b]),
+                               e->lpool ? ifd__ltwin_local(e, s->lblocks[b]) : -1,
                                s->load_bufs[i]))
-            break; /* staged: host -> device first */
+            break; /* staged: host -> device first (the twin with it) */
         if (ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
                                s->keys + (int64_t)b * e->block_size, NULL) < 0)
             break;
         s->dhash = ifd_kvpool_hash_block(&s->dhash, s->salt, s->keys + (int64_t)b * e->block_size,
                                          e->block_size);
+        if (s->load_bufs && ifd__host_on(e))
+            ifd__host_promote(e, &s->dhash, s->salt, s->keys + (int64_t)b * e->block_size,
+                              s->load_bufs[i]);
     }
     ifd__free_bufs(s);
     if (i < s->load_n) {
@@ -2300,8 +2518,11 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     ifd_engine_step_stats_t st;
     memset(&st, 0, sizeof st);
     double t0 = ifd__ms();
+    ifd__copies_poll(e, 0); /* what the last steps' copies brought */
     int n_sched = ifd__schedule(e, &st);
     if (n_sched == 0) {
+        if (e->running.n == 0 && e->waiting.n == 0)
+            ifd__copies_poll(e, INT_MAX); /* nothing else to do: engine.h, ifd_engine_idle */
         if (st_out)
             *st_out = st;
         return 0;
@@ -2322,6 +2543,9 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     int row = 0;
     for (int k = 0; k < n_sched; k++)
         ifd__seq_after_forward(e, e->sched[k], &row);
+    if (e->running.n == 0 && e->waiting.n == 0)
+        ifd__copies_poll(e, INT_MAX); /* going idle: the tiers have every block before the
+                                       * last request's end is reported (no next step) */
     double t3 = ifd__ms();
     ifd__step_account(e, &st, n_sched, batch.n_tok, t0, t1, t2, t3);
     if (st_out)
@@ -2408,44 +2632,116 @@ void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out)
 typedef struct {
     ifd_model_t *m;
     ifd_kv_layer_t *kv;
-    uint64_t block_bytes; /* one layer's K (or V) block */
+    /* The host tier's copies (kv_download / kv_upload): the model's layers
+     * in the disk file's order — the pool's layers, then the local pool's
+     * (each in model order) — the first n_copy_global of them in the pool */
+    uint32_t *copy_order;
+    uint32_t n_copy_global;
+    uint64_t block_bytes; /* one layer's K (or V) block, in either pool */
 } ifd__model_ctx_t;
 
-/* engine.h, kv_download: layer by layer, K then V, through the backend's
- * synchronous download (ordered after the stream's steps). */
-static int ifd__model_kv_download(void *ctx, int32_t block, void *dst)
+/* Layer i (file order) of block's data: its K and V block in the pool of
+ * its layer (block for the pool's layers, lblock for the local pool's). */
+static void ifd__copy_layer(const ifd__model_ctx_t *c, uint32_t i, int32_t block, int32_t lblock,
+                            uint8_t **k, uint8_t **v)
+{
+    const ifd_kv_layer_t *kv = &c->kv[c->copy_order[i]];
+    const uint64_t at = (uint64_t)(i < c->n_copy_global ? block : lblock) * c->block_bytes;
+    *k = (uint8_t *)kv->k + at;
+    *v = (uint8_t *)kv->v + at;
+}
+
+/* engine.h, kv_download: layer by layer, K then V (the local twin's after
+ * the pool's layers), through the backend's synchronous download (ordered
+ * after the stream's steps). */
+static int ifd__model_kv_download(void *ctx, int32_t block, int32_t lblock, void *dst)
 {
     ifd__model_ctx_t *c = ctx;
     ifd_backend_t *be = ifd_model_backend(c->m);
+    const uint32_t n = ifd_model_config(c->m)->n_layer;
     const size_t bb = c->block_bytes;
+    if (c->n_copy_global < n && lblock < 0)
+        return IFD_EINVAL; /* a local pool's twin is part of the data */
     uint8_t *d = dst;
-    for (uint32_t l = 0; l < ifd_model_config(c->m)->n_layer; l++) {
-        const uint8_t *k = c->kv[l].k, *v = c->kv[l].v;
-        int rc = be->ops->download(be, d, k + (uint64_t)block * bb, bb);
+    for (uint32_t i = 0; i < n; i++, d += 2 * bb) {
+        uint8_t *k, *v;
+        ifd__copy_layer(c, i, block, lblock, &k, &v);
+        int rc = be->ops->download(be, d, k, bb);
         if (!rc)
-            rc = be->ops->download(be, d + bb, v + (uint64_t)block * bb, bb);
+            rc = be->ops->download(be, d + bb, v, bb);
         if (rc)
             return rc;
-        d += 2 * bb;
     }
     return 0;
 }
 
-/* engine.h, kv_upload: the inverse, then a sync (src may go after it). */
-static int ifd__model_kv_upload(void *ctx, int32_t block, const void *src)
+/* engine.h, kv_download_async: the same copies on the backend's copy
+ * stream, then one fence (the ticket) behind them. */
+static int ifd__model_kv_download_async(void *ctx, int32_t block, int32_t lblock, void *dst,
+                                        uint64_t *ticket)
 {
     ifd__model_ctx_t *c = ctx;
     ifd_backend_t *be = ifd_model_backend(c->m);
+    const uint32_t n = ifd_model_config(c->m)->n_layer;
     const size_t bb = c->block_bytes;
-    const uint8_t *d = src;
-    for (uint32_t l = 0; l < ifd_model_config(c->m)->n_layer; l++) {
-        uint8_t *k = c->kv[l].k, *v = c->kv[l].v;
-        int rc = be->ops->upload(be, k + (uint64_t)block * bb, d, bb);
+    if (c->n_copy_global < n && lblock < 0)
+        return IFD_EINVAL;
+    uint8_t *d = dst;
+    for (uint32_t i = 0; i < n; i++, d += 2 * bb) {
+        uint8_t *k, *v;
+        ifd__copy_layer(c, i, block, lblock, &k, &v);
+        int rc = be->ops->download_async(be, d, k, bb);
         if (!rc)
-            rc = be->ops->upload(be, v + (uint64_t)block * bb, d + bb, bb);
+            rc = be->ops->download_async(be, d + bb, v, bb);
+        if (rc) {
+            uint64_t t;
+            (void)be->ops->copy_fence(be, &t); /* ends the batch: the next one joins again */
+            return rc;
+        }
+    }
+    return be->ops->copy_fence(be, ticket);
+}
+
+static int ifd__model_kv_copy_done(void *ctx, uint64_t ticket, bool wait)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    return be->ops->copy_done(be, ticket, wait);
+}
+
+static void *ifd__model_kv_host_alloc(void *ctx, size_t bytes)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    void *p = NULL;
+    return be->ops->host_alloc(be, bytes, &p) == 0 ? p : NULL;
+}
+
+static void ifd__model_kv_host_free(void *ctx, void *p)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    be->ops->host_free(be, p);
+}
+
+/* engine.h, kv_upload: the inverse, then a sync (src may go after it). */
+static int ifd__model_kv_upload(void *ctx, int32_t block, int32_t lblock, const void *src)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    const uint32_t n = ifd_model_config(c->m)->n_layer;
+    const size_t bb = c->block_bytes;
+    if (c->n_copy_global < n && lblock < 0)
+        return IFD_EINVAL;
+    const uint8_t *d = src;
+    for (uint32_t i = 0; i < n; i++, d += 2 * bb) {
+        uint8_t *k, *v;
+        ifd__copy_layer(c, i, block, lblock, &k, &v);
+        int rc = be->ops->upload(be, k, d, bb);
+        if (!rc)
+            rc = be->ops->upload(be, v, d + bb, bb);
         if (rc)
             return rc;
-        d += 2 * bb;
     }
     return be->ops->sync(be);
 }
@@ -2526,7 +2822,10 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
         return IFD_ENOMEM;
     c->m = m;
     c->kv = calloc(cfg->n_layer, sizeof *c->kv);
-    if (!c->kv) {
+    c->copy_order = calloc(cfg->n_layer, sizeof *c->copy_order);
+    if (!c->kv || !c->copy_order) {
+        free(c->kv);
+        free(c->copy_order);
         free(c);
         return IFD_ENOMEM;
     }
@@ -2536,6 +2835,7 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
         const bool in_local = local_pool && cfg->sliding_window > 0 && cfg->layer_is_local[l];
         ifd_kvpool_t *p = in_local ? local_pool : pool;
         const int pl = in_local ? li++ : gi++;
+        c->copy_order[in_local ? (uint32_t)(n_global + pl) : (uint32_t)pl] = l;
         c->kv[l].k = ifd_kvpool_layer_k(p, dev, pl);
         c->kv[l].v = ifd_kvpool_layer_v(p, dev, pl);
         c->kv[l].dtype = (ifd_dtype_t)g.dtype;
@@ -2544,10 +2844,13 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
         c->kv[l].head_dim = g.head_dim;
         if (!c->kv[l].k || !c->kv[l].v) {
             free(c->kv);
+            free(c->copy_order);
             free(c);
             return IFD_ENODEV;
         }
     }
+    IFD_ASSERT(gi == n_global && li == (local_pool ? n_local : 0));
+    c->n_copy_global = (uint32_t)n_global;
     out->ctx = c;
     out->n_vocab = (int32_t)cfg->n_vocab;
     out->n_ctx = (int32_t)cfg->n_ctx_train;
@@ -2558,12 +2861,20 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     out->n_embd = (int32_t)cfg->n_embd;
     /* sampling on the device where the backend can (the CPU backend cannot) */
     out->forward_sample = ifd_model_backend(m)->ops->sample ? ifd__model_forward_sample : NULL;
-    /* the host tier's copies: a device pool without a local-layer pool */
+    /* the host tier's copies: a device pool (with its local pool's twins:
+     * both pools share K/V geometry and dtype, checked above) */
     c->block_bytes = ifd_kvpool_block_bytes(&g);
-    const bool tiered = !ifd_model_backend(m)->ops->host_memory && !local_pool;
+    const bool tiered = !ifd_model_backend(m)->ops->host_memory;
     out->kv_download = tiered ? ifd__model_kv_download : NULL;
     out->kv_upload = tiered ? ifd__model_kv_upload : NULL;
     out->kv_data_bytes = 2 * (size_t)c->block_bytes * cfg->n_layer;
+    const ifd_backend_ops_t *ops = ifd_model_backend(m)->ops;
+    const bool async = tiered && ops->download_async && ops->copy_fence && ops->copy_done &&
+                       ops->host_alloc && ops->host_free;
+    out->kv_download_async = async ? ifd__model_kv_download_async : NULL;
+    out->kv_copy_done = async ? ifd__model_kv_copy_done : NULL;
+    out->kv_host_alloc = async ? ifd__model_kv_host_alloc : NULL;
+    out->kv_host_free = async ? ifd__model_kv_host_free : NULL;
     return 0;
 }
 
@@ -2572,6 +2883,7 @@ void ifd_engine_model_free(ifd_engine_model_t *em)
     ifd__model_ctx_t *c = em->ctx;
     if (c) {
         free(c->kv);
+        free(c->copy_order);
         free(c);
     }
     em->ctx = NULL;

@@ -91,14 +91,30 @@ typedef struct {
      * are refused). */
     int32_t n_embd;
     /* The host-RAM tier's copies (kvpool/kvhost.h): block `block`'s (a
-     * local id) data — every layer's K then V block, kv_data_bytes in all,
-     * the disk tier's file layout — to or from host memory, ordered after
-     * the steps before (download waits for them; upload is complete when
-     * it returns). NULL when the pool is host memory (a CPU worker) or the
-     * model has a local-layer pool: no host tier. 0 or a negative error. */
-    int (*kv_download)(void *ctx, int32_t block, void *dst);
-    int (*kv_upload)(void *ctx, int32_t block, const void *src);
+     * local id) data — every layer of the pool's K then V block, then with
+     * a local-layer pool (local_pool) every layer of it of the block's twin
+     * `lblock` (a local id of the local pool; ignored, pass -1, without
+     * one), kv_data_bytes in all: the disk tier's file layout — to or from
+     * host memory, ordered after the steps before (download waits for
+     * them; upload is complete when it returns). NULL when the pool is
+     * host memory (a CPU worker): no host tier, and the disk tier reads
+     * and writes the pool in place. 0 or a negative error. */
+    int (*kv_download)(void *ctx, int32_t block, int32_t lblock, void *dst);
+    int (*kv_upload)(void *ctx, int32_t block, int32_t lblock, const void *src);
     size_t kv_data_bytes;
+    /* Optional (NULL: kv_download, synchronous, at publish): the same
+     * download overlapping the steps. kv_download_async enqueues it into
+     * dst — memory of kv_host_alloc (pinned; freed with kv_host_free) —
+     * after the steps before, returns at once with a ticket in *ticket;
+     * kv_copy_done says whether it has landed (1), not yet (0; wait: blocks
+     * until it has) or an error. Until it says 1 the engine neither reads
+     * dst nor lets the blocks be written: it keeps a pool reference on the
+     * block and its twin (docs/kvpool.md, "Host tier"). */
+    int (*kv_download_async)(void *ctx, int32_t block, int32_t lblock, void *dst,
+                             uint64_t *ticket);
+    int (*kv_copy_done)(void *ctx, uint64_t ticket, bool wait);
+    void *(*kv_host_alloc)(void *ctx, size_t bytes);
+    void (*kv_host_free)(void *ctx, void *p);
 } ifd_engine_model_t;
 
 typedef enum {
@@ -226,12 +242,15 @@ typedef struct {
      * memory, or NULL; ignored unless the model adapter has kv_download /
      * kv_upload (data_bytes must be its kv_data_bytes, else IFD_EINVAL).
      * Every block the engine publishes is copied into it (device -> host,
-     * synchronously, at publish: as the disk tier, so that what a later
-     * eviction of the pool drops is already there); an admission whose
-     * pool hit stops short takes the blocks after the hit that the tier
-     * holds, copies each into a fresh block (host -> device) and publishes
-     * it, before asking the disk tier for the rest (docs/kvpool.md, "Host
-     * tier"). Borrowed: outlives the engine. */
+     * at publish: as the disk tier, so that what a later eviction of the
+     * pool drops is already there; asynchronously with the adapter's
+     * kv_download_async — the block pinned until its copy landed, the
+     * entry made then — else synchronously); an admission whose pool hit
+     * stops short takes the blocks after the hit that the tier holds,
+     * copies each into a fresh block (host -> device) and publishes it,
+     * before asking the disk tier for the rest, whose blocks read (staged)
+     * go into this tier too (docs/kvpool.md, "Host tier"). With local_pool
+     * the copies hold the local twins. Borrowed: outlives the engine. */
     ifd_kvhost_t *host;
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
@@ -356,7 +375,8 @@ typedef struct {
  * every request in the batch is finished with IFD_FINISH_ERROR). */
 int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st);
 
-/* No request queued or running. */
+/* No request queued or running, and no copy to the tiers in flight (a
+ * step with nothing to run waits for those: engine.h, kv_download_async). */
 bool ifd_engine_idle(const ifd_engine_t *e);
 
 typedef struct {

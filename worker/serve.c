@@ -906,12 +906,10 @@ static int ifd__start_disk(ifd__srv_t *s, const ifd_serve_opts_t *o)
     p.worker = (int)h->slot;
     p.device = (int)h->kv_device;
     p.local_pool = s->lpool;
-    p.staged = s->em.kv_download != NULL; /* a device pool: through host copies */
+    /* a device pool (and its local pool's twins): through host copies */
+    p.staged = s->em.kv_download != NULL;
     int rc = ifd_kvdisk_create(&p, s->pool, &s->disk);
-    if (rc == IFD_ENOTSUP)
-        IFD_WARN("kv disk tier off: the pools are in device memory with a local-layer pool "
-                 "(not done for GPU workers)");
-    else if (rc)
+    if (rc)
         IFD_WARN("kv disk tier off: %s: %s", o->kv_cache_dir, ifd_strerror(rc));
     else
         IFD_INFO("kv disk tier: %s, %llu bytes at most, fingerprint %016llx", o->kv_cache_dir,
@@ -921,16 +919,16 @@ static int ifd__start_disk(ifd__srv_t *s, const ifd_serve_opts_t *o)
 }
 
 /* Phase 4c: a GPU worker's host-RAM tier (kvpool/kvhost.h) when the options
- * give it bytes; one warning and none when it cannot be had: the pool is
- * host memory (a CPU worker: the pool is host RAM already), the model has
- * a local-layer pool (not done), or the bound is below one block. */
+ * give it bytes (with a local-layer pool its entries hold the twins too);
+ * one warning and none when it cannot be had: the pool is host memory (a
+ * CPU worker: the pool is host RAM already), or the bound is below one
+ * block. */
 static int ifd__start_host(ifd__srv_t *s, const ifd_serve_opts_t *o)
 {
     if (!o->kv_cache_host_bytes)
         return 0;
     if (!s->em.kv_download) {
-        IFD_WARN("kv host tier off: %s", s->lpool ? "a model with a local-layer pool (not done)"
-                                                  : "the pool is host memory already");
+        IFD_WARN("kv host tier off: the pool is host memory already");
         return 0;
     }
     ifd_kvpool_params_t g;

@@ -572,10 +572,10 @@ int ifd_kvdisk_create(const ifd_kvdisk_params_t *p, ifd_kvpool_t *pool, ifd_kvdi
     ifd_kvpool_params_t g, lg = {0};
     if (!p || !pool || !out || !p->dir || !*p->dir || p->max_bytes == 0 || p->max_pending < 0)
         return IFD_EINVAL;
-    if (p->staged && p->local_pool)
-        return IFD_EINVAL;
+    /* staged, neither pool's memory is touched here: only its geometry
+     * (the local twin's part of every file) is needed */
     if ((!kvd_host_pool(pool, p->device, &g) && !p->staged) ||
-        (p->local_pool && !kvd_host_pool(p->local_pool, p->device, &lg)))
+        (p->local_pool && !kvd_host_pool(p->local_pool, p->device, &lg) && !p->staged))
         return IFD_ENOTSUP;
     if (p->local_pool && lg.block_size != g.block_size)
         return IFD_EINVAL;

@@ -94,7 +94,9 @@ typedef struct {
      * copied into the queue) and loads read into host buffers
      * (ifd_kvdisk_load_start_staged); the engine copies between those and
      * the device (engine.h, kv_download / kv_upload). The files are the
-     * same. No local pool (IFD_EINVAL). */
+     * same: with a local pool (then device memory too) a block's data is
+     * its global layers' K and V, then its local twin's, as a host pool's
+     * tier lays them out. */
     bool staged;
 } ifd_kvdisk_params_t;
 
@@ -139,7 +141,8 @@ void ifd_kvdisk_offer(ifd_kvdisk_t *d, int32_t block, int32_t lblock, const ifd_
                       uint64_t salt, const int32_t *tokens, ifd_kvhash_t *out_hash);
 
 /* Staged tiers (params staged): offers a block as data — data_bytes
- * (ifd_kvdisk_data_bytes), every layer's K then V block — copied into
+ * (ifd_kvdisk_data_bytes), every layer's K then V block, then with a
+ * local pool every local layer's K then V block of its twin — copied into
  * the queue, so the caller may reuse `data` at once; otherwise as
  * ifd_kvdisk_offer (dropped and counted when the queue is full, writing is
  * off, memory is short or the tier is not staged). */

@@ -16,15 +16,19 @@ with READY; the router holds them. Checked:
   request gives the same text with nothing cached (no stale block is ever served);
 - with a driver that frees VMM memory when its creator dies although the fd is held
   ($IFD_EMU_VMM_FORGET=1, emulated), the successor's binds find both segments' seals broken,
-  rebuild both pools and hand the router the new fds: same text, nothing cached.
+  rebuild both pools and hand the router the new fds: same text, nothing cached;
+- test_gemma3_host_and_disk_tiers: the host and disk tiers with both pools on the device
+  (the copies hold the local twins) across a daemon restart: same text, the prefix from disk.
 
 Usage: test_daemon_gpu_pool_emu.py INFERD INFERD_WORKER_EMU
 """
 import json
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -177,6 +181,41 @@ def test_gemma3_two_device_pools():
         d.wait_idle()
     finally:
         assert d.stop() == 0, d.logtext()
+
+
+def test_gemma3_host_and_disk_tiers():
+    """--kv-cache-host-bytes and --kv-cache-dir on a GPU worker whose model has a local-layer
+    pool (docs/kvpool.md, "Host tier"): no "tier off" warning, the published blocks copied
+    with their local twins into the host tier and written to disk; a restarted daemon on the
+    directory serves the prompt with its prefix (and the twins the window needs) read from
+    disk, with the same text."""
+    kvdir = tempfile.mkdtemp(prefix="inferd-kv-gemma-")
+    extra = ["--kv-cache-host-bytes", "16M", "--kv-cache-dir", kvdir]
+    try:
+        d = gpu_daemon(extra=extra)
+        try:
+            text, cached = complete(d, max_tokens=8)
+            m = d.metrics()
+            log = d.logtext()
+            assert "tier off" not in log, log
+            assert cached == 0 and m["inferd_kv_host_writes_total"] >= 3, m
+            assert m["inferd_kv_host_dropped_total"] == 0, m
+            assert m["inferd_kv_disk_dropped_total"] == 0, m
+        finally:
+            assert d.stop() == 0, d.logtext()
+        files = [f for f in os.listdir(kvdir) if f.endswith(".kvb")]
+        assert len(files) >= 3, files
+        d = gpu_daemon(extra=extra)
+        try:
+            again, cached = complete(d, max_tokens=8)
+            m = d.metrics()
+            assert again == text, (text, again)
+            assert cached >= 48 and m["inferd_kv_disk_hit_blocks_total"] >= 3, (cached, m)
+            assert m["inferd_kv_disk_bad_files_total"] == 0, m
+        finally:
+            assert d.stop() == 0, d.logtext()
+    finally:
+        shutil.rmtree(kvdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

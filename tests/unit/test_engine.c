@@ -39,6 +39,17 @@ typedef struct {
     int bad; /* context inconsistencies seen */
     int forwards;
     int image_tokens; /* tokens that came with an embedding row */
+    /* asynchronous copies (fake_kv_download_async): queued, run only when
+     * their ticket is waited for or queried a second time, reading the
+     * block then, as the emulator's deferred copy stream does */
+    struct {
+        int32_t block;
+        void *dst;
+        uint64_t ticket;
+        int queries;
+    } pend[64];
+    int n_pend;
+    uint64_t next_ticket, done_upto;
 } fake_t;
 
 static float *kv_in(ifd_kvpool_t *pool, int32_t local_block, int off)
@@ -199,7 +210,8 @@ static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r->pool), 0);
     r->fake.pool = r->pool;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0, 0, NULL, 1, 2, NULL, NULL, 0};
+    ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0,    0,    NULL, 1, 2,
+                            NULL,     NULL,  0,     NULL,         NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -263,8 +275,8 @@ static void rig_open_two_disk(rig_t *r, int n_blocks, int n_lblocks, int block_s
     r->fake.pool = r->pool;
     r->fake.window = window;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1,    window,
-                            NULL,     2,     2,    NULL,         NULL, 0};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1,    window, NULL, 2, 2,
+                            NULL,     NULL,  0,    NULL,         NULL, NULL,   NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -691,7 +703,8 @@ static ifd_kvdisk_t *rig_open_disk(rig_t *r, const char *dir, int n_blocks)
     dp.dir = dir, dp.max_bytes = 1 << 24, dp.fingerprint = 77, dp.worker = 0;
     ifd_kvdisk_t *disk = NULL;
     ck_assert_int_eq(ifd_kvdisk_create(&dp, r->pool, &disk), 0);
-    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 0, 0, NULL, 1, 0, NULL, NULL, 0};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 0,    0,    NULL, 1, 0,
+                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos, ep.n_eos_ids = 1, ep.max_batched_tokens = 32, ep.max_seqs = 8;
@@ -715,10 +728,12 @@ static void rig_close_disk(rig_t *r, ifd_kvdisk_t *disk)
 }
 
 /* The adapter's copies (engine.h, kv_download / kv_upload) over the fake's
- * pool, standing for a device pool: one layer's K then V block. */
-static int fake_kv_download(void *ctx, int32_t block, void *dst)
+ * pool, standing for a device pool: one layer's K then V block (no local
+ * pool here: lblock is -1). */
+static int fake_kv_download(void *ctx, int32_t block, int32_t lblock, void *dst)
 {
     fake_t *f = ctx;
+    ck_assert_int_eq(lblock, -1);
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(f->pool, &g);
     const uint64_t bb = ifd_kvpool_block_bytes(&g);
@@ -727,9 +742,10 @@ static int fake_kv_download(void *ctx, int32_t block, void *dst)
     return 0;
 }
 
-static int fake_kv_upload(void *ctx, int32_t block, const void *src)
+static int fake_kv_upload(void *ctx, int32_t block, int32_t lblock, const void *src)
 {
     fake_t *f = ctx;
+    ck_assert_int_eq(lblock, -1);
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(f->pool, &g);
     const uint64_t bb = ifd_kvpool_block_bytes(&g);
@@ -738,6 +754,56 @@ static int fake_kv_upload(void *ctx, int32_t block, const void *src)
            bb);
     return 0;
 }
+
+static int fake_kv_download_async(void *ctx, int32_t block, int32_t lblock, void *dst,
+                                  uint64_t *ticket)
+{
+    fake_t *f = ctx;
+    ck_assert_int_eq(lblock, -1);
+    ck_assert_int_lt(f->n_pend, 64);
+    f->pend[f->n_pend].block = block;
+    f->pend[f->n_pend].dst = dst;
+    f->pend[f->n_pend].queries = 0;
+    f->pend[f->n_pend++].ticket = *ticket = f->next_ticket++;
+    return 0;
+}
+
+static int fake_kv_copy_done(void *ctx, uint64_t ticket, bool wait)
+{
+    fake_t *f = ctx;
+    ck_assert_uint_lt(ticket, f->next_ticket);
+    if (ticket < f->done_upto)
+        return 1;
+    ck_assert_int_gt(f->n_pend, 0);
+    int k = 0;
+    while (k < f->n_pend && f->pend[k].ticket != ticket)
+        k++;
+    ck_assert_int_lt(k, f->n_pend);
+    if (!wait && f->pend[k].queries++ == 0)
+        return 0;
+    for (int i = 0; i <= k; i++) /* in order: the copies before it land first */
+        fake_kv_download(f, f->pend[i].block, -1, f->pend[i].dst);
+    memmove(f->pend, f->pend + k + 1, (size_t)(f->n_pend - k - 1) * sizeof f->pend[0]);
+    f->n_pend -= k + 1;
+    f->done_upto = ticket + 1;
+    return 1;
+}
+
+static void *fake_host_alloc(void *ctx, size_t bytes)
+{
+    (void)ctx;
+    return malloc(bytes);
+}
+
+static void fake_host_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+/* Whether rig_open_tiers' model copies asynchronously (engine.h,
+ * kv_download_async): the fake's deferred copies. */
+static bool rig_async;
 
 /* An engine whose model copies blocks (a "device" pool) with a host tier of
  * host_blocks blocks (0: none) and a staged disk tier in dir (NULL: none). */
@@ -761,8 +827,15 @@ static void rig_open_tiers(rig_t *r, int n_blocks, int host_blocks, const char *
         dp.dir = dir, dp.max_bytes = 1 << 24, dp.fingerprint = 78, dp.staged = true;
         ck_assert_int_eq(ifd_kvdisk_create(&dp, r->pool, &r->disk), 0);
     }
-    ifd_engine_model_t m = {&r->fake,         VOCAB,          1024, fake_forward, 0, 0, NULL, 1, 0,
-                            fake_kv_download, fake_kv_upload, data};
+    ifd_engine_model_t m = {
+        &r->fake,         VOCAB,          1024, fake_forward, 0,    0,    NULL, 1, 0,
+        fake_kv_download, fake_kv_upload, data, NULL,         NULL, NULL, NULL};
+    if (rig_async) {
+        m.kv_download_async = fake_kv_download_async;
+        m.kv_copy_done = fake_kv_copy_done;
+        m.kv_host_alloc = fake_host_alloc;
+        m.kv_host_free = fake_host_free;
+    }
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos, ep.n_eos_ids = 1, ep.max_batched_tokens = 32, ep.max_seqs = 8;
@@ -791,8 +864,9 @@ static void serve_one(rig_t *r, int i, const sink_t *ref)
  * tier of one block and a staged disk tier, a "restart" (a new pool on the
  * directory) reads all 6 from disk. Every output equals the solo run's.
  */
-START_TEST(test_host_and_staged_disk_tiers)
+static void host_and_staged_disk_tiers(bool async)
 {
+    rig_async = async;
     make_prompts(4, 10, 8);
     for (int i = 0; i < 4; i++) {
         prompt_len[i] = 100;
@@ -812,8 +886,12 @@ START_TEST(test_host_and_staged_disk_tiers)
     ck_assert_int_eq(r.sink->usage[1].cached_tokens, 96);
     uint64_t ctr[IFD_KVTIER_COUNT];
     ifd_kvpool_tier_get(r.pool, ctr);
-    ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_HIT_BLOCKS], 5);
-    ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_HIT_TOKENS], 80);
+    /* asynchronous, request 0's blocks are pinned until their copies land,
+     * and the pins given back later change the pool's eviction order:
+     * request 3 evicts block 0 too, and all 6 come from the host tier */
+    const uint64_t host_hits = async ? 6 : 5;
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_HIT_BLOCKS], host_hits);
+    ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_HIT_TOKENS], 16 * host_hits);
     ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_WRITES], 12); /* requests 0 and 3; 1's were copies */
     ifd_engine_destroy(r.eng);
     ifd_kvhost_destroy(host);
@@ -836,10 +914,26 @@ START_TEST(test_host_and_staged_disk_tiers)
     ck_assert_int_eq(r.sink->usage[2].cached_tokens, 96);
     ifd_kvpool_tier_get(r.pool, ctr);
     ck_assert_uint_eq(ctr[IFD_KVTIER_HIT_BLOCKS], 6);
+    ck_assert_int_eq(r.fake.n_pend, 0); /* every copy landed before its engine went */
     rig_close(&r);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
+    rig_async = false;
+}
+
+START_TEST(test_host_and_staged_disk_tiers)
+{
+    host_and_staged_disk_tiers(false);
+}
+END_TEST
+
+/* The same with the copies asynchronous and deferred (engine.h,
+ * kv_download_async): a copy read before it landed, or a block written
+ * before its copy ran, would change an output. */
+START_TEST(test_host_and_staged_disk_tiers_async)
+{
+    host_and_staged_disk_tiers(true);
 }
 END_TEST
 
@@ -1476,7 +1570,8 @@ START_TEST(test_window_dead_blocks)
     ck_assert_int_eq(ifd_kvpool_create(&kp, &r.pool), 0);
     r.fake.pool = r.pool;
     r.sink = calloc(1, sizeof *r.sink);
-    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3, 6, NULL, 4, 0, NULL, NULL, 0};
+    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3,    6,    NULL, 4, 0,
+                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish, NULL};
     ck_assert_int_eq(ifd_engine_create(&r.eng, &ep, &m, r.pool, &cb), 0);
@@ -1866,7 +1961,8 @@ START_TEST(test_disk_tier_local_pool)
     ck_assert_int_eq(ifd_kvdisk_create(&dp, r.pool, &plain), 0);
     ifd_engine_params_t ep = ifd_engine_default_params();
     ep.local_pool = r.fake.lpool, ep.disk = plain;
-    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 1, 6, NULL, 2, 0, NULL, NULL, 0};
+    ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 1,    6,    NULL, 2, 0,
+                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL};
     ifd_engine_t *e2 = NULL;
     ck_assert_int_eq(ifd_engine_create(&e2, &ep, &m, r.pool, NULL), IFD_EINVAL);
     ifd_kvdisk_destroy(plain);
@@ -1898,8 +1994,8 @@ static void rig_open_all_local(rig_t *r, int n_blocks, int n_layers, int budget,
     r->fake.pool = r->pool;
     r->fake.hash_window = 6;
     r->sink = calloc(1, sizeof *r->sink);
-    ifd_engine_model_t m = {&r->fake, VOCAB,    1024, fake_forward, 1,    6,
-                            NULL,     n_layers, 0,    NULL,         NULL, 0};
+    ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1,    6,    NULL, n_layers, 0,
+                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -2243,6 +2339,7 @@ int main(void)
     tcase_add_test(tc, test_prefix_reuse);
     tcase_add_test(tc, test_disk_tier_across_restarts);
     tcase_add_test(tc, test_host_and_staged_disk_tiers);
+    tcase_add_test(tc, test_host_and_staged_disk_tiers_async);
     tcase_add_test(tc, test_images_chunks_and_prefix_keys);
     tcase_add_test(tc, test_images_local_pool_prefix_keys);
     tcase_add_test(tc, test_images_refused);

@@ -362,6 +362,92 @@ START_TEST(test_local_twins_roundtrip)
 }
 END_TEST
 
+/*
+ * A staged tier with a local pool (a GPU worker of a Gemma 3-shaped model,
+ * docs/kvpool.md "Host tier"): a block offered as its host copy — the
+ * pool's layers' K then V, then its local twin's — makes the file the
+ * pool-backed tier makes from the two pools' memory, byte for byte (the
+ * twin's blocks of another size here), and a staged load of those files
+ * gives back the same bytes, stopping at a corrupt file.
+ */
+START_TEST(test_staged_local_twins_same_files)
+{
+    make_dir();
+    enum { N = 3 };
+    int32_t tok[N * BS], a[N], la[N];
+    tokens_init(tok, N * BS, 23);
+    ifd_kvpool_params_t lp = ifd_kvpool_default_params();
+    lp.n_layers = NL, lp.n_kv_heads = NH, lp.head_dim = 2 * HD, lp.dtype = IFD_KV_F32;
+    lp.block_size = BS, lp.n_blocks = NB, lp.n_workers = 4, lp.fingerprint = 0xfeedULL;
+    ifd_kvpool_t *p1 = make_pool(), *l1 = NULL;
+    ck_assert_int_eq(ifd_kvpool_create(&lp, &l1), 0);
+    ifd_kvdisk_params_t dp = ifd_kvdisk_default_params();
+    dp.dir = dir, dp.max_bytes = 1 << 20, dp.fingerprint = 44, dp.worker = W, dp.local_pool = l1;
+    ifd_kvdisk_t *d = NULL, *s1 = NULL;
+    ck_assert_int_eq(ifd_kvdisk_create(&dp, p1, &d), 0);
+    dp.staged = true;
+    ck_assert_int_eq(ifd_kvdisk_create(&dp, p1, &s1), 0);
+    ck_assert(ifd_kvdisk_local_pool(s1) == l1);
+    const size_t gdata = 2 * NL * block_bytes(p1), data = gdata + 2 * NL * block_bytes(l1);
+    ck_assert_uint_eq(ifd_kvdisk_data_bytes(s1), data);
+    ck_assert_uint_eq(ifd_kvdisk_data_bytes(d), data);
+    ck_assert_int_eq(ifd_kvpool_alloc(p1, W, 0, N, a), 0);
+    ck_assert_int_eq(ifd_kvpool_alloc(l1, W, 0, N, la), 0);
+    uint8_t *copies = malloc(N * data), *bufs = malloc(N * data);
+    ifd_kvhash_t h = {0, 0}, hashes[N];
+    for (int i = 0; i < N; i++) {
+        fill(p1, a[i], 900 + (uint64_t)i);
+        fill(l1, la[i], 950 + (uint64_t)i);
+        copy_out(p1, a[i], copies + i * data);
+        copy_out(l1, la[i], copies + i * data + gdata);
+        ck_assert_int_ge(ifd_kvpool_publish(p1, W, a[i], i ? a[i - 1] : -1, 7, tok + i * BS, NULL),
+                         0);
+        ifd_kvdisk_offer(d, a[i], la[i], &h, 7, tok + i * BS, &h);
+        hashes[i] = h;
+    }
+    wait_written(d);
+    char path[300], moved[320], cmd[700], name[64];
+    snprintf(cmd, sizeof cmd, "mkdir %s/pooled && mv %s/*.kvb %s/pooled/", dir, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    h = (ifd_kvhash_t){0, 0};
+    for (int i = 0; i < N; i++)
+        ifd_kvdisk_offer_data(s1, copies + i * data, &h, 7, tok + i * BS, &h);
+    wait_written(s1);
+    for (int i = 0; i < N; i++) {
+        path_of(s1, 44, &hashes[i], path, sizeof path);
+        ifd_kvdisk_file_name(44, &hashes[i], name, sizeof name);
+        snprintf(moved, sizeof moved, "%s/pooled/%s", dir, name);
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s", path, moved);
+        ck_assert_msg(system(cmd) == 0, "block %d: the staged file differs", i);
+    }
+    /* block 1's twin part corrupted (its last bytes are the local pool's) */
+    FILE *f = NULL;
+    path_of(s1, 44, &hashes[1], path, sizeof path);
+    ck_assert_ptr_nonnull(f = fopen(path, "r+b"));
+    fseek(f, -2, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -2, SEEK_END);
+    fputc(0x21 ^ c, f);
+    fclose(f);
+    memset(bufs, 0xa5, N * data);
+    void *bp[N] = {bufs, bufs + data, bufs + 2 * data};
+    ifd_kvhash_t root = {0, 0};
+    ifd_kvdisk_load_t *ld = NULL;
+    ck_assert_int_eq(ifd_kvdisk_load_start_staged(s1, &root, 7, tok, N, bp, &ld), 0);
+    ck_assert(ifd_kvdisk_load_wait(ld, 10000));
+    ck_assert_int_eq(ifd_kvdisk_load_finish(ld, false), 1);
+    ck_assert_int_eq(memcmp(bufs, copies, data), 0);
+    ck_assert_int_ne(access(path, F_OK), 0); /* the bad file deleted */
+    ifd_kvdisk_destroy(s1);
+    ifd_kvdisk_destroy(d);
+    ifd_kvpool_destroy(p1);
+    ifd_kvpool_destroy(l1);
+    free(copies);
+    free(bufs);
+    rm_dir();
+}
+END_TEST
+
 typedef enum { F_TRUNCATE, F_DATA_BYTE, F_HEAD_BYTE, F_FOREIGN, F_DELETE, F_EMPTY } fault_t;
 
 /* Damages block k's file of the chain (hashes) in one way. */
@@ -700,6 +786,7 @@ int main(void)
     tcase_add_test(tc, test_roundtrip_across_pools);
     tcase_add_test(tc, test_staged_same_files);
     tcase_add_test(tc, test_local_twins_roundtrip);
+    tcase_add_test(tc, test_staged_local_twins_same_files);
     tcase_add_test(tc, test_faults_stop_the_read_and_delete);
     tcase_add_test(tc, test_bad_file_warnings_rate_limited);
     tcase_add_test(tc, test_size_bound_lru);

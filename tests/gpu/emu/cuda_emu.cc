@@ -36,6 +36,25 @@ struct CUstream_st {
     bool capturing = false;
     bool invalidated = false;
     std::vector<std::function<void()>> ops;
+    /* A deferred stream (cudaStreamCreateWithPriority: the backend's copy
+     * stream) does not run its operations when issued: they wait in
+     * `later` until an event recorded behind them is synchronized, waited
+     * on by another stream, or queried a second time (the first query
+     * answers cudaErrorNotReady), or until the stream is synchronized or
+     * destroyed. So the device's asynchrony is visible: a caller that reads
+     * a copy's destination early, or lets its source be written before the
+     * copy ran, gets the wrong bytes here too. */
+    bool deferred = false;
+    std::vector<std::function<void()>> later;
+    size_t ran = 0; /* of later */
+};
+/* An event: its time (cudaEventElapsedTime) and, recorded on a deferred
+ * stream, that stream and how many of its operations precede it. */
+struct CUevent_st {
+    double ms = 0.0;
+    CUstream_st *stream = nullptr;
+    size_t upto = 0;
+    int queries = 0;
 };
 struct CUgraph_st {
     std::vector<std::function<void()>> ops;
@@ -524,6 +543,13 @@ void ifd__emu_mem_release(size_t n)
     g_dev_used -= n < g_dev_used ? n : g_dev_used;
 }
 
+/* Runs a deferred stream's operations up to (not including) index upto. */
+static void emu_run_deferred(CUstream_st *s, size_t upto)
+{
+    while (s && s->ran < upto && s->ran < s->later.size())
+        s->later[s->ran++]();
+}
+
 extern "C" {
 
 cudaError_t cudaMalloc(void **p, size_t n)
@@ -641,9 +667,10 @@ cudaError_t cudaDeviceSynchronize(void)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    (void)s;
     if (capture_violation("cudaStreamSynchronize"))
         return g_last = cudaErrorStreamCaptureUnsupported;
+    if (s && s->deferred)
+        emu_run_deferred(s, s->later.size());
     return cudaSuccess;
 }
 
@@ -708,37 +735,66 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
     return cudaSuccess;
 }
 
-/* Events: host wall-clock time (the emulator runs launches synchronously). */
+/* Events: host wall-clock time (the emulator runs launches synchronously),
+ * and on a deferred stream the point they complete at (CUstream_st). */
 cudaError_t cudaEventCreate(cudaEvent_t *e)
 {
-    *e = (cudaEvent_t) new double(0.0);
+    *e = new CUevent_st();
     return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    (void)flags;
+    return cudaEventCreate(e);
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-    delete (double *)e;
+    delete e;
     return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
-    (void)s;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    *(double *)e = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    e->ms = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    e->stream = s && s->deferred ? s : nullptr;
+    e->upto = e->stream ? s->later.size() : 0;
+    e->queries = 0;
     return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-    (void)e;
+    emu_run_deferred(e->stream, e->upto);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (!e->stream || e->stream->ran >= e->upto)
+        return cudaSuccess;
+    if (e->queries++ == 0)
+        return cudaErrorNotReady; /* not an error: cudaGetLastError stays clean */
+    emu_run_deferred(e->stream, e->upto);
+    return cudaSuccess;
+}
+
+/* Another stream waiting for e: the emulator runs what e waits for now (a
+ * deferred stream waiting for a synchronous one has nothing to wait for). */
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    (void)flags;
+    if (e->stream && e->stream != s)
+        emu_run_deferred(e->stream, e->upto);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
-    *ms = (float)(*(double *)b - *(double *)a);
+    *ms = (float)(b->ms - a->ms);
     return cudaSuccess;
 }
 
@@ -756,10 +812,23 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
     return cudaStreamCreate(s);
 }
 
+/* A stream with a priority: deferred (CUstream_st), as the backend's copy
+ * stream is the only one made so. */
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int priority)
+{
+    (void)flags;
+    (void)priority;
+    *s = new CUstream_st();
+    (*s)->deferred = true;
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     if (s && s->capturing)
         return g_last = cudaErrorStreamCaptureUnmatched;
+    if (s && s->deferred)
+        emu_run_deferred(s, s->later.size());
     delete s;
     return cudaSuccess;
 }
@@ -845,6 +914,10 @@ bool capture_violation(const char *what)
 
 bool ifd_emu_enqueue(cudaStream_t stream, std::function<void()> op)
 {
+    if (stream && stream->deferred) {
+        stream->later.push_back(std::move(op));
+        return true;
+    }
     if (!stream || !stream->capturing)
         return false;
     stream->ops.push_back(std::move(op));

@@ -20,7 +20,12 @@
  * shared memory starts NaN-poisoned (0xff bytes); ldmatrix and mma follow the
  * PTX fragment layouts. Not emulated: timing, memory-model subtleties, bank
  * conflicts, floating-point details of the hardware's MMA accumulation and
- * its fast math functions (libm is used instead).
+ * its fast math functions (libm is used instead). Streams run synchronously
+ * on the calling thread except a stream made with a priority (the backend's
+ * copy stream), which is deferred: its copies run only when an event behind
+ * them is synchronized, waited on, or queried a second time (the first
+ * query answers cudaErrorNotReady), so reading a copy's destination early,
+ * or writing its source before it ran, shows up as wrong bytes.
  *
  * The CUDA runtime API subset the kernels and tests use (cudaMalloc,
  * cudaMemcpy, ... declared by the real <cuda_runtime.h>) is implemented in
