@@ -103,6 +103,13 @@ if [ "$inferd_only" = 0 ] &&
         { echo "cpu_vs_llamacpp: installing the wheel failed" >&2; exit 1; }
 fi
 
+# The peers' builds compile AMX out: GGML_NATIVE's -march=native turns on the AMX
+# intrinsics where the CPU advertises them, and a virtual machine may advertise AMX without
+# granting its tile state — ggml's AMX/repack paths then die (SIGILL on one Sapphire Rapids
+# VM, SIGSEGV in llama-bench's first product on another, 2026-12-06). GGML_AMX=OFF alone
+# does not keep them out. (Builds made before this flag: delete the folder to rebuild.)
+no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
 # llama.cpp's own tools (llama-quantize for --shapes, llama-bench for --peers)
 tools="$cache/llamacpp-tools"
 build_tools() {
@@ -117,6 +124,7 @@ build_tools() {
     fi
     echo "cpu_vs_llamacpp: building llama.cpp's tools (log: $cache/llamacpp-tools.log)" >&2
     { cmake -S "$src" -B "$tools" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+          "-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx" \
           -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DGGML_AMX=OFF -DLLAMA_BUILD_TESTS=OFF \
           -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF &&
       cmake --build "$tools" -j "$(nproc)" --target llama-quantize llama-bench llama-server; } \
@@ -134,6 +142,7 @@ build_ik() {
     fi
     echo "cpu_vs_llamacpp: building ik_llama.cpp's llama-bench (log: $cache/ik_llama-build.log)" >&2
     { cmake -S "$src" -B "$ik_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+          "-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx" \
           -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DGGML_AMX=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF \
           -DGGML_IQK_FA_ALL_QUANTS=OFF &&
       cmake --build "$ik_build" -j "$(nproc)" --target llama-bench; } \
