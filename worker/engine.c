@@ -2066,6 +2066,22 @@ static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
     return e->model.forward_sample(e->model.ctx, b, e->s_rows, e->s_tok, e->logits);
 }
 
+/* e->plp_ids / plp_lps grown to hold `need` entries each (kept on failure). */
+static int ifd__plp_grow(ifd_engine_t *e, size_t need)
+{
+    if (need <= e->plp_cap)
+        return 0;
+    int32_t *ids = realloc(e->plp_ids, need * sizeof *ids);
+    if (ids)
+        e->plp_ids = ids;
+    float *lps = ids ? realloc(e->plp_lps, need * sizeof *lps) : NULL;
+    if (!ids || !lps)
+        return IFD_ENOMEM;
+    e->plp_lps = lps;
+    e->plp_cap = need;
+    return 0;
+}
+
 /* Room for the device-scored prompt-logprob rows of this step whose top k
  * passes the inline one: e->plp_ids / plp_lps grown to the sum over the
  * scheduled sequences of rows x min(top, vocab) (each gets its share in
@@ -2081,17 +2097,7 @@ static int ifd__plp_dev_room(ifd_engine_t *e, int n_sched)
         if (s->plp_rows > 0 && pk > IFD_SAMPLER_INLINE_LOGPROBS)
             need += (size_t)s->plp_rows * (size_t)pk;
     }
-    if (need <= e->plp_cap)
-        return 0;
-    int32_t *ids = realloc(e->plp_ids, need * sizeof *ids);
-    if (ids)
-        e->plp_ids = ids;
-    float *lps = ids ? realloc(e->plp_lps, need * sizeof *lps) : NULL;
-    if (!ids || !lps)
-        return IFD_ENOMEM;
-    e->plp_lps = lps;
-    e->plp_cap = need;
-    return 0;
+    return ifd__plp_grow(e, need);
 }
 
 /* The logits for a step of `rows` rows (prompt-logprob and proposal rows
@@ -2121,17 +2127,9 @@ static int ifd__logits_reserve(ifd_engine_t *e, int rows, bool plp)
 static int ifd__plp_room(ifd_engine_t *e, const ifd__seq_t *s)
 {
     const int32_t k = s->plp_top < e->model.n_vocab ? s->plp_top : e->model.n_vocab;
-    const size_t need = (size_t)s->plp_rows * (size_t)k;
-    if (need > e->plp_cap) {
-        int32_t *ids = realloc(e->plp_ids, need * sizeof *ids);
-        if (ids)
-            e->plp_ids = ids;
-        float *lps = ids ? realloc(e->plp_lps, need * sizeof *lps) : NULL;
-        if (!ids || !lps)
-            return IFD_ENOMEM;
-        e->plp_lps = lps;
-        e->plp_cap = need;
-    }
+    int rc = ifd__plp_grow(e, (size_t)s->plp_rows * (size_t)k);
+    if (rc)
+        return rc;
     for (int32_t i = 0; i < s->plp_rows; i++)
         e->plp_res[i] = (ifd_sample_result_t){.more_ids = e->plp_ids + (size_t)i * (size_t)k,
                                               .more_logprobs = e->plp_lps + (size_t)i * (size_t)k,
