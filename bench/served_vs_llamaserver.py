@@ -97,7 +97,7 @@ class Server:
             cmd = [a.inferd, "--model", gguf, "--threads", str(a.threads),
                    "--worker-binary", a.worker, "--kv-budget", "%dM" % budget,
                    "--socket", os.path.join(tmp, "inferd-%d.sock" % self.port),
-                   "--listen", "127.0.0.1:%d" % self.port]
+                   "--listen", "127.0.0.1:%d" % self.port] + a.inferd_arg
         self.cmd = cmd
         self.log = open(self.logpath, "wb")
         env = dict(os.environ)
@@ -280,6 +280,9 @@ def main():
     ap.add_argument("--repo", default=".")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--inferd-arg", action="append", default=[],
+                    help="one more argument for inferd (repeatable; e.g. --chat-template=llama3 "
+                         "for a GGUF without a template, as bench/make_shape_gguf.py writes)")
     a = ap.parse_args()
     if a.threads < 1 or a.reps < 1 or a.ctx < SLOTS * 64:
         die("--threads and --reps must be >= 1, --ctx >= %d" % (SLOTS * 64))

@@ -10,7 +10,7 @@
 #   bench/served_vs_llamaserver.sh [--build DIR] [--models default,gemma3] [--reps N]
 #                                  [--threads T] [--ctx N] [--json FILE] [--smoke]
 #                                  [--llama-server PATH] [--build-llama-server]
-#                                  [--model-file NAME=PATH]...
+#                                  [--model-file NAME=PATH]... [--inferd-arg ARG]...
 #
 # llama-server is built once from the llama.cpp that the PyPI sdist of
 # llama-cpp-python vendors (LLAMACPP_PY_VERSION, default 0.3.36: llama.cpp
@@ -28,6 +28,8 @@
 # --model-file NAME=PATH adds a GGUF by path (repeatable; e.g. the Llama-3.2-1B
 # shape that bench/cpu_vs_llamacpp.sh --shapes quantizes into
 # ~/.cache/inferd/shapes/llama-3.2-1b-Q4_K_M.gguf); with --models "" only those.
+# --inferd-arg ARG passes ARG to inferd (e.g. --inferd-arg=--chat-template=llama3: the
+# shape files carry no chat template, and inferd refuses to start without one).
 #
 # --smoke: one repetition of tiny workloads on the default model (seconds once
 # llama-server is built; tests/integration/test_bench_served_vs_llamaserver.sh
@@ -46,6 +48,7 @@ smoke=0
 server=""
 build_only=0
 files=()
+iargs=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -58,7 +61,9 @@ while [ $# -gt 0 ]; do
     --llama-server) server=$2; shift 2 ;;
     --build-llama-server) build_only=1; shift ;;
     --model-file) files+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --inferd-arg) iargs+=(--inferd-arg="$2"); shift 2 ;;
+    --inferd-arg=*) iargs+=("$1"); shift ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "served_vs_llamaserver.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -149,4 +154,5 @@ args=(--llama-server "$server" --inferd "$inferd" --worker "$worker" --infer "$i
       --threads "$threads" --ctx "$ctx" --reps "$reps" --repo "$root" "${model_args[@]}")
 [ "$smoke" = 1 ] && args+=(--smoke)
 [ -n "$json" ] && args+=(--json "$json")
+args+=("${iargs[@]}")
 exec python3 "$here/served_vs_llamaserver.py" "${args[@]}"
