@@ -2649,12 +2649,11 @@ static void ifd__copy_layer(const ifd__model_ctx_t *c, uint32_t i, int32_t block
     *v = (uint8_t *)kv->v + at;
 }
 
-/* engine.h, kv_download: layer by layer, K then V (the local twin's after
- * the pool's layers), through the backend's synchronous download (ordered
- * after the stream's steps). */
-static int ifd__model_kv_download(void *ctx, int32_t block, int32_t lblock, void *dst)
+/* A block's K/V (and its local twin's) into dst, layer by layer, K then V,
+ * each piece copied by `out` (the backend's download or download_async). */
+static int ifd__model_kv_out(ifd__model_ctx_t *c, int32_t block, int32_t lblock, void *dst,
+                             int (*out)(ifd_backend_t *, void *, const void *, size_t))
 {
-    ifd__model_ctx_t *c = ctx;
     ifd_backend_t *be = ifd_model_backend(c->m);
     const uint32_t n = ifd_model_config(c->m)->n_layer;
     const size_t bb = c->block_bytes;
@@ -2664,13 +2663,23 @@ static int ifd__model_kv_download(void *ctx, int32_t block, int32_t lblock, void
     for (uint32_t i = 0; i < n; i++, d += 2 * bb) {
         uint8_t *k, *v;
         ifd__copy_layer(c, i, block, lblock, &k, &v);
-        int rc = be->ops->download(be, d, k, bb);
+        int rc = out(be, d, k, bb);
         if (!rc)
-            rc = be->ops->download(be, d + bb, v, bb);
+            rc = out(be, d + bb, v, bb);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+/* engine.h, kv_download: layer by layer, K then V (the local twin's after
+ * the pool's layers), through the backend's synchronous download (ordered
+ * after the stream's steps). */
+static int ifd__model_kv_download(void *ctx, int32_t block, int32_t lblock, void *dst)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    return ifd__model_kv_out(c, block, lblock, dst, be->ops->download);
 }
 
 /* engine.h, kv_download_async: the same copies on the backend's copy
@@ -2680,22 +2689,11 @@ static int ifd__model_kv_download_async(void *ctx, int32_t block, int32_t lblock
 {
     ifd__model_ctx_t *c = ctx;
     ifd_backend_t *be = ifd_model_backend(c->m);
-    const uint32_t n = ifd_model_config(c->m)->n_layer;
-    const size_t bb = c->block_bytes;
-    if (c->n_copy_global < n && lblock < 0)
-        return IFD_EINVAL;
-    uint8_t *d = dst;
-    for (uint32_t i = 0; i < n; i++, d += 2 * bb) {
-        uint8_t *k, *v;
-        ifd__copy_layer(c, i, block, lblock, &k, &v);
-        int rc = be->ops->download_async(be, d, k, bb);
-        if (!rc)
-            rc = be->ops->download_async(be, d + bb, v, bb);
-        if (rc) {
-            uint64_t t;
-            (void)be->ops->copy_fence(be, &t); /* ends the batch: the next one joins again */
-            return rc;
-        }
+    int rc = ifd__model_kv_out(c, block, lblock, dst, be->ops->download_async);
+    if (rc) {
+        uint64_t t;
+        (void)be->ops->copy_fence(be, &t); /* ends the batch: the next one joins again */
+        return rc;
     }
     return be->ops->copy_fence(be, ticket);
 }

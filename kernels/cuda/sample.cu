@@ -226,6 +226,20 @@ IFD_DEV void hist_clear(smem_t &sm)
     __syncthreads();
 }
 
+/* A radix select's digit: the bucket of h[256] (counts per digit, the
+ * largest digit first) that holds the *kk-th largest key, *kk becoming its
+ * rank inside that bucket (bucket 0 takes whatever is left). */
+IFD_DEV int hist_digit(const uint32_t *h, uint32_t *kk)
+{
+    int b = 255;
+    for (; b > 0; b--) {
+        if (*kk <= h[b])
+            break;
+        *kk -= h[b];
+    }
+    return b;
+}
+
 /* Step 3 (0 < k < V): the top-k threshold key over A, the k-th largest key
  * by a 4-pass radix select; 0 (no cut) when A has at most k members. */
 IFD_DEV uint32_t topk_key(const weights_t &w, int top_k, smem_t &sm)
@@ -250,12 +264,7 @@ IFD_DEV uint32_t topk_key(const weights_t &w, int top_k, smem_t &sm)
         }
         __syncthreads();
         if (tid == 0) {
-            int b = 255;
-            for (; b > 0; b--) {
-                if (kk <= sm.hist.h32[b])
-                    break;
-                kk -= sm.hist.h32[b];
-            }
+            const int b = hist_digit(sm.hist.h32, &kk);
             sm.key = prefix | ((uint32_t)b << shift);
             sm.mask = mask | (255u << shift);
             sm.hist.h32[0] = kk; /* carried in shared memory to all */
@@ -459,12 +468,7 @@ IFD_DEV unsigned long long lp_select(const float *x, int V, int k, smem_t &sm)
         }
         __syncthreads();
         if (tid == 0) {
-            int b = 255;
-            for (; b > 0; b--) {
-                if (kk <= sm.hist.h32[b])
-                    break;
-                kk -= sm.hist.h32[b];
-            }
+            const int b = hist_digit(sm.hist.h32, &kk);
             sm.key64 = prefix | ((unsigned long long)b << shift);
             sm.mask64 = mask | (255ull << shift);
             sm.whole = kk == sm.hist.h32[b]; /* every key of this prefix is in */
