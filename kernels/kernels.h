@@ -21,10 +21,16 @@ typedef struct {
     bool avx512bw;
     bool avx512vnni;
     bool avx512bf16;
+    /* AMX-TILE + AMX-INT8, the tile state enabled by the OS (XCR0) and this
+     * process granted it (Linux arch_prctl ARCH_REQ_XCOMP_PERM, asked for
+     * once by the detection): a VM that lists AMX without enabling it reads
+     * false */
+    bool amx_int8;
 } ifd_cpu_features_t;
 
 /* Thread-safe; the result is computed on first use and cached.
- * $INFERD_CPU=scalar|avx2 caps the features (for tests of fallbacks). */
+ * $INFERD_CPU=scalar|avx2|avx512 caps the features (for tests of fallbacks and
+ * benchmarks; avx512 leaves AMX out). */
 const ifd_cpu_features_t *ifd_cpu_features(void);
 
 /* "avx512", "avx2", or "scalar": the widest path the CPU kernels will use. */

@@ -553,8 +553,8 @@ int ifd__cpu_quantize_act_isa(ifd_cpu_qact_t *a, const float *restrict x, ifd_th
 {
     if (!a || !x || a->m <= 0 || a->k <= 0 || a->k % QB)
         return IFD_EINVAL;
-    if (isa > (int)ifd__cpu_isa())
-        return IFD_ENOTSUP;
+    if (isa < 0 || isa > 3 || (isa > 0 && ifd__cpu_isa() < IFD__ISA_AVX2))
+        return IFD_ENOTSUP; /* every product path ≥ 1 (qmm_max_isa) quantizes with AVX2 */
     qact_job_t j = {a, x, a->m, isa};
     int tasks = 1;
     /* below ~64K elements a second thread costs more than it saves */
@@ -586,13 +586,19 @@ int ifd_cpu_quantize_act(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadp
  * prefetched: 24.7 / 23.6 / 20.7 GB/s against 20.9 / 19.4 / 15.8;
  * bench_qstream), so other CPUs run it always. The bits are the same
  * either way. */
-enum { QMM_PATH_SCALAR = 0, QMM_PATH_AVX2 = 1, QMM_PATH_AVX512 = 2, QMM_AVX512_MIN_M_AMD = 5 };
+enum {
+    QMM_PATH_SCALAR = 0,
+    QMM_PATH_AVX2 = 1,
+    QMM_PATH_AVX512 = 2,
+    QMM_PATH_AMX = 3, /* AVX-512 VNNI and, from AMX_ROWS activation rows on, AMX-INT8 tiles */
+    QMM_AVX512_MIN_M_AMD = 5,
+};
 
 static int qmm_max_isa(void)
 {
     ifd__isa_t isa = ifd__cpu_isa();
     if (isa >= IFD__ISA_AVX512 && ifd_cpu_features()->avx512vnni)
-        return QMM_PATH_AVX512;
+        return ifd_cpu_features()->amx_int8 ? QMM_PATH_AMX : QMM_PATH_AVX512;
     return isa >= IFD__ISA_AVX2 ? QMM_PATH_AVX2 : QMM_PATH_SCALAR;
 }
 
@@ -916,116 +922,120 @@ IFD__TARGET_AVX512VNNI IFD__INLINE __m512i bcast4_512(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
-IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int i0, const int MI,
-                                                     const int BITS, const int KQ, const int TWO,
-                                                     const int ZP, int pf)
+/* One block of groups G and G + 1 for the two-group tiles: the 16 rows'
+ * scales (ws, w2: blk_scales' values) and the 8 vectors of 4 consecutive
+ * columns × 16 rows as unsigned bytes (the layout comment). dv and mv carry
+ * a K-quant super-block's d and dmin from one block to the next. */
+IFD__TARGET_AVX512VNNI IFD__INLINE void qblk_unpack512(const qmm_t *c, const uint8_t *grp, int b,
+                                                       const int BITS, const int KQ, const int TWO,
+                                                       __m512 *dv, __m512 *mv, __m512 *ws,
+                                                       __m512 *w2, __m512i W[8])
 {
-    const int k = c->a->k, nb = c->nb, bb = c->bb;
     const int scb = (KQ ? 1 : 2) * QG * (TWO ? 2 : 1), qhb = BITS == 5 ? 32 : BITS == 6 ? 64 : 0;
     const int hs = KQ ? 2 * QG * (TWO == 1 ? 2 : 1) : 0; /* qt_hdr_stride */
     const int64_t gb = c->gb;
-    const uint8_t *grp = c->w + (int64_t)G * gb, *blocks = grp + c->hdr;
-    const __m512i neg0 = _mm512_set1_epi32((int32_t)0x80000000u);
-    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
-    __m512 acc[8];
+    const uint8_t *blk = grp + c->hdr + (int64_t)b * c->bb, *blk2 = blk + gb;
+    const uint8_t *qh = blk + scb, *qs = qh + qhb;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    *w2 = _mm512_setzero_ps();
+    if (KQ) { /* blk_scales: d·sc and −(dmin·m), or d·sc_lo and d·sc_hi */
+        if ((b & 7) == 0) {
+            const uint8_t *h = grp + (int64_t)hs * (b >> 3);
+            *dv = join_f16(h, h + gb);
+            if (TWO == 1)
+                *mv = join_f16(h + 16, h + 16 + gb);
+        }
+        if (TWO == 1) {
+            *ws = _mm512_mul_ps(*dv, join_i8(blk, blk2, 0));
+            *w2 = _mm512_castsi512_ps(
+                _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(*mv, join_i8(blk + QG, blk2 + QG, 0))),
+                                 _mm512_set1_epi32((int32_t)0x80000000u)));
+        } else {
+            *ws = _mm512_mul_ps(*dv, join_i8(blk, blk2, 1));
+            *w2 = _mm512_mul_ps(*dv, join_i8(blk + QG, blk2 + QG, 1));
+        }
+    } else {
+        *ws = join_f16(blk, blk2);
+        if (TWO)
+            *w2 = join_f16(blk + 16, blk2 + 16);
+    }
+    if (BITS == 8) {
 #pragma GCC unroll 8
-    for (int i = 0; i < MI; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *blk = blocks + (int64_t)b * bb, *blk2 = blk + gb;
-        qmm_prefetch_block(blk, bb, pf);
-        qmm_prefetch_block(blk2, bb, pf);
-        const uint8_t *qh = blk + scb, *qs = qh + qhb;
-        __m512 ws, w2 = _mm512_setzero_ps();
-        if (KQ) { /* blk_scales: d·sc and −(dmin·m), or d·sc_lo and d·sc_hi */
-            if ((b & 7) == 0) {
-                const uint8_t *h = grp + (int64_t)hs * (b >> 3);
-                dv = join_f16(h, h + gb);
-                if (TWO == 1)
-                    mv = join_f16(h + 16, h + 16 + gb);
-            }
-            if (TWO == 1) {
-                ws = _mm512_mul_ps(dv, join_i8(blk, blk2, 0));
-                w2 = _mm512_castsi512_ps(_mm512_xor_si512(
-                    _mm512_castps_si512(_mm512_mul_ps(mv, join_i8(blk + QG, blk2 + QG, 0))), neg0));
+        for (int g = 0; g < 8; g++)
+            W[g] = join256(qs + 32 * g, qs + 32 * g + gb);
+    } else if (BITS == 6) { /* u = q + 32 ∈ [0, 63], unsigned (as the AVX2 tile) */
+        const __m512i H0 = join256(qh, qh + gb), H1 = join256(qh + 32, qh + 32 + gb);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m512i L = join256(qs + 32 * g, qs + 32 * g + gb);
+            W[g] = _mm512_or_si512(_mm512_and_si512(L, m4), qh_hi2_512(H0, g));
+            W[g + 4] =
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), qh_hi2_512(H1, g));
+        }
+    } else {
+        const __m512i H = BITS == 5 ? join256(qh, qh + gb) : _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m512i L = join256(qs + 32 * g, qs + 32 * g + gb);
+            if (BITS == 4) {
+                W[g] = _mm512_and_si512(L, m4);
+                W[g + 4] = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
             } else {
-                ws = _mm512_mul_ps(dv, join_i8(blk, blk2, 1));
-                w2 = _mm512_mul_ps(dv, join_i8(blk + QG, blk2 + QG, 1));
+                W[g] = _mm512_and_si512(L, _mm512_set1_epi8(0x1F));
+                W[g + 4] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(L, 5), _mm512_set1_epi8(0x07)),
+                    qh_top2_512(H, g));
             }
-        } else {
-            ws = join_f16(blk, blk2);
-            if (TWO)
-                w2 = join_f16(blk + 16, blk2 + 16);
-        }
-        __m512i W[8];
-        if (BITS == 8) {
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; g++)
-                W[g] = join256(qs + 32 * g, qs + 32 * g + gb);
-        } else if (BITS == 6) { /* u = q + 32 ∈ [0, 63], unsigned (as the AVX2 tile) */
-            const __m512i H0 = join256(qh, qh + gb), H1 = join256(qh + 32, qh + 32 + gb);
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                __m512i L = join256(qs + 32 * g, qs + 32 * g + gb);
-                W[g] = _mm512_or_si512(_mm512_and_si512(L, m4), qh_hi2_512(H0, g));
-                W[g + 4] =
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), qh_hi2_512(H1, g));
-            }
-        } else {
-            const __m512i H = BITS == 5 ? join256(qh, qh + gb) : zero;
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                __m512i L = join256(qs + 32 * g, qs + 32 * g + gb);
-                if (BITS == 4) {
-                    W[g] = _mm512_and_si512(L, m4);
-                    W[g + 4] = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
-                } else {
-                    W[g] = _mm512_and_si512(L, _mm512_set1_epi8(0x1F));
-                    W[g + 4] = _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi16(L, 5), _mm512_set1_epi8(0x07)),
-                        qh_top2_512(H, g));
-                }
-            }
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < MI; i++) {
-            const int8_t *xb = c->a->q + (int64_t)(i0 + i) * k + b * QB;
-            const float dx = c->a->d[(int64_t)(i0 + i) * nb + b];
-            const int32_t sx = c->a->s[(int64_t)(i0 + i) * nb + b];
-            /* one integer sum, or (TWO == 2) one per half: exact either way */
-            __m512i lo = zero, hi = zero;
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) {
-                /* 8-bit: u = q + 128 (unsigned) times x, 128·Σx off below (ZP) */
-                const __m512i x = bcast4_512(xb + 4 * g);
-                if (g < 4 || TWO != 2)
-                    lo = _mm512_dpbusd_epi32(lo, W[g], x);
-                else
-                    hi = _mm512_dpbusd_epi32(hi, W[g], x);
-            }
-            if (BITS == 6) { /* Σ (u − 32)·x per half, as in the AVX2 tile */
-                const int32_t sh = c->a->h[(int64_t)(i0 + i) * nb + b];
-                lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(32 * sh));
-                hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(32 * (sx - sh)));
-            }
-            const __m512 fdx = _mm512_set1_ps(dx);
-            if (TWO == 2) {
-                acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(lo), acc[i]);
-                acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(w2, fdx), _mm512_cvtepi32_ps(hi), acc[i]);
-                continue;
-            }
-            __m512i is = lo;
-            if (ZP)
-                is = _mm512_sub_epi32(is, _mm512_set1_epi32(ZP * sx));
-            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(is), acc[i]);
-            if (TWO == 1) /* ds: dx · (float)sx, formed at quantization */
-                acc[i] = _mm512_fmadd_ps(w2, _mm512_set1_ps(c->a->ds[(int64_t)(i0 + i) * nb + b]),
-                                         acc[i]);
         }
     }
+}
+
+/* The fold of qfold512 from the activation row's block entries (d, s, h
+ * and ds at that row and block). */
+IFD__TARGET_AVX512VNNI IFD__INLINE __m512 qfold512_at(const float *d, const int32_t *s,
+                                                      const int32_t *h, const float *ds, __m512i lo,
+                                                      __m512i hi, __m512 ws, __m512 w2, __m512 acc,
+                                                      const int BITS, const int TWO, const int ZP)
+{
+    const float dx = *d;
+    const int32_t sx = *s;
+    if (BITS == 6) { /* Σ (u − 32)·x per half, as in the AVX2 tile */
+        const int32_t sh = *h;
+        lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(32 * sh));
+        hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(32 * (sx - sh)));
+    }
+    const __m512 fdx = _mm512_set1_ps(dx);
+    if (TWO == 2) {
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(lo), acc);
+        return _mm512_fmadd_ps(_mm512_mul_ps(w2, fdx), _mm512_cvtepi32_ps(hi), acc);
+    }
+    if (ZP) /* 8-bit: u = q + 128 (unsigned) times x, 128·Σx off here */
+        lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(ZP * sx));
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(lo), acc);
+    if (TWO == 1) /* ds: dx · (float)sx, formed at quantization */
+        acc = _mm512_fmadd_ps(w2, _mm512_set1_ps(*ds), acc);
+    return acc;
+}
+
+/* Folds block b of activation row r into acc, from the block's integer sums
+ * (lo: the whole block, or with TWO == 2 its first half, and hi the second;
+ * u·x sums as the layout stores u): the same f32 operations in the same
+ * order as the scalar loop. */
+IFD__TARGET_AVX512VNNI IFD__INLINE __m512 qfold512(const qmm_t *c, int64_t r, int b, __m512i lo,
+                                                   __m512i hi, __m512 ws, __m512 w2, __m512 acc,
+                                                   const int BITS, const int TWO, const int ZP)
+{
+    const int64_t rb = r * c->nb + b;
+    return qfold512_at(c->a->d + rb, c->a->s + rb, c->a->h + rb, c->a->ds + rb, lo, hi, ws, w2,
+                       acc, BITS, TWO, ZP);
+}
+
+/* Stores a tile's 16-lane rows (the two groups' 16 output columns). */
+IFD__TARGET_AVX512VNNI IFD__INLINE void qstore512(const qmm_t *c, int G, int i0, const int MI,
+                                                  const __m512 *acc)
+{
     const int rows = c->n - G * QG < 2 * QG ? c->n - G * QG : 2 * QG;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < MI; i++) {
         float *yr = c->y + (int64_t)(i0 + i) * c->ldy + G * QG;
         if (rows == 2 * QG)
@@ -1033,6 +1043,306 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
         else
             _mm512_mask_storeu_ps(yr, ifd__mask16(rows), acc[i]);
     }
+}
+
+IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int i0, const int MI,
+                                                     const int BITS, const int KQ, const int TWO,
+                                                     const int ZP, int pf)
+{
+    const int k = c->a->k;
+    const uint8_t *grp = c->w + (int64_t)G * c->gb;
+    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < MI; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int b = 0; b < c->nb; b++) {
+        const uint8_t *blk = grp + c->hdr + (int64_t)b * c->bb;
+        qmm_prefetch_block(blk, c->bb, pf);
+        qmm_prefetch_block(blk + c->gb, c->bb, pf);
+        __m512 ws, w2;
+        __m512i W[8];
+        qblk_unpack512(c, grp, b, BITS, KQ, TWO, &dv, &mv, &ws, &w2, W);
+#pragma GCC unroll 8
+        for (int i = 0; i < MI; i++) {
+            const int8_t *xb = c->a->q + (int64_t)(i0 + i) * k + b * QB;
+            /* one integer sum, or (TWO == 2) one per half: exact either way */
+            __m512i lo = zero, hi = zero;
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                const __m512i x = bcast4_512(xb + 4 * g);
+                if (g < 4 || TWO != 2)
+                    lo = _mm512_dpbusd_epi32(lo, W[g], x);
+                else
+                    hi = _mm512_dpbusd_epi32(hi, W[g], x);
+            }
+            acc[i] = qfold512(c, i0 + i, b, lo, hi, ws, w2, acc[i], BITS, TWO, ZP);
+        }
+    }
+    qstore512(c, G, i0, MI, acc);
+}
+
+/* ---- AMX: the integer block sums by tile products ------------------------------
+ *
+ * The two-group tile of 16 activation rows with the block sums formed by
+ * AMX-INT8 (tdpbsud: signed bytes of A times unsigned bytes of B, four
+ * products a 32-bit lane, exact): B is the block's 8 unpacked vectors as
+ * they are (vector g is row g of B: byte 4n + t of it is column 4g + t of
+ * weight row n, the layout tdpbsud reads), A the 16 rows' 32 activation
+ * bytes (or two tiles of 16 for Q6_K's halves), C their 16 × 16 sums. The
+ * sums are then folded in by qfold512 exactly as the VNNI tile folds its
+ * own, so AMX, AVX-512, AVX2 and scalar agree bitwise. What AMX saves is the
+ * 8 vpdpbusd a row and block: the unpacking is shared by 16 rows and the
+ * f32 fold (3-5 operations a row and block) is what is left.
+ *
+ * The blocks go in batches of 4 (Q6_K: 2) through a pipeline: batch j's
+ * tile products, then batch j − 1 folded, then batch j + 1 unpacked, each
+ * batch with its own C tiles and buffers. A tile store is not forwarded to
+ * the vector loads that read it, nor vector stores to a tile load, so a
+ * block folded right after its own product waits for the round trip
+ * through L1 (a first version that did so, one block at a time, was no
+ * faster than VNNI); a batch's worth of other work between them hides it.
+ *
+ * Tiles (palette 1, configured per task, released at its end):
+ *   one sum a block: 0..3: C (16 × 16 int32) of the batch's blocks; 4, 5: A
+ *     (16 × 32 bytes), 6, 7: B (8 × 64 bytes), alternating by block;
+ *   Q6_K's halves: 0, 1: C of the batch's first block's halves, 2, 3: of its
+ *     second's; 4, 5: A's halves (16 × 16 bytes); 6, 7: B's halves (4 × 64).
+ * The emulated build (IFD_AVX512_EMU, tests/cpu_emu) runs the same code on
+ * tiles in memory, so the layout and the folding are tested on any CPU. */
+enum { AMX_ROWS = 16, AMX_BATCH = 4 };
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg_t;
+
+static const amx_cfg_t amx_cfg[2] = {
+    {.palette = 1,
+     .colsb = {64, 64, 64, 64, 32, 32, 64, 64},
+     .rows = {AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, 8, 8}},
+    {.palette = 1,
+     .colsb = {64, 64, 64, 64, 16, 16, 64, 64},
+     .rows = {AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, 4, 4}},
+};
+
+#if defined(IFD_AVX512_EMU)
+#define IFD__TARGET_AMX IFD__TARGET_AVX2
+static __thread uint8_t amx_emu[8][1024];
+static __thread const amx_cfg_t *amx_emu_cfg;
+
+static void amx_emu_load(int t, const void *p, int64_t stride)
+{
+    for (int r = 0; r < amx_emu_cfg->rows[t]; r++)
+        memcpy(amx_emu[t] + 64 * r, (const uint8_t *)p + r * stride, amx_emu_cfg->colsb[t]);
+}
+
+static void amx_emu_store(int t, void *p, int64_t stride)
+{
+    for (int r = 0; r < amx_emu_cfg->rows[t]; r++)
+        memcpy((uint8_t *)p + r * stride, amx_emu[t] + 64 * r, amx_emu_cfg->colsb[t]);
+}
+
+/* C[m][n] += Σ_kk Σ_t A[m][4kk + t] (signed) · B[kk][4n + t] (unsigned) */
+static void amx_emu_dpbsud(int tc, int ta, int tb)
+{
+    for (int m = 0; m < amx_emu_cfg->rows[tc]; m++) {
+        for (int n = 0; n < amx_emu_cfg->colsb[tc] / 4; n++) {
+            int32_t v;
+            memcpy(&v, amx_emu[tc] + 64 * m + 4 * n, 4);
+            for (int kk = 0; kk < amx_emu_cfg->colsb[ta] / 4; kk++)
+                for (int t = 0; t < 4; t++)
+                    v += (int8_t)amx_emu[ta][64 * m + 4 * kk + t] *
+                         (int32_t)amx_emu[tb][64 * kk + 4 * n + t];
+            memcpy(amx_emu[tc] + 64 * m + 4 * n, &v, 4);
+        }
+    }
+}
+
+#define AMX_CONFIG(two)     (amx_emu_cfg = &amx_cfg[(two) == 2])
+#define AMX_RELEASE()       ((void)0)
+#define AMX_ZERO(t)         memset(amx_emu[t], 0, sizeof amx_emu[t])
+#define AMX_LOAD(t, p, s)   amx_emu_load(t, p, s)
+#define AMX_STORE(t, p, s)  amx_emu_store(t, p, s)
+#define AMX_DPBSUD(c, a, b) amx_emu_dpbsud(c, a, b)
+#else
+#define IFD__TARGET_AMX                                                                            \
+    __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
+#define AMX_CONFIG(two)     _tile_loadconfig(&amx_cfg[(two) == 2])
+#define AMX_RELEASE()       _tile_release()
+#define AMX_ZERO(t)         _tile_zero(t)
+#define AMX_LOAD(t, p, s)   _tile_loadd(t, p, s)
+#define AMX_STORE(t, p, s)  _tile_stored(t, p, s)
+#define AMX_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#endif
+
+/* The tile products of the batch's block S (0..3, Q6_K 0..1; a constant:
+ * tile numbers are immediates): A from the 16 rows at xb (k bytes apart),
+ * B from bt, the sums to ct (and Q6_K's second half to ch). */
+IFD__TARGET_AMX IFD__INLINE void amx_block(const int TWO, const int S, const int8_t *xb, int k,
+                                           const uint8_t *bt, int32_t *ct, int32_t *ch)
+{
+    if (TWO == 2) {
+        AMX_LOAD(4, xb, k);
+        AMX_LOAD(5, xb + 16, k);
+        AMX_LOAD(6, bt, 64);
+        AMX_LOAD(7, bt + 4 * 64, 64);
+        if (S == 0) {
+            AMX_ZERO(0);
+            AMX_ZERO(1);
+            AMX_DPBSUD(0, 4, 6);
+            AMX_DPBSUD(1, 5, 7);
+            AMX_STORE(0, ct, 64);
+            AMX_STORE(1, ch, 64);
+        } else {
+            AMX_ZERO(2);
+            AMX_ZERO(3);
+            AMX_DPBSUD(2, 4, 6);
+            AMX_DPBSUD(3, 5, 7);
+            AMX_STORE(2, ct, 64);
+            AMX_STORE(3, ch, 64);
+        }
+        return;
+    }
+    if (S == 0) {
+        AMX_LOAD(4, xb, k);
+        AMX_LOAD(6, bt, 64);
+        AMX_ZERO(0);
+        AMX_DPBSUD(0, 4, 6);
+        AMX_STORE(0, ct, 64);
+    } else if (S == 1) {
+        AMX_LOAD(5, xb, k);
+        AMX_LOAD(7, bt, 64);
+        AMX_ZERO(1);
+        AMX_DPBSUD(1, 5, 7);
+        AMX_STORE(1, ct, 64);
+    } else if (S == 2) {
+        AMX_LOAD(4, xb, k);
+        AMX_LOAD(6, bt, 64);
+        AMX_ZERO(2);
+        AMX_DPBSUD(2, 4, 6);
+        AMX_STORE(2, ct, 64);
+    } else {
+        AMX_LOAD(5, xb, k);
+        AMX_LOAD(7, bt, 64);
+        AMX_ZERO(3);
+        AMX_DPBSUD(3, 5, 7);
+        AMX_STORE(3, ct, 64);
+    }
+}
+
+/* Two blocks' products (one sum a block) with their steps interleaved, so
+ * the second's loads do not wait for the first's store: slots S, S + 1
+ * (S = 0 or 2), blocks at xb and xb + QB. */
+IFD__TARGET_AMX IFD__INLINE void amx_block2(const int S, const int8_t *xb, int k,
+                                            const uint8_t *bt0, const uint8_t *bt1, int32_t *ct0,
+                                            int32_t *ct1)
+{
+    AMX_LOAD(4, xb, k);
+    AMX_LOAD(6, bt0, 64);
+    AMX_LOAD(5, xb + QB, k);
+    AMX_LOAD(7, bt1, 64);
+    if (S == 0) {
+        AMX_ZERO(0);
+        AMX_ZERO(1);
+        AMX_DPBSUD(0, 4, 6);
+        AMX_DPBSUD(1, 5, 7);
+        AMX_STORE(0, ct0, 64);
+        AMX_STORE(1, ct1, 64);
+    } else {
+        AMX_ZERO(2);
+        AMX_ZERO(3);
+        AMX_DPBSUD(2, 4, 6);
+        AMX_DPBSUD(3, 5, 7);
+        AMX_STORE(2, ct0, 64);
+        AMX_STORE(3, ct1, 64);
+    }
+}
+
+/* A block's weights for the AMX tile: scales kept for its fold, vectors
+ * stored as B. */
+typedef struct {
+    __m512 ws, w2;
+} amx_scales_t;
+
+IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, int b,
+                                            const int BITS, const int KQ, const int TWO,
+                                            __m512 *dv, __m512 *mv, amx_scales_t *sc, uint8_t *bt,
+                                            int pf)
+{
+    const uint8_t *blk = grp + c->hdr + (int64_t)b * c->bb;
+    qmm_prefetch_block(blk, c->bb, pf);
+    qmm_prefetch_block(blk + c->gb, c->bb, pf);
+    __m512i W[8];
+    qblk_unpack512(c, grp, b, BITS, KQ, TWO, dv, mv, &sc->ws, &sc->w2, W);
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        _mm512_store_si512((__m512i *)(bt + 64 * g), W[g]);
+}
+
+IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const int BITS,
+                                          const int TWO, const int ZP, const amx_scales_t *sc,
+                                          const int32_t *ct, const int32_t *ch, __m512 *acc)
+{
+    const int64_t rb = (int64_t)i0 * c->nb + b;
+    const float *d = c->a->d + rb, *ds = c->a->ds + rb;
+    const int32_t *s = c->a->s + rb, *h = c->a->h + rb;
+#pragma GCC unroll 16
+    for (int i = 0; i < AMX_ROWS; i++) {
+        const __m512i lo = _mm512_load_si512((const __m512i *)(ct + 16 * i));
+        const __m512i hi = TWO == 2 ? _mm512_load_si512((const __m512i *)(ch + 16 * i))
+                                    : _mm512_setzero_si512();
+        acc[i] = qfold512_at(d, s, h, ds, lo, hi, sc->ws, sc->w2, acc[i], BITS, TWO, ZP);
+        d += c->nb, ds += c->nb, s += c->nb, h += c->nb;
+    }
+}
+
+IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const int BITS,
+                                           const int KQ, const int TWO, const int ZP, int pf)
+{
+    enum { NBT = AMX_BATCH }; /* slots; Q6_K uses 2 */
+    const int k = c->a->k, nb = c->nb, nbt = TWO == 2 ? 2 : AMX_BATCH;
+    const uint8_t *grp = c->w + (int64_t)G * c->gb;
+    const int8_t *xq = c->a->q + (int64_t)i0 * k;
+    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
+    _Alignas(64) uint8_t bt[2][NBT][8 * 64];
+    _Alignas(64) int32_t ct[2][NBT][AMX_ROWS * 16], ch[2][2][TWO == 2 ? AMX_ROWS * 16 : 1];
+    amx_scales_t sc[2][NBT];
+    __m512 acc[AMX_ROWS];
+#pragma GCC unroll 16
+    for (int i = 0; i < AMX_ROWS; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int s = 0; s < nbt && s < nb; s++)
+        amx_unpack(c, grp, s, BITS, KQ, TWO, &dv, &mv, &sc[0][s], bt[0][s], pf);
+    int q = 0, b0 = 0;
+    for (;; q ^= 1, b0 += nbt) {
+        const int r = nb - b0 < nbt ? nb - b0 : nbt;
+        if (TWO != 2 && r == AMX_BATCH) {
+            amx_block2(0, xq + b0 * QB, k, bt[q][0], bt[q][1], ct[q][0], ct[q][1]);
+            amx_block2(2, xq + (b0 + 2) * QB, k, bt[q][2], bt[q][3], ct[q][2], ct[q][3]);
+        } else {
+            amx_block(TWO, 0, xq + b0 * QB, k, bt[q][0], ct[q][0], ch[q][0]);
+            if (r > 1)
+                amx_block(TWO, 1, xq + (b0 + 1) * QB, k, bt[q][1], ct[q][1], ch[q][1 & (TWO == 2)]);
+            if (TWO != 2 && r > 2)
+                amx_block(TWO, 2, xq + (b0 + 2) * QB, k, bt[q][2], ct[q][2], NULL);
+        }
+        if (b0 > 0) /* the batch before: always a whole one */
+            for (int s = 0; s < nbt; s++)
+                amx_fold(c, i0, b0 - nbt + s, BITS, TWO, ZP, &sc[!q][s], ct[!q][s],
+                         ch[!q][s & (TWO == 2)], acc);
+        if (b0 + nbt >= nb) {
+            for (int s = 0; s < r; s++)
+                amx_fold(c, i0, b0 + s, BITS, TWO, ZP, &sc[q][s], ct[q][s], ch[q][s & (TWO == 2)],
+                         acc);
+            break;
+        }
+        for (int s = 0; s < nbt && b0 + nbt + s < nb; s++)
+            amx_unpack(c, grp, b0 + nbt + s, BITS, KQ, TWO, &dv, &mv, &sc[!q][s], bt[!q][s], pf);
+    }
+    qstore512(c, G, i0, AMX_ROWS, acc);
 }
 
 /* The tile of path P for MI activation rows from i (AVX2: MI ≤ 4, its 16
@@ -1052,6 +1362,26 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
         }                                                                                          \
     } while (0)
 
+/* A task's set-up and tear-down per path: AMX loads its tile configuration
+ * (per thread) and releases it, so a pool thread carries no tile state. */
+#define QMM_BEGIN_avx2(two)   ((void)0)
+#define QMM_END_avx2()     ((void)0)
+#define QMM_BEGIN_avx512(two) ((void)0)
+#define QMM_END_avx512()   ((void)0)
+#define QMM_BEGIN_amx(two)    AMX_CONFIG(two)
+#define QMM_END_amx()      AMX_RELEASE()
+
+#define QTILE_amx(pair, MI, BITS, KQ, TWO, ZP)                                                     \
+    do {                                                                                           \
+        if ((MI) == AMX_ROWS && (pair))                                                            \
+            qtile_amx(c, G, i, BITS, KQ, TWO, ZP, i == c0);                                        \
+        else if ((MI) == AMX_ROWS) /* the last, odd group: the AVX2 tile, 4 rows at a time */      \
+            for (int i4 = 0; i4 < AMX_ROWS; i4 += 4)                                               \
+                qtile_avx2(c, G, i + i4, 4, BITS, KQ, TWO, ZP, i4 == 0 && i == c0);                \
+        else                                                                                       \
+            QTILE_avx512(pair, MI, BITS, KQ, TWO, ZP);                                             \
+    } while (0)
+
 /* One function per path and type: groups [G0, G1) (GSTEP at a time) for
  * every activation row, in chunks of QM_CHUNK rows, tiles of TW (4 or 8)
  * then the rest. The rows of a tile share the weights' unpacking, so wider
@@ -1061,6 +1391,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
     TARGET static void qmm_##P##_##name(const qmm_t *c, int G0, int G1)                            \
     {                                                                                              \
         const int m = c->a->m;                                                                     \
+        QMM_BEGIN_##P(TWO);                                                                        \
         for (int c0 = 0; c0 < m; c0 += QM_CHUNK) {                                                 \
             const int c1 = c0 + QM_CHUNK < m ? c0 + QM_CHUNK : m;                                  \
             for (int G = G0; G < G1; G += GSTEP) {                                                 \
@@ -1069,7 +1400,11 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                 int i = c0;                                                                        \
                 for (; i + TW <= c1; i += TW)                                                      \
                     QTILE_##P(pair, TW, BITS, KQ, TWO, ZP);                                        \
-                if (TW == 8 && c1 - i >= 4) {                                                      \
+                if (TW == 16 && c1 - i >= 8) {                                                     \
+                    QTILE_##P(pair, 8, BITS, KQ, TWO, ZP);                                         \
+                    i += 8;                                                                        \
+                }                                                                                  \
+                if (TW >= 8 && c1 - i >= 4) {                                                      \
                     QTILE_##P(pair, 4, BITS, KQ, TWO, ZP);                                         \
                     i += 4;                                                                        \
                 }                                                                                  \
@@ -1088,6 +1423,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
+        QMM_END_##P();                                                                             \
     }
 
 #define QMM_TYPES(P, TARGET, GSTEP, TW)                                                            \
@@ -1102,26 +1438,34 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
 
 QMM_TYPES(avx2, IFD__TARGET_AVX2, 1, 4)
 QMM_TYPES(avx512, IFD__TARGET_AVX512VNNI, 2, 8)
+QMM_TYPES(amx, IFD__TARGET_AMX, 2, 16)
 #undef QMM_TYPES
 #undef QMM_DEF
 #undef QTILE_avx2
 #undef QTILE_avx512
+#undef QTILE_amx
+#undef QMM_BEGIN_avx2
+#undef QMM_END_avx2
+#undef QMM_BEGIN_avx512
+#undef QMM_END_avx512
+#undef QMM_BEGIN_amx
+#undef QMM_END_amx
 
 typedef void (*qmm_fn)(const qmm_t *c, int G0, int G1);
 
 /* The SIMD kernels of each type, by path. */
 static const struct {
     uint32_t type;
-    qmm_fn avx2, avx512;
+    qmm_fn avx2, avx512, amx;
 } qmm_kernels[] = {
-    {IFD_GGML_Q4_0, qmm_avx2_q4_0, qmm_avx512_q4_0},
-    {IFD_GGML_Q4_1, qmm_avx2_q4_1, qmm_avx512_q4_1},
-    {IFD_GGML_Q5_0, qmm_avx2_q5_0, qmm_avx512_q5_0},
-    {IFD_GGML_Q5_1, qmm_avx2_q5_1, qmm_avx512_q5_1},
-    {IFD_GGML_Q8_0, qmm_avx2_q8_0, qmm_avx512_q8_0},
-    {IFD_GGML_Q4_K, qmm_avx2_q4_k, qmm_avx512_q4_k},
-    {IFD_GGML_Q5_K, qmm_avx2_q5_k, qmm_avx512_q5_k},
-    {IFD_GGML_Q6_K, qmm_avx2_q6_k, qmm_avx512_q6_k},
+    {IFD_GGML_Q4_0, qmm_avx2_q4_0, qmm_avx512_q4_0, qmm_amx_q4_0},
+    {IFD_GGML_Q4_1, qmm_avx2_q4_1, qmm_avx512_q4_1, qmm_amx_q4_1},
+    {IFD_GGML_Q5_0, qmm_avx2_q5_0, qmm_avx512_q5_0, qmm_amx_q5_0},
+    {IFD_GGML_Q5_1, qmm_avx2_q5_1, qmm_avx512_q5_1, qmm_amx_q5_1},
+    {IFD_GGML_Q8_0, qmm_avx2_q8_0, qmm_avx512_q8_0, qmm_amx_q8_0},
+    {IFD_GGML_Q4_K, qmm_avx2_q4_k, qmm_avx512_q4_k, qmm_amx_q4_k},
+    {IFD_GGML_Q5_K, qmm_avx2_q5_k, qmm_avx512_q5_k, qmm_amx_q5_k},
+    {IFD_GGML_Q6_K, qmm_avx2_q6_k, qmm_avx512_q6_k, qmm_amx_q6_k},
 };
 
 static int qmm_avx512_min_m; /* 0: the CPU's default (qmm_min_m) */
@@ -1141,9 +1485,12 @@ static int qmm_min_m(void)
 static qmm_fn qmm_simd(uint32_t type, int isa, int m)
 {
     for (size_t i = 0; i < sizeof qmm_kernels / sizeof qmm_kernels[0]; i++)
-        if (qmm_kernels[i].type == type)
+        if (qmm_kernels[i].type == type) {
+            if (isa >= QMM_PATH_AMX && m >= AMX_ROWS)
+                return qmm_kernels[i].amx;
             return isa >= QMM_PATH_AVX512 && m >= qmm_min_m() ? qmm_kernels[i].avx512
-                                                                   : qmm_kernels[i].avx2;
+                                                               : qmm_kernels[i].avx2;
+        }
     IFD_ASSERT(!"qmatmul: type without a SIMD kernel");
     return NULL;
 }

@@ -94,11 +94,11 @@ static int max_path(void)
 {
     const ifd_cpu_features_t *f = ifd_cpu_features();
     if (have_avx2() && f->avx512f && f->avx512bw && f->avx512vnni)
-        return 2;
+        return f->amx_int8 ? 3 : 2;
     return have_avx2();
 }
 
-static const char *const path_names[] = {"scalar", "avx2", "avx512"};
+static const char *const path_names[] = {"scalar", "avx2", "avx512", "amx"};
 
 typedef struct {
     uint32_t type;
@@ -307,8 +307,9 @@ START_TEST(test_products)
     const int *kbs = qk == 32 ? kbs_small : kbs_k;
     const int nk = qk == 32 ? 3 : 2;
     /* AVX-512 tiles of 8, then 4, then 1..3 rows (8, 13, 15, 70: a 64-row chunk and 6);
-     * AVX2 tiles of 4 then 1..3 */
-    const int ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 15, 70};
+     * AVX2 tiles of 4 then 1..3; AMX tiles of 16 from m = 16 on, then 8, 4, 1..3
+     * (16, 31: 16 + 8 + 4 + 3, 70: 4 × 16 + 4 + 2) */
+    const int ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 15, 16, 31, 70};
     ifd_threadpool_t *tp1, *tp2;
     ck_assert_int_eq(ifd_threadpool_create(&tp1, 1), 0);
     ck_assert_int_eq(ifd_threadpool_create(&tp2, 2), 0);
@@ -318,7 +319,7 @@ START_TEST(test_products)
             wcase_init(&c, type, ns[a], qk * kbs[b], 77u + (unsigned)(a * 10 + b));
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 const int m = ms[mi];
-                if (m == 70 && ns[a] > 17)
+                if (m > 15 && ns[a] > 17)
                     continue; /* keep the f64 reference quick */
                 float *ys, *yv;
                 check_product(&c, m, 0, tp1, tp2, &ys);
@@ -354,12 +355,16 @@ static Suite *qmatmul_suite(void)
 
 int main(void)
 {
-    printf("qmatmul paths: scalar%s%s (cpu: %s)\n", max_path() >= 1 ? ", avx2" : "",
-           max_path() >= 2 ? ", avx512" : "", ifd_cpu_isa_name());
+    printf("qmatmul paths: scalar%s%s%s (cpu: %s)\n", max_path() >= 1 ? ", avx2" : "",
+           max_path() >= 2 ? ", avx512" : "", max_path() >= 3 ? ", amx" : "",
+           ifd_cpu_isa_name());
     if (!have_avx2())
         printf("SKIPPED part: AVX2 path (this CPU or $INFERD_CPU has no AVX2/FMA/F16C)\n");
     if (max_path() < 2)
         printf("SKIPPED part: AVX-512 VNNI path (not on this CPU: test_qmatmul_avx512emu "
                "runs it emulated)\n");
+    if (max_path() < 3)
+        printf("SKIPPED part: AMX-INT8 path (not on this CPU or not enabled by its OS: "
+               "test_qmatmul_avx512emu runs it on emulated tiles)\n");
     return ifd_test_run(qmatmul_suite());
 }
