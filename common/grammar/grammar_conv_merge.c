@@ -344,7 +344,7 @@ static int merge_contains(conv_t *c, json_t *r, const json_t *a, const json_t *b
     static const char *const bounds[] = {"minContains", "maxContains"};
     for (size_t i = 0; i < 2; i++) {
         const json_t *va = json_object_get(a, bounds[i]), *vb = json_object_get(b, bounds[i]);
-        int rc = !vb ? 0
+        int rc = !vb  ? 0
                  : va ? merge_key(c, r, bounds[i], va, vb)
                       : (json_object_set(r, bounds[i], (json_t *)vb) ? oom(c) : 0);
         if (rc)

@@ -647,7 +647,8 @@ START_TEST(test_mask_tight_walks)
         "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"boolean\",\"null\"],\"minimum\":0,"
         "\"maximum\":50},\"contains\":{\"type\":\"boolean\"}}",
         "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
-        "\"integer\",\"minimum\":-9,\"maximum\":9},\"y\":{\"type\":\"boolean\"}},\"required\":[\"k\"],\"additionalProperties\":"
+        "\"integer\",\"minimum\":-9,\"maximum\":9},\"y\":{\"type\":\"boolean\"}},\"required\":["
+        "\"k\"],\"additionalProperties\":"
         "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
         "\"else\":{\"properties\":{\"k\":{\"const\":\"b\"}},\"required\":[\"y\"]}}",
     };
