@@ -83,14 +83,29 @@ typedef struct {
 /* One prompt's logprobs: positions 1 .. n of n_prompt - 1 (v), and the
  * completions echo form over all n_prompt tokens once complete (echo_lp);
  * then, once, their JSON: vLLM's prompt_logprobs array (json) and the echo
- * form's columns (prefix). Shared by the prompt's choices. */
+ * form's columns (prefix). Shared by the prompt's choices.
+ *
+ * The loop keeps v's rows as the worker sent them (ids, logprobs, ranks:
+ * a copy of each frame, no lookup) — a long prompt at a large k is
+ * hundreds of thousands of strings. Their strings (decoded_token) and the
+ * echo form are made by whoever writes the rows (ifd__plp_resolve): the
+ * response's build, or the stream's echo chunk — on the thread pool when
+ * large, as their size estimates count n_strs. a holds those strings and
+ * the echo form; it is used only by that writer (the loop adds no rows to
+ * a prompt once its rows are written: they are all in by then). */
 typedef struct {
     ifd_oai_prompt_logprob_t *v;
     size_t n;
+    size_t n_res;    /* rows whose strings are looked up (ifd__plp_resolve) */
+    uint64_t n_strs; /* strings v's rows hold (token and alternatives) */
+    ifd_arena_t a;
     ifd_oai_logprob_t *echo_lp;
     ifd_buf_t json;
     ifd_oai_lp_prefix_t prefix;
     bool has_prefix;
+#ifdef IFD_TEST_HOOKS
+    uint64_t loop_strs; /* strings looked up on the loop's thread (ifd__test_plp_off_loop) */
+#endif
 } ifd__plp_t;
 
 typedef struct {
@@ -305,6 +320,7 @@ static bool ifd__flush_take(ifd_gen_t *g, ifd_buf_t *b)
 
 static bool ifd__echo_lp(const ifd_gen_t *g);
 static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p);
+static uint64_t ifd__plp_strs(const ifd_gen_t *g, size_t p);
 
 /* ---- a stream's chunks -------------------------------------------------------------------
 
@@ -367,10 +383,11 @@ static int ifd__op_run(ifd_gen_t *g, ifd__op_t *op, ifd_buf_t *out)
         ifd__lp_resolve(g, &op->lpa, op->lp, op->raw, op->oc.n_logprobs);
     ifd_oai_choice_t oc = op->oc;
     if (op->kind == IFD__OP_ECHO && ifd__echo_lp(g)) {
+        /* the prompt's strings looked up and its echo form made here, once */
         ifd__plp_t *P = &g->plp[op->prompt];
-        if (!P->has_prefix && P->echo_lp)
-            P->has_prefix =
-                ifd_oai_lp_prefix_build(&P->prefix, P->echo_lp, g->ptoks[op->prompt].n) == 0;
+        const ifd_oai_logprob_t *elp = ifd__echo_logprobs(g, op->prompt);
+        if (!P->has_prefix && elp)
+            P->has_prefix = ifd_oai_lp_prefix_build(&P->prefix, elp, g->ptoks[op->prompt].n) == 0;
         oc.logprobs_prefix = P->has_prefix ? &P->prefix : NULL;
         oc.has_logprobs = oc.logprobs_prefix != NULL;
         if (!oc.text_len && !oc.has_logprobs && !oc.prompt_token_ids)
@@ -583,9 +600,10 @@ static int ifd__queue(ifd_gen_t *g, ifd__op_kind_t kind, const ifd_oai_choice_t 
     for (size_t i = 0; i < oc->n_tool_calls; i++)
         op->est += 64 + (oc->tool_calls[i].arguments ? strlen(oc->tool_calls[i].arguments) : 0);
     if (kind == IFD__OP_ECHO && ifd__echo_lp(g)) {
-        const ifd_oai_logprob_t *lp = ifd__echo_logprobs(g, oc->index / g->req.n);
-        for (size_t i = 0; lp && i < g->ptoks[oc->index / g->req.n].n; i++)
-            op->est += ifd__lp_bytes(&lp[i], NULL);
+        /* the prompt's rows, their strings not looked up yet (ifd__op_run
+         * does, and makes the echo form): 32 bytes a token, 16 a string */
+        size_t p = oc->index / g->req.n;
+        op->est += 32 * (uint64_t)g->ptoks[p].n + 16 * ifd__plp_strs(g, p);
     }
     op->prompt = oc->index / g->req.n;
     if (ifd__live(g))
@@ -888,25 +906,115 @@ static const char *ifd__lp_token(ifd_gen_t *g, ifd_arena_t *a, int32_t id, size_
     return ifd_arena_strndup(a, tmp, (size_t)n);
 }
 
+#ifdef IFD_TEST_HOOKS
+/* INFERD_TEST_LP_OFF_LOOP=1: the daemon aborts when the loop's thread
+ * decodes a token with more than IFD__LP_LOOP_MAX alternatives, or looks
+ * up more than IFD__LP_LOOP_MAX strings of one prompt's logprobs (all its
+ * calls together) — an integration test's proof that such decoding
+ * happens on the pool only. */
+static uv_thread_t ifd__loop_thread;
+static bool ifd__loop_thread_set;
+
+static bool ifd__test_on_loop(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("INFERD_TEST_LP_OFF_LOOP");
+        on = v && *v && strcmp(v, "0") != 0;
+    }
+    if (!on || !ifd__loop_thread_set)
+        return false;
+    uv_thread_t self = uv_thread_self();
+    return uv_thread_equal(&self, &ifd__loop_thread);
+}
+
+static void ifd__test_lp_off_loop(uint64_t n)
+{
+    if (n > IFD__LP_LOOP_MAX && ifd__test_on_loop()) {
+        IFD_ERROR("test hook: %llu alternatives decoded on the event loop", (unsigned long long)n);
+        abort();
+    }
+}
+
+/* n more strings of prompt P's logprobs looked up (counted on the loop only). */
+static void ifd__test_plp_off_loop(ifd__plp_t *P, uint64_t n)
+{
+    if (!ifd__test_on_loop())
+        return;
+    P->loop_strs += n;
+    if (P->loop_strs > IFD__LP_LOOP_MAX) {
+        IFD_ERROR("test hook: %llu prompt logprob strings looked up on the event loop",
+                  (unsigned long long)P->loop_strs);
+        abort();
+    }
+}
+#endif
+
 /* Completions echo + logprobs: the choice's logprobs start with the prompt's. */
 static bool ifd__echo_lp(const ifd_gen_t *g)
 {
     return g->kind == IFD_OAI_COMPLETION && g->req.echo && g->req.logprobs;
 }
 
-/* The echo form of prompt p's logprobs (once): every prompt token, the
- * first with none, the others with at most top_logprobs alternatives. */
+/* The strings prompt p's logprobs look up at most, once written: its rows'
+ * (the token and its alternatives), and for the echo form every prompt
+ * token's and, with return_tokens_as_token_ids, the alternatives' again.
+ * The size estimates count 16 bytes each, so that a writer with more than
+ * IFD__LP_LOOP_MAX of them runs on the thread pool. */
+static uint64_t ifd__plp_strs(const ifd_gen_t *g, size_t p)
+{
+    const ifd__plp_t *P = &g->plp[p];
+    uint64_t n = P->n_strs;
+    if (ifd__echo_lp(g))
+        n += g->ptoks[p].n + (g->req.tokens_as_ids ? P->n_strs : 0);
+    return n;
+}
+
+/* Prompt p's rows' strings (decoded_token: the raw bytes of the token and
+ * of each alternative), looked up once into P->a by whoever writes the
+ * rows: the response's build or the stream's echo chunk (see ifd__plp_t).
+ * 0 or IFD_ENOMEM. */
+static int ifd__plp_resolve(ifd_gen_t *g, size_t p)
+{
+    ifd__plp_t *P = &g->plp[p];
+#ifdef IFD_TEST_HOOKS
+    uint64_t n = 0;
+    for (size_t i = P->n_res; i < P->n; i++)
+        n += 1 + P->v[i].n_top;
+    ifd__test_plp_off_loop(P, n);
+#endif
+    for (; P->n_res < P->n; P->n_res++) {
+        ifd_oai_prompt_logprob_t *e = &P->v[P->n_res];
+        /* the alternatives are this file's (ifd__on_prompt_logprobs' arena) */
+        ifd_oai_plp_token_t *top = (ifd_oai_plp_token_t *)e->top;
+        if (!(e->tok.bytes = ifd__token_str(g, &P->a, e->tok.id, &e->tok.len)))
+            return IFD_ENOMEM;
+        for (size_t k = 0; k < e->n_top; k++)
+            if (!(top[k].bytes = ifd__token_str(g, &P->a, top[k].id, &top[k].len)))
+                return IFD_ENOMEM;
+    }
+    return 0;
+}
+
+/* The echo form of prompt p's logprobs (once, by the rows' writer, in
+ * P->a): every prompt token, the first with none, the others with at most
+ * top_logprobs alternatives. NULL on OOM. */
 static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
 {
     ifd__plp_t *P = &g->plp[p];
     if (P->echo_lp)
         return P->echo_lp;
+    if (ifd__plp_resolve(g, p))
+        return NULL;
     const ifd_tokens_t *t = &g->ptoks[p];
-    ifd_oai_logprob_t *lp = ifd_arena_calloc(&g->arena, t->n, sizeof *lp);
+#ifdef IFD_TEST_HOOKS
+    ifd__test_plp_off_loop(P, ifd__plp_strs(g, p) - P->n_strs);
+#endif
+    ifd_oai_logprob_t *lp = ifd_arena_calloc(&P->a, t->n, sizeof *lp);
     if (!lp)
         return NULL;
     for (size_t i = 0; i < t->n; i++) {
-        lp[i].bytes = ifd__lp_token(g, &g->arena, t->ids[i], &lp[i].len);
+        lp[i].bytes = ifd__lp_token(g, &P->a, t->ids[i], &lp[i].len);
         if (!lp[i].bytes)
             return NULL;
         if (i == 0 || i > P->n) {
@@ -916,13 +1024,13 @@ static ifd_oai_logprob_t *ifd__echo_logprobs(ifd_gen_t *g, size_t p)
         const ifd_oai_prompt_logprob_t *e = &P->v[i - 1];
         lp[i].logprob = e->tok.logprob;
         size_t k = e->n_top < g->req.top_logprobs ? e->n_top : g->req.top_logprobs;
-        ifd_oai_top_logprob_t *top = k ? ifd_arena_calloc(&g->arena, k, sizeof *top) : NULL;
+        ifd_oai_top_logprob_t *top = k ? ifd_arena_calloc(&P->a, k, sizeof *top) : NULL;
         if (k && !top)
             return NULL;
         for (size_t j = 0; j < k; j++) {
             top[j] = (ifd_oai_top_logprob_t){e->top[j].bytes, e->top[j].len, e->top[j].logprob};
             if (g->req.tokens_as_ids &&
-                !(top[j].bytes = ifd__lp_token(g, &g->arena, e->top[j].id, &top[j].len)))
+                !(top[j].bytes = ifd__lp_token(g, &P->a, e->top[j].id, &top[j].len)))
                 return NULL;
         }
         lp[i].top = top;
@@ -1003,14 +1111,15 @@ static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_p
             continue; /* cannot happen: the router drops what it delivered */
         if (pos != P->n + 1)
             break; /* cannot happen: each sequence delivers in order from 1 */
+        /* ids, logprobs and ranks only: the strings are looked up by the
+         * rows' writer (ifd__plp_resolve), off the loop when many */
         ifd_oai_prompt_logprob_t *e = &P->v[pos - 1];
         e->tok.id = w->token;
         e->tok.logprob = w->logprob;
         e->tok.rank = w->rank;
-        e->tok.bytes = ifd__token_str(g, &g->arena, w->token, &e->tok.len);
         ifd_oai_plp_token_t *top =
             w->n_top ? ifd_arena_calloc(&g->arena, w->n_top, sizeof *top) : NULL;
-        if (!e->tok.bytes || (w->n_top && !top)) {
+        if (w->n_top && !top) {
             ifd__fail(g, 500, NULL, "Out of memory for the prompt logprobs.");
             return;
         }
@@ -1018,43 +1127,15 @@ static void ifd__on_prompt_logprobs(void *owner, ifd_rseq_t *s, const ifd_wire_p
             top[k].id = w->top[k].token;
             top[k].logprob = w->top[k].logprob;
             top[k].rank = k + 1;
-            top[k].bytes = ifd__token_str(g, &g->arena, w->top[k].token, &top[k].len);
-            if (!top[k].bytes) {
-                ifd__fail(g, 500, NULL, "Out of memory for the prompt logprobs.");
-                return;
-            }
         }
         e->top = top;
         e->n_top = w->n_top;
+        P->n_strs += 1 + (uint64_t)w->n_top;
         P->n = pos;
     }
     if (P->n + 1 == n_prompt)
         ifd__unhold(c); /* may free g: nothing after */
 }
-
-#ifdef IFD_TEST_HOOKS
-/* INFERD_TEST_LP_OFF_LOOP=1: the daemon aborts when the loop's thread
- * decodes a token with more than IFD__LP_LOOP_MAX alternatives — an
- * integration test's proof that such decoding happens on the pool only. */
-static uv_thread_t ifd__loop_thread;
-static bool ifd__loop_thread_set;
-
-static void ifd__test_lp_off_loop(uint32_t n)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("INFERD_TEST_LP_OFF_LOOP");
-        on = v && *v && strcmp(v, "0") != 0;
-    }
-    if (!on || n <= IFD__LP_LOOP_MAX || !ifd__loop_thread_set)
-        return;
-    uv_thread_t self = uv_thread_self();
-    if (uv_thread_equal(&self, &ifd__loop_thread)) {
-        IFD_ERROR("test hook: %u alternatives decoded on the event loop", n);
-        abort();
-    }
-}
-#endif
 
 /* A token's alternatives as the response shows them: ev's top entries, or
  * with logprob_token_ids vLLM's dict — the sampled token first, then the
@@ -1432,10 +1513,8 @@ static int ifd__response_choices(ifd_gen_t *g, ifd_oai_choice_t *oc)
             oc[i].prompt_token_ids = g->ptoks[c->prompt].ids;
             oc[i].n_prompt_token_ids = g->ptoks[c->prompt].n;
         }
-        /* the prompt's logprobs, then the answer's: their echo form now,
-         * written once by the thread (ifd__build_cb) */
-        if (g->plp && ifd__echo_lp(g) && !ifd__echo_logprobs(g, c->prompt))
-            return IFD_ENOMEM;
+        /* the prompt's logprobs, then the answer's: their strings and echo
+         * form made and written once by the build (ifd__build_cb) */
         if (g->plp) { /* vLLM sets prompt_logprobs for echo + logprobs too */
             const ifd__plp_t *P = &g->plp[c->prompt];
             if (c->index % g->req.n == 0 && P->n + 1 < g->ptoks[c->prompt].n)
@@ -1468,7 +1547,11 @@ static void ifd__build_cb(uv_work_t *w)
     for (size_t p = 0; g->plp && p < g->n_prompts && !rc; p++) {
         ifd__plp_t *P = &g->plp[p];
         const ifd_oai_choice_t *first = &b->oc[p * g->req.n];
-        rc = ifd_oai_prompt_logprobs_json(&P->json, P->v, P->n, first->prompt_top);
+        rc = ifd__plp_resolve(g, p);
+        if (!rc && ifd__echo_lp(g) && !ifd__echo_logprobs(g, p))
+            rc = IFD_ENOMEM;
+        if (!rc)
+            rc = ifd_oai_prompt_logprobs_json(&P->json, P->v, P->n, first->prompt_top);
         if (!rc && ifd__echo_lp(g) && !P->has_prefix) {
             rc = ifd_oai_lp_prefix_build(&P->prefix, P->echo_lp, g->ptoks[p].n);
             P->has_prefix = rc == 0;
@@ -1546,9 +1629,12 @@ static void ifd__build_response(ifd_gen_t *g, const ifd_oai_usage_t *u)
     b->oc = oc;
     b->work.data = b;
     g->build = b;
-    /* the logprobs and prompt logprobs, at least; deferred alternatives at
-     * 16 bytes each (completions' minimum counts none) */
+    /* the logprobs and prompt logprobs, at least; deferred alternatives and
+     * the prompt logprobs' strings (looked up by the build) at 16 bytes
+     * each (completions' minimum counts no alternative) */
     uint64_t est = g->size_min + 16 * g->lp_deferred;
+    for (size_t p = 0; g->plp && p < g->n_prompts; p++)
+        est += 16 * ifd__plp_strs(g, p);
     for (uint32_t i = 0; i < g->n_choices; i++)
         est += oc[i].text_len;
     if (est >= IFD__BUILD_INLINE_BYTES &&
@@ -1624,7 +1710,7 @@ static size_t ifd__footprint(const ifd_gen_t *g)
     n += g->sarena.total + g->cjob.out.cap;
     for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
         const ifd__plp_t *P = &g->plp[p];
-        n += P->json.cap + P->prefix.tokens.cap + P->prefix.token_logprobs.cap +
+        n += P->a.total + P->json.cap + P->prefix.tokens.cap + P->prefix.token_logprobs.cap +
              P->prefix.top_logprobs.cap + P->prefix.text_offset.cap;
     }
     if (g->build)
@@ -1669,6 +1755,7 @@ static void ifd__gen_free(ifd_gen_t *g)
             ifd_tokens_free(&g->ptoks[p]);
     ifd_images_free(&g->images); /* every sequence is released: the router holds none */
     for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
+        ifd_arena_close(&g->plp[p].a);
         ifd_buf_free(&g->plp[p].json);
         ifd_oai_lp_prefix_free(&g->plp[p].prefix);
     }
@@ -2141,6 +2228,7 @@ static int ifd__alloc_plp(ifd_gen_t *g)
     g->plp = ifd_arena_calloc(&g->arena, g->n_prompts, sizeof *g->plp);
     for (size_t p = 0; g->plp && p < g->n_prompts; p++) {
         size_t n = g->ptoks[p].n > 1 ? g->ptoks[p].n - 1 : 1;
+        ifd_arena_init(&g->plp[p].a, 0);
         g->plp[p].v = ifd_arena_calloc(&g->arena, n, sizeof *g->plp[p].v);
         if (!g->plp[p].v)
             g->plp = NULL;

@@ -979,6 +979,8 @@ static void ifd__sup_params(ifd__daemon_t *d, const ifd_kvpool_params_t *kp, ifd
     sp->mmproj_path = d->mmproj_path[0] ? d->mmproj_path : NULL;
     sp->image_cache_mb = (uint32_t)d->cfg.image_cache_mb;
     sp->vision_step_ms = (uint32_t)d->cfg.vision_step_ms;
+    /* read at start: a reload does not reach the workers' warm-up */
+    sp->max_logprobs = d->cfg.max_logprobs;
     sp->kv.n_layers = (uint32_t)kp->n_layers;
     sp->kv.n_kv_heads = (uint32_t)kp->n_kv_heads;
     sp->kv.head_dim = (uint32_t)kp->head_dim;

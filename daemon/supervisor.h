@@ -129,6 +129,7 @@ typedef struct {
     const char *mmproj_path;      /* the vision tower's mmproj GGUF (HELLO), or NULL */
     uint32_t image_cache_mb;      /* the workers' --image-cache-mb; 0: theirs */
     uint32_t vision_step_ms;      /* the workers' --vision-step-ms; 0: theirs */
+    int64_t max_logprobs; /* the workers' --max-logprobs (their pool sizing's warm-up); 0: theirs */
     /* the pool's geometry; while sizing, n_blocks is 0 (set by ifd_sup_set_pool) */
     ifd_wire_kv_geometry_t kv;
     /* NULL until ifd_sup_set_pool (which must come before ifd_sup_start

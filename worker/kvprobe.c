@@ -167,6 +167,16 @@ static int ifd__spec_rows(const ifd_kvprobe_params_t *p)
     return most < p->spec_rows ? (int)most : p->spec_rows;
 }
 
+/* Step 2c's rows (ifd__warm_logprobs): every row of the largest prefill
+ * asks k alternatives past the inline ones, each with room for them. */
+typedef struct {
+    ifd_sampling_params_t p;
+    ifd_sample_result_t *res; /* [rows] */
+    int32_t *ids;             /* [rows x k] */
+    float *lps;               /* [rows x k] */
+    int32_t k;
+} ifd__lpwarm_t;
+
 /* A mixed prefill step of n tokens: sequences 0..S-2 one token each at
  * position 0 (nothing written), sequence S-1 a run from position 0 written
  * into blocks 0, 1, ...; a logits row per sequence (sampled on the device)
@@ -174,7 +184,8 @@ static int ifd__spec_rows(const ifd_kvprobe_params_t *p)
  * logprobs; not in a draft's warm-up) and up to w->spec_rows after them
  * (verification rows: downloaded, as the engine's are with device
  * sampling), the most rows an engine step asks for. */
-static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool extra_rows)
+static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool extra_rows,
+                             const ifd__lpwarm_t *lp)
 {
     const int32_t V = (int32_t)ifd_model_config(w->m)->n_vocab;
     int S = n - 1 < max_seqs ? n - 1 : max_seqs;
@@ -198,7 +209,47 @@ static int ifd__warm_prefill(ifd__warm_t *w, int n, int max_seqs, bool extra_row
         w->rows[S + i] = S - 1 + i;
     for (int i = 0; i < S + plp + spec; i++)
         w->srows[i].params = i < S ? w->row_sp : NULL;
-    return ifd__warm_step(w, n, S, max_blocks, S + plp + spec);
+    for (int i = 0; lp && i < S + plp; i++) { /* sampled rows, then scoring rows */
+        ifd_sample_result_t *r = &lp->res[i];
+        *r = (ifd_sample_result_t){.more_ids = lp->ids + (size_t)i * (size_t)lp->k,
+                                   .more_logprobs = lp->lps + (size_t)i * (size_t)lp->k,
+                                   .more_cap = lp->k};
+        w->srows[i] = i < S ? (ifd_sample_row_t){.params = &lp->p, .result = r}
+                            : (ifd_sample_row_t){.result = r,
+                                                 .score_token = w->tokens[w->rows[i] + 1],
+                                                 .score_top = lp->k};
+    }
+    int rc = ifd__warm_step(w, n, S, max_blocks, S + plp + spec);
+    for (int i = 0; lp && i < S + plp; i++)
+        w->srows[i] = (ifd_sample_row_t){.params = &w->sp};
+    return rc;
+}
+
+/* Step 2c: the largest prefill again, its S sampled rows and its prompt-
+ * logprob rows each asking k = min(max_logprobs, V) alternatives (skipped
+ * while k stays inline): the most the device sampler downloads in one step
+ * (8 bytes an alternative past the inline ones), so that its buffer is
+ * grown now rather than by the first such step while serving, from memory
+ * the pool was given. The host room is the warm-up's, freed after. */
+static int ifd__warm_logprobs(ifd__warm_t *w, const ifd_kvprobe_params_t *p)
+{
+    const int32_t V = (int32_t)ifd_model_config(w->m)->n_vocab;
+    const int64_t k = p->max_logprobs < 0 || p->max_logprobs > V ? V : p->max_logprobs;
+    if (p->draft || k <= IFD_SAMPLER_INLINE_LOGPROBS)
+        return 0;
+    const size_t rows = (size_t)w->cap_rows;
+    ifd__lpwarm_t lp = {.p = w->sp, .k = (int32_t)k};
+    lp.p.n_logprobs = (int32_t)k;
+    lp.res = calloc(rows, sizeof *lp.res);
+    lp.ids = malloc(rows * (size_t)k * sizeof *lp.ids);
+    lp.lps = malloc(rows * (size_t)k * sizeof *lp.lps);
+    int rc = lp.res && lp.ids && lp.lps
+                 ? ifd__warm_prefill(w, p->max_batched_tokens, p->max_seqs, true, &lp)
+                 : IFD_ENOMEM;
+    free(lp.res);
+    free(lp.ids);
+    free(lp.lps);
+    return rc;
 }
 
 /* A decode step of n sequences: sequence 0 at position ctx - 1, the others
@@ -340,7 +391,7 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
     for (n = 16 < T ? 16 : T;; n = n + n / 2 < T ? n + n / 2 : T) {
         /* the logits rows matter only at their largest (the model
          * reallocates them, no backend scratch depends on them) */
-        if ((rc = ifd__warm_prefill(&w, n, p->max_seqs, n == T))) {
+        if ((rc = ifd__warm_prefill(&w, n, p->max_seqs, n == T, NULL))) {
             what = "prefill";
             step = true;
             goto fail;
@@ -359,6 +410,12 @@ int ifd_kvprobe_warmup(ifd_model_t *m, const ifd_kvprobe_params_t *p, ifd_kvprob
     if (!p->draft && (rc = ifd__warm_sample_worst(&w, cap, p->max_ctx))) {
         what = "decode (sampling with raw logprobs)";
         n = cap;
+        step = true;
+        goto fail;
+    }
+    if ((rc = ifd__warm_logprobs(&w, p))) {
+        what = "prefill (max_logprobs alternatives a row)";
+        n = T;
         step = true;
         goto fail;
     }

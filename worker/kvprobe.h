@@ -95,6 +95,13 @@ typedef struct {
      * IFD_ENGINE_SPEC_ROWS for a serving worker; at most
      * IFD_SPEC_MAX_TOKENS x max_seqs count; 0: none; a draft's: none */
     int spec_rows;
+    /* the router's max_logprobs (-1: the vocabulary; 0: OpenAI's 20): past
+     * IFD_SAMPLER_INLINE_LOGPROBS, step 2c asks min(it, vocabulary)
+     * alternatives of every row of the largest prefill (its sampled rows
+     * and its prompt-logprob rows), so that the device sampler's download
+     * buffer (8 bytes an alternative) is grown before the memory is read;
+     * none in a draft's warm-up */
+    int64_t max_logprobs;
 } ifd_kvprobe_params_t;
 
 /* The device's free memory now, in *free_bytes. 0, or an error code. */

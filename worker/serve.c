@@ -76,6 +76,7 @@ typedef struct {
     uint64_t n_blocks;    /* the pool's, for STATS */
     char devname[160];    /* the backend's device, for READY and the log */
     char err[1024];       /* a failing phase's reason */
+    int64_t max_logprobs; /* the router's (ifd_serve_opts_t), for the POOL step's warm-up */
 } ifd__srv_t;
 
 static int ifd__write_all(int fd, const void *p, size_t n)
@@ -580,7 +581,8 @@ static int ifd__pool_step(ifd__srv_t *s, ifd_wire_reader_t *rd, ifd_backend_t *b
                                      .kv_dtype = (ifd_kv_dtype_t)h->kv.dtype,
                                      /* any request may speculate ("speculative":
                                       * true), whatever the daemon's spec: kvprobe.h */
-                                     .spec_rows = IFD_ENGINE_SPEC_ROWS};
+                                     .spec_rows = IFD_ENGINE_SPEC_ROWS,
+                                     .max_logprobs = s->max_logprobs};
     ifd_kvprobe_size_t sz;
     char desc[128];
     int rc = ifd_backend_factory_gpu_size(be, model, s->draft, &wp, h->gpu_memory_fraction, &sz,
@@ -1212,6 +1214,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     s.fd = o->fd;
     s.status = 1;
     s.frame_budget = ifd__frame_budget();
+    s.max_logprobs = o->max_logprobs;
     ifd_wire_reader_init(&s.rd, 0);
     if (!ifd__handshake(&s) && !ifd__load(&s, o) && !ifd__size_pool(&s) && !ifd__attach_pools(&s) &&
         !ifd__start_disk(&s, o) && !ifd__start_host(&s, o) && !ifd__start_engine(&s) &&

@@ -59,6 +59,10 @@ typedef struct {
     uint64_t kv_cache_host_bytes; /* the host-RAM tier's bound (kvpool/kvhost.h); 0: none */
     uint32_t vision_step_ms;      /* an encode's time per serve-loop iteration; 0: the default */
     double vision_step_flops;     /* > 0: a fixed FLOP budget per iteration instead */
+    /* the router's max_logprobs (-1: the vocabulary; 0: OpenAI's 20): the
+     * POOL step's warm-up grows the device sampler's buffers for it
+     * (kvprobe.h) */
+    int64_t max_logprobs;
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

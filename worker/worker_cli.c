@@ -49,6 +49,7 @@ static void ifd__usage(FILE *f)
             "                     [--kv-cache-host-bytes N]\n"
             "                     [--mmproj FILE] [--image-cache-mb N]\n"
             "                     [--vision-step-ms N] [--vision-step-flops F]\n"
+            "                     [--max-logprobs N]\n"
             "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
             "                     --random-weights F --model TOKENIZER) [probe options]\n"
             "       inferd-worker --devices\n"
@@ -69,6 +70,8 @@ static void ifd__usage(FILE *f)
             "    --vision-step-ms N  an image encode's share of a serve-loop iteration, the\n"
             "                        pause a decode step sees (default 50; docs/vision.md)\n"
             "    --vision-step-flops F  a fixed FLOP budget per iteration instead (F >= 1)\n"
+            "    --max-logprobs N    the router's max_logprobs (-1: the vocabulary): the pool\n"
+            "                        sizing's warm-up grows the device sampler for N a row\n"
             "  --kv-probe            load the model onto the GPU, then print as JSON how many KV\n"
             "                        blocks fit (what inferd --gpus runs per GPU at start-up):\n"
             "    --gpu-memory-fraction F  of the device's total memory (default 0.90)\n"
@@ -167,6 +170,7 @@ typedef struct {
     uint64_t kv_cache_host_bytes; /* --serve: a GPU worker's host-RAM tier (kvhost.h); 0 off */
     uint32_t vision_step_ms;      /* --serve: an encode's time per iteration; 0 default */
     double vision_step_flops;     /* --serve: a fixed budget instead; 0 none */
+    int64_t max_logprobs;         /* --serve: the router's max_logprobs; 0: 20 */
 } ifd__gen_opts_t;
 
 typedef struct {
@@ -685,6 +689,7 @@ enum {
     OPT_IMAGE_CACHE_MB,
     OPT_VISION_STEP_MS,
     OPT_VISION_STEP_FLOPS,
+    OPT_MAX_LOGPROBS,
     OPT_WEIGHTS,
     OPT_SERVE,
     OPT_FD,
@@ -962,6 +967,17 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         go->vision_step_ms = (uint32_t)v;
         break;
     }
+    case OPT_MAX_LOGPROBS: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(arg, &end, 10);
+        if (errno || end == arg || *end || v < -1 || v > INT32_MAX) {
+            fprintf(stderr, "inferd-worker: bad --max-logprobs '%s' (-1 to 2^31-1)\n", arg);
+            return 2;
+        }
+        go->max_logprobs = v;
+        break;
+    }
     case OPT_VISION_STEP_FLOPS: {
         char *end;
         errno = 0;
@@ -1035,7 +1051,7 @@ static int ifd__run_mode(ifd__cli_t *cli)
                                go->kv_cache_dir,   go->kv_cache_disk_bytes,
                                go->mmproj,         go->image_cache_mb << 20,
                                go->kv_cache_host_bytes, go->vision_step_ms,
-                               go->vision_step_flops};
+                               go->vision_step_flops, go->max_logprobs};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -1109,6 +1125,7 @@ int ifd_worker_main(int argc, char **argv)
         {"image-cache-mb", required_argument, NULL, OPT_IMAGE_CACHE_MB},
         {"vision-step-ms", required_argument, NULL, OPT_VISION_STEP_MS},
         {"vision-step-flops", required_argument, NULL, OPT_VISION_STEP_FLOPS},
+        {"max-logprobs", required_argument, NULL, OPT_MAX_LOGPROBS},
         {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
         {"kv-cache-host-bytes", required_argument, NULL, OPT_KV_CACHE_HOST},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},

@@ -303,21 +303,73 @@ static int merge_key(conv_t *c, json_t *r, const char *k, const json_t *va, cons
     return keep_one(c, k, "different");
 }
 
+static bool is_contains_key(const char *k)
+{
+    return !strcmp(k, "contains") || !strcmp(k, "minContains") || !strcmp(k, "maxContains");
+}
+
+/* contains with its minContains / maxContains is one constraint ("that
+ * many items match"), which the converter enforces (array_body): two
+ * different ones cannot be intersected (an allOf of their schemas would
+ * ask one item to match both), so a loose merge keeps neither — a
+ * superset, the check at the end has them — and min/maxContains without
+ * contains (no-ops) never pair with another side's contains. r is a's
+ * copy. */
+static int merge_contains(conv_t *c, json_t *r, const json_t *a, const json_t *b)
+{
+    const json_t *ca = json_object_get(a, "contains"), *cb = json_object_get(b, "contains");
+    if (!cb)
+        return 0; /* b's minContains / maxContains alone are no-ops */
+    if (!ca) {
+        json_object_del(r, "minContains");
+        json_object_del(r, "maxContains");
+        static const char *const keys[] = {"contains", "minContains", "maxContains"};
+        for (size_t i = 0; i < 3; i++) {
+            const json_t *v = json_object_get(b, keys[i]);
+            if (v && json_object_set(r, keys[i], (json_t *)v))
+                return oom(c);
+        }
+        return 0;
+    }
+    if (!json_equal((json_t *)ca, (json_t *)cb)) {
+        int rc = keep_one(c, "contains", "different");
+        json_object_del(r, "contains");
+        json_object_del(r, "minContains");
+        json_object_del(r, "maxContains");
+        return rc;
+    }
+    /* the same contains: the larger minimum, the smaller maximum (one side's
+     * minContains beside the other's default 1 is taken as it is: at
+     * worst a looser bound) */
+    static const char *const bounds[] = {"minContains", "maxContains"};
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *va = json_object_get(a, bounds[i]), *vb = json_object_get(b, bounds[i]);
+        int rc = !vb  ? 0
+                 : va ? merge_key(c, r, bounds[i], va, vb)
+                      : (json_object_set(r, bounds[i], (json_t *)vb) ? oom(c) : 0);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* r (a copy of a) ∩ b, into r. */
 static int merge_into(conv_t *c, json_t *r, const json_t *b)
 {
     json_t *a = json_copy(r);
     if (!a)
         return oom(c);
-    int rc = 0;
+    int rc = merge_contains(c, r, a, b);
     const char *k;
     json_t *vb;
     json_object_foreach((json_t *)b, k, vb)
     {
+        if (rc)
+            break;
         const json_t *va = json_object_get(a, k);
         if (!strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "const") ||
-            !strcmp(k, "enum"))
-            continue; /* below */
+            !strcmp(k, "enum") || is_contains_key(k))
+            continue; /* below, or above */
         if (!strcmp(k, "type") && va) {
             json_t *t = NULL;
             rc = merge_type(c, va, vb, &t);

@@ -922,6 +922,49 @@ static int object_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     return rc;
 }
 
+/* The most items of contains' schema an array's grammar asks for. */
+#define CONTAINS_MAX 8
+
+/* A loose conversion's array with contains (array_body): every valid
+ * array has need = minContains (default 1) items that match items and
+ * contains both (M: their allOf; I: the item), written
+ *   "[" ( I "," )* M ( "," ( I "," )* M ){need - 1} ( "," I )* "]"
+ * — exact without maxContains, which is left to the check at the end.
+ * Where it cannot be written so (maxItems, minItems above need, need over
+ * CONTAINS_MAX, a contains that cannot be merged with items): 1, and
+ * array_body writes its plain form (tightened asked it for need items). */
+static int contains_body(conv_t *c, const json_t *s, const json_t *items, const char *item,
+                         long long mn, long long mx, const json_t *doc, ifd_buf_t *b)
+{
+    const json_t *ct = json_object_get(s, "contains"), *mc = json_object_get(s, "minContains");
+    long long need = 1;
+    if (mc && !json_is_integer(mc))
+        return 1;
+    if (mc)
+        need = json_integer_value(mc);
+    if (need < 1 || need > CONTAINS_MAX || mx >= 0 || mn > need)
+        return 1;
+    json_t *m = items && !json_is_true(items) ? json_pack("{s:[O,O]}", "allOf", items, ct)
+                                              : json_incref((json_t *)ct);
+    if (!m)
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    unsigned id;
+    ifd__gconv_mark_t mark = ifd__gconv_mark(c);
+    int rc = ifd__gconv_schema_rule(c, m, doc, &id);
+    json_decref(m);
+    if (rc && ifd__gconv_loosen(c, mark, rc))
+        return 1;
+    TRY(rc); /* (no item can match both: no valid array) */
+    char one[64];
+    snprintf(one, sizeof one, "( %s ws \",\" ws )* s%u ws ", item, id);
+    rc = ifd_buf_printf(b, "\"[\" ws %s", one);
+    if (!rc && need > 1)
+        rc = ifd_buf_printf(b, "( \",\" ws %s){%lld} ", one, need - 1);
+    if (!rc)
+        rc = ifd_buf_printf(b, "( \",\" ws %s ws )* \"]\" ", item);
+    return rc ? ifd__gconv_err(c, IFD_ENOMEM, "out of memory") : 0;
+}
+
 static int array_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
 {
     const json_t *items = json_object_get(s, "items");
@@ -983,6 +1026,11 @@ static int array_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *
     }
     if (mx == 0)
         return ifd_buf_puts(b, "\"[\" ws \"]\" ") ? IFD_ENOMEM : 0;
+    if (c->loose && json_object_get(s, "contains")) {
+        int crc = contains_body(c, s, items, item, mn, mx, doc, b);
+        if (crc != 1)
+            return crc;
+    }
     int rc = ifd_buf_puts(b, "\"[\" ws ");
     if (!rc && mn == 0)
         rc = ifd_buf_puts(b, "( ");
@@ -1248,10 +1296,14 @@ static int node_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b
 }
 
 /* A loose conversion's tighter reading of what its grammar leaves out,
- * still accepting every valid value: if/then/else as anyOf [then, else] (a
- * valid value satisfies one of them), contains on an array as at least
- * minContains (default 1) items. NULL: nothing to tighten. */
-static json_t *tightened(const json_t *s, bool *oom)
+ * still accepting every valid value: if/then/else as anyOf [allOf [if,
+ * then], else] (level 2: a valid value satisfies if and then, or else; the
+ * else branch does not assert "not if", which no grammar enforces) or,
+ * where that cannot be merged, anyOf [then, else] (level 1); contains on
+ * an array as at least minContains (default 1) items (array_body then
+ * asks for that many items of contains' schema where it can). NULL:
+ * nothing to tighten. */
+static json_t *tightened(const json_t *s, int level, bool *oom)
 {
     const json_t *then = json_object_get(s, "then"), *els = json_object_get(s, "else");
     const json_t *ct = json_object_get(s, "contains"), *mc = json_object_get(s, "minContains");
@@ -1262,7 +1314,7 @@ static json_t *tightened(const json_t *s, bool *oom)
                          : 0;
     bool more = need > 0 && !(json_is_integer(mi) && json_integer_value(mi) >= need);
     *oom = false;
-    if (!cond && !more)
+    if ((!cond && !more) || (level < 2 && !cond)) /* (level 1 differs only for if) */
         return NULL;
     json_t *t = json_copy((json_t *)s);
     if (t && more && json_object_set_new(t, "minItems", json_integer(need)))
@@ -1270,11 +1322,17 @@ static json_t *tightened(const json_t *s, bool *oom)
     if (t && cond) {
         const json_t *all = json_object_get(t, "allOf");
         json_t *l = json_is_array(all) ? json_copy((json_t *)all) : json_array();
-        if (!l || json_array_append_new(l, json_pack("{s:[O,O]}", "anyOf", then, els)) ||
-            json_object_set_new(t, "allOf", l))
+        json_t *yes = level >= 2 ? json_pack("{s:[O,O]}", "allOf", json_object_get(s, "if"), then)
+                                 : json_incref((json_t *)then);
+        json_t *any = yes ? json_pack("{s:[O,O]}", "anyOf", yes, els) : NULL;
+        json_decref(yes);
+        if (!l || !any || json_array_append_new(l, any) || json_object_set_new(t, "allOf", l)) {
+            if (!any || !l) /* (the calls that failed later took theirs) */
+                json_decref(l), json_decref(any);
             json_decref(t), t = NULL;
-        else
+        } else {
             json_object_del(t, "if"), json_object_del(t, "then"), json_object_del(t, "else");
+        }
     }
     *oom = !t;
     return t;
@@ -1297,12 +1355,16 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
         return ifd__gconv_unsat(c, "a 'false' schema (nothing can match it)");
     if (!json_is_object(s))
         return ifd__gconv_err(c, IFD_EFORMAT, "a schema must be an object or a boolean");
-    bool oom = false;
-    json_t *t = c->loose ? tightened(s, &oom) : NULL;
-    if (oom)
-        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     int rc;
-    if (t) { /* the tighter reading, else (a keyword it cannot merge) the plain one */
+    /* the tightest reading, else (a keyword it cannot merge) a looser one,
+     * at last the plain one */
+    for (int level = 2; c->loose && level >= 1; level--) {
+        bool oom = false;
+        json_t *t = tightened(s, level, &oom);
+        if (oom)
+            return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+        if (!t)
+            break;
         size_t at = b->len;
         ifd__gconv_mark_t mark = ifd__gconv_mark(c);
         c->approx = true;

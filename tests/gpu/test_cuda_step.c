@@ -1147,6 +1147,115 @@ static void test_probe_spec_rows(void)
     free(lg);
 }
 
+/* The router's max_logprobs (kvprobe.h, step 2c): after a warm-up told
+ * max_logprobs -1 (the vocabulary; max_batched_tokens 16, max_seqs 4), the
+ * step that downloads the most alternatives — a prefill chunk of 13 tokens
+ * whose first 12 rows score the next token with the vocabulary's
+ * alternatives (prompt logprobs) beside 3 decodes sampling with as many
+ * (16 rows of V entries) — allocates nothing, and every row comes back
+ * whole; warmed up for the default (20) alternatives, the same step
+ * cudaMallocs its download buffer (the test can fail). */
+static void test_probe_logprobs(void)
+{
+    ifd_model_config_t c = tiny();
+    const int32_t V = (int32_t)c.n_vocab;
+    enum { ROWS = 16 };
+    float *lg = malloc(sizeof(float) * ROWS * (size_t)V);
+    int32_t *more_ids = malloc(sizeof(int32_t) * ROWS * (size_t)V);
+    float *more_lps = malloc(sizeof(float) * ROWS * (size_t)V);
+    for (int with = 1; with >= 0 && gt_case_failures() == 0; with--) {
+        gt_side_t s = {0};
+        if (side_open(&s, &c, true) != 0) {
+            gt_side_close(&s);
+            break;
+        }
+        const ifd_kvprobe_params_t wp = {.max_batched_tokens = ROWS,
+                                         .max_seqs = 4,
+                                         .max_ctx = 64,
+                                         .block_size = BS,
+                                         .kv_dtype = IFD_KV_F16,
+                                         .max_logprobs = with ? -1 : 0};
+        ifd_kvprobe_result_t r;
+        char err[256] = "";
+        int rc = ifd_kvprobe_warmup(s.m, &wp, free_mem, NULL, &r, err, sizeof err);
+        GT_EXPECT(rc == 0, "warm-up: %s", err);
+        tables_init();
+        step_t st;
+        ifd_batch_t b = make_step(&st, &c, 1, 3, 4); /* sequences 1-3: 4 tokens each */
+        if (rc == 0 && (rc = ifd_model_forward(s.m, &b, s.kv, lg)) != 0)
+            GT_EXPECT(0, "prefill: %s", ifd_strerror(rc));
+        ifd_sampling_params_t sp = ifd_sampling_default_params();
+        sp.temperature = 0.0f;
+        sp.n_logprobs = V;
+        ifd_sample_row_t rows[ROWS];
+        ifd_sample_result_t res[ROWS];
+        int32_t tok[ROWS];
+        st.n_tok = st.nl = 0;
+        st.n_seqs = 4;
+        for (int k = 0; k < 4; k++) {
+            memcpy(st.bt + k * MAXB, g_tables[k], sizeof g_tables[k]);
+            const int q = k == 0 ? 13 : 1;
+            for (int j = 0; j < q; j++) {
+                const int p = g_len[k] + j, t = st.n_tok++;
+                st.tok[t] = (int32_t)((p * 31 + k * 17 + 7) % (int)V);
+                st.pos[t] = p;
+                st.seq[t] = k;
+                st.slot[t] = (int64_t)g_tables[k][p / BS] * BS + p % BS;
+                const int i = st.nl;
+                res[i] = (ifd_sample_result_t){.more_ids = more_ids + (size_t)i * V,
+                                               .more_logprobs = more_lps + (size_t)i * V,
+                                               .more_cap = V};
+                if (j == q - 1)
+                    rows[i] = (ifd_sample_row_t){.params = &sp, .result = &res[i]};
+                else /* a prompt row: the next token's logprob and V alternatives */
+                    rows[i] = (ifd_sample_row_t){.result = &res[i], .score_top = V};
+                st.rows[st.nl++] = t;
+            }
+            g_len[k] += q;
+        }
+        for (int i = 0; i < 12; i++)
+            rows[i].score_token = st.tok[i + 1];
+        b = (ifd_batch_t){st.n_tok, st.tok, st.pos,  st.seq, st.slot, 4,    st.bt,
+                          MAXB,     st.nl,  st.rows, NULL,   NULL,    NULL, NULL};
+        GT_EXPECT(st.nl == ROWS && st.n_tok == ROWS, "%d rows, %d tokens", st.nl, st.n_tok);
+        ifd_emu_counters_t c0, c1;
+        ifd_emu_counters(&c0);
+        if (rc == 0)
+            rc = ifd_model_forward_sample(s.m, &b, s.kv, rows, tok, lg);
+        ifd_emu_counters(&c1);
+        GT_EXPECT(rc == 0, "the step: %s", ifd_strerror(rc));
+        if (with)
+            GT_EXPECT(c1.mallocs == c0.mallocs, "%llu cudaMalloc after the warm-up",
+                      (unsigned long long)(c1.mallocs - c0.mallocs));
+        else
+            GT_EXPECT(c1.mallocs > c0.mallocs, "no cudaMalloc without step 2c");
+        /* every row came back whole: its token, then the vocabulary once, most
+         * probable first (device = host on such rows: test_engine_sampling) */
+        char *seen = malloc((size_t)V);
+        for (int i = 0; i < ROWS && rc == 0 && seen && gt_case_failures() == 0; i++) {
+            const int32_t t = rows[i].params ? tok[i] : rows[i].score_token;
+            GT_EXPECT(res[i].n_top == V && res[i].token == t, "row %d: %d of token %d (want %d)", i,
+                      res[i].n_top, res[i].token, t);
+            memset(seen, 0, (size_t)V);
+            for (int e = 0; e < V && gt_case_failures() == 0; e++) {
+                const int32_t id = res[i].more_ids[e];
+                GT_EXPECT(id >= 0 && id < V && !seen[id] && res[i].more_logprobs[e] <= 0 &&
+                              (e == 0 || res[i].more_logprobs[e] <= res[i].more_logprobs[e - 1]),
+                          "row %d entry %d: id %d logprob %g", i, e, id, res[i].more_logprobs[e]);
+                if (id >= 0 && id < V)
+                    seen[id] = 1;
+            }
+        }
+        free(seen);
+        gt_note("warm-up %s max_logprobs -1: the step's cudaMalloc %llu", with ? "with" : "without",
+                (unsigned long long)(c1.mallocs - c0.mallocs));
+        gt_side_close(&s);
+    }
+    free(lg);
+    free(more_ids);
+    free(more_lps);
+}
+
 /* The POOL step with a draft model (speculative decoding, kvprobe.h): the
  * draft's warm-up runs at its limits and records its decode graphs (in
  * the draft's set of keys), each block costs
@@ -1241,6 +1350,8 @@ int main(void)
     gt_case("the pool probe's warm-up brings local tables (Gemma 3)", test_probe_local_tables);
     gt_case("the pool probe counts a draft model's warm-up and pool", test_probe_counts_draft);
     gt_case("the pool probe's warm-up brings verification rows", test_probe_spec_rows);
+    gt_case("the pool probe's warm-up grows the logprobs download for max_logprobs",
+            test_probe_logprobs);
 #endif
     return gt_end();
 }

@@ -62,6 +62,10 @@ def detok(ids):
     return D.json("POST", "/detokenize", {"tokens": ids})["prompt"]
 
 
+def detok_on(d, ids):
+    return d.json("POST", "/detokenize", {"tokens": ids})["prompt"]
+
+
 def tok(text):
     return D.json("POST", "/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
 
@@ -604,6 +608,126 @@ def test_logprob_decode_off_loop():
         assert r.error is None and r.snapshot()[-1] == "[DONE]", r.error
         got = [t for x in _lp_chunks(r.snapshot()) for t in x["choices"][0]["logprobs"]["content"]]
         assert got == e
+        d.wait_idle()
+    finally:
+        rc = d.stop()
+    assert rc == 0, d.logtext()
+
+
+def _byte_alphabet():
+    """GPT-2's byte-level alphabet, inverted: a vocabulary piece's character -> its byte."""
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1))
+          + list(range(ord("\u00ae"), ord("\u00ff") + 1)))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def test_prompt_logprob_decode_off_loop():
+    """vLLM's prompt_logprobs (and completions echo + logprobs) reach the router as ids,
+    logprobs and ranks; the rows' strings (decoded_token, the echo form's tokens) are looked
+    up by the job that writes the response or the echo chunk, on the thread pool when many.
+    With the INFERD_TEST_LP_OFF_LOOP hook the daemon aborts once its loop has looked up more
+    than 4096 strings of one prompt's rows; a ~280-token prompt at prompt_logprobs 32 has
+    ~9k. Completions and chat not streamed, completions echo + logprobs 20 (n = 2) streamed
+    and not, and with return_tokens_as_token_ids: every row is there; each prompt token's
+    string is the bytes of its vocabulary piece (/tokenize's token_strs), a sample of the
+    alternatives' strings their /detokenize, one id one string throughout; the streamed echo
+    equals the non-streamed one."""
+    if os.environ.get("INFERD_TEST_HOOKS") != "1":
+        print("     skipped: a build without INFERD_TEST_HOOKS")
+        return
+    import random
+    d = Daemon(INFERD, args=["--max-logprobs", "64"], env={"INFERD_TEST_LP_OFF_LOOP": "1"})
+    try:
+        words = ("river stone light garden morning paper silver window quiet number table "
+                 "music forest bridge cloud winter market orange letter yellow").split()
+        rng = random.Random(29)
+        text = " ".join(rng.choice(words) + ("." if i % 9 == 8 else "") for i in range(250))
+        tk = d.json("POST", "/tokenize", {"prompt": text, "add_special_tokens": False,
+                                          "return_token_strs": True})
+        ids, pieces = tk["tokens"], tk["token_strs"]
+        # ~280 tokens: ~9,100 strings at k = 32, ~6,100 in the echo form at 20 (the
+        # hook's bound is 4096); longer prompts cost seconds each on a CPU worker
+        assert 200 <= len(ids) <= 600, len(ids)
+        inv = _byte_alphabet()
+        strs = {}  # id -> its string, wherever it appears
+
+        def note(i, s):
+            assert strs.setdefault(i, s) == s, (i, strs[i], s)
+
+        def check_rows(plp, prompt_ids, k):
+            assert len(plp) == len(prompt_ids) and plp[0] is None, len(plp)
+            for pos in range(1, len(prompt_ids)):
+                row = plp[pos]
+                tid = str(prompt_ids[pos])
+                assert tid in row and len(row) in (k, k + 1), (pos, len(row))
+                alts = sorted(v["rank"] for t, v in row.items() if t != tid or len(row) == k)
+                assert alts[-1] <= k and row[tid]["rank"] >= 1, (pos, row[tid])
+                for t, v in row.items():
+                    assert v["logprob"] <= 0
+                    note(int(t), v["decoded_token"])
+
+        # completions, not streamed
+        K = 32
+        r = d.json("POST", "/v1/completions", {"model": MODEL, "prompt": ids, "max_tokens": 1,
+                                               "temperature": 0, "prompt_logprobs": K})
+        plp = r["choices"][0]["prompt_logprobs"]
+        check_rows(plp, ids, K)
+        for i, piece in zip(ids, pieces):
+            raw = bytes(inv[ch] for ch in piece)
+            try:
+                want = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            assert strs.get(i, want) == want, (i, piece, strs.get(i))
+        sample = rng.sample(sorted(strs), 100)
+        for i in sample:
+            t = detok_on(d, [i])
+            if "\ufffd" not in t:
+                assert strs[i] == t, (i, strs[i], t)
+        # chat, not streamed: the templated prompt's rows, once at the top level
+        msgs = [{"role": "user", "content": text}]
+        cids = d.json("POST", "/tokenize", {"messages": msgs})["tokens"]
+        c = d.json("POST", "/v1/chat/completions", {"model": MODEL, "messages": msgs,
+                                                    "max_tokens": 1, "temperature": 0,
+                                                    "prompt_logprobs": K})
+        check_rows(c["prompt_logprobs"], cids, K)
+        # completions echo + logprobs, n = 2: not streamed, then streamed (the echo chunk
+        # written by the stream's chunk job), the same columns
+        eb = {"model": MODEL, "prompt": ids, "max_tokens": 2, "temperature": 0, "n": 2,
+              "echo": True, "logprobs": 20}
+        e = d.json("POST", "/v1/completions", eb)
+        for ch in e["choices"]:
+            lp = ch["logprobs"]
+            assert lp["tokens"][:len(ids)] == [strs[i] for i in ids]
+            assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+            for pos in range(1, len(ids)):
+                row = {v["decoded_token"] for v in plp[pos].values()}
+                assert set(lp["top_logprobs"][pos]) <= row, pos
+            assert ch["prompt_logprobs"] is not None and len(ch["prompt_logprobs"]) == len(ids)
+        sr = SSEReader(d.sock, "/v1/completions", dict(eb, stream=True))
+        sr.run()
+        assert sr.error is None and sr.snapshot()[-1] == "[DONE]", sr.error
+        cols = {0: {}, 1: {}}
+        for ev in _lp_chunks(sr.snapshot()):
+            for ch in ev["choices"]:
+                for key, v in ch["logprobs"].items():
+                    cols[ch["index"]].setdefault(key, []).extend(v)
+        for ch in e["choices"]:
+            for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                assert cols[ch["index"]][key] == ch["logprobs"][key], (ch["index"], key)
+        # return_tokens_as_token_ids: the echo form's tokens and alternatives as ids
+        t = d.json("POST", "/v1/completions",
+                   dict(eb, n=1, max_tokens=1, return_tokens_as_token_ids=True))
+        lp = t["choices"][0]["logprobs"]
+        assert lp["tokens"][:len(ids)] == ["token_id:%d" % i for i in ids]
+        for pos in range(1, len(ids)):
+            assert {"token_id:" + x for x in plp[pos]} >= set(lp["top_logprobs"][pos]), pos
         d.wait_idle()
     finally:
         rc = d.stop()

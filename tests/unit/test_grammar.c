@@ -739,16 +739,34 @@ START_TEST(test_json_schema_loose)
          "\"integer\"}},\"required\":[\"k\"],\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},"
          "\"then\":{\"required\":[\"x\"]}}",
          {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {"{\"k\":\"a\"}"}},
-        /* if/then/else read as anyOf [then, else]: {"k":"a"} satisfies neither, so the
-         * grammar refuses it (below); {"k":"b","x":1} satisfies then, not its if */
+        /* if/then/else read as anyOf [allOf [if, then], else]: {"k":"a"} satisfies
+         * neither, nor does {"k":"b","x":1} (then without its if), so the grammar refuses
+         * them (below); {"k":"a","y":2} satisfies else, whose "not if" is left out */
         {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
          "\"integer\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"k\"],\"additionalProperties\":"
          "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
          "\"else\":{\"required\":[\"y\"]}}",
-         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\",\"y\":2}"}, {"{\"k\":\"b\",\"x\":1}"}},
+         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\",\"y\":2}", "{\"k\":\"a\",\"x\":1,\"y\":2}"},
+         {"{\"k\":\"a\",\"y\":2}"}},
+        /* contains: the items of its schema the array must hold, exact without
+         * maxContains (nothing to catch), maxContains left to the check */
+        {"{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{\"type\":"
+         "\"integer\",\"minimum\":5}}",
+         {"[\"a\",7]", "[5]", "[\"x\",1,9,\"y\"]"}, {NULL}},
+        {"{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{\"type\":"
+         "\"integer\",\"minimum\":5},\"minContains\":2,\"maxContains\":3}",
+         {"[\"a\",7,1,5]", "[5,6,7]"}, {"[5,6,7,8]", "[9,\"a\",9,9,9]"}},
+        /* two different contains (allOf): neither enforced by the grammar (one item
+         * need not match both), the check has them */
+        {"{\"type\":\"array\",\"allOf\":[{\"contains\":{\"type\":\"integer\"}},{\"contains\":"
+         "{\"type\":\"string\"}}]}",
+         {"[1,\"a\"]", "[\"b\",true,2]"}, {"[1]", "[\"a\"]"}},
+        {"{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"contains\":{\"maximum\":0},"
+         "\"$defs\":{\"n\":{\"type\":\"integer\"}},\"minItems\":1}",
+         {"[1,-2]", "[0]"}, {NULL}},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}",
          {"[1,2]", "[]"}, {"[1,1]", "[3,2,3]"}},
-        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", {"[\"a\",1]"}, {"[\"a\"]"}},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", {"[\"a\",1]", "[1]"}, {NULL}},
         {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"},\"propertyNames\":"
          "{\"maxLength\":3}}",
          {"{\"abc\":1}"}, {"{\"abcd\":1}"}},
@@ -801,8 +819,21 @@ START_TEST(test_json_schema_loose)
          "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
          "\"else\":{\"required\":[\"y\"]}}",
          "{\"k\":\"a\"}"},
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+         "\"integer\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"k\"],\"additionalProperties\":"
+         "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
+         "\"else\":{\"required\":[\"y\"]}}",
+         "{\"k\":\"b\",\"x\":1}"},
         {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "[]"},
         {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"},\"minContains\":2}", "[1]"},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"},\"minContains\":2}", "[1,\"a\"]"},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "[\"a\",\"b\"]"},
+        {"{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{\"type\":"
+         "\"integer\",\"minimum\":5}}",
+         "[\"a\",3]"},
+        {"{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"contains\":{\"maximum\":0},"
+         "\"$defs\":{\"n\":{\"type\":\"integer\"}},\"minItems\":1}",
+         "[1,2]"},
     };
     for (size_t i = 0; i < sizeof tight / sizeof tight[0]; i++) {
         json_error_t je;

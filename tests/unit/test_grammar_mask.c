@@ -633,6 +633,98 @@ START_TEST(test_mask_format_walks)
 }
 END_TEST
 
+/* The loose conversion's tighter readings (grammar_conv_schema.c: contains
+ * as that many items of its schema, if/then/else as anyOf [allOf [if,
+ * then], else]) against the check: on schemas where they are exact (no
+ * maxContains; an else that excludes the if), every string a random walk
+ * under the mask finishes passes ifd_schema_check. Leaving contains out,
+ * or then without its if, lets walks write [true, 1] or {"k":"b","x":1}. */
+START_TEST(test_mask_tight_walks)
+{
+    static const char *const schemas[] = {
+        "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"boolean\"],\"minimum\":-99,"
+        "\"maximum\":99},\"contains\":{\"type\":\"integer\",\"minimum\":5},\"minContains\":2}",
+        "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"boolean\",\"null\"],\"minimum\":0,"
+        "\"maximum\":50},\"contains\":{\"type\":\"boolean\"}}",
+        "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+        "\"integer\",\"minimum\":-9,\"maximum\":9},\"y\":{\"type\":\"boolean\"}},\"required\":["
+        "\"k\"],\"additionalProperties\":"
+        "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
+        "\"else\":{\"properties\":{\"k\":{\"const\":\"b\"}},\"required\":[\"y\"]}}",
+    };
+    enum { V = 257, EOS = 256, WALKS = 150, STEPS = 300 };
+    char *bytes[V];
+    uint32_t lens[V];
+    for (int i = 0; i < V; i++) {
+        bytes[i] = malloc(2);
+        bytes[i][0] = (char)i;
+        lens[i] = i == EOS ? 0 : 1;
+    }
+    int32_t eos = EOS;
+    ifd_vocab_t *v;
+    ck_assert_int_eq(ifd_vocab_create(V, (const char *const *)bytes, lens, &eos, 1, &v), 0);
+    ifd_gstore_t *st;
+    ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
+    uint64_t rng = 29;
+    uint32_t mask[(V + 31) / 32];
+    for (size_t f = 0; f < sizeof schemas / sizeof schemas[0]; f++) {
+        json_error_t je;
+        json_t *schema = json_loads(schemas[f], 0, &je);
+        ck_assert_ptr_nonnull(schema);
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        bool approx = false;
+        ck_assert_msg(ifd_gconv_json_schema_loose(schema, &b, NULL, &approx, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert(approx);
+        int finished = 0;
+        for (int walk = 0; walk < WALKS; walk++) {
+            ifd_constraint_t *k;
+            ck_assert_int_eq(ifd_constraint_create(st, b.data, b.len, &k, err, sizeof err), 0);
+            int32_t hist[STEPS];
+            char out[STEPS + 1];
+            size_t n = 0;
+            bool done = false;
+            for (; n < STEPS && !done; n++) {
+                IFD_TASSERT_CMP(ifd_constraint_mask(k, hist, n, mask), ==, 0);
+                int32_t allowed[V];
+                int na = 0;
+                for (int32_t t = 0; t < V; t++)
+                    if ((mask[t >> 5] >> (t & 31)) & 1 && t != ' ' && t != '\n' && t != '\t' &&
+                        t != '\r')
+                        allowed[na++] = t;
+                IFD_TASSERT(na > 0);
+                /* an end (or the item separator) now and then, so the values stay short */
+                int32_t t = allowed[rnd(&rng) % (uint64_t)na];
+                for (const char *e = "]},"; *e && rnd(&rng) % 3 == 0; e++)
+                    if ((mask[*e >> 5] >> (*e & 31)) & 1) {
+                        t = *e;
+                        break;
+                    }
+                hist[n] = t;
+                done = t == EOS;
+                out[n] = (char)t;
+            }
+            ifd_constraint_destroy(k);
+            if (!done)
+                continue;
+            finished++;
+            char why[256];
+            int rc = ifd_schema_check_text(schema, out, n - 1, why, sizeof why);
+            IFD_CHECK(rc == 0, "schema %zu: the grammar wrote %.*s, the check says %s", f,
+                      (int)(n - 1), out, why);
+        }
+        IFD_CHECK(finished >= WALKS / 2, "schema %zu: only %d walks finished", f, finished);
+        ifd_buf_free(&b);
+        json_decref(schema);
+    }
+    ifd_gstore_destroy(st);
+    ifd_vocab_destroy(v);
+    for (int i = 0; i < V; i++)
+        free(bytes[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("grammar_mask");
@@ -644,6 +736,7 @@ int main(void)
     tcase_add_test(tc, test_sampler_constraint);
     tcase_add_test(tc, test_sampler_constraint_truncated);
     tcase_add_test(tc, test_mask_format_walks);
+    tcase_add_test(tc, test_mask_tight_walks);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
