@@ -49,6 +49,7 @@ static void ifd__usage(FILE *f)
             "                     [--kv-cache-host-bytes N]\n"
             "                     [--mmproj FILE] [--image-cache-mb N]\n"
             "                     [--vision-step-ms N] [--vision-step-flops F]\n"
+            "                     [--draft-step-tokens N]\n"
             "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
             "                     --random-weights F --model TOKENIZER) [probe options]\n"
             "       inferd-worker --devices\n"
@@ -69,6 +70,9 @@ static void ifd__usage(FILE *f)
             "    --vision-step-ms N  an image encode's share of a serve-loop iteration, the\n"
             "                        pause a decode step sees (default 50; docs/vision.md)\n"
             "    --vision-step-flops F  a fixed FLOP budget per iteration instead (F >= 1)\n"
+            "    --draft-step-tokens N  the draft model's tokens per engine step at most (its\n"
+            "                        prompt catch-up; default: the step budget, HELLO's\n"
+            "                        max_batched_tokens; docs/speculative.md)\n"
             "  --kv-probe            load the model onto the GPU, then print as JSON how many KV\n"
             "                        blocks fit (what inferd --gpus runs per GPU at start-up):\n"
             "    --gpu-memory-fraction F  of the device's total memory (default 0.90)\n"
@@ -167,6 +171,7 @@ typedef struct {
     uint64_t kv_cache_host_bytes; /* --serve: a GPU worker's host-RAM tier (kvhost.h); 0 off */
     uint32_t vision_step_ms;      /* --serve: an encode's time per iteration; 0 default */
     double vision_step_flops;     /* --serve: a fixed budget instead; 0 none */
+    int draft_step_tokens;        /* --serve: the draft's catch-up tokens a step; 0 default */
 } ifd__gen_opts_t;
 
 typedef struct {
@@ -703,6 +708,7 @@ enum {
     OPT_KV_CACHE_DIR,
     OPT_KV_CACHE_DISK,
     OPT_KV_CACHE_HOST,
+    OPT_DRAFT_STEP,
 };
 
 /* The parsed command line: the mode flags and each mode's options. */
@@ -962,6 +968,15 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         go->vision_step_ms = (uint32_t)v;
         break;
     }
+    case OPT_DRAFT_STEP: {
+        long v;
+        if (!ifd__parse_int(arg, 1, 1 << 20, &v)) {
+            fprintf(stderr, "inferd-worker: bad --draft-step-tokens '%s' (1 to 1048576)\n", arg);
+            return 2;
+        }
+        go->draft_step_tokens = (int)v;
+        break;
+    }
     case OPT_VISION_STEP_FLOPS: {
         char *end;
         errno = 0;
@@ -1035,7 +1050,7 @@ static int ifd__run_mode(ifd__cli_t *cli)
                                go->kv_cache_dir,   go->kv_cache_disk_bytes,
                                go->mmproj,         go->image_cache_mb << 20,
                                go->kv_cache_host_bytes, go->vision_step_ms,
-                               go->vision_step_flops};
+                               go->vision_step_flops, go->draft_step_tokens};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -1111,6 +1126,7 @@ int ifd_worker_main(int argc, char **argv)
         {"vision-step-flops", required_argument, NULL, OPT_VISION_STEP_FLOPS},
         {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
         {"kv-cache-host-bytes", required_argument, NULL, OPT_KV_CACHE_HOST},
+        {"draft-step-tokens", required_argument, NULL, OPT_DRAFT_STEP},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},

@@ -159,7 +159,12 @@ static ifd_spec_draft_t *make_drafter(const ifd_engine_model_t *em, int budget)
 {
     if (!serve_draft)
         return NULL;
-    const ifd_spec_draft_params_t dp = {em->n_vocab, budget, 64, 16, kv_dtype, 0};
+    const ifd_spec_draft_params_t dp = {.n_vocab = em->n_vocab,
+                                        .max_batched_tokens = budget,
+                                        .n_blocks = 64,
+                                        .block_size = 16,
+                                        .dtype = kv_dtype,
+                                        .step_tokens = 0};
     ifd_spec_draft_t *d;
     char err[512] = "";
     ck_assert_msg(ifd_spec_draft_create(&d, serve_draft, &dp, err, sizeof err) == 0, "%s", err);
@@ -482,8 +487,12 @@ END_TEST
  * with a line naming it. */
 START_TEST(test_draft_q4_0_refused)
 {
-    const ifd_spec_draft_params_t dp = {
-        (int32_t)ifd_model_config(model)->n_vocab, 256, 8, 16, IFD_KV_Q4_0, 0};
+    const ifd_spec_draft_params_t dp = {.n_vocab = (int32_t)ifd_model_config(model)->n_vocab,
+                                        .max_batched_tokens = 256,
+                                        .n_blocks = 8,
+                                        .block_size = 16,
+                                        .dtype = IFD_KV_Q4_0,
+                                        .step_tokens = 0};
     ifd_spec_draft_t *d = NULL;
     char err[512] = "";
     ck_assert_int_eq(ifd_spec_draft_create(&d, model, &dp, err, sizeof err), IFD_ENOTSUP);
