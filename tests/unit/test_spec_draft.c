@@ -489,9 +489,10 @@ END_TEST
  * the draft the same chunks as they are scheduled (feed queries). With the
  * draft's catch-up budget equal to the target's (32) the draft keeps pace:
  * every prompt token is fed during the prefill, no call feeds more than
- * 32, no proposal waits for its catch-up. With half of it (16) the
- * draft lags: proposals wait (lagging) while it catches up 16 tokens a
- * step, and still no call feeds more than 16. Alone and three at once,
+ * 32, no proposal waits for its catch-up. With half of it (16) or a
+ * quarter (8: the daemon's draft_step_tokens, a smaller draft's share) the
+ * draft lags: proposals wait (lagging) while it catches up 16 (8) tokens a
+ * step, and still no call feeds more than that. Alone and three at once,
  * greedy and seeded: plain decoding's tokens every time, every draft
  * block given back. (Before the feeds, the first proposal of each request
  * fed its whole prompt in one call: max_call_catchup 240.) */
@@ -501,9 +502,9 @@ static void prefill_spread(bool sampled)
     serve_budget = 32;
     for (int i = N_SEQ; i < N_ALL; i++)
         serve(ref, i, 1, NULL, sampled);
-    const int shares[] = {0, 16}; /* 0: the budget itself (32) */
+    const int shares[] = {0, 16, 8}; /* 0: the budget itself (32) */
     const int batches[][2] = {{N_SEQ, 1}, {N_SEQ, N_LONG}};
-    for (size_t k = 0; k < 2; k++) {
+    for (size_t k = 0; k < sizeof shares / sizeof *shares; k++) {
         for (size_t b = 0; b < 2; b++) {
             const ifd_spec_draft_params_t dp = {.n_vocab = 256,
                                                 .max_batched_tokens = 32,
@@ -536,17 +537,22 @@ static void prefill_spread(bool sampled)
                    (unsigned long long)ds.max_call_catchup, (unsigned long long)ds.lagging,
                    (unsigned long long)st.spec_drafts);
             fflush(stdout);
-            ck_assert_uint_gt(st.spec_drafts, 0);
+            /* a share of 8 feeds 64 tokens during the 240-token prefill, then 8 a
+             * step while the sequence grows by one: its first proposal would come
+             * at output token 25 (240 + t <= 64 + 8t), past N_OUT. A share too
+             * small for the prompts delays proposals; it never changes a token. */
+            if (shares[k] == 0 || shares[k] >= 16)
+                ck_assert_uint_gt(st.spec_drafts, 0);
             ck_assert_int_eq(ds.blocks_held, 0);
             check_pool(d);
             if (k == 0) { /* in step with the target's prefill */
                 ck_assert_uint_eq(ds.feed_tokens, (uint64_t)prompt);
                 ck_assert_uint_le(ds.max_call_catchup, 32);
                 ck_assert_uint_eq(ds.lagging, 0);
-            } else { /* a half: behind, spread all the same */
+            } else { /* a half or a quarter: behind, spread all the same */
                 ck_assert_uint_gt(ds.feed_tokens, 0);
                 ck_assert_uint_lt(ds.feed_tokens, (uint64_t)prompt);
-                ck_assert_uint_le(ds.max_call_catchup, 16);
+                ck_assert_uint_le(ds.max_call_catchup, (uint64_t)shares[k]);
                 ck_assert_uint_gt(ds.lagging, 0);
             }
             ifd_spec_draft_destroy(d);
