@@ -8,7 +8,9 @@ SIGKILLed mid-stream with speculation on resumes to the undisturbed text; `infer
 status` shows the method and the acceptance. A second daemon with `--spec draft
 --draft-model` (the model as its own draft) gives the same text too, with nearly every
 proposal accepted, also across a SIGKILLed worker; a draft model with another tokenizer
-(Gemma 3 270M's) stops the start with a message saying so.
+(Gemma 3 270M's) stops the start with a message saying so, as does draft_step_tokens
+without a draft model. The draft daemon runs with a draft share of 16 tokens a step
+(draft_step_tokens, the workers' --draft-step-tokens): the same text all the same.
 
 Usage: test_daemon_spec.py INFERD WORKER   (the venv's python: $INFERD_PYTHON)
 """
@@ -46,9 +48,11 @@ D = C = None
 
 
 def draft_args():
-    """The draft model daemon's settings: the model as its own draft."""
+    """The draft model daemon's settings: the model as its own draft, fed at most 16
+    tokens a step (a share below the step budget: the draft lags on long prompts and
+    proposes later, never another token)."""
     return ["--spec", "draft", "--draft-model", model_path(), "--spec-tokens", "4",
-            "--worker-ping-interval", "0.1"]
+            "--draft-step-tokens", "16", "--worker-ping-interval", "0.1"]
 
 
 def chat(messages, spec=None, stream=False, client=None, **kw):
@@ -265,7 +269,7 @@ def test_draft_model_same_text():
     """--spec draft with the model as its own draft: greedy and seeded text equal to
     "speculative": false's, streamed or not, nearly every proposal accepted (the draft's
     greedy token is the model's own); a request may still pick ngram or off; infer
-    status names the method."""
+    status names the method. The worker took the draft share (its log says so)."""
     d = Daemon(INFERD, draft_args())
 
     def counters():
@@ -273,6 +277,9 @@ def test_draft_model_same_text():
         return {k.split("{")[0]: v for k, v in d.metrics().items()
                 if k.startswith("vllm:spec_decode_num_") and "per_pos" not in k}
     try:
+        # the daemon's draft_step_tokens reached the worker's proposer
+        assert "draft model: 16 catch-up tokens a step at most" in d.logtext(tail=None), \
+            d.logtext()
         client = openai_client(d.sock, timeout=300)
         before = counters()
         # greedy draft proposals only
@@ -333,6 +340,20 @@ def test_draft_other_tokenizer_refused():
     assert "needs the same tokenizer" in log, log[-3000:]
     assert rc == 1 and "no worker could be started" in log, (rc, log[-3000:])
     assert log.count("started pid") == 1, log[-3000:]  # not restarted
+
+
+def test_draft_step_tokens_without_draft_model_refused():
+    """draft_step_tokens without draft_model: the start stops at the settings (no worker
+    started), exit 1, the log names the setting."""
+    d = Daemon(INFERD, ["--draft-step-tokens", "8"], wait=False)
+    try:
+        rc = d.proc.wait(30 * SCALE)
+    finally:
+        log = d.logtext(tail=None)
+        d.kill_quietly()
+    assert rc == 1, (rc, log[-3000:])
+    assert "draft_step_tokens 8 needs a draft model" in log, log[-3000:]
+    assert "started pid" not in log, log[-3000:]
 
 
 def test_draft_without_draft_model_is_400():
