@@ -974,7 +974,8 @@ static void ifd__draft_identity(const ifd__srv_t *s, const ifd_serve_opts_t *o, 
  * in the draft's geometry; its catch-up share of a step (opts'
  * draft_step_tokens, else max_batched_tokens) and, with the disk tier's
  * directory, a disk tier of its own there (its files keyed apart from the
- * model's). */
+ * model's); with the model's host tier (a GPU worker) a host tier of its
+ * own of as many blocks. */
 static int ifd__start_drafter(ifd__srv_t *s, const ifd_serve_opts_t *o)
 {
     const ifd_wire_hello_t *h = &s->hello.u.hello;
@@ -983,15 +984,18 @@ static int ifd__start_drafter(ifd__srv_t *s, const ifd_serve_opts_t *o)
     char identity[4096 + 512]; /* a path and some settings */
     ifd__draft_identity(s, o, identity, sizeof identity);
     const bool disk = o->kv_cache_dir && *o->kv_cache_dir;
-    const ifd_spec_draft_params_t dp = {.n_vocab = s->em.n_vocab,
-                                        .max_batched_tokens = s->ep.max_batched_tokens,
-                                        .n_blocks = geo.n_blocks,
-                                        .block_size = (int)h->kv.block_size,
-                                        .dtype = (ifd_kv_dtype_t)h->kv.dtype,
-                                        .step_tokens = o->draft_step_tokens,
-                                        .disk_dir = disk ? o->kv_cache_dir : NULL,
-                                        .disk_bytes = o->kv_cache_disk_bytes,
-                                        .disk_identity = identity};
+    const ifd_spec_draft_params_t dp = {
+        .n_vocab = s->em.n_vocab,
+        .max_batched_tokens = s->ep.max_batched_tokens,
+        .n_blocks = geo.n_blocks,
+        .block_size = (int)h->kv.block_size,
+        .dtype = (ifd_kv_dtype_t)h->kv.dtype,
+        .step_tokens = o->draft_step_tokens,
+        .disk_dir = disk ? o->kv_cache_dir : NULL,
+        .disk_bytes = o->kv_cache_disk_bytes,
+        .disk_identity = identity,
+        /* as many blocks as the model's host tier */
+        .host_blocks = s->host ? (int64_t)(o->kv_cache_host_bytes / s->em.kv_data_bytes) : 0};
     IFD_INFO("draft model: %d catch-up tokens a step at most",
              dp.step_tokens > 0 ? dp.step_tokens : dp.max_batched_tokens);
     /* a logits row per speculating sequence, as the POOL step's warm-up of

@@ -42,6 +42,7 @@
 #include "engine.h"
 #include "error.h"
 #include "kvpool/kvdisk.h"
+#include "kvpool/kvhost.h"
 #include "kvpool/kvparams.h"
 #include "log.h"
 
@@ -76,6 +77,9 @@ struct ifd_spec_draft {
     int row_q[IFD_ENGINE_SPEC_ROWS]; /* the query of each logits row */
     float *logits;
     ifd_kvdisk_t *disk; /* the draft's disk tier, or NULL */
+    ifd_kvhost_t *host; /* the draft's host-RAM tier (a device pool), or NULL */
+    bool staged;        /* a device pool: the tiers through host copies (em.kv_download) */
+    uint8_t *stage;     /* a block's host copy for the disk tier without a host entry */
     double ms_tok;      /* measured catch-up forward ms per token (0: none yet) */
     ifd_spec_draft_stats_t st;
 };
@@ -96,13 +100,17 @@ bool ifd_spec_draft_has_disk(const ifd_spec_draft_t *d)
     return d->disk != NULL;
 }
 
-/* The disk tier (spec_draft.h, "Disk tier") over the draft's host pool;
- * none (one warning) for a device pool or when the tier cannot start. */
-static void ifd__disk_start(ifd_spec_draft_t *d, bool device)
+bool ifd_spec_draft_has_host(const ifd_spec_draft_t *d)
 {
-    if (device) {
-        IFD_WARN("draft: no disk tier for the draft's device pool (not yet): its blocks stay "
-                 "in the pool");
+    return d->host != NULL;
+}
+
+/* The disk tier (spec_draft.h, "Tiers") over the draft's pool, staged for
+ * a device pool; none (one warning) when it cannot start. */
+static void ifd__disk_start(ifd_spec_draft_t *d)
+{
+    if (d->staged && !(d->stage = malloc(d->em.kv_data_bytes))) {
+        IFD_WARN("draft: kv disk tier off: no memory for a block's copy");
         return;
     }
     ifd_kvdisk_params_t kp = ifd_kvdisk_default_params();
@@ -111,6 +119,7 @@ static void ifd__disk_start(ifd_spec_draft_t *d, bool device)
     kp.fingerprint = ifd_spec_draft_disk_fingerprint(d->pool, d->p.disk_identity);
     kp.worker = 0;
     kp.device = 0;
+    kp.staged = d->staged;
     int rc = ifd_kvdisk_create(&kp, d->pool, &d->disk);
     if (rc) {
         d->disk = NULL;
@@ -119,6 +128,25 @@ static void ifd__disk_start(ifd_spec_draft_t *d, bool device)
     }
     IFD_INFO("draft: kv disk tier: %s, fingerprint %016llx", d->p.disk_dir,
              (unsigned long long)kp.fingerprint);
+}
+
+/* The host-RAM tier of a device pool (params host_blocks); none (one
+ * warning) when it cannot start. */
+static void ifd__host_start(ifd_spec_draft_t *d)
+{
+    const ifd_kvhost_params_t hp = {.max_bytes = (uint64_t)d->p.host_blocks * d->em.kv_data_bytes,
+                                    .data_bytes = d->em.kv_data_bytes,
+                                    .block_size = d->p.block_size,
+                                    .pool = d->pool};
+    int rc = ifd_kvhost_create(&hp, &d->host);
+    if (rc) {
+        d->host = NULL;
+        IFD_WARN("draft: kv host tier off: %llu bytes for blocks of %zu: %s",
+                 (unsigned long long)hp.max_bytes, hp.data_bytes, ifd_strerror(rc));
+        return;
+    }
+    IFD_INFO("draft: kv host tier: %llu bytes at most (%llu blocks)",
+             (unsigned long long)hp.max_bytes, (unsigned long long)(hp.max_bytes / hp.data_bytes));
 }
 
 int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
@@ -175,8 +203,17 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
     d->max_tok =
         p->max_batched_tokens > IFD_ENGINE_SPEC_ROWS ? p->max_batched_tokens : IFD_ENGINE_SPEC_ROWS;
     d->step_tokens = p->step_tokens > 0 ? p->step_tokens : p->max_batched_tokens;
-    if (p->disk_dir && *p->disk_dir)
-        ifd__disk_start(d, device);
+    /* a device pool reaches its tiers through host copies */
+    d->staged = device && d->em.kv_download && d->em.kv_upload;
+    if (p->disk_dir && *p->disk_dir) {
+        if (device && !d->staged)
+            IFD_WARN("draft: no disk tier: the %s backend cannot copy the draft's blocks",
+                     be->ops->name);
+        else
+            ifd__disk_start(d);
+    }
+    if (p->host_blocks > 0 && d->staged)
+        ifd__host_start(d);
     d->p.disk_dir = d->p.disk_identity = NULL; /* the caller's: not kept */
     const size_t nt = (size_t)d->max_tok, nr = IFD_ENGINE_SPEC_ROWS;
     d->b_tokens = malloc(nt * sizeof *d->b_tokens);
@@ -202,6 +239,8 @@ void ifd_spec_draft_destroy(ifd_spec_draft_t *d)
     if (!d)
         return;
     ifd_kvdisk_destroy(d->disk); /* writes what is queued, gives its pins back */
+    ifd_kvhost_destroy(d->host); /* before the pool its gauges are in */
+    free(d->stage);
     if (d->em.ctx)
         ifd_engine_model_free(&d->em);
     ifd_kvpool_destroy(d->pool);
@@ -345,10 +384,95 @@ static double ifd__now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* After the pool's hit (s's blocks, all published): the blocks past it,
- * up to max, that the disk tier has files for, read into fresh blocks and
- * published (tokens: the query's), waited for at most what feeding them
- * would take; what did not land by then is fed as usual. */
+/* A block of s read back from a tier goes in at b (its tokens t, copied
+ * into s): published after the block before it; s's KV grows by a block. */
+static void ifd__dseq_took(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b, const int32_t *t)
+{
+    const int32_t bs = d->p.block_size;
+    memcpy(s->tok + (int64_t)b * bs, t, (size_t)bs * sizeof *s->tok);
+    s->n_blocks = s->n_pub = b + 1;
+    s->n_kv = s->n_blocks * bs;
+    d->st.blocks_held++;
+}
+
+/* Uploads a host copy into block blk (a device pool) and publishes it as
+ * s's block b (tokens t). False: a failed copy or publish (blk untouched:
+ * the caller gives it back). */
+static bool ifd__dseq_put(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b, int32_t blk,
+                          const int32_t *t, const void *data)
+{
+    if (data && d->em.kv_upload(d->em.ctx, ifd_kvpool_block_local(d->pool, blk), -1, data) != 0)
+        return false;
+    return ifd_kvpool_publish(d->pool, 0, blk, b > 0 ? s->blocks[b - 1] : -1, 0, t, NULL) >= 0;
+}
+
+/* After the pool's hit (s's blocks, all published): the blocks past it, up
+ * to max, that the host tier holds (a device pool), each uploaded into a
+ * fresh block and published; stops at the first missing one, a full pool
+ * or a failed copy. */
+static void ifd__dseq_host_fill(ifd_spec_draft_t *d, ifd__dseq_t *s, const int32_t *tokens,
+                                int32_t max)
+{
+    const int32_t bs = d->p.block_size, b0 = s->n_blocks;
+    if (!d->host || b0 >= max)
+        return;
+    ifd_kvhash_t h = ifd__dseq_chain(d, s, b0);
+    int32_t b = b0;
+    for (; b < max; b++) {
+        const int32_t *t = tokens + (int64_t)b * bs;
+        const ifd_kvhash_t next = ifd_kvpool_hash_block(&h, 0, t, bs);
+        const void *data = ifd_kvhost_get(d->host, &next, 0, t);
+        int32_t blk;
+        if (!data || ifd_kvpool_alloc(d->pool, 0, 0, 1, &blk) != 0)
+            break;
+        if (!ifd__dseq_put(d, s, b, blk, t, data)) {
+            ifd_kvpool_unref(d->pool, 0, &blk, 1);
+            break;
+        }
+        s->blocks[b] = blk;
+        ifd__dseq_took(d, s, b, t);
+        h = next;
+    }
+    ifd_kvhost_count_query(d->host, (int64_t)(max - b0) * bs, b == b0);
+    s->dhash = h;
+    s->dhash_n = b;
+    d->st.host_hit_tokens += (uint64_t)(b - b0) * (uint64_t)bs;
+}
+
+/* Starts reading n blocks after *parent (tokens t on) into gb (a host
+ * pool's, in place) or, staged, into host buffers *bufs (malloc'ed here:
+ * the caller frees them, and *bufs, after the load). 0 or an error. */
+static int ifd__disk_load(ifd_spec_draft_t *d, const ifd_kvhash_t *parent, const int32_t *t, int n,
+                          const int32_t *gb, void ***bufs, ifd_kvdisk_load_t **l)
+{
+    *bufs = NULL;
+    if (!d->staged)
+        return ifd_kvdisk_load_start(d->disk, parent, 0, t, n, gb, NULL, l);
+    const size_t bytes = d->em.kv_data_bytes;
+    void **b = calloc((size_t)n, sizeof *b);
+    uint8_t *mem = b ? malloc((size_t)n * bytes) : NULL;
+    if (!mem) {
+        free(b);
+        return IFD_ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        b[i] = mem + (size_t)i * bytes;
+    int rc = ifd_kvdisk_load_start_staged(d->disk, parent, 0, t, n, b, l);
+    if (rc) {
+        free(mem);
+        free(b);
+        return rc;
+    }
+    *bufs = b;
+    return 0;
+}
+
+/* After the pool's and the host tier's hits (s's blocks, all published):
+ * the blocks past them, up to max, that the disk tier has files for, read
+ * into fresh blocks (staged: into host buffers, then uploaded; and put in
+ * the host tier, so that the next eviction is a host hit) and published
+ * (tokens: the query's), waited for at most what feeding them would take;
+ * what did not land by then is fed as usual. */
 static void ifd__dseq_disk_fill(ifd_spec_draft_t *d, ifd__dseq_t *s, const int32_t *tokens,
                                 int32_t max)
 {
@@ -362,7 +486,8 @@ static void ifd__dseq_disk_fill(ifd_spec_draft_t *d, ifd__dseq_t *s, const int32
     if (n <= 0 || ifd_kvpool_alloc(d->pool, 0, 0, n, gb) != 0)
         return;
     ifd_kvdisk_load_t *l = NULL;
-    if (ifd_kvdisk_load_start(d->disk, &parent, 0, t, n, gb, NULL, &l) != 0) {
+    void **bufs = NULL;
+    if (ifd__disk_load(d, &parent, t, n, gb, &bufs, &l) != 0) {
         ifd_kvpool_unref(d->pool, 0, gb, n);
         return;
     }
@@ -371,19 +496,26 @@ static void ifd__dseq_disk_fill(ifd_spec_draft_t *d, ifd__dseq_t *s, const int32
                                                      : IFD_ENGINE_DISK_MS_PER_TOKEN;
     const bool done = ifd_kvdisk_load_wait(l, ms_tok * n * bs);
     const int ok = ifd_kvdisk_load_finish(l, !done);
+    ifd_kvhash_t h = parent;
     int i = 0;
     for (; i < ok; i++) {
-        const int32_t b = b0 + i;
-        if (ifd_kvpool_publish(d->pool, 0, s->blocks[b], b > 0 ? s->blocks[b - 1] : -1, 0,
-                               tokens + (int64_t)b * bs, NULL) < 0)
+        const int32_t b = b0 + i, *tb = tokens + (int64_t)b * bs;
+        if (!ifd__dseq_put(d, s, b, s->blocks[b], tb, bufs ? bufs[i] : NULL))
             break;
+        ifd__dseq_took(d, s, b, tb);
+        h = ifd_kvpool_hash_block(&h, 0, tb, bs);
+        void *hb = bufs && d->host ? ifd_kvhost_put(d->host, &h, 0, tb) : NULL;
+        if (hb)
+            memcpy(hb, bufs[i], d->em.kv_data_bytes);
     }
     if (i < n)
         ifd_kvpool_unref(d->pool, 0, gb + i, n - i);
-    s->n_blocks = s->n_pub = b0 + i;
-    s->n_kv = s->n_blocks * bs;
-    memcpy(s->tok + (int64_t)b0 * bs, t, (size_t)i * (size_t)bs * sizeof *s->tok);
-    d->st.blocks_held += i;
+    if (bufs) {
+        free(bufs[0]);
+        free(bufs);
+    }
+    s->dhash = h;
+    s->dhash_n = b0 + i;
     d->st.disk_hit_tokens += (uint64_t)i * (uint64_t)bs;
 }
 
@@ -408,7 +540,42 @@ static void ifd__dseq_reuse(ifd_spec_draft_t *d, ifd__dseq_t *s, const ifd_spec_
     memcpy(s->tok, q->tokens, (size_t)s->n_kv * sizeof *s->tok);
     d->st.blocks_held += got;
     d->st.prefix_hit_tokens += (uint64_t)s->n_kv;
+    ifd__dseq_host_fill(d, s, q->tokens, max);
     ifd__dseq_disk_fill(d, s, q->tokens, max);
+}
+
+/* The tiers' share of publishing s's block b anew: a host pool's block
+ * offered to the disk tier in place; a device pool's copied once to host
+ * memory (into its host tier entry, else the stage), offered from there. */
+static void ifd__tiers_offer(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b)
+{
+    if (!d->disk && !d->host)
+        return;
+    const int32_t bs = d->p.block_size, *t = s->tok + (int64_t)b * bs;
+    const ifd_kvhash_t parent = ifd__dseq_chain(d, s, b);
+    if (!d->staged) {
+        ifd_kvdisk_offer(d->disk, s->blocks[b], -1, &parent, 0, t, NULL);
+        d->st.disk_offered++;
+        return;
+    }
+    const ifd_kvhash_t h = ifd_kvpool_hash_block(&parent, 0, t, bs);
+    void *buf = d->host ? ifd_kvhost_put(d->host, &h, 0, t) : NULL;
+    void *dst = buf ? buf : d->stage;
+    if (!dst)
+        return; /* no disk tier, and the host tier had no memory (counted) */
+    int rc = d->em.kv_download(d->em.ctx, ifd_kvpool_block_local(d->pool, s->blocks[b]), -1, dst);
+    if (rc) {
+        IFD_WARN("draft: copying block %d to host memory: %s", s->blocks[b], ifd_strerror(rc));
+        if (buf)
+            ifd_kvhost_forget(d->host, &h);
+        return;
+    }
+    if (buf)
+        d->st.host_offered++;
+    if (d->disk) {
+        ifd_kvdisk_offer_data(d->disk, dst, &parent, 0, t, NULL);
+        d->st.disk_offered++;
+    }
 }
 
 /* Publishes the full blocks of q's state that lie below both its KV and
@@ -432,11 +599,8 @@ static void ifd__dseq_publish(ifd_spec_draft_t *d, const ifd_spec_draft_query_t 
         }
         s->n_pub++;
         d->st.published++;
-        if (d->disk && rc == 0) { /* new: its file is to be written (a duplicate's exists) */
-            const ifd_kvhash_t h = ifd__dseq_chain(d, s, b);
-            ifd_kvdisk_offer(d->disk, s->blocks[b], -1, &h, 0, s->tok + (int64_t)b * bs, NULL);
-            d->st.disk_offered++;
-        }
+        if (rc == 0) /* new: the tiers' copies are to be made (a duplicate's exist) */
+            ifd__tiers_offer(d, s, b);
     }
 }
 

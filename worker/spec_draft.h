@@ -42,22 +42,24 @@
  * feeds only the tail it does not share. Released published blocks stay
  * cached in the draft's pool until an allocation needs their room.
  *
- * Disk tier (params disk_dir; docs/speculative.md, "Tiers"): every block
- * the draft publishes anew is offered to a disk tier of the draft's own
- * (kvpool/kvdisk.h: written by its thread, never waited for), whose files
+ * Tiers (params disk_dir, host_blocks; docs/speculative.md, "The draft's
+ * tiers"): every block the draft publishes anew is offered to a disk tier
+ * of the draft's own (kvpool/kvdisk.h: written by its thread, never waited
+ * for; a device pool's through a synchronous copy to host memory, which
+ * also goes into a host-RAM tier of the draft's own, kvpool/kvhost.h,
+ * with host_blocks), whose files
  * carry a fingerprint of the draft pool's geometry, the word "draft" and
  * the caller's disk_identity (the draft model file and the settings that
  * change its K/V): a target's tier (whose identity never starts with it)
  * never reads a draft's file, nor a draft another draft's. A state with no
- * KV kept asks the tier for the blocks past the pool's hit and reads them
- * into fresh blocks, published as computed ones, before it feeds the rest:
+ * KV kept asks the host tier, then the disk tier, for the blocks past the
+ * pool's hit and reads them into fresh blocks (a device pool's uploaded),
+ * published as computed ones, before it feeds the rest:
  * after a worker restart (a new proposer, an empty pool) a repeated
  * prompt's catch-up is its unshared tail, as with a warm pool. The read is
  * waited for inside the call (the draft has no admission queue to hide it
  * behind), at most what feeding those tokens would take (disk_ms_per_token,
  * or the draft's measured catch-up rate); what is not read by then is fed.
- * A host-memory pool only: a device pool (the CUDA draft) has no tier yet
- * (one warning).
  *
  * On a device with graphs (CUDA) the draft's one-token-per-sequence steps
  * (its greedy steps, a catch-up of one token a proposing sequence) replay
@@ -107,6 +109,9 @@ typedef struct {
     uint64_t disk_bytes;
     const char *disk_identity;
     double disk_ms_per_token;
+    /* A device pool's host-RAM tier (above): its bound in blocks (of the
+     * draft's); 0: none. Ignored for a host-memory pool. */
+    int64_t host_blocks;
 } ifd_spec_draft_params_t;
 
 /* A proposer over `draft` and a new private pool of p->n_blocks blocks (host
@@ -132,8 +137,10 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
  * of "draft|" + identity, so never a target tier's (kvdisk.h). Pure. */
 uint64_t ifd_spec_draft_disk_fingerprint(const ifd_kvpool_t *pool, const char *identity);
 
-/* Whether d has a disk tier (params disk_dir, started). */
+/* Whether d has a disk tier (params disk_dir, started), a host tier
+ * (params host_blocks, a device pool). */
 bool ifd_spec_draft_has_disk(const ifd_spec_draft_t *d);
+bool ifd_spec_draft_has_host(const ifd_spec_draft_t *d);
 
 /* Counters: draft forward passes and the tokens they fed (catch-up and
  * draft steps), the positions rolled back (draft KV past what the target
@@ -143,16 +150,16 @@ bool ifd_spec_draft_has_disk(const ifd_spec_draft_t *d);
  * the tokens fed by feed queries (k 0: the target's prefill, feed_tokens)
  * and the most one call fed (max_call_catchup, <= step_tokens), and the
  * proposals a call skipped because the budget left their catch-up
- * unfinished (lagging); with a disk tier, the blocks offered to it
- * (disk_offered) and the tokens a state read back from it instead of
- * feeding them (disk_hit_tokens; not in prefix_hit_tokens), for tests and
- * logs. */
+ * unfinished (lagging); with the tiers, the blocks offered to each
+ * (disk_offered, host_offered) and the tokens a state read back from each
+ * instead of feeding them (disk_hit_tokens, host_hit_tokens; not in
+ * prefix_hit_tokens), for tests and logs. */
 typedef struct {
     uint64_t forwards, tokens, catchup_tokens, no_room, rolled_back;
     uint64_t prefix_hit_tokens, published;
     int64_t blocks_held;
     uint64_t feed_tokens, max_call_catchup, lagging;
-    uint64_t disk_offered, disk_hit_tokens;
+    uint64_t disk_offered, disk_hit_tokens, host_offered, host_hit_tokens;
 } ifd_spec_draft_stats_t;
 void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out);
 
