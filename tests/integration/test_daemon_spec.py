@@ -17,8 +17,10 @@ Usage: test_daemon_spec.py INFERD WORKER   (the venv's python: $INFERD_PYTHON)
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -269,8 +271,11 @@ def test_draft_model_same_text():
     """--spec draft with the model as its own draft: greedy and seeded text equal to
     "speculative": false's, streamed or not, nearly every proposal accepted (the draft's
     greedy token is the model's own); a request may still pick ngram or off; infer
-    status names the method. The worker took the draft share (its log says so)."""
-    d = Daemon(INFERD, draft_args())
+    status names the method. The worker took the draft share (its log says so). With
+    --kv-cache-dir the draft's published blocks get files of their own fingerprint beside
+    the model's (docs/speculative.md, "The draft's disk tier")."""
+    kvdir = tempfile.mkdtemp(prefix="inferd-draft-tiers-")
+    d = Daemon(INFERD, draft_args() + ["--kv-cache-dir", kvdir])
 
     def counters():
         time.sleep(0.5)  # the worker's counters reach /metrics with its next ping (0.1 s)
@@ -313,7 +318,11 @@ def test_draft_model_same_text():
                                 capture_output=True, text=True, timeout=60)
             assert st.returncode == 0 and "speculative   draft:" in st.stdout, st.stdout
     finally:
-        assert d.stop() == 0
+        assert d.stop() == 0  # the tiers write what is queued before the worker exits
+        fps = {f.split("-")[0] for f in os.listdir(kvdir) if f.endswith(".kvb")}
+        shutil.rmtree(kvdir, ignore_errors=True)
+    # the model's and the draft's (the model drafting for itself: the same geometry, another key)
+    assert len(fps) == 2, fps
 
 
 def test_draft_killed_worker_resumes_same_text():
