@@ -72,8 +72,9 @@
  * (worker/kvprobe.h).
  *
  * Ownership: the draft model is borrowed (it must outlive the proposer);
- * the pool and the per-sequence states are the proposer's. Threading: one
- * thread (the engine's).
+ * the pool, the tiers and the per-sequence states are the proposer's
+ * (params' strings are not kept). Threading: one thread (the engine's);
+ * the disk tier does its I/O on a thread of its own (kvdisk.h).
  */
 #ifndef IFD_SPEC_DRAFT_H
 #define IFD_SPEC_DRAFT_H
