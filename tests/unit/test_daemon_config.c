@@ -219,8 +219,8 @@ START_TEST(test_draft_step_tokens_key)
     ck_assert_int_eq(c.draft_step_tokens, 0);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
-    ck_assert_int_eq(parse(&c, &cli, err, 4, "--draft-model", "d.gguf", "--draft-step-tokens", "16"),
-                     0);
+    ck_assert_int_eq(
+        parse(&c, &cli, err, 4, "--draft-model", "d.gguf", "--draft-step-tokens", "16"), 0);
     ck_assert_int_eq(c.draft_step_tokens, 16);
     ck_assert_str_eq(c.draft_model, "d.gguf");
     ifd_config_free(&c);
