@@ -84,6 +84,9 @@
     X(draft_model, STR, "", 0, "PATH", 0, 0,                                                   \
       "a smaller model with the same tokenizer proposing tokens (spec draft, or requests "     \
       "asking for it); with gpus its KV is device memory the POOL step counts")               \
+    X(draft_step_tokens, INT, "0", 0, "N", 0, 1 << 20,                                         \
+      "draft_model tokens fed per engine step at most (its prompt catch-up's share of a "     \
+      "step); 0: max_batched_tokens (the model's budget)")                                    \
     X(mmproj, STR, "", 0, "PATH", 0, 0,                                                        \
       "llama.cpp's mmproj GGUF: the vision tower beside a GGUF model (docs/vision.md); a "     \
       "Gemma 3 directory brings its own")                                                      \

@@ -851,6 +851,13 @@ static int ifd__validate(ifd__daemon_t *d, char *err, size_t errlen)
         snprintf(err, errlen, "spec draft needs a draft model: pass --draft-model PATH");
         return IFD_EINVAL;
     }
+    if (d->cfg.draft_step_tokens > 0 && !draft) {
+        snprintf(err, errlen,
+                 "draft_step_tokens %lld needs a draft model: pass --draft-model PATH, or "
+                 "leave draft_step_tokens at 0",
+                 (long long)d->cfg.draft_step_tokens);
+        return IFD_EINVAL;
+    }
     if (d->cfg.spec_ngram_min > d->cfg.spec_ngram_max) {
         snprintf(err, errlen, "spec_ngram_min %lld is above spec_ngram_max %lld",
                  (long long)d->cfg.spec_ngram_min, (long long)d->cfg.spec_ngram_max);
@@ -976,6 +983,7 @@ static void ifd__sup_params(ifd__daemon_t *d, const ifd_kvpool_params_t *kp, ifd
     sp->spec = (ifd_wire_spec_t){ifd__spec_method(d->cfg.spec), (uint32_t)d->cfg.spec_tokens,
                                  (uint32_t)d->cfg.spec_ngram_min, (uint32_t)d->cfg.spec_ngram_max};
     sp->draft_model_path = d->draft_path[0] ? d->draft_path : NULL;
+    sp->draft_step_tokens = (uint32_t)d->cfg.draft_step_tokens;
     sp->mmproj_path = d->mmproj_path[0] ? d->mmproj_path : NULL;
     sp->image_cache_mb = (uint32_t)d->cfg.image_cache_mb;
     sp->vision_step_ms = (uint32_t)d->cfg.vision_step_ms;

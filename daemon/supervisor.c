@@ -84,6 +84,7 @@ struct ifd_sup {
     char image_cache[16];  /* --image-cache-mb's text, or "" */
     char vision_step[16];  /* --vision-step-ms' text, or "" */
     char max_logprobs[24]; /* --max-logprobs' text, or "" */
+    char draft_step[16];   /* --draft-step-tokens' text, or "" */
     int *gpus;             /* [n] GPU ids, or NULL for CPU workers */
     char seed[24];         /* --weights-seed's text */
     ifd_sup_callbacks_t cb;
@@ -896,7 +897,7 @@ static void ifd__spawn(ifd__worker_t *w)
         ifd__after_exit(w);
         return;
     }
-    char *args[32]; /* (24 at most today, and the NULL) */
+    char *args[32]; /* 24 at most and the NULL */
     int a = 0;
     args[a++] = s->binary;
     args[a++] = (char *)"--serve";
@@ -933,6 +934,10 @@ static void ifd__spawn(ifd__worker_t *w)
     if (s->vision_step[0]) {
         args[a++] = (char *)"--vision-step-ms";
         args[a++] = s->vision_step;
+    }
+    if (s->draft_step[0]) {
+        args[a++] = (char *)"--draft-step-tokens";
+        args[a++] = s->draft_step;
     }
     args[a] = NULL;
     uv_stdio_container_t stdio[4];
@@ -1162,6 +1167,8 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
         snprintf(s->vision_step, sizeof s->vision_step, "%u", p->vision_step_ms);
     if (p->max_logprobs)
         snprintf(s->max_logprobs, sizeof s->max_logprobs, "%lld", (long long)p->max_logprobs);
+    if (p->draft_step_tokens)
+        snprintf(s->draft_step, sizeof s->draft_step, "%u", p->draft_step_tokens);
     bool gpu = strcmp(s->backend ? s->backend : "", "cpu") != 0;
     if (gpu && p->gpus && (s->gpus = calloc((size_t)p->n_workers, sizeof *s->gpus)))
         memcpy(s->gpus, p->gpus, (size_t)p->n_workers * sizeof *s->gpus);

@@ -126,6 +126,7 @@ typedef struct {
     int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */
     ifd_wire_spec_t spec; /* speculative decoding for requests that do not choose (HELLO) */
     const char *draft_model_path; /* the draft model (HELLO), or NULL */
+    uint32_t draft_step_tokens;   /* the workers' --draft-step-tokens; 0: theirs */
     const char *mmproj_path;      /* the vision tower's mmproj GGUF (HELLO), or NULL */
     uint32_t image_cache_mb;      /* the workers' --image-cache-mb; 0: theirs */
     uint32_t vision_step_ms;      /* the workers' --vision-step-ms; 0: theirs */

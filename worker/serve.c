@@ -37,6 +37,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The serving worker: what the start-up phases make (each fills its part;
@@ -950,19 +951,55 @@ static int ifd__start_host(ifd__srv_t *s, const ifd_serve_opts_t *o)
     return 0;
 }
 
+/* The identity of the draft's K/V for its disk tier (spec_draft.h, whose
+ * fingerprint adds the draft pool's geometry and "draft"): the draft model
+ * file (path, size, mtime, inode: another file is another draft) and what
+ * else changes its K/V values — the backend, the CPU weights' type, the
+ * draft's RoPE and attention settings. */
+static void ifd__draft_identity(const ifd__srv_t *s, const ifd_serve_opts_t *o, char *id, size_t n)
+{
+    const ifd_model_config_t *c = ifd_model_config(s->draft);
+    const ifd_wire_hello_t *h = &s->hello.u.hello;
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    stat(h->draft_model_path, &st);
+    snprintf(id, n, "%s|%llu|%llu|%llu|%s|%d|%s|%.9g|%.9g|%.9g|%.9g|%d|%u|%.9g|%.9g|%u|%u",
+             h->draft_model_path, (unsigned long long)st.st_size, (unsigned long long)st.st_mtime,
+             (unsigned long long)st.st_ino, h->backend ? h->backend : "cpu", (int)o->weights,
+             c->arch_name, (double)c->rope_base, (double)c->rope_freq_scale,
+             (double)c->rope_base_local, (double)c->rope_freq_scale_local, (int)c->rope_neox,
+             c->n_rot, (double)c->attn_scale, (double)c->llama3_factor, c->n_embd, c->n_head);
+}
+
 /* The draft model's proposer (worker/spec_draft.h) for the engine: a
  * private pool of the target pool's block count, block size and K/V type
- * in the draft's geometry. */
-static int ifd__start_drafter(ifd__srv_t *s)
+ * in the draft's geometry; its catch-up share of a step (opts'
+ * draft_step_tokens, else max_batched_tokens) and, with the disk tier's
+ * directory, a disk tier of its own there (its files keyed apart from the
+ * model's); with the model's host tier (a GPU worker) a host tier of its
+ * own of as many blocks. */
+static int ifd__start_drafter(ifd__srv_t *s, const ifd_serve_opts_t *o)
 {
     const ifd_wire_hello_t *h = &s->hello.u.hello;
     ifd_kvpool_params_t geo;
     ifd_kvpool_geometry(s->pool, &geo);
-    const ifd_spec_draft_params_t dp = {.n_vocab = s->em.n_vocab,
-                                        .max_batched_tokens = s->ep.max_batched_tokens,
-                                        .n_blocks = geo.n_blocks,
-                                        .block_size = (int)h->kv.block_size,
-                                        .dtype = (ifd_kv_dtype_t)h->kv.dtype};
+    char identity[4096 + 512]; /* a path and some settings */
+    ifd__draft_identity(s, o, identity, sizeof identity);
+    const bool disk = o->kv_cache_dir && *o->kv_cache_dir;
+    const ifd_spec_draft_params_t dp = {
+        .n_vocab = s->em.n_vocab,
+        .max_batched_tokens = s->ep.max_batched_tokens,
+        .n_blocks = geo.n_blocks,
+        .block_size = (int)h->kv.block_size,
+        .dtype = (ifd_kv_dtype_t)h->kv.dtype,
+        .step_tokens = o->draft_step_tokens,
+        .disk_dir = disk ? o->kv_cache_dir : NULL,
+        .disk_bytes = o->kv_cache_disk_bytes,
+        .disk_identity = identity,
+        /* as many blocks as the model's host tier */
+        .host_blocks = s->host ? (int64_t)(o->kv_cache_host_bytes / s->em.kv_data_bytes) : 0};
+    IFD_INFO("draft model: %d catch-up tokens a step at most",
+             dp.step_tokens > 0 ? dp.step_tokens : dp.max_batched_tokens);
     /* a logits row per speculating sequence, as the POOL step's warm-up of
      * the draft set it (kvprobe.h) */
     const ifd_kvprobe_params_t mp = {.max_seqs = s->ep.max_seqs};
@@ -976,7 +1013,7 @@ static int ifd__start_drafter(ifd__srv_t *s)
 
 /* Phase 5: the engine over the attached pools, with the tokenizer's
  * end-of-generation ids and this worker's slot and device. */
-static int ifd__start_engine(ifd__srv_t *s)
+static int ifd__start_engine(ifd__srv_t *s, const ifd_serve_opts_t *o)
 {
     const ifd_wire_hello_t *h = &s->hello.u.hello;
     ifd_engine_params_t *ep = &s->ep;
@@ -993,7 +1030,7 @@ static int ifd__start_engine(ifd__srv_t *s)
     ifd_model_set_max_seqs(s->model, ep->max_seqs < ep->max_batched_tokens
                                          ? ep->max_seqs
                                          : ep->max_batched_tokens);
-    int rc = s->draft ? ifd__start_drafter(s) : 0;
+    int rc = s->draft ? ifd__start_drafter(s, o) : 0;
     if (rc)
         return rc;
     ifd_engine_callbacks_t cb = {s, ifd__on_token, ifd__on_finish, ifd__on_prompt_logprobs};
@@ -1217,7 +1254,7 @@ int ifd_worker_serve(const ifd_serve_opts_t *o)
     s.max_logprobs = o->max_logprobs;
     ifd_wire_reader_init(&s.rd, 0);
     if (!ifd__handshake(&s) && !ifd__load(&s, o) && !ifd__size_pool(&s) && !ifd__attach_pools(&s) &&
-        !ifd__start_disk(&s, o) && !ifd__start_host(&s, o) && !ifd__start_engine(&s) &&
+        !ifd__start_disk(&s, o) && !ifd__start_host(&s, o) && !ifd__start_engine(&s, o) &&
         !ifd__send_ready(&s))
         s.status = ifd__serve_loop(&s);
     ifd__teardown(&s);

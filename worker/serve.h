@@ -28,7 +28,11 @@
  * (kvpool/kvdisk.h: files keyed by the model's fingerprint and the settings
  * that change K/V), handed to the engine; a tier that cannot start (a
  * directory it cannot make or open, device memory, a local-layer pool) is
- * one warning and the worker serves without it.
+ * one warning and the worker serves without it. A draft model (HELLO's
+ * draft_model_path) gets tiers of its own (worker/spec_draft.h: a disk tier
+ * in the same directory under a draft fingerprint; on a GPU worker with
+ * kv_cache_host_bytes a host tier of as many blocks), and opts'
+ * draft_step_tokens as its catch-up share of a step.
  *
  * Images (issue 28, serve_vision.h): the vision tower is loaded beside the
  * model (HELLO's mmproj_path, else the model directory's own) and READY
@@ -38,7 +42,7 @@
  * have rows. A bad picture is an ERROR for that request only.
  *
  * Threading: single-threaded apart from the CPU backend's pool and the
- * disk tier's I/O thread.
+ * disk tiers' I/O threads (the model's, the draft's).
  */
 #ifndef IFD_SERVE_H
 #define IFD_SERVE_H
@@ -63,6 +67,9 @@ typedef struct {
      * POOL step's warm-up grows the device sampler's buffers for it
      * (kvprobe.h) */
     int64_t max_logprobs;
+    /* the draft model's catch-up tokens per engine step at most
+     * (spec_draft.h step_tokens); 0: the engine's max_batched_tokens */
+    int draft_step_tokens;
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

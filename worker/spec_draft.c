@@ -27,17 +27,29 @@
  * with no KV kept (its first proposal, or after a release) takes the
  * longest published run of its first n_tokens - 1 tokens before feeding the
  * rest.
+ *
+ * Disk tier. A block published anew (not a duplicate: its file exists) is
+ * offered with its chain hash's parent (ifd_kvpool_hash_block over the
+ * state's tokens, never the pool's own hash; dhash caches the chain over
+ * blocks[0..dhash_n), dhash_n <= n_pub: published tokens never change). A
+ * state taking the published run reads the blocks the tier has past it
+ * into fresh blocks and publishes them as it goes (each one's parent is
+ * the block before it, held and published), so its KV is a longer run of
+ * published blocks, as if the pool had held them.
  */
 #include "spec_draft.h"
 
 #include "engine.h"
 #include "error.h"
+#include "kvpool/kvdisk.h"
+#include "kvpool/kvhost.h"
 #include "kvpool/kvparams.h"
 #include "log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     int32_t *tok; /* [cap]: tok[p] the token whose KV is at position p, p < n_kv */
@@ -46,6 +58,8 @@ typedef struct {
     int32_t n_blocks, cap_blocks;
     int32_t n_pub;    /* blocks[0..n_pub) published (read-only) */
     bool publish_off; /* publishing failed once (logged): not tried again */
+    ifd_kvhash_t dhash; /* the disk chain hash of blocks[0..dhash_n) (the file's comment) */
+    int32_t dhash_n;    /* <= n_pub */
 } ifd__dseq_t;
 
 struct ifd_spec_draft {
@@ -62,15 +76,85 @@ struct ifd_spec_draft {
     int b_tables_cap;
     int row_q[IFD_ENGINE_SPEC_ROWS]; /* the query of each logits row */
     float *logits;
+    ifd_kvdisk_t *disk; /* the draft's disk tier, or NULL */
+    ifd_kvhost_t *host; /* the draft's host-RAM tier (a device pool), or NULL */
+    bool staged;        /* a device pool: the tiers through host copies (em.kv_download) */
+    uint8_t *stage;     /* a block's host copy for the disk tier without a host entry */
+    double ms_tok;      /* measured catch-up forward ms per token (0: none yet) */
     ifd_spec_draft_stats_t st;
 };
+
+uint64_t ifd_spec_draft_disk_fingerprint(const ifd_kvpool_t *pool, const char *identity)
+{
+    char id[8192]; /* an identity is a path and some settings: far less */
+    int n = snprintf(id, sizeof id, "draft|%s", identity ? identity : "");
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof id)
+        n = (int)sizeof id - 1;
+    return ifd_kvdisk_fingerprint(pool, id, (size_t)n);
+}
+
+bool ifd_spec_draft_has_disk(const ifd_spec_draft_t *d)
+{
+    return d->disk != NULL;
+}
+
+bool ifd_spec_draft_has_host(const ifd_spec_draft_t *d)
+{
+    return d->host != NULL;
+}
+
+/* The disk tier (spec_draft.h, "Tiers") over the draft's pool, staged for
+ * a device pool; none (one warning) when it cannot start. */
+static void ifd__disk_start(ifd_spec_draft_t *d)
+{
+    if (d->staged && !(d->stage = malloc(d->em.kv_data_bytes))) {
+        IFD_WARN("draft: kv disk tier off: no memory for a block's copy");
+        return;
+    }
+    ifd_kvdisk_params_t kp = ifd_kvdisk_default_params();
+    kp.dir = d->p.disk_dir;
+    kp.max_bytes = d->p.disk_bytes;
+    kp.fingerprint = ifd_spec_draft_disk_fingerprint(d->pool, d->p.disk_identity);
+    kp.worker = 0;
+    kp.device = 0;
+    kp.staged = d->staged;
+    int rc = ifd_kvdisk_create(&kp, d->pool, &d->disk);
+    if (rc) {
+        d->disk = NULL;
+        IFD_WARN("draft: kv disk tier off: %s: %s", d->p.disk_dir, ifd_strerror(rc));
+        return;
+    }
+    IFD_INFO("draft: kv disk tier: %s, fingerprint %016llx", d->p.disk_dir,
+             (unsigned long long)kp.fingerprint);
+}
+
+/* The host-RAM tier of a device pool (params host_blocks); none (one
+ * warning) when it cannot start. */
+static void ifd__host_start(ifd_spec_draft_t *d)
+{
+    const ifd_kvhost_params_t hp = {.max_bytes = (uint64_t)d->p.host_blocks * d->em.kv_data_bytes,
+                                    .data_bytes = d->em.kv_data_bytes,
+                                    .block_size = d->p.block_size,
+                                    .pool = d->pool};
+    int rc = ifd_kvhost_create(&hp, &d->host);
+    if (rc) {
+        d->host = NULL;
+        IFD_WARN("draft: kv host tier off: %llu bytes for blocks of %zu: %s",
+                 (unsigned long long)hp.max_bytes, hp.data_bytes, ifd_strerror(rc));
+        return;
+    }
+    IFD_INFO("draft: kv host tier: %llu bytes at most (%llu blocks)",
+             (unsigned long long)hp.max_bytes, (unsigned long long)(hp.max_bytes / hp.data_bytes));
+}
 
 int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
                           const ifd_spec_draft_params_t *p, char *err, size_t errlen)
 {
     *out = NULL;
     if (!draft || !p || p->n_vocab < 1 || p->max_batched_tokens < 1 || p->n_blocks < 1 ||
-        p->block_size < 1 || p->step_tokens < 0) {
+        p->block_size < 1 || p->step_tokens < 0 || !(p->disk_ms_per_token >= 0)) {
         snprintf(err, errlen, "draft model: bad parameters");
         return IFD_EINVAL;
     }
@@ -119,6 +203,18 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
     d->max_tok =
         p->max_batched_tokens > IFD_ENGINE_SPEC_ROWS ? p->max_batched_tokens : IFD_ENGINE_SPEC_ROWS;
     d->step_tokens = p->step_tokens > 0 ? p->step_tokens : p->max_batched_tokens;
+    /* a device pool reaches its tiers through host copies */
+    d->staged = device && d->em.kv_download && d->em.kv_upload;
+    if (p->disk_dir && *p->disk_dir) {
+        if (device && !d->staged)
+            IFD_WARN("draft: no disk tier: the %s backend cannot copy the draft's blocks",
+                     be->ops->name);
+        else
+            ifd__disk_start(d);
+    }
+    if (p->host_blocks > 0 && d->staged)
+        ifd__host_start(d);
+    d->p.disk_dir = d->p.disk_identity = NULL; /* the caller's: not kept */
     const size_t nt = (size_t)d->max_tok, nr = IFD_ENGINE_SPEC_ROWS;
     d->b_tokens = malloc(nt * sizeof *d->b_tokens);
     d->b_pos = malloc(nt * sizeof *d->b_pos);
@@ -142,6 +238,9 @@ void ifd_spec_draft_destroy(ifd_spec_draft_t *d)
 {
     if (!d)
         return;
+    ifd_kvdisk_destroy(d->disk); /* writes what is queued, gives its pins back */
+    ifd_kvhost_destroy(d->host); /* before the pool its gauges are in */
+    free(d->stage);
     if (d->em.ctx)
         ifd_engine_model_free(&d->em);
     ifd_kvpool_destroy(d->pool);
@@ -169,6 +268,8 @@ static void ifd__dseq_truncate(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t from
     }
     if (s->n_pub > s->n_blocks)
         s->n_pub = s->n_blocks;
+    if (s->dhash_n > s->n_pub)
+        s->dhash_n = 0;
     if (s->n_kv > s->n_blocks * d->p.block_size)
         s->n_kv = s->n_blocks * d->p.block_size;
 }
@@ -260,9 +361,168 @@ static int32_t ifd__keep(const ifd_spec_draft_query_t *q)
     return q->k > 0 ? q->n_tokens - 1 : q->n_tokens;
 }
 
+/* The disk chain hash of s's first n blocks (n <= n_pub), from dhash on
+ * when it covers no more than them. */
+static ifd_kvhash_t ifd__dseq_chain(const ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
+{
+    const int32_t bs = d->p.block_size;
+    if (s->dhash_n > n) {
+        s->dhash_n = 0;
+        s->dhash = (ifd_kvhash_t){0, 0};
+    }
+    if (s->dhash_n == 0)
+        s->dhash = (ifd_kvhash_t){0, 0};
+    for (; s->dhash_n < n; s->dhash_n++)
+        s->dhash = ifd_kvpool_hash_block(&s->dhash, 0, s->tok + (int64_t)s->dhash_n * bs, bs);
+    return s->dhash;
+}
+
+static double ifd__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A block of s read back from a tier goes in at b (its tokens t, copied
+ * into s): published after the block before it; s's KV grows by a block. */
+static void ifd__dseq_took(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b, const int32_t *t)
+{
+    const int32_t bs = d->p.block_size;
+    memcpy(s->tok + (int64_t)b * bs, t, (size_t)bs * sizeof *s->tok);
+    s->n_blocks = s->n_pub = b + 1;
+    s->n_kv = s->n_blocks * bs;
+    d->st.blocks_held++;
+}
+
+/* Uploads a host copy into block blk (a device pool) and publishes it as
+ * s's block b (tokens t). False: a failed copy or publish (blk untouched:
+ * the caller gives it back). */
+static bool ifd__dseq_put(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b, int32_t blk,
+                          const int32_t *t, const void *data)
+{
+    if (data && d->em.kv_upload(d->em.ctx, ifd_kvpool_block_local(d->pool, blk), -1, data) != 0)
+        return false;
+    return ifd_kvpool_publish(d->pool, 0, blk, b > 0 ? s->blocks[b - 1] : -1, 0, t, NULL) >= 0;
+}
+
+/* After the pool's hit (s's blocks, all published): the blocks past it, up
+ * to max, that the host tier holds (a device pool), each uploaded into a
+ * fresh block and published; stops at the first missing one, a full pool
+ * or a failed copy. */
+static void ifd__dseq_host_fill(ifd_spec_draft_t *d, ifd__dseq_t *s, const int32_t *tokens,
+                                int32_t max)
+{
+    const int32_t bs = d->p.block_size, b0 = s->n_blocks;
+    if (!d->host || b0 >= max)
+        return;
+    ifd_kvhash_t h = ifd__dseq_chain(d, s, b0);
+    int32_t b = b0;
+    for (; b < max; b++) {
+        const int32_t *t = tokens + (int64_t)b * bs;
+        const ifd_kvhash_t next = ifd_kvpool_hash_block(&h, 0, t, bs);
+        const void *data = ifd_kvhost_get(d->host, &next, 0, t);
+        int32_t blk;
+        if (!data || ifd_kvpool_alloc(d->pool, 0, 0, 1, &blk) != 0)
+            break;
+        if (!ifd__dseq_put(d, s, b, blk, t, data)) {
+            ifd_kvpool_unref(d->pool, 0, &blk, 1);
+            break;
+        }
+        s->blocks[b] = blk;
+        ifd__dseq_took(d, s, b, t);
+        h = next;
+    }
+    ifd_kvhost_count_query(d->host, (int64_t)(max - b0) * bs, b == b0);
+    s->dhash = h;
+    s->dhash_n = b;
+    d->st.host_hit_tokens += (uint64_t)(b - b0) * (uint64_t)bs;
+}
+
+/* Starts reading n blocks after *parent (tokens t on) into gb (a host
+ * pool's, in place) or, staged, into host buffers *bufs (malloc'ed here:
+ * the caller frees them, and *bufs, after the load). 0 or an error. */
+static int ifd__disk_load(ifd_spec_draft_t *d, const ifd_kvhash_t *parent, const int32_t *t, int n,
+                          const int32_t *gb, void ***bufs, ifd_kvdisk_load_t **l)
+{
+    *bufs = NULL;
+    if (!d->staged)
+        return ifd_kvdisk_load_start(d->disk, parent, 0, t, n, gb, NULL, l);
+    const size_t bytes = d->em.kv_data_bytes;
+    void **b = calloc((size_t)n, sizeof *b);
+    uint8_t *mem = b ? malloc((size_t)n * bytes) : NULL;
+    if (!mem) {
+        free(b);
+        return IFD_ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        b[i] = mem + (size_t)i * bytes;
+    int rc = ifd_kvdisk_load_start_staged(d->disk, parent, 0, t, n, b, l);
+    if (rc) {
+        free(mem);
+        free(b);
+        return rc;
+    }
+    *bufs = b;
+    return 0;
+}
+
+/* After the pool's and the host tier's hits (s's blocks, all published):
+ * the blocks past them, up to max, that the disk tier has files for, read
+ * into fresh blocks (staged: into host buffers, then uploaded; and put in
+ * the host tier, so that the next eviction is a host hit) and published
+ * (tokens: the query's), waited for at most what feeding them would take;
+ * what did not land by then is fed as usual. */
+static void ifd__dseq_disk_fill(ifd_spec_draft_t *d, ifd__dseq_t *s, const int32_t *tokens,
+                                int32_t max)
+{
+    const int32_t bs = d->p.block_size, b0 = s->n_blocks;
+    if (!d->disk || b0 >= max)
+        return;
+    const ifd_kvhash_t parent = ifd__dseq_chain(d, s, b0);
+    const int32_t *t = tokens + (int64_t)b0 * bs;
+    int n = ifd_kvdisk_probe(d->disk, &parent, 0, t, max - b0);
+    int32_t *gb = s->blocks + b0;
+    if (n <= 0 || ifd_kvpool_alloc(d->pool, 0, 0, n, gb) != 0)
+        return;
+    ifd_kvdisk_load_t *l = NULL;
+    void **bufs = NULL;
+    if (ifd__disk_load(d, &parent, t, n, gb, &bufs, &l) != 0) {
+        ifd_kvpool_unref(d->pool, 0, gb, n);
+        return;
+    }
+    const double ms_tok = d->p.disk_ms_per_token > 0 ? d->p.disk_ms_per_token
+                          : d->ms_tok > 0            ? d->ms_tok
+                                                     : IFD_ENGINE_DISK_MS_PER_TOKEN;
+    const bool done = ifd_kvdisk_load_wait(l, ms_tok * n * bs);
+    const int ok = ifd_kvdisk_load_finish(l, !done);
+    ifd_kvhash_t h = parent;
+    int i = 0;
+    for (; i < ok; i++) {
+        const int32_t b = b0 + i, *tb = tokens + (int64_t)b * bs;
+        if (!ifd__dseq_put(d, s, b, s->blocks[b], tb, bufs ? bufs[i] : NULL))
+            break;
+        ifd__dseq_took(d, s, b, tb);
+        h = ifd_kvpool_hash_block(&h, 0, tb, bs);
+        void *hb = bufs && d->host ? ifd_kvhost_put(d->host, &h, 0, tb) : NULL;
+        if (hb)
+            memcpy(hb, bufs[i], d->em.kv_data_bytes);
+    }
+    if (i < n)
+        ifd_kvpool_unref(d->pool, 0, gb + i, n - i);
+    if (bufs) {
+        free(bufs[0]);
+        free(bufs);
+    }
+    s->dhash = h;
+    s->dhash_n = b0 + i;
+    d->st.disk_hit_tokens += (uint64_t)i * (uint64_t)bs;
+}
+
 /* A state with no KV kept takes the longest published run of blocks that
- * starts its first ifd__keep tokens; its own blocks go back first (every
- * position of them would be written again). */
+ * starts its first ifd__keep tokens, then what the disk tier holds past
+ * it; its own blocks go back first (every position of them would be
+ * written again). */
 static void ifd__dseq_reuse(ifd_spec_draft_t *d, ifd__dseq_t *s, const ifd_spec_draft_query_t *q)
 {
     ifd__dseq_release(d, s);
@@ -270,16 +530,52 @@ static void ifd__dseq_reuse(ifd_spec_draft_t *d, ifd__dseq_t *s, const ifd_spec_
     if (max < 1 || ifd__dseq_grow(d, s, max * bs) != 0)
         return;
     int got = ifd_kvpool_lookup(d->pool, 0, 0, q->tokens, keep, s->blocks, max, NULL);
-    if (got <= 0) {
-        if (got < 0)
-            IFD_WARN("draft: prefix lookup of %d tokens: %s", keep, ifd_strerror(got));
-        return;
+    if (got < 0) {
+        IFD_WARN("draft: prefix lookup of %d tokens: %s", keep, ifd_strerror(got));
+        got = 0;
     }
     s->n_blocks = s->n_pub = got;
     s->n_kv = got * bs;
+    s->dhash_n = 0;
     memcpy(s->tok, q->tokens, (size_t)s->n_kv * sizeof *s->tok);
     d->st.blocks_held += got;
     d->st.prefix_hit_tokens += (uint64_t)s->n_kv;
+    ifd__dseq_host_fill(d, s, q->tokens, max);
+    ifd__dseq_disk_fill(d, s, q->tokens, max);
+}
+
+/* The tiers' share of publishing s's block b anew: a host pool's block
+ * offered to the disk tier in place; a device pool's copied once to host
+ * memory (into its host tier entry, else the stage), offered from there. */
+static void ifd__tiers_offer(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b)
+{
+    if (!d->disk && !d->host)
+        return;
+    const int32_t bs = d->p.block_size, *t = s->tok + (int64_t)b * bs;
+    const ifd_kvhash_t parent = ifd__dseq_chain(d, s, b);
+    if (!d->staged) {
+        ifd_kvdisk_offer(d->disk, s->blocks[b], -1, &parent, 0, t, NULL);
+        d->st.disk_offered++;
+        return;
+    }
+    const ifd_kvhash_t h = ifd_kvpool_hash_block(&parent, 0, t, bs);
+    void *buf = d->host ? ifd_kvhost_put(d->host, &h, 0, t) : NULL;
+    void *dst = buf ? buf : d->stage;
+    if (!dst)
+        return; /* no disk tier, and the host tier had no memory (counted) */
+    int rc = d->em.kv_download(d->em.ctx, ifd_kvpool_block_local(d->pool, s->blocks[b]), -1, dst);
+    if (rc) {
+        IFD_WARN("draft: copying block %d to host memory: %s", s->blocks[b], ifd_strerror(rc));
+        if (buf)
+            ifd_kvhost_forget(d->host, &h);
+        return;
+    }
+    if (buf)
+        d->st.host_offered++;
+    if (d->disk) {
+        ifd_kvdisk_offer_data(d->disk, dst, &parent, 0, t, NULL);
+        d->st.disk_offered++;
+    }
 }
 
 /* Publishes the full blocks of q's state that lie below both its KV and
@@ -303,6 +599,8 @@ static void ifd__dseq_publish(ifd_spec_draft_t *d, const ifd_spec_draft_query_t 
         }
         s->n_pub++;
         d->st.published++;
+        if (rc == 0) /* new: the tiers' copies are to be made (a duplicate's exist) */
+            ifd__tiers_offer(d, s, b);
     }
 }
 
@@ -419,10 +717,15 @@ static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int max_bloc
                            .n_logits = n_rows,
                            .logit_rows = d->b_rows};
     ifd_model_set_graph_set(d->model, 1);
+    const double t0 = d->disk ? ifd__now_ms() : 0;
     int rc = d->em.forward(d->em.ctx, &b, d->logits);
     ifd_model_set_graph_set(d->model, 0); /* the model's own forwards, if it drafts for itself */
     if (rc)
         return rc;
+    if (d->disk && n_tok >= d->p.block_size) { /* a catch-up's rate: a disk read's deadline */
+        const double ms = (ifd__now_ms() - t0) / n_tok;
+        d->ms_tok = d->ms_tok == 0 ? ms : d->ms_tok + (ms - d->ms_tok) / 8;
+    }
     d->st.forwards++;
     d->st.tokens += (uint64_t)n_tok;
     for (int r = 0; r < n_rows; r++) {

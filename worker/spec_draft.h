@@ -42,6 +42,25 @@
  * feeds only the tail it does not share. Released published blocks stay
  * cached in the draft's pool until an allocation needs their room.
  *
+ * Tiers (params disk_dir, host_blocks; docs/speculative.md, "The draft's
+ * tiers"): every block the draft publishes anew is offered to a disk tier
+ * of the draft's own (kvpool/kvdisk.h: written by its thread, never waited
+ * for; a device pool's through a synchronous copy to host memory, which
+ * also goes into a host-RAM tier of the draft's own, kvpool/kvhost.h,
+ * with host_blocks), whose files
+ * carry a fingerprint of the draft pool's geometry, the word "draft" and
+ * the caller's disk_identity (the draft model file and the settings that
+ * change its K/V): a target's tier (whose identity never starts with it)
+ * never reads a draft's file, nor a draft another draft's. A state with no
+ * KV kept asks the host tier, then the disk tier, for the blocks past the
+ * pool's hit and reads them into fresh blocks (a device pool's uploaded),
+ * published as computed ones, before it feeds the rest:
+ * after a worker restart (a new proposer, an empty pool) a repeated
+ * prompt's catch-up is its unshared tail, as with a warm pool. The read is
+ * waited for inside the call (the draft has no admission queue to hide it
+ * behind), at most what feeding those tokens would take (disk_ms_per_token,
+ * or the draft's measured catch-up rate); what is not read by then is fed.
+ *
  * On a device with graphs (CUDA) the draft's one-token-per-sequence steps
  * (its greedy steps, a catch-up of one token a proposing sequence) replay
  * decode graphs as the target's do, in the model's graph set 1
@@ -53,12 +72,14 @@
  * (worker/kvprobe.h).
  *
  * Ownership: the draft model is borrowed (it must outlive the proposer);
- * the pool and the per-sequence states are the proposer's. Threading: one
- * thread (the engine's).
+ * the pool, the tiers and the per-sequence states are the proposer's
+ * (params' strings are not kept). Threading: one thread (the engine's);
+ * the disk tier does its I/O on a thread of its own (kvdisk.h).
  */
 #ifndef IFD_SPEC_DRAFT_H
 #define IFD_SPEC_DRAFT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +100,19 @@ typedef struct {
      * (the draft's share of an engine step: the engine calls once a step);
      * 0: max_batched_tokens. >= 0 */
     int step_tokens;
+    /* The disk tier (above): a directory (created when missing; NULL or "":
+     * none), its size bound (> 0 with a dir), the identity string of the
+     * draft's K/V (NULL: ""), and a read's deadline per token (0: the
+     * draft's measured catch-up ms per token, IFD_ENGINE_DISK_MS_PER_TOKEN
+     * before one was measured). A tier that cannot start is one warning
+     * and the proposer runs without it. */
+    const char *disk_dir;
+    uint64_t disk_bytes;
+    const char *disk_identity;
+    double disk_ms_per_token;
+    /* A device pool's host-RAM tier (above): its bound in blocks (of the
+     * draft's); 0: none. Ignored for a host-memory pool. */
+    int64_t host_blocks;
 } ifd_spec_draft_params_t;
 
 /* A proposer over `draft` and a new private pool of p->n_blocks blocks (host
@@ -99,6 +133,16 @@ ifd_spec_drafter_t ifd_spec_draft_drafter(ifd_spec_draft_t *d);
 /* Proposes for q[0..n) (ifd_spec_drafter_t.propose's contract). */
 int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n);
 
+/* The fingerprint of the draft's disk tier over `pool` (its geometry) and
+ * `identity` (NULL: ""; its first 8,000 bytes count): ifd_kvdisk_fingerprint
+ * of "draft|" + identity, so never a target tier's (kvdisk.h). Pure. */
+uint64_t ifd_spec_draft_disk_fingerprint(const ifd_kvpool_t *pool, const char *identity);
+
+/* Whether d has a disk tier (params disk_dir, started), a host tier
+ * (params host_blocks, a device pool). */
+bool ifd_spec_draft_has_disk(const ifd_spec_draft_t *d);
+bool ifd_spec_draft_has_host(const ifd_spec_draft_t *d);
+
 /* Counters: draft forward passes and the tokens they fed (catch-up and
  * draft steps), the positions rolled back (draft KV past what the target
  * kept: rejected proposals), the tokens whose KV a state took from the
@@ -107,12 +151,16 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
  * the tokens fed by feed queries (k 0: the target's prefill, feed_tokens)
  * and the most one call fed (max_call_catchup, <= step_tokens), and the
  * proposals a call skipped because the budget left their catch-up
- * unfinished (lagging), for tests and logs. */
+ * unfinished (lagging); with the tiers, the blocks offered to each
+ * (disk_offered, host_offered) and the tokens a state read back from each
+ * instead of feeding them (disk_hit_tokens, host_hit_tokens; not in
+ * prefix_hit_tokens), for tests and logs. */
 typedef struct {
     uint64_t forwards, tokens, catchup_tokens, no_room, rolled_back;
     uint64_t prefix_hit_tokens, published;
     int64_t blocks_held;
     uint64_t feed_tokens, max_call_catchup, lagging;
+    uint64_t disk_offered, disk_hit_tokens, host_offered, host_hit_tokens;
 } ifd_spec_draft_stats_t;
 void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out);
 

@@ -50,6 +50,7 @@ static void ifd__usage(FILE *f)
             "                     [--mmproj FILE] [--image-cache-mb N]\n"
             "                     [--vision-step-ms N] [--vision-step-flops F]\n"
             "                     [--max-logprobs N]\n"
+            "                     [--draft-step-tokens N]\n"
             "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
             "                     --random-weights F --model TOKENIZER) [probe options]\n"
             "       inferd-worker --devices\n"
@@ -72,6 +73,9 @@ static void ifd__usage(FILE *f)
             "    --vision-step-flops F  a fixed FLOP budget per iteration instead (F >= 1)\n"
             "    --max-logprobs N    the router's max_logprobs (-1: the vocabulary): the pool\n"
             "                        sizing's warm-up grows the device sampler for N a row\n"
+            "    --draft-step-tokens N  the draft model's tokens per engine step at most (its\n"
+            "                        prompt catch-up; default: the step budget, HELLO's\n"
+            "                        max_batched_tokens; docs/speculative.md)\n"
             "  --kv-probe            load the model onto the GPU, then print as JSON how many KV\n"
             "                        blocks fit (what inferd --gpus runs per GPU at start-up):\n"
             "    --gpu-memory-fraction F  of the device's total memory (default 0.90)\n"
@@ -171,6 +175,7 @@ typedef struct {
     uint32_t vision_step_ms;      /* --serve: an encode's time per iteration; 0 default */
     double vision_step_flops;     /* --serve: a fixed budget instead; 0 none */
     int64_t max_logprobs;         /* --serve: the router's max_logprobs; 0: 20 */
+    int draft_step_tokens;        /* --serve: the draft's catch-up tokens a step; 0 default */
 } ifd__gen_opts_t;
 
 typedef struct {
@@ -708,6 +713,7 @@ enum {
     OPT_KV_CACHE_DIR,
     OPT_KV_CACHE_DISK,
     OPT_KV_CACHE_HOST,
+    OPT_DRAFT_STEP,
 };
 
 /* The parsed command line: the mode flags and each mode's options. */
@@ -978,6 +984,15 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         go->max_logprobs = v;
         break;
     }
+    case OPT_DRAFT_STEP: {
+        long v;
+        if (!ifd__parse_int(arg, 1, 1 << 20, &v)) {
+            fprintf(stderr, "inferd-worker: bad --draft-step-tokens '%s' (1 to 1048576)\n", arg);
+            return 2;
+        }
+        go->draft_step_tokens = (int)v;
+        break;
+    }
     case OPT_VISION_STEP_FLOPS: {
         char *end;
         errno = 0;
@@ -1051,7 +1066,8 @@ static int ifd__run_mode(ifd__cli_t *cli)
                                go->kv_cache_dir,   go->kv_cache_disk_bytes,
                                go->mmproj,         go->image_cache_mb << 20,
                                go->kv_cache_host_bytes, go->vision_step_ms,
-                               go->vision_step_flops, go->max_logprobs};
+                               go->vision_step_flops, go->max_logprobs,
+                               go->draft_step_tokens};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -1128,6 +1144,7 @@ int ifd_worker_main(int argc, char **argv)
         {"max-logprobs", required_argument, NULL, OPT_MAX_LOGPROBS},
         {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
         {"kv-cache-host-bytes", required_argument, NULL, OPT_KV_CACHE_HOST},
+        {"draft-step-tokens", required_argument, NULL, OPT_DRAFT_STEP},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},

@@ -8,15 +8,19 @@ SIGKILLed mid-stream with speculation on resumes to the undisturbed text; `infer
 status` shows the method and the acceptance. A second daemon with `--spec draft
 --draft-model` (the model as its own draft) gives the same text too, with nearly every
 proposal accepted, also across a SIGKILLed worker; a draft model with another tokenizer
-(Gemma 3 270M's) stops the start with a message saying so.
+(Gemma 3 270M's) stops the start with a message saying so, as does draft_step_tokens
+without a draft model. The draft daemon runs with a draft share of 16 tokens a step
+(draft_step_tokens, the workers' --draft-step-tokens): the same text all the same.
 
 Usage: test_daemon_spec.py INFERD WORKER   (the venv's python: $INFERD_PYTHON)
 """
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -46,9 +50,11 @@ D = C = None
 
 
 def draft_args():
-    """The draft model daemon's settings: the model as its own draft."""
+    """The draft model daemon's settings: the model as its own draft, fed at most 16
+    tokens a step (a share below the step budget: the draft lags on long prompts and
+    proposes later, never another token)."""
     return ["--spec", "draft", "--draft-model", model_path(), "--spec-tokens", "4",
-            "--worker-ping-interval", "0.1"]
+            "--draft-step-tokens", "16", "--worker-ping-interval", "0.1"]
 
 
 def chat(messages, spec=None, stream=False, client=None, **kw):
@@ -265,14 +271,20 @@ def test_draft_model_same_text():
     """--spec draft with the model as its own draft: greedy and seeded text equal to
     "speculative": false's, streamed or not, nearly every proposal accepted (the draft's
     greedy token is the model's own); a request may still pick ngram or off; infer
-    status names the method."""
-    d = Daemon(INFERD, draft_args())
+    status names the method. The worker took the draft share (its log says so). With
+    --kv-cache-dir the draft's published blocks get files of their own fingerprint beside
+    the model's (docs/speculative.md, "The draft's disk tier")."""
+    kvdir = tempfile.mkdtemp(prefix="inferd-draft-tiers-")
+    d = Daemon(INFERD, draft_args() + ["--kv-cache-dir", kvdir])
 
     def counters():
         time.sleep(0.5)  # the worker's counters reach /metrics with its next ping (0.1 s)
         return {k.split("{")[0]: v for k, v in d.metrics().items()
                 if k.startswith("vllm:spec_decode_num_") and "per_pos" not in k}
     try:
+        # the daemon's draft_step_tokens reached the worker's proposer
+        assert "draft model: 16 catch-up tokens a step at most" in d.logtext(tail=None), \
+            d.logtext()
         client = openai_client(d.sock, timeout=300)
         before = counters()
         # greedy draft proposals only
@@ -306,7 +318,11 @@ def test_draft_model_same_text():
                                 capture_output=True, text=True, timeout=60)
             assert st.returncode == 0 and "speculative   draft:" in st.stdout, st.stdout
     finally:
-        assert d.stop() == 0
+        assert d.stop() == 0  # the tiers write what is queued before the worker exits
+        fps = {f.split("-")[0] for f in os.listdir(kvdir) if f.endswith(".kvb")}
+        shutil.rmtree(kvdir, ignore_errors=True)
+    # the model's and the draft's (the model drafting for itself: the same geometry, another key)
+    assert len(fps) == 2, fps
 
 
 def test_draft_killed_worker_resumes_same_text():
@@ -333,6 +349,20 @@ def test_draft_other_tokenizer_refused():
     assert "needs the same tokenizer" in log, log[-3000:]
     assert rc == 1 and "no worker could be started" in log, (rc, log[-3000:])
     assert log.count("started pid") == 1, log[-3000:]  # not restarted
+
+
+def test_draft_step_tokens_without_draft_model_refused():
+    """draft_step_tokens without draft_model: the start stops at the settings (no worker
+    started), exit 1, the log names the setting."""
+    d = Daemon(INFERD, ["--draft-step-tokens", "8"], wait=False)
+    try:
+        rc = d.proc.wait(30 * SCALE)
+    finally:
+        log = d.logtext(tail=None)
+        d.kill_quietly()
+    assert rc == 1, (rc, log[-3000:])
+    assert "draft_step_tokens 8 needs a draft model" in log, log[-3000:]
+    assert "started pid" not in log, log[-3000:]
 
 
 def test_draft_without_draft_model_is_400():

@@ -206,6 +206,50 @@ START_TEST(test_mmproj_key)
 }
 END_TEST
 
+/* draft_step_tokens (docs/configuration.md, docs/speculative.md): 0 (the step
+ * budget) by default, a count from a flag or the file, never negative or past
+ * 2^20; a string is refused naming the key. (Without draft_model a value
+ * above 0 stops the start: daemon/main.c, test_daemon_spec.) */
+START_TEST(test_draft_step_tokens_key)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
+    ck_assert_int_eq(c.draft_step_tokens, 0);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(
+        parse(&c, &cli, err, 4, "--draft-model", "d.gguf", "--draft-step-tokens", "16"), 0);
+    ck_assert_int_eq(c.draft_step_tokens, 16);
+    ck_assert_str_eq(c.draft_model, "d.gguf");
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 1, "--draft-step-tokens=1048576"), 0);
+    ck_assert_int_eq(c.draft_step_tokens, 1 << 20);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    const char *bad[] = {"-1", "1048577", "lots", "8.5"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = '\0';
+        ck_assert_msg(parse(&c, &cli, err, 2, "--draft-step-tokens", bad[i]) == IFD_EINVAL,
+                      "'%s' accepted", bad[i]);
+        ck_assert_msg(strstr(err, "draft_step_tokens") || strstr(err, "draft-step-tokens"),
+                      "'%s': %s", bad[i], err);
+    }
+    const char *path = write_tmp("{\"draft_step_tokens\": 24}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), 0);
+    ck_assert_int_eq(c.draft_step_tokens, 24);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    unlink(path);
+    path = write_tmp("{\"draft_step_tokens\": \"24\"}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "draft_step_tokens"));
+    unlink(path);
+}
+END_TEST
+
 /* allow_image_urls, image_url_timeout and image_url_max_redirects (docs/configuration.md):
  * off, 10 s and 3 by default. */
 START_TEST(test_image_url_keys)
@@ -473,7 +517,8 @@ int main(void)
     Suite *s = suite_create("daemon_config");
     ifd_test_case(s, "config", 30,
                   IFD_TESTS(test_defaults_and_flags, test_bad_flags, test_inspect_flag,
-                            test_gpu_settings, test_mmproj_key, test_image_url_keys,
+                            test_gpu_settings, test_mmproj_key, test_draft_step_tokens_key,
+                            test_image_url_keys,
                             test_file_precedence_and_errors,
                             test_metrics_render,
                             test_metrics_vllm_and_families, test_metrics_vllm_requests));

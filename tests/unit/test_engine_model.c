@@ -33,7 +33,10 @@
  * deploy/shapes/tiny-gemma3.json): the adapter's copies of a block with its
  * twin in the CPU disk tier's layout, a block evicted then served from the
  * host tier, from the disk tier after a restart, past a corrupt file — the
- * cold run's tokens and logprobs each time.
+ * cold run's tokens and logprobs each time. And the draft model's own
+ * tiers (spec_draft.h, a device pool's through host copies): its disk tier
+ * across a restart and its host tier after the draft pool evicted (case
+ * draft_tiers: CK_RUN_CASE=draft_tiers runs it alone).
  */
 #include "kvpool/kvparams.h"
 #include "testutil.h"
@@ -152,6 +155,65 @@ static ifd_kvdisk_t *serve_disk;
 static ifd_model_t *serve_draft;
 static ifd_spec_draft_stats_t serve_draft_st;
 
+/* Request `id` alone through an engine over a fresh pool (64 blocks) with
+ * drafter d (kept: a test's, across engines), greedy; its counters into
+ * *st. */
+static void serve_drafted(sink_t *sink, int id, ifd_spec_draft_t *d, ifd_engine_stats_t *st)
+{
+    ifd_kvpool_t *pool = make_pool(64, kv_kind);
+    ifd_engine_model_t em;
+    ck_assert_int_eq(ifd_engine_model_from(&em, model, pool, 0), 0);
+    ifd_engine_params_t ep = ifd_engine_default_params();
+    ep.max_seqs = 1;
+    ep.max_batched_tokens = 256;
+    ep.spec = (ifd_spec_params_t){IFD_SPEC_DRAFT, 4, 0, 0};
+    ep.drafter = ifd_spec_draft_drafter(d);
+    ifd_engine_callbacks_t cb = {sink, on_token, on_finish, NULL};
+    ifd_engine_t *eng;
+    ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
+    ifd_engine_request_t r;
+    memset(&r, 0, sizeof r);
+    r.id = (uint64_t)id;
+    r.prompt = prompts[id];
+    r.n_prompt = plen[id];
+    r.sampling = ifd_sampling_default_params();
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = N_OUT;
+    r.ignore_eos = true;
+    r.use_cache = true;
+    ck_assert_int_eq(ifd_engine_add(eng, &r), 0);
+    while (!ifd_engine_idle(eng))
+        ck_assert_int_ge(ifd_engine_step(eng, NULL), 0);
+    ifd_engine_stats(eng, st);
+    ifd_engine_destroy(eng);
+    ifd_engine_model_free(&em);
+    ifd_kvpool_destroy(pool);
+}
+
+/* A drafter over the model with its tiers: a disk tier in dir (NULL: none)
+ * under identity, reads never cut short, and a host tier of host_blocks
+ * blocks; its pool of n_blocks. */
+static ifd_spec_draft_t *make_tier_drafter(const char *dir, const char *identity,
+                                           int64_t host_blocks, int64_t n_blocks)
+{
+    const ifd_spec_draft_params_t dp = {.n_vocab = (int32_t)ifd_model_config(model)->n_vocab,
+                                        .max_batched_tokens = 256,
+                                        .n_blocks = n_blocks,
+                                        .block_size = 16,
+                                        .dtype = kv_dtype,
+                                        .disk_dir = dir,
+                                        .disk_bytes = 1 << 26,
+                                        .disk_identity = identity,
+                                        .disk_ms_per_token = 1000,
+                                        .host_blocks = host_blocks};
+    ifd_spec_draft_t *d;
+    char err[512] = "";
+    ck_assert_msg(ifd_spec_draft_create(&d, model, &dp, err, sizeof err) == 0, "%s", err);
+    ck_assert(ifd_spec_draft_has_disk(d) == (dir != NULL));
+    ck_assert(ifd_spec_draft_has_host(d) == (host_blocks > 0));
+    return d;
+}
+
 /* A drafter over serve_draft for an engine over em (NULL without one): its
  * private pool a device segment of the backend's provider, 64 blocks of
  * the model pool's K/V type. */
@@ -159,7 +221,12 @@ static ifd_spec_draft_t *make_drafter(const ifd_engine_model_t *em, int budget)
 {
     if (!serve_draft)
         return NULL;
-    const ifd_spec_draft_params_t dp = {em->n_vocab, budget, 64, 16, kv_dtype, 0};
+    const ifd_spec_draft_params_t dp = {.n_vocab = em->n_vocab,
+                                        .max_batched_tokens = budget,
+                                        .n_blocks = 64,
+                                        .block_size = 16,
+                                        .dtype = kv_dtype,
+                                        .step_tokens = 0};
     ifd_spec_draft_t *d;
     char err[512] = "";
     ck_assert_msg(ifd_spec_draft_create(&d, serve_draft, &dp, err, sizeof err) == 0, "%s", err);
@@ -482,8 +549,12 @@ END_TEST
  * with a line naming it. */
 START_TEST(test_draft_q4_0_refused)
 {
-    const ifd_spec_draft_params_t dp = {
-        (int32_t)ifd_model_config(model)->n_vocab, 256, 8, 16, IFD_KV_Q4_0, 0};
+    const ifd_spec_draft_params_t dp = {.n_vocab = (int32_t)ifd_model_config(model)->n_vocab,
+                                        .max_batched_tokens = 256,
+                                        .n_blocks = 8,
+                                        .block_size = 16,
+                                        .dtype = IFD_KV_Q4_0,
+                                        .step_tokens = 0};
     ifd_spec_draft_t *d = NULL;
     char err[512] = "";
     ck_assert_int_eq(ifd_spec_draft_create(&d, model, &dp, err, sizeof err), IFD_ENOTSUP);
@@ -814,6 +885,81 @@ static void serve_disk_hit(ifd_kvpool_t *pool, int want)
  * (its file written again: the restart after reads both) and still gives
  * the cold run's tokens.
  */
+/*
+ * The draft's tiers on a device pool (the model as its own draft, its pool
+ * a device segment; spec_draft.h: host copies, synchronous). Disk: request
+ * 1 (42 prompt tokens) with a draft whose tier writes its published
+ * blocks, then a "restart" (a new proposer on the same directory): its
+ * first catch-up reads the prompt's two full blocks (32 tokens) back and
+ * feeds the rest, the first run's catch-up less 32, the same proposals.
+ * Host: a draft pool of 4 blocks and a host tier of 16: request 1, then
+ * request 2 (39 tokens, other ids: its 4 blocks evict request 1's), then
+ * request 1 again takes its two prompt blocks from the pool and the host
+ * tier (at least one from the host). Plain decoding's tokens every time.
+ */
+START_TEST(test_draft_tiers_device_pool)
+{
+    static sink_t ref, r[5];
+    serve(&ref, 1, 1, 1, 64, 256, NULL, NULL);
+    serve(&ref, 2, 1, 1, 64, 256, NULL, NULL);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/test_engine_draft_disk.%d.XXXXXX", (int)getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *id = "tiny llama, seed 7";
+    ck_assert_int_eq(plen[1], 42);
+    ifd_engine_stats_t e1, e2, e;
+    ifd_spec_draft_stats_t s1, s2, s3;
+
+    ifd_spec_draft_t *d = make_tier_drafter(dir, id, 0, 64);
+    serve_drafted(&r[0], 1, d, &e1);
+    ifd_spec_draft_stats(d, &s1);
+    ck_assert_uint_ge(s1.disk_offered, 2);
+    ck_assert_uint_eq(s1.host_offered, 0);
+    ifd_spec_draft_destroy(d);             /* writes what is queued */
+    d = make_tier_drafter(dir, id, 0, 64); /* the restart */
+    serve_drafted(&r[1], 1, d, &e2);
+    ifd_spec_draft_stats(d, &s2);
+    printf("draft disk tier (device pool): %llu catch-up tokens, after the restart %llu (%llu "
+           "read back)\n",
+           (unsigned long long)s1.catchup_tokens, (unsigned long long)s2.catchup_tokens,
+           (unsigned long long)s2.disk_hit_tokens);
+    ck_assert_uint_eq(s2.prefix_hit_tokens, 0);
+    ck_assert_uint_eq(s2.disk_hit_tokens, 32);
+    ck_assert_uint_eq(s2.catchup_tokens, s1.catchup_tokens - 32);
+    ck_assert_uint_eq(e2.spec_draft_tokens, e1.spec_draft_tokens);
+    ck_assert_uint_eq(e2.spec_accepted_tokens, e1.spec_accepted_tokens);
+    ck_assert_int_eq(s2.blocks_held, 0);
+    ifd_spec_draft_destroy(d);
+
+    d = make_tier_drafter(NULL, NULL, 16, 4);
+    serve_drafted(&r[2], 1, d, &e);
+    serve_drafted(&r[3], 2, d, &e);
+    ifd_spec_draft_stats(d, &s3);
+    ck_assert_uint_ge(s3.host_offered, 2);
+    ck_assert_uint_eq(s3.host_hit_tokens, 0);
+    serve_drafted(&r[4], 1, d, &e);
+    ifd_spec_draft_stats(d, &s1);
+    const uint64_t host = s1.host_hit_tokens, pool = s1.prefix_hit_tokens - s3.prefix_hit_tokens;
+    printf("draft host tier (device pool): request 1 again: %llu tokens from the pool, %llu from "
+           "the host tier\n",
+           (unsigned long long)pool, (unsigned long long)host);
+    ck_assert_uint_ge(host, 16);
+    ck_assert_uint_eq(host + pool, 32);
+    ck_assert_int_eq(s1.blocks_held, 0);
+    ifd_spec_draft_destroy(d);
+
+    for (int k = 0; k < 5; k++) {
+        const int q = k == 3 ? 2 : 1;
+        ck_assert_int_eq(r[k].n_out[q], N_OUT);
+        for (int t = 0; t < N_OUT; t++)
+            ck_assert_msg(r[k].out[q][t] == ref.out[q][t], "run %d, request %d token %d", k, q, t);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_disk_tier_device_pool)
 {
     char dir[] = "/tmp/kv-host-emu-XXXXXX";
@@ -1493,6 +1639,14 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_ipc_creator_killed_rebuilds);
 #endif
     suite_add_tcase(s, tc);
+#ifdef IFD_TEST_ENGINE_CUDA_EMU
+    if (!ifd_kv_dtype_quantized(kv_dtype)) { /* as the draft cases above */
+        TCase *tt = tcase_create("draft_tiers");
+        tcase_set_timeout(tt, 300);
+        tcase_add_test(tt, test_draft_tiers_device_pool);
+        suite_add_tcase(s, tt);
+    }
+#endif
     /* no fork: the model is loaded once and the solo reference shared */
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -25,11 +25,18 @@
  *  - the draft's prompt prefill spread over the target's prefill steps
  *    (the engine's feed queries): long prompts in a small step budget,
  *    the draft's catch-up per call bounded by its share, plain decoding's
- *    tokens.
+ *    tokens;
+ *  - the draft's disk tier: after a "restart" (a new proposer over an
+ *    empty pool, the same directory) a repeated request's catch-up is the
+ *    first run's less the blocks read back, the same proposals and plain
+ *    decoding's tokens; the files are found under the draft's fingerprint
+ *    only — never under a target's over the same geometry and identity,
+ *    nor another draft's.
  */
 #include "testutil.h"
 
 #include "error.h"
+#include "kvpool/kvdisk.h"
 #include "kvpool/kvparams.h"
 #include "kvpool/kvpool.h"
 #include "modelfile/shape.h"
@@ -41,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define N_SEQ 16
 #define N_OUT 24
@@ -61,7 +69,12 @@ static int serve_budget = 64; /* serve()'s max_batched_tokens */
 static ifd_spec_draft_t *make_draft_step(ifd_model_t *m, int64_t blocks, ifd_kv_dtype_t kv,
                                          int step)
 {
-    const ifd_spec_draft_params_t dp = {256, 64, blocks, 16, kv, step};
+    const ifd_spec_draft_params_t dp = {.n_vocab = 256,
+                                        .max_batched_tokens = 64,
+                                        .n_blocks = blocks,
+                                        .block_size = 16,
+                                        .dtype = kv,
+                                        .step_tokens = step};
     ifd_spec_draft_t *d = NULL;
     char err[256];
     ck_assert_msg(ifd_spec_draft_create(&d, m, &dp, err, sizeof err) == 0, "%s", err);
@@ -306,10 +319,20 @@ START_TEST(test_no_room_and_bad_params)
     ifd_spec_draft_destroy(d);
     char err[256];
     ifd_spec_draft_t *bad = NULL;
-    const ifd_spec_draft_params_t zero_blocks = {256, 64, 0, 16, IFD_KV_F32, 0};
+    const ifd_spec_draft_params_t zero_blocks = {.n_vocab = 256,
+                                                 .max_batched_tokens = 64,
+                                                 .n_blocks = 0,
+                                                 .block_size = 16,
+                                                 .dtype = IFD_KV_F32,
+                                                 .step_tokens = 0};
     ck_assert_int_eq(ifd_spec_draft_create(&bad, target, &zero_blocks, err, sizeof err),
                      IFD_EINVAL);
-    const ifd_spec_draft_params_t big_vocab = {1000, 64, 8, 16, IFD_KV_F32, 0};
+    const ifd_spec_draft_params_t big_vocab = {.n_vocab = 1000,
+                                               .max_batched_tokens = 64,
+                                               .n_blocks = 8,
+                                               .block_size = 16,
+                                               .dtype = IFD_KV_F32,
+                                               .step_tokens = 0};
     ck_assert_int_eq(ifd_spec_draft_create(&bad, target, &big_vocab, err, sizeof err),
                      IFD_EMISMATCH);
     ck_assert_ptr_null(bad);
@@ -466,9 +489,10 @@ END_TEST
  * the draft the same chunks as they are scheduled (feed queries). With the
  * draft's catch-up budget equal to the target's (32) the draft keeps pace:
  * every prompt token is fed during the prefill, no call feeds more than
- * 32, no proposal waits for its catch-up. With half of it (16) the
- * draft lags: proposals wait (lagging) while it catches up 16 tokens a
- * step, and still no call feeds more than 16. Alone and three at once,
+ * 32, no proposal waits for its catch-up. With half of it (16) or a
+ * quarter (8: the daemon's draft_step_tokens, a smaller draft's share) the
+ * draft lags: proposals wait (lagging) while it catches up 16 (8) tokens a
+ * step, and still no call feeds more than that. Alone and three at once,
  * greedy and seeded: plain decoding's tokens every time, every draft
  * block given back. (Before the feeds, the first proposal of each request
  * fed its whole prompt in one call: max_call_catchup 240.) */
@@ -478,11 +502,16 @@ static void prefill_spread(bool sampled)
     serve_budget = 32;
     for (int i = N_SEQ; i < N_ALL; i++)
         serve(ref, i, 1, NULL, sampled);
-    const int shares[] = {0, 16}; /* 0: the budget itself (32) */
+    const int shares[] = {0, 16, 8}; /* 0: the budget itself (32) */
     const int batches[][2] = {{N_SEQ, 1}, {N_SEQ, N_LONG}};
-    for (size_t k = 0; k < 2; k++) {
+    for (size_t k = 0; k < sizeof shares / sizeof *shares; k++) {
         for (size_t b = 0; b < 2; b++) {
-            const ifd_spec_draft_params_t dp = {256, 32, 128, 16, IFD_KV_F32, shares[k]};
+            const ifd_spec_draft_params_t dp = {.n_vocab = 256,
+                                                .max_batched_tokens = 32,
+                                                .n_blocks = 128,
+                                                .block_size = 16,
+                                                .dtype = IFD_KV_F32,
+                                                .step_tokens = shares[k]};
             ifd_spec_draft_t *d = NULL;
             char err[256];
             ck_assert_msg(ifd_spec_draft_create(&d, other, &dp, err, sizeof err) == 0, "%s", err);
@@ -508,17 +537,22 @@ static void prefill_spread(bool sampled)
                    (unsigned long long)ds.max_call_catchup, (unsigned long long)ds.lagging,
                    (unsigned long long)st.spec_drafts);
             fflush(stdout);
-            ck_assert_uint_gt(st.spec_drafts, 0);
+            /* a share of 8 feeds 64 tokens during the 240-token prefill, then 8 a
+             * step while the sequence grows by one: its first proposal would come
+             * at output token 25 (240 + t <= 64 + 8t), past N_OUT. A share too
+             * small for the prompts delays proposals; it never changes a token. */
+            if (shares[k] == 0 || shares[k] >= 16)
+                ck_assert_uint_gt(st.spec_drafts, 0);
             ck_assert_int_eq(ds.blocks_held, 0);
             check_pool(d);
             if (k == 0) { /* in step with the target's prefill */
                 ck_assert_uint_eq(ds.feed_tokens, (uint64_t)prompt);
                 ck_assert_uint_le(ds.max_call_catchup, 32);
                 ck_assert_uint_eq(ds.lagging, 0);
-            } else { /* a half: behind, spread all the same */
+            } else { /* a half or a quarter: behind, spread all the same */
                 ck_assert_uint_gt(ds.feed_tokens, 0);
                 ck_assert_uint_lt(ds.feed_tokens, (uint64_t)prompt);
-                ck_assert_uint_le(ds.max_call_catchup, 16);
+                ck_assert_uint_le(ds.max_call_catchup, (uint64_t)shares[k]);
                 ck_assert_uint_gt(ds.lagging, 0);
             }
             ifd_spec_draft_destroy(d);
@@ -538,6 +572,111 @@ END_TEST
 START_TEST(test_prefill_spread_seeded)
 {
     prefill_spread(true);
+}
+END_TEST
+
+/* ---- the draft's disk tier ------------------------------------------------------ */
+
+/* A proposer over m with a disk tier in dir under `identity`; reads never
+ * cut short (a deadline of a second a token: the test's tokens come back
+ * whatever the machine's load). */
+static ifd_spec_draft_t *make_draft_disk(ifd_model_t *m, const char *dir, const char *identity)
+{
+    ifd_spec_draft_params_t dp = {.n_vocab = 256,
+                                  .max_batched_tokens = 64,
+                                  .n_blocks = 64,
+                                  .block_size = 16,
+                                  .dtype = IFD_KV_F32,
+                                  .step_tokens = 0};
+    dp.disk_dir = dir;
+    dp.disk_bytes = 1 << 26;
+    dp.disk_identity = identity;
+    dp.disk_ms_per_token = 1000;
+    ifd_spec_draft_t *d = NULL;
+    char err[256];
+    ck_assert_msg(ifd_spec_draft_create(&d, m, &dp, err, sizeof err) == 0, "%s", err);
+    ck_assert(ifd_spec_draft_has_disk(d));
+    return d;
+}
+
+/* How many of prompt 0's first two blocks a tier of fingerprint fp over
+ * pool finds in dir. */
+static int probe_dir(ifd_kvpool_t *pool, const char *dir, uint64_t fp)
+{
+    ifd_kvdisk_params_t kp = ifd_kvdisk_default_params();
+    kp.dir = dir, kp.max_bytes = 1 << 26, kp.fingerprint = fp;
+    ifd_kvdisk_t *t = NULL;
+    ck_assert_int_eq(ifd_kvdisk_create(&kp, pool, &t), 0);
+    const ifd_kvhash_t root = {0, 0};
+    int n = ifd_kvdisk_probe(t, &root, 0, prompts[0], 2);
+    ifd_kvdisk_destroy(t);
+    return n;
+}
+
+/* One request served with a draft whose tier writes its published blocks;
+ * then a "restart": a new proposer (an empty pool) on the same directory.
+ * Its first catch-up reads the prompt's two full blocks back (45 tokens:
+ * blocks [0, 32)) and feeds the rest: the first run's catch-up less 32,
+ * with no pool hit; the same proposals, acceptance and tokens as plain
+ * decoding. The files: found by the draft's fingerprint, never by a
+ * target's over the same geometry (the target and the draft here share
+ * the tiny shape) and identity, nor by another draft's. */
+START_TEST(test_disk_tier_across_restarts)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/test_spec_draft_disk.%d.XXXXXX", (int)getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const char *id = "tiny other, seed 8";
+    sink_t *ref = calloc(1, sizeof *ref), *r1 = calloc(1, sizeof *r1), *r2 = calloc(1, sizeof *r2);
+    serve(ref, 0, 1, NULL, false);
+
+    ifd_spec_draft_t *d = make_draft_disk(other, dir, id);
+    ifd_engine_stats_t e1 = serve(r1, 0, 1, d, false);
+    ifd_spec_draft_stats_t s1, s2;
+    ifd_spec_draft_stats(d, &s1);
+    ck_assert_uint_ge(s1.disk_offered, 2);
+    ck_assert_uint_eq(s1.disk_offered, s1.published);
+    ck_assert_uint_eq(s1.disk_hit_tokens, 0);
+    ifd_spec_draft_destroy(d); /* writes what is queued */
+
+    d = make_draft_disk(other, dir, id); /* the restart */
+    ifd_engine_stats_t e2 = serve(r2, 0, 1, d, false);
+    ifd_spec_draft_stats(d, &s2);
+    for (int t = 0; t < N_OUT; t++) {
+        ck_assert_int_eq(r1->out[0][t], ref->out[0][t]);
+        ck_assert_int_eq(r2->out[0][t], ref->out[0][t]);
+    }
+    printf("draft disk tier: first run %llu catch-up tokens, after the restart %llu (%llu read "
+           "back)\n",
+           (unsigned long long)s1.catchup_tokens, (unsigned long long)s2.catchup_tokens,
+           (unsigned long long)s2.disk_hit_tokens);
+    ck_assert_uint_eq(s2.prefix_hit_tokens, 0);
+    ck_assert_uint_eq(s2.disk_hit_tokens, 32);
+    ck_assert_uint_eq(s2.catchup_tokens, s1.catchup_tokens - 32);
+    ck_assert_uint_eq(e2.spec_draft_tokens, e1.spec_draft_tokens);
+    ck_assert_uint_eq(e2.spec_accepted_tokens, e1.spec_accepted_tokens);
+    ck_assert_int_eq(s2.blocks_held, 0);
+    /* the blocks read back are not offered again; those past them are (anew in this pool) */
+    ck_assert_uint_eq(s2.disk_offered, s1.disk_offered - 2);
+    check_pool(d);
+    ifd_spec_draft_destroy(d);
+
+    /* the files and their keys: a pool of the target's geometry (equal to the draft's) */
+    ifd_kvpool_params_t kp = ifd_kvpool_model_params(ifd_model_config(target));
+    kp.dtype = IFD_KV_F32, kp.n_blocks = 8, kp.n_workers = 1;
+    ifd_kvpool_t *pool;
+    ck_assert_int_eq(ifd_kvpool_create(&kp, &pool), 0);
+    const uint64_t fp_draft = ifd_spec_draft_disk_fingerprint(pool, id);
+    const uint64_t fp_target = ifd_kvdisk_fingerprint(pool, id, strlen(id));
+    ck_assert_uint_ne(fp_draft, fp_target);
+    ck_assert_int_eq(probe_dir(pool, dir, fp_draft), 2);
+    ck_assert_int_eq(probe_dir(pool, dir, fp_target), 0);
+    ck_assert_int_eq(probe_dir(pool, dir, ifd_spec_draft_disk_fingerprint(pool, "another")), 0);
+    ifd_kvpool_destroy(pool);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(ref), free(r1), free(r2);
 }
 END_TEST
 
@@ -568,6 +707,6 @@ int main(void)
                             test_greedy_same_as_plain, test_seeded_same_as_plain,
                             test_no_room_and_bad_params, test_prefix_reuse,
                             test_engine_repeated_prompt, test_prefill_spread_greedy,
-                            test_prefill_spread_seeded));
+                            test_prefill_spread_seeded, test_disk_tier_across_restarts));
     return ifd_test_run(s);
 }
