@@ -94,7 +94,7 @@ def llamacpp_picture(path):
     return np.asarray(canvas, dtype=np.uint8), (nw, nh)
 
 
-def explain(px_file, want):
+def explain(px_file, want, dump):
     """llama.cpp's same-pixel embeddings reproduced with transformers' tiny tower (f16-rounded
     projection, as in the mmproj) and ggml's CPU roundings emulated one after another: the patch
     embedding in f16 (ggml_conv_2d makes its im2col F16 for an F32 kernel, and mul_mat then
@@ -145,6 +145,18 @@ def explain(px_file, want):
         for k in hooks:
             k.remove()
         out[name] = rel(want, f)
+    # two stages in isolation, from clip's own tensors (mtmd_probe under MTMD_PROBE_DUMP):
+    # the patch embedding against torch's conv on f16-rounded pixels and weights, and ggml's
+    # gelu output against the f16 table applied to ggml's own gelu input
+    ld = lambda n: np.fromfile(os.path.join(dump, n + ".f32"), dtype=np.float32)  # noqa: E731
+    with torch.no_grad():
+        conv.weight.copy_(h(conv_w))
+        pe = conv(h(pv)).flatten(2).transpose(1, 2).reshape(-1).numpy()
+        conv.weight.copy_(conv_w)
+    out["stage_patch_embedding_f16_vs_llamacpp"] = rel(ld("patch_bias"), pe)
+    up = torch.from_numpy(ld("ffn_up_b-0"))
+    out["stage_gelu_table_on_llamacpp_input_vs_llamacpp"] = rel(
+        ld("ffn_gelu-0"), GeluTable()(up).numpy())
     return out
 
 
@@ -211,13 +223,18 @@ def main():
         pixels[name] = px
         fi = f32(ft, 64)
         r = {"inferd_vs_transformers": rel(fi, refs["mmproj_features_%d" % k])}
+        dump = os.path.join(tmp, name + ".dump")
+        os.makedirs(dump)
         for flash in (True, False):
             e = os.path.join(tmp, name + ".same.f32")
+            if not flash:
+                os.environ["MTMD_PROBE_DUMP"] = dump
             probe(args, tmp, ["--rgb", px, "--size", str(SIZE), "--embd-out", e]
                   + ([] if flash else ["--no-flash"]))
+            os.environ.pop("MTMD_PROBE_DUMP", None)
             r["llamacpp_same_pixels_vs_inferd" + ("" if flash else "_no_flash")] = rel(f32(e, 64), fi)
             if not flash:
-                r["llamacpp_no_flash_vs_transformers_with_ggml_roundings"] = explain(px, f32(e, 64))
+                r["llamacpp_no_flash_vs_transformers_with_ggml_roundings"] = explain(px, f32(e, 64), dump)
         own = os.path.join(tmp, name + ".own.f32")
         probe(args, tmp, ["--image", img, "--embd-out", own])
         fo = f32(own, 64)
@@ -268,10 +285,41 @@ def main():
             c["llamacpp_own_preproc_greedy"] = own["generated_ids"]
         c["greedy_equal"] = c["llamacpp_greedy"] == c["inferd_greedy"]
         res["chats"][name] = c
-    print(json.dumps(res, indent=1))
+    summary(res)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(res, f, indent=1)
+
+
+def summary(res):
+    g = lambda x: "-" if x is None else "%.2g" % x  # noqa: E731
+    for name, r in res["images"].items():
+        p = r["pixels"]
+        print("%s (%dx%d %s): inferd vs transformers %s; llama.cpp on inferd's pixels vs inferd %s "
+              "(no flash %s); llama.cpp's own preprocessing vs inferd %s — its picture (resized to "
+              "%dx%d, padded) differs in %.0f%% of pixels, mean |d| %.1f; emulated picture vs "
+              "llama.cpp's %s" % (name, p["size"][0], p["size"][1], p["mode"],
+                                  g(r["inferd_vs_transformers"]),
+                                  g(r["llamacpp_same_pixels_vs_inferd"]),
+                                  g(r["llamacpp_same_pixels_vs_inferd_no_flash"]),
+                                  g(r["llamacpp_own_preproc_vs_inferd"]),
+                                  p["llamacpp_resized_to"][0], p["llamacpp_resized_to"][1],
+                                  100 * p["share_differing"], p["mean_abs_diff"],
+                                  g(r["emulated_llamacpp_preproc_vs_llamacpp_own"])))
+        e = r["llamacpp_no_flash_vs_transformers_with_ggml_roundings"]
+        if e:
+            print("  ggml's roundings emulated: " + ", ".join("%s %s" % (k, g(v)) for k, v in e.items()))
+    for name, c in res["chats"].items():
+        print("%s: %d prompt ids equal %s (inferd %s); llama.cpp logits vs transformers' max %s "
+              "(text positions %s, image positions %s), argmax equal at %d/%d; greedy llama.cpp %s "
+              "inferd %s%s" % (name, c["n_prompt"], c["prompt_ids_equal"],
+                               c["inferd_prompt_ids_equal"], g(c["logits_rel_max"]),
+                               g(c["logits_rel_max_text_positions"]),
+                               g(c["logits_rel_max_image_positions"]),
+                               c["argmax_equal_positions"], c["n_prompt"], c["llamacpp_greedy"],
+                               c["inferd_greedy"],
+                               "; llama.cpp's own preprocessing %s" % c["llamacpp_own_preproc_greedy"]
+                               if "llamacpp_own_preproc_greedy" in c else ""))
 
 
 def probe_text(args, prompt, al):
