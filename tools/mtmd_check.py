@@ -7,7 +7,8 @@ made (tests/data/tiny-gemma3-vision/gguf, tools/make_tiny_gemma3_gguf.py). Issue
     bench/build_mtmd_probe.sh            # mtmd_probe + llama-mtmd-cli against llama.cpp's libs
     ~/.cache/inferd/venv/bin/python tools/mtmd_check.py [--build build] [--probe P] [--json OUT]
 
-What it measures, for each test image (image0.png 97×61 RGB, image1.png 40×90 RGBA):
+What it measures, for each test image (image0.png 97×61 RGB, image1.png 40×90 RGBA, and a square
+opaque one, image0's left 61×61, made on the fly):
 
   * embeddings, same pixels: inferd's resized 112² picture (bench_vision --image --dump-pixels,
     transformers' Gemma3ImageProcessor exactly) given to llama.cpp as raw RGB (mtmd_probe --rgb:
@@ -215,14 +216,18 @@ def main():
     res = {"images": {}, "chats": {}}
     tmp = tempfile.mkdtemp(prefix="mtmd-check-")
     pixels = {}
-    for k, name in enumerate(IMAGES):
-        img = os.path.join(TINY, name)
+    # a square opaque picture too (image0's left 61×61): there the two preprocessings should meet
+    sq = os.path.join(tmp, "square61.png")
+    Image.open(os.path.join(TINY, IMAGES[0])).convert("RGB").crop((0, 0, 61, 61)).save(sq)
+    for k, name in enumerate(IMAGES + ("square61.png",)):
+        img = os.path.join(TINY, name) if k < len(IMAGES) else sq
         px, ft = os.path.join(tmp, name + ".rgb"), os.path.join(tmp, name + ".inferd.f32")
         run([bench, "--mmproj", MMPROJ, "--threads", "1", "--reps", "1", "--image", img,
              "--dump-pixels", px, "--dump-features", ft])
         pixels[name] = px
         fi = f32(ft, 64)
-        r = {"inferd_vs_transformers": rel(fi, refs["mmproj_features_%d" % k])}
+        r = {"inferd_vs_transformers": rel(fi, refs["mmproj_features_%d" % k])
+             if k < len(IMAGES) else None}
         dump = os.path.join(tmp, name + ".dump")
         os.makedirs(dump)
         for flash in (True, False):
@@ -234,7 +239,8 @@ def main():
             os.environ.pop("MTMD_PROBE_DUMP", None)
             r["llamacpp_same_pixels_vs_inferd" + ("" if flash else "_no_flash")] = rel(f32(e, 64), fi)
             if not flash:
-                r["llamacpp_no_flash_vs_transformers_with_ggml_roundings"] = explain(px, f32(e, 64), dump)
+                r["llamacpp_no_flash_vs_transformers_with_ggml_roundings"] = (
+                    explain(px, f32(e, 64), dump) if k < len(IMAGES) else None)
         own = os.path.join(tmp, name + ".own.f32")
         probe(args, tmp, ["--image", img, "--embd-out", own])
         fo = f32(own, 64)
