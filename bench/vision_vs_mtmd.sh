@@ -41,7 +41,7 @@ for f in "$mmproj" "$text"; do
 done
 py=${INFERD_PYTHON:-python3}
 ours=() theirs=()
-inferd_line= mtmd_line=
+inferd_line='' mtmd_line=''
 for ((r = 1; r <= rounds; r++)); do
     inferd_line=$("$bench" --mmproj "$mmproj" --threads "$threads" --reps "$reps")
     ms=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["encode_ms"]["median"])' "$inferd_line")

@@ -36,6 +36,7 @@ import base64
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -202,6 +203,8 @@ def main():
     ap.add_argument("--probe", default=os.path.expanduser(
         "~/.cache/inferd/llamacpp-mtmd/bin/mtmd_probe"))
     ap.add_argument("--json")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary files (pictures, "
+                    "embeddings, logits, clip's tensors) and print where")
     args = ap.parse_args()
     bench = os.path.join(args.build, "bench", "bench_vision")
     inferd = os.path.join(args.build, "daemon", "inferd")
@@ -292,6 +295,10 @@ def main():
         c["greedy_equal"] = c["llamacpp_greedy"] == c["inferd_greedy"]
         res["chats"][name] = c
     summary(res)
+    if args.keep:
+        print("files kept in " + tmp)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(res, f, indent=1)
