@@ -58,6 +58,12 @@ mm, threads, rounds, reps, il, ml, ours, theirs = sys.argv[1:]
 ours = [float(x) for x in ours.split()]
 theirs = [float(x) for x in theirs.split()]
 i, m = json.loads(il), json.loads(ml)
+if i["tokens"] != m["image_tokens"] or i["text_width"] != m["text_width"]:
+    sys.exit("vision_vs_mtmd: the engines disagree on the shape: inferd %d tokens of %d, "
+             "llama.cpp %d of %d" % (i["tokens"], i["text_width"], m["image_tokens"],
+                                     m["text_width"]))
+if (i["image_size"], i["layers"], i["width"], i["tokens"]) != (896, 27, 1152, 256):
+    print("vision_vs_mtmd: note: not gemma-3-4b's tower shape", file=sys.stderr)
 o = {"bench": "vision_vs_mtmd", "mmproj": mm, "threads": int(threads), "rounds": int(rounds),
      "reps_per_round": int(reps), "image_size": i["image_size"], "layers": i["layers"],
      "width": i["width"], "tokens": i["tokens"], "text_width": i["text_width"],

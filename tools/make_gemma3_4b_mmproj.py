@@ -21,6 +21,7 @@ Weights: torch's default init of the HF modules (seeded), as a trained tower's s
 irrelevant to the encode time. Takes a few minutes and ~4 GB of memory.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -70,6 +71,18 @@ def main():
         del model
         for f in TOK:
             shutil.copy(os.path.join(tiny.TINY, f), src)
+        # the processor of google/gemma-3-4b: 896², 256 tokens (the converter derives the
+        # pooling from image_seq_length: the tiny model's 16 would make it 16 tokens)
+        for f in ("preprocessor_config.json", "processor_config.json"):
+            with open(os.path.join(src, f), encoding="utf-8") as fh:
+                pc = json.load(fh)
+            for d in (pc, pc.get("image_processor", {})):
+                if "size" in d:
+                    d["size"] = {"height": 896, "width": 896}
+                if "image_seq_length" in d:
+                    d["image_seq_length"] = 256
+            with open(os.path.join(src, f), "w", encoding="utf-8") as fh:
+                json.dump(pc, fh, indent=2)
         # the published layout: vision_tower.vision_model.*, one safetensors file
         w = {}
         for name in sorted(os.listdir(src)):
@@ -99,6 +112,10 @@ def main():
                      "--outfile", mm]):
             print("+ " + " ".join(cmd), flush=True)
             subprocess.run(cmd, check=True)
+    sys.path.insert(0, os.path.join(args.llama_cpp, "gguf-py"))
+    import gguf
+    f = gguf.GGUFReader(mm).fields.get("clip.vision.projector.scale_factor")
+    assert f is None or int(f.parts[-1][0]) == 4, "pooling is not 4×4 (256 tokens)"
     print(text)
     print(mm)
 
