@@ -21,7 +21,8 @@
 //               mtmd_helper_eval_chunks and -n N tokens decoded greedily (argmax)
 //   --logits-out  the last prompt position's logits (f32)
 //   --all-logits-out  every prompt position's logits (positions × vocab, f32), from a separate
-//               evaluation chunk by chunk (the KV cleared before the greedy run)
+//               evaluation chunk by chunk (the KV cleared before the greedy run);
+//               MTMD_PROBE_CAUSAL=1 makes the image tokens causal there (a control)
 // → one JSON object on stdout: the prompt's ids (image tokens as -1), the generated ids, the
 // encode times. Logs go to stderr.
 #include "llama.h"
@@ -252,7 +253,8 @@ int main(int argc, char **argv)
                 b.logits[k] = 1;
             }
             b.n_tokens = n;
-            const bool nc = img && mtmd_decode_use_non_causal(mctx, c);
+            // MTMD_PROBE_CAUSAL=1: image tokens causal too (what a wrong mask would give)
+            const bool nc = img && mtmd_decode_use_non_causal(mctx, c) && !getenv("MTMD_PROBE_CAUSAL");
             if (nc)
                 llama_set_causal_attn(lctx, false);
             if (llama_decode(lctx, b) != 0)

@@ -287,6 +287,19 @@ def main():
              "llamacpp_greedy": same["generated_ids"],
              "inferd_greedy": inf[name]["generated_ids"],
              "inferd_prompt_ids_equal": inf[name]["prompt_ids"] == want}
+        if rgb and name == "one":
+            # the control: image tokens made causal in llama.cpp (MTMD_PROBE_CAUSAL) — what a
+            # wrong mask costs, so the agreement above does test the mask
+            os.environ["MTMD_PROBE_CAUSAL"] = "1"
+            cl = os.path.join(tmp, name + ".causal.f32")
+            probe(args, tmp, rgb + ["--size", str(SIZE), "--prompt", prompt, "-n", "1",
+                                    "--all-logits-out", cl])
+            os.environ.pop("MTMD_PROBE_CAUSAL")
+            lc = f32(cl, 512)
+            rc = np.abs(lc - ref).max(axis=1) / np.abs(ref).max(axis=1)
+            c["control_causal_image_logits_rel_max_image_positions"] = float(rc[img_pos].max())
+            c["control_causal_image_argmax_equal_positions"] = int(
+                (lc.argmax(1) == ref.argmax(1)).sum())
         if rgb:
             own = probe(args, tmp, sum((["--image", os.path.join(TINY, im)]
                                         for im in chat["images"]), [])
@@ -333,6 +346,10 @@ def summary(res):
                                c["inferd_greedy"],
                                "; llama.cpp's own preprocessing %s" % c["llamacpp_own_preproc_greedy"]
                                if "llamacpp_own_preproc_greedy" in c else ""))
+        if "control_causal_image_argmax_equal_positions" in c:
+            print("  control, image tokens causal in llama.cpp: image positions %s, argmax equal "
+                  "at %d/%d" % (g(c["control_causal_image_logits_rel_max_image_positions"]),
+                                c["control_causal_image_argmax_equal_positions"], c["n_prompt"]))
 
 
 def probe_text(args, prompt, al):
