@@ -5,16 +5,28 @@
  *
  * Usage: bench_vision [--reps N] [--threads N] (--model DIR | --mmproj FILE |
  *                     --random [--layers N] [--image-size S] [--tokens T])
+ *                     [--image FILE [--dump-pixels F] [--dump-features F]]
  *   --model   a Gemma3ForConditionalGeneration directory (its tower);
  *   --mmproj  a llama.cpp mmproj GGUF;
  *   --random  google/gemma-3-4b's tower shape with random bf16 weights (the
  *             issue's benchmark shape), optionally cut to N layers or
  *             another image size / token count for a quick run.
+ *   --image   encode this image file instead of random pixels: decoded and
+ *             preprocessed as the serving path does (common/image: Gemma 3's
+ *             processor at the tower's size, mean = std = 0.5 — what every
+ *             Gemma 3 preprocessor_config.json and mmproj states; pan-and-scan
+ *             off); --dump-pixels writes the resized picture (size × size × 3
+ *             u8, RGB), --dump-features the projector's rows (tokens × text
+ *             width f32) of the first encode (tools/mtmd_check.py compares them
+ *             with llama.cpp's).
  * → JSON on stdout. Figures are to be taken on a quiet machine.
  */
 #include "error.h"
+#include "image/image.h"
+#include "image/preprocess.h"
 #include "worker/vision.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +47,7 @@ static int cmp_d(const void *a, const void *b)
 
 typedef struct {
     int reps, threads;
-    const char *model, *mmproj;
+    const char *model, *mmproj, *image, *dump_pixels, *dump_features;
     bool random;
     int layers, image_size, tokens;
 } opts_t;
@@ -65,10 +77,18 @@ static int parse(opts_t *o, int argc, char **argv)
             o->image_size = atoi(v);
         else if (strcmp(a, "--tokens") == 0)
             o->tokens = atoi(v);
+        else if (strcmp(a, "--image") == 0)
+            o->image = v;
+        else if (strcmp(a, "--dump-pixels") == 0)
+            o->dump_pixels = v;
+        else if (strcmp(a, "--dump-features") == 0)
+            o->dump_features = v;
         else
             return -1;
         i++;
     }
+    if ((o->dump_pixels || o->dump_features) && !o->image)
+        return -1;
     return o->reps >= 1 && (!!o->model + !!o->mmproj + o->random) == 1 ? 0 : -1;
 }
 
@@ -94,24 +114,95 @@ static int load(ifd_vision_t **v, const opts_t *o, ifd_backend_t *be, char *err,
     return rc;
 }
 
-/* Warm-up, then reps timed encodes of one random image into t[]. */
-static int run(ifd_vision_t *v, int reps, double *t)
+static int write_file(const char *path, const void *p, size_t n)
 {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "bench_vision: cannot write %s\n", path);
+        return -EIO;
+    }
+    const bool ok = fwrite(p, 1, n, f) == n;
+    if (fclose(f) != 0 || !ok) {
+        fprintf(stderr, "bench_vision: cannot write %s\n", path);
+        return -EIO;
+    }
+    return 0;
+}
+
+/* pv (3 × s × s) from the image file as the serving path makes it; the resized picture is
+ * dumped when asked. */
+static int image_pixels(const opts_t *o, uint32_t s, float *pv)
+{
+    FILE *f = fopen(o->image, "rb");
+    if (!f) {
+        fprintf(stderr, "bench_vision: cannot open %s\n", o->image);
+        return IFD_ENOTFOUND;
+    }
+    uint8_t *buf = NULL, *pic = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        if (n == cap) {
+            uint8_t *nb = realloc(buf, cap = cap ? 2 * cap : 1 << 16);
+            if (!nb) {
+                rc = IFD_ENOMEM;
+                break;
+            }
+            buf = nb;
+        }
+        const size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    ifd_image_t img = {0};
+    char err[256];
+    ifd_image_prep_t p = ifd_image_prep_gemma3();
+    p.width = p.height = s;
+    if (rc == 0 && (rc = ifd_image_decode(&img, buf, n, NULL, err, sizeof err)))
+        fprintf(stderr, "bench_vision: %s: %s\n", o->image, err);
+    const size_t npic = (size_t)3 * s * s;
+    if (rc == 0 && !(pic = malloc(npic)))
+        rc = IFD_ENOMEM;
+    if (rc == 0 && (rc = ifd_image_prep_resize(pic, npic, &img, &p)))
+        fprintf(stderr, "bench_vision: resize: %s\n", ifd_strerror(rc));
+    if (rc == 0) {
+        ifd_image_prep_normalize(pv, pic, 1, &p);
+        if (o->dump_pixels)
+            rc = write_file(o->dump_pixels, pic, npic);
+    }
+    ifd_image_free(&img);
+    free(pic);
+    free(buf);
+    return rc;
+}
+
+/* Warm-up, then reps timed encodes of one image (random unless --image) into t[]. */
+static int run(ifd_vision_t *v, const opts_t *o, double *t)
+{
+    const int reps = o->reps;
     const size_t s = (size_t)ifd_vision_image_size(v), npx = 3 * s * s;
+    const size_t nfeat = (size_t)ifd_vision_tokens_per_image(v) * (size_t)ifd_vision_text_width(v);
     float *pv = malloc(npx * sizeof(float));
-    float *feat = malloc((size_t)ifd_vision_tokens_per_image(v) * (size_t)ifd_vision_text_width(v) *
-                         sizeof(float));
+    float *feat = malloc(nfeat * sizeof(float));
     int rc = pv && feat ? 0 : IFD_ENOMEM;
-    uint64_t x = 88172645463325252ull;
-    for (size_t i = 0; i < npx && rc == 0; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        pv[i] = (float)(x >> 40) / 8388608.0f - 1.0f; /* [-1, 1): normalized pixels */
+    if (rc == 0 && o->image) {
+        rc = image_pixels(o, (uint32_t)s, pv);
+    } else {
+        uint64_t x = 88172645463325252ull;
+        for (size_t i = 0; i < npx && rc == 0; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            pv[i] = (float)(x >> 40) / 8388608.0f - 1.0f; /* [-1, 1): normalized pixels */
+        }
     }
     for (int r = -1; r < reps && rc == 0; r++) {
         const double t0 = now_ms();
         rc = ifd_vision_encode(v, pv, feat, NULL);
         if (r >= 0)
             t[r] = now_ms() - t0;
+        if (rc == 0 && r == -1 && o->dump_features)
+            rc = write_file(o->dump_features, feat, nfeat * sizeof(float));
     }
     free(pv);
     free(feat);
@@ -123,7 +214,8 @@ int main(int argc, char **argv)
     opts_t o;
     if (parse(&o, argc, argv)) {
         fprintf(stderr, "usage: bench_vision [--reps N] [--threads N] (--model DIR | --mmproj "
-                        "FILE | --random [--layers N] [--image-size S] [--tokens T])\n");
+                        "FILE | --random [--layers N] [--image-size S] [--tokens T]) [--image "
+                        "FILE [--dump-pixels F] [--dump-features F]]\n");
         return 2;
     }
     ifd_backend_t *be = NULL;
@@ -133,7 +225,7 @@ int main(int argc, char **argv)
     if (rc == 0 && (rc = load(&v, &o, be, err, sizeof err)))
         fprintf(stderr, "bench_vision: %s\n", err);
     double *t = calloc((size_t)o.reps, sizeof *t);
-    if (rc == 0 && (rc = t ? run(v, o.reps, t) : IFD_ENOMEM))
+    if (rc == 0 && (rc = t ? run(v, &o, t) : IFD_ENOMEM))
         fprintf(stderr, "bench_vision: encode: %s\n", ifd_strerror(rc));
     if (rc == 0) {
         const ifd_vision_config_t *c = ifd_vision_config(v);

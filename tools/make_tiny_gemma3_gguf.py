@@ -21,6 +21,8 @@ with torch 2.15.0 (CPU is enough), transformers 5.25.0, sentencepiece and protob
     python DIR/convert_hf_to_gguf.py SRC --outtype f32 --outfile tiny-gemma3-text-f32.gguf
     python DIR/convert_hf_to_gguf.py SRC --outtype f32 --mmproj \\
         --outfile mmproj-tiny-gemma3-f32.gguf
+    python DIR/convert_hf_to_gguf.py SRC --outtype q8_0 --mmproj \\
+        --outfile mmproj-tiny-gemma3-q8_0.gguf
 
 on SRC, a temporary copy of the tiny directory in the layout of the published Gemma 3
 checkpoints (google/gemma-3-4b-it), which is what the converter knows:
@@ -53,6 +55,9 @@ refs_gguf.safetensors: mmproj_features_i [16, 64] (get_image_features of pixel_v
 refs.safetensors), <chat>_input_ids, <chat>_logits [n, 512] (every prompt position) for each
 chat of chat_refs.json (the images' features from the f16-rounded projection).
 
+refs_gguf_q8_0.safetensors: mmproj_q8_0_features_i for the q8_0 mmproj (the converter makes the
+12 attention and MLP matrices Q8_0, the rest as in the f32 file; references_q8_0 says how).
+
 --check converts and computes again in a temporary directory and compares: the GGUFs' tensors
 and metadata (but general.* names), the references within 1e-6 relative.
 """
@@ -75,6 +80,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "..", "tests", "data", "tiny-gemma3-vision")
 TEXT = "tiny-gemma3-text-f32.gguf"
 MMPROJ = "mmproj-tiny-gemma3-f32.gguf"
+MMPROJ_Q8 = "mmproj-tiny-gemma3-q8_0.gguf"
 COPY = ("config.json", "generation_config.json", "preprocessor_config.json",
         "processor_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -140,8 +146,9 @@ def write_spm(src):
 
 def convert(llama_cpp, src, out):
     conv = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
-    for extra, name in (([], TEXT), (["--mmproj"], MMPROJ)):
-        cmd = [sys.executable, conv, src, "--outtype", "f32", *extra,
+    for outtype, extra, name in (("f32", [], TEXT), ("f32", ["--mmproj"], MMPROJ),
+                                 ("q8_0", ["--mmproj"], MMPROJ_Q8)):
+        cmd = [sys.executable, conv, src, "--outtype", outtype, *extra,
                "--outfile", os.path.join(out, name)]
         print("+ " + " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
@@ -204,6 +211,58 @@ def references(out):
               os.path.join(out, "refs_gguf.safetensors"))
 
 
+def references_q8_0(out, llama_cpp):
+    """refs_gguf_q8_0.safetensors: mmproj_q8_0_features_i, transformers' tower and projector with
+    the Q8_0 file's weights dequantized (gguf-py's dequantize) and the input of every Q8_0 linear
+    quantized as inferd's CPU backend does (kernels/cpu/qmatmul.h: per 32 elements of a row,
+    d = max|x| / 127, q = round-half-even(x · (127 / max|x|)), x ≈ q · d), the F16 projection
+    rounded through f16; so inferd's features on the q8_0 mmproj are checked tightly
+    (test_vision's test_mmproj_llamacpp_q8_0), and their distance to the f32 file's is the
+    8-bit error itself."""
+    sys.path.insert(0, os.path.join(llama_cpp, "gguf-py"))
+    import gguf
+    from gguf.quants import dequantize
+    model = Gemma3ForConditionalGeneration.from_pretrained(
+        TINY, dtype=torch.float32, attn_implementation="eager").eval()
+    vt = model.model.vision_tower
+    parts = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+             "attn_v": "self_attn.v_proj", "attn_out": "self_attn.out_proj",
+             "ffn_up": "mlp.fc1", "ffn_down": "mlp.fc2"}
+
+    def qact(mod, inp):
+        x = inp[0]
+        xb = x.reshape(-1, 32)
+        amax = xb.abs().amax(dim=1, keepdim=True)
+        inv = torch.where(amax > 0, torch.tensor(127.0) / amax, torch.zeros_like(amax))
+        return ((torch.round(xb * inv) * (amax / 127.0)).reshape(x.shape),)
+    n = 0
+    for t in gguf.GGUFReader(os.path.join(out, MMPROJ_Q8)).tensors:
+        if t.tensor_type != gguf.GGMLQuantizationType.Q8_0:
+            continue
+        v, blk, layer, kind, _ = t.name.split(".")
+        assert (v, blk, kind in parts) == ("v", "blk", True), t.name
+        mod = vt.encoder.layers[int(layer)]
+        for a in parts[kind].split("."):
+            mod = getattr(mod, a)
+        w = dequantize(t.data, t.tensor_type).reshape(tuple(mod.weight.shape))
+        with torch.no_grad():
+            mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)))
+        mod.register_forward_pre_hook(qact)
+        n += 1
+    assert n == 6 * len(vt.encoder.layers), f"{n} Q8_0 tensors"
+    w = model.model.multi_modal_projector.mm_input_projection_weight
+    r1 = load_refs("refs.safetensors")
+    refs = {}
+    with torch.no_grad():
+        w.copy_(w.to(torch.float16).to(torch.float32))
+        for i in range(2):
+            pv = torch.from_numpy(r1[f"pixel_values_{i}"])[None]
+            t = vt(pixel_values=pv).last_hidden_state
+            refs[f"mmproj_q8_0_features_{i}"] = model.model.multi_modal_projector(t)[0].numpy()
+    save_file({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in refs.items()},
+              os.path.join(out, "refs_gguf_q8_0.safetensors"))
+
+
 def make(llama_cpp, out):
     os.makedirs(out, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tiny-gemma3-gguf-") as tmp:
@@ -212,6 +271,7 @@ def make(llama_cpp, out):
         published_layout(src)
         convert(llama_cpp, src, out)
     references(out)
+    references_q8_0(out, llama_cpp)
 
 
 def gguf_summary(path, llama_cpp):
@@ -229,23 +289,25 @@ def check(llama_cpp, committed):
     with tempfile.TemporaryDirectory(prefix="tiny-gemma3-gguf-check-") as tmp:
         make(llama_cpp, tmp)
         bad = 0
-        for name in (TEXT, MMPROJ):
+        for name in (TEXT, MMPROJ, MMPROJ_Q8):
             a = gguf_summary(os.path.join(tmp, name), llama_cpp)
             b = gguf_summary(os.path.join(committed, name), llama_cpp)
             same = a == b
             print(("same      " if same else "DIFFERENT ") + name)
             bad += not same
         from safetensors.numpy import load_file as load_np
-        x = load_np(os.path.join(tmp, "refs_gguf.safetensors"))
-        y = load_np(os.path.join(committed, "refs_gguf.safetensors"))
-        for k in sorted(set(x) | set(y)):
-            ok = k in x and k in y and x[k].shape == y[k].shape and (
-                np.array_equal(x[k], y[k]) if x[k].dtype != np.float32 else
-                np.abs(x[k] - y[k]).max() <= 1e-6 * max(1.0, np.abs(y[k]).max()))
-            if not ok:
-                print("DIFFERENT refs_gguf " + k)
-                bad += 1
-        print("refs_gguf.safetensors " + ("same" if not bad else "differs"))
+        for rname in ("refs_gguf.safetensors", "refs_gguf_q8_0.safetensors"):
+            x = load_np(os.path.join(tmp, rname))
+            y = load_np(os.path.join(committed, rname))
+            before = bad
+            for k in sorted(set(x) | set(y)):
+                ok = k in x and k in y and x[k].shape == y[k].shape and (
+                    np.array_equal(x[k], y[k]) if x[k].dtype != np.float32 else
+                    np.abs(x[k] - y[k]).max() <= 1e-6 * max(1.0, np.abs(y[k]).max()))
+                if not ok:
+                    print("DIFFERENT %s %s" % (rname, k))
+                    bad += 1
+            print(rname + (" same" if bad == before else " differs"))
         return 1 if bad else 0
 
 

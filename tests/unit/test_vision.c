@@ -631,6 +631,81 @@ START_TEST(test_mmproj_llamacpp)
 }
 END_TEST
 
+/* The same tiny model converted with --outtype q8_0 --mmproj by llama.cpp's converter: its 12
+ * attention and MLP matrices are Q8_0 (the rest as in the f32 file). inferd loads it with the
+ * text model's quantized GEMM (activations quantized per 32 to 8 bits, kernels/cpu/qmatmul.h)
+ * and must give transformers' features with the file's dequantized weights and that activation
+ * rounding (refs_gguf_q8_0.safetensors, tools/make_tiny_gemma3_gguf.py) within 1e-5, and the
+ * f32 file's features within the 8-bit error (observed ~1.4e-2 of the largest). */
+START_TEST(test_mmproj_llamacpp_q8_0)
+{
+    char p[4200], err[512];
+    ifd_model_source_t *src = NULL, *s32 = NULL;
+    ck_assert_msg(ifd_model_source_open_mmproj(
+                      &src, tiny("gguf/mmproj-tiny-gemma3-q8_0.gguf", p, sizeof p), err,
+                      sizeof err) == 0,
+                  "%s", err);
+    ck_assert_msg(ifd_model_source_open_mmproj(
+                      &s32, tiny("gguf/mmproj-tiny-gemma3-f32.gguf", p, sizeof p), err,
+                      sizeof err) == 0,
+                  "%s", err);
+    static const char *const q8[] = {"attn_q", "attn_k", "attn_v", "attn_out", "ffn_up",
+                                     "ffn_down"};
+    ifd_tensor_view_t tv;
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 6; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "v.blk.%d.%s.weight", l, q8[k]);
+            ck_assert_int_eq(ifd_model_source_find(src, name, &tv), 0);
+            ck_assert_msg(tv.ggml_type == IFD_GGML_Q8_0, "%s: type %d", name, (int)tv.ggml_type);
+        }
+    ck_assert_int_eq(ifd_model_source_find(src, "mm.input_projection.weight", &tv), 0);
+    ck_assert_int_eq(tv.ggml_type, IFD_GGML_F16);
+    ifd_backend_t *be = NULL;
+    ck_assert_int_eq(ifd_backend_cpu_create(&be, 2), 0);
+    ifd_vision_t *vq = NULL, *v32 = NULL;
+    ck_assert_msg(ifd_vision_load(&vq, src, be, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ifd_vision_load(&v32, s32, be, err, sizeof err) == 0, "%s", err);
+    ifd_model_source_close(src);
+    ifd_model_source_close(s32);
+    ck_assert_uint_lt(ifd_vision_weight_bytes(vq), ifd_vision_weight_bytes(v32));
+    ifd_safetensors_t *st = open_refs(), *sq = NULL;
+    ck_assert_msg(ifd_safetensors_open(&sq, tiny("gguf/refs_gguf_q8_0.safetensors", p, sizeof p),
+                                       err, sizeof err) == 0,
+                  "%s", err);
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        size_t npv, nf;
+        snprintf(name, sizeof name, "pixel_values_%d", i);
+        const float *pv = ref(st, name, &npv);
+        snprintf(name, sizeof name, "mmproj_q8_0_features_%d", i);
+        const float *want = ref(sq, name, &nf);
+        ck_assert_uint_eq(nf, 16 * 64);
+        float *fq = malloc(nf * sizeof(float)), *f32 = malloc(nf * sizeof(float));
+        ck_assert_int_eq(ifd_vision_encode(vq, pv, fq, NULL), 0);
+        ck_assert_int_eq(ifd_vision_encode(v32, pv, f32, NULL), 0);
+        double big = 0, d8 = 0;
+        for (size_t j = 0; j < nf; j++) {
+            big = fmax(big, fabs(f32[j]));
+            d8 = fmax(d8, fabs((double)fq[j] - f32[j]));
+        }
+        const double e = max_rel(fq, want, nf);
+        printf("q8_0 mmproj image %d: features max rel err %.3g against transformers with its "
+               "weights and 8-bit activations (bound 1e-5); %.3g of the largest from the f32 "
+               "file's (bound 3e-2)\n",
+               i, e, d8 / big);
+        ck_assert_msg(e <= 1e-5, "image %d: %.3g", i, e);
+        ck_assert_msg(d8 / big <= 3e-2 && d8 > 0, "image %d: against f32 %.3g", i, d8 / big);
+        free(fq), free(f32);
+    }
+    ifd_safetensors_close(sq);
+    ifd_safetensors_close(st);
+    ifd_vision_destroy(vq);
+    ifd_vision_destroy(v32);
+    be->ops->destroy(be);
+}
+END_TEST
+
 /* Random weights (the benchmark's): a function of the seed only. */
 START_TEST(test_random)
 {
@@ -774,7 +849,7 @@ static Suite *vision_suite(void)
     ifd_test_case(s, "tiny", 120,
                   IFD_TESTS(test_config, test_encode_f32, test_encode_bf16, test_encode_f16, test_encode_phases,
                             test_pixels_from_png, test_text_model_loads, test_text_prefix_logits,
-                            test_mmproj, test_mmproj_llamacpp, test_random, test_errors,
+                            test_mmproj, test_mmproj_llamacpp, test_mmproj_llamacpp_q8_0, test_random, test_errors,
                             test_bad_configs));
     return s;
 }
