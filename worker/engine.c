@@ -143,7 +143,6 @@ typedef struct {
 /* Downloads in flight to the lower tiers (engine.h, kv_download_async): a
  * published block's copy, its key, and its pool references (block and
  * twin pinned until the copy has landed). */
-#define IFD__COPIES 32 /* in flight at most; the oldest is waited for past it */
 typedef struct {
     ifd_kvhash_t hash, parent; /* the block's chain hash and its parent's (kvdisk.h) */
     uint64_t salt;
@@ -159,14 +158,14 @@ struct ifd_engine {
     ifd_kvpool_t *lpool; /* p.local_pool */
     bool all_local;      /* one pool, every layer local: blocks before the window are released */
     void *stage;         /* a staged disk tier without a host tier: one block's host copy */
-    /* the copies in flight (IFD__COPIES ring, FIFO from copy_head), their
-     * tokens [IFD__COPIES * block_size] and pinned host slots
-     * [IFD__COPIES * kv_data_bytes]; made on the first copy */
+    /* the copies in flight (a ring of copy_slots, FIFO from copy_head;
+     * the oldest waited for past it), their tokens [copy_slots * block_size]
+     * and pinned host slots [copy_slots * kv_data_bytes]; made on the first copy */
     ifd__copy_t *copies;
     int32_t *copy_tokens;
     uint8_t *copy_mem;
-    int copy_head, copy_n;
-    bool copies_off; /* the ring could not be made: synchronous copies from then on */
+    int copy_slots, copy_head, copy_n;
+    bool copies_off; /* no ring (copy_slots < 0, or it could not be made): synchronous copies */
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks;        /* blocks on our device */
@@ -516,7 +515,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
 {
     if (!p || p->max_batched_tokens < 1 || p->max_seqs < 1 || !model || !model->forward ||
         model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids) ||
-        ifd_spec_check(&p->spec) != 0 || (p->spec.method == IFD_SPEC_DRAFT && !p->drafter.propose))
+        ifd_spec_check(&p->spec) != 0 || (p->spec.method == IFD_SPEC_DRAFT && !p->drafter.propose) ||
+        p->copy_slots > IFD_ENGINE_COPY_SLOTS_MAX)
         return IFD_EINVAL;
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(pool, &g);
@@ -552,6 +552,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->model = *model;
     e->pool = pool;
     e->lpool = p->local_pool;
+    e->copy_slots = p->copy_slots ? p->copy_slots : IFD_ENGINE_COPY_SLOTS;
+    e->copies_off = e->copy_slots < 0; /* no ring: synchronous copies */
     if (p->disk && ifd_kvdisk_staged(p->disk) && !(e->stage = malloc(model->kv_data_bytes))) {
         free(e->eos_ids);
         free(e);
@@ -1140,13 +1142,14 @@ static void ifd__copies_free(ifd_engine_t *e)
  * then synchronous). */
 static bool ifd__copies_alloc(ifd_engine_t *e)
 {
-    e->copies = calloc(IFD__COPIES, sizeof *e->copies);
-    e->copy_tokens = malloc((size_t)IFD__COPIES * (size_t)e->block_size * sizeof(int32_t));
-    e->copy_mem = e->model.kv_host_alloc(e->model.ctx, IFD__COPIES * e->model.kv_data_bytes);
+    const size_t n = (size_t)e->copy_slots;
+    e->copies = calloc(n, sizeof *e->copies);
+    e->copy_tokens = malloc(n * (size_t)e->block_size * sizeof(int32_t));
+    e->copy_mem = e->model.kv_host_alloc(e->model.ctx, n * e->model.kv_data_bytes);
     if (e->copies && e->copy_tokens && e->copy_mem)
         return true;
     IFD_WARN("engine: no memory for %d pinned block copies of %zu bytes: copying synchronously",
-             IFD__COPIES, e->model.kv_data_bytes);
+             e->copy_slots, e->model.kv_data_bytes);
     ifd__copies_free(e);
     e->copies_off = true; /* said once */
     return false;
@@ -1186,7 +1189,7 @@ static void ifd__copies_poll(ifd_engine_t *e, int wait)
         ifd_kvpool_unref(e->pool, e->p.worker, &c->block, 1);
         if (c->lblock >= 0)
             ifd_kvpool_unref(e->lpool, e->p.worker, &c->lblock, 1);
-        e->copy_head = (at + 1) % IFD__COPIES;
+        e->copy_head = (at + 1) % e->copy_slots;
         e->copy_n--;
         wait = wait > 0 ? wait - 1 : 0;
     }
@@ -1207,9 +1210,9 @@ static bool ifd__copy_start(ifd_engine_t *e, int32_t block, int32_t lblock,
         ifd__copy_dropped(e); /* its data would be half of it */
         return true;
     }
-    if (e->copy_n == IFD__COPIES)
+    if (e->copy_n == e->copy_slots)
         ifd__copies_poll(e, 1);
-    const int at = (e->copy_head + e->copy_n) % IFD__COPIES;
+    const int at = (e->copy_head + e->copy_n) % e->copy_slots;
     ifd__copy_t *c = &e->copies[at];
     *c = (ifd__copy_t){*hash, *parent, salt, block, e->lpool ? lblock : -1, 0};
     if (ifd_kvpool_ref(e->pool, e->p.worker, &c->block, 1) != 0) {

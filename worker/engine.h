@@ -188,6 +188,8 @@ typedef struct {
  * With device sampling (forward_sample) a verification's rows come back as
  * logits and are sampled on the host (bit for bit the device's draw).
  * Requests without the KV cache decode plainly. */
+#define IFD_ENGINE_COPY_SLOTS 32       /* ifd_engine_params_t.copy_slots' default */
+#define IFD_ENGINE_COPY_SLOTS_MAX 1024 /* and its bound */
 #define IFD_ENGINE_SPEC_ROWS 64 /* proposed tokens per step at most (all sequences) */
 
 typedef struct {
@@ -252,6 +254,14 @@ typedef struct {
      * go into this tier too (docs/kvpool.md, "Host tier"). With local_pool
      * the copies hold the local twins. Borrowed: outlives the engine. */
     ifd_kvhost_t *host;
+    /* Slots of the asynchronous copies' ring (kv_download_async): copies in
+     * flight at most, each slot one block's kv_data_bytes of kv_host_alloc
+     * (pinned) memory, all made on the first copy; with every slot in flight
+     * the oldest copy is waited for. 0: IFD_ENGINE_COPY_SLOTS; < 0: no ring
+     * (every copy synchronous, as without the adapter's asynchronous ops);
+     * above IFD_ENGINE_COPY_SLOTS_MAX: IFD_EINVAL (the daemon's
+     * kv_cache_pin_slots, docs/kvpool.md "Host tier"). */
+    int copy_slots;
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
     ifd_spec_params_t spec;

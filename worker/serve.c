@@ -771,6 +771,7 @@ static int ifd__load(ifd__srv_t *s, const ifd_serve_opts_t *o)
     if ((rc = ifd__load_vision(s, o, path)))
         return rc;
     s->ep = ifd_engine_default_params();
+    s->ep.copy_slots = o->kv_copy_slots; /* the tiers' pinned ring (engine.h) */
     if (h->max_seqs)
         s->ep.max_seqs = (int)h->max_seqs;
     if (h->max_batched_tokens)

@@ -59,6 +59,7 @@ typedef struct {
     uint64_t kv_cache_host_bytes; /* the host-RAM tier's bound (kvpool/kvhost.h); 0: none */
     uint32_t vision_step_ms;      /* an encode's time per serve-loop iteration; 0: the default */
     double vision_step_flops;     /* > 0: a fixed FLOP budget per iteration instead */
+    int kv_copy_slots; /* the engine's copy_slots: the tiers' pinned ring (engine.h); 0: default */
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

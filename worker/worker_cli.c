@@ -46,7 +46,7 @@ static void ifd__usage(FILE *f)
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
             "                     [--weights-dtype auto|f32] [--random-weights F]\n"
             "                     [--kv-cache-dir DIR --kv-cache-disk-bytes N]\n"
-            "                     [--kv-cache-host-bytes N]\n"
+            "                     [--kv-cache-host-bytes N] [--kv-cache-pin-slots N]\n"
             "                     [--mmproj FILE] [--image-cache-mb N]\n"
             "                     [--vision-step-ms N] [--vision-step-flops F]\n"
             "       inferd-worker --kv-probe --backend cuda|cuda-f32 (--model PATH |\n"
@@ -165,6 +165,7 @@ typedef struct {
     const char *mmproj;           /* --serve: the vision tower's mmproj GGUF, or NULL */
     uint64_t image_cache_mb;      /* --serve: the image embedding cache's bound; 0 default */
     uint64_t kv_cache_host_bytes; /* --serve: a GPU worker's host-RAM tier (kvhost.h); 0 off */
+    int kv_copy_slots; /* --serve: the engine's copy_slots (0 default, < 0 none; engine.h) */
     uint32_t vision_step_ms;      /* --serve: an encode's time per iteration; 0 default */
     double vision_step_flops;     /* --serve: a fixed budget instead; 0 none */
 } ifd__gen_opts_t;
@@ -703,6 +704,7 @@ enum {
     OPT_KV_CACHE_DIR,
     OPT_KV_CACHE_DISK,
     OPT_KV_CACHE_HOST,
+    OPT_KV_CACHE_PIN_SLOTS,
 };
 
 /* The parsed command line: the mode flags and each mode's options. */
@@ -937,6 +939,19 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         go->kv_cache_host_bytes = v;
         break;
     }
+    case OPT_KV_CACHE_PIN_SLOTS: {
+        char *end;
+        errno = 0;
+        long v = strtol(arg, &end, 10);
+        if (errno || end == arg || *end || v < 0 || v > IFD_ENGINE_COPY_SLOTS_MAX) {
+            fprintf(stderr,
+                    "inferd-worker: bad --kv-cache-pin-slots '%s' (0 to %d; 0: synchronous copies)\n",
+                    arg, IFD_ENGINE_COPY_SLOTS_MAX);
+            return 2;
+        }
+        go->kv_copy_slots = v ? (int)v : -1;
+        break;
+    }
     case OPT_MMPROJ:
         go->mmproj = arg;
         break;
@@ -1035,7 +1050,7 @@ static int ifd__run_mode(ifd__cli_t *cli)
                                go->kv_cache_dir,   go->kv_cache_disk_bytes,
                                go->mmproj,         go->image_cache_mb << 20,
                                go->kv_cache_host_bytes, go->vision_step_ms,
-                               go->vision_step_flops};
+                               go->vision_step_flops, go->kv_copy_slots};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -1111,6 +1126,7 @@ int ifd_worker_main(int argc, char **argv)
         {"vision-step-flops", required_argument, NULL, OPT_VISION_STEP_FLOPS},
         {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
         {"kv-cache-host-bytes", required_argument, NULL, OPT_KV_CACHE_HOST},
+        {"kv-cache-pin-slots", required_argument, NULL, OPT_KV_CACHE_PIN_SLOTS},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
