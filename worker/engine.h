@@ -188,8 +188,10 @@ typedef struct {
  * With device sampling (forward_sample) a verification's rows come back as
  * logits and are sampled on the host (bit for bit the device's draw).
  * Requests without the KV cache decode plainly. */
-#define IFD_ENGINE_COPY_SLOTS 32       /* ifd_engine_params_t.copy_slots' default */
-#define IFD_ENGINE_COPY_SLOTS_MAX 1024 /* and its bound */
+/* ifd_engine_params_t.copy_slots' default and bound (the CUDA backend's ring
+ * of 64 copy fences: more copies in flight would only wait there) */
+#define IFD_ENGINE_COPY_SLOTS 32
+#define IFD_ENGINE_COPY_SLOTS_MAX 64
 #define IFD_ENGINE_SPEC_ROWS 64 /* proposed tokens per step at most (all sequences) */
 
 typedef struct {

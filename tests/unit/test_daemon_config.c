@@ -234,7 +234,7 @@ START_TEST(test_image_url_keys)
 }
 END_TEST
 
-/* kv_cache_pin_slots (docs/configuration.md): 32 by default, 0..1024, from a flag or the file;
+/* kv_cache_pin_slots (docs/configuration.md): 32 by default, 0..64, from a flag or the file;
  * a bad value is a start-up error naming the key. */
 START_TEST(test_kv_cache_pin_slots)
 {
@@ -253,13 +253,13 @@ START_TEST(test_kv_cache_pin_slots)
     ck_assert_int_eq(c.kv_cache_pin_slots, 0); /* synchronous copies */
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
-    const char *path = write_tmp("{\"kv_cache_pin_slots\": 1024}");
+    const char *path = write_tmp("{\"kv_cache_pin_slots\": 64}");
     ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), 0);
-    ck_assert_int_eq(c.kv_cache_pin_slots, 1024);
+    ck_assert_int_eq(c.kv_cache_pin_slots, 64);
     ifd_config_free(&c);
     ifd_config_cli_free(&cli);
     unlink(path);
-    const char *bad[] = {"1025", "-1", "many", "8k"};
+    const char *bad[] = {"65", "-1", "many", "8k"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         err[0] = 0;
         ck_assert_int_eq(parse(&c, &cli, err, 2, "--kv-cache-pin-slots", bad[i]), IFD_EINVAL);
