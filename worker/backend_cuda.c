@@ -434,6 +434,38 @@ static int ifd__cuda_download_async(ifd_backend_t *be, void *dst, const void *sr
     return 0;
 }
 
+/* backend.h, upload_async: download_async's other direction (same join,
+ * stream and fences). */
+static int ifd__cuda_upload_async(ifd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "upload_async");
+    if (rc || (rc = ifd__copy_stream(c)))
+        return rc;
+    if (!c->joined) { /* after the compute stream's work so far (dst's last readers) */
+        IFD__CK(cudaEventRecord(c->join, c->stream));
+        IFD__CK(cudaStreamWaitEvent(c->copy_stream, c->join, 0));
+        c->joined = true;
+    }
+    IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->copy_stream));
+    return 0;
+}
+
+/* backend.h, copy_wait: the compute stream waits for ticket's fence. */
+static int ifd__cuda_copy_wait(ifd_backend_t *be, uint64_t ticket)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "copy_wait");
+    if (rc)
+        return rc;
+    if (ticket >= c->fence_next)
+        return IFD_EINVAL;
+    if (ticket < c->fence_done)
+        return 0; /* landed (and its event may have been reused since) */
+    IFD__CK(cudaStreamWaitEvent(c->stream, c->fence[ticket % IFD__FENCES], 0));
+    return 0;
+}
+
 static int ifd__cuda_copy_fence(ifd_backend_t *be, uint64_t *out)
 {
     ifd__cuda_backend_t *c = ifd__cu(be);
@@ -1504,6 +1536,8 @@ static int ifd__cuda_graph_launch(ifd_backend_t *be, int key)
     .download_async = ifd__cuda_download_async, \
     .copy_fence = ifd__cuda_copy_fence, \
     .copy_done = ifd__cuda_copy_done, \
+    .upload_async = ifd__cuda_upload_async, \
+    .copy_wait = ifd__cuda_copy_wait, \
     .kv_provider = ifd__cuda_kv_provider, \
     .can_load = ifd__cuda_can_load, \
     .load_weight = ifd__cuda_load_weight, \

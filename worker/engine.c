@@ -142,7 +142,8 @@ typedef struct {
 
 /* Downloads in flight to the lower tiers (engine.h, kv_download_async): a
  * published block's copy, its key, and its pool references (block and
- * twin pinned until the copy has landed). */
+ * twin pinned until the copy has landed); or a tier hit's upload
+ * (kv_upload_async: block -1, nothing pinned, only its slot busy). */
 typedef struct {
     ifd_kvhash_t hash, parent; /* the block's chain hash and its parent's (kvdisk.h) */
     uint64_t salt;
@@ -165,6 +166,8 @@ struct ifd_engine {
     int32_t *copy_tokens;
     uint8_t *copy_mem;
     int copy_slots, copy_head, copy_n;
+    bool up_wait;       /* uploads enqueued: the next forward waits for up_ticket */
+    uint64_t up_ticket; /* the newest upload's fence */
     bool copies_off; /* no ring (copy_slots < 0, or it could not be made): synchronous copies */
     ifd_engine_callbacks_t cb;
     int block_size;
@@ -1176,6 +1179,14 @@ static void ifd__copies_poll(ifd_engine_t *e, int wait)
             break;
         const int32_t *t = e->copy_tokens + (size_t)at * (size_t)e->block_size;
         const uint8_t *data = e->copy_mem + (size_t)at * bytes;
+        if (c->block < 0) { /* an upload: its slot is free again */
+            if (done < 0)
+                IFD_WARN("engine: copying a tier hit's block to the device: %s", ifd_strerror(done));
+            e->copy_head = (at + 1) % e->copy_slots;
+            e->copy_n--;
+            wait = wait > 0 ? wait - 1 : 0;
+            continue;
+        }
         if (done < 0) {
             IFD_WARN("engine: copying block %d to host memory: %s", c->block, ifd_strerror(done));
             ifd__copy_dropped(e);
@@ -1193,6 +1204,55 @@ static void ifd__copies_poll(ifd_engine_t *e, int wait)
         e->copy_n--;
         wait = wait > 0 ? wait - 1 : 0;
     }
+}
+
+/* Whether tier hits' uploads go through the ring (engine.h, kv_upload_async). */
+static bool ifd__uploads_async(ifd_engine_t *e)
+{
+    return e->model.kv_upload_async && ifd__copies_async(e) && (e->copies || ifd__copies_alloc(e));
+}
+
+/* A free slot in the ring for an upload (the oldest copy waited for when
+ * all are in flight): called before a host-tier read, so that the copies
+ * handed to the tier then cannot evict the entry being read. */
+static void ifd__copies_room(ifd_engine_t *e)
+{
+    if (ifd__uploads_async(e) && e->copy_n == e->copy_slots)
+        ifd__copies_poll(e, 1);
+}
+
+/* A tier hit's data into pool block `block` (twin lblock; local ids, as
+ * kv_upload's): with the adapter's kv_upload_async, copied into a ring slot
+ * and enqueued on the copy stream, the next forward waiting for it
+ * (ifd__uploads_wait); else kv_upload. 0 or an error. */
+static int ifd__upload(ifd_engine_t *e, int32_t block, int32_t lblock, const void *data)
+{
+    if (!ifd__uploads_async(e))
+        return e->model.kv_upload(e->model.ctx, block, lblock, data);
+    ifd__copies_room(e);
+    const int at = (e->copy_head + e->copy_n) % e->copy_slots;
+    uint8_t *slot = e->copy_mem + (size_t)at * e->model.kv_data_bytes;
+    memcpy(slot, data, e->model.kv_data_bytes);
+    ifd__copy_t *c = &e->copies[at];
+    *c = (ifd__copy_t){.block = -1, .lblock = -1};
+    int rc = e->model.kv_upload_async(e->model.ctx, block, lblock, slot, &c->ticket);
+    if (rc)
+        return rc;
+    e->copy_n++;
+    e->up_ticket = c->ticket;
+    e->up_wait = true;
+    return 0;
+}
+
+/* Before a forward: the device waits for the uploads enqueued since the
+ * last one (the copy stream's fences complete in order: the newest covers
+ * them all). */
+static int ifd__uploads_wait(ifd_engine_t *e)
+{
+    if (!e->up_wait)
+        return 0;
+    e->up_wait = false;
+    return e->model.kv_copy_wait(e->model.ctx, e->up_ticket);
 }
 
 /* Starts the copy of just-published block `block` (twin lblock, chain hash
@@ -1287,8 +1347,7 @@ static bool ifd__host_take(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const int3
         return false;
     }
     int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-    if (e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, blk),
-                           ifd__ltwin_local(e, lblk), data) ||
+    if (ifd__upload(e, ifd_kvpool_block_local(e->pool, blk), ifd__ltwin_local(e, lblk), data) ||
         ifd_kvpool_publish(e->pool, e->p.worker, blk, parent, s->salt, t, NULL) < 0) {
         ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
         if (lblk >= 0)
@@ -1316,6 +1375,7 @@ static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
     for (; b < max_blocks; b++) {
         const int32_t *t = s->keys + (int64_t)b * e->block_size;
         ifd_kvhash_t next = ifd_kvpool_hash_block(&h, s->salt, t, e->block_size);
+        ifd__copies_room(e); /* before the read: a landing copy may evict from the tier */
         const void *data = ifd_kvhost_get(e->p.host, &next, s->salt, t);
         if (!data || !ifd__host_take(e, s, b, t, data))
             break;
@@ -1450,10 +1510,9 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
     for (; i < ok; i++) {
         int32_t b = at + i;
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-        if (s->load_bufs &&
-            e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, s->blocks[b]),
-                               e->lpool ? ifd__ltwin_local(e, s->lblocks[b]) : -1,
-                               s->load_bufs[i]))
+        if (s->load_bufs && ifd__upload(e, ifd_kvpool_block_local(e->pool, s->blocks[b]),
+                                        e->lpool ? ifd__ltwin_local(e, s->lblocks[b]) : -1,
+                                        s->load_bufs[i]))
             break; /* staged: host -> device first (the twin with it) */
         if (ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
                                s->keys + (int64_t)b * e->block_size, NULL) < 0)
@@ -2003,6 +2062,9 @@ static int ifd__plp_dev_room(ifd_engine_t *e, int n_sched);
  * after the other. */
 static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
 {
+    int wrc = ifd__uploads_wait(e);
+    if (wrc)
+        return wrc;
     if (!e->model.forward_sample) {
         for (int r = 0; r < b->n_logits; r++)
             e->s_tok[r] = IFD_MODEL_SAMPLE_ON_HOST;
@@ -2723,6 +2785,37 @@ static void ifd__model_kv_host_free(void *ctx, void *p)
     be->ops->host_free(be, p);
 }
 
+/* engine.h, kv_upload_async: the inverse of kv_download_async. */
+static int ifd__model_kv_upload_async(void *ctx, int32_t block, int32_t lblock, const void *src,
+                                      uint64_t *ticket)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    const uint32_t n = ifd_model_config(c->m)->n_layer;
+    const size_t bb = c->block_bytes;
+    if (c->n_copy_global < n && lblock < 0)
+        return IFD_EINVAL;
+    const uint8_t *d = src;
+    int rc = 0;
+    for (uint32_t i = 0; i < n && !rc; i++, d += 2 * bb) {
+        uint8_t *k, *v;
+        ifd__copy_layer(c, i, block, lblock, &k, &v);
+        rc = be->ops->upload_async(be, k, d, bb);
+        if (!rc)
+            rc = be->ops->upload_async(be, v, d + bb, bb);
+    }
+    uint64_t t;
+    int frc = be->ops->copy_fence(be, rc ? &t : ticket); /* ends the batch either way */
+    return rc ? rc : frc;
+}
+
+static int ifd__model_kv_copy_wait(void *ctx, uint64_t ticket)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    return be->ops->copy_wait(be, ticket);
+}
+
 /* engine.h, kv_upload: the inverse, then a sync (src may go after it). */
 static int ifd__model_kv_upload(void *ctx, int32_t block, int32_t lblock, const void *src)
 {
@@ -2874,6 +2967,9 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     out->kv_copy_done = async ? ifd__model_kv_copy_done : NULL;
     out->kv_host_alloc = async ? ifd__model_kv_host_alloc : NULL;
     out->kv_host_free = async ? ifd__model_kv_host_free : NULL;
+    const bool up = async && ops->upload_async && ops->copy_wait;
+    out->kv_upload_async = up ? ifd__model_kv_upload_async : NULL;
+    out->kv_copy_wait = up ? ifd__model_kv_copy_wait : NULL;
     return 0;
 }
 

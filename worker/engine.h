@@ -115,6 +115,16 @@ typedef struct {
     int (*kv_copy_done)(void *ctx, uint64_t ticket, bool wait);
     void *(*kv_host_alloc)(void *ctx, size_t bytes);
     void (*kv_host_free)(void *ctx, void *p);
+    /* Optional, with the above (NULL: kv_upload, synchronous): a tier hit's
+     * upload overlapping the host's work. kv_upload_async enqueues src
+     * (kv_host_alloc memory, not to be written until kv_copy_done says 1)
+     * into the blocks and returns at once with a ticket; kv_copy_wait makes
+     * the model's next forwards wait (on the device) for that ticket's
+     * copies: the engine calls it before the first forward that may read
+     * the blocks (docs/kvpool.md, "Host tier"). */
+    int (*kv_upload_async)(void *ctx, int32_t block, int32_t lblock, const void *src,
+                           uint64_t *ticket);
+    int (*kv_copy_wait)(void *ctx, uint64_t ticket);
 } ifd_engine_model_t;
 
 typedef enum {

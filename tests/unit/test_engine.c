@@ -211,7 +211,7 @@ static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n
     r->fake.pool = r->pool;
     r->sink = calloc(1, sizeof *r->sink);
     ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0,    0,    NULL, 1, 2,
-                            NULL,     NULL,  0,     NULL,         NULL, NULL, NULL};
+                            NULL,     NULL,  0,     NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -276,7 +276,7 @@ static void rig_open_two_disk(rig_t *r, int n_blocks, int n_lblocks, int block_s
     r->fake.window = window;
     r->sink = calloc(1, sizeof *r->sink);
     ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1,    window, NULL, 2, 2,
-                            NULL,     NULL,  0,    NULL,         NULL, NULL,   NULL};
+                            NULL,     NULL,  0,    NULL,         NULL, NULL,   NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -704,7 +704,7 @@ static ifd_kvdisk_t *rig_open_disk(rig_t *r, const char *dir, int n_blocks)
     ifd_kvdisk_t *disk = NULL;
     ck_assert_int_eq(ifd_kvdisk_create(&dp, r->pool, &disk), 0);
     ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 0,    0,    NULL, 1, 0,
-                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL};
+                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos, ep.n_eos_ids = 1, ep.max_batched_tokens = 32, ep.max_seqs = 8;
@@ -829,7 +829,7 @@ static void rig_open_tiers(rig_t *r, int n_blocks, int host_blocks, const char *
     }
     ifd_engine_model_t m = {
         &r->fake,         VOCAB,          1024, fake_forward, 0,    0,    NULL, 1, 0,
-        fake_kv_download, fake_kv_upload, data, NULL,         NULL, NULL, NULL};
+        fake_kv_download, fake_kv_upload, data, NULL,         NULL, NULL, NULL, NULL, NULL};
     if (rig_async) {
         m.kv_download_async = fake_kv_download_async;
         m.kv_copy_done = fake_kv_copy_done;
@@ -1571,7 +1571,7 @@ START_TEST(test_window_dead_blocks)
     r.fake.pool = r.pool;
     r.sink = calloc(1, sizeof *r.sink);
     ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3,    6,    NULL, 4, 0,
-                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL};
+                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish, NULL};
     ck_assert_int_eq(ifd_engine_create(&r.eng, &ep, &m, r.pool, &cb), 0);
@@ -1962,7 +1962,7 @@ START_TEST(test_disk_tier_local_pool)
     ifd_engine_params_t ep = ifd_engine_default_params();
     ep.local_pool = r.fake.lpool, ep.disk = plain;
     ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 1,    6,    NULL, 2, 0,
-                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL};
+                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_t *e2 = NULL;
     ck_assert_int_eq(ifd_engine_create(&e2, &ep, &m, r.pool, NULL), IFD_EINVAL);
     ifd_kvdisk_destroy(plain);
@@ -1995,7 +1995,7 @@ static void rig_open_all_local(rig_t *r, int n_blocks, int n_layers, int budget,
     r->fake.hash_window = 6;
     r->sink = calloc(1, sizeof *r->sink);
     ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1,    6,    NULL, n_layers, 0,
-                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL};
+                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
