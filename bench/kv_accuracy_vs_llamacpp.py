@@ -27,11 +27,11 @@ libllama of --llama-bin, into --work) and llama-perplexity (built into --work by
 compiling the sdist's tools/perplexity against the same libraries; AMX compiled out).
 
     kv_accuracy_vs_llamacpp.py [--worker build/worker/inferd-worker] [--model GGUF]
-        [--parts oracle,held,ppl] [--types f16,q8_0,q4_0] [--threads 2] [--no-ours]
+        [--parts oracle,held,ppl] [--types f16,q8_0,q4_0] [--threads 1] [--no-ours]
         [--llama-bin ~/.cache/inferd/llamacpp-tools/bin] [--llama-src DIR]
         [--work ~/.cache/inferd/llamacpp-kvacc]
 
-Progress on stderr, one JSON object on stdout. Takes about 15–25 minutes on 2 cores.
+Progress on stderr, one JSON object on stdout. Took 28 minutes on a loaded 2-core machine.
 """
 
 import argparse
@@ -237,7 +237,9 @@ def main():
     ap.add_argument("--model", default=None)
     ap.add_argument("--parts", default="oracle,held,ppl")
     ap.add_argument("--types", default="f16,q8_0,q4_0")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="llama.cpp's threads (1: its logits are the same with 2, and two spin "
+                         "at their barriers on a loaded 2-core machine)")
     ap.add_argument("-n", type=int, default=32, help="oracle part: greedy tokens (32)")
     ap.add_argument("--no-ours", action="store_true", help="llama.cpp's figures only")
     ap.add_argument("--llama-bin", default=os.path.join(HOME, ".cache/inferd/llamacpp-tools/bin"))
