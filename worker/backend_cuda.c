@@ -38,8 +38,11 @@
  * second, lowest-priority stream made on first use; each copy waits on an
  * event recorded on the compute stream (so it reads what the steps before
  * wrote) and copy_fence records one of a ring of IFD__FENCES events behind
- * the copies. The compute stream never waits on the copy stream: the
- * caller keeps the source blocks from being written until copy_done.
+ * the copies. The compute stream never waits on the copy stream for a
+ * download: the caller keeps the source blocks from being written until
+ * copy_done. Asynchronous uploads (upload_async, a tier hit's block) go
+ * on the same stream behind the same fences; copy_wait makes the compute
+ * stream wait (cudaStreamWaitEvent) for one before the blocks are read.
  *
  * Scratch (rope_kv's contiguous K, attention's f32 output, the sampler's
  * arrays) grows geometrically and is then reused: once the largest batch
