@@ -367,7 +367,8 @@ static int run_one(bench_t *b, int ci, int ki)
     ep.step_ratio = o->step_ratio;
     ifd_engine_callbacks_t cb = {&b->cnt, on_token, on_finish, NULL};
     ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0,    0,    NULL, 0,
-                              0,    NULL,      NULL,    0,           NULL, NULL, NULL, NULL};
+                              0,    NULL,      NULL,    0,           NULL, NULL, NULL, NULL,
+                              NULL, NULL};
     if (!b->cfg)
         em = sim;
     if (ifd_kvpool_create(&kp, &pool) ||

@@ -67,6 +67,9 @@
     X(kv_cache_host_bytes, BYTES, "0", 0, "BYTES", 0, 0,                                      \
       "GPU workers' host-RAM tier of the KV cache, per worker: published prefix blocks "      \
       "copied to host memory, copied back instead of recomputed; 0: off")                     \
+    X(kv_cache_pin_slots, INT, "32", 0, "N", 0, 64,                                            \
+      "GPU workers' pinned host buffers, one block each, of the tiers' asynchronous copies: "  \
+      "block copies in flight at most (64: the CUDA backend's fences); 0: synchronous copies") \
     X(weights_dtype, STR, "auto", 0, "TYPE", 0, 0,                                             \
       "CPU workers' weights: auto (quantized types stay quantized, 8-bit activations) or f32 " \
       "(all dequantized to f32: the exact, slower path)")                                      \

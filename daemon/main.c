@@ -974,6 +974,8 @@ static void ifd__sup_params(ifd__daemon_t *d, const ifd_kvpool_params_t *kp, ifd
     sp->kv_cache_dir = d->cfg.kv_cache_dir;
     sp->kv_cache_disk_bytes = d->cfg.kv_cache_disk_bytes;
     sp->kv_cache_host_bytes = d->cfg.kv_cache_host_bytes;
+    /* the worker's default (32) is not passed: its command line stays as before */
+    sp->kv_cache_pin_slots = d->cfg.kv_cache_pin_slots == 32 ? -1 : (int32_t)d->cfg.kv_cache_pin_slots;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     sp->n_threads = d->cfg.threads > 0 ? (int)d->cfg.threads
                                        : (int)(ncpu / sp->n_workers > 0 ? ncpu / sp->n_workers : 1);

@@ -81,6 +81,7 @@ struct ifd_sup {
     char *kv_dir;          /* --kv-cache-dir, or NULL */
     char kv_disk[24];      /* --kv-cache-disk-bytes' text */
     char kv_host[24];      /* --kv-cache-host-bytes' text, or "" */
+    char kv_pin[16];       /* --kv-cache-pin-slots' text, or "" */
     char image_cache[16];  /* --image-cache-mb's text, or "" */
     char vision_step[16];  /* --vision-step-ms' text, or "" */
     char max_logprobs[24]; /* --max-logprobs' text, or "" */
@@ -897,7 +898,7 @@ static void ifd__spawn(ifd__worker_t *w)
         ifd__after_exit(w);
         return;
     }
-    char *args[32]; /* 24 at most and the NULL */
+    char *args[40]; /* 28 at most and the NULL */
     int a = 0;
     args[a++] = s->binary;
     args[a++] = (char *)"--serve";
@@ -922,6 +923,10 @@ static void ifd__spawn(ifd__worker_t *w)
     if (s->kv_host[0]) {
         args[a++] = (char *)"--kv-cache-host-bytes";
         args[a++] = s->kv_host;
+    }
+    if (s->kv_pin[0]) {
+        args[a++] = (char *)"--kv-cache-pin-slots";
+        args[a++] = s->kv_pin;
     }
     if (s->image_cache[0]) {
         args[a++] = (char *)"--image-cache-mb";
@@ -1161,6 +1166,8 @@ int ifd_sup_create(ifd_sup_t **out, uv_loop_t *loop, const ifd_sup_params_t *p,
     snprintf(s->kv_disk, sizeof s->kv_disk, "%llu", (unsigned long long)p->kv_cache_disk_bytes);
     if (p->kv_cache_host_bytes)
         snprintf(s->kv_host, sizeof s->kv_host, "%llu", (unsigned long long)p->kv_cache_host_bytes);
+    if (p->kv_cache_pin_slots >= 0)
+        snprintf(s->kv_pin, sizeof s->kv_pin, "%d", (int)p->kv_cache_pin_slots);
     if (p->image_cache_mb)
         snprintf(s->image_cache, sizeof s->image_cache, "%u", p->image_cache_mb);
     if (p->vision_step_ms)

@@ -121,6 +121,10 @@ typedef struct {
     /* The host-RAM tier of GPU workers (docs/kvpool.md, "Host tier"),
      * passed as --kv-cache-host-bytes when > 0. */
     uint64_t kv_cache_host_bytes;
+    /* The tiers' pinned ring of a GPU worker (docs/kvpool.md, "Host tier"),
+     * passed as --kv-cache-pin-slots N when >= 0 (0: synchronous copies);
+     * < 0: not passed (the worker's default, 32). */
+    int32_t kv_cache_pin_slots;
     uint32_t max_seqs;
     uint32_t max_batched_tokens;
     int32_t prefill_cap; /* 0 the engine's adaptive cap, < 0 off, > 0 fixed (engine.h) */

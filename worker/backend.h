@@ -228,12 +228,21 @@ typedef struct {
      * download_async before it has landed. copy_done: 1 when ticket has
      * completed (wait: blocks until it has), 0 not yet, or an error.
      * Until copy_done says 1 the caller must neither read dst nor let src
-     * be written. Not while recording a graph (IFD_EINVAL). */
+     * be written. Not while recording a graph (IFD_EINVAL).
+     * upload_async: the other direction on the same copy stream and fences
+     * (host src, pinned for the copy to be asynchronous, to device dst),
+     * ordered like download_async; until its fence completes the caller
+     * must neither write src nor let anything read dst, except through
+     * copy_wait: the backend's stream waits (on the device; the host does
+     * not) for ticket's fence, so the work enqueued after it sees what the
+     * copies before the fence wrote. Optional (NULL: uploads synchronous). */
     int (*host_alloc)(ifd_backend_t *be, size_t bytes, void **out);
     void (*host_free)(ifd_backend_t *be, void *p);
     int (*download_async)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
     int (*copy_fence)(ifd_backend_t *be, uint64_t *out);
     int (*copy_done)(ifd_backend_t *be, uint64_t ticket, bool wait);
+    int (*upload_async)(ifd_backend_t *be, void *dst, const void *src, size_t bytes);
+    int (*copy_wait)(ifd_backend_t *be, uint64_t ticket);
     /* The KV pool's device segments: the provider that makes this backend's
      * memory for ifd_kvpool_bind_segment (CUDA: VMM with a POSIX-fd handle,
      * IPC fallback; kernels/cuda/kvseg_cuda.h), or NULL (or no op) for a

@@ -38,8 +38,11 @@
  * second, lowest-priority stream made on first use; each copy waits on an
  * event recorded on the compute stream (so it reads what the steps before
  * wrote) and copy_fence records one of a ring of IFD__FENCES events behind
- * the copies. The compute stream never waits on the copy stream: the
- * caller keeps the source blocks from being written until copy_done.
+ * the copies. The compute stream never waits on the copy stream for a
+ * download: the caller keeps the source blocks from being written until
+ * copy_done. Asynchronous uploads (upload_async, a tier hit's block) go
+ * on the same stream behind the same fences; copy_wait makes the compute
+ * stream wait (cudaStreamWaitEvent) for one before the blocks are read.
  *
  * Scratch (rope_kv's contiguous K, attention's f32 output, the sampler's
  * arrays) grows geometrically and is then reused: once the largest batch
@@ -431,6 +434,38 @@ static int ifd__cuda_download_async(ifd_backend_t *be, void *dst, const void *sr
         c->joined = true;
     }
     IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->copy_stream));
+    return 0;
+}
+
+/* backend.h, upload_async: download_async's other direction (same join,
+ * stream and fences). */
+static int ifd__cuda_upload_async(ifd_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "upload_async");
+    if (rc || (rc = ifd__copy_stream(c)))
+        return rc;
+    if (!c->joined) { /* after the compute stream's work so far (dst's last readers) */
+        IFD__CK(cudaEventRecord(c->join, c->stream));
+        IFD__CK(cudaStreamWaitEvent(c->copy_stream, c->join, 0));
+        c->joined = true;
+    }
+    IFD__CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->copy_stream));
+    return 0;
+}
+
+/* backend.h, copy_wait: the compute stream waits for ticket's fence. */
+static int ifd__cuda_copy_wait(ifd_backend_t *be, uint64_t ticket)
+{
+    ifd__cuda_backend_t *c = ifd__cu(be);
+    int rc = ifd__not_capturing(c, "copy_wait");
+    if (rc)
+        return rc;
+    if (ticket >= c->fence_next)
+        return IFD_EINVAL;
+    if (ticket < c->fence_done)
+        return 0; /* landed (and its event may have been reused since) */
+    IFD__CK(cudaStreamWaitEvent(c->stream, c->fence[ticket % IFD__FENCES], 0));
     return 0;
 }
 
@@ -1504,6 +1539,8 @@ static int ifd__cuda_graph_launch(ifd_backend_t *be, int key)
     .download_async = ifd__cuda_download_async, \
     .copy_fence = ifd__cuda_copy_fence, \
     .copy_done = ifd__cuda_copy_done, \
+    .upload_async = ifd__cuda_upload_async, \
+    .copy_wait = ifd__cuda_copy_wait, \
     .kv_provider = ifd__cuda_kv_provider, \
     .can_load = ifd__cuda_can_load, \
     .load_weight = ifd__cuda_load_weight, \

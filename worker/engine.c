@@ -142,8 +142,8 @@ typedef struct {
 
 /* Downloads in flight to the lower tiers (engine.h, kv_download_async): a
  * published block's copy, its key, and its pool references (block and
- * twin pinned until the copy has landed). */
-#define IFD__COPIES 32 /* in flight at most; the oldest is waited for past it */
+ * twin pinned until the copy has landed); or a tier hit's upload
+ * (kv_upload_async: block -1, nothing pinned, only its slot busy). */
 typedef struct {
     ifd_kvhash_t hash, parent; /* the block's chain hash and its parent's (kvdisk.h) */
     uint64_t salt;
@@ -159,14 +159,16 @@ struct ifd_engine {
     ifd_kvpool_t *lpool; /* p.local_pool */
     bool all_local;      /* one pool, every layer local: blocks before the window are released */
     void *stage;         /* a staged disk tier without a host tier: one block's host copy */
-    /* the copies in flight (IFD__COPIES ring, FIFO from copy_head), their
-     * tokens [IFD__COPIES * block_size] and pinned host slots
-     * [IFD__COPIES * kv_data_bytes]; made on the first copy */
+    /* the copies in flight (a ring of copy_slots, FIFO from copy_head;
+     * the oldest waited for past it), their tokens [copy_slots * block_size]
+     * and pinned host slots [copy_slots * kv_data_bytes]; made on the first copy */
     ifd__copy_t *copies;
     int32_t *copy_tokens;
     uint8_t *copy_mem;
-    int copy_head, copy_n;
-    bool copies_off; /* the ring could not be made: synchronous copies from then on */
+    int copy_slots, copy_head, copy_n;
+    bool up_wait;       /* uploads enqueued: the next forward waits for up_ticket */
+    uint64_t up_ticket; /* the newest upload's fence */
+    bool copies_off; /* no ring (copy_slots < 0, or it could not be made): synchronous copies */
     ifd_engine_callbacks_t cb;
     int block_size;
     int32_t pool_blocks;        /* blocks on our device */
@@ -516,7 +518,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
 {
     if (!p || p->max_batched_tokens < 1 || p->max_seqs < 1 || !model || !model->forward ||
         model->n_vocab < 1 || !pool || p->n_eos_ids < 0 || (p->n_eos_ids && !p->eos_ids) ||
-        ifd_spec_check(&p->spec) != 0 || (p->spec.method == IFD_SPEC_DRAFT && !p->drafter.propose))
+        ifd_spec_check(&p->spec) != 0 || (p->spec.method == IFD_SPEC_DRAFT && !p->drafter.propose) ||
+        p->copy_slots > IFD_ENGINE_COPY_SLOTS_MAX)
         return IFD_EINVAL;
     ifd_kvpool_params_t g;
     ifd_kvpool_geometry(pool, &g);
@@ -552,6 +555,8 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
     e->model = *model;
     e->pool = pool;
     e->lpool = p->local_pool;
+    e->copy_slots = p->copy_slots ? p->copy_slots : IFD_ENGINE_COPY_SLOTS;
+    e->copies_off = e->copy_slots < 0; /* no ring: synchronous copies */
     if (p->disk && ifd_kvdisk_staged(p->disk) && !(e->stage = malloc(model->kv_data_bytes))) {
         free(e->eos_ids);
         free(e);
@@ -1140,13 +1145,14 @@ static void ifd__copies_free(ifd_engine_t *e)
  * then synchronous). */
 static bool ifd__copies_alloc(ifd_engine_t *e)
 {
-    e->copies = calloc(IFD__COPIES, sizeof *e->copies);
-    e->copy_tokens = malloc((size_t)IFD__COPIES * (size_t)e->block_size * sizeof(int32_t));
-    e->copy_mem = e->model.kv_host_alloc(e->model.ctx, IFD__COPIES * e->model.kv_data_bytes);
+    const size_t n = (size_t)e->copy_slots;
+    e->copies = calloc(n, sizeof *e->copies);
+    e->copy_tokens = malloc(n * (size_t)e->block_size * sizeof(int32_t));
+    e->copy_mem = e->model.kv_host_alloc(e->model.ctx, n * e->model.kv_data_bytes);
     if (e->copies && e->copy_tokens && e->copy_mem)
         return true;
     IFD_WARN("engine: no memory for %d pinned block copies of %zu bytes: copying synchronously",
-             IFD__COPIES, e->model.kv_data_bytes);
+             e->copy_slots, e->model.kv_data_bytes);
     ifd__copies_free(e);
     e->copies_off = true; /* said once */
     return false;
@@ -1173,6 +1179,14 @@ static void ifd__copies_poll(ifd_engine_t *e, int wait)
             break;
         const int32_t *t = e->copy_tokens + (size_t)at * (size_t)e->block_size;
         const uint8_t *data = e->copy_mem + (size_t)at * bytes;
+        if (c->block < 0) { /* an upload: its slot is free again */
+            if (done < 0)
+                IFD_WARN("engine: copying a tier hit's block to the device: %s", ifd_strerror(done));
+            e->copy_head = (at + 1) % e->copy_slots;
+            e->copy_n--;
+            wait = wait > 0 ? wait - 1 : 0;
+            continue;
+        }
         if (done < 0) {
             IFD_WARN("engine: copying block %d to host memory: %s", c->block, ifd_strerror(done));
             ifd__copy_dropped(e);
@@ -1186,10 +1200,59 @@ static void ifd__copies_poll(ifd_engine_t *e, int wait)
         ifd_kvpool_unref(e->pool, e->p.worker, &c->block, 1);
         if (c->lblock >= 0)
             ifd_kvpool_unref(e->lpool, e->p.worker, &c->lblock, 1);
-        e->copy_head = (at + 1) % IFD__COPIES;
+        e->copy_head = (at + 1) % e->copy_slots;
         e->copy_n--;
         wait = wait > 0 ? wait - 1 : 0;
     }
+}
+
+/* Whether tier hits' uploads go through the ring (engine.h, kv_upload_async). */
+static bool ifd__uploads_async(ifd_engine_t *e)
+{
+    return e->model.kv_upload_async && ifd__copies_async(e) && (e->copies || ifd__copies_alloc(e));
+}
+
+/* A free slot in the ring for an upload (the oldest copy waited for when
+ * all are in flight): called before a host-tier read, so that the copies
+ * handed to the tier then cannot evict the entry being read. */
+static void ifd__copies_room(ifd_engine_t *e)
+{
+    if (ifd__uploads_async(e) && e->copy_n == e->copy_slots)
+        ifd__copies_poll(e, 1);
+}
+
+/* A tier hit's data into pool block `block` (twin lblock; local ids, as
+ * kv_upload's): with the adapter's kv_upload_async, copied into a ring slot
+ * and enqueued on the copy stream, the next forward waiting for it
+ * (ifd__uploads_wait); else kv_upload. 0 or an error. */
+static int ifd__upload(ifd_engine_t *e, int32_t block, int32_t lblock, const void *data)
+{
+    if (!ifd__uploads_async(e))
+        return e->model.kv_upload(e->model.ctx, block, lblock, data);
+    ifd__copies_room(e);
+    const int at = (e->copy_head + e->copy_n) % e->copy_slots;
+    uint8_t *slot = e->copy_mem + (size_t)at * e->model.kv_data_bytes;
+    memcpy(slot, data, e->model.kv_data_bytes);
+    ifd__copy_t *c = &e->copies[at];
+    *c = (ifd__copy_t){.block = -1, .lblock = -1};
+    int rc = e->model.kv_upload_async(e->model.ctx, block, lblock, slot, &c->ticket);
+    if (rc)
+        return rc;
+    e->copy_n++;
+    e->up_ticket = c->ticket;
+    e->up_wait = true;
+    return 0;
+}
+
+/* Before a forward: the device waits for the uploads enqueued since the
+ * last one (the copy stream's fences complete in order: the newest covers
+ * them all). */
+static int ifd__uploads_wait(ifd_engine_t *e)
+{
+    if (!e->up_wait)
+        return 0;
+    e->up_wait = false;
+    return e->model.kv_copy_wait(e->model.ctx, e->up_ticket);
 }
 
 /* Starts the copy of just-published block `block` (twin lblock, chain hash
@@ -1207,9 +1270,9 @@ static bool ifd__copy_start(ifd_engine_t *e, int32_t block, int32_t lblock,
         ifd__copy_dropped(e); /* its data would be half of it */
         return true;
     }
-    if (e->copy_n == IFD__COPIES)
+    if (e->copy_n == e->copy_slots)
         ifd__copies_poll(e, 1);
-    const int at = (e->copy_head + e->copy_n) % IFD__COPIES;
+    const int at = (e->copy_head + e->copy_n) % e->copy_slots;
     ifd__copy_t *c = &e->copies[at];
     *c = (ifd__copy_t){*hash, *parent, salt, block, e->lpool ? lblock : -1, 0};
     if (ifd_kvpool_ref(e->pool, e->p.worker, &c->block, 1) != 0) {
@@ -1284,8 +1347,7 @@ static bool ifd__host_take(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const int3
         return false;
     }
     int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-    if (e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, blk),
-                           ifd__ltwin_local(e, lblk), data) ||
+    if (ifd__upload(e, ifd_kvpool_block_local(e->pool, blk), ifd__ltwin_local(e, lblk), data) ||
         ifd_kvpool_publish(e->pool, e->p.worker, blk, parent, s->salt, t, NULL) < 0) {
         ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
         if (lblk >= 0)
@@ -1313,6 +1375,7 @@ static void ifd__host_fill(ifd_engine_t *e, ifd__seq_t *s, int32_t max_blocks)
     for (; b < max_blocks; b++) {
         const int32_t *t = s->keys + (int64_t)b * e->block_size;
         ifd_kvhash_t next = ifd_kvpool_hash_block(&h, s->salt, t, e->block_size);
+        ifd__copies_room(e); /* before the read: a landing copy may evict from the tier */
         const void *data = ifd_kvhost_get(e->p.host, &next, s->salt, t);
         if (!data || !ifd__host_take(e, s, b, t, data))
             break;
@@ -1447,10 +1510,9 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
     for (; i < ok; i++) {
         int32_t b = at + i;
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-        if (s->load_bufs &&
-            e->model.kv_upload(e->model.ctx, ifd_kvpool_block_local(e->pool, s->blocks[b]),
-                               e->lpool ? ifd__ltwin_local(e, s->lblocks[b]) : -1,
-                               s->load_bufs[i]))
+        if (s->load_bufs && ifd__upload(e, ifd_kvpool_block_local(e->pool, s->blocks[b]),
+                                        e->lpool ? ifd__ltwin_local(e, s->lblocks[b]) : -1,
+                                        s->load_bufs[i]))
             break; /* staged: host -> device first (the twin with it) */
         if (ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
                                s->keys + (int64_t)b * e->block_size, NULL) < 0)
@@ -2000,6 +2062,9 @@ static int ifd__plp_dev_room(ifd_engine_t *e, int n_sched);
  * after the other. */
 static int ifd__forward(ifd_engine_t *e, const ifd_batch_t *b, int n_sched)
 {
+    int wrc = ifd__uploads_wait(e);
+    if (wrc)
+        return wrc;
     if (!e->model.forward_sample) {
         for (int r = 0; r < b->n_logits; r++)
             e->s_tok[r] = IFD_MODEL_SAMPLE_ON_HOST;
@@ -2720,6 +2785,37 @@ static void ifd__model_kv_host_free(void *ctx, void *p)
     be->ops->host_free(be, p);
 }
 
+/* engine.h, kv_upload_async: the inverse of kv_download_async. */
+static int ifd__model_kv_upload_async(void *ctx, int32_t block, int32_t lblock, const void *src,
+                                      uint64_t *ticket)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    const uint32_t n = ifd_model_config(c->m)->n_layer;
+    const size_t bb = c->block_bytes;
+    if (c->n_copy_global < n && lblock < 0)
+        return IFD_EINVAL;
+    const uint8_t *d = src;
+    int rc = 0;
+    for (uint32_t i = 0; i < n && !rc; i++, d += 2 * bb) {
+        uint8_t *k, *v;
+        ifd__copy_layer(c, i, block, lblock, &k, &v);
+        rc = be->ops->upload_async(be, k, d, bb);
+        if (!rc)
+            rc = be->ops->upload_async(be, v, d + bb, bb);
+    }
+    uint64_t t;
+    int frc = be->ops->copy_fence(be, rc ? &t : ticket); /* ends the batch either way */
+    return rc ? rc : frc;
+}
+
+static int ifd__model_kv_copy_wait(void *ctx, uint64_t ticket)
+{
+    ifd__model_ctx_t *c = ctx;
+    ifd_backend_t *be = ifd_model_backend(c->m);
+    return be->ops->copy_wait(be, ticket);
+}
+
 /* engine.h, kv_upload: the inverse, then a sync (src may go after it). */
 static int ifd__model_kv_upload(void *ctx, int32_t block, int32_t lblock, const void *src)
 {
@@ -2871,6 +2967,9 @@ int ifd_engine_model_from_pools(ifd_engine_model_t *out, ifd_model_t *m, ifd_kvp
     out->kv_copy_done = async ? ifd__model_kv_copy_done : NULL;
     out->kv_host_alloc = async ? ifd__model_kv_host_alloc : NULL;
     out->kv_host_free = async ? ifd__model_kv_host_free : NULL;
+    const bool up = async && ops->upload_async && ops->copy_wait;
+    out->kv_upload_async = up ? ifd__model_kv_upload_async : NULL;
+    out->kv_copy_wait = up ? ifd__model_kv_copy_wait : NULL;
     return 0;
 }
 

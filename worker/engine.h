@@ -115,6 +115,16 @@ typedef struct {
     int (*kv_copy_done)(void *ctx, uint64_t ticket, bool wait);
     void *(*kv_host_alloc)(void *ctx, size_t bytes);
     void (*kv_host_free)(void *ctx, void *p);
+    /* Optional, with the above (NULL: kv_upload, synchronous): a tier hit's
+     * upload overlapping the host's work. kv_upload_async enqueues src
+     * (kv_host_alloc memory, not to be written until kv_copy_done says 1)
+     * into the blocks and returns at once with a ticket; kv_copy_wait makes
+     * the model's next forwards wait (on the device) for that ticket's
+     * copies: the engine calls it before the first forward that may read
+     * the blocks (docs/kvpool.md, "Host tier"). */
+    int (*kv_upload_async)(void *ctx, int32_t block, int32_t lblock, const void *src,
+                           uint64_t *ticket);
+    int (*kv_copy_wait)(void *ctx, uint64_t ticket);
 } ifd_engine_model_t;
 
 typedef enum {
@@ -188,6 +198,10 @@ typedef struct {
  * With device sampling (forward_sample) a verification's rows come back as
  * logits and are sampled on the host (bit for bit the device's draw).
  * Requests without the KV cache decode plainly. */
+/* ifd_engine_params_t.copy_slots' default and bound (the CUDA backend's ring
+ * of 64 copy fences: more copies in flight would only wait there) */
+#define IFD_ENGINE_COPY_SLOTS 32
+#define IFD_ENGINE_COPY_SLOTS_MAX 64
 #define IFD_ENGINE_SPEC_ROWS 64 /* proposed tokens per step at most (all sequences) */
 
 typedef struct {
@@ -252,6 +266,14 @@ typedef struct {
      * go into this tier too (docs/kvpool.md, "Host tier"). With local_pool
      * the copies hold the local twins. Borrowed: outlives the engine. */
     ifd_kvhost_t *host;
+    /* Slots of the asynchronous copies' ring (kv_download_async): copies in
+     * flight at most, each slot one block's kv_data_bytes of kv_host_alloc
+     * (pinned) memory, all made on the first copy; with every slot in flight
+     * the oldest copy is waited for. 0: IFD_ENGINE_COPY_SLOTS; < 0: no ring
+     * (every copy synchronous, as without the adapter's asynchronous ops);
+     * above IFD_ENGINE_COPY_SLOTS_MAX: IFD_EINVAL (the daemon's
+     * kv_cache_pin_slots, docs/kvpool.md "Host tier"). */
+    int copy_slots;
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
     ifd_spec_params_t spec;

@@ -774,6 +774,11 @@ static int ifd__load(ifd__srv_t *s, const ifd_serve_opts_t *o)
     if ((rc = ifd__load_vision(s, o, path)))
         return rc;
     s->ep = ifd_engine_default_params();
+    s->ep.copy_slots = o->kv_copy_slots; /* the tiers' pinned ring (engine.h) */
+    if (o->kv_copy_slots > 0)
+        IFD_INFO("kv tier copies: a ring of %d pinned slots", o->kv_copy_slots);
+    else if (o->kv_copy_slots < 0)
+        IFD_INFO("kv tier copies: synchronous (no pinned ring)");
     if (h->max_seqs)
         s->ep.max_seqs = (int)h->max_seqs;
     if (h->max_batched_tokens)

@@ -70,6 +70,7 @@ typedef struct {
     /* the draft model's catch-up tokens per engine step at most
      * (spec_draft.h step_tokens); 0: the engine's max_batched_tokens */
     int draft_step_tokens;
+    int kv_copy_slots; /* the engine's copy_slots: the tiers' pinned ring (engine.h); 0: default */
 } ifd_serve_opts_t;
 
 /* Runs until shutdown. Returns the process exit status: 0 after SHUTDOWN,

@@ -46,7 +46,7 @@ static void ifd__usage(FILE *f)
             "       inferd-worker --serve --fd N [--model PATH] [--threads N]\n"
             "                     [--weights-dtype auto|f32] [--random-weights F]\n"
             "                     [--kv-cache-dir DIR --kv-cache-disk-bytes N]\n"
-            "                     [--kv-cache-host-bytes N]\n"
+            "                     [--kv-cache-host-bytes N] [--kv-cache-pin-slots N]\n"
             "                     [--mmproj FILE] [--image-cache-mb N]\n"
             "                     [--vision-step-ms N] [--vision-step-flops F]\n"
             "                     [--max-logprobs N]\n"
@@ -172,6 +172,7 @@ typedef struct {
     const char *mmproj;           /* --serve: the vision tower's mmproj GGUF, or NULL */
     uint64_t image_cache_mb;      /* --serve: the image embedding cache's bound; 0 default */
     uint64_t kv_cache_host_bytes; /* --serve: a GPU worker's host-RAM tier (kvhost.h); 0 off */
+    int kv_copy_slots; /* --serve: the engine's copy_slots (0 default, < 0 none; engine.h) */
     uint32_t vision_step_ms;      /* --serve: an encode's time per iteration; 0 default */
     double vision_step_flops;     /* --serve: a fixed budget instead; 0 none */
     int64_t max_logprobs;         /* --serve: the router's max_logprobs; 0: 20 */
@@ -714,6 +715,7 @@ enum {
     OPT_KV_CACHE_DISK,
     OPT_KV_CACHE_HOST,
     OPT_DRAFT_STEP,
+    OPT_KV_CACHE_PIN_SLOTS,
 };
 
 /* The parsed command line: the mode flags and each mode's options. */
@@ -948,6 +950,19 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         go->kv_cache_host_bytes = v;
         break;
     }
+    case OPT_KV_CACHE_PIN_SLOTS: {
+        char *end;
+        errno = 0;
+        long v = strtol(arg, &end, 10);
+        if (errno || end == arg || *end || v < 0 || v > IFD_ENGINE_COPY_SLOTS_MAX) {
+            fprintf(stderr,
+                    "inferd-worker: bad --kv-cache-pin-slots '%s' (0 to %d; 0: synchronous copies)\n",
+                    arg, IFD_ENGINE_COPY_SLOTS_MAX);
+            return 2;
+        }
+        go->kv_copy_slots = v ? (int)v : -1;
+        break;
+    }
     case OPT_MMPROJ:
         go->mmproj = arg;
         break;
@@ -1067,7 +1082,7 @@ static int ifd__run_mode(ifd__cli_t *cli)
                                go->mmproj,         go->image_cache_mb << 20,
                                go->kv_cache_host_bytes, go->vision_step_ms,
                                go->vision_step_flops, go->max_logprobs,
-                               go->draft_step_tokens};
+                               go->draft_step_tokens, go->kv_copy_slots};
         return ifd_worker_serve(&so);
     }
     if (cli->probe)
@@ -1145,6 +1160,7 @@ int ifd_worker_main(int argc, char **argv)
         {"kv-cache-disk-bytes", required_argument, NULL, OPT_KV_CACHE_DISK},
         {"kv-cache-host-bytes", required_argument, NULL, OPT_KV_CACHE_HOST},
         {"draft-step-tokens", required_argument, NULL, OPT_DRAFT_STEP},
+        {"kv-cache-pin-slots", required_argument, NULL, OPT_KV_CACHE_PIN_SLOTS},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},

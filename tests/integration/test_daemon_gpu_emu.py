@@ -30,8 +30,9 @@ so the emulator's slowness does not matter. Checked:
   (fewer blocks), and the greedy text equals `"speculative": false`'s, with proposals
   accepted;
 - `--kv-cache-host-bytes` and `--kv-cache-dir` on a GPU worker: blocks copied to the host
-  tier and written to disk through host copies; a restarted daemon reads the prefix from
-  disk with the same tokens;
+  tier and written to disk through host copies; a restarted daemon (with
+  `--kv-cache-pin-slots 1`: a ring of one pinned slot) reads the prefix from disk with the
+  same tokens;
 - `--gpus 0,1`: two workers, each with its own CUDA_VISIBLE_DEVICES and pool device, and a
   repeated prompt is routed to the worker that caches its prefix;
 - the pool probe (`inferd-worker --kv-probe`) measures what a warm-up of the engine's largest
@@ -348,7 +349,8 @@ def test_host_and_disk_tiers_across_restart():
             d.stop()
         files = [f for f in os.listdir(kvdir) if f.endswith(".kvb")]
         assert len(files) >= n_prompt // 16, files
-        d = gpu_daemon(extra=extra)
+        # the restart with a ring of one pinned slot (kv_cache_pin_slots, passed to the worker)
+        d = gpu_daemon(extra=extra + ["--kv-cache-pin-slots", "1"])
         try:
             r2 = client(d).completions.create(model=MODEL, prompt=prompt, max_tokens=8,
                                               temperature=0)
@@ -361,6 +363,7 @@ def test_host_and_disk_tiers_across_restart():
                        for k, v in m.items()), m
             assert r2.choices[0].text == r1.choices[0].text, (r1.choices[0].text,
                                                               r2.choices[0].text)
+            assert "kv tier copies: a ring of 1 pinned slots" in d.logtext(None), d.logtext()
         finally:
             d.stop()
     finally:

@@ -278,6 +278,48 @@ START_TEST(test_image_url_keys)
 }
 END_TEST
 
+/* kv_cache_pin_slots (docs/configuration.md): 32 by default, 0..64, from a flag or the file;
+ * a bad value is a start-up error naming the key. */
+START_TEST(test_kv_cache_pin_slots)
+{
+    ifd_config_t c;
+    ifd_config_cli_t cli;
+    char err[512] = "";
+    ck_assert_int_eq(parse(&c, &cli, err, 0), 0);
+    ck_assert_int_eq(c.kv_cache_pin_slots, 32);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--kv-cache-pin-slots", "2"), 0);
+    ck_assert_int_eq(c.kv_cache_pin_slots, 2);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    ck_assert_int_eq(parse(&c, &cli, err, 1, "--kv-cache-pin-slots=0"), 0);
+    ck_assert_int_eq(c.kv_cache_pin_slots, 0); /* synchronous copies */
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    const char *path = write_tmp("{\"kv_cache_pin_slots\": 64}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), 0);
+    ck_assert_int_eq(c.kv_cache_pin_slots, 64);
+    ifd_config_free(&c);
+    ifd_config_cli_free(&cli);
+    unlink(path);
+    const char *bad[] = {"65", "-1", "many", "8k"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        ck_assert_int_eq(parse(&c, &cli, err, 2, "--kv-cache-pin-slots", bad[i]), IFD_EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "kv_cache_pin_slots"));
+    }
+    path = write_tmp("{\"kv_cache_pin_slots\": \"32\"}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "kv_cache_pin_slots"));
+    unlink(path);
+    path = write_tmp("{\"kv_cache_pin_slots\": 5000}");
+    ck_assert_int_eq(parse(&c, &cli, err, 2, "--config", path), IFD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "kv_cache_pin_slots"));
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_file_precedence_and_errors)
 {
     ifd_config_t c;
@@ -518,7 +560,7 @@ int main(void)
     ifd_test_case(s, "config", 30,
                   IFD_TESTS(test_defaults_and_flags, test_bad_flags, test_inspect_flag,
                             test_gpu_settings, test_mmproj_key, test_draft_step_tokens_key,
-                            test_image_url_keys,
+                            test_image_url_keys, test_kv_cache_pin_slots,
                             test_file_precedence_and_errors,
                             test_metrics_render,
                             test_metrics_vllm_and_families, test_metrics_vllm_requests));

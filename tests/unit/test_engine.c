@@ -39,17 +39,20 @@ typedef struct {
     int bad; /* context inconsistencies seen */
     int forwards;
     int image_tokens; /* tokens that came with an embedding row */
-    /* asynchronous copies (fake_kv_download_async): queued, run only when
-     * their ticket is waited for or queried a second time, reading the
-     * block then, as the emulator's deferred copy stream does */
+    /* asynchronous copies (fake_kv_download_async, fake_kv_upload_async):
+     * queued, run only when their ticket is waited for (copy_done's wait or
+     * copy_wait) or queried a second time, reading the block (an upload:
+     * its source) then, as the emulator's deferred copy stream does */
     struct {
         int32_t block;
         void *dst;
+        const void *src; /* an upload's; NULL: a download */
         uint64_t ticket;
         int queries;
     } pend[64];
     int n_pend;
     uint64_t next_ticket, done_upto;
+    int uploads_async; /* fake_kv_upload_async's calls */
 } fake_t;
 
 static float *kv_in(ifd_kvpool_t *pool, int32_t local_block, int off)
@@ -211,7 +214,7 @@ static void rig_open_cap(rig_t *r, int n_blocks, int budget, int max_seqs, int n
     r->fake.pool = r->pool;
     r->sink = calloc(1, sizeof *r->sink);
     ifd_engine_model_t m = {&r->fake, VOCAB, n_ctx, fake_forward, 0,    0,    NULL, 1, 2,
-                            NULL,     NULL,  0,     NULL,         NULL, NULL, NULL};
+                            NULL,     NULL,  0,     NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -276,7 +279,7 @@ static void rig_open_two_disk(rig_t *r, int n_blocks, int n_lblocks, int block_s
     r->fake.window = window;
     r->sink = calloc(1, sizeof *r->sink);
     ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1,    window, NULL, 2, 2,
-                            NULL,     NULL,  0,    NULL,         NULL, NULL,   NULL};
+                            NULL,     NULL,  0,    NULL,         NULL, NULL,   NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
@@ -704,7 +707,7 @@ static ifd_kvdisk_t *rig_open_disk(rig_t *r, const char *dir, int n_blocks)
     ifd_kvdisk_t *disk = NULL;
     ck_assert_int_eq(ifd_kvdisk_create(&dp, r->pool, &disk), 0);
     ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 0,    0,    NULL, 1, 0,
-                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL};
+                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos, ep.n_eos_ids = 1, ep.max_batched_tokens = 32, ep.max_seqs = 8;
@@ -763,6 +766,7 @@ static int fake_kv_download_async(void *ctx, int32_t block, int32_t lblock, void
     ck_assert_int_lt(f->n_pend, 64);
     f->pend[f->n_pend].block = block;
     f->pend[f->n_pend].dst = dst;
+    f->pend[f->n_pend].src = NULL;
     f->pend[f->n_pend].queries = 0;
     f->pend[f->n_pend++].ticket = *ticket = f->next_ticket++;
     return 0;
@@ -782,11 +786,37 @@ static int fake_kv_copy_done(void *ctx, uint64_t ticket, bool wait)
     if (!wait && f->pend[k].queries++ == 0)
         return 0;
     for (int i = 0; i <= k; i++) /* in order: the copies before it land first */
-        fake_kv_download(f, f->pend[i].block, -1, f->pend[i].dst);
+        if (f->pend[i].src)
+            fake_kv_upload(f, f->pend[i].block, -1, f->pend[i].src);
+        else
+            fake_kv_download(f, f->pend[i].block, -1, f->pend[i].dst);
     memmove(f->pend, f->pend + k + 1, (size_t)(f->n_pend - k - 1) * sizeof f->pend[0]);
     f->n_pend -= k + 1;
     f->done_upto = ticket + 1;
     return 1;
+}
+
+static int fake_kv_upload_async(void *ctx, int32_t block, int32_t lblock, const void *src,
+                                uint64_t *ticket)
+{
+    fake_t *f = ctx;
+    ck_assert_int_eq(lblock, -1);
+    ck_assert_int_lt(f->n_pend, 64);
+    f->pend[f->n_pend].block = block;
+    f->pend[f->n_pend].dst = NULL;
+    f->pend[f->n_pend].src = src;
+    f->pend[f->n_pend].queries = 0;
+    f->pend[f->n_pend++].ticket = *ticket = f->next_ticket++;
+    f->uploads_async++;
+    return 0;
+}
+
+/* The forwards after it see what the copies up to ticket wrote: the fake's
+ * forward runs on the host at once, so they are run now. */
+static int fake_kv_copy_wait(void *ctx, uint64_t ticket)
+{
+    fake_t *f = ctx;
+    return ticket < f->done_upto ? 0 : fake_kv_copy_done(ctx, ticket, true) == 1 ? 0 : -1;
 }
 
 static void *fake_host_alloc(void *ctx, size_t bytes)
@@ -829,12 +859,14 @@ static void rig_open_tiers(rig_t *r, int n_blocks, int host_blocks, const char *
     }
     ifd_engine_model_t m = {
         &r->fake,         VOCAB,          1024, fake_forward, 0,    0,    NULL, 1, 0,
-        fake_kv_download, fake_kv_upload, data, NULL,         NULL, NULL, NULL};
+        fake_kv_download, fake_kv_upload, data, NULL,         NULL, NULL, NULL, NULL, NULL};
     if (rig_async) {
         m.kv_download_async = fake_kv_download_async;
         m.kv_copy_done = fake_kv_copy_done;
         m.kv_host_alloc = fake_host_alloc;
         m.kv_host_free = fake_host_free;
+        m.kv_upload_async = fake_kv_upload_async;
+        m.kv_copy_wait = fake_kv_copy_wait;
     }
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
@@ -893,6 +925,7 @@ static void host_and_staged_disk_tiers(bool async)
     ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_HIT_BLOCKS], host_hits);
     ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_HIT_TOKENS], 16 * host_hits);
     ck_assert_uint_eq(ctr[IFD_KVTIER_HOST_WRITES], 12); /* requests 0 and 3; 1's were copies */
+    ck_assert_int_eq(r.fake.uploads_async, async ? 6 : 0); /* the hits' uploads, deferred */
     ifd_engine_destroy(r.eng);
     ifd_kvhost_destroy(host);
     r.eng = NULL;
@@ -914,6 +947,7 @@ static void host_and_staged_disk_tiers(bool async)
     ck_assert_int_eq(r.sink->usage[2].cached_tokens, 96);
     ifd_kvpool_tier_get(r.pool, ctr);
     ck_assert_uint_eq(ctr[IFD_KVTIER_HIT_BLOCKS], 6);
+    ck_assert_int_eq(r.fake.uploads_async, async ? 6 : 0);
     ck_assert_int_eq(r.fake.n_pend, 0); /* every copy landed before its engine went */
     rig_close(&r);
     char cmd[128];
@@ -929,8 +963,9 @@ START_TEST(test_host_and_staged_disk_tiers)
 END_TEST
 
 /* The same with the copies asynchronous and deferred (engine.h,
- * kv_download_async): a copy read before it landed, or a block written
- * before its copy ran, would change an output. */
+ * kv_download_async, kv_upload_async): a copy read before it landed, a
+ * block written before its copy ran, or a forward before a hit's upload
+ * ran (no kv_copy_wait), would change an output. */
 START_TEST(test_host_and_staged_disk_tiers_async)
 {
     host_and_staged_disk_tiers(true);
@@ -1571,7 +1606,7 @@ START_TEST(test_window_dead_blocks)
     r.fake.pool = r.pool;
     r.sink = calloc(1, sizeof *r.sink);
     ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 3,    6,    NULL, 4, 0,
-                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL};
+                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     ifd_engine_callbacks_t cb = {r.sink, on_token, on_finish, NULL};
     ck_assert_int_eq(ifd_engine_create(&r.eng, &ep, &m, r.pool, &cb), 0);
@@ -1962,7 +1997,7 @@ START_TEST(test_disk_tier_local_pool)
     ifd_engine_params_t ep = ifd_engine_default_params();
     ep.local_pool = r.fake.lpool, ep.disk = plain;
     ifd_engine_model_t m = {&r.fake, VOCAB, 1024, fake_forward, 1,    6,    NULL, 2, 0,
-                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL};
+                            NULL,    NULL,  0,    NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_t *e2 = NULL;
     ck_assert_int_eq(ifd_engine_create(&e2, &ep, &m, r.pool, NULL), IFD_EINVAL);
     ifd_kvdisk_destroy(plain);
@@ -1995,7 +2030,7 @@ static void rig_open_all_local(rig_t *r, int n_blocks, int n_layers, int budget,
     r->fake.hash_window = 6;
     r->sink = calloc(1, sizeof *r->sink);
     ifd_engine_model_t m = {&r->fake, VOCAB, 1024, fake_forward, 1,    6,    NULL, n_layers, 0,
-                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL};
+                            NULL,     NULL,  0,    NULL,         NULL, NULL, NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;

@@ -760,6 +760,9 @@ START_TEST(test_host_tier_after_eviction)
 }
 END_TEST
 
+/* The engine's copy_slots in serve_then_reuse (engine.h: 0 the default ring of 32). */
+static int serve_copy_slots;
+
 /* Requests a (40 tokens, 1 out) then b (60 tokens, 1 out) on one engine
  * over pool, one sequence at a time, with logprobs; a's and b's results in
  * sink ids 0 and 1. */
@@ -772,6 +775,7 @@ static void serve_then_reuse(sink_t *sink, ifd_kvpool_t *pool, int32_t *a, int32
     ep.max_seqs = 1;
     ep.max_batched_tokens = 256;
     ep.host = serve_host;
+    ep.copy_slots = serve_copy_slots;
     ifd_engine_callbacks_t cb = {sink, on_token, on_finish, NULL};
     ifd_engine_t *eng;
     ck_assert_int_eq(ifd_engine_create(&eng, &ep, &em, pool, &cb), 0);
@@ -798,8 +802,9 @@ static void serve_then_reuse(sink_t *sink, ifd_kvpool_t *pool, int32_t *a, int32
  * than preempt). a again, a host-tier hit (8 tokens recomputed, through the
  * prefill kernel as in the cold run), must give the token and logprob of its
  * cold run: a copy that read a's blocks after b wrote them would not.
+ * Run with copy_slots (serve_copy_slots) as the test sets it.
  */
-START_TEST(test_host_tier_block_reused_at_once)
+static void block_reused_at_once(void)
 {
     int32_t a[40], b[60];
     srand(99);
@@ -838,6 +843,27 @@ START_TEST(test_host_tier_block_reused_at_once)
     free(cold);
     free(x);
     free(y);
+}
+
+START_TEST(test_host_tier_block_reused_at_once)
+{
+    serve_copy_slots = 0; /* the default ring */
+    block_reused_at_once();
+}
+END_TEST
+
+/* The same with the ring's size set (kv_cache_pin_slots, docs/kvpool.md "Host
+ * tier"): one slot — a's second block's copy waits for the first's, whose slot
+ * it then reuses (the deferred copy stream gives wrong bytes if the slot is
+ * reused before that copy landed) — and none (every copy synchronous). */
+START_TEST(test_host_tier_pin_slots)
+{
+    const int slots[] = {1, -1};
+    for (int k = 0; k < 2; k++) {
+        serve_copy_slots = slots[k];
+        block_reused_at_once();
+    }
+    serve_copy_slots = 0;
 }
 END_TEST
 
@@ -1629,6 +1655,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_q4_0_kv_refused);
     tcase_add_test(tc, test_host_tier_after_eviction);
     tcase_add_test(tc, test_host_tier_block_reused_at_once);
+    tcase_add_test(tc, test_host_tier_pin_slots);
     tcase_add_test(tc, test_disk_tier_device_pool);
     tcase_add_test(tc, test_gemma_copies_layout);
     tcase_add_test(tc, test_gemma_host_tier_after_eviction);

@@ -185,7 +185,7 @@ static void rig_open(rig_t *r, const rig_opts_t *o)
     r->sink = calloc(1, sizeof *r->sink);
     ifd_engine_model_t m = {
         &r->fake, VOCAB, 1024, fake_forward, o->window > 0, o->window, NULL, 1 + (o->window > 0), 0,
-        NULL,     NULL,  0,    NULL,         NULL,          NULL,      NULL};
+        NULL,     NULL,  0,    NULL,         NULL,          NULL,      NULL, NULL, NULL};
     ifd_engine_params_t ep = ifd_engine_default_params();
     static const int32_t eos[] = {STOP_ID};
     ep.eos_ids = eos;
