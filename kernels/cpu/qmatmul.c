@@ -991,15 +991,17 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qblk_unpack512(const qmm_t *c, const uin
 }
 
 /* The fold of qfold512 from the activation row's block entries (d, s, h
- * and ds at that row and block). */
+ * and ds at that row and block); SG: the sums are of q − zp already (the
+ * AMX tile's signed B), not of the stored unsigned u. */
 IFD__TARGET_AVX512VNNI IFD__INLINE __m512 qfold512_at(const float *d, const int32_t *s,
                                                       const int32_t *h, const float *ds, __m512i lo,
                                                       __m512i hi, __m512 ws, __m512 w2, __m512 acc,
-                                                      const int BITS, const int TWO, const int ZP)
+                                                      const int BITS, const int TWO, const int ZP,
+                                                      const int SG)
 {
     const float dx = *d;
     const int32_t sx = *s;
-    if (BITS == 6) { /* Σ (u − 32)·x per half, as in the AVX2 tile */
+    if (BITS == 6 && !SG) { /* Σ (u − 32)·x per half, as in the AVX2 tile */
         const int32_t sh = *h;
         lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(32 * sh));
         hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(32 * (sx - sh)));
@@ -1009,7 +1011,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE __m512 qfold512_at(const float *d, const int3
         acc = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(lo), acc);
         return _mm512_fmadd_ps(_mm512_mul_ps(w2, fdx), _mm512_cvtepi32_ps(hi), acc);
     }
-    if (ZP) /* 8-bit: u = q + 128 (unsigned) times x, 128·Σx off here */
+    if (ZP && !SG) /* 8-bit: u = q + 128 (unsigned) times x, 128·Σx off here */
         lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(ZP * sx));
     acc = _mm512_fmadd_ps(_mm512_mul_ps(ws, fdx), _mm512_cvtepi32_ps(lo), acc);
     if (TWO == 1) /* ds: dx · (float)sx, formed at quantization */
@@ -1027,7 +1029,7 @@ IFD__TARGET_AVX512VNNI IFD__INLINE __m512 qfold512(const qmm_t *c, int64_t r, in
 {
     const int64_t rb = r * c->nb + b;
     return qfold512_at(c->a->d + rb, c->a->s + rb, c->a->h + rb, c->a->ds + rb, lo, hi, ws, w2,
-                       acc, BITS, TWO, ZP);
+                       acc, BITS, TWO, ZP, 0);
 }
 
 /* Stores a tile's 16-lane rows (the two groups' 16 output columns). */
@@ -1092,7 +1094,10 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
  * weight row n, the layout tdpbsud reads), A the 16 rows' 32 activation
  * bytes (or two tiles of 16 for Q6_K's halves), C their 16 × 16 sums. The
  * sums are then folded in by qfold512 exactly as the VNNI tile folds its
- * own, so AMX, AVX-512, AVX2 and scalar agree bitwise. What AMX saves is the
+ * own, so AMX, AVX-512, AVX2 and scalar agree bitwise. Types with a zero
+ * point (Q4_0, Q5_0, Q8_0, and Q6_K's 32) store B as q = u − zp and use
+ * tdpbssd (both signed): the sums are then Σ q·x, the same integers the
+ * fold would form by subtracting zp·Σx, with no subtraction a row. What AMX saves is the
  * 8 vpdpbusd a row and block: the unpacking is shared by 16 rows and the
  * f32 fold (3-5 operations a row and block) is what is left.
  *
@@ -1145,8 +1150,9 @@ static void amx_emu_store(int t, void *p, int64_t stride)
         memcpy((uint8_t *)p + r * stride, amx_emu[t] + 64 * r, amx_emu_cfg->colsb[t]);
 }
 
-/* C[m][n] += Σ_kk Σ_t A[m][4kk + t] (signed) · B[kk][4n + t] (unsigned) */
-static void amx_emu_dpbsud(int tc, int ta, int tb)
+/* C[m][n] += Σ_kk Σ_t A[m][4kk + t] (signed) · B[kk][4n + t] (unsigned, or
+ * signed with sgn: tdpbsud, tdpbssd) */
+static void amx_emu_dp(int tc, int ta, int tb, int sgn)
 {
     for (int m = 0; m < amx_emu_cfg->rows[tc]; m++) {
         for (int n = 0; n < amx_emu_cfg->colsb[tc] / 4; n++) {
@@ -1155,7 +1161,8 @@ static void amx_emu_dpbsud(int tc, int ta, int tb)
             for (int kk = 0; kk < amx_emu_cfg->colsb[ta] / 4; kk++)
                 for (int t = 0; t < 4; t++)
                     v += (int8_t)amx_emu[ta][64 * m + 4 * kk + t] *
-                         (int32_t)amx_emu[tb][64 * kk + 4 * n + t];
+                         (sgn ? (int32_t)(int8_t)amx_emu[tb][64 * kk + 4 * n + t]
+                              : (int32_t)amx_emu[tb][64 * kk + 4 * n + t]);
             memcpy(amx_emu[tc] + 64 * m + 4 * n, &v, 4);
         }
     }
@@ -1166,7 +1173,8 @@ static void amx_emu_dpbsud(int tc, int ta, int tb)
 #define AMX_ZERO(t)         memset(amx_emu[t], 0, sizeof amx_emu[t])
 #define AMX_LOAD(t, p, s)   amx_emu_load(t, p, s)
 #define AMX_STORE(t, p, s)  amx_emu_store(t, p, s)
-#define AMX_DPBSUD(c, a, b) amx_emu_dpbsud(c, a, b)
+#define AMX_DPBSUD(c, a, b) amx_emu_dp(c, a, b, 0)
+#define AMX_DPBSSD(c, a, b) amx_emu_dp(c, a, b, 1)
 #else
 #define IFD__TARGET_AMX                                                                            \
     __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
@@ -1176,13 +1184,23 @@ static void amx_emu_dpbsud(int tc, int ta, int tb)
 #define AMX_LOAD(t, p, s)   _tile_loadd(t, p, s)
 #define AMX_STORE(t, p, s)  _tile_stored(t, p, s)
 #define AMX_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#define AMX_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #endif
+/* B signed (SG: q − zp) or unsigned (u) */
+#define AMX_DP(SG, c, a, b)                                                                        \
+    do {                                                                                           \
+        if (SG)                                                                                    \
+            AMX_DPBSSD(c, a, b);                                                                   \
+        else                                                                                       \
+            AMX_DPBSUD(c, a, b);                                                                   \
+    } while (0)
 
 /* The tile products of the batch's block S (0..3, Q6_K 0..1; a constant:
  * tile numbers are immediates): A from the 16 rows at xb (k bytes apart),
  * B from bt, the sums to ct (and Q6_K's second half to ch). */
-IFD__TARGET_AMX IFD__INLINE void amx_block(const int TWO, const int S, const int8_t *xb, int k,
-                                           const uint8_t *bt, int32_t *ct, int32_t *ch)
+IFD__TARGET_AMX IFD__INLINE void amx_block(const int TWO, const int SG, const int S,
+                                           const int8_t *xb, int k, const uint8_t *bt, int32_t *ct,
+                                           int32_t *ch)
 {
     if (TWO == 2) {
         AMX_LOAD(4, xb, k);
@@ -1192,15 +1210,15 @@ IFD__TARGET_AMX IFD__INLINE void amx_block(const int TWO, const int S, const int
         if (S == 0) {
             AMX_ZERO(0);
             AMX_ZERO(1);
-            AMX_DPBSUD(0, 4, 6);
-            AMX_DPBSUD(1, 5, 7);
+            AMX_DP(SG, 0, 4, 6);
+            AMX_DP(SG, 1, 5, 7);
             AMX_STORE(0, ct, 64);
             AMX_STORE(1, ch, 64);
         } else {
             AMX_ZERO(2);
             AMX_ZERO(3);
-            AMX_DPBSUD(2, 4, 6);
-            AMX_DPBSUD(3, 5, 7);
+            AMX_DP(SG, 2, 4, 6);
+            AMX_DP(SG, 3, 5, 7);
             AMX_STORE(2, ct, 64);
             AMX_STORE(3, ch, 64);
         }
@@ -1210,25 +1228,25 @@ IFD__TARGET_AMX IFD__INLINE void amx_block(const int TWO, const int S, const int
         AMX_LOAD(4, xb, k);
         AMX_LOAD(6, bt, 64);
         AMX_ZERO(0);
-        AMX_DPBSUD(0, 4, 6);
+        AMX_DP(SG, 0, 4, 6);
         AMX_STORE(0, ct, 64);
     } else if (S == 1) {
         AMX_LOAD(5, xb, k);
         AMX_LOAD(7, bt, 64);
         AMX_ZERO(1);
-        AMX_DPBSUD(1, 5, 7);
+        AMX_DP(SG, 1, 5, 7);
         AMX_STORE(1, ct, 64);
     } else if (S == 2) {
         AMX_LOAD(4, xb, k);
         AMX_LOAD(6, bt, 64);
         AMX_ZERO(2);
-        AMX_DPBSUD(2, 4, 6);
+        AMX_DP(SG, 2, 4, 6);
         AMX_STORE(2, ct, 64);
     } else {
         AMX_LOAD(5, xb, k);
         AMX_LOAD(7, bt, 64);
         AMX_ZERO(3);
-        AMX_DPBSUD(3, 5, 7);
+        AMX_DP(SG, 3, 5, 7);
         AMX_STORE(3, ct, 64);
     }
 }
@@ -1236,7 +1254,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_block(const int TWO, const int S, const int
 /* Two blocks' products (one sum a block) with their steps interleaved, so
  * the second's loads do not wait for the first's store: slots S, S + 1
  * (S = 0 or 2), blocks at xb and xb + QB. */
-IFD__TARGET_AMX IFD__INLINE void amx_block2(const int S, const int8_t *xb, int k,
+IFD__TARGET_AMX IFD__INLINE void amx_block2(const int SG, const int S, const int8_t *xb, int k,
                                             const uint8_t *bt0, const uint8_t *bt1, int32_t *ct0,
                                             int32_t *ct1)
 {
@@ -1247,15 +1265,15 @@ IFD__TARGET_AMX IFD__INLINE void amx_block2(const int S, const int8_t *xb, int k
     if (S == 0) {
         AMX_ZERO(0);
         AMX_ZERO(1);
-        AMX_DPBSUD(0, 4, 6);
-        AMX_DPBSUD(1, 5, 7);
+        AMX_DP(SG, 0, 4, 6);
+        AMX_DP(SG, 1, 5, 7);
         AMX_STORE(0, ct0, 64);
         AMX_STORE(1, ct1, 64);
     } else {
         AMX_ZERO(2);
         AMX_ZERO(3);
-        AMX_DPBSUD(2, 4, 6);
-        AMX_DPBSUD(3, 5, 7);
+        AMX_DP(SG, 2, 4, 6);
+        AMX_DP(SG, 3, 5, 7);
         AMX_STORE(2, ct0, 64);
         AMX_STORE(3, ct1, 64);
     }
@@ -1269,6 +1287,7 @@ typedef struct {
 
 IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, int b,
                                             const int BITS, const int KQ, const int TWO,
+                                            const int ZP,
                                             __m512 *dv, __m512 *mv, amx_scales_t *sc, uint8_t *bt,
                                             int pf)
 {
@@ -1277,13 +1296,17 @@ IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, 
     qmm_prefetch_block(blk + c->gb, c->bb, pf);
     __m512i W[8];
     qblk_unpack512(c, grp, b, BITS, KQ, TWO, dv, mv, &sc->ws, &sc->w2, W);
+    /* types with a zero point (Q6_K's 32 too): B as q = u − zp, signed, so
+     * the fold subtracts nothing a row (zp ≤ 128: the bytes wrap to q) */
+    const int zp = BITS == 6 ? 32 : ZP;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++)
-        _mm512_store_si512((__m512i *)(bt + 64 * g), W[g]);
+        _mm512_store_si512((__m512i *)(bt + 64 * g),
+                           zp ? _mm512_sub_epi8(W[g], _mm512_set1_epi8((char)zp)) : W[g]);
 }
 
 IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const int BITS,
-                                          const int TWO, const int ZP, const amx_scales_t *sc,
+                                          const int TWO, const int ZP, const int SG, const amx_scales_t *sc,
                                           const int32_t *ct, const int32_t *ch, __m512 *acc)
 {
     const int64_t rb = (int64_t)i0 * c->nb + b;
@@ -1294,7 +1317,8 @@ IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const i
         const __m512i lo = _mm512_load_si512((const __m512i *)(ct + 16 * i));
         const __m512i hi = TWO == 2 ? _mm512_load_si512((const __m512i *)(ch + 16 * i))
                                     : _mm512_setzero_si512();
-        acc[i] = qfold512_at(d, s, h, ds, lo, hi, sc->ws, sc->w2, acc[i], BITS, TWO, ZP);
+        acc[i] = qfold512_at(d, s, h, ds, lo, hi, sc->ws, sc->w2, acc[i], BITS, TWO, ZP,
+                             SG);
         d += c->nb, ds += c->nb, s += c->nb, h += c->nb;
     }
 }
@@ -1302,7 +1326,8 @@ IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const i
 IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const int BITS,
                                            const int KQ, const int TWO, const int ZP, int pf)
 {
-    enum { NBT = AMX_BATCH }; /* slots; Q6_K uses 2 */
+    enum { NBT = AMX_BATCH };         /* slots; Q6_K uses 2 */
+    const int SG = ZP != 0 || BITS == 6; /* B signed: amx_unpack */
     const int k = c->a->k, nb = c->nb, nbt = TWO == 2 ? 2 : AMX_BATCH;
     const uint8_t *grp = c->w + (int64_t)G * c->gb;
     const int8_t *xq = c->a->q + (int64_t)i0 * k;
@@ -1315,32 +1340,32 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
     for (int i = 0; i < AMX_ROWS; i++)
         acc[i] = _mm512_setzero_ps();
     for (int s = 0; s < nbt && s < nb; s++)
-        amx_unpack(c, grp, s, BITS, KQ, TWO, &dv, &mv, &sc[0][s], bt[0][s], pf);
+        amx_unpack(c, grp, s, BITS, KQ, TWO, ZP, &dv, &mv, &sc[0][s], bt[0][s], pf);
     int q = 0, b0 = 0;
     for (;; q ^= 1, b0 += nbt) {
         const int r = nb - b0 < nbt ? nb - b0 : nbt;
         if (TWO != 2 && r == AMX_BATCH) {
-            amx_block2(0, xq + b0 * QB, k, bt[q][0], bt[q][1], ct[q][0], ct[q][1]);
-            amx_block2(2, xq + (b0 + 2) * QB, k, bt[q][2], bt[q][3], ct[q][2], ct[q][3]);
+            amx_block2(SG, 0, xq + b0 * QB, k, bt[q][0], bt[q][1], ct[q][0], ct[q][1]);
+            amx_block2(SG, 2, xq + (b0 + 2) * QB, k, bt[q][2], bt[q][3], ct[q][2], ct[q][3]);
         } else {
-            amx_block(TWO, 0, xq + b0 * QB, k, bt[q][0], ct[q][0], ch[q][0]);
+            amx_block(TWO, SG, 0, xq + b0 * QB, k, bt[q][0], ct[q][0], ch[q][0]);
             if (r > 1)
-                amx_block(TWO, 1, xq + (b0 + 1) * QB, k, bt[q][1], ct[q][1], ch[q][1 & (TWO == 2)]);
+                amx_block(TWO, SG, 1, xq + (b0 + 1) * QB, k, bt[q][1], ct[q][1], ch[q][1 & (TWO == 2)]);
             if (TWO != 2 && r > 2)
-                amx_block(TWO, 2, xq + (b0 + 2) * QB, k, bt[q][2], ct[q][2], NULL);
+                amx_block(TWO, SG, 2, xq + (b0 + 2) * QB, k, bt[q][2], ct[q][2], NULL);
         }
         if (b0 > 0) /* the batch before: always a whole one */
             for (int s = 0; s < nbt; s++)
-                amx_fold(c, i0, b0 - nbt + s, BITS, TWO, ZP, &sc[!q][s], ct[!q][s],
+                amx_fold(c, i0, b0 - nbt + s, BITS, TWO, ZP, SG, &sc[!q][s], ct[!q][s],
                          ch[!q][s & (TWO == 2)], acc);
         if (b0 + nbt >= nb) {
             for (int s = 0; s < r; s++)
-                amx_fold(c, i0, b0 + s, BITS, TWO, ZP, &sc[q][s], ct[q][s], ch[q][s & (TWO == 2)],
+                amx_fold(c, i0, b0 + s, BITS, TWO, ZP, SG, &sc[q][s], ct[q][s], ch[q][s & (TWO == 2)],
                          acc);
             break;
         }
         for (int s = 0; s < nbt && b0 + nbt + s < nb; s++)
-            amx_unpack(c, grp, b0 + nbt + s, BITS, KQ, TWO, &dv, &mv, &sc[!q][s], bt[!q][s], pf);
+            amx_unpack(c, grp, b0 + nbt + s, BITS, KQ, TWO, ZP, &dv, &mv, &sc[!q][s], bt[!q][s], pf);
     }
     qstore512(c, G, i0, AMX_ROWS, acc);
 }
