@@ -395,7 +395,8 @@ static int packed_q(const qtype_t *t, const uint8_t *blk, int r, int e)
         return qs[(e / 4) * 32 + r * 4 + e % 4];
     int hi = e >= 16, g = (e % 16) / 4, p = r * 4 + e % 4;
     if (t->bits == 6)
-        return (((qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF) | ((qh[32 * hi + p] >> (2 * g)) & 3) << 4) -
+        return (((qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF) | ((qh[32 * hi + p] >> (2 * g)) & 3)
+                                                               << 4) -
                32;
     if (t->bits == 4)
         return (qs[g * 32 + p] >> (hi ? 4 : 0)) & 0xF;
@@ -947,9 +948,9 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qblk_unpack512(const qmm_t *c, const uin
         }
         if (TWO == 1) {
             *ws = _mm512_mul_ps(*dv, join_i8(blk, blk2, 0));
-            *w2 = _mm512_castsi512_ps(
-                _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(*mv, join_i8(blk + QG, blk2 + QG, 0))),
-                                 _mm512_set1_epi32((int32_t)0x80000000u)));
+            *w2 = _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(_mm512_mul_ps(*mv, join_i8(blk + QG, blk2 + QG, 0))),
+                _mm512_set1_epi32((int32_t)0x80000000u)));
         } else {
             *ws = _mm512_mul_ps(*dv, join_i8(blk, blk2, 1));
             *w2 = _mm512_mul_ps(*dv, join_i8(blk + QG, blk2 + QG, 1));
@@ -1028,8 +1029,8 @@ IFD__TARGET_AVX512VNNI IFD__INLINE __m512 qfold512(const qmm_t *c, int64_t r, in
                                                    const int BITS, const int TWO, const int ZP)
 {
     const int64_t rb = r * c->nb + b;
-    return qfold512_at(c->a->d + rb, c->a->s + rb, c->a->h + rb, c->a->ds + rb, lo, hi, ws, w2,
-                       acc, BITS, TWO, ZP, 0);
+    return qfold512_at(c->a->d + rb, c->a->s + rb, c->a->h + rb, c->a->ds + rb, lo, hi, ws, w2, acc,
+                       BITS, TWO, ZP, 0);
 }
 
 /* Stores a tile's 16-lane rows (the two groups' 16 output columns). */
@@ -1287,9 +1288,8 @@ typedef struct {
 
 IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, int b,
                                             const int BITS, const int KQ, const int TWO,
-                                            const int ZP,
-                                            __m512 *dv, __m512 *mv, amx_scales_t *sc, uint8_t *bt,
-                                            int pf)
+                                            const int ZP, __m512 *dv, __m512 *mv, amx_scales_t *sc,
+                                            uint8_t *bt, int pf)
 {
     const uint8_t *blk = grp + c->hdr + (int64_t)b * c->bb;
     qmm_prefetch_block(blk, c->bb, pf);
@@ -1306,8 +1306,9 @@ IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, 
 }
 
 IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const int BITS,
-                                          const int TWO, const int ZP, const int SG, const amx_scales_t *sc,
-                                          const int32_t *ct, const int32_t *ch, __m512 *acc)
+                                          const int TWO, const int ZP, const int SG,
+                                          const amx_scales_t *sc, const int32_t *ct,
+                                          const int32_t *ch, __m512 *acc)
 {
     const int64_t rb = (int64_t)i0 * c->nb + b;
     const float *d = c->a->d + rb, *ds = c->a->ds + rb;
@@ -1315,10 +1316,9 @@ IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const i
 #pragma GCC unroll 16
     for (int i = 0; i < AMX_ROWS; i++) {
         const __m512i lo = _mm512_load_si512((const __m512i *)(ct + 16 * i));
-        const __m512i hi = TWO == 2 ? _mm512_load_si512((const __m512i *)(ch + 16 * i))
-                                    : _mm512_setzero_si512();
-        acc[i] = qfold512_at(d, s, h, ds, lo, hi, sc->ws, sc->w2, acc[i], BITS, TWO, ZP,
-                             SG);
+        const __m512i hi =
+            TWO == 2 ? _mm512_load_si512((const __m512i *)(ch + 16 * i)) : _mm512_setzero_si512();
+        acc[i] = qfold512_at(d, s, h, ds, lo, hi, sc->ws, sc->w2, acc[i], BITS, TWO, ZP, SG);
         d += c->nb, ds += c->nb, s += c->nb, h += c->nb;
     }
 }
@@ -1326,7 +1326,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const i
 IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const int BITS,
                                            const int KQ, const int TWO, const int ZP, int pf)
 {
-    enum { NBT = AMX_BATCH };         /* slots; Q6_K uses 2 */
+    enum { NBT = AMX_BATCH };            /* slots; Q6_K uses 2 */
     const int SG = ZP != 0 || BITS == 6; /* B signed: amx_unpack */
     const int k = c->a->k, nb = c->nb, nbt = TWO == 2 ? 2 : AMX_BATCH;
     const uint8_t *grp = c->w + (int64_t)G * c->gb;
@@ -1350,7 +1350,8 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
         } else {
             amx_block(TWO, SG, 0, xq + b0 * QB, k, bt[q][0], ct[q][0], ch[q][0]);
             if (r > 1)
-                amx_block(TWO, SG, 1, xq + (b0 + 1) * QB, k, bt[q][1], ct[q][1], ch[q][1 & (TWO == 2)]);
+                amx_block(TWO, SG, 1, xq + (b0 + 1) * QB, k, bt[q][1], ct[q][1],
+                          ch[q][1 & (TWO == 2)]);
             if (TWO != 2 && r > 2)
                 amx_block(TWO, SG, 2, xq + (b0 + 2) * QB, k, bt[q][2], ct[q][2], NULL);
         }
@@ -1360,12 +1361,13 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
                          ch[!q][s & (TWO == 2)], acc);
         if (b0 + nbt >= nb) {
             for (int s = 0; s < r; s++)
-                amx_fold(c, i0, b0 + s, BITS, TWO, ZP, SG, &sc[q][s], ct[q][s], ch[q][s & (TWO == 2)],
-                         acc);
+                amx_fold(c, i0, b0 + s, BITS, TWO, ZP, SG, &sc[q][s], ct[q][s],
+                         ch[q][s & (TWO == 2)], acc);
             break;
         }
         for (int s = 0; s < nbt && b0 + nbt + s < nb; s++)
-            amx_unpack(c, grp, b0 + nbt + s, BITS, KQ, TWO, ZP, &dv, &mv, &sc[!q][s], bt[!q][s], pf);
+            amx_unpack(c, grp, b0 + nbt + s, BITS, KQ, TWO, ZP, &dv, &mv, &sc[!q][s], bt[!q][s],
+                       pf);
     }
     qstore512(c, G, i0, AMX_ROWS, acc);
 }
@@ -1390,11 +1392,11 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
 /* A task's set-up and tear-down per path: AMX loads its tile configuration
  * (per thread) and releases it, so a pool thread carries no tile state. */
 #define QMM_BEGIN_avx2(two)   ((void)0)
-#define QMM_END_avx2()     ((void)0)
+#define QMM_END_avx2()        ((void)0)
 #define QMM_BEGIN_avx512(two) ((void)0)
-#define QMM_END_avx512()   ((void)0)
+#define QMM_END_avx512()      ((void)0)
 #define QMM_BEGIN_amx(two)    AMX_CONFIG(two)
-#define QMM_END_amx()      AMX_RELEASE()
+#define QMM_END_amx()         AMX_RELEASE()
 
 #define QTILE_amx(pair, MI, BITS, KQ, TWO, ZP)                                                     \
     do {                                                                                           \
@@ -1514,7 +1516,7 @@ static qmm_fn qmm_simd(uint32_t type, int isa, int m)
             if (isa >= QMM_PATH_AMX && m >= AMX_ROWS)
                 return qmm_kernels[i].amx;
             return isa >= QMM_PATH_AVX512 && m >= qmm_min_m() ? qmm_kernels[i].avx512
-                                                               : qmm_kernels[i].avx2;
+                                                              : qmm_kernels[i].avx2;
         }
     IFD_ASSERT(!"qmatmul: type without a SIMD kernel");
     return NULL;

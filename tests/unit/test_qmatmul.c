@@ -266,8 +266,9 @@ static void check_product(const wcase_t *c, int m, int isa, ifd_threadpool_t *tp
     }
     for (int i = 0; i < m; i++) {
         /* the row alone: a one-row view of the same activations */
-        ifd_cpu_qact_t one = {a.q + (int64_t)i * k, a.d + (int64_t)i * nb, a.s + (int64_t)i * nb, 1,
-                              k, a.h + (int64_t)i * nb, a.ds + (int64_t)i * nb};
+        ifd_cpu_qact_t one = {
+            a.q + (int64_t)i * k,  a.d + (int64_t)i * nb, a.s + (int64_t)i * nb, 1, k,
+            a.h + (int64_t)i * nb, a.ds + (int64_t)i * nb};
         ck_assert_int_eq(ifd__cpu_qmatmul_isa(y1, n, &one, c->packed, c->type, n, tp2, isa), 0);
         if (memcmp(y1, y + (int64_t)i * n, sizeof(float) * n) != 0)
             ck_abort_msg("%s m=%d n=%d k=%d isa=%d: row %d batched != alone",
@@ -356,8 +357,7 @@ static Suite *qmatmul_suite(void)
 int main(void)
 {
     printf("qmatmul paths: scalar%s%s%s (cpu: %s)\n", max_path() >= 1 ? ", avx2" : "",
-           max_path() >= 2 ? ", avx512" : "", max_path() >= 3 ? ", amx" : "",
-           ifd_cpu_isa_name());
+           max_path() >= 2 ? ", avx512" : "", max_path() >= 3 ? ", amx" : "", ifd_cpu_isa_name());
     if (!have_avx2())
         printf("SKIPPED part: AVX2 path (this CPU or $INFERD_CPU has no AVX2/FMA/F16C)\n");
     if (max_path() < 2)
