@@ -18,7 +18,7 @@
 #   ${XDG_CACHE_HOME:-~/.cache}/inferd/llamacpp-wheels/   the built wheel (reused)
 #   ${XDG_CACHE_HOME:-~/.cache}/inferd/llamacpp-venv/     the venv that runs it
 # The first run builds it (tens of minutes on 2 cores); later runs reuse it.
-# inferd is measured with DIR/bench/bench_engine (built if missing; default DIR:
+# inferd is measured with DIR/bench/bench_engine (brought up to date first; default DIR:
 # build/ of this checkout), or the --bench-engine given.
 #
 # --smoke: one repetition of tiny workloads on the default model (seconds once
@@ -161,9 +161,10 @@ done
 
 # inferd's side
 if [ -z "$bench_engine" ]; then
+    # always brought up to date (a no-op when it is): a stale binary measures old kernels
     bench_engine="$build/bench/bench_engine"
-    [ -x "$bench_engine" ] || cmake --build "$build" --target bench_engine >&2 ||
-        { echo "cpu_vs_llamacpp: no $bench_engine (configure $build first)" >&2; exit 1; }
+    cmake --build "$build" --target bench_engine bench_membw >&2 ||
+        { echo "cpu_vs_llamacpp: cannot build $bench_engine (configure $build first)" >&2; exit 1; }
 fi
 membw="$(dirname "$bench_engine")/bench_membw"   # the read bandwidth, beside bench_engine
 [ -x "$membw" ] || cmake --build "$build" --target bench_membw >&2 || membw=""
