@@ -1112,7 +1112,8 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
  *
  * Tiles (palette 1, configured per task, released at its end):
  *   one sum a block: 0..3: C (16 × 16 int32) of the batch's blocks; 4, 5: A
- *     (16 × 32 bytes), 6, 7: B (8 × 64 bytes), alternating by block;
+ *     (16 × 32 bytes), 6, 7: B (8 × 64 bytes), alternating by block (a short
+ *     last batch: one block at a time in C 0, A 4, B 6);
  *   Q6_K's halves: 0, 1: C of the batch's first block's halves, 2, 3: of its
  *     second's; 4, 5: A's halves (16 × 16 bytes); 6, 7: B's halves (4 × 64).
  * The emulated build (IFD_AVX512_EMU, tests/cpu_emu) runs the same code on
@@ -1196,88 +1197,45 @@ static void amx_emu_dp(int tc, int ta, int tb, int sgn)
             AMX_DPBSUD(c, a, b);                                                                   \
     } while (0)
 
-/* The tile products of the batch's block S (0..3, Q6_K 0..1; a constant:
- * tile numbers are immediates): A from the 16 rows at xb (k bytes apart),
- * B from bt, the sums to ct (and Q6_K's second half to ch). */
-IFD__TARGET_AMX IFD__INLINE void amx_block(const int TWO, const int SG, const int S,
-                                           const int8_t *xb, int k, const uint8_t *bt, int32_t *ct,
-                                           int32_t *ch)
+/* Two tile products with their steps interleaved, so the second's loads do
+ * not wait for the first's store: A from the 16 rows at a0 and a1 (k bytes
+ * apart), B from b0 and b1, the sums to c0 and c1, in C tiles S and S + 1
+ * (S = 0 or 2, a constant: tile numbers are immediates). Two blocks of one
+ * sum each, or Q6_K's two halves of one block. */
+IFD__TARGET_AMX IFD__INLINE void amx_pair(const int SG, const int S, const int8_t *a0,
+                                          const int8_t *a1, int k, const uint8_t *b0,
+                                          const uint8_t *b1, int32_t *c0, int32_t *c1)
 {
-    if (TWO == 2) {
-        AMX_LOAD(4, xb, k);
-        AMX_LOAD(5, xb + 16, k);
-        AMX_LOAD(6, bt, 64);
-        AMX_LOAD(7, bt + 4 * 64, 64);
-        if (S == 0) {
-            AMX_ZERO(0);
-            AMX_ZERO(1);
-            AMX_DP(SG, 0, 4, 6);
-            AMX_DP(SG, 1, 5, 7);
-            AMX_STORE(0, ct, 64);
-            AMX_STORE(1, ch, 64);
-        } else {
-            AMX_ZERO(2);
-            AMX_ZERO(3);
-            AMX_DP(SG, 2, 4, 6);
-            AMX_DP(SG, 3, 5, 7);
-            AMX_STORE(2, ct, 64);
-            AMX_STORE(3, ch, 64);
-        }
-        return;
-    }
+    AMX_LOAD(4, a0, k);
+    AMX_LOAD(6, b0, 64);
+    AMX_LOAD(5, a1, k);
+    AMX_LOAD(7, b1, 64);
     if (S == 0) {
-        AMX_LOAD(4, xb, k);
-        AMX_LOAD(6, bt, 64);
         AMX_ZERO(0);
-        AMX_DP(SG, 0, 4, 6);
-        AMX_STORE(0, ct, 64);
-    } else if (S == 1) {
-        AMX_LOAD(5, xb, k);
-        AMX_LOAD(7, bt, 64);
         AMX_ZERO(1);
+        AMX_DP(SG, 0, 4, 6);
         AMX_DP(SG, 1, 5, 7);
-        AMX_STORE(1, ct, 64);
-    } else if (S == 2) {
-        AMX_LOAD(4, xb, k);
-        AMX_LOAD(6, bt, 64);
-        AMX_ZERO(2);
-        AMX_DP(SG, 2, 4, 6);
-        AMX_STORE(2, ct, 64);
+        AMX_STORE(0, c0, 64);
+        AMX_STORE(1, c1, 64);
     } else {
-        AMX_LOAD(5, xb, k);
-        AMX_LOAD(7, bt, 64);
+        AMX_ZERO(2);
         AMX_ZERO(3);
+        AMX_DP(SG, 2, 4, 6);
         AMX_DP(SG, 3, 5, 7);
-        AMX_STORE(3, ct, 64);
+        AMX_STORE(2, c0, 64);
+        AMX_STORE(3, c1, 64);
     }
 }
 
-/* Two blocks' products (one sum a block) with their steps interleaved, so
- * the second's loads do not wait for the first's store: slots S, S + 1
- * (S = 0 or 2), blocks at xb and xb + QB. */
-IFD__TARGET_AMX IFD__INLINE void amx_block2(const int SG, const int S, const int8_t *xb, int k,
-                                            const uint8_t *bt0, const uint8_t *bt1, int32_t *ct0,
-                                            int32_t *ct1)
+/* One block's product (one sum a block) alone: a batch's last blocks. */
+IFD__TARGET_AMX IFD__INLINE void amx_one(const int SG, const int8_t *a, int k, const uint8_t *bt,
+                                         int32_t *ct)
 {
-    AMX_LOAD(4, xb, k);
-    AMX_LOAD(6, bt0, 64);
-    AMX_LOAD(5, xb + QB, k);
-    AMX_LOAD(7, bt1, 64);
-    if (S == 0) {
-        AMX_ZERO(0);
-        AMX_ZERO(1);
-        AMX_DP(SG, 0, 4, 6);
-        AMX_DP(SG, 1, 5, 7);
-        AMX_STORE(0, ct0, 64);
-        AMX_STORE(1, ct1, 64);
-    } else {
-        AMX_ZERO(2);
-        AMX_ZERO(3);
-        AMX_DP(SG, 2, 4, 6);
-        AMX_DP(SG, 3, 5, 7);
-        AMX_STORE(2, ct0, 64);
-        AMX_STORE(3, ct1, 64);
-    }
+    AMX_LOAD(4, a, k);
+    AMX_LOAD(6, bt, 64);
+    AMX_ZERO(0);
+    AMX_DP(SG, 0, 4, 6);
+    AMX_STORE(0, ct, 64);
 }
 
 /* A block's weights for the AMX tile: scales kept for its fold, vectors
@@ -1344,16 +1302,18 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
     int q = 0, b0 = 0;
     for (;; q ^= 1, b0 += nbt) {
         const int r = nb - b0 < nbt ? nb - b0 : nbt;
-        if (TWO != 2 && r == AMX_BATCH) {
-            amx_block2(SG, 0, xq + b0 * QB, k, bt[q][0], bt[q][1], ct[q][0], ct[q][1]);
-            amx_block2(SG, 2, xq + (b0 + 2) * QB, k, bt[q][2], bt[q][3], ct[q][2], ct[q][3]);
-        } else {
-            amx_block(TWO, SG, 0, xq + b0 * QB, k, bt[q][0], ct[q][0], ch[q][0]);
+        const int8_t *xb = xq + b0 * QB;
+        if (TWO == 2) { /* a block's halves, one pair a block */
+            amx_pair(SG, 0, xb, xb + 16, k, bt[q][0], bt[q][0] + 4 * 64, ct[q][0], ch[q][0]);
             if (r > 1)
-                amx_block(TWO, SG, 1, xq + (b0 + 1) * QB, k, bt[q][1], ct[q][1],
-                          ch[q][1 & (TWO == 2)]);
-            if (TWO != 2 && r > 2)
-                amx_block(TWO, SG, 2, xq + (b0 + 2) * QB, k, bt[q][2], ct[q][2], NULL);
+                amx_pair(SG, 2, xb + QB, xb + QB + 16, k, bt[q][1], bt[q][1] + 4 * 64, ct[q][1],
+                         ch[q][1]);
+        } else if (r == AMX_BATCH) {
+            amx_pair(SG, 0, xb, xb + QB, k, bt[q][0], bt[q][1], ct[q][0], ct[q][1]);
+            amx_pair(SG, 2, xb + 2 * QB, xb + 3 * QB, k, bt[q][2], bt[q][3], ct[q][2], ct[q][3]);
+        } else {
+            for (int s = 0; s < r; s++)
+                amx_one(SG, xb + s * QB, k, bt[q][s], ct[q][s]);
         }
         if (b0 > 0) /* the batch before: always a whole one */
             for (int s = 0; s < nbt; s++)
