@@ -1258,9 +1258,14 @@ IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, 
      * the fold subtracts nothing a row (zp ≤ 128: the bytes wrap to q) */
     const int zp = BITS == 6 ? 32 : ZP;
 #pragma GCC unroll 8
-    for (int g = 0; g < 8; g++)
-        _mm512_store_si512((__m512i *)(bt + 64 * g),
-                           zp ? _mm512_sub_epi8(W[g], _mm512_set1_epi8((char)zp)) : W[g]);
+    for (int g = 0; g < 8; g++) {
+        __m512i v = W[g];
+        if (zp == 128) /* u − 128 as a byte: the sign bit flipped (no byte overflow) */
+            v = _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+        else if (zp) /* u ∈ [0, 2·zp): u − zp fits a signed byte */
+            v = _mm512_sub_epi8(v, _mm512_set1_epi8((char)zp));
+        _mm512_store_si512((__m512i *)(bt + 64 * g), v);
+    }
 }
 
 IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const int BITS,
