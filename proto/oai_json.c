@@ -6,6 +6,7 @@
 #include "oai_json.h"
 
 #include "error.h"
+#include "hash.h"
 #include "utf8.h"
 
 #include <inttypes.h>
@@ -644,11 +645,58 @@ void ifd__oai_w_chat_logprobs(ifd__oai_w_t *w, const ifd_oai_logprob_t *lp, size
  * are C strings in a JSON object: the sanitized text cut at a NUL, and a
  * key met again keeps its first place and takes the later value. The keys
  * are sanitized once into w->tmp (koff[k] .. koff[k + 1]). */
+#define TOP_KEY(k)  (w->tmp.data + koff[k])
+#define TOP_KLEN(k) (koff[(k) + 1] - koff[k])
+#define TOP_KEQ(a, b)                                                                              \
+    (TOP_KLEN(a) == TOP_KLEN(b) && memcmp(TOP_KEY(a), TOP_KEY(b), TOP_KLEN(a)) == 0)
+
+/* last[k]: for the first key k of its text, the index of the text's last
+ * key; -1 for a key met before. Pairwise up to 32 keys, a hash index of
+ * the texts beyond (a vocabulary's 49152 or 262144 alternatives: linear,
+ * not quadratic). Returns 0 or IFD_ENOMEM. */
+static int top_last_index(const ifd__oai_w_t *w, const size_t *koff, size_t n, int32_t *last)
+{
+    if (n <= 32) {
+        for (size_t k = 0; k < n; k++) {
+            size_t j = 0;
+            while (j < k && !(last[j] >= 0 && TOP_KEQ(j, k)))
+                j++;
+            last[k] = (int32_t)k;
+            if (j < k) {
+                last[j] = (int32_t)k;
+                last[k] = -1;
+            }
+        }
+        return 0;
+    }
+    ifd_hash_t h;
+    if (ifd_hash_init(&h, n))
+        return IFD_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t hv = ifd_hash_bytes(TOP_KEY(k), TOP_KLEN(k));
+        uint32_t it = ifd_hash_first(&h, hv);
+        int32_t f;
+        while ((f = ifd_hash_next(&h, hv, &it)) >= 0 && !TOP_KEQ((size_t)f, k))
+            ;
+        last[k] = f >= 0 ? -1 : (int32_t)k;
+        if (f >= 0)
+            last[f] = (int32_t)k;
+        else if (ifd_hash_insert(&h, hv, (int32_t)k)) {
+            ifd_hash_close(&h);
+            return IFD_ENOMEM;
+        }
+    }
+    ifd_hash_close(&h);
+    return 0;
+}
+
 static void w_top_object(ifd__oai_w_t *w, const ifd_oai_top_logprob_t *t, size_t n)
 {
     size_t koff_small[33], *koff = koff_small;
-    if (n + 1 > sizeof koff_small / sizeof koff_small[0] &&
-        !(koff = malloc((n + 1) * sizeof *koff))) {
+    int32_t last_small[32], *last = last_small;
+    if (n > 32 &&
+        (!(koff = malloc((n + 1) * sizeof *koff)) || !(last = malloc(n * sizeof *last)))) {
+        free(koff);
         w->rc = IFD_ENOMEM;
         return;
     }
@@ -666,33 +714,29 @@ static void w_top_object(ifd__oai_w_t *w, const ifd_oai_top_logprob_t *t, size_t
             w->tmp.len += ifd_utf8_sanitize(w->tmp.data + w->tmp.len, p, len);
         koff[k + 1] = w->tmp.len;
     }
-#define KEQ(a, b)                                                                                  \
-    (koff[(a) + 1] - koff[a] == koff[(b) + 1] - koff[b] &&                                         \
-     memcmp(w->tmp.data + koff[a], w->tmp.data + koff[b], koff[(a) + 1] - koff[a]) == 0)
+    if (!w->rc && top_last_index(w, koff, n, last))
+        w->rc = IFD_ENOMEM;
     IFD__OAI_W_LIT(w, "{");
     bool first = true;
     for (size_t k = 0; k < n && !w->rc; k++) {
-        bool seen = false;
-        for (size_t j = 0; j < k && !seen; j++)
-            seen = KEQ(j, k);
-        if (seen)
+        if (last[k] < 0)
             continue;
-        size_t last = k;
-        for (size_t j = k + 1; j < n; j++)
-            if (KEQ(j, k))
-                last = j;
         if (!first)
             IFD__OAI_W_LIT(w, ",");
         first = false;
-        ifd__oai_w_str(w, w->tmp.data + koff[k], koff[k + 1] - koff[k]);
+        ifd__oai_w_str(w, TOP_KEY(k), TOP_KLEN(k));
         IFD__OAI_W_LIT(w, ":");
-        ifd__oai_w_real(w, t[last].logprob);
+        ifd__oai_w_real(w, t[last[k]].logprob);
     }
-#undef KEQ
     IFD__OAI_W_LIT(w, "}");
-    if (koff != koff_small)
+    if (koff != koff_small) {
         free(koff);
+        free(last);
+    }
 }
+#undef TOP_KEY
+#undef TOP_KLEN
+#undef TOP_KEQ
 
 void ifd__oai_w_completion_column(ifd__oai_w_t *w, int column, const ifd_oai_logprob_t *lp,
                                   size_t n, uint64_t *chars)
@@ -769,38 +813,70 @@ static void w_plp_entry(ifd__oai_w_t *w, const ifd_oai_plp_token_t *t, uint32_t 
     IFD__OAI_W_LIT(w, "}");
 }
 
+/* last[e] over a position's entries 0..m (0 the token, e > 0 the
+ * alternative e - 1), as top_last_index for texts: the entry of an id's
+ * last occurrence at its first one, -1 at the others. h (emptied first)
+ * is the caller's, kept across positions. Returns 0 or IFD_ENOMEM. */
+static int plp_last_index(ifd_hash_t *h, const ifd_oai_prompt_logprob_t *p, size_t m, int32_t *last)
+{
+#define PLP_ID(e) ((e) ? p->top[(e)-1].id : p->tok.id)
+    ifd_hash_clear(h);
+    for (size_t e = 0; e <= m; e++) {
+        uint64_t hv = ifd_hash_u64((uint64_t)(uint32_t)PLP_ID(e));
+        uint32_t it = ifd_hash_first(h, hv);
+        int32_t f;
+        while ((f = ifd_hash_next(h, hv, &it)) >= 0 && PLP_ID((size_t)f) != PLP_ID(e))
+            ;
+        last[e] = f >= 0 ? -1 : (int32_t)e;
+        if (f >= 0)
+            last[f] = (int32_t)e;
+        else if (ifd_hash_insert(h, hv, (int32_t)e))
+            return IFD_ENOMEM;
+    }
+#undef PLP_ID
+    return 0;
+}
+
 void ifd__oai_w_prompt_logprobs(ifd__oai_w_t *w, const ifd_oai_prompt_logprob_t *v, size_t n,
                                 uint32_t top)
 {
+    int32_t *last = NULL;
+    size_t cap = 0;
+    ifd_hash_t h;
+    ifd_hash_init(&h, 0); /* allocates nothing */
     IFD__OAI_W_LIT(w, "[null");
     for (size_t i = 0; i < n && !w->rc; i++) {
         const ifd_oai_prompt_logprob_t *p = &v[i];
         size_t m = p->n_top < top ? p->n_top : top;
-        /* entry 0 is the token itself (its own rank), entry e > 0 the
-         * alternative e - 1 (rank e) */
-#define PLP_ID(e) ((e) ? p->top[(e)-1].id : p->tok.id)
+        if (m + 1 > cap) {
+            int32_t *nl = realloc(last, (m + 1) * sizeof *last);
+            if (!nl) {
+                w->rc = IFD_ENOMEM;
+                break;
+            }
+            last = nl;
+            cap = m + 1;
+        }
+        if (plp_last_index(&h, p, m, last)) {
+            w->rc = IFD_ENOMEM;
+            break;
+        }
         IFD__OAI_W_LIT(w, ",{");
         bool first = true;
         for (size_t e = 0; e <= m; e++) {
-            bool seen = false;
-            for (size_t j = 0; j < e && !seen; j++)
-                seen = PLP_ID(j) == PLP_ID(e);
-            if (seen)
+            if (last[e] < 0)
                 continue;
-            size_t last = e;
-            for (size_t j = e + 1; j <= m; j++)
-                if (PLP_ID(j) == PLP_ID(e))
-                    last = j;
             if (!first)
                 IFD__OAI_W_LIT(w, ",");
             first = false;
-            if (last)
-                w_plp_entry(w, &p->top[last - 1], (uint32_t)last);
+            if (last[e])
+                w_plp_entry(w, &p->top[last[e] - 1], (uint32_t)last[e]);
             else
                 w_plp_entry(w, &p->tok, p->tok.rank);
         }
-#undef PLP_ID
         IFD__OAI_W_LIT(w, "}");
     }
+    free(last);
+    ifd_hash_close(&h);
     IFD__OAI_W_LIT(w, "]");
 }

@@ -304,6 +304,7 @@ def serve_and_run(namespace, inferd, args=(), client=True, tmpdir=None, names=No
 
 def run_tests(namespace, names=None):
     tests = [(n, f) for n, f in namespace.items() if n.startswith("test_") and callable(f)]
+    names = names or [n for n in os.environ.get("INFERD_TEST_ONLY", "").split(",") if n]
     if names:
         tests = [(n, f) for n, f in tests if n in names]
     passed = failed = 0

@@ -356,12 +356,143 @@ START_TEST(test_completion_logprobs_zero)
 }
 END_TEST
 
+/* Completions' top_logprobs object: alternatives whose texts repeat (partial
+ * UTF-8, a text cut at a NUL) keep the first one's place and take the last
+ * one's logprob. Random texts from a small alphabet, against a pairwise
+ * reference, for n across the writer's pairwise (<= 32) and hashed paths. */
+START_TEST(test_completion_top_logprobs_merge)
+{
+    static const size_t ns[] = {1, 7, 32, 33, 300, 5000};
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+        size_t n = ns[c];
+        char(*txt)[4] = calloc(n, sizeof *txt);
+        ifd_oai_top_logprob_t *top = calloc(n, sizeof *top);
+        ck_assert(txt && top);
+        for (size_t k = 0; k < n; k++) {
+            seed = seed * 6364136223846793005u + 1442695040888963407u;
+            size_t len = 1 + (seed >> 60) % 3; /* "a".."ccc", or a text cut at a NUL */
+            for (size_t i = 0; i < len; i++)
+                txt[k][i] = (char)("abc\0"[(seed >> (20 + 4 * i)) % (n > 40 ? 4 : 3)]);
+            top[k] = (ifd_oai_top_logprob_t){txt[k], len, -(float)k};
+        }
+        ifd_oai_logprob_t lp = {"a", 1, -1.0f, top, n, false};
+        ifd_oai_choice_t ch = {.index = 0,
+                               .text = "a",
+                               .text_len = 1,
+                               .finish_reason = "length",
+                               .has_logprobs = true,
+                               .logprobs = &lp,
+                               .n_logprobs = 1};
+        ifd_oai_usage_t u = {1, 1, 0};
+        ifd_buf_t b = IFD_BUF_INIT;
+        ck_assert_int_eq(ifd_oai_response_json(&b, &k_cmpl, &ch, 1, &u), 0);
+        json_t *j = load(b.data, b.len);
+        json_t *obj = jp(j, "choices.0.logprobs.top_logprobs.0");
+        ck_assert_ptr_nonnull(obj);
+        /* the reference: texts cut at their NUL, first places in order, last values */
+        size_t want = 0;
+        void *it = json_object_iter(obj);
+        for (size_t k = 0; k < n; k++) {
+            size_t lk = strnlen(txt[k], top[k].len);
+            bool seen = false;
+            for (size_t i = 0; i < k && !seen; i++)
+                seen = strnlen(txt[i], top[i].len) == lk && memcmp(txt[i], txt[k], lk) == 0;
+            if (seen)
+                continue;
+            float v = top[k].logprob;
+            for (size_t i = k + 1; i < n; i++)
+                if (strnlen(txt[i], top[i].len) == lk && memcmp(txt[i], txt[k], lk) == 0)
+                    v = top[i].logprob;
+            ck_assert_ptr_nonnull(it);
+            const char *key = json_object_iter_key(it);
+            ck_assert_uint_eq(strlen(key), lk);
+            ck_assert(memcmp(key, txt[k], lk) == 0);
+            ck_assert(json_real_value(json_object_iter_value(it)) == v);
+            it = json_object_iter_next(obj, it);
+            want++;
+        }
+        ck_assert_ptr_null(it);
+        ck_assert_uint_eq(json_object_size(obj), want);
+        ck_assert_uint_le(want, 40); /* the alphabet has 40 texts (with the empty one) */
+        json_decref(j);
+        ifd_buf_free(&b);
+        free(txt);
+        free(top);
+    }
+}
+END_TEST
+
+/* vLLM's prompt_logprobs: a position's entries keyed by id — the token
+ * first, then its alternatives; an id met again (the token among its own
+ * alternatives) keeps its first place and takes the last entry (logprob,
+ * rank). Random ids from a small range against a pairwise reference, up to
+ * a vocabulary-sized row. */
+START_TEST(test_prompt_logprobs_merge)
+{
+    static const size_t ms[] = {0, 5, 40, 3000};
+    uint64_t seed = 42;
+    for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++) {
+        size_t m = ms[c], range = m < 8 ? 4 : m / 3;
+        ifd_oai_prompt_logprob_t row[2];
+        ifd_oai_plp_token_t *top = calloc(2 * m + 1, sizeof *top);
+        ck_assert(top);
+        for (size_t r = 0; r < 2; r++) {
+            row[r].tok = (ifd_oai_plp_token_t){(int32_t)r, "t", 1, -0.5f, 7};
+            row[r].top = top + r * m;
+            row[r].n_top = m;
+            for (size_t e = 0; e < m; e++) {
+                seed = seed * 6364136223846793005u + 1442695040888963407u;
+                top[r * m + e] = (ifd_oai_plp_token_t){(int32_t)((seed >> 33) % range), "x", 1,
+                                                       -(float)e, (uint32_t)e + 1};
+            }
+        }
+        ifd_buf_t b = IFD_BUF_INIT;
+        ck_assert_int_eq(ifd_oai_prompt_logprobs_json(&b, row, 2, (uint32_t)m), 0);
+        json_t *j = load(b.data, b.len);
+        ck_assert(json_is_null(json_array_get(j, 0)));
+        for (size_t r = 0; r < 2; r++) {
+            json_t *obj = json_array_get(j, r + 1);
+            void *it = json_object_iter(obj);
+            size_t want = 0;
+            for (size_t e = 0; e <= m; e++) {
+                const ifd_oai_plp_token_t *te = e ? &row[r].top[e - 1] : &row[r].tok;
+                bool seen = false;
+                for (size_t i = 0; i < e && !seen; i++)
+                    seen = (i ? row[r].top[i - 1].id : row[r].tok.id) == te->id;
+                if (seen)
+                    continue;
+                const ifd_oai_plp_token_t *tl = te;
+                for (size_t i = e + 1; i <= m; i++)
+                    if (row[r].top[i - 1].id == te->id)
+                        tl = &row[r].top[i - 1];
+                char key[16];
+                snprintf(key, sizeof key, "%d", (int)te->id);
+                ck_assert_ptr_nonnull(it);
+                ck_assert_str_eq(json_object_iter_key(it), key);
+                json_t *v = json_object_iter_value(it);
+                ck_assert(json_real_value(json_object_get(v, "logprob")) == tl->logprob);
+                ck_assert_int_eq(json_integer_value(json_object_get(v, "rank")), tl->rank);
+                it = json_object_iter_next(obj, it);
+                want++;
+            }
+            ck_assert_ptr_null(it);
+            ck_assert_uint_eq(json_object_size(obj), want);
+        }
+        json_decref(j);
+        ifd_buf_free(&b);
+        free(top);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("proto_openai_tokens");
     ifd_test_case(s, "tokens", 30,
                   IFD_TESTS(test_parse_token_fields, test_parse_refusals, test_logit_bias_every_key,
                             test_response_ids, test_stream_ids, test_stream_start_prompt_ids,
-                            test_completion_logprobs_zero));
+                            test_completion_logprobs_zero, test_completion_top_logprobs_merge,
+                            test_prompt_logprobs_merge));
     return ifd_test_run(s);
 }
