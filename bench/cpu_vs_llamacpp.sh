@@ -9,7 +9,7 @@
 #                            [--reps N] [--threads T] [--json FILE] [--smoke] [--inferd-only]
 #                            [--workloads single,batched4,batched16,batched64] [--also-isa ISA]
 #                            [--shapes llama-3.2-1b,llama-3.2-3b] [--quants Q4_K_M,Q4_0,Q8_0,Q6_K]
-#                            [--peers llama-bench,ik_llama.cpp]
+#                            [--peers llama-bench,ik_llama.cpp] [--isa avx2]
 #
 # llama.cpp comes from the PyPI sdist of llama-cpp-python (LLAMACPP_PY_VERSION,
 # default 0.3.36, which vendors llama.cpp 0c1e57098), built once from source for
@@ -41,6 +41,12 @@
 # IK_LLAMA_REF, default main) into ${XDG_CACHE_HOME:-~/.cache}/inferd/ik_llama-build/
 # (its flash-attention kernels for f16/q8_0 K only, GGML_IQK_FA_ALL_QUANTS=OFF: the
 # benchmark keeps f16 KV, and all quants take an hour to compile on 2 cores).
+# --isa avx2: the whole comparison as on an AVX2-only CPU — inferd with INFERD_CPU=avx2 (its
+# _avx2 path, no AVX-512/VNNI/AMX) and the peers' llama-bench built without AVX-512
+# (GGML_NATIVE off; AVX, AVX2, FMA, F16C, BMI2 on) into llamacpp-tools-avx2/ and
+# ik_llama-build-avx2/ beside the native builds; llama-quantize stays the native one (the
+# files are the same bytes). The memory is this machine's either way: it is the figure for
+# an AVX2 CPU with this one's bandwidth.
 # Exit status: 0, 1 on a failed step, 2 on bad usage.
 set -euo pipefail
 
@@ -59,6 +65,7 @@ also_isa=""
 shapes=""
 quants="Q4_K_M"
 peers=""
+isa=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -74,6 +81,7 @@ while [ $# -gt 0 ]; do
     --shapes) shapes=$2; shift 2 ;;
     --quants) quants=$2; shift 2 ;;
     --peers) peers=$2; shift 2 ;;
+    --isa) isa=$2; shift 2 ;;
     -h|--help) sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "cpu_vs_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -109,11 +117,28 @@ fi
 # VM, SIGSEGV in llama-bench's first product on another, 2026-12-06). GGML_AMX=OFF alone
 # does not keep them out. (Builds made before this flag: delete the folder to rebuild.)
 no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+# --isa: the peers' ISA flags and build folders (a suffix), inferd's cap
+isa_flags=(-DGGML_NATIVE=ON)
+sfx=""
+case "$isa" in
+"") ;;
+avx2)
+    isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+               -DGGML_BMI2=ON -DGGML_AVX512=OFF)
+    sfx=-avx2
+    export INFERD_CPU=avx2 ;;
+*) echo "cpu_vs_llamacpp: --isa takes avx2" >&2; exit 2 ;;
+esac
 
 # llama.cpp's own tools (llama-quantize for --shapes, llama-bench for --peers)
 tools="$cache/llamacpp-tools"
-build_tools() {
-    [ -x "$tools/bin/llama-quantize" ] && [ -x "$tools/bin/llama-bench" ] && return 0
+build_tools() {  # [FOLDER-SUFFIX CMAKE-ISA-FLAGS...]: the native build without arguments
+    local sfx=${1:-} dir
+    [ $# -gt 0 ] && shift
+    local flags=("$@")
+    [ ${#flags[@]} -gt 0 ] || flags=(-DGGML_NATIVE=ON)
+    dir="$tools$sfx"
+    [ -x "$dir/bin/llama-quantize" ] && [ -x "$dir/bin/llama-bench" ] && return 0
     local src="$cache/llamacpp-src/llama_cpp_python-$version/vendor/llama.cpp"
     if [ ! -d "$src" ]; then
         mkdir -p "$cache/llamacpp-src"
@@ -122,16 +147,16 @@ build_tools() {
             tar xzf "$cache/llamacpp-src/llama_cpp_python-$version.tar.gz" -C "$cache/llamacpp-src" ||
             { echo "cpu_vs_llamacpp: cannot get the llama-cpp-python $version sdist" >&2; exit 1; }
     fi
-    echo "cpu_vs_llamacpp: building llama.cpp's tools (log: $cache/llamacpp-tools.log)" >&2
-    { cmake -S "$src" -B "$tools" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    echo "cpu_vs_llamacpp: building llama.cpp's tools (log: $cache/llamacpp-tools$sfx.log)" >&2
+    { cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" \
           "-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx" \
           -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DGGML_AMX=OFF -DLLAMA_BUILD_TESTS=OFF \
           -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF &&
-      cmake --build "$tools" -j "$(nproc)" --target llama-quantize llama-bench llama-server; } \
-        >"$cache/llamacpp-tools.log" 2>&1 ||
-        { echo "cpu_vs_llamacpp: the tools' build failed, see $cache/llamacpp-tools.log" >&2; exit 1; }
+      cmake --build "$dir" -j "$(nproc)" --target llama-quantize llama-bench llama-server; } \
+        >"$cache/llamacpp-tools$sfx.log" 2>&1 ||
+        { echo "cpu_vs_llamacpp: the tools' build failed, see $cache/llamacpp-tools$sfx.log" >&2; exit 1; }
 }
-ik_build="$cache/ik_llama-build"
+ik_build="$cache/ik_llama-build$sfx"
 build_ik() {
     [ -x "$ik_build/bin/llama-bench" ] && return 0
     local src="${IK_LLAMA_SRC:-$cache/ik_llama-src}"
@@ -140,20 +165,20 @@ build_ik() {
             https://github.com/ikawrakow/ik_llama.cpp "$src" >&2 ||
             { echo "cpu_vs_llamacpp: cannot clone ik_llama.cpp (set IK_LLAMA_SRC)" >&2; exit 1; }
     fi
-    echo "cpu_vs_llamacpp: building ik_llama.cpp's llama-bench (log: $cache/ik_llama-build.log)" >&2
-    { cmake -S "$src" -B "$ik_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    echo "cpu_vs_llamacpp: building ik_llama.cpp's llama-bench (log: $cache/ik_llama-build$sfx.log)" >&2
+    { cmake -S "$src" -B "$ik_build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" \
           "-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx" \
           -DGGML_CUDA=OFF -DGGML_OPENMP=ON -DGGML_AMX=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF \
           -DGGML_IQK_FA_ALL_QUANTS=OFF &&
       cmake --build "$ik_build" -j "$(nproc)" --target llama-bench; } \
-        >"$cache/ik_llama-build.log" 2>&1 ||
-        { echo "cpu_vs_llamacpp: ik_llama.cpp's build failed, see $cache/ik_llama-build.log" >&2; exit 1; }
+        >"$cache/ik_llama-build$sfx.log" 2>&1 ||
+        { echo "cpu_vs_llamacpp: ik_llama.cpp's build failed, see $cache/ik_llama-build$sfx.log" >&2; exit 1; }
 }
 peer_args=()
 IFS=, read -r -a peer_list <<<"$peers"
 for p in "${peer_list[@]}"; do
     case "$p" in
-    llama-bench) build_tools; peer_args+=(--llama-bench "$tools/bin/llama-bench") ;;
+    llama-bench) build_tools "$sfx" "${isa_flags[@]}"; peer_args+=(--llama-bench "$tools$sfx/bin/llama-bench") ;;
     ik_llama.cpp) build_ik; peer_args+=(--ik-bench "$ik_build/bin/llama-bench") ;;
     *) echo "cpu_vs_llamacpp: unknown peer $p (llama-bench, ik_llama.cpp)" >&2; exit 2 ;;
     esac
