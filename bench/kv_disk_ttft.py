@@ -15,11 +15,21 @@ run). Each repetition uses its own prefix (the page cache still holds the files 
 written: drop caches between the write and the read for a cold-disk figure, --drop-caches,
 root only).
 
+With --llama-server PATH (llama.cpp's server, the same GGUF, one slot, f16 KV, the same
+threads), the same three prompts of each repetition go to it as well: cold (a fresh
+server), pool hit (the slot's prompt cache holds the prefix), and the restart path
+llama.cpp offers, its slot files (--slot-save-path): the slot saved after the pool hit, the
+server started again, the slot restored (POST /slots/0?action=restore) and the third
+prompt sent; its figure is the restore call plus that request's TTFT ("restore_s"; the
+restore alone is "restore_call_s"). Reported beside inferd's: llama.cpp's medians and
+inferd's disk hit ÷ llama.cpp's restore.
+
 Figures are for a quiet machine; --smoke runs one short repetition (the harness check, no
 figures to keep).
 
   bench/kv_disk_ttft.py --inferd build/daemon/inferd [--model GGUF] [--words 3400]
                         [--reps 3] [--drop-caches] [--out report.json] [--smoke]
+                        [--llama-server PATH]
 """
 import argparse
 import http.client
@@ -33,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True  # keep bench/ and tests/ clean
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,6 +123,102 @@ class Daemon:
         self.log.close()
 
 
+class LlamaServer:
+    """llama.cpp's llama-server on a TCP port of localhost: one slot, f16 KV, slot files in
+    slotdir."""
+
+    def __init__(self, exe, model, slotdir, workdir, threads, ctx):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        cmd = [exe, "-m", model, "-c", str(ctx), "-np", "1", "--slot-save-path", slotdir,
+               "--host", "127.0.0.1", "--port", str(self.port), "--no-webui"]
+        if threads:
+            cmd += ["-t", str(threads), "-tb", str(threads)]
+        self.log = open(os.path.join(workdir, "llama-server.log"), "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while time.time() - t0 < 300:
+            if self.proc.poll() is not None:
+                raise SystemExit("llama-server exited: see %s/llama-server.log" % workdir)
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise SystemExit("llama-server not ready after 300 s")
+
+    def ttft(self, prompt, n=8):
+        """(seconds to the first token, text, prompt tokens computed) of a streamed greedy
+        completion (the last from llama-server's timings: the prompt minus what its cache
+        held)."""
+        body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+                "stream": True, "timings_per_token": True}
+        req = urllib.request.Request(self.url + "/v1/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        t0 = time.time()
+        first, text, computed = None, "", None
+        with urllib.request.urlopen(req, timeout=600) as r:
+            for raw in r:
+                line = raw.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                ev = json.loads(line[6:])
+                if "timings" in ev:
+                    computed = ev["timings"].get("prompt_n", computed)
+                for ch in ev.get("choices") or []:
+                    if ch.get("text"):
+                        if first is None:
+                            first = time.time() - t0
+                        text += ch["text"]
+        return first, text, computed
+
+    def slot(self, action, filename):
+        """(seconds, llama-server's answer) of a slot save or restore."""
+        t0 = time.time()
+        req = urllib.request.Request("%s/slots/0?action=%s" % (self.url, action),
+                                     data=json.dumps({"filename": filename}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            ans = json.loads(r.read())
+        return time.time() - t0, ans
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(120)
+        self.log.close()
+
+
+def llama_rep(a, rep, tmp, prompts):
+    """llama.cpp's side of one repetition: cold, pool hit, slot restore after a restart."""
+    p_cold, p_pool, p_disk = prompts
+    slotdir = os.path.join(tmp, "slots%d" % rep)
+    os.makedirs(slotdir, exist_ok=True)
+    srv = LlamaServer(a.llama_server, a.model, slotdir, tmp, a.threads, a.ctx)
+    try:
+        cold, _, _ = srv.ttft(p_cold)
+        pool, _, pool_computed = srv.ttft(p_pool)
+        _, saved = srv.slot("save", "rep%d.bin" % rep)
+    finally:
+        srv.stop()
+    srv = LlamaServer(a.llama_server, a.model, slotdir, tmp, a.threads, a.ctx)
+    try:
+        call, restored = srv.slot("restore", "rep%d.bin" % rep)
+        first, _, restore_computed = srv.ttft(p_disk)
+    finally:
+        srv.stop()
+    if restored.get("n_restored", 0) != saved.get("n_saved", -1) or not saved.get("n_saved"):
+        raise SystemExit("rep %d: llama-server saved %r, restored %r" % (rep, saved, restored))
+    return {"llama_cold_s": cold, "llama_pool_s": pool, "llama_restore_call_s": call,
+            "llama_restore_s": call + first, "llama_restored_tokens": restored["n_restored"],
+            "llama_pool_computed_tokens": pool_computed,
+            "llama_restore_computed_tokens": restore_computed}
+
+
 def prefix(seed, words):
     rnd = random.Random(seed)
     return "Notes %d: " % seed + " ".join(rnd.choice(VOCAB) for _ in range(words)) + ".\n"
@@ -146,8 +253,11 @@ def one_rep(a, rep, tmp):
     if got != want:
         raise SystemExit("rep %d: the disk hit's text %r differs from a cold run's %r" % (
             rep, got, want))
-    return {"cold_s": cold, "pool_s": pool, "disk_s": disk, "prompt_tokens": n_prompt,
-            "pool_cached_tokens": pool_cached, "disk_cached_tokens": disk_cached}
+    r = {"cold_s": cold, "pool_s": pool, "disk_s": disk, "prompt_tokens": n_prompt,
+         "pool_cached_tokens": pool_cached, "disk_cached_tokens": disk_cached}
+    if a.llama_server:
+        r.update(llama_rep(a, rep, tmp, (p_cold, p_pool, p_disk)))
+    return r
 
 
 def main():
@@ -160,6 +270,8 @@ def main():
     ap.add_argument("--drop-caches", action="store_true")
     ap.add_argument("--out")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server: compare its slot restore")
+    ap.add_argument("--ctx", type=int, default=8192, help="llama-server's context (-c)")
     a = ap.parse_args()
     if a.smoke:
         a.words, a.reps = 200, 1
@@ -168,7 +280,10 @@ def main():
         reps = [one_rep(a, r, tmp) for r in range(a.reps)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    med = {k: statistics.median(r[k] for r in reps) for k in ("cold_s", "pool_s", "disk_s")}
+    keys = ["cold_s", "pool_s", "disk_s"]
+    if a.llama_server:
+        keys += ["llama_cold_s", "llama_pool_s", "llama_restore_call_s", "llama_restore_s"]
+    med = {k: statistics.median(r[k] for r in reps) for k in keys}
     report = benchlib.report_head("kv_disk_ttft", a.threads, os.path.join(HERE, ".."))
     report.update({"load_avg": benchlib.load_avg(), "smoke": a.smoke, "words": a.words,
                    "drop_caches": a.drop_caches, "reps": reps,
@@ -176,6 +291,9 @@ def main():
                    "disk_over_cold": med["disk_s"] / med["cold_s"] if med["cold_s"] else None,
                    "pool_over_cold": med["pool_s"] / med["cold_s"] if med["cold_s"] else None,
                    "texts_equal": True})
+    if a.llama_server:
+        report["disk_over_llama_restore"] = med["disk_s"] / med["llama_restore_s"]
+        report["cold_over_llama_cold"] = med["cold_s"] / med["llama_cold_s"]
     benchlib.write_report(report, a.out)
 
 
