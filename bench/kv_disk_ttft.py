@@ -67,6 +67,22 @@ class Conn(http.client.HTTPConnection):
         self.sock.connect(self.path)
 
 
+def start(cmd, workdir, name, healthy):
+    """Starts cmd (its output in workdir/NAME.log) and waits until healthy() holds: (log,
+    process); exits the benchmark when it dies or is not ready in 300 s."""
+    log = open(os.path.join(workdir, name + ".log"), "ab")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    t0 = time.time()
+    while time.time() - t0 < 300:
+        if proc.poll() is not None:
+            raise SystemExit("%s exited: see %s/%s.log" % (name, workdir, name))
+        if healthy():
+            return log, proc
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("%s not ready after 300 s" % name)
+
+
 class Daemon:
     def __init__(self, inferd, model, kvdir, workdir, threads):
         self.sock = os.path.join(workdir, "inferd.sock")
@@ -75,21 +91,15 @@ class Daemon:
             cmd += ["--kv-cache-dir", kvdir, "--kv-cache-disk-bytes", "8G"]
         if threads:
             cmd += ["--threads", str(threads)]
-        self.log = open(os.path.join(workdir, "inferd.log"), "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while time.time() - t0 < 300:
-            if self.proc.poll() is not None:
-                raise SystemExit("inferd exited: see %s/inferd.log" % workdir)
-            try:
-                c = Conn(self.sock)
-                c.request("GET", "/health")
-                if json.loads(c.getresponse().read()).get("status") == "ok":
-                    return
-            except (OSError, ValueError, http.client.HTTPException):
-                pass
-            time.sleep(0.05)
-        raise SystemExit("inferd not ready after 300 s")
+        self.log, self.proc = start(cmd, workdir, "inferd", self.healthy)
+
+    def healthy(self):
+        try:
+            c = Conn(self.sock)
+            c.request("GET", "/health")
+            return json.loads(c.getresponse().read()).get("status") == "ok"
+        except (OSError, ValueError, http.client.HTTPException):
+            return False
 
     def ttft(self, prompt, n=8):
         """(seconds to the first token, text, prompt tokens, cached tokens)."""
@@ -136,20 +146,14 @@ class LlamaServer:
                "--host", "127.0.0.1", "--port", str(self.port), "--no-webui"]
         if threads:
             cmd += ["-t", str(threads), "-tb", str(threads)]
-        self.log = open(os.path.join(workdir, "llama-server.log"), "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while time.time() - t0 < 300:
-            if self.proc.poll() is not None:
-                raise SystemExit("llama-server exited: see %s/llama-server.log" % workdir)
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise SystemExit("llama-server not ready after 300 s")
+        self.log, self.proc = start(cmd, workdir, "llama-server", self.healthy)
+
+    def healthy(self):
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def ttft(self, prompt, n=8):
         """(seconds to the first token, text, prompt tokens computed) of a streamed greedy
