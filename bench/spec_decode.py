@@ -19,12 +19,20 @@ with the draft named in it. A draft equal to the model (its own GGUF) accepts
 every proposal and so times the draft path in real shapes with forced
 acceptance: label such figures as that, not as a real draft's.
 
+--llama-server PATH adds llama.cpp's server on the same GGUF, prompts and thread count, as
+two servers started side by side: plain, and with its speculation of the same kind
+(`--spec-type ngram-simple`, or `draft-simple -md GGUF` with --draft-model; draft length
+--spec-tokens), one slot per stream. Per prompt its two rates, their paired ratio, its
+acceptance where its timings report one (draft_n / draft_n_accepted), whether its two texts
+are equal, and inferd's speculative rate over llama.cpp's ("spec_vs_llama").
+
 Figures are for a quiet machine: on a loaded one the ratio is noise. --smoke
 runs one short repetition (the harness check, no figures to keep).
 
   bench/spec_decode.py --inferd build/daemon/inferd [--model GGUF] [--reps 3]
                        [--max-tokens 256] [--spec-tokens 4] [--threads T]
                        [--streams N] [--draft-model GGUF] [--out report.json] [--smoke]
+                       [--llama-server PATH]
 """
 import argparse
 import http.client
@@ -37,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True  # keep bench/ and tests/ clean
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,13 +66,20 @@ class UnixConn(http.client.HTTPConnection):
         self.sock.connect(self.path)
 
 
+LLAMA_DRAFTS = {}  # llama-server's timings summed per server url: draft_n, draft_n_accepted
+
+
 def stream(sock, messages, max_tokens, spec):
-    """One greedy streaming chat completion: (text, tokens, decode tok/s)."""
+    """One greedy streaming chat completion from inferd (sock: its Unix socket) or a
+    llama-server (sock: its http:// URL): (text, tokens, decode tok/s)."""
     body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     if spec is not None:
         body["speculative"] = spec
-    c = UnixConn(sock)
+    if sock.startswith("http://"):
+        c = http.client.HTTPConnection(sock[7:], timeout=600)
+    else:
+        c = UnixConn(sock)
     c.request("POST", "/v1/chat/completions", json.dumps(body),
               {"Content-Type": "application/json"})
     r = c.getresponse()
@@ -77,6 +93,10 @@ def stream(sock, messages, max_tokens, spec):
         o = json.loads(line[5:])
         if o.get("usage"):
             n = o["usage"]["completion_tokens"]
+        if sock.startswith("http://") and o.get("timings"):
+            acc = LLAMA_DRAFTS.setdefault(sock, {"draft_n": 0, "draft_n_accepted": 0})
+            for k in acc:
+                acc[k] += o["timings"].get(k, 0)
         for ch in o.get("choices", []):
             if ch["delta"].get("content"):
                 t_last = time.monotonic()
@@ -133,6 +153,64 @@ def wait_ready(sock, proc, timeout=300):
     sys.exit("spec_decode: inferd not ready")
 
 
+def llama_server(a, spec, tmp):
+    """A llama-server on a free localhost port, plain or speculating like the daemon:
+    (process, url, log file)."""
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    cmd = [a.llama_server, "-m", a.model, "-np", str(a.streams), "-c", str(4096 * a.streams),
+           "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+    if a.threads:
+        cmd += ["-t", str(a.threads), "-tb", str(a.threads)]
+    if spec:
+        cmd += ["--spec-draft-n-max", str(a.spec_tokens)]
+        cmd += ["--spec-type", "draft-simple", "-md", a.draft_model] if a.draft_model else \
+            ["--spec-type", "ngram-simple"]
+    log = open(os.path.join(tmp, "llama-server-%s.log" % ("spec" if spec else "plain")), "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = "http://127.0.0.1:%d" % port
+    t0 = time.time()
+    while time.time() - t0 < 300:
+        if proc.poll() is not None:
+            sys.exit("spec_decode: llama-server exited with %d (%s)" % (proc.returncode, log.name))
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return proc, url, log
+        except OSError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    sys.exit("spec_decode: llama-server not ready")
+
+
+def llama_side(a, msgs, urls):
+    """llama.cpp's plain and speculative rates for one prompt, as inferd's are taken."""
+    rates = {"plain": [], "spec": []}
+    same = True
+    before = {u: dict(LLAMA_DRAFTS.get(u, {})) for u in urls.values()}
+    for side in ("plain", "spec"):
+        stream(urls[side], msgs, 8, None)  # warm-up
+    for rep in range(a.reps):
+        order = ("plain", "spec") if rep % 2 == 0 else ("spec", "plain")
+        texts = {}
+        for side in order:
+            texts[side], rate = streams(urls[side], msgs, a.max_tokens, None, a.streams)
+            rates[side].append(rate)
+        same = same and len(set(texts["plain"] + texts["spec"])) == 1
+    u = urls["spec"]
+    d = {k: LLAMA_DRAFTS.get(u, {}).get(k, 0) - before[u].get(k, 0)
+         for k in ("draft_n", "draft_n_accepted")}
+    med = {s: round(statistics.median([r for r in v if r]), 2) if any(v) else None
+           for s, v in rates.items()}
+    return {"llama_plain_tok_s": med["plain"], "llama_spec_tok_s": med["spec"],
+            "llama_ratio": benchlib.paired_ratio(rates["spec"], rates["plain"]),
+            "llama_acceptance": round(d["draft_n_accepted"] / d["draft_n"], 3)
+            if d["draft_n"] else None,
+            "llama_same_text": same, "_spec_rates": rates["spec"]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--inferd", required=True)
@@ -147,6 +225,8 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="1 repetition of 32 tokens")
     ap.add_argument("--draft-model", help="the draft model proposer (--spec draft) with this "
                     "GGUF instead of n-gram")
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server: its plain and "
+                    "speculative rates beside inferd's")
     a = ap.parse_args()
     if a.smoke:
         a.reps, a.max_tokens = 1, 32
@@ -168,8 +248,12 @@ def main():
                   forced_acceptance=bool(a.draft_model) and
                   os.path.realpath(a.draft_model) == os.path.realpath(a.model),
                   note="figures only from a quiet machine", prompts={})
+    llamas = {}
     try:
         wait_ready(sock, proc)
+        if a.llama_server:
+            for side in ("plain", "spec"):
+                llamas[side] = llama_server(a, side == "spec", tmp)
         for name, (msgs, kind) in PROMPTS.items():
             stream(sock, msgs, 8, False)  # warm-up (page cache, prefix cache alike for both)
             rates = {"plain": [], "spec": []}
@@ -196,10 +280,19 @@ def main():
                 "verifications": d.get("drafts"), "same_text": same}
             if not same:
                 report["error"] = "the texts differ for %s" % name
+            if llamas:
+                row = llama_side(a, msgs, {k: v[1] for k, v in llamas.items()})
+                spec_rates = row.pop("_spec_rates")
+                row["spec_vs_llama"] = benchlib.paired_ratio(rates["spec"], spec_rates)
+                report["prompts"][name].update(row)
     finally:
         proc.terminate()
         proc.wait(60)
         log.close()
+        for p, _, lg in llamas.values():
+            p.terminate()
+            p.wait(60)
+            lg.close()
     report["load_after"] = benchlib.load_avg()
     benchlib.write_report(report, a.out)
     return 1 if "error" in report else 0
