@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# test_bench_kv_decode.sh BUILD_DIR — bench/kv_decode_vs_llamacpp.py --smoke (label model):
+# 2 sequences of a 128-token context on the default model, decoded with f16, q8_0 and q4_0
+# KV by bench_engine; the report has a positive rate per type and the ratios to f16. Then,
+# only when llama.cpp's llama-batched-bench is already built in its cache (never built here:
+# that part SKIPPED otherwise, said loudly), the same beside llama.cpp with the ratios
+# between the engines. Not a timing test: it only keeps the benchmark runnable.
+set -euo pipefail
+build=$1
+root=$(cd "$(dirname "$0")/../.." && pwd)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+[ -f "$(bash "$root/deploy/fetch-model.sh" --path)" ] ||
+    { echo "SKIPPED: default model not found" >&2; exit 77; }
+py=${INFERD_PYTHON:-python3}
+"$py" -c 'import gguf' 2>/dev/null || { echo "SKIPPED: $py lacks the gguf package" >&2; exit 77; }
+cmake --build "$build" --target bench_engine >/dev/null || fail "cannot build bench_engine"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+run() {  # [--batched-bench PATH]
+    "$py" "$root/bench/kv_decode_vs_llamacpp.py" --bench-engine "$build/bench/bench_engine" \
+        --smoke --threads 1 --json "$tmp/r.json" "$@" >"$tmp/out" 2>"$tmp/err" ||
+        { cat "$tmp/err" >&2; fail "kv_decode_vs_llamacpp.py $*"; }
+    "$py" - "$tmp/r.json" "$#" <<'PY' || fail "report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+llama = sys.argv[2] != "0"
+assert r["bench"] == "kv_decode_vs_llamacpp" and r["smoke"], r
+(row,) = r["results"]
+assert row["context"] == 128 and row["seqs"] == 2, row
+engines = ["inferd"] + (["llama.cpp"] if llama else [])
+assert r["engines"] == engines, r["engines"]
+for e in engines:
+    for kv in ("f16", "q8_0", "q4_0"):
+        assert row["%s_%s_tok_s" % (e, kv)] > 0, (e, kv, row)
+    assert row["%s_q8_0_over_f16" % e] > 0 and row["%s_q4_0_over_f16" % e] > 0, row
+if llama:
+    assert all(row["inferd_over_llama_" + kv] > 0 for kv in ("f16", "q8_0", "q4_0")), row
+print("ok:", row)
+PY
+}
+
+run
+bb="${XDG_CACHE_HOME:-$HOME/.cache}/inferd/llamacpp-tools/bin/llama-batched-bench"
+if [ ! -x "$bb" ]; then
+    echo "SKIPPED (part): llama-batched-bench is not built at $bb" \
+         "(cmake --build ~/.cache/inferd/llamacpp-tools --target llama-batched-bench);" \
+         "inferd's side passed" >&2
+else
+    run --batched-bench "$bb"
+fi
+echo PASS
