@@ -924,7 +924,11 @@ static void serve_disk_hit(ifd_kvpool_t *pool, int want)
  */
 /*
  * The draft's tiers on a device pool (the model as its own draft, its pool
- * a device segment; spec_draft.h: host copies, synchronous). Disk: request
+ * a device segment; spec_draft.h: host copies, asynchronous through the
+ * drafter's pinned ring — every copy through it, and a forward waiting for
+ * the uploads; synchronous with copy_slots -1, the same; with the wait
+ * skipped (the test hook) the deferred copy stream of the emulator shows
+ * it: other proposals). Disk: request
  * 1 (42 prompt tokens) with a draft whose tier writes its published
  * blocks, then a "restart" (a new proposer on the same directory): its
  * first catch-up reads the prompt's two full blocks (32 tokens) back and
