@@ -229,8 +229,7 @@ static void ifd__copies_poll(ifd_spec_draft_t *d, int wait)
         const uint8_t *data = d->copy_mem + (size_t)at * bytes;
         if (c->block < 0) {
             if (done < 0)
-                IFD_WARN("draft: copying a tier hit's block to the device: %s",
-                         ifd_strerror(done));
+                IFD_WARN("draft: copying a tier hit's block to the device: %s", ifd_strerror(done));
         } else if (done < 0) {
             IFD_WARN("draft: copying block %d to host memory: %s", c->block, ifd_strerror(done));
             if (d->disk)

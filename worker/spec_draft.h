@@ -181,9 +181,9 @@ bool ifd_spec_draft_has_host(const ifd_spec_draft_t *d);
  * and the most one call fed (max_call_catchup, <= step_tokens), and the
  * proposals a call skipped because the budget left their catch-up
  * unfinished (lagging); with the tiers, the blocks offered to each
- * (disk_offered, host_offered: a ring's copies once landed) and the tokens a state read back from each
- * instead of feeding them (disk_hit_tokens, host_hit_tokens; not in
- * prefix_hit_tokens), for tests and logs. */
+ * (disk_offered, host_offered: a ring's copies once landed) and the tokens a state read back from
+ * each instead of feeding them (disk_hit_tokens, host_hit_tokens; not in prefix_hit_tokens), for
+ * tests and logs. */
 typedef struct {
     uint64_t forwards, tokens, catchup_tokens, no_room, rolled_back;
     uint64_t prefix_hit_tokens, published;
