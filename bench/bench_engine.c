@@ -19,6 +19,27 @@
  *                [--prefill-cap auto,off,N,...] [--weights-dtype auto|f32]
  *                [--backend cpu|cuda|cuda-f32]
  *                [--step-ratio R] [--simulate A,B]
+ *                [--spec off,ngram,draft] [--spec-tokens K] [--spec-ngram-min N]
+ *                [--spec-ngram-max N] [--draft-model PATH] [--draft-step-tokens N]
+ *                [--repeat-period N]
+ *
+ * --spec lists speculative decoding methods to compare (docs/speculative.md;
+ * default off): each concurrency and prefill cap runs once per method, the
+ * engine's spec setting (k --spec-tokens, default 4; the n-gram proposer's
+ * --spec-ngram-min/max, defaults 1 and 4), and `draft` with a draft model
+ * (--draft-model PATH, loaded on the same backend; --draft-step-tokens: its
+ * catch-up share of a step, 0 the budget) over a private pool of the run's
+ * block count. The draft's tokenizer is not checked here (no tokenizer is
+ * loaded): a draft of another vocabulary only proposes badly, the tokens
+ * stay the model's. Each run reports the verifications, proposed and
+ * accepted tokens, and tokens_hash, a hash of every request's output
+ * tokens: greedy speculative decoding gives plain decoding's tokens, so
+ * every method's runs of one shape print the same hash (a difference is a
+ * bug). Random prompts give n-gram proposals little to copy:
+ * --repeat-period N makes each prompt a random N-token piece repeated (a
+ * copying task, where n-gram proposals hold). With the model as its own
+ * draft every proposal is accepted: such a run times the draft path with
+ * forced acceptance, not a real draft (label it so).
  *
  * --prefill-cap lists engine prefill_cap settings to compare (engine.h):
  * auto (0, the default: adaptive), off (-1: only the budget) or a fixed cap
@@ -49,6 +70,8 @@
 #include "worker/engine.h"
 #include "worker/model.h"
 #include "worker/backend_factory.h"
+#include "worker/kvprobe.h"
+#include "worker/spec_draft.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -85,11 +108,11 @@ typedef struct {
     int finished;
     double *sent, *last, *ttft, *itl;
     long n_itl;
+    uint64_t *hash; /* per request: FNV-1a over its output tokens */
 } count_t;
 
 static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
 {
-    (void)res;
     count_t *c = ctx;
     double t = now_s();
     if (c->last[id] == 0)
@@ -98,6 +121,20 @@ static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
         c->itl[c->n_itl++] = t - c->last[id];
     c->last[id] = t;
     c->tokens++;
+    uint64_t h = c->hash[id];
+    for (int i = 0; i < 4; i++)
+        h = (h ^ (((uint32_t)res->token >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+    c->hash[id] = h;
+}
+
+/* Every request's output hash, in request order: the same tokens give the
+ * same value whatever the steps' interleaving. */
+static uint64_t tokens_hash(const count_t *c, int nr)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < nr; i++)
+        h = (h ^ c->hash[i]) * 0x100000001b3ull;
+    return h;
 }
 
 static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t r, const ifd_engine_usage_t *u)
@@ -153,6 +190,10 @@ typedef struct {
     int caps[16], n_caps;
     int concs[16], n_concs;
     char path[4096]; /* the default model's */
+    char spec_list[64];
+    ifd_spec_method_t specs[4];
+    int n_specs, spec_tokens, ngram_min, ngram_max, draft_step_tokens, repeat_period;
+    const char *draft_model;
 } opts_t;
 
 /* getopt's options into o (and the --simulate globals). 0, or the exit
@@ -168,6 +209,12 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         {"simulate", required_argument, NULL, 'S'}, {"weights-dtype", required_argument, NULL, 'w'},
         {"backend", required_argument, NULL, 'B'},
         {"step-ratio", required_argument, NULL, 'R'},
+        {"spec", required_argument, NULL, 's'},     {"spec-tokens", required_argument, NULL, 'K'},
+        {"spec-ngram-min", required_argument, NULL, 'n'},
+        {"spec-ngram-max", required_argument, NULL, 'N'},
+        {"draft-model", required_argument, NULL, 'D'},
+        {"draft-step-tokens", required_argument, NULL, 'T'},
+        {"repeat-period", required_argument, NULL, 'e'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -185,6 +232,13 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         case 'w': o->weights_name = optarg; break;
         case 'B': o->backend_name = optarg; break;
         case 'P': snprintf(o->cap_list, sizeof o->cap_list, "%s", optarg); break;
+        case 's': snprintf(o->spec_list, sizeof o->spec_list, "%s", optarg); break;
+        case 'K': o->spec_tokens = atoi(optarg); break;
+        case 'n': o->ngram_min = atoi(optarg); break;
+        case 'N': o->ngram_max = atoi(optarg); break;
+        case 'D': o->draft_model = optarg; break;
+        case 'T': o->draft_step_tokens = atoi(optarg); break;
+        case 'e': o->repeat_period = atoi(optarg); break;
         case 'R':
             if ((o->step_ratio = atof(optarg)) < 1.0) {
                 fprintf(stderr, "bench_engine: --step-ratio R: R >= 1\n");
@@ -236,6 +290,35 @@ static int check_opts(opts_t *o)
     for (char *tok = strtok(o->conc_list, ","); tok && o->n_concs < 16; tok = strtok(NULL, ","))
         if (atoi(tok) >= 1)
             o->concs[o->n_concs++] = atoi(tok);
+    bool draft = false;
+    for (char *tok = strtok(o->spec_list, ","); tok && o->n_specs < 4; tok = strtok(NULL, ",")) {
+        ifd_spec_method_t m = !strcmp(tok, "off")     ? IFD_SPEC_OFF
+                              : !strcmp(tok, "ngram") ? IFD_SPEC_NGRAM
+                              : !strcmp(tok, "draft") ? IFD_SPEC_DRAFT
+                                                      : 0;
+        if (!m) {
+            fprintf(stderr, "bench_engine: --spec '%s': expected off, ngram or draft\n", tok);
+            return 2;
+        }
+        draft |= m == IFD_SPEC_DRAFT;
+        o->specs[o->n_specs++] = m;
+    }
+    if (o->spec_tokens < 1 || o->spec_tokens > IFD_SPEC_MAX_TOKENS || o->ngram_min < 1 ||
+        o->ngram_max < o->ngram_min || o->ngram_max > IFD_NGRAM_MAX_N ||
+        o->draft_step_tokens < 0 || o->repeat_period < 0) {
+        fprintf(stderr, "bench_engine: --spec-tokens 1..%d, --spec-ngram-min <= --spec-ngram-max "
+                        "<= %d, --draft-step-tokens and --repeat-period >= 0\n",
+                IFD_SPEC_MAX_TOKENS, IFD_NGRAM_MAX_N);
+        return 2;
+    }
+    if (draft != (o->draft_model != NULL)) {
+        fprintf(stderr, "bench_engine: --spec draft and --draft-model PATH go together\n");
+        return 2;
+    }
+    if (draft && sim_ms >= 0) {
+        fprintf(stderr, "bench_engine: --spec draft needs a model (not --simulate)\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -245,10 +328,11 @@ typedef struct {
     const opts_t *o;
     ifd_backend_t *be;
     ifd_model_t *m;
+    ifd_model_t *draft; /* --draft-model, or NULL */
     const ifd_model_config_t *cfg;
     int32_t *prompts;
     count_t cnt;
-    double base[16]; /* concurrency-1 throughput per prefill cap */
+    double base[4][16]; /* concurrency-1 throughput per method and prefill cap */
     int first;
 } bench_t;
 
@@ -301,19 +385,26 @@ static int closed_loop(bench_t *b, ifd_engine_t *eng, int conc, int nr, rates_t 
 }
 
 /* One run's JSON object (and its line on stderr). */
-static void print_run(bench_t *b, ifd_engine_t *eng, int conc, int cap, int ki, int nr,
-                      double dt, const rates_t *rt)
+static const char *spec_name(ifd_spec_method_t m)
+{
+    return m == IFD_SPEC_NGRAM ? "ngram" : m == IFD_SPEC_DRAFT ? "draft" : "off";
+}
+
+static void print_run(bench_t *b, ifd_engine_t *eng, ifd_spec_draft_t *d, int si, int conc,
+                      int cap, int ki, int nr, double dt, const rates_t *rt)
 {
     count_t *cnt = &b->cnt;
     ifd_engine_stats_t st;
     ifd_engine_stats(eng, &st);
     double tps = (double)cnt->tokens / dt;
-    if (conc == 1 && b->base[ki] == 0)
-        b->base[ki] = tps;
+    double *base = &b->base[si][ki];
+    if (conc == 1 && *base == 0)
+        *base = tps;
+    const ifd_spec_method_t m = b->o->specs[si];
     fprintf(stderr,
-            "bench_engine: concurrency %d, prefill cap %d: %d requests, %.1f s, "
+            "bench_engine: concurrency %d, prefill cap %d, spec %s: %d requests, %.1f s, "
             "%.1f output tok/s\n",
-            conc, cap, nr, dt, tps);
+            conc, cap, spec_name(m), nr, dt, tps);
     char cap_name[16];
     snprintf(cap_name, sizeof cap_name, "%d", cap);
     printf("%s{\"concurrency\":%d,\"prefill_cap\":\"%s\",\"requests\":%d,"
@@ -326,18 +417,32 @@ static void print_run(bench_t *b, ifd_engine_t *eng, int conc, int cap, int ki, 
            cnt->tokens, tps, (unsigned long long)st.steps,
            st.steps ? dt * 1e3 / (double)st.steps : 0.0,
            st.steps ? (double)st.tokens / (double)st.steps : 0.0, st.forward_ms, st.sample_ms,
-           st.schedule_ms, b->base[ki] > 0 ? tps / b->base[ki] : 0.0,
+           st.schedule_ms, *base > 0 ? tps / *base : 0.0,
            rt->pf_s > 0 ? (double)rt->pf_tok / rt->pf_s : 0.0,
            rt->dec_s > 0 ? (double)rt->dec_tok / rt->dec_s : 0.0);
+    printf(",\"spec\":\"%s\",\"spec_drafts\":%llu,\"spec_draft_tokens\":%llu,"
+           "\"spec_accepted_tokens\":%llu,\"acceptance\":%.3f,\"tokens_hash\":\"%016llx\"",
+           spec_name(m), (unsigned long long)st.spec_drafts,
+           (unsigned long long)st.spec_draft_tokens, (unsigned long long)st.spec_accepted_tokens,
+           st.spec_draft_tokens ? (double)st.spec_accepted_tokens / (double)st.spec_draft_tokens
+                                : 0.0,
+           (unsigned long long)tokens_hash(cnt, nr));
+    if (d) {
+        ifd_spec_draft_stats_t ds;
+        ifd_spec_draft_stats(d, &ds);
+        printf(",\"draft_forwards\":%llu,\"draft_tokens\":%llu,\"draft_catchup_tokens\":%llu",
+               (unsigned long long)ds.forwards, (unsigned long long)ds.tokens,
+               (unsigned long long)ds.catchup_tokens);
+    }
     print_dist("ttft_ms", cnt->ttft, nr);
     printf(",\"itl_p99_over_mean\":%.2f}", print_dist("itl_ms", cnt->itl, cnt->n_itl));
     fflush(stdout);
     b->first = 0;
 }
 
-/* One run: concurrency concs[ci] with prefill cap caps[ki], on a fresh pool
- * and engine. 0 or 1. */
-static int run_one(bench_t *b, int ci, int ki)
+/* One run: concurrency concs[ci] with prefill cap caps[ki] and spec method
+ * specs[si], on a fresh pool and engine (and draft pool). 0 or 1. */
+static int run_one(bench_t *b, int si, int ci, int ki)
 {
     const opts_t *o = b->o;
     int conc = o->concs[ci], cap = o->caps[ki];
@@ -360,11 +465,13 @@ static int run_one(bench_t *b, int ci, int ki)
     ifd_engine_t *eng;
     b->cnt.tokens = 0, b->cnt.finished = 0, b->cnt.n_itl = 0;
     memset(b->cnt.last, 0, (size_t)max_req * sizeof(double));
+    memset(b->cnt.hash, 0, (size_t)max_req * sizeof(uint64_t));
     ifd_engine_params_t ep = ifd_engine_default_params();
     ep.max_seqs = conc;
     ep.max_batched_tokens = o->budget > conc ? o->budget : conc;
     ep.prefill_cap = cap;
     ep.step_ratio = o->step_ratio;
+    ep.spec = (ifd_spec_params_t){o->specs[si], o->spec_tokens, o->ngram_min, o->ngram_max};
     ifd_engine_callbacks_t cb = {&b->cnt, on_token, on_finish, NULL};
     ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0,    0,    NULL, 0,
                               0,    NULL,      NULL,    0,           NULL, NULL, NULL, NULL,
@@ -372,8 +479,28 @@ static int run_one(bench_t *b, int ci, int ki)
     if (!b->cfg)
         em = sim;
     if (ifd_kvpool_create(&kp, &pool) ||
-        (b->cfg && ifd_engine_model_from(&em, b->m, pool, 0)) ||
-        ifd_engine_create(&eng, &ep, &em, pool, &cb)) {
+        (b->cfg && ifd_engine_model_from(&em, b->m, pool, 0))) {
+        fprintf(stderr, "bench_engine: setup failed\n");
+        return 1;
+    }
+    ifd_spec_draft_t *d = NULL;
+    if (o->specs[si] == IFD_SPEC_DRAFT) {
+        const ifd_spec_draft_params_t dp = {.n_vocab = em.n_vocab,
+                                            .max_batched_tokens = ep.max_batched_tokens,
+                                            .n_blocks = kp.n_blocks,
+                                            .block_size = kp.block_size,
+                                            .dtype = kp.dtype,
+                                            .step_tokens = o->draft_step_tokens};
+        const ifd_kvprobe_params_t mp = {.max_seqs = conc};
+        ifd_model_set_max_seqs(b->draft, ifd_kvprobe_draft_params(&mp).max_seqs);
+        char err[512] = "";
+        if (ifd_spec_draft_create(&d, b->draft, &dp, err, sizeof err)) {
+            fprintf(stderr, "bench_engine: %s\n", err);
+            return 1;
+        }
+        ep.drafter = ifd_spec_draft_drafter(d);
+    }
+    if (ifd_engine_create(&eng, &ep, &em, pool, &cb)) {
         fprintf(stderr, "bench_engine: setup failed\n");
         return 1;
     }
@@ -381,8 +508,9 @@ static int run_one(bench_t *b, int ci, int ki)
     rates_t rt = {0};
     if (closed_loop(b, eng, conc, nr, &rt))
         return 1;
-    print_run(b, eng, conc, cap, ki, nr, now_s() - t0, &rt);
+    print_run(b, eng, d, si, conc, cap, ki, nr, now_s() - t0, &rt);
     ifd_engine_destroy(eng);
+    ifd_spec_draft_destroy(d); /* after the engine that used it */
     if (b->cfg)
         ifd_engine_model_free(&em);
     ifd_kvpool_destroy(pool);
@@ -393,7 +521,8 @@ int main(int argc, char **argv)
 {
     opts_t o = {.n_req = 64, .plen = 128, .olen = 128, .budget = 256,
                 .conc_list = "1,4,16,64", .cap_list = "auto", .kv_name = "f16",
-                .weights_name = "auto", .backend_name = "cpu"};
+                .weights_name = "auto", .backend_name = "cpu", .spec_list = "off",
+                .spec_tokens = 4, .ngram_min = 1, .ngram_max = 4};
     int status;
     if ((status = parse_opts(argc, argv, &o)) || (status = check_opts(&o)))
         return status;
@@ -408,6 +537,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_engine: %s\n", err);
             return 1;
         }
+        if (o.draft_model && ifd_model_load(&b.draft, o.draft_model, b.be, err, sizeof err)) {
+            fprintf(stderr, "bench_engine: the draft model: %s\n", err);
+            return 1;
+        }
         b.cfg = ifd_model_config(b.m);
         snprintf(name, sizeof name, "%s", b.cfg->name);
         n_vocab = (int)b.cfg->n_vocab;
@@ -417,32 +550,43 @@ int main(int argc, char **argv)
     int max_req = o.n_req > o.n_req_c1 ? o.n_req : o.n_req_c1;
     b.prompts = malloc((size_t)max_req * (size_t)o.plen * sizeof *b.prompts);
     srand(1234);
-    for (long i = 0; i < (long)max_req * o.plen; i++)
-        b.prompts[i] = 100 + rand() % (n_vocab - 200 > 1 ? n_vocab - 200 : 1);
+    for (long i = 0; i < (long)max_req * o.plen; i++) {
+        const long at = i % o.plen; /* with a period: the prompt's first piece again */
+        b.prompts[i] = o.repeat_period && at >= o.repeat_period
+                           ? b.prompts[i - at + at % o.repeat_period]
+                           : 100 + rand() % (n_vocab - 200 > 1 ? n_vocab - 200 : 1);
+    }
 
     printf("{\"bench\":\"engine\",\"model\":\"%s\",\"backend\":\"%s\",\"isa\":\"%s\","
            "\"threads\":%d,"
            "\"kv_dtype\":\"%s\",\"weights_dtype\":\"%s\",\"weight_bytes\":%llu,"
            "\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,\"step_ratio\":%.2f,"
-           "\"runs\":[",
+           "\"repeat_period\":%d,\"spec_tokens\":%d,\"spec_ngram_min\":%d,"
+           "\"spec_ngram_max\":%d,\"draft_model\":\"%s\",\"runs\":[",
            name, sim_ms < 0 ? o.backend_name : "none", sim_ms < 0 ? ifd_cpu_isa_name() : "none",
            o.threads ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN), o.kv_name,
            o.weights_name, (unsigned long long)(b.m ? ifd_model_weight_bytes(b.m) : 0), o.plen,
-           o.olen, o.budget, o.step_ratio > 0 ? o.step_ratio : IFD_ENGINE_STEP_RATIO);
+           o.olen, o.budget, o.step_ratio > 0 ? o.step_ratio : IFD_ENGINE_STEP_RATIO,
+           o.repeat_period, o.spec_tokens, o.ngram_min, o.ngram_max,
+           b.draft ? ifd_model_config(b.draft)->name : "");
     b.cnt.sent = calloc((size_t)max_req, sizeof(double));
     b.cnt.last = calloc((size_t)max_req, sizeof(double));
     b.cnt.ttft = calloc((size_t)max_req, sizeof(double));
     b.cnt.itl = calloc((size_t)max_req * (size_t)o.olen, sizeof(double));
-    for (int ci = 0; ci < o.n_concs; ci++)
-        for (int ki = 0; ki < o.n_caps; ki++)
-            if (run_one(&b, ci, ki))
-                return 1;
+    b.cnt.hash = calloc((size_t)max_req, sizeof(uint64_t));
+    for (int si = 0; si < o.n_specs; si++)
+        for (int ci = 0; ci < o.n_concs; ci++)
+            for (int ki = 0; ki < o.n_caps; ki++)
+                if (run_one(&b, si, ci, ki))
+                    return 1;
+    free(b.cnt.hash);
     free(b.cnt.sent);
     free(b.cnt.last);
     free(b.cnt.ttft);
     free(b.cnt.itl);
     printf("]}\n");
     free(b.prompts);
+    ifd_model_destroy(b.draft);
     ifd_model_destroy(b.m);
     if (b.be)
         b.be->ops->destroy(b.be);

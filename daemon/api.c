@@ -299,6 +299,22 @@ static void ifd__version(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_requ
     ifd_http_respond(c, 200, "application/json", NULL, body, sizeof body - 1);
 }
 
+/* A worker's draft-tier counters (STATS' draft_tier) into g: counters and
+ * the host tier's gauges (each worker's own tier) summed, the disk tier's
+ * gauges (one directory, measured whole by each worker) the largest. */
+static void ifd__draft_tier_add(ifd_metrics_gauges_t *g, const ifd_worker_info_t *wi)
+{
+    const uint32_t n = wi->n_draft_tier < IFD_KVTIER_COUNT ? wi->n_draft_tier : IFD_KVTIER_COUNT;
+    for (uint32_t c = 0; c < n; c++) {
+        const uint64_t v = wi->draft_tier[c];
+        if (c == IFD_KVTIER_DISK_BYTES || c == IFD_KVTIER_DISK_FILES ||
+            c == IFD_KVTIER_DISK_CAPACITY)
+            g->draft_kv_tier[c] = v > g->draft_kv_tier[c] ? v : g->draft_kv_tier[c];
+        else
+            g->draft_kv_tier[c] += v;
+    }
+}
+
 static void ifd__gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
 {
     memset(g, 0, sizeof *g);
@@ -347,8 +363,10 @@ static void ifd__gauges(ifd_api_t *api, ifd_metrics_gauges_t *g)
             g->kv_local_releasable_bytes += (int64_t)wi->stats.kv_local_releasable_bytes;
             g->kv_local_released_blocks += (int64_t)wi->stats.kv_local_released_blocks;
             g->kv_local_released_bytes += (int64_t)wi->stats.kv_local_released_bytes;
+            ifd__draft_tier_add(g, wi);
         }
     }
+    g->draft_tiers = api->cfg->draft_model && api->cfg->draft_model[0];
     g->uptime_s = (double)(uv_hrtime() - api->start_ns) / 1e9;
     ifd_kvpool_params_t geo;
     ifd_kvpool_geometry(api->pool, &geo);

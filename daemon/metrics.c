@@ -456,6 +456,30 @@ static int ifd__head(ifd_buf_t *o, const char *name, const char *type, const cha
             goto fail;                                                                             \
     } while (0)
 
+/* The draft model's pool's tiers (speculative decoding): a twin of every
+ * inferd_kv_* tier row of ifd__gauges, named inferd_draft_kv_* (families of
+ * their own, so that a sum over the target's family never adds the
+ * draft's), read from g->draft_kv_tier at the row's counter. 0 or IFD_ENOMEM. */
+static int ifd__render_draft_tiers(const ifd_metrics_gauges_t *g, ifd_buf_t *out)
+{
+    int rc = 0;
+    const size_t lo = offsetof(ifd_metrics_gauges_t, kv_tier);
+    const size_t hi = lo + sizeof g->kv_tier;
+    for (size_t i = 0; i < sizeof ifd__gauges / sizeof ifd__gauges[0]; i++) {
+        const ifd__gauge_row_t *r = &ifd__gauges[i];
+        if (r->off < lo || r->off >= hi || strncmp(r->name, "inferd_kv_", 10) != 0)
+            continue;
+        const size_t c = (r->off - lo) / sizeof g->kv_tier[0];
+        IFD__P("# HELP inferd_draft_%s The draft model's own KV pool (speculative decoding): %s\n"
+               "# TYPE inferd_draft_%s %s\n",
+               r->name + 7, r->help, r->name + 7, r->type);
+        IFD__P("inferd_draft_%s %llu\n", r->name + 7, (unsigned long long)g->draft_kv_tier[c]);
+    }
+    return 0;
+fail:
+    return rc;
+}
+
 /* The vLLM families (mn: the escaped model name). 0 or IFD_ENOMEM. */
 static int ifd__render_vllm(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, const char *mn,
                             ifd_buf_t *out)
@@ -573,6 +597,8 @@ int ifd_metrics_render(const ifd_metrics_t *m, const ifd_metrics_gauges_t *g, co
         IFD__H(r->name, r->type, r->help);
         IFD__P("%s %lld\n", r->name, (long long)*(const int64_t *)((const char *)g + r->off));
     }
+    if (g->draft_tiers && (rc = ifd__render_draft_tiers(g, out)))
+        goto fail;
 
     IFD__H("inferd_kv_blocks", "gauge", "KV cache blocks by state (used = held by sequences).");
     IFD__P("inferd_kv_blocks{state=\"free\"} %lld\n", (long long)g->kv_free);

@@ -125,6 +125,13 @@ typedef struct {
     int64_t kv_local_total, kv_local_used;
     /* the KV pool's disk tier (kvpool.h, ifd_kvpool_tier_*): every worker's */
     uint64_t kv_tier[IFD_KVTIER_COUNT];
+    /* the draft model's own pool's tiers (speculative decoding, docs/
+     * speculative.md "The draft's tiers"): its counters and host gauges summed
+     * over the workers' last STATS, its disk gauges (the shared directory's,
+     * as each worker measured it) their largest; rendered as inferd_draft_kv_*
+     * when draft_tiers (the daemon runs a draft model) */
+    uint64_t draft_kv_tier[IFD_KVTIER_COUNT];
+    bool draft_tiers;
     /* vLLM's external prefix cache: the host and disk tiers together (tokens) */
     uint64_t kv_ext_query_tokens, kv_ext_hit_tokens;
     int64_t workers_ready, workers_starting, workers_down, workers_failed;

@@ -582,6 +582,10 @@ static void ifd__read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             for (uint32_t i = 0; i < IFD_WIRE_MAX_SPEC_TOKENS; i++)
                 w->info.spec_per_pos[i] =
                     i < m.u.stats.n_spec_per_pos ? m.u.stats.spec_accepted_per_pos[i].n : 0;
+            w->info.stats.draft_tier = NULL;
+            w->info.n_draft_tier = m.u.stats.n_draft_tier;
+            for (uint32_t i = 0; i < m.u.stats.n_draft_tier; i++)
+                w->info.draft_tier[i] = m.u.stats.draft_tier[i].n;
             w->info.has_stats = true;
             break;
         case IFD_WIRE_ERROR:

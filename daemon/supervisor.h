@@ -95,6 +95,9 @@ typedef struct {
      * frame's memory) is copied into spec_per_pos and the pointer cleared */
     ifd_wire_stats_t stats;
     uint64_t spec_per_pos[IFD_WIRE_MAX_SPEC_TOKENS];
+    /* its draft_tier likewise (n_draft_tier of them; 0: no draft tier) */
+    uint64_t draft_tier[IFD_WIRE_MAX_TIER_CTRS];
+    uint32_t n_draft_tier;
 } ifd_worker_info_t;
 
 typedef struct {

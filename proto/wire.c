@@ -477,6 +477,7 @@ static const wfield_t stats_fields[] = {
     FU64(ifd_wire_stats_t, spec_accepted_tokens),
     FARR(ifd_wire_stats_t, spec_accepted_per_pos, n_spec_per_pos, IFD_WIRE_MAX_SPEC_TOKENS,
          &count_desc),
+    FARR(ifd_wire_stats_t, draft_tier, n_draft_tier, IFD_WIRE_MAX_TIER_CTRS, &count_desc),
 };
 static const wstruct_t stats_desc = {"stats", sizeof(ifd_wire_stats_t), stats_fields,
                                      NF(stats_fields), NULL};

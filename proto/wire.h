@@ -46,7 +46,7 @@
 #include <stdint.h>
 
 #define IFD_WIRE_MAGIC       0x49464457u /* "IFDW" */
-#define IFD_WIRE_VERSION     14
+#define IFD_WIRE_VERSION     15
 #define IFD_WIRE_HEADER_SIZE 12
 
 /* Limits, checked by encoder and decoder alike. */
@@ -63,6 +63,7 @@
 #define IFD_WIRE_MAX_GRAMMAR    (1u << 22)  /* words of one request's compiled grammar */
 #define IFD_WIRE_MAX_SPEC_TOKENS 16u         /* proposed tokens per step (speculative decoding) */
 #define IFD_WIRE_MAX_SPEC_NGRAM  16u         /* the n-gram proposer's longest n */
+#define IFD_WIRE_MAX_TIER_CTRS   64u         /* counters of a KV pool's lower tiers (STATS, v15) */
 #define IFD_WIRE_MAX_IMAGES      64u         /* images (pictures) of one add request */
 #define IFD_WIRE_MAX_IMAGE_SIDE  4096u       /* a picture's width or height */
 
@@ -501,6 +502,15 @@ typedef struct {
     uint64_t spec_accepted_tokens;
     ifd_wire_count_t *spec_accepted_per_pos;
     uint32_t n_spec_per_pos;
+    /* The draft model's own KV pool's lower-tier counters (version 15;
+     * docs/speculative.md, "The draft's tiers"): its disk and host-RAM
+     * tiers', in the order of kvpool.h's ifd_kvtier_ctr_t (the worker's
+     * ifd_kvpool_tier_get over the draft's private pool, which the router
+     * cannot map); n_draft_tier <= IFD_WIRE_MAX_TIER_CTRS, 0 when the worker
+     * has no draft tier. Counters run from the worker's start, gauges are
+     * the worker's current values. */
+    ifd_wire_count_t *draft_tier;
+    uint32_t n_draft_tier;
 } ifd_wire_stats_t;
 
 typedef struct {

@@ -475,9 +475,12 @@ static void ifd__vision_step(ifd__srv_t *s)
     ifd_serve_vision_job_free(j);
 }
 
+_Static_assert(IFD_KVTIER_COUNT <= IFD_WIRE_MAX_TIER_CTRS, "STATS' draft_tier holds every counter");
+
 static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
 {
     ifd_wire_count_t per_pos[IFD_SPEC_MAX_TOKENS];
+    ifd_wire_count_t draft_tier[IFD_KVTIER_COUNT];
     ifd_engine_stats_t st;
     ifd_engine_stats(s->eng, &st);
     ifd_wire_msg_t m = {.type = IFD_WIRE_STATS};
@@ -516,6 +519,15 @@ static void ifd__send_stats(ifd__srv_t *s, uint64_t seq, uint64_t blocks_total)
     }
     w->spec_accepted_per_pos = n_pos ? per_pos : NULL;
     w->n_spec_per_pos = n_pos;
+    /* the draft's tiers count in its private pool, which only we can read */
+    if (s->drafter && (ifd_spec_draft_has_disk(s->drafter) || ifd_spec_draft_has_host(s->drafter))) {
+        uint64_t c[IFD_KVTIER_COUNT];
+        ifd_kvpool_tier_get(ifd_spec_draft_pool(s->drafter), c);
+        for (int i = 0; i < IFD_KVTIER_COUNT; i++)
+            draft_tier[i].n = c[i];
+        w->draft_tier = draft_tier;
+        w->n_draft_tier = IFD_KVTIER_COUNT;
+    }
     ifd__queue(s, &m);
 }
 
@@ -1002,7 +1014,9 @@ static int ifd__start_drafter(ifd__srv_t *s, const ifd_serve_opts_t *o)
         .disk_bytes = o->kv_cache_disk_bytes,
         .disk_identity = identity,
         /* as many blocks as the model's host tier */
-        .host_blocks = s->host ? (int64_t)(o->kv_cache_host_bytes / s->em.kv_data_bytes) : 0};
+        .host_blocks = s->host ? (int64_t)(o->kv_cache_host_bytes / s->em.kv_data_bytes) : 0,
+        /* its tier copies' ring: as many pinned slots as the engine's */
+        .copy_slots = o->kv_copy_slots};
     IFD_INFO("draft model: %d catch-up tokens a step at most",
              dp.step_tokens > 0 ? dp.step_tokens : dp.max_batched_tokens);
     /* a logits row per speculating sequence, as the POOL step's warm-up of
@@ -1173,6 +1187,8 @@ static void ifd__step(ifd__srv_t *s)
 {
     s->step++;
     ifd_engine_step(s->eng, NULL);
+    if (s->drafter && ifd_engine_idle(s->eng)) /* as the engine's: the tiers have them */
+        ifd_spec_draft_flush(s->drafter);
     /* a request's FINISHED frame already queued was preceded by its
      * tokens (ifd__on_finish flushes them): appending is in order */
     ifd__queue_tokens(s);

@@ -46,6 +46,7 @@
 #include "kvpool/kvparams.h"
 #include "log.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,16 @@ typedef struct {
     ifd_kvhash_t dhash; /* the disk chain hash of blocks[0..dhash_n) (the file's comment) */
     int32_t dhash_n;    /* <= n_pub */
 } ifd__dseq_t;
+
+/* A tier copy in flight (spec_draft.h, "Copies"): a published block's
+ * download (the block pinned by one pool reference until it landed; its
+ * chain hash and its parent's, the tiers' key) or a tier hit's upload
+ * (block -1: only its slot busy). */
+typedef struct {
+    ifd_kvhash_t hash, parent;
+    int32_t block;
+    uint64_t ticket;
+} ifd__dcopy_t;
 
 struct ifd_spec_draft {
     ifd_spec_draft_params_t p;
@@ -81,6 +92,17 @@ struct ifd_spec_draft {
     bool staged;        /* a device pool: the tiers through host copies (em.kv_download) */
     uint8_t *stage;     /* a block's host copy for the disk tier without a host entry */
     double ms_tok;      /* measured catch-up forward ms per token (0: none yet) */
+    /* the tier copies in flight (spec_draft.h, "Copies"): a ring of
+     * copy_slots, FIFO from copy_head, their blocks' tokens [copy_slots *
+     * block_size] and pinned slots [copy_slots * kv_data_bytes]; made at the
+     * first copy */
+    ifd__dcopy_t *copies;
+    int32_t *copy_tokens;
+    uint8_t *copy_mem;
+    int copy_slots, copy_head, copy_n;
+    bool copies_off;    /* no ring (copy_slots < 0, or no memory): synchronous copies */
+    bool up_wait;       /* uploads enqueued: the next forward waits for up_ticket */
+    uint64_t up_ticket; /* the newest upload's fence */
     ifd_spec_draft_stats_t st;
 };
 
@@ -93,6 +115,13 @@ uint64_t ifd_spec_draft_disk_fingerprint(const ifd_kvpool_t *pool, const char *i
     if ((size_t)n >= sizeof id)
         n = (int)sizeof id - 1;
     return ifd_kvdisk_fingerprint(pool, id, (size_t)n);
+}
+
+static void ifd__copies_poll(ifd_spec_draft_t *d, int wait);
+
+void ifd_spec_draft_flush(ifd_spec_draft_t *d)
+{
+    ifd__copies_poll(d, INT_MAX);
 }
 
 bool ifd_spec_draft_has_disk(const ifd_spec_draft_t *d)
@@ -149,12 +178,195 @@ static void ifd__host_start(ifd_spec_draft_t *d)
              (unsigned long long)hp.max_bytes, (unsigned long long)(hp.max_bytes / hp.data_bytes));
 }
 
+/* ---- the tier copies' ring (spec_draft.h, "Copies") ------------------------------ */
+
+static void ifd__copies_free(ifd_spec_draft_t *d)
+{
+    if (d->copy_mem)
+        d->em.kv_host_free(d->em.ctx, d->copy_mem);
+    free(d->copies);
+    free(d->copy_tokens);
+    d->copies = NULL, d->copy_tokens = NULL, d->copy_mem = NULL;
+    d->copy_n = d->copy_head = 0;
+}
+
+/* Whether the tiers' copies go through the ring: a staged pool (a device's)
+ * whose adapter copies asynchronously, with a tier, the ring made (at the
+ * first call here; no memory: one warning and synchronous copies after). */
+static bool ifd__copies_async(ifd_spec_draft_t *d)
+{
+    if (!d->staged || d->copies_off || !d->em.kv_download_async || (!d->disk && !d->host))
+        return false;
+    if (d->copies)
+        return true;
+    const size_t n = (size_t)d->copy_slots;
+    d->copies = calloc(n, sizeof *d->copies);
+    d->copy_tokens = malloc(n * (size_t)d->p.block_size * sizeof(int32_t));
+    d->copy_mem = d->em.kv_host_alloc(d->em.ctx, n * d->em.kv_data_bytes);
+    if (d->copies && d->copy_tokens && d->copy_mem)
+        return true;
+    IFD_WARN("draft: no memory for %d pinned block copies of %zu bytes: copying synchronously",
+             d->copy_slots, d->em.kv_data_bytes);
+    ifd__copies_free(d);
+    d->copies_off = true;
+    return false;
+}
+
+/* Hands the copies that have landed to the tiers, oldest first (a
+ * download's bytes into a host tier entry made now and offered to the disk
+ * tier; its pin given back), waiting for the first `wait` of them (INT_MAX:
+ * all); stops at the first one still in flight. */
+static void ifd__copies_poll(ifd_spec_draft_t *d, int wait)
+{
+    const size_t bytes = d->em.kv_data_bytes;
+    while (d->copy_n > 0) {
+        const int at = d->copy_head;
+        ifd__dcopy_t *c = &d->copies[at];
+        const int done = d->em.kv_copy_done(d->em.ctx, c->ticket, wait > 0);
+        if (done == 0)
+            break;
+        const int32_t *t = d->copy_tokens + (size_t)at * (size_t)d->p.block_size;
+        const uint8_t *data = d->copy_mem + (size_t)at * bytes;
+        if (c->block < 0) {
+            if (done < 0)
+                IFD_WARN("draft: copying a tier hit's block to the device: %s", ifd_strerror(done));
+        } else if (done < 0) {
+            IFD_WARN("draft: copying block %d to host memory: %s", c->block, ifd_strerror(done));
+            if (d->disk)
+                ifd_kvpool_tier_add(d->pool, IFD_KVTIER_DROPPED, 1);
+        } else {
+            void *buf = d->host ? ifd_kvhost_put(d->host, &c->hash, 0, t) : NULL;
+            if (buf) {
+                memcpy(buf, data, bytes);
+                d->st.host_offered++;
+            }
+            if (d->disk) {
+                ifd_kvdisk_offer_data(d->disk, data, &c->parent, 0, t, NULL);
+                d->st.disk_offered++;
+            }
+        }
+        if (c->block >= 0)
+            ifd_kvpool_unref(d->pool, 0, &c->block, 1);
+        d->copy_head = (at + 1) % d->copy_slots;
+        d->copy_n--;
+        wait = wait > 0 ? wait - 1 : 0;
+    }
+}
+
+/* The next free slot of the ring (the oldest copy waited for when all are
+ * in flight). */
+static int ifd__copies_slot(ifd_spec_draft_t *d)
+{
+    if (d->copy_n == d->copy_slots)
+        ifd__copies_poll(d, 1);
+    return (d->copy_head + d->copy_n) % d->copy_slots;
+}
+
+/* Whether tier hits are uploaded through the ring. */
+static bool ifd__uploads_async(ifd_spec_draft_t *d)
+{
+    return d->em.kv_upload_async && d->em.kv_copy_wait && ifd__copies_async(d);
+}
+
+/* A free slot before a host-tier read, so that the landed copies handed to
+ * the host tier then cannot evict the entry being read. */
+static void ifd__copies_room(ifd_spec_draft_t *d)
+{
+    if (ifd__uploads_async(d) && d->copy_n == d->copy_slots)
+        ifd__copies_poll(d, 1);
+}
+
+/* A tier hit's data into pool block blk (a global id): copied into a slot
+ * and enqueued on the copy stream, the next forward waiting for it
+ * (ifd__uploads_wait); else the synchronous kv_upload. 0 or an error. */
+static int ifd__upload(ifd_spec_draft_t *d, int32_t blk, const void *data)
+{
+    const int32_t local = ifd_kvpool_block_local(d->pool, blk);
+    if (!ifd__uploads_async(d))
+        return d->em.kv_upload(d->em.ctx, local, -1, data);
+    const int at = ifd__copies_slot(d);
+    uint8_t *slot = d->copy_mem + (size_t)at * d->em.kv_data_bytes;
+    memcpy(slot, data, d->em.kv_data_bytes);
+    ifd__dcopy_t *c = &d->copies[at];
+    *c = (ifd__dcopy_t){.block = -1};
+    int rc = d->em.kv_upload_async(d->em.ctx, local, -1, slot, &c->ticket);
+    if (rc)
+        return rc;
+    d->copy_n++;
+    d->up_ticket = c->ticket;
+    d->up_wait = true;
+    d->st.async_uploads++;
+    return 0;
+}
+
+/* Before a forward: the device waits for the uploads enqueued since the
+ * last one (the copy stream's fences complete in order: the newest covers
+ * them all). */
+static int ifd__uploads_wait(ifd_spec_draft_t *d)
+{
+    if (!d->up_wait)
+        return 0;
+    d->up_wait = false;
+#ifdef IFD_TEST_HOOKS
+    if (d->p.skip_copy_wait_test)
+        return 0;
+#endif
+    d->st.upload_waits++;
+    return d->em.kv_copy_wait(d->em.ctx, d->up_ticket);
+}
+
+/* Starts the download of just-published block blk (chain hash *h after
+ * *parent, tokens t) for the tiers: pinned, enqueued into a slot. False:
+ * no ring (the caller copies synchronously); a block that cannot be copied
+ * is counted as dropped. */
+static bool ifd__copy_start(ifd_spec_draft_t *d, int32_t blk, const ifd_kvhash_t *h,
+                            const ifd_kvhash_t *parent, const int32_t *t)
+{
+    if (!ifd__copies_async(d))
+        return false;
+    const int at = ifd__copies_slot(d);
+    ifd__dcopy_t *c = &d->copies[at];
+    *c = (ifd__dcopy_t){*h, *parent, blk, 0};
+    int rc = ifd_kvpool_ref(d->pool, 0, &c->block, 1);
+    if (!rc) {
+        rc = d->em.kv_download_async(d->em.ctx, ifd_kvpool_block_local(d->pool, blk), -1,
+                                     d->copy_mem + (size_t)at * d->em.kv_data_bytes, &c->ticket);
+        if (rc)
+            ifd_kvpool_unref(d->pool, 0, &c->block, 1);
+    }
+    if (rc) {
+        IFD_WARN("draft: copying block %d to host memory: %s", blk, ifd_strerror(rc));
+        if (d->disk)
+            ifd_kvpool_tier_add(d->pool, IFD_KVTIER_DROPPED, 1);
+        return true;
+    }
+    memcpy(d->copy_tokens + (size_t)at * (size_t)d->p.block_size, t,
+           (size_t)d->p.block_size * sizeof *t);
+    d->copy_n++;
+    d->st.async_downloads++;
+    return true;
+}
+
+/* ifd_kvpool_alloc of n blocks of the draft's pool; when none is free and
+ * copies are in flight (their pins may hold the room), after waiting for
+ * them all. */
+static int ifd__alloc(ifd_spec_draft_t *d, int32_t n, int32_t *out)
+{
+    int rc = ifd_kvpool_alloc(d->pool, 0, 0, n, out);
+    if (rc == IFD_ENOBLOCKS && d->copy_n > 0) {
+        ifd__copies_poll(d, INT_MAX);
+        rc = ifd_kvpool_alloc(d->pool, 0, 0, n, out);
+    }
+    return rc;
+}
+
 int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
                           const ifd_spec_draft_params_t *p, char *err, size_t errlen)
 {
     *out = NULL;
     if (!draft || !p || p->n_vocab < 1 || p->max_batched_tokens < 1 || p->n_blocks < 1 ||
-        p->block_size < 1 || p->step_tokens < 0 || !(p->disk_ms_per_token >= 0)) {
+        p->block_size < 1 || p->step_tokens < 0 || !(p->disk_ms_per_token >= 0) ||
+        p->copy_slots > IFD_ENGINE_COPY_SLOTS_MAX) {
         snprintf(err, errlen, "draft model: bad parameters");
         return IFD_EINVAL;
     }
@@ -177,6 +389,8 @@ int ifd_spec_draft_create(ifd_spec_draft_t **out, ifd_model_t *draft,
     if (!d)
         return IFD_ENOMEM;
     d->p = *p;
+    d->copy_slots = p->copy_slots ? p->copy_slots : IFD_ENGINE_COPY_SLOTS;
+    d->copies_off = d->copy_slots < 0;
     ifd_kvpool_params_t kp = ifd_kvpool_model_params(cfg);
     kp.dtype = p->dtype;
     kp.block_size = p->block_size;
@@ -238,6 +452,8 @@ void ifd_spec_draft_destroy(ifd_spec_draft_t *d)
 {
     if (!d)
         return;
+    ifd__copies_poll(d, INT_MAX); /* the copies in flight to the tiers, their pins back */
+    ifd__copies_free(d);
     ifd_kvdisk_destroy(d->disk); /* writes what is queued, gives its pins back */
     ifd_kvhost_destroy(d->host); /* before the pool its gauges are in */
     free(d->stage);
@@ -345,7 +561,7 @@ static int ifd__dseq_reserve(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t n)
     const int32_t need = (n + d->p.block_size - 1) / d->p.block_size;
     if (need <= s->n_blocks)
         return 0;
-    rc = ifd_kvpool_alloc(d->pool, 0, 0, need - s->n_blocks, s->blocks + s->n_blocks);
+    rc = ifd__alloc(d, need - s->n_blocks, s->blocks + s->n_blocks);
     if (rc)
         return rc;
     d->st.blocks_held += need - s->n_blocks;
@@ -401,7 +617,7 @@ static void ifd__dseq_took(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b, const
 static bool ifd__dseq_put(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b, int32_t blk,
                           const int32_t *t, const void *data)
 {
-    if (data && d->em.kv_upload(d->em.ctx, ifd_kvpool_block_local(d->pool, blk), -1, data) != 0)
+    if (data && ifd__upload(d, blk, data) != 0)
         return false;
     return ifd_kvpool_publish(d->pool, 0, blk, b > 0 ? s->blocks[b - 1] : -1, 0, t, NULL) >= 0;
 }
@@ -421,9 +637,18 @@ static void ifd__dseq_host_fill(ifd_spec_draft_t *d, ifd__dseq_t *s, const int32
     for (; b < max; b++) {
         const int32_t *t = tokens + (int64_t)b * bs;
         const ifd_kvhash_t next = ifd_kvpool_hash_block(&h, 0, t, bs);
+        ifd__copies_room(d); /* before the read: nothing is put in the tier after it */
         const void *data = ifd_kvhost_get(d->host, &next, 0, t);
         int32_t blk;
-        if (!data || ifd_kvpool_alloc(d->pool, 0, 0, 1, &blk) != 0)
+        int rc = data ? ifd_kvpool_alloc(d->pool, 0, 0, 1, &blk) : IFD_ENOTFOUND;
+        if (rc == IFD_ENOBLOCKS && d->copy_n > 0) {
+            /* the copies' pins may hold the room; handing them over fills
+             * the host tier, which may evict the entry: read it again */
+            ifd__copies_poll(d, INT_MAX);
+            data = ifd_kvhost_get(d->host, &next, 0, t);
+            rc = data ? ifd_kvpool_alloc(d->pool, 0, 0, 1, &blk) : IFD_ENOTFOUND;
+        }
+        if (rc)
             break;
         if (!ifd__dseq_put(d, s, b, blk, t, data)) {
             ifd_kvpool_unref(d->pool, 0, &blk, 1);
@@ -483,7 +708,7 @@ static void ifd__dseq_disk_fill(ifd_spec_draft_t *d, ifd__dseq_t *s, const int32
     const int32_t *t = tokens + (int64_t)b0 * bs;
     int n = ifd_kvdisk_probe(d->disk, &parent, 0, t, max - b0);
     int32_t *gb = s->blocks + b0;
-    if (n <= 0 || ifd_kvpool_alloc(d->pool, 0, 0, n, gb) != 0)
+    if (n <= 0 || ifd__alloc(d, n, gb) != 0)
         return;
     ifd_kvdisk_load_t *l = NULL;
     void **bufs = NULL;
@@ -559,6 +784,8 @@ static void ifd__tiers_offer(ifd_spec_draft_t *d, ifd__dseq_t *s, int32_t b)
         return;
     }
     const ifd_kvhash_t h = ifd_kvpool_hash_block(&parent, 0, t, bs);
+    if (ifd__copy_start(d, s->blocks[b], &h, &parent, t))
+        return; /* the tiers take it when it has landed (ifd__copies_poll) */
     void *buf = d->host ? ifd_kvhost_put(d->host, &h, 0, t) : NULL;
     void *dst = buf ? buf : d->stage;
     if (!dst)
@@ -716,9 +943,12 @@ static int ifd__run(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int max_bloc
                            .max_blocks = max_blocks,
                            .n_logits = n_rows,
                            .logit_rows = d->b_rows};
+    int rc = ifd__uploads_wait(d); /* tier hits' blocks uploaded before they are read */
+    if (rc)
+        return rc;
     ifd_model_set_graph_set(d->model, 1);
     const double t0 = d->disk ? ifd__now_ms() : 0;
-    int rc = d->em.forward(d->em.ctx, &b, d->logits);
+    rc = d->em.forward(d->em.ctx, &b, d->logits);
     ifd_model_set_graph_set(d->model, 0); /* the model's own forwards, if it drafts for itself */
     if (rc)
         return rc;
@@ -808,6 +1038,7 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
         return IFD_EINVAL;
     bool on[IFD_ENGINE_SPEC_ROWS], prop[IFD_ENGINE_SPEC_ROWS];
     int32_t to[IFD_ENGINE_SPEC_ROWS];
+    ifd__copies_poll(d, 0); /* the tier copies that landed since the last call */
     for (int i = 0; i < n; i++) {
         q[i].n_out = 0;
         on[i] = ifd__sync(d, &q[i]);

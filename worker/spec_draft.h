@@ -45,7 +45,7 @@
  * Tiers (params disk_dir, host_blocks; docs/speculative.md, "The draft's
  * tiers"): every block the draft publishes anew is offered to a disk tier
  * of the draft's own (kvpool/kvdisk.h: written by its thread, never waited
- * for; a device pool's through a synchronous copy to host memory, which
+ * for; a device pool's through a copy to host memory ("Copies" below), which
  * also goes into a host-RAM tier of the draft's own, kvpool/kvhost.h,
  * with host_blocks), whose files
  * carry a fingerprint of the draft pool's geometry, the word "draft" and
@@ -60,6 +60,20 @@
  * waited for inside the call (the draft has no admission queue to hide it
  * behind), at most what feeding those tokens would take (disk_ms_per_token,
  * or the draft's measured catch-up rate); what is not read by then is fed.
+ *
+ * Copies. A device pool's tier copies are asynchronous where the draft's
+ * adapter has the ops (engine.h: kv_download_async, kv_upload_async, ...;
+ * the CUDA backend's copy stream), through a ring of copy_slots pinned
+ * host slots of the proposer's own, made at the first copy, as the
+ * engine's ring is (docs/kvpool.md, "Host tier"): a block published anew
+ * is pinned (one pool reference) and its download enqueued into a slot;
+ * the copies that landed are handed to the host and disk tiers at the
+ * start of every call, the oldest waited for when every slot is in flight,
+ * all of them before an allocation that found no block gives up (pins may
+ * hold the room) and at destroy. A tier hit's data is copied into a slot
+ * and its upload enqueued; the first forward after it waits (on the
+ * device, kv_copy_wait) for the newest upload's fence. Without the ops, or
+ * with copy_slots < 0: the synchronous kv_download / kv_upload.
  *
  * On a device with graphs (CUDA) the draft's one-token-per-sequence steps
  * (its greedy steps, a catch-up of one token a proposing sequence) replay
@@ -113,6 +127,15 @@ typedef struct {
     /* A device pool's host-RAM tier (above): its bound in blocks (of the
      * draft's); 0: none. Ignored for a host-memory pool. */
     int64_t host_blocks;
+    /* A device pool's tier copies ("Copies" above): slots of the ring of
+     * pinned host memory (one draft block's data each) for asynchronous
+     * copies, the engine's copy_slots (kv_cache_pin_slots); 0:
+     * IFD_ENGINE_COPY_SLOTS; < 0: no ring, synchronous copies. Above
+     * IFD_ENGINE_COPY_SLOTS_MAX: IFD_EINVAL. */
+    int copy_slots;
+    /* Tests only: a tier hit's asynchronous upload is not waited for before
+     * the draft's next forward (the missing fence wait a test must catch). */
+    bool skip_copy_wait_test;
 } ifd_spec_draft_params_t;
 
 /* A proposer over `draft` and a new private pool of p->n_blocks blocks (host
@@ -138,6 +161,12 @@ int ifd_spec_draft_propose(ifd_spec_draft_t *d, ifd_spec_draft_query_t *q, int n
  * of "draft|" + identity, so never a target tier's (kvdisk.h). Pure. */
 uint64_t ifd_spec_draft_disk_fingerprint(const ifd_kvpool_t *pool, const char *identity);
 
+/* Waits for the tier copies in flight ("Copies" above) and hands them to
+ * the tiers (their pins back): what the engine does when a step leaves it
+ * idle, so that a request's blocks are in the tiers once it is done. The
+ * worker calls it then; tests before reading the tiers' counters. */
+void ifd_spec_draft_flush(ifd_spec_draft_t *d);
+
 /* Whether d has a disk tier (params disk_dir, started), a host tier
  * (params host_blocks, a device pool). */
 bool ifd_spec_draft_has_disk(const ifd_spec_draft_t *d);
@@ -152,15 +181,19 @@ bool ifd_spec_draft_has_host(const ifd_spec_draft_t *d);
  * and the most one call fed (max_call_catchup, <= step_tokens), and the
  * proposals a call skipped because the budget left their catch-up
  * unfinished (lagging); with the tiers, the blocks offered to each
- * (disk_offered, host_offered) and the tokens a state read back from each
- * instead of feeding them (disk_hit_tokens, host_hit_tokens; not in
- * prefix_hit_tokens), for tests and logs. */
+ * (disk_offered, host_offered: a ring's copies once landed) and the tokens a state read back from
+ * each instead of feeding them (disk_hit_tokens, host_hit_tokens; not in prefix_hit_tokens), for
+ * tests and logs. */
 typedef struct {
     uint64_t forwards, tokens, catchup_tokens, no_room, rolled_back;
     uint64_t prefix_hit_tokens, published;
     int64_t blocks_held;
     uint64_t feed_tokens, max_call_catchup, lagging;
     uint64_t disk_offered, disk_hit_tokens, host_offered, host_hit_tokens;
+    /* a device pool's copies through the ring ("Copies" above): downloads of
+     * published blocks and uploads of tier hits enqueued, and the forwards
+     * that waited for uploads (kv_copy_wait) */
+    uint64_t async_downloads, async_uploads, upload_waits;
 } ifd_spec_draft_stats_t;
 void ifd_spec_draft_stats(const ifd_spec_draft_t *d, ifd_spec_draft_stats_t *out);
 

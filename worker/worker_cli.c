@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "error.h"
 #include "generate.h"
+#include "generate_spec.h"
 #include "image_embd.h"
 #include "inspect/inspect.h"
 #include "kernels.h"
@@ -22,6 +23,7 @@
 #include "model.h"
 #include "modelfile/shape.h"
 #include "serve.h"
+#include "spec_draft.h"
 #include "tokenizer/tokenizer.h"
 #include "utf8.h"
 #include "worker_model.h"
@@ -120,6 +122,14 @@ static void ifd__usage(FILE *f)
             "  --prefill-chunk N     prompt tokens per forward (default 512)\n"
             "  --kv-local-pool       a model with sliding-window and global layers: the local\n"
             "                        layers' K/V in a pool that holds only their window\n"
+            "  --spec ngram|draft    speculative decoding (docs/speculative.md): the prompt\n"
+            "                        served by the engine, which verifies proposals (the same\n"
+            "                        tokens, fewer forwards; not with --dump-logits,\n"
+            "                        --no-kv-cache, --image-embd or --kv-local-pool)\n"
+            "    --spec-tokens K     proposed tokens a step at most (1-16, default 4)\n"
+            "    --spec-ngram-min N, --spec-ngram-max N  the n-gram proposer's n (1-16,\n"
+            "                        defaults 1 and 4)\n"
+            "    --draft-model PATH  --spec draft's model (GGUF; the model's tokenizer)\n"
             "\n"
             "  --log-level L         error | warn | info | debug (default: $INFERD_LOG or info)\n"
             "  -h, --help            this help\n"
@@ -177,6 +187,8 @@ typedef struct {
     double vision_step_flops;     /* --serve: a fixed budget instead; 0 none */
     int64_t max_logprobs;         /* --serve: the router's max_logprobs; 0: 20 */
     int draft_step_tokens;        /* --serve: the draft's catch-up tokens a step; 0 default */
+    ifd_generate_spec_params_t spec; /* generation's --spec (method 0: none, ifd_generate) */
+    const char *draft_model;         /* --spec draft's --draft-model */
 } ifd__gen_opts_t;
 
 typedef struct {
@@ -286,6 +298,8 @@ typedef struct {
     size_t n_stop;
     ifd_generate_result_t res;
     FILE *dump;
+    ifd_model_t *draft; /* --spec draft's model */
+    ifd_generate_spec_stats_t spec;
     char err[1024];
 } ifd__gen_run_t;
 
@@ -301,9 +315,36 @@ static void ifd__gen_run_free(ifd__gen_run_t *g)
     ifd_tokens_free(&g->prompt);
     ifd_chat_template_destroy(g->tpl);
     ifd_tokenizer_destroy(g->tok);
+    ifd_model_destroy(g->draft);
     ifd_model_destroy(g->m);
     if (g->be)
         g->be->ops->destroy(g->be);
+}
+
+/* --spec draft's model onto g->be, its tokenizer checked against the
+ * model's first (spec_draft.h). 0, or 1 with the reason on stderr. */
+static int ifd__gen_load_draft(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
+{
+    ifd_model_source_t *src = NULL;
+    ifd_tokenizer_t *dtok = NULL;
+    int rc = ifd_model_source_open(&src, o->draft_model, g->err, sizeof g->err);
+    if (!rc)
+        rc = ifd_tokenizer_create_source(&dtok, src, g->err, sizeof g->err);
+    if (!rc)
+        rc = ifd_spec_draft_check_tokenizers(g->tok, dtok, g->err, sizeof g->err);
+    ifd_tokenizer_destroy(dtok);
+    if (!rc) {
+        rc = ifd_model_load_source(&g->draft, src, ifd_tokenizer_n_vocab(g->tok), g->be, g->err,
+                                   sizeof g->err);
+        src = NULL; /* the load took it */
+    }
+    ifd_model_source_close(src);
+    if (rc) {
+        fprintf(stderr, "inferd-worker: draft model %s: %s\n", o->draft_model,
+                g->err[0] ? g->err : ifd_strerror(rc));
+        return 1;
+    }
+    return 0;
 }
 
 /* The model file's tokenizer, then its weights onto g->be. 0, or 1 with the
@@ -328,7 +369,7 @@ static int ifd__gen_load(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
         return 1;
     }
     g->n_stop = ifd_tokenizer_eog_ids(g->tok, &g->stop_ids);
-    return 0;
+    return o->draft_model ? ifd__gen_load_draft(o, g) : 0;
 }
 
 /* --prompt-ids: the ids as given, each inside the vocabulary. 0 or 2. */
@@ -449,6 +490,17 @@ static int ifd__gen_print_json(const ifd__gen_opts_t *o, const ifd__gen_run_t *g
     json_object_set_new(j, "total_ms", json_real(res->total_ms));
     json_object_set_new(j, "weight_bytes", json_integer((json_int_t)ifd_model_weight_bytes(g->m)));
     json_object_set_new(j, "use_cache", json_boolean(!o->no_cache));
+    if (o->spec.method) {
+        json_t *sp = json_object();
+        json_object_set_new(sp, "method",
+                            json_string(o->spec.method == IFD_SPEC_DRAFT ? "draft" : "ngram"));
+        json_object_set_new(sp, "drafts", json_integer((json_int_t)g->spec.drafts));
+        json_object_set_new(sp, "draft_tokens", json_integer((json_int_t)g->spec.draft_tokens));
+        json_object_set_new(sp, "accepted_tokens",
+                            json_integer((json_int_t)g->spec.accepted_tokens));
+        json_object_set_new(sp, "steps", json_integer((json_int_t)g->spec.steps));
+        json_object_set_new(j, "speculative", sp);
+    }
     int drc = json_dumpf(j, stdout, JSON_COMPACT | JSON_ENSURE_ASCII);
     fputc('\n', stdout);
     json_decref(j);
@@ -494,7 +546,14 @@ static int ifd__gen_run(const ifd__gen_opts_t *o, ifd__gen_run_t *g)
         gp.on_token = ifd__stream_token;
         gp.cb_ctx = &st;
     }
-    rc = ifd_generate(g->m, g->prompt.ids, (int)g->prompt.n, &gp, &g->res);
+    if (o->spec.method) {
+        ifd_generate_spec_params_t sp = o->spec;
+        sp.draft = g->draft;
+        rc = ifd_generate_spec(g->m, g->prompt.ids, (int)g->prompt.n, &gp, &sp, &g->res,
+                               &g->spec);
+    } else {
+        rc = ifd_generate(g->m, g->prompt.ids, (int)g->prompt.n, &gp, &g->res);
+    }
     ifd_image_embd_free(&ie);
     if (rc) {
         fprintf(stderr, "inferd-worker: generation failed: %s\n", ifd_strerror(rc));
@@ -716,6 +775,11 @@ enum {
     OPT_KV_CACHE_HOST,
     OPT_DRAFT_STEP,
     OPT_KV_CACHE_PIN_SLOTS,
+    OPT_SPEC,
+    OPT_SPEC_TOKENS,
+    OPT_SPEC_NGRAM_MIN,
+    OPT_SPEC_NGRAM_MAX,
+    OPT_DRAFT_MODEL,
 };
 
 /* The parsed command line: the mode flags and each mode's options. */
@@ -1022,6 +1086,33 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
     case OPT_IGNORE_EOS:
         go->ignore_eos = true;
         break;
+    case OPT_SPEC:
+        if (strcmp(arg, "ngram") && strcmp(arg, "draft")) {
+            fprintf(stderr, "inferd-worker: --spec '%s': expected ngram or draft\n", arg);
+            return 2;
+        }
+        go->spec.method = !strcmp(arg, "draft") ? IFD_SPEC_DRAFT : IFD_SPEC_NGRAM;
+        break;
+    case OPT_SPEC_TOKENS:
+    case OPT_SPEC_NGRAM_MIN:
+    case OPT_SPEC_NGRAM_MAX: {
+        long v;
+        if (!ifd__parse_int(arg, 1, IFD_SPEC_MAX_TOKENS, &v)) {
+            fprintf(stderr, "inferd-worker: bad --%s '%s' (1 to %d)\n",
+                    c == OPT_SPEC_TOKENS ? "spec-tokens"
+                    : c == OPT_SPEC_NGRAM_MIN ? "spec-ngram-min"
+                                              : "spec-ngram-max",
+                    arg, IFD_SPEC_MAX_TOKENS);
+            return 2;
+        }
+        *(c == OPT_SPEC_TOKENS      ? &go->spec.num_tokens
+          : c == OPT_SPEC_NGRAM_MIN ? &go->spec.ngram_min
+                                    : &go->spec.ngram_max) = (int)v;
+        break;
+    }
+    case OPT_DRAFT_MODEL:
+        go->draft_model = arg;
+        break;
     case OPT_DUMP:
         go->dump_logits = arg;
         break;
@@ -1062,6 +1153,36 @@ static int ifd__parse_opt(ifd__cli_t *cli, int c, const char *arg)
         return 2;
     }
     return IFD__CLI_NEXT;
+}
+
+/* Generation's --spec options together: 0, or 2 after saying what is wrong. */
+static int ifd__check_spec(const ifd__gen_opts_t *go)
+{
+    const ifd_generate_spec_params_t *sp = &go->spec;
+    if (!sp->method) {
+        if (sp->num_tokens || sp->ngram_min || sp->ngram_max || go->draft_model) {
+            fprintf(stderr, "inferd-worker: --spec-tokens, --spec-ngram-min/max and "
+                            "--draft-model need --spec\n");
+            return 2;
+        }
+        return 0;
+    }
+    if ((sp->method == IFD_SPEC_DRAFT) != (go->draft_model != NULL)) {
+        fprintf(stderr, "inferd-worker: --spec draft and --draft-model PATH go together\n");
+        return 2;
+    }
+    const int lo = sp->ngram_min ? sp->ngram_min : 1, hi = sp->ngram_max ? sp->ngram_max : 4;
+    if (lo > hi) {
+        fprintf(stderr, "inferd-worker: --spec-ngram-min %d is above --spec-ngram-max %d\n", lo,
+                hi);
+        return 2;
+    }
+    if (go->shape || go->no_cache || go->dump_logits || go->n_image_embd || go->gp.local_pool) {
+        fprintf(stderr, "inferd-worker: --spec needs --model and the KV cache, and takes no "
+                        "--dump-logits, --image-embd or --kv-local-pool\n");
+        return 2;
+    }
+    return 0;
 }
 
 /* Runs the mode the command line picked, in order of precedence:
@@ -1105,6 +1226,8 @@ static int ifd__run_mode(ifd__cli_t *cli)
                     ifd_strerror(prc));
             return 2;
         }
+        if ((prc = ifd__check_spec(go)))
+            return prc;
         go->json = cli->json;
         return ifd__generate_main(go);
     }
@@ -1161,6 +1284,11 @@ int ifd_worker_main(int argc, char **argv)
         {"kv-cache-host-bytes", required_argument, NULL, OPT_KV_CACHE_HOST},
         {"draft-step-tokens", required_argument, NULL, OPT_DRAFT_STEP},
         {"kv-cache-pin-slots", required_argument, NULL, OPT_KV_CACHE_PIN_SLOTS},
+        {"spec", required_argument, NULL, OPT_SPEC},
+        {"spec-tokens", required_argument, NULL, OPT_SPEC_TOKENS},
+        {"spec-ngram-min", required_argument, NULL, OPT_SPEC_NGRAM_MIN},
+        {"spec-ngram-max", required_argument, NULL, OPT_SPEC_NGRAM_MAX},
+        {"draft-model", required_argument, NULL, OPT_DRAFT_MODEL},
         {"max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},

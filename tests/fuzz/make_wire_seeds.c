@@ -49,7 +49,9 @@ int main(int argc, char **argv)
                            .kv = {30, 3, 64, 1, 16, 364, 0x1234},
                            .size_pool = true,
                            .gpu_memory_fraction = 0.9,
-                           .max_model_len = 4096};
+                           .max_model_len = 4096,
+                           .spec = {3, 4, 1, 3},
+                           .draft_model_path = (char *)"/m/draft.gguf"};
     m[1].type = IFD_WIRE_ADD;
     m[1].u.add.id = 42;
     m[1].u.add.tokens = toks;
@@ -114,6 +116,9 @@ int main(int argc, char **argv)
     m[11].u.stats.spec_accepted_tokens = 10;
     m[11].u.stats.spec_accepted_per_pos = per_pos;
     m[11].u.stats.n_spec_per_pos = 2;
+    static ifd_wire_count_t draft_tier[4] = {{1 << 20}, {12}, {0}, {48}};
+    m[11].u.stats.draft_tier = draft_tier; /* version 15 */
+    m[11].u.stats.n_draft_tier = 4;
     m[12].type = IFD_WIRE_POOL;
     m[12].u.pool = (ifd_wire_pool_t){2, 1, {30, 3, 64, 1, 16, 364, 0x1234}};
     m[13].type = IFD_WIRE_POOL_SIZE;

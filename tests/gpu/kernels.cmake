@@ -155,6 +155,7 @@ if(CMAKE_CXX_COMPILER)
                  ${PROJECT_SOURCE_DIR}/worker/kvprobe.c
                  ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER}
                  ${PROJECT_SOURCE_DIR}/worker/generate.c ${PROJECT_SOURCE_DIR}/worker/engine.c
+                 ${PROJECT_SOURCE_DIR}/worker/generate_spec.c
                  ${PROJECT_SOURCE_DIR}/worker/image_embd.c ${IFD_SPEC_SRCS}
                  ${PROJECT_SOURCE_DIR}/worker/vision.c ${PROJECT_SOURCE_DIR}/worker/image_cache.c
                  ${PROJECT_SOURCE_DIR}/worker/serve_vision.c)

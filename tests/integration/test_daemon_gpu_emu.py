@@ -429,7 +429,9 @@ def test_draft_model_same_text():
     worker's CUDA backend, its private pool a device segment, counted by the POOL step (fewer
     KV blocks than the model alone); a tiny GGUF Llama (tests/oracle/tiny_models.py) as its
     own draft: greedy text equal to "speculative": false's, streamed and not, with proposals
-    accepted."""
+    accepted. With --kv-cache-host-bytes the draft's published blocks reach a host tier of
+    its own through the asynchronous copies (docs/speculative.md, "The draft's tiers"), which
+    /metrics shows apart from the model's (inferd_draft_kv_host_*)."""
     sys.path.insert(0, os.path.join(SRC, "tests", "oracle"))
     try:
         import tiny_models
@@ -451,7 +453,8 @@ def test_draft_model_same_text():
             "--max-batched-tokens", "64", "--worker-ping-interval", "0.1"]
     blocks = []
     try:
-        for extra in ([], ["--spec", "draft", "--draft-model", gguf_path]):
+        for extra in ([], ["--spec", "draft", "--draft-model", gguf_path,
+                           "--kv-cache-host-bytes", "8M"]):
             d = Daemon(INFERD, args=args + extra)
             try:
                 log = wait_log(d, "KV blocks fit")
@@ -471,6 +474,16 @@ def test_draft_model_same_text():
                     assert "".join(ch.choices[0].text for ch in chunks) == texts[0], prompt
                 d.wait_metric("vllm:spec_decode_num_accepted_tokens_total", lambda n: n > 0)
                 d.wait_idle()
+                # the draft's blocks copied into its host tier (landed: the worker hands the
+                # copies in flight over when idle), counted apart from the model's
+                d.wait_metric("inferd_draft_kv_host_writes_total", lambda n: n > 0)
+                m = d.metrics()
+                assert m["inferd_draft_kv_host_blocks"] == m["inferd_draft_kv_host_writes_total"]
+                assert m["inferd_draft_kv_host_capacity_bytes"] > 0, m
+                assert m["inferd_draft_kv_host_dropped_total"] == 0, m
+                assert m["inferd_kv_host_writes_total"] > 0, m
+                print("  draft host tier: %d blocks written, the model's %d" %
+                      (m["inferd_draft_kv_host_writes_total"], m["inferd_kv_host_writes_total"]))
             finally:
                 assert d.stop() == 0, d.logtext()
         assert len(blocks) == 2 and 0 < blocks[1] < blocks[0], blocks

@@ -84,6 +84,8 @@ def spec_metrics():
     pick = {k.split("{")[0]: v for k, v in m.items() if k.startswith("vllm:spec_decode_num_")
             and "per_pos" not in k}
     pos0 = [v for k, v in m.items() if "per_pos" in k and 'position="0"' in k]
+    # the draft pool's tier families come with a draft model only
+    assert not [k for k in m if k.startswith("inferd_draft_kv_")], m
     return pick, pos0[0] if pos0 else None
 
 
@@ -304,6 +306,26 @@ def test_draft_model_same_text():
         accepted = c["vllm:spec_decode_num_accepted_tokens_total"]
         # every greedy proposal of the model itself stands but those past a stop (EOS)
         assert proposed > 0 and accepted >= 0.95 * proposed, c
+        # the draft's own disk tier in /metrics (its pool is the worker's: the counters
+        # come in the worker's STATS), apart from the model's: once the writes settled,
+        # the two write counters add up to the directory's block files
+        d.wait_metric("inferd_draft_kv_disk_writes_total", lambda n: n > 0)
+        writes, last = None, None
+        for _ in range(int(100 * SCALE)):
+            m = d.metrics()
+            now = (m["inferd_kv_disk_writes_total"], m["inferd_draft_kv_disk_writes_total"])
+            if now == last:
+                writes = now
+                break
+            last = now
+            time.sleep(0.3)
+        assert writes and writes[0] > 0 and writes[1] > 0, (last, m)
+        files = [f for f in os.listdir(kvdir) if f.endswith(".kvb")]
+        assert len(files) == sum(writes), (len(files), writes)
+        assert m["inferd_draft_kv_disk_dropped_total"] == 0, m
+        assert m["inferd_draft_kv_disk_capacity_bytes"] == m["inferd_kv_disk_capacity_bytes"] > 0
+        print("     draft tier metrics: %d draft blocks written, %d model blocks" %
+              (writes[1], writes[0]))
         if SANITIZED:  # a request's own method and sampled requests: the normal build
             return
         msgs = PROMPTS["open_chat"][0]

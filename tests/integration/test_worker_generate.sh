@@ -3,7 +3,8 @@
 # (label model): --no-kv-cache gives exactly the cached path's tokens;
 # --dump-logits writes a [n_prompt + n - 1, vocab] float32 .npy; seeded
 # sampling is reproducible; --json text is valid UTF-8 even when a token
-# ends inside a character; bad arguments are usage errors (exit 2).
+# ends inside a character; bad arguments are usage errors (exit 2); --spec ngram and
+# --spec draft give the plain path's tokens.
 set -euo pipefail
 worker=$1
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -50,6 +51,37 @@ s2=$("$worker" --model "$model" --prompt "Tell me a story." -n 24 --temperature 
 s3=$("$worker" --model "$model" --prompt "Tell me a story." -n 24 --temperature 0.9 --top-p 0.9 --seed 12 --json | tokens)
 [ "$s1" == "$s2" ] || fail "the same seed gave different tokens"
 [ "$s1" != "$s3" ] || fail "different seeds gave the same 24 tokens"
+
+# --spec ngram and --spec draft (the model as its own draft): the engine verifies the
+# proposals, so the tokens are the plain path's, greedy and seeded, with proposals accepted
+# (docs/speculative.md); --spec with what it cannot do, or a draft without --draft-model, is a
+# usage error.
+copy="Repeat this list twice: red, green, blue, yellow, red, green, blue, yellow."
+spec() { "$py" -c 'import json,sys; d=json.load(sys.stdin); s=d["speculative"]
+print(d["tokens"], s["accepted_tokens"] > 0 and s["steps"] < len(d["tokens"]))'; }
+runs=("|--spec ngram --spec-tokens 6" "|--spec draft --draft-model $model"
+      "--temperature 0.8 --seed 5|--spec ngram --spec-tokens 6")
+[ -z "${INFERD_TEST_SANITIZED:-}" ] || runs=("${runs[1]}")
+declare -A plain
+for run in "${runs[@]}"; do
+    samp=${run%%|*} sp=${run#*|}
+    # shellcheck disable=SC2086
+    [ -n "${plain[x$samp]:-}" ] ||
+        plain[x$samp]=$("$worker" --model "$model" --prompt "$copy" -n 24 --ignore-eos $samp \
+                        --json | tokens)
+    # shellcheck disable=SC2086
+    got=$("$worker" --model "$model" --prompt "$copy" -n 24 --ignore-eos $samp $sp --json | spec)
+    [ "$got" == "${plain[x$samp]} True" ] || fail "$sp $samp: '$got', plain '${plain[x$samp]}'"
+done
+for bad in "--spec draft" "--draft-model $model" "--spec lookahead" "--spec ngram --no-kv-cache" \
+           "--spec ngram --spec-tokens 17" "--spec ngram --spec-ngram-min 5"; do
+    set +e
+    # shellcheck disable=SC2086
+    "$worker" --model "$model" --prompt "x" -n 2 $bad >/dev/null 2>"$tmp/err"
+    rc=$?
+    set -e
+    [ $rc -eq 2 ] && grep -q -- "--spec" "$tmp/err" || fail "'$bad': rc $rc, $(cat "$tmp/err")"
+done
 
 # The first token of this answer is half a UTF-8 character: --json still
 # prints a valid document, the half character as U+FFFD (it printed nothing).

@@ -554,6 +554,64 @@ START_TEST(test_metrics_vllm_requests)
 }
 END_TEST
 
+/* The draft model's pool's tiers (docs/speculative.md, "The draft's tiers"):
+ * a twin inferd_draft_kv_* family of every inferd_kv_* tier family, each
+ * once, read from draft_kv_tier and never from the model's kv_tier; none
+ * without a draft model. */
+START_TEST(test_metrics_draft_tiers)
+{
+    ifd_metrics_t m;
+    ifd_metrics_init(&m);
+    ifd_metrics_gauges_t g;
+    memset(&g, 0, sizeof g);
+    for (int c = 0; c < IFD_KVTIER_COUNT; c++) {
+        g.kv_tier[c] = 1000 + (uint64_t)c;
+        g.draft_kv_tier[c] = 2000 + (uint64_t)c;
+    }
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_metrics_render(&m, &g, "m", &b), 0);
+    ck_assert_ptr_null(strstr(b.data, "inferd_draft_"));
+    ifd_buf_free(&b);
+    g.draft_tiers = true;
+    ck_assert_int_eq(ifd_metrics_render(&m, &g, "m", &b), 0);
+    char want[160];
+    snprintf(want, sizeof want, "inferd_kv_disk_writes_total %d\n", 1000 + IFD_KVTIER_WRITES);
+    ck_assert_msg(strstr(b.data, want), "missing: %s", want);
+    snprintf(want, sizeof want, "inferd_draft_kv_disk_writes_total %d\n",
+             2000 + IFD_KVTIER_WRITES);
+    ck_assert_msg(strstr(b.data, want), "missing: %s", want);
+    snprintf(want, sizeof want, "inferd_draft_kv_host_hits_total %d\n",
+             2000 + IFD_KVTIER_HOST_HIT_TOKENS);
+    ck_assert_msg(strstr(b.data, want), "missing: %s", want);
+    snprintf(want, sizeof want, "inferd_draft_kv_disk_bytes %d\n", 2000 + IFD_KVTIER_DISK_BYTES);
+    ck_assert_msg(strstr(b.data, want), "missing: %s", want);
+    ck_assert_ptr_nonnull(strstr(b.data, "# TYPE inferd_draft_kv_host_bytes gauge\n"));
+    ck_assert_ptr_nonnull(strstr(b.data, "# TYPE inferd_draft_kv_host_misses_total counter\n"));
+    ck_assert_ptr_nonnull(strstr(b.data, "# HELP inferd_draft_kv_disk_hits_total The draft "));
+    /* one draft family per model tier family, each of its own counter */
+    int n_kv = 0, n_draft = 0;
+    for (const char *p = b.data; (p = strstr(p, "# TYPE ")) != NULL; p++) {
+        char name[96];
+        ck_assert_int_eq(sscanf(p, "# TYPE %95s", name), 1);
+        if (!strncmp(name, "inferd_kv_disk_", 15) || !strncmp(name, "inferd_kv_host_", 15))
+            n_kv++;
+        if (!strncmp(name, "inferd_draft_", 13)) {
+            n_draft++;
+            char line[128];
+            snprintf(line, sizeof line, "\n%s ", name);
+            const char *at = strstr(b.data, line);
+            ck_assert_msg(at, "no sample of %s", name);
+            unsigned long long v = strtoull(at + strlen(line), NULL, 10);
+            ck_assert_msg(v >= 2000 && v < 2000 + IFD_KVTIER_COUNT, "%s %llu", name, v);
+            ck_assert_ptr_null(strstr(at + 1, line)); /* once */
+        }
+    }
+    ck_assert_int_eq(n_kv, IFD_KVTIER_COUNT);
+    ck_assert_int_eq(n_draft, IFD_KVTIER_COUNT);
+    ifd_buf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("daemon_config");
@@ -563,6 +621,7 @@ int main(void)
                             test_image_url_keys, test_kv_cache_pin_slots,
                             test_file_precedence_and_errors,
                             test_metrics_render,
-                            test_metrics_vllm_and_families, test_metrics_vllm_requests));
+                            test_metrics_vllm_and_families, test_metrics_vllm_requests,
+                            test_metrics_draft_tiers));
     return ifd_test_run(s);
 }

@@ -192,9 +192,12 @@ static void serve_drafted(sink_t *sink, int id, ifd_spec_draft_t *d, ifd_engine_
 
 /* A drafter over the model with its tiers: a disk tier in dir (NULL: none)
  * under identity, reads never cut short, and a host tier of host_blocks
- * blocks; its pool of n_blocks. */
-static ifd_spec_draft_t *make_tier_drafter(const char *dir, const char *identity,
-                                           int64_t host_blocks, int64_t n_blocks)
+ * blocks; its pool of n_blocks; its tier copies through a ring of
+ * copy_slots (spec_draft.h: 0 the default, < 0 synchronous), skip_wait: the
+ * uploads' fence not waited for (the test hook: a bug to be caught). */
+static ifd_spec_draft_t *make_tier_drafter_ring(const char *dir, const char *identity,
+                                                int64_t host_blocks, int64_t n_blocks,
+                                                int copy_slots, bool skip_wait)
 {
     const ifd_spec_draft_params_t dp = {.n_vocab = (int32_t)ifd_model_config(model)->n_vocab,
                                         .max_batched_tokens = 256,
@@ -205,13 +208,21 @@ static ifd_spec_draft_t *make_tier_drafter(const char *dir, const char *identity
                                         .disk_bytes = 1 << 26,
                                         .disk_identity = identity,
                                         .disk_ms_per_token = 1000,
-                                        .host_blocks = host_blocks};
+                                        .host_blocks = host_blocks,
+                                        .copy_slots = copy_slots,
+                                        .skip_copy_wait_test = skip_wait};
     ifd_spec_draft_t *d;
     char err[512] = "";
     ck_assert_msg(ifd_spec_draft_create(&d, model, &dp, err, sizeof err) == 0, "%s", err);
     ck_assert(ifd_spec_draft_has_disk(d) == (dir != NULL));
     ck_assert(ifd_spec_draft_has_host(d) == (host_blocks > 0));
     return d;
+}
+
+static ifd_spec_draft_t *make_tier_drafter(const char *dir, const char *identity,
+                                           int64_t host_blocks, int64_t n_blocks)
+{
+    return make_tier_drafter_ring(dir, identity, host_blocks, n_blocks, 0, false);
 }
 
 /* A drafter over serve_draft for an engine over em (NULL without one): its
@@ -913,7 +924,11 @@ static void serve_disk_hit(ifd_kvpool_t *pool, int want)
  */
 /*
  * The draft's tiers on a device pool (the model as its own draft, its pool
- * a device segment; spec_draft.h: host copies, synchronous). Disk: request
+ * a device segment; spec_draft.h: host copies, asynchronous through the
+ * drafter's pinned ring — every copy through it, and a forward waiting for
+ * the uploads; synchronous with copy_slots -1, the same; with the wait
+ * skipped (the test hook) the deferred copy stream of the emulator shows
+ * it: other proposals). Disk: request
  * 1 (42 prompt tokens) with a draft whose tier writes its published
  * blocks, then a "restart" (a new proposer on the same directory): its
  * first catch-up reads the prompt's two full blocks (32 tokens) back and
@@ -938,13 +953,21 @@ START_TEST(test_draft_tiers_device_pool)
 
     ifd_spec_draft_t *d = make_tier_drafter(dir, id, 0, 64);
     serve_drafted(&r[0], 1, d, &e1);
+    ifd_spec_draft_flush(d); /* the copies in flight, as the worker does when idle */
     ifd_spec_draft_stats(d, &s1);
     ck_assert_uint_ge(s1.disk_offered, 2);
     ck_assert_uint_eq(s1.host_offered, 0);
+    /* the published blocks' copies went through the pinned ring */
+    ck_assert_uint_eq(s1.async_downloads, s1.published);
+    ck_assert_uint_ge(s1.async_downloads, 2);
     ifd_spec_draft_destroy(d);             /* writes what is queued */
     d = make_tier_drafter(dir, id, 0, 64); /* the restart */
     serve_drafted(&r[1], 1, d, &e2);
     ifd_spec_draft_stats(d, &s2);
+    /* the two blocks read back were uploaded through the ring, and the
+     * draft's next forward waited for them on the device */
+    ck_assert_uint_eq(s2.async_uploads, 2);
+    ck_assert_uint_ge(s2.upload_waits, 1);
     printf("draft disk tier (device pool): %llu catch-up tokens, after the restart %llu (%llu "
            "read back)\n",
            (unsigned long long)s1.catchup_tokens, (unsigned long long)s2.catchup_tokens,
@@ -956,10 +979,44 @@ START_TEST(test_draft_tiers_device_pool)
     ck_assert_uint_eq(e2.spec_accepted_tokens, e1.spec_accepted_tokens);
     ck_assert_int_eq(s2.blocks_held, 0);
     ifd_spec_draft_destroy(d);
+    /* the same restart with synchronous copies (no ring): the same reads and
+     * proposals; and with the uploads' fence not waited for (the test hook),
+     * the first catch-up reads blocks whose copies have not run (the
+     * emulator's copy stream is deferred, docs/kvpool.md): other proposals */
+    ifd_engine_stats_t e3;
+    static sink_t rs, rn;
+    d = make_tier_drafter_ring(dir, id, 0, 64, -1, false);
+    serve_drafted(&rs, 1, d, &e3);
+    ifd_spec_draft_stats(d, &s3);
+    ck_assert_uint_eq(s3.async_uploads + s3.async_downloads, 0);
+    ck_assert_uint_eq(s3.disk_hit_tokens, 32);
+    ck_assert_uint_eq(e3.spec_draft_tokens, e1.spec_draft_tokens);
+    ck_assert_uint_eq(e3.spec_accepted_tokens, e1.spec_accepted_tokens);
+    ifd_spec_draft_destroy(d);
+#ifdef IFD_TEST_HOOKS
+    d = make_tier_drafter_ring(dir, id, 0, 64, 0, true);
+    serve_drafted(&rn, 1, d, &e3);
+    ifd_spec_draft_stats(d, &s3);
+    printf("draft disk tier, uploads not waited for: %llu of %llu proposed tokens accepted "
+           "(%llu of %llu waited for)\n",
+           (unsigned long long)e3.spec_accepted_tokens, (unsigned long long)e3.spec_draft_tokens,
+           (unsigned long long)e2.spec_accepted_tokens, (unsigned long long)e2.spec_draft_tokens);
+    ck_assert_uint_eq(s3.async_uploads, 2);
+    ck_assert_uint_eq(s3.upload_waits, 0);
+    ck_assert_msg(e3.spec_accepted_tokens != e2.spec_accepted_tokens ||
+                      e3.spec_draft_tokens != e2.spec_draft_tokens,
+                  "a missing fence wait went unnoticed");
+    ifd_spec_draft_destroy(d);
+    for (int t = 0; t < N_OUT; t++) /* the verified tokens are the model's all the same */
+        ck_assert_int_eq(rn.out[1][t], ref.out[1][t]);
+#endif
+    for (int t = 0; t < N_OUT; t++)
+        ck_assert_int_eq(rs.out[1][t], ref.out[1][t]);
 
     d = make_tier_drafter(NULL, NULL, 16, 4);
     serve_drafted(&r[2], 1, d, &e);
     serve_drafted(&r[3], 2, d, &e);
+    ifd_spec_draft_flush(d);
     ifd_spec_draft_stats(d, &s3);
     ck_assert_uint_ge(s3.host_offered, 2);
     ck_assert_uint_eq(s3.host_hit_tokens, 0);
@@ -971,6 +1028,7 @@ START_TEST(test_draft_tiers_device_pool)
            (unsigned long long)pool, (unsigned long long)host);
     ck_assert_uint_ge(host, 16);
     ck_assert_uint_eq(host + pool, 32);
+    ck_assert_uint_ge(s1.async_uploads, host / 16); /* the host hits through the ring */
     ck_assert_int_eq(s1.blocks_held, 0);
     ifd_spec_draft_destroy(d);
 

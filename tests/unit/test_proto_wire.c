@@ -28,6 +28,8 @@ static ifd_wire_token_t g_events[3];
 static ifd_wire_plp_t g_plp[2];
 static uint8_t g_pix[2][4 * 3 * 3]; /* two 4x3 RGB pictures */
 static ifd_wire_image_t g_images[2];
+static ifd_wire_count_t g_per_pos[2] = {{7}, {3}};
+static ifd_wire_count_t g_draft_tier[IFD_WIRE_MAX_TIER_CTRS + 1];
 
 static const ifd_wire_kv_geometry_t g_kv = {
     30, 3, 64, 1, 16, 123456789012ull, 0xfedcba9876543210ull};
@@ -204,7 +206,14 @@ static ifd_wire_msg_t sample(ifd_wire_type_t t)
             .forward_ns = 10000000000ull,
             .sampling_ns = 200000,
             .scheduling_ns = 300,
-            .step_tokens = {{5, 0, 1ull << 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, UINT64_MAX}}};
+            .step_tokens = {{5, 0, 1ull << 40, 0, 0, 0, 0, 0, 0, 0, 0, 0, UINT64_MAX}},
+            .spec_drafts = 9,
+            .spec_accepted_per_pos = g_per_pos,
+            .n_spec_per_pos = 2,
+            .draft_tier = g_draft_tier,
+            .n_draft_tier = 25};
+        for (uint32_t i = 0; i < IFD_WIRE_MAX_TIER_CTRS + 1; i++)
+            g_draft_tier[i].n = i == 3 ? UINT64_MAX : (uint64_t)i * 1000;
         break;
     case IFD_WIRE_PROMPT_LOGPROBS:
         g_plp[0] = (ifd_wire_plp_t){
@@ -468,7 +477,28 @@ START_TEST(test_other_fields)
     ck_assert(d.u.stats.batch_occupancy == 0.1 + 1e-12); /* doubles stay doubles */
     ck_assert_uint_eq(d.u.stats.forward_ns, 10000000000ull);
     ck_assert_uint_eq(d.u.stats.running, 12);
+    ck_assert_uint_eq(d.u.stats.n_spec_per_pos, 2);
+    ck_assert_uint_eq(d.u.stats.spec_accepted_per_pos[1].n, 3);
+    /* the draft pool's tier counters (version 15) */
+    ck_assert_uint_eq(d.u.stats.n_draft_tier, 25);
+    ck_assert_uint_eq(d.u.stats.draft_tier[3].n, UINT64_MAX);
+    ck_assert_uint_eq(d.u.stats.draft_tier[24].n, 24000);
     ifd_wire_msg_free(&d);
+    m.u.stats.n_draft_tier = 0; /* none: an empty array */
+    round_trip(&m, &d);
+    ck_assert_uint_eq(d.u.stats.n_draft_tier, 0);
+    ifd_wire_msg_free(&d);
+    m.u.stats.n_draft_tier = IFD_WIRE_MAX_TIER_CTRS; /* the bound passes, one more does not */
+    round_trip(&m, &d);
+    ck_assert_uint_eq(d.u.stats.n_draft_tier, IFD_WIRE_MAX_TIER_CTRS);
+    ifd_wire_msg_free(&d);
+    {
+        ifd_buf_t big = IFD_BUF_INIT;
+        m.u.stats.n_draft_tier = IFD_WIRE_MAX_TIER_CTRS + 1;
+        ck_assert_int_eq(ifd_wire_encode(&big, &m), IFD_ETOOBIG);
+        ck_assert_uint_eq(big.len, 0);
+        ifd_buf_free(&big);
+    }
 
     m = sample(IFD_WIRE_FINISHED);
     round_trip(&m, &d);
@@ -835,7 +865,7 @@ START_TEST(test_wrong_msgpack_types)
                 0x00, 0x00, 0x01, 0x00, 'x');
     /* A float field given an int: floats must be floats. */
     EXPECT_PADDED(IFD_WIRE_STATS, IFD_ETYPE, "stats.tokens_per_step: expected float", 0xdc, 0x00,
-                  0x1a, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
+                  0x1b, 0, 0, 0, 0, 0, 0, 0, 0, 0x01);
     /* Cross-field checks run after decoding. */
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "tokens: no events", 0x92, 0x01, 0x90);
     EXPECT_BODY(IFD_WIRE_TOKENS, IFD_EFORMAT, "top logprobs without has_logprob", 0x92, 0x01, 0x91,
