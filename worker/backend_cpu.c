@@ -47,10 +47,19 @@ typedef struct {
     int refs;
 } ifd__qshare_t;
 
+/* A chunk of the weight arena (see ifd__cpu_walloc). */
+typedef struct ifd__wchunk {
+    struct ifd__wchunk *next;
+    uint8_t *base;
+    size_t cap, used;
+    int live; /* weights placed here and not yet freed */
+} ifd__wchunk_t;
+
 typedef struct {
     ifd_backend_t base;
     ifd_threadpool_t *tp;
     ifd_weights_dtype_t weights;
+    ifd__wchunk_t *wchunks; /* the weight arena */
     /* rope_kv's contiguous K and V rows, grown as needed */
     float *kv_tmp;
     size_t kv_tmp_floats;
@@ -77,52 +86,129 @@ static void ifd__cpu_destroy(ifd_backend_t *be)
     ifd_threadpool_destroy(c->tp);
     free(c->kv_tmp);
     free(c->qact);
+    for (ifd__wchunk_t *ch = c->wchunks, *next; ch; ch = next) { /* weights not freed */
+        next = ch->next;
+        free(ch->base);
+        free(ch);
+    }
     free(c);
 }
 
-/* Weight buffers of 2 MiB or more are aligned to 2 MiB and offered to
- * transparent huge pages: streaming hundreds of MB of weights through 4 KiB
- * pages costs a TLB miss every 64 cache lines, which the batched matmul feels
- * (a 30-layer sweep of SmolLM2's matrices at 31 rows, cold: ~12% faster;
- * bench_engine at concurrency 16: a few %, within its noise). The price: a
- * buffer's last, partly used 2 MiB page is resident whole (at most ≈ 60 MB
- * over SmolLM2's 650 MB of f32 weights); it is zeroed here, so that the
- * buffer is resident whole from the start rather than when khugepaged gets
- * to it. Activations and index buffers (ops->alloc) get no advice: their
- * pages are touched as steps first reach a shape, and khugepaged collapsing
- * a partly touched 2 MiB range makes all of it resident at a moment of its
- * choosing (a soak saw private RSS climb in 2 MiB steps for minutes).
- * Advice only: where THP is off, the pages stay small and nothing fails. */
-static int ifd__cpu_alloc_as(size_t bytes, bool weights, void **out)
+/* Activation and index buffers (ops->alloc): 64-byte aligned, no advice —
+ * their pages are touched as steps first reach a shape, and khugepaged
+ * collapsing a partly touched 2 MiB range would make all of it resident at a
+ * moment of its choosing (a soak saw private RSS climb in 2 MiB steps). */
+static int ifd__cpu_alloc(ifd_backend_t *be, size_t bytes, void **out)
 {
-    enum { HUGE = 2 << 20 };
-    const size_t align = weights && bytes >= HUGE ? HUGE : 64;
-    size_t rounded = (bytes + align - 1) & ~(align - 1);
-    void *p = aligned_alloc(align, rounded ? rounded : 64);
+    (void)be;
+    void *p = aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
     if (!p) {
         IFD_ERROR("cpu backend: aligned_alloc(%zu) failed", bytes);
         return IFD_ENOMEM;
-    }
-    if (align == HUGE) {
-#ifdef MADV_HUGEPAGE
-        (void)madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-        memset((char *)p + bytes, 0, rounded - bytes);
     }
     *out = p;
     return 0;
 }
 
-static int ifd__cpu_alloc(ifd_backend_t *be, size_t bytes, void **out)
+/* The weight arena. Weights are placed one after the other (64-byte
+ * aligned) in chunks of at least IFD__WCHUNK, 2 MiB aligned and offered to
+ * transparent huge pages: streaming hundreds of MB of weights through 4 KiB
+ * pages costs a TLB miss every 64 cache lines, which the batched matmul feels
+ * (a 30-layer sweep of SmolLM2's matrices at 31 rows, cold: ~12% faster).
+ * Until 2026-12-07 each weight had a 2 MiB-aligned buffer of its own whose
+ * last, partly used 2 MiB page was resident whole: ~4.4 MiB a layer of a
+ * Llama-3.2-1B (72 MiB of its 1.4 GiB RSS in Q8_0). Packed end to end, only
+ * each chunk's last partly used 2 MiB page is wasted; the chunk's untouched
+ * rest is address space, not memory. A weight that fits in no chunk's free
+ * tail starts a new chunk (its own size when larger). Freeing a weight
+ * frees its chunk when the chunk's last weight goes (weights are freed with
+ * their model). Weights only: a temporary would stay resident in the arena.
+ * Threading: the worker's thread that loads and frees models. */
+enum { IFD__WHUGE = 2 << 20, IFD__WCHUNK = 256 << 20 };
+
+/* Under AddressSanitizer every weight is a chunk of its own, exactly its
+ * size: a kernel reading past a weight's end is reported, not handed the
+ * next weight's bytes. */
+#if defined(__SANITIZE_ADDRESS__)
+#define IFD__WCHUNK_EXACT 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define IFD__WCHUNK_EXACT 1
+#endif
+#endif
+
+static ifd__wchunk_t *ifd__wchunk_new(size_t bytes, size_t need)
 {
-    (void)be;
-    return ifd__cpu_alloc_as(bytes, false, out);
+    ifd__wchunk_t *ch = calloc(1, sizeof *ch);
+    if (!ch)
+        return NULL;
+#ifdef IFD__WCHUNK_EXACT
+    (void)need;
+    void *p = NULL;
+    ch->cap = bytes ? bytes : 1;
+    if (posix_memalign(&p, 64, ch->cap)) {
+        free(ch);
+        return NULL;
+    }
+    ch->base = p;
+    return ch;
+#else
+    (void)bytes;
+    size_t min = (need + IFD__WHUGE - 1) & ~(size_t)(IFD__WHUGE - 1);
+    ch->cap = min > IFD__WCHUNK ? min : IFD__WCHUNK;
+    if (!(ch->base = aligned_alloc(IFD__WHUGE, ch->cap)) && ch->cap > min)
+        ch->base = aligned_alloc(IFD__WHUGE, ch->cap = min); /* a tight address space */
+    if (!ch->base) {
+        free(ch);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    (void)madvise(ch->base, ch->cap, MADV_HUGEPAGE); /* advice: where THP is off, 4 KiB pages */
+#endif
+    return ch;
+#endif
 }
 
 static int ifd__cpu_walloc(ifd_backend_t *be, size_t bytes, void **out)
 {
-    (void)be;
-    return ifd__cpu_alloc_as(bytes, true, out);
+    ifd__cpu_backend_t *c = ifd__cpu(be);
+    const size_t need = bytes ? (bytes + 63) & ~(size_t)63 : 64;
+    ifd__wchunk_t *ch = c->wchunks;
+    while (ch && ch->cap - ch->used < need)
+        ch = ch->next;
+#ifdef IFD__WCHUNK_EXACT
+    ch = NULL;
+#endif
+    if (!ch) {
+        if (!(ch = ifd__wchunk_new(bytes, need))) {
+            IFD_ERROR("cpu backend: cannot allocate %zu bytes of weights", bytes);
+            return IFD_ENOMEM;
+        }
+        ch->next = c->wchunks;
+        c->wchunks = ch;
+    }
+    *out = ch->base + ch->used;
+    ch->used += need;
+    ch->live++;
+    return 0;
+}
+
+/* Frees a weight of ifd__cpu_walloc (NULL: nothing). */
+static void ifd__cpu_wfree(ifd_backend_t *be, void *p)
+{
+    if (!p)
+        return;
+    ifd__cpu_backend_t *c = ifd__cpu(be);
+    ifd__wchunk_t **pp = &c->wchunks;
+    while (*pp && !((uint8_t *)p >= (*pp)->base && (uint8_t *)p < (*pp)->base + (*pp)->cap))
+        pp = &(*pp)->next;
+    IFD_ASSERT(*pp && (*pp)->live > 0);
+    ifd__wchunk_t *ch = *pp;
+    if (--ch->live == 0) {
+        *pp = ch->next;
+        free(ch->base);
+        free(ch);
+    }
 }
 
 static void ifd__cpu_free(ifd_backend_t *be, void *p)
@@ -219,7 +305,7 @@ static int ifd__cpu_load_h(ifd_backend_t *be, ifd_weight_t *out, const ifd_weigh
         rc = ifd_cpu_hweight_pack(wh, src, (int)rows, (int)cols);
     free(cat);
     if (rc) {
-        free(wh);
+        ifd__cpu_wfree(be, wh);
         free(share);
         IFD_ERROR("cpu backend: tensor '%s' (%s): cannot repack: %s", parts[0].name,
                   ifd_ggml_type_name(parts[0].type), ifd_strerror(rc));
@@ -265,7 +351,7 @@ static int ifd__cpu_load_q(ifd_backend_t *be, ifd_weight_t *out, const ifd_weigh
         rc = ifd_cpu_qweight_pack(wq, src, type, (int)rows, (int)cols);
     free(cat);
     if (rc) {
-        free(wq);
+        ifd__cpu_wfree(be, wq);
         free(share);
         IFD_ERROR("cpu backend: tensor '%s' (%s): cannot repack: %s", parts[0].name,
                   ifd_ggml_type_name(type), ifd_strerror(rc));
@@ -300,7 +386,7 @@ static int ifd__cpu_load_weight(ifd_backend_t *be, ifd_weight_t *out, const ifd_
     if (rc)
         return rc;
     if ((rc = ifd__cpu_dequant(w, src))) {
-        free(w);
+        ifd__cpu_wfree(be, w);
         return rc;
     }
     if (use == IFD_WEIGHT_NORM_ADD1)
@@ -325,7 +411,7 @@ static void ifd__cpu_weight_free(ifd_backend_t *be, ifd_weight_t *w)
     }
     if (w->data && w->data == c->last_embed.w.data)
         memset(&c->last_embed, 0, sizeof c->last_embed);
-    free(w->data);
+    ifd__cpu_wfree(be, w->data);
     memset(w, 0, sizeof *w);
 }
 
@@ -361,7 +447,7 @@ static int ifd__cpu_load_bias(ifd_backend_t *be, float **out, const ifd_weight_s
         r0 += parts[i].rows;
     }
     if (rc) {
-        free(b);
+        ifd__cpu_wfree(be, b);
         return rc;
     }
     *out = b;
@@ -439,10 +525,11 @@ static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weig
     int64_t nf = ifd_cpu_matmul_packed_floats((int)rows, (int)cols);
     if (nf < 0)
         return (int)nf;
-    float *w = NULL, *wp = NULL, *b = NULL;
-    int rc = ifd__cpu_walloc(be, (size_t)(rows * cols) * sizeof(float), (void **)&w);
-    if (rc)
-        return rc;
+    float *wp = NULL, *b = NULL;
+    float *w = malloc((size_t)(rows * cols) * sizeof(float)); /* unpacked: a temporary */
+    if (!w)
+        return IFD_ENOMEM;
+    int rc = 0;
     int64_t r0 = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         rc = ifd__cpu_dequant(w + r0 * cols, &parts[i]);
@@ -454,7 +541,7 @@ static int ifd__cpu_load_proj(ifd_backend_t *be, ifd_proj_t *out, const ifd_weig
         ifd_cpu_matmul_pack(wp, w, (int)rows, (int)cols);
     free(w);
     if (rc) {
-        free(b);
+        ifd__cpu_wfree(be, b);
         return rc;
     }
     out->n_parts = 1;
