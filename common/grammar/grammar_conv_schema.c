@@ -650,7 +650,8 @@ static int required_set(conv_t *c, const json_t *s, json_t **out, json_t **set)
 
 /* The properties to generate, in order: the declared ones (each also
  * under the patternProperties whose pattern matches its name), then the
- * required names not declared (under additionalProperties); then
+ * required names not declared (under the patternProperties matching them,
+ * or additionalProperties where none does); then
  * minProperties / maxProperties applied by making the first optional ones
  * required, or leaving the last ones out. */
 static int collect_props(conv_t *c, const json_t *s, const json_t *req, const json_t *req_set,
@@ -691,16 +692,32 @@ static int collect_props(conv_t *c, const json_t *s, const json_t *req, const js
         const char *r = json_string_value(json_array_get(req, i));
         if (props && json_object_get(props, r))
             continue;
-        if (json_is_false(addl) && !pp)
+        /* the schemas of the patterns matching r, all of them; additionalProperties
+         * only where none does (as for a key outside 'properties') */
+        json_t *sub = NULL;
+        const char *pk;
+        json_t *pv;
+        json_object_foreach((json_t *)pp, pk, pv)
+        {
+            bool yes = false;
+            if ((rc = pattern_matches(c, pk, r, &yes)))
+                break;
+            if (yes && !sub && !(sub = json_pack("{s:[]}", "allOf")))
+                rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+            if (yes && !rc && json_array_append((json_t *)json_object_get(sub, "allOf"), pv))
+                rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+            if (rc)
+                break;
+        }
+        if (rc)
+            json_decref(sub);
+        else if (sub)
+            p[k++] = (prop_t){r, sub, true};
+        else if (json_is_false(addl))
             rc = ifd__gconv_unsat(c,
                                   "'required' names '%.100s', which is not in 'properties' and "
                                   "which 'additionalProperties': false forbids",
                                   r);
-        else if (pp)
-            rc = ifd__gconv_err(c, IFD_ENOTSUP,
-                                "'required' names '%.100s', which is not in 'properties' and "
-                                "which 'patternProperties' may constrain",
-                                r);
         else
             p[k++] = (prop_t){r, addl ? json_incref((json_t *)addl) : json_true(), true};
     }
@@ -1380,16 +1397,62 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
 
+/* Past this depth a schema's rule is remembered by the schema's text (in
+ * c->refs, keyed "~" + its compact text with sorted keys), so that a
+ * recursion the merge unrolls — a $ref beside other keywords inlines its
+ * target, whose own $ref with siblings inlines it again (`resjson`'s
+ * `additionalProperties: {minProperties: 1, anyOf: [{$ref: resource}, …]}`)
+ * — meets its own text again and refers to its rule instead of nesting
+ * until IFD__GCONV_MAX_DEPTH. The same text under the same document
+ * converts to the same language, so the reference is exact. Shallower
+ * schemas are not keyed: dumping every node of a large schema would cost
+ * its size times its depth. */
+#define MEMO_DEPTH 16
+
 int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
 {
     TRY(ifd__gconv_step(c));
-    if (++c->depth > IFD__GCONV_MAX_DEPTH)
+    if (++c->depth > IFD__GCONV_MAX_DEPTH) {
+        c->depth--;
         return ifd__gconv_err(c, IFD_ETOOBIG, "schema nested deeper than %d levels",
                               IFD__GCONV_MAX_DEPTH);
+    }
+    int rc = 0;
+    char *key = NULL;
+    unsigned me = 0;
+    if (c->depth > MEMO_DEPTH && json_is_object(s)) {
+        char *txt = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
+        key = txt ? malloc(strlen(txt) + 2) : NULL;
+        if (key)
+            key[0] = '~', strcpy(key + 1, txt);
+        free(txt);
+        if (!key)
+            rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < c->n_refs; i++) {
+            if (c->refs[i].doc == doc && strcmp(c->refs[i].ref, key) == 0) {
+                *id = c->refs[i].id;
+                free(key);
+                c->depth--;
+                return 0;
+            }
+        }
+        ifd__gconv_ref_t *r =
+            rc || c->n_refs == MAX_REFS ? NULL : realloc(c->refs, (c->n_refs + 1) * sizeof *r);
+        if (r) { /* (a full table: converted as if shallow) */
+            c->refs = r;
+            me = c->next++;
+            c->refs[c->n_refs++] = (ifd__gconv_ref_t){doc, key, me};
+            key = NULL;
+        } else if (!rc && c->n_refs < MAX_REFS) {
+            rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+        }
+        free(key);
+    }
     ifd_buf_t body = IFD_BUF_INIT;
-    int rc = schema_body(c, s, doc, &body);
+    if (!rc)
+        rc = schema_body(c, s, doc, &body);
     if (!rc) {
-        *id = c->next++;
+        *id = me ? me : c->next++;
         rc = ifd__gconv_rule(c, *id, &body);
     }
     ifd_buf_free(&body);

@@ -159,6 +159,9 @@ START_TEST(test_gbnf_errors)
         {"root ::= \"a\"{99999}\n", "repetition count"},
         {"root ::= \"\\q\"\n", "unknown escape"},
         {"root ::= \"a\"\nroot ::= \"b\"\n", "defined twice"},
+        /* no finite text: every way through root must reference a again */
+        {"root ::= a\na ::= \"x\" a\n", "matches no text"},
+        {"root ::= \"[\" (a | \"b\" root) \"]\"\na ::= \"(\" a \")\"\n", "matches no text"},
         {"just text\n", "expected a rule"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -539,6 +542,31 @@ END_TEST
 START_TEST(test_json_schema_structure)
 {
     static const schema_case_t cases[] = {
+        /* a required name outside properties: under the patterns it matches (all of
+         * them), under additionalProperties where none does */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+         "\"patternProperties\":{\"^x-\":{\"type\":\"string\"},\"id$\":{\"maxLength\":2}},"
+         "\"required\":[\"a\",\"x-id\",\"zz\"],\"additionalProperties\":{\"type\":"
+         "\"boolean\"}}",
+         {"{\"a\":1,\"x-id\":\"s\",\"zz\":true}", "{\"a\":1,\"x-id\":\"st\",\"zz\":false}"},
+         {"{\"a\":1,\"x-id\":1,\"zz\":true}", "{\"a\":1,\"x-id\":\"s\",\"zz\":\"s\"}",
+          "{\"a\":1,\"x-id\":\"str\",\"zz\":true}", "{\"a\":1,\"x-id\":\"s\"}"}},
+        /* additionalProperties false does not forbid a name a pattern allows */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"patternProperties\":{\"^[a-z]+$\":"
+         "{\"type\":\"integer\"}},\"additionalProperties\":false,\"required\":[\"bc\"]}",
+         {"{\"bc\":1}", "{\"a\":3,\"bc\":2}"},
+         {"{\"bc\":\"x\"}", "{}", "{\"a\":null,\"bc\":2}"}},
+        /* a recursion the merge unrolls ($ref beside minProperties, again inside its
+         * target): past 16 levels the same schema text refers to its own rule */
+        {"{\"type\":\"object\",\"additionalProperties\":{\"minProperties\":1,\"anyOf\":[{"
+         "\"type\":\"string\"},{\"$ref\":\"#/definitions/r\"}]},\"definitions\":{\"r\":{\"type\":"
+         "\"object\",\"additionalProperties\":{\"minProperties\":1,\"anyOf\":[{\"type\":"
+         "\"string\"},{\"$ref\":\"#/definitions/r\"}]}}}}",
+         {"{}", "{\"a\":\"x\"}", "{\"a\":{\"b\":\"y\"},\"c\":\"z\"}",
+          "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":"
+          "\"x\"}}}}}}}}}}}}"},
+         {"{\"a\":{}}", "{\"a\":1}",
+          "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{}}}}}}}}}}}}"}},
         /* annotations and vendor keywords are ignored */
         {"{\"type\":\"string\",\"id\":\"x\",\"self\":{\"a\":1},\"x-kubernetes-group\":1,"
          "\"_format\":\"q\",\"$comment\":\"c\",\"examples\":[\"a\"],\"deprecated\":true,"
@@ -711,6 +739,28 @@ START_TEST(test_json_schema_unsupported)
         int rc = ifd_gconv_json_schema(s, &b, NULL, err, sizeof err);
         ck_assert_msg(rc == IFD_ENOTSUP, "%s: rc %d", cases[i].schema, rc);
         ck_assert_msg(strstr(err, cases[i].keyword), "%s → %s", cases[i].schema, err);
+        ifd_buf_free(&b);
+        json_decref(s);
+    }
+    /* no finite value: an object that requires a property of its own type (directly,
+     * or through allOf as JSONSchemaBench's Github_easy o17683 does); the grammar
+     * converts, and compiling refuses it rather than generating until max_tokens */
+    static const char *const endless[] = {
+        "{\"$defs\":{\"F\":{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#/$defs/F\"}},"
+        "\"required\":[\"c\"]}},\"$ref\":\"#/$defs/F\"}",
+        "{\"definitions\":{\"C\":{\"type\":\"object\"},\"F\":{\"properties\":{\"c\":{\"allOf\":"
+        "[{\"$ref\":\"#/definitions/F\"},{\"$ref\":\"#/definitions/C\"}]}},\"required\":[\"c\"],"
+        "\"type\":\"object\"}},\"properties\":{\"F\":{\"$ref\":\"#/definitions/F\"}},\"required\":"
+        "[\"F\"]}"};
+    for (size_t i = 0; i < 2; i++) {
+        json_error_t je;
+        json_t *s = json_loads(endless[i], 0, &je);
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        ck_assert_int_eq(ifd_gconv_json_schema(s, &b, NULL, err, sizeof err), 0);
+        ifd_grammar_t *g = NULL;
+        ck_assert_int_eq(ifd_grammar_compile(b.data, b.len, &g, err, sizeof err), IFD_EFORMAT);
+        ck_assert_msg(strstr(err, "matches no text"), "%s → %s", endless[i], err);
         ifd_buf_free(&b);
         json_decref(s);
     }
