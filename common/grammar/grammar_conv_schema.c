@@ -15,6 +15,7 @@
 #include "schema_check.h"
 #include "schema_format.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -759,8 +760,124 @@ static int collect_props(conv_t *c, const json_t *s, const json_t *req, const js
     return 0;
 }
 
-/* An object used as a map: keys from the one patternProperties pattern (or
- * any string), values from its schema (or additionalProperties), between
+/* The literal text every key matching pat starts with, into out (at most
+ * cap - 1 bytes): the plain characters after a leading ^ up to the first
+ * operator (a character a quantifier makes optional is left out). false
+ * when pat is not anchored at its start or holds an alternation (its
+ * prefix is then unknown). */
+static bool literal_prefix(const char *pat, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    if (pat[0] != '^' || strchr(pat, '|'))
+        return false;
+    for (const char *p = pat + 1; *p && n + 1 < cap;) {
+        char ch;
+        size_t len;
+        if (*p == '\\' && p[1] && !isalnum((unsigned char)p[1]))
+            ch = p[1], len = 2;
+        else if (isalnum((unsigned char)*p) || (*p && strchr(" -_/:@#%&=~,<>'\"!;", *p)))
+            ch = *p, len = 1;
+        else
+            break;
+        if (p[len] == '?' || p[len] == '*' || p[len] == '{')
+            break;
+        out[n++] = ch;
+        p += len;
+        if (*p == '+')
+            break;
+    }
+    out[n] = '\0';
+    return true;
+}
+
+/* Whether no key can match both patterns: both anchored at the start with
+ * literal prefixes of which neither is a prefix of the other. */
+static bool patterns_disjoint(const char *a, const char *b)
+{
+    char pa[64], pb[64];
+    if (!literal_prefix(a, pa, sizeof pa) || !literal_prefix(b, pb, sizeof pb))
+        return false;
+    size_t n = strlen(pa) < strlen(pb) ? strlen(pa) : strlen(pb);
+    return strncmp(pa, pb, n) != 0;
+}
+
+/* The key-value alternatives of a map, into pair: one per patternProperties
+ * pattern (keys from it; values under its schema and the schema of every
+ * other pattern that may match the same key — all of them but those
+ * patterns_disjoint proves apart, so a key matching several gets a value
+ * valid for each), or any key under additionalProperties without patterns.
+ * A pattern whose value schema nothing satisfies is left out (no key of it
+ * is written: valid). *none: every pattern was left out. */
+static int map_pairs(conv_t *c, const json_t *pp, const json_t *addl, const json_t *doc,
+                     ifd_buf_t *pair, bool *none)
+{
+    *none = false;
+    if (!json_object_size(pp)) {
+        if (addl && json_is_false(addl)) {
+            *none = true;
+            return 0;
+        }
+        char val[32] = "jval";
+        if (addl && !json_is_true(addl)) {
+            unsigned v;
+            TRY(ifd__gconv_schema_rule(c, addl, doc, &v));
+            snprintf(val, sizeof val, "s%u", v);
+        }
+        return ifd_buf_printf(pair, "jstr ws \":\" ws %s ws", val) ? IFD_ENOMEM : 0;
+    }
+    size_t kept = 0;
+    const char *pk;
+    json_t *pv;
+    json_object_foreach((json_t *)pp, pk, pv)
+    {
+        /* vs: the value's schema, NULL for any value; a false schema among them
+         * leaves the pattern out */
+        json_t *vs = json_is_true(pv) ? NULL : json_incref(pv);
+        bool never = json_is_false(pv);
+        const char *ok;
+        json_t *ov;
+        json_object_foreach((json_t *)pp, ok, ov)
+        {
+            if (ok == pk || never || patterns_disjoint(pk, ok) || json_is_true(ov))
+                continue;
+            never = json_is_false(ov);
+            json_t *both = vs ? json_pack("{s:[O,O]}", "allOf", vs, ov) : json_incref(ov);
+            json_decref(vs);
+            if (!(vs = both))
+                return IFD_ENOMEM;
+        }
+        if (never) {
+            json_decref(vs);
+            continue;
+        }
+        ifd__gconv_mark_t mark = ifd__gconv_mark(c);
+        unsigned v = 0;
+        bool any = !vs;
+        int rc = any ? 0 : ifd__gconv_schema_rule(c, vs, doc, &v);
+        json_decref(vs);
+        if (rc && ifd__gconv_drop_unsat(c, mark, rc))
+            continue;
+        if (rc)
+            return rc;
+        char val[32] = "jval";
+        if (!any)
+            snprintf(val, sizeof val, "s%u", v);
+        if (ifd_buf_puts(pair, kept ? "| \"\\u0022\" " : "( \"\\u0022\" "))
+            return IFD_ENOMEM;
+        TRY(ifd__gconv_regex(c, pk, strlen(pk), true, true, pair));
+        if (ifd_buf_printf(pair, "\"\\u0022\" ws \":\" ws %s ws ", val))
+            return IFD_ENOMEM;
+        kept++;
+    }
+    if (kept && ifd_buf_puts(pair, ") "))
+        return IFD_ENOMEM;
+    *none = kept == 0;
+    return 0;
+}
+
+/* An object used as a map: keys from the patternProperties patterns (or
+ * any string), values from their schemas (or additionalProperties), between
  * minProperties and maxProperties pairs. Keys are not checked for
  * uniqueness (llguidance does the same). */
 static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
@@ -774,48 +891,22 @@ static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
         return ifd__gconv_err(c, IFD_ENOTSUP, "'patternProperties' must be an object");
     if (!json_object_size(pp) && (!addl || json_is_true(addl)) && mn == 0 && mx < 0)
         return ifd_buf_puts(b, "jobj ") ? IFD_ENOMEM : 0;
-    if (json_object_size(pp) > 1)
-        return ifd__gconv_err(c, IFD_ENOTSUP,
-                              "'patternProperties' with more than one pattern (a key matching "
-                              "two would need both schemas)");
-    ifd_buf_t key = IFD_BUF_INIT;
-    const json_t *vs = addl;
-    int rc = 0;
-    if (json_object_size(pp)) {
-        void *it = json_object_iter((json_t *)pp);
-        const char *pat = json_object_iter_key(it);
-        vs = json_object_iter_value(it);
-        rc = ifd_buf_puts(&key, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
-        if (!rc)
-            rc = ifd__gconv_regex(c, pat, strlen(pat), true, true, &key);
-        if (!rc && ifd_buf_puts(&key, "\"\\u0022\" "))
-            rc = IFD_ENOMEM;
-    } else {
-        rc = ifd_buf_puts(&key, "jstr ") ? IFD_ENOMEM : 0;
-    }
-    char val[32] = "jval";
-    if (!rc && vs && json_is_false(vs)) {
+    if (mx >= 0 && mx < mn)
+        return ifd__gconv_unsat(c, "'maxProperties' below 'minProperties'");
+    ifd_buf_t pair = IFD_BUF_INIT;
+    bool none = false;
+    int rc = map_pairs(c, pp, addl, doc, &pair, &none);
+    if (!rc && none) {
         if (mn > 0)
             rc = ifd__gconv_unsat(c, "'minProperties' where no property is allowed");
         else
             rc = ifd_buf_puts(b, "\"{\" ws \"}\" ") ? IFD_ENOMEM : 0;
-        ifd_buf_free(&key);
-        return rc;
-    }
-    if (!rc && vs && !json_is_true(vs)) {
-        unsigned v;
-        rc = ifd__gconv_schema_rule(c, vs, doc, &v);
-        snprintf(val, sizeof val, "s%u", v);
-    }
-    if (!rc && mx >= 0 && mx < mn)
-        rc = ifd__gconv_unsat(c, "'maxProperties' below 'minProperties'");
-    if (!rc) {
-        ifd_buf_t pair = IFD_BUF_INIT;
-        unsigned id = c->next++;
-        rc = ifd_buf_printf(&pair, "%sws \":\" ws %s ws", key.data, val) ? IFD_ENOMEM : 0;
-        if (!rc)
-            rc = ifd__gconv_rule(c, id, &pair);
         ifd_buf_free(&pair);
+        return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
+    }
+    if (!rc) {
+        unsigned id = c->next++;
+        rc = ifd__gconv_rule(c, id, &pair);
         long long lo = mn > 0 ? mn - 1 : 0;
         if (!rc && mx == 0)
             rc = ifd_buf_puts(b, "\"{\" ws \"}\" ") ? IFD_ENOMEM : 0;
@@ -830,7 +921,7 @@ static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
                      ? IFD_ENOMEM
                      : 0;
     }
-    ifd_buf_free(&key);
+    ifd_buf_free(&pair);
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
 
@@ -1420,6 +1511,7 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
     int rc = 0;
     char *key = NULL;
     unsigned me = 0;
+    bool memo = false; /* me is this schema's rule, remembered */
     if (c->depth > MEMO_DEPTH && json_is_object(s)) {
         char *txt = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
         key = txt ? malloc(strlen(txt) + 2) : NULL;
@@ -1441,6 +1533,7 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
         if (r) { /* (a full table: converted as if shallow) */
             c->refs = r;
             me = c->next++;
+            memo = true;
             c->refs[c->n_refs++] = (ifd__gconv_ref_t){doc, key, me};
             key = NULL;
         } else if (!rc && c->n_refs < MAX_REFS) {
@@ -1452,7 +1545,7 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
     if (!rc)
         rc = schema_body(c, s, doc, &body);
     if (!rc) {
-        *id = me ? me : c->next++;
+        *id = memo ? me : c->next++;
         rc = ifd__gconv_rule(c, *id, &body);
     }
     ifd_buf_free(&body);
