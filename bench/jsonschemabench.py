@@ -272,7 +272,8 @@ def validate(rec, tally, failures, max_failures):
             error = None
         except (jsonschema.ValidationError, ValueError) as e:
             error = str(getattr(e, "message", e))[:300]
-        except (jsonschema.exceptions._RefResolutionError, RecursionError):
+        except (jsonschema.exceptions._RefResolutionError, RecursionError,
+                decimal.InvalidOperation):  # e.g. a huge number % a tiny multipleOf
             tally["validator_limits"] += 1  # the validator's own limits (a deep text)
             continue
         except RegexTimeout:

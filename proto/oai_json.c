@@ -769,38 +769,67 @@ static void w_plp_entry(ifd__oai_w_t *w, const ifd_oai_plp_token_t *t, uint32_t 
     IFD__OAI_W_LIT(w, "}");
 }
 
+/* A row's entry: its id and place (0: the token itself, e > 0: the
+ * alternative e - 1). */
+typedef struct {
+    int32_t id;
+    uint32_t at;
+} plp_key_t;
+
+static int plp_key_cmp(const void *x, const void *y)
+{
+    const plp_key_t *a = x, *b = y;
+    if (a->id != b->id)
+        return a->id < b->id ? -1 : 1;
+    return a->at < b->at ? -1 : a->at > b->at;
+}
+
+/* Each row's entries sorted by (id, place): an id's first place writes the
+ * entry of its last place (what a JSON object built key by key keeps) —
+ * O(m log m) a row where comparing every pair was O(m²) (m reaches the
+ * vocabulary with --max-logprobs -1). */
 void ifd__oai_w_prompt_logprobs(ifd__oai_w_t *w, const ifd_oai_prompt_logprob_t *v, size_t n,
                                 uint32_t top)
 {
+    size_t cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t m = v[i].n_top < top ? v[i].n_top : top;
+        cap = m + 1 > cap ? m + 1 : cap;
+    }
+    plp_key_t *keys = NULL;
+    uint32_t *last = NULL; /* last[e]: the place to write at e, UINT32_MAX: none */
+    if (cap && (!(keys = malloc(cap * sizeof *keys)) || !(last = malloc(cap * sizeof *last))))
+        w->rc = IFD_ENOMEM;
     IFD__OAI_W_LIT(w, "[null");
     for (size_t i = 0; i < n && !w->rc; i++) {
         const ifd_oai_prompt_logprob_t *p = &v[i];
         size_t m = p->n_top < top ? p->n_top : top;
-        /* entry 0 is the token itself (its own rank), entry e > 0 the
-         * alternative e - 1 (rank e) */
-#define PLP_ID(e) ((e) ? p->top[(e)-1].id : p->tok.id)
+        for (size_t e = 0; e <= m; e++) {
+            keys[e] = (plp_key_t){e ? p->top[e - 1].id : p->tok.id, (uint32_t)e};
+            last[e] = UINT32_MAX;
+        }
+        qsort(keys, m + 1, sizeof *keys, plp_key_cmp);
+        for (size_t k = 0, g; k <= m; k = g) {
+            for (g = k + 1; g <= m && keys[g].id == keys[k].id; g++)
+                ;
+            last[keys[k].at] = keys[g - 1].at;
+        }
         IFD__OAI_W_LIT(w, ",{");
         bool first = true;
         for (size_t e = 0; e <= m; e++) {
-            bool seen = false;
-            for (size_t j = 0; j < e && !seen; j++)
-                seen = PLP_ID(j) == PLP_ID(e);
-            if (seen)
+            if (last[e] == UINT32_MAX)
                 continue;
-            size_t last = e;
-            for (size_t j = e + 1; j <= m; j++)
-                if (PLP_ID(j) == PLP_ID(e))
-                    last = j;
             if (!first)
                 IFD__OAI_W_LIT(w, ",");
             first = false;
-            if (last)
-                w_plp_entry(w, &p->top[last - 1], (uint32_t)last);
+            if (last[e])
+                w_plp_entry(w, &p->top[last[e] - 1], last[e]);
             else
                 w_plp_entry(w, &p->tok, p->tok.rank);
         }
-#undef PLP_ID
         IFD__OAI_W_LIT(w, "}");
     }
     IFD__OAI_W_LIT(w, "]");
+    free(keys);
+    free(last);
 }
