@@ -825,6 +825,19 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"contains\":{\"maximum\":0},"
          "\"$defs\":{\"n\":{\"type\":\"integer\"}},\"minItems\":1}",
          {"[1,-2]", "[0]"}, {NULL}},
+        /* maxContains and lengths beside contains, exact where contains' complement
+         * is plain (nothing left for the check to catch) */
+        {"{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{"
+         "\"type\":\"integer\"},\"maxContains\":2}",
+         {"[\"a\",1,\"b\",2]", "[1]", "[3,\"x\"]"}, {NULL}},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"contains\":{\"const\":"
+         "\"a\"},\"minContains\":1,\"maxContains\":1,\"minItems\":2,\"maxItems\":3}",
+         {"[\"a\",\"b\"]", "[\"c\",\"a\",\"b\"]"}, {NULL}},
+        {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}",
+         {"[true]", "[false,true,1,\"x\"]", "[null,{},true]"}, {NULL}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":10},"
+         "\"minItems\":3,\"maxItems\":4}",
+         {"[1,2,10]", "[10,11,12,13]", "[10,1,2]"}, {NULL}},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}",
          {"[1,2]", "[]"}, {"[1,1]", "[3,2,3]"}},
         {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", {"[\"a\",1]", "[1]"}, {NULL}},
@@ -895,6 +908,28 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"contains\":{\"maximum\":0},"
          "\"$defs\":{\"n\":{\"type\":\"integer\"}},\"minItems\":1}",
          "[1,2]"},
+#define MAXC2 "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{" \
+              "\"type\":\"integer\"},\"maxContains\":2}"
+        {MAXC2, "[1,2,3]"},
+        {MAXC2, "[\"a\",1,\"b\",2,3]"},
+        {MAXC2, "[\"a\"]"},
+        {MAXC2, "[]"},
+#define ONEA "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"contains\":{\"const\":" \
+             "\"a\"},\"minContains\":1,\"maxContains\":1,\"minItems\":2,\"maxItems\":3}"
+        {ONEA, "[\"a\",\"a\"]"},
+        {ONEA, "[\"b\",\"c\"]"},
+        {ONEA, "[\"a\"]"},
+        {ONEA, "[\"a\",\"b\",\"c\",\"b\"]"},
+        {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}", "[true,true]"},
+        {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}", "[1,false]"},
+#define LEN34 "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":10}," \
+              "\"minItems\":3,\"maxItems\":4}"
+        {LEN34, "[1,2,3]"},
+        {LEN34, "[10,1]"},
+        {LEN34, "[10,1,2,3,4]"},
+#undef MAXC2
+#undef ONEA
+#undef LEN34
     };
     for (size_t i = 0; i < sizeof tight / sizeof tight[0]; i++) {
         json_error_t je;

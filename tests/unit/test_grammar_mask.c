@@ -651,6 +651,15 @@ START_TEST(test_mask_tight_walks)
         "\"k\"],\"additionalProperties\":"
         "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
         "\"else\":{\"properties\":{\"k\":{\"const\":\"b\"}},\"required\":[\"y\"]}}",
+        /* maxContains with a plain complement (a type; the items' enum less a const),
+         * and lengths beside contains: the automaton over (matches, items) */
+        "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"boolean\"],\"minimum\":0,"
+        "\"maximum\":9},\"contains\":{\"type\":\"boolean\"},\"minContains\":1,\"maxContains\":2,"
+        "\"maxItems\":5}",
+        "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",1]},\"contains\":{\"const\":"
+        "\"a\"},\"maxContains\":1,\"minItems\":2}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},"
+        "\"contains\":{\"minimum\":50},\"minContains\":2,\"minItems\":3,\"maxItems\":4}",
     };
     enum { V = 257, EOS = 256, WALKS = 150, STEPS = 300 };
     char *bytes[V];
