@@ -1664,6 +1664,51 @@ static int node_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b
     return rc;
 }
 
+/* "not if" for the discriminator form, under s: if = {properties: {k:
+ * {const | enum: A}}, [required: [k]]} where s gives k a const or enum D —
+ * then "not if" is k one of D less A ({properties: {k: {enum: D - A}}},
+ * false for k when none is left), and k absent where if requires it (else
+ * required). NULL where if is not of that form. */
+static json_t *not_if(const json_t *s, const json_t *ifs)
+{
+    static const char *const IF_KEYS[] = {"properties", "required"};
+    static const char *const VALUE_KEYS[] = {"enum", "const"};
+    const json_t *ip = json_object_get(ifs, "properties"), *ir = json_object_get(ifs, "required");
+    if (!json_is_object(ifs) || !only_keys(ifs, IF_KEYS, 2) || json_object_size(ip) != 1 ||
+        (ir && (!json_is_array(ir) || json_array_size(ir) > 1)))
+        return NULL;
+    void *it = json_object_iter((json_t *)ip);
+    const char *k = json_object_iter_key(it);
+    const json_t *sub = json_object_iter_value(it);
+    if (ir && json_array_size(ir) == 1 && !is_str(json_array_get(ir, 0), k))
+        return NULL;
+    const json_t *outer = json_object_get(json_object_get(s, "properties"), k);
+    if (!json_is_object(sub) || !only_keys(sub, VALUE_KEYS, 2) || !json_is_object(outer))
+        return NULL;
+    json_t *own_a = NULL, *own_d = NULL, *out = NULL;
+    const json_t *a = enum_values(sub, &own_a), *d = enum_values(outer, &own_d);
+    json_t *rest = a && d ? json_array() : NULL;
+    for (size_t i = 0; rest && i < json_array_size(d); i++) {
+        bool in = false;
+        for (size_t j = 0; j < json_array_size(a) && !in; j++)
+            in = json_same(json_array_get(d, i), json_array_get(a, j));
+        if (!in && json_array_append(rest, json_array_get(d, i)))
+            json_decref(rest), rest = NULL;
+    }
+    if (rest) {
+        json_t *v = json_array_size(rest) ? json_pack("{s:O}", "enum", rest) : json_false();
+        out = v ? json_pack("{s:{s:o}}", "properties", k, v) : NULL;
+        /* absent k satisfies an if that does not require it */
+        if (out && !json_array_size(ir) &&
+            json_object_set_new(out, "required", json_pack("[s]", k)))
+            json_decref(out), out = NULL;
+    }
+    json_decref(rest);
+    json_decref(own_a);
+    json_decref(own_d);
+    return out;
+}
+
 /* A loose conversion's tighter reading of what its grammar leaves out,
  * still accepting every valid value: if/then/else as anyOf [allOf [if,
  * then], else] (level 2: a valid value satisfies if and then, or else; the
@@ -1677,12 +1722,35 @@ static json_t *tightened(const json_t *s, int level, bool *oom)
     const json_t *then = json_object_get(s, "then"), *els = json_object_get(s, "else");
     const json_t *ct = json_object_get(s, "contains"), *mc = json_object_get(s, "minContains");
     const json_t *mi = json_object_get(s, "minItems");
+    *oom = false;
+    json_t *nif = NULL;
+    if (level == 3) { /* the discriminator form, exact: anyOf [if ∧ then, not if ∧ else] */
+        if (!json_object_get(s, "if") || (!then && !els) ||
+            !(nif = not_if(s, json_object_get(s, "if"))))
+            return NULL;
+        json_t *t = json_copy((json_t *)s);
+        const json_t *all = t ? json_object_get(t, "allOf") : NULL;
+        json_t *l = !t ? NULL : json_is_array(all) ? json_copy((json_t *)all) : json_array();
+        json_t *any = json_pack("{s:[{s:[O,O]},{s:[O,O]}]}", "anyOf", "allOf",
+                                json_object_get(s, "if"), then ? then : json_true(), "allOf",
+                                nif, els ? els : json_true());
+        json_decref(nif);
+        if (!t || !l || !any || json_array_append_new(l, any) ||
+            json_object_set_new(t, "allOf", l)) {
+            if (!any || !l)
+                json_decref(l), json_decref(any);
+            json_decref(t);
+            *oom = true;
+            return NULL;
+        }
+        json_object_del(t, "if"), json_object_del(t, "then"), json_object_del(t, "else");
+        return t;
+    }
     bool cond = json_object_get(s, "if") && then && els;
     long long need = ct && is_str(json_object_get(s, "type"), "array")
                          ? (json_is_integer(mc) ? json_integer_value(mc) : 1)
                          : 0;
     bool more = need > 0 && !(json_is_integer(mi) && json_integer_value(mi) >= need);
-    *oom = false;
     if ((!cond && !more) || (level < 2 && !cond)) /* (level 1 differs only for if) */
         return NULL;
     json_t *t = json_copy((json_t *)s);
@@ -1727,7 +1795,7 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     int rc;
     /* the tightest reading, else (a keyword it cannot merge) a looser one,
      * at last the plain one */
-    for (int level = 2; c->loose && level >= 1; level--) {
+    for (int level = 3; c->loose && level >= 1; level--) {
         bool oom = false;
         json_t *t = tightened(s, level, &oom);
         if (oom)

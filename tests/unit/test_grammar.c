@@ -785,6 +785,14 @@ END_TEST
  * than the schema), and texts the grammar accepts that the check catches
  * (the keyword the grammar left out). Schemas a grammar enforces whole keep
  * approx false; what nothing can check is still refused. */
+#define DISC1                                                                                      \
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"x\":{\"type\":"      \
+    "\"integer\"}},\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"  \
+    "\"else\":{\"properties\":{\"x\":false}}}"
+#define DISC2                                                                                      \
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"y\":{\"type\":"      \
+    "\"boolean\"}},\"if\":{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"k\"]},"      \
+    "\"else\":{\"required\":[\"y\"]}}"
 START_TEST(test_json_schema_loose)
 {
     static const struct {
@@ -799,7 +807,7 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
          "\"integer\"}},\"required\":[\"k\"],\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},"
          "\"then\":{\"required\":[\"x\"]}}",
-         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {"{\"k\":\"a\"}"}},
+         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {NULL}},
         /* if/then/else read as anyOf [allOf [if, then], else]: {"k":"a"} satisfies
          * neither, nor does {"k":"b","x":1} (then without its if), so the grammar refuses
          * them (below); {"k":"a","y":2} satisfies else, whose "not if" is left out */
@@ -808,7 +816,11 @@ START_TEST(test_json_schema_loose)
          "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
          "\"else\":{\"required\":[\"y\"]}}",
          {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\",\"y\":2}", "{\"k\":\"a\",\"x\":1,\"y\":2}"},
-         {"{\"k\":\"a\",\"y\":2}"}},
+         {NULL}},
+        /* the discriminator form exact: "not if" is k one of the other values (k absent
+         * satisfies an if that does not require it, and fails one that does) */
+        {DISC1, {"{\"x\":1}", "{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {NULL}},
+        {DISC2, {"{\"k\":\"a\"}", "{\"y\":true}", "{\"k\":\"c\",\"y\":false}"}, {NULL}},
         /* contains: the items of its schema the array must hold, exact without
          * maxContains (nothing to catch), maxContains left to the check */
         {"{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{\"type\":"
@@ -908,6 +920,20 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"contains\":{\"maximum\":0},"
          "\"$defs\":{\"n\":{\"type\":\"integer\"}},\"minItems\":1}",
          "[1,2]"},
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+         "\"integer\"}},\"required\":[\"k\"],\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},"
+         "\"then\":{\"required\":[\"x\"]}}",
+         "{\"k\":\"a\"}"},
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+         "\"integer\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"k\"],\"additionalProperties\":"
+         "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
+         "\"else\":{\"required\":[\"y\"]}}",
+         "{\"k\":\"a\",\"y\":2}"},
+        {DISC1, "{}"},
+        {DISC1, "{\"k\":\"b\",\"x\":1}"},
+        {DISC1, "{\"k\":\"a\"}"},
+        {DISC2, "{}"},
+        {DISC2, "{\"k\":\"c\"}"},
 #define MAXC2 "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{" \
               "\"type\":\"integer\"},\"maxContains\":2}"
         {MAXC2, "[1,2,3]"},

@@ -660,6 +660,14 @@ START_TEST(test_mask_tight_walks)
         "\"a\"},\"maxContains\":1,\"minItems\":2}",
         "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},"
         "\"contains\":{\"minimum\":50},\"minContains\":2,\"minItems\":3,\"maxItems\":4}",
+        /* if with only then, and an if requiring its key with only else: "not if"
+         * written as the discriminator's other values */
+        "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"x\":{\"type\":"
+        "\"integer\",\"minimum\":0,\"maximum\":9}},\"additionalProperties\":false,\"if\":{"
+        "\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]}}",
+        "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"y\":{\"type\":"
+        "\"boolean\"}},\"additionalProperties\":false,\"if\":{\"properties\":{\"k\":{\"enum\":["
+        "\"a\",\"b\"]}},\"required\":[\"k\"]},\"else\":{\"required\":[\"y\"]}}",
     };
     enum { V = 257, EOS = 256, WALKS = 150, STEPS = 300 };
     char *bytes[V];
