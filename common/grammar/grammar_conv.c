@@ -86,7 +86,11 @@ static const char BASE_RULES[] =
     "( \"/\" jpchar* )* jurit\n"
     "juri ::= \"\\\"\" juric \"\\\"\"\n"
     "juriref ::= \"\\\"\" ( juric | ( \"/\"? jpcharnc+ ( \"/\" jpchar* )* )? jurit ) "
-    "\"\\\"\"\n";
+    "\"\\\"\"\n"
+    "jptrtok ::= ( \"/\" ( [a-zA-Z0-9._\\-] | \"~\" [01] ){0,24} ){0,8}\n"
+    "jjsonptr ::= \"\\\"\" jptrtok \"\\\"\"\n"
+    "jreljsonptr ::= \"\\\"\" ( \"0\" | [1-9] [0-9]{0,5} ) ( \"#\" | jptrtok ) \"\\\"\"\n"
+    "jregex ::= \"\\\"\" [a-zA-Z0-9 _\\-]{0,64} \"\\\"\"\n";
 
 int ifd__gconv_err(conv_t *c, int code, const char *fmt, ...)
 {

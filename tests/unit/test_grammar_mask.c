@@ -563,9 +563,11 @@ END_TEST
  * refused would be a false 500 (docs/structured-outputs.md). */
 START_TEST(test_mask_format_walks)
 {
-    static const char *const formats[] = {"date",  "time", "date-time",    "duration",
-                                          "uuid",  "ipv4", "ipv6",         "hostname",
-                                          "email", "uri",  "uri-reference"};
+    static const char *const formats[] = {
+        "date", "time",          "date-time",     "duration",     "uuid",
+        "ipv4", "ipv6",          "hostname",      "email",        "uri",
+        "uri-reference", "iri",  "iri-reference", "json-pointer", "relative-json-pointer",
+        "regex"};
     enum { V = 257, EOS = 256, WALKS = 400, STEPS = 400 };
     char *bytes[V];
     uint32_t lens[V];
