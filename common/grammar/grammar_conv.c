@@ -121,8 +121,7 @@ ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c)
     return (ifd__gconv_mark_t){c->rules.len, c->n_refs};
 }
 
-/* Takes back what was written since mark and clears the message. */
-static void take_back(conv_t *c, ifd__gconv_mark_t mark)
+void ifd__gconv_take_back(conv_t *c, ifd__gconv_mark_t mark)
 {
     c->unsat = false;
     c->rules.len = mark.rules_len;
@@ -139,7 +138,7 @@ bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc)
 {
     if (rc != IFD_ENOTSUP || !c->unsat)
         return false;
-    take_back(c, mark);
+    ifd__gconv_take_back(c, mark);
     return true;
 }
 
@@ -147,7 +146,7 @@ bool ifd__gconv_loosen(conv_t *c, ifd__gconv_mark_t mark, int rc)
 {
     if (!c->loose || rc != IFD_ENOTSUP || c->unsat)
         return false;
-    take_back(c, mark);
+    ifd__gconv_take_back(c, mark);
     c->approx = true;
     return true;
 }

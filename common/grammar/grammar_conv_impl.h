@@ -77,6 +77,10 @@ int ifd__gconv_unsat(conv_t *c, const char *fmt, ...) __attribute__((format(prin
 
 ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c);
 
+/* Takes back the rules and references written since mark and clears the
+ * message (the caller leaves that part out). */
+void ifd__gconv_take_back(conv_t *c, ifd__gconv_mark_t mark);
+
 /* In loose mode, whether the failure rc since mark was an IFD_ENOTSUP that
  * an over-approximation may replace: if so the rules and references written
  * since are taken back, the message cleared, c->approx set and true

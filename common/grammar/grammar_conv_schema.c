@@ -15,7 +15,9 @@
 #include "schema_check.h"
 #include "schema_format.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <ctype.h>
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -532,36 +534,34 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
 /* Whether the pattern (a JSON Schema regex: a search) matches the key. */
 static int pattern_matches(conv_t *c, const char *pat, const char *key, bool *yes)
 {
-    conv_t t;
-    ifd__gconv_init(&t, &c->budget, c->err, c->errlen);
-    ifd_buf_t body = IFD_BUF_INIT, g = IFD_BUF_INIT;
-    int rc = ifd_buf_puts(&body, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
-    if (!rc)
-        rc = ifd__gconv_regex(&t, pat, strlen(pat), true, true, &body);
-    if (!rc && ifd_buf_puts(&body, "\"\\u0022\" "))
-        rc = IFD_ENOMEM;
-    if (!rc)
-        rc = ifd__gconv_finish(&t, body.data, &g);
-    ifd_grammar_t *gr = NULL;
-    ifd_gmatch_t *m = NULL;
-    if (!rc)
-        rc = ifd_grammar_compile(g.data, g.len, &gr, c->err, c->errlen);
-    if (!rc)
-        rc = ifd_gmatch_create(gr, &m);
+    /* PCRE2, as the check at the end reads patterns (UTF, $ only at the end):
+     * lookaround and the like decide which schemas a name falls under even
+     * where no grammar could write them */
+    int ec;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &off, NULL);
+    if (!re)
+        return ifd__gconv_err(c, IFD_ENOTSUP, "'patternProperties' '%.200s' is not a regex "
+                                              "PCRE2 compiles", pat);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    int rc = md && mc ? 0 : IFD_ENOMEM;
     if (!rc) {
-        json_t *k = json_string(key);
-        char *txt = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
-        rc = txt ? 0 : IFD_ENOMEM;
-        *yes = txt && ifd_gmatch_accept(m, txt, strlen(txt)) == 0 && ifd_gmatch_can_end(m);
-        free(txt);
-        json_decref(k);
+        pcre2_set_match_limit(mc, 1000000);
+        int r = pcre2_match(re, (PCRE2_SPTR)key, strlen(key), 0, 0, md, mc);
+        if (r >= 0 || r == PCRE2_ERROR_NOMATCH)
+            *yes = r >= 0;
+        else
+            rc = ifd__gconv_err(c, IFD_ENOTSUP,
+                                "'patternProperties' '%.200s' could not be matched against "
+                                "'%.100s' (error %d)",
+                                pat, key, r);
     }
-    ifd_gmatch_destroy(m);
-    ifd_grammar_destroy(gr);
-    ifd_buf_free(&body);
-    ifd_buf_free(&g);
-    c->steps += t.steps;
-    ifd__gconv_close(&t);
+    pcre2_match_context_free(mc);
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    c->steps++;
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
 
@@ -862,9 +862,20 @@ static int map_pairs(conv_t *c, const json_t *pp, const json_t *addl, const json
         char val[32] = "jval";
         if (!any)
             snprintf(val, sizeof val, "s%u", v);
+        size_t at = pair->len;
         if (ifd_buf_puts(pair, kept ? "| \"\\u0022\" " : "( \"\\u0022\" "))
             return IFD_ENOMEM;
-        TRY(ifd__gconv_regex(c, pk, strlen(pk), true, true, pair));
+        /* a pattern no grammar writes (lookaround): none of its keys is written */
+        mark = ifd__gconv_mark(c);
+        rc = ifd__gconv_regex(c, pk, strlen(pk), true, true, pair);
+        if (rc == IFD_ENOTSUP) {
+            ifd__gconv_take_back(c, mark);
+            pair->len = at;
+            if (pair->data)
+                pair->data[at] = '\0';
+            continue;
+        }
+        TRY(rc);
         if (ifd_buf_printf(pair, "\"\\u0022\" ws \":\" ws %s ws ", val))
             return IFD_ENOMEM;
         kept++;

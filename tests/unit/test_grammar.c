@@ -563,6 +563,16 @@ START_TEST(test_json_schema_structure)
          {"{\"a\":3}", "{\"a\":4,\"ab\":5}"},
          /* (.* may match what ^b forbids: its keys are not written) */
          {"{}", "{\"a\":2}", "{\"c\":4}", "{\"b\":4}", "{\"a\":\"s\"}"}},
+        /* patterns no grammar writes (lookaround) still decide which schemas a declared
+         * name falls under (PCRE2 matches them); in a map, none of their keys is written */
+        {"{\"type\":\"object\",\"properties\":{\"ab\":{},\"xb\":{}},\"patternProperties\":{"
+         "\"^(?!x)\":{\"type\":\"integer\"}},\"required\":[\"ab\",\"xb\"]}",
+         {"{\"ab\":1,\"xb\":\"s\"}", "{\"ab\":2,\"xb\":3}"},
+         {"{\"ab\":\"s\",\"xb\":1}"}},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^(?!x)[a-z]+$\":{\"type\":\"integer\"},"
+         "\"^[0-9]+$\":{\"type\":\"integer\",\"minimum\":3}}}",
+         {"{}", "{\"12\":5}"},
+         {"{\"12\":2}", "{\"ab\":1}"}},
         /* additionalProperties false does not forbid a name a pattern allows */
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"patternProperties\":{\"^[a-z]+$\":"
          "{\"type\":\"integer\"}},\"additionalProperties\":false,\"required\":[\"bc\"]}",
