@@ -105,6 +105,12 @@ int ifd__gconv_finish(conv_t *c, const char *root_body, ifd_buf_t *out);
 
 bool ifd__gconv_valid_utf8(const char *s, size_t n);
 
+/* The compact JSON text of v (malloc'd, NULL when out of memory), each real
+ * number at the fewest significant digits that read back as the same
+ * double (2.1, not jansson's 17-digit 2.1000000000000001, which a checker
+ * reading decimals exactly tells apart from the schema's 2.1). */
+char *ifd__gconv_dump_value(const json_t *v);
+
 /* A literal for the compact JSON text of v. */
 int ifd__gconv_json_lit(conv_t *c, ifd_buf_t *b, const json_t *v);
 

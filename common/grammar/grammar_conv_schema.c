@@ -114,7 +114,7 @@ static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
     char **own = calloc(n, sizeof *own); /* the literals' sort drops duplicates from v */
     int rc = v && own ? 0 : ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
-        own[i] = json_dumps(json_array_get(en, i), JSON_COMPACT | JSON_ENCODE_ANY);
+        own[i] = ifd__gconv_dump_value(json_array_get(en, i));
         if (!own[i])
             rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
         else

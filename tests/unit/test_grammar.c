@@ -573,6 +573,12 @@ START_TEST(test_json_schema_structure)
          "\"^[0-9]+$\":{\"type\":\"integer\",\"minimum\":3}}}",
          {"{}", "{\"12\":5}"},
          {"{\"12\":2}", "{\"ab\":1}"}},
+        /* enum reals written at their shortest (a checker reading decimals exactly tells
+         * 2.1 from jansson's 2.1000000000000001); exponents of at most two digits, so
+         * every number written fits a double (the check at the end can read it) */
+        {"{\"enum\":[2,2.1,0.3,1e300]}", {"2.1", "0.3", "2", "1e300"},
+         {"2.1000000000000001", "0.29999999999999999", "1.0000000000000001e+300"}},
+        {"{\"type\":\"number\"}", {"1e99", "-2.5E-12", "0.5e+7"}, {"1e100", "-3E-308"}},
         /* additionalProperties false does not forbid a name a pattern allows */
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"patternProperties\":{\"^[a-z]+$\":"
          "{\"type\":\"integer\"}},\"additionalProperties\":false,\"required\":[\"bc\"]}",
