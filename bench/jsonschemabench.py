@@ -311,9 +311,14 @@ def main():
     ap.add_argument("--failures", type=int, default=20, help="invalid texts listed")
     a = ap.parse_args()
     if a.maskbench:
+        import atexit
+        import shutil
         import tempfile
-        a.data = extract_maskbench(a.maskbench, a.workdir or tempfile.mkdtemp(
-            prefix="jsonschemabench-"))
+        work = a.workdir
+        if not work:  # a temporary folder, removed at the end
+            work = tempfile.mkdtemp(prefix="jsonschemabench-")
+            atexit.register(shutil.rmtree, work, True)
+        a.data = extract_maskbench(a.maskbench, work)
     if not os.path.isdir(a.data):
         print(f"jsonschemabench: no data set at {a.data} (clone github.com/guidance-ai/"
               "jsonschemabench and pass --data .../data)", file=sys.stderr)
