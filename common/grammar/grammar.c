@@ -1249,10 +1249,9 @@ static int find_matching(parser_t *p, const ifd_grammar_t *g, uint8_t *nullable,
         for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) {
             alt_rule[a] = r;
             for (uint32_t pos = g->alts[a]; g->el[pos].type >= IFD__GE_RULE; pos++)
-                left[a] = g->el[pos].type == IFD__GE_SET && sets_match ? left[a]
-                          : g->el[pos].type == IFD__GE_SET || left[a] == UINT32_MAX
-                              ? UINT32_MAX
-                              : left[a] + 1;
+                left[a] = g->el[pos].type == IFD__GE_SET && sets_match              ? left[a]
+                          : g->el[pos].type == IFD__GE_SET || left[a] == UINT32_MAX ? UINT32_MAX
+                                                                                    : left[a] + 1;
         }
     /* where each rule occurs (in alternatives that may become nullable) */
     for (uint32_t a = 0; a < na; a++)
@@ -1423,8 +1422,9 @@ static int check_left_recursion(parser_t *p, const ifd_grammar_t *g)
         rc = find_matching(p, g, productive, true);
     if (!rc && !productive[g->root]) {
         p->line = p->rules[g->root].line;
-        rc = perr(p, IFD_EFORMAT, "the grammar matches no text: 'root' never ends (every way "
-                                  "through it references a rule that cannot end)");
+        rc = perr(p, IFD_EFORMAT,
+                  "the grammar matches no text: 'root' never ends (every way "
+                  "through it references a rule that cannot end)");
     }
     free(productive);
     free(nullable);

@@ -542,8 +542,10 @@ static int pattern_matches(conv_t *c, const char *pat, const char *key, bool *ye
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
                                    PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &off, NULL);
     if (!re)
-        return ifd__gconv_err(c, IFD_ENOTSUP, "'patternProperties' '%.200s' is not a regex "
-                                              "PCRE2 compiles", pat);
+        return ifd__gconv_err(c, IFD_ENOTSUP,
+                              "'patternProperties' '%.200s' is not a regex "
+                              "PCRE2 compiles",
+                              pat);
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
     int rc = md && mc ? 0 : IFD_ENOMEM;
@@ -1079,9 +1081,8 @@ static bool only_keys(const json_t *s, const char *const *keep, size_t n)
 {
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)s, k, v)
-    if (ifd__gconv_constrains(k) && !in_list(k, keep, n))
-        return false;
+    json_object_foreach((json_t *)s, k,
+                        v) if (ifd__gconv_constrains(k) && !in_list(k, keep, n)) return false;
     return true;
 }
 
@@ -1141,8 +1142,9 @@ static json_t *not_contains(const json_t *ct, const json_t *items, bool *oom)
         for (size_t i = 0; rest && i < (json_is_array(t) ? json_array_size(t) : 1); i++)
             if (is_str(json_is_array(t) ? json_array_get(t, i) : t, "integer") && !gone[4])
                 return json_decref(rest), NULL;
-        out = !rest ? NULL : json_array_size(rest) ? json_pack("{s:o}", "type", rest)
-                                                   : (json_decref(rest), json_false());
+        out = !rest                   ? NULL
+              : json_array_size(rest) ? json_pack("{s:o}", "type", rest)
+                                      : (json_decref(rest), json_false());
         *oom = !out;
         return out;
     }
@@ -1158,8 +1160,9 @@ static json_t *not_contains(const json_t *ct, const json_t *items, bool *oom)
             if (!in && json_array_append(rest, json_array_get(iv, i)))
                 json_decref(rest), rest = NULL;
         }
-        out = !rest ? NULL : json_array_size(rest) ? json_pack("{s:o}", "enum", rest)
-                                                   : (json_decref(rest), json_false());
+        out = !rest                   ? NULL
+              : json_array_size(rest) ? json_pack("{s:o}", "enum", rest)
+                                      : (json_decref(rest), json_false());
         *oom = !out;
     } else if (cv) { /* booleans and null only: the other types and values */
         bool has_t = false, has_f = false, has_n = false, other = false;
@@ -1278,11 +1281,11 @@ static int contains_body(conv_t *c, const json_t *s, const json_t *items, const 
     bool *live = calloc(ns, sizeof *live);
     if (!live)
         return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
-#define ST(j, l) ((size_t)((j) * (lcap + 1) + (l)))
-#define NEXT_J(j) (most >= 0 ? (j) + 1 : ((j) + 1 < jcap ? (j) + 1 : jcap))
-#define NEXT_L(l) (mx >= 0 ? (l) + 1 : ((l) + 1 < lcap ? (l) + 1 : lcap))
+#define ST(j, l)    ((size_t)((j) * (lcap + 1) + (l)))
+#define NEXT_J(j)   (most >= 0 ? (j) + 1 : ((j) + 1 < jcap ? (j) + 1 : jcap))
+#define NEXT_L(l)   (mx >= 0 ? (l) + 1 : ((l) + 1 < lcap ? (l) + 1 : lcap))
 #define CAN_M(j, l) ((most < 0 || (j) < most) && !(mx >= 0 && (l) >= mx))
-#define CAN_O(l) (!no_other && !(mx >= 0 && (l) >= mx))
+#define CAN_O(l)    (!no_other && !(mx >= 0 && (l) >= mx))
     for (long long j = jcap; j >= 0; j--)
         for (long long l = lcap; l >= 0; l--)
             live[ST(j, l)] = (j >= need && l >= mn) ||
@@ -1676,9 +1679,10 @@ static int node_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b
 
 /* "not if" for the discriminator form, under s: if = {properties: {k:
  * {const | enum: A}}, [required: [k]]} where s gives k a const or enum D —
- * then "not if" is k one of D less A ({properties: {k: {enum: D - A}}},
- * false for k when none is left), and k absent where if requires it (else
- * required). NULL where if is not of that form. */
+ * then "not if" is an object whose k is one of D less A ({type: object,
+ * properties: {k: {enum: D - A}}}, false for k when none is left), and k
+ * absent where if requires it (else required). NULL where if is not of
+ * that form. */
 static json_t *not_if(const json_t *s, const json_t *ifs)
 {
     static const char *const IF_KEYS[] = {"properties", "required"};
@@ -1707,7 +1711,8 @@ static json_t *not_if(const json_t *s, const json_t *ifs)
     }
     if (rest) {
         json_t *v = json_array_size(rest) ? json_pack("{s:O}", "enum", rest) : json_false();
-        out = v ? json_pack("{s:{s:o}}", "properties", k, v) : NULL;
+        /* (a value that is no object satisfies if: not if is an object) */
+        out = v ? json_pack("{s:s,s:{s:o}}", "type", "object", "properties", k, v) : NULL;
         /* absent k satisfies an if that does not require it */
         if (out && !json_array_size(ir) &&
             json_object_set_new(out, "required", json_pack("[s]", k)))
@@ -1741,9 +1746,9 @@ static json_t *tightened(const json_t *s, int level, bool *oom)
         json_t *t = json_copy((json_t *)s);
         const json_t *all = t ? json_object_get(t, "allOf") : NULL;
         json_t *l = !t ? NULL : json_is_array(all) ? json_copy((json_t *)all) : json_array();
-        json_t *any = json_pack("{s:[{s:[O,O]},{s:[O,O]}]}", "anyOf", "allOf",
-                                json_object_get(s, "if"), then ? then : json_true(), "allOf",
-                                nif, els ? els : json_true());
+        json_t *any =
+            json_pack("{s:[{s:[O,O]},{s:[O,O]}]}", "anyOf", "allOf", json_object_get(s, "if"),
+                      then ? then : json_true(), "allOf", nif, els ? els : json_true());
         json_decref(nif);
         if (!t || !l || !any || json_array_append_new(l, any) ||
             json_object_set_new(t, "allOf", l)) {

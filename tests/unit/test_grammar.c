@@ -594,7 +594,8 @@ START_TEST(test_json_schema_structure)
           "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":"
           "\"x\"}}}}}}}}}}}}"},
          {"{\"a\":{}}", "{\"a\":1}",
-          "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{}}}}}}}}}}}}"}},
+          "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{}}}}}}}}}}"
+          "}}"}},
         /* annotations and vendor keywords are ignored */
         {"{\"type\":\"string\",\"id\":\"x\",\"self\":{\"a\":1},\"x-kubernetes-group\":1,"
          "\"_format\":\"q\",\"$comment\":\"c\",\"examples\":[\"a\"],\"deprecated\":true,"
@@ -802,12 +803,12 @@ END_TEST
  * (the keyword the grammar left out). Schemas a grammar enforces whole keep
  * approx false; what nothing can check is still refused. */
 #define DISC1                                                                                      \
-    "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"x\":{\"type\":"      \
-    "\"integer\"}},\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"  \
-    "\"else\":{\"properties\":{\"x\":false}}}"
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"x\":{\"type\":"   \
+    "\"integer\"}},\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":["     \
+    "\"x\"]},\"else\":{\"properties\":{\"x\":false}}}"
 #define DISC2                                                                                      \
-    "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"y\":{\"type\":"      \
-    "\"boolean\"}},\"if\":{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"k\"]},"      \
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"y\":{\"type\":"   \
+    "\"boolean\"}},\"if\":{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"k\"]}," \
     "\"else\":{\"required\":[\"y\"]}}"
 START_TEST(test_json_schema_loose)
 {
@@ -837,6 +838,10 @@ START_TEST(test_json_schema_loose)
          * satisfies an if that does not require it, and fails one that does) */
         {DISC1, {"{\"x\":1}", "{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {NULL}},
         {DISC2, {"{\"k\":\"a\"}", "{\"y\":true}", "{\"k\":\"c\",\"y\":false}"}, {NULL}},
+        {"{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"if\":{\"properties\":{\"k\":{"
+         "\"const\":\"a\"}}},\"then\":{\"type\":[\"object\",\"string\"]},\"else\":{\"type\":"
+         "[\"object\",\"integer\"]}}",
+         {"\"s\"", "{\"k\":\"b\"}", "{}"}, {NULL}},
         /* contains: the items of its schema the array must hold, exact without
          * maxContains (nothing to catch), maxContains left to the check */
         {"{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{\"type\":"
@@ -950,22 +955,29 @@ START_TEST(test_json_schema_loose)
         {DISC1, "{\"k\":\"a\"}"},
         {DISC2, "{}"},
         {DISC2, "{\"k\":\"c\"}"},
+        /* no type: a value that is no object satisfies if, so then applies to it */
+        {"{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"if\":{\"properties\":{\"k\":{"
+         "\"const\":\"a\"}}},\"then\":{\"type\":[\"object\",\"string\"]},\"else\":{\"type\":"
+         "[\"object\",\"integer\"]}}",
+         "5"},
 #define MAXC2 "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{" \
               "\"type\":\"integer\"},\"maxContains\":2}"
         {MAXC2, "[1,2,3]"},
         {MAXC2, "[\"a\",1,\"b\",2,3]"},
         {MAXC2, "[\"a\"]"},
         {MAXC2, "[]"},
-#define ONEA "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"contains\":{\"const\":" \
-             "\"a\"},\"minContains\":1,\"maxContains\":1,\"minItems\":2,\"maxItems\":3}"
+#define ONEA                                                                                       \
+    "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"contains\":{\"const\":"        \
+    "\"a\"},\"minContains\":1,\"maxContains\":1,\"minItems\":2,\"maxItems\":3}"
         {ONEA, "[\"a\",\"a\"]"},
         {ONEA, "[\"b\",\"c\"]"},
         {ONEA, "[\"a\"]"},
         {ONEA, "[\"a\",\"b\",\"c\",\"b\"]"},
         {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}", "[true,true]"},
         {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}", "[1,false]"},
-#define LEN34 "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":10}," \
-              "\"minItems\":3,\"maxItems\":4}"
+#define LEN34                                                                                      \
+    "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":10},"          \
+    "\"minItems\":3,\"maxItems\":4}"
         {LEN34, "[1,2,3]"},
         {LEN34, "[10,1]"},
         {LEN34, "[10,1,2,3,4]"},

@@ -92,7 +92,8 @@ static const case_t CASES[] = {
     {"{\"format\":\"uuid\"}", "\"0123abcd-0000-0000-0000-00000000000g\"", IFD_EINVAL, "'uuid'"},
     {"{\"format\":\"color\"}", "\"anything\"", 0, NULL},
     {"{\"format\":\"iri\"}", "\"http://\u00e9x.com/\u00fcber?q=\ue000\"", 0, NULL},
-    {"{\"format\":\"iri\"}", "\"http://x.com/\ue000\"", IFD_EINVAL, "'iri'"}, /* private: query only */
+    {"{\"format\":\"iri\"}", "\"http://x.com/\ue000\"", IFD_EINVAL,
+     "'iri'"}, /* private: query only */
     {"{\"format\":\"iri\"}", "\"/\u00fcber\"", IFD_EINVAL, "'iri'"},
     {"{\"format\":\"iri-reference\"}", "\"/\u00fcber#x\"", 0, NULL},
     {"{\"format\":\"json-pointer\"}", "\"/a~1b/~0/0\"", 0, NULL},
@@ -295,22 +296,11 @@ typedef struct {
 } tally_t;
 
 /* The optional/format files of the formats the checker asserts (schema_format.h). */
-static const char *const FORMAT_FILES[] = {"date",
-                                           "time",
-                                           "date-time",
-                                           "duration",
-                                           "uuid",
-                                           "email",
-                                           "hostname",
-                                           "ipv4",
-                                           "ipv6",
-                                           "uri",
-                                           "uri-reference",
-                                           "iri",
-                                           "iri-reference",
-                                           "json-pointer",
-                                           "relative-json-pointer",
-                                           "regex"};
+static const char *const FORMAT_FILES[] = {
+    "date",          "time",     "date-time",     "duration",     "uuid",
+    "email",         "hostname", "ipv4",          "ipv6",         "uri",
+    "uri-reference", "iri",      "iri-reference", "json-pointer", "relative-json-pointer",
+    "regex"};
 
 /* hostname.json's A-labels whose verdict rests on IDNA2008's rules per
  * code point (RFC 5892's tables of Unicode properties) or on the decoded
