@@ -144,6 +144,20 @@ int ifd__gconv_merge(conv_t *c, const json_t *s, const json_t *doc, json_t **out
  * IFD_ENOTSUP names two branches that may overlap. */
 int ifd__gconv_one_of(conv_t *c, const json_t *branches, const json_t *doc, json_t **out);
 
+/* A loose conversion's array with contains, exactly (grammar_conv_cond.c):
+ * the items of allOf [items, contains] counted between minContains and
+ * maxContains, the array's length between mn and mx (mx -1: none); item is
+ * the rule of items ("jval" for any). 0 with the array's grammar in b; 1
+ * where it cannot be written exactly (nothing written: the caller writes its
+ * over-approximation); or an IFD_E* code (IFD_ENOTSUP with c->unsat when no
+ * array satisfies it). */
+int ifd__gconv_contains(conv_t *c, const json_t *s, const json_t *items, const char *item,
+                        long long mn, long long mx, const json_t *doc, ifd_buf_t *b);
+
+/* "not if" under s for the discriminator form of if (grammar_conv_cond.c):
+ * a new schema, or NULL where if is not of that form or memory ran out. */
+json_t *ifd__gconv_not_if(const json_t *s, const json_t *ifs);
+
 /* The local reference ref resolved in doc ("#", "#/$defs/X", JSON pointer
  * paths); NULL when it is not one. */
 const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref);
