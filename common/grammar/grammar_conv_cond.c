@@ -195,7 +195,7 @@ static json_t *not_contains(const json_t *ct, const json_t *items, bool *oom)
  * form (tightened asked it for minContains items), contains checked at the
  * end. */
 int ifd__gconv_contains(conv_t *c, const json_t *s, const json_t *items, const char *item,
-                         long long mn, long long mx, const json_t *doc, ifd_buf_t *b)
+                        long long mn, long long mx, const json_t *doc, ifd_buf_t *b)
 {
     const json_t *ct = json_object_get(s, "contains"), *mc = json_object_get(s, "minContains");
     const json_t *xc = json_object_get(s, "maxContains");
