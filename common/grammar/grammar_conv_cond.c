@@ -210,6 +210,14 @@ int ifd__gconv_contains(conv_t *c, const json_t *s, const json_t *items, const c
         return 1; /* (minContains 0 without a maximum: nothing to enforce) */
     if (most >= 0 && most < need)
         return ifd__gconv_unsat(c, "'maxContains' below 'minContains'");
+    if (mx >= 0 && need > mx)
+        return ifd__gconv_unsat(c, "'minContains' above 'maxItems'");
+    if (mx >= 0 && most >= mx)
+        most = -1; /* (no array of at most maxItems items passes it) */
+    if (need > CONTAINS_STATES || most > CONTAINS_STATES || mn > CONTAINS_STATES)
+        return 1; /* (and the product below cannot overflow) */
+    if (need == 0 && most < 0)
+        return 1;
     long long jcap = most >= 0 ? most : need, lcap = mx >= 0 ? mx : (mn > need ? mn : need);
     if ((jcap + 1) * (lcap + 1) > CONTAINS_STATES)
         return 1;

@@ -868,6 +868,14 @@ START_TEST(test_json_schema_loose)
          {"[\"a\",\"b\"]", "[\"c\",\"a\",\"b\"]"}, {NULL}},
         {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}",
          {"[true]", "[false,true,1,\"x\"]", "[null,{},true]"}, {NULL}},
+        /* a maxContains no array of maxItems can pass is no bound; huge counts fall back
+         * to the check */
+        {"{\"type\":\"array\",\"contains\":{\"minimum\":3},\"maxContains\":2,\"maxItems\":2,"
+         "\"items\":{\"type\":\"integer\"}}",
+         {"[3,4]", "[1,5]"}, {NULL}},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"},\"minContains\":1,"
+         "\"maxContains\":9223372036854775807}",
+         {"[1,2]", "[\"a\",3]"}, {"[\"a\"]"}},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":10},"
          "\"minItems\":3,\"maxItems\":4}",
          {"[1,2,10]", "[10,11,12,13]", "[10,1,2]"}, {NULL}},
