@@ -1491,6 +1491,25 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
  * schemas are not keyed: dumping every node of a large schema would cost
  * its size times its depth. */
 #define MEMO_DEPTH 16
+/* A schema whose text is longer is not keyed (its text would cost more to
+ * keep than its rule: a recursion through one is cut at
+ * IFD__GCONV_MAX_DEPTH as before). */
+#define MEMO_TEXT_MAX 65536
+
+typedef struct {
+    char *p;  /* MEMO_TEXT_MAX + 2 bytes: "~" + the text + NUL */
+    size_t n; /* bytes written, the "~" included */
+} memo_text_t;
+
+static int memo_text_cb(const char *buf, size_t size, void *data)
+{
+    memo_text_t *t = data;
+    if (t->n + size > MEMO_TEXT_MAX + 1)
+        return -1;
+    memcpy(t->p + t->n, buf, size);
+    t->n += size;
+    return 0;
+}
 
 int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
 {
@@ -1505,14 +1524,18 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
     unsigned me = 0;
     bool memo = false; /* me is this schema's rule, remembered */
     if (c->depth > MEMO_DEPTH && json_is_object(s)) {
-        char *txt = json_dumps(s, JSON_COMPACT | JSON_SORT_KEYS);
-        key = txt ? malloc(strlen(txt) + 2) : NULL;
-        if (key)
-            key[0] = '~', strcpy(key + 1, txt);
-        free(txt);
-        if (!key)
+        memo_text_t t = {malloc(MEMO_TEXT_MAX + 2), 1};
+        if (!t.p)
             rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
-        for (size_t i = 0; !rc && i < c->n_refs; i++) {
+        else if (json_dump_callback(s, memo_text_cb, &t, JSON_COMPACT | JSON_SORT_KEYS) == 0) {
+            t.p[0] = '~', t.p[t.n] = '\0';
+            key = realloc(t.p, t.n + 1); /* (kept: only its own length) */
+            if (!key)
+                key = t.p;
+        } else { /* (a large subtree: converted as if shallow) */
+            free(t.p);
+        }
+        for (size_t i = 0; !rc && key && i < c->n_refs; i++) {
             if (c->refs[i].doc == doc && strcmp(c->refs[i].ref, key) == 0) {
                 *id = c->refs[i].id;
                 free(key);
@@ -1520,15 +1543,16 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
                 return 0;
             }
         }
-        ifd__gconv_ref_t *r =
-            rc || c->n_refs == MAX_REFS ? NULL : realloc(c->refs, (c->n_refs + 1) * sizeof *r);
+        ifd__gconv_ref_t *r = rc || !key || c->n_refs == MAX_REFS
+                                  ? NULL
+                                  : realloc(c->refs, (c->n_refs + 1) * sizeof *r);
         if (r) { /* (a full table: converted as if shallow) */
             c->refs = r;
             me = c->next++;
             memo = true;
             c->refs[c->n_refs++] = (ifd__gconv_ref_t){doc, key, me};
             key = NULL;
-        } else if (!rc && c->n_refs < MAX_REFS) {
+        } else if (!rc && key && c->n_refs < MAX_REFS) {
             rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
         }
         free(key);
