@@ -20,11 +20,19 @@ daemon's 500s ("rejected": the jsonschema package agrees; "false_rejections": it
 does not; "not_checkable": texts the check cannot evaluate, also a 500).
 
 The data set is not fetched here (CI has no network): --data names its data/
-folder (default $INFERD_JSONSCHEMABENCH or ~/.cache/inferd/jsonschemabench/data).
+folder (default $INFERD_JSONSCHEMABENCH or ~/.cache/inferd/jsonschemabench/data), one
+folder per data set of plain schema files; or --maskbench names the repository's
+maskbench/data (11,306 files "Set---name.json" / "BFCL_java_0.json", each
+{"description", "meta", "schema", "tests"}: the 10 data sets of data/ and BFCL_*, JME,
+MCPspec, Handwritten, Synthesized), whose schemas are written out per data set under
+--workdir first. Per data set the report counts the schemas inferd accepts exactly
+("exact"), over-approximated ("approx") and refuses ("refused"), with the refusals'
+messages bucketed ("refusals": quoted names and numbers replaced by X and N, most
+frequent first, one example file each).
 bench/jsonschemabench.sh prepares the peers' venv and runs this with its python.
 Timings are only meaningful on a quiet machine.
 
-  jsonschemabench.py [--data DIR] [--bench-schema PATH] [--limit N] [--validate N]
+  jsonschemabench.py [--data DIR | --maskbench DIR [--workdir DIR]] [--bench-schema PATH] [--limit N] [--validate N]
                      [--samples K] [--peers llguidance,xgrammar|none] [--peer-python PY]
                      [--seed S] [--json FILE] [--failures N]
 Exit status: 0; 1 when a text inferd would answer with is invalid or its check
@@ -90,6 +98,36 @@ for line in sys.stdin:
 '''
 
 
+def extract_maskbench(src, workdir):
+    """Writes the "schema" of every maskbench/data file to workdir/<set>/<name>.json
+    (set: the part before "---", else the name less its trailing _<number>) and
+    returns workdir."""
+    for f in sorted(os.listdir(src)):
+        if not f.endswith(".json"):
+            continue
+        if "---" in f:
+            name, rest = f.split("---", 1)
+        else:
+            m = re.match(r"(.*)_(\d+)\.json$", f)
+            if not m:
+                continue
+            name, rest = m.group(1), m.group(2) + ".json"
+        with open(os.path.join(src, f), encoding="utf-8") as fh:
+            schema = json.load(fh)["schema"]
+        os.makedirs(os.path.join(workdir, name), exist_ok=True)
+        with open(os.path.join(workdir, name, rest), "w", encoding="utf-8") as fh:
+            json.dump(schema, fh, ensure_ascii=False)
+    return workdir
+
+
+def bucket(message):
+    """A refusal's message with its particulars (quoted names, numbers) replaced, so
+    that refusals for the same reason count together."""
+    m = re.sub(r"'[^']*'", "'X'", message)
+    m = re.sub(r'"[^"]*"', '"X"', m)
+    return re.sub(r"\d+", "N", m)[:160]
+
+
 def percentile(xs, q):
     if not xs:
         return None
@@ -117,15 +155,60 @@ def run_inferd(exe, files, samples, seed):
     return {r["file"]: r for r in map(json.loads, p.stdout.splitlines())}
 
 
+PEER_TIMEOUT_S = 60     # per schema and engine
+
+
+def run_peer_process(python, which, files):
+    """One peer process over files, read line by line: (results by file, missing
+    engines). It stops early where the process crashes (a peer's segmentation fault)
+    or one schema passes PEER_TIMEOUT_S; the results hold the schemas done before."""
+    import select
+    import tempfile
+    with tempfile.TemporaryFile("w+") as inp:
+        inp.write("\n".join(files) + "\n")
+        inp.seek(0)
+        p = subprocess.Popen([python, "-c", PEER_CODE, ",".join(which)], stdin=inp,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        out, missing, first = {}, {}, True
+        try:
+            while len(out) < len(files):
+                # the first line waits for the imports (xgrammar imports torch)
+                ready, _, _ = select.select([p.stdout], [], [], PEER_TIMEOUT_S * (1 + first))
+                line = p.stdout.readline() if ready else ""
+                if not line:
+                    break
+                r = json.loads(line)
+                if first:
+                    missing, first = r["missing"], False
+                else:
+                    out[r["file"]] = r
+        finally:
+            p.kill()
+            p.wait()
+    return out, missing
+
+
 def run_peers(python, which, files):
-    p = subprocess.run([python, "-c", PEER_CODE, ",".join(which)],
-                       input="\n".join(files) + "\n", capture_output=True, text=True)
-    if p.returncode:
-        sys.stderr.write(p.stderr[-2000:])
-        raise SystemExit(1)
-    lines = p.stdout.splitlines()
-    missing = json.loads(lines[0])["missing"] if lines else {}
-    return {r["file"]: r for r in map(json.loads, lines[1:])}, missing
+    """The peers over files in one process; where it stops early, the schema it
+    stopped at is run once per engine in a process of its own (the one that crashes
+    or passes PEER_TIMEOUT_S counts as refusing it: "crashed or timed out") and the
+    rest go on in a new process."""
+    out, missing, i = {}, {}, 0
+    while i < len(files):
+        got, miss = run_peer_process(python, which, files[i:])
+        out.update(got)
+        missing.update(miss)
+        i += len(got)
+        if i < len(files):
+            f, r = files[i], {"file": files[i]}
+            for w in which:
+                if w in missing:
+                    continue
+                one, _ = run_peer_process(python, [w], [f])
+                r[w] = one[f][w] if f in one else {"ok": False, "error": "crashed or timed out"}
+            out[f] = r
+            i += 1
+    return out, missing
 
 
 def uses(schema, keys):
@@ -189,7 +272,9 @@ def validate(rec, tally, failures, max_failures):
             error = None
         except (jsonschema.ValidationError, ValueError) as e:
             error = str(getattr(e, "message", e))[:300]
-        except jsonschema.exceptions._RefResolutionError:  # the validator's own limits
+        except (jsonschema.exceptions._RefResolutionError, RecursionError,
+                decimal.InvalidOperation):  # e.g. a huge number % a tiny multipleOf
+            tally["validator_limits"] += 1  # the validator's own limits (a deep text)
             continue
         except RegexTimeout:
             tally["regex_timeouts"] += 1
@@ -210,6 +295,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.environ.get(
         "INFERD_JSONSCHEMABENCH", os.path.expanduser("~/.cache/inferd/jsonschemabench/data")))
+    ap.add_argument("--maskbench", default="",
+                    help="maskbench/data of the repository (instead of --data)")
+    ap.add_argument("--workdir", default="",
+                    help="where --maskbench's schemas are written (default: a temporary folder)")
     ap.add_argument("--bench-schema", default=os.path.join(ROOT, "build/bench/bench_schema"))
     ap.add_argument("--limit", type=int, default=0, help="schemas per data set (0: all)")
     ap.add_argument("--validate", type=int, default=20,
@@ -221,6 +310,15 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--failures", type=int, default=20, help="invalid texts listed")
     a = ap.parse_args()
+    if a.maskbench:
+        import atexit
+        import shutil
+        import tempfile
+        work = a.workdir
+        if not work:  # a temporary folder, removed at the end
+            work = tempfile.mkdtemp(prefix="jsonschemabench-")
+            atexit.register(shutil.rmtree, work, True)
+        a.data = extract_maskbench(a.maskbench, work)
     if not os.path.isdir(a.data):
         print(f"jsonschemabench: no data set at {a.data} (clone github.com/guidance-ai/"
               "jsonschemabench and pass --data .../data)", file=sys.stderr)
@@ -238,14 +336,25 @@ def main():
                    "note": "timings from this run's machine; measure on a quiet one",
                    "unavailable": missing})
     tally = {"schemas": 0, "samples": 0, "valid": 0, "invalid": 0, "rejected": 0,
-             "false_rejections": 0, "not_checkable": 0, "gave_up": 0, "regex_timeouts": 0}
+             "false_rejections": 0, "not_checkable": 0, "gave_up": 0, "regex_timeouts": 0,
+             "validator_limits": 0}
     failures = []
     for name, files in sets.items():
         row = {"total": len(files)}
         ok = [f for f in files if mine[f]["ok"]]
         ms = [mine[f]["convert_ms"] + mine[f]["compile_ms"] for f in ok]
+        approx = sum(1 for f in ok if mine[f].get("approx"))
+        refusals = {}
+        for f in files:
+            if not mine[f]["ok"]:
+                b = refusals.setdefault(bucket(mine[f].get("error", "")),
+                                        {"count": 0, "example": os.path.relpath(f, a.data)})
+                b["count"] += 1
         row["inferd"] = {"compiled": len(ok), "fraction": round(len(ok) / len(files), 4),
-                         "approx": sum(1 for f in ok if mine[f].get("approx")),
+                         "exact": len(ok) - approx, "approx": approx,
+                         "refused": len(files) - len(ok),
+                         "refusals": dict(sorted(refusals.items(),
+                                                 key=lambda kv: -kv[1]["count"])),
                          "compile_ms_p50": percentile(ms, 0.5),
                          "compile_ms_p99": percentile(ms, 0.99)}
         for p in peers:
@@ -275,7 +384,14 @@ def main():
     for eng in ["inferd"] + peers:
         n = sum(r[eng]["compiled"] for r in report["datasets"].values())
         total[eng] = {"compiled": n, "fraction": round(n / max(1, len(every)), 4)}
-    total["inferd"]["approx"] = sum(r["inferd"]["approx"] for r in report["datasets"].values())
+    for k in ("exact", "approx", "refused"):
+        total["inferd"][k] = sum(r["inferd"][k] for r in report["datasets"].values())
+    refusals = {}
+    for r in report["datasets"].values():
+        for k, b in r["inferd"]["refusals"].items():
+            t = refusals.setdefault(k, {"count": 0, "example": b["example"]})
+            t["count"] += b["count"]
+    total["inferd"]["refusals"] = dict(sorted(refusals.items(), key=lambda kv: -kv[1]["count"]))
     allms = [mine[f]["convert_ms"] + mine[f]["compile_ms"] for f in every if mine[f]["ok"]]
     total["inferd"].update({"compile_ms_p50": percentile(allms, 0.5),
                             "compile_ms_p99": percentile(allms, 0.99)})

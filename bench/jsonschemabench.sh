@@ -5,9 +5,11 @@
 #
 #   bench/jsonschemabench.sh [--build DIR] [--data DIR] [jsonschemabench.py options…]
 #
-# The data set: --data, else $INFERD_JSONSCHEMABENCH, else
-# ~/.cache/inferd/jsonschemabench/data (git clone github.com/guidance-ai/jsonschemabench
-# and point at its data/; nothing is downloaded here). The peers live in their own venv,
+# The data set: --data DIR (one folder per data set) or --maskbench DIR (the repository's
+# maskbench/data: 11,306 wrapped schemas, 21 data sets), else $INFERD_JSONSCHEMABENCH, else
+# ~/.cache/inferd/jsonschemabench/maskbench/data when it is there (--maskbench), else
+# ~/.cache/inferd/jsonschemabench/data (git clone github.com/guidance-ai/jsonschemabench;
+# nothing is downloaded here). The peers live in their own venv, $INFERD_JSB_VENV, else
 # ${XDG_CACHE_HOME:-~/.cache}/inferd/jsonschemabench-venv (created on the first run from
 # PyPI: jsonschema with its format checkers, regex (patterns with a time limit), llguidance,
 # xgrammar; xgrammar imports torch:
@@ -27,7 +29,12 @@ while [ $# -gt 0 ]; do
         *) pass+=("$1"); shift ;;
     esac
 done
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/inferd/jsonschemabench-venv"
+venv="${INFERD_JSB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/inferd/jsonschemabench-venv}"
+mb="${XDG_CACHE_HOME:-$HOME/.cache}/inferd/jsonschemabench/maskbench/data"
+case " ${pass[*]:-} " in
+    *" --data "* | *" --maskbench "*) ;;
+    *) if [ -z "${INFERD_JSONSCHEMABENCH:-}" ] && [ -d "$mb" ]; then pass+=(--maskbench "$mb"); fi ;;
+esac
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q jsonschema rfc3987 fqdn isoduration rfc3339-validator regex \
@@ -39,4 +46,4 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 [ -x "$build/bench/bench_schema" ] || cmake --build "$build" --target bench_schema
 exec "$venv/bin/python" "$here/jsonschemabench.py" --bench-schema "$build/bench/bench_schema" \
-    --peer-python "$venv/bin/python" "${pass[@]}"
+    --peer-python "$venv/bin/python" "${pass[@]+"${pass[@]}"}"

@@ -1229,8 +1229,10 @@ static int parse_alternatives(parser_t *p, uint32_t r, int depth)
 
 /* nullable[r]: rule r can match the empty string. A worklist over the
  * alternatives (each counts its rule references not yet known nullable;
- * one with a byte set never becomes nullable): linear in the grammar. */
-static int find_nullable(parser_t *p, const ifd_grammar_t *g, uint8_t *nullable)
+ * one with a byte set never becomes nullable): linear in the grammar.
+ * With sets_match, the same worklist finds the productive rules instead
+ * (r matches some finite text: a byte set matches one byte). */
+static int find_matching(parser_t *p, const ifd_grammar_t *g, uint8_t *nullable, bool sets_match)
 {
     size_t nr = g->n_rules, na = g->alt_off[nr];
     uint32_t *left = calloc(na + 1, sizeof *left), *alt_rule = malloc((na + 1) * sizeof *alt_rule);
@@ -1247,22 +1249,24 @@ static int find_nullable(parser_t *p, const ifd_grammar_t *g, uint8_t *nullable)
         for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) {
             alt_rule[a] = r;
             for (uint32_t pos = g->alts[a]; g->el[pos].type >= IFD__GE_RULE; pos++)
-                left[a] = g->el[pos].type == IFD__GE_SET || left[a] == UINT32_MAX
-                              ? UINT32_MAX
-                              : left[a] + 1;
+                left[a] = g->el[pos].type == IFD__GE_SET && sets_match              ? left[a]
+                          : g->el[pos].type == IFD__GE_SET || left[a] == UINT32_MAX ? UINT32_MAX
+                                                                                    : left[a] + 1;
         }
     /* where each rule occurs (in alternatives that may become nullable) */
     for (uint32_t a = 0; a < na; a++)
         for (uint32_t pos = g->alts[a]; left[a] != UINT32_MAX && g->el[pos].type >= IFD__GE_RULE;
              pos++)
-            occ_off[g->el[pos].v + 1]++;
+            if (g->el[pos].type == IFD__GE_RULE)
+                occ_off[g->el[pos].v + 1]++;
     for (size_t r = 0; r < nr; r++)
         occ_off[r + 1] += occ_off[r];
     memcpy(fill, occ_off, nr * sizeof *fill);
     for (uint32_t a = 0; a < na; a++)
         for (uint32_t pos = g->alts[a]; left[a] != UINT32_MAX && g->el[pos].type >= IFD__GE_RULE;
              pos++)
-            occ[fill[g->el[pos].v]++] = a;
+            if (g->el[pos].type == IFD__GE_RULE)
+                occ[fill[g->el[pos].v]++] = a;
     for (uint32_t a = 0; a < na; a++)
         if (left[a] == 0 && !nullable[alt_rule[a]])
             nullable[alt_rule[a]] = 1, queue[nq++] = alt_rule[a];
@@ -1390,7 +1394,7 @@ static int check_left_recursion(parser_t *p, const ifd_grammar_t *g)
     if (!nullable || !comp)
         rc = perr(p, IFD_ENOMEM, "out of memory");
     if (!rc)
-        rc = find_nullable(p, g, nullable);
+        rc = find_matching(p, g, nullable, false);
     if (!rc)
         rc = left_edges(p, g, nullable, &E);
     if (!rc)
@@ -1408,6 +1412,21 @@ static int check_left_recursion(parser_t *p, const ifd_grammar_t *g)
                             u->name)
                      : perr(p, IFD_EFORMAT, "rule '%s' is left-recursive", u->name);
         }
+    /* a root that matches no finite text (a rule that must always reference
+     * itself again: a schema requiring a property of its own type) would
+     * generate until max_tokens: refused */
+    uint8_t *productive = rc ? NULL : calloc(nr + 1, 1);
+    if (!rc && !productive)
+        rc = perr(p, IFD_ENOMEM, "out of memory");
+    if (!rc)
+        rc = find_matching(p, g, productive, true);
+    if (!rc && !productive[g->root]) {
+        p->line = p->rules[g->root].line;
+        rc = perr(p, IFD_EFORMAT,
+                  "the grammar matches no text: 'root' never ends (every way "
+                  "through it references a rule that cannot end)");
+    }
+    free(productive);
     free(nullable);
     free(comp);
     free(E.off);

@@ -27,7 +27,7 @@ static const char BASE_RULES[] =
     "jchar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
     "jstr ::= \"\\\"\" jchar* \"\\\"\"\n"
     "jint ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
-    "jnum ::= jint ( \".\" [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "jnum ::= jint ( \".\" [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
     "jbool ::= \"true\" | \"false\"\n"
     "jnull ::= \"null\"\n"
     "jval ::= jobj | jarr | jstr | jnum | jbool | jnull\n"
@@ -86,7 +86,11 @@ static const char BASE_RULES[] =
     "( \"/\" jpchar* )* jurit\n"
     "juri ::= \"\\\"\" juric \"\\\"\"\n"
     "juriref ::= \"\\\"\" ( juric | ( \"/\"? jpcharnc+ ( \"/\" jpchar* )* )? jurit ) "
-    "\"\\\"\"\n";
+    "\"\\\"\"\n"
+    "jptrtok ::= ( \"/\" ( [a-zA-Z0-9._\\-] | \"~\" [01] ){0,24} ){0,8}\n"
+    "jjsonptr ::= \"\\\"\" jptrtok \"\\\"\"\n"
+    "jreljsonptr ::= \"\\\"\" ( \"0\" | [1-9] [0-9]{0,5} ) ( \"#\" | jptrtok ) \"\\\"\"\n"
+    "jregex ::= \"\\\"\" [a-zA-Z0-9 _\\-]{0,64} \"\\\"\"\n";
 
 int ifd__gconv_err(conv_t *c, int code, const char *fmt, ...)
 {
@@ -117,8 +121,7 @@ ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c)
     return (ifd__gconv_mark_t){c->rules.len, c->n_refs};
 }
 
-/* Takes back what was written since mark and clears the message. */
-static void take_back(conv_t *c, ifd__gconv_mark_t mark)
+void ifd__gconv_take_back(conv_t *c, ifd__gconv_mark_t mark)
 {
     c->unsat = false;
     c->rules.len = mark.rules_len;
@@ -135,7 +138,7 @@ bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc)
 {
     if (rc != IFD_ENOTSUP || !c->unsat)
         return false;
-    take_back(c, mark);
+    ifd__gconv_take_back(c, mark);
     return true;
 }
 
@@ -143,7 +146,7 @@ bool ifd__gconv_loosen(conv_t *c, ifd__gconv_mark_t mark, int rc)
 {
     if (!c->loose || rc != IFD_ENOTSUP || c->unsat)
         return false;
-    take_back(c, mark);
+    ifd__gconv_take_back(c, mark);
     c->approx = true;
     return true;
 }
@@ -225,9 +228,28 @@ static int put_lit(ifd_buf_t *b, const char *s, size_t n)
 }
 
 /* A literal for the compact JSON text of v. */
-int ifd__gconv_json_lit(conv_t *c, ifd_buf_t *b, const json_t *v)
+char *ifd__gconv_dump_value(const json_t *v)
 {
     char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s || !strpbrk(s, ".eE"))
+        return s; /* (no real number in it: nothing to shorten) */
+    for (int p = 1; p <= 17; p++) {
+        char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(p));
+        json_t *back = t ? json_loads(t, JSON_DECODE_ANY, NULL) : NULL;
+        bool same = back && json_equal(back, (json_t *)v);
+        json_decref(back);
+        if (same) {
+            free(s);
+            return t;
+        }
+        free(t);
+    }
+    return s;
+}
+
+int ifd__gconv_json_lit(conv_t *c, ifd_buf_t *b, const json_t *v)
+{
+    char *s = ifd__gconv_dump_value(v);
     if (!s)
         return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     int rc = put_lit(b, s, strlen(s));

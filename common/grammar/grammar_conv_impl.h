@@ -77,6 +77,10 @@ int ifd__gconv_unsat(conv_t *c, const char *fmt, ...) __attribute__((format(prin
 
 ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c);
 
+/* Takes back the rules and references written since mark and clears the
+ * message (the caller leaves that part out). */
+void ifd__gconv_take_back(conv_t *c, ifd__gconv_mark_t mark);
+
 /* In loose mode, whether the failure rc since mark was an IFD_ENOTSUP that
  * an over-approximation may replace: if so the rules and references written
  * since are taken back, the message cleared, c->approx set and true
@@ -100,6 +104,12 @@ void ifd__gconv_close(conv_t *c);
 int ifd__gconv_finish(conv_t *c, const char *root_body, ifd_buf_t *out);
 
 bool ifd__gconv_valid_utf8(const char *s, size_t n);
+
+/* The compact JSON text of v (malloc'd, NULL when out of memory), each real
+ * number at the fewest significant digits that read back as the same
+ * double (2.1, not jansson's 17-digit 2.1000000000000001, which a checker
+ * reading decimals exactly tells apart from the schema's 2.1). */
+char *ifd__gconv_dump_value(const json_t *v);
 
 /* A literal for the compact JSON text of v. */
 int ifd__gconv_json_lit(conv_t *c, ifd_buf_t *b, const json_t *v);
@@ -133,6 +143,20 @@ int ifd__gconv_merge(conv_t *c, const json_t *s, const json_t *doc, json_t **out
  * requires a name the other does not, each leaves out the other's names.
  * IFD_ENOTSUP names two branches that may overlap. */
 int ifd__gconv_one_of(conv_t *c, const json_t *branches, const json_t *doc, json_t **out);
+
+/* A loose conversion's array with contains, exactly (grammar_conv_cond.c):
+ * the items of allOf [items, contains] counted between minContains and
+ * maxContains, the array's length between mn and mx (mx -1: none); item is
+ * the rule of items ("jval" for any). 0 with the array's grammar in b; 1
+ * where it cannot be written exactly (nothing written: the caller writes its
+ * over-approximation); or an IFD_E* code (IFD_ENOTSUP with c->unsat when no
+ * array satisfies it). */
+int ifd__gconv_contains(conv_t *c, const json_t *s, const json_t *items, const char *item,
+                        long long mn, long long mx, const json_t *doc, ifd_buf_t *b);
+
+/* "not if" under s for the discriminator form of if (grammar_conv_cond.c):
+ * a new schema, or NULL where if is not of that form or memory ran out. */
+json_t *ifd__gconv_not_if(const json_t *s, const json_t *ifs);
 
 /* The local reference ref resolved in doc ("#", "#/$defs/X", JSON pointer
  * paths); NULL when it is not one. */

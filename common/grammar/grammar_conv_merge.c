@@ -410,6 +410,8 @@ static int member(conv_t *c, const json_t *m, const json_t *doc, int depth, json
         *out = json_object();
         return *out ? 0 : oom(c);
     }
+    if (json_is_false(m))
+        return ifd__gconv_unsat(c, "a 'false' schema in 'allOf' (nothing can match it)");
     if (!json_is_object(m))
         return ifd__gconv_err(c, IFD_ENOTSUP, "'allOf' members must be schema objects");
     const json_t *ref = json_object_get(m, "$ref");

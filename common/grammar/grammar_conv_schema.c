@@ -15,6 +15,9 @@
 #include "schema_check.h"
 #include "schema_format.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <ctype.h>
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +114,7 @@ static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
     char **own = calloc(n, sizeof *own); /* the literals' sort drops duplicates from v */
     int rc = v && own ? 0 : ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
-        own[i] = json_dumps(json_array_get(en, i), JSON_COMPACT | JSON_ENCODE_ANY);
+        own[i] = ifd__gconv_dump_value(json_array_get(en, i));
         if (!own[i])
             rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
         else
@@ -513,9 +516,7 @@ static int string_fn(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b)
 /* Standard formats a checker may assert that no rule here writes: refused
  * even in a loose conversion (the check at the end asserts only the
  * formats of schema_format.h, so leaving one out would go unchecked). */
-static const char *const REFUSED_FORMATS[] = {
-    "idn-email",    "idn-hostname",          "iri",  "iri-reference", "uri-template",
-    "json-pointer", "relative-json-pointer", "regex"};
+static const char *const REFUSED_FORMATS[] = {"idn-email", "idn-hostname", "uri-template"};
 
 static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
 {
@@ -523,7 +524,8 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
     if (f && in_list(f, REFUSED_FORMATS, sizeof REFUSED_FORMATS / sizeof REFUSED_FORMATS[0]))
         return ifd__gconv_err(c, IFD_ENOTSUP,
                               "'format': \"%.60s\" is not supported (date, time, date-time, "
-                              "duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference "
+                              "duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference, "
+                              "iri, iri-reference, json-pointer, relative-json-pointer, regex "
                               "are)",
                               f);
     return loose_body(c, s, false, string_fn, STRING_TRIES, b);
@@ -532,36 +534,36 @@ static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
 /* Whether the pattern (a JSON Schema regex: a search) matches the key. */
 static int pattern_matches(conv_t *c, const char *pat, const char *key, bool *yes)
 {
-    conv_t t;
-    ifd__gconv_init(&t, &c->budget, c->err, c->errlen);
-    ifd_buf_t body = IFD_BUF_INIT, g = IFD_BUF_INIT;
-    int rc = ifd_buf_puts(&body, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
-    if (!rc)
-        rc = ifd__gconv_regex(&t, pat, strlen(pat), true, true, &body);
-    if (!rc && ifd_buf_puts(&body, "\"\\u0022\" "))
-        rc = IFD_ENOMEM;
-    if (!rc)
-        rc = ifd__gconv_finish(&t, body.data, &g);
-    ifd_grammar_t *gr = NULL;
-    ifd_gmatch_t *m = NULL;
-    if (!rc)
-        rc = ifd_grammar_compile(g.data, g.len, &gr, c->err, c->errlen);
-    if (!rc)
-        rc = ifd_gmatch_create(gr, &m);
+    /* PCRE2, as the check at the end reads patterns (UTF, $ only at the end):
+     * lookaround and the like decide which schemas a name falls under even
+     * where no grammar could write them */
+    int ec;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &off, NULL);
+    if (!re)
+        return ifd__gconv_err(c, IFD_ENOTSUP,
+                              "'patternProperties' '%.200s' is not a regex "
+                              "PCRE2 compiles",
+                              pat);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    int rc = md && mc ? 0 : IFD_ENOMEM;
     if (!rc) {
-        json_t *k = json_string(key);
-        char *txt = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
-        rc = txt ? 0 : IFD_ENOMEM;
-        *yes = txt && ifd_gmatch_accept(m, txt, strlen(txt)) == 0 && ifd_gmatch_can_end(m);
-        free(txt);
-        json_decref(k);
+        pcre2_set_match_limit(mc, 1000000);
+        int r = pcre2_match(re, (PCRE2_SPTR)key, strlen(key), 0, 0, md, mc);
+        if (r >= 0 || r == PCRE2_ERROR_NOMATCH)
+            *yes = r >= 0;
+        else
+            rc = ifd__gconv_err(c, IFD_ENOTSUP,
+                                "'patternProperties' '%.200s' could not be matched against "
+                                "'%.100s' (error %d)",
+                                pat, key, r);
     }
-    ifd_gmatch_destroy(m);
-    ifd_grammar_destroy(gr);
-    ifd_buf_free(&body);
-    ifd_buf_free(&g);
-    c->steps += t.steps;
-    ifd__gconv_close(&t);
+    pcre2_match_context_free(mc);
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    c->steps++;
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
 
@@ -650,7 +652,8 @@ static int required_set(conv_t *c, const json_t *s, json_t **out, json_t **set)
 
 /* The properties to generate, in order: the declared ones (each also
  * under the patternProperties whose pattern matches its name), then the
- * required names not declared (under additionalProperties); then
+ * required names not declared (under the patternProperties matching them,
+ * or additionalProperties where none does); then
  * minProperties / maxProperties applied by making the first optional ones
  * required, or leaving the last ones out. */
 static int collect_props(conv_t *c, const json_t *s, const json_t *req, const json_t *req_set,
@@ -691,16 +694,32 @@ static int collect_props(conv_t *c, const json_t *s, const json_t *req, const js
         const char *r = json_string_value(json_array_get(req, i));
         if (props && json_object_get(props, r))
             continue;
-        if (json_is_false(addl) && !pp)
+        /* the schemas of the patterns matching r, all of them; additionalProperties
+         * only where none does (as for a key outside 'properties') */
+        json_t *sub = NULL;
+        const char *pk;
+        json_t *pv;
+        json_object_foreach((json_t *)pp, pk, pv)
+        {
+            bool yes = false;
+            if ((rc = pattern_matches(c, pk, r, &yes)))
+                break;
+            if (yes && !sub && !(sub = json_pack("{s:[]}", "allOf")))
+                rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+            if (yes && !rc && json_array_append((json_t *)json_object_get(sub, "allOf"), pv))
+                rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+            if (rc)
+                break;
+        }
+        if (rc)
+            json_decref(sub);
+        else if (sub)
+            p[k++] = (prop_t){r, sub, true};
+        else if (json_is_false(addl))
             rc = ifd__gconv_unsat(c,
                                   "'required' names '%.100s', which is not in 'properties' and "
                                   "which 'additionalProperties': false forbids",
                                   r);
-        else if (pp)
-            rc = ifd__gconv_err(c, IFD_ENOTSUP,
-                                "'required' names '%.100s', which is not in 'properties' and "
-                                "which 'patternProperties' may constrain",
-                                r);
         else
             p[k++] = (prop_t){r, addl ? json_incref((json_t *)addl) : json_true(), true};
     }
@@ -742,8 +761,135 @@ static int collect_props(conv_t *c, const json_t *s, const json_t *req, const js
     return 0;
 }
 
-/* An object used as a map: keys from the one patternProperties pattern (or
- * any string), values from its schema (or additionalProperties), between
+/* The literal text every key matching pat starts with, into out (at most
+ * cap - 1 bytes): the plain characters after a leading ^ up to the first
+ * operator (a character a quantifier makes optional is left out). false
+ * when pat is not anchored at its start or holds an alternation (its
+ * prefix is then unknown). */
+static bool literal_prefix(const char *pat, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    if (pat[0] != '^' || strchr(pat, '|'))
+        return false;
+    for (const char *p = pat + 1; *p && n + 1 < cap;) {
+        char ch;
+        size_t len;
+        if (*p == '\\' && p[1] && !isalnum((unsigned char)p[1]))
+            ch = p[1], len = 2;
+        else if (isalnum((unsigned char)*p) || (*p && strchr(" -_/:@#%&=~,<>'\"!;", *p)))
+            ch = *p, len = 1;
+        else
+            break;
+        if (p[len] == '?' || p[len] == '*' || p[len] == '{')
+            break;
+        out[n++] = ch;
+        p += len;
+        if (*p == '+')
+            break;
+    }
+    out[n] = '\0';
+    return true;
+}
+
+/* Whether no key can match both patterns: both anchored at the start with
+ * literal prefixes of which neither is a prefix of the other. */
+static bool patterns_disjoint(const char *a, const char *b)
+{
+    char pa[64], pb[64];
+    if (!literal_prefix(a, pa, sizeof pa) || !literal_prefix(b, pb, sizeof pb))
+        return false;
+    size_t n = strlen(pa) < strlen(pb) ? strlen(pa) : strlen(pb);
+    return strncmp(pa, pb, n) != 0;
+}
+
+/* The key-value alternatives of a map, into pair: one per patternProperties
+ * pattern (keys from it; values under its schema and the schema of every
+ * other pattern that may match the same key — all of them but those
+ * patterns_disjoint proves apart, so a key matching several gets a value
+ * valid for each), or any key under additionalProperties without patterns.
+ * A pattern whose value schema nothing satisfies is left out (no key of it
+ * is written: valid). *none: every pattern was left out. */
+static int map_pairs(conv_t *c, const json_t *pp, const json_t *addl, const json_t *doc,
+                     ifd_buf_t *pair, bool *none)
+{
+    *none = false;
+    if (!json_object_size(pp)) {
+        if (addl && json_is_false(addl)) {
+            *none = true;
+            return 0;
+        }
+        char val[32] = "jval";
+        if (addl && !json_is_true(addl)) {
+            unsigned v;
+            TRY(ifd__gconv_schema_rule(c, addl, doc, &v));
+            snprintf(val, sizeof val, "s%u", v);
+        }
+        return ifd_buf_printf(pair, "jstr ws \":\" ws %s ws", val) ? IFD_ENOMEM : 0;
+    }
+    size_t kept = 0;
+    const char *pk;
+    json_t *pv;
+    json_object_foreach((json_t *)pp, pk, pv)
+    {
+        /* vs: the value's schema, NULL for any value; a false schema among them
+         * leaves the pattern out */
+        json_t *vs = json_is_true(pv) ? NULL : json_incref(pv);
+        bool never = json_is_false(pv);
+        const char *ok;
+        json_t *ov;
+        json_object_foreach((json_t *)pp, ok, ov)
+        {
+            if (ok == pk || never || patterns_disjoint(pk, ok) || json_is_true(ov))
+                continue;
+            never = json_is_false(ov);
+            json_t *both = vs ? json_pack("{s:[O,O]}", "allOf", vs, ov) : json_incref(ov);
+            json_decref(vs);
+            if (!(vs = both))
+                return IFD_ENOMEM;
+        }
+        if (never) {
+            json_decref(vs);
+            continue;
+        }
+        ifd__gconv_mark_t mark = ifd__gconv_mark(c);
+        unsigned v = 0;
+        bool any = !vs;
+        int rc = any ? 0 : ifd__gconv_schema_rule(c, vs, doc, &v);
+        json_decref(vs);
+        if (rc && ifd__gconv_drop_unsat(c, mark, rc))
+            continue;
+        if (rc)
+            return rc;
+        char val[32] = "jval";
+        if (!any)
+            snprintf(val, sizeof val, "s%u", v);
+        size_t at = pair->len;
+        if (ifd_buf_puts(pair, kept ? "| \"\\u0022\" " : "( \"\\u0022\" "))
+            return IFD_ENOMEM;
+        /* a pattern no grammar writes (lookaround): none of its keys is written */
+        mark = ifd__gconv_mark(c);
+        rc = ifd__gconv_regex(c, pk, strlen(pk), true, true, pair);
+        if (rc == IFD_ENOTSUP) {
+            ifd__gconv_take_back(c, mark);
+            pair->len = at;
+            if (pair->data)
+                pair->data[at] = '\0';
+            continue;
+        }
+        TRY(rc);
+        if (ifd_buf_printf(pair, "\"\\u0022\" ws \":\" ws %s ws ", val))
+            return IFD_ENOMEM;
+        kept++;
+    }
+    if (kept && ifd_buf_puts(pair, ") "))
+        return IFD_ENOMEM;
+    *none = kept == 0;
+    return 0;
+}
+
+/* An object used as a map: keys from the patternProperties patterns (or
+ * any string), values from their schemas (or additionalProperties), between
  * minProperties and maxProperties pairs. Keys are not checked for
  * uniqueness (llguidance does the same). */
 static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
@@ -757,48 +903,22 @@ static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
         return ifd__gconv_err(c, IFD_ENOTSUP, "'patternProperties' must be an object");
     if (!json_object_size(pp) && (!addl || json_is_true(addl)) && mn == 0 && mx < 0)
         return ifd_buf_puts(b, "jobj ") ? IFD_ENOMEM : 0;
-    if (json_object_size(pp) > 1)
-        return ifd__gconv_err(c, IFD_ENOTSUP,
-                              "'patternProperties' with more than one pattern (a key matching "
-                              "two would need both schemas)");
-    ifd_buf_t key = IFD_BUF_INIT;
-    const json_t *vs = addl;
-    int rc = 0;
-    if (json_object_size(pp)) {
-        void *it = json_object_iter((json_t *)pp);
-        const char *pat = json_object_iter_key(it);
-        vs = json_object_iter_value(it);
-        rc = ifd_buf_puts(&key, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
-        if (!rc)
-            rc = ifd__gconv_regex(c, pat, strlen(pat), true, true, &key);
-        if (!rc && ifd_buf_puts(&key, "\"\\u0022\" "))
-            rc = IFD_ENOMEM;
-    } else {
-        rc = ifd_buf_puts(&key, "jstr ") ? IFD_ENOMEM : 0;
-    }
-    char val[32] = "jval";
-    if (!rc && vs && json_is_false(vs)) {
+    if (mx >= 0 && mx < mn)
+        return ifd__gconv_unsat(c, "'maxProperties' below 'minProperties'");
+    ifd_buf_t pair = IFD_BUF_INIT;
+    bool none = false;
+    int rc = map_pairs(c, pp, addl, doc, &pair, &none);
+    if (!rc && none) {
         if (mn > 0)
             rc = ifd__gconv_unsat(c, "'minProperties' where no property is allowed");
         else
             rc = ifd_buf_puts(b, "\"{\" ws \"}\" ") ? IFD_ENOMEM : 0;
-        ifd_buf_free(&key);
-        return rc;
-    }
-    if (!rc && vs && !json_is_true(vs)) {
-        unsigned v;
-        rc = ifd__gconv_schema_rule(c, vs, doc, &v);
-        snprintf(val, sizeof val, "s%u", v);
-    }
-    if (!rc && mx >= 0 && mx < mn)
-        rc = ifd__gconv_unsat(c, "'maxProperties' below 'minProperties'");
-    if (!rc) {
-        ifd_buf_t pair = IFD_BUF_INIT;
-        unsigned id = c->next++;
-        rc = ifd_buf_printf(&pair, "%sws \":\" ws %s ws", key.data, val) ? IFD_ENOMEM : 0;
-        if (!rc)
-            rc = ifd__gconv_rule(c, id, &pair);
         ifd_buf_free(&pair);
+        return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
+    }
+    if (!rc) {
+        unsigned id = c->next++;
+        rc = ifd__gconv_rule(c, id, &pair);
         long long lo = mn > 0 ? mn - 1 : 0;
         if (!rc && mx == 0)
             rc = ifd_buf_puts(b, "\"{\" ws \"}\" ") ? IFD_ENOMEM : 0;
@@ -813,7 +933,7 @@ static int map_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
                      ? IFD_ENOMEM
                      : 0;
     }
-    ifd_buf_free(&key);
+    ifd_buf_free(&pair);
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
 
@@ -922,49 +1042,6 @@ static int object_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     return rc;
 }
 
-/* The most items of contains' schema an array's grammar asks for. */
-#define CONTAINS_MAX 8
-
-/* A loose conversion's array with contains (array_body): every valid
- * array has need = minContains (default 1) items that match items and
- * contains both (M: their allOf; I: the item), written
- *   "[" ( I "," )* M ( "," ( I "," )* M ){need - 1} ( "," I )* "]"
- * — exact without maxContains, which is left to the check at the end.
- * Where it cannot be written so (maxItems, minItems above need, need over
- * CONTAINS_MAX, a contains that cannot be merged with items): 1, and
- * array_body writes its plain form (tightened asked it for need items). */
-static int contains_body(conv_t *c, const json_t *s, const json_t *items, const char *item,
-                         long long mn, long long mx, const json_t *doc, ifd_buf_t *b)
-{
-    const json_t *ct = json_object_get(s, "contains"), *mc = json_object_get(s, "minContains");
-    long long need = 1;
-    if (mc && !json_is_integer(mc))
-        return 1;
-    if (mc)
-        need = json_integer_value(mc);
-    if (need < 1 || need > CONTAINS_MAX || mx >= 0 || mn > need)
-        return 1;
-    json_t *m = items && !json_is_true(items) ? json_pack("{s:[O,O]}", "allOf", items, ct)
-                                              : json_incref((json_t *)ct);
-    if (!m)
-        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
-    unsigned id;
-    ifd__gconv_mark_t mark = ifd__gconv_mark(c);
-    int rc = ifd__gconv_schema_rule(c, m, doc, &id);
-    json_decref(m);
-    if (rc && ifd__gconv_loosen(c, mark, rc))
-        return 1;
-    TRY(rc); /* (no item can match both: no valid array) */
-    char one[64];
-    snprintf(one, sizeof one, "( %s ws \",\" ws )* s%u ws ", item, id);
-    rc = ifd_buf_printf(b, "\"[\" ws %s", one);
-    if (!rc && need > 1)
-        rc = ifd_buf_printf(b, "( \",\" ws %s){%lld} ", one, need - 1);
-    if (!rc)
-        rc = ifd_buf_printf(b, "( \",\" ws %s ws )* \"]\" ", item);
-    return rc ? ifd__gconv_err(c, IFD_ENOMEM, "out of memory") : 0;
-}
-
 static int array_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *b)
 {
     const json_t *items = json_object_get(s, "items");
@@ -1027,7 +1104,7 @@ static int array_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *
     if (mx == 0)
         return ifd_buf_puts(b, "\"[\" ws \"]\" ") ? IFD_ENOMEM : 0;
     if (c->loose && json_object_get(s, "contains")) {
-        int crc = contains_body(c, s, items, item, mn, mx, doc, b);
+        int crc = ifd__gconv_contains(c, s, items, item, mn, mx, doc, b);
         if (crc != 1)
             return crc;
     }
@@ -1308,12 +1385,35 @@ static json_t *tightened(const json_t *s, int level, bool *oom)
     const json_t *then = json_object_get(s, "then"), *els = json_object_get(s, "else");
     const json_t *ct = json_object_get(s, "contains"), *mc = json_object_get(s, "minContains");
     const json_t *mi = json_object_get(s, "minItems");
+    *oom = false;
+    json_t *nif = NULL;
+    if (level == 3) { /* the discriminator form, exact: anyOf [if ∧ then, not if ∧ else] */
+        if (!json_object_get(s, "if") || (!then && !els) ||
+            !(nif = ifd__gconv_not_if(s, json_object_get(s, "if"))))
+            return NULL;
+        json_t *t = json_copy((json_t *)s);
+        const json_t *all = t ? json_object_get(t, "allOf") : NULL;
+        json_t *l = !t ? NULL : json_is_array(all) ? json_copy((json_t *)all) : json_array();
+        json_t *any =
+            json_pack("{s:[{s:[O,O]},{s:[O,O]}]}", "anyOf", "allOf", json_object_get(s, "if"),
+                      then ? then : json_true(), "allOf", nif, els ? els : json_true());
+        json_decref(nif);
+        if (!t || !l || !any || json_array_append_new(l, any) ||
+            json_object_set_new(t, "allOf", l)) {
+            if (!any || !l)
+                json_decref(l), json_decref(any);
+            json_decref(t);
+            *oom = true;
+            return NULL;
+        }
+        json_object_del(t, "if"), json_object_del(t, "then"), json_object_del(t, "else");
+        return t;
+    }
     bool cond = json_object_get(s, "if") && then && els;
     long long need = ct && is_str(json_object_get(s, "type"), "array")
                          ? (json_is_integer(mc) ? json_integer_value(mc) : 1)
                          : 0;
     bool more = need > 0 && !(json_is_integer(mi) && json_integer_value(mi) >= need);
-    *oom = false;
     if ((!cond && !more) || (level < 2 && !cond)) /* (level 1 differs only for if) */
         return NULL;
     json_t *t = json_copy((json_t *)s);
@@ -1358,7 +1458,7 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     int rc;
     /* the tightest reading, else (a keyword it cannot merge) a looser one,
      * at last the plain one */
-    for (int level = 2; c->loose && level >= 1; level--) {
+    for (int level = 3; c->loose && level >= 1; level--) {
         bool oom = false;
         json_t *t = tightened(s, level, &oom);
         if (oom)
@@ -1380,16 +1480,88 @@ static int schema_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t 
     return rc == IFD_ENOMEM ? ifd__gconv_err(c, rc, "out of memory") : rc;
 }
 
+/* Past this depth a schema's rule is remembered by the schema's text (in
+ * c->refs, keyed "~" + its compact text with sorted keys), so that a
+ * recursion the merge unrolls — a $ref beside other keywords inlines its
+ * target, whose own $ref with siblings inlines it again (`resjson`'s
+ * `additionalProperties: {minProperties: 1, anyOf: [{$ref: resource}, …]}`)
+ * — meets its own text again and refers to its rule instead of nesting
+ * until IFD__GCONV_MAX_DEPTH. The same text under the same document
+ * converts to the same language, so the reference is exact. Shallower
+ * schemas are not keyed: dumping every node of a large schema would cost
+ * its size times its depth. */
+#define MEMO_DEPTH 16
+/* A schema whose text is longer is not keyed (its text would cost more to
+ * keep than its rule: a recursion through one is cut at
+ * IFD__GCONV_MAX_DEPTH as before). */
+#define MEMO_TEXT_MAX 65536
+
+typedef struct {
+    char *p;  /* MEMO_TEXT_MAX + 2 bytes: "~" + the text + NUL */
+    size_t n; /* bytes written, the "~" included */
+} memo_text_t;
+
+static int memo_text_cb(const char *buf, size_t size, void *data)
+{
+    memo_text_t *t = data;
+    if (t->n + size > MEMO_TEXT_MAX + 1)
+        return -1;
+    memcpy(t->p + t->n, buf, size);
+    t->n += size;
+    return 0;
+}
+
 int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
 {
     TRY(ifd__gconv_step(c));
-    if (++c->depth > IFD__GCONV_MAX_DEPTH)
+    if (++c->depth > IFD__GCONV_MAX_DEPTH) {
+        c->depth--;
         return ifd__gconv_err(c, IFD_ETOOBIG, "schema nested deeper than %d levels",
                               IFD__GCONV_MAX_DEPTH);
+    }
+    int rc = 0;
+    char *key = NULL;
+    unsigned me = 0;
+    bool memo = false; /* me is this schema's rule, remembered */
+    if (c->depth > MEMO_DEPTH && json_is_object(s)) {
+        memo_text_t t = {malloc(MEMO_TEXT_MAX + 2), 1};
+        if (!t.p)
+            rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+        else if (json_dump_callback(s, memo_text_cb, &t, JSON_COMPACT | JSON_SORT_KEYS) == 0) {
+            t.p[0] = '~', t.p[t.n] = '\0';
+            key = realloc(t.p, t.n + 1); /* (kept: only its own length) */
+            if (!key)
+                key = t.p;
+        } else { /* (a large subtree: converted as if shallow) */
+            free(t.p);
+        }
+        for (size_t i = 0; !rc && key && i < c->n_refs; i++) {
+            if (c->refs[i].doc == doc && strcmp(c->refs[i].ref, key) == 0) {
+                *id = c->refs[i].id;
+                free(key);
+                c->depth--;
+                return 0;
+            }
+        }
+        ifd__gconv_ref_t *r = rc || !key || c->n_refs == MAX_REFS
+                                  ? NULL
+                                  : realloc(c->refs, (c->n_refs + 1) * sizeof *r);
+        if (r) { /* (a full table: converted as if shallow) */
+            c->refs = r;
+            me = c->next++;
+            memo = true;
+            c->refs[c->n_refs++] = (ifd__gconv_ref_t){doc, key, me};
+            key = NULL;
+        } else if (!rc && key && c->n_refs < MAX_REFS) {
+            rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+        }
+        free(key);
+    }
     ifd_buf_t body = IFD_BUF_INIT;
-    int rc = schema_body(c, s, doc, &body);
+    if (!rc)
+        rc = schema_body(c, s, doc, &body);
     if (!rc) {
-        *id = c->next++;
+        *id = memo ? me : c->next++;
         rc = ifd__gconv_rule(c, *id, &body);
     }
     ifd_buf_free(&body);

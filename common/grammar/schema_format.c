@@ -6,7 +6,10 @@
  */
 #include "schema_format.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -479,6 +482,100 @@ static bool f_uri_reference(const char *s, size_t n)
     return f_uri(s, n) || uri_rest(s, s + n, true);
 }
 
+/* RFC 3987's IRIs: RFC 3986's URIs with ucschar wherever unreserved goes
+ * and iprivate in the query. Each such code point is read as the letter
+ * 'a' (an unreserved character) and the result checked as a uri; a
+ * private-use one counts only after a '?' (in the query or the fragment:
+ * a little wider than the RFC, which keeps it out of the fragment). */
+static bool iri_as_uri(const char *s, size_t n, bool (*uri)(const char *, size_t))
+{
+    char *m = malloc(n ? n : 1);
+    if (!m)
+        return false;
+    size_t k = 0;
+    bool query = false, ok = true;
+    for (size_t i = 0; i < n && ok;) {
+        unsigned char b = (unsigned char)s[i];
+        if (b < 0x80) {
+            query |= b == '?';
+            m[k++] = (char)b;
+            i++;
+            continue;
+        }
+        int len = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 0;
+        if (!len || i + (size_t)len > n) {
+            ok = false;
+            break;
+        }
+        uint32_t cp = b & (0x7f >> len);
+        for (int j = 1; j < len; j++) {
+            unsigned char t = (unsigned char)s[i + (size_t)j];
+            ok &= (t & 0xc0) == 0x80;
+            cp = cp << 6 | (t & 0x3f);
+        }
+        bool ucs = (cp >= 0xa0 && cp <= 0xd7ff) || (cp >= 0xf900 && cp <= 0xfdcf) ||
+                   (cp >= 0xfdf0 && cp <= 0xffef) ||
+                   (cp >= 0x10000 && cp <= 0xefffd && (cp & 0xfffe) != 0xfffe);
+        bool priv = (cp >= 0xe000 && cp <= 0xf8ff) || (cp >= 0xf0000 && cp <= 0xffffd) ||
+                    (cp >= 0x100000 && cp <= 0x10fffd);
+        ok &= ucs || (priv && query);
+        m[k++] = 'a';
+        i += (size_t)len;
+    }
+    ok = ok && uri(m, k);
+    free(m);
+    return ok;
+}
+
+static bool f_iri(const char *s, size_t n)
+{
+    return iri_as_uri(s, n, f_uri);
+}
+
+static bool f_iri_reference(const char *s, size_t n)
+{
+    return iri_as_uri(s, n, f_uri_reference);
+}
+
+/* RFC 6901: "" or ("/" reference-token)*, "~" only as "~0" or "~1". */
+static bool json_pointer(const char *s, const char *e)
+{
+    if (s < e && *s != '/')
+        return false;
+    for (const char *p = s; p < e; p++)
+        if (*p == '~' && (p + 1 == e || (p[1] != '0' && p[1] != '1')))
+            return false;
+    return true;
+}
+
+static bool f_json_pointer(const char *s, size_t n)
+{
+    return json_pointer(s, s + n);
+}
+
+/* draft-handrews-relative-json-pointer-01: a non-negative integer (no
+ * leading zero), then "#" or a JSON pointer. */
+static bool f_relative_json_pointer(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && digit(s[i]))
+        i++;
+    if (i == 0 || (s[0] == '0' && i > 1))
+        return false;
+    return (i + 1 == n && s[i] == '#') || json_pointer(s + i, s + n);
+}
+
+/* A regular expression: one PCRE2 compiles (UTF mode), PCRE2 standing in
+ * for ECMA-262's grammar (they differ in corners: lookbehind, \p names). */
+static bool f_regex(const char *s, size_t n)
+{
+    int err;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)s, n, PCRE2_UTF, &err, &off, NULL);
+    pcre2_code_free(re);
+    return re != NULL;
+}
+
 /* ---- the table ---- */
 
 static const ifd_schema_format_t FORMATS[] = {
@@ -493,6 +590,13 @@ static const ifd_schema_format_t FORMATS[] = {
     {"email", "jemail", 5, 279, f_email},
     {"uri", "juri", 4, -1, f_uri},
     {"uri-reference", "juriref", 0, -1, f_uri_reference},
+    /* written as their ASCII subsets: a uri is an iri, a pointer of plain tokens a
+     * pointer, a string of letters, digits, spaces, '_' and '-' a regex */
+    {"iri", "juri", 4, -1, f_iri},
+    {"iri-reference", "juriref", 0, -1, f_iri_reference},
+    {"json-pointer", "jjsonptr", 0, -1, f_json_pointer},
+    {"relative-json-pointer", "jreljsonptr", 1, -1, f_relative_json_pointer},
+    {"regex", "jregex", 0, -1, f_regex},
 };
 
 const ifd_schema_format_t *ifd_schema_format_find(const char *name)

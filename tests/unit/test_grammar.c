@@ -159,6 +159,9 @@ START_TEST(test_gbnf_errors)
         {"root ::= \"a\"{99999}\n", "repetition count"},
         {"root ::= \"\\q\"\n", "unknown escape"},
         {"root ::= \"a\"\nroot ::= \"b\"\n", "defined twice"},
+        /* no finite text: every way through root must reference a again */
+        {"root ::= a\na ::= \"x\" a\n", "matches no text"},
+        {"root ::= \"[\" (a | \"b\" root) \"]\"\na ::= \"(\" a \")\"\n", "matches no text"},
         {"just text\n", "expected a rule"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -539,6 +542,60 @@ END_TEST
 START_TEST(test_json_schema_structure)
 {
     static const schema_case_t cases[] = {
+        /* a required name outside properties: under the patterns it matches (all of
+         * them), under additionalProperties where none does */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+         "\"patternProperties\":{\"^x-\":{\"type\":\"string\"},\"id$\":{\"maxLength\":2}},"
+         "\"required\":[\"a\",\"x-id\",\"zz\"],\"additionalProperties\":{\"type\":"
+         "\"boolean\"}}",
+         {"{\"a\":1,\"x-id\":\"s\",\"zz\":true}", "{\"a\":1,\"x-id\":\"st\",\"zz\":false}"},
+         {"{\"a\":1,\"x-id\":1,\"zz\":true}", "{\"a\":1,\"x-id\":\"s\",\"zz\":\"s\"}",
+          "{\"a\":1,\"x-id\":\"str\",\"zz\":true}", "{\"a\":1,\"x-id\":\"s\"}"}},
+        /* maps with several patterns: a key of one pattern gets a value valid for every
+         * pattern that may match it too (all but those whose anchored literal prefixes
+         * differ: ^x- and ^/ below); a pattern whose value nothing satisfies writes no key */
+        {"{\"type\":\"object\",\"patternProperties\":{\"^x-\":{\"type\":\"integer\"},\"^/\":{"
+         "\"type\":\"string\"},\"b\":{\"maxLength\":1}}}",
+         {"{}", "{\"x-a\":1,\"/p\":\"s\"}", "{\"/b\":\"s\"}", "{\"x-b\":2}"},
+         {"{\"x-a\":\"s\"}", "{\"/p\":1}", "{\"/b\":\"st\"}", "{\"q\":1}"}},
+        {"{\"type\":\"object\",\"patternProperties\":{\".*\":{\"type\":\"integer\"},\"^a\":"
+         "{\"minimum\":3},\"^b\":false},\"minProperties\":1}",
+         {"{\"a\":3}", "{\"a\":4,\"ab\":5}"},
+         /* (.* may match what ^b forbids: its keys are not written) */
+         {"{}", "{\"a\":2}", "{\"c\":4}", "{\"b\":4}", "{\"a\":\"s\"}"}},
+        /* patterns no grammar writes (lookaround) still decide which schemas a declared
+         * name falls under (PCRE2 matches them); in a map, none of their keys is written */
+        {"{\"type\":\"object\",\"properties\":{\"ab\":{},\"xb\":{}},\"patternProperties\":{"
+         "\"^(?!x)\":{\"type\":\"integer\"}},\"required\":[\"ab\",\"xb\"]}",
+         {"{\"ab\":1,\"xb\":\"s\"}", "{\"ab\":2,\"xb\":3}"},
+         {"{\"ab\":\"s\",\"xb\":1}"}},
+        {"{\"type\":\"object\",\"patternProperties\":{\"^(?!x)[a-z]+$\":{\"type\":\"integer\"},"
+         "\"^[0-9]+$\":{\"type\":\"integer\",\"minimum\":3}}}",
+         {"{}", "{\"12\":5}"},
+         {"{\"12\":2}", "{\"ab\":1}"}},
+        /* enum reals written at their shortest (a checker reading decimals exactly tells
+         * 2.1 from jansson's 2.1000000000000001); exponents of at most two digits, so
+         * every number written fits a double (the check at the end can read it) */
+        {"{\"enum\":[2,2.1,0.3,1e300]}", {"2.1", "0.3", "2", "1e300"},
+         {"2.1000000000000001", "0.29999999999999999", "1.0000000000000001e+300"}},
+        {"{\"type\":\"number\"}", {"1e99", "-2.5E-12", "0.5e+7"}, {"1e100", "-3E-308"}},
+        /* additionalProperties false does not forbid a name a pattern allows */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"patternProperties\":{\"^[a-z]+$\":"
+         "{\"type\":\"integer\"}},\"additionalProperties\":false,\"required\":[\"bc\"]}",
+         {"{\"bc\":1}", "{\"a\":3,\"bc\":2}"},
+         {"{\"bc\":\"x\"}", "{}", "{\"a\":null,\"bc\":2}"}},
+        /* a recursion the merge unrolls ($ref beside minProperties, again inside its
+         * target): past 16 levels the same schema text refers to its own rule */
+        {"{\"type\":\"object\",\"additionalProperties\":{\"minProperties\":1,\"anyOf\":[{"
+         "\"type\":\"string\"},{\"$ref\":\"#/definitions/r\"}]},\"definitions\":{\"r\":{\"type\":"
+         "\"object\",\"additionalProperties\":{\"minProperties\":1,\"anyOf\":[{\"type\":"
+         "\"string\"},{\"$ref\":\"#/definitions/r\"}]}}}}",
+         {"{}", "{\"a\":\"x\"}", "{\"a\":{\"b\":\"y\"},\"c\":\"z\"}",
+          "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":"
+          "\"x\"}}}}}}}}}}}}"},
+         {"{\"a\":{}}", "{\"a\":1}",
+          "{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{\"a\":{}}}}}}}}}}"
+          "}}"}},
         /* annotations and vendor keywords are ignored */
         {"{\"type\":\"string\",\"id\":\"x\",\"self\":{\"a\":1},\"x-kubernetes-group\":1,"
          "\"_format\":\"q\",\"$comment\":\"c\",\"examples\":[\"a\"],\"deprecated\":true,"
@@ -678,7 +735,7 @@ START_TEST(test_json_schema_unsupported)
         {"{\"dependentSchemas\":{\"a\":{\"not\":{}}}}", "'not'"},
         {"{\"type\":\"object\",\"propertyNames\":{\"maxLength\":3}}", "'propertyNames'"},
         {"{\"unevaluatedProperties\":false}", "'unevaluatedProperties'"},
-        {"{\"type\":\"string\",\"format\":\"iri\"}", "'format'"},
+        {"{\"type\":\"string\",\"format\":\"idn-email\"}", "'format'"},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "'oneOf'"},
         /* 3 matches both: minLength constrains strings only */
         {"{\"oneOf\":[{\"minLength\":2},{\"type\":\"integer\"}]}", "'oneOf'"},
@@ -691,7 +748,6 @@ START_TEST(test_json_schema_unsupported)
          "100000000}",
          "'multipleOf'"},
         {"{\"type\":\"number\",\"multipleOf\":0.3}", "'multipleOf'"},
-        {"{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{}}}", "'patternProperties'"},
         {"{\"properties\":{\"a\":{}},\"required\":[\"b\"],\"additionalProperties\":false}",
          "'required'"},
         {"{\"properties\":{\"a\":{}},\"minProperties\":2}", "'minProperties'"},
@@ -714,6 +770,28 @@ START_TEST(test_json_schema_unsupported)
         ifd_buf_free(&b);
         json_decref(s);
     }
+    /* no finite value: an object that requires a property of its own type (directly,
+     * or through allOf as JSONSchemaBench's Github_easy o17683 does); the grammar
+     * converts, and compiling refuses it rather than generating until max_tokens */
+    static const char *const endless[] = {
+        "{\"$defs\":{\"F\":{\"type\":\"object\",\"properties\":{\"c\":{\"$ref\":\"#/$defs/F\"}},"
+        "\"required\":[\"c\"]}},\"$ref\":\"#/$defs/F\"}",
+        "{\"definitions\":{\"C\":{\"type\":\"object\"},\"F\":{\"properties\":{\"c\":{\"allOf\":"
+        "[{\"$ref\":\"#/definitions/F\"},{\"$ref\":\"#/definitions/C\"}]}},\"required\":[\"c\"],"
+        "\"type\":\"object\"}},\"properties\":{\"F\":{\"$ref\":\"#/definitions/F\"}},\"required\":"
+        "[\"F\"]}"};
+    for (size_t i = 0; i < 2; i++) {
+        json_error_t je;
+        json_t *s = json_loads(endless[i], 0, &je);
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        ck_assert_int_eq(ifd_gconv_json_schema(s, &b, NULL, err, sizeof err), 0);
+        ifd_grammar_t *g = NULL;
+        ck_assert_int_eq(ifd_grammar_compile(b.data, b.len, &g, err, sizeof err), IFD_EFORMAT);
+        ck_assert_msg(strstr(err, "matches no text"), "%s → %s", endless[i], err);
+        ifd_buf_free(&b);
+        json_decref(s);
+    }
 }
 END_TEST
 
@@ -724,6 +802,14 @@ END_TEST
  * than the schema), and texts the grammar accepts that the check catches
  * (the keyword the grammar left out). Schemas a grammar enforces whole keep
  * approx false; what nothing can check is still refused. */
+#define DISC1                                                                                      \
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"x\":{\"type\":"   \
+    "\"integer\"}},\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":["     \
+    "\"x\"]},\"else\":{\"properties\":{\"x\":false}}}"
+#define DISC2                                                                                      \
+    "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"y\":{\"type\":"   \
+    "\"boolean\"}},\"if\":{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"k\"]}," \
+    "\"else\":{\"required\":[\"y\"]}}"
 START_TEST(test_json_schema_loose)
 {
     static const struct {
@@ -738,7 +824,7 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
          "\"integer\"}},\"required\":[\"k\"],\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},"
          "\"then\":{\"required\":[\"x\"]}}",
-         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {"{\"k\":\"a\"}"}},
+         {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {NULL}},
         /* if/then/else read as anyOf [allOf [if, then], else]: {"k":"a"} satisfies
          * neither, nor does {"k":"b","x":1} (then without its if), so the grammar refuses
          * them (below); {"k":"a","y":2} satisfies else, whose "not if" is left out */
@@ -747,7 +833,15 @@ START_TEST(test_json_schema_loose)
          "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
          "\"else\":{\"required\":[\"y\"]}}",
          {"{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\",\"y\":2}", "{\"k\":\"a\",\"x\":1,\"y\":2}"},
-         {"{\"k\":\"a\",\"y\":2}"}},
+         {NULL}},
+        /* the discriminator form exact: "not if" is k one of the other values (k absent
+         * satisfies an if that does not require it, and fails one that does) */
+        {DISC1, {"{\"x\":1}", "{\"k\":\"a\",\"x\":1}", "{\"k\":\"b\"}"}, {NULL}},
+        {DISC2, {"{\"k\":\"a\"}", "{\"y\":true}", "{\"k\":\"c\",\"y\":false}"}, {NULL}},
+        {"{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"if\":{\"properties\":{\"k\":{"
+         "\"const\":\"a\"}}},\"then\":{\"type\":[\"object\",\"string\"]},\"else\":{\"type\":"
+         "[\"object\",\"integer\"]}}",
+         {"\"s\"", "{\"k\":\"b\"}", "{}"}, {NULL}},
         /* contains: the items of its schema the array must hold, exact without
          * maxContains (nothing to catch), maxContains left to the check */
         {"{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{\"type\":"
@@ -764,6 +858,27 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"contains\":{\"maximum\":0},"
          "\"$defs\":{\"n\":{\"type\":\"integer\"}},\"minItems\":1}",
          {"[1,-2]", "[0]"}, {NULL}},
+        /* maxContains and lengths beside contains, exact where contains' complement
+         * is plain (nothing left for the check to catch) */
+        {"{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{"
+         "\"type\":\"integer\"},\"maxContains\":2}",
+         {"[\"a\",1,\"b\",2]", "[1]", "[3,\"x\"]"}, {NULL}},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"contains\":{\"const\":"
+         "\"a\"},\"minContains\":1,\"maxContains\":1,\"minItems\":2,\"maxItems\":3}",
+         {"[\"a\",\"b\"]", "[\"c\",\"a\",\"b\"]"}, {NULL}},
+        {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}",
+         {"[true]", "[false,true,1,\"x\"]", "[null,{},true]"}, {NULL}},
+        /* a maxContains no array of maxItems can pass is no bound; huge counts fall back
+         * to the check */
+        {"{\"type\":\"array\",\"contains\":{\"minimum\":3},\"maxContains\":2,\"maxItems\":2,"
+         "\"items\":{\"type\":\"integer\"}}",
+         {"[3,4]", "[1,5]"}, {NULL}},
+        {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"},\"minContains\":1,"
+         "\"maxContains\":9223372036854775807}",
+         {"[1,2]", "[\"a\",3]"}, {"[\"a\"]"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":10},"
+         "\"minItems\":3,\"maxItems\":4}",
+         {"[1,2,10]", "[10,11,12,13]", "[10,1,2]"}, {NULL}},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"uniqueItems\":true}",
          {"[1,2]", "[]"}, {"[1,1]", "[3,2,3]"}},
         {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", {"[\"a\",1]", "[1]"}, {NULL}},
@@ -834,6 +949,49 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"contains\":{\"maximum\":0},"
          "\"$defs\":{\"n\":{\"type\":\"integer\"}},\"minItems\":1}",
          "[1,2]"},
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+         "\"integer\"}},\"required\":[\"k\"],\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},"
+         "\"then\":{\"required\":[\"x\"]}}",
+         "{\"k\":\"a\"}"},
+        {"{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":"
+         "\"integer\"},\"y\":{\"type\":\"integer\"}},\"required\":[\"k\"],\"additionalProperties\":"
+         "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
+         "\"else\":{\"required\":[\"y\"]}}",
+         "{\"k\":\"a\",\"y\":2}"},
+        {DISC1, "{}"},
+        {DISC1, "{\"k\":\"b\",\"x\":1}"},
+        {DISC1, "{\"k\":\"a\"}"},
+        {DISC2, "{}"},
+        {DISC2, "{\"k\":\"c\"}"},
+        /* no type: a value that is no object satisfies if, so then applies to it */
+        {"{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"if\":{\"properties\":{\"k\":{"
+         "\"const\":\"a\"}}},\"then\":{\"type\":[\"object\",\"string\"]},\"else\":{\"type\":"
+         "[\"object\",\"integer\"]}}",
+         "5"},
+#define MAXC2 "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"string\"]},\"contains\":{" \
+              "\"type\":\"integer\"},\"maxContains\":2}"
+        {MAXC2, "[1,2,3]"},
+        {MAXC2, "[\"a\",1,\"b\",2,3]"},
+        {MAXC2, "[\"a\"]"},
+        {MAXC2, "[]"},
+#define ONEA                                                                                       \
+    "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"contains\":{\"const\":"        \
+    "\"a\"},\"minContains\":1,\"maxContains\":1,\"minItems\":2,\"maxItems\":3}"
+        {ONEA, "[\"a\",\"a\"]"},
+        {ONEA, "[\"b\",\"c\"]"},
+        {ONEA, "[\"a\"]"},
+        {ONEA, "[\"a\",\"b\",\"c\",\"b\"]"},
+        {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}", "[true,true]"},
+        {"{\"type\":\"array\",\"contains\":{\"const\":true},\"maxContains\":1}", "[1,false]"},
+#define LEN34                                                                                      \
+    "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"contains\":{\"minimum\":10},"          \
+    "\"minItems\":3,\"maxItems\":4}"
+        {LEN34, "[1,2,3]"},
+        {LEN34, "[10,1]"},
+        {LEN34, "[10,1,2,3,4]"},
+#undef MAXC2
+#undef ONEA
+#undef LEN34
     };
     for (size_t i = 0; i < sizeof tight / sizeof tight[0]; i++) {
         json_error_t je;

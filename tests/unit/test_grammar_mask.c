@@ -563,9 +563,11 @@ END_TEST
  * refused would be a false 500 (docs/structured-outputs.md). */
 START_TEST(test_mask_format_walks)
 {
-    static const char *const formats[] = {"date",  "time", "date-time",    "duration",
-                                          "uuid",  "ipv4", "ipv6",         "hostname",
-                                          "email", "uri",  "uri-reference"};
+    static const char *const formats[] = {
+        "date", "time",          "date-time",     "duration",     "uuid",
+        "ipv4", "ipv6",          "hostname",      "email",        "uri",
+        "uri-reference", "iri",  "iri-reference", "json-pointer", "relative-json-pointer",
+        "regex"};
     enum { V = 257, EOS = 256, WALKS = 400, STEPS = 400 };
     char *bytes[V];
     uint32_t lens[V];
@@ -651,6 +653,23 @@ START_TEST(test_mask_tight_walks)
         "\"k\"],\"additionalProperties\":"
         "false,\"if\":{\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},"
         "\"else\":{\"properties\":{\"k\":{\"const\":\"b\"}},\"required\":[\"y\"]}}",
+        /* maxContains with a plain complement (a type; the items' enum less a const),
+         * and lengths beside contains: the automaton over (matches, items) */
+        "{\"type\":\"array\",\"items\":{\"type\":[\"integer\",\"boolean\"],\"minimum\":0,"
+        "\"maximum\":9},\"contains\":{\"type\":\"boolean\"},\"minContains\":1,\"maxContains\":2,"
+        "\"maxItems\":5}",
+        "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",1]},\"contains\":{\"const\":"
+        "\"a\"},\"maxContains\":1,\"minItems\":2}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},"
+        "\"contains\":{\"minimum\":50},\"minContains\":2,\"minItems\":3,\"maxItems\":4}",
+        /* if with only then, and an if requiring its key with only else: "not if"
+         * written as the discriminator's other values */
+        "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"x\":{\"type\":"
+        "\"integer\",\"minimum\":0,\"maximum\":9}},\"additionalProperties\":false,\"if\":{"
+        "\"properties\":{\"k\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]}}",
+        "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"y\":{\"type\":"
+        "\"boolean\"}},\"additionalProperties\":false,\"if\":{\"properties\":{\"k\":{\"enum\":["
+        "\"a\",\"b\"]}},\"required\":[\"k\"]},\"else\":{\"required\":[\"y\"]}}",
     };
     enum { V = 257, EOS = 256, WALKS = 150, STEPS = 300 };
     char *bytes[V];

@@ -2367,6 +2367,80 @@ START_TEST(test_continuous_usage_and_min_tokens)
 }
 END_TEST
 
+/* A large prompt_logprobs array (rows of 1,500 alternatives whose ids repeat,
+ * as a top of -1 over a small vocabulary would make): each row holds every id
+ * once, in the order of its first place, with the values of its last place
+ * (rank = that place; the token's own rank where the token's id comes last) —
+ * checked against a reference that tracks each id's first and last place. */
+START_TEST(test_prompt_logprobs_large)
+{
+    enum { ROWS = 24, ALTS = 1500, IDS = 400 };
+    static ifd_oai_plp_token_t alts[ROWS][ALTS];
+    static ifd_oai_prompt_logprob_t rows[ROWS];
+    static char names[IDS][8];
+    for (int i = 0; i < IDS; i++)
+        snprintf(names[i], sizeof names[i], "t%d", i);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int r = 0; r < ROWS; r++) {
+        for (int k = 0; k < ALTS; k++) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            int32_t id = (int32_t)(rng % IDS);
+            alts[r][k] = (ifd_oai_plp_token_t){id, names[id], strlen(names[id]),
+                                               -(float)(k + 1) / 64.0f, (uint32_t)(k + 1)};
+        }
+        int32_t tid = (int32_t)((rng >> 20) % IDS);
+        rows[r] = (ifd_oai_prompt_logprob_t){
+            {tid, names[tid], strlen(names[tid]), -0.125f, 7 + (uint32_t)r}, alts[r],
+            r % 3 ? ALTS : ALTS / 2};
+    }
+    const uint32_t top = ALTS - 100; /* rows of ALTS are cut there */
+    ifd_buf_t b = IFD_BUF_INIT;
+    ck_assert_int_eq(ifd_oai_prompt_logprobs_json(&b, rows, ROWS, top), 0);
+    json_t *j = load(b.data, b.len);
+    ck_assert_int_eq(json_array_size(j), ROWS + 1);
+    ck_assert(json_is_null(json_array_get(j, 0)));
+    static int first[IDS], last[IDS];
+    for (int r = 0; r < ROWS; r++) {
+        const ifd_oai_prompt_logprob_t *p = &rows[r];
+        size_t m = p->n_top < top ? p->n_top : top;
+        for (int i = 0; i < IDS; i++)
+            first[i] = last[i] = -1;
+        for (size_t e = 0; e <= m; e++) {
+            int32_t id = e ? p->top[e - 1].id : p->tok.id;
+            if (first[id] < 0)
+                first[id] = (int)e;
+            last[id] = (int)e;
+        }
+        json_t *row = json_array_get(j, (size_t)r + 1);
+        const char *key;
+        json_t *val;
+        size_t e = 0, seen = 0;
+        json_object_foreach(row, key, val)
+        {
+            while (e <= m && first[e ? p->top[e - 1].id : p->tok.id] != (int)e)
+                e++;
+            ck_assert_uint_le(e, m);
+            int32_t id = e ? p->top[e - 1].id : p->tok.id;
+            char want[16];
+            snprintf(want, sizeof want, "%d", id);
+            ck_assert_str_eq(key, want);
+            const ifd_oai_plp_token_t *t = last[id] ? &p->top[last[id] - 1] : &p->tok;
+            uint32_t rank = last[id] ? (uint32_t)last[id] : p->tok.rank;
+            ck_assert_int_eq(json_integer_value(json_object_get(val, "rank")), rank);
+            ck_assert((float)json_real_value(json_object_get(val, "logprob")) == t->logprob);
+            ck_assert_str_eq(json_string_value(json_object_get(val, "decoded_token")), names[id]);
+            e++, seen++;
+        }
+        size_t distinct = 0;
+        for (int i = 0; i < IDS; i++)
+            distinct += first[i] >= 0;
+        ck_assert_uint_eq(seen, distinct);
+    }
+    json_decref(j);
+    ifd_buf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("proto_openai");
@@ -2402,6 +2476,7 @@ int main(void)
     tcase_add_test(tc, test_continuous_usage_and_min_tokens);
     tcase_add_test(tc, test_speculative_field);
     tcase_add_test(tc, test_prompt_logprobs);
+    tcase_add_test(tc, test_prompt_logprobs_large);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }

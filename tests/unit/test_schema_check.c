@@ -91,6 +91,21 @@ static const case_t CASES[] = {
     {"{\"format\":\"uri-reference\"}", "\"/relative?q#f\"", 0, NULL},
     {"{\"format\":\"uuid\"}", "\"0123abcd-0000-0000-0000-00000000000g\"", IFD_EINVAL, "'uuid'"},
     {"{\"format\":\"color\"}", "\"anything\"", 0, NULL},
+    {"{\"format\":\"iri\"}", "\"http://\u00e9x.com/\u00fcber?q=\ue000\"", 0, NULL},
+    {"{\"format\":\"iri\"}", "\"http://x.com/\ue000\"", IFD_EINVAL,
+     "'iri'"}, /* private: query only */
+    {"{\"format\":\"iri\"}", "\"/\u00fcber\"", IFD_EINVAL, "'iri'"},
+    {"{\"format\":\"iri-reference\"}", "\"/\u00fcber#x\"", 0, NULL},
+    {"{\"format\":\"json-pointer\"}", "\"/a~1b/~0/0\"", 0, NULL},
+    {"{\"format\":\"json-pointer\"}", "\"\"", 0, NULL},
+    {"{\"format\":\"json-pointer\"}", "\"/a~2\"", IFD_EINVAL, "'json-pointer'"},
+    {"{\"format\":\"json-pointer\"}", "\"a/b\"", IFD_EINVAL, "'json-pointer'"},
+    {"{\"format\":\"relative-json-pointer\"}", "\"0#\"", 0, NULL},
+    {"{\"format\":\"relative-json-pointer\"}", "\"12/a\"", 0, NULL},
+    {"{\"format\":\"relative-json-pointer\"}", "\"01\"", IFD_EINVAL, "'relative-json-pointer'"},
+    {"{\"format\":\"relative-json-pointer\"}", "\"/a\"", IFD_EINVAL, "'relative-json-pointer'"},
+    {"{\"format\":\"regex\"}", "\"^[a-z]+(x|y)?$\"", 0, NULL},
+    {"{\"format\":\"regex\"}", "\"(a\"", IFD_EINVAL, "'regex'"},
     {"{\"format\":\"ipv4\"}", "\"1.2.3.4 \"", IFD_EINVAL, "'ipv4'"},
     /* JSONSchemaBench's false 500: oneOf branches that differ only by their format */
     {"{\"oneOf\":[{\"type\":\"string\",\"format\":\"date\"},"
@@ -281,9 +296,11 @@ typedef struct {
 } tally_t;
 
 /* The optional/format files of the formats the checker asserts (schema_format.h). */
-static const char *const FORMAT_FILES[] = {"date", "time",  "date-time",    "duration",
-                                           "uuid", "email", "hostname",     "ipv4",
-                                           "ipv6", "uri",   "uri-reference"};
+static const char *const FORMAT_FILES[] = {
+    "date",          "time",     "date-time",     "duration",     "uuid",
+    "email",         "hostname", "ipv4",          "ipv6",         "uri",
+    "uri-reference", "iri",      "iri-reference", "json-pointer", "relative-json-pointer",
+    "regex"};
 
 /* hostname.json's A-labels whose verdict rests on IDNA2008's rules per
  * code point (RFC 5892's tables of Unicode properties) or on the decoded
