@@ -556,7 +556,8 @@ START_TEST(test_dense_attention)
 END_TEST
 
 /* Query-row ranges that cover [0, n) give the whole call's bits (the vision
- * encode's row-split steps rest on it); rows outside a range are untouched;
+ * encode's row-split steps rest on it), and so does one thread; rows outside
+ * a range are untouched;
  * a range outside [0, n] is refused. Ranges cross the 256-row block and
  * the packed kernels' 16-row panels at odd places. */
 START_TEST(test_dense_attention_ranges)
@@ -575,6 +576,9 @@ START_TEST(test_dense_attention_ranges)
             ck_assert_msg(isnan(parts[j]), "row %lld written before its range",
                           (long long)(j / width));
     }
+    ck_assert_int_eq(memcmp(whole, parts, sizeof(float) * (size_t)(n * width)), 0);
+    /* one thread: the same bits as two (the items are spread over threads) */
+    ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 0, n, H, D, 0.3f, NULL), 0);
     ck_assert_int_eq(memcmp(whole, parts, sizeof(float) * (size_t)(n * width)), 0);
     ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 5, 5, H, D, 0.3f, tp), 0);
     ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 5, 4, H, D, 0.3f, tp), IFD_EINVAL);
