@@ -9,7 +9,11 @@
  * 16 weights of that column, converted on the fly (F16C vcvtph2ps for f16,
  * a 16-bit shift for bf16: both exact). The accumulators are the 16
  * outputs of each x row; no horizontal sums, so the order per output is one
- * fma chain per k-block and does not depend on m.
+ * fma chain per k-block and does not depend on m. On AVX-512 with more than
+ * 12 rows (prefill, a vision tower's patches) the rows come in blocks of
+ * HMC (kept in L2), each pair of panels' k-block is converted to f32 once
+ * per block into an L1 copy, and a 12 × 32 micro-kernel runs on it: the
+ * same chains, so the same bits.
  *
  * Parallelism: tasks take contiguous ranges of panels (one range per thread,
  * each a sequential stream of weights; 16 floats of y = one cache line).
