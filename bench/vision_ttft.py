@@ -96,7 +96,8 @@ def png(size, seed):
         c = struct.pack(">I", len(data)) + tag + data
         return c + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0))
+    ihdr = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
             + chunk(b"IDAT", zlib.compress(bytes(rows), 6)) + chunk(b"IEND", b""))
 
 
@@ -174,7 +175,8 @@ class Server:
             die("%s: not one choice: %s" % (self.kind, json.dumps(resp)[:500]))
         pt = resp.get("usage", {}).get("prompt_tokens", 0)
         if pt <= 256 and not SMOKE[0]:
-            die("%s: usage.prompt_tokens %s does not count the image's 256 tokens" % (self.kind, pt))
+            die("%s: usage.prompt_tokens %s does not count the image's 256 tokens"
+                % (self.kind, pt))
         if pt <= 0:
             die("%s: no usage.prompt_tokens: %s" % (self.kind, json.dumps(resp)[:500]))
         return dt, pt

@@ -289,7 +289,8 @@ IFD__TARGET_AVX512 IFD__INLINE void hukr2_avx512_f(float *y, int64_t ldy, const 
     for (int i = 0; i < MI; i++)
         c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
     for (int p = 0; p < kc; p++) {
-        const __m512 b0 = _mm512_load_ps(wf + p * 2 * HNR), b1 = _mm512_load_ps(wf + p * 2 * HNR + HNR);
+        const __m512 b0 = _mm512_load_ps(wf + p * 2 * HNR),
+                     b1 = _mm512_load_ps(wf + p * 2 * HNR + HNR);
 #pragma GCC unroll 12
         for (int i = 0; i < MI; i++) {
             const __m512 a = _mm512_set1_ps(x[i * ldx + p]);
@@ -314,8 +315,8 @@ IFD__TARGET_AVX512 IFD__INLINE void hukr2_avx512_f(float *y, int64_t ldy, const 
  * or from the f32 copy wf. */
 IFD__TARGET_AVX512 IFD__INLINE void hmm_rows_avx512(float *yb, int64_t ldy, const float *xb,
                                                     int64_t ldx, const uint16_t *wb,
-                                                    const float *wf, int kc, __mmask16 mk,
-                                                    int acc, int i0, int i1, const int BF)
+                                                    const float *wf, int kc, __mmask16 mk, int acc,
+                                                    int i0, int i1, const int BF)
 {
     int i = i0;
     if (wf) {

@@ -84,11 +84,11 @@ typedef struct {
     const float *qkv;
     int n, q0, q1, n_heads, head_dim, blocks, tasks;
     float scale;
-    float *kp, *vp;          /* [n_heads][kp_floats], [n_heads][vp_floats] */
+    float *kp, *vp; /* [n_heads][kp_floats], [n_heads][vp_floats] */
     int64_t kp_floats, vp_floats;
-    float *scratch;          /* per task: kh, vt [n · head_dim] each, qh [rows · head_dim], s */
-    int64_t scratch_floats;  /* per task, a multiple of 16 */
-    int rc[64];              /* per task (tasks ≤ 64) */
+    float *scratch;         /* per task: kh, vt [n · head_dim] each, qh [rows · head_dim], s */
+    int64_t scratch_floats; /* per task, a multiple of 16 */
+    int rc[64];             /* per task (tasks ≤ 64) */
 } ifd__dense_t;
 
 static float *ifd__dense_task_scratch(const ifd__dense_t *c, int task)
