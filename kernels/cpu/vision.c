@@ -84,9 +84,9 @@ typedef struct {
     const float *qkv;
     int n, q0, q1, n_heads, head_dim, blocks, tasks;
     float scale;
-    float *kp, *vp; /* [n_heads][kp_floats], [n_heads][vp_floats] */
+    float *kp, *vp; /* [n_heads][kp_floats], [n_heads][vp_floats]: the caller's kv */
     int64_t kp_floats, vp_floats;
-    float *scratch;         /* per task: kh, vt [n · head_dim] each, qh [rows · head_dim], s */
+    float *scratch;         /* per task: packing: kh, vt; attention: qh, s */
     int64_t scratch_floats; /* per task, a multiple of 16 */
     int rc[64];             /* per task (tasks ≤ 64) */
 } ifd__dense_t;
@@ -122,8 +122,8 @@ static void ifd__dense_block_task(void *arg, int task, int n_tasks)
 {
     ifd__dense_t *c = arg;
     const int n = c->n, hd = c->head_dim;
-    const int64_t width = (int64_t)c->n_heads * hd, ld = 3 * width, nd = (int64_t)n * hd;
-    float *qh = ifd__dense_task_scratch(c, task) + 2 * nd, *o = qh; /* q not needed after S */
+    const int64_t width = (int64_t)c->n_heads * hd, ld = 3 * width;
+    float *qh = ifd__dense_task_scratch(c, task), *o = qh; /* q not needed after S */
     float *s = qh + (int64_t)IFD__ATT_ROWS * hd;
     for (int it = task; it < c->n_heads * c->blocks && c->rc[task] == 0; it += n_tasks) {
         const int h = it / c->blocks, r0 = c->q0 + it % c->blocks * IFD__ATT_ROWS;
@@ -158,6 +158,80 @@ static int64_t ifd__round16(int64_t f)
     return (f + 15) / 16 * 16;
 }
 
+int64_t ifd_cpu_dense_kv_floats(int n, int n_heads, int head_dim)
+{
+    if (n <= 0 || n_heads <= 0 || head_dim <= 0)
+        return IFD_EINVAL;
+    return (ifd__round16(ifd_cpu_matmul_packed_floats(n, head_dim)) +
+            ifd__round16(ifd_cpu_matmul_packed_floats(head_dim, n))) *
+           n_heads;
+}
+
+/* c's fields for n, n_heads, head_dim and kv (the packs' layout). */
+static void ifd__dense_init(ifd__dense_t *c, float *kv, int n, int n_heads, int head_dim)
+{
+    *c = (ifd__dense_t){.n = n,
+                        .n_heads = n_heads,
+                        .head_dim = head_dim,
+                        .kp_floats = ifd__round16(ifd_cpu_matmul_packed_floats(n, head_dim)),
+                        .vp_floats = ifd__round16(ifd_cpu_matmul_packed_floats(head_dim, n))};
+    c->kp = kv;
+    c->vp = kv + c->kp_floats * n_heads;
+}
+
+/* Runs fn over `tasks` tasks with per-task scratch of c->scratch_floats;
+ * the first task error, or IFD_ENOMEM. */
+static int ifd__dense_run(ifd__dense_t *c, ifd_task_cb fn, int tasks, ifd_threadpool_t *tp)
+{
+    tasks = tasks > 64 ? 64 : tasks;
+    c->scratch = ifd__dense_alloc(c->scratch_floats * tasks);
+    if (!c->scratch)
+        return IFD_ENOMEM;
+    memset(c->rc, 0, sizeof c->rc);
+    ifd_threadpool_run(tasks > 1 ? tp : NULL, fn, c, tasks);
+    int rc = 0;
+    for (int t = 0; t < tasks && rc == 0; t++)
+        rc = c->rc[t];
+    free(c->scratch);
+    c->scratch = NULL;
+    return rc;
+}
+
+int ifd_cpu_dense_kv_pack(float *kv, const float *qkv, int n, int n_heads, int head_dim,
+                          ifd_threadpool_t *tp)
+{
+    if (n <= 0 || n_heads <= 0 || head_dim <= 0 || !kv || ((uintptr_t)kv & 63))
+        return IFD_EINVAL;
+    ifd__dense_t c;
+    ifd__dense_init(&c, kv, n, n_heads, head_dim);
+    c.qkv = qkv;
+    c.scratch_floats = ifd__round16(2 * (int64_t)n * head_dim);
+    const int tasks = ifd_threadpool_size(tp);
+    return ifd__dense_run(&c, ifd__dense_pack_task, tasks < n_heads ? tasks : n_heads, tp);
+}
+
+int ifd_cpu_dense_attention_kv(float *out, const float *qkv, const float *kv, int n, int q0, int q1,
+                               int n_heads, int head_dim, float scale, ifd_threadpool_t *tp)
+{
+    if (n <= 0 || n_heads <= 0 || head_dim <= 0 || q0 < 0 || q1 < q0 || q1 > n || !kv)
+        return IFD_EINVAL;
+    if (q0 == q1)
+        return 0;
+    ifd__dense_t c;
+    ifd__dense_init(&c, (float *)kv, n, n_heads, head_dim);
+    c.out = out;
+    c.qkv = qkv;
+    c.q0 = q0;
+    c.q1 = q1;
+    c.scale = scale;
+    c.blocks = (q1 - q0 + IFD__ATT_ROWS - 1) / IFD__ATT_ROWS;
+    const int blk = q1 - q0 < IFD__ATT_ROWS ? q1 - q0 : IFD__ATT_ROWS;
+    /* the block task's scratch: qh [IFD__ATT_ROWS · head_dim], then s [blk · n] */
+    c.scratch_floats = ifd__round16((int64_t)IFD__ATT_ROWS * head_dim + (int64_t)blk * n);
+    const int tasks = ifd_threadpool_size(tp), items = n_heads * c.blocks;
+    return ifd__dense_run(&c, ifd__dense_block_task, tasks < items ? tasks : items, tp);
+}
+
 int ifd_cpu_dense_attention(float *out, const float *qkv, int n, int q0, int q1, int n_heads,
                             int head_dim, float scale, ifd_threadpool_t *tp)
 {
@@ -165,40 +239,12 @@ int ifd_cpu_dense_attention(float *out, const float *qkv, int n, int q0, int q1,
         return IFD_EINVAL;
     if (q0 == q1)
         return 0;
-    const int blk = q1 - q0 < IFD__ATT_ROWS ? q1 - q0 : IFD__ATT_ROWS;
-    const int64_t nd = (int64_t)n * head_dim;
-    ifd__dense_t c = {.out = out,
-                      .qkv = qkv,
-                      .n = n,
-                      .q0 = q0,
-                      .q1 = q1,
-                      .n_heads = n_heads,
-                      .head_dim = head_dim,
-                      .blocks = (q1 - q0 + IFD__ATT_ROWS - 1) / IFD__ATT_ROWS,
-                      .scale = scale,
-                      .kp_floats = ifd__round16(ifd_cpu_matmul_packed_floats(n, head_dim)),
-                      .vp_floats = ifd__round16(ifd_cpu_matmul_packed_floats(head_dim, n)),
-                      .scratch_floats = ifd__round16(2 * nd + (int64_t)IFD__ATT_ROWS * head_dim +
-                                                     (int64_t)blk * n)};
-    int tasks = ifd_threadpool_size(tp), items = n_heads * c.blocks;
-    tasks = tasks > items ? items : tasks;
-    tasks = tasks > 64 ? 64 : tasks;
-    c.tasks = tasks;
-    c.kp = ifd__dense_alloc(c.kp_floats * n_heads);
-    c.vp = ifd__dense_alloc(c.vp_floats * n_heads);
-    c.scratch = ifd__dense_alloc(c.scratch_floats * tasks);
-    int rc = c.kp && c.vp && c.scratch ? 0 : IFD_ENOMEM;
+    float *kv = ifd__dense_alloc(ifd_cpu_dense_kv_floats(n, n_heads, head_dim));
+    if (!kv)
+        return IFD_ENOMEM;
+    int rc = ifd_cpu_dense_kv_pack(kv, qkv, n, n_heads, head_dim, tp);
     if (rc == 0)
-        ifd_threadpool_run(tasks > 1 ? tp : NULL, ifd__dense_pack_task, &c,
-                           tasks < n_heads ? tasks : n_heads);
-    for (int t = 0; t < tasks && rc == 0; t++)
-        rc = c.rc[t];
-    if (rc == 0)
-        ifd_threadpool_run(tasks > 1 ? tp : NULL, ifd__dense_block_task, &c, tasks);
-    for (int t = 0; t < tasks && rc == 0; t++)
-        rc = c.rc[t];
-    free(c.kp);
-    free(c.vp);
-    free(c.scratch);
+        rc = ifd_cpu_dense_attention_kv(out, qkv, kv, n, q0, q1, n_heads, head_dim, scale, tp);
+    free(kv);
     return rc;
 }
