@@ -5,6 +5,7 @@ llama-server with --mmproj, on the same two files:
 
   bench/vision_ttft.py [--rounds 3] [--threads 2] [--image-size 896] [--text GGUF]
                        [--mmproj GGUF] [--servers inferd,llama-server] [--json OUT] [--smoke]
+                       [--no-warmup] [--timeout S]
 
 Defaults: gemma-3-4b's vision tower with random weights and the 1-layer text model of width
 2560 that tools/make_gemma3_4b_mmproj.py writes (~/.cache/inferd/shapes/
@@ -14,7 +15,8 @@ pair (tests/data/tiny-gemma3-vision/gguf), 1 round, a 64² image: seconds.
 
 Both servers run at the same time on loopback TCP (each idle while the other answers), with
 the same thread count: inferd --model TEXT --mmproj MMPROJ --threads T; llama-server -m TEXT
---mmproj MMPROJ -t T -tb T -np 1 -c 2048 (its defaults otherwise: prompt cache on). Each round
+--mmproj MMPROJ -t T -tb T -np 1 -c 2048 (its defaults otherwise: prompt cache on). After one
+unmeasured question per server (another picture; --no-warmup leaves it out), each round
 asks each server (the order alternating between rounds) two questions:
 
   cold  a new picture (an S x S PNG no server has seen: a seeded pattern, different every
@@ -224,6 +226,8 @@ def main():
     p.add_argument("--timeout", type=float, default=900, help="seconds per request")
     p.add_argument("--json", default=None)
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="no unmeasured first request (it costs a whole cold encode)")
     p.add_argument("--require-all", action="store_true")
     a = p.parse_args()
     SMOKE[0] = a.smoke
@@ -275,6 +279,7 @@ def main():
     report = benchlib.report_head("vision_ttft", a.threads, ROOT)
     report.update({"text": a.text, "mmproj": a.mmproj, "image_size": a.image_size,
                    "rounds": a.rounds, "question": QUESTION, "max_tokens": 1,
+                   "warmup": not a.no_warmup,
                    "skipped": skipped, "servers": {}})
     if not servers:
         benchlib.write_report(report, a.json)
@@ -286,8 +291,9 @@ def main():
             for k, s in live.items():
                 ready = s.wait_ready(600)
                 print("%s ready in %.1f s (model %s)" % (k, ready, s.model), file=sys.stderr)
-                s.ask("data:image/png;base64," +
-                      base64.b64encode(png(a.image_size, 999)).decode(), a.timeout)  # warm-up
+                if not a.no_warmup:
+                    s.ask("data:image/png;base64," +
+                          base64.b64encode(png(a.image_size, 999)).decode(), a.timeout)
             res = {k: {"cold_s": [], "warm_s": [], "prompt_tokens": None} for k in servers}
             loads = []
             for r in range(a.rounds):
