@@ -82,7 +82,7 @@ enum { IFD__ATT_ROWS = 256 };
 typedef struct {
     float *out;
     const float *qkv;
-    int n, q0, q1, n_heads, head_dim, blocks, tasks;
+    int n, q0, q1, n_heads, head_dim, blocks;
     float scale;
     float *kp, *vp; /* [n_heads][kp_floats], [n_heads][vp_floats]: the caller's kv */
     int64_t kp_floats, vp_floats;
