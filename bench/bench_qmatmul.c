@@ -4,7 +4,7 @@
  * CPU backend used before, on SmolLM2 / Gemma 3 shapes.
  *
  *   bench_qmatmul [--threads 2] [--rounds 5] [--min-ms 60] [--types Q4_1,Q8_0,...]
- *                 [--shapes small|llama1b] [--m 512] [--no-f32] [--no-avx2]
+ *                 [--shapes small|llama1b|siglip] [--m 512] [--no-f32] [--no-avx2]
  *
  * The machine is shared and noisy, so the two are timed in alternation:
  * each round runs f32 then quantized (each for at least --min-ms) and the
@@ -13,6 +13,9 @@
  * llama1b times one Llama-3.2-1B layer's products (q/o 2048×2048, k/v
  * 512×2048, gate/up 8192×2048, down 2048×8192) at --m rows (a prefill
  * chunk; default 512) instead of the small models' shapes at 1 and 512;
+ * --shapes siglip one layer of Gemma 3's SigLIP tower (qkv 3456×1152, out
+ * 1152×1152, fc1 4304×1152, fc2 1152×4304; the tower runs them at m = 4096
+ * patches; bench_vision times the whole encode);
  * --no-f32 leaves the f32 side out (f32_ms and speedup then 0), --no-avx2
  * the AVX2 path's rounds. Where the
  * product runs on AVX-512 (VNNI for the quantized types), its AVX2 path is
@@ -166,8 +169,11 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
         ifd_cpu_hweight_pack(j.wq, src, n, k);
     else
         ifd_cpu_qweight_pack(j.wq, src, type, n, k);
-    void *amem = xmalloc((size_t)ifd_cpu_qact_bytes(m, k));
-    ifd_cpu_qact_init(&j.a, amem, m, k);
+    void *amem = NULL; /* no activation quantization for F16/BF16 (k need not be one of 32) */
+    if (!h) {
+        amem = xmalloc((size_t)ifd_cpu_qact_bytes(m, k));
+        ifd_cpu_qact_init(&j.a, amem, m, k);
+    }
     double tf[32], tq[32], ratio[32], t2[32], r2[32];
     if (rounds > 32)
         rounds = 32;
@@ -240,7 +246,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s [--threads 2] [--rounds 5] [--min-ms 60] [--types ...] "
-                    "[--shapes small|llama1b] [--m 512] [--no-f32] [--no-avx2]\n",
+                    "[--shapes small|llama1b|siglip] [--m 512] [--no-f32] [--no-avx2]\n",
                     argv[0]);
             return 2;
         }
@@ -262,28 +268,32 @@ int main(int argc, char **argv)
     static const uint32_t all[] = {IFD_GGML_Q4_0, IFD_GGML_Q4_1, IFD_GGML_Q5_0, IFD_GGML_Q5_1,
                                    IFD_GGML_Q8_0, IFD_GGML_Q4_K, IFD_GGML_Q5_K, IFD_GGML_Q6_K,
                                    IFD_GGML_F16,  IFD_GGML_BF16};
-    if (strcmp(shape_set, "small") != 0 && strcmp(shape_set, "llama1b") != 0) {
-        fprintf(stderr, "bench_qmatmul: --shapes small or llama1b\n");
+    if (strcmp(shape_set, "small") != 0 && strcmp(shape_set, "llama1b") != 0 &&
+        strcmp(shape_set, "siglip") != 0) {
+        fprintf(stderr, "bench_qmatmul: --shapes small, llama1b or siglip\n");
         return 2;
     }
     if (m_big < 1 || m_big > 8192) {
         fprintf(stderr, "bench_qmatmul: --m 1..8192\n");
         return 2;
     }
-    const int big = strcmp(shape_set, "llama1b") == 0;
+    const int big = strcmp(shape_set, "llama1b") == 0, siglip = strcmp(shape_set, "siglip") == 0;
     /* SmolLM2 (k 576 / 1536) and Gemma 3 270M (k 640 / 1024 / 2048) shapes */
     static const int shapes[][2] = {{1536, 576}, {576, 1536}, {2048, 640}, {640, 2048}};
     /* one Llama-3.2-1B layer: q and o, k and v, gate and up, down */
     static const int shapes_1b[][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
+    /* one layer of Gemma 3's SigLIP tower: qkv, out, fc1, fc2 */
+    static const int shapes_siglip[][2] = {{3456, 1152}, {1152, 1152}, {4304, 1152}, {1152, 4304}};
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
         const char *name = ifd_ggml_type_name(all[t]);
         if (!list_has(types, name))
             continue;
         const int qk = (int)ifd_ggml_block_elems(all[t]);
-        if (big) {
-            for (size_t s = 0; s < sizeof shapes_1b / sizeof shapes_1b[0]; s++)
-                if (shapes_1b[s][1] % qk == 0)
-                    bench(all[t], m_big, shapes_1b[s][0], shapes_1b[s][1], rounds, tp);
+        if (big || siglip) {
+            const int(*sh)[2] = big ? shapes_1b : shapes_siglip;
+            for (size_t s = 0; s < 4; s++)
+                if (sh[s][1] % qk == 0)
+                    bench(all[t], m_big, sh[s][0], sh[s][1], rounds, tp);
             continue;
         }
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

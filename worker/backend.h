@@ -345,7 +345,11 @@ typedef struct {
      * q|k|v projection output qkv f32 [n, 3 · n_heads · head_dim], for the
      * query rows [q0, q1) (0 <= q0 <= q1 <= n) over all n keys; out's other
      * rows untouched; a row's bits do not depend on the range
-     * (ifd_cpu_dense_attention). avg_pool2d: out f32 [(rows / k) · (side /
+     * (ifd_cpu_dense_attention). A backend may keep what it derives from
+     * qkv's K and V (the CPU backend: every head's packed K and Vᵀ) from a
+     * call with q0 = 0 for the later calls on the same qkv buffer and
+     * shape: a caller that changes qkv starts again at q0 = 0 (the vision
+     * encode computes each layer's rows in order from 0). avg_pool2d: out f32 [(rows / k) · (side /
      * k), C] = k × k average pooling of x f32 [rows · side, C] (a row-major
      * patch grid side wide: rows = side the whole square grid, fewer a band
      * of it, whose output rows are the whole's bit for bit). */

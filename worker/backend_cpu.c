@@ -66,6 +66,16 @@ typedef struct {
     /* proj's quantized input rows, grown as needed */
     void *qact;
     size_t qact_bytes;
+    /* dense_attention's packed K and Vᵀ of every head (ifd_cpu_dense_kv_pack)
+     * of the qkv it was last called on with q0 = 0: a vision encode's
+     * budgeted steps compute a layer's query rows in pieces, [0, r1) first,
+     * and repacking all of K and V for each piece cost more than the piece */
+    struct {
+        float *kv;
+        int64_t floats;
+        const void *qkv; /* NULL: nothing packed */
+        int n, n_heads, head_dim;
+    } dense;
     /* the last quantized embedding table, for a tied output to share */
     struct {
         const void *src;
@@ -91,6 +101,7 @@ static void ifd__cpu_destroy(ifd_backend_t *be)
         free(ch->base);
         free(ch);
     }
+    free(c->dense.kv);
     free(c);
 }
 
@@ -846,8 +857,33 @@ static int ifd__cpu_dense_attention(ifd_backend_t *be, ifd_act_t *out, const ifd
     const int64_t width = (int64_t)n_heads * head_dim;
     if (n > out->rows || n > qkv->rows || out->cols != width || qkv->cols != 3 * width)
         return IFD_EINVAL;
-    return ifd_cpu_dense_attention(ifd__f(out), ifd__f(qkv), n, q0, q1, n_heads, head_dim, scale,
-                                   ifd__cpu(be)->tp);
+    ifd__cpu_backend_t *c = ifd__cpu(be);
+    const int64_t floats = ifd_cpu_dense_kv_floats(n, n_heads, head_dim);
+    if (floats < 0 || q0 < 0 || q1 < q0 || q1 > n)
+        return IFD_EINVAL;
+    if (q0 == q1)
+        return 0;
+    /* K and V packed at q0 = 0 (a new sweep: a new layer's qkv in the same
+     * buffer) or when the call is on another qkv or shape */
+    if (q0 == 0 || c->dense.qkv != qkv->data || c->dense.n != n || c->dense.n_heads != n_heads ||
+        c->dense.head_dim != head_dim) {
+        c->dense.qkv = NULL;
+        if (c->dense.floats < floats) {
+            free(c->dense.kv);
+            const size_t bytes = ((size_t)floats * sizeof(float) + 63) & ~(size_t)63;
+            c->dense.kv = aligned_alloc(64, bytes);
+            c->dense.floats = c->dense.kv ? floats : 0;
+            if (!c->dense.kv)
+                return IFD_ENOMEM;
+        }
+        int rc = ifd_cpu_dense_kv_pack(c->dense.kv, ifd__f(qkv), n, n_heads, head_dim, c->tp);
+        if (rc)
+            return rc;
+        c->dense.qkv = qkv->data;
+        c->dense.n = n, c->dense.n_heads = n_heads, c->dense.head_dim = head_dim;
+    }
+    return ifd_cpu_dense_attention_kv(ifd__f(out), ifd__f(qkv), c->dense.kv, n, q0, q1, n_heads,
+                                      head_dim, scale, c->tp);
 }
 
 static int ifd__cpu_avg_pool2d(ifd_backend_t *be, ifd_act_t *out, const ifd_act_t *x, int rows,

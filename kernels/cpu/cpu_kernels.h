@@ -163,6 +163,23 @@ int ifd_cpu_dense_attention(float *out,       /* [n, n_heads · head_dim] */
                             int n, int q0, int q1, int n_heads, int head_dim, float scale,
                             ifd_threadpool_t *tp);
 
+/* The same in two halves, for a caller that computes the query rows in
+ * pieces (the vision encode's budgeted steps): ifd_cpu_dense_kv_pack packs
+ * every head's K and Vᵀ of qkv once into kv (the caller's, 64-byte aligned,
+ * ifd_cpu_dense_kv_floats floats), and ifd_cpu_dense_attention_kv computes
+ * rows [q0, q1) from those packs and qkv's q — the same bits as
+ * ifd_cpu_dense_attention, which is the two with kv allocated per call.
+ * kv stays valid while qkv's K and V rows do not change. IFD_EINVAL (sizes,
+ * a range outside [0, n], kv NULL or misaligned), IFD_ENOMEM (the per-call
+ * scratch: per thread, a head's K and Vᵀ to pack, or IFD__ATT_ROWS query
+ * rows and their n scores). */
+int64_t ifd_cpu_dense_kv_floats(int n, int n_heads, int head_dim);
+int ifd_cpu_dense_kv_pack(float *kv, const float *qkv, int n, int n_heads, int head_dim,
+                          ifd_threadpool_t *tp);
+int ifd_cpu_dense_attention_kv(float *out, const float *qkv, const float *kv, int n, int q0,
+                               int q1, int n_heads, int head_dim, float scale,
+                               ifd_threadpool_t *tp);
+
 /*
  * Paged KV cache, one layer. K and V each live in a region laid out
  * [block][kv_head][token_in_block] of rows of ifd_kv_row_bytes(dtype,

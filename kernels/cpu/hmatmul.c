@@ -9,7 +9,11 @@
  * 16 weights of that column, converted on the fly (F16C vcvtph2ps for f16,
  * a 16-bit shift for bf16: both exact). The accumulators are the 16
  * outputs of each x row; no horizontal sums, so the order per output is one
- * fma chain per k-block and does not depend on m.
+ * fma chain per k-block and does not depend on m. On AVX-512 with more than
+ * 12 rows (prefill, a vision tower's patches) the rows come in blocks of
+ * HMC (kept in L2), each pair of panels' k-block is converted to f32 once
+ * per block into an L1 copy, and a 12 × 32 micro-kernel runs on it: the
+ * same chains, so the same bits.
  *
  * Parallelism: tasks take contiguous ranges of panels (one range per thread,
  * each a sequential stream of weights; 16 floats of y = one cache line).
@@ -249,30 +253,150 @@ IFD__TARGET_AVX512 IFD__INLINE void hukr_avx512(float *y, int64_t ldy, const flo
     }
 }
 
+/* The same product on a panel k-block already converted to f32 (wf [kc][16],
+ * 64-byte aligned): the same fma chain per output, so the same bits. */
+IFD__TARGET_AVX512 IFD__INLINE void hukr_avx512_f(float *y, int64_t ldy, const float *x,
+                                                  int64_t ldx, const float *wf, int kc,
+                                                  __mmask16 mk, int accumulate, const int MI)
+{
+    __m512 c0[HMR512];
+#pragma GCC unroll 12
+    for (int i = 0; i < MI; i++)
+        c0[i] = _mm512_setzero_ps();
+    for (int p = 0; p < kc; p++) {
+        const __m512 b = _mm512_load_ps(wf + p * HNR);
+#pragma GCC unroll 12
+        for (int i = 0; i < MI; i++)
+            c0[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + p]), b, c0[i]);
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MI; i++) {
+        float *yr = y + i * ldy;
+        if (accumulate)
+            c0[i] = _mm512_add_ps(c0[i], _mm512_maskz_loadu_ps(mk, yr));
+        _mm512_mask_storeu_ps(yr, mk, c0[i]);
+    }
+}
+
+/* Two panels at once (wf [kc][32]: panel j0's 16 columns, then j0 + 16's):
+ * one broadcast of x feeds two fmas. */
+IFD__TARGET_AVX512 IFD__INLINE void hukr2_avx512_f(float *y, int64_t ldy, const float *x,
+                                                   int64_t ldx, const float *wf, int kc,
+                                                   __mmask16 mk1, int accumulate, const int MI)
+{
+    __m512 c0[HMR512], c1[HMR512];
+#pragma GCC unroll 12
+    for (int i = 0; i < MI; i++)
+        c0[i] = _mm512_setzero_ps(), c1[i] = _mm512_setzero_ps();
+    for (int p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_load_ps(wf + p * 2 * HNR),
+                     b1 = _mm512_load_ps(wf + p * 2 * HNR + HNR);
+#pragma GCC unroll 12
+        for (int i = 0; i < MI; i++) {
+            const __m512 a = _mm512_set1_ps(x[i * ldx + p]);
+            c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MI; i++) {
+        float *yr = y + i * ldy;
+        if (accumulate) {
+            c0[i] = _mm512_add_ps(c0[i], _mm512_loadu_ps(yr));
+            c1[i] = _mm512_add_ps(c1[i], _mm512_maskz_loadu_ps(mk1, yr + HNR));
+        }
+        _mm512_storeu_ps(yr, c0[i]);
+        _mm512_mask_storeu_ps(yr + HNR, mk1, c1[i]);
+    }
+}
+
+/* Rows [i0, i1) of x against one panel's k-block: 16-bit weights converted
+ * on the fly (wf NULL: a few rows, where a conversion pass would not pay)
+ * or from the f32 copy wf. */
+IFD__TARGET_AVX512 IFD__INLINE void hmm_rows_avx512(float *yb, int64_t ldy, const float *xb,
+                                                    int64_t ldx, const uint16_t *wb,
+                                                    const float *wf, int kc, __mmask16 mk, int acc,
+                                                    int i0, int i1, const int BF)
+{
+    int i = i0;
+    if (wf) {
+        for (; i + HMR512 <= i1; i += HMR512)
+            hukr_avx512_f(yb + i * ldy, ldy, xb + (int64_t)i * ldx, ldx, wf, kc, mk, acc, HMR512);
+#pragma GCC unroll 4
+        for (int t = 8; t >= 1; t /= 2) {
+            if (i1 - i >= t) {
+                hukr_avx512_f(yb + i * ldy, ldy, xb + (int64_t)i * ldx, ldx, wf, kc, mk, acc, t);
+                i += t;
+            }
+        }
+        return;
+    }
+    for (; i + HMR512 <= i1; i += HMR512)
+        hukr_avx512(yb + i * ldy, ldy, xb + (int64_t)i * ldx, ldx, wb, kc, mk, acc, HMR512, BF);
+        /* the rest in calls of 8, 4, 2 and 1 rows */
+#pragma GCC unroll 4
+    for (int t = 8; t >= 1; t /= 2) {
+        if (i1 - i >= t) {
+            hukr_avx512(yb + i * ldy, ldy, xb + (int64_t)i * ldx, ldx, wb, kc, mk, acc, t, BF);
+            i += t;
+        }
+    }
+}
+
+IFD__TARGET_AVX512 IFD__INLINE void hmm_rows2_avx512(float *yb, int64_t ldy, const float *xb,
+                                                     int64_t ldx, const float *wf, int kc,
+                                                     __mmask16 mk1, int acc, int i0, int i1)
+{
+    int i = i0;
+    for (; i + HMR512 <= i1; i += HMR512)
+        hukr2_avx512_f(yb + i * ldy, ldy, xb + (int64_t)i * ldx, ldx, wf, kc, mk1, acc, HMR512);
+#pragma GCC unroll 4
+    for (int t = 8; t >= 1; t /= 2) {
+        if (i1 - i >= t) {
+            hukr2_avx512_f(yb + i * ldy, ldy, xb + (int64_t)i * ldx, ldx, wf, kc, mk1, acc, t);
+            i += t;
+        }
+    }
+}
+
+/* Cache blocking for many rows (a prefill chunk, a vision tower's 4096
+ * patches): blocks of HMC rows of x (HMC × kc floats stay in L2 while every
+ * panel of the task passes over them), and each panel's k-block converted
+ * once per row block into an f32 copy in L1 that its HMC / 12 micro-kernel
+ * calls share. The order of the fmas per output is unchanged (k-blocks in
+ * order, one chain each), so the bits do not depend on the blocking. */
+enum { HMC = 192 };
+
 IFD__TARGET_AVX512 IFD__INLINE void hmm_avx512(const hmm_t *c, int n0, int n1, const int BF)
 {
     const int k = c->k;
-    for (int j0 = n0; j0 < n1; j0 += HNR) {
-        const int nv = n1 - j0 < HNR ? n1 - j0 : HNR;
-        const __mmask16 mk = ifd__mask16(nv);
-        const uint16_t *panel = c->w + (int64_t)j0 * k;
+    _Alignas(64) float wf[HKC * 2 * HNR];
+    const int convert = c->m > HMR512; /* the f32 copy pays from two micro-kernel calls on */
+    for (int i0 = 0; i0 < c->m; i0 += HMC) {
+        const int i1 = c->m - i0 < HMC ? c->m : i0 + HMC;
         for (int p0 = 0; p0 < k; p0 += c->kc) {
             const int kc = k - p0 < c->kc ? k - p0 : c->kc, acc = p0 > 0;
-            const uint16_t *wb = panel + (int64_t)p0 * HNR;
-            const float *xb = c->x + p0;
-            float *yb = c->y + j0;
-            int i = 0;
-            for (; i + HMR512 <= c->m; i += HMR512)
-                hukr_avx512(yb + i * c->ldy, c->ldy, xb + (int64_t)i * k, k, wb, kc, mk, acc,
-                            HMR512, BF);
-                /* the rest in calls of 8, 4, 2 and 1 rows */
-#pragma GCC unroll 4
-            for (int t = 8; t >= 1; t /= 2) {
-                if (c->m - i >= t) {
-                    hukr_avx512(yb + i * c->ldy, c->ldy, xb + (int64_t)i * k, k, wb, kc, mk, acc, t,
-                                BF);
-                    i += t;
+            int j0 = n0;
+            for (; convert && j0 + HNR < n1; j0 += 2 * HNR) { /* pairs of panels */
+                const int nv = n1 - j0 - HNR < HNR ? n1 - j0 - HNR : HNR;
+                const uint16_t *wb = c->w + (int64_t)j0 * k + (int64_t)p0 * HNR;
+                const uint16_t *wb1 = wb + (int64_t)HNR * k;
+                for (int p = 0; p < kc; p++) {
+                    _mm512_store_ps(wf + p * 2 * HNR, h16_avx512(wb + p * HNR, BF));
+                    _mm512_store_ps(wf + p * 2 * HNR + HNR, h16_avx512(wb1 + p * HNR, BF));
                 }
+                hmm_rows2_avx512(c->y + j0, c->ldy, c->x + p0, k, wf, kc, ifd__mask16(nv), acc, i0,
+                                 i1);
+            }
+            for (; j0 < n1; j0 += HNR) {
+                const int nv = n1 - j0 < HNR ? n1 - j0 : HNR;
+                const __mmask16 mk = ifd__mask16(nv);
+                const uint16_t *wb = c->w + (int64_t)j0 * k + (int64_t)p0 * HNR;
+                if (convert)
+                    for (int p = 0; p < kc; p++)
+                        _mm512_store_ps(wf + p * HNR, h16_avx512(wb + p * HNR, BF));
+                hmm_rows_avx512(c->y + j0, c->ldy, c->x + p0, k, wb, convert ? wf : NULL, kc, mk,
+                                acc, i0, i1, BF);
             }
         }
     }

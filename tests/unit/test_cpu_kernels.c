@@ -556,7 +556,8 @@ START_TEST(test_dense_attention)
 END_TEST
 
 /* Query-row ranges that cover [0, n) give the whole call's bits (the vision
- * encode's row-split steps rest on it); rows outside a range are untouched;
+ * encode's row-split steps rest on it), and so does one thread; rows outside
+ * a range are untouched;
  * a range outside [0, n] is refused. Ranges cross the 256-row block and
  * the packed kernels' 16-row panels at odd places. */
 START_TEST(test_dense_attention_ranges)
@@ -575,6 +576,27 @@ START_TEST(test_dense_attention_ranges)
             ck_assert_msg(isnan(parts[j]), "row %lld written before its range",
                           (long long)(j / width));
     }
+    ck_assert_int_eq(memcmp(whole, parts, sizeof(float) * (size_t)(n * width)), 0);
+    /* K and V packed once, then the pieces (the CPU backend's way): the same bits */
+    const int64_t kvf = ifd_cpu_dense_kv_floats(n, H, D);
+    ck_assert_int_gt(kvf, 0);
+    float *kv = aligned_alloc(64, (size_t)(kvf * 4 + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(kv);
+    ck_assert_int_eq(ifd_cpu_dense_kv_pack(kv, qkv, n, H, D, tp), 0);
+    float *pieces = nan_array(n * width);
+    for (size_t i = 0; i + 1 < sizeof cuts / sizeof *cuts; i++)
+        ck_assert_int_eq(
+            ifd_cpu_dense_attention_kv(pieces, qkv, kv, n, cuts[i], cuts[i + 1], H, D, 0.3f, tp),
+            0);
+    ck_assert_int_eq(memcmp(whole, pieces, sizeof(float) * (size_t)(n * width)), 0);
+    ck_assert_int_eq(ifd_cpu_dense_kv_pack(kv + 1, qkv, n, H, D, tp), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_dense_attention_kv(pieces, qkv, NULL, n, 0, n, H, D, 0.3f, tp),
+                     IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_dense_attention_kv(pieces, qkv, kv, n, 0, n + 1, H, D, 0.3f, tp),
+                     IFD_EINVAL);
+    free(kv), free(pieces);
+    /* one thread: the same bits as two (the items are spread over threads) */
+    ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 0, n, H, D, 0.3f, NULL), 0);
     ck_assert_int_eq(memcmp(whole, parts, sizeof(float) * (size_t)(n * width)), 0);
     ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 5, 5, H, D, 0.3f, tp), 0);
     ck_assert_int_eq(ifd_cpu_dense_attention(parts, qkv, n, 5, 4, H, D, 0.3f, tp), IFD_EINVAL);
