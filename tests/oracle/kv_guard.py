@@ -41,7 +41,11 @@ import model_paths  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
 TYPES = ("f16", "q8_0", "q4_0", "fp8")
-HELD = 7  # held part: the first HELD prompts of kv_prompts.json
+# Held part: these prompts of kv_prompts.json (0-based). The other three are left out for
+# CI's time: on them even exact f32 K/V departs from f16 K/V's tokens within 7, 8 and 14
+# tokens (near-ties of the quantized compute), so they cannot separate a good KV type from
+# a broken one; on these four f32 K/V agrees with f16 over 48, 35, 48 and 27 tokens.
+HELD = (2, 3, 5, 6)
 # Types left out of the long part, and why (printed).
 LONG_SKIP = {"fp8": "the CPU's fp8 path dequantizes every chunk for every query: its "
                     "4.5k-token prefill takes too long for CI (docs/kvpool.md)"}
@@ -178,7 +182,8 @@ def part_oracle(a, runs, oracle, fails):
 
 def part_held(a, types, fails):
     with open(os.path.join(HERE, "kv_prompts.json"), encoding="utf-8") as f:
-        held = json.load(f)["held"][:a.held]
+        held = json.load(f)["held"]
+    held = [held[i] for i in a.held]
     toks = {kv: [worker_run(a.worker, a.model, ["--prompt", h["user"], "--kv-dtype", kv],
                             48)["tokens"] for h in held] for kv in ("f16",) + tuple(types)}
     for kv in types:
@@ -230,11 +235,13 @@ def main():
     ap.add_argument("--types", default=",".join(TYPES))
     ap.add_argument("-n", type=int, default=32, help="oracle part: greedy tokens (32)")
     ap.add_argument("--keep", metavar="DIR", help="keep the logit dumps in DIR")
-    ap.add_argument("--held", type=int, default=HELD,
-                    help=f"held part: the first N prompts of kv_prompts.json ({HELD})")
+    ap.add_argument("--held", default=",".join(map(str, HELD)),
+                    help="held part: these prompts of kv_prompts.json, 0-based, or 'all' "
+                         f"(default {','.join(map(str, HELD))})")
     a = ap.parse_args()
     a.model = a.model or model_paths.model_path("smollm2")
     types = [t for t in a.types.split(",") if t]
+    a.held = list(range(7)) if a.held == "all" else [int(x) for x in a.held.split(",") if x]
     if any(t not in LIMITS for t in types):
         ap.error(f"--types: one of {', '.join(LIMITS)}")
     parts = a.part or ["oracle", "held", "long"]
