@@ -624,14 +624,17 @@ int ifd_engine_create(ifd_engine_t **out, const ifd_engine_params_t *p,
 
 static void ifd__copies_poll(ifd_engine_t *e, int wait);
 static void ifd__copies_free(ifd_engine_t *e);
-static void ifd__uploads_failed(ifd_engine_t *e, int n_sched);
 
 void ifd_engine_destroy(ifd_engine_t *e)
 {
     if (!e)
         return;
     ifd__copies_poll(e, INT_MAX); /* the tiers get every published block */
-    ifd__uploads_failed(e, 0);
+    for (int i = 0; i < e->up_bad_n; i++) { /* failed uploads' pins (their holders go below) */
+        ifd_kvpool_unref(e->pool, e->p.worker, &e->up_bad[i].block, 1);
+        if (e->up_bad[i].lblock >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &e->up_bad[i].lblock, 1);
+    }
     free(e->up_bad);
     ifd__copies_free(e);
     for (int i = 0; i < e->running.n; i++) {
