@@ -13,7 +13,7 @@ checks three things with inferd-worker on the default model (SmolLM2-135M):
           quantized weights): the greedy tokens against those of f16 KV, 48 tokens each; the
           number of prompts whose tokens are all equal and the mean agreement length;
   long    the long-context case (kv_long_context.txt + a question, raw, over 4k tokens):
-          the greedy tokens against those of f16 KV (not fp8: LONG_SKIP).
+          the greedy tokens against those of f16 KV (q8_0; not q4_0 and fp8: LONG_SKIP).
 
 The bounds are the table LIMITS below (the measured values of 2026-12-06 with margin, as
 docs/kvpool.md lists them); a regression past one fails the test (exit 1). Exit 77
@@ -49,7 +49,9 @@ TYPES = ("f16", "q8_0", "q4_0", "fp8")
 HELD = (2, 3, 5, 6)
 # Types left out of the long part, and why (printed).
 LONG_SKIP = {"fp8": "the CPU's fp8 path dequantizes every chunk for every query: its "
-                    "4.5k-token prefill takes too long for CI (docs/kvpool.md)"}
+                    "4.5k-token prefill takes too long for CI (docs/kvpool.md)",
+             "q4_0": "CI time: its bound (1 of 32 tokens) says little; q8_0 covers the block "
+                     "types' reads at 4.5k positions, the oracle part q4_0's accuracy"}
 
 # Bounds per KV type, from the measurements of 2026-12-07 (q8_0, q4_0: with K rotated,
 # kernels/cpu/kv_rot.h) and 2026-12-06 (f16, fp8) (docs/kvpool.md, "Accuracy guard") with
