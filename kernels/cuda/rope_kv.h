@@ -34,7 +34,8 @@ typedef struct {
  * Angles and rotation follow ifd_cpu_rope exactly (the same float
  * operations in the same order; only cosf/sinf may differ in the last ulp),
  * so q matches ifd_cpu_rope (+ ifd_cpu_kv_rotate) and the pool matches
- * ifd_cpu_rope + ifd_cpu_kv_rotate + ifd_cpu_kv_write. Rows are strided: q[t] starts at q + t * q_ld (q_ld >=
+ * ifd_cpu_rope + ifd_cpu_kv_rotate + ifd_cpu_kv_write.
+ * Rows are strided: q[t] starts at q + t * q_ld (q_ld >=
  * n_heads * head_dim), k[t] at k + t * k_ld, v[t] at v + t * v_ld (>=
  * n_kv_heads * head_dim), so a fused QKV projection output can be passed as
  * three views of one buffer. Slots must be distinct.
