@@ -742,6 +742,10 @@ static int ifd__cpu_rope_kv(ifd_backend_t *be, ifd_act_t *q_out, const ifd_act_t
         (rc = ifd_cpu_rope(k, pos, n_tok, nkv, hd, rope->n_rot, rope->base, rope->freq_scale,
                            rope->freq_factors, rope->mode)))
         return rc;
+    /* Quantized K is kept rotated (kv_rot.h); q goes into the same basis. */
+    if ((rc = ifd_cpu_kv_rotate(q, (int64_t)n_tok * n_heads, hd, kv->dtype)) ||
+        (rc = ifd_cpu_kv_rotate(k, (int64_t)n_tok * nkv, hd, kv->dtype)))
+        return rc;
     return ifd_cpu_kv_write(kv, k, v, slot, n_tok);
 }
 

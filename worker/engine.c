@@ -96,6 +96,8 @@ typedef struct {
     double load_start, load_deadline;
     ifd_kvhash_t dhash;
     bool deferred; /* this step's admission passed it over: its load is in flight */
+    int kv_lost; /* < 0: a block it holds came from a failed upload (ifd__uploads_failed):
+                  * it ends with this error after this step's forward */
     /* prompt logprobs: plp_top -1 off, else the top alternatives asked;
      * plp_next is the next prompt position owed (from 1; done at n_prompt).
      * While some are owed, n_computed <= plp_next - 1 (their rows are
@@ -143,13 +145,23 @@ typedef struct {
 /* Downloads in flight to the lower tiers (engine.h, kv_download_async): a
  * published block's copy, its key, and its pool references (block and
  * twin pinned until the copy has landed); or a tier hit's upload
- * (kv_upload_async: block -1, nothing pinned, only its slot busy). */
+ * (kv_upload_async: block -1, its slot busy, its target up_block and twin
+ * up_lblock pinned until its fence has been read: a failed one is
+ * withdrawn, ifd__uploads_failed). */
 typedef struct {
     ifd_kvhash_t hash, parent; /* the block's chain hash and its parent's (kvdisk.h) */
     uint64_t salt;
     int32_t block, lblock; /* pinned (lblock: -1 without a local pool) */
+    int32_t up_block, up_lblock; /* an upload's target (global ids), pinned; -1 */
     uint64_t ticket;
 } ifd__copy_t;
+
+/* A tier hit's block whose upload failed: still pinned (block, lblock) until
+ * the sequences holding it have been failed. */
+typedef struct {
+    int32_t block, lblock;
+    int err;
+} ifd__bad_upload_t;
 
 struct ifd_engine {
     ifd_engine_params_t p;
@@ -168,6 +180,9 @@ struct ifd_engine {
     int copy_slots, copy_head, copy_n;
     bool up_wait;       /* uploads enqueued: the next forward waits for up_ticket */
     uint64_t up_ticket; /* the newest upload's fence */
+    bool up_wait_step;  /* this step's forward waited for uploads */
+    ifd__bad_upload_t *up_bad; /* failed uploads not yet answered (ifd__uploads_failed) */
+    int up_bad_n, up_bad_cap;
     bool copies_off; /* no ring (copy_slots < 0, or it could not be made): synchronous copies */
     ifd_engine_callbacks_t cb;
     int block_size;
@@ -615,6 +630,12 @@ void ifd_engine_destroy(ifd_engine_t *e)
     if (!e)
         return;
     ifd__copies_poll(e, INT_MAX); /* the tiers get every published block */
+    for (int i = 0; i < e->up_bad_n; i++) { /* failed uploads' pins (their holders go below) */
+        ifd_kvpool_unref(e->pool, e->p.worker, &e->up_bad[i].block, 1);
+        if (e->up_bad[i].lblock >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &e->up_bad[i].lblock, 1);
+    }
+    free(e->up_bad);
     ifd__copies_free(e);
     for (int i = 0; i < e->running.n; i++) {
         ifd__seq_release(e, e->running.v[i]);
@@ -1164,6 +1185,39 @@ static bool ifd__copies_async(const ifd_engine_t *e)
     return e->model.kv_download_async && !e->copies_off && (ifd__host_on(e) || ifd__disk_staged(e));
 }
 
+/* An upload's fence has been read (done 1, or < 0: it failed). Landed: its
+ * pins go. Failed: the block's bytes are unknown, so it leaves the prefix
+ * cache at once (ifd_kvpool_unpublish, and its twin: no later lookup, here or
+ * in another worker, finds it or the blocks chained after it), and it is
+ * kept pinned on e->up_bad until ifd__uploads_failed has failed the
+ * sequences that hold it (not here: a poll may run inside the scheduler). */
+static void ifd__upload_landed(ifd_engine_t *e, const ifd__copy_t *c, int done)
+{
+    if (c->up_block < 0)
+        return;
+    if (done < 0) {
+        IFD_ERROR("engine: copying a tier hit's block %d to the device: %s", c->up_block,
+                  ifd_strerror(done));
+        ifd_kvpool_unpublish(e->pool, e->p.worker, c->up_block);
+        if (c->up_lblock >= 0)
+            ifd_kvpool_unpublish(e->lpool, e->p.worker, c->up_lblock);
+        if (e->up_bad_n == e->up_bad_cap) {
+            const int cap = e->up_bad_cap ? 2 * e->up_bad_cap : 8;
+            ifd__bad_upload_t *v = realloc(e->up_bad, (size_t)cap * sizeof *v);
+            if (v)
+                e->up_bad = v, e->up_bad_cap = cap;
+        }
+        if (e->up_bad_n < e->up_bad_cap) {
+            e->up_bad[e->up_bad_n++] = (ifd__bad_upload_t){c->up_block, c->up_lblock, done};
+            return;
+        }
+        IFD_ERROR("engine: no memory to fail the sequences holding block %d", c->up_block);
+    }
+    ifd_kvpool_unref(e->pool, e->p.worker, &c->up_block, 1);
+    if (c->up_lblock >= 0)
+        ifd_kvpool_unref(e->lpool, e->p.worker, &c->up_lblock, 1);
+}
+
 /* Hands the copies that have landed to the tiers, oldest first, and gives
  * their pins back; stops at the first one still in flight, waiting for the
  * first `wait` of them (INT_MAX: all). The host tier takes the bytes (its
@@ -1180,8 +1234,7 @@ static void ifd__copies_poll(ifd_engine_t *e, int wait)
         const int32_t *t = e->copy_tokens + (size_t)at * (size_t)e->block_size;
         const uint8_t *data = e->copy_mem + (size_t)at * bytes;
         if (c->block < 0) { /* an upload: its slot is free again */
-            if (done < 0)
-                IFD_WARN("engine: copying a tier hit's block to the device: %s", ifd_strerror(done));
+            ifd__upload_landed(e, c, done);
             e->copy_head = (at + 1) % e->copy_slots;
             e->copy_n--;
             wait = wait > 0 ? wait - 1 : 0;
@@ -1221,12 +1274,15 @@ static void ifd__copies_room(ifd_engine_t *e)
         ifd__copies_poll(e, 1);
 }
 
-/* A tier hit's data into pool block `block` (twin lblock; local ids, as
- * kv_upload's): with the adapter's kv_upload_async, copied into a ring slot
- * and enqueued on the copy stream, the next forward waiting for it
- * (ifd__uploads_wait); else kv_upload. 0 or an error. */
-static int ifd__upload(ifd_engine_t *e, int32_t block, int32_t lblock, const void *data)
+/* A tier hit's data into pool block gblock (twin glblock or -1; global ids,
+ * both held by the caller): with the adapter's kv_upload_async, copied into
+ * a ring slot and enqueued on the copy stream, the next forward waiting for
+ * it (ifd__uploads_wait), the blocks pinned until its fence is read
+ * (ifd__upload_landed); else kv_upload. 0 or an error. */
+static int ifd__upload(ifd_engine_t *e, int32_t gblock, int32_t glblock, const void *data)
 {
+    const int32_t block = ifd_kvpool_block_local(e->pool, gblock);
+    const int32_t lblock = glblock >= 0 ? ifd__ltwin_local(e, glblock) : -1;
     if (!ifd__uploads_async(e))
         return e->model.kv_upload(e->model.ctx, block, lblock, data);
     ifd__copies_room(e);
@@ -1234,10 +1290,15 @@ static int ifd__upload(ifd_engine_t *e, int32_t block, int32_t lblock, const voi
     uint8_t *slot = e->copy_mem + (size_t)at * e->model.kv_data_bytes;
     memcpy(slot, data, e->model.kv_data_bytes);
     ifd__copy_t *c = &e->copies[at];
-    *c = (ifd__copy_t){.block = -1, .lblock = -1};
+    *c = (ifd__copy_t){.block = -1, .lblock = -1, .up_block = -1, .up_lblock = -1};
     int rc = e->model.kv_upload_async(e->model.ctx, block, lblock, slot, &c->ticket);
     if (rc)
         return rc;
+    if (ifd_kvpool_ref(e->pool, e->p.worker, &gblock, 1) == 0) {
+        c->up_block = gblock;
+        if (glblock >= 0 && ifd_kvpool_ref(e->lpool, e->p.worker, &glblock, 1) == 0)
+            c->up_lblock = glblock;
+    }
     e->copy_n++;
     e->up_ticket = c->ticket;
     e->up_wait = true;
@@ -1252,6 +1313,7 @@ static int ifd__uploads_wait(ifd_engine_t *e)
     if (!e->up_wait)
         return 0;
     e->up_wait = false;
+    e->up_wait_step = true;
     return e->model.kv_copy_wait(e->model.ctx, e->up_ticket);
 }
 
@@ -1274,7 +1336,7 @@ static bool ifd__copy_start(ifd_engine_t *e, int32_t block, int32_t lblock,
         ifd__copies_poll(e, 1);
     const int at = (e->copy_head + e->copy_n) % e->copy_slots;
     ifd__copy_t *c = &e->copies[at];
-    *c = (ifd__copy_t){*hash, *parent, salt, block, e->lpool ? lblock : -1, 0};
+    *c = (ifd__copy_t){*hash, *parent, salt, block, e->lpool ? lblock : -1, -1, -1, 0};
     if (ifd_kvpool_ref(e->pool, e->p.worker, &c->block, 1) != 0) {
         ifd__copy_dropped(e);
         return true;
@@ -1347,7 +1409,7 @@ static bool ifd__host_take(ifd_engine_t *e, ifd__seq_t *s, int32_t b, const int3
         return false;
     }
     int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-    if (ifd__upload(e, ifd_kvpool_block_local(e->pool, blk), ifd__ltwin_local(e, lblk), data) ||
+    if (ifd__upload(e, blk, lblk, data) ||
         ifd_kvpool_publish(e->pool, e->p.worker, blk, parent, s->salt, t, NULL) < 0) {
         ifd_kvpool_unref(e->pool, e->p.worker, &blk, 1);
         if (lblk >= 0)
@@ -1510,9 +1572,8 @@ static bool ifd__disk_landed(ifd_engine_t *e, ifd__seq_t *s)
     for (; i < ok; i++) {
         int32_t b = at + i;
         int32_t parent = b > 0 ? s->blocks[b - 1] : -1;
-        if (s->load_bufs && ifd__upload(e, ifd_kvpool_block_local(e->pool, s->blocks[b]),
-                                        e->lpool ? ifd__ltwin_local(e, s->lblocks[b]) : -1,
-                                        s->load_bufs[i]))
+        if (s->load_bufs &&
+            ifd__upload(e, s->blocks[b], e->lpool ? s->lblocks[b] : -1, s->load_bufs[i]))
             break; /* staged: host -> device first (the twin with it) */
         if (ifd_kvpool_publish(e->pool, e->p.worker, s->blocks[b], parent, s->salt,
                                s->keys + (int64_t)b * e->block_size, NULL) < 0)
@@ -2359,6 +2420,49 @@ static void ifd__fail_scheduled(ifd_engine_t *e, int n_sched)
     }
 }
 
+/* Answers the failed uploads ifd__upload_landed recorded: every sequence of
+ * this engine holding one of their blocks (or twins) ends with the copy's
+ * error — one of the n_sched scheduled this step after its forward
+ * (kv_lost, ifd__seq_after_forward: no token sampled from it), any other at
+ * once — and the pins go. The blocks already left the prefix cache. */
+static void ifd__uploads_failed(ifd_engine_t *e, int n_sched)
+{
+    if (e->up_bad_n == 0)
+        return;
+    ifd__queue_t *qs[2] = {&e->running, &e->waiting};
+    for (int qi = 0; qi < 2; qi++)
+        for (int at = qs[qi]->n - 1; at >= 0; at--) {
+            ifd__seq_t *s = qs[qi]->v[at];
+            int err = 0;
+            for (int i = 0; i < e->up_bad_n && !err; i++)
+                for (int32_t b = 0; b < s->n_blocks && !err; b++)
+                    if (s->blocks[b] == e->up_bad[i].block ||
+                        (e->lpool && e->up_bad[i].lblock >= 0 && s->lblocks &&
+                         s->lblocks[b] == e->up_bad[i].lblock))
+                        err = e->up_bad[i].err;
+            if (!err)
+                continue;
+            IFD_ERROR("engine: request %llu: a block of its context failed to copy to the device",
+                      (unsigned long long)s->id);
+            bool scheduled = false;
+            for (int k = 0; k < n_sched && !scheduled; k++)
+                scheduled = e->sched[k] == s;
+            if (scheduled) {
+                s->kv_lost = err;
+            } else {
+                s->err = err;
+                ifd__q_remove_at(qs[qi], at);
+                ifd__finish(e, s, IFD_FINISH_ERROR);
+            }
+        }
+    for (int i = 0; i < e->up_bad_n; i++) {
+        ifd_kvpool_unref(e->pool, e->p.worker, &e->up_bad[i].block, 1);
+        if (e->up_bad[i].lblock >= 0)
+            ifd_kvpool_unref(e->lpool, e->p.worker, &e->up_bad[i].lblock, 1);
+    }
+    e->up_bad_n = 0;
+}
+
 /* s, scheduled this step and so queued, leaves its queue and finishes. */
 static void ifd__finish_queued(ifd_engine_t *e, ifd__seq_t *s, ifd_finish_reason_t reason)
 {
@@ -2502,6 +2606,12 @@ static void ifd__spec_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
  * finish it at a stop or a limit. *row advances past s's rows. */
 static void ifd__seq_after_forward(ifd_engine_t *e, ifd__seq_t *s, int *row)
 {
+    if (s->kv_lost) { /* its context read a block whose upload failed: no token from it */
+        *row += s->n_draft ? s->n_draft + 1 : s->plp_rows + s->sample;
+        s->err = s->kv_lost;
+        ifd__finish_queued(e, s, IFD_FINISH_ERROR);
+        return;
+    }
     if (s->n_draft) {
         ifd__spec_after_forward(e, s, row);
         return;
@@ -2582,6 +2692,7 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
     memset(&st, 0, sizeof st);
     double t0 = ifd__ms();
     ifd__copies_poll(e, 0); /* what the last steps' copies brought */
+    ifd__uploads_failed(e, 0);
     int n_sched = ifd__schedule(e, &st);
     if (n_sched == 0) {
         if (e->running.n == 0 && e->waiting.n == 0)
@@ -2601,6 +2712,12 @@ int ifd_engine_step(ifd_engine_t *e, ifd_engine_step_stats_t *st_out)
         IFD_ERROR("engine: forward of %d tokens failed: %s", batch.n_tok, ifd_strerror(rc));
         ifd__fail_scheduled(e, n_sched);
         return rc;
+    }
+    if (e->up_wait_step) { /* the forward waited for uploads: read their fences before
+                            * anything computed from them is sampled */
+        e->up_wait_step = false;
+        ifd__copies_poll(e, 0);
+        ifd__uploads_failed(e, n_sched);
     }
     /* advance, publish, sample, finish */
     int row = 0;

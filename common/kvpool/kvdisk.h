@@ -73,7 +73,10 @@
 #include <stdint.h>
 
 #define IFD_KVDISK_MAGIC   0x4b4c42564b444649ULL /* "IFDKVBLK" little-endian */
-#define IFD_KVDISK_VERSION 1
+/* 2: Q8_0/Q4_0 K rows are kept in the Walsh-Hadamard basis (kernels/cpu/kv_rot.h);
+ * a version-1 file of those types holds unrotated K, so it is not read (the version
+ * is in the header and in every fingerprint, hence in the file names). */
+#define IFD_KVDISK_VERSION 2
 
 typedef struct {
     const char *dir;      /* created (0700) when missing; copied */

@@ -1311,6 +1311,30 @@ static ifd_kvhash_t kv_keyed_parent(uint64_t key)
     return (ifd_kvhash_t){key, KV_KEYED_TAG};
 }
 
+int ifd_kvpool_unpublish(ifd_kvpool_t *p, int w, int32_t b)
+{
+    if (!kv_worker_ok(p, w) || b < 0 || b >= p->n_total)
+        return IFD_EINVAL;
+    ifd__kv_lock(p);
+    kv_rec_t *r = &p->rec[b];
+    int rc = 0;
+    if (*kv_ledger(p, w, b) == 0) {
+        IFD_ERROR("kvpool: unpublish: worker %d holds no reference to block %d", w, b);
+        rc = IFD_EINVAL;
+    } else if (r->published) {
+        /* Held, so in use: not on the LRU. Index first (an indexed block must be published),
+         * then the content, then a new identity for the chains that named it. */
+        if (r->indexed)
+            ifd__kv_unindex(p, b);
+        KV_STORE(&r->published, 0);
+        KV_CRASH_POINT(p);
+        r->gen++;
+        rc = 1;
+    }
+    ifd__kv_unlock(p);
+    return rc;
+}
+
 int ifd_kvpool_publish_keyed(ifd_kvpool_t *p, int w, int32_t b, uint64_t key, uint64_t salt,
                              const int32_t *tokens)
 {

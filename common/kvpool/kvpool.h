@@ -270,6 +270,18 @@ int ifd_kvpool_publish(ifd_kvpool_t *pool, int worker, int32_t block, int32_t pa
                        const int32_t *tokens, ifd_kvhash_t *out_hash);
 
 /*
+ * Withdraws block `block` (held by `worker`) from the prefix cache: it leaves
+ * the index and is no longer published, so no later lookup finds it nor any
+ * block published after it (their chain names it as parent), and when its
+ * last reference goes it becomes FREE. For a block whose data turned out to
+ * be wrong after it was published (a tier hit whose upload failed). Holders
+ * keep their references and the bytes. Returns 1 when it was published, 0
+ * when it was not (nothing changed), IFD_EINVAL: a bad id or a block the
+ * worker does not hold.
+ */
+int ifd_kvpool_unpublish(ifd_kvpool_t *pool, int worker, int32_t block);
+
+/*
  * Looks up the longest run of cached full blocks that starts the sequence
  * tokens[0..n_tokens-1] under `salt` (only n_tokens / block_size full blocks
  * count), takes one reference for `worker` on each and stores them into

@@ -52,6 +52,7 @@
 
 #include "cpu_simd.h"
 #include "cpu/kv_fp8.h"
+#include "cpu/kv_rot.h"
 #include "error.h"
 #include "fp16.h"
 
@@ -248,6 +249,20 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv, const float *k, const float *v, c
             }
         }
     }
+    return 0;
+}
+
+int ifd_cpu_kv_rotate(float *x, int64_t n_rows, int head_dim, ifd_dtype_t dtype)
+{
+    if (n_rows < 0 || head_dim <= 0)
+        return IFD_EINVAL;
+    const int n = ifd_kv_k_rot(dtype, head_dim);
+    if (!n)
+        return 0;
+    const float s = ifd_kv_rot_scale(n);
+    const int64_t runs = n_rows * (head_dim / n);
+    for (int64_t r = 0; r < runs; r++)
+        ifd_kv_fwht(x + r * n, n, s);
     return 0;
 }
 

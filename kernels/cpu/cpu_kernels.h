@@ -215,6 +215,17 @@ int ifd_cpu_kv_write(const ifd_kv_layer_t *kv,
                      const int64_t *slot,  /* [n_tok] */
                      int n_tok);
 
+/* Rotates rows of head_dim values (q or K heads after RoPE) into the basis
+ * the pool's K rows of `dtype` are kept in (kv_rot.h): for Q8_0/Q4_0 with
+ * head_dim a multiple of 64, each run of n = ifd_kv_k_rot(dtype, head_dim)
+ * values is multiplied by the orthonormal Walsh-Hadamard matrix; for any
+ * other dtype or head_dim nothing changes. The RoPE+KV write applies it to
+ * q and K alike (q·k is unchanged) before ifd_cpu_kv_write, whose rows are
+ * then H·k. Single-threaded, in place. IFD_EINVAL for n_rows < 0 or
+ * head_dim <= 0. */
+int ifd_cpu_kv_rotate(float *x, /* [n_rows, head_dim] */
+                      int64_t n_rows, int head_dim, ifd_dtype_t dtype);
+
 /*
  * Causal grouped-query attention over the paged cache for a ragged batch of
  * query tokens. Token t belongs to sequence seq[t] and sits at position

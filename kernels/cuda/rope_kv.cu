@@ -19,10 +19,20 @@
  * lane-step) to its amax with shuffles, FP8 the whole row, and both round
  * with the CPU writer's operations (d = amax / 127, q = roundf(x · (1 / d));
  * s = amax / 448, e4m3(x · (1 / s))), so the bytes equal ifd_cpu_kv_write's.
+ *
+ * Rotated K (kv_rot.h; Q8_0 with head_dim a multiple of 64): after RoPE the
+ * quantized kernel multiplies every run of n = ifd_kv_k_rot values of q and
+ * of K by the Walsh-Hadamard matrix before K is quantized, as the CPU
+ * backend's ifd_cpu_kv_rotate does: a warp per run (q) or row (K), lane l
+ * holding values l + 32 j; strides below 32 pair lanes by shuffles, strides
+ * of 32 and more pair a lane's own registers; the same butterflies (low + high,
+ * low − high, explicitly rounded) in the same order and the same scale as
+ * ifd_kv_fwht, so the bytes still equal the CPU's.
  */
 #include "rope_kv.h"
 
 #include "cpu/kv_fp8.h"
+#include "cpu/kv_rot.h"
 #include "cuda_check.h"
 #include "cuda_prim.cuh"
 
@@ -44,6 +54,8 @@ struct rope_args {
     int64_t q_ld, k_ld, v_ld;
     int n_heads, n_kv, hd, bs, n_rot, neox;
     float theta_scale, freq_scale;
+    int krot;        /* ifd_kv_k_rot: 0, or the Walsh-Hadamard size for q and K */
+    float rot_scale; /* ifd_kv_rot_scale(krot) */
 };
 
 template <int KVT> IFD_DEV void put(void *base, int64_t i, float x)
@@ -143,6 +155,35 @@ template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_kernel(rop
     }
 }
 
+constexpr int MAX_J = MAX_HEAD_DIM / 32; /* values per lane of a row */
+
+/* The warp's ifd_kv_fwht over runs of n values (n a power of two, 64 ≤ n ≤
+ * 32 · nj) of a row whose value 32 j + lane is this lane's x[j] (j < nj):
+ * stride h < 32 pairs lane l with lane l ^ h, stride h ≥ 32 pairs x[j] with
+ * x[j ^ (h / 32)]; the low element becomes low + high, the high one
+ * low − high, as on the CPU. */
+IFD_DEV void warp_fwht(float *x, int nj, int n, float scale, int lane)
+{
+    for (int h = 1; h < n; h <<= 1) {
+        if (h < 32) {
+            for (int j = 0; j < nj; j++) {
+                const float o = __shfl_xor_sync(0xffffffffu, x[j], h);
+                x[j] = (lane & h) ? __fsub_rn(o, x[j]) : __fadd_rn(x[j], o);
+            }
+        } else {
+            const int hj = h >> 5;
+            for (int j = 0; j < nj; j++)
+                if (!(j & hj)) {
+                    const float lo = x[j], hi = x[j + hj];
+                    x[j] = __fadd_rn(lo, hi);
+                    x[j + hj] = __fsub_rn(lo, hi);
+                }
+        }
+    }
+    for (int j = 0; j < nj; j++)
+        x[j] = __fmul_rn(x[j], scale);
+}
+
 template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_quant_kernel(rope_args a)
 {
     __shared__ float cs[MAX_HEAD_DIM / 2], sn[MAX_HEAD_DIM / 2];
@@ -162,6 +203,19 @@ template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_quant_kern
         qh[i0] = __fsub_rn(__fmul_rn(x0, cs[i]), __fmul_rn(x1, sn[i]));
         qh[i1] = __fadd_rn(__fmul_rn(x0, sn[i]), __fmul_rn(x1, cs[i]));
     }
+    if (a.krot) { /* q into K's rotated basis: a warp per run of krot values */
+        __syncthreads();
+        const int nj = a.krot / 32;
+        for (int r = warp; r < a.n_heads * (hd / a.krot); r += THREADS / 32) {
+            float *qr = qt + (int64_t)r * a.krot;
+            float x[MAX_J];
+            for (int j = 0; j < nj; j++)
+                x[j] = qr[32 * j + lane];
+            warp_fwht(x, nj, a.krot, a.rot_scale, lane);
+            for (int j = 0; j < nj; j++)
+                qr[32 * j + lane] = x[j];
+        }
+    }
 
     const int64_t slot = a.slot[t];
     if (slot < 0)
@@ -177,13 +231,23 @@ template <int KVT> __global__ void __launch_bounds__(THREADS) rope_kv_quant_kern
             (unsigned char *)(is_k ? a.kc : a.vc) + ((blk * a.n_kv + h) * a.bs + off) * rb;
         auto val = [&](int e) { return is_k ? rot_elem(a, src, e, cs, sn) : src[e]; };
         if (KVT == IFD_DTYPE_Q8_0) {
-            for (int b = 0; b < hd / 32; b++) {
-                const float x = val(32 * b + lane);
+            auto quant = [&](int b, float x) {
                 const float d = __fdiv_rn(ifd_warp_max(fabsf(x)), 127.0f);
                 const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
                 row[32 * b + lane] = (unsigned char)(int8_t)roundf(__fmul_rn(x, id));
                 if (lane == 0)
                     ((uint16_t *)(row + hd))[b] = ifd_f32_f16(d);
+            };
+            if (is_k && a.krot) {
+                float x[MAX_J];
+                for (int b = 0; b < hd / 32; b++)
+                    x[b] = val(32 * b + lane);
+                warp_fwht(x, hd / 32, a.krot, a.rot_scale, lane);
+                for (int b = 0; b < hd / 32; b++)
+                    quant(b, x[b]);
+            } else {
+                for (int b = 0; b < hd / 32; b++)
+                    quant(b, val(32 * b + lane));
             }
         } else {
             float amax = 0.0f;
@@ -249,6 +313,8 @@ extern "C" int ifd_cuda_rope_kv_write(float *q, const ifd_kv_layer_t *kv,
     a.neox = rope->mode == IFD_ROPE_NEOX;
     a.theta_scale = powf(rope->base, -2.0f / (float)rope->n_rot); /* as ifd_cpu_rope */
     a.freq_scale = rope->freq_scale;
+    a.krot = ifd_kv_k_rot(kv->dtype, hd);
+    a.rot_scale = a.krot ? ifd_kv_rot_scale(a.krot) : 1.0f;
 
     void (*kern)(rope_args);
     switch (kv->dtype) {

@@ -27,11 +27,15 @@ typedef struct {
  *    block * block_size + offset, layout [block][kv_head][token][row],
  *    converted to kv->dtype with round to nearest even, or quantized as
  *    ifd_cpu_kv_write does for Q8_0 and FP8); slot[t] < 0 is a
- *    padding token: nothing is written for it (its q is still rotated).
+ *    padding token: nothing is written for it (its q is still rotated);
+ *  - for Q8_0 with head_dim a multiple of 64, then multiplies q and K by
+ *    the Walsh-Hadamard matrix before K is quantized (cpu/kv_rot.h: the
+ *    basis quantized K is kept in; ifd_cpu_kv_rotate).
  * Angles and rotation follow ifd_cpu_rope exactly (the same float
  * operations in the same order; only cosf/sinf may differ in the last ulp),
- * so q matches ifd_cpu_rope and the pool matches ifd_cpu_rope +
- * ifd_cpu_kv_write. Rows are strided: q[t] starts at q + t * q_ld (q_ld >=
+ * so q matches ifd_cpu_rope (+ ifd_cpu_kv_rotate) and the pool matches
+ * ifd_cpu_rope + ifd_cpu_kv_rotate + ifd_cpu_kv_write.
+ * Rows are strided: q[t] starts at q + t * q_ld (q_ld >=
  * n_heads * head_dim), k[t] at k + t * k_ld, v[t] at v + t * v_ld (>=
  * n_kv_heads * head_dim), so a fused QKV projection output can be passed as
  * three views of one buffer. Slots must be distinct.

@@ -185,8 +185,8 @@ static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd
     for (int i = 0; i < n_rot / 2; i++)
         ff[i] = gt_rand_uniform(1.0f, 8.0f);
 
-    /* Reference: ifd_cpu_rope on q and k, then ifd_cpu_kv_write into a
-     * poisoned host pool. */
+    /* Reference: ifd_cpu_rope on q and k, ifd_cpu_kv_rotate, then
+     * ifd_cpu_kv_write into a poisoned host pool. */
     float *q = gt_xmalloc((size_t)(n_tok * q_ld) * 4), *k = gt_xmalloc((size_t)(n_tok * kv_ld) * 4);
     float *v = gt_xmalloc((size_t)(n_tok * kv_ld) * 4);
     for (int t = 0; t < n_tok; t++) {
@@ -197,6 +197,9 @@ static void rope_kv_one(int n_tok, int n_heads, int n_kv, int hd, int n_rot, ifd
     const float base = 10000.0f, fscale = with_ff ? 0.5f : 1.0f;
     ifd_cpu_rope(q, pos, n_tok, n_heads, hd, n_rot, base, fscale, with_ff ? ff : NULL, mode);
     ifd_cpu_rope(k, pos, n_tok, n_kv, hd, n_rot, base, fscale, with_ff ? ff : NULL, mode);
+    /* Q8_0 with head_dim 64/128/256: q and K into the rotated basis (kv_rot.h). */
+    ifd_cpu_kv_rotate(q, (int64_t)n_tok * q_ld / hd, hd, kv_t);
+    ifd_cpu_kv_rotate(k, (int64_t)n_tok * kv_ld / hd, hd, kv_t);
     const int quant = kv_t == IFD_DTYPE_Q8_0 || kv_t == IFD_DTYPE_FP8;
     /* Quantized pools are compared as bytes: one "element" per byte. */
     const size_t esz = quant ? 1 : (size_t)ifd_dtype_size(kv_t);

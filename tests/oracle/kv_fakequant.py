@@ -8,7 +8,8 @@ head_dim, scales rounded to f16 — and prints each variant's logits against the
 oracle: max and median relative L2 and top-1 agreement per prompt (docs/kvpool.md,
 "Accuracy guard"). A measuring tool, not a test: no bounds, minutes of NumPy.
 
-    kv_fakequant.py [--model PATH] [--block 32] [--variant kv:q8_0 --variant k:q8_0 ...]
+    kv_fakequant.py [--model PATH] [--block 32] [--rot 64]
+                    [--variant kv:q8_0 --variant k:q8_0 --variant k:q8_0:rot ...]
 """
 
 import argparse
@@ -38,6 +39,24 @@ def fake_quant(x, qk, kind):
     return (q * d.astype(np.float16).astype(np.float32)).reshape(np.shape(x)).astype(np.float64)
 
 
+def hadamard(n):
+    """The orthonormal n × n Walsh-Hadamard matrix (n a power of two; symmetric, H·H = I)."""
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h / np.sqrt(n)
+
+
+def fake_quant_rot(x, qk, kind, n):
+    """fake_quant in a rotated basis: each run of n values along the last axis multiplied by
+    the Walsh-Hadamard matrix, quantized, rotated back (H·H = I). The same as rotating Q and K
+    alike before the dot product (llama.cpp's attn_rot_k for quantized K)."""
+    H = hadamard(n)
+    shp = np.shape(x)
+    r = np.asarray(x, dtype=np.float64).reshape(-1, n) @ H
+    return (fake_quant(r, qk, kind).reshape(-1, n) @ H).reshape(shp)
+
+
 class QuantCache(np.ndarray):
     """One layer's K or V cache array: what is written into it is fake-quantized first."""
     mode = None  # {"roles": "kv", "qk": 32, "kind": "q8_0"} while a variant runs
@@ -46,7 +65,10 @@ class QuantCache(np.ndarray):
         m = QuantCache.mode
         role = getattr(self, "role", None)
         if m and role and role in m["roles"] and np.ndim(val) == 3:
-            val = fake_quant(val, m["qk"], m["kind"])
+            if m["rot"]:
+                val = fake_quant_rot(val, m["qk"], m["kind"], m["rot"])
+            else:
+                val = fake_quant(val, m["qk"], m["kind"])
         np.ndarray.__setitem__(self, key, val)
 
 
@@ -54,8 +76,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--block", type=int, default=32, help="values per scale (32)")
-    ap.add_argument("--variant", action="append", metavar="ROLES:TYPE",
-                    help="kv|k|v : q8_0|q4_0 (default: kv, k and v with q8_0)")
+    ap.add_argument("--variant", action="append", metavar="ROLES:TYPE[:rot]",
+                    help="kv|k|v : q8_0|q4_0 [: rot = Walsh-Hadamard rotation over --rot values "
+                         "before quantizing] (default: kv, k and v with q8_0)")
+    ap.add_argument("--rot", type=int, default=64, help="values per rotation (64)")
     a = ap.parse_args()
     model = a.model or model_paths.model_path("smollm2")
     variants = a.variant or ["kv:q8_0", "k:q8_0", "v:q8_0"]
@@ -74,8 +98,9 @@ def main():
         prompts = json.load(f)["prompts"]
     ref = {p["name"]: oracle.score(p["ids"]) for p in prompts}
     for v in variants:
-        roles, kind = v.split(":")
-        QuantCache.mode = {"roles": roles, "qk": a.block, "kind": kind}
+        roles, kind, *rot = v.split(":")
+        QuantCache.mode = {"roles": roles, "qk": a.block, "kind": kind,
+                           "rot": a.rot if rot == ["rot"] else 0}
         cols = []
         for p in prompts:
             w, r = oracle.score(p["ids"]), ref[p["name"]]
@@ -84,7 +109,7 @@ def main():
             cols.append(f"{p['name']}: max {rel.max():.3e} median {np.median(rel):.3e} "
                         f"top-1 {top1 * 100:.1f}%")
         QuantCache.mode = None
-        print(f"{roles} {kind} /{a.block} | " + "; ".join(cols), flush=True)
+        print(f"{v} /{a.block} | " + "; ".join(cols), flush=True)
     return 0
 
 

@@ -214,6 +214,71 @@ START_TEST(test_rope_kv_fused)
 }
 END_TEST
 
+/* Q8_0/Q4_0 K is kept rotated (kv_rot.h): the backend's rope_kv rotates q
+ * and K after RoPE (bitwise ifd_cpu_rope + ifd_cpu_kv_rotate +
+ * ifd_cpu_kv_write), so the scores its q makes with the stored K are the
+ * unrotated q·k to the quantization's precision; a q left unrotated would
+ * give another score. */
+START_TEST(test_rope_kv_rotated)
+{
+    ifd_backend_t *be = mk();
+    enum { N = 3, NH = 2, NKV = 1, HD = 64, BS = 4, NB = 2 };
+    const int qd = NH * HD, kvd = NKV * HD, ld = qd + 2 * kvd;
+    const ifd_dtype_t ts[] = {IFD_DTYPE_Q8_0, IFD_DTYPE_Q4_0};
+    for (int ti = 0; ti < 2; ti++) {
+        const int64_t rb = ifd_kv_row_bytes(ts[ti], HD), pool = (int64_t)NB * BS * NKV * rb;
+        char *kp = calloc(pool, 1), *vp = calloc(pool, 1), *kr = calloc(pool, 1),
+             *vr = calloc(pool, 1);
+        ifd_kv_layer_t kv = {kp, vp, ts[ti], BS, NKV, HD};
+        ifd_kv_layer_t kvr = {kr, vr, ts[ti], BS, NKV, HD};
+        ifd_act_t qkv, q;
+        act(be, &qkv, N, ld), act(be, &q, N, qd);
+        fill(qkv.data, (size_t)N * ld, 7 + ti);
+        int32_t pos[N] = {0, 5, 2};
+        int64_t slot[N] = {1, 6, 3};
+        ifd_rope_t rope = {HD, 10000.0f, 1.0f, NULL, IFD_ROPE_NORM};
+        float rq[N * qd], rk[N * kvd], rv[N * kvd];
+        for (int t = 0; t < N; t++) {
+            const float *row = (float *)qkv.data + t * ld;
+            memcpy(rq + t * qd, row, qd * 4);
+            memcpy(rk + t * kvd, row + qd, kvd * 4);
+            memcpy(rv + t * kvd, row + qd + kvd, kvd * 4);
+        }
+        ifd_cpu_rope(rq, pos, N, NH, HD, HD, 10000.0f, 1.0f, NULL, rope.mode);
+        ifd_cpu_rope(rk, pos, N, NKV, HD, HD, 10000.0f, 1.0f, NULL, rope.mode);
+        float uq[N * qd], uk[N * kvd]; /* the unrotated q and K */
+        memcpy(uq, rq, sizeof uq), memcpy(uk, rk, sizeof uk);
+        ck_assert_int_eq(ifd_cpu_kv_rotate(rq, N * NH, HD, ts[ti]), 0);
+        ck_assert_int_eq(ifd_cpu_kv_rotate(rk, N * NKV, HD, ts[ti]), 0);
+        ifd_cpu_kv_write(&kvr, rk, rv, slot, N);
+        ck_assert_int_eq(
+            be->ops->rope_kv(be, &q, &qkv, NULL, NULL, 1e-6f, &kv, pos, slot, N, NH, &rope), 0);
+        ck_assert(memcmp(q.data, rq, sizeof rq) == 0);
+        ck_assert(memcmp(kp, kr, (size_t)pool) == 0);
+        ck_assert(memcmp(vp, vr, (size_t)pool) == 0);
+        ck_assert(memcmp(uq, rq, sizeof uq) != 0); /* it did rotate */
+        /* Scores: backend q · stored K against the unrotated q · k. */
+        for (int t = 0; t < N; t++)
+            for (int h = 0; h < NH; h++) {
+                float kd[HD];
+                const int64_t off = ((slot[t] / BS) * NKV * BS + slot[t] % BS) * rb;
+                ck_assert_int_eq(ifd_cpu_kv_dequant_row(kd, kp + off, ts[ti], HD), 0);
+                double got = 0, ref = 0, norm = 0;
+                for (int e = 0; e < HD; e++) {
+                    got += (double)((float *)q.data)[t * qd + h * HD + e] * kd[e];
+                    ref += (double)uq[t * qd + h * HD + e] * uk[t * kvd + e];
+                    norm += fabs((double)uq[t * qd + h * HD + e] * uk[t * kvd + e]);
+                }
+                ck_assert_msg(fabs(got - ref) <= (ti ? 0.2 : 0.02) * norm,
+                              "t %d h %d: score %g, unrotated %g", t, h, got, ref);
+            }
+        be->ops->act_free(be, &qkv), be->ops->act_free(be, &q);
+        free(kp), free(vp), free(kr), free(vr);
+    }
+    be->ops->destroy(be);
+}
+END_TEST
+
 START_TEST(test_glu_gather_can_load)
 {
     ifd_backend_t *be = mk();
@@ -247,6 +312,7 @@ int main(void)
     Suite *s = suite_create("backend_cpu");
     ifd_test_case(s, "ops", 60,
                   IFD_TESTS(test_proj_parts_types_bias, test_rmsnorm_fused, test_rope_kv_fused,
+                            test_rope_kv_rotated,
                             test_glu_gather_can_load));
     return ifd_test_run(s);
 }

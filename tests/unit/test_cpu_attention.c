@@ -665,6 +665,71 @@ END_TEST
 
 /* Quantizer edge cases against ref_encode: all zeros (scale 0), one large
  * negative value, small integers, the q4_0 clamp at 15 (−max). */
+/* ifd_cpu_kv_rotate (kv_rot.h): for Q8_0/Q4_0 with head_dim a multiple of 64
+ * each run of n values (the largest power of two dividing head_dim, n ≥ 64)
+ * is multiplied by the orthonormal Walsh-Hadamard matrix, built here
+ * by Sylvester's construction in double; q·k is unchanged; applying it
+ * twice gives the row back; other dtypes and head_dims are left alone. */
+static int sylvester(int i, int j) /* H[i][j] · √n: (−1)^popcount(i & j) */
+{
+    return __builtin_popcount((unsigned)(i & j)) & 1 ? -1 : 1;
+}
+
+START_TEST(test_kv_rotate)
+{
+    static const struct {
+        int hd, n;
+    } sh[] = {{64, 64}, {128, 128}, {192, 64}, {256, 256}, {320, 64}, {384, 128}};
+    const ifd_dtype_t ts[] = {IFD_DTYPE_Q8_0, IFD_DTYPE_Q4_0};
+    enum { ROWS = 3 };
+    for (size_t si = 0; si < sizeof sh / sizeof sh[0]; si++)
+        for (int ti = 0; ti < 2; ti++) {
+            const int hd = sh[si].hd, n = sh[si].n;
+            float x[ROWS * 384], y[ROWS * 384], z[ROWS * 384];
+            for (int i = 0; i < ROWS * hd; i++)
+                x[i] = rnd(-1, 1) * (i % 17 == 3 ? 30.0f : 1.0f); /* a few outliers */
+            memcpy(y, x, sizeof(float) * ROWS * hd);
+            ck_assert_int_eq(ifd_cpu_kv_rotate(y, ROWS, hd, ts[ti]), 0);
+            double num = 0, den = 0, dot_x = 0, dot_y = 0;
+            for (int r = 0; r < ROWS * hd / n; r++)
+                for (int i = 0; i < n; i++) {
+                    double ref = 0;
+                    for (int j = 0; j < n; j++)
+                        ref += sylvester(i, j) * (double)x[r * n + j];
+                    ref /= sqrt((double)n);
+                    num += (y[r * n + i] - ref) * (y[r * n + i] - ref), den += ref * ref;
+                }
+            ck_assert_msg(sqrt(num / den) < 1e-6, "hd %d: rel L2 %g", hd, sqrt(num / den));
+            for (int i = 0; i < hd; i++) /* row 0 · row 1, before and after */
+                dot_x += (double)x[i] * x[hd + i], dot_y += (double)y[i] * y[hd + i];
+            ck_assert_msg(fabs(dot_x - dot_y) < 1e-4 * (1 + fabs(dot_x)), "q·k %g vs %g", dot_x,
+                          dot_y);
+            memcpy(z, y, sizeof(float) * ROWS * hd);
+            ck_assert_int_eq(ifd_cpu_kv_rotate(z, ROWS, hd, ts[ti]), 0);
+            for (int i = 0; i < ROWS * hd; i++)
+                ck_assert_msg(fabsf(z[i] - x[i]) <= 1e-5f * 30, "H·H·x != x at %d", i);
+        }
+    /* Nothing rotates for another dtype or a head_dim not a multiple of 64. */
+    const ifd_dtype_t other[] = {IFD_DTYPE_F32, IFD_DTYPE_F16, IFD_DTYPE_BF16, IFD_DTYPE_FP8};
+    float x[256], y[256];
+    for (int i = 0; i < 256; i++)
+        x[i] = rnd(-1, 1);
+    for (int ti = 0; ti < 4; ti++) {
+        memcpy(y, x, sizeof x);
+        ck_assert_int_eq(ifd_cpu_kv_rotate(y, 2, 128, other[ti]), 0);
+        ck_assert(memcmp(x, y, sizeof x) == 0);
+    }
+    static const int hds[] = {32, 96, 160};
+    for (int i = 0; i < 3; i++) {
+        memcpy(y, x, sizeof x);
+        ck_assert_int_eq(ifd_cpu_kv_rotate(y, 1, hds[i], IFD_DTYPE_Q8_0), 0);
+        ck_assert(memcmp(x, y, sizeof x) == 0);
+    }
+    ck_assert_int_eq(ifd_cpu_kv_rotate(y, -1, 64, IFD_DTYPE_Q8_0), IFD_EINVAL);
+    ck_assert_int_eq(ifd_cpu_kv_rotate(y, 1, 0, IFD_DTYPE_Q8_0), IFD_EINVAL);
+}
+END_TEST
+
 START_TEST(test_quant_edges)
 {
     const ifd_dtype_t dts[2] = {IFD_DTYPE_Q8_0, IFD_DTYPE_Q4_0};
@@ -718,6 +783,7 @@ static Suite *attention_suite(void)
     tcase_add_test(tc, test_quant_edges);
     tcase_add_test(tc, test_fp8_code);
     tcase_add_test(tc, test_fp8_rows);
+    tcase_add_test(tc, test_kv_rotate);
     suite_add_tcase(s, tc);
     return s;
 }

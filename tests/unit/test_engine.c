@@ -53,6 +53,11 @@ typedef struct {
     int n_pend;
     uint64_t next_ticket, done_upto;
     int uploads_async; /* fake_kv_upload_async's calls */
+    /* fail_upload > 0: the fail_upload-th asynchronous upload fails: its
+     * copy writes garbage positions into the block and its fence reports
+     * IFD_ECUDA (copy_wait, the device's wait, still succeeds) */
+    int fail_upload;
+    uint64_t failed_ticket; /* + 1; 0: none yet */
 } fake_t;
 
 static float *kv_in(ifd_kvpool_t *pool, int32_t local_block, int off)
@@ -777,7 +782,7 @@ static int fake_kv_copy_done(void *ctx, uint64_t ticket, bool wait)
     fake_t *f = ctx;
     ck_assert_uint_lt(ticket, f->next_ticket);
     if (ticket < f->done_upto)
-        return 1;
+        return ticket + 1 == f->failed_ticket ? IFD_ECUDA : 1;
     ck_assert_int_gt(f->n_pend, 0);
     int k = 0;
     while (k < f->n_pend && f->pend[k].ticket != ticket)
@@ -786,14 +791,18 @@ static int fake_kv_copy_done(void *ctx, uint64_t ticket, bool wait)
     if (!wait && f->pend[k].queries++ == 0)
         return 0;
     for (int i = 0; i <= k; i++) /* in order: the copies before it land first */
-        if (f->pend[i].src)
+        if (f->pend[i].src && f->pend[i].ticket + 1 == f->failed_ticket) {
+            for (int off = 0; off < 16; off++) /* a failed copy: garbage */
+                kv_at(f, f->pend[i].block, off)[1] = -7.0f;
+        } else if (f->pend[i].src) {
             fake_kv_upload(f, f->pend[i].block, -1, f->pend[i].src);
-        else
+        } else {
             fake_kv_download(f, f->pend[i].block, -1, f->pend[i].dst);
+        }
     memmove(f->pend, f->pend + k + 1, (size_t)(f->n_pend - k - 1) * sizeof f->pend[0]);
     f->n_pend -= k + 1;
     f->done_upto = ticket + 1;
-    return 1;
+    return ticket + 1 == f->failed_ticket ? IFD_ECUDA : 1;
 }
 
 static int fake_kv_upload_async(void *ctx, int32_t block, int32_t lblock, const void *src,
@@ -807,7 +816,8 @@ static int fake_kv_upload_async(void *ctx, int32_t block, int32_t lblock, const 
     f->pend[f->n_pend].src = src;
     f->pend[f->n_pend].queries = 0;
     f->pend[f->n_pend++].ticket = *ticket = f->next_ticket++;
-    f->uploads_async++;
+    if (++f->uploads_async == f->fail_upload)
+        f->failed_ticket = *ticket + 1;
     return 0;
 }
 
@@ -816,7 +826,9 @@ static int fake_kv_upload_async(void *ctx, int32_t block, int32_t lblock, const 
 static int fake_kv_copy_wait(void *ctx, uint64_t ticket)
 {
     fake_t *f = ctx;
-    return ticket < f->done_upto ? 0 : fake_kv_copy_done(ctx, ticket, true) == 1 ? 0 : -1;
+    if (ticket >= f->done_upto)
+        fake_kv_copy_done(ctx, ticket, true); /* a failed copy is seen by its fence only */
+    return 0;
 }
 
 static void *fake_host_alloc(void *ctx, size_t bytes)
@@ -969,6 +981,58 @@ END_TEST
 START_TEST(test_host_and_staged_disk_tiers_async)
 {
     host_and_staged_disk_tiers(true);
+}
+END_TEST
+
+/* A tier hit whose upload fails (its fence reports an error; docs/kvpool.md
+ * "Host tier", item 5): the request that took it ends with that error and
+ * no token computed from the block's unknown bytes, the block leaves the
+ * prefix cache, and the next request with the same prefix gets correct
+ * outputs (the pool's blocks before it, the host tier's good copy after). */
+START_TEST(test_failed_upload)
+{
+    rig_async = true;
+    make_prompts(4, 10, 8);
+    for (int i = 0; i < 4; i++) {
+        prompt_len[i] = 100;
+        for (int j = 0; j < 100; j++)
+            prompts[i][j] = i == 3 ? 1 + (j * 11 + 3) % (VOCAB - 1) : 1 + (j * 7) % (VOCAB - 1);
+        if (i < 3)
+            prompts[i][96] = 1 + i;
+    }
+    static sink_t ref;
+    solo_outputs_eos(4, 4, true, &ref);
+    rig_t r;
+    ifd_kvhost_t *host;
+    rig_open_tiers(&r, 8, 64, NULL, &host);
+    serve_one(&r, 0, &ref);
+    serve_one(&r, 3, &ref); /* request 0's blocks evicted to the host tier */
+    r.fake.fail_upload = 3; /* the third of request 1's 6 host-hit uploads */
+    ifd_engine_request_t q = req(1, 4);
+    q.ignore_eos = true;
+    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+    run_to_idle(&r, 1000);
+    ck_assert_int_eq(r.fake.uploads_async, 6);
+    ck_assert_int_ne(r.fake.failed_ticket, 0);
+    ck_assert_int_eq(r.sink->finished[1], 1);
+    ck_assert_int_eq(r.sink->reason[1], IFD_FINISH_ERROR);
+    ck_assert_int_eq(r.sink->usage[1].error, IFD_ECUDA);
+    ck_assert_int_eq(r.sink->n_out[1], 0); /* nothing sampled from the garbage */
+    ck_assert_int_gt(r.fake.bad, 0);       /* (the forward did read it) */
+    r.fake.bad = 0;
+    char err[256];
+    ck_assert_msg(ifd_kvpool_check(r.pool, err, sizeof err) == 0, "%s", err);
+    /* the same prefix again: the two blocks before the failed one from the
+     * pool, the rest from the host tier, uploaded again, correctly */
+    serve_one(&r, 2, &ref); /* the solo run's tokens, no bad slot read */
+    ck_assert_int_eq(r.sink->usage[2].cached_tokens, 96);
+    ck_assert_int_eq(r.fake.uploads_async, 6 + 4);
+    ck_assert_msg(ifd_kvpool_check(r.pool, err, sizeof err) == 0, "%s", err);
+    ifd_engine_destroy(r.eng);
+    ifd_kvhost_destroy(host);
+    r.eng = NULL;
+    rig_close(&r);
+    rig_async = false;
 }
 END_TEST
 
@@ -2375,6 +2439,7 @@ int main(void)
     tcase_add_test(tc, test_disk_tier_across_restarts);
     tcase_add_test(tc, test_host_and_staged_disk_tiers);
     tcase_add_test(tc, test_host_and_staged_disk_tiers_async);
+    tcase_add_test(tc, test_failed_upload);
     tcase_add_test(tc, test_images_chunks_and_prefix_keys);
     tcase_add_test(tc, test_images_local_pool_prefix_keys);
     tcase_add_test(tc, test_images_refused);

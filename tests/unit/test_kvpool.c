@@ -665,6 +665,38 @@ START_TEST(test_publish_lookup_chain)
 }
 END_TEST
 
+/* ifd_kvpool_unpublish: a held block leaves the cache, and the blocks
+ * chained after it can no longer be found; when let go it is free, not
+ * cached; only its holder may, once. */
+START_TEST(test_unpublish)
+{
+    ifd_kvpool_t *pool = make_pool(16);
+    int32_t toks[4 * BS];
+    for (int i = 0; i < 4 * BS; i++)
+        toks[i] = 300 + i;
+    int32_t seq[4], got[4];
+    ck_assert_int_eq(ifd_kvpool_alloc(pool, 0, 0, 4, seq), 0);
+    publish_seq(pool, 0, seq, 4, toks, 0);
+    ck_assert_int_eq(ifd_kvpool_unpublish(pool, 1, seq[2]), IFD_EINVAL); /* not held by 1 */
+    ck_assert_int_eq(ifd_kvpool_unpublish(pool, 0, -1), IFD_EINVAL);
+    ck_assert_int_eq(ifd_kvpool_unpublish(pool, 0, seq[2]), 1);
+    ck_assert_int_eq(ifd_kvpool_unpublish(pool, 0, seq[2]), 0); /* once */
+    assert_ok(pool);
+    /* held by 0 still: a lookup by worker 1 stops before it */
+    ck_assert_int_eq(ifd_kvpool_lookup(pool, 1, 0, toks, 4 * BS + 1, got, 4, NULL), 2);
+    ck_assert_int_eq(ifd_kvpool_unref(pool, 1, got, 2), 0);
+    ck_assert_int_eq(ifd_kvpool_unref(pool, 0, seq, 4), 0);
+    assert_ok(pool);
+    ifd_kvpool_stats_t st;
+    ck_assert_int_eq(ifd_kvpool_stats(pool, &st), 0);
+    ck_assert_int_eq(st.free, 16 - 3); /* seq[2] free; 0, 1 and the orphan 3 cached */
+    ck_assert_int_eq(ifd_kvpool_lookup(pool, 1, 0, toks, 4 * BS + 1, got, 4, NULL), 2);
+    ck_assert_int_eq(ifd_kvpool_unref(pool, 1, got, 2), 0);
+    assert_ok(pool);
+    ifd_kvpool_destroy(pool);
+}
+END_TEST
+
 START_TEST(test_duplicates_and_twins)
 {
     ifd_kvpool_t *pool = make_pool(16);
@@ -1818,6 +1850,7 @@ int main(int argc, char **argv)
         tcase_add_test(tc, test_alloc_all_or_nothing_ref_unref);
         tcase_add_test(tc, test_cow);
         tcase_add_test(tc, test_publish_lookup_chain);
+        tcase_add_test(tc, test_unpublish);
         tcase_add_test(tc, test_duplicates_and_twins);
         tcase_add_test(tc, test_collisions_never_return_wrong_kv);
         tcase_add_test(tc, test_keyed_entries);
