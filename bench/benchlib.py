@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 
@@ -63,3 +64,21 @@ def paired_ratio(num, den):
     denominator, skipped), rounded to 3 places; None when there is none."""
     ratios = [n / d for n, d in zip(num, den) if n is not None and d]
     return round(statistics.median(ratios), 3) if ratios else None
+
+
+def stop_group(proc):
+    """Ends a server started in a process group of its own (start_new_session): SIGTERM to
+    the group, 20 s to exit, then SIGKILL; then SIGKILL to anything of its group left."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -133,19 +133,7 @@ class Server:
     def stop(self):
         if self in LIVE:
             LIVE.remove(self)
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            except ProcessLookupError:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # anything of its group left behind
-        except (ProcessLookupError, PermissionError):
-            pass
+        benchlib.stop_group(self.proc)
         self.log.close()
 
 

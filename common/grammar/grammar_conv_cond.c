@@ -16,19 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool in_list(const char *k, const char *const *l, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(k, l[i]) == 0)
-            return true;
-    return false;
-}
-
-static bool is_str(const json_t *v, const char *s)
-{
-    return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
-}
-
 /* The most states (contains matches counted × items counted) of the
  * automaton ifd__gconv_contains writes. */
 #define CONTAINS_STATES 1024
@@ -68,8 +55,8 @@ static bool only_keys(const json_t *s, const char *const *keep, size_t n)
 {
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)s, k,
-                        v) if (ifd__gconv_constrains(k) && !in_list(k, keep, n)) return false;
+    json_object_foreach((json_t *)s, k, v) if (ifd__gconv_constrains(k) &&
+                                               !ifd__gconv_in_list(k, keep, n)) return false;
     return true;
 }
 
@@ -110,15 +97,17 @@ static json_t *not_contains(const json_t *ct, const json_t *items, bool *oom)
         const json_t *it = json_is_object(items) ? json_object_get(items, "type") : NULL;
         bool ints_only = it != NULL;
         for (size_t i = 0; it && i < (json_is_array(it) ? json_array_size(it) : 1); i++)
-            ints_only &= !is_str(json_is_array(it) ? json_array_get(it, i) : it, "number");
+            ints_only &=
+                !ifd__gconv_is_str(json_is_array(it) ? json_array_get(it, i) : it, "number");
         bool gone[6] = {false};
         for (size_t i = 0; i < (json_is_array(t) ? json_array_size(t) : 1); i++) {
             const json_t *ti = json_is_array(t) ? json_array_get(t, i) : t;
             bool hit = false;
             for (size_t k = 0; k < 6; k++)
-                if (is_str(ti, TYPES[k]) || (k == 4 && ints_only && is_str(ti, "integer")))
+                if (ifd__gconv_is_str(ti, TYPES[k]) ||
+                    (k == 4 && ints_only && ifd__gconv_is_str(ti, "integer")))
                     gone[k] = hit = true;
-            if (!hit && !is_str(ti, "integer"))
+            if (!hit && !ifd__gconv_is_str(ti, "integer"))
                 return NULL;
         }
         json_t *rest = json_array();
@@ -127,7 +116,8 @@ static json_t *not_contains(const json_t *ct, const json_t *items, bool *oom)
                 json_decref(rest), rest = NULL;
         /* integer without number: the non-integers are no grammar's */
         for (size_t i = 0; rest && i < (json_is_array(t) ? json_array_size(t) : 1); i++)
-            if (is_str(json_is_array(t) ? json_array_get(t, i) : t, "integer") && !gone[4])
+            if (ifd__gconv_is_str(json_is_array(t) ? json_array_get(t, i) : t, "integer") &&
+                !gone[4])
                 return json_decref(rest), NULL;
         out = !rest                   ? NULL
               : json_array_size(rest) ? json_pack("{s:o}", "type", rest)
@@ -359,7 +349,7 @@ json_t *ifd__gconv_not_if(const json_t *s, const json_t *ifs)
     void *it = json_object_iter((json_t *)ip);
     const char *k = json_object_iter_key(it);
     const json_t *sub = json_object_iter_value(it);
-    if (ir && json_array_size(ir) == 1 && !is_str(json_array_get(ir, 0), k))
+    if (ir && json_array_size(ir) == 1 && !ifd__gconv_is_str(json_array_get(ir, 0), k))
         return NULL;
     const json_t *outer = json_object_get(json_object_get(s, "properties"), k);
     if (!json_is_object(sub) || !only_keys(sub, VALUE_KEYS, 2) || !json_is_object(outer))

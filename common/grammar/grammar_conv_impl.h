@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define IFD__GCONV_MAX_DEPTH 64
 
@@ -165,5 +166,20 @@ const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref);
 /* Whether key is an annotation or a keyword the converter ignores as JSON
  * Schema says (unknown keywords, x-*): false for the ones that constrain. */
 bool ifd__gconv_constrains(const char *key);
+
+/* Whether k is one of the n strings of l. */
+static inline bool ifd__gconv_in_list(const char *k, const char *const *l, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k, l[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Whether v is the JSON string s. */
+static inline bool ifd__gconv_is_str(const json_t *v, const char *s)
+{
+    return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
 
 #endif

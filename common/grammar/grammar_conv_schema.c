@@ -88,23 +88,9 @@ static const char *const REFUSED[] = {"not",
                                       "unevaluatedItems"};
 static const char *const LOOSE[] = {"not", "if", "contains", "propertyNames", "uniqueItems"};
 
-static bool in_list(const char *k, const char *const *l, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(k, l[i]) == 0)
-            return true;
-    return false;
-}
-
-/* One of the enum's values (their compact JSON texts, as a trie). */
-static bool is_str(const json_t *v, const char *s)
-{
-    return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
-}
-
 bool ifd__gconv_constrains(const char *key)
 {
-    return in_list(key, CONSTRAINING, sizeof CONSTRAINING / sizeof CONSTRAINING[0]);
+    return ifd__gconv_in_list(key, CONSTRAINING, sizeof CONSTRAINING / sizeof CONSTRAINING[0]);
 }
 
 static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
@@ -521,7 +507,8 @@ static const char *const REFUSED_FORMATS[] = {"idn-email", "idn-hostname", "uri-
 static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
 {
     const char *f = json_string_value(json_object_get(s, "format"));
-    if (f && in_list(f, REFUSED_FORMATS, sizeof REFUSED_FORMATS / sizeof REFUSED_FORMATS[0]))
+    if (f &&
+        ifd__gconv_in_list(f, REFUSED_FORMATS, sizeof REFUSED_FORMATS / sizeof REFUSED_FORMATS[0]))
         return ifd__gconv_err(c, IFD_ENOTSUP,
                               "'format': \"%.60s\" is not supported (date, time, date-time, "
                               "duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference, "
@@ -1157,7 +1144,7 @@ static const char *refused(conv_t *c, const json_t *s)
     const json_t *v;
     json_object_foreach((json_t *)s, k, v)
     {
-        if (!in_list(k, REFUSED, sizeof REFUSED / sizeof REFUSED[0]))
+        if (!ifd__gconv_in_list(k, REFUSED, sizeof REFUSED / sizeof REFUSED[0]))
             continue;
         if (strcmp(k, "if") == 0 && !json_object_get(s, "then") && !json_object_get(s, "else"))
             continue;
@@ -1168,12 +1155,12 @@ static const char *refused(conv_t *c, const json_t *s)
         }
         if (strcmp(k, "propertyNames") == 0) {
             const json_t *t = json_object_get(v, "type");
-            if (json_is_true(v) ||
-                (json_is_object(v) &&
-                 (json_object_size(v) == 0 || (json_object_size(v) == 1 && is_str(t, "string")))))
+            if (json_is_true(v) || (json_is_object(v) &&
+                                    (json_object_size(v) == 0 ||
+                                     (json_object_size(v) == 1 && ifd__gconv_is_str(t, "string")))))
                 continue;
         }
-        if (c->loose && in_list(k, LOOSE, sizeof LOOSE / sizeof LOOSE[0])) {
+        if (c->loose && ifd__gconv_in_list(k, LOOSE, sizeof LOOSE / sizeof LOOSE[0])) {
             c->approx = true;
             continue;
         }
@@ -1313,7 +1300,7 @@ static int types_body(conv_t *c, const json_t *s, const json_t *doc, ifd_buf_t *
         if (!strcmp(t, "integer") && json_array_size(type) > 1) {
             bool num = false;
             for (size_t j = 0; j < json_array_size(type); j++)
-                num |= is_str(json_array_get(type, j), "number");
+                num |= ifd__gconv_is_str(json_array_get(type, j), "number");
             if (num)
                 continue;
         }
@@ -1410,7 +1397,7 @@ static json_t *tightened(const json_t *s, int level, bool *oom)
         return t;
     }
     bool cond = json_object_get(s, "if") && then && els;
-    long long need = ct && is_str(json_object_get(s, "type"), "array")
+    long long need = ct && ifd__gconv_is_str(json_object_get(s, "type"), "array")
                          ? (json_is_integer(mc) ? json_integer_value(mc) : 1)
                          : 0;
     bool more = need > 0 && !(json_is_integer(mi) && json_integer_value(mi) >= need);

@@ -2377,7 +2377,7 @@ START_TEST(test_prompt_logprobs_large)
     enum { ROWS = 24, ALTS = 1500, IDS = 400 };
     static ifd_oai_plp_token_t alts[ROWS][ALTS];
     static ifd_oai_prompt_logprob_t rows[ROWS];
-    static char names[IDS][8];
+    static char names[IDS][16];
     for (int i = 0; i < IDS; i++)
         snprintf(names[i], sizeof names[i], "t%d", i);
     uint64_t rng = 0x9e3779b97f4a7c15ull;
