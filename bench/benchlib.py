@@ -11,6 +11,7 @@ import platform
 import signal
 import statistics
 import subprocess
+import time
 
 
 def cpu_model():
@@ -64,6 +65,43 @@ def paired_ratio(num, den):
     denominator, skipped), rounded to 3 places; None when there is none."""
     ratios = [n / d for n, d in zip(num, den) if n is not None and d]
     return round(statistics.median(ratios), 3) if ratios else None
+
+
+def spawn_group(cmd, log):
+    """Starts a server in a process group of its own (so its workers go with stop_group), its
+    output into the open file log, without the systemd variables of this shell."""
+    env = dict(os.environ)
+    env.pop("NOTIFY_SOCKET", None)
+    env.pop("LISTEN_FDS", None)
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+
+
+def log_tail(path, n=3000):
+    """The last n characters of a server's log ("" when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()[-n:].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def start_and_wait(cmd, logpath, healthy, timeout=300):
+    """spawn_group(cmd) with its output in logpath, then waits until healthy() holds:
+    (log file, process). Exits the benchmark, naming the command and its log's tail, when the
+    server dies first or is not ready in timeout seconds (then it is stopped)."""
+    log = open(logpath, "ab")
+    proc = spawn_group(cmd, log)
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if proc.poll() is not None:
+            raise SystemExit("%s exited with %s before it was ready:\n%s" % (
+                cmd[0], proc.returncode, log_tail(logpath)))
+        if healthy():
+            return log, proc
+        time.sleep(0.05)
+    stop_group(proc)
+    raise SystemExit("%s not ready after %d s:\n%s" % (cmd[0], timeout, log_tail(logpath)))
 
 
 def stop_group(proc):

@@ -67,22 +67,6 @@ class Conn(http.client.HTTPConnection):
         self.sock.connect(self.path)
 
 
-def start(cmd, workdir, name, healthy):
-    """Starts cmd (its output in workdir/NAME.log) and waits until healthy() holds: (log,
-    process); exits the benchmark when it dies or is not ready in 300 s."""
-    log = open(os.path.join(workdir, name + ".log"), "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    t0 = time.time()
-    while time.time() - t0 < 300:
-        if proc.poll() is not None:
-            raise SystemExit("%s exited: see %s/%s.log" % (name, workdir, name))
-        if healthy():
-            return log, proc
-        time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("%s not ready after 300 s" % name)
-
-
 class Daemon:
     def __init__(self, inferd, model, kvdir, workdir, threads):
         self.sock = os.path.join(workdir, "inferd.sock")
@@ -91,7 +75,8 @@ class Daemon:
             cmd += ["--kv-cache-dir", kvdir, "--kv-cache-disk-bytes", "8G"]
         if threads:
             cmd += ["--threads", str(threads)]
-        self.log, self.proc = start(cmd, workdir, "inferd", self.healthy)
+        self.log, self.proc = benchlib.start_and_wait(
+            cmd, os.path.join(workdir, "inferd.log"), self.healthy)
 
     def healthy(self):
         try:
@@ -128,8 +113,7 @@ class Daemon:
         return first, text, usage.get("prompt_tokens", 0), details.get("cached_tokens", 0)
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait(120)
+        benchlib.stop_group(self.proc)
         self.log.close()
 
 
@@ -146,7 +130,8 @@ class LlamaServer:
                "--host", "127.0.0.1", "--port", str(self.port), "--no-webui"]
         if threads:
             cmd += ["-t", str(threads), "-tb", str(threads)]
-        self.log, self.proc = start(cmd, workdir, "llama-server", self.healthy)
+        self.log, self.proc = benchlib.start_and_wait(
+            cmd, os.path.join(workdir, "llama-server.log"), self.healthy)
 
     def healthy(self):
         try:
@@ -192,8 +177,7 @@ class LlamaServer:
         return time.time() - t0, ans
 
     def stop(self):
-        self.proc.terminate()
-        self.proc.wait(120)
+        benchlib.stop_group(self.proc)
         self.log.close()
 
 

@@ -100,19 +100,11 @@ class Server:
                    "--listen", "127.0.0.1:%d" % self.port] + a.inferd_arg
         self.cmd = cmd
         self.log = open(self.logpath, "wb")
-        env = dict(os.environ)
-        env.pop("NOTIFY_SOCKET", None)
-        env.pop("LISTEN_FDS", None)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = benchlib.spawn_group(cmd, self.log)
         LIVE.append(self)
 
     def logtail(self):
-        try:
-            with open(self.logpath, "rb") as f:
-                return f.read()[-3000:].decode(errors="replace")
-        except OSError:
-            return ""
+        return benchlib.log_tail(self.logpath)
 
     def wait_ready(self, timeout):
         t0 = time.time()

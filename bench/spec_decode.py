@@ -167,22 +167,17 @@ def llama_server(a, spec, tmp):
         cmd += ["--spec-draft-n-max", str(a.spec_tokens)]
         cmd += ["--spec-type", "draft-simple", "-md", a.draft_model] if a.draft_model else \
             ["--spec-type", "ngram-simple"]
-    log = open(os.path.join(tmp, "llama-server-%s.log" % ("spec" if spec else "plain")), "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = "http://127.0.0.1:%d" % port
-    t0 = time.time()
-    while time.time() - t0 < 300:
-        if proc.poll() is not None:
-            sys.exit("spec_decode: llama-server exited with %d (%s)" % (proc.returncode, log.name))
+
+    def healthy():
         try:
             with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return proc, url, log
+                return r.status == 200
         except OSError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    sys.exit("spec_decode: llama-server not ready")
+            return False
+    log, proc = benchlib.start_and_wait(
+        cmd, os.path.join(tmp, "llama-server-%s.log" % ("spec" if spec else "plain")), healthy)
+    return proc, url, log
 
 
 def llama_side(a, msgs, urls):
@@ -290,8 +285,7 @@ def main():
         proc.wait(60)
         log.close()
         for p, _, lg in llamas.values():
-            p.terminate()
-            p.wait(60)
+            benchlib.stop_group(p)
             lg.close()
     report["load_after"] = benchlib.load_avg()
     benchlib.write_report(report, a.out)
