@@ -5,6 +5,7 @@
  *
  *   bench_qmatmul [--threads 2] [--rounds 5] [--min-ms 60] [--types Q4_1,Q8_0,...]
  *                 [--shapes small|llama1b|siglip] [--m 512] [--no-f32] [--no-avx2]
+ *                 [--clock wall|process]
  *
  * The machine is shared and noisy, so the two are timed in alternation:
  * each round runs f32 then quantized (each for at least --min-ms) and the
@@ -17,13 +18,15 @@
  * 1152×1152, fc1 4304×1152, fc2 1152×4304; the tower runs them at m = 4096
  * patches; bench_vision times the whole encode);
  * --no-f32 leaves the f32 side out (f32_ms and speedup then 0), --no-avx2
- * the AVX2 path's rounds. Where the
+ * the AVX2 path's rounds; --clock process times by the process's CPU time
+ * (with --threads 1: a kernel's cost on a loaded machine, where the wall
+ * clock counts the time other programs ran). Where the
  * product runs on AVX-512 (VNNI for the quantized types), its AVX2 path is
  * timed in the same rounds too ("q_avx2_ms", and "avx512_vs_avx2" = the
  * median of the rounds' AVX2 ÷ AVX-512 time ratios). Also the cost of one
  * empty thread-pool run (the sync a matmul pays) and of a decode step's worth of
  * them. Prints one JSON object:
- *   {"isa", "threads", "q_path", "matmul": [{"type","m","n","k","f32_ms","q_ms","speedup",
+ *   {"isa", "threads", "q_path", "clock", "matmul": [{"type","m","n","k","f32_ms","q_ms","speedup",
  *    "q_weights_gb_s"[, "q_avx2_ms", "avx512_vs_avx2"]}...],
  *    "sync": {"run_us", "runs_per_step", "step_us"}}
  */
@@ -39,10 +42,15 @@
 #include "kernels.h"
 #include "modelfile/ggml_types.h"
 
+/* --clock process: the process's CPU time instead of the wall clock, for a
+ * loaded machine with --threads 1 (time spent descheduled is not counted;
+ * with more threads the pool's spinning waits would be) */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
@@ -243,10 +251,15 @@ int main(int argc, char **argv)
             no_f32 = 1;
         else if (strcmp(argv[i], "--no-avx2") == 0)
             no_avx2 = 1;
+        else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "wall") == 0 || strcmp(argv[i + 1], "process") == 0))
+            bench_clock =
+                strcmp(argv[++i], "process") == 0 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
         else {
             fprintf(stderr,
                     "usage: %s [--threads 2] [--rounds 5] [--min-ms 60] [--types ...] "
-                    "[--shapes small|llama1b|siglip] [--m 512] [--no-f32] [--no-avx2]\n",
+                    "[--shapes small|llama1b|siglip] [--m 512] [--no-f32] [--no-avx2] "
+                    "[--clock wall|process]\n",
                     argv[0]);
             return 2;
         }
@@ -263,8 +276,10 @@ int main(int argc, char **argv)
         ifd_cpu_qact_t a = {q, d, sx, 1, 32, sh, d};
         have_avx512_q = ifd__cpu_qmatmul_isa(y, 8, &a, wq, IFD_GGML_Q8_0, 8, NULL, 2) == 0;
     }
-    printf("{\"isa\": \"%s\", \"threads\": %d, \"q_path\": \"%s\",\n  \"matmul\": [",
-           ifd_cpu_isa_name(), threads, have_avx512_q ? "avx512vnni" : "avx2-or-scalar");
+    printf("{\"isa\": \"%s\", \"threads\": %d, \"q_path\": \"%s\", \"clock\": \"%s\",\n"
+           "  \"matmul\": [",
+           ifd_cpu_isa_name(), threads, have_avx512_q ? "avx512vnni" : "avx2-or-scalar",
+           bench_clock == CLOCK_MONOTONIC ? "wall" : "process");
     static const uint32_t all[] = {IFD_GGML_Q4_0, IFD_GGML_Q4_1, IFD_GGML_Q5_0, IFD_GGML_Q5_1,
                                    IFD_GGML_Q8_0, IFD_GGML_Q4_K, IFD_GGML_Q5_K, IFD_GGML_Q6_K,
                                    IFD_GGML_F16,  IFD_GGML_BF16};
