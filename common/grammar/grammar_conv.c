@@ -1021,13 +1021,21 @@ int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out,
     return rc;
 }
 
-int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
-                         unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
-                         bool *approx, char *err, size_t errlen)
+/* One pass of ifd_gconv_tool_calls; dep_loose as conv_t's (the second pass,
+ * in the first one's budget: *deadline and *steps carried over). */
+static int tool_calls_pass(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
+                           unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                           bool *approx, char *err, size_t errlen, bool dep_loose,
+                           uint64_t *deadline, uint64_t *steps)
 {
     conv_t c;
     ifd__gconv_init(&c, budget, err, errlen);
     c.loose = approx != NULL;
+    if (dep_loose) {
+        c.dep_loose = true;
+        c.deadline = *deadline;
+        c.steps = *steps;
+    }
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = n ? 0 : ifd__gconv_err(&c, IFD_EFORMAT, "no tools");
     unsigned call = 0;
@@ -1091,8 +1099,33 @@ int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_c
             rc = IFD_ENOTSUP;
     if (approx)
         *approx = !rc && c.approx;
+    *deadline = c.deadline;
+    *steps = c.steps;
     ifd_buf_free(&cb);
     ifd_buf_free(&body);
     ifd__gconv_close(&c);
+    return rc;
+}
+
+int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
+                         unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                         bool *approx, char *err, size_t errlen)
+{
+    uint64_t deadline = 0, steps = 0;
+    size_t out_len = out->len;
+    int rc = tool_calls_pass(tools, n, min_calls, max_calls, out, budget, approx, err, errlen,
+                             false, &deadline, &steps);
+    bool deps = false; /* as convert() in grammar_conv_schema.c */
+    for (size_t i = 0; rc == IFD_ENOTSUP && approx && i < n && !deps; i++)
+        deps = tools[i].parameters && ifd__gconv_has_dep_schema(tools[i].parameters, 0);
+    if (deps) {
+        out->len = out_len;
+        if (out->data)
+            out->data[out_len] = '\0';
+        if (err && errlen)
+            err[0] = '\0';
+        rc = tool_calls_pass(tools, n, min_calls, max_calls, out, budget, approx, err, errlen,
+                             true, &deadline, &steps);
+    }
     return rc;
 }

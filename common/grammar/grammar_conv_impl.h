@@ -43,6 +43,7 @@ typedef struct {
     bool unsat;        /* the last error: no value satisfies the schema */
     bool loose;        /* over-approximate what no grammar enforces (ifd__gconv_loosen) */
     bool approx;       /* it did: the output must be checked (schema_check.h) */
+    bool dep_loose;    /* loose dependentSchemas whose name is not required (fold_dependent) */
 } conv_t;
 
 /* Where the output stands, to take back a part that failed. */
@@ -158,6 +159,11 @@ int ifd__gconv_contains(conv_t *c, const json_t *s, const json_t *items, const c
 /* "not if" under s for the discriminator form of if (grammar_conv_cond.c):
  * a new schema, or NULL where if is not of that form or memory ran out. */
 json_t *ifd__gconv_not_if(const json_t *s, const json_t *ifs);
+
+/* Whether v holds, at any depth, a dependentSchemas or a draft-04
+ * dependencies with a schema (not a name list) among its values: a loose
+ * conversion that fails is then tried once more with c->dep_loose. */
+bool ifd__gconv_has_dep_schema(const json_t *v, int depth);
 
 /* The local reference ref resolved in doc ("#", "#/$defs/X", JSON pointer
  * paths); NULL when it is not one. */

@@ -1556,12 +1556,53 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
     return rc;
 }
 
+bool ifd__gconv_has_dep_schema(const json_t *v, int depth)
+{
+    if (depth > 256)
+        return false;
+    const char *k;
+    json_t *x;
+    size_t i;
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, x)
+        {
+            if (ifd__gconv_has_dep_schema(x, depth + 1))
+                return true;
+        }
+        return false;
+    }
+    json_object_foreach((json_t *)v, k, x)
+    {
+        if (json_is_object(x) && (!strcmp(k, "dependentSchemas") || !strcmp(k, "dependencies"))) {
+            const char *n;
+            json_t *d;
+            json_object_foreach(x, n, d)
+            {
+                if (!json_is_array(d))
+                    return true;
+            }
+        }
+        if ((json_is_object(x) || json_is_array(x)) && ifd__gconv_has_dep_schema(x, depth + 1))
+            return true;
+    }
+    return false;
+}
+
 static int convert(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
                    bool loose, bool *approx, char *err, size_t errlen)
 {
+    size_t out_len = out->len;
+    bool dep_loose = false;
+    uint64_t deadline = 0, steps = 0;
+again:;
     conv_t c;
     ifd__gconv_init(&c, budget, err, errlen);
     c.loose = loose;
+    if (dep_loose) { /* the second pass within the first one's budget */
+        c.dep_loose = true;
+        c.deadline = deadline;
+        c.steps = steps;
+    }
     unsigned id;
     int rc = ifd__gconv_schema_rule(&c, schema, schema, &id);
     if (!rc) {
@@ -1575,7 +1616,21 @@ static int convert(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budge
         rc = IFD_ENOTSUP;
     if (approx)
         *approx = !rc && c.approx;
+    deadline = c.deadline;
+    steps = c.steps;
     ifd__gconv_close(&c);
+    /* dependentSchemas merged whether or not their names are written may
+     * exclude each other (fold_dependent): once more, leaving out those
+     * whose names are not required */
+    if (rc == IFD_ENOTSUP && loose && !dep_loose && ifd__gconv_has_dep_schema(schema, 0)) {
+        dep_loose = true;
+        out->len = out_len;
+        if (out->data)
+            out->data[out_len] = '\0';
+        if (err && errlen)
+            err[0] = '\0';
+        goto again;
+    }
     return rc;
 }
 

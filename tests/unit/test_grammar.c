@@ -810,6 +810,16 @@ END_TEST
     "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"y\":{\"type\":"   \
     "\"boolean\"}},\"if\":{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"k\"]}," \
     "\"else\":{\"required\":[\"y\"]}}"
+#define DEPX                                                                                       \
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":"          \
+    "\"string\"}},\"additionalProperties\":false,\"anyOf\":[{\"required\":[\"a\"]},{"           \
+    "\"required\":[\"b\"]}],\"dependencies\":{\"a\":{\"properties\":{\"b\":{\"not\":{}}}},"    \
+    "\"b\":{\"properties\":{\"a\":{\"not\":{}}}}}}"
+#define DEPR                                                                                       \
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":"          \
+    "\"string\"},\"d\":{\"type\":\"string\"}},\"required\":[\"a\"],\"additionalProperties\":"   \
+    "false,\"dependentSchemas\":{\"a\":{\"properties\":{\"b\":{\"not\":{}}},\"required\":"      \
+    "[\"d\"]},\"b\":{\"properties\":{\"a\":{\"not\":{}}}}}}"
 START_TEST(test_json_schema_loose)
 {
     static const struct {
@@ -895,6 +905,12 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"string\",\"pattern\":\"^a+$|^b+$\",\"minLength\":2}", {"\"aa\"", "\"bbb\""},
          {"\"a\""}},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\\\\w\"}", {"\"ab\""}, {"\"b\""}},
+        /* dependencies with schemas that exclude each other: merged whether or not their
+         * names are written they leave no branch of anyOf; left out where their names are
+         * not required, the check catches both names written */
+        {DEPX, {"{\"a\":\"x\"}", "{\"b\":\"y\"}"}, {"{\"a\":\"x\",\"b\":\"y\"}"}},
+        /* the one whose name is required still merged (exact: d required, b never) */
+        {DEPR, {"{\"a\":\"x\",\"d\":\"z\"}"}, {NULL}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_error_t je;
@@ -989,6 +1005,9 @@ START_TEST(test_json_schema_loose)
         {LEN34, "[1,2,3]"},
         {LEN34, "[10,1]"},
         {LEN34, "[10,1,2,3,4]"},
+        {DEPR, "{\"a\":\"x\"}"},
+        {DEPR, "{\"a\":\"x\",\"b\":\"y\",\"d\":\"z\"}"},
+        {DEPX, "{}"},
 #undef MAXC2
 #undef ONEA
 #undef LEN34
