@@ -165,8 +165,10 @@ json_t *ifd__gconv_not_if(const json_t *s, const json_t *ifs);
  * conversion that fails is then tried once more with c->dep_loose. */
 bool ifd__gconv_has_dep_schema(const json_t *v, int depth);
 
-/* The local reference ref resolved in doc ("#", "#/$defs/X", JSON pointer
- * paths); NULL when it is not one. */
+/* The reference ref resolved inside doc (schema_ref.c): "#", JSON pointers
+ * ("#/$defs/X", percent-decoded), plain-name fragments ("#foo": $anchor, or
+ * an $id / id "#foo"), and URIs naming the document or a resource embedded
+ * in it (its $id); NULL when it names nothing in doc (a remote reference). */
 const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref);
 
 /* Whether key is an annotation or a keyword the converter ignores as JSON

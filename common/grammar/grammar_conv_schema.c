@@ -115,50 +115,6 @@ static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
     return rc;
 }
 
-/* Resolves a local reference against doc. */
-const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref)
-{
-    if (ref[0] != '#')
-        return NULL;
-    const json_t *cur = doc;
-    const char *p = ref + 1;
-    while (*p) {
-        if (*p != '/')
-            return NULL;
-        p++;
-        char key[256];
-        size_t k = 0;
-        while (*p && *p != '/') {
-            char ch = *p++;
-            if (ch == '~') {
-                if (*p == '0')
-                    ch = '~';
-                else if (*p == '1')
-                    ch = '/';
-                else
-                    return NULL;
-                p++;
-            }
-            if (k + 1 >= sizeof key)
-                return NULL;
-            key[k++] = ch;
-        }
-        key[k] = '\0';
-        if (json_is_object(cur)) {
-            cur = json_object_get(cur, key);
-        } else if (json_is_array(cur)) {
-            char *e;
-            unsigned long i = strtoul(key, &e, 10);
-            cur = *e || !k ? NULL : json_array_get(cur, i);
-        } else {
-            return NULL;
-        }
-        if (!cur)
-            return NULL;
-    }
-    return cur;
-}
-
 static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
 {
     for (size_t i = 0; i < c->n_refs; i++) {

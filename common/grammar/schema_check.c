@@ -34,6 +34,12 @@ typedef struct {
     unsigned long steps;
     char path[512]; /* JSON pointer of the value being checked */
     size_t plen;
+    /* $ref strings resolved so far in this check (an anchor's search walks
+     * the document: once per reference, not per evaluation) */
+    struct {
+        const json_t *ref, *target;
+    } refs[16];
+    unsigned n_refs;
 } chk_t;
 
 typedef int (*kw_fn)(chk_t *c, const json_t *s, const json_t *kv, const json_t *v);
@@ -314,7 +320,14 @@ static int kw_ref(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
 {
     (void)s;
     const char *r = json_string_value(kv);
-    const json_t *t = r ? ifd__gconv_resolve(c->doc, r) : NULL;
+    const json_t *t = NULL;
+    for (unsigned i = 0; i < c->n_refs && i < 16 && !t; i++)
+        if (c->refs[i].ref == kv)
+            t = c->refs[i].target;
+    if (!t && r && (t = ifd__gconv_resolve(c->doc, r))) { /* the newest 16 kept */
+        c->refs[c->n_refs % 16].ref = kv;
+        c->refs[c->n_refs++ % 16].target = t;
+    }
     if (!t)
         return unsupported(c, "'$ref' '%.200s' is not a local reference into the schema",
                            r ? r : "");

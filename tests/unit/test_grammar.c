@@ -539,9 +539,28 @@ START_TEST(test_json_schema_formats)
 END_TEST
 
 /* Objects, arrays, merged combinators, annotations. */
+#define REF_ANCHOR \
+    "{\"$defs\":{\"n\":{\"$anchor\":\"num\",\"type\":\"integer\",\"minimum\":3}},\"type\":\"o" \
+    "bject\",\"properties\":{\"a\":{\"$ref\":\"#num\"}},\"required\":[\"a\"]}"
+#define REF_ID04 \
+    "{\"definitions\":{\"g\":{\"id\":\"#gate\",\"type\":\"string\",\"maxLength\":2}},\"type\"" \
+    ":\"array\",\"items\":{\"$ref\":\"#gate\"}}"
+#define REF_RES \
+    "{\"$id\":\"https://example.com/root.json\",\"$defs\":{\"x:y\":{\"type\":\"boolean\"},\"c" \
+    "\":{\"$id\":\"child.json\",\"type\":\"integer\",\"maximum\":5}},\"type\":\"object\",\"pr" \
+    "operties\":{\"p\":{\"$ref\":\"#/$defs/x%3Ay\"},\"q\":{\"$ref\":\"child.json\"},\"r\":{\"" \
+    "$ref\":\"https://example.com/root.json#/$defs/c\"}},\"required\":[\"p\",\"q\",\"r\"]}"
 START_TEST(test_json_schema_structure)
 {
     static const schema_case_t cases[] = {
+        /* $ref to anchors ($anchor, draft-04's id "#name"), a percent-encoded pointer,
+         * an embedded resource's $id (relative and absolute), the root's own $id */
+        {REF_ANCHOR, {"{\"a\":3}", "{\"a\":40}"}, {"{\"a\":2}", "{\"a\":\"x\"}"}},
+        {REF_ID04, {"[\"ab\"]", "[]"}, {"[\"abc\"]", "[1]"}},
+        {REF_RES,
+         {"{\"p\":true,\"q\":5,\"r\":-1}"},
+         {"{\"p\":1,\"q\":5,\"r\":1}", "{\"p\":true,\"q\":6,\"r\":1}",
+          "{\"p\":true,\"q\":1,\"r\":6}"}},
         /* a required name outside properties: under the patterns it matches (all of
          * them), under additionalProperties where none does */
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"

@@ -46,6 +46,18 @@ typedef struct {
     const char *msg; /* a part of the message (invalid ones) */
 } case_t;
 
+#define REF_ANCHOR \
+    "{\"$defs\":{\"n\":{\"$anchor\":\"num\",\"type\":\"integer\",\"minimum\":3}},\"type\":\"o" \
+    "bject\",\"properties\":{\"a\":{\"$ref\":\"#num\"}},\"required\":[\"a\"]}"
+#define REF_ID04 \
+    "{\"definitions\":{\"g\":{\"id\":\"#gate\",\"type\":\"string\",\"maxLength\":2}},\"type\"" \
+    ":\"array\",\"items\":{\"$ref\":\"#gate\"}}"
+#define REF_RES \
+    "{\"$id\":\"https://example.com/root.json\",\"$defs\":{\"x:y\":{\"type\":\"boolean\"},\"c" \
+    "\":{\"$id\":\"child.json\",\"type\":\"integer\",\"maximum\":5}},\"type\":\"object\",\"pr" \
+    "operties\":{\"p\":{\"$ref\":\"#/$defs/x%3Ay\"},\"q\":{\"$ref\":\"child.json\"},\"r\":{\"" \
+    "$ref\":\"https://example.com/root.json#/$defs/c\"}},\"required\":[\"p\",\"q\",\"r\"]}"
+
 static const case_t CASES[] = {
     {"{\"type\":\"integer\"}", "3", 0, NULL},
     {"{\"type\":\"integer\"}", "3.0", 0, NULL},
@@ -163,6 +175,18 @@ static const case_t CASES[] = {
      "{\"next\":{\"next\":{\"v\":\"x\"}}}", IFD_EINVAL, "/next/next/v"},
     {"{\"$defs\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/s\",\"maxLength\":1}", "\"ab\"",
      IFD_EINVAL, "maxLength"},
+    /* anchors, draft-04 ids, percent-encoded pointers, embedded resources (one name
+     * anchored twice in one resource names nothing) */
+    {REF_ANCHOR, "{\"a\":2}", IFD_EINVAL, "minimum"},
+    {REF_ANCHOR, "{\"a\":3}", 0, NULL},
+    {REF_ID04, "[\"abc\"]", IFD_EINVAL, "/0"},
+    {REF_RES, "{\"p\":true,\"q\":6,\"r\":1}", IFD_EINVAL, "/q"},
+    {REF_RES, "{\"p\":true,\"q\":1,\"r\":6}", IFD_EINVAL, "/r"},
+    {REF_RES, "{\"p\":true,\"q\":5,\"r\":-1}", 0, NULL},
+    {REF_RES, "{\"p\":0,\"q\":5,\"r\":-1}", IFD_EINVAL, "/p"},
+    {"{\"$defs\":{\"a\":{\"$anchor\":\"x\",\"type\":\"integer\"},\"b\":{\"$anchor\":\"x\",\"ty"
+     "pe\":\"string\"}},\"$ref\":\"#x\"}",
+     "1", IFD_ENOTSUP, "not a local reference"},
     /* what it cannot evaluate */
     {"{\"$ref\":\"http://example.com/s.json\"}", "1", IFD_ENOTSUP, "not a local reference"},
     {"{\"unevaluatedProperties\":false}", "{}", IFD_ENOTSUP, "unevaluated"},
