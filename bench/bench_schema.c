@@ -125,7 +125,7 @@ static json_t *one_file(const char *path, const opts_t *o, uint64_t *rng)
 {
     json_error_t je;
     json_t *r = json_pack("{s:s}", "file", path);
-    json_t *schema = json_load_file(path, JSON_DECODE_ANY, &je);
+    json_t *schema = json_load_file(path, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!schema) {
         json_object_set_new(r, "ok", json_false());
         json_object_set_new(r, "error", json_sprintf("unreadable: %s", je.text));

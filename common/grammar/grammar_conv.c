@@ -1046,6 +1046,8 @@ static int tool_calls_pass(const ifd_gconv_tool_t *tools, size_t n, unsigned min
         unsigned pid = 0;
         bool any = !tools[i].parameters;
         if (!any)
+            rc = ifd__gconv_nul_check(&c, tools[i].parameters, 0);
+        if (!any && !rc)
             rc = ifd__gconv_schema_rule(&c, tools[i].parameters, tools[i].parameters, &pid);
         if (rc)
             break;

@@ -160,6 +160,12 @@ int ifd__gconv_contains(conv_t *c, const json_t *s, const json_t *items, const c
  * a new schema, or NULL where if is not of that form or memory ran out. */
 json_t *ifd__gconv_not_if(const json_t *s, const json_t *ifs);
 
+/* IFD_ENOTSUP when a string the converter reads as a C string (a required
+ * name, a $ref, a format, …) holds a NUL, which it would cut short: NUL is
+ * read only in pattern (with its length), enum and const (written whole,
+ * as the JSON escape \u0000) and the annotations it ignores. */
+int ifd__gconv_nul_check(conv_t *c, const json_t *s, int depth);
+
 /* Whether v holds, at any depth, a dependentSchemas or a draft-04
  * dependencies with a schema (not a name list) among its values: a loose
  * conversion that fails is then tried once more with c->dep_loose. */

@@ -240,10 +240,9 @@ typedef struct {
 
 enum { RX_MAX_ITEMS = 64 };
 
-static bool rx_items(const char *p, rx_item_t *item, size_t *k)
+static bool rx_items(const char *p, size_t n, rx_item_t *item, size_t *k)
 {
-    size_t n = strlen(p);
-    if (n < 3 || p[0] != '^' || p[n - 1] != '$' || p[n - 2] == '\\')
+    if (n < 3 || memchr(p, '\0', n) || p[0] != '^' || p[n - 1] != '$' || p[n - 2] == '\\')
         return false;
     const char *q = p + 1, *end = p + n - 1;
     if (*q == '(' && end[-1] == ')') { /* ( … ) or (?: … ) around everything, no | in it */
@@ -293,11 +292,12 @@ static bool rx_items(const char *p, rx_item_t *item, size_t *k)
  * with several, minLength's extra goes to the first ones and maxLength's
  * room is shared out evenly (every string written obeys both; not every
  * valid one is written). Otherwise IFD_ENOTSUP. */
-static int pattern_length(conv_t *c, const char *p, long long mn, long long mx, ifd_buf_t *b)
+static int pattern_length(conv_t *c, const char *p, size_t pn, long long mn, long long mx,
+                          ifd_buf_t *b)
 {
     rx_item_t item[RX_MAX_ITEMS];
     size_t k;
-    if (!rx_items(p, item, &k))
+    if (!rx_items(p, pn, item, &k))
         return ifd__gconv_err(c, IFD_ENOTSUP,
                               "'pattern' combined with 'minLength'/'maxLength' (supported when "
                               "the pattern is an anchored sequence of characters and classes "
@@ -377,11 +377,13 @@ static int string_exact(conv_t *c, const json_t *s, ifd_buf_t *b)
         const char *p = json_string_value(pat);
         if (!p)
             return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' must be a string");
+        /* (its length: a pattern may hold a NUL, "[^\u0000]") */
+        size_t pn = json_string_length(pat);
         if (mn >= 0 || mx >= 0)
-            return pattern_length(c, p, mn, mx, b);
+            return pattern_length(c, p, pn, mn, mx, b);
         if (ifd_buf_puts(b, "\"\\u0022\" "))
             return IFD_ENOMEM;
-        TRY(ifd__gconv_regex(c, p, strlen(p), true, true, b));
+        TRY(ifd__gconv_regex(c, p, pn, true, true, b));
         return ifd_buf_puts(b, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
     }
     if (mn < 0 && mx < 0)
@@ -1512,6 +1514,58 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
     return rc;
 }
 
+/* Whether the string v holds a NUL. */
+static bool has_nul(const json_t *v)
+{
+    return json_is_string(v) && memchr(json_string_value(v), '\0', json_string_length(v));
+}
+
+int ifd__gconv_nul_check(conv_t *c, const json_t *s, int depth)
+{
+    static const char *const maps[] = {"properties",   "patternProperties", "$defs",
+                                       "definitions",  "dependentSchemas",  "dependencies"};
+    static const char *const read[] = {"then", "else", "$defs", "definitions"};
+    if (!json_is_object(s) || depth > 256)
+        return 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v)
+    {
+        /* enum / const values are written whole (escaped); a pattern is read with its
+         * length; annotations and unknown keywords are not read */
+        if (!strcmp(k, "enum") || !strcmp(k, "const") || !strcmp(k, "pattern") ||
+            !(ifd__gconv_constrains(k) || ifd__gconv_in_list(k, read, 4)))
+            continue;
+        bool map = ifd__gconv_in_list(k, maps, 6) && json_is_object(v);
+        size_t i;
+        const char *n;
+        json_t *x;
+        int bad = has_nul(v);
+        if (json_is_array(v)) {
+            json_array_foreach(v, i, x)
+            {
+                bad |= has_nul(x);
+                TRY(ifd__gconv_nul_check(c, x, depth + 1));
+            }
+        } else if (map) {
+            json_object_foreach(v, n, x)
+            {
+                for (i = 0; json_is_array(x) && i < json_array_size(x); i++)
+                    bad |= has_nul(json_array_get(x, i)); /* dependencies' name lists */
+                TRY(ifd__gconv_nul_check(c, x, depth + 1));
+            }
+        } else {
+            TRY(ifd__gconv_nul_check(c, v, depth + 1));
+        }
+        if (bad)
+            return ifd__gconv_err(c, IFD_ENOTSUP,
+                                  "'%s' holds a NUL character (\\u0000): only 'pattern', "
+                                  "'enum' and 'const' strings (and annotations) may",
+                                  k);
+    }
+    return 0;
+}
+
 bool ifd__gconv_has_dep_schema(const json_t *v, int depth)
 {
     if (depth > 256)
@@ -1560,7 +1614,9 @@ again:;
         c.steps = steps;
     }
     unsigned id;
-    int rc = ifd__gconv_schema_rule(&c, schema, schema, &id);
+    int rc = ifd__gconv_nul_check(&c, schema, 0);
+    if (!rc)
+        rc = ifd__gconv_schema_rule(&c, schema, schema, &id);
     if (!rc) {
         char root[32];
         snprintf(root, sizeof root, "s%u", id);

@@ -200,11 +200,12 @@ static long long count_of(const json_t *kv)
 }
 
 /* Whether the regex pat finds a match in str[0..n) (a search). */
-static int re_search(chk_t *c, const char *pat, const char *str, size_t n, bool *found)
+static int re_search(chk_t *c, const char *pat, size_t pn, const char *str, size_t n,
+                     bool *found)
 {
     int ec;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, pn,
                                    PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &off, NULL);
     if (!re)
         return unsupported(c, "'pattern' '%.200s' is not a regex PCRE2 compiles", pat);
@@ -439,7 +440,8 @@ static int kw_pattern(chk_t *c, const json_t *s, const json_t *kv, const json_t 
         return unsupported(c, "'%s' must be a string", "pattern");
     bool found;
     int rc =
-        re_search(c, json_string_value(kv), json_string_value(v), json_string_length(v), &found);
+        re_search(c, json_string_value(kv), json_string_length(kv), json_string_value(v),
+                  json_string_length(v), &found);
     return rc ? rc : found ? 0 : fail(c, "does not match 'pattern' %.100s", json_string_value(kv));
 }
 
@@ -573,7 +575,7 @@ static int pattern_members(chk_t *c, const char *pat, const json_t *sub, const j
                            const char *name, bool *hit)
 {
     bool found;
-    int rc = re_search(c, pat, name, strlen(name), &found);
+    int rc = re_search(c, pat, strlen(pat), name, strlen(name), &found);
     if (rc || !found)
         return rc;
     *hit = true;
@@ -814,10 +816,10 @@ int ifd_schema_check_text(const json_t *schema, const char *text, size_t n, char
 
 /* ---- what the check can evaluate ---- */
 
-static int compiles(chk_t *c, const char *pat)
+static int compiles(chk_t *c, const char *pat, size_t pn)
 {
     bool found;
-    return re_search(c, pat, "", 0, &found);
+    return re_search(c, pat, pn, "", 0, &found);
 }
 
 static int supported(chk_t *c, const json_t *s)
@@ -853,14 +855,14 @@ static int supported(chk_t *c, const json_t *s)
             rc = unsupported(c, "'$ref' '%.200s' is not a local reference into the schema",
                              json_string_value(v));
         if (!rc && strcmp(k, "pattern") == 0 && json_is_string(v))
-            rc = compiles(c, json_string_value(v));
+            rc = compiles(c, json_string_value(v), json_string_length(v));
         if (!rc && strcmp(k, "patternProperties") == 0 && json_is_object(v)) {
             const char *pat;
             const json_t *unused;
             json_object_foreach((json_t *)v, pat, unused)
             {
                 if (!rc)
-                    rc = compiles(c, pat);
+                    rc = compiles(c, pat, strlen(pat));
             }
         }
         if (!rc && !skip)

@@ -318,7 +318,7 @@ END_TEST
 static ifd_grammar_t *schema_grammar(const char *schema)
 {
     json_error_t je;
-    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
+    json_t *s = json_loads(schema, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     ck_assert_msg(s != NULL, "bad test schema %s", schema);
     ifd_buf_t b = IFD_BUF_INIT;
     char err[256];
@@ -553,6 +553,17 @@ END_TEST
 START_TEST(test_json_schema_structure)
 {
     static const schema_case_t cases[] = {
+        /* NUL in pattern, enum and const: read whole; the grammar writes it as the JSON
+         * escape \u0000, never as a raw byte (which no JSON string holds) */
+        {"{\"type\":\"string\",\"pattern\":\"^[^\\u0000]+$\"}",
+         {"\"ab\"", "\"\\u0001\""},
+         {"\"\"", "\"a\\u0000\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^a\\u0000b$\"}",
+         {"\"a\\u0000b\""},
+         {"\"ab\"", "\"a\\u0001b\""}},
+        {"{\"enum\":[\"x\\u0000\",1],\"const\":\"x\\u0000\"}",
+         {"\"x\\u0000\""},
+         {"\"x\"", "1"}},
         /* $ref to anchors ($anchor, draft-04's id "#name"), a percent-encoded pointer,
          * an embedded resource's $id (relative and absolute), the root's own $id */
         {REF_ANCHOR, {"{\"a\":3}", "{\"a\":40}"}, {"{\"a\":2}", "{\"a\":\"x\"}"}},
@@ -776,10 +787,14 @@ START_TEST(test_json_schema_unsupported)
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "regex"},
         {"{\"type\":\"string\",\"pattern\":\"a\",\"minLength\":2}", "'pattern'"},
         {"false", "'false'"},
+        /* a NUL where the converter reads C strings (it would cut them short) */
+        {"{\"required\":[\"a\\u0000b\"]}", "'required' holds a NUL"},
+        {"{\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\\u0000\"}}}", "'$ref' holds a NUL"},
+        {"{\"dependencies\":{\"x\":[\"y\\u0000\"]}}", "'dependencies' holds a NUL"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_error_t je;
-        json_t *s = json_loads(cases[i].schema, JSON_DECODE_ANY, &je);
+        json_t *s = json_loads(cases[i].schema, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         ck_assert_ptr_nonnull(s);
         ifd_buf_t b = IFD_BUF_INIT;
         char err[256];

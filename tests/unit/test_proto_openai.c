@@ -401,18 +401,20 @@ static const bad_case_t k_bad[] = {
      "invalid_value"},
     {EP_CHAT, "{" MSG ",\"guided_grammar\":\"root ::= \\\"a\\u0000\\\"\"}", "guided_grammar",
      "invalid_value"},
+    /* in a schema: only where the converter reads it whole (test_nul_in_schema) */
     {EP_CHAT,
      "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\","
-     "\"schema\":{\"enum\":[\"a\\u0000b\"]}}}}",
-     "response_format.json_schema.schema", "invalid_value"},
+     "\"schema\":{\"required\":[\"a\\u0000b\"]}}}}",
+     "response_format.json_schema.schema", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"response_format\":{\"type\":\"text\\u0000\"}}", "response_format.type",
      "invalid_value"},
     {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000g\"}}]}",
      "tools[0].function.name", "invalid_value"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-     "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"const\":\"x\\u0000\"}}}}}]}",
-     "tools[0].function.parameters", "invalid_value"},
+     "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\\u0000\"}}}}}],"
+     "\"tool_choice\":\"required\"}",
+     "tools[0].function.parameters", "unsupported_value"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
      "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000\"}}}",
@@ -716,6 +718,31 @@ END_TEST
  * model reads: contents (strings and text parts), prompts, stop strings,
  * tool descriptions and arguments, the JSON the templates render, and the
  * Responses input and instructions. */
+/* "\u0000" in a schema's pattern, enum and const strings: read whole, the
+ * grammar writing it as the JSON escape; a tool shown to the model is never
+ * refused for it. */
+START_TEST(test_nul_in_schema)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+        "\"s\",\"schema\":{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\","
+        "\"pattern\":\"^[^\\u0000]+$\"},\"e\":{\"enum\":[\"a\\u0000b\"]}},\"required\":[\"p\","
+        "\"e\"]}}}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_ptr_nonnull(r.grammar);
+    ck_assert(!memchr(r.grammar, '\0', r.grammar_len)); /* the grammar text has no NUL */
+    body = "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+           "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":"
+           "\"#\\u0000\"}}}}}]}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ifd_arena_close(&a);
+}
+END_TEST
+
 START_TEST(test_nul_in_text)
 {
     ifd_arena_t a;
@@ -2452,6 +2479,7 @@ int main(void)
     tcase_add_test(tc, test_completion_prompt_shapes);
     tcase_add_test(tc, test_tokenize_detokenize);
     tcase_add_test(tc, test_invalid_requests);
+    tcase_add_test(tc, test_nul_in_schema);
     tcase_add_test(tc, test_nul_in_text);
     tcase_add_test(tc, test_invalid_wording_and_limits);
     tcase_add_test(tc, test_error_json);

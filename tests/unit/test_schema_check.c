@@ -32,7 +32,8 @@
 static int check_text(const char *s, const char *v, char *err, size_t errlen)
 {
     json_error_t je;
-    json_t *sj = json_loads(s, JSON_DECODE_ANY, &je), *vj = json_loads(v, JSON_DECODE_ANY, &je);
+    json_t *sj = json_loads(s, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je),
+           *vj = json_loads(v, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     ck_assert_msg(sj && vj, "bad JSON in the test: %s / %s", s, v);
     int rc = ifd_schema_check(sj, vj, err, errlen);
     json_decref(sj);
@@ -187,6 +188,10 @@ static const case_t CASES[] = {
     {"{\"$defs\":{\"a\":{\"$anchor\":\"x\",\"type\":\"integer\"},\"b\":{\"$anchor\":\"x\",\"ty"
      "pe\":\"string\"}},\"$ref\":\"#x\"}",
      "1", IFD_ENOTSUP, "not a local reference"},
+    /* a NUL in a pattern is part of it (read with its length) */
+    {"{\"pattern\":\"^a\\u0000b$\"}", "\"a\\u0000b\"", 0, NULL},
+    {"{\"pattern\":\"^a\\u0000b$\"}", "\"ab\"", IFD_EINVAL, "pattern"},
+    {"{\"pattern\":\"^[^\\u0000]+$\"}", "\"x\\u0000\"", IFD_EINVAL, "pattern"},
     /* what it cannot evaluate */
     {"{\"$ref\":\"http://example.com/s.json\"}", "1", IFD_ENOTSUP, "not a local reference"},
     {"{\"unevaluatedProperties\":false}", "{}", IFD_ENOTSUP, "unevaluated"},
