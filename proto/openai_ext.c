@@ -13,6 +13,7 @@
 #include "error.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
+#include "grammar/schema_json.h"
 
 #include <stdint.h>
 #include <stddef.h>
@@ -223,7 +224,7 @@ static int set_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r, so_kind_t k
     case SO_JSON:
         if (json_is_string(v)) { /* vLLM accepts the schema as a JSON string */
             json_error_t je;
-            json_t *owned = json_loadb(json_string_value(v), json_string_length(v),
+            json_t *owned = ifd_schema_json_loadb(json_string_value(v), json_string_length(v),
                                        JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
             if (!owned)
                 return ifd__oai_json_fail(c, "invalid_value", param,

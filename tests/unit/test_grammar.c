@@ -11,6 +11,7 @@
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
 #include "grammar/schema_check.h"
+#include "grammar/schema_json.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
@@ -829,6 +830,66 @@ START_TEST(test_json_schema_unsupported)
 }
 END_TEST
 
+/* Integers beyond int64 in a schema (schema_json.h): bounds read as doubles
+ * (the digit grammars stay exact: nothing past 16 digits is written), enum /
+ * const values a double does not hold refused, property names not taken for
+ * keywords, and text without such integers parsed exactly as jansson does. */
+START_TEST(test_schema_json_wide)
+{
+    json_error_t je;
+    const char *t = "{\"type\":\"integer\",\"maximum\":18446744073709551615,\"minimum\":"
+                    "-99999999999999999999,\"enum\":[9223372036854776000,1,2],"
+                    "\"properties\":{\"enum\":{\"maximum\":12345678901234567890123}}}";
+    json_t *s = ifd_schema_json_loadb(t, strlen(t), 0, &je);
+    ck_assert_msg(s, "%s", je.text);
+    ck_assert(json_is_real(json_object_get(s, "maximum")));
+    ck_assert(json_real_value(json_object_get(s, "maximum")) == 18446744073709551615.0);
+    ck_assert(json_real_value(json_object_get(s, "minimum")) == -1e20);
+    /* 9223372036854776000: the double 2^63, whose shortest digits are the literal's */
+    ck_assert(json_real_value(json_array_get(json_object_get(s, "enum"), 0)) ==
+              9223372036854775808.0);
+    ck_assert(json_is_integer(json_array_get(json_object_get(s, "enum"), 1)));
+    json_object_del(s, "enum");
+    json_object_del(s, "properties");
+    ifd_buf_t b = IFD_BUF_INIT;
+    char err[256];
+    ck_assert_int_eq(ifd_gconv_json_schema(s, &b, NULL, err, sizeof err), 0);
+    ifd_grammar_t *g = compile_ok(b.data);
+    ck_assert(matches_s(g, "9999999999999999"));
+    ck_assert(matches_s(g, "-9999999999999999"));
+    ck_assert(!matches_s(g, "99999999999999999"));
+    ifd_grammar_destroy(g);
+    ifd_buf_free(&b);
+    json_decref(s);
+    /* a minimum beyond every written integer: no value the grammar writes */
+    t = "{\"type\":\"integer\",\"minimum\":18446744073709551615}";
+    s = ifd_schema_json_loadb(t, strlen(t), 0, &je);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(ifd_gconv_json_schema(s, &b, NULL, err, sizeof err), IFD_ENOTSUP);
+    ifd_buf_free(&b);
+    json_decref(s);
+    /* enum / const values a double would round: refused, never rounded */
+    static const char *const refused[] = {
+        "{\"enum\":[1,18446744073709551615]}",
+        "{\"const\":{\"a\":[-18446744073709551615]}}",
+        "{\"items\":{\"enum\":[{\"k\":100000000000000000001}]}}",
+    };
+    for (size_t i = 0; i < 3; i++) {
+        s = ifd_schema_json_loadb(refused[i], strlen(refused[i]), 0, &je);
+        ck_assert_msg(!s && strstr(je.text, "'enum' or 'const'"), "%s: %s", refused[i], je.text);
+    }
+    /* malformed text: jansson's own message */
+    t = "{\"maximum\":18446744073709551615,";
+    ck_assert_ptr_null(ifd_schema_json_loadb(t, strlen(t), 0, &je));
+    ck_assert_ptr_null(strstr(je.text, "too big"));
+    t = "{\"a\":[1,2.5,\"x\\\"18446744073709551615\"]}";
+    s = ifd_schema_json_loadb(t, strlen(t), 0, &je);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(s, "a"), 2)),
+                     "x\"18446744073709551615");
+    json_decref(s);
+}
+END_TEST
+
 /* The loose conversion (ifd_gconv_json_schema_loose): what the strict one
  * refuses is over-approximated (approx set) and the check at the end
  * (schema_check.h) decides. For each schema: valid texts the grammar
@@ -1245,6 +1306,7 @@ int main(void)
                             test_json_schema_numbers, test_json_schema_formats,
                             test_json_schema_structure, test_json_schema_unsupported,
                             test_json_schema_loose, test_json_object_mode,
-                            test_choice_and_tools, test_gbnf_mutations));
+                            test_choice_and_tools, test_gbnf_mutations,
+                            test_schema_json_wide));
     return ifd_test_run(s);
 }

@@ -743,6 +743,33 @@ START_TEST(test_nul_in_schema)
 }
 END_TEST
 
+/* Integers beyond int64 in a request (a schema's 20-digit bound): read as
+ * doubles, the grammar built; one inside an enum that a double would round:
+ * a 400 naming it. */
+START_TEST(test_big_integers_in_schema)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+        "\"s\",\"schema\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":"
+        "18446744073709551615}}}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_ptr_nonnull(r.grammar);
+    body = "{" MSG ",\"structured_outputs\":{\"json\":{\"enum\":[18446744073709551615]}}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), IFD_EINVAL);
+    ck_assert_msg(strstr(e.message, "18446744073709551615 in an 'enum'"), "%s", e.message);
+    /* the schema as a JSON string (vLLM's form) */
+    body = "{" MSG ",\"structured_outputs\":{\"json\":\"{\\\"type\\\":\\\"integer\\\","
+           "\\\"maximum\\\":-99999999999999999999999}\"}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), IFD_EINVAL);
+    ck_assert_msg(strstr(e.message, "maximum"), "%s", e.message); /* no integer below it */
+    ifd_arena_close(&a);
+}
+END_TEST
+
 START_TEST(test_nul_in_text)
 {
     ifd_arena_t a;
@@ -2480,6 +2507,7 @@ int main(void)
     tcase_add_test(tc, test_tokenize_detokenize);
     tcase_add_test(tc, test_invalid_requests);
     tcase_add_test(tc, test_nul_in_schema);
+    tcase_add_test(tc, test_big_integers_in_schema);
     tcase_add_test(tc, test_nul_in_text);
     tcase_add_test(tc, test_invalid_wording_and_limits);
     tcase_add_test(tc, test_error_json);
