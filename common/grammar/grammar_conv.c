@@ -90,7 +90,20 @@ static const char BASE_RULES[] =
     "jptrtok ::= ( \"/\" ( [a-zA-Z0-9._\\-] | \"~\" [01] ){0,24} ){0,8}\n"
     "jjsonptr ::= \"\\\"\" jptrtok \"\\\"\"\n"
     "jreljsonptr ::= \"\\\"\" ( \"0\" | [1-9] [0-9]{0,5} ) ( \"#\" | jptrtok ) \"\\\"\"\n"
-    "jregex ::= \"\\\"\" [a-zA-Z0-9 _\\-]{0,64} \"\\\"\"\n";
+    "jregex ::= \"\\\"\" [a-zA-Z0-9 _\\-]{0,64} \"\\\"\"\n"
+    /* idn-email (RFC 6531): local parts of atoms that may hold any non-ASCII letter
+     * (UTF8-non-ascii needs no table; at most 5 characters an atom there, so that a
+     * local part stays within 64 bytes), an ASCII domain (U-labels need IDNA2008) */
+    "jidnc ::= [a-zA-Z0-9_%+\\-\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF]\n"
+    "jidnemail ::= \"\\\"\" ( jatom ( \".\" jatom ){0,2} | jidnc{1,5} ( \".\" jidnc{1,5} ){0,2} ) "
+    "\"@\" ( jlabel \".\" ){1,3} jtld \"\\\"\"\n"
+    /* uri-template (RFC 6570, level 4): literals (ucschar among them) and expressions */
+    "jtlit ::= [!#$&'()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF] | "
+    "\"%\" jhex jhex\n"
+    "jtvc ::= [a-zA-Z0-9_] | \"%\" jhex jhex\n"
+    "jtvar ::= jtvc ( \".\"? jtvc ){0,15} ( \":\" [1-9] [0-9]{0,3} | \"*\" )?\n"
+    "jtexpr ::= \"{\" [+#./;?&=,!@|]? jtvar ( \",\" jtvar ){0,3} \"}\"\n"
+    "juritpl ::= \"\\\"\" ( jtlit | jtexpr )* \"\\\"\"\n";
 
 int ifd__gconv_err(conv_t *c, int code, const char *fmt, ...)
 {
