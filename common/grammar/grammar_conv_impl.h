@@ -14,6 +14,7 @@
 
 #include "arena.h"
 #include "grammar/grammar.h"
+#include "hash.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -29,8 +30,25 @@ typedef struct {
     unsigned id;
 } ifd__gconv_ref_t;
 
+/* A rule body written (ifd__gconv_rule): where its text lies in rules. */
+typedef struct {
+    size_t off, len;
+    unsigned id;
+} ifd__gconv_body_t;
+
 typedef struct {
     ifd_buf_t rules; /* the "sN ::= …" rules written so far */
+    /* Hash-consing (ifd__gconv_rule): a body equal to one written before,
+     * once its references are mapped to the rules they alias, is not
+     * written again; its rule becomes an alias (alias[id], UINT32_MAX:
+     * none), resolved in every reference when the grammar is finished. */
+    ifd_hash_t body_index; /* hash of a body's text → bodies[] */
+    ifd__gconv_body_t *bodies;
+    size_t n_bodies, cap_bodies;
+    unsigned *alias;
+    size_t cap_alias;
+    unsigned *alias_log; /* the ids aliased, in order (taken back with the rules) */
+    size_t n_alias, cap_alias_log;
     unsigned next;   /* the next rule number */
     ifd__gconv_ref_t *refs;
     size_t n_refs;
@@ -48,7 +66,7 @@ typedef struct {
 
 /* Where the output stands, to take back a part that failed. */
 typedef struct {
-    size_t rules_len, n_refs;
+    size_t rules_len, n_refs, n_bodies, n_alias;
 } ifd__gconv_mark_t;
 
 /* A literal: n bytes at s (valid UTF-8), borrowed. */
@@ -94,7 +112,12 @@ bool ifd__gconv_loosen(conv_t *c, ifd__gconv_mark_t mark, int rc);
  * and true returned (the caller leaves that part out). */
 bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc);
 
-/* Appends the rule "sN ::= body" (an empty body matches nothing: ""). */
+/* Appends the rule "sN ::= body" (an empty body matches nothing: ""),
+ * unless an equal body (its references mapped through the aliases) was
+ * written before as rule sM: then sN becomes an alias of sM, resolved by
+ * ifd__gconv_finish. Grammars whose schemas repeat a part in many places
+ * (a $ref merged with its siblings, inlined anew at each use) shrink to
+ * their distinct rules. IFD_ETOOBIG past IFD_GRAMMAR_MAX_TEXT bytes. */
 int ifd__gconv_rule(conv_t *c, unsigned id, const ifd_buf_t *body);
 
 /* Exactly one of the n literals, as a trie of rules, into b (sorts v). */
