@@ -62,6 +62,7 @@ typedef struct {
     bool loose;        /* over-approximate what no grammar enforces (ifd__gconv_loosen) */
     bool approx;       /* it did: the output must be checked (schema_check.h) */
     bool dep_loose;    /* loose dependentSchemas whose name is not required (fold_dependent) */
+    const json_t *res; /* the embedded resource being converted (NULL: the document's) */
 } conv_t;
 
 /* Where the output stands, to take back a part that failed. */
@@ -199,6 +200,18 @@ bool ifd__gconv_has_dep_schema(const json_t *v, int depth);
  * an $id / id "#foo"), and URIs naming the document or a resource embedded
  * in it (its $id); NULL when it names nothing in doc (a remote reference). */
 const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref);
+
+/* Whether s is a resource embedded in doc: an object other than doc whose
+ * $id (id) is more than a fragment (schema_ref.c). */
+bool ifd__gconv_is_resource(const json_t *doc, const json_t *s);
+
+/* ref as written inside the embedded resource res (NULL or doc: none): a
+ * fragment resolved in res first, as its base URI says (*in_res set), else
+ * in the whole document, where many published schemas mean it to point
+ * (an "id" on a subschema, "#/definitions/x" meaning the root's); other
+ * references as ifd__gconv_resolve. */
+const json_t *ifd__gconv_resolve_in(const json_t *doc, const json_t *res, const char *ref,
+                                    bool *in_res);
 
 /* Whether key is an annotation or a keyword the converter ignores as JSON
  * Schema says (unknown keywords, x-*): false for the ones that constrain. */

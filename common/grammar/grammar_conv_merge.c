@@ -417,7 +417,8 @@ static int member(conv_t *c, const json_t *m, const json_t *doc, int depth, json
     const json_t *ref = json_object_get(m, "$ref");
     if (ref && !has_constraint(m, "$ref", "$defs")) {
         const char *r = json_string_value(ref);
-        const json_t *t = r ? ifd__gconv_resolve(doc, r) : NULL;
+        bool in_res;
+        const json_t *t = r ? ifd__gconv_resolve_in(doc, c->res, r, &in_res) : NULL;
         if (!t)
             return ifd__gconv_err(c, IFD_ENOTSUP,
                                   "$ref '%.200s' is not a local reference into the schema",

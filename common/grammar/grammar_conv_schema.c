@@ -86,7 +86,8 @@ static const char *const REFUSED[] = {"not",
                                       "$recursiveRef",
                                       "unevaluatedProperties",
                                       "unevaluatedItems"};
-static const char *const LOOSE[] = {"not", "if", "contains", "propertyNames", "uniqueItems"};
+static const char *const LOOSE[] = {"not",         "if", "contains", "propertyNames",
+                                    "uniqueItems", "unevaluatedProperties", "unevaluatedItems"};
 
 bool ifd__gconv_constrains(const char *key)
 {
@@ -117,13 +118,16 @@ static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
 
 static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
 {
+    /* a fragment is read in the embedded resource it is written in, first */
+    const json_t *scope = c->res && ref[0] == '#' ? c->res : doc;
     for (size_t i = 0; i < c->n_refs; i++) {
-        if (c->refs[i].doc == doc && strcmp(c->refs[i].ref, ref) == 0) {
+        if (c->refs[i].doc == scope && strcmp(c->refs[i].ref, ref) == 0) {
             *id = c->refs[i].id;
             return 0;
         }
     }
-    const json_t *t = ifd__gconv_resolve(doc, ref);
+    bool in_res;
+    const json_t *t = ifd__gconv_resolve_in(doc, c->res, ref, &in_res);
     if (!t)
         return ifd__gconv_err(c, IFD_ENOTSUP,
                               "$ref '%.200s' is not a local reference into the schema", ref);
@@ -137,13 +141,17 @@ static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
     if (!dup)
         return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     unsigned me = c->next++;
-    c->refs[c->n_refs++] = (ifd__gconv_ref_t){doc, dup, me};
-    /* sN ::= <the target's rule> (recursion reaches sN by name) */
+    c->refs[c->n_refs++] = (ifd__gconv_ref_t){scope, dup, me};
+    /* sN ::= <the target's rule> (recursion reaches sN by name), converted in
+     * the resource it was found in */
     unsigned tid;
     int saved = c->depth;
+    const json_t *saved_res = c->res;
     c->depth = 0;
+    c->res = in_res ? c->res : NULL;
     int rc = ifd__gconv_schema_rule(c, t, doc, &tid);
     c->depth = saved;
+    c->res = saved_res;
     if (rc)
         return rc;
     ifd_buf_t body = IFD_BUF_INIT;
@@ -1444,7 +1452,20 @@ static int memo_text_cb(const char *buf, size_t size, void *data)
     return 0;
 }
 
+static int schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id);
+
 int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
+{
+    if (!ifd__gconv_is_resource(doc, s))
+        return schema_rule(c, s, doc, id);
+    const json_t *saved = c->res; /* an embedded resource: its fragments are its own */
+    c->res = s;
+    int rc = schema_rule(c, s, doc, id);
+    c->res = saved;
+    return rc;
+}
+
+static int schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
 {
     TRY(ifd__gconv_step(c));
     if (++c->depth > IFD__GCONV_MAX_DEPTH) {

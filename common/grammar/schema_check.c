@@ -37,9 +37,11 @@ typedef struct {
     /* $ref strings resolved so far in this check (an anchor's search walks
      * the document: once per reference, not per evaluation) */
     struct {
-        const json_t *ref, *target;
+        const json_t *ref, *res, *target;
+        bool in_res;
     } refs[16];
     unsigned n_refs;
+    const json_t *res; /* the embedded resource being checked (NULL: the document's) */
 } chk_t;
 
 typedef int (*kw_fn)(chk_t *c, const json_t *s, const json_t *kv, const json_t *v);
@@ -317,22 +319,38 @@ static int kw_if(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
     return next ? check(c, next, v) : 0;
 }
 
+/* The target of the $ref string kv in the document (NULL: none), the last
+ * 16 resolved kept in c. */
+static const json_t *ref_target(chk_t *c, const json_t *kv, bool *in_res)
+{
+    const char *r = json_string_value(kv);
+    const json_t *t = NULL;
+    *in_res = false;
+    for (unsigned i = 0; i < c->n_refs && i < 16 && !t; i++)
+        if (c->refs[i].ref == kv && c->refs[i].res == c->res)
+            t = c->refs[i].target, *in_res = c->refs[i].in_res;
+    if (!t && r && (t = ifd__gconv_resolve_in(c->doc, c->res, r, in_res))) {
+        unsigned k = c->n_refs++ % 16;
+        c->refs[k].ref = kv, c->refs[k].res = c->res;
+        c->refs[k].target = t, c->refs[k].in_res = *in_res;
+    }
+    return t;
+}
+
 static int kw_ref(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
 {
     (void)s;
     const char *r = json_string_value(kv);
-    const json_t *t = NULL;
-    for (unsigned i = 0; i < c->n_refs && i < 16 && !t; i++)
-        if (c->refs[i].ref == kv)
-            t = c->refs[i].target;
-    if (!t && r && (t = ifd__gconv_resolve(c->doc, r))) { /* the newest 16 kept */
-        c->refs[c->n_refs % 16].ref = kv;
-        c->refs[c->n_refs++ % 16].target = t;
-    }
+    bool in_res;
+    const json_t *t = ref_target(c, kv, &in_res);
     if (!t)
         return unsupported(c, "'$ref' '%.200s' is not a local reference into the schema",
                            r ? r : "");
-    return check(c, t, v);
+    const json_t *saved = c->res; /* the target checked in the resource it was found in */
+    c->res = in_res ? c->res : NULL;
+    int rc = check(c, t, v);
+    c->res = saved;
+    return rc;
 }
 
 static int kw_refused(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
@@ -340,7 +358,7 @@ static int kw_refused(chk_t *c, const json_t *s, const json_t *kv, const json_t 
     (void)s, (void)kv, (void)v;
     return unsupported(c, "%s",
                        "the schema uses a keyword the output check cannot evaluate "
-                       "($dynamicRef, $recursiveRef or unevaluated*)");
+                       "($dynamicRef or $recursiveRef)");
 }
 
 /* ---- numbers ---- */
@@ -703,6 +721,159 @@ static int kw_dependencies(chk_t *c, const json_t *s, const json_t *kv, const js
     return 0;
 }
 
+/* ---- unevaluatedProperties / unevaluatedItems (2019-09, 2020-12) ---- */
+
+static int evaluated(chk_t *c, const json_t *s, const json_t *v, bool props, bool self, bool *ev);
+
+/* evaluated() of each schema in the array l (all: every one; else only
+ * those v passes, as anyOf / oneOf branches). */
+static int evaluated_of(chk_t *c, const json_t *l, const json_t *v, bool props, bool all,
+                        bool *ev)
+{
+    for (size_t i = 0; i < json_array_size(l); i++) {
+        const json_t *b = json_array_get(l, i);
+        int rc = all ? 0 : quietly(c, b, v);
+        if (hard(rc))
+            return rc;
+        if (!rc && (rc = evaluated(c, b, v, props, false, ev)))
+            return rc;
+    }
+    return 0;
+}
+
+/* Marks ev[i] for each member of the object v (props: the i-th in its
+ * iteration order) or item of the array v that s evaluates: the members of
+ * properties, patternProperties, additionalProperties and (unless self: s's
+ * own) unevaluatedProperties; the items of prefixItems, items,
+ * additionalItems, contains (those that match) and unevaluatedItems — in s
+ * and, where they pass, in its in-place subschemas: allOf, the anyOf /
+ * oneOf branches v satisfies, if with then or else as if decides,
+ * dependentSchemas of the names present, $ref. 0 or a hard error. */
+static int evaluated(chk_t *c, const json_t *s, const json_t *v, bool props, bool self, bool *ev)
+{
+    if (!json_is_object(s))
+        return 0;
+    if (++c->steps > MAX_STEPS || c->depth >= MAX_DEPTH) {
+        unsupported(c, "%s", "the output check's work or depth limit was reached");
+        return IFD_ETOOBIG;
+    }
+    int rc = 0;
+    size_t n = props ? json_object_size(v) : json_array_size(v), i = 0;
+    c->depth++;
+    if (props) {
+        const json_t *pr = json_object_get(s, "properties"), *pp = json_object_get(s, "patternProperties");
+        bool all = json_object_get(s, "additionalProperties") ||
+                   (!self && json_object_get(s, "unevaluatedProperties"));
+        const char *name, *pat;
+        const json_t *x, *unused;
+        json_object_foreach((json_t *)v, name, x)
+        {
+            bool hit = all || json_object_get(pr, name);
+            json_object_foreach((json_t *)pp, pat, unused)
+            {
+                if (!rc && !hit)
+                    rc = pattern_members(c, pat, NULL, v, name, &hit);
+            }
+            ev[i++] |= hit;
+        }
+        const char *k;
+        const json_t *d;
+        for (int j = 0; j < 2 && !rc; j++) {
+            json_object_foreach(json_object_get(s, j ? "dependencies" : "dependentSchemas"), k, d)
+            {
+                if (!rc && json_object_get(v, k) && !json_is_array(d))
+                    rc = evaluated(c, d, v, props, false, ev);
+            }
+        }
+    } else {
+        const json_t *it = json_object_get(s, "items"), *con = json_object_get(s, "contains");
+        size_t k = json_array_size(json_object_get(s, "prefixItems"));
+        if (json_is_array(it))
+            k = json_object_get(s, "additionalItems") ? n : json_array_size(it);
+        else if (it || (!self && json_object_get(s, "unevaluatedItems")))
+            k = n;
+        for (i = 0; i < n; i++) {
+            ev[i] |= i < k;
+            int q = con && !ev[i] ? quietly(c, con, json_array_get(v, i)) : IFD_EINVAL;
+            if (hard(q)) {
+                rc = q;
+                break;
+            }
+            ev[i] |= !q;
+        }
+    }
+    if (!rc)
+        rc = evaluated_of(c, json_object_get(s, "allOf"), v, props, true, ev);
+    if (!rc)
+        rc = evaluated_of(c, json_object_get(s, "anyOf"), v, props, false, ev);
+    if (!rc)
+        rc = evaluated_of(c, json_object_get(s, "oneOf"), v, props, false, ev);
+    const json_t *ifs = json_object_get(s, "if"), *ref = json_object_get(s, "$ref");
+    if (!rc && ifs) {
+        int q = quietly(c, ifs, v);
+        if (hard(q))
+            rc = q;
+        else if (!q && !(rc = evaluated(c, ifs, v, props, false, ev)))
+            rc = evaluated(c, json_object_get(s, "then"), v, props, false, ev);
+        else if (q)
+            rc = evaluated(c, json_object_get(s, "else"), v, props, false, ev);
+    }
+    if (!rc && ref) {
+        bool in_res;
+        const json_t *t = ref_target(c, ref, &in_res), *saved = c->res;
+        c->res = in_res ? c->res : NULL;
+        rc = evaluated(c, t, v, props, false, ev);
+        c->res = saved;
+    }
+    c->depth--;
+    return rc;
+}
+
+/* The members (items) s does not evaluate, each checked against kv. */
+static int unevaluated(chk_t *c, const json_t *s, const json_t *kv, const json_t *v, bool props)
+{
+    size_t n = props ? json_object_size(v) : json_array_size(v);
+    bool *ev = calloc(n ? n : 1, sizeof *ev);
+    if (!ev) {
+        unsupported(c, "%s", "out of memory");
+        return IFD_ENOMEM;
+    }
+    int rc = evaluated(c, s, v, props, true, ev);
+    const char *name;
+    const json_t *x;
+    size_t i = 0;
+    const char *kw = props ? "unevaluatedProperties" : "unevaluatedItems";
+    json_object_foreach((json_t *)(props ? v : NULL), name, x)
+    {
+        if (rc || ev[i++])
+            continue;
+        size_t was = push_key(c, name);
+        rc = json_is_false(kv) ? fail(c, "not allowed ('%s')", kw) : check(c, kv, x);
+        pop(c, was);
+    }
+    for (i = 0; !props && !rc && i < n; i++) {
+        if (ev[i])
+            continue;
+        size_t was = push_index(c, i);
+        rc = json_is_false(kv) ? fail(c, "not allowed ('%s')", kw)
+                               : check(c, kv, json_array_get(v, i));
+        pop(c, was);
+    }
+    free(ev);
+    return rc;
+}
+
+static int kw_unevaluated_properties(chk_t *c, const json_t *s, const json_t *kv,
+                                     const json_t *v)
+{
+    return unevaluated(c, s, kv, v, true);
+}
+
+static int kw_unevaluated_items(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
+{
+    return unevaluated(c, s, kv, v, false);
+}
+
 /* ---- the table ---- */
 
 typedef enum { ANY, NUM, STR, ARR, OBJ } applies_t;
@@ -723,8 +894,6 @@ static const struct {
     {"if", ANY, kw_if},
     {"$dynamicRef", ANY, kw_refused},
     {"$recursiveRef", ANY, kw_refused},
-    {"unevaluatedProperties", ANY, kw_refused},
-    {"unevaluatedItems", ANY, kw_refused},
     {"minimum", NUM, kw_minimum},
     {"maximum", NUM, kw_maximum},
     {"exclusiveMinimum", NUM, kw_excl_min},
@@ -750,6 +919,9 @@ static const struct {
     {"dependentRequired", OBJ, kw_dependencies},
     {"dependentSchemas", OBJ, kw_dependencies},
     {"dependencies", OBJ, kw_dependencies},
+    /* last: an earlier keyword's failure is the message */
+    {"unevaluatedProperties", OBJ, kw_unevaluated_properties},
+    {"unevaluatedItems", ARR, kw_unevaluated_items},
 };
 
 static applies_t kind_of(const json_t *v)
@@ -776,6 +948,9 @@ static int check(chk_t *c, const json_t *s, const json_t *v)
     if (json_is_null(v) && json_is_true(json_object_get(s, "nullable")))
         return 0;
     applies_t kind = kind_of(v);
+    const json_t *saved = c->res; /* an embedded resource: its fragments are its own */
+    if (ifd__gconv_is_resource(c->doc, s))
+        c->res = s;
     c->depth++;
     int rc = 0;
     for (size_t i = 0; !rc && i < sizeof KEYWORDS / sizeof KEYWORDS[0]; i++) {
@@ -786,6 +961,7 @@ static int check(chk_t *c, const json_t *s, const json_t *v)
             rc = KEYWORDS[i].fn(c, s, kv, v);
     }
     c->depth--;
+    c->res = saved;
     return rc;
 }
 
@@ -835,13 +1011,16 @@ static int supported(chk_t *c, const json_t *s)
     }
     if (!json_is_object(s))
         return 0;
-    static const char *const never[] = {"$dynamicRef", "$recursiveRef", "unevaluatedProperties",
-                                        "unevaluatedItems"};
+    static const char *const never[] = {"$dynamicRef", "$recursiveRef"};
     static const char *const values[] = {"enum", "const", "default", "examples"};
     const char *k;
     const json_t *v;
+    const json_t *saved = c->res;
+    if (ifd__gconv_is_resource(c->doc, s))
+        c->res = s;
     c->depth++;
     int rc = 0;
+    bool in_res;
     json_object_foreach((json_t *)s, k, v)
     {
         bool skip = false;
@@ -851,7 +1030,7 @@ static int supported(chk_t *c, const json_t *s)
             if (strcmp(k, never[i]) == 0)
                 rc = unsupported(c, "'%s' cannot be checked after generation", k);
         if (!rc && strcmp(k, "$ref") == 0 && json_is_string(v) &&
-            !ifd__gconv_resolve(c->doc, json_string_value(v)))
+            !ifd__gconv_resolve_in(c->doc, c->res, json_string_value(v), &in_res))
             rc = unsupported(c, "'$ref' '%.200s' is not a local reference into the schema",
                              json_string_value(v));
         if (!rc && strcmp(k, "pattern") == 0 && json_is_string(v))
@@ -871,6 +1050,7 @@ static int supported(chk_t *c, const json_t *s)
             break;
     }
     c->depth--;
+    c->res = saved;
     return rc;
 }
 

@@ -72,7 +72,8 @@ static bool merge_uri(const char *base, const char *rel, size_t n, char *out, si
     }
     if (keep + n + 1 > cap)
         return false;
-    memcpy(out, base, keep);
+    if (keep) /* (base may be NULL with nothing kept) */
+        memcpy(out, base, keep);
     memcpy(out + keep, rel, n);
     out[keep + n] = '\0';
     size_t h = strcspn(out, "#"); /* the fragment is not part of the resource's name */
@@ -254,4 +255,23 @@ const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref)
     if (!n)
         return res;
     return frag[0] == '/' ? pointer(res, frag) : anchor(doc, res, frag);
+}
+
+bool ifd__gconv_is_resource(const json_t *doc, const json_t *s)
+{
+    return s != doc && json_is_object(s) && is_resource(s);
+}
+
+const json_t *ifd__gconv_resolve_in(const json_t *doc, const json_t *res, const char *ref,
+                                    bool *in_res)
+{
+    *in_res = false;
+    if (res && res != doc && ref[0] == '#') {
+        const json_t *t = ifd__gconv_resolve(res, ref);
+        if (t) {
+            *in_res = true;
+            return t;
+        }
+    }
+    return ifd__gconv_resolve(doc, ref);
 }

@@ -579,6 +579,12 @@ START_TEST(test_json_schema_structure)
          * an embedded resource's $id (relative and absolute), the root's own $id */
         {REF_ANCHOR, {"{\"a\":3}", "{\"a\":40}"}, {"{\"a\":2}", "{\"a\":\"x\"}"}},
         {REF_ID04, {"[\"ab\"]", "[]"}, {"[\"abc\"]", "[1]"}},
+        /* a fragment inside an embedded resource: read in that resource first */
+        {"{\"$id\":\"https://x.test/r\",\"$defs\":{\"c\":{\"$id\":\"c\",\"type\":\"array\","
+         "\"items\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":\"#\"}]}}},\"type\":"
+         "\"object\",\"properties\":{\"x\":{\"$ref\":\"c\"}},\"required\":[\"x\"]}",
+         {"{\"x\":[1,[2,[3]]]}", "{\"x\":[]}"},
+         {"{\"x\":[1,{\"x\":[2]}]}", "{\"x\":[\"a\"]}"}},
         {REF_RES,
          {"{\"p\":true,\"q\":5,\"r\":-1}"},
          {"{\"p\":1,\"q\":5,\"r\":1}", "{\"p\":true,\"q\":6,\"r\":1}",
@@ -775,7 +781,7 @@ START_TEST(test_json_schema_unsupported)
         {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "'contains'"},
         {"{\"dependentSchemas\":{\"a\":{\"not\":{}}}}", "'not'"},
         {"{\"type\":\"object\",\"propertyNames\":{\"maxLength\":3}}", "'propertyNames'"},
-        {"{\"unevaluatedProperties\":false}", "'unevaluatedProperties'"},
+        {"{\"unevaluatedProperties\":false}", "'unevaluatedProperties'"}, /* (strict) */
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "'oneOf'"},
         /* 3 matches both: minLength constrains strings only */
         {"{\"oneOf\":[{\"minLength\":2},{\"type\":\"integer\"}]}", "'oneOf'"},
@@ -1009,6 +1015,13 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"string\",\"pattern\":\"^a+$|^b+$\",\"minLength\":2}", {"\"aa\"", "\"bbb\""},
          {"\"a\""}},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\\\\w\"}", {"\"ab\""}, {"\"b\""}},
+        /* unevaluated*: left to the check */
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"unevaluatedItems\":{"
+         "\"type\":\"integer\"}}",
+         {"[1]"}, {NULL}},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+         "\"unevaluatedProperties\":false}",
+         {"{\"a\":1}", "{}"}, {NULL}},
         /* dependencies with schemas that exclude each other: merged whether or not their
          * names are written they leave no branch of anyOf; left out where their names are
          * not required, the check catches both names written */
@@ -1136,7 +1149,7 @@ START_TEST(test_json_schema_loose)
                                         "{\"not\":{\"required\":[\"a\"]},\"properties\":{\"a\":{}}}",
                                         "{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}"};
     /* (the last: the grammar leaves the not out, and the check could not evaluate it) */
-    static const char *const refused[] = {"{\"unevaluatedProperties\":false}",
+    static const char *const refused[] = {"{\"$dynamicRef\":\"#a\"}",
                                           "{\"$ref\":\"http://x/y.json\"}",
                                           "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}",
                                           "{\"not\":{\"$ref\":\"http://x/y.json\"}}"};

@@ -538,7 +538,7 @@ static const bad_case_t k_bad[] = {
      * schema nothing satisfies in a forced one */
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-     "\"strict\":true,\"parameters\":{\"type\":\"object\",\"unevaluatedProperties\":false}}}]}",
+     "\"strict\":true,\"parameters\":{\"type\":\"object\",\"$dynamicRef\":\"#a\"}}}]}",
      "tools[0].function.parameters", "unsupported_value"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
@@ -579,7 +579,7 @@ static const bad_case_t k_bad[] = {
      "invalid_value"},
     {EP_CHAT,
      "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
-     "\"x\",\"schema\":{\"type\":\"object\",\"unevaluatedProperties\":false}}}}",
+     "\"x\",\"schema\":{\"type\":\"object\",\"$dynamicRef\":\"#a\"}}}}",
      "response_format.json_schema.schema", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"guided_regex\":\"(?=x)\"}", "guided_regex", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"guided_grammar\":\"root ::= foo\"}", "guided_grammar", "invalid_value"},

@@ -210,9 +210,49 @@ static const case_t CASES[] = {
     {"{\"pattern\":\"^a\\u0000b$\"}", "\"a\\u0000b\"", 0, NULL},
     {"{\"pattern\":\"^a\\u0000b$\"}", "\"ab\"", IFD_EINVAL, "pattern"},
     {"{\"pattern\":\"^[^\\u0000]+$\"}", "\"x\\u0000\"", IFD_EINVAL, "pattern"},
+    /* unevaluated*: what properties, patternProperties, additionalProperties, items,
+     * prefixItems, contains and the passing in-place subschemas (allOf, anyOf / oneOf
+     * branches, if / then / else, dependentSchemas, $ref) did not evaluate */
+    {"{\"properties\":{\"a\":{}},\"unevaluatedProperties\":false}", "{\"a\":1,\"b\":2}",
+     IFD_EINVAL, "/b: not allowed ('unevaluatedProperties')"},
+    {"{\"properties\":{\"a\":{}},\"unevaluatedProperties\":false}", "{\"a\":1}", 0, NULL},
+    {"{\"allOf\":[{\"properties\":{\"a\":{}}}],\"unevaluatedProperties\":false}",
+     "{\"a\":1}", 0, NULL},
+    {"{\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}}},{\"properties\":{\"b\":{"
+     "\"type\":\"string\"}}}],\"unevaluatedProperties\":false}",
+     "{\"a\":1,\"b\":2}", IFD_EINVAL, "/b"},
+    {"{\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"}}},{\"properties\":{\"b\":{"
+     "\"type\":\"string\"}}}],\"unevaluatedProperties\":false}",
+     "{\"a\":1,\"b\":\"x\"}", 0, NULL},
+    {"{\"if\":{\"properties\":{\"k\":{\"const\":1}}},\"then\":{\"properties\":{\"t\":{}}},"
+     "\"else\":{\"properties\":{\"e\":{}}},\"unevaluatedProperties\":false}",
+     "{\"k\":1,\"e\":0}", IFD_EINVAL, "/e"},
+    {"{\"if\":{\"properties\":{\"k\":{\"const\":1}}},\"then\":{\"properties\":{\"t\":{}}},"
+     "\"else\":{\"properties\":{\"e\":{}}},\"unevaluatedProperties\":false}",
+     "{\"k\":1,\"t\":0}", 0, NULL},
+    {"{\"$defs\":{\"p\":{\"properties\":{\"a\":{}}}},\"$ref\":\"#/$defs/p\","
+     "\"unevaluatedProperties\":{\"type\":\"string\"}}",
+     "{\"a\":1,\"z\":\"s\"}", 0, NULL},
+    {"{\"prefixItems\":[{}],\"unevaluatedItems\":{\"type\":\"integer\"}}", "[\"x\",1]", 0,
+     NULL},
+    {"{\"prefixItems\":[{}],\"unevaluatedItems\":{\"type\":\"integer\"}}", "[1,\"x\"]",
+     IFD_EINVAL, "/1"},
+    {"{\"contains\":{\"type\":\"string\"},\"unevaluatedItems\":false}", "[\"a\",\"b\"]", 0,
+     NULL},
+    {"{\"contains\":{\"type\":\"string\"},\"unevaluatedItems\":false}", "[\"a\",2]",
+     IFD_EINVAL, "/1"},
+    /* a fragment inside an embedded resource is read in that resource first */
+    {"{\"$id\":\"https://x.test/r\",\"$defs\":{\"c\":{\"$id\":\"c\",\"type\":\"array\","
+     "\"items\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":\"#\"}]}}},\"type\":\"object\","
+     "\"properties\":{\"x\":{\"$ref\":\"c\"}}}",
+     "{\"x\":[1,[2,[3]]]}", 0, NULL}, /* ("#" read at the root: [2,…] no object) */
+    {"{\"$id\":\"https://x.test/r\",\"$defs\":{\"c\":{\"$id\":\"c\",\"type\":\"array\","
+     "\"items\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":\"#\"}]}}},\"type\":\"object\","
+     "\"properties\":{\"x\":{\"$ref\":\"c\"}}}",
+     "{\"x\":[1,[2,[\"y\"]]]}", IFD_EINVAL, "anyOf"},
     /* what it cannot evaluate */
     {"{\"$ref\":\"http://example.com/s.json\"}", "1", IFD_ENOTSUP, "not a local reference"},
-    {"{\"unevaluatedProperties\":false}", "{}", IFD_ENOTSUP, "unevaluated"},
+    {"{\"$dynamicRef\":\"#a\"}", "{}", IFD_ENOTSUP, "$dynamicRef"},
     {"{\"pattern\":\"(\"}", "\"x\"", IFD_ENOTSUP, "PCRE2"},
     /* catastrophic backtracking stops at the match limit: unchecked */
     {"{\"pattern\":\"^(\\\\w+\\\\s?)+$\"}", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!\"",
@@ -266,7 +306,8 @@ START_TEST(test_limits)
         int rc;
     } sup[] = {
         {"{\"not\":{\"$ref\":\"http://x/y.json\"}}", IFD_ENOTSUP},
-        {"{\"$defs\":{\"a\":{\"unevaluatedProperties\":false}}}", IFD_ENOTSUP},
+        {"{\"$defs\":{\"a\":{\"$recursiveRef\":\"#\"}}}", IFD_ENOTSUP},
+        {"{\"$defs\":{\"a\":{\"unevaluatedProperties\":false}}}", 0},
         {"{\"items\":[{\"pattern\":\"(\"}]}", IFD_ENOTSUP},
         {"{\"patternProperties\":{\"(\":{}}}", IFD_ENOTSUP},
         {"{\"enum\":[{\"$ref\":\"http://x\"}],\"default\":{\"$dynamicRef\":\"#a\"}}", 0},
