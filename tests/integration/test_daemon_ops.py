@@ -5,8 +5,9 @@ SIGHUP: a list, "*", none), vLLM's metric families on /metrics read by a strict
 Prometheus text parser before and after real requests (openai client), the ORCA
 endpoint-load-metrics header, POST /invocations (chat or completion by body shape) and
 root_path (the openai client's base_url under the prefix); and, for item 8, structured
-outputs, tools with keywords nothing enforces (auto, none) and return_token_ids with the
-openai client on TCP and curl on TCP and the Unix socket.
+outputs, tools with keywords nothing enforces (auto, none), return_token_ids and
+allowed_token_ids, and the Responses API (reasoning, a replayed reasoning item, background
+and cancel) with the openai client on TCP and curl on TCP and the Unix socket.
 
 Usage: test_daemon_ops.py INFERD   (curl; the venv's openai and httpx)
 """
@@ -541,10 +542,26 @@ def test_tcp_structured_and_token_extensions():
     for choice in ("auto", "none"):
         r = c.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
-            temperature=0, tools=[odd], tool_choice=choice,
-            extra_body={"return_token_ids": True})
+            temperature=1.0, seed=5, tools=[odd], tool_choice=choice,
+            extra_body={"return_token_ids": True, "allowed_token_ids": list(range(100, 140))})
         ids = r.model_extra.get("prompt_token_ids") or []
-        assert ids and r.choices[0].model_extra.get("token_ids"), r
+        out = r.choices[0].model_extra.get("token_ids") or []
+        assert ids and out and all(100 <= t < 140 for t in out), r
+    # the Responses API: reasoning accepted, a replayed reasoning item, background + cancel
+    rr = c.responses.create(model=MODEL, max_output_tokens=4, reasoning={"effort": "low"},
+                            input=[{"role": "user", "content": "Pick a number."},
+                                   {"type": "reasoning", "id": "rs_1", "summary": [],
+                                    "content": [{"type": "reasoning_text", "text": "7"}]},
+                                   {"role": "user", "content": "Another?"}])
+    assert rr.status in ("completed", "incomplete"), rr
+    code, _, out = curl("-X", "POST", "URL/v1/responses", "-H", "Content-Type: application/json",
+                        "-d", json.dumps({"model": MODEL, "input": "Count to fifty.",
+                                          "background": True, "max_output_tokens": 200}))
+    bg = json.loads(out)
+    assert code == 200 and bg["background"] is True, out
+    code, _, out = curl("-X", "POST", "URL/v1/responses/%s/cancel" % bg["id"])
+    assert code == 200 and json.loads(out)["status"] in ("cancelled", "completed",
+                                                          "incomplete"), out
     for tcp in (True, False):
         body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
                            "max_tokens": 30, "temperature": 0, "tools": [odd],
