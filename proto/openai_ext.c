@@ -593,7 +593,11 @@ bool ifd_oai_tool_enforced(const ifd_oai_request_t *r, size_t i)
 {
     bool forced = r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||
                   (r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED && r->tool_index == i);
-    return i < r->n_tools && r->tools[i].parameters && (forced || r->tools[i].strict);
+    /* strict binds only where the model may call the tool freely (auto): with "none"
+     * nothing is called, with a named choice only that one */
+    bool strict = r->tools[i < r->n_tools ? i : 0].strict &&
+                  r->tool_choice == IFD_OAI_TOOL_CHOICE_AUTO;
+    return i < r->n_tools && r->tools[i].parameters && (forced || strict);
 }
 
 /* The parameters of every tool a grammar may enforce must convert (an

@@ -746,6 +746,35 @@ END_TEST
 /* Integers beyond int64 in a request (a schema's 20-digit bound): read as
  * doubles, the grammar built; one inside an enum that a double would round:
  * a 400 naming it. */
+/* A strict tool binds where it may be called: under auto; with tool_choice
+ * "none" or another tool named it is only shown, never refused for its
+ * schema (vLLM accepts these requests). */
+START_TEST(test_strict_tools_enforced_when_callable)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+#define TOOLS                                                                                      \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\","    \
+    "\"function\":{\"name\":\"g\",\"strict\":true,\"parameters\":{\"type\":\"object\","             \
+    "\"$dynamicRef\":\"#m\"}}}]"
+    const char *ok[] = {
+        "{" MSG "," TOOLS ",\"tool_choice\":\"none\"}",
+        "{" MSG "," TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_msg(parse_chat(&a, ok[i], &r, &e) == 0, "%s: %s", ok[i], e.message);
+        ck_assert(!ifd_oai_tool_enforced(&r, 1));
+    }
+    const char *auto_body = "{" MSG "," TOOLS "}";
+    ck_assert_int_eq(parse_chat(&a, auto_body, &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "tools[1].function.parameters");
+#undef TOOLS
+    ifd_arena_close(&a);
+}
+END_TEST
+
 START_TEST(test_big_integers_in_schema)
 {
     ifd_arena_t a;
@@ -2508,6 +2537,7 @@ int main(void)
     tcase_add_test(tc, test_invalid_requests);
     tcase_add_test(tc, test_nul_in_schema);
     tcase_add_test(tc, test_big_integers_in_schema);
+    tcase_add_test(tc, test_strict_tools_enforced_when_callable);
     tcase_add_test(tc, test_nul_in_text);
     tcase_add_test(tc, test_invalid_wording_and_limits);
     tcase_add_test(tc, test_error_json);
