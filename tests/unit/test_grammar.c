@@ -905,6 +905,46 @@ START_TEST(test_schema_json_wide)
 }
 END_TEST
 
+/* Hash-consed rules (ifd__gconv_rule): a part the merge inlines anew at each
+ * use (a $ref beside a constraining keyword) is written once, so the grammar
+ * grows by the uses' own small rules, not by copies of the part. */
+START_TEST(test_schema_rules_shared)
+{
+    size_t len[2];
+    for (int k = 0; k < 2; k++) {
+        ifd_buf_t t = IFD_BUF_INIT;
+        ifd_buf_puts(&t, "{\"$defs\":{\"big\":{\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < 40; i++)
+            ifd_buf_printf(&t, "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"^[a-z]{%d}x$\"}",
+                           i ? "," : "", i, i + 1);
+        ifd_buf_puts(&t, "}}},\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < 100 * (k + 1); i++)
+            ifd_buf_printf(&t, "%s\"a%d\":{\"$ref\":\"#/$defs/big\",\"minProperties\":1}",
+                           i ? "," : "", i);
+        ifd_buf_puts(&t, "}}");
+        json_error_t je;
+        json_t *sj = json_loads(t.data, 0, &je);
+        ck_assert_ptr_nonnull(sj);
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        ck_assert_msg(ifd_gconv_json_schema(sj, &b, NULL, err, sizeof err) == 0, "%s", err);
+        len[k] = b.len;
+        if (k == 1) {
+            ifd_grammar_t *g = compile_ok(b.data);
+            ck_assert(matches_s(g, "{\"a7\":{\"p0\":\"ax\"},\"a199\":{\"p0\":\"bx\",\"p2\":\"abcx\"}}"));
+            ck_assert(!matches_s(g, "{\"a7\":{}}"));
+            ck_assert(!matches_s(g, "{\"a7\":{\"p0\":\"abx\"}}"));
+            ifd_grammar_destroy(g);
+        }
+        ifd_buf_free(&b);
+        ifd_buf_free(&t);
+        json_decref(sj);
+    }
+    /* 100 more uses: a few hundred bytes each (a copy of big would be tens of KB) */
+    ck_assert_msg(len[1] - len[0] < 100 * 1000, "%zu then %zu bytes", len[0], len[1]);
+}
+END_TEST
+
 /* The loose conversion (ifd_gconv_json_schema_loose): what the strict one
  * refuses is over-approximated (approx set) and the check at the end
  * (schema_check.h) decides. For each schema: valid texts the grammar
@@ -1329,6 +1369,6 @@ int main(void)
                             test_json_schema_structure, test_json_schema_unsupported,
                             test_json_schema_loose, test_json_object_mode,
                             test_choice_and_tools, test_gbnf_mutations,
-                            test_schema_json_wide));
+                            test_schema_json_wide, test_schema_rules_shared));
     return ifd_test_run(s);
 }
