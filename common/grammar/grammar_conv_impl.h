@@ -30,6 +30,11 @@ typedef struct {
     unsigned id;
 } ifd__gconv_ref_t;
 
+/* One answer of ifd__gconv_resource (ifd__gconv_resource_cached). */
+typedef struct {
+    const json_t *s, *res;
+} ifd__gconv_res_seen_t;
+
 /* A rule body written (ifd__gconv_rule): where its text lies in rules. */
 typedef struct {
     size_t off, len;
@@ -63,6 +68,8 @@ typedef struct {
     bool approx;       /* it did: the output must be checked (schema_check.h) */
     bool dep_loose;    /* loose dependentSchemas whose name is not required (fold_dependent) */
     const json_t *res; /* the embedded resource being converted (NULL: the document's) */
+    ifd__gconv_res_seen_t res_seen[16]; /* ifd__gconv_resource's last 16 answers */
+    unsigned n_res_seen;
 } conv_t;
 
 /* Where the output stands, to take back a part that failed. */
@@ -201,9 +208,18 @@ bool ifd__gconv_has_dep_schema(const json_t *v, int depth);
  * in it (its $id); NULL when it names nothing in doc (a remote reference). */
 const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref);
 
-/* Whether s is a resource embedded in doc: an object other than doc whose
- * $id (id) is more than a fragment (schema_ref.c). */
-bool ifd__gconv_is_resource(const json_t *doc, const json_t *s);
+/* The resource embedded in doc that s is (schema_ref.c): NULL when s has no
+ * $id (id) beyond a fragment or names the document itself; else the
+ * subschema of doc with that $id — the same pointer for every copy of it
+ * the merge makes, so that references inside are keyed by one resource. */
+const json_t *ifd__gconv_resource(const json_t *doc, const json_t *s);
+
+/* ifd__gconv_resource's answer, from a cache of the last 16 (its search
+ * walks the document). A hit counts only where the resource (inside doc,
+ * alive) carries the same $id as s: the merge's copies are freed, and
+ * another object may take the same address. */
+const json_t *ifd__gconv_resource_cached(const json_t *doc, const json_t *s,
+                                         ifd__gconv_res_seen_t *seen, unsigned *n);
 
 /* ref as written inside the embedded resource res (NULL or doc: none): a
  * fragment resolved in res first, as its base URI says (*in_res set), else

@@ -1456,10 +1456,11 @@ static int schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *
 
 int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
 {
-    if (!ifd__gconv_is_resource(doc, s))
+    const json_t *res = ifd__gconv_resource_cached(doc, s, c->res_seen, &c->n_res_seen);
+    if (!res)
         return schema_rule(c, s, doc, id);
     const json_t *saved = c->res; /* an embedded resource: its fragments are its own */
-    c->res = s;
+    c->res = res;
     int rc = schema_rule(c, s, doc, id);
     c->res = saved;
     return rc;

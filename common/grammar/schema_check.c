@@ -42,6 +42,8 @@ typedef struct {
     } refs[16];
     unsigned n_refs;
     const json_t *res; /* the embedded resource being checked (NULL: the document's) */
+    ifd__gconv_res_seen_t res_seen[16]; /* ifd__gconv_resource's last 16 answers */
+    unsigned n_res_seen;
 } chk_t;
 
 typedef int (*kw_fn)(chk_t *c, const json_t *s, const json_t *kv, const json_t *v);
@@ -949,8 +951,9 @@ static int check(chk_t *c, const json_t *s, const json_t *v)
         return 0;
     applies_t kind = kind_of(v);
     const json_t *saved = c->res; /* an embedded resource: its fragments are its own */
-    if (ifd__gconv_is_resource(c->doc, s))
-        c->res = s;
+    const json_t *res = ifd__gconv_resource_cached(c->doc, s, c->res_seen, &c->n_res_seen);
+    if (res)
+        c->res = res;
     c->depth++;
     int rc = 0;
     for (size_t i = 0; !rc && i < sizeof KEYWORDS / sizeof KEYWORDS[0]; i++) {
@@ -1015,9 +1018,10 @@ static int supported(chk_t *c, const json_t *s)
     static const char *const values[] = {"enum", "const", "default", "examples"};
     const char *k;
     const json_t *v;
-    const json_t *saved = c->res;
-    if (ifd__gconv_is_resource(c->doc, s))
-        c->res = s;
+    const json_t *saved = c->res,
+                 *res = ifd__gconv_resource_cached(c->doc, s, c->res_seen, &c->n_res_seen);
+    if (res)
+        c->res = res;
     c->depth++;
     int rc = 0;
     bool in_res;

@@ -257,9 +257,42 @@ const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref)
     return frag[0] == '/' ? pointer(res, frag) : anchor(doc, res, frag);
 }
 
-bool ifd__gconv_is_resource(const json_t *doc, const json_t *s)
+const json_t *ifd__gconv_resource(const json_t *doc, const json_t *s)
 {
-    return s != doc && json_is_object(s) && is_resource(s);
+    if (s == doc || !json_is_object(s) || !is_resource(s))
+        return NULL;
+    const char *root = id_of(doc), *id = id_of(s);
+    if (root && root[0] == '#')
+        root = NULL;
+    char abs[MAX_URI], rid[MAX_URI];
+    if (!merge_uri(root, id, strlen(id), abs, sizeof abs))
+        return s;
+    if (root && merge_uri(NULL, root, strlen(root), rid, sizeof rid) && !strcmp(abs, rid))
+        return NULL; /* the document itself (a copy of its root, made by a merge) */
+    const json_t *t = find_resource(doc, root, abs, 0);
+    return t ? t : s;
+}
+
+const json_t *ifd__gconv_resource_cached(const json_t *doc, const json_t *s,
+                                         ifd__gconv_res_seen_t *seen, unsigned *n)
+{
+    const char *id = json_is_object(s) ? id_of(s) : NULL;
+    if (!id || id[0] == '#')
+        return NULL;
+    for (unsigned i = 0; i < *n && i < 16; i++) {
+        if (seen[i].s != s)
+            continue;
+        const json_t *r = seen[i].res ? seen[i].res : doc;
+        const char *rid = id_of(r);
+        if (rid && !strcmp(rid, id))
+            return seen[i].res;
+    }
+    const json_t *r = ifd__gconv_resource(doc, s);
+    if (r != s) { /* (s itself, not found in doc, may be a copy soon freed) */
+        seen[*n % 16].s = s, seen[*n % 16].res = r;
+        ++*n;
+    }
+    return r;
 }
 
 const json_t *ifd__gconv_resolve_in(const json_t *doc, const json_t *res, const char *ref,

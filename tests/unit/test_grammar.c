@@ -579,6 +579,13 @@ START_TEST(test_json_schema_structure)
          * an embedded resource's $id (relative and absolute), the root's own $id */
         {REF_ANCHOR, {"{\"a\":3}", "{\"a\":40}"}, {"{\"a\":2}", "{\"a\":\"x\"}"}},
         {REF_ID04, {"[\"ab\"]", "[]"}, {"[\"abc\"]", "[1]"}},
+        /* a root with an $id, copied by the oneOf's merge: still the document (JSON
+         * Schema Store's jsone.json unrolled it until 1,024 references) */
+        {"{\"$id\":\"https://x.test/j\",\"$defs\":{\"v\":{\"oneOf\":[{\"$ref\":\"#\"},{\"type\":"
+         "\"array\",\"items\":{\"$ref\":\"#\"}},{\"type\":[\"null\",\"integer\"]}]}},\"type\":"
+         "\"object\",\"additionalProperties\":{\"$ref\":\"#/$defs/v\"}}",
+         {"{\"a\":{\"b\":1}}", "{\"a\":[{}]}", "{\"a\":null}"},
+         {"{\"a\":\"s\"}", "{\"a\":[1]}"}},
         /* a fragment inside an embedded resource: read in that resource first */
         {"{\"$id\":\"https://x.test/r\",\"$defs\":{\"c\":{\"$id\":\"c\",\"type\":\"array\","
          "\"items\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":\"#\"}]}}},\"type\":"
