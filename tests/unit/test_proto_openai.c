@@ -2074,7 +2074,8 @@ START_TEST(test_responses_object)
                           .n_tool_calls = 1};
     ifd_oai_usage_t u = {10, 4, 8};
     ifd_buf_t b = IFD_BUF_INIT;
-    ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, &c, 2, &u), IFD_EINVAL);
+    ifd_oai_choice_t two[2] = {c, c}; /* (the function reads every choice it is given) */
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, two, 2, &u), IFD_EINVAL);
     ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, &c, 1, &u), 0);
     json_t *j = load(b.data, b.len);
     ck_assert_str_eq(js(j, "id"), "resp_00ff");
