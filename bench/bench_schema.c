@@ -24,6 +24,7 @@
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
 #include "grammar/schema_check.h"
+#include "grammar/schema_json.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -125,7 +126,23 @@ static json_t *one_file(const char *path, const opts_t *o, uint64_t *rng)
 {
     json_error_t je;
     json_t *r = json_pack("{s:s}", "file", path);
-    json_t *schema = json_load_file(path, JSON_DECODE_ANY, &je);
+    /* as the daemon reads request bodies: integers beyond int64 kept (schema_json.h) */
+    json_t *schema = NULL;
+    FILE *f = fopen(path, "rb");
+    ifd_buf_t raw = IFD_BUF_INIT;
+    char chunk[65536];
+    size_t got;
+    while (f && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (ifd_buf_append(&raw, chunk, got))
+            break;
+    if (f) {
+        fclose(f);
+        schema = ifd_schema_json_loadb(raw.data ? raw.data : "", raw.len,
+                                       JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    } else {
+        snprintf(je.text, sizeof je.text, "cannot open the file");
+    }
+    ifd_buf_free(&raw);
     if (!schema) {
         json_object_set_new(r, "ok", json_false());
         json_object_set_new(r, "error", json_sprintf("unreadable: %s", je.text));

@@ -10,6 +10,7 @@
 #include "gen.h"
 #include "prompt.h"
 #include "reply.h"
+#include "grammar/schema_json.h"
 
 #include <http_parser.h>
 #include <jansson.h>
@@ -205,7 +206,8 @@ static void ifd__responses(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_re
 static void ifd__invocations(ifd_api_t *api, ifd_http_conn_t *c, const ifd_http_request_t *r)
 {
     json_error_t je;
-    json_t *o = json_loadb(r->body, r->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    json_t *o =
+        ifd_schema_json_loadb(r->body, r->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     bool object = json_is_object(o);
     bool chat = object && json_object_get(o, "messages");
     bool completion = object && json_object_get(o, "prompt");

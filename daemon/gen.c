@@ -1890,14 +1890,14 @@ static int ifd__parse_checks(ifd_gen_t *g, size_t *bytes)
     int rc = checks && tools ? 0 : IFD_ENOMEM;
     size_t text = 0;
     if (!rc && rq->so_check) {
-        json_t *s = json_loadb(rq->so_source, rq->so_source_len, JSON_DECODE_ANY, &je);
+        json_t *s = json_loadb(rq->so_source, rq->so_source_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         rc = s && !json_object_set_new(checks, "output", s) ? 0 : IFD_ENOMEM;
         text += rq->so_source_len;
     }
     for (size_t i = 0; !rc && i < rq->n_tools; i++) {
         if (!ifd_oai_tool_enforced(rq, i))
             continue;
-        json_t *s = json_loads(rq->tools[i].parameters, JSON_DECODE_ANY, &je);
+        json_t *s = json_loads(rq->tools[i].parameters, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         rc = s && !json_object_set_new(tools, rq->tools[i].name, s) ? 0 : IFD_ENOMEM;
         text += strlen(rq->tools[i].parameters);
     }

@@ -19,6 +19,7 @@
 #include "responses_impl.h"
 #include "sse.h"
 #include "utf8.h"
+#include "grammar/schema_json.h"
 
 #include <jansson.h>
 
@@ -599,7 +600,8 @@ static json_t *load_object(ifd__oai_json_ctx_t *c, const char *body, size_t len)
     json_error_t je;
     /* "\u0000" is accepted as vLLM accepts it (openai.h says where it may go) */
     json_t *root =
-        json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        ifd_schema_json_loadb(body ? body : "", body ? len : 0,
+                              JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!root) {
         ifd__oai_json_fail(
             c, NULL, NULL,

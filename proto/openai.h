@@ -364,7 +364,9 @@ uint32_t ifd_oai_apply_sampling_defaults(ifd_oai_request_t *r,
                                          const ifd_oai_sampling_defaults_t *d);
 
 /* Whether tool i's parameters are enforced: tool_choice required (every
- * tool), named (that one), or "strict": true — converted before the request
+ * tool), named (that one), or "strict": true under tool_choice auto (with
+ * "none" no tool is called, with a named one only that one; a strict tool
+ * is then only shown, as vLLM does) — converted before the request
  * runs (ifd_oai_build_grammar) and each call's arguments checked against
  * them after generation (daemon/gen.c). A tool without parameters is not.
  * Pure. */

@@ -13,6 +13,7 @@
 #include "error.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
+#include "grammar/schema_json.h"
 
 #include <stdint.h>
 #include <stddef.h>
@@ -223,25 +224,20 @@ static int set_grammar(ifd__oai_json_ctx_t *c, ifd_oai_request_t *r, so_kind_t k
     case SO_JSON:
         if (json_is_string(v)) { /* vLLM accepts the schema as a JSON string */
             json_error_t je;
-            json_t *owned = json_loadb(json_string_value(v), json_string_length(v),
+            json_t *owned = ifd_schema_json_loadb(json_string_value(v), json_string_length(v),
                                        JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
             if (!owned)
                 return ifd__oai_json_fail(c, "invalid_value", param,
                                           "Invalid '%s': not valid JSON (%s).", param, je.text);
             bool ok = json_is_object(owned) || json_is_boolean(owned);
-            /* the schema converter reads its strings as C strings */
-            if (ok && ifd__oai_json_no_nul(c, owned, param)) {
-                json_decref(owned);
-                return IFD_EINVAL;
-            }
+            /* a NUL (\u0000) is read by the converter where it can be (pattern, enum,
+             * const) and refused by it elsewhere (ifd_oai_build_grammar) */
             if (ok)
                 src = ifd__oai_json_dump(c->a, owned);
             json_decref(owned);
             if (!ok)
                 return ifd__oai_json_bad_type(c, param, "an object (a JSON Schema)", v);
         } else if (json_is_object(v) || json_is_boolean(v)) {
-            if (ifd__oai_json_no_nul(c, v, param))
-                return IFD_EINVAL;
             src = ifd__oai_json_dump(c->a, v);
         } else {
             return ifd__oai_json_bad_type(c, param, "an object (a JSON Schema)", v);
@@ -525,8 +521,6 @@ static int p_tools(ifd__oai_json_ctx_t *c, const json_t *o, ifd_oai_request_t *r
                  * (a forced call, or strict) */
                 if (!json_is_object(pa))
                     return ifd__oai_json_bad_type(c, param, "an object", pa);
-                if ((rc = ifd__oai_json_no_nul(c, pa, param)) < 0)
-                    return rc;
                 if (!(r->tools[i].parameters = ifd__oai_json_dump(c->a, pa)))
                     return ifd__oai_json_oom(c);
             }
@@ -599,7 +593,11 @@ bool ifd_oai_tool_enforced(const ifd_oai_request_t *r, size_t i)
 {
     bool forced = r->tool_choice == IFD_OAI_TOOL_CHOICE_REQUIRED ||
                   (r->tool_choice == IFD_OAI_TOOL_CHOICE_NAMED && r->tool_index == i);
-    return i < r->n_tools && r->tools[i].parameters && (forced || r->tools[i].strict);
+    /* strict binds only where the model may call the tool freely (auto): with "none"
+     * nothing is called, with a named choice only that one */
+    bool strict = r->tools[i < r->n_tools ? i : 0].strict &&
+                  r->tool_choice == IFD_OAI_TOOL_CHOICE_AUTO;
+    return i < r->n_tools && r->tools[i].parameters && (forced || strict);
 }
 
 /* The parameters of every tool a grammar may enforce must convert (an
@@ -617,7 +615,7 @@ static int check_tool_schemas(ifd__oai_json_ctx_t *c, const ifd_oai_request_t *r
         char param[IFD__OAI_JSON_PARAM_MAX], err[300] = "";
         snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
         json_error_t je;
-        json_t *pa = json_loads(r->tools[i].parameters, JSON_DECODE_ANY, &je);
+        json_t *pa = json_loads(r->tools[i].parameters, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         if (!pa)
             return ifd__oai_json_oom(c);
         ifd_buf_t g = IFD_BUF_INIT;
@@ -646,7 +644,7 @@ static int tools_grammar(const ifd_oai_request_t *r, const ifd_grammar_budget_t 
         t[i].name = tool->name;
         if (tool->parameters) {
             json_error_t je;
-            params[i] = json_loads(tool->parameters, JSON_DECODE_ANY, &je);
+            params[i] = json_loads(tool->parameters, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         }
         t[i].parameters = params[i];
     }
@@ -677,7 +675,8 @@ static int so_convert(ifd_oai_request_t *r, const ifd_grammar_budget_t *b, ifd_b
     switch (r->so_kind) {
     case IFD_OAI_SO_JSON:
     case IFD_OAI_SO_CHOICE:
-        if (!(v = json_loadb(r->so_source, r->so_source_len, JSON_DECODE_ANY, &je)))
+        if (!(v = json_loadb(r->so_source, r->so_source_len, JSON_DECODE_ANY | JSON_ALLOW_NUL,
+                          &je)))
             return IFD_ENOMEM; /* the parser wrote it */
         if (r->so_kind == IFD_OAI_SO_JSON) {
             rc = ifd_gconv_json_schema_loose(v, g, b, &r->so_check, err, errlen);

@@ -19,6 +19,7 @@
 #include "oai_json.h"
 #include "responses_impl.h"
 #include "utf8.h"
+#include "grammar/schema_json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -772,7 +773,7 @@ int ifd_responses_parse_stored(ifd_arena_t *a, const char *body, size_t len,
     if (!c.image_params)
         return ifd__oai_json_oom(&c);
     json_error_t je;
-    json_t *o = json_loadb(body, len, JSON_ALLOW_NUL, &je); /* as openai.h's parsers */
+    json_t *o = ifd_schema_json_loadb(body, len, JSON_ALLOW_NUL, &je); /* as openai.c */
     if (!o) {
         json_decref(c.image_params);
         return ifd__oai_json_fail(

@@ -90,7 +90,20 @@ static const char BASE_RULES[] =
     "jptrtok ::= ( \"/\" ( [a-zA-Z0-9._\\-] | \"~\" [01] ){0,24} ){0,8}\n"
     "jjsonptr ::= \"\\\"\" jptrtok \"\\\"\"\n"
     "jreljsonptr ::= \"\\\"\" ( \"0\" | [1-9] [0-9]{0,5} ) ( \"#\" | jptrtok ) \"\\\"\"\n"
-    "jregex ::= \"\\\"\" [a-zA-Z0-9 _\\-]{0,64} \"\\\"\"\n";
+    "jregex ::= \"\\\"\" [a-zA-Z0-9 _\\-]{0,64} \"\\\"\"\n"
+    /* idn-email (RFC 6531): local parts of atoms that may hold any non-ASCII letter
+     * (UTF8-non-ascii needs no table; at most 5 characters an atom there, so that a
+     * local part stays within 64 bytes), an ASCII domain (U-labels need IDNA2008) */
+    "jidnc ::= [a-zA-Z0-9_%+\\-\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF]\n"
+    "jidnemail ::= \"\\\"\" ( jatom ( \".\" jatom ){0,2} | jidnc{1,5} ( \".\" jidnc{1,5} ){0,2} ) "
+    "\"@\" ( jlabel \".\" ){1,3} jtld \"\\\"\"\n"
+    /* uri-template (RFC 6570, level 4): literals (ucschar among them) and expressions */
+    "jtlit ::= [!#$&'()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF] | "
+    "\"%\" jhex jhex\n"
+    "jtvc ::= [a-zA-Z0-9_] | \"%\" jhex jhex\n"
+    "jtvar ::= jtvc ( \".\"? jtvc ){0,15} ( \":\" [1-9] [0-9]{0,3} | \"*\" )?\n"
+    "jtexpr ::= \"{\" [+#./;?&=,!@|]? jtvar ( \",\" jtvar ){0,3} \"}\"\n"
+    "juritpl ::= \"\\\"\" ( jtlit | jtexpr )* \"\\\"\"\n";
 
 int ifd__gconv_err(conv_t *c, int code, const char *fmt, ...)
 {
@@ -118,12 +131,21 @@ int ifd__gconv_unsat(conv_t *c, const char *fmt, ...)
 
 ifd__gconv_mark_t ifd__gconv_mark(const conv_t *c)
 {
-    return (ifd__gconv_mark_t){c->rules.len, c->n_refs};
+    return (ifd__gconv_mark_t){c->rules.len, c->n_refs, c->n_bodies, c->n_alias};
 }
 
 void ifd__gconv_take_back(conv_t *c, ifd__gconv_mark_t mark)
 {
     c->unsat = false;
+    for (size_t i = mark.n_bodies; i < c->n_bodies; i++) {
+        const ifd__gconv_body_t *e = &c->bodies[i];
+        ifd_hash_remove(&c->body_index, ifd_hash_bytes(c->rules.data + e->off, e->len),
+                        (int32_t)i);
+    }
+    c->n_bodies = mark.n_bodies;
+    for (size_t i = mark.n_alias; i < c->n_alias; i++)
+        c->alias[c->alias_log[i]] = UINT32_MAX;
+    c->n_alias = mark.n_alias;
     c->rules.len = mark.rules_len;
     if (c->rules.data)
         c->rules.data[mark.rules_len] = '\0';
@@ -257,10 +279,117 @@ int ifd__gconv_json_lit(conv_t *c, ifd_buf_t *b, const json_t *v)
     return rc == IFD_EFORMAT ? ifd__gconv_err(c, rc, "invalid UTF-8 in a schema value") : rc;
 }
 
-/* Appends "sN ::= body\n". */
+/* The rule id's canonical rule: itself, or the rule it aliases. */
+static unsigned canon(const conv_t *c, unsigned id)
+{
+    return id < c->cap_alias && c->alias[id] != UINT32_MAX ? c->alias[id] : id;
+}
+
+static bool ident_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_' || ch == '-';
+}
+
+/* text[0..n) into out with every reference sN mapped to its canonical rule
+ * (literals and classes copied as they are). */
+static int map_refs(const conv_t *c, const char *t, size_t n, ifd_buf_t *out)
+{
+    size_t i = 0, from = 0;
+    while (i < n) {
+        char ch = t[i];
+        if (ch == '"' || ch == '[') { /* a literal or a class: to its closing quote */
+            char end = ch == '"' ? '"' : ']';
+            for (i++; i < n && t[i] != end; i++)
+                if (t[i] == '\\')
+                    i++;
+            i++;
+            continue;
+        }
+        if (!ident_char(ch)) {
+            i++;
+            continue;
+        }
+        size_t s = i;
+        while (i < n && ident_char(t[i]))
+            i++;
+        if (t[s] != 's' || i - s < 2 || i - s > 10)
+            continue;
+        unsigned long v = 0;
+        size_t k = s + 1;
+        for (; k < i && t[k] >= '0' && t[k] <= '9'; k++)
+            v = v * 10 + (unsigned long)(t[k] - '0');
+        if (k != i || canon(c, (unsigned)v) == v)
+            continue;
+        if (ifd_buf_append(out, t + from, s - from) ||
+            ifd_buf_printf(out, "s%u", canon(c, (unsigned)v)))
+            return IFD_ENOMEM;
+        from = i;
+    }
+    return ifd_buf_append(out, t + from, n - from) ? IFD_ENOMEM : 0;
+}
+
+/* Records id as an alias of to. */
+static int set_alias(conv_t *c, unsigned id, unsigned to)
+{
+    if (id >= c->cap_alias) {
+        size_t cap = c->cap_alias ? c->cap_alias : 256;
+        while (cap <= id)
+            cap *= 2;
+        unsigned *a = realloc(c->alias, cap * sizeof *a);
+        if (!a)
+            return IFD_ENOMEM;
+        for (size_t i = c->cap_alias; i < cap; i++)
+            a[i] = UINT32_MAX;
+        c->alias = a;
+        c->cap_alias = cap;
+    }
+    unsigned *log = ifd_grow(c->alias_log, c->n_alias, &c->cap_alias_log, sizeof *log, 64);
+    if (!log)
+        return IFD_ENOMEM;
+    c->alias_log = log;
+    c->alias[id] = to;
+    c->alias_log[c->n_alias++] = id;
+    return 0;
+}
+
 int ifd__gconv_rule(conv_t *c, unsigned id, const ifd_buf_t *body)
 {
-    if (ifd_buf_printf(&c->rules, "s%u ::= %s\n", id, body->len ? body->data : "\"\""))
+    ifd_buf_t m = IFD_BUF_INIT;
+    int rc = body->len ? map_refs(c, body->data, body->len, &m) : ifd_buf_puts(&m, "\"\"");
+    if (rc) {
+        ifd_buf_free(&m);
+        return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
+    }
+    uint64_t h = ifd_hash_bytes(m.data, m.len);
+    uint32_t it = ifd_hash_first(&c->body_index, h);
+    for (int32_t i; (i = ifd_hash_next(&c->body_index, h, &it)) >= 0;) {
+        const ifd__gconv_body_t *e = &c->bodies[i];
+        if (e->len == m.len && memcmp(c->rules.data + e->off, m.data, m.len) == 0) {
+            ifd_buf_free(&m);
+            rc = e->id == id ? 0 : set_alias(c, id, e->id);
+            return rc ? ifd__gconv_err(c, IFD_ENOMEM, "out of memory") : 0;
+        }
+    }
+    rc = ifd_buf_printf(&c->rules, "s%u ::= ", id) ? IFD_ENOMEM : 0;
+    size_t off = c->rules.len;
+    if (!rc && (ifd_buf_append(&c->rules, m.data, m.len) || ifd_buf_puts(&c->rules, "\n")))
+        rc = IFD_ENOMEM;
+    ifd__gconv_body_t *nb =
+        rc ? NULL : ifd_grow(c->bodies, c->n_bodies, &c->cap_bodies, sizeof *nb, 64);
+    if (!rc && !nb)
+        rc = IFD_ENOMEM;
+    if (nb)
+        c->bodies = nb;
+    if (!rc) {
+        c->bodies[c->n_bodies] = (ifd__gconv_body_t){off, m.len, id};
+        if (ifd_hash_insert(&c->body_index, h, (int32_t)c->n_bodies))
+            rc = IFD_ENOMEM;
+        else
+            c->n_bodies++;
+    }
+    ifd_buf_free(&m);
+    if (rc)
         return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     if (c->rules.len > IFD_GRAMMAR_MAX_TEXT)
         return ifd__gconv_err(c, IFD_ETOOBIG, "the schema's grammar is over %u bytes",
@@ -933,6 +1062,10 @@ int ifd__gconv_regex(conv_t *c, const char *re, size_t len, bool json, bool sear
 void ifd__gconv_close(conv_t *c)
 {
     ifd_buf_free(&c->rules);
+    ifd_hash_close(&c->body_index);
+    free(c->bodies);
+    free(c->alias);
+    free(c->alias_log);
     for (size_t i = 0; i < c->n_refs; i++)
         free(c->refs[i].ref);
     free(c->refs);
@@ -942,8 +1075,11 @@ int ifd__gconv_finish(conv_t *c, const char *root_body, ifd_buf_t *out)
 {
     size_t at = out->len;
     int rc = 0;
-    if (ifd_buf_printf(out, "root ::= %s\n", root_body) || ifd_buf_puts(out, BASE_RULES) ||
-        ifd_buf_append(out, c->rules.data ? c->rules.data : "", c->rules.len))
+    /* the references written before their rule became an alias, resolved */
+    if (ifd_buf_puts(out, "root ::= ") || map_refs(c, root_body, strlen(root_body), out) ||
+        ifd_buf_puts(out, "\n") || ifd_buf_puts(out, BASE_RULES) ||
+        (c->n_alias ? map_refs(c, c->rules.data, c->rules.len, out)
+                    : ifd_buf_append(out, c->rules.data ? c->rules.data : "", c->rules.len)))
         rc = ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     if (rc) {
         out->len = at;
@@ -1021,13 +1157,21 @@ int ifd_gconv_choice(const char *const *choices, size_t n, ifd_buf_t *out,
     return rc;
 }
 
-int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
-                         unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
-                         bool *approx, char *err, size_t errlen)
+/* One pass of ifd_gconv_tool_calls; dep_loose as conv_t's (the second pass,
+ * in the first one's budget: *deadline and *steps carried over). */
+static int tool_calls_pass(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
+                           unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                           bool *approx, char *err, size_t errlen, bool dep_loose,
+                           uint64_t *deadline, uint64_t *steps)
 {
     conv_t c;
     ifd__gconv_init(&c, budget, err, errlen);
     c.loose = approx != NULL;
+    if (dep_loose) {
+        c.dep_loose = true;
+        c.deadline = *deadline;
+        c.steps = *steps;
+    }
     ifd_buf_t body = IFD_BUF_INIT;
     int rc = n ? 0 : ifd__gconv_err(&c, IFD_EFORMAT, "no tools");
     unsigned call = 0;
@@ -1038,6 +1182,8 @@ int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_c
         unsigned pid = 0;
         bool any = !tools[i].parameters;
         if (!any)
+            rc = ifd__gconv_nul_check(&c, tools[i].parameters, 0);
+        if (!any && !rc)
             rc = ifd__gconv_schema_rule(&c, tools[i].parameters, tools[i].parameters, &pid);
         if (rc)
             break;
@@ -1091,8 +1237,33 @@ int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_c
             rc = IFD_ENOTSUP;
     if (approx)
         *approx = !rc && c.approx;
+    *deadline = c.deadline;
+    *steps = c.steps;
     ifd_buf_free(&cb);
     ifd_buf_free(&body);
     ifd__gconv_close(&c);
+    return rc;
+}
+
+int ifd_gconv_tool_calls(const ifd_gconv_tool_t *tools, size_t n, unsigned min_calls,
+                         unsigned max_calls, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
+                         bool *approx, char *err, size_t errlen)
+{
+    uint64_t deadline = 0, steps = 0;
+    size_t out_len = out->len;
+    int rc = tool_calls_pass(tools, n, min_calls, max_calls, out, budget, approx, err, errlen,
+                             false, &deadline, &steps);
+    bool deps = false; /* as convert() in grammar_conv_schema.c */
+    for (size_t i = 0; rc == IFD_ENOTSUP && approx && i < n && !deps; i++)
+        deps = tools[i].parameters && ifd__gconv_has_dep_schema(tools[i].parameters, 0);
+    if (deps) {
+        out->len = out_len;
+        if (out->data)
+            out->data[out_len] = '\0';
+        if (err && errlen)
+            err[0] = '\0';
+        rc = tool_calls_pass(tools, n, min_calls, max_calls, out, budget, approx, err, errlen,
+                             true, &deadline, &steps);
+    }
     return rc;
 }

@@ -12,11 +12,12 @@
  * properties outside "properties" never written). Annotations and unknown
  * keywords are ignored; types, enum/const of any JSON, numeric bounds and
  * integer multipleOf (exact digit grammars), string lengths, pattern,
- * formats (date, time, date-time, duration, uuid, email, hostname, ipv4,
- * ipv6, uri, uri-reference), properties / required / additionalProperties /
+ * formats (every one of 2020-12: schema_format.h), properties / required /
+ * additionalProperties /
  * patternProperties / min-maxProperties / dependentRequired /
  * dependentSchemas, items /
- * prefixItems / min-maxItems, local $ref (recursion works), allOf and the
+ * prefixItems / min-maxItems, $ref into the document (pointers, anchors,
+ * embedded resources' $id: schema_ref.c; recursion works), allOf and the
  * siblings of $ref / anyOf / oneOf (merged), anyOf, and oneOf with
  * branches that cannot overlap are enforced. What no grammar enforces
  * (general not, if/then/else, contains, uniqueItems, propertyNames,
@@ -67,8 +68,13 @@ int ifd_gconv_json_schema(const json_t *schema, ifd_buf_t *out, const ifd_gramma
  * be intersected keep the first. *approx (not NULL) is set when any of this
  * happened: the grammar then accepts a superset of the valid values and the
  * finished output must be checked against the schema (schema_check.h).
- * What neither a grammar nor the check evaluates (unevaluated*,
- * $dynamicRef, remote $ref) is still IFD_ENOTSUP.
+ * Left to the check the same way: unevaluatedProperties /
+ * unevaluatedItems, and dependentSchemas
+ * that exclude each other (a second pass leaves out those whose names are
+ * not required). What neither a grammar nor the check evaluates
+ * ($dynamicRef, $recursiveRef, remote $ref, a NUL where a C string is
+ * read) is still IFD_ENOTSUP. Rule bodies are hash-consed (each distinct
+ * rule written once).
  */
 int ifd_gconv_json_schema_loose(const json_t *schema, ifd_buf_t *out,
                                 const ifd_grammar_budget_t *budget, bool *approx, char *err,

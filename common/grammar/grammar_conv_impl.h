@@ -14,6 +14,7 @@
 
 #include "arena.h"
 #include "grammar/grammar.h"
+#include "hash.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -29,8 +30,30 @@ typedef struct {
     unsigned id;
 } ifd__gconv_ref_t;
 
+/* One answer of ifd__gconv_resource (ifd__gconv_resource_cached). */
+typedef struct {
+    const json_t *s, *res;
+} ifd__gconv_res_seen_t;
+
+/* A rule body written (ifd__gconv_rule): where its text lies in rules. */
+typedef struct {
+    size_t off, len;
+    unsigned id;
+} ifd__gconv_body_t;
+
 typedef struct {
     ifd_buf_t rules; /* the "sN ::= …" rules written so far */
+    /* Hash-consing (ifd__gconv_rule): a body equal to one written before,
+     * once its references are mapped to the rules they alias, is not
+     * written again; its rule becomes an alias (alias[id], UINT32_MAX:
+     * none), resolved in every reference when the grammar is finished. */
+    ifd_hash_t body_index; /* hash of a body's text → bodies[] */
+    ifd__gconv_body_t *bodies;
+    size_t n_bodies, cap_bodies;
+    unsigned *alias;
+    size_t cap_alias;
+    unsigned *alias_log; /* the ids aliased, in order (taken back with the rules) */
+    size_t n_alias, cap_alias_log;
     unsigned next;   /* the next rule number */
     ifd__gconv_ref_t *refs;
     size_t n_refs;
@@ -43,11 +66,15 @@ typedef struct {
     bool unsat;        /* the last error: no value satisfies the schema */
     bool loose;        /* over-approximate what no grammar enforces (ifd__gconv_loosen) */
     bool approx;       /* it did: the output must be checked (schema_check.h) */
+    bool dep_loose;    /* loose dependentSchemas whose name is not required (fold_dependent) */
+    const json_t *res; /* the embedded resource being converted (NULL: the document's) */
+    ifd__gconv_res_seen_t res_seen[16]; /* ifd__gconv_resource's last 16 answers */
+    unsigned n_res_seen;
 } conv_t;
 
 /* Where the output stands, to take back a part that failed. */
 typedef struct {
-    size_t rules_len, n_refs;
+    size_t rules_len, n_refs, n_bodies, n_alias;
 } ifd__gconv_mark_t;
 
 /* A literal: n bytes at s (valid UTF-8), borrowed. */
@@ -93,7 +120,12 @@ bool ifd__gconv_loosen(conv_t *c, ifd__gconv_mark_t mark, int rc);
  * and true returned (the caller leaves that part out). */
 bool ifd__gconv_drop_unsat(conv_t *c, ifd__gconv_mark_t mark, int rc);
 
-/* Appends the rule "sN ::= body" (an empty body matches nothing: ""). */
+/* Appends the rule "sN ::= body" (an empty body matches nothing: ""),
+ * unless an equal body (its references mapped through the aliases) was
+ * written before as rule sM: then sN becomes an alias of sM, resolved by
+ * ifd__gconv_finish. Grammars whose schemas repeat a part in many places
+ * (a $ref merged with its siblings, inlined anew at each use) shrink to
+ * their distinct rules. IFD_ETOOBIG past IFD_GRAMMAR_MAX_TEXT bytes. */
 int ifd__gconv_rule(conv_t *c, unsigned id, const ifd_buf_t *body);
 
 /* Exactly one of the n literals, as a trie of rules, into b (sorts v). */
@@ -159,9 +191,43 @@ int ifd__gconv_contains(conv_t *c, const json_t *s, const json_t *items, const c
  * a new schema, or NULL where if is not of that form or memory ran out. */
 json_t *ifd__gconv_not_if(const json_t *s, const json_t *ifs);
 
-/* The local reference ref resolved in doc ("#", "#/$defs/X", JSON pointer
- * paths); NULL when it is not one. */
+/* IFD_ENOTSUP when a string the converter reads as a C string (a required
+ * name, a $ref, a format, …) holds a NUL, which it would cut short: NUL is
+ * read only in pattern (with its length), enum and const (written whole,
+ * as the JSON escape \u0000) and the annotations it ignores. */
+int ifd__gconv_nul_check(conv_t *c, const json_t *s, int depth);
+
+/* Whether v holds, at any depth, a dependentSchemas or a draft-04
+ * dependencies with a schema (not a name list) among its values: a loose
+ * conversion that fails is then tried once more with c->dep_loose. */
+bool ifd__gconv_has_dep_schema(const json_t *v, int depth);
+
+/* The reference ref resolved inside doc (schema_ref.c): "#", JSON pointers
+ * ("#/$defs/X", percent-decoded), plain-name fragments ("#foo": $anchor, or
+ * an $id / id "#foo"), and URIs naming the document or a resource embedded
+ * in it (its $id); NULL when it names nothing in doc (a remote reference). */
 const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref);
+
+/* The resource embedded in doc that s is (schema_ref.c): NULL when s has no
+ * $id (id) beyond a fragment or names the document itself; else the
+ * subschema of doc with that $id — the same pointer for every copy of it
+ * the merge makes, so that references inside are keyed by one resource. */
+const json_t *ifd__gconv_resource(const json_t *doc, const json_t *s);
+
+/* ifd__gconv_resource's answer, from a cache of the last 16 (its search
+ * walks the document). A hit counts only where the resource (inside doc,
+ * alive) carries the same $id as s: the merge's copies are freed, and
+ * another object may take the same address. */
+const json_t *ifd__gconv_resource_cached(const json_t *doc, const json_t *s,
+                                         ifd__gconv_res_seen_t *seen, unsigned *n);
+
+/* ref as written inside the embedded resource res (NULL or doc: none): a
+ * fragment resolved in res first, as its base URI says (*in_res set), else
+ * in the whole document, where many published schemas mean it to point
+ * (an "id" on a subschema, "#/definitions/x" meaning the root's); other
+ * references as ifd__gconv_resolve. */
+const json_t *ifd__gconv_resolve_in(const json_t *doc, const json_t *res, const char *ref,
+                                    bool *in_res);
 
 /* Whether key is an annotation or a keyword the converter ignores as JSON
  * Schema says (unknown keywords, x-*): false for the ones that constrain. */

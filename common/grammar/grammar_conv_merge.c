@@ -417,7 +417,8 @@ static int member(conv_t *c, const json_t *m, const json_t *doc, int depth, json
     const json_t *ref = json_object_get(m, "$ref");
     if (ref && !has_constraint(m, "$ref", "$defs")) {
         const char *r = json_string_value(ref);
-        const json_t *t = r ? ifd__gconv_resolve(doc, r) : NULL;
+        bool in_res;
+        const json_t *t = r ? ifd__gconv_resolve_in(doc, c->res, r, &in_res) : NULL;
         if (!t)
             return ifd__gconv_err(c, IFD_ENOTSUP,
                                   "$ref '%.200s' is not a local reference into the schema",
@@ -516,11 +517,30 @@ keep:
     return rc;
 }
 
+/* Whether s requires the property name. */
+static bool requires(const json_t *s, const char *name)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(s, "required"), i, r)
+    {
+        if (json_is_string(r) && strcmp(json_string_value(r), name) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* dependentSchemas (and draft-04 dependencies with schemas): "when name is
  * present, the value also satisfies the schema". Each schema is merged in
  * whether or not its name is written (valid either way: a value satisfying
  * it as well is still valid); name lists (dependentRequired's form) stay for
- * the object reader. */
+ * the object reader. Merged unconditionally, two dependencies may exclude
+ * each other (a's schema forbids b, b's forbids a, and an anyOf asks for
+ * one of them): the loose conversion then runs again with c->dep_loose
+ * (convert() in grammar_conv_schema.c), where a schema whose name is not
+ * required is left out of the grammar (llguidance's rule: a superset,
+ * c->approx, checked at the end) and one whose name is required is merged
+ * (exact: its name is always written). */
 static int fold_dependent(conv_t *c, json_t *r, const json_t *doc, int depth)
 {
     static const char *const keys[] = {"dependentSchemas", "dependencies"};
@@ -540,6 +560,10 @@ static int fold_dependent(conv_t *c, json_t *r, const json_t *doc, int depth)
                 break;
             if (json_is_array(v)) { /* a name list: kept */
                 rc = json_object_set(lists, k, v) ? oom(c) : 0;
+                continue;
+            }
+            if (c->dep_loose && !requires(r, k)) {
+                c->approx = true;
                 continue;
             }
             json_t *m = NULL;
@@ -724,18 +748,6 @@ static bool values_apart(const json_t *x, const json_t *y)
     json_decref(vx);
     json_decref(vy);
     return apart;
-}
-
-static bool requires(const json_t *s, const char *name)
-{
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(s, "required"), i, r)
-    {
-        if (json_is_string(r) && strcmp(json_string_value(r), name) == 0)
-            return true;
-    }
-    return false;
 }
 
 /* One requires a property the other forbids. */

@@ -86,7 +86,8 @@ static const char *const REFUSED[] = {"not",
                                       "$recursiveRef",
                                       "unevaluatedProperties",
                                       "unevaluatedItems"};
-static const char *const LOOSE[] = {"not", "if", "contains", "propertyNames", "uniqueItems"};
+static const char *const LOOSE[] = {"not",         "if", "contains", "propertyNames",
+                                    "uniqueItems", "unevaluatedProperties", "unevaluatedItems"};
 
 bool ifd__gconv_constrains(const char *key)
 {
@@ -115,59 +116,18 @@ static int enum_body(conv_t *c, const json_t *en, ifd_buf_t *b)
     return rc;
 }
 
-/* Resolves a local reference against doc. */
-const json_t *ifd__gconv_resolve(const json_t *doc, const char *ref)
-{
-    if (ref[0] != '#')
-        return NULL;
-    const json_t *cur = doc;
-    const char *p = ref + 1;
-    while (*p) {
-        if (*p != '/')
-            return NULL;
-        p++;
-        char key[256];
-        size_t k = 0;
-        while (*p && *p != '/') {
-            char ch = *p++;
-            if (ch == '~') {
-                if (*p == '0')
-                    ch = '~';
-                else if (*p == '1')
-                    ch = '/';
-                else
-                    return NULL;
-                p++;
-            }
-            if (k + 1 >= sizeof key)
-                return NULL;
-            key[k++] = ch;
-        }
-        key[k] = '\0';
-        if (json_is_object(cur)) {
-            cur = json_object_get(cur, key);
-        } else if (json_is_array(cur)) {
-            char *e;
-            unsigned long i = strtoul(key, &e, 10);
-            cur = *e || !k ? NULL : json_array_get(cur, i);
-        } else {
-            return NULL;
-        }
-        if (!cur)
-            return NULL;
-    }
-    return cur;
-}
-
 static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
 {
+    /* a fragment is read in the embedded resource it is written in, first */
+    const json_t *scope = c->res && ref[0] == '#' ? c->res : doc;
     for (size_t i = 0; i < c->n_refs; i++) {
-        if (c->refs[i].doc == doc && strcmp(c->refs[i].ref, ref) == 0) {
+        if (c->refs[i].doc == scope && strcmp(c->refs[i].ref, ref) == 0) {
             *id = c->refs[i].id;
             return 0;
         }
     }
-    const json_t *t = ifd__gconv_resolve(doc, ref);
+    bool in_res;
+    const json_t *t = ifd__gconv_resolve_in(doc, c->res, ref, &in_res);
     if (!t)
         return ifd__gconv_err(c, IFD_ENOTSUP,
                               "$ref '%.200s' is not a local reference into the schema", ref);
@@ -181,13 +141,17 @@ static int ref_rule(conv_t *c, const char *ref, const json_t *doc, unsigned *id)
     if (!dup)
         return ifd__gconv_err(c, IFD_ENOMEM, "out of memory");
     unsigned me = c->next++;
-    c->refs[c->n_refs++] = (ifd__gconv_ref_t){doc, dup, me};
-    /* sN ::= <the target's rule> (recursion reaches sN by name) */
+    c->refs[c->n_refs++] = (ifd__gconv_ref_t){scope, dup, me};
+    /* sN ::= <the target's rule> (recursion reaches sN by name), converted in
+     * the resource it was found in */
     unsigned tid;
     int saved = c->depth;
+    const json_t *saved_res = c->res;
     c->depth = 0;
+    c->res = in_res ? c->res : NULL;
     int rc = ifd__gconv_schema_rule(c, t, doc, &tid);
     c->depth = saved;
+    c->res = saved_res;
     if (rc)
         return rc;
     ifd_buf_t body = IFD_BUF_INIT;
@@ -284,10 +248,9 @@ typedef struct {
 
 enum { RX_MAX_ITEMS = 64 };
 
-static bool rx_items(const char *p, rx_item_t *item, size_t *k)
+static bool rx_items(const char *p, size_t n, rx_item_t *item, size_t *k)
 {
-    size_t n = strlen(p);
-    if (n < 3 || p[0] != '^' || p[n - 1] != '$' || p[n - 2] == '\\')
+    if (n < 3 || memchr(p, '\0', n) || p[0] != '^' || p[n - 1] != '$' || p[n - 2] == '\\')
         return false;
     const char *q = p + 1, *end = p + n - 1;
     if (*q == '(' && end[-1] == ')') { /* ( … ) or (?: … ) around everything, no | in it */
@@ -337,11 +300,12 @@ static bool rx_items(const char *p, rx_item_t *item, size_t *k)
  * with several, minLength's extra goes to the first ones and maxLength's
  * room is shared out evenly (every string written obeys both; not every
  * valid one is written). Otherwise IFD_ENOTSUP. */
-static int pattern_length(conv_t *c, const char *p, long long mn, long long mx, ifd_buf_t *b)
+static int pattern_length(conv_t *c, const char *p, size_t pn, long long mn, long long mx,
+                          ifd_buf_t *b)
 {
     rx_item_t item[RX_MAX_ITEMS];
     size_t k;
-    if (!rx_items(p, item, &k))
+    if (!rx_items(p, pn, item, &k))
         return ifd__gconv_err(c, IFD_ENOTSUP,
                               "'pattern' combined with 'minLength'/'maxLength' (supported when "
                               "the pattern is an anchored sequence of characters and classes "
@@ -421,11 +385,13 @@ static int string_exact(conv_t *c, const json_t *s, ifd_buf_t *b)
         const char *p = json_string_value(pat);
         if (!p)
             return ifd__gconv_err(c, IFD_ENOTSUP, "'pattern' must be a string");
+        /* (its length: a pattern may hold a NUL, "[^\u0000]") */
+        size_t pn = json_string_length(pat);
         if (mn >= 0 || mx >= 0)
-            return pattern_length(c, p, mn, mx, b);
+            return pattern_length(c, p, pn, mn, mx, b);
         if (ifd_buf_puts(b, "\"\\u0022\" "))
             return IFD_ENOMEM;
-        TRY(ifd__gconv_regex(c, p, strlen(p), true, true, b));
+        TRY(ifd__gconv_regex(c, p, pn, true, true, b));
         return ifd_buf_puts(b, "\"\\u0022\" ") ? IFD_ENOMEM : 0;
     }
     if (mn < 0 && mx < 0)
@@ -499,22 +465,10 @@ static int string_fn(conv_t *c, const json_t *s, bool integer, ifd_buf_t *b)
     return string_exact(c, s, b);
 }
 
-/* Standard formats a checker may assert that no rule here writes: refused
- * even in a loose conversion (the check at the end asserts only the
- * formats of schema_format.h, so leaving one out would go unchecked). */
-static const char *const REFUSED_FORMATS[] = {"idn-email", "idn-hostname", "uri-template"};
-
+/* Every standard format of 2020-12 has a rule (schema_format.h); any other
+ * is an annotation. */
 static int string_body(conv_t *c, const json_t *s, ifd_buf_t *b)
 {
-    const char *f = json_string_value(json_object_get(s, "format"));
-    if (f &&
-        ifd__gconv_in_list(f, REFUSED_FORMATS, sizeof REFUSED_FORMATS / sizeof REFUSED_FORMATS[0]))
-        return ifd__gconv_err(c, IFD_ENOTSUP,
-                              "'format': \"%.60s\" is not supported (date, time, date-time, "
-                              "duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference, "
-                              "iri, iri-reference, json-pointer, relative-json-pointer, regex "
-                              "are)",
-                              f);
     return loose_body(c, s, false, string_fn, STRING_TRIES, b);
 }
 
@@ -1498,7 +1452,21 @@ static int memo_text_cb(const char *buf, size_t size, void *data)
     return 0;
 }
 
+static int schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id);
+
 int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
+{
+    const json_t *res = ifd__gconv_resource_cached(doc, s, c->res_seen, &c->n_res_seen);
+    if (!res)
+        return schema_rule(c, s, doc, id);
+    const json_t *saved = c->res; /* an embedded resource: its fragments are its own */
+    c->res = res;
+    int rc = schema_rule(c, s, doc, id);
+    c->res = saved;
+    return rc;
+}
+
+static int schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsigned *id)
 {
     TRY(ifd__gconv_step(c));
     if (++c->depth > IFD__GCONV_MAX_DEPTH) {
@@ -1556,14 +1524,109 @@ int ifd__gconv_schema_rule(conv_t *c, const json_t *s, const json_t *doc, unsign
     return rc;
 }
 
+/* Whether the string v holds a NUL. */
+static bool has_nul(const json_t *v)
+{
+    return json_is_string(v) && memchr(json_string_value(v), '\0', json_string_length(v));
+}
+
+int ifd__gconv_nul_check(conv_t *c, const json_t *s, int depth)
+{
+    static const char *const maps[] = {"properties",   "patternProperties", "$defs",
+                                       "definitions",  "dependentSchemas",  "dependencies"};
+    static const char *const read[] = {"then", "else", "$defs", "definitions"};
+    if (!json_is_object(s) || depth > 256)
+        return 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v)
+    {
+        /* enum / const values are written whole (escaped); a pattern is read with its
+         * length; annotations and unknown keywords are not read */
+        if (!strcmp(k, "enum") || !strcmp(k, "const") || !strcmp(k, "pattern") ||
+            !(ifd__gconv_constrains(k) || ifd__gconv_in_list(k, read, 4)))
+            continue;
+        bool map = ifd__gconv_in_list(k, maps, 6) && json_is_object(v);
+        size_t i;
+        const char *n;
+        json_t *x;
+        int bad = has_nul(v);
+        if (json_is_array(v)) {
+            json_array_foreach(v, i, x)
+            {
+                bad |= has_nul(x);
+                TRY(ifd__gconv_nul_check(c, x, depth + 1));
+            }
+        } else if (map) {
+            json_object_foreach(v, n, x)
+            {
+                for (i = 0; json_is_array(x) && i < json_array_size(x); i++)
+                    bad |= has_nul(json_array_get(x, i)); /* dependencies' name lists */
+                TRY(ifd__gconv_nul_check(c, x, depth + 1));
+            }
+        } else {
+            TRY(ifd__gconv_nul_check(c, v, depth + 1));
+        }
+        if (bad)
+            return ifd__gconv_err(c, IFD_ENOTSUP,
+                                  "'%s' holds a NUL character (\\u0000): only 'pattern', "
+                                  "'enum' and 'const' strings (and annotations) may",
+                                  k);
+    }
+    return 0;
+}
+
+bool ifd__gconv_has_dep_schema(const json_t *v, int depth)
+{
+    if (depth > 256)
+        return false;
+    const char *k;
+    json_t *x;
+    size_t i;
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, x)
+        {
+            if (ifd__gconv_has_dep_schema(x, depth + 1))
+                return true;
+        }
+        return false;
+    }
+    json_object_foreach((json_t *)v, k, x)
+    {
+        if (json_is_object(x) && (!strcmp(k, "dependentSchemas") || !strcmp(k, "dependencies"))) {
+            const char *n;
+            json_t *d;
+            json_object_foreach(x, n, d)
+            {
+                if (!json_is_array(d))
+                    return true;
+            }
+        }
+        if ((json_is_object(x) || json_is_array(x)) && ifd__gconv_has_dep_schema(x, depth + 1))
+            return true;
+    }
+    return false;
+}
+
 static int convert(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budget_t *budget,
                    bool loose, bool *approx, char *err, size_t errlen)
 {
+    size_t out_len = out->len;
+    bool dep_loose = false;
+    uint64_t deadline = 0, steps = 0;
+again:;
     conv_t c;
     ifd__gconv_init(&c, budget, err, errlen);
     c.loose = loose;
+    if (dep_loose) { /* the second pass within the first one's budget */
+        c.dep_loose = true;
+        c.deadline = deadline;
+        c.steps = steps;
+    }
     unsigned id;
-    int rc = ifd__gconv_schema_rule(&c, schema, schema, &id);
+    int rc = ifd__gconv_nul_check(&c, schema, 0);
+    if (!rc)
+        rc = ifd__gconv_schema_rule(&c, schema, schema, &id);
     if (!rc) {
         char root[32];
         snprintf(root, sizeof root, "s%u", id);
@@ -1575,7 +1638,21 @@ static int convert(const json_t *schema, ifd_buf_t *out, const ifd_grammar_budge
         rc = IFD_ENOTSUP;
     if (approx)
         *approx = !rc && c.approx;
+    deadline = c.deadline;
+    steps = c.steps;
     ifd__gconv_close(&c);
+    /* dependentSchemas merged whether or not their names are written may
+     * exclude each other (fold_dependent): once more, leaving out those
+     * whose names are not required */
+    if (rc == IFD_ENOTSUP && loose && !dep_loose && ifd__gconv_has_dep_schema(schema, 0)) {
+        dep_loose = true;
+        out->len = out_len;
+        if (out->data)
+            out->data[out_len] = '\0';
+        if (err && errlen)
+            err[0] = '\0';
+        goto again;
+    }
     return rc;
 }
 

@@ -90,7 +90,8 @@ void ifd_constraint_destroy(ifd_constraint_t *c); /* NULL is a no-op */
 /* The same from a grammar compiled elsewhere (ifd_grammar_serialize's n
  * words, as the router hands it on in ADD): loaded, not compiled; found in
  * the store by those words. IFD_EFORMAT (bad words, message in err),
- * IFD_ENOMEM. */
+ * IFD_ETOOBIG (words that load, but whose first step is over the matcher's
+ * limits: corrupted words can be), IFD_ENOMEM. */
 int ifd_constraint_create_compiled(ifd_gstore_t *s, const int32_t *words, size_t n,
                                    ifd_constraint_t **out, char *err, size_t errlen);
 

@@ -34,6 +34,16 @@ typedef struct {
     unsigned long steps;
     char path[512]; /* JSON pointer of the value being checked */
     size_t plen;
+    /* $ref strings resolved so far in this check (an anchor's search walks
+     * the document: once per reference, not per evaluation) */
+    struct {
+        const json_t *ref, *res, *target;
+        bool in_res;
+    } refs[16];
+    unsigned n_refs;
+    const json_t *res; /* the embedded resource being checked (NULL: the document's) */
+    ifd__gconv_res_seen_t res_seen[16]; /* ifd__gconv_resource's last 16 answers */
+    unsigned n_res_seen;
 } chk_t;
 
 typedef int (*kw_fn)(chk_t *c, const json_t *s, const json_t *kv, const json_t *v);
@@ -194,11 +204,12 @@ static long long count_of(const json_t *kv)
 }
 
 /* Whether the regex pat finds a match in str[0..n) (a search). */
-static int re_search(chk_t *c, const char *pat, const char *str, size_t n, bool *found)
+static int re_search(chk_t *c, const char *pat, size_t pn, const char *str, size_t n,
+                     bool *found)
 {
     int ec;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, pn,
                                    PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &off, NULL);
     if (!re)
         return unsupported(c, "'pattern' '%.200s' is not a regex PCRE2 compiles", pat);
@@ -310,15 +321,38 @@ static int kw_if(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
     return next ? check(c, next, v) : 0;
 }
 
+/* The target of the $ref string kv in the document (NULL: none), the last
+ * 16 resolved kept in c. */
+static const json_t *ref_target(chk_t *c, const json_t *kv, bool *in_res)
+{
+    const char *r = json_string_value(kv);
+    const json_t *t = NULL;
+    *in_res = false;
+    for (unsigned i = 0; i < c->n_refs && i < 16 && !t; i++)
+        if (c->refs[i].ref == kv && c->refs[i].res == c->res)
+            t = c->refs[i].target, *in_res = c->refs[i].in_res;
+    if (!t && r && (t = ifd__gconv_resolve_in(c->doc, c->res, r, in_res))) {
+        unsigned k = c->n_refs++ % 16;
+        c->refs[k].ref = kv, c->refs[k].res = c->res;
+        c->refs[k].target = t, c->refs[k].in_res = *in_res;
+    }
+    return t;
+}
+
 static int kw_ref(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
 {
     (void)s;
     const char *r = json_string_value(kv);
-    const json_t *t = r ? ifd__gconv_resolve(c->doc, r) : NULL;
+    bool in_res;
+    const json_t *t = ref_target(c, kv, &in_res);
     if (!t)
         return unsupported(c, "'$ref' '%.200s' is not a local reference into the schema",
                            r ? r : "");
-    return check(c, t, v);
+    const json_t *saved = c->res; /* the target checked in the resource it was found in */
+    c->res = in_res ? c->res : NULL;
+    int rc = check(c, t, v);
+    c->res = saved;
+    return rc;
 }
 
 static int kw_refused(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
@@ -326,7 +360,7 @@ static int kw_refused(chk_t *c, const json_t *s, const json_t *kv, const json_t 
     (void)s, (void)kv, (void)v;
     return unsupported(c, "%s",
                        "the schema uses a keyword the output check cannot evaluate "
-                       "($dynamicRef, $recursiveRef or unevaluated*)");
+                       "($dynamicRef or $recursiveRef)");
 }
 
 /* ---- numbers ---- */
@@ -426,7 +460,8 @@ static int kw_pattern(chk_t *c, const json_t *s, const json_t *kv, const json_t 
         return unsupported(c, "'%s' must be a string", "pattern");
     bool found;
     int rc =
-        re_search(c, json_string_value(kv), json_string_value(v), json_string_length(v), &found);
+        re_search(c, json_string_value(kv), json_string_length(kv), json_string_value(v),
+                  json_string_length(v), &found);
     return rc ? rc : found ? 0 : fail(c, "does not match 'pattern' %.100s", json_string_value(kv));
 }
 
@@ -560,7 +595,7 @@ static int pattern_members(chk_t *c, const char *pat, const json_t *sub, const j
                            const char *name, bool *hit)
 {
     bool found;
-    int rc = re_search(c, pat, name, strlen(name), &found);
+    int rc = re_search(c, pat, strlen(pat), name, strlen(name), &found);
     if (rc || !found)
         return rc;
     *hit = true;
@@ -688,6 +723,159 @@ static int kw_dependencies(chk_t *c, const json_t *s, const json_t *kv, const js
     return 0;
 }
 
+/* ---- unevaluatedProperties / unevaluatedItems (2019-09, 2020-12) ---- */
+
+static int evaluated(chk_t *c, const json_t *s, const json_t *v, bool props, bool self, bool *ev);
+
+/* evaluated() of each schema in the array l (all: every one; else only
+ * those v passes, as anyOf / oneOf branches). */
+static int evaluated_of(chk_t *c, const json_t *l, const json_t *v, bool props, bool all,
+                        bool *ev)
+{
+    for (size_t i = 0; i < json_array_size(l); i++) {
+        const json_t *b = json_array_get(l, i);
+        int rc = all ? 0 : quietly(c, b, v);
+        if (hard(rc))
+            return rc;
+        if (!rc && (rc = evaluated(c, b, v, props, false, ev)))
+            return rc;
+    }
+    return 0;
+}
+
+/* Marks ev[i] for each member of the object v (props: the i-th in its
+ * iteration order) or item of the array v that s evaluates: the members of
+ * properties, patternProperties, additionalProperties and (unless self: s's
+ * own) unevaluatedProperties; the items of prefixItems, items,
+ * additionalItems, contains (those that match) and unevaluatedItems — in s
+ * and, where they pass, in its in-place subschemas: allOf, the anyOf /
+ * oneOf branches v satisfies, if with then or else as if decides,
+ * dependentSchemas of the names present, $ref. 0 or a hard error. */
+static int evaluated(chk_t *c, const json_t *s, const json_t *v, bool props, bool self, bool *ev)
+{
+    if (!json_is_object(s))
+        return 0;
+    if (++c->steps > MAX_STEPS || c->depth >= MAX_DEPTH) {
+        unsupported(c, "%s", "the output check's work or depth limit was reached");
+        return IFD_ETOOBIG;
+    }
+    int rc = 0;
+    size_t n = props ? json_object_size(v) : json_array_size(v), i = 0;
+    c->depth++;
+    if (props) {
+        const json_t *pr = json_object_get(s, "properties"), *pp = json_object_get(s, "patternProperties");
+        bool all = json_object_get(s, "additionalProperties") ||
+                   (!self && json_object_get(s, "unevaluatedProperties"));
+        const char *name, *pat;
+        const json_t *x, *unused;
+        json_object_foreach((json_t *)v, name, x)
+        {
+            bool hit = all || json_object_get(pr, name);
+            json_object_foreach((json_t *)pp, pat, unused)
+            {
+                if (!rc && !hit)
+                    rc = pattern_members(c, pat, NULL, v, name, &hit);
+            }
+            ev[i++] |= hit;
+        }
+        const char *k;
+        const json_t *d;
+        for (int j = 0; j < 2 && !rc; j++) {
+            json_object_foreach(json_object_get(s, j ? "dependencies" : "dependentSchemas"), k, d)
+            {
+                if (!rc && json_object_get(v, k) && !json_is_array(d))
+                    rc = evaluated(c, d, v, props, false, ev);
+            }
+        }
+    } else {
+        const json_t *it = json_object_get(s, "items"), *con = json_object_get(s, "contains");
+        size_t k = json_array_size(json_object_get(s, "prefixItems"));
+        if (json_is_array(it))
+            k = json_object_get(s, "additionalItems") ? n : json_array_size(it);
+        else if (it || (!self && json_object_get(s, "unevaluatedItems")))
+            k = n;
+        for (i = 0; i < n; i++) {
+            ev[i] |= i < k;
+            int q = con && !ev[i] ? quietly(c, con, json_array_get(v, i)) : IFD_EINVAL;
+            if (hard(q)) {
+                rc = q;
+                break;
+            }
+            ev[i] |= !q;
+        }
+    }
+    if (!rc)
+        rc = evaluated_of(c, json_object_get(s, "allOf"), v, props, true, ev);
+    if (!rc)
+        rc = evaluated_of(c, json_object_get(s, "anyOf"), v, props, false, ev);
+    if (!rc)
+        rc = evaluated_of(c, json_object_get(s, "oneOf"), v, props, false, ev);
+    const json_t *ifs = json_object_get(s, "if"), *ref = json_object_get(s, "$ref");
+    if (!rc && ifs) {
+        int q = quietly(c, ifs, v);
+        if (hard(q))
+            rc = q;
+        else if (!q && !(rc = evaluated(c, ifs, v, props, false, ev)))
+            rc = evaluated(c, json_object_get(s, "then"), v, props, false, ev);
+        else if (q)
+            rc = evaluated(c, json_object_get(s, "else"), v, props, false, ev);
+    }
+    if (!rc && ref) {
+        bool in_res;
+        const json_t *t = ref_target(c, ref, &in_res), *saved = c->res;
+        c->res = in_res ? c->res : NULL;
+        rc = evaluated(c, t, v, props, false, ev);
+        c->res = saved;
+    }
+    c->depth--;
+    return rc;
+}
+
+/* The members (items) s does not evaluate, each checked against kv. */
+static int unevaluated(chk_t *c, const json_t *s, const json_t *kv, const json_t *v, bool props)
+{
+    size_t n = props ? json_object_size(v) : json_array_size(v);
+    bool *ev = calloc(n ? n : 1, sizeof *ev);
+    if (!ev) {
+        unsupported(c, "%s", "out of memory");
+        return IFD_ENOMEM;
+    }
+    int rc = evaluated(c, s, v, props, true, ev);
+    const char *name;
+    const json_t *x;
+    size_t i = 0;
+    const char *kw = props ? "unevaluatedProperties" : "unevaluatedItems";
+    json_object_foreach((json_t *)(props ? v : NULL), name, x)
+    {
+        if (rc || ev[i++])
+            continue;
+        size_t was = push_key(c, name);
+        rc = json_is_false(kv) ? fail(c, "not allowed ('%s')", kw) : check(c, kv, x);
+        pop(c, was);
+    }
+    for (i = 0; !props && !rc && i < n; i++) {
+        if (ev[i])
+            continue;
+        size_t was = push_index(c, i);
+        rc = json_is_false(kv) ? fail(c, "not allowed ('%s')", kw)
+                               : check(c, kv, json_array_get(v, i));
+        pop(c, was);
+    }
+    free(ev);
+    return rc;
+}
+
+static int kw_unevaluated_properties(chk_t *c, const json_t *s, const json_t *kv,
+                                     const json_t *v)
+{
+    return unevaluated(c, s, kv, v, true);
+}
+
+static int kw_unevaluated_items(chk_t *c, const json_t *s, const json_t *kv, const json_t *v)
+{
+    return unevaluated(c, s, kv, v, false);
+}
+
 /* ---- the table ---- */
 
 typedef enum { ANY, NUM, STR, ARR, OBJ } applies_t;
@@ -708,8 +896,6 @@ static const struct {
     {"if", ANY, kw_if},
     {"$dynamicRef", ANY, kw_refused},
     {"$recursiveRef", ANY, kw_refused},
-    {"unevaluatedProperties", ANY, kw_refused},
-    {"unevaluatedItems", ANY, kw_refused},
     {"minimum", NUM, kw_minimum},
     {"maximum", NUM, kw_maximum},
     {"exclusiveMinimum", NUM, kw_excl_min},
@@ -735,6 +921,9 @@ static const struct {
     {"dependentRequired", OBJ, kw_dependencies},
     {"dependentSchemas", OBJ, kw_dependencies},
     {"dependencies", OBJ, kw_dependencies},
+    /* last: an earlier keyword's failure is the message */
+    {"unevaluatedProperties", OBJ, kw_unevaluated_properties},
+    {"unevaluatedItems", ARR, kw_unevaluated_items},
 };
 
 static applies_t kind_of(const json_t *v)
@@ -761,6 +950,10 @@ static int check(chk_t *c, const json_t *s, const json_t *v)
     if (json_is_null(v) && json_is_true(json_object_get(s, "nullable")))
         return 0;
     applies_t kind = kind_of(v);
+    const json_t *saved = c->res; /* an embedded resource: its fragments are its own */
+    const json_t *res = ifd__gconv_resource_cached(c->doc, s, c->res_seen, &c->n_res_seen);
+    if (res)
+        c->res = res;
     c->depth++;
     int rc = 0;
     for (size_t i = 0; !rc && i < sizeof KEYWORDS / sizeof KEYWORDS[0]; i++) {
@@ -771,6 +964,7 @@ static int check(chk_t *c, const json_t *s, const json_t *v)
             rc = KEYWORDS[i].fn(c, s, kv, v);
     }
     c->depth--;
+    c->res = saved;
     return rc;
 }
 
@@ -801,10 +995,10 @@ int ifd_schema_check_text(const json_t *schema, const char *text, size_t n, char
 
 /* ---- what the check can evaluate ---- */
 
-static int compiles(chk_t *c, const char *pat)
+static int compiles(chk_t *c, const char *pat, size_t pn)
 {
     bool found;
-    return re_search(c, pat, "", 0, &found);
+    return re_search(c, pat, pn, "", 0, &found);
 }
 
 static int supported(chk_t *c, const json_t *s)
@@ -820,13 +1014,17 @@ static int supported(chk_t *c, const json_t *s)
     }
     if (!json_is_object(s))
         return 0;
-    static const char *const never[] = {"$dynamicRef", "$recursiveRef", "unevaluatedProperties",
-                                        "unevaluatedItems"};
+    static const char *const never[] = {"$dynamicRef", "$recursiveRef"};
     static const char *const values[] = {"enum", "const", "default", "examples"};
     const char *k;
     const json_t *v;
+    const json_t *saved = c->res,
+                 *res = ifd__gconv_resource_cached(c->doc, s, c->res_seen, &c->n_res_seen);
+    if (res)
+        c->res = res;
     c->depth++;
     int rc = 0;
+    bool in_res;
     json_object_foreach((json_t *)s, k, v)
     {
         bool skip = false;
@@ -836,18 +1034,18 @@ static int supported(chk_t *c, const json_t *s)
             if (strcmp(k, never[i]) == 0)
                 rc = unsupported(c, "'%s' cannot be checked after generation", k);
         if (!rc && strcmp(k, "$ref") == 0 && json_is_string(v) &&
-            !ifd__gconv_resolve(c->doc, json_string_value(v)))
+            !ifd__gconv_resolve_in(c->doc, c->res, json_string_value(v), &in_res))
             rc = unsupported(c, "'$ref' '%.200s' is not a local reference into the schema",
                              json_string_value(v));
         if (!rc && strcmp(k, "pattern") == 0 && json_is_string(v))
-            rc = compiles(c, json_string_value(v));
+            rc = compiles(c, json_string_value(v), json_string_length(v));
         if (!rc && strcmp(k, "patternProperties") == 0 && json_is_object(v)) {
             const char *pat;
             const json_t *unused;
             json_object_foreach((json_t *)v, pat, unused)
             {
                 if (!rc)
-                    rc = compiles(c, pat);
+                    rc = compiles(c, pat, strlen(pat));
             }
         }
         if (!rc && !skip)
@@ -856,6 +1054,7 @@ static int supported(chk_t *c, const json_t *s)
             break;
     }
     c->depth--;
+    c->res = saved;
     return rc;
 }
 

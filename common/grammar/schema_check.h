@@ -19,9 +19,12 @@
  * IFD_ENOTSUP (not checkable: PCRE2's limit stops it); non-integer
  * `multipleOf` holds within a relative 1e-9 (the
  * quotient of two doubles); `nullable: true` admits null before anything
- * else. Remote references, anchors, `$dynamicRef` / `$recursiveRef` and
- * `unevaluated*` cannot be checked here: IFD_ENOTSUP (the converter
- * refuses them too).
+ * else; `$ref` is read as the converter reads it (schema_ref.c: pointers,
+ * anchors, embedded resources' `$id`, a fragment inside an embedded
+ * resource read there first); `unevaluatedProperties` / `unevaluatedItems`
+ * from the annotations of the keywords and in-place subschemas that pass.
+ * Remote references and `$dynamicRef` / `$recursiveRef` cannot be checked
+ * here: IFD_ENOTSUP (the converter refuses them too).
  */
 #ifndef IFD_SCHEMA_CHECK_H
 #define IFD_SCHEMA_CHECK_H
@@ -53,8 +56,8 @@ int ifd_schema_check_text(const json_t *schema, const char *text, size_t n, char
 /*
  * Whether ifd_schema_check can evaluate every part of schema, whatever the
  * value: 0, or IFD_ENOTSUP naming the first part it cannot (a $ref that is
- * not a local reference into schema, $dynamicRef, $recursiveRef,
- * unevaluated*, a pattern or patternProperties key PCRE2 does not
+ * not a reference into schema, $dynamicRef, $recursiveRef, a pattern or
+ * patternProperties key PCRE2 does not
  * compile) in err. Values of enum, const, default and examples are not
  * schemas and are skipped. Linear in the schema's size. Reentrant.
  */

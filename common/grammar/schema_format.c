@@ -363,6 +363,160 @@ static bool f_email(const char *s, size_t n)
     return f_hostname(p, dn);
 }
 
+/* One UTF-8 code point at s[0..n): its length (0: not valid UTF-8) and value. */
+static size_t utf8_cp(const char *s, size_t n, uint32_t *cp)
+{
+    unsigned char b = (unsigned char)s[0];
+    size_t len = b < 0x80 ? 1 : b >= 0xf0 && b < 0xf5 ? 4 : b >= 0xe0 ? 3 : b >= 0xc2 ? 2 : 0;
+    if (!len || len > n)
+        return 0;
+    uint32_t v = len == 1 ? b : b & (0x7f >> len);
+    for (size_t j = 1; j < len; j++) {
+        unsigned char t = (unsigned char)s[j];
+        if ((t & 0xc0) != 0x80)
+            return 0;
+        v = v << 6 | (t & 0x3f);
+    }
+    static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < least[len] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+        return 0; /* overlong, beyond Unicode, a surrogate */
+    *cp = v;
+    return len;
+}
+
+/* RFC 6531's addr-spec: RFC 5322's, with any non-ASCII character (RFC
+ * 6532's UTF8-non-ascii) in the local part's atoms and quoted strings. The
+ * domain must be ASCII (a host name with A-labels, or an address literal):
+ * a U-label's validity is IDNA2008's tables, not here, so such an address
+ * fails the check (the grammar never writes one). */
+static bool f_idn_email(const char *s, size_t n)
+{
+    const char *at = NULL;
+    /* the last '@' outside a quoted local part ends it */
+    for (size_t i = 0, q = 0; i < n; i++) {
+        if (s[i] == '\\' && q)
+            i++;
+        else if (s[i] == '"')
+            q = !q;
+        else if (s[i] == '@' && !q)
+            at = s + i;
+    }
+    if (!at || at - s > 64)
+        return false;
+    /* the local part with each non-ASCII character read as 'a', checked as email's */
+    char m[80];
+    size_t k = 0;
+    for (const char *p = s; p < at;) {
+        uint32_t cp;
+        size_t len = utf8_cp(p, (size_t)(at - p), &cp);
+        if (!len)
+            return false;
+        m[k++] = len == 1 ? *p : 'a';
+        p += len;
+    }
+    for (const char *p = at; p < s + n; p++) {
+        if ((unsigned char)*p >= 0x80)
+            return false;
+    }
+    size_t dn = (size_t)(s + n - at);
+    char *full = malloc(k + dn);
+    if (!full)
+        return false;
+    memcpy(full, m, k);
+    memcpy(full + k, at, dn);
+    bool ok = f_email(full, k + dn);
+    free(full);
+    return ok;
+}
+
+/* IDNA2008 host names: the ASCII ones (LDH labels and A-labels) by
+ * f_hostname's rules; one holding a U-label fails (its validity is
+ * Unicode's tables, not here; the grammar writes ASCII labels). */
+static bool f_idn_hostname(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] >= 0x80)
+            return false;
+    return f_hostname(s, n);
+}
+
+/* RFC 6570's ucschar / iprivate (a literal may hold either). */
+static bool ucs_or_private(uint32_t cp)
+{
+    return (cp >= 0xa0 && cp <= 0xd7ff) || (cp >= 0xe000 && cp <= 0xfdcf) ||
+           (cp >= 0xfdf0 && cp <= 0xffef) ||
+           (cp >= 0x10000 && cp <= 0x10fffd && (cp & 0xfffe) != 0xfffe);
+}
+
+static bool pct(const char *p, const char *e)
+{
+    return e - p >= 3 && p[0] == '%' && hexd(p[1]) && hexd(p[2]);
+}
+
+/* RFC 6570 (level 4): literals and expressions "{" [operator] varspec
+ * *("," varspec) "}", varspec = varname [":" 1*4DIGIT (no leading 0) | "*"],
+ * varname = varchar *(["."] varchar), varchar = ALPHA / DIGIT / "_" / pct. */
+static bool f_uri_template(const char *s, size_t n)
+{
+    const char *p = s, *e = s + n;
+    while (p < e) {
+        if (*p == '{') {
+            p++;
+            if (p < e && in(*p, "+#./;?&=,!@|"))
+                p++;
+            for (;;) {
+                bool dot = true; /* a '.' may not lead, end or double */
+                const char *v = p;
+                while (p < e) {
+                    if (alnum(*p) || *p == '_')
+                        p++, dot = false;
+                    else if (pct(p, e))
+                        p += 3, dot = false;
+                    else if (*p == '.' && !dot)
+                        p++, dot = true;
+                    else
+                        break;
+                }
+                if (p == v || dot)
+                    return false;
+                if (p < e && *p == '*') {
+                    p++;
+                } else if (p < e && *p == ':') {
+                    const char *d = ++p;
+                    while (p < e && digit(*p) && p - d < 4)
+                        p++;
+                    if (p == d || *d == '0')
+                        return false;
+                }
+                if (p < e && *p == ',') {
+                    p++;
+                    continue;
+                }
+                if (p < e && *p == '}') {
+                    p++;
+                    break;
+                }
+                return false;
+            }
+            continue;
+        }
+        if (pct(p, e)) {
+            p += 3;
+            continue;
+        }
+        uint32_t cp;
+        size_t len = utf8_cp(p, (size_t)(e - p), &cp);
+        if (!len)
+            return false;
+        /* (the apostrophe too: RFC 6570's erratum 6937, as JSON-Schema-Test-Suite) */
+        if (len == 1 ? !(cp > 0x20 && cp < 0x7f && !in((char)cp, "\"%<>\\^`{|}"))
+                     : !ucs_or_private(cp))
+            return false;
+        p += len;
+    }
+    return true;
+}
+
 static bool f_uuid(const char *s, size_t n)
 {
     if (n != 36)
@@ -597,6 +751,11 @@ static const ifd_schema_format_t FORMATS[] = {
     {"json-pointer", "jjsonptr", 0, -1, f_json_pointer},
     {"relative-json-pointer", "jreljsonptr", 1, -1, f_relative_json_pointer},
     {"regex", "jregex", 0, -1, f_regex},
+    /* idn-email: email's rule with non-ASCII letters in the local part; idn-hostname:
+     * the hostname rule (an ASCII host name is one); uri-template: RFC 6570 whole */
+    {"idn-email", "jidnemail", 5, 279, f_idn_email},
+    {"idn-hostname", "jhostname", 1, 216, f_idn_hostname},
+    {"uri-template", "juritpl", 0, -1, f_uri_template},
 };
 
 const ifd_schema_format_t *ifd_schema_format_find(const char *name)

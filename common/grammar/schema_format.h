@@ -11,7 +11,10 @@
  * uri-reference; RFC 791 dotted-quad ipv4 without leading zeros; RFC 4291
  * ipv6 text forms without zone; RFC 1123 host names with RFC 5891's hyphen
  * rule, A-labels decoded as Punycode (RFC 3492); RFC 4122 uuid text, any
- * version). Each grammar rule writes a subset of its check's strings (no
+ * version; RFC 6531 idn-email: non-ASCII in the local part, an ASCII
+ * domain; idn-hostname: the ASCII host names (LDH labels, A-labels), a
+ * U-label failing, since IDNA2008's validity is Unicode's tables; RFC 6570
+ * uri-template, level 4, with erratum 6937's apostrophe). Each grammar rule writes a subset of its check's strings (no
  * February 29th, no leap second, bounded label counts, …; tested by
  * test_grammar's format walk), so an output the grammar wrote always passes
  * and an output of a loose conversion that left the format out is judged

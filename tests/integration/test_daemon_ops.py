@@ -4,7 +4,10 @@ CORS preflights and headers with curl on TCP with an API key and on the Unix soc
 SIGHUP: a list, "*", none), vLLM's metric families on /metrics read by a strict
 Prometheus text parser before and after real requests (openai client), the ORCA
 endpoint-load-metrics header, POST /invocations (chat or completion by body shape) and
-root_path (the openai client's base_url under the prefix).
+root_path (the openai client's base_url under the prefix); and, for item 8, structured
+outputs, tools with keywords nothing enforces (auto, none), return_token_ids and
+allowed_token_ids, and the Responses API (reasoning, a replayed reasoning item, background
+and cancel) with the openai client on TCP and curl on TCP and the Unix socket.
 
 Usage: test_daemon_ops.py INFERD   (curl; the venv's openai and httpx)
 """
@@ -505,6 +508,71 @@ def test_root_path():
         raise AssertionError("no 400")
     except openai.BadRequestError as e:
         assert e.status_code == 400 and "'prompt'" in str(e), e
+
+
+# ---- item 8: structured outputs and token-level extensions on TCP ---------------------------
+
+# the schema kinds of issue 29's last session: a 20-digit bound, an anchor, a NUL in a pattern
+WIDE_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["n", "t"],
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 18446744073709551615},
+                   "t": {"$ref": "#tag"}},
+    "$defs": {"t": {"$anchor": "tag", "type": "string", "pattern": "^[^\u0000]{1,8}$"}}}
+
+
+def test_tcp_structured_and_token_extensions():
+    """The openai client on TCP with the key (and curl on TCP and the Unix socket): a JSON
+    Schema answer validates with jsonschema; tools with keywords nothing enforces are shown,
+    never refused, under tool_choice auto and none; return_token_ids' ids come back."""
+    import jsonschema
+    import openai
+    c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % PORT, api_key=KEY, max_retries=0,
+                      timeout=120 * SCALE)
+    r = c.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Give a number and a tag."}],
+        max_tokens=60, temperature=1.0, seed=4,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "w", "schema": WIDE_SCHEMA}})
+    if r.choices[0].finish_reason == "stop":
+        jsonschema.validate(json.loads(r.choices[0].message.content), WIDE_SCHEMA)
+    odd = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "x-vendor": {"a": 1}, "unevaluatedProperties": False,
+        "properties": {"a": {"$ref": "http://example.com/remote.json"},
+                       "b": {"type": "array", "uniqueItems": True}}}}}
+    for choice in ("auto", "none"):
+        r = c.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+            temperature=1.0, seed=5, tools=[odd], tool_choice=choice,
+            extra_body={"return_token_ids": True, "allowed_token_ids": list(range(100, 140))})
+        ids = r.model_extra.get("prompt_token_ids") or []
+        out = r.choices[0].model_extra.get("token_ids") or []
+        assert ids and out and all(100 <= t < 140 for t in out), r
+    # the Responses API: reasoning accepted, a replayed reasoning item, background + cancel
+    rr = c.responses.create(model=MODEL, max_output_tokens=4, reasoning={"effort": "low"},
+                            input=[{"role": "user", "content": "Pick a number."},
+                                   {"type": "reasoning", "id": "rs_1", "summary": [],
+                                    "content": [{"type": "reasoning_text", "text": "7"}]},
+                                   {"role": "user", "content": "Another?"}])
+    assert rr.status in ("completed", "incomplete"), rr
+    code, _, out = curl("-X", "POST", "URL/v1/responses", "-H", "Content-Type: application/json",
+                        "-d", json.dumps({"model": MODEL, "input": "Count to fifty.",
+                                          "background": True, "max_output_tokens": 200}))
+    bg = json.loads(out)
+    assert code == 200 and bg["background"] is True, out
+    code, _, out = curl("-X", "POST", "URL/v1/responses/%s/cancel" % bg["id"])
+    assert code == 200 and json.loads(out)["status"] in ("cancelled", "completed",
+                                                          "incomplete"), out
+    for tcp in (True, False):
+        body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                           "max_tokens": 30, "temperature": 0, "tools": [odd],
+                           "return_token_ids": True,
+                           "structured_outputs": {"json": WIDE_SCHEMA}})
+        code, _, out = curl("URL/v1/chat/completions", "-H", "Content-Type: application/json",
+                            "-d", body, tcp=tcp)
+        o = json.loads(out)
+        assert code == 200 and o["prompt_token_ids"] and o["choices"][0]["token_ids"], out
+        if o["choices"][0]["finish_reason"] == "stop":
+            jsonschema.validate(json.loads(o["choices"][0]["message"]["content"]), WIDE_SCHEMA)
 
 
 def main():

@@ -458,14 +458,14 @@ def test_tool_schemas_only_checked_when_enforced():
     # what neither a grammar nor the check evaluates, with curl over the Unix socket: the
     # 400's param and message; and a strict tool with bounds forced: its arguments obey them
     never = json.loads(json.dumps(strict))
-    never["function"]["parameters"]["unevaluatedProperties"] = False
+    never["function"]["parameters"]["$dynamicRef"] = "#meta"
     body = {"model": MODEL, "max_tokens": 20, "tools": [never],
             "messages": [{"role": "user", "content": "Tag this post: cats"}]}
     code, out = D.curl("-H", "Content-Type: application/json", "-d", json.dumps(body),
                        "http://localhost/v1/chat/completions", expect=400)
     err = json.loads(out)["error"]
     assert (err["param"] == "tools[0].function.parameters"
-            and "unevaluatedProperties" in err["message"]), err
+            and "$dynamicRef" in err["message"]), err
     bounded = {"type": "function", "function": {
         "name": "rate", "strict": True, "parameters": {
             "type": "object", "additionalProperties": False, "required": ["stars"],
@@ -531,8 +531,8 @@ def test_over_approximated_schemas_checked():
 def test_unsupported_refused():
     cases = [
         ({"response_format": {"type": "json_schema", "json_schema": {
-            "name": "x", "schema": {"type": "object", "unevaluatedProperties": False}}}},
-         "unevaluatedProperties"),
+            "name": "x", "schema": {"type": "object", "$dynamicRef": "#meta"}}}},
+         "$dynamicRef"),
         ({"response_format": {"type": "json_schema", "json_schema": {
             "name": "x", "schema": {"$ref": "https://example.com/s.json"}}}}, "$ref"),
         ({"extra_body": {"guided_regex": "(?<=a)b"}}, "lookaround"),

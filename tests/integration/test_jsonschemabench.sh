@@ -13,7 +13,7 @@
 # data/), and says SKIPPED when none is there.
 set -euo pipefail
 bench=$1
-FLOOR=0.98
+FLOOR=0.995
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }

@@ -11,6 +11,7 @@
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
 #include "grammar/schema_check.h"
+#include "grammar/schema_json.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <jansson.h>
@@ -318,7 +319,7 @@ END_TEST
 static ifd_grammar_t *schema_grammar(const char *schema)
 {
     json_error_t je;
-    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
+    json_t *s = json_loads(schema, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     ck_assert_msg(s != NULL, "bad test schema %s", schema);
     ifd_buf_t b = IFD_BUF_INIT;
     char err[256];
@@ -527,6 +528,16 @@ START_TEST(test_json_schema_formats)
         {"{\"type\":\"string\",\"format\":\"uri\"}",
          {"\"https://example.com/a/b?x=1#f\"", "\"ftp://h:21/\""},
          {"\"example.com\"", "\"http://a b\"", "\"/a\""}},
+        /* idn-email: non-ASCII letters in the local part; uri-template: RFC 6570 */
+        {"{\"type\":\"string\",\"format\":\"idn-email\"}",
+         {"\"\u00e9l\u00e8ve@example.com\"", "\"a.b@c.de\"", "\"\u4f60\u597d@x.cn\""},
+         {"\"a@\u00e9x.com\"", "\"ab\"", "\"a b@c.de\""}},
+        {"{\"type\":\"string\",\"format\":\"idn-hostname\"}",
+         {"\"example.com\"", "\"a-b.c9.io\""},
+         {"\"b\u00fccher.de\"", "\"-a.com\""}},
+        {"{\"type\":\"string\",\"format\":\"uri-template\"}",
+         {"\"http://e.com/{+path}/x{?q,lang:2}\"", "\"\"", "\"/{a.b*}%20\u00e9\""},
+         {"\"/{a\"", "\"/{a:0}\"", "\"a b\"", "\"{}\""}},
         {"{\"type\":\"string\",\"format\":\"uri-reference\"}",
          {"\"/a/b\"", "\"x?y\"", "\"\"", "\"http://h/p\"", "\"#frag\""},
          {"\"a b\"", "\"//x\""}},
@@ -539,9 +550,52 @@ START_TEST(test_json_schema_formats)
 END_TEST
 
 /* Objects, arrays, merged combinators, annotations. */
+#define REF_ANCHOR \
+    "{\"$defs\":{\"n\":{\"$anchor\":\"num\",\"type\":\"integer\",\"minimum\":3}},\"type\":\"o" \
+    "bject\",\"properties\":{\"a\":{\"$ref\":\"#num\"}},\"required\":[\"a\"]}"
+#define REF_ID04 \
+    "{\"definitions\":{\"g\":{\"id\":\"#gate\",\"type\":\"string\",\"maxLength\":2}},\"type\"" \
+    ":\"array\",\"items\":{\"$ref\":\"#gate\"}}"
+#define REF_RES \
+    "{\"$id\":\"https://example.com/root.json\",\"$defs\":{\"x:y\":{\"type\":\"boolean\"},\"c" \
+    "\":{\"$id\":\"child.json\",\"type\":\"integer\",\"maximum\":5}},\"type\":\"object\",\"pr" \
+    "operties\":{\"p\":{\"$ref\":\"#/$defs/x%3Ay\"},\"q\":{\"$ref\":\"child.json\"},\"r\":{\"" \
+    "$ref\":\"https://example.com/root.json#/$defs/c\"}},\"required\":[\"p\",\"q\",\"r\"]}"
 START_TEST(test_json_schema_structure)
 {
     static const schema_case_t cases[] = {
+        /* NUL in pattern, enum and const: read whole; the grammar writes it as the JSON
+         * escape \u0000, never as a raw byte (which no JSON string holds) */
+        {"{\"type\":\"string\",\"pattern\":\"^[^\\u0000]+$\"}",
+         {"\"ab\"", "\"\\u0001\""},
+         {"\"\"", "\"a\\u0000\""}},
+        {"{\"type\":\"string\",\"pattern\":\"^a\\u0000b$\"}",
+         {"\"a\\u0000b\""},
+         {"\"ab\"", "\"a\\u0001b\""}},
+        {"{\"enum\":[\"x\\u0000\",1],\"const\":\"x\\u0000\"}",
+         {"\"x\\u0000\""},
+         {"\"x\"", "1"}},
+        /* $ref to anchors ($anchor, draft-04's id "#name"), a percent-encoded pointer,
+         * an embedded resource's $id (relative and absolute), the root's own $id */
+        {REF_ANCHOR, {"{\"a\":3}", "{\"a\":40}"}, {"{\"a\":2}", "{\"a\":\"x\"}"}},
+        {REF_ID04, {"[\"ab\"]", "[]"}, {"[\"abc\"]", "[1]"}},
+        /* a root with an $id, copied by the oneOf's merge: still the document (JSON
+         * Schema Store's jsone.json unrolled it until 1,024 references) */
+        {"{\"$id\":\"https://x.test/j\",\"$defs\":{\"v\":{\"oneOf\":[{\"$ref\":\"#\"},{\"type\":"
+         "\"array\",\"items\":{\"$ref\":\"#\"}},{\"type\":[\"null\",\"integer\"]}]}},\"type\":"
+         "\"object\",\"additionalProperties\":{\"$ref\":\"#/$defs/v\"}}",
+         {"{\"a\":{\"b\":1}}", "{\"a\":[{}]}", "{\"a\":null}"},
+         {"{\"a\":\"s\"}", "{\"a\":[1]}"}},
+        /* a fragment inside an embedded resource: read in that resource first */
+        {"{\"$id\":\"https://x.test/r\",\"$defs\":{\"c\":{\"$id\":\"c\",\"type\":\"array\","
+         "\"items\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":\"#\"}]}}},\"type\":"
+         "\"object\",\"properties\":{\"x\":{\"$ref\":\"c\"}},\"required\":[\"x\"]}",
+         {"{\"x\":[1,[2,[3]]]}", "{\"x\":[]}"},
+         {"{\"x\":[1,{\"x\":[2]}]}", "{\"x\":[\"a\"]}"}},
+        {REF_RES,
+         {"{\"p\":true,\"q\":5,\"r\":-1}"},
+         {"{\"p\":1,\"q\":5,\"r\":1}", "{\"p\":true,\"q\":6,\"r\":1}",
+          "{\"p\":true,\"q\":1,\"r\":6}"}},
         /* a required name outside properties: under the patterns it matches (all of
          * them), under additionalProperties where none does */
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
@@ -734,8 +788,7 @@ START_TEST(test_json_schema_unsupported)
         {"{\"type\":\"array\",\"contains\":{\"type\":\"integer\"}}", "'contains'"},
         {"{\"dependentSchemas\":{\"a\":{\"not\":{}}}}", "'not'"},
         {"{\"type\":\"object\",\"propertyNames\":{\"maxLength\":3}}", "'propertyNames'"},
-        {"{\"unevaluatedProperties\":false}", "'unevaluatedProperties'"},
-        {"{\"type\":\"string\",\"format\":\"idn-email\"}", "'format'"},
+        {"{\"unevaluatedProperties\":false}", "'unevaluatedProperties'"}, /* (strict) */
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "'oneOf'"},
         /* 3 matches both: minLength constrains strings only */
         {"{\"oneOf\":[{\"minLength\":2},{\"type\":\"integer\"}]}", "'oneOf'"},
@@ -757,10 +810,14 @@ START_TEST(test_json_schema_unsupported)
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "regex"},
         {"{\"type\":\"string\",\"pattern\":\"a\",\"minLength\":2}", "'pattern'"},
         {"false", "'false'"},
+        /* a NUL where the converter reads C strings (it would cut them short) */
+        {"{\"required\":[\"a\\u0000b\"]}", "'required' holds a NUL"},
+        {"{\"properties\":{\"x\":{\"$ref\":\"#/$defs/a\\u0000\"}}}", "'$ref' holds a NUL"},
+        {"{\"dependencies\":{\"x\":[\"y\\u0000\"]}}", "'dependencies' holds a NUL"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_error_t je;
-        json_t *s = json_loads(cases[i].schema, JSON_DECODE_ANY, &je);
+        json_t *s = json_loads(cases[i].schema, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         ck_assert_ptr_nonnull(s);
         ifd_buf_t b = IFD_BUF_INIT;
         char err[256];
@@ -795,6 +852,106 @@ START_TEST(test_json_schema_unsupported)
 }
 END_TEST
 
+/* Integers beyond int64 in a schema (schema_json.h): bounds read as doubles
+ * (the digit grammars stay exact: nothing past 16 digits is written), enum /
+ * const values a double does not hold refused, property names not taken for
+ * keywords, and text without such integers parsed exactly as jansson does. */
+START_TEST(test_schema_json_wide)
+{
+    json_error_t je;
+    const char *t = "{\"type\":\"integer\",\"maximum\":18446744073709551615,\"minimum\":"
+                    "-99999999999999999999,\"enum\":[9223372036854776000,1,2],"
+                    "\"properties\":{\"enum\":{\"maximum\":12345678901234567890123}}}";
+    json_t *s = ifd_schema_json_loadb(t, strlen(t), 0, &je);
+    ck_assert_msg(s, "%s", je.text);
+    ck_assert(json_is_real(json_object_get(s, "maximum")));
+    ck_assert(json_real_value(json_object_get(s, "maximum")) == 18446744073709551615.0);
+    ck_assert(json_real_value(json_object_get(s, "minimum")) == -1e20);
+    /* 9223372036854776000: the double 2^63, whose shortest digits are the literal's */
+    ck_assert(json_real_value(json_array_get(json_object_get(s, "enum"), 0)) ==
+              9223372036854775808.0);
+    ck_assert(json_is_integer(json_array_get(json_object_get(s, "enum"), 1)));
+    json_object_del(s, "enum");
+    json_object_del(s, "properties");
+    ifd_buf_t b = IFD_BUF_INIT;
+    char err[256];
+    ck_assert_int_eq(ifd_gconv_json_schema(s, &b, NULL, err, sizeof err), 0);
+    ifd_grammar_t *g = compile_ok(b.data);
+    ck_assert(matches_s(g, "9999999999999999"));
+    ck_assert(matches_s(g, "-9999999999999999"));
+    ck_assert(!matches_s(g, "99999999999999999"));
+    ifd_grammar_destroy(g);
+    ifd_buf_free(&b);
+    json_decref(s);
+    /* a minimum beyond every written integer: no value the grammar writes */
+    t = "{\"type\":\"integer\",\"minimum\":18446744073709551615}";
+    s = ifd_schema_json_loadb(t, strlen(t), 0, &je);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(ifd_gconv_json_schema(s, &b, NULL, err, sizeof err), IFD_ENOTSUP);
+    ifd_buf_free(&b);
+    json_decref(s);
+    /* enum / const values a double would round: refused, never rounded */
+    static const char *const refused[] = {
+        "{\"enum\":[1,18446744073709551615]}",
+        "{\"const\":{\"a\":[-18446744073709551615]}}",
+        "{\"items\":{\"enum\":[{\"k\":100000000000000000001}]}}",
+    };
+    for (size_t i = 0; i < 3; i++) {
+        s = ifd_schema_json_loadb(refused[i], strlen(refused[i]), 0, &je);
+        ck_assert_msg(!s && strstr(je.text, "'enum' or 'const'"), "%s: %s", refused[i], je.text);
+    }
+    /* malformed text: jansson's own message */
+    t = "{\"maximum\":18446744073709551615,";
+    ck_assert_ptr_null(ifd_schema_json_loadb(t, strlen(t), 0, &je));
+    ck_assert_ptr_null(strstr(je.text, "too big"));
+    t = "{\"a\":[1,2.5,\"x\\\"18446744073709551615\"]}";
+    s = ifd_schema_json_loadb(t, strlen(t), 0, &je);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(s, "a"), 2)),
+                     "x\"18446744073709551615");
+    json_decref(s);
+}
+END_TEST
+
+/* Hash-consed rules (ifd__gconv_rule): a part the merge inlines anew at each
+ * use (a $ref beside a constraining keyword) is written once, so the grammar
+ * grows by the uses' own small rules, not by copies of the part. */
+START_TEST(test_schema_rules_shared)
+{
+    size_t len[2];
+    for (int k = 0; k < 2; k++) {
+        ifd_buf_t t = IFD_BUF_INIT;
+        ifd_buf_puts(&t, "{\"$defs\":{\"big\":{\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < 40; i++)
+            ifd_buf_printf(&t, "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"^[a-z]{%d}x$\"}",
+                           i ? "," : "", i, i + 1);
+        ifd_buf_puts(&t, "}}},\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < 100 * (k + 1); i++)
+            ifd_buf_printf(&t, "%s\"a%d\":{\"$ref\":\"#/$defs/big\",\"minProperties\":1}",
+                           i ? "," : "", i);
+        ifd_buf_puts(&t, "}}");
+        json_error_t je;
+        json_t *sj = json_loads(t.data, 0, &je);
+        ck_assert_ptr_nonnull(sj);
+        ifd_buf_t b = IFD_BUF_INIT;
+        char err[256];
+        ck_assert_msg(ifd_gconv_json_schema(sj, &b, NULL, err, sizeof err) == 0, "%s", err);
+        len[k] = b.len;
+        if (k == 1) {
+            ifd_grammar_t *g = compile_ok(b.data);
+            ck_assert(matches_s(g, "{\"a7\":{\"p0\":\"ax\"},\"a199\":{\"p0\":\"bx\",\"p2\":\"abcx\"}}"));
+            ck_assert(!matches_s(g, "{\"a7\":{}}"));
+            ck_assert(!matches_s(g, "{\"a7\":{\"p0\":\"abx\"}}"));
+            ifd_grammar_destroy(g);
+        }
+        ifd_buf_free(&b);
+        ifd_buf_free(&t);
+        json_decref(sj);
+    }
+    /* 100 more uses: a few hundred bytes each (a copy of big would be tens of KB) */
+    ck_assert_msg(len[1] - len[0] < 100 * 1000, "%zu then %zu bytes", len[0], len[1]);
+}
+END_TEST
+
 /* The loose conversion (ifd_gconv_json_schema_loose): what the strict one
  * refuses is over-approximated (approx set) and the check at the end
  * (schema_check.h) decides. For each schema: valid texts the grammar
@@ -810,6 +967,16 @@ END_TEST
     "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\",\"c\"]},\"y\":{\"type\":"   \
     "\"boolean\"}},\"if\":{\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":[\"k\"]}," \
     "\"else\":{\"required\":[\"y\"]}}"
+#define DEPX                                                                                       \
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":"          \
+    "\"string\"}},\"additionalProperties\":false,\"anyOf\":[{\"required\":[\"a\"]},{"           \
+    "\"required\":[\"b\"]}],\"dependencies\":{\"a\":{\"properties\":{\"b\":{\"not\":{}}}},"    \
+    "\"b\":{\"properties\":{\"a\":{\"not\":{}}}}}}"
+#define DEPR                                                                                       \
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":"          \
+    "\"string\"},\"d\":{\"type\":\"string\"}},\"required\":[\"a\"],\"additionalProperties\":"   \
+    "false,\"dependentSchemas\":{\"a\":{\"properties\":{\"b\":{\"not\":{}}},\"required\":"      \
+    "[\"d\"]},\"b\":{\"properties\":{\"a\":{\"not\":{}}}}}}"
 START_TEST(test_json_schema_loose)
 {
     static const struct {
@@ -895,6 +1062,19 @@ START_TEST(test_json_schema_loose)
         {"{\"type\":\"string\",\"pattern\":\"^a+$|^b+$\",\"minLength\":2}", {"\"aa\"", "\"bbb\""},
          {"\"a\""}},
         {"{\"type\":\"string\",\"pattern\":\"(?=a)\\\\w\"}", {"\"ab\""}, {"\"b\""}},
+        /* unevaluated*: left to the check */
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}],\"unevaluatedItems\":{"
+         "\"type\":\"integer\"}}",
+         {"[1]"}, {NULL}},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+         "\"unevaluatedProperties\":false}",
+         {"{\"a\":1}", "{}"}, {NULL}},
+        /* dependencies with schemas that exclude each other: merged whether or not their
+         * names are written they leave no branch of anyOf; left out where their names are
+         * not required, the check catches both names written */
+        {DEPX, {"{\"a\":\"x\"}", "{\"b\":\"y\"}"}, {"{\"a\":\"x\",\"b\":\"y\"}"}},
+        /* the one whose name is required still merged (exact: d required, b never) */
+        {DEPR, {"{\"a\":\"x\",\"d\":\"z\"}"}, {NULL}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_error_t je;
@@ -989,6 +1169,9 @@ START_TEST(test_json_schema_loose)
         {LEN34, "[1,2,3]"},
         {LEN34, "[10,1]"},
         {LEN34, "[10,1,2,3,4]"},
+        {DEPR, "{\"a\":\"x\"}"},
+        {DEPR, "{\"a\":\"x\",\"b\":\"y\",\"d\":\"z\"}"},
+        {DEPX, "{}"},
 #undef MAXC2
 #undef ONEA
 #undef LEN34
@@ -1013,7 +1196,7 @@ START_TEST(test_json_schema_loose)
                                         "{\"not\":{\"required\":[\"a\"]},\"properties\":{\"a\":{}}}",
                                         "{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}"};
     /* (the last: the grammar leaves the not out, and the check could not evaluate it) */
-    static const char *const refused[] = {"{\"unevaluatedProperties\":false}",
+    static const char *const refused[] = {"{\"$dynamicRef\":\"#a\"}",
                                           "{\"$ref\":\"http://x/y.json\"}",
                                           "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}",
                                           "{\"not\":{\"$ref\":\"http://x/y.json\"}}"};
@@ -1192,6 +1375,7 @@ int main(void)
                             test_json_schema_numbers, test_json_schema_formats,
                             test_json_schema_structure, test_json_schema_unsupported,
                             test_json_schema_loose, test_json_object_mode,
-                            test_choice_and_tools, test_gbnf_mutations));
+                            test_choice_and_tools, test_gbnf_mutations,
+                            test_schema_json_wide, test_schema_rules_shared));
     return ifd_test_run(s);
 }

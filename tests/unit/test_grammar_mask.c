@@ -351,8 +351,8 @@ START_TEST(test_compiled_handoff)
                 int mrc = ifd_constraint_mask(kx, h0, 0, a);
                 IFD_TASSERT(mrc == 0 || mrc == IFD_ETOOBIG || mrc == IFD_EINVAL);
                 ifd_constraint_destroy(kx);
-            } else {
-                IFD_TASSERT_CMP(rc, ==, IFD_EFORMAT);
+            } else { /* (words that load may make a first step over the limits) */
+                IFD_TASSERT(rc == IFD_EFORMAT || rc == IFD_ETOOBIG);
             }
             free(x);
         }
@@ -567,7 +567,7 @@ START_TEST(test_mask_format_walks)
         "date", "time",          "date-time",     "duration",     "uuid",
         "ipv4", "ipv6",          "hostname",      "email",        "uri",
         "uri-reference", "iri",  "iri-reference", "json-pointer", "relative-json-pointer",
-        "regex"};
+        "regex", "idn-email",    "idn-hostname",  "uri-template"};
     enum { V = 257, EOS = 256, WALKS = 400, STEPS = 400 };
     char *bytes[V];
     uint32_t lens[V];

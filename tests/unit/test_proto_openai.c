@@ -401,18 +401,20 @@ static const bad_case_t k_bad[] = {
      "invalid_value"},
     {EP_CHAT, "{" MSG ",\"guided_grammar\":\"root ::= \\\"a\\u0000\\\"\"}", "guided_grammar",
      "invalid_value"},
+    /* in a schema: only where the converter reads it whole (test_nul_in_schema) */
     {EP_CHAT,
      "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\","
-     "\"schema\":{\"enum\":[\"a\\u0000b\"]}}}}",
-     "response_format.json_schema.schema", "invalid_value"},
+     "\"schema\":{\"required\":[\"a\\u0000b\"]}}}}",
+     "response_format.json_schema.schema", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"response_format\":{\"type\":\"text\\u0000\"}}", "response_format.type",
      "invalid_value"},
     {EP_CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000g\"}}]}",
      "tools[0].function.name", "invalid_value"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-     "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"const\":\"x\\u0000\"}}}}}]}",
-     "tools[0].function.parameters", "invalid_value"},
+     "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\\u0000\"}}}}}],"
+     "\"tool_choice\":\"required\"}",
+     "tools[0].function.parameters", "unsupported_value"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
      "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000\"}}}",
@@ -536,7 +538,7 @@ static const bad_case_t k_bad[] = {
      * schema nothing satisfies in a forced one */
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
-     "\"strict\":true,\"parameters\":{\"type\":\"object\",\"unevaluatedProperties\":false}}}]}",
+     "\"strict\":true,\"parameters\":{\"type\":\"object\",\"$dynamicRef\":\"#a\"}}}]}",
      "tools[0].function.parameters", "unsupported_value"},
     {EP_CHAT,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
@@ -577,7 +579,7 @@ static const bad_case_t k_bad[] = {
      "invalid_value"},
     {EP_CHAT,
      "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
-     "\"x\",\"schema\":{\"type\":\"object\",\"unevaluatedProperties\":false}}}}",
+     "\"x\",\"schema\":{\"type\":\"object\",\"$dynamicRef\":\"#a\"}}}}",
      "response_format.json_schema.schema", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"guided_regex\":\"(?=x)\"}", "guided_regex", "unsupported_value"},
     {EP_CHAT, "{" MSG ",\"guided_grammar\":\"root ::= foo\"}", "guided_grammar", "invalid_value"},
@@ -716,6 +718,87 @@ END_TEST
  * model reads: contents (strings and text parts), prompts, stop strings,
  * tool descriptions and arguments, the JSON the templates render, and the
  * Responses input and instructions. */
+/* "\u0000" in a schema's pattern, enum and const strings: read whole, the
+ * grammar writing it as the JSON escape; a tool shown to the model is never
+ * refused for it. */
+START_TEST(test_nul_in_schema)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+        "\"s\",\"schema\":{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\","
+        "\"pattern\":\"^[^\\u0000]+$\"},\"e\":{\"enum\":[\"a\\u0000b\"]}},\"required\":[\"p\","
+        "\"e\"]}}}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_ptr_nonnull(r.grammar);
+    ck_assert(!memchr(r.grammar, '\0', r.grammar_len)); /* the grammar text has no NUL */
+    body = "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+           "\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":"
+           "\"#\\u0000\"}}}}}]}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ifd_arena_close(&a);
+}
+END_TEST
+
+/* Integers beyond int64 in a request (a schema's 20-digit bound): read as
+ * doubles, the grammar built; one inside an enum that a double would round:
+ * a 400 naming it. */
+/* A strict tool binds where it may be called: under auto; with tool_choice
+ * "none" or another tool named it is only shown, never refused for its
+ * schema (vLLM accepts these requests). */
+START_TEST(test_strict_tools_enforced_when_callable)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+#define TOOLS                                                                                      \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\","    \
+    "\"function\":{\"name\":\"g\",\"strict\":true,\"parameters\":{\"type\":\"object\","             \
+    "\"$dynamicRef\":\"#m\"}}}]"
+    const char *ok[] = {
+        "{" MSG "," TOOLS ",\"tool_choice\":\"none\"}",
+        "{" MSG "," TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_msg(parse_chat(&a, ok[i], &r, &e) == 0, "%s: %s", ok[i], e.message);
+        ck_assert(!ifd_oai_tool_enforced(&r, 1));
+    }
+    const char *auto_body = "{" MSG "," TOOLS "}";
+    ck_assert_int_eq(parse_chat(&a, auto_body, &r, &e), IFD_EINVAL);
+    ck_assert_str_eq(e.param, "tools[1].function.parameters");
+#undef TOOLS
+    ifd_arena_close(&a);
+}
+END_TEST
+
+START_TEST(test_big_integers_in_schema)
+{
+    ifd_arena_t a;
+    ifd_arena_init(&a, 0);
+    ifd_oai_request_t r;
+    ifd_oai_error_t e;
+    const char *body =
+        "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":"
+        "\"s\",\"schema\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":"
+        "18446744073709551615}}}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), 0);
+    ck_assert_ptr_nonnull(r.grammar);
+    body = "{" MSG ",\"structured_outputs\":{\"json\":{\"enum\":[18446744073709551615]}}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), IFD_EINVAL);
+    ck_assert_msg(strstr(e.message, "18446744073709551615 in an 'enum'"), "%s", e.message);
+    /* the schema as a JSON string (vLLM's form) */
+    body = "{" MSG ",\"structured_outputs\":{\"json\":\"{\\\"type\\\":\\\"integer\\\","
+           "\\\"maximum\\\":-99999999999999999999999}\"}}";
+    ck_assert_int_eq(parse_chat(&a, body, &r, &e), IFD_EINVAL);
+    ck_assert_msg(strstr(e.message, "maximum"), "%s", e.message); /* no integer below it */
+    ifd_arena_close(&a);
+}
+END_TEST
+
 START_TEST(test_nul_in_text)
 {
     ifd_arena_t a;
@@ -1991,7 +2074,8 @@ START_TEST(test_responses_object)
                           .n_tool_calls = 1};
     ifd_oai_usage_t u = {10, 4, 8};
     ifd_buf_t b = IFD_BUF_INIT;
-    ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, &c, 2, &u), IFD_EINVAL);
+    ifd_oai_choice_t two[2] = {c, c}; /* (the function reads every choice it is given) */
+    ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, two, 2, &u), IFD_EINVAL);
     ck_assert_int_eq(ifd_oai_response_json(&b, &k_resp_meta, &c, 1, &u), 0);
     json_t *j = load(b.data, b.len);
     ck_assert_str_eq(js(j, "id"), "resp_00ff");
@@ -2452,6 +2536,9 @@ int main(void)
     tcase_add_test(tc, test_completion_prompt_shapes);
     tcase_add_test(tc, test_tokenize_detokenize);
     tcase_add_test(tc, test_invalid_requests);
+    tcase_add_test(tc, test_nul_in_schema);
+    tcase_add_test(tc, test_big_integers_in_schema);
+    tcase_add_test(tc, test_strict_tools_enforced_when_callable);
     tcase_add_test(tc, test_nul_in_text);
     tcase_add_test(tc, test_invalid_wording_and_limits);
     tcase_add_test(tc, test_error_json);
