@@ -158,7 +158,7 @@ START_TEST(test_rate)
     ck_assert_float_eq_tol(ifd_spec_rate(&st, &p1), 0.5f, 1e-6);
     ck_assert_float_eq_tol(p1, 0.5f + sqrtf(0.25f / 3.0f), 1e-6);
     const float after_miss = p1;
-    for (int i = 0; i < 30; i++) /* steps forget it */
+    for (int i = 0; i < 40; i++) /* steps forget it */
         ifd_spec_want(&st, 8);
     ck_assert_float_gt(ifd_spec_rate(&st, &p1), 0.6f);
     ck_assert_float_gt(p1, after_miss);
