@@ -480,9 +480,7 @@ static int run_one(bench_t *b, int si, int ci, int ki)
     ep.prefill_cap = cap;
     ep.step_ratio = o->step_ratio;
     ep.spec = (ifd_spec_params_t){o->specs[si], o->spec_tokens, o->ngram_min, o->ngram_max};
-    ep.spec_knee = o->spec_knee != 0            ? o->spec_knee
-                   : strcmp(o->backend_name, "cpu") == 0 || !b->cfg ? 0
-                                                                    : IFD_SPEC_KNEE_GPU;
+    ep.spec_knee = o->spec_knee; /* 0: the backend's (engine.h) */
     ifd_engine_callbacks_t cb = {&b->cnt, on_token, on_finish, NULL};
     ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0,    0,    NULL, 0,
                               0,    NULL,      NULL,    0,           NULL, NULL, NULL, NULL,

@@ -1987,7 +1987,10 @@ static void ifd__spec_budget(ifd_engine_t *e, const ifd__plan_t *pl, ifd__seq_t 
         c[i] = (ifd_spec_cand_t){.n = want[i]};
         c[i].p = ifd_spec_rate(&qs[i]->spec, &c[i].p1);
     }
-    const double knee = e->p.spec_knee == 0 ? IFD_SPEC_KNEE_CPU : e->p.spec_knee;
+    /* 0: the backend's (a device pool has kv_download: engine.h) */
+    const double knee = e->p.spec_knee != 0  ? e->p.spec_knee
+                        : e->model.kv_download ? IFD_SPEC_KNEE_GPU
+                                               : IFD_SPEC_KNEE_CPU;
     ifd_spec_budget(c, n, e->p.max_batched_tokens - pl->budget, knee);
     for (int i = 0; i < n; i++) {
         e->st.spec_budget_cut += (uint64_t)(want[i] - c[i].keep);

@@ -283,9 +283,10 @@ typedef struct {
      * whose expected acceptance pays for their rows under the cost
      * knee + rows: all the likely ones at batch 1, few or none once the
      * step's rows pass the knee. Which proposals are verified changes,
-     * never a token. 0: IFD_SPEC_KNEE_CPU (the worker sets
-     * IFD_SPEC_KNEE_GPU on a device backend); < 0: no budget (every
-     * proposal the adaptive k allows is verified). */
+     * never a token. 0 (the default): the backend's — IFD_SPEC_KNEE_GPU
+     * for a model whose pool is device memory (its adapter has
+     * kv_download), else IFD_SPEC_KNEE_CPU; < 0: no budget (every proposal
+     * the adaptive k allows is verified). */
     double spec_knee;
     /* The draft model proposer (spec.h, worker/spec_draft.h) for method
      * IFD_SPEC_DRAFT, engine-wide or per request; propose NULL: none (a

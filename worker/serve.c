@@ -1044,8 +1044,6 @@ static int ifd__start_engine(ifd__srv_t *s, const ifd_serve_opts_t *o)
     ep->device = (int)h->kv_device;
     ep->prefill_cap = h->prefill_cap;
     ep->spec = ifd__spec_from_wire(&h->spec);
-    /* the verification budget's knee: the CPU's by default (spec.h) */
-    ep->spec_knee = s->be->ops->host_memory ? 0 : IFD_SPEC_KNEE_GPU;
     ep->local_pool = s->lpool;
     /* decode steps hold at most this many sequences: buffers for its bucket */
     ifd_model_set_max_seqs(s->model, ep->max_seqs < ep->max_batched_tokens
