@@ -183,7 +183,8 @@ typedef struct {
 /* Speculative decoding (docs/speculative.md). A decoding sequence with
  * speculation on gets up to k proposed tokens from the n-gram proposer
  * (worker/ngram.h) or the draft model (params.drafter, proposing for all
- * the step's speculating sequences in one batch; how many: worker/spec.h)
+ * the step's speculating sequences in one batch; how many: worker/spec.h,
+ * cut per step by the verification budget, spec_knee below)
  * and contributes k + 1 query rows to the step, each with
  * its logits; row i is sampled exactly as plain decoding would sample the
  * token at its position (same processed logits, same counter-based draw),
