@@ -1977,8 +1977,8 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
  * the proposals of the step's decoding sequences qs[0..n) (s->n_draft for
  * n-gram ones; want[i], the tokens to ask the draft model for, for draft
  * ones) cut to what pays for its rows beside the step's other rows. */
-static void ifd__spec_budget(ifd_engine_t *e, const ifd__plan_t *pl, ifd__seq_t **qs,
-                             int32_t *want, int n)
+static void ifd__spec_budget(ifd_engine_t *e, const ifd__plan_t *pl, ifd__seq_t **qs, int32_t *want,
+                             int n)
 {
     if (n == 0)
         return;
@@ -1988,7 +1988,7 @@ static void ifd__spec_budget(ifd_engine_t *e, const ifd__plan_t *pl, ifd__seq_t 
         c[i].p = ifd_spec_rate(&qs[i]->spec, &c[i].p1);
     }
     /* 0: the backend's (a device pool has kv_download: engine.h) */
-    const double knee = e->p.spec_knee != 0  ? e->p.spec_knee
+    const double knee = e->p.spec_knee != 0    ? e->p.spec_knee
                         : e->model.kv_download ? IFD_SPEC_KNEE_GPU
                                                : IFD_SPEC_KNEE_CPU;
     ifd_spec_budget(c, n, e->p.max_batched_tokens - pl->budget, knee);

@@ -61,9 +61,9 @@ typedef struct {
  * again once its estimate is back near the prior. PRIOR: a sequence that
  * never verified (SmolLM2's quiet runs: 0.51-0.91 per proposed token on the
  * input-grounded prompts, 0.78 on open chat past its first 128 tokens). */
-#define IFD_SPEC_PRIOR 0.75f
+#define IFD_SPEC_PRIOR        0.75f
 #define IFD_SPEC_PRIOR_WEIGHT 2.0f
-#define IFD_SPEC_DECAY 0.98f
+#define IFD_SPEC_DECAY        0.98f
 /* The knee, in rows, where a step stops being bound by reading the weights
  * (engine.h spec_knee): the CPU backend's, fitted to SmolLM2-135M Q4_1 on
  * 2 threads (quiet, 2026-12-07: a step of 8 decode rows costs 2.5-2.7x one

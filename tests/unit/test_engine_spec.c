@@ -518,8 +518,9 @@ START_TEST(test_batched_acceptance_equals_alone)
                 sum.spec_accepted_per_pos[j] += one.spec_accepted_per_pos[j];
             rig_close(&a);
         }
-        fprintf(stderr, "%s prompts: batched %llu verifications, %llu proposed, %llu accepted; "
-                        "alone %llu, %llu, %llu\n",
+        fprintf(stderr,
+                "%s prompts: batched %llu verifications, %llu proposed, %llu accepted; "
+                "alone %llu, %llu, %llu\n",
                 k ? "different" : "identical", (unsigned long long)all.spec_drafts,
                 (unsigned long long)all.spec_draft_tokens,
                 (unsigned long long)all.spec_accepted_tokens, (unsigned long long)sum.spec_drafts,

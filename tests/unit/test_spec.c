@@ -30,7 +30,7 @@ START_TEST(test_resolve)
     const ifd_spec_params_t on = {IFD_SPEC_NGRAM, 0, 0, 0};
     ck_assert_int_eq(ifd_spec_resolve(&st, &on, &none, true, false), 0);
     ck_assert(st.kmax == IFD_SPEC_DEFAULT_TOKENS && st.nmin == 1 &&
-              st.nmax == 4); /* the built-in defaults */
+              st.nmax == 4);                                 /* the built-in defaults */
     const ifd_spec_params_t lo7 = {IFD_SPEC_NGRAM, 3, 7, 0}; /* above the engine's max 5 */
     ck_assert_int_eq(ifd_spec_resolve(&st, &lo7, &eng, true, false), 0);
     ck_assert(st.kmax == 3 && st.nmin == 7 && st.nmax == 7);
@@ -154,7 +154,7 @@ START_TEST(test_rate)
     float p1;
     ck_assert_float_eq_tol(ifd_spec_rate(&st, &p1), IFD_SPEC_PRIOR, 1e-6);
     ck_assert_float_eq_tol(p1, 1.0f, 1e-6); /* 0.75 + sqrt(0.1875 / 2) > 1 */
-    ifd_spec_adapt(&st, 8, 0); /* a miss: 1.5 / 3 */
+    ifd_spec_adapt(&st, 8, 0);              /* a miss: 1.5 / 3 */
     ck_assert_float_eq_tol(ifd_spec_rate(&st, &p1), 0.5f, 1e-6);
     ck_assert_float_eq_tol(p1, 0.5f + sqrtf(0.25f / 3.0f), 1e-6);
     const float after_miss = p1;
