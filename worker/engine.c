@@ -1976,7 +1976,8 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
 /* The verification budget (engine.h spec_knee, spec.h ifd_spec_budget):
  * the proposals of the step's decoding sequences qs[0..n) (s->n_draft for
  * n-gram ones; want[i], the tokens to ask the draft model for, for draft
- * ones) cut to what pays for its rows beside the step's other rows. */
+ * ones) cut to what pays for its rows beside the step's other rows, and
+ * to the step's room (budget, IFD_ENGINE_SPEC_ROWS), the best first. */
 static void ifd__spec_budget(ifd_engine_t *e, const ifd__plan_t *pl, ifd__seq_t **qs, int32_t *want,
                              int n)
 {
@@ -1991,7 +1992,8 @@ static void ifd__spec_budget(ifd_engine_t *e, const ifd__plan_t *pl, ifd__seq_t 
     const double knee = e->p.spec_knee != 0    ? e->p.spec_knee
                         : e->model.kv_download ? IFD_SPEC_KNEE_GPU
                                                : IFD_SPEC_KNEE_CPU;
-    ifd_spec_budget(c, n, e->p.max_batched_tokens - pl->budget, knee);
+    const int room = pl->budget < pl->spec_left ? pl->budget : pl->spec_left;
+    ifd_spec_budget(c, n, e->p.max_batched_tokens - pl->budget, knee, room);
     for (int i = 0; i < n; i++) {
         e->st.spec_budget_cut += (uint64_t)(want[i] - c[i].keep);
         want[i] = c[i].keep;
@@ -2013,12 +2015,16 @@ static void ifd__schedule_spec(ifd_engine_t *e, ifd__plan_t *pl)
     ifd__seq_t *qs[IFD_ENGINE_SPEC_ROWS], *cs[IFD_ENGINE_SPEC_ROWS];
     ifd_spec_draft_query_t q[IFD_ENGINE_SPEC_ROWS];
     int32_t want[IFD_ENGINE_SPEC_ROWS];
-    int nq = 0, nc = 0, left = pl->budget < pl->spec_left ? pl->budget : pl->spec_left;
-    for (int k = 0; k < pl->n_sched && left > 0 && nc < IFD_ENGINE_SPEC_ROWS; k++) {
+    /* every decoding sequence's proposal within its own limits and the
+     * step's room; ifd__spec_budget then keeps the best of them within the
+     * room, so that sequences scheduled late are not crowded out */
+    const int room = pl->budget < pl->spec_left ? pl->budget : pl->spec_left;
+    int nq = 0, nc = 0;
+    for (int k = 0; k < pl->n_sched && room > 0 && nc < IFD_ENGINE_SPEC_ROWS; k++) {
         ifd__seq_t *s = e->sched[k];
         if (!ifd__decoding(s))
             continue;
-        const int32_t lim = ifd__spec_limit(e, s, left);
+        const int32_t lim = ifd__spec_limit(e, s, room);
         int32_t w;
         if (s->spec.method != IFD_SPEC_DRAFT)
             w = s->n_draft = ifd_spec_propose(&s->spec, s->tokens, s->n_tokens, lim, s->draft);
@@ -2027,7 +2033,6 @@ static void ifd__schedule_spec(ifd_engine_t *e, ifd__plan_t *pl)
         if (w > 0) {
             cs[nc] = s;
             want[nc++] = w;
-            left -= w;
         }
     }
     ifd__spec_budget(e, pl, cs, want, nc);

@@ -102,11 +102,13 @@ float ifd_spec_rate(const ifd_spec_state_t *st, float *p1)
     return p;
 }
 
-int32_t ifd_spec_budget(ifd_spec_cand_t *c, int n, int32_t base_rows, double knee)
+int32_t ifd_spec_budget(ifd_spec_cand_t *c, int n, int32_t base_rows, double knee,
+                        int32_t max_rows)
 {
     int32_t rows = 0;
     for (int i = 0; i < n; i++) {
-        c[i].keep = knee > 0 ? 0 : c[i].n > 0 ? c[i].n : 0;
+        const int32_t want = knee > 0 ? 0 : c[i].n > 0 ? c[i].n : 0;
+        c[i].keep = want < max_rows - rows ? want : max_rows - rows > 0 ? max_rows - rows : 0;
         rows += c[i].keep;
     }
     if (knee <= 0)
@@ -127,7 +129,7 @@ int32_t ifd_spec_budget(ifd_spec_cand_t *c, int n, int32_t base_rows, double kne
                 best = i;
             }
         }
-        if (best < 0 || g_best * cost <= tokens)
+        if (best < 0 || g_best * cost <= tokens || rows >= max_rows)
             return rows; /* no gain left above the yield: adding it would lower it */
         c[best].keep++;
         tokens += g_best;

@@ -164,9 +164,12 @@ float ifd_spec_rate(const ifd_spec_state_t *st, float *p1);
  * what raises the yield; ties go to the earlier candidate. So at batch 1
  * (yield 1 / (knee + 1)) every likely proposal is verified, and once the
  * step's rows pass the knee only sequences whose proposals hold nearly
- * surely are. Sets every c[i].keep; returns the rows kept in all. knee <= 0:
- * every proposal kept (no budget). Pure, deterministic: the same inputs
- * keep the same tokens (no timing reaches it). */
-int32_t ifd_spec_budget(ifd_spec_cand_t *c, int n, int32_t base_rows, double knee);
+ * surely are. At most max_rows are kept (the step's room), the largest
+ * gains first. Sets every c[i].keep; returns the rows kept in all. knee <=
+ * 0: every proposal kept (no budget) up to max_rows, in order. Pure,
+ * deterministic: the same inputs keep the same tokens (no timing reaches
+ * it). */
+int32_t ifd_spec_budget(ifd_spec_cand_t *c, int n, int32_t base_rows, double knee,
+                        int32_t max_rows);
 
 #endif

@@ -190,33 +190,43 @@ START_TEST(test_budget)
     /* batch 1, knee 3.5: yield 1/4.5; a fresh sequence (p1 1, p 0.75):
      * 1 (y 2/5.5), 0.75 (2.75/6.5), 0.5625 (3.31/7.5), 0.42 < 0.44: 3 */
     ifd_spec_cand_t c[4] = {{.n = 8, .p1 = 1.0f, .p = 0.75f}};
-    ck_assert_int_eq(ifd_spec_budget(c, 1, 1, 3.5), 3);
+    ck_assert_int_eq(ifd_spec_budget(c, 1, 1, 3.5, 64), 3);
     ck_assert_int_eq(c[0].keep, 3);
     /* nearly sure proposals: all 8 */
     c[0] = (ifd_spec_cand_t){.n = 8, .p1 = 1.0f, .p = 0.99f};
-    ck_assert_int_eq(ifd_spec_budget(c, 1, 1, 3.5), 8);
+    ck_assert_int_eq(ifd_spec_budget(c, 1, 1, 3.5, 64), 8);
     /* a sequence that failed (p1 0.79, p 0.5) beside 15 others' decodes: 16
      * rows, yield 16 / 19.5 = 0.82 > 0.79: nothing */
     c[0] = (ifd_spec_cand_t){.n = 4, .p1 = 0.79f, .p = 0.5f};
-    ck_assert_int_eq(ifd_spec_budget(c, 1, 16, 3.5), 0);
+    ck_assert_int_eq(ifd_spec_budget(c, 1, 16, 3.5, 64), 0);
     ck_assert_int_eq(c[0].keep, 0);
-    /* ...but alone it verifies its first token (0.79 > 1/4.5) */
-    ck_assert_int_eq(ifd_spec_budget(c, 1, 1, 3.5), 2);
+    /* ...but alone it verifies two (0.79 > 1/4.5, 0.395 > 1.79/5.5) */
+    ck_assert_int_eq(ifd_spec_budget(c, 1, 1, 3.5, 64), 2);
     /* two sequences in a full step: the one with the better record first */
     c[0] = (ifd_spec_cand_t){.n = 4, .p1 = 0.8f, .p = 0.6f};
     c[1] = (ifd_spec_cand_t){.n = 4, .p1 = 0.99f, .p = 0.97f};
-    const int32_t rows = ifd_spec_budget(c, 2, 8, 3.5);
+    const int32_t rows = ifd_spec_budget(c, 2, 8, 3.5, 64);
     ck_assert_int_eq(c[0].keep, 1);
     ck_assert_int_eq(c[1].keep, 4);
     ck_assert_int_eq(rows, 5);
     /* no budget (knee <= 0): everything, negative n as none */
     c[0].n = 3;
     c[1].n = -2;
-    ck_assert_int_eq(ifd_spec_budget(c, 2, 64, 0), 3);
+    ck_assert_int_eq(ifd_spec_budget(c, 2, 64, 0, 64), 3);
     ck_assert(c[0].keep == 3 && c[1].keep == 0);
+    /* the step's room: the largest gains first (the better record), and
+     * without a budget the earlier proposals, up to the room */
+    c[0] = (ifd_spec_cand_t){.n = 4, .p1 = 0.9f, .p = 0.8f};
+    c[1] = (ifd_spec_cand_t){.n = 4, .p1 = 1.0f, .p = 0.99f};
+    ck_assert_int_eq(ifd_spec_budget(c, 2, 1, 3.5, 3), 3);
+    ck_assert(c[0].keep == 0 && c[1].keep == 3);
+    ck_assert_int_eq(ifd_spec_budget(c, 2, 1, -1, 6), 6);
+    ck_assert(c[0].keep == 4 && c[1].keep == 2);
+    ck_assert_int_eq(ifd_spec_budget(c, 2, 1, 3.5, 0), 0);
+    ck_assert(c[0].keep == 0 && c[1].keep == 0);
     /* ties: the earlier candidate, the same answer every time */
     c[0] = c[1] = (ifd_spec_cand_t){.n = 4, .p1 = 0.9f, .p = 0.9f};
-    ifd_spec_budget(c, 2, 8, 3.5);
+    ifd_spec_budget(c, 2, 8, 3.5, 64);
     ck_assert_int_ge(c[0].keep, c[1].keep);
     /* the rule's choice is the best yield among all cuts (small random cases) */
     srand(3);
@@ -230,7 +240,7 @@ START_TEST(test_budget)
         for (int i = 0; i < n; i++) /* p1 >= p, as ifd_spec_rate gives */
             if (c[i].p1 < c[i].p)
                 c[i].p1 = c[i].p;
-        ifd_spec_budget(c, n, base, knee);
+        ifd_spec_budget(c, n, base, knee, 64);
         int32_t keep[3] = {0}, best[3] = {0};
         for (int i = 0; i < n; i++)
             keep[i] = c[i].keep;
