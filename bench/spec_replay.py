@@ -167,12 +167,14 @@ def token_ids(sock, max_tokens):
     ids = {}
     for name, (msgs, _) in PROMPTS.items():
         ch = post(sock, "/v1/chat/completions", {"messages": msgs, "max_tokens": max_tokens,
-                                                 "temperature": 0, "return_token_ids": True})
+                                                 "temperature": 0, "return_token_ids": True,
+                                                 "speculative": False})
         text = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
                 "Hugging Face<|im_end|>\n<|im_start|>user\n" + msgs[0]["content"] +
                 "<|im_end|>\n<|im_start|>assistant\n")
         co = post(sock, "/v1/completions", {"prompt": text, "max_tokens": max_tokens,
-                                            "temperature": 0, "return_token_ids": True})
+                                            "temperature": 0, "return_token_ids": True,
+                                            "speculative": False})
         out = ch["choices"][0]["token_ids"]
         if co["choices"][0]["token_ids"] != out or \
                 len(co["choices"][0]["prompt_token_ids"]) != ch["usage"]["prompt_tokens"]:
@@ -224,6 +226,7 @@ def main():
         if a.check:
             c = dict(DEFAULTS)
             for name, (msgs, _) in PROMPTS.items():
+                time.sleep(0.3)  # the worker's counters reach /metrics with its next ping
                 before = sd.spec_counters(sock)
                 sd.stream(sock, msgs, a.max_tokens, None)
                 time.sleep(0.3)
