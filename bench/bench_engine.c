@@ -21,11 +21,11 @@
  *                [--step-ratio R] [--simulate A,B]
  *                [--spec off,ngram,draft] [--spec-tokens K] [--spec-ngram-min N]
  *                [--spec-ngram-max N] [--draft-model PATH] [--draft-step-tokens N]
- *                [--repeat-period N]
+ *                [--repeat-period N] [--spec-knee R]
  *
  * --spec lists speculative decoding methods to compare (docs/speculative.md;
  * default off): each concurrency and prefill cap runs once per method, the
- * engine's spec setting (k --spec-tokens, default 4; the n-gram proposer's
+ * engine's spec setting (k --spec-tokens, default 8; the n-gram proposer's
  * --spec-ngram-min/max, defaults 1 and 4), and `draft` with a draft model
  * (--draft-model PATH, loaded on the same backend; --draft-step-tokens: its
  * catch-up share of a step, 0 the budget) over a private pool of the run's
@@ -39,7 +39,10 @@
  * --repeat-period N makes each prompt a random N-token piece repeated (a
  * copying task, where n-gram proposals hold). With the model as its own
  * draft every proposal is accepted: such a run times the draft path with
- * forced acceptance, not a real draft (label it so).
+ * forced acceptance, not a real draft (label it so). --spec-knee R sets the
+ * engine's verification budget (engine.h spec_knee: 0, the default, the
+ * backend's; < 0 none); each run reports spec_budget_cut, the proposed
+ * tokens it left out.
  *
  * --prefill-cap lists engine prefill_cap settings to compare (engine.h):
  * auto (0, the default: adaptive), off (-1: only the budget) or a fixed cap
@@ -185,6 +188,7 @@ typedef struct {
     const char *weights_name; /* the daemon's default weights_dtype */
     const char *backend_name;
     double step_ratio; /* 0: the engine's IFD_ENGINE_STEP_RATIO */
+    double spec_knee;  /* the engine's spec_knee (0: the backend's; < 0: no budget) */
     ifd_kv_dtype_t kv_dtype;
     ifd_weights_dtype_t weights;
     int caps[16], n_caps;
@@ -215,6 +219,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         {"draft-model", required_argument, NULL, 'D'},
         {"draft-step-tokens", required_argument, NULL, 'T'},
         {"repeat-period", required_argument, NULL, 'e'},
+        {"spec-knee", required_argument, NULL, 'Q'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -239,6 +244,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         case 'D': o->draft_model = optarg; break;
         case 'T': o->draft_step_tokens = atoi(optarg); break;
         case 'e': o->repeat_period = atoi(optarg); break;
+        case 'Q': o->spec_knee = atof(optarg); break;
         case 'R':
             if ((o->step_ratio = atof(optarg)) < 1.0) {
                 fprintf(stderr, "bench_engine: --step-ratio R: R >= 1\n");
@@ -421,9 +427,11 @@ static void print_run(bench_t *b, ifd_engine_t *eng, ifd_spec_draft_t *d, int si
            rt->pf_s > 0 ? (double)rt->pf_tok / rt->pf_s : 0.0,
            rt->dec_s > 0 ? (double)rt->dec_tok / rt->dec_s : 0.0);
     printf(",\"spec\":\"%s\",\"spec_drafts\":%llu,\"spec_draft_tokens\":%llu,"
-           "\"spec_accepted_tokens\":%llu,\"acceptance\":%.3f,\"tokens_hash\":\"%016llx\"",
+           "\"spec_accepted_tokens\":%llu,\"spec_budget_cut\":%llu,\"acceptance\":%.3f,"
+           "\"tokens_hash\":\"%016llx\"",
            spec_name(m), (unsigned long long)st.spec_drafts,
            (unsigned long long)st.spec_draft_tokens, (unsigned long long)st.spec_accepted_tokens,
+           (unsigned long long)st.spec_budget_cut,
            st.spec_draft_tokens ? (double)st.spec_accepted_tokens / (double)st.spec_draft_tokens
                                 : 0.0,
            (unsigned long long)tokens_hash(cnt, nr));
@@ -472,6 +480,7 @@ static int run_one(bench_t *b, int si, int ci, int ki)
     ep.prefill_cap = cap;
     ep.step_ratio = o->step_ratio;
     ep.spec = (ifd_spec_params_t){o->specs[si], o->spec_tokens, o->ngram_min, o->ngram_max};
+    ep.spec_knee = o->spec_knee; /* 0: the backend's (engine.h) */
     ifd_engine_callbacks_t cb = {&b->cnt, on_token, on_finish, NULL};
     ifd_engine_model_t sim = {NULL, SIM_VOCAB, 1 << 20, sim_forward, 0,    0,    NULL, 0,
                               0,    NULL,      NULL,    0,           NULL, NULL, NULL, NULL,
@@ -522,7 +531,7 @@ int main(int argc, char **argv)
     opts_t o = {.n_req = 64, .plen = 128, .olen = 128, .budget = 256,
                 .conc_list = "1,4,16,64", .cap_list = "auto", .kv_name = "f16",
                 .weights_name = "auto", .backend_name = "cpu", .spec_list = "off",
-                .spec_tokens = 4, .ngram_min = 1, .ngram_max = 4};
+                .spec_tokens = IFD_SPEC_DEFAULT_TOKENS, .ngram_min = 1, .ngram_max = 4};
     int status;
     if ((status = parse_opts(argc, argv, &o)) || (status = check_opts(&o)))
         return status;

@@ -30,7 +30,7 @@ Figures are for a quiet machine: on a loaded one the ratio is noise. --smoke
 runs one short repetition (the harness check, no figures to keep).
 
   bench/spec_decode.py --inferd build/daemon/inferd [--model GGUF] [--reps 3]
-                       [--max-tokens 256] [--spec-tokens 4] [--threads T]
+                       [--max-tokens 256] [--spec-tokens 8] [--threads T]
                        [--streams N] [--draft-model GGUF] [--out report.json] [--smoke]
                        [--llama-server PATH]
 """
@@ -213,7 +213,7 @@ def main():
         "~/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--spec-tokens", type=int, default=4)
+    ap.add_argument("--spec-tokens", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--streams", type=int, default=1, help="concurrent streams per side")
     ap.add_argument("--out")

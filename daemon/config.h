@@ -97,7 +97,7 @@
       "each worker's cache of image embeddings by the image's hash (MiB)")                    \
     X(vision_step_ms, INT, "50", 0, "MS", 1, 60000,                                            \
       "an image encode's time per worker step: the pause decoding sees (docs/vision.md)")     \
-    X(spec_tokens, INT, "4", 0, "K", 1, 16, "tokens proposed per step at most (spec)")         \
+    X(spec_tokens, INT, "8", 0, "K", 1, 16, "tokens proposed per step at most (spec)")         \
     X(spec_ngram_min, INT, "1", 0, "N", 1, 16, "shortest suffix the ngram proposer matches")   \
     X(spec_ngram_max, INT, "4", 0, "N", 1, 16, "longest suffix the ngram proposer matches")    \
     X(prefix_cache, BOOL, "true", 1, NULL, 0, 0,                                               \

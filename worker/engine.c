@@ -1973,33 +1973,75 @@ static void ifd__schedule_waiting(ifd_engine_t *e, ifd__plan_t *pl)
         e->waiting.v[i]->deferred = false;
 }
 
+/* The verification budget (engine.h spec_knee, spec.h ifd_spec_budget):
+ * the proposals of the step's decoding sequences qs[0..n) (s->n_draft for
+ * n-gram ones; want[i], the tokens to ask the draft model for, for draft
+ * ones) cut to what pays for its rows beside the step's other rows, and
+ * to the step's room (budget, IFD_ENGINE_SPEC_ROWS), the best first. */
+static void ifd__spec_budget(ifd_engine_t *e, const ifd__plan_t *pl, ifd__seq_t **qs, int32_t *want,
+                             int n)
+{
+    if (n == 0)
+        return;
+    ifd_spec_cand_t c[IFD_ENGINE_SPEC_ROWS];
+    for (int i = 0; i < n; i++) {
+        c[i] = (ifd_spec_cand_t){.n = want[i]};
+        c[i].p = ifd_spec_rate(&qs[i]->spec, &c[i].p1);
+    }
+    /* 0: the backend's (a device pool has kv_download: engine.h) */
+    const double knee = e->p.spec_knee != 0    ? e->p.spec_knee
+                        : e->model.kv_download ? IFD_SPEC_KNEE_GPU
+                                               : IFD_SPEC_KNEE_CPU;
+    const int room = pl->budget < pl->spec_left ? pl->budget : pl->spec_left;
+    ifd_spec_budget(c, n, e->p.max_batched_tokens - pl->budget, knee, room);
+    for (int i = 0; i < n; i++) {
+        e->st.spec_budget_cut += (uint64_t)(want[i] - c[i].keep);
+        want[i] = c[i].keep;
+        if (qs[i]->spec.method != IFD_SPEC_DRAFT)
+            qs[i]->n_draft = c[i].keep; /* the proposal's first keep tokens */
+    }
+}
+
 /* 3. Proposals (engine.h, speculative decoding) for the decoding
  * sequences of the step, from what decodes, prefill and admissions left:
- * the budget and the free blocks. n-gram proposals are made in place, the
- * draft model's for all its sequences at once (their lengths reserved
- * first), in the same call as the feeds of its prefilling sequences. A
- * proposal the pool cannot hold is dropped: it never preempts, nor takes a
- * block or a token another sequence of the step needed. */
+ * the budget and the free blocks, cut by the verification budget
+ * (ifd__spec_budget). n-gram proposals are made in place, the draft
+ * model's for all its sequences at once (their lengths reserved first),
+ * in the same call as the feeds of its prefilling sequences. A proposal
+ * the pool cannot hold is dropped: it never preempts, nor takes a block
+ * or a token another sequence of the step needed. */
 static void ifd__schedule_spec(ifd_engine_t *e, ifd__plan_t *pl)
 {
-    ifd__seq_t *qs[IFD_ENGINE_SPEC_ROWS];
+    ifd__seq_t *qs[IFD_ENGINE_SPEC_ROWS], *cs[IFD_ENGINE_SPEC_ROWS];
     ifd_spec_draft_query_t q[IFD_ENGINE_SPEC_ROWS];
-    int nq = 0, left = pl->budget < pl->spec_left ? pl->budget : pl->spec_left;
-    for (int k = 0; k < pl->n_sched && left > 0; k++) {
+    int32_t want[IFD_ENGINE_SPEC_ROWS];
+    /* every decoding sequence's proposal within its own limits and the
+     * step's room; ifd__spec_budget then keeps the best of them within the
+     * room, so that sequences scheduled late are not crowded out */
+    const int room = pl->budget < pl->spec_left ? pl->budget : pl->spec_left;
+    int nq = 0, nc = 0;
+    for (int k = 0; k < pl->n_sched && room > 0 && nc < IFD_ENGINE_SPEC_ROWS; k++) {
         ifd__seq_t *s = e->sched[k];
         if (!ifd__decoding(s))
             continue;
-        const int32_t lim = ifd__spec_limit(e, s, left);
-        if (s->spec.method != IFD_SPEC_DRAFT) {
-            s->n_draft = ifd_spec_propose(&s->spec, s->tokens, s->n_tokens, lim, s->draft);
-            left -= s->n_draft;
-            continue;
+        const int32_t lim = ifd__spec_limit(e, s, room);
+        int32_t w;
+        if (s->spec.method != IFD_SPEC_DRAFT)
+            w = s->n_draft = ifd_spec_propose(&s->spec, s->tokens, s->n_tokens, lim, s->draft);
+        else
+            w = ifd_spec_want(&s->spec, lim);
+        if (w > 0) {
+            cs[nc] = s;
+            want[nc++] = w;
         }
-        const int32_t want = ifd_spec_want(&s->spec, lim);
-        if (want > 0) {
+    }
+    ifd__spec_budget(e, pl, cs, want, nc);
+    for (int i = 0; i < nc; i++) {
+        ifd__seq_t *s = cs[i];
+        if (s->spec.method == IFD_SPEC_DRAFT && want[i] > 0) {
             qs[nq] = s;
-            q[nq++] = (ifd_spec_draft_query_t){s->dseq, s->tokens, s->n_tokens, want, s->draft, 0};
-            left -= want;
+            q[nq++] =
+                (ifd_spec_draft_query_t){s->dseq, s->tokens, s->n_tokens, want[i], s->draft, 0};
         }
     }
     /* then a feed for each prefilling sequence that will speculate with the

@@ -183,7 +183,8 @@ typedef struct {
 /* Speculative decoding (docs/speculative.md). A decoding sequence with
  * speculation on gets up to k proposed tokens from the n-gram proposer
  * (worker/ngram.h) or the draft model (params.drafter, proposing for all
- * the step's speculating sequences in one batch; how many: worker/spec.h)
+ * the step's speculating sequences in one batch; how many: worker/spec.h,
+ * cut per step by the verification budget, spec_knee below)
  * and contributes k + 1 query rows to the step, each with
  * its logits; row i is sampled exactly as plain decoding would sample the
  * token at its position (same processed logits, same counter-based draw),
@@ -277,6 +278,17 @@ typedef struct {
     /* Speculative decoding for requests that do not choose (method
      * IFD_SPEC_OFF by default; IFD_SPEC_DEFAULT reads as off). */
     ifd_spec_params_t spec;
+    /* The verification budget (spec.h ifd_spec_budget, docs/speculative.md
+     * "Verification budget"): the rows at which a step stops being bound by
+     * reading the weights. Each step verifies only the proposed tokens
+     * whose expected acceptance pays for their rows under the cost
+     * knee + rows: all the likely ones at batch 1, few or none once the
+     * step's rows pass the knee. Which proposals are verified changes,
+     * never a token. 0 (the default): the backend's — IFD_SPEC_KNEE_GPU
+     * for a model whose pool is device memory (its adapter has
+     * kv_download), else IFD_SPEC_KNEE_CPU; < 0: no budget (every proposal
+     * the adaptive k allows is verified). */
+    double spec_knee;
     /* The draft model proposer (spec.h, worker/spec_draft.h) for method
      * IFD_SPEC_DRAFT, engine-wide or per request; propose NULL: none (a
      * request asking for it is refused, IFD_EINVAL). Borrowed: must outlive
@@ -446,6 +458,9 @@ typedef struct {
     uint64_t spec_draft_tokens;
     uint64_t spec_accepted_tokens;
     uint64_t spec_accepted_per_pos[IFD_SPEC_MAX_TOKENS];
+    /* tokens proposed (or wanted from the draft model) that the verification
+     * budget left out (spec_knee, ifd_spec_budget) */
+    uint64_t spec_budget_cut;
 } ifd_engine_stats_t;
 
 void ifd_engine_stats(const ifd_engine_t *e, ifd_engine_stats_t *out);

@@ -161,6 +161,7 @@ typedef struct {
     bool wrong;
     model_kind_t kind;
     float spread;
+    double knee; /* the engine's spec_knee (0: the default; < 0: no verification budget) */
 } rig_opts_t;
 
 static void rig_open(rig_t *r, const rig_opts_t *o)
@@ -194,6 +195,7 @@ static void rig_open(rig_t *r, const rig_opts_t *o)
     ep.max_seqs = o->max_seqs;
     ep.spec = o->spec;
     ep.spec_wrong_accept_test = o->wrong;
+    ep.spec_knee = o->knee;
     ep.local_pool = r->fake.lpool;
     ifd_engine_callbacks_t cb = {r->sink, on_token, on_finish, NULL};
     ck_assert_int_eq(ifd_engine_create(&r->eng, &ep, &m, r->pool, &cb), 0);
@@ -455,6 +457,161 @@ START_TEST(test_k_adapts)
 }
 END_TEST
 
+/* Runs requests ids[0..n) (prompts[] i, greedy, max_tokens out) together in
+ * one engine; the outputs stay in r's sink, the counters in *st. */
+static void run_ids(rig_t *r, const rig_opts_t *o, const int *ids, int n, int out,
+                    ifd_engine_stats_t *st)
+{
+    rig_open(r, o);
+    for (int i = 0; i < n; i++) {
+        ifd_engine_request_t q;
+        memset(&q, 0, sizeof q);
+        q.id = (uint64_t)i;
+        q.prompt = prompts[ids[i]];
+        q.n_prompt = prompt_len[ids[i]];
+        q.sampling = ifd_sampling_default_params();
+        q.sampling.temperature = 0.0f;
+        q.max_tokens = out;
+        q.ignore_eos = true;
+        q.use_cache = true;
+        ck_assert_int_eq(ifd_engine_add(r->eng, &q), 0);
+    }
+    while (!ifd_engine_idle(r->eng))
+        ck_assert_int_ge(ifd_engine_step(r->eng, NULL), 0);
+    ifd_engine_stats(r->eng, st);
+}
+
+/* Several sequences speculating in one step (no verification budget, room
+ * for every proposal): each proposes, verifies and accepts exactly what it
+ * does alone — rows, offsets, per-sequence histories and proposals do not
+ * mix — so the step's counters are the sum of the requests' run alone,
+ * position by position, and the tokens are each one's alone. Eight copies
+ * of one prompt (the bench's --streams 8: identical histories) and eight
+ * different prompts. */
+START_TEST(test_batched_acceptance_equals_alone)
+{
+    make_prompts(64, 29);
+    const int same[8] = {3, 3, 3, 3, 3, 3, 3, 3}, diff[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const int *sets[2] = {same, diff};
+    for (int k = 0; k < 2; k++) {
+        rig_opts_t o = {.n_blocks = 2048,
+                        .budget = 1024,
+                        .max_seqs = 8,
+                        .kind = MODEL_CYCLE,
+                        .spec = {IFD_SPEC_NGRAM, 6, 1, 3},
+                        .knee = -1};
+        ifd_engine_stats_t all, one, sum;
+        memset(&sum, 0, sizeof sum);
+        rig_t r;
+        run_ids(&r, &o, sets[k], 8, 96, &all);
+        for (int i = 0; i < 8; i++) {
+            rig_t a;
+            run_ids(&a, &o, sets[k] + i, 1, 96, &one);
+            ck_assert_int_eq(a.sink->n_out[0], 96);
+            ck_assert_int_eq(r.sink->n_out[i], 96);
+            ck_assert_msg(memcmp(a.sink->out[0], r.sink->out[i], 96 * 4) == 0,
+                          "request %d differs batched", i);
+            sum.spec_drafts += one.spec_drafts;
+            sum.spec_draft_tokens += one.spec_draft_tokens;
+            sum.spec_accepted_tokens += one.spec_accepted_tokens;
+            for (int j = 0; j < IFD_SPEC_MAX_TOKENS; j++)
+                sum.spec_accepted_per_pos[j] += one.spec_accepted_per_pos[j];
+            rig_close(&a);
+        }
+        fprintf(stderr,
+                "%s prompts: batched %llu verifications, %llu proposed, %llu accepted; "
+                "alone %llu, %llu, %llu\n",
+                k ? "different" : "identical", (unsigned long long)all.spec_drafts,
+                (unsigned long long)all.spec_draft_tokens,
+                (unsigned long long)all.spec_accepted_tokens, (unsigned long long)sum.spec_drafts,
+                (unsigned long long)sum.spec_draft_tokens,
+                (unsigned long long)sum.spec_accepted_tokens);
+        ck_assert_uint_gt(sum.spec_accepted_tokens, 0);
+        ck_assert_uint_eq(all.spec_drafts, sum.spec_drafts);
+        ck_assert_uint_eq(all.spec_draft_tokens, sum.spec_draft_tokens);
+        ck_assert_uint_eq(all.spec_accepted_tokens, sum.spec_accepted_tokens);
+        ck_assert_int_eq(memcmp(all.spec_accepted_per_pos, sum.spec_accepted_per_pos,
+                                sizeof sum.spec_accepted_per_pos),
+                         0);
+        ck_assert_uint_lt(all.steps, 96 + 2); /* they ran together */
+        rig_close(&r);
+    }
+}
+END_TEST
+
+/* The verification budget (engine.h spec_knee) in the engine: 16 greedy
+ * sequences decoding together (a step of 16 rows, past the knee) where
+ * every proposal fails (MODEL_HASH) verify far fewer proposed tokens than
+ * without the budget, and where every proposal holds (MODEL_SUCC) still
+ * verify most of them; at batch 1 the budget leaves every proposal of the
+ * holding model alone. The tokens are plain decoding's every way. */
+START_TEST(test_budget_in_engine)
+{
+    static int32_t prompt[40];
+    int32_t t = 1;
+    for (int j = 0; j < 40; j++)
+        prompt[j] = t = succ(t);
+    for (int m = 0; m < 2; m++) {
+        for (int n = 1; n <= 16; n += 15) {
+            ifd_engine_stats_t st[3];
+            int32_t out[3][16][64];
+            for (int v = 0; v < 3; v++) { /* plain, budget off, the default budget */
+                rig_opts_t o = {.n_blocks = 2048,
+                                .budget = 512,
+                                .max_seqs = 16,
+                                .kind = m ? MODEL_SUCC : MODEL_HASH,
+                                .knee = v == 1 ? -1 : 0};
+                o.spec = v ? (ifd_spec_params_t){IFD_SPEC_NGRAM, 4, 1, 3}
+                           : (ifd_spec_params_t){IFD_SPEC_OFF, 0, 0, 0};
+                rig_t r;
+                rig_open(&r, &o);
+                for (int i = 0; i < n; i++) {
+                    ifd_engine_request_t q;
+                    memset(&q, 0, sizeof q);
+                    q.id = (uint64_t)i;
+                    q.prompt = prompt + i % 8; /* different histories */
+                    q.n_prompt = 32;
+                    q.sampling = ifd_sampling_default_params();
+                    q.sampling.temperature = 0.0f;
+                    q.max_tokens = 64;
+                    q.ignore_eos = true;
+                    q.use_cache = true;
+                    ck_assert_int_eq(ifd_engine_add(r.eng, &q), 0);
+                }
+                while (!ifd_engine_idle(r.eng))
+                    ck_assert_int_ge(ifd_engine_step(r.eng, NULL), 0);
+                ifd_engine_stats(r.eng, &st[v]);
+                for (int i = 0; i < n; i++) {
+                    ck_assert_int_eq(r.sink->n_out[i], 64);
+                    memcpy(out[v][i], r.sink->out[i], sizeof out[v][i]);
+                }
+                rig_close(&r);
+            }
+            ck_assert_int_eq(memcmp(out[0], out[1], (size_t)n * sizeof out[0][0]), 0);
+            ck_assert_int_eq(memcmp(out[0], out[2], (size_t)n * sizeof out[0][0]), 0);
+            fprintf(stderr,
+                    "%s, %d sequences: budget off %llu proposed (%llu accepted), on %llu "
+                    "(%llu accepted, %llu cut)\n",
+                    m ? "successor" : "hash", n, (unsigned long long)st[1].spec_draft_tokens,
+                    (unsigned long long)st[1].spec_accepted_tokens,
+                    (unsigned long long)st[2].spec_draft_tokens,
+                    (unsigned long long)st[2].spec_accepted_tokens,
+                    (unsigned long long)st[2].spec_budget_cut);
+            ck_assert_uint_eq(st[1].spec_budget_cut, 0);
+            if (m == 0 && n == 16) { /* failing proposals in a full step: stand down at once */
+                ck_assert_uint_gt(st[1].spec_draft_tokens, 0);
+                ck_assert_uint_le(st[2].spec_draft_tokens * 2, st[1].spec_draft_tokens);
+            } else if (m == 1 && n == 16) { /* holding ones: most still verified, and it pays */
+                ck_assert_uint_ge(st[2].spec_accepted_tokens * 2, st[1].spec_accepted_tokens);
+                ck_assert_uint_lt(st[2].steps, st[0].steps);
+            } else if (m == 1) { /* batch 1: nothing cut where proposals hold */
+                ck_assert_uint_eq(st[2].spec_draft_tokens, st[1].spec_draft_tokens);
+            }
+        }
+    }
+}
+END_TEST
+
 /* The first verified token (the second generated: the first comes from
  * the prefill, without a proposal) of n seeded requests whose prompt makes
  * every first token propose its successor; counts per token into c. */
@@ -464,8 +621,13 @@ static void first_verified(bool spec, bool wrong, uint64_t seed0, int n, long *c
     static int32_t prompt[16];
     for (int j = 0; j < 16; j++)
         prompt[j] = 1 + j % 4; /* 1..4 four times: every token 1..4 is followed by another */
-    rig_opts_t o = {
-        .n_blocks = 4096, .budget = 256, .max_seqs = 64, .kind = MODEL_FIXED, .wrong = wrong};
+    /* no verification budget: every proposal is verified, 64 at once */
+    rig_opts_t o = {.n_blocks = 4096,
+                    .budget = 256,
+                    .max_seqs = 64,
+                    .kind = MODEL_FIXED,
+                    .wrong = wrong,
+                    .knee = -1};
     o.spec = spec ? (ifd_spec_params_t){IFD_SPEC_NGRAM, 1, 1, 1}
                   : (ifd_spec_params_t){IFD_SPEC_OFF, 0, 0, 0};
     rig_t r;
@@ -584,6 +746,7 @@ int main(void)
                   IFD_TESTS(test_greedy_equals_plain, test_sampled_equals_plain,
                             test_tiny_pool_equals_plain, test_small_budget_equals_plain,
                             test_local_pool_equals_plain, test_k_adapts,
+                            test_batched_acceptance_equals_alone, test_budget_in_engine,
                             test_sampling_rule_chi_square, test_request_off_and_bad_settings));
     return ifd_test_run(s);
 }
