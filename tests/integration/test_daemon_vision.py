@@ -19,40 +19,33 @@ model.generate, gave):
   transformers' (the images reach the model, in their order), and the one-image chat again
   with the other image does not reuse the first image's cached KV (the prefix cache keys image
   positions by the image's hash) while the same chat again gives the same answer;
-- the one-image chat as a Responses request (input_image): usage.input_tokens and the text.
+- the one-image chat as a Responses request (input_image): usage.input_tokens and the text;
+- image0 in other files with the same pixels (16-bit PNG, animated WebP, a PNG stored rotated
+  with its EXIF orientation) gives transformers' logprobs, odd formats are pictures, hostile
+  ones are 400s, and nothing is held afterwards (test_formats_and_hostile_images).
 After every test no KV block may be held. The daemon runs with f32 KV (its f16 default moves
 the logprobs by ~5e-4: too close to TOL).
 
-Not registered in CTest until the router's image path (img-router) and the worker's tower
-(img-worker) land; then (label unit: it needs the venv's openai and numpy but no downloaded
-model; a daemon and its worker, so also in IFD_TESTS_2CPU; a few seconds on the tiny model):
-
-    ifd_add_script_test(test_daemon_vision
-      COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_daemon.sh vision
-              $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker>
-      LABELS unit TIMEOUT 120)
-
-(test_daemon.sh already lists "vision" in needs_openai). Before they land the text chat passes
-and every image request gets today's 400. On a scratch merge of img-oracle with img-router
-(519d0f2) and img-worker (40ebc0b) every case passed: logprobs within 1.1e-5 of transformers'
-(4.9e-4 with f16 KV), the swapped images 0.17 off, the other image 1.1 off with 0 tokens
-cached and then 32, the same chat again 32 of 41 cached; also with the daemon and worker built
-with ASan+UBSan (no report).
+CTest: test_daemon_vision (label unit: the venv's openai, numpy and, for the formats' test,
+Pillow; no downloaded model; a daemon and its worker, so in IFD_TESTS_2CPU; a few seconds).
 
 Usage: test_daemon_vision.py INFERD   (run by the venv's python: $INFERD_PYTHON)
 """
 import base64
 import copy
 import json
+import io
 import os
+import struct
 import sys
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_daemon_util import Daemon, openai_client, run_tests, skip  # noqa: E402
 
 try:
     import numpy as np
-    import openai  # noqa: F401  (openai_client's)
+    import openai
 except ImportError as e:  # pragma: no cover
     skip("the openai/numpy packages are not installed (%s): run deploy/install-deps.sh" % e)
 
@@ -86,8 +79,19 @@ MAX_TOKENS = DOC["max_tokens"]
 
 
 def data_url(name):
+    """A committed file as a PNG data URL; a "data:" URL is taken as it is."""
+    if name.startswith("data:"):
+        return name
     with open(os.path.join(TINY, name), "rb") as f:
         return "data:image/png;base64," + base64.b64encode(f.read()).decode()
+
+
+def bytes_url(mime, data):
+    return "data:%s;base64,%s" % (mime, base64.b64encode(data).decode())
+
+
+def png_chunk(tag, data):
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
 
 def openai_messages(msgs, images=None):
@@ -251,6 +255,75 @@ def test_prefix_cache_keys_images():
             other[0], cached(usage), d))
     assert firsts[0].keys() == firsts[1].keys(), firsts
     assert max(abs(firsts[0][i] - firsts[1][i]) for i in firsts[0]) <= TOL, firsts
+    D.wait_idle()
+
+
+def test_formats_and_hostile_images():
+    """The one-image chat with its picture in other files that hold the same pixels — a 16-bit
+    PNG (Pillow keeps the high byte), the first frame of an animated lossless WebP, a PNG stored
+    rotated with the EXIF orientation that turns it upright (load_image's exif_transpose) —
+    gives transformers' logprobs; a GIF sent as image/jpeg and a CMYK JPEG are pictures (200);
+    a decompression bomb, a truncated file, bytes that are no image and corrupt pixel data are
+    400s naming the part; afterwards no KV block is held and the chat is still answered as
+    transformers does."""
+    try:
+        import numpy  # noqa: F401
+        from PIL import Image
+    except ImportError as e:
+        print("  SKIPPED (Pillow is not in this Python: %s)" % e)
+        return
+    im = Image.open(os.path.join(TINY, "image0.png")).convert("RGB")
+    w, h = im.size
+    px = np.asarray(im).astype(">u2") * 257
+    rows = b"".join(b"\0" + r.tobytes() for r in px)
+    png16 = (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+             + png_chunk(b"IDAT", zlib.compress(rows)) + png_chunk(b"IEND", b""))
+    buf = io.BytesIO()
+    im.save(buf, "WEBP", lossless=True, save_all=True, append_images=[im.rotate(90), im])
+    webp_anim = buf.getvalue()
+    exif = Image.Exif()
+    exif[0x0112] = 6  # exif_transpose turns it by ROTATE_270: back to image0
+    buf = io.BytesIO()
+    im.transpose(Image.Transpose.ROTATE_90).save(buf, "PNG", exif=exif)
+    png_exif = buf.getvalue()
+    ref = REFS["one_gen_logits"][0]
+    n = len(REFS["one_input_ids"])
+    for what, url in (("16-bit PNG", bytes_url("image/png", png16)),
+                      ("animated WebP", bytes_url("image/webp", webp_anim)),
+                      ("rotated PNG + EXIF orientation 6", bytes_url("image/png", png_exif))):
+        prompt, usage, _, entries, _, _ = ask("one", images=[url])
+        assert prompt == REFS["one_input_ids"].tolist(), (what, prompt)
+        err = step_error(entries[0], ref)
+        assert err <= TOL, (what, err)
+        print("  one with image0 as a %s: first step within %.2g" % (what, err))
+    gif, cmyk = io.BytesIO(), io.BytesIO()
+    im.save(gif, "GIF")
+    im.convert("CMYK").save(cmyk, "JPEG", quality=90)
+    for what, url in (("GIF as image/jpeg", bytes_url("image/jpeg", gif.getvalue())),
+                      ("CMYK JPEG", bytes_url("image/jpeg", cmyk.getvalue()))):
+        prompt, usage, _, entries, _, _ = ask("one", images=[url])
+        assert usage.prompt_tokens == n and len(entries) == MAX_TOKENS, (what, usage)
+    bomb = (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2,
+                                                                   0, 0, 0))
+            + png_chunk(b"IDAT", zlib.compress(b"\0" * 64)) + png_chunk(b"IEND", b""))
+    corrupt = bytearray(png16)
+    at = corrupt.index(b"IDAT") + 4
+    corrupt[at:at + 8] = b"\xff" * 8  # the zlib stream's header and first bytes
+    for what, url, says in (("a bomb", bytes_url("image/png", bomb), "max_image_pixels"),
+                            ("truncated", bytes_url("image/png", png16[:len(png16) // 2]),
+                             "truncated"),
+                            ("no image", bytes_url("image/png", b"GIF88 no image" * 9),
+                             "not an image"),
+                            ("corrupt", bytes_url("image/png", bytes(corrupt)), "png")):
+        try:
+            ask("one", images=[url])
+            raise AssertionError("accepted: " + what)
+        except openai.BadRequestError as e:
+            assert e.param == "messages[0].content[0]" and says in e.message, (what, e.message)
+            print("  %s: 400 %s" % (what, e.message[:90]))
+    D.wait_idle()  # no KV block held
+    prompt, _, ids, entries, _, _ = ask("one")
+    assert ids == REFS["one_gen_ids"].tolist() and step_error(entries[0], ref) <= TOL
     D.wait_idle()
 
 
