@@ -20,6 +20,7 @@ model.generate, gave):
   with the other image does not reuse the first image's cached KV (the prefix cache keys image
   positions by the image's hash) while the same chat again gives the same answer;
 - the one-image chat as a Responses request (input_image): usage.input_tokens and the text;
+- pan-and-scan (mm_processor_kwargs) on a wide picture: transformers' Gemma3Processor's ids;
 - image0 in other files with the same pixels (16-bit PNG, animated WebP, a PNG stored rotated
   with its EXIF orientation) gives transformers' logprobs, odd formats are pictures, hostile
   ones are 400s, and nothing is held afterwards (test_formats_and_hostile_images).
@@ -324,6 +325,44 @@ def test_formats_and_hostile_images():
     D.wait_idle()  # no KV block held
     prompt, _, ids, entries, _, _ = ask("one")
     assert ids == REFS["one_gen_ids"].tolist() and step_error(entries[0], ref) <= TOL
+    D.wait_idle()
+
+
+def test_pan_and_scan_ids():
+    """mm_processor_kwargs {"do_pan_and_scan": true} on a wide picture (900×300: three crops):
+    the prompt's ids are transformers' Gemma3Processor's (the PIL image processor, the tiny
+    directory's processor and chat template) with do_pan_and_scan=True — the original image,
+    the processor's wording and one placeholder per crop; usage counts them. Off by default:
+    the same request without the kwarg has one image's tokens."""
+    try:
+        from PIL import Image
+        from transformers import AutoProcessor
+    except ImportError as e:
+        print("  SKIPPED (Pillow/transformers are not in this Python: %s)" % e)
+        return
+    proc = AutoProcessor.from_pretrained(TINY)
+    y, x = np.mgrid[0:300, 0:900]
+    img = Image.fromarray(np.stack([x % 256, y % 256, (x + y) % 256], -1).astype(np.uint8))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    url = bytes_url("image/png", buf.getvalue())
+    msgs = CHATS["one"]["messages"]
+    text = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    want = proc(text=text, images=[img], do_pan_and_scan=True,
+                add_special_tokens=False)["input_ids"][0]
+    want = [int(t) for t in want]
+    kw = dict(model=MODEL, messages=openai_messages(msgs, [url]), max_tokens=1, temperature=0,
+              extra_body={"return_token_ids": True})
+    r = C.chat.completions.create(**dict(kw, extra_body=dict(
+        kw["extra_body"], mm_processor_kwargs={"do_pan_and_scan": True})))
+    got = extra(r, "prompt_token_ids")
+    assert got == want, "pan-and-scan ids differ from Gemma3Processor's:\n%s\n%s" % (got, want)
+    assert r.usage.prompt_tokens == len(want), r.usage
+    n_img = sum(1 for t in want if t == DOC.get("image_token_id", 511))
+    plain = C.chat.completions.create(**kw)
+    assert plain.usage.prompt_tokens == len(REFS["one_input_ids"]), plain.usage
+    print("  pan-and-scan: %d prompt ids = Gemma3Processor's (%d image tokens), %d without" % (
+        len(want), n_img, plain.usage.prompt_tokens))
     D.wait_idle()
 
 
