@@ -97,7 +97,8 @@ if(CMAKE_CXX_COMPILER)
 
   # The vision tower on the CUDA backend against transformers (the tiny model).
   set(IFD_VISION_CUDA_SRCS test_vision_cuda.c ${PROJECT_SOURCE_DIR}/worker/vision.c
-      ${PROJECT_SOURCE_DIR}/worker/backend_cpu.c ${PROJECT_SOURCE_DIR}/worker/backend_cuda.c)
+      ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/generate.c
+      ${PROJECT_SOURCE_DIR}/worker/engine.c ${IFD_SPEC_SRCS})
   ifd_add_test(test_vision_cuda_emu SOURCES ${IFD_VISION_CUDA_SRCS} LIBS ifd_gpu_test_emu
                LABELS unit emu TIMEOUT 300)
   target_include_directories(test_vision_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}
