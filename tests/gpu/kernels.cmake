@@ -181,6 +181,12 @@ if(CMAKE_CXX_COMPILER)
               test_gpu_stream_and_pool_size
       LABELS emu model TIMEOUT 300)
   endforeach()
+  # The vision oracle through the daemon on the emulated CUDA backend (issue 28 item 7): the
+  # tiny model's hd64/ variant, its image chats streamed and not against transformers (~20 s).
+  ifd_add_script_test(test_daemon_vision_emu
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/test_daemon.sh vision
+            $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker> $<TARGET_FILE:inferd-worker-emu>
+    LABELS unit emu TIMEOUT 180)
   # The KV pool's device segment across a GPU worker's SIGKILL: the router's
   # fd keeps the prefixes (VMM); IPC memory and a forgetful driver rebuild.
   ifd_add_script_test(test_daemon_gpu_pool_emu

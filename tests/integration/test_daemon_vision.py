@@ -30,7 +30,12 @@ the logprobs by ~5e-4: too close to TOL).
 CTest: test_daemon_vision (label unit: the venv's openai, numpy and, for the formats' test,
 Pillow; no downloaded model; a daemon and its worker, so in IFD_TESTS_2CPU; a few seconds).
 
-Usage: test_daemon_vision.py INFERD   (run by the venv's python: $INFERD_PYTHON)
+On the emulated CUDA backend (test_daemon_vision_emu: INFERD INFERD_WORKER INFERD_WORKER_EMU,
+labels emu): the hd64/ variant, the one- and two-image chats, the swapped images, Responses and
+the prefix-cache keys, with f16 K/V's tolerance (EMU_TOL).
+
+Usage: test_daemon_vision.py INFERD [INFERD_WORKER INFERD_WORKER_EMU]
+(run by the venv's python: $INFERD_PYTHON)
 """
 import base64
 import copy
@@ -192,8 +197,8 @@ def test_text_chat():
 
 
 def test_image_chats():
-    names = [n for n, c in CHATS.items() if c["images"]]
-    assert len(names) >= 3, names
+    names = [n for n, c in CHATS.items() if c["images"] and n + "_gen_ids" in REFS]
+    assert len(names) >= (2 if WORKER_EMU else 3), names
     for name in names:
         for stream in (False, True):
             check_chat(name, stream)
@@ -366,14 +371,35 @@ def test_pan_and_scan_ids():
     D.wait_idle()
 
 
+# On the CUDA backend (argv[3]: inferd-worker-emu, test_daemon_vision_emu): the tiny
+# directory's hd64/ variant (a text head_dim the CUDA attention takes) with its references,
+# f16 K/V (the CUDA backend has no f32 K/V: test_vision_cuda's prompt cases bound its logits by
+# 1e-3 of the row max, observed 2.8e-4; ~1e-3 in logprob here), and the tests whose only
+# references are its one- and two-image chats.
+WORKER_EMU = sys.argv[3] if len(sys.argv) > 3 else None
+EMU_TOL = 3e-3
+EMU_TESTS = ["test_image_chats", "test_image_order_matters", "test_responses_input_image",
+             "test_prefix_cache_keys_images"]
+
+
 def main():
-    global D, C, MODEL
-    os.environ["INFERD_TEST_MODEL"] = os.path.abspath(TINY)
-    D = Daemon(INFERD, args=["--threads", "1", "--kv-dtype", "f32"])
+    global D, C, MODEL, REFS, TOL
+    model_dir = os.path.join(TINY, "hd64") if WORKER_EMU else TINY
+    os.environ["INFERD_TEST_MODEL"] = os.path.abspath(model_dir)
+    args, names = ["--threads", "1", "--kv-dtype", "f32"], None
+    if WORKER_EMU:  # exact mode: f32 weights, activations and GEMMs
+        args = ["--threads", "1", "--gpus", "0", "--gpu-dtype", "f32", "--worker-binary",
+                WORKER_EMU, "--gpu-memory-fraction", "0.2", "--max-seqs", "2",
+                "--max-model-len", "256", "--max-batched-tokens", "64"]
+        REFS = load_safetensors(os.path.join(model_dir, "refs.safetensors"))
+        TOL = EMU_TOL
+        names = EMU_TESTS
+        print("on the emulated CUDA backend (exact mode, f16 K/V): %s" % WORKER_EMU)
+    D = Daemon(INFERD, args=args)
     try:
-        C = openai_client(D.sock, timeout=120)
+        C = openai_client(D.sock, timeout=300)
         MODEL = C.models.list().data[0].id
-        rc = run_tests(globals())
+        rc = run_tests(globals(), names)
     finally:
         code = D.stop()
     if code != 0:
