@@ -23,7 +23,8 @@
  *     PIL.ImageOps.exif_transpose): the Orientation tag of a JPEG's Exif
  *     APP1 segments, a PNG's eXIf chunk or a WebP's EXIF chunk, else the
  *     tiff:Orientation of its XMP packet, read as Pillow reads them
- *     (exif.c), transposes the picture (orientations 5..8 swap the sides).
+ *     (exif.c), transposes the picture (orientations 5..8 swap the sides;
+ *     the copy briefly holds a second w × h × 3 buffer).
  *     A malformed EXIF block, which makes Pillow raise, is read as no
  *     orientation. GIFs carry none.
  *
