@@ -38,9 +38,8 @@ static uint64_t ifd__exif_u(const uint8_t *p, int n, int be)
 /* Pillow's unit size of a TIFF type it loads, 0 for a type it skips. */
 static int ifd__exif_unit(int typ)
 {
-    static const int units[] = {[1] = 1, [2] = 1, [3] = 2, [4] = 4, [5] = 8, [6] = 1, [7] = 1,
-                                [8] = 2, [9] = 4, [10] = 8, [11] = 4, [12] = 8, [13] = 4,
-                                [16] = 8};
+    static const int units[] = {[1] = 1, [2] = 1, [3] = 2,  [4] = 4,  [5] = 8,  [6] = 1,  [7] = 1,
+                                [8] = 2, [9] = 4, [10] = 8, [11] = 4, [12] = 8, [13] = 4, [16] = 8};
     return typ > 0 && typ < (int)(sizeof units / sizeof units[0]) ? units[typ] : 0;
 }
 

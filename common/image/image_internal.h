@@ -19,8 +19,8 @@
 
 typedef struct {
     uint32_t w, h;
-    uint8_t *px;   /* [h][w][4] RGBA, malloc'd */
-    int has_alpha; /* composite on white (alpha band or tRNS / GIF transparency) */
+    uint8_t *px;     /* [h][w][4] RGBA, malloc'd */
+    int has_alpha;   /* composite on white (alpha band or tRNS / GIF transparency) */
     int orientation; /* EXIF orientation to apply (ifd__image_orientation); 0 or 1: none */
 } ifd__image_rgba_t;
 

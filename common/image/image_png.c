@@ -122,8 +122,8 @@ static int ifd__png_orientation(const uint8_t *d, size_t n)
     const uint8_t *exif = NULL, *xmp = NULL;
     size_t n_exif = 0, n_xmp = 0;
     for (size_t at = 8; at + 12 <= n;) {
-        size_t len = (size_t)d[at] << 24 | (size_t)d[at + 1] << 16 | (size_t)d[at + 2] << 8 |
-                     d[at + 3];
+        size_t len =
+            (size_t)d[at] << 24 | (size_t)d[at + 1] << 16 | (size_t)d[at + 2] << 8 | d[at + 3];
         const uint8_t *type = d + at + 4, *data = d + at + 8;
         if (len > n - at - 12 || memcmp(type, "IEND", 4) == 0)
             break;

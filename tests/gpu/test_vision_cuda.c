@@ -300,7 +300,8 @@ static int generate_with_images(ifd_model_t *m, const int32_t *ids, const int32_
         rewind(dump);
         const size_t nf = (size_t)(n + n_gen - 1) * 512;
         *rows = gt_xmalloc(nf * sizeof(float));
-        if (fread(head, 1, 10, dump) != 10 || fseek(dump, 10 + (head[8] | head[9] << 8), SEEK_SET) ||
+        if (fread(head, 1, 10, dump) != 10 ||
+            fseek(dump, 10 + (head[8] | head[9] << 8), SEEK_SET) ||
             fread(*rows, sizeof(float), nf, dump) != nf) {
             GT_EXPECT(0, "reading the logits dump");
             rc = IFD_ETRUNC;
@@ -368,8 +369,10 @@ static void prompt_case(int mode, int kvt, double bound)
         snprintf(ntt, sizeof ntt, "%stoken_type_ids", chats[c]);
         snprintf(nlg, sizeof nlg, "%s%s", chats[c], c ? "gen_logits" : "prompt_logits");
         snprintf(ngen, sizeof ngen, "%sgen_ids", chats[c]);
-        const ifd_st_tensor_t *ti = ifd_safetensors_find(st, nid), *tt = ifd_safetensors_find(st, ntt);
-        const ifd_st_tensor_t *tl = ifd_safetensors_find(st, nlg), *tg = ifd_safetensors_find(st, ngen);
+        const ifd_st_tensor_t *ti = ifd_safetensors_find(st, nid),
+                              *tt = ifd_safetensors_find(st, ntt);
+        const ifd_st_tensor_t *tl = ifd_safetensors_find(st, nlg),
+                              *tg = ifd_safetensors_find(st, ngen);
         if (!ti || !tt || !tl || (c && !tg)) {
             GT_EXPECT(0, "refs of chat %d missing", c);
             continue;
@@ -390,10 +393,10 @@ static void prompt_case(int mode, int kvt, double bound)
         bool same = true;
         for (int t = 0; c && t < n_gen; t++)
             same = same && gen[t] == ((const int32_t *)tg->data)[t];
-        gt_note("%s on %s (mode %d, kv %d): %s%s rows within %.3g of the row max%s",
+        gt_note("%s on %s (mode %d, kv %d): %s rows within %.3g of the row max%s",
                 chats[c][0] ? chats[c] : "prompt_", be->ops->name, mode, kvt,
-                c ? "the last prompt position and the greedy steps'" : "every position's",
-                "", worst, c ? (same ? ", greedy tokens equal" : ", greedy tokens DIFFER") : "");
+                c ? "the last prompt position and the greedy steps'" : "every position's", worst,
+                c ? (same ? ", greedy tokens equal" : ", greedy tokens DIFFER") : "");
         GT_EXPECT(worst <= bound, "chat %d: logits %.3g of the row max > %.0e", c, worst, bound);
         GT_EXPECT(same, "chat %d: greedy tokens differ from transformers'", c);
         free(rows);

@@ -5,8 +5,8 @@
  * of each format (an error or a picture, never a crash: this test runs in the
  * ASan+UBSan build too), resampling properties, preprocessing and its
  * config, data URLs, and the EXIF orientation (each of the eight against
- * the EXIF spec's wording; malformed blocks read as none). Exactness against Pillow and transformers is
- * test_image_vs_transformers' job.
+ * the EXIF spec's wording; malformed blocks read as none). Exactness against Pillow and
+ * transformers is test_image_vs_transformers' job.
  */
 #include "testutil.h"
 
