@@ -391,7 +391,8 @@ def make_hd64(out, proc):
     conf = json.loads(json.dumps(CONFIG))
     conf["text_config"].update(head_dim=64, query_pre_attn_scalar=64)
     gen = torch.Generator().manual_seed(SEED + 64)
-    cfg = Gemma3Config(**{k: v for k, v in conf.items() if k not in ("architectures", "model_type")})
+    cfg = Gemma3Config(**{k: v for k, v in conf.items()
+                          if k not in ("architectures", "model_type")})
     cfg.architectures = conf["architectures"]
     cfg._attn_implementation = "eager"
     model = Gemma3ForConditionalGeneration(cfg).float().eval()

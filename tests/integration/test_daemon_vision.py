@@ -282,8 +282,9 @@ def test_formats_and_hostile_images():
     w, h = im.size
     px = np.asarray(im).astype(">u2") * 257
     rows = b"".join(b"\0" + r.tobytes() for r in px)
-    png16 = (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
-             + png_chunk(b"IDAT", zlib.compress(rows)) + png_chunk(b"IEND", b""))
+    ihdr = png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+    png16 = (b"\x89PNG\r\n\x1a\n" + ihdr + png_chunk(b"IDAT", zlib.compress(rows))
+             + png_chunk(b"IEND", b""))
     buf = io.BytesIO()
     im.save(buf, "WEBP", lossless=True, save_all=True, append_images=[im.rotate(90), im])
     webp_anim = buf.getvalue()
