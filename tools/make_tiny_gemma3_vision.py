@@ -33,6 +33,7 @@ Writes (f32 weights, a few hundred KB in all):
       template, saved by a Gemma3Processor (image_seq_length 16) as
       transformers 5 saves one; generation_config.json stops on <eos> and
       <end_of_turn> as gemma-3-4b-it's does;
+  hd64/: a variant with a text head_dim of 64 for the CUDA backend (make_hd64);
   refs2.safetensors + chat_refs.json: for the chats of CHATS (text only, one
       image, two images, system + image + a second turn), what Gemma3Processor
       (the PIL image processor, no pan-and-scan) and apply_chat_template
@@ -357,7 +358,8 @@ def make(out):
         refs[f"vision_{i}"], refs[f"features_{i}"] = vision_refs(model, pv)
     refs["prompt_ids"], refs["token_type_ids"], refs["prompt_logits"] = prompt_refs(
         model, refs["pixel_values_0"])
-    chat_refs(model, make_tokenizer(out), out)
+    proc = make_tokenizer(out)
+    chat_refs(model, proc, out)
     for name, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16)):
         half = Gemma3ForConditionalGeneration(cfg).eval()
         half.load_state_dict(model.state_dict())
@@ -369,6 +371,60 @@ def make(out):
             refs[f"{name}_vision_{i}"], refs[f"{name}_features_{i}"] = vision_refs(
                 half, refs[f"pixel_values_{i}"])
     save_file(refs, os.path.join(out, "refs.safetensors"))
+    make_hd64(out, proc)
+
+
+HD64 = "hd64"
+
+
+def make_hd64(out, proc):
+    """hd64/: the same kind of model with a text head_dim of 64, the CUDA backend's smallest
+    attention specialization (its kernels take 64/128/256; the main model's 32 is CPU only),
+    so the oracle runs end to end on the CUDA backend (test_vision_cuda_emu's prompt cases).
+    Its own seeded weights (config.json, model.safetensors), the main directory's tokenizer,
+    template and processor files (copied: servable), and refs.safetensors: the tower output
+    and features of both images (their pixel values are the main refs'), the mixed prompt's logits (prompt_ids, token_type_ids,
+    prompt_logits as refs.safetensors'), and for the one- and two-image chats of CHATS their
+    input_ids, token_type_ids, greedy gen_ids and every step's gen_logits."""
+    d = os.path.join(out, HD64)
+    os.makedirs(d, exist_ok=True)
+    conf = json.loads(json.dumps(CONFIG))
+    conf["text_config"].update(head_dim=64, query_pre_attn_scalar=64)
+    gen = torch.Generator().manual_seed(SEED + 64)
+    cfg = Gemma3Config(**{k: v for k, v in conf.items()
+                          if k not in ("architectures", "model_type")})
+    cfg.architectures = conf["architectures"]
+    cfg._attn_implementation = "eager"
+    model = Gemma3ForConditionalGeneration(cfg).float().eval()
+    randomize(model, gen)
+    model.generation_config.eos_token_id = [EOS, EOT]
+    model.save_pretrained(d, safe_serialization=True)
+    for rel in ("preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
+                "chat_template.jinja", "processor_config.json"):
+        with open(os.path.join(out, rel), "rb") as f, open(os.path.join(d, rel), "wb") as g:
+            g.write(f.read())
+    refs = {}
+    images = Processor(**{k: v for k, v in PREPROCESSOR.items() if k != "image_processor_type"})
+    pvs = [pixel_values(os.path.join(out, f"image{i}.png"), images) for i in range(2)]
+    for i in range(2):  # the pixel values are the main refs.safetensors' pixel_values_i
+        refs[f"vision_{i}"], refs[f"features_{i}"] = vision_refs(model, pvs[i])
+    refs["prompt_ids"], refs["token_type_ids"], refs["prompt_logits"] = prompt_refs(model, pvs[0])
+    for name in ("one", "two"):
+        msgs = CHATS[name]
+        files = [p["image"] for m in msgs if isinstance(m["content"], list)
+                 for p in m["content"] if p["type"] == "image"]
+        kw = {"images": [Image.open(os.path.join(out, f)) for f in files]}
+        inp = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                       return_dict=True, return_tensors="pt", processor_kwargs=kw)
+        with torch.no_grad():
+            g = model.generate(**inp, max_new_tokens=N_GEN, do_sample=False, output_logits=True,
+                               return_dict_in_generate=True)
+        n = inp["input_ids"].shape[1]
+        refs[f"{name}_input_ids"] = inp["input_ids"][0].numpy().astype(np.int32)
+        refs[f"{name}_token_type_ids"] = inp["token_type_ids"][0].numpy().astype(np.int32)
+        refs[f"{name}_gen_ids"] = g.sequences[0, n:].numpy().astype(np.int32)
+        refs[f"{name}_gen_logits"] = torch.cat(g.logits).numpy().astype(np.float32)
+    save_file(refs, os.path.join(d, "refs.safetensors"))
 
 
 def check(committed):
@@ -376,7 +432,8 @@ def check(committed):
         make(tmp)
         bad = 0
         for rel in ("model.safetensors", "bf16/model.safetensors", "f16/model.safetensors",
-                    "refs.safetensors", "refs2.safetensors"):
+                    "refs.safetensors", "refs2.safetensors", "hd64/model.safetensors",
+                    "hd64/refs.safetensors"):
             a, b = load_file(os.path.join(committed, rel)), load_file(os.path.join(tmp, rel))
             if sorted(a) != sorted(b):
                 print(f"{rel}: tensor names differ", file=sys.stderr)
@@ -392,7 +449,8 @@ def check(committed):
                     bad += 1
         for rel in ("image0.png", "image1.png", "preprocessor_config.json", "tokenizer.json",
                     "tokenizer_config.json", "chat_template.jinja", "processor_config.json",
-                    "chat_refs.json", "generation_config.json"):
+                    "chat_refs.json", "generation_config.json", "hd64/config.json",
+                    "hd64/tokenizer.json"):
             if open(os.path.join(committed, rel), "rb").read() != open(os.path.join(tmp, rel), "rb").read():
                 print(f"{rel}: differs", file=sys.stderr)
                 bad += 1

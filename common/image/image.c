@@ -9,7 +9,8 @@
  * integer alpha_composite (libImaging/AlphaComposite.c: 7 extra bits of
  * precision, divisions by 255 rounded by shift-and-add) with the destination
  * fixed to (255, 255, 255, 255), so every output byte is the one Pillow
- * writes.
+ * writes. Then the EXIF orientation, as transformers' load_image applies it
+ * (exif_transpose; exif.c).
  */
 #include "image_internal.h"
 
@@ -152,6 +153,15 @@ int ifd_image_decode(ifd_image_t *out, const void *data, size_t len, const ifd_i
     out->width = raw.w;
     out->height = raw.h;
     out->format = f;
+    out->orientation = 1;
+    if (raw.orientation >= 2 && raw.orientation <= 8) {
+        if (ifd__image_transpose_rgb(&out->rgb, &out->width, &out->height, raw.orientation)) {
+            ifd_image_free(out);
+            return ifd__image_fail(errbuf, errlen, IFD_ENOMEM,
+                                   "out of memory for the EXIF orientation's copy");
+        }
+        out->orientation = (uint8_t)raw.orientation;
+    }
     return 0;
 }
 

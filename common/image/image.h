@@ -17,9 +17,16 @@
  *     raw value (Pillow's convert_transparent); palette tRNS is per entry;
  *   - CMYK and YCCK JPEGs follow the Adobe convention (inverted samples,
  *     Pillow's "CMYK;I") and Pillow's cmyk2rgb;
- *   - no gamma, ICC profile or EXIF orientation is applied: Pillow's
- *     Image.open applies none, and neither does Gemma3ImageProcessor
- *     (transformers' load_image does exif_transpose; see docs/vision.md).
+ *   - no gamma or ICC profile is applied (Pillow applies none);
+ *   - the EXIF orientation is, as transformers' load_image does it (every
+ *     URL, path or base64 image it loads goes through
+ *     PIL.ImageOps.exif_transpose): the Orientation tag of a JPEG's Exif
+ *     APP1 segments, a PNG's eXIf chunk or a WebP's EXIF chunk, else the
+ *     tiff:Orientation of its XMP packet, read as Pillow reads them
+ *     (exif.c), transposes the picture (orientations 5..8 swap the sides;
+ *     the copy briefly holds a second w × h × 3 buffer).
+ *     A malformed EXIF block, which makes Pillow raise, is read as no
+ *     orientation. GIFs carry none.
  *
  * Hostile input: the pixel count and sides are checked from the header
  * before any pixel buffer is allocated (decompression bombs); a truncated or
@@ -50,6 +57,7 @@ typedef struct {
     uint32_t height;
     uint8_t *rgb;
     ifd_image_format_t format; /* what the bytes were */
+    uint8_t orientation;       /* the EXIF orientation applied: 1 (none) .. 8 */
 } ifd_image_t;
 
 typedef struct {

@@ -19,8 +19,9 @@
 
 typedef struct {
     uint32_t w, h;
-    uint8_t *px;   /* [h][w][4] RGBA, malloc'd */
-    int has_alpha; /* composite on white (alpha band or tRNS / GIF transparency) */
+    uint8_t *px;     /* [h][w][4] RGBA, malloc'd */
+    int has_alpha;   /* composite on white (alpha band or tRNS / GIF transparency) */
+    int orientation; /* EXIF orientation to apply (ifd__image_orientation); 0 or 1: none */
 } ifd__image_rgba_t;
 
 /* One line into errbuf (when not NULL); returns rc. */
@@ -34,6 +35,20 @@ int ifd__image_check_size(uint32_t w, uint32_t h, const ifd_image_limits_t *lim,
 
 /* malloc'd w × h × 4 bytes (the size was checked), or NULL. */
 uint8_t *ifd__image_alloc_rgba(uint32_t w, uint32_t h);
+
+/* exif.c: the EXIF Orientation tag of an EXIF block (a TIFF file after "Exif\0\0"), as Pillow
+ * reads it: 2..8, 1 for a value that is no orientation, -1 when the block has no such tag or
+ * is no TIFF file Pillow reads. */
+int ifd__image_exif_orientation(const uint8_t *d, size_t n);
+/* The first tiff:Orientation digit of an XMP packet (Pillow's regex), or -1. */
+int ifd__image_xmp_orientation(const uint8_t *d, size_t n);
+/* What exif_transpose does with an image's EXIF block and XMP packet (either NULL): the EXIF
+ * tag, else the XMP's, as 2..8, else 1 (nothing to do). */
+int ifd__image_orientation(const uint8_t *exif, size_t n_exif, const uint8_t *xmp, size_t n_xmp);
+/* Transposes a malloc'd RGB picture as Pillow's Image.transpose for orientation 2..8 (w and
+ * h swap for 5..8), replacing *rgb; other values do nothing. 0, or -1 out of memory (the
+ * picture then unchanged). */
+int ifd__image_transpose_rgb(uint8_t **rgb, uint32_t *w, uint32_t *h, int orientation);
 
 int ifd__image_jpeg(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_image_limits_t *lim,
                     char *errbuf, size_t errlen);

@@ -6,7 +6,8 @@
  * with Pillow's cmyk2rgb. A premature end of data is an error (Pillow:
  * "image file is truncated"); the other corrupt-data warnings are not (Pillow
  * ignores them). libjpeg reports fatal errors by calling error_exit, which
- * longjmps back here; what was allocated is freed on that path.
+ * longjmps back here; what was allocated is freed on that path. The APP1
+ * segments (Exif, XMP) give the EXIF orientation (exif.c).
  */
 #include "image_internal.h"
 
@@ -15,6 +16,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <jpeglib.h>
 #include <jerror.h>
@@ -69,6 +71,42 @@ static uint8_t ifd__cmyk_channel(uint8_t raw_c, uint8_t raw_k)
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+/* The EXIF orientation of the APP1 segments libjpeg saved (read before SOS, as Pillow's
+ * header loop reads them): the Exif segments joined as Pillow joins them (the first whole,
+ * later ones without their "Exif\0\0"), else the last XMP segment after its first NUL. */
+static int ifd__jpeg_orientation(j_decompress_ptr cinfo)
+{
+    static const char xmp_id[] = "http://ns.adobe.com/xap/1.0/";
+    size_t total = 0;
+    const jpeg_saved_marker_ptr first = cinfo->marker_list;
+    const uint8_t *xmp = NULL;
+    size_t n_xmp = 0;
+    for (jpeg_saved_marker_ptr m = first; m; m = m->next) {
+        if (m->marker != JPEG_APP0 + 1)
+            continue;
+        if (m->data_length >= 6 && memcmp(m->data, "Exif\0\0", 6) == 0)
+            total += total ? m->data_length - 6 : m->data_length;
+        else if (m->data_length >= sizeof xmp_id && memcmp(m->data, xmp_id, sizeof xmp_id) == 0)
+            xmp = m->data + sizeof xmp_id, n_xmp = m->data_length - sizeof xmp_id;
+    }
+    if (!total)
+        return ifd__image_orientation(NULL, 0, xmp, n_xmp);
+    uint8_t *exif = malloc(total);
+    if (!exif)
+        return 1;
+    size_t at = 0;
+    for (jpeg_saved_marker_ptr m = first; m; m = m->next) {
+        if (m->marker != JPEG_APP0 + 1 || m->data_length < 6 || memcmp(m->data, "Exif\0\0", 6))
+            continue;
+        size_t skip = at ? 6 : 0;
+        memcpy(exif + at, m->data + skip, m->data_length - skip);
+        at += m->data_length - skip;
+    }
+    int o = ifd__image_orientation(exif, total, xmp, n_xmp);
+    free(exif);
+    return o;
+}
+
 /* Expands row `y` (decoded in place at the end of its RGBA row) to RGBA. */
 static void ifd__jpeg_expand(uint8_t *row, uint32_t w, int comps)
 {
@@ -110,6 +148,7 @@ int ifd__image_jpeg(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_
     e.progress.progress_monitor = ifd__jpeg_progress;
     cinfo.progress = &e.progress;
     jpeg_mem_src(&cinfo, d, (unsigned long)n);
+    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_read_header(&cinfo, TRUE);
     rc = ifd__image_check_size(cinfo.image_width, cinfo.image_height, lim, "jpeg", errbuf, errlen);
     if (rc)
@@ -126,6 +165,7 @@ int ifd__image_jpeg(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_
                              comps);
         goto fail;
     }
+    const int orientation = ifd__jpeg_orientation(&cinfo);
     jpeg_start_decompress(&cinfo);
     uint32_t w = cinfo.output_width, h = cinfo.output_height;
     px = ifd__image_alloc_rgba(w, h);
@@ -145,6 +185,7 @@ int ifd__image_jpeg(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_
     o->h = h;
     o->px = px;
     o->has_alpha = 0;
+    o->orientation = orientation;
     return 0;
 fail:
     jpeg_destroy_decompress(&cinfo);

@@ -13,6 +13,7 @@
  * Gamma, sRGB, iCCP and sBIT chunks are not applied (Pillow applies none).
  * libpng reports errors through longjmp; the row buffers are freed on that
  * path. Truncation is told from corruption by whether the reader ran out.
+ * The eXIf chunk (or an XMP text chunk) gives the EXIF orientation (exif.c).
  */
 #include "image_internal.h"
 
@@ -110,6 +111,46 @@ static void ifd__png_row(uint8_t *dst, const uint8_t *src, uint32_t w, int ch, i
     }
 }
 
+/* The EXIF orientation of a decoded PNG, from its chunks as Pillow reads them before and after
+ * the image data: the last eXIf chunk, else the XMP packet of the last tEXt or uncompressed
+ * iTXt "XML:com.adobe.xmp" (zTXt, compressed iTXt and ImageMagick's "Raw profile type exif"
+ * text are not read). A walk over the bytes that stops at IEND or at a chunk that does not
+ * fit: libpng has already accepted the file. */
+static int ifd__png_orientation(const uint8_t *d, size_t n)
+{
+    static const char xmp_key[] = "XML:com.adobe.xmp";
+    const uint8_t *exif = NULL, *xmp = NULL;
+    size_t n_exif = 0, n_xmp = 0;
+    for (size_t at = 8; at + 12 <= n;) {
+        size_t len =
+            (size_t)d[at] << 24 | (size_t)d[at + 1] << 16 | (size_t)d[at + 2] << 8 | d[at + 3];
+        const uint8_t *type = d + at + 4, *data = d + at + 8;
+        if (len > n - at - 12 || memcmp(type, "IEND", 4) == 0)
+            break;
+        if (memcmp(type, "eXIf", 4) == 0) {
+            exif = data, n_exif = len;
+        } else if ((memcmp(type, "tEXt", 4) == 0 || memcmp(type, "iTXt", 4) == 0) &&
+                   len > sizeof xmp_key && memcmp(data, xmp_key, sizeof xmp_key) == 0) {
+            const uint8_t *t = data + sizeof xmp_key, *end = data + len;
+            if (type[0] == 'i') { /* compression flag, method, language\0, translated\0 */
+                if (end - t < 2 || t[0] != 0)
+                    goto next;
+                t += 2;
+                for (int z = 0; z < 2; z++) {
+                    const uint8_t *nul = memchr(t, 0, (size_t)(end - t));
+                    if (!nul)
+                        goto next;
+                    t = nul + 1;
+                }
+            }
+            xmp = t, n_xmp = (size_t)(end - t);
+        }
+    next:
+        at += len + 12;
+    }
+    return ifd__image_orientation(exif, n_exif, xmp, n_xmp);
+}
+
 int ifd__image_png(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_image_limits_t *lim,
                    char *errbuf, size_t errlen)
 {
@@ -183,6 +224,7 @@ int ifd__image_png(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_i
     o->w = w;
     o->h = h;
     o->px = px;
+    o->orientation = ifd__png_orientation(d, n);
     px = NULL;
 out:
     png_destroy_read_struct(&png, &info, NULL);

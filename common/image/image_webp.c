@@ -7,7 +7,8 @@
  * only. Pillow's mode is RGBA when the bitstream's features say it has
  * alpha (then it is composited on white), else RGB (the alpha byte
  * ignored). The canvas size comes from WebPGetFeatures and is checked
- * before anything is allocated.
+ * before anything is allocated. An EXIF (or XMP) chunk gives the EXIF
+ * orientation (exif.c).
  */
 #include "image_internal.h"
 
@@ -18,6 +19,27 @@
 
 #include <webp/decode.h>
 #include <webp/demux.h>
+
+/* The EXIF orientation of an extended (VP8X) WebP: its first EXIF chunk, else its first
+ * "XMP " chunk, as Pillow's WebPImagePlugin gets them from libwebpdemux. */
+static int ifd__webp_orientation(const uint8_t *d, size_t n)
+{
+    WebPData data = {.bytes = d, .size = n};
+    WebPDemuxer *dmx = WebPDemux(&data);
+    if (!dmx)
+        return 1;
+    WebPChunkIterator ex, xm;
+    int has_ex = WebPDemuxGetChunk(dmx, "EXIF", 1, &ex);
+    int has_xm = WebPDemuxGetChunk(dmx, "XMP ", 1, &xm);
+    int o = ifd__image_orientation(has_ex ? ex.chunk.bytes : NULL, has_ex ? ex.chunk.size : 0,
+                                   has_xm ? xm.chunk.bytes : NULL, has_xm ? xm.chunk.size : 0);
+    if (has_ex)
+        WebPDemuxReleaseChunkIterator(&ex);
+    if (has_xm)
+        WebPDemuxReleaseChunkIterator(&xm);
+    WebPDemuxDelete(dmx);
+    return o;
+}
 
 int ifd__image_webp(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_image_limits_t *lim,
                     char *errbuf, size_t errlen)
@@ -48,6 +70,7 @@ int ifd__image_webp(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_
         o->w = (uint32_t)f.width;
         o->h = (uint32_t)f.height;
         o->has_alpha = f.has_alpha;
+        o->orientation = ifd__webp_orientation(d, n);
         return 0;
     }
     WebPAnimDecoderOptions opt;
@@ -80,6 +103,7 @@ int ifd__image_webp(ifd__image_rgba_t *o, const uint8_t *d, size_t n, const ifd_
     o->w = info.canvas_width;
     o->h = info.canvas_height;
     o->has_alpha = f.has_alpha;
+    o->orientation = ifd__webp_orientation(d, n);
 out:
     WebPAnimDecoderDelete(dec);
     return rc;

@@ -22,9 +22,15 @@
  * 5 panels split two ways). Scratch, allocated per call: all heads' packed
  * K and Vᵀ, and per thread a head's K and Vᵀ gather, IFD__ATT_ROWS Q rows
  * and IFD__ATT_ROWS × n floats of scores.
+ * dense_attention_flash: the same, fused: K and Vᵀ packed per key block
+ * of IFD__FA_KEYS, and per (head, block of query rows) an online softmax
+ * over the key blocks (the block's scores, e^(s − running max) with the
+ * ISA's vector exp, the output rescaled as the max moves, divided by the
+ * running sum at the end), so no row of n scores is ever held.
  */
 #include "cpu_kernels.h"
 
+#include "cpu_simd.h"
 #include "error.h"
 
 #include <math.h>
@@ -246,5 +252,251 @@ int ifd_cpu_dense_attention(float *out, const float *qkv, int n, int q0, int q1,
     if (rc == 0)
         rc = ifd_cpu_dense_attention_kv(out, qkv, kv, n, q0, q1, n_heads, head_dim, scale, tp);
     free(kv);
+    return rc;
+}
+
+/* ---- the fused (flash-style) dense attention ------------------------------ */
+
+enum { IFD__FA_KEYS = 256 };
+
+/* e^(x − mx) in place over x[0..n), the sum in double (as ifd_cpu_softmax). */
+static double ifd__fa_exp_scalar(float *x, int n, float mx)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += (x[i] = expf(x[i] - mx));
+    return sum;
+}
+
+static float ifd__fa_max_scalar(const float *x, int n)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+#if IFD__X86
+IFD__TARGET_AVX2 static float ifd__fa_max_avx2(const float *x, int n)
+{
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+    float m = ifd__hmax8(mv);
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+IFD__TARGET_AVX2 static double ifd__fa_exp_avx2(float *x, int n, float mx)
+{
+    const __m256 mb = _mm256_set1_ps(mx);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (int i = 0; i < n; i += 8) {
+        __m256i mk = ifd__mask8(n - i < 8 ? n - i : 8);
+        __m256 e = ifd__exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mk), mb));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(mk));
+        _mm256_maskstore_ps(x + i, mk, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    s0 = _mm256_add_pd(s0, s1);
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(s0), _mm256_extractf128_pd(s0, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+IFD__TARGET_AVX512 static float ifd__fa_max_avx512(const float *x, int n)
+{
+    __m512 mv = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 mk = ifd__mask16(n - i < 16 ? n - i : 16);
+        mv = _mm512_mask_max_ps(mv, mk, mv, _mm512_maskz_loadu_ps(mk, x + i));
+    }
+    return _mm512_reduce_max_ps(mv);
+}
+
+IFD__TARGET_AVX512 static double ifd__fa_exp_avx512(float *x, int n, float mx)
+{
+    const __m512 mb = _mm512_set1_ps(mx);
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 mk = ifd__mask16(n - i < 16 ? n - i : 16);
+        __m512 e = ifd__exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + i), mb));
+        e = _mm512_maskz_mov_ps(mk, e);
+        _mm512_mask_storeu_ps(x + i, mk, e);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(
+            s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+}
+#endif
+
+/* One row's online-softmax step over a key block of n scores: m′ = max(*m, max s), s ←
+ * e^(s − m′), *l ← *l · e^(*m − m′) + Σ s, *m ← m′; returns e^(*m − m′), the factor for the
+ * row's earlier output (0 on the first block: e^−∞). */
+static float ifd__fa_row(float *s, int n, float *m, double *l, ifd__isa_t isa)
+{
+    float bm;
+    switch (isa) {
+#if IFD__X86
+    case IFD__ISA_AVX512:
+        bm = ifd__fa_max_avx512(s, n);
+        break;
+    case IFD__ISA_AVX2:
+        bm = ifd__fa_max_avx2(s, n);
+        break;
+#endif
+    default:
+        bm = ifd__fa_max_scalar(s, n);
+        break;
+    }
+    const float mn = bm > *m ? bm : *m;
+    const float alpha = *m == -INFINITY ? 0.0f : expf(*m - mn);
+    double sum;
+    switch (isa) {
+#if IFD__X86
+    case IFD__ISA_AVX512:
+        sum = ifd__fa_exp_avx512(s, n, mn);
+        break;
+    case IFD__ISA_AVX2:
+        sum = ifd__fa_exp_avx2(s, n, mn);
+        break;
+#endif
+    default:
+        sum = ifd__fa_exp_scalar(s, n, mn);
+        break;
+    }
+    *l = *l * alpha + sum;
+    *m = mn;
+    return alpha;
+}
+
+/* The packs of head h's key block b: K rows [b·KEYS, +bn) as a packed [bn, head_dim] and
+ * their Vᵀ as a packed [head_dim, bn], each at a fixed stride (the full block's size). */
+static int64_t ifd__fa_kstride(int head_dim)
+{
+    return ifd__round16(ifd_cpu_matmul_packed_floats(IFD__FA_KEYS, head_dim));
+}
+
+static int64_t ifd__fa_vstride(int head_dim)
+{
+    return ifd__round16(ifd_cpu_matmul_packed_floats(head_dim, IFD__FA_KEYS));
+}
+
+static void ifd__fa_pack_task(void *arg, int task, int n_tasks)
+{
+    ifd__dense_t *c = arg;
+    const int n = c->n, hd = c->head_dim, nb = (n + IFD__FA_KEYS - 1) / IFD__FA_KEYS;
+    const int64_t width = (int64_t)c->n_heads * hd, ld = 3 * width;
+    const int64_t ks = ifd__fa_kstride(hd), vs = ifd__fa_vstride(hd);
+    float *kh = ifd__dense_task_scratch(c, task), *vt = kh + (int64_t)IFD__FA_KEYS * hd;
+    for (int it = task; it < c->n_heads * nb && c->rc[task] == 0; it += n_tasks) {
+        const int h = it / nb, b = it % nb, k0 = b * IFD__FA_KEYS;
+        const int bn = n - k0 < IFD__FA_KEYS ? n - k0 : IFD__FA_KEYS;
+        for (int t = 0; t < bn; t++) {
+            const float *row = c->qkv + (int64_t)(k0 + t) * ld + (int64_t)h * hd;
+            memcpy(kh + (int64_t)t * hd, row + width, sizeof(float) * (size_t)hd);
+            for (int d = 0; d < hd; d++)
+                vt[(int64_t)d * bn + t] = row[2 * width + d];
+        }
+        float *kp = c->kp + (int64_t)it * (ks + vs);
+        int rc = ifd_cpu_matmul_pack(kp, kh, bn, hd);
+        if (rc == 0)
+            rc = ifd_cpu_matmul_pack(kp + ks, vt, hd, bn);
+        c->rc[task] = rc;
+    }
+}
+
+/* (head, block of query rows) items: per key block S = scale·Q K_bᵀ, the online softmax
+ * step, O = O·α + e^(S − m) V_b; at the end O / l. */
+static void ifd__fa_block_task(void *arg, int task, int n_tasks)
+{
+    ifd__dense_t *c = arg;
+    const int n = c->n, hd = c->head_dim, nb = (n + IFD__FA_KEYS - 1) / IFD__FA_KEYS;
+    const int64_t width = (int64_t)c->n_heads * hd, ld = 3 * width;
+    const int64_t ks = ifd__fa_kstride(hd), vs = ifd__fa_vstride(hd);
+    const ifd__isa_t isa = ifd__cpu_isa();
+    float *qh = ifd__dense_task_scratch(c, task), *o = qh + (int64_t)IFD__ATT_ROWS * hd;
+    float *ob = o + (int64_t)IFD__ATT_ROWS * hd, *s = ob + (int64_t)IFD__ATT_ROWS * hd;
+    float *mrow = s + (int64_t)IFD__ATT_ROWS * IFD__FA_KEYS;
+    double *lrow = (double *)(mrow + IFD__ATT_ROWS);
+    for (int it = task; it < c->n_heads * c->blocks && c->rc[task] == 0; it += n_tasks) {
+        const int h = it / c->blocks, r0 = c->q0 + it % c->blocks * IFD__ATT_ROWS;
+        const int m = c->q1 - r0 < IFD__ATT_ROWS ? c->q1 - r0 : IFD__ATT_ROWS;
+        for (int i = 0; i < m; i++) {
+            const float *row = c->qkv + (int64_t)(r0 + i) * ld + (int64_t)h * hd;
+            for (int d = 0; d < hd; d++)
+                qh[(int64_t)i * hd + d] = row[d] * c->scale;
+            mrow[i] = -INFINITY;
+            lrow[i] = 0;
+        }
+        memset(o, 0, sizeof(float) * (size_t)m * (size_t)hd);
+        for (int b = 0; b < nb; b++) {
+            const int bn =
+                n - b * IFD__FA_KEYS < IFD__FA_KEYS ? n - b * IFD__FA_KEYS : IFD__FA_KEYS;
+            const float *kp = c->kp + ((int64_t)h * nb + b) * (ks + vs);
+            int rc = ifd_cpu_matmul_packed(s, qh, kp, m, bn, hd, NULL);
+            if (rc == 0) {
+                for (int i = 0; i < m; i++) {
+                    const float a = ifd__fa_row(s + (int64_t)i * bn, bn, &mrow[i], &lrow[i], isa);
+                    float *oi = o + (int64_t)i * hd;
+                    for (int d = 0; d < hd; d++)
+                        oi[d] *= a;
+                }
+                rc = ifd_cpu_matmul_packed(ob, s, kp + ks, m, hd, bn, NULL);
+            }
+            if (rc) {
+                c->rc[task] = rc;
+                return;
+            }
+            for (int64_t e = 0; e < (int64_t)m * hd; e++)
+                o[e] += ob[e];
+        }
+        for (int i = 0; i < m; i++) {
+            const float inv = (float)(1.0 / lrow[i]);
+            float *dst = c->out + (int64_t)(r0 + i) * width + (int64_t)h * hd;
+            for (int d = 0; d < hd; d++)
+                dst[d] = o[(int64_t)i * hd + d] * inv;
+        }
+    }
+}
+
+int ifd_cpu_dense_attention_flash(float *out, const float *qkv, int n, int q0, int q1, int n_heads,
+                                  int head_dim, float scale, ifd_threadpool_t *tp)
+{
+    if (n <= 0 || n_heads <= 0 || head_dim <= 0 || q0 < 0 || q1 < q0 || q1 > n)
+        return IFD_EINVAL;
+    if (q0 == q1)
+        return 0;
+    const int nb = (n + IFD__FA_KEYS - 1) / IFD__FA_KEYS;
+    const int64_t ks = ifd__fa_kstride(head_dim), vs = ifd__fa_vstride(head_dim);
+    if (ks < 0 || vs < 0)
+        return IFD_EINVAL;
+    ifd__dense_t c = {.n = n,
+                      .n_heads = n_heads,
+                      .head_dim = head_dim,
+                      .out = out,
+                      .qkv = qkv,
+                      .q0 = q0,
+                      .q1 = q1,
+                      .scale = scale};
+    c.kp = ifd__dense_alloc((ks + vs) * n_heads * nb);
+    if (!c.kp)
+        return IFD_ENOMEM;
+    const int tasks = ifd_threadpool_size(tp);
+    c.scratch_floats = ifd__round16(2 * (int64_t)IFD__FA_KEYS * head_dim);
+    int rc = ifd__dense_run(&c, ifd__fa_pack_task, tasks < n_heads * nb ? tasks : n_heads * nb, tp);
+    if (rc == 0) {
+        c.blocks = (q1 - q0 + IFD__ATT_ROWS - 1) / IFD__ATT_ROWS;
+        /* qh, o, ob [ATT_ROWS · head_dim] each, s [ATT_ROWS · KEYS], m (float) and l (double) */
+        c.scratch_floats =
+            ifd__round16(3 * (int64_t)IFD__ATT_ROWS * head_dim +
+                         (int64_t)IFD__ATT_ROWS * IFD__FA_KEYS + 3 * (int64_t)IFD__ATT_ROWS + 2);
+        const int items = n_heads * c.blocks;
+        rc = ifd__dense_run(&c, ifd__fa_block_task, tasks < items ? tasks : items, tp);
+    }
+    free(c.kp);
     return rc;
 }

@@ -275,6 +275,15 @@ def image():
         "anim.gif": enc(pal, "GIF", save_all=True, append_images=[pal.rotate(90)],
                         interlace=True),
     }
+    # the EXIF orientation (common/image/exif.c): an Exif APP1, a PNG eXIf chunk, a WebP EXIF
+    # chunk, an XMP packet's tiff:Orientation
+    exif = Image.Exif()
+    for o, (name, im, fmt, kw) in zip((6, 8, 3), (("exif6.jpg", rgb, "JPEG", {}),
+                                                  ("exif8.png", rgba, "PNG", {}),
+                                                  ("exif3.webp", rgb, "WEBP", {"lossless": True}))):
+        exif[0x0112] = o
+        seeds[name] = enc(im, fmt, exif=exif.tobytes(), **kw)
+    seeds["xmp5.jpg"] = enc(rgb, "JPEG", xmp=b'<rdf:Description tiff:Orientation="5"/>')
     for name, b in seeds.items():
         put("image", name, b)
     put("image", "dataurl-png.txt", b"data:image/png;base64," + base64.b64encode(seeds["rgb.png"]))

@@ -97,7 +97,8 @@ if(CMAKE_CXX_COMPILER)
 
   # The vision tower on the CUDA backend against transformers (the tiny model).
   set(IFD_VISION_CUDA_SRCS test_vision_cuda.c ${PROJECT_SOURCE_DIR}/worker/vision.c
-      ${PROJECT_SOURCE_DIR}/worker/backend_cpu.c ${PROJECT_SOURCE_DIR}/worker/backend_cuda.c)
+      ${IFD_BACKEND_SRCS} ${IFD_GPU_SAMPLER} ${PROJECT_SOURCE_DIR}/worker/generate.c
+      ${PROJECT_SOURCE_DIR}/worker/engine.c ${IFD_SPEC_SRCS})
   ifd_add_test(test_vision_cuda_emu SOURCES ${IFD_VISION_CUDA_SRCS} LIBS ifd_gpu_test_emu
                LABELS unit emu TIMEOUT 300)
   target_include_directories(test_vision_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}
@@ -180,6 +181,12 @@ if(CMAKE_CXX_COMPILER)
               test_gpu_stream_and_pool_size
       LABELS emu model TIMEOUT 300)
   endforeach()
+  # The vision oracle through the daemon on the emulated CUDA backend (issue 28 item 7): the
+  # tiny model's hd64/ variant, its image chats streamed and not against transformers (~20 s).
+  ifd_add_script_test(test_daemon_vision_emu
+    COMMAND ${PROJECT_SOURCE_DIR}/tests/integration/test_daemon.sh vision
+            $<TARGET_FILE:inferd> $<TARGET_FILE:inferd-worker> $<TARGET_FILE:inferd-worker-emu>
+    LABELS unit emu TIMEOUT 180)
   # The KV pool's device segment across a GPU worker's SIGKILL: the router's
   # fd keeps the prefixes (VMM); IPC memory and a forgetful driver rebuild.
   ifd_add_script_test(test_daemon_gpu_pool_emu

@@ -6,7 +6,9 @@ their indices, GIFs without or with short colour maps, frames placed inside or p
 screen) — sizes, aspect ratios, every format and the modes that need conversion (alpha,
 palette with and without transparency, grey, 1-bit, 16-bit, CMYK, animations) — and
 checks, for each, with the C tool tests/tools/image_prep.c:
-  decode: the RGB bytes equal transformers' convert_to_rgb(PIL.Image.open(f)) exactly;
+  decode: the RGB bytes equal transformers' convert_to_rgb(PIL.Image.open(f)) exactly, after
+          load_image's PIL.ImageOps.exif_transpose (the EXIF orientation: every orientation,
+          JPEG/PNG/WebP, byte orders and value types, XMP's tiff:Orientation);
   prep:   pixel_values equal Gemma3ImageProcessor's (its PIL backend) within 1e-6 (max abs),
           with google/gemma-3-4b-it's preprocessor_config.json, and with pan-and-scan on;
   resize: every PIL filter on a few sizes, and 48 random size pairs, equal PIL's
@@ -24,7 +26,7 @@ import tempfile
 import zlib
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 try:
     from transformers.models.gemma3.image_processing_pil_gemma3 import (
@@ -207,6 +209,83 @@ def build_images(d):
     return out
 
 
+def tiff_ifd0(entries, big_endian=False):
+    """An EXIF block (b"Exif\\0\\0" + a TIFF header + IFD0) of (tag, type, count, value
+    bytes) entries; values over 4 bytes are placed after the IFD."""
+    e = ">" if big_endian else "<"
+    head = (b"MM\0*" if big_endian else b"II*\0") + struct.pack(e + "I", 8)
+    ifd_len = 2 + 12 * len(entries) + 4
+    body, extra = struct.pack(e + "H", len(entries)), b""
+    for tag, typ, count, val in entries:
+        if len(val) > 4:
+            body += struct.pack(e + "HHII", tag, typ, count, 8 + ifd_len + len(extra))
+            extra += val
+        else:
+            body += struct.pack(e + "HHI", tag, typ, count) + val.ljust(4, b"\0")
+    return b"Exif\0\0" + head + body + struct.pack(e + "I", 0) + extra
+
+
+def build_exif_images(d):
+    """EXIF orientation as transformers' load_image applies it (ImageOps.exif_transpose):
+    every orientation in a JPEG, big- and little-endian blocks, other value types, a PNG
+    eXIf chunk before and after the image data, WebP EXIF chunks, an RGBA PNG (transposed
+    and composited), XMP's tiff:Orientation, and values that are no orientation."""
+    rng = np.random.default_rng(281)
+    out = []
+
+    def save(name, im, fmt, **kw):
+        p = os.path.join(d, name)
+        im.save(p, fmt, **kw)
+        out.append(p)
+
+    def short(v, be=False):
+        return struct.pack(">H" if be else "<H", v)
+
+    im = rng_image(rng, 37, 23, "RGB")
+    for o in range(1, 9):
+        save(f"exif_o{o}.jpg", im, "JPEG", quality=95, exif=tiff_ifd0([(0x112, 3, 1, short(o))]))
+    save("exif_be_o7.jpg", im, "JPEG", exif=tiff_ifd0([(0x112, 3, 1, short(7, True))], True))
+    save("exif_long_o6.jpg", im, "JPEG", exif=tiff_ifd0([(0x112, 4, 1, struct.pack("<I", 6))]))
+    save("exif_count2_o8.jpg", im, "JPEG", exif=tiff_ifd0([(0x112, 3, 2, short(8) + short(3))]))
+    save("exif_rational_o5.jpg", im, "JPEG",
+         exif=tiff_ifd0([(0x10F, 2, 6, b"Maker\0"), (0x112, 5, 1, struct.pack("<II", 10, 2))]))
+    save("exif_o9.jpg", im, "JPEG", exif=tiff_ifd0([(0x112, 3, 1, short(9))]))
+    save("exif_byte_o6.jpg", im, "JPEG", exif=tiff_ifd0([(0x112, 1, 1, b"\x06")]))
+    save("exif_twice_first_o6.jpg", im, "JPEG",
+         exif=tiff_ifd0([(0x112, 3, 1, short(6)), (0x112, 3, 1, short(3))]))
+    xmp = (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF><rdf:Description '
+           b'tiff:Orientation="6"/></rdf:RDF></x:xmpmeta>')
+    save("xmp_o6.jpg", im, "JPEG", xmp=xmp)
+    save("xmp_elem_o8.jpg", im, "JPEG", xmp=b"<tiff:Orientation>8</tiff:Orientation>")
+    save("exif_o1_xmp_o6.jpg", im, "JPEG", exif=tiff_ifd0([(0x112, 3, 1, short(1))]), xmp=xmp)
+    pim = rng_image(rng, 29, 17, "RGB")
+    save("exif_o6.png", pim, "PNG", exif=tiff_ifd0([(0x112, 3, 1, short(6))]))
+    save("exif_o8_rgba.png", rng_image(rng, 31, 13, "RGBA"), "PNG",
+         exif=tiff_ifd0([(0x112, 3, 1, short(8))]))
+    save("exif_o3.webp", rng_image(rng, 41, 19, "RGB"), "WEBP", lossless=True,
+         exif=tiff_ifd0([(0x112, 3, 1, short(3))]))
+    save("exif_o5_alpha.webp", rng_image(rng, 23, 35, "RGBA"), "WEBP", quality=90,
+         exif=tiff_ifd0([(0x112, 3, 1, short(5))]))
+    # a PNG whose eXIf chunk follows the image data (Pillow reads it on load)
+    rows = [rng.integers(0, 256, 3 * 14, dtype=np.uint8).tobytes() for _ in range(9)]
+    b = png_raw(14, 9, 8, 2, rows)
+    exif = png_chunk(b"eXIf", tiff_ifd0([(0x112, 3, 1, short(7, True))], True)[6:])
+    p = os.path.join(d, "exif_after_idat_o7.png")
+    with open(p, "wb") as f:
+        f.write(b[:-12] + exif + b[-12:])
+    out.append(p)
+    return out
+
+
+EXIF_PREP = ("exif_o6.jpg", "exif_o8_rgba.png", "exif_o5_alpha.webp")
+
+
+def transformers_image(path):
+    """What transformers' load_image and convert_to_rgb make of a file: the EXIF orientation
+    applied (exif_transpose), then transparency composited on white."""
+    return ImageOps.exif_transpose(Image.open(path))
+
+
 def run_tool(tool, *args):
     r = subprocess.run([tool, *args], capture_output=True, text=True)
     return r.returncode, r.stderr.strip()
@@ -287,7 +366,7 @@ def main():
             failed += 1
 
     with tempfile.TemporaryDirectory() as d:
-        images = build_images(d)
+        images = build_images(d) + build_exif_images(d)
         cfg = os.path.join(d, "preprocessor_config.json")
         with open(cfg, "w") as f:
             json.dump(GEMMA3, f)
@@ -303,7 +382,7 @@ def main():
         out = os.path.join(d, "out.bin")
         for path in images:
             name = os.path.basename(path)
-            ref_rgb = convert_to_rgb(Image.open(path), return_numpy=True)
+            ref_rgb = convert_to_rgb(transformers_image(path), return_numpy=True)
             rc, err = run_tool(tool, "decode", path, out)
             if rc:
                 check(f"decode {name}", False, err)
@@ -318,12 +397,14 @@ def main():
             for label, conf, pas in (("prep", cfg, False), ("prep+pas", cfg_pas, True)):
                 if pas and max(ref_rgb.shape[:2]) / min(ref_rgb.shape[:2]) < 1.2:
                     continue
+                if name.startswith(("exif", "xmp")) and name not in EXIF_PREP:
+                    continue  # the decode is the EXIF check; a few go through the processor
                 rc, err = run_tool(tool, "prep", path, conf, out)
                 if rc:
                     check(f"{label} {name}", False, err)
                     continue
                 got = read_pv(out)
-                ref = proc(Image.open(path), do_pan_and_scan=pas,
+                ref = proc(transformers_image(path), do_pan_and_scan=pas,
                            return_tensors="np")["pixel_values"]
                 ok = got.shape == ref.shape and float(np.abs(got - ref).max()) <= 1e-6
                 check(f"{label} {name}", ok,

@@ -32,6 +32,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -501,12 +502,15 @@ START_TEST(test_avg_pool2d)
 }
 END_TEST
 
+typedef int (*dense_fn)(float *, const float *, int, int, int, int, int, float, ifd_threadpool_t *);
+
 /* Against a double reference: |y − ref| ≤ 8·(√n + √d)·ε·Σ_u p_u·|v_u| + 1e-6·ε·max|v|
- * (two f32 matmuls and a softmax in between). Sizes cross the 256-row block. */
-START_TEST(test_dense_attention)
+ * (two f32 matmuls and a softmax in between). Sizes cross the 256-row block (and the
+ * flash kernel's 256-key block). */
+static void dense_vs_reference(dense_fn fn, const char *name)
 {
-    static const int shapes[][3] = {{1, 1, 4},   {5, 2, 8},    {16, 4, 16},
-                                    {64, 4, 16}, {257, 3, 72}, {300, 2, 33}};
+    static const int shapes[][3] = {{1, 1, 4},    {5, 2, 8},    {16, 4, 16}, {64, 4, 16},
+                                    {257, 3, 72}, {300, 2, 33}, {600, 2, 16}};
     ifd_threadpool_t *tp = NULL;
     ck_assert_int_eq(ifd_threadpool_create(&tp, 2), 0);
     rng_state = 30;
@@ -515,7 +519,7 @@ START_TEST(test_dense_attention)
         const int64_t width = (int64_t)H * D;
         const float scale = 1.0f / sqrtf((float)D);
         float *qkv = rnd_array(n * 3 * width, -2, 2), *y = nan_array(n * width);
-        ck_assert_int_eq(ifd_cpu_dense_attention(y, qkv, n, 0, n, H, D, scale, tp), 0);
+        ck_assert_int_eq(fn(y, qkv, n, 0, n, H, D, scale, tp), 0);
         double *p = malloc(sizeof(double) * (size_t)n);
         ck_assert_ptr_nonnull(p);
         for (int i = 0; i < n; i++)
@@ -542,15 +546,56 @@ START_TEST(test_dense_attention)
                     const double got = y[(int64_t)i * width + (int64_t)h * D + d];
                     const double tol =
                         8 * (sqrt(n) + sqrt(D)) * FLT_EPSILON * (mag + 2) + 1e-6 * FLT_EPSILON;
-                    IFD_CHECK(fabs(got - ref) <= tol,
-                              "dense_attention n=%d H=%d D=%d [%d,%d,%d]: %.9g ref %.9g", n, H, D,
-                              i, h, d, got, ref);
+                    IFD_CHECK(fabs(got - ref) <= tol, "%s n=%d H=%d D=%d [%d,%d,%d]: %.9g ref %.9g",
+                              name, n, H, D, i, h, d, got, ref);
                 }
             }
         free(qkv), free(y), free(p);
     }
     float v = 0;
-    ck_assert_int_eq(ifd_cpu_dense_attention(&v, &v, 0, 0, 0, 1, 1, 1, tp), IFD_EINVAL);
+    ck_assert_int_eq(fn(&v, &v, 0, 0, 0, 1, 1, 1, tp), IFD_EINVAL);
+    ck_assert_int_eq(fn(&v, &v, 4, 3, 2, 1, 1, 1, tp), IFD_EINVAL);
+    ifd_threadpool_destroy(tp);
+}
+
+START_TEST(test_dense_attention)
+{
+    dense_vs_reference(ifd_cpu_dense_attention, "dense_attention");
+}
+END_TEST
+
+/* The fused kernel: the same reference bound; query-row ranges (across its 256-row and
+ * 256-key blocks) give the whole call's bits, with 1 thread too; rows outside are untouched;
+ * and it agrees with ifd_cpu_dense_attention within f32 rounding. */
+START_TEST(test_dense_attention_flash)
+{
+    dense_vs_reference(ifd_cpu_dense_attention_flash, "dense_attention_flash");
+    ifd_threadpool_t *tp = NULL;
+    ck_assert_int_eq(ifd_threadpool_create(&tp, 2), 0);
+    rng_state = 31;
+    enum { N = 530, H = 2, D = 24 };
+    const int64_t width = (int64_t)H * D;
+    float *qkv = rnd_array(N * 3 * width, -3, 3), *whole = nan_array(N * width);
+    float *parts = nan_array(N * width), *dense = nan_array(N * width);
+    ck_assert_int_eq(ifd_cpu_dense_attention_flash(whole, qkv, N, 0, N, H, D, 0.4f, tp), 0);
+    static const int cuts[] = {0, 1, 17, 255, 256, 300, 529, N};
+    for (size_t i = 0; i + 1 < sizeof cuts / sizeof cuts[0]; i++)
+        ck_assert_int_eq(ifd_cpu_dense_attention_flash(parts, qkv, N, cuts[i], cuts[i + 1], H, D,
+                                                       0.4f, i % 2 ? NULL : tp),
+                         0);
+    ck_assert(memcmp(whole, parts, sizeof(float) * N * width) == 0);
+    float *few = nan_array(N * width);
+    ck_assert_int_eq(ifd_cpu_dense_attention_flash(few, qkv, N, 100, 110, H, D, 0.4f, tp), 0);
+    for (int64_t e = 0; e < N * width; e++) {
+        const bool in = e >= 100 * width && e < 110 * width;
+        ck_assert(in ? few[e] == whole[e] : isnan(few[e]));
+    }
+    ck_assert_int_eq(ifd_cpu_dense_attention(dense, qkv, N, 0, N, H, D, 0.4f, tp), 0);
+    double worst = 0;
+    for (int64_t e = 0; e < N * width; e++)
+        worst = fmax(worst, fabs((double)whole[e] - dense[e]));
+    ck_assert_msg(worst <= 1e-5, "flash vs dense: %.3g", worst);
+    free(qkv), free(whole), free(parts), free(dense), free(few);
     ifd_threadpool_destroy(tp);
 }
 END_TEST
@@ -614,7 +659,7 @@ static Suite *cpu_kernels_suite(void)
                   IFD_TESTS(test_dtype_size, test_matmul_shapes, test_matmul_model_shapes,
                             test_matmul_edges, test_rmsnorm, test_rope, test_softmax, test_glu,
                             test_layernorm, test_avg_pool2d, test_dense_attention,
-                            test_dense_attention_ranges));
+                            test_dense_attention_ranges, test_dense_attention_flash));
     return s;
 }
 

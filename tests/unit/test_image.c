@@ -4,8 +4,9 @@
  * (decompression bombs of each format), every truncation and many byte flips
  * of each format (an error or a picture, never a crash: this test runs in the
  * ASan+UBSan build too), resampling properties, preprocessing and its
- * config, and data URLs. Exactness against Pillow and transformers is
- * test_image_vs_transformers' job.
+ * config, data URLs, and the EXIF orientation (each of the eight against
+ * the EXIF spec's wording; malformed blocks read as none). Exactness against Pillow and
+ * transformers is test_image_vs_transformers' job.
  */
 #include "testutil.h"
 
@@ -660,12 +661,127 @@ START_TEST(test_image_data_url)
 }
 END_TEST
 
+/* ---- EXIF orientation ---------------------------------------------------- */
+
+/* The pattern PNG (w × h RGB) with an eXIf chunk holding `exif` (a TIFF block) after IHDR. */
+static blob_t png_with_exif(uint32_t w, uint32_t h, const uint8_t *exif, size_t n)
+{
+    blob_t p = png_make(w, h, 3);
+    const size_t at = 8 + 25; /* signature, IHDR */
+    blob_t b = {malloc(p.n + n + 12), p.n + n + 12};
+    memcpy(b.d, p.d, at);
+    uint8_t *c = b.d + at;
+    be32(c, (uint32_t)n);
+    memcpy(c + 4, "eXIf", 4);
+    memcpy(c + 8, exif, n);
+    be32(c + 8 + n, crc32_png(c + 4, n + 4));
+    memcpy(c + 12 + n, p.d + at, p.n - at);
+    free(p.d);
+    return b;
+}
+
+/* A little-endian TIFF block whose IFD0 holds one Orientation entry (type 3: SHORT). */
+static size_t exif_block(uint8_t *e, int orientation)
+{
+    static const uint8_t head[] = {'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0};
+    memcpy(e, head, sizeof head);
+    uint8_t tail[] = {(uint8_t)orientation, 0, 0, 0, 0, 0, 0, 0};
+    memcpy(e + sizeof head, tail, sizeof tail);
+    return sizeof head + sizeof tail;
+}
+
+/* Every orientation of the EXIF spec, as its own definition words it (where the stored
+ * picture's row 0 and column 0 appear when displayed), on a picture whose pixels all differ:
+ * each stored pixel lands where the tag says, and 5..8 swap the sides. */
+START_TEST(test_image_exif_orientation)
+{
+    enum { W = 5, H = 3 };
+    /* row 0 at: 0 top, 1 bottom, 2 left, 3 right; column 0 at: 0 left, 1 right, 2 top, 3 bottom */
+    static const int row0[9] = {0, 0, 0, 1, 1, 2, 3, 3, 2}, col0[9] = {0, 0, 1, 1, 0, 2, 2, 3, 3};
+    blob_t plain = png_make(W, H, 3);
+    ifd_image_t ref;
+    ck_assert_int_eq(decode(&ref, &plain, NULL), 0);
+    ck_assert_uint_eq(ref.orientation, 1);
+    for (int o = 1; o <= 8; o++) {
+        uint8_t e[64];
+        size_t n = exif_block(e, o);
+        blob_t b = png_with_exif(W, H, e, n);
+        ifd_image_t im;
+        ck_assert_int_eq(decode(&im, &b, NULL), 0);
+        ck_assert_uint_eq(im.orientation, o);
+        const int swap = o >= 5;
+        ck_assert_uint_eq(im.width, swap ? H : W);
+        ck_assert_uint_eq(im.height, swap ? W : H);
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++) {
+                int X, Y;
+                if (!swap) {
+                    Y = row0[o] == 0 ? y : H - 1 - y;
+                    X = col0[o] == 0 ? x : W - 1 - x;
+                } else {
+                    X = row0[o] == 2 ? y : H - 1 - y;
+                    Y = col0[o] == 2 ? x : W - 1 - x;
+                }
+                ck_assert_msg(memcmp(im.rgb + ((size_t)Y * im.width + X) * 3,
+                                     ref.rgb + ((size_t)y * W + x) * 3, 3) == 0,
+                              "orientation %d: stored (%d,%d) not at (%d,%d)", o, x, y, X, Y);
+            }
+        ifd_image_free(&im);
+        free(b.d);
+    }
+    /* blocks that are no orientation, or that Pillow cannot read: the picture as stored */
+    uint8_t e[64];
+    size_t n = exif_block(e, 9);
+    static const struct {
+        int at, v;
+    } breaks[] = {{-1, -1}, {0, 'X'}, {2, 43}, {4, 200}, {8, 0}, {12, 7}, {12, 0}};
+    for (size_t k = 0; k < sizeof breaks / sizeof breaks[0]; k++) {
+        n = exif_block(e, k == 0 ? 9 : 6);
+        if (breaks[k].at >= 0)
+            e[breaks[k].at] = (uint8_t)breaks[k].v; /* not TIFF, BigTIFF, IFD0 outside, no
+                                                     * entries, UNDEFINED, no type */
+        blob_t b = png_with_exif(W, H, e, n);
+        ifd_image_t im;
+        ck_assert_int_eq(decode(&im, &b, NULL), 0);
+        ck_assert_msg(im.orientation == 1 && im.width == W &&
+                          memcmp(im.rgb, ref.rgb, (size_t)W * H * 3) == 0,
+                      "break %zu: orientation %u", k, im.orientation);
+        ifd_image_free(&im);
+        free(b.d);
+    }
+    /* every truncation of the block and a flip of each byte: a picture, never a crash */
+    n = exif_block(e, 6);
+    for (size_t cut = 0; cut <= n; cut++) {
+        blob_t b = png_with_exif(W, H, e, cut);
+        ifd_image_t im;
+        ck_assert_int_eq(decode(&im, &b, NULL), 0);
+        ck_assert_uint_eq(im.orientation, cut >= 22 ? 6 : 1); /* the entry ends at 22 */
+        ifd_image_free(&im);
+        free(b.d);
+    }
+    for (size_t i = 0; i < n; i++)
+        for (int v = 0; v < 256; v += 51) {
+            uint8_t f[64];
+            memcpy(f, e, n);
+            f[i] = (uint8_t)v;
+            blob_t b = png_with_exif(W, H, f, n);
+            ifd_image_t im;
+            ck_assert_int_eq(decode(&im, &b, NULL), 0);
+            ck_assert(im.orientation >= 1 && im.orientation <= 8);
+            ifd_image_free(&im);
+            free(b.d);
+        }
+    ifd_image_free(&ref);
+    free(plain.d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("image");
     ifd_test_case(s, "decode", 0,
                   IFD_TESTS(test_image_sniff, test_image_decode_formats, test_image_alpha_on_white,
-                            test_image_gif_first_frame));
+                            test_image_gif_first_frame, test_image_exif_orientation));
     ifd_test_case(
         s, "hostile", 120,
         IFD_TESTS(test_image_bombs, test_image_jpeg_scans, test_image_truncated_and_corrupt));

@@ -18,7 +18,8 @@
  *            log_softmax(prompt_logits[-1]) within 1e-4 (test_vision bounds
  *            the logits by 1e-5 of the row's largest; these are ≤ 37)
  *   cache    the same picture again (no prefix cache) hits the embedding
- *            cache (the worker's debug log) and gives the same bits
+ *            cache (the worker's debug log) and gives the same bits; a
+ *            prompt with one picture twice encodes it once
  *   steps    a text request decoding while a new picture is encoded gets a
  *            token at every step, the image request enters the engine only
  *            after its encode's phases ran between those steps
@@ -588,6 +589,30 @@ START_TEST(test_oracle_cache_steps_errors)
     collect(&w, res, want, MAX_ID);
     ck_assert_msg(!res[10].error, "%s", res[10].message);
     ck_assert_int_eq(res[10].tok[0], argmax);
+
+    /* 13: one prompt with the same new picture twice: encoded once, the repeat from the
+     * embedding cache (once per distinct image per request) */
+    {
+        enum { N2 = 5 + TOKENS + 2 + TOKENS + 1 };
+        int32_t ids2[N2];
+        for (int i = 0; i < N2; i++)
+            ids2[i] = (i >= 5 && i < 5 + TOKENS) || (i >= 7 + TOKENS && i < 7 + 2 * TOKENS)
+                          ? IMAGE_ID
+                          : 40 + i;
+        ifd_wire_image_t two[2] = {img1, img1};
+        two[0].pos = 5;
+        two[1].pos = 7 + TOKENS;
+        two[0].hash_lo = two[1].hash_lo = 0xa4;
+        const int enc0 = count_in_file(w.log, "encoded in"),
+                  hit0 = count_in_file(w.log, "cache hit");
+        send_add(&w, 13, ids2, N2, two, 2, 2, false);
+        want[13] = true;
+        collect(&w, res, want, MAX_ID);
+        ck_assert_msg(!res[13].error, "%s", res[13].message);
+        ck_assert_int_eq(res[13].n_tok, 2);
+        ck_assert_int_eq(count_in_file(w.log, "encoded in"), enc0 + 1);
+        ck_assert_int_eq(count_in_file(w.log, "cache hit"), hit0 + 1);
+    }
 
     /* 12: DRAIN arriving with a request whose picture is still to encode: it
      * is served to the end, then the worker exits */
