@@ -1112,16 +1112,58 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__pv_q512(float *ab, const float *corr,
     }
 }
 
+/* The per-block sums of 16 int32 vectors d[j] whose 128-bit lanes 0-1 hold
+ * block A's and lanes 2-3 block B's partial sums (one 64-value chunk of
+ * position j): lane j of *A = Σ lanes 0..7 of d[j], of *B = Σ lanes 8..15.
+ * The hsum16x16 tree in integers, its last two levels pairing 128-bit lanes
+ * 0+1 and 2+3 instead of 0+2 and 1+3. Exact. */
+IFD__TARGET_AVX512 IFD__INLINE void ifd__hsum16x16_ab(const __m512i *d, __m512i *A, __m512i *B)
+{
+    __m512i b[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        b[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * i], d[2 * i + 1]),
+                                _mm512_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
+    __m512i c[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        c[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(b[2 * i], b[2 * i + 1]),
+                                _mm512_unpackhi_epi64(b[2 * i], b[2 * i + 1]));
+    /* c[i], 128-bit lane L: positions 4i..4i+3 summed over lane L of d. */
+    const __m512i e01 =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_i32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i e23 =
+        _mm512_add_epi32(_mm512_shuffle_i32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_i32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    *A = _mm512_shuffle_i32x4(e01, e23, _MM_SHUFFLE(2, 0, 2, 0));
+    *B = _mm512_shuffle_i32x4(e01, e23, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+/* The scales of blocks 2c, 2c + 1 of 16 rows, from their f16 pairs p[j]
+ * (block 2c in the low half): *A lane j = block 2c's scale of row j, *B
+ * block 2c + 1's. */
+IFD__TARGET_AVX512 IFD__INLINE void ifd__scales16(const uint32_t *p, __m512 *A, __m512 *B)
+{
+    const __m512i x = _mm512_loadu_si512((const void *)p);
+    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
+    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
+    const __m512i ia = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    *A = _mm512_permutex2var_ps(lo, ia, hi);
+    *B = _mm512_permutex2var_ps(lo, _mm512_add_epi32(ia, _mm512_set1_epi32(1)), hi);
+}
+
 /*
  * A chunk of n ≤ 16 Q8_0/Q4_0 rows (K, V at their first row) with AVX-512
  * VNNI. Once per chunk, for all G heads: the K quants of each position as
  * unsigned bytes (ifd__kq64; rows ≥ n alias row n − 1, masked out later),
- * each position's K scales spread over the lanes of their block, and the V
- * scales. Per head and 64 values: vpdpbusd of those bytes against the
- * query's quants with the accumulator started at −o·Σ(its 4 query quants)
- * per lane (so each lane holds the exact Σ k·q of its 4 values), then one
- * convert and one FMA by dq·dk per lane into the position's f32 sum; the
- * 16 sums are reduced across lanes by the hsum16x16 tree.
+ * and the K and V scales as vectors over the 16 positions (one per block).
+ * Per head and 64 values (blocks A, B): one vpdpbusd per position of those
+ * bytes against the query's quants, its accumulator started at −o·Σ(its 4
+ * query quants) per lane (so each lane holds the exact Σ k·q of its 4
+ * values); the 16 positions' lanes are reduced per block in integers
+ * (ifd__hsum16x16_ab), and only then converted and scaled: per head and 16
+ * positions, two converts and two FMAs by dk·dq.
  */
 IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512(const int8_t *qi, const float *qd,
                                                         const char *K, const char *V, int n, int G,
@@ -1131,24 +1173,24 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512(const int8_t *qi, const 
     const int64_t stride = ifd__row_bytes(dt, hd), qb = ifd__row_qbytes(dt, hd), qs = ifd__qrow(hd);
     const int nc = (int)(qs / IFD__QROW), nb = hd / IFD__QK;
     const __mmask16 nm = ifd__mask16(n);
-    __m512i ku[IFD__ATT_CHUNK][IFD__QMAXC];
-    __m512 dkv[IFD__ATT_CHUNK][IFD__QMAXC];
-    float dv[IFD__QMAXB][IFD__ATT_CHUNK] __attribute__((aligned(64)));
+    __m512i ku[IFD__QMAXC][IFD__ATT_CHUNK];
+    uint32_t kp[IFD__QMAXC][IFD__ATT_CHUNK] __attribute__((aligned(64)));
+    uint32_t vp[IFD__QMAXC][IFD__ATT_CHUNK] __attribute__((aligned(64)));
     for (int j = 0; j < IFD__ATT_CHUNK; j++) {
         const int r = j < n ? j : n - 1;
         const char *kr = K + r * stride, *vr = V + r * stride;
         for (int c = 0; c < nc; c++) {
-            uint16_t h[2] = {0, 0};
-            memcpy(h, kr + qb + 4 * c, 2 * c + 1 < nb ? 4 : 2);
-            ku[j][c] = ifd__kq64(kr, c, hd, dt);
-            dkv[j][c] = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(_cvtsh_ss(h[0])),
-                                             _mm512_set1_ps(_cvtsh_ss(h[1])));
+            const size_t sb = 2 * c + 1 < nb ? 4 : 2; /* a last chunk of one block: one scale */
+            kp[c][j] = vp[c][j] = 0;
+            memcpy(&kp[c][j], kr + qb + 4 * c, sb);
+            memcpy(&vp[c][j], vr + qb + 4 * c, sb);
+            ku[c][j] = ifd__kq64(kr, c, hd, dt);
         }
-        for (int b = 0; b < nb; b++) {
-            uint16_t h;
-            memcpy(&h, vr + qb + 2 * b, 2);
-            dv[b][j] = _cvtsh_ss(h);
-        }
+    }
+    __m512 dk[IFD__QMAXC][2], dv[IFD__QMAXC][2];
+    for (int c = 0; c < nc; c++) {
+        ifd__scales16(kp[c], &dk[c][0], &dk[c][1]);
+        ifd__scales16(vp[c], &dv[c][0], &dv[c][1]);
     }
     const __m512i off = _mm512_set1_epi8(dt == IFD_DTYPE_Q8_0 ? (char)0x80 : 8);
     float p[IFD__ATT_MAX_GROUP][IFD__ATT_CHUNK] __attribute__((aligned(64)));
@@ -1156,28 +1198,28 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512(const int8_t *qi, const 
     for (int g = 0; g < G; g++) {
         const int8_t *qg = qi + g * qs;
         const float *dg = qd + g * (qs / IFD__QK);
-        __m512 d[16];
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++)
-            d[j] = _mm512_setzero_ps();
+        __m512 s = _mm512_setzero_ps();
         for (int c = 0; c < nc; c++) {
             const __m512i qv = _mm512_loadu_si512((const void *)(qg + IFD__QROW * c));
             const __m512i bias = _mm512_sub_epi32(
                 _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, qv));
-            const __m512 dq = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(dg[2 * c]),
-                                                   _mm512_set1_ps(dg[2 * c + 1]));
+            __m512i d[16];
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
-                d[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, ku[j][c], qv)),
-                                       _mm512_mul_ps(dq, dkv[j][c]), d[j]);
+                d[j] = _mm512_dpbusd_epi32(bias, ku[c][j], qv);
+            __m512i A, B;
+            ifd__hsum16x16_ab(d, &A, &B);
+            s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A),
+                                _mm512_mul_ps(dk[c][0], _mm512_set1_ps(dg[2 * c])), s);
+            s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(B),
+                                _mm512_mul_ps(dk[c][1], _mm512_set1_ps(dg[2 * c + 1])), s);
         }
-        ifd__softmax16(_mm512_mul_ps(ifd__hsum16x16(d), _mm512_set1_ps(scale)), nm, m + g, l + g,
-                       p[g], corr + g);
+        ifd__softmax16(_mm512_mul_ps(s, _mm512_set1_ps(scale)), nm, m + g, l + g, p[g], corr + g);
     }
     float w[IFD__ATT_MAX_GROUP][IFD__QMAXB][IFD__ATT_CHUNK] __attribute__((aligned(64)));
     for (int g = 0; g < G; g++)
         for (int b = 0; b < nb; b++)
-            _mm512_store_ps(w[g][b], _mm512_mul_ps(_mm512_load_ps(p[g]), _mm512_load_ps(dv[b])));
+            _mm512_store_ps(w[g][b], _mm512_mul_ps(_mm512_load_ps(p[g]), dv[b / 2][b % 2]));
     for (int g0 = 0; g0 < G; g0 += 4) {
         float *ab = acc + (int64_t)g0 * hd;
         switch (G - g0 < 4 ? G - g0 : 4) {
