@@ -4,7 +4,10 @@
 # KV by bench_engine; the report has a positive rate per type and the ratios to f16. Then,
 # only when llama.cpp's llama-batched-bench is already built in its cache (never built here:
 # that part SKIPPED otherwise, said loudly), the same beside llama.cpp with the ratios
-# between the engines. Not a timing test: it only keeps the benchmark runnable.
+# between the engines. Both again with --shared-prompt (one prompt prefilled once, shared by
+# the 2 sequences: bench_engine --shared-prompt's prefix-cache hits, checked by the script,
+# and llama-batched-bench -pps -kvu). Not a timing test: it only keeps the benchmark
+# runnable.
 set -euo pipefail
 build=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,15 +20,16 @@ cmake --build "$build" --target bench_engine >/dev/null || fail "cannot build be
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-run() {  # [--batched-bench PATH]
+run() {  # [--batched-bench PATH] [--shared-prompt]
     "$py" "$root/bench/kv_decode_vs_llamacpp.py" --bench-engine "$build/bench/bench_engine" \
         --smoke --threads 1 --json "$tmp/r.json" "$@" >"$tmp/out" 2>"$tmp/err" ||
         { cat "$tmp/err" >&2; fail "kv_decode_vs_llamacpp.py $*"; }
-    "$py" - "$tmp/r.json" "$#" <<'PY' || fail "report"
+    "$py" - "$tmp/r.json" "$*" <<'PY' || fail "report"
 import json, sys
 r = json.load(open(sys.argv[1]))
-llama = sys.argv[2] != "0"
+llama = "--batched-bench" in sys.argv[2]
 assert r["bench"] == "kv_decode_vs_llamacpp" and r["smoke"], r
+assert r["shared_prompt"] == ("--shared-prompt" in sys.argv[2]), r["shared_prompt"]
 (row,) = r["results"]
 assert row["context"] == 128 and row["seqs"] == 2, row
 engines = ["inferd"] + (["llama.cpp"] if llama else [])
@@ -41,6 +45,7 @@ PY
 }
 
 run
+run --shared-prompt
 bb="${XDG_CACHE_HOME:-$HOME/.cache}/inferd/llamacpp-tools/bin/llama-batched-bench"
 if [ ! -x "$bb" ]; then
     echo "SKIPPED (part): llama-batched-bench is not built at $bb" \
@@ -48,5 +53,6 @@ if [ ! -x "$bb" ]; then
          "inferd's side passed" >&2
 else
     run --batched-bench "$bb"
+    run --batched-bench "$bb" --shared-prompt
 fi
 echo PASS
