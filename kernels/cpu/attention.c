@@ -1251,6 +1251,23 @@ IFD__TARGET_AVX512VNNI static void ifd__chunk_q512_kv(const ifd_kv_layer_t *kv, 
         ifd__chunk_q512(qi, qd, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q4_0);
 }
 
+/* Lane j of the result = Σ lanes of d[j], for 8 int32 vectors (exact). */
+IFD__TARGET_AVX2 IFD__INLINE __m256i ifd__hsum8x8_epi32(const __m256i *d)
+{
+    __m256i b[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(d[2 * i], d[2 * i + 1]),
+                                _mm256_unpackhi_epi32(d[2 * i], d[2 * i + 1]));
+    __m256i c[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        c[i] = _mm256_add_epi32(_mm256_unpacklo_epi64(b[2 * i], b[2 * i + 1]),
+                                _mm256_unpackhi_epi64(b[2 * i], b[2 * i + 1]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(c[0], c[1], 0x20),
+                            _mm256_permute2x128_si256(c[0], c[1], 0x31));
+}
+
 /* 32 K quants of block b as signed bytes, in element order. */
 IFD__TARGET_AVX2 IFD__INLINE __m256i ifd__kq32(const char *row, int b, const int dt)
 {
@@ -1316,9 +1333,9 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__pv_q256(float *ab, const float *corr,
 /*
  * A chunk of n ≤ 16 Q8_0/Q4_0 rows with AVX2 (and on AVX-512 CPUs without
  * VNNI). Per head, block and 8 positions: maddubs of |q| against k with q's
- * sign (no saturation: |q|, |k| ≤ 127), madd to 8 int32 lanes, one convert
- * and a multiply and an FMA by dq and dk into the position's f32 sum; the 8
- * sums are reduced by the hsum8x8 tree.
+ * sign (no saturation: |q|, |k| ≤ 127) and madd to 8 int32 lanes per
+ * position, the 8 positions' lanes reduced in integers (hsum8x8_epi32), then
+ * one convert and one FMA by dk·dq for the 8 positions.
  */
 IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_q256(const int8_t *qi, const float *qd, const char *K,
                                                   const char *V, int n, int G, int hd, float scale,
@@ -1327,7 +1344,7 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_q256(const int8_t *qi, const float 
     const int64_t stride = ifd__row_bytes(dt, hd), qb = ifd__row_qbytes(dt, hd), qs = ifd__qrow(hd);
     const int nb = hd / IFD__QK;
     __m256i kq[IFD__ATT_CHUNK][IFD__QMAXB];
-    float dk[IFD__ATT_CHUNK][IFD__QMAXB];
+    float dk[IFD__QMAXB][IFD__ATT_CHUNK] __attribute__((aligned(32)));
     float dv[IFD__QMAXB][IFD__ATT_CHUNK] __attribute__((aligned(32)));
     for (int j = 0; j < IFD__ATT_CHUNK; j++) {
         const int r = j < n ? j : n - 1;
@@ -1337,7 +1354,7 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_q256(const int8_t *qi, const float 
             memcpy(&h[0], kr + qb + 2 * b, 2);
             memcpy(&h[1], vr + qb + 2 * b, 2);
             kq[j][b] = ifd__kq32(kr, b, dt);
-            dk[j][b] = _cvtsh_ss(h[0]);
+            dk[b][j] = _cvtsh_ss(h[0]);
             dv[b][j] = _cvtsh_ss(h[1]);
         }
     }
@@ -1351,23 +1368,22 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_q256(const int8_t *qi, const float 
         const float *dg = qd + g * (qs / IFD__QK);
         __m256 sv[2] = {ninf, ninf};
         for (int h = 0; h < (n > 8 ? 2 : 1); h++) {
-            __m256 d[8];
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++)
-                d[j] = _mm256_setzero_ps();
+            __m256 s = _mm256_setzero_ps();
             for (int b = 0; b < nb; b++) {
                 const __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)(qg + 32 * b));
                 const __m256i aq = _mm256_sign_epi8(qv, qv);
-                const __m256 dq = _mm256_set1_ps(dg[b]);
+                __m256i x[8];
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    const __m256i x = _mm256_madd_epi16(
+                for (int j = 0; j < 8; j++)
+                    x[j] = _mm256_madd_epi16(
                         _mm256_maddubs_epi16(aq, _mm256_sign_epi8(kq[8 * h + j][b], qv)), ones);
-                    d[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(x), dq),
-                                           _mm256_set1_ps(dk[8 * h + j][b]), d[j]);
-                }
+                /* the 8 positions' block dots, exact, then one convert and scale */
+                s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ifd__hsum8x8_epi32(x)),
+                                    _mm256_mul_ps(_mm256_load_ps(dk[b] + 8 * h),
+                                                  _mm256_set1_ps(dg[b])),
+                                    s);
             }
-            sv[h] = _mm256_mul_ps(ifd__hsum8x8(d), sc);
+            sv[h] = _mm256_mul_ps(s, sc);
         }
         const __m256 s0 = _mm256_blendv_ps(ninf, sv[0], _mm256_castsi256_ps(m_lo));
         const __m256 s1 = _mm256_blendv_ps(ninf, sv[1], _mm256_castsi256_ps(m_hi));
