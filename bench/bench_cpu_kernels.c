@@ -22,7 +22,8 @@
  * mean over repetitions filling at least --min-ms. $INFERD_CPU caps the ISA.
  * Prints one JSON object:
  *   {"isa", "cpus", "matmul":[{"api","m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
- *    "attention":[{"shape","kind","batch","ctx","kv_dtype","threads","ms","ms_best","tokens_s"}…],
+ *    "attention":[{"shape","kind","batch","ctx","kv_dtype","threads","ms","ms_best",
+ *                  "tokens_s","kv_gb_s"}…],
  *    "threadpool_run_us":[{"threads","us"}…]}
  */
 #include <math.h>

@@ -416,8 +416,11 @@ static void ifd__chunk_scalar(const float *q, const float *K, const float *V, in
  * kernel on the dequantized query and the dequantized K/V, up to f32
  * summation order.
  */
-enum { IFD__QROW = 64, IFD__QMAXB = IFD__ATT_MAX_HEAD_DIM / IFD__QK,
-       IFD__QMAXC = IFD__ATT_MAX_HEAD_DIM / IFD__QROW };
+enum {
+    IFD__QROW = 64,
+    IFD__QMAXB = IFD__ATT_MAX_HEAD_DIM / IFD__QK,
+    IFD__QMAXC = IFD__ATT_MAX_HEAD_DIM / IFD__QROW
+};
 
 /* Bytes of a quantized query row (its quants; its scales are qrow/32 floats). */
 static inline int64_t ifd__qrow(int hd)
@@ -428,7 +431,8 @@ static inline int64_t ifd__qrow(int hd)
 /* One query row x[hd] into qi[ifd__qrow(hd)] and qd[ifd__qrow(hd) / 32]. A
  * NaN or infinite input gives some finite quant (never undefined behaviour);
  * its row's output is then as meaningless as the f32 kernel's would be. */
-static void ifd__quant_query(int8_t *restrict qi, float *restrict qd, const float *restrict x, int hd)
+static void ifd__quant_query(int8_t *restrict qi, float *restrict qd, const float *restrict x,
+                             int hd)
 {
     const int nb = (int)(ifd__qrow(hd) / IFD__QK);
     for (int b = 0; b < nb; b++) {
@@ -1080,9 +1084,10 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__pv_q512(float *ab, const float *corr,
             const __m512 cv = _mm512_set1_ps(corr[u]);
 #pragma GCC unroll 4
             for (int v = 0; v < 4; v++)
-                a[u][v] = v < 2 || full
-                              ? _mm512_mul_ps(_mm512_loadu_ps(ab + (int64_t)u * hd + e0 + 16 * v), cv)
-                              : _mm512_setzero_ps();
+                a[u][v] =
+                    v < 2 || full
+                        ? _mm512_mul_ps(_mm512_loadu_ps(ab + (int64_t)u * hd + e0 + 16 * v), cv)
+                        : _mm512_setzero_ps();
         }
         for (int j = 0; j < n; j++) {
             const char *vr = V + j * stride;
@@ -1130,12 +1135,10 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__hsum16x16_ab(const __m512i *d, __m512i 
         c[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(b[2 * i], b[2 * i + 1]),
                                 _mm512_unpackhi_epi64(b[2 * i], b[2 * i + 1]));
     /* c[i], 128-bit lane L: positions 4i..4i+3 summed over lane L of d. */
-    const __m512i e01 =
-        _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_i32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i e23 =
-        _mm512_add_epi32(_mm512_shuffle_i32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_i32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i e01 = _mm512_add_epi32(_mm512_shuffle_i32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_i32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i e23 = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2], c[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_i32x4(c[2], c[3], _MM_SHUFFLE(3, 1, 3, 1)));
     *A = _mm512_shuffle_i32x4(e01, e23, _MM_SHUFFLE(2, 0, 2, 0));
     *B = _mm512_shuffle_i32x4(e01, e23, _MM_SHUFFLE(3, 1, 3, 1));
 }
@@ -1239,10 +1242,9 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512(const int8_t *qi, const 
     }
 }
 
-IFD__TARGET_AVX512VNNI static void ifd__chunk_q512_kv(const ifd_kv_layer_t *kv, int64_t base,
-                                                      int n, const int8_t *qi, const float *qd,
-                                                      int G, float scale, float *m, float *l,
-                                                      float *acc)
+IFD__TARGET_AVX512VNNI static void ifd__chunk_q512_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
+                                                      const int8_t *qi, const float *qd, int G,
+                                                      float scale, float *m, float *l, float *acc)
 {
     const char *K = (const char *)kv->k + base, *V = (const char *)kv->v + base;
     if (kv->dtype == IFD_DTYPE_Q8_0)
@@ -1378,10 +1380,9 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_q256(const int8_t *qi, const float 
                     x[j] = _mm256_madd_epi16(
                         _mm256_maddubs_epi16(aq, _mm256_sign_epi8(kq[8 * h + j][b], qv)), ones);
                 /* the 8 positions' block dots, exact, then one convert and scale */
-                s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ifd__hsum8x8_epi32(x)),
-                                    _mm256_mul_ps(_mm256_load_ps(dk[b] + 8 * h),
-                                                  _mm256_set1_ps(dg[b])),
-                                    s);
+                s = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(ifd__hsum8x8_epi32(x)),
+                    _mm256_mul_ps(_mm256_load_ps(dk[b] + 8 * h), _mm256_set1_ps(dg[b])), s);
             }
             sv[h] = _mm256_mul_ps(s, sc);
         }
@@ -1391,8 +1392,10 @@ IFD__TARGET_AVX2 IFD__INLINE void ifd__chunk_q256(const int8_t *qi, const float 
         const float mnew = cmax > m[g] ? cmax : m[g];
         corr[g] = expf(m[g] - mnew);
         const __m256 mb = _mm256_set1_ps(mnew);
-        const __m256 p0 = _mm256_and_ps(ifd__exp8(_mm256_sub_ps(s0, mb)), _mm256_castsi256_ps(m_lo));
-        const __m256 p1 = _mm256_and_ps(ifd__exp8(_mm256_sub_ps(s1, mb)), _mm256_castsi256_ps(m_hi));
+        const __m256 p0 =
+            _mm256_and_ps(ifd__exp8(_mm256_sub_ps(s0, mb)), _mm256_castsi256_ps(m_lo));
+        const __m256 p1 =
+            _mm256_and_ps(ifd__exp8(_mm256_sub_ps(s1, mb)), _mm256_castsi256_ps(m_hi));
         _mm256_store_ps(p[g], p0);
         _mm256_store_ps(p[g] + 8, p1);
         l[g] = l[g] * corr[g] + ifd__hsum8(_mm256_add_ps(p0, p1));

@@ -21,8 +21,8 @@
  * with |v| ≤ 1; f32 scores and accumulation; the double reference uses the
  * K/V values as stored, i.e. after f16/bf16 rounding or quantization, decoded
  * by ref_decode, and over q8_0/q4_0 K/V the query as the kernel quantizes it,
- * quant_query_ref: int8 per value, an f32 scale per 32). The pool's result must be bitwise equal to the
- * single-thread result.
+ * quant_query_ref: int8 per value, an f32 scale per 32). The pool's result
+ * must be bitwise equal to the single-thread result.
  *
  * CTest runs this binary natively and with INFERD_CPU=avx2 / scalar.
  */
