@@ -12,13 +12,13 @@
  *
  * Q8_0/Q4_0 rows (quants, then one f16 scale per 32 values) are quantized
  * here on write, as GGML's reference quantizers do, and read in place by
- * every path: the SIMD kernels dequantize 8 or 16 values in registers as
- * they load them (x = (float)q · d), the scalar path and the AVX-512 partial
- * chunks a chunk's rows into the same f32 buffer the f16 rows use. FP8 rows
+ * every path against a quantized query ("the quantized-query path" below:
+ * integer q·k per 32-value block, p·v on the unscaled V quants). FP8 rows
  * (e4m3 codes, one f32 scale per row; the CUDA kernels' type) are written
  * here too, and read by every path through that buffer (dequantized per
  * chunk, not in registers: a reference and a fallback, not a fast path).
- * Every path computes with the values ifd_cpu_kv_dequant_row gives.
+ * Every path computes with the values ifd_cpu_kv_dequant_row gives (and over
+ * Q8_0/Q4_0 with the quantized query).
  *
  * Attention work item = (query token, KV head): it serves the G = n_heads /
  * n_kv_heads query heads that share the KV head, so each K/V row is loaded
