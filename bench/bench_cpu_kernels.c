@@ -3,6 +3,7 @@
  * shapes.
  *
  *   bench_cpu_kernels [--threads 1,2] [--min-ms 300] [--quick] [--attention-only]
+ *                     [--kv-types]
  *
  * For each thread count: matmul through both APIs — ifd_cpu_matmul_f32 on a
  * plain [n, k] weight ("f32") and ifd_cpu_matmul_packed on weights packed once
@@ -12,11 +13,17 @@
  * layer at m = 1); paged attention (SmolLM2: 9 query / 3 KV heads, head_dim
  * 64, f32 and f16 KV; Gemma 3 270M: 4 / 1 heads, head_dim 256, f16 KV) for
  * decode batches at contexts 512 and 2048 and a 512-token causal prefill
- * (ms: mean per call, ms_best: the fastest call, for a noisy machine); and the cost of one empty thread-pool run. Each number is the
+ * (ms: mean per call, ms_best: the fastest call, for a noisy machine; kv_gb_s: the
+ * K/V bytes the call reads over ms); and the cost of one empty thread-pool run.
+ * --kv-types: only decode attention per KV type (f16, q8_0, q4_0) at long
+ * contexts, for the quantized-query kernels (docs/kvpool.md): one sequence at
+ * 4096 and 16384 positions and 16 sequences at 4096, SmolLM2's layer (3 KV
+ * heads) and one head group of it (1 KV head, 3 query heads). Each number is the
  * mean over repetitions filling at least --min-ms. $INFERD_CPU caps the ISA.
  * Prints one JSON object:
  *   {"isa", "cpus", "matmul":[{"api","m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
- *    "attention":[{"shape","kind","batch","ctx","kv_dtype","threads","ms","ms_best","tokens_s"}…],
+ *    "attention":[{"shape","kind","batch","ctx","kv_dtype","threads","ms","ms_best",
+ *                  "tokens_s","kv_gb_s"}…],
  *    "threadpool_run_us":[{"threads","us"}…]}
  */
 #include <math.h>
@@ -110,6 +117,7 @@ typedef struct {
 } att_shape_t;
 
 static const att_shape_t SMOLLM2 = {"smollm2", 9, 3, 64}, GEMMA3 = {"gemma3", 4, 1, 256};
+static const att_shape_t SMOLLM2_GROUP = {"smollm2_group", 3, 1, 64};
 static const char *const KV_NAMES[] = {"f32", "f16", "bf16", "q8_0", "q4_0"}; /* by ifd_dtype_t */
 
 /* batch sequences of ctx tokens each; decode = the last token of each,
@@ -125,6 +133,10 @@ static void bench_attention(const att_shape_t *sh, const char *kind, int batch, 
     kv.k = malloc((size_t)(ifd_kv_row_bytes(dt, HD) * rows));
     kv.v = malloc((size_t)(ifd_kv_row_bytes(dt, HD) * rows));
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_blocks);
+    if (!kv.k || !kv.v || !bt) {
+        fprintf(stderr, "bench_cpu_kernels: out of memory\n");
+        exit(1);
+    }
     for (int i = 0; i < n_blocks; i++) /* interleaved, as a busy pool hands them out */
         bt[i] = (i % batch) * blocks_per_seq + i / batch;
     /* Fill the cache through kv_write, one sequence at a time. */
@@ -159,12 +171,14 @@ static void bench_attention(const att_shape_t *sh, const char *kind, int batch, 
         best = t1 - c0 < best ? t1 - c0 : best;
     } while (t1 - t0 < min_ms);
     const double ms = (t1 - t0) / reps;
+    /* K and V rows every call reads: each sequence's ctx positions, all KV heads. */
+    const double kv_bytes = 2.0 * (double)ifd_kv_row_bytes(dt, HD) * NKV * ctx * batch;
     sep();
     printf("{\"shape\": \"%s\", \"kind\": \"%s\", \"batch\": %d, \"ctx\": %d, "
            "\"kv_dtype\": \"%s\", \"threads\": %d, \"ms\": %.4f, \"ms_best\": %.4f, "
-           "\"tokens_s\": %.1f}",
+           "\"tokens_s\": %.1f, \"kv_gb_s\": %.2f}",
            sh->name, kind, batch, ctx, KV_NAMES[dt],
-           ifd_threadpool_size(tp), ms, best, n_tok / ms * 1e3);
+           ifd_threadpool_size(tp), ms, best, n_tok / ms * 1e3, kv_bytes / ms * 1e-6);
     fflush(stdout);
     free(kv.k), free(kv.v), free(bt), free(kr), free(vr), free(slot), free(seq), free(pos), free(q),
         free(out);
@@ -194,7 +208,7 @@ static void bench_pool(ifd_threadpool_t *tp)
 
 int main(int argc, char **argv)
 {
-    int threads[8] = {1, 2}, n_threads = 2, quick = 0, attention_only = 0;
+    int threads[8] = {1, 2}, n_threads = 2, quick = 0, attention_only = 0, kv_types = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             n_threads = 0;
@@ -209,9 +223,12 @@ int main(int argc, char **argv)
             quick = 1;
         } else if (strcmp(argv[i], "--attention-only") == 0) {
             attention_only = 1;
+        } else if (strcmp(argv[i], "--kv-types") == 0) {
+            kv_types = attention_only = 1;
         } else {
             fprintf(stderr,
-                    "usage: %s [--threads 1,2] [--min-ms 300] [--quick] [--attention-only]\n",
+                    "usage: %s [--threads 1,2] [--min-ms 300] [--quick] [--attention-only] "
+                    "[--kv-types]\n",
                     argv[0]);
             return 2;
         }
@@ -238,7 +255,17 @@ int main(int argc, char **argv)
         }
     printf("\n  ],\n  \"attention\": [");
     first_row = 1;
-    for (int t = 0; t < n_threads; t++) {
+    static const ifd_dtype_t kv_dts[] = {IFD_DTYPE_F16, IFD_DTYPE_Q8_0, IFD_DTYPE_Q4_0};
+    for (int t = 0; t < n_threads && kv_types; t++)
+        for (int d = 0; d < 3; d++) {
+            bench_attention(&SMOLLM2_GROUP, "decode", 1, 4096, kv_dts[d], pools[t]);
+            bench_attention(&SMOLLM2_GROUP, "decode", 1, 16384, kv_dts[d], pools[t]);
+            bench_attention(&SMOLLM2, "decode", 1, 4096, kv_dts[d], pools[t]);
+            bench_attention(&SMOLLM2, "decode", 1, 16384, kv_dts[d], pools[t]);
+            if (!quick)
+                bench_attention(&SMOLLM2, "decode", 16, 4096, kv_dts[d], pools[t]);
+        }
+    for (int t = 0; t < n_threads && !kv_types; t++) {
         bench_attention(&SMOLLM2, "decode", 1, 512, IFD_DTYPE_F32, pools[t]);
         bench_attention(&SMOLLM2, "decode", 1, 512, IFD_DTYPE_F16, pools[t]);
         bench_attention(&SMOLLM2, "decode", 8, 512, IFD_DTYPE_F32, pools[t]);
@@ -257,7 +284,7 @@ int main(int argc, char **argv)
     }
     printf("\n  ],\n  \"threadpool_run_us\": [");
     first_row = 1;
-    for (int t = 0; t < n_threads; t++)
+    for (int t = 0; t < n_threads && !kv_types; t++)
         bench_pool(pools[t]);
     printf("\n  ]\n}\n");
     for (int i = 0; i < n_threads; i++)

@@ -21,7 +21,19 @@
  *                [--step-ratio R] [--simulate A,B]
  *                [--spec off,ngram,draft] [--spec-tokens K] [--spec-ngram-min N]
  *                [--spec-ngram-max N] [--draft-model PATH] [--draft-step-tokens N]
- *                [--repeat-period N] [--spec-knee R]
+ *                [--repeat-period N] [--spec-knee R] [--shared-prompt]
+ *
+ * --shared-prompt gives every request the same prompt (the first random
+ * one): each run first serves it once alone (max_tokens 1, the prefix
+ * cache's fill: its prompt blocks are published), then the closed loop's
+ * requests find all its full blocks in the prefix cache and prefill only
+ * the last block, so B sequences decode over one shared C-token context with
+ * one prefill (llama-batched-bench -pps -kvu's setting; the long-context
+ * decode benchmark, bench/kv_decode_vs_llamacpp.py --shared-prompt). The
+ * pool then holds one prompt and B sequences' own blocks; the run reports
+ * cached_tokens (prompt tokens its requests got from the prefix cache) and
+ * shared_prefill_s (the fill's time, not in "seconds"); its prefill_only_tok_s
+ * is the fill's rate.
  *
  * --spec lists speculative decoding methods to compare (docs/speculative.md;
  * default off): each concurrency and prefill cap runs once per method, the
@@ -112,6 +124,7 @@ typedef struct {
     double *sent, *last, *ttft, *itl;
     long n_itl;
     uint64_t *hash; /* per request: FNV-1a over its output tokens */
+    long cached;    /* prompt tokens served from the prefix cache, over finished requests */
 } count_t;
 
 static void on_token(void *ctx, uint64_t id, const ifd_sample_result_t *res)
@@ -142,8 +155,10 @@ static uint64_t tokens_hash(const count_t *c, int nr)
 
 static void on_finish(void *ctx, uint64_t id, ifd_finish_reason_t r, const ifd_engine_usage_t *u)
 {
-    (void)id, (void)r, (void)u;
+    (void)id, (void)r;
     ((count_t *)ctx)->finished++;
+    if (u)
+        ((count_t *)ctx)->cached += u->cached_tokens;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -197,6 +212,7 @@ typedef struct {
     char spec_list[64];
     ifd_spec_method_t specs[4];
     int n_specs, spec_tokens, ngram_min, ngram_max, draft_step_tokens, repeat_period;
+    int shared_prompt; /* --shared-prompt */
     const char *draft_model;
 } opts_t;
 
@@ -220,6 +236,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         {"draft-step-tokens", required_argument, NULL, 'T'},
         {"repeat-period", required_argument, NULL, 'e'},
         {"spec-knee", required_argument, NULL, 'Q'},
+        {"shared-prompt", no_argument, NULL, 'H'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -245,6 +262,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         case 'T': o->draft_step_tokens = atoi(optarg); break;
         case 'e': o->repeat_period = atoi(optarg); break;
         case 'Q': o->spec_knee = atof(optarg); break;
+        case 'H': o->shared_prompt = 1; break;
         case 'R':
             if ((o->step_ratio = atof(optarg)) < 1.0) {
                 fprintf(stderr, "bench_engine: --step-ratio R: R >= 1\n");
@@ -390,6 +408,41 @@ static int closed_loop(bench_t *b, ifd_engine_t *eng, int conc, int nr, rates_t 
     return 0;
 }
 
+/* --shared-prompt: serves the shared prompt (request 0's) once, one token,
+ * so that its full blocks are published before the closed loop; its steps
+ * count into rt's prefill rate. 0 or 1. */
+static int fill_prefix(bench_t *b, ifd_engine_t *eng, rates_t *rt)
+{
+    ifd_engine_request_t r;
+    memset(&r, 0, sizeof r);
+    r.id = 0;
+    r.prompt = b->prompts;
+    r.n_prompt = b->o->plen;
+    r.sampling = ifd_sampling_default_params();
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = 1;
+    r.ignore_eos = true;
+    r.use_cache = true;
+    b->cnt.sent[0] = now_s();
+    if (ifd_engine_add(eng, &r)) {
+        fprintf(stderr, "bench_engine: add failed\n");
+        return 1;
+    }
+    while (!ifd_engine_idle(eng)) {
+        ifd_engine_step_stats_t ss;
+        double ts = now_s();
+        const int rc = ifd_engine_step(eng, &ss);
+        ts = now_s() - ts;
+        if (ss.n_decode_tokens == 0 && ss.n_prefill_tokens > 0)
+            rt->pf_s += ts, rt->pf_tok += ss.n_prefill_tokens;
+        if (rc < 0) {
+            fprintf(stderr, "bench_engine: step failed: %s\n", ifd_strerror(rc));
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* One run's JSON object (and its line on stderr). */
 static const char *spec_name(ifd_spec_method_t m)
 {
@@ -397,7 +450,7 @@ static const char *spec_name(ifd_spec_method_t m)
 }
 
 static void print_run(bench_t *b, ifd_engine_t *eng, ifd_spec_draft_t *d, int si, int conc,
-                      int cap, int ki, int nr, double dt, const rates_t *rt)
+                      int cap, int ki, int nr, double dt, const rates_t *rt, double fill_s)
 {
     count_t *cnt = &b->cnt;
     ifd_engine_stats_t st;
@@ -442,6 +495,8 @@ static void print_run(bench_t *b, ifd_engine_t *eng, ifd_spec_draft_t *d, int si
                (unsigned long long)ds.forwards, (unsigned long long)ds.tokens,
                (unsigned long long)ds.catchup_tokens);
     }
+    if (b->o->shared_prompt)
+        printf(",\"cached_tokens\":%ld,\"shared_prefill_s\":%.2f", cnt->cached, fill_s);
     print_dist("ttft_ms", cnt->ttft, nr);
     printf(",\"itl_p99_over_mean\":%.2f}", print_dist("itl_ms", cnt->itl, cnt->n_itl));
     fflush(stdout);
@@ -465,6 +520,9 @@ static int run_one(bench_t *b, int si, int ci, int ki)
     }
     kp.dtype = o->kv_dtype;
     kp.n_blocks = (int64_t)conc * ((o->plen + o->olen) / kp.block_size + 2) + 16;
+    if (o->shared_prompt) /* one prompt, then each sequence's last prompt block and its output */
+        kp.n_blocks = (int64_t)(o->plen / kp.block_size + 2) +
+                      (int64_t)conc * ((kp.block_size + o->olen) / kp.block_size + 2) + 16;
     kp.n_workers = 1;
     if (b->be && !b->be->ops->host_memory) /* a GPU backend reads its KV in device memory */
         kp.kind[0] = IFD_KVSEG_CUDA_VMM;
@@ -513,11 +571,21 @@ static int run_one(bench_t *b, int si, int ci, int ki)
         fprintf(stderr, "bench_engine: setup failed\n");
         return 1;
     }
-    double t0 = now_s();
     rates_t rt = {0};
+    double fill_s = 0;
+    if (o->shared_prompt) { /* the shared prompt served once: its blocks published */
+        fill_s = now_s();
+        if (fill_prefix(b, eng, &rt))
+            return 1;
+        fill_s = now_s() - fill_s;
+        b->cnt.tokens = 0, b->cnt.finished = 0, b->cnt.n_itl = 0, b->cnt.cached = 0;
+        memset(b->cnt.last, 0, (size_t)max_req * sizeof(double));
+        memset(b->cnt.hash, 0, (size_t)max_req * sizeof(uint64_t));
+    }
+    double t0 = now_s();
     if (closed_loop(b, eng, conc, nr, &rt))
         return 1;
-    print_run(b, eng, d, si, conc, cap, ki, nr, now_s() - t0, &rt);
+    print_run(b, eng, d, si, conc, cap, ki, nr, now_s() - t0, &rt, fill_s);
     ifd_engine_destroy(eng);
     ifd_spec_draft_destroy(d); /* after the engine that used it */
     if (b->cfg)
@@ -565,18 +633,21 @@ int main(int argc, char **argv)
                            ? b.prompts[i - at + at % o.repeat_period]
                            : 100 + rand() % (n_vocab - 200 > 1 ? n_vocab - 200 : 1);
     }
+    for (long i = o.plen; o.shared_prompt && i < (long)max_req * o.plen; i++)
+        b.prompts[i] = b.prompts[i % o.plen]; /* every request: the first prompt */
 
     printf("{\"bench\":\"engine\",\"model\":\"%s\",\"backend\":\"%s\",\"isa\":\"%s\","
            "\"threads\":%d,"
            "\"kv_dtype\":\"%s\",\"weights_dtype\":\"%s\",\"weight_bytes\":%llu,"
            "\"prompt_tokens\":%d,\"output_tokens\":%d,\"budget\":%d,\"step_ratio\":%.2f,"
-           "\"repeat_period\":%d,\"spec_tokens\":%d,\"spec_ngram_min\":%d,"
+           "\"repeat_period\":%d,\"shared_prompt\":%s,\"spec_tokens\":%d,\"spec_ngram_min\":%d,"
            "\"spec_ngram_max\":%d,\"draft_model\":\"%s\",\"runs\":[",
            name, sim_ms < 0 ? o.backend_name : "none", sim_ms < 0 ? ifd_cpu_isa_name() : "none",
            o.threads ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN), o.kv_name,
            o.weights_name, (unsigned long long)(b.m ? ifd_model_weight_bytes(b.m) : 0), o.plen,
            o.olen, o.budget, o.step_ratio > 0 ? o.step_ratio : IFD_ENGINE_STEP_RATIO,
-           o.repeat_period, o.spec_tokens, o.ngram_min, o.ngram_max,
+           o.repeat_period, o.shared_prompt ? "true" : "false", o.spec_tokens, o.ngram_min,
+           o.ngram_max,
            b.draft ? ifd_model_config(b.draft)->name : "");
     b.cnt.sent = calloc((size_t)max_req, sizeof(double));
     b.cnt.last = calloc((size_t)max_req, sizeof(double));

@@ -19,13 +19,24 @@ order; medians and paired ratios (inferd ÷ llama.cpp per type; q8_0 ÷ f16 and 
 per engine). Issue 26's targets: at 16k, q8_0 KV ≥ 1.2× f16 KV's rate, and ≥ 1.3×
 llama.cpp's at the same KV type.
 
-Figures are for a quiet machine (a prefill of 16 × 16k tokens takes minutes per run on two
-cores); --smoke runs tiny contexts on the default model (the harness check).
+--shared-prompt: the B sequences share one C-token prompt, prefilled once (inferd: bench_engine
+--shared-prompt, which serves the prompt once so that the B requests find it in the prefix
+cache and prefill only its last block; llama.cpp: -pps -kvu, the prompt's cells shared by
+every sequence in one unified KV buffer); each sequence still attends over the whole context
+at every step, and the KV memory is one prompt plus B sequences' outputs. This is what makes
+16k contexts with 16 and 64 sequences feasible (one prefill of C tokens per configuration
+instead of B). What it does not model: B distinct contexts read from memory (with one shared
+prompt the same blocks are read B times per step, and caches may hold part of them).
+
+Figures are for a quiet machine (without --shared-prompt a prefill of 16 × 16k tokens takes
+minutes per run on two cores); --smoke runs tiny contexts on the default model (the harness
+check).
 
   bench/kv_decode_vs_llamacpp.py --bench-engine build/bench/bench_engine
       [--batched-bench ~/.cache/inferd/llamacpp-tools/bin/llama-batched-bench]
       [--model GGUF] [--types f16,q8_0,q4_0] [--contexts 4096,16384] [--seqs 1,16,64]
-      [--output 32] [--threads 2] [--reps 1] [--max-kv-gib 10] [--json FILE] [--smoke]
+      [--output 32] [--threads 2] [--reps 1] [--max-kv-gib 10] [--shared-prompt]
+      [--json FILE] [--smoke]
 """
 import argparse
 import json
@@ -79,17 +90,24 @@ def inferd_rate(a, kv, ctx, seqs):
                            "--kv-dtype", kv, "--concurrency", str(seqs), "--requests",
                            str(seqs), "--requests-c1", str(seqs), "--prompt", str(ctx),
                            "--output", str(a.output), "--budget", str(max(512, min(4096, ctx))),
-                           "--prefill-cap", "off"])
+                           "--prefill-cap", "off"]
+                          + (["--shared-prompt"] if a.shared_prompt else []))
     doc = json.loads(out.strip().splitlines()[-1])
-    return doc["runs"][0]["decode_only_tok_s"], secs, load
+    r = doc["runs"][0]
+    if a.shared_prompt and r.get("cached_tokens", 0) < seqs * (ctx - 2 * 16):
+        sys.exit("kv_decode: --shared-prompt: the requests got %s prompt tokens from the prefix "
+                 "cache, want about %d x %d" % (r.get("cached_tokens"), seqs, ctx))
+    return r["decode_only_tok_s"], secs, load
 
 
 def llama_rate(a, kv, ctx, seqs):
-    n_kv = seqs * (ctx + a.output) + 256
+    # -pps -kvu: one prompt's cells shared by all sequences (n_ctx_req = pp + pl·tg)
+    n_kv = (ctx + seqs * a.output if a.shared_prompt else seqs * (ctx + a.output)) + 256
     out, secs, load = run([a.batched_bench, "-m", a.model, "-t", str(a.threads), "-tb",
                            str(a.threads), "-c", str(n_kv), "-b", "2048", "-ub", "512",
                            "-npp", str(ctx), "-ntg", str(a.output), "-npl", str(seqs),
-                           "-ctk", kv, "-ctv", kv, "-fa", "on", "--output-format", "jsonl"])
+                           "-ctk", kv, "-ctv", kv, "-fa", "on", "--output-format", "jsonl"]
+                          + (["-pps", "-kvu"] if a.shared_prompt else []))
     recs = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     rec = [r for r in recs if r.get("pl") == seqs and r.get("pp") == ctx]
     if not rec:
@@ -109,6 +127,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--max-kv-gib", type=float, default=10.0)
+    ap.add_argument("--shared-prompt", action="store_true",
+                    help="the sequences share one prompt, prefilled once")
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true", help="a context of 128 tokens, 2 sequences")
     a = ap.parse_args()
@@ -123,7 +143,8 @@ def main():
     configs, skipped = [], []
     for ctx in map(int, a.contexts.split(",")):
         for seqs in map(int, a.seqs.split(",")):
-            gib = seqs * (ctx + a.output) * per_tok / 2**30
+            toks = ctx + seqs * (a.output + 32) if a.shared_prompt else seqs * (ctx + a.output)
+            gib = toks * per_tok / 2**30
             (configs if gib <= a.max_kv_gib else skipped).append((ctx, seqs))
     rates = {}  # (engine, kv, ctx, seqs) -> [tok/s per rep]
     runs = []
@@ -157,6 +178,7 @@ def main():
         results.append(row)
     report = benchlib.report_head("kv_decode_vs_llamacpp", a.threads, os.path.join(HERE, ".."))
     report.update({"model": a.model, "smoke": a.smoke, "output_tokens": a.output,
+                   "shared_prompt": a.shared_prompt,
                    "kv_f16_bytes_per_token": per_tok, "engines": engines,
                    "batched_bench": a.batched_bench or None, "results": results,
                    "skipped_over_max_kv": [{"context": c, "seqs": s} for c, s in skipped],

@@ -261,15 +261,22 @@ int ifd_cpu_kv_rotate(float *x, /* [n_rows, head_dim] */
  * threads, folded in the same order), so a row's result does not depend on
  * the batch or the thread count. Allocates a small workspace when it splits
  * (falls back to one thread per item if that fails).
- * Q8_0/Q4_0 K/V are read in place, dequantized in registers (x = q · d in
- * f32, the value ifd_cpu_kv_dequant_row gives), so the result is that of the
- * f32 kernel on the dequantized values.
+ * Q8_0/Q4_0 K/V are read in place, and the query is quantized first, once
+ * per (token, head), as llama.cpp's q8_0 vec-dot does: int8 per value, one
+ * f32 scale per 32 values (d = amax/127, q = round(x/d)); q·k is then an
+ * integer dot product per 32-value block times the two scales, and p·v
+ * runs on the unscaled V quants times p·(V's block scale). So over these
+ * types the result is that of the f32 kernel on the dequantized K/V and
+ * the dequantized query (up to f32 summation order; the same on every ISA
+ * path up to that order, and batch-invariant as above). The quantized
+ * queries live in a buffer allocated per call (n_tok · n_heads rows).
  * IFD_EINVAL: bad sizes, n_heads not a multiple of n_kv_heads, window < 0,
  * last[t] < pos[t], a needed block-table entry < 0 or last[t] / block_size
  * ≥ max_blocks
  * (checked before any work); IFD_ENOTSUP: head_dim > 256, more than 32
- * query heads per KV head, or another dtype. FP8 K/V are dequantized a chunk
- * at a time into f32 (every ISA path), with the same result.
+ * query heads per KV head, or another dtype; IFD_ENOMEM: no memory for the
+ * quantized queries (Q8_0/Q4_0). FP8 K/V are dequantized a chunk at a time
+ * into f32 (every ISA path), with the same result.
  */
 int ifd_cpu_paged_attention(float *restrict out,       /* [n_tok, n_heads, head_dim] */
                             const float *restrict q,   /* [n_tok, n_heads, head_dim] */

@@ -29,9 +29,9 @@
  *   exact mode (f32 weights/activations/GEMMs), f16 KV ≤ 2e-3 (measured ≤ 4.5e-4:
  *       q and P rounded to f16 in attention), and at position 0 — where
  *       attention is v itself — ≤ 1e-5, pinning every other op to f32.
- *   bf16 GEMM inputs (--gpu-dtype bf16), q8_0 KV  ≤ 3e-2 (measured ≤ 1.7e-2)
+ *   bf16 GEMM inputs (--gpu-dtype bf16), q8_0 KV  ≤ 4e-2 (measured ≤ 2.5e-2)
  *   bf16 GEMM inputs, fp8 KV                       ≤ 8e-2 (measured ≤ 4.4e-2)
- *   exact mode, q8_0 KV (llama)                    ≤ 1e-2 (measured ≤ 3.9e-3)
+ *   exact mode, q8_0 KV (llama)                    ≤ 2.5e-2 (measured ≤ 1.24e-2)
  *   exact mode, fp8 KV (gemma3)                    ≤ 2e-2 (measured ≤ 7.3e-3)
  *       both sides quantize with the same rounding and read the same types (the
  *       CPU kernels read q8_0 and fp8); what differs is the K/V they quantize (bf16
@@ -39,6 +39,10 @@
  *       across a rounding edge changes by a whole quant step (1/127 of its block's
  *       amax for q8_0, 1/16 relative for e4m3), so the differences upstream are
  *       amplified; the GPU also rounds the dequantized values to f16 for the MMA.
+ *       Over q8_0 K/V the CPU attention also quantizes the query to int8 per 32
+ *       values (llama.cpp's q8_0 vec-dot, cpu_kernels.h), the GPU rounds it to f16:
+ *       that raised the q8_0 rows from ≤ 1.7e-2 / 3.9e-3 (tolerances 3e-2 / 1e-2
+ *       then) to the figures above (2026-12-07).
  * (3 layers, measured on the emulator; IFD_TEST_VERBOSE=1 prints them.)
  *
  * On the emulator (IFD_CUDA_EMU, labels unit + emu) the real backend code,
@@ -139,7 +143,7 @@ typedef enum {
 static void run(bool gemma, mode_t_ mode, bool images)
 {
     ifd_model_config_t c = gt_tiny_config(gemma, 3);
-    static const double tols[] = {1e-2, 2e-2, 2e-3, 3e-2, 8e-2, 1e-2, 2e-2};
+    static const double tols[] = {1e-2, 2e-2, 2e-3, 4e-2, 8e-2, 2.5e-2, 2e-2};
     static const char *names[] = {"bf16, f16 KV",     "bf16, bf16 KV", "exact f32, f16 KV",
                                   "bf16, q8_0 KV",    "bf16, fp8 KV",  "exact f32, q8_0 KV",
                                   "exact f32, fp8 KV"};

@@ -7,7 +7,8 @@
  * with random K/V, and NaN-poisons everything else: the unused tail of a
  * sequence's last block, spare blocks, and the outputs and workspace before
  * the call. Block-table entries past a sequence's blocks hold a huge index,
- * so reading one would fault. Queries are rounded to the KV dtype first, so
+ * so reading one would fault. Queries are rounded to the KV dtype first (for
+ * q8_0 to what the CPU kernel's query quantization keeps, make_q), so
  * both sides multiply exactly the same numbers; what remains is the GPU
  * rounding P to 16 bits before P.V and summation order.
  *
@@ -165,12 +166,23 @@ static void reference(float *ref, const float *q, const pool_t *P, const int32_t
     free(fk), free(fv);
 }
 
-/* Random queries rounded to the KV dtype. */
+/* Random queries rounded to the KV dtype. Over q8_0 K/V the CPU kernel
+ * quantizes the query (int8 per value, one f32 scale per 32 values,
+ * cpu_kernels.h): there every 32 values are k/64 with |k| <= 127 and one of
+ * them ±127/64, which that quantization gives back exactly (scale 1/64) and
+ * f16 holds exactly, so both sides still multiply the same numbers. */
 static float *make_q(int64_t n, ifd_dtype_t dt)
 {
     float *q = gt_xmalloc((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++)
-        q[i] = from16(dt, to16(dt, gt_randn()));
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == IFD_DTYPE_Q8_0) {
+            float k = roundf(gt_randn() * 40);
+            k = k > 127 ? 127 : k < -127 ? -127 : k;
+            q[i] = (i % 32 == 0 ? (k < 0 ? -127 : 127) : k) / 64;
+        } else {
+            q[i] = from16(dt, to16(dt, gt_randn()));
+        }
+    }
     return q;
 }
 

@@ -20,8 +20,9 @@
  * Tolerance: |out − ref| ≤ 4e-6 (outputs are convex combinations of V rows
  * with |v| ≤ 1; f32 scores and accumulation; the double reference uses the
  * K/V values as stored, i.e. after f16/bf16 rounding or quantization, decoded
- * by ref_decode). The pool's result must be bitwise equal to the
- * single-thread result.
+ * by ref_decode, and over q8_0/q4_0 K/V the query as the kernel quantizes it,
+ * quant_query_ref: int8 per value, an f32 scale per 32). The pool's result
+ * must be bitwise equal to the single-thread result.
  *
  * CTest runs this binary natively and with INFERD_CPU=avx2 / scalar.
  */
@@ -335,6 +336,21 @@ static void check_pool(const att_world_t *w)
     free(written), free(want), free(got);
 }
 
+/* The query as the kernel uses it over Q8_0/Q4_0 K/V (cpu_kernels.h): per
+ * 32 values d = amax/127 in f32, q = round(x/d) (quantize_row_q8_0_ref's
+ * rounding, the scale kept in f32), y = q·d. */
+static void quant_query_ref(float *y, const float *x, int hd)
+{
+    for (int b = 0; b < hd / 32; b++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fabsf(x[32 * b + j]) > amax ? fabsf(x[32 * b + j]) : amax;
+        const float d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; j++)
+            y[32 * b + j] = roundf(x[32 * b + j] * id) * d;
+    }
+}
+
 static void att_case(const att_cfg_t *cfg, bool images, ifd_threadpool_t *tp)
 {
     att_world_t w;
@@ -431,6 +447,8 @@ static void att_case(const att_cfg_t *cfg, bool images, ifd_threadpool_t *tp)
 
     double *sc = malloc(sizeof(double) * (size_t)w.maxlen);
     double worst = 0;
+    const bool quant_q = cfg->dt == IFD_DTYPE_Q8_0 || cfg->dt == IFD_DTYPE_Q4_0;
+    float qbuf[256];
     for (int t = 0; t < n_tok; t++)
         for (int h = 0; h < nh; h++) {
             const float *o = out + ((int64_t)t * nh + h) * hd;
@@ -440,6 +458,10 @@ static void att_case(const att_cfg_t *cfg, bool images, ifd_threadpool_t *tp)
                 continue;
             }
             const float *qh = q + ((int64_t)t * nh + h) * hd;
+            if (quant_q) { /* the kernel's query: GGML's q8_0 rounding, f32 scale */
+                quant_query_ref(qbuf, qh, hd);
+                qh = qbuf;
+            }
             const int kvh = h / G, s = seq[t];
             const int lo =
                 cfg->window > 0 && pos[t] - cfg->window + 1 > 0 ? pos[t] - cfg->window + 1 : 0;
