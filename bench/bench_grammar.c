@@ -23,7 +23,11 @@
  *   {"schema", "ok", "error", "approx", "compile_ms" (conversion + compile),
  *    "ids", "mask_us" [n + 1], "rejected": null | {"pos", "token", "rc"}}
  * "rejected" names the first token the mask forbids ("pos" n: no end id
- * allowed after the text); "mask_us" then stops there.
+ * allowed after the text; "rc" the mask call's error, if any); "mask_us"
+ * then stops there. "grammar_allows" says whether the slow mask
+ * (ifd_constraint_mask_brute: the token's bytes through the matcher) allows
+ * that token: true is a bug of the mask, false an instance the grammar does
+ * not describe (inferd writes declared properties only, in schema order).
  */
 #include "error.h"
 #include "grammar/grammar_conv.h"
@@ -173,6 +177,12 @@ static void cold_masks(const ifd_vocab_t *v, const ifd_tokenizer_t *tok, const i
         if (!ok) {
             rej = json_pack("{s:I,s:i,s:i}", "pos", (json_int_t)i, "token",
                             i < ids->n ? ids->ids[i] : -1, "rc", rc);
+            /* the mask against the grammar itself: the slow mask (each token's
+             * bytes through the matcher) allowing the token is a bug of the fast
+             * one; forbidding it too, the instance is outside the grammar */
+            if (!rc && i < ids->n && !ifd_constraint_mask_brute(c, ids->ids, i, bits))
+                json_object_set_new(rej, "grammar_allows",
+                                    json_boolean(allowed(bits, ids->ids[i])));
             break;
         }
     }
