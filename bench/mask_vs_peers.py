@@ -159,18 +159,21 @@ def run_peer(python, engine, tokenizer_json, queries):
     a refusal ("crashed or timed out"); the worker is restarted for the rest."""
     out, i = {}, 0
     while i < len(queries):
-        with tempfile.TemporaryFile("w+") as inp:
+        # stderr to a file: a peer's warnings must not fill a pipe nobody reads
+        with tempfile.TemporaryFile("w+") as inp, tempfile.TemporaryFile("w+") as err:
             inp.write("".join(json.dumps(q) + "\n" for q in queries[i:]))
             inp.seek(0)
             p = subprocess.Popen([python, os.path.abspath(__file__), "--peer-worker", engine,
                                   "--tokenizer", tokenizer_json], stdin=inp,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, stderr=err, text=True)
             try:
                 ready, _, _ = select.select([p.stdout], [], [], 300)
                 first = p.stdout.readline() if ready else ""
                 if not first:
                     p.kill()
-                    return out, (p.stderr.read() or "no answer")[-300:]
+                    p.wait()
+                    err.seek(0)
+                    return out, (err.read() or "no answer")[-300:]
                 while i < len(queries):
                     ready, _, _ = select.select([p.stdout], [], [], PEER_TIMEOUT_S)
                     line = p.stdout.readline() if ready else ""
