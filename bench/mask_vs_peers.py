@@ -290,6 +290,13 @@ def build_tokenizer(a):
     return out
 
 
+def default_model():
+    """The default model's GGUF where inferd looks for it (ifd_default_model_path)."""
+    d = os.environ.get("INFERD_MODEL_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "inferd/models")
+    return os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
 # ---- the report -------------------------------------------------------------------------
 
 def stats(xs):
@@ -338,8 +345,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bench-grammar", default=os.path.join(ROOT, "build/bench/bench_grammar"))
     ap.add_argument("--bench-schema", default=os.path.join(ROOT, "build/bench/bench_schema"))
-    ap.add_argument("--vocab", default=os.path.expanduser(
-        "~/.cache/inferd/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--vocab", default=default_model())
     ap.add_argument("--tokenizer", default="", help="tokenizer.json of the --vocab vocabulary")
     ap.add_argument("--tokenizer-python", default=os.environ.get(
         "INFERD_PYTHON", os.path.expanduser("~/.cache/inferd/venv/bin/python")))
