@@ -117,7 +117,8 @@ static int line_ids(const ifd_tokenizer_t *tok, const json_t *in, ifd_tokens_t *
     if (json_is_array(arr)) {
         size_t i;
         const json_t *x;
-        json_array_foreach(arr, i, x) {
+        json_array_foreach(arr, i, x)
+        {
             int32_t id = (int32_t)json_integer_value(x);
             if (ifd_tokens_push(ids, id))
                 return IFD_ENOMEM;
@@ -127,8 +128,7 @@ static int line_ids(const ifd_tokenizer_t *tok, const json_t *in, ifd_tokens_t *
     const char *text = json_string_value(json_object_get(in, "text"));
     if (!text)
         return IFD_EINVAL;
-    return ifd_tokenizer_encode(tok, text, json_string_length(json_object_get(in, "text")), 0,
-                                ids);
+    return ifd_tokenizer_encode(tok, text, json_string_length(json_object_get(in, "text")), 0, ids);
 }
 
 /* Whether bit id of bits is set. */
