@@ -107,7 +107,7 @@ CUDA_HOME=""
 # ---- what runs ------------------------------------------------------------------------
 KERNELS=(device attn_decode attn_prefill rmsnorm rope_kv glu convert embed dequant sample vision)
 CREFS=(common/error.c common/log.c common/modelfile/ggml_types.c kernels/kernels.c kernels/cpu/fp16.c
-       kernels/cpu/dequant.c kernels/cpu/threadpool.c kernels/cpu/attention.c
+       kernels/cpu/dequant.c kernels/cpu/threadpool.c kernels/cpu/attention.c kernels/cpu/attention_q.c
        kernels/cpu/norm.c kernels/cpu/rope.c kernels/cpu/activations.c kernels/cpu/matmul.c
        kernels/cpu/vision.c
        tests/gpu/gpu_test.c)
