@@ -119,18 +119,7 @@ IFD__TARGET_AVX512 static void ifd__softmax_avx512(float *x, int n)
         __mmask16 mk = ifd__mask16(n - i < 16 ? n - i : 16);
         mv = _mm512_mask_max_ps(mv, mk, mv, _mm512_maskz_loadu_ps(mk, x + i));
     }
-    const __m512 mb = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
-    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 mk = ifd__mask16(n - i < 16 ? n - i : 16);
-        __m512 e = ifd__exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + i), mb));
-        e = _mm512_maskz_mov_ps(mk, e);
-        _mm512_mask_storeu_ps(x + i, mk, e);
-        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        s1 = _mm512_add_pd(
-            s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
-    }
-    double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    const double sum = ifd__exp_sum_avx512(x, n, _mm512_reduce_max_ps(mv));
     const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
     for (int i = 0; i < n; i += 16) {
         __mmask16 mk = ifd__mask16(n - i < 16 ? n - i : 16);

@@ -145,6 +145,25 @@ IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__exp16(__m512 x)
     return _mm512_mask_mov_ps(p, _mm512_cmp_ps_mask(x0, x0, _CMP_UNORD_Q), x0); /* NaN stays */
 }
 
+/* x[i] = e^(x[i] − mx) for i < n (x[n..] untouched), returning their sum
+ * accumulated in double (two accumulators of 8 lanes): the softmax's and the
+ * tower's flash attention's exponentials, one order of operations for both. */
+IFD__TARGET_AVX512 IFD__INLINE double ifd__exp_sum_avx512(float *x, int n, float mx)
+{
+    const __m512 mb = _mm512_set1_ps(mx);
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 mk = ifd__mask16(n - i < 16 ? n - i : 16);
+        __m512 e = ifd__exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + i), mb));
+        e = _mm512_maskz_mov_ps(mk, e);
+        _mm512_mask_storeu_ps(x + i, mk, e);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(
+            s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+}
+
 #endif /* IFD__X86 */
 
 #endif
