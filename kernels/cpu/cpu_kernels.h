@@ -173,20 +173,6 @@ int ifd_cpu_dense_attention(float *out,       /* [n, n_heads · head_dim] */
  * a range outside [0, n], kv NULL or misaligned), IFD_ENOMEM (the per-call
  * scratch: per thread, a head's K and Vᵀ to pack, or IFD__ATT_ROWS query
  * rows and their n scores). */
-/* The same attention fused, flash-style (not yet used by the backend: a
- * candidate for the vision tower's speed, docs/vision.md): per head and
- * block of 256 query rows, an online softmax over key blocks of 256 (the
- * scores of one block at a time, 256 KiB, instead of a block's row of all
- * n keys), O rescaled as the running max moves, divided by the sum at the
- * end. Its K and Vᵀ are packed per key block, per call. A row's bits do not
- * depend on the range it is computed in; they differ from
- * ifd_cpu_dense_attention's by f32 rounding (another summation order).
- * Errors as ifd_cpu_dense_attention. */
-int ifd_cpu_dense_attention_flash(float *out,       /* [n, n_heads · head_dim] */
-                                  const float *qkv, /* [n, 3 · n_heads · head_dim] */
-                                  int n, int q0, int q1, int n_heads, int head_dim, float scale,
-                                  ifd_threadpool_t *tp);
-
 int64_t ifd_cpu_dense_kv_floats(int n, int n_heads, int head_dim);
 int ifd_cpu_dense_kv_pack(float *kv, const float *qkv, int n, int n_heads, int head_dim,
                           ifd_threadpool_t *tp);

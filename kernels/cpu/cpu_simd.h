@@ -146,8 +146,8 @@ IFD__TARGET_AVX512 IFD__INLINE __m512 ifd__exp16(__m512 x)
 }
 
 /* x[i] = e^(x[i] − mx) for i < n (x[n..] untouched), returning their sum
- * accumulated in double (two accumulators of 8 lanes): the softmax's and the
- * tower's flash attention's exponentials, one order of operations for both. */
+ * accumulated in double (two accumulators of 8 lanes): the softmax's
+ * exponentials (activations.c). */
 IFD__TARGET_AVX512 IFD__INLINE double ifd__exp_sum_avx512(float *x, int n, float mx)
 {
     const __m512 mb = _mm512_set1_ps(mx);

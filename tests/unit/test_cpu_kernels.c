@@ -505,8 +505,7 @@ END_TEST
 typedef int (*dense_fn)(float *, const float *, int, int, int, int, int, float, ifd_threadpool_t *);
 
 /* Against a double reference: |y − ref| ≤ 8·(√n + √d)·ε·Σ_u p_u·|v_u| + 1e-6·ε·max|v|
- * (two f32 matmuls and a softmax in between). Sizes cross the 256-row block (and the
- * flash kernel's 256-key block). */
+ * (two f32 matmuls and a softmax in between). Sizes cross the 256-row block. */
 static void dense_vs_reference(dense_fn fn, const char *name)
 {
     static const int shapes[][3] = {{1, 1, 4},    {5, 2, 8},    {16, 4, 16}, {64, 4, 16},
@@ -561,42 +560,6 @@ static void dense_vs_reference(dense_fn fn, const char *name)
 START_TEST(test_dense_attention)
 {
     dense_vs_reference(ifd_cpu_dense_attention, "dense_attention");
-}
-END_TEST
-
-/* The fused kernel: the same reference bound; query-row ranges (across its 256-row and
- * 256-key blocks) give the whole call's bits, with 1 thread too; rows outside are untouched;
- * and it agrees with ifd_cpu_dense_attention within f32 rounding. */
-START_TEST(test_dense_attention_flash)
-{
-    dense_vs_reference(ifd_cpu_dense_attention_flash, "dense_attention_flash");
-    ifd_threadpool_t *tp = NULL;
-    ck_assert_int_eq(ifd_threadpool_create(&tp, 2), 0);
-    rng_state = 31;
-    enum { N = 530, H = 2, D = 24 };
-    const int64_t width = (int64_t)H * D;
-    float *qkv = rnd_array(N * 3 * width, -3, 3), *whole = nan_array(N * width);
-    float *parts = nan_array(N * width), *dense = nan_array(N * width);
-    ck_assert_int_eq(ifd_cpu_dense_attention_flash(whole, qkv, N, 0, N, H, D, 0.4f, tp), 0);
-    static const int cuts[] = {0, 1, 17, 255, 256, 300, 529, N};
-    for (size_t i = 0; i + 1 < sizeof cuts / sizeof cuts[0]; i++)
-        ck_assert_int_eq(ifd_cpu_dense_attention_flash(parts, qkv, N, cuts[i], cuts[i + 1], H, D,
-                                                       0.4f, i % 2 ? NULL : tp),
-                         0);
-    ck_assert(memcmp(whole, parts, sizeof(float) * N * width) == 0);
-    float *few = nan_array(N * width);
-    ck_assert_int_eq(ifd_cpu_dense_attention_flash(few, qkv, N, 100, 110, H, D, 0.4f, tp), 0);
-    for (int64_t e = 0; e < N * width; e++) {
-        const bool in = e >= 100 * width && e < 110 * width;
-        ck_assert(in ? few[e] == whole[e] : isnan(few[e]));
-    }
-    ck_assert_int_eq(ifd_cpu_dense_attention(dense, qkv, N, 0, N, H, D, 0.4f, tp), 0);
-    double worst = 0;
-    for (int64_t e = 0; e < N * width; e++)
-        worst = fmax(worst, fabs((double)whole[e] - dense[e]));
-    ck_assert_msg(worst <= 1e-5, "flash vs dense: %.3g", worst);
-    free(qkv), free(whole), free(parts), free(dense), free(few);
-    ifd_threadpool_destroy(tp);
 }
 END_TEST
 
@@ -659,7 +622,7 @@ static Suite *cpu_kernels_suite(void)
                   IFD_TESTS(test_dtype_size, test_matmul_shapes, test_matmul_model_shapes,
                             test_matmul_edges, test_rmsnorm, test_rope, test_softmax, test_glu,
                             test_layernorm, test_avg_pool2d, test_dense_attention,
-                            test_dense_attention_ranges, test_dense_attention_flash));
+                            test_dense_attention_ranges));
     return s;
 }
 
