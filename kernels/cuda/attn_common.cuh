@@ -158,7 +158,10 @@ IFD_DEV void q8_quant32(unsigned char *qi, float *qd, const float *x)
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const float v = roundf(__fmul_rn(x[4 * w + j], id));
-            const int qv = v >= -127.0f && v <= 127.0f ? (int)v : v > 0.0f ? 127 : v < 0.0f ? -127 : 0;
+            const int qv = v >= -127.0f && v <= 127.0f ? (int)v
+                           : v > 0.0f                  ? 127
+                           : v < 0.0f                  ? -127
+                                                       : 0;
             u |= (uint32_t)(uint8_t)(int8_t)qv << (8 * j);
         }
         *(uint32_t *)(qi + 4 * w) = u;
