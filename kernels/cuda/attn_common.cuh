@@ -32,7 +32,8 @@
  * Q8_0 K is read as the CPU kernel reads it (attention_q.c): the query is
  * quantized once per row to int8 with one f32 scale per 32 values (q8_quant32,
  * ifd__quant_query's operations and rounding), K's tile keeps the int8 quants
- * and their scales (kq_stage: [NK][D] int8, then [NK][D/32] f32), and
+ * and their scales (kq_stage: [NK] int8 rows of D values, q8_pitch bytes
+ * apart, then [NK][D/32] f32), and
  * S = Q K^T is, per 32-value block b, an exact integer dot product
  * (mma.m16n8k32.s8) times the two scales, summed over b in order in f32:
  *   s = Σ_b (dq_b · dk_b) · Σ_i qq_i · kq_i      (scores, q8_operand)
@@ -115,11 +116,21 @@ template <int KVT> __host__ __device__ constexpr bool kv_qk()
     return KVT == IFD_DTYPE_Q8_0;
 }
 
+/* Bytes from one row to the next in the int8 tiles (Q and K over Q8_0 K):
+ * D + 16, so the 32-bit fragment loads of 8 rows (word t of a block in row
+ * g, scores) fall in 8 different bank groups: a row pitch of D bytes would
+ * put rows g and g + 2 (D = 64) or all 8 (D >= 128) on the same banks. */
+template <int D> __host__ __device__ constexpr int q8_pitch()
+{
+    return D + 16;
+}
+
 /* Stages chunk c (values 8c .. 8c + 7) of Q8_0 K row `row` into a K tile of
- * NK rows laid out for scores (q8_operand): the 8 int8 quants at byte r·D + 8c and,
- * from the chunk that starts a 32-value block, its scale as f32 at float
- * r·(D/32) + c/4 after the NK·D quant bytes. ok = false: zeros (quants and
- * scale), nothing read. */
+ * NK rows laid out for scores (q8_operand): the 8 int8 quants at byte
+ * r·q8_pitch + 8c and, from the chunk that starts a 32-value block, its
+ * scale as f32 at float r·(D/32) + c/4 after the NK·q8_pitch quant bytes
+ * (NK·(D + 16 + D/8) bytes in all, less than the NK·2D of a 16-bit tile).
+ * ok = false: zeros (quants and scale), nothing read. */
 template <int D, int NK>
 IFD_DEV void kq_stage(unsigned char *tile, const unsigned char *region, int64_t row, int r, int c,
                       bool ok)
@@ -134,9 +145,9 @@ IFD_DEV void kq_stage(unsigned char *tile, const unsigned char *region, int64_t 
         if (c % 4 == 0)
             d = ifd_f16_f32(*(const uint16_t *)(src + D + 2 * (c / 4)));
     }
-    *(uint2 *)(tile + r * D + 8 * c) = w;
+    *(uint2 *)(tile + r * q8_pitch<D>() + 8 * c) = w;
     if (c % 4 == 0)
-        ((float *)(tile + NK * D))[r * (D / 32) + c / 4] = d;
+        ((float *)(tile + NK * q8_pitch<D>()))[r * (D / 32) + c / 4] = d;
 }
 
 /* 32 query values x as int8 quants qi[32] and their scale *qd, with the
@@ -169,14 +180,15 @@ IFD_DEV void q8_quant32(unsigned char *qi, float *qd, const float *x)
     *qd = d;
 }
 
-/* Quantizes query rows into a Q tile of ROWS rows for scores (q8_operand): int8
- * quants [ROWS][D], then f32 scales [ROWS][D/32]. src(r) gives row r's D
- * values in global memory (16-byte aligned) or NULL for a zero row. All
- * threads of the block take part (one 32-value block each per turn); the
- * caller synchronizes before reading the tile. */
+/* Quantizes query rows into a Q tile of ROWS rows for scores (q8_operand):
+ * int8 quants (ROWS rows of D, q8_pitch bytes apart), then f32 scales
+ * [ROWS][D/32]. src(r) gives row r's D values in global memory (16-byte
+ * aligned) or NULL for a zero row. All threads of the block take part (one
+ * 32-value block each per turn); the caller synchronizes before reading the
+ * tile. */
 template <int D, int ROWS, int NTHREADS, class Src> IFD_DEV void q8_tile(unsigned char *sQ, Src src)
 {
-    float *qd = (float *)(sQ + ROWS * D);
+    float *qd = (float *)(sQ + ROWS * q8_pitch<D>());
     for (int e = threadIdx.x; e < ROWS * (D / 32); e += NTHREADS) {
         const int r = e / (D / 32), b = e % (D / 32);
         const float *row = src(r);
@@ -186,7 +198,7 @@ template <int D, int ROWS, int NTHREADS, class Src> IFD_DEV void q8_tile(unsigne
             const float4 v = row ? ((const float4 *)(row + 32 * b))[j] : make_float4(0, 0, 0, 0);
             x[4 * j] = v.x, x[4 * j + 1] = v.y, x[4 * j + 2] = v.z, x[4 * j + 3] = v.w;
         }
-        q8_quant32(sQ + r * D + 32 * b, qd + e, x);
+        q8_quant32(sQ + r * q8_pitch<D>() + 32 * b, qd + e, x);
     }
 }
 
@@ -247,7 +259,7 @@ template <int D> IFD_DEV void q_frag(const q_operand<D> &q, int kk, uint32_t a[4
 }
 
 /* The warp's quantized Q (Q8_0 K): its 16 rows' int8 quants (row r at
- * qi + r·D) and scales (qd[r·(D/32) + b]) in a tile made by q8_tile. */
+ * qi + r·q8_pitch) and scales (qd[r·(D/32) + b]) in a tile made by q8_tile. */
 template <int D> struct q8_operand {
     const unsigned char *qi;
     const float *qd;
@@ -270,8 +282,8 @@ template <int D, int ROWS> IFD_DEV void q_init(q_operand<D> &q, const unsigned c
 
 template <int D, int ROWS> IFD_DEV void q_init(q8_operand<D> &q, const unsigned char *sQ, int row0)
 {
-    q.qi = sQ + row0 * D;
-    q.qd = (const float *)(sQ + ROWS * D) + row0 * (D / 32);
+    q.qi = sQ + row0 * q8_pitch<D>();
+    q.qd = (const float *)(sQ + ROWS * q8_pitch<D>()) + row0 * (D / 32);
 }
 
 /* S = Q K^T for 16-bit tiles: f16/bf16 MMA, f32 accumulation. */
@@ -306,16 +318,17 @@ IFD_DEV void scores(float s[NT][4], const q8_operand<D> &q, const unsigned char 
 {
     constexpr int NB = D / 32;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const float *kd = (const float *)(sK + 8 * NT * D);
+    constexpr int PQ = q8_pitch<D>();
+    const float *kd = (const float *)(sK + 8 * NT * PQ);
 #pragma unroll
     for (int b = 0; b < NB; b++) {
-        const unsigned char *q0 = q.qi + g * D + 32 * b + 4 * t, *q1 = q0 + 8 * D;
+        const unsigned char *q0 = q.qi + g * PQ + 32 * b + 4 * t, *q1 = q0 + 8 * PQ;
         const uint32_t a[4] = {*(const uint32_t *)q0, *(const uint32_t *)q1,
                                *(const uint32_t *)(q0 + 16), *(const uint32_t *)(q1 + 16)};
         const float dq0 = q.qd[g * NB + b], dq1 = q.qd[(g + 8) * NB + b];
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const unsigned char *k0 = sK + (8 * j + g) * D + 32 * b + 4 * t;
+            const unsigned char *k0 = sK + (8 * j + g) * PQ + 32 * b + 4 * t;
             const uint32_t bf[2] = {*(const uint32_t *)k0, *(const uint32_t *)(k0 + 16)};
             int32_t c[4] = {0, 0, 0, 0};
             ifd_mma_16832_s8(c, a, bf);
