@@ -21,8 +21,10 @@
  * plan, so a token longer than max_ctx is still right.
  *
  * Specializations: head_dim 64/128/256 x {bf16, f16, q8_0, fp8}; STAGES 4
- * for 64, else 2. Quantized K/V are dequantized to f16 on their way into the
- * stage (kv_stage: a synchronous load, not cp.async; attn_common.cuh).
+ * for 64, else 2. Quantized V and FP8 K are dequantized to f16 on their way
+ * into the stage (kv_stage: a synchronous load, not cp.async); over Q8_0 K the
+ * query is quantized per 32 values as the CPU kernel does and q·k is an
+ * integer MMA per block (q8_tile, kq_stage, scores on a q8_operand; attn_common.cuh).
  * Shared memory: Q tile + 4 warps x STAGES x (K + V) tiles.
  */
 #include "attn_decode.h"
@@ -86,6 +88,7 @@ template <int D, int KVT>
 __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
 {
     constexpr bool BF16 = kv_bf16<KVT>();
+    constexpr bool QK = kv_qk<KVT>(); /* Q8_0 K: quantized query, integer q·k */
     constexpr int STAGES = stages_for(D);
     constexpr int TILE = 16 * D * 2; /* bytes of a [16][D] 16-bit tile */
     constexpr int CH = D / 8;        /* 16-byte chunks per row */
@@ -112,16 +115,23 @@ __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
     if (!split_range(a, p, split, &lo, &b0, &b1, &nsplit))
         return;
 
-    /* Q rows of the group, unscaled, in the KV dtype; zero padding rows. */
-    for (int e = tid; e < 16 * CH; e += NWARPS * 32) {
-        const int r = e / CH, c = e % CH;
-        uint4 w = make_uint4(0, 0, 0, 0);
-        if (r < nh) {
-            const float4 *src =
-                (const float4 *)(a.q + ((int64_t)tok * a.n_heads + h0 + r) * D + c * 8);
-            w = pack8<BF16>(src[0], src[1]);
+    /* Q rows of the group, unscaled, in the KV dtype (over Q8_0 K quantized
+     * as the CPU kernel does); zero padding rows. */
+    if constexpr (QK) {
+        q8_tile<D, 16, NWARPS * 32>(sQ, [&](int r) -> const float * {
+            return r < nh ? a.q + ((int64_t)tok * a.n_heads + h0 + r) * D : nullptr;
+        });
+    } else {
+        for (int e = tid; e < 16 * CH; e += NWARPS * 32) {
+            const int r = e / CH, c = e % CH;
+            uint4 w = make_uint4(0, 0, 0, 0);
+            if (r < nh) {
+                const float4 *src =
+                    (const float4 *)(a.q + ((int64_t)tok * a.n_heads + h0 + r) * D + c * 8);
+                w = pack8<BF16>(src[0], src[1]);
+            }
+            *(uint4 *)(sQ + swz<D>(r, c)) = w;
         }
-        *(uint4 *)(sQ + swz<D>(r, c)) = w;
     }
 
     unsigned char *ring = sRing + (size_t)warp * STAGES * 2 * TILE;
@@ -135,7 +145,10 @@ __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
             const int r = e / CH, c = e % CH;
             const int key = b * KV_BLOCK + r;
             const bool ok = phys >= 0 && key >= lo && key <= p;
-            kv_stage<KVT, D>(dk + swz<D>(r, c), a.k, row0 + r, c, ok);
+            if constexpr (QK)
+                kq_stage<D, 16>(dk, a.k, row0 + r, r, c, ok);
+            else
+                kv_stage<KVT, D>(dk + swz<D>(r, c), a.k, row0 + r, c, ok);
             kv_stage<KVT, D>(dv + swz<D>(r, c), a.v, row0 + r, c, ok);
         }
     };
@@ -143,8 +156,8 @@ __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
     warp_state<D> st;
     state_init<D>(st);
     __syncthreads(); /* the Q tile */
-    q_operand<D> qo;
-    q_load<D>(qo, sQ);
+    typename q_sel<D, QK>::type qo;
+    q_init<D, 16>(qo, sQ, 0);
 
     const int first = b0 + warp;
     const int nb = first < b1 ? (b1 - first + NWARPS - 1) / NWARPS : 0;
@@ -164,14 +177,13 @@ __global__ void __launch_bounds__(NWARPS * 32) decode_kernel(decode_args a)
         const int b = first + i * NWARPS;
         const unsigned char *sk = ring + (size_t)(i % STAGES) * 2 * TILE;
         const unsigned char *sv = sk + TILE;
-        if (b * KV_BLOCK >= lo && b * KV_BLOCK + KV_BLOCK - 1 <= p) {
-            attn_step<D, 2, BF16, false>(st, qo, sk, sv, a.scale_log2,
-                                         [](int, int) { return true; });
-        } else {
-            const int kb = b * KV_BLOCK;
-            attn_step<D, 2, BF16, true>(st, qo, sk, sv, a.scale_log2,
-                                        [=](int, int k) { return kb + k >= lo && kb + k <= p; });
-        }
+        const int kb = b * KV_BLOCK;
+        auto valid = [=](int, int k) { return kb + k >= lo && kb + k <= p; };
+        const bool full = kb >= lo && kb + KV_BLOCK - 1 <= p;
+        if (full)
+            attn_step<D, 2, BF16, false>(st, qo, sk, sv, a.scale_log2, valid);
+        else
+            attn_step<D, 2, BF16, true>(st, qo, sk, sv, a.scale_log2, valid);
         __syncwarp(); /* the stage is free for the next issue */
     }
     ifd_cp_async_wait<0>();

@@ -17,7 +17,9 @@
  *
  * Supported: kv->dtype F16, BF16, Q8_0 or FP8 (read in place, dequantized
  * in registers to f16: the values of ifd_cpu_kv_dequant_row rounded to f16;
- * f32 accumulation), kv->block_size 16,
+ * f32 accumulation; over Q8_0 K the query is quantized to int8 per 32 values
+ * as ifd_cpu_paged_attention does, and q.k is an integer dot product per
+ * block times the two scales, only V is dequantized), kv->block_size 16,
  * kv->head_dim 64, 128 or 256; any n_heads that is a multiple of
  * n_kv_heads. q and out are f32. Unused slots and blocks of the pool are
  * never read (they may hold NaN).

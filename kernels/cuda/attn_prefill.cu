@@ -19,8 +19,10 @@
  * are processed from the heaviest (last) query tile of a sequence first.
  *
  * Specializations: head_dim 64/128/256 x {bf16, f16, q8_0, fp8} (quantized
- * K/V dequantized to f16 on their way into the tiles: kv_stage,
- * attn_common.cuh); BN = 64 keys for
+ * V and FP8 K dequantized to f16 on their way into the tiles, kv_stage; over
+ * Q8_0 K the query quantized per 32 values as the CPU kernel does and q·k an
+ * integer MMA per block, q8_tile / kq_stage / scores on a q8_operand: attn_common.cuh);
+ * BN = 64 keys for
  * head_dim <= 128 and 32 for 256 (register and shared-memory budget).
  * Shared memory: Q tile + 2 x (K + V) tiles = 40 / 80 / 96 KiB.
  */
@@ -64,6 +66,7 @@ template <int D, int KVT>
 __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
 {
     constexpr bool BF16 = kv_bf16<KVT>();
+    constexpr bool QK = kv_qk<KVT>(); /* Q8_0 K: quantized query, integer q·k */
     constexpr int BN = bn_for(D);
     constexpr int CH = D / 8; /* 16-byte chunks per row */
     constexpr int TILE = BN * D * 2; /* bytes of a [BN][D] 16-bit tile */
@@ -91,16 +94,26 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
     const int key_hi = end_of(r_last);
     const int key_lo = W > 0 && pos0 + r0 / G - W + 1 > 0 ? pos0 + r0 / G - W + 1 : 0;
 
-    /* Q rows, unscaled, in the KV dtype; zero rows past the chunk. */
-    for (int e = tid; e < BM * CH; e += NWARPS * 32) {
-        const int r = e / CH, c = e % CH, row = r0 + r;
-        uint4 w = make_uint4(0, 0, 0, 0);
-        if (row < rows) {
-            const int64_t qi = (int64_t)(q0 + row / G) * a.n_heads + kvh * G + row % G;
-            const float4 *src = (const float4 *)(a.q + qi * D + c * 8);
-            w = pack8<BF16>(src[0], src[1]);
+    /* Q rows, unscaled, in the KV dtype (over Q8_0 K quantized as the CPU
+     * kernel does); zero rows past the chunk. */
+    if constexpr (QK) {
+        q8_tile<D, BM, NWARPS * 32>(sQ, [&](int r) -> const float * {
+            const int row = r0 + r;
+            if (row >= rows)
+                return nullptr;
+            return a.q + ((int64_t)(q0 + row / G) * a.n_heads + kvh * G + row % G) * D;
+        });
+    } else {
+        for (int e = tid; e < BM * CH; e += NWARPS * 32) {
+            const int r = e / CH, c = e % CH, row = r0 + r;
+            uint4 w = make_uint4(0, 0, 0, 0);
+            if (row < rows) {
+                const int64_t qi = (int64_t)(q0 + row / G) * a.n_heads + kvh * G + row % G;
+                const float4 *src = (const float4 *)(a.q + qi * D + c * 8);
+                w = pack8<BF16>(src[0], src[1]);
+            }
+            *(uint4 *)(sQ + swz<D>(r, c)) = w;
         }
-        *(uint4 *)(sQ + swz<D>(r, c)) = w;
     }
 
     const int32_t *btab = a.bt + (int64_t)s * a.max_blocks;
@@ -116,7 +129,10 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
                 ok = phys >= 0;
                 row = (phys * a.n_kv + kvh) * KV_BLOCK + key % KV_BLOCK;
             }
-            kv_stage<KVT, D>(dk + swz<D>(r, c), a.k, row, c, ok);
+            if constexpr (QK)
+                kq_stage<D, BN>(dk, a.k, row, r, c, ok);
+            else
+                kv_stage<KVT, D>(dk + swz<D>(r, c), a.k, row, c, ok);
             kv_stage<KVT, D>(dv + swz<D>(r, c), a.v, row, c, ok);
         }
     };
@@ -138,8 +154,8 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
     warp_state<D> st;
     state_init<D>(st);
     __syncthreads(); /* the Q tile */
-    q_operand<D> qo;
-    q_load<D>(qo, sQ + warp * 16 * D * 2);
+    typename q_sel<D, QK>::type qo;
+    q_init<D, BM>(qo, sQ, warp * 16);
     const int kt0 = key_lo / BN, kt1 = key_hi / BN;
     issue(kt0, 0);
     ifd_cp_async_commit();
@@ -155,17 +171,16 @@ __global__ void __launch_bounds__(NWARPS * 32) prefill_kernel(prefill_args a)
             /* Every key visible to every row: up to the first row's last
              * visible key and inside the last row's window. */
             const bool full = k_last <= we_first && (W == 0 || k_first >= wp_last - W + 1);
-            if (full) {
-                attn_step<D, BN / 8, BF16, false>(st, qo, sK + buf * TILE, sV + buf * TILE,
-                                                  a.scale_log2, [](int, int) { return true; });
-            } else {
-                attn_step<D, BN / 8, BF16, true>(
-                    st, qo, sK + buf * TILE, sV + buf * TILE, a.scale_log2, [=](int r, int k) {
-                        /* r is this lane's row g or g + 8 */
-                        const int p = r < 8 ? pa : pb, e = r < 8 ? ea : eb, key = k_first + k;
-                        return key <= e && (W == 0 || key > p - W);
-                    });
-            }
+            auto valid = [=](int r, int k) {
+                /* r is this lane's row g or g + 8 */
+                const int p = r < 8 ? pa : pb, e = r < 8 ? ea : eb, key = k_first + k;
+                return key <= e && (W == 0 || key > p - W);
+            };
+            const unsigned char *tk = sK + buf * TILE, *tv = sV + buf * TILE;
+            if (full)
+                attn_step<D, BN / 8, BF16, false>(st, qo, tk, tv, a.scale_log2, valid);
+            else
+                attn_step<D, BN / 8, BF16, true>(st, qo, tk, tv, a.scale_log2, valid);
         }
         __syncthreads(); /* the buffer is free for the next prefetch */
     }

@@ -22,8 +22,10 @@
  *
  * Supported: kv->dtype F16, BF16, Q8_0 or FP8 (f32 accumulation, P rounded
  * to the 16-bit type before P.V as in FlashAttention; Q8_0/FP8 read in
- * place and dequantized in registers to f16, as attn_decode.h), kv->block_size 16, kv->head_dim
- * 64, 128 or 256; q and out f32. Unused slots and blocks are never read.
+ * place and dequantized in registers to f16, over Q8_0 K with the query
+ * quantized and integer q.k, as attn_decode.h), kv->block_size 16,
+ * kv->head_dim 64, 128 or 256; q and out f32. Unused slots and blocks are
+ * never read.
  */
 #ifndef IFD_CUDA_ATTN_PREFILL_H
 #define IFD_CUDA_ATTN_PREFILL_H

@@ -183,6 +183,27 @@ IFD_DEV void ifd_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2])
 #endif
 }
 
+/* ---- tensor cores: mma.m16n8k32, s8 inputs, s32 accumulate -------------------
+ * Fragments (g = lane / 4, t = lane % 4), PTX ISA "mma.m16n8k32" (.s8), each
+ * register four int8 values in k order, lowest byte first:
+ *   A 16x32 row-major: a[0] = A[g][4t..4t+3],    a[1] = A[g+8][4t..4t+3],
+ *                      a[2] = A[g][4t+16..4t+19], a[3] = A[g+8][4t+16..4t+19]
+ *   B 32x8 (k x n):    b[0] = B[4t..4t+3][g],    b[1] = B[4t+16..4t+19][g]
+ *   C/D 16x8 (int32):  c[0..1] = C[g][2t..2t+1], c[2..3] = C[g+8][2t..2t+1]
+ * d = a * b + c in place on c, exact (sm_80 and later). So a row of A and a
+ * column of B are two 32-byte runs read as words 4t and 4t + 16. */
+IFD_DEV void ifd_mma_16832_s8(int32_t c[4], const uint32_t a[4], const uint32_t b[2])
+{
+#ifndef IFD_CUDA_EMU
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    ifd_emu_mma_16832_s8(c, a, b);
+#endif
+}
+
 /* ---- ldmatrix: four 8x8 b16 matrices from shared memory ----------------------
  * Lane l supplies the address of row l % 8 of matrix l / 8 (16 contiguous
  * bytes, 16-byte aligned). Without .trans lane l receives, for matrix i,

@@ -71,6 +71,11 @@ if(CMAKE_CXX_COMPILER)
     set_target_properties(test_gpu_${t}_emu PROPERTIES LINKER_LANGUAGE CXX)
   endforeach()
 
+  # The emulator's integer MMA (mma.m16n8k32.s8) against a plain product.
+  ifd_add_test(test_cuda_emu_mma SOURCES emu/test_cuda_emu_mma.cc LIBS ifd_kernels_emu
+               LABELS unit emu TIMEOUT 60)
+  target_compile_options(test_cuda_emu_mma PRIVATE -Wno-unknown-pragmas)
+
   # The KV pool's device segments shared between processes (VMM fd, IPC
   # fallback, SIGKILLed creators, a forgetful driver) on the emulated driver.
   ifd_add_test(test_gpu_kvpool_emu SOURCES test_gpu_kvpool.c LIBS ifd_kernels_emu ifd_kvpool

@@ -29,9 +29,9 @@
  *   exact mode (f32 weights/activations/GEMMs), f16 KV ≤ 2e-3 (measured ≤ 4.5e-4:
  *       q and P rounded to f16 in attention), and at position 0 — where
  *       attention is v itself — ≤ 1e-5, pinning every other op to f32.
- *   bf16 GEMM inputs (--gpu-dtype bf16), q8_0 KV  ≤ 4e-2 (measured ≤ 2.5e-2)
+ *   bf16 GEMM inputs (--gpu-dtype bf16), q8_0 KV  ≤ 3.5e-2 (measured ≤ 2.25e-2)
  *   bf16 GEMM inputs, fp8 KV                       ≤ 8e-2 (measured ≤ 4.4e-2)
- *   exact mode, q8_0 KV (llama)                    ≤ 2.5e-2 (measured ≤ 1.24e-2)
+ *   exact mode, q8_0 KV (llama)                    ≤ 1e-2 (measured ≤ 3.6e-3)
  *   exact mode, fp8 KV (gemma3)                    ≤ 2e-2 (measured ≤ 7.3e-3)
  *       both sides quantize with the same rounding and read the same types (the
  *       CPU kernels read q8_0 and fp8); what differs is the K/V they quantize (bf16
@@ -39,10 +39,16 @@
  *       across a rounding edge changes by a whole quant step (1/127 of its block's
  *       amax for q8_0, 1/16 relative for e4m3), so the differences upstream are
  *       amplified; the GPU also rounds the dequantized values to f16 for the MMA.
- *       Over q8_0 K/V the CPU attention also quantizes the query to int8 per 32
- *       values (llama.cpp's q8_0 vec-dot, cpu_kernels.h), the GPU rounds it to f16:
- *       that raised the q8_0 rows from ≤ 1.7e-2 / 3.9e-3 (tolerances 3e-2 / 1e-2
- *       then) to the figures above (2026-12-07).
+ *       Over q8_0 K both attentions quantize the query to int8 per 32 values with
+ *       the same rounding (llama.cpp's q8_0 vec-dot; attention_q.c, attn_common.cuh)
+ *       and take q·k as integer dot products per block. History: when only the CPU
+ *       quantized it (the GPU rounded q to f16, 2026-12-07 morning) the q8_0 rows
+ *       were ≤ 2.5e-2 / 1.24e-2 (tolerances 4e-2 / 2.5e-2); with the GPU quantizing
+ *       it too, the figures above (exact mode 3.4x closer; a GPU that stops
+ *       quantizing q fails the exact-mode bound). In bf16 mode the query itself
+ *       differs by bf16 rounding between the sides, and its quantization, like
+ *       K's, turns a value crossing a rounding edge into a whole step: 2.25e-2
+ *       there against 1.7e-2 when neither side quantized q.
  * (3 layers, measured on the emulator; IFD_TEST_VERBOSE=1 prints them.)
  *
  * On the emulator (IFD_CUDA_EMU, labels unit + emu) the real backend code,
@@ -143,7 +149,7 @@ typedef enum {
 static void run(bool gemma, mode_t_ mode, bool images)
 {
     ifd_model_config_t c = gt_tiny_config(gemma, 3);
-    static const double tols[] = {1e-2, 2e-2, 2e-3, 4e-2, 8e-2, 2.5e-2, 2e-2};
+    static const double tols[] = {1e-2, 2e-2, 2e-3, 3.5e-2, 8e-2, 1e-2, 2e-2};
     static const char *names[] = {"bf16, f16 KV",     "bf16, bf16 KV", "exact f32, f16 KV",
                                   "bf16, q8_0 KV",    "bf16, fp8 KV",  "exact f32, q8_0 KV",
                                   "exact f32, fp8 KV"};

@@ -454,6 +454,38 @@ void ifd_emu_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2], boo
     }
 }
 
+/* PTX ISA "mma.m16n8k32" for .s8: a[0] = A[g][4t..4t+3], a[1] = A[g+8][4t..4t+3],
+ * a[2] = A[g][16+4t..16+4t+3], a[3] = A[g+8][16+4t..], b[0] = B[4t..4t+3][g],
+ * b[1] = B[16+4t..16+4t+3][g], bytes in k order (lowest byte first); C as m16n8k16's.
+ * The sums are exact in int32 (|A·B| <= 32 · 128 · 128), as on the hardware. */
+void ifd_emu_mma_16832_s8(int32_t c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    struct frag {
+        uint32_t a[4], b[2];
+    } mine, all[32];
+    memcpy(mine.a, a, sizeof mine.a);
+    memcpy(mine.b, b, sizeof mine.b);
+    ifd_emu_warp_share(&mine, sizeof mine, all);
+    auto byte = [](uint32_t v, int k) { return (int32_t)(int8_t)(uint8_t)(v >> (8 * (k % 4))); };
+    auto A = [&](int r, int k) {
+        int lane = (r % 8) * 4 + (k % 16) / 4;
+        int reg = (r >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0);
+        return byte(all[lane].a[reg], k);
+    };
+    auto B = [&](int k, int n) {
+        int lane = n * 4 + (k % 16) / 4;
+        return byte(all[lane].b[k >= 16 ? 1 : 0], k);
+    };
+    int lane = ifd_emu_lane(), g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i % 2);
+        int32_t s = c[i];
+        for (int k = 0; k < 32; k++)
+            s += A(r, k) * B(k, n);
+        c[i] = s;
+    }
+}
+
 void ifd_emu_ldmatrix_x4(uint32_t r[4], const void *row_addr, bool trans)
 {
     const unsigned char *all[32];

@@ -209,6 +209,8 @@ uint16_t ifd_emu_f32_to_f16(float f);
 /* ---- tensor cores, ldmatrix, cp.async (warp-collective where PTX is) ---- */
 
 void ifd_emu_mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2], bool bf16);
+/* mma.m16n8k32 with s8 inputs and s32 accumulation (exact integer sums). */
+void ifd_emu_mma_16832_s8(int32_t c[4], const uint32_t a[4], const uint32_t b[2]);
 void ifd_emu_ldmatrix_x4(uint32_t r[4], const void *row_addr, bool trans);
 void ifd_emu_cp_async16(void *dst, const void *src, bool valid);
 void ifd_emu_cp_async_commit();
