@@ -10,7 +10,9 @@
  * Reports, per case and mode, the median / p90 / max / mean µs per token
  * and the cache hits, and the one-time vocabulary trie build.
  *
- * Usage: bench_grammar [--vocab MODEL.gguf] [--reps N]   → JSON on stdout
+ * Usage: bench_grammar [--vocab MODEL.gguf] [--reps N] [--clock wall|thread] → JSON on stdout
+ * (--clock thread: the thread's CPU time instead of wall time, for A/B runs on a
+ * loaded machine)
  *
  * --schemas (bench/mask_vs_peers.py): one JSON object per stdin line,
  * {"schema": FILE, "text": INSTANCE} (or "ids": [...] instead of "text"),
@@ -43,10 +45,13 @@
 #include <string.h>
 #include <time.h>
 
+/* --clock thread: the thread's CPU time (A/B on a loaded machine), else wall */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_us(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
@@ -261,8 +266,12 @@ int main(int argc, char **argv)
             vocab_path = argv[++i];
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc)
+            bench_clock = strcmp(argv[++i], "thread") == 0 ? CLOCK_THREAD_CPUTIME_ID
+                                                            : CLOCK_MONOTONIC;
         else {
-            fprintf(stderr, "usage: bench_grammar [--vocab MODEL.gguf] [--reps N | --schemas]\n");
+            fprintf(stderr, "usage: bench_grammar [--vocab MODEL.gguf] [--clock wall|thread] "
+                            "[--reps N | --schemas]\n");
             return 2;
         }
     }

@@ -24,9 +24,42 @@
  * states), so a walk through states seen before — the inside of a JSON
  * string at every character — costs a table lookup per trie node.
  *
- * Ownership and threading: a vocab is immutable and shareable; a store and
- * its constraints belong to one thread (the engine loop). Constraints hold
- * a reference on their grammar, and the store and vocab must outlive them.
+ * Frame masks (xgrammar's "adaptive token mask cache", in this automaton's
+ * terms). A state's stacks usually share a continuation: below the frames
+ * of the lexeme being matched (a JSON string's body: the string's rule and
+ * its character rules) lies the rest of the document, different at every
+ * place a string appears. Cut off (ifd__gstate_cut), what is left is keyed
+ * canonically (its reachable rules and byte sets, numbered in the order met,
+ * so the key does not depend on the grammar around it), and its mask
+ * splits in two: the tokens the frame allows on its own, whatever follows
+ * (kept as bits), and the few after a prefix of which it completes (kept as
+ * a list in trie order; checked against the real state on each use: `"`,
+ * `",`, `abc"}`). Everything else is rejected by the frame itself. A miss in
+ * the per-state mask cache then costs a memcpy and that short check instead
+ * of a walk of the whole trie. Frame masks come from:
+ * - the vocabulary: ifd_vocab_prewarm (ifd_vocab_create_tokenizer runs it
+ *   on the JSON grammar of the schema converter with a fixed list of texts:
+ *   strings, escapes, numbers) — at most IFD_VOCAB_FRAMES, computed once per
+ *   tokenizer when it is loaded and read-only afterwards;
+ * - the grammar: a frame with a continuation, met for the first time, is
+ *   computed by one walk (as a plain mask would be) and kept with the grammar
+ *   (at most IFD_GFRAME_MAX), so the next place of the grammar with the same
+ *   frame (another string property) pays only the check.
+ * A frame whose reachable grammar has more than IFD_GFRAME_KEY_MAX
+ * positions gets no frame mask (the whole trie is walked as before). Masks
+ * are exact either way (tests compare them with ifd_constraint_mask_brute).
+ * One difference: a state at the matcher's limits (IFD_GRAMMAR_MAX_STACKS,
+ * expansion depth) may get a mask through its frame where a walk from the
+ * whole state would have been refused with IFD_ETOOBIG.
+ * Memory: a frame mask is V/8 bytes plus 6 bytes per listed token (SmolLM2:
+ * ~6 KiB + ~1-10 KiB): ≤ IFD_VOCAB_FRAMES per vocabulary, ≤ IFD_GFRAME_MAX
+ * per cached grammar, freed with it.
+ *
+ * Ownership and threading: a vocab is immutable once created (and, when
+ * ifd_vocab_prewarm is called directly, once that returns) and shareable
+ * between threads; a store and its constraints belong to one thread (the
+ * engine loop). Constraints hold a reference on their grammar, and the
+ * store and vocab must outlive them.
  */
 #ifndef IFD_GRAMMAR_MASK_H
 #define IFD_GRAMMAR_MASK_H
@@ -43,6 +76,13 @@
 /* Stacks one mask may expand on a cache miss (about 100 ms of a slow core):
  * a grammar whose next step needs more is IFD_ETOOBIG for its sequence. */
 #define IFD_GMASK_WORK      (2u << 20)
+#define IFD_VOCAB_FRAMES    128 /* frame masks precomputed per vocabulary */
+#define IFD_GFRAME_MAX      512 /* frame masks computed per grammar */
+#define IFD_GFRAME_MIN_BYTES 64  /* next bytes a state takes for a frame mask to be tried */
+#define IFD_GWALK_QUICK     1024 /* trie nodes walked before a frame mask is looked for */
+#define IFD_GFRAME_LIST     1024 /* a frame's own tokens kept as a list up to this many */
+#define IFD_GFRAME_KEY_MAX  1024 /* positions of a frame's key (else no frame mask) */
+#define IFD_GFRAME_HORIZON  16   /* bytes a frame's key looks ahead (longer tokens: checked) */
 
 typedef struct ifd_vocab ifd_vocab_t;
 
@@ -59,7 +99,21 @@ int ifd_vocab_create(int32_t n_vocab, const char *const *bytes, const uint32_t *
  * except control/unused ones; eog from ifd_tokenizer_eog_ids. */
 int ifd_vocab_create_tokenizer(const ifd_tokenizer_t *t, ifd_vocab_t **out);
 
+/*
+ * Precomputes the frame masks (see above) of every state the grammar `text`
+ * (len bytes) meets along each of texts[0..n) (NUL-terminated, each a prefix
+ * of a sentence of the grammar), into v, up to IFD_VOCAB_FRAMES. Not thread
+ * safe: call it before v is shared. 0; the compile errors of
+ * ifd_grammar_compile (message in err); IFD_EINVAL when a text leaves the
+ * grammar; IFD_ENOMEM. Frame masks computed before an error are kept (they
+ * are exact).
+ */
+int ifd_vocab_prewarm(ifd_vocab_t *v, const char *text, size_t len, const char *const *texts,
+                      size_t n_texts, char *err, size_t errlen);
+
 void ifd_vocab_destroy(ifd_vocab_t *v); /* NULL is a no-op */
+/* Frame masks held by the vocabulary (ifd_vocab_prewarm). */
+size_t ifd_vocab_frames(const ifd_vocab_t *v);
 int32_t ifd_vocab_size(const ifd_vocab_t *v);
 size_t ifd_vocab_trie_nodes(const ifd_vocab_t *v);
 
@@ -74,6 +128,9 @@ typedef struct {
     uint64_t compiles;   /* grammars compiled */
     uint64_t mask_hits;  /* masks served from a cache */
     uint64_t mask_walks; /* masks computed by walking the trie */
+    uint64_t frame_shared; /* masks from a frame mask of the vocabulary */
+    uint64_t frame_local;  /* masks from a frame mask of the grammar */
+    uint64_t frame_builds; /* frame masks computed (one walk each) */
 } ifd_gstore_stats_t;
 
 void ifd_gstore_stats(const ifd_gstore_t *s, ifd_gstore_stats_t *out);
