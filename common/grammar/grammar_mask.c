@@ -43,6 +43,7 @@ typedef struct fmask {
     uint32_t *a; /* [words], or NULL */
     int32_t *al;
     uint32_t n_al;
+    uint32_t n_a; /* tokens in a or al */
     int32_t *u;
     uint8_t *u_at;
     uint16_t *u_lcp;
@@ -1121,6 +1122,7 @@ static int fmask_finish(const ifd_vocab_t *v, fmask_t *f)
     size_t words = ((size_t)v->n_vocab + 31) / 32;
     for (size_t w = 0; w < words; w++)
         n += (uint32_t)__builtin_popcount(f->a[w]);
+    f->n_a = n;
     if (n <= IFD_GFRAME_LIST) {
         f->al = malloc((n ? n : 1) * sizeof *f->al);
         if (!f->al)
@@ -1430,7 +1432,9 @@ static int frame_mask(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *st, uin
             fmask_free(nf);
             return rc == IFD_ETOOBIG ? 1 : rc;
         }
-        if (s->prewarm && !nf->a) {
+        uint32_t few = (uint32_t)v->n_vocab / 8 < IFD_GFRAME_LIST ? (uint32_t)v->n_vocab / 8
+                                                                  : IFD_GFRAME_LIST;
+        if (s->prewarm && nf->n_a < few) {
             fmask_free(nf); /* few tokens: as cheap to walk, not kept */
             return 1;
         }
