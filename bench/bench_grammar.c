@@ -8,7 +8,8 @@
  * the request (compile + empty mask cache); "warm": the next request with
  * the same grammar (the worker keeps grammars and their mask caches).
  * Reports, per case and mode, the median / p90 / max / mean µs per token
- * and the cache hits, and the one-time vocabulary trie build.
+ * and the cache hits, and the one-time vocabulary trie build (with the frame
+ * masks precomputed for it: "vocab_frames").
  *
  * Usage: bench_grammar [--vocab MODEL.gguf] [--reps N] [--clock wall|thread] → JSON on stdout
  * (--clock thread: the thread's CPU time instead of wall time, for A/B runs on a
@@ -293,6 +294,8 @@ int main(int argc, char **argv)
     }
     double trie_ms = (now_us() - t0) / 1e3;
     int32_t V = ifd_vocab_size(v);
+    size_t frame_bytes;
+    size_t n_frames = ifd_vocab_frames(v, &frame_bytes);
     uint32_t *bits = malloc(((size_t)V + 31) / 32 * 4);
     if (schemas) {
         int rc = schemas_mode(v, tok, bits);
@@ -302,8 +305,9 @@ int main(int argc, char **argv)
         return rc;
     }
     printf("{\"bench\":\"grammar_mask\",\"vocab\":\"%s\",\"n_vocab\":%d,\"trie_nodes\":%zu,"
-           "\"trie_build_ms\":%.1f,\"reps\":%d,\"cases\":[",
-           vocab_path, V, ifd_vocab_trie_nodes(v), trie_ms, reps);
+           "\"trie_build_ms\":%.1f,\"vocab_frames\":%zu,\"vocab_frame_bytes\":%zu,\"reps\":%d,"
+           "\"cases\":[",
+           vocab_path, V, ifd_vocab_trie_nodes(v), trie_ms, n_frames, frame_bytes, reps);
     for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++) {
         const bcase_t *bc = &CASES[ci];
         ifd_buf_t g = IFD_BUF_INIT;

@@ -310,8 +310,18 @@ void ifd_vocab_destroy(ifd_vocab_t *v)
     free(v);
 }
 
-size_t ifd_vocab_frames(const ifd_vocab_t *v)
+size_t ifd_vocab_frames(const ifd_vocab_t *v, size_t *bytes)
 {
+    size_t b = 0;
+    for (size_t i = 0; i < v->n_fm; i++) {
+        const fmask_t *f = &v->fm[i];
+        b += sizeof *f + f->key_len * sizeof *f->key + f->n_al * sizeof *f->al +
+             (f->a ? ((size_t)v->n_vocab + 31) / 32 * sizeof *f->a : 0) +
+             f->n_u * (sizeof *f->u + sizeof *f->u_at + sizeof *f->u_lcp) +
+             f->n_l * (sizeof *f->l + sizeof *f->llcp);
+    }
+    if (bytes)
+        *bytes = b;
     return v->n_fm;
 }
 
@@ -366,13 +376,13 @@ typedef struct gentry {
     size_t n_ds, cap_ds;
     ifd_hash_t ds_index; /* key hash -> id in ds */
     ifd__gmem_t ds_mem;
-    /* frame masks computed for this grammar, and the canonical key's
-     * scratch: canon[pos] (-1 when unvisited) */
+    /* frame masks computed for this grammar */
     fmask_t *fm; /* [IFD_GFRAME_MAX], allocated at the first */
     size_t n_fm;
-    int32_t *canon;
     uint8_t *minlen; /* [n_rules]: bytes each rule needs at least (saturating at 255) */
 } gentry_t;
+
+#define CK_SLOTS (4 * IFD_GFRAME_KEY_MAX) /* a power of two */
 
 struct ifd_gstore {
     const ifd_vocab_t *vocab;
@@ -392,6 +402,10 @@ struct ifd_gstore {
     uint32_t *ckeybuf; /* the canonical key of a cut state */
     size_t ckeycap;
     uint32_t *cq; /* [IFD_GFRAME_KEY_MAX] positions in key order */
+    /* the key's positions met: open addressing over CK_SLOTS slots, pos + 1
+     * (0: free) -> {canonical id, distance | bit 30 once written} */
+    uint32_t *ck_pos;
+    int32_t (*ck_val)[2];
     uint32_t hmax; /* the longest horizon: the longest token, at most 254 */
     uint32_t **bucket; /* [hmax + 1]: the key's positions to write, by distance */
     uint32_t *n_bucket, *cap_bucket;
@@ -413,13 +427,16 @@ int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out)
     s->marks = calloc(vocab->max_depth + 2, sizeof *s->marks);
     s->ids = calloc(vocab->max_depth + 2, sizeof *s->ids);
     s->cq = malloc(IFD_GFRAME_KEY_MAX * sizeof *s->cq);
+    s->ck_pos = calloc(CK_SLOTS, sizeof *s->ck_pos);
+    s->ck_val = malloc(CK_SLOTS * sizeof *s->ck_val);
     s->hmax = vocab->max_depth < 254 ? vocab->max_depth : 254;
     s->hmax = s->hmax > IFD_GFRAME_HORIZON ? s->hmax : IFD_GFRAME_HORIZON;
     s->bucket = calloc(s->hmax + 1, sizeof *s->bucket);
     s->n_bucket = calloc(s->hmax + 1, sizeof *s->n_bucket);
     s->cap_bucket = calloc(s->hmax + 1, sizeof *s->cap_bucket);
     s->cdep = calloc(vocab->max_depth + 2, sizeof *s->cdep);
-    if (!s->states || !s->marks || !s->ids || !s->cq || !s->bucket || !s->n_bucket ||
+    if (!s->states || !s->marks || !s->ids || !s->cq || !s->ck_pos || !s->ck_val || !s->bucket ||
+        !s->n_bucket ||
         !s->cap_bucket || !s->cdep) {
         ifd_gstore_destroy(s);
         return IFD_ENOMEM;
@@ -454,7 +471,6 @@ static void entry_free(gentry_t *e)
     for (size_t i = 0; i < e->n_fm; i++)
         fmask_free(&e->fm[i]);
     free(e->fm);
-    free(e->canon);
     free(e->minlen);
     entry_clear_dfa(e);
     free(e->ds);
@@ -483,6 +499,8 @@ void ifd_gstore_destroy(ifd_gstore_t *s)
     free(s->marks);
     free(s->ids);
     free(s->cq);
+    free(s->ck_pos);
+    free(s->ck_val);
     free(s->ckeybuf);
     for (uint32_t d = 0; s->bucket && d <= s->hmax; d++)
         free(s->bucket[d]);
@@ -547,7 +565,8 @@ static int rule_minlen(gentry_t *e)
     if (!e->minlen)
         return IFD_ENOMEM;
     const unsigned cap = 255;
-    for (int pass = 0; pass < 8; pass++) {
+    int passes = g->n_el > (1u << 16) ? 2 : 8; /* bounded time on huge grammars */
+    for (int pass = 0; pass < passes; pass++) {
         bool changed = false;
         for (size_t r = g->n_rules; r-- > 0;) {
             unsigned best = cap;
@@ -874,13 +893,29 @@ static int ckey_put(ifd_gstore_t *s, size_t *n, uint32_t w)
  * traversal: its canonical id (numbered in the order first met) into the
  * key, and p queued at d when that is nearer than before. -1 past
  * IFD_GFRAME_KEY_MAX positions, IFD_ENOMEM. */
-static int ckey_ref(ifd_gstore_t *s, gentry_t *e, uint32_t p, uint32_t d, uint32_t h,
-                    uint32_t cap, uint32_t *nq, size_t *n)
+/* The key table's entry for position p, made ({-1, -1}) when new. There is
+ * always a free slot: at most IFD_GFRAME_KEY_MAX of CK_SLOTS are used. */
+static int32_t *ck_slot(ifd_gstore_t *s, uint32_t p)
 {
-    int32_t *c = &e->canon[2 * (size_t)p];
+    uint32_t i = (uint32_t)ifd_hash_u64(p) & (CK_SLOTS - 1);
+    while (s->ck_pos[i] && s->ck_pos[i] != p + 1)
+        i = (i + 1) & (CK_SLOTS - 1);
+    if (!s->ck_pos[i]) {
+        s->ck_pos[i] = p + 1;
+        s->ck_val[i][0] = s->ck_val[i][1] = -1;
+    }
+    return s->ck_val[i];
+}
+
+static int ckey_ref(ifd_gstore_t *s, uint32_t p, uint32_t d, uint32_t h, uint32_t cap,
+                    uint32_t *nq, size_t *n)
+{
+    int32_t *c = ck_slot(s, p);
     if (c[0] < 0) {
-        if (*nq == cap)
+        if (*nq == cap) { /* not in cq, so not emptied after: free it (the last made) */
+            s->ck_pos[(c - s->ck_val[0]) / 2] = 0;
             return -1;
+        }
         c[0] = (int32_t)*nq;
         c[1] = 0x3fffffff; /* no distance yet; bit 30: written */
         s->cq[(*nq)++] = p;
@@ -922,12 +957,6 @@ static long canon_key(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *c, uint
                       uint32_t cap)
 {
     const ifd_grammar_t *g = e->g;
-    if (!e->canon) {
-        e->canon = malloc(2 * (g->n_el + 1) * sizeof *e->canon);
-        if (!e->canon)
-            return IFD_ENOMEM;
-        memset(e->canon, 0xff, 2 * (g->n_el + 1) * sizeof *e->canon);
-    }
     size_t n = 0;
     uint32_t nq = 0;
     long rc = 0;
@@ -942,7 +971,7 @@ static long canon_key(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *c, uint
     } while (0)
 #define REF(p, d)                                                                                  \
     do {                                                                                           \
-        int r_ = ckey_ref(s, e, (p), (d), h, cap, &nq, &n);                                                \
+        int r_ = ckey_ref(s, (p), (d), h, cap, &nq, &n);                                                \
         if (r_) {                                                                                  \
             rc = r_;                                                                               \
             goto out;                                                                              \
@@ -960,7 +989,7 @@ static long canon_key(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *c, uint
     for (uint32_t d = 0; d <= h; d++) {
         for (uint32_t bi = 0; bi < s->n_bucket[d]; bi++) {
             uint32_t p = s->bucket[d][bi];
-            int32_t *cp = &e->canon[2 * (size_t)p];
+            int32_t *cp = ck_slot(s, p);
             if (cp[1] != (int32_t)d || (cp[1] & 0x40000000))
                 continue; /* nearer, or written */
             const ifd__gelem_t *el = &g->el[p];
@@ -987,13 +1016,15 @@ static long canon_key(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *c, uint
     }
     PUT(0xfffffffeu);
     for (uint32_t qi = 0; qi < nq; qi++) /* the rest: past the horizon */
-        if (!(e->canon[2 * (size_t)s->cq[qi] + 1] & 0x40000000))
+        if (!(ck_slot(s, s->cq[qi])[1] & 0x40000000))
             PUT(qi);
     rc = (long)n;
 out:
-    for (uint32_t qi = 0; qi < nq; qi++) {
-        e->canon[2 * (size_t)s->cq[qi]] = -1;
-        e->canon[2 * (size_t)s->cq[qi] + 1] = -1;
+    for (uint32_t qi = 0; qi < nq; qi++) { /* empty the table (no deletions: all go) */
+        uint32_t i = (uint32_t)ifd_hash_u64(s->cq[qi]) & (CK_SLOTS - 1);
+        while (s->ck_pos[i] != s->cq[qi] + 1)
+            i = (i + 1) & (CK_SLOTS - 1);
+        s->ck_pos[i] = 0;
     }
     return rc;
 #undef PUT

@@ -112,8 +112,9 @@ int ifd_vocab_prewarm(ifd_vocab_t *v, const char *text, size_t len, const char *
                       size_t n_texts, char *err, size_t errlen);
 
 void ifd_vocab_destroy(ifd_vocab_t *v); /* NULL is a no-op */
-/* Frame masks held by the vocabulary (ifd_vocab_prewarm). */
-size_t ifd_vocab_frames(const ifd_vocab_t *v);
+/* Frame masks held by the vocabulary (ifd_vocab_prewarm), and into *bytes
+ * (when not NULL) the memory they take. */
+size_t ifd_vocab_frames(const ifd_vocab_t *v, size_t *bytes);
 int32_t ifd_vocab_size(const ifd_vocab_t *v);
 size_t ifd_vocab_trie_nodes(const ifd_vocab_t *v);
 

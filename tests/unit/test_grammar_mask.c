@@ -807,7 +807,7 @@ START_TEST(test_mask_frames_vs_brute)
                            "\"c\": \"a.b@c.example.org\"}"};
     char err[256];
     ck_assert_msg(ifd_vocab_prewarm(v, pg, strlen(pg), texts, 1, err, sizeof err) == 0, "%s", err);
-    ck_assert_uint_gt(ifd_vocab_frames(v), 0);
+    ck_assert_uint_gt(ifd_vocab_frames(v, NULL), 0);
     free(pg);
     ifd_gstore_t *st;
     ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
@@ -893,7 +893,7 @@ START_TEST(test_mask_frames_wrong_class)
     char err[256];
     ck_assert_msg(ifd_vocab_prewarm(v, no_z, strlen(no_z), texts, 1, err, sizeof err) == 0, "%s",
                   err);
-    ck_assert_uint_gt(ifd_vocab_frames(v), 0);
+    ck_assert_uint_gt(ifd_vocab_frames(v, NULL), 0);
     ifd_gstore_t *st;
     ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
     size_t words = ((size_t)V + 31) / 32;
