@@ -8,8 +8,9 @@
  * the request (compile + empty mask cache); "warm": the next request with
  * the same grammar (the worker keeps grammars and their mask caches).
  * Reports, per case and mode, the median / p90 / max / mean µs per token
- * and the cache hits, and the one-time vocabulary trie build (with the frame
- * masks precomputed for it: "vocab_frames").
+ * and the cache hits, walks and masks through frame masks ("frames"), and
+ * the one-time vocabulary trie build (with the frame masks precomputed for
+ * it: "vocab_frames", "vocab_frame_bytes").
  *
  * Usage: bench_grammar [--vocab MODEL.gguf] [--reps N] [--clock wall|thread] → JSON on stdout
  * (--clock thread: the thread's CPU time instead of wall time, for A/B runs on a
@@ -336,6 +337,7 @@ int main(int argc, char **argv)
         double *warm = malloc(n * (size_t)reps * sizeof *warm);
         double cold_compile_ms = 0;
         uint64_t hits_cold = 0, walks_cold = 0, hits_warm = 0, walks_warm = 0;
+        uint64_t frames_cold = 0, frames_warm = 0; /* masks through frame masks */
         for (int r = 0; r < reps; r++) {
             ifd_gstore_t *st;
             ifd_gstore_create(v, &st);
@@ -367,12 +369,16 @@ int main(int argc, char **argv)
                 }
                 ifd_constraint_destroy(c);
                 ifd_gstore_stats(st, &s1);
+                uint64_t fr = s1.frame_shared + s1.frame_local + s1.frame_builds -
+                              (s0.frame_shared + s0.frame_local + s0.frame_builds);
                 if (pass) {
                     hits_warm += s1.mask_hits - s0.mask_hits;
                     walks_warm += s1.mask_walks - s0.mask_walks;
+                    frames_warm += fr;
                 } else {
                     hits_cold += s1.mask_hits - s0.mask_hits;
                     walks_cold += s1.mask_walks - s0.mask_walks;
+                    frames_cold += fr;
                 }
             }
             ifd_gstore_destroy(st);
@@ -387,10 +393,11 @@ int main(int argc, char **argv)
                 sum += x[i];
             qsort(x, m, sizeof *x, cmp_d);
             printf(",\"%s\":{\"median_us\":%.2f,\"p90_us\":%.2f,\"max_us\":%.1f,\"mean_us\":%.2f,"
-                   "\"cache_hits\":%llu,\"walks\":%llu}",
+                   "\"cache_hits\":%llu,\"walks\":%llu,\"frames\":%llu}",
                    pass ? "warm" : "cold", x[m / 2], x[m * 9 / 10], x[m - 1], sum / (double)m,
                    (unsigned long long)(pass ? hits_warm : hits_cold),
-                   (unsigned long long)(pass ? walks_warm : walks_cold));
+                   (unsigned long long)(pass ? walks_warm : walks_cold),
+                   (unsigned long long)(pass ? frames_warm : frames_cold));
         }
         printf("}");
         free(cold);

@@ -13,6 +13,13 @@
  * matcher state's canonical key (ifd__gstate_key) in an ifd_hash_t. When full
  * it is emptied (states of one request repeat locally, so recent ones matter).
  * The transition memo indexes its interned states the same way.
+ *
+ * Frame masks (grammar_mask.h): frame_mask cuts the state, keys the frame
+ * (canon_key), finds its mask in the vocabulary's or the grammar's table or
+ * builds it (frame_build: a walk from the cut state that also records where
+ * the frame completed), and applies it (frame_apply). Invariant: a frame
+ * mask decides only tokens of at most its key's horizon; everything else it
+ * lists for a check from the real state or its continuation.
  */
 #include "grammar_mask.h"
 

@@ -25,35 +25,42 @@
  * string at every character — costs a table lookup per trie node.
  *
  * Frame masks (xgrammar's "adaptive token mask cache", in this automaton's
- * terms). A state's stacks usually share a continuation: below the frames
- * of the lexeme being matched (a JSON string's body: the string's rule and
- * its character rules) lies the rest of the document, different at every
- * place a string appears. Cut off (ifd__gstate_cut), what is left is keyed
- * canonically (its reachable rules and byte sets, numbered in the order met,
- * so the key does not depend on the grammar around it), and its mask
- * splits in two: the tokens the frame allows on its own, whatever follows
- * (kept as bits), and the few after a prefix of which it completes (kept as
- * a list in trie order; checked against the real state on each use: `"`,
- * `",`, `abc"}`). Everything else is rejected by the frame itself. A miss in
- * the per-state mask cache then costs a memcpy and that short check instead
- * of a walk of the whole trie. Frame masks come from:
+ * terms), for states that take many bytes next (≥ IFD_GFRAME_MIN_BYTES: the
+ * inside of a string). A state's stacks share a continuation: below the
+ * frames of the lexeme being matched (a string's rule and its character
+ * rules) lies the rest of the document, different at every place a string
+ * appears. Cut off (ifd__gstate_cut), what is left is keyed canonically: its
+ * stacks and the positions reachable within a horizon of h bytes, numbered
+ * in the order met, with their byte sets and alternatives — the key does not
+ * depend on the grammar around it, nor on what lies farther than h (h is the
+ * longest token when the frame's grammar is small, else
+ * IFD_GFRAME_HORIZON: a count `x{0,99}` then looks the same for every count
+ * left past h). Its mask splits in three: the tokens of at most h bytes the
+ * frame allows on its own, whatever follows; the (token, prefix length)
+ * pairs where the frame completes with bytes left, checked on each use from
+ * the state's own continuation (`",` `"}`); and the tokens longer than h,
+ * checked on each use from the state. Everything else the frame refuses by
+ * itself. A miss in the per-state mask cache then costs a copy and those
+ * short checks instead of a walk of the whole trie. Frame masks come from:
  * - the vocabulary: ifd_vocab_prewarm (ifd_vocab_create_tokenizer runs it
- *   on the JSON grammar of the schema converter with a fixed list of texts:
- *   strings, escapes, numbers) — at most IFD_VOCAB_FRAMES, computed once per
- *   tokenizer when it is loaded and read-only afterwards;
- * - the grammar: a frame with a continuation, met for the first time, is
- *   computed by one walk (as a plain mask would be) and kept with the grammar
- *   (at most IFD_GFRAME_MAX), so the next place of the grammar with the same
- *   frame (another string property) pays only the check.
- * A frame whose reachable grammar has more than IFD_GFRAME_KEY_MAX
- * positions gets no frame mask (the whole trie is walked as before). Masks
- * are exact either way (tests compare them with ifd_constraint_mask_brute).
- * One difference: a state at the matcher's limits (IFD_GRAMMAR_MAX_STACKS,
- * expansion depth) may get a mask through its frame where a walk from the
- * whole state would have been refused with IFD_ETOOBIG.
- * Memory: a frame mask is V/8 bytes plus 6 bytes per listed token (SmolLM2:
- * ~6 KiB + ~1-10 KiB): ≤ IFD_VOCAB_FRAMES per vocabulary, ≤ IFD_GFRAME_MAX
- * per cached grammar, freed with it.
+ *   on the schema converter's grammar of a fixed schema — plain, minLength,
+ *   maxLength strings and the common formats — along one fixed instance, and
+ *   keeps the frames that allow many tokens) — at most IFD_VOCAB_FRAMES,
+ *   computed once per tokenizer when it is loaded, read-only afterwards;
+ * - the grammar: a frame met for the first time whose quick walk
+ *   (IFD_GWALK_QUICK trie nodes) does not finish is computed by one walk and
+ *   kept with the grammar (at most IFD_GFRAME_MAX), so the next place of the
+ *   grammar with the same frame (another string property, the next count)
+ *   pays only the use.
+ * A frame whose key passes IFD_GFRAME_KEY_MAX positions, or a state without
+ * a common continuation (the root level), is walked as before. Masks are
+ * exact either way (tests compare them with ifd_constraint_mask_brute). One
+ * difference in errors: a state at the matcher's limits
+ * (IFD_GRAMMAR_MAX_STACKS, expansion depth) may get its mask through its
+ * frame where a walk from the whole state would be refused with IFD_ETOOBIG.
+ * Memory: a frame mask is V/8 bytes (or 4 per token when it allows at most
+ * IFD_GFRAME_LIST) plus 7 bytes per pair and 6 per long token; SmolLM2's
+ * vocabulary holds 104 of them in 1.1 MB; a grammar's are freed with it.
  *
  * Ownership and threading: a vocab is immutable once created (and, when
  * ifd_vocab_prewarm is called directly, once that returns) and shareable
