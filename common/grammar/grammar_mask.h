@@ -84,7 +84,7 @@
  * a grammar whose next step needs more is IFD_ETOOBIG for its sequence. */
 #define IFD_GMASK_WORK      (2u << 20)
 #define IFD_VOCAB_FRAMES    128 /* frame masks precomputed per vocabulary */
-#define IFD_GFRAME_MAX      512 /* frame masks computed per grammar */
+#define IFD_GFRAME_MAX      256 /* frame masks computed per grammar */
 #define IFD_GFRAME_MIN_BYTES 64  /* next bytes a state takes for a frame mask to be tried */
 #define IFD_GWALK_QUICK     1024 /* trie nodes walked before a frame mask is looked for */
 #define IFD_GFRAME_LIST     1024 /* a frame's own tokens kept as a list up to this many */
