@@ -342,7 +342,7 @@ static const ifd__gnode_t *stack_up(const ifd__gnode_t *n, uint32_t k)
     return n;
 }
 
-int ifd__gstate_cut(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out,
+int ifd__gstate_cut(ifd__gmem_t *m, const ifd__gstate_t *s, uint32_t lower, ifd__gstate_t *out,
                     const ifd__gnode_t **suffix)
 {
     *out = *s;
@@ -364,6 +364,10 @@ int ifd__gstate_cut(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out,
             cand = cand->parent;
             lc--;
         }
+    }
+    for (; lower && cand; lower--) {
+        cand = cand->parent;
+        lc--;
     }
     if (!cand)
         return 0;

@@ -154,9 +154,10 @@ long ifd__gstate_key(const ifd__gstate_t *s, uint32_t **buf, size_t *cap);
  * end from *out (some stack left), or when *out completes (accept) after a
  * prefix of it and the rest is allowed by the continuation. No common
  * suffix (or s->accept, or no stack): *suffix NULL and *out = *s.
- * 0 or IFD_ENOMEM.
+ * lower > 0 cuts that many nodes lower (a shorter suffix, a bigger frame;
+ * past the bottom: none). 0 or IFD_ENOMEM.
  */
-int ifd__gstate_cut(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out,
+int ifd__gstate_cut(ifd__gmem_t *m, const ifd__gstate_t *s, uint32_t lower, ifd__gstate_t *out,
                     const ifd__gnode_t **suffix);
 
 /* The state once the frames above `suffix` (ifd__gstate_cut's) complete:

@@ -1403,6 +1403,86 @@ static const fmask_t *fmask_find(const fmask_t *fm, size_t n, uint64_t h, const 
  * grammar: the inside of every string). Returns 0 (bits written), 1 when no
  * frame mask applies (the caller walks), or an error.
  */
+/*
+ * The frame mask of state st cut `lower` nodes below its common suffix
+ * (ifd__gstate_cut): the vocabulary's (precomputed at its load), or this
+ * grammar's, or a new one for this grammar. 0 with *f and *suffix set;
+ * FIND_WALK when no frame mask applies (no common suffix, a key too big,
+ * the tables full: the caller walks); FIND_DONE when the quick walk tried
+ * before building one finished (bits written); or an error.
+ */
+enum { FIND_WALK = 1, FIND_DONE = 2 };
+
+static int frame_find(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *st, uint32_t lower,
+                      const fmask_t **fout, const ifd__gnode_t **suffix, uint32_t *bits)
+{
+    const ifd_vocab_t *v = s->vocab;
+    ifd__gmem_release(&s->cut, (ifd__gmark_t){0, 0});
+    ifd__gstate_t c;
+    int rc = ifd__gstate_cut(&s->cut, st, lower, &c, suffix);
+    if (rc)
+        return rc;
+    if (!*suffix)
+        return FIND_WALK; /* the whole stack: a root-level state, walked */
+    /* the whole longest token when the frame's grammar is small (a string's
+     * body), else IFD_GFRAME_HORIZON (a count: `x{0,99}`) */
+    uint32_t h = s->hmax;
+    long kl = canon_key(s, e, &c, h, IFD_GFRAME_KEY_MAX / 4);
+    if (kl == -1 && h > IFD_GFRAME_HORIZON)
+        kl = canon_key(s, e, &c, h = IFD_GFRAME_HORIZON, IFD_GFRAME_KEY_MAX);
+    if (kl < 0)
+        return kl == -1 ? FIND_WALK : (int)kl;
+    size_t klen = (size_t)kl;
+    uint64_t kh = ifd_hash_bytes(s->ckeybuf, klen * sizeof *s->ckeybuf);
+    const fmask_t *f = fmask_find(v->fm, v->n_fm, kh, s->ckeybuf, klen);
+    if (f) {
+        s->st.frame_shared++;
+    } else if ((f = fmask_find(e->fm, e->n_fm, kh, s->ckeybuf, klen))) {
+        s->st.frame_local++;
+    } else {
+        fmask_t *nf;
+        if (s->prewarm && s->prewarm->n_fm < IFD_VOCAB_FRAMES)
+            nf = &s->prewarm->fm[s->prewarm->n_fm];
+        else if (!s->prewarm && e->n_fm < IFD_GFRAME_MAX &&
+                 (e->fm || (e->fm = calloc(IFD_GFRAME_MAX, sizeof *e->fm))))
+            nf = &e->fm[e->n_fm];
+        else
+            return FIND_WALK;
+        if (!s->prewarm && !lower) {
+            /* a small mask (no string inside) is cheaper walked than kept */
+            if ((rc = walk(s, e, st, bits, IFD_GWALK_QUICK)) != 1) {
+                s->st.mask_walks += !rc;
+                return rc ? rc : FIND_DONE;
+            }
+        }
+        memset(nf, 0, sizeof *nf);
+        nf->key = malloc(klen * sizeof *nf->key);
+        if (!nf->key)
+            return IFD_ENOMEM;
+        memcpy(nf->key, s->ckeybuf, klen * sizeof *nf->key);
+        nf->key_len = klen;
+        nf->hash = kh;
+        if ((rc = frame_build(s, e, &c, h, nf))) {
+            fmask_free(nf);
+            return rc == IFD_ETOOBIG ? FIND_WALK : rc;
+        }
+        uint32_t few = (uint32_t)v->n_vocab / 8 < IFD_GFRAME_LIST ? (uint32_t)v->n_vocab / 8
+                                                                  : IFD_GFRAME_LIST;
+        if (s->prewarm && nf->n_a < few) {
+            fmask_free(nf); /* few tokens: as cheap to walk, not kept */
+            return FIND_WALK;
+        }
+        if (s->prewarm)
+            s->prewarm->n_fm++;
+        else
+            e->n_fm++;
+        s->st.frame_builds++;
+        f = nf;
+    }
+    *fout = f;
+    return 0;
+}
+
 static int frame_mask(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *st, uint32_t *bits)
 {
     const ifd_vocab_t *v = s->vocab;
@@ -1420,70 +1500,32 @@ static int frame_mask(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *st, uin
         nb += __builtin_popcountll(next[j]);
     if (nb < IFD_GFRAME_MIN_BYTES && !s->prewarm)
         return 1;
-    ifd__gmem_release(&s->cut, (ifd__gmark_t){0, 0});
-    ifd__gstate_t c;
-    const ifd__gnode_t *suffix;
-    int rc = ifd__gstate_cut(&s->cut, st, &c, &suffix);
-    if (rc)
-        return rc;
-    if (!suffix)
-        return 1; /* the whole stack: a root-level state, walked */
-    /* the whole longest token when the frame's grammar is small (a string's
-     * body), else IFD_GFRAME_HORIZON (a count: `x{0,99}`) */
-    uint32_t h = s->hmax;
-    long kl = canon_key(s, e, &c, h, IFD_GFRAME_KEY_MAX / 4);
-    if (kl == -1 && h > IFD_GFRAME_HORIZON)
-        kl = canon_key(s, e, &c, h = IFD_GFRAME_HORIZON, IFD_GFRAME_KEY_MAX);
-    if (kl < 0)
-        return kl == -1 ? 1 : (int)kl;
-    size_t klen = (size_t)kl;
-    uint64_t kh = ifd_hash_bytes(s->ckeybuf, klen * sizeof *s->ckeybuf);
-    const fmask_t *f = fmask_find(v->fm, v->n_fm, kh, s->ckeybuf, klen);
-    if (f) {
-        s->st.frame_shared++;
-    } else if ((f = fmask_find(e->fm, e->n_fm, kh, s->ckeybuf, klen))) {
-        s->st.frame_local++;
-    } else {
-        fmask_t *nf;
-        if (s->prewarm && s->prewarm->n_fm < IFD_VOCAB_FRAMES)
-            nf = &s->prewarm->fm[s->prewarm->n_fm];
-        else if (!s->prewarm && e->n_fm < IFD_GFRAME_MAX &&
-                 (e->fm || (e->fm = calloc(IFD_GFRAME_MAX, sizeof *e->fm))))
-            nf = &e->fm[e->n_fm];
-        else
-            return 1;
-        if (!s->prewarm) {
-            /* a small mask (no string inside) is cheaper walked than kept */
-            if ((rc = walk(s, e, st, bits, IFD_GWALK_QUICK)) != 1) {
-                s->st.mask_walks += !rc;
-                return rc;
-            }
+    /* a frame that completes after a byte or so (the first, mandatory
+     * character of a string) leaves nearly every token to check: cut lower */
+    for (uint32_t lower = 0;; lower++) {
+        const fmask_t *f;
+        const ifd__gnode_t *suffix;
+        int rc = frame_find(s, e, st, lower, &f, &suffix, bits);
+        if (rc == FIND_DONE)
+            return 0;
+        if (rc < 0)
+            return rc;
+        if (rc == FIND_WALK) {
+            if (!lower && !s->prewarm)
+                return 1;
+            if (!lower) /* prewarm: the frame was not kept; a lower one may be */
+                continue;
+            break; /* lower did not work: the frame above does */
         }
-        memset(nf, 0, sizeof *nf);
-        nf->key = malloc(klen * sizeof *nf->key);
-        if (!nf->key)
-            return IFD_ENOMEM;
-        memcpy(nf->key, s->ckeybuf, klen * sizeof *nf->key);
-        nf->key_len = klen;
-        nf->hash = kh;
-        if ((rc = frame_build(s, e, &c, h, nf))) {
-            fmask_free(nf);
-            return rc == IFD_ETOOBIG ? 1 : rc;
-        }
-        uint32_t few = (uint32_t)v->n_vocab / 8 < IFD_GFRAME_LIST ? (uint32_t)v->n_vocab / 8
-                                                                  : IFD_GFRAME_LIST;
-        if (s->prewarm && nf->n_a < few) {
-            fmask_free(nf); /* few tokens: as cheap to walk, not kept */
-            return 1;
-        }
-        if (s->prewarm)
-            s->prewarm->n_fm++;
-        else
-            e->n_fm++;
-        s->st.frame_builds++;
-        f = nf;
+        if (f->n_u > (uint32_t)v->n_vocab / 4 && lower < 2)
+            continue;
+        return frame_apply(s, e, st, suffix, f, bits);
     }
-    return frame_apply(s, e, st, suffix, f, bits);
+    /* the frame one level up, found again (now in a table) */
+    const fmask_t *f;
+    const ifd__gnode_t *suffix;
+    int rc = frame_find(s, e, st, 0, &f, &suffix, bits);
+    return rc ? rc : frame_apply(s, e, st, suffix, f, bits);
 }
 
 int ifd_vocab_prewarm(ifd_vocab_t *v, const char *grammar, size_t len, const char *const *texts,
