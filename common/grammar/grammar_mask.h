@@ -29,7 +29,9 @@
  * inside of a string). A state's stacks share a continuation: below the
  * frames of the lexeme being matched (a string's rule and its character
  * rules) lies the rest of the document, different at every place a string
- * appears. Cut off (ifd__gstate_cut), what is left is keyed canonically: its
+ * appears. Cut off (ifd__gstate_cut; up to two nodes lower when the frame
+ * would complete at once and leave over a quarter of the vocabulary to
+ * check), what is left is keyed canonically: its
  * stacks and the positions reachable within a horizon of h bytes, numbered
  * in the order met, with their byte sets and alternatives — the key does not
  * depend on the grammar around it, nor on what lies farther than h (h is the
@@ -60,7 +62,7 @@
  * frame where a walk from the whole state would be refused with IFD_ETOOBIG.
  * Memory: a frame mask is V/8 bytes (or 4 per token when it allows at most
  * IFD_GFRAME_LIST) plus 7 bytes per pair and 6 per long token; SmolLM2's
- * vocabulary holds 104 of them in 1.1 MB; a grammar's are freed with it.
+ * vocabulary holds 110 of them in 1.1 MB; a grammar's are freed with it.
  *
  * Ownership and threading: a vocab is immutable once created (and, when
  * ifd_vocab_prewarm is called directly, once that returns) and shareable
