@@ -269,8 +269,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc)
-            bench_clock = strcmp(argv[++i], "thread") == 0 ? CLOCK_THREAD_CPUTIME_ID
-                                                            : CLOCK_MONOTONIC;
+            bench_clock =
+                strcmp(argv[++i], "thread") == 0 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
         else {
             fprintf(stderr, "usage: bench_grammar [--vocab MODEL.gguf] [--clock wall|thread] "
                             "[--reps N | --schemas]\n");

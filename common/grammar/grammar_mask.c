@@ -344,7 +344,6 @@ size_t ifd_vocab_trie_nodes(const ifd_vocab_t *v)
 
 /* ---- store ------------------------------------------------------------------------ */
 
-
 /* One cached mask and the state key it is for. */
 typedef struct {
     uint64_t hash;
@@ -413,10 +412,10 @@ struct ifd_gstore {
      * (0: free) -> {canonical id, distance | bit 30 once written} */
     uint32_t *ck_pos;
     int32_t (*ck_val)[2];
-    uint32_t hmax; /* the longest horizon: the longest token, at most 254 */
+    uint32_t hmax;     /* the longest horizon: the longest token, at most 254 */
     uint32_t **bucket; /* [hmax + 1]: the key's positions to write, by distance */
     uint32_t *n_bucket, *cap_bucket;
-    uint8_t *cdep; /* [max_depth + 2]: where the frame completed on the path */
+    uint8_t *cdep;        /* [max_depth + 2]: where the frame completed on the path */
     ifd_vocab_t *prewarm; /* ifd_vocab_prewarm: frame masks go to the vocab */
     ifd_gstore_stats_t st;
 };
@@ -443,8 +442,7 @@ int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out)
     s->cap_bucket = calloc(s->hmax + 1, sizeof *s->cap_bucket);
     s->cdep = calloc(vocab->max_depth + 2, sizeof *s->cdep);
     if (!s->states || !s->marks || !s->ids || !s->cq || !s->ck_pos || !s->ck_val || !s->bucket ||
-        !s->n_bucket ||
-        !s->cap_bucket || !s->cdep) {
+        !s->n_bucket || !s->cap_bucket || !s->cdep) {
         ifd_gstore_destroy(s);
         return IFD_ENOMEM;
     }
@@ -914,8 +912,8 @@ static int32_t *ck_slot(ifd_gstore_t *s, uint32_t p)
     return s->ck_val[i];
 }
 
-static int ckey_ref(ifd_gstore_t *s, uint32_t p, uint32_t d, uint32_t h, uint32_t cap,
-                    uint32_t *nq, size_t *n)
+static int ckey_ref(ifd_gstore_t *s, uint32_t p, uint32_t d, uint32_t h, uint32_t cap, uint32_t *nq,
+                    size_t *n)
 {
     int32_t *c = ck_slot(s, p);
     if (c[0] < 0) {
@@ -978,7 +976,7 @@ static long canon_key(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *c, uint
     } while (0)
 #define REF(p, d)                                                                                  \
     do {                                                                                           \
-        int r_ = ckey_ref(s, (p), (d), h, cap, &nq, &n);                                                \
+        int r_ = ckey_ref(s, (p), (d), h, cap, &nq, &n);                                           \
         if (r_) {                                                                                  \
             rc = r_;                                                                               \
             goto out;                                                                              \
@@ -1466,8 +1464,8 @@ static int frame_find(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *st, uin
             fmask_free(nf);
             return rc == IFD_ETOOBIG ? FIND_WALK : rc;
         }
-        uint32_t few = (uint32_t)v->n_vocab / 8 < IFD_GFRAME_LIST ? (uint32_t)v->n_vocab / 8
-                                                                  : IFD_GFRAME_LIST;
+        uint32_t few =
+            (uint32_t)v->n_vocab / 8 < IFD_GFRAME_LIST ? (uint32_t)v->n_vocab / 8 : IFD_GFRAME_LIST;
         if (s->prewarm && nf->n_a < few) {
             fmask_free(nf); /* few tokens: as cheap to walk, not kept */
             return FIND_WALK;

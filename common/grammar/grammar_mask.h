@@ -84,14 +84,14 @@
 #define IFD_GDFA_MAX        8192 /* memoized automaton states per grammar (1 KiB each) */
 /* Stacks one mask may expand on a cache miss (about 100 ms of a slow core):
  * a grammar whose next step needs more is IFD_ETOOBIG for its sequence. */
-#define IFD_GMASK_WORK      (2u << 20)
-#define IFD_VOCAB_FRAMES    128 /* frame masks precomputed per vocabulary */
-#define IFD_GFRAME_MAX      256 /* frame masks computed per grammar */
-#define IFD_GFRAME_MIN_BYTES 64  /* next bytes a state takes for a frame mask to be tried */
-#define IFD_GWALK_QUICK     1024 /* trie nodes walked before a frame mask is looked for */
-#define IFD_GFRAME_LIST     1024 /* a frame's own tokens kept as a list up to this many */
-#define IFD_GFRAME_KEY_MAX  1024 /* positions of a frame's key (else no frame mask) */
-#define IFD_GFRAME_HORIZON  16   /* bytes a frame's key looks ahead (longer tokens: checked) */
+#define IFD_GMASK_WORK       (2u << 20)
+#define IFD_VOCAB_FRAMES     128  /* frame masks precomputed per vocabulary */
+#define IFD_GFRAME_MAX       256  /* frame masks computed per grammar */
+#define IFD_GFRAME_MIN_BYTES 64   /* next bytes a state takes for a frame mask to be tried */
+#define IFD_GWALK_QUICK      1024 /* trie nodes walked before a frame mask is looked for */
+#define IFD_GFRAME_LIST      1024 /* a frame's own tokens kept as a list up to this many */
+#define IFD_GFRAME_KEY_MAX   1024 /* positions of a frame's key (else no frame mask) */
+#define IFD_GFRAME_HORIZON   16   /* bytes a frame's key looks ahead (longer tokens: checked) */
 
 typedef struct ifd_vocab ifd_vocab_t;
 
@@ -135,9 +135,9 @@ int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out);
 void ifd_gstore_destroy(ifd_gstore_t *s);
 
 typedef struct {
-    uint64_t compiles;   /* grammars compiled */
-    uint64_t mask_hits;  /* masks served from a cache */
-    uint64_t mask_walks; /* masks computed by walking the trie */
+    uint64_t compiles;     /* grammars compiled */
+    uint64_t mask_hits;    /* masks served from a cache */
+    uint64_t mask_walks;   /* masks computed by walking the trie */
     uint64_t frame_shared; /* masks from a frame mask of the vocabulary */
     uint64_t frame_local;  /* masks from a frame mask of the grammar */
     uint64_t frame_builds; /* frame masks computed (one walk each) */

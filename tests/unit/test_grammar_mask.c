@@ -842,12 +842,15 @@ START_TEST(test_mask_frames_vs_brute)
 }
 END_TEST
 
+/* byte_vocab's tokens after the 256 single bytes */
+static const char *const PIECES[] = {"ab",   "az",    "zz",  "a\"", "\")",      "\"]",  "\"",
+                                     "z\"]", "ab\")", "b c", "  ",  "\xc3\xa9", "q\"]x"};
+
 /* A vocabulary of every byte and a few pieces (token 1: EOS). */
 static ifd_vocab_t *byte_vocab(int32_t *n_out)
 {
-    static const char *const pieces[] = {"ab", "az", "zz", "a\"", "\")", "\"]", "\"", "z\"]",
-                                         "ab\")", "b c", "  ", "\xc3\xa9", "q\"]x"};
-    enum { NP = sizeof pieces / sizeof pieces[0] };
+    const char *const *pieces = PIECES;
+    enum { NP = sizeof PIECES / sizeof PIECES[0] };
     int32_t n = 258 + NP;
     char **bytes = calloc((size_t)n, sizeof *bytes);
     uint32_t *lens = calloc((size_t)n, sizeof *lens);
@@ -871,10 +874,8 @@ static ifd_vocab_t *byte_vocab(int32_t *n_out)
 
 static int32_t piece_id(const char *p)
 {
-    static const char *const pieces[] = {"ab", "az", "zz", "a\"", "\")", "\"]", "\"", "z\"]",
-                                         "ab\")", "b c", "  ", "\xc3\xa9", "q\"]x"};
-    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++)
-        if (strcmp(pieces[i], p) == 0)
+    for (size_t i = 0; i < sizeof PIECES / sizeof PIECES[0]; i++)
+        if (strcmp(PIECES[i], p) == 0)
             return 258 + (int32_t)i;
     return -1;
 }
@@ -908,9 +909,9 @@ START_TEST(test_mask_frames_wrong_class)
     };
     for (size_t ci = 0; ci < 2; ci++) {
         ifd_constraint_t *k;
-        ck_assert_msg(ifd_constraint_create(st, cases[ci].g, strlen(cases[ci].g), &k, err,
-                                            sizeof err) == 0,
-                      "%s", err);
+        ck_assert_msg(
+            ifd_constraint_create(st, cases[ci].g, strlen(cases[ci].g), &k, err, sizeof err) == 0,
+            "%s", err);
         ifd_gstore_stats_t s0, s1;
         ifd_gstore_stats(st, &s0);
         IFD_TASSERT_CMP(ifd_constraint_mask(k, hist, 3, a), ==, 0);
