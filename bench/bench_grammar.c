@@ -8,9 +8,13 @@
  * the request (compile + empty mask cache); "warm": the next request with
  * the same grammar (the worker keeps grammars and their mask caches).
  * Reports, per case and mode, the median / p90 / max / mean µs per token
- * and the cache hits, and the one-time vocabulary trie build.
+ * and the cache hits, walks and masks through frame masks ("frames"), and
+ * the one-time vocabulary trie build (with the frame masks precomputed for
+ * it: "vocab_frames", "vocab_frame_bytes").
  *
- * Usage: bench_grammar [--vocab MODEL.gguf] [--reps N]   → JSON on stdout
+ * Usage: bench_grammar [--vocab MODEL.gguf] [--reps N] [--clock wall|thread] → JSON on stdout
+ * (--clock thread: the thread's CPU time instead of wall time, for A/B runs on a
+ * loaded machine)
  *
  * --schemas (bench/mask_vs_peers.py): one JSON object per stdin line,
  * {"schema": FILE, "text": INSTANCE} (or "ids": [...] instead of "text"),
@@ -43,10 +47,13 @@
 #include <string.h>
 #include <time.h>
 
+/* --clock thread: the thread's CPU time (A/B on a loaded machine), else wall */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_us(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
@@ -261,8 +268,12 @@ int main(int argc, char **argv)
             vocab_path = argv[++i];
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc)
+            bench_clock =
+                strcmp(argv[++i], "thread") == 0 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
         else {
-            fprintf(stderr, "usage: bench_grammar [--vocab MODEL.gguf] [--reps N | --schemas]\n");
+            fprintf(stderr, "usage: bench_grammar [--vocab MODEL.gguf] [--clock wall|thread] "
+                            "[--reps N | --schemas]\n");
             return 2;
         }
     }
@@ -284,6 +295,8 @@ int main(int argc, char **argv)
     }
     double trie_ms = (now_us() - t0) / 1e3;
     int32_t V = ifd_vocab_size(v);
+    size_t frame_bytes;
+    size_t n_frames = ifd_vocab_frames(v, &frame_bytes);
     uint32_t *bits = malloc(((size_t)V + 31) / 32 * 4);
     if (schemas) {
         int rc = schemas_mode(v, tok, bits);
@@ -293,8 +306,9 @@ int main(int argc, char **argv)
         return rc;
     }
     printf("{\"bench\":\"grammar_mask\",\"vocab\":\"%s\",\"n_vocab\":%d,\"trie_nodes\":%zu,"
-           "\"trie_build_ms\":%.1f,\"reps\":%d,\"cases\":[",
-           vocab_path, V, ifd_vocab_trie_nodes(v), trie_ms, reps);
+           "\"trie_build_ms\":%.1f,\"vocab_frames\":%zu,\"vocab_frame_bytes\":%zu,\"reps\":%d,"
+           "\"cases\":[",
+           vocab_path, V, ifd_vocab_trie_nodes(v), trie_ms, n_frames, frame_bytes, reps);
     for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++) {
         const bcase_t *bc = &CASES[ci];
         ifd_buf_t g = IFD_BUF_INIT;
@@ -323,6 +337,7 @@ int main(int argc, char **argv)
         double *warm = malloc(n * (size_t)reps * sizeof *warm);
         double cold_compile_ms = 0;
         uint64_t hits_cold = 0, walks_cold = 0, hits_warm = 0, walks_warm = 0;
+        uint64_t frames_cold = 0, frames_warm = 0; /* masks through frame masks */
         for (int r = 0; r < reps; r++) {
             ifd_gstore_t *st;
             ifd_gstore_create(v, &st);
@@ -354,12 +369,16 @@ int main(int argc, char **argv)
                 }
                 ifd_constraint_destroy(c);
                 ifd_gstore_stats(st, &s1);
+                uint64_t fr = s1.frame_shared + s1.frame_local + s1.frame_builds -
+                              (s0.frame_shared + s0.frame_local + s0.frame_builds);
                 if (pass) {
                     hits_warm += s1.mask_hits - s0.mask_hits;
                     walks_warm += s1.mask_walks - s0.mask_walks;
+                    frames_warm += fr;
                 } else {
                     hits_cold += s1.mask_hits - s0.mask_hits;
                     walks_cold += s1.mask_walks - s0.mask_walks;
+                    frames_cold += fr;
                 }
             }
             ifd_gstore_destroy(st);
@@ -374,10 +393,11 @@ int main(int argc, char **argv)
                 sum += x[i];
             qsort(x, m, sizeof *x, cmp_d);
             printf(",\"%s\":{\"median_us\":%.2f,\"p90_us\":%.2f,\"max_us\":%.1f,\"mean_us\":%.2f,"
-                   "\"cache_hits\":%llu,\"walks\":%llu}",
+                   "\"cache_hits\":%llu,\"walks\":%llu,\"frames\":%llu}",
                    pass ? "warm" : "cold", x[m / 2], x[m * 9 / 10], x[m - 1], sum / (double)m,
                    (unsigned long long)(pass ? hits_warm : hits_cold),
-                   (unsigned long long)(pass ? walks_warm : walks_cold));
+                   (unsigned long long)(pass ? walks_warm : walks_cold),
+                   (unsigned long long)(pass ? frames_warm : frames_cold));
         }
         printf("}");
         free(cold);

@@ -327,6 +327,86 @@ int ifd__gstate_copy(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out)
     return 0;
 }
 
+static uint32_t stack_len(const ifd__gnode_t *n)
+{
+    uint32_t k = 0;
+    for (; n; n = n->parent)
+        k++;
+    return k;
+}
+
+static const ifd__gnode_t *stack_up(const ifd__gnode_t *n, uint32_t k)
+{
+    while (k--)
+        n = n->parent;
+    return n;
+}
+
+int ifd__gstate_cut(ifd__gmem_t *m, const ifd__gstate_t *s, uint32_t lower, ifd__gstate_t *out,
+                    const ifd__gnode_t **suffix)
+{
+    *out = *s;
+    *suffix = NULL;
+    if (s->accept || s->n == 0)
+        return 0;
+    /* the longest suffix of stack 0 that is a proper suffix of every stack */
+    uint32_t dmin = UINT32_MAX, len0 = stack_len(s->v[0]);
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint32_t d = i ? stack_len(s->v[i]) : len0;
+        dmin = d < dmin ? d : dmin;
+    }
+    uint32_t lc = dmin - 1;
+    const ifd__gnode_t *cand = stack_up(s->v[0], len0 - lc);
+    for (uint32_t i = 1; i < s->n && cand; i++) {
+        const ifd__gnode_t *x = stack_up(s->v[i], stack_len(s->v[i]) - lc);
+        while (!stack_eq(x, cand)) {
+            x = x->parent;
+            cand = cand->parent;
+            lc--;
+        }
+    }
+    for (; lower && cand; lower--) {
+        cand = cand->parent;
+        lc--;
+    }
+    if (!cand)
+        return 0;
+    /* each stack without the suffix, rebuilt bottom up so that its hashes
+     * are those of the shorter stack */
+    const ifd__gnode_t **v = gmem_alloc(m, s->n * sizeof *v);
+    if (!v)
+        return IFD_ENOMEM;
+    for (uint32_t i = 0; i < s->n; i++) {
+        uint32_t k = stack_len(s->v[i]) - lc; /* nodes above the suffix */
+        uint32_t *pos = gmem_alloc(m, k * sizeof *pos);
+        if (!pos)
+            return IFD_ENOMEM;
+        const ifd__gnode_t *x = s->v[i];
+        for (uint32_t j = 0; j < k; j++, x = x->parent)
+            pos[j] = x->pos;
+        const ifd__gnode_t *top = NULL;
+        for (uint32_t j = k; j-- > 0;)
+            if (!(top = gnode(m, pos[j], top)))
+                return IFD_ENOMEM;
+        v[i] = top;
+    }
+    out->v = v;
+    out->n = s->n;
+    out->accept = false;
+    *suffix = cand;
+    return 0;
+}
+
+int ifd__grammar_resume(const ifd_grammar_t *g, ifd__gmem_t *m, const ifd__gnode_t *suffix,
+                        ifd__gstate_t *out)
+{
+    scratch_begin(m);
+    int rc = suffix ? expand(g, m, suffix->pos, suffix->parent) : 0;
+    if (!suffix)
+        m->scratch_accept = true;
+    return rc ? rc : scratch_finish(m, out);
+}
+
 long ifd__gstate_key(const ifd__gstate_t *s, uint32_t **buf, size_t *cap)
 {
     size_t n = 0;

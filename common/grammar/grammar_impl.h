@@ -146,4 +146,24 @@ int ifd__gescape(ifd__gesc_t dialect, char e, const char **s, const char *end, u
  * length or -1 on allocation failure. */
 long ifd__gstate_key(const ifd__gstate_t *s, uint32_t **buf, size_t *cap);
 
+/*
+ * The frames of s above the longest stack suffix that every stack of s has
+ * as a proper suffix (the "continuation", *suffix): *out holds s's stacks
+ * with that suffix cut off (new nodes in m, hashed as the shorter stacks;
+ * accept false). A token is allowed from s exactly when it is alive at its
+ * end from *out (some stack left), or when *out completes (accept) after a
+ * prefix of it and the rest is allowed by the continuation. No common
+ * suffix (or s->accept, or no stack): *suffix NULL and *out = *s.
+ * lower > 0 cuts that many nodes lower (a shorter suffix, a bigger frame;
+ * past the bottom: none). 0 or IFD_ENOMEM.
+ */
+int ifd__gstate_cut(ifd__gmem_t *m, const ifd__gstate_t *s, uint32_t lower, ifd__gstate_t *out,
+                    const ifd__gnode_t **suffix);
+
+/* The state once the frames above `suffix` (ifd__gstate_cut's) complete:
+ * suffix's position expanded under its parents (NULL: the root complete,
+ * accept only). Allocated from m. 0, IFD_ETOOBIG, IFD_ENOMEM. */
+int ifd__grammar_resume(const ifd_grammar_t *g, ifd__gmem_t *m, const ifd__gnode_t *suffix,
+                        ifd__gstate_t *out);
+
 #endif

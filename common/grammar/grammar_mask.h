@@ -24,9 +24,51 @@
  * states), so a walk through states seen before — the inside of a JSON
  * string at every character — costs a table lookup per trie node.
  *
- * Ownership and threading: a vocab is immutable and shareable; a store and
- * its constraints belong to one thread (the engine loop). Constraints hold
- * a reference on their grammar, and the store and vocab must outlive them.
+ * Frame masks (xgrammar's "adaptive token mask cache", in this automaton's
+ * terms), for states that take many bytes next (≥ IFD_GFRAME_MIN_BYTES: the
+ * inside of a string). A state's stacks share a continuation: below the
+ * frames of the lexeme being matched (a string's rule and its character
+ * rules) lies the rest of the document, different at every place a string
+ * appears. Cut off (ifd__gstate_cut; up to two nodes lower when the frame
+ * would complete at once and leave over a quarter of the vocabulary to
+ * check), what is left is keyed canonically: its
+ * stacks and the positions reachable within a horizon of h bytes, numbered
+ * in the order met, with their byte sets and alternatives — the key does not
+ * depend on the grammar around it, nor on what lies farther than h (h is the
+ * longest token when the frame's grammar is small, else
+ * IFD_GFRAME_HORIZON: a count `x{0,99}` then looks the same for every count
+ * left past h). Its mask splits in three: the tokens of at most h bytes the
+ * frame allows on its own, whatever follows; the (token, prefix length)
+ * pairs where the frame completes with bytes left, checked on each use from
+ * the state's own continuation (`",` `"}`); and the tokens longer than h,
+ * checked on each use from the state. Everything else the frame refuses by
+ * itself. A miss in the per-state mask cache then costs a copy and those
+ * short checks instead of a walk of the whole trie. Frame masks come from:
+ * - the vocabulary: ifd_vocab_prewarm (ifd_vocab_create_tokenizer runs it
+ *   on the schema converter's grammar of a fixed schema — plain, minLength,
+ *   maxLength strings and the common formats — along one fixed instance, and
+ *   keeps the frames that allow many tokens) — at most IFD_VOCAB_FRAMES,
+ *   computed once per tokenizer when it is loaded, read-only afterwards;
+ * - the grammar: a frame met for the first time whose quick walk
+ *   (IFD_GWALK_QUICK trie nodes) does not finish is computed by one walk and
+ *   kept with the grammar (at most IFD_GFRAME_MAX), so the next place of the
+ *   grammar with the same frame (another string property, the next count)
+ *   pays only the use.
+ * A frame whose key passes IFD_GFRAME_KEY_MAX positions, or a state without
+ * a common continuation (the root level), is walked as before. Masks are
+ * exact either way (tests compare them with ifd_constraint_mask_brute). One
+ * difference in errors: a state at the matcher's limits
+ * (IFD_GRAMMAR_MAX_STACKS, expansion depth) may get its mask through its
+ * frame where a walk from the whole state would be refused with IFD_ETOOBIG.
+ * Memory: a frame mask is V/8 bytes (or 4 per token when it allows at most
+ * IFD_GFRAME_LIST) plus 7 bytes per pair and 6 per long token; SmolLM2's
+ * vocabulary holds 110 of them in 1.1 MB; a grammar's are freed with it.
+ *
+ * Ownership and threading: a vocab is immutable once created (and, when
+ * ifd_vocab_prewarm is called directly, once that returns) and shareable
+ * between threads; a store and its constraints belong to one thread (the
+ * engine loop). Constraints hold a reference on their grammar, and the
+ * store and vocab must outlive them.
  */
 #ifndef IFD_GRAMMAR_MASK_H
 #define IFD_GRAMMAR_MASK_H
@@ -42,7 +84,14 @@
 #define IFD_GDFA_MAX        8192 /* memoized automaton states per grammar (1 KiB each) */
 /* Stacks one mask may expand on a cache miss (about 100 ms of a slow core):
  * a grammar whose next step needs more is IFD_ETOOBIG for its sequence. */
-#define IFD_GMASK_WORK      (2u << 20)
+#define IFD_GMASK_WORK       (2u << 20)
+#define IFD_VOCAB_FRAMES     128  /* frame masks precomputed per vocabulary */
+#define IFD_GFRAME_MAX       256  /* frame masks computed per grammar */
+#define IFD_GFRAME_MIN_BYTES 64   /* next bytes a state takes for a frame mask to be tried */
+#define IFD_GWALK_QUICK      1024 /* trie nodes walked before a frame mask is looked for */
+#define IFD_GFRAME_LIST      1024 /* a frame's own tokens kept as a list up to this many */
+#define IFD_GFRAME_KEY_MAX   1024 /* positions of a frame's key (else no frame mask) */
+#define IFD_GFRAME_HORIZON   16   /* bytes a frame's key looks ahead (longer tokens: checked) */
 
 typedef struct ifd_vocab ifd_vocab_t;
 
@@ -59,7 +108,22 @@ int ifd_vocab_create(int32_t n_vocab, const char *const *bytes, const uint32_t *
  * except control/unused ones; eog from ifd_tokenizer_eog_ids. */
 int ifd_vocab_create_tokenizer(const ifd_tokenizer_t *t, ifd_vocab_t **out);
 
+/*
+ * Precomputes the frame masks (see above) of every state the grammar `text`
+ * (len bytes) meets along each of texts[0..n) (NUL-terminated, each a prefix
+ * of a sentence of the grammar), into v, up to IFD_VOCAB_FRAMES. Not thread
+ * safe: call it before v is shared. 0; the compile errors of
+ * ifd_grammar_compile (message in err); IFD_EINVAL when a text leaves the
+ * grammar; IFD_ENOMEM. Frame masks computed before an error are kept (they
+ * are exact).
+ */
+int ifd_vocab_prewarm(ifd_vocab_t *v, const char *text, size_t len, const char *const *texts,
+                      size_t n_texts, char *err, size_t errlen);
+
 void ifd_vocab_destroy(ifd_vocab_t *v); /* NULL is a no-op */
+/* Frame masks held by the vocabulary (ifd_vocab_prewarm), and into *bytes
+ * (when not NULL) the memory they take. */
+size_t ifd_vocab_frames(const ifd_vocab_t *v, size_t *bytes);
 int32_t ifd_vocab_size(const ifd_vocab_t *v);
 size_t ifd_vocab_trie_nodes(const ifd_vocab_t *v);
 
@@ -71,9 +135,12 @@ int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out);
 void ifd_gstore_destroy(ifd_gstore_t *s);
 
 typedef struct {
-    uint64_t compiles;   /* grammars compiled */
-    uint64_t mask_hits;  /* masks served from a cache */
-    uint64_t mask_walks; /* masks computed by walking the trie */
+    uint64_t compiles;     /* grammars compiled */
+    uint64_t mask_hits;    /* masks served from a cache */
+    uint64_t mask_walks;   /* masks computed by walking the trie */
+    uint64_t frame_shared; /* masks from a frame mask of the vocabulary */
+    uint64_t frame_local;  /* masks from a frame mask of the grammar */
+    uint64_t frame_builds; /* frame masks computed (one walk each) */
 } ifd_gstore_stats_t;
 
 void ifd_gstore_stats(const ifd_gstore_t *s, ifd_gstore_stats_t *out);

@@ -24,6 +24,8 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["bench"] == "grammar_mask" and r["reps"] == 1, r
 assert r["n_vocab"] > 1000 and r["trie_nodes"] > 0, r
+# the string frames precomputed at the vocabulary's load (grammar_mask.h)
+assert r["vocab_frames"] > 0 and r["vocab_frame_bytes"] > 0, r
 names = [c["name"] for c in r["cases"]]
 assert names == ["json_schema_person", "json_object", "regex_phone"], names
 for c in r["cases"]:
@@ -34,7 +36,7 @@ for c in r["cases"]:
             assert m[k] >= 0, (c["name"], mode, k, m)
         # (max_us has one decimal, the others two)
         assert m["median_us"] <= m["p90_us"] <= m["max_us"] + 0.05, (c["name"], mode, m)
-        assert m["cache_hits"] + m["walks"] >= c["tokens"], (c["name"], mode, m)
+        assert m["cache_hits"] + m["walks"] + m["frames"] >= c["tokens"], (c["name"], mode, m)
     # the second request with the same grammar is served from the mask cache
     assert c["warm"]["cache_hits"] >= c["tokens"], c
 print("ok: %d cases, %d-token vocabulary" % (len(r["cases"]), r["n_vocab"]))

@@ -7,7 +7,9 @@
  * set its filters act on the allowed tokens alone; numeric schema bounds hold
  * on every text a walk under the mask finishes; every string a walk writes
  * under a format's grammar passes the output check's format (the grammar's
- * formats are subsets of the check's).
+ * formats are subsets of the check's); frame masks (precomputed in the
+ * vocabulary, made per grammar, keyed within a horizon) give the same masks
+ * as brute force, and one made for a character class never serves another.
  */
 #include "testutil.h"
 
@@ -744,6 +746,195 @@ START_TEST(test_mask_tight_walks)
 }
 END_TEST
 
+/* ---- frame masks (grammar_mask.h) ---------------------------------------------------- */
+
+/* The fast mask equals brute force at every step of a random walk of up to
+ * `steps` tokens under `text` (strings stay open: the closing quote is
+ * drawn only now and then), from constraint k. */
+static void walk_vs_brute(ifd_gstore_t *st, const char *text, int32_t V, uint64_t *rng, int steps,
+                          const char *what)
+{
+    size_t words = ((size_t)V + 31) / 32;
+    uint32_t *a = malloc(words * 4), *b = malloc(words * 4);
+    int32_t *allowed = malloc((size_t)V * sizeof *allowed);
+    int32_t *hist = malloc((size_t)steps * sizeof *hist);
+    ifd_constraint_t *k;
+    char err[256];
+    ck_assert_msg(ifd_constraint_create(st, text, strlen(text), &k, err, sizeof err) == 0, "%s",
+                  err);
+    for (int n = 0; n < steps; n++) {
+        IFD_TASSERT_CMP(ifd_constraint_mask(k, hist, (size_t)n, a), ==, 0);
+        IFD_TASSERT_CMP(ifd_constraint_mask_brute(k, hist, (size_t)n, b), ==, 0);
+        for (size_t w = 0; w < words; w++)
+            IFD_CHECK(a[w] == b[w], "%s step %d word %zu: %08x vs %08x", what, n, w, a[w], b[w]);
+        int na = 0;
+        for (int32_t t = 0; t < V; t++)
+            if ((a[t >> 5] >> (t & 31)) & 1)
+                allowed[na++] = t;
+        if (!na)
+            break;
+        hist[n] = allowed[rnd(rng) % (uint64_t)na];
+        if (hist[n] == 1) /* EOS */
+            break;
+    }
+    ifd_constraint_destroy(k);
+    free(a);
+    free(b);
+    free(allowed);
+    free(hist);
+}
+
+/* A JSON schema's grammar, as a NUL-terminated string (free). */
+static char *prewarm_schema_grammar(void)
+{
+    return schema_text("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
+                       "\"b\":{\"type\":\"string\",\"maxLength\":30},\"c\":{\"type\":\"string\","
+                       "\"format\":\"email\"}},\"required\":[\"a\",\"b\",\"c\"]}");
+}
+
+/* Frame masks precomputed in the vocabulary (ifd_vocab_prewarm), made per
+ * grammar, and for counted repetitions (the horizon key): on random
+ * vocabularies, at every step of random walks through schemas with strings of
+ * every kind, the mask equals brute force, and each kind of frame mask was
+ * used. */
+START_TEST(test_mask_frames_vs_brute)
+{
+    uint64_t rng = 501 + (uint64_t)_i;
+    const int32_t V = 3000;
+    ifd_vocab_t *v = random_vocab(&rng, V);
+    char *pg = prewarm_schema_grammar();
+    const char *texts[] = {"{\"a\": \"x\\n\\u00e9y\", \"b\": \"abcdefghijklmnopqrstuvwxyzabcd\", "
+                           "\"c\": \"a.b@c.example.org\"}"};
+    char err[256];
+    ck_assert_msg(ifd_vocab_prewarm(v, pg, strlen(pg), texts, 1, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_gt(ifd_vocab_frames(v, NULL), 0);
+    free(pg);
+    ifd_gstore_t *st;
+    ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
+    static const char *const schemas[] = {
+        /* the prewarmed lexemes in another document */
+        "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":"
+        "\"string\"},\"y\":{\"type\":\"string\",\"maxLength\":30},\"z\":{\"type\":\"string\","
+        "\"format\":\"email\"}},\"required\":[\"x\",\"y\",\"z\"]}}",
+        /* frames of this grammar alone: other lengths, a pattern with a count, keys */
+        "{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\",\"pattern\":"
+        "\"^([^ ]+ +){0,20}[^ ]+$\"},\"q\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":"
+        "9},\"r\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"p\",\"q\","
+        "\"r\"]}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"format\":\"uri\"}}",
+    };
+    for (size_t si = 0; si < sizeof schemas / sizeof schemas[0]; si++) {
+        char *text = schema_text(schemas[si]);
+        for (int w = 0; w < 4; w++) {
+            char what[64];
+            snprintf(what, sizeof what, "schema %zu walk %d", si, w);
+            walk_vs_brute(st, text, V, &rng, 60, what);
+        }
+        free(text);
+    }
+    ifd_gstore_stats_t s;
+    ifd_gstore_stats(st, &s);
+    ck_assert_uint_gt(s.frame_shared, 0);
+    ck_assert_uint_gt(s.frame_local, 0);
+    ck_assert_uint_gt(s.frame_builds, 0);
+    ifd_gstore_destroy(st);
+    ifd_vocab_destroy(v);
+}
+END_TEST
+
+/* byte_vocab's tokens after the 256 single bytes */
+static const char *const PIECES[] = {"ab",   "az",    "zz",  "a\"", "\")",      "\"]",  "\"",
+                                     "z\"]", "ab\")", "b c", "  ",  "\xc3\xa9", "q\"]x"};
+
+/* A vocabulary of every byte and a few pieces (token 1: EOS). */
+static ifd_vocab_t *byte_vocab(int32_t *n_out)
+{
+    const char *const *pieces = PIECES;
+    enum { NP = sizeof PIECES / sizeof PIECES[0] };
+    int32_t n = 258 + NP;
+    char **bytes = calloc((size_t)n, sizeof *bytes);
+    uint32_t *lens = calloc((size_t)n, sizeof *lens);
+    for (int32_t i = 0; i < n; i++) {
+        bytes[i] = malloc(8);
+        if (i >= 2 && i < 258) {
+            bytes[i][0] = (char)(i - 2);
+            lens[i] = 1;
+        } else if (i >= 258) {
+            lens[i] = (uint32_t)strlen(pieces[i - 258]);
+            memcpy(bytes[i], pieces[i - 258], lens[i]);
+        }
+    }
+    int32_t eos = 1;
+    ifd_vocab_t *v;
+    ck_assert_int_eq(ifd_vocab_create(n, (const char *const *)bytes, lens, &eos, 1, &v), 0);
+    free_bytes(bytes, lens, n);
+    *n_out = n;
+    return v;
+}
+
+static int32_t piece_id(const char *p)
+{
+    for (size_t i = 0; i < sizeof PIECES / sizeof PIECES[0]; i++)
+        if (strcmp(PIECES[i], p) == 0)
+            return 258 + (int32_t)i;
+    return -1;
+}
+
+/* A frame mask is used only for a frame of the same class, and its tokens
+ * that complete the frame are checked against the state's own continuation:
+ * the vocabulary's frame of a string without 'z' (inside "( ... )") must not
+ * serve a string with 'z', and serves the same string inside "[ ... ]" with
+ * "]" allowed after the quote and ")" not. */
+START_TEST(test_mask_frames_wrong_class)
+{
+    int32_t V;
+    ifd_vocab_t *v = byte_vocab(&V);
+    const char *no_z = "root ::= \"(\" s \")\"\ns ::= \"\\\"\" [^\"z\\x00-\\x1F]* \"\\\"\"\n";
+    const char *texts[] = {"(\"ab"};
+    char err[256];
+    ck_assert_msg(ifd_vocab_prewarm(v, no_z, strlen(no_z), texts, 1, err, sizeof err) == 0, "%s",
+                  err);
+    ck_assert_uint_gt(ifd_vocab_frames(v, NULL), 0);
+    ifd_gstore_t *st;
+    ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
+    size_t words = ((size_t)V + 31) / 32;
+    uint32_t *a = malloc(words * 4), *b = malloc(words * 4);
+    const int32_t hist[] = {2 + '[', 2 + '"', piece_id("ab")};
+    struct {
+        const char *g;
+        bool z_ok, shared;
+    } cases[] = {
+        {"root ::= \"[\" s \"]\"\ns ::= \"\\\"\" [^\"\\x00-\\x1F]* \"\\\"\"\n", true, false},
+        {"root ::= \"[\" s \"]\"\ns ::= \"\\\"\" [^\"z\\x00-\\x1F]* \"\\\"\"\n", false, true},
+    };
+    for (size_t ci = 0; ci < 2; ci++) {
+        ifd_constraint_t *k;
+        ck_assert_msg(
+            ifd_constraint_create(st, cases[ci].g, strlen(cases[ci].g), &k, err, sizeof err) == 0,
+            "%s", err);
+        ifd_gstore_stats_t s0, s1;
+        ifd_gstore_stats(st, &s0);
+        IFD_TASSERT_CMP(ifd_constraint_mask(k, hist, 3, a), ==, 0);
+        ifd_gstore_stats(st, &s1);
+        IFD_TASSERT_CMP(ifd_constraint_mask_brute(k, hist, 3, b), ==, 0);
+        IFD_TASSERT(memcmp(a, b, words * 4) == 0);
+        int32_t z = 2 + 'z', zz = piece_id("zz"), close_ok = piece_id("\"]"),
+                close_bad = piece_id("\")"), zclose = piece_id("z\"]");
+        IFD_TASSERT_CMP((a[z >> 5] >> (z & 31)) & 1, ==, (uint32_t)cases[ci].z_ok);
+        IFD_TASSERT_CMP((a[zz >> 5] >> (zz & 31)) & 1, ==, (uint32_t)cases[ci].z_ok);
+        IFD_TASSERT_CMP((a[zclose >> 5] >> (zclose & 31)) & 1, ==, (uint32_t)cases[ci].z_ok);
+        IFD_TASSERT_CMP((a[close_ok >> 5] >> (close_ok & 31)) & 1, ==, 1);
+        IFD_TASSERT_CMP((a[close_bad >> 5] >> (close_bad & 31)) & 1, ==, 0);
+        IFD_TASSERT_CMP(s1.frame_shared - s0.frame_shared, ==, (uint64_t)cases[ci].shared);
+        ifd_constraint_destroy(k);
+    }
+    free(a);
+    free(b);
+    ifd_gstore_destroy(st);
+    ifd_vocab_destroy(v);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("grammar_mask");
@@ -756,6 +947,8 @@ int main(void)
     tcase_add_test(tc, test_sampler_constraint_truncated);
     tcase_add_test(tc, test_mask_format_walks);
     tcase_add_test(tc, test_mask_tight_walks);
+    tcase_add_loop_test(tc, test_mask_frames_vs_brute, 0, 2);
+    tcase_add_test(tc, test_mask_frames_wrong_class);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
