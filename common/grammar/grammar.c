@@ -293,6 +293,11 @@ int ifd__grammar_advance(const ifd_grammar_t *g, ifd__gmem_t *m, const ifd__gsta
     return scratch_finish(m, out);
 }
 
+/* Nodes remembered by one ifd__gstate_copy (open addressing over old node
+ * addresses; a power of two). Past a quarter full, later nodes are copied
+ * without being remembered (still a correct copy, only less shared). */
+#define IFD__COPY_MEMO 256
+
 int ifd__gstate_copy(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out)
 {
     out->n = s->n;
@@ -303,17 +308,47 @@ int ifd__gstate_copy(ifd__gmem_t *m, const ifd__gstate_t *s, ifd__gstate_t *out)
     const ifd__gnode_t **v = gmem_alloc(m, s->n * sizeof *v);
     if (!v)
         return IFD_ENOMEM;
+    /* Stacks of one state share their lower nodes (the document around the
+     * alternatives being matched: an object with 100 optional properties
+     * has 100 stacks over one suffix). Each node reached is copied once and
+     * the copies share it the same way: O(distinct nodes), not the sum of
+     * the stacks' lengths. Nodes are immutable and compared by content
+     * (stack_eq), so sharing changes nothing but memory and time. */
+    const ifd__gnode_t *from[IFD__COPY_MEMO];
+    ifd__gnode_t *to[IFD__COPY_MEMO];
+    bool memo = s->n >= 4;
+    uint32_t used = 0;
+    if (memo)
+        memset(from, 0, sizeof from);
     for (uint32_t i = 0; i < s->n; i++) {
-        /* each chain is copied whole: states hold few, short stacks */
         const ifd__gnode_t *p = s->v[i];
         ifd__gnode_t *first = NULL, *prev = NULL;
         while (p) {
-            ifd__gnode_t *n = gmem_alloc(m, sizeof *n);
-            if (!n)
+            ifd__gnode_t *n = NULL;
+            uint32_t slot = 0;
+            if (memo) {
+                slot = (uint32_t)(((uintptr_t)p >> 4) * 0x9e3779b1u) & (IFD__COPY_MEMO - 1);
+                while (from[slot] && from[slot] != p)
+                    slot = (slot + 1) & (IFD__COPY_MEMO - 1);
+                n = from[slot] ? to[slot] : NULL;
+            }
+            if (n) { /* copied already, with everything below it */
+                if (prev)
+                    prev->parent = n;
+                else
+                    first = n;
+                break;
+            }
+            if (!(n = gmem_alloc(m, sizeof *n)))
                 return IFD_ENOMEM;
             n->pos = p->pos;
             n->hash = p->hash; /* the same stack: its hash does not depend on addresses */
             n->parent = NULL;
+            if (memo && used < IFD__COPY_MEMO / 4) {
+                from[slot] = p;
+                to[slot] = n;
+                used++;
+            }
             if (prev)
                 prev->parent = n;
             else

@@ -362,7 +362,8 @@ typedef struct {
     uint32_t *key;
     size_t key_len;
     uint64_t hash;
-    int32_t *next; /* [256] */
+    int32_t *next;     /* [256] */
+    uint64_t takes[4]; /* next-byte filter (path_filter) of st */
 } dstate_t;
 
 typedef struct gentry {
@@ -400,6 +401,10 @@ struct ifd_gstore {
     ifd__gstate_t *states;
     int32_t *ids;
     ifd__gmark_t *marks;
+    /* per path depth: the bytes some stack of states[d] takes next (all
+     * ones when not computed: states with few stacks), see path_filter;
+     * unused where ids[d] >= 0 (the interned state's takes) */
+    uint64_t (*nset)[4];
     uint32_t *keybuf; /* the mask cache's key */
     size_t keycap;
     uint32_t *ikeybuf; /* the transition memo's key */
@@ -432,6 +437,7 @@ int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out)
     s->states = calloc(vocab->max_depth + 2, sizeof *s->states);
     s->marks = calloc(vocab->max_depth + 2, sizeof *s->marks);
     s->ids = calloc(vocab->max_depth + 2, sizeof *s->ids);
+    s->nset = calloc(vocab->max_depth + 2, sizeof *s->nset);
     s->cq = malloc(IFD_GFRAME_KEY_MAX * sizeof *s->cq);
     s->ck_pos = calloc(CK_SLOTS, sizeof *s->ck_pos);
     s->ck_val = malloc(CK_SLOTS * sizeof *s->ck_val);
@@ -441,8 +447,8 @@ int ifd_gstore_create(const ifd_vocab_t *vocab, ifd_gstore_t **out)
     s->n_bucket = calloc(s->hmax + 1, sizeof *s->n_bucket);
     s->cap_bucket = calloc(s->hmax + 1, sizeof *s->cap_bucket);
     s->cdep = calloc(vocab->max_depth + 2, sizeof *s->cdep);
-    if (!s->states || !s->marks || !s->ids || !s->cq || !s->ck_pos || !s->ck_val || !s->bucket ||
-        !s->n_bucket || !s->cap_bucket || !s->cdep) {
+    if (!s->states || !s->marks || !s->ids || !s->nset || !s->cq || !s->ck_pos || !s->ck_val ||
+        !s->bucket || !s->n_bucket || !s->cap_bucket || !s->cdep) {
         ifd_gstore_destroy(s);
         return IFD_ENOMEM;
     }
@@ -503,6 +509,7 @@ void ifd_gstore_destroy(ifd_gstore_t *s)
     free(s->states);
     free(s->marks);
     free(s->ids);
+    free(s->nset);
     free(s->cq);
     free(s->ck_pos);
     free(s->ck_val);
@@ -757,6 +764,8 @@ static void set_eog(const ifd_vocab_t *v, const ifd__gstate_t *st, uint32_t *bit
         bits[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
 }
 
+static void state_takes(const ifd_grammar_t *g, const ifd__gstate_t *t, uint64_t w[4]);
+
 /* The id of state t in e's memo (copied in when new), or -1 when the memo
  * is full or out of memory (the caller then works without it). */
 static int32_t intern(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *t)
@@ -797,7 +806,49 @@ static int32_t intern(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *t)
     d->hash = h;
     for (int b = 0; b < 256; b++)
         d->next[b] = NEXT_UNKNOWN;
+    state_takes(e->g, &d->st, d->takes);
     return (int32_t)e->n_ds++;
+}
+
+/*
+ * The next-byte filter of path position d: the union of the byte sets at
+ * the tops of states[d]'s stacks, so that a byte no stack takes is rejected
+ * without an advance (which would test every stack, then build and drop an
+ * empty state). A trie node has up to ~250 children, and a state with many
+ * stacks (an object with many optional properties after a comma, an anyOf
+ * of objects) rejects most of them: computed only for states with at least
+ * IFD_GWALK_FILTER_MIN stacks, all ones otherwise. Exact: advance(t, b) is
+ * empty exactly when no stack's top takes b.
+ */
+static void state_takes(const ifd_grammar_t *g, const ifd__gstate_t *t, uint64_t w[4])
+{
+    if (t->n < IFD_GWALK_FILTER_MIN) {
+        w[0] = w[1] = w[2] = w[3] = UINT64_MAX;
+        return;
+    }
+    w[0] = w[1] = w[2] = w[3] = 0;
+    for (uint32_t i = 0; i < t->n; i++) {
+        uint64_t x[4];
+        memcpy(x, g->sets[g->el[t->v[i]->pos].v], sizeof x);
+        for (int j = 0; j < 4; j++)
+            w[j] |= x[j];
+    }
+}
+
+/* path position d's filter: an interned state's (id >= 0: computed once,
+ * when it was interned; looked up by id, as ds may move), else computed
+ * into nset[d] */
+static void path_filter(ifd_gstore_t *s, const gentry_t *e, uint32_t d, int32_t id,
+                        const ifd__gstate_t *t)
+{
+    if (id < 0)
+        state_takes(e->g, t, s->nset[d]);
+}
+
+static inline bool path_takes(const ifd_gstore_t *s, const gentry_t *e, uint32_t d, uint8_t b)
+{
+    const uint64_t *w = s->ids[d] >= 0 ? e->ds[s->ids[d]].takes : s->nset[d];
+    return (w[b >> 6] >> (b & 63)) & 1;
 }
 
 /*
@@ -825,6 +876,7 @@ static int walk(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, uint32_
     s->states[0] = *root;
     s->ids[0] = intern(s, e, root);
     s->marks[0] = ifd__gmem_mark(m);
+    path_filter(s, e, 0, s->ids[0], root);
     size_t k = 0;
     while (k < v->n_nodes) {
         if (max_nodes && ++visited > max_nodes) {
@@ -836,6 +888,12 @@ static int walk(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, uint32_
         int32_t pid = s->ids[d - 1];
         int32_t nid = pid >= 0 ? e->ds[pid].next[byte] : NEXT_UNKNOWN;
         ifd__gstate_t t;
+        if (nid == NEXT_UNKNOWN && !path_takes(s, e, d - 1, byte)) {
+            nid = NEXT_REJECT;
+            s->st.filter_skips++;
+            if (pid >= 0)
+                e->ds[pid].next[byte] = NEXT_REJECT;
+        }
         if (nid == NEXT_REJECT) {
             k = v->nend[k];
             continue;
@@ -871,6 +929,7 @@ static int walk(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, uint32_
         s->states[d] = t;
         s->ids[d] = nid >= 0 ? nid : -1;
         s->marks[d] = ifd__gmem_mark(m);
+        path_filter(s, e, d, s->ids[d], &t);
         k++;
     }
     ifd__gmem_release(m, (ifd__gmark_t){0, 0});
@@ -1198,6 +1257,7 @@ static int frame_build(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, 
     s->states[0] = *root;
     s->ids[0] = intern(s, e, root);
     s->marks[0] = ifd__gmem_mark(m);
+    path_filter(s, e, 0, s->ids[0], root);
     uint32_t ncd = 0; /* completion depths on the path: s->cdep[0..ncd) */
     if (root->accept)
         s->cdep[ncd++] = 0;
@@ -1218,6 +1278,12 @@ static int frame_build(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, 
         int32_t pid = s->ids[d - 1];
         int32_t nid = pid >= 0 ? e->ds[pid].next[byte] : NEXT_UNKNOWN;
         ifd__gstate_t t = {0};
+        if (nid == NEXT_UNKNOWN && !path_takes(s, e, d - 1, byte)) {
+            nid = NEXT_REJECT;
+            s->st.filter_skips++;
+            if (pid >= 0)
+                e->ds[pid].next[byte] = NEXT_REJECT;
+        }
         bool dead = nid == NEXT_REJECT;
         if (nid >= 0) {
             t = e->ds[nid].st;
@@ -1257,6 +1323,7 @@ static int frame_build(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, 
         s->states[d] = t;
         s->ids[d] = nid >= 0 ? nid : -1;
         s->marks[d] = ifd__gmem_mark(m);
+        path_filter(s, e, d, s->ids[d], &t);
         k++;
     }
     ifd__gmem_release(m, (ifd__gmark_t){0, 0});
@@ -1288,6 +1355,12 @@ static int check_step(ifd_gstore_t *s, gentry_t *e, uint32_t d, uint8_t b)
     int32_t pid = s->ids[d];
     int32_t nid = pid >= 0 ? e->ds[pid].next[b] : NEXT_UNKNOWN;
     ifd__gstate_t t;
+    if (nid == NEXT_UNKNOWN && !path_takes(s, e, d, b)) {
+        s->st.filter_skips++;
+        if (pid >= 0)
+            e->ds[pid].next[b] = NEXT_REJECT;
+        return 0;
+    }
     if (nid == NEXT_REJECT)
         return 0;
     if (nid >= 0) {
@@ -1311,6 +1384,7 @@ static int check_step(ifd_gstore_t *s, gentry_t *e, uint32_t d, uint8_t b)
     s->states[d + 1] = t;
     s->ids[d + 1] = nid >= 0 ? nid : -1;
     s->marks[d + 1] = ifd__gmem_mark(&s->walk);
+    path_filter(s, e, d + 1, s->ids[d + 1], &t);
     return 1;
 }
 
@@ -1357,6 +1431,7 @@ static int frame_apply(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *st,
         if (s->ids[0] >= 0)
             s->states[0] = e->ds[s->ids[0]].st;
         s->marks[0] = ifd__gmem_mark(m);
+        path_filter(s, e, 0, s->ids[0], &s->states[0]);
         bool alive0 = s->states[0].n || s->states[0].accept;
         uint32_t dead = alive0 ? UINT32_MAX : 0; /* the previous rest's rejected prefix */
         for (uint32_t i = 0; i < n && !rc; i++) {

@@ -89,6 +89,7 @@
 #define IFD_GFRAME_MAX       256  /* frame masks computed per grammar */
 #define IFD_GFRAME_MIN_BYTES 64   /* next bytes a state takes for a frame mask to be tried */
 #define IFD_GWALK_QUICK      1024 /* trie nodes walked before a frame mask is looked for */
+#define IFD_GWALK_FILTER_MIN 8    /* stacks for a walk state to get a next-byte filter */
 #define IFD_GFRAME_LIST      1024 /* a frame's own tokens kept as a list up to this many */
 #define IFD_GFRAME_KEY_MAX   1024 /* positions of a frame's key (else no frame mask) */
 #define IFD_GFRAME_HORIZON   16   /* bytes a frame's key looks ahead (longer tokens: checked) */
@@ -141,6 +142,7 @@ typedef struct {
     uint64_t frame_shared; /* masks from a frame mask of the vocabulary */
     uint64_t frame_local;  /* masks from a frame mask of the grammar */
     uint64_t frame_builds; /* frame masks computed (one walk each) */
+    uint64_t filter_skips; /* trie steps refused by a state's next-byte filter, no advance */
 } ifd_gstore_stats_t;
 
 void ifd_gstore_stats(const ifd_gstore_t *s, ifd_gstore_stats_t *out);

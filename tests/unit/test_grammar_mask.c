@@ -16,6 +16,7 @@
 #include "error.h"
 #include "grammar/grammar.h"
 #include "grammar/grammar_conv.h"
+#include "grammar/grammar_impl.h"
 #include "grammar/grammar_mask.h"
 #include "grammar/schema_check.h"
 #include "worker/sampler.h"
@@ -842,6 +843,65 @@ START_TEST(test_mask_frames_vs_brute)
 }
 END_TEST
 
+/* States with many stacks (an object of many optional properties: after
+ * "{" or "," one stack per property that may come next; an anyOf of such
+ * objects) are walked with a next-byte filter (a byte no stack takes is
+ * refused without an advance) and interned with their shared lower nodes
+ * copied once (ifd__gstate_copy). On random vocabularies, at every step of
+ * random walks, repeated so that later walks run over interned states, the
+ * mask equals brute force; the filter refused steps, and a state of at
+ * least IFD_GWALK_FILTER_MIN stacks was met. */
+START_TEST(test_mask_many_stacks_vs_brute)
+{
+    uint64_t rng = 901 + (uint64_t)_i;
+    const int32_t V = 3000;
+    ifd_vocab_t *v = random_vocab(&rng, V);
+    ifd_gstore_t *st;
+    ck_assert_int_eq(ifd_gstore_create(v, &st), 0);
+    /* keys from the vocabulary's letters, so that random walks write them */
+    static const char *const keys[] = {"a",  "b",  "e",  "t",   "r",   "u",   "n",    "l",
+                                       "f",  "s",  "ab", "ba",  "ea",  "tr",  "true", "name",
+                                       "nu", "ll", "fs", "abe", "bat", "rue", "sun",  "null"};
+    char schema[4096];
+    size_t o = 0;
+    o += (size_t)snprintf(schema + o, sizeof schema - o, "{\"anyOf\":[");
+    for (int variant = 0; variant < 2; variant++) {
+        o += (size_t)snprintf(schema + o, sizeof schema - o, "%s{\"type\":\"object\",",
+                              variant ? "," : "");
+        o += (size_t)snprintf(schema + o, sizeof schema - o,
+                              "\"additionalProperties\":false,\"properties\":{");
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            o += (size_t)snprintf(schema + o, sizeof schema - o, "%s\"%s%s\":{\"type\":\"%s\"}",
+                                  k ? "," : "", keys[k], variant ? "x" : "",
+                                  (k + (size_t)variant) % 3 ? "integer" : "boolean");
+        o += (size_t)snprintf(schema + o, sizeof schema - o, "}}");
+    }
+    snprintf(schema + o, sizeof schema - o, "]}");
+    char *text = schema_text(schema);
+    /* the grammar has states of many stacks */
+    ifd_grammar_t *g;
+    char err[256];
+    ck_assert_msg(ifd_grammar_compile(text, strlen(text), &g, err, sizeof err) == 0, "%s", err);
+    ifd_gmatch_t *m;
+    ck_assert_int_eq(ifd_gmatch_create(g, &m), 0);
+    ck_assert_int_eq(ifd_gmatch_accept(m, "{", 1), 0);
+    ck_assert_uint_ge(ifd__gmatch_state(m)->n, IFD_GWALK_FILTER_MIN);
+    ifd_gmatch_destroy(m);
+    ifd_grammar_destroy(g);
+    for (int w = 0; w < 6; w++) {
+        char what[64];
+        snprintf(what, sizeof what, "many stacks walk %d", w);
+        walk_vs_brute(st, text, V, &rng, 40, what);
+    }
+    free(text);
+    ifd_gstore_stats_t s;
+    ifd_gstore_stats(st, &s);
+    ck_assert_uint_gt(s.filter_skips, 0);
+    ifd_gstore_destroy(st);
+    ifd_vocab_destroy(v);
+}
+END_TEST
+
 /* byte_vocab's tokens after the 256 single bytes */
 static const char *const PIECES[] = {"ab",   "az",    "zz",  "a\"", "\")",      "\"]",  "\"",
                                      "z\"]", "ab\")", "b c", "  ",  "\xc3\xa9", "q\"]x"};
@@ -949,6 +1009,7 @@ int main(void)
     tcase_add_test(tc, test_mask_tight_walks);
     tcase_add_loop_test(tc, test_mask_frames_vs_brute, 0, 2);
     tcase_add_test(tc, test_mask_frames_wrong_class);
+    tcase_add_loop_test(tc, test_mask_many_stacks_vs_brute, 0, 2);
     suite_add_tcase(s, tc);
     return ifd_test_run(s);
 }
