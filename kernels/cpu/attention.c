@@ -247,6 +247,7 @@ typedef struct {
      * 2 AVX-512 VNNI, 1 AVX2, 0 scalar. */
     int8_t *qi;
     float *qd;
+    int32_t *qo; /* qpath 2: the rows' offsets (ifd__quant_query_offsets) */
     int qpath;
     /* Split mode (small batches on a pool): one work item per (token, run
      * of KV heads, partition); its partial state goes to ws[piece]. */
@@ -917,7 +918,8 @@ static void ifd__att_range(const ifd__att_t *c, const int32_t *bt, const float *
                 const float *qd = c->qd + r * (qs / IFD__QK);
 #if IFD__X86
                 if (c->qpath == 2) {
-                    ifd__chunk_q512_kv(kv, base, n, qq, qd, G, c->scale, m + i, l + i, ah);
+                    ifd__chunk_q512_kv(kv, base, n, qq, qd, c->qo + r * (qs / IFD__QK), G,
+                                       c->scale, m + i, l + i, ah);
                     continue;
                 }
                 if (c->qpath == 1) {
@@ -1188,20 +1190,24 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
         const int64_t rows = (int64_t)n_tok * n_heads, qs = ifd__qrow(hd);
         c.qi = malloc((size_t)(rows * qs));
         c.qd = malloc(sizeof(float) * (size_t)(rows * (qs / IFD__QK)));
-        if (!c.qi || !c.qd) {
-            free(c.qi), free(c.qd);
+        c.qo = malloc(sizeof(int32_t) * (size_t)(rows * (qs / IFD__QK)));
+        if (!c.qi || !c.qd || !c.qo) {
+            free(c.qi), free(c.qd), free(c.qo);
             return IFD_ENOMEM;
         }
-        for (int t = 0; t < n_tok; t++)
-            for (int h = 0; seq[t] >= 0 && h < n_heads; h++) {
-                const int64_t r = (int64_t)t * n_heads + h;
-                ifd__quant_query(c.qi + r * qs, c.qd + r * (qs / IFD__QK), q + r * hd, hd);
-            }
 #if IFD__X86
         c.qpath = c.isa == IFD__ISA_AVX512 && ifd_cpu_features()->avx512vnni ? 2
                   : c.isa >= IFD__ISA_AVX2                                   ? 1
                                                                              : 0;
 #endif
+        for (int t = 0; t < n_tok; t++)
+            for (int h = 0; seq[t] >= 0 && h < n_heads; h++) {
+                const int64_t r = (int64_t)t * n_heads + h;
+                ifd__quant_query(c.qi + r * qs, c.qd + r * (qs / IFD__QK), q + r * hd, hd);
+                if (c.qpath == 2)
+                    ifd__quant_query_offsets(c.qo + r * (qs / IFD__QK), c.qi + r * qs, hd,
+                                             kv->dtype);
+            }
     }
     /* Few items for the pool: split each token's window into its
      * partitions, when that gives at least twice the items. */
@@ -1222,11 +1228,11 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
             ifd_threadpool_run(tp, ifd__att_piece, &c, off[n_tok]);
             ifd__att_join(&c);
             free(c.ws);
-            free(c.qi), free(c.qd);
+            free(c.qi), free(c.qd), free(c.qo);
             return 0;
         }
     }
     ifd_threadpool_run(tp, ifd__att_item, &c, (int)items);
-    free(c.qi), free(c.qd);
+    free(c.qi), free(c.qd), free(c.qo);
     return 0;
 }

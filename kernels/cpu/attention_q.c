@@ -52,6 +52,17 @@ void ifd__quant_query(int8_t *restrict qi, float *restrict qd, const float *rest
     }
 }
 
+void ifd__quant_query_offsets(int32_t *restrict qo, const int8_t *restrict qi, int hd, int dt)
+{
+    const int o = dt == IFD_DTYPE_Q8_0 ? 128 : 8;
+    for (int b = 0; b < (int)(ifd__qrow(hd) / IFD__QK); b++) {
+        int32_t sum = 0;
+        for (int i = 0; i < IFD__QK; i++)
+            sum += qi[b * IFD__QK + i];
+        qo[b] = -o * sum;
+    }
+}
+
 /* The scalar chunk on Q8_0/Q4_0 rows: integer dot products per block for
  * the scores, V through the f32 buffer (ifd__rows_f32). qi/qd: the G
  * quantized query rows (ifd__qrow(hd) bytes / floats apart). */
@@ -347,19 +358,6 @@ IFD__TARGET_AVX512 IFD__INLINE __m512i ifd__scale_pairs16(const char *s, __m512i
     return 2 * c + 1 < nb ? x : _mm512_and_si512(x, _mm512_set1_epi32(0xffff));
 }
 
-/* −Σ of lanes 0..7 (block A) and of lanes 8..15 (block B) of x in every
- * lane of *A and *B: the offset o·Σ q of a query's two blocks (x: the lanes'
- * o·Σ of 4 quants). In vectors: a masked reduce to a scalar costs 4× more. */
-IFD__TARGET_AVX512 IFD__INLINE void ifd__qbias(__m512i x, __m512i *A, __m512i *B)
-{
-    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0x4e));
-    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0xb1));
-    x = _mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
-    x = _mm512_sub_epi32(_mm512_setzero_si512(), x);
-    *A = _mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(0, 0, 0, 0));
-    *B = _mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(2, 2, 2, 2));
-}
-
 /* The 16×16 transpose of int32 lanes: lane j of t[i] = lane i of r[j] (64
  * shuffles: two levels inside 128-bit lanes, two across them). */
 IFD__TARGET_AVX512 IFD__INLINE void ifd__transpose16(const __m512i *r, __m512i *t)
@@ -402,11 +400,13 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__transpose16(const __m512i *r, __m512i *
  * vpdpbusd per block against its query's 4 bytes broadcast, positions
  * already in lanes, no reduction per head (ifd__chunk_q512 reduces 16
  * vectors per head: 44 instructions against the transpose's 64 for all).
- * The query's offset o·Σ q per block is taken off at the start. The G
+ * The query's offset o·Σ q per block (qo: computed once per query row) is
+ * taken off at the start. The G
  * corrections e^(m − m') are one exp16.
  */
 IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512t(const int8_t *qi, const float *qd,
-                                                         const char *K, const char *V, int n,
+                                                         const int32_t *qo, const char *K,
+                                                         const char *V, int n,
                                                          int hd, float scale, float *m, float *l,
                                                          float *acc, const int G, const int dt)
 {
@@ -417,7 +417,6 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512t(const int8_t *qi, const
     for (int j = 0; j < IFD__ATT_CHUNK; j++)
         rows[j] = K + (j < n ? j : n - 1) * stride;
     const __m512i ro = ifd__row_offsets16(n, stride);
-    const __m512i off = _mm512_set1_epi8(dt == IFD_DTYPE_Q8_0 ? (char)0x80 : 8);
     __m512 s[8];
 #pragma GCC unroll 8
     for (int g = 0; g < G; g++)
@@ -439,9 +438,8 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512t(const int8_t *qi, const
         for (int g = 0; g < G; g++) {
             const int8_t *qc = qi + g * qs + IFD__QROW * c;
             const float *dg = qd + g * (qs / IFD__QK);
-            const __m512i qv = _mm512_loadu_si512((const void *)qc);
-            __m512i A, B;
-            ifd__qbias(_mm512_dpbusd_epi32(_mm512_setzero_si512(), off, qv), &A, &B);
+            const int32_t *og = qo + g * (qs / IFD__QK) + 2 * c;
+            __m512i A = _mm512_set1_epi32(og[0]), B = _mm512_set1_epi32(og[1]);
 #pragma GCC unroll 8
             for (int d = 0; d < 8; d++) {
                 int32_t qa, qb4;
@@ -488,14 +486,15 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512t(const int8_t *qi, const
 
 /* ifd__chunk_q512t for G = 2..8 (a compile-time G), else ifd__chunk_q512. */
 IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512_g(const int8_t *qi, const float *qd,
-                                                          const char *K, const char *V, int n,
+                                                          const int32_t *qo, const char *K,
+                                                          const char *V, int n,
                                                           int G, int hd, float scale, float *m,
                                                           float *l, float *acc, const int dt)
 {
     switch (G) {
 #define IFD__Q512T(g)                                                                              \
     case g:                                                                                        \
-        ifd__chunk_q512t(qi, qd, K, V, n, hd, scale, m, l, acc, g, dt);                            \
+        ifd__chunk_q512t(qi, qd, qo, K, V, n, hd, scale, m, l, acc, g, dt);                            \
         return;
         IFD__Q512T(2)
         IFD__Q512T(3)
@@ -512,14 +511,15 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512_g(const int8_t *qi, cons
 }
 
 IFD__TARGET_AVX512VNNI void ifd__chunk_q512_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
-                                               const int8_t *qi, const float *qd, int G,
-                                               float scale, float *m, float *l, float *acc)
+                                               const int8_t *qi, const float *qd,
+                                               const int32_t *qo, int G, float scale, float *m,
+                                               float *l, float *acc)
 {
     const char *K = (const char *)kv->k + base, *V = (const char *)kv->v + base;
     if (kv->dtype == IFD_DTYPE_Q8_0)
-        ifd__chunk_q512_g(qi, qd, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q8_0);
+        ifd__chunk_q512_g(qi, qd, qo, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q8_0);
     else
-        ifd__chunk_q512_g(qi, qd, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q4_0);
+        ifd__chunk_q512_g(qi, qd, qo, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q4_0);
 }
 
 /* Lane j of the result = Σ lanes of d[j], for 8 int32 vectors (exact). */
