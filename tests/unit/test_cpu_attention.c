@@ -8,7 +8,7 @@
  * padding slots, and then runs one ragged batch mixing a prefill chunk on top
  * of cached context, a whole prompt, a first token and two decode tokens,
  * interleaved, plus padding rows (seq −1). Outputs start as NaN. Cases cover
- * f32/f16/bf16, q8_0/q4_0 and fp8 KV, GQA group sizes 1..4, head dims 8..256 (not
+ * f32/f16/bf16, q8_0/q4_0 and fp8 KV, GQA group sizes 1..5 and 8, head dims 8..256 (not
  * all multiples of the SIMD width), block sizes 1..32 and sliding windows.
  *
  * Every row kv_write stored must be byte for byte what this file's own
@@ -511,6 +511,9 @@ static const att_cfg_t att_cfgs[] = {
     {6, 2, 32, 5, IFD_DTYPE_Q4_0, 3},
     {16, 4, 128, 32, IFD_DTYPE_Q4_0, 0},
     {3, 3, 96, 3, IFD_DTYPE_Q8_0, 40},
+    /* GQA groups of 8 and 5 (the AVX-512 kernels' compile-time groups go to 8) */
+    {16, 2, 64, 16, IFD_DTYPE_Q8_0, 0},
+    {10, 2, 64, 16, IFD_DTYPE_F16, 0},
     /* fp8 rows: SmolLM2, Gemma-like with a window, partial chunks */
     {9, 3, 64, 16, IFD_DTYPE_FP8, 0},
     {4, 1, 256, 16, IFD_DTYPE_FP8, 5},
