@@ -27,7 +27,8 @@
  * ran, the CPU time does not (use it with --threads 1 for A/B figures).
  * $INFERD_CPU caps the ISA.
  * Prints one JSON object:
- *   {"isa", "cpus", "clock", "matmul":[{"api","m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
+ *   {"isa", "cpus", "clock",
+ *    "matmul":[{"api","m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
  *    "attention":[{"shape","kind","batch","ctx","kv_dtype","threads","ms","ms_best",
  *                  "tokens_s","kv_gb_s"[,"ns_pos"]}…],
  *    "threadpool_run_us":[{"threads","us"}…]}

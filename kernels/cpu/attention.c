@@ -842,8 +842,8 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void
  */
 IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512_g(const float *q, const char *K,
                                                         const char *V, int hd, float scale,
-                                                        float *m, float *l, float *acc,
-                                                        const int G, const int dt)
+                                                        float *m, float *l, float *acc, const int G,
+                                                        const int dt)
 {
     enum { JB_MAX = 4 };
     const int JB = G <= 4 ? 4 : 2;
@@ -1046,8 +1046,8 @@ static void ifd__att_range(const ifd__att_t *c, const int32_t *bt, const float *
                 const float *qd = c->qd + r * (qs / IFD__QK);
 #if IFD__X86
                 if (c->qpath == 2) {
-                    ifd__chunk_q512_kv(kv, base, n, qq, qd, c->qo + r * (qs / IFD__QK), G,
-                                       c->scale, m + i, l + i, ah);
+                    ifd__chunk_q512_kv(kv, base, n, qq, qd, c->qo + r * (qs / IFD__QK), G, c->scale,
+                                       m + i, l + i, ah);
                     continue;
                 }
                 if (c->qpath == 1) {

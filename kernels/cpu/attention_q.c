@@ -406,9 +406,9 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__transpose16(const __m512i *r, __m512i *
  */
 IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512t(const int8_t *qi, const float *qd,
                                                          const int32_t *qo, const char *K,
-                                                         const char *V, int n,
-                                                         int hd, float scale, float *m, float *l,
-                                                         float *acc, const int G, const int dt)
+                                                         const char *V, int n, int hd, float scale,
+                                                         float *m, float *l, float *acc,
+                                                         const int G, const int dt)
 {
     const int64_t stride = ifd__row_bytes(dt, hd), qb = ifd__row_qbytes(dt, hd), qs = ifd__qrow(hd);
     const int nc = (int)(qs / IFD__QROW), nb = hd / IFD__QK;
@@ -487,14 +487,14 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512t(const int8_t *qi, const
 /* ifd__chunk_q512t for G = 2..8 (a compile-time G), else ifd__chunk_q512. */
 IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512_g(const int8_t *qi, const float *qd,
                                                           const int32_t *qo, const char *K,
-                                                          const char *V, int n,
-                                                          int G, int hd, float scale, float *m,
-                                                          float *l, float *acc, const int dt)
+                                                          const char *V, int n, int G, int hd,
+                                                          float scale, float *m, float *l,
+                                                          float *acc, const int dt)
 {
     switch (G) {
 #define IFD__Q512T(g)                                                                              \
     case g:                                                                                        \
-        ifd__chunk_q512t(qi, qd, qo, K, V, n, hd, scale, m, l, acc, g, dt);                            \
+        ifd__chunk_q512t(qi, qd, qo, K, V, n, hd, scale, m, l, acc, g, dt);                        \
         return;
         IFD__Q512T(2)
         IFD__Q512T(3)
@@ -511,9 +511,8 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512_g(const int8_t *qi, cons
 }
 
 IFD__TARGET_AVX512VNNI void ifd__chunk_q512_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
-                                               const int8_t *qi, const float *qd,
-                                               const int32_t *qo, int G, float scale, float *m,
-                                               float *l, float *acc)
+                                               const int8_t *qi, const float *qd, const int32_t *qo,
+                                               int G, float scale, float *m, float *l, float *acc)
 {
     const char *K = (const char *)kv->k + base, *V = (const char *)kv->v + base;
     if (kv->dtype == IFD_DTYPE_Q8_0)
