@@ -350,12 +350,15 @@ IFD__TARGET_AVX512 IFD__INLINE __m512i ifd__row_offsets16(int n, int64_t stride)
 
 /* The f16 scale pairs of blocks 2c, 2c + 1 of 16 rows (s: the scales of the
  * first row; ro: ifd__row_offsets16), one gather (scalar stores read back
- * as a vector stall on store forwarding: a third of the kernel's time); a
- * last chunk of one block keeps its one scale, 0 in the high half. */
+ * as a vector stall on store forwarding: a third of the kernel's time). A
+ * last chunk of one block keeps its one scale, 0 in the high half: its 4
+ * bytes are read 2 earlier (the previous scale, or the last quants), never
+ * past the row, which may end the region. */
 IFD__TARGET_AVX512 IFD__INLINE __m512i ifd__scale_pairs16(const char *s, __m512i ro, int c, int nb)
 {
-    const __m512i x = _mm512_i32gather_epi32(ro, (const void *)(s + 4 * c), 1);
-    return 2 * c + 1 < nb ? x : _mm512_and_si512(x, _mm512_set1_epi32(0xffff));
+    if (2 * c + 1 < nb)
+        return _mm512_i32gather_epi32(ro, (const void *)(s + 4 * c), 1);
+    return _mm512_srli_epi32(_mm512_i32gather_epi32(ro, (const void *)(s + 4 * c - 2), 1), 16);
 }
 
 /* The 16×16 transpose of int32 lanes: lane j of t[i] = lane i of r[j] (64
