@@ -3,7 +3,7 @@
  * shapes.
  *
  *   bench_cpu_kernels [--threads 1,2] [--min-ms 300] [--quick] [--attention-only]
- *                     [--kv-types]
+ *                     [--kv-types] [--clock wall|process]
  *
  * For each thread count: matmul through both APIs — ifd_cpu_matmul_f32 on a
  * plain [n, k] weight ("f32") and ifd_cpu_matmul_packed on weights packed once
@@ -18,12 +18,19 @@
  * --kv-types: only decode attention per KV type (f16, q8_0, q4_0) at long
  * contexts, for the quantized-query kernels (docs/kvpool.md): one sequence at
  * 4096 and 16384 positions and 16 sequences at 4096, SmolLM2's layer (3 KV
- * heads) and one head group of it (1 KV head, 3 query heads). Each number is the
- * mean over repetitions filling at least --min-ms. $INFERD_CPU caps the ISA.
+ * heads), one head group of it (1 KV head, 3 query heads) and one head group
+ * of Llama-3.2-1B (1 KV head, 4 query heads, head_dim 64); its rows add
+ * ns_pos, the time per position of the context (per KV head). Each number is
+ * the mean over repetitions filling at least --min-ms. --clock process times
+ * by the process's CPU time (CLOCK_PROCESS_CPUTIME_ID) instead of the wall
+ * clock: on a loaded machine the wall clock counts the time other programs
+ * ran, the CPU time does not (use it with --threads 1 for A/B figures).
+ * $INFERD_CPU caps the ISA.
  * Prints one JSON object:
- *   {"isa", "cpus", "matmul":[{"api","m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
+ *   {"isa", "cpus", "clock",
+ *    "matmul":[{"api","m","n","k","threads","ms","gflop_s","weights_gb_s"}…],
  *    "attention":[{"shape","kind","batch","ctx","kv_dtype","threads","ms","ms_best",
- *                  "tokens_s","kv_gb_s"}…],
+ *                  "tokens_s","kv_gb_s"[,"ns_pos"]}…],
  *    "threadpool_run_us":[{"threads","us"}…]}
  */
 #include <math.h>
@@ -37,10 +44,13 @@
 #include "cpu/cpu_kernels.h"
 #include "kernels.h"
 
+/* --clock process: CLOCK_PROCESS_CPUTIME_ID instead of the wall clock. */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
@@ -118,6 +128,7 @@ typedef struct {
 
 static const att_shape_t SMOLLM2 = {"smollm2", 9, 3, 64}, GEMMA3 = {"gemma3", 4, 1, 256};
 static const att_shape_t SMOLLM2_GROUP = {"smollm2_group", 3, 1, 64};
+static const att_shape_t LLAMA1B_GROUP = {"llama1b_group", 4, 1, 64};
 static const char *const KV_NAMES[] = {"f32", "f16", "bf16", "q8_0", "q4_0"}; /* by ifd_dtype_t */
 
 /* batch sequences of ctx tokens each; decode = the last token of each,
@@ -176,9 +187,12 @@ static void bench_attention(const att_shape_t *sh, const char *kind, int batch, 
     sep();
     printf("{\"shape\": \"%s\", \"kind\": \"%s\", \"batch\": %d, \"ctx\": %d, "
            "\"kv_dtype\": \"%s\", \"threads\": %d, \"ms\": %.4f, \"ms_best\": %.4f, "
-           "\"tokens_s\": %.1f, \"kv_gb_s\": %.2f}",
+           "\"tokens_s\": %.1f, \"kv_gb_s\": %.2f",
            sh->name, kind, batch, ctx, KV_NAMES[dt],
            ifd_threadpool_size(tp), ms, best, n_tok / ms * 1e3, kv_bytes / ms * 1e-6);
+    if (!prefill) /* per position and KV head of every sequence */
+        printf(", \"ns_pos\": %.2f", ms * 1e6 / ((double)ctx * batch * NKV));
+    printf("}");
     fflush(stdout);
     free(kv.k), free(kv.v), free(bt), free(kr), free(vr), free(slot), free(seq), free(pos), free(q),
         free(out);
@@ -225,10 +239,14 @@ int main(int argc, char **argv)
             attention_only = 1;
         } else if (strcmp(argv[i], "--kv-types") == 0) {
             kv_types = attention_only = 1;
+        } else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "wall") == 0 || strcmp(argv[i + 1], "process") == 0)) {
+            bench_clock =
+                strcmp(argv[++i], "process") == 0 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
         } else {
             fprintf(stderr,
                     "usage: %s [--threads 1,2] [--min-ms 300] [--quick] [--attention-only] "
-                    "[--kv-types]\n",
+                    "[--kv-types] [--clock wall|process]\n",
                     argv[0]);
             return 2;
         }
@@ -240,8 +258,9 @@ int main(int argc, char **argv)
             return 1;
         }
     static const int shapes[][2] = {{576, 576}, {192, 576}, {1536, 576}, {576, 1536}};
-    printf("{\"isa\": \"%s\", \"cpus\": %ld,\n  \"matmul\": [", ifd_cpu_isa_name(),
-           sysconf(_SC_NPROCESSORS_ONLN));
+    printf("{\"isa\": \"%s\", \"cpus\": %ld, \"clock\": \"%s\",\n  \"matmul\": [",
+           ifd_cpu_isa_name(), sysconf(_SC_NPROCESSORS_ONLN),
+           bench_clock == CLOCK_MONOTONIC ? "wall" : "process");
     for (int t = 0; t < n_threads && !attention_only; t++)
         for (int packed = 0; packed < 2; packed++) {
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -260,6 +279,8 @@ int main(int argc, char **argv)
         for (int d = 0; d < 3; d++) {
             bench_attention(&SMOLLM2_GROUP, "decode", 1, 4096, kv_dts[d], pools[t]);
             bench_attention(&SMOLLM2_GROUP, "decode", 1, 16384, kv_dts[d], pools[t]);
+            bench_attention(&LLAMA1B_GROUP, "decode", 1, 4096, kv_dts[d], pools[t]);
+            bench_attention(&LLAMA1B_GROUP, "decode", 1, 16384, kv_dts[d], pools[t]);
             bench_attention(&SMOLLM2, "decode", 1, 4096, kv_dts[d], pools[t]);
             bench_attention(&SMOLLM2, "decode", 1, 16384, kv_dts[d], pools[t]);
             if (!quick)

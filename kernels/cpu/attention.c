@@ -247,6 +247,7 @@ typedef struct {
      * 2 AVX-512 VNNI, 1 AVX2, 0 scalar. */
     int8_t *qi;
     float *qd;
+    int32_t *qo; /* qpath 2: the rows' offsets (ifd__quant_query_offsets) */
     int qpath;
     /* Split mode (small batches on a pool): one work item per (token, run
      * of KV heads, partition); its partial state goes to ws[piece]. */
@@ -829,6 +830,128 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512(const float *q, const void
     }
 }
 
+/*
+ * ifd__chunk_avx512 on a whole chunk (16 rows) of f16/bf16 rows (head_dim a
+ * multiple of 32) for a group of G = 2..8 query heads (a compile-time G),
+ * with the same results bit for bit: every score and every output element
+ * is the same chain of FMAs in the same order. What differs is that each K
+ * and V vector is converted once for the group (ifd__chunk_avx512 converts
+ * it once per head): scores in tiles of G heads × JB positions (their
+ * accumulators parked in d until each head's hsum16x16), PV in passes of
+ * 32 values for blocks of up to 4 heads.
+ */
+IFD__TARGET_AVX512 IFD__INLINE void ifd__chunk_avx512_g(const float *q, const char *K,
+                                                        const char *V, int hd, float scale,
+                                                        float *m, float *l, float *acc, const int G,
+                                                        const int dt)
+{
+    enum { JB_MAX = 4 };
+    const int JB = G <= 4 ? 4 : 2;
+    const int64_t stride = ifd__row_bytes(dt, hd);
+    __m512 d[8][IFD__ATT_CHUNK];
+    for (int j0 = 0; j0 < IFD__ATT_CHUNK; j0 += JB) {
+        __m512 t[8][JB_MAX];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int jj = 0; jj < JB; jj++)
+                t[g][jj] = _mm512_setzero_ps();
+        for (int e = 0; e < hd; e += 16) {
+            __m512 kv[JB_MAX];
+#pragma GCC unroll 4
+            for (int jj = 0; jj < JB; jj++)
+                kv[jj] = ifd__kv16(K + (j0 + jj) * stride, e, hd, 0xffff, dt);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++) {
+                const __m512 qv = _mm512_loadu_ps(q + (int64_t)g * hd + e);
+#pragma GCC unroll 4
+                for (int jj = 0; jj < JB; jj++)
+                    t[g][jj] = _mm512_fmadd_ps(qv, kv[jj], t[g][jj]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int jj = 0; jj < JB; jj++)
+                d[g][j0 + jj] = t[g][jj];
+    }
+    float s[8][IFD__ATT_CHUNK] __attribute__((aligned(64)));
+    float corr[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) {
+        const __m512 sv = _mm512_mul_ps(ifd__hsum16x16(d[g]), _mm512_set1_ps(scale));
+        const float cmax = _mm512_reduce_max_ps(sv);
+        const float mnew = cmax > m[g] ? cmax : m[g];
+        const __m512 cv = ifd__exp16(_mm512_set1_ps(m[g] - mnew)); /* e^-inf = 0 */
+        const __m512 p = ifd__exp16(_mm512_sub_ps(sv, _mm512_set1_ps(mnew)));
+        _mm512_store_ps(s[g], p);
+        corr[g] = _mm512_cvtss_f32(cv);
+        l[g] = l[g] * corr[g] + _mm512_reduce_add_ps(p);
+        m[g] = mnew;
+    }
+#pragma GCC unroll 2
+    for (int g0 = 0; g0 < G; g0 += 4) {
+        const int GB = G - g0 < 4 ? G - g0 : 4;
+        for (int e0 = 0; e0 < hd; e0 += 32) {
+            __m512 a[4][2], b[4][2];
+#pragma GCC unroll 4
+            for (int u = 0; u < GB; u++) {
+                const __m512 cv = _mm512_set1_ps(corr[g0 + u]);
+                const float *ag = acc + (int64_t)(g0 + u) * hd + e0;
+                a[u][0] = _mm512_mul_ps(_mm512_loadu_ps(ag), cv);
+                a[u][1] = _mm512_mul_ps(_mm512_loadu_ps(ag + 16), cv);
+                b[u][0] = b[u][1] = _mm512_setzero_ps();
+            }
+            for (int j = 0; j < IFD__ATT_CHUNK; j += 2) {
+                const char *v0 = V + j * stride, *v1 = v0 + stride;
+                const __m512 x00 = ifd__kv16(v0, e0, hd, 0xffff, dt);
+                const __m512 x01 = ifd__kv16(v0, e0 + 16, hd, 0xffff, dt);
+                const __m512 x10 = ifd__kv16(v1, e0, hd, 0xffff, dt);
+                const __m512 x11 = ifd__kv16(v1, e0 + 16, hd, 0xffff, dt);
+#pragma GCC unroll 4
+                for (int u = 0; u < GB; u++) {
+                    const __m512 pa = _mm512_set1_ps(s[g0 + u][j]);
+                    const __m512 pb = _mm512_set1_ps(s[g0 + u][j + 1]);
+                    a[u][0] = _mm512_fmadd_ps(pa, x00, a[u][0]);
+                    a[u][1] = _mm512_fmadd_ps(pa, x01, a[u][1]);
+                    b[u][0] = _mm512_fmadd_ps(pb, x10, b[u][0]);
+                    b[u][1] = _mm512_fmadd_ps(pb, x11, b[u][1]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < GB; u++) {
+                float *ag = acc + (int64_t)(g0 + u) * hd + e0;
+                _mm512_storeu_ps(ag, _mm512_add_ps(a[u][0], b[u][0]));
+                _mm512_storeu_ps(ag + 16, _mm512_add_ps(a[u][1], b[u][1]));
+            }
+        }
+    }
+}
+
+/* ifd__chunk_avx512_g for G = 2..8; 0 when G is another. */
+IFD__TARGET_AVX512 IFD__INLINE int ifd__chunk_avx512_grp(const float *q, const char *K,
+                                                         const char *V, int G, int hd, float scale,
+                                                         float *m, float *l, float *acc,
+                                                         const int dt)
+{
+    switch (G) {
+#define IFD__A512G(g)                                                                              \
+    case g:                                                                                        \
+        ifd__chunk_avx512_g(q, K, V, hd, scale, m, l, acc, g, dt);                                 \
+        return 1;
+        IFD__A512G(2)
+        IFD__A512G(3)
+        IFD__A512G(4)
+        IFD__A512G(5)
+        IFD__A512G(6)
+        IFD__A512G(7)
+        IFD__A512G(8)
+#undef IFD__A512G
+    default:
+        return 0;
+    }
+}
+
 /* A chunk on AVX-512: a whole chunk (16 rows) is read in place in its own
  * dtype; a partial one, a head_dim that is not a multiple of 16 with 16-bit
  * K/V, or FP8 rows go through f32 copies (K zero-padded to 16 rows; a
@@ -841,6 +964,12 @@ IFD__TARGET_AVX512 static void ifd__chunk_avx512_kv(const ifd_kv_layer_t *kv, in
     const char *K = (const char *)kv->k + base, *V = (const char *)kv->v + base;
     if (n == IFD__ATT_CHUNK && kv->dtype != IFD_DTYPE_FP8 &&
         (kv->dtype == IFD_DTYPE_F32 || hd % 16 == 0)) {
+        if (hd % 32 == 0 && kv->dtype == IFD_DTYPE_F16 &&
+            ifd__chunk_avx512_grp(q, K, V, G, hd, scale, m, l, acc, IFD_DTYPE_F16))
+            return;
+        if (hd % 32 == 0 && kv->dtype == IFD_DTYPE_BF16 &&
+            ifd__chunk_avx512_grp(q, K, V, G, hd, scale, m, l, acc, IFD_DTYPE_BF16))
+            return;
         switch (kv->dtype) {
         case IFD_DTYPE_Q8_0:
             ifd__chunk_avx512(q, K, V, n, G, hd, scale, m, l, acc, IFD_DTYPE_Q8_0);
@@ -917,7 +1046,8 @@ static void ifd__att_range(const ifd__att_t *c, const int32_t *bt, const float *
                 const float *qd = c->qd + r * (qs / IFD__QK);
 #if IFD__X86
                 if (c->qpath == 2) {
-                    ifd__chunk_q512_kv(kv, base, n, qq, qd, G, c->scale, m + i, l + i, ah);
+                    ifd__chunk_q512_kv(kv, base, n, qq, qd, c->qo + r * (qs / IFD__QK), G, c->scale,
+                                       m + i, l + i, ah);
                     continue;
                 }
                 if (c->qpath == 1) {
@@ -1188,20 +1318,24 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
         const int64_t rows = (int64_t)n_tok * n_heads, qs = ifd__qrow(hd);
         c.qi = malloc((size_t)(rows * qs));
         c.qd = malloc(sizeof(float) * (size_t)(rows * (qs / IFD__QK)));
-        if (!c.qi || !c.qd) {
-            free(c.qi), free(c.qd);
+        c.qo = malloc(sizeof(int32_t) * (size_t)(rows * (qs / IFD__QK)));
+        if (!c.qi || !c.qd || !c.qo) {
+            free(c.qi), free(c.qd), free(c.qo);
             return IFD_ENOMEM;
         }
-        for (int t = 0; t < n_tok; t++)
-            for (int h = 0; seq[t] >= 0 && h < n_heads; h++) {
-                const int64_t r = (int64_t)t * n_heads + h;
-                ifd__quant_query(c.qi + r * qs, c.qd + r * (qs / IFD__QK), q + r * hd, hd);
-            }
 #if IFD__X86
         c.qpath = c.isa == IFD__ISA_AVX512 && ifd_cpu_features()->avx512vnni ? 2
                   : c.isa >= IFD__ISA_AVX2                                   ? 1
                                                                              : 0;
 #endif
+        for (int t = 0; t < n_tok; t++)
+            for (int h = 0; seq[t] >= 0 && h < n_heads; h++) {
+                const int64_t r = (int64_t)t * n_heads + h;
+                ifd__quant_query(c.qi + r * qs, c.qd + r * (qs / IFD__QK), q + r * hd, hd);
+                if (c.qpath == 2)
+                    ifd__quant_query_offsets(c.qo + r * (qs / IFD__QK), c.qi + r * qs, hd,
+                                             kv->dtype);
+            }
     }
     /* Few items for the pool: split each token's window into its
      * partitions, when that gives at least twice the items. */
@@ -1222,11 +1356,11 @@ int ifd_cpu_paged_attention(float *restrict out, const float *restrict q, const 
             ifd_threadpool_run(tp, ifd__att_piece, &c, off[n_tok]);
             ifd__att_join(&c);
             free(c.ws);
-            free(c.qi), free(c.qd);
+            free(c.qi), free(c.qd), free(c.qo);
             return 0;
         }
     }
     ifd_threadpool_run(tp, ifd__att_item, &c, (int)items);
-    free(c.qi), free(c.qd);
+    free(c.qi), free(c.qd), free(c.qo);
     return 0;
 }

@@ -89,14 +89,19 @@ void ifd__online_scalar(float *s, int n, const float *V, int hd, float *m, float
 
 /* attention_q.c ("the quantized-query path"): one query row quantized, and
  * one chunk of n positions at byte offset base for the G query heads of a KV
- * head (qi/qd: their quantized rows, ifd__qrow(hd) apart) — scalar (V through
- * vbuf), AVX2 and AVX-512 VNNI. */
+ * head (qi/qd: their quantized rows, ifd__qrow(hd) apart; qo their offsets,
+ * ifd__qrow(hd) / 32 apart) — scalar (V through vbuf), AVX2 and AVX-512 VNNI. */
 void ifd__quant_query(int8_t *restrict qi, float *restrict qd, const float *restrict x, int hd);
+/* The offsets −o·Σ q per 32-value block of the quantized query row qi
+ * (ifd__qrow(hd) / 32 of them; o = 128 over Q8_0, 8 over Q4_0: the AVX-512
+ * path's unsigned K bytes are k + o). */
+void ifd__quant_query_offsets(int32_t *restrict qo, const int8_t *restrict qi, int hd, int dt);
 void ifd__chunk_qscalar(const int8_t *qi, const float *qd, const ifd_kv_layer_t *kv, int64_t base,
                         int n, int G, float scale, float *m, float *l, float *acc, float *vbuf);
 #if IFD__X86
 void ifd__chunk_q512_kv(const ifd_kv_layer_t *kv, int64_t base, int n, const int8_t *qi,
-                        const float *qd, int G, float scale, float *m, float *l, float *acc);
+                        const float *qd, const int32_t *qo, int G, float scale, float *m, float *l,
+                        float *acc);
 void ifd__chunk_q256_kv(const ifd_kv_layer_t *kv, int64_t base, int n, const int8_t *qi,
                         const float *qd, int G, float scale, float *m, float *l, float *acc);
 #endif

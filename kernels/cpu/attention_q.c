@@ -52,6 +52,17 @@ void ifd__quant_query(int8_t *restrict qi, float *restrict qd, const float *rest
     }
 }
 
+void ifd__quant_query_offsets(int32_t *restrict qo, const int8_t *restrict qi, int hd, int dt)
+{
+    const int o = dt == IFD_DTYPE_Q8_0 ? 128 : 8;
+    for (int b = 0; b < (int)(ifd__qrow(hd) / IFD__QK); b++) {
+        int32_t sum = 0;
+        for (int i = 0; i < IFD__QK; i++)
+            sum += qi[b * IFD__QK + i];
+        qo[b] = -o * sum;
+    }
+}
+
 /* The scalar chunk on Q8_0/Q4_0 rows: integer dot products per block for
  * the scores, V through the f32 buffer (ifd__rows_f32). qi/qd: the G
  * quantized query rows (ifd__qrow(hd) bytes / floats apart). */
@@ -219,16 +230,20 @@ IFD__TARGET_AVX512 IFD__INLINE void ifd__hsum16x16_ab(const __m512i *d, __m512i 
 }
 
 /* The scales of blocks 2c, 2c + 1 of 16 rows, from their f16 pairs p[j]
- * (block 2c in the low half): *A lane j = block 2c's scale of row j, *B
- * block 2c + 1's. */
-IFD__TARGET_AVX512 IFD__INLINE void ifd__scales16(const uint32_t *p, __m512 *A, __m512 *B)
+ * (block 2c in the low half; x, or their 16 dwords at p): *A lane j =
+ * block 2c's scale of row j, *B block 2c + 1's. */
+IFD__TARGET_AVX512 IFD__INLINE void ifd__scales16v(__m512i x, __m512 *A, __m512 *B)
 {
-    const __m512i x = _mm512_loadu_si512((const void *)p);
     const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
     const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
     const __m512i ia = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     *A = _mm512_permutex2var_ps(lo, ia, hi);
     *B = _mm512_permutex2var_ps(lo, _mm512_add_epi32(ia, _mm512_set1_epi32(1)), hi);
+}
+
+IFD__TARGET_AVX512 IFD__INLINE void ifd__scales16(const uint32_t *p, __m512 *A, __m512 *B)
+{
+    ifd__scales16v(_mm512_loadu_si512((const void *)p), A, B);
 }
 
 /*
@@ -324,15 +339,189 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512(const int8_t *qi, const 
     }
 }
 
+/* The byte offsets of a chunk's 16 rows from its first (rows ≥ n alias row
+ * n − 1, as everywhere in these kernels). */
+IFD__TARGET_AVX512 IFD__INLINE __m512i ifd__row_offsets16(int n, int64_t stride)
+{
+    const __m512i j = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    return _mm512_mullo_epi32(_mm512_min_epi32(j, _mm512_set1_epi32(n - 1)),
+                              _mm512_set1_epi32((int)stride));
+}
+
+/* The f16 scale pairs of blocks 2c, 2c + 1 of 16 rows (s: the scales of the
+ * first row; ro: ifd__row_offsets16), one gather (scalar stores read back
+ * as a vector stall on store forwarding: a third of the kernel's time). A
+ * last chunk of one block keeps its one scale, 0 in the high half: its 4
+ * bytes are read 2 earlier (the previous scale, or the last quants), never
+ * past the row, which may end the region. */
+IFD__TARGET_AVX512 IFD__INLINE __m512i ifd__scale_pairs16(const char *s, __m512i ro, int c, int nb)
+{
+    if (2 * c + 1 < nb)
+        return _mm512_i32gather_epi32(ro, (const void *)(s + 4 * c), 1);
+    return _mm512_srli_epi32(_mm512_i32gather_epi32(ro, (const void *)(s + 4 * c - 2), 1), 16);
+}
+
+/* The 16×16 transpose of int32 lanes: lane j of t[i] = lane i of r[j] (64
+ * shuffles: two levels inside 128-bit lanes, two across them). */
+IFD__TARGET_AVX512 IFD__INLINE void ifd__transpose16(const __m512i *r, __m512i *t)
+{
+    __m512i a[16], b[16];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        a[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+        a[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    /* b[4k + i], 128-bit lane L: lane 4L + i of rows 4k .. 4k + 3 */
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+        b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+        b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i c0 = _mm512_shuffle_i32x4(b[i], b[4 + i], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i c1 = _mm512_shuffle_i32x4(b[i], b[4 + i], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i c2 = _mm512_shuffle_i32x4(b[8 + i], b[12 + i], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i c3 = _mm512_shuffle_i32x4(b[8 + i], b[12 + i], _MM_SHUFFLE(3, 2, 3, 2));
+        t[i] = _mm512_shuffle_i32x4(c0, c2, _MM_SHUFFLE(2, 0, 2, 0));
+        t[4 + i] = _mm512_shuffle_i32x4(c0, c2, _MM_SHUFFLE(3, 1, 3, 1));
+        t[8 + i] = _mm512_shuffle_i32x4(c1, c3, _MM_SHUFFLE(2, 0, 2, 0));
+        t[12 + i] = _mm512_shuffle_i32x4(c1, c3, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/*
+ * The chunk of ifd__chunk_q512 for a group of G = 2..8 query heads (G a
+ * compile-time constant: p, the corrections and the scores stay in
+ * registers), with the same results bit for bit: every score is the same
+ * exact integer per block, then the same float operations. What differs is
+ * how the integers are summed: the 16 positions' K quants of a 64-value
+ * chunk are transposed once for all heads (ifd__transpose16: lane j of t[d]
+ * = bytes 4d .. 4d + 3 of position j), so each head's block sums are 8
+ * vpdpbusd per block against its query's 4 bytes broadcast, positions
+ * already in lanes, no reduction per head (ifd__chunk_q512 reduces 16
+ * vectors per head: 44 instructions against the transpose's 64 for all).
+ * The query's offset o·Σ q per block (qo: computed once per query row) is
+ * taken off at the start. The G
+ * corrections e^(m − m') are one exp16.
+ */
+IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512t(const int8_t *qi, const float *qd,
+                                                         const int32_t *qo, const char *K,
+                                                         const char *V, int n, int hd, float scale,
+                                                         float *m, float *l, float *acc,
+                                                         const int G, const int dt)
+{
+    const int64_t stride = ifd__row_bytes(dt, hd), qb = ifd__row_qbytes(dt, hd), qs = ifd__qrow(hd);
+    const int nc = (int)(qs / IFD__QROW), nb = hd / IFD__QK;
+    const __mmask16 nm = ifd__mask16(n);
+    const char *rows[IFD__ATT_CHUNK];
+    for (int j = 0; j < IFD__ATT_CHUNK; j++)
+        rows[j] = K + (j < n ? j : n - 1) * stride;
+    const __m512i ro = ifd__row_offsets16(n, stride);
+    __m512 s[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++)
+        s[g] = _mm512_setzero_ps();
+    __m512 dv[IFD__QMAXC][2];
+    for (int c = 0; c < nc; c++) {
+        __m512 dk[2];
+        ifd__scales16v(ifd__scale_pairs16(K + qb, ro, c, nb), &dk[0], &dk[1]);
+        ifd__scales16v(ifd__scale_pairs16(V + qb, ro, c, nb), &dv[c][0], &dv[c][1]);
+        __m512i t[16];
+        {
+            __m512i r[16];
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++)
+                r[j] = ifd__kq64(rows[j], c, hd, dt);
+            ifd__transpose16(r, t);
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++) {
+            const int8_t *qc = qi + g * qs + IFD__QROW * c;
+            const float *dg = qd + g * (qs / IFD__QK);
+            const int32_t *og = qo + g * (qs / IFD__QK) + 2 * c;
+            __m512i A = _mm512_set1_epi32(og[0]), B = _mm512_set1_epi32(og[1]);
+#pragma GCC unroll 8
+            for (int d = 0; d < 8; d++) {
+                int32_t qa, qb4;
+                memcpy(&qa, qc + 4 * d, 4);
+                memcpy(&qb4, qc + 32 + 4 * d, 4);
+                A = _mm512_dpbusd_epi32(A, t[d], _mm512_set1_epi32(qa));
+                B = _mm512_dpbusd_epi32(B, t[8 + d], _mm512_set1_epi32(qb4));
+            }
+            s[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A),
+                                   _mm512_mul_ps(dk[0], _mm512_set1_ps(dg[2 * c])), s[g]);
+            s[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(B),
+                                   _mm512_mul_ps(dk[1], _mm512_set1_ps(dg[2 * c + 1])), s[g]);
+        }
+    }
+    /* the online softmax of every head (ifd__softmax16's operations), the
+     * corrections in one exp16 */
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    float dm[16] __attribute__((aligned(64))) = {0};
+    float mnew[8];
+    __m512 p[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) {
+        const __m512 sv = _mm512_mask_mov_ps(ninf, nm, _mm512_mul_ps(s[g], _mm512_set1_ps(scale)));
+        const float cmax = _mm512_reduce_max_ps(sv);
+        mnew[g] = cmax > m[g] ? cmax : m[g];
+        dm[g] = m[g] - mnew[g];
+        p[g] = _mm512_maskz_mov_ps(nm, ifd__exp16(_mm512_sub_ps(sv, _mm512_set1_ps(mnew[g]))));
+    }
+    float corr[16] __attribute__((aligned(64)));
+    _mm512_store_ps(corr, ifd__exp16(_mm512_load_ps(dm))); /* e^-inf = 0 */
+    float w[8][IFD__QMAXB][IFD__ATT_CHUNK] __attribute__((aligned(64)));
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) {
+        l[g] = l[g] * corr[g] + _mm512_reduce_add_ps(p[g]);
+        m[g] = mnew[g];
+        for (int b = 0; b < nb; b++)
+            _mm512_store_ps(w[g][b], _mm512_mul_ps(p[g], dv[b / 2][b % 2]));
+    }
+#pragma GCC unroll 2
+    for (int g0 = 0; g0 < G; g0 += 4)
+        ifd__pv_q512(acc + (int64_t)g0 * hd, corr + g0, w + g0, V, stride, n, hd,
+                     G - g0 < 4 ? G - g0 : 4, dt);
+}
+
+/* ifd__chunk_q512t for G = 2..8 (a compile-time G), else ifd__chunk_q512. */
+IFD__TARGET_AVX512VNNI IFD__INLINE void ifd__chunk_q512_g(const int8_t *qi, const float *qd,
+                                                          const int32_t *qo, const char *K,
+                                                          const char *V, int n, int G, int hd,
+                                                          float scale, float *m, float *l,
+                                                          float *acc, const int dt)
+{
+    switch (G) {
+#define IFD__Q512T(g)                                                                              \
+    case g:                                                                                        \
+        ifd__chunk_q512t(qi, qd, qo, K, V, n, hd, scale, m, l, acc, g, dt);                        \
+        return;
+        IFD__Q512T(2)
+        IFD__Q512T(3)
+        IFD__Q512T(4)
+        IFD__Q512T(5)
+        IFD__Q512T(6)
+        IFD__Q512T(7)
+        IFD__Q512T(8)
+#undef IFD__Q512T
+    default:
+        ifd__chunk_q512(qi, qd, K, V, n, G, hd, scale, m, l, acc, dt);
+        return;
+    }
+}
+
 IFD__TARGET_AVX512VNNI void ifd__chunk_q512_kv(const ifd_kv_layer_t *kv, int64_t base, int n,
-                                               const int8_t *qi, const float *qd, int G,
-                                               float scale, float *m, float *l, float *acc)
+                                               const int8_t *qi, const float *qd, const int32_t *qo,
+                                               int G, float scale, float *m, float *l, float *acc)
 {
     const char *K = (const char *)kv->k + base, *V = (const char *)kv->v + base;
     if (kv->dtype == IFD_DTYPE_Q8_0)
-        ifd__chunk_q512(qi, qd, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q8_0);
+        ifd__chunk_q512_g(qi, qd, qo, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q8_0);
     else
-        ifd__chunk_q512(qi, qd, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q4_0);
+        ifd__chunk_q512_g(qi, qd, qo, K, V, n, G, kv->head_dim, scale, m, l, acc, IFD_DTYPE_Q4_0);
 }
 
 /* Lane j of the result = Σ lanes of d[j], for 8 int32 vectors (exact). */

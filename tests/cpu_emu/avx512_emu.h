@@ -151,6 +151,21 @@ IFD__EMU_WIDEN(cvtepu8_epi32, __m128i, uint8_t)
 #define _mm512_cvtepu8_epi32(a)  ifd__emu_cvtepu8_epi32(a)
 
 /* int32 → f32, rounded to nearest as (float) does. */
+/* vpgatherdd: lane i = the int32 at base + vindex[i]·scale. */
+static inline simde__m512i ifd__emu_i32gather_epi32(simde__m512i vindex, const void *base,
+                                                    int scale)
+{
+    int32_t idx[16], r[16];
+    memcpy(idx, &vindex, sizeof idx);
+    for (int i = 0; i < 16; i++)
+        memcpy(&r[i], (const char *)base + (int64_t)idx[i] * scale, 4);
+    simde__m512i x;
+    memcpy(&x, r, sizeof x);
+    return x;
+}
+#undef _mm512_i32gather_epi32
+#define _mm512_i32gather_epi32(vindex, base, scale) ifd__emu_i32gather_epi32(vindex, base, scale)
+
 static inline simde__m512 ifd__emu_cvtepi32_ps(simde__m512i a)
 {
     ifd__emu_si s = {.v = a};

@@ -8,7 +8,7 @@
  * padding slots, and then runs one ragged batch mixing a prefill chunk on top
  * of cached context, a whole prompt, a first token and two decode tokens,
  * interleaved, plus padding rows (seq −1). Outputs start as NaN. Cases cover
- * f32/f16/bf16, q8_0/q4_0 and fp8 KV, GQA group sizes 1..4, head dims 8..256 (not
+ * f32/f16/bf16, q8_0/q4_0 and fp8 KV, GQA group sizes 1..5 and 8, head dims 8..256 (not
  * all multiples of the SIMD width), block sizes 1..32 and sliding windows.
  *
  * Every row kv_write stored must be byte for byte what this file's own
@@ -40,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static uint64_t rng_state;
 
@@ -511,6 +513,9 @@ static const att_cfg_t att_cfgs[] = {
     {6, 2, 32, 5, IFD_DTYPE_Q4_0, 3},
     {16, 4, 128, 32, IFD_DTYPE_Q4_0, 0},
     {3, 3, 96, 3, IFD_DTYPE_Q8_0, 40},
+    /* GQA groups of 8 and 5 (the AVX-512 kernels' compile-time groups go to 8) */
+    {16, 2, 64, 16, IFD_DTYPE_Q8_0, 0},
+    {10, 2, 64, 16, IFD_DTYPE_F16, 0},
     /* fp8 rows: SmolLM2, Gemma-like with a window, partial chunks */
     {9, 3, 64, 16, IFD_DTYPE_FP8, 0},
     {4, 1, 256, 16, IFD_DTYPE_FP8, 5},
@@ -794,6 +799,62 @@ START_TEST(test_quant_edges)
 }
 END_TEST
 
+/* K and V regions that end where an unreadable page begins: the kernels read
+ * no byte past a region's last row (the AVX-512 path gathers the rows' scale
+ * pairs 4 bytes at a time, the last scale of a head_dim ≡ 32 mod 64 row
+ * alone). Q8_0 and Q4_0, head_dim 32 and 96, one block of 16 positions, the
+ * token at its last position: every row is read, the last one last. */
+START_TEST(test_region_end)
+{
+    rng_state = 7;
+    const long page = sysconf(_SC_PAGESIZE);
+    const ifd_dtype_t dts[2] = {IFD_DTYPE_Q8_0, IFD_DTYPE_Q4_0};
+    const int hds[2] = {32, 96};
+    ifd_threadpool_t *tp = NULL;
+    ck_assert_int_eq(ifd_threadpool_create(&tp, 1), 0);
+    for (int d = 0; d < 2; d++)
+        for (int h = 0; h < 2; h++) {
+            const int hd = hds[h], bs = 16, G = 4;
+            const int64_t bytes = ifd_kv_row_bytes(dts[d], hd) * bs;
+            const size_t span = (size_t)((bytes + page - 1) / page * page);
+            char *m[2];
+            void *reg[2];
+            for (int r = 0; r < 2; r++) { /* [pages holding the region][PROT_NONE page] */
+                m[r] = mmap(NULL, span + (size_t)page, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                ck_assert_ptr_ne(m[r], MAP_FAILED);
+                ck_assert_int_eq(mprotect(m[r] + span, (size_t)page, PROT_NONE), 0);
+                reg[r] = m[r] + span - bytes;
+            }
+            ifd_kv_layer_t kv = {.k = reg[0],
+                                 .v = reg[1],
+                                 .dtype = dts[d],
+                                 .block_size = bs,
+                                 .n_kv_heads = 1,
+                                 .head_dim = hd};
+            float k[16 * 96], v[16 * 96], q[4 * 96], out[4 * 96];
+            int64_t slot[16];
+            for (int i = 0; i < bs * hd; i++)
+                k[i] = rnd(-0.5f, 0.5f), v[i] = rnd(-0.5f, 0.5f);
+            for (int i = 0; i < bs; i++)
+                slot[i] = i;
+            ck_assert_int_eq(ifd_cpu_kv_write(&kv, k, v, slot, bs), 0);
+            for (int i = 0; i < G * hd; i++)
+                q[i] = rnd(-0.5f, 0.5f);
+            const int32_t seq = 0, pos = bs - 1, bt = 0;
+            ck_assert_int_eq(
+                ifd_cpu_paged_attention(out, q, &kv, &seq, &pos, NULL, &bt, 1, 1, G, 0.125f, 0, tp),
+                0);
+            for (int i = 0; i < G * hd; i++)
+                IFD_CHECK(isfinite(out[i]), "dtype %d hd %d: out[%d] = %g", (int)dts[d], hd, i,
+                          out[i]);
+            for (int r = 0; r < 2; r++)
+                munmap(m[r], span + (size_t)page);
+        }
+    ifd_threadpool_destroy(tp);
+}
+END_TEST
+
 static Suite *attention_suite(void)
 {
     Suite *s = suite_create("cpu_attention");
@@ -806,6 +867,7 @@ static Suite *attention_suite(void)
     tcase_add_test(tc, test_fp8_code);
     tcase_add_test(tc, test_fp8_rows);
     tcase_add_test(tc, test_kv_rotate);
+    tcase_add_test(tc, test_region_end);
     suite_add_tcase(s, tc);
     return s;
 }
