@@ -1286,55 +1286,110 @@ IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const i
     }
 }
 
-IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const int BITS,
-                                           const int KQ, const int TWO, const int ZP, int pf)
+/* A segment: AMX_SEG blocks of a group pair unpacked once (B tiles and
+ * scales) and then used by every 16-row tile of the activation chunk (up to
+ * QM_CHUNK / AMX_ROWS of them), where each tile used to unpack every block
+ * for itself. 64 blocks: 32 KiB of B and 8 KiB of scales, which stay in
+ * L1/L2 while the chunk's tiles read them; and a B tile is then never
+ * loaded right after the vector stores that wrote it (no forwarding from
+ * those to a tile load: the comment above). */
+enum { AMX_SEG = 64, AMX_TILES = QM_CHUNK / AMX_ROWS };
+
+typedef struct {
+    _Alignas(64) uint8_t bt[AMX_SEG][8 * 64];
+    amx_scales_t sc[AMX_SEG];
+} amx_seg_t;
+
+/* The tile of 16 activation rows from i0 over the segment's ns blocks (the
+ * first is block b0), folded into acc in block order: batch j's tile
+ * products, then batch j − 1 folded, so a C tile is read back a batch
+ * after its store. */
+IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
+                                         const amx_seg_t *sg, const int BITS, const int TWO,
+                                         const int ZP, __m512 *acc,
+                                         int32_t (*ct)[AMX_BATCH][AMX_ROWS * 16],
+                                         int32_t (*ch)[2][TWO == 2 ? AMX_ROWS * 16 : 1],
+                                         const uint8_t *pf, int64_t pf_step)
 {
-    enum { NBT = AMX_BATCH };            /* slots; Q6_K uses 2 */
     const int SG = ZP != 0 || BITS == 6; /* B signed: amx_unpack */
-    const int k = c->a->k, nb = c->nb, nbt = TWO == 2 ? 2 : AMX_BATCH;
-    const uint8_t *grp = c->w + (int64_t)G * c->gb;
-    const int8_t *xq = c->a->q + (int64_t)i0 * k;
-    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
-    _Alignas(64) uint8_t bt[2][NBT][8 * 64];
-    _Alignas(64) int32_t ct[2][NBT][AMX_ROWS * 16], ch[2][2][TWO == 2 ? AMX_ROWS * 16 : 1];
-    amx_scales_t sc[2][NBT];
-    __m512 acc[AMX_ROWS];
-#pragma GCC unroll 16
-    for (int i = 0; i < AMX_ROWS; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int s = 0; s < nbt && s < nb; s++)
-        amx_unpack(c, grp, s, BITS, KQ, TWO, ZP, &dv, &mv, &sc[0][s], bt[0][s], pf);
-    int q = 0, b0 = 0;
-    for (;; q ^= 1, b0 += nbt) {
-        const int r = nb - b0 < nbt ? nb - b0 : nbt;
-        const int8_t *xb = xq + b0 * QB;
+    const int k = c->a->k, nbt = TWO == 2 ? 2 : AMX_BATCH;
+    const int8_t *xq = c->a->q + (int64_t)i0 * k + (int64_t)b0 * QB;
+    for (int q = 0, s0 = 0;; q ^= 1, s0 += nbt) {
+        const int r = ns - s0 < nbt ? ns - s0 : nbt;
+        if (pf) { /* the next segment's weights, a slice a batch (both groups) */
+            for (int64_t o = 0; o < pf_step; o += 64) {
+                _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+                _mm_prefetch((const char *)pf + c->gb + o, _MM_HINT_T0);
+            }
+            pf += pf_step;
+        }
+        const int8_t *xb = xq + s0 * QB;
+        const uint8_t(*bt)[8 * 64] = sg->bt + s0;
         if (TWO == 2) { /* a block's halves, one pair a block */
-            amx_pair(SG, 0, xb, xb + 16, k, bt[q][0], bt[q][0] + 4 * 64, ct[q][0], ch[q][0]);
+            amx_pair(SG, 0, xb, xb + 16, k, bt[0], bt[0] + 4 * 64, ct[q][0], ch[q][0]);
             if (r > 1)
-                amx_pair(SG, 2, xb + QB, xb + QB + 16, k, bt[q][1], bt[q][1] + 4 * 64, ct[q][1],
+                amx_pair(SG, 2, xb + QB, xb + QB + 16, k, bt[1], bt[1] + 4 * 64, ct[q][1],
                          ch[q][1]);
         } else if (r == AMX_BATCH) {
-            amx_pair(SG, 0, xb, xb + QB, k, bt[q][0], bt[q][1], ct[q][0], ct[q][1]);
-            amx_pair(SG, 2, xb + 2 * QB, xb + 3 * QB, k, bt[q][2], bt[q][3], ct[q][2], ct[q][3]);
+            amx_pair(SG, 0, xb, xb + QB, k, bt[0], bt[1], ct[q][0], ct[q][1]);
+            amx_pair(SG, 2, xb + 2 * QB, xb + 3 * QB, k, bt[2], bt[3], ct[q][2], ct[q][3]);
         } else {
             for (int s = 0; s < r; s++)
-                amx_one(SG, xb + s * QB, k, bt[q][s], ct[q][s]);
+                amx_one(SG, xb + s * QB, k, bt[s], ct[q][s]);
         }
-        if (b0 > 0) /* the batch before: always a whole one */
+        if (s0 > 0) /* the batch before: always a whole one */
             for (int s = 0; s < nbt; s++)
-                amx_fold(c, i0, b0 - nbt + s, BITS, TWO, ZP, SG, &sc[!q][s], ct[!q][s],
-                         ch[!q][s & (TWO == 2)], acc);
-        if (b0 + nbt >= nb) {
+                amx_fold(c, i0, b0 + s0 - nbt + s, BITS, TWO, ZP, SG, &sg->sc[s0 - nbt + s],
+                         ct[!q][s], ch[!q][s & (TWO == 2)], acc);
+        if (s0 + nbt >= ns) {
             for (int s = 0; s < r; s++)
-                amx_fold(c, i0, b0 + s, BITS, TWO, ZP, SG, &sc[q][s], ct[q][s],
+                amx_fold(c, i0, b0 + s0 + s, BITS, TWO, ZP, SG, &sg->sc[s0 + s], ct[q][s],
                          ch[q][s & (TWO == 2)], acc);
-            break;
+            return;
         }
-        for (int s = 0; s < nbt && b0 + nbt + s < nb; s++)
-            amx_unpack(c, grp, b0 + nbt + s, BITS, KQ, TWO, ZP, &dv, &mv, &sc[!q][s], bt[!q][s],
-                       pf);
     }
-    qstore512(c, G, i0, AMX_ROWS, acc);
+}
+
+/* nt (1..AMX_TILES) tiles of 16 activation rows from i0 on groups G and
+ * G + 1, segment by segment: each segment's blocks unpacked once, then
+ * every tile runs over them, its accumulators kept here between segments.
+ * Each output still folds its blocks in order, so the results are those
+ * of the other paths bit for bit. */
+IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int nt, const int BITS,
+                                            const int KQ, const int TWO, const int ZP)
+{
+    const uint8_t *grp = c->w + (int64_t)G * c->gb;
+    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
+    amx_seg_t sg;
+    _Alignas(64) int32_t ct[2][AMX_BATCH][AMX_ROWS * 16], ch[2][2][TWO == 2 ? AMX_ROWS * 16 : 1];
+    __m512 accs[AMX_TILES][AMX_ROWS];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < AMX_ROWS; i++)
+            accs[t][i] = _mm512_setzero_ps();
+    const int nbt = TWO == 2 ? 2 : AMX_BATCH;
+    for (int b0 = 0; b0 < c->nb; b0 += AMX_SEG) {
+        const int ns = c->nb - b0 < AMX_SEG ? c->nb - b0 : AMX_SEG;
+        for (int s = 0; s < ns; s++)
+            amx_unpack(c, grp, b0 + s, BITS, KQ, TWO, ZP, &dv, &mv, &sg.sc[s], sg.bt[s], b0 == 0);
+        /* the first tile's run asks for the next segment's blocks, spread over
+         * its batches, so that segment's unpacking reads them from cache */
+        const int nn = c->nb - b0 - ns < AMX_SEG ? c->nb - b0 - ns : AMX_SEG;
+        const uint8_t *pf = nn > 0 ? grp + c->hdr + (int64_t)(b0 + ns) * c->bb : NULL;
+        const int64_t pf_step = ((int64_t)nn * c->bb + (ns + nbt - 1) / nbt - 1) / ((ns + nbt - 1) / nbt);
+        for (int t = 0; t < nt; t++) {
+            __m512 acc[AMX_ROWS];
+#pragma GCC unroll 16
+            for (int i = 0; i < AMX_ROWS; i++)
+                acc[i] = accs[t][i];
+            amx_run(c, i0 + t * AMX_ROWS, b0, ns, &sg, BITS, TWO, ZP, acc, ct, ch,
+                    t == 0 ? pf : NULL, pf_step);
+#pragma GCC unroll 16
+            for (int i = 0; i < AMX_ROWS; i++)
+                accs[t][i] = acc[i];
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        qstore512(c, G, i0 + t * AMX_ROWS, AMX_ROWS, accs[t]);
 }
 
 /* The tile of path P for MI activation rows from i (AVX2: MI ≤ 4, its 16
@@ -1361,13 +1416,24 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
 #define QMM_BEGIN_avx512(two) ((void)0)
 #define QMM_END_avx512()      ((void)0)
 #define QMM_BEGIN_amx(two)    AMX_CONFIG(two)
+/* Where a path runs several tiles of a group in one call: AMX, every whole
+ * 16-row tile of the chunk on a group pair (qtiles_amx), i moved past them. */
+#define QTILES_avx2(pair, BITS, KQ, TWO, ZP)   ((void)0)
+#define QTILES_avx512(pair, BITS, KQ, TWO, ZP) ((void)0)
+#define QTILES_amx(pair, BITS, KQ, TWO, ZP)                                                        \
+    do {                                                                                           \
+        if ((pair) && c1 - i >= AMX_ROWS) {                                                        \
+            const int nt = (c1 - i) / AMX_ROWS;                                                    \
+            qtiles_amx(c, G, i, nt, BITS, KQ, TWO, ZP);                                            \
+            i += nt * AMX_ROWS;                                                                    \
+        }                                                                                          \
+    } while (0)
 #define QMM_END_amx()         AMX_RELEASE()
 
 #define QTILE_amx(pair, MI, BITS, KQ, TWO, ZP)                                                     \
     do {                                                                                           \
-        if ((MI) == AMX_ROWS && (pair))                                                            \
-            qtile_amx(c, G, i, BITS, KQ, TWO, ZP, i == c0);                                        \
-        else if ((MI) == AMX_ROWS) /* the last, odd group: the AVX2 tile, 4 rows at a time */      \
+        if ((MI) == AMX_ROWS) /* the last, odd group (QTILES_amx took the pairs): the AVX2    \
+                               * tile, 4 rows at a time */                                          \
             for (int i4 = 0; i4 < AMX_ROWS; i4 += 4)                                               \
                 qtile_avx2(c, G, i + i4, 4, BITS, KQ, TWO, ZP, i4 == 0 && i == c0);                \
         else                                                                                       \
@@ -1390,6 +1456,7 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
                 const int pair = GSTEP == 2 && G + 1 < G1;                                         \
                 (void)pair;                                                                        \
                 int i = c0;                                                                        \
+                QTILES_##P(pair, BITS, KQ, TWO, ZP);                                               \
                 for (; i + TW <= c1; i += TW)                                                      \
                     QTILE_##P(pair, TW, BITS, KQ, TWO, ZP);                                        \
                 if (TW == 16 && c1 - i >= 8) {                                                     \
@@ -1436,6 +1503,9 @@ QMM_TYPES(amx, IFD__TARGET_AMX, 2, 16)
 #undef QTILE_avx2
 #undef QTILE_avx512
 #undef QTILE_amx
+#undef QTILES_avx2
+#undef QTILES_avx512
+#undef QTILES_amx
 #undef QMM_BEGIN_avx2
 #undef QMM_END_avx2
 #undef QMM_BEGIN_avx512
