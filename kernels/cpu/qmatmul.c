@@ -1303,13 +1303,21 @@ typedef struct {
 /* The tile of 16 activation rows from i0 over the segment's ns blocks (the
  * first is block b0), folded into acc in block order: batch j's tile
  * products, then batch j − 1 folded, so a C tile is read back a batch
- * after its store. */
+ * after its store. With nn > 0 (the segment's last tile) each batch's slots,
+ * once folded, are refilled with the next segment's blocks (b0 + ns on, nn
+ * of them, in order: dv and mv carry a K-quant's header), so that unpacking
+ * runs while the tile products do, as it did before segments; without it
+ * Q6_K (two tile products a block) was 3% slower than before segments and
+ * the other 4- to 6-bit types gained less (docs/benchmarks.md, "AMX prefill,
+ * unpacking once per chunk"). */
 IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
-                                         const amx_seg_t *sg, const int BITS, const int TWO,
+                                         amx_seg_t *sg, const int BITS, const int TWO,
                                          const int ZP, __m512 *acc,
                                          int32_t (*ct)[AMX_BATCH][AMX_ROWS * 16],
                                          int32_t (*ch)[2][TWO == 2 ? AMX_ROWS * 16 : 1],
-                                         const uint8_t *pf, int64_t pf_step)
+                                         const uint8_t *pf, int64_t pf_step,
+                                         const uint8_t *grp, int nn, const int KQ, __m512 *dv,
+                                         __m512 *mv)
 {
     const int SG = ZP != 0 || BITS == 6; /* B signed: amx_unpack */
     const int k = c->a->k, nbt = TWO == 2 ? 2 : AMX_BATCH;
@@ -1337,14 +1345,23 @@ IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
             for (int s = 0; s < r; s++)
                 amx_one(SG, xb + s * QB, k, bt[s], ct[q][s]);
         }
-        if (s0 > 0) /* the batch before: always a whole one */
+        if (s0 > 0) { /* the batch before: always a whole one */
             for (int s = 0; s < nbt; s++)
                 amx_fold(c, i0, b0 + s0 - nbt + s, BITS, TWO, ZP, SG, &sg->sc[s0 - nbt + s],
                          ct[!q][s], ch[!q][s & (TWO == 2)], acc);
+            /* the segment's last tile: its slots, read for the last time, take
+             * the next segment's blocks while the tile products run */
+            for (int s = s0 - nbt; s < s0 && s < nn; s++)
+                amx_unpack(c, grp, b0 + ns + s, BITS, KQ, TWO, ZP, dv, mv, &sg->sc[s], sg->bt[s],
+                           0);
+        }
         if (s0 + nbt >= ns) {
             for (int s = 0; s < r; s++)
                 amx_fold(c, i0, b0 + s0 + s, BITS, TWO, ZP, SG, &sg->sc[s0 + s], ct[q][s],
                          ch[q][s & (TWO == 2)], acc);
+            for (int s = s0; s < nn; s++)
+                amx_unpack(c, grp, b0 + ns + s, BITS, KQ, TWO, ZP, dv, mv, &sg->sc[s], sg->bt[s],
+                           0);
             return;
         }
     }
@@ -1366,23 +1383,30 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
     for (int t = 0; t < nt; t++)
         for (int i = 0; i < AMX_ROWS; i++)
             accs[t][i] = _mm512_setzero_ps();
-    const int nbt = TWO == 2 ? 2 : AMX_BATCH;
+    /* OV: the next segment unpacked during the last tile's run (amx_run);
+     * Q8_0, whose unpacking is 8 loads and xors, measured no gain from it
+     * (the code in the loop cost as much as the overlap saved), so it
+     * unpacks each segment up front */
+    const int nbt = TWO == 2 ? 2 : AMX_BATCH, OV = BITS != 8;
+    for (int s = 0; s < AMX_SEG && s < c->nb; s++)
+        amx_unpack(c, grp, s, BITS, KQ, TWO, ZP, &dv, &mv, &sg.sc[s], sg.bt[s], 1);
     for (int b0 = 0; b0 < c->nb; b0 += AMX_SEG) {
         const int ns = c->nb - b0 < AMX_SEG ? c->nb - b0 : AMX_SEG;
-        for (int s = 0; s < ns; s++)
-            amx_unpack(c, grp, b0 + s, BITS, KQ, TWO, ZP, &dv, &mv, &sg.sc[s], sg.bt[s], b0 == 0);
+        for (int s = 0; !OV && b0 > 0 && s < ns; s++)
+            amx_unpack(c, grp, b0 + s, BITS, KQ, TWO, ZP, &dv, &mv, &sg.sc[s], sg.bt[s], 0);
         /* the first tile's run asks for the next segment's blocks, spread over
          * its batches, so that segment's unpacking reads them from cache */
         const int nn = c->nb - b0 - ns < AMX_SEG ? c->nb - b0 - ns : AMX_SEG;
         const uint8_t *pf = nn > 0 ? grp + c->hdr + (int64_t)(b0 + ns) * c->bb : NULL;
-        const int64_t pf_step = ((int64_t)nn * c->bb + (ns + nbt - 1) / nbt - 1) / ((ns + nbt - 1) / nbt);
+        const int nbat = (ns + nbt - 1) / nbt;
+        const int64_t pf_step = ((int64_t)nn * c->bb + nbat - 1) / nbat;
         for (int t = 0; t < nt; t++) {
             __m512 acc[AMX_ROWS];
 #pragma GCC unroll 16
             for (int i = 0; i < AMX_ROWS; i++)
                 acc[i] = accs[t][i];
             amx_run(c, i0 + t * AMX_ROWS, b0, ns, &sg, BITS, TWO, ZP, acc, ct, ch,
-                    t == 0 ? pf : NULL, pf_step);
+                    t == 0 ? pf : NULL, pf_step, grp, OV && t == nt - 1 ? nn : 0, KQ, &dv, &mv);
 #pragma GCC unroll 16
             for (int i = 0; i < AMX_ROWS; i++)
                 accs[t][i] = acc[i];
