@@ -1135,6 +1135,16 @@ static const amx_cfg_t amx_cfg[2] = {
      .rows = {AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, 4, 4}},
 };
 
+/* The configuration for tiles of mr ≤ AMX_ROWS activation rows (A and C
+ * tiles that short: amx_short_min_m). */
+static inline amx_cfg_t amx_cfg_rows(const amx_cfg_t *base, int mr)
+{
+    amx_cfg_t cfg = *base;
+    for (int t = 0; t < 6; t++)
+        cfg.rows[t] = (uint8_t)mr;
+    return cfg;
+}
+
 #if defined(IFD_AVX512_EMU)
 #define IFD__TARGET_AMX IFD__TARGET_AVX2
 static __thread uint8_t amx_emu[8][1024];
@@ -1170,7 +1180,9 @@ static void amx_emu_dp(int tc, int ta, int tb, int sgn)
     }
 }
 
-#define AMX_CONFIG(two)     (amx_emu_cfg = &amx_cfg[(two) == 2])
+static __thread amx_cfg_t amx_emu_cfg_rows;
+#define AMX_CONFIG(two, mr)                                                                        \
+    (amx_emu_cfg_rows = amx_cfg_rows(&amx_cfg[(two) == 2], mr), amx_emu_cfg = &amx_emu_cfg_rows)
 #define AMX_RELEASE()       ((void)0)
 #define AMX_ZERO(t)         memset(amx_emu[t], 0, sizeof amx_emu[t])
 #define AMX_LOAD(t, p, s)   amx_emu_load(t, p, s)
@@ -1180,7 +1192,11 @@ static void amx_emu_dp(int tc, int ta, int tb, int sgn)
 #else
 #define IFD__TARGET_AMX                                                                            \
     __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
-#define AMX_CONFIG(two)     _tile_loadconfig(&amx_cfg[(two) == 2])
+#define AMX_CONFIG(two, mr)                                                                        \
+    do {                                                                                           \
+        const amx_cfg_t cfg_ = amx_cfg_rows(&amx_cfg[(two) == 2], mr);                             \
+        _tile_loadconfig(&cfg_);                                                                   \
+    } while (0)
 #define AMX_RELEASE()       _tile_release()
 #define AMX_ZERO(t)         _tile_zero(t)
 #define AMX_LOAD(t, p, s)   _tile_loadd(t, p, s)
@@ -1271,13 +1287,15 @@ IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, 
 IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const int BITS,
                                           const int TWO, const int ZP, const int SG,
                                           const amx_scales_t *sc, const int32_t *ct,
-                                          const int32_t *ch, __m512 *acc)
+                                          const int32_t *ch, __m512 *acc, const int mr)
 {
     const int64_t rb = (int64_t)i0 * c->nb + b;
     const float *d = c->a->d + rb, *ds = c->a->ds + rb;
     const int32_t *s = c->a->s + rb, *h = c->a->h + rb;
 #pragma GCC unroll 16
     for (int i = 0; i < AMX_ROWS; i++) {
+        if (i >= mr)
+            break;
         const __m512i lo = _mm512_load_si512((const __m512i *)(ct + 16 * i));
         const __m512i hi =
             TWO == 2 ? _mm512_load_si512((const __m512i *)(ch + 16 * i)) : _mm512_setzero_si512();
@@ -1317,7 +1335,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
                                          int32_t (*ch)[2][TWO == 2 ? AMX_ROWS * 16 : 1],
                                          const uint8_t *pf, int64_t pf_step,
                                          const uint8_t *grp, int nn, const int KQ, __m512 *dv,
-                                         __m512 *mv)
+                                         __m512 *mv, const int mr)
 {
     const int SG = ZP != 0 || BITS == 6; /* B signed: amx_unpack */
     const int k = c->a->k, nbt = TWO == 2 ? 2 : AMX_BATCH;
@@ -1348,7 +1366,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
         if (s0 > 0) { /* the batch before: always a whole one */
             for (int s = 0; s < nbt; s++)
                 amx_fold(c, i0, b0 + s0 - nbt + s, BITS, TWO, ZP, SG, &sg->sc[s0 - nbt + s],
-                         ct[!q][s], ch[!q][s & (TWO == 2)], acc);
+                         ct[!q][s], ch[!q][s & (TWO == 2)], acc, mr);
             /* the segment's last tile: its slots, read for the last time, take
              * the next segment's blocks while the tile products run */
             for (int s = s0 - nbt; s < s0 && s < nn; s++)
@@ -1358,7 +1376,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
         if (s0 + nbt >= ns) {
             for (int s = 0; s < r; s++)
                 amx_fold(c, i0, b0 + s0 + s, BITS, TWO, ZP, SG, &sg->sc[s0 + s], ct[q][s],
-                         ch[q][s & (TWO == 2)], acc);
+                         ch[q][s & (TWO == 2)], acc, mr);
             for (int s = s0; s < nn; s++)
                 amx_unpack(c, grp, b0 + ns + s, BITS, KQ, TWO, ZP, dv, mv, &sg->sc[s], sg->bt[s],
                            0);
@@ -1373,7 +1391,8 @@ IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
  * Each output still folds its blocks in order, so the results are those
  * of the other paths bit for bit. */
 IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int nt, const int BITS,
-                                            const int KQ, const int TWO, const int ZP)
+                                            const int KQ, const int TWO, const int ZP,
+                                            const int mr)
 {
     const uint8_t *grp = c->w + (int64_t)G * c->gb;
     __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
@@ -1406,14 +1425,15 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
             for (int i = 0; i < AMX_ROWS; i++)
                 acc[i] = accs[t][i];
             amx_run(c, i0 + t * AMX_ROWS, b0, ns, &sg, BITS, TWO, ZP, acc, ct, ch,
-                    t == 0 ? pf : NULL, pf_step, grp, OV && t == nt - 1 ? nn : 0, KQ, &dv, &mv);
+                    t == 0 ? pf : NULL, pf_step, grp, OV && t == nt - 1 ? nn : 0, KQ, &dv, &mv,
+                    mr);
 #pragma GCC unroll 16
             for (int i = 0; i < AMX_ROWS; i++)
                 accs[t][i] = acc[i];
         }
     }
     for (int t = 0; t < nt; t++)
-        qstore512(c, G, i0 + t * AMX_ROWS, AMX_ROWS, accs[t]);
+        qstore512(c, G, i0 + t * AMX_ROWS, mr, accs[t]);
 }
 
 /* The tile of path P for MI activation rows from i (AVX2: MI ≤ 4, its 16
@@ -1439,7 +1459,7 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
 #define QMM_END_avx2()        ((void)0)
 #define QMM_BEGIN_avx512(two) ((void)0)
 #define QMM_END_avx512()      ((void)0)
-#define QMM_BEGIN_amx(two)    AMX_CONFIG(two)
+#define QMM_BEGIN_amx(two)    AMX_CONFIG(two, m < AMX_ROWS ? m : AMX_ROWS)
 /* Where a path runs several tiles of a group in one call: AMX, every whole
  * 16-row tile of the chunk on a group pair (qtiles_amx), i moved past them. */
 #define QTILES_avx2(pair, BITS, KQ, TWO, ZP)   ((void)0)
@@ -1448,8 +1468,11 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
     do {                                                                                           \
         if ((pair) && c1 - i >= AMX_ROWS) {                                                        \
             const int nt = (c1 - i) / AMX_ROWS;                                                    \
-            qtiles_amx(c, G, i, nt, BITS, KQ, TWO, ZP);                                            \
+            qtiles_amx(c, G, i, nt, BITS, KQ, TWO, ZP, AMX_ROWS);                                  \
             i += nt * AMX_ROWS;                                                                    \
+        } else if ((pair) && m < AMX_ROWS) { /* a short product: one tile of m rows */             \
+            qtiles_amx(c, G, i, 1, BITS, KQ, TWO, ZP, m);                                          \
+            i += m;                                                                                \
         }                                                                                          \
     } while (0)
 #define QMM_END_amx()         AMX_RELEASE()
@@ -1561,6 +1584,16 @@ void ifd__cpu_qmatmul_set_avx512_min_m(int m)
     qmm_avx512_min_m = m > 0 ? m : 0;
 }
 
+/* The fewest activation rows for which the AMX path runs its tiles (fewer
+ * run the AVX-512 VNNI kernel; the bits are the same either way). */
+enum { QMM_AMX_MIN_M = 9 };
+static int qmm_amx_min_m; /* 0: QMM_AMX_MIN_M */
+
+void ifd__cpu_qmatmul_set_amx_min_m(int m)
+{
+    qmm_amx_min_m = m > 0 ? m : 0;
+}
+
 static int qmm_min_m(void)
 {
     if (qmm_avx512_min_m > 0)
@@ -1572,7 +1605,7 @@ static qmm_fn qmm_simd(uint32_t type, int isa, int m)
 {
     for (size_t i = 0; i < sizeof qmm_kernels / sizeof qmm_kernels[0]; i++)
         if (qmm_kernels[i].type == type) {
-            if (isa >= QMM_PATH_AMX && m >= AMX_ROWS)
+            if (isa >= QMM_PATH_AMX && m >= (qmm_amx_min_m > 0 ? qmm_amx_min_m : QMM_AMX_MIN_M))
                 return qmm_kernels[i].amx;
             return isa >= QMM_PATH_AVX512 && m >= qmm_min_m() ? qmm_kernels[i].avx512
                                                               : qmm_kernels[i].avx2;

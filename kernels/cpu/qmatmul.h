@@ -108,6 +108,13 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
  * product runs. */
 void ifd__cpu_qmatmul_set_avx512_min_m(int m);
 
+/* For tests and benchmarks: the fewest activation rows for which the AMX
+ * path (3) runs AMX tiles (products of fewer rows than 16 as one tile of
+ * that many rows); fewer run the AVX-512 VNNI kernel, with the same bits.
+ * m ≤ 0 restores the default (qmatmul.c, QMM_AMX_MIN_M). Process-wide, as
+ * above. */
+void ifd__cpu_qmatmul_set_amx_min_m(int m);
+
 /* For benchmarks: software prefetch this many bytes ahead of each block the
  * SIMD kernels read (0: none; negative: the default, 2048). Process-wide, as
  * above; x86 only. */
