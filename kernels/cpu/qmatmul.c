@@ -1311,7 +1311,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const i
  * L1/L2 while the chunk's tiles read them; and a B tile is then never
  * loaded right after the vector stores that wrote it (no forwarding from
  * those to a tile load: the comment above). */
-enum { AMX_SEG = 64, AMX_TILES = QM_CHUNK / AMX_ROWS };
+enum { AMX_SEG = 64, AMX_SEG1 = 8, AMX_TILES = QM_CHUNK / AMX_ROWS };
 
 typedef struct {
     _Alignas(64) uint8_t bt[AMX_SEG][8 * 64];
@@ -1406,16 +1406,17 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
      * Q8_0, whose unpacking is 8 loads and xors, measured no gain from it
      * (the code in the loop cost as much as the overlap saved), so it
      * unpacks each segment up front */
-    const int nbt = TWO == 2 ? 2 : AMX_BATCH, OV = BITS != 8;
-    for (int s = 0; s < AMX_SEG && s < c->nb; s++)
+    const int nbt = TWO == 2 ? 2 : AMX_BATCH, OV = BITS != 8 || nt == 1;
+    const int seg = nt == 1 ? AMX_SEG1 : AMX_SEG;
+    for (int s = 0; s < seg && s < c->nb; s++)
         amx_unpack(c, grp, s, BITS, KQ, TWO, ZP, &dv, &mv, &sg.sc[s], sg.bt[s], 1);
-    for (int b0 = 0; b0 < c->nb; b0 += AMX_SEG) {
-        const int ns = c->nb - b0 < AMX_SEG ? c->nb - b0 : AMX_SEG;
+    for (int b0 = 0; b0 < c->nb; b0 += seg) {
+        const int ns = c->nb - b0 < seg ? c->nb - b0 : seg;
         for (int s = 0; !OV && b0 > 0 && s < ns; s++)
             amx_unpack(c, grp, b0 + s, BITS, KQ, TWO, ZP, &dv, &mv, &sg.sc[s], sg.bt[s], 0);
         /* the first tile's run asks for the next segment's blocks, spread over
          * its batches, so that segment's unpacking reads them from cache */
-        const int nn = c->nb - b0 - ns < AMX_SEG ? c->nb - b0 - ns : AMX_SEG;
+        const int nn = c->nb - b0 - ns < seg ? c->nb - b0 - ns : seg;
         const uint8_t *pf = nn > 0 ? grp + c->hdr + (int64_t)(b0 + ns) * c->bb : NULL;
         const int nbat = (ns + nbt - 1) / nbt;
         const int64_t pf_step = ((int64_t)nn * c->bb + nbat - 1) / nbat;
@@ -1437,7 +1438,7 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
 }
 
 /* The tile of path P for MI activation rows from i (AVX2: MI ≤ 4, its 16
- * registers; AVX-512: MI 8 or ≤ 4): on groups G and G + 1 when `pair` (AVX-512),
+ * registers; AVX-512: MI ≤ 8): on groups G and G + 1 when `pair` (AVX-512),
  * else on G alone (the AVX2 tile, which gives the AVX-512 lanes' results
  * lane for lane; more than 4 rows as two of its tiles). */
 #define QTILE_avx2(pair, MI, BITS, KQ, TWO, ZP) qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0)
@@ -1445,9 +1446,9 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
     do {                                                                                           \
         if (pair) {                                                                                \
             qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0);                                 \
-        } else if ((MI) == 8) {                                                                    \
+        } else if ((MI) > 4) {                                                                     \
             qtile_avx2(c, G, i, 4, BITS, KQ, TWO, ZP, i == c0);                                    \
-            qtile_avx2(c, G, i + 4, 4, BITS, KQ, TWO, ZP, 0);                                      \
+            qtile_avx2(c, G, i + 4, (MI) - 4, BITS, KQ, TWO, ZP, 0);                               \
         } else {                                                                                   \
             qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0);                                   \
         }                                                                                          \
@@ -1488,9 +1489,12 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
     } while (0)
 
 /* One function per path and type: groups [G0, G1) (GSTEP at a time) for
- * every activation row, in chunks of QM_CHUNK rows, tiles of TW (4 or 8)
- * then the rest. The rows of a tile share the weights' unpacking, so wider
- * tiles spend fewer instructions a product (prefill); each row keeps its
+ * every activation row, in chunks of QM_CHUNK rows, tiles of TW (4, 8 or
+ * 16) then the rest (AVX-512 and AMX: 4 to 7 rows as one tile, then 1..3;
+ * until 2026-12-07 a tile of 4 and one of 1..3, which unpacked the weights
+ * twice: 6 rows cost what 8 did, bench_qmatmul --ms). The rows of a tile
+ * share the weights' unpacking, so wider tiles spend fewer instructions a
+ * product (prefill, speculation's verification rows); each row keeps its
  * own accumulators, so the tiling never changes a result. */
 #define QMM_DEF(P, TARGET, GSTEP, TW, name, BITS, KQ, TWO, ZP)                                     \
     TARGET static void qmm_##P##_##name(const qmm_t *c, int G0, int G1)                            \
@@ -1510,9 +1514,25 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
                     QTILE_##P(pair, 8, BITS, KQ, TWO, ZP);                                         \
                     i += 8;                                                                        \
                 }                                                                                  \
-                if (TW >= 8 && c1 - i >= 4) {                                                      \
+                switch (TW >= 8 ? c1 - i : 0) { /* 4..7 rows left: one tile (not 4 + 1..3) */       \
+                case 7:                                                                            \
+                    QTILE_##P(pair, 7, BITS, KQ, TWO, ZP);                                         \
+                    i += 7;                                                                        \
+                    break;                                                                         \
+                case 6:                                                                            \
+                    QTILE_##P(pair, 6, BITS, KQ, TWO, ZP);                                         \
+                    i += 6;                                                                        \
+                    break;                                                                         \
+                case 5:                                                                            \
+                    QTILE_##P(pair, 5, BITS, KQ, TWO, ZP);                                         \
+                    i += 5;                                                                        \
+                    break;                                                                         \
+                case 4:                                                                            \
                     QTILE_##P(pair, 4, BITS, KQ, TWO, ZP);                                         \
                     i += 4;                                                                        \
+                    break;                                                                         \
+                default:                                                                           \
+                    break;                                                                         \
                 }                                                                                  \
                 switch (c1 - i) {                                                                  \
                 case 3:                                                                            \
