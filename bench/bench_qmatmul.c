@@ -5,7 +5,7 @@
  *
  *   bench_qmatmul [--threads 2] [--rounds 5] [--min-ms 60] [--types Q4_1,Q8_0,...]
  *                 [--shapes small|llama1b|siglip] [--m 512] [--no-f32] [--no-avx2]
- *                 [--clock wall|process]
+ *                 [--clock wall|process] [--ms 1,2,4,8,9,12,16]
  *
  * The machine is shared and noisy, so the two are timed in alternation:
  * each round runs f32 then quantized (each for at least --min-ms) and the
@@ -17,6 +17,11 @@
  * --shapes siglip one layer of Gemma 3's SigLIP tower (qkv 3456×1152, out
  * 1152×1152, fc1 4304×1152, fc2 1152×4304; the tower runs them at m = 4096
  * patches; bench_vision times the whole encode);
+ * --ms times small row counts (speculation's verification steps: k + 1 rows)
+ * on every product path at each m instead: SmolLM2-135M's decode products
+ * (fused QKV 960×576, o 576×576, fused gate|up 3072×576, down 576×1536, the
+ * LM head 49152×576), or with --shapes llama1b the 1B layer's four; the
+ * "matmul" entries are then {"type","n","k","m","path","q_ms"};
  * --no-f32 leaves the f32 side out (f32_ms and speedup then 0), --no-avx2
  * the AVX2 path's rounds; --clock process times by the process's CPU time
  * (with --threads 1: a kernel's cost on a loaded machine, where the wall
@@ -230,8 +235,9 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
 }
 
 /* --ms: one quantized product at every m of the list on every path this CPU
- * has (and the dispatch's own choice, "auto"), the paths alternated within
- * each round: {"type","n","k","m","path","q_ms"} lines, medians of the rounds. */
+ * has (and the dispatch's own choice, "auto"; "amx": AMX tiles at every m,
+ * ifd__cpu_qmatmul_set_amx_min_m(1)), the paths alternated within each
+ * round: {"type","n","k","m","path","q_ms"} lines, medians of the rounds. */
 static void bench_paths(uint32_t type, const int *ms, int n_ms, int n, int k, int rounds,
                         ifd_threadpool_t *tp)
 {
@@ -241,7 +247,8 @@ static void bench_paths(uint32_t type, const int *ms, int n_ms, int n, int k, in
     void *src = random_gguf(type, n, k);
     void *wq = xmalloc((size_t)ifd_cpu_qweight_bytes(type, n, k));
     ifd_cpu_qweight_pack(wq, src, type, n, k);
-    float *x = xmalloc(sizeof(float) * (size_t)m_max * k), *y = xmalloc(sizeof(float) * (size_t)m_max * n);
+    float *x = xmalloc(sizeof(float) * (size_t)m_max * k);
+    float *y = xmalloc(sizeof(float) * (size_t)m_max * n);
     for (int64_t i = 0; i < (int64_t)m_max * k; i++)
         x[i] = (float)(rnd() >> 40) / 16777216.0f - 0.5f;
     void *amem = xmalloc((size_t)ifd_cpu_qact_bytes(m_max, k));
@@ -265,7 +272,9 @@ static void bench_paths(uint32_t type, const int *ms, int n_ms, int n, int k, in
                 if (!have[pp])
                     continue;
                 forced_isa = isas[pp];
+                ifd__cpu_qmatmul_set_amx_min_m(isas[pp] == 3 ? 1 : 0);
                 t[pp][r] = time_ms(run_q_isa, &j);
+                ifd__cpu_qmatmul_set_amx_min_m(0);
             }
         for (int p = 0; p < 4; p++) {
             if (!have[p])

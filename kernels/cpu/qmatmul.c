@@ -591,7 +591,7 @@ enum {
     QMM_PATH_SCALAR = 0,
     QMM_PATH_AVX2 = 1,
     QMM_PATH_AVX512 = 2,
-    QMM_PATH_AMX = 3, /* AVX-512 VNNI and, from AMX_ROWS activation rows on, AMX-INT8 tiles */
+    QMM_PATH_AMX = 3, /* AVX-512 VNNI and, from QMM_AMX_MIN_M activation rows on, AMX-INT8 tiles */
     QMM_AVX512_MIN_M_AMD = 5,
 };
 
@@ -1116,6 +1116,9 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
  *     last batch: one block at a time in C 0, A 4, B 6);
  *   Q6_K's halves: 0, 1: C of the batch's first block's halves, 2, 3: of its
  *     second's; 4, 5: A's halves (16 × 16 bytes); 6, 7: B's halves (4 × 64).
+ * A product of fewer than 16 rows (from QMM_AMX_MIN_M on) runs one tile of
+ * its m rows: A and C tiles configured with m rows (amx_cfg_rows), the fold
+ * and the store over m rows.
  * The emulated build (IFD_AVX512_EMU, tests/cpu_emu) runs the same code on
  * tiles in memory, so the layout and the folding are tested on any CPU. */
 enum { AMX_ROWS = 16, AMX_BATCH = 4 };
@@ -1385,9 +1388,13 @@ IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
     }
 }
 
-/* nt (1..AMX_TILES) tiles of 16 activation rows from i0 on groups G and
- * G + 1, segment by segment: each segment's blocks unpacked once, then
- * every tile runs over them, its accumulators kept here between segments.
+/* nt (1..AMX_TILES) tiles of 16 activation rows (mr: a short product's one
+ * tile of mr < 16) from i0 on groups G and G + 1, segment by segment: each
+ * segment's blocks unpacked once, then every tile runs over them, its
+ * accumulators kept here between segments. With one tile nothing is shared,
+ * and segments of AMX_SEG1 blocks refilled during its run pipeline the
+ * unpacking with the tile products instead (8 measured best of 4, 8, 12, 16,
+ * 32 and 64 at 9-16 rows: 64 made a one-tile product 8-36% slower).
  * Each output still folds its blocks in order, so the results are those
  * of the other paths bit for bit. */
 IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int nt, const int BITS,
@@ -1480,8 +1487,8 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
 
 #define QTILE_amx(pair, MI, BITS, KQ, TWO, ZP)                                                     \
     do {                                                                                           \
-        if ((MI) == AMX_ROWS) /* the last, odd group (QTILES_amx took the pairs): the AVX2    \
-                               * tile, 4 rows at a time */                                          \
+        if ((MI) == AMX_ROWS) /* the last, odd group (QTILES_amx took the pairs): the AVX2 \
+                               * tile, 4 rows at a time */                                         \
             for (int i4 = 0; i4 < AMX_ROWS; i4 += 4)                                               \
                 qtile_avx2(c, G, i + i4, 4, BITS, KQ, TWO, ZP, i4 == 0 && i == c0);                \
         else                                                                                       \
@@ -1514,7 +1521,7 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
                     QTILE_##P(pair, 8, BITS, KQ, TWO, ZP);                                         \
                     i += 8;                                                                        \
                 }                                                                                  \
-                switch (TW >= 8 ? c1 - i : 0) { /* 4..7 rows left: one tile (not 4 + 1..3) */       \
+                switch (TW >= 8 ? c1 - i : 0) { /* 4..7 rows left: one tile, not 4 + 1..3 */      \
                 case 7:                                                                            \
                     QTILE_##P(pair, 7, BITS, KQ, TWO, ZP);                                         \
                     i += 7;                                                                        \
@@ -1605,7 +1612,15 @@ void ifd__cpu_qmatmul_set_avx512_min_m(int m)
 }
 
 /* The fewest activation rows for which the AMX path runs its tiles (fewer
- * run the AVX-512 VNNI kernel; the bits are the same either way). */
+ * run the AVX-512 VNNI kernel; the bits are the same either way); a product
+ * of 9 to 15 rows is one tile of that many rows (amx_cfg_rows). 9 from
+ * bench_qmatmul --ms (CPU time, one thread, a loaded 2-core Xeon with AMX,
+ * 2026-12-07): on SmolLM2's decode products (Q4_1, k 576) and the 1B
+ * shape's (Q4_K, Q6_K) AMX lost at 8 rows and fewer (its fixed cost: the B
+ * tiles stored and reloaded, the C round trip; 2.4× VNNI's at one row) and
+ * won from 9 (−10% at 9 rows for Q4_1 and Q4_K, −2..−5% for Q6_K, up to
+ * −30% at 16). Speculation's verification steps (k + 1 rows) are where
+ * 9-15 rows occur (docs/benchmarks.md, "Small row counts"). */
 enum { QMM_AMX_MIN_M = 9 };
 static int qmm_amx_min_m; /* 0: QMM_AMX_MIN_M */
 

@@ -92,8 +92,9 @@ int ifd_cpu_qmatmul(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
                     const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp);
 
 /* For tests and benchmarks: the same with the SIMD path forced
- * (0 scalar, 1 AVX2, 2 AVX-512 VNNI, 3 the same with AMX-INT8 tiles from 16
- * activation rows on — the product only, the activations take 0 or ≥ 1;
+ * (0 scalar, 1 AVX2, 2 AVX-512 VNNI, 3 the same with AMX-INT8 tiles from 9
+ * activation rows on (ifd__cpu_qmatmul_set_amx_min_m; 9 to 15 rows as one
+ * tile of that many) — the product only, the activations take 0 or ≥ 1;
  * IFD_ENOTSUP when this CPU lacks it). */
 int ifd__cpu_quantize_act_isa(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadpool_t *tp,
                               int isa);
