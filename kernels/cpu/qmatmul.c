@@ -1290,7 +1290,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, 
 IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const int BITS,
                                           const int TWO, const int ZP, const int SG,
                                           const amx_scales_t *sc, const int32_t *ct,
-                                          const int32_t *ch, __m512 *acc, const int mr)
+                                          const int32_t *ch, __m512 *acc, int mr)
 {
     const int64_t rb = (int64_t)i0 * c->nb + b;
     const float *d = c->a->d + rb, *ds = c->a->ds + rb;
@@ -1338,7 +1338,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
                                          int32_t (*ch)[2][TWO == 2 ? AMX_ROWS * 16 : 1],
                                          const uint8_t *pf, int64_t pf_step,
                                          const uint8_t *grp, int nn, const int KQ, __m512 *dv,
-                                         __m512 *mv, const int mr)
+                                         __m512 *mv, int mr)
 {
     const int SG = ZP != 0 || BITS == 6; /* B signed: amx_unpack */
     const int k = c->a->k, nbt = TWO == 2 ? 2 : AMX_BATCH;
@@ -1398,8 +1398,7 @@ IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
  * Each output still folds its blocks in order, so the results are those
  * of the other paths bit for bit. */
 IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int nt, const int BITS,
-                                            const int KQ, const int TWO, const int ZP,
-                                            const int mr)
+                                            const int KQ, const int TWO, const int ZP, int mr)
 {
     const uint8_t *grp = c->w + (int64_t)G * c->gb;
     __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
@@ -1445,7 +1444,7 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
 }
 
 /* The tile of path P for MI activation rows from i (AVX2: MI ≤ 4, its 16
- * registers; AVX-512: MI ≤ 8): on groups G and G + 1 when `pair` (AVX-512),
+ * registers; AVX-512: MI 8 or ≤ 4): on groups G and G + 1 when `pair` (AVX-512),
  * else on G alone (the AVX2 tile, which gives the AVX-512 lanes' results
  * lane for lane; more than 4 rows as two of its tiles). */
 #define QTILE_avx2(pair, MI, BITS, KQ, TWO, ZP) qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0)
@@ -1453,13 +1452,24 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
     do {                                                                                           \
         if (pair) {                                                                                \
             qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0);                                 \
-        } else if ((MI) > 4) {                                                                     \
+        } else if ((MI) == 8) {                                                                    \
             qtile_avx2(c, G, i, 4, BITS, KQ, TWO, ZP, i == c0);                                    \
-            qtile_avx2(c, G, i + 4, (MI) - 4, BITS, KQ, TWO, ZP, 0);                               \
+            qtile_avx2(c, G, i + 4, 4, BITS, KQ, TWO, ZP, 0);                                      \
         } else {                                                                                   \
             qtile_avx2(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0);                                   \
         }                                                                                          \
     } while (0)
+
+/* Whether the path runs 5..7 rows left on a group pair as one AVX-512 tile
+ * (QTILEP_TILE) rather than 4 + 1..3: the AVX-512 path, where products of
+ * 5..7 rows (and 13..15) land. Not AVX2 (tiles of 4), nor AMX, which takes
+ * products from 9 rows on as one tile and sees 5..7 left only at a 64-row
+ * chunk's end; nor the last, odd group: each inlined tile costs compile
+ * time (qmatmul.c took 22 s to compile, 50 s with all of them). */
+#define QTILEP_avx2   0
+#define QTILEP_avx512 1
+#define QTILEP_amx    0
+#define QTILEP_TILE(MI, BITS, KQ, TWO, ZP) qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0)
 
 /* A task's set-up and tear-down per path: AMX loads its tile configuration
  * (per thread) and releases it, so a pool thread carries no tile state. */
@@ -1474,13 +1484,11 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
 #define QTILES_avx512(pair, BITS, KQ, TWO, ZP) ((void)0)
 #define QTILES_amx(pair, BITS, KQ, TWO, ZP)                                                        \
     do {                                                                                           \
-        if ((pair) && c1 - i >= AMX_ROWS) {                                                        \
-            const int nt = (c1 - i) / AMX_ROWS;                                                    \
-            qtiles_amx(c, G, i, nt, BITS, KQ, TWO, ZP, AMX_ROWS);                                  \
-            i += nt * AMX_ROWS;                                                                    \
-        } else if ((pair) && m < AMX_ROWS) { /* a short product: one tile of m rows */             \
-            qtiles_amx(c, G, i, 1, BITS, KQ, TWO, ZP, m);                                          \
-            i += m;                                                                                \
+        if ((pair) && (c1 - i >= AMX_ROWS || m < AMX_ROWS)) {                                      \
+            /* a short product: one tile of m rows (one call site: compile time) */                \
+            const int mr = m < AMX_ROWS ? m : AMX_ROWS, nt = (c1 - i) / mr;                        \
+            qtiles_amx(c, G, i, nt, BITS, KQ, TWO, ZP, mr);                                        \
+            i += nt * mr;                                                                          \
         }                                                                                          \
     } while (0)
 #define QMM_END_amx()         AMX_RELEASE()
@@ -1521,25 +1529,26 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
                     QTILE_##P(pair, 8, BITS, KQ, TWO, ZP);                                         \
                     i += 8;                                                                        \
                 }                                                                                  \
-                switch (TW >= 8 ? c1 - i : 0) { /* 4..7 rows left: one tile, not 4 + 1..3 */      \
+                /* 5..7 rows left on a pair: one tile, not 4 + 1..3 */                             \
+                switch (QTILEP_##P && pair ? c1 - i : 0) {                                         \
                 case 7:                                                                            \
-                    QTILE_##P(pair, 7, BITS, KQ, TWO, ZP);                                         \
+                    QTILEP_TILE(7, BITS, KQ, TWO, ZP);                                             \
                     i += 7;                                                                        \
                     break;                                                                         \
                 case 6:                                                                            \
-                    QTILE_##P(pair, 6, BITS, KQ, TWO, ZP);                                         \
+                    QTILEP_TILE(6, BITS, KQ, TWO, ZP);                                             \
                     i += 6;                                                                        \
                     break;                                                                         \
                 case 5:                                                                            \
-                    QTILE_##P(pair, 5, BITS, KQ, TWO, ZP);                                         \
+                    QTILEP_TILE(5, BITS, KQ, TWO, ZP);                                             \
                     i += 5;                                                                        \
-                    break;                                                                         \
-                case 4:                                                                            \
-                    QTILE_##P(pair, 4, BITS, KQ, TWO, ZP);                                         \
-                    i += 4;                                                                        \
                     break;                                                                         \
                 default:                                                                           \
                     break;                                                                         \
+                }                                                                                  \
+                if (TW >= 8 && c1 - i >= 4) {                                                      \
+                    QTILE_##P(pair, 4, BITS, KQ, TWO, ZP);                                         \
+                    i += 4;                                                                        \
                 }                                                                                  \
                 switch (c1 - i) {                                                                  \
                 case 3:                                                                            \
@@ -1580,6 +1589,10 @@ QMM_TYPES(amx, IFD__TARGET_AMX, 2, 16)
 #undef QTILES_avx2
 #undef QTILES_avx512
 #undef QTILES_amx
+#undef QTILEP_avx2
+#undef QTILEP_avx512
+#undef QTILEP_amx
+#undef QTILEP_TILE
 #undef QMM_BEGIN_avx2
 #undef QMM_END_avx2
 #undef QMM_BEGIN_avx512
@@ -1649,6 +1662,11 @@ static qmm_fn qmm_simd(uint32_t type, int isa, int m)
     return NULL;
 }
 
+#else
+void ifd__cpu_qmatmul_set_amx_min_m(int m) /* no AMX path off x86 (tests call it anyway) */
+{
+    (void)m;
+}
 #endif /* IFD__X86 */
 
 static void qmm_task(void *arg, int task, int n_tasks)
