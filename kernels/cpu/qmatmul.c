@@ -1465,7 +1465,7 @@ IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int n
  * 5..7 rows (and 13..15) land. Not AVX2 (tiles of 4), nor AMX, which takes
  * products from 9 rows on as one tile and sees 5..7 left only at a 64-row
  * chunk's end; nor the last, odd group: each inlined tile costs compile
- * time (qmatmul.c took 22 s to compile, 50 s with all of them). */
+ * time (qmatmul.c: 22 s to compile on main, 50 s with all of them, 33 s so). */
 #define QTILEP_avx2   0
 #define QTILEP_avx512 1
 #define QTILEP_amx    0
