@@ -5,7 +5,7 @@
  *
  *   bench_qmatmul [--threads 2] [--rounds 5] [--min-ms 60] [--types Q4_1,Q8_0,...]
  *                 [--shapes small|llama1b|siglip] [--m 512] [--no-f32] [--no-avx2]
- *                 [--clock wall|process]
+ *                 [--clock wall|process] [--ms 1,2,4,8,9,12,16]
  *
  * The machine is shared and noisy, so the two are timed in alternation:
  * each round runs f32 then quantized (each for at least --min-ms) and the
@@ -17,6 +17,11 @@
  * --shapes siglip one layer of Gemma 3's SigLIP tower (qkv 3456×1152, out
  * 1152×1152, fc1 4304×1152, fc2 1152×4304; the tower runs them at m = 4096
  * patches; bench_vision times the whole encode);
+ * --ms times small row counts (speculation's verification steps: k + 1 rows)
+ * on every product path at each m instead: SmolLM2-135M's decode products
+ * (fused QKV 960×576, o 576×576, fused gate|up 3072×576, down 576×1536, the
+ * LM head 49152×576), or with --shapes llama1b the 1B layer's four; the
+ * "matmul" entries are then {"type","n","k","m","path","q_ms"};
  * --no-f32 leaves the f32 side out (f32_ms and speedup then 0), --no-avx2
  * the AVX2 path's rounds; --clock process times by the process's CPU time
  * (with --threads 1: a kernel's cost on a loaded machine, where the wall
@@ -146,6 +151,20 @@ static void run_q_avx2(void *p)
 
 static int have_avx512_q; /* ifd__cpu_qmatmul_isa takes path 2 */
 
+/* --ms: the product on a forced path (qmatmul.h: 1 AVX2, 2 AVX-512 VNNI,
+ * 3 AMX from 16 rows on; -1 the dispatch's own choice) */
+static int forced_isa = -1;
+
+static void run_q_isa(void *p)
+{
+    job_t *j = p;
+    ifd__cpu_quantize_act_isa(&j->a, j->x, j->tp, 1);
+    if (forced_isa < 0)
+        ifd_cpu_qmatmul(j->y, j->n, &j->a, j->wq, j->type, j->n, j->tp);
+    else
+        ifd__cpu_qmatmul_isa(j->y, j->n, &j->a, j->wq, j->type, j->n, j->tp, forced_isa);
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -215,6 +234,63 @@ static void bench(uint32_t type, int m, int n, int k, int rounds, ifd_threadpool
     free(j.x), free(j.y), free(src), free(w), free(j.wp), free(j.wq), free(amem);
 }
 
+/* --ms: one quantized product at every m of the list on every path this CPU
+ * has (and the dispatch's own choice, "auto"; "amx": AMX tiles at every m,
+ * ifd__cpu_qmatmul_set_amx_min_m(1)), the paths alternated within each
+ * round: {"type","n","k","m","path","q_ms"} lines, medians of the rounds. */
+static void bench_paths(uint32_t type, const int *ms, int n_ms, int n, int k, int rounds,
+                        ifd_threadpool_t *tp)
+{
+    int m_max = 1;
+    for (int i = 0; i < n_ms; i++)
+        m_max = ms[i] > m_max ? ms[i] : m_max;
+    void *src = random_gguf(type, n, k);
+    void *wq = xmalloc((size_t)ifd_cpu_qweight_bytes(type, n, k));
+    ifd_cpu_qweight_pack(wq, src, type, n, k);
+    float *x = xmalloc(sizeof(float) * (size_t)m_max * k);
+    float *y = xmalloc(sizeof(float) * (size_t)m_max * n);
+    for (int64_t i = 0; i < (int64_t)m_max * k; i++)
+        x[i] = (float)(rnd() >> 40) / 16777216.0f - 0.5f;
+    void *amem = xmalloc((size_t)ifd_cpu_qact_bytes(m_max, k));
+    static const int isas[] = {-1, 1, 2, 3};
+    static const char *names[] = {"auto", "avx2", "avx512vnni", "amx"};
+    if (rounds > 32)
+        rounds = 32;
+    for (int mi = 0; mi < n_ms; mi++) {
+        job_t j = {.m = ms[mi], .n = n, .k = k, .type = type, .tp = tp, .x = x, .y = y, .wq = wq};
+        ifd_cpu_qact_init(&j.a, amem, ms[mi], k);
+        double t[4][32];
+        int have[4];
+        for (int p = 0; p < 4; p++) { /* a path this CPU lacks answers IFD_ENOTSUP */
+            ifd__cpu_quantize_act_isa(&j.a, x, tp, 1);
+            have[p] = isas[p] < 0 ||
+                      ifd__cpu_qmatmul_isa(y, n, &j.a, wq, type, n, tp, isas[p]) == 0;
+        }
+        for (int r = 0; r < rounds; r++)
+            for (int p = 0; p < 4; p++) {
+                const int pp = r % 2 ? 3 - p : p;
+                if (!have[pp])
+                    continue;
+                forced_isa = isas[pp];
+                ifd__cpu_qmatmul_set_amx_min_m(isas[pp] == 3 ? 1 : 0);
+                t[pp][r] = time_ms(run_q_isa, &j);
+                ifd__cpu_qmatmul_set_amx_min_m(0);
+            }
+        for (int p = 0; p < 4; p++) {
+            if (!have[p])
+                continue;
+            qsort(t[p], rounds, sizeof(double), cmp_d);
+            printf(first ? "\n    " : ",\n    ");
+            first = 0;
+            printf("{\"type\": \"%s\", \"n\": %d, \"k\": %d, \"m\": %d, \"path\": \"%s\", "
+                   "\"q_ms\": %.5f}",
+                   ifd_ggml_type_name(type), n, k, ms[mi], names[p], t[p][rounds / 2]);
+        }
+    }
+    fflush(stdout);
+    free(src), free(wq), free(x), free(y), free(amem);
+}
+
 static void noop(void *ctx, int task, int n_tasks)
 {
     (void)ctx, (void)task, (void)n_tasks;
@@ -234,6 +310,7 @@ int main(int argc, char **argv)
     int threads = 2, rounds = 5;
     const char *types = "Q4_1,Q8_0,Q4_K,Q5_0,Q6_K", *shape_set = "small";
     int m_big = 512;
+    const char *ms_list = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -247,6 +324,8 @@ int main(int argc, char **argv)
             shape_set = argv[++i];
         else if (strcmp(argv[i], "--m") == 0 && i + 1 < argc)
             m_big = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--ms") == 0 && i + 1 < argc)
+            ms_list = argv[++i];
         else if (strcmp(argv[i], "--no-f32") == 0)
             no_f32 = 1;
         else if (strcmp(argv[i], "--no-avx2") == 0)
@@ -258,8 +337,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s [--threads 2] [--rounds 5] [--min-ms 60] [--types ...] "
-                    "[--shapes small|llama1b|siglip] [--m 512] [--no-f32] [--no-avx2] "
-                    "[--clock wall|process]\n",
+                    "[--shapes small|llama1b|siglip] [--m 512] [--ms 1,2,...] [--no-f32] "
+                    "[--no-avx2] [--clock wall|process]\n",
                     argv[0]);
             return 2;
         }
@@ -293,10 +372,26 @@ int main(int argc, char **argv)
         return 2;
     }
     const int big = strcmp(shape_set, "llama1b") == 0, siglip = strcmp(shape_set, "siglip") == 0;
+    int ms[32], n_ms = 0;
+    for (const char *p = ms_list; p && *p && n_ms < 32;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 8192) {
+            fprintf(stderr, "bench_qmatmul: --ms takes a list of 1..8192\n");
+            return 2;
+        }
+        ms[n_ms++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
     /* SmolLM2 (k 576 / 1536) and Gemma 3 270M (k 640 / 1024 / 2048) shapes */
     static const int shapes[][2] = {{1536, 576}, {576, 1536}, {2048, 640}, {640, 2048}};
     /* one Llama-3.2-1B layer: q and o, k and v, gate and up, down */
     static const int shapes_1b[][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
+    /* --ms with the small shapes: one SmolLM2-135M layer as the CPU backend runs
+     * it (the fused QKV 960×576, o 576×576, the fused gate|up 3072×576, down
+     * 576×1536) and its output layer 49152×576 */
+    static const int shapes_smol[][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536},
+                                         {49152, 576}};
     /* one layer of Gemma 3's SigLIP tower: qkv, out, fc1, fc2 */
     static const int shapes_siglip[][2] = {{3456, 1152}, {1152, 1152}, {4304, 1152}, {1152, 4304}};
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++) {
@@ -304,6 +399,16 @@ int main(int argc, char **argv)
         if (!list_has(types, name))
             continue;
         const int qk = (int)ifd_ggml_block_elems(all[t]);
+        if (n_ms) { /* the products of a decode step: the small model's or the 1B layer's */
+            if (ifd_cpu_htype_supported(all[t]))
+                continue;
+            const int(*sh)[2] = big ? shapes_1b : shapes_smol;
+            const size_t nsh = big ? 4 : sizeof shapes_smol / sizeof shapes_smol[0];
+            for (size_t s = 0; s < nsh; s++)
+                if (sh[s][1] % qk == 0)
+                    bench_paths(all[t], ms, n_ms, sh[s][0], sh[s][1], rounds, tp);
+            continue;
+        }
         if (big || siglip) {
             const int(*sh)[2] = big ? shapes_1b : shapes_siglip;
             for (size_t s = 0; s < 4; s++)

@@ -591,7 +591,7 @@ enum {
     QMM_PATH_SCALAR = 0,
     QMM_PATH_AVX2 = 1,
     QMM_PATH_AVX512 = 2,
-    QMM_PATH_AMX = 3, /* AVX-512 VNNI and, from AMX_ROWS activation rows on, AMX-INT8 tiles */
+    QMM_PATH_AMX = 3, /* AVX-512 VNNI and, from QMM_AMX_MIN_M activation rows on, AMX-INT8 tiles */
     QMM_AVX512_MIN_M_AMD = 5,
 };
 
@@ -1116,6 +1116,9 @@ IFD__TARGET_AVX512VNNI IFD__INLINE void qtile_avx512(const qmm_t *c, int G, int 
  *     last batch: one block at a time in C 0, A 4, B 6);
  *   Q6_K's halves: 0, 1: C of the batch's first block's halves, 2, 3: of its
  *     second's; 4, 5: A's halves (16 × 16 bytes); 6, 7: B's halves (4 × 64).
+ * A product of fewer than 16 rows (from QMM_AMX_MIN_M on) runs one tile of
+ * its m rows: A and C tiles configured with m rows (amx_cfg_rows), the fold
+ * and the store over m rows.
  * The emulated build (IFD_AVX512_EMU, tests/cpu_emu) runs the same code on
  * tiles in memory, so the layout and the folding are tested on any CPU. */
 enum { AMX_ROWS = 16, AMX_BATCH = 4 };
@@ -1134,6 +1137,16 @@ static const amx_cfg_t amx_cfg[2] = {
      .colsb = {64, 64, 64, 64, 16, 16, 64, 64},
      .rows = {AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, AMX_ROWS, 4, 4}},
 };
+
+/* The configuration for tiles of mr ≤ AMX_ROWS activation rows (A and C
+ * tiles that short: amx_short_min_m). */
+static inline amx_cfg_t amx_cfg_rows(const amx_cfg_t *base, int mr)
+{
+    amx_cfg_t cfg = *base;
+    for (int t = 0; t < 6; t++)
+        cfg.rows[t] = (uint8_t)mr;
+    return cfg;
+}
 
 #if defined(IFD_AVX512_EMU)
 #define IFD__TARGET_AMX IFD__TARGET_AVX2
@@ -1170,7 +1183,9 @@ static void amx_emu_dp(int tc, int ta, int tb, int sgn)
     }
 }
 
-#define AMX_CONFIG(two)     (amx_emu_cfg = &amx_cfg[(two) == 2])
+static __thread amx_cfg_t amx_emu_cfg_rows;
+#define AMX_CONFIG(two, mr)                                                                        \
+    (amx_emu_cfg_rows = amx_cfg_rows(&amx_cfg[(two) == 2], mr), amx_emu_cfg = &amx_emu_cfg_rows)
 #define AMX_RELEASE()       ((void)0)
 #define AMX_ZERO(t)         memset(amx_emu[t], 0, sizeof amx_emu[t])
 #define AMX_LOAD(t, p, s)   amx_emu_load(t, p, s)
@@ -1180,7 +1195,11 @@ static void amx_emu_dp(int tc, int ta, int tb, int sgn)
 #else
 #define IFD__TARGET_AMX                                                                            \
     __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
-#define AMX_CONFIG(two)     _tile_loadconfig(&amx_cfg[(two) == 2])
+#define AMX_CONFIG(two, mr)                                                                        \
+    do {                                                                                           \
+        const amx_cfg_t cfg_ = amx_cfg_rows(&amx_cfg[(two) == 2], mr);                             \
+        _tile_loadconfig(&cfg_);                                                                   \
+    } while (0)
 #define AMX_RELEASE()       _tile_release()
 #define AMX_ZERO(t)         _tile_zero(t)
 #define AMX_LOAD(t, p, s)   _tile_loadd(t, p, s)
@@ -1271,13 +1290,15 @@ IFD__TARGET_AMX IFD__INLINE void amx_unpack(const qmm_t *c, const uint8_t *grp, 
 IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const int BITS,
                                           const int TWO, const int ZP, const int SG,
                                           const amx_scales_t *sc, const int32_t *ct,
-                                          const int32_t *ch, __m512 *acc)
+                                          const int32_t *ch, __m512 *acc, int mr)
 {
     const int64_t rb = (int64_t)i0 * c->nb + b;
     const float *d = c->a->d + rb, *ds = c->a->ds + rb;
     const int32_t *s = c->a->s + rb, *h = c->a->h + rb;
 #pragma GCC unroll 16
     for (int i = 0; i < AMX_ROWS; i++) {
+        if (i >= mr)
+            break;
         const __m512i lo = _mm512_load_si512((const __m512i *)(ct + 16 * i));
         const __m512i hi =
             TWO == 2 ? _mm512_load_si512((const __m512i *)(ch + 16 * i)) : _mm512_setzero_si512();
@@ -1286,55 +1307,140 @@ IFD__TARGET_AMX IFD__INLINE void amx_fold(const qmm_t *c, int i0, int b, const i
     }
 }
 
-IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const int BITS,
-                                           const int KQ, const int TWO, const int ZP, int pf)
+/* A segment: AMX_SEG blocks of a group pair unpacked once (B tiles and
+ * scales) and then used by every 16-row tile of the activation chunk (up to
+ * QM_CHUNK / AMX_ROWS of them), where each tile used to unpack every block
+ * for itself. 64 blocks: 32 KiB of B and 8 KiB of scales, which stay in
+ * L1/L2 while the chunk's tiles read them; and a B tile is then never
+ * loaded right after the vector stores that wrote it (no forwarding from
+ * those to a tile load: the comment above). */
+enum { AMX_SEG = 64, AMX_SEG1 = 8, AMX_TILES = QM_CHUNK / AMX_ROWS };
+
+typedef struct {
+    _Alignas(64) uint8_t bt[AMX_SEG][8 * 64];
+    amx_scales_t sc[AMX_SEG];
+} amx_seg_t;
+
+/* The tile of 16 activation rows from i0 over the segment's ns blocks (the
+ * first is block b0), folded into acc in block order: batch j's tile
+ * products, then batch j − 1 folded, so a C tile is read back a batch
+ * after its store. With nn > 0 (the segment's last tile) each batch's slots,
+ * once folded, are refilled with the next segment's blocks (b0 + ns on, nn
+ * of them, in order: dv and mv carry a K-quant's header), so that unpacking
+ * runs while the tile products do, as it did before segments; without it
+ * Q6_K (two tile products a block) was 3% slower than before segments and
+ * the other 4- to 6-bit types gained less (docs/benchmarks.md, "AMX prefill,
+ * unpacking once per chunk"). */
+IFD__TARGET_AMX IFD__INLINE void amx_run(const qmm_t *c, int i0, int b0, int ns,
+                                         amx_seg_t *sg, const int BITS, const int TWO,
+                                         const int ZP, __m512 *acc,
+                                         int32_t (*ct)[AMX_BATCH][AMX_ROWS * 16],
+                                         int32_t (*ch)[2][TWO == 2 ? AMX_ROWS * 16 : 1],
+                                         const uint8_t *pf, int64_t pf_step,
+                                         const uint8_t *grp, int nn, const int KQ, __m512 *dv,
+                                         __m512 *mv, int mr)
 {
-    enum { NBT = AMX_BATCH };            /* slots; Q6_K uses 2 */
     const int SG = ZP != 0 || BITS == 6; /* B signed: amx_unpack */
-    const int k = c->a->k, nb = c->nb, nbt = TWO == 2 ? 2 : AMX_BATCH;
-    const uint8_t *grp = c->w + (int64_t)G * c->gb;
-    const int8_t *xq = c->a->q + (int64_t)i0 * k;
-    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
-    _Alignas(64) uint8_t bt[2][NBT][8 * 64];
-    _Alignas(64) int32_t ct[2][NBT][AMX_ROWS * 16], ch[2][2][TWO == 2 ? AMX_ROWS * 16 : 1];
-    amx_scales_t sc[2][NBT];
-    __m512 acc[AMX_ROWS];
-#pragma GCC unroll 16
-    for (int i = 0; i < AMX_ROWS; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int s = 0; s < nbt && s < nb; s++)
-        amx_unpack(c, grp, s, BITS, KQ, TWO, ZP, &dv, &mv, &sc[0][s], bt[0][s], pf);
-    int q = 0, b0 = 0;
-    for (;; q ^= 1, b0 += nbt) {
-        const int r = nb - b0 < nbt ? nb - b0 : nbt;
-        const int8_t *xb = xq + b0 * QB;
+    const int k = c->a->k, nbt = TWO == 2 ? 2 : AMX_BATCH;
+    const int8_t *xq = c->a->q + (int64_t)i0 * k + (int64_t)b0 * QB;
+    for (int q = 0, s0 = 0;; q ^= 1, s0 += nbt) {
+        const int r = ns - s0 < nbt ? ns - s0 : nbt;
+        if (pf) { /* the next segment's weights, a slice a batch (both groups) */
+            for (int64_t o = 0; o < pf_step; o += 64) {
+                _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+                _mm_prefetch((const char *)pf + c->gb + o, _MM_HINT_T0);
+            }
+            pf += pf_step;
+        }
+        const int8_t *xb = xq + s0 * QB;
+        const uint8_t(*bt)[8 * 64] = sg->bt + s0;
         if (TWO == 2) { /* a block's halves, one pair a block */
-            amx_pair(SG, 0, xb, xb + 16, k, bt[q][0], bt[q][0] + 4 * 64, ct[q][0], ch[q][0]);
+            amx_pair(SG, 0, xb, xb + 16, k, bt[0], bt[0] + 4 * 64, ct[q][0], ch[q][0]);
             if (r > 1)
-                amx_pair(SG, 2, xb + QB, xb + QB + 16, k, bt[q][1], bt[q][1] + 4 * 64, ct[q][1],
+                amx_pair(SG, 2, xb + QB, xb + QB + 16, k, bt[1], bt[1] + 4 * 64, ct[q][1],
                          ch[q][1]);
         } else if (r == AMX_BATCH) {
-            amx_pair(SG, 0, xb, xb + QB, k, bt[q][0], bt[q][1], ct[q][0], ct[q][1]);
-            amx_pair(SG, 2, xb + 2 * QB, xb + 3 * QB, k, bt[q][2], bt[q][3], ct[q][2], ct[q][3]);
+            amx_pair(SG, 0, xb, xb + QB, k, bt[0], bt[1], ct[q][0], ct[q][1]);
+            amx_pair(SG, 2, xb + 2 * QB, xb + 3 * QB, k, bt[2], bt[3], ct[q][2], ct[q][3]);
         } else {
             for (int s = 0; s < r; s++)
-                amx_one(SG, xb + s * QB, k, bt[q][s], ct[q][s]);
+                amx_one(SG, xb + s * QB, k, bt[s], ct[q][s]);
         }
-        if (b0 > 0) /* the batch before: always a whole one */
+        if (s0 > 0) { /* the batch before: always a whole one */
             for (int s = 0; s < nbt; s++)
-                amx_fold(c, i0, b0 - nbt + s, BITS, TWO, ZP, SG, &sc[!q][s], ct[!q][s],
-                         ch[!q][s & (TWO == 2)], acc);
-        if (b0 + nbt >= nb) {
-            for (int s = 0; s < r; s++)
-                amx_fold(c, i0, b0 + s, BITS, TWO, ZP, SG, &sc[q][s], ct[q][s],
-                         ch[q][s & (TWO == 2)], acc);
-            break;
+                amx_fold(c, i0, b0 + s0 - nbt + s, BITS, TWO, ZP, SG, &sg->sc[s0 - nbt + s],
+                         ct[!q][s], ch[!q][s & (TWO == 2)], acc, mr);
+            /* the segment's last tile: its slots, read for the last time, take
+             * the next segment's blocks while the tile products run */
+            for (int s = s0 - nbt; s < s0 && s < nn; s++)
+                amx_unpack(c, grp, b0 + ns + s, BITS, KQ, TWO, ZP, dv, mv, &sg->sc[s], sg->bt[s],
+                           0);
         }
-        for (int s = 0; s < nbt && b0 + nbt + s < nb; s++)
-            amx_unpack(c, grp, b0 + nbt + s, BITS, KQ, TWO, ZP, &dv, &mv, &sc[!q][s], bt[!q][s],
-                       pf);
+        if (s0 + nbt >= ns) {
+            for (int s = 0; s < r; s++)
+                amx_fold(c, i0, b0 + s0 + s, BITS, TWO, ZP, SG, &sg->sc[s0 + s], ct[q][s],
+                         ch[q][s & (TWO == 2)], acc, mr);
+            for (int s = s0; s < nn; s++)
+                amx_unpack(c, grp, b0 + ns + s, BITS, KQ, TWO, ZP, dv, mv, &sg->sc[s], sg->bt[s],
+                           0);
+            return;
+        }
     }
-    qstore512(c, G, i0, AMX_ROWS, acc);
+}
+
+/* nt (1..AMX_TILES) tiles of 16 activation rows (mr: a short product's one
+ * tile of mr < 16) from i0 on groups G and G + 1, segment by segment: each
+ * segment's blocks unpacked once, then every tile runs over them, its
+ * accumulators kept here between segments. With one tile nothing is shared,
+ * and segments of AMX_SEG1 blocks refilled during its run pipeline the
+ * unpacking with the tile products instead (8 measured best of 4, 8, 12, 16,
+ * 32 and 64 at 9-16 rows: 64 made a one-tile product 8-36% slower).
+ * Each output still folds its blocks in order, so the results are those
+ * of the other paths bit for bit. */
+IFD__TARGET_AMX IFD__INLINE void qtiles_amx(const qmm_t *c, int G, int i0, int nt, const int BITS,
+                                            const int KQ, const int TWO, const int ZP, int mr)
+{
+    const uint8_t *grp = c->w + (int64_t)G * c->gb;
+    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
+    amx_seg_t sg;
+    _Alignas(64) int32_t ct[2][AMX_BATCH][AMX_ROWS * 16], ch[2][2][TWO == 2 ? AMX_ROWS * 16 : 1];
+    __m512 accs[AMX_TILES][AMX_ROWS];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < AMX_ROWS; i++)
+            accs[t][i] = _mm512_setzero_ps();
+    /* OV: the next segment unpacked during the last tile's run (amx_run);
+     * Q8_0, whose unpacking is 8 loads and xors, measured no gain from it
+     * (the code in the loop cost as much as the overlap saved), so it
+     * unpacks each segment up front */
+    const int nbt = TWO == 2 ? 2 : AMX_BATCH, OV = BITS != 8 || nt == 1;
+    const int seg = nt == 1 ? AMX_SEG1 : AMX_SEG;
+    for (int s = 0; s < seg && s < c->nb; s++)
+        amx_unpack(c, grp, s, BITS, KQ, TWO, ZP, &dv, &mv, &sg.sc[s], sg.bt[s], 1);
+    for (int b0 = 0; b0 < c->nb; b0 += seg) {
+        const int ns = c->nb - b0 < seg ? c->nb - b0 : seg;
+        for (int s = 0; !OV && b0 > 0 && s < ns; s++)
+            amx_unpack(c, grp, b0 + s, BITS, KQ, TWO, ZP, &dv, &mv, &sg.sc[s], sg.bt[s], 0);
+        /* the first tile's run asks for the next segment's blocks, spread over
+         * its batches, so that segment's unpacking reads them from cache */
+        const int nn = c->nb - b0 - ns < seg ? c->nb - b0 - ns : seg;
+        const uint8_t *pf = nn > 0 ? grp + c->hdr + (int64_t)(b0 + ns) * c->bb : NULL;
+        const int nbat = (ns + nbt - 1) / nbt;
+        const int64_t pf_step = ((int64_t)nn * c->bb + nbat - 1) / nbat;
+        for (int t = 0; t < nt; t++) {
+            __m512 acc[AMX_ROWS];
+#pragma GCC unroll 16
+            for (int i = 0; i < AMX_ROWS; i++)
+                acc[i] = accs[t][i];
+            amx_run(c, i0 + t * AMX_ROWS, b0, ns, &sg, BITS, TWO, ZP, acc, ct, ch,
+                    t == 0 ? pf : NULL, pf_step, grp, OV && t == nt - 1 ? nn : 0, KQ, &dv, &mv,
+                    mr);
+#pragma GCC unroll 16
+            for (int i = 0; i < AMX_ROWS; i++)
+                accs[t][i] = acc[i];
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        qstore512(c, G, i0 + t * AMX_ROWS, mr, accs[t]);
 }
 
 /* The tile of path P for MI activation rows from i (AVX2: MI ≤ 4, its 16
@@ -1354,20 +1460,47 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
         }                                                                                          \
     } while (0)
 
+/* Whether the path runs 5..7 rows left on a group pair as one AVX-512 tile
+ * (QTILEP_TILE) rather than 4 + 1..3: the AVX-512 path, where products of
+ * 5..7 rows (and 13..15) land. Not AVX2 (tiles of 4), nor AMX, which takes
+ * products from 9 rows on as one tile and sees 5..7 left only at a 64-row
+ * chunk's end; nor the last, odd group: each inlined tile costs compile
+ * time (qmatmul.c: 22 s to compile on main, 50 s with all of them, 33 s so). */
+#define QTILEP_avx2   0
+#define QTILEP_avx512 1
+#define QTILEP_amx    0
+#define QTILEP_TILE(MI, BITS, KQ, TWO, ZP) qtile_avx512(c, G, i, MI, BITS, KQ, TWO, ZP, i == c0)
+
 /* A task's set-up and tear-down per path: AMX loads its tile configuration
  * (per thread) and releases it, so a pool thread carries no tile state. */
 #define QMM_BEGIN_avx2(two)   ((void)0)
 #define QMM_END_avx2()        ((void)0)
 #define QMM_BEGIN_avx512(two) ((void)0)
 #define QMM_END_avx512()      ((void)0)
-#define QMM_BEGIN_amx(two)    AMX_CONFIG(two)
+#define QMM_BEGIN_amx(two)    AMX_CONFIG(two, m < AMX_ROWS ? m : AMX_ROWS)
+/* Where a path runs several tiles of a group in one call: AMX, every whole
+ * 16-row tile of the chunk on a group pair (qtiles_amx), i moved past them. */
+#define QTILES_avx2(pair, BITS, KQ, TWO, ZP)   ((void)0)
+#define QTILES_avx512(pair, BITS, KQ, TWO, ZP) ((void)0)
+#define QTILES_amx(pair, BITS, KQ, TWO, ZP)                                                        \
+    do {                                                                                           \
+        if ((pair) && c1 - i >= AMX_ROWS) {                                                        \
+            const int nt = (c1 - i) / AMX_ROWS;                                                    \
+            qtiles_amx(c, G, i, nt, BITS, KQ, TWO, ZP, AMX_ROWS);                                  \
+            i += nt * AMX_ROWS;                                                                    \
+        } else if ((pair) && m < AMX_ROWS) { /* a short product: one tile of m rows */             \
+            /* (a second call site, so that the 16-row one keeps mr a constant: one call   \
+             * with mr at run time made the 64-row chunks 10-20% slower) */                        \
+            qtiles_amx(c, G, i, 1, BITS, KQ, TWO, ZP, m);                                          \
+            i += m;                                                                                \
+        }                                                                                          \
+    } while (0)
 #define QMM_END_amx()         AMX_RELEASE()
 
 #define QTILE_amx(pair, MI, BITS, KQ, TWO, ZP)                                                     \
     do {                                                                                           \
-        if ((MI) == AMX_ROWS && (pair))                                                            \
-            qtile_amx(c, G, i, BITS, KQ, TWO, ZP, i == c0);                                        \
-        else if ((MI) == AMX_ROWS) /* the last, odd group: the AVX2 tile, 4 rows at a time */      \
+        if ((MI) == AMX_ROWS) /* the last, odd group (QTILES_amx took the pairs): the AVX2 \
+                               * tile, 4 rows at a time */                                         \
             for (int i4 = 0; i4 < AMX_ROWS; i4 += 4)                                               \
                 qtile_avx2(c, G, i + i4, 4, BITS, KQ, TWO, ZP, i4 == 0 && i == c0);                \
         else                                                                                       \
@@ -1375,9 +1508,12 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
     } while (0)
 
 /* One function per path and type: groups [G0, G1) (GSTEP at a time) for
- * every activation row, in chunks of QM_CHUNK rows, tiles of TW (4 or 8)
- * then the rest. The rows of a tile share the weights' unpacking, so wider
- * tiles spend fewer instructions a product (prefill); each row keeps its
+ * every activation row, in chunks of QM_CHUNK rows, tiles of TW (4, 8 or
+ * 16) then the rest (AVX-512 and AMX: 4 to 7 rows as one tile, then 1..3;
+ * until 2026-12-07 a tile of 4 and one of 1..3, which unpacked the weights
+ * twice: 6 rows cost what 8 did, bench_qmatmul --ms). The rows of a tile
+ * share the weights' unpacking, so wider tiles spend fewer instructions a
+ * product (prefill, speculation's verification rows); each row keeps its
  * own accumulators, so the tiling never changes a result. */
 #define QMM_DEF(P, TARGET, GSTEP, TW, name, BITS, KQ, TWO, ZP)                                     \
     TARGET static void qmm_##P##_##name(const qmm_t *c, int G0, int G1)                            \
@@ -1390,11 +1526,29 @@ IFD__TARGET_AMX IFD__INLINE void qtile_amx(const qmm_t *c, int G, int i0, const 
                 const int pair = GSTEP == 2 && G + 1 < G1;                                         \
                 (void)pair;                                                                        \
                 int i = c0;                                                                        \
+                QTILES_##P(pair, BITS, KQ, TWO, ZP);                                               \
                 for (; i + TW <= c1; i += TW)                                                      \
                     QTILE_##P(pair, TW, BITS, KQ, TWO, ZP);                                        \
                 if (TW == 16 && c1 - i >= 8) {                                                     \
                     QTILE_##P(pair, 8, BITS, KQ, TWO, ZP);                                         \
                     i += 8;                                                                        \
+                }                                                                                  \
+                /* 5..7 rows left on a pair: one tile, not 4 + 1..3 */                             \
+                switch (QTILEP_##P && pair ? c1 - i : 0) {                                         \
+                case 7:                                                                            \
+                    QTILEP_TILE(7, BITS, KQ, TWO, ZP);                                             \
+                    i += 7;                                                                        \
+                    break;                                                                         \
+                case 6:                                                                            \
+                    QTILEP_TILE(6, BITS, KQ, TWO, ZP);                                             \
+                    i += 6;                                                                        \
+                    break;                                                                         \
+                case 5:                                                                            \
+                    QTILEP_TILE(5, BITS, KQ, TWO, ZP);                                             \
+                    i += 5;                                                                        \
+                    break;                                                                         \
+                default:                                                                           \
+                    break;                                                                         \
                 }                                                                                  \
                 if (TW >= 8 && c1 - i >= 4) {                                                      \
                     QTILE_##P(pair, 4, BITS, KQ, TWO, ZP);                                         \
@@ -1436,6 +1590,13 @@ QMM_TYPES(amx, IFD__TARGET_AMX, 2, 16)
 #undef QTILE_avx2
 #undef QTILE_avx512
 #undef QTILE_amx
+#undef QTILES_avx2
+#undef QTILES_avx512
+#undef QTILES_amx
+#undef QTILEP_avx2
+#undef QTILEP_avx512
+#undef QTILEP_amx
+#undef QTILEP_TILE
 #undef QMM_BEGIN_avx2
 #undef QMM_END_avx2
 #undef QMM_BEGIN_avx512
@@ -1467,6 +1628,24 @@ void ifd__cpu_qmatmul_set_avx512_min_m(int m)
     qmm_avx512_min_m = m > 0 ? m : 0;
 }
 
+/* The fewest activation rows for which the AMX path runs its tiles (fewer
+ * run the AVX-512 VNNI kernel; the bits are the same either way); a product
+ * of 9 to 15 rows is one tile of that many rows (amx_cfg_rows). 9 from
+ * bench_qmatmul --ms (CPU time, one thread, a loaded 2-core Xeon with AMX,
+ * 2026-12-07): on SmolLM2's decode products (Q4_1, k 576) and the 1B
+ * shape's (Q4_K, Q6_K) AMX lost at 8 rows and fewer (its fixed cost: the B
+ * tiles stored and reloaded, the C round trip; 2.4× VNNI's at one row) and
+ * won from 9 (−10% at 9 rows for Q4_1 and Q4_K, −2..−5% for Q6_K, up to
+ * −30% at 16). Speculation's verification steps (k + 1 rows) are where
+ * 9-15 rows occur (docs/benchmarks.md, "Small row counts"). */
+enum { QMM_AMX_MIN_M = 9 };
+static int qmm_amx_min_m; /* 0: QMM_AMX_MIN_M */
+
+void ifd__cpu_qmatmul_set_amx_min_m(int m)
+{
+    qmm_amx_min_m = m > 0 ? m : 0;
+}
+
 static int qmm_min_m(void)
 {
     if (qmm_avx512_min_m > 0)
@@ -1478,7 +1657,7 @@ static qmm_fn qmm_simd(uint32_t type, int isa, int m)
 {
     for (size_t i = 0; i < sizeof qmm_kernels / sizeof qmm_kernels[0]; i++)
         if (qmm_kernels[i].type == type) {
-            if (isa >= QMM_PATH_AMX && m >= AMX_ROWS)
+            if (isa >= QMM_PATH_AMX && m >= (qmm_amx_min_m > 0 ? qmm_amx_min_m : QMM_AMX_MIN_M))
                 return qmm_kernels[i].amx;
             return isa >= QMM_PATH_AVX512 && m >= qmm_min_m() ? qmm_kernels[i].avx512
                                                               : qmm_kernels[i].avx2;
@@ -1487,6 +1666,11 @@ static qmm_fn qmm_simd(uint32_t type, int isa, int m)
     return NULL;
 }
 
+#else
+void ifd__cpu_qmatmul_set_amx_min_m(int m) /* no AMX path off x86 (tests call it anyway) */
+{
+    (void)m;
+}
 #endif /* IFD__X86 */
 
 static void qmm_task(void *arg, int task, int n_tasks)

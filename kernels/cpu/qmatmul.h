@@ -92,8 +92,9 @@ int ifd_cpu_qmatmul(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *xa,
                     const void *restrict wq, uint32_t type, int n, ifd_threadpool_t *tp);
 
 /* For tests and benchmarks: the same with the SIMD path forced
- * (0 scalar, 1 AVX2, 2 AVX-512 VNNI, 3 the same with AMX-INT8 tiles from 16
- * activation rows on — the product only, the activations take 0 or ≥ 1;
+ * (0 scalar, 1 AVX2, 2 AVX-512 VNNI, 3 the same with AMX-INT8 tiles from 9
+ * activation rows on (ifd__cpu_qmatmul_set_amx_min_m; 9 to 15 rows as one
+ * tile of that many) — the product only, the activations take 0 or ≥ 1;
  * IFD_ENOTSUP when this CPU lacks it). */
 int ifd__cpu_quantize_act_isa(ifd_cpu_qact_t *a, const float *restrict x, ifd_threadpool_t *tp,
                               int isa);
@@ -107,6 +108,13 @@ int ifd__cpu_qmatmul_isa(float *restrict y, int64_t ldy, const ifd_cpu_qact_t *x
  * elsewhere: qmatmul.c). Process-wide, not synchronized: set it before any
  * product runs. */
 void ifd__cpu_qmatmul_set_avx512_min_m(int m);
+
+/* For tests and benchmarks: the fewest activation rows for which the AMX
+ * path (3) runs AMX tiles (products of fewer rows than 16 as one tile of
+ * that many rows); fewer run the AVX-512 VNNI kernel, with the same bits.
+ * m ≤ 0 restores the default (qmatmul.c, QMM_AMX_MIN_M). Process-wide, as
+ * above. */
+void ifd__cpu_qmatmul_set_amx_min_m(int m);
 
 /* For benchmarks: software prefetch this many bytes ahead of each block the
  * SIMD kernels read (0: none; negative: the default, 2048). Process-wide, as

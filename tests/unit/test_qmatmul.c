@@ -98,7 +98,7 @@ static int max_path(void)
     return have_avx2();
 }
 
-static const char *const path_names[] = {"scalar", "avx2", "avx512", "amx"};
+static const char *const path_names[] = {"scalar", "avx2", "avx512", "amx", "amx at every m"};
 
 typedef struct {
     uint32_t type;
@@ -304,12 +304,17 @@ START_TEST(test_products)
     const uint32_t type = all_types[_i];
     const int qk = (int)ifd_ggml_block_elems(type);
     const int ns[] = {1, 7, 8, 9, 17, 100};
-    const int kbs_small[] = {1, 3, 18}, kbs_k[] = {1, 2};
+    /* the last k of each (70 blocks of 32, 9 super-blocks: 72) crosses the AMX
+     * path's segment of 64 blocks (qtiles_amx), a short batch in its second;
+     * run for n = 17 (a group pair and an odd group) and m from 16 on only */
+    const int kbs_small[] = {1, 3, 18, 70}, kbs_k[] = {1, 2, 9};
     const int *kbs = qk == 32 ? kbs_small : kbs_k;
-    const int nk = qk == 32 ? 3 : 2;
+    const int nk = qk == 32 ? 4 : 3;
     /* AVX-512 tiles of 8, then 4, then 1..3 rows (8, 13, 15, 70: a 64-row chunk and 6);
      * AVX2 tiles of 4 then 1..3; AMX tiles of 16 from m = 16 on, then 8, 4, 1..3
-     * (16, 31: 16 + 8 + 4 + 3, 70: 4 × 16 + 4 + 2) */
+     * (16, 31: 16 + 8 + 4 + 3, 70: 4 × 16 + 4 + 2), and below 16 rows from its
+     * QMM_AMX_MIN_M on (9, 13, 15; and every m with the minimum at 1) one tile
+     * of m rows */
     const int ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 15, 16, 31, 70};
     ifd_threadpool_t *tp1, *tp2;
     ck_assert_int_eq(ifd_threadpool_create(&tp1, 1), 0);
@@ -322,13 +327,20 @@ START_TEST(test_products)
                 const int m = ms[mi];
                 if (m > 15 && ns[a] > 17)
                     continue; /* keep the f64 reference quick */
+                if (b == nk - 1 && (ns[a] != 17 || m < 16))
+                    continue; /* the long k: the segment case only */
                 float *ys, *yv;
                 check_product(&c, m, 0, tp1, tp2, &ys);
-                for (int isa = 1; isa <= max_path(); isa++) {
+                /* path 4: AMX with its tiles at every m (ifd__cpu_qmatmul_set_amx_min_m(1):
+                 * a short product is one tile of m rows, the rows alone tiles of 1) */
+                for (int pv = 1; pv <= max_path() + (max_path() == 3); pv++) {
+                    const int isa = pv < 4 ? pv : 3;
+                    ifd__cpu_qmatmul_set_amx_min_m(pv == 4 ? 1 : 0);
                     check_product(&c, m, isa, tp1, tp2, &yv);
+                    ifd__cpu_qmatmul_set_amx_min_m(0);
                     if (memcmp(ys, yv, sizeof(float) * m * c.n) != 0)
                         ck_abort_msg("%s m=%d n=%d k=%d: scalar != %s", ifd_ggml_type_name(type), m,
-                                     c.n, c.k, path_names[isa]);
+                                     c.n, c.k, path_names[pv]);
                     free(yv);
                 }
                 free(ys);
