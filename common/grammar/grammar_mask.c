@@ -845,6 +845,17 @@ static void path_filter(ifd_gstore_t *s, const gentry_t *e, uint32_t d, int32_t 
         state_takes(e->g, t, s->nset[d]);
 }
 
+/* Path position d holds state t (interned as id, or -1): its copy, its
+ * mark in the walk memory and its next-byte filter. */
+static void path_set(ifd_gstore_t *s, const gentry_t *e, uint32_t d, const ifd__gstate_t *t,
+                     int32_t id)
+{
+    s->states[d] = *t;
+    s->ids[d] = id;
+    s->marks[d] = ifd__gmem_mark(&s->walk);
+    path_filter(s, e, d, id, t);
+}
+
 static inline bool path_takes(const ifd_gstore_t *s, const gentry_t *e, uint32_t d, uint8_t b)
 {
     const uint64_t *w = s->ids[d] >= 0 ? e->ds[s->ids[d]].takes : s->nset[d];
@@ -873,10 +884,7 @@ static int walk(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, uint32_
      * sequence ends with an error, the step goes on (issue 31 row 2) */
     m->work = 0;
     m->work_limit = IFD_GMASK_WORK;
-    s->states[0] = *root;
-    s->ids[0] = intern(s, e, root);
-    s->marks[0] = ifd__gmem_mark(m);
-    path_filter(s, e, 0, s->ids[0], root);
+    path_set(s, e, 0, root, intern(s, e, root));
     size_t k = 0;
     while (k < v->n_nodes) {
         if (max_nodes && ++visited > max_nodes) {
@@ -926,10 +934,7 @@ static int walk(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, uint32_
             k = v->nend[k];
             continue;
         }
-        s->states[d] = t;
-        s->ids[d] = nid >= 0 ? nid : -1;
-        s->marks[d] = ifd__gmem_mark(m);
-        path_filter(s, e, d, s->ids[d], &t);
+        path_set(s, e, d, &t, nid >= 0 ? nid : -1);
         k++;
     }
     ifd__gmem_release(m, (ifd__gmark_t){0, 0});
@@ -1254,10 +1259,7 @@ static int frame_build(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, 
     ifd__gmem_release(m, (ifd__gmark_t){0, 0});
     m->work = 0;
     m->work_limit = IFD_GMASK_WORK;
-    s->states[0] = *root;
-    s->ids[0] = intern(s, e, root);
-    s->marks[0] = ifd__gmem_mark(m);
-    path_filter(s, e, 0, s->ids[0], root);
+    path_set(s, e, 0, root, intern(s, e, root));
     uint32_t ncd = 0; /* completion depths on the path: s->cdep[0..ncd) */
     if (root->accept)
         s->cdep[ncd++] = 0;
@@ -1320,10 +1322,7 @@ static int frame_build(ifd_gstore_t *s, gentry_t *e, const ifd__gstate_t *root, 
             k = v->nend[k];
             continue;
         }
-        s->states[d] = t;
-        s->ids[d] = nid >= 0 ? nid : -1;
-        s->marks[d] = ifd__gmem_mark(m);
-        path_filter(s, e, d, s->ids[d], &t);
+        path_set(s, e, d, &t, nid >= 0 ? nid : -1);
         k++;
     }
     ifd__gmem_release(m, (ifd__gmark_t){0, 0});
@@ -1381,10 +1380,7 @@ static int check_step(ifd_gstore_t *s, gentry_t *e, uint32_t d, uint8_t b)
             t = e->ds[nid].st;
         }
     }
-    s->states[d + 1] = t;
-    s->ids[d + 1] = nid >= 0 ? nid : -1;
-    s->marks[d + 1] = ifd__gmem_mark(&s->walk);
-    path_filter(s, e, d + 1, s->ids[d + 1], &t);
+    path_set(s, e, d + 1, &t, nid >= 0 ? nid : -1);
     return 1;
 }
 
